@@ -1,0 +1,143 @@
+// Package drivers defines the contract between the node agent and the code
+// that runs guests of one kind (LXC containers, libvirt VMs, Kubernetes
+// workloads). The agent imports only this package; implementations live in
+// sub-packages and are listed in drivers/catalog.
+//
+// A driver is addressed by guest name: corpus guest names are unique in the
+// cluster and are valid DNS labels, so every driver can use them directly as
+// its own instance names. The guest's ID is stored beside the instance so a
+// replacement guest with a reused name is told apart from the old one.
+package drivers
+
+import (
+	"context"
+	"io"
+	"time"
+)
+
+// Driver runs guests of one kind on one host. Every method is safe for
+// concurrent use on different guests; callers serialise operations on one
+// guest. Methods return ErrNotFound (possibly wrapped) when the named guest
+// does not exist on the host.
+type Driver interface {
+	// Name is the driver's registered name, e.g. "lxc".
+	Name() string
+
+	// Capabilities describes what the driver can do. It does not change
+	// while the driver runs.
+	Capabilities() Capabilities
+
+	// Fingerprint reports the driver's current health and attributes. It
+	// is called periodically; the result may change over time.
+	Fingerprint(ctx context.Context) Fingerprint
+
+	// Create makes a stopped guest from spec. If a guest of that name
+	// already exists with the same ID, Create returns nil and changes
+	// nothing; with another ID it returns ErrExists. Long work (building
+	// an image) is reported through progress, which may be nil.
+	Create(ctx context.Context, spec GuestSpec, progress ProgressFunc) error
+
+	// Start starts a created guest. Starting a running guest is a no-op.
+	// The guest must keep running when the calling process exits.
+	Start(ctx context.Context, name string) error
+
+	// Stop stops a guest, cleanly within timeout and forcibly after it.
+	// Stopping a stopped guest is a no-op.
+	Stop(ctx context.Context, name string, timeout time.Duration) error
+
+	// Destroy stops (forcibly) and removes a guest and everything the
+	// driver made for it. Destroying a missing guest returns nil.
+	Destroy(ctx context.Context, name string) error
+
+	// Inspect returns the observed state of one guest.
+	Inspect(ctx context.Context, name string) (GuestStatus, error)
+
+	// List returns every guest this driver instance manages that really
+	// exists on the host, whatever state it is in. It never includes
+	// guests of another driver instance (another lxcpath, say) or the
+	// driver's own image caches.
+	List(ctx context.Context) ([]GuestStatus, error)
+
+	// Exec runs argv inside a running guest, wiring the request's streams,
+	// and returns the command's exit code. An error means the command could
+	// not be run at all; a command that ran and failed returns its non-zero
+	// code and a nil error.
+	Exec(ctx context.Context, name string, req ExecRequest) (int, error)
+}
+
+// ProgressFunc receives one line describing long work in progress.
+type ProgressFunc func(msg string)
+
+// Capabilities are a driver's abilities as data; callers never switch on a
+// driver's name.
+type Capabilities struct {
+	// Exec is true when Exec is supported.
+	Exec bool `json:"exec"`
+	// ResizeOnline is true when a guest's resources can change while it runs.
+	ResizeOnline bool `json:"resize_online"`
+	// Snapshot is true when the driver can snapshot a guest's root file system.
+	Snapshot bool `json:"snapshot"`
+	// Images lists the image names the driver can build or fetch by itself.
+	Images []string `json:"images"`
+}
+
+// Fingerprint is the health and the attributes of a driver on this host.
+type Fingerprint struct {
+	Healthy bool `json:"healthy"`
+	// Detail explains an unhealthy driver in one line ("lxc-dev missing").
+	Detail string `json:"detail,omitempty"`
+	// Attributes are facts such as "lxc.version" or "cgroup.version".
+	Attributes map[string]string `json:"attributes,omitempty"`
+}
+
+// GuestSpec is what a driver needs to create a guest.
+type GuestSpec struct {
+	// ID is the cluster-wide, never reused identity of the guest.
+	ID string
+	// Name is the guest's name, a DNS label; drivers use it as instance name.
+	Name string
+	// Image names the root file system, e.g. "busybox" or "debian/bookworm".
+	Image string
+	// MemoryBytes is the memory limit; 0 means no limit.
+	MemoryBytes int64
+	// CPUMillis is the CPU limit in thousandths of a core; 0 means no limit.
+	CPUMillis int64
+	// Env is set for the guest's init and for Exec.
+	Env map[string]string
+}
+
+// State is a guest's observed run state.
+type State string
+
+// Observed guest states.
+const (
+	StateStopped  State = "stopped"
+	StateStarting State = "starting"
+	StateRunning  State = "running"
+	StateStopping State = "stopping"
+	StateFrozen   State = "frozen"
+	StateUnknown  State = "unknown"
+)
+
+// GuestStatus is what a driver observes of one guest on the host.
+type GuestStatus struct {
+	ID    string `json:"id"`
+	Name  string `json:"name"`
+	Image string `json:"image"`
+	State State  `json:"state"`
+	// PID is the guest's init process as seen from the host, 0 if stopped.
+	PID int `json:"pid,omitempty"`
+	// MemoryBytes and CPUMillis are the limits in force.
+	MemoryBytes int64 `json:"memory_bytes,omitempty"`
+	CPUMillis   int64 `json:"cpu_millis,omitempty"`
+}
+
+// ExecRequest describes a command to run inside a guest.
+type ExecRequest struct {
+	Argv   []string
+	Env    map[string]string
+	Dir    string
+	Stdin  io.Reader // nil means empty input
+	Stdout io.Writer // nil discards
+	Stderr io.Writer // nil discards
+}

@@ -1,0 +1,16 @@
+package drivers
+
+import "errors"
+
+var (
+	// ErrNotFound means the named guest does not exist on this host.
+	ErrNotFound = errors.New("guest not found")
+	// ErrExists means a guest of that name exists with another ID.
+	ErrExists = errors.New("guest exists with another id")
+	// ErrUnknownImage means the driver cannot build or fetch that image.
+	ErrUnknownImage = errors.New("unknown image")
+	// ErrNotRunning means the operation needs a running guest.
+	ErrNotRunning = errors.New("guest is not running")
+	// ErrNotSupported means this driver or host cannot do that.
+	ErrNotSupported = errors.New("not supported")
+)
