@@ -1,0 +1,178 @@
+package api
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/proto"
+
+	"corpus/coordinator/auth"
+	"corpus/coordinator/state"
+	"corpus/internal/names"
+	"corpus/internal/secret"
+	corpusv1 "corpus/proto/corpus/v1"
+)
+
+// watchRefresh is how often Watch resends the desired state even when
+// nothing changed: a keepalive, and a level-based safety net.
+const watchRefresh = 30 * time.Second
+
+type agentService struct{ b *Backend }
+
+func (s *agentService) Enroll(ctx context.Context, req *connect.Request[corpusv1.EnrollRequest]) (*connect.Response[corpusv1.EnrollResponse], error) {
+	m := req.Msg
+	if err := names.Validate("node", m.Name); err != nil {
+		return nil, toConnect(err)
+	}
+	for k, v := range m.Labels {
+		if err := validLabel(k, v); err != nil {
+			return nil, toConnect(err)
+		}
+	}
+	tokID, tokSecret, ok := strings.Cut(m.JoinToken, ".")
+	if !ok || tokID == "" || tokSecret == "" {
+		return nil, connect.NewError(connect.CodePermissionDenied, state.ErrInvalidToken)
+	}
+	cfg := s.b.Store.Read().Config()
+	if cfg == nil {
+		return nil, connect.NewError(connect.CodeUnavailable, state.ErrNotBootstrap)
+	}
+	nodeSecret := secret.Hex(24)
+	mode := m.Labels["mode"]
+	labels := map[string]string{}
+	for k, v := range m.Labels {
+		if k != "mode" {
+			labels[k] = v
+		}
+	}
+	if mode == "" {
+		mode = "dev"
+	}
+	switch mode {
+	case "dev", "staging", "prod", "drain":
+	default:
+		return nil, toConnect(invalidf("node mode %q: use dev, staging, prod or drain", mode))
+	}
+	node := &corpusv1.Node{
+		Id:           secret.Hex(8),
+		Name:         m.Name,
+		Status:       state.NodeInitializing,
+		Mode:         mode,
+		Labels:       labels,
+		Capacity:     m.Capacity,
+		Drivers:      m.Drivers,
+		AgentAddress: m.AgentAddress,
+		AgentVersion: m.AgentVersion,
+		SecretHash:   auth.Hash(nodeSecret),
+	}
+	_, err := s.b.write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_EnrollNode{EnrollNode: &corpusv1.EnrollNode{
+		TokenId: tokID, TokenSecretHash: auth.Hash(tokSecret), Node: node,
+	}}})
+	if err != nil {
+		return nil, err
+	}
+	s.b.Logger.Info("node enrolled", "node", node.Name, "node_id", node.Id)
+	return connect.NewResponse(&corpusv1.EnrollResponse{
+		NodeId:     node.Id,
+		NodeSecret: nodeSecret,
+		ClusterId:  cfg.ClusterId,
+		AgentKey:   cfg.AgentKey,
+	}), nil
+}
+
+func validLabel(k, v string) error {
+	if err := names.Validate("label", k); err != nil {
+		return err
+	}
+	if len(v) > 63 || strings.ContainsAny(v, "\x00\n\t ") {
+		return invalidf("label %s=%q: values are up to 63 characters without spaces", k, v)
+	}
+	return nil
+}
+
+func (s *agentService) Watch(ctx context.Context, _ *connect.Request[corpusv1.WatchRequest], stream *connect.ServerStream[corpusv1.WatchResponse]) error {
+	p := auth.FromContext(ctx)
+	for {
+		view := s.b.Store.Read()
+		n := view.Node(p.NodeID)
+		if n == nil {
+			return connect.NewError(connect.CodeNotFound, fmt.Errorf("node %s is no longer enrolled", p.NodeName))
+		}
+		n = proto.Clone(n).(*corpusv1.Node)
+		n.SecretHash = ""
+		msg := &corpusv1.WatchResponse{Index: view.Index(), Node: n, Guests: view.GuestsOnNode(p.NodeID)}
+		if err := stream.Send(msg); err != nil {
+			return err
+		}
+		wctx, cancel := context.WithTimeout(ctx, watchRefresh)
+		err := view.Wait(wctx)
+		cancel()
+		if err != nil && ctx.Err() != nil {
+			return nil // the agent went away
+		}
+	}
+}
+
+func (s *agentService) Report(ctx context.Context, req *connect.Request[corpusv1.ReportRequest]) (*connect.Response[corpusv1.ReportResponse], error) {
+	p := auth.FromContext(ctx)
+	m := req.Msg
+	if s.b.Seen != nil {
+		s.b.Seen(p.NodeID)
+	}
+	view := s.b.Store.Read()
+	n := view.Node(p.NodeID)
+	if n == nil {
+		return nil, connect.NewError(connect.CodeNotFound, fmt.Errorf("node %s is no longer enrolled", p.NodeName))
+	}
+	var idx uint64
+	if n.Status != state.NodeReady || n.AgentAddress != m.AgentAddress || n.AgentVersion != m.AgentVersion ||
+		!proto.Equal(n.Capacity, m.Capacity) || !sameDrivers(n.Drivers, m.Drivers) {
+		i, err := s.b.write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_UpdateNode{UpdateNode: &corpusv1.UpdateNode{
+			NodeId: p.NodeID, Capacity: m.Capacity, Drivers: m.Drivers, AgentAddress: m.AgentAddress, AgentVersion: m.AgentVersion,
+		}}})
+		if err != nil {
+			return nil, err
+		}
+		idx = i
+	}
+	// Only changed observations become a Raft write.
+	var changed []*corpusv1.ObservedGuest
+	for _, r := range m.Guests {
+		g := view.Guest(r.GuestId)
+		if g == nil || g.NodeId != p.NodeID || r.Observed == nil {
+			continue
+		}
+		deleted := g.DesiredState == state.DesiredDeleted && r.Observed.State == state.ObservedDeleted
+		if deleted || !state.SameObserved(g.Observed, r.Observed) {
+			changed = append(changed, &corpusv1.ObservedGuest{GuestId: r.GuestId, Observed: r.Observed})
+		}
+	}
+	if len(changed) > 0 {
+		i, err := s.b.write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_ReportGuests{ReportGuests: &corpusv1.ReportGuests{
+			NodeId: p.NodeID, Guests: changed,
+		}}})
+		if err != nil {
+			return nil, err
+		}
+		idx = i
+	}
+	if idx == 0 {
+		idx = view.Index()
+	}
+	return connect.NewResponse(&corpusv1.ReportResponse{Index: idx}), nil
+}
+
+func sameDrivers(a, b []*corpusv1.DriverInfo) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if !proto.Equal(a[i], b[i]) {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,137 @@
+// Package api implements the coordinator's connect services over the
+// replicated state: reads come from this replica's store, writes become
+// Raft commands through Backend.Propose.
+package api
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+
+	"connectrpc.com/connect"
+
+	"corpus/coordinator/auth"
+	"corpus/coordinator/state"
+	"corpus/internal/names"
+	corpusv1 "corpus/proto/corpus/v1"
+	"corpus/proto/corpus/v1/corpusv1connect"
+)
+
+// Backend is what the services need from the coordinator.
+type Backend struct {
+	Store *state.Store
+	// Propose commits a command through Raft (see coordinator.Server).
+	Propose func(ctx context.Context, cmd *corpusv1.Command) (uint64, error)
+	// Leader returns the current leader's address, "" if unknown.
+	Leader func() string
+	// Seen records that a node's agent reported now (liveness).
+	Seen func(nodeID string)
+	// AgentClient dials a node agent's API.
+	AgentClient func(node *corpusv1.Node) corpusv1connect.NodeAgentServiceClient
+	Logger      *slog.Logger
+}
+
+// Policies says who may call what.
+var Policies = map[string]auth.Policy{
+	corpusv1connect.ClusterServiceStatusProcedure:        {auth.Operator, auth.Agent},
+	corpusv1connect.NodeServiceCreateJoinTokenProcedure:  {auth.Operator},
+	corpusv1connect.NodeServiceListNodesProcedure:        {auth.Operator},
+	corpusv1connect.NodeServiceGetNodeProcedure:          {auth.Operator},
+	corpusv1connect.GuestServiceCreateGuestProcedure:     {auth.Operator},
+	corpusv1connect.GuestServiceGetGuestProcedure:        {auth.Operator},
+	corpusv1connect.GuestServiceListGuestsProcedure:      {auth.Operator},
+	corpusv1connect.GuestServiceStartGuestProcedure:      {auth.Operator},
+	corpusv1connect.GuestServiceStopGuestProcedure:       {auth.Operator},
+	corpusv1connect.GuestServiceDeleteGuestProcedure:     {auth.Operator},
+	corpusv1connect.GuestServiceExecGuestProcedure:       {auth.Operator},
+	corpusv1connect.AgentServiceEnrollProcedure:          auth.Public,
+	corpusv1connect.AgentServiceWatchProcedure:           {auth.Agent},
+	corpusv1connect.AgentServiceReportProcedure:          {auth.Agent},
+}
+
+// maxRequestBytes bounds every request body.
+const maxRequestBytes = 4 << 20
+
+// Mount registers every service on mux behind the auth interceptor.
+func Mount(mux *http.ServeMux, b *Backend) {
+	authn := &auth.Authenticator{Store: b.Store, Policies: Policies}
+	opts := []connect.HandlerOption{
+		connect.WithInterceptors(authn.Interceptor()),
+		connect.WithReadMaxBytes(maxRequestBytes),
+	}
+	mux.Handle(corpusv1connect.NewClusterServiceHandler(&clusterService{b}, opts...))
+	mux.Handle(corpusv1connect.NewNodeServiceHandler(&nodeService{b}, opts...))
+	mux.Handle(corpusv1connect.NewGuestServiceHandler(&guestService{b}, opts...))
+	mux.Handle(corpusv1connect.NewAgentServiceHandler(&agentService{b}, opts...))
+}
+
+// write proposes a command and maps its error to an API error.
+func (b *Backend) write(ctx context.Context, cmd *corpusv1.Command) (uint64, error) {
+	idx, err := b.Propose(ctx, cmd)
+	if err != nil {
+		return idx, toConnect(err)
+	}
+	return idx, nil
+}
+
+// toConnect maps package errors to connect codes; the message is kept.
+func toConnect(err error) error {
+	var ce *connect.Error
+	switch {
+	case err == nil:
+		return nil
+	case errors.As(err, &ce):
+		return err
+	case errors.Is(err, state.ErrNotFound):
+		return connect.NewError(connect.CodeNotFound, err)
+	case errors.Is(err, state.ErrExists):
+		return connect.NewError(connect.CodeAlreadyExists, err)
+	case errors.Is(err, state.ErrInvalidToken):
+		return connect.NewError(connect.CodePermissionDenied, err)
+	case errors.Is(err, state.ErrInvalid), errors.Is(err, names.ErrInvalid), errors.Is(err, errInvalid):
+		return connect.NewError(connect.CodeInvalidArgument, err)
+	case errors.Is(err, state.ErrBadTransition):
+		return connect.NewError(connect.CodeFailedPrecondition, err)
+	case errors.Is(err, state.ErrStale):
+		return connect.NewError(connect.CodeAborted, err)
+	case errors.Is(err, errNotLeader):
+		return connect.NewError(connect.CodeUnavailable, err)
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return connect.NewError(connect.CodeDeadlineExceeded, err)
+	default:
+		return connect.NewError(connect.CodeInternal, err)
+	}
+}
+
+var (
+	errInvalid   = errors.New("invalid argument")
+	errNotLeader = errors.New("this coordinator is not the raft leader")
+)
+
+// ErrNotLeader is what Backend.Propose should wrap when this replica
+// cannot write; the API answers Unavailable.
+var ErrNotLeader = errNotLeader
+
+func invalidf(format string, args ...any) error {
+	return fmt.Errorf("%w: "+format, append([]any{errInvalid}, args...)...)
+}
+
+type clusterService struct{ b *Backend }
+
+func (s *clusterService) Status(ctx context.Context, _ *connect.Request[corpusv1.StatusRequest]) (*connect.Response[corpusv1.StatusResponse], error) {
+	view := s.b.Store.Read()
+	res := &corpusv1.StatusResponse{
+		Leader:  s.b.Leader(),
+		Index:   view.Index(),
+		Version: versionString(),
+		Nodes:   int32(len(view.Nodes())),
+		Guests:  int32(len(view.Guests())),
+		Who:     auth.FromContext(ctx).String(),
+	}
+	if cfg := view.Config(); cfg != nil {
+		res.ClusterId = cfg.ClusterId
+	}
+	return connect.NewResponse(res), nil
+}

@@ -1,0 +1,190 @@
+package api
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/proto"
+
+	"corpus/coordinator/state"
+	"corpus/internal/names"
+	"corpus/internal/secret"
+	corpusv1 "corpus/proto/corpus/v1"
+)
+
+const (
+	defaultWait = 60 * time.Second
+	maxWait     = 5 * time.Minute
+	maxStdin    = 1 << 20
+)
+
+type guestService struct{ b *Backend }
+
+func (s *guestService) CreateGuest(ctx context.Context, req *connect.Request[corpusv1.CreateGuestRequest]) (*connect.Response[corpusv1.CreateGuestResponse], error) {
+	m := req.Msg
+	if err := names.Validate("guest", m.Name); err != nil {
+		return nil, toConnect(err)
+	}
+	spec := &corpusv1.GuestSpec{}
+	if m.Spec != nil {
+		spec = proto.Clone(m.Spec).(*corpusv1.GuestSpec)
+	}
+	if err := normalizeSpec(spec); err != nil {
+		return nil, toConnect(err)
+	}
+	desired := state.DesiredRunning
+	if m.Stopped {
+		desired = state.DesiredStopped
+	}
+	g := &corpusv1.Guest{Id: secret.Hex(8), Name: m.Name, Spec: spec, DesiredState: desired}
+	_, err := s.b.write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_CreateGuest{CreateGuest: &corpusv1.CreateGuest{Guest: g}}})
+	if errors.Is(err, state.ErrExists) {
+		// Idempotent create: the same request again is a success.
+		old := s.b.Store.Read().GuestByName(m.Name)
+		if old != nil && old.DesiredState != state.DesiredDeleted && proto.Equal(old.Spec, spec) {
+			return connect.NewResponse(&corpusv1.CreateGuestResponse{Guest: old, Created: false}), nil
+		}
+		return nil, connect.NewError(connect.CodeAlreadyExists,
+			fmt.Errorf("guest %q already exists with a different spec or is being deleted; delete it first or choose another name", m.Name))
+	}
+	if err != nil {
+		return nil, err
+	}
+	created := s.b.Store.Read().GuestByName(m.Name)
+	return connect.NewResponse(&corpusv1.CreateGuestResponse{Guest: created, Created: true}), nil
+}
+
+func (s *guestService) GetGuest(ctx context.Context, req *connect.Request[corpusv1.GetGuestRequest]) (*connect.Response[corpusv1.GetGuestResponse], error) {
+	m := req.Msg
+	wait := time.Duration(m.WaitSeconds) * time.Second
+	switch {
+	case wait <= 0:
+		wait = defaultWait
+	case wait > maxWait:
+		wait = maxWait
+	}
+	ctx, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
+	for {
+		view := s.b.Store.Read()
+		g := view.GuestByName(m.Name)
+		if g == nil {
+			if m.MinIndex > 0 {
+				return connect.NewResponse(&corpusv1.GetGuestResponse{Deleted: true}), nil
+			}
+			return nil, toConnect(notFound("guest", m.Name, "corpus guest list"))
+		}
+		if g.ModifyIndex > m.MinIndex || m.MinIndex == 0 {
+			return connect.NewResponse(s.guestView(view, g)), nil
+		}
+		if err := view.Wait(ctx); err != nil {
+			// Waited long enough: answer with what is, like a blocking query.
+			return connect.NewResponse(s.guestView(s.b.Store.Read(), g)), nil
+		}
+	}
+}
+
+func (s *guestService) guestView(view *state.Snap, g *corpusv1.Guest) *corpusv1.GetGuestResponse {
+	res := &corpusv1.GetGuestResponse{Guest: g, Status: guestStatus(g)}
+	if n := view.Node(g.NodeId); n != nil {
+		res.NodeName = n.Name
+	}
+	return res
+}
+
+func (s *guestService) ListGuests(ctx context.Context, req *connect.Request[corpusv1.ListGuestsRequest]) (*connect.Response[corpusv1.ListGuestsResponse], error) {
+	view := s.b.Store.Read()
+	guests := view.Guests()
+	if req.Msg.Node != "" {
+		n := findNode(view, req.Msg.Node)
+		if n == nil {
+			return nil, toConnect(notFound("node", req.Msg.Node, "corpus node list"))
+		}
+		guests = view.GuestsOnNode(n.Id)
+	}
+	res := &corpusv1.ListGuestsResponse{Index: view.Index()}
+	for _, g := range guests {
+		res.Guests = append(res.Guests, s.guestView(view, g))
+	}
+	return connect.NewResponse(res), nil
+}
+
+func (s *guestService) setDesired(ctx context.Context, name, desired string) (*connect.Response[corpusv1.GuestActionResponse], error) {
+	if err := names.Validate("guest", name); err != nil {
+		return nil, toConnect(err)
+	}
+	before := s.b.Store.Read().GuestByName(name)
+	if before == nil {
+		return nil, toConnect(notFound("guest", name, "corpus guest list"))
+	}
+	if before.DesiredState == desired {
+		return connect.NewResponse(&corpusv1.GuestActionResponse{Guest: before, Changed: false}), nil
+	}
+	_, err := s.b.write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_SetGuestDesired{SetGuestDesired: &corpusv1.SetGuestDesired{
+		Name: name, DesiredState: desired,
+	}}})
+	if err != nil {
+		return nil, err
+	}
+	after := s.b.Store.Read().GuestByName(name)
+	return connect.NewResponse(&corpusv1.GuestActionResponse{Guest: after, Changed: true}), nil
+}
+
+func (s *guestService) StartGuest(ctx context.Context, req *connect.Request[corpusv1.GuestActionRequest]) (*connect.Response[corpusv1.GuestActionResponse], error) {
+	return s.setDesired(ctx, req.Msg.Name, state.DesiredRunning)
+}
+
+func (s *guestService) StopGuest(ctx context.Context, req *connect.Request[corpusv1.GuestActionRequest]) (*connect.Response[corpusv1.GuestActionResponse], error) {
+	return s.setDesired(ctx, req.Msg.Name, state.DesiredStopped)
+}
+
+func (s *guestService) DeleteGuest(ctx context.Context, req *connect.Request[corpusv1.GuestActionRequest]) (*connect.Response[corpusv1.GuestActionResponse], error) {
+	return s.setDesired(ctx, req.Msg.Name, state.DesiredDeleted)
+}
+
+func (s *guestService) ExecGuest(ctx context.Context, req *connect.Request[corpusv1.ExecGuestRequest], stream *connect.ServerStream[corpusv1.ExecOutput]) error {
+	m := req.Msg
+	if err := names.Validate("guest", m.Name); err != nil {
+		return toConnect(err)
+	}
+	if len(m.Argv) == 0 {
+		return toConnect(invalidf("no command given: corpus guest exec %s -- CMD ARGS", m.Name))
+	}
+	if len(m.Stdin) > maxStdin {
+		return toConnect(invalidf("stdin of %d bytes is over the %d byte limit", len(m.Stdin), maxStdin))
+	}
+	view := s.b.Store.Read()
+	g := view.GuestByName(m.Name)
+	if g == nil {
+		return toConnect(notFound("guest", m.Name, "corpus guest list"))
+	}
+	if st := guestStatus(g); st != state.ObservedRunning {
+		return connect.NewError(connect.CodeFailedPrecondition,
+			fmt.Errorf("guest %q is %s, not running; start it with `corpus guest start %s`", g.Name, st, g.Name))
+	}
+	n := view.Node(g.NodeId)
+	if n == nil || n.AgentAddress == "" {
+		return connect.NewError(connect.CodeUnavailable, fmt.Errorf("the node of guest %q has no agent address", g.Name))
+	}
+	up, err := s.b.AgentClient(n).Exec(ctx, connect.NewRequest(m))
+	if err != nil {
+		return connect.NewError(connect.CodeUnavailable, fmt.Errorf("reaching agent of node %s: %w", n.Name, err))
+	}
+	defer up.Close()
+	for up.Receive() {
+		if err := stream.Send(up.Msg()); err != nil {
+			return err
+		}
+	}
+	if err := up.Err(); err != nil {
+		var ce *connect.Error
+		if errors.As(err, &ce) {
+			return connect.NewError(ce.Code(), fmt.Errorf("agent of node %s: %s", n.Name, ce.Message()))
+		}
+		return connect.NewError(connect.CodeUnavailable, fmt.Errorf("exec stream from node %s: %w", n.Name, err))
+	}
+	return nil
+}

@@ -1,0 +1,105 @@
+package api
+
+import (
+	"fmt"
+	"strings"
+	"unicode"
+
+	"corpus/coordinator/state"
+	"corpus/internal/names"
+	corpusv1 "corpus/proto/corpus/v1"
+)
+
+// Guest defaults, applied when a request leaves a field unset.
+const (
+	DefaultDriver      = "lxc"
+	DefaultMemoryBytes = 256 << 20
+	DefaultCPUMillis   = 250
+	DefaultDiskBytes   = 1 << 30
+
+	minMemoryBytes = 16 << 20
+	maxEnvVars     = 128
+)
+
+func notFound(kind, name, hint string) error {
+	return fmt.Errorf("%s %q: %w (list them with `%s`)", kind, name, state.ErrNotFound, hint)
+}
+
+// normalizeSpec fills defaults and validates a guest spec in place.
+func normalizeSpec(spec *corpusv1.GuestSpec) error {
+	if spec.Driver == "" {
+		spec.Driver = DefaultDriver
+	}
+	if err := names.Validate("driver", spec.Driver); err != nil {
+		return err
+	}
+	if spec.Image == "" {
+		return invalidf("an image is required (for example --image busybox)")
+	}
+	if len(spec.Image) > 255 || strings.IndexFunc(spec.Image, func(r rune) bool {
+		return unicode.IsSpace(r) || unicode.IsControl(r)
+	}) >= 0 {
+		return invalidf("image %q is not a valid image name", spec.Image)
+	}
+	if spec.Resources == nil {
+		spec.Resources = &corpusv1.Resources{}
+	}
+	r := spec.Resources
+	if r.MemoryBytes == 0 {
+		r.MemoryBytes = DefaultMemoryBytes
+	}
+	if r.CpuMillis == 0 {
+		r.CpuMillis = DefaultCPUMillis
+	}
+	if r.DiskBytes == 0 {
+		r.DiskBytes = DefaultDiskBytes
+	}
+	switch {
+	case r.MemoryBytes < minMemoryBytes:
+		return invalidf("memory %d bytes is below the minimum of %d MiB", r.MemoryBytes, minMemoryBytes>>20)
+	case r.CpuMillis < 0:
+		return invalidf("cpu %d millicores is negative", r.CpuMillis)
+	case r.DiskBytes < 0:
+		return invalidf("disk %d bytes is negative", r.DiskBytes)
+	}
+	if len(spec.Env) > maxEnvVars {
+		return invalidf("%d environment variables; the limit is %d", len(spec.Env), maxEnvVars)
+	}
+	for k, v := range spec.Env {
+		if !validEnvName(k) {
+			return invalidf("environment variable name %q must match [A-Za-z_][A-Za-z0-9_]*", k)
+		}
+		if strings.ContainsAny(v, "\x00\n") {
+			return invalidf("environment variable %s has a NUL or newline in its value", k)
+		}
+	}
+	return nil
+}
+
+func validEnvName(k string) bool {
+	if k == "" {
+		return false
+	}
+	for i, c := range k {
+		switch {
+		case c == '_', c >= 'A' && c <= 'Z', c >= 'a' && c <= 'z':
+		case c >= '0' && c <= '9' && i > 0:
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// guestStatus is the one-word summary of a guest.
+func guestStatus(g *corpusv1.Guest) string {
+	switch {
+	case g.DesiredState == state.DesiredDeleted:
+		return "deleting"
+	case g.NodeId == "":
+		return "pending"
+	case g.Observed == nil:
+		return "placed"
+	}
+	return g.Observed.State
+}

@@ -1,0 +1,5 @@
+package api
+
+import "corpus/internal/version"
+
+func versionString() string { return version.Version }

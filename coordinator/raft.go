@@ -1,0 +1,163 @@
+package coordinator
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/raft"
+	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
+
+	"corpus/coordinator/api"
+	"corpus/coordinator/state"
+	corpusv1 "corpus/proto/corpus/v1"
+)
+
+
+// replica is this coordinator's member of the Raft group.
+type replica struct {
+	raft      *raft.Raft
+	transport *raft.NetworkTransport
+	logs      *raftboltdb.BoltStore
+	fsm       *state.FSM
+	leaderCh  chan bool
+	logger    *slog.Logger
+}
+
+// raftConfig is what openReplica needs.
+type raftConfig struct {
+	ID        string
+	Dir       string
+	BindAddr  string
+	Bootstrap bool
+	// SnapshotThreshold is the number of log entries between snapshots.
+	SnapshotThreshold uint64
+	Logger            *slog.Logger
+}
+
+func openReplica(cfg raftConfig, store *state.Store) (*replica, error) {
+	if err := os.MkdirAll(cfg.Dir, 0o700); err != nil {
+		return nil, fmt.Errorf("creating raft folder: %w", err)
+	}
+	logs, err := raftboltdb.NewBoltStore(filepath.Join(cfg.Dir, "raft.db"))
+	if err != nil {
+		return nil, fmt.Errorf("opening raft log: %w", err)
+	}
+	hlog := hclog.New(&hclog.LoggerOptions{Name: "raft", Level: hclog.Warn, Output: os.Stderr})
+	snaps, err := raft.NewFileSnapshotStoreWithLogger(cfg.Dir, 2, hlog)
+	if err != nil {
+		logs.Close()
+		return nil, fmt.Errorf("opening raft snapshots: %w", err)
+	}
+	addr, err := net.ResolveTCPAddr("tcp", cfg.BindAddr)
+	if err != nil {
+		logs.Close()
+		return nil, fmt.Errorf("raft address %s: %w", cfg.BindAddr, err)
+	}
+	transport, err := raft.NewTCPTransportWithLogger(cfg.BindAddr, addr, 3, 10*time.Second, hlog)
+	if err != nil {
+		logs.Close()
+		return nil, fmt.Errorf("raft transport on %s: %w", cfg.BindAddr, err)
+	}
+	rc := raft.DefaultConfig()
+	rc.LocalID = raft.ServerID(cfg.ID)
+	rc.Logger = hlog
+	if cfg.SnapshotThreshold > 0 {
+		rc.SnapshotThreshold = cfg.SnapshotThreshold
+	}
+	leaderCh := make(chan bool, 8)
+	rc.NotifyCh = leaderCh
+	// One replica elects itself quickly; the defaults suit a LAN group.
+	rc.HeartbeatTimeout = 500 * time.Millisecond
+	rc.ElectionTimeout = 500 * time.Millisecond
+	rc.LeaderLeaseTimeout = 250 * time.Millisecond
+
+	fsm := state.NewFSM(store, cfg.Logger.With("component", "fsm"))
+	existing, err := raft.HasExistingState(logs, logs, snaps)
+	if err != nil {
+		transport.Close()
+		logs.Close()
+		return nil, fmt.Errorf("reading raft state: %w", err)
+	}
+	r, err := raft.NewRaft(rc, fsm, logs, logs, snaps, transport)
+	if err != nil {
+		transport.Close()
+		logs.Close()
+		return nil, fmt.Errorf("starting raft: %w", err)
+	}
+	if !existing && cfg.Bootstrap {
+		f := r.BootstrapCluster(raft.Configuration{Servers: []raft.Server{{
+			ID: rc.LocalID, Address: transport.LocalAddr(),
+		}}})
+		if err := f.Error(); err != nil && !errors.Is(err, raft.ErrCantBootstrap) {
+			r.Shutdown()
+			transport.Close()
+			logs.Close()
+			return nil, fmt.Errorf("bootstrapping raft: %w", err)
+		}
+	}
+	return &replica{raft: r, transport: transport, logs: logs, fsm: fsm, leaderCh: leaderCh, logger: cfg.Logger}, nil
+}
+
+// propose writes one command through Raft and waits until it is applied
+// here. The returned error is either a replication failure (ErrNotLeader,
+// a timeout) or the command's business error from the state machine.
+func (r *replica) propose(ctx context.Context, cmd *corpusv1.Command) (uint64, error) {
+	if r.raft.State() != raft.Leader {
+		return 0, r.notLeader()
+	}
+	data, err := state.Encode(cmd, time.Now())
+	if err != nil {
+		return 0, fmt.Errorf("encoding command: %w", err)
+	}
+	timeout := 10 * time.Second
+	if dl, ok := ctx.Deadline(); ok {
+		timeout = time.Until(dl)
+	}
+	f := r.raft.Apply(data, timeout)
+	if err := f.Error(); err != nil {
+		if errors.Is(err, raft.ErrNotLeader) || errors.Is(err, raft.ErrLeadershipLost) {
+			return 0, r.notLeader()
+		}
+		return 0, fmt.Errorf("replicating command: %w", err)
+	}
+	res, ok := f.Response().(*state.Result)
+	if !ok {
+		return f.Index(), nil
+	}
+	return res.Index, res.Err
+}
+
+func (r *replica) notLeader() error {
+	if l := r.leaderAddr(); l != "" {
+		return fmt.Errorf("%w (the leader is %s)", api.ErrNotLeader, l)
+	}
+	return fmt.Errorf("%w (no leader is elected yet; retry shortly)", api.ErrNotLeader)
+}
+
+func (r *replica) isLeader() bool { return r.raft.State() == raft.Leader }
+
+func (r *replica) leaderAddr() string {
+	addr, _ := r.raft.LeaderWithID()
+	return string(addr)
+}
+
+// snapshot forces a snapshot now (used by tests and operators).
+func (r *replica) snapshot() error {
+	return r.raft.Snapshot().Error()
+}
+
+func (r *replica) close() error {
+	err := r.raft.Shutdown().Error()
+	r.transport.Close()
+	if cerr := r.logs.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}

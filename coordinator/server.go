@@ -1,0 +1,314 @@
+package coordinator
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"connectrpc.com/connect"
+
+	"corpus/coordinator/api"
+	"corpus/coordinator/auth"
+	"corpus/coordinator/scheduler"
+	"corpus/coordinator/state"
+	"corpus/internal/atomicfile"
+	"corpus/internal/rpc"
+	"corpus/internal/secret"
+	corpusv1 "corpus/proto/corpus/v1"
+	"corpus/proto/corpus/v1/corpusv1connect"
+)
+
+// Config configures one coordinator replica.
+type Config struct {
+	// DataDir holds the Raft log, snapshots and the bootstrap token.
+	DataDir string
+	// APIAddr is where the API listens (host:port; port 0 picks one).
+	APIAddr string
+	// RaftAddr is where the Raft transport listens.
+	RaftAddr string
+	// ReplicaID names this replica in the Raft group; default "coordinator-1".
+	ReplicaID string
+	// Bootstrap makes this replica form a new one-member group when it has
+	// no Raft state yet.
+	Bootstrap bool
+	// NodeTimeout is how long a node may go without reporting before it
+	// is marked down.
+	NodeTimeout time.Duration
+	Logger      *slog.Logger
+}
+
+// Default returns the configuration of a one-replica coordinator.
+func Default() Config {
+	return Config{
+		DataDir:     "/var/lib/corpus/coordinator",
+		APIAddr:     "127.0.0.1:7400",
+		RaftAddr:    "127.0.0.1:7401",
+		ReplicaID:   "coordinator-1",
+		Bootstrap:   true,
+		NodeTimeout: 15 * time.Second,
+	}
+}
+
+// Validate checks the configuration.
+func (c Config) Validate() error {
+	var errs []error
+	if c.DataDir == "" {
+		errs = append(errs, errors.New("data dir is empty"))
+	}
+	for name, a := range map[string]string{"api": c.APIAddr, "raft": c.RaftAddr} {
+		if _, _, err := net.SplitHostPort(a); err != nil {
+			errs = append(errs, fmt.Errorf("%s address %q: %w", name, a, err))
+		}
+	}
+	if c.ReplicaID == "" {
+		errs = append(errs, errors.New("replica id is empty"))
+	}
+	if c.NodeTimeout <= 0 {
+		errs = append(errs, errors.New("node timeout must be positive"))
+	}
+	return errors.Join(errs...)
+}
+
+// Server is one running coordinator replica.
+type Server struct {
+	cfg      Config
+	store    *state.Store
+	replica  *replica
+	listener net.Listener
+	http     *http.Server
+	logger   *slog.Logger
+	liveness *liveness
+	opsToken string
+}
+
+// OpsTokenFile is the file in DataDir holding the bootstrap operator token.
+const OpsTokenFile = "ops-token"
+
+// New opens the replica's storage, joins or bootstraps Raft and binds the
+// API listener. Serve starts answering.
+func New(cfg Config) (*Server, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("coordinator config: %w", err)
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	logger := cfg.Logger.With("component", "coordinator")
+	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
+		return nil, fmt.Errorf("creating data dir: %w", err)
+	}
+	s := &Server{cfg: cfg, store: state.NewStore(), logger: logger}
+	s.liveness = newLiveness(cfg.NodeTimeout)
+	if cfg.Bootstrap {
+		tok, err := loadOrCreateToken(filepath.Join(cfg.DataDir, OpsTokenFile))
+		if err != nil {
+			return nil, err
+		}
+		s.opsToken = tok
+	}
+	r, err := openReplica(raftConfig{
+		ID: cfg.ReplicaID, Dir: filepath.Join(cfg.DataDir, "raft"), BindAddr: cfg.RaftAddr,
+		Bootstrap: cfg.Bootstrap, Logger: cfg.Logger,
+	}, s.store)
+	if err != nil {
+		return nil, err
+	}
+	s.replica = r
+	ln, err := net.Listen("tcp", cfg.APIAddr)
+	if err != nil {
+		r.close()
+		return nil, fmt.Errorf("listening for the api on %s: %w", cfg.APIAddr, err)
+	}
+	s.listener = ln
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", s.healthz)
+	api.Mount(mux, &api.Backend{
+		Store:       s.store,
+		Propose:     r.propose,
+		Leader:      r.leaderAddr,
+		Seen:        s.liveness.seen,
+		AgentClient: s.agentClient,
+		Logger:      logger,
+	})
+	s.http = rpc.NewServer(mux)
+	return s, nil
+}
+
+// APIAddr is the address the API listens on.
+func (s *Server) APIAddr() string { return s.listener.Addr().String() }
+
+// OpsToken is the bootstrap operator token ("" on a replica that did not
+// bootstrap the cluster).
+func (s *Server) OpsToken() string { return s.opsToken }
+
+// Store gives read access to this replica's state.
+func (s *Server) Store() *state.Store { return s.store }
+
+// Snapshot forces a Raft snapshot now.
+func (s *Server) Snapshot() error { return s.replica.snapshot() }
+
+// Serve answers API calls and runs leader duties until ctx ends, then shuts
+// down: in-flight calls get a few seconds, Raft is closed cleanly.
+func (s *Server) Serve(ctx context.Context) error {
+	var wg sync.WaitGroup
+	errc := make(chan error, 1)
+	wg.Add(2)
+	go func() {
+		defer wg.Done()
+		if err := s.http.Serve(s.listener); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			errc <- fmt.Errorf("serving api: %w", err)
+		}
+	}()
+	lctx, cancel := context.WithCancel(ctx)
+	go func() {
+		defer wg.Done()
+		s.leaderLoop(lctx)
+	}()
+	var err error
+	select {
+	case <-ctx.Done():
+	case err = <-errc:
+	}
+	cancel()
+	shctx, done := context.WithTimeout(context.Background(), 5*time.Second)
+	defer done()
+	s.http.Shutdown(shctx)
+	wg.Wait()
+	if cerr := s.replica.close(); err == nil && cerr != nil {
+		err = fmt.Errorf("closing raft: %w", cerr)
+	}
+	return err
+}
+
+func (s *Server) healthz(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("Content-Type", "application/json")
+	fmt.Fprintf(w, "{\"status\":\"ok\",\"leader\":%q,\"is_leader\":%t,\"index\":%d}\n",
+		s.replica.leaderAddr(), s.replica.isLeader(), s.store.Read().Index())
+}
+
+// leaderLoop runs leader duties while this replica leads.
+func (s *Server) leaderLoop(ctx context.Context) {
+	var (
+		stop func()
+		wg   sync.WaitGroup
+	)
+	step := func(leading bool) {
+		if stop != nil {
+			stop()
+			wg.Wait()
+			stop = nil
+		}
+		if !leading {
+			return
+		}
+		lctx, cancel := context.WithCancel(ctx)
+		stop = cancel
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			s.lead(lctx)
+		}()
+	}
+	if s.replica.isLeader() {
+		step(true)
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			step(false)
+			return
+		case leading := <-s.replica.leaderCh:
+			s.logger.Info("raft leadership changed", "leader", leading)
+			step(leading)
+		}
+	}
+}
+
+// lead runs on the leader: it makes sure the cluster is bootstrapped, then
+// runs the scheduler and the liveness checker until leadership ends.
+func (s *Server) lead(ctx context.Context) {
+	for ctx.Err() == nil {
+		err := s.ensureBootstrapped(ctx)
+		if err == nil {
+			break
+		}
+		s.logger.Warn("bootstrapping cluster config", "error", err)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(time.Second):
+		}
+	}
+	s.liveness.reset()
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() {
+		defer wg.Done()
+		scheduler.Loop(ctx, s.store, s.replica.propose, s.logger.With("component", "scheduler"))
+	}()
+	go func() {
+		defer wg.Done()
+		s.liveness.run(ctx, s.store, s.replica.propose, s.logger.With("component", "liveness"))
+	}()
+	wg.Wait()
+}
+
+func (s *Server) ensureBootstrapped(ctx context.Context) error {
+	if s.store.Read().Config() != nil {
+		return nil
+	}
+	if s.opsToken == "" {
+		return errors.New("cluster has no config and this replica holds no bootstrap token")
+	}
+	_, err := s.replica.propose(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_BootstrapCluster{BootstrapCluster: &corpusv1.BootstrapCluster{
+		Config: &corpusv1.ClusterConfig{
+			ClusterId:    secret.Hex(8),
+			OpsTokenHash: auth.Hash(s.opsToken),
+			AgentKey:     secret.Hex(24),
+		},
+	}}})
+	if errors.Is(err, state.ErrExists) {
+		return nil
+	}
+	if err == nil {
+		s.logger.Info("cluster bootstrapped")
+	}
+	return err
+}
+
+func loadOrCreateToken(path string) (string, error) {
+	b, err := os.ReadFile(path)
+	if err == nil {
+		tok := strings.TrimSpace(string(b))
+		if tok == "" {
+			return "", fmt.Errorf("token file %s is empty", path)
+		}
+		return tok, nil
+	}
+	if !errors.Is(err, os.ErrNotExist) {
+		return "", fmt.Errorf("reading token file: %w", err)
+	}
+	tok := "cops_" + secret.Hex(24)
+	if err := atomicfile.Write(path, []byte(tok+"\n"), 0o600); err != nil {
+		return "", fmt.Errorf("writing token file: %w", err)
+	}
+	return tok, nil
+}
+
+// agentClient dials a node agent's API. Coordinators prove themselves with
+// the cluster's agent key; mutual TLS replaces it once certificates exist.
+func (s *Server) agentClient(n *corpusv1.Node) corpusv1connect.NodeAgentServiceClient {
+	key := s.store.Read().Config().GetAgentKey()
+	return corpusv1connect.NewNodeAgentServiceClient(agentHTTP, "http://"+n.AgentAddress,
+		connect.WithInterceptors(rpc.Bearer(key)))
+}
+
+var agentHTTP = rpc.HTTPClient()

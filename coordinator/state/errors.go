@@ -1,0 +1,15 @@
+package state
+
+import "errors"
+
+// Business errors returned as values in Result.Err; the API maps them to
+// status codes.
+var (
+	ErrNotFound      = errors.New("not found")
+	ErrExists        = errors.New("already exists")
+	ErrInvalidToken  = errors.New("join token is invalid, expired or already used")
+	ErrStale         = errors.New("object changed since it was read")
+	ErrNotBootstrap  = errors.New("cluster is not bootstrapped")
+	ErrInvalid       = errors.New("invalid command")
+	ErrBadTransition = errors.New("invalid state transition")
+)

@@ -1,0 +1,444 @@
+package state
+
+import (
+	"fmt"
+	"io"
+	"log/slog"
+	"time"
+
+	"github.com/hashicorp/go-memdb"
+	"github.com/hashicorp/raft"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	corpusv1 "corpus/proto/corpus/v1"
+)
+
+// CommandVersion is the encoding version this replica writes and applies.
+const CommandVersion = 1
+
+// maxEvents bounds each guest's event history.
+const maxEvents = 20
+
+// Result is what applying one command returns to the proposer. Business
+// failures (a taken name, a used token) are values in Err; they never stop
+// the replica.
+type Result struct {
+	Index uint64
+	Err   error
+}
+
+// FSM applies Raft log entries to a Store. It implements raft.FSM.
+type FSM struct {
+	store  *Store
+	logger *slog.Logger
+}
+
+var _ raft.FSM = (*FSM)(nil)
+
+// NewFSM returns a state machine over store.
+func NewFSM(store *Store, logger *slog.Logger) *FSM {
+	return &FSM{store: store, logger: logger}
+}
+
+// Encode marshals a command for the Raft log, stamping version and time.
+func Encode(cmd *corpusv1.Command, now time.Time) ([]byte, error) {
+	cmd.Version = CommandVersion
+	cmd.Now = timestamppb.New(now)
+	return proto.Marshal(cmd)
+}
+
+// Apply applies one log entry. A corrupt entry or an unknown command that
+// is not marked ignorable is a bug or a version skew that must not be
+// papered over: it panics, stopping the replica loudly.
+func (f *FSM) Apply(l *raft.Log) any {
+	if l.Type != raft.LogCommand {
+		return nil
+	}
+	var cmd corpusv1.Command
+	if err := proto.Unmarshal(l.Data, &cmd); err != nil {
+		panic(fmt.Sprintf("state: corrupt raft entry at index %d: %v", l.Index, err))
+	}
+	if cmd.Cmd == nil || cmd.Version > CommandVersion {
+		if cmd.Ignorable {
+			f.logger.Warn("skipping unknown ignorable command", "index", l.Index, "version", cmd.Version)
+			return &Result{Index: l.Index}
+		}
+		panic(fmt.Sprintf("state: unknown command at index %d (version %d); upgrade this replica", l.Index, cmd.Version))
+	}
+	txn := f.store.memdb().Txn(true)
+	defer txn.Abort()
+	a := applier{txn: txn, index: l.Index, now: cmd.Now}
+	err := a.apply(&cmd)
+	if err != nil {
+		// Business error: nothing changes, not even the index row, so
+		// watchers are not woken for nothing.
+		return &Result{Index: l.Index, Err: err}
+	}
+	if err := txn.Insert(tableMeta, &meta{Key: metaIndex, Value: l.Index}); err != nil {
+		panic(fmt.Sprintf("state: writing index: %v", err))
+	}
+	txn.Commit()
+	return &Result{Index: l.Index}
+}
+
+type applier struct {
+	txn   *memdb.Txn
+	index uint64
+	now   *timestamppb.Timestamp
+}
+
+func (a *applier) apply(cmd *corpusv1.Command) error {
+	switch c := cmd.Cmd.(type) {
+	case *corpusv1.Command_BootstrapCluster:
+		return a.bootstrap(c.BootstrapCluster)
+	case *corpusv1.Command_CreateJoinToken:
+		return a.createToken(c.CreateJoinToken)
+	case *corpusv1.Command_EnrollNode:
+		return a.enroll(c.EnrollNode)
+	case *corpusv1.Command_UpdateNode:
+		return a.updateNode(c.UpdateNode)
+	case *corpusv1.Command_SetNodeStatus:
+		return a.setNodeStatus(c.SetNodeStatus)
+	case *corpusv1.Command_CreateGuest:
+		return a.createGuest(c.CreateGuest)
+	case *corpusv1.Command_SetGuestDesired:
+		return a.setGuestDesired(c.SetGuestDesired)
+	case *corpusv1.Command_PlaceGuest:
+		return a.placeGuest(c.PlaceGuest)
+	case *corpusv1.Command_ReportGuests:
+		return a.reportGuests(c.ReportGuests)
+	default:
+		panic(fmt.Sprintf("state: command %T has no apply function", c))
+	}
+}
+
+func (a *applier) get(table, index, key string) any {
+	raw, err := a.txn.First(table, index, key)
+	if err != nil {
+		panic(fmt.Sprintf("state: reading %s: %v", table, err))
+	}
+	return raw
+}
+
+func (a *applier) put(table string, obj any) {
+	if err := a.txn.Insert(table, obj); err != nil {
+		panic(fmt.Sprintf("state: writing %s: %v", table, err))
+	}
+}
+
+func (a *applier) bootstrap(c *corpusv1.BootstrapCluster) error {
+	if a.get(tableMeta, "id", metaConfig) != nil {
+		return fmt.Errorf("cluster config: %w", ErrExists)
+	}
+	if c.Config == nil || c.Config.ClusterId == "" {
+		return fmt.Errorf("bootstrap without cluster id: %w", ErrInvalid)
+	}
+	a.put(tableMeta, &meta{Key: metaConfig, Value: c.Config})
+	return nil
+}
+
+func (a *applier) createToken(c *corpusv1.CreateJoinToken) error {
+	if c.Token == nil || c.Token.Id == "" {
+		return fmt.Errorf("join token without id: %w", ErrInvalid)
+	}
+	if a.get(tableTokens, "id", c.Token.Id) != nil {
+		return fmt.Errorf("join token %s: %w", c.Token.Id, ErrExists)
+	}
+	a.put(tableTokens, c.Token)
+	return nil
+}
+
+func (a *applier) enroll(c *corpusv1.EnrollNode) error {
+	raw := a.get(tableTokens, "id", c.TokenId)
+	if raw == nil {
+		return ErrInvalidToken
+	}
+	tok := raw.(*corpusv1.JoinToken)
+	if tok.UsedBy != "" || tok.SecretHash != c.TokenSecretHash || !a.now.AsTime().Before(tok.ExpiresAt.AsTime()) {
+		return ErrInvalidToken
+	}
+	n := c.Node
+	if n == nil || n.Id == "" || n.Name == "" {
+		return fmt.Errorf("node without id or name: %w", ErrInvalid)
+	}
+	if a.get(tableNodes, "name", n.Name) != nil {
+		return fmt.Errorf("node %s: %w", n.Name, ErrExists)
+	}
+	tok = proto.Clone(tok).(*corpusv1.JoinToken)
+	tok.UsedBy = n.Id
+	a.put(tableTokens, tok)
+	n = proto.Clone(n).(*corpusv1.Node)
+	n.EnrolledAt = a.now
+	n.CreateIndex, n.ModifyIndex = a.index, a.index
+	a.put(tableNodes, n)
+	return nil
+}
+
+func (a *applier) node(id string) (*corpusv1.Node, error) {
+	raw := a.get(tableNodes, "id", id)
+	if raw == nil {
+		return nil, fmt.Errorf("node %s: %w", id, ErrNotFound)
+	}
+	return proto.Clone(raw.(*corpusv1.Node)).(*corpusv1.Node), nil
+}
+
+func (a *applier) updateNode(c *corpusv1.UpdateNode) error {
+	n, err := a.node(c.NodeId)
+	if err != nil {
+		return err
+	}
+	n.Capacity = c.Capacity
+	n.Drivers = c.Drivers
+	n.AgentAddress = c.AgentAddress
+	n.AgentVersion = c.AgentVersion
+	if c.Labels != nil {
+		n.Labels = c.Labels
+	}
+	if n.Status != NodeReady {
+		n.Status = NodeReady
+	}
+	n.ModifyIndex = a.index
+	a.put(tableNodes, n)
+	return nil
+}
+
+func (a *applier) setNodeStatus(c *corpusv1.SetNodeStatus) error {
+	n, err := a.node(c.NodeId)
+	if err != nil {
+		return err
+	}
+	n.Status = c.Status
+	n.ModifyIndex = a.index
+	a.put(tableNodes, n)
+	return nil
+}
+
+func (a *applier) createGuest(c *corpusv1.CreateGuest) error {
+	g := c.Guest
+	if g == nil || g.Id == "" || g.Name == "" {
+		return fmt.Errorf("guest without id or name: %w", ErrInvalid)
+	}
+	if a.get(tableGuests, "name", g.Name) != nil {
+		return fmt.Errorf("guest %s: %w", g.Name, ErrExists)
+	}
+	if a.get(tableGuests, "id", g.Id) != nil {
+		return fmt.Errorf("guest id %s: %w", g.Id, ErrExists)
+	}
+	g = proto.Clone(g).(*corpusv1.Guest)
+	g.CreatedAt = a.now
+	g.NodeId = ""
+	g.Observed = nil
+	g.Events = nil
+	a.event(g, "created", "desired state "+g.DesiredState)
+	g.CreateIndex, g.ModifyIndex = a.index, a.index
+	a.put(tableGuests, g)
+	return nil
+}
+
+func (a *applier) guest(get func() any, what string) (*corpusv1.Guest, error) {
+	raw := get()
+	if raw == nil {
+		return nil, fmt.Errorf("guest %s: %w", what, ErrNotFound)
+	}
+	return proto.Clone(raw.(*corpusv1.Guest)).(*corpusv1.Guest), nil
+}
+
+func (a *applier) setGuestDesired(c *corpusv1.SetGuestDesired) error {
+	g, err := a.guest(func() any { return a.get(tableGuests, "name", c.Name) }, c.Name)
+	if err != nil {
+		return err
+	}
+	switch c.DesiredState {
+	case DesiredRunning, DesiredStopped, DesiredDeleted:
+	default:
+		return fmt.Errorf("desired state %q: %w", c.DesiredState, ErrInvalid)
+	}
+	if g.DesiredState == DesiredDeleted && c.DesiredState != DesiredDeleted {
+		return fmt.Errorf("guest %s is being deleted: %w", g.Name, ErrBadTransition)
+	}
+	if g.DesiredState == c.DesiredState {
+		return nil
+	}
+	if c.DesiredState == DesiredDeleted && g.NodeId == "" {
+		if err := a.txn.Delete(tableGuests, g); err != nil {
+			panic(fmt.Sprintf("state: deleting guest: %v", err))
+		}
+		return nil
+	}
+	g.DesiredState = c.DesiredState
+	a.event(g, "desired", "desired state "+c.DesiredState)
+	g.ModifyIndex = a.index
+	a.put(tableGuests, g)
+	return nil
+}
+
+func (a *applier) placeGuest(c *corpusv1.PlaceGuest) error {
+	g, err := a.guest(func() any { return a.get(tableGuests, "id", c.GuestId) }, c.GuestId)
+	if err != nil {
+		return err
+	}
+	if c.ModifyIndex != 0 && g.ModifyIndex != c.ModifyIndex {
+		return fmt.Errorf("placing guest %s: %w", g.Name, ErrStale)
+	}
+	if g.NodeId != "" {
+		return fmt.Errorf("guest %s is already placed: %w", g.Name, ErrBadTransition)
+	}
+	if c.NodeId == "" {
+		if g.PendingReason == c.Reason {
+			return nil
+		}
+		g.PendingReason = c.Reason
+		a.event(g, "pending", c.Reason)
+	} else {
+		n, err := a.node(c.NodeId)
+		if err != nil {
+			return err
+		}
+		g.NodeId = n.Id
+		g.PendingReason = ""
+		a.event(g, "placed", "placed on node "+n.Name)
+	}
+	g.ModifyIndex = a.index
+	a.put(tableGuests, g)
+	return nil
+}
+
+func (a *applier) reportGuests(c *corpusv1.ReportGuests) error {
+	if _, err := a.node(c.NodeId); err != nil {
+		return err
+	}
+	for _, r := range c.Guests {
+		raw := a.get(tableGuests, "id", r.GuestId)
+		if raw == nil || r.Observed == nil {
+			continue // deleted meanwhile, or nothing said
+		}
+		g := raw.(*corpusv1.Guest)
+		if g.NodeId != c.NodeId {
+			continue // not this node's to report
+		}
+		if g.DesiredState == DesiredDeleted && r.Observed.State == ObservedDeleted {
+			if err := a.txn.Delete(tableGuests, g); err != nil {
+				panic(fmt.Sprintf("state: deleting guest: %v", err))
+			}
+			continue
+		}
+		if SameObserved(g.Observed, r.Observed) {
+			continue
+		}
+		g = proto.Clone(g).(*corpusv1.Guest)
+		prev := g.GetObserved().GetState()
+		g.Observed = proto.Clone(r.Observed).(*corpusv1.GuestObserved)
+		g.Observed.UpdatedAt = a.now
+		if prev != r.Observed.State || r.Observed.State == ObservedFailed {
+			msg := r.Observed.State
+			if r.Observed.Message != "" {
+				msg += ": " + r.Observed.Message
+			}
+			a.event(g, "observed", msg)
+		}
+		g.ModifyIndex = a.index
+		a.put(tableGuests, g)
+	}
+	return nil
+}
+
+// SameObserved reports whether two observations say the same thing
+// (ignoring when they were made), so unchanged reports write nothing.
+func SameObserved(a, b *corpusv1.GuestObserved) bool {
+	return a.GetState() == b.GetState() && a.GetPid() == b.GetPid() && a.GetMessage() == b.GetMessage()
+}
+
+func (a *applier) event(g *corpusv1.Guest, typ, msg string) {
+	g.Events = append(g.Events, &corpusv1.Event{Time: a.now, Type: typ, Message: msg})
+	if n := len(g.Events); n > maxEvents {
+		g.Events = append([]*corpusv1.Event(nil), g.Events[n-maxEvents:]...)
+	}
+}
+
+// Snapshot captures the state for Raft. The read transaction is a
+// point-in-time view, so Apply can go on while Persist writes.
+func (f *FSM) Snapshot() (raft.FSMSnapshot, error) {
+	v := f.store.Read()
+	snap := &corpusv1.Snapshot{
+		Version: CommandVersion,
+		Config:  v.Config(),
+		Nodes:   v.Nodes(),
+		Guests:  v.Guests(),
+		Index:   v.Index(),
+	}
+	snap.JoinTokens = all[*corpusv1.JoinToken](v, tableTokens, "id")
+	return &fsmSnapshot{snap: snap}, nil
+}
+
+// Restore replaces the whole state with a snapshot.
+func (f *FSM) Restore(rc io.ReadCloser) error {
+	defer rc.Close()
+	data, err := io.ReadAll(rc)
+	if err != nil {
+		return fmt.Errorf("reading snapshot: %w", err)
+	}
+	var snap corpusv1.Snapshot
+	if err := proto.Unmarshal(data, &snap); err != nil {
+		return fmt.Errorf("decoding snapshot: %w", err)
+	}
+	if snap.Version > CommandVersion {
+		return fmt.Errorf("snapshot version %d is newer than this replica (%d)", snap.Version, CommandVersion)
+	}
+	db, err := memdb.NewMemDB(schema())
+	if err != nil {
+		return fmt.Errorf("new state: %w", err)
+	}
+	txn := db.Txn(true)
+	defer txn.Abort()
+	ins := func(table string, obj any) error {
+		if err := txn.Insert(table, obj); err != nil {
+			return fmt.Errorf("restoring %s: %w", table, err)
+		}
+		return nil
+	}
+	if snap.Config != nil {
+		if err := ins(tableMeta, &meta{Key: metaConfig, Value: snap.Config}); err != nil {
+			return err
+		}
+	}
+	if err := ins(tableMeta, &meta{Key: metaIndex, Value: snap.Index}); err != nil {
+		return err
+	}
+	for _, n := range snap.Nodes {
+		if err := ins(tableNodes, n); err != nil {
+			return err
+		}
+	}
+	for _, g := range snap.Guests {
+		if err := ins(tableGuests, g); err != nil {
+			return err
+		}
+	}
+	for _, t := range snap.JoinTokens {
+		if err := ins(tableTokens, t); err != nil {
+			return err
+		}
+	}
+	txn.Commit()
+	f.store.replace(db)
+	return nil
+}
+
+type fsmSnapshot struct {
+	snap *corpusv1.Snapshot
+}
+
+func (s *fsmSnapshot) Persist(sink raft.SnapshotSink) error {
+	data, err := proto.Marshal(s.snap)
+	if err == nil {
+		_, err = sink.Write(data)
+	}
+	if err != nil {
+		sink.Cancel()
+		return fmt.Errorf("writing snapshot: %w", err)
+	}
+	return sink.Close()
+}
+
+func (s *fsmSnapshot) Release() {}

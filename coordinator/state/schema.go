@@ -1,0 +1,55 @@
+package state
+
+import (
+	"github.com/hashicorp/go-memdb"
+)
+
+const (
+	tableNodes  = "nodes"
+	tableGuests = "guests"
+	tableTokens = "tokens"
+	tableMeta   = "meta"
+)
+
+// meta rows hold singletons: the cluster config and the latest index.
+type meta struct {
+	Key   string
+	Value any
+}
+
+const (
+	metaIndex  = "index"
+	metaConfig = "config"
+)
+
+func schema() *memdb.DBSchema {
+	return &memdb.DBSchema{Tables: map[string]*memdb.TableSchema{
+		tableNodes: {
+			Name: tableNodes,
+			Indexes: map[string]*memdb.IndexSchema{
+				"id":   {Name: "id", Unique: true, Indexer: &memdb.StringFieldIndex{Field: "Id"}},
+				"name": {Name: "name", Unique: true, Indexer: &memdb.StringFieldIndex{Field: "Name"}},
+			},
+		},
+		tableGuests: {
+			Name: tableGuests,
+			Indexes: map[string]*memdb.IndexSchema{
+				"id":   {Name: "id", Unique: true, Indexer: &memdb.StringFieldIndex{Field: "Id"}},
+				"name": {Name: "name", Unique: true, Indexer: &memdb.StringFieldIndex{Field: "Name"}},
+				"node": {Name: "node", AllowMissing: true, Indexer: &memdb.StringFieldIndex{Field: "NodeId"}},
+			},
+		},
+		tableTokens: {
+			Name: tableTokens,
+			Indexes: map[string]*memdb.IndexSchema{
+				"id": {Name: "id", Unique: true, Indexer: &memdb.StringFieldIndex{Field: "Id"}},
+			},
+		},
+		tableMeta: {
+			Name: tableMeta,
+			Indexes: map[string]*memdb.IndexSchema{
+				"id": {Name: "id", Unique: true, Indexer: &memdb.StringFieldIndex{Field: "Key"}},
+			},
+		},
+	}}
+}

@@ -1,0 +1,179 @@
+package state
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"sync"
+
+	"github.com/hashicorp/go-memdb"
+
+	corpusv1 "corpus/proto/corpus/v1"
+)
+
+// Store holds the state. Writes happen only through the FSM; every other
+// user reads.
+type Store struct {
+	mu      sync.RWMutex
+	db      *memdb.MemDB
+	abandon chan struct{}
+}
+
+// NewStore returns an empty store.
+func NewStore() *Store {
+	db, err := memdb.NewMemDB(schema())
+	if err != nil {
+		panic(fmt.Sprintf("state schema: %v", err)) // a programming error
+	}
+	return &Store{db: db, abandon: make(chan struct{})}
+}
+
+// AbandonCh is closed when the store's contents are replaced by a restore;
+// blocking queries add it to their watch set and re-read after it fires.
+func (s *Store) AbandonCh() <-chan struct{} {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.abandon
+}
+
+func (s *Store) memdb() *memdb.MemDB {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.db
+}
+
+// replace swaps the whole database (snapshot restore) and wakes watchers.
+func (s *Store) replace(db *memdb.MemDB) {
+	s.mu.Lock()
+	old := s.abandon
+	s.db = db
+	s.abandon = make(chan struct{})
+	s.mu.Unlock()
+	close(old)
+}
+
+// Snap is a consistent read-only view of the state at one index.
+type Snap struct {
+	txn *memdb.Txn
+	ws  memdb.WatchSet
+}
+
+// Read opens a consistent view. The view collects watch channels of what
+// it reads; Wait blocks until any of them fires.
+func (s *Store) Read() *Snap {
+	ws := memdb.NewWatchSet()
+	ws.Add(s.AbandonCh())
+	return &Snap{txn: s.memdb().Txn(false), ws: ws}
+}
+
+// Wait blocks until something read through this view changes, or ctx ends.
+// It returns ctx.Err() when ctx ended first.
+func (v *Snap) Wait(ctx context.Context) error {
+	return v.ws.WatchCtx(ctx)
+}
+
+// Index is the Raft index of the last applied command.
+func (v *Snap) Index() uint64 {
+	raw, err := v.txn.First(tableMeta, "id", metaIndex)
+	if err != nil || raw == nil {
+		return 0
+	}
+	return raw.(*meta).Value.(uint64)
+}
+
+// WatchIndex makes Wait return on any change at all.
+func (v *Snap) WatchIndex() uint64 {
+	ch, raw, err := v.txn.FirstWatch(tableMeta, "id", metaIndex)
+	if err == nil {
+		v.ws.Add(ch)
+	}
+	if raw == nil {
+		return 0
+	}
+	return raw.(*meta).Value.(uint64)
+}
+
+// Config returns the cluster configuration, nil before bootstrap.
+func (v *Snap) Config() *corpusv1.ClusterConfig {
+	ch, raw, err := v.txn.FirstWatch(tableMeta, "id", metaConfig)
+	if err != nil {
+		return nil
+	}
+	v.ws.Add(ch)
+	if raw == nil {
+		return nil
+	}
+	return raw.(*meta).Value.(*corpusv1.ClusterConfig)
+}
+
+// Node returns the node with that id, or nil.
+func (v *Snap) Node(id string) *corpusv1.Node {
+	return first[*corpusv1.Node](v, tableNodes, "id", id)
+}
+
+// NodeByName returns the node with that name, or nil.
+func (v *Snap) NodeByName(name string) *corpusv1.Node {
+	return first[*corpusv1.Node](v, tableNodes, "name", name)
+}
+
+// Nodes returns every node sorted by name.
+func (v *Snap) Nodes() []*corpusv1.Node {
+	out := all[*corpusv1.Node](v, tableNodes, "id")
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
+}
+
+// Guest returns the guest with that id, or nil.
+func (v *Snap) Guest(id string) *corpusv1.Guest {
+	return first[*corpusv1.Guest](v, tableGuests, "id", id)
+}
+
+// GuestByName returns the guest with that name, or nil.
+func (v *Snap) GuestByName(name string) *corpusv1.Guest {
+	return first[*corpusv1.Guest](v, tableGuests, "name", name)
+}
+
+// Guests returns every guest sorted by name.
+func (v *Snap) Guests() []*corpusv1.Guest {
+	out := all[*corpusv1.Guest](v, tableGuests, "id")
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
+}
+
+// GuestsOnNode returns the guests placed on a node, sorted by name.
+func (v *Snap) GuestsOnNode(nodeID string) []*corpusv1.Guest {
+	out := all[*corpusv1.Guest](v, tableGuests, "node", nodeID)
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
+}
+
+// Token returns the join token with that id, or nil.
+func (v *Snap) Token(id string) *corpusv1.JoinToken {
+	return first[*corpusv1.JoinToken](v, tableTokens, "id", id)
+}
+
+func first[T any](v *Snap, table, index string, args ...any) T {
+	var zero T
+	ch, raw, err := v.txn.FirstWatch(table, index, args...)
+	if err != nil {
+		return zero
+	}
+	v.ws.Add(ch)
+	if raw == nil {
+		return zero
+	}
+	return raw.(T)
+}
+
+func all[T any](v *Snap, table, index string, args ...any) []T {
+	it, err := v.txn.Get(table, index, args...)
+	if err != nil {
+		return nil
+	}
+	v.ws.Add(it.WatchCh())
+	var out []T
+	for raw := it.Next(); raw != nil; raw = it.Next() {
+		out = append(out, raw.(T))
+	}
+	return out
+}

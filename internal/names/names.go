@@ -1,0 +1,39 @@
+// Package names validates the names users give to cluster objects. Guest,
+// node and project names become DNS labels, container names and paths, so
+// they are held to RFC 1123 label rules: 1–63 characters, lowercase letters,
+// digits and '-', starting with a letter and not ending with '-'.
+package names
+
+import (
+	"errors"
+	"fmt"
+)
+
+// ErrInvalid is wrapped by every validation error.
+var ErrInvalid = errors.New("invalid name")
+
+// MaxLen is the longest valid name.
+const MaxLen = 63
+
+// Validate returns nil when name is a valid object name, or an error
+// wrapping ErrInvalid that says what is wrong, for a user to read.
+func Validate(kind, name string) error {
+	switch {
+	case name == "":
+		return fmt.Errorf("%w: %s name is empty", ErrInvalid, kind)
+	case len(name) > MaxLen:
+		return fmt.Errorf("%w: %s name %q is %d characters long; the limit is %d", ErrInvalid, kind, name, len(name), MaxLen)
+	case name[0] < 'a' || name[0] > 'z':
+		return fmt.Errorf("%w: %s name %q must start with a lowercase letter", ErrInvalid, kind, name)
+	case name[len(name)-1] == '-':
+		return fmt.Errorf("%w: %s name %q must not end with '-'", ErrInvalid, kind, name)
+	}
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		if (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-' {
+			continue
+		}
+		return fmt.Errorf("%w: %s name %q has %q at position %d; use lowercase letters, digits and '-' (a DNS label)", ErrInvalid, kind, name, c, i+1)
+	}
+	return nil
+}

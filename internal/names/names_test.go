@@ -1,0 +1,59 @@
+package names
+
+import (
+	"errors"
+	"strings"
+	"testing"
+)
+
+func TestValidate(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name string
+		ok   bool
+	}{
+		{"web", true},
+		{"a", true},
+		{"web-1", true},
+		{"w3b", true},
+		{strings.Repeat("a", 63), true},
+		{"", false},
+		{strings.Repeat("a", 64), false},
+		{"Web", false},
+		{"1web", false},
+		{"-web", false},
+		{"web-", false},
+		{"web_1", false},
+		{"web.example", false},
+		{"../etc", false},
+		{"web/1", false},
+		{"wéb", false},
+		{"web 1", false},
+		{"web\x00", false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := Validate("guest", tt.name)
+			if (err == nil) != tt.ok {
+				t.Fatalf("Validate(%q) = %v, want ok=%v", tt.name, err, tt.ok)
+			}
+			if err != nil && !errors.Is(err, ErrInvalid) {
+				t.Fatalf("Validate(%q) = %v, want an error wrapping ErrInvalid", tt.name, err)
+			}
+		})
+	}
+}
+
+func FuzzValidate(f *testing.F) {
+	for _, s := range []string{"web", "", "a-b", "A", "x.y", "../"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		if Validate("guest", s) != nil {
+			return
+		}
+		if len(s) == 0 || len(s) > MaxLen || strings.ContainsAny(s, "./ _\x00") || strings.ToLower(s) != s {
+			t.Fatalf("Validate(%q) accepted an invalid name", s)
+		}
+	})
+}
