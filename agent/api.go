@@ -1,0 +1,96 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"sync"
+
+	"connectrpc.com/connect"
+
+	"corpus/coordinator/auth"
+	"corpus/drivers"
+	"corpus/internal/names"
+	corpusv1 "corpus/proto/corpus/v1"
+	"corpus/proto/corpus/v1/corpusv1connect"
+)
+
+// mountAPI serves the agent's own API, called by coordinators only.
+func mountAPI(mux *http.ServeMux, a *Agent) {
+	mux.Handle(corpusv1connect.NewNodeAgentServiceHandler(&agentAPI{a},
+		connect.WithReadMaxBytes(2<<20)))
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		fmt.Fprintf(w, "{\"status\":\"ok\",\"node\":%q}\n", a.id.NodeName)
+	})
+}
+
+type agentAPI struct{ a *Agent }
+
+func (s *agentAPI) Exec(ctx context.Context, req *connect.Request[corpusv1.ExecGuestRequest], stream *connect.ServerStream[corpusv1.ExecOutput]) error {
+	a := s.a
+	tok, _ := strings.CutPrefix(req.Header().Get("Authorization"), "Bearer ")
+	if a.id.AgentKey == "" || !auth.Equal(tok, auth.Hash(a.id.AgentKey)) {
+		return connect.NewError(connect.CodeUnauthenticated, errors.New("only coordinators of this cluster may call the agent"))
+	}
+	m := req.Msg
+	if err := names.Validate("guest", m.Name); err != nil {
+		return connect.NewError(connect.CodeInvalidArgument, err)
+	}
+	if len(m.Argv) == 0 {
+		return connect.NewError(connect.CodeInvalidArgument, errors.New("no command given"))
+	}
+	var g *corpusv1.Guest
+	a.mu.Lock()
+	for _, d := range a.desired {
+		if d.Name == m.Name {
+			g = d
+		}
+	}
+	a.mu.Unlock()
+	if g == nil {
+		return connect.NewError(connect.CodeNotFound, fmt.Errorf("guest %q is not on node %s", m.Name, a.id.NodeName))
+	}
+	d, ok := a.drivers[g.Spec.GetDriver()]
+	if !ok {
+		return connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("driver %s is not available on node %s", g.Spec.GetDriver(), a.id.NodeName))
+	}
+	if !d.Capabilities().Exec {
+		return connect.NewError(connect.CodeUnimplemented, fmt.Errorf("driver %s cannot exec", g.Spec.GetDriver()))
+	}
+	var mu sync.Mutex
+	send := func(out *corpusv1.ExecOutput) error {
+		mu.Lock()
+		defer mu.Unlock()
+		return stream.Send(out)
+	}
+	code, err := d.Exec(ctx, g.Name, drivers.ExecRequest{
+		Argv:   m.Argv,
+		Env:    m.Env,
+		Dir:    m.Dir,
+		Stdin:  strings.NewReader(string(m.Stdin)),
+		Stdout: streamWriter(func(p []byte) error { return send(&corpusv1.ExecOutput{Stdout: p}) }),
+		Stderr: streamWriter(func(p []byte) error { return send(&corpusv1.ExecOutput{Stderr: p}) }),
+	})
+	switch {
+	case errors.Is(err, drivers.ErrNotRunning):
+		return connect.NewError(connect.CodeFailedPrecondition, err)
+	case errors.Is(err, drivers.ErrNotFound):
+		return connect.NewError(connect.CodeNotFound, err)
+	case err != nil:
+		return connect.NewError(connect.CodeInternal, fmt.Errorf("exec in %s: %w", g.Name, err))
+	}
+	return send(&corpusv1.ExecOutput{Exited: true, ExitCode: int32(code)})
+}
+
+// streamWriter adapts a send function to io.Writer; it copies p, since
+// the message outlives the call.
+type streamWriter func([]byte) error
+
+func (w streamWriter) Write(p []byte) (int, error) {
+	if err := w(append([]byte(nil), p...)); err != nil {
+		return 0, err
+	}
+	return len(p), nil
+}

@@ -1,0 +1,191 @@
+// Package cache is the agent's local database (bbolt): its node identity,
+// the last desired state it received, and a journal of work in flight.
+//
+// It is a cache, never the only truth: the desired state comes from the
+// coordinator and observed state from the drivers. It lets an agent that
+// restarts while cut off from the coordinator keep its guests as they were,
+// and lets it clean up work a crash interrupted.
+package cache
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+	"google.golang.org/protobuf/proto"
+
+	corpusv1 "corpus/proto/corpus/v1"
+)
+
+var (
+	bucketMeta    = []byte("meta")
+	bucketDesired = []byte("desired")
+	bucketJournal = []byte("journal")
+	keyIdentity   = []byte("identity")
+	keyDesiredIdx = []byte("desired_index")
+)
+
+// ErrNoIdentity means the agent has not enrolled yet.
+var ErrNoIdentity = errors.New("this agent has not enrolled yet")
+
+// Identity is what enrollment gave this agent.
+type Identity struct {
+	NodeID      string    `json:"node_id"`
+	NodeName    string    `json:"node_name"`
+	NodeSecret  string    `json:"node_secret"`
+	ClusterID   string    `json:"cluster_id"`
+	AgentKey    string    `json:"agent_key"`
+	Coordinator string    `json:"coordinator"`
+	EnrolledAt  time.Time `json:"enrolled_at"`
+}
+
+// Entry is one operation in flight, written before it starts and removed
+// when it ends.
+type Entry struct {
+	GuestID   string    `json:"guest_id"`
+	GuestName string    `json:"guest_name"`
+	Driver    string    `json:"driver"`
+	Op        string    `json:"op"`
+	Started   time.Time `json:"started"`
+}
+
+// Cache is the open database. It is safe for concurrent use.
+type Cache struct {
+	db *bolt.DB
+}
+
+// Open opens (creating) the database at path. Only one process can hold it:
+// a second agent on the same state folder fails here after timeout.
+func Open(path string) (*Cache, error) {
+	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: 2 * time.Second})
+	if err != nil {
+		if errors.Is(err, bolt.ErrTimeout) {
+			return nil, fmt.Errorf("opening %s: another agent is using this state folder", path)
+		}
+		return nil, fmt.Errorf("opening %s: %w", path, err)
+	}
+	err = db.Update(func(tx *bolt.Tx) error {
+		for _, b := range [][]byte{bucketMeta, bucketDesired, bucketJournal} {
+			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		db.Close()
+		return nil, fmt.Errorf("initialising %s: %w", path, err)
+	}
+	return &Cache{db: db}, nil
+}
+
+// Close closes the database.
+func (c *Cache) Close() error { return c.db.Close() }
+
+// Identity returns the stored identity or ErrNoIdentity.
+func (c *Cache) Identity() (Identity, error) {
+	var id Identity
+	err := c.db.View(func(tx *bolt.Tx) error {
+		raw := tx.Bucket(bucketMeta).Get(keyIdentity)
+		if raw == nil {
+			return ErrNoIdentity
+		}
+		return json.Unmarshal(raw, &id)
+	})
+	return id, err
+}
+
+// SetIdentity stores the identity.
+func (c *Cache) SetIdentity(id Identity) error {
+	raw, err := json.Marshal(id)
+	if err != nil {
+		return err
+	}
+	return c.db.Update(func(tx *bolt.Tx) error {
+		return tx.Bucket(bucketMeta).Put(keyIdentity, raw)
+	})
+}
+
+// SetDesired replaces the stored desired guests with the set at index.
+func (c *Cache) SetDesired(index uint64, guests []*corpusv1.Guest) error {
+	return c.db.Update(func(tx *bolt.Tx) error {
+		if err := tx.DeleteBucket(bucketDesired); err != nil {
+			return err
+		}
+		b, err := tx.CreateBucket(bucketDesired)
+		if err != nil {
+			return err
+		}
+		for _, g := range guests {
+			raw, err := proto.Marshal(g)
+			if err != nil {
+				return err
+			}
+			if err := b.Put([]byte(g.Id), raw); err != nil {
+				return err
+			}
+		}
+		idx, _ := json.Marshal(index)
+		return tx.Bucket(bucketMeta).Put(keyDesiredIdx, idx)
+	})
+}
+
+// Desired returns the stored desired guests and their index; ok is false
+// when no desired state was ever stored.
+func (c *Cache) Desired() (index uint64, guests []*corpusv1.Guest, ok bool, err error) {
+	err = c.db.View(func(tx *bolt.Tx) error {
+		raw := tx.Bucket(bucketMeta).Get(keyDesiredIdx)
+		if raw == nil {
+			return nil
+		}
+		ok = true
+		if err := json.Unmarshal(raw, &index); err != nil {
+			return err
+		}
+		return tx.Bucket(bucketDesired).ForEach(func(_, v []byte) error {
+			g := &corpusv1.Guest{}
+			if err := proto.Unmarshal(v, g); err != nil {
+				return err
+			}
+			guests = append(guests, g)
+			return nil
+		})
+	})
+	return index, guests, ok, err
+}
+
+// Begin journals an operation before it starts.
+func (c *Cache) Begin(e Entry) error {
+	raw, err := json.Marshal(e)
+	if err != nil {
+		return err
+	}
+	return c.db.Update(func(tx *bolt.Tx) error {
+		return tx.Bucket(bucketJournal).Put([]byte(e.GuestID+"/"+e.Op), raw)
+	})
+}
+
+// End removes a finished operation from the journal.
+func (c *Cache) End(e Entry) error {
+	return c.db.Update(func(tx *bolt.Tx) error {
+		return tx.Bucket(bucketJournal).Delete([]byte(e.GuestID + "/" + e.Op))
+	})
+}
+
+// Journal returns the operations that were in flight.
+func (c *Cache) Journal() ([]Entry, error) {
+	var out []Entry
+	err := c.db.View(func(tx *bolt.Tx) error {
+		return tx.Bucket(bucketJournal).ForEach(func(_, v []byte) error {
+			var e Entry
+			if err := json.Unmarshal(v, &e); err != nil {
+				return err
+			}
+			out = append(out, e)
+			return nil
+		})
+	})
+	return out, err
+}

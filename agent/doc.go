@@ -1,0 +1,16 @@
+// Package agent is the daemon on each node. It enrolls the host once, holds
+// one watch stream to the coordinator for the desired state of the guests
+// placed on its node, and runs a level-based reconcile loop that makes the
+// host match: each guest has a worker that compares desired with what the
+// driver observes and acts on the difference. Observed states are reported
+// back. Cut off from the coordinator, the agent keeps its guests as they
+// were last told (the desired state is cached in a local bbolt database).
+//
+// Guest worker, per reconcile:
+//
+//	desired  │ observed: absent      stopped        running
+//	─────────┼──────────────────────────────────────────────────
+//	running  │ create+start          start          —
+//	stopped  │ create                —              stop
+//	deleted  │ report deleted        destroy        destroy
+package agent

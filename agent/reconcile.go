@@ -1,0 +1,262 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"corpus/agent/cache"
+	"corpus/coordinator/state"
+	"corpus/drivers"
+	corpusv1 "corpus/proto/corpus/v1"
+)
+
+// reconcileLoop runs a pass whenever the desired state changes and every
+// ResyncInterval, so drift made behind the agent's back is repaired even
+// when no event announces it.
+func (a *Agent) reconcileLoop(ctx context.Context) {
+	tick := time.NewTicker(a.cfg.ResyncInterval)
+	defer tick.Stop()
+	for {
+		a.pass(ctx)
+		select {
+		case <-ctx.Done():
+			return
+		case <-a.kick:
+		case <-tick.C:
+		}
+	}
+}
+
+// pass starts or wakes a worker per desired guest and removes guests that
+// exist on the host but are no longer desired here.
+func (a *Agent) pass(ctx context.Context) {
+	a.mu.Lock()
+	known := a.known
+	for id, g := range a.desired {
+		w, ok := a.workers[id]
+		if !ok {
+			w = &worker{a: a, id: id, name: g.Name, kick: make(chan struct{}, 1)}
+			a.workers[id] = w
+			a.workerWG.Add(1)
+			go func() { defer a.workerWG.Done(); w.run(ctx) }()
+		}
+		a.poke(w.kick)
+	}
+	a.mu.Unlock()
+	if !known {
+		return // never told anything: touch nothing
+	}
+	for name, d := range a.drivers {
+		list, err := d.List(ctx)
+		if err != nil {
+			a.logger.Warn("listing guests", "driver", name, "error", err)
+			continue
+		}
+		for _, st := range list {
+			a.mu.Lock()
+			_, wanted := a.desired[st.ID]
+			_, busy := a.workers[st.ID]
+			a.mu.Unlock()
+			if wanted || busy {
+				continue
+			}
+			a.logger.Info("removing guest that is no longer desired on this node", "guest", st.Name, "guest_id", st.ID)
+			if err := d.Destroy(ctx, st.Name); err != nil {
+				a.logger.Warn("removing undesired guest", "guest", st.Name, "error", err)
+			}
+		}
+	}
+}
+
+// worker reconciles one guest; it exits when the guest is no longer desired.
+type worker struct {
+	a    *Agent
+	id   string
+	name string
+	kick chan struct{}
+
+	failures int
+	// terminal is the guest version a permanent failure was seen at; it
+	// is not retried until the guest changes.
+	terminal uint64
+}
+
+func (w *worker) run(ctx context.Context) {
+	var retry <-chan time.Time
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-w.kick:
+		case <-retry:
+		}
+		retry = nil
+		g := w.current()
+		if g == nil {
+			return
+		}
+		if w.terminal != 0 && w.terminal == g.ModifyIndex {
+			continue
+		}
+		err := w.reconcile(ctx, g)
+		switch {
+		case err == nil:
+			w.failures, w.terminal = 0, 0
+		case ctx.Err() != nil:
+			return
+		case errors.Is(err, drivers.ErrUnknownImage), errors.Is(err, errNoDriver):
+			w.terminal = g.ModifyIndex
+			w.a.setObserved(g.Id, &corpusv1.GuestObserved{State: state.ObservedFailed, Message: err.Error()})
+			w.a.logger.Error("guest failed permanently", "guest", g.Name, "error", err)
+		default:
+			w.failures++
+			delay := min(time.Duration(1<<min(w.failures, 6))*time.Second/2, 30*time.Second)
+			w.a.setObserved(g.Id, &corpusv1.GuestObserved{State: state.ObservedFailed, Message: err.Error()})
+			w.a.logger.Warn("reconciling guest failed", "guest", g.Name, "error", err, "retry_in", delay)
+			retry = time.After(delay)
+		}
+	}
+}
+
+// current returns the guest's desired state, or nil after removing the
+// worker when the guest is no longer desired.
+func (w *worker) current() *corpusv1.Guest {
+	a := w.a
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	g := a.desired[w.id]
+	if g == nil {
+		delete(a.workers, w.id)
+		delete(a.observed, w.id)
+	}
+	return g
+}
+
+var errNoDriver = errors.New("driver is not available on this node")
+
+func (w *worker) reconcile(ctx context.Context, g *corpusv1.Guest) error {
+	a := w.a
+	d, ok := a.drivers[g.Spec.GetDriver()]
+	if !ok {
+		return fmt.Errorf("%s: %w", g.Spec.GetDriver(), errNoDriver)
+	}
+	st, err := d.Inspect(ctx, g.Name)
+	exists := err == nil
+	if err != nil && !errors.Is(err, drivers.ErrNotFound) {
+		return fmt.Errorf("inspecting: %w", err)
+	}
+	if exists && st.ID != g.Id {
+		a.logger.Info("replacing a stale guest of the same name", "guest", g.Name, "stale_id", st.ID)
+		if err := d.Destroy(ctx, g.Name); err != nil {
+			return fmt.Errorf("removing stale guest: %w", err)
+		}
+		exists = false
+	}
+	if g.DesiredState == state.DesiredDeleted {
+		if exists {
+			if err := d.Destroy(ctx, g.Name); err != nil {
+				return fmt.Errorf("destroying: %w", err)
+			}
+			a.logger.Info("guest destroyed", "guest", g.Name)
+		}
+		a.setObserved(g.Id, &corpusv1.GuestObserved{State: state.ObservedDeleted})
+		return nil
+	}
+	if !exists {
+		if err := w.create(ctx, d, g); err != nil {
+			return err
+		}
+		if st, err = d.Inspect(ctx, g.Name); err != nil {
+			return fmt.Errorf("inspecting new guest: %w", err)
+		}
+	}
+	switch {
+	case g.DesiredState == state.DesiredRunning && st.State != drivers.StateRunning:
+		a.setObserved(g.Id, &corpusv1.GuestObserved{State: "starting"})
+		if err := d.Start(ctx, g.Name); err != nil {
+			return fmt.Errorf("starting: %w", err)
+		}
+		a.logger.Info("guest started", "guest", g.Name)
+	case g.DesiredState == state.DesiredStopped && st.State == drivers.StateRunning:
+		a.setObserved(g.Id, &corpusv1.GuestObserved{State: "stopping"})
+		if err := d.Stop(ctx, g.Name, a.cfg.StopTimeout); err != nil {
+			return fmt.Errorf("stopping: %w", err)
+		}
+		a.logger.Info("guest stopped", "guest", g.Name)
+	default:
+		a.setObserved(g.Id, observedFrom(st))
+		return nil
+	}
+	st, err = d.Inspect(ctx, g.Name)
+	if err != nil {
+		return fmt.Errorf("inspecting: %w", err)
+	}
+	a.setObserved(g.Id, observedFrom(st))
+	return nil
+}
+
+func (w *worker) create(ctx context.Context, d drivers.Driver, g *corpusv1.Guest) error {
+	a := w.a
+	a.setObserved(g.Id, &corpusv1.GuestObserved{State: state.ObservedCreating})
+	e := cache.Entry{GuestID: g.Id, GuestName: g.Name, Driver: g.Spec.GetDriver(), Op: "create", Started: time.Now()}
+	if err := a.cache.Begin(e); err != nil {
+		return fmt.Errorf("journaling create: %w", err)
+	}
+	spec := drivers.GuestSpec{
+		ID: g.Id, Name: g.Name, Image: g.Spec.GetImage(),
+		MemoryBytes: g.Spec.GetResources().GetMemoryBytes(),
+		CPUMillis:   g.Spec.GetResources().GetCpuMillis(),
+		Env:         g.Spec.GetEnv(),
+	}
+	progress := func(msg string) {
+		a.setObserved(g.Id, &corpusv1.GuestObserved{State: state.ObservedCreating, Message: msg})
+	}
+	start := time.Now()
+	if err := d.Create(ctx, spec, progress); err != nil {
+		// Leave the journal entry: the next start cleans up the remains.
+		return fmt.Errorf("creating: %w", err)
+	}
+	a.logger.Info("guest created", "guest", g.Name, "image", spec.Image, "took", time.Since(start).Round(time.Millisecond))
+	return a.cache.End(e)
+}
+
+// recoverJournal removes what interrupted creates left behind; the
+// reconcile loop then creates those guests again from scratch.
+func (a *Agent) recoverJournal(ctx context.Context) error {
+	entries, err := a.cache.Journal()
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, e := range entries {
+		if d, ok := a.drivers[e.Driver]; ok && e.Op == "create" {
+			a.logger.Info("cleaning up an interrupted create", "guest", e.GuestName, "started", e.Started)
+			if err := d.Destroy(ctx, e.GuestName); err != nil {
+				errs = append(errs, fmt.Errorf("cleaning up %s: %w", e.GuestName, err))
+				continue
+			}
+		}
+		if err := a.cache.End(e); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func observedFrom(st drivers.GuestStatus) *corpusv1.GuestObserved {
+	return &corpusv1.GuestObserved{State: string(st.State), Pid: int64(st.PID)}
+}
+
+// setObserved records a guest's observed state and asks for a report when
+// it changed.
+func (a *Agent) setObserved(id string, o *corpusv1.GuestObserved) {
+	a.mu.Lock()
+	prev := a.observed[id]
+	a.observed[id] = o
+	a.mu.Unlock()
+	if !state.SameObserved(prev, o) {
+		a.poke(a.report)
+	}
+}

@@ -1,0 +1,61 @@
+package agent
+
+import (
+	"context"
+	"time"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/proto"
+
+	"corpus/internal/version"
+	corpusv1 "corpus/proto/corpus/v1"
+)
+
+// reportLoop sends the node's facts and its guests' observed states every
+// ReportInterval (the heartbeat), and soon after any observed change.
+func (a *Agent) reportLoop(ctx context.Context) {
+	tick := time.NewTicker(a.cfg.ReportInterval)
+	defer tick.Stop()
+	failing := false
+	for {
+		err := a.sendReport(ctx)
+		switch {
+		case err != nil && !failing && ctx.Err() == nil:
+			a.logger.Warn("reporting to coordinator failed; will retry", "error", err)
+			failing = true
+		case err == nil && failing:
+			a.logger.Info("reporting to coordinator again")
+			failing = false
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		case <-a.report:
+			// Let a burst of changes settle into one report.
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(50 * time.Millisecond):
+			}
+		}
+	}
+}
+
+func (a *Agent) sendReport(ctx context.Context) error {
+	req := &corpusv1.ReportRequest{
+		Capacity:     capacity(a.cfg.StateDir),
+		Drivers:      a.driverInfo(ctx),
+		AgentAddress: a.advertise(),
+		AgentVersion: version.Version,
+	}
+	a.mu.Lock()
+	for id, o := range a.observed {
+		req.Guests = append(req.Guests, &corpusv1.ReportedGuest{GuestId: id, Observed: proto.Clone(o).(*corpusv1.GuestObserved)})
+	}
+	a.mu.Unlock()
+	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	_, err := a.client.Report(rctx, connect.NewRequest(req))
+	return err
+}

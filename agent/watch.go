@@ -1,0 +1,54 @@
+package agent
+
+import (
+	"context"
+	"time"
+
+	"connectrpc.com/connect"
+
+	corpusv1 "corpus/proto/corpus/v1"
+)
+
+// watchLoop holds one watch stream to the coordinator, reconnecting with
+// backoff. Each message is the full desired state of this node's guests.
+func (a *Agent) watchLoop(ctx context.Context) {
+	backoff := 250 * time.Millisecond
+	for ctx.Err() == nil {
+		stream, err := a.client.Watch(ctx, connect.NewRequest(&corpusv1.WatchRequest{}))
+		if err == nil {
+			for stream.Receive() {
+				backoff = 250 * time.Millisecond
+				msg := stream.Msg()
+				if err := a.cache.SetDesired(msg.Index, msg.Guests); err != nil {
+					a.logger.Warn("caching desired state", "error", err)
+				}
+				a.setDesired(msg.Guests)
+			}
+			err = stream.Err()
+			stream.Close()
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		a.logger.Warn("watch stream ended; guests keep running as last told", "error", err, "retry_in", backoff)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(backoff):
+		}
+		backoff = min(backoff*2, 10*time.Second)
+	}
+}
+
+// setDesired replaces the desired guests and wakes the reconcile loop.
+func (a *Agent) setDesired(guests []*corpusv1.Guest) {
+	m := make(map[string]*corpusv1.Guest, len(guests))
+	for _, g := range guests {
+		m[g.Id] = g
+	}
+	a.mu.Lock()
+	a.desired = m
+	a.known = true
+	a.mu.Unlock()
+	a.poke(a.kick)
+}

@@ -1,0 +1,98 @@
+package cli
+
+import (
+	"path/filepath"
+
+	"github.com/spf13/cobra"
+
+	"corpus/agent"
+	"corpus/coordinator"
+)
+
+func newCoordinatorCmd(g *globals) *cobra.Command {
+	cfg := coordinator.Default()
+	var (
+		file string
+		logs logFlags
+	)
+	cmd := &cobra.Command{
+		Use:   "coordinator",
+		Short: "Run a coordinator replica (Raft, API, scheduler)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := applyDaemonConfig(cmd, file, "CORPUS_COORDINATOR_"); err != nil {
+				return err
+			}
+			logger, err := logs.logger()
+			if err != nil {
+				return err
+			}
+			cfg.Logger = logger
+			srv, err := coordinator.New(cfg)
+			if err != nil {
+				return err
+			}
+			logger.Info("coordinator listening", "api", srv.APIAddr(), "raft", cfg.RaftAddr, "data_dir", cfg.DataDir)
+			if tok := srv.OpsToken(); tok != "" {
+				logger.Info("operator token is in the data dir", "file", filepath.Join(cfg.DataDir, coordinator.OpsTokenFile))
+			}
+			return srv.Serve(cmd.Context())
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&file, "config", "", "YAML config file (keys are flag names)")
+	f.StringVar(&cfg.DataDir, "data-dir", cfg.DataDir, "folder for the Raft log, snapshots and tokens")
+	f.StringVar(&cfg.APIAddr, "api-addr", cfg.APIAddr, "API listen address")
+	f.StringVar(&cfg.RaftAddr, "raft-addr", cfg.RaftAddr, "Raft listen address")
+	f.StringVar(&cfg.ReplicaID, "id", cfg.ReplicaID, "this replica's id in the Raft group")
+	f.BoolVar(&cfg.Bootstrap, "bootstrap", cfg.Bootstrap, "form a new cluster when this replica has no Raft state")
+	f.DurationVar(&cfg.NodeTimeout, "node-timeout", cfg.NodeTimeout, "mark a node down after this long without a report")
+	logs.add(f)
+	return cmd
+}
+
+func newAgentCmd(g *globals) *cobra.Command {
+	cfg := agent.Default()
+	var (
+		file string
+		logs logFlags
+	)
+	cmd := &cobra.Command{
+		Use:   "agent",
+		Short: "Run the node agent (enrolls once, then runs this node's guests)",
+		Example: `  corpus agent --coordinator 10.0.0.1:7400 --join-token TOKEN --label region=eu --label zone=a
+  corpus agent --state-dir /var/lib/corpus/agent   # already enrolled`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := applyDaemonConfig(cmd, file, "CORPUS_AGENT_"); err != nil {
+				return err
+			}
+			logger, err := logs.logger()
+			if err != nil {
+				return err
+			}
+			cfg.Logger = logger
+			a, err := agent.New(cfg)
+			if err != nil {
+				return err
+			}
+			return a.Run(cmd.Context())
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&file, "config", "", "YAML config file (keys are flag names)")
+	f.StringVar(&cfg.StateDir, "state-dir", cfg.StateDir, "folder for the agent's database and guests")
+	f.StringSliceVar(&cfg.Coordinators, "coordinator", cfg.Coordinators, "coordinator API addresses (comma-separated or repeated)")
+	f.StringVar(&cfg.JoinToken, "join-token", "", "one-time token from `corpus node token` (first start only)")
+	f.StringVar(&cfg.Name, "name", cfg.Name, "node name (a DNS label)")
+	f.StringToStringVar(&cfg.Labels, "label", nil, "node label KEY=VALUE, e.g. region=eu, zone=a, mode=prod (repeatable)")
+	f.StringVar(&cfg.APIAddr, "api-addr", cfg.APIAddr, "listen address of the agent's own API")
+	f.StringVar(&cfg.AdvertiseAddr, "advertise-addr", "", "address coordinators use to reach the agent (default: --api-addr)")
+	f.StringSliceVar(&cfg.Drivers, "drivers", cfg.Drivers, "drivers to run")
+	f.DurationVar(&cfg.ReportInterval, "report-interval", cfg.ReportInterval, "status report (heartbeat) period")
+	f.DurationVar(&cfg.ResyncInterval, "resync-interval", cfg.ResyncInterval, "full reconcile period")
+	f.DurationVar(&cfg.StopTimeout, "stop-timeout", cfg.StopTimeout, "clean shutdown time a guest gets before it is killed")
+	logs.add(f)
+	return cmd
+}
+

@@ -1,0 +1,232 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"connectrpc.com/connect"
+	"github.com/spf13/cobra"
+
+	"corpus/agent"
+	"corpus/agent/cache"
+	"corpus/coordinator"
+	corpusv1 "corpus/proto/corpus/v1"
+)
+
+// devOptions configure `corpus dev`.
+type devOptions struct {
+	stateDir  string
+	apiAddr   string
+	raftAddr  string
+	agentAddr string
+	name      string
+	envName   string
+	cleanup   bool
+	logs      logFlags
+}
+
+func newDevCmd(g *globals) *cobra.Command {
+	o := devOptions{
+		stateDir:  "/var/lib/corpus/dev",
+		apiAddr:   "127.0.0.1:7400",
+		raftAddr:  "127.0.0.1:7401",
+		agentAddr: "127.0.0.1:7402",
+		name:      agent.Default().Name,
+		envName:   "dev",
+	}
+	cmd := &cobra.Command{
+		Use:   "dev",
+		Short: "Run a one-machine cluster: a coordinator and an agent on this host",
+		Long: `dev runs a one-replica coordinator and a node agent in one process, with all
+data under --state-dir, enrolls this host as a node, and records the cluster
+as the "dev" environment of the CLI config so client commands work at once.
+Ctrl-C stops it; guests keep running unless --cleanup is given. Running it
+again picks up the same cluster.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			logger, err := o.logs.logger()
+			if err != nil {
+				return err
+			}
+			return runDev(cmd.Context(), g, o, logger)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&o.stateDir, "state-dir", o.stateDir, "folder for all of the cluster's data")
+	f.StringVar(&o.apiAddr, "api-addr", o.apiAddr, "coordinator API listen address")
+	f.StringVar(&o.raftAddr, "raft-addr", o.raftAddr, "Raft listen address")
+	f.StringVar(&o.agentAddr, "agent-addr", o.agentAddr, "agent API listen address")
+	f.StringVar(&o.name, "name", o.name, "name of this node")
+	f.StringVar(&o.envName, "env-name", o.envName, "name of the environment written to the CLI config")
+	f.BoolVar(&o.cleanup, "cleanup", false, "on exit, delete every guest of this node")
+	o.logs.add(f)
+	return cmd
+}
+
+func runDev(ctx context.Context, g *globals, o devOptions, logger *slog.Logger) error {
+	ccfg := coordinator.Default()
+	ccfg.DataDir = filepath.Join(o.stateDir, "coordinator")
+	ccfg.APIAddr, ccfg.RaftAddr = o.apiAddr, o.raftAddr
+	ccfg.Logger = logger
+	srv, err := coordinator.New(ccfg)
+	if err != nil {
+		return err
+	}
+	var wg sync.WaitGroup
+	cctx, stopCoordinator := context.WithCancel(context.Background())
+	defer stopCoordinator()
+	cerr := make(chan error, 1)
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		cerr <- srv.Serve(cctx)
+	}()
+	defer wg.Wait()
+
+	addr := srv.APIAddr()
+	if err := saveEnvironment(g.configPath, o.envName, &Environment{Address: addr, Token: srv.OpsToken()}, false); err != nil {
+		return fmt.Errorf("writing CLI config: %w", err)
+	}
+	dg := *g
+	dg.env, dg.address, dg.token = "", addr, srv.OpsToken()
+	c, err := dg.clients()
+	if err != nil {
+		return err
+	}
+	if err := waitReady(ctx, c); err != nil {
+		return err
+	}
+
+	acfg := agent.Default()
+	acfg.StateDir = filepath.Join(o.stateDir, "agent")
+	acfg.Coordinators = []string{addr}
+	acfg.APIAddr = o.agentAddr
+	acfg.Name = o.name
+	acfg.Logger = logger
+	enrolled, err := isEnrolled(acfg.StateDir)
+	if err != nil {
+		return err
+	}
+	if !enrolled {
+		res, err := c.nodes.CreateJoinToken(ctx, connect.NewRequest(&corpusv1.CreateJoinTokenRequest{TtlSeconds: 600}))
+		if err != nil {
+			return fmt.Errorf("creating a join token for this host: %w", err)
+		}
+		acfg.JoinToken = res.Msg.Token
+	}
+	ag, err := agent.New(acfg)
+	if err != nil {
+		return err
+	}
+	actx, stopAgent := context.WithCancel(context.Background())
+	defer stopAgent()
+	aerr := make(chan error, 1)
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		aerr <- ag.Run(actx)
+	}()
+
+	fmt.Fprintf(g.stderr, `
+corpus dev is running (state in %s)
+  coordinator API   http://%s   (raft %s)
+  agent API         http://%s   node %q
+  operator token    %s
+  CLI environment   %q in %s
+
+Try:
+  corpus node list
+  corpus guest create web --image busybox --memory 256M --cpus 1
+  corpus guest exec web -- uname -a
+  corpus guest list
+
+Ctrl-C stops the cluster; guests keep running unless --cleanup is given.
+`, o.stateDir, addr, o.raftAddr, ag.APIAddr(), o.name, filepath.Join(ccfg.DataDir, coordinator.OpsTokenFile), o.envName, g.configPath)
+
+	select {
+	case <-ctx.Done():
+	case err := <-cerr:
+		stopAgent()
+		return fmt.Errorf("coordinator stopped: %w", err)
+	case err := <-aerr:
+		stopCoordinator()
+		if err == nil {
+			err = errors.New("agent stopped")
+		}
+		return fmt.Errorf("agent: %w", err)
+	}
+	logger.Info("stopping")
+	if o.cleanup {
+		if err := deleteNodeGuests(c, o.name, g); err != nil {
+			logger.Warn("cleanup incomplete", "error", err)
+		}
+	}
+	stopAgent()
+	<-aerr
+	stopCoordinator()
+	return nil
+}
+
+func isEnrolled(stateDir string) (bool, error) {
+	path := filepath.Join(stateDir, "agent.db")
+	if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {
+		return false, nil
+	}
+	c, err := cache.Open(path)
+	if err != nil {
+		return false, err
+	}
+	defer c.Close()
+	_, err = c.Identity()
+	if errors.Is(err, cache.ErrNoIdentity) {
+		return false, nil
+	}
+	return err == nil, err
+}
+
+// waitReady waits until the coordinator leads and is bootstrapped.
+func waitReady(ctx context.Context, c *clients) error {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	for {
+		res, err := c.cluster.Status(ctx, connect.NewRequest(&corpusv1.StatusRequest{}))
+		if err == nil && res.Msg.ClusterId != "" && res.Msg.Leader != "" {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("coordinator did not become ready: %v", err)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// deleteNodeGuests deletes every guest on the node and waits until the
+// agent has removed them.
+func deleteNodeGuests(c *clients, node string, g *globals) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	res, err := c.guests.ListGuests(ctx, connect.NewRequest(&corpusv1.ListGuestsRequest{Node: node}))
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, v := range res.Msg.Guests {
+		name := v.Guest.Name
+		fmt.Fprintf(g.stderr, "deleting guest %s\n", name)
+		if _, err := c.guests.DeleteGuest(ctx, connect.NewRequest(&corpusv1.GuestActionRequest{Name: name})); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if err := g.waitGuest(ctx, c, name, "", 1, 2*time.Minute); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,103 @@
+package cli
+
+import (
+	"encoding/json"
+	"fmt"
+	"net"
+	"text/tabwriter"
+
+	"github.com/spf13/cobra"
+
+	"corpus/internal/names"
+)
+
+func newEnvCmd(g *globals) *cobra.Command {
+	cmd := &cobra.Command{Use: "env", Short: "Manage named environments in the CLI config file"}
+	var addr, token string
+	var use bool
+	add := &cobra.Command{
+		Use:   "add NAME --address HOST:PORT [--token T]",
+		Short: "Add or replace an environment",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := names.Validate("environment", args[0]); err != nil {
+				return err
+			}
+			if _, _, err := net.SplitHostPort(addr); err != nil {
+				return fmt.Errorf("--address %q: want host:port", addr)
+			}
+			return saveEnvironment(g.configPath, args[0], &Environment{Address: addr, Token: token}, use)
+		},
+	}
+	add.Flags().StringVar(&addr, "address", "", "coordinator API address host:port")
+	add.Flags().StringVar(&token, "token", "", "API token")
+	add.Flags().BoolVar(&use, "use", false, "also make it the current environment")
+
+	useCmd := &cobra.Command{
+		Use:   "use NAME",
+		Short: "Choose the current environment",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			cfg, err := loadClientConfig(g.configPath)
+			if err != nil {
+				return err
+			}
+			if _, ok := cfg.Environments[args[0]]; !ok {
+				return fmt.Errorf("environment %q is not in %s", args[0], g.configPath)
+			}
+			cfg.Current = args[0]
+			return cfg.save(g.configPath)
+		},
+	}
+	list := &cobra.Command{
+		Use:   "list",
+		Short: "List environments",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg, err := loadClientConfig(g.configPath)
+			if err != nil {
+				return err
+			}
+			if g.json {
+				type env struct {
+					Name    string `json:"name"`
+					Address string `json:"address"`
+					Current bool   `json:"current"`
+				}
+				out := []env{}
+				for _, n := range cfg.names() {
+					out = append(out, env{n, cfg.Environments[n].Address, n == cfg.Current})
+				}
+				enc := json.NewEncoder(g.stdout)
+				enc.SetIndent("", "  ")
+				return enc.Encode(out)
+			}
+			w := tabwriter.NewWriter(g.stdout, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(w, "CURRENT\tNAME\tADDRESS")
+			for _, n := range cfg.names() {
+				mark := ""
+				if n == cfg.Current {
+					mark = "*"
+				}
+				fmt.Fprintf(w, "%s\t%s\t%s\n", mark, n, cfg.Environments[n].Address)
+			}
+			return w.Flush()
+		},
+	}
+	cmd.AddCommand(add, useCmd, list)
+	return cmd
+}
+
+// saveEnvironment adds or replaces one environment; it becomes current
+// when asked or when there is no current one.
+func saveEnvironment(path, name string, e *Environment, use bool) error {
+	cfg, err := loadClientConfig(path)
+	if err != nil {
+		return err
+	}
+	cfg.Environments[name] = e
+	if use || cfg.Current == "" {
+		cfg.Current = name
+	}
+	return cfg.save(path)
+}

@@ -1,0 +1,403 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"connectrpc.com/connect"
+	"github.com/spf13/cobra"
+
+	corpusv1 "corpus/proto/corpus/v1"
+)
+
+func newGuestCmd(g *globals) *cobra.Command {
+	cmd := &cobra.Command{Use: "guest", Short: "Create, inspect and control guests"}
+	cmd.AddCommand(newGuestCreateCmd(g), newGuestListCmd(g), newGuestShowCmd(g), newGuestExecCmd(g))
+	for _, a := range []struct{ verb, desc, want string }{
+		{"start", "Start a stopped guest", "running"},
+		{"stop", "Stop a running guest (it keeps its place and files)", "stopped"},
+		{"delete", "Delete a guest and remove it from its node", ""},
+	} {
+		cmd.AddCommand(newGuestActionCmd(g, a.verb, a.desc, a.want))
+	}
+	return cmd
+}
+
+func newGuestCreateCmd(g *globals) *cobra.Command {
+	var (
+		driver, image, memory, cpus, disk string
+		env                               []string
+		stopped, noWait                   bool
+		timeout                           time.Duration
+	)
+	cmd := &cobra.Command{
+		Use:   "create NAME --image IMAGE [--memory 256M] [--cpus 0.25]",
+		Short: "Create a guest; the scheduler places it on a node that fits",
+		Example: `  corpus guest create web --image busybox --memory 256M --cpus 1
+  corpus guest create db --image debian/bookworm --env TZ=UTC --stopped`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			spec := &corpusv1.GuestSpec{Driver: driver, Image: image, Resources: &corpusv1.Resources{}, Env: map[string]string{}}
+			var err error
+			if memory != "" {
+				if spec.Resources.MemoryBytes, err = parseSize(memory); err != nil {
+					return fmt.Errorf("--memory: %w", err)
+				}
+			}
+			if cpus != "" {
+				if spec.Resources.CpuMillis, err = parseCPUs(cpus); err != nil {
+					return fmt.Errorf("--cpus: %w", err)
+				}
+			}
+			if disk != "" {
+				if spec.Resources.DiskBytes, err = parseSize(disk); err != nil {
+					return fmt.Errorf("--disk: %w", err)
+				}
+			}
+			for _, kv := range env {
+				k, v, ok := strings.Cut(kv, "=")
+				if !ok {
+					return fmt.Errorf("--env %q: want KEY=VALUE", kv)
+				}
+				spec.Env[k] = v
+			}
+			c, err := g.clients()
+			if err != nil {
+				return err
+			}
+			res, err := c.guests.CreateGuest(cmd.Context(), connect.NewRequest(&corpusv1.CreateGuestRequest{Name: args[0], Spec: spec, Stopped: stopped}))
+			if err != nil {
+				return err
+			}
+			verb := "created"
+			if !res.Msg.Created {
+				verb = "already exists (same spec), unchanged"
+			}
+			if !g.json {
+				fmt.Fprintf(g.stderr, "guest %s %s\n", args[0], verb)
+			}
+			want := "running"
+			if stopped {
+				want = "stopped"
+			}
+			if noWait {
+				if g.json {
+					return g.printJSON(res.Msg)
+				}
+				return nil
+			}
+			return g.waitGuest(cmd.Context(), c, args[0], want, 0, timeout)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&driver, "driver", "lxc", "driver that runs the guest")
+	f.StringVar(&image, "image", "", "image (busybox, debian/bookworm)")
+	f.StringVar(&memory, "memory", "", "memory limit, e.g. 256M (default 256M)")
+	f.StringVar(&cpus, "cpus", "", "CPU limit in cores (0.5) or millicores (250m) (default 0.25)")
+	f.StringVar(&disk, "disk", "", "disk reserved on the node, e.g. 1G (default 1G)")
+	f.StringArrayVar(&env, "env", nil, "environment variable KEY=VALUE (repeatable)")
+	f.BoolVar(&stopped, "stopped", false, "create without starting")
+	f.BoolVar(&noWait, "detach", false, "return once the guest is accepted, without waiting for it to run")
+	f.DurationVar(&timeout, "timeout", 10*time.Minute, "how long to wait for the guest")
+	return cmd
+}
+
+// waitGuest follows a guest with blocking reads, printing each change, until
+// it reaches want ("" = deleted), fails, or cannot be placed.
+func (g *globals) waitGuest(ctx context.Context, c *clients, name, want string, index uint64, timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	var lastLine string
+	for {
+		res, err := c.guests.GetGuest(ctx, connect.NewRequest(&corpusv1.GetGuestRequest{Name: name, MinIndex: index, WaitSeconds: 30}))
+		if err != nil {
+			if ctx.Err() != nil {
+				return fmt.Errorf("timed out after %s waiting for guest %s (see `corpus guest show %s`)", timeout, name, name)
+			}
+			return err
+		}
+		m := res.Msg
+		if m.Deleted {
+			if want == "" {
+				if !g.json {
+					fmt.Fprintf(g.stderr, "guest %s deleted\n", name)
+				}
+				return nil
+			}
+			return fmt.Errorf("guest %s was deleted", name)
+		}
+		gu := m.Guest
+		index = gu.ModifyIndex
+		line := m.Status
+		if m.NodeName != "" {
+			line += " on " + m.NodeName
+		}
+		if msg := gu.Observed.GetMessage(); msg != "" {
+			line += ": " + msg
+		}
+		if m.Status == "pending" && gu.PendingReason != "" {
+			line += ": " + gu.PendingReason
+		}
+		if line != lastLine && !g.json {
+			fmt.Fprintf(g.stderr, "  %s  %s\n", time.Now().Format("15:04:05"), line)
+			lastLine = line
+		}
+		switch {
+		case want != "" && m.Status == want:
+			if g.json {
+				return g.printJSON(m)
+			}
+			fmt.Fprintf(g.stdout, "guest %s is %s on node %s\n", name, want, m.NodeName)
+			return nil
+		case m.Status == "failed":
+			return fmt.Errorf("guest %s failed on node %s: %s (the agent retries; see `corpus guest show %s`)", name, m.NodeName, gu.Observed.GetMessage(), name)
+		case m.Status == "pending" && gu.PendingReason != "":
+			return fmt.Errorf("guest %s is pending: %s; it is placed as soon as a node fits", name, gu.PendingReason)
+		}
+	}
+}
+
+func newGuestActionCmd(g *globals, verb, desc, want string) *cobra.Command {
+	var (
+		noWait  bool
+		timeout time.Duration
+	)
+	cmd := &cobra.Command{
+		Use:   verb + " NAME",
+		Short: desc,
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := g.clients()
+			if err != nil {
+				return err
+			}
+			req := connect.NewRequest(&corpusv1.GuestActionRequest{Name: args[0]})
+			var res *connect.Response[corpusv1.GuestActionResponse]
+			switch verb {
+			case "start":
+				res, err = c.guests.StartGuest(cmd.Context(), req)
+			case "stop":
+				res, err = c.guests.StopGuest(cmd.Context(), req)
+			default:
+				res, err = c.guests.DeleteGuest(cmd.Context(), req)
+			}
+			if err != nil {
+				return err
+			}
+			if noWait {
+				if g.json {
+					return g.printJSON(res.Msg)
+				}
+				fmt.Fprintf(g.stdout, "guest %s: %s requested\n", args[0], verb)
+				return nil
+			}
+			// Start from the version the request produced; a deleted guest
+			// then reads as deleted rather than not found.
+			from := uint64(1)
+			if i := res.Msg.Guest.GetModifyIndex(); i > 1 {
+				from = i - 1
+			}
+			return g.waitGuest(cmd.Context(), c, args[0], want, from, timeout)
+		},
+	}
+	cmd.Flags().BoolVar(&noWait, "detach", false, "return once the request is accepted")
+	cmd.Flags().DurationVar(&timeout, "timeout", 5*time.Minute, "how long to wait")
+	return cmd
+}
+
+func newGuestListCmd(g *globals) *cobra.Command {
+	var node string
+	cmd := &cobra.Command{
+		Use:     "list",
+		Aliases: []string{"ls"},
+		Short:   "List guests",
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, err := g.clients()
+			if err != nil {
+				return err
+			}
+			res, err := c.guests.ListGuests(cmd.Context(), connect.NewRequest(&corpusv1.ListGuestsRequest{Node: node}))
+			if err != nil {
+				return err
+			}
+			if g.json {
+				return g.printJSON(res.Msg)
+			}
+			w := tabwriter.NewWriter(g.stdout, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(w, "NAME\tSTATUS\tDESIRED\tNODE\tDRIVER\tIMAGE\tMEMORY\tCPUS\tAGE")
+			for _, v := range res.Msg.Guests {
+				gu := v.Guest
+				fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", gu.Name, v.Status, gu.DesiredState, dash(v.NodeName),
+					gu.Spec.GetDriver(), gu.Spec.GetImage(), formatSize(gu.Spec.GetResources().GetMemoryBytes()),
+					formatCPUs(gu.Spec.GetResources().GetCpuMillis()), age(gu.CreatedAt.AsTime()))
+			}
+			return w.Flush()
+		},
+	}
+	cmd.Flags().StringVar(&node, "node", "", "only guests on this node")
+	return cmd
+}
+
+func newGuestShowCmd(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:   "show NAME",
+		Short: "Show a guest's desired and observed state and its events",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := g.clients()
+			if err != nil {
+				return err
+			}
+			res, err := c.guests.GetGuest(cmd.Context(), connect.NewRequest(&corpusv1.GetGuestRequest{Name: args[0]}))
+			if err != nil {
+				return err
+			}
+			if g.json {
+				return g.printJSON(res.Msg)
+			}
+			m := res.Msg
+			gu := m.Guest
+			w := tabwriter.NewWriter(g.stdout, 0, 4, 2, ' ', 0)
+			fmt.Fprintf(w, "Name:\t%s\n", gu.Name)
+			fmt.Fprintf(w, "ID:\t%s\n", gu.Id)
+			fmt.Fprintf(w, "Status:\t%s\n", m.Status)
+			fmt.Fprintf(w, "Desired:\t%s\n", gu.DesiredState)
+			fmt.Fprintf(w, "Node:\t%s\n", dash(m.NodeName))
+			if gu.PendingReason != "" {
+				fmt.Fprintf(w, "Pending:\t%s\n", gu.PendingReason)
+			}
+			fmt.Fprintf(w, "Driver:\t%s\n", gu.Spec.GetDriver())
+			fmt.Fprintf(w, "Image:\t%s\n", gu.Spec.GetImage())
+			r := gu.Spec.GetResources()
+			fmt.Fprintf(w, "Resources:\tmemory %s, cpus %s, disk %s\n", formatSize(r.GetMemoryBytes()), formatCPUs(r.GetCpuMillis()), formatSize(r.GetDiskBytes()))
+			if len(gu.Spec.GetEnv()) > 0 {
+				fmt.Fprintf(w, "Env:\t%s\n", labelList(gu.Spec.GetEnv()))
+			}
+			fmt.Fprintf(w, "Created:\t%s (%s ago)\n", gu.CreatedAt.AsTime().Local().Format(time.RFC3339), age(gu.CreatedAt.AsTime()))
+			if o := gu.Observed; o != nil {
+				fmt.Fprintf(w, "Observed:\t%s", o.State)
+				if o.Pid != 0 {
+					fmt.Fprintf(w, ", init pid %d", o.Pid)
+				}
+				if o.Message != "" {
+					fmt.Fprintf(w, ", %s", o.Message)
+				}
+				fmt.Fprintf(w, " (reported %s ago)\n", age(o.UpdatedAt.AsTime()))
+			}
+			fmt.Fprintln(w, "Events:")
+			for _, e := range gu.Events {
+				fmt.Fprintf(w, "  %s\t%s\t%s\n", e.Time.AsTime().Local().Format("2006-01-02 15:04:05"), e.Type, e.Message)
+			}
+			return w.Flush()
+		},
+	}
+}
+
+func newGuestExecCmd(g *globals) *cobra.Command {
+	var (
+		stdin bool
+		env   []string
+		dir   string
+	)
+	cmd := &cobra.Command{
+		Use:   "exec NAME [-i] -- CMD [ARGS...]",
+		Short: "Run a command in a running guest; its output and exit code are passed through",
+		Args:  cobra.MinimumNArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			req := &corpusv1.ExecGuestRequest{Name: args[0], Argv: args[1:], Dir: dir, Env: map[string]string{}}
+			for _, kv := range env {
+				k, v, ok := strings.Cut(kv, "=")
+				if !ok {
+					return fmt.Errorf("--env %q: want KEY=VALUE", kv)
+				}
+				req.Env[k] = v
+			}
+			if stdin {
+				in, err := io.ReadAll(io.LimitReader(os.Stdin, 1<<20+1))
+				if err != nil {
+					return fmt.Errorf("reading stdin: %w", err)
+				}
+				if len(in) > 1<<20 {
+					return errors.New("stdin is over the 1 MiB limit of exec")
+				}
+				req.Stdin = in
+			}
+			c, err := g.clients()
+			if err != nil {
+				return err
+			}
+			stream, err := c.guests.ExecGuest(cmd.Context(), connect.NewRequest(req))
+			if err != nil {
+				return err
+			}
+			defer stream.Close()
+			var (
+				code           int32 = -1
+				stdout, stderr strings.Builder
+			)
+			for stream.Receive() {
+				m := stream.Msg()
+				if g.json {
+					stdout.Write(m.Stdout)
+					stderr.Write(m.Stderr)
+				} else {
+					g.stdout.Write(m.Stdout)
+					g.stderr.Write(m.Stderr)
+				}
+				if m.Exited {
+					code = m.ExitCode
+				}
+			}
+			if err := stream.Err(); err != nil {
+				return err
+			}
+			if code < 0 {
+				return errors.New("the exec stream ended without an exit code")
+			}
+			if g.json {
+				enc := json.NewEncoder(g.stdout)
+				enc.SetIndent("", "  ")
+				if err := enc.Encode(map[string]any{"exit_code": code, "stdout": stdout.String(), "stderr": stderr.String()}); err != nil {
+					return err
+				}
+			}
+			if code != 0 {
+				return exitError{int(code)}
+			}
+			return nil
+		},
+	}
+	cmd.Flags().BoolVarP(&stdin, "stdin", "i", false, "send this command's stdin (up to 1 MiB) to the guest command")
+	cmd.Flags().StringArrayVar(&env, "env", nil, "environment variable KEY=VALUE for the command (repeatable)")
+	cmd.Flags().StringVar(&dir, "dir", "", "working directory inside the guest")
+	return cmd
+}
+
+func dash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+func age(t time.Time) string {
+	d := time.Since(t)
+	switch {
+	case d < time.Minute:
+		return fmt.Sprintf("%ds", int(d.Seconds()))
+	case d < time.Hour:
+		return fmt.Sprintf("%dm", int(d.Minutes()))
+	case d < 48*time.Hour:
+		return fmt.Sprintf("%dh", int(d.Hours()))
+	}
+	return fmt.Sprintf("%dd", int(d.Hours()/24))
+}
+

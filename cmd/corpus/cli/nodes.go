@@ -1,0 +1,143 @@
+package cli
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"connectrpc.com/connect"
+	"github.com/spf13/cobra"
+
+	corpusv1 "corpus/proto/corpus/v1"
+)
+
+func newNodeCmd(g *globals) *cobra.Command {
+	cmd := &cobra.Command{Use: "node", Short: "Enroll and inspect compute nodes"}
+	var ttl time.Duration
+	token := &cobra.Command{
+		Use:   "token",
+		Short: "Create a one-time join token for enrolling a node",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, err := g.clients()
+			if err != nil {
+				return err
+			}
+			res, err := c.nodes.CreateJoinToken(cmd.Context(), connect.NewRequest(&corpusv1.CreateJoinTokenRequest{TtlSeconds: int64(ttl / time.Second)}))
+			if err != nil {
+				return err
+			}
+			if g.json {
+				return g.printJSON(res.Msg)
+			}
+			fmt.Fprintln(g.stdout, res.Msg.Token)
+			fmt.Fprintf(g.stderr, "valid once, until %s; enroll with: corpus agent --coordinator ADDR --join-token %s\n",
+				res.Msg.Info.ExpiresAt.AsTime().Local().Format(time.RFC3339), res.Msg.Token)
+			return nil
+		},
+	}
+	token.Flags().DurationVar(&ttl, "ttl", time.Hour, "how long the token stays valid")
+
+	list := &cobra.Command{
+		Use:     "list",
+		Aliases: []string{"ls"},
+		Short:   "List nodes",
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, err := g.clients()
+			if err != nil {
+				return err
+			}
+			res, err := c.nodes.ListNodes(cmd.Context(), connect.NewRequest(&corpusv1.ListNodesRequest{}))
+			if err != nil {
+				return err
+			}
+			if g.json {
+				return g.printJSON(res.Msg)
+			}
+			w := tabwriter.NewWriter(g.stdout, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(w, "NAME\tSTATUS\tMODE\tGUESTS\tMEMORY\tCPUS\tDRIVERS\tLABELS")
+			for _, v := range res.Msg.Nodes {
+				n := v.Node
+				fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%s/%s\t%s/%s\t%s\t%s\n", n.Name, n.Status, n.Mode, v.Guests,
+					formatSize(v.Allocated.GetMemoryBytes()), formatSize(n.Capacity.GetMemoryBytes()),
+					formatCPUs(v.Allocated.GetCpuMillis()), formatCPUs(n.Capacity.GetCpuMillis()),
+					driverList(n.Drivers), labelList(n.Labels))
+			}
+			return w.Flush()
+		},
+	}
+
+	show := &cobra.Command{
+		Use:   "show NODE",
+		Short: "Show one node",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := g.clients()
+			if err != nil {
+				return err
+			}
+			res, err := c.nodes.GetNode(cmd.Context(), connect.NewRequest(&corpusv1.GetNodeRequest{Name: args[0]}))
+			if err != nil {
+				return err
+			}
+			if g.json {
+				return g.printJSON(res.Msg)
+			}
+			v := res.Msg.Node
+			n := v.Node
+			w := tabwriter.NewWriter(g.stdout, 0, 4, 2, ' ', 0)
+			fmt.Fprintf(w, "Name:\t%s\n", n.Name)
+			fmt.Fprintf(w, "ID:\t%s\n", n.Id)
+			fmt.Fprintf(w, "Status:\t%s\n", n.Status)
+			fmt.Fprintf(w, "Mode:\t%s\n", n.Mode)
+			fmt.Fprintf(w, "Labels:\t%s\n", labelList(n.Labels))
+			fmt.Fprintf(w, "Agent:\t%s (version %s)\n", n.AgentAddress, n.AgentVersion)
+			fmt.Fprintf(w, "Enrolled:\t%s\n", n.EnrolledAt.AsTime().Local().Format(time.RFC3339))
+			fmt.Fprintf(w, "Guests:\t%d\n", v.Guests)
+			fmt.Fprintf(w, "Memory:\t%s allocated of %s\n", formatSize(v.Allocated.GetMemoryBytes()), formatSize(n.Capacity.GetMemoryBytes()))
+			fmt.Fprintf(w, "CPUs:\t%s allocated of %s\n", formatCPUs(v.Allocated.GetCpuMillis()), formatCPUs(n.Capacity.GetCpuMillis()))
+			fmt.Fprintf(w, "Disk:\t%s allocated of %s\n", formatSize(v.Allocated.GetDiskBytes()), formatSize(n.Capacity.GetDiskBytes()))
+			fmt.Fprintln(w, "Drivers:")
+			for _, d := range n.Drivers {
+				health := "healthy"
+				if !d.Healthy {
+					health = "unhealthy: " + d.Detail
+				}
+				fmt.Fprintf(w, "  %s\t%s\timages: %s\t%s\n", d.Name, health, strings.Join(d.Images, ", "), labelList(d.Attributes))
+			}
+			return w.Flush()
+		},
+	}
+	cmd.AddCommand(token, list, show)
+	return cmd
+}
+
+func driverList(ds []*corpusv1.DriverInfo) string {
+	var out []string
+	for _, d := range ds {
+		s := d.Name
+		if !d.Healthy {
+			s += "(unhealthy)"
+		}
+		out = append(out, s)
+	}
+	if len(out) == 0 {
+		return "-"
+	}
+	return strings.Join(out, ",")
+}
+
+func labelList(m map[string]string) string {
+	if len(m) == 0 {
+		return "-"
+	}
+	out := make([]string, 0, len(m))
+	for k, v := range m {
+		out = append(out, k+"="+v)
+	}
+	sort.Strings(out)
+	return strings.Join(out, ",")
+}

@@ -1,0 +1,170 @@
+// Package cli is the corpus command tree: daemons (coordinator, agent,
+// dev) and the client commands that talk to a coordinator's API.
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+
+	"connectrpc.com/connect"
+	"github.com/spf13/cobra"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+
+	"corpus/internal/rpc"
+	"corpus/internal/version"
+	"corpus/proto/corpus/v1/corpusv1connect"
+)
+
+// exitError carries a specific exit code (guest exec passes the command's
+// code through).
+type exitError struct{ code int }
+
+func (e exitError) Error() string { return fmt.Sprintf("exit status %d", e.code) }
+
+// globals are the flags every client command shares.
+type globals struct {
+	env        string
+	address    string
+	token      string
+	configPath string
+	json       bool
+	stdout     io.Writer
+	stderr     io.Writer
+}
+
+// Main runs the command line and returns the process exit code.
+func Main(args []string) int {
+	g := &globals{stdout: os.Stdout, stderr: os.Stderr}
+	root := newRoot(g)
+	root.SetArgs(args)
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	err := root.ExecuteContext(ctx)
+	if err == nil {
+		return 0
+	}
+	var ee exitError
+	if errors.As(err, &ee) {
+		return ee.code
+	}
+	fmt.Fprintln(g.stderr, "error: "+describe(err))
+	return 1
+}
+
+// describe turns an error into the one line a user reads.
+func describe(err error) string {
+	var ce *connect.Error
+	if errors.As(err, &ce) {
+		msg := ce.Message()
+		switch ce.Code() {
+		case connect.CodeUnavailable:
+			if strings.Contains(msg, "connect: connection refused") || strings.Contains(msg, "dial tcp") {
+				return msg + " (is the coordinator running? start one with `corpus dev`, or pick another with --env/--address)"
+			}
+		case connect.CodeUnauthenticated:
+			return msg
+		}
+		return msg
+	}
+	return err.Error()
+}
+
+func newRoot(g *globals) *cobra.Command {
+	root := &cobra.Command{
+		Use:           "corpus",
+		Short:         "corpus runs guests (LXC, VMs, Kubernetes workloads) on your own nodes",
+		Version:       version.Version,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	pf := root.PersistentFlags()
+	pf.StringVar(&g.env, "env", os.Getenv("CORPUS_ENV"), "named environment from the config file (env CORPUS_ENV)")
+	pf.StringVar(&g.address, "address", os.Getenv("CORPUS_ADDR"), "coordinator API address host:port, overriding the environment's (env CORPUS_ADDR)")
+	pf.StringVar(&g.token, "token", os.Getenv("CORPUS_TOKEN"), "API token, overriding the environment's (env CORPUS_TOKEN)")
+	pf.StringVar(&g.configPath, "config-file", defaultConfigPath(), "CLI config file")
+	pf.BoolVar(&g.json, "json", false, "print machine-readable JSON")
+	root.AddCommand(
+		newCoordinatorCmd(g),
+		newAgentCmd(g),
+		newDevCmd(g),
+		newStatusCmd(g),
+		newNodeCmd(g),
+		newGuestCmd(g),
+		newEnvCmd(g),
+	)
+	return root
+}
+
+// target resolves which coordinator to call and with what credential:
+// flags and CORPUS_* variables override the chosen environment.
+func (g *globals) target() (addr, token string, err error) {
+	cfg, err := loadClientConfig(g.configPath)
+	if err != nil {
+		return "", "", err
+	}
+	name := g.env
+	if name == "" {
+		name = cfg.Current
+	}
+	if name != "" {
+		e, ok := cfg.Environments[name]
+		if !ok {
+			return "", "", fmt.Errorf("environment %q is not in %s (known: %s); add it with `corpus env add`", name, g.configPath, strings.Join(cfg.names(), ", "))
+		}
+		addr, token = e.Address, e.Token
+	}
+	if g.address != "" {
+		addr = g.address
+	}
+	if g.token != "" {
+		token = g.token
+	}
+	if addr == "" {
+		return "", "", errors.New("no coordinator configured: run `corpus dev`, or pass --address, or add one with `corpus env add`")
+	}
+	return addr, token, nil
+}
+
+// clients are the API clients of the chosen coordinator.
+type clients struct {
+	cluster corpusv1connect.ClusterServiceClient
+	nodes   corpusv1connect.NodeServiceClient
+	guests  corpusv1connect.GuestServiceClient
+}
+
+func (g *globals) clients() (*clients, error) {
+	addr, token, err := g.target()
+	if err != nil {
+		return nil, err
+	}
+	base := "http://" + addr
+	if strings.HasPrefix(addr, "http://") || strings.HasPrefix(addr, "https://") {
+		base = addr
+	}
+	hc := rpc.HTTPClient()
+	opt := connect.WithInterceptors(rpc.Bearer(token))
+	return &clients{
+		cluster: corpusv1connect.NewClusterServiceClient(hc, base, opt),
+		nodes:   corpusv1connect.NewNodeServiceClient(hc, base, opt),
+		guests:  corpusv1connect.NewGuestServiceClient(hc, base, opt),
+	}, nil
+}
+
+var jsonOut = protojson.MarshalOptions{Multiline: true, Indent: "  ", UseProtoNames: true}
+
+// printJSON writes a message as JSON.
+func (g *globals) printJSON(m proto.Message) error {
+	b, err := jsonOut.Marshal(m)
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintln(g.stdout, string(b))
+	return err
+}
