@@ -95,4 +95,3 @@ func newAgentCmd(g *globals) *cobra.Command {
 	logs.add(f)
 	return cmd
 }
-

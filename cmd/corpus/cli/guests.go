@@ -400,4 +400,3 @@ func age(t time.Time) string {
 	}
 	return fmt.Sprintf("%dd", int(d.Hours()/24))
 }
-
