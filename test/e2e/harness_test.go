@@ -38,7 +38,11 @@ func runMain(m *testing.M) int {
 	}
 	defer os.RemoveAll(dir)
 	corpusBin = filepath.Join(dir, "corpus")
-	build := exec.Command("go", "build", "-o", corpusBin, "corpus/cmd/corpus")
+	args := []string{"build", "-o", corpusBin}
+	if raceEnabled {
+		args = append(args, "-race")
+	}
+	build := exec.Command("go", append(args, "corpus/cmd/corpus")...)
 	build.Stdout, build.Stderr = os.Stderr, os.Stderr
 	if err := build.Run(); err != nil {
 		fmt.Fprintln(os.Stderr, "e2e: building corpus:", err)
