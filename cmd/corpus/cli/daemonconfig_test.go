@@ -1,0 +1,82 @@
+package cli
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/spf13/cobra"
+)
+
+// TestDaemonConfigPrecedence: defaults < file < environment < flags, and
+// unknown keys in the file are refused.
+func TestDaemonConfigPrecedence(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "c.yaml")
+	os.WriteFile(file, []byte("data_dir: /from/file\napi_addr: file:1\nraft_addr: file:2\nlabel:\n  zone: a\nlist: [x, y]\n"), 0o600)
+	t.Setenv("CORPUS_T_API_ADDR", "env:1")
+	t.Setenv("CORPUS_T_RAFT_ADDR", "env:2")
+
+	var dataDir, api, raft, id string
+	var labels map[string]string
+	var list []string
+	cmd := &cobra.Command{Use: "t", RunE: func(*cobra.Command, []string) error { return nil }}
+	f := cmd.Flags()
+	f.StringVar(&dataDir, "data-dir", "/default", "")
+	f.StringVar(&api, "api-addr", "default:1", "")
+	f.StringVar(&raft, "raft-addr", "default:2", "")
+	f.StringVar(&id, "id", "default-id", "")
+	f.StringToStringVar(&labels, "label", nil, "")
+	f.StringSliceVar(&list, "list", nil, "")
+	if err := f.Parse([]string{"--raft-addr", "flag:2"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := applyDaemonConfig(cmd, file, "CORPUS_T_"); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct{ name, got, want string }{
+		{"data-dir (file)", dataDir, "/from/file"},
+		{"api-addr (env over file)", api, "env:1"},
+		{"raft-addr (flag over env)", raft, "flag:2"},
+		{"id (default)", id, "default-id"},
+		{"label (map from file)", labels["zone"], "a"},
+		{"list (sequence from file)", strings.Join(list, ","), "x,y"},
+	} {
+		if c.got != c.want {
+			t.Errorf("%s = %q, want %q", c.name, c.got, c.want)
+		}
+	}
+
+	os.WriteFile(file, []byte("data_dri: /typo\n"), 0o600)
+	if err := applyDaemonConfig(cmd, file, "CORPUS_T_"); err == nil || !strings.Contains(err.Error(), `unknown setting "data_dri"`) {
+		t.Errorf("applyDaemonConfig with a typo = %v, want an unknown setting error", err)
+	}
+}
+
+// TestClientConfigStrict: the CLI config refuses unknown fields and
+// environments without an address.
+func TestClientConfigStrict(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	for _, tc := range []struct{ body, want string }{
+		{"current: dev\nenvironmnets: {}\n", "environmnets"},
+		{"environments:\n  dev:\n    token: x\n", "has no address"},
+	} {
+		p := filepath.Join(dir, "c.yaml")
+		os.WriteFile(p, []byte(tc.body), 0o600)
+		if _, err := loadClientConfig(p); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("loadClientConfig(%q) = %v, want an error mentioning %q", tc.body, err, tc.want)
+		}
+	}
+	p := filepath.Join(dir, "ok.yaml")
+	if err := saveEnvironment(p, "dev", &Environment{Address: "127.0.0.1:7400", Token: "t"}, false); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := loadClientConfig(p)
+	if err != nil || cfg.Current != "dev" || cfg.Environments["dev"].Token != "t" {
+		t.Fatalf("round trip = %+v, %v", cfg, err)
+	}
+	if st, _ := os.Stat(p); st.Mode().Perm() != 0o600 {
+		t.Errorf("config file mode = %v, want 0600 (it holds tokens)", st.Mode().Perm())
+	}
+}
