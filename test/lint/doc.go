@@ -1,0 +1,3 @@
+// Package lint holds tests that check the tree itself: every package has
+// exactly one package comment.
+package lint
