@@ -88,6 +88,8 @@ func freeAddr(t *testing.T) string {
 // proc is a corpus daemon started by a test.
 type proc struct {
 	name string
+	env  []string
+	args []string
 	cmd  *exec.Cmd
 	log  *syncBuffer
 	done chan struct{}
@@ -113,7 +115,7 @@ func (s *syncBuffer) String() string {
 // start runs corpus with args; the test's cleanup kills it (by its PID).
 func start(t *testing.T, name string, env []string, args ...string) *proc {
 	t.Helper()
-	p := &proc{name: name, log: &syncBuffer{}, done: make(chan struct{})}
+	p := &proc{name: name, env: env, args: args, log: &syncBuffer{}, done: make(chan struct{})}
 	p.cmd = exec.Command(corpusBin, args...)
 	p.cmd.Env = append(os.Environ(), env...)
 	p.cmd.Stdout, p.cmd.Stderr = p.log, p.log
@@ -140,6 +142,13 @@ func (p *proc) kill() {
 		p.cmd.Process.Signal(syscall.SIGKILL)
 		<-p.done
 	}
+}
+
+// restart starts a stopped or killed daemon again with the same arguments.
+func (p *proc) restart(t *testing.T) *proc {
+	t.Helper()
+	p.kill()
+	return start(t, p.name, p.env, p.args...)
 }
 
 // stop sends SIGINT and waits for a clean exit.
@@ -179,26 +188,37 @@ func newCluster(t *testing.T) *cluster {
 	c := &cluster{t: t, dir: dir, api: freeAddr(t), cfgHome: filepath.Join(dir, "cfg"), agents: map[string]*agentProc{}}
 	c.coord = start(t, "coordinator", nil, "coordinator",
 		"--data-dir", filepath.Join(dir, "coordinator"), "--api-addr", c.api, "--raft-addr", freeAddr(t))
-	tokFile := filepath.Join(dir, "coordinator", "ops-token")
-	eventually(t, 20*time.Second, "coordinator ready", func() error {
+	c.waitReady()
+	return c
+}
+
+// waitReady waits until the coordinator is up, leading and bootstrapped.
+func (c *cluster) waitReady() {
+	c.t.Helper()
+	tokFile := filepath.Join(c.dir, "coordinator", "ops-token")
+	eventually(c.t, 20*time.Second, "coordinator ready", func() error {
 		b, err := os.ReadFile(tokFile)
 		if err != nil {
 			return err
 		}
 		c.token = strings.TrimSpace(string(b))
-		var st struct {
-			ClusterID string `json:"cluster_id"`
-			Leader    string `json:"leader"`
-		}
-		if err := c.json(&st, "status"); err != nil {
-			return err
-		}
-		if st.ClusterID == "" || st.Leader == "" {
+		if id := c.clusterID(); id == "" {
 			return errors.New("not bootstrapped yet")
 		}
 		return nil
 	})
-	return c
+}
+
+// clusterID is the cluster id `corpus status` reports, "" if none.
+func (c *cluster) clusterID() string {
+	var st struct {
+		ClusterID string `json:"cluster_id"`
+		Leader    string `json:"leader"`
+	}
+	if err := c.json(&st, "status"); err != nil || st.Leader == "" {
+		return ""
+	}
+	return st.ClusterID
 }
 
 // tempDir is a short folder under /tmp (LXC paths stay short), removed
@@ -254,10 +274,16 @@ func (c *cluster) restartAgent(a *agentProc) {
 
 // cli runs a client command against the cluster.
 func (c *cluster) cli(args ...string) (stdout, stderr string, code int) {
+	return c.cliWith([]string{"XDG_CONFIG_HOME=" + c.cfgHome, "CORPUS_ENV=", "CORPUS_ADDR=", "CORPUS_TOKEN="},
+		append([]string{"--address", c.api, "--token", c.token}, args...)...)
+}
+
+// cliWith runs a client command with extra environment variables.
+func (c *cluster) cliWith(env []string, args ...string) (stdout, stderr string, code int) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, corpusBin, append([]string{"--address", c.api, "--token", c.token}, args...)...)
-	cmd.Env = append(os.Environ(), "XDG_CONFIG_HOME="+c.cfgHome, "CORPUS_ENV=", "CORPUS_ADDR=", "CORPUS_TOKEN=")
+	cmd := exec.CommandContext(ctx, corpusBin, args...)
+	cmd.Env = append(os.Environ(), env...)
 	var o, e bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &o, &e
 	err := cmd.Run()

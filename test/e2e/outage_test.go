@@ -1,0 +1,117 @@
+package e2e
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// TestCoordinatorOutage: with the coordinator gone, the agent keeps its
+// guests as they were, also across its own restart (from its cached
+// desired state); when the coordinator returns, work resumes.
+func TestCoordinatorOutage(t *testing.T) {
+	c := newCluster(t)
+	a := c.addAgent("n1")
+	c.mustCLI("guest", "create", "keep", "--image", "busybox", "--memory", "64M", "--cpus", "0.1")
+	_, pid, err := lxcInfo(a.lxcPath, "keep")
+	if err != nil || pid == 0 {
+		t.Fatalf("lxc-info keep = %d, %v", pid, err)
+	}
+
+	c.coord.kill()
+	a.kill()
+	c.restartAgent(a)
+	eventually(t, 20*time.Second, "agent notices the coordinator is gone", func() error {
+		if !strings.Contains(a.log.String(), "watch stream ended") {
+			return fmt.Errorf("no watch failure logged yet")
+		}
+		return nil
+	})
+	time.Sleep(5 * time.Second) // several resync periods without a coordinator
+	if st, p, _ := lxcInfo(a.lxcPath, "keep"); st != "RUNNING" || p != pid {
+		t.Fatalf("guest during outage = %s pid %d; want RUNNING pid %d, untouched", st, p, pid)
+	}
+
+	c.coord = c.coord.restart(t)
+	c.waitReady()
+	c.mustCLI("guest", "create", "after", "--image", "busybox", "--memory", "64M", "--cpus", "0.1")
+	if v := c.guest("keep"); v.Status != "running" || v.Guest.Observed.Pid != strconv.Itoa(pid) {
+		t.Errorf("guest keep after the outage = %s pid %s; want running pid %d", v.Status, v.Guest.Observed.Pid, pid)
+	}
+}
+
+// TestDevRestartAndCleanup: `corpus dev` twice is the same cluster with the
+// same running guests; Ctrl-C leaves guests running; --cleanup removes them.
+func TestDevRestartAndCleanup(t *testing.T) {
+	requireE2E(t)
+	dir := tempDir(t)
+	state := filepath.Join(dir, "dev")
+	lxcPath := filepath.Join(state, "agent", "lxc")
+	t.Cleanup(func() { destroyContainers(t, lxcPath) })
+	api := freeAddr(t)
+	env := []string{"XDG_CONFIG_HOME=" + filepath.Join(dir, "cfg"), "CORPUS_ENV=", "CORPUS_ADDR=", "CORPUS_TOKEN="}
+	args := []string{"dev", "--state-dir", state, "--api-addr", api, "--raft-addr", freeAddr(t), "--agent-addr", freeAddr(t), "--name", "devnode"}
+	// Client commands use the environment `corpus dev` wrote.
+	c := &cluster{t: t, dir: dir, cfgHome: filepath.Join(dir, "cfg")}
+	cli := func(args ...string) (string, string, int) {
+		return c.cliWith(env, args...)
+	}
+	waitRunning := func(p *proc) {
+		eventually(t, 30*time.Second, "corpus dev ready", func() error {
+			if out, errOut, code := cli("node", "list"); code != 0 || !strings.Contains(out, " ready ") {
+				return fmt.Errorf("node list: exit %d %s %s", code, out, errOut)
+			}
+			return nil
+		})
+	}
+
+	dev := start(t, "corpus dev", env, args...)
+	waitRunning(dev)
+	if out, errOut, code := cli("guest", "create", "web", "--image", "busybox", "--memory", "64M", "--cpus", "0.1"); code != 0 {
+		t.Fatalf("guest create = exit %d: %s %s", code, out, errOut)
+	}
+	_, pid, _ := lxcInfo(lxcPath, "web")
+	firstID := devClusterID(cli)
+
+	dev.stop(t)
+	if code := dev.cmd.ProcessState.ExitCode(); code != 0 {
+		t.Errorf("corpus dev exit code after SIGINT = %d, want 0", code)
+	}
+	if st, p, _ := lxcInfo(lxcPath, "web"); st != "RUNNING" || p != pid {
+		t.Fatalf("after Ctrl-C, guest = %s pid %d; want RUNNING pid %d", st, p, pid)
+	}
+
+	dev = start(t, "corpus dev (again, --cleanup)", env, append(args, "--cleanup")...)
+	waitRunning(dev)
+	if again := devClusterID(cli); firstID == "" || again != firstID {
+		t.Errorf("cluster id after restart = %q, want %q", again, firstID)
+	}
+	time.Sleep(3 * time.Second)
+	if st, p, _ := lxcInfo(lxcPath, "web"); st != "RUNNING" || p != pid {
+		t.Errorf("after corpus dev restart, guest = %s pid %d; want RUNNING pid %d (adopted, not restarted)", st, p, pid)
+	}
+	dev.cmd.Process.Signal(syscall.SIGINT)
+	select {
+	case <-dev.done:
+	case <-time.After(90 * time.Second):
+		t.Fatal("corpus dev --cleanup did not exit within 90s")
+	}
+	if _, err := os.Stat(filepath.Join(lxcPath, "web")); err == nil {
+		t.Errorf("with --cleanup, container web still exists after exit")
+	}
+}
+
+func devClusterID(cli func(...string) (string, string, int)) string {
+	out, _, _ := cli("status", "--json")
+	var st struct {
+		ClusterID string `json:"cluster_id"`
+	}
+	json.Unmarshal([]byte(out), &st)
+	return st.ClusterID
+}
