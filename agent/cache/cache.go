@@ -14,6 +14,7 @@ import (
 	"time"
 
 	bolt "go.etcd.io/bbolt"
+	bolterrors "go.etcd.io/bbolt/errors"
 	"google.golang.org/protobuf/proto"
 
 	corpusv1 "corpus/proto/corpus/v1"
@@ -61,7 +62,7 @@ type Cache struct {
 func Open(path string) (*Cache, error) {
 	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: 2 * time.Second})
 	if err != nil {
-		if errors.Is(err, bolt.ErrTimeout) {
+		if errors.Is(err, bolterrors.ErrTimeout) {
 			return nil, fmt.Errorf("opening %s: another agent is using this state folder", path)
 		}
 		return nil, fmt.Errorf("opening %s: %w", path, err)
