@@ -2,15 +2,15 @@
 // that replicates the cluster state, the API that reads and writes it, and
 // — while this replica leads — the scheduler and the node liveness checker.
 //
-//	         API request
-//	              │
-//	   ┌──────────▼──────────┐  reads: local store
-//	   │ api (auth, handlers)│──────────────────────┐
-//	   └──────────┬──────────┘                      │
-//	        write │ Command                   ┌─────▼─────┐
-//	   ┌──────────▼──────────┐  apply on all  │   state   │
-//	   │  raft (boltdb log)  │───────────────▶│  (memdb)  │
-//	   └─────────────────────┘                └─────┬─────┘
-//	                         leader only: watch     │
-//	                 scheduler, liveness ◀──────────┘
+//	      API request
+//	           │
+//	┌──────────▼──────────┐  reads: local store
+//	│ api (auth, handlers)│──────────────────────┐
+//	└──────────┬──────────┘                      │
+//	     write │ Command                   ┌─────▼─────┐
+//	┌──────────▼──────────┐  apply on all  │   state   │
+//	│  raft (boltdb log)  │───────────────▶│  (memdb)  │
+//	└─────────────────────┘                └─────┬─────┘
+//	                      leader only: watch     │
+//	              scheduler, liveness ◀──────────┘
 package coordinator

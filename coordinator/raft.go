@@ -19,7 +19,6 @@ import (
 	corpusv1 "corpus/proto/corpus/v1"
 )
 
-
 // replica is this coordinator's member of the Raft group.
 type replica struct {
 	raft      *raft.Raft
@@ -60,7 +59,13 @@ func openReplica(cfg raftConfig, store *state.Store) (*replica, error) {
 		logs.Close()
 		return nil, fmt.Errorf("raft address %s: %w", cfg.BindAddr, err)
 	}
-	transport, err := raft.NewTCPTransportWithLogger(cfg.BindAddr, addr, 3, 10*time.Second, hlog)
+	// With port 0 the listener picks the port; advertising addr would
+	// tell the group (and API clients asking for the leader) ":0".
+	var advertise net.Addr = addr
+	if addr.Port == 0 {
+		advertise = nil
+	}
+	transport, err := raft.NewTCPTransportWithLogger(cfg.BindAddr, advertise, 3, 10*time.Second, hlog)
 	if err != nil {
 		logs.Close()
 		return nil, fmt.Errorf("raft transport on %s: %w", cfg.BindAddr, err)

@@ -156,8 +156,16 @@ func (s *Server) Store() *state.Store { return s.store }
 func (s *Server) Snapshot() error { return s.replica.snapshot() }
 
 // Serve answers API calls and runs leader duties until ctx ends, then shuts
-// down: in-flight calls get a few seconds, Raft is closed cleanly.
+// down: in-flight calls see their context cancelled (ending Watch streams
+// and blocking queries) and get a few seconds to answer, and Raft is
+// closed cleanly.
 func (s *Server) Serve(ctx context.Context) error {
+	// Requests live no longer than the server. Otherwise Shutdown waits
+	// for Watch streams, gives up, and leaves them running on a stopped
+	// replica, where agents would never learn to look for another.
+	lctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	s.http.BaseContext = func(net.Listener) context.Context { return lctx }
 	var wg sync.WaitGroup
 	errc := make(chan error, 1)
 	wg.Add(2)
@@ -167,7 +175,6 @@ func (s *Server) Serve(ctx context.Context) error {
 			errc <- fmt.Errorf("serving api: %w", err)
 		}
 	}()
-	lctx, cancel := context.WithCancel(ctx)
 	go func() {
 		defer wg.Done()
 		s.leaderLoop(lctx)

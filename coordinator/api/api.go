@@ -35,20 +35,20 @@ type Backend struct {
 
 // Policies says who may call what.
 var Policies = map[string]auth.Policy{
-	corpusv1connect.ClusterServiceStatusProcedure:        {auth.Operator, auth.Agent},
-	corpusv1connect.NodeServiceCreateJoinTokenProcedure:  {auth.Operator},
-	corpusv1connect.NodeServiceListNodesProcedure:        {auth.Operator},
-	corpusv1connect.NodeServiceGetNodeProcedure:          {auth.Operator},
-	corpusv1connect.GuestServiceCreateGuestProcedure:     {auth.Operator},
-	corpusv1connect.GuestServiceGetGuestProcedure:        {auth.Operator},
-	corpusv1connect.GuestServiceListGuestsProcedure:      {auth.Operator},
-	corpusv1connect.GuestServiceStartGuestProcedure:      {auth.Operator},
-	corpusv1connect.GuestServiceStopGuestProcedure:       {auth.Operator},
-	corpusv1connect.GuestServiceDeleteGuestProcedure:     {auth.Operator},
-	corpusv1connect.GuestServiceExecGuestProcedure:       {auth.Operator},
-	corpusv1connect.AgentServiceEnrollProcedure:          auth.Public,
-	corpusv1connect.AgentServiceWatchProcedure:           {auth.Agent},
-	corpusv1connect.AgentServiceReportProcedure:          {auth.Agent},
+	corpusv1connect.ClusterServiceStatusProcedure:       {auth.Operator, auth.Agent},
+	corpusv1connect.NodeServiceCreateJoinTokenProcedure: {auth.Operator},
+	corpusv1connect.NodeServiceListNodesProcedure:       {auth.Operator},
+	corpusv1connect.NodeServiceGetNodeProcedure:         {auth.Operator},
+	corpusv1connect.GuestServiceCreateGuestProcedure:    {auth.Operator},
+	corpusv1connect.GuestServiceGetGuestProcedure:       {auth.Operator},
+	corpusv1connect.GuestServiceListGuestsProcedure:     {auth.Operator},
+	corpusv1connect.GuestServiceStartGuestProcedure:     {auth.Operator},
+	corpusv1connect.GuestServiceStopGuestProcedure:      {auth.Operator},
+	corpusv1connect.GuestServiceDeleteGuestProcedure:    {auth.Operator},
+	corpusv1connect.GuestServiceExecGuestProcedure:      {auth.Operator},
+	corpusv1connect.AgentServiceEnrollProcedure:         auth.Public,
+	corpusv1connect.AgentServiceWatchProcedure:          {auth.Agent},
+	corpusv1connect.AgentServiceReportProcedure:         {auth.Agent},
 }
 
 // maxRequestBytes bounds every request body.

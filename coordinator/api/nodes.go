@@ -23,11 +23,14 @@ const (
 type nodeService struct{ b *Backend }
 
 func (s *nodeService) CreateJoinToken(ctx context.Context, req *connect.Request[corpusv1.CreateJoinTokenRequest]) (*connect.Response[corpusv1.CreateJoinTokenResponse], error) {
-	ttl := time.Duration(req.Msg.TtlSeconds) * time.Second
-	switch {
-	case req.Msg.TtlSeconds < 0 || ttl > maxTokenTTL:
-		return nil, toConnect(invalidf("token ttl %s is out of range (0 to %s)", ttl, maxTokenTTL))
-	case ttl == 0:
+	// Check the seconds before converting: a large count overflows
+	// time.Duration and wraps around into range.
+	secs := req.Msg.TtlSeconds
+	if secs < 0 || secs > int64(maxTokenTTL/time.Second) {
+		return nil, toConnect(invalidf("token ttl of %d seconds is out of range (0 to %s)", secs, maxTokenTTL))
+	}
+	ttl := time.Duration(secs) * time.Second
+	if ttl == 0 {
 		ttl = defaultTokenTTL
 	}
 	id, tokSecret := secret.Hex(6), secret.Hex(24)

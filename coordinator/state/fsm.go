@@ -165,6 +165,9 @@ func (a *applier) enroll(c *corpusv1.EnrollNode) error {
 	if a.get(tableNodes, "name", n.Name) != nil {
 		return fmt.Errorf("node %s: %w", n.Name, ErrExists)
 	}
+	if a.get(tableNodes, "id", n.Id) != nil {
+		return fmt.Errorf("node id %s: %w", n.Id, ErrExists)
+	}
 	tok = proto.Clone(tok).(*corpusv1.JoinToken)
 	tok.UsedBy = n.Id
 	a.put(tableTokens, tok)
@@ -218,6 +221,13 @@ func (a *applier) createGuest(c *corpusv1.CreateGuest) error {
 	g := c.Guest
 	if g == nil || g.Id == "" || g.Name == "" {
 		return fmt.Errorf("guest without id or name: %w", ErrInvalid)
+	}
+	switch g.DesiredState {
+	case DesiredRunning, DesiredStopped:
+	default:
+		// A guest born "deleted" (or with no state) would never be
+		// placed, and deleting it would be a no-op: it could never go.
+		return fmt.Errorf("creating guest in desired state %q: %w", g.DesiredState, ErrInvalid)
 	}
 	if a.get(tableGuests, "name", g.Name) != nil {
 		return fmt.Errorf("guest %s: %w", g.Name, ErrExists)

@@ -1,0 +1,200 @@
+package coordinator_test
+
+import (
+	"context"
+	"slices"
+	"testing"
+
+	"connectrpc.com/connect"
+
+	"corpus/coordinator/api"
+	"corpus/coordinator/auth"
+	corpusv1 "corpus/proto/corpus/v1"
+	"corpus/proto/corpus/v1/corpusv1connect"
+)
+
+// firstMessage opens a server stream and reads one message: nil when the
+// call was let through and answered, else the call's error.
+func firstMessage[T any](stream *connect.ServerStreamForClient[T], err error) error {
+	if err != nil {
+		return err
+	}
+	defer stream.Close()
+	if stream.Receive() {
+		return nil
+	}
+	return stream.Err()
+}
+
+// authCalls makes one call to each procedure. Requests are chosen so an
+// authorized caller gets an answer or a handler error that is neither
+// Unauthenticated nor PermissionDenied.
+var authCalls = map[string]func(ctx context.Context, c clients) error{
+	corpusv1connect.ClusterServiceStatusProcedure: func(ctx context.Context, c clients) error {
+		_, err := c.cluster.Status(ctx, connect.NewRequest(&corpusv1.StatusRequest{}))
+		return err
+	},
+	corpusv1connect.NodeServiceCreateJoinTokenProcedure: func(ctx context.Context, c clients) error {
+		_, err := c.nodes.CreateJoinToken(ctx, connect.NewRequest(&corpusv1.CreateJoinTokenRequest{TtlSeconds: -1}))
+		return err
+	},
+	corpusv1connect.NodeServiceListNodesProcedure: func(ctx context.Context, c clients) error {
+		_, err := c.nodes.ListNodes(ctx, connect.NewRequest(&corpusv1.ListNodesRequest{}))
+		return err
+	},
+	corpusv1connect.NodeServiceGetNodeProcedure: func(ctx context.Context, c clients) error {
+		_, err := c.nodes.GetNode(ctx, connect.NewRequest(&corpusv1.GetNodeRequest{Name: "n1"}))
+		return err
+	},
+	corpusv1connect.GuestServiceCreateGuestProcedure: func(ctx context.Context, c clients) error {
+		_, err := c.guests.CreateGuest(ctx, connect.NewRequest(&corpusv1.CreateGuestRequest{}))
+		return err
+	},
+	corpusv1connect.GuestServiceGetGuestProcedure: func(ctx context.Context, c clients) error {
+		_, err := c.guests.GetGuest(ctx, connect.NewRequest(&corpusv1.GetGuestRequest{Name: "nope"}))
+		return err
+	},
+	corpusv1connect.GuestServiceListGuestsProcedure: func(ctx context.Context, c clients) error {
+		_, err := c.guests.ListGuests(ctx, connect.NewRequest(&corpusv1.ListGuestsRequest{}))
+		return err
+	},
+	corpusv1connect.GuestServiceStartGuestProcedure: func(ctx context.Context, c clients) error {
+		_, err := c.guests.StartGuest(ctx, connect.NewRequest(&corpusv1.GuestActionRequest{Name: "nope"}))
+		return err
+	},
+	corpusv1connect.GuestServiceStopGuestProcedure: func(ctx context.Context, c clients) error {
+		_, err := c.guests.StopGuest(ctx, connect.NewRequest(&corpusv1.GuestActionRequest{Name: "nope"}))
+		return err
+	},
+	corpusv1connect.GuestServiceDeleteGuestProcedure: func(ctx context.Context, c clients) error {
+		_, err := c.guests.DeleteGuest(ctx, connect.NewRequest(&corpusv1.GuestActionRequest{Name: "nope"}))
+		return err
+	},
+	corpusv1connect.GuestServiceExecGuestProcedure: func(ctx context.Context, c clients) error {
+		return firstMessage(c.guests.ExecGuest(ctx, connect.NewRequest(&corpusv1.ExecGuestRequest{Name: "nope", Argv: []string{"true"}})))
+	},
+	corpusv1connect.AgentServiceEnrollProcedure: func(ctx context.Context, c clients) error {
+		_, err := c.agent.Enroll(ctx, connect.NewRequest(&corpusv1.EnrollRequest{}))
+		return err
+	},
+	corpusv1connect.AgentServiceWatchProcedure: func(ctx context.Context, c clients) error {
+		return firstMessage(c.agent.Watch(ctx, connect.NewRequest(&corpusv1.WatchRequest{})))
+	},
+	corpusv1connect.AgentServiceReportProcedure: func(ctx context.Context, c clients) error {
+		_, err := c.agent.Report(ctx, connect.NewRequest(&corpusv1.ReportRequest{Capacity: capacity(), Drivers: drivers()}))
+		return err
+	},
+}
+
+// TestPoliciesCoverTheAPI checks that every procedure the coordinator
+// serves has a policy (the interceptor refuses the others) and a call in
+// the auth table below.
+func TestPoliciesCoverTheAPI(t *testing.T) {
+	t.Parallel()
+	services := corpusv1.File_corpus_v1_api_proto.Services()
+	var served []string
+	for i := range services.Len() {
+		svc := services.Get(i)
+		if svc.FullName() == corpusv1connect.NodeAgentServiceName {
+			continue // served by agents, not coordinators
+		}
+		for j := range svc.Methods().Len() {
+			served = append(served, "/"+string(svc.FullName())+"/"+string(svc.Methods().Get(j).Name()))
+		}
+	}
+	for _, proc := range served {
+		if _, ok := api.Policies[proc]; !ok {
+			t.Errorf("api.Policies[%s] is missing: nobody may call it", proc)
+		}
+		if _, ok := authCalls[proc]; !ok {
+			t.Errorf("authCalls[%s] is missing: its policy is untested", proc)
+		}
+	}
+	for proc := range api.Policies {
+		if !slices.Contains(served, proc) {
+			t.Errorf("api.Policies has %s, which the coordinator does not serve", proc)
+		}
+	}
+}
+
+func TestAuth(t *testing.T) {
+	t.Parallel()
+	s := start(t, t.TempDir())
+	node := s.enroll("n1")
+	wrongSecret := auth.NodeCredential(node.id, "0000")
+	callers := []struct {
+		name  string
+		token string
+		kind  auth.Kind // "" for a credential that must be refused
+	}{
+		{"anonymous", "", auth.Anonymous},
+		{"ops", s.OpsToken(), auth.Operator},
+		{"node", node.credential, auth.Agent},
+		{"wrong ops token", "cops_0000", ""},
+		{"wrong node secret", wrongSecret, ""},
+		{"unknown node", auth.NodeCredential("0000", "0000"), ""},
+		{"malformed node credential", "node.nodots", ""},
+	}
+	procs := make([]string, 0, len(api.Policies))
+	for proc := range api.Policies {
+		procs = append(procs, proc)
+	}
+	slices.Sort(procs)
+	for _, proc := range procs {
+		policy := api.Policies[proc]
+		call := authCalls[proc]
+		if call == nil {
+			t.Errorf("authCalls[%s] is missing", proc)
+			continue
+		}
+		for _, c := range callers {
+			t.Run(proc+"/"+c.name, func(t *testing.T) {
+				t.Parallel()
+				ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+				defer cancel()
+				err := call(ctx, s.clients(c.token))
+				got := codeOf(err)
+				switch {
+				case c.kind == "":
+					if got != connect.CodeUnauthenticated {
+						t.Errorf("%s as %s = %v, want %v", proc, c.name, err, connect.CodeUnauthenticated)
+					}
+				case slices.Contains(policy, c.kind):
+					if got == connect.CodeUnauthenticated || got == connect.CodePermissionDenied {
+						t.Errorf("%s as %s = %v, want it allowed", proc, c.name, err)
+					}
+				case c.kind == auth.Anonymous:
+					if got != connect.CodeUnauthenticated {
+						t.Errorf("%s as %s = %v, want %v", proc, c.name, err, connect.CodeUnauthenticated)
+					}
+				default:
+					if got != connect.CodePermissionDenied {
+						t.Errorf("%s as %s = %v, want %v", proc, c.name, err, connect.CodePermissionDenied)
+					}
+				}
+			})
+		}
+	}
+}
+
+func TestStatusNamesTheCaller(t *testing.T) {
+	t.Parallel()
+	s := start(t, t.TempDir())
+	node := s.enroll("n1")
+	for _, c := range []struct {
+		name string
+		c    clients
+		want string
+	}{
+		{"ops", s.ops(), "ops"},
+		{"node", node.clients, "node:n1"},
+	} {
+		res, err := c.c.cluster.Status(context.Background(), connect.NewRequest(&corpusv1.StatusRequest{}))
+		if err != nil {
+			t.Fatalf("Status() as %s = %v", c.name, err)
+		}
+		if res.Msg.Who != c.want || res.Msg.ClusterId == "" || res.Msg.Leader == "" || res.Msg.Nodes != 1 {
+			t.Errorf("Status() as %s = %v, want who %q, a cluster id, a leader and one node", c.name, res.Msg, c.want)
+		}
+	}
+}

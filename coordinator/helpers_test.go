@@ -1,0 +1,252 @@
+package coordinator_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+
+	"corpus/coordinator"
+	"corpus/coordinator/auth"
+	"corpus/coordinator/state"
+	"corpus/internal/rpc"
+	corpusv1 "corpus/proto/corpus/v1"
+	"corpus/proto/corpus/v1/corpusv1connect"
+)
+
+// waitTimeout bounds every wait on a condition.
+const waitTimeout = 15 * time.Second
+
+// server is a coordinator running in this process.
+type server struct {
+	*coordinator.Server
+	t      *testing.T
+	dir    string
+	cancel context.CancelFunc
+	done   chan error
+	once   sync.Once
+	err    error
+}
+
+// start runs a one-replica coordinator on dir with dynamic ports and waits
+// until it leads and the cluster is bootstrapped.
+func start(t *testing.T, dir string, opts ...func(*coordinator.Config)) *server {
+	t.Helper()
+	cfg := coordinator.Default()
+	cfg.DataDir = dir
+	cfg.APIAddr = "127.0.0.1:0"
+	cfg.RaftAddr = "127.0.0.1:0"
+	cfg.Logger = testLogger(t)
+	for _, o := range opts {
+		o(&cfg)
+	}
+	srv, err := coordinator.New(cfg)
+	if err != nil {
+		t.Fatalf("New(%+v) = %v", cfg, err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	s := &server{Server: srv, t: t, dir: dir, cancel: cancel, done: make(chan error, 1)}
+	go func() { s.done <- srv.Serve(ctx) }()
+	t.Cleanup(func() {
+		if err := s.stop(); err != nil {
+			t.Errorf("Serve() = %v, want nil after a clean stop", err)
+		}
+	})
+	s.waitLeader()
+	return s
+}
+
+// stop ends Serve and returns its error; it is safe to call twice.
+func (s *server) stop() error {
+	s.once.Do(func() {
+		s.cancel()
+		select {
+		case s.err = <-s.done:
+		case <-time.After(waitTimeout):
+			s.err = errors.New("Serve did not return")
+		}
+	})
+	return s.err
+}
+
+func (s *server) url() string { return "http://" + s.APIAddr() }
+
+// waitLeader polls /healthz until this replica leads, then Status until
+// the cluster config is applied (the operator token works).
+func (s *server) waitLeader() {
+	s.t.Helper()
+	deadline := time.Now().Add(waitTimeout)
+	hc := rpc.HTTPClient()
+	ops := s.clients(s.OpsToken())
+	var last string
+	for ; time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		var health struct {
+			Leader   string `json:"leader"`
+			IsLeader bool   `json:"is_leader"`
+		}
+		res, err := hc.Get(s.url() + "/healthz")
+		if err != nil {
+			last = err.Error()
+			continue
+		}
+		err = json.NewDecoder(res.Body).Decode(&health)
+		res.Body.Close()
+		if err != nil || !health.IsLeader {
+			last = "not leading yet"
+			continue
+		}
+		st, err := ops.cluster.Status(context.Background(), connect.NewRequest(&corpusv1.StatusRequest{}))
+		if err != nil || st.Msg.ClusterId == "" {
+			last = "not bootstrapped yet: " + errString(err)
+			continue
+		}
+		return
+	}
+	s.t.Fatalf("coordinator on %s did not lead within %v: %s", s.APIAddr(), waitTimeout, last)
+}
+
+func errString(err error) string {
+	if err == nil {
+		return "<nil>"
+	}
+	return err.Error()
+}
+
+// waitFor blocks until cond holds for the server's state, or fails the
+// test after a deadline. cond reads through the view, so its reads are
+// watched and no polling is needed.
+func (s *server) waitFor(what string, cond func(v *state.Snap) bool) {
+	s.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+	defer cancel()
+	for {
+		v := s.Store().Read()
+		if cond(v) {
+			return
+		}
+		if err := v.Wait(ctx); err != nil {
+			s.t.Fatalf("waiting for %s: %v", what, err)
+		}
+	}
+}
+
+// clients are API clients speaking with one credential.
+type clients struct {
+	cluster corpusv1connect.ClusterServiceClient
+	nodes   corpusv1connect.NodeServiceClient
+	guests  corpusv1connect.GuestServiceClient
+	agent   corpusv1connect.AgentServiceClient
+}
+
+// clients returns clients presenting token ("" for none).
+func (s *server) clients(token string) clients {
+	hc, url := rpc.HTTPClient(), s.url()
+	opt := connect.WithInterceptors(rpc.Bearer(token))
+	return clients{
+		cluster: corpusv1connect.NewClusterServiceClient(hc, url, opt),
+		nodes:   corpusv1connect.NewNodeServiceClient(hc, url, opt),
+		guests:  corpusv1connect.NewGuestServiceClient(hc, url, opt),
+		agent:   corpusv1connect.NewAgentServiceClient(hc, url, opt),
+	}
+}
+
+func (s *server) ops() clients { return s.clients(s.OpsToken()) }
+
+// joinToken creates a join token as the operator.
+func (s *server) joinToken() string {
+	s.t.Helper()
+	res, err := s.ops().nodes.CreateJoinToken(context.Background(), connect.NewRequest(&corpusv1.CreateJoinTokenRequest{}))
+	if err != nil {
+		s.t.Fatalf("CreateJoinToken() = %v", err)
+	}
+	return res.Msg.Token
+}
+
+// capacity and drivers are what test agents report.
+func capacity() *corpusv1.Resources {
+	return &corpusv1.Resources{MemoryBytes: 8 << 30, CpuMillis: 4000, DiskBytes: 100 << 30}
+}
+
+func drivers() []*corpusv1.DriverInfo {
+	return []*corpusv1.DriverInfo{{Name: "lxc", Healthy: true, Exec: true, Attributes: map[string]string{"version": "6"}}}
+}
+
+// agent is an enrolled node as its agent sees it.
+type agent struct {
+	id, name, credential string
+	// agentKey is what coordinators present to the agent's own API.
+	agentKey string
+	// address is the agent API address it reports.
+	address string
+	clients
+}
+
+// enroll enrolls a node named name with a fresh join token.
+func (s *server) enroll(name string) *agent {
+	s.t.Helper()
+	res, err := s.clients("").agent.Enroll(context.Background(), connect.NewRequest(&corpusv1.EnrollRequest{
+		JoinToken: s.joinToken(), Name: name, Capacity: capacity(), Drivers: drivers(), AgentAddress: "127.0.0.1:1", AgentVersion: "test",
+	}))
+	if err != nil {
+		s.t.Fatalf("Enroll(%s) = %v", name, err)
+	}
+	cred := auth.NodeCredential(res.Msg.NodeId, res.Msg.NodeSecret)
+	return &agent{id: res.Msg.NodeId, name: name, credential: cred, agentKey: res.Msg.AgentKey, address: "127.0.0.1:1", clients: s.clients(cred)}
+}
+
+// report sends the agent's facts and the given observations.
+func (a *agent) report(t *testing.T, observed ...*corpusv1.ReportedGuest) {
+	t.Helper()
+	_, err := a.agent.Report(context.Background(), connect.NewRequest(&corpusv1.ReportRequest{
+		Capacity: capacity(), Drivers: drivers(), AgentAddress: a.address, AgentVersion: "test", Guests: observed,
+	}))
+	if err != nil {
+		t.Fatalf("Report(%s) = %v", a.name, err)
+	}
+}
+
+func observed(guestID, st string) *corpusv1.ReportedGuest {
+	return &corpusv1.ReportedGuest{GuestId: guestID, Observed: &corpusv1.GuestObserved{State: st, Pid: 7}}
+}
+
+// codeOf is the connect code of err, or 0 for nil.
+func codeOf(err error) connect.Code {
+	if err == nil {
+		return 0
+	}
+	return connect.CodeOf(err)
+}
+
+// testLogger logs to t until the test ends.
+func testLogger(t *testing.T) *slog.Logger {
+	w := &testWriter{t: t}
+	t.Cleanup(w.close)
+	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelDebug}))
+}
+
+type testWriter struct {
+	mu     sync.Mutex
+	t      *testing.T
+	closed bool
+}
+
+func (w *testWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if !w.closed {
+		w.t.Log(strings.TrimSuffix(string(p), "\n"))
+	}
+	return len(p), nil
+}
+
+func (w *testWriter) close() {
+	w.mu.Lock()
+	w.closed = true
+	w.mu.Unlock()
+}
