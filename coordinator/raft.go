@@ -121,9 +121,14 @@ func (r *replica) propose(ctx context.Context, cmd *corpusv1.Command) (uint64, e
 	if err != nil {
 		return 0, fmt.Errorf("encoding command: %w", err)
 	}
+	// The context bounds how long the write may wait to be enqueued; once
+	// enqueued, a write commits or fails as Raft decides.
 	timeout := 10 * time.Second
 	if dl, ok := ctx.Deadline(); ok {
-		timeout = time.Until(dl)
+		timeout = min(timeout, time.Until(dl))
+	}
+	if err := ctx.Err(); err != nil || timeout <= 0 {
+		return 0, fmt.Errorf("proposing command: %w", context.DeadlineExceeded)
 	}
 	f := r.raft.Apply(data, timeout)
 	if err := f.Error(); err != nil {
@@ -144,6 +149,13 @@ func (r *replica) notLeader() error {
 		return fmt.Errorf("%w (the leader is %s)", api.ErrNotLeader, l)
 	}
 	return fmt.Errorf("%w (no leader is elected yet; retry shortly)", api.ErrNotLeader)
+}
+
+// barrier waits until every entry committed before this replica became
+// leader is applied to its store, so leader duties start from the
+// latest state.
+func (r *replica) barrier(timeout time.Duration) error {
+	return r.raft.Barrier(timeout).Error()
 }
 
 func (r *replica) isLeader() bool { return r.raft.State() == raft.Leader }

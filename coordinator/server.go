@@ -71,8 +71,8 @@ func (c Config) Validate() error {
 	if c.ReplicaID == "" {
 		errs = append(errs, errors.New("replica id is empty"))
 	}
-	if c.NodeTimeout <= 0 {
-		errs = append(errs, errors.New("node timeout must be positive"))
+	if c.NodeTimeout < time.Second {
+		errs = append(errs, fmt.Errorf("node timeout %s is below the minimum of 1s", c.NodeTimeout))
 	}
 	return errors.Join(errs...)
 }
@@ -243,11 +243,14 @@ func (s *Server) leaderLoop(ctx context.Context) {
 // runs the scheduler and the liveness checker until leadership ends.
 func (s *Server) lead(ctx context.Context) {
 	for ctx.Err() == nil {
-		err := s.ensureBootstrapped(ctx)
+		err := s.replica.barrier(10 * time.Second)
+		if err == nil {
+			err = s.ensureBootstrapped(ctx)
+		}
 		if err == nil {
 			break
 		}
-		s.logger.Warn("bootstrapping cluster config", "error", err)
+		s.logger.Warn("starting leader duties", "error", err, "retry_in", time.Second)
 		select {
 		case <-ctx.Done():
 			return
