@@ -192,7 +192,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		return err
 	}
 	a.client = corpusv1connect.NewAgentServiceClient(rpc.HTTPClient(), "http://"+a.id.Coordinator,
-		connect.WithInterceptors(rpc.Bearer(nodeCredential(a.id))))
+		connect.WithInterceptors(rpc.Bearer(rpc.NodeCredential(a.id.NodeID, a.id.NodeSecret))))
 	if err := a.recoverJournal(ctx); err != nil {
 		a.logger.Warn("recovering interrupted work", "error", err)
 	}

@@ -10,9 +10,9 @@ import (
 
 	"connectrpc.com/connect"
 
-	"corpus/coordinator/auth"
 	"corpus/drivers"
 	"corpus/internal/names"
+	"corpus/internal/secret"
 	corpusv1 "corpus/proto/corpus/v1"
 	"corpus/proto/corpus/v1/corpusv1connect"
 )
@@ -31,7 +31,7 @@ type agentAPI struct{ a *Agent }
 func (s *agentAPI) Exec(ctx context.Context, req *connect.Request[corpusv1.ExecGuestRequest], stream *connect.ServerStream[corpusv1.ExecOutput]) error {
 	a := s.a
 	tok, _ := strings.CutPrefix(req.Header().Get("Authorization"), "Bearer ")
-	if a.id.AgentKey == "" || !auth.Equal(tok, auth.Hash(a.id.AgentKey)) {
+	if a.id.AgentKey == "" || !secret.Equal(tok, secret.Hash(a.id.AgentKey)) {
 		return connect.NewError(connect.CodeUnauthenticated, errors.New("only coordinators of this cluster may call the agent"))
 	}
 	m := req.Msg

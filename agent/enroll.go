@@ -15,11 +15,6 @@ import (
 	"corpus/proto/corpus/v1/corpusv1connect"
 )
 
-// nodeCredential is the bearer token of an enrolled agent.
-func nodeCredential(id cache.Identity) string {
-	return "node." + id.NodeID + "." + id.NodeSecret
-}
-
 // enroll loads the agent's identity, or trades the join token for one and
 // stores it. A refused token is final; an unreachable coordinator is
 // retried until ctx ends.

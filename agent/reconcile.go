@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"corpus/agent/cache"
-	"corpus/coordinator/state"
 	"corpus/drivers"
 	corpusv1 "corpus/proto/corpus/v1"
 )
@@ -108,12 +107,12 @@ func (w *worker) run(ctx context.Context) {
 			return
 		case errors.Is(err, drivers.ErrUnknownImage), errors.Is(err, errNoDriver):
 			w.terminal = g.ModifyIndex
-			w.a.setObserved(g.Id, &corpusv1.GuestObserved{State: state.ObservedFailed, Message: err.Error()})
+			w.a.setObserved(g.Id, &corpusv1.GuestObserved{State: corpusv1.ObservedFailed, Message: err.Error()})
 			w.a.logger.Error("guest failed permanently", "guest", g.Name, "error", err)
 		default:
 			w.failures++
 			delay := min(time.Duration(1<<min(w.failures, 6))*time.Second/2, 30*time.Second)
-			w.a.setObserved(g.Id, &corpusv1.GuestObserved{State: state.ObservedFailed, Message: err.Error()})
+			w.a.setObserved(g.Id, &corpusv1.GuestObserved{State: corpusv1.ObservedFailed, Message: err.Error()})
 			w.a.logger.Warn("reconciling guest failed", "guest", g.Name, "error", err, "retry_in", delay)
 			retry = time.After(delay)
 		}
@@ -154,14 +153,14 @@ func (w *worker) reconcile(ctx context.Context, g *corpusv1.Guest) error {
 		}
 		exists = false
 	}
-	if g.DesiredState == state.DesiredDeleted {
+	if g.DesiredState == corpusv1.DesiredDeleted {
 		if exists {
 			if err := d.Destroy(ctx, g.Name); err != nil {
 				return fmt.Errorf("destroying: %w", err)
 			}
 			a.logger.Info("guest destroyed", "guest", g.Name)
 		}
-		a.setObserved(g.Id, &corpusv1.GuestObserved{State: state.ObservedDeleted})
+		a.setObserved(g.Id, &corpusv1.GuestObserved{State: corpusv1.ObservedDeleted})
 		return nil
 	}
 	if !exists {
@@ -173,13 +172,13 @@ func (w *worker) reconcile(ctx context.Context, g *corpusv1.Guest) error {
 		}
 	}
 	switch {
-	case g.DesiredState == state.DesiredRunning && st.State != drivers.StateRunning:
+	case g.DesiredState == corpusv1.DesiredRunning && st.State != drivers.StateRunning:
 		a.setObserved(g.Id, &corpusv1.GuestObserved{State: "starting"})
 		if err := d.Start(ctx, g.Name); err != nil {
 			return fmt.Errorf("starting: %w", err)
 		}
 		a.logger.Info("guest started", "guest", g.Name)
-	case g.DesiredState == state.DesiredStopped && st.State == drivers.StateRunning:
+	case g.DesiredState == corpusv1.DesiredStopped && st.State == drivers.StateRunning:
 		a.setObserved(g.Id, &corpusv1.GuestObserved{State: "stopping"})
 		if err := d.Stop(ctx, g.Name, a.cfg.StopTimeout); err != nil {
 			return fmt.Errorf("stopping: %w", err)
@@ -199,7 +198,7 @@ func (w *worker) reconcile(ctx context.Context, g *corpusv1.Guest) error {
 
 func (w *worker) create(ctx context.Context, d drivers.Driver, g *corpusv1.Guest) error {
 	a := w.a
-	a.setObserved(g.Id, &corpusv1.GuestObserved{State: state.ObservedCreating})
+	a.setObserved(g.Id, &corpusv1.GuestObserved{State: corpusv1.ObservedCreating})
 	e := cache.Entry{GuestID: g.Id, GuestName: g.Name, Driver: g.Spec.GetDriver(), Op: "create", Started: time.Now()}
 	if err := a.cache.Begin(e); err != nil {
 		return fmt.Errorf("journaling create: %w", err)
@@ -211,7 +210,7 @@ func (w *worker) create(ctx context.Context, d drivers.Driver, g *corpusv1.Guest
 		Env:         g.Spec.GetEnv(),
 	}
 	progress := func(msg string) {
-		a.setObserved(g.Id, &corpusv1.GuestObserved{State: state.ObservedCreating, Message: msg})
+		a.setObserved(g.Id, &corpusv1.GuestObserved{State: corpusv1.ObservedCreating, Message: msg})
 	}
 	start := time.Now()
 	if err := d.Create(ctx, spec, progress); err != nil {
@@ -256,7 +255,7 @@ func (a *Agent) setObserved(id string, o *corpusv1.GuestObserved) {
 	prev := a.observed[id]
 	a.observed[id] = o
 	a.mu.Unlock()
-	if !state.SameObserved(prev, o) {
+	if !corpusv1.SameObserved(prev, o) {
 		a.poke(a.report)
 	}
 }

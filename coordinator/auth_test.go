@@ -9,6 +9,7 @@ import (
 
 	"corpus/coordinator/api"
 	"corpus/coordinator/auth"
+	"corpus/internal/rpc"
 	corpusv1 "corpus/proto/corpus/v1"
 	"corpus/proto/corpus/v1/corpusv1connect"
 )
@@ -121,7 +122,7 @@ func TestAuth(t *testing.T) {
 	t.Parallel()
 	s := start(t, t.TempDir())
 	node := s.enroll("n1")
-	wrongSecret := auth.NodeCredential(node.id, "0000")
+	wrongSecret := rpc.NodeCredential(node.id, "0000")
 	callers := []struct {
 		name  string
 		token string
@@ -132,7 +133,7 @@ func TestAuth(t *testing.T) {
 		{"node", node.credential, auth.Agent},
 		{"wrong ops token", "cops_0000", ""},
 		{"wrong node secret", wrongSecret, ""},
-		{"unknown node", auth.NodeCredential("0000", "0000"), ""},
+		{"unknown node", rpc.NodeCredential("0000", "0000"), ""},
 		{"malformed node credential", "node.nodots", ""},
 	}
 	procs := make([]string, 0, len(api.Policies))

@@ -13,7 +13,6 @@ import (
 	"connectrpc.com/connect"
 
 	"corpus/coordinator"
-	"corpus/coordinator/auth"
 	"corpus/coordinator/state"
 	"corpus/internal/rpc"
 	corpusv1 "corpus/proto/corpus/v1"
@@ -196,7 +195,7 @@ func (s *server) enroll(name string) *agent {
 	if err != nil {
 		s.t.Fatalf("Enroll(%s) = %v", name, err)
 	}
-	cred := auth.NodeCredential(res.Msg.NodeId, res.Msg.NodeSecret)
+	cred := rpc.NodeCredential(res.Msg.NodeId, res.Msg.NodeSecret)
 	return &agent{id: res.Msg.NodeId, name: name, credential: cred, agentKey: res.Msg.AgentKey, address: "127.0.0.1:1", clients: s.clients(cred)}
 }
 

@@ -16,7 +16,6 @@ import (
 	"connectrpc.com/connect"
 
 	"corpus/coordinator/api"
-	"corpus/coordinator/auth"
 	"corpus/coordinator/scheduler"
 	"corpus/coordinator/state"
 	"corpus/internal/atomicfile"
@@ -281,7 +280,7 @@ func (s *Server) ensureBootstrapped(ctx context.Context) error {
 	_, err := s.replica.propose(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_BootstrapCluster{BootstrapCluster: &corpusv1.BootstrapCluster{
 		Config: &corpusv1.ClusterConfig{
 			ClusterId:    secret.Hex(8),
-			OpsTokenHash: auth.Hash(s.opsToken),
+			OpsTokenHash: secret.Hash(s.opsToken),
 			AgentKey:     secret.Hex(24),
 		},
 	}}})

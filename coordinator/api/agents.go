@@ -66,10 +66,10 @@ func (s *agentService) Enroll(ctx context.Context, req *connect.Request[corpusv1
 		Drivers:      m.Drivers,
 		AgentAddress: m.AgentAddress,
 		AgentVersion: m.AgentVersion,
-		SecretHash:   auth.Hash(nodeSecret),
+		SecretHash:   secret.Hash(nodeSecret),
 	}
 	_, err := s.b.write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_EnrollNode{EnrollNode: &corpusv1.EnrollNode{
-		TokenId: tokID, TokenSecretHash: auth.Hash(tokSecret), Node: node,
+		TokenId: tokID, TokenSecretHash: secret.Hash(tokSecret), Node: node,
 	}}})
 	if err != nil {
 		return nil, err
@@ -146,7 +146,7 @@ func (s *agentService) Report(ctx context.Context, req *connect.Request[corpusv1
 			continue
 		}
 		deleted := g.DesiredState == state.DesiredDeleted && r.Observed.State == state.ObservedDeleted
-		if deleted || !state.SameObserved(g.Observed, r.Observed) {
+		if deleted || !corpusv1.SameObserved(g.Observed, r.Observed) {
 			changed = append(changed, &corpusv1.ObservedGuest{GuestId: r.GuestId, Observed: r.Observed})
 		}
 	}

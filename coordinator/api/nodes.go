@@ -8,7 +8,6 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
-	"corpus/coordinator/auth"
 	"corpus/coordinator/scheduler"
 	"corpus/coordinator/state"
 	"corpus/internal/secret"
@@ -37,7 +36,7 @@ func (s *nodeService) CreateJoinToken(ctx context.Context, req *connect.Request[
 	now := time.Now()
 	tok := &corpusv1.JoinToken{
 		Id:         id,
-		SecretHash: auth.Hash(tokSecret),
+		SecretHash: secret.Hash(tokSecret),
 		CreatedAt:  timestamppb.New(now),
 		ExpiresAt:  timestamppb.New(now.Add(ttl)),
 	}

@@ -13,9 +13,6 @@ package auth
 
 import (
 	"context"
-	"crypto/sha256"
-	"crypto/subtle"
-	"encoding/hex"
 	"errors"
 	"net/http"
 	"strings"
@@ -23,6 +20,8 @@ import (
 	"connectrpc.com/connect"
 
 	"corpus/coordinator/state"
+	"corpus/internal/rpc"
+	"corpus/internal/secret"
 )
 
 // Kind is the kind of caller.
@@ -78,22 +77,6 @@ func (p Policy) allows(k Kind) bool {
 	return false
 }
 
-// Hash returns the hex SHA-256 of a secret, the form secrets are stored in.
-func Hash(secret string) string {
-	sum := sha256.Sum256([]byte(secret))
-	return hex.EncodeToString(sum[:])
-}
-
-// Equal compares a secret with a stored hash in constant time.
-func Equal(secret, hash string) bool {
-	return subtle.ConstantTimeCompare([]byte(Hash(secret)), []byte(hash)) == 1
-}
-
-// NodeCredential is the bearer token form of an agent's credential.
-func NodeCredential(nodeID, secret string) string {
-	return "node." + nodeID + "." + secret
-}
-
 var (
 	errNoCredential  = errors.New("no credential: run `corpus dev` or `corpus login`, or pass --token / CORPUS_TOKEN")
 	errBadCredential = errors.New("credential not accepted: the token is wrong, revoked or from another cluster")
@@ -112,19 +95,19 @@ func (a *Authenticator) Authenticate(header string) (Principal, error) {
 		return Principal{Kind: Anonymous}, nil
 	}
 	view := a.Store.Read()
-	if rest, ok := strings.CutPrefix(tok, "node."); ok {
-		id, secret, ok := strings.Cut(rest, ".")
+	if rest, ok := strings.CutPrefix(tok, rpc.NodeCredentialPrefix); ok {
+		id, nodeSecret, ok := strings.Cut(rest, ".")
 		if !ok {
 			return Principal{}, errBadCredential
 		}
 		n := view.Node(id)
-		if n == nil || !Equal(secret, n.SecretHash) {
+		if n == nil || !secret.Equal(nodeSecret, n.SecretHash) {
 			return Principal{}, errBadCredential
 		}
 		return Principal{Kind: Agent, NodeID: n.Id, NodeName: n.Name}, nil
 	}
 	cfg := view.Config()
-	if cfg == nil || !Equal(tok, cfg.OpsTokenHash) {
+	if cfg == nil || !secret.Equal(tok, cfg.OpsTokenHash) {
 		return Principal{}, errBadCredential
 	}
 	return Principal{Kind: Operator}, nil

@@ -1,24 +1,20 @@
 package state
 
-// Node statuses.
-const (
-	NodeInitializing = "initializing"
-	NodeReady        = "ready"
-	NodeDown         = "down"
-)
+import corpusv1 "corpus/proto/corpus/v1"
 
-// Guest desired states.
+// The state's vocabulary is the API's (see corpusv1's vocabulary.go).
 const (
-	DesiredRunning = "running"
-	DesiredStopped = "stopped"
-	DesiredDeleted = "deleted"
-)
+	NodeInitializing = corpusv1.NodeInitializing
+	NodeReady        = corpusv1.NodeReady
+	NodeDown         = corpusv1.NodeDown
 
-// Guest observed states, as agents report them.
-const (
-	ObservedCreating = "creating"
-	ObservedRunning  = "running"
-	ObservedStopped  = "stopped"
-	ObservedFailed   = "failed"
-	ObservedDeleted  = "deleted"
+	DesiredRunning = corpusv1.DesiredRunning
+	DesiredStopped = corpusv1.DesiredStopped
+	DesiredDeleted = corpusv1.DesiredDeleted
+
+	ObservedCreating = corpusv1.ObservedCreating
+	ObservedRunning  = corpusv1.ObservedRunning
+	ObservedStopped  = corpusv1.ObservedStopped
+	ObservedFailed   = corpusv1.ObservedFailed
+	ObservedDeleted  = corpusv1.ObservedDeleted
 )

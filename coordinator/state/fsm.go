@@ -333,7 +333,7 @@ func (a *applier) reportGuests(c *corpusv1.ReportGuests) error {
 			}
 			continue
 		}
-		if SameObserved(g.Observed, r.Observed) {
+		if corpusv1.SameObserved(g.Observed, r.Observed) {
 			continue
 		}
 		g = proto.Clone(g).(*corpusv1.Guest)
@@ -351,12 +351,6 @@ func (a *applier) reportGuests(c *corpusv1.ReportGuests) error {
 		a.put(tableGuests, g)
 	}
 	return nil
-}
-
-// SameObserved reports whether two observations say the same thing
-// (ignoring when they were made), so unchanged reports write nothing.
-func SameObserved(a, b *corpusv1.GuestObserved) bool {
-	return a.GetState() == b.GetState() && a.GetPid() == b.GetPid() && a.GetMessage() == b.GetMessage()
 }
 
 func (a *applier) event(g *corpusv1.Guest, typ, msg string) {

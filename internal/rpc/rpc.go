@@ -43,6 +43,14 @@ func NewServer(h http.Handler) *http.Server {
 	return s
 }
 
+// NodeCredentialPrefix starts every node agent's bearer token.
+const NodeCredentialPrefix = "node."
+
+// NodeCredential is the bearer token of an enrolled node agent.
+func NodeCredential(nodeID, nodeSecret string) string {
+	return NodeCredentialPrefix + nodeID + "." + nodeSecret
+}
+
 // Bearer returns a client interceptor that sends token as the credential.
 func Bearer(token string) connect.Interceptor { return bearer(token) }
 

@@ -1,0 +1,34 @@
+package corpusv1
+
+// This file is written by hand: the words of the API that are strings in
+// the messages, shared by the coordinator, the agents and the CLI.
+
+// Node statuses (Node.status).
+const (
+	NodeInitializing = "initializing"
+	NodeReady        = "ready"
+	NodeDown         = "down"
+)
+
+// Guest desired states (Guest.desired_state).
+const (
+	DesiredRunning = "running"
+	DesiredStopped = "stopped"
+	DesiredDeleted = "deleted"
+)
+
+// Guest observed states (GuestObserved.state), as agents report them.
+// Drivers may report others ("starting", "stopping", "frozen").
+const (
+	ObservedCreating = "creating"
+	ObservedRunning  = "running"
+	ObservedStopped  = "stopped"
+	ObservedFailed   = "failed"
+	ObservedDeleted  = "deleted"
+)
+
+// SameObserved reports whether two observations say the same thing,
+// ignoring when they were made, so unchanged reports write nothing.
+func SameObserved(a, b *GuestObserved) bool {
+	return a.GetState() == b.GetState() && a.GetPid() == b.GetPid() && a.GetMessage() == b.GetMessage()
+}
