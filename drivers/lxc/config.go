@@ -1,0 +1,16 @@
+package lxc
+
+import "log/slog"
+
+// Name is the driver's registered name.
+const Name = "lxc"
+
+// Config configures one LXC driver instance.
+type Config struct {
+	// Path is the lxcpath holding this instance's containers. The driver
+	// owns it: it creates it when missing and treats every container in
+	// it as its own. Two instances must not share a Path.
+	Path string
+	// Logger receives the driver's logs; nil discards them.
+	Logger *slog.Logger
+}

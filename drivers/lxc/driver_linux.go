@@ -1,0 +1,132 @@
+//go:build linux && cgo
+
+package lxc
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"sync/atomic"
+
+	golxc "github.com/lxc/go-lxc"
+	"golang.org/x/sys/unix"
+
+	"corpus/drivers"
+)
+
+var _ drivers.Driver = (*Driver)(nil)
+
+// Driver runs guests as LXC containers in one lxcpath. It is safe for
+// concurrent use; callers serialise operations on one guest, as the
+// drivers.Driver contract says.
+type Driver struct {
+	path     string // lxcpath of guests
+	imgPath  string // lxcpath of image caches, <path>/.images
+	log      *slog.Logger
+	cgroup   int       // 1 or 2, see cgroupVersion
+	apparmor bool      // kernel enforces AppArmor
+	clone    cloneMode // how guests are made from image caches
+
+	// builds guards image cache builds so each runs once at a time.
+	buildsMu sync.Mutex
+	builds   map[string]*imageBuild
+	// built counts image builds that ran; tests read it.
+	built atomic.Int64
+
+	// rdepsMu serialises clones from and destroys of overlay guests: both
+	// rewrite the cache container's lxc_snapshots list.
+	rdepsMu sync.Mutex
+}
+
+// New returns a driver owning cfg.Path, creating the directory if needed.
+// It fails when the path is not absolute or cannot be created, or when the
+// host's cgroup layout cannot be read. A host where containers cannot run
+// (not root, say) still gets a driver; Fingerprint reports it unhealthy.
+func New(cfg Config) (*Driver, error) {
+	if cfg.Path == "" || !filepath.IsAbs(cfg.Path) {
+		return nil, fmt.Errorf("creating lxc driver: path %q is not absolute", cfg.Path)
+	}
+	logger := cfg.Logger
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	path := filepath.Clean(cfg.Path)
+	if err := os.MkdirAll(path, 0o755); err != nil {
+		return nil, fmt.Errorf("creating lxc driver: %w", err)
+	}
+	cg, err := cgroupVersion()
+	if err != nil {
+		return nil, fmt.Errorf("creating lxc driver: %w", err)
+	}
+	d := &Driver{
+		path:     path,
+		imgPath:  filepath.Join(path, imagesDir),
+		log:      logger.With("component", "lxc"),
+		cgroup:   cg,
+		apparmor: apparmorEnabled(),
+		clone:    cloneCopy,
+		builds:   make(map[string]*imageBuild),
+	}
+	if overlaySupported(path) {
+		d.clone = cloneOverlay
+	}
+	return d, nil
+}
+
+// Name returns "lxc".
+func (d *Driver) Name() string { return Name }
+
+// Capabilities reports exec support and the images the driver can build.
+func (d *Driver) Capabilities() drivers.Capabilities {
+	return drivers.Capabilities{
+		Exec:   true,
+		Images: imageNames(),
+	}
+}
+
+// Fingerprint reports the driver healthy when liblxc loads, the process
+// may run privileged containers, and the lxcpath is a writable directory.
+func (d *Driver) Fingerprint(ctx context.Context) drivers.Fingerprint {
+	fp := drivers.Fingerprint{
+		Attributes: map[string]string{
+			"lxc.version":    golxc.Version(),
+			"lxc.path":       d.path,
+			"lxc.clone":      d.clone.String(),
+			"cgroup.version": strconv.Itoa(d.cgroup),
+			"apparmor":       strconv.FormatBool(d.apparmor),
+		},
+	}
+	if err := d.probe(); err != nil {
+		fp.Detail = err.Error()
+		return fp
+	}
+	fp.Healthy = true
+	return fp
+}
+
+// probe checks that containers can be managed in d.path.
+func (d *Driver) probe() error {
+	if os.Geteuid() != 0 {
+		return fmt.Errorf("not running as root (privileged containers need it)")
+	}
+	fi, err := os.Stat(d.path)
+	if err != nil {
+		return fmt.Errorf("checking lxcpath: %w", err)
+	}
+	if !fi.IsDir() {
+		return fmt.Errorf("checking lxcpath: %s is not a directory", d.path)
+	}
+	if err := unix.Access(d.path, unix.W_OK|unix.X_OK); err != nil {
+		return fmt.Errorf("checking lxcpath %s: %w", d.path, err)
+	}
+	c, err := golxc.NewContainer("probe", d.path)
+	if err != nil {
+		return fmt.Errorf("checking liblxc: %w", err)
+	}
+	c.Release()
+	return nil
+}

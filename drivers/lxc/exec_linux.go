@@ -1,0 +1,264 @@
+//go:build linux && cgo
+
+package lxc
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"os"
+	"slices"
+	"sync"
+	"syscall"
+	"time"
+
+	golxc "github.com/lxc/go-lxc"
+
+	"corpus/drivers"
+)
+
+// execWaitDelay bounds how long Exec keeps copying output after the command
+// exits: a background process that inherited stdout would otherwise keep
+// the pipe open, and Exec from returning, for as long as it lives.
+const execWaitDelay = 2 * time.Second
+
+// Exec runs req.Argv in the running guest through liblxc's attach: the
+// command joins the guest's namespaces and cgroup and runs with the
+// guest's capabilities, its lxc.environment, req.Env and PATH, in req.Dir
+// ("/" when empty; liblxc keeps "/" when the directory does not exist).
+// Output is copied to req.Stdout and req.Stderr while the command runs.
+//
+// The result is the command's exit status, or 128+n when signal n killed
+// it. A guest that is not running gives an error wrapping
+// drivers.ErrNotRunning. When ctx ends, the command is killed (processes it
+// started in the background live on) and Exec returns ctx's error. Copying
+// of Stdin stops when the command exits; a Read from req.Stdin already in
+// progress then may still complete after Exec returns.
+func (d *Driver) Exec(ctx context.Context, name string, req drivers.ExecRequest) (int, error) {
+	code, err := d.exec(ctx, name, req)
+	if err != nil {
+		return -1, fmt.Errorf("exec in container %s: %w", name, err)
+	}
+	return code, nil
+}
+
+func (d *Driver) exec(ctx context.Context, name string, req drivers.ExecRequest) (int, error) {
+	if len(req.Argv) == 0 {
+		return 0, errors.New("empty command")
+	}
+	env := make([]string, 0, len(req.Env))
+	for _, k := range slices.Sorted(maps.Keys(req.Env)) {
+		if err := validEnv(k, req.Env[k]); err != nil {
+			return 0, err
+		}
+		env = append(env, k+"="+req.Env[k])
+	}
+	c, _, err := d.openGuest(name)
+	if err != nil {
+		return 0, err
+	}
+	defer c.Release()
+	if !c.Running() {
+		return 0, drivers.ErrNotRunning
+	}
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+
+	s, err := openStreams(req)
+	if err != nil {
+		return 0, err
+	}
+	defer s.close()
+	dir := req.Dir
+	if dir == "" {
+		dir = "/"
+	}
+	opts := golxc.AttachOptions{
+		Namespaces: -1,
+		Arch:       -1,
+		UID:        -1,
+		GID:        -1,
+		Cwd:        dir,
+		ClearEnv:   true,
+		Env:        env,
+		StdinFd:    s.stdin.Fd(),
+		StdoutFd:   s.stdout.Fd(),
+		StderrFd:   s.stderr.Fd(),
+	}
+	pid, err := c.RunCommandNoWait(req.Argv, opts)
+	if err != nil {
+		if !c.Running() {
+			return 0, drivers.ErrNotRunning
+		}
+		return 0, err
+	}
+	// liblxc creates the command with CLONE_PARENT: it is our child, so
+	// Wait reaps it, and the pidfd behind Process guards Kill against
+	// pid reuse.
+	proc, err := os.FindProcess(pid)
+	if err != nil {
+		return 0, err
+	}
+	s.start(req.Stdin)
+
+	type result struct {
+		ps  *os.ProcessState
+		err error
+	}
+	exited := make(chan result, 1)
+	go func() {
+		ps, err := proc.Wait()
+		exited <- result{ps, err}
+	}()
+	var res result
+	select {
+	case res = <-exited:
+	case <-ctx.Done():
+		_ = proc.Kill()
+		res = <-exited
+		s.finish()
+		return 0, fmt.Errorf("command killed: %w", ctx.Err())
+	}
+	s.finish()
+	if res.err != nil {
+		return 0, fmt.Errorf("waiting for command: %w", res.err)
+	}
+	ws, ok := res.ps.Sys().(syscall.WaitStatus)
+	if ok && ws.Signaled() {
+		return 128 + int(ws.Signal()), nil
+	}
+	return res.ps.ExitCode(), nil
+}
+
+// streams are the command's standard files and the copying around them.
+type streams struct {
+	stdin, stdout, stderr *os.File // the command's ends
+	child                 []*os.File
+	stdinW                *os.File   // our end of the stdin pipe, nil without Stdin
+	outputs               []*os.File // our ends of output pipes
+	writers               []io.Writer
+	copying               sync.WaitGroup
+}
+
+// openStreams opens pipes for the request's streams, /dev/null for absent ones.
+func openStreams(req drivers.ExecRequest) (s *streams, err error) {
+	s = &streams{}
+	defer func() {
+		if err != nil {
+			s.close()
+		}
+	}()
+	if req.Stdin == nil {
+		if s.stdin, err = os.Open(os.DevNull); err != nil {
+			return nil, err
+		}
+	} else if s.stdin, s.stdinW, err = os.Pipe(); err != nil {
+		return nil, err
+	}
+	s.child = append(s.child, s.stdin)
+	if s.stdout, err = s.output(req.Stdout); err != nil {
+		return nil, err
+	}
+	if sameWriter(req.Stdout, req.Stderr) {
+		s.stderr = s.stdout
+	} else if s.stderr, err = s.output(req.Stderr); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+func (s *streams) output(w io.Writer) (*os.File, error) {
+	if w == nil {
+		f, err := os.OpenFile(os.DevNull, os.O_WRONLY, 0)
+		if err != nil {
+			return nil, err
+		}
+		s.child = append(s.child, f)
+		return f, nil
+	}
+	r, pw, err := os.Pipe()
+	if err != nil {
+		return nil, err
+	}
+	s.child = append(s.child, pw)
+	s.outputs = append(s.outputs, r)
+	s.writers = append(s.writers, w)
+	return pw, nil
+}
+
+// sameWriter reports whether a and b are the same non-nil writer, which then
+// shares one pipe so it is never written concurrently (as os/exec does).
+func sameWriter(a, b io.Writer) (same bool) {
+	if a == nil || b == nil {
+		return false
+	}
+	defer func() {
+		if recover() != nil { // uncomparable dynamic types
+			same = false
+		}
+	}()
+	return a == b
+}
+
+// start closes our copies of the command's ends and starts copying.
+func (s *streams) start(stdin io.Reader) {
+	for _, f := range s.child {
+		f.Close()
+	}
+	s.child = nil
+	if s.stdinW != nil {
+		go func(w *os.File) {
+			_, _ = io.Copy(w, stdin)
+			w.Close()
+		}(s.stdinW)
+	}
+	for i, r := range s.outputs {
+		s.copying.Add(1)
+		go func(w io.Writer) {
+			defer s.copying.Done()
+			if _, err := io.Copy(w, r); err != nil {
+				// Keep draining so the command never blocks on a full pipe.
+				_, _ = io.Copy(io.Discard, r)
+			}
+		}(s.writers[i])
+	}
+}
+
+// finish stops feeding stdin and waits, at most execWaitDelay, for output
+// to reach end of file before cutting it off.
+func (s *streams) finish() {
+	if s.stdinW != nil {
+		s.stdinW.Close()
+	}
+	done := make(chan struct{})
+	go func() {
+		s.copying.Wait()
+		close(done)
+	}()
+	t := time.NewTimer(execWaitDelay)
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
+		for _, r := range s.outputs {
+			r.Close()
+		}
+		<-done
+	}
+}
+
+// close releases every file still open.
+func (s *streams) close() {
+	for _, f := range s.child {
+		f.Close()
+	}
+	if s.stdinW != nil {
+		s.stdinW.Close()
+	}
+	for _, r := range s.outputs {
+		r.Close()
+	}
+}

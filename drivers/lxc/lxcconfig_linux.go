@@ -1,0 +1,142 @@
+//go:build linux && cgo
+
+package lxc
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+	"strconv"
+	"strings"
+
+	golxc "github.com/lxc/go-lxc"
+
+	"corpus/drivers"
+)
+
+// cpuPeriod is the CFS period, in microseconds, that CPU limits use.
+const cpuPeriod = 100_000
+
+// configWriter sets lxc configuration items, keeping the first failure.
+type configWriter struct {
+	c   *golxc.Container
+	err error
+}
+
+func (w *configWriter) clear(key string) {
+	if w.err != nil {
+		return
+	}
+	if err := w.c.ClearConfigItem(key); err != nil {
+		w.err = fmt.Errorf("clearing %s: %w", key, err)
+	}
+}
+
+func (w *configWriter) set(key, value string) {
+	if w.err != nil {
+		return
+	}
+	if err := w.c.SetConfigItem(key, value); err != nil {
+		w.err = fmt.Errorf("setting %s = %s: %w", key, value, err)
+	}
+}
+
+// configure sets everything the guest's lxc configuration takes from spec
+// and from the host, over what the clone inherited from the image cache,
+// and saves it. spec must have passed validateSpec.
+func (d *Driver) configure(c *golxc.Container, spec drivers.GuestSpec, logFile string) error {
+	w := &configWriter{c: c}
+	w.clear("lxc.log.file")
+	w.set("lxc.log.file", logFile)
+	configureNetwork(w)
+	d.configureSecurity(w)
+	d.configureLimits(w, spec.MemoryBytes, spec.CPUMillis)
+	w.clear("lxc.environment")
+	for _, k := range slices.Sorted(maps.Keys(spec.Env)) {
+		w.set("lxc.environment", k+"="+spec.Env[k])
+	}
+	if w.err != nil {
+		return w.err
+	}
+	if err := c.SaveConfigFile(c.ConfigFileName()); err != nil {
+		return fmt.Errorf("saving config: %w", err)
+	}
+	return nil
+}
+
+// configureNetwork gives the guest its network devices. For now a guest
+// has only loopback (lxc.net.0.type = empty); the host's default.conf
+// would otherwise attach it to lxcbr0.
+func configureNetwork(w *configWriter) {
+	w.clear("lxc.net")
+	w.set("lxc.net.0.type", "empty")
+}
+
+// configureSecurity drops AppArmor settings on hosts whose kernel has no
+// AppArmor, so a profile named in /etc/lxc/default.conf cannot stop the
+// guest from starting. With AppArmor, the host's defaults stand.
+func (d *Driver) configureSecurity(w *configWriter) {
+	if d.apparmor {
+		return
+	}
+	w.clear("lxc.apparmor.profile")
+	w.clear("lxc.apparmor.allow_nesting")
+}
+
+// configureLimits writes the memory and CPU limits with the keys of the
+// host's cgroup version; zero means unlimited.
+func (d *Driver) configureLimits(w *configWriter, memoryBytes, cpuMillis int64) {
+	w.clear("lxc.cgroup")
+	w.clear("lxc.cgroup2")
+	quota := cpuMillis * cpuPeriod / 1000
+	if d.cgroup == 2 {
+		if memoryBytes > 0 {
+			w.set("lxc.cgroup2.memory.max", strconv.FormatInt(memoryBytes, 10))
+		}
+		if cpuMillis > 0 {
+			w.set("lxc.cgroup2.cpu.max", fmt.Sprintf("%d %d", quota, cpuPeriod))
+		}
+		return
+	}
+	if memoryBytes > 0 {
+		w.set("lxc.cgroup.memory.limit_in_bytes", strconv.FormatInt(memoryBytes, 10))
+	}
+	if cpuMillis > 0 {
+		w.set("lxc.cgroup.cpu.cfs_period_us", strconv.Itoa(cpuPeriod))
+		w.set("lxc.cgroup.cpu.cfs_quota_us", strconv.FormatInt(quota, 10))
+	}
+}
+
+// configuredLimits reads the limits back from a guest's configuration,
+// whichever cgroup version's keys it uses.
+func configuredLimits(c *golxc.Container) (memoryBytes, cpuMillis int64) {
+	item := func(key string) string {
+		v := c.ConfigItem(key)
+		if len(v) == 0 {
+			return ""
+		}
+		return strings.TrimSpace(v[0])
+	}
+	if v, err := strconv.ParseInt(item("lxc.cgroup2.memory.max"), 10, 64); err == nil {
+		memoryBytes = v
+	} else if v, err := strconv.ParseInt(item("lxc.cgroup.memory.limit_in_bytes"), 10, 64); err == nil {
+		memoryBytes = v
+	}
+	if f := strings.Fields(item("lxc.cgroup2.cpu.max")); len(f) == 2 {
+		cpuMillis = millis(f[0], f[1])
+	} else {
+		cpuMillis = millis(item("lxc.cgroup.cpu.cfs_quota_us"), item("lxc.cgroup.cpu.cfs_period_us"))
+	}
+	return memoryBytes, cpuMillis
+}
+
+// millis converts a CFS quota and period to thousandths of a core; 0 when
+// either is missing or unlimited.
+func millis(quota, period string) int64 {
+	q, err1 := strconv.ParseInt(quota, 10, 64)
+	p, err2 := strconv.ParseInt(period, 10, 64)
+	if err1 != nil || err2 != nil || q <= 0 || p <= 0 {
+		return 0
+	}
+	return q * 1000 / p
+}
