@@ -31,6 +31,22 @@ func firstMessage[T any](stream *connect.ServerStreamForClient[T], err error) er
 // authorized caller gets an answer or a handler error that is neither
 // Unauthenticated nor PermissionDenied.
 var authCalls = map[string]func(ctx context.Context, c clients) error{
+	corpusv1connect.IngressServiceCreateRouteProcedure: func(ctx context.Context, c clients) error {
+		_, err := c.ingress.CreateRoute(ctx, connect.NewRequest(&corpusv1.CreateRouteRequest{}))
+		return err
+	},
+	corpusv1connect.IngressServiceListRoutesProcedure: func(ctx context.Context, c clients) error {
+		_, err := c.ingress.ListRoutes(ctx, connect.NewRequest(&corpusv1.ListRoutesRequest{}))
+		return err
+	},
+	corpusv1connect.IngressServiceDeleteRouteProcedure: func(ctx context.Context, c clients) error {
+		_, err := c.ingress.DeleteRoute(ctx, connect.NewRequest(&corpusv1.DeleteRouteRequest{Domain: "nope.test"}))
+		return err
+	},
+	corpusv1connect.IngressServiceMoveRouteProcedure: func(ctx context.Context, c clients) error {
+		_, err := c.ingress.MoveRoute(ctx, connect.NewRequest(&corpusv1.MoveRouteRequest{Domain: "nope.test", ToGuest: "nope"}))
+		return err
+	},
 	corpusv1connect.ClusterServiceStatusProcedure: func(ctx context.Context, c clients) error {
 		_, err := c.cluster.Status(ctx, connect.NewRequest(&corpusv1.StatusRequest{}))
 		return err

@@ -140,6 +140,7 @@ type clients struct {
 	cluster corpusv1connect.ClusterServiceClient
 	nodes   corpusv1connect.NodeServiceClient
 	guests  corpusv1connect.GuestServiceClient
+	ingress corpusv1connect.IngressServiceClient
 	agent   corpusv1connect.AgentServiceClient
 }
 
@@ -151,6 +152,7 @@ func (s *server) clients(token string) clients {
 		cluster: corpusv1connect.NewClusterServiceClient(hc, url, opt),
 		nodes:   corpusv1connect.NewNodeServiceClient(hc, url, opt),
 		guests:  corpusv1connect.NewGuestServiceClient(hc, url, opt),
+		ingress: corpusv1connect.NewIngressServiceClient(hc, url, opt),
 		agent:   corpusv1connect.NewAgentServiceClient(hc, url, opt),
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
@@ -38,6 +39,10 @@ type Config struct {
 	// Bootstrap makes this replica form a new one-member group when it has
 	// no Raft state yet.
 	Bootstrap bool
+	// GuestNetwork is the cluster range nodes get guest subnets of
+	// NodeSubnetBits from; both are fixed when the cluster bootstraps.
+	GuestNetwork   string
+	NodeSubnetBits int
 	// NodeTimeout is how long a node may go without reporting before it
 	// is marked down.
 	NodeTimeout time.Duration
@@ -53,6 +58,9 @@ func Default() Config {
 		ReplicaID:   "coordinator-1",
 		Bootstrap:   true,
 		NodeTimeout: 15 * time.Second,
+
+		GuestNetwork:   state.DefaultGuestNetwork,
+		NodeSubnetBits: state.DefaultNodeSubnetBits,
 	}
 }
 
@@ -69,6 +77,11 @@ func (c Config) Validate() error {
 	}
 	if c.ReplicaID == "" {
 		errs = append(errs, errors.New("replica id is empty"))
+	}
+	if p, err := netip.ParsePrefix(c.GuestNetwork); err != nil || !p.Addr().Is4() {
+		errs = append(errs, fmt.Errorf("guest network %q: want an IPv4 prefix such as %s", c.GuestNetwork, state.DefaultGuestNetwork))
+	} else if c.NodeSubnetBits <= p.Bits() || c.NodeSubnetBits > 30 {
+		errs = append(errs, fmt.Errorf("node subnet bits %d: want more than the guest network's %d and at most 30", c.NodeSubnetBits, p.Bits()))
 	}
 	if c.NodeTimeout < time.Second {
 		errs = append(errs, fmt.Errorf("node timeout %s is below the minimum of 1s", c.NodeTimeout))
@@ -279,9 +292,11 @@ func (s *Server) ensureBootstrapped(ctx context.Context) error {
 	}
 	_, err := s.replica.propose(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_BootstrapCluster{BootstrapCluster: &corpusv1.BootstrapCluster{
 		Config: &corpusv1.ClusterConfig{
-			ClusterId:    secret.Hex(8),
-			OpsTokenHash: secret.Hash(s.opsToken),
-			AgentKey:     secret.Hex(24),
+			ClusterId:      secret.Hex(8),
+			OpsTokenHash:   secret.Hash(s.opsToken),
+			AgentKey:       secret.Hex(24),
+			GuestNetwork:   s.cfg.GuestNetwork,
+			NodeSubnetBits: int32(s.cfg.NodeSubnetBits),
 		},
 	}}})
 	if errors.Is(err, state.ErrExists) {

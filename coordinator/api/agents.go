@@ -3,6 +3,7 @@ package api
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -66,6 +67,7 @@ func (s *agentService) Enroll(ctx context.Context, req *connect.Request[corpusv1
 		Drivers:      m.Drivers,
 		AgentAddress: m.AgentAddress,
 		AgentVersion: m.AgentVersion,
+		Address:      m.Address,
 		SecretHash:   secret.Hash(nodeSecret),
 	}
 	_, err := s.b.write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_EnrollNode{EnrollNode: &corpusv1.EnrollNode{
@@ -103,7 +105,7 @@ func (s *agentService) Watch(ctx context.Context, _ *connect.Request[corpusv1.Wa
 		}
 		n = proto.Clone(n).(*corpusv1.Node)
 		n.SecretHash = ""
-		msg := &corpusv1.WatchResponse{Index: view.Index(), Node: n, Guests: view.GuestsOnNode(p.NodeID)}
+		msg := &corpusv1.WatchResponse{Index: view.Index(), Node: n, Guests: view.GuestsOnNode(p.NodeID), Routes: view.RoutesOnNode(p.NodeID)}
 		if err := stream.Send(msg); err != nil {
 			return err
 		}
@@ -129,9 +131,11 @@ func (s *agentService) Report(ctx context.Context, req *connect.Request[corpusv1
 	}
 	var idx uint64
 	if n.Status != state.NodeReady || n.AgentAddress != m.AgentAddress || n.AgentVersion != m.AgentVersion ||
+		n.Address != m.Address || n.MinHostPort != m.MinHostPort || !slices.Equal(n.ReservedPorts, m.ReservedPorts) ||
 		!proto.Equal(n.Capacity, m.Capacity) || !sameDrivers(n.Drivers, m.Drivers) {
 		i, err := s.b.write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_UpdateNode{UpdateNode: &corpusv1.UpdateNode{
 			NodeId: p.NodeID, Capacity: m.Capacity, Drivers: m.Drivers, AgentAddress: m.AgentAddress, AgentVersion: m.AgentVersion,
+			Address: m.Address, MinHostPort: m.MinHostPort, ReservedPorts: m.ReservedPorts,
 		}}})
 		if err != nil {
 			return nil, err

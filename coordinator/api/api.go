@@ -46,6 +46,10 @@ var Policies = map[string]auth.Policy{
 	corpusv1connect.GuestServiceStopGuestProcedure:      {auth.Operator},
 	corpusv1connect.GuestServiceDeleteGuestProcedure:    {auth.Operator},
 	corpusv1connect.GuestServiceExecGuestProcedure:      {auth.Operator},
+	corpusv1connect.IngressServiceCreateRouteProcedure:  {auth.Operator},
+	corpusv1connect.IngressServiceListRoutesProcedure:   {auth.Operator},
+	corpusv1connect.IngressServiceDeleteRouteProcedure:  {auth.Operator},
+	corpusv1connect.IngressServiceMoveRouteProcedure:    {auth.Operator},
 	corpusv1connect.AgentServiceEnrollProcedure:         auth.Public,
 	corpusv1connect.AgentServiceWatchProcedure:          {auth.Agent},
 	corpusv1connect.AgentServiceReportProcedure:         {auth.Agent},
@@ -64,6 +68,7 @@ func Mount(mux *http.ServeMux, b *Backend) {
 	mux.Handle(corpusv1connect.NewClusterServiceHandler(&clusterService{b}, opts...))
 	mux.Handle(corpusv1connect.NewNodeServiceHandler(&nodeService{b}, opts...))
 	mux.Handle(corpusv1connect.NewGuestServiceHandler(&guestService{b}, opts...))
+	mux.Handle(corpusv1connect.NewIngressServiceHandler(&ingressService{b}, opts...))
 	mux.Handle(corpusv1connect.NewAgentServiceHandler(&agentService{b}, opts...))
 }
 
@@ -93,6 +98,8 @@ func toConnect(err error) error {
 	case errors.Is(err, state.ErrInvalid), errors.Is(err, names.ErrInvalid), errors.Is(err, errInvalid):
 		return connect.NewError(connect.CodeInvalidArgument, err)
 	case errors.Is(err, state.ErrBadTransition):
+		return connect.NewError(connect.CodeFailedPrecondition, err)
+	case errors.Is(err, state.ErrPortTaken), errors.Is(err, state.ErrExhausted):
 		return connect.NewError(connect.CodeFailedPrecondition, err)
 	case errors.Is(err, state.ErrStale):
 		return connect.NewError(connect.CodeAborted, err)

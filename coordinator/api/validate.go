@@ -62,6 +62,9 @@ func normalizeSpec(spec *corpusv1.GuestSpec) error {
 	case r.DiskBytes < 0:
 		return invalidf("disk %d bytes is negative", r.DiskBytes)
 	}
+	if err := normalizePorts(spec.Ports); err != nil {
+		return err
+	}
 	if len(spec.Env) > maxEnvVars {
 		return invalidf("%d environment variables; the limit is %d", len(spec.Env), maxEnvVars)
 	}

@@ -17,6 +17,8 @@ import (
 type Candidate struct {
 	Node      *corpusv1.Node
 	Allocated *corpusv1.Resources
+	// UsedPorts are the node ports already published on the node.
+	UsedPorts map[int32]string
 }
 
 // Decision is the outcome of placing one guest: a node id, or a reason
@@ -98,6 +100,11 @@ func filter(c *Candidate, spec *corpusv1.GuestSpec, need *corpusv1.Resources) st
 		return "short of cpu"
 	case need.GetDiskBytes() > capy.GetDiskBytes()-alloc.GetDiskBytes():
 		return "short of disk"
+	}
+	if ports := spec.GetPorts(); len(ports) > 0 {
+		if why := state.PortConflict(n, c.UsedPorts, ports); why != "" {
+			return "where " + why
+		}
 	}
 	return ""
 }

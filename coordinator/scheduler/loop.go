@@ -44,7 +44,7 @@ func pass(ctx context.Context, view *state.Snap, propose Proposer, logger *slog.
 	cands := make([]Candidate, len(nodes))
 	byID := map[string]*Candidate{}
 	for i, n := range nodes {
-		cands[i] = Candidate{Node: n, Allocated: Allocated(view.GuestsOnNode(n.Id))}
+		cands[i] = Candidate{Node: n, Allocated: Allocated(view.GuestsOnNode(n.Id)), UsedPorts: view.UsedPorts(n)}
 		byID[n.Id] = &cands[i]
 	}
 	var errs []error
@@ -70,6 +70,9 @@ func pass(ctx context.Context, view *state.Snap, propose Proposer, logger *slog.
 			c := byID[d.NodeID]
 			logger.Info("placed guest", "guest", g.Name, "node", c.Node.Name)
 			c.Allocated = Allocated([]*corpusv1.Guest{{Spec: &corpusv1.GuestSpec{Resources: c.Allocated}}, g})
+			for _, p := range g.GetSpec().GetPorts() {
+				c.UsedPorts[p.HostPort] = "guest " + g.Name + " (nat)"
+			}
 		} else {
 			logger.Info("guest pending", "guest", g.Name, "reason", d.Reason)
 		}

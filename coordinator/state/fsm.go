@@ -108,9 +108,20 @@ func (a *applier) apply(cmd *corpusv1.Command) error {
 		return a.placeGuest(c.PlaceGuest)
 	case *corpusv1.Command_ReportGuests:
 		return a.reportGuests(c.ReportGuests)
+	case *corpusv1.Command_CreateRoute:
+		return a.createRoute(c.CreateRoute)
+	case *corpusv1.Command_DeleteRoute:
+		return a.deleteRoute(c.DeleteRoute)
+	case *corpusv1.Command_MoveRoute:
+		return a.moveRoute(c.MoveRoute)
 	default:
 		panic(fmt.Sprintf("state: command %T has no apply function", c))
 	}
+}
+
+// view reads the state as this command sees it (its own writes included).
+func (a *applier) view() *Snap {
+	return &Snap{txn: a.txn, ws: memdb.NewWatchSet()}
 }
 
 func (a *applier) get(table, index, key string) any {
@@ -168,10 +179,16 @@ func (a *applier) enroll(c *corpusv1.EnrollNode) error {
 	if a.get(tableNodes, "id", n.Id) != nil {
 		return fmt.Errorf("node id %s: %w", n.Id, ErrExists)
 	}
+	v := a.view()
+	subnet, err := nextNodeSubnet(v.Config(), v.Nodes())
+	if err != nil {
+		return err
+	}
 	tok = proto.Clone(tok).(*corpusv1.JoinToken)
 	tok.UsedBy = n.Id
 	a.put(tableTokens, tok)
 	n = proto.Clone(n).(*corpusv1.Node)
+	n.GuestSubnet = subnet.String()
 	n.EnrolledAt = a.now
 	n.CreateIndex, n.ModifyIndex = a.index, a.index
 	a.put(tableNodes, n)
@@ -195,6 +212,9 @@ func (a *applier) updateNode(c *corpusv1.UpdateNode) error {
 	n.Drivers = c.Drivers
 	n.AgentAddress = c.AgentAddress
 	n.AgentVersion = c.AgentVersion
+	n.Address = c.Address
+	n.MinHostPort = c.MinHostPort
+	n.ReservedPorts = c.ReservedPorts
 	if c.Labels != nil {
 		n.Labels = c.Labels
 	}
@@ -271,9 +291,7 @@ func (a *applier) setGuestDesired(c *corpusv1.SetGuestDesired) error {
 		return nil
 	}
 	if c.DesiredState == DesiredDeleted && g.NodeId == "" {
-		if err := a.txn.Delete(tableGuests, g); err != nil {
-			panic(fmt.Sprintf("state: deleting guest: %v", err))
-		}
+		a.deleteGuest(g)
 		return nil
 	}
 	g.DesiredState = c.DesiredState
@@ -281,6 +299,16 @@ func (a *applier) setGuestDesired(c *corpusv1.SetGuestDesired) error {
 	g.ModifyIndex = a.index
 	a.put(tableGuests, g)
 	return nil
+}
+
+// deleteGuest removes a guest and the routes pointing at it.
+func (a *applier) deleteGuest(g *corpusv1.Guest) {
+	if _, err := a.txn.DeleteAll(tableRoutes, "guest", g.Id); err != nil {
+		panic(fmt.Sprintf("state: deleting routes of guest: %v", err))
+	}
+	if err := a.txn.Delete(tableGuests, g); err != nil {
+		panic(fmt.Sprintf("state: deleting guest: %v", err))
+	}
 }
 
 func (a *applier) placeGuest(c *corpusv1.PlaceGuest) error {
@@ -305,7 +333,16 @@ func (a *applier) placeGuest(c *corpusv1.PlaceGuest) error {
 		if err != nil {
 			return err
 		}
+		v := a.view()
+		if why := PortConflict(n, v.UsedPorts(n), g.GetSpec().GetPorts()); why != "" {
+			return fmt.Errorf("placing guest %s on node %s: %s: %w", g.Name, n.Name, why, ErrPortTaken)
+		}
+		addr, err := nextGuestAddress(n.GuestSubnet, v.GuestsOnNode(n.Id))
+		if err != nil {
+			return fmt.Errorf("placing guest %s on node %s: %w", g.Name, n.Name, err)
+		}
 		g.NodeId = n.Id
+		g.Address = addr.String()
 		g.PendingReason = ""
 		a.event(g, "placed", "placed on node "+n.Name)
 	}
@@ -328,9 +365,7 @@ func (a *applier) reportGuests(c *corpusv1.ReportGuests) error {
 			continue // not this node's to report
 		}
 		if g.DesiredState == DesiredDeleted && r.Observed.State == ObservedDeleted {
-			if err := a.txn.Delete(tableGuests, g); err != nil {
-				panic(fmt.Sprintf("state: deleting guest: %v", err))
-			}
+			a.deleteGuest(g)
 			continue
 		}
 		if corpusv1.SameObserved(g.Observed, r.Observed) {
@@ -372,6 +407,7 @@ func (f *FSM) Snapshot() (raft.FSMSnapshot, error) {
 		Index:   v.Index(),
 	}
 	snap.JoinTokens = all[*corpusv1.JoinToken](v, tableTokens, "id")
+	snap.Routes = v.Routes()
 	return &fsmSnapshot{snap: snap}, nil
 }
 
@@ -421,6 +457,11 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 	}
 	for _, t := range snap.JoinTokens {
 		if err := ins(tableTokens, t); err != nil {
+			return err
+		}
+	}
+	for _, r := range snap.Routes {
+		if err := ins(tableRoutes, r); err != nil {
 			return err
 		}
 	}

@@ -8,6 +8,7 @@ const (
 	tableNodes  = "nodes"
 	tableGuests = "guests"
 	tableTokens = "tokens"
+	tableRoutes = "routes"
 	tableMeta   = "meta"
 )
 
@@ -43,6 +44,14 @@ func schema() *memdb.DBSchema {
 			Name: tableTokens,
 			Indexes: map[string]*memdb.IndexSchema{
 				"id": {Name: "id", Unique: true, Indexer: &memdb.StringFieldIndex{Field: "Id"}},
+			},
+		},
+		tableRoutes: {
+			Name: tableRoutes,
+			Indexes: map[string]*memdb.IndexSchema{
+				"id":     {Name: "id", Unique: true, Indexer: &memdb.StringFieldIndex{Field: "Id"}},
+				"domain": {Name: "domain", Unique: true, AllowMissing: true, Indexer: &memdb.StringFieldIndex{Field: "Domain"}},
+				"guest":  {Name: "guest", Indexer: &memdb.StringFieldIndex{Field: "GuestId"}},
 			},
 		},
 		tableMeta: {

@@ -7,6 +7,7 @@ package names
 import (
 	"errors"
 	"fmt"
+	"strings"
 )
 
 // ErrInvalid is wrapped by every validation error.
@@ -34,6 +35,34 @@ func Validate(kind, name string) error {
 			continue
 		}
 		return fmt.Errorf("%w: %s name %q has %q at position %d; use lowercase letters, digits and '-' (a DNS label)", ErrInvalid, kind, name, c, i+1)
+	}
+	return nil
+}
+
+// ValidateDomain returns nil when d is a lowercase DNS host name of at
+// least two labels, each an RFC 1123 label (digits may lead), 253
+// characters at most. Wildcards are not accepted.
+func ValidateDomain(d string) error {
+	if d == "" {
+		return fmt.Errorf("%w: domain is empty", ErrInvalid)
+	}
+	if len(d) > 253 {
+		return fmt.Errorf("%w: domain %q is longer than 253 characters", ErrInvalid, d)
+	}
+	labels := strings.Split(d, ".")
+	if len(labels) < 2 {
+		return fmt.Errorf("%w: domain %q needs at least two labels (like web.example.com)", ErrInvalid, d)
+	}
+	for _, l := range labels {
+		if l == "" || len(l) > MaxLen || l[0] == '-' || l[len(l)-1] == '-' {
+			return fmt.Errorf("%w: domain %q has an invalid label %q", ErrInvalid, d, l)
+		}
+		for i := 0; i < len(l); i++ {
+			c := l[i]
+			if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-') {
+				return fmt.Errorf("%w: domain %q has %q; use lowercase letters, digits, '-' and '.'", ErrInvalid, d, c)
+			}
+		}
 	}
 	return nil
 }

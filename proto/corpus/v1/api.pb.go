@@ -1078,9 +1078,610 @@ func (x *ExecOutput) GetExitCode() int32 {
 	return 0
 }
 
+type CreateRouteRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// kind: "http" (by domain, through the proxy), "tcp" (a node port
+	// through the proxy).
+	Kind          string `protobuf:"bytes,1,opt,name=kind,proto3" json:"kind,omitempty"`
+	Domain        string `protobuf:"bytes,2,opt,name=domain,proto3" json:"domain,omitempty"`
+	ListenPort    int32  `protobuf:"varint,3,opt,name=listen_port,json=listenPort,proto3" json:"listen_port,omitempty"`
+	GuestName     string `protobuf:"bytes,4,opt,name=guest_name,json=guestName,proto3" json:"guest_name,omitempty"`
+	GuestPort     int32  `protobuf:"varint,5,opt,name=guest_port,json=guestPort,proto3" json:"guest_port,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CreateRouteRequest) Reset() {
+	*x = CreateRouteRequest{}
+	mi := &file_corpus_v1_api_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CreateRouteRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CreateRouteRequest) ProtoMessage() {}
+
+func (x *CreateRouteRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_api_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CreateRouteRequest.ProtoReflect.Descriptor instead.
+func (*CreateRouteRequest) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *CreateRouteRequest) GetKind() string {
+	if x != nil {
+		return x.Kind
+	}
+	return ""
+}
+
+func (x *CreateRouteRequest) GetDomain() string {
+	if x != nil {
+		return x.Domain
+	}
+	return ""
+}
+
+func (x *CreateRouteRequest) GetListenPort() int32 {
+	if x != nil {
+		return x.ListenPort
+	}
+	return 0
+}
+
+func (x *CreateRouteRequest) GetGuestName() string {
+	if x != nil {
+		return x.GuestName
+	}
+	return ""
+}
+
+func (x *CreateRouteRequest) GetGuestPort() int32 {
+	if x != nil {
+		return x.GuestPort
+	}
+	return 0
+}
+
+type CreateRouteResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Route *Route                 `protobuf:"bytes,1,opt,name=route,proto3" json:"route,omitempty"`
+	// created is false when the same route already existed.
+	Created       bool `protobuf:"varint,2,opt,name=created,proto3" json:"created,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CreateRouteResponse) Reset() {
+	*x = CreateRouteResponse{}
+	mi := &file_corpus_v1_api_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CreateRouteResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CreateRouteResponse) ProtoMessage() {}
+
+func (x *CreateRouteResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_api_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CreateRouteResponse.ProtoReflect.Descriptor instead.
+func (*CreateRouteResponse) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *CreateRouteResponse) GetRoute() *Route {
+	if x != nil {
+		return x.Route
+	}
+	return nil
+}
+
+func (x *CreateRouteResponse) GetCreated() bool {
+	if x != nil {
+		return x.Created
+	}
+	return false
+}
+
+type ListRoutesRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListRoutesRequest) Reset() {
+	*x = ListRoutesRequest{}
+	mi := &file_corpus_v1_api_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListRoutesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListRoutesRequest) ProtoMessage() {}
+
+func (x *ListRoutesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_api_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListRoutesRequest.ProtoReflect.Descriptor instead.
+func (*ListRoutesRequest) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{21}
+}
+
+// RouteView is a route with where it points now.
+type RouteView struct {
+	state        protoimpl.MessageState `protogen:"open.v1"`
+	Route        *Route                 `protobuf:"bytes,1,opt,name=route,proto3" json:"route,omitempty"`
+	NodeName     string                 `protobuf:"bytes,2,opt,name=node_name,json=nodeName,proto3" json:"node_name,omitempty"`
+	NodeAddress  string                 `protobuf:"bytes,3,opt,name=node_address,json=nodeAddress,proto3" json:"node_address,omitempty"`
+	GuestAddress string                 `protobuf:"bytes,4,opt,name=guest_address,json=guestAddress,proto3" json:"guest_address,omitempty"`
+	// target is guest_address:guest_port, empty while the guest has none.
+	Target        string `protobuf:"bytes,5,opt,name=target,proto3" json:"target,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RouteView) Reset() {
+	*x = RouteView{}
+	mi := &file_corpus_v1_api_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RouteView) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RouteView) ProtoMessage() {}
+
+func (x *RouteView) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_api_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RouteView.ProtoReflect.Descriptor instead.
+func (*RouteView) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *RouteView) GetRoute() *Route {
+	if x != nil {
+		return x.Route
+	}
+	return nil
+}
+
+func (x *RouteView) GetNodeName() string {
+	if x != nil {
+		return x.NodeName
+	}
+	return ""
+}
+
+func (x *RouteView) GetNodeAddress() string {
+	if x != nil {
+		return x.NodeAddress
+	}
+	return ""
+}
+
+func (x *RouteView) GetGuestAddress() string {
+	if x != nil {
+		return x.GuestAddress
+	}
+	return ""
+}
+
+func (x *RouteView) GetTarget() string {
+	if x != nil {
+		return x.Target
+	}
+	return ""
+}
+
+type ListRoutesResponse struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Routes []*RouteView           `protobuf:"bytes,1,rep,name=routes,proto3" json:"routes,omitempty"`
+	// nat lists the guests' NAT-published ports in the same form.
+	Nat           []*NatView `protobuf:"bytes,2,rep,name=nat,proto3" json:"nat,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListRoutesResponse) Reset() {
+	*x = ListRoutesResponse{}
+	mi := &file_corpus_v1_api_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListRoutesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListRoutesResponse) ProtoMessage() {}
+
+func (x *ListRoutesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_api_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListRoutesResponse.ProtoReflect.Descriptor instead.
+func (*ListRoutesResponse) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *ListRoutesResponse) GetRoutes() []*RouteView {
+	if x != nil {
+		return x.Routes
+	}
+	return nil
+}
+
+func (x *ListRoutesResponse) GetNat() []*NatView {
+	if x != nil {
+		return x.Nat
+	}
+	return nil
+}
+
+type NatView struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	GuestName     string                 `protobuf:"bytes,1,opt,name=guest_name,json=guestName,proto3" json:"guest_name,omitempty"`
+	NodeName      string                 `protobuf:"bytes,2,opt,name=node_name,json=nodeName,proto3" json:"node_name,omitempty"`
+	NodeAddress   string                 `protobuf:"bytes,3,opt,name=node_address,json=nodeAddress,proto3" json:"node_address,omitempty"`
+	Port          *Port                  `protobuf:"bytes,4,opt,name=port,proto3" json:"port,omitempty"`
+	Target        string                 `protobuf:"bytes,5,opt,name=target,proto3" json:"target,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *NatView) Reset() {
+	*x = NatView{}
+	mi := &file_corpus_v1_api_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *NatView) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*NatView) ProtoMessage() {}
+
+func (x *NatView) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_api_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use NatView.ProtoReflect.Descriptor instead.
+func (*NatView) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *NatView) GetGuestName() string {
+	if x != nil {
+		return x.GuestName
+	}
+	return ""
+}
+
+func (x *NatView) GetNodeName() string {
+	if x != nil {
+		return x.NodeName
+	}
+	return ""
+}
+
+func (x *NatView) GetNodeAddress() string {
+	if x != nil {
+		return x.NodeAddress
+	}
+	return ""
+}
+
+func (x *NatView) GetPort() *Port {
+	if x != nil {
+		return x.Port
+	}
+	return nil
+}
+
+func (x *NatView) GetTarget() string {
+	if x != nil {
+		return x.Target
+	}
+	return ""
+}
+
+type DeleteRouteRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// domain of an http route, or listen_port (+ node) of a tcp route.
+	Domain        string `protobuf:"bytes,1,opt,name=domain,proto3" json:"domain,omitempty"`
+	ListenPort    int32  `protobuf:"varint,2,opt,name=listen_port,json=listenPort,proto3" json:"listen_port,omitempty"`
+	GuestName     string `protobuf:"bytes,3,opt,name=guest_name,json=guestName,proto3" json:"guest_name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteRouteRequest) Reset() {
+	*x = DeleteRouteRequest{}
+	mi := &file_corpus_v1_api_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteRouteRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteRouteRequest) ProtoMessage() {}
+
+func (x *DeleteRouteRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_api_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteRouteRequest.ProtoReflect.Descriptor instead.
+func (*DeleteRouteRequest) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *DeleteRouteRequest) GetDomain() string {
+	if x != nil {
+		return x.Domain
+	}
+	return ""
+}
+
+func (x *DeleteRouteRequest) GetListenPort() int32 {
+	if x != nil {
+		return x.ListenPort
+	}
+	return 0
+}
+
+func (x *DeleteRouteRequest) GetGuestName() string {
+	if x != nil {
+		return x.GuestName
+	}
+	return ""
+}
+
+type DeleteRouteResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Route         *Route                 `protobuf:"bytes,1,opt,name=route,proto3" json:"route,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteRouteResponse) Reset() {
+	*x = DeleteRouteResponse{}
+	mi := &file_corpus_v1_api_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteRouteResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteRouteResponse) ProtoMessage() {}
+
+func (x *DeleteRouteResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_api_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteRouteResponse.ProtoReflect.Descriptor instead.
+func (*DeleteRouteResponse) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *DeleteRouteResponse) GetRoute() *Route {
+	if x != nil {
+		return x.Route
+	}
+	return nil
+}
+
+type MoveRouteRequest struct {
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	Domain     string                 `protobuf:"bytes,1,opt,name=domain,proto3" json:"domain,omitempty"`
+	ListenPort int32                  `protobuf:"varint,2,opt,name=listen_port,json=listenPort,proto3" json:"listen_port,omitempty"`
+	FromGuest  string                 `protobuf:"bytes,3,opt,name=from_guest,json=fromGuest,proto3" json:"from_guest,omitempty"`
+	ToGuest    string                 `protobuf:"bytes,4,opt,name=to_guest,json=toGuest,proto3" json:"to_guest,omitempty"`
+	// guest_port on the new guest; 0 keeps the route's port.
+	GuestPort     int32 `protobuf:"varint,5,opt,name=guest_port,json=guestPort,proto3" json:"guest_port,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MoveRouteRequest) Reset() {
+	*x = MoveRouteRequest{}
+	mi := &file_corpus_v1_api_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MoveRouteRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MoveRouteRequest) ProtoMessage() {}
+
+func (x *MoveRouteRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_api_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MoveRouteRequest.ProtoReflect.Descriptor instead.
+func (*MoveRouteRequest) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *MoveRouteRequest) GetDomain() string {
+	if x != nil {
+		return x.Domain
+	}
+	return ""
+}
+
+func (x *MoveRouteRequest) GetListenPort() int32 {
+	if x != nil {
+		return x.ListenPort
+	}
+	return 0
+}
+
+func (x *MoveRouteRequest) GetFromGuest() string {
+	if x != nil {
+		return x.FromGuest
+	}
+	return ""
+}
+
+func (x *MoveRouteRequest) GetToGuest() string {
+	if x != nil {
+		return x.ToGuest
+	}
+	return ""
+}
+
+func (x *MoveRouteRequest) GetGuestPort() int32 {
+	if x != nil {
+		return x.GuestPort
+	}
+	return 0
+}
+
+type MoveRouteResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Route         *Route                 `protobuf:"bytes,1,opt,name=route,proto3" json:"route,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MoveRouteResponse) Reset() {
+	*x = MoveRouteResponse{}
+	mi := &file_corpus_v1_api_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MoveRouteResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MoveRouteResponse) ProtoMessage() {}
+
+func (x *MoveRouteResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_api_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MoveRouteResponse.ProtoReflect.Descriptor instead.
+func (*MoveRouteResponse) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{28}
+}
+
+func (x *MoveRouteResponse) GetRoute() *Route {
+	if x != nil {
+		return x.Route
+	}
+	return nil
+}
+
 type EnrollRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	JoinToken     string                 `protobuf:"bytes,1,opt,name=join_token,json=joinToken,proto3" json:"join_token,omitempty"`
+	Address       string                 `protobuf:"bytes,8,opt,name=address,proto3" json:"address,omitempty"`
 	Name          string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
 	Labels        map[string]string      `protobuf:"bytes,3,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	Capacity      *Resources             `protobuf:"bytes,4,opt,name=capacity,proto3" json:"capacity,omitempty"`
@@ -1093,7 +1694,7 @@ type EnrollRequest struct {
 
 func (x *EnrollRequest) Reset() {
 	*x = EnrollRequest{}
-	mi := &file_corpus_v1_api_proto_msgTypes[19]
+	mi := &file_corpus_v1_api_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1105,7 +1706,7 @@ func (x *EnrollRequest) String() string {
 func (*EnrollRequest) ProtoMessage() {}
 
 func (x *EnrollRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[19]
+	mi := &file_corpus_v1_api_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1118,12 +1719,19 @@ func (x *EnrollRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EnrollRequest.ProtoReflect.Descriptor instead.
 func (*EnrollRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{19}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *EnrollRequest) GetJoinToken() string {
 	if x != nil {
 		return x.JoinToken
+	}
+	return ""
+}
+
+func (x *EnrollRequest) GetAddress() string {
+	if x != nil {
+		return x.Address
 	}
 	return ""
 }
@@ -1184,7 +1792,7 @@ type EnrollResponse struct {
 
 func (x *EnrollResponse) Reset() {
 	*x = EnrollResponse{}
-	mi := &file_corpus_v1_api_proto_msgTypes[20]
+	mi := &file_corpus_v1_api_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1196,7 +1804,7 @@ func (x *EnrollResponse) String() string {
 func (*EnrollResponse) ProtoMessage() {}
 
 func (x *EnrollResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[20]
+	mi := &file_corpus_v1_api_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1209,7 +1817,7 @@ func (x *EnrollResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EnrollResponse.ProtoReflect.Descriptor instead.
 func (*EnrollResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{20}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *EnrollResponse) GetNodeId() string {
@@ -1248,7 +1856,7 @@ type WatchRequest struct {
 
 func (x *WatchRequest) Reset() {
 	*x = WatchRequest{}
-	mi := &file_corpus_v1_api_proto_msgTypes[21]
+	mi := &file_corpus_v1_api_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1260,7 +1868,7 @@ func (x *WatchRequest) String() string {
 func (*WatchRequest) ProtoMessage() {}
 
 func (x *WatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[21]
+	mi := &file_corpus_v1_api_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1273,21 +1881,23 @@ func (x *WatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchRequest.ProtoReflect.Descriptor instead.
 func (*WatchRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{21}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{31}
 }
 
 type WatchResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Index         uint64                 `protobuf:"varint,1,opt,name=index,proto3" json:"index,omitempty"`
-	Node          *Node                  `protobuf:"bytes,2,opt,name=node,proto3" json:"node,omitempty"`
-	Guests        []*Guest               `protobuf:"bytes,3,rep,name=guests,proto3" json:"guests,omitempty"`
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Index  uint64                 `protobuf:"varint,1,opt,name=index,proto3" json:"index,omitempty"`
+	Node   *Node                  `protobuf:"bytes,2,opt,name=node,proto3" json:"node,omitempty"`
+	Guests []*Guest               `protobuf:"bytes,3,rep,name=guests,proto3" json:"guests,omitempty"`
+	// routes are the proxy routes to this node's guests.
+	Routes        []*Route `protobuf:"bytes,4,rep,name=routes,proto3" json:"routes,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *WatchResponse) Reset() {
 	*x = WatchResponse{}
-	mi := &file_corpus_v1_api_proto_msgTypes[22]
+	mi := &file_corpus_v1_api_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1299,7 +1909,7 @@ func (x *WatchResponse) String() string {
 func (*WatchResponse) ProtoMessage() {}
 
 func (x *WatchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[22]
+	mi := &file_corpus_v1_api_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1312,7 +1922,7 @@ func (x *WatchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchResponse.ProtoReflect.Descriptor instead.
 func (*WatchResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{22}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *WatchResponse) GetIndex() uint64 {
@@ -1336,20 +1946,31 @@ func (x *WatchResponse) GetGuests() []*Guest {
 	return nil
 }
 
+func (x *WatchResponse) GetRoutes() []*Route {
+	if x != nil {
+		return x.Routes
+	}
+	return nil
+}
+
 type ReportRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Capacity      *Resources             `protobuf:"bytes,1,opt,name=capacity,proto3" json:"capacity,omitempty"`
-	Drivers       []*DriverInfo          `protobuf:"bytes,2,rep,name=drivers,proto3" json:"drivers,omitempty"`
-	AgentAddress  string                 `protobuf:"bytes,3,opt,name=agent_address,json=agentAddress,proto3" json:"agent_address,omitempty"`
-	Guests        []*ReportedGuest       `protobuf:"bytes,4,rep,name=guests,proto3" json:"guests,omitempty"`
-	AgentVersion  string                 `protobuf:"bytes,5,opt,name=agent_version,json=agentVersion,proto3" json:"agent_version,omitempty"`
+	state        protoimpl.MessageState `protogen:"open.v1"`
+	Capacity     *Resources             `protobuf:"bytes,1,opt,name=capacity,proto3" json:"capacity,omitempty"`
+	Drivers      []*DriverInfo          `protobuf:"bytes,2,rep,name=drivers,proto3" json:"drivers,omitempty"`
+	AgentAddress string                 `protobuf:"bytes,3,opt,name=agent_address,json=agentAddress,proto3" json:"agent_address,omitempty"`
+	Guests       []*ReportedGuest       `protobuf:"bytes,4,rep,name=guests,proto3" json:"guests,omitempty"`
+	AgentVersion string                 `protobuf:"bytes,5,opt,name=agent_version,json=agentVersion,proto3" json:"agent_version,omitempty"`
+	// address is where outside traffic reaches this node.
+	Address       string  `protobuf:"bytes,6,opt,name=address,proto3" json:"address,omitempty"`
+	MinHostPort   int32   `protobuf:"varint,7,opt,name=min_host_port,json=minHostPort,proto3" json:"min_host_port,omitempty"`
+	ReservedPorts []int32 `protobuf:"varint,8,rep,packed,name=reserved_ports,json=reservedPorts,proto3" json:"reserved_ports,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ReportRequest) Reset() {
 	*x = ReportRequest{}
-	mi := &file_corpus_v1_api_proto_msgTypes[23]
+	mi := &file_corpus_v1_api_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1361,7 +1982,7 @@ func (x *ReportRequest) String() string {
 func (*ReportRequest) ProtoMessage() {}
 
 func (x *ReportRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[23]
+	mi := &file_corpus_v1_api_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1374,7 +1995,7 @@ func (x *ReportRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportRequest.ProtoReflect.Descriptor instead.
 func (*ReportRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{23}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *ReportRequest) GetCapacity() *Resources {
@@ -1412,6 +2033,27 @@ func (x *ReportRequest) GetAgentVersion() string {
 	return ""
 }
 
+func (x *ReportRequest) GetAddress() string {
+	if x != nil {
+		return x.Address
+	}
+	return ""
+}
+
+func (x *ReportRequest) GetMinHostPort() int32 {
+	if x != nil {
+		return x.MinHostPort
+	}
+	return 0
+}
+
+func (x *ReportRequest) GetReservedPorts() []int32 {
+	if x != nil {
+		return x.ReservedPorts
+	}
+	return nil
+}
+
 type ReportedGuest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	GuestId       string                 `protobuf:"bytes,1,opt,name=guest_id,json=guestId,proto3" json:"guest_id,omitempty"`
@@ -1422,7 +2064,7 @@ type ReportedGuest struct {
 
 func (x *ReportedGuest) Reset() {
 	*x = ReportedGuest{}
-	mi := &file_corpus_v1_api_proto_msgTypes[24]
+	mi := &file_corpus_v1_api_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1434,7 +2076,7 @@ func (x *ReportedGuest) String() string {
 func (*ReportedGuest) ProtoMessage() {}
 
 func (x *ReportedGuest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[24]
+	mi := &file_corpus_v1_api_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1447,7 +2089,7 @@ func (x *ReportedGuest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportedGuest.ProtoReflect.Descriptor instead.
 func (*ReportedGuest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{24}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *ReportedGuest) GetGuestId() string {
@@ -1473,7 +2115,7 @@ type ReportResponse struct {
 
 func (x *ReportResponse) Reset() {
 	*x = ReportResponse{}
-	mi := &file_corpus_v1_api_proto_msgTypes[25]
+	mi := &file_corpus_v1_api_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1485,7 +2127,7 @@ func (x *ReportResponse) String() string {
 func (*ReportResponse) ProtoMessage() {}
 
 func (x *ReportResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[25]
+	mi := &file_corpus_v1_api_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1498,7 +2140,7 @@ func (x *ReportResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportResponse.ProtoReflect.Descriptor instead.
 func (*ReportResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{25}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *ReportResponse) GetIndex() uint64 {
@@ -1581,10 +2223,59 @@ const file_corpus_v1_api_proto_rawDesc = "" +
 	"\x06stdout\x18\x01 \x01(\fR\x06stdout\x12\x16\n" +
 	"\x06stderr\x18\x02 \x01(\fR\x06stderr\x12\x16\n" +
 	"\x06exited\x18\x03 \x01(\bR\x06exited\x12\x1b\n" +
-	"\texit_code\x18\x04 \x01(\x05R\bexitCode\"\xe8\x02\n" +
+	"\texit_code\x18\x04 \x01(\x05R\bexitCode\"\x9f\x01\n" +
+	"\x12CreateRouteRequest\x12\x12\n" +
+	"\x04kind\x18\x01 \x01(\tR\x04kind\x12\x16\n" +
+	"\x06domain\x18\x02 \x01(\tR\x06domain\x12\x1f\n" +
+	"\vlisten_port\x18\x03 \x01(\x05R\n" +
+	"listenPort\x12\x1d\n" +
+	"\n" +
+	"guest_name\x18\x04 \x01(\tR\tguestName\x12\x1d\n" +
+	"\n" +
+	"guest_port\x18\x05 \x01(\x05R\tguestPort\"W\n" +
+	"\x13CreateRouteResponse\x12&\n" +
+	"\x05route\x18\x01 \x01(\v2\x10.corpus.v1.RouteR\x05route\x12\x18\n" +
+	"\acreated\x18\x02 \x01(\bR\acreated\"\x13\n" +
+	"\x11ListRoutesRequest\"\xb0\x01\n" +
+	"\tRouteView\x12&\n" +
+	"\x05route\x18\x01 \x01(\v2\x10.corpus.v1.RouteR\x05route\x12\x1b\n" +
+	"\tnode_name\x18\x02 \x01(\tR\bnodeName\x12!\n" +
+	"\fnode_address\x18\x03 \x01(\tR\vnodeAddress\x12#\n" +
+	"\rguest_address\x18\x04 \x01(\tR\fguestAddress\x12\x16\n" +
+	"\x06target\x18\x05 \x01(\tR\x06target\"h\n" +
+	"\x12ListRoutesResponse\x12,\n" +
+	"\x06routes\x18\x01 \x03(\v2\x14.corpus.v1.RouteViewR\x06routes\x12$\n" +
+	"\x03nat\x18\x02 \x03(\v2\x12.corpus.v1.NatViewR\x03nat\"\xa5\x01\n" +
+	"\aNatView\x12\x1d\n" +
+	"\n" +
+	"guest_name\x18\x01 \x01(\tR\tguestName\x12\x1b\n" +
+	"\tnode_name\x18\x02 \x01(\tR\bnodeName\x12!\n" +
+	"\fnode_address\x18\x03 \x01(\tR\vnodeAddress\x12#\n" +
+	"\x04port\x18\x04 \x01(\v2\x0f.corpus.v1.PortR\x04port\x12\x16\n" +
+	"\x06target\x18\x05 \x01(\tR\x06target\"l\n" +
+	"\x12DeleteRouteRequest\x12\x16\n" +
+	"\x06domain\x18\x01 \x01(\tR\x06domain\x12\x1f\n" +
+	"\vlisten_port\x18\x02 \x01(\x05R\n" +
+	"listenPort\x12\x1d\n" +
+	"\n" +
+	"guest_name\x18\x03 \x01(\tR\tguestName\"=\n" +
+	"\x13DeleteRouteResponse\x12&\n" +
+	"\x05route\x18\x01 \x01(\v2\x10.corpus.v1.RouteR\x05route\"\xa4\x01\n" +
+	"\x10MoveRouteRequest\x12\x16\n" +
+	"\x06domain\x18\x01 \x01(\tR\x06domain\x12\x1f\n" +
+	"\vlisten_port\x18\x02 \x01(\x05R\n" +
+	"listenPort\x12\x1d\n" +
+	"\n" +
+	"from_guest\x18\x03 \x01(\tR\tfromGuest\x12\x19\n" +
+	"\bto_guest\x18\x04 \x01(\tR\atoGuest\x12\x1d\n" +
+	"\n" +
+	"guest_port\x18\x05 \x01(\x05R\tguestPort\";\n" +
+	"\x11MoveRouteResponse\x12&\n" +
+	"\x05route\x18\x01 \x01(\v2\x10.corpus.v1.RouteR\x05route\"\x82\x03\n" +
 	"\rEnrollRequest\x12\x1d\n" +
 	"\n" +
-	"join_token\x18\x01 \x01(\tR\tjoinToken\x12\x12\n" +
+	"join_token\x18\x01 \x01(\tR\tjoinToken\x12\x18\n" +
+	"\aaddress\x18\b \x01(\tR\aaddress\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12<\n" +
 	"\x06labels\x18\x03 \x03(\v2$.corpus.v1.EnrollRequest.LabelsEntryR\x06labels\x120\n" +
 	"\bcapacity\x18\x04 \x01(\v2\x14.corpus.v1.ResourcesR\bcapacity\x12/\n" +
@@ -1601,17 +2292,21 @@ const file_corpus_v1_api_proto_rawDesc = "" +
 	"\n" +
 	"cluster_id\x18\x03 \x01(\tR\tclusterId\x12\x1b\n" +
 	"\tagent_key\x18\x04 \x01(\tR\bagentKey\"\x0e\n" +
-	"\fWatchRequest\"t\n" +
+	"\fWatchRequest\"\x9e\x01\n" +
 	"\rWatchResponse\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\x04R\x05index\x12#\n" +
 	"\x04node\x18\x02 \x01(\v2\x0f.corpus.v1.NodeR\x04node\x12(\n" +
-	"\x06guests\x18\x03 \x03(\v2\x10.corpus.v1.GuestR\x06guests\"\xee\x01\n" +
+	"\x06guests\x18\x03 \x03(\v2\x10.corpus.v1.GuestR\x06guests\x12(\n" +
+	"\x06routes\x18\x04 \x03(\v2\x10.corpus.v1.RouteR\x06routes\"\xd3\x02\n" +
 	"\rReportRequest\x120\n" +
 	"\bcapacity\x18\x01 \x01(\v2\x14.corpus.v1.ResourcesR\bcapacity\x12/\n" +
 	"\adrivers\x18\x02 \x03(\v2\x15.corpus.v1.DriverInfoR\adrivers\x12#\n" +
 	"\ragent_address\x18\x03 \x01(\tR\fagentAddress\x120\n" +
 	"\x06guests\x18\x04 \x03(\v2\x18.corpus.v1.ReportedGuestR\x06guests\x12#\n" +
-	"\ragent_version\x18\x05 \x01(\tR\fagentVersion\"`\n" +
+	"\ragent_version\x18\x05 \x01(\tR\fagentVersion\x12\x18\n" +
+	"\aaddress\x18\x06 \x01(\tR\aaddress\x12\"\n" +
+	"\rmin_host_port\x18\a \x01(\x05R\vminHostPort\x12%\n" +
+	"\x0ereserved_ports\x18\b \x03(\x05R\rreservedPorts\"`\n" +
 	"\rReportedGuest\x12\x19\n" +
 	"\bguest_id\x18\x01 \x01(\tR\aguestId\x124\n" +
 	"\bobserved\x18\x02 \x01(\v2\x18.corpus.v1.GuestObservedR\bobserved\"&\n" +
@@ -1632,7 +2327,13 @@ const file_corpus_v1_api_proto_rawDesc = "" +
 	"StartGuest\x12\x1d.corpus.v1.GuestActionRequest\x1a\x1e.corpus.v1.GuestActionResponse\x12J\n" +
 	"\tStopGuest\x12\x1d.corpus.v1.GuestActionRequest\x1a\x1e.corpus.v1.GuestActionResponse\x12L\n" +
 	"\vDeleteGuest\x12\x1d.corpus.v1.GuestActionRequest\x1a\x1e.corpus.v1.GuestActionResponse\x12A\n" +
-	"\tExecGuest\x12\x1b.corpus.v1.ExecGuestRequest\x1a\x15.corpus.v1.ExecOutput0\x012\xca\x01\n" +
+	"\tExecGuest\x12\x1b.corpus.v1.ExecGuestRequest\x1a\x15.corpus.v1.ExecOutput0\x012\xc4\x02\n" +
+	"\x0eIngressService\x12L\n" +
+	"\vCreateRoute\x12\x1d.corpus.v1.CreateRouteRequest\x1a\x1e.corpus.v1.CreateRouteResponse\x12N\n" +
+	"\n" +
+	"ListRoutes\x12\x1c.corpus.v1.ListRoutesRequest\x1a\x1d.corpus.v1.ListRoutesResponse\"\x03\x90\x02\x01\x12L\n" +
+	"\vDeleteRoute\x12\x1d.corpus.v1.DeleteRouteRequest\x1a\x1e.corpus.v1.DeleteRouteResponse\x12F\n" +
+	"\tMoveRoute\x12\x1b.corpus.v1.MoveRouteRequest\x1a\x1c.corpus.v1.MoveRouteResponse2\xca\x01\n" +
 	"\fAgentService\x12=\n" +
 	"\x06Enroll\x12\x18.corpus.v1.EnrollRequest\x1a\x19.corpus.v1.EnrollResponse\x12<\n" +
 	"\x05Watch\x12\x17.corpus.v1.WatchRequest\x1a\x18.corpus.v1.WatchResponse0\x01\x12=\n" +
@@ -1652,7 +2353,7 @@ func file_corpus_v1_api_proto_rawDescGZIP() []byte {
 	return file_corpus_v1_api_proto_rawDescData
 }
 
-var file_corpus_v1_api_proto_msgTypes = make([]protoimpl.MessageInfo, 28)
+var file_corpus_v1_api_proto_msgTypes = make([]protoimpl.MessageInfo, 38)
 var file_corpus_v1_api_proto_goTypes = []any{
 	(*StatusRequest)(nil),           // 0: corpus.v1.StatusRequest
 	(*StatusResponse)(nil),          // 1: corpus.v1.StatusResponse
@@ -1673,79 +2374,107 @@ var file_corpus_v1_api_proto_goTypes = []any{
 	(*GuestActionResponse)(nil),     // 16: corpus.v1.GuestActionResponse
 	(*ExecGuestRequest)(nil),        // 17: corpus.v1.ExecGuestRequest
 	(*ExecOutput)(nil),              // 18: corpus.v1.ExecOutput
-	(*EnrollRequest)(nil),           // 19: corpus.v1.EnrollRequest
-	(*EnrollResponse)(nil),          // 20: corpus.v1.EnrollResponse
-	(*WatchRequest)(nil),            // 21: corpus.v1.WatchRequest
-	(*WatchResponse)(nil),           // 22: corpus.v1.WatchResponse
-	(*ReportRequest)(nil),           // 23: corpus.v1.ReportRequest
-	(*ReportedGuest)(nil),           // 24: corpus.v1.ReportedGuest
-	(*ReportResponse)(nil),          // 25: corpus.v1.ReportResponse
-	nil,                             // 26: corpus.v1.ExecGuestRequest.EnvEntry
-	nil,                             // 27: corpus.v1.EnrollRequest.LabelsEntry
-	(*JoinToken)(nil),               // 28: corpus.v1.JoinToken
-	(*Node)(nil),                    // 29: corpus.v1.Node
-	(*Resources)(nil),               // 30: corpus.v1.Resources
-	(*GuestSpec)(nil),               // 31: corpus.v1.GuestSpec
-	(*Guest)(nil),                   // 32: corpus.v1.Guest
-	(*DriverInfo)(nil),              // 33: corpus.v1.DriverInfo
-	(*GuestObserved)(nil),           // 34: corpus.v1.GuestObserved
+	(*CreateRouteRequest)(nil),      // 19: corpus.v1.CreateRouteRequest
+	(*CreateRouteResponse)(nil),     // 20: corpus.v1.CreateRouteResponse
+	(*ListRoutesRequest)(nil),       // 21: corpus.v1.ListRoutesRequest
+	(*RouteView)(nil),               // 22: corpus.v1.RouteView
+	(*ListRoutesResponse)(nil),      // 23: corpus.v1.ListRoutesResponse
+	(*NatView)(nil),                 // 24: corpus.v1.NatView
+	(*DeleteRouteRequest)(nil),      // 25: corpus.v1.DeleteRouteRequest
+	(*DeleteRouteResponse)(nil),     // 26: corpus.v1.DeleteRouteResponse
+	(*MoveRouteRequest)(nil),        // 27: corpus.v1.MoveRouteRequest
+	(*MoveRouteResponse)(nil),       // 28: corpus.v1.MoveRouteResponse
+	(*EnrollRequest)(nil),           // 29: corpus.v1.EnrollRequest
+	(*EnrollResponse)(nil),          // 30: corpus.v1.EnrollResponse
+	(*WatchRequest)(nil),            // 31: corpus.v1.WatchRequest
+	(*WatchResponse)(nil),           // 32: corpus.v1.WatchResponse
+	(*ReportRequest)(nil),           // 33: corpus.v1.ReportRequest
+	(*ReportedGuest)(nil),           // 34: corpus.v1.ReportedGuest
+	(*ReportResponse)(nil),          // 35: corpus.v1.ReportResponse
+	nil,                             // 36: corpus.v1.ExecGuestRequest.EnvEntry
+	nil,                             // 37: corpus.v1.EnrollRequest.LabelsEntry
+	(*JoinToken)(nil),               // 38: corpus.v1.JoinToken
+	(*Node)(nil),                    // 39: corpus.v1.Node
+	(*Resources)(nil),               // 40: corpus.v1.Resources
+	(*GuestSpec)(nil),               // 41: corpus.v1.GuestSpec
+	(*Guest)(nil),                   // 42: corpus.v1.Guest
+	(*Route)(nil),                   // 43: corpus.v1.Route
+	(*Port)(nil),                    // 44: corpus.v1.Port
+	(*DriverInfo)(nil),              // 45: corpus.v1.DriverInfo
+	(*GuestObserved)(nil),           // 46: corpus.v1.GuestObserved
 }
 var file_corpus_v1_api_proto_depIdxs = []int32{
-	28, // 0: corpus.v1.CreateJoinTokenResponse.info:type_name -> corpus.v1.JoinToken
+	38, // 0: corpus.v1.CreateJoinTokenResponse.info:type_name -> corpus.v1.JoinToken
 	8,  // 1: corpus.v1.ListNodesResponse.nodes:type_name -> corpus.v1.NodeView
 	8,  // 2: corpus.v1.GetNodeResponse.node:type_name -> corpus.v1.NodeView
-	29, // 3: corpus.v1.NodeView.node:type_name -> corpus.v1.Node
-	30, // 4: corpus.v1.NodeView.allocated:type_name -> corpus.v1.Resources
-	31, // 5: corpus.v1.CreateGuestRequest.spec:type_name -> corpus.v1.GuestSpec
-	32, // 6: corpus.v1.CreateGuestResponse.guest:type_name -> corpus.v1.Guest
-	32, // 7: corpus.v1.GetGuestResponse.guest:type_name -> corpus.v1.Guest
+	39, // 3: corpus.v1.NodeView.node:type_name -> corpus.v1.Node
+	40, // 4: corpus.v1.NodeView.allocated:type_name -> corpus.v1.Resources
+	41, // 5: corpus.v1.CreateGuestRequest.spec:type_name -> corpus.v1.GuestSpec
+	42, // 6: corpus.v1.CreateGuestResponse.guest:type_name -> corpus.v1.Guest
+	42, // 7: corpus.v1.GetGuestResponse.guest:type_name -> corpus.v1.Guest
 	12, // 8: corpus.v1.ListGuestsResponse.guests:type_name -> corpus.v1.GetGuestResponse
-	32, // 9: corpus.v1.GuestActionResponse.guest:type_name -> corpus.v1.Guest
-	26, // 10: corpus.v1.ExecGuestRequest.env:type_name -> corpus.v1.ExecGuestRequest.EnvEntry
-	27, // 11: corpus.v1.EnrollRequest.labels:type_name -> corpus.v1.EnrollRequest.LabelsEntry
-	30, // 12: corpus.v1.EnrollRequest.capacity:type_name -> corpus.v1.Resources
-	33, // 13: corpus.v1.EnrollRequest.drivers:type_name -> corpus.v1.DriverInfo
-	29, // 14: corpus.v1.WatchResponse.node:type_name -> corpus.v1.Node
-	32, // 15: corpus.v1.WatchResponse.guests:type_name -> corpus.v1.Guest
-	30, // 16: corpus.v1.ReportRequest.capacity:type_name -> corpus.v1.Resources
-	33, // 17: corpus.v1.ReportRequest.drivers:type_name -> corpus.v1.DriverInfo
-	24, // 18: corpus.v1.ReportRequest.guests:type_name -> corpus.v1.ReportedGuest
-	34, // 19: corpus.v1.ReportedGuest.observed:type_name -> corpus.v1.GuestObserved
-	0,  // 20: corpus.v1.ClusterService.Status:input_type -> corpus.v1.StatusRequest
-	2,  // 21: corpus.v1.NodeService.CreateJoinToken:input_type -> corpus.v1.CreateJoinTokenRequest
-	4,  // 22: corpus.v1.NodeService.ListNodes:input_type -> corpus.v1.ListNodesRequest
-	6,  // 23: corpus.v1.NodeService.GetNode:input_type -> corpus.v1.GetNodeRequest
-	9,  // 24: corpus.v1.GuestService.CreateGuest:input_type -> corpus.v1.CreateGuestRequest
-	11, // 25: corpus.v1.GuestService.GetGuest:input_type -> corpus.v1.GetGuestRequest
-	13, // 26: corpus.v1.GuestService.ListGuests:input_type -> corpus.v1.ListGuestsRequest
-	15, // 27: corpus.v1.GuestService.StartGuest:input_type -> corpus.v1.GuestActionRequest
-	15, // 28: corpus.v1.GuestService.StopGuest:input_type -> corpus.v1.GuestActionRequest
-	15, // 29: corpus.v1.GuestService.DeleteGuest:input_type -> corpus.v1.GuestActionRequest
-	17, // 30: corpus.v1.GuestService.ExecGuest:input_type -> corpus.v1.ExecGuestRequest
-	19, // 31: corpus.v1.AgentService.Enroll:input_type -> corpus.v1.EnrollRequest
-	21, // 32: corpus.v1.AgentService.Watch:input_type -> corpus.v1.WatchRequest
-	23, // 33: corpus.v1.AgentService.Report:input_type -> corpus.v1.ReportRequest
-	17, // 34: corpus.v1.NodeAgentService.Exec:input_type -> corpus.v1.ExecGuestRequest
-	1,  // 35: corpus.v1.ClusterService.Status:output_type -> corpus.v1.StatusResponse
-	3,  // 36: corpus.v1.NodeService.CreateJoinToken:output_type -> corpus.v1.CreateJoinTokenResponse
-	5,  // 37: corpus.v1.NodeService.ListNodes:output_type -> corpus.v1.ListNodesResponse
-	7,  // 38: corpus.v1.NodeService.GetNode:output_type -> corpus.v1.GetNodeResponse
-	10, // 39: corpus.v1.GuestService.CreateGuest:output_type -> corpus.v1.CreateGuestResponse
-	12, // 40: corpus.v1.GuestService.GetGuest:output_type -> corpus.v1.GetGuestResponse
-	14, // 41: corpus.v1.GuestService.ListGuests:output_type -> corpus.v1.ListGuestsResponse
-	16, // 42: corpus.v1.GuestService.StartGuest:output_type -> corpus.v1.GuestActionResponse
-	16, // 43: corpus.v1.GuestService.StopGuest:output_type -> corpus.v1.GuestActionResponse
-	16, // 44: corpus.v1.GuestService.DeleteGuest:output_type -> corpus.v1.GuestActionResponse
-	18, // 45: corpus.v1.GuestService.ExecGuest:output_type -> corpus.v1.ExecOutput
-	20, // 46: corpus.v1.AgentService.Enroll:output_type -> corpus.v1.EnrollResponse
-	22, // 47: corpus.v1.AgentService.Watch:output_type -> corpus.v1.WatchResponse
-	25, // 48: corpus.v1.AgentService.Report:output_type -> corpus.v1.ReportResponse
-	18, // 49: corpus.v1.NodeAgentService.Exec:output_type -> corpus.v1.ExecOutput
-	35, // [35:50] is the sub-list for method output_type
-	20, // [20:35] is the sub-list for method input_type
-	20, // [20:20] is the sub-list for extension type_name
-	20, // [20:20] is the sub-list for extension extendee
-	0,  // [0:20] is the sub-list for field type_name
+	42, // 9: corpus.v1.GuestActionResponse.guest:type_name -> corpus.v1.Guest
+	36, // 10: corpus.v1.ExecGuestRequest.env:type_name -> corpus.v1.ExecGuestRequest.EnvEntry
+	43, // 11: corpus.v1.CreateRouteResponse.route:type_name -> corpus.v1.Route
+	43, // 12: corpus.v1.RouteView.route:type_name -> corpus.v1.Route
+	22, // 13: corpus.v1.ListRoutesResponse.routes:type_name -> corpus.v1.RouteView
+	24, // 14: corpus.v1.ListRoutesResponse.nat:type_name -> corpus.v1.NatView
+	44, // 15: corpus.v1.NatView.port:type_name -> corpus.v1.Port
+	43, // 16: corpus.v1.DeleteRouteResponse.route:type_name -> corpus.v1.Route
+	43, // 17: corpus.v1.MoveRouteResponse.route:type_name -> corpus.v1.Route
+	37, // 18: corpus.v1.EnrollRequest.labels:type_name -> corpus.v1.EnrollRequest.LabelsEntry
+	40, // 19: corpus.v1.EnrollRequest.capacity:type_name -> corpus.v1.Resources
+	45, // 20: corpus.v1.EnrollRequest.drivers:type_name -> corpus.v1.DriverInfo
+	39, // 21: corpus.v1.WatchResponse.node:type_name -> corpus.v1.Node
+	42, // 22: corpus.v1.WatchResponse.guests:type_name -> corpus.v1.Guest
+	43, // 23: corpus.v1.WatchResponse.routes:type_name -> corpus.v1.Route
+	40, // 24: corpus.v1.ReportRequest.capacity:type_name -> corpus.v1.Resources
+	45, // 25: corpus.v1.ReportRequest.drivers:type_name -> corpus.v1.DriverInfo
+	34, // 26: corpus.v1.ReportRequest.guests:type_name -> corpus.v1.ReportedGuest
+	46, // 27: corpus.v1.ReportedGuest.observed:type_name -> corpus.v1.GuestObserved
+	0,  // 28: corpus.v1.ClusterService.Status:input_type -> corpus.v1.StatusRequest
+	2,  // 29: corpus.v1.NodeService.CreateJoinToken:input_type -> corpus.v1.CreateJoinTokenRequest
+	4,  // 30: corpus.v1.NodeService.ListNodes:input_type -> corpus.v1.ListNodesRequest
+	6,  // 31: corpus.v1.NodeService.GetNode:input_type -> corpus.v1.GetNodeRequest
+	9,  // 32: corpus.v1.GuestService.CreateGuest:input_type -> corpus.v1.CreateGuestRequest
+	11, // 33: corpus.v1.GuestService.GetGuest:input_type -> corpus.v1.GetGuestRequest
+	13, // 34: corpus.v1.GuestService.ListGuests:input_type -> corpus.v1.ListGuestsRequest
+	15, // 35: corpus.v1.GuestService.StartGuest:input_type -> corpus.v1.GuestActionRequest
+	15, // 36: corpus.v1.GuestService.StopGuest:input_type -> corpus.v1.GuestActionRequest
+	15, // 37: corpus.v1.GuestService.DeleteGuest:input_type -> corpus.v1.GuestActionRequest
+	17, // 38: corpus.v1.GuestService.ExecGuest:input_type -> corpus.v1.ExecGuestRequest
+	19, // 39: corpus.v1.IngressService.CreateRoute:input_type -> corpus.v1.CreateRouteRequest
+	21, // 40: corpus.v1.IngressService.ListRoutes:input_type -> corpus.v1.ListRoutesRequest
+	25, // 41: corpus.v1.IngressService.DeleteRoute:input_type -> corpus.v1.DeleteRouteRequest
+	27, // 42: corpus.v1.IngressService.MoveRoute:input_type -> corpus.v1.MoveRouteRequest
+	29, // 43: corpus.v1.AgentService.Enroll:input_type -> corpus.v1.EnrollRequest
+	31, // 44: corpus.v1.AgentService.Watch:input_type -> corpus.v1.WatchRequest
+	33, // 45: corpus.v1.AgentService.Report:input_type -> corpus.v1.ReportRequest
+	17, // 46: corpus.v1.NodeAgentService.Exec:input_type -> corpus.v1.ExecGuestRequest
+	1,  // 47: corpus.v1.ClusterService.Status:output_type -> corpus.v1.StatusResponse
+	3,  // 48: corpus.v1.NodeService.CreateJoinToken:output_type -> corpus.v1.CreateJoinTokenResponse
+	5,  // 49: corpus.v1.NodeService.ListNodes:output_type -> corpus.v1.ListNodesResponse
+	7,  // 50: corpus.v1.NodeService.GetNode:output_type -> corpus.v1.GetNodeResponse
+	10, // 51: corpus.v1.GuestService.CreateGuest:output_type -> corpus.v1.CreateGuestResponse
+	12, // 52: corpus.v1.GuestService.GetGuest:output_type -> corpus.v1.GetGuestResponse
+	14, // 53: corpus.v1.GuestService.ListGuests:output_type -> corpus.v1.ListGuestsResponse
+	16, // 54: corpus.v1.GuestService.StartGuest:output_type -> corpus.v1.GuestActionResponse
+	16, // 55: corpus.v1.GuestService.StopGuest:output_type -> corpus.v1.GuestActionResponse
+	16, // 56: corpus.v1.GuestService.DeleteGuest:output_type -> corpus.v1.GuestActionResponse
+	18, // 57: corpus.v1.GuestService.ExecGuest:output_type -> corpus.v1.ExecOutput
+	20, // 58: corpus.v1.IngressService.CreateRoute:output_type -> corpus.v1.CreateRouteResponse
+	23, // 59: corpus.v1.IngressService.ListRoutes:output_type -> corpus.v1.ListRoutesResponse
+	26, // 60: corpus.v1.IngressService.DeleteRoute:output_type -> corpus.v1.DeleteRouteResponse
+	28, // 61: corpus.v1.IngressService.MoveRoute:output_type -> corpus.v1.MoveRouteResponse
+	30, // 62: corpus.v1.AgentService.Enroll:output_type -> corpus.v1.EnrollResponse
+	32, // 63: corpus.v1.AgentService.Watch:output_type -> corpus.v1.WatchResponse
+	35, // 64: corpus.v1.AgentService.Report:output_type -> corpus.v1.ReportResponse
+	18, // 65: corpus.v1.NodeAgentService.Exec:output_type -> corpus.v1.ExecOutput
+	47, // [47:66] is the sub-list for method output_type
+	28, // [28:47] is the sub-list for method input_type
+	28, // [28:28] is the sub-list for extension type_name
+	28, // [28:28] is the sub-list for extension extendee
+	0,  // [0:28] is the sub-list for field type_name
 }
 
 func init() { file_corpus_v1_api_proto_init() }
@@ -1760,9 +2489,9 @@ func file_corpus_v1_api_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_corpus_v1_api_proto_rawDesc), len(file_corpus_v1_api_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   28,
+			NumMessages:   38,
 			NumExtensions: 0,
-			NumServices:   5,
+			NumServices:   6,
 		},
 		GoTypes:           file_corpus_v1_api_proto_goTypes,
 		DependencyIndexes: file_corpus_v1_api_proto_depIdxs,

@@ -48,6 +48,9 @@ type Command struct {
 	//	*Command_PlaceGuest
 	//	*Command_ReportGuests
 	//	*Command_SetNodeStatus
+	//	*Command_CreateRoute
+	//	*Command_DeleteRoute
+	//	*Command_MoveRoute
 	Cmd           isCommand_Cmd `protobuf_oneof:"cmd"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -192,6 +195,33 @@ func (x *Command) GetSetNodeStatus() *SetNodeStatus {
 	return nil
 }
 
+func (x *Command) GetCreateRoute() *CreateRoute {
+	if x != nil {
+		if x, ok := x.Cmd.(*Command_CreateRoute); ok {
+			return x.CreateRoute
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetDeleteRoute() *DeleteRoute {
+	if x != nil {
+		if x, ok := x.Cmd.(*Command_DeleteRoute); ok {
+			return x.DeleteRoute
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetMoveRoute() *MoveRoute {
+	if x != nil {
+		if x, ok := x.Cmd.(*Command_MoveRoute); ok {
+			return x.MoveRoute
+		}
+	}
+	return nil
+}
+
 type isCommand_Cmd interface {
 	isCommand_Cmd()
 }
@@ -232,6 +262,18 @@ type Command_SetNodeStatus struct {
 	SetNodeStatus *SetNodeStatus `protobuf:"bytes,18,opt,name=set_node_status,json=setNodeStatus,proto3,oneof"`
 }
 
+type Command_CreateRoute struct {
+	CreateRoute *CreateRoute `protobuf:"bytes,19,opt,name=create_route,json=createRoute,proto3,oneof"`
+}
+
+type Command_DeleteRoute struct {
+	DeleteRoute *DeleteRoute `protobuf:"bytes,20,opt,name=delete_route,json=deleteRoute,proto3,oneof"`
+}
+
+type Command_MoveRoute struct {
+	MoveRoute *MoveRoute `protobuf:"bytes,21,opt,name=move_route,json=moveRoute,proto3,oneof"`
+}
+
 func (*Command_BootstrapCluster) isCommand_Cmd() {}
 
 func (*Command_CreateJoinToken) isCommand_Cmd() {}
@@ -249,6 +291,12 @@ func (*Command_PlaceGuest) isCommand_Cmd() {}
 func (*Command_ReportGuests) isCommand_Cmd() {}
 
 func (*Command_SetNodeStatus) isCommand_Cmd() {}
+
+func (*Command_CreateRoute) isCommand_Cmd() {}
+
+func (*Command_DeleteRoute) isCommand_Cmd() {}
+
+func (*Command_MoveRoute) isCommand_Cmd() {}
 
 type BootstrapCluster struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -408,6 +456,9 @@ type UpdateNode struct {
 	AgentAddress  string                 `protobuf:"bytes,4,opt,name=agent_address,json=agentAddress,proto3" json:"agent_address,omitempty"`
 	Labels        map[string]string      `protobuf:"bytes,5,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	AgentVersion  string                 `protobuf:"bytes,6,opt,name=agent_version,json=agentVersion,proto3" json:"agent_version,omitempty"`
+	Address       string                 `protobuf:"bytes,7,opt,name=address,proto3" json:"address,omitempty"`
+	MinHostPort   int32                  `protobuf:"varint,8,opt,name=min_host_port,json=minHostPort,proto3" json:"min_host_port,omitempty"`
+	ReservedPorts []int32                `protobuf:"varint,9,rep,packed,name=reserved_ports,json=reservedPorts,proto3" json:"reserved_ports,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -482,6 +533,27 @@ func (x *UpdateNode) GetAgentVersion() string {
 		return x.AgentVersion
 	}
 	return ""
+}
+
+func (x *UpdateNode) GetAddress() string {
+	if x != nil {
+		return x.Address
+	}
+	return ""
+}
+
+func (x *UpdateNode) GetMinHostPort() int32 {
+	if x != nil {
+		return x.MinHostPort
+	}
+	return 0
+}
+
+func (x *UpdateNode) GetReservedPorts() []int32 {
+	if x != nil {
+		return x.ReservedPorts
+	}
+	return nil
 }
 
 type SetNodeStatus struct {
@@ -811,6 +883,156 @@ func (x *ReportGuests) GetGuests() []*ObservedGuest {
 	return nil
 }
 
+// CreateRoute adds a route to a guest; domains and node ports are unique.
+type CreateRoute struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Route         *Route                 `protobuf:"bytes,1,opt,name=route,proto3" json:"route,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CreateRoute) Reset() {
+	*x = CreateRoute{}
+	mi := &file_corpus_v1_raft_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CreateRoute) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CreateRoute) ProtoMessage() {}
+
+func (x *CreateRoute) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_raft_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CreateRoute.ProtoReflect.Descriptor instead.
+func (*CreateRoute) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *CreateRoute) GetRoute() *Route {
+	if x != nil {
+		return x.Route
+	}
+	return nil
+}
+
+type DeleteRoute struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteRoute) Reset() {
+	*x = DeleteRoute{}
+	mi := &file_corpus_v1_raft_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteRoute) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteRoute) ProtoMessage() {}
+
+func (x *DeleteRoute) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_raft_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteRoute.ProtoReflect.Descriptor instead.
+func (*DeleteRoute) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *DeleteRoute) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+// MoveRoute points a route at another guest at once.
+type MoveRoute struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	GuestName     string                 `protobuf:"bytes,2,opt,name=guest_name,json=guestName,proto3" json:"guest_name,omitempty"`
+	GuestPort     int32                  `protobuf:"varint,3,opt,name=guest_port,json=guestPort,proto3" json:"guest_port,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MoveRoute) Reset() {
+	*x = MoveRoute{}
+	mi := &file_corpus_v1_raft_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MoveRoute) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MoveRoute) ProtoMessage() {}
+
+func (x *MoveRoute) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_raft_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MoveRoute.ProtoReflect.Descriptor instead.
+func (*MoveRoute) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *MoveRoute) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *MoveRoute) GetGuestName() string {
+	if x != nil {
+		return x.GuestName
+	}
+	return ""
+}
+
+func (x *MoveRoute) GetGuestPort() int32 {
+	if x != nil {
+		return x.GuestPort
+	}
+	return 0
+}
+
 // Snapshot is the whole state, written by FSM snapshots.
 type Snapshot struct {
 	state      protoimpl.MessageState `protogen:"open.v1"`
@@ -820,14 +1042,15 @@ type Snapshot struct {
 	Guests     []*Guest               `protobuf:"bytes,4,rep,name=guests,proto3" json:"guests,omitempty"`
 	JoinTokens []*JoinToken           `protobuf:"bytes,5,rep,name=join_tokens,json=joinTokens,proto3" json:"join_tokens,omitempty"`
 	// index is the last applied Raft index in the snapshot.
-	Index         uint64 `protobuf:"varint,6,opt,name=index,proto3" json:"index,omitempty"`
+	Index         uint64   `protobuf:"varint,6,opt,name=index,proto3" json:"index,omitempty"`
+	Routes        []*Route `protobuf:"bytes,7,rep,name=routes,proto3" json:"routes,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Snapshot) Reset() {
 	*x = Snapshot{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[11]
+	mi := &file_corpus_v1_raft_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -839,7 +1062,7 @@ func (x *Snapshot) String() string {
 func (*Snapshot) ProtoMessage() {}
 
 func (x *Snapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[11]
+	mi := &file_corpus_v1_raft_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -852,7 +1075,7 @@ func (x *Snapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Snapshot.ProtoReflect.Descriptor instead.
 func (*Snapshot) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{11}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *Snapshot) GetVersion() uint32 {
@@ -897,11 +1120,18 @@ func (x *Snapshot) GetIndex() uint64 {
 	return 0
 }
 
+func (x *Snapshot) GetRoutes() []*Route {
+	if x != nil {
+		return x.Routes
+	}
+	return nil
+}
+
 var File_corpus_v1_raft_proto protoreflect.FileDescriptor
 
 const file_corpus_v1_raft_proto_rawDesc = "" +
 	"\n" +
-	"\x14corpus/v1/raft.proto\x12\tcorpus.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x15corpus/v1/types.proto\"\xc5\x05\n" +
+	"\x14corpus/v1/raft.proto\x12\tcorpus.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x15corpus/v1/types.proto\"\xf6\x06\n" +
 	"\aCommand\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x12\x1c\n" +
 	"\tignorable\x18\x02 \x01(\bR\tignorable\x12,\n" +
@@ -918,7 +1148,11 @@ const file_corpus_v1_raft_proto_rawDesc = "" +
 	"\vplace_guest\x18\x10 \x01(\v2\x15.corpus.v1.PlaceGuestH\x00R\n" +
 	"placeGuest\x12>\n" +
 	"\rreport_guests\x18\x11 \x01(\v2\x17.corpus.v1.ReportGuestsH\x00R\freportGuests\x12B\n" +
-	"\x0fset_node_status\x18\x12 \x01(\v2\x18.corpus.v1.SetNodeStatusH\x00R\rsetNodeStatusB\x05\n" +
+	"\x0fset_node_status\x18\x12 \x01(\v2\x18.corpus.v1.SetNodeStatusH\x00R\rsetNodeStatus\x12;\n" +
+	"\fcreate_route\x18\x13 \x01(\v2\x16.corpus.v1.CreateRouteH\x00R\vcreateRoute\x12;\n" +
+	"\fdelete_route\x18\x14 \x01(\v2\x16.corpus.v1.DeleteRouteH\x00R\vdeleteRoute\x125\n" +
+	"\n" +
+	"move_route\x18\x15 \x01(\v2\x14.corpus.v1.MoveRouteH\x00R\tmoveRouteB\x05\n" +
 	"\x03cmd\"D\n" +
 	"\x10BootstrapCluster\x120\n" +
 	"\x06config\x18\x01 \x01(\v2\x18.corpus.v1.ClusterConfigR\x06config\"=\n" +
@@ -928,7 +1162,7 @@ const file_corpus_v1_raft_proto_rawDesc = "" +
 	"EnrollNode\x12\x19\n" +
 	"\btoken_id\x18\x01 \x01(\tR\atokenId\x12*\n" +
 	"\x11token_secret_hash\x18\x02 \x01(\tR\x0ftokenSecretHash\x12#\n" +
-	"\x04node\x18\x03 \x01(\v2\x0f.corpus.v1.NodeR\x04node\"\xc8\x02\n" +
+	"\x04node\x18\x03 \x01(\v2\x0f.corpus.v1.NodeR\x04node\"\xad\x03\n" +
 	"\n" +
 	"UpdateNode\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x120\n" +
@@ -936,7 +1170,10 @@ const file_corpus_v1_raft_proto_rawDesc = "" +
 	"\adrivers\x18\x03 \x03(\v2\x15.corpus.v1.DriverInfoR\adrivers\x12#\n" +
 	"\ragent_address\x18\x04 \x01(\tR\fagentAddress\x129\n" +
 	"\x06labels\x18\x05 \x03(\v2!.corpus.v1.UpdateNode.LabelsEntryR\x06labels\x12#\n" +
-	"\ragent_version\x18\x06 \x01(\tR\fagentVersion\x1a9\n" +
+	"\ragent_version\x18\x06 \x01(\tR\fagentVersion\x12\x18\n" +
+	"\aaddress\x18\a \x01(\tR\aaddress\x12\"\n" +
+	"\rmin_host_port\x18\b \x01(\x05R\vminHostPort\x12%\n" +
+	"\x0ereserved_ports\x18\t \x03(\x05R\rreservedPorts\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"@\n" +
@@ -959,7 +1196,17 @@ const file_corpus_v1_raft_proto_rawDesc = "" +
 	"\bobserved\x18\x02 \x01(\v2\x18.corpus.v1.GuestObservedR\bobserved\"Y\n" +
 	"\fReportGuests\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x120\n" +
-	"\x06guests\x18\x02 \x03(\v2\x18.corpus.v1.ObservedGuestR\x06guests\"\xf4\x01\n" +
+	"\x06guests\x18\x02 \x03(\v2\x18.corpus.v1.ObservedGuestR\x06guests\"5\n" +
+	"\vCreateRoute\x12&\n" +
+	"\x05route\x18\x01 \x01(\v2\x10.corpus.v1.RouteR\x05route\"\x1d\n" +
+	"\vDeleteRoute\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\"Y\n" +
+	"\tMoveRoute\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1d\n" +
+	"\n" +
+	"guest_name\x18\x02 \x01(\tR\tguestName\x12\x1d\n" +
+	"\n" +
+	"guest_port\x18\x03 \x01(\x05R\tguestPort\"\x9e\x02\n" +
 	"\bSnapshot\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x120\n" +
 	"\x06config\x18\x02 \x01(\v2\x18.corpus.v1.ClusterConfigR\x06config\x12%\n" +
@@ -967,7 +1214,8 @@ const file_corpus_v1_raft_proto_rawDesc = "" +
 	"\x06guests\x18\x04 \x03(\v2\x10.corpus.v1.GuestR\x06guests\x125\n" +
 	"\vjoin_tokens\x18\x05 \x03(\v2\x14.corpus.v1.JoinTokenR\n" +
 	"joinTokens\x12\x14\n" +
-	"\x05index\x18\x06 \x01(\x04R\x05indexB!Z\x1fcorpus/proto/corpus/v1;corpusv1b\x06proto3"
+	"\x05index\x18\x06 \x01(\x04R\x05index\x12(\n" +
+	"\x06routes\x18\a \x03(\v2\x10.corpus.v1.RouteR\x06routesB!Z\x1fcorpus/proto/corpus/v1;corpusv1b\x06proto3"
 
 var (
 	file_corpus_v1_raft_proto_rawDescOnce sync.Once
@@ -981,7 +1229,7 @@ func file_corpus_v1_raft_proto_rawDescGZIP() []byte {
 	return file_corpus_v1_raft_proto_rawDescData
 }
 
-var file_corpus_v1_raft_proto_msgTypes = make([]protoimpl.MessageInfo, 13)
+var file_corpus_v1_raft_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
 var file_corpus_v1_raft_proto_goTypes = []any{
 	(*Command)(nil),               // 0: corpus.v1.Command
 	(*BootstrapCluster)(nil),      // 1: corpus.v1.BootstrapCluster
@@ -994,19 +1242,23 @@ var file_corpus_v1_raft_proto_goTypes = []any{
 	(*PlaceGuest)(nil),            // 8: corpus.v1.PlaceGuest
 	(*ObservedGuest)(nil),         // 9: corpus.v1.ObservedGuest
 	(*ReportGuests)(nil),          // 10: corpus.v1.ReportGuests
-	(*Snapshot)(nil),              // 11: corpus.v1.Snapshot
-	nil,                           // 12: corpus.v1.UpdateNode.LabelsEntry
-	(*timestamppb.Timestamp)(nil), // 13: google.protobuf.Timestamp
-	(*ClusterConfig)(nil),         // 14: corpus.v1.ClusterConfig
-	(*JoinToken)(nil),             // 15: corpus.v1.JoinToken
-	(*Node)(nil),                  // 16: corpus.v1.Node
-	(*Resources)(nil),             // 17: corpus.v1.Resources
-	(*DriverInfo)(nil),            // 18: corpus.v1.DriverInfo
-	(*Guest)(nil),                 // 19: corpus.v1.Guest
-	(*GuestObserved)(nil),         // 20: corpus.v1.GuestObserved
+	(*CreateRoute)(nil),           // 11: corpus.v1.CreateRoute
+	(*DeleteRoute)(nil),           // 12: corpus.v1.DeleteRoute
+	(*MoveRoute)(nil),             // 13: corpus.v1.MoveRoute
+	(*Snapshot)(nil),              // 14: corpus.v1.Snapshot
+	nil,                           // 15: corpus.v1.UpdateNode.LabelsEntry
+	(*timestamppb.Timestamp)(nil), // 16: google.protobuf.Timestamp
+	(*ClusterConfig)(nil),         // 17: corpus.v1.ClusterConfig
+	(*JoinToken)(nil),             // 18: corpus.v1.JoinToken
+	(*Node)(nil),                  // 19: corpus.v1.Node
+	(*Resources)(nil),             // 20: corpus.v1.Resources
+	(*DriverInfo)(nil),            // 21: corpus.v1.DriverInfo
+	(*Guest)(nil),                 // 22: corpus.v1.Guest
+	(*GuestObserved)(nil),         // 23: corpus.v1.GuestObserved
+	(*Route)(nil),                 // 24: corpus.v1.Route
 }
 var file_corpus_v1_raft_proto_depIdxs = []int32{
-	13, // 0: corpus.v1.Command.now:type_name -> google.protobuf.Timestamp
+	16, // 0: corpus.v1.Command.now:type_name -> google.protobuf.Timestamp
 	1,  // 1: corpus.v1.Command.bootstrap_cluster:type_name -> corpus.v1.BootstrapCluster
 	2,  // 2: corpus.v1.Command.create_join_token:type_name -> corpus.v1.CreateJoinToken
 	3,  // 3: corpus.v1.Command.enroll_node:type_name -> corpus.v1.EnrollNode
@@ -1016,24 +1268,29 @@ var file_corpus_v1_raft_proto_depIdxs = []int32{
 	8,  // 7: corpus.v1.Command.place_guest:type_name -> corpus.v1.PlaceGuest
 	10, // 8: corpus.v1.Command.report_guests:type_name -> corpus.v1.ReportGuests
 	5,  // 9: corpus.v1.Command.set_node_status:type_name -> corpus.v1.SetNodeStatus
-	14, // 10: corpus.v1.BootstrapCluster.config:type_name -> corpus.v1.ClusterConfig
-	15, // 11: corpus.v1.CreateJoinToken.token:type_name -> corpus.v1.JoinToken
-	16, // 12: corpus.v1.EnrollNode.node:type_name -> corpus.v1.Node
-	17, // 13: corpus.v1.UpdateNode.capacity:type_name -> corpus.v1.Resources
-	18, // 14: corpus.v1.UpdateNode.drivers:type_name -> corpus.v1.DriverInfo
-	12, // 15: corpus.v1.UpdateNode.labels:type_name -> corpus.v1.UpdateNode.LabelsEntry
-	19, // 16: corpus.v1.CreateGuest.guest:type_name -> corpus.v1.Guest
-	20, // 17: corpus.v1.ObservedGuest.observed:type_name -> corpus.v1.GuestObserved
-	9,  // 18: corpus.v1.ReportGuests.guests:type_name -> corpus.v1.ObservedGuest
-	14, // 19: corpus.v1.Snapshot.config:type_name -> corpus.v1.ClusterConfig
-	16, // 20: corpus.v1.Snapshot.nodes:type_name -> corpus.v1.Node
-	19, // 21: corpus.v1.Snapshot.guests:type_name -> corpus.v1.Guest
-	15, // 22: corpus.v1.Snapshot.join_tokens:type_name -> corpus.v1.JoinToken
-	23, // [23:23] is the sub-list for method output_type
-	23, // [23:23] is the sub-list for method input_type
-	23, // [23:23] is the sub-list for extension type_name
-	23, // [23:23] is the sub-list for extension extendee
-	0,  // [0:23] is the sub-list for field type_name
+	11, // 10: corpus.v1.Command.create_route:type_name -> corpus.v1.CreateRoute
+	12, // 11: corpus.v1.Command.delete_route:type_name -> corpus.v1.DeleteRoute
+	13, // 12: corpus.v1.Command.move_route:type_name -> corpus.v1.MoveRoute
+	17, // 13: corpus.v1.BootstrapCluster.config:type_name -> corpus.v1.ClusterConfig
+	18, // 14: corpus.v1.CreateJoinToken.token:type_name -> corpus.v1.JoinToken
+	19, // 15: corpus.v1.EnrollNode.node:type_name -> corpus.v1.Node
+	20, // 16: corpus.v1.UpdateNode.capacity:type_name -> corpus.v1.Resources
+	21, // 17: corpus.v1.UpdateNode.drivers:type_name -> corpus.v1.DriverInfo
+	15, // 18: corpus.v1.UpdateNode.labels:type_name -> corpus.v1.UpdateNode.LabelsEntry
+	22, // 19: corpus.v1.CreateGuest.guest:type_name -> corpus.v1.Guest
+	23, // 20: corpus.v1.ObservedGuest.observed:type_name -> corpus.v1.GuestObserved
+	9,  // 21: corpus.v1.ReportGuests.guests:type_name -> corpus.v1.ObservedGuest
+	24, // 22: corpus.v1.CreateRoute.route:type_name -> corpus.v1.Route
+	17, // 23: corpus.v1.Snapshot.config:type_name -> corpus.v1.ClusterConfig
+	19, // 24: corpus.v1.Snapshot.nodes:type_name -> corpus.v1.Node
+	22, // 25: corpus.v1.Snapshot.guests:type_name -> corpus.v1.Guest
+	18, // 26: corpus.v1.Snapshot.join_tokens:type_name -> corpus.v1.JoinToken
+	24, // 27: corpus.v1.Snapshot.routes:type_name -> corpus.v1.Route
+	28, // [28:28] is the sub-list for method output_type
+	28, // [28:28] is the sub-list for method input_type
+	28, // [28:28] is the sub-list for extension type_name
+	28, // [28:28] is the sub-list for extension extendee
+	0,  // [0:28] is the sub-list for field type_name
 }
 
 func init() { file_corpus_v1_raft_proto_init() }
@@ -1052,6 +1309,9 @@ func file_corpus_v1_raft_proto_init() {
 		(*Command_PlaceGuest)(nil),
 		(*Command_ReportGuests)(nil),
 		(*Command_SetNodeStatus)(nil),
+		(*Command_CreateRoute)(nil),
+		(*Command_DeleteRoute)(nil),
+		(*Command_MoveRoute)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -1059,7 +1319,7 @@ func file_corpus_v1_raft_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_corpus_v1_raft_proto_rawDesc), len(file_corpus_v1_raft_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   13,
+			NumMessages:   16,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

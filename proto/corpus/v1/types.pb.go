@@ -191,10 +191,20 @@ type Node struct {
 	AgentAddress string                 `protobuf:"bytes,8,opt,name=agent_address,json=agentAddress,proto3" json:"agent_address,omitempty"`
 	EnrolledAt   *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=enrolled_at,json=enrolledAt,proto3" json:"enrolled_at,omitempty"`
 	// secret_hash is the SHA-256 of the node's credential; never returned.
-	SecretHash    string `protobuf:"bytes,10,opt,name=secret_hash,json=secretHash,proto3" json:"secret_hash,omitempty"`
-	AgentVersion  string `protobuf:"bytes,11,opt,name=agent_version,json=agentVersion,proto3" json:"agent_version,omitempty"`
-	CreateIndex   uint64 `protobuf:"varint,20,opt,name=create_index,json=createIndex,proto3" json:"create_index,omitempty"`
-	ModifyIndex   uint64 `protobuf:"varint,21,opt,name=modify_index,json=modifyIndex,proto3" json:"modify_index,omitempty"`
+	SecretHash   string `protobuf:"bytes,10,opt,name=secret_hash,json=secretHash,proto3" json:"secret_hash,omitempty"`
+	AgentVersion string `protobuf:"bytes,11,opt,name=agent_version,json=agentVersion,proto3" json:"agent_version,omitempty"`
+	// guest_subnet is the node's share of the cluster's guest network, given
+	// at enrollment; its first address is the node's bridge gateway.
+	GuestSubnet string `protobuf:"bytes,12,opt,name=guest_subnet,json=guestSubnet,proto3" json:"guest_subnet,omitempty"`
+	// address is where outside traffic reaches the node (NAT and proxy
+	// ingress), as the agent reports it.
+	Address string `protobuf:"bytes,13,opt,name=address,proto3" json:"address,omitempty"`
+	// min_host_port is the lowest node port guests may publish.
+	MinHostPort int32 `protobuf:"varint,14,opt,name=min_host_port,json=minHostPort,proto3" json:"min_host_port,omitempty"`
+	// reserved_ports are node ports guests may not publish (the proxy's).
+	ReservedPorts []int32 `protobuf:"varint,15,rep,packed,name=reserved_ports,json=reservedPorts,proto3" json:"reserved_ports,omitempty"`
+	CreateIndex   uint64  `protobuf:"varint,20,opt,name=create_index,json=createIndex,proto3" json:"create_index,omitempty"`
+	ModifyIndex   uint64  `protobuf:"varint,21,opt,name=modify_index,json=modifyIndex,proto3" json:"modify_index,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -306,6 +316,34 @@ func (x *Node) GetAgentVersion() string {
 	return ""
 }
 
+func (x *Node) GetGuestSubnet() string {
+	if x != nil {
+		return x.GuestSubnet
+	}
+	return ""
+}
+
+func (x *Node) GetAddress() string {
+	if x != nil {
+		return x.Address
+	}
+	return ""
+}
+
+func (x *Node) GetMinHostPort() int32 {
+	if x != nil {
+		return x.MinHostPort
+	}
+	return 0
+}
+
+func (x *Node) GetReservedPorts() []int32 {
+	if x != nil {
+		return x.ReservedPorts
+	}
+	return nil
+}
+
 func (x *Node) GetCreateIndex() uint64 {
 	if x != nil {
 		return x.CreateIndex
@@ -322,11 +360,13 @@ func (x *Node) GetModifyIndex() uint64 {
 
 // GuestSpec is the desired shape of a guest.
 type GuestSpec struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Driver        string                 `protobuf:"bytes,1,opt,name=driver,proto3" json:"driver,omitempty"`
-	Image         string                 `protobuf:"bytes,2,opt,name=image,proto3" json:"image,omitempty"`
-	Resources     *Resources             `protobuf:"bytes,3,opt,name=resources,proto3" json:"resources,omitempty"`
-	Env           map[string]string      `protobuf:"bytes,4,rep,name=env,proto3" json:"env,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Driver    string                 `protobuf:"bytes,1,opt,name=driver,proto3" json:"driver,omitempty"`
+	Image     string                 `protobuf:"bytes,2,opt,name=image,proto3" json:"image,omitempty"`
+	Resources *Resources             `protobuf:"bytes,3,opt,name=resources,proto3" json:"resources,omitempty"`
+	Env       map[string]string      `protobuf:"bytes,4,rep,name=env,proto3" json:"env,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// ports are published through the node by NAT.
+	Ports         []*Port `protobuf:"bytes,5,rep,name=ports,proto3" json:"ports,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -389,6 +429,75 @@ func (x *GuestSpec) GetEnv() map[string]string {
 	return nil
 }
 
+func (x *GuestSpec) GetPorts() []*Port {
+	if x != nil {
+		return x.Ports
+	}
+	return nil
+}
+
+// Port publishes a guest port on a node port (kernel NAT).
+type Port struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	HostPort  int32                  `protobuf:"varint,1,opt,name=host_port,json=hostPort,proto3" json:"host_port,omitempty"`
+	GuestPort int32                  `protobuf:"varint,2,opt,name=guest_port,json=guestPort,proto3" json:"guest_port,omitempty"`
+	// protocol: "tcp" or "udp".
+	Protocol      string `protobuf:"bytes,3,opt,name=protocol,proto3" json:"protocol,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Port) Reset() {
+	*x = Port{}
+	mi := &file_corpus_v1_types_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Port) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Port) ProtoMessage() {}
+
+func (x *Port) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_types_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Port.ProtoReflect.Descriptor instead.
+func (*Port) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_types_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *Port) GetHostPort() int32 {
+	if x != nil {
+		return x.HostPort
+	}
+	return 0
+}
+
+func (x *Port) GetGuestPort() int32 {
+	if x != nil {
+		return x.GuestPort
+	}
+	return 0
+}
+
+func (x *Port) GetProtocol() string {
+	if x != nil {
+		return x.Protocol
+	}
+	return ""
+}
+
 // GuestObserved is what the guest's agent last reported.
 type GuestObserved struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -404,7 +513,7 @@ type GuestObserved struct {
 
 func (x *GuestObserved) Reset() {
 	*x = GuestObserved{}
-	mi := &file_corpus_v1_types_proto_msgTypes[4]
+	mi := &file_corpus_v1_types_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -416,7 +525,7 @@ func (x *GuestObserved) String() string {
 func (*GuestObserved) ProtoMessage() {}
 
 func (x *GuestObserved) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_types_proto_msgTypes[4]
+	mi := &file_corpus_v1_types_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -429,7 +538,7 @@ func (x *GuestObserved) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GuestObserved.ProtoReflect.Descriptor instead.
 func (*GuestObserved) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_types_proto_rawDescGZIP(), []int{4}
+	return file_corpus_v1_types_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *GuestObserved) GetState() string {
@@ -472,7 +581,7 @@ type Event struct {
 
 func (x *Event) Reset() {
 	*x = Event{}
-	mi := &file_corpus_v1_types_proto_msgTypes[5]
+	mi := &file_corpus_v1_types_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -484,7 +593,7 @@ func (x *Event) String() string {
 func (*Event) ProtoMessage() {}
 
 func (x *Event) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_types_proto_msgTypes[5]
+	mi := &file_corpus_v1_types_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -497,7 +606,7 @@ func (x *Event) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Event.ProtoReflect.Descriptor instead.
 func (*Event) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_types_proto_rawDescGZIP(), []int{5}
+	return file_corpus_v1_types_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *Event) GetTime() *timestamppb.Timestamp {
@@ -536,17 +645,20 @@ type Guest struct {
 	PendingReason string         `protobuf:"bytes,6,opt,name=pending_reason,json=pendingReason,proto3" json:"pending_reason,omitempty"`
 	Observed      *GuestObserved `protobuf:"bytes,7,opt,name=observed,proto3" json:"observed,omitempty"`
 	// events are the newest guest events, oldest first (bounded).
-	Events        []*Event               `protobuf:"bytes,8,rep,name=events,proto3" json:"events,omitempty"`
-	CreatedAt     *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
-	CreateIndex   uint64                 `protobuf:"varint,20,opt,name=create_index,json=createIndex,proto3" json:"create_index,omitempty"`
-	ModifyIndex   uint64                 `protobuf:"varint,21,opt,name=modify_index,json=modifyIndex,proto3" json:"modify_index,omitempty"`
+	Events    []*Event               `protobuf:"bytes,8,rep,name=events,proto3" json:"events,omitempty"`
+	CreatedAt *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
+	// address is the guest's address on its node's guest network, given
+	// when it is placed.
+	Address       string `protobuf:"bytes,10,opt,name=address,proto3" json:"address,omitempty"`
+	CreateIndex   uint64 `protobuf:"varint,20,opt,name=create_index,json=createIndex,proto3" json:"create_index,omitempty"`
+	ModifyIndex   uint64 `protobuf:"varint,21,opt,name=modify_index,json=modifyIndex,proto3" json:"modify_index,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Guest) Reset() {
 	*x = Guest{}
-	mi := &file_corpus_v1_types_proto_msgTypes[6]
+	mi := &file_corpus_v1_types_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -558,7 +670,7 @@ func (x *Guest) String() string {
 func (*Guest) ProtoMessage() {}
 
 func (x *Guest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_types_proto_msgTypes[6]
+	mi := &file_corpus_v1_types_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -571,7 +683,7 @@ func (x *Guest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Guest.ProtoReflect.Descriptor instead.
 func (*Guest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_types_proto_rawDescGZIP(), []int{6}
+	return file_corpus_v1_types_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *Guest) GetId() string {
@@ -637,6 +749,13 @@ func (x *Guest) GetCreatedAt() *timestamppb.Timestamp {
 	return nil
 }
 
+func (x *Guest) GetAddress() string {
+	if x != nil {
+		return x.Address
+	}
+	return ""
+}
+
 func (x *Guest) GetCreateIndex() uint64 {
 	if x != nil {
 		return x.CreateIndex
@@ -645,6 +764,126 @@ func (x *Guest) GetCreateIndex() uint64 {
 }
 
 func (x *Guest) GetModifyIndex() uint64 {
+	if x != nil {
+		return x.ModifyIndex
+	}
+	return 0
+}
+
+// Route sends outside traffic to a guest port through the proxy of the
+// guest's node: by HTTP Host (kind "http") or by node port (kind "tcp").
+type Route struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Id    string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Kind  string                 `protobuf:"bytes,2,opt,name=kind,proto3" json:"kind,omitempty"`
+	// domain is the HTTP host name of an http route.
+	Domain string `protobuf:"bytes,3,opt,name=domain,proto3" json:"domain,omitempty"`
+	// listen_port is the node port of a tcp route.
+	ListenPort    int32                  `protobuf:"varint,4,opt,name=listen_port,json=listenPort,proto3" json:"listen_port,omitempty"`
+	GuestId       string                 `protobuf:"bytes,5,opt,name=guest_id,json=guestId,proto3" json:"guest_id,omitempty"`
+	GuestName     string                 `protobuf:"bytes,6,opt,name=guest_name,json=guestName,proto3" json:"guest_name,omitempty"`
+	GuestPort     int32                  `protobuf:"varint,7,opt,name=guest_port,json=guestPort,proto3" json:"guest_port,omitempty"`
+	CreatedAt     *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
+	CreateIndex   uint64                 `protobuf:"varint,20,opt,name=create_index,json=createIndex,proto3" json:"create_index,omitempty"`
+	ModifyIndex   uint64                 `protobuf:"varint,21,opt,name=modify_index,json=modifyIndex,proto3" json:"modify_index,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Route) Reset() {
+	*x = Route{}
+	mi := &file_corpus_v1_types_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Route) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Route) ProtoMessage() {}
+
+func (x *Route) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_types_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Route.ProtoReflect.Descriptor instead.
+func (*Route) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_types_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *Route) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *Route) GetKind() string {
+	if x != nil {
+		return x.Kind
+	}
+	return ""
+}
+
+func (x *Route) GetDomain() string {
+	if x != nil {
+		return x.Domain
+	}
+	return ""
+}
+
+func (x *Route) GetListenPort() int32 {
+	if x != nil {
+		return x.ListenPort
+	}
+	return 0
+}
+
+func (x *Route) GetGuestId() string {
+	if x != nil {
+		return x.GuestId
+	}
+	return ""
+}
+
+func (x *Route) GetGuestName() string {
+	if x != nil {
+		return x.GuestName
+	}
+	return ""
+}
+
+func (x *Route) GetGuestPort() int32 {
+	if x != nil {
+		return x.GuestPort
+	}
+	return 0
+}
+
+func (x *Route) GetCreatedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CreatedAt
+	}
+	return nil
+}
+
+func (x *Route) GetCreateIndex() uint64 {
+	if x != nil {
+		return x.CreateIndex
+	}
+	return 0
+}
+
+func (x *Route) GetModifyIndex() uint64 {
 	if x != nil {
 		return x.ModifyIndex
 	}
@@ -666,7 +905,7 @@ type JoinToken struct {
 
 func (x *JoinToken) Reset() {
 	*x = JoinToken{}
-	mi := &file_corpus_v1_types_proto_msgTypes[7]
+	mi := &file_corpus_v1_types_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -678,7 +917,7 @@ func (x *JoinToken) String() string {
 func (*JoinToken) ProtoMessage() {}
 
 func (x *JoinToken) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_types_proto_msgTypes[7]
+	mi := &file_corpus_v1_types_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -691,7 +930,7 @@ func (x *JoinToken) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinToken.ProtoReflect.Descriptor instead.
 func (*JoinToken) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_types_proto_rawDescGZIP(), []int{7}
+	return file_corpus_v1_types_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *JoinToken) GetId() string {
@@ -737,15 +976,19 @@ type ClusterConfig struct {
 	OpsTokenHash string `protobuf:"bytes,2,opt,name=ops_token_hash,json=opsTokenHash,proto3" json:"ops_token_hash,omitempty"`
 	// agent_key authenticates coordinators to agents' own APIs. It is
 	// replaced by mutual TLS when certificates are issued.
-	AgentKey      string                 `protobuf:"bytes,3,opt,name=agent_key,json=agentKey,proto3" json:"agent_key,omitempty"`
-	CreatedAt     *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	AgentKey  string                 `protobuf:"bytes,3,opt,name=agent_key,json=agentKey,proto3" json:"agent_key,omitempty"`
+	CreatedAt *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
+	// guest_network is the cluster range nodes get guest subnets from.
+	GuestNetwork string `protobuf:"bytes,5,opt,name=guest_network,json=guestNetwork,proto3" json:"guest_network,omitempty"`
+	// node_subnet_bits is the prefix length of each node's subnet.
+	NodeSubnetBits int32 `protobuf:"varint,6,opt,name=node_subnet_bits,json=nodeSubnetBits,proto3" json:"node_subnet_bits,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *ClusterConfig) Reset() {
 	*x = ClusterConfig{}
-	mi := &file_corpus_v1_types_proto_msgTypes[8]
+	mi := &file_corpus_v1_types_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -757,7 +1000,7 @@ func (x *ClusterConfig) String() string {
 func (*ClusterConfig) ProtoMessage() {}
 
 func (x *ClusterConfig) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_types_proto_msgTypes[8]
+	mi := &file_corpus_v1_types_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -770,7 +1013,7 @@ func (x *ClusterConfig) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterConfig.ProtoReflect.Descriptor instead.
 func (*ClusterConfig) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_types_proto_rawDescGZIP(), []int{8}
+	return file_corpus_v1_types_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *ClusterConfig) GetClusterId() string {
@@ -801,6 +1044,20 @@ func (x *ClusterConfig) GetCreatedAt() *timestamppb.Timestamp {
 	return nil
 }
 
+func (x *ClusterConfig) GetGuestNetwork() string {
+	if x != nil {
+		return x.GuestNetwork
+	}
+	return ""
+}
+
+func (x *ClusterConfig) GetNodeSubnetBits() int32 {
+	if x != nil {
+		return x.NodeSubnetBits
+	}
+	return 0
+}
+
 var File_corpus_v1_types_proto protoreflect.FileDescriptor
 
 const file_corpus_v1_types_proto_rawDesc = "" +
@@ -824,7 +1081,7 @@ const file_corpus_v1_types_proto_rawDesc = "" +
 	"\x06images\x18\x06 \x03(\tR\x06images\x1a=\n" +
 	"\x0fAttributesEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x97\x04\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x9f\x05\n" +
 	"\x04Node\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x16\n" +
@@ -840,19 +1097,29 @@ const file_corpus_v1_types_proto_rawDesc = "" +
 	" \x01(\tR\n" +
 	"secretHash\x12#\n" +
 	"\ragent_version\x18\v \x01(\tR\fagentVersion\x12!\n" +
+	"\fguest_subnet\x18\f \x01(\tR\vguestSubnet\x12\x18\n" +
+	"\aaddress\x18\r \x01(\tR\aaddress\x12\"\n" +
+	"\rmin_host_port\x18\x0e \x01(\x05R\vminHostPort\x12%\n" +
+	"\x0ereserved_ports\x18\x0f \x03(\x05R\rreservedPorts\x12!\n" +
 	"\fcreate_index\x18\x14 \x01(\x04R\vcreateIndex\x12!\n" +
 	"\fmodify_index\x18\x15 \x01(\x04R\vmodifyIndex\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xd6\x01\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xfd\x01\n" +
 	"\tGuestSpec\x12\x16\n" +
 	"\x06driver\x18\x01 \x01(\tR\x06driver\x12\x14\n" +
 	"\x05image\x18\x02 \x01(\tR\x05image\x122\n" +
 	"\tresources\x18\x03 \x01(\v2\x14.corpus.v1.ResourcesR\tresources\x12/\n" +
-	"\x03env\x18\x04 \x03(\v2\x1d.corpus.v1.GuestSpec.EnvEntryR\x03env\x1a6\n" +
+	"\x03env\x18\x04 \x03(\v2\x1d.corpus.v1.GuestSpec.EnvEntryR\x03env\x12%\n" +
+	"\x05ports\x18\x05 \x03(\v2\x0f.corpus.v1.PortR\x05ports\x1a6\n" +
 	"\bEnvEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x8c\x01\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"^\n" +
+	"\x04Port\x12\x1b\n" +
+	"\thost_port\x18\x01 \x01(\x05R\bhostPort\x12\x1d\n" +
+	"\n" +
+	"guest_port\x18\x02 \x01(\x05R\tguestPort\x12\x1a\n" +
+	"\bprotocol\x18\x03 \x01(\tR\bprotocol\"\x8c\x01\n" +
 	"\rGuestObserved\x12\x14\n" +
 	"\x05state\x18\x01 \x01(\tR\x05state\x12\x10\n" +
 	"\x03pid\x18\x02 \x01(\x03R\x03pid\x12\x18\n" +
@@ -862,7 +1129,7 @@ const file_corpus_v1_types_proto_rawDesc = "" +
 	"\x05Event\x12.\n" +
 	"\x04time\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x12\x12\n" +
 	"\x04type\x18\x02 \x01(\tR\x04type\x12\x18\n" +
-	"\amessage\x18\x03 \x01(\tR\amessage\"\x9b\x03\n" +
+	"\amessage\x18\x03 \x01(\tR\amessage\"\xb5\x03\n" +
 	"\x05Guest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12(\n" +
@@ -873,7 +1140,24 @@ const file_corpus_v1_types_proto_rawDesc = "" +
 	"\bobserved\x18\a \x01(\v2\x18.corpus.v1.GuestObservedR\bobserved\x12(\n" +
 	"\x06events\x18\b \x03(\v2\x10.corpus.v1.EventR\x06events\x129\n" +
 	"\n" +
-	"created_at\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x12!\n" +
+	"created_at\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x12\x18\n" +
+	"\aaddress\x18\n" +
+	" \x01(\tR\aaddress\x12!\n" +
+	"\fcreate_index\x18\x14 \x01(\x04R\vcreateIndex\x12!\n" +
+	"\fmodify_index\x18\x15 \x01(\x04R\vmodifyIndex\"\xbe\x02\n" +
+	"\x05Route\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
+	"\x04kind\x18\x02 \x01(\tR\x04kind\x12\x16\n" +
+	"\x06domain\x18\x03 \x01(\tR\x06domain\x12\x1f\n" +
+	"\vlisten_port\x18\x04 \x01(\x05R\n" +
+	"listenPort\x12\x19\n" +
+	"\bguest_id\x18\x05 \x01(\tR\aguestId\x12\x1d\n" +
+	"\n" +
+	"guest_name\x18\x06 \x01(\tR\tguestName\x12\x1d\n" +
+	"\n" +
+	"guest_port\x18\a \x01(\x05R\tguestPort\x129\n" +
+	"\n" +
+	"created_at\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x12!\n" +
 	"\fcreate_index\x18\x14 \x01(\x04R\vcreateIndex\x12!\n" +
 	"\fmodify_index\x18\x15 \x01(\x04R\vmodifyIndex\"\xcb\x01\n" +
 	"\tJoinToken\x12\x0e\n" +
@@ -884,14 +1168,16 @@ const file_corpus_v1_types_proto_rawDesc = "" +
 	"expires_at\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\texpiresAt\x129\n" +
 	"\n" +
 	"created_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x12\x17\n" +
-	"\aused_by\x18\x05 \x01(\tR\x06usedBy\"\xac\x01\n" +
+	"\aused_by\x18\x05 \x01(\tR\x06usedBy\"\xfb\x01\n" +
 	"\rClusterConfig\x12\x1d\n" +
 	"\n" +
 	"cluster_id\x18\x01 \x01(\tR\tclusterId\x12$\n" +
 	"\x0eops_token_hash\x18\x02 \x01(\tR\fopsTokenHash\x12\x1b\n" +
 	"\tagent_key\x18\x03 \x01(\tR\bagentKey\x129\n" +
 	"\n" +
-	"created_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAtB!Z\x1fcorpus/proto/corpus/v1;corpusv1b\x06proto3"
+	"created_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x12#\n" +
+	"\rguest_network\x18\x05 \x01(\tR\fguestNetwork\x12(\n" +
+	"\x10node_subnet_bits\x18\x06 \x01(\x05R\x0enodeSubnetBitsB!Z\x1fcorpus/proto/corpus/v1;corpusv1b\x06proto3"
 
 var (
 	file_corpus_v1_types_proto_rawDescOnce sync.Once
@@ -905,44 +1191,48 @@ func file_corpus_v1_types_proto_rawDescGZIP() []byte {
 	return file_corpus_v1_types_proto_rawDescData
 }
 
-var file_corpus_v1_types_proto_msgTypes = make([]protoimpl.MessageInfo, 12)
+var file_corpus_v1_types_proto_msgTypes = make([]protoimpl.MessageInfo, 14)
 var file_corpus_v1_types_proto_goTypes = []any{
 	(*Resources)(nil),             // 0: corpus.v1.Resources
 	(*DriverInfo)(nil),            // 1: corpus.v1.DriverInfo
 	(*Node)(nil),                  // 2: corpus.v1.Node
 	(*GuestSpec)(nil),             // 3: corpus.v1.GuestSpec
-	(*GuestObserved)(nil),         // 4: corpus.v1.GuestObserved
-	(*Event)(nil),                 // 5: corpus.v1.Event
-	(*Guest)(nil),                 // 6: corpus.v1.Guest
-	(*JoinToken)(nil),             // 7: corpus.v1.JoinToken
-	(*ClusterConfig)(nil),         // 8: corpus.v1.ClusterConfig
-	nil,                           // 9: corpus.v1.DriverInfo.AttributesEntry
-	nil,                           // 10: corpus.v1.Node.LabelsEntry
-	nil,                           // 11: corpus.v1.GuestSpec.EnvEntry
-	(*timestamppb.Timestamp)(nil), // 12: google.protobuf.Timestamp
+	(*Port)(nil),                  // 4: corpus.v1.Port
+	(*GuestObserved)(nil),         // 5: corpus.v1.GuestObserved
+	(*Event)(nil),                 // 6: corpus.v1.Event
+	(*Guest)(nil),                 // 7: corpus.v1.Guest
+	(*Route)(nil),                 // 8: corpus.v1.Route
+	(*JoinToken)(nil),             // 9: corpus.v1.JoinToken
+	(*ClusterConfig)(nil),         // 10: corpus.v1.ClusterConfig
+	nil,                           // 11: corpus.v1.DriverInfo.AttributesEntry
+	nil,                           // 12: corpus.v1.Node.LabelsEntry
+	nil,                           // 13: corpus.v1.GuestSpec.EnvEntry
+	(*timestamppb.Timestamp)(nil), // 14: google.protobuf.Timestamp
 }
 var file_corpus_v1_types_proto_depIdxs = []int32{
-	9,  // 0: corpus.v1.DriverInfo.attributes:type_name -> corpus.v1.DriverInfo.AttributesEntry
-	10, // 1: corpus.v1.Node.labels:type_name -> corpus.v1.Node.LabelsEntry
+	11, // 0: corpus.v1.DriverInfo.attributes:type_name -> corpus.v1.DriverInfo.AttributesEntry
+	12, // 1: corpus.v1.Node.labels:type_name -> corpus.v1.Node.LabelsEntry
 	0,  // 2: corpus.v1.Node.capacity:type_name -> corpus.v1.Resources
 	1,  // 3: corpus.v1.Node.drivers:type_name -> corpus.v1.DriverInfo
-	12, // 4: corpus.v1.Node.enrolled_at:type_name -> google.protobuf.Timestamp
+	14, // 4: corpus.v1.Node.enrolled_at:type_name -> google.protobuf.Timestamp
 	0,  // 5: corpus.v1.GuestSpec.resources:type_name -> corpus.v1.Resources
-	11, // 6: corpus.v1.GuestSpec.env:type_name -> corpus.v1.GuestSpec.EnvEntry
-	12, // 7: corpus.v1.GuestObserved.updated_at:type_name -> google.protobuf.Timestamp
-	12, // 8: corpus.v1.Event.time:type_name -> google.protobuf.Timestamp
-	3,  // 9: corpus.v1.Guest.spec:type_name -> corpus.v1.GuestSpec
-	4,  // 10: corpus.v1.Guest.observed:type_name -> corpus.v1.GuestObserved
-	5,  // 11: corpus.v1.Guest.events:type_name -> corpus.v1.Event
-	12, // 12: corpus.v1.Guest.created_at:type_name -> google.protobuf.Timestamp
-	12, // 13: corpus.v1.JoinToken.expires_at:type_name -> google.protobuf.Timestamp
-	12, // 14: corpus.v1.JoinToken.created_at:type_name -> google.protobuf.Timestamp
-	12, // 15: corpus.v1.ClusterConfig.created_at:type_name -> google.protobuf.Timestamp
-	16, // [16:16] is the sub-list for method output_type
-	16, // [16:16] is the sub-list for method input_type
-	16, // [16:16] is the sub-list for extension type_name
-	16, // [16:16] is the sub-list for extension extendee
-	0,  // [0:16] is the sub-list for field type_name
+	13, // 6: corpus.v1.GuestSpec.env:type_name -> corpus.v1.GuestSpec.EnvEntry
+	4,  // 7: corpus.v1.GuestSpec.ports:type_name -> corpus.v1.Port
+	14, // 8: corpus.v1.GuestObserved.updated_at:type_name -> google.protobuf.Timestamp
+	14, // 9: corpus.v1.Event.time:type_name -> google.protobuf.Timestamp
+	3,  // 10: corpus.v1.Guest.spec:type_name -> corpus.v1.GuestSpec
+	5,  // 11: corpus.v1.Guest.observed:type_name -> corpus.v1.GuestObserved
+	6,  // 12: corpus.v1.Guest.events:type_name -> corpus.v1.Event
+	14, // 13: corpus.v1.Guest.created_at:type_name -> google.protobuf.Timestamp
+	14, // 14: corpus.v1.Route.created_at:type_name -> google.protobuf.Timestamp
+	14, // 15: corpus.v1.JoinToken.expires_at:type_name -> google.protobuf.Timestamp
+	14, // 16: corpus.v1.JoinToken.created_at:type_name -> google.protobuf.Timestamp
+	14, // 17: corpus.v1.ClusterConfig.created_at:type_name -> google.protobuf.Timestamp
+	18, // [18:18] is the sub-list for method output_type
+	18, // [18:18] is the sub-list for method input_type
+	18, // [18:18] is the sub-list for extension type_name
+	18, // [18:18] is the sub-list for extension extendee
+	0,  // [0:18] is the sub-list for field type_name
 }
 
 func init() { file_corpus_v1_types_proto_init() }
@@ -956,7 +1246,7 @@ func file_corpus_v1_types_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_corpus_v1_types_proto_rawDesc), len(file_corpus_v1_types_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   12,
+			NumMessages:   14,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

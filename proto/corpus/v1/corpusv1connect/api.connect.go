@@ -30,6 +30,8 @@ const (
 	NodeServiceName = "corpus.v1.NodeService"
 	// GuestServiceName is the fully-qualified name of the GuestService service.
 	GuestServiceName = "corpus.v1.GuestService"
+	// IngressServiceName is the fully-qualified name of the IngressService service.
+	IngressServiceName = "corpus.v1.IngressService"
 	// AgentServiceName is the fully-qualified name of the AgentService service.
 	AgentServiceName = "corpus.v1.AgentService"
 	// NodeAgentServiceName is the fully-qualified name of the NodeAgentService service.
@@ -69,6 +71,18 @@ const (
 	GuestServiceDeleteGuestProcedure = "/corpus.v1.GuestService/DeleteGuest"
 	// GuestServiceExecGuestProcedure is the fully-qualified name of the GuestService's ExecGuest RPC.
 	GuestServiceExecGuestProcedure = "/corpus.v1.GuestService/ExecGuest"
+	// IngressServiceCreateRouteProcedure is the fully-qualified name of the IngressService's
+	// CreateRoute RPC.
+	IngressServiceCreateRouteProcedure = "/corpus.v1.IngressService/CreateRoute"
+	// IngressServiceListRoutesProcedure is the fully-qualified name of the IngressService's ListRoutes
+	// RPC.
+	IngressServiceListRoutesProcedure = "/corpus.v1.IngressService/ListRoutes"
+	// IngressServiceDeleteRouteProcedure is the fully-qualified name of the IngressService's
+	// DeleteRoute RPC.
+	IngressServiceDeleteRouteProcedure = "/corpus.v1.IngressService/DeleteRoute"
+	// IngressServiceMoveRouteProcedure is the fully-qualified name of the IngressService's MoveRoute
+	// RPC.
+	IngressServiceMoveRouteProcedure = "/corpus.v1.IngressService/MoveRoute"
 	// AgentServiceEnrollProcedure is the fully-qualified name of the AgentService's Enroll RPC.
 	AgentServiceEnrollProcedure = "/corpus.v1.AgentService/Enroll"
 	// AgentServiceWatchProcedure is the fully-qualified name of the AgentService's Watch RPC.
@@ -509,6 +523,158 @@ func (UnimplementedGuestServiceHandler) DeleteGuest(context.Context, *connect.Re
 
 func (UnimplementedGuestServiceHandler) ExecGuest(context.Context, *connect.Request[v1.ExecGuestRequest], *connect.ServerStream[v1.ExecOutput]) error {
 	return connect.NewError(connect.CodeUnimplemented, errors.New("corpus.v1.GuestService.ExecGuest is not implemented"))
+}
+
+// IngressServiceClient is a client for the corpus.v1.IngressService service.
+type IngressServiceClient interface {
+	CreateRoute(context.Context, *connect.Request[v1.CreateRouteRequest]) (*connect.Response[v1.CreateRouteResponse], error)
+	ListRoutes(context.Context, *connect.Request[v1.ListRoutesRequest]) (*connect.Response[v1.ListRoutesResponse], error)
+	DeleteRoute(context.Context, *connect.Request[v1.DeleteRouteRequest]) (*connect.Response[v1.DeleteRouteResponse], error)
+	// MoveRoute points a route at another guest atomically.
+	MoveRoute(context.Context, *connect.Request[v1.MoveRouteRequest]) (*connect.Response[v1.MoveRouteResponse], error)
+}
+
+// NewIngressServiceClient constructs a client for the corpus.v1.IngressService service. By default,
+// it uses the Connect protocol with the binary Protobuf Codec, asks for gzipped responses, and
+// sends uncompressed requests. To use the gRPC or gRPC-Web protocols, supply the connect.WithGRPC()
+// or connect.WithGRPCWeb() options.
+//
+// The URL supplied here should be the base URL for the Connect or gRPC server (for example,
+// http://api.acme.com or https://acme.com/grpc).
+func NewIngressServiceClient(httpClient connect.HTTPClient, baseURL string, opts ...connect.ClientOption) IngressServiceClient {
+	baseURL = strings.TrimRight(baseURL, "/")
+	ingressServiceMethods := v1.File_corpus_v1_api_proto.Services().ByName("IngressService").Methods()
+	return &ingressServiceClient{
+		createRoute: connect.NewClient[v1.CreateRouteRequest, v1.CreateRouteResponse](
+			httpClient,
+			baseURL+IngressServiceCreateRouteProcedure,
+			connect.WithSchema(ingressServiceMethods.ByName("CreateRoute")),
+			connect.WithClientOptions(opts...),
+		),
+		listRoutes: connect.NewClient[v1.ListRoutesRequest, v1.ListRoutesResponse](
+			httpClient,
+			baseURL+IngressServiceListRoutesProcedure,
+			connect.WithSchema(ingressServiceMethods.ByName("ListRoutes")),
+			connect.WithIdempotency(connect.IdempotencyNoSideEffects),
+			connect.WithClientOptions(opts...),
+		),
+		deleteRoute: connect.NewClient[v1.DeleteRouteRequest, v1.DeleteRouteResponse](
+			httpClient,
+			baseURL+IngressServiceDeleteRouteProcedure,
+			connect.WithSchema(ingressServiceMethods.ByName("DeleteRoute")),
+			connect.WithClientOptions(opts...),
+		),
+		moveRoute: connect.NewClient[v1.MoveRouteRequest, v1.MoveRouteResponse](
+			httpClient,
+			baseURL+IngressServiceMoveRouteProcedure,
+			connect.WithSchema(ingressServiceMethods.ByName("MoveRoute")),
+			connect.WithClientOptions(opts...),
+		),
+	}
+}
+
+// ingressServiceClient implements IngressServiceClient.
+type ingressServiceClient struct {
+	createRoute *connect.Client[v1.CreateRouteRequest, v1.CreateRouteResponse]
+	listRoutes  *connect.Client[v1.ListRoutesRequest, v1.ListRoutesResponse]
+	deleteRoute *connect.Client[v1.DeleteRouteRequest, v1.DeleteRouteResponse]
+	moveRoute   *connect.Client[v1.MoveRouteRequest, v1.MoveRouteResponse]
+}
+
+// CreateRoute calls corpus.v1.IngressService.CreateRoute.
+func (c *ingressServiceClient) CreateRoute(ctx context.Context, req *connect.Request[v1.CreateRouteRequest]) (*connect.Response[v1.CreateRouteResponse], error) {
+	return c.createRoute.CallUnary(ctx, req)
+}
+
+// ListRoutes calls corpus.v1.IngressService.ListRoutes.
+func (c *ingressServiceClient) ListRoutes(ctx context.Context, req *connect.Request[v1.ListRoutesRequest]) (*connect.Response[v1.ListRoutesResponse], error) {
+	return c.listRoutes.CallUnary(ctx, req)
+}
+
+// DeleteRoute calls corpus.v1.IngressService.DeleteRoute.
+func (c *ingressServiceClient) DeleteRoute(ctx context.Context, req *connect.Request[v1.DeleteRouteRequest]) (*connect.Response[v1.DeleteRouteResponse], error) {
+	return c.deleteRoute.CallUnary(ctx, req)
+}
+
+// MoveRoute calls corpus.v1.IngressService.MoveRoute.
+func (c *ingressServiceClient) MoveRoute(ctx context.Context, req *connect.Request[v1.MoveRouteRequest]) (*connect.Response[v1.MoveRouteResponse], error) {
+	return c.moveRoute.CallUnary(ctx, req)
+}
+
+// IngressServiceHandler is an implementation of the corpus.v1.IngressService service.
+type IngressServiceHandler interface {
+	CreateRoute(context.Context, *connect.Request[v1.CreateRouteRequest]) (*connect.Response[v1.CreateRouteResponse], error)
+	ListRoutes(context.Context, *connect.Request[v1.ListRoutesRequest]) (*connect.Response[v1.ListRoutesResponse], error)
+	DeleteRoute(context.Context, *connect.Request[v1.DeleteRouteRequest]) (*connect.Response[v1.DeleteRouteResponse], error)
+	// MoveRoute points a route at another guest atomically.
+	MoveRoute(context.Context, *connect.Request[v1.MoveRouteRequest]) (*connect.Response[v1.MoveRouteResponse], error)
+}
+
+// NewIngressServiceHandler builds an HTTP handler from the service implementation. It returns the
+// path on which to mount the handler and the handler itself.
+//
+// By default, handlers support the Connect, gRPC, and gRPC-Web protocols with the binary Protobuf
+// and JSON codecs. They also support gzip compression.
+func NewIngressServiceHandler(svc IngressServiceHandler, opts ...connect.HandlerOption) (string, http.Handler) {
+	ingressServiceMethods := v1.File_corpus_v1_api_proto.Services().ByName("IngressService").Methods()
+	ingressServiceCreateRouteHandler := connect.NewUnaryHandler(
+		IngressServiceCreateRouteProcedure,
+		svc.CreateRoute,
+		connect.WithSchema(ingressServiceMethods.ByName("CreateRoute")),
+		connect.WithHandlerOptions(opts...),
+	)
+	ingressServiceListRoutesHandler := connect.NewUnaryHandler(
+		IngressServiceListRoutesProcedure,
+		svc.ListRoutes,
+		connect.WithSchema(ingressServiceMethods.ByName("ListRoutes")),
+		connect.WithIdempotency(connect.IdempotencyNoSideEffects),
+		connect.WithHandlerOptions(opts...),
+	)
+	ingressServiceDeleteRouteHandler := connect.NewUnaryHandler(
+		IngressServiceDeleteRouteProcedure,
+		svc.DeleteRoute,
+		connect.WithSchema(ingressServiceMethods.ByName("DeleteRoute")),
+		connect.WithHandlerOptions(opts...),
+	)
+	ingressServiceMoveRouteHandler := connect.NewUnaryHandler(
+		IngressServiceMoveRouteProcedure,
+		svc.MoveRoute,
+		connect.WithSchema(ingressServiceMethods.ByName("MoveRoute")),
+		connect.WithHandlerOptions(opts...),
+	)
+	return "/corpus.v1.IngressService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case IngressServiceCreateRouteProcedure:
+			ingressServiceCreateRouteHandler.ServeHTTP(w, r)
+		case IngressServiceListRoutesProcedure:
+			ingressServiceListRoutesHandler.ServeHTTP(w, r)
+		case IngressServiceDeleteRouteProcedure:
+			ingressServiceDeleteRouteHandler.ServeHTTP(w, r)
+		case IngressServiceMoveRouteProcedure:
+			ingressServiceMoveRouteHandler.ServeHTTP(w, r)
+		default:
+			http.NotFound(w, r)
+		}
+	})
+}
+
+// UnimplementedIngressServiceHandler returns CodeUnimplemented from all methods.
+type UnimplementedIngressServiceHandler struct{}
+
+func (UnimplementedIngressServiceHandler) CreateRoute(context.Context, *connect.Request[v1.CreateRouteRequest]) (*connect.Response[v1.CreateRouteResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("corpus.v1.IngressService.CreateRoute is not implemented"))
+}
+
+func (UnimplementedIngressServiceHandler) ListRoutes(context.Context, *connect.Request[v1.ListRoutesRequest]) (*connect.Response[v1.ListRoutesResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("corpus.v1.IngressService.ListRoutes is not implemented"))
+}
+
+func (UnimplementedIngressServiceHandler) DeleteRoute(context.Context, *connect.Request[v1.DeleteRouteRequest]) (*connect.Response[v1.DeleteRouteResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("corpus.v1.IngressService.DeleteRoute is not implemented"))
+}
+
+func (UnimplementedIngressServiceHandler) MoveRoute(context.Context, *connect.Request[v1.MoveRouteRequest]) (*connect.Response[v1.MoveRouteResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("corpus.v1.IngressService.MoveRoute is not implemented"))
 }
 
 // AgentServiceClient is a client for the corpus.v1.AgentService service.

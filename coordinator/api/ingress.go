@@ -1,0 +1,189 @@
+package api
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"strconv"
+	"strings"
+
+	"connectrpc.com/connect"
+
+	"corpus/coordinator/state"
+	"corpus/internal/names"
+	"corpus/internal/secret"
+	corpusv1 "corpus/proto/corpus/v1"
+)
+
+type ingressService struct{ b *Backend }
+
+func validPort(what string, p int32) error {
+	if p < 1 || p > 65535 {
+		return invalidf("%s %d is not a port (1-65535)", what, p)
+	}
+	return nil
+}
+
+func (s *ingressService) CreateRoute(ctx context.Context, req *connect.Request[corpusv1.CreateRouteRequest]) (*connect.Response[corpusv1.CreateRouteResponse], error) {
+	m := req.Msg
+	domain := strings.ToLower(strings.TrimSuffix(m.Domain, "."))
+	switch m.Kind {
+	case state.RouteHTTP:
+		if err := names.ValidateDomain(domain); err != nil {
+			return nil, toConnect(err)
+		}
+		if m.ListenPort != 0 {
+			return nil, toConnect(invalidf("an http route is chosen by domain; it takes no listen port"))
+		}
+	case state.RouteTCP:
+		if domain != "" {
+			return nil, toConnect(invalidf("a tcp route is chosen by node port; it takes no domain"))
+		}
+		if err := validPort("listen port", m.ListenPort); err != nil {
+			return nil, toConnect(err)
+		}
+	default:
+		return nil, toConnect(invalidf("route kind %q: use http or tcp", m.Kind))
+	}
+	if err := validPort("guest port", m.GuestPort); err != nil {
+		return nil, toConnect(err)
+	}
+	if err := names.Validate("guest", m.GuestName); err != nil {
+		return nil, toConnect(err)
+	}
+	view := s.b.Store.Read()
+	g := view.GuestByName(m.GuestName)
+	if g == nil {
+		return nil, toConnect(notFound("guest", m.GuestName, "corpus guest list"))
+	}
+	// The same route again is a success that changes nothing.
+	for _, r := range view.RoutesOfGuest(g.Id) {
+		if r.Kind == m.Kind && r.Domain == domain && r.ListenPort == m.ListenPort && r.GuestPort == m.GuestPort {
+			return connect.NewResponse(&corpusv1.CreateRouteResponse{Route: r}), nil
+		}
+	}
+	r := &corpusv1.Route{Id: secret.Hex(8), Kind: m.Kind, Domain: domain, ListenPort: m.ListenPort, GuestId: g.Id, GuestPort: m.GuestPort}
+	if _, err := s.b.write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_CreateRoute{CreateRoute: &corpusv1.CreateRoute{Route: r}}}); err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(&corpusv1.CreateRouteResponse{Route: s.b.Store.Read().Route(r.Id), Created: true}), nil
+}
+
+func (s *ingressService) ListRoutes(ctx context.Context, _ *connect.Request[corpusv1.ListRoutesRequest]) (*connect.Response[corpusv1.ListRoutesResponse], error) {
+	view := s.b.Store.Read()
+	res := &corpusv1.ListRoutesResponse{}
+	for _, r := range view.Routes() {
+		v := &corpusv1.RouteView{Route: r}
+		if g := view.Guest(r.GuestId); g != nil {
+			v.GuestAddress = g.Address
+			if g.Address != "" {
+				v.Target = net.JoinHostPort(g.Address, strconv.Itoa(int(r.GuestPort)))
+			}
+			if n := view.Node(g.NodeId); n != nil {
+				v.NodeName, v.NodeAddress = n.Name, n.Address
+			}
+		}
+		res.Routes = append(res.Routes, v)
+	}
+	for _, g := range view.Guests() {
+		for _, p := range g.GetSpec().GetPorts() {
+			v := &corpusv1.NatView{GuestName: g.Name, Port: p}
+			if g.Address != "" {
+				v.Target = net.JoinHostPort(g.Address, strconv.Itoa(int(p.GuestPort)))
+			}
+			if n := view.Node(g.NodeId); n != nil {
+				v.NodeName, v.NodeAddress = n.Name, n.Address
+			}
+			res.Nat = append(res.Nat, v)
+		}
+	}
+	return connect.NewResponse(res), nil
+}
+
+// findRoute finds a route by domain, or by listen port (and guest, for
+// tcp ports that exist on several nodes).
+func findRoute(view *state.Snap, domain string, port int32, guest string) (*corpusv1.Route, error) {
+	domain = strings.ToLower(strings.TrimSuffix(domain, "."))
+	if domain != "" {
+		if r := view.RouteByDomain(domain); r != nil {
+			return r, nil
+		}
+		return nil, notFound("route for domain", domain, "corpus ingress list")
+	}
+	if port == 0 {
+		return nil, invalidf("name the route by --domain or by --port")
+	}
+	var found []*corpusv1.Route
+	for _, r := range view.Routes() {
+		if r.Kind == state.RouteTCP && r.ListenPort == port && (guest == "" || r.GuestName == guest) {
+			found = append(found, r)
+		}
+	}
+	switch len(found) {
+	case 0:
+		return nil, notFound("tcp route on port", strconv.Itoa(int(port)), "corpus ingress list")
+	case 1:
+		return found[0], nil
+	}
+	return nil, invalidf("port %d is routed on %d nodes; say which guest's route with --guest", port, len(found))
+}
+
+func (s *ingressService) DeleteRoute(ctx context.Context, req *connect.Request[corpusv1.DeleteRouteRequest]) (*connect.Response[corpusv1.DeleteRouteResponse], error) {
+	m := req.Msg
+	r, err := findRoute(s.b.Store.Read(), m.Domain, m.ListenPort, m.GuestName)
+	if err != nil {
+		return nil, toConnect(err)
+	}
+	if _, err := s.b.write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_DeleteRoute{DeleteRoute: &corpusv1.DeleteRoute{Id: r.Id}}}); err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(&corpusv1.DeleteRouteResponse{Route: r}), nil
+}
+
+func (s *ingressService) MoveRoute(ctx context.Context, req *connect.Request[corpusv1.MoveRouteRequest]) (*connect.Response[corpusv1.MoveRouteResponse], error) {
+	m := req.Msg
+	if err := names.Validate("guest", m.ToGuest); err != nil {
+		return nil, toConnect(err)
+	}
+	if m.GuestPort != 0 {
+		if err := validPort("guest port", m.GuestPort); err != nil {
+			return nil, toConnect(err)
+		}
+	}
+	r, err := findRoute(s.b.Store.Read(), m.Domain, m.ListenPort, m.FromGuest)
+	if err != nil {
+		return nil, toConnect(err)
+	}
+	_, err = s.b.write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_MoveRoute{MoveRoute: &corpusv1.MoveRoute{
+		Id: r.Id, GuestName: m.ToGuest, GuestPort: m.GuestPort,
+	}}})
+	if err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(&corpusv1.MoveRouteResponse{Route: s.b.Store.Read().Route(r.Id)}), nil
+}
+
+// normalizePorts validates NAT port mappings in place.
+func normalizePorts(ports []*corpusv1.Port) error {
+	seen := map[string]bool{}
+	for _, p := range ports {
+		if p.Protocol == "" {
+			p.Protocol = "tcp"
+		}
+		if p.Protocol != "tcp" && p.Protocol != "udp" {
+			return invalidf("port protocol %q: use tcp or udp", p.Protocol)
+		}
+		if err := validPort("host port", p.HostPort); err != nil {
+			return err
+		}
+		if err := validPort("guest port", p.GuestPort); err != nil {
+			return err
+		}
+		key := fmt.Sprintf("%d/%s", p.HostPort, p.Protocol)
+		if seen[key] {
+			return invalidf("host port %s is published twice", key)
+		}
+		seen[key] = true
+	}
+	return nil
+}

@@ -1,0 +1,190 @@
+package state
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"slices"
+
+	corpusv1 "corpus/proto/corpus/v1"
+)
+
+// Network defaults, set in the cluster config at bootstrap.
+const (
+	DefaultGuestNetwork   = "10.210.0.0/16"
+	DefaultNodeSubnetBits = 24
+)
+
+// ErrExhausted means an address range has no free entry left.
+var ErrExhausted = errors.New("no free addresses left")
+
+// ErrPortTaken means a node port is already published or reserved.
+var ErrPortTaken = errors.New("port is already in use")
+
+// nextNodeSubnet returns the lowest subnet of the cluster's guest network
+// that no node holds. Deterministic, so every replica picks the same.
+// A cluster config without a guest network uses the defaults.
+func nextNodeSubnet(cfg *corpusv1.ClusterConfig, nodes []*corpusv1.Node) (netip.Prefix, error) {
+	network, bits := DefaultGuestNetwork, DefaultNodeSubnetBits
+	if cfg.GetGuestNetwork() != "" {
+		network, bits = cfg.GetGuestNetwork(), int(cfg.GetNodeSubnetBits())
+	}
+	return nextSubnet(network, bits, nodes)
+}
+
+func nextSubnet(networkStr string, bits int, nodes []*corpusv1.Node) (netip.Prefix, error) {
+	network, err := netip.ParsePrefix(networkStr)
+	if err != nil {
+		return netip.Prefix{}, fmt.Errorf("cluster guest network %q: %w", networkStr, ErrInvalid)
+	}
+	if bits <= network.Bits() || bits > 30 || !network.Addr().Is4() {
+		return netip.Prefix{}, fmt.Errorf("node subnet /%d in %s: %w", bits, network, ErrInvalid)
+	}
+	used := map[netip.Prefix]bool{}
+	for _, n := range nodes {
+		if p, err := netip.ParsePrefix(n.GuestSubnet); err == nil {
+			used[p] = true
+		}
+	}
+	size := uint32(1) << (32 - bits)
+	count := uint32(1) << (bits - network.Bits())
+	base := addrToU32(network.Masked().Addr())
+	for i := uint32(0); i < count; i++ {
+		p := netip.PrefixFrom(u32ToAddr(base+i*size), bits)
+		if !used[p] {
+			return p, nil
+		}
+	}
+	return netip.Prefix{}, fmt.Errorf("guest network %s has no free /%d for another node: %w", network, bits, ErrExhausted)
+}
+
+// Gateway is the node's bridge address in its guest subnet: the first host.
+func Gateway(subnet netip.Prefix) netip.Addr {
+	return subnet.Masked().Addr().Next()
+}
+
+// nextGuestAddress returns the lowest free host address of a node's
+// subnet, skipping the network address, the gateway and the broadcast.
+func nextGuestAddress(subnet string, guests []*corpusv1.Guest) (netip.Addr, error) {
+	p, err := netip.ParsePrefix(subnet)
+	if err != nil {
+		return netip.Addr{}, fmt.Errorf("node has no guest subnet: %w", ErrInvalid)
+	}
+	used := map[netip.Addr]bool{}
+	for _, g := range guests {
+		if a, err := netip.ParseAddr(g.Address); err == nil {
+			used[a] = true
+		}
+	}
+	last := u32ToAddr(addrToU32(p.Masked().Addr()) | (1<<(32-p.Bits()) - 1))
+	for a := Gateway(p).Next(); a.IsValid() && a.Less(last); a = a.Next() {
+		if !used[a] {
+			return a, nil
+		}
+	}
+	return netip.Addr{}, fmt.Errorf("node subnet %s: %w", p, ErrExhausted)
+}
+
+func addrToU32(a netip.Addr) uint32 {
+	b := a.As4()
+	return uint32(b[0])<<24 | uint32(b[1])<<16 | uint32(b[2])<<8 | uint32(b[3])
+}
+
+func u32ToAddr(v uint32) netip.Addr {
+	return netip.AddrFrom4([4]byte{byte(v >> 24), byte(v >> 16), byte(v >> 8), byte(v)})
+}
+
+// PortUse says who publishes a node port.
+type PortUse struct {
+	Port  int32
+	Owner string // "guest web (nat)", "route tcp/5432 -> db", "reserved"
+}
+
+// UsedPorts returns the node ports in use on a node: NAT ports of its
+// guests, its TCP routes, and the node's reserved ports.
+func (v *Snap) UsedPorts(node *corpusv1.Node) map[int32]string {
+	used := map[int32]string{}
+	for _, p := range node.GetReservedPorts() {
+		used[p] = "reserved by the node (proxy listener)"
+	}
+	for _, g := range v.GuestsOnNode(node.GetId()) {
+		for _, p := range g.GetSpec().GetPorts() {
+			used[p.HostPort] = "guest " + g.Name + " (nat)"
+		}
+		for _, r := range v.RoutesOfGuest(g.Id) {
+			if r.Kind == RouteTCP {
+				used[r.ListenPort] = "tcp route to guest " + g.Name
+			}
+		}
+	}
+	return used
+}
+
+// PortConflict returns why a guest's NAT ports cannot be published on a
+// node, or "" when they can.
+func PortConflict(node *corpusv1.Node, used map[int32]string, ports []*corpusv1.Port) string {
+	for _, p := range ports {
+		if min := node.GetMinHostPort(); min > 0 && p.HostPort < min {
+			return fmt.Sprintf("port %d is below the node's lowest publishable port %d", p.HostPort, min)
+		}
+		if owner, ok := used[p.HostPort]; ok {
+			return fmt.Sprintf("port %d is used by %s", p.HostPort, owner)
+		}
+	}
+	return ""
+}
+
+// Route kinds.
+const (
+	RouteHTTP = "http"
+	RouteTCP  = "tcp"
+)
+
+// Route returns the route with that id, or nil.
+func (v *Snap) Route(id string) *corpusv1.Route {
+	return first[*corpusv1.Route](v, tableRoutes, "id", id)
+}
+
+// RouteByDomain returns the http route of a domain, or nil.
+func (v *Snap) RouteByDomain(domain string) *corpusv1.Route {
+	return first[*corpusv1.Route](v, tableRoutes, "domain", domain)
+}
+
+// Routes returns every route, http by domain then tcp by port.
+func (v *Snap) Routes() []*corpusv1.Route {
+	out := all[*corpusv1.Route](v, tableRoutes, "id")
+	slices.SortFunc(out, func(a, b *corpusv1.Route) int {
+		switch {
+		case a.Kind != b.Kind:
+			return cmpString(a.Kind, b.Kind)
+		case a.Domain != b.Domain:
+			return cmpString(a.Domain, b.Domain)
+		}
+		return int(a.ListenPort - b.ListenPort)
+	})
+	return out
+}
+
+// RoutesOfGuest returns the routes pointing at a guest.
+func (v *Snap) RoutesOfGuest(guestID string) []*corpusv1.Route {
+	return all[*corpusv1.Route](v, tableRoutes, "guest", guestID)
+}
+
+// RoutesOnNode returns the routes to the guests placed on a node.
+func (v *Snap) RoutesOnNode(nodeID string) []*corpusv1.Route {
+	var out []*corpusv1.Route
+	for _, g := range v.GuestsOnNode(nodeID) {
+		out = append(out, v.RoutesOfGuest(g.Id)...)
+	}
+	return out
+}
+
+func cmpString(a, b string) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
