@@ -19,7 +19,7 @@ import (
 
 func newGuestCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{Use: "guest", Short: "Create, inspect and control guests"}
-	cmd.AddCommand(newGuestCreateCmd(g), newGuestListCmd(g), newGuestShowCmd(g), newGuestExecCmd(g))
+	cmd.AddCommand(newGuestCreateCmd(g), newGuestListCmd(g), newGuestShowCmd(g), newGuestExecCmd(g), newGuestExposeCmd(g))
 	for _, a := range []struct{ verb, desc, want string }{
 		{"start", "Start a stopped guest", "running"},
 		{"stop", "Stop a running guest (it keeps its place and files)", "stopped"},
@@ -33,7 +33,7 @@ func newGuestCmd(g *globals) *cobra.Command {
 func newGuestCreateCmd(g *globals) *cobra.Command {
 	var (
 		driver, image, memory, cpus, disk string
-		env                               []string
+		env, ports                        []string
 		stopped, noWait                   bool
 		timeout                           time.Duration
 	)
@@ -67,6 +67,13 @@ func newGuestCreateCmd(g *globals) *cobra.Command {
 					return fmt.Errorf("--env %q: want KEY=VALUE", kv)
 				}
 				spec.Env[k] = v
+			}
+			for _, p := range ports {
+				port, err := parsePortSpec(p)
+				if err != nil {
+					return fmt.Errorf("--port: %w", err)
+				}
+				spec.Ports = append(spec.Ports, port)
 			}
 			c, err := g.clients()
 			if err != nil {
@@ -103,6 +110,7 @@ func newGuestCreateCmd(g *globals) *cobra.Command {
 	f.StringVar(&cpus, "cpus", "", "CPU limit in cores (0.5) or millicores (250m) (default 0.25)")
 	f.StringVar(&disk, "disk", "", "disk reserved on the node, e.g. 1G (default 1G)")
 	f.StringArrayVar(&env, "env", nil, "environment variable KEY=VALUE (repeatable)")
+	f.StringArrayVar(&ports, "port", nil, "publish a guest port on the node by NAT, NODEPORT:GUESTPORT[/tcp|udp] (repeatable)")
 	f.BoolVar(&stopped, "stopped", false, "create without starting")
 	f.BoolVar(&noWait, "detach", false, "return once the guest is accepted, without waiting for it to run")
 	f.DurationVar(&timeout, "timeout", 10*time.Minute, "how long to wait for the guest")
@@ -232,10 +240,10 @@ func newGuestListCmd(g *globals) *cobra.Command {
 				return g.printJSON(res.Msg)
 			}
 			w := tabwriter.NewWriter(g.stdout, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(w, "NAME\tSTATUS\tDESIRED\tNODE\tDRIVER\tIMAGE\tMEMORY\tCPUS\tAGE")
+			fmt.Fprintln(w, "NAME\tSTATUS\tDESIRED\tNODE\tADDRESS\tDRIVER\tIMAGE\tMEMORY\tCPUS\tAGE")
 			for _, v := range res.Msg.Guests {
 				gu := v.Guest
-				fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", gu.Name, v.Status, gu.DesiredState, dash(v.NodeName),
+				fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", gu.Name, v.Status, gu.DesiredState, dash(v.NodeName), dash(gu.Address),
 					gu.Spec.GetDriver(), gu.Spec.GetImage(), formatSize(gu.Spec.GetResources().GetMemoryBytes()),
 					formatCPUs(gu.Spec.GetResources().GetCpuMillis()), age(gu.CreatedAt.AsTime()))
 			}
@@ -280,6 +288,10 @@ func newGuestShowCmd(g *globals) *cobra.Command {
 			fmt.Fprintf(w, "Resources:\tmemory %s, cpus %s, disk %s\n", formatSize(r.GetMemoryBytes()), formatCPUs(r.GetCpuMillis()), formatSize(r.GetDiskBytes()))
 			if len(gu.Spec.GetEnv()) > 0 {
 				fmt.Fprintf(w, "Env:\t%s\n", labelList(gu.Spec.GetEnv()))
+			}
+			fmt.Fprintf(w, "Address:\t%s\n", dash(gu.Address))
+			for _, p := range gu.Spec.GetPorts() {
+				fmt.Fprintf(w, "Port:\tnode %d/%s -> guest %d (nat)\n", p.HostPort, p.Protocol, p.GuestPort)
 			}
 			fmt.Fprintf(w, "Created:\t%s (%s ago)\n", gu.CreatedAt.AsTime().Local().Format(time.RFC3339), age(gu.CreatedAt.AsTime()))
 			if o := gu.Observed; o != nil {

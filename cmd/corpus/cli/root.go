@@ -97,6 +97,7 @@ func newRoot(g *globals) *cobra.Command {
 		newStatusCmd(g),
 		newNodeCmd(g),
 		newGuestCmd(g),
+		newIngressCmd(g),
 		newEnvCmd(g),
 	)
 	return root
@@ -137,6 +138,7 @@ type clients struct {
 	cluster corpusv1connect.ClusterServiceClient
 	nodes   corpusv1connect.NodeServiceClient
 	guests  corpusv1connect.GuestServiceClient
+	ingress corpusv1connect.IngressServiceClient
 }
 
 func (g *globals) clients() (*clients, error) {
@@ -154,6 +156,7 @@ func (g *globals) clients() (*clients, error) {
 		cluster: corpusv1connect.NewClusterServiceClient(hc, base, opt),
 		nodes:   corpusv1connect.NewNodeServiceClient(hc, base, opt),
 		guests:  corpusv1connect.NewGuestServiceClient(hc, base, opt),
+		ingress: corpusv1connect.NewIngressServiceClient(hc, base, opt),
 	}, nil
 }
 

@@ -1,6 +1,9 @@
 package cli
 
-import "testing"
+import (
+	"fmt"
+	"testing"
+)
 
 func TestParseSize(t *testing.T) {
 	t.Parallel()
@@ -80,4 +83,19 @@ func FuzzParseSize(f *testing.F) {
 			t.Fatalf("parseSize(%q) = %d, a negative size", s, v)
 		}
 	})
+}
+
+func TestParsePortSpec(t *testing.T) {
+	t.Parallel()
+	for in, want := range map[string]string{"8080:80": "8080:80/tcp", "53:53/udp": "53:53/udp", "5432": "5432:5432/tcp"} {
+		p, err := parsePortSpec(in)
+		if err != nil || fmt.Sprintf("%d:%d/%s", p.HostPort, p.GuestPort, p.Protocol) != want {
+			t.Errorf("parsePortSpec(%q) = %v, %v; want %s", in, p, err, want)
+		}
+	}
+	for _, in := range []string{"", "a:b", "80:", ":80", "x/tcp"} {
+		if _, err := parsePortSpec(in); err == nil {
+			t.Errorf("parsePortSpec(%q) = nil error, want a refusal", in)
+		}
+	}
 }

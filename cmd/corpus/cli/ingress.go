@@ -1,0 +1,194 @@
+package cli
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+
+	"connectrpc.com/connect"
+	"github.com/spf13/cobra"
+
+	corpusv1 "corpus/proto/corpus/v1"
+)
+
+// parsePortSpec reads a NAT publication "HOST:GUEST[/PROTO]" or "PORT[/PROTO]".
+func parsePortSpec(s string) (*corpusv1.Port, error) {
+	spec, proto, _ := strings.Cut(s, "/")
+	if proto == "" {
+		proto = "tcp"
+	}
+	host, guest, ok := strings.Cut(spec, ":")
+	if !ok {
+		guest = host
+	}
+	hp, err1 := strconv.Atoi(host)
+	gp, err2 := strconv.Atoi(guest)
+	if err1 != nil || err2 != nil {
+		return nil, fmt.Errorf("port %q: want HOST:GUEST[/tcp|udp], e.g. 8080:80/tcp", s)
+	}
+	return &corpusv1.Port{HostPort: int32(hp), GuestPort: int32(gp), Protocol: proto}, nil
+}
+
+func newGuestExposeCmd(g *globals) *cobra.Command {
+	var (
+		domain, tcp string
+		port        int
+		viaProxy    bool
+	)
+	cmd := &cobra.Command{
+		Use:   "expose NAME (--proxy --domain DOMAIN --port PORT | --tcp NODEPORT[:GUESTPORT])",
+		Short: "Route outside traffic to a guest through its node's proxy",
+		Example: `  corpus guest expose web --proxy --domain web.example.test --port 80
+  corpus guest expose db --tcp 5432`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			req := &corpusv1.CreateRouteRequest{GuestName: args[0]}
+			switch {
+			case tcp != "" && domain != "":
+				return fmt.Errorf("choose --domain (http) or --tcp, not both")
+			case tcp != "":
+				p, err := parsePortSpec(tcp)
+				if err != nil {
+					return fmt.Errorf("--tcp: %w", err)
+				}
+				req.Kind, req.ListenPort, req.GuestPort = "tcp", p.HostPort, p.GuestPort
+			case domain != "":
+				if port == 0 {
+					return fmt.Errorf("--port: say which guest port serves %s", domain)
+				}
+				req.Kind, req.Domain, req.GuestPort = "http", domain, int32(port)
+			default:
+				return fmt.Errorf("give --proxy --domain DOMAIN --port PORT, or --tcp PORT")
+			}
+			_ = viaProxy // routes always go through the node's proxy; the flag says so
+			c, err := g.clients()
+			if err != nil {
+				return err
+			}
+			res, err := c.ingress.CreateRoute(cmd.Context(), connect.NewRequest(req))
+			if err != nil {
+				return err
+			}
+			if g.json {
+				return g.printJSON(res.Msg)
+			}
+			r := res.Msg.Route
+			verb := "routed"
+			if !res.Msg.Created {
+				verb = "already routed"
+			}
+			fmt.Fprintf(g.stdout, "%s %s to guest %s port %d\n", verb, routeName(r), r.GuestName, r.GuestPort)
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.BoolVar(&viaProxy, "proxy", true, "route through the node's proxy (http by --domain)")
+	f.StringVar(&domain, "domain", "", "HTTP host name to route")
+	f.IntVar(&port, "port", 0, "guest port serving the domain")
+	f.StringVar(&tcp, "tcp", "", "node port to route raw TCP from, NODEPORT[:GUESTPORT]")
+	return cmd
+}
+
+func routeName(r *corpusv1.Route) string {
+	if r.Kind == "http" {
+		return "http://" + r.Domain
+	}
+	return fmt.Sprintf("tcp/%d", r.ListenPort)
+}
+
+func newIngressCmd(g *globals) *cobra.Command {
+	cmd := &cobra.Command{Use: "ingress", Short: "List and change how outside traffic reaches guests"}
+	list := &cobra.Command{
+		Use:     "list",
+		Aliases: []string{"ls"},
+		Short:   "List every route and NAT port of the cluster and where it points",
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, err := g.clients()
+			if err != nil {
+				return err
+			}
+			res, err := c.ingress.ListRoutes(cmd.Context(), connect.NewRequest(&corpusv1.ListRoutesRequest{}))
+			if err != nil {
+				return err
+			}
+			if g.json {
+				return g.printJSON(res.Msg)
+			}
+			w := tabwriter.NewWriter(g.stdout, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(w, "MODE\tFROM\tNODE\tGUEST\tTARGET")
+			for _, v := range res.Msg.Routes {
+				fmt.Fprintf(w, "proxy\t%s\t%s\t%s\t%s\n", routeName(v.Route), nodeAt(v.NodeName, v.NodeAddress), v.Route.GuestName, dash(v.Target))
+			}
+			for _, v := range res.Msg.Nat {
+				fmt.Fprintf(w, "nat\t%s/%d\t%s\t%s\t%s\n", v.Port.Protocol, v.Port.HostPort, nodeAt(v.NodeName, v.NodeAddress), v.GuestName, dash(v.Target))
+			}
+			return w.Flush()
+		},
+	}
+	var domain, guest, to string
+	var port, toPort int
+	del := &cobra.Command{
+		Use:   "delete (--domain DOMAIN | --port PORT [--guest NAME])",
+		Short: "Delete a route",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, err := g.clients()
+			if err != nil {
+				return err
+			}
+			res, err := c.ingress.DeleteRoute(cmd.Context(), connect.NewRequest(&corpusv1.DeleteRouteRequest{Domain: domain, ListenPort: int32(port), GuestName: guest}))
+			if err != nil {
+				return err
+			}
+			if g.json {
+				return g.printJSON(res.Msg)
+			}
+			fmt.Fprintf(g.stdout, "deleted route %s\n", routeName(res.Msg.Route))
+			return nil
+		},
+	}
+	move := &cobra.Command{
+		Use:   "move (--domain DOMAIN | --port PORT [--guest NAME]) --to GUEST [--to-port PORT]",
+		Short: "Point a route at another guest at once (in-flight requests finish on the old one)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, err := g.clients()
+			if err != nil {
+				return err
+			}
+			res, err := c.ingress.MoveRoute(cmd.Context(), connect.NewRequest(&corpusv1.MoveRouteRequest{
+				Domain: domain, ListenPort: int32(port), FromGuest: guest, ToGuest: to, GuestPort: int32(toPort),
+			}))
+			if err != nil {
+				return err
+			}
+			if g.json {
+				return g.printJSON(res.Msg)
+			}
+			r := res.Msg.Route
+			fmt.Fprintf(g.stdout, "%s now goes to guest %s port %d\n", routeName(r), r.GuestName, r.GuestPort)
+			return nil
+		},
+	}
+	for _, c := range []*cobra.Command{del, move} {
+		c.Flags().StringVar(&domain, "domain", "", "the http route's domain")
+		c.Flags().IntVar(&port, "port", 0, "the tcp route's node port")
+		c.Flags().StringVar(&guest, "guest", "", "the guest the tcp route points at (when the port is routed on several nodes)")
+	}
+	move.Flags().StringVar(&to, "to", "", "guest to point the route at")
+	move.Flags().IntVar(&toPort, "to-port", 0, "guest port on the new guest (default: the same)")
+	cmd.AddCommand(list, del, move)
+	return cmd
+}
+
+func nodeAt(name, addr string) string {
+	switch {
+	case name == "":
+		return "-"
+	case addr == "":
+		return name
+	}
+	return name + " (" + addr + ")"
+}
