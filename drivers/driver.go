@@ -12,6 +12,7 @@ package drivers
 import (
 	"context"
 	"io"
+	"net/netip"
 	"time"
 )
 
@@ -104,6 +105,23 @@ type GuestSpec struct {
 	CPUMillis int64
 	// Env is set for the guest's init and for Exec.
 	Env map[string]string
+	// Network attaches the guest to the node's guest network; nil means
+	// the guest has loopback only.
+	Network *Network
+}
+
+// Network is a guest's place on its node's guest network: a static
+// address on the agent's bridge, the bridge's address as gateway. It is
+// fixed when the guest is created.
+type Network struct {
+	// Bridge is the host bridge the guest's interface joins.
+	Bridge string
+	// Address is the guest's address with the subnet's prefix length.
+	Address netip.Prefix
+	// Gateway is the node's address on the bridge.
+	Gateway netip.Addr
+	// MAC is the interface's hardware address; empty lets the driver pick.
+	MAC string
 }
 
 // State is a guest's observed run state.
@@ -130,6 +148,8 @@ type GuestStatus struct {
 	// MemoryBytes and CPUMillis are the limits in force.
 	MemoryBytes int64 `json:"memory_bytes,omitempty"`
 	CPUMillis   int64 `json:"cpu_millis,omitempty"`
+	// Address is the guest's configured address ("" without network).
+	Address string `json:"address,omitempty"`
 }
 
 // ExecRequest describes a command to run inside a guest.

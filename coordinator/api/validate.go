@@ -18,6 +18,7 @@ const (
 	DefaultDiskBytes   = 1 << 30
 
 	minMemoryBytes = 16 << 20
+	minCPUMillis   = 10
 	maxEnvVars     = 128
 )
 
@@ -57,8 +58,8 @@ func normalizeSpec(spec *corpusv1.GuestSpec) error {
 	switch {
 	case r.MemoryBytes < minMemoryBytes:
 		return invalidf("memory %d bytes is below the minimum of %d MiB", r.MemoryBytes, minMemoryBytes>>20)
-	case r.CpuMillis < 0:
-		return invalidf("cpu %d millicores is negative", r.CpuMillis)
+	case r.CpuMillis < minCPUMillis:
+		return invalidf("cpu %d millicores is below the minimum of %dm (a hundredth of a core)", r.CpuMillis, minCPUMillis)
 	case r.DiskBytes < 0:
 		return invalidf("disk %d bytes is negative", r.DiskBytes)
 	}

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"net"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -62,7 +63,35 @@ func validateSpec(spec drivers.GuestSpec) (imageSpec, error) {
 			return imageSpec{}, err
 		}
 	}
+	if err := validNetwork(spec.Network); err != nil {
+		return imageSpec{}, err
+	}
 	return img, nil
+}
+
+// validNetwork checks what goes into lxc.net lines: names and addresses
+// only, so no value can inject configuration.
+func validNetwork(n *drivers.Network) error {
+	if n == nil {
+		return nil
+	}
+	if l := len(n.Bridge); l == 0 || l > 15 || strings.IndexFunc(n.Bridge, func(r rune) bool {
+		return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_' || r == '.')
+	}) >= 0 {
+		return fmt.Errorf("invalid bridge name %q", n.Bridge)
+	}
+	if !n.Address.IsValid() || !n.Address.Addr().Is4() {
+		return fmt.Errorf("invalid guest address %q (want IPv4 with prefix length)", n.Address)
+	}
+	if n.Gateway.IsValid() && !n.Address.Contains(n.Gateway) {
+		return fmt.Errorf("gateway %s is outside the guest's subnet %s", n.Gateway, n.Address.Masked())
+	}
+	if n.MAC != "" {
+		if hw, err := net.ParseMAC(n.MAC); err != nil || len(hw) != 6 {
+			return fmt.Errorf("invalid MAC address %q", n.MAC)
+		}
+	}
+	return nil
 }
 
 // validEnv rejects variables that cannot be passed on: a newline would
@@ -394,6 +423,9 @@ func status(c *golxc.Container, m metadata) drivers.GuestStatus {
 		}
 	}
 	st.MemoryBytes, st.CPUMillis = configuredLimits(c)
+	if v := c.ConfigItem("lxc.net.0.ipv4.address"); len(v) > 0 && v[0] != "" {
+		st.Address = v[0]
+	}
 	return st
 }
 

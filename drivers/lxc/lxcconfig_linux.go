@@ -48,7 +48,7 @@ func (d *Driver) configure(c *golxc.Container, spec drivers.GuestSpec, logFile s
 	w := &configWriter{c: c}
 	w.clear("lxc.log.file")
 	w.set("lxc.log.file", logFile)
-	configureNetwork(w)
+	configureNetwork(w, spec.Network)
 	d.configureSecurity(w)
 	d.configureLimits(w, spec.MemoryBytes, spec.CPUMillis)
 	w.clear("lxc.environment")
@@ -64,12 +64,28 @@ func (d *Driver) configure(c *golxc.Container, spec drivers.GuestSpec, logFile s
 	return nil
 }
 
-// configureNetwork gives the guest its network devices. For now a guest
-// has only loopback (lxc.net.0.type = empty); the host's default.conf
-// would otherwise attach it to lxcbr0.
-func configureNetwork(w *configWriter) {
+// configureNetwork gives the guest its network devices: one veth on the
+// agent's bridge with a static address and the bridge as gateway, or only
+// loopback (lxc.net.0.type = empty) without a network. The host's
+// default.conf would otherwise attach it to lxcbr0. LXC sets the address
+// before the guest's init runs, so any image gets it.
+func configureNetwork(w *configWriter, n *drivers.Network) {
 	w.clear("lxc.net")
-	w.set("lxc.net.0.type", "empty")
+	if n == nil {
+		w.set("lxc.net.0.type", "empty")
+		return
+	}
+	w.set("lxc.net.0.type", "veth")
+	w.set("lxc.net.0.link", n.Bridge)
+	w.set("lxc.net.0.flags", "up")
+	w.set("lxc.net.0.name", "eth0")
+	if n.MAC != "" {
+		w.set("lxc.net.0.hwaddr", n.MAC)
+	}
+	w.set("lxc.net.0.ipv4.address", n.Address.String())
+	if n.Gateway.IsValid() {
+		w.set("lxc.net.0.ipv4.gateway", n.Gateway.String())
+	}
 }
 
 // configureSecurity drops AppArmor settings on hosts whose kernel has no
