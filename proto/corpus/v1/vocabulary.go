@@ -1,7 +1,8 @@
+// Package corpusv1 is the corpus API: the messages and services generated
+// from the .proto files beside this one (make proto), and, in this file,
+// written by hand, the words of the API that are strings in the messages,
+// shared by the coordinator, the agents and the CLI.
 package corpusv1
-
-// This file is written by hand: the words of the API that are strings in
-// the messages, shared by the coordinator, the agents and the CLI.
 
 // Node statuses (Node.status).
 const (
