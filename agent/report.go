@@ -36,7 +36,7 @@ func (a *Agent) reportLoop(ctx context.Context) {
 			select {
 			case <-ctx.Done():
 				return
-			case <-time.After(50 * time.Millisecond):
+			case <-time.After(10 * time.Millisecond):
 			}
 		}
 	}
