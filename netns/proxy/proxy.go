@@ -1,0 +1,380 @@
+package proxy
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/netip"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// CertFiles names one PEM certificate chain and its private key.
+type CertFiles struct {
+	CertFile string
+	KeyFile  string
+}
+
+// Config configures a Proxy. Zero fields take the values of DefaultConfig,
+// except HTTPSAddr (empty: no HTTPS), TCPHost (empty: all addresses) and
+// TrustedProxies (empty: trust no one).
+type Config struct {
+	// HTTPAddr is the plain HTTP listen address, ":80" by default. Port 0
+	// picks a free port; HTTPAddr() tells which.
+	HTTPAddr string
+	// HTTPSAddr is the HTTPS listen address; empty disables HTTPS. It needs
+	// at least one certificate.
+	HTTPSAddr string
+	// Certs are the certificates HTTPS serves. A client's SNI name picks the
+	// certificate whose names match it (exactly, else by a *.parent
+	// wildcard in the certificate); without a match the first one is used.
+	Certs []CertFiles
+	// TCPHost is the address TCP route listeners bind to, with the route's
+	// port; empty binds all addresses.
+	TCPHost string
+
+	// DialTimeout bounds connecting to a target (HTTP and TCP).
+	DialTimeout time.Duration
+	// ResponseHeaderTimeout bounds the wait for a target's response headers
+	// once the request is sent; past it the client gets 504.
+	ResponseHeaderTimeout time.Duration
+	// ReadHeaderTimeout bounds reading a client's request headers.
+	ReadHeaderTimeout time.Duration
+	// IdleTimeout closes a client keep-alive connection idle this long.
+	IdleTimeout time.Duration
+	// ShutdownTimeout bounds the graceful shutdown when Run's context ends;
+	// connections still open then are closed.
+	ShutdownTimeout time.Duration
+	// MaxHeaderBytes limits the size of a client's request headers; larger
+	// ones get 431.
+	MaxHeaderBytes int
+	// MaxIdleConnsPerTarget is how many idle keep-alive connections are
+	// kept to each target.
+	MaxIdleConnsPerTarget int
+	// TrustedProxies are the client addresses whose X-Forwarded-For,
+	// X-Forwarded-Proto and X-Forwarded-Host headers are kept (the client
+	// address is appended to X-Forwarded-For). From anyone else those
+	// headers are replaced.
+	TrustedProxies []netip.Prefix
+
+	// Logger receives the proxy's logs; nil discards them.
+	Logger *slog.Logger
+}
+
+// DefaultConfig returns the configuration used for fields left zero.
+func DefaultConfig() Config {
+	return Config{
+		HTTPAddr:              ":80",
+		DialTimeout:           5 * time.Second,
+		ResponseHeaderTimeout: 60 * time.Second,
+		ReadHeaderTimeout:     10 * time.Second,
+		IdleTimeout:           120 * time.Second,
+		ShutdownTimeout:       10 * time.Second,
+		MaxHeaderBytes:        64 << 10,
+		MaxIdleConnsPerTarget: 256,
+	}
+}
+
+// withDefaults fills the zero fields of c from DefaultConfig.
+func (c Config) withDefaults() Config {
+	d := DefaultConfig()
+	if c.HTTPAddr == "" {
+		c.HTTPAddr = d.HTTPAddr
+	}
+	setDur := func(v *time.Duration, def time.Duration) {
+		if *v == 0 {
+			*v = def
+		}
+	}
+	setDur(&c.DialTimeout, d.DialTimeout)
+	setDur(&c.ResponseHeaderTimeout, d.ResponseHeaderTimeout)
+	setDur(&c.ReadHeaderTimeout, d.ReadHeaderTimeout)
+	setDur(&c.IdleTimeout, d.IdleTimeout)
+	setDur(&c.ShutdownTimeout, d.ShutdownTimeout)
+	if c.MaxHeaderBytes == 0 {
+		c.MaxHeaderBytes = d.MaxHeaderBytes
+	}
+	if c.MaxIdleConnsPerTarget == 0 {
+		c.MaxIdleConnsPerTarget = d.MaxIdleConnsPerTarget
+	}
+	return c
+}
+
+// Validate reports the problems of c (after defaults are applied), each
+// wrapping ErrInvalidConfig.
+func (c Config) Validate() error {
+	c = c.withDefaults()
+	var errs []error
+	bad := func(format string, args ...any) {
+		errs = append(errs, fmt.Errorf("%w: "+format, append([]any{ErrInvalidConfig}, args...)...))
+	}
+	for name, d := range map[string]time.Duration{
+		"dial_timeout": c.DialTimeout, "response_header_timeout": c.ResponseHeaderTimeout,
+		"read_header_timeout": c.ReadHeaderTimeout, "idle_timeout": c.IdleTimeout,
+		"shutdown_timeout": c.ShutdownTimeout,
+	} {
+		if d < 0 {
+			bad("%s %v is negative", name, d)
+		}
+	}
+	if c.MaxHeaderBytes < 0 {
+		bad("max_header_bytes %d is negative", c.MaxHeaderBytes)
+	}
+	if c.MaxIdleConnsPerTarget < 0 {
+		bad("max_idle_conns_per_target %d is negative", c.MaxIdleConnsPerTarget)
+	}
+	if c.HTTPSAddr != "" && len(c.Certs) == 0 {
+		bad("https_addr %q needs at least one certificate", c.HTTPSAddr)
+	}
+	if c.HTTPSAddr == "" && len(c.Certs) > 0 {
+		bad("certificates given without https_addr")
+	}
+	for _, p := range c.TrustedProxies {
+		if !p.IsValid() {
+			bad("trusted proxy prefix %v is not valid", p)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Proxy is the node's proxy ingress. Create it with New, give it routes with
+// SetRoutes (before or while it runs) and serve with Run. All methods are
+// safe for concurrent use.
+type Proxy struct {
+	cfg       Config
+	log       *slog.Logger
+	table     atomic.Pointer[table]
+	transport *http.Transport
+	counters  counters
+
+	httpLn, httpsLn   net.Listener
+	httpSrv, httpsSrv *http.Server
+
+	// base is the context of every request and TCP connection; it is
+	// cancelled when a shutdown runs out of time, which ends upgraded
+	// (websocket) connections and dials in progress.
+	base       context.Context
+	cancelBase context.CancelFunc
+
+	mu           sync.Mutex
+	running      bool
+	closed       bool
+	tcpListeners map[int]net.Listener
+	tcpConns     map[net.Conn]struct{}
+	tcpWG        sync.WaitGroup // accept loops and TCP connections
+	done         chan struct{}  // closed when the proxy stops
+}
+
+// New checks cfg, loads the certificates and binds the HTTP (and HTTPS)
+// listeners, so HTTPAddr and HTTPSAddr are known before Run. The proxy
+// starts with no routes. Errors wrap ErrInvalidConfig, ErrCertificate or
+// ErrListen. A Proxy from New must be run with Run or released with Close.
+func New(cfg Config) (*Proxy, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg = cfg.withDefaults()
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	log = log.With("component", "proxy")
+
+	var tlsConfig *tls.Config
+	if cfg.HTTPSAddr != "" {
+		certs, err := loadCerts(cfg.Certs)
+		if err != nil {
+			return nil, err
+		}
+		tlsConfig = &tls.Config{
+			MinVersion:     tls.VersionTLS12,
+			GetCertificate: certs.get,
+		}
+	}
+
+	p := &Proxy{
+		cfg:          cfg,
+		log:          log,
+		tcpListeners: map[int]net.Listener{},
+		tcpConns:     map[net.Conn]struct{}{},
+		done:         make(chan struct{}),
+	}
+	p.base, p.cancelBase = context.WithCancel(context.Background())
+	p.transport = p.newTransport()
+	p.table.Store(p.compile(Routes{}))
+
+	var err error
+	if p.httpLn, err = net.Listen("tcp", cfg.HTTPAddr); err != nil {
+		p.cancelBase()
+		return nil, fmt.Errorf("http %s: %w: %w", cfg.HTTPAddr, ErrListen, err)
+	}
+	p.httpSrv = p.newServer(nil)
+	if cfg.HTTPSAddr != "" {
+		if p.httpsLn, err = net.Listen("tcp", cfg.HTTPSAddr); err != nil {
+			p.httpLn.Close()
+			p.cancelBase()
+			return nil, fmt.Errorf("https %s: %w: %w", cfg.HTTPSAddr, ErrListen, err)
+		}
+		p.httpsSrv = p.newServer(tlsConfig)
+	}
+	return p, nil
+}
+
+// HTTPAddr returns the address the HTTP listener is bound to.
+func (p *Proxy) HTTPAddr() net.Addr { return p.httpLn.Addr() }
+
+// HTTPSAddr returns the address the HTTPS listener is bound to, or nil when
+// HTTPS is off.
+func (p *Proxy) HTTPSAddr() net.Addr {
+	if p.httpsLn == nil {
+		return nil
+	}
+	return p.httpsLn.Addr()
+}
+
+// Routes returns a copy of the routes in force; the caller owns it.
+func (p *Proxy) Routes() Routes { return p.table.Load().routes.clone() }
+
+// SetRoutes replaces the whole routing table with a copy of r. An invalid r
+// changes nothing and the error wraps the Validate errors. Otherwise the new
+// table serves every request and TCP connection that starts from now on;
+// those already started finish on their old target. TCP listeners are then
+// opened and closed to match r.TCP; closing a listener leaves its accepted
+// connections running. A port that cannot be listened on is reported with
+// ErrListen while the rest of r stays in force; a later SetRoutes tries it
+// again. After Close or the end of Run it returns ErrClosed.
+func (p *Proxy) SetRoutes(r Routes) error {
+	if err := r.Validate(); err != nil {
+		return fmt.Errorf("setting routes: %w", err)
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return ErrClosed
+	}
+	r = r.clone()
+	p.table.Store(p.compile(r))
+	err := p.syncTCPListeners(r.TCP)
+	p.log.Info("routes set", "http_routes", len(r.HTTP), "tcp_routes", len(r.TCP))
+	return err
+}
+
+// Run serves until ctx ends, then shuts down gracefully: listeners close at
+// once, requests and TCP connections in flight get up to ShutdownTimeout to
+// finish, and whatever is left is then closed. It returns nil after a
+// shutdown caused by ctx or Close, ErrRunning or ErrClosed when misused, and
+// the error of a listener that failed.
+func (p *Proxy) Run(ctx context.Context) error {
+	p.mu.Lock()
+	switch {
+	case p.closed:
+		p.mu.Unlock()
+		return ErrClosed
+	case p.running:
+		p.mu.Unlock()
+		return ErrRunning
+	}
+	p.running = true
+	p.mu.Unlock()
+
+	errc := make(chan error, 2)
+	go func() { errc <- p.httpSrv.Serve(p.httpLn) }()
+	if p.httpsSrv != nil {
+		go func() { errc <- p.httpsSrv.ServeTLS(p.httpsLn, "", "") }()
+	}
+	p.log.Info("proxy serving", "http_addr", p.HTTPAddr().String(), "https_addr", addrString(p.HTTPSAddr()))
+
+	var serveErr error
+	select {
+	case <-ctx.Done():
+	case <-p.done:
+	case err := <-errc:
+		if !errors.Is(err, http.ErrServerClosed) {
+			serveErr = fmt.Errorf("serving: %w", err)
+		}
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), p.cfg.ShutdownTimeout)
+	defer cancel()
+	p.shutdown(sctx)
+	p.log.Info("proxy stopped")
+	return serveErr
+}
+
+// Close stops the proxy at once: listeners and every connection are closed
+// without waiting. It is safe to call at any time, also while Run runs (Run
+// then returns) and more than once.
+func (p *Proxy) Close() error {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	p.shutdown(ctx)
+	return nil
+}
+
+// shutdown stops accepting, waits for requests and TCP connections until ctx
+// ends, then closes whatever is left. Concurrent and repeated calls are safe.
+func (p *Proxy) shutdown(ctx context.Context) {
+	p.mu.Lock()
+	if !p.closed {
+		p.closed = true
+		close(p.done)
+		for port, ln := range p.tcpListeners {
+			ln.Close()
+			delete(p.tcpListeners, port)
+		}
+	}
+	p.mu.Unlock()
+
+	// Shutdown closes the listeners of a running server; these closes cover
+	// a proxy that never ran.
+	p.httpLn.Close()
+	if p.httpsLn != nil {
+		p.httpsLn.Close()
+	}
+	var wg sync.WaitGroup
+	for _, srv := range []*http.Server{p.httpSrv, p.httpsSrv} {
+		if srv == nil {
+			continue
+		}
+		wg.Go(func() {
+			if err := srv.Shutdown(ctx); err != nil {
+				srv.Close()
+			}
+		})
+	}
+	tcpDone := make(chan struct{})
+	go func() { p.tcpWG.Wait(); close(tcpDone) }()
+	wg.Wait()
+	// Upgraded (websocket) requests are hijacked, so Shutdown does not wait
+	// for them; their handlers still count as in flight.
+	for p.counters.inFlight.Load() > 0 && ctx.Err() == nil {
+		select {
+		case <-ctx.Done():
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	select {
+	case <-tcpDone:
+	case <-ctx.Done():
+	}
+	// Out of time or done: end upgraded connections, dials and TCP copies.
+	p.cancelBase()
+	p.mu.Lock()
+	for c := range p.tcpConns {
+		c.Close()
+	}
+	p.mu.Unlock()
+	<-tcpDone
+	p.transport.CloseIdleConnections()
+}
+
+func addrString(a net.Addr) string {
+	if a == nil {
+		return ""
+	}
+	return a.String()
+}
