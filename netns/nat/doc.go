@@ -1,0 +1,50 @@
+// Package nat programs the kernel NAT that publishes guest ports on a node
+// and lets guests reach the outside, in iptables chains corpus owns.
+//
+// # Chains
+//
+// With the default prefix CORPUS:
+//
+//	nat    PREROUTING  -m addrtype --dst-type LOCAL -j CORPUS-PREROUTING
+//	nat    OUTPUT      -m addrtype --dst-type LOCAL -j CORPUS-OUTPUT
+//	nat    POSTROUTING -j CORPUS-POSTROUTING
+//	filter FORWARD     -j CORPUS-FORWARD
+//
+//	CORPUS-PREROUTING   -j CORPUS-DNAT                  (traffic arriving from outside and from guests)
+//	CORPUS-OUTPUT       ! -d 127.0.0.0/8 -j CORPUS-DNAT (traffic from the node to its own addresses)
+//	CORPUS-DNAT         one DNAT rule per Forward
+//	CORPUS-POSTROUTING  per subnet: MASQUERADE guest traffic that leaves by
+//	                    another interface than the bridge, and hairpin traffic
+//	                    (ctstate DNAT from the subnet to the subnet)
+//	CORPUS-FORWARD      ACCEPT established/related, DNATed traffic to the
+//	                    bridge, and everything from the bridge
+//
+// corpus owns the chains named <prefix>-*, every rule in them, and the
+// rules of the built-in chains that jump to them; it never edits or deletes
+// any other rule. The jumps are inserted at the top of the built-in chains,
+// once each. CORPUS-FORWARD only accepts; whatever the node's own policy
+// drops stays dropped for traffic that is not corpus's.
+//
+// IPv4 forwarding and hairpin mode on the bridge's ports (needed for a
+// guest reaching its own published port when br_netfilter is on) are set
+// by netns.Host.EnsureBridge, not here.
+//
+// Loopback destinations are not forwarded: a packet from 127.0.0.1 cannot
+// be routed to a guest (route_localnet is left off), so the node reaches a
+// published port through one of its own addresses.
+//
+// # Applying
+//
+// Apply is level-based and restart-safe. It reads the nat and filter tables
+// once each with iptables-save, parses only corpus's chains and the jumps
+// to them, compares them with the rules Desired asks for, and writes only
+// the difference (-D and -A lines, and chains that are missing) in one
+// iptables-restore --noflush batch, so a change of one forward among 10,000
+// costs a few lines. Missing or duplicate jumps are fixed with single
+// go-iptables calls. Someone flushing a chain or deleting a jump by hand is
+// repaired on the next Apply; an Apply on a host that is already right
+// writes nothing.
+//
+// Everything runs in the network namespace of the calling OS thread; the
+// agent calls it from the node's namespace. Only IPv4 is handled.
+package nat

@@ -1,0 +1,254 @@
+package nat
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"log/slog"
+	"maps"
+	"net/netip"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+// NAT programs corpus's NAT chains in the calling thread's network
+// namespace. Its methods are safe for concurrent use; they run one at a
+// time.
+type NAT struct {
+	l   layout
+	log *slog.Logger
+	ipt *iptablesCmd
+
+	mu sync.Mutex
+}
+
+// New returns a NAT for the chains under cfg.Prefix. It fails with
+// ErrInvalid for a bad prefix, ErrNotSupported off Linux, or when the
+// iptables tools are missing or disagree on their backend (nf_tables or
+// legacy).
+func New(cfg Config) (*NAT, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	ipt, err := newIptables()
+	if err != nil {
+		return nil, err
+	}
+	return &NAT{
+		l:   newLayout(cmp.Or(cfg.Prefix, DefaultPrefix)),
+		log: log.With("component", "nat"),
+		ipt: ipt,
+	}, nil
+}
+
+// Chains lists corpus's chains.
+func (n *NAT) Chains() []Chain { return n.l.chains() }
+
+// Plan reads corpus's chains and returns what Apply(ctx, d) would change,
+// without changing anything. It returns ErrInvalid or ErrConflict for a
+// bad d.
+func (n *NAT) Plan(ctx context.Context, d Desired) (*Plan, error) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.plan(ctx, d)
+}
+
+func (n *NAT) plan(ctx context.Context, d Desired) (*Plan, error) {
+	if err := d.Validate(); err != nil {
+		return nil, err
+	}
+	snaps, err := n.read(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return n.l.plan(n.l.render(d), snaps), nil
+}
+
+// Apply makes corpus's chains hold exactly the rules d asks for, and the
+// built-in chains jump to them once each, changing only what differs. It
+// returns ErrInvalid or ErrConflict for a bad d, and changes nothing then.
+// A failed batch changes nothing in its table (iptables-restore commits a
+// table at once); the next Apply starts again from what is there.
+func (n *NAT) Apply(ctx context.Context, d Desired) error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	start := time.Now()
+	p, err := n.plan(ctx, d)
+	if err != nil {
+		return err
+	}
+	if p.Empty() {
+		n.log.Debug("nat rules up to date", "forwards", len(d.Forwards), "took", time.Since(start))
+		return nil
+	}
+	if err := n.execute(ctx, p); err != nil {
+		return err
+	}
+	n.log.Info("nat rules changed", "forwards", len(d.Forwards), "added", p.Added, "deleted", p.Deleted,
+		"new_chains", len(p.NewChains), "jumps_inserted", len(p.InsertJumps), "jumps_deleted", len(p.DeleteJumps),
+		"took", time.Since(start))
+	return nil
+}
+
+func (n *NAT) execute(ctx context.Context, p *Plan) error {
+	if len(p.Restore) > 0 {
+		if err := n.ipt.restore(ctx, p.Restore); err != nil {
+			return err
+		}
+	}
+	for _, j := range p.DeleteJumps {
+		if err := n.ipt.deleteRule(j.Table, j.Name, j.Rule); err != nil {
+			return err
+		}
+	}
+	for _, j := range p.InsertJumps {
+		if err := n.ipt.insertRule(j.Table, j.Name, 1, j.Rule); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (n *NAT) read(ctx context.Context) (map[string]snapshot, error) {
+	snaps := make(map[string]snapshot, len(tables))
+	for _, t := range tables {
+		data, err := n.ipt.save(ctx, t)
+		if err != nil {
+			return nil, err
+		}
+		snaps[t] = n.l.parseSave(t, data)
+	}
+	return snaps, nil
+}
+
+// State is what corpus's chains hold. The caller owns it.
+type State struct {
+	// Rules maps each of corpus's chains that exists to its rules, as
+	// iptables-save prints them after "-A <chain> ".
+	Rules map[Chain][]string
+	// Jumps are the rules in built-in chains that jump to corpus's chains.
+	Jumps []Jump
+	// Forwards are read back from the DNAT chain; rules there that corpus
+	// would not have written are in Rules only.
+	Forwards []Forward
+}
+
+// RuleCount is the number of rules in corpus's chains plus the jumps.
+func (s State) RuleCount() int {
+	n := len(s.Jumps)
+	for _, r := range s.Rules {
+		n += len(r)
+	}
+	return n
+}
+
+// Observed reads what corpus's chains hold now.
+func (n *NAT) Observed(ctx context.Context) (State, error) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	snaps, err := n.read(ctx)
+	if err != nil {
+		return State{}, err
+	}
+	st := State{Rules: map[Chain][]string{}}
+	for _, t := range tables {
+		for name, rules := range snaps[t].chains {
+			st.Rules[Chain{t, name}] = rules
+		}
+		st.Jumps = append(st.Jumps, snaps[t].jumps...)
+	}
+	for _, r := range st.Rules[n.l.dnat] {
+		if f, ok := parseForward(r); ok {
+			st.Forwards = append(st.Forwards, f)
+		}
+	}
+	return st, nil
+}
+
+// Remove deletes the jumps to corpus's chains and every chain under the
+// prefix, in both tables, leaving all other rules alone. Nothing to remove
+// is not an error.
+func (n *NAT) Remove(ctx context.Context) error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	snaps, err := n.read(ctx)
+	if err != nil {
+		return err
+	}
+	removed := 0
+	for _, t := range tables {
+		for _, j := range snaps[t].jumps {
+			if err := n.ipt.deleteRule(j.Table, j.Name, j.Rule); err != nil {
+				return err
+			}
+		}
+		// Flush every chain before deleting any: they jump to each other.
+		names := slices.Sorted(maps.Keys(snaps[t].chains))
+		for _, name := range names {
+			if err := n.ipt.flushChain(t, name); err != nil {
+				return err
+			}
+		}
+		for _, name := range names {
+			if err := n.ipt.deleteChain(t, name); err != nil {
+				return err
+			}
+		}
+		removed += len(names)
+	}
+	if removed > 0 {
+		n.log.Info("nat chains removed", "chains", removed)
+	}
+	return nil
+}
+
+// parseForward reads back a rule written by forwardRule.
+func parseForward(rule string) (Forward, bool) {
+	args, err := splitArgs(rule)
+	if err != nil {
+		return Forward{}, false
+	}
+	var f Forward
+	if len(args) >= 2 && args[0] == "-d" {
+		p, err := netip.ParsePrefix(args[1])
+		if err != nil || p.Bits() != 32 {
+			return Forward{}, false
+		}
+		f.HostAddr = p.Addr()
+		args = args[2:]
+	}
+	// -p P -m P --dport N -j DNAT --to-destination A:N
+	if len(args) != 10 || args[0] != "-p" || args[2] != "-m" || args[3] != args[1] ||
+		args[4] != "--dport" || args[6] != "-j" || args[7] != "DNAT" || args[8] != "--to-destination" {
+		return Forward{}, false
+	}
+	f.Proto = args[1]
+	port, err := strconv.Atoi(args[5])
+	if err != nil {
+		return Forward{}, false
+	}
+	f.HostPort = port
+	ap, err := netip.ParseAddrPort(args[9])
+	if err != nil {
+		return Forward{}, false
+	}
+	f.GuestAddr, f.GuestPort = ap.Addr(), int(ap.Port())
+	var b strings.Builder
+	if forwardRule(&b, f) != rule {
+		return Forward{}, false
+	}
+	return f, true
+}
+
+// String describes the plan in one line for logs and test failures.
+func (p *Plan) String() string {
+	return fmt.Sprintf("plan{new_chains=%d added=%d deleted=%d insert_jumps=%d delete_jumps=%d restore_lines=%d}",
+		len(p.NewChains), p.Added, p.Deleted, len(p.InsertJumps), len(p.DeleteJumps), p.RestoreLines())
+}
