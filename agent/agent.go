@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
@@ -48,7 +49,22 @@ type Config struct {
 	ResyncInterval time.Duration
 	// StopTimeout is how long a guest gets to shut down cleanly.
 	StopTimeout time.Duration
-	Logger      *slog.Logger
+
+	// Network turns on guest networking: the bridge, NAT and the proxy.
+	Network bool
+	// Bridge is the name of the bridge guests join.
+	Bridge string
+	// Address is where outside traffic reaches this node; default: the
+	// host of AdvertiseAddr (or APIAddr).
+	Address string
+	// MinHostPort is the lowest node port guests may publish.
+	MinHostPort int
+	// ProxyHTTPAddr and ProxyHTTPSAddr are the proxy's listen addresses
+	// (HTTPS off when empty); ProxyCerts are "CERT.pem:KEY.pem" pairs.
+	ProxyHTTPAddr  string
+	ProxyHTTPSAddr string
+	ProxyCerts     []string
+	Logger         *slog.Logger
 }
 
 // Default returns the default agent configuration.
@@ -62,6 +78,10 @@ func Default() Config {
 		ReportInterval: 5 * time.Second,
 		ResyncInterval: 15 * time.Second,
 		StopTimeout:    10 * time.Second,
+		Network:        true,
+		Bridge:         "corpus0",
+		MinHostPort:    1024,
+		ProxyHTTPAddr:  ":80",
 	}
 }
 
@@ -97,6 +117,19 @@ func (c Config) Validate() error {
 	if _, _, err := net.SplitHostPort(c.APIAddr); err != nil {
 		errs = append(errs, fmt.Errorf("api address %q: %w", c.APIAddr, err))
 	}
+	if c.Network {
+		if l := len(c.Bridge); l == 0 || l > 15 {
+			errs = append(errs, fmt.Errorf("bridge name %q: 1 to 15 characters", c.Bridge))
+		}
+		if c.MinHostPort < 1 || c.MinHostPort > 65535 {
+			errs = append(errs, fmt.Errorf("min host port %d is not a port", c.MinHostPort))
+		}
+		if c.Address != "" {
+			if _, err := netip.ParseAddr(c.Address); err != nil {
+				errs = append(errs, fmt.Errorf("node address %q: %w", c.Address, err))
+			}
+		}
+	}
 	if c.ReportInterval <= 0 || c.ResyncInterval <= 0 || c.StopTimeout <= 0 {
 		errs = append(errs, errors.New("intervals and timeouts must be positive"))
 	}
@@ -111,11 +144,15 @@ type Agent struct {
 	drivers  map[string]drivers.Driver
 	listener net.Listener
 	http     *http.Server
+	net      *network // nil when networking is off
 	id       cache.Identity
 	client   corpusv1connect.AgentServiceClient
 
 	mu       sync.Mutex
 	desired  map[string]*corpusv1.Guest // by guest id
+	node     *corpusv1.Node             // this node as the coordinator last said
+	routes   []*corpusv1.Route          // proxy routes to this node's guests
+	netErr   error                      // the last network reconcile's error
 	known    bool                       // desired came from the coordinator or the cache
 	workers  map[string]*worker         // by guest id
 	observed map[string]*corpusv1.GuestObserved
@@ -167,7 +204,26 @@ func New(cfg Config) (*Agent, error) {
 		return nil, fmt.Errorf("listening for the agent api on %s: %w", cfg.APIAddr, err)
 	}
 	a.listener = ln
+	if cfg.Network {
+		if a.net, err = newNetwork(cfg); err != nil {
+			ln.Close()
+			c.Close()
+			return nil, err
+		}
+	}
 	return a, nil
+}
+
+// address is where outside traffic reaches this node.
+func (a *Agent) address() string {
+	if a.cfg.Address != "" {
+		return a.cfg.Address
+	}
+	host, _, err := net.SplitHostPort(a.advertise())
+	if err != nil || host == "" || host == "0.0.0.0" || host == "::" {
+		return ""
+	}
+	return host
 }
 
 // APIAddr is the address the agent's API listens on.
@@ -178,6 +234,23 @@ func (a *Agent) advertise() string {
 		return a.cfg.AdvertiseAddr
 	}
 	return a.APIAddr()
+}
+
+// ProxyAddr is the proxy's HTTP listen address ("" without networking).
+func (a *Agent) ProxyAddr() string {
+	if a.net == nil {
+		return ""
+	}
+	return a.net.proxy.HTTPAddr().String()
+}
+
+// RemoveNetwork removes the node's bridge and NAT rules (for `corpus dev
+// --cleanup` and uninstall). Guests still attached lose their network.
+func (a *Agent) RemoveNetwork(ctx context.Context) error {
+	if a.net == nil {
+		return nil
+	}
+	return errors.Join(a.net.nat.Remove(ctx), a.net.host.DeleteBridge(ctx, a.cfg.Bridge))
 }
 
 // NodeID is the enrolled node's id ("" before enrollment).
@@ -196,11 +269,11 @@ func (a *Agent) Run(ctx context.Context) error {
 	if err := a.recoverJournal(ctx); err != nil {
 		a.logger.Warn("recovering interrupted work", "error", err)
 	}
-	if idx, guests, ok, err := a.cache.Desired(); err != nil {
+	if msg, ok, err := a.cache.Desired(); err != nil {
 		a.logger.Warn("reading cached desired state", "error", err)
 	} else if ok {
-		a.logger.Info("loaded cached desired state", "index", idx, "guests", len(guests))
-		a.setDesired(guests)
+		a.logger.Info("loaded cached desired state", "index", msg.Index, "guests", len(msg.Guests), "routes", len(msg.Routes))
+		a.setDesired(msg)
 	}
 
 	mux := http.NewServeMux()
@@ -216,6 +289,13 @@ func (a *Agent) Run(ctx context.Context) error {
 			a.logger.Error("agent api stopped", "error", err)
 		}
 	})
+	if a.net != nil {
+		run(func(ctx context.Context) {
+			if err := a.net.proxy.Run(ctx); err != nil {
+				a.logger.Error("proxy stopped", "error", err)
+			}
+		})
+	}
 	run(a.watchLoop)
 	run(a.reconcileLoop)
 	run(a.reportLoop)

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"time"
 
+	"google.golang.org/protobuf/proto"
+
 	"corpus/agent/cache"
 	"corpus/drivers"
 	corpusv1 "corpus/proto/corpus/v1"
@@ -31,6 +33,9 @@ func (a *Agent) reconcileLoop(ctx context.Context) {
 // pass starts or wakes a worker per desired guest and removes guests that
 // exist on the host but are no longer desired here.
 func (a *Agent) pass(ctx context.Context) {
+	// Workers first: a guest's start does not wait for the NAT and proxy
+	// programming of this pass (its worker makes sure the bridge exists).
+	defer a.reconcileNetwork(ctx)
 	a.mu.Lock()
 	known := a.known
 	for id, g := range a.desired {
@@ -69,6 +74,37 @@ func (a *Agent) pass(ctx context.Context) {
 	}
 }
 
+// reconcileNetwork makes the node's bridge, NAT rules and proxy routes
+// match the desired state. Failures are logged and retried next pass;
+// guests keep their network as it is meanwhile.
+func (a *Agent) reconcileNetwork(ctx context.Context) {
+	if a.net == nil {
+		return
+	}
+	a.mu.Lock()
+	node, routes, known := a.node, a.routes, a.known
+	guests := make([]*corpusv1.Guest, 0, len(a.desired))
+	for _, g := range a.desired {
+		guests = append(guests, g)
+	}
+	a.mu.Unlock()
+	if !known || node == nil {
+		return
+	}
+	err := a.net.reconcile(ctx, node, guests, routes)
+	a.mu.Lock()
+	changed := (err == nil) != (a.netErr == nil) || (err != nil && a.netErr != nil && err.Error() != a.netErr.Error())
+	a.netErr = err
+	a.mu.Unlock()
+	if changed {
+		if err != nil {
+			a.logger.Warn("reconciling the node's network", "error", err)
+		} else {
+			a.logger.Info("node network in place", "bridge", a.cfg.Bridge, "subnet", node.GuestSubnet)
+		}
+	}
+}
+
 // worker reconciles one guest; it exits when the guest is no longer desired.
 type worker struct {
 	a    *Agent
@@ -77,36 +113,47 @@ type worker struct {
 	kick chan struct{}
 
 	failures int
-	// terminal is the guest version a permanent failure was seen at; it
-	// is not retried until the guest changes.
-	terminal uint64
+	// terminal is the desired version a permanent failure was seen at;
+	// it is not retried until what is desired changes.
+	terminal string
 }
 
 func (w *worker) run(ctx context.Context) {
-	var retry <-chan time.Time
+	var (
+		retry    <-chan time.Time
+		failedAt string // desired version of the failure retry waits out
+	)
 	for {
+		kicked := false
 		select {
 		case <-ctx.Done():
 			return
 		case <-w.kick:
+			kicked = true
 		case <-retry:
 		}
-		retry = nil
 		g := w.current()
 		if g == nil {
 			return
 		}
-		if w.terminal != 0 && w.terminal == g.ModifyIndex {
+		// While backing off, only a change to the guest cuts the wait
+		// short; periodic kicks do not.
+		want := desiredVersion(g)
+		if kicked && retry != nil && want == failedAt {
+			continue
+		}
+		retry = nil
+		if w.terminal != "" && w.terminal == want {
 			continue
 		}
 		err := w.reconcile(ctx, g)
 		switch {
 		case err == nil:
-			w.failures, w.terminal = 0, 0
+			w.failures, w.terminal = 0, ""
 		case ctx.Err() != nil:
 			return
 		case errors.Is(err, drivers.ErrUnknownImage), errors.Is(err, errNoDriver):
-			w.terminal = g.ModifyIndex
+			w.terminal = want
 			w.a.setObserved(g.Id, &corpusv1.GuestObserved{State: corpusv1.ObservedFailed, Message: err.Error()})
 			w.a.logger.Error("guest failed permanently", "guest", g.Name, "error", err)
 		default:
@@ -114,9 +161,18 @@ func (w *worker) run(ctx context.Context) {
 			delay := min(time.Duration(1<<min(w.failures, 6))*time.Second/2, 30*time.Second)
 			w.a.setObserved(g.Id, &corpusv1.GuestObserved{State: corpusv1.ObservedFailed, Message: err.Error()})
 			w.a.logger.Warn("reconciling guest failed", "guest", g.Name, "error", err, "retry_in", delay)
-			retry = time.After(delay)
+			retry, failedAt = time.After(delay), want
 		}
 	}
+}
+
+// desiredVersion identifies what is desired of a guest, leaving out what
+// changes with every report (observed state, events, indexes).
+func desiredVersion(g *corpusv1.Guest) string {
+	b, _ := proto.MarshalOptions{Deterministic: true}.Marshal(&corpusv1.Guest{
+		Id: g.Id, Spec: g.Spec, DesiredState: g.DesiredState, NodeId: g.NodeId, Address: g.Address,
+	})
+	return string(b)
 }
 
 // current returns the guest's desired state, or nil after removing the
@@ -174,6 +230,11 @@ func (w *worker) reconcile(ctx context.Context, g *corpusv1.Guest) error {
 	switch {
 	case g.DesiredState == corpusv1.DesiredRunning && st.State != drivers.StateRunning:
 		a.setObserved(g.Id, &corpusv1.GuestObserved{State: "starting"})
+		if a.net != nil {
+			if _, err := a.guestNetwork(ctx, g); err != nil {
+				return err
+			}
+		}
 		if err := d.Start(ctx, g.Name); err != nil {
 			return fmt.Errorf("starting: %w", err)
 		}
@@ -208,6 +269,13 @@ func (w *worker) create(ctx context.Context, d drivers.Driver, g *corpusv1.Guest
 		MemoryBytes: g.Spec.GetResources().GetMemoryBytes(),
 		CPUMillis:   g.Spec.GetResources().GetCpuMillis(),
 		Env:         g.Spec.GetEnv(),
+	}
+	if a.net != nil {
+		n, err := a.guestNetwork(ctx, g)
+		if err != nil {
+			return err
+		}
+		spec.Network = n
 	}
 	progress := func(msg string) {
 		a.setObserved(g.Id, &corpusv1.GuestObserved{State: corpusv1.ObservedCreating, Message: msg})

@@ -48,6 +48,11 @@ func (a *Agent) sendReport(ctx context.Context) error {
 		Drivers:      a.driverInfo(ctx),
 		AgentAddress: a.advertise(),
 		AgentVersion: version.Version,
+		Address:      a.address(),
+	}
+	if a.net != nil {
+		req.MinHostPort = int32(a.cfg.MinHostPort)
+		req.ReservedPorts = a.net.reservedPorts()
 	}
 	a.mu.Lock()
 	for id, o := range a.observed {

@@ -19,10 +19,10 @@ func (a *Agent) watchLoop(ctx context.Context) {
 			for stream.Receive() {
 				backoff = 250 * time.Millisecond
 				msg := stream.Msg()
-				if err := a.cache.SetDesired(msg.Index, msg.Guests); err != nil {
+				if err := a.cache.SetDesired(msg); err != nil {
 					a.logger.Warn("caching desired state", "error", err)
 				}
-				a.setDesired(msg.Guests)
+				a.setDesired(msg)
 			}
 			err = stream.Err()
 			stream.Close()
@@ -40,14 +40,18 @@ func (a *Agent) watchLoop(ctx context.Context) {
 	}
 }
 
-// setDesired replaces the desired guests and wakes the reconcile loop.
-func (a *Agent) setDesired(guests []*corpusv1.Guest) {
-	m := make(map[string]*corpusv1.Guest, len(guests))
-	for _, g := range guests {
+// setDesired replaces the desired state and wakes the reconcile loop.
+func (a *Agent) setDesired(msg *corpusv1.WatchResponse) {
+	m := make(map[string]*corpusv1.Guest, len(msg.Guests))
+	for _, g := range msg.Guests {
 		m[g.Id] = g
 	}
 	a.mu.Lock()
 	a.desired = m
+	if msg.Node != nil {
+		a.node = msg.Node
+	}
+	a.routes = msg.Routes
 	a.known = true
 	a.mu.Unlock()
 	a.poke(a.kick)

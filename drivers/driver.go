@@ -122,6 +122,9 @@ type Network struct {
 	Gateway netip.Addr
 	// MAC is the interface's hardware address; empty lets the driver pick.
 	MAC string
+	// HostInterface names the node's end of the guest's link (at most 15
+	// bytes), so the agent can find it again; empty lets the driver pick.
+	HostInterface string
 }
 
 // State is a guest's observed run state.

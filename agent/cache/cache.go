@@ -25,7 +25,7 @@ var (
 	bucketDesired = []byte("desired")
 	bucketJournal = []byte("journal")
 	keyIdentity   = []byte("identity")
-	keyDesiredIdx = []byte("desired_index")
+	keyDesired    = []byte("watch")
 )
 
 // ErrNoIdentity means the agent has not enrolled yet.
@@ -109,52 +109,31 @@ func (c *Cache) SetIdentity(id Identity) error {
 	})
 }
 
-// SetDesired replaces the stored desired guests with the set at index.
-func (c *Cache) SetDesired(index uint64, guests []*corpusv1.Guest) error {
+// SetDesired stores the last desired state received from the
+// coordinator: this node, its guests and its routes.
+func (c *Cache) SetDesired(msg *corpusv1.WatchResponse) error {
+	raw, err := proto.Marshal(msg)
+	if err != nil {
+		return err
+	}
 	return c.db.Update(func(tx *bolt.Tx) error {
-		if err := tx.DeleteBucket(bucketDesired); err != nil {
-			return err
-		}
-		b, err := tx.CreateBucket(bucketDesired)
-		if err != nil {
-			return err
-		}
-		for _, g := range guests {
-			raw, err := proto.Marshal(g)
-			if err != nil {
-				return err
-			}
-			if err := b.Put([]byte(g.Id), raw); err != nil {
-				return err
-			}
-		}
-		idx, _ := json.Marshal(index)
-		return tx.Bucket(bucketMeta).Put(keyDesiredIdx, idx)
+		return tx.Bucket(bucketDesired).Put(keyDesired, raw)
 	})
 }
 
-// Desired returns the stored desired guests and their index; ok is false
-// when no desired state was ever stored.
-func (c *Cache) Desired() (index uint64, guests []*corpusv1.Guest, ok bool, err error) {
+// Desired returns the stored desired state; ok is false when none was
+// ever stored.
+func (c *Cache) Desired() (msg *corpusv1.WatchResponse, ok bool, err error) {
 	err = c.db.View(func(tx *bolt.Tx) error {
-		raw := tx.Bucket(bucketMeta).Get(keyDesiredIdx)
+		raw := tx.Bucket(bucketDesired).Get(keyDesired)
 		if raw == nil {
 			return nil
 		}
 		ok = true
-		if err := json.Unmarshal(raw, &index); err != nil {
-			return err
-		}
-		return tx.Bucket(bucketDesired).ForEach(func(_, v []byte) error {
-			g := &corpusv1.Guest{}
-			if err := proto.Unmarshal(v, g); err != nil {
-				return err
-			}
-			guests = append(guests, g)
-			return nil
-		})
+		msg = &corpusv1.WatchResponse{}
+		return proto.Unmarshal(raw, msg)
 	})
-	return index, guests, ok, err
+	return msg, ok, err
 }
 
 // Begin journals an operation before it starts.

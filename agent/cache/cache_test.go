@@ -22,7 +22,7 @@ func TestCacheRoundTrip(t *testing.T) {
 	if _, err := c.Identity(); !errors.Is(err, ErrNoIdentity) {
 		t.Fatalf("Identity() on a new cache = %v, want ErrNoIdentity", err)
 	}
-	if _, _, ok, err := c.Desired(); ok || err != nil {
+	if _, ok, err := c.Desired(); ok || err != nil {
 		t.Fatalf("Desired() on a new cache = ok %v, %v; want nothing stored", ok, err)
 	}
 	id := Identity{NodeID: "n1", NodeName: "node", NodeSecret: "s", ClusterID: "c", AgentKey: "k", Coordinator: "127.0.0.1:1", EnrolledAt: time.Unix(100, 0).UTC()}
@@ -31,7 +31,8 @@ func TestCacheRoundTrip(t *testing.T) {
 	if err := c.SetIdentity(id); err != nil {
 		t.Fatal(err)
 	}
-	if err := c.SetDesired(7, guests); err != nil {
+	routes := []*corpusv1.Route{{Id: "r", Kind: "http", Domain: "web.example.test", GuestId: "a", GuestPort: 80}}
+	if err := c.SetDesired(&corpusv1.WatchResponse{Index: 7, Guests: guests, Routes: routes}); err != nil {
 		t.Fatal(err)
 	}
 	if err := c.Begin(e); err != nil {
@@ -52,14 +53,10 @@ func TestCacheRoundTrip(t *testing.T) {
 	if got, err := c.Identity(); err != nil || got != id {
 		t.Errorf("Identity() = %+v, %v; want %+v", got, err, id)
 	}
-	idx, got, ok, err := c.Desired()
-	if err != nil || !ok || idx != 7 || len(got) != 2 {
-		t.Fatalf("Desired() = %d, %d guests, %v, %v; want 7, 2 guests", idx, len(got), ok, err)
-	}
-	for i, g := range got { // stored by id: a, b
-		if !proto.Equal(g, guests[i]) {
-			t.Errorf("Desired()[%d] = %v, want %v", i, g, guests[i])
-		}
+	got, ok, err := c.Desired()
+	want := &corpusv1.WatchResponse{Index: 7, Guests: guests, Routes: routes}
+	if err != nil || !ok || !proto.Equal(got, want) {
+		t.Fatalf("Desired() = %v, %v, %v; want %v", got, ok, err, want)
 	}
 	j, err := c.Journal()
 	if err != nil || len(j) != 1 || j[0] != e {
@@ -72,10 +69,10 @@ func TestCacheRoundTrip(t *testing.T) {
 		t.Errorf("Journal() after End = %+v, want empty", j)
 	}
 	// An empty desired set is still "known".
-	if err := c.SetDesired(9, nil); err != nil {
+	if err := c.SetDesired(&corpusv1.WatchResponse{Index: 9}); err != nil {
 		t.Fatal(err)
 	}
-	if idx, got, ok, _ := c.Desired(); !ok || idx != 9 || len(got) != 0 {
-		t.Errorf("Desired() after an empty set = %d, %d, %v; want 9, 0, true", idx, len(got), ok)
+	if got, ok, _ := c.Desired(); !ok || got.Index != 9 || len(got.Guests) != 0 {
+		t.Errorf("Desired() after an empty set = %v, %v; want index 9, no guests", got, ok)
 	}
 }

@@ -20,6 +20,7 @@ import (
 	golxc "github.com/lxc/go-lxc"
 
 	"corpus/drivers"
+	"corpus/internal/atomicfile"
 )
 
 // metadataFile marks a container as a corpus guest and records its identity.
@@ -79,6 +80,11 @@ func validNetwork(n *drivers.Network) error {
 		return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_' || r == '.')
 	}) >= 0 {
 		return fmt.Errorf("invalid bridge name %q", n.Bridge)
+	}
+	if l := len(n.HostInterface); l > 15 || strings.IndexFunc(n.HostInterface, func(r rune) bool {
+		return !(r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '-')
+	}) >= 0 {
+		return fmt.Errorf("invalid host interface name %q", n.HostInterface)
 	}
 	if !n.Address.IsValid() || !n.Address.Addr().Is4() {
 		return fmt.Errorf("invalid guest address %q (want IPv4 with prefix length)", n.Address)
@@ -210,7 +216,7 @@ func (d *Driver) create(ctx context.Context, spec drivers.GuestSpec, img imageSp
 	}
 	// The metadata file is written last: it is what makes the container
 	// a guest.
-	if err := writeFileAtomic(filepath.Join(d.guestDir(spec.Name), metadataFile), b); err != nil {
+	if err := atomicfile.Write(filepath.Join(d.guestDir(spec.Name), metadataFile), b, 0o644); err != nil {
 		return err
 	}
 	ok = true

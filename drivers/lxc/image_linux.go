@@ -9,12 +9,14 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
 	golxc "github.com/lxc/go-lxc"
 
 	"corpus/drivers"
+	"corpus/internal/atomicfile"
 )
 
 // imagesDir is the lxcpath, inside the driver's, holding image caches.
@@ -27,6 +29,8 @@ type imageSpec struct {
 	name     string // corpus image name, "debian/bookworm"
 	cache    string // cache container name in <Path>/.images
 	template golxc.TemplateOptions
+	// prepare adjusts the built root file system for corpus guests.
+	prepare func(rootfs string) error
 }
 
 // images are the images the driver builds by itself with lxc templates.
@@ -36,6 +40,7 @@ var images = map[string]imageSpec{
 		name:     "busybox",
 		cache:    "busybox",
 		template: golxc.TemplateOptions{Template: "busybox"},
+		prepare:  staticNetworkBusybox,
 	},
 	// debian/bookworm runs debootstrap against the Debian mirror; it takes
 	// minutes. The template also keeps its own download cache in
@@ -44,7 +49,48 @@ var images = map[string]imageSpec{
 		name:     "debian/bookworm",
 		cache:    "debian-bookworm",
 		template: golxc.TemplateOptions{Template: "debian", Release: "bookworm"},
+		prepare:  staticNetworkDebian,
 	},
+}
+
+// Guests get a static address from LXC before their init runs; the
+// templates' images would ask DHCP instead, and a DHCP client that gets no
+// lease removes the address. These hooks keep the address LXC set.
+
+// staticNetworkBusybox drops udhcpc from the busybox image's boot script.
+func staticNetworkBusybox(rootfs string) error {
+	return editFile(filepath.Join(rootfs, "etc/init.d/rcS"), func(s string) string {
+		var keep []string
+		for _, line := range strings.Split(s, "\n") {
+			if !strings.Contains(line, "udhcpc") {
+				keep = append(keep, line)
+			}
+		}
+		return strings.Join(keep, "\n")
+	})
+}
+
+// staticNetworkDebian makes ifupdown leave eth0 as LXC configured it.
+func staticNetworkDebian(rootfs string) error {
+	return editFile(filepath.Join(rootfs, "etc/network/interfaces"), func(s string) string {
+		return strings.ReplaceAll(s, "iface eth0 inet dhcp", "iface eth0 inet manual")
+	})
+}
+
+// editFile rewrites a file of an image through f, keeping its mode.
+func editFile(path string, f func(string) string) error {
+	st, err := os.Stat(path)
+	if err != nil {
+		return fmt.Errorf("preparing image: %w", err)
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Errorf("preparing image: %w", err)
+	}
+	if err := atomicfile.Write(path, []byte(f(string(b))), st.Mode().Perm()); err != nil {
+		return fmt.Errorf("preparing image: %w", err)
+	}
+	return nil
 }
 
 // imageNames returns the names of the images in sorted order.
@@ -244,29 +290,20 @@ wait:
 		}
 	}
 
+	if img.prepare != nil {
+		if err := img.prepare(filepath.Join(d.imgPath, img.cache, "rootfs")); err != nil {
+			return fmt.Errorf("building image %s: %w", img.name, err)
+		}
+	}
 	m, err := json.Marshal(imageMarker{Image: img.name, Built: time.Now().UTC()})
 	if err != nil {
 		return fmt.Errorf("building image %s: %w", img.name, err)
 	}
-	if err := writeFileAtomic(d.markerPath(img), m); err != nil {
+	if err := atomicfile.Write(d.markerPath(img), m, 0o644); err != nil {
 		return fmt.Errorf("building image %s: %w", img.name, err)
 	}
 	took := time.Since(start).Round(time.Millisecond)
 	b.report("built image %s in %s", img.name, took)
 	d.log.Info("built image", "image", img.name, "duration", took)
-	return nil
-}
-
-// writeFileAtomic writes data to path through a temporary file and a rename,
-// so readers see the whole file or none.
-func writeFileAtomic(path string, data []byte) error {
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, data, 0o644); err != nil {
-		return err
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		os.Remove(tmp)
-		return err
-	}
 	return nil
 }

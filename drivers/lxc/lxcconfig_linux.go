@@ -82,6 +82,9 @@ func configureNetwork(w *configWriter, n *drivers.Network) {
 	if n.MAC != "" {
 		w.set("lxc.net.0.hwaddr", n.MAC)
 	}
+	if n.HostInterface != "" {
+		w.set("lxc.net.0.veth.pair", n.HostInterface)
+	}
 	w.set("lxc.net.0.ipv4.address", n.Address.String())
 	if n.Gateway.IsValid() {
 		w.set("lxc.net.0.ipv4.gateway", n.Gateway.String())

@@ -3,7 +3,6 @@ package e2e
 import (
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -23,7 +22,7 @@ func TestGuestLifecycle(t *testing.T) {
 	if v.Status != "running" || v.NodeName != "n1" {
 		t.Fatalf("guest show web = status %q on %q, want running on n1", v.Status, v.NodeName)
 	}
-	st, pid, err := lxcInfo(a.lxcPath, "web")
+	st, pid, err := a.lxc.info("web")
 	if err != nil || st != "RUNNING" {
 		t.Fatalf("lxc-info web = %q, %v; want RUNNING", st, err)
 	}
@@ -46,20 +45,20 @@ func TestGuestLifecycle(t *testing.T) {
 	}
 
 	c.mustCLI("guest", "stop", "web")
-	if st, _, _ := lxcInfo(a.lxcPath, "web"); st != "STOPPED" {
+	if st, _, _ := a.lxc.info("web"); st != "STOPPED" {
 		t.Errorf("after stop, lxc-info = %q, want STOPPED", st)
 	}
 	if _, errOut, code := c.cli("guest", "exec", "web", "--", "true"); code == 0 || !strings.Contains(errOut, "not running") {
 		t.Errorf("exec in a stopped guest = exit %d, %q; want a clear refusal", code, errOut)
 	}
 	c.mustCLI("guest", "start", "web")
-	if st, _, _ := lxcInfo(a.lxcPath, "web"); st != "RUNNING" {
+	if st, _, _ := a.lxc.info("web"); st != "RUNNING" {
 		t.Errorf("after start, lxc-info = %q, want RUNNING", st)
 	}
 
 	c.mustCLI("guest", "delete", "web")
-	if slices.Contains(containers(a.lxcPath), "web") {
-		t.Errorf("container web still exists after delete: %v", containers(a.lxcPath))
+	if slices.Contains(a.lxc.list(), "web") {
+		t.Errorf("container web still exists after delete: %v", a.lxc.list())
 	}
 	if _, errOut, code := c.cli("guest", "show", "web"); code == 0 || !strings.Contains(errOut, "not found") {
 		t.Errorf("guest show after delete = exit %d, %q; want not found", code, errOut)
@@ -76,17 +75,17 @@ func TestAgentKillRestart(t *testing.T) {
 	}
 	before := map[string]int{}
 	for _, name := range []string{"g1", "g2"} {
-		_, pid, err := lxcInfo(a.lxcPath, name)
+		_, pid, err := a.lxc.info(name)
 		if err != nil || pid == 0 {
 			t.Fatalf("lxc-info %s = pid %d, %v", name, pid, err)
 		}
 		before[name] = pid
 	}
-	listBefore := containers(a.lxcPath)
+	listBefore := a.lxc.list()
 
 	a.kill()
 	for name, pid := range before {
-		if st, p, _ := lxcInfo(a.lxcPath, name); st != "RUNNING" || p != pid {
+		if st, p, _ := a.lxc.info(name); st != "RUNNING" || p != pid {
 			t.Fatalf("with the agent dead, %s = %s pid %d; want RUNNING pid %d", name, st, p, pid)
 		}
 	}
@@ -100,14 +99,14 @@ func TestAgentKillRestart(t *testing.T) {
 	})
 	time.Sleep(5 * time.Second) // two resync periods of 2s
 	for name, pid := range before {
-		if st, p, _ := lxcInfo(a.lxcPath, name); st != "RUNNING" || p != pid {
+		if st, p, _ := a.lxc.info(name); st != "RUNNING" || p != pid {
 			t.Errorf("after agent restart, %s = %s pid %d; want RUNNING pid %d (not restarted)", name, st, p, pid)
 		}
 		if v := c.guest(name); v.Status != "running" || v.Guest.Observed.Pid != strconv.Itoa(pid) {
 			t.Errorf("after agent restart, guest show %s = %s pid %s; want running pid %d", name, v.Status, v.Guest.Observed.Pid, pid)
 		}
 	}
-	if after := containers(a.lxcPath); !slices.Equal(after, listBefore) {
+	if after := a.lxc.list(); !slices.Equal(after, listBefore) {
 		t.Errorf("containers after restart = %v, want %v (nothing duplicated)", after, listBefore)
 	}
 }
@@ -118,14 +117,14 @@ func TestDriftRepaired(t *testing.T) {
 	c := newCluster(t)
 	a := c.addAgent("n1")
 	c.mustCLI("guest", "create", "drift", "--image", "busybox", "--memory", "64M", "--cpus", "0.1")
-	_, pid0, _ := lxcInfo(a.lxcPath, "drift")
+	_, pid0, _ := a.lxc.info("drift")
 
-	if out, err := exec.Command("lxc-stop", "-P", a.lxcPath, "-n", "drift", "-k").CombinedOutput(); err != nil {
+	if out, err := a.lxc.command("lxc-stop", "-n", "drift", "-k").CombinedOutput(); err != nil {
 		t.Fatalf("lxc-stop: %v: %s", err, out)
 	}
 	var pid1 int
 	eventually(t, 30*time.Second, "hand-stopped guest restarted", func() error {
-		st, pid, err := lxcInfo(a.lxcPath, "drift")
+		st, pid, err := a.lxc.info("drift")
 		if err != nil || st != "RUNNING" || pid == pid0 {
 			return fmt.Errorf("state %s pid %d (was %d): %v", st, pid, pid0, err)
 		}
@@ -133,11 +132,11 @@ func TestDriftRepaired(t *testing.T) {
 		return nil
 	})
 
-	if out, err := exec.Command("lxc-destroy", "-P", a.lxcPath, "-n", "drift", "-f").CombinedOutput(); err != nil {
+	if out, err := a.lxc.command("lxc-destroy", "-n", "drift", "-f").CombinedOutput(); err != nil {
 		t.Fatalf("lxc-destroy: %v: %s", err, out)
 	}
 	eventually(t, 30*time.Second, "hand-deleted guest recreated", func() error {
-		st, pid, err := lxcInfo(a.lxcPath, "drift")
+		st, pid, err := a.lxc.info("drift")
 		if err != nil || st != "RUNNING" || pid == pid1 {
 			return fmt.Errorf("state %s pid %d: %v", st, pid, err)
 		}
@@ -171,7 +170,7 @@ func TestTwoAgentsOneHost(t *testing.T) {
 				mine = append(mine, g)
 			}
 		}
-		got := guestContainers(ag.lxcPath)
+		got := guestContainers(ag.lxc)
 		if !slices.Equal(got, mine) {
 			t.Errorf("containers in %s's lxcpath = %v, want %v", ag.name, got, mine)
 		}
@@ -179,7 +178,7 @@ func TestTwoAgentsOneHost(t *testing.T) {
 	// Several resyncs later, neither agent has removed the other's guest.
 	time.Sleep(5 * time.Second)
 	for g, n := range on {
-		if st, _, err := lxcInfo(c.agents[n].lxcPath, g); err != nil || st != "RUNNING" {
+		if st, _, err := c.agents[n].lxc.info(g); err != nil || st != "RUNNING" {
 			t.Errorf("guest %s on %s = %s, %v; want RUNNING", g, n, st, err)
 		}
 	}
@@ -194,10 +193,10 @@ func TestTwoAgentsOneHost(t *testing.T) {
 }
 
 // guestContainers lists the guest containers (not image caches) of an lxcpath.
-func guestContainers(lxcPath string) []string {
+func guestContainers(h lxcHost) []string {
 	var out []string
-	for _, n := range containers(lxcPath) {
-		if _, err := os.Stat(filepath.Join(lxcPath, n, "corpus.json")); err == nil {
+	for _, n := range h.list() {
+		if _, err := os.Stat(filepath.Join(h.path, n, "corpus.json")); err == nil {
 			out = append(out, n)
 		}
 	}

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -20,6 +19,9 @@ import (
 
 // corpusBin is the binary under test, built once in TestMain.
 var corpusBin string
+
+// enterNodeNS runs a command in a node's network namespace (see the script).
+var enterNodeNS, _ = filepath.Abs(filepath.Join("..", "enter-node-ns"))
 
 func TestMain(m *testing.M) {
 	os.Exit(runMain(m))
@@ -74,20 +76,10 @@ func requireE2E(t *testing.T) {
 	}
 }
 
-// freeAddr returns a loopback address with a port nothing listens on.
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
-}
-
 // proc is a corpus daemon started by a test.
 type proc struct {
 	name string
+	ns   string // network namespace it runs in; "" for the test's own
 	env  []string
 	args []string
 	cmd  *exec.Cmd
@@ -112,11 +104,15 @@ func (s *syncBuffer) String() string {
 	return s.b.String()
 }
 
-// start runs corpus with args; the test's cleanup kills it (by its PID).
-func start(t *testing.T, name string, env []string, args ...string) *proc {
+// startIn runs corpus inside network namespace ns ("" for the test's
+// own). `ip netns exec` execs corpus, so the PID is corpus's.
+func startIn(t *testing.T, ns, name string, env []string, args ...string) *proc {
 	t.Helper()
-	p := &proc{name: name, env: env, args: args, log: &syncBuffer{}, done: make(chan struct{})}
+	p := &proc{name: name, ns: ns, env: env, args: args, log: &syncBuffer{}, done: make(chan struct{})}
 	p.cmd = exec.Command(corpusBin, args...)
+	if ns != "" {
+		p.cmd = exec.Command(enterNodeNS, append([]string{ns, corpusBin}, args...)...)
+	}
 	p.cmd.Env = append(os.Environ(), env...)
 	p.cmd.Stdout, p.cmd.Stderr = p.log, p.log
 	// Own process group: a signal to the test does not reach the daemon
@@ -148,7 +144,7 @@ func (p *proc) kill() {
 func (p *proc) restart(t *testing.T) *proc {
 	t.Helper()
 	p.kill()
-	return start(t, p.name, p.env, p.args...)
+	return startIn(t, p.ns, p.name, p.env, p.args...)
 }
 
 // stop sends SIGINT and waits for a clean exit.
@@ -162,9 +158,11 @@ func (p *proc) stop(t *testing.T) {
 	}
 }
 
-// cluster is a coordinator and its agents, all real processes.
+// cluster is a coordinator and its agents, all real processes, each in
+// its own network namespace of the test's lab (see netLab).
 type cluster struct {
 	t       *testing.T
+	lab     *netLab
 	dir     string
 	api     string
 	token   string
@@ -176,18 +174,20 @@ type cluster struct {
 type agentProc struct {
 	*proc
 	name     string
+	node     *labNode
 	stateDir string
 	apiAddr  string
-	lxcPath  string
+	lxc      lxcHost
 }
 
 func newCluster(t *testing.T) *cluster {
 	t.Helper()
 	requireE2E(t)
 	dir := tempDir(t)
-	c := &cluster{t: t, dir: dir, api: freeAddr(t), cfgHome: filepath.Join(dir, "cfg"), agents: map[string]*agentProc{}}
-	c.coord = start(t, "coordinator", nil, "coordinator",
-		"--data-dir", filepath.Join(dir, "coordinator"), "--api-addr", c.api, "--raft-addr", freeAddr(t))
+	lab := newNetLab(t)
+	c := &cluster{t: t, lab: lab, dir: dir, api: "127.0.0.1:7400", cfgHome: filepath.Join(dir, "cfg"), agents: map[string]*agentProc{}}
+	c.coord = startIn(t, lab.ctl, "coordinator", nil, "coordinator",
+		"--data-dir", filepath.Join(dir, "coordinator"), "--api-addr", "0.0.0.0:7400", "--raft-addr", "127.0.0.1:7401")
 	c.waitReady()
 	return c
 }
@@ -233,13 +233,16 @@ func tempDir(t *testing.T) string {
 	return dir
 }
 
-// addAgent enrolls and starts an agent with its own state folder and lxcpath.
+// addAgent enrolls and starts an agent in a namespace of its own, with
+// its own state folder and lxcpath.
 func (c *cluster) addAgent(name string, extra ...string) *agentProc {
 	c.t.Helper()
 	tok := strings.TrimSpace(c.mustCLI("node", "token"))
-	a := &agentProc{name: name, stateDir: filepath.Join(c.dir, "agent-"+name), apiAddr: freeAddr(c.t)}
-	a.lxcPath = filepath.Join(a.stateDir, "lxc")
-	c.t.Cleanup(func() { destroyContainers(c.t, a.lxcPath) })
+	node := c.lab.addNode(name)
+	a := &agentProc{name: name, node: node, stateDir: filepath.Join(c.dir, "agent-"+name), apiAddr: node.addr + ":7402"}
+	a.lxc = lxcHost{ns: node.ns, path: filepath.Join(a.stateDir, "lxc")}
+	// Registered after the namespace's cleanup, so it runs first.
+	c.t.Cleanup(func() { a.lxc.destroyAll(c.t) })
 	args := append([]string{"--join-token", tok}, extra...)
 	a.proc = c.startAgent(a, args...)
 	c.agents[name] = a
@@ -261,9 +264,9 @@ func (c *cluster) addAgent(name string, extra ...string) *agentProc {
 }
 
 func (c *cluster) startAgent(a *agentProc, args ...string) *proc {
-	base := []string{"agent", "--state-dir", a.stateDir, "--coordinator", c.api, "--name", a.name,
+	base := []string{"agent", "--state-dir", a.stateDir, "--coordinator", a.node.ctlSide + ":7400", "--name", a.name,
 		"--api-addr", a.apiAddr, "--resync-interval", "2s", "--report-interval", "1s", "--stop-timeout", "3s"}
-	return start(c.t, "agent "+a.name, nil, append(base, args...)...)
+	return startIn(c.t, a.node.ns, "agent "+a.name, nil, append(base, args...)...)
 }
 
 // restartAgent starts a killed agent again from its state folder.
@@ -272,17 +275,19 @@ func (c *cluster) restartAgent(a *agentProc) {
 	a.proc = c.startAgent(a)
 }
 
-// cli runs a client command against the cluster.
+// cli runs a client command against the cluster, from the coordinator's
+// namespace.
 func (c *cluster) cli(args ...string) (stdout, stderr string, code int) {
-	return c.cliWith([]string{"XDG_CONFIG_HOME=" + c.cfgHome, "CORPUS_ENV=", "CORPUS_ADDR=", "CORPUS_TOKEN="},
+	return c.cliIn(c.lab.ctl, []string{"XDG_CONFIG_HOME=" + c.cfgHome, "CORPUS_ENV=", "CORPUS_ADDR=", "CORPUS_TOKEN="},
 		append([]string{"--address", c.api, "--token", c.token}, args...)...)
 }
 
-// cliWith runs a client command with extra environment variables.
-func (c *cluster) cliWith(env []string, args ...string) (stdout, stderr string, code int) {
+// cliIn runs a client command in namespace ns with extra environment
+// variables.
+func (c *cluster) cliIn(ns string, env []string, args ...string) (stdout, stderr string, code int) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, corpusBin, args...)
+	cmd := exec.CommandContext(ctx, "nsenter", append([]string{"--net=/run/netns/" + ns, corpusBin}, args...)...)
 	cmd.Env = append(os.Environ(), env...)
 	var o, e bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &o, &e
@@ -354,9 +359,26 @@ func eventually(t *testing.T, timeout time.Duration, what string, f func() error
 	}
 }
 
-// lxcInfo returns a container's state and init PID as LXC's own tool sees it.
-func lxcInfo(lxcPath, name string) (state string, pid int, err error) {
-	out, err := exec.Command("lxc-info", "-P", lxcPath, "-n", name, "-s", "-p", "-H").CombinedOutput()
+// lxcHost is an lxcpath seen from the network namespace its agent runs
+// in: LXC reaches a container's monitor through an abstract socket, which
+// is per network namespace.
+type lxcHost struct {
+	ns   string // "" for the test's own
+	path string
+}
+
+// command builds an lxc tool invocation inside the host's namespace.
+func (h lxcHost) command(tool string, args ...string) *exec.Cmd {
+	args = append([]string{"-P", h.path}, args...)
+	if h.ns == "" {
+		return exec.Command(tool, args...)
+	}
+	return exec.Command("nsenter", append([]string{"--net=/run/netns/" + h.ns, tool}, args...)...)
+}
+
+// info returns a container's state and init PID as LXC's own tool sees it.
+func (h lxcHost) info(name string) (state string, pid int, err error) {
+	out, err := h.command("lxc-info", "-n", name, "-s", "-p", "-H").CombinedOutput()
 	if err != nil {
 		return "", 0, fmt.Errorf("lxc-info %s: %v: %s", name, err, out)
 	}
@@ -375,20 +397,20 @@ func lxcInfo(lxcPath, name string) (state string, pid int, err error) {
 	return state, pid, nil
 }
 
-// containers lists the containers in an lxcpath (LXC's view, images included).
-func containers(lxcPath string) []string {
-	out, err := exec.Command("lxc-ls", "-P", lxcPath, "-1").Output()
+// list returns the containers of the lxcpath (LXC's view).
+func (h lxcHost) list() []string {
+	out, err := h.command("lxc-ls", "-1").Output()
 	if err != nil {
 		return nil
 	}
 	return strings.Fields(string(out))
 }
 
-// destroyContainers removes every container under an lxcpath, then the
-// image caches in folders below it (clones before the images they may
-// depend on), so nothing a test made outlives it.
-func destroyContainers(t *testing.T, lxcPath string) {
-	entries, err := os.ReadDir(lxcPath)
+// destroyAll removes every container under the lxcpath, then the image
+// caches in folders below it (clones before the images they may depend
+// on), so nothing a test made outlives it.
+func (h lxcHost) destroyAll(t *testing.T) {
+	entries, err := os.ReadDir(h.path)
 	if err != nil {
 		return
 	}
@@ -397,17 +419,17 @@ func destroyContainers(t *testing.T, lxcPath string) {
 		if !e.IsDir() {
 			continue
 		}
-		sub := filepath.Join(lxcPath, e.Name())
+		sub := filepath.Join(h.path, e.Name())
 		if _, err := os.Stat(filepath.Join(sub, "config")); err != nil {
 			nested = append(nested, sub)
 			continue
 		}
-		exec.Command("lxc-stop", "-P", lxcPath, "-n", e.Name(), "-k").Run()
-		if out, err := exec.Command("lxc-destroy", "-P", lxcPath, "-n", e.Name(), "-f").CombinedOutput(); err != nil {
+		h.command("lxc-stop", "-n", e.Name(), "-k").Run()
+		if out, err := h.command("lxc-destroy", "-n", e.Name(), "-f").CombinedOutput(); err != nil {
 			t.Logf("cleanup: lxc-destroy %s: %v: %s", sub, err, out)
 		}
 	}
 	for _, sub := range nested {
-		destroyContainers(t, sub)
+		lxcHost{ns: h.ns, path: sub}.destroyAll(t)
 	}
 }

@@ -19,7 +19,7 @@ func TestCoordinatorOutage(t *testing.T) {
 	c := newCluster(t)
 	a := c.addAgent("n1")
 	c.mustCLI("guest", "create", "keep", "--image", "busybox", "--memory", "64M", "--cpus", "0.1")
-	_, pid, err := lxcInfo(a.lxcPath, "keep")
+	_, pid, err := a.lxc.info("keep")
 	if err != nil || pid == 0 {
 		t.Fatalf("lxc-info keep = %d, %v", pid, err)
 	}
@@ -34,7 +34,7 @@ func TestCoordinatorOutage(t *testing.T) {
 		return nil
 	})
 	time.Sleep(5 * time.Second) // several resync periods without a coordinator
-	if st, p, _ := lxcInfo(a.lxcPath, "keep"); st != "RUNNING" || p != pid {
+	if st, p, _ := a.lxc.info("keep"); st != "RUNNING" || p != pid {
 		t.Fatalf("guest during outage = %s pid %d; want RUNNING pid %d, untouched", st, p, pid)
 	}
 
@@ -51,16 +51,17 @@ func TestCoordinatorOutage(t *testing.T) {
 func TestDevRestartAndCleanup(t *testing.T) {
 	requireE2E(t)
 	dir := tempDir(t)
+	lab := newNetLab(t)
+	ns := lab.addNS("dev")
 	state := filepath.Join(dir, "dev")
-	lxcPath := filepath.Join(state, "agent", "lxc")
-	t.Cleanup(func() { destroyContainers(t, lxcPath) })
-	api := freeAddr(t)
+	h := lxcHost{ns: ns, path: filepath.Join(state, "agent", "lxc")}
+	t.Cleanup(func() { h.destroyAll(t) })
 	env := []string{"XDG_CONFIG_HOME=" + filepath.Join(dir, "cfg"), "CORPUS_ENV=", "CORPUS_ADDR=", "CORPUS_TOKEN="}
-	args := []string{"dev", "--state-dir", state, "--api-addr", api, "--raft-addr", freeAddr(t), "--agent-addr", freeAddr(t), "--name", "devnode"}
+	args := []string{"dev", "--state-dir", state, "--api-addr", "127.0.0.1:7400", "--raft-addr", "127.0.0.1:7401", "--agent-addr", "127.0.0.1:7402", "--name", "devnode"}
 	// Client commands use the environment `corpus dev` wrote.
 	c := &cluster{t: t, dir: dir, cfgHome: filepath.Join(dir, "cfg")}
 	cli := func(args ...string) (string, string, int) {
-		return c.cliWith(env, args...)
+		return c.cliIn(ns, env, args...)
 	}
 	waitRunning := func(p *proc) {
 		eventually(t, 30*time.Second, "corpus dev ready", func() error {
@@ -71,29 +72,29 @@ func TestDevRestartAndCleanup(t *testing.T) {
 		})
 	}
 
-	dev := start(t, "corpus dev", env, args...)
+	dev := startIn(t, ns, "corpus dev", env, args...)
 	waitRunning(dev)
 	if out, errOut, code := cli("guest", "create", "web", "--image", "busybox", "--memory", "64M", "--cpus", "0.1"); code != 0 {
 		t.Fatalf("guest create = exit %d: %s %s", code, out, errOut)
 	}
-	_, pid, _ := lxcInfo(lxcPath, "web")
+	_, pid, _ := h.info("web")
 	firstID := devClusterID(cli)
 
 	dev.stop(t)
 	if code := dev.cmd.ProcessState.ExitCode(); code != 0 {
 		t.Errorf("corpus dev exit code after SIGINT = %d, want 0", code)
 	}
-	if st, p, _ := lxcInfo(lxcPath, "web"); st != "RUNNING" || p != pid {
+	if st, p, _ := h.info("web"); st != "RUNNING" || p != pid {
 		t.Fatalf("after Ctrl-C, guest = %s pid %d; want RUNNING pid %d", st, p, pid)
 	}
 
-	dev = start(t, "corpus dev (again, --cleanup)", env, append(args, "--cleanup")...)
+	dev = startIn(t, ns, "corpus dev (again, --cleanup)", env, append(args, "--cleanup")...)
 	waitRunning(dev)
 	if again := devClusterID(cli); firstID == "" || again != firstID {
 		t.Errorf("cluster id after restart = %q, want %q", again, firstID)
 	}
 	time.Sleep(3 * time.Second)
-	if st, p, _ := lxcInfo(lxcPath, "web"); st != "RUNNING" || p != pid {
+	if st, p, _ := h.info("web"); st != "RUNNING" || p != pid {
 		t.Errorf("after corpus dev restart, guest = %s pid %d; want RUNNING pid %d (adopted, not restarted)", st, p, pid)
 	}
 	dev.cmd.Process.Signal(syscall.SIGINT)
@@ -102,7 +103,7 @@ func TestDevRestartAndCleanup(t *testing.T) {
 	case <-time.After(90 * time.Second):
 		t.Fatal("corpus dev --cleanup did not exit within 90s")
 	}
-	if _, err := os.Stat(filepath.Join(lxcPath, "web")); err == nil {
+	if _, err := os.Stat(filepath.Join(h.path, "web")); err == nil {
 		t.Errorf("with --cleanup, container web still exists after exit")
 	}
 }

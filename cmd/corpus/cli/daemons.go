@@ -4,6 +4,7 @@ import (
 	"path/filepath"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"corpus/agent"
 	"corpus/coordinator"
@@ -92,6 +93,18 @@ func newAgentCmd(g *globals) *cobra.Command {
 	f.DurationVar(&cfg.ReportInterval, "report-interval", cfg.ReportInterval, "status report (heartbeat) period")
 	f.DurationVar(&cfg.ResyncInterval, "resync-interval", cfg.ResyncInterval, "full reconcile period")
 	f.DurationVar(&cfg.StopTimeout, "stop-timeout", cfg.StopTimeout, "clean shutdown time a guest gets before it is killed")
+	addNetworkFlags(f, &cfg)
 	logs.add(f)
 	return cmd
+}
+
+// addNetworkFlags adds the agent's guest networking flags.
+func addNetworkFlags(f *pflag.FlagSet, cfg *agent.Config) {
+	f.BoolVar(&cfg.Network, "network", cfg.Network, "run guest networking: bridge, NAT and proxy ingress")
+	f.StringVar(&cfg.Bridge, "bridge", cfg.Bridge, "bridge guests join")
+	f.StringVar(&cfg.Address, "address", cfg.Address, "node address outside traffic reaches (default: host of --advertise-addr)")
+	f.IntVar(&cfg.MinHostPort, "min-host-port", cfg.MinHostPort, "lowest node port guests may publish")
+	f.StringVar(&cfg.ProxyHTTPAddr, "proxy-http-addr", cfg.ProxyHTTPAddr, "proxy HTTP listen address")
+	f.StringVar(&cfg.ProxyHTTPSAddr, "proxy-https-addr", cfg.ProxyHTTPSAddr, "proxy HTTPS listen address (off when empty)")
+	f.StringSliceVar(&cfg.ProxyCerts, "proxy-cert", nil, "HTTPS certificate CERT.pem:KEY.pem (repeatable)")
 }

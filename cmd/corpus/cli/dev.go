@@ -28,6 +28,7 @@ type devOptions struct {
 	name      string
 	envName   string
 	cleanup   bool
+	agent     agent.Config // network settings
 	logs      logFlags
 }
 
@@ -39,6 +40,7 @@ func newDevCmd(g *globals) *cobra.Command {
 		agentAddr: "127.0.0.1:7402",
 		name:      agent.Default().Name,
 		envName:   "dev",
+		agent:     agent.Default(),
 	}
 	cmd := &cobra.Command{
 		Use:   "dev",
@@ -65,6 +67,7 @@ again picks up the same cluster.`,
 	f.StringVar(&o.name, "name", o.name, "name of this node")
 	f.StringVar(&o.envName, "env-name", o.envName, "name of the environment written to the CLI config")
 	f.BoolVar(&o.cleanup, "cleanup", false, "on exit, delete every guest of this node")
+	addNetworkFlags(f, &o.agent)
 	o.logs.add(f)
 	return cmd
 }
@@ -103,7 +106,7 @@ func runDev(ctx context.Context, g *globals, o devOptions, logger *slog.Logger) 
 		return err
 	}
 
-	acfg := agent.Default()
+	acfg := o.agent
 	acfg.StateDir = filepath.Join(o.stateDir, "agent")
 	acfg.Coordinators = []string{addr}
 	acfg.APIAddr = o.agentAddr
@@ -137,6 +140,7 @@ func runDev(ctx context.Context, g *globals, o devOptions, logger *slog.Logger) 
 corpus dev is running (state in %s)
   coordinator API   http://%s   (raft %s)
   agent API         http://%s   node %q
+  proxy (ingress)   %s
   operator token    %s
   CLI environment   %q in %s
 
@@ -147,7 +151,7 @@ Try:
   corpus guest list
 
 Ctrl-C stops the cluster; guests keep running unless --cleanup is given.
-`, o.stateDir, addr, o.raftAddr, ag.APIAddr(), o.name, filepath.Join(ccfg.DataDir, coordinator.OpsTokenFile), o.envName, g.configPath)
+`, o.stateDir, addr, o.raftAddr, ag.APIAddr(), o.name, dash(ag.ProxyAddr()), filepath.Join(ccfg.DataDir, coordinator.OpsTokenFile), o.envName, g.configPath)
 
 	select {
 	case <-ctx.Done():
@@ -169,6 +173,11 @@ Ctrl-C stops the cluster; guests keep running unless --cleanup is given.
 	}
 	stopAgent()
 	<-aerr
+	if o.cleanup {
+		if err := ag.RemoveNetwork(context.Background()); err != nil {
+			logger.Warn("removing the node's network", "error", err)
+		}
+	}
 	stopCoordinator()
 	return nil
 }

@@ -1,0 +1,183 @@
+package agent
+
+import (
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"strconv"
+	"strings"
+
+	"corpus/drivers"
+	"corpus/netns"
+	"corpus/netns/nat"
+	"corpus/netns/proxy"
+	corpusv1 "corpus/proto/corpus/v1"
+)
+
+// network is the agent's side of guest networking: the bridge its guests
+// join, the NAT rules that publish their ports, and the proxy in front of
+// their routes. All three are recomputed from the desired state on every
+// reconcile pass and made true on the host (level-based): a bridge or a
+// chain removed by hand comes back on the next pass.
+type network struct {
+	bridge string
+	host   *netns.Host
+	nat    *nat.NAT
+	proxy  *proxy.Proxy
+}
+
+func newNetwork(cfg Config) (*network, error) {
+	n := &network{bridge: cfg.Bridge, host: netns.New(netns.Config{Logger: cfg.Logger})}
+	var err error
+	if n.nat, err = nat.New(nat.Config{Logger: cfg.Logger}); err != nil {
+		return nil, fmt.Errorf("nat: %w", err)
+	}
+	pc := proxy.Config{HTTPAddr: cfg.ProxyHTTPAddr, HTTPSAddr: cfg.ProxyHTTPSAddr, Logger: cfg.Logger}
+	for _, pair := range cfg.ProxyCerts {
+		cert, key, ok := strings.Cut(pair, ":")
+		if !ok {
+			return nil, fmt.Errorf("proxy certificate %q: want CERT.pem:KEY.pem", pair)
+		}
+		pc.Certs = append(pc.Certs, proxy.CertFiles{CertFile: cert, KeyFile: key})
+	}
+	if n.proxy, err = proxy.New(pc); err != nil {
+		return nil, fmt.Errorf("starting the proxy: %w", err)
+	}
+	return n, nil
+}
+
+// reservedPorts are the node ports the proxy listens on.
+func (n *network) reservedPorts() []int32 {
+	var out []int32
+	for _, a := range []net.Addr{n.proxy.HTTPAddr(), n.proxy.HTTPSAddr()} {
+		if ta, ok := a.(*net.TCPAddr); ok {
+			out = append(out, int32(ta.Port))
+		}
+	}
+	return out
+}
+
+// gateway is the bridge's address in the node's guest subnet.
+func gateway(node *corpusv1.Node) (netip.Prefix, error) {
+	p, err := netip.ParsePrefix(node.GetGuestSubnet())
+	if err != nil {
+		return netip.Prefix{}, fmt.Errorf("node has no guest subnet yet")
+	}
+	return netip.PrefixFrom(p.Masked().Addr().Next(), p.Bits()), nil
+}
+
+// guestNetwork is where a guest sits on the node's network.
+func (n *network) guestNetwork(node *corpusv1.Node, g *corpusv1.Guest) (*drivers.Network, error) {
+	gw, err := gateway(node)
+	if err != nil {
+		return nil, err
+	}
+	addr, err := netip.ParseAddr(g.Address)
+	if err != nil {
+		return nil, fmt.Errorf("guest %s has no address yet", g.Name)
+	}
+	return &drivers.Network{
+		Bridge:        n.bridge,
+		Address:       netip.PrefixFrom(addr, gw.Bits()),
+		Gateway:       gw.Addr(),
+		MAC:           guestMAC(g.Id),
+		HostInterface: hostInterface(g.Id),
+	}, nil
+}
+
+// guestMAC derives a stable, locally administered unicast MAC from the
+// guest id, so a recreated guest keeps its MAC (and neighbours' caches).
+func guestMAC(id string) string {
+	sum := sha256.Sum256([]byte(id))
+	return net.HardwareAddr{0x02, sum[0], sum[1], sum[2], sum[3], sum[4]}.String()
+}
+
+// hostInterface names the node's end of a guest's veth (15 bytes at most).
+func hostInterface(id string) string {
+	if len(id) > 12 {
+		id = id[:12]
+	}
+	return "cg" + id
+}
+
+// guestNetwork returns where guest g sits on the node's network, making
+// sure the bridge it joins exists first.
+func (a *Agent) guestNetwork(ctx context.Context, g *corpusv1.Guest) (*drivers.Network, error) {
+	a.mu.Lock()
+	node := a.node
+	a.mu.Unlock()
+	n, err := a.net.guestNetwork(node, g)
+	if err != nil {
+		return nil, fmt.Errorf("network of guest: %w", err)
+	}
+	if _, err := a.net.host.EnsureBridge(ctx, netns.Bridge{Name: n.Bridge, Gateway: netip.PrefixFrom(n.Gateway, n.Address.Bits())}); err != nil {
+		return nil, fmt.Errorf("bridge %s: %w", n.Bridge, err)
+	}
+	return n, nil
+}
+
+// reconcile makes the bridge, the NAT rules and the proxy routes match the
+// desired state. Each part is tried even when another fails.
+func (n *network) reconcile(ctx context.Context, node *corpusv1.Node, guests []*corpusv1.Guest, routes []*corpusv1.Route) error {
+	gw, err := gateway(node)
+	if err != nil {
+		return err
+	}
+	var errs []error
+	if _, err := n.host.EnsureBridge(ctx, netns.Bridge{Name: n.bridge, Gateway: gw}); err != nil {
+		errs = append(errs, fmt.Errorf("bridge %s: %w", n.bridge, err))
+	} else {
+		// A bridge recreated by hand lost its ports: put the running
+		// guests' interfaces back on it.
+		for _, g := range guests {
+			_, err := n.host.EnsurePort(ctx, n.bridge, hostInterface(g.Id))
+			if err != nil && !errors.Is(err, netns.ErrNoLink) { // no link: the guest is not running
+				errs = append(errs, fmt.Errorf("attaching guest %s: %w", g.Name, err))
+			}
+		}
+	}
+	byID := map[string]*corpusv1.Guest{}
+	desired := nat.Desired{Subnets: []netip.Prefix{gw.Masked()}, Bridge: n.bridge}
+	for _, g := range guests {
+		byID[g.Id] = g
+		addr, err := netip.ParseAddr(g.Address)
+		if err != nil || g.DesiredState == corpusv1.DesiredDeleted {
+			continue
+		}
+		for _, p := range g.GetSpec().GetPorts() {
+			desired.Forwards = append(desired.Forwards, nat.Forward{
+				Proto: p.Protocol, HostPort: int(p.HostPort), GuestAddr: addr, GuestPort: int(p.GuestPort),
+			})
+		}
+	}
+	if err := n.nat.Apply(ctx, desired); err != nil {
+		errs = append(errs, fmt.Errorf("nat: %w", err))
+	}
+	if err := n.proxy.SetRoutes(proxyRoutes(routes, byID)); err != nil {
+		errs = append(errs, fmt.Errorf("proxy routes: %w", err))
+	}
+	return errors.Join(errs...)
+}
+
+// proxyRoutes turns the node's routes into the proxy's table; routes whose
+// guest has no address yet are left out until it has one.
+func proxyRoutes(routes []*corpusv1.Route, guests map[string]*corpusv1.Guest) proxy.Routes {
+	out := proxy.Routes{HTTP: map[string]proxy.HTTPRoute{}, TCP: map[int]proxy.TCPRoute{}}
+	for _, r := range routes {
+		g := guests[r.GuestId]
+		if g == nil || g.Address == "" {
+			continue
+		}
+		target := net.JoinHostPort(g.Address, strconv.Itoa(int(r.GuestPort)))
+		switch r.Kind {
+		case "http":
+			out.HTTP[r.Domain] = proxy.HTTPRoute{Targets: []string{target}}
+		case "tcp":
+			out.TCP[int(r.ListenPort)] = proxy.TCPRoute{Target: target}
+		}
+	}
+	return out
+}

@@ -1,0 +1,314 @@
+package e2e
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os/exec"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/vishvananda/netns"
+)
+
+// dialIn dials from inside network namespace ns: the socket is created
+// on a thread switched into ns and keeps belonging to ns afterwards.
+func dialIn(ns string) func(ctx context.Context, network, addr string) (net.Conn, error) {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		type result struct {
+			c   net.Conn
+			err error
+		}
+		ch := make(chan result, 1)
+		go func() {
+			runtime.LockOSThread()
+			// The thread is not unlocked: it ends with the goroutine, so a
+			// thread in a foreign namespace is never reused.
+			target, err := netns.GetFromName(ns)
+			if err != nil {
+				ch <- result{nil, err}
+				return
+			}
+			defer target.Close()
+			if err := netns.Set(target); err != nil {
+				ch <- result{nil, err}
+				return
+			}
+			c, err := (&net.Dialer{Timeout: 3 * time.Second}).DialContext(ctx, network, addr)
+			ch <- result{c, err}
+		}()
+		r := <-ch
+		return r.c, r.err
+	}
+}
+
+// httpIn returns a client whose connections start in namespace ns.
+func httpIn(ns string) *http.Client {
+	return &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DialContext: dialIn(ns), DisableKeepAlives: true}}
+}
+
+// get fetches url with an optional Host header and returns status and body.
+func get(c *http.Client, url, host string) (int, string, error) {
+	req, err := http.NewRequest("GET", url, nil)
+	if err != nil {
+		return 0, "", err
+	}
+	if host != "" {
+		req.Host = host
+	}
+	res, err := c.Do(req)
+	if err != nil {
+		return 0, "", err
+	}
+	defer res.Body.Close()
+	b, err := io.ReadAll(res.Body)
+	return res.StatusCode, string(b), err
+}
+
+func wantBody(c *http.Client, url, host, want string) func() error {
+	return func() error {
+		code, body, err := get(c, url, host)
+		if err != nil {
+			return err
+		}
+		if code != 200 || strings.TrimSpace(body) != want {
+			return fmt.Errorf("GET %s (Host %q) = %d %q, want 200 %q", url, host, code, body, want)
+		}
+		return nil
+	}
+}
+
+// serveHTTP starts busybox httpd in a guest, serving body on port 80.
+func serveHTTP(t *testing.T, c *cluster, guest, body string) {
+	t.Helper()
+	c.mustCLI("guest", "exec", guest, "--", "sh", "-c",
+		"mkdir -p /www && echo "+body+" > /www/index.html && httpd -p 80 -h /www")
+}
+
+// ruleCount counts corpus's lines in a namespace's iptables.
+func ruleCount(t *testing.T, ns string) int {
+	t.Helper()
+	out, err := exec.Command("nsenter", "--net=/run/netns/"+ns, "iptables-save").Output()
+	if err != nil {
+		t.Fatalf("iptables-save in %s: %v", ns, err)
+	}
+	n := 0
+	for _, l := range strings.Split(string(out), "\n") {
+		if strings.Contains(l, "CORPUS") {
+			n++
+		}
+	}
+	return n
+}
+
+// TestIngress: outside traffic reaches LXC guests through the node only,
+// by NAT and by the proxy (HTTP by Host, raw TCP); routes move atomically;
+// hand-made damage is repaired; connections survive an agent kill -9.
+func TestIngress(t *testing.T) {
+	c := newCluster(t)
+	a := c.addAgent("n1")
+	client, nodeAddr := c.lab.addClient(a.node)
+	// The agent tells the cluster its outside address.
+	a.kill()
+	a.proc = c.startAgent(a, "--address", nodeAddr)
+	hc := httpIn(client)
+
+	c.mustCLI("guest", "create", "web", "--image", "busybox", "--memory", "64M", "--cpus", "0.2", "--port", "8080:80", "--port", "7001:7000")
+	c.mustCLI("guest", "create", "web2", "--image", "busybox", "--memory", "64M", "--cpus", "0.2")
+	serveHTTP(t, c, "web", "one")
+	serveHTTP(t, c, "web2", "two")
+	c.mustCLI("guest", "exec", "web", "--", "sh", "-c", "nc -ll -p 7000 -e cat </dev/null >/dev/null 2>&1 &")
+
+	// NAT: node port 8080 → web:80.
+	eventually(t, 15*time.Second, "NAT to web", wantBody(hc, "http://"+nodeAddr+":8080/", "", "one"))
+	// Proxy: Host web.example.test → web:80; TCP 7100 → web:7000.
+	c.mustCLI("guest", "expose", "web", "--proxy", "--domain", "web.example.test", "--port", "80")
+	c.mustCLI("guest", "expose", "web", "--tcp", "7100:7000")
+	eventually(t, 15*time.Second, "proxy to web", wantBody(hc, "http://"+nodeAddr+"/", "web.example.test", "one"))
+	if code, _, err := get(hc, "http://"+nodeAddr+"/", "unknown.example.test"); err != nil || code != 404 {
+		t.Errorf("proxy with an unknown host = %d, %v; want 404", code, err)
+	}
+	echo := func(port string) error {
+		conn, err := dialIn(client)(context.Background(), "tcp", net.JoinHostPort(nodeAddr, port))
+		if err != nil {
+			return err
+		}
+		defer conn.Close()
+		conn.SetDeadline(time.Now().Add(3 * time.Second))
+		fmt.Fprintln(conn, "ping")
+		line, err := bufio.NewReader(conn).ReadString('\n')
+		if err != nil || line != "ping\n" {
+			return fmt.Errorf("echo on %s = %q, %v", port, line, err)
+		}
+		return nil
+	}
+	eventually(t, 15*time.Second, "TCP echo through the proxy", func() error { return echo("7100") })
+
+	// Hairpin: the guest reaches itself and web2 through the node's port.
+	out := c.mustCLI("guest", "exec", "web2", "--", "wget", "-qO-", "http://"+nodeAddr+":8080/")
+	if strings.TrimSpace(out) != "one" {
+		t.Errorf("hairpin from web2 through %s:8080 = %q, want one", nodeAddr, out)
+	}
+	// Masquerade: a guest reaches the outside through the node.
+	srv := exec.Command("nsenter", "--net=/run/netns/"+client, "busybox", "httpd", "-f", "-p", "9090", "-h", t.TempDir())
+	if err := srv.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { srv.Process.Kill(); srv.Wait() })
+	clientAddr := strings.TrimSuffix(nodeAddr, ".1") + ".2"
+	eventually(t, 10*time.Second, "guest reaches the client", func() error {
+		_, errOut, code := c.cli("guest", "exec", "web", "--", "wget", "-qO-", "http://"+clientAddr+":9090/nothing")
+		if code == 0 || strings.Contains(errOut, "404") || strings.Contains(errOut, "Not Found") {
+			return nil // an answer from the client's server, even a 404
+		}
+		return fmt.Errorf("exit %d: %s", code, errOut)
+	})
+
+	// Bad input changes nothing.
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"guest", "expose", "web2", "--domain", "web.example.test", "--port", "80"}, "already routed"},
+		{[]string{"guest", "expose", "web2", "--tcp", "7100"}, "in use"},
+		{[]string{"guest", "expose", "web2", "--tcp", "8080"}, "in use"},
+		{[]string{"guest", "expose", "web2", "--tcp", "22"}, "lowest publishable port"},
+		{[]string{"guest", "expose", "web2", "--domain", "Bad_Domain", "--port", "80"}, "domain"},
+		{[]string{"guest", "create", "dup", "--image", "busybox", "--port", "8080:80"}, "port 8080"},
+	} {
+		if _, errOut, code := c.cli(tc.args...); code == 0 || !strings.Contains(errOut, tc.want) {
+			t.Errorf("corpus %v = exit %d, %q; want a refusal saying %q", tc.args, code, errOut, tc.want)
+		}
+	}
+	c.cli("guest", "delete", "dup")
+
+	// Atomic move: the domain now serves web2, with no failed request.
+	stop := make(chan struct{})
+	failures := make(chan string, 100)
+	go func() {
+		for {
+			select {
+			case <-stop:
+				close(failures)
+				return
+			default:
+			}
+			code, body, err := get(hc, "http://"+nodeAddr+"/", "web.example.test")
+			if err != nil || code != 200 {
+				failures <- fmt.Sprintf("%d %q %v", code, body, err)
+			}
+		}
+	}()
+	c.mustCLI("ingress", "move", "--domain", "web.example.test", "--to", "web2")
+	eventually(t, 10*time.Second, "route moved to web2", wantBody(hc, "http://"+nodeAddr+"/", "web.example.test", "two"))
+	close(stop)
+	for f := range failures {
+		t.Errorf("request failed during the route move: %s", f)
+	}
+	list := c.mustCLI("ingress", "list")
+	if !strings.Contains(list, "http://web.example.test") || !strings.Contains(list, "tcp/7100") || !strings.Contains(list, "tcp/8080") {
+		t.Errorf("ingress list lacks a route:\n%s", list)
+	}
+
+	// Kill -9 with a connection open through NAT: it survives, the rules
+	// are not duplicated, and the proxy comes back.
+	conn, err := dialIn(client)(context.Background(), "tcp", net.JoinHostPort(nodeAddr, "7001"))
+	if err != nil {
+		t.Fatalf("dialing NAT port 7001: %v", err)
+	}
+	defer conn.Close()
+	r := bufio.NewReader(conn)
+	roundTrip := func(msg string) error {
+		conn.SetDeadline(time.Now().Add(3 * time.Second))
+		fmt.Fprintln(conn, msg)
+		line, err := r.ReadString('\n')
+		if err != nil || line != msg+"\n" {
+			return fmt.Errorf("echo = %q, %v", line, err)
+		}
+		return nil
+	}
+	if err := roundTrip("before"); err != nil {
+		t.Fatal(err)
+	}
+	rules := ruleCount(t, a.node.ns)
+	a.kill()
+	if err := roundTrip("agent-dead"); err != nil {
+		t.Errorf("NAT connection with the agent dead: %v", err)
+	}
+	restarted := time.Now()
+	a.proc = c.startAgent(a, "--address", nodeAddr)
+	eventually(t, 10*time.Second, "proxy back after restart", wantBody(hc, "http://"+nodeAddr+"/", "web.example.test", "two"))
+	t.Logf("proxy answered %s after the agent restarted", time.Since(restarted).Round(time.Millisecond))
+	if err := roundTrip("after-restart"); err != nil {
+		t.Errorf("NAT connection after the agent restart: %v", err)
+	}
+	time.Sleep(3 * time.Second) // a resync or two
+	if got := ruleCount(t, a.node.ns); got != rules {
+		t.Errorf("corpus iptables lines after restart = %d, want %d (no duplicates)", got, rules)
+	}
+
+	// Hand-made damage: flushed chains and a deleted bridge are repaired.
+	nsRun := func(args ...string) {
+		t.Helper()
+		if out, err := exec.Command("nsenter", append([]string{"--net=/run/netns/" + a.node.ns}, args...)...).CombinedOutput(); err != nil {
+			t.Fatalf("%v: %v: %s", args, err, out)
+		}
+	}
+	nsRun("iptables", "-t", "nat", "-F", "CORPUS-PREROUTING")
+	eventually(t, 15*time.Second, "NAT repaired after a flush", wantBody(hc, "http://"+nodeAddr+":8080/", "", "one"))
+	nsRun("ip", "link", "del", "corpus0")
+	eventually(t, 15*time.Second, "bridge repaired", wantBody(hc, "http://"+nodeAddr+":8080/", "", "one"))
+	eventually(t, 15*time.Second, "proxy to web2 after bridge repair", wantBody(hc, "http://"+nodeAddr+"/", "web.example.test", "two"))
+}
+
+// TestNodeSubnets: agents in separate namespaces get distinct subnets and
+// their guests addresses inside them.
+func TestNodeSubnets(t *testing.T) {
+	c := newCluster(t)
+	c.addAgent("n1")
+	c.addAgent("n2")
+	subnet := func(node string) string {
+		var v struct {
+			Node struct {
+				Node struct {
+					GuestSubnet string `json:"guest_subnet"`
+				} `json:"node"`
+			} `json:"node"`
+		}
+		if err := c.json(&v, "node", "show", node); err != nil {
+			t.Fatal(err)
+		}
+		return v.Node.Node.GuestSubnet
+	}
+	s1, s2 := subnet("n1"), subnet("n2")
+	if s1 == "" || s2 == "" || s1 == s2 {
+		t.Fatalf("node subnets = %q and %q, want two distinct subnets", s1, s2)
+	}
+	c.mustCLI("guest", "create", "ga", "--image", "busybox", "--memory", "1G", "--cpus", "0.1")
+	c.mustCLI("guest", "create", "gb", "--image", "busybox", "--memory", "1G", "--cpus", "0.1")
+	for _, g := range []string{"ga", "gb"} {
+		var v struct {
+			Guest struct {
+				Address string `json:"address"`
+			} `json:"guest"`
+			NodeName string `json:"node_name"`
+		}
+		if err := c.json(&v, "guest", "show", g); err != nil {
+			t.Fatal(err)
+		}
+		want := map[string]string{"n1": s1, "n2": s2}[v.NodeName]
+		prefix := strings.TrimSuffix(want, "0/24")
+		if !strings.HasPrefix(v.Guest.Address, prefix) {
+			t.Errorf("guest %s on %s has address %q, want one in %s", g, v.NodeName, v.Guest.Address, want)
+		}
+		out := c.mustCLI("guest", "exec", g, "--", "ip", "-4", "addr", "show", "eth0")
+		if !strings.Contains(out, v.Guest.Address+"/24") {
+			t.Errorf("eth0 of %s = %q, want address %s", g, out, v.Guest.Address)
+		}
+	}
+}

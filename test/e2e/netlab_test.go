@@ -1,0 +1,97 @@
+package e2e
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
+	"sync/atomic"
+	"testing"
+)
+
+// netLab is the network of one test, made of namespaces it creates:
+//
+//	     ctl (coordinator and CLI; 127.0.0.1:7400)
+//	    /   \   10.K.J.1 ─ 10.K.J.2, one link per node
+//	node1   node2 ...   (an agent each: its bridge, NAT, proxy, guests)
+//	  |  10.K.1JJ.1 ─ 10.K.1JJ.2
+//	client (outside traffic to node1)
+//
+// Every address lives in a namespace the test made; deleting the
+// namespaces (the test's cleanup) removes their links, bridges and rules.
+type netLab struct {
+	t      *testing.T
+	prefix string
+	k      int
+	ctl    string
+	nodes  int
+}
+
+// labNode is a node namespace.
+type labNode struct {
+	ns      string
+	addr    string // the node's address on its link to ctl
+	ctlSide string // ctl's address on that link
+	j       int
+}
+
+var labSeq atomic.Int32
+
+func newNetLab(t *testing.T) *netLab {
+	t.Helper()
+	requireE2E(t)
+	if _, err := exec.LookPath("ip"); err != nil {
+		t.Skip("needs iproute2 (ip) to build test namespaces")
+	}
+	k := 100 + int(labSeq.Add(1))
+	l := &netLab{t: t, k: k, prefix: fmt.Sprintf("ce%d-%d", os.Getpid()%10000, k)}
+	l.ctl = l.addNS("ctl")
+	return l
+}
+
+func (l *netLab) addNS(suffix string) string {
+	l.t.Helper()
+	ns := l.prefix + "-" + suffix
+	l.ip("netns", "add", ns)
+	l.t.Cleanup(func() { exec.Command("ip", "netns", "del", ns).Run() })
+	l.ip("-n", ns, "link", "set", "lo", "up")
+	return ns
+}
+
+// addNode makes a node namespace linked to ctl.
+func (l *netLab) addNode(name string) *labNode {
+	l.t.Helper()
+	l.nodes++
+	j := l.nodes
+	n := &labNode{ns: l.addNS(name), j: j,
+		ctlSide: fmt.Sprintf("10.%d.%d.1", l.k, j), addr: fmt.Sprintf("10.%d.%d.2", l.k, j)}
+	l.veth(l.ctl, n.ctlSide+"/24", n.ns, n.addr+"/24", fmt.Sprintf("v%d%d", l.k, j))
+	return n
+}
+
+// addClient makes a client namespace linked to a node; it returns the
+// client's namespace and the node's address on that link.
+func (l *netLab) addClient(n *labNode) (ns, nodeAddr string) {
+	l.t.Helper()
+	ns = l.addNS("cl" + fmt.Sprint(n.j))
+	nodeAddr = fmt.Sprintf("10.%d.%d.1", l.k, 100+n.j)
+	l.veth(n.ns, nodeAddr+"/24", ns, fmt.Sprintf("10.%d.%d.2/24", l.k, 100+n.j), fmt.Sprintf("w%d%d", l.k, n.j))
+	l.ip("-n", ns, "route", "add", "default", "via", nodeAddr)
+	return ns, nodeAddr
+}
+
+func (l *netLab) ip(args ...string) {
+	l.t.Helper()
+	if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
+		l.t.Fatalf("ip %s: %v: %s", strings.Join(args, " "), err, out)
+	}
+}
+
+// veth links two namespaces with one address on each end.
+func (l *netLab) veth(nsA, addrA, nsB, addrB, name string) {
+	l.ip("link", "add", name+"a", "netns", nsA, "type", "veth", "peer", "name", name+"b", "netns", nsB)
+	l.ip("-n", nsA, "addr", "add", addrA, "dev", name+"a")
+	l.ip("-n", nsB, "addr", "add", addrB, "dev", name+"b")
+	l.ip("-n", nsA, "link", "set", name+"a", "up")
+	l.ip("-n", nsB, "link", "set", name+"b", "up")
+}
