@@ -8,7 +8,7 @@ STATICCHECK_VERSION        := 2026.2.2
 VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS   := -X corpus/internal/version.Version=$(VERSION)
 
-.PHONY: help build test test-unit lint proto proto-check demo demo-stop bench tools clean
+.PHONY: help build test test-unit lint proto proto-check demo demo-stop demo-clean bench tools clean
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -44,8 +44,11 @@ proto-check: proto ## fail when the committed generated code is stale
 demo: ## set up this host and run a one-machine cluster with a guest
 	./scripts/demo
 
-demo-stop: ## stop the cluster started by make demo
+demo-stop: ## stop the cluster started by make demo (guests keep running)
 	./scripts/demo stop
+
+demo-clean: ## stop it and remove its guests, network and state
+	./scripts/demo clean
 
 bench: ## guest start vs raw LXC, agent memory, NAT (10k rules, throughput), proxy vs nginx
 	./scripts/setup --bench
