@@ -48,6 +48,8 @@ func newCoordinatorCmd(g *globals) *cobra.Command {
 	f.StringVar(&cfg.ReplicaID, "id", cfg.ReplicaID, "this replica's id in the Raft group")
 	f.BoolVar(&cfg.Bootstrap, "bootstrap", cfg.Bootstrap, "form a new cluster when this replica has no Raft state")
 	f.DurationVar(&cfg.NodeTimeout, "node-timeout", cfg.NodeTimeout, "mark a node down after this long without a report")
+	f.StringVar(&cfg.GuestNetwork, "guest-network", cfg.GuestNetwork, "cluster range node guest subnets come from (fixed at bootstrap)")
+	f.IntVar(&cfg.NodeSubnetBits, "node-subnet-bits", cfg.NodeSubnetBits, "prefix length of each node's guest subnet (fixed at bootstrap)")
 	logs.add(f)
 	return cmd
 }
