@@ -228,26 +228,19 @@ func newGuestListCmd(g *globals) *cobra.Command {
 		Short:   "List guests",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, err := g.clients()
-			if err != nil {
-				return err
-			}
-			res, err := c.guests.ListGuests(cmd.Context(), connect.NewRequest(&corpusv1.ListGuestsRequest{Node: node}))
-			if err != nil {
-				return err
-			}
-			if g.json {
-				return g.printJSON(res.Msg)
-			}
-			w := tabwriter.NewWriter(g.stdout, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(w, "NAME\tSTATUS\tDESIRED\tNODE\tADDRESS\tDRIVER\tIMAGE\tMEMORY\tCPUS\tAGE")
-			for _, v := range res.Msg.Guests {
-				gu := v.Guest
-				fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", gu.Name, v.Status, gu.DesiredState, dash(v.NodeName), dash(gu.Address),
-					gu.Spec.GetDriver(), gu.Spec.GetImage(), formatSize(gu.Spec.GetResources().GetMemoryBytes()),
-					formatCPUs(gu.Spec.GetResources().GetCpuMillis()), age(gu.CreatedAt.AsTime()))
-			}
-			return w.Flush()
+			return call(g, cmd.Context(), func(ctx context.Context, c *clients) (*connect.Response[corpusv1.ListGuestsResponse], error) {
+				return c.guests.ListGuests(ctx, connect.NewRequest(&corpusv1.ListGuestsRequest{Node: node}))
+			}, func(msg *corpusv1.ListGuestsResponse) error {
+				w := tabwriter.NewWriter(g.stdout, 0, 4, 2, ' ', 0)
+				fmt.Fprintln(w, "NAME\tSTATUS\tDESIRED\tNODE\tADDRESS\tDRIVER\tIMAGE\tMEMORY\tCPUS\tAGE")
+				for _, v := range msg.Guests {
+					gu := v.Guest
+					fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", gu.Name, v.Status, gu.DesiredState, dash(v.NodeName), dash(gu.Address),
+						gu.Spec.GetDriver(), gu.Spec.GetImage(), formatSize(gu.Spec.GetResources().GetMemoryBytes()),
+						formatCPUs(gu.Spec.GetResources().GetCpuMillis()), age(gu.CreatedAt.AsTime()))
+				}
+				return w.Flush()
+			})
 		},
 	}
 	cmd.Flags().StringVar(&node, "node", "", "only guests on this node")
@@ -260,55 +253,48 @@ func newGuestShowCmd(g *globals) *cobra.Command {
 		Short: "Show a guest's desired and observed state and its events",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := g.clients()
-			if err != nil {
-				return err
-			}
-			res, err := c.guests.GetGuest(cmd.Context(), connect.NewRequest(&corpusv1.GetGuestRequest{Name: args[0]}))
-			if err != nil {
-				return err
-			}
-			if g.json {
-				return g.printJSON(res.Msg)
-			}
-			m := res.Msg
-			gu := m.Guest
-			w := tabwriter.NewWriter(g.stdout, 0, 4, 2, ' ', 0)
-			fmt.Fprintf(w, "Name:\t%s\n", gu.Name)
-			fmt.Fprintf(w, "ID:\t%s\n", gu.Id)
-			fmt.Fprintf(w, "Status:\t%s\n", m.Status)
-			fmt.Fprintf(w, "Desired:\t%s\n", gu.DesiredState)
-			fmt.Fprintf(w, "Node:\t%s\n", dash(m.NodeName))
-			if gu.PendingReason != "" {
-				fmt.Fprintf(w, "Pending:\t%s\n", gu.PendingReason)
-			}
-			fmt.Fprintf(w, "Driver:\t%s\n", gu.Spec.GetDriver())
-			fmt.Fprintf(w, "Image:\t%s\n", gu.Spec.GetImage())
-			r := gu.Spec.GetResources()
-			fmt.Fprintf(w, "Resources:\tmemory %s, cpus %s, disk %s\n", formatSize(r.GetMemoryBytes()), formatCPUs(r.GetCpuMillis()), formatSize(r.GetDiskBytes()))
-			if len(gu.Spec.GetEnv()) > 0 {
-				fmt.Fprintf(w, "Env:\t%s\n", labelList(gu.Spec.GetEnv()))
-			}
-			fmt.Fprintf(w, "Address:\t%s\n", dash(gu.Address))
-			for _, p := range gu.Spec.GetPorts() {
-				fmt.Fprintf(w, "Port:\tnode %d/%s -> guest %d (nat)\n", p.HostPort, p.Protocol, p.GuestPort)
-			}
-			fmt.Fprintf(w, "Created:\t%s (%s ago)\n", gu.CreatedAt.AsTime().Local().Format(time.RFC3339), age(gu.CreatedAt.AsTime()))
-			if o := gu.Observed; o != nil {
-				fmt.Fprintf(w, "Observed:\t%s", o.State)
-				if o.Pid != 0 {
-					fmt.Fprintf(w, ", init pid %d", o.Pid)
+			return call(g, cmd.Context(), func(ctx context.Context, c *clients) (*connect.Response[corpusv1.GetGuestResponse], error) {
+				return c.guests.GetGuest(ctx, connect.NewRequest(&corpusv1.GetGuestRequest{Name: args[0]}))
+			}, func(msg *corpusv1.GetGuestResponse) error {
+				m := msg
+				gu := m.Guest
+				w := tabwriter.NewWriter(g.stdout, 0, 4, 2, ' ', 0)
+				fmt.Fprintf(w, "Name:\t%s\n", gu.Name)
+				fmt.Fprintf(w, "ID:\t%s\n", gu.Id)
+				fmt.Fprintf(w, "Status:\t%s\n", m.Status)
+				fmt.Fprintf(w, "Desired:\t%s\n", gu.DesiredState)
+				fmt.Fprintf(w, "Node:\t%s\n", dash(m.NodeName))
+				if gu.PendingReason != "" {
+					fmt.Fprintf(w, "Pending:\t%s\n", gu.PendingReason)
 				}
-				if o.Message != "" {
-					fmt.Fprintf(w, ", %s", o.Message)
+				fmt.Fprintf(w, "Driver:\t%s\n", gu.Spec.GetDriver())
+				fmt.Fprintf(w, "Image:\t%s\n", gu.Spec.GetImage())
+				r := gu.Spec.GetResources()
+				fmt.Fprintf(w, "Resources:\tmemory %s, cpus %s, disk %s\n", formatSize(r.GetMemoryBytes()), formatCPUs(r.GetCpuMillis()), formatSize(r.GetDiskBytes()))
+				if len(gu.Spec.GetEnv()) > 0 {
+					fmt.Fprintf(w, "Env:\t%s\n", labelList(gu.Spec.GetEnv()))
 				}
-				fmt.Fprintf(w, " (reported %s ago)\n", age(o.UpdatedAt.AsTime()))
-			}
-			fmt.Fprintln(w, "Events:")
-			for _, e := range gu.Events {
-				fmt.Fprintf(w, "  %s\t%s\t%s\n", e.Time.AsTime().Local().Format("2006-01-02 15:04:05"), e.Type, e.Message)
-			}
-			return w.Flush()
+				fmt.Fprintf(w, "Address:\t%s\n", dash(gu.Address))
+				for _, p := range gu.Spec.GetPorts() {
+					fmt.Fprintf(w, "Port:\tnode %d/%s -> guest %d (nat)\n", p.HostPort, p.Protocol, p.GuestPort)
+				}
+				fmt.Fprintf(w, "Created:\t%s (%s ago)\n", gu.CreatedAt.AsTime().Local().Format(time.RFC3339), age(gu.CreatedAt.AsTime()))
+				if o := gu.Observed; o != nil {
+					fmt.Fprintf(w, "Observed:\t%s", o.State)
+					if o.Pid != 0 {
+						fmt.Fprintf(w, ", init pid %d", o.Pid)
+					}
+					if o.Message != "" {
+						fmt.Fprintf(w, ", %s", o.Message)
+					}
+					fmt.Fprintf(w, " (reported %s ago)\n", age(o.UpdatedAt.AsTime()))
+				}
+				fmt.Fprintln(w, "Events:")
+				for _, e := range gu.Events {
+					fmt.Fprintf(w, "  %s\t%s\t%s\n", e.Time.AsTime().Local().Format("2006-01-02 15:04:05"), e.Type, e.Message)
+				}
+				return w.Flush()
+			})
 		},
 	}
 }

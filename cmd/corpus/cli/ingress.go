@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"fmt"
 	"strconv"
 	"strings"
@@ -62,24 +63,17 @@ func newGuestExposeCmd(g *globals) *cobra.Command {
 				return fmt.Errorf("give --proxy --domain DOMAIN --port PORT, or --tcp PORT")
 			}
 			_ = viaProxy // routes always go through the node's proxy; the flag says so
-			c, err := g.clients()
-			if err != nil {
-				return err
-			}
-			res, err := c.ingress.CreateRoute(cmd.Context(), connect.NewRequest(req))
-			if err != nil {
-				return err
-			}
-			if g.json {
-				return g.printJSON(res.Msg)
-			}
-			r := res.Msg.Route
-			verb := "routed"
-			if !res.Msg.Created {
-				verb = "already routed"
-			}
-			fmt.Fprintf(g.stdout, "%s %s to guest %s port %d\n", verb, routeName(r), r.GuestName, r.GuestPort)
-			return nil
+			return call(g, cmd.Context(), func(ctx context.Context, c *clients) (*connect.Response[corpusv1.CreateRouteResponse], error) {
+				return c.ingress.CreateRoute(ctx, connect.NewRequest(req))
+			}, func(msg *corpusv1.CreateRouteResponse) error {
+				r := msg.Route
+				verb := "routed"
+				if !msg.Created {
+					verb = "already routed"
+				}
+				fmt.Fprintf(g.stdout, "%s %s to guest %s port %d\n", verb, routeName(r), r.GuestName, r.GuestPort)
+				return nil
+			})
 		},
 	}
 	f := cmd.Flags()
@@ -105,26 +99,19 @@ func newIngressCmd(g *globals) *cobra.Command {
 		Short:   "List every route and NAT port of the cluster and where it points",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, err := g.clients()
-			if err != nil {
-				return err
-			}
-			res, err := c.ingress.ListRoutes(cmd.Context(), connect.NewRequest(&corpusv1.ListRoutesRequest{}))
-			if err != nil {
-				return err
-			}
-			if g.json {
-				return g.printJSON(res.Msg)
-			}
-			w := tabwriter.NewWriter(g.stdout, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(w, "MODE\tFROM\tNODE\tGUEST\tTARGET")
-			for _, v := range res.Msg.Routes {
-				fmt.Fprintf(w, "proxy\t%s\t%s\t%s\t%s\n", routeName(v.Route), nodeAt(v.NodeName, v.NodeAddress), v.Route.GuestName, dash(v.Target))
-			}
-			for _, v := range res.Msg.Nat {
-				fmt.Fprintf(w, "nat\t%s/%d\t%s\t%s\t%s\n", v.Port.Protocol, v.Port.HostPort, nodeAt(v.NodeName, v.NodeAddress), v.GuestName, dash(v.Target))
-			}
-			return w.Flush()
+			return call(g, cmd.Context(), func(ctx context.Context, c *clients) (*connect.Response[corpusv1.ListRoutesResponse], error) {
+				return c.ingress.ListRoutes(ctx, connect.NewRequest(&corpusv1.ListRoutesRequest{}))
+			}, func(msg *corpusv1.ListRoutesResponse) error {
+				w := tabwriter.NewWriter(g.stdout, 0, 4, 2, ' ', 0)
+				fmt.Fprintln(w, "MODE\tFROM\tNODE\tGUEST\tTARGET")
+				for _, v := range msg.Routes {
+					fmt.Fprintf(w, "proxy\t%s\t%s\t%s\t%s\n", routeName(v.Route), nodeAt(v.NodeName, v.NodeAddress), v.Route.GuestName, dash(v.Target))
+				}
+				for _, v := range msg.Nat {
+					fmt.Fprintf(w, "nat\t%s/%d\t%s\t%s\t%s\n", v.Port.Protocol, v.Port.HostPort, nodeAt(v.NodeName, v.NodeAddress), v.GuestName, dash(v.Target))
+				}
+				return w.Flush()
+			})
 		},
 	}
 	var domain, guest, to string
@@ -134,19 +121,12 @@ func newIngressCmd(g *globals) *cobra.Command {
 		Short: "Delete a route",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, err := g.clients()
-			if err != nil {
-				return err
-			}
-			res, err := c.ingress.DeleteRoute(cmd.Context(), connect.NewRequest(&corpusv1.DeleteRouteRequest{Domain: domain, ListenPort: int32(port), GuestName: guest}))
-			if err != nil {
-				return err
-			}
-			if g.json {
-				return g.printJSON(res.Msg)
-			}
-			fmt.Fprintf(g.stdout, "deleted route %s\n", routeName(res.Msg.Route))
-			return nil
+			return call(g, cmd.Context(), func(ctx context.Context, c *clients) (*connect.Response[corpusv1.DeleteRouteResponse], error) {
+				return c.ingress.DeleteRoute(ctx, connect.NewRequest(&corpusv1.DeleteRouteRequest{Domain: domain, ListenPort: int32(port), GuestName: guest}))
+			}, func(msg *corpusv1.DeleteRouteResponse) error {
+				fmt.Fprintf(g.stdout, "deleted route %s\n", routeName(msg.Route))
+				return nil
+			})
 		},
 	}
 	move := &cobra.Command{
@@ -154,22 +134,15 @@ func newIngressCmd(g *globals) *cobra.Command {
 		Short: "Point a route at another guest at once (in-flight requests finish on the old one)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, err := g.clients()
-			if err != nil {
-				return err
-			}
-			res, err := c.ingress.MoveRoute(cmd.Context(), connect.NewRequest(&corpusv1.MoveRouteRequest{
-				Domain: domain, ListenPort: int32(port), FromGuest: guest, ToGuest: to, GuestPort: int32(toPort),
-			}))
-			if err != nil {
-				return err
-			}
-			if g.json {
-				return g.printJSON(res.Msg)
-			}
-			r := res.Msg.Route
-			fmt.Fprintf(g.stdout, "%s now goes to guest %s port %d\n", routeName(r), r.GuestName, r.GuestPort)
-			return nil
+			return call(g, cmd.Context(), func(ctx context.Context, c *clients) (*connect.Response[corpusv1.MoveRouteResponse], error) {
+				return c.ingress.MoveRoute(ctx, connect.NewRequest(&corpusv1.MoveRouteRequest{
+					Domain: domain, ListenPort: int32(port), FromGuest: guest, ToGuest: to, GuestPort: int32(toPort),
+				}))
+			}, func(msg *corpusv1.MoveRouteResponse) error {
+				r := msg.Route
+				fmt.Fprintf(g.stdout, "%s now goes to guest %s port %d\n", routeName(r), r.GuestName, r.GuestPort)
+				return nil
+			})
 		},
 	}
 	for _, c := range []*cobra.Command{del, move} {

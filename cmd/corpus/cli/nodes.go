@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"fmt"
 	"sort"
 	"strings"
@@ -21,21 +22,14 @@ func newNodeCmd(g *globals) *cobra.Command {
 		Short: "Create a one-time join token for enrolling a node",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, err := g.clients()
-			if err != nil {
-				return err
-			}
-			res, err := c.nodes.CreateJoinToken(cmd.Context(), connect.NewRequest(&corpusv1.CreateJoinTokenRequest{TtlSeconds: int64(ttl / time.Second)}))
-			if err != nil {
-				return err
-			}
-			if g.json {
-				return g.printJSON(res.Msg)
-			}
-			fmt.Fprintln(g.stdout, res.Msg.Token)
-			fmt.Fprintf(g.stderr, "valid once, until %s; enroll with: corpus agent --coordinator ADDR --join-token %s\n",
-				res.Msg.Info.ExpiresAt.AsTime().Local().Format(time.RFC3339), res.Msg.Token)
-			return nil
+			return call(g, cmd.Context(), func(ctx context.Context, c *clients) (*connect.Response[corpusv1.CreateJoinTokenResponse], error) {
+				return c.nodes.CreateJoinToken(ctx, connect.NewRequest(&corpusv1.CreateJoinTokenRequest{TtlSeconds: int64(ttl / time.Second)}))
+			}, func(msg *corpusv1.CreateJoinTokenResponse) error {
+				fmt.Fprintln(g.stdout, msg.Token)
+				fmt.Fprintf(g.stderr, "valid once, until %s; enroll with: corpus agent --coordinator ADDR --join-token %s\n",
+					msg.Info.ExpiresAt.AsTime().Local().Format(time.RFC3339), msg.Token)
+				return nil
+			})
 		},
 	}
 	token.Flags().DurationVar(&ttl, "ttl", time.Hour, "how long the token stays valid")
@@ -46,27 +40,20 @@ func newNodeCmd(g *globals) *cobra.Command {
 		Short:   "List nodes",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, err := g.clients()
-			if err != nil {
-				return err
-			}
-			res, err := c.nodes.ListNodes(cmd.Context(), connect.NewRequest(&corpusv1.ListNodesRequest{}))
-			if err != nil {
-				return err
-			}
-			if g.json {
-				return g.printJSON(res.Msg)
-			}
-			w := tabwriter.NewWriter(g.stdout, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(w, "NAME\tSTATUS\tMODE\tGUESTS\tMEMORY\tCPUS\tDRIVERS\tLABELS")
-			for _, v := range res.Msg.Nodes {
-				n := v.Node
-				fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%s/%s\t%s/%s\t%s\t%s\n", n.Name, n.Status, n.Mode, v.Guests,
-					formatSize(v.Allocated.GetMemoryBytes()), formatSize(n.Capacity.GetMemoryBytes()),
-					formatCPUs(v.Allocated.GetCpuMillis()), formatCPUs(n.Capacity.GetCpuMillis()),
-					driverList(n.Drivers), labelList(n.Labels))
-			}
-			return w.Flush()
+			return call(g, cmd.Context(), func(ctx context.Context, c *clients) (*connect.Response[corpusv1.ListNodesResponse], error) {
+				return c.nodes.ListNodes(ctx, connect.NewRequest(&corpusv1.ListNodesRequest{}))
+			}, func(msg *corpusv1.ListNodesResponse) error {
+				w := tabwriter.NewWriter(g.stdout, 0, 4, 2, ' ', 0)
+				fmt.Fprintln(w, "NAME\tSTATUS\tMODE\tGUESTS\tMEMORY\tCPUS\tDRIVERS\tLABELS")
+				for _, v := range msg.Nodes {
+					n := v.Node
+					fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%s/%s\t%s/%s\t%s\t%s\n", n.Name, n.Status, n.Mode, v.Guests,
+						formatSize(v.Allocated.GetMemoryBytes()), formatSize(n.Capacity.GetMemoryBytes()),
+						formatCPUs(v.Allocated.GetCpuMillis()), formatCPUs(n.Capacity.GetCpuMillis()),
+						driverList(n.Drivers), labelList(n.Labels))
+				}
+				return w.Flush()
+			})
 		},
 	}
 
@@ -75,40 +62,33 @@ func newNodeCmd(g *globals) *cobra.Command {
 		Short: "Show one node",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := g.clients()
-			if err != nil {
-				return err
-			}
-			res, err := c.nodes.GetNode(cmd.Context(), connect.NewRequest(&corpusv1.GetNodeRequest{Name: args[0]}))
-			if err != nil {
-				return err
-			}
-			if g.json {
-				return g.printJSON(res.Msg)
-			}
-			v := res.Msg.Node
-			n := v.Node
-			w := tabwriter.NewWriter(g.stdout, 0, 4, 2, ' ', 0)
-			fmt.Fprintf(w, "Name:\t%s\n", n.Name)
-			fmt.Fprintf(w, "ID:\t%s\n", n.Id)
-			fmt.Fprintf(w, "Status:\t%s\n", n.Status)
-			fmt.Fprintf(w, "Mode:\t%s\n", n.Mode)
-			fmt.Fprintf(w, "Labels:\t%s\n", labelList(n.Labels))
-			fmt.Fprintf(w, "Agent:\t%s (version %s)\n", n.AgentAddress, n.AgentVersion)
-			fmt.Fprintf(w, "Enrolled:\t%s\n", n.EnrolledAt.AsTime().Local().Format(time.RFC3339))
-			fmt.Fprintf(w, "Guests:\t%d\n", v.Guests)
-			fmt.Fprintf(w, "Memory:\t%s allocated of %s\n", formatSize(v.Allocated.GetMemoryBytes()), formatSize(n.Capacity.GetMemoryBytes()))
-			fmt.Fprintf(w, "CPUs:\t%s allocated of %s\n", formatCPUs(v.Allocated.GetCpuMillis()), formatCPUs(n.Capacity.GetCpuMillis()))
-			fmt.Fprintf(w, "Disk:\t%s allocated of %s\n", formatSize(v.Allocated.GetDiskBytes()), formatSize(n.Capacity.GetDiskBytes()))
-			fmt.Fprintln(w, "Drivers:")
-			for _, d := range n.Drivers {
-				health := "healthy"
-				if !d.Healthy {
-					health = "unhealthy: " + d.Detail
+			return call(g, cmd.Context(), func(ctx context.Context, c *clients) (*connect.Response[corpusv1.GetNodeResponse], error) {
+				return c.nodes.GetNode(ctx, connect.NewRequest(&corpusv1.GetNodeRequest{Name: args[0]}))
+			}, func(msg *corpusv1.GetNodeResponse) error {
+				v := msg.Node
+				n := v.Node
+				w := tabwriter.NewWriter(g.stdout, 0, 4, 2, ' ', 0)
+				fmt.Fprintf(w, "Name:\t%s\n", n.Name)
+				fmt.Fprintf(w, "ID:\t%s\n", n.Id)
+				fmt.Fprintf(w, "Status:\t%s\n", n.Status)
+				fmt.Fprintf(w, "Mode:\t%s\n", n.Mode)
+				fmt.Fprintf(w, "Labels:\t%s\n", labelList(n.Labels))
+				fmt.Fprintf(w, "Agent:\t%s (version %s)\n", n.AgentAddress, n.AgentVersion)
+				fmt.Fprintf(w, "Enrolled:\t%s\n", n.EnrolledAt.AsTime().Local().Format(time.RFC3339))
+				fmt.Fprintf(w, "Guests:\t%d\n", v.Guests)
+				fmt.Fprintf(w, "Memory:\t%s allocated of %s\n", formatSize(v.Allocated.GetMemoryBytes()), formatSize(n.Capacity.GetMemoryBytes()))
+				fmt.Fprintf(w, "CPUs:\t%s allocated of %s\n", formatCPUs(v.Allocated.GetCpuMillis()), formatCPUs(n.Capacity.GetCpuMillis()))
+				fmt.Fprintf(w, "Disk:\t%s allocated of %s\n", formatSize(v.Allocated.GetDiskBytes()), formatSize(n.Capacity.GetDiskBytes()))
+				fmt.Fprintln(w, "Drivers:")
+				for _, d := range n.Drivers {
+					health := "healthy"
+					if !d.Healthy {
+						health = "unhealthy: " + d.Detail
+					}
+					fmt.Fprintf(w, "  %s\t%s\timages: %s\t%s\n", d.Name, health, strings.Join(d.Images, ", "), labelList(d.Attributes))
 				}
-				fmt.Fprintf(w, "  %s\t%s\timages: %s\t%s\n", d.Name, health, strings.Join(d.Images, ", "), labelList(d.Attributes))
-			}
-			return w.Flush()
+				return w.Flush()
+			})
 		},
 	}
 	cmd.AddCommand(token, list, show)

@@ -160,6 +160,23 @@ func (g *globals) clients() (*clients, error) {
 	}, nil
 }
 
+// call makes one API call against the chosen coordinator, then prints the
+// response: as JSON with --json, else through human.
+func call[T any](g *globals, ctx context.Context, do func(context.Context, *clients) (*connect.Response[T], error), human func(*T) error) error {
+	c, err := g.clients()
+	if err != nil {
+		return err
+	}
+	res, err := do(ctx, c)
+	if err != nil {
+		return err
+	}
+	if m, ok := any(res.Msg).(proto.Message); ok && g.json {
+		return g.printJSON(m)
+	}
+	return human(res.Msg)
+}
+
 var jsonOut = protojson.MarshalOptions{Multiline: true, Indent: "  ", UseProtoNames: true}
 
 // printJSON writes a message as JSON.

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"fmt"
 
 	"connectrpc.com/connect"
@@ -15,21 +16,14 @@ func newStatusCmd(g *globals) *cobra.Command {
 		Short: "Show the cluster's status as the chosen coordinator sees it",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, err := g.clients()
-			if err != nil {
-				return err
-			}
-			res, err := c.cluster.Status(cmd.Context(), connect.NewRequest(&corpusv1.StatusRequest{}))
-			if err != nil {
-				return err
-			}
-			if g.json {
-				return g.printJSON(res.Msg)
-			}
-			m := res.Msg
-			fmt.Fprintf(g.stdout, "cluster %s: leader %s, index %d, %d nodes, %d guests (coordinator %s; you are %s)\n",
-				m.ClusterId, m.Leader, m.Index, m.Nodes, m.Guests, m.Version, m.Who)
-			return nil
+			return call(g, cmd.Context(), func(ctx context.Context, c *clients) (*connect.Response[corpusv1.StatusResponse], error) {
+				return c.cluster.Status(ctx, connect.NewRequest(&corpusv1.StatusRequest{}))
+			}, func(msg *corpusv1.StatusResponse) error {
+				m := msg
+				fmt.Fprintf(g.stdout, "cluster %s: leader %s, index %d, %d nodes, %d guests (coordinator %s; you are %s)\n",
+					m.ClusterId, m.Leader, m.Index, m.Nodes, m.Guests, m.Version, m.Who)
+				return nil
+			})
 		},
 	}
 }
