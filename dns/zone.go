@@ -1,0 +1,276 @@
+package dns
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+
+	"github.com/miekg/dns"
+)
+
+// DefaultZone is the zone served when none is configured.
+const DefaultZone = "corpus.test."
+
+// Zone defaults used when a zone is built without its own SOA or TTLs.
+const (
+	// DefaultTTL is the TTL of records given without one.
+	DefaultTTL = 30
+	// DefaultNegativeTTL is the SOA minimum, the TTL of negative answers.
+	DefaultNegativeTTL = 5
+)
+
+// Record is one resource record given as data.
+//
+// Name is the owner: "@" for the apex, a name relative to the zone
+// ("web.guest") or an absolute name ending in a dot. Type is one of A, AAAA,
+// CNAME, TXT, MX, SRV, NS or SOA. TTL 0 means DefaultTTL. Data is the rdata
+// in zone-file presentation format, where names may be relative to the zone:
+// "10.0.0.5", "10 mail", "0 5 8080 node-1.node", `"v=spf1 -all"`.
+type Record struct {
+	Name string `json:"name"`
+	Type string `json:"type"`
+	TTL  uint32 `json:"ttl,omitempty"`
+	Data string `json:"data"`
+}
+
+func (r Record) String() string {
+	return fmt.Sprintf("%s %d %s %s", r.Name, r.TTL, r.Type, r.Data)
+}
+
+// allowedTypes are the record types a Zone holds.
+var allowedTypes = map[uint16]bool{
+	dns.TypeA: true, dns.TypeAAAA: true, dns.TypeCNAME: true, dns.TypeTXT: true,
+	dns.TypeMX: true, dns.TypeSRV: true, dns.TypeNS: true, dns.TypeSOA: true,
+}
+
+// Zone is an immutable view of one zone's records at one serial. It is safe
+// for concurrent use; nothing it returns may be modified by the caller
+// unless the method says the caller owns it.
+type Zone struct {
+	origin string // canonical (lowercase, fully qualified)
+	serial uint32
+	soa    *dns.SOA
+	nodes  map[string]*node // by canonical owner name, with empty non-terminals
+	rrs    []dns.RR         // every record but the SOA, in canonical order
+}
+
+// node holds the RRsets of one owner name; an empty map is an empty
+// non-terminal, a name that exists only because names below it do.
+type node struct {
+	rrsets map[uint16][]dns.RR
+}
+
+// NewZone builds a zone for origin (DefaultZone when empty) at serial from
+// records. Without an SOA record it synthesizes one (ns.ORIGIN,
+// hostmaster.ORIGIN, negative TTL DefaultNegativeTTL); without an apex NS it
+// adds one naming the SOA's primary server. The SOA's serial is always
+// serial. It returns ErrBadRecord, ErrOutOfZone, ErrCNAMEConflict or
+// ErrDelegation, wrapped with the offending record.
+func NewZone(origin string, serial uint32, records []Record) (*Zone, error) {
+	if origin == "" {
+		origin = DefaultZone
+	}
+	origin = dns.CanonicalName(origin)
+	if _, ok := dns.IsDomainName(origin); !ok {
+		return nil, fmt.Errorf("zone %q: %w", origin, ErrBadRecord)
+	}
+	z := &Zone{origin: origin, serial: serial, nodes: map[string]*node{}}
+	for _, rec := range records {
+		rr, err := parseRecord(origin, rec)
+		if err != nil {
+			return nil, err
+		}
+		if err := z.add(rr); err != nil {
+			return nil, fmt.Errorf("record %q: %w", rec.String(), err)
+		}
+	}
+	if z.soa == nil {
+		soa := &dns.SOA{
+			Hdr:     dns.RR_Header{Name: origin, Rrtype: dns.TypeSOA, Class: dns.ClassINET, Ttl: DefaultTTL},
+			Ns:      "ns." + origin,
+			Mbox:    "hostmaster." + origin,
+			Refresh: 60,
+			Retry:   10,
+			Expire:  86400,
+			Minttl:  DefaultNegativeTTL,
+		}
+		if err := z.add(soa); err != nil {
+			return nil, err
+		}
+	}
+	z.soa.Serial = serial
+	if apex := z.nodes[origin]; len(apex.rrsets[dns.TypeNS]) == 0 {
+		ns := &dns.NS{Hdr: dns.RR_Header{Name: origin, Rrtype: dns.TypeNS, Class: dns.ClassINET, Ttl: z.soa.Hdr.Ttl}, Ns: z.soa.Ns}
+		if err := z.add(ns); err != nil {
+			return nil, err
+		}
+	}
+	z.index()
+	return z, nil
+}
+
+// parseRecord turns rec into one RR of an allowed type, owned inside origin.
+func parseRecord(origin string, rec Record) (dns.RR, error) {
+	if strings.ContainsAny(rec.Name+rec.Type+rec.Data, "\n\r") {
+		return nil, fmt.Errorf("record %q: line break: %w", rec.String(), ErrBadRecord)
+	}
+	want, ok := dns.StringToType[strings.ToUpper(strings.TrimSpace(rec.Type))]
+	if !ok || !allowedTypes[want] {
+		return nil, fmt.Errorf("record %q: type %q: %w", rec.String(), rec.Type, ErrBadRecord)
+	}
+	name := strings.TrimSpace(rec.Name)
+	if name == "" {
+		name = "@"
+	}
+	ttl := rec.TTL
+	if ttl == 0 {
+		ttl = DefaultTTL
+	}
+	line := fmt.Sprintf("%s %d IN %s %s", name, ttl, dns.TypeToString[want], rec.Data)
+	zp := dns.NewZoneParser(strings.NewReader(line), origin, "")
+	rr, ok := zp.Next()
+	if !ok {
+		err := zp.Err()
+		if err == nil {
+			err = fmt.Errorf("no record")
+		}
+		return nil, fmt.Errorf("record %q: %v: %w", rec.String(), err, ErrBadRecord)
+	}
+	if _, more := zp.Next(); more || zp.Err() != nil {
+		return nil, fmt.Errorf("record %q: trailing data: %w", rec.String(), ErrBadRecord)
+	}
+	if rr.Header().Rrtype != want {
+		return nil, fmt.Errorf("record %q: parsed as %s: %w", rec.String(), dns.TypeToString[rr.Header().Rrtype], ErrBadRecord)
+	}
+	return rr, nil
+}
+
+// add inserts rr, creating its node and the empty non-terminals above it.
+func (z *Zone) add(rr dns.RR) error {
+	h := rr.Header()
+	name := dns.CanonicalName(h.Name)
+	if !dns.IsSubDomain(z.origin, name) {
+		return ErrOutOfZone
+	}
+	h.Class = dns.ClassINET
+	switch h.Rrtype {
+	case dns.TypeSOA:
+		if name != z.origin {
+			return fmt.Errorf("SOA below the apex: %w", ErrBadRecord)
+		}
+		if z.soa != nil {
+			return fmt.Errorf("second SOA: %w", ErrBadRecord)
+		}
+		z.soa = rr.(*dns.SOA)
+	case dns.TypeNS:
+		if name != z.origin {
+			return ErrDelegation
+		}
+	}
+	n := z.nodes[name]
+	if n == nil {
+		n = &node{rrsets: map[uint16][]dns.RR{}}
+		z.nodes[name] = n
+		for p := parentName(name); p != "" && dns.IsSubDomain(z.origin, p); p = parentName(p) {
+			if z.nodes[p] == nil {
+				z.nodes[p] = &node{rrsets: map[uint16][]dns.RR{}}
+			}
+		}
+	}
+	t := h.Rrtype
+	if t == dns.TypeCNAME && len(n.rrsets) > 0 || t != dns.TypeCNAME && len(n.rrsets[dns.TypeCNAME]) > 0 {
+		return ErrCNAMEConflict
+	}
+	for _, old := range n.rrsets[t] {
+		if dns.IsDuplicate(old, rr) {
+			return nil
+		}
+	}
+	n.rrsets[t] = append(n.rrsets[t], rr)
+	return nil
+}
+
+// index fills z.rrs in canonical order for transfers and listings.
+func (z *Zone) index() {
+	names := make([]string, 0, len(z.nodes))
+	for name := range z.nodes {
+		names = append(names, name)
+	}
+	sort.Slice(names, func(i, j int) bool { return canonicalLess(names[i], names[j]) })
+	for _, name := range names {
+		n := z.nodes[name]
+		types := make([]int, 0, len(n.rrsets))
+		for t := range n.rrsets {
+			types = append(types, int(t))
+		}
+		sort.Ints(types)
+		for _, t := range types {
+			if uint16(t) == dns.TypeSOA {
+				continue
+			}
+			z.rrs = append(z.rrs, n.rrsets[uint16(t)]...)
+		}
+	}
+}
+
+// parentName returns name without its first label, or "" for the root.
+func parentName(name string) string {
+	off, end := dns.NextLabel(name, 0)
+	if end {
+		return ""
+	}
+	return name[off:]
+}
+
+// canonicalLess orders names as RFC 4034 section 6.1 does: by labels read
+// from the right.
+func canonicalLess(a, b string) bool {
+	la, lb := dns.SplitDomainName(a), dns.SplitDomainName(b)
+	for i, j := len(la)-1, len(lb)-1; i >= 0 && j >= 0; i, j = i-1, j-1 {
+		if la[i] != lb[j] {
+			return la[i] < lb[j]
+		}
+	}
+	return len(la) < len(lb)
+}
+
+// Origin returns the zone's name, lowercase and fully qualified.
+func (z *Zone) Origin() string { return z.origin }
+
+// Serial returns the zone's SOA serial.
+func (z *Zone) Serial() uint32 { return z.serial }
+
+// SOA returns a copy of the zone's SOA record; the caller owns it.
+func (z *Zone) SOA() *dns.SOA { return dns.Copy(z.soa).(*dns.SOA) }
+
+// Len returns the number of records in the zone, the SOA included.
+func (z *Zone) Len() int { return len(z.rrs) + 1 }
+
+// RRs returns copies of every record, the SOA first, in canonical order;
+// the caller owns them.
+func (z *Zone) RRs() []dns.RR {
+	out := make([]dns.RR, 0, len(z.rrs)+1)
+	out = append(out, z.SOA())
+	for _, rr := range z.rrs {
+		out = append(out, dns.Copy(rr))
+	}
+	return out
+}
+
+// Records returns the zone as Record values, the SOA first, with absolute
+// names; the caller owns the slice.
+func (z *Zone) Records() []Record {
+	rrs := z.RRs()
+	out := make([]Record, 0, len(rrs))
+	for _, rr := range rrs {
+		h := rr.Header()
+		hdr := h.String()
+		out = append(out, Record{
+			Name: h.Name,
+			Type: dns.TypeToString[h.Rrtype],
+			TTL:  h.Ttl,
+			Data: strings.TrimPrefix(rr.String(), hdr),
+		})
+	}
+	return out
+}
