@@ -18,7 +18,7 @@ var (
 	// opt in with allowShrink, or the data would not fit in the new size
 	// with ShrinkMargin to spare. Nothing was changed.
 	ErrCannotShrink = errors.New("volume cannot be shrunk")
-	// ErrNotSupported means the backend cannot run on this OS or lacks the
-	// asked ability (see Capabilities).
-	ErrNotSupported = errors.New("volumes are not supported on this OS")
+	// ErrNotSupported means the backend cannot run on this OS, or cannot do
+	// the asked operation on this host (see Capabilities).
+	ErrNotSupported = errors.New("not supported")
 )

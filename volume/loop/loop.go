@@ -24,6 +24,8 @@ type Config struct {
 type Backend struct {
 	root string
 	log  *slog.Logger
+	// growOnline: this process may resize a mounted ext4 file system.
+	growOnline bool
 
 	mu    sync.Mutex
 	locks map[string]*sync.Mutex
@@ -41,10 +43,13 @@ const (
 	labelMax = 16
 )
 
-// Capabilities reports that loop volumes grow online, shrink offline and
-// trim, and have no snapshots yet.
+// Capabilities reports that loop volumes shrink offline and trim, and
+// have no snapshots yet. They grow online when the process holds
+// CAP_SYS_RESOURCE, which the kernel demands for resizing a mounted ext4
+// file system; without it Grow of a mounted volume returns
+// volume.ErrNotSupported and the caller unmounts first.
 func (b *Backend) Capabilities() volume.Capabilities {
-	return volume.Capabilities{GrowOnline: true, ShrinkOffline: true, Discard: true}
+	return volume.Capabilities{GrowOnline: b.growOnline, ShrinkOffline: true, Discard: true}
 }
 
 // Root returns the folder holding the images.

@@ -26,6 +26,10 @@ func New(cfg Config) (*Backend, error) {
 	if err := os.MkdirAll(b.root, 0o700); err != nil {
 		return nil, fmt.Errorf("making volume root: %w", err)
 	}
+	b.growOnline = canResizeOnline()
+	if !b.growOnline {
+		b.log.Warn("no CAP_SYS_RESOURCE: mounted volumes cannot grow online")
+	}
 	return b, nil
 }
 
@@ -137,7 +141,7 @@ func (b *Backend) Create(ctx context.Context, name string, size int64) error {
 	// Inode tables are zeroed now (by punching holes in the sparse
 	// image, which costs nothing), so no lazy-init thread writes them
 	// later; the journal of a fresh sparse file is zeros already.
-	if _, err := b.run(ctx, "mkfs.ext4", "-F", "-q", "-m", "0", "-L", label(name),
+	if _, err := b.run(ctx, "mkfs.ext4", "-F", "-q", "-b", "4096", "-m", "0", "-L", label(name),
 		"-E", "lazy_itable_init=0,lazy_journal_init=1", tmp); err != nil {
 		return fmt.Errorf("making file system of %s: %w", name, err)
 	}
@@ -302,7 +306,9 @@ func resizeImage(s *state, size int64) error {
 }
 
 // Grow enlarges volume name and its file system to size, online when
-// mounted: the file system shows the new size when Grow returns. A size
+// mounted: the file system shows the new size when Grow returns. Online
+// growth needs Capabilities().GrowOnline; without it Grow of a mounted
+// volume returns volume.ErrNotSupported, nothing changed. A size
 // below the current one is volume.ErrInvalid. Growing to the current size
 // finishes an interrupted grow (the file system catches up with the image).
 func (b *Backend) Grow(ctx context.Context, name string, size int64) error {
@@ -327,6 +333,9 @@ func (b *Backend) Grow(ctx context.Context, name string, size int64) error {
 	}
 	if size == s.size && sb.size() == size {
 		return nil
+	}
+	if s.mounted() && !b.growOnline {
+		return fmt.Errorf("%w: growing %s while mounted needs CAP_SYS_RESOURCE, which this process lacks; unmount it first", volume.ErrNotSupported, name)
 	}
 
 	r := revert.New()

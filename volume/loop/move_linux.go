@@ -159,6 +159,26 @@ func (b *Backend) Import(ctx context.Context, name string, r io.Reader, size int
 	return nil
 }
 
+// writeNonZero writes the runs of p that are not all zeros, in blocks of
+// volume.Align, at off in f; zero blocks stay holes.
+func writeNonZero(f *os.File, p []byte, off int64, zeros []byte) error {
+	const blk = volume.Align
+	start := -1 // first block of the current non-zero run
+	for i := 0; i <= len(p); i += blk {
+		zero := i == len(p) || bytes.Equal(p[i:min(i+blk, len(p))], zeros[:min(blk, len(p)-i)])
+		switch {
+		case !zero && start < 0:
+			start = i
+		case zero && start >= 0:
+			if _, err := f.WriteAt(p[start:i], off+int64(start)); err != nil {
+				return err
+			}
+			start = -1
+		}
+	}
+	return nil
+}
+
 func receiveSparse(ctx context.Context, f *os.File, r io.Reader, size int64, progress func(done, total int64)) error {
 	buf := make([]byte, chunk)
 	zeros := make([]byte, chunk)
@@ -173,10 +193,8 @@ func receiveSparse(ctx context.Context, f *os.File, r io.Reader, size int64, pro
 			}
 			return fmt.Errorf("reading stream at %d of %d bytes: %w", off, size, err)
 		}
-		if !bytes.Equal(buf[:n], zeros[:n]) {
-			if _, err := f.WriteAt(buf[:n], off); err != nil {
-				return fmt.Errorf("writing image: %w", err)
-			}
+		if err := writeNonZero(f, buf[:n], off, zeros); err != nil {
+			return fmt.Errorf("writing image: %w", err)
 		}
 		off += n
 		if progress != nil {

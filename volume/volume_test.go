@@ -1,0 +1,89 @@
+package volume
+
+import (
+	"errors"
+	"strings"
+	"testing"
+)
+
+func TestValidateName(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		ok   bool
+	}{
+		{"data", true},
+		{"db-1", true},
+		{strings.Repeat("a", 63), true},
+		{"", false},
+		{"A", false},
+		{"../x", false},
+		{"a/b", false},
+		{"..", false},
+		{".hidden", false},
+		{"-a", false},
+		{"a-", false},
+		{"1a", false},
+		{"a.img", false},
+		{strings.Repeat("a", 64), false},
+	} {
+		err := ValidateName(tc.name)
+		if (err == nil) != tc.ok {
+			t.Errorf("ValidateName(%q) = %v, want ok=%v", tc.name, err, tc.ok)
+		}
+		if err != nil && !errors.Is(err, ErrInvalid) {
+			t.Errorf("ValidateName(%q) = %v, want it to wrap ErrInvalid", tc.name, err)
+		}
+	}
+}
+
+func TestValidateSize(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		in, want int64
+		ok       bool
+	}{
+		{-1, 0, false},
+		{0, 0, false},
+		{MinSize - 1, 0, false},
+		{MinSize, MinSize, true},
+		{MinSize + 1, MinSize + Align, true},
+		{5 * GiB, 5 * GiB, true},
+		{MaxSize, MaxSize, true},
+		{MaxSize + 1, 0, false},
+	} {
+		got, err := ValidateSize(tc.in)
+		if (err == nil) != tc.ok || got != tc.want {
+			t.Errorf("ValidateSize(%d) = %d, %v, want %d, ok=%v", tc.in, got, err, tc.want, tc.ok)
+		}
+		if err != nil && !errors.Is(err, ErrInvalid) {
+			t.Errorf("ValidateSize(%d) = %v, want it to wrap ErrInvalid", tc.in, err)
+		}
+	}
+}
+
+func TestCheckShrink(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name        string
+		used, size  int64
+		allowShrink bool
+		ok          bool
+	}{
+		{"no opt-in", 0, GiB, false, false},
+		{"small data, 64 MiB margin", 100 * MiB, 164 * MiB, true, true},
+		{"small data, short of margin", 100 * MiB, 163 * MiB, true, false},
+		{"big data, 10% margin", 10 * GiB, 11 * GiB, true, true},
+		{"big data, short of 10%", 10 * GiB, 10*GiB + 500*MiB, true, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := CheckShrink(tc.used, tc.size, tc.allowShrink)
+			if (err == nil) != tc.ok {
+				t.Fatalf("CheckShrink(%d, %d, %v) = %v, want ok=%v", tc.used, tc.size, tc.allowShrink, err, tc.ok)
+			}
+			if err != nil && !errors.Is(err, ErrCannotShrink) {
+				t.Fatalf("CheckShrink = %v, want ErrCannotShrink", err)
+			}
+		})
+	}
+}
