@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -69,7 +70,7 @@ func (s *agentAPI) Exec(ctx context.Context, req *connect.Request[corpusv1.ExecG
 		Argv:   m.Argv,
 		Env:    m.Env,
 		Dir:    m.Dir,
-		Stdin:  strings.NewReader(string(m.Stdin)),
+		Stdin:  bytes.NewReader(m.Stdin),
 		Stdout: streamWriter(func(p []byte) error { return send(&corpusv1.ExecOutput{Stdout: p}) }),
 		Stderr: streamWriter(func(p []byte) error { return send(&corpusv1.ExecOutput{Stderr: p}) }),
 	})

@@ -62,7 +62,9 @@ func newGuestExposeCmd(g *globals) *cobra.Command {
 			default:
 				return fmt.Errorf("give --proxy --domain DOMAIN --port PORT, or --tcp PORT")
 			}
-			_ = viaProxy // routes always go through the node's proxy; the flag says so
+			if !viaProxy {
+				return fmt.Errorf("routes always go through the node's proxy; to publish a port by NAT use `corpus guest create --port NODEPORT:GUESTPORT`")
+			}
 			return call(g, cmd.Context(), func(ctx context.Context, c *clients) (*connect.Response[corpusv1.CreateRouteResponse], error) {
 				return c.ingress.CreateRoute(ctx, connect.NewRequest(req))
 			}, func(msg *corpusv1.CreateRouteResponse) error {
