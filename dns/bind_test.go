@@ -177,4 +177,3 @@ func freePort(t *testing.T) string {
 	t.Fatal("no free port")
 	return ""
 }
-

@@ -65,6 +65,8 @@ func (w tWriter) Write(p []byte) (int, error) {
 }
 
 // testConfig listens on a dynamic loopback port with no rate limit.
+var testAddr = netip.MustParseAddr("127.0.0.1")
+
 func testConfig() Config {
 	cfg := DefaultConfig()
 	cfg.Addr = "127.0.0.1:0"
