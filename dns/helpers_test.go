@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"os"
 	"net/netip"
 	"testing"
 	"time"
@@ -113,4 +114,8 @@ func exchange(t testing.TB, network, addr string, m *dns.Msg) *dns.Msg {
 		t.Fatalf("exchange %s %s over %s: %v", m.Question[0].Name, dns.TypeToString[m.Question[0].Qtype], network, err)
 	}
 	return r
+}
+
+func writeFile(path, content string) error {
+	return os.WriteFile(path, []byte(content), 0o644)
 }
