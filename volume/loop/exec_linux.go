@@ -33,10 +33,12 @@ type toolError struct {
 }
 
 func (e *toolError) Error() string {
+	// The last lines say why; keep the error short.
 	last := e.output
-	if i := strings.LastIndexByte(last, '\n'); i >= 0 {
-		last = last[i+1:]
+	if len(last) > 400 {
+		last = "..." + last[len(last)-400:]
 	}
+	last = strings.ReplaceAll(last, "\n", "; ")
 	if last == "" {
 		return fmt.Sprintf("%s: %v", e.tool, e.err)
 	}

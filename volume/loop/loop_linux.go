@@ -257,7 +257,7 @@ func (b *Backend) mount(name string, s *state, target string) error {
 		return fmt.Errorf("making mount point of %s: %w", name, err)
 	}
 	dev := s.device()
-	if err := unix.Mount(dev, target, "ext4", unix.MS_NOATIME|unix.MS_NODEV|unix.MS_NOSUID, "nodiscard"); err != nil {
+	if err := mountPrivate(dev, target, unix.MS_NOATIME|unix.MS_NODEV|unix.MS_NOSUID, "nodiscard"); err != nil {
 		return fmt.Errorf("mounting %s at %s: %w", name, target, err)
 	}
 	s.mounts = []string{target}
@@ -285,9 +285,19 @@ func (b *Backend) unmount(name string, s *state) error {
 			}
 			return fmt.Errorf("unmounting %s from %s: %w", name, s.mounts[i], err)
 		}
+		if err := unmountPrivateBind(s.mounts[i]); err != nil {
+			return fmt.Errorf("unmounting %s: %w", name, err)
+		}
 		b.log.Info("volume unmounted", "volume", name, "target", s.mounts[i])
 	}
-	s.mounts = nil
+	if len(s.mounts) > 0 {
+		s.mounts = nil
+		for _, l := range s.loops {
+			if err := waitIdle(l); err != nil {
+				return fmt.Errorf("unmounting %s: %w", name, err)
+			}
+		}
+	}
 	return nil
 }
 
@@ -354,6 +364,11 @@ func (b *Backend) Grow(ctx context.Context, name string, size int64) error {
 		}
 	})
 	if !s.mounted() {
+		if s.attached() {
+			if err := waitIdle(s.device()); err != nil {
+				return fmt.Errorf("growing %s: %w", name, err)
+			}
+		}
 		// resize2fs wants a freshly checked file system offline.
 		if err := b.fsck(ctx, s.fsTarget(), "-p"); err != nil {
 			return fmt.Errorf("growing %s: %w", name, err)
@@ -403,6 +418,11 @@ func (b *Backend) Shrink(ctx context.Context, name string, size int64, allowShri
 		return fmt.Errorf("%w: shrinking %s needs it unmounted; it is mounted at %s", volume.ErrInUse, name, s.mounts[0])
 	}
 	target := s.fsTarget()
+	if s.attached() {
+		if err := waitIdle(target); err != nil {
+			return fmt.Errorf("shrinking %s: %w", name, err)
+		}
+	}
 	if err := b.fsck(ctx, target, "-y"); err != nil {
 		return fmt.Errorf("shrinking %s: %w", name, err)
 	}

@@ -100,6 +100,9 @@ func TestLifecycle(t *testing.T) {
 	// Shrink allowed: unmounted, data intact after remount.
 	must(t, "Unmount", b.Unmount(ctx, "data"))
 	must(t, "Unmount again", b.Unmount(ctx, "data"))
+	if left := mountsUnder(root); len(left) != 0 {
+		t.Fatalf("mounts under the root after Unmount = %v, want none (the private bind too)", left)
+	}
 	must(t, "Shrink(256 MiB)", b.Shrink(ctx, "data", 256*mb, true))
 	if got := loopSize(t, dev); got != 256*mb {
 		t.Fatalf("loop device size after Shrink = %s, want 256 MiB", mib(got))

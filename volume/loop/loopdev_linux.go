@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"corpus/volume"
 )
 
 // The loop device layer: find the devices backing an image, make one,
@@ -209,4 +211,27 @@ func detachLoop(path string) error {
 		time.Sleep(5 * time.Millisecond)
 	}
 	return fmt.Errorf("detaching %s: device still bound after 1s", path)
+}
+
+// waitIdle waits until nothing holds the block device at path open
+// exclusively (a mounted file system does), for at most two seconds: the
+// kernel may let go of a device a moment after umount returns, and
+// e2fsck and offline resize2fs refuse a device in use. A device still
+// busy is volume.ErrInUse; a mount of it in another mount namespace is the
+// usual cause.
+func waitIdle(path string) error {
+	var err error
+	for range 400 {
+		var fd int
+		fd, err = unix.Open(path, unix.O_RDONLY|unix.O_EXCL|unix.O_CLOEXEC, 0)
+		if err == nil {
+			unix.Close(fd)
+			return nil
+		}
+		if !errors.Is(err, unix.EBUSY) {
+			return fmt.Errorf("opening %s: %w", path, err)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	return fmt.Errorf("%w: %s is still held open after 2s (mounted in another mount namespace?)", volume.ErrInUse, path)
 }

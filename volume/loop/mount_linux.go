@@ -3,6 +3,7 @@ package loop
 import (
 	"bufio"
 	"bytes"
+	"errors"
 	"fmt"
 	"os"
 	"strconv"
@@ -29,16 +30,88 @@ func mountsOf(dev string) ([]string, error) {
 // parseMountinfo returns the mount points of lines whose device is majmin.
 func parseMountinfo(data []byte, majmin string) []string {
 	var points []string
+	for _, m := range parseMounts(data) {
+		if m.majmin == majmin {
+			points = append(points, m.point)
+		}
+	}
+	return points
+}
+
+// mountEntry is one line of mountinfo.
+type mountEntry struct {
+	majmin string
+	point  string
+	// private: no shared: or master: propagation tags.
+	private bool
+}
+
+func parseMounts(data []byte) []mountEntry {
+	var out []mountEntry
 	sc := bufio.NewScanner(bytes.NewReader(data))
 	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
 	for sc.Scan() {
 		f := strings.Fields(sc.Text())
-		if len(f) < 5 || f[2] != majmin {
+		if len(f) < 7 {
 			continue
 		}
-		points = append(points, unescapeMount(f[4]))
+		m := mountEntry{majmin: f[2], point: unescapeMount(f[4]), private: true}
+		for _, opt := range f[6:] {
+			if opt == "-" {
+				break
+			}
+			if strings.HasPrefix(opt, "shared:") || strings.HasPrefix(opt, "master:") {
+				m.private = false
+			}
+		}
+		out = append(out, m)
 	}
-	return points
+	return out
+}
+
+// mountPrivate mounts the ext4 file system on dev at target so that the
+// mount does not propagate into other mount namespaces: target is first
+// bind-mounted onto itself and made private, and the file system goes on
+// top. Without this, on a host whose / is shared (systemd's default),
+// every namespace made from it (containers, sandboxes) receives a copy of
+// the mount that keeps the file system alive after Unmount, and offline
+// e2fsck and resize2fs then find the device in use.
+func mountPrivate(dev, target string, flags uintptr, data string) error {
+	if err := unix.Mount(target, target, "", unix.MS_BIND, ""); err != nil {
+		return fmt.Errorf("binding mount point: %w", err)
+	}
+	if err := unix.Mount("", target, "", unix.MS_PRIVATE, ""); err != nil {
+		unix.Unmount(target, unix.MNT_DETACH)
+		return fmt.Errorf("making mount point private: %w", err)
+	}
+	if err := unix.Mount(dev, target, "ext4", flags, data); err != nil {
+		unix.Unmount(target, unix.MNT_DETACH)
+		return err
+	}
+	return nil
+}
+
+// unmountPrivateBind removes the private self-bind mountPrivate put under
+// a volume at point, once the volume is unmounted from it: the top mount
+// at point, if private and not a loop device.
+func unmountPrivateBind(point string) error {
+	data, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return fmt.Errorf("reading mounts: %w", err)
+	}
+	var top *mountEntry
+	for _, m := range parseMounts(data) {
+		if m.point == point {
+			top = &m
+		}
+	}
+	if top == nil || !top.private || strings.HasPrefix(top.majmin, strconv.Itoa(loopMajor)+":") {
+		return nil
+	}
+	if err := unix.Unmount(point, 0); err != nil && !errors.Is(err, unix.EINVAL) {
+		return fmt.Errorf("unmounting private bind at %s: %w", point, err)
+	}
+	return nil
 }
 
 // unescapeMount undoes the octal escapes (\040 for space) of mountinfo.
