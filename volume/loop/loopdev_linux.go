@@ -233,5 +233,37 @@ func waitIdle(path string) error {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
-	return fmt.Errorf("%w: %s is still held open after 2s (mounted in another mount namespace?)", volume.ErrInUse, path)
+	return fmt.Errorf("%w: %s is still held open after 2s: %s", volume.ErrInUse, path, holders(path))
+}
+
+// holders names the processes that have the block device at path open or
+// see it mounted in their mount namespace, for an error message.
+func holders(path string) string {
+	var st unix.Stat_t
+	if unix.Stat(path, &st) != nil {
+		return ""
+	}
+	majmin := fmt.Sprintf("%d:%d", unix.Major(st.Rdev), unix.Minor(st.Rdev))
+	procs, _ := filepath.Glob("/proc/[0-9]*")
+	var out []string
+	seenNS := map[string]bool{}
+	for _, p := range procs {
+		if ns, err := os.Readlink(p + "/ns/mnt"); err == nil && !seenNS[ns] {
+			seenNS[ns] = true
+			if data, err := os.ReadFile(p + "/mountinfo"); err == nil && len(parseMountinfo(data, majmin)) > 0 {
+				out = append(out, fmt.Sprintf("pid %s mounts it (%s)", filepath.Base(p), ns))
+			}
+		}
+		fds, _ := filepath.Glob(p + "/fd/*")
+		for _, fd := range fds {
+			if t, err := os.Readlink(fd); err == nil && t == path {
+				out = append(out, fmt.Sprintf("pid %s has it open", filepath.Base(p)))
+				break
+			}
+		}
+		if len(out) >= 5 {
+			break
+		}
+	}
+	return strings.Join(out, ", ")
 }
