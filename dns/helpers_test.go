@@ -4,8 +4,8 @@ import (
 	"context"
 	"io"
 	"log/slog"
-	"os"
 	"net/netip"
+	"os"
 	"testing"
 	"time"
 

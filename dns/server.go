@@ -253,7 +253,7 @@ func (s *Server) respond(r *dns.Msg, udp bool, tsigErr error, remote netip.Addr)
 	case q.Qtype == dns.TypeAXFR:
 		m.Rcode = dns.RcodeRefused // TCP only
 	case q.Qtype == dns.TypeIXFR:
-		s.ixfrUDP(m, r, zone, tsig, remote)
+		s.ixfrUDP(m, r, zone, remote)
 	case q.Qtype == dns.TypeOPT || q.Qtype == dns.TypeTSIG || q.Qtype == dns.TypeMAILA || q.Qtype == dns.TypeMAILB:
 		m.Rcode = dns.RcodeFormatError
 	default:

@@ -102,13 +102,9 @@ func (s *Server) transfer(w dns.ResponseWriter, r *dns.Msg) {
 // ixfrUDP answers IXFR over UDP (RFC 1995 section 2): the SOA alone when
 // the client is up to date, otherwise an empty truncated answer that sends
 // it to TCP.
-func (s *Server) ixfrUDP(m, r *dns.Msg, zone *Zone, tsig *dns.TSIG, remote netip.Addr) {
-	var tsigErr error
-	if tsig == nil && len(s.xfrKey) > 0 {
-		m.Rcode = dns.RcodeRefused
-		return
-	}
-	if !s.transferAllowed(r, tsigErr, remote) || dns.CanonicalName(r.Question[0].Name) != zone.Origin() {
+func (s *Server) ixfrUDP(m, r *dns.Msg, zone *Zone, remote netip.Addr) {
+	// respond has already answered NOTAUTH to a bad signature.
+	if !s.transferAllowed(r, nil, remote) || dns.CanonicalName(r.Question[0].Name) != zone.Origin() {
 		m.Rcode = dns.RcodeRefused
 		return
 	}
