@@ -31,6 +31,18 @@ func firstMessage[T any](stream *connect.ServerStreamForClient[T], err error) er
 // authorized caller gets an answer or a handler error that is neither
 // Unauthenticated nor PermissionDenied.
 var authCalls = map[string]func(ctx context.Context, c clients) error{
+	corpusv1connect.DnsServiceListRecordsProcedure: func(ctx context.Context, c clients) error {
+		_, err := c.dns.ListRecords(ctx, connect.NewRequest(&corpusv1.ListRecordsRequest{}))
+		return err
+	},
+	corpusv1connect.DnsServiceAddRecordProcedure: func(ctx context.Context, c clients) error {
+		_, err := c.dns.AddRecord(ctx, connect.NewRequest(&corpusv1.AddRecordRequest{}))
+		return err
+	},
+	corpusv1connect.DnsServiceDeleteRecordProcedure: func(ctx context.Context, c clients) error {
+		_, err := c.dns.DeleteRecord(ctx, connect.NewRequest(&corpusv1.DeleteRecordRequest{Id: "nope"}))
+		return err
+	},
 	corpusv1connect.IngressServiceCreateRouteProcedure: func(ctx context.Context, c clients) error {
 		_, err := c.ingress.CreateRoute(ctx, connect.NewRequest(&corpusv1.CreateRouteRequest{}))
 		return err

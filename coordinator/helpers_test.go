@@ -41,6 +41,7 @@ func start(t *testing.T, dir string, opts ...func(*coordinator.Config)) *server 
 	cfg.DataDir = dir
 	cfg.APIAddr = "127.0.0.1:0"
 	cfg.RaftAddr = "127.0.0.1:0"
+	cfg.DNS.Addr = "127.0.0.1:0"
 	cfg.Logger = testLogger(t)
 	for _, o := range opts {
 		o(&cfg)
@@ -141,6 +142,7 @@ type clients struct {
 	nodes   corpusv1connect.NodeServiceClient
 	guests  corpusv1connect.GuestServiceClient
 	ingress corpusv1connect.IngressServiceClient
+	dns     corpusv1connect.DnsServiceClient
 	agent   corpusv1connect.AgentServiceClient
 }
 
@@ -153,6 +155,7 @@ func (s *server) clients(token string) clients {
 		nodes:   corpusv1connect.NewNodeServiceClient(hc, url, opt),
 		guests:  corpusv1connect.NewGuestServiceClient(hc, url, opt),
 		ingress: corpusv1connect.NewIngressServiceClient(hc, url, opt),
+		dns:     corpusv1connect.NewDnsServiceClient(hc, url, opt),
 		agent:   corpusv1connect.NewAgentServiceClient(hc, url, opt),
 	}
 }

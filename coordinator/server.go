@@ -19,6 +19,7 @@ import (
 	"corpus/coordinator/api"
 	"corpus/coordinator/scheduler"
 	"corpus/coordinator/state"
+	"corpus/dns"
 	"corpus/internal/atomicfile"
 	"corpus/internal/rpc"
 	"corpus/internal/secret"
@@ -46,7 +47,12 @@ type Config struct {
 	// NodeTimeout is how long a node may go without reporting before it
 	// is marked down.
 	NodeTimeout time.Duration
-	Logger      *slog.Logger
+	// DNS is the authoritative DNS server every replica runs for the
+	// cluster zone DNSZone, answering from its own copy of the state. An
+	// empty DNS.Addr turns it off.
+	DNS     dns.Config
+	DNSZone string
+	Logger  *slog.Logger
 }
 
 // Default returns the configuration of a one-replica coordinator.
@@ -61,7 +67,17 @@ func Default() Config {
 
 		GuestNetwork:   state.DefaultGuestNetwork,
 		NodeSubnetBits: state.DefaultNodeSubnetBits,
+		DNS:            defaultDNS(),
+		DNSZone:        dns.DefaultZone,
 	}
+}
+
+// defaultDNS serves the zone on 127.0.0.1:8600 (as Consul does); bind a
+// reachable address, or port 53, to serve others.
+func defaultDNS() dns.Config {
+	c := dns.DefaultConfig()
+	c.Addr = "127.0.0.1:8600"
+	return c
 }
 
 // Validate checks the configuration.
@@ -83,6 +99,11 @@ func (c Config) Validate() error {
 	} else if c.NodeSubnetBits <= p.Bits() || c.NodeSubnetBits > 30 {
 		errs = append(errs, fmt.Errorf("node subnet bits %d: want more than the guest network's %d and at most 30", c.NodeSubnetBits, p.Bits()))
 	}
+	if c.DNS.Addr != "" {
+		if err := c.DNS.Validate(); err != nil {
+			errs = append(errs, fmt.Errorf("dns: %w", err))
+		}
+	}
 	if c.NodeTimeout < time.Second {
 		errs = append(errs, fmt.Errorf("node timeout %s is below the minimum of 1s", c.NodeTimeout))
 	}
@@ -99,6 +120,8 @@ type Server struct {
 	logger   *slog.Logger
 	liveness *liveness
 	opsToken string
+	dns      *dns.Server       // nil when DNS is off
+	zone     *dns.StaticSource // the zone the DNS server answers from
 }
 
 // OpsTokenFile is the file in DataDir holding the bootstrap operator token.
@@ -140,6 +163,11 @@ func New(cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("listening for the api on %s: %w", cfg.APIAddr, err)
 	}
 	s.listener = ln
+	if err := s.startDNS(); err != nil {
+		ln.Close()
+		r.close()
+		return nil, err
+	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", s.healthz)
 	api.Mount(mux, &api.Backend{
@@ -148,10 +176,49 @@ func New(cfg Config) (*Server, error) {
 		Leader:      r.leaderAddr,
 		Seen:        s.liveness.seen,
 		AgentClient: s.agentClient,
+		Zone:        s.currentZone,
+		DNSAddr:     s.DNSAddr,
 		Logger:      logger,
 	})
 	s.http = rpc.NewServer(mux)
 	return s, nil
+}
+
+// startDNS binds the DNS server over an initially empty zone.
+func (s *Server) startDNS() error {
+	if s.cfg.DNS.Addr == "" {
+		return nil
+	}
+	empty, err := clusterZone(s.store.Read(), s.cfg.DNSZone, s.cfg.ReplicaID, nameServerAddr(s.cfg.DNS.Addr, s.cfg.RaftAddr))
+	if err != nil {
+		return fmt.Errorf("dns zone: %w", err)
+	}
+	s.zone = dns.NewStaticSource(empty)
+	srv, err := dns.New(s.cfg.DNS, s.zone, s.cfg.Logger)
+	if err != nil {
+		return fmt.Errorf("dns: %w", err)
+	}
+	if err := srv.Start(); err != nil {
+		return fmt.Errorf("dns on %s: %w", s.cfg.DNS.Addr, err)
+	}
+	s.dns = srv
+	return nil
+}
+
+// DNSAddr is the address the DNS server answers on ("" when off).
+func (s *Server) DNSAddr() string {
+	if s.dns == nil {
+		return ""
+	}
+	return s.dns.UDPAddr().String()
+}
+
+func (s *Server) currentZone() *dns.Zone {
+	if s.zone == nil {
+		return nil
+	}
+	z, _ := s.zone.Snapshot()
+	return z
 }
 
 // APIAddr is the address the API listens on.
@@ -191,6 +258,15 @@ func (s *Server) Serve(ctx context.Context) error {
 		defer wg.Done()
 		s.leaderLoop(lctx)
 	}()
+	if s.dns != nil {
+		// Every replica answers from its own copy of the state.
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			zoneLoop(lctx, s.store, s.zone, s.cfg.DNSZone, s.cfg.ReplicaID,
+				nameServerAddr(s.DNSAddr(), s.cfg.RaftAddr), s.logger.With("component", "dns"))
+		}()
+	}
 	var err error
 	select {
 	case <-ctx.Done():
@@ -200,6 +276,9 @@ func (s *Server) Serve(ctx context.Context) error {
 	shctx, done := context.WithTimeout(context.Background(), 5*time.Second)
 	defer done()
 	s.http.Shutdown(shctx)
+	if s.dns != nil {
+		s.dns.Shutdown(shctx)
+	}
 	wg.Wait()
 	if cerr := s.replica.close(); err == nil && cerr != nil {
 		err = fmt.Errorf("closing raft: %w", cerr)

@@ -14,6 +14,7 @@ import (
 
 	"corpus/coordinator/auth"
 	"corpus/coordinator/state"
+	"corpus/dns"
 	"corpus/internal/names"
 	corpusv1 "corpus/proto/corpus/v1"
 	"corpus/proto/corpus/v1/corpusv1connect"
@@ -30,7 +31,11 @@ type Backend struct {
 	Seen func(nodeID string)
 	// AgentClient dials a node agent's API.
 	AgentClient func(node *corpusv1.Node) corpusv1connect.NodeAgentServiceClient
-	Logger      *slog.Logger
+	// Zone returns the DNS zone this replica serves (nil when DNS is off),
+	// DNSAddr where it answers.
+	Zone    func() *dns.Zone
+	DNSAddr func() string
+	Logger  *slog.Logger
 }
 
 // Policies says who may call what.
@@ -50,6 +55,9 @@ var Policies = map[string]auth.Policy{
 	corpusv1connect.IngressServiceListRoutesProcedure:   {auth.Operator},
 	corpusv1connect.IngressServiceDeleteRouteProcedure:  {auth.Operator},
 	corpusv1connect.IngressServiceMoveRouteProcedure:    {auth.Operator},
+	corpusv1connect.DnsServiceListRecordsProcedure:      {auth.Operator},
+	corpusv1connect.DnsServiceAddRecordProcedure:        {auth.Operator},
+	corpusv1connect.DnsServiceDeleteRecordProcedure:     {auth.Operator},
 	corpusv1connect.AgentServiceEnrollProcedure:         auth.Public,
 	corpusv1connect.AgentServiceWatchProcedure:          {auth.Agent},
 	corpusv1connect.AgentServiceReportProcedure:         {auth.Agent},
@@ -69,6 +77,7 @@ func Mount(mux *http.ServeMux, b *Backend) {
 	mux.Handle(corpusv1connect.NewNodeServiceHandler(&nodeService{b}, opts...))
 	mux.Handle(corpusv1connect.NewGuestServiceHandler(&guestService{b}, opts...))
 	mux.Handle(corpusv1connect.NewIngressServiceHandler(&ingressService{b}, opts...))
+	mux.Handle(corpusv1connect.NewDnsServiceHandler(&dnsService{b}, opts...))
 	mux.Handle(corpusv1connect.NewAgentServiceHandler(&agentService{b}, opts...))
 }
 

@@ -114,6 +114,10 @@ func (a *applier) apply(cmd *corpusv1.Command) error {
 		return a.deleteRoute(c.DeleteRoute)
 	case *corpusv1.Command_MoveRoute:
 		return a.moveRoute(c.MoveRoute)
+	case *corpusv1.Command_AddDnsRecord:
+		return a.addDNSRecord(c.AddDnsRecord)
+	case *corpusv1.Command_DeleteDnsRecord:
+		return a.deleteDNSRecord(c.DeleteDnsRecord)
 	default:
 		panic(fmt.Sprintf("state: command %T has no apply function", c))
 	}
@@ -408,6 +412,7 @@ func (f *FSM) Snapshot() (raft.FSMSnapshot, error) {
 	}
 	snap.JoinTokens = all[*corpusv1.JoinToken](v, tableTokens, "id")
 	snap.Routes = v.Routes()
+	snap.DnsRecords = v.DNSRecords()
 	return &fsmSnapshot{snap: snap}, nil
 }
 
@@ -462,6 +467,11 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 	}
 	for _, r := range snap.Routes {
 		if err := ins(tableRoutes, r); err != nil {
+			return err
+		}
+	}
+	for _, r := range snap.DnsRecords {
+		if err := ins(tableDNS, r); err != nil {
 			return err
 		}
 	}

@@ -9,6 +9,7 @@ const (
 	tableGuests = "guests"
 	tableTokens = "tokens"
 	tableRoutes = "routes"
+	tableDNS    = "dns"
 	tableMeta   = "meta"
 )
 
@@ -52,6 +53,13 @@ func schema() *memdb.DBSchema {
 				"id":     {Name: "id", Unique: true, Indexer: &memdb.StringFieldIndex{Field: "Id"}},
 				"domain": {Name: "domain", Unique: true, AllowMissing: true, Indexer: &memdb.StringFieldIndex{Field: "Domain"}},
 				"guest":  {Name: "guest", Indexer: &memdb.StringFieldIndex{Field: "GuestId"}},
+			},
+		},
+		tableDNS: {
+			Name: tableDNS,
+			Indexes: map[string]*memdb.IndexSchema{
+				"id":  {Name: "id", Unique: true, Indexer: &memdb.StringFieldIndex{Field: "Id"}},
+				"key": {Name: "key", Unique: true, Indexer: &memdb.StringFieldIndex{Field: "Key"}},
 			},
 		},
 		tableMeta: {

@@ -310,5 +310,24 @@ func TestNodeSubnets(t *testing.T) {
 		if !strings.Contains(out, v.Guest.Address+"/24") {
 			t.Errorf("eth0 of %s = %q, want address %s", g, out, v.Guest.Address)
 		}
+		// The coordinator's DNS answers the guest's name (real dig).
+		eventually(t, 5*time.Second, "dig "+g, func() error {
+			out, err := exec.Command("nsenter", "--net=/run/netns/"+c.lab.ctl, "dig", "@127.0.0.1", "-p", "8600",
+				g+".guest.corpus.test", "A", "+short", "+norecurse").CombinedOutput()
+			if err != nil || strings.TrimSpace(string(out)) != v.Guest.Address {
+				return fmt.Errorf("dig = %q, %v; want %s", out, err, v.Guest.Address)
+			}
+			return nil
+		})
 	}
+	// A deleted guest's name is gone within a second or so.
+	c.mustCLI("guest", "delete", "gb")
+	eventually(t, 3*time.Second, "gb removed from DNS", func() error {
+		out, _ := exec.Command("nsenter", "--net=/run/netns/"+c.lab.ctl, "dig", "@127.0.0.1", "-p", "8600",
+			"gb.guest.corpus.test", "A", "+norecurse").CombinedOutput()
+		if !strings.Contains(string(out), "NXDOMAIN") {
+			return fmt.Errorf("dig gb = %s", out)
+		}
+		return nil
+	})
 }

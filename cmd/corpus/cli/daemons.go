@@ -1,7 +1,10 @@
 package cli
 
 import (
+	"fmt"
+	"net/netip"
 	"path/filepath"
+	"strings"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
@@ -50,6 +53,7 @@ func newCoordinatorCmd(g *globals) *cobra.Command {
 	f.DurationVar(&cfg.NodeTimeout, "node-timeout", cfg.NodeTimeout, "mark a node down after this long without a report")
 	f.StringVar(&cfg.GuestNetwork, "guest-network", cfg.GuestNetwork, "cluster range node guest subnets come from (fixed at bootstrap)")
 	f.IntVar(&cfg.NodeSubnetBits, "node-subnet-bits", cfg.NodeSubnetBits, "prefix length of each node's guest subnet (fixed at bootstrap)")
+	addDNSFlags(f, &cfg)
 	logs.add(f)
 	return cmd
 }
@@ -110,3 +114,68 @@ func addNetworkFlags(f *pflag.FlagSet, cfg *agent.Config) {
 	f.StringVar(&cfg.ProxyHTTPSAddr, "proxy-https-addr", cfg.ProxyHTTPSAddr, "proxy HTTPS listen address (off when empty)")
 	f.StringSliceVar(&cfg.ProxyCerts, "proxy-cert", nil, "HTTPS certificate CERT.pem:KEY.pem (repeatable)")
 }
+
+// addDNSFlags adds the coordinator's DNS server flags.
+func addDNSFlags(f *pflag.FlagSet, cfg *coordinator.Config) {
+	f.StringVar(&cfg.DNS.Addr, "dns-addr", cfg.DNS.Addr, "authoritative DNS listen address, UDP and TCP (empty: off)")
+	f.StringVar(&cfg.DNSZone, "dns-zone", cfg.DNSZone, "the cluster's DNS zone")
+	f.Var(prefixList{&cfg.DNS.Transfer.AllowFrom}, "dns-allow-transfer", "client prefix allowed to transfer the zone (AXFR/IXFR), e.g. 10.0.0.0/24 (repeatable)")
+	f.Var(keyMap{&cfg.DNS.Transfer.Keys}, "dns-tsig-key", "TSIG key NAME:BASE64SECRET (hmac-sha256) transfers must be signed with (repeatable)")
+	f.StringSliceVar(&cfg.DNS.Transfer.Secondaries, "dns-secondary", nil, "secondary HOST:PORT to NOTIFY on every change (repeatable)")
+	f.StringVar(&cfg.DNS.Transfer.NotifyKey, "dns-notify-key", "", "name of the TSIG key that signs NOTIFY messages")
+}
+
+// prefixList is a repeatable flag of IP prefixes.
+type prefixList struct{ p *[]netip.Prefix }
+
+func (l prefixList) String() string {
+	if l.p == nil {
+		return ""
+	}
+	out := make([]string, len(*l.p))
+	for i, p := range *l.p {
+		out[i] = p.String()
+	}
+	return strings.Join(out, ",")
+}
+
+func (l prefixList) Set(v string) error {
+	for _, s := range strings.Split(v, ",") {
+		p, err := netip.ParsePrefix(strings.TrimSpace(s))
+		if err != nil {
+			return fmt.Errorf("%q is not a prefix like 10.0.0.0/24", s)
+		}
+		*l.p = append(*l.p, p)
+	}
+	return nil
+}
+
+func (l prefixList) Type() string { return "prefix" }
+
+// keyMap is a repeatable NAME:SECRET flag.
+type keyMap struct{ m *map[string]string }
+
+func (k keyMap) String() string {
+	if k.m == nil {
+		return ""
+	}
+	names := make([]string, 0, len(*k.m))
+	for n := range *k.m {
+		names = append(names, n)
+	}
+	return strings.Join(names, ",")
+}
+
+func (k keyMap) Set(v string) error {
+	name, secret, ok := strings.Cut(v, ":")
+	if !ok || name == "" || secret == "" {
+		return fmt.Errorf("want NAME:BASE64SECRET")
+	}
+	if *k.m == nil {
+		*k.m = map[string]string{}
+	}
+	(*k.m)[name] = secret
+	return nil
+}
+
+func (k keyMap) Type() string { return "name:secret" }

@@ -25,6 +25,7 @@ type devOptions struct {
 	apiAddr   string
 	raftAddr  string
 	agentAddr string
+	dnsAddr   string
 	name      string
 	envName   string
 	cleanup   bool
@@ -38,6 +39,7 @@ func newDevCmd(g *globals) *cobra.Command {
 		apiAddr:   "127.0.0.1:7400",
 		raftAddr:  "127.0.0.1:7401",
 		agentAddr: "127.0.0.1:7402",
+		dnsAddr:   coordinator.Default().DNS.Addr,
 		name:      agent.Default().Name,
 		envName:   "dev",
 		agent:     agent.Default(),
@@ -64,6 +66,7 @@ again picks up the same cluster.`,
 	f.StringVar(&o.apiAddr, "api-addr", o.apiAddr, "coordinator API listen address")
 	f.StringVar(&o.raftAddr, "raft-addr", o.raftAddr, "Raft listen address")
 	f.StringVar(&o.agentAddr, "agent-addr", o.agentAddr, "agent API listen address")
+	f.StringVar(&o.dnsAddr, "dns-addr", o.dnsAddr, "DNS listen address (empty: off)")
 	f.StringVar(&o.name, "name", o.name, "name of this node")
 	f.StringVar(&o.envName, "env-name", o.envName, "name of the environment written to the CLI config")
 	f.BoolVar(&o.cleanup, "cleanup", false, "on exit, delete every guest of this node")
@@ -76,6 +79,7 @@ func runDev(ctx context.Context, g *globals, o devOptions, logger *slog.Logger) 
 	ccfg := coordinator.Default()
 	ccfg.DataDir = filepath.Join(o.stateDir, "coordinator")
 	ccfg.APIAddr, ccfg.RaftAddr = o.apiAddr, o.raftAddr
+	ccfg.DNS.Addr = o.dnsAddr
 	ccfg.Logger = logger
 	srv, err := coordinator.New(ccfg)
 	if err != nil {
@@ -141,6 +145,7 @@ corpus dev is running (state in %s)
   coordinator API   http://%s   (raft %s)
   agent API         http://%s   node %q
   proxy (ingress)   %s
+  dns               %s   (zone %s; dig @HOST -p PORT web.guest.%s)
   operator token    %s
   CLI environment   %q in %s
 
@@ -151,7 +156,7 @@ Try:
   corpus guest list
 
 Ctrl-C stops the cluster; guests keep running unless --cleanup is given.
-`, o.stateDir, addr, o.raftAddr, ag.APIAddr(), o.name, dash(ag.ProxyAddr()), filepath.Join(ccfg.DataDir, coordinator.OpsTokenFile), o.envName, g.configPath)
+`, o.stateDir, addr, o.raftAddr, ag.APIAddr(), o.name, dash(ag.ProxyAddr()), dash(srv.DNSAddr()), ccfg.DNSZone, ccfg.DNSZone, filepath.Join(ccfg.DataDir, coordinator.OpsTokenFile), o.envName, g.configPath)
 
 	select {
 	case <-ctx.Done():

@@ -98,6 +98,7 @@ func newRoot(g *globals) *cobra.Command {
 		newNodeCmd(g),
 		newGuestCmd(g),
 		newIngressCmd(g),
+		newDNSCmd(g),
 		newEnvCmd(g),
 	)
 	return root
@@ -139,6 +140,7 @@ type clients struct {
 	nodes   corpusv1connect.NodeServiceClient
 	guests  corpusv1connect.GuestServiceClient
 	ingress corpusv1connect.IngressServiceClient
+	dns     corpusv1connect.DnsServiceClient
 }
 
 func (g *globals) clients() (*clients, error) {
@@ -157,6 +159,7 @@ func (g *globals) clients() (*clients, error) {
 		nodes:   corpusv1connect.NewNodeServiceClient(hc, base, opt),
 		guests:  corpusv1connect.NewGuestServiceClient(hc, base, opt),
 		ingress: corpusv1connect.NewIngressServiceClient(hc, base, opt),
+		dns:     corpusv1connect.NewDnsServiceClient(hc, base, opt),
 	}, nil
 }
 

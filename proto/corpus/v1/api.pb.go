@@ -1678,6 +1678,398 @@ func (x *MoveRouteResponse) GetRoute() *Route {
 	return nil
 }
 
+type ListRecordsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListRecordsRequest) Reset() {
+	*x = ListRecordsRequest{}
+	mi := &file_corpus_v1_api_proto_msgTypes[29]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListRecordsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListRecordsRequest) ProtoMessage() {}
+
+func (x *ListRecordsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_api_proto_msgTypes[29]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListRecordsRequest.ProtoReflect.Descriptor instead.
+func (*ListRecordsRequest) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{29}
+}
+
+// ZoneRecord is one record of the zone as served.
+type ZoneRecord struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// name is fully qualified.
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Type string `protobuf:"bytes,2,opt,name=type,proto3" json:"type,omitempty"`
+	Ttl  uint32 `protobuf:"varint,3,opt,name=ttl,proto3" json:"ttl,omitempty"`
+	Data string `protobuf:"bytes,4,opt,name=data,proto3" json:"data,omitempty"`
+	// static_id is set for operator records (what DeleteRecord takes).
+	StaticId      string `protobuf:"bytes,5,opt,name=static_id,json=staticId,proto3" json:"static_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ZoneRecord) Reset() {
+	*x = ZoneRecord{}
+	mi := &file_corpus_v1_api_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ZoneRecord) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ZoneRecord) ProtoMessage() {}
+
+func (x *ZoneRecord) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_api_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ZoneRecord.ProtoReflect.Descriptor instead.
+func (*ZoneRecord) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{30}
+}
+
+func (x *ZoneRecord) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *ZoneRecord) GetType() string {
+	if x != nil {
+		return x.Type
+	}
+	return ""
+}
+
+func (x *ZoneRecord) GetTtl() uint32 {
+	if x != nil {
+		return x.Ttl
+	}
+	return 0
+}
+
+func (x *ZoneRecord) GetData() string {
+	if x != nil {
+		return x.Data
+	}
+	return ""
+}
+
+func (x *ZoneRecord) GetStaticId() string {
+	if x != nil {
+		return x.StaticId
+	}
+	return ""
+}
+
+type ListRecordsResponse struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Zone    string                 `protobuf:"bytes,1,opt,name=zone,proto3" json:"zone,omitempty"`
+	Serial  uint32                 `protobuf:"varint,2,opt,name=serial,proto3" json:"serial,omitempty"`
+	Records []*ZoneRecord          `protobuf:"bytes,3,rep,name=records,proto3" json:"records,omitempty"`
+	// dns_addr is where this coordinator answers queries.
+	DnsAddr       string `protobuf:"bytes,4,opt,name=dns_addr,json=dnsAddr,proto3" json:"dns_addr,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListRecordsResponse) Reset() {
+	*x = ListRecordsResponse{}
+	mi := &file_corpus_v1_api_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListRecordsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListRecordsResponse) ProtoMessage() {}
+
+func (x *ListRecordsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_api_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListRecordsResponse.ProtoReflect.Descriptor instead.
+func (*ListRecordsResponse) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{31}
+}
+
+func (x *ListRecordsResponse) GetZone() string {
+	if x != nil {
+		return x.Zone
+	}
+	return ""
+}
+
+func (x *ListRecordsResponse) GetSerial() uint32 {
+	if x != nil {
+		return x.Serial
+	}
+	return 0
+}
+
+func (x *ListRecordsResponse) GetRecords() []*ZoneRecord {
+	if x != nil {
+		return x.Records
+	}
+	return nil
+}
+
+func (x *ListRecordsResponse) GetDnsAddr() string {
+	if x != nil {
+		return x.DnsAddr
+	}
+	return ""
+}
+
+type AddRecordRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Type          string                 `protobuf:"bytes,2,opt,name=type,proto3" json:"type,omitempty"`
+	Ttl           uint32                 `protobuf:"varint,3,opt,name=ttl,proto3" json:"ttl,omitempty"`
+	Data          string                 `protobuf:"bytes,4,opt,name=data,proto3" json:"data,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AddRecordRequest) Reset() {
+	*x = AddRecordRequest{}
+	mi := &file_corpus_v1_api_proto_msgTypes[32]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AddRecordRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AddRecordRequest) ProtoMessage() {}
+
+func (x *AddRecordRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_api_proto_msgTypes[32]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AddRecordRequest.ProtoReflect.Descriptor instead.
+func (*AddRecordRequest) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{32}
+}
+
+func (x *AddRecordRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *AddRecordRequest) GetType() string {
+	if x != nil {
+		return x.Type
+	}
+	return ""
+}
+
+func (x *AddRecordRequest) GetTtl() uint32 {
+	if x != nil {
+		return x.Ttl
+	}
+	return 0
+}
+
+func (x *AddRecordRequest) GetData() string {
+	if x != nil {
+		return x.Data
+	}
+	return ""
+}
+
+type AddRecordResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Record        *DnsRecord             `protobuf:"bytes,1,opt,name=record,proto3" json:"record,omitempty"`
+	Created       bool                   `protobuf:"varint,2,opt,name=created,proto3" json:"created,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AddRecordResponse) Reset() {
+	*x = AddRecordResponse{}
+	mi := &file_corpus_v1_api_proto_msgTypes[33]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AddRecordResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AddRecordResponse) ProtoMessage() {}
+
+func (x *AddRecordResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_api_proto_msgTypes[33]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AddRecordResponse.ProtoReflect.Descriptor instead.
+func (*AddRecordResponse) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{33}
+}
+
+func (x *AddRecordResponse) GetRecord() *DnsRecord {
+	if x != nil {
+		return x.Record
+	}
+	return nil
+}
+
+func (x *AddRecordResponse) GetCreated() bool {
+	if x != nil {
+		return x.Created
+	}
+	return false
+}
+
+type DeleteRecordRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteRecordRequest) Reset() {
+	*x = DeleteRecordRequest{}
+	mi := &file_corpus_v1_api_proto_msgTypes[34]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteRecordRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteRecordRequest) ProtoMessage() {}
+
+func (x *DeleteRecordRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_api_proto_msgTypes[34]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteRecordRequest.ProtoReflect.Descriptor instead.
+func (*DeleteRecordRequest) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{34}
+}
+
+func (x *DeleteRecordRequest) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+type DeleteRecordResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Record        *DnsRecord             `protobuf:"bytes,1,opt,name=record,proto3" json:"record,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteRecordResponse) Reset() {
+	*x = DeleteRecordResponse{}
+	mi := &file_corpus_v1_api_proto_msgTypes[35]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteRecordResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteRecordResponse) ProtoMessage() {}
+
+func (x *DeleteRecordResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_api_proto_msgTypes[35]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteRecordResponse.ProtoReflect.Descriptor instead.
+func (*DeleteRecordResponse) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{35}
+}
+
+func (x *DeleteRecordResponse) GetRecord() *DnsRecord {
+	if x != nil {
+		return x.Record
+	}
+	return nil
+}
+
 type EnrollRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	JoinToken     string                 `protobuf:"bytes,1,opt,name=join_token,json=joinToken,proto3" json:"join_token,omitempty"`
@@ -1694,7 +2086,7 @@ type EnrollRequest struct {
 
 func (x *EnrollRequest) Reset() {
 	*x = EnrollRequest{}
-	mi := &file_corpus_v1_api_proto_msgTypes[29]
+	mi := &file_corpus_v1_api_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1706,7 +2098,7 @@ func (x *EnrollRequest) String() string {
 func (*EnrollRequest) ProtoMessage() {}
 
 func (x *EnrollRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[29]
+	mi := &file_corpus_v1_api_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1719,7 +2111,7 @@ func (x *EnrollRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EnrollRequest.ProtoReflect.Descriptor instead.
 func (*EnrollRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{29}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *EnrollRequest) GetJoinToken() string {
@@ -1792,7 +2184,7 @@ type EnrollResponse struct {
 
 func (x *EnrollResponse) Reset() {
 	*x = EnrollResponse{}
-	mi := &file_corpus_v1_api_proto_msgTypes[30]
+	mi := &file_corpus_v1_api_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1804,7 +2196,7 @@ func (x *EnrollResponse) String() string {
 func (*EnrollResponse) ProtoMessage() {}
 
 func (x *EnrollResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[30]
+	mi := &file_corpus_v1_api_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1817,7 +2209,7 @@ func (x *EnrollResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EnrollResponse.ProtoReflect.Descriptor instead.
 func (*EnrollResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{30}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *EnrollResponse) GetNodeId() string {
@@ -1856,7 +2248,7 @@ type WatchRequest struct {
 
 func (x *WatchRequest) Reset() {
 	*x = WatchRequest{}
-	mi := &file_corpus_v1_api_proto_msgTypes[31]
+	mi := &file_corpus_v1_api_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1868,7 +2260,7 @@ func (x *WatchRequest) String() string {
 func (*WatchRequest) ProtoMessage() {}
 
 func (x *WatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[31]
+	mi := &file_corpus_v1_api_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1881,7 +2273,7 @@ func (x *WatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchRequest.ProtoReflect.Descriptor instead.
 func (*WatchRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{31}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{38}
 }
 
 type WatchResponse struct {
@@ -1897,7 +2289,7 @@ type WatchResponse struct {
 
 func (x *WatchResponse) Reset() {
 	*x = WatchResponse{}
-	mi := &file_corpus_v1_api_proto_msgTypes[32]
+	mi := &file_corpus_v1_api_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1909,7 +2301,7 @@ func (x *WatchResponse) String() string {
 func (*WatchResponse) ProtoMessage() {}
 
 func (x *WatchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[32]
+	mi := &file_corpus_v1_api_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1922,7 +2314,7 @@ func (x *WatchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchResponse.ProtoReflect.Descriptor instead.
 func (*WatchResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{32}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *WatchResponse) GetIndex() uint64 {
@@ -1970,7 +2362,7 @@ type ReportRequest struct {
 
 func (x *ReportRequest) Reset() {
 	*x = ReportRequest{}
-	mi := &file_corpus_v1_api_proto_msgTypes[33]
+	mi := &file_corpus_v1_api_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1982,7 +2374,7 @@ func (x *ReportRequest) String() string {
 func (*ReportRequest) ProtoMessage() {}
 
 func (x *ReportRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[33]
+	mi := &file_corpus_v1_api_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1995,7 +2387,7 @@ func (x *ReportRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportRequest.ProtoReflect.Descriptor instead.
 func (*ReportRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{33}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *ReportRequest) GetCapacity() *Resources {
@@ -2064,7 +2456,7 @@ type ReportedGuest struct {
 
 func (x *ReportedGuest) Reset() {
 	*x = ReportedGuest{}
-	mi := &file_corpus_v1_api_proto_msgTypes[34]
+	mi := &file_corpus_v1_api_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2076,7 +2468,7 @@ func (x *ReportedGuest) String() string {
 func (*ReportedGuest) ProtoMessage() {}
 
 func (x *ReportedGuest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[34]
+	mi := &file_corpus_v1_api_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2089,7 +2481,7 @@ func (x *ReportedGuest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportedGuest.ProtoReflect.Descriptor instead.
 func (*ReportedGuest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{34}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *ReportedGuest) GetGuestId() string {
@@ -2115,7 +2507,7 @@ type ReportResponse struct {
 
 func (x *ReportResponse) Reset() {
 	*x = ReportResponse{}
-	mi := &file_corpus_v1_api_proto_msgTypes[35]
+	mi := &file_corpus_v1_api_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2127,7 +2519,7 @@ func (x *ReportResponse) String() string {
 func (*ReportResponse) ProtoMessage() {}
 
 func (x *ReportResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[35]
+	mi := &file_corpus_v1_api_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2140,7 +2532,7 @@ func (x *ReportResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportResponse.ProtoReflect.Descriptor instead.
 func (*ReportResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{35}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *ReportResponse) GetIndex() uint64 {
@@ -2271,7 +2663,32 @@ const file_corpus_v1_api_proto_rawDesc = "" +
 	"\n" +
 	"guest_port\x18\x05 \x01(\x05R\tguestPort\";\n" +
 	"\x11MoveRouteResponse\x12&\n" +
-	"\x05route\x18\x01 \x01(\v2\x10.corpus.v1.RouteR\x05route\"\x82\x03\n" +
+	"\x05route\x18\x01 \x01(\v2\x10.corpus.v1.RouteR\x05route\"\x14\n" +
+	"\x12ListRecordsRequest\"w\n" +
+	"\n" +
+	"ZoneRecord\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
+	"\x04type\x18\x02 \x01(\tR\x04type\x12\x10\n" +
+	"\x03ttl\x18\x03 \x01(\rR\x03ttl\x12\x12\n" +
+	"\x04data\x18\x04 \x01(\tR\x04data\x12\x1b\n" +
+	"\tstatic_id\x18\x05 \x01(\tR\bstaticId\"\x8d\x01\n" +
+	"\x13ListRecordsResponse\x12\x12\n" +
+	"\x04zone\x18\x01 \x01(\tR\x04zone\x12\x16\n" +
+	"\x06serial\x18\x02 \x01(\rR\x06serial\x12/\n" +
+	"\arecords\x18\x03 \x03(\v2\x15.corpus.v1.ZoneRecordR\arecords\x12\x19\n" +
+	"\bdns_addr\x18\x04 \x01(\tR\adnsAddr\"`\n" +
+	"\x10AddRecordRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
+	"\x04type\x18\x02 \x01(\tR\x04type\x12\x10\n" +
+	"\x03ttl\x18\x03 \x01(\rR\x03ttl\x12\x12\n" +
+	"\x04data\x18\x04 \x01(\tR\x04data\"[\n" +
+	"\x11AddRecordResponse\x12,\n" +
+	"\x06record\x18\x01 \x01(\v2\x14.corpus.v1.DnsRecordR\x06record\x12\x18\n" +
+	"\acreated\x18\x02 \x01(\bR\acreated\"%\n" +
+	"\x13DeleteRecordRequest\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\"D\n" +
+	"\x14DeleteRecordResponse\x12,\n" +
+	"\x06record\x18\x01 \x01(\v2\x14.corpus.v1.DnsRecordR\x06record\"\x82\x03\n" +
 	"\rEnrollRequest\x12\x1d\n" +
 	"\n" +
 	"join_token\x18\x01 \x01(\tR\tjoinToken\x12\x18\n" +
@@ -2333,7 +2750,12 @@ const file_corpus_v1_api_proto_rawDesc = "" +
 	"\n" +
 	"ListRoutes\x12\x1c.corpus.v1.ListRoutesRequest\x1a\x1d.corpus.v1.ListRoutesResponse\"\x03\x90\x02\x01\x12L\n" +
 	"\vDeleteRoute\x12\x1d.corpus.v1.DeleteRouteRequest\x1a\x1e.corpus.v1.DeleteRouteResponse\x12F\n" +
-	"\tMoveRoute\x12\x1b.corpus.v1.MoveRouteRequest\x1a\x1c.corpus.v1.MoveRouteResponse2\xca\x01\n" +
+	"\tMoveRoute\x12\x1b.corpus.v1.MoveRouteRequest\x1a\x1c.corpus.v1.MoveRouteResponse2\xf8\x01\n" +
+	"\n" +
+	"DnsService\x12Q\n" +
+	"\vListRecords\x12\x1d.corpus.v1.ListRecordsRequest\x1a\x1e.corpus.v1.ListRecordsResponse\"\x03\x90\x02\x01\x12F\n" +
+	"\tAddRecord\x12\x1b.corpus.v1.AddRecordRequest\x1a\x1c.corpus.v1.AddRecordResponse\x12O\n" +
+	"\fDeleteRecord\x12\x1e.corpus.v1.DeleteRecordRequest\x1a\x1f.corpus.v1.DeleteRecordResponse2\xca\x01\n" +
 	"\fAgentService\x12=\n" +
 	"\x06Enroll\x12\x18.corpus.v1.EnrollRequest\x1a\x19.corpus.v1.EnrollResponse\x12<\n" +
 	"\x05Watch\x12\x17.corpus.v1.WatchRequest\x1a\x18.corpus.v1.WatchResponse0\x01\x12=\n" +
@@ -2353,7 +2775,7 @@ func file_corpus_v1_api_proto_rawDescGZIP() []byte {
 	return file_corpus_v1_api_proto_rawDescData
 }
 
-var file_corpus_v1_api_proto_msgTypes = make([]protoimpl.MessageInfo, 38)
+var file_corpus_v1_api_proto_msgTypes = make([]protoimpl.MessageInfo, 45)
 var file_corpus_v1_api_proto_goTypes = []any{
 	(*StatusRequest)(nil),           // 0: corpus.v1.StatusRequest
 	(*StatusResponse)(nil),          // 1: corpus.v1.StatusResponse
@@ -2384,97 +2806,114 @@ var file_corpus_v1_api_proto_goTypes = []any{
 	(*DeleteRouteResponse)(nil),     // 26: corpus.v1.DeleteRouteResponse
 	(*MoveRouteRequest)(nil),        // 27: corpus.v1.MoveRouteRequest
 	(*MoveRouteResponse)(nil),       // 28: corpus.v1.MoveRouteResponse
-	(*EnrollRequest)(nil),           // 29: corpus.v1.EnrollRequest
-	(*EnrollResponse)(nil),          // 30: corpus.v1.EnrollResponse
-	(*WatchRequest)(nil),            // 31: corpus.v1.WatchRequest
-	(*WatchResponse)(nil),           // 32: corpus.v1.WatchResponse
-	(*ReportRequest)(nil),           // 33: corpus.v1.ReportRequest
-	(*ReportedGuest)(nil),           // 34: corpus.v1.ReportedGuest
-	(*ReportResponse)(nil),          // 35: corpus.v1.ReportResponse
-	nil,                             // 36: corpus.v1.ExecGuestRequest.EnvEntry
-	nil,                             // 37: corpus.v1.EnrollRequest.LabelsEntry
-	(*JoinToken)(nil),               // 38: corpus.v1.JoinToken
-	(*Node)(nil),                    // 39: corpus.v1.Node
-	(*Resources)(nil),               // 40: corpus.v1.Resources
-	(*GuestSpec)(nil),               // 41: corpus.v1.GuestSpec
-	(*Guest)(nil),                   // 42: corpus.v1.Guest
-	(*Route)(nil),                   // 43: corpus.v1.Route
-	(*Port)(nil),                    // 44: corpus.v1.Port
-	(*DriverInfo)(nil),              // 45: corpus.v1.DriverInfo
-	(*GuestObserved)(nil),           // 46: corpus.v1.GuestObserved
+	(*ListRecordsRequest)(nil),      // 29: corpus.v1.ListRecordsRequest
+	(*ZoneRecord)(nil),              // 30: corpus.v1.ZoneRecord
+	(*ListRecordsResponse)(nil),     // 31: corpus.v1.ListRecordsResponse
+	(*AddRecordRequest)(nil),        // 32: corpus.v1.AddRecordRequest
+	(*AddRecordResponse)(nil),       // 33: corpus.v1.AddRecordResponse
+	(*DeleteRecordRequest)(nil),     // 34: corpus.v1.DeleteRecordRequest
+	(*DeleteRecordResponse)(nil),    // 35: corpus.v1.DeleteRecordResponse
+	(*EnrollRequest)(nil),           // 36: corpus.v1.EnrollRequest
+	(*EnrollResponse)(nil),          // 37: corpus.v1.EnrollResponse
+	(*WatchRequest)(nil),            // 38: corpus.v1.WatchRequest
+	(*WatchResponse)(nil),           // 39: corpus.v1.WatchResponse
+	(*ReportRequest)(nil),           // 40: corpus.v1.ReportRequest
+	(*ReportedGuest)(nil),           // 41: corpus.v1.ReportedGuest
+	(*ReportResponse)(nil),          // 42: corpus.v1.ReportResponse
+	nil,                             // 43: corpus.v1.ExecGuestRequest.EnvEntry
+	nil,                             // 44: corpus.v1.EnrollRequest.LabelsEntry
+	(*JoinToken)(nil),               // 45: corpus.v1.JoinToken
+	(*Node)(nil),                    // 46: corpus.v1.Node
+	(*Resources)(nil),               // 47: corpus.v1.Resources
+	(*GuestSpec)(nil),               // 48: corpus.v1.GuestSpec
+	(*Guest)(nil),                   // 49: corpus.v1.Guest
+	(*Route)(nil),                   // 50: corpus.v1.Route
+	(*Port)(nil),                    // 51: corpus.v1.Port
+	(*DnsRecord)(nil),               // 52: corpus.v1.DnsRecord
+	(*DriverInfo)(nil),              // 53: corpus.v1.DriverInfo
+	(*GuestObserved)(nil),           // 54: corpus.v1.GuestObserved
 }
 var file_corpus_v1_api_proto_depIdxs = []int32{
-	38, // 0: corpus.v1.CreateJoinTokenResponse.info:type_name -> corpus.v1.JoinToken
+	45, // 0: corpus.v1.CreateJoinTokenResponse.info:type_name -> corpus.v1.JoinToken
 	8,  // 1: corpus.v1.ListNodesResponse.nodes:type_name -> corpus.v1.NodeView
 	8,  // 2: corpus.v1.GetNodeResponse.node:type_name -> corpus.v1.NodeView
-	39, // 3: corpus.v1.NodeView.node:type_name -> corpus.v1.Node
-	40, // 4: corpus.v1.NodeView.allocated:type_name -> corpus.v1.Resources
-	41, // 5: corpus.v1.CreateGuestRequest.spec:type_name -> corpus.v1.GuestSpec
-	42, // 6: corpus.v1.CreateGuestResponse.guest:type_name -> corpus.v1.Guest
-	42, // 7: corpus.v1.GetGuestResponse.guest:type_name -> corpus.v1.Guest
+	46, // 3: corpus.v1.NodeView.node:type_name -> corpus.v1.Node
+	47, // 4: corpus.v1.NodeView.allocated:type_name -> corpus.v1.Resources
+	48, // 5: corpus.v1.CreateGuestRequest.spec:type_name -> corpus.v1.GuestSpec
+	49, // 6: corpus.v1.CreateGuestResponse.guest:type_name -> corpus.v1.Guest
+	49, // 7: corpus.v1.GetGuestResponse.guest:type_name -> corpus.v1.Guest
 	12, // 8: corpus.v1.ListGuestsResponse.guests:type_name -> corpus.v1.GetGuestResponse
-	42, // 9: corpus.v1.GuestActionResponse.guest:type_name -> corpus.v1.Guest
-	36, // 10: corpus.v1.ExecGuestRequest.env:type_name -> corpus.v1.ExecGuestRequest.EnvEntry
-	43, // 11: corpus.v1.CreateRouteResponse.route:type_name -> corpus.v1.Route
-	43, // 12: corpus.v1.RouteView.route:type_name -> corpus.v1.Route
+	49, // 9: corpus.v1.GuestActionResponse.guest:type_name -> corpus.v1.Guest
+	43, // 10: corpus.v1.ExecGuestRequest.env:type_name -> corpus.v1.ExecGuestRequest.EnvEntry
+	50, // 11: corpus.v1.CreateRouteResponse.route:type_name -> corpus.v1.Route
+	50, // 12: corpus.v1.RouteView.route:type_name -> corpus.v1.Route
 	22, // 13: corpus.v1.ListRoutesResponse.routes:type_name -> corpus.v1.RouteView
 	24, // 14: corpus.v1.ListRoutesResponse.nat:type_name -> corpus.v1.NatView
-	44, // 15: corpus.v1.NatView.port:type_name -> corpus.v1.Port
-	43, // 16: corpus.v1.DeleteRouteResponse.route:type_name -> corpus.v1.Route
-	43, // 17: corpus.v1.MoveRouteResponse.route:type_name -> corpus.v1.Route
-	37, // 18: corpus.v1.EnrollRequest.labels:type_name -> corpus.v1.EnrollRequest.LabelsEntry
-	40, // 19: corpus.v1.EnrollRequest.capacity:type_name -> corpus.v1.Resources
-	45, // 20: corpus.v1.EnrollRequest.drivers:type_name -> corpus.v1.DriverInfo
-	39, // 21: corpus.v1.WatchResponse.node:type_name -> corpus.v1.Node
-	42, // 22: corpus.v1.WatchResponse.guests:type_name -> corpus.v1.Guest
-	43, // 23: corpus.v1.WatchResponse.routes:type_name -> corpus.v1.Route
-	40, // 24: corpus.v1.ReportRequest.capacity:type_name -> corpus.v1.Resources
-	45, // 25: corpus.v1.ReportRequest.drivers:type_name -> corpus.v1.DriverInfo
-	34, // 26: corpus.v1.ReportRequest.guests:type_name -> corpus.v1.ReportedGuest
-	46, // 27: corpus.v1.ReportedGuest.observed:type_name -> corpus.v1.GuestObserved
-	0,  // 28: corpus.v1.ClusterService.Status:input_type -> corpus.v1.StatusRequest
-	2,  // 29: corpus.v1.NodeService.CreateJoinToken:input_type -> corpus.v1.CreateJoinTokenRequest
-	4,  // 30: corpus.v1.NodeService.ListNodes:input_type -> corpus.v1.ListNodesRequest
-	6,  // 31: corpus.v1.NodeService.GetNode:input_type -> corpus.v1.GetNodeRequest
-	9,  // 32: corpus.v1.GuestService.CreateGuest:input_type -> corpus.v1.CreateGuestRequest
-	11, // 33: corpus.v1.GuestService.GetGuest:input_type -> corpus.v1.GetGuestRequest
-	13, // 34: corpus.v1.GuestService.ListGuests:input_type -> corpus.v1.ListGuestsRequest
-	15, // 35: corpus.v1.GuestService.StartGuest:input_type -> corpus.v1.GuestActionRequest
-	15, // 36: corpus.v1.GuestService.StopGuest:input_type -> corpus.v1.GuestActionRequest
-	15, // 37: corpus.v1.GuestService.DeleteGuest:input_type -> corpus.v1.GuestActionRequest
-	17, // 38: corpus.v1.GuestService.ExecGuest:input_type -> corpus.v1.ExecGuestRequest
-	19, // 39: corpus.v1.IngressService.CreateRoute:input_type -> corpus.v1.CreateRouteRequest
-	21, // 40: corpus.v1.IngressService.ListRoutes:input_type -> corpus.v1.ListRoutesRequest
-	25, // 41: corpus.v1.IngressService.DeleteRoute:input_type -> corpus.v1.DeleteRouteRequest
-	27, // 42: corpus.v1.IngressService.MoveRoute:input_type -> corpus.v1.MoveRouteRequest
-	29, // 43: corpus.v1.AgentService.Enroll:input_type -> corpus.v1.EnrollRequest
-	31, // 44: corpus.v1.AgentService.Watch:input_type -> corpus.v1.WatchRequest
-	33, // 45: corpus.v1.AgentService.Report:input_type -> corpus.v1.ReportRequest
-	17, // 46: corpus.v1.NodeAgentService.Exec:input_type -> corpus.v1.ExecGuestRequest
-	1,  // 47: corpus.v1.ClusterService.Status:output_type -> corpus.v1.StatusResponse
-	3,  // 48: corpus.v1.NodeService.CreateJoinToken:output_type -> corpus.v1.CreateJoinTokenResponse
-	5,  // 49: corpus.v1.NodeService.ListNodes:output_type -> corpus.v1.ListNodesResponse
-	7,  // 50: corpus.v1.NodeService.GetNode:output_type -> corpus.v1.GetNodeResponse
-	10, // 51: corpus.v1.GuestService.CreateGuest:output_type -> corpus.v1.CreateGuestResponse
-	12, // 52: corpus.v1.GuestService.GetGuest:output_type -> corpus.v1.GetGuestResponse
-	14, // 53: corpus.v1.GuestService.ListGuests:output_type -> corpus.v1.ListGuestsResponse
-	16, // 54: corpus.v1.GuestService.StartGuest:output_type -> corpus.v1.GuestActionResponse
-	16, // 55: corpus.v1.GuestService.StopGuest:output_type -> corpus.v1.GuestActionResponse
-	16, // 56: corpus.v1.GuestService.DeleteGuest:output_type -> corpus.v1.GuestActionResponse
-	18, // 57: corpus.v1.GuestService.ExecGuest:output_type -> corpus.v1.ExecOutput
-	20, // 58: corpus.v1.IngressService.CreateRoute:output_type -> corpus.v1.CreateRouteResponse
-	23, // 59: corpus.v1.IngressService.ListRoutes:output_type -> corpus.v1.ListRoutesResponse
-	26, // 60: corpus.v1.IngressService.DeleteRoute:output_type -> corpus.v1.DeleteRouteResponse
-	28, // 61: corpus.v1.IngressService.MoveRoute:output_type -> corpus.v1.MoveRouteResponse
-	30, // 62: corpus.v1.AgentService.Enroll:output_type -> corpus.v1.EnrollResponse
-	32, // 63: corpus.v1.AgentService.Watch:output_type -> corpus.v1.WatchResponse
-	35, // 64: corpus.v1.AgentService.Report:output_type -> corpus.v1.ReportResponse
-	18, // 65: corpus.v1.NodeAgentService.Exec:output_type -> corpus.v1.ExecOutput
-	47, // [47:66] is the sub-list for method output_type
-	28, // [28:47] is the sub-list for method input_type
-	28, // [28:28] is the sub-list for extension type_name
-	28, // [28:28] is the sub-list for extension extendee
-	0,  // [0:28] is the sub-list for field type_name
+	51, // 15: corpus.v1.NatView.port:type_name -> corpus.v1.Port
+	50, // 16: corpus.v1.DeleteRouteResponse.route:type_name -> corpus.v1.Route
+	50, // 17: corpus.v1.MoveRouteResponse.route:type_name -> corpus.v1.Route
+	30, // 18: corpus.v1.ListRecordsResponse.records:type_name -> corpus.v1.ZoneRecord
+	52, // 19: corpus.v1.AddRecordResponse.record:type_name -> corpus.v1.DnsRecord
+	52, // 20: corpus.v1.DeleteRecordResponse.record:type_name -> corpus.v1.DnsRecord
+	44, // 21: corpus.v1.EnrollRequest.labels:type_name -> corpus.v1.EnrollRequest.LabelsEntry
+	47, // 22: corpus.v1.EnrollRequest.capacity:type_name -> corpus.v1.Resources
+	53, // 23: corpus.v1.EnrollRequest.drivers:type_name -> corpus.v1.DriverInfo
+	46, // 24: corpus.v1.WatchResponse.node:type_name -> corpus.v1.Node
+	49, // 25: corpus.v1.WatchResponse.guests:type_name -> corpus.v1.Guest
+	50, // 26: corpus.v1.WatchResponse.routes:type_name -> corpus.v1.Route
+	47, // 27: corpus.v1.ReportRequest.capacity:type_name -> corpus.v1.Resources
+	53, // 28: corpus.v1.ReportRequest.drivers:type_name -> corpus.v1.DriverInfo
+	41, // 29: corpus.v1.ReportRequest.guests:type_name -> corpus.v1.ReportedGuest
+	54, // 30: corpus.v1.ReportedGuest.observed:type_name -> corpus.v1.GuestObserved
+	0,  // 31: corpus.v1.ClusterService.Status:input_type -> corpus.v1.StatusRequest
+	2,  // 32: corpus.v1.NodeService.CreateJoinToken:input_type -> corpus.v1.CreateJoinTokenRequest
+	4,  // 33: corpus.v1.NodeService.ListNodes:input_type -> corpus.v1.ListNodesRequest
+	6,  // 34: corpus.v1.NodeService.GetNode:input_type -> corpus.v1.GetNodeRequest
+	9,  // 35: corpus.v1.GuestService.CreateGuest:input_type -> corpus.v1.CreateGuestRequest
+	11, // 36: corpus.v1.GuestService.GetGuest:input_type -> corpus.v1.GetGuestRequest
+	13, // 37: corpus.v1.GuestService.ListGuests:input_type -> corpus.v1.ListGuestsRequest
+	15, // 38: corpus.v1.GuestService.StartGuest:input_type -> corpus.v1.GuestActionRequest
+	15, // 39: corpus.v1.GuestService.StopGuest:input_type -> corpus.v1.GuestActionRequest
+	15, // 40: corpus.v1.GuestService.DeleteGuest:input_type -> corpus.v1.GuestActionRequest
+	17, // 41: corpus.v1.GuestService.ExecGuest:input_type -> corpus.v1.ExecGuestRequest
+	19, // 42: corpus.v1.IngressService.CreateRoute:input_type -> corpus.v1.CreateRouteRequest
+	21, // 43: corpus.v1.IngressService.ListRoutes:input_type -> corpus.v1.ListRoutesRequest
+	25, // 44: corpus.v1.IngressService.DeleteRoute:input_type -> corpus.v1.DeleteRouteRequest
+	27, // 45: corpus.v1.IngressService.MoveRoute:input_type -> corpus.v1.MoveRouteRequest
+	29, // 46: corpus.v1.DnsService.ListRecords:input_type -> corpus.v1.ListRecordsRequest
+	32, // 47: corpus.v1.DnsService.AddRecord:input_type -> corpus.v1.AddRecordRequest
+	34, // 48: corpus.v1.DnsService.DeleteRecord:input_type -> corpus.v1.DeleteRecordRequest
+	36, // 49: corpus.v1.AgentService.Enroll:input_type -> corpus.v1.EnrollRequest
+	38, // 50: corpus.v1.AgentService.Watch:input_type -> corpus.v1.WatchRequest
+	40, // 51: corpus.v1.AgentService.Report:input_type -> corpus.v1.ReportRequest
+	17, // 52: corpus.v1.NodeAgentService.Exec:input_type -> corpus.v1.ExecGuestRequest
+	1,  // 53: corpus.v1.ClusterService.Status:output_type -> corpus.v1.StatusResponse
+	3,  // 54: corpus.v1.NodeService.CreateJoinToken:output_type -> corpus.v1.CreateJoinTokenResponse
+	5,  // 55: corpus.v1.NodeService.ListNodes:output_type -> corpus.v1.ListNodesResponse
+	7,  // 56: corpus.v1.NodeService.GetNode:output_type -> corpus.v1.GetNodeResponse
+	10, // 57: corpus.v1.GuestService.CreateGuest:output_type -> corpus.v1.CreateGuestResponse
+	12, // 58: corpus.v1.GuestService.GetGuest:output_type -> corpus.v1.GetGuestResponse
+	14, // 59: corpus.v1.GuestService.ListGuests:output_type -> corpus.v1.ListGuestsResponse
+	16, // 60: corpus.v1.GuestService.StartGuest:output_type -> corpus.v1.GuestActionResponse
+	16, // 61: corpus.v1.GuestService.StopGuest:output_type -> corpus.v1.GuestActionResponse
+	16, // 62: corpus.v1.GuestService.DeleteGuest:output_type -> corpus.v1.GuestActionResponse
+	18, // 63: corpus.v1.GuestService.ExecGuest:output_type -> corpus.v1.ExecOutput
+	20, // 64: corpus.v1.IngressService.CreateRoute:output_type -> corpus.v1.CreateRouteResponse
+	23, // 65: corpus.v1.IngressService.ListRoutes:output_type -> corpus.v1.ListRoutesResponse
+	26, // 66: corpus.v1.IngressService.DeleteRoute:output_type -> corpus.v1.DeleteRouteResponse
+	28, // 67: corpus.v1.IngressService.MoveRoute:output_type -> corpus.v1.MoveRouteResponse
+	31, // 68: corpus.v1.DnsService.ListRecords:output_type -> corpus.v1.ListRecordsResponse
+	33, // 69: corpus.v1.DnsService.AddRecord:output_type -> corpus.v1.AddRecordResponse
+	35, // 70: corpus.v1.DnsService.DeleteRecord:output_type -> corpus.v1.DeleteRecordResponse
+	37, // 71: corpus.v1.AgentService.Enroll:output_type -> corpus.v1.EnrollResponse
+	39, // 72: corpus.v1.AgentService.Watch:output_type -> corpus.v1.WatchResponse
+	42, // 73: corpus.v1.AgentService.Report:output_type -> corpus.v1.ReportResponse
+	18, // 74: corpus.v1.NodeAgentService.Exec:output_type -> corpus.v1.ExecOutput
+	53, // [53:75] is the sub-list for method output_type
+	31, // [31:53] is the sub-list for method input_type
+	31, // [31:31] is the sub-list for extension type_name
+	31, // [31:31] is the sub-list for extension extendee
+	0,  // [0:31] is the sub-list for field type_name
 }
 
 func init() { file_corpus_v1_api_proto_init() }
@@ -2489,9 +2928,9 @@ func file_corpus_v1_api_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_corpus_v1_api_proto_rawDesc), len(file_corpus_v1_api_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   38,
+			NumMessages:   45,
 			NumExtensions: 0,
-			NumServices:   6,
+			NumServices:   7,
 		},
 		GoTypes:           file_corpus_v1_api_proto_goTypes,
 		DependencyIndexes: file_corpus_v1_api_proto_depIdxs,

@@ -51,6 +51,8 @@ type Command struct {
 	//	*Command_CreateRoute
 	//	*Command_DeleteRoute
 	//	*Command_MoveRoute
+	//	*Command_AddDnsRecord
+	//	*Command_DeleteDnsRecord
 	Cmd           isCommand_Cmd `protobuf_oneof:"cmd"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -222,6 +224,24 @@ func (x *Command) GetMoveRoute() *MoveRoute {
 	return nil
 }
 
+func (x *Command) GetAddDnsRecord() *AddDnsRecord {
+	if x != nil {
+		if x, ok := x.Cmd.(*Command_AddDnsRecord); ok {
+			return x.AddDnsRecord
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetDeleteDnsRecord() *DeleteDnsRecord {
+	if x != nil {
+		if x, ok := x.Cmd.(*Command_DeleteDnsRecord); ok {
+			return x.DeleteDnsRecord
+		}
+	}
+	return nil
+}
+
 type isCommand_Cmd interface {
 	isCommand_Cmd()
 }
@@ -274,6 +294,14 @@ type Command_MoveRoute struct {
 	MoveRoute *MoveRoute `protobuf:"bytes,21,opt,name=move_route,json=moveRoute,proto3,oneof"`
 }
 
+type Command_AddDnsRecord struct {
+	AddDnsRecord *AddDnsRecord `protobuf:"bytes,22,opt,name=add_dns_record,json=addDnsRecord,proto3,oneof"`
+}
+
+type Command_DeleteDnsRecord struct {
+	DeleteDnsRecord *DeleteDnsRecord `protobuf:"bytes,23,opt,name=delete_dns_record,json=deleteDnsRecord,proto3,oneof"`
+}
+
 func (*Command_BootstrapCluster) isCommand_Cmd() {}
 
 func (*Command_CreateJoinToken) isCommand_Cmd() {}
@@ -297,6 +325,10 @@ func (*Command_CreateRoute) isCommand_Cmd() {}
 func (*Command_DeleteRoute) isCommand_Cmd() {}
 
 func (*Command_MoveRoute) isCommand_Cmd() {}
+
+func (*Command_AddDnsRecord) isCommand_Cmd() {}
+
+func (*Command_DeleteDnsRecord) isCommand_Cmd() {}
 
 type BootstrapCluster struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -1033,6 +1065,94 @@ func (x *MoveRoute) GetGuestPort() int32 {
 	return 0
 }
 
+type AddDnsRecord struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Record        *DnsRecord             `protobuf:"bytes,1,opt,name=record,proto3" json:"record,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AddDnsRecord) Reset() {
+	*x = AddDnsRecord{}
+	mi := &file_corpus_v1_raft_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AddDnsRecord) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AddDnsRecord) ProtoMessage() {}
+
+func (x *AddDnsRecord) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_raft_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AddDnsRecord.ProtoReflect.Descriptor instead.
+func (*AddDnsRecord) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *AddDnsRecord) GetRecord() *DnsRecord {
+	if x != nil {
+		return x.Record
+	}
+	return nil
+}
+
+type DeleteDnsRecord struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteDnsRecord) Reset() {
+	*x = DeleteDnsRecord{}
+	mi := &file_corpus_v1_raft_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteDnsRecord) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteDnsRecord) ProtoMessage() {}
+
+func (x *DeleteDnsRecord) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_raft_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteDnsRecord.ProtoReflect.Descriptor instead.
+func (*DeleteDnsRecord) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *DeleteDnsRecord) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
 // Snapshot is the whole state, written by FSM snapshots.
 type Snapshot struct {
 	state      protoimpl.MessageState `protogen:"open.v1"`
@@ -1042,15 +1162,16 @@ type Snapshot struct {
 	Guests     []*Guest               `protobuf:"bytes,4,rep,name=guests,proto3" json:"guests,omitempty"`
 	JoinTokens []*JoinToken           `protobuf:"bytes,5,rep,name=join_tokens,json=joinTokens,proto3" json:"join_tokens,omitempty"`
 	// index is the last applied Raft index in the snapshot.
-	Index         uint64   `protobuf:"varint,6,opt,name=index,proto3" json:"index,omitempty"`
-	Routes        []*Route `protobuf:"bytes,7,rep,name=routes,proto3" json:"routes,omitempty"`
+	Index         uint64       `protobuf:"varint,6,opt,name=index,proto3" json:"index,omitempty"`
+	Routes        []*Route     `protobuf:"bytes,7,rep,name=routes,proto3" json:"routes,omitempty"`
+	DnsRecords    []*DnsRecord `protobuf:"bytes,8,rep,name=dns_records,json=dnsRecords,proto3" json:"dns_records,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Snapshot) Reset() {
 	*x = Snapshot{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[14]
+	mi := &file_corpus_v1_raft_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1062,7 +1183,7 @@ func (x *Snapshot) String() string {
 func (*Snapshot) ProtoMessage() {}
 
 func (x *Snapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[14]
+	mi := &file_corpus_v1_raft_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1075,7 +1196,7 @@ func (x *Snapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Snapshot.ProtoReflect.Descriptor instead.
 func (*Snapshot) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{14}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *Snapshot) GetVersion() uint32 {
@@ -1127,11 +1248,18 @@ func (x *Snapshot) GetRoutes() []*Route {
 	return nil
 }
 
+func (x *Snapshot) GetDnsRecords() []*DnsRecord {
+	if x != nil {
+		return x.DnsRecords
+	}
+	return nil
+}
+
 var File_corpus_v1_raft_proto protoreflect.FileDescriptor
 
 const file_corpus_v1_raft_proto_rawDesc = "" +
 	"\n" +
-	"\x14corpus/v1/raft.proto\x12\tcorpus.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x15corpus/v1/types.proto\"\xf6\x06\n" +
+	"\x14corpus/v1/raft.proto\x12\tcorpus.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x15corpus/v1/types.proto\"\x81\b\n" +
 	"\aCommand\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x12\x1c\n" +
 	"\tignorable\x18\x02 \x01(\bR\tignorable\x12,\n" +
@@ -1152,7 +1280,9 @@ const file_corpus_v1_raft_proto_rawDesc = "" +
 	"\fcreate_route\x18\x13 \x01(\v2\x16.corpus.v1.CreateRouteH\x00R\vcreateRoute\x12;\n" +
 	"\fdelete_route\x18\x14 \x01(\v2\x16.corpus.v1.DeleteRouteH\x00R\vdeleteRoute\x125\n" +
 	"\n" +
-	"move_route\x18\x15 \x01(\v2\x14.corpus.v1.MoveRouteH\x00R\tmoveRouteB\x05\n" +
+	"move_route\x18\x15 \x01(\v2\x14.corpus.v1.MoveRouteH\x00R\tmoveRoute\x12?\n" +
+	"\x0eadd_dns_record\x18\x16 \x01(\v2\x17.corpus.v1.AddDnsRecordH\x00R\faddDnsRecord\x12H\n" +
+	"\x11delete_dns_record\x18\x17 \x01(\v2\x1a.corpus.v1.DeleteDnsRecordH\x00R\x0fdeleteDnsRecordB\x05\n" +
 	"\x03cmd\"D\n" +
 	"\x10BootstrapCluster\x120\n" +
 	"\x06config\x18\x01 \x01(\v2\x18.corpus.v1.ClusterConfigR\x06config\"=\n" +
@@ -1206,7 +1336,11 @@ const file_corpus_v1_raft_proto_rawDesc = "" +
 	"\n" +
 	"guest_name\x18\x02 \x01(\tR\tguestName\x12\x1d\n" +
 	"\n" +
-	"guest_port\x18\x03 \x01(\x05R\tguestPort\"\x9e\x02\n" +
+	"guest_port\x18\x03 \x01(\x05R\tguestPort\"<\n" +
+	"\fAddDnsRecord\x12,\n" +
+	"\x06record\x18\x01 \x01(\v2\x14.corpus.v1.DnsRecordR\x06record\"!\n" +
+	"\x0fDeleteDnsRecord\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\"\xd5\x02\n" +
 	"\bSnapshot\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x120\n" +
 	"\x06config\x18\x02 \x01(\v2\x18.corpus.v1.ClusterConfigR\x06config\x12%\n" +
@@ -1215,7 +1349,9 @@ const file_corpus_v1_raft_proto_rawDesc = "" +
 	"\vjoin_tokens\x18\x05 \x03(\v2\x14.corpus.v1.JoinTokenR\n" +
 	"joinTokens\x12\x14\n" +
 	"\x05index\x18\x06 \x01(\x04R\x05index\x12(\n" +
-	"\x06routes\x18\a \x03(\v2\x10.corpus.v1.RouteR\x06routesB!Z\x1fcorpus/proto/corpus/v1;corpusv1b\x06proto3"
+	"\x06routes\x18\a \x03(\v2\x10.corpus.v1.RouteR\x06routes\x125\n" +
+	"\vdns_records\x18\b \x03(\v2\x14.corpus.v1.DnsRecordR\n" +
+	"dnsRecordsB!Z\x1fcorpus/proto/corpus/v1;corpusv1b\x06proto3"
 
 var (
 	file_corpus_v1_raft_proto_rawDescOnce sync.Once
@@ -1229,7 +1365,7 @@ func file_corpus_v1_raft_proto_rawDescGZIP() []byte {
 	return file_corpus_v1_raft_proto_rawDescData
 }
 
-var file_corpus_v1_raft_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
+var file_corpus_v1_raft_proto_msgTypes = make([]protoimpl.MessageInfo, 18)
 var file_corpus_v1_raft_proto_goTypes = []any{
 	(*Command)(nil),               // 0: corpus.v1.Command
 	(*BootstrapCluster)(nil),      // 1: corpus.v1.BootstrapCluster
@@ -1245,20 +1381,23 @@ var file_corpus_v1_raft_proto_goTypes = []any{
 	(*CreateRoute)(nil),           // 11: corpus.v1.CreateRoute
 	(*DeleteRoute)(nil),           // 12: corpus.v1.DeleteRoute
 	(*MoveRoute)(nil),             // 13: corpus.v1.MoveRoute
-	(*Snapshot)(nil),              // 14: corpus.v1.Snapshot
-	nil,                           // 15: corpus.v1.UpdateNode.LabelsEntry
-	(*timestamppb.Timestamp)(nil), // 16: google.protobuf.Timestamp
-	(*ClusterConfig)(nil),         // 17: corpus.v1.ClusterConfig
-	(*JoinToken)(nil),             // 18: corpus.v1.JoinToken
-	(*Node)(nil),                  // 19: corpus.v1.Node
-	(*Resources)(nil),             // 20: corpus.v1.Resources
-	(*DriverInfo)(nil),            // 21: corpus.v1.DriverInfo
-	(*Guest)(nil),                 // 22: corpus.v1.Guest
-	(*GuestObserved)(nil),         // 23: corpus.v1.GuestObserved
-	(*Route)(nil),                 // 24: corpus.v1.Route
+	(*AddDnsRecord)(nil),          // 14: corpus.v1.AddDnsRecord
+	(*DeleteDnsRecord)(nil),       // 15: corpus.v1.DeleteDnsRecord
+	(*Snapshot)(nil),              // 16: corpus.v1.Snapshot
+	nil,                           // 17: corpus.v1.UpdateNode.LabelsEntry
+	(*timestamppb.Timestamp)(nil), // 18: google.protobuf.Timestamp
+	(*ClusterConfig)(nil),         // 19: corpus.v1.ClusterConfig
+	(*JoinToken)(nil),             // 20: corpus.v1.JoinToken
+	(*Node)(nil),                  // 21: corpus.v1.Node
+	(*Resources)(nil),             // 22: corpus.v1.Resources
+	(*DriverInfo)(nil),            // 23: corpus.v1.DriverInfo
+	(*Guest)(nil),                 // 24: corpus.v1.Guest
+	(*GuestObserved)(nil),         // 25: corpus.v1.GuestObserved
+	(*Route)(nil),                 // 26: corpus.v1.Route
+	(*DnsRecord)(nil),             // 27: corpus.v1.DnsRecord
 }
 var file_corpus_v1_raft_proto_depIdxs = []int32{
-	16, // 0: corpus.v1.Command.now:type_name -> google.protobuf.Timestamp
+	18, // 0: corpus.v1.Command.now:type_name -> google.protobuf.Timestamp
 	1,  // 1: corpus.v1.Command.bootstrap_cluster:type_name -> corpus.v1.BootstrapCluster
 	2,  // 2: corpus.v1.Command.create_join_token:type_name -> corpus.v1.CreateJoinToken
 	3,  // 3: corpus.v1.Command.enroll_node:type_name -> corpus.v1.EnrollNode
@@ -1271,26 +1410,30 @@ var file_corpus_v1_raft_proto_depIdxs = []int32{
 	11, // 10: corpus.v1.Command.create_route:type_name -> corpus.v1.CreateRoute
 	12, // 11: corpus.v1.Command.delete_route:type_name -> corpus.v1.DeleteRoute
 	13, // 12: corpus.v1.Command.move_route:type_name -> corpus.v1.MoveRoute
-	17, // 13: corpus.v1.BootstrapCluster.config:type_name -> corpus.v1.ClusterConfig
-	18, // 14: corpus.v1.CreateJoinToken.token:type_name -> corpus.v1.JoinToken
-	19, // 15: corpus.v1.EnrollNode.node:type_name -> corpus.v1.Node
-	20, // 16: corpus.v1.UpdateNode.capacity:type_name -> corpus.v1.Resources
-	21, // 17: corpus.v1.UpdateNode.drivers:type_name -> corpus.v1.DriverInfo
-	15, // 18: corpus.v1.UpdateNode.labels:type_name -> corpus.v1.UpdateNode.LabelsEntry
-	22, // 19: corpus.v1.CreateGuest.guest:type_name -> corpus.v1.Guest
-	23, // 20: corpus.v1.ObservedGuest.observed:type_name -> corpus.v1.GuestObserved
-	9,  // 21: corpus.v1.ReportGuests.guests:type_name -> corpus.v1.ObservedGuest
-	24, // 22: corpus.v1.CreateRoute.route:type_name -> corpus.v1.Route
-	17, // 23: corpus.v1.Snapshot.config:type_name -> corpus.v1.ClusterConfig
-	19, // 24: corpus.v1.Snapshot.nodes:type_name -> corpus.v1.Node
-	22, // 25: corpus.v1.Snapshot.guests:type_name -> corpus.v1.Guest
-	18, // 26: corpus.v1.Snapshot.join_tokens:type_name -> corpus.v1.JoinToken
-	24, // 27: corpus.v1.Snapshot.routes:type_name -> corpus.v1.Route
-	28, // [28:28] is the sub-list for method output_type
-	28, // [28:28] is the sub-list for method input_type
-	28, // [28:28] is the sub-list for extension type_name
-	28, // [28:28] is the sub-list for extension extendee
-	0,  // [0:28] is the sub-list for field type_name
+	14, // 13: corpus.v1.Command.add_dns_record:type_name -> corpus.v1.AddDnsRecord
+	15, // 14: corpus.v1.Command.delete_dns_record:type_name -> corpus.v1.DeleteDnsRecord
+	19, // 15: corpus.v1.BootstrapCluster.config:type_name -> corpus.v1.ClusterConfig
+	20, // 16: corpus.v1.CreateJoinToken.token:type_name -> corpus.v1.JoinToken
+	21, // 17: corpus.v1.EnrollNode.node:type_name -> corpus.v1.Node
+	22, // 18: corpus.v1.UpdateNode.capacity:type_name -> corpus.v1.Resources
+	23, // 19: corpus.v1.UpdateNode.drivers:type_name -> corpus.v1.DriverInfo
+	17, // 20: corpus.v1.UpdateNode.labels:type_name -> corpus.v1.UpdateNode.LabelsEntry
+	24, // 21: corpus.v1.CreateGuest.guest:type_name -> corpus.v1.Guest
+	25, // 22: corpus.v1.ObservedGuest.observed:type_name -> corpus.v1.GuestObserved
+	9,  // 23: corpus.v1.ReportGuests.guests:type_name -> corpus.v1.ObservedGuest
+	26, // 24: corpus.v1.CreateRoute.route:type_name -> corpus.v1.Route
+	27, // 25: corpus.v1.AddDnsRecord.record:type_name -> corpus.v1.DnsRecord
+	19, // 26: corpus.v1.Snapshot.config:type_name -> corpus.v1.ClusterConfig
+	21, // 27: corpus.v1.Snapshot.nodes:type_name -> corpus.v1.Node
+	24, // 28: corpus.v1.Snapshot.guests:type_name -> corpus.v1.Guest
+	20, // 29: corpus.v1.Snapshot.join_tokens:type_name -> corpus.v1.JoinToken
+	26, // 30: corpus.v1.Snapshot.routes:type_name -> corpus.v1.Route
+	27, // 31: corpus.v1.Snapshot.dns_records:type_name -> corpus.v1.DnsRecord
+	32, // [32:32] is the sub-list for method output_type
+	32, // [32:32] is the sub-list for method input_type
+	32, // [32:32] is the sub-list for extension type_name
+	32, // [32:32] is the sub-list for extension extendee
+	0,  // [0:32] is the sub-list for field type_name
 }
 
 func init() { file_corpus_v1_raft_proto_init() }
@@ -1312,6 +1455,8 @@ func file_corpus_v1_raft_proto_init() {
 		(*Command_CreateRoute)(nil),
 		(*Command_DeleteRoute)(nil),
 		(*Command_MoveRoute)(nil),
+		(*Command_AddDnsRecord)(nil),
+		(*Command_DeleteDnsRecord)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -1319,7 +1464,7 @@ func file_corpus_v1_raft_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_corpus_v1_raft_proto_rawDesc), len(file_corpus_v1_raft_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   16,
+			NumMessages:   18,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

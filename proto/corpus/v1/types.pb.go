@@ -1058,6 +1058,121 @@ func (x *ClusterConfig) GetNodeSubnetBits() int32 {
 	return 0
 }
 
+// DnsRecord is a static record an operator added to the cluster zone.
+type DnsRecord struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Id    string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	// name is relative to the zone ("www", "@" for the apex) or absolute
+	// inside it ("www.corpus.test.").
+	Name string `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	// type: A, AAAA, CNAME, TXT, MX or SRV.
+	Type string `protobuf:"bytes,3,opt,name=type,proto3" json:"type,omitempty"`
+	Ttl  uint32 `protobuf:"varint,4,opt,name=ttl,proto3" json:"ttl,omitempty"`
+	// data is the record's data in zone-file form ("10.0.0.5",
+	// "10 mail", "0 10 5432 db.guest").
+	Data string `protobuf:"bytes,5,opt,name=data,proto3" json:"data,omitempty"`
+	// key is "name type data", canonical; unique in the zone.
+	Key           string                 `protobuf:"bytes,6,opt,name=key,proto3" json:"key,omitempty"`
+	CreatedAt     *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
+	CreateIndex   uint64                 `protobuf:"varint,20,opt,name=create_index,json=createIndex,proto3" json:"create_index,omitempty"`
+	ModifyIndex   uint64                 `protobuf:"varint,21,opt,name=modify_index,json=modifyIndex,proto3" json:"modify_index,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DnsRecord) Reset() {
+	*x = DnsRecord{}
+	mi := &file_corpus_v1_types_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DnsRecord) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DnsRecord) ProtoMessage() {}
+
+func (x *DnsRecord) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_types_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DnsRecord.ProtoReflect.Descriptor instead.
+func (*DnsRecord) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_types_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *DnsRecord) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *DnsRecord) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *DnsRecord) GetType() string {
+	if x != nil {
+		return x.Type
+	}
+	return ""
+}
+
+func (x *DnsRecord) GetTtl() uint32 {
+	if x != nil {
+		return x.Ttl
+	}
+	return 0
+}
+
+func (x *DnsRecord) GetData() string {
+	if x != nil {
+		return x.Data
+	}
+	return ""
+}
+
+func (x *DnsRecord) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *DnsRecord) GetCreatedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CreatedAt
+	}
+	return nil
+}
+
+func (x *DnsRecord) GetCreateIndex() uint64 {
+	if x != nil {
+		return x.CreateIndex
+	}
+	return 0
+}
+
+func (x *DnsRecord) GetModifyIndex() uint64 {
+	if x != nil {
+		return x.ModifyIndex
+	}
+	return 0
+}
+
 var File_corpus_v1_types_proto protoreflect.FileDescriptor
 
 const file_corpus_v1_types_proto_rawDesc = "" +
@@ -1177,7 +1292,18 @@ const file_corpus_v1_types_proto_rawDesc = "" +
 	"\n" +
 	"created_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x12#\n" +
 	"\rguest_network\x18\x05 \x01(\tR\fguestNetwork\x12(\n" +
-	"\x10node_subnet_bits\x18\x06 \x01(\x05R\x0enodeSubnetBitsB!Z\x1fcorpus/proto/corpus/v1;corpusv1b\x06proto3"
+	"\x10node_subnet_bits\x18\x06 \x01(\x05R\x0enodeSubnetBits\"\xfc\x01\n" +
+	"\tDnsRecord\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x12\x12\n" +
+	"\x04type\x18\x03 \x01(\tR\x04type\x12\x10\n" +
+	"\x03ttl\x18\x04 \x01(\rR\x03ttl\x12\x12\n" +
+	"\x04data\x18\x05 \x01(\tR\x04data\x12\x10\n" +
+	"\x03key\x18\x06 \x01(\tR\x03key\x129\n" +
+	"\n" +
+	"created_at\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x12!\n" +
+	"\fcreate_index\x18\x14 \x01(\x04R\vcreateIndex\x12!\n" +
+	"\fmodify_index\x18\x15 \x01(\x04R\vmodifyIndexB!Z\x1fcorpus/proto/corpus/v1;corpusv1b\x06proto3"
 
 var (
 	file_corpus_v1_types_proto_rawDescOnce sync.Once
@@ -1191,7 +1317,7 @@ func file_corpus_v1_types_proto_rawDescGZIP() []byte {
 	return file_corpus_v1_types_proto_rawDescData
 }
 
-var file_corpus_v1_types_proto_msgTypes = make([]protoimpl.MessageInfo, 14)
+var file_corpus_v1_types_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
 var file_corpus_v1_types_proto_goTypes = []any{
 	(*Resources)(nil),             // 0: corpus.v1.Resources
 	(*DriverInfo)(nil),            // 1: corpus.v1.DriverInfo
@@ -1204,35 +1330,37 @@ var file_corpus_v1_types_proto_goTypes = []any{
 	(*Route)(nil),                 // 8: corpus.v1.Route
 	(*JoinToken)(nil),             // 9: corpus.v1.JoinToken
 	(*ClusterConfig)(nil),         // 10: corpus.v1.ClusterConfig
-	nil,                           // 11: corpus.v1.DriverInfo.AttributesEntry
-	nil,                           // 12: corpus.v1.Node.LabelsEntry
-	nil,                           // 13: corpus.v1.GuestSpec.EnvEntry
-	(*timestamppb.Timestamp)(nil), // 14: google.protobuf.Timestamp
+	(*DnsRecord)(nil),             // 11: corpus.v1.DnsRecord
+	nil,                           // 12: corpus.v1.DriverInfo.AttributesEntry
+	nil,                           // 13: corpus.v1.Node.LabelsEntry
+	nil,                           // 14: corpus.v1.GuestSpec.EnvEntry
+	(*timestamppb.Timestamp)(nil), // 15: google.protobuf.Timestamp
 }
 var file_corpus_v1_types_proto_depIdxs = []int32{
-	11, // 0: corpus.v1.DriverInfo.attributes:type_name -> corpus.v1.DriverInfo.AttributesEntry
-	12, // 1: corpus.v1.Node.labels:type_name -> corpus.v1.Node.LabelsEntry
+	12, // 0: corpus.v1.DriverInfo.attributes:type_name -> corpus.v1.DriverInfo.AttributesEntry
+	13, // 1: corpus.v1.Node.labels:type_name -> corpus.v1.Node.LabelsEntry
 	0,  // 2: corpus.v1.Node.capacity:type_name -> corpus.v1.Resources
 	1,  // 3: corpus.v1.Node.drivers:type_name -> corpus.v1.DriverInfo
-	14, // 4: corpus.v1.Node.enrolled_at:type_name -> google.protobuf.Timestamp
+	15, // 4: corpus.v1.Node.enrolled_at:type_name -> google.protobuf.Timestamp
 	0,  // 5: corpus.v1.GuestSpec.resources:type_name -> corpus.v1.Resources
-	13, // 6: corpus.v1.GuestSpec.env:type_name -> corpus.v1.GuestSpec.EnvEntry
+	14, // 6: corpus.v1.GuestSpec.env:type_name -> corpus.v1.GuestSpec.EnvEntry
 	4,  // 7: corpus.v1.GuestSpec.ports:type_name -> corpus.v1.Port
-	14, // 8: corpus.v1.GuestObserved.updated_at:type_name -> google.protobuf.Timestamp
-	14, // 9: corpus.v1.Event.time:type_name -> google.protobuf.Timestamp
+	15, // 8: corpus.v1.GuestObserved.updated_at:type_name -> google.protobuf.Timestamp
+	15, // 9: corpus.v1.Event.time:type_name -> google.protobuf.Timestamp
 	3,  // 10: corpus.v1.Guest.spec:type_name -> corpus.v1.GuestSpec
 	5,  // 11: corpus.v1.Guest.observed:type_name -> corpus.v1.GuestObserved
 	6,  // 12: corpus.v1.Guest.events:type_name -> corpus.v1.Event
-	14, // 13: corpus.v1.Guest.created_at:type_name -> google.protobuf.Timestamp
-	14, // 14: corpus.v1.Route.created_at:type_name -> google.protobuf.Timestamp
-	14, // 15: corpus.v1.JoinToken.expires_at:type_name -> google.protobuf.Timestamp
-	14, // 16: corpus.v1.JoinToken.created_at:type_name -> google.protobuf.Timestamp
-	14, // 17: corpus.v1.ClusterConfig.created_at:type_name -> google.protobuf.Timestamp
-	18, // [18:18] is the sub-list for method output_type
-	18, // [18:18] is the sub-list for method input_type
-	18, // [18:18] is the sub-list for extension type_name
-	18, // [18:18] is the sub-list for extension extendee
-	0,  // [0:18] is the sub-list for field type_name
+	15, // 13: corpus.v1.Guest.created_at:type_name -> google.protobuf.Timestamp
+	15, // 14: corpus.v1.Route.created_at:type_name -> google.protobuf.Timestamp
+	15, // 15: corpus.v1.JoinToken.expires_at:type_name -> google.protobuf.Timestamp
+	15, // 16: corpus.v1.JoinToken.created_at:type_name -> google.protobuf.Timestamp
+	15, // 17: corpus.v1.ClusterConfig.created_at:type_name -> google.protobuf.Timestamp
+	15, // 18: corpus.v1.DnsRecord.created_at:type_name -> google.protobuf.Timestamp
+	19, // [19:19] is the sub-list for method output_type
+	19, // [19:19] is the sub-list for method input_type
+	19, // [19:19] is the sub-list for extension type_name
+	19, // [19:19] is the sub-list for extension extendee
+	0,  // [0:19] is the sub-list for field type_name
 }
 
 func init() { file_corpus_v1_types_proto_init() }
@@ -1246,7 +1374,7 @@ func file_corpus_v1_types_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_corpus_v1_types_proto_rawDesc), len(file_corpus_v1_types_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   14,
+			NumMessages:   15,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -32,6 +32,8 @@ const (
 	GuestServiceName = "corpus.v1.GuestService"
 	// IngressServiceName is the fully-qualified name of the IngressService service.
 	IngressServiceName = "corpus.v1.IngressService"
+	// DnsServiceName is the fully-qualified name of the DnsService service.
+	DnsServiceName = "corpus.v1.DnsService"
 	// AgentServiceName is the fully-qualified name of the AgentService service.
 	AgentServiceName = "corpus.v1.AgentService"
 	// NodeAgentServiceName is the fully-qualified name of the NodeAgentService service.
@@ -83,6 +85,12 @@ const (
 	// IngressServiceMoveRouteProcedure is the fully-qualified name of the IngressService's MoveRoute
 	// RPC.
 	IngressServiceMoveRouteProcedure = "/corpus.v1.IngressService/MoveRoute"
+	// DnsServiceListRecordsProcedure is the fully-qualified name of the DnsService's ListRecords RPC.
+	DnsServiceListRecordsProcedure = "/corpus.v1.DnsService/ListRecords"
+	// DnsServiceAddRecordProcedure is the fully-qualified name of the DnsService's AddRecord RPC.
+	DnsServiceAddRecordProcedure = "/corpus.v1.DnsService/AddRecord"
+	// DnsServiceDeleteRecordProcedure is the fully-qualified name of the DnsService's DeleteRecord RPC.
+	DnsServiceDeleteRecordProcedure = "/corpus.v1.DnsService/DeleteRecord"
 	// AgentServiceEnrollProcedure is the fully-qualified name of the AgentService's Enroll RPC.
 	AgentServiceEnrollProcedure = "/corpus.v1.AgentService/Enroll"
 	// AgentServiceWatchProcedure is the fully-qualified name of the AgentService's Watch RPC.
@@ -675,6 +683,130 @@ func (UnimplementedIngressServiceHandler) DeleteRoute(context.Context, *connect.
 
 func (UnimplementedIngressServiceHandler) MoveRoute(context.Context, *connect.Request[v1.MoveRouteRequest]) (*connect.Response[v1.MoveRouteResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("corpus.v1.IngressService.MoveRoute is not implemented"))
+}
+
+// DnsServiceClient is a client for the corpus.v1.DnsService service.
+type DnsServiceClient interface {
+	ListRecords(context.Context, *connect.Request[v1.ListRecordsRequest]) (*connect.Response[v1.ListRecordsResponse], error)
+	AddRecord(context.Context, *connect.Request[v1.AddRecordRequest]) (*connect.Response[v1.AddRecordResponse], error)
+	DeleteRecord(context.Context, *connect.Request[v1.DeleteRecordRequest]) (*connect.Response[v1.DeleteRecordResponse], error)
+}
+
+// NewDnsServiceClient constructs a client for the corpus.v1.DnsService service. By default, it uses
+// the Connect protocol with the binary Protobuf Codec, asks for gzipped responses, and sends
+// uncompressed requests. To use the gRPC or gRPC-Web protocols, supply the connect.WithGRPC() or
+// connect.WithGRPCWeb() options.
+//
+// The URL supplied here should be the base URL for the Connect or gRPC server (for example,
+// http://api.acme.com or https://acme.com/grpc).
+func NewDnsServiceClient(httpClient connect.HTTPClient, baseURL string, opts ...connect.ClientOption) DnsServiceClient {
+	baseURL = strings.TrimRight(baseURL, "/")
+	dnsServiceMethods := v1.File_corpus_v1_api_proto.Services().ByName("DnsService").Methods()
+	return &dnsServiceClient{
+		listRecords: connect.NewClient[v1.ListRecordsRequest, v1.ListRecordsResponse](
+			httpClient,
+			baseURL+DnsServiceListRecordsProcedure,
+			connect.WithSchema(dnsServiceMethods.ByName("ListRecords")),
+			connect.WithIdempotency(connect.IdempotencyNoSideEffects),
+			connect.WithClientOptions(opts...),
+		),
+		addRecord: connect.NewClient[v1.AddRecordRequest, v1.AddRecordResponse](
+			httpClient,
+			baseURL+DnsServiceAddRecordProcedure,
+			connect.WithSchema(dnsServiceMethods.ByName("AddRecord")),
+			connect.WithClientOptions(opts...),
+		),
+		deleteRecord: connect.NewClient[v1.DeleteRecordRequest, v1.DeleteRecordResponse](
+			httpClient,
+			baseURL+DnsServiceDeleteRecordProcedure,
+			connect.WithSchema(dnsServiceMethods.ByName("DeleteRecord")),
+			connect.WithClientOptions(opts...),
+		),
+	}
+}
+
+// dnsServiceClient implements DnsServiceClient.
+type dnsServiceClient struct {
+	listRecords  *connect.Client[v1.ListRecordsRequest, v1.ListRecordsResponse]
+	addRecord    *connect.Client[v1.AddRecordRequest, v1.AddRecordResponse]
+	deleteRecord *connect.Client[v1.DeleteRecordRequest, v1.DeleteRecordResponse]
+}
+
+// ListRecords calls corpus.v1.DnsService.ListRecords.
+func (c *dnsServiceClient) ListRecords(ctx context.Context, req *connect.Request[v1.ListRecordsRequest]) (*connect.Response[v1.ListRecordsResponse], error) {
+	return c.listRecords.CallUnary(ctx, req)
+}
+
+// AddRecord calls corpus.v1.DnsService.AddRecord.
+func (c *dnsServiceClient) AddRecord(ctx context.Context, req *connect.Request[v1.AddRecordRequest]) (*connect.Response[v1.AddRecordResponse], error) {
+	return c.addRecord.CallUnary(ctx, req)
+}
+
+// DeleteRecord calls corpus.v1.DnsService.DeleteRecord.
+func (c *dnsServiceClient) DeleteRecord(ctx context.Context, req *connect.Request[v1.DeleteRecordRequest]) (*connect.Response[v1.DeleteRecordResponse], error) {
+	return c.deleteRecord.CallUnary(ctx, req)
+}
+
+// DnsServiceHandler is an implementation of the corpus.v1.DnsService service.
+type DnsServiceHandler interface {
+	ListRecords(context.Context, *connect.Request[v1.ListRecordsRequest]) (*connect.Response[v1.ListRecordsResponse], error)
+	AddRecord(context.Context, *connect.Request[v1.AddRecordRequest]) (*connect.Response[v1.AddRecordResponse], error)
+	DeleteRecord(context.Context, *connect.Request[v1.DeleteRecordRequest]) (*connect.Response[v1.DeleteRecordResponse], error)
+}
+
+// NewDnsServiceHandler builds an HTTP handler from the service implementation. It returns the path
+// on which to mount the handler and the handler itself.
+//
+// By default, handlers support the Connect, gRPC, and gRPC-Web protocols with the binary Protobuf
+// and JSON codecs. They also support gzip compression.
+func NewDnsServiceHandler(svc DnsServiceHandler, opts ...connect.HandlerOption) (string, http.Handler) {
+	dnsServiceMethods := v1.File_corpus_v1_api_proto.Services().ByName("DnsService").Methods()
+	dnsServiceListRecordsHandler := connect.NewUnaryHandler(
+		DnsServiceListRecordsProcedure,
+		svc.ListRecords,
+		connect.WithSchema(dnsServiceMethods.ByName("ListRecords")),
+		connect.WithIdempotency(connect.IdempotencyNoSideEffects),
+		connect.WithHandlerOptions(opts...),
+	)
+	dnsServiceAddRecordHandler := connect.NewUnaryHandler(
+		DnsServiceAddRecordProcedure,
+		svc.AddRecord,
+		connect.WithSchema(dnsServiceMethods.ByName("AddRecord")),
+		connect.WithHandlerOptions(opts...),
+	)
+	dnsServiceDeleteRecordHandler := connect.NewUnaryHandler(
+		DnsServiceDeleteRecordProcedure,
+		svc.DeleteRecord,
+		connect.WithSchema(dnsServiceMethods.ByName("DeleteRecord")),
+		connect.WithHandlerOptions(opts...),
+	)
+	return "/corpus.v1.DnsService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case DnsServiceListRecordsProcedure:
+			dnsServiceListRecordsHandler.ServeHTTP(w, r)
+		case DnsServiceAddRecordProcedure:
+			dnsServiceAddRecordHandler.ServeHTTP(w, r)
+		case DnsServiceDeleteRecordProcedure:
+			dnsServiceDeleteRecordHandler.ServeHTTP(w, r)
+		default:
+			http.NotFound(w, r)
+		}
+	})
+}
+
+// UnimplementedDnsServiceHandler returns CodeUnimplemented from all methods.
+type UnimplementedDnsServiceHandler struct{}
+
+func (UnimplementedDnsServiceHandler) ListRecords(context.Context, *connect.Request[v1.ListRecordsRequest]) (*connect.Response[v1.ListRecordsResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("corpus.v1.DnsService.ListRecords is not implemented"))
+}
+
+func (UnimplementedDnsServiceHandler) AddRecord(context.Context, *connect.Request[v1.AddRecordRequest]) (*connect.Response[v1.AddRecordResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("corpus.v1.DnsService.AddRecord is not implemented"))
+}
+
+func (UnimplementedDnsServiceHandler) DeleteRecord(context.Context, *connect.Request[v1.DeleteRecordRequest]) (*connect.Response[v1.DeleteRecordResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("corpus.v1.DnsService.DeleteRecord is not implemented"))
 }
 
 // AgentServiceClient is a client for the corpus.v1.AgentService service.

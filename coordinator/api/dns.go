@@ -1,0 +1,124 @@
+package api
+
+import (
+	"context"
+	"errors"
+	"strings"
+
+	"connectrpc.com/connect"
+
+	"corpus/dns"
+	"corpus/internal/secret"
+	corpusv1 "corpus/proto/corpus/v1"
+)
+
+// staticTypes are the record types operators may add.
+var staticTypes = map[string]bool{"A": true, "AAAA": true, "CNAME": true, "TXT": true, "MX": true, "SRV": true}
+
+// generatedSubtrees hold the names corpus publishes itself.
+var generatedSubtrees = []string{"guest", "node", "ns"}
+
+type dnsService struct{ b *Backend }
+
+func (s *dnsService) zone() (*dns.Zone, error) {
+	if s.b.Zone == nil {
+		return nil, connect.NewError(connect.CodeFailedPrecondition, errors.New("this coordinator serves no DNS (its dns address is empty)"))
+	}
+	z := s.b.Zone()
+	if z == nil {
+		return nil, connect.NewError(connect.CodeFailedPrecondition, errors.New("this coordinator serves no DNS (its dns address is empty)"))
+	}
+	return z, nil
+}
+
+func (s *dnsService) ListRecords(ctx context.Context, _ *connect.Request[corpusv1.ListRecordsRequest]) (*connect.Response[corpusv1.ListRecordsResponse], error) {
+	z, err := s.zone()
+	if err != nil {
+		return nil, err
+	}
+	static := map[string]string{} // canonical key -> id
+	for _, r := range s.b.Store.Read().DNSRecords() {
+		static[r.Key] = r.Id
+	}
+	res := &corpusv1.ListRecordsResponse{Zone: z.Origin(), Serial: z.Serial(), DnsAddr: s.b.DNSAddr()}
+	for _, r := range z.Records() {
+		res.Records = append(res.Records, &corpusv1.ZoneRecord{
+			Name: r.Name, Type: r.Type, Ttl: r.TTL, Data: r.Data, StaticId: static[recordKey(r)],
+		})
+	}
+	return connect.NewResponse(res), nil
+}
+
+// recordKey is the canonical identity of a record: absolute name, type, data.
+func recordKey(r dns.Record) string {
+	return strings.ToLower(r.Name) + " " + r.Type + " " + r.Data
+}
+
+// canonical validates a record against the zone it goes into and returns
+// it in the zone's own canonical form.
+func canonical(zone string, r dns.Record) (dns.Record, error) {
+	r.Type = strings.ToUpper(strings.TrimSpace(r.Type))
+	if !staticTypes[r.Type] {
+		return dns.Record{}, invalidf("record type %q: use A, AAAA, CNAME, TXT, MX or SRV", r.Type)
+	}
+	z, err := dns.NewZone(zone, 0, []dns.Record{r})
+	if err != nil {
+		return dns.Record{}, invalidf("record %s %s %q: %v", r.Name, r.Type, r.Data, err)
+	}
+	var found []dns.Record // the zone adds its own SOA and NS; allowed types are neither
+	for _, rec := range z.Records() {
+		if rec.Type == r.Type {
+			found = append(found, rec)
+		}
+	}
+	if len(found) != 1 {
+		return dns.Record{}, invalidf("record %s %s %q is not one record", r.Name, r.Type, r.Data)
+	}
+	out := found[0]
+	for _, sub := range generatedSubtrees {
+		suffix := "." + sub + "." + z.Origin()
+		if strings.HasSuffix(strings.ToLower(out.Name), suffix) || strings.EqualFold(out.Name, sub+"."+z.Origin()) {
+			return dns.Record{}, invalidf("names under %s.%s are published from the cluster state; pick another name", sub, z.Origin())
+		}
+	}
+	return out, nil
+}
+
+func (s *dnsService) AddRecord(ctx context.Context, req *connect.Request[corpusv1.AddRecordRequest]) (*connect.Response[corpusv1.AddRecordResponse], error) {
+	z, err := s.zone()
+	if err != nil {
+		return nil, err
+	}
+	m := req.Msg
+	if m.Name == "" || m.Data == "" {
+		return nil, toConnect(invalidf("a record needs a name and data, for example: corpus dns add www A 10.0.0.5"))
+	}
+	rec, err := canonical(z.Origin(), dns.Record{Name: m.Name, Type: m.Type, TTL: m.Ttl, Data: m.Data})
+	if err != nil {
+		return nil, toConnect(err)
+	}
+	key := recordKey(rec)
+	if old := s.b.Store.Read().DNSRecordByKey(key); old != nil {
+		return connect.NewResponse(&corpusv1.AddRecordResponse{Record: old}), nil
+	}
+	ttl := m.Ttl
+	if ttl == 0 {
+		ttl = dns.DefaultTTL
+	}
+	r := &corpusv1.DnsRecord{Id: secret.Hex(6), Name: rec.Name, Type: rec.Type, Ttl: ttl, Data: rec.Data, Key: key}
+	if _, err := s.b.write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_AddDnsRecord{AddDnsRecord: &corpusv1.AddDnsRecord{Record: r}}}); err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(&corpusv1.AddRecordResponse{Record: s.b.Store.Read().DNSRecord(r.Id), Created: true}), nil
+}
+
+func (s *dnsService) DeleteRecord(ctx context.Context, req *connect.Request[corpusv1.DeleteRecordRequest]) (*connect.Response[corpusv1.DeleteRecordResponse], error) {
+	r := s.b.Store.Read().DNSRecord(req.Msg.Id)
+	if r == nil {
+		return nil, toConnect(notFound("dns record", req.Msg.Id, "corpus dns records"))
+	}
+	if _, err := s.b.write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_DeleteDnsRecord{DeleteDnsRecord: &corpusv1.DeleteDnsRecord{Id: r.Id}}}); err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(&corpusv1.DeleteRecordResponse{Record: r}), nil
+}

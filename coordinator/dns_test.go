@@ -1,0 +1,135 @@
+package coordinator_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+	mdns "github.com/miekg/dns"
+
+	"corpus/coordinator/state"
+	corpusv1 "corpus/proto/corpus/v1"
+)
+
+// query asks the replica's DNS server over UDP.
+func query(t *testing.T, s *server, name string, qtype uint16) *mdns.Msg {
+	t.Helper()
+	m := new(mdns.Msg)
+	m.SetQuestion(mdns.Fqdn(name), qtype)
+	m.RecursionDesired = false
+	r, _, err := (&mdns.Client{Timeout: 2 * time.Second}).Exchange(m, s.DNSAddr())
+	if err != nil {
+		t.Fatalf("query %s: %v", name, err)
+	}
+	return r
+}
+
+// eventuallyAnswers waits until name has an A record with want (or, for
+// want "", until it is NXDOMAIN).
+func eventuallyAnswers(t *testing.T, s *server, name, want string) {
+	t.Helper()
+	deadline := time.Now().Add(2 * time.Second)
+	for {
+		r := query(t, s, name, mdns.TypeA)
+		got := ""
+		if len(r.Answer) > 0 {
+			if a, ok := r.Answer[0].(*mdns.A); ok {
+				got = a.A.String()
+			}
+		}
+		if got == want && (want != "" || r.Rcode == mdns.RcodeNameError) {
+			if !r.Authoritative {
+				t.Errorf("answer for %s is not authoritative", name)
+			}
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s A = %q (rcode %s), want %q within 2s", name, got, mdns.RcodeToString[r.Rcode], want)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestDNSFromState: the replica's DNS server answers guest and node names
+// from the state, follows changes with the SOA serial, and serves operator
+// records added through the API.
+func TestDNSFromState(t *testing.T) {
+	t.Parallel()
+	s := start(t, t.TempDir())
+	n := s.enroll("n1")
+	if _, err := n.agent.Report(context.Background(), connect.NewRequest(&corpusv1.ReportRequest{
+		Capacity: capacity(), Drivers: drivers(), AgentAddress: n.address, AgentVersion: "test", Address: "192.0.2.10",
+	})); err != nil {
+		t.Fatal(err)
+	}
+	ops := s.ops()
+	if _, err := ops.guests.CreateGuest(context.Background(), connect.NewRequest(&corpusv1.CreateGuestRequest{
+		Name: "web", Spec: &corpusv1.GuestSpec{Image: "busybox"},
+	})); err != nil {
+		t.Fatal(err)
+	}
+	s.waitFor("web placed", func(v *state.Snap) bool { return v.GuestByName("web").GetAddress() != "" })
+	addr := s.Store().Read().GuestByName("web").Address
+
+	eventuallyAnswers(t, s, "web.guest.corpus.test", addr)
+	eventuallyAnswers(t, s, "WEB.Guest.Corpus.Test", addr)
+	eventuallyAnswers(t, s, "n1.node.corpus.test", "192.0.2.10")
+	eventuallyAnswers(t, s, "nope.guest.corpus.test", "")
+	if r := query(t, s, "example.com", mdns.TypeA); r.Rcode != mdns.RcodeRefused {
+		t.Errorf("query outside the zone = %s, want REFUSED", mdns.RcodeToString[r.Rcode])
+	}
+	soa := query(t, s, "corpus.test", mdns.TypeSOA)
+	if len(soa.Answer) != 1 || uint64(soa.Answer[0].(*mdns.SOA).Serial) != s.Store().Read().Index()&0xffffffff {
+		t.Errorf("SOA = %v, want serial %d (the state's index)", soa.Answer, s.Store().Read().Index())
+	}
+
+	// Operator records.
+	add := func(name, typ, data string) (*corpusv1.AddRecordResponse, error) {
+		res, err := ops.dns.AddRecord(context.Background(), connect.NewRequest(&corpusv1.AddRecordRequest{Name: name, Type: typ, Data: data}))
+		if err != nil {
+			return nil, err
+		}
+		return res.Msg, nil
+	}
+	www, err := add("www", "A", "192.0.2.7")
+	if err != nil || !www.Created {
+		t.Fatalf("AddRecord(www A) = %v, %v", www, err)
+	}
+	eventuallyAnswers(t, s, "www.corpus.test", "192.0.2.7")
+	if again, err := add("www", "a", "192.0.2.7"); err != nil || again.Created || again.Record.Id != www.Record.Id {
+		t.Errorf("adding the same record again = %v, %v; want the existing one, created=false", again, err)
+	}
+	for _, bad := range [][3]string{{"x", "NS", "ns1"}, {"x", "A", "not-an-ip"}, {"web.guest", "A", "192.0.2.1"}, {"a b", "TXT", "x"}} {
+		before := len(s.Store().Read().DNSRecords())
+		if _, err := add(bad[0], bad[1], bad[2]); codeOf(err) != connect.CodeInvalidArgument {
+			t.Errorf("AddRecord(%v) = %v, want InvalidArgument", bad, err)
+		}
+		if after := len(s.Store().Read().DNSRecords()); after != before {
+			t.Errorf("a refused record changed the state (%d -> %d records)", before, after)
+		}
+	}
+	list, err := ops.dns.ListRecords(context.Background(), connect.NewRequest(&corpusv1.ListRecordsRequest{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, r := range list.Msg.Records {
+		if r.StaticId == www.Record.Id {
+			found = true
+		}
+	}
+	if !found || list.Msg.Zone != "corpus.test." || list.Msg.DnsAddr == "" {
+		t.Errorf("ListRecords = zone %q addr %q, static www found %v", list.Msg.Zone, list.Msg.DnsAddr, found)
+	}
+	if _, err := ops.dns.DeleteRecord(context.Background(), connect.NewRequest(&corpusv1.DeleteRecordRequest{Id: www.Record.Id})); err != nil {
+		t.Fatal(err)
+	}
+	eventuallyAnswers(t, s, "www.corpus.test", "")
+
+	// A deleted guest's name goes away.
+	if _, err := ops.guests.DeleteGuest(context.Background(), connect.NewRequest(&corpusv1.GuestActionRequest{Name: "web"})); err != nil {
+		t.Fatal(err)
+	}
+	eventuallyAnswers(t, s, "web.guest.corpus.test", "")
+}

@@ -1,0 +1,72 @@
+package coordinator
+
+import (
+	"context"
+	"log/slog"
+	"net"
+	"net/netip"
+
+	"corpus/coordinator/state"
+	"corpus/dns"
+	corpusv1 "corpus/proto/corpus/v1"
+)
+
+// clusterZone builds the DNS zone from one view of the state: this
+// replica as name server, guests and nodes by name, operator records.
+func clusterZone(v *state.Snap, zoneName, nsName string, nsAddr netip.Addr) (*dns.Zone, error) {
+	c := dns.Cluster{
+		Zone:        zoneName,
+		Index:       v.Index(),
+		NameServers: map[string]netip.Addr{nsName: nsAddr},
+		Guests:      map[string]netip.Addr{},
+		Nodes:       map[string]netip.Addr{},
+	}
+	for _, g := range v.Guests() {
+		if a, err := netip.ParseAddr(g.Address); err == nil && g.DesiredState != corpusv1.DesiredDeleted {
+			c.Guests[g.Name] = a
+		}
+	}
+	for _, n := range v.Nodes() {
+		if a, err := netip.ParseAddr(n.Address); err == nil {
+			c.Nodes[n.Name] = a
+		}
+	}
+	for _, r := range v.DNSRecords() {
+		c.Static = append(c.Static, dns.Record{Name: r.Name, Type: r.Type, TTL: r.Ttl, Data: r.Data})
+	}
+	return dns.ClusterZone(c)
+}
+
+// zoneLoop keeps src's zone equal to the state's: it rebuilds the zone
+// whenever the state changes (a watch, not a poll), so records and the
+// SOA serial follow the state's index at once.
+func zoneLoop(ctx context.Context, store *state.Store, src *dns.StaticSource, zoneName, nsName string, nsAddr netip.Addr, logger *slog.Logger) {
+	for ctx.Err() == nil {
+		v := store.Read()
+		v.WatchIndex()
+		z, err := clusterZone(v, zoneName, nsName, nsAddr)
+		if err != nil {
+			logger.Error("building the dns zone; serving the previous one", "error", err)
+		} else {
+			src.Set(z)
+		}
+		if v.Wait(ctx) != nil {
+			return
+		}
+	}
+}
+
+// nameServerAddr is the address published for this replica's NS record:
+// the DNS listen host, or the Raft host when that is unspecified.
+func nameServerAddr(dnsAddr, raftAddr string) netip.Addr {
+	for _, hp := range []string{dnsAddr, raftAddr} {
+		host, _, err := net.SplitHostPort(hp)
+		if err != nil {
+			continue
+		}
+		if a, err := netip.ParseAddr(host); err == nil && !a.IsUnspecified() {
+			return a
+		}
+	}
+	return netip.MustParseAddr("127.0.0.1")
+}
