@@ -50,11 +50,13 @@ demo-stop: ## stop the cluster started by make demo (guests keep running)
 demo-clean: ## stop it and remove its guests, network and state
 	./scripts/demo clean
 
-bench: ## guest start vs raw LXC, agent memory, NAT (10k rules, throughput), proxy vs nginx
+bench: ## guest start vs raw LXC, agent memory, NAT, proxy vs nginx, DNS vs bind9, volumes
 	./scripts/setup --bench
 	./test/bench/run
 	./test/bench/nat/run
 	./test/bench/proxy/run
+	./test/bench/dns/run
+	./test/bench/volume/run
 
 clean:
 	rm -rf bin
