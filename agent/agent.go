@@ -153,6 +153,7 @@ type Agent struct {
 	node     *corpusv1.Node             // this node as the coordinator last said
 	routes   []*corpusv1.Route          // proxy routes to this node's guests
 	netErr   error                      // the last network reconcile's error
+	cdns     clusterDNS                 // where the cluster zone is answered
 	known    bool                       // desired came from the coordinator or the cache
 	workers  map[string]*worker         // by guest id
 	observed map[string]*corpusv1.GuestObserved
@@ -306,6 +307,9 @@ func (a *Agent) Run(ctx context.Context) error {
 	a.http.Shutdown(shctx)
 	wg.Wait()
 	a.workerWG.Wait()
+	if a.net != nil && a.net.resolver != nil {
+		a.net.resolver.Shutdown(shctx)
+	}
 	return nil
 }
 

@@ -5,11 +5,14 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/netip"
 	"strconv"
 	"strings"
+	"time"
 
+	"corpus/dns"
 	"corpus/drivers"
 	"corpus/netns"
 	"corpus/netns/nat"
@@ -27,10 +30,23 @@ type network struct {
 	host   *netns.Host
 	nat    *nat.NAT
 	proxy  *proxy.Proxy
+	logger *slog.Logger
+
+	// resolver answers guests on the bridge address: the cluster zone by
+	// asking a coordinator, everything else upstream. resolverKey says
+	// what it was started for; a change restarts it.
+	resolver    *dns.Resolver
+	resolverKey string
+}
+
+// clusterDNS is where the cluster zone is answered, as the watch said.
+type clusterDNS struct {
+	zone   string // fully qualified
+	server string // host:port of a coordinator's DNS
 }
 
 func newNetwork(cfg Config) (*network, error) {
-	n := &network{bridge: cfg.Bridge, host: netns.New(netns.Config{Logger: cfg.Logger})}
+	n := &network{bridge: cfg.Bridge, host: netns.New(netns.Config{Logger: cfg.Logger}), logger: cfg.Logger}
 	var err error
 	if n.nat, err = nat.New(nat.Config{Logger: cfg.Logger}); err != nil {
 		return nil, fmt.Errorf("nat: %w", err)
@@ -85,7 +101,52 @@ func (n *network) guestNetwork(node *corpusv1.Node, g *corpusv1.Guest) (*drivers
 		Gateway:       gw.Addr(),
 		MAC:           guestMAC(g.Id),
 		HostInterface: hostInterface(g.Id),
+		Nameservers:   []netip.Addr{gw.Addr()},
 	}, nil
+}
+
+// ensureResolver runs the guests' resolver on the bridge address, started
+// (or restarted) for the current cluster DNS. Without cluster DNS there
+// is nothing to answer the zone with, and guests keep their image's
+// resolver configuration.
+func (n *network) ensureResolver(gw netip.Addr, c clusterDNS) error {
+	key := gw.String() + "|" + c.server + "|" + c.zone
+	if c.server == "" || key == n.resolverKey {
+		return nil
+	}
+	if n.resolver != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		n.resolver.Shutdown(ctx)
+		cancel()
+		n.resolver, n.resolverKey = nil, ""
+	}
+	cluster := &dns.Forwarder{Upstreams: []string{c.server}}
+	cfg := dns.ResolverConfig{Addr: net.JoinHostPort(gw.String(), "53"), Zone: c.zone, CacheSize: 4096}
+	r, err := dns.NewResolver(cfg, cluster, n.logger)
+	if errors.Is(err, dns.ErrNoUpstream) {
+		// No upstream on this host: names outside the cluster zone go to
+		// the coordinator too, which refuses them.
+		cfg.Upstreams = []string{c.server}
+		r, err = dns.NewResolver(cfg, cluster, n.logger)
+	}
+	if err != nil {
+		return fmt.Errorf("guest resolver: %w", err)
+	}
+	if err := r.Start(); err != nil {
+		return fmt.Errorf("guest resolver on %s: %w", cfg.Addr, err)
+	}
+	n.resolver, n.resolverKey = r, key
+	n.logger.Info("guest resolver listening", "addr", cfg.Addr, "zone", c.zone, "cluster_dns", c.server)
+	return nil
+}
+
+// search is the guests' resolver search list for a zone.
+func search(zone string) []string {
+	z := strings.TrimSuffix(zone, ".")
+	if z == "" {
+		return nil
+	}
+	return []string{"guest." + z, z}
 }
 
 // guestMAC derives a stable, locally administered unicast MAC from the
@@ -107,12 +168,13 @@ func hostInterface(id string) string {
 // sure the bridge it joins exists first.
 func (a *Agent) guestNetwork(ctx context.Context, g *corpusv1.Guest) (*drivers.Network, error) {
 	a.mu.Lock()
-	node := a.node
+	node, cdns := a.node, a.cdns
 	a.mu.Unlock()
 	n, err := a.net.guestNetwork(node, g)
 	if err != nil {
 		return nil, fmt.Errorf("network of guest: %w", err)
 	}
+	n.Search = search(cdns.zone)
 	if _, err := a.net.host.EnsureBridge(ctx, netns.Bridge{Name: n.Bridge, Gateway: netip.PrefixFrom(n.Gateway, n.Address.Bits())}); err != nil {
 		return nil, fmt.Errorf("bridge %s: %w", n.Bridge, err)
 	}
@@ -121,7 +183,7 @@ func (a *Agent) guestNetwork(ctx context.Context, g *corpusv1.Guest) (*drivers.N
 
 // reconcile makes the bridge, the NAT rules and the proxy routes match the
 // desired state. Each part is tried even when another fails.
-func (n *network) reconcile(ctx context.Context, node *corpusv1.Node, guests []*corpusv1.Guest, routes []*corpusv1.Route) error {
+func (n *network) reconcile(ctx context.Context, node *corpusv1.Node, guests []*corpusv1.Guest, routes []*corpusv1.Route, cdns clusterDNS) error {
 	gw, err := gateway(node)
 	if err != nil {
 		return err
@@ -130,6 +192,9 @@ func (n *network) reconcile(ctx context.Context, node *corpusv1.Node, guests []*
 	if _, err := n.host.EnsureBridge(ctx, netns.Bridge{Name: n.bridge, Gateway: gw}); err != nil {
 		errs = append(errs, fmt.Errorf("bridge %s: %w", n.bridge, err))
 	} else {
+		if err := n.ensureResolver(gw.Addr(), cdns); err != nil {
+			errs = append(errs, err)
+		}
 		// A bridge recreated by hand lost its ports: put the running
 		// guests' interfaces back on it.
 		for _, g := range guests {

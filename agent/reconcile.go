@@ -82,7 +82,7 @@ func (a *Agent) reconcileNetwork(ctx context.Context) {
 		return
 	}
 	a.mu.Lock()
-	node, routes, known := a.node, a.routes, a.known
+	node, routes, known, cdns := a.node, a.routes, a.known, a.cdns
 	guests := make([]*corpusv1.Guest, 0, len(a.desired))
 	for _, g := range a.desired {
 		guests = append(guests, g)
@@ -91,7 +91,7 @@ func (a *Agent) reconcileNetwork(ctx context.Context) {
 	if !known || node == nil {
 		return
 	}
-	err := a.net.reconcile(ctx, node, guests, routes)
+	err := a.net.reconcile(ctx, node, guests, routes, cdns)
 	a.mu.Lock()
 	changed := (err == nil) != (a.netErr == nil) || (err != nil && a.netErr != nil && err.Error() != a.netErr.Error())
 	a.netErr = err

@@ -2,6 +2,8 @@ package agent
 
 import (
 	"context"
+	"net"
+	"strconv"
 	"time"
 
 	"connectrpc.com/connect"
@@ -52,6 +54,10 @@ func (a *Agent) setDesired(msg *corpusv1.WatchResponse) {
 		a.node = msg.Node
 	}
 	a.routes = msg.Routes
+	a.cdns = clusterDNS{}
+	if host, _, err := net.SplitHostPort(a.id.Coordinator); err == nil && msg.DnsPort != 0 {
+		a.cdns = clusterDNS{zone: msg.DnsZone, server: net.JoinHostPort(host, strconv.Itoa(int(msg.DnsPort)))}
+	}
 	a.known = true
 	a.mu.Unlock()
 	a.poke(a.kick)

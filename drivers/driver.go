@@ -125,6 +125,10 @@ type Network struct {
 	// HostInterface names the node's end of the guest's link (at most 15
 	// bytes), so the agent can find it again; empty lets the driver pick.
 	HostInterface string
+	// Nameservers and Search become the guest's resolver configuration
+	// (/etc/resolv.conf); none leaves the image's own.
+	Nameservers []netip.Addr
+	Search      []string
 }
 
 // State is a guest's observed run state.

@@ -3,7 +3,9 @@ package api
 import (
 	"context"
 	"fmt"
+	"net"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -106,6 +108,7 @@ func (s *agentService) Watch(ctx context.Context, _ *connect.Request[corpusv1.Wa
 		n = proto.Clone(n).(*corpusv1.Node)
 		n.SecretHash = ""
 		msg := &corpusv1.WatchResponse{Index: view.Index(), Node: n, Guests: view.GuestsOnNode(p.NodeID), Routes: view.RoutesOnNode(p.NodeID)}
+		s.dnsInfo(msg)
 		if err := stream.Send(msg); err != nil {
 			return err
 		}
@@ -179,4 +182,18 @@ func sameDrivers(a, b []*corpusv1.DriverInfo) bool {
 		}
 	}
 	return true
+}
+
+// dnsInfo tells the agent where this replica answers the cluster zone.
+func (s *agentService) dnsInfo(msg *corpusv1.WatchResponse) {
+	if s.b.Zone == nil || s.b.DNSAddr == nil {
+		return
+	}
+	z := s.b.Zone()
+	_, port, err := net.SplitHostPort(s.b.DNSAddr())
+	if z == nil || err != nil {
+		return
+	}
+	p, _ := strconv.Atoi(port)
+	msg.DnsPort, msg.DnsZone = uint32(p), z.Origin()
 }

@@ -92,6 +92,11 @@ func validNetwork(n *drivers.Network) error {
 	if n.Gateway.IsValid() && !n.Address.Contains(n.Gateway) {
 		return fmt.Errorf("gateway %s is outside the guest's subnet %s", n.Gateway, n.Address.Masked())
 	}
+	for _, s := range n.Search {
+		if s == "" || len(s) > 253 || strings.ContainsAny(s, " \t\n\x00") {
+			return fmt.Errorf("invalid resolver search domain %q", s)
+		}
+	}
 	if n.MAC != "" {
 		if hw, err := net.ParseMAC(n.MAC); err != nil || len(hw) != 6 {
 			return fmt.Errorf("invalid MAC address %q", n.MAC)

@@ -5,6 +5,7 @@ package lxc
 import (
 	"fmt"
 	"maps"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -12,6 +13,7 @@ import (
 	golxc "github.com/lxc/go-lxc"
 
 	"corpus/drivers"
+	"corpus/internal/atomicfile"
 )
 
 // cpuPeriod is the CFS period, in microseconds, that CPU limits use.
@@ -49,6 +51,9 @@ func (d *Driver) configure(c *golxc.Container, spec drivers.GuestSpec, logFile s
 	w.clear("lxc.log.file")
 	w.set("lxc.log.file", logFile)
 	configureNetwork(w, spec.Network)
+	if err := d.configureResolver(w, spec); err != nil {
+		return err
+	}
 	d.configureSecurity(w)
 	d.configureLimits(w, spec.MemoryBytes, spec.CPUMillis)
 	w.clear("lxc.environment")
@@ -89,6 +94,31 @@ func configureNetwork(w *configWriter, n *drivers.Network) {
 	if n.Gateway.IsValid() {
 		w.set("lxc.net.0.ipv4.gateway", n.Gateway.String())
 	}
+}
+
+// configureResolver gives the guest the resolver configuration of its
+// network: a resolv.conf kept beside the container's config and
+// bind-mounted read-only over /etc/resolv.conf, which works the same for
+// every kind of root file system (directory or overlay clone).
+func (d *Driver) configureResolver(w *configWriter, spec drivers.GuestSpec) error {
+	n := spec.Network
+	if n == nil || len(n.Nameservers) == 0 {
+		return nil
+	}
+	var b strings.Builder
+	b.WriteString("# written by corpus: the node's resolver answers the cluster zone\n")
+	for _, ns := range n.Nameservers {
+		b.WriteString("nameserver " + ns.String() + "\n")
+	}
+	if len(n.Search) > 0 {
+		b.WriteString("search " + strings.Join(n.Search, " ") + "\n")
+	}
+	path := filepath.Join(d.guestDir(spec.Name), "resolv.conf")
+	if err := atomicfile.Write(path, []byte(b.String()), 0o644); err != nil {
+		return fmt.Errorf("writing resolv.conf: %w", err)
+	}
+	w.set("lxc.mount.entry", path+" etc/resolv.conf none bind,ro,create=file 0 0")
+	return nil
 }
 
 // configureSecurity drops AppArmor settings on hosts whose kernel has no

@@ -187,7 +187,8 @@ func newCluster(t *testing.T) *cluster {
 	lab := newNetLab(t)
 	c := &cluster{t: t, lab: lab, dir: dir, api: "127.0.0.1:7400", cfgHome: filepath.Join(dir, "cfg"), agents: map[string]*agentProc{}}
 	c.coord = startIn(t, lab.ctl, "coordinator", nil, "coordinator",
-		"--data-dir", filepath.Join(dir, "coordinator"), "--api-addr", "0.0.0.0:7400", "--raft-addr", "127.0.0.1:7401")
+		"--data-dir", filepath.Join(dir, "coordinator"), "--api-addr", "0.0.0.0:7400", "--raft-addr", "127.0.0.1:7401",
+		"--dns-addr", "0.0.0.0:8600")
 	c.waitReady()
 	return c
 }

@@ -320,6 +320,25 @@ func TestNodeSubnets(t *testing.T) {
 			return nil
 		})
 	}
+	// Guests resolve cluster names through their node's resolver.
+	var gb struct {
+		Guest struct {
+			Address string `json:"address"`
+		} `json:"guest"`
+	}
+	if err := c.json(&gb, "guest", "show", "gb"); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, "ga resolves gb", func() error {
+		out, errOut, code := c.cli("guest", "exec", "ga", "--", "nslookup", "gb.guest.corpus.test")
+		if code != 0 || !strings.Contains(out, gb.Guest.Address) {
+			return fmt.Errorf("nslookup in ga = exit %d: %s %s", code, out, errOut)
+		}
+		return nil
+	})
+	if out := c.mustCLI("guest", "exec", "ga", "--", "cat", "/etc/resolv.conf"); !strings.Contains(out, "search guest.corpus.test corpus.test") {
+		t.Errorf("resolv.conf of ga = %q, want the cluster search list", out)
+	}
 	// A deleted guest's name is gone within a second or so.
 	c.mustCLI("guest", "delete", "gb")
 	eventually(t, 3*time.Second, "gb removed from DNS", func() error {

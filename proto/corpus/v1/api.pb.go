@@ -2282,7 +2282,12 @@ type WatchResponse struct {
 	Node   *Node                  `protobuf:"bytes,2,opt,name=node,proto3" json:"node,omitempty"`
 	Guests []*Guest               `protobuf:"bytes,3,rep,name=guests,proto3" json:"guests,omitempty"`
 	// routes are the proxy routes to this node's guests.
-	Routes        []*Route `protobuf:"bytes,4,rep,name=routes,proto3" json:"routes,omitempty"`
+	Routes []*Route `protobuf:"bytes,4,rep,name=routes,proto3" json:"routes,omitempty"`
+	// dns_port is the port the coordinator answers the cluster zone on (at
+	// the address the agent reaches it by); 0 when it serves no DNS.
+	DnsPort uint32 `protobuf:"varint,5,opt,name=dns_port,json=dnsPort,proto3" json:"dns_port,omitempty"`
+	// dns_zone is the cluster zone, fully qualified.
+	DnsZone       string `protobuf:"bytes,6,opt,name=dns_zone,json=dnsZone,proto3" json:"dns_zone,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2343,6 +2348,20 @@ func (x *WatchResponse) GetRoutes() []*Route {
 		return x.Routes
 	}
 	return nil
+}
+
+func (x *WatchResponse) GetDnsPort() uint32 {
+	if x != nil {
+		return x.DnsPort
+	}
+	return 0
+}
+
+func (x *WatchResponse) GetDnsZone() string {
+	if x != nil {
+		return x.DnsZone
+	}
+	return ""
 }
 
 type ReportRequest struct {
@@ -2709,12 +2728,14 @@ const file_corpus_v1_api_proto_rawDesc = "" +
 	"\n" +
 	"cluster_id\x18\x03 \x01(\tR\tclusterId\x12\x1b\n" +
 	"\tagent_key\x18\x04 \x01(\tR\bagentKey\"\x0e\n" +
-	"\fWatchRequest\"\x9e\x01\n" +
+	"\fWatchRequest\"\xd4\x01\n" +
 	"\rWatchResponse\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\x04R\x05index\x12#\n" +
 	"\x04node\x18\x02 \x01(\v2\x0f.corpus.v1.NodeR\x04node\x12(\n" +
 	"\x06guests\x18\x03 \x03(\v2\x10.corpus.v1.GuestR\x06guests\x12(\n" +
-	"\x06routes\x18\x04 \x03(\v2\x10.corpus.v1.RouteR\x06routes\"\xd3\x02\n" +
+	"\x06routes\x18\x04 \x03(\v2\x10.corpus.v1.RouteR\x06routes\x12\x19\n" +
+	"\bdns_port\x18\x05 \x01(\rR\adnsPort\x12\x19\n" +
+	"\bdns_zone\x18\x06 \x01(\tR\adnsZone\"\xd3\x02\n" +
 	"\rReportRequest\x120\n" +
 	"\bcapacity\x18\x01 \x01(\v2\x14.corpus.v1.ResourcesR\bcapacity\x12/\n" +
 	"\adrivers\x18\x02 \x03(\v2\x15.corpus.v1.DriverInfoR\adrivers\x12#\n" +
