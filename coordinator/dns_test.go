@@ -2,12 +2,14 @@ package coordinator_test
 
 import (
 	"context"
+	"net/netip"
 	"testing"
 	"time"
 
 	"connectrpc.com/connect"
 	mdns "github.com/miekg/dns"
 
+	"corpus/coordinator"
 	"corpus/coordinator/state"
 	corpusv1 "corpus/proto/corpus/v1"
 )
@@ -132,4 +134,56 @@ func TestDNSFromState(t *testing.T) {
 		t.Fatal(err)
 	}
 	eventuallyAnswers(t, s, "web.guest.corpus.test", "")
+}
+
+// TestDNSZoneTransfer: a secondary inside the allowed prefix and holding
+// the TSIG key transfers the zone the replica serves; others are refused.
+func TestDNSZoneTransfer(t *testing.T) {
+	t.Parallel()
+	const keyName, secret = "xfr.", "c2VjcmV0LWtleS1mb3ItdGVzdHMtb25seS0xMjM0NTY="
+	s := start(t, t.TempDir(), func(c *coordinator.Config) {
+		c.DNS.Transfer.AllowFrom = []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}
+		c.DNS.Transfer.Keys = map[string]string{keyName: secret}
+	})
+	if _, err := s.ops().dns.AddRecord(context.Background(), connect.NewRequest(&corpusv1.AddRecordRequest{Name: "www", Type: "A", Data: "192.0.2.7"})); err != nil {
+		t.Fatal(err)
+	}
+	eventuallyAnswers(t, s, "www.corpus.test", "192.0.2.7")
+	axfr := func(signed bool) ([]mdns.RR, error) {
+		m := new(mdns.Msg)
+		m.SetAxfr("corpus.test.")
+		tr := &mdns.Transfer{}
+		if signed {
+			m.SetTsig(keyName, mdns.HmacSHA256, 300, time.Now().Unix())
+			tr.TsigSecret = map[string]string{keyName: secret}
+		}
+		ch, err := tr.In(m, s.DNSAddr())
+		if err != nil {
+			return nil, err
+		}
+		var rrs []mdns.RR
+		for env := range ch {
+			if env.Error != nil {
+				return nil, env.Error
+			}
+			rrs = append(rrs, env.RR...)
+		}
+		return rrs, nil
+	}
+	rrs, err := axfr(true)
+	if err != nil {
+		t.Fatalf("signed AXFR = %v", err)
+	}
+	found := false
+	for _, rr := range rrs {
+		if a, ok := rr.(*mdns.A); ok && a.Hdr.Name == "www.corpus.test." && a.A.String() == "192.0.2.7" {
+			found = true
+		}
+	}
+	if !found || len(rrs) < 3 {
+		t.Errorf("AXFR = %d records without www A 192.0.2.7: %v", len(rrs), rrs)
+	}
+	if rrs, err := axfr(false); err == nil && len(rrs) > 0 {
+		t.Errorf("unsigned AXFR = %d records, want a refusal", len(rrs))
+	}
 }
