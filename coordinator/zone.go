@@ -27,7 +27,8 @@ func clusterZone(v *state.Snap, zoneName, nsName string, nsAddr netip.Addr) (*dn
 		}
 	}
 	for _, n := range v.Nodes() {
-		if a, err := netip.ParseAddr(n.Address); err == nil {
+		// A node that stopped answering stops being published.
+		if a, err := netip.ParseAddr(n.Address); err == nil && n.Status != corpusv1.NodeDown {
 			c.Nodes[n.Name] = a
 		}
 	}
