@@ -66,6 +66,10 @@ func (a *Agent) pass(ctx context.Context) {
 			if wanted || busy {
 				continue
 			}
+			// The name may have been taken by a new guest since List.
+			if now, err := d.Inspect(ctx, st.Name); err != nil || now.ID != st.ID {
+				continue
+			}
 			a.logger.Info("removing guest that is no longer desired on this node", "guest", st.Name, "guest_id", st.ID)
 			if err := d.Destroy(ctx, st.Name); err != nil {
 				a.logger.Warn("removing undesired guest", "guest", st.Name, "error", err)
