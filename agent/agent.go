@@ -237,6 +237,16 @@ func (a *Agent) advertise() string {
 	return a.APIAddr()
 }
 
+// coordinator is the coordinator address the agent talks to: the first
+// configured one (the operator's current word), else the one it enrolled
+// with. Failing over between several is the cluster's business.
+func (a *Agent) coordinator() string {
+	if len(a.cfg.Coordinators) > 0 && a.cfg.Coordinators[0] != "" {
+		return a.cfg.Coordinators[0]
+	}
+	return a.id.Coordinator
+}
+
 // ProxyAddr is the proxy's HTTP listen address ("" without networking).
 func (a *Agent) ProxyAddr() string {
 	if a.net == nil {
@@ -265,7 +275,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	if err := a.enroll(ctx); err != nil {
 		return err
 	}
-	a.client = corpusv1connect.NewAgentServiceClient(rpc.HTTPClient(), "http://"+a.id.Coordinator,
+	a.client = corpusv1connect.NewAgentServiceClient(rpc.HTTPClient(), "http://"+a.coordinator(),
 		connect.WithInterceptors(rpc.Bearer(rpc.NodeCredential(a.id.NodeID, a.id.NodeSecret))))
 	if err := a.recoverJournal(ctx); err != nil {
 		a.logger.Warn("recovering interrupted work", "error", err)
@@ -300,7 +310,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	run(a.watchLoop)
 	run(a.reconcileLoop)
 	run(a.reportLoop)
-	a.logger.Info("agent running", "node", a.id.NodeName, "node_id", a.id.NodeID, "api", a.APIAddr(), "coordinator", a.id.Coordinator)
+	a.logger.Info("agent running", "node", a.id.NodeName, "node_id", a.id.NodeID, "api", a.APIAddr(), "coordinator", a.coordinator())
 	<-ctx.Done()
 	shctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 	defer cancel()

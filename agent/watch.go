@@ -55,7 +55,7 @@ func (a *Agent) setDesired(msg *corpusv1.WatchResponse) {
 	}
 	a.routes = msg.Routes
 	a.cdns = clusterDNS{}
-	if host, _, err := net.SplitHostPort(a.id.Coordinator); err == nil && msg.DnsPort != 0 {
+	if host, _, err := net.SplitHostPort(a.coordinator()); err == nil && msg.DnsPort != 0 {
 		a.cdns = clusterDNS{zone: msg.DnsZone, server: net.JoinHostPort(host, strconv.Itoa(int(msg.DnsPort)))}
 	}
 	a.known = true
