@@ -279,7 +279,7 @@ func (b *Backend) Unmount(ctx context.Context, name string) error {
 
 func (b *Backend) unmount(name string, s *state) error {
 	for i := len(s.mounts) - 1; i >= 0; i-- {
-		if err := unix.Unmount(s.mounts[i], 0); err != nil && !errors.Is(err, unix.EINVAL) {
+		if err := unmountBusyRetry(s.mounts[i]); err != nil && !errors.Is(err, unix.EINVAL) {
 			if errors.Is(err, unix.EBUSY) {
 				err = fmt.Errorf("%w: %w", volume.ErrInUse, err)
 			}

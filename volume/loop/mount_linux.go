@@ -8,6 +8,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -108,10 +109,25 @@ func unmountPrivateBind(point string) error {
 	if top == nil || !top.private || strings.HasPrefix(top.majmin, strconv.Itoa(loopMajor)+":") {
 		return nil
 	}
-	if err := unix.Unmount(point, 0); err != nil && !errors.Is(err, unix.EINVAL) {
+	if err := unmountBusyRetry(point); err != nil && !errors.Is(err, unix.EINVAL) {
 		return fmt.Errorf("unmounting private bind at %s: %w", point, err)
 	}
 	return nil
+}
+
+// unmountBusyRetry unmounts point, retrying EBUSY for up to a second: a
+// fork in this process (any exec of a tool, by any goroutine) briefly
+// holds copies of open descriptors, including those under point, until
+// the child execs.
+func unmountBusyRetry(point string) error {
+	var err error
+	for range 50 {
+		if err = unix.Unmount(point, 0); !errors.Is(err, unix.EBUSY) {
+			return err
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return err
 }
 
 // unescapeMount undoes the octal escapes (\040 for space) of mountinfo.
