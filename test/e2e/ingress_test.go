@@ -3,11 +3,21 @@ package e2e
 import (
 	"bufio"
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
 	"fmt"
 	"io"
+	"math/big"
 	"net"
 	"net/http"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"runtime"
 	"strings"
 	"testing"
@@ -113,9 +123,12 @@ func TestIngress(t *testing.T) {
 	c := newCluster(t)
 	a := c.addAgent("n1")
 	client, nodeAddr := c.lab.addClient(a.node)
-	// The agent tells the cluster its outside address.
+	// The agent tells the cluster its outside address, and serves HTTPS
+	// with a certificate from files.
+	certFile, keyFile, pool := selfSigned(t, "web.example.test")
+	agentArgs := []string{"--address", nodeAddr, "--proxy-https-addr", ":443", "--proxy-cert", certFile + ":" + keyFile}
 	a.kill()
-	a.proc = c.startAgent(a, "--address", nodeAddr)
+	a.proc = c.startAgent(a, agentArgs...)
 	hc := httpIn(client)
 
 	c.mustCLI("guest", "create", "web", "--image", "busybox", "--memory", "64M", "--cpus", "0.2", "--port", "8080:80", "--port", "7001:7000")
@@ -133,6 +146,10 @@ func TestIngress(t *testing.T) {
 	if code, _, err := get(hc, "http://"+nodeAddr+"/", "unknown.example.test"); err != nil || code != 404 {
 		t.Errorf("proxy with an unknown host = %d, %v; want 404", code, err)
 	}
+	// HTTPS: the certificate is picked by SNI and verifies.
+	hs := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DialContext: dialIn(client),
+		TLSClientConfig: &tls.Config{RootCAs: pool, ServerName: "web.example.test"}}}
+	eventually(t, 10*time.Second, "https through the proxy", wantBody(hs, "https://"+nodeAddr+"/", "web.example.test", "one"))
 	echo := func(port string) error {
 		conn, err := dialIn(client)(context.Background(), "tcp", net.JoinHostPort(nodeAddr, port))
 		if err != nil {
@@ -241,7 +258,7 @@ func TestIngress(t *testing.T) {
 		t.Errorf("NAT connection with the agent dead: %v", err)
 	}
 	restarted := time.Now()
-	a.proc = c.startAgent(a, "--address", nodeAddr)
+	a.proc = c.startAgent(a, agentArgs...)
 	eventually(t, 10*time.Second, "proxy back after restart", wantBody(hc, "http://"+nodeAddr+"/", "web.example.test", "two"))
 	t.Logf("proxy answered %s after the agent restarted", time.Since(restarted).Round(time.Millisecond))
 	if err := roundTrip("after-restart"); err != nil {
@@ -264,6 +281,37 @@ func TestIngress(t *testing.T) {
 	nsRun("ip", "link", "del", "corpus0")
 	eventually(t, 15*time.Second, "bridge repaired", wantBody(hc, "http://"+nodeAddr+":8080/", "", "one"))
 	eventually(t, 15*time.Second, "proxy to web2 after bridge repair", wantBody(hc, "http://"+nodeAddr+"/", "web.example.test", "two"))
+}
+
+// selfSigned writes a self-signed certificate for host and returns the
+// files and a pool that trusts it.
+func selfSigned(t *testing.T, host string) (certFile, keyFile string, pool *x509.CertPool) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: host}, DNSNames: []string{host},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kb, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	certFile, keyFile = filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
+	os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600)
+	os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kb}), 0o600)
+	cert, _ := x509.ParseCertificate(der)
+	pool = x509.NewCertPool()
+	pool.AddCert(cert)
+	return certFile, keyFile, pool
 }
 
 // TestNodeSubnets: agents in separate namespaces get distinct subnets and
