@@ -23,6 +23,8 @@ import (
 	"corpus/internal/rpc"
 	corpusv1 "corpus/proto/corpus/v1"
 	"corpus/proto/corpus/v1/corpusv1connect"
+	"corpus/volume"
+	"corpus/volume/loop"
 )
 
 // Config configures an agent.
@@ -144,19 +146,23 @@ type Agent struct {
 	drivers  map[string]drivers.Driver
 	listener net.Listener
 	http     *http.Server
-	net      *network // nil when networking is off
+	net      *network       // nil when networking is off
+	vols     volume.Backend // nil when volumes cannot run here
 	id       cache.Identity
 	client   corpusv1connect.AgentServiceClient
 
-	mu       sync.Mutex
-	desired  map[string]*corpusv1.Guest // by guest id
-	node     *corpusv1.Node             // this node as the coordinator last said
-	routes   []*corpusv1.Route          // proxy routes to this node's guests
-	netErr   error                      // the last network reconcile's error
-	cdns     clusterDNS                 // where the cluster zone is answered
-	known    bool                       // desired came from the coordinator or the cache
-	workers  map[string]*worker         // by guest id
-	observed map[string]*corpusv1.GuestObserved
+	mu      sync.Mutex
+	desired map[string]*corpusv1.Guest // by guest id
+	node    *corpusv1.Node             // this node as the coordinator last said
+	routes  []*corpusv1.Route          // proxy routes to this node's guests
+	netErr  error                      // the last network reconcile's error
+	cdns    clusterDNS                 // where the cluster zone is answered
+	volumes []*corpusv1.Volume         // this node's volumes
+
+	volObserved map[string]*corpusv1.VolumeObserved // by volume id
+	known       bool                                // desired came from the coordinator or the cache
+	workers     map[string]*worker                  // by guest id
+	observed    map[string]*corpusv1.GuestObserved
 
 	kick     chan struct{} // wakes the reconcile loop
 	report   chan struct{} // asks for a status report soon
@@ -187,8 +193,10 @@ func New(cfg Config) (*Agent, error) {
 		desired:  map[string]*corpusv1.Guest{},
 		workers:  map[string]*worker{},
 		observed: map[string]*corpusv1.GuestObserved{},
-		kick:     make(chan struct{}, 1),
-		report:   make(chan struct{}, 1),
+
+		volObserved: map[string]*corpusv1.VolumeObserved{},
+		kick:        make(chan struct{}, 1),
+		report:      make(chan struct{}, 1),
 	}
 	for _, name := range cfg.Drivers {
 		d, err := catalog.New(name, catalog.Config{StateDir: cfg.StateDir, Logger: cfg.Logger})
@@ -198,6 +206,11 @@ func New(cfg Config) (*Agent, error) {
 			continue
 		}
 		a.drivers[name] = d
+	}
+	if vb, err := loop.New(loop.Config{Root: filepath.Join(cfg.StateDir, "volumes", "images"), Logger: cfg.Logger}); err != nil {
+		a.logger.Warn("volumes unavailable", "error", err)
+	} else {
+		a.vols = vb
 	}
 	ln, err := net.Listen("tcp", cfg.APIAddr)
 	if err != nil {

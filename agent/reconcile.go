@@ -36,6 +36,7 @@ func (a *Agent) pass(ctx context.Context) {
 	// Workers first: a guest's start does not wait for the NAT and proxy
 	// programming of this pass (its worker makes sure the bridge exists).
 	defer a.reconcileNetwork(ctx)
+	defer a.reconcileVolumes(ctx)
 	a.mu.Lock()
 	known := a.known
 	for id, g := range a.desired {
@@ -281,6 +282,11 @@ func (w *worker) create(ctx context.Context, d drivers.Driver, g *corpusv1.Guest
 		}
 		spec.Network = n
 	}
+	mounts, err := a.guestMounts(ctx, g)
+	if err != nil {
+		return err
+	}
+	spec.Mounts = mounts
 	progress := func(msg string) {
 		a.setObserved(g.Id, &corpusv1.GuestObserved{State: corpusv1.ObservedCreating, Message: msg})
 	}

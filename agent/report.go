@@ -58,6 +58,9 @@ func (a *Agent) sendReport(ctx context.Context) error {
 	for id, o := range a.observed {
 		req.Guests = append(req.Guests, &corpusv1.ReportedGuest{GuestId: id, Observed: proto.Clone(o).(*corpusv1.GuestObserved)})
 	}
+	for id, o := range a.volObserved {
+		req.Volumes = append(req.Volumes, &corpusv1.ReportedVolume{VolumeId: id, Observed: proto.Clone(o).(*corpusv1.VolumeObserved)})
+	}
 	a.mu.Unlock()
 	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()

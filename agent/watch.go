@@ -54,6 +54,7 @@ func (a *Agent) setDesired(msg *corpusv1.WatchResponse) {
 		a.node = msg.Node
 	}
 	a.routes = msg.Routes
+	a.volumes = msg.Volumes
 	a.cdns = clusterDNS{}
 	if host, _, err := net.SplitHostPort(a.coordinator()); err == nil && msg.DnsPort != 0 {
 		a.cdns = clusterDNS{zone: msg.DnsZone, server: net.JoinHostPort(host, strconv.Itoa(int(msg.DnsPort)))}

@@ -31,6 +31,18 @@ func firstMessage[T any](stream *connect.ServerStreamForClient[T], err error) er
 // authorized caller gets an answer or a handler error that is neither
 // Unauthenticated nor PermissionDenied.
 var authCalls = map[string]func(ctx context.Context, c clients) error{
+	corpusv1connect.VolumeServiceListVolumesProcedure: func(ctx context.Context, c clients) error {
+		_, err := c.volumes.ListVolumes(ctx, connect.NewRequest(&corpusv1.ListVolumesRequest{}))
+		return err
+	},
+	corpusv1connect.VolumeServiceGetVolumeProcedure: func(ctx context.Context, c clients) error {
+		_, err := c.volumes.GetVolume(ctx, connect.NewRequest(&corpusv1.GetVolumeRequest{Name: "nope"}))
+		return err
+	},
+	corpusv1connect.VolumeServiceDeleteVolumeProcedure: func(ctx context.Context, c clients) error {
+		_, err := c.volumes.DeleteVolume(ctx, connect.NewRequest(&corpusv1.DeleteVolumeRequest{Name: "nope"}))
+		return err
+	},
 	corpusv1connect.DnsServiceListRecordsProcedure: func(ctx context.Context, c clients) error {
 		_, err := c.dns.ListRecords(ctx, connect.NewRequest(&corpusv1.ListRecordsRequest{}))
 		return err

@@ -143,6 +143,7 @@ type clients struct {
 	guests  corpusv1connect.GuestServiceClient
 	ingress corpusv1connect.IngressServiceClient
 	dns     corpusv1connect.DnsServiceClient
+	volumes corpusv1connect.VolumeServiceClient
 	agent   corpusv1connect.AgentServiceClient
 }
 
@@ -156,6 +157,7 @@ func (s *server) clients(token string) clients {
 		guests:  corpusv1connect.NewGuestServiceClient(hc, url, opt),
 		ingress: corpusv1connect.NewIngressServiceClient(hc, url, opt),
 		dns:     corpusv1connect.NewDnsServiceClient(hc, url, opt),
+		volumes: corpusv1connect.NewVolumeServiceClient(hc, url, opt),
 		agent:   corpusv1connect.NewAgentServiceClient(hc, url, opt),
 	}
 }

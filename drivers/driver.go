@@ -108,6 +108,14 @@ type GuestSpec struct {
 	// Network attaches the guest to the node's guest network; nil means
 	// the guest has loopback only.
 	Network *Network
+	// Mounts are host folders bound into the guest (its volume).
+	Mounts []Mount
+}
+
+// Mount binds a host folder at an absolute path inside the guest.
+type Mount struct {
+	Source string
+	Target string
 }
 
 // Network is a guest's place on its node's guest network: a static

@@ -108,6 +108,7 @@ func (s *agentService) Watch(ctx context.Context, _ *connect.Request[corpusv1.Wa
 		n = proto.Clone(n).(*corpusv1.Node)
 		n.SecretHash = ""
 		msg := &corpusv1.WatchResponse{Index: view.Index(), Node: n, Guests: view.GuestsOnNode(p.NodeID), Routes: view.RoutesOnNode(p.NodeID)}
+		msg.Volumes = view.VolumesOnNode(p.NodeID)
 		s.dnsInfo(msg)
 		if err := stream.Send(msg); err != nil {
 			return err
@@ -160,6 +161,26 @@ func (s *agentService) Report(ctx context.Context, req *connect.Request[corpusv1
 	if len(changed) > 0 {
 		i, err := s.b.write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_ReportGuests{ReportGuests: &corpusv1.ReportGuests{
 			NodeId: p.NodeID, Guests: changed,
+		}}})
+		if err != nil {
+			return nil, err
+		}
+		idx = i
+	}
+	var vols []*corpusv1.ObservedVolume
+	for _, r := range m.Volumes {
+		v := view.VolumeByID(r.VolumeId)
+		if v == nil || v.NodeId != p.NodeID || r.Observed == nil {
+			continue
+		}
+		gone := v.DesiredState == state.VolumeDeleted && r.Observed.State == state.ObservedDeleted
+		if gone || !proto.Equal(v.Observed, r.Observed) {
+			vols = append(vols, &corpusv1.ObservedVolume{VolumeId: r.VolumeId, Observed: r.Observed})
+		}
+	}
+	if len(vols) > 0 {
+		i, err := s.b.write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_ReportVolumes{ReportVolumes: &corpusv1.ReportVolumes{
+			NodeId: p.NodeID, Volumes: vols,
 		}}})
 		if err != nil {
 			return nil, err

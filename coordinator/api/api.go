@@ -58,6 +58,9 @@ var Policies = map[string]auth.Policy{
 	corpusv1connect.DnsServiceListRecordsProcedure:      {auth.Operator},
 	corpusv1connect.DnsServiceAddRecordProcedure:        {auth.Operator},
 	corpusv1connect.DnsServiceDeleteRecordProcedure:     {auth.Operator},
+	corpusv1connect.VolumeServiceListVolumesProcedure:   {auth.Operator},
+	corpusv1connect.VolumeServiceGetVolumeProcedure:     {auth.Operator},
+	corpusv1connect.VolumeServiceDeleteVolumeProcedure:  {auth.Operator},
 	corpusv1connect.AgentServiceEnrollProcedure:         auth.Public,
 	corpusv1connect.AgentServiceWatchProcedure:          {auth.Agent},
 	corpusv1connect.AgentServiceReportProcedure:         {auth.Agent},
@@ -78,6 +81,7 @@ func Mount(mux *http.ServeMux, b *Backend) {
 	mux.Handle(corpusv1connect.NewGuestServiceHandler(&guestService{b}, opts...))
 	mux.Handle(corpusv1connect.NewIngressServiceHandler(&ingressService{b}, opts...))
 	mux.Handle(corpusv1connect.NewDnsServiceHandler(&dnsService{b}, opts...))
+	mux.Handle(corpusv1connect.NewVolumeServiceHandler(&volumeService{b}, opts...))
 	mux.Handle(corpusv1connect.NewAgentServiceHandler(&agentService{b}, opts...))
 }
 

@@ -112,7 +112,7 @@ func (s *guestService) ListGuests(ctx context.Context, req *connect.Request[corp
 	return connect.NewResponse(res), nil
 }
 
-func (s *guestService) setDesired(ctx context.Context, name, desired string) (*connect.Response[corpusv1.GuestActionResponse], error) {
+func (s *guestService) setDesired(ctx context.Context, name, desired string, purge bool) (*connect.Response[corpusv1.GuestActionResponse], error) {
 	if err := names.Validate("guest", name); err != nil {
 		return nil, toConnect(err)
 	}
@@ -120,11 +120,11 @@ func (s *guestService) setDesired(ctx context.Context, name, desired string) (*c
 	if before == nil {
 		return nil, toConnect(notFound("guest", name, "corpus guest list"))
 	}
-	if before.DesiredState == desired {
+	if before.DesiredState == desired && (!purge || before.PurgeVolume) {
 		return connect.NewResponse(&corpusv1.GuestActionResponse{Guest: before, Changed: false}), nil
 	}
 	_, err := s.b.write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_SetGuestDesired{SetGuestDesired: &corpusv1.SetGuestDesired{
-		Name: name, DesiredState: desired,
+		Name: name, DesiredState: desired, PurgeVolume: purge,
 	}}})
 	if err != nil {
 		return nil, err
@@ -134,15 +134,15 @@ func (s *guestService) setDesired(ctx context.Context, name, desired string) (*c
 }
 
 func (s *guestService) StartGuest(ctx context.Context, req *connect.Request[corpusv1.GuestActionRequest]) (*connect.Response[corpusv1.GuestActionResponse], error) {
-	return s.setDesired(ctx, req.Msg.Name, state.DesiredRunning)
+	return s.setDesired(ctx, req.Msg.Name, state.DesiredRunning, false)
 }
 
 func (s *guestService) StopGuest(ctx context.Context, req *connect.Request[corpusv1.GuestActionRequest]) (*connect.Response[corpusv1.GuestActionResponse], error) {
-	return s.setDesired(ctx, req.Msg.Name, state.DesiredStopped)
+	return s.setDesired(ctx, req.Msg.Name, state.DesiredStopped, false)
 }
 
 func (s *guestService) DeleteGuest(ctx context.Context, req *connect.Request[corpusv1.GuestActionRequest]) (*connect.Response[corpusv1.GuestActionResponse], error) {
-	return s.setDesired(ctx, req.Msg.Name, state.DesiredDeleted)
+	return s.setDesired(ctx, req.Msg.Name, state.DesiredDeleted, req.Msg.PurgeVolume)
 }
 
 func (s *guestService) ExecGuest(ctx context.Context, req *connect.Request[corpusv1.ExecGuestRequest], stream *connect.ServerStream[corpusv1.ExecOutput]) error {

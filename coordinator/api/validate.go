@@ -2,6 +2,7 @@ package api
 
 import (
 	"fmt"
+	"path"
 	"strings"
 	"unicode"
 
@@ -66,6 +67,9 @@ func normalizeSpec(spec *corpusv1.GuestSpec) error {
 	if err := normalizePorts(spec.Ports); err != nil {
 		return err
 	}
+	if err := normalizeVolume(spec); err != nil {
+		return err
+	}
 	if len(spec.Env) > maxEnvVars {
 		return invalidf("%d environment variables; the limit is %d", len(spec.Env), maxEnvVars)
 	}
@@ -106,4 +110,39 @@ func guestStatus(g *corpusv1.Guest) string {
 		return "placed"
 	}
 	return g.Observed.State
+}
+
+// Volume limits (the loop backend's: 32 MiB to 64 TiB).
+const (
+	minVolumeBytes = 32 << 20
+	maxVolumeBytes = 64 << 40
+)
+
+// normalizeVolume validates a guest's volume request in place.
+func normalizeVolume(spec *corpusv1.GuestSpec) error {
+	v := spec.Volume
+	if v == nil {
+		return nil
+	}
+	if v.SizeBytes == 0 && v.UseVolume == "" {
+		spec.Volume = nil
+		return nil
+	}
+	if v.UseVolume != "" {
+		if v.SizeBytes != 0 {
+			return invalidf("give a size for a new volume or --use-volume for an existing one, not both")
+		}
+		if err := names.Validate("volume", v.UseVolume); err != nil {
+			return err
+		}
+	} else if v.SizeBytes < minVolumeBytes || v.SizeBytes > maxVolumeBytes {
+		return invalidf("volume size %d bytes is out of range (32 MiB to 64 TiB)", v.SizeBytes)
+	}
+	if v.Path == "" {
+		v.Path = state.DefaultVolumePath
+	}
+	if !path.IsAbs(v.Path) || path.Clean(v.Path) != v.Path || v.Path == "/" || strings.ContainsAny(v.Path, " \t\n\x00") {
+		return invalidf("volume path %q must be a clean absolute path inside the guest, not /, without spaces", v.Path)
+	}
+	return nil
 }

@@ -52,7 +52,10 @@ func pass(ctx context.Context, view *state.Snap, propose Proposer, logger *slog.
 		if g.NodeId != "" || g.DesiredState == state.DesiredDeleted {
 			continue
 		}
-		d := Place(g, cands)
+		d := Decision{Reason: "its volume is on a node that is no longer enrolled"}
+		if cs := volumeNode(view, g, cands); cs != nil {
+			d = Place(g, cs)
+		}
 		if d.NodeID == "" && d.Reason == g.PendingReason {
 			continue
 		}
@@ -78,4 +81,20 @@ func pass(ctx context.Context, view *state.Snap, propose Proposer, logger *slog.
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// volumeNode narrows the candidates of a guest whose volume already lives
+// on a node to that node: its data is there. It returns nil when that node
+// is gone.
+func volumeNode(view *state.Snap, g *corpusv1.Guest, cands []Candidate) []Candidate {
+	v := view.VolumeOfGuest(g.Id)
+	if v == nil || v.NodeId == "" {
+		return cands
+	}
+	for _, c := range cands {
+		if c.Node.Id == v.NodeId {
+			return []Candidate{c}
+		}
+	}
+	return nil
 }

@@ -118,6 +118,10 @@ func (a *applier) apply(cmd *corpusv1.Command) error {
 		return a.addDNSRecord(c.AddDnsRecord)
 	case *corpusv1.Command_DeleteDnsRecord:
 		return a.deleteDNSRecord(c.DeleteDnsRecord)
+	case *corpusv1.Command_DeleteVolume:
+		return a.deleteVolume(c.DeleteVolume)
+	case *corpusv1.Command_ReportVolumes:
+		return a.reportVolumes(c.ReportVolumes)
 	default:
 		panic(fmt.Sprintf("state: command %T has no apply function", c))
 	}
@@ -264,6 +268,9 @@ func (a *applier) createGuest(c *corpusv1.CreateGuest) error {
 	g.NodeId = ""
 	g.Observed = nil
 	g.Events = nil
+	if err := a.bindVolume(g); err != nil {
+		return err
+	}
 	a.event(g, "created", "desired state "+g.DesiredState)
 	g.CreateIndex, g.ModifyIndex = a.index, a.index
 	a.put(tableGuests, g)
@@ -291,8 +298,11 @@ func (a *applier) setGuestDesired(c *corpusv1.SetGuestDesired) error {
 	if g.DesiredState == DesiredDeleted && c.DesiredState != DesiredDeleted {
 		return fmt.Errorf("guest %s is being deleted: %w", g.Name, ErrBadTransition)
 	}
-	if g.DesiredState == c.DesiredState {
+	if g.DesiredState == c.DesiredState && g.PurgeVolume == (c.PurgeVolume || g.PurgeVolume) {
 		return nil
+	}
+	if c.DesiredState == DesiredDeleted {
+		g.PurgeVolume = g.PurgeVolume || c.PurgeVolume
 	}
 	if c.DesiredState == DesiredDeleted && g.NodeId == "" {
 		a.deleteGuest(g)
@@ -305,11 +315,13 @@ func (a *applier) setGuestDesired(c *corpusv1.SetGuestDesired) error {
 	return nil
 }
 
-// deleteGuest removes a guest and the routes pointing at it.
+// deleteGuest removes a guest and the routes pointing at it, and unbinds
+// (or, purging, deletes) its volume.
 func (a *applier) deleteGuest(g *corpusv1.Guest) {
 	if _, err := a.txn.DeleteAll(tableRoutes, "guest", g.Id); err != nil {
 		panic(fmt.Sprintf("state: deleting routes of guest: %v", err))
 	}
+	a.releaseVolume(g)
 	if err := a.txn.Delete(tableGuests, g); err != nil {
 		panic(fmt.Sprintf("state: deleting guest: %v", err))
 	}
@@ -344,6 +356,9 @@ func (a *applier) placeGuest(c *corpusv1.PlaceGuest) error {
 		addr, err := nextGuestAddress(n.GuestSubnet, v.GuestsOnNode(n.Id))
 		if err != nil {
 			return fmt.Errorf("placing guest %s on node %s: %w", g.Name, n.Name, err)
+		}
+		if err := a.placeVolume(g, n); err != nil {
+			return err
 		}
 		g.NodeId = n.Id
 		g.Address = addr.String()
@@ -413,6 +428,7 @@ func (f *FSM) Snapshot() (raft.FSMSnapshot, error) {
 	snap.JoinTokens = all[*corpusv1.JoinToken](v, tableTokens, "id")
 	snap.Routes = v.Routes()
 	snap.DnsRecords = v.DNSRecords()
+	snap.Volumes = v.Volumes()
 	return &fsmSnapshot{snap: snap}, nil
 }
 
@@ -472,6 +488,11 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 	}
 	for _, r := range snap.DnsRecords {
 		if err := ins(tableDNS, r); err != nil {
+			return err
+		}
+	}
+	for _, vol := range snap.Volumes {
+		if err := ins(tableVolumes, vol); err != nil {
 			return err
 		}
 	}

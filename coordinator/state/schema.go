@@ -5,12 +5,13 @@ import (
 )
 
 const (
-	tableNodes  = "nodes"
-	tableGuests = "guests"
-	tableTokens = "tokens"
-	tableRoutes = "routes"
-	tableDNS    = "dns"
-	tableMeta   = "meta"
+	tableNodes   = "nodes"
+	tableGuests  = "guests"
+	tableTokens  = "tokens"
+	tableRoutes  = "routes"
+	tableDNS     = "dns"
+	tableVolumes = "volumes"
+	tableMeta    = "meta"
 )
 
 // meta rows hold singletons: the cluster config and the latest index.
@@ -60,6 +61,15 @@ func schema() *memdb.DBSchema {
 			Indexes: map[string]*memdb.IndexSchema{
 				"id":  {Name: "id", Unique: true, Indexer: &memdb.StringFieldIndex{Field: "Id"}},
 				"key": {Name: "key", Unique: true, Indexer: &memdb.StringFieldIndex{Field: "Key"}},
+			},
+		},
+		tableVolumes: {
+			Name: tableVolumes,
+			Indexes: map[string]*memdb.IndexSchema{
+				"id":    {Name: "id", Unique: true, Indexer: &memdb.StringFieldIndex{Field: "Id"}},
+				"name":  {Name: "name", Unique: true, Indexer: &memdb.StringFieldIndex{Field: "Name"}},
+				"node":  {Name: "node", AllowMissing: true, Indexer: &memdb.StringFieldIndex{Field: "NodeId"}},
+				"guest": {Name: "guest", AllowMissing: true, Indexer: &memdb.StringFieldIndex{Field: "GuestId"}},
 			},
 		},
 		tableMeta: {

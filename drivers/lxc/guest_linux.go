@@ -67,6 +67,15 @@ func validateSpec(spec drivers.GuestSpec) (imageSpec, error) {
 	if err := validNetwork(spec.Network); err != nil {
 		return imageSpec{}, err
 	}
+	for _, m := range spec.Mounts {
+		// Both sides go into an lxc.mount.entry line: absolute, clean,
+		// without whitespace.
+		for _, p := range []string{m.Source, m.Target} {
+			if !filepath.IsAbs(p) || filepath.Clean(p) != p || p == "/" || strings.ContainsAny(p, " \t\n\x00") {
+				return imageSpec{}, fmt.Errorf("invalid mount path %q", p)
+			}
+		}
+	}
 	return img, nil
 }
 

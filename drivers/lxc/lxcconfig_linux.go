@@ -54,6 +54,9 @@ func (d *Driver) configure(c *golxc.Container, spec drivers.GuestSpec, logFile s
 	if err := d.configureResolver(w, spec); err != nil {
 		return err
 	}
+	for _, m := range spec.Mounts {
+		w.set("lxc.mount.entry", m.Source+" "+strings.TrimPrefix(m.Target, "/")+" none bind,create=dir 0 0")
+	}
 	d.configureSecurity(w)
 	d.configureLimits(w, spec.MemoryBytes, spec.CPUMillis)
 	w.clear("lxc.environment")

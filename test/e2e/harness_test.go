@@ -243,7 +243,10 @@ func (c *cluster) addAgent(name string, extra ...string) *agentProc {
 	a := &agentProc{name: name, node: node, stateDir: filepath.Join(c.dir, "agent-"+name), apiAddr: node.addr + ":7402"}
 	a.lxc = lxcHost{ns: node.ns, path: filepath.Join(a.stateDir, "lxc")}
 	// Registered after the namespace's cleanup, so it runs first.
-	c.t.Cleanup(func() { a.lxc.destroyAll(c.t) })
+	c.t.Cleanup(func() {
+		a.lxc.destroyAll(c.t)
+		detachVolumes(c.t, filepath.Join(a.stateDir, "volumes", "images"))
+	})
 	args := append([]string{"--join-token", tok}, extra...)
 	a.proc = c.startAgent(a, args...)
 	c.agents[name] = a
@@ -432,5 +435,31 @@ func (h lxcHost) destroyAll(t *testing.T) {
 	}
 	for _, sub := range nested {
 		lxcHost{ns: h.ns, path: sub}.destroyAll(t)
+	}
+}
+
+// detachVolumes detaches the loop devices backed by the volume images in
+// dir, once nothing mounts them any more (the agent and its guests are
+// gone, and with them the mount namespace that held the mounts).
+func detachVolumes(t *testing.T, dir string) {
+	images, _ := filepath.Glob(filepath.Join(dir, "*.img"))
+	for _, img := range images {
+		out, _ := exec.Command("losetup", "-j", img).Output()
+		for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+			dev, _, ok := strings.Cut(line, ":")
+			if !ok {
+				continue
+			}
+			var err error
+			for range 50 { // the namespace holding the mount may take a moment to go
+				if err = exec.Command("losetup", "-d", dev).Run(); err == nil {
+					break
+				}
+				time.Sleep(100 * time.Millisecond)
+			}
+			if err != nil {
+				t.Logf("cleanup: losetup -d %s (%s): %v", dev, img, err)
+			}
+		}
 	}
 }

@@ -33,6 +33,7 @@ func newGuestCmd(g *globals) *cobra.Command {
 func newGuestCreateCmd(g *globals) *cobra.Command {
 	var (
 		driver, image, memory, cpus, disk string
+		volSize, volPath, useVolume       string
 		env, ports                        []string
 		stopped, noWait                   bool
 		timeout                           time.Duration
@@ -75,6 +76,14 @@ func newGuestCreateCmd(g *globals) *cobra.Command {
 				}
 				spec.Ports = append(spec.Ports, port)
 			}
+			if volSize != "" || useVolume != "" {
+				spec.Volume = &corpusv1.VolumeSpec{Path: volPath, UseVolume: useVolume}
+				if volSize != "" {
+					if spec.Volume.SizeBytes, err = parseSize(volSize); err != nil {
+						return fmt.Errorf("--volume: %w", err)
+					}
+				}
+			}
 			c, err := g.clients()
 			if err != nil {
 				return err
@@ -111,6 +120,9 @@ func newGuestCreateCmd(g *globals) *cobra.Command {
 	f.StringVar(&disk, "disk", "", "disk reserved on the node, e.g. 1G (default 1G)")
 	f.StringArrayVar(&env, "env", nil, "environment variable KEY=VALUE (repeatable)")
 	f.StringArrayVar(&ports, "port", nil, "publish a guest port on the node by NAT, NODEPORT:GUESTPORT[/tcp|udp] (repeatable)")
+	f.StringVar(&volSize, "volume", "", "give the guest a new volume of this size, e.g. 5G")
+	f.StringVar(&volPath, "volume-path", "", "where the volume appears inside the guest (default /srv/data)")
+	f.StringVar(&useVolume, "use-volume", "", "bind an existing unbound volume (on its node) instead")
 	f.BoolVar(&stopped, "stopped", false, "create without starting")
 	f.BoolVar(&noWait, "detach", false, "return once the guest is accepted, without waiting for it to run")
 	f.DurationVar(&timeout, "timeout", 10*time.Minute, "how long to wait for the guest")
@@ -174,8 +186,8 @@ func (g *globals) waitGuest(ctx context.Context, c *clients, name, want string, 
 
 func newGuestActionCmd(g *globals, verb, desc, want string) *cobra.Command {
 	var (
-		noWait  bool
-		timeout time.Duration
+		noWait, purge bool
+		timeout       time.Duration
 	)
 	cmd := &cobra.Command{
 		Use:   verb + " NAME",
@@ -186,7 +198,7 @@ func newGuestActionCmd(g *globals, verb, desc, want string) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			req := connect.NewRequest(&corpusv1.GuestActionRequest{Name: args[0]})
+			req := connect.NewRequest(&corpusv1.GuestActionRequest{Name: args[0], PurgeVolume: purge})
 			var res *connect.Response[corpusv1.GuestActionResponse]
 			switch verb {
 			case "start":
@@ -217,6 +229,9 @@ func newGuestActionCmd(g *globals, verb, desc, want string) *cobra.Command {
 	}
 	cmd.Flags().BoolVar(&noWait, "detach", false, "return once the request is accepted")
 	cmd.Flags().DurationVar(&timeout, "timeout", 5*time.Minute, "how long to wait")
+	if verb == "delete" {
+		cmd.Flags().BoolVar(&purge, "purge", false, "delete the guest's volume too (it is kept otherwise)")
+	}
 	return cmd
 }
 
@@ -275,6 +290,13 @@ func newGuestShowCmd(g *globals) *cobra.Command {
 					fmt.Fprintf(w, "Env:\t%s\n", labelList(gu.Spec.GetEnv()))
 				}
 				fmt.Fprintf(w, "Address:\t%s\n", dash(gu.Address))
+				if v := gu.Spec.GetVolume(); v != nil {
+					name := v.UseVolume
+					if name == "" {
+						name = gu.Name
+					}
+					fmt.Fprintf(w, "Volume:\t%s at %s\n", name, v.Path)
+				}
 				for _, p := range gu.Spec.GetPorts() {
 					fmt.Fprintf(w, "Port:\tnode %d/%s -> guest %d (nat)\n", p.HostPort, p.Protocol, p.GuestPort)
 				}

@@ -99,6 +99,7 @@ func newRoot(g *globals) *cobra.Command {
 		newGuestCmd(g),
 		newIngressCmd(g),
 		newDNSCmd(g),
+		newVolumeCmd(g),
 		newEnvCmd(g),
 	)
 	return root
@@ -141,6 +142,7 @@ type clients struct {
 	guests  corpusv1connect.GuestServiceClient
 	ingress corpusv1connect.IngressServiceClient
 	dns     corpusv1connect.DnsServiceClient
+	volumes corpusv1connect.VolumeServiceClient
 }
 
 func (g *globals) clients() (*clients, error) {
@@ -160,6 +162,7 @@ func (g *globals) clients() (*clients, error) {
 		guests:  corpusv1connect.NewGuestServiceClient(hc, base, opt),
 		ingress: corpusv1connect.NewIngressServiceClient(hc, base, opt),
 		dns:     corpusv1connect.NewDnsServiceClient(hc, base, opt),
+		volumes: corpusv1connect.NewVolumeServiceClient(hc, base, opt),
 	}, nil
 }
 

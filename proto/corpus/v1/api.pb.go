@@ -836,8 +836,10 @@ func (x *ListGuestsResponse) GetIndex() uint64 {
 }
 
 type GuestActionRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// purge_volume, on delete, deletes the guest's volume too.
+	PurgeVolume   bool `protobuf:"varint,2,opt,name=purge_volume,json=purgeVolume,proto3" json:"purge_volume,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -877,6 +879,13 @@ func (x *GuestActionRequest) GetName() string {
 		return x.Name
 	}
 	return ""
+}
+
+func (x *GuestActionRequest) GetPurgeVolume() bool {
+	if x != nil {
+		return x.PurgeVolume
+	}
+	return false
 }
 
 type GuestActionResponse struct {
@@ -2070,6 +2079,314 @@ func (x *DeleteRecordResponse) GetRecord() *DnsRecord {
 	return nil
 }
 
+type ListVolumesRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListVolumesRequest) Reset() {
+	*x = ListVolumesRequest{}
+	mi := &file_corpus_v1_api_proto_msgTypes[36]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListVolumesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListVolumesRequest) ProtoMessage() {}
+
+func (x *ListVolumesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_api_proto_msgTypes[36]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListVolumesRequest.ProtoReflect.Descriptor instead.
+func (*ListVolumesRequest) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{36}
+}
+
+type VolumeView struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Volume        *Volume                `protobuf:"bytes,1,opt,name=volume,proto3" json:"volume,omitempty"`
+	NodeName      string                 `protobuf:"bytes,2,opt,name=node_name,json=nodeName,proto3" json:"node_name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *VolumeView) Reset() {
+	*x = VolumeView{}
+	mi := &file_corpus_v1_api_proto_msgTypes[37]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *VolumeView) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*VolumeView) ProtoMessage() {}
+
+func (x *VolumeView) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_api_proto_msgTypes[37]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use VolumeView.ProtoReflect.Descriptor instead.
+func (*VolumeView) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{37}
+}
+
+func (x *VolumeView) GetVolume() *Volume {
+	if x != nil {
+		return x.Volume
+	}
+	return nil
+}
+
+func (x *VolumeView) GetNodeName() string {
+	if x != nil {
+		return x.NodeName
+	}
+	return ""
+}
+
+type ListVolumesResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Volumes       []*VolumeView          `protobuf:"bytes,1,rep,name=volumes,proto3" json:"volumes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListVolumesResponse) Reset() {
+	*x = ListVolumesResponse{}
+	mi := &file_corpus_v1_api_proto_msgTypes[38]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListVolumesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListVolumesResponse) ProtoMessage() {}
+
+func (x *ListVolumesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_api_proto_msgTypes[38]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListVolumesResponse.ProtoReflect.Descriptor instead.
+func (*ListVolumesResponse) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{38}
+}
+
+func (x *ListVolumesResponse) GetVolumes() []*VolumeView {
+	if x != nil {
+		return x.Volumes
+	}
+	return nil
+}
+
+type GetVolumeRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetVolumeRequest) Reset() {
+	*x = GetVolumeRequest{}
+	mi := &file_corpus_v1_api_proto_msgTypes[39]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetVolumeRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetVolumeRequest) ProtoMessage() {}
+
+func (x *GetVolumeRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_api_proto_msgTypes[39]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetVolumeRequest.ProtoReflect.Descriptor instead.
+func (*GetVolumeRequest) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{39}
+}
+
+func (x *GetVolumeRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+type GetVolumeResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Volume        *VolumeView            `protobuf:"bytes,1,opt,name=volume,proto3" json:"volume,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetVolumeResponse) Reset() {
+	*x = GetVolumeResponse{}
+	mi := &file_corpus_v1_api_proto_msgTypes[40]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetVolumeResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetVolumeResponse) ProtoMessage() {}
+
+func (x *GetVolumeResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_api_proto_msgTypes[40]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetVolumeResponse.ProtoReflect.Descriptor instead.
+func (*GetVolumeResponse) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{40}
+}
+
+func (x *GetVolumeResponse) GetVolume() *VolumeView {
+	if x != nil {
+		return x.Volume
+	}
+	return nil
+}
+
+type DeleteVolumeRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteVolumeRequest) Reset() {
+	*x = DeleteVolumeRequest{}
+	mi := &file_corpus_v1_api_proto_msgTypes[41]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteVolumeRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteVolumeRequest) ProtoMessage() {}
+
+func (x *DeleteVolumeRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_api_proto_msgTypes[41]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteVolumeRequest.ProtoReflect.Descriptor instead.
+func (*DeleteVolumeRequest) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{41}
+}
+
+func (x *DeleteVolumeRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+type DeleteVolumeResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Volume        *Volume                `protobuf:"bytes,1,opt,name=volume,proto3" json:"volume,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteVolumeResponse) Reset() {
+	*x = DeleteVolumeResponse{}
+	mi := &file_corpus_v1_api_proto_msgTypes[42]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteVolumeResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteVolumeResponse) ProtoMessage() {}
+
+func (x *DeleteVolumeResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_api_proto_msgTypes[42]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteVolumeResponse.ProtoReflect.Descriptor instead.
+func (*DeleteVolumeResponse) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{42}
+}
+
+func (x *DeleteVolumeResponse) GetVolume() *Volume {
+	if x != nil {
+		return x.Volume
+	}
+	return nil
+}
+
 type EnrollRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	JoinToken     string                 `protobuf:"bytes,1,opt,name=join_token,json=joinToken,proto3" json:"join_token,omitempty"`
@@ -2086,7 +2403,7 @@ type EnrollRequest struct {
 
 func (x *EnrollRequest) Reset() {
 	*x = EnrollRequest{}
-	mi := &file_corpus_v1_api_proto_msgTypes[36]
+	mi := &file_corpus_v1_api_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2098,7 +2415,7 @@ func (x *EnrollRequest) String() string {
 func (*EnrollRequest) ProtoMessage() {}
 
 func (x *EnrollRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[36]
+	mi := &file_corpus_v1_api_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2111,7 +2428,7 @@ func (x *EnrollRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EnrollRequest.ProtoReflect.Descriptor instead.
 func (*EnrollRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{36}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *EnrollRequest) GetJoinToken() string {
@@ -2184,7 +2501,7 @@ type EnrollResponse struct {
 
 func (x *EnrollResponse) Reset() {
 	*x = EnrollResponse{}
-	mi := &file_corpus_v1_api_proto_msgTypes[37]
+	mi := &file_corpus_v1_api_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2196,7 +2513,7 @@ func (x *EnrollResponse) String() string {
 func (*EnrollResponse) ProtoMessage() {}
 
 func (x *EnrollResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[37]
+	mi := &file_corpus_v1_api_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2209,7 +2526,7 @@ func (x *EnrollResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EnrollResponse.ProtoReflect.Descriptor instead.
 func (*EnrollResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{37}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *EnrollResponse) GetNodeId() string {
@@ -2248,7 +2565,7 @@ type WatchRequest struct {
 
 func (x *WatchRequest) Reset() {
 	*x = WatchRequest{}
-	mi := &file_corpus_v1_api_proto_msgTypes[38]
+	mi := &file_corpus_v1_api_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2260,7 +2577,7 @@ func (x *WatchRequest) String() string {
 func (*WatchRequest) ProtoMessage() {}
 
 func (x *WatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[38]
+	mi := &file_corpus_v1_api_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2273,7 +2590,7 @@ func (x *WatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchRequest.ProtoReflect.Descriptor instead.
 func (*WatchRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{38}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{45}
 }
 
 type WatchResponse struct {
@@ -2287,14 +2604,16 @@ type WatchResponse struct {
 	// the address the agent reaches it by); 0 when it serves no DNS.
 	DnsPort uint32 `protobuf:"varint,5,opt,name=dns_port,json=dnsPort,proto3" json:"dns_port,omitempty"`
 	// dns_zone is the cluster zone, fully qualified.
-	DnsZone       string `protobuf:"bytes,6,opt,name=dns_zone,json=dnsZone,proto3" json:"dns_zone,omitempty"`
+	DnsZone string `protobuf:"bytes,6,opt,name=dns_zone,json=dnsZone,proto3" json:"dns_zone,omitempty"`
+	// volumes are the volumes on this node.
+	Volumes       []*Volume `protobuf:"bytes,7,rep,name=volumes,proto3" json:"volumes,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *WatchResponse) Reset() {
 	*x = WatchResponse{}
-	mi := &file_corpus_v1_api_proto_msgTypes[39]
+	mi := &file_corpus_v1_api_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2306,7 +2625,7 @@ func (x *WatchResponse) String() string {
 func (*WatchResponse) ProtoMessage() {}
 
 func (x *WatchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[39]
+	mi := &file_corpus_v1_api_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2319,7 +2638,7 @@ func (x *WatchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchResponse.ProtoReflect.Descriptor instead.
 func (*WatchResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{39}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *WatchResponse) GetIndex() uint64 {
@@ -2364,6 +2683,13 @@ func (x *WatchResponse) GetDnsZone() string {
 	return ""
 }
 
+func (x *WatchResponse) GetVolumes() []*Volume {
+	if x != nil {
+		return x.Volumes
+	}
+	return nil
+}
+
 type ReportRequest struct {
 	state        protoimpl.MessageState `protogen:"open.v1"`
 	Capacity     *Resources             `protobuf:"bytes,1,opt,name=capacity,proto3" json:"capacity,omitempty"`
@@ -2372,16 +2698,17 @@ type ReportRequest struct {
 	Guests       []*ReportedGuest       `protobuf:"bytes,4,rep,name=guests,proto3" json:"guests,omitempty"`
 	AgentVersion string                 `protobuf:"bytes,5,opt,name=agent_version,json=agentVersion,proto3" json:"agent_version,omitempty"`
 	// address is where outside traffic reaches this node.
-	Address       string  `protobuf:"bytes,6,opt,name=address,proto3" json:"address,omitempty"`
-	MinHostPort   int32   `protobuf:"varint,7,opt,name=min_host_port,json=minHostPort,proto3" json:"min_host_port,omitempty"`
-	ReservedPorts []int32 `protobuf:"varint,8,rep,packed,name=reserved_ports,json=reservedPorts,proto3" json:"reserved_ports,omitempty"`
+	Address       string            `protobuf:"bytes,6,opt,name=address,proto3" json:"address,omitempty"`
+	MinHostPort   int32             `protobuf:"varint,7,opt,name=min_host_port,json=minHostPort,proto3" json:"min_host_port,omitempty"`
+	ReservedPorts []int32           `protobuf:"varint,8,rep,packed,name=reserved_ports,json=reservedPorts,proto3" json:"reserved_ports,omitempty"`
+	Volumes       []*ReportedVolume `protobuf:"bytes,9,rep,name=volumes,proto3" json:"volumes,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ReportRequest) Reset() {
 	*x = ReportRequest{}
-	mi := &file_corpus_v1_api_proto_msgTypes[40]
+	mi := &file_corpus_v1_api_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2393,7 +2720,7 @@ func (x *ReportRequest) String() string {
 func (*ReportRequest) ProtoMessage() {}
 
 func (x *ReportRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[40]
+	mi := &file_corpus_v1_api_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2406,7 +2733,7 @@ func (x *ReportRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportRequest.ProtoReflect.Descriptor instead.
 func (*ReportRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{40}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *ReportRequest) GetCapacity() *Resources {
@@ -2465,6 +2792,13 @@ func (x *ReportRequest) GetReservedPorts() []int32 {
 	return nil
 }
 
+func (x *ReportRequest) GetVolumes() []*ReportedVolume {
+	if x != nil {
+		return x.Volumes
+	}
+	return nil
+}
+
 type ReportedGuest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	GuestId       string                 `protobuf:"bytes,1,opt,name=guest_id,json=guestId,proto3" json:"guest_id,omitempty"`
@@ -2475,7 +2809,7 @@ type ReportedGuest struct {
 
 func (x *ReportedGuest) Reset() {
 	*x = ReportedGuest{}
-	mi := &file_corpus_v1_api_proto_msgTypes[41]
+	mi := &file_corpus_v1_api_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2487,7 +2821,7 @@ func (x *ReportedGuest) String() string {
 func (*ReportedGuest) ProtoMessage() {}
 
 func (x *ReportedGuest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[41]
+	mi := &file_corpus_v1_api_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2500,7 +2834,7 @@ func (x *ReportedGuest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportedGuest.ProtoReflect.Descriptor instead.
 func (*ReportedGuest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{41}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *ReportedGuest) GetGuestId() string {
@@ -2517,6 +2851,58 @@ func (x *ReportedGuest) GetObserved() *GuestObserved {
 	return nil
 }
 
+type ReportedVolume struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	VolumeId      string                 `protobuf:"bytes,1,opt,name=volume_id,json=volumeId,proto3" json:"volume_id,omitempty"`
+	Observed      *VolumeObserved        `protobuf:"bytes,2,opt,name=observed,proto3" json:"observed,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReportedVolume) Reset() {
+	*x = ReportedVolume{}
+	mi := &file_corpus_v1_api_proto_msgTypes[49]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReportedVolume) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReportedVolume) ProtoMessage() {}
+
+func (x *ReportedVolume) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_api_proto_msgTypes[49]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReportedVolume.ProtoReflect.Descriptor instead.
+func (*ReportedVolume) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{49}
+}
+
+func (x *ReportedVolume) GetVolumeId() string {
+	if x != nil {
+		return x.VolumeId
+	}
+	return ""
+}
+
+func (x *ReportedVolume) GetObserved() *VolumeObserved {
+	if x != nil {
+		return x.Observed
+	}
+	return nil
+}
+
 type ReportResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Index         uint64                 `protobuf:"varint,1,opt,name=index,proto3" json:"index,omitempty"`
@@ -2526,7 +2912,7 @@ type ReportResponse struct {
 
 func (x *ReportResponse) Reset() {
 	*x = ReportResponse{}
-	mi := &file_corpus_v1_api_proto_msgTypes[42]
+	mi := &file_corpus_v1_api_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2538,7 +2924,7 @@ func (x *ReportResponse) String() string {
 func (*ReportResponse) ProtoMessage() {}
 
 func (x *ReportResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[42]
+	mi := &file_corpus_v1_api_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2551,7 +2937,7 @@ func (x *ReportResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportResponse.ProtoReflect.Descriptor instead.
 func (*ReportResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{42}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *ReportResponse) GetIndex() uint64 {
@@ -2614,9 +3000,10 @@ const file_corpus_v1_api_proto_rawDesc = "" +
 	"\x04node\x18\x01 \x01(\tR\x04node\"_\n" +
 	"\x12ListGuestsResponse\x123\n" +
 	"\x06guests\x18\x01 \x03(\v2\x1b.corpus.v1.GetGuestResponseR\x06guests\x12\x14\n" +
-	"\x05index\x18\x02 \x01(\x04R\x05index\"(\n" +
+	"\x05index\x18\x02 \x01(\x04R\x05index\"K\n" +
 	"\x12GuestActionRequest\x12\x12\n" +
-	"\x04name\x18\x01 \x01(\tR\x04name\"W\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12!\n" +
+	"\fpurge_volume\x18\x02 \x01(\bR\vpurgeVolume\"W\n" +
 	"\x13GuestActionResponse\x12&\n" +
 	"\x05guest\x18\x01 \x01(\v2\x10.corpus.v1.GuestR\x05guest\x12\x18\n" +
 	"\achanged\x18\x02 \x01(\bR\achanged\"\xd2\x01\n" +
@@ -2707,7 +3094,22 @@ const file_corpus_v1_api_proto_rawDesc = "" +
 	"\x13DeleteRecordRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\"D\n" +
 	"\x14DeleteRecordResponse\x12,\n" +
-	"\x06record\x18\x01 \x01(\v2\x14.corpus.v1.DnsRecordR\x06record\"\x82\x03\n" +
+	"\x06record\x18\x01 \x01(\v2\x14.corpus.v1.DnsRecordR\x06record\"\x14\n" +
+	"\x12ListVolumesRequest\"T\n" +
+	"\n" +
+	"VolumeView\x12)\n" +
+	"\x06volume\x18\x01 \x01(\v2\x11.corpus.v1.VolumeR\x06volume\x12\x1b\n" +
+	"\tnode_name\x18\x02 \x01(\tR\bnodeName\"F\n" +
+	"\x13ListVolumesResponse\x12/\n" +
+	"\avolumes\x18\x01 \x03(\v2\x15.corpus.v1.VolumeViewR\avolumes\"&\n" +
+	"\x10GetVolumeRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\"B\n" +
+	"\x11GetVolumeResponse\x12-\n" +
+	"\x06volume\x18\x01 \x01(\v2\x15.corpus.v1.VolumeViewR\x06volume\")\n" +
+	"\x13DeleteVolumeRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\"A\n" +
+	"\x14DeleteVolumeResponse\x12)\n" +
+	"\x06volume\x18\x01 \x01(\v2\x11.corpus.v1.VolumeR\x06volume\"\x82\x03\n" +
 	"\rEnrollRequest\x12\x1d\n" +
 	"\n" +
 	"join_token\x18\x01 \x01(\tR\tjoinToken\x12\x18\n" +
@@ -2728,14 +3130,15 @@ const file_corpus_v1_api_proto_rawDesc = "" +
 	"\n" +
 	"cluster_id\x18\x03 \x01(\tR\tclusterId\x12\x1b\n" +
 	"\tagent_key\x18\x04 \x01(\tR\bagentKey\"\x0e\n" +
-	"\fWatchRequest\"\xd4\x01\n" +
+	"\fWatchRequest\"\x81\x02\n" +
 	"\rWatchResponse\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\x04R\x05index\x12#\n" +
 	"\x04node\x18\x02 \x01(\v2\x0f.corpus.v1.NodeR\x04node\x12(\n" +
 	"\x06guests\x18\x03 \x03(\v2\x10.corpus.v1.GuestR\x06guests\x12(\n" +
 	"\x06routes\x18\x04 \x03(\v2\x10.corpus.v1.RouteR\x06routes\x12\x19\n" +
 	"\bdns_port\x18\x05 \x01(\rR\adnsPort\x12\x19\n" +
-	"\bdns_zone\x18\x06 \x01(\tR\adnsZone\"\xd3\x02\n" +
+	"\bdns_zone\x18\x06 \x01(\tR\adnsZone\x12+\n" +
+	"\avolumes\x18\a \x03(\v2\x11.corpus.v1.VolumeR\avolumes\"\x88\x03\n" +
 	"\rReportRequest\x120\n" +
 	"\bcapacity\x18\x01 \x01(\v2\x14.corpus.v1.ResourcesR\bcapacity\x12/\n" +
 	"\adrivers\x18\x02 \x03(\v2\x15.corpus.v1.DriverInfoR\adrivers\x12#\n" +
@@ -2744,10 +3147,14 @@ const file_corpus_v1_api_proto_rawDesc = "" +
 	"\ragent_version\x18\x05 \x01(\tR\fagentVersion\x12\x18\n" +
 	"\aaddress\x18\x06 \x01(\tR\aaddress\x12\"\n" +
 	"\rmin_host_port\x18\a \x01(\x05R\vminHostPort\x12%\n" +
-	"\x0ereserved_ports\x18\b \x03(\x05R\rreservedPorts\"`\n" +
+	"\x0ereserved_ports\x18\b \x03(\x05R\rreservedPorts\x123\n" +
+	"\avolumes\x18\t \x03(\v2\x19.corpus.v1.ReportedVolumeR\avolumes\"`\n" +
 	"\rReportedGuest\x12\x19\n" +
 	"\bguest_id\x18\x01 \x01(\tR\aguestId\x124\n" +
-	"\bobserved\x18\x02 \x01(\v2\x18.corpus.v1.GuestObservedR\bobserved\"&\n" +
+	"\bobserved\x18\x02 \x01(\v2\x18.corpus.v1.GuestObservedR\bobserved\"d\n" +
+	"\x0eReportedVolume\x12\x1b\n" +
+	"\tvolume_id\x18\x01 \x01(\tR\bvolumeId\x125\n" +
+	"\bobserved\x18\x02 \x01(\v2\x19.corpus.v1.VolumeObservedR\bobserved\"&\n" +
 	"\x0eReportResponse\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\x04R\x05index2T\n" +
 	"\x0eClusterService\x12B\n" +
@@ -2776,7 +3183,11 @@ const file_corpus_v1_api_proto_rawDesc = "" +
 	"DnsService\x12Q\n" +
 	"\vListRecords\x12\x1d.corpus.v1.ListRecordsRequest\x1a\x1e.corpus.v1.ListRecordsResponse\"\x03\x90\x02\x01\x12F\n" +
 	"\tAddRecord\x12\x1b.corpus.v1.AddRecordRequest\x1a\x1c.corpus.v1.AddRecordResponse\x12O\n" +
-	"\fDeleteRecord\x12\x1e.corpus.v1.DeleteRecordRequest\x1a\x1f.corpus.v1.DeleteRecordResponse2\xca\x01\n" +
+	"\fDeleteRecord\x12\x1e.corpus.v1.DeleteRecordRequest\x1a\x1f.corpus.v1.DeleteRecordResponse2\x80\x02\n" +
+	"\rVolumeService\x12Q\n" +
+	"\vListVolumes\x12\x1d.corpus.v1.ListVolumesRequest\x1a\x1e.corpus.v1.ListVolumesResponse\"\x03\x90\x02\x01\x12K\n" +
+	"\tGetVolume\x12\x1b.corpus.v1.GetVolumeRequest\x1a\x1c.corpus.v1.GetVolumeResponse\"\x03\x90\x02\x01\x12O\n" +
+	"\fDeleteVolume\x12\x1e.corpus.v1.DeleteVolumeRequest\x1a\x1f.corpus.v1.DeleteVolumeResponse2\xca\x01\n" +
 	"\fAgentService\x12=\n" +
 	"\x06Enroll\x12\x18.corpus.v1.EnrollRequest\x1a\x19.corpus.v1.EnrollResponse\x12<\n" +
 	"\x05Watch\x12\x17.corpus.v1.WatchRequest\x1a\x18.corpus.v1.WatchResponse0\x01\x12=\n" +
@@ -2796,7 +3207,7 @@ func file_corpus_v1_api_proto_rawDescGZIP() []byte {
 	return file_corpus_v1_api_proto_rawDescData
 }
 
-var file_corpus_v1_api_proto_msgTypes = make([]protoimpl.MessageInfo, 45)
+var file_corpus_v1_api_proto_msgTypes = make([]protoimpl.MessageInfo, 53)
 var file_corpus_v1_api_proto_goTypes = []any{
 	(*StatusRequest)(nil),           // 0: corpus.v1.StatusRequest
 	(*StatusResponse)(nil),          // 1: corpus.v1.StatusResponse
@@ -2834,107 +3245,130 @@ var file_corpus_v1_api_proto_goTypes = []any{
 	(*AddRecordResponse)(nil),       // 33: corpus.v1.AddRecordResponse
 	(*DeleteRecordRequest)(nil),     // 34: corpus.v1.DeleteRecordRequest
 	(*DeleteRecordResponse)(nil),    // 35: corpus.v1.DeleteRecordResponse
-	(*EnrollRequest)(nil),           // 36: corpus.v1.EnrollRequest
-	(*EnrollResponse)(nil),          // 37: corpus.v1.EnrollResponse
-	(*WatchRequest)(nil),            // 38: corpus.v1.WatchRequest
-	(*WatchResponse)(nil),           // 39: corpus.v1.WatchResponse
-	(*ReportRequest)(nil),           // 40: corpus.v1.ReportRequest
-	(*ReportedGuest)(nil),           // 41: corpus.v1.ReportedGuest
-	(*ReportResponse)(nil),          // 42: corpus.v1.ReportResponse
-	nil,                             // 43: corpus.v1.ExecGuestRequest.EnvEntry
-	nil,                             // 44: corpus.v1.EnrollRequest.LabelsEntry
-	(*JoinToken)(nil),               // 45: corpus.v1.JoinToken
-	(*Node)(nil),                    // 46: corpus.v1.Node
-	(*Resources)(nil),               // 47: corpus.v1.Resources
-	(*GuestSpec)(nil),               // 48: corpus.v1.GuestSpec
-	(*Guest)(nil),                   // 49: corpus.v1.Guest
-	(*Route)(nil),                   // 50: corpus.v1.Route
-	(*Port)(nil),                    // 51: corpus.v1.Port
-	(*DnsRecord)(nil),               // 52: corpus.v1.DnsRecord
-	(*DriverInfo)(nil),              // 53: corpus.v1.DriverInfo
-	(*GuestObserved)(nil),           // 54: corpus.v1.GuestObserved
+	(*ListVolumesRequest)(nil),      // 36: corpus.v1.ListVolumesRequest
+	(*VolumeView)(nil),              // 37: corpus.v1.VolumeView
+	(*ListVolumesResponse)(nil),     // 38: corpus.v1.ListVolumesResponse
+	(*GetVolumeRequest)(nil),        // 39: corpus.v1.GetVolumeRequest
+	(*GetVolumeResponse)(nil),       // 40: corpus.v1.GetVolumeResponse
+	(*DeleteVolumeRequest)(nil),     // 41: corpus.v1.DeleteVolumeRequest
+	(*DeleteVolumeResponse)(nil),    // 42: corpus.v1.DeleteVolumeResponse
+	(*EnrollRequest)(nil),           // 43: corpus.v1.EnrollRequest
+	(*EnrollResponse)(nil),          // 44: corpus.v1.EnrollResponse
+	(*WatchRequest)(nil),            // 45: corpus.v1.WatchRequest
+	(*WatchResponse)(nil),           // 46: corpus.v1.WatchResponse
+	(*ReportRequest)(nil),           // 47: corpus.v1.ReportRequest
+	(*ReportedGuest)(nil),           // 48: corpus.v1.ReportedGuest
+	(*ReportedVolume)(nil),          // 49: corpus.v1.ReportedVolume
+	(*ReportResponse)(nil),          // 50: corpus.v1.ReportResponse
+	nil,                             // 51: corpus.v1.ExecGuestRequest.EnvEntry
+	nil,                             // 52: corpus.v1.EnrollRequest.LabelsEntry
+	(*JoinToken)(nil),               // 53: corpus.v1.JoinToken
+	(*Node)(nil),                    // 54: corpus.v1.Node
+	(*Resources)(nil),               // 55: corpus.v1.Resources
+	(*GuestSpec)(nil),               // 56: corpus.v1.GuestSpec
+	(*Guest)(nil),                   // 57: corpus.v1.Guest
+	(*Route)(nil),                   // 58: corpus.v1.Route
+	(*Port)(nil),                    // 59: corpus.v1.Port
+	(*DnsRecord)(nil),               // 60: corpus.v1.DnsRecord
+	(*Volume)(nil),                  // 61: corpus.v1.Volume
+	(*DriverInfo)(nil),              // 62: corpus.v1.DriverInfo
+	(*GuestObserved)(nil),           // 63: corpus.v1.GuestObserved
+	(*VolumeObserved)(nil),          // 64: corpus.v1.VolumeObserved
 }
 var file_corpus_v1_api_proto_depIdxs = []int32{
-	45, // 0: corpus.v1.CreateJoinTokenResponse.info:type_name -> corpus.v1.JoinToken
+	53, // 0: corpus.v1.CreateJoinTokenResponse.info:type_name -> corpus.v1.JoinToken
 	8,  // 1: corpus.v1.ListNodesResponse.nodes:type_name -> corpus.v1.NodeView
 	8,  // 2: corpus.v1.GetNodeResponse.node:type_name -> corpus.v1.NodeView
-	46, // 3: corpus.v1.NodeView.node:type_name -> corpus.v1.Node
-	47, // 4: corpus.v1.NodeView.allocated:type_name -> corpus.v1.Resources
-	48, // 5: corpus.v1.CreateGuestRequest.spec:type_name -> corpus.v1.GuestSpec
-	49, // 6: corpus.v1.CreateGuestResponse.guest:type_name -> corpus.v1.Guest
-	49, // 7: corpus.v1.GetGuestResponse.guest:type_name -> corpus.v1.Guest
+	54, // 3: corpus.v1.NodeView.node:type_name -> corpus.v1.Node
+	55, // 4: corpus.v1.NodeView.allocated:type_name -> corpus.v1.Resources
+	56, // 5: corpus.v1.CreateGuestRequest.spec:type_name -> corpus.v1.GuestSpec
+	57, // 6: corpus.v1.CreateGuestResponse.guest:type_name -> corpus.v1.Guest
+	57, // 7: corpus.v1.GetGuestResponse.guest:type_name -> corpus.v1.Guest
 	12, // 8: corpus.v1.ListGuestsResponse.guests:type_name -> corpus.v1.GetGuestResponse
-	49, // 9: corpus.v1.GuestActionResponse.guest:type_name -> corpus.v1.Guest
-	43, // 10: corpus.v1.ExecGuestRequest.env:type_name -> corpus.v1.ExecGuestRequest.EnvEntry
-	50, // 11: corpus.v1.CreateRouteResponse.route:type_name -> corpus.v1.Route
-	50, // 12: corpus.v1.RouteView.route:type_name -> corpus.v1.Route
+	57, // 9: corpus.v1.GuestActionResponse.guest:type_name -> corpus.v1.Guest
+	51, // 10: corpus.v1.ExecGuestRequest.env:type_name -> corpus.v1.ExecGuestRequest.EnvEntry
+	58, // 11: corpus.v1.CreateRouteResponse.route:type_name -> corpus.v1.Route
+	58, // 12: corpus.v1.RouteView.route:type_name -> corpus.v1.Route
 	22, // 13: corpus.v1.ListRoutesResponse.routes:type_name -> corpus.v1.RouteView
 	24, // 14: corpus.v1.ListRoutesResponse.nat:type_name -> corpus.v1.NatView
-	51, // 15: corpus.v1.NatView.port:type_name -> corpus.v1.Port
-	50, // 16: corpus.v1.DeleteRouteResponse.route:type_name -> corpus.v1.Route
-	50, // 17: corpus.v1.MoveRouteResponse.route:type_name -> corpus.v1.Route
+	59, // 15: corpus.v1.NatView.port:type_name -> corpus.v1.Port
+	58, // 16: corpus.v1.DeleteRouteResponse.route:type_name -> corpus.v1.Route
+	58, // 17: corpus.v1.MoveRouteResponse.route:type_name -> corpus.v1.Route
 	30, // 18: corpus.v1.ListRecordsResponse.records:type_name -> corpus.v1.ZoneRecord
-	52, // 19: corpus.v1.AddRecordResponse.record:type_name -> corpus.v1.DnsRecord
-	52, // 20: corpus.v1.DeleteRecordResponse.record:type_name -> corpus.v1.DnsRecord
-	44, // 21: corpus.v1.EnrollRequest.labels:type_name -> corpus.v1.EnrollRequest.LabelsEntry
-	47, // 22: corpus.v1.EnrollRequest.capacity:type_name -> corpus.v1.Resources
-	53, // 23: corpus.v1.EnrollRequest.drivers:type_name -> corpus.v1.DriverInfo
-	46, // 24: corpus.v1.WatchResponse.node:type_name -> corpus.v1.Node
-	49, // 25: corpus.v1.WatchResponse.guests:type_name -> corpus.v1.Guest
-	50, // 26: corpus.v1.WatchResponse.routes:type_name -> corpus.v1.Route
-	47, // 27: corpus.v1.ReportRequest.capacity:type_name -> corpus.v1.Resources
-	53, // 28: corpus.v1.ReportRequest.drivers:type_name -> corpus.v1.DriverInfo
-	41, // 29: corpus.v1.ReportRequest.guests:type_name -> corpus.v1.ReportedGuest
-	54, // 30: corpus.v1.ReportedGuest.observed:type_name -> corpus.v1.GuestObserved
-	0,  // 31: corpus.v1.ClusterService.Status:input_type -> corpus.v1.StatusRequest
-	2,  // 32: corpus.v1.NodeService.CreateJoinToken:input_type -> corpus.v1.CreateJoinTokenRequest
-	4,  // 33: corpus.v1.NodeService.ListNodes:input_type -> corpus.v1.ListNodesRequest
-	6,  // 34: corpus.v1.NodeService.GetNode:input_type -> corpus.v1.GetNodeRequest
-	9,  // 35: corpus.v1.GuestService.CreateGuest:input_type -> corpus.v1.CreateGuestRequest
-	11, // 36: corpus.v1.GuestService.GetGuest:input_type -> corpus.v1.GetGuestRequest
-	13, // 37: corpus.v1.GuestService.ListGuests:input_type -> corpus.v1.ListGuestsRequest
-	15, // 38: corpus.v1.GuestService.StartGuest:input_type -> corpus.v1.GuestActionRequest
-	15, // 39: corpus.v1.GuestService.StopGuest:input_type -> corpus.v1.GuestActionRequest
-	15, // 40: corpus.v1.GuestService.DeleteGuest:input_type -> corpus.v1.GuestActionRequest
-	17, // 41: corpus.v1.GuestService.ExecGuest:input_type -> corpus.v1.ExecGuestRequest
-	19, // 42: corpus.v1.IngressService.CreateRoute:input_type -> corpus.v1.CreateRouteRequest
-	21, // 43: corpus.v1.IngressService.ListRoutes:input_type -> corpus.v1.ListRoutesRequest
-	25, // 44: corpus.v1.IngressService.DeleteRoute:input_type -> corpus.v1.DeleteRouteRequest
-	27, // 45: corpus.v1.IngressService.MoveRoute:input_type -> corpus.v1.MoveRouteRequest
-	29, // 46: corpus.v1.DnsService.ListRecords:input_type -> corpus.v1.ListRecordsRequest
-	32, // 47: corpus.v1.DnsService.AddRecord:input_type -> corpus.v1.AddRecordRequest
-	34, // 48: corpus.v1.DnsService.DeleteRecord:input_type -> corpus.v1.DeleteRecordRequest
-	36, // 49: corpus.v1.AgentService.Enroll:input_type -> corpus.v1.EnrollRequest
-	38, // 50: corpus.v1.AgentService.Watch:input_type -> corpus.v1.WatchRequest
-	40, // 51: corpus.v1.AgentService.Report:input_type -> corpus.v1.ReportRequest
-	17, // 52: corpus.v1.NodeAgentService.Exec:input_type -> corpus.v1.ExecGuestRequest
-	1,  // 53: corpus.v1.ClusterService.Status:output_type -> corpus.v1.StatusResponse
-	3,  // 54: corpus.v1.NodeService.CreateJoinToken:output_type -> corpus.v1.CreateJoinTokenResponse
-	5,  // 55: corpus.v1.NodeService.ListNodes:output_type -> corpus.v1.ListNodesResponse
-	7,  // 56: corpus.v1.NodeService.GetNode:output_type -> corpus.v1.GetNodeResponse
-	10, // 57: corpus.v1.GuestService.CreateGuest:output_type -> corpus.v1.CreateGuestResponse
-	12, // 58: corpus.v1.GuestService.GetGuest:output_type -> corpus.v1.GetGuestResponse
-	14, // 59: corpus.v1.GuestService.ListGuests:output_type -> corpus.v1.ListGuestsResponse
-	16, // 60: corpus.v1.GuestService.StartGuest:output_type -> corpus.v1.GuestActionResponse
-	16, // 61: corpus.v1.GuestService.StopGuest:output_type -> corpus.v1.GuestActionResponse
-	16, // 62: corpus.v1.GuestService.DeleteGuest:output_type -> corpus.v1.GuestActionResponse
-	18, // 63: corpus.v1.GuestService.ExecGuest:output_type -> corpus.v1.ExecOutput
-	20, // 64: corpus.v1.IngressService.CreateRoute:output_type -> corpus.v1.CreateRouteResponse
-	23, // 65: corpus.v1.IngressService.ListRoutes:output_type -> corpus.v1.ListRoutesResponse
-	26, // 66: corpus.v1.IngressService.DeleteRoute:output_type -> corpus.v1.DeleteRouteResponse
-	28, // 67: corpus.v1.IngressService.MoveRoute:output_type -> corpus.v1.MoveRouteResponse
-	31, // 68: corpus.v1.DnsService.ListRecords:output_type -> corpus.v1.ListRecordsResponse
-	33, // 69: corpus.v1.DnsService.AddRecord:output_type -> corpus.v1.AddRecordResponse
-	35, // 70: corpus.v1.DnsService.DeleteRecord:output_type -> corpus.v1.DeleteRecordResponse
-	37, // 71: corpus.v1.AgentService.Enroll:output_type -> corpus.v1.EnrollResponse
-	39, // 72: corpus.v1.AgentService.Watch:output_type -> corpus.v1.WatchResponse
-	42, // 73: corpus.v1.AgentService.Report:output_type -> corpus.v1.ReportResponse
-	18, // 74: corpus.v1.NodeAgentService.Exec:output_type -> corpus.v1.ExecOutput
-	53, // [53:75] is the sub-list for method output_type
-	31, // [31:53] is the sub-list for method input_type
-	31, // [31:31] is the sub-list for extension type_name
-	31, // [31:31] is the sub-list for extension extendee
-	0,  // [0:31] is the sub-list for field type_name
+	60, // 19: corpus.v1.AddRecordResponse.record:type_name -> corpus.v1.DnsRecord
+	60, // 20: corpus.v1.DeleteRecordResponse.record:type_name -> corpus.v1.DnsRecord
+	61, // 21: corpus.v1.VolumeView.volume:type_name -> corpus.v1.Volume
+	37, // 22: corpus.v1.ListVolumesResponse.volumes:type_name -> corpus.v1.VolumeView
+	37, // 23: corpus.v1.GetVolumeResponse.volume:type_name -> corpus.v1.VolumeView
+	61, // 24: corpus.v1.DeleteVolumeResponse.volume:type_name -> corpus.v1.Volume
+	52, // 25: corpus.v1.EnrollRequest.labels:type_name -> corpus.v1.EnrollRequest.LabelsEntry
+	55, // 26: corpus.v1.EnrollRequest.capacity:type_name -> corpus.v1.Resources
+	62, // 27: corpus.v1.EnrollRequest.drivers:type_name -> corpus.v1.DriverInfo
+	54, // 28: corpus.v1.WatchResponse.node:type_name -> corpus.v1.Node
+	57, // 29: corpus.v1.WatchResponse.guests:type_name -> corpus.v1.Guest
+	58, // 30: corpus.v1.WatchResponse.routes:type_name -> corpus.v1.Route
+	61, // 31: corpus.v1.WatchResponse.volumes:type_name -> corpus.v1.Volume
+	55, // 32: corpus.v1.ReportRequest.capacity:type_name -> corpus.v1.Resources
+	62, // 33: corpus.v1.ReportRequest.drivers:type_name -> corpus.v1.DriverInfo
+	48, // 34: corpus.v1.ReportRequest.guests:type_name -> corpus.v1.ReportedGuest
+	49, // 35: corpus.v1.ReportRequest.volumes:type_name -> corpus.v1.ReportedVolume
+	63, // 36: corpus.v1.ReportedGuest.observed:type_name -> corpus.v1.GuestObserved
+	64, // 37: corpus.v1.ReportedVolume.observed:type_name -> corpus.v1.VolumeObserved
+	0,  // 38: corpus.v1.ClusterService.Status:input_type -> corpus.v1.StatusRequest
+	2,  // 39: corpus.v1.NodeService.CreateJoinToken:input_type -> corpus.v1.CreateJoinTokenRequest
+	4,  // 40: corpus.v1.NodeService.ListNodes:input_type -> corpus.v1.ListNodesRequest
+	6,  // 41: corpus.v1.NodeService.GetNode:input_type -> corpus.v1.GetNodeRequest
+	9,  // 42: corpus.v1.GuestService.CreateGuest:input_type -> corpus.v1.CreateGuestRequest
+	11, // 43: corpus.v1.GuestService.GetGuest:input_type -> corpus.v1.GetGuestRequest
+	13, // 44: corpus.v1.GuestService.ListGuests:input_type -> corpus.v1.ListGuestsRequest
+	15, // 45: corpus.v1.GuestService.StartGuest:input_type -> corpus.v1.GuestActionRequest
+	15, // 46: corpus.v1.GuestService.StopGuest:input_type -> corpus.v1.GuestActionRequest
+	15, // 47: corpus.v1.GuestService.DeleteGuest:input_type -> corpus.v1.GuestActionRequest
+	17, // 48: corpus.v1.GuestService.ExecGuest:input_type -> corpus.v1.ExecGuestRequest
+	19, // 49: corpus.v1.IngressService.CreateRoute:input_type -> corpus.v1.CreateRouteRequest
+	21, // 50: corpus.v1.IngressService.ListRoutes:input_type -> corpus.v1.ListRoutesRequest
+	25, // 51: corpus.v1.IngressService.DeleteRoute:input_type -> corpus.v1.DeleteRouteRequest
+	27, // 52: corpus.v1.IngressService.MoveRoute:input_type -> corpus.v1.MoveRouteRequest
+	29, // 53: corpus.v1.DnsService.ListRecords:input_type -> corpus.v1.ListRecordsRequest
+	32, // 54: corpus.v1.DnsService.AddRecord:input_type -> corpus.v1.AddRecordRequest
+	34, // 55: corpus.v1.DnsService.DeleteRecord:input_type -> corpus.v1.DeleteRecordRequest
+	36, // 56: corpus.v1.VolumeService.ListVolumes:input_type -> corpus.v1.ListVolumesRequest
+	39, // 57: corpus.v1.VolumeService.GetVolume:input_type -> corpus.v1.GetVolumeRequest
+	41, // 58: corpus.v1.VolumeService.DeleteVolume:input_type -> corpus.v1.DeleteVolumeRequest
+	43, // 59: corpus.v1.AgentService.Enroll:input_type -> corpus.v1.EnrollRequest
+	45, // 60: corpus.v1.AgentService.Watch:input_type -> corpus.v1.WatchRequest
+	47, // 61: corpus.v1.AgentService.Report:input_type -> corpus.v1.ReportRequest
+	17, // 62: corpus.v1.NodeAgentService.Exec:input_type -> corpus.v1.ExecGuestRequest
+	1,  // 63: corpus.v1.ClusterService.Status:output_type -> corpus.v1.StatusResponse
+	3,  // 64: corpus.v1.NodeService.CreateJoinToken:output_type -> corpus.v1.CreateJoinTokenResponse
+	5,  // 65: corpus.v1.NodeService.ListNodes:output_type -> corpus.v1.ListNodesResponse
+	7,  // 66: corpus.v1.NodeService.GetNode:output_type -> corpus.v1.GetNodeResponse
+	10, // 67: corpus.v1.GuestService.CreateGuest:output_type -> corpus.v1.CreateGuestResponse
+	12, // 68: corpus.v1.GuestService.GetGuest:output_type -> corpus.v1.GetGuestResponse
+	14, // 69: corpus.v1.GuestService.ListGuests:output_type -> corpus.v1.ListGuestsResponse
+	16, // 70: corpus.v1.GuestService.StartGuest:output_type -> corpus.v1.GuestActionResponse
+	16, // 71: corpus.v1.GuestService.StopGuest:output_type -> corpus.v1.GuestActionResponse
+	16, // 72: corpus.v1.GuestService.DeleteGuest:output_type -> corpus.v1.GuestActionResponse
+	18, // 73: corpus.v1.GuestService.ExecGuest:output_type -> corpus.v1.ExecOutput
+	20, // 74: corpus.v1.IngressService.CreateRoute:output_type -> corpus.v1.CreateRouteResponse
+	23, // 75: corpus.v1.IngressService.ListRoutes:output_type -> corpus.v1.ListRoutesResponse
+	26, // 76: corpus.v1.IngressService.DeleteRoute:output_type -> corpus.v1.DeleteRouteResponse
+	28, // 77: corpus.v1.IngressService.MoveRoute:output_type -> corpus.v1.MoveRouteResponse
+	31, // 78: corpus.v1.DnsService.ListRecords:output_type -> corpus.v1.ListRecordsResponse
+	33, // 79: corpus.v1.DnsService.AddRecord:output_type -> corpus.v1.AddRecordResponse
+	35, // 80: corpus.v1.DnsService.DeleteRecord:output_type -> corpus.v1.DeleteRecordResponse
+	38, // 81: corpus.v1.VolumeService.ListVolumes:output_type -> corpus.v1.ListVolumesResponse
+	40, // 82: corpus.v1.VolumeService.GetVolume:output_type -> corpus.v1.GetVolumeResponse
+	42, // 83: corpus.v1.VolumeService.DeleteVolume:output_type -> corpus.v1.DeleteVolumeResponse
+	44, // 84: corpus.v1.AgentService.Enroll:output_type -> corpus.v1.EnrollResponse
+	46, // 85: corpus.v1.AgentService.Watch:output_type -> corpus.v1.WatchResponse
+	50, // 86: corpus.v1.AgentService.Report:output_type -> corpus.v1.ReportResponse
+	18, // 87: corpus.v1.NodeAgentService.Exec:output_type -> corpus.v1.ExecOutput
+	63, // [63:88] is the sub-list for method output_type
+	38, // [38:63] is the sub-list for method input_type
+	38, // [38:38] is the sub-list for extension type_name
+	38, // [38:38] is the sub-list for extension extendee
+	0,  // [0:38] is the sub-list for field type_name
 }
 
 func init() { file_corpus_v1_api_proto_init() }
@@ -2949,9 +3383,9 @@ func file_corpus_v1_api_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_corpus_v1_api_proto_rawDesc), len(file_corpus_v1_api_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   45,
+			NumMessages:   53,
 			NumExtensions: 0,
-			NumServices:   7,
+			NumServices:   8,
 		},
 		GoTypes:           file_corpus_v1_api_proto_goTypes,
 		DependencyIndexes: file_corpus_v1_api_proto_depIdxs,

@@ -53,6 +53,8 @@ type Command struct {
 	//	*Command_MoveRoute
 	//	*Command_AddDnsRecord
 	//	*Command_DeleteDnsRecord
+	//	*Command_DeleteVolume
+	//	*Command_ReportVolumes
 	Cmd           isCommand_Cmd `protobuf_oneof:"cmd"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -242,6 +244,24 @@ func (x *Command) GetDeleteDnsRecord() *DeleteDnsRecord {
 	return nil
 }
 
+func (x *Command) GetDeleteVolume() *DeleteVolume {
+	if x != nil {
+		if x, ok := x.Cmd.(*Command_DeleteVolume); ok {
+			return x.DeleteVolume
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetReportVolumes() *ReportVolumes {
+	if x != nil {
+		if x, ok := x.Cmd.(*Command_ReportVolumes); ok {
+			return x.ReportVolumes
+		}
+	}
+	return nil
+}
+
 type isCommand_Cmd interface {
 	isCommand_Cmd()
 }
@@ -302,6 +322,14 @@ type Command_DeleteDnsRecord struct {
 	DeleteDnsRecord *DeleteDnsRecord `protobuf:"bytes,23,opt,name=delete_dns_record,json=deleteDnsRecord,proto3,oneof"`
 }
 
+type Command_DeleteVolume struct {
+	DeleteVolume *DeleteVolume `protobuf:"bytes,24,opt,name=delete_volume,json=deleteVolume,proto3,oneof"`
+}
+
+type Command_ReportVolumes struct {
+	ReportVolumes *ReportVolumes `protobuf:"bytes,25,opt,name=report_volumes,json=reportVolumes,proto3,oneof"`
+}
+
 func (*Command_BootstrapCluster) isCommand_Cmd() {}
 
 func (*Command_CreateJoinToken) isCommand_Cmd() {}
@@ -329,6 +357,10 @@ func (*Command_MoveRoute) isCommand_Cmd() {}
 func (*Command_AddDnsRecord) isCommand_Cmd() {}
 
 func (*Command_DeleteDnsRecord) isCommand_Cmd() {}
+
+func (*Command_DeleteVolume) isCommand_Cmd() {}
+
+func (*Command_ReportVolumes) isCommand_Cmd() {}
 
 type BootstrapCluster struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -687,9 +719,11 @@ func (x *CreateGuest) GetGuest() *Guest {
 // SetGuestDesired changes a guest's desired state (running, stopped,
 // deleted). Deleting an unplaced guest removes it at once.
 type SetGuestDesired struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
-	DesiredState  string                 `protobuf:"bytes,2,opt,name=desired_state,json=desiredState,proto3" json:"desired_state,omitempty"`
+	state        protoimpl.MessageState `protogen:"open.v1"`
+	Name         string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	DesiredState string                 `protobuf:"bytes,2,opt,name=desired_state,json=desiredState,proto3" json:"desired_state,omitempty"`
+	// purge_volume, with desired_state "deleted", deletes the volume too.
+	PurgeVolume   bool `protobuf:"varint,3,opt,name=purge_volume,json=purgeVolume,proto3" json:"purge_volume,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -736,6 +770,13 @@ func (x *SetGuestDesired) GetDesiredState() string {
 		return x.DesiredState
 	}
 	return ""
+}
+
+func (x *SetGuestDesired) GetPurgeVolume() bool {
+	if x != nil {
+		return x.PurgeVolume
+	}
+	return false
 }
 
 // PlaceGuest assigns a guest to a node, or records why it could not be.
@@ -1153,6 +1194,156 @@ func (x *DeleteDnsRecord) GetId() string {
 	return ""
 }
 
+// DeleteVolume deletes an unbound volume; its agent removes it.
+type DeleteVolume struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteVolume) Reset() {
+	*x = DeleteVolume{}
+	mi := &file_corpus_v1_raft_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteVolume) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteVolume) ProtoMessage() {}
+
+func (x *DeleteVolume) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_raft_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteVolume.ProtoReflect.Descriptor instead.
+func (*DeleteVolume) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *DeleteVolume) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+type ObservedVolume struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	VolumeId      string                 `protobuf:"bytes,1,opt,name=volume_id,json=volumeId,proto3" json:"volume_id,omitempty"`
+	Observed      *VolumeObserved        `protobuf:"bytes,2,opt,name=observed,proto3" json:"observed,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ObservedVolume) Reset() {
+	*x = ObservedVolume{}
+	mi := &file_corpus_v1_raft_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ObservedVolume) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ObservedVolume) ProtoMessage() {}
+
+func (x *ObservedVolume) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_raft_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ObservedVolume.ProtoReflect.Descriptor instead.
+func (*ObservedVolume) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *ObservedVolume) GetVolumeId() string {
+	if x != nil {
+		return x.VolumeId
+	}
+	return ""
+}
+
+func (x *ObservedVolume) GetObserved() *VolumeObserved {
+	if x != nil {
+		return x.Observed
+	}
+	return nil
+}
+
+// ReportVolumes records what a node's agent observes of its volumes.
+type ReportVolumes struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	NodeId        string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	Volumes       []*ObservedVolume      `protobuf:"bytes,2,rep,name=volumes,proto3" json:"volumes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReportVolumes) Reset() {
+	*x = ReportVolumes{}
+	mi := &file_corpus_v1_raft_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReportVolumes) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReportVolumes) ProtoMessage() {}
+
+func (x *ReportVolumes) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_raft_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReportVolumes.ProtoReflect.Descriptor instead.
+func (*ReportVolumes) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *ReportVolumes) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+func (x *ReportVolumes) GetVolumes() []*ObservedVolume {
+	if x != nil {
+		return x.Volumes
+	}
+	return nil
+}
+
 // Snapshot is the whole state, written by FSM snapshots.
 type Snapshot struct {
 	state      protoimpl.MessageState `protogen:"open.v1"`
@@ -1165,13 +1356,14 @@ type Snapshot struct {
 	Index         uint64       `protobuf:"varint,6,opt,name=index,proto3" json:"index,omitempty"`
 	Routes        []*Route     `protobuf:"bytes,7,rep,name=routes,proto3" json:"routes,omitempty"`
 	DnsRecords    []*DnsRecord `protobuf:"bytes,8,rep,name=dns_records,json=dnsRecords,proto3" json:"dns_records,omitempty"`
+	Volumes       []*Volume    `protobuf:"bytes,9,rep,name=volumes,proto3" json:"volumes,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Snapshot) Reset() {
 	*x = Snapshot{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[16]
+	mi := &file_corpus_v1_raft_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1183,7 +1375,7 @@ func (x *Snapshot) String() string {
 func (*Snapshot) ProtoMessage() {}
 
 func (x *Snapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[16]
+	mi := &file_corpus_v1_raft_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1196,7 +1388,7 @@ func (x *Snapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Snapshot.ProtoReflect.Descriptor instead.
 func (*Snapshot) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{16}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *Snapshot) GetVersion() uint32 {
@@ -1255,11 +1447,18 @@ func (x *Snapshot) GetDnsRecords() []*DnsRecord {
 	return nil
 }
 
+func (x *Snapshot) GetVolumes() []*Volume {
+	if x != nil {
+		return x.Volumes
+	}
+	return nil
+}
+
 var File_corpus_v1_raft_proto protoreflect.FileDescriptor
 
 const file_corpus_v1_raft_proto_rawDesc = "" +
 	"\n" +
-	"\x14corpus/v1/raft.proto\x12\tcorpus.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x15corpus/v1/types.proto\"\x81\b\n" +
+	"\x14corpus/v1/raft.proto\x12\tcorpus.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x15corpus/v1/types.proto\"\x84\t\n" +
 	"\aCommand\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x12\x1c\n" +
 	"\tignorable\x18\x02 \x01(\bR\tignorable\x12,\n" +
@@ -1282,7 +1481,9 @@ const file_corpus_v1_raft_proto_rawDesc = "" +
 	"\n" +
 	"move_route\x18\x15 \x01(\v2\x14.corpus.v1.MoveRouteH\x00R\tmoveRoute\x12?\n" +
 	"\x0eadd_dns_record\x18\x16 \x01(\v2\x17.corpus.v1.AddDnsRecordH\x00R\faddDnsRecord\x12H\n" +
-	"\x11delete_dns_record\x18\x17 \x01(\v2\x1a.corpus.v1.DeleteDnsRecordH\x00R\x0fdeleteDnsRecordB\x05\n" +
+	"\x11delete_dns_record\x18\x17 \x01(\v2\x1a.corpus.v1.DeleteDnsRecordH\x00R\x0fdeleteDnsRecord\x12>\n" +
+	"\rdelete_volume\x18\x18 \x01(\v2\x17.corpus.v1.DeleteVolumeH\x00R\fdeleteVolume\x12A\n" +
+	"\x0ereport_volumes\x18\x19 \x01(\v2\x18.corpus.v1.ReportVolumesH\x00R\rreportVolumesB\x05\n" +
 	"\x03cmd\"D\n" +
 	"\x10BootstrapCluster\x120\n" +
 	"\x06config\x18\x01 \x01(\v2\x18.corpus.v1.ClusterConfigR\x06config\"=\n" +
@@ -1311,10 +1512,11 @@ const file_corpus_v1_raft_proto_rawDesc = "" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x16\n" +
 	"\x06status\x18\x02 \x01(\tR\x06status\"5\n" +
 	"\vCreateGuest\x12&\n" +
-	"\x05guest\x18\x01 \x01(\v2\x10.corpus.v1.GuestR\x05guest\"J\n" +
+	"\x05guest\x18\x01 \x01(\v2\x10.corpus.v1.GuestR\x05guest\"m\n" +
 	"\x0fSetGuestDesired\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12#\n" +
-	"\rdesired_state\x18\x02 \x01(\tR\fdesiredState\"{\n" +
+	"\rdesired_state\x18\x02 \x01(\tR\fdesiredState\x12!\n" +
+	"\fpurge_volume\x18\x03 \x01(\bR\vpurgeVolume\"{\n" +
 	"\n" +
 	"PlaceGuest\x12\x19\n" +
 	"\bguest_id\x18\x01 \x01(\tR\aguestId\x12\x17\n" +
@@ -1340,7 +1542,15 @@ const file_corpus_v1_raft_proto_rawDesc = "" +
 	"\fAddDnsRecord\x12,\n" +
 	"\x06record\x18\x01 \x01(\v2\x14.corpus.v1.DnsRecordR\x06record\"!\n" +
 	"\x0fDeleteDnsRecord\x12\x0e\n" +
-	"\x02id\x18\x01 \x01(\tR\x02id\"\xd5\x02\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\"\"\n" +
+	"\fDeleteVolume\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\"d\n" +
+	"\x0eObservedVolume\x12\x1b\n" +
+	"\tvolume_id\x18\x01 \x01(\tR\bvolumeId\x125\n" +
+	"\bobserved\x18\x02 \x01(\v2\x19.corpus.v1.VolumeObservedR\bobserved\"]\n" +
+	"\rReportVolumes\x12\x17\n" +
+	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x123\n" +
+	"\avolumes\x18\x02 \x03(\v2\x19.corpus.v1.ObservedVolumeR\avolumes\"\x82\x03\n" +
 	"\bSnapshot\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x120\n" +
 	"\x06config\x18\x02 \x01(\v2\x18.corpus.v1.ClusterConfigR\x06config\x12%\n" +
@@ -1351,7 +1561,8 @@ const file_corpus_v1_raft_proto_rawDesc = "" +
 	"\x05index\x18\x06 \x01(\x04R\x05index\x12(\n" +
 	"\x06routes\x18\a \x03(\v2\x10.corpus.v1.RouteR\x06routes\x125\n" +
 	"\vdns_records\x18\b \x03(\v2\x14.corpus.v1.DnsRecordR\n" +
-	"dnsRecordsB!Z\x1fcorpus/proto/corpus/v1;corpusv1b\x06proto3"
+	"dnsRecords\x12+\n" +
+	"\avolumes\x18\t \x03(\v2\x11.corpus.v1.VolumeR\avolumesB!Z\x1fcorpus/proto/corpus/v1;corpusv1b\x06proto3"
 
 var (
 	file_corpus_v1_raft_proto_rawDescOnce sync.Once
@@ -1365,7 +1576,7 @@ func file_corpus_v1_raft_proto_rawDescGZIP() []byte {
 	return file_corpus_v1_raft_proto_rawDescData
 }
 
-var file_corpus_v1_raft_proto_msgTypes = make([]protoimpl.MessageInfo, 18)
+var file_corpus_v1_raft_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
 var file_corpus_v1_raft_proto_goTypes = []any{
 	(*Command)(nil),               // 0: corpus.v1.Command
 	(*BootstrapCluster)(nil),      // 1: corpus.v1.BootstrapCluster
@@ -1383,21 +1594,26 @@ var file_corpus_v1_raft_proto_goTypes = []any{
 	(*MoveRoute)(nil),             // 13: corpus.v1.MoveRoute
 	(*AddDnsRecord)(nil),          // 14: corpus.v1.AddDnsRecord
 	(*DeleteDnsRecord)(nil),       // 15: corpus.v1.DeleteDnsRecord
-	(*Snapshot)(nil),              // 16: corpus.v1.Snapshot
-	nil,                           // 17: corpus.v1.UpdateNode.LabelsEntry
-	(*timestamppb.Timestamp)(nil), // 18: google.protobuf.Timestamp
-	(*ClusterConfig)(nil),         // 19: corpus.v1.ClusterConfig
-	(*JoinToken)(nil),             // 20: corpus.v1.JoinToken
-	(*Node)(nil),                  // 21: corpus.v1.Node
-	(*Resources)(nil),             // 22: corpus.v1.Resources
-	(*DriverInfo)(nil),            // 23: corpus.v1.DriverInfo
-	(*Guest)(nil),                 // 24: corpus.v1.Guest
-	(*GuestObserved)(nil),         // 25: corpus.v1.GuestObserved
-	(*Route)(nil),                 // 26: corpus.v1.Route
-	(*DnsRecord)(nil),             // 27: corpus.v1.DnsRecord
+	(*DeleteVolume)(nil),          // 16: corpus.v1.DeleteVolume
+	(*ObservedVolume)(nil),        // 17: corpus.v1.ObservedVolume
+	(*ReportVolumes)(nil),         // 18: corpus.v1.ReportVolumes
+	(*Snapshot)(nil),              // 19: corpus.v1.Snapshot
+	nil,                           // 20: corpus.v1.UpdateNode.LabelsEntry
+	(*timestamppb.Timestamp)(nil), // 21: google.protobuf.Timestamp
+	(*ClusterConfig)(nil),         // 22: corpus.v1.ClusterConfig
+	(*JoinToken)(nil),             // 23: corpus.v1.JoinToken
+	(*Node)(nil),                  // 24: corpus.v1.Node
+	(*Resources)(nil),             // 25: corpus.v1.Resources
+	(*DriverInfo)(nil),            // 26: corpus.v1.DriverInfo
+	(*Guest)(nil),                 // 27: corpus.v1.Guest
+	(*GuestObserved)(nil),         // 28: corpus.v1.GuestObserved
+	(*Route)(nil),                 // 29: corpus.v1.Route
+	(*DnsRecord)(nil),             // 30: corpus.v1.DnsRecord
+	(*VolumeObserved)(nil),        // 31: corpus.v1.VolumeObserved
+	(*Volume)(nil),                // 32: corpus.v1.Volume
 }
 var file_corpus_v1_raft_proto_depIdxs = []int32{
-	18, // 0: corpus.v1.Command.now:type_name -> google.protobuf.Timestamp
+	21, // 0: corpus.v1.Command.now:type_name -> google.protobuf.Timestamp
 	1,  // 1: corpus.v1.Command.bootstrap_cluster:type_name -> corpus.v1.BootstrapCluster
 	2,  // 2: corpus.v1.Command.create_join_token:type_name -> corpus.v1.CreateJoinToken
 	3,  // 3: corpus.v1.Command.enroll_node:type_name -> corpus.v1.EnrollNode
@@ -1412,28 +1628,33 @@ var file_corpus_v1_raft_proto_depIdxs = []int32{
 	13, // 12: corpus.v1.Command.move_route:type_name -> corpus.v1.MoveRoute
 	14, // 13: corpus.v1.Command.add_dns_record:type_name -> corpus.v1.AddDnsRecord
 	15, // 14: corpus.v1.Command.delete_dns_record:type_name -> corpus.v1.DeleteDnsRecord
-	19, // 15: corpus.v1.BootstrapCluster.config:type_name -> corpus.v1.ClusterConfig
-	20, // 16: corpus.v1.CreateJoinToken.token:type_name -> corpus.v1.JoinToken
-	21, // 17: corpus.v1.EnrollNode.node:type_name -> corpus.v1.Node
-	22, // 18: corpus.v1.UpdateNode.capacity:type_name -> corpus.v1.Resources
-	23, // 19: corpus.v1.UpdateNode.drivers:type_name -> corpus.v1.DriverInfo
-	17, // 20: corpus.v1.UpdateNode.labels:type_name -> corpus.v1.UpdateNode.LabelsEntry
-	24, // 21: corpus.v1.CreateGuest.guest:type_name -> corpus.v1.Guest
-	25, // 22: corpus.v1.ObservedGuest.observed:type_name -> corpus.v1.GuestObserved
-	9,  // 23: corpus.v1.ReportGuests.guests:type_name -> corpus.v1.ObservedGuest
-	26, // 24: corpus.v1.CreateRoute.route:type_name -> corpus.v1.Route
-	27, // 25: corpus.v1.AddDnsRecord.record:type_name -> corpus.v1.DnsRecord
-	19, // 26: corpus.v1.Snapshot.config:type_name -> corpus.v1.ClusterConfig
-	21, // 27: corpus.v1.Snapshot.nodes:type_name -> corpus.v1.Node
-	24, // 28: corpus.v1.Snapshot.guests:type_name -> corpus.v1.Guest
-	20, // 29: corpus.v1.Snapshot.join_tokens:type_name -> corpus.v1.JoinToken
-	26, // 30: corpus.v1.Snapshot.routes:type_name -> corpus.v1.Route
-	27, // 31: corpus.v1.Snapshot.dns_records:type_name -> corpus.v1.DnsRecord
-	32, // [32:32] is the sub-list for method output_type
-	32, // [32:32] is the sub-list for method input_type
-	32, // [32:32] is the sub-list for extension type_name
-	32, // [32:32] is the sub-list for extension extendee
-	0,  // [0:32] is the sub-list for field type_name
+	16, // 15: corpus.v1.Command.delete_volume:type_name -> corpus.v1.DeleteVolume
+	18, // 16: corpus.v1.Command.report_volumes:type_name -> corpus.v1.ReportVolumes
+	22, // 17: corpus.v1.BootstrapCluster.config:type_name -> corpus.v1.ClusterConfig
+	23, // 18: corpus.v1.CreateJoinToken.token:type_name -> corpus.v1.JoinToken
+	24, // 19: corpus.v1.EnrollNode.node:type_name -> corpus.v1.Node
+	25, // 20: corpus.v1.UpdateNode.capacity:type_name -> corpus.v1.Resources
+	26, // 21: corpus.v1.UpdateNode.drivers:type_name -> corpus.v1.DriverInfo
+	20, // 22: corpus.v1.UpdateNode.labels:type_name -> corpus.v1.UpdateNode.LabelsEntry
+	27, // 23: corpus.v1.CreateGuest.guest:type_name -> corpus.v1.Guest
+	28, // 24: corpus.v1.ObservedGuest.observed:type_name -> corpus.v1.GuestObserved
+	9,  // 25: corpus.v1.ReportGuests.guests:type_name -> corpus.v1.ObservedGuest
+	29, // 26: corpus.v1.CreateRoute.route:type_name -> corpus.v1.Route
+	30, // 27: corpus.v1.AddDnsRecord.record:type_name -> corpus.v1.DnsRecord
+	31, // 28: corpus.v1.ObservedVolume.observed:type_name -> corpus.v1.VolumeObserved
+	17, // 29: corpus.v1.ReportVolumes.volumes:type_name -> corpus.v1.ObservedVolume
+	22, // 30: corpus.v1.Snapshot.config:type_name -> corpus.v1.ClusterConfig
+	24, // 31: corpus.v1.Snapshot.nodes:type_name -> corpus.v1.Node
+	27, // 32: corpus.v1.Snapshot.guests:type_name -> corpus.v1.Guest
+	23, // 33: corpus.v1.Snapshot.join_tokens:type_name -> corpus.v1.JoinToken
+	29, // 34: corpus.v1.Snapshot.routes:type_name -> corpus.v1.Route
+	30, // 35: corpus.v1.Snapshot.dns_records:type_name -> corpus.v1.DnsRecord
+	32, // 36: corpus.v1.Snapshot.volumes:type_name -> corpus.v1.Volume
+	37, // [37:37] is the sub-list for method output_type
+	37, // [37:37] is the sub-list for method input_type
+	37, // [37:37] is the sub-list for extension type_name
+	37, // [37:37] is the sub-list for extension extendee
+	0,  // [0:37] is the sub-list for field type_name
 }
 
 func init() { file_corpus_v1_raft_proto_init() }
@@ -1457,6 +1678,8 @@ func file_corpus_v1_raft_proto_init() {
 		(*Command_MoveRoute)(nil),
 		(*Command_AddDnsRecord)(nil),
 		(*Command_DeleteDnsRecord)(nil),
+		(*Command_DeleteVolume)(nil),
+		(*Command_ReportVolumes)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -1464,7 +1687,7 @@ func file_corpus_v1_raft_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_corpus_v1_raft_proto_rawDesc), len(file_corpus_v1_raft_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   18,
+			NumMessages:   21,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

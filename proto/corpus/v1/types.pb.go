@@ -366,7 +366,9 @@ type GuestSpec struct {
 	Resources *Resources             `protobuf:"bytes,3,opt,name=resources,proto3" json:"resources,omitempty"`
 	Env       map[string]string      `protobuf:"bytes,4,rep,name=env,proto3" json:"env,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	// ports are published through the node by NAT.
-	Ports         []*Port `protobuf:"bytes,5,rep,name=ports,proto3" json:"ports,omitempty"`
+	Ports []*Port `protobuf:"bytes,5,rep,name=ports,proto3" json:"ports,omitempty"`
+	// volume is the guest's persistent storage, if any.
+	Volume        *VolumeSpec `protobuf:"bytes,6,opt,name=volume,proto3" json:"volume,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -436,6 +438,283 @@ func (x *GuestSpec) GetPorts() []*Port {
 	return nil
 }
 
+func (x *GuestSpec) GetVolume() *VolumeSpec {
+	if x != nil {
+		return x.Volume
+	}
+	return nil
+}
+
+// VolumeSpec asks for a volume mounted inside the guest.
+type VolumeSpec struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// size_bytes of a new volume named after the guest.
+	SizeBytes int64 `protobuf:"varint,1,opt,name=size_bytes,json=sizeBytes,proto3" json:"size_bytes,omitempty"`
+	// path inside the guest; /srv/data by default.
+	Path string `protobuf:"bytes,2,opt,name=path,proto3" json:"path,omitempty"`
+	// use_volume binds an existing volume instead of creating one.
+	UseVolume     string `protobuf:"bytes,3,opt,name=use_volume,json=useVolume,proto3" json:"use_volume,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *VolumeSpec) Reset() {
+	*x = VolumeSpec{}
+	mi := &file_corpus_v1_types_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *VolumeSpec) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*VolumeSpec) ProtoMessage() {}
+
+func (x *VolumeSpec) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_types_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use VolumeSpec.ProtoReflect.Descriptor instead.
+func (*VolumeSpec) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_types_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *VolumeSpec) GetSizeBytes() int64 {
+	if x != nil {
+		return x.SizeBytes
+	}
+	return 0
+}
+
+func (x *VolumeSpec) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+func (x *VolumeSpec) GetUseVolume() string {
+	if x != nil {
+		return x.UseVolume
+	}
+	return ""
+}
+
+// Volume is persistent storage on one node, bound to at most one guest.
+type Volume struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Id    string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Name  string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	// node_id is empty until its first guest is placed.
+	NodeId    string `protobuf:"bytes,3,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	SizeBytes int64  `protobuf:"varint,4,opt,name=size_bytes,json=sizeBytes,proto3" json:"size_bytes,omitempty"`
+	// guest_id and guest_name name the bound guest; empty when unbound.
+	GuestId   string `protobuf:"bytes,5,opt,name=guest_id,json=guestId,proto3" json:"guest_id,omitempty"`
+	GuestName string `protobuf:"bytes,6,opt,name=guest_name,json=guestName,proto3" json:"guest_name,omitempty"`
+	// desired_state: "present" or "deleted".
+	DesiredState  string                 `protobuf:"bytes,7,opt,name=desired_state,json=desiredState,proto3" json:"desired_state,omitempty"`
+	Observed      *VolumeObserved        `protobuf:"bytes,8,opt,name=observed,proto3" json:"observed,omitempty"`
+	CreatedAt     *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
+	CreateIndex   uint64                 `protobuf:"varint,20,opt,name=create_index,json=createIndex,proto3" json:"create_index,omitempty"`
+	ModifyIndex   uint64                 `protobuf:"varint,21,opt,name=modify_index,json=modifyIndex,proto3" json:"modify_index,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Volume) Reset() {
+	*x = Volume{}
+	mi := &file_corpus_v1_types_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Volume) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Volume) ProtoMessage() {}
+
+func (x *Volume) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_types_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Volume.ProtoReflect.Descriptor instead.
+func (*Volume) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_types_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *Volume) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *Volume) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *Volume) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+func (x *Volume) GetSizeBytes() int64 {
+	if x != nil {
+		return x.SizeBytes
+	}
+	return 0
+}
+
+func (x *Volume) GetGuestId() string {
+	if x != nil {
+		return x.GuestId
+	}
+	return ""
+}
+
+func (x *Volume) GetGuestName() string {
+	if x != nil {
+		return x.GuestName
+	}
+	return ""
+}
+
+func (x *Volume) GetDesiredState() string {
+	if x != nil {
+		return x.DesiredState
+	}
+	return ""
+}
+
+func (x *Volume) GetObserved() *VolumeObserved {
+	if x != nil {
+		return x.Observed
+	}
+	return nil
+}
+
+func (x *Volume) GetCreatedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CreatedAt
+	}
+	return nil
+}
+
+func (x *Volume) GetCreateIndex() uint64 {
+	if x != nil {
+		return x.CreateIndex
+	}
+	return 0
+}
+
+func (x *Volume) GetModifyIndex() uint64 {
+	if x != nil {
+		return x.ModifyIndex
+	}
+	return 0
+}
+
+// VolumeObserved is what the volume's agent last reported.
+type VolumeObserved struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// state: "ready", "failed" or "deleted".
+	State         string `protobuf:"bytes,1,opt,name=state,proto3" json:"state,omitempty"`
+	SizeBytes     int64  `protobuf:"varint,2,opt,name=size_bytes,json=sizeBytes,proto3" json:"size_bytes,omitempty"`
+	UsedBytes     int64  `protobuf:"varint,3,opt,name=used_bytes,json=usedBytes,proto3" json:"used_bytes,omitempty"`
+	FreeBytes     int64  `protobuf:"varint,4,opt,name=free_bytes,json=freeBytes,proto3" json:"free_bytes,omitempty"`
+	Message       string `protobuf:"bytes,5,opt,name=message,proto3" json:"message,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *VolumeObserved) Reset() {
+	*x = VolumeObserved{}
+	mi := &file_corpus_v1_types_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *VolumeObserved) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*VolumeObserved) ProtoMessage() {}
+
+func (x *VolumeObserved) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_types_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use VolumeObserved.ProtoReflect.Descriptor instead.
+func (*VolumeObserved) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_types_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *VolumeObserved) GetState() string {
+	if x != nil {
+		return x.State
+	}
+	return ""
+}
+
+func (x *VolumeObserved) GetSizeBytes() int64 {
+	if x != nil {
+		return x.SizeBytes
+	}
+	return 0
+}
+
+func (x *VolumeObserved) GetUsedBytes() int64 {
+	if x != nil {
+		return x.UsedBytes
+	}
+	return 0
+}
+
+func (x *VolumeObserved) GetFreeBytes() int64 {
+	if x != nil {
+		return x.FreeBytes
+	}
+	return 0
+}
+
+func (x *VolumeObserved) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
 // Port publishes a guest port on a node port (kernel NAT).
 type Port struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
@@ -449,7 +728,7 @@ type Port struct {
 
 func (x *Port) Reset() {
 	*x = Port{}
-	mi := &file_corpus_v1_types_proto_msgTypes[4]
+	mi := &file_corpus_v1_types_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -461,7 +740,7 @@ func (x *Port) String() string {
 func (*Port) ProtoMessage() {}
 
 func (x *Port) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_types_proto_msgTypes[4]
+	mi := &file_corpus_v1_types_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -474,7 +753,7 @@ func (x *Port) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Port.ProtoReflect.Descriptor instead.
 func (*Port) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_types_proto_rawDescGZIP(), []int{4}
+	return file_corpus_v1_types_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *Port) GetHostPort() int32 {
@@ -513,7 +792,7 @@ type GuestObserved struct {
 
 func (x *GuestObserved) Reset() {
 	*x = GuestObserved{}
-	mi := &file_corpus_v1_types_proto_msgTypes[5]
+	mi := &file_corpus_v1_types_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -525,7 +804,7 @@ func (x *GuestObserved) String() string {
 func (*GuestObserved) ProtoMessage() {}
 
 func (x *GuestObserved) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_types_proto_msgTypes[5]
+	mi := &file_corpus_v1_types_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -538,7 +817,7 @@ func (x *GuestObserved) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GuestObserved.ProtoReflect.Descriptor instead.
 func (*GuestObserved) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_types_proto_rawDescGZIP(), []int{5}
+	return file_corpus_v1_types_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *GuestObserved) GetState() string {
@@ -581,7 +860,7 @@ type Event struct {
 
 func (x *Event) Reset() {
 	*x = Event{}
-	mi := &file_corpus_v1_types_proto_msgTypes[6]
+	mi := &file_corpus_v1_types_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -593,7 +872,7 @@ func (x *Event) String() string {
 func (*Event) ProtoMessage() {}
 
 func (x *Event) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_types_proto_msgTypes[6]
+	mi := &file_corpus_v1_types_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -606,7 +885,7 @@ func (x *Event) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Event.ProtoReflect.Descriptor instead.
 func (*Event) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_types_proto_rawDescGZIP(), []int{6}
+	return file_corpus_v1_types_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *Event) GetTime() *timestamppb.Timestamp {
@@ -649,7 +928,9 @@ type Guest struct {
 	CreatedAt *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
 	// address is the guest's address on its node's guest network, given
 	// when it is placed.
-	Address       string `protobuf:"bytes,10,opt,name=address,proto3" json:"address,omitempty"`
+	Address string `protobuf:"bytes,10,opt,name=address,proto3" json:"address,omitempty"`
+	// purge_volume deletes the guest's volume with it.
+	PurgeVolume   bool   `protobuf:"varint,11,opt,name=purge_volume,json=purgeVolume,proto3" json:"purge_volume,omitempty"`
 	CreateIndex   uint64 `protobuf:"varint,20,opt,name=create_index,json=createIndex,proto3" json:"create_index,omitempty"`
 	ModifyIndex   uint64 `protobuf:"varint,21,opt,name=modify_index,json=modifyIndex,proto3" json:"modify_index,omitempty"`
 	unknownFields protoimpl.UnknownFields
@@ -658,7 +939,7 @@ type Guest struct {
 
 func (x *Guest) Reset() {
 	*x = Guest{}
-	mi := &file_corpus_v1_types_proto_msgTypes[7]
+	mi := &file_corpus_v1_types_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -670,7 +951,7 @@ func (x *Guest) String() string {
 func (*Guest) ProtoMessage() {}
 
 func (x *Guest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_types_proto_msgTypes[7]
+	mi := &file_corpus_v1_types_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -683,7 +964,7 @@ func (x *Guest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Guest.ProtoReflect.Descriptor instead.
 func (*Guest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_types_proto_rawDescGZIP(), []int{7}
+	return file_corpus_v1_types_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *Guest) GetId() string {
@@ -756,6 +1037,13 @@ func (x *Guest) GetAddress() string {
 	return ""
 }
 
+func (x *Guest) GetPurgeVolume() bool {
+	if x != nil {
+		return x.PurgeVolume
+	}
+	return false
+}
+
 func (x *Guest) GetCreateIndex() uint64 {
 	if x != nil {
 		return x.CreateIndex
@@ -792,7 +1080,7 @@ type Route struct {
 
 func (x *Route) Reset() {
 	*x = Route{}
-	mi := &file_corpus_v1_types_proto_msgTypes[8]
+	mi := &file_corpus_v1_types_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -804,7 +1092,7 @@ func (x *Route) String() string {
 func (*Route) ProtoMessage() {}
 
 func (x *Route) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_types_proto_msgTypes[8]
+	mi := &file_corpus_v1_types_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -817,7 +1105,7 @@ func (x *Route) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Route.ProtoReflect.Descriptor instead.
 func (*Route) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_types_proto_rawDescGZIP(), []int{8}
+	return file_corpus_v1_types_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *Route) GetId() string {
@@ -905,7 +1193,7 @@ type JoinToken struct {
 
 func (x *JoinToken) Reset() {
 	*x = JoinToken{}
-	mi := &file_corpus_v1_types_proto_msgTypes[9]
+	mi := &file_corpus_v1_types_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -917,7 +1205,7 @@ func (x *JoinToken) String() string {
 func (*JoinToken) ProtoMessage() {}
 
 func (x *JoinToken) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_types_proto_msgTypes[9]
+	mi := &file_corpus_v1_types_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -930,7 +1218,7 @@ func (x *JoinToken) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinToken.ProtoReflect.Descriptor instead.
 func (*JoinToken) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_types_proto_rawDescGZIP(), []int{9}
+	return file_corpus_v1_types_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *JoinToken) GetId() string {
@@ -988,7 +1276,7 @@ type ClusterConfig struct {
 
 func (x *ClusterConfig) Reset() {
 	*x = ClusterConfig{}
-	mi := &file_corpus_v1_types_proto_msgTypes[10]
+	mi := &file_corpus_v1_types_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1000,7 +1288,7 @@ func (x *ClusterConfig) String() string {
 func (*ClusterConfig) ProtoMessage() {}
 
 func (x *ClusterConfig) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_types_proto_msgTypes[10]
+	mi := &file_corpus_v1_types_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1013,7 +1301,7 @@ func (x *ClusterConfig) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterConfig.ProtoReflect.Descriptor instead.
 func (*ClusterConfig) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_types_proto_rawDescGZIP(), []int{10}
+	return file_corpus_v1_types_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ClusterConfig) GetClusterId() string {
@@ -1082,7 +1370,7 @@ type DnsRecord struct {
 
 func (x *DnsRecord) Reset() {
 	*x = DnsRecord{}
-	mi := &file_corpus_v1_types_proto_msgTypes[11]
+	mi := &file_corpus_v1_types_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1094,7 +1382,7 @@ func (x *DnsRecord) String() string {
 func (*DnsRecord) ProtoMessage() {}
 
 func (x *DnsRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_types_proto_msgTypes[11]
+	mi := &file_corpus_v1_types_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1107,7 +1395,7 @@ func (x *DnsRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DnsRecord.ProtoReflect.Descriptor instead.
 func (*DnsRecord) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_types_proto_rawDescGZIP(), []int{11}
+	return file_corpus_v1_types_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *DnsRecord) GetId() string {
@@ -1220,16 +1508,48 @@ const file_corpus_v1_types_proto_rawDesc = "" +
 	"\fmodify_index\x18\x15 \x01(\x04R\vmodifyIndex\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xfd\x01\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xac\x02\n" +
 	"\tGuestSpec\x12\x16\n" +
 	"\x06driver\x18\x01 \x01(\tR\x06driver\x12\x14\n" +
 	"\x05image\x18\x02 \x01(\tR\x05image\x122\n" +
 	"\tresources\x18\x03 \x01(\v2\x14.corpus.v1.ResourcesR\tresources\x12/\n" +
 	"\x03env\x18\x04 \x03(\v2\x1d.corpus.v1.GuestSpec.EnvEntryR\x03env\x12%\n" +
-	"\x05ports\x18\x05 \x03(\v2\x0f.corpus.v1.PortR\x05ports\x1a6\n" +
+	"\x05ports\x18\x05 \x03(\v2\x0f.corpus.v1.PortR\x05ports\x12-\n" +
+	"\x06volume\x18\x06 \x01(\v2\x15.corpus.v1.VolumeSpecR\x06volume\x1a6\n" +
 	"\bEnvEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"^\n" +
+	"\n" +
+	"VolumeSpec\x12\x1d\n" +
+	"\n" +
+	"size_bytes\x18\x01 \x01(\x03R\tsizeBytes\x12\x12\n" +
+	"\x04path\x18\x02 \x01(\tR\x04path\x12\x1d\n" +
+	"\n" +
+	"use_volume\x18\x03 \x01(\tR\tuseVolume\"\xfb\x02\n" +
+	"\x06Volume\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x12\x17\n" +
+	"\anode_id\x18\x03 \x01(\tR\x06nodeId\x12\x1d\n" +
+	"\n" +
+	"size_bytes\x18\x04 \x01(\x03R\tsizeBytes\x12\x19\n" +
+	"\bguest_id\x18\x05 \x01(\tR\aguestId\x12\x1d\n" +
+	"\n" +
+	"guest_name\x18\x06 \x01(\tR\tguestName\x12#\n" +
+	"\rdesired_state\x18\a \x01(\tR\fdesiredState\x125\n" +
+	"\bobserved\x18\b \x01(\v2\x19.corpus.v1.VolumeObservedR\bobserved\x129\n" +
+	"\n" +
+	"created_at\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x12!\n" +
+	"\fcreate_index\x18\x14 \x01(\x04R\vcreateIndex\x12!\n" +
+	"\fmodify_index\x18\x15 \x01(\x04R\vmodifyIndex\"\x9d\x01\n" +
+	"\x0eVolumeObserved\x12\x14\n" +
+	"\x05state\x18\x01 \x01(\tR\x05state\x12\x1d\n" +
+	"\n" +
+	"size_bytes\x18\x02 \x01(\x03R\tsizeBytes\x12\x1d\n" +
+	"\n" +
+	"used_bytes\x18\x03 \x01(\x03R\tusedBytes\x12\x1d\n" +
+	"\n" +
+	"free_bytes\x18\x04 \x01(\x03R\tfreeBytes\x12\x18\n" +
+	"\amessage\x18\x05 \x01(\tR\amessage\"^\n" +
 	"\x04Port\x12\x1b\n" +
 	"\thost_port\x18\x01 \x01(\x05R\bhostPort\x12\x1d\n" +
 	"\n" +
@@ -1244,7 +1564,7 @@ const file_corpus_v1_types_proto_rawDesc = "" +
 	"\x05Event\x12.\n" +
 	"\x04time\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x12\x12\n" +
 	"\x04type\x18\x02 \x01(\tR\x04type\x12\x18\n" +
-	"\amessage\x18\x03 \x01(\tR\amessage\"\xb5\x03\n" +
+	"\amessage\x18\x03 \x01(\tR\amessage\"\xd8\x03\n" +
 	"\x05Guest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12(\n" +
@@ -1258,6 +1578,7 @@ const file_corpus_v1_types_proto_rawDesc = "" +
 	"created_at\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x12\x18\n" +
 	"\aaddress\x18\n" +
 	" \x01(\tR\aaddress\x12!\n" +
+	"\fpurge_volume\x18\v \x01(\bR\vpurgeVolume\x12!\n" +
 	"\fcreate_index\x18\x14 \x01(\x04R\vcreateIndex\x12!\n" +
 	"\fmodify_index\x18\x15 \x01(\x04R\vmodifyIndex\"\xbe\x02\n" +
 	"\x05Route\x12\x0e\n" +
@@ -1317,50 +1638,56 @@ func file_corpus_v1_types_proto_rawDescGZIP() []byte {
 	return file_corpus_v1_types_proto_rawDescData
 }
 
-var file_corpus_v1_types_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
+var file_corpus_v1_types_proto_msgTypes = make([]protoimpl.MessageInfo, 18)
 var file_corpus_v1_types_proto_goTypes = []any{
 	(*Resources)(nil),             // 0: corpus.v1.Resources
 	(*DriverInfo)(nil),            // 1: corpus.v1.DriverInfo
 	(*Node)(nil),                  // 2: corpus.v1.Node
 	(*GuestSpec)(nil),             // 3: corpus.v1.GuestSpec
-	(*Port)(nil),                  // 4: corpus.v1.Port
-	(*GuestObserved)(nil),         // 5: corpus.v1.GuestObserved
-	(*Event)(nil),                 // 6: corpus.v1.Event
-	(*Guest)(nil),                 // 7: corpus.v1.Guest
-	(*Route)(nil),                 // 8: corpus.v1.Route
-	(*JoinToken)(nil),             // 9: corpus.v1.JoinToken
-	(*ClusterConfig)(nil),         // 10: corpus.v1.ClusterConfig
-	(*DnsRecord)(nil),             // 11: corpus.v1.DnsRecord
-	nil,                           // 12: corpus.v1.DriverInfo.AttributesEntry
-	nil,                           // 13: corpus.v1.Node.LabelsEntry
-	nil,                           // 14: corpus.v1.GuestSpec.EnvEntry
-	(*timestamppb.Timestamp)(nil), // 15: google.protobuf.Timestamp
+	(*VolumeSpec)(nil),            // 4: corpus.v1.VolumeSpec
+	(*Volume)(nil),                // 5: corpus.v1.Volume
+	(*VolumeObserved)(nil),        // 6: corpus.v1.VolumeObserved
+	(*Port)(nil),                  // 7: corpus.v1.Port
+	(*GuestObserved)(nil),         // 8: corpus.v1.GuestObserved
+	(*Event)(nil),                 // 9: corpus.v1.Event
+	(*Guest)(nil),                 // 10: corpus.v1.Guest
+	(*Route)(nil),                 // 11: corpus.v1.Route
+	(*JoinToken)(nil),             // 12: corpus.v1.JoinToken
+	(*ClusterConfig)(nil),         // 13: corpus.v1.ClusterConfig
+	(*DnsRecord)(nil),             // 14: corpus.v1.DnsRecord
+	nil,                           // 15: corpus.v1.DriverInfo.AttributesEntry
+	nil,                           // 16: corpus.v1.Node.LabelsEntry
+	nil,                           // 17: corpus.v1.GuestSpec.EnvEntry
+	(*timestamppb.Timestamp)(nil), // 18: google.protobuf.Timestamp
 }
 var file_corpus_v1_types_proto_depIdxs = []int32{
-	12, // 0: corpus.v1.DriverInfo.attributes:type_name -> corpus.v1.DriverInfo.AttributesEntry
-	13, // 1: corpus.v1.Node.labels:type_name -> corpus.v1.Node.LabelsEntry
+	15, // 0: corpus.v1.DriverInfo.attributes:type_name -> corpus.v1.DriverInfo.AttributesEntry
+	16, // 1: corpus.v1.Node.labels:type_name -> corpus.v1.Node.LabelsEntry
 	0,  // 2: corpus.v1.Node.capacity:type_name -> corpus.v1.Resources
 	1,  // 3: corpus.v1.Node.drivers:type_name -> corpus.v1.DriverInfo
-	15, // 4: corpus.v1.Node.enrolled_at:type_name -> google.protobuf.Timestamp
+	18, // 4: corpus.v1.Node.enrolled_at:type_name -> google.protobuf.Timestamp
 	0,  // 5: corpus.v1.GuestSpec.resources:type_name -> corpus.v1.Resources
-	14, // 6: corpus.v1.GuestSpec.env:type_name -> corpus.v1.GuestSpec.EnvEntry
-	4,  // 7: corpus.v1.GuestSpec.ports:type_name -> corpus.v1.Port
-	15, // 8: corpus.v1.GuestObserved.updated_at:type_name -> google.protobuf.Timestamp
-	15, // 9: corpus.v1.Event.time:type_name -> google.protobuf.Timestamp
-	3,  // 10: corpus.v1.Guest.spec:type_name -> corpus.v1.GuestSpec
-	5,  // 11: corpus.v1.Guest.observed:type_name -> corpus.v1.GuestObserved
-	6,  // 12: corpus.v1.Guest.events:type_name -> corpus.v1.Event
-	15, // 13: corpus.v1.Guest.created_at:type_name -> google.protobuf.Timestamp
-	15, // 14: corpus.v1.Route.created_at:type_name -> google.protobuf.Timestamp
-	15, // 15: corpus.v1.JoinToken.expires_at:type_name -> google.protobuf.Timestamp
-	15, // 16: corpus.v1.JoinToken.created_at:type_name -> google.protobuf.Timestamp
-	15, // 17: corpus.v1.ClusterConfig.created_at:type_name -> google.protobuf.Timestamp
-	15, // 18: corpus.v1.DnsRecord.created_at:type_name -> google.protobuf.Timestamp
-	19, // [19:19] is the sub-list for method output_type
-	19, // [19:19] is the sub-list for method input_type
-	19, // [19:19] is the sub-list for extension type_name
-	19, // [19:19] is the sub-list for extension extendee
-	0,  // [0:19] is the sub-list for field type_name
+	17, // 6: corpus.v1.GuestSpec.env:type_name -> corpus.v1.GuestSpec.EnvEntry
+	7,  // 7: corpus.v1.GuestSpec.ports:type_name -> corpus.v1.Port
+	4,  // 8: corpus.v1.GuestSpec.volume:type_name -> corpus.v1.VolumeSpec
+	6,  // 9: corpus.v1.Volume.observed:type_name -> corpus.v1.VolumeObserved
+	18, // 10: corpus.v1.Volume.created_at:type_name -> google.protobuf.Timestamp
+	18, // 11: corpus.v1.GuestObserved.updated_at:type_name -> google.protobuf.Timestamp
+	18, // 12: corpus.v1.Event.time:type_name -> google.protobuf.Timestamp
+	3,  // 13: corpus.v1.Guest.spec:type_name -> corpus.v1.GuestSpec
+	8,  // 14: corpus.v1.Guest.observed:type_name -> corpus.v1.GuestObserved
+	9,  // 15: corpus.v1.Guest.events:type_name -> corpus.v1.Event
+	18, // 16: corpus.v1.Guest.created_at:type_name -> google.protobuf.Timestamp
+	18, // 17: corpus.v1.Route.created_at:type_name -> google.protobuf.Timestamp
+	18, // 18: corpus.v1.JoinToken.expires_at:type_name -> google.protobuf.Timestamp
+	18, // 19: corpus.v1.JoinToken.created_at:type_name -> google.protobuf.Timestamp
+	18, // 20: corpus.v1.ClusterConfig.created_at:type_name -> google.protobuf.Timestamp
+	18, // 21: corpus.v1.DnsRecord.created_at:type_name -> google.protobuf.Timestamp
+	22, // [22:22] is the sub-list for method output_type
+	22, // [22:22] is the sub-list for method input_type
+	22, // [22:22] is the sub-list for extension type_name
+	22, // [22:22] is the sub-list for extension extendee
+	0,  // [0:22] is the sub-list for field type_name
 }
 
 func init() { file_corpus_v1_types_proto_init() }
@@ -1374,7 +1701,7 @@ func file_corpus_v1_types_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_corpus_v1_types_proto_rawDesc), len(file_corpus_v1_types_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   15,
+			NumMessages:   18,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

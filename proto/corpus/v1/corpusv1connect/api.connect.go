@@ -34,6 +34,8 @@ const (
 	IngressServiceName = "corpus.v1.IngressService"
 	// DnsServiceName is the fully-qualified name of the DnsService service.
 	DnsServiceName = "corpus.v1.DnsService"
+	// VolumeServiceName is the fully-qualified name of the VolumeService service.
+	VolumeServiceName = "corpus.v1.VolumeService"
 	// AgentServiceName is the fully-qualified name of the AgentService service.
 	AgentServiceName = "corpus.v1.AgentService"
 	// NodeAgentServiceName is the fully-qualified name of the NodeAgentService service.
@@ -91,6 +93,14 @@ const (
 	DnsServiceAddRecordProcedure = "/corpus.v1.DnsService/AddRecord"
 	// DnsServiceDeleteRecordProcedure is the fully-qualified name of the DnsService's DeleteRecord RPC.
 	DnsServiceDeleteRecordProcedure = "/corpus.v1.DnsService/DeleteRecord"
+	// VolumeServiceListVolumesProcedure is the fully-qualified name of the VolumeService's ListVolumes
+	// RPC.
+	VolumeServiceListVolumesProcedure = "/corpus.v1.VolumeService/ListVolumes"
+	// VolumeServiceGetVolumeProcedure is the fully-qualified name of the VolumeService's GetVolume RPC.
+	VolumeServiceGetVolumeProcedure = "/corpus.v1.VolumeService/GetVolume"
+	// VolumeServiceDeleteVolumeProcedure is the fully-qualified name of the VolumeService's
+	// DeleteVolume RPC.
+	VolumeServiceDeleteVolumeProcedure = "/corpus.v1.VolumeService/DeleteVolume"
 	// AgentServiceEnrollProcedure is the fully-qualified name of the AgentService's Enroll RPC.
 	AgentServiceEnrollProcedure = "/corpus.v1.AgentService/Enroll"
 	// AgentServiceWatchProcedure is the fully-qualified name of the AgentService's Watch RPC.
@@ -807,6 +817,132 @@ func (UnimplementedDnsServiceHandler) AddRecord(context.Context, *connect.Reques
 
 func (UnimplementedDnsServiceHandler) DeleteRecord(context.Context, *connect.Request[v1.DeleteRecordRequest]) (*connect.Response[v1.DeleteRecordResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("corpus.v1.DnsService.DeleteRecord is not implemented"))
+}
+
+// VolumeServiceClient is a client for the corpus.v1.VolumeService service.
+type VolumeServiceClient interface {
+	ListVolumes(context.Context, *connect.Request[v1.ListVolumesRequest]) (*connect.Response[v1.ListVolumesResponse], error)
+	GetVolume(context.Context, *connect.Request[v1.GetVolumeRequest]) (*connect.Response[v1.GetVolumeResponse], error)
+	DeleteVolume(context.Context, *connect.Request[v1.DeleteVolumeRequest]) (*connect.Response[v1.DeleteVolumeResponse], error)
+}
+
+// NewVolumeServiceClient constructs a client for the corpus.v1.VolumeService service. By default,
+// it uses the Connect protocol with the binary Protobuf Codec, asks for gzipped responses, and
+// sends uncompressed requests. To use the gRPC or gRPC-Web protocols, supply the connect.WithGRPC()
+// or connect.WithGRPCWeb() options.
+//
+// The URL supplied here should be the base URL for the Connect or gRPC server (for example,
+// http://api.acme.com or https://acme.com/grpc).
+func NewVolumeServiceClient(httpClient connect.HTTPClient, baseURL string, opts ...connect.ClientOption) VolumeServiceClient {
+	baseURL = strings.TrimRight(baseURL, "/")
+	volumeServiceMethods := v1.File_corpus_v1_api_proto.Services().ByName("VolumeService").Methods()
+	return &volumeServiceClient{
+		listVolumes: connect.NewClient[v1.ListVolumesRequest, v1.ListVolumesResponse](
+			httpClient,
+			baseURL+VolumeServiceListVolumesProcedure,
+			connect.WithSchema(volumeServiceMethods.ByName("ListVolumes")),
+			connect.WithIdempotency(connect.IdempotencyNoSideEffects),
+			connect.WithClientOptions(opts...),
+		),
+		getVolume: connect.NewClient[v1.GetVolumeRequest, v1.GetVolumeResponse](
+			httpClient,
+			baseURL+VolumeServiceGetVolumeProcedure,
+			connect.WithSchema(volumeServiceMethods.ByName("GetVolume")),
+			connect.WithIdempotency(connect.IdempotencyNoSideEffects),
+			connect.WithClientOptions(opts...),
+		),
+		deleteVolume: connect.NewClient[v1.DeleteVolumeRequest, v1.DeleteVolumeResponse](
+			httpClient,
+			baseURL+VolumeServiceDeleteVolumeProcedure,
+			connect.WithSchema(volumeServiceMethods.ByName("DeleteVolume")),
+			connect.WithClientOptions(opts...),
+		),
+	}
+}
+
+// volumeServiceClient implements VolumeServiceClient.
+type volumeServiceClient struct {
+	listVolumes  *connect.Client[v1.ListVolumesRequest, v1.ListVolumesResponse]
+	getVolume    *connect.Client[v1.GetVolumeRequest, v1.GetVolumeResponse]
+	deleteVolume *connect.Client[v1.DeleteVolumeRequest, v1.DeleteVolumeResponse]
+}
+
+// ListVolumes calls corpus.v1.VolumeService.ListVolumes.
+func (c *volumeServiceClient) ListVolumes(ctx context.Context, req *connect.Request[v1.ListVolumesRequest]) (*connect.Response[v1.ListVolumesResponse], error) {
+	return c.listVolumes.CallUnary(ctx, req)
+}
+
+// GetVolume calls corpus.v1.VolumeService.GetVolume.
+func (c *volumeServiceClient) GetVolume(ctx context.Context, req *connect.Request[v1.GetVolumeRequest]) (*connect.Response[v1.GetVolumeResponse], error) {
+	return c.getVolume.CallUnary(ctx, req)
+}
+
+// DeleteVolume calls corpus.v1.VolumeService.DeleteVolume.
+func (c *volumeServiceClient) DeleteVolume(ctx context.Context, req *connect.Request[v1.DeleteVolumeRequest]) (*connect.Response[v1.DeleteVolumeResponse], error) {
+	return c.deleteVolume.CallUnary(ctx, req)
+}
+
+// VolumeServiceHandler is an implementation of the corpus.v1.VolumeService service.
+type VolumeServiceHandler interface {
+	ListVolumes(context.Context, *connect.Request[v1.ListVolumesRequest]) (*connect.Response[v1.ListVolumesResponse], error)
+	GetVolume(context.Context, *connect.Request[v1.GetVolumeRequest]) (*connect.Response[v1.GetVolumeResponse], error)
+	DeleteVolume(context.Context, *connect.Request[v1.DeleteVolumeRequest]) (*connect.Response[v1.DeleteVolumeResponse], error)
+}
+
+// NewVolumeServiceHandler builds an HTTP handler from the service implementation. It returns the
+// path on which to mount the handler and the handler itself.
+//
+// By default, handlers support the Connect, gRPC, and gRPC-Web protocols with the binary Protobuf
+// and JSON codecs. They also support gzip compression.
+func NewVolumeServiceHandler(svc VolumeServiceHandler, opts ...connect.HandlerOption) (string, http.Handler) {
+	volumeServiceMethods := v1.File_corpus_v1_api_proto.Services().ByName("VolumeService").Methods()
+	volumeServiceListVolumesHandler := connect.NewUnaryHandler(
+		VolumeServiceListVolumesProcedure,
+		svc.ListVolumes,
+		connect.WithSchema(volumeServiceMethods.ByName("ListVolumes")),
+		connect.WithIdempotency(connect.IdempotencyNoSideEffects),
+		connect.WithHandlerOptions(opts...),
+	)
+	volumeServiceGetVolumeHandler := connect.NewUnaryHandler(
+		VolumeServiceGetVolumeProcedure,
+		svc.GetVolume,
+		connect.WithSchema(volumeServiceMethods.ByName("GetVolume")),
+		connect.WithIdempotency(connect.IdempotencyNoSideEffects),
+		connect.WithHandlerOptions(opts...),
+	)
+	volumeServiceDeleteVolumeHandler := connect.NewUnaryHandler(
+		VolumeServiceDeleteVolumeProcedure,
+		svc.DeleteVolume,
+		connect.WithSchema(volumeServiceMethods.ByName("DeleteVolume")),
+		connect.WithHandlerOptions(opts...),
+	)
+	return "/corpus.v1.VolumeService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case VolumeServiceListVolumesProcedure:
+			volumeServiceListVolumesHandler.ServeHTTP(w, r)
+		case VolumeServiceGetVolumeProcedure:
+			volumeServiceGetVolumeHandler.ServeHTTP(w, r)
+		case VolumeServiceDeleteVolumeProcedure:
+			volumeServiceDeleteVolumeHandler.ServeHTTP(w, r)
+		default:
+			http.NotFound(w, r)
+		}
+	})
+}
+
+// UnimplementedVolumeServiceHandler returns CodeUnimplemented from all methods.
+type UnimplementedVolumeServiceHandler struct{}
+
+func (UnimplementedVolumeServiceHandler) ListVolumes(context.Context, *connect.Request[v1.ListVolumesRequest]) (*connect.Response[v1.ListVolumesResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("corpus.v1.VolumeService.ListVolumes is not implemented"))
+}
+
+func (UnimplementedVolumeServiceHandler) GetVolume(context.Context, *connect.Request[v1.GetVolumeRequest]) (*connect.Response[v1.GetVolumeResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("corpus.v1.VolumeService.GetVolume is not implemented"))
+}
+
+func (UnimplementedVolumeServiceHandler) DeleteVolume(context.Context, *connect.Request[v1.DeleteVolumeRequest]) (*connect.Response[v1.DeleteVolumeResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("corpus.v1.VolumeService.DeleteVolume is not implemented"))
 }
 
 // AgentServiceClient is a client for the corpus.v1.AgentService service.

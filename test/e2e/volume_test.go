@@ -1,0 +1,115 @@
+package e2e
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+type volumeList struct {
+	Volumes []struct {
+		Volume struct {
+			Name      string `json:"name"`
+			SizeBytes string `json:"size_bytes"`
+			GuestName string `json:"guest_name"`
+			Observed  struct {
+				State     string `json:"state"`
+				UsedBytes string `json:"used_bytes"`
+			} `json:"observed"`
+		} `json:"volume"`
+		NodeName string `json:"node_name"`
+	} `json:"volumes"`
+}
+
+// TestVolumes: a guest's data lives on a volume of its own, mounted inside
+// it; the volume outlives the guest, a new guest binds it and finds the
+// data, a full volume gives ENOSPC inside only, and --purge removes it.
+func TestVolumes(t *testing.T) {
+	c := newCluster(t)
+	a := c.addAgent("n1")
+	c.mustCLI("guest", "create", "db", "--image", "busybox", "--memory", "64M", "--cpus", "0.1", "--volume", "64M")
+	out := c.mustCLI("guest", "exec", "db", "--", "sh", "-c", "df -k /srv/data | tail -1; echo keep > /srv/data/file")
+	fields := strings.Fields(out)
+	var blocks int
+	if len(fields) > 1 {
+		blocks, _ = strconv.Atoi(fields[1])
+	}
+	if blocks < 50000 || blocks > 66000 { // 64 MiB less ext4's own metadata, in 1K blocks
+		t.Errorf("df inside the guest = %q, want a ~64 MiB file system at /srv/data", out)
+	}
+	listed := func(want func(volumeList) error) {
+		t.Helper()
+		eventually(t, 15*time.Second, "volume list", func() error {
+			var l volumeList
+			if err := c.json(&l, "volume", "list"); err != nil {
+				return err
+			}
+			return want(l)
+		})
+	}
+	listed(func(l volumeList) error {
+		if len(l.Volumes) != 1 {
+			return fmt.Errorf("%d volumes", len(l.Volumes))
+		}
+		v := l.Volumes[0]
+		if v.Volume.Name != "db" || v.NodeName != "n1" || v.Volume.GuestName != "db" || v.Volume.Observed.State != "ready" || v.Volume.SizeBytes != fmt.Sprint(64<<20) {
+			b, _ := json.Marshal(v)
+			return fmt.Errorf("volume = %s", b)
+		}
+		return nil
+	})
+
+	// Full volume: ENOSPC inside, nothing else affected.
+	_, errOut, code := c.cli("guest", "exec", "db", "--", "dd", "if=/dev/zero", "of=/srv/data/fill", "bs=1M", "count=100")
+	if code == 0 || !strings.Contains(errOut, "No space left") {
+		t.Errorf("filling the volume = exit %d, %q; want ENOSPC", code, errOut)
+	}
+	c.mustCLI("guest", "exec", "db", "--", "rm", "/srv/data/fill")
+
+	// The volume outlives its guest and moves to a replacement.
+	c.mustCLI("guest", "delete", "db")
+	listed(func(l volumeList) error {
+		if len(l.Volumes) != 1 || l.Volumes[0].Volume.GuestName != "" {
+			return fmt.Errorf("volumes after guest delete = %+v, want db unbound", l.Volumes)
+		}
+		return nil
+	})
+	for _, bad := range [][]string{
+		{"guest", "create", "x", "--image", "busybox", "--volume", "1M"},
+		{"guest", "create", "x", "--image", "busybox", "--use-volume", "nope"},
+		{"guest", "create", "x", "--image", "busybox", "--volume", "64M", "--use-volume", "db"},
+		{"guest", "create", "x", "--image", "busybox", "--volume", "64M", "--volume-path", "relative"},
+		{"volume", "delete", "nope"},
+	} {
+		if _, errOut, code := c.cli(bad...); code == 0 {
+			t.Errorf("corpus %v succeeded; want a refusal (%s)", bad, errOut)
+		}
+	}
+	c.mustCLI("guest", "create", "db2", "--image", "busybox", "--memory", "64M", "--cpus", "0.1", "--use-volume", "db")
+	if out := c.mustCLI("guest", "exec", "db2", "--", "cat", "/srv/data/file"); strings.TrimSpace(out) != "keep" {
+		t.Errorf("data on the volume in the new guest = %q, want keep", out)
+	}
+	if _, errOut, code := c.cli("volume", "delete", "db"); code == 0 || !strings.Contains(errOut, "used by guest db2") {
+		t.Errorf("deleting a bound volume = exit %d, %q; want a refusal", code, errOut)
+	}
+
+	// --purge deletes the volume with the guest.
+	c.mustCLI("guest", "delete", "db2", "--purge")
+	listed(func(l volumeList) error {
+		if len(l.Volumes) != 0 {
+			return fmt.Errorf("volumes after purge = %+v", l.Volumes)
+		}
+		return nil
+	})
+	if imgs, _ := filepath.Glob(filepath.Join(a.stateDir, "volumes", "images", "*.img")); len(imgs) != 0 {
+		t.Errorf("volume images left after purge: %v", imgs)
+	}
+	if _, err := os.Stat(filepath.Join(a.stateDir, "volumes", "images")); err != nil {
+		t.Errorf("volume root: %v", err)
+	}
+}
