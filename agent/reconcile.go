@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"google.golang.org/protobuf/proto"
@@ -144,6 +145,9 @@ func (w *worker) run(ctx context.Context) {
 		// While backing off, only a change to the guest cuts the wait
 		// short; periodic kicks do not.
 		want := desiredVersion(g)
+		if v := w.a.guestVolume(g.Id); v != nil {
+			want += "|volume " + strconv.FormatInt(v.SizeBytes, 10)
+		}
 		if kicked && retry != nil && want == failedAt {
 			continue
 		}
@@ -223,6 +227,14 @@ func (w *worker) reconcile(ctx context.Context, g *corpusv1.Guest) error {
 		}
 		a.setObserved(g.Id, &corpusv1.GuestObserved{State: corpusv1.ObservedDeleted})
 		return nil
+	}
+	if v := a.guestVolume(g.Id); v != nil && a.vols != nil && exists {
+		if err := a.resizeVolume(ctx, v, &guestHandle{d: d, name: g.Name, timeout: a.cfg.StopTimeout}); err != nil {
+			return err
+		}
+		if st, err = d.Inspect(ctx, g.Name); err != nil {
+			return fmt.Errorf("inspecting: %w", err)
+		}
 	}
 	if !exists {
 		if err := w.create(ctx, d, g); err != nil {

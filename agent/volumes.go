@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"time"
 
 	"corpus/drivers"
+	"corpus/internal/revert"
 	corpusv1 "corpus/proto/corpus/v1"
 	"corpus/volume"
 )
@@ -61,6 +63,13 @@ func (a *Agent) reconcileVolume(ctx context.Context, v *corpusv1.Volume) *corpus
 	if _, err := a.mountVolume(ctx, v); err != nil {
 		return &corpusv1.VolumeObserved{State: corpusv1.ObservedFailed, Message: err.Error()}
 	}
+	// A bound volume is resized by its guest's worker, which can stop
+	// and start the guest around it; an unbound one here.
+	if v.GuestId == "" {
+		if err := a.resizeVolume(ctx, v, nil); err != nil {
+			return &corpusv1.VolumeObserved{State: corpusv1.ObservedFailed, Message: err.Error()}
+		}
+	}
 	info, err := a.vols.Stat(ctx, v.Name)
 	if err != nil {
 		return &corpusv1.VolumeObserved{State: corpusv1.ObservedFailed, Message: err.Error()}
@@ -84,20 +93,25 @@ func (a *Agent) mountVolume(ctx context.Context, v *corpusv1.Volume) (string, er
 	return target, nil
 }
 
+// guestVolume returns the volume bound to a guest, or nil.
+func (a *Agent) guestVolume(guestID string) *corpusv1.Volume {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for _, v := range a.volumes {
+		if v.GuestId == guestID {
+			return v
+		}
+	}
+	return nil
+}
+
 // guestMounts returns the volume mount of guest g, mounting it first.
 func (a *Agent) guestMounts(ctx context.Context, g *corpusv1.Guest) ([]drivers.Mount, error) {
 	vs := g.GetSpec().GetVolume()
 	if vs == nil {
 		return nil, nil
 	}
-	a.mu.Lock()
-	var v *corpusv1.Volume
-	for _, cand := range a.volumes {
-		if cand.GuestId == g.Id {
-			v = cand
-		}
-	}
-	a.mu.Unlock()
+	v := a.guestVolume(g.Id)
 	if v == nil {
 		return nil, fmt.Errorf("the volume of guest %s is not on this node yet", g.Name)
 	}
@@ -107,3 +121,85 @@ func (a *Agent) guestMounts(ctx context.Context, g *corpusv1.Guest) ([]drivers.M
 	}
 	return []drivers.Mount{{Source: src, Target: vs.Path}}, nil
 }
+
+// resizeVolume makes a volume's size the desired one. Growing a mounted
+// volume happens online when the backend can; otherwise, and for every
+// shrink, the volume is unmounted for the resize, so stop (when not nil)
+// first stops its guest, and the guest is started again afterwards. A
+// failure leaves the volume mounted and the guest as it was.
+func (a *Agent) resizeVolume(ctx context.Context, v *corpusv1.Volume, guest *guestHandle) error {
+	info, err := a.vols.Stat(ctx, v.Name)
+	if err != nil {
+		return fmt.Errorf("measuring volume %s: %w", v.Name, err)
+	}
+	if info.SizeBytes == v.SizeBytes {
+		return nil
+	}
+	grow := v.SizeBytes > info.SizeBytes
+	if grow && a.vols.Capabilities().GrowOnline {
+		if err := a.vols.Grow(ctx, v.Name, v.SizeBytes); err != nil {
+			return fmt.Errorf("growing volume %s: %w", v.Name, err)
+		}
+		a.logger.Info("volume grown online", "volume", v.Name, "size", v.SizeBytes)
+		return nil
+	}
+	remount := func(ctx context.Context) error { return a.vols.Mount(ctx, v.Name, a.volumeMount(v.Name)) }
+	running := false
+	r := revert.New()
+	defer r.Fail()
+	if guest != nil {
+		if running, err = guest.stop(ctx); err != nil {
+			return fmt.Errorf("stopping guest for the resize of volume %s: %w", v.Name, err)
+		}
+		if running {
+			r.Add(func() { guest.start(context.Background()) })
+		}
+	}
+	if err := a.vols.Unmount(ctx, v.Name); err != nil {
+		return fmt.Errorf("unmounting volume %s: %w", v.Name, err)
+	}
+	r.Add(func() { remount(context.Background()) })
+	if grow {
+		err = a.vols.Grow(ctx, v.Name, v.SizeBytes)
+	} else if err = a.vols.Shrink(ctx, v.Name, v.SizeBytes, true); err == nil {
+		_, err = a.vols.Trim(ctx, v.Name) // give the freed blocks back to the host
+	}
+	if err != nil {
+		return fmt.Errorf("resizing volume %s to %d bytes: %w", v.Name, v.SizeBytes, err)
+	}
+	r.Success()
+	if err := remount(ctx); err != nil {
+		return fmt.Errorf("mounting volume %s after the resize: %w", v.Name, err)
+	}
+	if running {
+		if err := guest.start(ctx); err != nil {
+			return fmt.Errorf("starting guest after the resize of volume %s: %w", v.Name, err)
+		}
+	}
+	a.logger.Info("volume resized", "volume", v.Name, "size", v.SizeBytes, "guest_restarted", running)
+	return nil
+}
+
+// guestHandle stops and starts one guest for work on its volume.
+type guestHandle struct {
+	d       drivers.Driver
+	name    string
+	timeout time.Duration
+}
+
+// stop stops the guest and says whether it was running.
+func (h *guestHandle) stop(ctx context.Context) (bool, error) {
+	st, err := h.d.Inspect(ctx, h.name)
+	if errors.Is(err, drivers.ErrNotFound) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	if st.State != drivers.StateRunning {
+		return false, nil
+	}
+	return true, h.d.Stop(ctx, h.name, h.timeout)
+}
+
+func (h *guestHandle) start(ctx context.Context) error { return h.d.Start(ctx, h.name) }

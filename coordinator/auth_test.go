@@ -31,6 +31,10 @@ func firstMessage[T any](stream *connect.ServerStreamForClient[T], err error) er
 // authorized caller gets an answer or a handler error that is neither
 // Unauthenticated nor PermissionDenied.
 var authCalls = map[string]func(ctx context.Context, c clients) error{
+	corpusv1connect.VolumeServiceResizeVolumeProcedure: func(ctx context.Context, c clients) error {
+		_, err := c.volumes.ResizeVolume(ctx, connect.NewRequest(&corpusv1.ResizeVolumeRequest{Name: "nope", DeltaBytes: 1}))
+		return err
+	},
 	corpusv1connect.VolumeServiceListVolumesProcedure: func(ctx context.Context, c clients) error {
 		_, err := c.volumes.ListVolumes(ctx, connect.NewRequest(&corpusv1.ListVolumesRequest{}))
 		return err

@@ -2,12 +2,14 @@ package api
 
 import (
 	"context"
+	"fmt"
 
 	"connectrpc.com/connect"
 
 	"corpus/coordinator/state"
 	"corpus/internal/names"
 	corpusv1 "corpus/proto/corpus/v1"
+	"corpus/volume"
 )
 
 type volumeService struct{ b *Backend }
@@ -49,4 +51,43 @@ func (s *volumeService) DeleteVolume(ctx context.Context, req *connect.Request[c
 		return nil, err
 	}
 	return connect.NewResponse(&corpusv1.DeleteVolumeResponse{Volume: s.b.Store.Read().Volume(req.Msg.Name)}), nil
+}
+
+func (s *volumeService) ResizeVolume(ctx context.Context, req *connect.Request[corpusv1.ResizeVolumeRequest]) (*connect.Response[corpusv1.ResizeVolumeResponse], error) {
+	m := req.Msg
+	if err := names.Validate("volume", m.Name); err != nil {
+		return nil, toConnect(err)
+	}
+	v := s.b.Store.Read().Volume(m.Name)
+	if v == nil {
+		return nil, toConnect(notFound("volume", m.Name, "corpus volume list"))
+	}
+	size := m.SizeBytes
+	switch {
+	case size != 0 && m.DeltaBytes != 0:
+		return nil, toConnect(invalidf("give a new size or a change, not both"))
+	case size == 0:
+		size = v.SizeBytes + m.DeltaBytes
+	}
+	size, err := volume.ValidateSize(size)
+	if err != nil {
+		return nil, toConnect(invalidf("%v", err))
+	}
+	if size == v.SizeBytes {
+		return connect.NewResponse(&corpusv1.ResizeVolumeResponse{Volume: v}), nil
+	}
+	if size < v.SizeBytes {
+		o := v.GetObserved()
+		if o.GetState() != "ready" {
+			return nil, connect.NewError(connect.CodeFailedPrecondition,
+				fmt.Errorf("volume %s has not been measured by its node yet; retry once `corpus volume show %s` shows what it uses", v.Name, v.Name))
+		}
+		if err := volume.CheckShrink(o.UsedBytes, size, m.AllowShrink); err != nil {
+			return nil, connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("volume %s: %w; nothing changed", v.Name, err))
+		}
+	}
+	if _, err := s.b.write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_ResizeVolume{ResizeVolume: &corpusv1.ResizeVolume{Name: v.Name, SizeBytes: size}}}); err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(&corpusv1.ResizeVolumeResponse{Volume: s.b.Store.Read().Volume(v.Name), Changed: true}), nil
 }

@@ -122,6 +122,8 @@ func (a *applier) apply(cmd *corpusv1.Command) error {
 		return a.deleteVolume(c.DeleteVolume)
 	case *corpusv1.Command_ReportVolumes:
 		return a.reportVolumes(c.ReportVolumes)
+	case *corpusv1.Command_ResizeVolume:
+		return a.resizeVolume(c.ResizeVolume)
 	default:
 		panic(fmt.Sprintf("state: command %T has no apply function", c))
 	}

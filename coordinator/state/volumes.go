@@ -171,3 +171,23 @@ func (v *Snap) VolumeOfGuest(guestID string) *corpusv1.Volume {
 func (v *Snap) VolumesOnNode(nodeID string) []*corpusv1.Volume {
 	return all[*corpusv1.Volume](v, tableVolumes, "node", nodeID)
 }
+
+func (a *applier) resizeVolume(c *corpusv1.ResizeVolume) error {
+	v := a.volume("name", c.Name)
+	if v == nil {
+		return fmt.Errorf("volume %s: %w", c.Name, ErrNotFound)
+	}
+	if v.DesiredState == VolumeDeleted {
+		return fmt.Errorf("volume %s is being deleted: %w", v.Name, ErrBadTransition)
+	}
+	if c.SizeBytes <= 0 {
+		return fmt.Errorf("volume size %d: %w", c.SizeBytes, ErrInvalid)
+	}
+	if v.SizeBytes == c.SizeBytes {
+		return nil
+	}
+	v.SizeBytes = c.SizeBytes
+	v.ModifyIndex = a.index
+	a.put(tableVolumes, v)
+	return nil
+}

@@ -64,8 +64,43 @@ func TestVolumes(t *testing.T) {
 		return nil
 	})
 
+	// Enlarge: the guest sees the new size at once (online where the node
+	// can; here the guest is briefly stopped), and the data is intact.
+	dfBlocks := func(guest string) int {
+		t.Helper()
+		out := c.mustCLI("guest", "exec", guest, "--", "sh", "-c", "df -k /srv/data | tail -1")
+		f := strings.Fields(out)
+		if len(f) < 2 {
+			t.Fatalf("df = %q", out)
+		}
+		n, _ := strconv.Atoi(f[1])
+		return n
+	}
+	c.mustCLI("volume", "enlarge", "db", "+32M")
+	if n := dfBlocks("db"); n < 80000 || n > 99000 {
+		t.Errorf("df blocks after enlarging to 96M = %d, want about 90000", n)
+	}
+	if out := c.mustCLI("guest", "exec", "db", "--", "cat", "/srv/data/file"); strings.TrimSpace(out) != "keep" {
+		t.Errorf("data after enlarge = %q, want keep", out)
+	}
+	// Trim: refused when the data would not fit with the margin, nothing
+	// changed; allowed otherwise.
+	if _, errOut, code := c.cli("volume", "trim", "db", "40M"); code == 0 || !strings.Contains(errOut, "nothing changed") {
+		t.Errorf("trimming below used+margin = exit %d, %q; want a refusal", code, errOut)
+	}
+	if n := dfBlocks("db"); n < 80000 {
+		t.Errorf("df blocks after a refused trim = %d, want unchanged", n)
+	}
+	c.mustCLI("volume", "trim", "db", "-16M")
+	if n := dfBlocks("db"); n < 66000 || n > 82000 {
+		t.Errorf("df blocks after trimming to 80M = %d, want about 74000", n)
+	}
+	if out := c.mustCLI("guest", "exec", "db", "--", "cat", "/srv/data/file"); strings.TrimSpace(out) != "keep" {
+		t.Errorf("data after trim = %q, want keep", out)
+	}
+
 	// Full volume: ENOSPC inside, nothing else affected.
-	_, errOut, code := c.cli("guest", "exec", "db", "--", "dd", "if=/dev/zero", "of=/srv/data/fill", "bs=1M", "count=100")
+	_, errOut, code := c.cli("guest", "exec", "db", "--", "dd", "if=/dev/zero", "of=/srv/data/fill", "bs=1M", "count=200")
 	if code == 0 || !strings.Contains(errOut, "No space left") {
 		t.Errorf("filling the volume = exit %d, %q; want ENOSPC", code, errOut)
 	}

@@ -3,7 +3,9 @@ package cli
 import (
 	"context"
 	"fmt"
+	"strings"
 	"text/tabwriter"
+	"time"
 
 	"connectrpc.com/connect"
 	"github.com/spf13/cobra"
@@ -62,8 +64,110 @@ func newVolumeCmd(g *globals) *cobra.Command {
 			})
 		},
 	}
-	cmd.AddCommand(list, show, del)
+	cmd.AddCommand(list, show, del, newVolumeResizeCmd(g, "enlarge"), newVolumeResizeCmd(g, "trim"))
 	return cmd
+}
+
+// newVolumeResizeCmd makes `volume enlarge` (grow; online when the node
+// can, else with the guest briefly stopped) and `volume trim` (shrink,
+// with the guest briefly stopped; refused when the data would not fit).
+func newVolumeResizeCmd(g *globals, verb string) *cobra.Command {
+	var timeout time.Duration
+	short := "Grow a volume: +2G or a new absolute size; the guest sees the new size"
+	if verb == "trim" {
+		short = "Shrink a volume: -1G or a new absolute size; refused when the data would not fit"
+	}
+	cmd := &cobra.Command{
+		Use:   verb + " NAME SIZE",
+		Short: short,
+		Args:  cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			req := &corpusv1.ResizeVolumeRequest{Name: args[0], AllowShrink: verb == "trim"}
+			arg := args[1]
+			sign := int64(0)
+			switch {
+			case strings.HasPrefix(arg, "+"):
+				sign, arg = 1, arg[1:]
+			case strings.HasPrefix(arg, "-"):
+				sign, arg = -1, arg[1:]
+			}
+			n, err := parseSize(arg)
+			if err != nil {
+				return fmt.Errorf("size: %w", err)
+			}
+			switch {
+			case sign == 0:
+				req.SizeBytes = n
+			case verb == "enlarge" && sign < 0, verb == "trim" && sign > 0:
+				return fmt.Errorf("`volume %s` takes %s; use `volume %s` for the other way", verb, map[string]string{"enlarge": "+SIZE", "trim": "-SIZE"}[verb], map[string]string{"enlarge": "trim", "trim": "enlarge"}[verb])
+			default:
+				req.DeltaBytes = sign * n
+			}
+			c, err := g.clients()
+			if err != nil {
+				return err
+			}
+			before, err := c.volumes.GetVolume(cmd.Context(), connect.NewRequest(&corpusv1.GetVolumeRequest{Name: args[0]}))
+			if err != nil {
+				return err
+			}
+			if req.SizeBytes != 0 {
+				cur := before.Msg.Volume.Volume.SizeBytes
+				if verb == "enlarge" && req.SizeBytes < cur || verb == "trim" && req.SizeBytes > cur {
+					return fmt.Errorf("volume %s is %s; `volume %s` cannot make it %s", args[0], formatSize(cur), verb, formatSize(req.SizeBytes))
+				}
+			}
+			res, err := c.volumes.ResizeVolume(cmd.Context(), connect.NewRequest(req))
+			if err != nil {
+				return err
+			}
+			return g.waitVolume(cmd.Context(), c, res.Msg.Volume, timeout)
+		},
+	}
+	cmd.Flags().DurationVar(&timeout, "timeout", 5*time.Minute, "how long to wait for the node")
+	// "-1G" after NAME is the size, not a flag: flags go before NAME.
+	cmd.Flags().SetInterspersed(false)
+	return cmd
+}
+
+// waitVolume follows a volume until its node reports the desired size.
+func (g *globals) waitVolume(ctx context.Context, c *clients, want *corpusv1.Volume, timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	last := ""
+	for {
+		res, err := c.volumes.GetVolume(ctx, connect.NewRequest(&corpusv1.GetVolumeRequest{Name: want.Name}))
+		if err != nil {
+			if ctx.Err() != nil {
+				return fmt.Errorf("timed out after %s waiting for volume %s (see `corpus volume show %s`)", timeout, want.Name, want.Name)
+			}
+			return err
+		}
+		v := res.Msg.Volume.Volume
+		o := v.GetObserved()
+		line := fmt.Sprintf("%s: %s of %s", o.GetState(), formatSize(o.GetSizeBytes()), formatSize(v.SizeBytes))
+		if o.GetMessage() != "" {
+			line += ": " + o.GetMessage()
+		}
+		if line != last && !g.json {
+			fmt.Fprintf(g.stderr, "  %s  %s\n", time.Now().Format("15:04:05"), line)
+			last = line
+		}
+		switch {
+		case o.GetState() == "ready" && o.GetSizeBytes() == v.SizeBytes:
+			if g.json {
+				return g.printJSON(res.Msg)
+			}
+			fmt.Fprintf(g.stdout, "volume %s is %s (%s used, %s free)\n", v.Name, formatSize(v.SizeBytes), formatSize(o.GetUsedBytes()), formatSize(o.GetFreeBytes()))
+			return nil
+		case o.GetState() == "failed":
+			return fmt.Errorf("volume %s: %s", v.Name, o.GetMessage())
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
 }
 
 func printVolumeRow(w *tabwriter.Writer, vv *corpusv1.VolumeView) {

@@ -2079,6 +2079,127 @@ func (x *DeleteRecordResponse) GetRecord() *DnsRecord {
 	return nil
 }
 
+type ResizeVolumeRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// size_bytes is the new size; or delta_bytes changes the current one.
+	SizeBytes     int64 `protobuf:"varint,2,opt,name=size_bytes,json=sizeBytes,proto3" json:"size_bytes,omitempty"`
+	DeltaBytes    int64 `protobuf:"varint,3,opt,name=delta_bytes,json=deltaBytes,proto3" json:"delta_bytes,omitempty"`
+	AllowShrink   bool  `protobuf:"varint,4,opt,name=allow_shrink,json=allowShrink,proto3" json:"allow_shrink,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ResizeVolumeRequest) Reset() {
+	*x = ResizeVolumeRequest{}
+	mi := &file_corpus_v1_api_proto_msgTypes[36]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ResizeVolumeRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ResizeVolumeRequest) ProtoMessage() {}
+
+func (x *ResizeVolumeRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_api_proto_msgTypes[36]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ResizeVolumeRequest.ProtoReflect.Descriptor instead.
+func (*ResizeVolumeRequest) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{36}
+}
+
+func (x *ResizeVolumeRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *ResizeVolumeRequest) GetSizeBytes() int64 {
+	if x != nil {
+		return x.SizeBytes
+	}
+	return 0
+}
+
+func (x *ResizeVolumeRequest) GetDeltaBytes() int64 {
+	if x != nil {
+		return x.DeltaBytes
+	}
+	return 0
+}
+
+func (x *ResizeVolumeRequest) GetAllowShrink() bool {
+	if x != nil {
+		return x.AllowShrink
+	}
+	return false
+}
+
+type ResizeVolumeResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Volume        *Volume                `protobuf:"bytes,1,opt,name=volume,proto3" json:"volume,omitempty"`
+	Changed       bool                   `protobuf:"varint,2,opt,name=changed,proto3" json:"changed,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ResizeVolumeResponse) Reset() {
+	*x = ResizeVolumeResponse{}
+	mi := &file_corpus_v1_api_proto_msgTypes[37]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ResizeVolumeResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ResizeVolumeResponse) ProtoMessage() {}
+
+func (x *ResizeVolumeResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_api_proto_msgTypes[37]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ResizeVolumeResponse.ProtoReflect.Descriptor instead.
+func (*ResizeVolumeResponse) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{37}
+}
+
+func (x *ResizeVolumeResponse) GetVolume() *Volume {
+	if x != nil {
+		return x.Volume
+	}
+	return nil
+}
+
+func (x *ResizeVolumeResponse) GetChanged() bool {
+	if x != nil {
+		return x.Changed
+	}
+	return false
+}
+
 type ListVolumesRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -2087,7 +2208,7 @@ type ListVolumesRequest struct {
 
 func (x *ListVolumesRequest) Reset() {
 	*x = ListVolumesRequest{}
-	mi := &file_corpus_v1_api_proto_msgTypes[36]
+	mi := &file_corpus_v1_api_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2099,7 +2220,7 @@ func (x *ListVolumesRequest) String() string {
 func (*ListVolumesRequest) ProtoMessage() {}
 
 func (x *ListVolumesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[36]
+	mi := &file_corpus_v1_api_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2112,7 +2233,7 @@ func (x *ListVolumesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListVolumesRequest.ProtoReflect.Descriptor instead.
 func (*ListVolumesRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{36}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{38}
 }
 
 type VolumeView struct {
@@ -2125,7 +2246,7 @@ type VolumeView struct {
 
 func (x *VolumeView) Reset() {
 	*x = VolumeView{}
-	mi := &file_corpus_v1_api_proto_msgTypes[37]
+	mi := &file_corpus_v1_api_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2137,7 +2258,7 @@ func (x *VolumeView) String() string {
 func (*VolumeView) ProtoMessage() {}
 
 func (x *VolumeView) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[37]
+	mi := &file_corpus_v1_api_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2150,7 +2271,7 @@ func (x *VolumeView) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VolumeView.ProtoReflect.Descriptor instead.
 func (*VolumeView) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{37}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *VolumeView) GetVolume() *Volume {
@@ -2176,7 +2297,7 @@ type ListVolumesResponse struct {
 
 func (x *ListVolumesResponse) Reset() {
 	*x = ListVolumesResponse{}
-	mi := &file_corpus_v1_api_proto_msgTypes[38]
+	mi := &file_corpus_v1_api_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2188,7 +2309,7 @@ func (x *ListVolumesResponse) String() string {
 func (*ListVolumesResponse) ProtoMessage() {}
 
 func (x *ListVolumesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[38]
+	mi := &file_corpus_v1_api_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2201,7 +2322,7 @@ func (x *ListVolumesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListVolumesResponse.ProtoReflect.Descriptor instead.
 func (*ListVolumesResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{38}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *ListVolumesResponse) GetVolumes() []*VolumeView {
@@ -2220,7 +2341,7 @@ type GetVolumeRequest struct {
 
 func (x *GetVolumeRequest) Reset() {
 	*x = GetVolumeRequest{}
-	mi := &file_corpus_v1_api_proto_msgTypes[39]
+	mi := &file_corpus_v1_api_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2232,7 +2353,7 @@ func (x *GetVolumeRequest) String() string {
 func (*GetVolumeRequest) ProtoMessage() {}
 
 func (x *GetVolumeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[39]
+	mi := &file_corpus_v1_api_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2245,7 +2366,7 @@ func (x *GetVolumeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetVolumeRequest.ProtoReflect.Descriptor instead.
 func (*GetVolumeRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{39}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *GetVolumeRequest) GetName() string {
@@ -2264,7 +2385,7 @@ type GetVolumeResponse struct {
 
 func (x *GetVolumeResponse) Reset() {
 	*x = GetVolumeResponse{}
-	mi := &file_corpus_v1_api_proto_msgTypes[40]
+	mi := &file_corpus_v1_api_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2276,7 +2397,7 @@ func (x *GetVolumeResponse) String() string {
 func (*GetVolumeResponse) ProtoMessage() {}
 
 func (x *GetVolumeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[40]
+	mi := &file_corpus_v1_api_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2289,7 +2410,7 @@ func (x *GetVolumeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetVolumeResponse.ProtoReflect.Descriptor instead.
 func (*GetVolumeResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{40}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *GetVolumeResponse) GetVolume() *VolumeView {
@@ -2308,7 +2429,7 @@ type DeleteVolumeRequest struct {
 
 func (x *DeleteVolumeRequest) Reset() {
 	*x = DeleteVolumeRequest{}
-	mi := &file_corpus_v1_api_proto_msgTypes[41]
+	mi := &file_corpus_v1_api_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2320,7 +2441,7 @@ func (x *DeleteVolumeRequest) String() string {
 func (*DeleteVolumeRequest) ProtoMessage() {}
 
 func (x *DeleteVolumeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[41]
+	mi := &file_corpus_v1_api_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2333,7 +2454,7 @@ func (x *DeleteVolumeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteVolumeRequest.ProtoReflect.Descriptor instead.
 func (*DeleteVolumeRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{41}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *DeleteVolumeRequest) GetName() string {
@@ -2352,7 +2473,7 @@ type DeleteVolumeResponse struct {
 
 func (x *DeleteVolumeResponse) Reset() {
 	*x = DeleteVolumeResponse{}
-	mi := &file_corpus_v1_api_proto_msgTypes[42]
+	mi := &file_corpus_v1_api_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2364,7 +2485,7 @@ func (x *DeleteVolumeResponse) String() string {
 func (*DeleteVolumeResponse) ProtoMessage() {}
 
 func (x *DeleteVolumeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[42]
+	mi := &file_corpus_v1_api_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2377,7 +2498,7 @@ func (x *DeleteVolumeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteVolumeResponse.ProtoReflect.Descriptor instead.
 func (*DeleteVolumeResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{42}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *DeleteVolumeResponse) GetVolume() *Volume {
@@ -2403,7 +2524,7 @@ type EnrollRequest struct {
 
 func (x *EnrollRequest) Reset() {
 	*x = EnrollRequest{}
-	mi := &file_corpus_v1_api_proto_msgTypes[43]
+	mi := &file_corpus_v1_api_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2415,7 +2536,7 @@ func (x *EnrollRequest) String() string {
 func (*EnrollRequest) ProtoMessage() {}
 
 func (x *EnrollRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[43]
+	mi := &file_corpus_v1_api_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2428,7 +2549,7 @@ func (x *EnrollRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EnrollRequest.ProtoReflect.Descriptor instead.
 func (*EnrollRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{43}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *EnrollRequest) GetJoinToken() string {
@@ -2501,7 +2622,7 @@ type EnrollResponse struct {
 
 func (x *EnrollResponse) Reset() {
 	*x = EnrollResponse{}
-	mi := &file_corpus_v1_api_proto_msgTypes[44]
+	mi := &file_corpus_v1_api_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2513,7 +2634,7 @@ func (x *EnrollResponse) String() string {
 func (*EnrollResponse) ProtoMessage() {}
 
 func (x *EnrollResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[44]
+	mi := &file_corpus_v1_api_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2526,7 +2647,7 @@ func (x *EnrollResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EnrollResponse.ProtoReflect.Descriptor instead.
 func (*EnrollResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{44}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *EnrollResponse) GetNodeId() string {
@@ -2565,7 +2686,7 @@ type WatchRequest struct {
 
 func (x *WatchRequest) Reset() {
 	*x = WatchRequest{}
-	mi := &file_corpus_v1_api_proto_msgTypes[45]
+	mi := &file_corpus_v1_api_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2577,7 +2698,7 @@ func (x *WatchRequest) String() string {
 func (*WatchRequest) ProtoMessage() {}
 
 func (x *WatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[45]
+	mi := &file_corpus_v1_api_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2590,7 +2711,7 @@ func (x *WatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchRequest.ProtoReflect.Descriptor instead.
 func (*WatchRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{45}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{47}
 }
 
 type WatchResponse struct {
@@ -2613,7 +2734,7 @@ type WatchResponse struct {
 
 func (x *WatchResponse) Reset() {
 	*x = WatchResponse{}
-	mi := &file_corpus_v1_api_proto_msgTypes[46]
+	mi := &file_corpus_v1_api_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2625,7 +2746,7 @@ func (x *WatchResponse) String() string {
 func (*WatchResponse) ProtoMessage() {}
 
 func (x *WatchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[46]
+	mi := &file_corpus_v1_api_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2638,7 +2759,7 @@ func (x *WatchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchResponse.ProtoReflect.Descriptor instead.
 func (*WatchResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{46}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *WatchResponse) GetIndex() uint64 {
@@ -2708,7 +2829,7 @@ type ReportRequest struct {
 
 func (x *ReportRequest) Reset() {
 	*x = ReportRequest{}
-	mi := &file_corpus_v1_api_proto_msgTypes[47]
+	mi := &file_corpus_v1_api_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2720,7 +2841,7 @@ func (x *ReportRequest) String() string {
 func (*ReportRequest) ProtoMessage() {}
 
 func (x *ReportRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[47]
+	mi := &file_corpus_v1_api_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2733,7 +2854,7 @@ func (x *ReportRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportRequest.ProtoReflect.Descriptor instead.
 func (*ReportRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{47}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *ReportRequest) GetCapacity() *Resources {
@@ -2809,7 +2930,7 @@ type ReportedGuest struct {
 
 func (x *ReportedGuest) Reset() {
 	*x = ReportedGuest{}
-	mi := &file_corpus_v1_api_proto_msgTypes[48]
+	mi := &file_corpus_v1_api_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2821,7 +2942,7 @@ func (x *ReportedGuest) String() string {
 func (*ReportedGuest) ProtoMessage() {}
 
 func (x *ReportedGuest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[48]
+	mi := &file_corpus_v1_api_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2834,7 +2955,7 @@ func (x *ReportedGuest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportedGuest.ProtoReflect.Descriptor instead.
 func (*ReportedGuest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{48}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *ReportedGuest) GetGuestId() string {
@@ -2861,7 +2982,7 @@ type ReportedVolume struct {
 
 func (x *ReportedVolume) Reset() {
 	*x = ReportedVolume{}
-	mi := &file_corpus_v1_api_proto_msgTypes[49]
+	mi := &file_corpus_v1_api_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2873,7 +2994,7 @@ func (x *ReportedVolume) String() string {
 func (*ReportedVolume) ProtoMessage() {}
 
 func (x *ReportedVolume) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[49]
+	mi := &file_corpus_v1_api_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2886,7 +3007,7 @@ func (x *ReportedVolume) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportedVolume.ProtoReflect.Descriptor instead.
 func (*ReportedVolume) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{49}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *ReportedVolume) GetVolumeId() string {
@@ -2912,7 +3033,7 @@ type ReportResponse struct {
 
 func (x *ReportResponse) Reset() {
 	*x = ReportResponse{}
-	mi := &file_corpus_v1_api_proto_msgTypes[50]
+	mi := &file_corpus_v1_api_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2924,7 +3045,7 @@ func (x *ReportResponse) String() string {
 func (*ReportResponse) ProtoMessage() {}
 
 func (x *ReportResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[50]
+	mi := &file_corpus_v1_api_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2937,7 +3058,7 @@ func (x *ReportResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportResponse.ProtoReflect.Descriptor instead.
 func (*ReportResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{50}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *ReportResponse) GetIndex() uint64 {
@@ -3094,7 +3215,17 @@ const file_corpus_v1_api_proto_rawDesc = "" +
 	"\x13DeleteRecordRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\"D\n" +
 	"\x14DeleteRecordResponse\x12,\n" +
-	"\x06record\x18\x01 \x01(\v2\x14.corpus.v1.DnsRecordR\x06record\"\x14\n" +
+	"\x06record\x18\x01 \x01(\v2\x14.corpus.v1.DnsRecordR\x06record\"\x8c\x01\n" +
+	"\x13ResizeVolumeRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1d\n" +
+	"\n" +
+	"size_bytes\x18\x02 \x01(\x03R\tsizeBytes\x12\x1f\n" +
+	"\vdelta_bytes\x18\x03 \x01(\x03R\n" +
+	"deltaBytes\x12!\n" +
+	"\fallow_shrink\x18\x04 \x01(\bR\vallowShrink\"[\n" +
+	"\x14ResizeVolumeResponse\x12)\n" +
+	"\x06volume\x18\x01 \x01(\v2\x11.corpus.v1.VolumeR\x06volume\x12\x18\n" +
+	"\achanged\x18\x02 \x01(\bR\achanged\"\x14\n" +
 	"\x12ListVolumesRequest\"T\n" +
 	"\n" +
 	"VolumeView\x12)\n" +
@@ -3183,11 +3314,12 @@ const file_corpus_v1_api_proto_rawDesc = "" +
 	"DnsService\x12Q\n" +
 	"\vListRecords\x12\x1d.corpus.v1.ListRecordsRequest\x1a\x1e.corpus.v1.ListRecordsResponse\"\x03\x90\x02\x01\x12F\n" +
 	"\tAddRecord\x12\x1b.corpus.v1.AddRecordRequest\x1a\x1c.corpus.v1.AddRecordResponse\x12O\n" +
-	"\fDeleteRecord\x12\x1e.corpus.v1.DeleteRecordRequest\x1a\x1f.corpus.v1.DeleteRecordResponse2\x80\x02\n" +
+	"\fDeleteRecord\x12\x1e.corpus.v1.DeleteRecordRequest\x1a\x1f.corpus.v1.DeleteRecordResponse2\xd1\x02\n" +
 	"\rVolumeService\x12Q\n" +
 	"\vListVolumes\x12\x1d.corpus.v1.ListVolumesRequest\x1a\x1e.corpus.v1.ListVolumesResponse\"\x03\x90\x02\x01\x12K\n" +
 	"\tGetVolume\x12\x1b.corpus.v1.GetVolumeRequest\x1a\x1c.corpus.v1.GetVolumeResponse\"\x03\x90\x02\x01\x12O\n" +
-	"\fDeleteVolume\x12\x1e.corpus.v1.DeleteVolumeRequest\x1a\x1f.corpus.v1.DeleteVolumeResponse2\xca\x01\n" +
+	"\fDeleteVolume\x12\x1e.corpus.v1.DeleteVolumeRequest\x1a\x1f.corpus.v1.DeleteVolumeResponse\x12O\n" +
+	"\fResizeVolume\x12\x1e.corpus.v1.ResizeVolumeRequest\x1a\x1f.corpus.v1.ResizeVolumeResponse2\xca\x01\n" +
 	"\fAgentService\x12=\n" +
 	"\x06Enroll\x12\x18.corpus.v1.EnrollRequest\x1a\x19.corpus.v1.EnrollResponse\x12<\n" +
 	"\x05Watch\x12\x17.corpus.v1.WatchRequest\x1a\x18.corpus.v1.WatchResponse0\x01\x12=\n" +
@@ -3207,7 +3339,7 @@ func file_corpus_v1_api_proto_rawDescGZIP() []byte {
 	return file_corpus_v1_api_proto_rawDescData
 }
 
-var file_corpus_v1_api_proto_msgTypes = make([]protoimpl.MessageInfo, 53)
+var file_corpus_v1_api_proto_msgTypes = make([]protoimpl.MessageInfo, 55)
 var file_corpus_v1_api_proto_goTypes = []any{
 	(*StatusRequest)(nil),           // 0: corpus.v1.StatusRequest
 	(*StatusResponse)(nil),          // 1: corpus.v1.StatusResponse
@@ -3245,130 +3377,135 @@ var file_corpus_v1_api_proto_goTypes = []any{
 	(*AddRecordResponse)(nil),       // 33: corpus.v1.AddRecordResponse
 	(*DeleteRecordRequest)(nil),     // 34: corpus.v1.DeleteRecordRequest
 	(*DeleteRecordResponse)(nil),    // 35: corpus.v1.DeleteRecordResponse
-	(*ListVolumesRequest)(nil),      // 36: corpus.v1.ListVolumesRequest
-	(*VolumeView)(nil),              // 37: corpus.v1.VolumeView
-	(*ListVolumesResponse)(nil),     // 38: corpus.v1.ListVolumesResponse
-	(*GetVolumeRequest)(nil),        // 39: corpus.v1.GetVolumeRequest
-	(*GetVolumeResponse)(nil),       // 40: corpus.v1.GetVolumeResponse
-	(*DeleteVolumeRequest)(nil),     // 41: corpus.v1.DeleteVolumeRequest
-	(*DeleteVolumeResponse)(nil),    // 42: corpus.v1.DeleteVolumeResponse
-	(*EnrollRequest)(nil),           // 43: corpus.v1.EnrollRequest
-	(*EnrollResponse)(nil),          // 44: corpus.v1.EnrollResponse
-	(*WatchRequest)(nil),            // 45: corpus.v1.WatchRequest
-	(*WatchResponse)(nil),           // 46: corpus.v1.WatchResponse
-	(*ReportRequest)(nil),           // 47: corpus.v1.ReportRequest
-	(*ReportedGuest)(nil),           // 48: corpus.v1.ReportedGuest
-	(*ReportedVolume)(nil),          // 49: corpus.v1.ReportedVolume
-	(*ReportResponse)(nil),          // 50: corpus.v1.ReportResponse
-	nil,                             // 51: corpus.v1.ExecGuestRequest.EnvEntry
-	nil,                             // 52: corpus.v1.EnrollRequest.LabelsEntry
-	(*JoinToken)(nil),               // 53: corpus.v1.JoinToken
-	(*Node)(nil),                    // 54: corpus.v1.Node
-	(*Resources)(nil),               // 55: corpus.v1.Resources
-	(*GuestSpec)(nil),               // 56: corpus.v1.GuestSpec
-	(*Guest)(nil),                   // 57: corpus.v1.Guest
-	(*Route)(nil),                   // 58: corpus.v1.Route
-	(*Port)(nil),                    // 59: corpus.v1.Port
-	(*DnsRecord)(nil),               // 60: corpus.v1.DnsRecord
-	(*Volume)(nil),                  // 61: corpus.v1.Volume
-	(*DriverInfo)(nil),              // 62: corpus.v1.DriverInfo
-	(*GuestObserved)(nil),           // 63: corpus.v1.GuestObserved
-	(*VolumeObserved)(nil),          // 64: corpus.v1.VolumeObserved
+	(*ResizeVolumeRequest)(nil),     // 36: corpus.v1.ResizeVolumeRequest
+	(*ResizeVolumeResponse)(nil),    // 37: corpus.v1.ResizeVolumeResponse
+	(*ListVolumesRequest)(nil),      // 38: corpus.v1.ListVolumesRequest
+	(*VolumeView)(nil),              // 39: corpus.v1.VolumeView
+	(*ListVolumesResponse)(nil),     // 40: corpus.v1.ListVolumesResponse
+	(*GetVolumeRequest)(nil),        // 41: corpus.v1.GetVolumeRequest
+	(*GetVolumeResponse)(nil),       // 42: corpus.v1.GetVolumeResponse
+	(*DeleteVolumeRequest)(nil),     // 43: corpus.v1.DeleteVolumeRequest
+	(*DeleteVolumeResponse)(nil),    // 44: corpus.v1.DeleteVolumeResponse
+	(*EnrollRequest)(nil),           // 45: corpus.v1.EnrollRequest
+	(*EnrollResponse)(nil),          // 46: corpus.v1.EnrollResponse
+	(*WatchRequest)(nil),            // 47: corpus.v1.WatchRequest
+	(*WatchResponse)(nil),           // 48: corpus.v1.WatchResponse
+	(*ReportRequest)(nil),           // 49: corpus.v1.ReportRequest
+	(*ReportedGuest)(nil),           // 50: corpus.v1.ReportedGuest
+	(*ReportedVolume)(nil),          // 51: corpus.v1.ReportedVolume
+	(*ReportResponse)(nil),          // 52: corpus.v1.ReportResponse
+	nil,                             // 53: corpus.v1.ExecGuestRequest.EnvEntry
+	nil,                             // 54: corpus.v1.EnrollRequest.LabelsEntry
+	(*JoinToken)(nil),               // 55: corpus.v1.JoinToken
+	(*Node)(nil),                    // 56: corpus.v1.Node
+	(*Resources)(nil),               // 57: corpus.v1.Resources
+	(*GuestSpec)(nil),               // 58: corpus.v1.GuestSpec
+	(*Guest)(nil),                   // 59: corpus.v1.Guest
+	(*Route)(nil),                   // 60: corpus.v1.Route
+	(*Port)(nil),                    // 61: corpus.v1.Port
+	(*DnsRecord)(nil),               // 62: corpus.v1.DnsRecord
+	(*Volume)(nil),                  // 63: corpus.v1.Volume
+	(*DriverInfo)(nil),              // 64: corpus.v1.DriverInfo
+	(*GuestObserved)(nil),           // 65: corpus.v1.GuestObserved
+	(*VolumeObserved)(nil),          // 66: corpus.v1.VolumeObserved
 }
 var file_corpus_v1_api_proto_depIdxs = []int32{
-	53, // 0: corpus.v1.CreateJoinTokenResponse.info:type_name -> corpus.v1.JoinToken
+	55, // 0: corpus.v1.CreateJoinTokenResponse.info:type_name -> corpus.v1.JoinToken
 	8,  // 1: corpus.v1.ListNodesResponse.nodes:type_name -> corpus.v1.NodeView
 	8,  // 2: corpus.v1.GetNodeResponse.node:type_name -> corpus.v1.NodeView
-	54, // 3: corpus.v1.NodeView.node:type_name -> corpus.v1.Node
-	55, // 4: corpus.v1.NodeView.allocated:type_name -> corpus.v1.Resources
-	56, // 5: corpus.v1.CreateGuestRequest.spec:type_name -> corpus.v1.GuestSpec
-	57, // 6: corpus.v1.CreateGuestResponse.guest:type_name -> corpus.v1.Guest
-	57, // 7: corpus.v1.GetGuestResponse.guest:type_name -> corpus.v1.Guest
+	56, // 3: corpus.v1.NodeView.node:type_name -> corpus.v1.Node
+	57, // 4: corpus.v1.NodeView.allocated:type_name -> corpus.v1.Resources
+	58, // 5: corpus.v1.CreateGuestRequest.spec:type_name -> corpus.v1.GuestSpec
+	59, // 6: corpus.v1.CreateGuestResponse.guest:type_name -> corpus.v1.Guest
+	59, // 7: corpus.v1.GetGuestResponse.guest:type_name -> corpus.v1.Guest
 	12, // 8: corpus.v1.ListGuestsResponse.guests:type_name -> corpus.v1.GetGuestResponse
-	57, // 9: corpus.v1.GuestActionResponse.guest:type_name -> corpus.v1.Guest
-	51, // 10: corpus.v1.ExecGuestRequest.env:type_name -> corpus.v1.ExecGuestRequest.EnvEntry
-	58, // 11: corpus.v1.CreateRouteResponse.route:type_name -> corpus.v1.Route
-	58, // 12: corpus.v1.RouteView.route:type_name -> corpus.v1.Route
+	59, // 9: corpus.v1.GuestActionResponse.guest:type_name -> corpus.v1.Guest
+	53, // 10: corpus.v1.ExecGuestRequest.env:type_name -> corpus.v1.ExecGuestRequest.EnvEntry
+	60, // 11: corpus.v1.CreateRouteResponse.route:type_name -> corpus.v1.Route
+	60, // 12: corpus.v1.RouteView.route:type_name -> corpus.v1.Route
 	22, // 13: corpus.v1.ListRoutesResponse.routes:type_name -> corpus.v1.RouteView
 	24, // 14: corpus.v1.ListRoutesResponse.nat:type_name -> corpus.v1.NatView
-	59, // 15: corpus.v1.NatView.port:type_name -> corpus.v1.Port
-	58, // 16: corpus.v1.DeleteRouteResponse.route:type_name -> corpus.v1.Route
-	58, // 17: corpus.v1.MoveRouteResponse.route:type_name -> corpus.v1.Route
+	61, // 15: corpus.v1.NatView.port:type_name -> corpus.v1.Port
+	60, // 16: corpus.v1.DeleteRouteResponse.route:type_name -> corpus.v1.Route
+	60, // 17: corpus.v1.MoveRouteResponse.route:type_name -> corpus.v1.Route
 	30, // 18: corpus.v1.ListRecordsResponse.records:type_name -> corpus.v1.ZoneRecord
-	60, // 19: corpus.v1.AddRecordResponse.record:type_name -> corpus.v1.DnsRecord
-	60, // 20: corpus.v1.DeleteRecordResponse.record:type_name -> corpus.v1.DnsRecord
-	61, // 21: corpus.v1.VolumeView.volume:type_name -> corpus.v1.Volume
-	37, // 22: corpus.v1.ListVolumesResponse.volumes:type_name -> corpus.v1.VolumeView
-	37, // 23: corpus.v1.GetVolumeResponse.volume:type_name -> corpus.v1.VolumeView
-	61, // 24: corpus.v1.DeleteVolumeResponse.volume:type_name -> corpus.v1.Volume
-	52, // 25: corpus.v1.EnrollRequest.labels:type_name -> corpus.v1.EnrollRequest.LabelsEntry
-	55, // 26: corpus.v1.EnrollRequest.capacity:type_name -> corpus.v1.Resources
-	62, // 27: corpus.v1.EnrollRequest.drivers:type_name -> corpus.v1.DriverInfo
-	54, // 28: corpus.v1.WatchResponse.node:type_name -> corpus.v1.Node
-	57, // 29: corpus.v1.WatchResponse.guests:type_name -> corpus.v1.Guest
-	58, // 30: corpus.v1.WatchResponse.routes:type_name -> corpus.v1.Route
-	61, // 31: corpus.v1.WatchResponse.volumes:type_name -> corpus.v1.Volume
-	55, // 32: corpus.v1.ReportRequest.capacity:type_name -> corpus.v1.Resources
-	62, // 33: corpus.v1.ReportRequest.drivers:type_name -> corpus.v1.DriverInfo
-	48, // 34: corpus.v1.ReportRequest.guests:type_name -> corpus.v1.ReportedGuest
-	49, // 35: corpus.v1.ReportRequest.volumes:type_name -> corpus.v1.ReportedVolume
-	63, // 36: corpus.v1.ReportedGuest.observed:type_name -> corpus.v1.GuestObserved
-	64, // 37: corpus.v1.ReportedVolume.observed:type_name -> corpus.v1.VolumeObserved
-	0,  // 38: corpus.v1.ClusterService.Status:input_type -> corpus.v1.StatusRequest
-	2,  // 39: corpus.v1.NodeService.CreateJoinToken:input_type -> corpus.v1.CreateJoinTokenRequest
-	4,  // 40: corpus.v1.NodeService.ListNodes:input_type -> corpus.v1.ListNodesRequest
-	6,  // 41: corpus.v1.NodeService.GetNode:input_type -> corpus.v1.GetNodeRequest
-	9,  // 42: corpus.v1.GuestService.CreateGuest:input_type -> corpus.v1.CreateGuestRequest
-	11, // 43: corpus.v1.GuestService.GetGuest:input_type -> corpus.v1.GetGuestRequest
-	13, // 44: corpus.v1.GuestService.ListGuests:input_type -> corpus.v1.ListGuestsRequest
-	15, // 45: corpus.v1.GuestService.StartGuest:input_type -> corpus.v1.GuestActionRequest
-	15, // 46: corpus.v1.GuestService.StopGuest:input_type -> corpus.v1.GuestActionRequest
-	15, // 47: corpus.v1.GuestService.DeleteGuest:input_type -> corpus.v1.GuestActionRequest
-	17, // 48: corpus.v1.GuestService.ExecGuest:input_type -> corpus.v1.ExecGuestRequest
-	19, // 49: corpus.v1.IngressService.CreateRoute:input_type -> corpus.v1.CreateRouteRequest
-	21, // 50: corpus.v1.IngressService.ListRoutes:input_type -> corpus.v1.ListRoutesRequest
-	25, // 51: corpus.v1.IngressService.DeleteRoute:input_type -> corpus.v1.DeleteRouteRequest
-	27, // 52: corpus.v1.IngressService.MoveRoute:input_type -> corpus.v1.MoveRouteRequest
-	29, // 53: corpus.v1.DnsService.ListRecords:input_type -> corpus.v1.ListRecordsRequest
-	32, // 54: corpus.v1.DnsService.AddRecord:input_type -> corpus.v1.AddRecordRequest
-	34, // 55: corpus.v1.DnsService.DeleteRecord:input_type -> corpus.v1.DeleteRecordRequest
-	36, // 56: corpus.v1.VolumeService.ListVolumes:input_type -> corpus.v1.ListVolumesRequest
-	39, // 57: corpus.v1.VolumeService.GetVolume:input_type -> corpus.v1.GetVolumeRequest
-	41, // 58: corpus.v1.VolumeService.DeleteVolume:input_type -> corpus.v1.DeleteVolumeRequest
-	43, // 59: corpus.v1.AgentService.Enroll:input_type -> corpus.v1.EnrollRequest
-	45, // 60: corpus.v1.AgentService.Watch:input_type -> corpus.v1.WatchRequest
-	47, // 61: corpus.v1.AgentService.Report:input_type -> corpus.v1.ReportRequest
-	17, // 62: corpus.v1.NodeAgentService.Exec:input_type -> corpus.v1.ExecGuestRequest
-	1,  // 63: corpus.v1.ClusterService.Status:output_type -> corpus.v1.StatusResponse
-	3,  // 64: corpus.v1.NodeService.CreateJoinToken:output_type -> corpus.v1.CreateJoinTokenResponse
-	5,  // 65: corpus.v1.NodeService.ListNodes:output_type -> corpus.v1.ListNodesResponse
-	7,  // 66: corpus.v1.NodeService.GetNode:output_type -> corpus.v1.GetNodeResponse
-	10, // 67: corpus.v1.GuestService.CreateGuest:output_type -> corpus.v1.CreateGuestResponse
-	12, // 68: corpus.v1.GuestService.GetGuest:output_type -> corpus.v1.GetGuestResponse
-	14, // 69: corpus.v1.GuestService.ListGuests:output_type -> corpus.v1.ListGuestsResponse
-	16, // 70: corpus.v1.GuestService.StartGuest:output_type -> corpus.v1.GuestActionResponse
-	16, // 71: corpus.v1.GuestService.StopGuest:output_type -> corpus.v1.GuestActionResponse
-	16, // 72: corpus.v1.GuestService.DeleteGuest:output_type -> corpus.v1.GuestActionResponse
-	18, // 73: corpus.v1.GuestService.ExecGuest:output_type -> corpus.v1.ExecOutput
-	20, // 74: corpus.v1.IngressService.CreateRoute:output_type -> corpus.v1.CreateRouteResponse
-	23, // 75: corpus.v1.IngressService.ListRoutes:output_type -> corpus.v1.ListRoutesResponse
-	26, // 76: corpus.v1.IngressService.DeleteRoute:output_type -> corpus.v1.DeleteRouteResponse
-	28, // 77: corpus.v1.IngressService.MoveRoute:output_type -> corpus.v1.MoveRouteResponse
-	31, // 78: corpus.v1.DnsService.ListRecords:output_type -> corpus.v1.ListRecordsResponse
-	33, // 79: corpus.v1.DnsService.AddRecord:output_type -> corpus.v1.AddRecordResponse
-	35, // 80: corpus.v1.DnsService.DeleteRecord:output_type -> corpus.v1.DeleteRecordResponse
-	38, // 81: corpus.v1.VolumeService.ListVolumes:output_type -> corpus.v1.ListVolumesResponse
-	40, // 82: corpus.v1.VolumeService.GetVolume:output_type -> corpus.v1.GetVolumeResponse
-	42, // 83: corpus.v1.VolumeService.DeleteVolume:output_type -> corpus.v1.DeleteVolumeResponse
-	44, // 84: corpus.v1.AgentService.Enroll:output_type -> corpus.v1.EnrollResponse
-	46, // 85: corpus.v1.AgentService.Watch:output_type -> corpus.v1.WatchResponse
-	50, // 86: corpus.v1.AgentService.Report:output_type -> corpus.v1.ReportResponse
-	18, // 87: corpus.v1.NodeAgentService.Exec:output_type -> corpus.v1.ExecOutput
-	63, // [63:88] is the sub-list for method output_type
-	38, // [38:63] is the sub-list for method input_type
-	38, // [38:38] is the sub-list for extension type_name
-	38, // [38:38] is the sub-list for extension extendee
-	0,  // [0:38] is the sub-list for field type_name
+	62, // 19: corpus.v1.AddRecordResponse.record:type_name -> corpus.v1.DnsRecord
+	62, // 20: corpus.v1.DeleteRecordResponse.record:type_name -> corpus.v1.DnsRecord
+	63, // 21: corpus.v1.ResizeVolumeResponse.volume:type_name -> corpus.v1.Volume
+	63, // 22: corpus.v1.VolumeView.volume:type_name -> corpus.v1.Volume
+	39, // 23: corpus.v1.ListVolumesResponse.volumes:type_name -> corpus.v1.VolumeView
+	39, // 24: corpus.v1.GetVolumeResponse.volume:type_name -> corpus.v1.VolumeView
+	63, // 25: corpus.v1.DeleteVolumeResponse.volume:type_name -> corpus.v1.Volume
+	54, // 26: corpus.v1.EnrollRequest.labels:type_name -> corpus.v1.EnrollRequest.LabelsEntry
+	57, // 27: corpus.v1.EnrollRequest.capacity:type_name -> corpus.v1.Resources
+	64, // 28: corpus.v1.EnrollRequest.drivers:type_name -> corpus.v1.DriverInfo
+	56, // 29: corpus.v1.WatchResponse.node:type_name -> corpus.v1.Node
+	59, // 30: corpus.v1.WatchResponse.guests:type_name -> corpus.v1.Guest
+	60, // 31: corpus.v1.WatchResponse.routes:type_name -> corpus.v1.Route
+	63, // 32: corpus.v1.WatchResponse.volumes:type_name -> corpus.v1.Volume
+	57, // 33: corpus.v1.ReportRequest.capacity:type_name -> corpus.v1.Resources
+	64, // 34: corpus.v1.ReportRequest.drivers:type_name -> corpus.v1.DriverInfo
+	50, // 35: corpus.v1.ReportRequest.guests:type_name -> corpus.v1.ReportedGuest
+	51, // 36: corpus.v1.ReportRequest.volumes:type_name -> corpus.v1.ReportedVolume
+	65, // 37: corpus.v1.ReportedGuest.observed:type_name -> corpus.v1.GuestObserved
+	66, // 38: corpus.v1.ReportedVolume.observed:type_name -> corpus.v1.VolumeObserved
+	0,  // 39: corpus.v1.ClusterService.Status:input_type -> corpus.v1.StatusRequest
+	2,  // 40: corpus.v1.NodeService.CreateJoinToken:input_type -> corpus.v1.CreateJoinTokenRequest
+	4,  // 41: corpus.v1.NodeService.ListNodes:input_type -> corpus.v1.ListNodesRequest
+	6,  // 42: corpus.v1.NodeService.GetNode:input_type -> corpus.v1.GetNodeRequest
+	9,  // 43: corpus.v1.GuestService.CreateGuest:input_type -> corpus.v1.CreateGuestRequest
+	11, // 44: corpus.v1.GuestService.GetGuest:input_type -> corpus.v1.GetGuestRequest
+	13, // 45: corpus.v1.GuestService.ListGuests:input_type -> corpus.v1.ListGuestsRequest
+	15, // 46: corpus.v1.GuestService.StartGuest:input_type -> corpus.v1.GuestActionRequest
+	15, // 47: corpus.v1.GuestService.StopGuest:input_type -> corpus.v1.GuestActionRequest
+	15, // 48: corpus.v1.GuestService.DeleteGuest:input_type -> corpus.v1.GuestActionRequest
+	17, // 49: corpus.v1.GuestService.ExecGuest:input_type -> corpus.v1.ExecGuestRequest
+	19, // 50: corpus.v1.IngressService.CreateRoute:input_type -> corpus.v1.CreateRouteRequest
+	21, // 51: corpus.v1.IngressService.ListRoutes:input_type -> corpus.v1.ListRoutesRequest
+	25, // 52: corpus.v1.IngressService.DeleteRoute:input_type -> corpus.v1.DeleteRouteRequest
+	27, // 53: corpus.v1.IngressService.MoveRoute:input_type -> corpus.v1.MoveRouteRequest
+	29, // 54: corpus.v1.DnsService.ListRecords:input_type -> corpus.v1.ListRecordsRequest
+	32, // 55: corpus.v1.DnsService.AddRecord:input_type -> corpus.v1.AddRecordRequest
+	34, // 56: corpus.v1.DnsService.DeleteRecord:input_type -> corpus.v1.DeleteRecordRequest
+	38, // 57: corpus.v1.VolumeService.ListVolumes:input_type -> corpus.v1.ListVolumesRequest
+	41, // 58: corpus.v1.VolumeService.GetVolume:input_type -> corpus.v1.GetVolumeRequest
+	43, // 59: corpus.v1.VolumeService.DeleteVolume:input_type -> corpus.v1.DeleteVolumeRequest
+	36, // 60: corpus.v1.VolumeService.ResizeVolume:input_type -> corpus.v1.ResizeVolumeRequest
+	45, // 61: corpus.v1.AgentService.Enroll:input_type -> corpus.v1.EnrollRequest
+	47, // 62: corpus.v1.AgentService.Watch:input_type -> corpus.v1.WatchRequest
+	49, // 63: corpus.v1.AgentService.Report:input_type -> corpus.v1.ReportRequest
+	17, // 64: corpus.v1.NodeAgentService.Exec:input_type -> corpus.v1.ExecGuestRequest
+	1,  // 65: corpus.v1.ClusterService.Status:output_type -> corpus.v1.StatusResponse
+	3,  // 66: corpus.v1.NodeService.CreateJoinToken:output_type -> corpus.v1.CreateJoinTokenResponse
+	5,  // 67: corpus.v1.NodeService.ListNodes:output_type -> corpus.v1.ListNodesResponse
+	7,  // 68: corpus.v1.NodeService.GetNode:output_type -> corpus.v1.GetNodeResponse
+	10, // 69: corpus.v1.GuestService.CreateGuest:output_type -> corpus.v1.CreateGuestResponse
+	12, // 70: corpus.v1.GuestService.GetGuest:output_type -> corpus.v1.GetGuestResponse
+	14, // 71: corpus.v1.GuestService.ListGuests:output_type -> corpus.v1.ListGuestsResponse
+	16, // 72: corpus.v1.GuestService.StartGuest:output_type -> corpus.v1.GuestActionResponse
+	16, // 73: corpus.v1.GuestService.StopGuest:output_type -> corpus.v1.GuestActionResponse
+	16, // 74: corpus.v1.GuestService.DeleteGuest:output_type -> corpus.v1.GuestActionResponse
+	18, // 75: corpus.v1.GuestService.ExecGuest:output_type -> corpus.v1.ExecOutput
+	20, // 76: corpus.v1.IngressService.CreateRoute:output_type -> corpus.v1.CreateRouteResponse
+	23, // 77: corpus.v1.IngressService.ListRoutes:output_type -> corpus.v1.ListRoutesResponse
+	26, // 78: corpus.v1.IngressService.DeleteRoute:output_type -> corpus.v1.DeleteRouteResponse
+	28, // 79: corpus.v1.IngressService.MoveRoute:output_type -> corpus.v1.MoveRouteResponse
+	31, // 80: corpus.v1.DnsService.ListRecords:output_type -> corpus.v1.ListRecordsResponse
+	33, // 81: corpus.v1.DnsService.AddRecord:output_type -> corpus.v1.AddRecordResponse
+	35, // 82: corpus.v1.DnsService.DeleteRecord:output_type -> corpus.v1.DeleteRecordResponse
+	40, // 83: corpus.v1.VolumeService.ListVolumes:output_type -> corpus.v1.ListVolumesResponse
+	42, // 84: corpus.v1.VolumeService.GetVolume:output_type -> corpus.v1.GetVolumeResponse
+	44, // 85: corpus.v1.VolumeService.DeleteVolume:output_type -> corpus.v1.DeleteVolumeResponse
+	37, // 86: corpus.v1.VolumeService.ResizeVolume:output_type -> corpus.v1.ResizeVolumeResponse
+	46, // 87: corpus.v1.AgentService.Enroll:output_type -> corpus.v1.EnrollResponse
+	48, // 88: corpus.v1.AgentService.Watch:output_type -> corpus.v1.WatchResponse
+	52, // 89: corpus.v1.AgentService.Report:output_type -> corpus.v1.ReportResponse
+	18, // 90: corpus.v1.NodeAgentService.Exec:output_type -> corpus.v1.ExecOutput
+	65, // [65:91] is the sub-list for method output_type
+	39, // [39:65] is the sub-list for method input_type
+	39, // [39:39] is the sub-list for extension type_name
+	39, // [39:39] is the sub-list for extension extendee
+	0,  // [0:39] is the sub-list for field type_name
 }
 
 func init() { file_corpus_v1_api_proto_init() }
@@ -3383,7 +3520,7 @@ func file_corpus_v1_api_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_corpus_v1_api_proto_rawDesc), len(file_corpus_v1_api_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   53,
+			NumMessages:   55,
 			NumExtensions: 0,
 			NumServices:   8,
 		},

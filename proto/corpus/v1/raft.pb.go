@@ -55,6 +55,7 @@ type Command struct {
 	//	*Command_DeleteDnsRecord
 	//	*Command_DeleteVolume
 	//	*Command_ReportVolumes
+	//	*Command_ResizeVolume
 	Cmd           isCommand_Cmd `protobuf_oneof:"cmd"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -262,6 +263,15 @@ func (x *Command) GetReportVolumes() *ReportVolumes {
 	return nil
 }
 
+func (x *Command) GetResizeVolume() *ResizeVolume {
+	if x != nil {
+		if x, ok := x.Cmd.(*Command_ResizeVolume); ok {
+			return x.ResizeVolume
+		}
+	}
+	return nil
+}
+
 type isCommand_Cmd interface {
 	isCommand_Cmd()
 }
@@ -330,6 +340,10 @@ type Command_ReportVolumes struct {
 	ReportVolumes *ReportVolumes `protobuf:"bytes,25,opt,name=report_volumes,json=reportVolumes,proto3,oneof"`
 }
 
+type Command_ResizeVolume struct {
+	ResizeVolume *ResizeVolume `protobuf:"bytes,26,opt,name=resize_volume,json=resizeVolume,proto3,oneof"`
+}
+
 func (*Command_BootstrapCluster) isCommand_Cmd() {}
 
 func (*Command_CreateJoinToken) isCommand_Cmd() {}
@@ -361,6 +375,8 @@ func (*Command_DeleteDnsRecord) isCommand_Cmd() {}
 func (*Command_DeleteVolume) isCommand_Cmd() {}
 
 func (*Command_ReportVolumes) isCommand_Cmd() {}
+
+func (*Command_ResizeVolume) isCommand_Cmd() {}
 
 type BootstrapCluster struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -1239,6 +1255,59 @@ func (x *DeleteVolume) GetName() string {
 	return ""
 }
 
+// ResizeVolume sets a volume's size; its agent grows or shrinks it.
+type ResizeVolume struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	SizeBytes     int64                  `protobuf:"varint,2,opt,name=size_bytes,json=sizeBytes,proto3" json:"size_bytes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ResizeVolume) Reset() {
+	*x = ResizeVolume{}
+	mi := &file_corpus_v1_raft_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ResizeVolume) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ResizeVolume) ProtoMessage() {}
+
+func (x *ResizeVolume) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_raft_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ResizeVolume.ProtoReflect.Descriptor instead.
+func (*ResizeVolume) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *ResizeVolume) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *ResizeVolume) GetSizeBytes() int64 {
+	if x != nil {
+		return x.SizeBytes
+	}
+	return 0
+}
+
 type ObservedVolume struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	VolumeId      string                 `protobuf:"bytes,1,opt,name=volume_id,json=volumeId,proto3" json:"volume_id,omitempty"`
@@ -1249,7 +1318,7 @@ type ObservedVolume struct {
 
 func (x *ObservedVolume) Reset() {
 	*x = ObservedVolume{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[17]
+	mi := &file_corpus_v1_raft_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1261,7 +1330,7 @@ func (x *ObservedVolume) String() string {
 func (*ObservedVolume) ProtoMessage() {}
 
 func (x *ObservedVolume) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[17]
+	mi := &file_corpus_v1_raft_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1274,7 +1343,7 @@ func (x *ObservedVolume) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ObservedVolume.ProtoReflect.Descriptor instead.
 func (*ObservedVolume) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{17}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ObservedVolume) GetVolumeId() string {
@@ -1302,7 +1371,7 @@ type ReportVolumes struct {
 
 func (x *ReportVolumes) Reset() {
 	*x = ReportVolumes{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[18]
+	mi := &file_corpus_v1_raft_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1314,7 +1383,7 @@ func (x *ReportVolumes) String() string {
 func (*ReportVolumes) ProtoMessage() {}
 
 func (x *ReportVolumes) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[18]
+	mi := &file_corpus_v1_raft_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1327,7 +1396,7 @@ func (x *ReportVolumes) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportVolumes.ProtoReflect.Descriptor instead.
 func (*ReportVolumes) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{18}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ReportVolumes) GetNodeId() string {
@@ -1363,7 +1432,7 @@ type Snapshot struct {
 
 func (x *Snapshot) Reset() {
 	*x = Snapshot{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[19]
+	mi := &file_corpus_v1_raft_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1375,7 +1444,7 @@ func (x *Snapshot) String() string {
 func (*Snapshot) ProtoMessage() {}
 
 func (x *Snapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[19]
+	mi := &file_corpus_v1_raft_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1388,7 +1457,7 @@ func (x *Snapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Snapshot.ProtoReflect.Descriptor instead.
 func (*Snapshot) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{19}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *Snapshot) GetVersion() uint32 {
@@ -1458,7 +1527,7 @@ var File_corpus_v1_raft_proto protoreflect.FileDescriptor
 
 const file_corpus_v1_raft_proto_rawDesc = "" +
 	"\n" +
-	"\x14corpus/v1/raft.proto\x12\tcorpus.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x15corpus/v1/types.proto\"\x84\t\n" +
+	"\x14corpus/v1/raft.proto\x12\tcorpus.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x15corpus/v1/types.proto\"\xc4\t\n" +
 	"\aCommand\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x12\x1c\n" +
 	"\tignorable\x18\x02 \x01(\bR\tignorable\x12,\n" +
@@ -1483,7 +1552,8 @@ const file_corpus_v1_raft_proto_rawDesc = "" +
 	"\x0eadd_dns_record\x18\x16 \x01(\v2\x17.corpus.v1.AddDnsRecordH\x00R\faddDnsRecord\x12H\n" +
 	"\x11delete_dns_record\x18\x17 \x01(\v2\x1a.corpus.v1.DeleteDnsRecordH\x00R\x0fdeleteDnsRecord\x12>\n" +
 	"\rdelete_volume\x18\x18 \x01(\v2\x17.corpus.v1.DeleteVolumeH\x00R\fdeleteVolume\x12A\n" +
-	"\x0ereport_volumes\x18\x19 \x01(\v2\x18.corpus.v1.ReportVolumesH\x00R\rreportVolumesB\x05\n" +
+	"\x0ereport_volumes\x18\x19 \x01(\v2\x18.corpus.v1.ReportVolumesH\x00R\rreportVolumes\x12>\n" +
+	"\rresize_volume\x18\x1a \x01(\v2\x17.corpus.v1.ResizeVolumeH\x00R\fresizeVolumeB\x05\n" +
 	"\x03cmd\"D\n" +
 	"\x10BootstrapCluster\x120\n" +
 	"\x06config\x18\x01 \x01(\v2\x18.corpus.v1.ClusterConfigR\x06config\"=\n" +
@@ -1544,7 +1614,11 @@ const file_corpus_v1_raft_proto_rawDesc = "" +
 	"\x0fDeleteDnsRecord\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\"\"\n" +
 	"\fDeleteVolume\x12\x12\n" +
-	"\x04name\x18\x01 \x01(\tR\x04name\"d\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\"A\n" +
+	"\fResizeVolume\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1d\n" +
+	"\n" +
+	"size_bytes\x18\x02 \x01(\x03R\tsizeBytes\"d\n" +
 	"\x0eObservedVolume\x12\x1b\n" +
 	"\tvolume_id\x18\x01 \x01(\tR\bvolumeId\x125\n" +
 	"\bobserved\x18\x02 \x01(\v2\x19.corpus.v1.VolumeObservedR\bobserved\"]\n" +
@@ -1576,7 +1650,7 @@ func file_corpus_v1_raft_proto_rawDescGZIP() []byte {
 	return file_corpus_v1_raft_proto_rawDescData
 }
 
-var file_corpus_v1_raft_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
+var file_corpus_v1_raft_proto_msgTypes = make([]protoimpl.MessageInfo, 22)
 var file_corpus_v1_raft_proto_goTypes = []any{
 	(*Command)(nil),               // 0: corpus.v1.Command
 	(*BootstrapCluster)(nil),      // 1: corpus.v1.BootstrapCluster
@@ -1595,25 +1669,26 @@ var file_corpus_v1_raft_proto_goTypes = []any{
 	(*AddDnsRecord)(nil),          // 14: corpus.v1.AddDnsRecord
 	(*DeleteDnsRecord)(nil),       // 15: corpus.v1.DeleteDnsRecord
 	(*DeleteVolume)(nil),          // 16: corpus.v1.DeleteVolume
-	(*ObservedVolume)(nil),        // 17: corpus.v1.ObservedVolume
-	(*ReportVolumes)(nil),         // 18: corpus.v1.ReportVolumes
-	(*Snapshot)(nil),              // 19: corpus.v1.Snapshot
-	nil,                           // 20: corpus.v1.UpdateNode.LabelsEntry
-	(*timestamppb.Timestamp)(nil), // 21: google.protobuf.Timestamp
-	(*ClusterConfig)(nil),         // 22: corpus.v1.ClusterConfig
-	(*JoinToken)(nil),             // 23: corpus.v1.JoinToken
-	(*Node)(nil),                  // 24: corpus.v1.Node
-	(*Resources)(nil),             // 25: corpus.v1.Resources
-	(*DriverInfo)(nil),            // 26: corpus.v1.DriverInfo
-	(*Guest)(nil),                 // 27: corpus.v1.Guest
-	(*GuestObserved)(nil),         // 28: corpus.v1.GuestObserved
-	(*Route)(nil),                 // 29: corpus.v1.Route
-	(*DnsRecord)(nil),             // 30: corpus.v1.DnsRecord
-	(*VolumeObserved)(nil),        // 31: corpus.v1.VolumeObserved
-	(*Volume)(nil),                // 32: corpus.v1.Volume
+	(*ResizeVolume)(nil),          // 17: corpus.v1.ResizeVolume
+	(*ObservedVolume)(nil),        // 18: corpus.v1.ObservedVolume
+	(*ReportVolumes)(nil),         // 19: corpus.v1.ReportVolumes
+	(*Snapshot)(nil),              // 20: corpus.v1.Snapshot
+	nil,                           // 21: corpus.v1.UpdateNode.LabelsEntry
+	(*timestamppb.Timestamp)(nil), // 22: google.protobuf.Timestamp
+	(*ClusterConfig)(nil),         // 23: corpus.v1.ClusterConfig
+	(*JoinToken)(nil),             // 24: corpus.v1.JoinToken
+	(*Node)(nil),                  // 25: corpus.v1.Node
+	(*Resources)(nil),             // 26: corpus.v1.Resources
+	(*DriverInfo)(nil),            // 27: corpus.v1.DriverInfo
+	(*Guest)(nil),                 // 28: corpus.v1.Guest
+	(*GuestObserved)(nil),         // 29: corpus.v1.GuestObserved
+	(*Route)(nil),                 // 30: corpus.v1.Route
+	(*DnsRecord)(nil),             // 31: corpus.v1.DnsRecord
+	(*VolumeObserved)(nil),        // 32: corpus.v1.VolumeObserved
+	(*Volume)(nil),                // 33: corpus.v1.Volume
 }
 var file_corpus_v1_raft_proto_depIdxs = []int32{
-	21, // 0: corpus.v1.Command.now:type_name -> google.protobuf.Timestamp
+	22, // 0: corpus.v1.Command.now:type_name -> google.protobuf.Timestamp
 	1,  // 1: corpus.v1.Command.bootstrap_cluster:type_name -> corpus.v1.BootstrapCluster
 	2,  // 2: corpus.v1.Command.create_join_token:type_name -> corpus.v1.CreateJoinToken
 	3,  // 3: corpus.v1.Command.enroll_node:type_name -> corpus.v1.EnrollNode
@@ -1629,32 +1704,33 @@ var file_corpus_v1_raft_proto_depIdxs = []int32{
 	14, // 13: corpus.v1.Command.add_dns_record:type_name -> corpus.v1.AddDnsRecord
 	15, // 14: corpus.v1.Command.delete_dns_record:type_name -> corpus.v1.DeleteDnsRecord
 	16, // 15: corpus.v1.Command.delete_volume:type_name -> corpus.v1.DeleteVolume
-	18, // 16: corpus.v1.Command.report_volumes:type_name -> corpus.v1.ReportVolumes
-	22, // 17: corpus.v1.BootstrapCluster.config:type_name -> corpus.v1.ClusterConfig
-	23, // 18: corpus.v1.CreateJoinToken.token:type_name -> corpus.v1.JoinToken
-	24, // 19: corpus.v1.EnrollNode.node:type_name -> corpus.v1.Node
-	25, // 20: corpus.v1.UpdateNode.capacity:type_name -> corpus.v1.Resources
-	26, // 21: corpus.v1.UpdateNode.drivers:type_name -> corpus.v1.DriverInfo
-	20, // 22: corpus.v1.UpdateNode.labels:type_name -> corpus.v1.UpdateNode.LabelsEntry
-	27, // 23: corpus.v1.CreateGuest.guest:type_name -> corpus.v1.Guest
-	28, // 24: corpus.v1.ObservedGuest.observed:type_name -> corpus.v1.GuestObserved
-	9,  // 25: corpus.v1.ReportGuests.guests:type_name -> corpus.v1.ObservedGuest
-	29, // 26: corpus.v1.CreateRoute.route:type_name -> corpus.v1.Route
-	30, // 27: corpus.v1.AddDnsRecord.record:type_name -> corpus.v1.DnsRecord
-	31, // 28: corpus.v1.ObservedVolume.observed:type_name -> corpus.v1.VolumeObserved
-	17, // 29: corpus.v1.ReportVolumes.volumes:type_name -> corpus.v1.ObservedVolume
-	22, // 30: corpus.v1.Snapshot.config:type_name -> corpus.v1.ClusterConfig
-	24, // 31: corpus.v1.Snapshot.nodes:type_name -> corpus.v1.Node
-	27, // 32: corpus.v1.Snapshot.guests:type_name -> corpus.v1.Guest
-	23, // 33: corpus.v1.Snapshot.join_tokens:type_name -> corpus.v1.JoinToken
-	29, // 34: corpus.v1.Snapshot.routes:type_name -> corpus.v1.Route
-	30, // 35: corpus.v1.Snapshot.dns_records:type_name -> corpus.v1.DnsRecord
-	32, // 36: corpus.v1.Snapshot.volumes:type_name -> corpus.v1.Volume
-	37, // [37:37] is the sub-list for method output_type
-	37, // [37:37] is the sub-list for method input_type
-	37, // [37:37] is the sub-list for extension type_name
-	37, // [37:37] is the sub-list for extension extendee
-	0,  // [0:37] is the sub-list for field type_name
+	19, // 16: corpus.v1.Command.report_volumes:type_name -> corpus.v1.ReportVolumes
+	17, // 17: corpus.v1.Command.resize_volume:type_name -> corpus.v1.ResizeVolume
+	23, // 18: corpus.v1.BootstrapCluster.config:type_name -> corpus.v1.ClusterConfig
+	24, // 19: corpus.v1.CreateJoinToken.token:type_name -> corpus.v1.JoinToken
+	25, // 20: corpus.v1.EnrollNode.node:type_name -> corpus.v1.Node
+	26, // 21: corpus.v1.UpdateNode.capacity:type_name -> corpus.v1.Resources
+	27, // 22: corpus.v1.UpdateNode.drivers:type_name -> corpus.v1.DriverInfo
+	21, // 23: corpus.v1.UpdateNode.labels:type_name -> corpus.v1.UpdateNode.LabelsEntry
+	28, // 24: corpus.v1.CreateGuest.guest:type_name -> corpus.v1.Guest
+	29, // 25: corpus.v1.ObservedGuest.observed:type_name -> corpus.v1.GuestObserved
+	9,  // 26: corpus.v1.ReportGuests.guests:type_name -> corpus.v1.ObservedGuest
+	30, // 27: corpus.v1.CreateRoute.route:type_name -> corpus.v1.Route
+	31, // 28: corpus.v1.AddDnsRecord.record:type_name -> corpus.v1.DnsRecord
+	32, // 29: corpus.v1.ObservedVolume.observed:type_name -> corpus.v1.VolumeObserved
+	18, // 30: corpus.v1.ReportVolumes.volumes:type_name -> corpus.v1.ObservedVolume
+	23, // 31: corpus.v1.Snapshot.config:type_name -> corpus.v1.ClusterConfig
+	25, // 32: corpus.v1.Snapshot.nodes:type_name -> corpus.v1.Node
+	28, // 33: corpus.v1.Snapshot.guests:type_name -> corpus.v1.Guest
+	24, // 34: corpus.v1.Snapshot.join_tokens:type_name -> corpus.v1.JoinToken
+	30, // 35: corpus.v1.Snapshot.routes:type_name -> corpus.v1.Route
+	31, // 36: corpus.v1.Snapshot.dns_records:type_name -> corpus.v1.DnsRecord
+	33, // 37: corpus.v1.Snapshot.volumes:type_name -> corpus.v1.Volume
+	38, // [38:38] is the sub-list for method output_type
+	38, // [38:38] is the sub-list for method input_type
+	38, // [38:38] is the sub-list for extension type_name
+	38, // [38:38] is the sub-list for extension extendee
+	0,  // [0:38] is the sub-list for field type_name
 }
 
 func init() { file_corpus_v1_raft_proto_init() }
@@ -1680,6 +1756,7 @@ func file_corpus_v1_raft_proto_init() {
 		(*Command_DeleteDnsRecord)(nil),
 		(*Command_DeleteVolume)(nil),
 		(*Command_ReportVolumes)(nil),
+		(*Command_ResizeVolume)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -1687,7 +1764,7 @@ func file_corpus_v1_raft_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_corpus_v1_raft_proto_rawDesc), len(file_corpus_v1_raft_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   21,
+			NumMessages:   22,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -101,6 +101,9 @@ const (
 	// VolumeServiceDeleteVolumeProcedure is the fully-qualified name of the VolumeService's
 	// DeleteVolume RPC.
 	VolumeServiceDeleteVolumeProcedure = "/corpus.v1.VolumeService/DeleteVolume"
+	// VolumeServiceResizeVolumeProcedure is the fully-qualified name of the VolumeService's
+	// ResizeVolume RPC.
+	VolumeServiceResizeVolumeProcedure = "/corpus.v1.VolumeService/ResizeVolume"
 	// AgentServiceEnrollProcedure is the fully-qualified name of the AgentService's Enroll RPC.
 	AgentServiceEnrollProcedure = "/corpus.v1.AgentService/Enroll"
 	// AgentServiceWatchProcedure is the fully-qualified name of the AgentService's Watch RPC.
@@ -824,6 +827,9 @@ type VolumeServiceClient interface {
 	ListVolumes(context.Context, *connect.Request[v1.ListVolumesRequest]) (*connect.Response[v1.ListVolumesResponse], error)
 	GetVolume(context.Context, *connect.Request[v1.GetVolumeRequest]) (*connect.Response[v1.GetVolumeResponse], error)
 	DeleteVolume(context.Context, *connect.Request[v1.DeleteVolumeRequest]) (*connect.Response[v1.DeleteVolumeResponse], error)
+	// ResizeVolume enlarges a volume, or shrinks it when allow_shrink is set
+	// and its data fits with a safety margin.
+	ResizeVolume(context.Context, *connect.Request[v1.ResizeVolumeRequest]) (*connect.Response[v1.ResizeVolumeResponse], error)
 }
 
 // NewVolumeServiceClient constructs a client for the corpus.v1.VolumeService service. By default,
@@ -857,6 +863,12 @@ func NewVolumeServiceClient(httpClient connect.HTTPClient, baseURL string, opts 
 			connect.WithSchema(volumeServiceMethods.ByName("DeleteVolume")),
 			connect.WithClientOptions(opts...),
 		),
+		resizeVolume: connect.NewClient[v1.ResizeVolumeRequest, v1.ResizeVolumeResponse](
+			httpClient,
+			baseURL+VolumeServiceResizeVolumeProcedure,
+			connect.WithSchema(volumeServiceMethods.ByName("ResizeVolume")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
@@ -865,6 +877,7 @@ type volumeServiceClient struct {
 	listVolumes  *connect.Client[v1.ListVolumesRequest, v1.ListVolumesResponse]
 	getVolume    *connect.Client[v1.GetVolumeRequest, v1.GetVolumeResponse]
 	deleteVolume *connect.Client[v1.DeleteVolumeRequest, v1.DeleteVolumeResponse]
+	resizeVolume *connect.Client[v1.ResizeVolumeRequest, v1.ResizeVolumeResponse]
 }
 
 // ListVolumes calls corpus.v1.VolumeService.ListVolumes.
@@ -882,11 +895,19 @@ func (c *volumeServiceClient) DeleteVolume(ctx context.Context, req *connect.Req
 	return c.deleteVolume.CallUnary(ctx, req)
 }
 
+// ResizeVolume calls corpus.v1.VolumeService.ResizeVolume.
+func (c *volumeServiceClient) ResizeVolume(ctx context.Context, req *connect.Request[v1.ResizeVolumeRequest]) (*connect.Response[v1.ResizeVolumeResponse], error) {
+	return c.resizeVolume.CallUnary(ctx, req)
+}
+
 // VolumeServiceHandler is an implementation of the corpus.v1.VolumeService service.
 type VolumeServiceHandler interface {
 	ListVolumes(context.Context, *connect.Request[v1.ListVolumesRequest]) (*connect.Response[v1.ListVolumesResponse], error)
 	GetVolume(context.Context, *connect.Request[v1.GetVolumeRequest]) (*connect.Response[v1.GetVolumeResponse], error)
 	DeleteVolume(context.Context, *connect.Request[v1.DeleteVolumeRequest]) (*connect.Response[v1.DeleteVolumeResponse], error)
+	// ResizeVolume enlarges a volume, or shrinks it when allow_shrink is set
+	// and its data fits with a safety margin.
+	ResizeVolume(context.Context, *connect.Request[v1.ResizeVolumeRequest]) (*connect.Response[v1.ResizeVolumeResponse], error)
 }
 
 // NewVolumeServiceHandler builds an HTTP handler from the service implementation. It returns the
@@ -916,6 +937,12 @@ func NewVolumeServiceHandler(svc VolumeServiceHandler, opts ...connect.HandlerOp
 		connect.WithSchema(volumeServiceMethods.ByName("DeleteVolume")),
 		connect.WithHandlerOptions(opts...),
 	)
+	volumeServiceResizeVolumeHandler := connect.NewUnaryHandler(
+		VolumeServiceResizeVolumeProcedure,
+		svc.ResizeVolume,
+		connect.WithSchema(volumeServiceMethods.ByName("ResizeVolume")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/corpus.v1.VolumeService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case VolumeServiceListVolumesProcedure:
@@ -924,6 +951,8 @@ func NewVolumeServiceHandler(svc VolumeServiceHandler, opts ...connect.HandlerOp
 			volumeServiceGetVolumeHandler.ServeHTTP(w, r)
 		case VolumeServiceDeleteVolumeProcedure:
 			volumeServiceDeleteVolumeHandler.ServeHTTP(w, r)
+		case VolumeServiceResizeVolumeProcedure:
+			volumeServiceResizeVolumeHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -943,6 +972,10 @@ func (UnimplementedVolumeServiceHandler) GetVolume(context.Context, *connect.Req
 
 func (UnimplementedVolumeServiceHandler) DeleteVolume(context.Context, *connect.Request[v1.DeleteVolumeRequest]) (*connect.Response[v1.DeleteVolumeResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("corpus.v1.VolumeService.DeleteVolume is not implemented"))
+}
+
+func (UnimplementedVolumeServiceHandler) ResizeVolume(context.Context, *connect.Request[v1.ResizeVolumeRequest]) (*connect.Response[v1.ResizeVolumeResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("corpus.v1.VolumeService.ResizeVolume is not implemented"))
 }
 
 // AgentServiceClient is a client for the corpus.v1.AgentService service.
