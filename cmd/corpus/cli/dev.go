@@ -221,8 +221,9 @@ func waitReady(ctx context.Context, c *clients) error {
 	}
 }
 
-// deleteNodeGuests deletes every guest on the node and waits until the
-// agent has removed them.
+// deleteNodeGuests deletes every guest on the node, with its volume, and
+// every other volume of the node, and waits until the agent has removed
+// them.
 func deleteNodeGuests(c *clients, node string, g *globals) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -234,7 +235,7 @@ func deleteNodeGuests(c *clients, node string, g *globals) error {
 	for _, v := range res.Msg.Guests {
 		name := v.Guest.Name
 		fmt.Fprintf(g.stderr, "deleting guest %s\n", name)
-		if _, err := c.guests.DeleteGuest(ctx, connect.NewRequest(&corpusv1.GuestActionRequest{Name: name})); err != nil {
+		if _, err := c.guests.DeleteGuest(ctx, connect.NewRequest(&corpusv1.GuestActionRequest{Name: name, PurgeVolume: true})); err != nil {
 			errs = append(errs, err)
 			continue
 		}
@@ -242,5 +243,37 @@ func deleteNodeGuests(c *clients, node string, g *globals) error {
 			errs = append(errs, err)
 		}
 	}
-	return errors.Join(errs...)
+	return errors.Join(append(errs, deleteNodeVolumes(ctx, c, node, g))...)
+}
+
+// deleteNodeVolumes deletes the volumes left on the node and waits until
+// its agent has removed them.
+func deleteNodeVolumes(ctx context.Context, c *clients, node string, g *globals) error {
+	for {
+		res, err := c.volumes.ListVolumes(ctx, connect.NewRequest(&corpusv1.ListVolumesRequest{}))
+		if err != nil {
+			return err
+		}
+		left := 0
+		for _, v := range res.Msg.Volumes {
+			if v.NodeName != node && v.Volume.NodeId != "" {
+				continue
+			}
+			left++
+			if v.Volume.DesiredState != "deleted" && v.Volume.GuestId == "" {
+				fmt.Fprintf(g.stderr, "deleting volume %s\n", v.Volume.Name)
+				if _, err := c.volumes.DeleteVolume(ctx, connect.NewRequest(&corpusv1.DeleteVolumeRequest{Name: v.Volume.Name})); err != nil {
+					return err
+				}
+			}
+		}
+		if left == 0 {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("volumes still on node %s: %w", node, ctx.Err())
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
 }
