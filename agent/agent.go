@@ -159,10 +159,12 @@ type Agent struct {
 	cdns    clusterDNS                 // where the cluster zone is answered
 	volumes []*corpusv1.Volume         // this node's volumes
 
-	volObserved map[string]*corpusv1.VolumeObserved // by volume id
-	known       bool                                // desired came from the coordinator or the cache
-	workers     map[string]*worker                  // by guest id
-	observed    map[string]*corpusv1.GuestObserved
+	volObserved   map[string]*corpusv1.VolumeObserved // by volume id
+	volBusy       map[string]bool                     // volumes in transfer, by name
+	volOldRemoved map[string]bool                     // moved-away volumes whose copy is gone, by id
+	known         bool                                // desired came from the coordinator or the cache
+	workers       map[string]*worker                  // by guest id
+	observed      map[string]*corpusv1.GuestObserved
 
 	kick     chan struct{} // wakes the reconcile loop
 	report   chan struct{} // asks for a status report soon
@@ -194,9 +196,11 @@ func New(cfg Config) (*Agent, error) {
 		workers:  map[string]*worker{},
 		observed: map[string]*corpusv1.GuestObserved{},
 
-		volObserved: map[string]*corpusv1.VolumeObserved{},
-		kick:        make(chan struct{}, 1),
-		report:      make(chan struct{}, 1),
+		volObserved:   map[string]*corpusv1.VolumeObserved{},
+		volBusy:       map[string]bool{},
+		volOldRemoved: map[string]bool{},
+		kick:          make(chan struct{}, 1),
+		report:        make(chan struct{}, 1),
 	}
 	for _, name := range cfg.Drivers {
 		d, err := catalog.New(name, catalog.Config{StateDir: cfg.StateDir, Logger: cfg.Logger})

@@ -29,11 +29,19 @@ func mountAPI(mux *http.ServeMux, a *Agent) {
 
 type agentAPI struct{ a *Agent }
 
-func (s *agentAPI) Exec(ctx context.Context, req *connect.Request[corpusv1.ExecGuestRequest], stream *connect.ServerStream[corpusv1.ExecOutput]) error {
-	a := s.a
-	tok, _ := strings.CutPrefix(req.Header().Get("Authorization"), "Bearer ")
+// checkCaller admits coordinators of this cluster (the cluster's agent key).
+func (a *Agent) checkCaller(h http.Header) error {
+	tok, _ := strings.CutPrefix(h.Get("Authorization"), "Bearer ")
 	if a.id.AgentKey == "" || !secret.Equal(tok, secret.Hash(a.id.AgentKey)) {
 		return connect.NewError(connect.CodeUnauthenticated, errors.New("only coordinators of this cluster may call the agent"))
+	}
+	return nil
+}
+
+func (s *agentAPI) Exec(ctx context.Context, req *connect.Request[corpusv1.ExecGuestRequest], stream *connect.ServerStream[corpusv1.ExecOutput]) error {
+	a := s.a
+	if err := a.checkCaller(req.Header()); err != nil {
+		return err
 	}
 	m := req.Msg
 	if err := names.Validate("guest", m.Name); err != nil {

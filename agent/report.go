@@ -61,6 +61,9 @@ func (a *Agent) sendReport(ctx context.Context) error {
 	for id, o := range a.volObserved {
 		req.Volumes = append(req.Volumes, &corpusv1.ReportedVolume{VolumeId: id, Observed: proto.Clone(o).(*corpusv1.VolumeObserved)})
 	}
+	for id := range a.volOldRemoved {
+		req.Volumes = append(req.Volumes, &corpusv1.ReportedVolume{VolumeId: id, OldCopyRemoved: true})
+	}
 	a.mu.Unlock()
 	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()

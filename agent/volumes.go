@@ -36,8 +36,23 @@ func (a *Agent) reconcileVolumes(ctx context.Context) {
 			delete(a.volObserved, id)
 		}
 	}
+	for id := range a.volOldRemoved {
+		if !live[id] {
+			delete(a.volOldRemoved, id)
+		}
+	}
 	a.mu.Unlock()
 	for _, v := range vols {
+		a.mu.Lock()
+		busy := a.volBusy[v.Name]
+		a.mu.Unlock()
+		if busy {
+			continue // in transfer
+		}
+		if v.NodeId != a.id.NodeID {
+			a.removeOldCopy(ctx, v)
+			continue
+		}
 		o := a.reconcileVolume(ctx, v)
 		a.mu.Lock()
 		prev := a.volObserved[v.Id]
@@ -203,3 +218,23 @@ func (h *guestHandle) stop(ctx context.Context) (bool, error) {
 }
 
 func (h *guestHandle) start(ctx context.Context) error { return h.d.Start(ctx, h.name) }
+
+// removeOldCopy deletes this node's copy of a volume that moved away, and
+// says so in the next report.
+func (a *Agent) removeOldCopy(ctx context.Context, v *corpusv1.Volume) {
+	if a.vols == nil {
+		return
+	}
+	if err := a.vols.Delete(ctx, v.Name, true); err != nil && !errors.Is(err, volume.ErrNotFound) {
+		a.logger.Warn("removing the old copy of a moved volume", "volume", v.Name, "error", err)
+		return
+	}
+	a.mu.Lock()
+	first := !a.volOldRemoved[v.Id]
+	a.volOldRemoved[v.Id] = true
+	a.mu.Unlock()
+	if first {
+		a.logger.Info("removed the old copy of a moved volume", "volume", v.Name)
+		a.poke(a.report)
+	}
+}

@@ -31,6 +31,16 @@ func firstMessage[T any](stream *connect.ServerStreamForClient[T], err error) er
 // authorized caller gets an answer or a handler error that is neither
 // Unauthenticated nor PermissionDenied.
 var authCalls = map[string]func(ctx context.Context, c clients) error{
+	corpusv1connect.VolumeServiceMoveVolumeProcedure: func(ctx context.Context, c clients) error {
+		s, err := c.volumes.MoveVolume(ctx, connect.NewRequest(&corpusv1.MoveVolumeRequest{Name: "nope", ToNode: "n1"}))
+		if err != nil {
+			return err
+		}
+		defer s.Close()
+		for s.Receive() {
+		}
+		return s.Err()
+	},
 	corpusv1connect.VolumeServiceResizeVolumeProcedure: func(ctx context.Context, c clients) error {
 		_, err := c.volumes.ResizeVolume(ctx, connect.NewRequest(&corpusv1.ResizeVolumeRequest{Name: "nope", DeltaBytes: 1}))
 		return err

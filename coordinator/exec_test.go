@@ -19,7 +19,12 @@ import (
 // fakeAgent serves the node agent API without drivers: the real agent
 // needs LXC to exec anything. It checks the coordinator's credential as
 // the agent does, echoes argv and stdin, and fails on request.
-type fakeAgent struct{ key string }
+// fakeAgent answers only Exec; the rest of the agent API is the
+// generated "unimplemented" handler.
+type fakeAgent struct {
+	corpusv1connect.UnimplementedNodeAgentServiceHandler
+	key string
+}
 
 func (f *fakeAgent) Exec(_ context.Context, req *connect.Request[corpusv1.ExecGuestRequest], stream *connect.ServerStream[corpusv1.ExecOutput]) error {
 	if req.Header().Get("Authorization") != "Bearer "+f.key {

@@ -108,7 +108,7 @@ func (s *agentService) Watch(ctx context.Context, _ *connect.Request[corpusv1.Wa
 		n = proto.Clone(n).(*corpusv1.Node)
 		n.SecretHash = ""
 		msg := &corpusv1.WatchResponse{Index: view.Index(), Node: n, Guests: view.GuestsOnNode(p.NodeID), Routes: view.RoutesOnNode(p.NodeID)}
-		msg.Volumes = view.VolumesOnNode(p.NodeID)
+		msg.Volumes = append(view.VolumesOnNode(p.NodeID), view.VolumesLeftOnNode(p.NodeID)...)
 		s.dnsInfo(msg)
 		if err := stream.Send(msg); err != nil {
 			return err
@@ -170,6 +170,10 @@ func (s *agentService) Report(ctx context.Context, req *connect.Request[corpusv1
 	var vols []*corpusv1.ObservedVolume
 	for _, r := range m.Volumes {
 		v := view.VolumeByID(r.VolumeId)
+		if v != nil && r.OldCopyRemoved && v.PreviousNodeId == p.NodeID {
+			vols = append(vols, &corpusv1.ObservedVolume{VolumeId: r.VolumeId, OldCopyRemoved: true})
+			continue
+		}
 		if v == nil || v.NodeId != p.NodeID || r.Observed == nil {
 			continue
 		}

@@ -62,6 +62,7 @@ var Policies = map[string]auth.Policy{
 	corpusv1connect.VolumeServiceGetVolumeProcedure:     {auth.Operator},
 	corpusv1connect.VolumeServiceDeleteVolumeProcedure:  {auth.Operator},
 	corpusv1connect.VolumeServiceResizeVolumeProcedure:  {auth.Operator},
+	corpusv1connect.VolumeServiceMoveVolumeProcedure:    {auth.Operator},
 	corpusv1connect.AgentServiceEnrollProcedure:         auth.Public,
 	corpusv1connect.AgentServiceWatchProcedure:          {auth.Agent},
 	corpusv1connect.AgentServiceReportProcedure:         {auth.Agent},

@@ -91,3 +91,77 @@ func (s *volumeService) ResizeVolume(ctx context.Context, req *connect.Request[c
 	}
 	return connect.NewResponse(&corpusv1.ResizeVolumeResponse{Volume: s.b.Store.Read().Volume(v.Name), Changed: true}), nil
 }
+
+// moveChunkProgress is how often MoveVolume reports progress.
+const moveChunkProgress = 8 << 20
+
+func (s *volumeService) MoveVolume(ctx context.Context, req *connect.Request[corpusv1.MoveVolumeRequest], stream *connect.ServerStream[corpusv1.MoveVolumeProgress]) error {
+	m := req.Msg
+	if err := names.Validate("volume", m.Name); err != nil {
+		return toConnect(err)
+	}
+	view := s.b.Store.Read()
+	v := view.Volume(m.Name)
+	if v == nil {
+		return toConnect(notFound("volume", m.Name, "corpus volume list"))
+	}
+	to := findNode(view, m.ToNode)
+	from := view.Node(v.NodeId)
+	switch {
+	case to == nil:
+		return toConnect(notFound("node", m.ToNode, "corpus node list"))
+	case v.GuestId != "":
+		return connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("volume %s is used by guest %s; delete the guest (the volume stays), move it, then create the guest with --use-volume", v.Name, v.GuestName))
+	case v.DesiredState == state.VolumeDeleted:
+		return connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("volume %s is being deleted", v.Name))
+	case from == nil:
+		return connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("volume %s is on no node yet; nothing to move", v.Name))
+	case v.PreviousNodeId != "":
+		return connect.NewError(connect.CodeUnavailable, fmt.Errorf("volume %s moved recently; its old copy is still being removed, retry shortly", v.Name))
+	case from.Id == to.Id:
+		return stream.Send(&corpusv1.MoveVolumeProgress{Finished: true, Volume: v}) // already there
+	case to.Status != state.NodeReady || from.Status != state.NodeReady:
+		return connect.NewError(connect.CodeUnavailable, fmt.Errorf("both nodes must be ready (%s is %s, %s is %s)", from.Name, from.Status, to.Name, to.Status))
+	}
+	// Copy: the source agent streams the image, this replica relays it to
+	// the target agent. Cancelling the import makes the target drop what
+	// it received.
+	exp, err := s.b.AgentClient(from).ExportVolume(ctx, connect.NewRequest(&corpusv1.ExportVolumeRequest{Name: v.Name}))
+	if err != nil {
+		return connect.NewError(connect.CodeUnavailable, fmt.Errorf("exporting from node %s: %w", from.Name, err))
+	}
+	defer exp.Close()
+	ictx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	imp := s.b.AgentClient(to).ImportVolume(ictx)
+	var done, total, reported int64
+	for exp.Receive() {
+		c := exp.Msg()
+		if c.TotalBytes > 0 {
+			total = c.TotalBytes
+		}
+		c.Name = v.Name
+		if err := imp.Send(c); err != nil {
+			break // the error comes with CloseAndReceive
+		}
+		done += int64(len(c.Data))
+		if done-reported >= moveChunkProgress {
+			reported = done
+			if err := stream.Send(&corpusv1.MoveVolumeProgress{DoneBytes: done, TotalBytes: total}); err != nil {
+				return err
+			}
+		}
+	}
+	if err := exp.Err(); err != nil {
+		cancel()
+		imp.CloseAndReceive()
+		return connect.NewError(connect.CodeUnavailable, fmt.Errorf("reading volume %s from node %s: %w", v.Name, from.Name, err))
+	}
+	if _, err := imp.CloseAndReceive(); err != nil {
+		return connect.NewError(connect.CodeUnavailable, fmt.Errorf("writing volume %s to node %s: %w", v.Name, to.Name, err))
+	}
+	if _, err := s.b.write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_MoveVolume{MoveVolume: &corpusv1.MoveVolume{Name: v.Name, NodeId: to.Id}}}); err != nil {
+		return err
+	}
+	return stream.Send(&corpusv1.MoveVolumeProgress{DoneBytes: done, TotalBytes: total, Finished: true, Volume: s.b.Store.Read().Volume(v.Name)})
+}

@@ -124,6 +124,8 @@ func (a *applier) apply(cmd *corpusv1.Command) error {
 		return a.reportVolumes(c.ReportVolumes)
 	case *corpusv1.Command_ResizeVolume:
 		return a.resizeVolume(c.ResizeVolume)
+	case *corpusv1.Command_MoveVolume:
+		return a.moveVolume(c.MoveVolume)
 	default:
 		panic(fmt.Sprintf("state: command %T has no apply function", c))
 	}

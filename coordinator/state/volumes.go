@@ -128,6 +128,12 @@ func (a *applier) reportVolumes(c *corpusv1.ReportVolumes) error {
 	}
 	for _, r := range c.Volumes {
 		v := a.volume("id", r.VolumeId)
+		if v != nil && r.OldCopyRemoved && v.PreviousNodeId == c.NodeId {
+			v.PreviousNodeId = ""
+			v.ModifyIndex = a.index
+			a.put(tableVolumes, v)
+			continue
+		}
 		if v == nil || v.NodeId != c.NodeId || r.Observed == nil {
 			continue
 		}
@@ -172,6 +178,12 @@ func (v *Snap) VolumesOnNode(nodeID string) []*corpusv1.Volume {
 	return all[*corpusv1.Volume](v, tableVolumes, "node", nodeID)
 }
 
+// VolumesLeftOnNode returns the volumes that moved away from a node whose
+// old copy is still there.
+func (v *Snap) VolumesLeftOnNode(nodeID string) []*corpusv1.Volume {
+	return all[*corpusv1.Volume](v, tableVolumes, "prev", nodeID)
+}
+
 func (a *applier) resizeVolume(c *corpusv1.ResizeVolume) error {
 	v := a.volume("name", c.Name)
 	if v == nil {
@@ -187,6 +199,29 @@ func (a *applier) resizeVolume(c *corpusv1.ResizeVolume) error {
 		return nil
 	}
 	v.SizeBytes = c.SizeBytes
+	v.ModifyIndex = a.index
+	a.put(tableVolumes, v)
+	return nil
+}
+
+// moveVolume records an unbound volume's data on another node (the API
+// copied it there first).
+func (a *applier) moveVolume(c *corpusv1.MoveVolume) error {
+	v := a.volume("name", c.Name)
+	if v == nil {
+		return fmt.Errorf("volume %s: %w", c.Name, ErrNotFound)
+	}
+	if v.GuestId != "" || v.DesiredState == VolumeDeleted {
+		return fmt.Errorf("volume %s is bound or being deleted: %w", v.Name, ErrBadTransition)
+	}
+	if _, err := a.node(c.NodeId); err != nil {
+		return err
+	}
+	if v.NodeId != c.NodeId {
+		v.PreviousNodeId = v.NodeId
+	}
+	v.NodeId = c.NodeId
+	v.Observed = nil
 	v.ModifyIndex = a.index
 	a.put(tableVolumes, v)
 	return nil

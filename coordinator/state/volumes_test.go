@@ -79,3 +79,34 @@ func TestVolumesLifecycle(t *testing.T) {
 		t.Errorf("volume after its agent confirmed deletion = %v, want gone", got)
 	}
 }
+
+// TestVolumeMoveState: a move puts the volume on the new node and keeps
+// the old one until its agent says its copy is gone; bound volumes do not
+// move.
+func TestVolumeMoveState(t *testing.T) {
+	t.Parallel()
+	r := newReplica(t)
+	r.must(cluster()...)
+	r.must(tokenCmd("tok2", "h2", epoch.Add(time.Hour)), enrollCmd("tok2", "h2", "n2id", "n2"), updateNodeCmd("n2id", 8<<30))
+	r.must(volumeGuestCmd("dbid", "db", &corpusv1.VolumeSpec{SizeBytes: 64 << 20, Path: "/srv/data"}), placeCmd("dbid", nodeID, "", 0))
+	move := &corpusv1.Command{Cmd: &corpusv1.Command_MoveVolume{MoveVolume: &corpusv1.MoveVolume{Name: "db", NodeId: "n2id"}}}
+	if err := r.apply(move); !errors.Is(err, state.ErrBadTransition) {
+		t.Fatalf("moving a bound volume = %v, want ErrBadTransition", err)
+	}
+	r.must(desiredCmd("db", state.DesiredDeleted), reportCmd(nodeID, "dbid", state.ObservedDeleted, ""))
+	r.must(move)
+	v := r.store.Read().Volume("db")
+	if v.NodeId != "n2id" || v.PreviousNodeId != nodeID {
+		t.Fatalf("volume after move = node %q previous %q, want n2id and %q", v.NodeId, v.PreviousNodeId, nodeID)
+	}
+	if left := r.store.Read().VolumesLeftOnNode(nodeID); len(left) != 1 {
+		t.Fatalf("VolumesLeftOnNode(n1) = %v, want the moved volume", left)
+	}
+	removed := &corpusv1.Command{Cmd: &corpusv1.Command_ReportVolumes{ReportVolumes: &corpusv1.ReportVolumes{
+		NodeId: nodeID, Volumes: []*corpusv1.ObservedVolume{{VolumeId: v.Id, OldCopyRemoved: true}},
+	}}}
+	r.must(removed)
+	if v := r.store.Read().Volume("db"); v.PreviousNodeId != "" || v.NodeId != "n2id" {
+		t.Errorf("volume after the old copy was removed = %v, want on n2 with no previous node", v)
+	}
+}

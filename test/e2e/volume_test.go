@@ -148,3 +148,39 @@ func TestVolumes(t *testing.T) {
 		t.Errorf("volume root: %v", err)
 	}
 }
+
+// TestVolumeMove: an unbound volume moves to another node by copy, with
+// progress; a guest bound to it then runs there with the data, and the old
+// node keeps no copy.
+func TestVolumeMove(t *testing.T) {
+	c := newCluster(t)
+	c.addAgent("n1")
+	c.addAgent("n2")
+	c.mustCLI("guest", "create", "db", "--image", "busybox", "--memory", "64M", "--cpus", "0.1", "--volume", "64M")
+	from := c.guest("db").NodeName
+	to := map[string]string{"n1": "n2", "n2": "n1"}[from]
+	c.mustCLI("guest", "exec", "db", "--", "sh", "-c", "echo moved > /srv/data/file")
+	if _, errOut, code := c.cli("volume", "move", "db", "--to", to); code == 0 || !strings.Contains(errOut, "used by guest db") {
+		t.Errorf("moving a bound volume = exit %d, %q; want a refusal", code, errOut)
+	}
+	c.mustCLI("guest", "delete", "db")
+	out, errOut, code := c.cli("volume", "move", "db", "--to", to)
+	if code != 0 || !strings.Contains(out, "moved to node "+to) || !strings.Contains(errOut, "%)") {
+		t.Fatalf("volume move = exit %d, %q, %q; want it moved, with progress", code, out, errOut)
+	}
+	c.mustCLI("guest", "create", "db2", "--image", "busybox", "--memory", "64M", "--cpus", "0.1", "--use-volume", "db")
+	if got := c.guest("db2").NodeName; got != to {
+		t.Errorf("guest with the moved volume placed on %s, want %s", got, to)
+	}
+	if out := c.mustCLI("guest", "exec", "db2", "--", "cat", "/srv/data/file"); strings.TrimSpace(out) != "moved" {
+		t.Errorf("data after the move = %q, want moved", out)
+	}
+	src := c.agents[from]
+	eventually(t, 10*time.Second, "old copy removed", func() error {
+		if imgs, _ := filepath.Glob(filepath.Join(src.stateDir, "volumes", "images", "*.img")); len(imgs) != 0 {
+			return fmt.Errorf("old node %s still has volume images %v", from, imgs)
+		}
+		return nil
+	})
+	c.mustCLI("guest", "delete", "db2", "--purge")
+}

@@ -64,7 +64,45 @@ func newVolumeCmd(g *globals) *cobra.Command {
 			})
 		},
 	}
-	cmd.AddCommand(list, show, del, newVolumeResizeCmd(g, "enlarge"), newVolumeResizeCmd(g, "trim"))
+	var to string
+	move := &cobra.Command{
+		Use:   "move NAME --to NODE",
+		Short: "Copy an unbound volume to another node, with progress; the old copy is removed",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if to == "" {
+				return fmt.Errorf("--to: name the node to move volume %s to", args[0])
+			}
+			c, err := g.clients()
+			if err != nil {
+				return err
+			}
+			stream, err := c.volumes.MoveVolume(cmd.Context(), connect.NewRequest(&corpusv1.MoveVolumeRequest{Name: args[0], ToNode: to}))
+			if err != nil {
+				return err
+			}
+			defer stream.Close()
+			for stream.Receive() {
+				p := stream.Msg()
+				if p.Finished {
+					if g.json {
+						return g.printJSON(p)
+					}
+					fmt.Fprintf(g.stdout, "volume %s moved to node %s (%s copied)\n", args[0], to, formatSize(p.DoneBytes))
+					return nil
+				}
+				if !g.json && p.TotalBytes > 0 {
+					fmt.Fprintf(g.stderr, "  %s  %s of %s (%d%%)\n", time.Now().Format("15:04:05"), formatSize(p.DoneBytes), formatSize(p.TotalBytes), p.DoneBytes*100/p.TotalBytes)
+				}
+			}
+			if err := stream.Err(); err != nil {
+				return err
+			}
+			return fmt.Errorf("the move of volume %s ended without finishing; see `corpus volume show %s`", args[0], args[0])
+		},
+	}
+	move.Flags().StringVar(&to, "to", "", "node to move the volume to")
+	cmd.AddCommand(list, show, del, move, newVolumeResizeCmd(g, "enlarge"), newVolumeResizeCmd(g, "trim"))
 	return cmd
 }
 

@@ -2079,6 +2079,127 @@ func (x *DeleteRecordResponse) GetRecord() *DnsRecord {
 	return nil
 }
 
+type MoveVolumeRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// to_node is the name of the node to move the volume to.
+	ToNode        string `protobuf:"bytes,2,opt,name=to_node,json=toNode,proto3" json:"to_node,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MoveVolumeRequest) Reset() {
+	*x = MoveVolumeRequest{}
+	mi := &file_corpus_v1_api_proto_msgTypes[36]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MoveVolumeRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MoveVolumeRequest) ProtoMessage() {}
+
+func (x *MoveVolumeRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_api_proto_msgTypes[36]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MoveVolumeRequest.ProtoReflect.Descriptor instead.
+func (*MoveVolumeRequest) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{36}
+}
+
+func (x *MoveVolumeRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *MoveVolumeRequest) GetToNode() string {
+	if x != nil {
+		return x.ToNode
+	}
+	return ""
+}
+
+type MoveVolumeProgress struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	DoneBytes     int64                  `protobuf:"varint,1,opt,name=done_bytes,json=doneBytes,proto3" json:"done_bytes,omitempty"`
+	TotalBytes    int64                  `protobuf:"varint,2,opt,name=total_bytes,json=totalBytes,proto3" json:"total_bytes,omitempty"`
+	Finished      bool                   `protobuf:"varint,3,opt,name=finished,proto3" json:"finished,omitempty"`
+	Volume        *Volume                `protobuf:"bytes,4,opt,name=volume,proto3" json:"volume,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MoveVolumeProgress) Reset() {
+	*x = MoveVolumeProgress{}
+	mi := &file_corpus_v1_api_proto_msgTypes[37]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MoveVolumeProgress) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MoveVolumeProgress) ProtoMessage() {}
+
+func (x *MoveVolumeProgress) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_api_proto_msgTypes[37]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MoveVolumeProgress.ProtoReflect.Descriptor instead.
+func (*MoveVolumeProgress) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{37}
+}
+
+func (x *MoveVolumeProgress) GetDoneBytes() int64 {
+	if x != nil {
+		return x.DoneBytes
+	}
+	return 0
+}
+
+func (x *MoveVolumeProgress) GetTotalBytes() int64 {
+	if x != nil {
+		return x.TotalBytes
+	}
+	return 0
+}
+
+func (x *MoveVolumeProgress) GetFinished() bool {
+	if x != nil {
+		return x.Finished
+	}
+	return false
+}
+
+func (x *MoveVolumeProgress) GetVolume() *Volume {
+	if x != nil {
+		return x.Volume
+	}
+	return nil
+}
+
 type ResizeVolumeRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
@@ -2092,7 +2213,7 @@ type ResizeVolumeRequest struct {
 
 func (x *ResizeVolumeRequest) Reset() {
 	*x = ResizeVolumeRequest{}
-	mi := &file_corpus_v1_api_proto_msgTypes[36]
+	mi := &file_corpus_v1_api_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2104,7 +2225,7 @@ func (x *ResizeVolumeRequest) String() string {
 func (*ResizeVolumeRequest) ProtoMessage() {}
 
 func (x *ResizeVolumeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[36]
+	mi := &file_corpus_v1_api_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2117,7 +2238,7 @@ func (x *ResizeVolumeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResizeVolumeRequest.ProtoReflect.Descriptor instead.
 func (*ResizeVolumeRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{36}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *ResizeVolumeRequest) GetName() string {
@@ -2158,7 +2279,7 @@ type ResizeVolumeResponse struct {
 
 func (x *ResizeVolumeResponse) Reset() {
 	*x = ResizeVolumeResponse{}
-	mi := &file_corpus_v1_api_proto_msgTypes[37]
+	mi := &file_corpus_v1_api_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2170,7 +2291,7 @@ func (x *ResizeVolumeResponse) String() string {
 func (*ResizeVolumeResponse) ProtoMessage() {}
 
 func (x *ResizeVolumeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[37]
+	mi := &file_corpus_v1_api_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2183,7 +2304,7 @@ func (x *ResizeVolumeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResizeVolumeResponse.ProtoReflect.Descriptor instead.
 func (*ResizeVolumeResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{37}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *ResizeVolumeResponse) GetVolume() *Volume {
@@ -2208,7 +2329,7 @@ type ListVolumesRequest struct {
 
 func (x *ListVolumesRequest) Reset() {
 	*x = ListVolumesRequest{}
-	mi := &file_corpus_v1_api_proto_msgTypes[38]
+	mi := &file_corpus_v1_api_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2220,7 +2341,7 @@ func (x *ListVolumesRequest) String() string {
 func (*ListVolumesRequest) ProtoMessage() {}
 
 func (x *ListVolumesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[38]
+	mi := &file_corpus_v1_api_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2233,7 +2354,7 @@ func (x *ListVolumesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListVolumesRequest.ProtoReflect.Descriptor instead.
 func (*ListVolumesRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{38}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{40}
 }
 
 type VolumeView struct {
@@ -2246,7 +2367,7 @@ type VolumeView struct {
 
 func (x *VolumeView) Reset() {
 	*x = VolumeView{}
-	mi := &file_corpus_v1_api_proto_msgTypes[39]
+	mi := &file_corpus_v1_api_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2258,7 +2379,7 @@ func (x *VolumeView) String() string {
 func (*VolumeView) ProtoMessage() {}
 
 func (x *VolumeView) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[39]
+	mi := &file_corpus_v1_api_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2271,7 +2392,7 @@ func (x *VolumeView) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VolumeView.ProtoReflect.Descriptor instead.
 func (*VolumeView) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{39}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *VolumeView) GetVolume() *Volume {
@@ -2297,7 +2418,7 @@ type ListVolumesResponse struct {
 
 func (x *ListVolumesResponse) Reset() {
 	*x = ListVolumesResponse{}
-	mi := &file_corpus_v1_api_proto_msgTypes[40]
+	mi := &file_corpus_v1_api_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2309,7 +2430,7 @@ func (x *ListVolumesResponse) String() string {
 func (*ListVolumesResponse) ProtoMessage() {}
 
 func (x *ListVolumesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[40]
+	mi := &file_corpus_v1_api_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2322,7 +2443,7 @@ func (x *ListVolumesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListVolumesResponse.ProtoReflect.Descriptor instead.
 func (*ListVolumesResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{40}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *ListVolumesResponse) GetVolumes() []*VolumeView {
@@ -2341,7 +2462,7 @@ type GetVolumeRequest struct {
 
 func (x *GetVolumeRequest) Reset() {
 	*x = GetVolumeRequest{}
-	mi := &file_corpus_v1_api_proto_msgTypes[41]
+	mi := &file_corpus_v1_api_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2353,7 +2474,7 @@ func (x *GetVolumeRequest) String() string {
 func (*GetVolumeRequest) ProtoMessage() {}
 
 func (x *GetVolumeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[41]
+	mi := &file_corpus_v1_api_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2366,7 +2487,7 @@ func (x *GetVolumeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetVolumeRequest.ProtoReflect.Descriptor instead.
 func (*GetVolumeRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{41}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *GetVolumeRequest) GetName() string {
@@ -2385,7 +2506,7 @@ type GetVolumeResponse struct {
 
 func (x *GetVolumeResponse) Reset() {
 	*x = GetVolumeResponse{}
-	mi := &file_corpus_v1_api_proto_msgTypes[42]
+	mi := &file_corpus_v1_api_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2397,7 +2518,7 @@ func (x *GetVolumeResponse) String() string {
 func (*GetVolumeResponse) ProtoMessage() {}
 
 func (x *GetVolumeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[42]
+	mi := &file_corpus_v1_api_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2410,7 +2531,7 @@ func (x *GetVolumeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetVolumeResponse.ProtoReflect.Descriptor instead.
 func (*GetVolumeResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{42}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *GetVolumeResponse) GetVolume() *VolumeView {
@@ -2429,7 +2550,7 @@ type DeleteVolumeRequest struct {
 
 func (x *DeleteVolumeRequest) Reset() {
 	*x = DeleteVolumeRequest{}
-	mi := &file_corpus_v1_api_proto_msgTypes[43]
+	mi := &file_corpus_v1_api_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2441,7 +2562,7 @@ func (x *DeleteVolumeRequest) String() string {
 func (*DeleteVolumeRequest) ProtoMessage() {}
 
 func (x *DeleteVolumeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[43]
+	mi := &file_corpus_v1_api_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2454,7 +2575,7 @@ func (x *DeleteVolumeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteVolumeRequest.ProtoReflect.Descriptor instead.
 func (*DeleteVolumeRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{43}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *DeleteVolumeRequest) GetName() string {
@@ -2473,7 +2594,7 @@ type DeleteVolumeResponse struct {
 
 func (x *DeleteVolumeResponse) Reset() {
 	*x = DeleteVolumeResponse{}
-	mi := &file_corpus_v1_api_proto_msgTypes[44]
+	mi := &file_corpus_v1_api_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2485,7 +2606,7 @@ func (x *DeleteVolumeResponse) String() string {
 func (*DeleteVolumeResponse) ProtoMessage() {}
 
 func (x *DeleteVolumeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[44]
+	mi := &file_corpus_v1_api_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2498,7 +2619,7 @@ func (x *DeleteVolumeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteVolumeResponse.ProtoReflect.Descriptor instead.
 func (*DeleteVolumeResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{44}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *DeleteVolumeResponse) GetVolume() *Volume {
@@ -2524,7 +2645,7 @@ type EnrollRequest struct {
 
 func (x *EnrollRequest) Reset() {
 	*x = EnrollRequest{}
-	mi := &file_corpus_v1_api_proto_msgTypes[45]
+	mi := &file_corpus_v1_api_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2536,7 +2657,7 @@ func (x *EnrollRequest) String() string {
 func (*EnrollRequest) ProtoMessage() {}
 
 func (x *EnrollRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[45]
+	mi := &file_corpus_v1_api_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2549,7 +2670,7 @@ func (x *EnrollRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EnrollRequest.ProtoReflect.Descriptor instead.
 func (*EnrollRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{45}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *EnrollRequest) GetJoinToken() string {
@@ -2622,7 +2743,7 @@ type EnrollResponse struct {
 
 func (x *EnrollResponse) Reset() {
 	*x = EnrollResponse{}
-	mi := &file_corpus_v1_api_proto_msgTypes[46]
+	mi := &file_corpus_v1_api_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2634,7 +2755,7 @@ func (x *EnrollResponse) String() string {
 func (*EnrollResponse) ProtoMessage() {}
 
 func (x *EnrollResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[46]
+	mi := &file_corpus_v1_api_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2647,7 +2768,7 @@ func (x *EnrollResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EnrollResponse.ProtoReflect.Descriptor instead.
 func (*EnrollResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{46}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *EnrollResponse) GetNodeId() string {
@@ -2686,7 +2807,7 @@ type WatchRequest struct {
 
 func (x *WatchRequest) Reset() {
 	*x = WatchRequest{}
-	mi := &file_corpus_v1_api_proto_msgTypes[47]
+	mi := &file_corpus_v1_api_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2698,7 +2819,7 @@ func (x *WatchRequest) String() string {
 func (*WatchRequest) ProtoMessage() {}
 
 func (x *WatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[47]
+	mi := &file_corpus_v1_api_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2711,7 +2832,7 @@ func (x *WatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchRequest.ProtoReflect.Descriptor instead.
 func (*WatchRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{47}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{49}
 }
 
 type WatchResponse struct {
@@ -2734,7 +2855,7 @@ type WatchResponse struct {
 
 func (x *WatchResponse) Reset() {
 	*x = WatchResponse{}
-	mi := &file_corpus_v1_api_proto_msgTypes[48]
+	mi := &file_corpus_v1_api_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2746,7 +2867,7 @@ func (x *WatchResponse) String() string {
 func (*WatchResponse) ProtoMessage() {}
 
 func (x *WatchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[48]
+	mi := &file_corpus_v1_api_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2759,7 +2880,7 @@ func (x *WatchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchResponse.ProtoReflect.Descriptor instead.
 func (*WatchResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{48}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *WatchResponse) GetIndex() uint64 {
@@ -2829,7 +2950,7 @@ type ReportRequest struct {
 
 func (x *ReportRequest) Reset() {
 	*x = ReportRequest{}
-	mi := &file_corpus_v1_api_proto_msgTypes[49]
+	mi := &file_corpus_v1_api_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2841,7 +2962,7 @@ func (x *ReportRequest) String() string {
 func (*ReportRequest) ProtoMessage() {}
 
 func (x *ReportRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[49]
+	mi := &file_corpus_v1_api_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2854,7 +2975,7 @@ func (x *ReportRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportRequest.ProtoReflect.Descriptor instead.
 func (*ReportRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{49}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *ReportRequest) GetCapacity() *Resources {
@@ -2930,7 +3051,7 @@ type ReportedGuest struct {
 
 func (x *ReportedGuest) Reset() {
 	*x = ReportedGuest{}
-	mi := &file_corpus_v1_api_proto_msgTypes[50]
+	mi := &file_corpus_v1_api_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2942,7 +3063,7 @@ func (x *ReportedGuest) String() string {
 func (*ReportedGuest) ProtoMessage() {}
 
 func (x *ReportedGuest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[50]
+	mi := &file_corpus_v1_api_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2955,7 +3076,7 @@ func (x *ReportedGuest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportedGuest.ProtoReflect.Descriptor instead.
 func (*ReportedGuest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{50}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *ReportedGuest) GetGuestId() string {
@@ -2973,16 +3094,19 @@ func (x *ReportedGuest) GetObserved() *GuestObserved {
 }
 
 type ReportedVolume struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	VolumeId      string                 `protobuf:"bytes,1,opt,name=volume_id,json=volumeId,proto3" json:"volume_id,omitempty"`
-	Observed      *VolumeObserved        `protobuf:"bytes,2,opt,name=observed,proto3" json:"observed,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	VolumeId string                 `protobuf:"bytes,1,opt,name=volume_id,json=volumeId,proto3" json:"volume_id,omitempty"`
+	Observed *VolumeObserved        `protobuf:"bytes,2,opt,name=observed,proto3" json:"observed,omitempty"`
+	// old_copy_removed: this node removed its copy of a volume that moved
+	// away from it.
+	OldCopyRemoved bool `protobuf:"varint,3,opt,name=old_copy_removed,json=oldCopyRemoved,proto3" json:"old_copy_removed,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *ReportedVolume) Reset() {
 	*x = ReportedVolume{}
-	mi := &file_corpus_v1_api_proto_msgTypes[51]
+	mi := &file_corpus_v1_api_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2994,7 +3118,7 @@ func (x *ReportedVolume) String() string {
 func (*ReportedVolume) ProtoMessage() {}
 
 func (x *ReportedVolume) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[51]
+	mi := &file_corpus_v1_api_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3007,7 +3131,7 @@ func (x *ReportedVolume) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportedVolume.ProtoReflect.Descriptor instead.
 func (*ReportedVolume) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{51}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *ReportedVolume) GetVolumeId() string {
@@ -3024,6 +3148,13 @@ func (x *ReportedVolume) GetObserved() *VolumeObserved {
 	return nil
 }
 
+func (x *ReportedVolume) GetOldCopyRemoved() bool {
+	if x != nil {
+		return x.OldCopyRemoved
+	}
+	return false
+}
+
 type ReportResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Index         uint64                 `protobuf:"varint,1,opt,name=index,proto3" json:"index,omitempty"`
@@ -3033,7 +3164,7 @@ type ReportResponse struct {
 
 func (x *ReportResponse) Reset() {
 	*x = ReportResponse{}
-	mi := &file_corpus_v1_api_proto_msgTypes[52]
+	mi := &file_corpus_v1_api_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3045,7 +3176,7 @@ func (x *ReportResponse) String() string {
 func (*ReportResponse) ProtoMessage() {}
 
 func (x *ReportResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[52]
+	mi := &file_corpus_v1_api_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3058,12 +3189,160 @@ func (x *ReportResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportResponse.ProtoReflect.Descriptor instead.
 func (*ReportResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{52}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *ReportResponse) GetIndex() uint64 {
 	if x != nil {
 		return x.Index
+	}
+	return 0
+}
+
+type ExportVolumeRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExportVolumeRequest) Reset() {
+	*x = ExportVolumeRequest{}
+	mi := &file_corpus_v1_api_proto_msgTypes[55]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExportVolumeRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExportVolumeRequest) ProtoMessage() {}
+
+func (x *ExportVolumeRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_api_proto_msgTypes[55]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExportVolumeRequest.ProtoReflect.Descriptor instead.
+func (*ExportVolumeRequest) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{55}
+}
+
+func (x *ExportVolumeRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+type VolumeChunk struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	TotalBytes    int64                  `protobuf:"varint,2,opt,name=total_bytes,json=totalBytes,proto3" json:"total_bytes,omitempty"`
+	Data          []byte                 `protobuf:"bytes,3,opt,name=data,proto3" json:"data,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *VolumeChunk) Reset() {
+	*x = VolumeChunk{}
+	mi := &file_corpus_v1_api_proto_msgTypes[56]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *VolumeChunk) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*VolumeChunk) ProtoMessage() {}
+
+func (x *VolumeChunk) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_api_proto_msgTypes[56]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use VolumeChunk.ProtoReflect.Descriptor instead.
+func (*VolumeChunk) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{56}
+}
+
+func (x *VolumeChunk) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *VolumeChunk) GetTotalBytes() int64 {
+	if x != nil {
+		return x.TotalBytes
+	}
+	return 0
+}
+
+func (x *VolumeChunk) GetData() []byte {
+	if x != nil {
+		return x.Data
+	}
+	return nil
+}
+
+type ImportVolumeResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Bytes         int64                  `protobuf:"varint,1,opt,name=bytes,proto3" json:"bytes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ImportVolumeResponse) Reset() {
+	*x = ImportVolumeResponse{}
+	mi := &file_corpus_v1_api_proto_msgTypes[57]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ImportVolumeResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ImportVolumeResponse) ProtoMessage() {}
+
+func (x *ImportVolumeResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_api_proto_msgTypes[57]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ImportVolumeResponse.ProtoReflect.Descriptor instead.
+func (*ImportVolumeResponse) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{57}
+}
+
+func (x *ImportVolumeResponse) GetBytes() int64 {
+	if x != nil {
+		return x.Bytes
 	}
 	return 0
 }
@@ -3215,7 +3494,17 @@ const file_corpus_v1_api_proto_rawDesc = "" +
 	"\x13DeleteRecordRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\"D\n" +
 	"\x14DeleteRecordResponse\x12,\n" +
-	"\x06record\x18\x01 \x01(\v2\x14.corpus.v1.DnsRecordR\x06record\"\x8c\x01\n" +
+	"\x06record\x18\x01 \x01(\v2\x14.corpus.v1.DnsRecordR\x06record\"@\n" +
+	"\x11MoveVolumeRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x17\n" +
+	"\ato_node\x18\x02 \x01(\tR\x06toNode\"\x9b\x01\n" +
+	"\x12MoveVolumeProgress\x12\x1d\n" +
+	"\n" +
+	"done_bytes\x18\x01 \x01(\x03R\tdoneBytes\x12\x1f\n" +
+	"\vtotal_bytes\x18\x02 \x01(\x03R\n" +
+	"totalBytes\x12\x1a\n" +
+	"\bfinished\x18\x03 \x01(\bR\bfinished\x12)\n" +
+	"\x06volume\x18\x04 \x01(\v2\x11.corpus.v1.VolumeR\x06volume\"\x8c\x01\n" +
 	"\x13ResizeVolumeRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1d\n" +
 	"\n" +
@@ -3282,12 +3571,22 @@ const file_corpus_v1_api_proto_rawDesc = "" +
 	"\avolumes\x18\t \x03(\v2\x19.corpus.v1.ReportedVolumeR\avolumes\"`\n" +
 	"\rReportedGuest\x12\x19\n" +
 	"\bguest_id\x18\x01 \x01(\tR\aguestId\x124\n" +
-	"\bobserved\x18\x02 \x01(\v2\x18.corpus.v1.GuestObservedR\bobserved\"d\n" +
+	"\bobserved\x18\x02 \x01(\v2\x18.corpus.v1.GuestObservedR\bobserved\"\x8e\x01\n" +
 	"\x0eReportedVolume\x12\x1b\n" +
 	"\tvolume_id\x18\x01 \x01(\tR\bvolumeId\x125\n" +
-	"\bobserved\x18\x02 \x01(\v2\x19.corpus.v1.VolumeObservedR\bobserved\"&\n" +
+	"\bobserved\x18\x02 \x01(\v2\x19.corpus.v1.VolumeObservedR\bobserved\x12(\n" +
+	"\x10old_copy_removed\x18\x03 \x01(\bR\x0eoldCopyRemoved\"&\n" +
 	"\x0eReportResponse\x12\x14\n" +
-	"\x05index\x18\x01 \x01(\x04R\x05index2T\n" +
+	"\x05index\x18\x01 \x01(\x04R\x05index\")\n" +
+	"\x13ExportVolumeRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\"V\n" +
+	"\vVolumeChunk\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1f\n" +
+	"\vtotal_bytes\x18\x02 \x01(\x03R\n" +
+	"totalBytes\x12\x12\n" +
+	"\x04data\x18\x03 \x01(\fR\x04data\",\n" +
+	"\x14ImportVolumeResponse\x12\x14\n" +
+	"\x05bytes\x18\x01 \x01(\x03R\x05bytes2T\n" +
 	"\x0eClusterService\x12B\n" +
 	"\x06Status\x12\x18.corpus.v1.StatusRequest\x1a\x19.corpus.v1.StatusResponse\"\x03\x90\x02\x012\xfb\x01\n" +
 	"\vNodeService\x12X\n" +
@@ -3314,18 +3613,22 @@ const file_corpus_v1_api_proto_rawDesc = "" +
 	"DnsService\x12Q\n" +
 	"\vListRecords\x12\x1d.corpus.v1.ListRecordsRequest\x1a\x1e.corpus.v1.ListRecordsResponse\"\x03\x90\x02\x01\x12F\n" +
 	"\tAddRecord\x12\x1b.corpus.v1.AddRecordRequest\x1a\x1c.corpus.v1.AddRecordResponse\x12O\n" +
-	"\fDeleteRecord\x12\x1e.corpus.v1.DeleteRecordRequest\x1a\x1f.corpus.v1.DeleteRecordResponse2\xd1\x02\n" +
+	"\fDeleteRecord\x12\x1e.corpus.v1.DeleteRecordRequest\x1a\x1f.corpus.v1.DeleteRecordResponse2\x9e\x03\n" +
 	"\rVolumeService\x12Q\n" +
 	"\vListVolumes\x12\x1d.corpus.v1.ListVolumesRequest\x1a\x1e.corpus.v1.ListVolumesResponse\"\x03\x90\x02\x01\x12K\n" +
 	"\tGetVolume\x12\x1b.corpus.v1.GetVolumeRequest\x1a\x1c.corpus.v1.GetVolumeResponse\"\x03\x90\x02\x01\x12O\n" +
 	"\fDeleteVolume\x12\x1e.corpus.v1.DeleteVolumeRequest\x1a\x1f.corpus.v1.DeleteVolumeResponse\x12O\n" +
-	"\fResizeVolume\x12\x1e.corpus.v1.ResizeVolumeRequest\x1a\x1f.corpus.v1.ResizeVolumeResponse2\xca\x01\n" +
+	"\fResizeVolume\x12\x1e.corpus.v1.ResizeVolumeRequest\x1a\x1f.corpus.v1.ResizeVolumeResponse\x12K\n" +
+	"\n" +
+	"MoveVolume\x12\x1c.corpus.v1.MoveVolumeRequest\x1a\x1d.corpus.v1.MoveVolumeProgress0\x012\xca\x01\n" +
 	"\fAgentService\x12=\n" +
 	"\x06Enroll\x12\x18.corpus.v1.EnrollRequest\x1a\x19.corpus.v1.EnrollResponse\x12<\n" +
 	"\x05Watch\x12\x17.corpus.v1.WatchRequest\x1a\x18.corpus.v1.WatchResponse0\x01\x12=\n" +
-	"\x06Report\x12\x18.corpus.v1.ReportRequest\x1a\x19.corpus.v1.ReportResponse2P\n" +
+	"\x06Report\x12\x18.corpus.v1.ReportRequest\x1a\x19.corpus.v1.ReportResponse2\xe5\x01\n" +
 	"\x10NodeAgentService\x12<\n" +
-	"\x04Exec\x12\x1b.corpus.v1.ExecGuestRequest\x1a\x15.corpus.v1.ExecOutput0\x01B!Z\x1fcorpus/proto/corpus/v1;corpusv1b\x06proto3"
+	"\x04Exec\x12\x1b.corpus.v1.ExecGuestRequest\x1a\x15.corpus.v1.ExecOutput0\x01\x12H\n" +
+	"\fExportVolume\x12\x1e.corpus.v1.ExportVolumeRequest\x1a\x16.corpus.v1.VolumeChunk0\x01\x12I\n" +
+	"\fImportVolume\x12\x16.corpus.v1.VolumeChunk\x1a\x1f.corpus.v1.ImportVolumeResponse(\x01B!Z\x1fcorpus/proto/corpus/v1;corpusv1b\x06proto3"
 
 var (
 	file_corpus_v1_api_proto_rawDescOnce sync.Once
@@ -3339,7 +3642,7 @@ func file_corpus_v1_api_proto_rawDescGZIP() []byte {
 	return file_corpus_v1_api_proto_rawDescData
 }
 
-var file_corpus_v1_api_proto_msgTypes = make([]protoimpl.MessageInfo, 55)
+var file_corpus_v1_api_proto_msgTypes = make([]protoimpl.MessageInfo, 60)
 var file_corpus_v1_api_proto_goTypes = []any{
 	(*StatusRequest)(nil),           // 0: corpus.v1.StatusRequest
 	(*StatusResponse)(nil),          // 1: corpus.v1.StatusResponse
@@ -3377,135 +3680,147 @@ var file_corpus_v1_api_proto_goTypes = []any{
 	(*AddRecordResponse)(nil),       // 33: corpus.v1.AddRecordResponse
 	(*DeleteRecordRequest)(nil),     // 34: corpus.v1.DeleteRecordRequest
 	(*DeleteRecordResponse)(nil),    // 35: corpus.v1.DeleteRecordResponse
-	(*ResizeVolumeRequest)(nil),     // 36: corpus.v1.ResizeVolumeRequest
-	(*ResizeVolumeResponse)(nil),    // 37: corpus.v1.ResizeVolumeResponse
-	(*ListVolumesRequest)(nil),      // 38: corpus.v1.ListVolumesRequest
-	(*VolumeView)(nil),              // 39: corpus.v1.VolumeView
-	(*ListVolumesResponse)(nil),     // 40: corpus.v1.ListVolumesResponse
-	(*GetVolumeRequest)(nil),        // 41: corpus.v1.GetVolumeRequest
-	(*GetVolumeResponse)(nil),       // 42: corpus.v1.GetVolumeResponse
-	(*DeleteVolumeRequest)(nil),     // 43: corpus.v1.DeleteVolumeRequest
-	(*DeleteVolumeResponse)(nil),    // 44: corpus.v1.DeleteVolumeResponse
-	(*EnrollRequest)(nil),           // 45: corpus.v1.EnrollRequest
-	(*EnrollResponse)(nil),          // 46: corpus.v1.EnrollResponse
-	(*WatchRequest)(nil),            // 47: corpus.v1.WatchRequest
-	(*WatchResponse)(nil),           // 48: corpus.v1.WatchResponse
-	(*ReportRequest)(nil),           // 49: corpus.v1.ReportRequest
-	(*ReportedGuest)(nil),           // 50: corpus.v1.ReportedGuest
-	(*ReportedVolume)(nil),          // 51: corpus.v1.ReportedVolume
-	(*ReportResponse)(nil),          // 52: corpus.v1.ReportResponse
-	nil,                             // 53: corpus.v1.ExecGuestRequest.EnvEntry
-	nil,                             // 54: corpus.v1.EnrollRequest.LabelsEntry
-	(*JoinToken)(nil),               // 55: corpus.v1.JoinToken
-	(*Node)(nil),                    // 56: corpus.v1.Node
-	(*Resources)(nil),               // 57: corpus.v1.Resources
-	(*GuestSpec)(nil),               // 58: corpus.v1.GuestSpec
-	(*Guest)(nil),                   // 59: corpus.v1.Guest
-	(*Route)(nil),                   // 60: corpus.v1.Route
-	(*Port)(nil),                    // 61: corpus.v1.Port
-	(*DnsRecord)(nil),               // 62: corpus.v1.DnsRecord
-	(*Volume)(nil),                  // 63: corpus.v1.Volume
-	(*DriverInfo)(nil),              // 64: corpus.v1.DriverInfo
-	(*GuestObserved)(nil),           // 65: corpus.v1.GuestObserved
-	(*VolumeObserved)(nil),          // 66: corpus.v1.VolumeObserved
+	(*MoveVolumeRequest)(nil),       // 36: corpus.v1.MoveVolumeRequest
+	(*MoveVolumeProgress)(nil),      // 37: corpus.v1.MoveVolumeProgress
+	(*ResizeVolumeRequest)(nil),     // 38: corpus.v1.ResizeVolumeRequest
+	(*ResizeVolumeResponse)(nil),    // 39: corpus.v1.ResizeVolumeResponse
+	(*ListVolumesRequest)(nil),      // 40: corpus.v1.ListVolumesRequest
+	(*VolumeView)(nil),              // 41: corpus.v1.VolumeView
+	(*ListVolumesResponse)(nil),     // 42: corpus.v1.ListVolumesResponse
+	(*GetVolumeRequest)(nil),        // 43: corpus.v1.GetVolumeRequest
+	(*GetVolumeResponse)(nil),       // 44: corpus.v1.GetVolumeResponse
+	(*DeleteVolumeRequest)(nil),     // 45: corpus.v1.DeleteVolumeRequest
+	(*DeleteVolumeResponse)(nil),    // 46: corpus.v1.DeleteVolumeResponse
+	(*EnrollRequest)(nil),           // 47: corpus.v1.EnrollRequest
+	(*EnrollResponse)(nil),          // 48: corpus.v1.EnrollResponse
+	(*WatchRequest)(nil),            // 49: corpus.v1.WatchRequest
+	(*WatchResponse)(nil),           // 50: corpus.v1.WatchResponse
+	(*ReportRequest)(nil),           // 51: corpus.v1.ReportRequest
+	(*ReportedGuest)(nil),           // 52: corpus.v1.ReportedGuest
+	(*ReportedVolume)(nil),          // 53: corpus.v1.ReportedVolume
+	(*ReportResponse)(nil),          // 54: corpus.v1.ReportResponse
+	(*ExportVolumeRequest)(nil),     // 55: corpus.v1.ExportVolumeRequest
+	(*VolumeChunk)(nil),             // 56: corpus.v1.VolumeChunk
+	(*ImportVolumeResponse)(nil),    // 57: corpus.v1.ImportVolumeResponse
+	nil,                             // 58: corpus.v1.ExecGuestRequest.EnvEntry
+	nil,                             // 59: corpus.v1.EnrollRequest.LabelsEntry
+	(*JoinToken)(nil),               // 60: corpus.v1.JoinToken
+	(*Node)(nil),                    // 61: corpus.v1.Node
+	(*Resources)(nil),               // 62: corpus.v1.Resources
+	(*GuestSpec)(nil),               // 63: corpus.v1.GuestSpec
+	(*Guest)(nil),                   // 64: corpus.v1.Guest
+	(*Route)(nil),                   // 65: corpus.v1.Route
+	(*Port)(nil),                    // 66: corpus.v1.Port
+	(*DnsRecord)(nil),               // 67: corpus.v1.DnsRecord
+	(*Volume)(nil),                  // 68: corpus.v1.Volume
+	(*DriverInfo)(nil),              // 69: corpus.v1.DriverInfo
+	(*GuestObserved)(nil),           // 70: corpus.v1.GuestObserved
+	(*VolumeObserved)(nil),          // 71: corpus.v1.VolumeObserved
 }
 var file_corpus_v1_api_proto_depIdxs = []int32{
-	55, // 0: corpus.v1.CreateJoinTokenResponse.info:type_name -> corpus.v1.JoinToken
+	60, // 0: corpus.v1.CreateJoinTokenResponse.info:type_name -> corpus.v1.JoinToken
 	8,  // 1: corpus.v1.ListNodesResponse.nodes:type_name -> corpus.v1.NodeView
 	8,  // 2: corpus.v1.GetNodeResponse.node:type_name -> corpus.v1.NodeView
-	56, // 3: corpus.v1.NodeView.node:type_name -> corpus.v1.Node
-	57, // 4: corpus.v1.NodeView.allocated:type_name -> corpus.v1.Resources
-	58, // 5: corpus.v1.CreateGuestRequest.spec:type_name -> corpus.v1.GuestSpec
-	59, // 6: corpus.v1.CreateGuestResponse.guest:type_name -> corpus.v1.Guest
-	59, // 7: corpus.v1.GetGuestResponse.guest:type_name -> corpus.v1.Guest
+	61, // 3: corpus.v1.NodeView.node:type_name -> corpus.v1.Node
+	62, // 4: corpus.v1.NodeView.allocated:type_name -> corpus.v1.Resources
+	63, // 5: corpus.v1.CreateGuestRequest.spec:type_name -> corpus.v1.GuestSpec
+	64, // 6: corpus.v1.CreateGuestResponse.guest:type_name -> corpus.v1.Guest
+	64, // 7: corpus.v1.GetGuestResponse.guest:type_name -> corpus.v1.Guest
 	12, // 8: corpus.v1.ListGuestsResponse.guests:type_name -> corpus.v1.GetGuestResponse
-	59, // 9: corpus.v1.GuestActionResponse.guest:type_name -> corpus.v1.Guest
-	53, // 10: corpus.v1.ExecGuestRequest.env:type_name -> corpus.v1.ExecGuestRequest.EnvEntry
-	60, // 11: corpus.v1.CreateRouteResponse.route:type_name -> corpus.v1.Route
-	60, // 12: corpus.v1.RouteView.route:type_name -> corpus.v1.Route
+	64, // 9: corpus.v1.GuestActionResponse.guest:type_name -> corpus.v1.Guest
+	58, // 10: corpus.v1.ExecGuestRequest.env:type_name -> corpus.v1.ExecGuestRequest.EnvEntry
+	65, // 11: corpus.v1.CreateRouteResponse.route:type_name -> corpus.v1.Route
+	65, // 12: corpus.v1.RouteView.route:type_name -> corpus.v1.Route
 	22, // 13: corpus.v1.ListRoutesResponse.routes:type_name -> corpus.v1.RouteView
 	24, // 14: corpus.v1.ListRoutesResponse.nat:type_name -> corpus.v1.NatView
-	61, // 15: corpus.v1.NatView.port:type_name -> corpus.v1.Port
-	60, // 16: corpus.v1.DeleteRouteResponse.route:type_name -> corpus.v1.Route
-	60, // 17: corpus.v1.MoveRouteResponse.route:type_name -> corpus.v1.Route
+	66, // 15: corpus.v1.NatView.port:type_name -> corpus.v1.Port
+	65, // 16: corpus.v1.DeleteRouteResponse.route:type_name -> corpus.v1.Route
+	65, // 17: corpus.v1.MoveRouteResponse.route:type_name -> corpus.v1.Route
 	30, // 18: corpus.v1.ListRecordsResponse.records:type_name -> corpus.v1.ZoneRecord
-	62, // 19: corpus.v1.AddRecordResponse.record:type_name -> corpus.v1.DnsRecord
-	62, // 20: corpus.v1.DeleteRecordResponse.record:type_name -> corpus.v1.DnsRecord
-	63, // 21: corpus.v1.ResizeVolumeResponse.volume:type_name -> corpus.v1.Volume
-	63, // 22: corpus.v1.VolumeView.volume:type_name -> corpus.v1.Volume
-	39, // 23: corpus.v1.ListVolumesResponse.volumes:type_name -> corpus.v1.VolumeView
-	39, // 24: corpus.v1.GetVolumeResponse.volume:type_name -> corpus.v1.VolumeView
-	63, // 25: corpus.v1.DeleteVolumeResponse.volume:type_name -> corpus.v1.Volume
-	54, // 26: corpus.v1.EnrollRequest.labels:type_name -> corpus.v1.EnrollRequest.LabelsEntry
-	57, // 27: corpus.v1.EnrollRequest.capacity:type_name -> corpus.v1.Resources
-	64, // 28: corpus.v1.EnrollRequest.drivers:type_name -> corpus.v1.DriverInfo
-	56, // 29: corpus.v1.WatchResponse.node:type_name -> corpus.v1.Node
-	59, // 30: corpus.v1.WatchResponse.guests:type_name -> corpus.v1.Guest
-	60, // 31: corpus.v1.WatchResponse.routes:type_name -> corpus.v1.Route
-	63, // 32: corpus.v1.WatchResponse.volumes:type_name -> corpus.v1.Volume
-	57, // 33: corpus.v1.ReportRequest.capacity:type_name -> corpus.v1.Resources
-	64, // 34: corpus.v1.ReportRequest.drivers:type_name -> corpus.v1.DriverInfo
-	50, // 35: corpus.v1.ReportRequest.guests:type_name -> corpus.v1.ReportedGuest
-	51, // 36: corpus.v1.ReportRequest.volumes:type_name -> corpus.v1.ReportedVolume
-	65, // 37: corpus.v1.ReportedGuest.observed:type_name -> corpus.v1.GuestObserved
-	66, // 38: corpus.v1.ReportedVolume.observed:type_name -> corpus.v1.VolumeObserved
-	0,  // 39: corpus.v1.ClusterService.Status:input_type -> corpus.v1.StatusRequest
-	2,  // 40: corpus.v1.NodeService.CreateJoinToken:input_type -> corpus.v1.CreateJoinTokenRequest
-	4,  // 41: corpus.v1.NodeService.ListNodes:input_type -> corpus.v1.ListNodesRequest
-	6,  // 42: corpus.v1.NodeService.GetNode:input_type -> corpus.v1.GetNodeRequest
-	9,  // 43: corpus.v1.GuestService.CreateGuest:input_type -> corpus.v1.CreateGuestRequest
-	11, // 44: corpus.v1.GuestService.GetGuest:input_type -> corpus.v1.GetGuestRequest
-	13, // 45: corpus.v1.GuestService.ListGuests:input_type -> corpus.v1.ListGuestsRequest
-	15, // 46: corpus.v1.GuestService.StartGuest:input_type -> corpus.v1.GuestActionRequest
-	15, // 47: corpus.v1.GuestService.StopGuest:input_type -> corpus.v1.GuestActionRequest
-	15, // 48: corpus.v1.GuestService.DeleteGuest:input_type -> corpus.v1.GuestActionRequest
-	17, // 49: corpus.v1.GuestService.ExecGuest:input_type -> corpus.v1.ExecGuestRequest
-	19, // 50: corpus.v1.IngressService.CreateRoute:input_type -> corpus.v1.CreateRouteRequest
-	21, // 51: corpus.v1.IngressService.ListRoutes:input_type -> corpus.v1.ListRoutesRequest
-	25, // 52: corpus.v1.IngressService.DeleteRoute:input_type -> corpus.v1.DeleteRouteRequest
-	27, // 53: corpus.v1.IngressService.MoveRoute:input_type -> corpus.v1.MoveRouteRequest
-	29, // 54: corpus.v1.DnsService.ListRecords:input_type -> corpus.v1.ListRecordsRequest
-	32, // 55: corpus.v1.DnsService.AddRecord:input_type -> corpus.v1.AddRecordRequest
-	34, // 56: corpus.v1.DnsService.DeleteRecord:input_type -> corpus.v1.DeleteRecordRequest
-	38, // 57: corpus.v1.VolumeService.ListVolumes:input_type -> corpus.v1.ListVolumesRequest
-	41, // 58: corpus.v1.VolumeService.GetVolume:input_type -> corpus.v1.GetVolumeRequest
-	43, // 59: corpus.v1.VolumeService.DeleteVolume:input_type -> corpus.v1.DeleteVolumeRequest
-	36, // 60: corpus.v1.VolumeService.ResizeVolume:input_type -> corpus.v1.ResizeVolumeRequest
-	45, // 61: corpus.v1.AgentService.Enroll:input_type -> corpus.v1.EnrollRequest
-	47, // 62: corpus.v1.AgentService.Watch:input_type -> corpus.v1.WatchRequest
-	49, // 63: corpus.v1.AgentService.Report:input_type -> corpus.v1.ReportRequest
-	17, // 64: corpus.v1.NodeAgentService.Exec:input_type -> corpus.v1.ExecGuestRequest
-	1,  // 65: corpus.v1.ClusterService.Status:output_type -> corpus.v1.StatusResponse
-	3,  // 66: corpus.v1.NodeService.CreateJoinToken:output_type -> corpus.v1.CreateJoinTokenResponse
-	5,  // 67: corpus.v1.NodeService.ListNodes:output_type -> corpus.v1.ListNodesResponse
-	7,  // 68: corpus.v1.NodeService.GetNode:output_type -> corpus.v1.GetNodeResponse
-	10, // 69: corpus.v1.GuestService.CreateGuest:output_type -> corpus.v1.CreateGuestResponse
-	12, // 70: corpus.v1.GuestService.GetGuest:output_type -> corpus.v1.GetGuestResponse
-	14, // 71: corpus.v1.GuestService.ListGuests:output_type -> corpus.v1.ListGuestsResponse
-	16, // 72: corpus.v1.GuestService.StartGuest:output_type -> corpus.v1.GuestActionResponse
-	16, // 73: corpus.v1.GuestService.StopGuest:output_type -> corpus.v1.GuestActionResponse
-	16, // 74: corpus.v1.GuestService.DeleteGuest:output_type -> corpus.v1.GuestActionResponse
-	18, // 75: corpus.v1.GuestService.ExecGuest:output_type -> corpus.v1.ExecOutput
-	20, // 76: corpus.v1.IngressService.CreateRoute:output_type -> corpus.v1.CreateRouteResponse
-	23, // 77: corpus.v1.IngressService.ListRoutes:output_type -> corpus.v1.ListRoutesResponse
-	26, // 78: corpus.v1.IngressService.DeleteRoute:output_type -> corpus.v1.DeleteRouteResponse
-	28, // 79: corpus.v1.IngressService.MoveRoute:output_type -> corpus.v1.MoveRouteResponse
-	31, // 80: corpus.v1.DnsService.ListRecords:output_type -> corpus.v1.ListRecordsResponse
-	33, // 81: corpus.v1.DnsService.AddRecord:output_type -> corpus.v1.AddRecordResponse
-	35, // 82: corpus.v1.DnsService.DeleteRecord:output_type -> corpus.v1.DeleteRecordResponse
-	40, // 83: corpus.v1.VolumeService.ListVolumes:output_type -> corpus.v1.ListVolumesResponse
-	42, // 84: corpus.v1.VolumeService.GetVolume:output_type -> corpus.v1.GetVolumeResponse
-	44, // 85: corpus.v1.VolumeService.DeleteVolume:output_type -> corpus.v1.DeleteVolumeResponse
-	37, // 86: corpus.v1.VolumeService.ResizeVolume:output_type -> corpus.v1.ResizeVolumeResponse
-	46, // 87: corpus.v1.AgentService.Enroll:output_type -> corpus.v1.EnrollResponse
-	48, // 88: corpus.v1.AgentService.Watch:output_type -> corpus.v1.WatchResponse
-	52, // 89: corpus.v1.AgentService.Report:output_type -> corpus.v1.ReportResponse
-	18, // 90: corpus.v1.NodeAgentService.Exec:output_type -> corpus.v1.ExecOutput
-	65, // [65:91] is the sub-list for method output_type
-	39, // [39:65] is the sub-list for method input_type
-	39, // [39:39] is the sub-list for extension type_name
-	39, // [39:39] is the sub-list for extension extendee
-	0,  // [0:39] is the sub-list for field type_name
+	67, // 19: corpus.v1.AddRecordResponse.record:type_name -> corpus.v1.DnsRecord
+	67, // 20: corpus.v1.DeleteRecordResponse.record:type_name -> corpus.v1.DnsRecord
+	68, // 21: corpus.v1.MoveVolumeProgress.volume:type_name -> corpus.v1.Volume
+	68, // 22: corpus.v1.ResizeVolumeResponse.volume:type_name -> corpus.v1.Volume
+	68, // 23: corpus.v1.VolumeView.volume:type_name -> corpus.v1.Volume
+	41, // 24: corpus.v1.ListVolumesResponse.volumes:type_name -> corpus.v1.VolumeView
+	41, // 25: corpus.v1.GetVolumeResponse.volume:type_name -> corpus.v1.VolumeView
+	68, // 26: corpus.v1.DeleteVolumeResponse.volume:type_name -> corpus.v1.Volume
+	59, // 27: corpus.v1.EnrollRequest.labels:type_name -> corpus.v1.EnrollRequest.LabelsEntry
+	62, // 28: corpus.v1.EnrollRequest.capacity:type_name -> corpus.v1.Resources
+	69, // 29: corpus.v1.EnrollRequest.drivers:type_name -> corpus.v1.DriverInfo
+	61, // 30: corpus.v1.WatchResponse.node:type_name -> corpus.v1.Node
+	64, // 31: corpus.v1.WatchResponse.guests:type_name -> corpus.v1.Guest
+	65, // 32: corpus.v1.WatchResponse.routes:type_name -> corpus.v1.Route
+	68, // 33: corpus.v1.WatchResponse.volumes:type_name -> corpus.v1.Volume
+	62, // 34: corpus.v1.ReportRequest.capacity:type_name -> corpus.v1.Resources
+	69, // 35: corpus.v1.ReportRequest.drivers:type_name -> corpus.v1.DriverInfo
+	52, // 36: corpus.v1.ReportRequest.guests:type_name -> corpus.v1.ReportedGuest
+	53, // 37: corpus.v1.ReportRequest.volumes:type_name -> corpus.v1.ReportedVolume
+	70, // 38: corpus.v1.ReportedGuest.observed:type_name -> corpus.v1.GuestObserved
+	71, // 39: corpus.v1.ReportedVolume.observed:type_name -> corpus.v1.VolumeObserved
+	0,  // 40: corpus.v1.ClusterService.Status:input_type -> corpus.v1.StatusRequest
+	2,  // 41: corpus.v1.NodeService.CreateJoinToken:input_type -> corpus.v1.CreateJoinTokenRequest
+	4,  // 42: corpus.v1.NodeService.ListNodes:input_type -> corpus.v1.ListNodesRequest
+	6,  // 43: corpus.v1.NodeService.GetNode:input_type -> corpus.v1.GetNodeRequest
+	9,  // 44: corpus.v1.GuestService.CreateGuest:input_type -> corpus.v1.CreateGuestRequest
+	11, // 45: corpus.v1.GuestService.GetGuest:input_type -> corpus.v1.GetGuestRequest
+	13, // 46: corpus.v1.GuestService.ListGuests:input_type -> corpus.v1.ListGuestsRequest
+	15, // 47: corpus.v1.GuestService.StartGuest:input_type -> corpus.v1.GuestActionRequest
+	15, // 48: corpus.v1.GuestService.StopGuest:input_type -> corpus.v1.GuestActionRequest
+	15, // 49: corpus.v1.GuestService.DeleteGuest:input_type -> corpus.v1.GuestActionRequest
+	17, // 50: corpus.v1.GuestService.ExecGuest:input_type -> corpus.v1.ExecGuestRequest
+	19, // 51: corpus.v1.IngressService.CreateRoute:input_type -> corpus.v1.CreateRouteRequest
+	21, // 52: corpus.v1.IngressService.ListRoutes:input_type -> corpus.v1.ListRoutesRequest
+	25, // 53: corpus.v1.IngressService.DeleteRoute:input_type -> corpus.v1.DeleteRouteRequest
+	27, // 54: corpus.v1.IngressService.MoveRoute:input_type -> corpus.v1.MoveRouteRequest
+	29, // 55: corpus.v1.DnsService.ListRecords:input_type -> corpus.v1.ListRecordsRequest
+	32, // 56: corpus.v1.DnsService.AddRecord:input_type -> corpus.v1.AddRecordRequest
+	34, // 57: corpus.v1.DnsService.DeleteRecord:input_type -> corpus.v1.DeleteRecordRequest
+	40, // 58: corpus.v1.VolumeService.ListVolumes:input_type -> corpus.v1.ListVolumesRequest
+	43, // 59: corpus.v1.VolumeService.GetVolume:input_type -> corpus.v1.GetVolumeRequest
+	45, // 60: corpus.v1.VolumeService.DeleteVolume:input_type -> corpus.v1.DeleteVolumeRequest
+	38, // 61: corpus.v1.VolumeService.ResizeVolume:input_type -> corpus.v1.ResizeVolumeRequest
+	36, // 62: corpus.v1.VolumeService.MoveVolume:input_type -> corpus.v1.MoveVolumeRequest
+	47, // 63: corpus.v1.AgentService.Enroll:input_type -> corpus.v1.EnrollRequest
+	49, // 64: corpus.v1.AgentService.Watch:input_type -> corpus.v1.WatchRequest
+	51, // 65: corpus.v1.AgentService.Report:input_type -> corpus.v1.ReportRequest
+	17, // 66: corpus.v1.NodeAgentService.Exec:input_type -> corpus.v1.ExecGuestRequest
+	55, // 67: corpus.v1.NodeAgentService.ExportVolume:input_type -> corpus.v1.ExportVolumeRequest
+	56, // 68: corpus.v1.NodeAgentService.ImportVolume:input_type -> corpus.v1.VolumeChunk
+	1,  // 69: corpus.v1.ClusterService.Status:output_type -> corpus.v1.StatusResponse
+	3,  // 70: corpus.v1.NodeService.CreateJoinToken:output_type -> corpus.v1.CreateJoinTokenResponse
+	5,  // 71: corpus.v1.NodeService.ListNodes:output_type -> corpus.v1.ListNodesResponse
+	7,  // 72: corpus.v1.NodeService.GetNode:output_type -> corpus.v1.GetNodeResponse
+	10, // 73: corpus.v1.GuestService.CreateGuest:output_type -> corpus.v1.CreateGuestResponse
+	12, // 74: corpus.v1.GuestService.GetGuest:output_type -> corpus.v1.GetGuestResponse
+	14, // 75: corpus.v1.GuestService.ListGuests:output_type -> corpus.v1.ListGuestsResponse
+	16, // 76: corpus.v1.GuestService.StartGuest:output_type -> corpus.v1.GuestActionResponse
+	16, // 77: corpus.v1.GuestService.StopGuest:output_type -> corpus.v1.GuestActionResponse
+	16, // 78: corpus.v1.GuestService.DeleteGuest:output_type -> corpus.v1.GuestActionResponse
+	18, // 79: corpus.v1.GuestService.ExecGuest:output_type -> corpus.v1.ExecOutput
+	20, // 80: corpus.v1.IngressService.CreateRoute:output_type -> corpus.v1.CreateRouteResponse
+	23, // 81: corpus.v1.IngressService.ListRoutes:output_type -> corpus.v1.ListRoutesResponse
+	26, // 82: corpus.v1.IngressService.DeleteRoute:output_type -> corpus.v1.DeleteRouteResponse
+	28, // 83: corpus.v1.IngressService.MoveRoute:output_type -> corpus.v1.MoveRouteResponse
+	31, // 84: corpus.v1.DnsService.ListRecords:output_type -> corpus.v1.ListRecordsResponse
+	33, // 85: corpus.v1.DnsService.AddRecord:output_type -> corpus.v1.AddRecordResponse
+	35, // 86: corpus.v1.DnsService.DeleteRecord:output_type -> corpus.v1.DeleteRecordResponse
+	42, // 87: corpus.v1.VolumeService.ListVolumes:output_type -> corpus.v1.ListVolumesResponse
+	44, // 88: corpus.v1.VolumeService.GetVolume:output_type -> corpus.v1.GetVolumeResponse
+	46, // 89: corpus.v1.VolumeService.DeleteVolume:output_type -> corpus.v1.DeleteVolumeResponse
+	39, // 90: corpus.v1.VolumeService.ResizeVolume:output_type -> corpus.v1.ResizeVolumeResponse
+	37, // 91: corpus.v1.VolumeService.MoveVolume:output_type -> corpus.v1.MoveVolumeProgress
+	48, // 92: corpus.v1.AgentService.Enroll:output_type -> corpus.v1.EnrollResponse
+	50, // 93: corpus.v1.AgentService.Watch:output_type -> corpus.v1.WatchResponse
+	54, // 94: corpus.v1.AgentService.Report:output_type -> corpus.v1.ReportResponse
+	18, // 95: corpus.v1.NodeAgentService.Exec:output_type -> corpus.v1.ExecOutput
+	56, // 96: corpus.v1.NodeAgentService.ExportVolume:output_type -> corpus.v1.VolumeChunk
+	57, // 97: corpus.v1.NodeAgentService.ImportVolume:output_type -> corpus.v1.ImportVolumeResponse
+	69, // [69:98] is the sub-list for method output_type
+	40, // [40:69] is the sub-list for method input_type
+	40, // [40:40] is the sub-list for extension type_name
+	40, // [40:40] is the sub-list for extension extendee
+	0,  // [0:40] is the sub-list for field type_name
 }
 
 func init() { file_corpus_v1_api_proto_init() }
@@ -3520,7 +3835,7 @@ func file_corpus_v1_api_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_corpus_v1_api_proto_rawDesc), len(file_corpus_v1_api_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   55,
+			NumMessages:   60,
 			NumExtensions: 0,
 			NumServices:   8,
 		},

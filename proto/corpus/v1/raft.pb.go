@@ -56,6 +56,7 @@ type Command struct {
 	//	*Command_DeleteVolume
 	//	*Command_ReportVolumes
 	//	*Command_ResizeVolume
+	//	*Command_MoveVolume
 	Cmd           isCommand_Cmd `protobuf_oneof:"cmd"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -272,6 +273,15 @@ func (x *Command) GetResizeVolume() *ResizeVolume {
 	return nil
 }
 
+func (x *Command) GetMoveVolume() *MoveVolume {
+	if x != nil {
+		if x, ok := x.Cmd.(*Command_MoveVolume); ok {
+			return x.MoveVolume
+		}
+	}
+	return nil
+}
+
 type isCommand_Cmd interface {
 	isCommand_Cmd()
 }
@@ -344,6 +354,10 @@ type Command_ResizeVolume struct {
 	ResizeVolume *ResizeVolume `protobuf:"bytes,26,opt,name=resize_volume,json=resizeVolume,proto3,oneof"`
 }
 
+type Command_MoveVolume struct {
+	MoveVolume *MoveVolume `protobuf:"bytes,27,opt,name=move_volume,json=moveVolume,proto3,oneof"`
+}
+
 func (*Command_BootstrapCluster) isCommand_Cmd() {}
 
 func (*Command_CreateJoinToken) isCommand_Cmd() {}
@@ -377,6 +391,8 @@ func (*Command_DeleteVolume) isCommand_Cmd() {}
 func (*Command_ReportVolumes) isCommand_Cmd() {}
 
 func (*Command_ResizeVolume) isCommand_Cmd() {}
+
+func (*Command_MoveVolume) isCommand_Cmd() {}
 
 type BootstrapCluster struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -1308,17 +1324,74 @@ func (x *ResizeVolume) GetSizeBytes() int64 {
 	return 0
 }
 
-type ObservedVolume struct {
+// MoveVolume records that an unbound volume's data now lives on another
+// node.
+type MoveVolume struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
-	VolumeId      string                 `protobuf:"bytes,1,opt,name=volume_id,json=volumeId,proto3" json:"volume_id,omitempty"`
-	Observed      *VolumeObserved        `protobuf:"bytes,2,opt,name=observed,proto3" json:"observed,omitempty"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	NodeId        string                 `protobuf:"bytes,2,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
+func (x *MoveVolume) Reset() {
+	*x = MoveVolume{}
+	mi := &file_corpus_v1_raft_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MoveVolume) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MoveVolume) ProtoMessage() {}
+
+func (x *MoveVolume) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_raft_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MoveVolume.ProtoReflect.Descriptor instead.
+func (*MoveVolume) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *MoveVolume) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *MoveVolume) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+type ObservedVolume struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	VolumeId string                 `protobuf:"bytes,1,opt,name=volume_id,json=volumeId,proto3" json:"volume_id,omitempty"`
+	Observed *VolumeObserved        `protobuf:"bytes,2,opt,name=observed,proto3" json:"observed,omitempty"`
+	// old_copy_removed: the reporting node removed its copy of a volume
+	// that moved away from it.
+	OldCopyRemoved bool `protobuf:"varint,3,opt,name=old_copy_removed,json=oldCopyRemoved,proto3" json:"old_copy_removed,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
 func (x *ObservedVolume) Reset() {
 	*x = ObservedVolume{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[18]
+	mi := &file_corpus_v1_raft_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1330,7 +1403,7 @@ func (x *ObservedVolume) String() string {
 func (*ObservedVolume) ProtoMessage() {}
 
 func (x *ObservedVolume) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[18]
+	mi := &file_corpus_v1_raft_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1343,7 +1416,7 @@ func (x *ObservedVolume) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ObservedVolume.ProtoReflect.Descriptor instead.
 func (*ObservedVolume) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{18}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ObservedVolume) GetVolumeId() string {
@@ -1360,6 +1433,13 @@ func (x *ObservedVolume) GetObserved() *VolumeObserved {
 	return nil
 }
 
+func (x *ObservedVolume) GetOldCopyRemoved() bool {
+	if x != nil {
+		return x.OldCopyRemoved
+	}
+	return false
+}
+
 // ReportVolumes records what a node's agent observes of its volumes.
 type ReportVolumes struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -1371,7 +1451,7 @@ type ReportVolumes struct {
 
 func (x *ReportVolumes) Reset() {
 	*x = ReportVolumes{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[19]
+	mi := &file_corpus_v1_raft_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1383,7 +1463,7 @@ func (x *ReportVolumes) String() string {
 func (*ReportVolumes) ProtoMessage() {}
 
 func (x *ReportVolumes) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[19]
+	mi := &file_corpus_v1_raft_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1396,7 +1476,7 @@ func (x *ReportVolumes) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportVolumes.ProtoReflect.Descriptor instead.
 func (*ReportVolumes) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{19}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ReportVolumes) GetNodeId() string {
@@ -1432,7 +1512,7 @@ type Snapshot struct {
 
 func (x *Snapshot) Reset() {
 	*x = Snapshot{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[20]
+	mi := &file_corpus_v1_raft_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1444,7 +1524,7 @@ func (x *Snapshot) String() string {
 func (*Snapshot) ProtoMessage() {}
 
 func (x *Snapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[20]
+	mi := &file_corpus_v1_raft_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1457,7 +1537,7 @@ func (x *Snapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Snapshot.ProtoReflect.Descriptor instead.
 func (*Snapshot) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{20}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *Snapshot) GetVersion() uint32 {
@@ -1527,7 +1607,7 @@ var File_corpus_v1_raft_proto protoreflect.FileDescriptor
 
 const file_corpus_v1_raft_proto_rawDesc = "" +
 	"\n" +
-	"\x14corpus/v1/raft.proto\x12\tcorpus.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x15corpus/v1/types.proto\"\xc4\t\n" +
+	"\x14corpus/v1/raft.proto\x12\tcorpus.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x15corpus/v1/types.proto\"\xfe\t\n" +
 	"\aCommand\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x12\x1c\n" +
 	"\tignorable\x18\x02 \x01(\bR\tignorable\x12,\n" +
@@ -1553,7 +1633,9 @@ const file_corpus_v1_raft_proto_rawDesc = "" +
 	"\x11delete_dns_record\x18\x17 \x01(\v2\x1a.corpus.v1.DeleteDnsRecordH\x00R\x0fdeleteDnsRecord\x12>\n" +
 	"\rdelete_volume\x18\x18 \x01(\v2\x17.corpus.v1.DeleteVolumeH\x00R\fdeleteVolume\x12A\n" +
 	"\x0ereport_volumes\x18\x19 \x01(\v2\x18.corpus.v1.ReportVolumesH\x00R\rreportVolumes\x12>\n" +
-	"\rresize_volume\x18\x1a \x01(\v2\x17.corpus.v1.ResizeVolumeH\x00R\fresizeVolumeB\x05\n" +
+	"\rresize_volume\x18\x1a \x01(\v2\x17.corpus.v1.ResizeVolumeH\x00R\fresizeVolume\x128\n" +
+	"\vmove_volume\x18\x1b \x01(\v2\x15.corpus.v1.MoveVolumeH\x00R\n" +
+	"moveVolumeB\x05\n" +
 	"\x03cmd\"D\n" +
 	"\x10BootstrapCluster\x120\n" +
 	"\x06config\x18\x01 \x01(\v2\x18.corpus.v1.ClusterConfigR\x06config\"=\n" +
@@ -1618,10 +1700,15 @@ const file_corpus_v1_raft_proto_rawDesc = "" +
 	"\fResizeVolume\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1d\n" +
 	"\n" +
-	"size_bytes\x18\x02 \x01(\x03R\tsizeBytes\"d\n" +
+	"size_bytes\x18\x02 \x01(\x03R\tsizeBytes\"9\n" +
+	"\n" +
+	"MoveVolume\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x17\n" +
+	"\anode_id\x18\x02 \x01(\tR\x06nodeId\"\x8e\x01\n" +
 	"\x0eObservedVolume\x12\x1b\n" +
 	"\tvolume_id\x18\x01 \x01(\tR\bvolumeId\x125\n" +
-	"\bobserved\x18\x02 \x01(\v2\x19.corpus.v1.VolumeObservedR\bobserved\"]\n" +
+	"\bobserved\x18\x02 \x01(\v2\x19.corpus.v1.VolumeObservedR\bobserved\x12(\n" +
+	"\x10old_copy_removed\x18\x03 \x01(\bR\x0eoldCopyRemoved\"]\n" +
 	"\rReportVolumes\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x123\n" +
 	"\avolumes\x18\x02 \x03(\v2\x19.corpus.v1.ObservedVolumeR\avolumes\"\x82\x03\n" +
@@ -1650,7 +1737,7 @@ func file_corpus_v1_raft_proto_rawDescGZIP() []byte {
 	return file_corpus_v1_raft_proto_rawDescData
 }
 
-var file_corpus_v1_raft_proto_msgTypes = make([]protoimpl.MessageInfo, 22)
+var file_corpus_v1_raft_proto_msgTypes = make([]protoimpl.MessageInfo, 23)
 var file_corpus_v1_raft_proto_goTypes = []any{
 	(*Command)(nil),               // 0: corpus.v1.Command
 	(*BootstrapCluster)(nil),      // 1: corpus.v1.BootstrapCluster
@@ -1670,25 +1757,26 @@ var file_corpus_v1_raft_proto_goTypes = []any{
 	(*DeleteDnsRecord)(nil),       // 15: corpus.v1.DeleteDnsRecord
 	(*DeleteVolume)(nil),          // 16: corpus.v1.DeleteVolume
 	(*ResizeVolume)(nil),          // 17: corpus.v1.ResizeVolume
-	(*ObservedVolume)(nil),        // 18: corpus.v1.ObservedVolume
-	(*ReportVolumes)(nil),         // 19: corpus.v1.ReportVolumes
-	(*Snapshot)(nil),              // 20: corpus.v1.Snapshot
-	nil,                           // 21: corpus.v1.UpdateNode.LabelsEntry
-	(*timestamppb.Timestamp)(nil), // 22: google.protobuf.Timestamp
-	(*ClusterConfig)(nil),         // 23: corpus.v1.ClusterConfig
-	(*JoinToken)(nil),             // 24: corpus.v1.JoinToken
-	(*Node)(nil),                  // 25: corpus.v1.Node
-	(*Resources)(nil),             // 26: corpus.v1.Resources
-	(*DriverInfo)(nil),            // 27: corpus.v1.DriverInfo
-	(*Guest)(nil),                 // 28: corpus.v1.Guest
-	(*GuestObserved)(nil),         // 29: corpus.v1.GuestObserved
-	(*Route)(nil),                 // 30: corpus.v1.Route
-	(*DnsRecord)(nil),             // 31: corpus.v1.DnsRecord
-	(*VolumeObserved)(nil),        // 32: corpus.v1.VolumeObserved
-	(*Volume)(nil),                // 33: corpus.v1.Volume
+	(*MoveVolume)(nil),            // 18: corpus.v1.MoveVolume
+	(*ObservedVolume)(nil),        // 19: corpus.v1.ObservedVolume
+	(*ReportVolumes)(nil),         // 20: corpus.v1.ReportVolumes
+	(*Snapshot)(nil),              // 21: corpus.v1.Snapshot
+	nil,                           // 22: corpus.v1.UpdateNode.LabelsEntry
+	(*timestamppb.Timestamp)(nil), // 23: google.protobuf.Timestamp
+	(*ClusterConfig)(nil),         // 24: corpus.v1.ClusterConfig
+	(*JoinToken)(nil),             // 25: corpus.v1.JoinToken
+	(*Node)(nil),                  // 26: corpus.v1.Node
+	(*Resources)(nil),             // 27: corpus.v1.Resources
+	(*DriverInfo)(nil),            // 28: corpus.v1.DriverInfo
+	(*Guest)(nil),                 // 29: corpus.v1.Guest
+	(*GuestObserved)(nil),         // 30: corpus.v1.GuestObserved
+	(*Route)(nil),                 // 31: corpus.v1.Route
+	(*DnsRecord)(nil),             // 32: corpus.v1.DnsRecord
+	(*VolumeObserved)(nil),        // 33: corpus.v1.VolumeObserved
+	(*Volume)(nil),                // 34: corpus.v1.Volume
 }
 var file_corpus_v1_raft_proto_depIdxs = []int32{
-	22, // 0: corpus.v1.Command.now:type_name -> google.protobuf.Timestamp
+	23, // 0: corpus.v1.Command.now:type_name -> google.protobuf.Timestamp
 	1,  // 1: corpus.v1.Command.bootstrap_cluster:type_name -> corpus.v1.BootstrapCluster
 	2,  // 2: corpus.v1.Command.create_join_token:type_name -> corpus.v1.CreateJoinToken
 	3,  // 3: corpus.v1.Command.enroll_node:type_name -> corpus.v1.EnrollNode
@@ -1704,33 +1792,34 @@ var file_corpus_v1_raft_proto_depIdxs = []int32{
 	14, // 13: corpus.v1.Command.add_dns_record:type_name -> corpus.v1.AddDnsRecord
 	15, // 14: corpus.v1.Command.delete_dns_record:type_name -> corpus.v1.DeleteDnsRecord
 	16, // 15: corpus.v1.Command.delete_volume:type_name -> corpus.v1.DeleteVolume
-	19, // 16: corpus.v1.Command.report_volumes:type_name -> corpus.v1.ReportVolumes
+	20, // 16: corpus.v1.Command.report_volumes:type_name -> corpus.v1.ReportVolumes
 	17, // 17: corpus.v1.Command.resize_volume:type_name -> corpus.v1.ResizeVolume
-	23, // 18: corpus.v1.BootstrapCluster.config:type_name -> corpus.v1.ClusterConfig
-	24, // 19: corpus.v1.CreateJoinToken.token:type_name -> corpus.v1.JoinToken
-	25, // 20: corpus.v1.EnrollNode.node:type_name -> corpus.v1.Node
-	26, // 21: corpus.v1.UpdateNode.capacity:type_name -> corpus.v1.Resources
-	27, // 22: corpus.v1.UpdateNode.drivers:type_name -> corpus.v1.DriverInfo
-	21, // 23: corpus.v1.UpdateNode.labels:type_name -> corpus.v1.UpdateNode.LabelsEntry
-	28, // 24: corpus.v1.CreateGuest.guest:type_name -> corpus.v1.Guest
-	29, // 25: corpus.v1.ObservedGuest.observed:type_name -> corpus.v1.GuestObserved
-	9,  // 26: corpus.v1.ReportGuests.guests:type_name -> corpus.v1.ObservedGuest
-	30, // 27: corpus.v1.CreateRoute.route:type_name -> corpus.v1.Route
-	31, // 28: corpus.v1.AddDnsRecord.record:type_name -> corpus.v1.DnsRecord
-	32, // 29: corpus.v1.ObservedVolume.observed:type_name -> corpus.v1.VolumeObserved
-	18, // 30: corpus.v1.ReportVolumes.volumes:type_name -> corpus.v1.ObservedVolume
-	23, // 31: corpus.v1.Snapshot.config:type_name -> corpus.v1.ClusterConfig
-	25, // 32: corpus.v1.Snapshot.nodes:type_name -> corpus.v1.Node
-	28, // 33: corpus.v1.Snapshot.guests:type_name -> corpus.v1.Guest
-	24, // 34: corpus.v1.Snapshot.join_tokens:type_name -> corpus.v1.JoinToken
-	30, // 35: corpus.v1.Snapshot.routes:type_name -> corpus.v1.Route
-	31, // 36: corpus.v1.Snapshot.dns_records:type_name -> corpus.v1.DnsRecord
-	33, // 37: corpus.v1.Snapshot.volumes:type_name -> corpus.v1.Volume
-	38, // [38:38] is the sub-list for method output_type
-	38, // [38:38] is the sub-list for method input_type
-	38, // [38:38] is the sub-list for extension type_name
-	38, // [38:38] is the sub-list for extension extendee
-	0,  // [0:38] is the sub-list for field type_name
+	18, // 18: corpus.v1.Command.move_volume:type_name -> corpus.v1.MoveVolume
+	24, // 19: corpus.v1.BootstrapCluster.config:type_name -> corpus.v1.ClusterConfig
+	25, // 20: corpus.v1.CreateJoinToken.token:type_name -> corpus.v1.JoinToken
+	26, // 21: corpus.v1.EnrollNode.node:type_name -> corpus.v1.Node
+	27, // 22: corpus.v1.UpdateNode.capacity:type_name -> corpus.v1.Resources
+	28, // 23: corpus.v1.UpdateNode.drivers:type_name -> corpus.v1.DriverInfo
+	22, // 24: corpus.v1.UpdateNode.labels:type_name -> corpus.v1.UpdateNode.LabelsEntry
+	29, // 25: corpus.v1.CreateGuest.guest:type_name -> corpus.v1.Guest
+	30, // 26: corpus.v1.ObservedGuest.observed:type_name -> corpus.v1.GuestObserved
+	9,  // 27: corpus.v1.ReportGuests.guests:type_name -> corpus.v1.ObservedGuest
+	31, // 28: corpus.v1.CreateRoute.route:type_name -> corpus.v1.Route
+	32, // 29: corpus.v1.AddDnsRecord.record:type_name -> corpus.v1.DnsRecord
+	33, // 30: corpus.v1.ObservedVolume.observed:type_name -> corpus.v1.VolumeObserved
+	19, // 31: corpus.v1.ReportVolumes.volumes:type_name -> corpus.v1.ObservedVolume
+	24, // 32: corpus.v1.Snapshot.config:type_name -> corpus.v1.ClusterConfig
+	26, // 33: corpus.v1.Snapshot.nodes:type_name -> corpus.v1.Node
+	29, // 34: corpus.v1.Snapshot.guests:type_name -> corpus.v1.Guest
+	25, // 35: corpus.v1.Snapshot.join_tokens:type_name -> corpus.v1.JoinToken
+	31, // 36: corpus.v1.Snapshot.routes:type_name -> corpus.v1.Route
+	32, // 37: corpus.v1.Snapshot.dns_records:type_name -> corpus.v1.DnsRecord
+	34, // 38: corpus.v1.Snapshot.volumes:type_name -> corpus.v1.Volume
+	39, // [39:39] is the sub-list for method output_type
+	39, // [39:39] is the sub-list for method input_type
+	39, // [39:39] is the sub-list for extension type_name
+	39, // [39:39] is the sub-list for extension extendee
+	0,  // [0:39] is the sub-list for field type_name
 }
 
 func init() { file_corpus_v1_raft_proto_init() }
@@ -1757,6 +1846,7 @@ func file_corpus_v1_raft_proto_init() {
 		(*Command_DeleteVolume)(nil),
 		(*Command_ReportVolumes)(nil),
 		(*Command_ResizeVolume)(nil),
+		(*Command_MoveVolume)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -1764,7 +1854,7 @@ func file_corpus_v1_raft_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_corpus_v1_raft_proto_rawDesc), len(file_corpus_v1_raft_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   22,
+			NumMessages:   23,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

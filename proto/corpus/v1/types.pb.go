@@ -521,13 +521,16 @@ type Volume struct {
 	GuestId   string `protobuf:"bytes,5,opt,name=guest_id,json=guestId,proto3" json:"guest_id,omitempty"`
 	GuestName string `protobuf:"bytes,6,opt,name=guest_name,json=guestName,proto3" json:"guest_name,omitempty"`
 	// desired_state: "present" or "deleted".
-	DesiredState  string                 `protobuf:"bytes,7,opt,name=desired_state,json=desiredState,proto3" json:"desired_state,omitempty"`
-	Observed      *VolumeObserved        `protobuf:"bytes,8,opt,name=observed,proto3" json:"observed,omitempty"`
-	CreatedAt     *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
-	CreateIndex   uint64                 `protobuf:"varint,20,opt,name=create_index,json=createIndex,proto3" json:"create_index,omitempty"`
-	ModifyIndex   uint64                 `protobuf:"varint,21,opt,name=modify_index,json=modifyIndex,proto3" json:"modify_index,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	DesiredState string                 `protobuf:"bytes,7,opt,name=desired_state,json=desiredState,proto3" json:"desired_state,omitempty"`
+	Observed     *VolumeObserved        `protobuf:"bytes,8,opt,name=observed,proto3" json:"observed,omitempty"`
+	CreatedAt    *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
+	// previous_node_id is the node a moved volume left; its agent removes
+	// the old copy and says so, which clears this.
+	PreviousNodeId string `protobuf:"bytes,10,opt,name=previous_node_id,json=previousNodeId,proto3" json:"previous_node_id,omitempty"`
+	CreateIndex    uint64 `protobuf:"varint,20,opt,name=create_index,json=createIndex,proto3" json:"create_index,omitempty"`
+	ModifyIndex    uint64 `protobuf:"varint,21,opt,name=modify_index,json=modifyIndex,proto3" json:"modify_index,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *Volume) Reset() {
@@ -621,6 +624,13 @@ func (x *Volume) GetCreatedAt() *timestamppb.Timestamp {
 		return x.CreatedAt
 	}
 	return nil
+}
+
+func (x *Volume) GetPreviousNodeId() string {
+	if x != nil {
+		return x.PreviousNodeId
+	}
+	return ""
 }
 
 func (x *Volume) GetCreateIndex() uint64 {
@@ -1525,7 +1535,7 @@ const file_corpus_v1_types_proto_rawDesc = "" +
 	"size_bytes\x18\x01 \x01(\x03R\tsizeBytes\x12\x12\n" +
 	"\x04path\x18\x02 \x01(\tR\x04path\x12\x1d\n" +
 	"\n" +
-	"use_volume\x18\x03 \x01(\tR\tuseVolume\"\xfb\x02\n" +
+	"use_volume\x18\x03 \x01(\tR\tuseVolume\"\xa5\x03\n" +
 	"\x06Volume\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x17\n" +
@@ -1538,7 +1548,9 @@ const file_corpus_v1_types_proto_rawDesc = "" +
 	"\rdesired_state\x18\a \x01(\tR\fdesiredState\x125\n" +
 	"\bobserved\x18\b \x01(\v2\x19.corpus.v1.VolumeObservedR\bobserved\x129\n" +
 	"\n" +
-	"created_at\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x12!\n" +
+	"created_at\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x12(\n" +
+	"\x10previous_node_id\x18\n" +
+	" \x01(\tR\x0epreviousNodeId\x12!\n" +
 	"\fcreate_index\x18\x14 \x01(\x04R\vcreateIndex\x12!\n" +
 	"\fmodify_index\x18\x15 \x01(\x04R\vmodifyIndex\"\x9d\x01\n" +
 	"\x0eVolumeObserved\x12\x14\n" +

@@ -104,6 +104,9 @@ const (
 	// VolumeServiceResizeVolumeProcedure is the fully-qualified name of the VolumeService's
 	// ResizeVolume RPC.
 	VolumeServiceResizeVolumeProcedure = "/corpus.v1.VolumeService/ResizeVolume"
+	// VolumeServiceMoveVolumeProcedure is the fully-qualified name of the VolumeService's MoveVolume
+	// RPC.
+	VolumeServiceMoveVolumeProcedure = "/corpus.v1.VolumeService/MoveVolume"
 	// AgentServiceEnrollProcedure is the fully-qualified name of the AgentService's Enroll RPC.
 	AgentServiceEnrollProcedure = "/corpus.v1.AgentService/Enroll"
 	// AgentServiceWatchProcedure is the fully-qualified name of the AgentService's Watch RPC.
@@ -112,6 +115,12 @@ const (
 	AgentServiceReportProcedure = "/corpus.v1.AgentService/Report"
 	// NodeAgentServiceExecProcedure is the fully-qualified name of the NodeAgentService's Exec RPC.
 	NodeAgentServiceExecProcedure = "/corpus.v1.NodeAgentService/Exec"
+	// NodeAgentServiceExportVolumeProcedure is the fully-qualified name of the NodeAgentService's
+	// ExportVolume RPC.
+	NodeAgentServiceExportVolumeProcedure = "/corpus.v1.NodeAgentService/ExportVolume"
+	// NodeAgentServiceImportVolumeProcedure is the fully-qualified name of the NodeAgentService's
+	// ImportVolume RPC.
+	NodeAgentServiceImportVolumeProcedure = "/corpus.v1.NodeAgentService/ImportVolume"
 )
 
 // ClusterServiceClient is a client for the corpus.v1.ClusterService service.
@@ -830,6 +839,10 @@ type VolumeServiceClient interface {
 	// ResizeVolume enlarges a volume, or shrinks it when allow_shrink is set
 	// and its data fits with a safety margin.
 	ResizeVolume(context.Context, *connect.Request[v1.ResizeVolumeRequest]) (*connect.Response[v1.ResizeVolumeResponse], error)
+	// MoveVolume copies an unbound volume to another node and streams the
+	// progress; the last message says it is done. The old node removes its
+	// copy once it learns of the move.
+	MoveVolume(context.Context, *connect.Request[v1.MoveVolumeRequest]) (*connect.ServerStreamForClient[v1.MoveVolumeProgress], error)
 }
 
 // NewVolumeServiceClient constructs a client for the corpus.v1.VolumeService service. By default,
@@ -869,6 +882,12 @@ func NewVolumeServiceClient(httpClient connect.HTTPClient, baseURL string, opts 
 			connect.WithSchema(volumeServiceMethods.ByName("ResizeVolume")),
 			connect.WithClientOptions(opts...),
 		),
+		moveVolume: connect.NewClient[v1.MoveVolumeRequest, v1.MoveVolumeProgress](
+			httpClient,
+			baseURL+VolumeServiceMoveVolumeProcedure,
+			connect.WithSchema(volumeServiceMethods.ByName("MoveVolume")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
@@ -878,6 +897,7 @@ type volumeServiceClient struct {
 	getVolume    *connect.Client[v1.GetVolumeRequest, v1.GetVolumeResponse]
 	deleteVolume *connect.Client[v1.DeleteVolumeRequest, v1.DeleteVolumeResponse]
 	resizeVolume *connect.Client[v1.ResizeVolumeRequest, v1.ResizeVolumeResponse]
+	moveVolume   *connect.Client[v1.MoveVolumeRequest, v1.MoveVolumeProgress]
 }
 
 // ListVolumes calls corpus.v1.VolumeService.ListVolumes.
@@ -900,6 +920,11 @@ func (c *volumeServiceClient) ResizeVolume(ctx context.Context, req *connect.Req
 	return c.resizeVolume.CallUnary(ctx, req)
 }
 
+// MoveVolume calls corpus.v1.VolumeService.MoveVolume.
+func (c *volumeServiceClient) MoveVolume(ctx context.Context, req *connect.Request[v1.MoveVolumeRequest]) (*connect.ServerStreamForClient[v1.MoveVolumeProgress], error) {
+	return c.moveVolume.CallServerStream(ctx, req)
+}
+
 // VolumeServiceHandler is an implementation of the corpus.v1.VolumeService service.
 type VolumeServiceHandler interface {
 	ListVolumes(context.Context, *connect.Request[v1.ListVolumesRequest]) (*connect.Response[v1.ListVolumesResponse], error)
@@ -908,6 +933,10 @@ type VolumeServiceHandler interface {
 	// ResizeVolume enlarges a volume, or shrinks it when allow_shrink is set
 	// and its data fits with a safety margin.
 	ResizeVolume(context.Context, *connect.Request[v1.ResizeVolumeRequest]) (*connect.Response[v1.ResizeVolumeResponse], error)
+	// MoveVolume copies an unbound volume to another node and streams the
+	// progress; the last message says it is done. The old node removes its
+	// copy once it learns of the move.
+	MoveVolume(context.Context, *connect.Request[v1.MoveVolumeRequest], *connect.ServerStream[v1.MoveVolumeProgress]) error
 }
 
 // NewVolumeServiceHandler builds an HTTP handler from the service implementation. It returns the
@@ -943,6 +972,12 @@ func NewVolumeServiceHandler(svc VolumeServiceHandler, opts ...connect.HandlerOp
 		connect.WithSchema(volumeServiceMethods.ByName("ResizeVolume")),
 		connect.WithHandlerOptions(opts...),
 	)
+	volumeServiceMoveVolumeHandler := connect.NewServerStreamHandler(
+		VolumeServiceMoveVolumeProcedure,
+		svc.MoveVolume,
+		connect.WithSchema(volumeServiceMethods.ByName("MoveVolume")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/corpus.v1.VolumeService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case VolumeServiceListVolumesProcedure:
@@ -953,6 +988,8 @@ func NewVolumeServiceHandler(svc VolumeServiceHandler, opts ...connect.HandlerOp
 			volumeServiceDeleteVolumeHandler.ServeHTTP(w, r)
 		case VolumeServiceResizeVolumeProcedure:
 			volumeServiceResizeVolumeHandler.ServeHTTP(w, r)
+		case VolumeServiceMoveVolumeProcedure:
+			volumeServiceMoveVolumeHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -976,6 +1013,10 @@ func (UnimplementedVolumeServiceHandler) DeleteVolume(context.Context, *connect.
 
 func (UnimplementedVolumeServiceHandler) ResizeVolume(context.Context, *connect.Request[v1.ResizeVolumeRequest]) (*connect.Response[v1.ResizeVolumeResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("corpus.v1.VolumeService.ResizeVolume is not implemented"))
+}
+
+func (UnimplementedVolumeServiceHandler) MoveVolume(context.Context, *connect.Request[v1.MoveVolumeRequest], *connect.ServerStream[v1.MoveVolumeProgress]) error {
+	return connect.NewError(connect.CodeUnimplemented, errors.New("corpus.v1.VolumeService.MoveVolume is not implemented"))
 }
 
 // AgentServiceClient is a client for the corpus.v1.AgentService service.
@@ -1113,6 +1154,12 @@ func (UnimplementedAgentServiceHandler) Report(context.Context, *connect.Request
 // NodeAgentServiceClient is a client for the corpus.v1.NodeAgentService service.
 type NodeAgentServiceClient interface {
 	Exec(context.Context, *connect.Request[v1.ExecGuestRequest]) (*connect.ServerStreamForClient[v1.ExecOutput], error)
+	// ExportVolume streams a volume's image (unmounted meanwhile); the
+	// first message carries the total size.
+	ExportVolume(context.Context, *connect.Request[v1.ExportVolumeRequest]) (*connect.ServerStreamForClient[v1.VolumeChunk], error)
+	// ImportVolume makes a volume from a streamed image; the first message
+	// carries its name and size.
+	ImportVolume(context.Context) *connect.ClientStreamForClient[v1.VolumeChunk, v1.ImportVolumeResponse]
 }
 
 // NewNodeAgentServiceClient constructs a client for the corpus.v1.NodeAgentService service. By
@@ -1132,12 +1179,26 @@ func NewNodeAgentServiceClient(httpClient connect.HTTPClient, baseURL string, op
 			connect.WithSchema(nodeAgentServiceMethods.ByName("Exec")),
 			connect.WithClientOptions(opts...),
 		),
+		exportVolume: connect.NewClient[v1.ExportVolumeRequest, v1.VolumeChunk](
+			httpClient,
+			baseURL+NodeAgentServiceExportVolumeProcedure,
+			connect.WithSchema(nodeAgentServiceMethods.ByName("ExportVolume")),
+			connect.WithClientOptions(opts...),
+		),
+		importVolume: connect.NewClient[v1.VolumeChunk, v1.ImportVolumeResponse](
+			httpClient,
+			baseURL+NodeAgentServiceImportVolumeProcedure,
+			connect.WithSchema(nodeAgentServiceMethods.ByName("ImportVolume")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
 // nodeAgentServiceClient implements NodeAgentServiceClient.
 type nodeAgentServiceClient struct {
-	exec *connect.Client[v1.ExecGuestRequest, v1.ExecOutput]
+	exec         *connect.Client[v1.ExecGuestRequest, v1.ExecOutput]
+	exportVolume *connect.Client[v1.ExportVolumeRequest, v1.VolumeChunk]
+	importVolume *connect.Client[v1.VolumeChunk, v1.ImportVolumeResponse]
 }
 
 // Exec calls corpus.v1.NodeAgentService.Exec.
@@ -1145,9 +1206,25 @@ func (c *nodeAgentServiceClient) Exec(ctx context.Context, req *connect.Request[
 	return c.exec.CallServerStream(ctx, req)
 }
 
+// ExportVolume calls corpus.v1.NodeAgentService.ExportVolume.
+func (c *nodeAgentServiceClient) ExportVolume(ctx context.Context, req *connect.Request[v1.ExportVolumeRequest]) (*connect.ServerStreamForClient[v1.VolumeChunk], error) {
+	return c.exportVolume.CallServerStream(ctx, req)
+}
+
+// ImportVolume calls corpus.v1.NodeAgentService.ImportVolume.
+func (c *nodeAgentServiceClient) ImportVolume(ctx context.Context) *connect.ClientStreamForClient[v1.VolumeChunk, v1.ImportVolumeResponse] {
+	return c.importVolume.CallClientStream(ctx)
+}
+
 // NodeAgentServiceHandler is an implementation of the corpus.v1.NodeAgentService service.
 type NodeAgentServiceHandler interface {
 	Exec(context.Context, *connect.Request[v1.ExecGuestRequest], *connect.ServerStream[v1.ExecOutput]) error
+	// ExportVolume streams a volume's image (unmounted meanwhile); the
+	// first message carries the total size.
+	ExportVolume(context.Context, *connect.Request[v1.ExportVolumeRequest], *connect.ServerStream[v1.VolumeChunk]) error
+	// ImportVolume makes a volume from a streamed image; the first message
+	// carries its name and size.
+	ImportVolume(context.Context, *connect.ClientStream[v1.VolumeChunk]) (*connect.Response[v1.ImportVolumeResponse], error)
 }
 
 // NewNodeAgentServiceHandler builds an HTTP handler from the service implementation. It returns the
@@ -1163,10 +1240,26 @@ func NewNodeAgentServiceHandler(svc NodeAgentServiceHandler, opts ...connect.Han
 		connect.WithSchema(nodeAgentServiceMethods.ByName("Exec")),
 		connect.WithHandlerOptions(opts...),
 	)
+	nodeAgentServiceExportVolumeHandler := connect.NewServerStreamHandler(
+		NodeAgentServiceExportVolumeProcedure,
+		svc.ExportVolume,
+		connect.WithSchema(nodeAgentServiceMethods.ByName("ExportVolume")),
+		connect.WithHandlerOptions(opts...),
+	)
+	nodeAgentServiceImportVolumeHandler := connect.NewClientStreamHandler(
+		NodeAgentServiceImportVolumeProcedure,
+		svc.ImportVolume,
+		connect.WithSchema(nodeAgentServiceMethods.ByName("ImportVolume")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/corpus.v1.NodeAgentService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case NodeAgentServiceExecProcedure:
 			nodeAgentServiceExecHandler.ServeHTTP(w, r)
+		case NodeAgentServiceExportVolumeProcedure:
+			nodeAgentServiceExportVolumeHandler.ServeHTTP(w, r)
+		case NodeAgentServiceImportVolumeProcedure:
+			nodeAgentServiceImportVolumeHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -1178,4 +1271,12 @@ type UnimplementedNodeAgentServiceHandler struct{}
 
 func (UnimplementedNodeAgentServiceHandler) Exec(context.Context, *connect.Request[v1.ExecGuestRequest], *connect.ServerStream[v1.ExecOutput]) error {
 	return connect.NewError(connect.CodeUnimplemented, errors.New("corpus.v1.NodeAgentService.Exec is not implemented"))
+}
+
+func (UnimplementedNodeAgentServiceHandler) ExportVolume(context.Context, *connect.Request[v1.ExportVolumeRequest], *connect.ServerStream[v1.VolumeChunk]) error {
+	return connect.NewError(connect.CodeUnimplemented, errors.New("corpus.v1.NodeAgentService.ExportVolume is not implemented"))
+}
+
+func (UnimplementedNodeAgentServiceHandler) ImportVolume(context.Context, *connect.ClientStream[v1.VolumeChunk]) (*connect.Response[v1.ImportVolumeResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("corpus.v1.NodeAgentService.ImportVolume is not implemented"))
 }
