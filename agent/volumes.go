@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"corpus/drivers"
+	"corpus/internal/failpoint"
 	"corpus/internal/revert"
 	corpusv1 "corpus/proto/corpus/v1"
 	"corpus/volume"
@@ -147,10 +148,12 @@ func (a *Agent) resizeVolume(ctx context.Context, v *corpusv1.Volume, guest *gue
 	if err != nil {
 		return fmt.Errorf("measuring volume %s: %w", v.Name, err)
 	}
-	if info.SizeBytes == v.SizeBytes {
+	// A resize a crash cut short shows as file system and image sizes
+	// that differ; running it again finishes it.
+	if info.SizeBytes == v.SizeBytes && info.FilesystemBytes == v.SizeBytes {
 		return nil
 	}
-	grow := v.SizeBytes > info.SizeBytes
+	grow := v.SizeBytes > info.FilesystemBytes
 	if grow && a.vols.Capabilities().GrowOnline {
 		if err := a.vols.Grow(ctx, v.Name, v.SizeBytes); err != nil {
 			return fmt.Errorf("growing volume %s: %w", v.Name, err)
@@ -158,6 +161,13 @@ func (a *Agent) resizeVolume(ctx context.Context, v *corpusv1.Volume, guest *gue
 		a.logger.Info("volume grown online", "volume", v.Name, "size", v.SizeBytes)
 		return nil
 	}
+	// The volume is off limits to the reconcile pass (which mounts
+	// volumes) until the resize is over.
+	release, err := a.volumeBusy(v.Name)
+	if err != nil {
+		return err
+	}
+	defer release()
 	remount := func(ctx context.Context) error { return a.vols.Mount(ctx, v.Name, a.volumeMount(v.Name)) }
 	running := false
 	r := revert.New()
@@ -174,6 +184,7 @@ func (a *Agent) resizeVolume(ctx context.Context, v *corpusv1.Volume, guest *gue
 		return fmt.Errorf("unmounting volume %s: %w", v.Name, err)
 	}
 	r.Add(func() { remount(context.Background()) })
+	failpoint.Hit("volume-resize-unmounted")
 	if grow {
 		err = a.vols.Grow(ctx, v.Name, v.SizeBytes)
 	} else if err = a.vols.Shrink(ctx, v.Name, v.SizeBytes, true); err == nil {
@@ -182,6 +193,7 @@ func (a *Agent) resizeVolume(ctx context.Context, v *corpusv1.Volume, guest *gue
 	if err != nil {
 		return fmt.Errorf("resizing volume %s to %d bytes: %w", v.Name, v.SizeBytes, err)
 	}
+	failpoint.Hit("volume-resize-resized")
 	r.Success()
 	if err := remount(ctx); err != nil {
 		return fmt.Errorf("mounting volume %s after the resize: %w", v.Name, err)

@@ -268,9 +268,15 @@ func (c *cluster) addAgent(name string, extra ...string) *agentProc {
 }
 
 func (c *cluster) startAgent(a *agentProc, args ...string) *proc {
+	return c.startAgentEnv(a, nil, args...)
+}
+
+// startAgentEnv starts an agent with extra environment variables
+// (failpoints, say).
+func (c *cluster) startAgentEnv(a *agentProc, env []string, args ...string) *proc {
 	base := []string{"agent", "--state-dir", a.stateDir, "--coordinator", a.node.ctlSide + ":7400", "--name", a.name,
 		"--api-addr", a.apiAddr, "--resync-interval", "2s", "--report-interval", "1s", "--stop-timeout", "3s"}
-	return startIn(c.t, a.node.ns, "agent "+a.name, nil, append(base, args...)...)
+	return startIn(c.t, a.node.ns, "agent "+a.name, env, append(base, args...)...)
 }
 
 // restartAgent starts a killed agent again from its state folder.

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -183,4 +184,69 @@ func TestVolumeMove(t *testing.T) {
 		return nil
 	})
 	c.mustCLI("guest", "delete", "db2", "--purge")
+}
+
+// TestVolumeResizeCrash: an agent that dies in the middle of an enlarge or
+// a trim (a failpoint exits it as kill -9 would) finishes the resize after
+// its restart: the volume ends at the new size, mounted in the running
+// guest, with its data, and with exactly one loop device.
+func TestVolumeResizeCrash(t *testing.T) {
+	c := newCluster(t)
+	a := c.addAgent("n1")
+	c.mustCLI("guest", "create", "db", "--image", "busybox", "--memory", "64M", "--cpus", "0.1", "--volume", "96M")
+	c.mustCLI("guest", "exec", "db", "--", "sh", "-c", "echo safe > /srv/data/file")
+	image := filepath.Join(a.stateDir, "volumes", "images", "db.img")
+
+	for _, step := range []struct {
+		failpoint string
+		resize    []string
+		wantBytes int64
+	}{
+		{"volume-grow-image-grown", []string{"volume", "enlarge", "--timeout", "2s", "db", "128M"}, 128 << 20},
+		{"volume-shrink-fs-shrunk", []string{"volume", "trim", "--timeout", "2s", "db", "80M"}, 80 << 20},
+		{"volume-resize-unmounted", []string{"volume", "enlarge", "--timeout", "2s", "db", "112M"}, 112 << 20},
+	} {
+		t.Run(step.failpoint, func(t *testing.T) {
+			a.kill()
+			a.proc = c.startAgentEnv(a, []string{"CORPUS_FAILPOINTS=" + step.failpoint})
+			c.cli(step.resize...) // times out: the agent dies on the way
+			select {
+			case <-a.done:
+			case <-time.After(30 * time.Second):
+				t.Fatalf("agent did not hit failpoint %s", step.failpoint)
+			}
+			a.proc = c.startAgent(a)
+			eventually(t, 60*time.Second, "volume at its new size after the restart", func() error {
+				var v struct {
+					Volume struct {
+						Volume struct {
+							Observed struct {
+								State     string `json:"state"`
+								SizeBytes string `json:"size_bytes"`
+							} `json:"observed"`
+						} `json:"volume"`
+					} `json:"volume"`
+				}
+				if err := c.json(&v, "volume", "show", "db"); err != nil {
+					return err
+				}
+				o := v.Volume.Volume.Observed
+				if o.State != "ready" || o.SizeBytes != fmt.Sprint(step.wantBytes) {
+					return fmt.Errorf("observed %+v", o)
+				}
+				if g := c.guest("db"); g.Status != "running" {
+					return fmt.Errorf("guest %s", g.Status)
+				}
+				return nil
+			})
+			out, _, code := c.cli("guest", "exec", "db", "--", "cat", "/srv/data/file")
+			if code != 0 || strings.TrimSpace(out) != "safe" {
+				t.Errorf("data after the crash = %q (exit %d), want safe", out, code)
+			}
+			lo, _ := exec.Command("losetup", "-j", image).Output()
+			if n := len(strings.Split(strings.TrimSpace(string(lo)), "\n")); strings.TrimSpace(string(lo)) == "" || n != 1 {
+				t.Errorf("loop devices for the image = %q, want exactly one", lo)
+			}
+		})
+	}
 }

@@ -12,6 +12,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"corpus/internal/failpoint"
 	"corpus/internal/revert"
 	"corpus/volume"
 )
@@ -374,6 +375,7 @@ func (b *Backend) Grow(ctx context.Context, name string, size int64) error {
 			return fmt.Errorf("growing %s: %w", name, err)
 		}
 	}
+	failpoint.Hit("volume-grow-image-grown")
 	if _, err := b.run(ctx, "resize2fs", s.fsTarget(), fmt.Sprintf("%dK", size/1024)); err != nil {
 		return fmt.Errorf("growing file system of %s: %w", name, err)
 	}
@@ -434,6 +436,7 @@ func (b *Backend) Shrink(ctx context.Context, name string, size int64, allowShri
 	}
 	// The file system ends before the new end of the image now; a crash
 	// from here leaves a larger image, which the next Shrink trims.
+	failpoint.Hit("volume-shrink-fs-shrunk")
 	old := s.size
 	if err := resizeImage(s, size); err != nil {
 		return fmt.Errorf("shrinking %s: %w", name, err)
