@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"path/filepath"
+	"time"
 
 	"connectrpc.com/connect"
 
@@ -162,4 +164,29 @@ func (a *Agent) desiredVolumes() []*corpusv1.Volume {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	return append([]*corpusv1.Volume(nil), a.volumes...)
+}
+
+func (s *agentAPI) SnapshotVolume(ctx context.Context, req *connect.Request[corpusv1.SnapshotVolumeRequest]) (*connect.Response[corpusv1.SnapshotVolumeResponse], error) {
+	a := s.a
+	if err := a.checkCaller(req.Header()); err != nil {
+		return nil, err
+	}
+	name := req.Msg.Name
+	if err := names.Validate("volume", name); err != nil || a.vols == nil {
+		return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("volume %q cannot be copied here", name))
+	}
+	snap, ok := a.vols.(volume.Snapshotter)
+	if !ok {
+		return nil, connect.NewError(connect.CodeUnimplemented, errors.New("this node's volume backend cannot snapshot"))
+	}
+	dest := filepath.Join(a.cfg.StateDir, "volumes", "snapshots", name+"-"+time.Now().UTC().Format("20060102T150405.000Z")+".img")
+	size, err := snap.Snapshot(ctx, name, dest)
+	if err != nil {
+		code := connect.CodeInternal
+		if errors.Is(err, volume.ErrNotFound) {
+			code = connect.CodeNotFound
+		}
+		return nil, connect.NewError(code, err)
+	}
+	return connect.NewResponse(&corpusv1.SnapshotVolumeResponse{Path: dest, SizeBytes: size}), nil
 }

@@ -31,6 +31,10 @@ func firstMessage[T any](stream *connect.ServerStreamForClient[T], err error) er
 // authorized caller gets an answer or a handler error that is neither
 // Unauthenticated nor PermissionDenied.
 var authCalls = map[string]func(ctx context.Context, c clients) error{
+	corpusv1connect.VolumeServiceSnapshotVolumeProcedure: func(ctx context.Context, c clients) error {
+		_, err := c.volumes.SnapshotVolume(ctx, connect.NewRequest(&corpusv1.SnapshotVolumeRequest{Name: "nope"}))
+		return err
+	},
 	corpusv1connect.VolumeServiceMoveVolumeProcedure: func(ctx context.Context, c clients) error {
 		s, err := c.volumes.MoveVolume(ctx, connect.NewRequest(&corpusv1.MoveVolumeRequest{Name: "nope", ToNode: "n1"}))
 		if err != nil {

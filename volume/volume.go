@@ -122,6 +122,14 @@ type Mover interface {
 	Import(ctx context.Context, name string, r io.Reader, size int64, progress func(done, total int64)) error
 }
 
+// Snapshotter is a backend that copies a volume to a file without
+// stopping its guest (the hook later backups build on).
+type Snapshotter interface {
+	// Snapshot writes a consistent copy of volume name to dest and
+	// returns its size. dest must not exist.
+	Snapshot(ctx context.Context, name, dest string) (int64, error)
+}
+
 // ValidateName returns nil when name is a valid volume name: a DNS label
 // (see corpus/internal/names), so it can never escape a backend's folder.
 // The error wraps ErrInvalid.

@@ -165,3 +165,24 @@ func (s *volumeService) MoveVolume(ctx context.Context, req *connect.Request[cor
 	}
 	return stream.Send(&corpusv1.MoveVolumeProgress{DoneBytes: done, TotalBytes: total, Finished: true, Volume: s.b.Store.Read().Volume(v.Name)})
 }
+
+func (s *volumeService) SnapshotVolume(ctx context.Context, req *connect.Request[corpusv1.SnapshotVolumeRequest]) (*connect.Response[corpusv1.SnapshotVolumeResponse], error) {
+	if err := names.Validate("volume", req.Msg.Name); err != nil {
+		return nil, toConnect(err)
+	}
+	view := s.b.Store.Read()
+	v := view.Volume(req.Msg.Name)
+	if v == nil {
+		return nil, toConnect(notFound("volume", req.Msg.Name, "corpus volume list"))
+	}
+	n := view.Node(v.NodeId)
+	if n == nil {
+		return nil, connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("volume %s is on no node yet; nothing to copy", v.Name))
+	}
+	res, err := s.b.AgentClient(n).SnapshotVolume(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	res.Msg.NodeName = n.Name
+	return res, nil
+}

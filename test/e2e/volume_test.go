@@ -100,6 +100,17 @@ func TestVolumes(t *testing.T) {
 		t.Errorf("data after trim = %q, want keep", out)
 	}
 
+	// Snapshot: a sparse, consistent copy on the node, the guest running.
+	out = c.mustCLI("volume", "snapshot", "db")
+	node, snapPath, _ := strings.Cut(strings.Fields(out)[0], ":")
+	if node != "n1" || !strings.HasPrefix(snapPath, a.stateDir) {
+		t.Errorf("volume snapshot = %q, want a file under n1's state folder", out)
+	} else if fsck, err := exec.Command("e2fsck", "-f", "-n", snapPath).CombinedOutput(); err != nil {
+		t.Errorf("e2fsck of the snapshot: %v\n%s", err, fsck)
+	} else if got, _ := exec.Command("debugfs", "-R", "cat /file", snapPath).Output(); !strings.Contains(string(got), "keep") {
+		t.Errorf("file in the snapshot = %q, want keep", got)
+	}
+
 	// Full volume: ENOSPC inside, nothing else affected.
 	_, errOut, code := c.cli("guest", "exec", "db", "--", "dd", "if=/dev/zero", "of=/srv/data/fill", "bs=1M", "count=200")
 	if code == 0 || !strings.Contains(errOut, "No space left") {

@@ -49,7 +49,7 @@ const (
 // file system; without it Grow of a mounted volume returns
 // volume.ErrNotSupported and the caller unmounts first.
 func (b *Backend) Capabilities() volume.Capabilities {
-	return volume.Capabilities{GrowOnline: b.growOnline, ShrinkOffline: true, Discard: true}
+	return volume.Capabilities{GrowOnline: b.growOnline, ShrinkOffline: true, Discard: true, Snapshot: true}
 }
 
 // Root returns the folder holding the images.

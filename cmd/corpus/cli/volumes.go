@@ -102,7 +102,20 @@ func newVolumeCmd(g *globals) *cobra.Command {
 		},
 	}
 	move.Flags().StringVar(&to, "to", "", "node to move the volume to")
-	cmd.AddCommand(list, show, del, move, newVolumeResizeCmd(g, "enlarge"), newVolumeResizeCmd(g, "trim"))
+	snapshot := &cobra.Command{
+		Use:   "snapshot NAME",
+		Short: "Copy a volume to an image file on its node, without stopping its guest",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return call(g, cmd.Context(), func(ctx context.Context, c *clients) (*connect.Response[corpusv1.SnapshotVolumeResponse], error) {
+				return c.volumes.SnapshotVolume(ctx, connect.NewRequest(&corpusv1.SnapshotVolumeRequest{Name: args[0]}))
+			}, func(msg *corpusv1.SnapshotVolumeResponse) error {
+				fmt.Fprintf(g.stdout, "%s:%s (%s)\n", msg.NodeName, msg.Path, formatSize(msg.SizeBytes))
+				return nil
+			})
+		},
+	}
+	cmd.AddCommand(list, show, del, move, snapshot, newVolumeResizeCmd(g, "enlarge"), newVolumeResizeCmd(g, "trim"))
 	return cmd
 }
 

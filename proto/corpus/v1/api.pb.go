@@ -2079,6 +2079,111 @@ func (x *DeleteRecordResponse) GetRecord() *DnsRecord {
 	return nil
 }
 
+type SnapshotVolumeRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SnapshotVolumeRequest) Reset() {
+	*x = SnapshotVolumeRequest{}
+	mi := &file_corpus_v1_api_proto_msgTypes[36]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SnapshotVolumeRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SnapshotVolumeRequest) ProtoMessage() {}
+
+func (x *SnapshotVolumeRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_api_proto_msgTypes[36]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SnapshotVolumeRequest.ProtoReflect.Descriptor instead.
+func (*SnapshotVolumeRequest) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{36}
+}
+
+func (x *SnapshotVolumeRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+type SnapshotVolumeResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// path of the snapshot image on the node.
+	Path          string `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`
+	NodeName      string `protobuf:"bytes,2,opt,name=node_name,json=nodeName,proto3" json:"node_name,omitempty"`
+	SizeBytes     int64  `protobuf:"varint,3,opt,name=size_bytes,json=sizeBytes,proto3" json:"size_bytes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SnapshotVolumeResponse) Reset() {
+	*x = SnapshotVolumeResponse{}
+	mi := &file_corpus_v1_api_proto_msgTypes[37]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SnapshotVolumeResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SnapshotVolumeResponse) ProtoMessage() {}
+
+func (x *SnapshotVolumeResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_api_proto_msgTypes[37]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SnapshotVolumeResponse.ProtoReflect.Descriptor instead.
+func (*SnapshotVolumeResponse) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{37}
+}
+
+func (x *SnapshotVolumeResponse) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+func (x *SnapshotVolumeResponse) GetNodeName() string {
+	if x != nil {
+		return x.NodeName
+	}
+	return ""
+}
+
+func (x *SnapshotVolumeResponse) GetSizeBytes() int64 {
+	if x != nil {
+		return x.SizeBytes
+	}
+	return 0
+}
+
 type MoveVolumeRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
@@ -2090,7 +2195,7 @@ type MoveVolumeRequest struct {
 
 func (x *MoveVolumeRequest) Reset() {
 	*x = MoveVolumeRequest{}
-	mi := &file_corpus_v1_api_proto_msgTypes[36]
+	mi := &file_corpus_v1_api_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2102,7 +2207,7 @@ func (x *MoveVolumeRequest) String() string {
 func (*MoveVolumeRequest) ProtoMessage() {}
 
 func (x *MoveVolumeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[36]
+	mi := &file_corpus_v1_api_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2115,7 +2220,7 @@ func (x *MoveVolumeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MoveVolumeRequest.ProtoReflect.Descriptor instead.
 func (*MoveVolumeRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{36}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *MoveVolumeRequest) GetName() string {
@@ -2144,7 +2249,7 @@ type MoveVolumeProgress struct {
 
 func (x *MoveVolumeProgress) Reset() {
 	*x = MoveVolumeProgress{}
-	mi := &file_corpus_v1_api_proto_msgTypes[37]
+	mi := &file_corpus_v1_api_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2156,7 +2261,7 @@ func (x *MoveVolumeProgress) String() string {
 func (*MoveVolumeProgress) ProtoMessage() {}
 
 func (x *MoveVolumeProgress) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[37]
+	mi := &file_corpus_v1_api_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2169,7 +2274,7 @@ func (x *MoveVolumeProgress) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MoveVolumeProgress.ProtoReflect.Descriptor instead.
 func (*MoveVolumeProgress) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{37}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *MoveVolumeProgress) GetDoneBytes() int64 {
@@ -2213,7 +2318,7 @@ type ResizeVolumeRequest struct {
 
 func (x *ResizeVolumeRequest) Reset() {
 	*x = ResizeVolumeRequest{}
-	mi := &file_corpus_v1_api_proto_msgTypes[38]
+	mi := &file_corpus_v1_api_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2225,7 +2330,7 @@ func (x *ResizeVolumeRequest) String() string {
 func (*ResizeVolumeRequest) ProtoMessage() {}
 
 func (x *ResizeVolumeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[38]
+	mi := &file_corpus_v1_api_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2238,7 +2343,7 @@ func (x *ResizeVolumeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResizeVolumeRequest.ProtoReflect.Descriptor instead.
 func (*ResizeVolumeRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{38}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *ResizeVolumeRequest) GetName() string {
@@ -2279,7 +2384,7 @@ type ResizeVolumeResponse struct {
 
 func (x *ResizeVolumeResponse) Reset() {
 	*x = ResizeVolumeResponse{}
-	mi := &file_corpus_v1_api_proto_msgTypes[39]
+	mi := &file_corpus_v1_api_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2291,7 +2396,7 @@ func (x *ResizeVolumeResponse) String() string {
 func (*ResizeVolumeResponse) ProtoMessage() {}
 
 func (x *ResizeVolumeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[39]
+	mi := &file_corpus_v1_api_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2304,7 +2409,7 @@ func (x *ResizeVolumeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResizeVolumeResponse.ProtoReflect.Descriptor instead.
 func (*ResizeVolumeResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{39}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *ResizeVolumeResponse) GetVolume() *Volume {
@@ -2329,7 +2434,7 @@ type ListVolumesRequest struct {
 
 func (x *ListVolumesRequest) Reset() {
 	*x = ListVolumesRequest{}
-	mi := &file_corpus_v1_api_proto_msgTypes[40]
+	mi := &file_corpus_v1_api_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2341,7 +2446,7 @@ func (x *ListVolumesRequest) String() string {
 func (*ListVolumesRequest) ProtoMessage() {}
 
 func (x *ListVolumesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[40]
+	mi := &file_corpus_v1_api_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2354,7 +2459,7 @@ func (x *ListVolumesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListVolumesRequest.ProtoReflect.Descriptor instead.
 func (*ListVolumesRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{40}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{42}
 }
 
 type VolumeView struct {
@@ -2367,7 +2472,7 @@ type VolumeView struct {
 
 func (x *VolumeView) Reset() {
 	*x = VolumeView{}
-	mi := &file_corpus_v1_api_proto_msgTypes[41]
+	mi := &file_corpus_v1_api_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2379,7 +2484,7 @@ func (x *VolumeView) String() string {
 func (*VolumeView) ProtoMessage() {}
 
 func (x *VolumeView) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[41]
+	mi := &file_corpus_v1_api_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2392,7 +2497,7 @@ func (x *VolumeView) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VolumeView.ProtoReflect.Descriptor instead.
 func (*VolumeView) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{41}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *VolumeView) GetVolume() *Volume {
@@ -2418,7 +2523,7 @@ type ListVolumesResponse struct {
 
 func (x *ListVolumesResponse) Reset() {
 	*x = ListVolumesResponse{}
-	mi := &file_corpus_v1_api_proto_msgTypes[42]
+	mi := &file_corpus_v1_api_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2430,7 +2535,7 @@ func (x *ListVolumesResponse) String() string {
 func (*ListVolumesResponse) ProtoMessage() {}
 
 func (x *ListVolumesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[42]
+	mi := &file_corpus_v1_api_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2443,7 +2548,7 @@ func (x *ListVolumesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListVolumesResponse.ProtoReflect.Descriptor instead.
 func (*ListVolumesResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{42}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *ListVolumesResponse) GetVolumes() []*VolumeView {
@@ -2462,7 +2567,7 @@ type GetVolumeRequest struct {
 
 func (x *GetVolumeRequest) Reset() {
 	*x = GetVolumeRequest{}
-	mi := &file_corpus_v1_api_proto_msgTypes[43]
+	mi := &file_corpus_v1_api_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2474,7 +2579,7 @@ func (x *GetVolumeRequest) String() string {
 func (*GetVolumeRequest) ProtoMessage() {}
 
 func (x *GetVolumeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[43]
+	mi := &file_corpus_v1_api_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2487,7 +2592,7 @@ func (x *GetVolumeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetVolumeRequest.ProtoReflect.Descriptor instead.
 func (*GetVolumeRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{43}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *GetVolumeRequest) GetName() string {
@@ -2506,7 +2611,7 @@ type GetVolumeResponse struct {
 
 func (x *GetVolumeResponse) Reset() {
 	*x = GetVolumeResponse{}
-	mi := &file_corpus_v1_api_proto_msgTypes[44]
+	mi := &file_corpus_v1_api_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2518,7 +2623,7 @@ func (x *GetVolumeResponse) String() string {
 func (*GetVolumeResponse) ProtoMessage() {}
 
 func (x *GetVolumeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[44]
+	mi := &file_corpus_v1_api_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2531,7 +2636,7 @@ func (x *GetVolumeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetVolumeResponse.ProtoReflect.Descriptor instead.
 func (*GetVolumeResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{44}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *GetVolumeResponse) GetVolume() *VolumeView {
@@ -2550,7 +2655,7 @@ type DeleteVolumeRequest struct {
 
 func (x *DeleteVolumeRequest) Reset() {
 	*x = DeleteVolumeRequest{}
-	mi := &file_corpus_v1_api_proto_msgTypes[45]
+	mi := &file_corpus_v1_api_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2562,7 +2667,7 @@ func (x *DeleteVolumeRequest) String() string {
 func (*DeleteVolumeRequest) ProtoMessage() {}
 
 func (x *DeleteVolumeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[45]
+	mi := &file_corpus_v1_api_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2575,7 +2680,7 @@ func (x *DeleteVolumeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteVolumeRequest.ProtoReflect.Descriptor instead.
 func (*DeleteVolumeRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{45}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *DeleteVolumeRequest) GetName() string {
@@ -2594,7 +2699,7 @@ type DeleteVolumeResponse struct {
 
 func (x *DeleteVolumeResponse) Reset() {
 	*x = DeleteVolumeResponse{}
-	mi := &file_corpus_v1_api_proto_msgTypes[46]
+	mi := &file_corpus_v1_api_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2606,7 +2711,7 @@ func (x *DeleteVolumeResponse) String() string {
 func (*DeleteVolumeResponse) ProtoMessage() {}
 
 func (x *DeleteVolumeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[46]
+	mi := &file_corpus_v1_api_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2619,7 +2724,7 @@ func (x *DeleteVolumeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteVolumeResponse.ProtoReflect.Descriptor instead.
 func (*DeleteVolumeResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{46}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *DeleteVolumeResponse) GetVolume() *Volume {
@@ -2645,7 +2750,7 @@ type EnrollRequest struct {
 
 func (x *EnrollRequest) Reset() {
 	*x = EnrollRequest{}
-	mi := &file_corpus_v1_api_proto_msgTypes[47]
+	mi := &file_corpus_v1_api_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2657,7 +2762,7 @@ func (x *EnrollRequest) String() string {
 func (*EnrollRequest) ProtoMessage() {}
 
 func (x *EnrollRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[47]
+	mi := &file_corpus_v1_api_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2670,7 +2775,7 @@ func (x *EnrollRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EnrollRequest.ProtoReflect.Descriptor instead.
 func (*EnrollRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{47}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *EnrollRequest) GetJoinToken() string {
@@ -2743,7 +2848,7 @@ type EnrollResponse struct {
 
 func (x *EnrollResponse) Reset() {
 	*x = EnrollResponse{}
-	mi := &file_corpus_v1_api_proto_msgTypes[48]
+	mi := &file_corpus_v1_api_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2755,7 +2860,7 @@ func (x *EnrollResponse) String() string {
 func (*EnrollResponse) ProtoMessage() {}
 
 func (x *EnrollResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[48]
+	mi := &file_corpus_v1_api_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2768,7 +2873,7 @@ func (x *EnrollResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EnrollResponse.ProtoReflect.Descriptor instead.
 func (*EnrollResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{48}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *EnrollResponse) GetNodeId() string {
@@ -2807,7 +2912,7 @@ type WatchRequest struct {
 
 func (x *WatchRequest) Reset() {
 	*x = WatchRequest{}
-	mi := &file_corpus_v1_api_proto_msgTypes[49]
+	mi := &file_corpus_v1_api_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2819,7 +2924,7 @@ func (x *WatchRequest) String() string {
 func (*WatchRequest) ProtoMessage() {}
 
 func (x *WatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[49]
+	mi := &file_corpus_v1_api_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2832,7 +2937,7 @@ func (x *WatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchRequest.ProtoReflect.Descriptor instead.
 func (*WatchRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{49}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{51}
 }
 
 type WatchResponse struct {
@@ -2855,7 +2960,7 @@ type WatchResponse struct {
 
 func (x *WatchResponse) Reset() {
 	*x = WatchResponse{}
-	mi := &file_corpus_v1_api_proto_msgTypes[50]
+	mi := &file_corpus_v1_api_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2867,7 +2972,7 @@ func (x *WatchResponse) String() string {
 func (*WatchResponse) ProtoMessage() {}
 
 func (x *WatchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[50]
+	mi := &file_corpus_v1_api_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2880,7 +2985,7 @@ func (x *WatchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchResponse.ProtoReflect.Descriptor instead.
 func (*WatchResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{50}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *WatchResponse) GetIndex() uint64 {
@@ -2950,7 +3055,7 @@ type ReportRequest struct {
 
 func (x *ReportRequest) Reset() {
 	*x = ReportRequest{}
-	mi := &file_corpus_v1_api_proto_msgTypes[51]
+	mi := &file_corpus_v1_api_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2962,7 +3067,7 @@ func (x *ReportRequest) String() string {
 func (*ReportRequest) ProtoMessage() {}
 
 func (x *ReportRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[51]
+	mi := &file_corpus_v1_api_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2975,7 +3080,7 @@ func (x *ReportRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportRequest.ProtoReflect.Descriptor instead.
 func (*ReportRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{51}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *ReportRequest) GetCapacity() *Resources {
@@ -3051,7 +3156,7 @@ type ReportedGuest struct {
 
 func (x *ReportedGuest) Reset() {
 	*x = ReportedGuest{}
-	mi := &file_corpus_v1_api_proto_msgTypes[52]
+	mi := &file_corpus_v1_api_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3063,7 +3168,7 @@ func (x *ReportedGuest) String() string {
 func (*ReportedGuest) ProtoMessage() {}
 
 func (x *ReportedGuest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[52]
+	mi := &file_corpus_v1_api_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3076,7 +3181,7 @@ func (x *ReportedGuest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportedGuest.ProtoReflect.Descriptor instead.
 func (*ReportedGuest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{52}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *ReportedGuest) GetGuestId() string {
@@ -3106,7 +3211,7 @@ type ReportedVolume struct {
 
 func (x *ReportedVolume) Reset() {
 	*x = ReportedVolume{}
-	mi := &file_corpus_v1_api_proto_msgTypes[53]
+	mi := &file_corpus_v1_api_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3118,7 +3223,7 @@ func (x *ReportedVolume) String() string {
 func (*ReportedVolume) ProtoMessage() {}
 
 func (x *ReportedVolume) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[53]
+	mi := &file_corpus_v1_api_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3131,7 +3236,7 @@ func (x *ReportedVolume) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportedVolume.ProtoReflect.Descriptor instead.
 func (*ReportedVolume) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{53}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *ReportedVolume) GetVolumeId() string {
@@ -3164,7 +3269,7 @@ type ReportResponse struct {
 
 func (x *ReportResponse) Reset() {
 	*x = ReportResponse{}
-	mi := &file_corpus_v1_api_proto_msgTypes[54]
+	mi := &file_corpus_v1_api_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3176,7 +3281,7 @@ func (x *ReportResponse) String() string {
 func (*ReportResponse) ProtoMessage() {}
 
 func (x *ReportResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[54]
+	mi := &file_corpus_v1_api_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3189,7 +3294,7 @@ func (x *ReportResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportResponse.ProtoReflect.Descriptor instead.
 func (*ReportResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{54}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *ReportResponse) GetIndex() uint64 {
@@ -3208,7 +3313,7 @@ type ExportVolumeRequest struct {
 
 func (x *ExportVolumeRequest) Reset() {
 	*x = ExportVolumeRequest{}
-	mi := &file_corpus_v1_api_proto_msgTypes[55]
+	mi := &file_corpus_v1_api_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3220,7 +3325,7 @@ func (x *ExportVolumeRequest) String() string {
 func (*ExportVolumeRequest) ProtoMessage() {}
 
 func (x *ExportVolumeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[55]
+	mi := &file_corpus_v1_api_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3233,7 +3338,7 @@ func (x *ExportVolumeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExportVolumeRequest.ProtoReflect.Descriptor instead.
 func (*ExportVolumeRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{55}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *ExportVolumeRequest) GetName() string {
@@ -3254,7 +3359,7 @@ type VolumeChunk struct {
 
 func (x *VolumeChunk) Reset() {
 	*x = VolumeChunk{}
-	mi := &file_corpus_v1_api_proto_msgTypes[56]
+	mi := &file_corpus_v1_api_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3266,7 +3371,7 @@ func (x *VolumeChunk) String() string {
 func (*VolumeChunk) ProtoMessage() {}
 
 func (x *VolumeChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[56]
+	mi := &file_corpus_v1_api_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3279,7 +3384,7 @@ func (x *VolumeChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VolumeChunk.ProtoReflect.Descriptor instead.
 func (*VolumeChunk) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{56}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *VolumeChunk) GetName() string {
@@ -3312,7 +3417,7 @@ type ImportVolumeResponse struct {
 
 func (x *ImportVolumeResponse) Reset() {
 	*x = ImportVolumeResponse{}
-	mi := &file_corpus_v1_api_proto_msgTypes[57]
+	mi := &file_corpus_v1_api_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3324,7 +3429,7 @@ func (x *ImportVolumeResponse) String() string {
 func (*ImportVolumeResponse) ProtoMessage() {}
 
 func (x *ImportVolumeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[57]
+	mi := &file_corpus_v1_api_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3337,7 +3442,7 @@ func (x *ImportVolumeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ImportVolumeResponse.ProtoReflect.Descriptor instead.
 func (*ImportVolumeResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{57}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *ImportVolumeResponse) GetBytes() int64 {
@@ -3494,7 +3599,14 @@ const file_corpus_v1_api_proto_rawDesc = "" +
 	"\x13DeleteRecordRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\"D\n" +
 	"\x14DeleteRecordResponse\x12,\n" +
-	"\x06record\x18\x01 \x01(\v2\x14.corpus.v1.DnsRecordR\x06record\"@\n" +
+	"\x06record\x18\x01 \x01(\v2\x14.corpus.v1.DnsRecordR\x06record\"+\n" +
+	"\x15SnapshotVolumeRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\"h\n" +
+	"\x16SnapshotVolumeResponse\x12\x12\n" +
+	"\x04path\x18\x01 \x01(\tR\x04path\x12\x1b\n" +
+	"\tnode_name\x18\x02 \x01(\tR\bnodeName\x12\x1d\n" +
+	"\n" +
+	"size_bytes\x18\x03 \x01(\x03R\tsizeBytes\"@\n" +
 	"\x11MoveVolumeRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x17\n" +
 	"\ato_node\x18\x02 \x01(\tR\x06toNode\"\x9b\x01\n" +
@@ -3613,22 +3725,24 @@ const file_corpus_v1_api_proto_rawDesc = "" +
 	"DnsService\x12Q\n" +
 	"\vListRecords\x12\x1d.corpus.v1.ListRecordsRequest\x1a\x1e.corpus.v1.ListRecordsResponse\"\x03\x90\x02\x01\x12F\n" +
 	"\tAddRecord\x12\x1b.corpus.v1.AddRecordRequest\x1a\x1c.corpus.v1.AddRecordResponse\x12O\n" +
-	"\fDeleteRecord\x12\x1e.corpus.v1.DeleteRecordRequest\x1a\x1f.corpus.v1.DeleteRecordResponse2\x9e\x03\n" +
+	"\fDeleteRecord\x12\x1e.corpus.v1.DeleteRecordRequest\x1a\x1f.corpus.v1.DeleteRecordResponse2\xf5\x03\n" +
 	"\rVolumeService\x12Q\n" +
 	"\vListVolumes\x12\x1d.corpus.v1.ListVolumesRequest\x1a\x1e.corpus.v1.ListVolumesResponse\"\x03\x90\x02\x01\x12K\n" +
 	"\tGetVolume\x12\x1b.corpus.v1.GetVolumeRequest\x1a\x1c.corpus.v1.GetVolumeResponse\"\x03\x90\x02\x01\x12O\n" +
 	"\fDeleteVolume\x12\x1e.corpus.v1.DeleteVolumeRequest\x1a\x1f.corpus.v1.DeleteVolumeResponse\x12O\n" +
 	"\fResizeVolume\x12\x1e.corpus.v1.ResizeVolumeRequest\x1a\x1f.corpus.v1.ResizeVolumeResponse\x12K\n" +
 	"\n" +
-	"MoveVolume\x12\x1c.corpus.v1.MoveVolumeRequest\x1a\x1d.corpus.v1.MoveVolumeProgress0\x012\xca\x01\n" +
+	"MoveVolume\x12\x1c.corpus.v1.MoveVolumeRequest\x1a\x1d.corpus.v1.MoveVolumeProgress0\x01\x12U\n" +
+	"\x0eSnapshotVolume\x12 .corpus.v1.SnapshotVolumeRequest\x1a!.corpus.v1.SnapshotVolumeResponse2\xca\x01\n" +
 	"\fAgentService\x12=\n" +
 	"\x06Enroll\x12\x18.corpus.v1.EnrollRequest\x1a\x19.corpus.v1.EnrollResponse\x12<\n" +
 	"\x05Watch\x12\x17.corpus.v1.WatchRequest\x1a\x18.corpus.v1.WatchResponse0\x01\x12=\n" +
-	"\x06Report\x12\x18.corpus.v1.ReportRequest\x1a\x19.corpus.v1.ReportResponse2\xe5\x01\n" +
+	"\x06Report\x12\x18.corpus.v1.ReportRequest\x1a\x19.corpus.v1.ReportResponse2\xbc\x02\n" +
 	"\x10NodeAgentService\x12<\n" +
 	"\x04Exec\x12\x1b.corpus.v1.ExecGuestRequest\x1a\x15.corpus.v1.ExecOutput0\x01\x12H\n" +
 	"\fExportVolume\x12\x1e.corpus.v1.ExportVolumeRequest\x1a\x16.corpus.v1.VolumeChunk0\x01\x12I\n" +
-	"\fImportVolume\x12\x16.corpus.v1.VolumeChunk\x1a\x1f.corpus.v1.ImportVolumeResponse(\x01B!Z\x1fcorpus/proto/corpus/v1;corpusv1b\x06proto3"
+	"\fImportVolume\x12\x16.corpus.v1.VolumeChunk\x1a\x1f.corpus.v1.ImportVolumeResponse(\x01\x12U\n" +
+	"\x0eSnapshotVolume\x12 .corpus.v1.SnapshotVolumeRequest\x1a!.corpus.v1.SnapshotVolumeResponseB!Z\x1fcorpus/proto/corpus/v1;corpusv1b\x06proto3"
 
 var (
 	file_corpus_v1_api_proto_rawDescOnce sync.Once
@@ -3642,7 +3756,7 @@ func file_corpus_v1_api_proto_rawDescGZIP() []byte {
 	return file_corpus_v1_api_proto_rawDescData
 }
 
-var file_corpus_v1_api_proto_msgTypes = make([]protoimpl.MessageInfo, 60)
+var file_corpus_v1_api_proto_msgTypes = make([]protoimpl.MessageInfo, 62)
 var file_corpus_v1_api_proto_goTypes = []any{
 	(*StatusRequest)(nil),           // 0: corpus.v1.StatusRequest
 	(*StatusResponse)(nil),          // 1: corpus.v1.StatusResponse
@@ -3680,84 +3794,86 @@ var file_corpus_v1_api_proto_goTypes = []any{
 	(*AddRecordResponse)(nil),       // 33: corpus.v1.AddRecordResponse
 	(*DeleteRecordRequest)(nil),     // 34: corpus.v1.DeleteRecordRequest
 	(*DeleteRecordResponse)(nil),    // 35: corpus.v1.DeleteRecordResponse
-	(*MoveVolumeRequest)(nil),       // 36: corpus.v1.MoveVolumeRequest
-	(*MoveVolumeProgress)(nil),      // 37: corpus.v1.MoveVolumeProgress
-	(*ResizeVolumeRequest)(nil),     // 38: corpus.v1.ResizeVolumeRequest
-	(*ResizeVolumeResponse)(nil),    // 39: corpus.v1.ResizeVolumeResponse
-	(*ListVolumesRequest)(nil),      // 40: corpus.v1.ListVolumesRequest
-	(*VolumeView)(nil),              // 41: corpus.v1.VolumeView
-	(*ListVolumesResponse)(nil),     // 42: corpus.v1.ListVolumesResponse
-	(*GetVolumeRequest)(nil),        // 43: corpus.v1.GetVolumeRequest
-	(*GetVolumeResponse)(nil),       // 44: corpus.v1.GetVolumeResponse
-	(*DeleteVolumeRequest)(nil),     // 45: corpus.v1.DeleteVolumeRequest
-	(*DeleteVolumeResponse)(nil),    // 46: corpus.v1.DeleteVolumeResponse
-	(*EnrollRequest)(nil),           // 47: corpus.v1.EnrollRequest
-	(*EnrollResponse)(nil),          // 48: corpus.v1.EnrollResponse
-	(*WatchRequest)(nil),            // 49: corpus.v1.WatchRequest
-	(*WatchResponse)(nil),           // 50: corpus.v1.WatchResponse
-	(*ReportRequest)(nil),           // 51: corpus.v1.ReportRequest
-	(*ReportedGuest)(nil),           // 52: corpus.v1.ReportedGuest
-	(*ReportedVolume)(nil),          // 53: corpus.v1.ReportedVolume
-	(*ReportResponse)(nil),          // 54: corpus.v1.ReportResponse
-	(*ExportVolumeRequest)(nil),     // 55: corpus.v1.ExportVolumeRequest
-	(*VolumeChunk)(nil),             // 56: corpus.v1.VolumeChunk
-	(*ImportVolumeResponse)(nil),    // 57: corpus.v1.ImportVolumeResponse
-	nil,                             // 58: corpus.v1.ExecGuestRequest.EnvEntry
-	nil,                             // 59: corpus.v1.EnrollRequest.LabelsEntry
-	(*JoinToken)(nil),               // 60: corpus.v1.JoinToken
-	(*Node)(nil),                    // 61: corpus.v1.Node
-	(*Resources)(nil),               // 62: corpus.v1.Resources
-	(*GuestSpec)(nil),               // 63: corpus.v1.GuestSpec
-	(*Guest)(nil),                   // 64: corpus.v1.Guest
-	(*Route)(nil),                   // 65: corpus.v1.Route
-	(*Port)(nil),                    // 66: corpus.v1.Port
-	(*DnsRecord)(nil),               // 67: corpus.v1.DnsRecord
-	(*Volume)(nil),                  // 68: corpus.v1.Volume
-	(*DriverInfo)(nil),              // 69: corpus.v1.DriverInfo
-	(*GuestObserved)(nil),           // 70: corpus.v1.GuestObserved
-	(*VolumeObserved)(nil),          // 71: corpus.v1.VolumeObserved
+	(*SnapshotVolumeRequest)(nil),   // 36: corpus.v1.SnapshotVolumeRequest
+	(*SnapshotVolumeResponse)(nil),  // 37: corpus.v1.SnapshotVolumeResponse
+	(*MoveVolumeRequest)(nil),       // 38: corpus.v1.MoveVolumeRequest
+	(*MoveVolumeProgress)(nil),      // 39: corpus.v1.MoveVolumeProgress
+	(*ResizeVolumeRequest)(nil),     // 40: corpus.v1.ResizeVolumeRequest
+	(*ResizeVolumeResponse)(nil),    // 41: corpus.v1.ResizeVolumeResponse
+	(*ListVolumesRequest)(nil),      // 42: corpus.v1.ListVolumesRequest
+	(*VolumeView)(nil),              // 43: corpus.v1.VolumeView
+	(*ListVolumesResponse)(nil),     // 44: corpus.v1.ListVolumesResponse
+	(*GetVolumeRequest)(nil),        // 45: corpus.v1.GetVolumeRequest
+	(*GetVolumeResponse)(nil),       // 46: corpus.v1.GetVolumeResponse
+	(*DeleteVolumeRequest)(nil),     // 47: corpus.v1.DeleteVolumeRequest
+	(*DeleteVolumeResponse)(nil),    // 48: corpus.v1.DeleteVolumeResponse
+	(*EnrollRequest)(nil),           // 49: corpus.v1.EnrollRequest
+	(*EnrollResponse)(nil),          // 50: corpus.v1.EnrollResponse
+	(*WatchRequest)(nil),            // 51: corpus.v1.WatchRequest
+	(*WatchResponse)(nil),           // 52: corpus.v1.WatchResponse
+	(*ReportRequest)(nil),           // 53: corpus.v1.ReportRequest
+	(*ReportedGuest)(nil),           // 54: corpus.v1.ReportedGuest
+	(*ReportedVolume)(nil),          // 55: corpus.v1.ReportedVolume
+	(*ReportResponse)(nil),          // 56: corpus.v1.ReportResponse
+	(*ExportVolumeRequest)(nil),     // 57: corpus.v1.ExportVolumeRequest
+	(*VolumeChunk)(nil),             // 58: corpus.v1.VolumeChunk
+	(*ImportVolumeResponse)(nil),    // 59: corpus.v1.ImportVolumeResponse
+	nil,                             // 60: corpus.v1.ExecGuestRequest.EnvEntry
+	nil,                             // 61: corpus.v1.EnrollRequest.LabelsEntry
+	(*JoinToken)(nil),               // 62: corpus.v1.JoinToken
+	(*Node)(nil),                    // 63: corpus.v1.Node
+	(*Resources)(nil),               // 64: corpus.v1.Resources
+	(*GuestSpec)(nil),               // 65: corpus.v1.GuestSpec
+	(*Guest)(nil),                   // 66: corpus.v1.Guest
+	(*Route)(nil),                   // 67: corpus.v1.Route
+	(*Port)(nil),                    // 68: corpus.v1.Port
+	(*DnsRecord)(nil),               // 69: corpus.v1.DnsRecord
+	(*Volume)(nil),                  // 70: corpus.v1.Volume
+	(*DriverInfo)(nil),              // 71: corpus.v1.DriverInfo
+	(*GuestObserved)(nil),           // 72: corpus.v1.GuestObserved
+	(*VolumeObserved)(nil),          // 73: corpus.v1.VolumeObserved
 }
 var file_corpus_v1_api_proto_depIdxs = []int32{
-	60, // 0: corpus.v1.CreateJoinTokenResponse.info:type_name -> corpus.v1.JoinToken
+	62, // 0: corpus.v1.CreateJoinTokenResponse.info:type_name -> corpus.v1.JoinToken
 	8,  // 1: corpus.v1.ListNodesResponse.nodes:type_name -> corpus.v1.NodeView
 	8,  // 2: corpus.v1.GetNodeResponse.node:type_name -> corpus.v1.NodeView
-	61, // 3: corpus.v1.NodeView.node:type_name -> corpus.v1.Node
-	62, // 4: corpus.v1.NodeView.allocated:type_name -> corpus.v1.Resources
-	63, // 5: corpus.v1.CreateGuestRequest.spec:type_name -> corpus.v1.GuestSpec
-	64, // 6: corpus.v1.CreateGuestResponse.guest:type_name -> corpus.v1.Guest
-	64, // 7: corpus.v1.GetGuestResponse.guest:type_name -> corpus.v1.Guest
+	63, // 3: corpus.v1.NodeView.node:type_name -> corpus.v1.Node
+	64, // 4: corpus.v1.NodeView.allocated:type_name -> corpus.v1.Resources
+	65, // 5: corpus.v1.CreateGuestRequest.spec:type_name -> corpus.v1.GuestSpec
+	66, // 6: corpus.v1.CreateGuestResponse.guest:type_name -> corpus.v1.Guest
+	66, // 7: corpus.v1.GetGuestResponse.guest:type_name -> corpus.v1.Guest
 	12, // 8: corpus.v1.ListGuestsResponse.guests:type_name -> corpus.v1.GetGuestResponse
-	64, // 9: corpus.v1.GuestActionResponse.guest:type_name -> corpus.v1.Guest
-	58, // 10: corpus.v1.ExecGuestRequest.env:type_name -> corpus.v1.ExecGuestRequest.EnvEntry
-	65, // 11: corpus.v1.CreateRouteResponse.route:type_name -> corpus.v1.Route
-	65, // 12: corpus.v1.RouteView.route:type_name -> corpus.v1.Route
+	66, // 9: corpus.v1.GuestActionResponse.guest:type_name -> corpus.v1.Guest
+	60, // 10: corpus.v1.ExecGuestRequest.env:type_name -> corpus.v1.ExecGuestRequest.EnvEntry
+	67, // 11: corpus.v1.CreateRouteResponse.route:type_name -> corpus.v1.Route
+	67, // 12: corpus.v1.RouteView.route:type_name -> corpus.v1.Route
 	22, // 13: corpus.v1.ListRoutesResponse.routes:type_name -> corpus.v1.RouteView
 	24, // 14: corpus.v1.ListRoutesResponse.nat:type_name -> corpus.v1.NatView
-	66, // 15: corpus.v1.NatView.port:type_name -> corpus.v1.Port
-	65, // 16: corpus.v1.DeleteRouteResponse.route:type_name -> corpus.v1.Route
-	65, // 17: corpus.v1.MoveRouteResponse.route:type_name -> corpus.v1.Route
+	68, // 15: corpus.v1.NatView.port:type_name -> corpus.v1.Port
+	67, // 16: corpus.v1.DeleteRouteResponse.route:type_name -> corpus.v1.Route
+	67, // 17: corpus.v1.MoveRouteResponse.route:type_name -> corpus.v1.Route
 	30, // 18: corpus.v1.ListRecordsResponse.records:type_name -> corpus.v1.ZoneRecord
-	67, // 19: corpus.v1.AddRecordResponse.record:type_name -> corpus.v1.DnsRecord
-	67, // 20: corpus.v1.DeleteRecordResponse.record:type_name -> corpus.v1.DnsRecord
-	68, // 21: corpus.v1.MoveVolumeProgress.volume:type_name -> corpus.v1.Volume
-	68, // 22: corpus.v1.ResizeVolumeResponse.volume:type_name -> corpus.v1.Volume
-	68, // 23: corpus.v1.VolumeView.volume:type_name -> corpus.v1.Volume
-	41, // 24: corpus.v1.ListVolumesResponse.volumes:type_name -> corpus.v1.VolumeView
-	41, // 25: corpus.v1.GetVolumeResponse.volume:type_name -> corpus.v1.VolumeView
-	68, // 26: corpus.v1.DeleteVolumeResponse.volume:type_name -> corpus.v1.Volume
-	59, // 27: corpus.v1.EnrollRequest.labels:type_name -> corpus.v1.EnrollRequest.LabelsEntry
-	62, // 28: corpus.v1.EnrollRequest.capacity:type_name -> corpus.v1.Resources
-	69, // 29: corpus.v1.EnrollRequest.drivers:type_name -> corpus.v1.DriverInfo
-	61, // 30: corpus.v1.WatchResponse.node:type_name -> corpus.v1.Node
-	64, // 31: corpus.v1.WatchResponse.guests:type_name -> corpus.v1.Guest
-	65, // 32: corpus.v1.WatchResponse.routes:type_name -> corpus.v1.Route
-	68, // 33: corpus.v1.WatchResponse.volumes:type_name -> corpus.v1.Volume
-	62, // 34: corpus.v1.ReportRequest.capacity:type_name -> corpus.v1.Resources
-	69, // 35: corpus.v1.ReportRequest.drivers:type_name -> corpus.v1.DriverInfo
-	52, // 36: corpus.v1.ReportRequest.guests:type_name -> corpus.v1.ReportedGuest
-	53, // 37: corpus.v1.ReportRequest.volumes:type_name -> corpus.v1.ReportedVolume
-	70, // 38: corpus.v1.ReportedGuest.observed:type_name -> corpus.v1.GuestObserved
-	71, // 39: corpus.v1.ReportedVolume.observed:type_name -> corpus.v1.VolumeObserved
+	69, // 19: corpus.v1.AddRecordResponse.record:type_name -> corpus.v1.DnsRecord
+	69, // 20: corpus.v1.DeleteRecordResponse.record:type_name -> corpus.v1.DnsRecord
+	70, // 21: corpus.v1.MoveVolumeProgress.volume:type_name -> corpus.v1.Volume
+	70, // 22: corpus.v1.ResizeVolumeResponse.volume:type_name -> corpus.v1.Volume
+	70, // 23: corpus.v1.VolumeView.volume:type_name -> corpus.v1.Volume
+	43, // 24: corpus.v1.ListVolumesResponse.volumes:type_name -> corpus.v1.VolumeView
+	43, // 25: corpus.v1.GetVolumeResponse.volume:type_name -> corpus.v1.VolumeView
+	70, // 26: corpus.v1.DeleteVolumeResponse.volume:type_name -> corpus.v1.Volume
+	61, // 27: corpus.v1.EnrollRequest.labels:type_name -> corpus.v1.EnrollRequest.LabelsEntry
+	64, // 28: corpus.v1.EnrollRequest.capacity:type_name -> corpus.v1.Resources
+	71, // 29: corpus.v1.EnrollRequest.drivers:type_name -> corpus.v1.DriverInfo
+	63, // 30: corpus.v1.WatchResponse.node:type_name -> corpus.v1.Node
+	66, // 31: corpus.v1.WatchResponse.guests:type_name -> corpus.v1.Guest
+	67, // 32: corpus.v1.WatchResponse.routes:type_name -> corpus.v1.Route
+	70, // 33: corpus.v1.WatchResponse.volumes:type_name -> corpus.v1.Volume
+	64, // 34: corpus.v1.ReportRequest.capacity:type_name -> corpus.v1.Resources
+	71, // 35: corpus.v1.ReportRequest.drivers:type_name -> corpus.v1.DriverInfo
+	54, // 36: corpus.v1.ReportRequest.guests:type_name -> corpus.v1.ReportedGuest
+	55, // 37: corpus.v1.ReportRequest.volumes:type_name -> corpus.v1.ReportedVolume
+	72, // 38: corpus.v1.ReportedGuest.observed:type_name -> corpus.v1.GuestObserved
+	73, // 39: corpus.v1.ReportedVolume.observed:type_name -> corpus.v1.VolumeObserved
 	0,  // 40: corpus.v1.ClusterService.Status:input_type -> corpus.v1.StatusRequest
 	2,  // 41: corpus.v1.NodeService.CreateJoinToken:input_type -> corpus.v1.CreateJoinTokenRequest
 	4,  // 42: corpus.v1.NodeService.ListNodes:input_type -> corpus.v1.ListNodesRequest
@@ -3776,48 +3892,52 @@ var file_corpus_v1_api_proto_depIdxs = []int32{
 	29, // 55: corpus.v1.DnsService.ListRecords:input_type -> corpus.v1.ListRecordsRequest
 	32, // 56: corpus.v1.DnsService.AddRecord:input_type -> corpus.v1.AddRecordRequest
 	34, // 57: corpus.v1.DnsService.DeleteRecord:input_type -> corpus.v1.DeleteRecordRequest
-	40, // 58: corpus.v1.VolumeService.ListVolumes:input_type -> corpus.v1.ListVolumesRequest
-	43, // 59: corpus.v1.VolumeService.GetVolume:input_type -> corpus.v1.GetVolumeRequest
-	45, // 60: corpus.v1.VolumeService.DeleteVolume:input_type -> corpus.v1.DeleteVolumeRequest
-	38, // 61: corpus.v1.VolumeService.ResizeVolume:input_type -> corpus.v1.ResizeVolumeRequest
-	36, // 62: corpus.v1.VolumeService.MoveVolume:input_type -> corpus.v1.MoveVolumeRequest
-	47, // 63: corpus.v1.AgentService.Enroll:input_type -> corpus.v1.EnrollRequest
-	49, // 64: corpus.v1.AgentService.Watch:input_type -> corpus.v1.WatchRequest
-	51, // 65: corpus.v1.AgentService.Report:input_type -> corpus.v1.ReportRequest
-	17, // 66: corpus.v1.NodeAgentService.Exec:input_type -> corpus.v1.ExecGuestRequest
-	55, // 67: corpus.v1.NodeAgentService.ExportVolume:input_type -> corpus.v1.ExportVolumeRequest
-	56, // 68: corpus.v1.NodeAgentService.ImportVolume:input_type -> corpus.v1.VolumeChunk
-	1,  // 69: corpus.v1.ClusterService.Status:output_type -> corpus.v1.StatusResponse
-	3,  // 70: corpus.v1.NodeService.CreateJoinToken:output_type -> corpus.v1.CreateJoinTokenResponse
-	5,  // 71: corpus.v1.NodeService.ListNodes:output_type -> corpus.v1.ListNodesResponse
-	7,  // 72: corpus.v1.NodeService.GetNode:output_type -> corpus.v1.GetNodeResponse
-	10, // 73: corpus.v1.GuestService.CreateGuest:output_type -> corpus.v1.CreateGuestResponse
-	12, // 74: corpus.v1.GuestService.GetGuest:output_type -> corpus.v1.GetGuestResponse
-	14, // 75: corpus.v1.GuestService.ListGuests:output_type -> corpus.v1.ListGuestsResponse
-	16, // 76: corpus.v1.GuestService.StartGuest:output_type -> corpus.v1.GuestActionResponse
-	16, // 77: corpus.v1.GuestService.StopGuest:output_type -> corpus.v1.GuestActionResponse
-	16, // 78: corpus.v1.GuestService.DeleteGuest:output_type -> corpus.v1.GuestActionResponse
-	18, // 79: corpus.v1.GuestService.ExecGuest:output_type -> corpus.v1.ExecOutput
-	20, // 80: corpus.v1.IngressService.CreateRoute:output_type -> corpus.v1.CreateRouteResponse
-	23, // 81: corpus.v1.IngressService.ListRoutes:output_type -> corpus.v1.ListRoutesResponse
-	26, // 82: corpus.v1.IngressService.DeleteRoute:output_type -> corpus.v1.DeleteRouteResponse
-	28, // 83: corpus.v1.IngressService.MoveRoute:output_type -> corpus.v1.MoveRouteResponse
-	31, // 84: corpus.v1.DnsService.ListRecords:output_type -> corpus.v1.ListRecordsResponse
-	33, // 85: corpus.v1.DnsService.AddRecord:output_type -> corpus.v1.AddRecordResponse
-	35, // 86: corpus.v1.DnsService.DeleteRecord:output_type -> corpus.v1.DeleteRecordResponse
-	42, // 87: corpus.v1.VolumeService.ListVolumes:output_type -> corpus.v1.ListVolumesResponse
-	44, // 88: corpus.v1.VolumeService.GetVolume:output_type -> corpus.v1.GetVolumeResponse
-	46, // 89: corpus.v1.VolumeService.DeleteVolume:output_type -> corpus.v1.DeleteVolumeResponse
-	39, // 90: corpus.v1.VolumeService.ResizeVolume:output_type -> corpus.v1.ResizeVolumeResponse
-	37, // 91: corpus.v1.VolumeService.MoveVolume:output_type -> corpus.v1.MoveVolumeProgress
-	48, // 92: corpus.v1.AgentService.Enroll:output_type -> corpus.v1.EnrollResponse
-	50, // 93: corpus.v1.AgentService.Watch:output_type -> corpus.v1.WatchResponse
-	54, // 94: corpus.v1.AgentService.Report:output_type -> corpus.v1.ReportResponse
-	18, // 95: corpus.v1.NodeAgentService.Exec:output_type -> corpus.v1.ExecOutput
-	56, // 96: corpus.v1.NodeAgentService.ExportVolume:output_type -> corpus.v1.VolumeChunk
-	57, // 97: corpus.v1.NodeAgentService.ImportVolume:output_type -> corpus.v1.ImportVolumeResponse
-	69, // [69:98] is the sub-list for method output_type
-	40, // [40:69] is the sub-list for method input_type
+	42, // 58: corpus.v1.VolumeService.ListVolumes:input_type -> corpus.v1.ListVolumesRequest
+	45, // 59: corpus.v1.VolumeService.GetVolume:input_type -> corpus.v1.GetVolumeRequest
+	47, // 60: corpus.v1.VolumeService.DeleteVolume:input_type -> corpus.v1.DeleteVolumeRequest
+	40, // 61: corpus.v1.VolumeService.ResizeVolume:input_type -> corpus.v1.ResizeVolumeRequest
+	38, // 62: corpus.v1.VolumeService.MoveVolume:input_type -> corpus.v1.MoveVolumeRequest
+	36, // 63: corpus.v1.VolumeService.SnapshotVolume:input_type -> corpus.v1.SnapshotVolumeRequest
+	49, // 64: corpus.v1.AgentService.Enroll:input_type -> corpus.v1.EnrollRequest
+	51, // 65: corpus.v1.AgentService.Watch:input_type -> corpus.v1.WatchRequest
+	53, // 66: corpus.v1.AgentService.Report:input_type -> corpus.v1.ReportRequest
+	17, // 67: corpus.v1.NodeAgentService.Exec:input_type -> corpus.v1.ExecGuestRequest
+	57, // 68: corpus.v1.NodeAgentService.ExportVolume:input_type -> corpus.v1.ExportVolumeRequest
+	58, // 69: corpus.v1.NodeAgentService.ImportVolume:input_type -> corpus.v1.VolumeChunk
+	36, // 70: corpus.v1.NodeAgentService.SnapshotVolume:input_type -> corpus.v1.SnapshotVolumeRequest
+	1,  // 71: corpus.v1.ClusterService.Status:output_type -> corpus.v1.StatusResponse
+	3,  // 72: corpus.v1.NodeService.CreateJoinToken:output_type -> corpus.v1.CreateJoinTokenResponse
+	5,  // 73: corpus.v1.NodeService.ListNodes:output_type -> corpus.v1.ListNodesResponse
+	7,  // 74: corpus.v1.NodeService.GetNode:output_type -> corpus.v1.GetNodeResponse
+	10, // 75: corpus.v1.GuestService.CreateGuest:output_type -> corpus.v1.CreateGuestResponse
+	12, // 76: corpus.v1.GuestService.GetGuest:output_type -> corpus.v1.GetGuestResponse
+	14, // 77: corpus.v1.GuestService.ListGuests:output_type -> corpus.v1.ListGuestsResponse
+	16, // 78: corpus.v1.GuestService.StartGuest:output_type -> corpus.v1.GuestActionResponse
+	16, // 79: corpus.v1.GuestService.StopGuest:output_type -> corpus.v1.GuestActionResponse
+	16, // 80: corpus.v1.GuestService.DeleteGuest:output_type -> corpus.v1.GuestActionResponse
+	18, // 81: corpus.v1.GuestService.ExecGuest:output_type -> corpus.v1.ExecOutput
+	20, // 82: corpus.v1.IngressService.CreateRoute:output_type -> corpus.v1.CreateRouteResponse
+	23, // 83: corpus.v1.IngressService.ListRoutes:output_type -> corpus.v1.ListRoutesResponse
+	26, // 84: corpus.v1.IngressService.DeleteRoute:output_type -> corpus.v1.DeleteRouteResponse
+	28, // 85: corpus.v1.IngressService.MoveRoute:output_type -> corpus.v1.MoveRouteResponse
+	31, // 86: corpus.v1.DnsService.ListRecords:output_type -> corpus.v1.ListRecordsResponse
+	33, // 87: corpus.v1.DnsService.AddRecord:output_type -> corpus.v1.AddRecordResponse
+	35, // 88: corpus.v1.DnsService.DeleteRecord:output_type -> corpus.v1.DeleteRecordResponse
+	44, // 89: corpus.v1.VolumeService.ListVolumes:output_type -> corpus.v1.ListVolumesResponse
+	46, // 90: corpus.v1.VolumeService.GetVolume:output_type -> corpus.v1.GetVolumeResponse
+	48, // 91: corpus.v1.VolumeService.DeleteVolume:output_type -> corpus.v1.DeleteVolumeResponse
+	41, // 92: corpus.v1.VolumeService.ResizeVolume:output_type -> corpus.v1.ResizeVolumeResponse
+	39, // 93: corpus.v1.VolumeService.MoveVolume:output_type -> corpus.v1.MoveVolumeProgress
+	37, // 94: corpus.v1.VolumeService.SnapshotVolume:output_type -> corpus.v1.SnapshotVolumeResponse
+	50, // 95: corpus.v1.AgentService.Enroll:output_type -> corpus.v1.EnrollResponse
+	52, // 96: corpus.v1.AgentService.Watch:output_type -> corpus.v1.WatchResponse
+	56, // 97: corpus.v1.AgentService.Report:output_type -> corpus.v1.ReportResponse
+	18, // 98: corpus.v1.NodeAgentService.Exec:output_type -> corpus.v1.ExecOutput
+	58, // 99: corpus.v1.NodeAgentService.ExportVolume:output_type -> corpus.v1.VolumeChunk
+	59, // 100: corpus.v1.NodeAgentService.ImportVolume:output_type -> corpus.v1.ImportVolumeResponse
+	37, // 101: corpus.v1.NodeAgentService.SnapshotVolume:output_type -> corpus.v1.SnapshotVolumeResponse
+	71, // [71:102] is the sub-list for method output_type
+	40, // [40:71] is the sub-list for method input_type
 	40, // [40:40] is the sub-list for extension type_name
 	40, // [40:40] is the sub-list for extension extendee
 	0,  // [0:40] is the sub-list for field type_name
@@ -3835,7 +3955,7 @@ func file_corpus_v1_api_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_corpus_v1_api_proto_rawDesc), len(file_corpus_v1_api_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   60,
+			NumMessages:   62,
 			NumExtensions: 0,
 			NumServices:   8,
 		},

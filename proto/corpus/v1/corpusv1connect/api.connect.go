@@ -107,6 +107,9 @@ const (
 	// VolumeServiceMoveVolumeProcedure is the fully-qualified name of the VolumeService's MoveVolume
 	// RPC.
 	VolumeServiceMoveVolumeProcedure = "/corpus.v1.VolumeService/MoveVolume"
+	// VolumeServiceSnapshotVolumeProcedure is the fully-qualified name of the VolumeService's
+	// SnapshotVolume RPC.
+	VolumeServiceSnapshotVolumeProcedure = "/corpus.v1.VolumeService/SnapshotVolume"
 	// AgentServiceEnrollProcedure is the fully-qualified name of the AgentService's Enroll RPC.
 	AgentServiceEnrollProcedure = "/corpus.v1.AgentService/Enroll"
 	// AgentServiceWatchProcedure is the fully-qualified name of the AgentService's Watch RPC.
@@ -121,6 +124,9 @@ const (
 	// NodeAgentServiceImportVolumeProcedure is the fully-qualified name of the NodeAgentService's
 	// ImportVolume RPC.
 	NodeAgentServiceImportVolumeProcedure = "/corpus.v1.NodeAgentService/ImportVolume"
+	// NodeAgentServiceSnapshotVolumeProcedure is the fully-qualified name of the NodeAgentService's
+	// SnapshotVolume RPC.
+	NodeAgentServiceSnapshotVolumeProcedure = "/corpus.v1.NodeAgentService/SnapshotVolume"
 )
 
 // ClusterServiceClient is a client for the corpus.v1.ClusterService service.
@@ -843,6 +849,9 @@ type VolumeServiceClient interface {
 	// progress; the last message says it is done. The old node removes its
 	// copy once it learns of the move.
 	MoveVolume(context.Context, *connect.Request[v1.MoveVolumeRequest]) (*connect.ServerStreamForClient[v1.MoveVolumeProgress], error)
+	// SnapshotVolume copies a volume's image sparsely to a file on its node,
+	// without stopping its guest (the file system is frozen meanwhile).
+	SnapshotVolume(context.Context, *connect.Request[v1.SnapshotVolumeRequest]) (*connect.Response[v1.SnapshotVolumeResponse], error)
 }
 
 // NewVolumeServiceClient constructs a client for the corpus.v1.VolumeService service. By default,
@@ -888,16 +897,23 @@ func NewVolumeServiceClient(httpClient connect.HTTPClient, baseURL string, opts 
 			connect.WithSchema(volumeServiceMethods.ByName("MoveVolume")),
 			connect.WithClientOptions(opts...),
 		),
+		snapshotVolume: connect.NewClient[v1.SnapshotVolumeRequest, v1.SnapshotVolumeResponse](
+			httpClient,
+			baseURL+VolumeServiceSnapshotVolumeProcedure,
+			connect.WithSchema(volumeServiceMethods.ByName("SnapshotVolume")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
 // volumeServiceClient implements VolumeServiceClient.
 type volumeServiceClient struct {
-	listVolumes  *connect.Client[v1.ListVolumesRequest, v1.ListVolumesResponse]
-	getVolume    *connect.Client[v1.GetVolumeRequest, v1.GetVolumeResponse]
-	deleteVolume *connect.Client[v1.DeleteVolumeRequest, v1.DeleteVolumeResponse]
-	resizeVolume *connect.Client[v1.ResizeVolumeRequest, v1.ResizeVolumeResponse]
-	moveVolume   *connect.Client[v1.MoveVolumeRequest, v1.MoveVolumeProgress]
+	listVolumes    *connect.Client[v1.ListVolumesRequest, v1.ListVolumesResponse]
+	getVolume      *connect.Client[v1.GetVolumeRequest, v1.GetVolumeResponse]
+	deleteVolume   *connect.Client[v1.DeleteVolumeRequest, v1.DeleteVolumeResponse]
+	resizeVolume   *connect.Client[v1.ResizeVolumeRequest, v1.ResizeVolumeResponse]
+	moveVolume     *connect.Client[v1.MoveVolumeRequest, v1.MoveVolumeProgress]
+	snapshotVolume *connect.Client[v1.SnapshotVolumeRequest, v1.SnapshotVolumeResponse]
 }
 
 // ListVolumes calls corpus.v1.VolumeService.ListVolumes.
@@ -925,6 +941,11 @@ func (c *volumeServiceClient) MoveVolume(ctx context.Context, req *connect.Reque
 	return c.moveVolume.CallServerStream(ctx, req)
 }
 
+// SnapshotVolume calls corpus.v1.VolumeService.SnapshotVolume.
+func (c *volumeServiceClient) SnapshotVolume(ctx context.Context, req *connect.Request[v1.SnapshotVolumeRequest]) (*connect.Response[v1.SnapshotVolumeResponse], error) {
+	return c.snapshotVolume.CallUnary(ctx, req)
+}
+
 // VolumeServiceHandler is an implementation of the corpus.v1.VolumeService service.
 type VolumeServiceHandler interface {
 	ListVolumes(context.Context, *connect.Request[v1.ListVolumesRequest]) (*connect.Response[v1.ListVolumesResponse], error)
@@ -937,6 +958,9 @@ type VolumeServiceHandler interface {
 	// progress; the last message says it is done. The old node removes its
 	// copy once it learns of the move.
 	MoveVolume(context.Context, *connect.Request[v1.MoveVolumeRequest], *connect.ServerStream[v1.MoveVolumeProgress]) error
+	// SnapshotVolume copies a volume's image sparsely to a file on its node,
+	// without stopping its guest (the file system is frozen meanwhile).
+	SnapshotVolume(context.Context, *connect.Request[v1.SnapshotVolumeRequest]) (*connect.Response[v1.SnapshotVolumeResponse], error)
 }
 
 // NewVolumeServiceHandler builds an HTTP handler from the service implementation. It returns the
@@ -978,6 +1002,12 @@ func NewVolumeServiceHandler(svc VolumeServiceHandler, opts ...connect.HandlerOp
 		connect.WithSchema(volumeServiceMethods.ByName("MoveVolume")),
 		connect.WithHandlerOptions(opts...),
 	)
+	volumeServiceSnapshotVolumeHandler := connect.NewUnaryHandler(
+		VolumeServiceSnapshotVolumeProcedure,
+		svc.SnapshotVolume,
+		connect.WithSchema(volumeServiceMethods.ByName("SnapshotVolume")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/corpus.v1.VolumeService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case VolumeServiceListVolumesProcedure:
@@ -990,6 +1020,8 @@ func NewVolumeServiceHandler(svc VolumeServiceHandler, opts ...connect.HandlerOp
 			volumeServiceResizeVolumeHandler.ServeHTTP(w, r)
 		case VolumeServiceMoveVolumeProcedure:
 			volumeServiceMoveVolumeHandler.ServeHTTP(w, r)
+		case VolumeServiceSnapshotVolumeProcedure:
+			volumeServiceSnapshotVolumeHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -1017,6 +1049,10 @@ func (UnimplementedVolumeServiceHandler) ResizeVolume(context.Context, *connect.
 
 func (UnimplementedVolumeServiceHandler) MoveVolume(context.Context, *connect.Request[v1.MoveVolumeRequest], *connect.ServerStream[v1.MoveVolumeProgress]) error {
 	return connect.NewError(connect.CodeUnimplemented, errors.New("corpus.v1.VolumeService.MoveVolume is not implemented"))
+}
+
+func (UnimplementedVolumeServiceHandler) SnapshotVolume(context.Context, *connect.Request[v1.SnapshotVolumeRequest]) (*connect.Response[v1.SnapshotVolumeResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("corpus.v1.VolumeService.SnapshotVolume is not implemented"))
 }
 
 // AgentServiceClient is a client for the corpus.v1.AgentService service.
@@ -1160,6 +1196,7 @@ type NodeAgentServiceClient interface {
 	// ImportVolume makes a volume from a streamed image; the first message
 	// carries its name and size.
 	ImportVolume(context.Context) *connect.ClientStreamForClient[v1.VolumeChunk, v1.ImportVolumeResponse]
+	SnapshotVolume(context.Context, *connect.Request[v1.SnapshotVolumeRequest]) (*connect.Response[v1.SnapshotVolumeResponse], error)
 }
 
 // NewNodeAgentServiceClient constructs a client for the corpus.v1.NodeAgentService service. By
@@ -1191,14 +1228,21 @@ func NewNodeAgentServiceClient(httpClient connect.HTTPClient, baseURL string, op
 			connect.WithSchema(nodeAgentServiceMethods.ByName("ImportVolume")),
 			connect.WithClientOptions(opts...),
 		),
+		snapshotVolume: connect.NewClient[v1.SnapshotVolumeRequest, v1.SnapshotVolumeResponse](
+			httpClient,
+			baseURL+NodeAgentServiceSnapshotVolumeProcedure,
+			connect.WithSchema(nodeAgentServiceMethods.ByName("SnapshotVolume")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
 // nodeAgentServiceClient implements NodeAgentServiceClient.
 type nodeAgentServiceClient struct {
-	exec         *connect.Client[v1.ExecGuestRequest, v1.ExecOutput]
-	exportVolume *connect.Client[v1.ExportVolumeRequest, v1.VolumeChunk]
-	importVolume *connect.Client[v1.VolumeChunk, v1.ImportVolumeResponse]
+	exec           *connect.Client[v1.ExecGuestRequest, v1.ExecOutput]
+	exportVolume   *connect.Client[v1.ExportVolumeRequest, v1.VolumeChunk]
+	importVolume   *connect.Client[v1.VolumeChunk, v1.ImportVolumeResponse]
+	snapshotVolume *connect.Client[v1.SnapshotVolumeRequest, v1.SnapshotVolumeResponse]
 }
 
 // Exec calls corpus.v1.NodeAgentService.Exec.
@@ -1216,6 +1260,11 @@ func (c *nodeAgentServiceClient) ImportVolume(ctx context.Context) *connect.Clie
 	return c.importVolume.CallClientStream(ctx)
 }
 
+// SnapshotVolume calls corpus.v1.NodeAgentService.SnapshotVolume.
+func (c *nodeAgentServiceClient) SnapshotVolume(ctx context.Context, req *connect.Request[v1.SnapshotVolumeRequest]) (*connect.Response[v1.SnapshotVolumeResponse], error) {
+	return c.snapshotVolume.CallUnary(ctx, req)
+}
+
 // NodeAgentServiceHandler is an implementation of the corpus.v1.NodeAgentService service.
 type NodeAgentServiceHandler interface {
 	Exec(context.Context, *connect.Request[v1.ExecGuestRequest], *connect.ServerStream[v1.ExecOutput]) error
@@ -1225,6 +1274,7 @@ type NodeAgentServiceHandler interface {
 	// ImportVolume makes a volume from a streamed image; the first message
 	// carries its name and size.
 	ImportVolume(context.Context, *connect.ClientStream[v1.VolumeChunk]) (*connect.Response[v1.ImportVolumeResponse], error)
+	SnapshotVolume(context.Context, *connect.Request[v1.SnapshotVolumeRequest]) (*connect.Response[v1.SnapshotVolumeResponse], error)
 }
 
 // NewNodeAgentServiceHandler builds an HTTP handler from the service implementation. It returns the
@@ -1252,6 +1302,12 @@ func NewNodeAgentServiceHandler(svc NodeAgentServiceHandler, opts ...connect.Han
 		connect.WithSchema(nodeAgentServiceMethods.ByName("ImportVolume")),
 		connect.WithHandlerOptions(opts...),
 	)
+	nodeAgentServiceSnapshotVolumeHandler := connect.NewUnaryHandler(
+		NodeAgentServiceSnapshotVolumeProcedure,
+		svc.SnapshotVolume,
+		connect.WithSchema(nodeAgentServiceMethods.ByName("SnapshotVolume")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/corpus.v1.NodeAgentService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case NodeAgentServiceExecProcedure:
@@ -1260,6 +1316,8 @@ func NewNodeAgentServiceHandler(svc NodeAgentServiceHandler, opts ...connect.Han
 			nodeAgentServiceExportVolumeHandler.ServeHTTP(w, r)
 		case NodeAgentServiceImportVolumeProcedure:
 			nodeAgentServiceImportVolumeHandler.ServeHTTP(w, r)
+		case NodeAgentServiceSnapshotVolumeProcedure:
+			nodeAgentServiceSnapshotVolumeHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -1279,4 +1337,8 @@ func (UnimplementedNodeAgentServiceHandler) ExportVolume(context.Context, *conne
 
 func (UnimplementedNodeAgentServiceHandler) ImportVolume(context.Context, *connect.ClientStream[v1.VolumeChunk]) (*connect.Response[v1.ImportVolumeResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("corpus.v1.NodeAgentService.ImportVolume is not implemented"))
+}
+
+func (UnimplementedNodeAgentServiceHandler) SnapshotVolume(context.Context, *connect.Request[v1.SnapshotVolumeRequest]) (*connect.Response[v1.SnapshotVolumeResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("corpus.v1.NodeAgentService.SnapshotVolume is not implemented"))
 }
