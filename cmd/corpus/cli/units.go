@@ -51,7 +51,11 @@ func parseCPUs(s string) (int64, error) {
 	if err != nil || f <= 0 || f > 4096 || math.IsNaN(f) {
 		return 0, fmt.Errorf("cpus %q: use a positive number of cores (e.g. 1 or 0.5) or millicores (250m)", s)
 	}
-	return int64(math.Round(f * 1000)), nil
+	m := int64(math.Round(f * 1000))
+	if m < 1 {
+		return 0, fmt.Errorf("cpus %q is below one millicore", s)
+	}
+	return m, nil
 }
 
 // formatSize prints bytes with a binary unit.

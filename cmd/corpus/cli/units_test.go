@@ -99,3 +99,32 @@ func TestParsePortSpec(t *testing.T) {
 		}
 	}
 }
+
+func FuzzParsePortSpec(f *testing.F) {
+	for _, s := range []string{"8080:80", "53/udp", "1:2/tcp", "", ":", "80:x"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		p, err := parsePortSpec(s)
+		if err == nil && (p == nil || p.Protocol == "") {
+			t.Fatalf("parsePortSpec(%q) = %v without an error", s, p)
+		}
+	})
+}
+
+func FuzzParseCPUs(f *testing.F) {
+	for _, s := range []string{"1", "0.5", "250m", "", "m", "1e9"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		if v, err := parseCPUs(s); err == nil && v <= 0 {
+			t.Fatalf("parseCPUs(%q) = %d, a non-positive amount", s, v)
+		}
+	})
+}
+
+func TestParseCPUsTiny(t *testing.T) {
+	if v, err := parseCPUs("0.0001"); err == nil {
+		t.Errorf("parseCPUs(0.0001) = %d, nil; want a refusal (below a millicore)", v)
+	}
+}
