@@ -14,15 +14,12 @@ import (
 	"sync"
 	"time"
 
-	"connectrpc.com/connect"
-
 	"corpus/agent/cache"
 	"corpus/drivers"
 	"corpus/drivers/catalog"
 	"corpus/internal/names"
 	"corpus/internal/rpc"
 	corpusv1 "corpus/proto/corpus/v1"
-	"corpus/proto/corpus/v1/corpusv1connect"
 	"corpus/volume"
 	"corpus/volume/loop"
 )
@@ -149,7 +146,7 @@ type Agent struct {
 	net      *network       // nil when networking is off
 	vols     volume.Backend // nil when volumes cannot run here
 	id       cache.Identity
-	client   corpusv1connect.AgentServiceClient
+	coords   *coordinators
 
 	mu      sync.Mutex
 	desired map[string]*corpusv1.Guest // by guest id
@@ -254,14 +251,10 @@ func (a *Agent) advertise() string {
 	return a.APIAddr()
 }
 
-// coordinator is the coordinator address the agent talks to: the first
-// configured one (the operator's current word), else the one it enrolled
-// with. Failing over between several is the cluster's business.
+// coordinator is the coordinator address the agent talks to now.
 func (a *Agent) coordinator() string {
-	if len(a.cfg.Coordinators) > 0 && a.cfg.Coordinators[0] != "" {
-		return a.cfg.Coordinators[0]
-	}
-	return a.id.Coordinator
+	addr, _ := a.coords.current()
+	return addr
 }
 
 // ProxyAddr is the proxy's HTTP listen address ("" without networking).
@@ -292,8 +285,8 @@ func (a *Agent) Run(ctx context.Context) error {
 	if err := a.enroll(ctx); err != nil {
 		return err
 	}
-	a.client = corpusv1connect.NewAgentServiceClient(rpc.HTTPClient(), "http://"+a.coordinator(),
-		connect.WithInterceptors(rpc.Bearer(rpc.NodeCredential(a.id.NodeID, a.id.NodeSecret))))
+	a.coords = newCoordinators(coordinatorList(a.cfg.Coordinators, a.id.Coordinator),
+		rpc.NodeCredential(a.id.NodeID, a.id.NodeSecret))
 	if err := a.recoverJournal(ctx); err != nil {
 		a.logger.Warn("recovering interrupted work", "error", err)
 	}

@@ -67,6 +67,10 @@ func (a *Agent) sendReport(ctx context.Context) error {
 	a.mu.Unlock()
 	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	_, err := a.client.Report(rctx, connect.NewRequest(req))
+	addr, client := a.coords.current()
+	_, err := client.Report(rctx, connect.NewRequest(req))
+	if err != nil {
+		a.coords.failed(addr, err)
+	}
 	return err
 }

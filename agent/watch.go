@@ -16,7 +16,8 @@ import (
 func (a *Agent) watchLoop(ctx context.Context) {
 	backoff := 250 * time.Millisecond
 	for ctx.Err() == nil {
-		stream, err := a.client.Watch(ctx, connect.NewRequest(&corpusv1.WatchRequest{}))
+		addr, client := a.coords.current()
+		stream, err := client.Watch(ctx, connect.NewRequest(&corpusv1.WatchRequest{}))
 		if err == nil {
 			for stream.Receive() {
 				backoff = 250 * time.Millisecond
@@ -32,7 +33,8 @@ func (a *Agent) watchLoop(ctx context.Context) {
 		if ctx.Err() != nil {
 			return
 		}
-		a.logger.Warn("watch stream ended; guests keep running as last told", "error", err, "retry_in", backoff)
+		next := a.coords.failed(addr, err)
+		a.logger.Warn("watch stream ended; guests keep running as last told", "coordinator", addr, "error", err, "next", next, "retry_in", backoff)
 		select {
 		case <-ctx.Done():
 			return

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -274,8 +275,11 @@ func (c *cluster) startAgent(a *agentProc, args ...string) *proc {
 // startAgentEnv starts an agent with extra environment variables
 // (failpoints, say).
 func (c *cluster) startAgentEnv(a *agentProc, env []string, args ...string) *proc {
-	base := []string{"agent", "--state-dir", a.stateDir, "--coordinator", a.node.ctlSide + ":7400", "--name", a.name,
+	base := []string{"agent", "--state-dir", a.stateDir, "--name", a.name,
 		"--api-addr", a.apiAddr, "--resync-interval", "2s", "--report-interval", "1s", "--stop-timeout", "3s"}
+	if !slices.Contains(args, "--coordinator") {
+		base = append(base, "--coordinator", a.node.ctlSide+":7400")
+	}
 	return startIn(c.t, a.node.ns, "agent "+a.name, env, append(base, args...)...)
 }
 

@@ -116,3 +116,33 @@ func devClusterID(cli func(...string) (string, string, int)) string {
 	json.Unmarshal([]byte(out), &st)
 	return st.ClusterID
 }
+
+// TestAgentCoordinatorFailover: an agent given several coordinator
+// addresses, the first of which answers nothing, enrolls, watches and
+// reports through the next one, also after a restart.
+func TestAgentCoordinatorFailover(t *testing.T) {
+	c := newCluster(t)
+	tok := strings.TrimSpace(c.mustCLI("node", "token"))
+	node := c.lab.addNode("n1")
+	a := &agentProc{name: "n1", node: node, stateDir: filepath.Join(c.dir, "agent-n1"), apiAddr: node.addr + ":7402"}
+	a.lxc = lxcHost{ns: node.ns, path: filepath.Join(a.stateDir, "lxc")}
+	t.Cleanup(func() { a.lxc.destroyAll(t) })
+	c.agents["n1"] = a
+	// Nothing listens on port 7499 of the coordinator's namespace.
+	coords := []string{"--coordinator", node.ctlSide + ":7499", "--coordinator", node.ctlSide + ":7400"}
+	a.proc = c.startAgent(a, append([]string{"--join-token", tok}, coords...)...)
+	eventually(t, 30*time.Second, "node n1 ready", func() error {
+		if out, _, _ := c.cli("node", "list"); !strings.Contains(out, " ready ") {
+			return fmt.Errorf("node list: %s", out)
+		}
+		return nil
+	})
+	c.mustCLI("guest", "create", "web", "--image", "busybox", "--memory", "64M", "--cpus", "0.1")
+	a.kill()
+	a.proc = c.startAgent(a, coords...)
+	c.mustCLI("guest", "stop", "web")
+	c.mustCLI("guest", "start", "web")
+	if st, _, err := a.lxc.info("web"); err != nil || st != "RUNNING" {
+		t.Errorf("guest after stop/start through the second coordinator address = %s, %v", st, err)
+	}
+}

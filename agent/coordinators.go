@@ -1,0 +1,66 @@
+package agent
+
+import (
+	"sync"
+
+	"connectrpc.com/connect"
+
+	"corpus/internal/rpc"
+	"corpus/proto/corpus/v1/corpusv1connect"
+)
+
+// coordinators are the coordinator addresses an agent knows, and the one
+// it talks to now. When a call to the current one fails for want of an
+// answer, the agent moves on to the next; any replica answers agents
+// (reads locally, writes through the leader).
+type coordinators struct {
+	mu      sync.Mutex
+	addrs   []string
+	cur     int
+	clients map[string]corpusv1connect.AgentServiceClient
+	cred    string
+}
+
+func newCoordinators(addrs []string, cred string) *coordinators {
+	return &coordinators{addrs: addrs, clients: map[string]corpusv1connect.AgentServiceClient{}, cred: cred}
+}
+
+// current returns the address in use and its client.
+func (c *coordinators) current() (string, corpusv1connect.AgentServiceClient) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	addr := c.addrs[c.cur]
+	cl, ok := c.clients[addr]
+	if !ok {
+		cl = corpusv1connect.NewAgentServiceClient(rpc.HTTPClient(), "http://"+addr,
+			connect.WithInterceptors(rpc.Bearer(c.cred)))
+		c.clients[addr] = cl
+	}
+	return addr, cl
+}
+
+// failed moves on from addr when a call to it got no answer; it returns
+// the address to use next. Concurrent callers that saw the same failure
+// move on once.
+func (c *coordinators) failed(addr string, err error) string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if connect.CodeOf(err) == connect.CodeUnavailable && c.addrs[c.cur] == addr && len(c.addrs) > 1 {
+		c.cur = (c.cur + 1) % len(c.addrs)
+	}
+	return c.addrs[c.cur]
+}
+
+// coordinatorList is the configured coordinators, the enrolled one added
+// when it is not among them.
+func coordinatorList(configured []string, enrolled string) []string {
+	var out []string
+	seen := map[string]bool{}
+	for _, a := range append(append([]string(nil), configured...), enrolled) {
+		if a != "" && !seen[a] {
+			seen[a] = true
+			out = append(out, a)
+		}
+	}
+	return out
+}

@@ -1,0 +1,36 @@
+package agent
+
+import (
+	"errors"
+	"slices"
+	"testing"
+
+	"connectrpc.com/connect"
+)
+
+func TestCoordinatorsFailover(t *testing.T) {
+	t.Parallel()
+	c := newCoordinators(coordinatorList([]string{"a:1", "b:1", "a:1"}, "c:1"), "cred")
+	if !slices.Equal(c.addrs, []string{"a:1", "b:1", "c:1"}) {
+		t.Fatalf("coordinatorList = %v, want a, b, c", c.addrs)
+	}
+	unavailable := connect.NewError(connect.CodeUnavailable, errors.New("dial"))
+	if got, _ := c.current(); got != "a:1" {
+		t.Fatalf("current = %s, want a:1", got)
+	}
+	// A refusal is an answer: no failover.
+	if next := c.failed("a:1", connect.NewError(connect.CodePermissionDenied, errors.New("no"))); next != "a:1" {
+		t.Errorf("after a refusal, next = %s, want a:1", next)
+	}
+	if next := c.failed("a:1", unavailable); next != "b:1" {
+		t.Errorf("after a:1 failed, next = %s, want b:1", next)
+	}
+	// A second caller reporting the same failure does not skip b.
+	if next := c.failed("a:1", unavailable); next != "b:1" {
+		t.Errorf("a repeated failure of a:1 moved to %s, want b:1", next)
+	}
+	c.failed("b:1", unavailable)
+	if next := c.failed("c:1", unavailable); next != "a:1" {
+		t.Errorf("after c:1 failed, next = %s, want a:1 (round robin)", next)
+	}
+}
