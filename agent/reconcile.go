@@ -246,7 +246,7 @@ func (w *worker) reconcile(ctx context.Context, g *corpusv1.Guest) error {
 	}
 	switch {
 	case g.DesiredState == corpusv1.DesiredRunning && st.State != drivers.StateRunning:
-		a.setObserved(g.Id, &corpusv1.GuestObserved{State: "starting"})
+		a.setObserved(g.Id, &corpusv1.GuestObserved{State: corpusv1.ObservedStarting})
 		if a.net != nil {
 			if _, err := a.guestNetwork(ctx, g); err != nil {
 				return err
@@ -257,7 +257,7 @@ func (w *worker) reconcile(ctx context.Context, g *corpusv1.Guest) error {
 		}
 		a.logger.Info("guest started", "guest", g.Name)
 	case g.DesiredState == corpusv1.DesiredStopped && st.State == drivers.StateRunning:
-		a.setObserved(g.Id, &corpusv1.GuestObserved{State: "stopping"})
+		a.setObserved(g.Id, &corpusv1.GuestObserved{State: corpusv1.ObservedStopping})
 		if err := d.Stop(ctx, g.Name, a.cfg.StopTimeout); err != nil {
 			return fmt.Errorf("stopping: %w", err)
 		}

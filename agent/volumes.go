@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"time"
 
+	"google.golang.org/protobuf/proto"
+
 	"corpus/drivers"
 	"corpus/internal/failpoint"
 	"corpus/internal/revert"
@@ -59,7 +61,7 @@ func (a *Agent) reconcileVolumes(ctx context.Context) {
 		prev := a.volObserved[v.Id]
 		a.volObserved[v.Id] = o
 		a.mu.Unlock()
-		if prev == nil || prev.State != o.State || prev.Message != o.Message || prev.UsedBytes != o.UsedBytes || prev.SizeBytes != o.SizeBytes {
+		if !proto.Equal(prev, o) {
 			a.poke(a.report)
 		}
 	}
@@ -69,7 +71,7 @@ func (a *Agent) reconcileVolume(ctx context.Context, v *corpusv1.Volume) *corpus
 	if a.vols == nil {
 		return &corpusv1.VolumeObserved{State: corpusv1.ObservedFailed, Message: "volumes are not available on this node"}
 	}
-	if v.DesiredState == "deleted" {
+	if v.DesiredState == corpusv1.VolumeDeleted {
 		err := a.vols.Delete(ctx, v.Name, true)
 		if err != nil && !errors.Is(err, volume.ErrNotFound) {
 			return &corpusv1.VolumeObserved{State: corpusv1.ObservedFailed, Message: err.Error()}
@@ -90,7 +92,7 @@ func (a *Agent) reconcileVolume(ctx context.Context, v *corpusv1.Volume) *corpus
 	if err != nil {
 		return &corpusv1.VolumeObserved{State: corpusv1.ObservedFailed, Message: err.Error()}
 	}
-	return &corpusv1.VolumeObserved{State: "ready", SizeBytes: info.SizeBytes, UsedBytes: info.UsedBytes, FreeBytes: info.FreeBytes}
+	return &corpusv1.VolumeObserved{State: corpusv1.VolumeReady, SizeBytes: info.SizeBytes, UsedBytes: info.UsedBytes, FreeBytes: info.FreeBytes}
 }
 
 // mountVolume makes a volume exist and be mounted; it returns the mount.

@@ -119,7 +119,7 @@ func toConnect(err error) error {
 		return connect.NewError(connect.CodeFailedPrecondition, err)
 	case errors.Is(err, state.ErrStale):
 		return connect.NewError(connect.CodeAborted, err)
-	case errors.Is(err, errNotLeader):
+	case errors.Is(err, ErrNotLeader):
 		return connect.NewError(connect.CodeUnavailable, err)
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		return connect.NewError(connect.CodeDeadlineExceeded, err)
@@ -128,14 +128,11 @@ func toConnect(err error) error {
 	}
 }
 
-var (
-	errInvalid   = errors.New("invalid argument")
-	errNotLeader = errors.New("this coordinator is not the raft leader")
-)
+var errInvalid = errors.New("invalid argument")
 
 // ErrNotLeader is what Backend.Propose should wrap when this replica
 // cannot write; the API answers Unavailable.
-var ErrNotLeader = errNotLeader
+var ErrNotLeader = errors.New("this coordinator is not the raft leader")
 
 func invalidf(format string, args ...any) error {
 	return fmt.Errorf("%w: "+format, append([]any{errInvalid}, args...)...)

@@ -21,10 +21,10 @@ var generatedSubtrees = []string{"guest", "node", "ns"}
 type dnsService struct{ b *Backend }
 
 func (s *dnsService) zone() (*dns.Zone, error) {
-	if s.b.Zone == nil {
-		return nil, connect.NewError(connect.CodeFailedPrecondition, errors.New("this coordinator serves no DNS (its dns address is empty)"))
+	var z *dns.Zone
+	if s.b.Zone != nil {
+		z = s.b.Zone()
 	}
-	z := s.b.Zone()
 	if z == nil {
 		return nil, connect.NewError(connect.CodeFailedPrecondition, errors.New("this coordinator serves no DNS (its dns address is empty)"))
 	}

@@ -78,7 +78,7 @@ func (s *volumeService) ResizeVolume(ctx context.Context, req *connect.Request[c
 	}
 	if size < v.SizeBytes {
 		o := v.GetObserved()
-		if o.GetState() != "ready" {
+		if o.GetState() != corpusv1.VolumeReady {
 			return nil, connect.NewError(connect.CodeFailedPrecondition,
 				fmt.Errorf("volume %s has not been measured by its node yet; retry once `corpus volume show %s` shows what it uses", v.Name, v.Name))
 		}

@@ -9,10 +9,10 @@ import (
 	corpusv1 "corpus/proto/corpus/v1"
 )
 
-// Volume desired states.
+// Volume desired states (the API's words).
 const (
-	VolumePresent = "present"
-	VolumeDeleted = "deleted"
+	VolumePresent = corpusv1.VolumePresent
+	VolumeDeleted = corpusv1.VolumeDeleted
 )
 
 // DefaultVolumePath is where a volume appears inside its guest.

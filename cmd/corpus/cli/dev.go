@@ -260,7 +260,7 @@ func deleteNodeVolumes(ctx context.Context, c *clients, node string, g *globals)
 				continue
 			}
 			left++
-			if v.Volume.DesiredState != "deleted" && v.Volume.GuestId == "" {
+			if v.Volume.DesiredState != corpusv1.VolumeDeleted && v.Volume.GuestId == "" {
 				fmt.Fprintf(g.stderr, "deleting volume %s\n", v.Volume.Name)
 				if _, err := c.volumes.DeleteVolume(ctx, connect.NewRequest(&corpusv1.DeleteVolumeRequest{Name: v.Volume.Name})); err != nil {
 					return err

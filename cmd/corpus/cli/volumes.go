@@ -205,7 +205,7 @@ func (g *globals) waitVolume(ctx context.Context, c *clients, want *corpusv1.Vol
 			last = line
 		}
 		switch {
-		case o.GetState() == "ready" && o.GetSizeBytes() == v.SizeBytes:
+		case o.GetState() == corpusv1.VolumeReady && o.GetSizeBytes() == v.SizeBytes:
 			if g.json {
 				return g.printJSON(res.Msg)
 			}
@@ -225,7 +225,7 @@ func printVolumeRow(w *tabwriter.Writer, vv *corpusv1.VolumeView) {
 	v := vv.Volume
 	o := v.GetObserved()
 	state := o.GetState()
-	if v.DesiredState == "deleted" {
+	if v.DesiredState == corpusv1.VolumeDeleted {
 		state = "deleting"
 	}
 	fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", v.Name, formatSize(v.SizeBytes), formatSize(o.GetUsedBytes()),

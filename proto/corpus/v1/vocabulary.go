@@ -22,10 +22,20 @@ const (
 // Drivers may report others ("starting", "stopping", "frozen").
 const (
 	ObservedCreating = "creating"
+	ObservedStarting = "starting"
 	ObservedRunning  = "running"
+	ObservedStopping = "stopping"
 	ObservedStopped  = "stopped"
 	ObservedFailed   = "failed"
 	ObservedDeleted  = "deleted"
+)
+
+// Volume desired states (Volume.desired_state) and the observed state of
+// a usable volume (VolumeObserved.state; failed and deleted as for guests).
+const (
+	VolumePresent = "present"
+	VolumeDeleted = "deleted"
+	VolumeReady   = "ready"
 )
 
 // SameObserved reports whether two observations say the same thing,
