@@ -139,6 +139,77 @@ var authCalls = map[string]func(ctx context.Context, c clients) error{
 	corpusv1connect.AgentServiceWatchProcedure: func(ctx context.Context, c clients) error {
 		return firstMessage(c.agent.Watch(ctx, connect.NewRequest(&corpusv1.WatchRequest{})))
 	},
+	corpusv1connect.AgentServiceGitAccessProcedure: func(ctx context.Context, c clients) error {
+		_, err := c.agent.GitAccess(ctx, connect.NewRequest(&corpusv1.GitAccessRequest{Fingerprint: "SHA256:nope"}))
+		return err
+	},
+	corpusv1connect.AgentServiceBeginReleaseProcedure: func(ctx context.Context, c clients) error {
+		_, err := c.agent.BeginRelease(ctx, connect.NewRequest(&corpusv1.BeginReleaseRequest{Project: "nope", Env: "dev", Commit: "c0ffee"}))
+		return err
+	},
+	corpusv1connect.AgentServiceFinishReleaseProcedure: func(ctx context.Context, c clients) error {
+		_, err := c.agent.FinishRelease(ctx, connect.NewRequest(&corpusv1.FinishReleaseRequest{Id: "nope", Status: "failed"}))
+		return err
+	},
+	corpusv1connect.AgentServiceSetCurrentReleaseProcedure: func(ctx context.Context, c clients) error {
+		_, err := c.agent.SetCurrentRelease(ctx, connect.NewRequest(&corpusv1.SetCurrentReleaseRequest{Project: "nope", Env: "dev", Number: 1}))
+		return err
+	},
+	corpusv1connect.AgentServicePruneReleasesProcedure: func(ctx context.Context, c clients) error {
+		_, err := c.agent.PruneReleases(ctx, connect.NewRequest(&corpusv1.PruneReleasesRequest{Project: "nope", Env: "dev"}))
+		return err
+	},
+	corpusv1connect.UserServiceCreateUserProcedure: func(ctx context.Context, c clients) error {
+		_, err := c.users.CreateUser(ctx, connect.NewRequest(&corpusv1.CreateUserRequest{Name: "-bad"}))
+		return err
+	},
+	corpusv1connect.UserServiceListUsersProcedure: func(ctx context.Context, c clients) error {
+		_, err := c.users.ListUsers(ctx, connect.NewRequest(&corpusv1.ListUsersRequest{}))
+		return err
+	},
+	corpusv1connect.UserServiceDeleteUserProcedure: func(ctx context.Context, c clients) error {
+		_, err := c.users.DeleteUser(ctx, connect.NewRequest(&corpusv1.DeleteUserRequest{Name: "nope"}))
+		return err
+	},
+	corpusv1connect.UserServiceAddKeyProcedure: func(ctx context.Context, c clients) error {
+		_, err := c.users.AddKey(ctx, connect.NewRequest(&corpusv1.AddKeyRequest{User: "nope", PublicKey: "garbage"}))
+		return err
+	},
+	corpusv1connect.UserServiceDeleteKeyProcedure: func(ctx context.Context, c clients) error {
+		_, err := c.users.DeleteKey(ctx, connect.NewRequest(&corpusv1.DeleteKeyRequest{User: "nope", Fingerprint: "SHA256:nope"}))
+		return err
+	},
+	corpusv1connect.ProjectServiceCreateProjectProcedure: func(ctx context.Context, c clients) error {
+		_, err := c.project.CreateProject(ctx, connect.NewRequest(&corpusv1.CreateProjectRequest{Name: "-bad"}))
+		return err
+	},
+	corpusv1connect.ProjectServiceListProjectsProcedure: func(ctx context.Context, c clients) error {
+		_, err := c.project.ListProjects(ctx, connect.NewRequest(&corpusv1.ListProjectsRequest{}))
+		return err
+	},
+	corpusv1connect.ProjectServiceGetProjectProcedure: func(ctx context.Context, c clients) error {
+		_, err := c.project.GetProject(ctx, connect.NewRequest(&corpusv1.GetProjectRequest{Name: "nope"}))
+		return err
+	},
+	corpusv1connect.ProjectServiceDeleteProjectProcedure: func(ctx context.Context, c clients) error {
+		_, err := c.project.DeleteProject(ctx, connect.NewRequest(&corpusv1.DeleteProjectRequest{Name: "nope"}))
+		return err
+	},
+	corpusv1connect.ProjectServiceGrantProjectProcedure: func(ctx context.Context, c clients) error {
+		_, err := c.project.GrantProject(ctx, connect.NewRequest(&corpusv1.GrantProjectRequest{Name: "nope", User: "nope"}))
+		return err
+	},
+	corpusv1connect.ProjectServiceListReleasesProcedure: func(ctx context.Context, c clients) error {
+		_, err := c.project.ListReleases(ctx, connect.NewRequest(&corpusv1.ListReleasesRequest{Project: "nope"}))
+		return err
+	},
+	corpusv1connect.ProjectServiceGetReleaseProcedure: func(ctx context.Context, c clients) error {
+		_, err := c.project.GetRelease(ctx, connect.NewRequest(&corpusv1.GetReleaseRequest{Project: "nope", Release: "r1"}))
+		return err
+	},
+	corpusv1connect.ProjectServiceRollbackProcedure: func(ctx context.Context, c clients) error {
+		return firstMessage(c.project.Rollback(ctx, connect.NewRequest(&corpusv1.RollbackRequest{Project: "nope"})))
+	},
 	corpusv1connect.AgentServiceReportProcedure: func(ctx context.Context, c clients) error {
 		_, err := c.agent.Report(ctx, connect.NewRequest(&corpusv1.ReportRequest{Capacity: capacity(), Drivers: drivers()}))
 		return err

@@ -145,6 +145,8 @@ type clients struct {
 	dns     corpusv1connect.DnsServiceClient
 	volumes corpusv1connect.VolumeServiceClient
 	agent   corpusv1connect.AgentServiceClient
+	users   corpusv1connect.UserServiceClient
+	project corpusv1connect.ProjectServiceClient
 }
 
 // clients returns clients presenting token ("" for none).
@@ -158,6 +160,8 @@ func (s *server) clients(token string) clients {
 		ingress: corpusv1connect.NewIngressServiceClient(hc, url, opt),
 		dns:     corpusv1connect.NewDnsServiceClient(hc, url, opt),
 		volumes: corpusv1connect.NewVolumeServiceClient(hc, url, opt),
+		users:   corpusv1connect.NewUserServiceClient(hc, url, opt),
+		project: corpusv1connect.NewProjectServiceClient(hc, url, opt),
 		agent:   corpusv1connect.NewAgentServiceClient(hc, url, opt),
 	}
 }

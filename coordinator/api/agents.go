@@ -135,11 +135,11 @@ func (s *agentService) Report(ctx context.Context, req *connect.Request[corpusv1
 	}
 	var idx uint64
 	if n.Status != state.NodeReady || n.AgentAddress != m.AgentAddress || n.AgentVersion != m.AgentVersion ||
-		n.Address != m.Address || n.MinHostPort != m.MinHostPort || !slices.Equal(n.ReservedPorts, m.ReservedPorts) ||
+		n.Address != m.Address || n.MinHostPort != m.MinHostPort || n.GitPort != m.GitPort || !slices.Equal(n.ReservedPorts, m.ReservedPorts) ||
 		!proto.Equal(n.Capacity, m.Capacity) || !sameDrivers(n.Drivers, m.Drivers) {
 		i, err := s.b.write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_UpdateNode{UpdateNode: &corpusv1.UpdateNode{
 			NodeId: p.NodeID, Capacity: m.Capacity, Drivers: m.Drivers, AgentAddress: m.AgentAddress, AgentVersion: m.AgentVersion,
-			Address: m.Address, MinHostPort: m.MinHostPort, ReservedPorts: m.ReservedPorts,
+			Address: m.Address, MinHostPort: m.MinHostPort, ReservedPorts: m.ReservedPorts, GitPort: m.GitPort,
 		}}})
 		if err != nil {
 			return nil, err

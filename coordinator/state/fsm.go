@@ -126,6 +126,28 @@ func (a *applier) apply(cmd *corpusv1.Command) error {
 		return a.resizeVolume(c.ResizeVolume)
 	case *corpusv1.Command_MoveVolume:
 		return a.moveVolume(c.MoveVolume)
+	case *corpusv1.Command_CreateUser:
+		return a.createUser(c.CreateUser)
+	case *corpusv1.Command_DeleteUser:
+		return a.deleteUser(c.DeleteUser)
+	case *corpusv1.Command_AddSshKey:
+		return a.addSSHKey(c.AddSshKey)
+	case *corpusv1.Command_DeleteSshKey:
+		return a.deleteSSHKey(c.DeleteSshKey)
+	case *corpusv1.Command_CreateProject:
+		return a.createProject(c.CreateProject)
+	case *corpusv1.Command_DeleteProject:
+		return a.deleteProject(c.DeleteProject)
+	case *corpusv1.Command_GrantProject:
+		return a.grantProject(c.GrantProject)
+	case *corpusv1.Command_BeginRelease:
+		return a.beginRelease(c.BeginRelease)
+	case *corpusv1.Command_FinishRelease:
+		return a.finishRelease(c.FinishRelease)
+	case *corpusv1.Command_SetCurrentRelease:
+		return a.setCurrentRelease(c.SetCurrentRelease)
+	case *corpusv1.Command_PruneReleases:
+		return a.pruneReleases(c.PruneReleases)
 	default:
 		panic(fmt.Sprintf("state: command %T has no apply function", c))
 	}
@@ -227,6 +249,7 @@ func (a *applier) updateNode(c *corpusv1.UpdateNode) error {
 	n.Address = c.Address
 	n.MinHostPort = c.MinHostPort
 	n.ReservedPorts = c.ReservedPorts
+	n.GitPort = c.GitPort
 	if c.Labels != nil {
 		n.Labels = c.Labels
 	}
@@ -433,6 +456,9 @@ func (f *FSM) Snapshot() (raft.FSMSnapshot, error) {
 	snap.Routes = v.Routes()
 	snap.DnsRecords = v.DNSRecords()
 	snap.Volumes = v.Volumes()
+	snap.Users = v.Users()
+	snap.Projects = v.Projects()
+	snap.Releases = v.allReleases()
 	return &fsmSnapshot{snap: snap}, nil
 }
 
@@ -497,6 +523,21 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 	}
 	for _, vol := range snap.Volumes {
 		if err := ins(tableVolumes, vol); err != nil {
+			return err
+		}
+	}
+	for _, u := range snap.Users {
+		if err := ins(tableUsers, u); err != nil {
+			return err
+		}
+	}
+	for _, p := range snap.Projects {
+		if err := ins(tableProjects, p); err != nil {
+			return err
+		}
+	}
+	for _, r := range snap.Releases {
+		if err := ins(tableReleases, r); err != nil {
 			return err
 		}
 	}

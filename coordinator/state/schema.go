@@ -5,13 +5,16 @@ import (
 )
 
 const (
-	tableNodes   = "nodes"
-	tableGuests  = "guests"
-	tableTokens  = "tokens"
-	tableRoutes  = "routes"
-	tableDNS     = "dns"
-	tableVolumes = "volumes"
-	tableMeta    = "meta"
+	tableNodes    = "nodes"
+	tableGuests   = "guests"
+	tableTokens   = "tokens"
+	tableRoutes   = "routes"
+	tableDNS      = "dns"
+	tableVolumes  = "volumes"
+	tableMeta     = "meta"
+	tableUsers    = "users"
+	tableProjects = "projects"
+	tableReleases = "releases"
 )
 
 // meta rows hold singletons: the cluster config and the latest index.
@@ -71,6 +74,29 @@ func schema() *memdb.DBSchema {
 				"node":  {Name: "node", AllowMissing: true, Indexer: &memdb.StringFieldIndex{Field: "NodeId"}},
 				"guest": {Name: "guest", AllowMissing: true, Indexer: &memdb.StringFieldIndex{Field: "GuestId"}},
 				"prev":  {Name: "prev", AllowMissing: true, Indexer: &memdb.StringFieldIndex{Field: "PreviousNodeId"}},
+			},
+		},
+		tableUsers: {
+			Name: tableUsers,
+			Indexes: map[string]*memdb.IndexSchema{
+				"id": {Name: "id", Unique: true, Indexer: &memdb.StringFieldIndex{Field: "Name"}},
+			},
+		},
+		tableProjects: {
+			Name: tableProjects,
+			Indexes: map[string]*memdb.IndexSchema{
+				"id":   {Name: "id", Unique: true, Indexer: &memdb.StringFieldIndex{Field: "Id"}},
+				"name": {Name: "name", Unique: true, Indexer: &memdb.StringFieldIndex{Field: "Name"}},
+			},
+		},
+		tableReleases: {
+			Name: tableReleases,
+			Indexes: map[string]*memdb.IndexSchema{
+				"id": {Name: "id", Unique: true, Indexer: &memdb.StringFieldIndex{Field: "Id"}},
+				"env": {Name: "env", Indexer: &memdb.CompoundIndex{Indexes: []memdb.Indexer{
+					&memdb.StringFieldIndex{Field: "Project"},
+					&memdb.StringFieldIndex{Field: "Env"},
+				}}},
 			},
 		},
 		tableMeta: {

@@ -2734,6 +2734,613 @@ func (x *DeleteVolumeResponse) GetVolume() *Volume {
 	return nil
 }
 
+type GitAccessRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// fingerprint of the key the client authenticated with.
+	Fingerprint string `protobuf:"bytes,1,opt,name=fingerprint,proto3" json:"fingerprint,omitempty"`
+	// project may be empty: then only the key's owner is looked up.
+	Project string `protobuf:"bytes,2,opt,name=project,proto3" json:"project,omitempty"`
+	// env may be empty when the project has one environment on this node.
+	Env string `protobuf:"bytes,3,opt,name=env,proto3" json:"env,omitempty"`
+	// write is true for a push.
+	Write         bool `protobuf:"varint,4,opt,name=write,proto3" json:"write,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GitAccessRequest) Reset() {
+	*x = GitAccessRequest{}
+	mi := &file_corpus_v1_api_proto_msgTypes[49]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GitAccessRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GitAccessRequest) ProtoMessage() {}
+
+func (x *GitAccessRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_api_proto_msgTypes[49]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GitAccessRequest.ProtoReflect.Descriptor instead.
+func (*GitAccessRequest) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{49}
+}
+
+func (x *GitAccessRequest) GetFingerprint() string {
+	if x != nil {
+		return x.Fingerprint
+	}
+	return ""
+}
+
+func (x *GitAccessRequest) GetProject() string {
+	if x != nil {
+		return x.Project
+	}
+	return ""
+}
+
+func (x *GitAccessRequest) GetEnv() string {
+	if x != nil {
+		return x.Env
+	}
+	return ""
+}
+
+func (x *GitAccessRequest) GetWrite() bool {
+	if x != nil {
+		return x.Write
+	}
+	return false
+}
+
+type GitAccessResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	User  string                 `protobuf:"bytes,1,opt,name=user,proto3" json:"user,omitempty"`
+	Role  string                 `protobuf:"bytes,2,opt,name=role,proto3" json:"role,omitempty"`
+	// allowed, else reason says why not in words for the git client.
+	Allowed bool        `protobuf:"varint,3,opt,name=allowed,proto3" json:"allowed,omitempty"`
+	Reason  string      `protobuf:"bytes,4,opt,name=reason,proto3" json:"reason,omitempty"`
+	Project *Project    `protobuf:"bytes,5,opt,name=project,proto3" json:"project,omitempty"`
+	Env     *ProjectEnv `protobuf:"bytes,6,opt,name=env,proto3" json:"env,omitempty"`
+	// releases of the environment, newest first, for the deploy to decide
+	// what to keep.
+	Releases      []*Release `protobuf:"bytes,7,rep,name=releases,proto3" json:"releases,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GitAccessResponse) Reset() {
+	*x = GitAccessResponse{}
+	mi := &file_corpus_v1_api_proto_msgTypes[50]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GitAccessResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GitAccessResponse) ProtoMessage() {}
+
+func (x *GitAccessResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_api_proto_msgTypes[50]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GitAccessResponse.ProtoReflect.Descriptor instead.
+func (*GitAccessResponse) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{50}
+}
+
+func (x *GitAccessResponse) GetUser() string {
+	if x != nil {
+		return x.User
+	}
+	return ""
+}
+
+func (x *GitAccessResponse) GetRole() string {
+	if x != nil {
+		return x.Role
+	}
+	return ""
+}
+
+func (x *GitAccessResponse) GetAllowed() bool {
+	if x != nil {
+		return x.Allowed
+	}
+	return false
+}
+
+func (x *GitAccessResponse) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *GitAccessResponse) GetProject() *Project {
+	if x != nil {
+		return x.Project
+	}
+	return nil
+}
+
+func (x *GitAccessResponse) GetEnv() *ProjectEnv {
+	if x != nil {
+		return x.Env
+	}
+	return nil
+}
+
+func (x *GitAccessResponse) GetReleases() []*Release {
+	if x != nil {
+		return x.Releases
+	}
+	return nil
+}
+
+type BeginReleaseRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Project       string                 `protobuf:"bytes,1,opt,name=project,proto3" json:"project,omitempty"`
+	Env           string                 `protobuf:"bytes,2,opt,name=env,proto3" json:"env,omitempty"`
+	Commit        string                 `protobuf:"bytes,3,opt,name=commit,proto3" json:"commit,omitempty"`
+	Author        string                 `protobuf:"bytes,4,opt,name=author,proto3" json:"author,omitempty"`
+	Subject       string                 `protobuf:"bytes,5,opt,name=subject,proto3" json:"subject,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BeginReleaseRequest) Reset() {
+	*x = BeginReleaseRequest{}
+	mi := &file_corpus_v1_api_proto_msgTypes[51]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BeginReleaseRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BeginReleaseRequest) ProtoMessage() {}
+
+func (x *BeginReleaseRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_api_proto_msgTypes[51]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BeginReleaseRequest.ProtoReflect.Descriptor instead.
+func (*BeginReleaseRequest) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{51}
+}
+
+func (x *BeginReleaseRequest) GetProject() string {
+	if x != nil {
+		return x.Project
+	}
+	return ""
+}
+
+func (x *BeginReleaseRequest) GetEnv() string {
+	if x != nil {
+		return x.Env
+	}
+	return ""
+}
+
+func (x *BeginReleaseRequest) GetCommit() string {
+	if x != nil {
+		return x.Commit
+	}
+	return ""
+}
+
+func (x *BeginReleaseRequest) GetAuthor() string {
+	if x != nil {
+		return x.Author
+	}
+	return ""
+}
+
+func (x *BeginReleaseRequest) GetSubject() string {
+	if x != nil {
+		return x.Subject
+	}
+	return ""
+}
+
+type BeginReleaseResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Release       *Release               `protobuf:"bytes,1,opt,name=release,proto3" json:"release,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BeginReleaseResponse) Reset() {
+	*x = BeginReleaseResponse{}
+	mi := &file_corpus_v1_api_proto_msgTypes[52]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BeginReleaseResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BeginReleaseResponse) ProtoMessage() {}
+
+func (x *BeginReleaseResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_api_proto_msgTypes[52]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BeginReleaseResponse.ProtoReflect.Descriptor instead.
+func (*BeginReleaseResponse) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{52}
+}
+
+func (x *BeginReleaseResponse) GetRelease() *Release {
+	if x != nil {
+		return x.Release
+	}
+	return nil
+}
+
+type FinishReleaseRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Status        string                 `protobuf:"bytes,2,opt,name=status,proto3" json:"status,omitempty"`
+	Steps         []*ReleaseStep         `protobuf:"bytes,3,rep,name=steps,proto3" json:"steps,omitempty"`
+	FailedStep    string                 `protobuf:"bytes,4,opt,name=failed_step,json=failedStep,proto3" json:"failed_step,omitempty"`
+	Message       string                 `protobuf:"bytes,5,opt,name=message,proto3" json:"message,omitempty"`
+	Log           string                 `protobuf:"bytes,6,opt,name=log,proto3" json:"log,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FinishReleaseRequest) Reset() {
+	*x = FinishReleaseRequest{}
+	mi := &file_corpus_v1_api_proto_msgTypes[53]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FinishReleaseRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FinishReleaseRequest) ProtoMessage() {}
+
+func (x *FinishReleaseRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_api_proto_msgTypes[53]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FinishReleaseRequest.ProtoReflect.Descriptor instead.
+func (*FinishReleaseRequest) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{53}
+}
+
+func (x *FinishReleaseRequest) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *FinishReleaseRequest) GetStatus() string {
+	if x != nil {
+		return x.Status
+	}
+	return ""
+}
+
+func (x *FinishReleaseRequest) GetSteps() []*ReleaseStep {
+	if x != nil {
+		return x.Steps
+	}
+	return nil
+}
+
+func (x *FinishReleaseRequest) GetFailedStep() string {
+	if x != nil {
+		return x.FailedStep
+	}
+	return ""
+}
+
+func (x *FinishReleaseRequest) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+func (x *FinishReleaseRequest) GetLog() string {
+	if x != nil {
+		return x.Log
+	}
+	return ""
+}
+
+type FinishReleaseResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Release       *Release               `protobuf:"bytes,1,opt,name=release,proto3" json:"release,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FinishReleaseResponse) Reset() {
+	*x = FinishReleaseResponse{}
+	mi := &file_corpus_v1_api_proto_msgTypes[54]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FinishReleaseResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FinishReleaseResponse) ProtoMessage() {}
+
+func (x *FinishReleaseResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_api_proto_msgTypes[54]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FinishReleaseResponse.ProtoReflect.Descriptor instead.
+func (*FinishReleaseResponse) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{54}
+}
+
+func (x *FinishReleaseResponse) GetRelease() *Release {
+	if x != nil {
+		return x.Release
+	}
+	return nil
+}
+
+type SetCurrentReleaseRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Project       string                 `protobuf:"bytes,1,opt,name=project,proto3" json:"project,omitempty"`
+	Env           string                 `protobuf:"bytes,2,opt,name=env,proto3" json:"env,omitempty"`
+	Number        uint32                 `protobuf:"varint,3,opt,name=number,proto3" json:"number,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetCurrentReleaseRequest) Reset() {
+	*x = SetCurrentReleaseRequest{}
+	mi := &file_corpus_v1_api_proto_msgTypes[55]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetCurrentReleaseRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetCurrentReleaseRequest) ProtoMessage() {}
+
+func (x *SetCurrentReleaseRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_api_proto_msgTypes[55]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetCurrentReleaseRequest.ProtoReflect.Descriptor instead.
+func (*SetCurrentReleaseRequest) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{55}
+}
+
+func (x *SetCurrentReleaseRequest) GetProject() string {
+	if x != nil {
+		return x.Project
+	}
+	return ""
+}
+
+func (x *SetCurrentReleaseRequest) GetEnv() string {
+	if x != nil {
+		return x.Env
+	}
+	return ""
+}
+
+func (x *SetCurrentReleaseRequest) GetNumber() uint32 {
+	if x != nil {
+		return x.Number
+	}
+	return 0
+}
+
+type SetCurrentReleaseResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetCurrentReleaseResponse) Reset() {
+	*x = SetCurrentReleaseResponse{}
+	mi := &file_corpus_v1_api_proto_msgTypes[56]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetCurrentReleaseResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetCurrentReleaseResponse) ProtoMessage() {}
+
+func (x *SetCurrentReleaseResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_api_proto_msgTypes[56]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetCurrentReleaseResponse.ProtoReflect.Descriptor instead.
+func (*SetCurrentReleaseResponse) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{56}
+}
+
+type PruneReleasesRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Project       string                 `protobuf:"bytes,1,opt,name=project,proto3" json:"project,omitempty"`
+	Env           string                 `protobuf:"bytes,2,opt,name=env,proto3" json:"env,omitempty"`
+	Numbers       []uint32               `protobuf:"varint,3,rep,packed,name=numbers,proto3" json:"numbers,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PruneReleasesRequest) Reset() {
+	*x = PruneReleasesRequest{}
+	mi := &file_corpus_v1_api_proto_msgTypes[57]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PruneReleasesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PruneReleasesRequest) ProtoMessage() {}
+
+func (x *PruneReleasesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_api_proto_msgTypes[57]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PruneReleasesRequest.ProtoReflect.Descriptor instead.
+func (*PruneReleasesRequest) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{57}
+}
+
+func (x *PruneReleasesRequest) GetProject() string {
+	if x != nil {
+		return x.Project
+	}
+	return ""
+}
+
+func (x *PruneReleasesRequest) GetEnv() string {
+	if x != nil {
+		return x.Env
+	}
+	return ""
+}
+
+func (x *PruneReleasesRequest) GetNumbers() []uint32 {
+	if x != nil {
+		return x.Numbers
+	}
+	return nil
+}
+
+type PruneReleasesResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PruneReleasesResponse) Reset() {
+	*x = PruneReleasesResponse{}
+	mi := &file_corpus_v1_api_proto_msgTypes[58]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PruneReleasesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PruneReleasesResponse) ProtoMessage() {}
+
+func (x *PruneReleasesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_api_proto_msgTypes[58]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PruneReleasesResponse.ProtoReflect.Descriptor instead.
+func (*PruneReleasesResponse) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{58}
+}
+
 type EnrollRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	JoinToken     string                 `protobuf:"bytes,1,opt,name=join_token,json=joinToken,proto3" json:"join_token,omitempty"`
@@ -2750,7 +3357,7 @@ type EnrollRequest struct {
 
 func (x *EnrollRequest) Reset() {
 	*x = EnrollRequest{}
-	mi := &file_corpus_v1_api_proto_msgTypes[49]
+	mi := &file_corpus_v1_api_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2762,7 +3369,7 @@ func (x *EnrollRequest) String() string {
 func (*EnrollRequest) ProtoMessage() {}
 
 func (x *EnrollRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[49]
+	mi := &file_corpus_v1_api_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2775,7 +3382,7 @@ func (x *EnrollRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EnrollRequest.ProtoReflect.Descriptor instead.
 func (*EnrollRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{49}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *EnrollRequest) GetJoinToken() string {
@@ -2848,7 +3455,7 @@ type EnrollResponse struct {
 
 func (x *EnrollResponse) Reset() {
 	*x = EnrollResponse{}
-	mi := &file_corpus_v1_api_proto_msgTypes[50]
+	mi := &file_corpus_v1_api_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2860,7 +3467,7 @@ func (x *EnrollResponse) String() string {
 func (*EnrollResponse) ProtoMessage() {}
 
 func (x *EnrollResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[50]
+	mi := &file_corpus_v1_api_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2873,7 +3480,7 @@ func (x *EnrollResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EnrollResponse.ProtoReflect.Descriptor instead.
 func (*EnrollResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{50}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *EnrollResponse) GetNodeId() string {
@@ -2912,7 +3519,7 @@ type WatchRequest struct {
 
 func (x *WatchRequest) Reset() {
 	*x = WatchRequest{}
-	mi := &file_corpus_v1_api_proto_msgTypes[51]
+	mi := &file_corpus_v1_api_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2924,7 +3531,7 @@ func (x *WatchRequest) String() string {
 func (*WatchRequest) ProtoMessage() {}
 
 func (x *WatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[51]
+	mi := &file_corpus_v1_api_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2937,7 +3544,7 @@ func (x *WatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchRequest.ProtoReflect.Descriptor instead.
 func (*WatchRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{51}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{61}
 }
 
 type WatchResponse struct {
@@ -2960,7 +3567,7 @@ type WatchResponse struct {
 
 func (x *WatchResponse) Reset() {
 	*x = WatchResponse{}
-	mi := &file_corpus_v1_api_proto_msgTypes[52]
+	mi := &file_corpus_v1_api_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2972,7 +3579,7 @@ func (x *WatchResponse) String() string {
 func (*WatchResponse) ProtoMessage() {}
 
 func (x *WatchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[52]
+	mi := &file_corpus_v1_api_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2985,7 +3592,7 @@ func (x *WatchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchResponse.ProtoReflect.Descriptor instead.
 func (*WatchResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{52}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *WatchResponse) GetIndex() uint64 {
@@ -3049,13 +3656,14 @@ type ReportRequest struct {
 	MinHostPort   int32             `protobuf:"varint,7,opt,name=min_host_port,json=minHostPort,proto3" json:"min_host_port,omitempty"`
 	ReservedPorts []int32           `protobuf:"varint,8,rep,packed,name=reserved_ports,json=reservedPorts,proto3" json:"reserved_ports,omitempty"`
 	Volumes       []*ReportedVolume `protobuf:"bytes,9,rep,name=volumes,proto3" json:"volumes,omitempty"`
+	GitPort       int32             `protobuf:"varint,10,opt,name=git_port,json=gitPort,proto3" json:"git_port,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ReportRequest) Reset() {
 	*x = ReportRequest{}
-	mi := &file_corpus_v1_api_proto_msgTypes[53]
+	mi := &file_corpus_v1_api_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3067,7 +3675,7 @@ func (x *ReportRequest) String() string {
 func (*ReportRequest) ProtoMessage() {}
 
 func (x *ReportRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[53]
+	mi := &file_corpus_v1_api_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3080,7 +3688,7 @@ func (x *ReportRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportRequest.ProtoReflect.Descriptor instead.
 func (*ReportRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{53}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *ReportRequest) GetCapacity() *Resources {
@@ -3146,6 +3754,13 @@ func (x *ReportRequest) GetVolumes() []*ReportedVolume {
 	return nil
 }
 
+func (x *ReportRequest) GetGitPort() int32 {
+	if x != nil {
+		return x.GitPort
+	}
+	return 0
+}
+
 type ReportedGuest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	GuestId       string                 `protobuf:"bytes,1,opt,name=guest_id,json=guestId,proto3" json:"guest_id,omitempty"`
@@ -3156,7 +3771,7 @@ type ReportedGuest struct {
 
 func (x *ReportedGuest) Reset() {
 	*x = ReportedGuest{}
-	mi := &file_corpus_v1_api_proto_msgTypes[54]
+	mi := &file_corpus_v1_api_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3168,7 +3783,7 @@ func (x *ReportedGuest) String() string {
 func (*ReportedGuest) ProtoMessage() {}
 
 func (x *ReportedGuest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[54]
+	mi := &file_corpus_v1_api_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3181,7 +3796,7 @@ func (x *ReportedGuest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportedGuest.ProtoReflect.Descriptor instead.
 func (*ReportedGuest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{54}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *ReportedGuest) GetGuestId() string {
@@ -3211,7 +3826,7 @@ type ReportedVolume struct {
 
 func (x *ReportedVolume) Reset() {
 	*x = ReportedVolume{}
-	mi := &file_corpus_v1_api_proto_msgTypes[55]
+	mi := &file_corpus_v1_api_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3223,7 +3838,7 @@ func (x *ReportedVolume) String() string {
 func (*ReportedVolume) ProtoMessage() {}
 
 func (x *ReportedVolume) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[55]
+	mi := &file_corpus_v1_api_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3236,7 +3851,7 @@ func (x *ReportedVolume) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportedVolume.ProtoReflect.Descriptor instead.
 func (*ReportedVolume) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{55}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *ReportedVolume) GetVolumeId() string {
@@ -3269,7 +3884,7 @@ type ReportResponse struct {
 
 func (x *ReportResponse) Reset() {
 	*x = ReportResponse{}
-	mi := &file_corpus_v1_api_proto_msgTypes[56]
+	mi := &file_corpus_v1_api_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3281,7 +3896,7 @@ func (x *ReportResponse) String() string {
 func (*ReportResponse) ProtoMessage() {}
 
 func (x *ReportResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[56]
+	mi := &file_corpus_v1_api_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3294,7 +3909,7 @@ func (x *ReportResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportResponse.ProtoReflect.Descriptor instead.
 func (*ReportResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{56}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *ReportResponse) GetIndex() uint64 {
@@ -3313,7 +3928,7 @@ type ExportVolumeRequest struct {
 
 func (x *ExportVolumeRequest) Reset() {
 	*x = ExportVolumeRequest{}
-	mi := &file_corpus_v1_api_proto_msgTypes[57]
+	mi := &file_corpus_v1_api_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3325,7 +3940,7 @@ func (x *ExportVolumeRequest) String() string {
 func (*ExportVolumeRequest) ProtoMessage() {}
 
 func (x *ExportVolumeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[57]
+	mi := &file_corpus_v1_api_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3338,7 +3953,7 @@ func (x *ExportVolumeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExportVolumeRequest.ProtoReflect.Descriptor instead.
 func (*ExportVolumeRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{57}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *ExportVolumeRequest) GetName() string {
@@ -3359,7 +3974,7 @@ type VolumeChunk struct {
 
 func (x *VolumeChunk) Reset() {
 	*x = VolumeChunk{}
-	mi := &file_corpus_v1_api_proto_msgTypes[58]
+	mi := &file_corpus_v1_api_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3371,7 +3986,7 @@ func (x *VolumeChunk) String() string {
 func (*VolumeChunk) ProtoMessage() {}
 
 func (x *VolumeChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[58]
+	mi := &file_corpus_v1_api_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3384,7 +3999,7 @@ func (x *VolumeChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VolumeChunk.ProtoReflect.Descriptor instead.
 func (*VolumeChunk) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{58}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *VolumeChunk) GetName() string {
@@ -3417,7 +4032,7 @@ type ImportVolumeResponse struct {
 
 func (x *ImportVolumeResponse) Reset() {
 	*x = ImportVolumeResponse{}
-	mi := &file_corpus_v1_api_proto_msgTypes[59]
+	mi := &file_corpus_v1_api_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3429,7 +4044,7 @@ func (x *ImportVolumeResponse) String() string {
 func (*ImportVolumeResponse) ProtoMessage() {}
 
 func (x *ImportVolumeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[59]
+	mi := &file_corpus_v1_api_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3442,12 +4057,1530 @@ func (x *ImportVolumeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ImportVolumeResponse.ProtoReflect.Descriptor instead.
 func (*ImportVolumeResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{59}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *ImportVolumeResponse) GetBytes() int64 {
 	if x != nil {
 		return x.Bytes
+	}
+	return 0
+}
+
+type CreateUserRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Role          string                 `protobuf:"bytes,2,opt,name=role,proto3" json:"role,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CreateUserRequest) Reset() {
+	*x = CreateUserRequest{}
+	mi := &file_corpus_v1_api_proto_msgTypes[70]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CreateUserRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CreateUserRequest) ProtoMessage() {}
+
+func (x *CreateUserRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_api_proto_msgTypes[70]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CreateUserRequest.ProtoReflect.Descriptor instead.
+func (*CreateUserRequest) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{70}
+}
+
+func (x *CreateUserRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *CreateUserRequest) GetRole() string {
+	if x != nil {
+		return x.Role
+	}
+	return ""
+}
+
+type CreateUserResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	User          *User                  `protobuf:"bytes,1,opt,name=user,proto3" json:"user,omitempty"`
+	Created       bool                   `protobuf:"varint,2,opt,name=created,proto3" json:"created,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CreateUserResponse) Reset() {
+	*x = CreateUserResponse{}
+	mi := &file_corpus_v1_api_proto_msgTypes[71]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CreateUserResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CreateUserResponse) ProtoMessage() {}
+
+func (x *CreateUserResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_api_proto_msgTypes[71]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CreateUserResponse.ProtoReflect.Descriptor instead.
+func (*CreateUserResponse) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{71}
+}
+
+func (x *CreateUserResponse) GetUser() *User {
+	if x != nil {
+		return x.User
+	}
+	return nil
+}
+
+func (x *CreateUserResponse) GetCreated() bool {
+	if x != nil {
+		return x.Created
+	}
+	return false
+}
+
+type ListUsersRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListUsersRequest) Reset() {
+	*x = ListUsersRequest{}
+	mi := &file_corpus_v1_api_proto_msgTypes[72]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListUsersRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListUsersRequest) ProtoMessage() {}
+
+func (x *ListUsersRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_api_proto_msgTypes[72]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListUsersRequest.ProtoReflect.Descriptor instead.
+func (*ListUsersRequest) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{72}
+}
+
+type ListUsersResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Users         []*User                `protobuf:"bytes,1,rep,name=users,proto3" json:"users,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListUsersResponse) Reset() {
+	*x = ListUsersResponse{}
+	mi := &file_corpus_v1_api_proto_msgTypes[73]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListUsersResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListUsersResponse) ProtoMessage() {}
+
+func (x *ListUsersResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_api_proto_msgTypes[73]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListUsersResponse.ProtoReflect.Descriptor instead.
+func (*ListUsersResponse) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{73}
+}
+
+func (x *ListUsersResponse) GetUsers() []*User {
+	if x != nil {
+		return x.Users
+	}
+	return nil
+}
+
+type DeleteUserRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteUserRequest) Reset() {
+	*x = DeleteUserRequest{}
+	mi := &file_corpus_v1_api_proto_msgTypes[74]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteUserRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteUserRequest) ProtoMessage() {}
+
+func (x *DeleteUserRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_api_proto_msgTypes[74]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteUserRequest.ProtoReflect.Descriptor instead.
+func (*DeleteUserRequest) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{74}
+}
+
+func (x *DeleteUserRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+type DeleteUserResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	User          *User                  `protobuf:"bytes,1,opt,name=user,proto3" json:"user,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteUserResponse) Reset() {
+	*x = DeleteUserResponse{}
+	mi := &file_corpus_v1_api_proto_msgTypes[75]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteUserResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteUserResponse) ProtoMessage() {}
+
+func (x *DeleteUserResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_api_proto_msgTypes[75]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteUserResponse.ProtoReflect.Descriptor instead.
+func (*DeleteUserResponse) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{75}
+}
+
+func (x *DeleteUserResponse) GetUser() *User {
+	if x != nil {
+		return x.User
+	}
+	return nil
+}
+
+type AddKeyRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	User  string                 `protobuf:"bytes,1,opt,name=user,proto3" json:"user,omitempty"`
+	// public_key is one line of an authorized_keys file (id_ed25519.pub).
+	PublicKey     string `protobuf:"bytes,2,opt,name=public_key,json=publicKey,proto3" json:"public_key,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AddKeyRequest) Reset() {
+	*x = AddKeyRequest{}
+	mi := &file_corpus_v1_api_proto_msgTypes[76]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AddKeyRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AddKeyRequest) ProtoMessage() {}
+
+func (x *AddKeyRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_api_proto_msgTypes[76]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AddKeyRequest.ProtoReflect.Descriptor instead.
+func (*AddKeyRequest) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{76}
+}
+
+func (x *AddKeyRequest) GetUser() string {
+	if x != nil {
+		return x.User
+	}
+	return ""
+}
+
+func (x *AddKeyRequest) GetPublicKey() string {
+	if x != nil {
+		return x.PublicKey
+	}
+	return ""
+}
+
+type AddKeyResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Key           *SshKey                `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	Created       bool                   `protobuf:"varint,2,opt,name=created,proto3" json:"created,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AddKeyResponse) Reset() {
+	*x = AddKeyResponse{}
+	mi := &file_corpus_v1_api_proto_msgTypes[77]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AddKeyResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AddKeyResponse) ProtoMessage() {}
+
+func (x *AddKeyResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_api_proto_msgTypes[77]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AddKeyResponse.ProtoReflect.Descriptor instead.
+func (*AddKeyResponse) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{77}
+}
+
+func (x *AddKeyResponse) GetKey() *SshKey {
+	if x != nil {
+		return x.Key
+	}
+	return nil
+}
+
+func (x *AddKeyResponse) GetCreated() bool {
+	if x != nil {
+		return x.Created
+	}
+	return false
+}
+
+type DeleteKeyRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	User  string                 `protobuf:"bytes,1,opt,name=user,proto3" json:"user,omitempty"`
+	// fingerprint ("SHA256:...") of the key to delete.
+	Fingerprint   string `protobuf:"bytes,2,opt,name=fingerprint,proto3" json:"fingerprint,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteKeyRequest) Reset() {
+	*x = DeleteKeyRequest{}
+	mi := &file_corpus_v1_api_proto_msgTypes[78]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteKeyRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteKeyRequest) ProtoMessage() {}
+
+func (x *DeleteKeyRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_api_proto_msgTypes[78]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteKeyRequest.ProtoReflect.Descriptor instead.
+func (*DeleteKeyRequest) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{78}
+}
+
+func (x *DeleteKeyRequest) GetUser() string {
+	if x != nil {
+		return x.User
+	}
+	return ""
+}
+
+func (x *DeleteKeyRequest) GetFingerprint() string {
+	if x != nil {
+		return x.Fingerprint
+	}
+	return ""
+}
+
+type DeleteKeyResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteKeyResponse) Reset() {
+	*x = DeleteKeyResponse{}
+	mi := &file_corpus_v1_api_proto_msgTypes[79]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteKeyResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteKeyResponse) ProtoMessage() {}
+
+func (x *DeleteKeyResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_api_proto_msgTypes[79]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteKeyResponse.ProtoReflect.Descriptor instead.
+func (*DeleteKeyResponse) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{79}
+}
+
+type CreateProjectRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// env: "dev", "staging" or "prod".
+	Env       string     `protobuf:"bytes,2,opt,name=env,proto3" json:"env,omitempty"`
+	Image     string     `protobuf:"bytes,3,opt,name=image,proto3" json:"image,omitempty"`
+	Driver    string     `protobuf:"bytes,4,opt,name=driver,proto3" json:"driver,omitempty"`
+	Resources *Resources `protobuf:"bytes,5,opt,name=resources,proto3" json:"resources,omitempty"`
+	Domains   []string   `protobuf:"bytes,6,rep,name=domains,proto3" json:"domains,omitempty"`
+	// http_port is the guest port the domains route to (80 by default).
+	HttpPort int32 `protobuf:"varint,7,opt,name=http_port,json=httpPort,proto3" json:"http_port,omitempty"`
+	// volume_bytes is the size of the data volume (1 GiB by default).
+	VolumeBytes   int64  `protobuf:"varint,8,opt,name=volume_bytes,json=volumeBytes,proto3" json:"volume_bytes,omitempty"`
+	Branch        string `protobuf:"bytes,9,opt,name=branch,proto3" json:"branch,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CreateProjectRequest) Reset() {
+	*x = CreateProjectRequest{}
+	mi := &file_corpus_v1_api_proto_msgTypes[80]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CreateProjectRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CreateProjectRequest) ProtoMessage() {}
+
+func (x *CreateProjectRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_api_proto_msgTypes[80]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CreateProjectRequest.ProtoReflect.Descriptor instead.
+func (*CreateProjectRequest) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{80}
+}
+
+func (x *CreateProjectRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *CreateProjectRequest) GetEnv() string {
+	if x != nil {
+		return x.Env
+	}
+	return ""
+}
+
+func (x *CreateProjectRequest) GetImage() string {
+	if x != nil {
+		return x.Image
+	}
+	return ""
+}
+
+func (x *CreateProjectRequest) GetDriver() string {
+	if x != nil {
+		return x.Driver
+	}
+	return ""
+}
+
+func (x *CreateProjectRequest) GetResources() *Resources {
+	if x != nil {
+		return x.Resources
+	}
+	return nil
+}
+
+func (x *CreateProjectRequest) GetDomains() []string {
+	if x != nil {
+		return x.Domains
+	}
+	return nil
+}
+
+func (x *CreateProjectRequest) GetHttpPort() int32 {
+	if x != nil {
+		return x.HttpPort
+	}
+	return 0
+}
+
+func (x *CreateProjectRequest) GetVolumeBytes() int64 {
+	if x != nil {
+		return x.VolumeBytes
+	}
+	return 0
+}
+
+func (x *CreateProjectRequest) GetBranch() string {
+	if x != nil {
+		return x.Branch
+	}
+	return ""
+}
+
+type CreateProjectResponse struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Project *Project               `protobuf:"bytes,1,opt,name=project,proto3" json:"project,omitempty"`
+	Created bool                   `protobuf:"varint,2,opt,name=created,proto3" json:"created,omitempty"`
+	// git_remote is known once the guest is placed.
+	GitRemote     string `protobuf:"bytes,3,opt,name=git_remote,json=gitRemote,proto3" json:"git_remote,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CreateProjectResponse) Reset() {
+	*x = CreateProjectResponse{}
+	mi := &file_corpus_v1_api_proto_msgTypes[81]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CreateProjectResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CreateProjectResponse) ProtoMessage() {}
+
+func (x *CreateProjectResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_api_proto_msgTypes[81]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CreateProjectResponse.ProtoReflect.Descriptor instead.
+func (*CreateProjectResponse) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{81}
+}
+
+func (x *CreateProjectResponse) GetProject() *Project {
+	if x != nil {
+		return x.Project
+	}
+	return nil
+}
+
+func (x *CreateProjectResponse) GetCreated() bool {
+	if x != nil {
+		return x.Created
+	}
+	return false
+}
+
+func (x *CreateProjectResponse) GetGitRemote() string {
+	if x != nil {
+		return x.GitRemote
+	}
+	return ""
+}
+
+type ListProjectsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListProjectsRequest) Reset() {
+	*x = ListProjectsRequest{}
+	mi := &file_corpus_v1_api_proto_msgTypes[82]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListProjectsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListProjectsRequest) ProtoMessage() {}
+
+func (x *ListProjectsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_api_proto_msgTypes[82]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListProjectsRequest.ProtoReflect.Descriptor instead.
+func (*ListProjectsRequest) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{82}
+}
+
+type ListProjectsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Projects      []*ProjectView         `protobuf:"bytes,1,rep,name=projects,proto3" json:"projects,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListProjectsResponse) Reset() {
+	*x = ListProjectsResponse{}
+	mi := &file_corpus_v1_api_proto_msgTypes[83]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListProjectsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListProjectsResponse) ProtoMessage() {}
+
+func (x *ListProjectsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_api_proto_msgTypes[83]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListProjectsResponse.ProtoReflect.Descriptor instead.
+func (*ListProjectsResponse) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{83}
+}
+
+func (x *ListProjectsResponse) GetProjects() []*ProjectView {
+	if x != nil {
+		return x.Projects
+	}
+	return nil
+}
+
+// ProjectView is a project with where each environment runs.
+type ProjectView struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Project       *Project               `protobuf:"bytes,1,opt,name=project,proto3" json:"project,omitempty"`
+	Envs          []*ProjectEnvView      `protobuf:"bytes,2,rep,name=envs,proto3" json:"envs,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ProjectView) Reset() {
+	*x = ProjectView{}
+	mi := &file_corpus_v1_api_proto_msgTypes[84]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ProjectView) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ProjectView) ProtoMessage() {}
+
+func (x *ProjectView) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_api_proto_msgTypes[84]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ProjectView.ProtoReflect.Descriptor instead.
+func (*ProjectView) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{84}
+}
+
+func (x *ProjectView) GetProject() *Project {
+	if x != nil {
+		return x.Project
+	}
+	return nil
+}
+
+func (x *ProjectView) GetEnvs() []*ProjectEnvView {
+	if x != nil {
+		return x.Envs
+	}
+	return nil
+}
+
+type ProjectEnvView struct {
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	Name        string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	GuestName   string                 `protobuf:"bytes,2,opt,name=guest_name,json=guestName,proto3" json:"guest_name,omitempty"`
+	GuestStatus string                 `protobuf:"bytes,3,opt,name=guest_status,json=guestStatus,proto3" json:"guest_status,omitempty"`
+	NodeName    string                 `protobuf:"bytes,4,opt,name=node_name,json=nodeName,proto3" json:"node_name,omitempty"`
+	// git_remote is "ssh://git@NODE:PORT/PROJECT" once the guest is placed.
+	GitRemote      string   `protobuf:"bytes,5,opt,name=git_remote,json=gitRemote,proto3" json:"git_remote,omitempty"`
+	CurrentRelease uint32   `protobuf:"varint,6,opt,name=current_release,json=currentRelease,proto3" json:"current_release,omitempty"`
+	Domains        []string `protobuf:"bytes,7,rep,name=domains,proto3" json:"domains,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *ProjectEnvView) Reset() {
+	*x = ProjectEnvView{}
+	mi := &file_corpus_v1_api_proto_msgTypes[85]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ProjectEnvView) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ProjectEnvView) ProtoMessage() {}
+
+func (x *ProjectEnvView) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_api_proto_msgTypes[85]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ProjectEnvView.ProtoReflect.Descriptor instead.
+func (*ProjectEnvView) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{85}
+}
+
+func (x *ProjectEnvView) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *ProjectEnvView) GetGuestName() string {
+	if x != nil {
+		return x.GuestName
+	}
+	return ""
+}
+
+func (x *ProjectEnvView) GetGuestStatus() string {
+	if x != nil {
+		return x.GuestStatus
+	}
+	return ""
+}
+
+func (x *ProjectEnvView) GetNodeName() string {
+	if x != nil {
+		return x.NodeName
+	}
+	return ""
+}
+
+func (x *ProjectEnvView) GetGitRemote() string {
+	if x != nil {
+		return x.GitRemote
+	}
+	return ""
+}
+
+func (x *ProjectEnvView) GetCurrentRelease() uint32 {
+	if x != nil {
+		return x.CurrentRelease
+	}
+	return 0
+}
+
+func (x *ProjectEnvView) GetDomains() []string {
+	if x != nil {
+		return x.Domains
+	}
+	return nil
+}
+
+type GetProjectRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// min_index blocks until the project or one of its guests changes past it.
+	MinIndex      uint64 `protobuf:"varint,2,opt,name=min_index,json=minIndex,proto3" json:"min_index,omitempty"`
+	WaitSeconds   int64  `protobuf:"varint,3,opt,name=wait_seconds,json=waitSeconds,proto3" json:"wait_seconds,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetProjectRequest) Reset() {
+	*x = GetProjectRequest{}
+	mi := &file_corpus_v1_api_proto_msgTypes[86]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetProjectRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetProjectRequest) ProtoMessage() {}
+
+func (x *GetProjectRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_api_proto_msgTypes[86]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetProjectRequest.ProtoReflect.Descriptor instead.
+func (*GetProjectRequest) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{86}
+}
+
+func (x *GetProjectRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *GetProjectRequest) GetMinIndex() uint64 {
+	if x != nil {
+		return x.MinIndex
+	}
+	return 0
+}
+
+func (x *GetProjectRequest) GetWaitSeconds() int64 {
+	if x != nil {
+		return x.WaitSeconds
+	}
+	return 0
+}
+
+type GetProjectResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Project       *ProjectView           `protobuf:"bytes,1,opt,name=project,proto3" json:"project,omitempty"`
+	Index         uint64                 `protobuf:"varint,2,opt,name=index,proto3" json:"index,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetProjectResponse) Reset() {
+	*x = GetProjectResponse{}
+	mi := &file_corpus_v1_api_proto_msgTypes[87]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetProjectResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetProjectResponse) ProtoMessage() {}
+
+func (x *GetProjectResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_api_proto_msgTypes[87]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetProjectResponse.ProtoReflect.Descriptor instead.
+func (*GetProjectResponse) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{87}
+}
+
+func (x *GetProjectResponse) GetProject() *ProjectView {
+	if x != nil {
+		return x.Project
+	}
+	return nil
+}
+
+func (x *GetProjectResponse) GetIndex() uint64 {
+	if x != nil {
+		return x.Index
+	}
+	return 0
+}
+
+type DeleteProjectRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Env           string                 `protobuf:"bytes,2,opt,name=env,proto3" json:"env,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteProjectRequest) Reset() {
+	*x = DeleteProjectRequest{}
+	mi := &file_corpus_v1_api_proto_msgTypes[88]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteProjectRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteProjectRequest) ProtoMessage() {}
+
+func (x *DeleteProjectRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_api_proto_msgTypes[88]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteProjectRequest.ProtoReflect.Descriptor instead.
+func (*DeleteProjectRequest) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{88}
+}
+
+func (x *DeleteProjectRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *DeleteProjectRequest) GetEnv() string {
+	if x != nil {
+		return x.Env
+	}
+	return ""
+}
+
+type DeleteProjectResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteProjectResponse) Reset() {
+	*x = DeleteProjectResponse{}
+	mi := &file_corpus_v1_api_proto_msgTypes[89]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteProjectResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteProjectResponse) ProtoMessage() {}
+
+func (x *DeleteProjectResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_api_proto_msgTypes[89]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteProjectResponse.ProtoReflect.Descriptor instead.
+func (*DeleteProjectResponse) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{89}
+}
+
+type GrantProjectRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	User          string                 `protobuf:"bytes,2,opt,name=user,proto3" json:"user,omitempty"`
+	Revoke        bool                   `protobuf:"varint,3,opt,name=revoke,proto3" json:"revoke,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GrantProjectRequest) Reset() {
+	*x = GrantProjectRequest{}
+	mi := &file_corpus_v1_api_proto_msgTypes[90]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GrantProjectRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GrantProjectRequest) ProtoMessage() {}
+
+func (x *GrantProjectRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_api_proto_msgTypes[90]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GrantProjectRequest.ProtoReflect.Descriptor instead.
+func (*GrantProjectRequest) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{90}
+}
+
+func (x *GrantProjectRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *GrantProjectRequest) GetUser() string {
+	if x != nil {
+		return x.User
+	}
+	return ""
+}
+
+func (x *GrantProjectRequest) GetRevoke() bool {
+	if x != nil {
+		return x.Revoke
+	}
+	return false
+}
+
+type GrantProjectResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Project       *Project               `protobuf:"bytes,1,opt,name=project,proto3" json:"project,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GrantProjectResponse) Reset() {
+	*x = GrantProjectResponse{}
+	mi := &file_corpus_v1_api_proto_msgTypes[91]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GrantProjectResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GrantProjectResponse) ProtoMessage() {}
+
+func (x *GrantProjectResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_api_proto_msgTypes[91]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GrantProjectResponse.ProtoReflect.Descriptor instead.
+func (*GrantProjectResponse) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{91}
+}
+
+func (x *GrantProjectResponse) GetProject() *Project {
+	if x != nil {
+		return x.Project
+	}
+	return nil
+}
+
+type ListReleasesRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Project       string                 `protobuf:"bytes,1,opt,name=project,proto3" json:"project,omitempty"`
+	Env           string                 `protobuf:"bytes,2,opt,name=env,proto3" json:"env,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListReleasesRequest) Reset() {
+	*x = ListReleasesRequest{}
+	mi := &file_corpus_v1_api_proto_msgTypes[92]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListReleasesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListReleasesRequest) ProtoMessage() {}
+
+func (x *ListReleasesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_api_proto_msgTypes[92]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListReleasesRequest.ProtoReflect.Descriptor instead.
+func (*ListReleasesRequest) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{92}
+}
+
+func (x *ListReleasesRequest) GetProject() string {
+	if x != nil {
+		return x.Project
+	}
+	return ""
+}
+
+func (x *ListReleasesRequest) GetEnv() string {
+	if x != nil {
+		return x.Env
+	}
+	return ""
+}
+
+type ListReleasesResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// releases newest first.
+	Releases      []*Release `protobuf:"bytes,1,rep,name=releases,proto3" json:"releases,omitempty"`
+	Current       uint32     `protobuf:"varint,2,opt,name=current,proto3" json:"current,omitempty"`
+	Env           string     `protobuf:"bytes,3,opt,name=env,proto3" json:"env,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListReleasesResponse) Reset() {
+	*x = ListReleasesResponse{}
+	mi := &file_corpus_v1_api_proto_msgTypes[93]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListReleasesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListReleasesResponse) ProtoMessage() {}
+
+func (x *ListReleasesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_api_proto_msgTypes[93]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListReleasesResponse.ProtoReflect.Descriptor instead.
+func (*ListReleasesResponse) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{93}
+}
+
+func (x *ListReleasesResponse) GetReleases() []*Release {
+	if x != nil {
+		return x.Releases
+	}
+	return nil
+}
+
+func (x *ListReleasesResponse) GetCurrent() uint32 {
+	if x != nil {
+		return x.Current
+	}
+	return 0
+}
+
+func (x *ListReleasesResponse) GetEnv() string {
+	if x != nil {
+		return x.Env
+	}
+	return ""
+}
+
+type GetReleaseRequest struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Project string                 `protobuf:"bytes,1,opt,name=project,proto3" json:"project,omitempty"`
+	Env     string                 `protobuf:"bytes,2,opt,name=env,proto3" json:"env,omitempty"`
+	// release is "r3" or "3".
+	Release       string `protobuf:"bytes,3,opt,name=release,proto3" json:"release,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetReleaseRequest) Reset() {
+	*x = GetReleaseRequest{}
+	mi := &file_corpus_v1_api_proto_msgTypes[94]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetReleaseRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetReleaseRequest) ProtoMessage() {}
+
+func (x *GetReleaseRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_api_proto_msgTypes[94]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetReleaseRequest.ProtoReflect.Descriptor instead.
+func (*GetReleaseRequest) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{94}
+}
+
+func (x *GetReleaseRequest) GetProject() string {
+	if x != nil {
+		return x.Project
+	}
+	return ""
+}
+
+func (x *GetReleaseRequest) GetEnv() string {
+	if x != nil {
+		return x.Env
+	}
+	return ""
+}
+
+func (x *GetReleaseRequest) GetRelease() string {
+	if x != nil {
+		return x.Release
+	}
+	return ""
+}
+
+type GetReleaseResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Release       *Release               `protobuf:"bytes,1,opt,name=release,proto3" json:"release,omitempty"`
+	Current       bool                   `protobuf:"varint,2,opt,name=current,proto3" json:"current,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetReleaseResponse) Reset() {
+	*x = GetReleaseResponse{}
+	mi := &file_corpus_v1_api_proto_msgTypes[95]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetReleaseResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetReleaseResponse) ProtoMessage() {}
+
+func (x *GetReleaseResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_api_proto_msgTypes[95]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetReleaseResponse.ProtoReflect.Descriptor instead.
+func (*GetReleaseResponse) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{95}
+}
+
+func (x *GetReleaseResponse) GetRelease() *Release {
+	if x != nil {
+		return x.Release
+	}
+	return nil
+}
+
+func (x *GetReleaseResponse) GetCurrent() bool {
+	if x != nil {
+		return x.Current
+	}
+	return false
+}
+
+type RollbackRequest struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Project string                 `protobuf:"bytes,1,opt,name=project,proto3" json:"project,omitempty"`
+	Env     string                 `protobuf:"bytes,2,opt,name=env,proto3" json:"env,omitempty"`
+	// to is the release number; 0 means the newest good release before
+	// the current one.
+	To            uint32 `protobuf:"varint,3,opt,name=to,proto3" json:"to,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RollbackRequest) Reset() {
+	*x = RollbackRequest{}
+	mi := &file_corpus_v1_api_proto_msgTypes[96]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RollbackRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RollbackRequest) ProtoMessage() {}
+
+func (x *RollbackRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_api_proto_msgTypes[96]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RollbackRequest.ProtoReflect.Descriptor instead.
+func (*RollbackRequest) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{96}
+}
+
+func (x *RollbackRequest) GetProject() string {
+	if x != nil {
+		return x.Project
+	}
+	return ""
+}
+
+func (x *RollbackRequest) GetEnv() string {
+	if x != nil {
+		return x.Env
+	}
+	return ""
+}
+
+func (x *RollbackRequest) GetTo() uint32 {
+	if x != nil {
+		return x.To
+	}
+	return 0
+}
+
+type RollbackOutput struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Output []byte                 `protobuf:"bytes,1,opt,name=output,proto3" json:"output,omitempty"`
+	// done is set on the last message, with the release now current.
+	Done          bool   `protobuf:"varint,2,opt,name=done,proto3" json:"done,omitempty"`
+	Current       uint32 `protobuf:"varint,3,opt,name=current,proto3" json:"current,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RollbackOutput) Reset() {
+	*x = RollbackOutput{}
+	mi := &file_corpus_v1_api_proto_msgTypes[97]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RollbackOutput) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RollbackOutput) ProtoMessage() {}
+
+func (x *RollbackOutput) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_api_proto_msgTypes[97]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RollbackOutput.ProtoReflect.Descriptor instead.
+func (*RollbackOutput) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{97}
+}
+
+func (x *RollbackOutput) GetOutput() []byte {
+	if x != nil {
+		return x.Output
+	}
+	return nil
+}
+
+func (x *RollbackOutput) GetDone() bool {
+	if x != nil {
+		return x.Done
+	}
+	return false
+}
+
+func (x *RollbackOutput) GetCurrent() uint32 {
+	if x != nil {
+		return x.Current
 	}
 	return 0
 }
@@ -3641,7 +5774,48 @@ const file_corpus_v1_api_proto_rawDesc = "" +
 	"\x13DeleteVolumeRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\"A\n" +
 	"\x14DeleteVolumeResponse\x12)\n" +
-	"\x06volume\x18\x01 \x01(\v2\x11.corpus.v1.VolumeR\x06volume\"\x82\x03\n" +
+	"\x06volume\x18\x01 \x01(\v2\x11.corpus.v1.VolumeR\x06volume\"v\n" +
+	"\x10GitAccessRequest\x12 \n" +
+	"\vfingerprint\x18\x01 \x01(\tR\vfingerprint\x12\x18\n" +
+	"\aproject\x18\x02 \x01(\tR\aproject\x12\x10\n" +
+	"\x03env\x18\x03 \x01(\tR\x03env\x12\x14\n" +
+	"\x05write\x18\x04 \x01(\bR\x05write\"\xf4\x01\n" +
+	"\x11GitAccessResponse\x12\x12\n" +
+	"\x04user\x18\x01 \x01(\tR\x04user\x12\x12\n" +
+	"\x04role\x18\x02 \x01(\tR\x04role\x12\x18\n" +
+	"\aallowed\x18\x03 \x01(\bR\aallowed\x12\x16\n" +
+	"\x06reason\x18\x04 \x01(\tR\x06reason\x12,\n" +
+	"\aproject\x18\x05 \x01(\v2\x12.corpus.v1.ProjectR\aproject\x12'\n" +
+	"\x03env\x18\x06 \x01(\v2\x15.corpus.v1.ProjectEnvR\x03env\x12.\n" +
+	"\breleases\x18\a \x03(\v2\x12.corpus.v1.ReleaseR\breleases\"\x8b\x01\n" +
+	"\x13BeginReleaseRequest\x12\x18\n" +
+	"\aproject\x18\x01 \x01(\tR\aproject\x12\x10\n" +
+	"\x03env\x18\x02 \x01(\tR\x03env\x12\x16\n" +
+	"\x06commit\x18\x03 \x01(\tR\x06commit\x12\x16\n" +
+	"\x06author\x18\x04 \x01(\tR\x06author\x12\x18\n" +
+	"\asubject\x18\x05 \x01(\tR\asubject\"D\n" +
+	"\x14BeginReleaseResponse\x12,\n" +
+	"\arelease\x18\x01 \x01(\v2\x12.corpus.v1.ReleaseR\arelease\"\xb9\x01\n" +
+	"\x14FinishReleaseRequest\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x16\n" +
+	"\x06status\x18\x02 \x01(\tR\x06status\x12,\n" +
+	"\x05steps\x18\x03 \x03(\v2\x16.corpus.v1.ReleaseStepR\x05steps\x12\x1f\n" +
+	"\vfailed_step\x18\x04 \x01(\tR\n" +
+	"failedStep\x12\x18\n" +
+	"\amessage\x18\x05 \x01(\tR\amessage\x12\x10\n" +
+	"\x03log\x18\x06 \x01(\tR\x03log\"E\n" +
+	"\x15FinishReleaseResponse\x12,\n" +
+	"\arelease\x18\x01 \x01(\v2\x12.corpus.v1.ReleaseR\arelease\"^\n" +
+	"\x18SetCurrentReleaseRequest\x12\x18\n" +
+	"\aproject\x18\x01 \x01(\tR\aproject\x12\x10\n" +
+	"\x03env\x18\x02 \x01(\tR\x03env\x12\x16\n" +
+	"\x06number\x18\x03 \x01(\rR\x06number\"\x1b\n" +
+	"\x19SetCurrentReleaseResponse\"\\\n" +
+	"\x14PruneReleasesRequest\x12\x18\n" +
+	"\aproject\x18\x01 \x01(\tR\aproject\x12\x10\n" +
+	"\x03env\x18\x02 \x01(\tR\x03env\x12\x18\n" +
+	"\anumbers\x18\x03 \x03(\rR\anumbers\"\x17\n" +
+	"\x15PruneReleasesResponse\"\x82\x03\n" +
 	"\rEnrollRequest\x12\x1d\n" +
 	"\n" +
 	"join_token\x18\x01 \x01(\tR\tjoinToken\x12\x18\n" +
@@ -3670,7 +5844,7 @@ const file_corpus_v1_api_proto_rawDesc = "" +
 	"\x06routes\x18\x04 \x03(\v2\x10.corpus.v1.RouteR\x06routes\x12\x19\n" +
 	"\bdns_port\x18\x05 \x01(\rR\adnsPort\x12\x19\n" +
 	"\bdns_zone\x18\x06 \x01(\tR\adnsZone\x12+\n" +
-	"\avolumes\x18\a \x03(\v2\x11.corpus.v1.VolumeR\avolumes\"\x88\x03\n" +
+	"\avolumes\x18\a \x03(\v2\x11.corpus.v1.VolumeR\avolumes\"\xa3\x03\n" +
 	"\rReportRequest\x120\n" +
 	"\bcapacity\x18\x01 \x01(\v2\x14.corpus.v1.ResourcesR\bcapacity\x12/\n" +
 	"\adrivers\x18\x02 \x03(\v2\x15.corpus.v1.DriverInfoR\adrivers\x12#\n" +
@@ -3680,7 +5854,9 @@ const file_corpus_v1_api_proto_rawDesc = "" +
 	"\aaddress\x18\x06 \x01(\tR\aaddress\x12\"\n" +
 	"\rmin_host_port\x18\a \x01(\x05R\vminHostPort\x12%\n" +
 	"\x0ereserved_ports\x18\b \x03(\x05R\rreservedPorts\x123\n" +
-	"\avolumes\x18\t \x03(\v2\x19.corpus.v1.ReportedVolumeR\avolumes\"`\n" +
+	"\avolumes\x18\t \x03(\v2\x19.corpus.v1.ReportedVolumeR\avolumes\x12\x19\n" +
+	"\bgit_port\x18\n" +
+	" \x01(\x05R\agitPort\"`\n" +
 	"\rReportedGuest\x12\x19\n" +
 	"\bguest_id\x18\x01 \x01(\tR\aguestId\x124\n" +
 	"\bobserved\x18\x02 \x01(\v2\x18.corpus.v1.GuestObservedR\bobserved\"\x8e\x01\n" +
@@ -3698,7 +5874,101 @@ const file_corpus_v1_api_proto_rawDesc = "" +
 	"totalBytes\x12\x12\n" +
 	"\x04data\x18\x03 \x01(\fR\x04data\",\n" +
 	"\x14ImportVolumeResponse\x12\x14\n" +
-	"\x05bytes\x18\x01 \x01(\x03R\x05bytes2T\n" +
+	"\x05bytes\x18\x01 \x01(\x03R\x05bytes\";\n" +
+	"\x11CreateUserRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
+	"\x04role\x18\x02 \x01(\tR\x04role\"S\n" +
+	"\x12CreateUserResponse\x12#\n" +
+	"\x04user\x18\x01 \x01(\v2\x0f.corpus.v1.UserR\x04user\x12\x18\n" +
+	"\acreated\x18\x02 \x01(\bR\acreated\"\x12\n" +
+	"\x10ListUsersRequest\":\n" +
+	"\x11ListUsersResponse\x12%\n" +
+	"\x05users\x18\x01 \x03(\v2\x0f.corpus.v1.UserR\x05users\"'\n" +
+	"\x11DeleteUserRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\"9\n" +
+	"\x12DeleteUserResponse\x12#\n" +
+	"\x04user\x18\x01 \x01(\v2\x0f.corpus.v1.UserR\x04user\"B\n" +
+	"\rAddKeyRequest\x12\x12\n" +
+	"\x04user\x18\x01 \x01(\tR\x04user\x12\x1d\n" +
+	"\n" +
+	"public_key\x18\x02 \x01(\tR\tpublicKey\"O\n" +
+	"\x0eAddKeyResponse\x12#\n" +
+	"\x03key\x18\x01 \x01(\v2\x11.corpus.v1.SshKeyR\x03key\x12\x18\n" +
+	"\acreated\x18\x02 \x01(\bR\acreated\"H\n" +
+	"\x10DeleteKeyRequest\x12\x12\n" +
+	"\x04user\x18\x01 \x01(\tR\x04user\x12 \n" +
+	"\vfingerprint\x18\x02 \x01(\tR\vfingerprint\"\x13\n" +
+	"\x11DeleteKeyResponse\"\x90\x02\n" +
+	"\x14CreateProjectRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x10\n" +
+	"\x03env\x18\x02 \x01(\tR\x03env\x12\x14\n" +
+	"\x05image\x18\x03 \x01(\tR\x05image\x12\x16\n" +
+	"\x06driver\x18\x04 \x01(\tR\x06driver\x122\n" +
+	"\tresources\x18\x05 \x01(\v2\x14.corpus.v1.ResourcesR\tresources\x12\x18\n" +
+	"\adomains\x18\x06 \x03(\tR\adomains\x12\x1b\n" +
+	"\thttp_port\x18\a \x01(\x05R\bhttpPort\x12!\n" +
+	"\fvolume_bytes\x18\b \x01(\x03R\vvolumeBytes\x12\x16\n" +
+	"\x06branch\x18\t \x01(\tR\x06branch\"~\n" +
+	"\x15CreateProjectResponse\x12,\n" +
+	"\aproject\x18\x01 \x01(\v2\x12.corpus.v1.ProjectR\aproject\x12\x18\n" +
+	"\acreated\x18\x02 \x01(\bR\acreated\x12\x1d\n" +
+	"\n" +
+	"git_remote\x18\x03 \x01(\tR\tgitRemote\"\x15\n" +
+	"\x13ListProjectsRequest\"J\n" +
+	"\x14ListProjectsResponse\x122\n" +
+	"\bprojects\x18\x01 \x03(\v2\x16.corpus.v1.ProjectViewR\bprojects\"j\n" +
+	"\vProjectView\x12,\n" +
+	"\aproject\x18\x01 \x01(\v2\x12.corpus.v1.ProjectR\aproject\x12-\n" +
+	"\x04envs\x18\x02 \x03(\v2\x19.corpus.v1.ProjectEnvViewR\x04envs\"\xe5\x01\n" +
+	"\x0eProjectEnvView\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1d\n" +
+	"\n" +
+	"guest_name\x18\x02 \x01(\tR\tguestName\x12!\n" +
+	"\fguest_status\x18\x03 \x01(\tR\vguestStatus\x12\x1b\n" +
+	"\tnode_name\x18\x04 \x01(\tR\bnodeName\x12\x1d\n" +
+	"\n" +
+	"git_remote\x18\x05 \x01(\tR\tgitRemote\x12'\n" +
+	"\x0fcurrent_release\x18\x06 \x01(\rR\x0ecurrentRelease\x12\x18\n" +
+	"\adomains\x18\a \x03(\tR\adomains\"g\n" +
+	"\x11GetProjectRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1b\n" +
+	"\tmin_index\x18\x02 \x01(\x04R\bminIndex\x12!\n" +
+	"\fwait_seconds\x18\x03 \x01(\x03R\vwaitSeconds\"\\\n" +
+	"\x12GetProjectResponse\x120\n" +
+	"\aproject\x18\x01 \x01(\v2\x16.corpus.v1.ProjectViewR\aproject\x12\x14\n" +
+	"\x05index\x18\x02 \x01(\x04R\x05index\"<\n" +
+	"\x14DeleteProjectRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x10\n" +
+	"\x03env\x18\x02 \x01(\tR\x03env\"\x17\n" +
+	"\x15DeleteProjectResponse\"U\n" +
+	"\x13GrantProjectRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
+	"\x04user\x18\x02 \x01(\tR\x04user\x12\x16\n" +
+	"\x06revoke\x18\x03 \x01(\bR\x06revoke\"D\n" +
+	"\x14GrantProjectResponse\x12,\n" +
+	"\aproject\x18\x01 \x01(\v2\x12.corpus.v1.ProjectR\aproject\"A\n" +
+	"\x13ListReleasesRequest\x12\x18\n" +
+	"\aproject\x18\x01 \x01(\tR\aproject\x12\x10\n" +
+	"\x03env\x18\x02 \x01(\tR\x03env\"r\n" +
+	"\x14ListReleasesResponse\x12.\n" +
+	"\breleases\x18\x01 \x03(\v2\x12.corpus.v1.ReleaseR\breleases\x12\x18\n" +
+	"\acurrent\x18\x02 \x01(\rR\acurrent\x12\x10\n" +
+	"\x03env\x18\x03 \x01(\tR\x03env\"Y\n" +
+	"\x11GetReleaseRequest\x12\x18\n" +
+	"\aproject\x18\x01 \x01(\tR\aproject\x12\x10\n" +
+	"\x03env\x18\x02 \x01(\tR\x03env\x12\x18\n" +
+	"\arelease\x18\x03 \x01(\tR\arelease\"\\\n" +
+	"\x12GetReleaseResponse\x12,\n" +
+	"\arelease\x18\x01 \x01(\v2\x12.corpus.v1.ReleaseR\arelease\x12\x18\n" +
+	"\acurrent\x18\x02 \x01(\bR\acurrent\"M\n" +
+	"\x0fRollbackRequest\x12\x18\n" +
+	"\aproject\x18\x01 \x01(\tR\aproject\x12\x10\n" +
+	"\x03env\x18\x02 \x01(\tR\x03env\x12\x0e\n" +
+	"\x02to\x18\x03 \x01(\rR\x02to\"V\n" +
+	"\x0eRollbackOutput\x12\x16\n" +
+	"\x06output\x18\x01 \x01(\fR\x06output\x12\x12\n" +
+	"\x04done\x18\x02 \x01(\bR\x04done\x12\x18\n" +
+	"\acurrent\x18\x03 \x01(\rR\acurrent2T\n" +
 	"\x0eClusterService\x12B\n" +
 	"\x06Status\x12\x18.corpus.v1.StatusRequest\x1a\x19.corpus.v1.StatusResponse\"\x03\x90\x02\x012\xfb\x01\n" +
 	"\vNodeService\x12X\n" +
@@ -3733,16 +6003,41 @@ const file_corpus_v1_api_proto_rawDesc = "" +
 	"\fResizeVolume\x12\x1e.corpus.v1.ResizeVolumeRequest\x1a\x1f.corpus.v1.ResizeVolumeResponse\x12K\n" +
 	"\n" +
 	"MoveVolume\x12\x1c.corpus.v1.MoveVolumeRequest\x1a\x1d.corpus.v1.MoveVolumeProgress0\x01\x12U\n" +
-	"\x0eSnapshotVolume\x12 .corpus.v1.SnapshotVolumeRequest\x1a!.corpus.v1.SnapshotVolumeResponse2\xca\x01\n" +
+	"\x0eSnapshotVolume\x12 .corpus.v1.SnapshotVolumeRequest\x1a!.corpus.v1.SnapshotVolumeResponse2\xf0\x04\n" +
 	"\fAgentService\x12=\n" +
 	"\x06Enroll\x12\x18.corpus.v1.EnrollRequest\x1a\x19.corpus.v1.EnrollResponse\x12<\n" +
 	"\x05Watch\x12\x17.corpus.v1.WatchRequest\x1a\x18.corpus.v1.WatchResponse0\x01\x12=\n" +
-	"\x06Report\x12\x18.corpus.v1.ReportRequest\x1a\x19.corpus.v1.ReportResponse2\xbc\x02\n" +
+	"\x06Report\x12\x18.corpus.v1.ReportRequest\x1a\x19.corpus.v1.ReportResponse\x12K\n" +
+	"\tGitAccess\x12\x1b.corpus.v1.GitAccessRequest\x1a\x1c.corpus.v1.GitAccessResponse\"\x03\x90\x02\x01\x12O\n" +
+	"\fBeginRelease\x12\x1e.corpus.v1.BeginReleaseRequest\x1a\x1f.corpus.v1.BeginReleaseResponse\x12R\n" +
+	"\rFinishRelease\x12\x1f.corpus.v1.FinishReleaseRequest\x1a .corpus.v1.FinishReleaseResponse\x12^\n" +
+	"\x11SetCurrentRelease\x12#.corpus.v1.SetCurrentReleaseRequest\x1a$.corpus.v1.SetCurrentReleaseResponse\x12R\n" +
+	"\rPruneReleases\x12\x1f.corpus.v1.PruneReleasesRequest\x1a .corpus.v1.PruneReleasesResponse2\x81\x03\n" +
 	"\x10NodeAgentService\x12<\n" +
 	"\x04Exec\x12\x1b.corpus.v1.ExecGuestRequest\x1a\x15.corpus.v1.ExecOutput0\x01\x12H\n" +
 	"\fExportVolume\x12\x1e.corpus.v1.ExportVolumeRequest\x1a\x16.corpus.v1.VolumeChunk0\x01\x12I\n" +
 	"\fImportVolume\x12\x16.corpus.v1.VolumeChunk\x1a\x1f.corpus.v1.ImportVolumeResponse(\x01\x12U\n" +
-	"\x0eSnapshotVolume\x12 .corpus.v1.SnapshotVolumeRequest\x1a!.corpus.v1.SnapshotVolumeResponseB!Z\x1fcorpus/proto/corpus/v1;corpusv1b\x06proto3"
+	"\x0eSnapshotVolume\x12 .corpus.v1.SnapshotVolumeRequest\x1a!.corpus.v1.SnapshotVolumeResponse\x12C\n" +
+	"\bRollback\x12\x1a.corpus.v1.RollbackRequest\x1a\x19.corpus.v1.RollbackOutput0\x012\xf7\x02\n" +
+	"\vUserService\x12I\n" +
+	"\n" +
+	"CreateUser\x12\x1c.corpus.v1.CreateUserRequest\x1a\x1d.corpus.v1.CreateUserResponse\x12K\n" +
+	"\tListUsers\x12\x1b.corpus.v1.ListUsersRequest\x1a\x1c.corpus.v1.ListUsersResponse\"\x03\x90\x02\x01\x12I\n" +
+	"\n" +
+	"DeleteUser\x12\x1c.corpus.v1.DeleteUserRequest\x1a\x1d.corpus.v1.DeleteUserResponse\x12=\n" +
+	"\x06AddKey\x12\x18.corpus.v1.AddKeyRequest\x1a\x19.corpus.v1.AddKeyResponse\x12F\n" +
+	"\tDeleteKey\x12\x1b.corpus.v1.DeleteKeyRequest\x1a\x1c.corpus.v1.DeleteKeyResponse2\x9a\x05\n" +
+	"\x0eProjectService\x12R\n" +
+	"\rCreateProject\x12\x1f.corpus.v1.CreateProjectRequest\x1a .corpus.v1.CreateProjectResponse\x12T\n" +
+	"\fListProjects\x12\x1e.corpus.v1.ListProjectsRequest\x1a\x1f.corpus.v1.ListProjectsResponse\"\x03\x90\x02\x01\x12N\n" +
+	"\n" +
+	"GetProject\x12\x1c.corpus.v1.GetProjectRequest\x1a\x1d.corpus.v1.GetProjectResponse\"\x03\x90\x02\x01\x12R\n" +
+	"\rDeleteProject\x12\x1f.corpus.v1.DeleteProjectRequest\x1a .corpus.v1.DeleteProjectResponse\x12O\n" +
+	"\fGrantProject\x12\x1e.corpus.v1.GrantProjectRequest\x1a\x1f.corpus.v1.GrantProjectResponse\x12T\n" +
+	"\fListReleases\x12\x1e.corpus.v1.ListReleasesRequest\x1a\x1f.corpus.v1.ListReleasesResponse\"\x03\x90\x02\x01\x12N\n" +
+	"\n" +
+	"GetRelease\x12\x1c.corpus.v1.GetReleaseRequest\x1a\x1d.corpus.v1.GetReleaseResponse\"\x03\x90\x02\x01\x12C\n" +
+	"\bRollback\x12\x1a.corpus.v1.RollbackRequest\x1a\x19.corpus.v1.RollbackOutput0\x01B!Z\x1fcorpus/proto/corpus/v1;corpusv1b\x06proto3"
 
 var (
 	file_corpus_v1_api_proto_rawDescOnce sync.Once
@@ -3756,191 +6051,292 @@ func file_corpus_v1_api_proto_rawDescGZIP() []byte {
 	return file_corpus_v1_api_proto_rawDescData
 }
 
-var file_corpus_v1_api_proto_msgTypes = make([]protoimpl.MessageInfo, 62)
+var file_corpus_v1_api_proto_msgTypes = make([]protoimpl.MessageInfo, 100)
 var file_corpus_v1_api_proto_goTypes = []any{
-	(*StatusRequest)(nil),           // 0: corpus.v1.StatusRequest
-	(*StatusResponse)(nil),          // 1: corpus.v1.StatusResponse
-	(*CreateJoinTokenRequest)(nil),  // 2: corpus.v1.CreateJoinTokenRequest
-	(*CreateJoinTokenResponse)(nil), // 3: corpus.v1.CreateJoinTokenResponse
-	(*ListNodesRequest)(nil),        // 4: corpus.v1.ListNodesRequest
-	(*ListNodesResponse)(nil),       // 5: corpus.v1.ListNodesResponse
-	(*GetNodeRequest)(nil),          // 6: corpus.v1.GetNodeRequest
-	(*GetNodeResponse)(nil),         // 7: corpus.v1.GetNodeResponse
-	(*NodeView)(nil),                // 8: corpus.v1.NodeView
-	(*CreateGuestRequest)(nil),      // 9: corpus.v1.CreateGuestRequest
-	(*CreateGuestResponse)(nil),     // 10: corpus.v1.CreateGuestResponse
-	(*GetGuestRequest)(nil),         // 11: corpus.v1.GetGuestRequest
-	(*GetGuestResponse)(nil),        // 12: corpus.v1.GetGuestResponse
-	(*ListGuestsRequest)(nil),       // 13: corpus.v1.ListGuestsRequest
-	(*ListGuestsResponse)(nil),      // 14: corpus.v1.ListGuestsResponse
-	(*GuestActionRequest)(nil),      // 15: corpus.v1.GuestActionRequest
-	(*GuestActionResponse)(nil),     // 16: corpus.v1.GuestActionResponse
-	(*ExecGuestRequest)(nil),        // 17: corpus.v1.ExecGuestRequest
-	(*ExecOutput)(nil),              // 18: corpus.v1.ExecOutput
-	(*CreateRouteRequest)(nil),      // 19: corpus.v1.CreateRouteRequest
-	(*CreateRouteResponse)(nil),     // 20: corpus.v1.CreateRouteResponse
-	(*ListRoutesRequest)(nil),       // 21: corpus.v1.ListRoutesRequest
-	(*RouteView)(nil),               // 22: corpus.v1.RouteView
-	(*ListRoutesResponse)(nil),      // 23: corpus.v1.ListRoutesResponse
-	(*NatView)(nil),                 // 24: corpus.v1.NatView
-	(*DeleteRouteRequest)(nil),      // 25: corpus.v1.DeleteRouteRequest
-	(*DeleteRouteResponse)(nil),     // 26: corpus.v1.DeleteRouteResponse
-	(*MoveRouteRequest)(nil),        // 27: corpus.v1.MoveRouteRequest
-	(*MoveRouteResponse)(nil),       // 28: corpus.v1.MoveRouteResponse
-	(*ListRecordsRequest)(nil),      // 29: corpus.v1.ListRecordsRequest
-	(*ZoneRecord)(nil),              // 30: corpus.v1.ZoneRecord
-	(*ListRecordsResponse)(nil),     // 31: corpus.v1.ListRecordsResponse
-	(*AddRecordRequest)(nil),        // 32: corpus.v1.AddRecordRequest
-	(*AddRecordResponse)(nil),       // 33: corpus.v1.AddRecordResponse
-	(*DeleteRecordRequest)(nil),     // 34: corpus.v1.DeleteRecordRequest
-	(*DeleteRecordResponse)(nil),    // 35: corpus.v1.DeleteRecordResponse
-	(*SnapshotVolumeRequest)(nil),   // 36: corpus.v1.SnapshotVolumeRequest
-	(*SnapshotVolumeResponse)(nil),  // 37: corpus.v1.SnapshotVolumeResponse
-	(*MoveVolumeRequest)(nil),       // 38: corpus.v1.MoveVolumeRequest
-	(*MoveVolumeProgress)(nil),      // 39: corpus.v1.MoveVolumeProgress
-	(*ResizeVolumeRequest)(nil),     // 40: corpus.v1.ResizeVolumeRequest
-	(*ResizeVolumeResponse)(nil),    // 41: corpus.v1.ResizeVolumeResponse
-	(*ListVolumesRequest)(nil),      // 42: corpus.v1.ListVolumesRequest
-	(*VolumeView)(nil),              // 43: corpus.v1.VolumeView
-	(*ListVolumesResponse)(nil),     // 44: corpus.v1.ListVolumesResponse
-	(*GetVolumeRequest)(nil),        // 45: corpus.v1.GetVolumeRequest
-	(*GetVolumeResponse)(nil),       // 46: corpus.v1.GetVolumeResponse
-	(*DeleteVolumeRequest)(nil),     // 47: corpus.v1.DeleteVolumeRequest
-	(*DeleteVolumeResponse)(nil),    // 48: corpus.v1.DeleteVolumeResponse
-	(*EnrollRequest)(nil),           // 49: corpus.v1.EnrollRequest
-	(*EnrollResponse)(nil),          // 50: corpus.v1.EnrollResponse
-	(*WatchRequest)(nil),            // 51: corpus.v1.WatchRequest
-	(*WatchResponse)(nil),           // 52: corpus.v1.WatchResponse
-	(*ReportRequest)(nil),           // 53: corpus.v1.ReportRequest
-	(*ReportedGuest)(nil),           // 54: corpus.v1.ReportedGuest
-	(*ReportedVolume)(nil),          // 55: corpus.v1.ReportedVolume
-	(*ReportResponse)(nil),          // 56: corpus.v1.ReportResponse
-	(*ExportVolumeRequest)(nil),     // 57: corpus.v1.ExportVolumeRequest
-	(*VolumeChunk)(nil),             // 58: corpus.v1.VolumeChunk
-	(*ImportVolumeResponse)(nil),    // 59: corpus.v1.ImportVolumeResponse
-	nil,                             // 60: corpus.v1.ExecGuestRequest.EnvEntry
-	nil,                             // 61: corpus.v1.EnrollRequest.LabelsEntry
-	(*JoinToken)(nil),               // 62: corpus.v1.JoinToken
-	(*Node)(nil),                    // 63: corpus.v1.Node
-	(*Resources)(nil),               // 64: corpus.v1.Resources
-	(*GuestSpec)(nil),               // 65: corpus.v1.GuestSpec
-	(*Guest)(nil),                   // 66: corpus.v1.Guest
-	(*Route)(nil),                   // 67: corpus.v1.Route
-	(*Port)(nil),                    // 68: corpus.v1.Port
-	(*DnsRecord)(nil),               // 69: corpus.v1.DnsRecord
-	(*Volume)(nil),                  // 70: corpus.v1.Volume
-	(*DriverInfo)(nil),              // 71: corpus.v1.DriverInfo
-	(*GuestObserved)(nil),           // 72: corpus.v1.GuestObserved
-	(*VolumeObserved)(nil),          // 73: corpus.v1.VolumeObserved
+	(*StatusRequest)(nil),             // 0: corpus.v1.StatusRequest
+	(*StatusResponse)(nil),            // 1: corpus.v1.StatusResponse
+	(*CreateJoinTokenRequest)(nil),    // 2: corpus.v1.CreateJoinTokenRequest
+	(*CreateJoinTokenResponse)(nil),   // 3: corpus.v1.CreateJoinTokenResponse
+	(*ListNodesRequest)(nil),          // 4: corpus.v1.ListNodesRequest
+	(*ListNodesResponse)(nil),         // 5: corpus.v1.ListNodesResponse
+	(*GetNodeRequest)(nil),            // 6: corpus.v1.GetNodeRequest
+	(*GetNodeResponse)(nil),           // 7: corpus.v1.GetNodeResponse
+	(*NodeView)(nil),                  // 8: corpus.v1.NodeView
+	(*CreateGuestRequest)(nil),        // 9: corpus.v1.CreateGuestRequest
+	(*CreateGuestResponse)(nil),       // 10: corpus.v1.CreateGuestResponse
+	(*GetGuestRequest)(nil),           // 11: corpus.v1.GetGuestRequest
+	(*GetGuestResponse)(nil),          // 12: corpus.v1.GetGuestResponse
+	(*ListGuestsRequest)(nil),         // 13: corpus.v1.ListGuestsRequest
+	(*ListGuestsResponse)(nil),        // 14: corpus.v1.ListGuestsResponse
+	(*GuestActionRequest)(nil),        // 15: corpus.v1.GuestActionRequest
+	(*GuestActionResponse)(nil),       // 16: corpus.v1.GuestActionResponse
+	(*ExecGuestRequest)(nil),          // 17: corpus.v1.ExecGuestRequest
+	(*ExecOutput)(nil),                // 18: corpus.v1.ExecOutput
+	(*CreateRouteRequest)(nil),        // 19: corpus.v1.CreateRouteRequest
+	(*CreateRouteResponse)(nil),       // 20: corpus.v1.CreateRouteResponse
+	(*ListRoutesRequest)(nil),         // 21: corpus.v1.ListRoutesRequest
+	(*RouteView)(nil),                 // 22: corpus.v1.RouteView
+	(*ListRoutesResponse)(nil),        // 23: corpus.v1.ListRoutesResponse
+	(*NatView)(nil),                   // 24: corpus.v1.NatView
+	(*DeleteRouteRequest)(nil),        // 25: corpus.v1.DeleteRouteRequest
+	(*DeleteRouteResponse)(nil),       // 26: corpus.v1.DeleteRouteResponse
+	(*MoveRouteRequest)(nil),          // 27: corpus.v1.MoveRouteRequest
+	(*MoveRouteResponse)(nil),         // 28: corpus.v1.MoveRouteResponse
+	(*ListRecordsRequest)(nil),        // 29: corpus.v1.ListRecordsRequest
+	(*ZoneRecord)(nil),                // 30: corpus.v1.ZoneRecord
+	(*ListRecordsResponse)(nil),       // 31: corpus.v1.ListRecordsResponse
+	(*AddRecordRequest)(nil),          // 32: corpus.v1.AddRecordRequest
+	(*AddRecordResponse)(nil),         // 33: corpus.v1.AddRecordResponse
+	(*DeleteRecordRequest)(nil),       // 34: corpus.v1.DeleteRecordRequest
+	(*DeleteRecordResponse)(nil),      // 35: corpus.v1.DeleteRecordResponse
+	(*SnapshotVolumeRequest)(nil),     // 36: corpus.v1.SnapshotVolumeRequest
+	(*SnapshotVolumeResponse)(nil),    // 37: corpus.v1.SnapshotVolumeResponse
+	(*MoveVolumeRequest)(nil),         // 38: corpus.v1.MoveVolumeRequest
+	(*MoveVolumeProgress)(nil),        // 39: corpus.v1.MoveVolumeProgress
+	(*ResizeVolumeRequest)(nil),       // 40: corpus.v1.ResizeVolumeRequest
+	(*ResizeVolumeResponse)(nil),      // 41: corpus.v1.ResizeVolumeResponse
+	(*ListVolumesRequest)(nil),        // 42: corpus.v1.ListVolumesRequest
+	(*VolumeView)(nil),                // 43: corpus.v1.VolumeView
+	(*ListVolumesResponse)(nil),       // 44: corpus.v1.ListVolumesResponse
+	(*GetVolumeRequest)(nil),          // 45: corpus.v1.GetVolumeRequest
+	(*GetVolumeResponse)(nil),         // 46: corpus.v1.GetVolumeResponse
+	(*DeleteVolumeRequest)(nil),       // 47: corpus.v1.DeleteVolumeRequest
+	(*DeleteVolumeResponse)(nil),      // 48: corpus.v1.DeleteVolumeResponse
+	(*GitAccessRequest)(nil),          // 49: corpus.v1.GitAccessRequest
+	(*GitAccessResponse)(nil),         // 50: corpus.v1.GitAccessResponse
+	(*BeginReleaseRequest)(nil),       // 51: corpus.v1.BeginReleaseRequest
+	(*BeginReleaseResponse)(nil),      // 52: corpus.v1.BeginReleaseResponse
+	(*FinishReleaseRequest)(nil),      // 53: corpus.v1.FinishReleaseRequest
+	(*FinishReleaseResponse)(nil),     // 54: corpus.v1.FinishReleaseResponse
+	(*SetCurrentReleaseRequest)(nil),  // 55: corpus.v1.SetCurrentReleaseRequest
+	(*SetCurrentReleaseResponse)(nil), // 56: corpus.v1.SetCurrentReleaseResponse
+	(*PruneReleasesRequest)(nil),      // 57: corpus.v1.PruneReleasesRequest
+	(*PruneReleasesResponse)(nil),     // 58: corpus.v1.PruneReleasesResponse
+	(*EnrollRequest)(nil),             // 59: corpus.v1.EnrollRequest
+	(*EnrollResponse)(nil),            // 60: corpus.v1.EnrollResponse
+	(*WatchRequest)(nil),              // 61: corpus.v1.WatchRequest
+	(*WatchResponse)(nil),             // 62: corpus.v1.WatchResponse
+	(*ReportRequest)(nil),             // 63: corpus.v1.ReportRequest
+	(*ReportedGuest)(nil),             // 64: corpus.v1.ReportedGuest
+	(*ReportedVolume)(nil),            // 65: corpus.v1.ReportedVolume
+	(*ReportResponse)(nil),            // 66: corpus.v1.ReportResponse
+	(*ExportVolumeRequest)(nil),       // 67: corpus.v1.ExportVolumeRequest
+	(*VolumeChunk)(nil),               // 68: corpus.v1.VolumeChunk
+	(*ImportVolumeResponse)(nil),      // 69: corpus.v1.ImportVolumeResponse
+	(*CreateUserRequest)(nil),         // 70: corpus.v1.CreateUserRequest
+	(*CreateUserResponse)(nil),        // 71: corpus.v1.CreateUserResponse
+	(*ListUsersRequest)(nil),          // 72: corpus.v1.ListUsersRequest
+	(*ListUsersResponse)(nil),         // 73: corpus.v1.ListUsersResponse
+	(*DeleteUserRequest)(nil),         // 74: corpus.v1.DeleteUserRequest
+	(*DeleteUserResponse)(nil),        // 75: corpus.v1.DeleteUserResponse
+	(*AddKeyRequest)(nil),             // 76: corpus.v1.AddKeyRequest
+	(*AddKeyResponse)(nil),            // 77: corpus.v1.AddKeyResponse
+	(*DeleteKeyRequest)(nil),          // 78: corpus.v1.DeleteKeyRequest
+	(*DeleteKeyResponse)(nil),         // 79: corpus.v1.DeleteKeyResponse
+	(*CreateProjectRequest)(nil),      // 80: corpus.v1.CreateProjectRequest
+	(*CreateProjectResponse)(nil),     // 81: corpus.v1.CreateProjectResponse
+	(*ListProjectsRequest)(nil),       // 82: corpus.v1.ListProjectsRequest
+	(*ListProjectsResponse)(nil),      // 83: corpus.v1.ListProjectsResponse
+	(*ProjectView)(nil),               // 84: corpus.v1.ProjectView
+	(*ProjectEnvView)(nil),            // 85: corpus.v1.ProjectEnvView
+	(*GetProjectRequest)(nil),         // 86: corpus.v1.GetProjectRequest
+	(*GetProjectResponse)(nil),        // 87: corpus.v1.GetProjectResponse
+	(*DeleteProjectRequest)(nil),      // 88: corpus.v1.DeleteProjectRequest
+	(*DeleteProjectResponse)(nil),     // 89: corpus.v1.DeleteProjectResponse
+	(*GrantProjectRequest)(nil),       // 90: corpus.v1.GrantProjectRequest
+	(*GrantProjectResponse)(nil),      // 91: corpus.v1.GrantProjectResponse
+	(*ListReleasesRequest)(nil),       // 92: corpus.v1.ListReleasesRequest
+	(*ListReleasesResponse)(nil),      // 93: corpus.v1.ListReleasesResponse
+	(*GetReleaseRequest)(nil),         // 94: corpus.v1.GetReleaseRequest
+	(*GetReleaseResponse)(nil),        // 95: corpus.v1.GetReleaseResponse
+	(*RollbackRequest)(nil),           // 96: corpus.v1.RollbackRequest
+	(*RollbackOutput)(nil),            // 97: corpus.v1.RollbackOutput
+	nil,                               // 98: corpus.v1.ExecGuestRequest.EnvEntry
+	nil,                               // 99: corpus.v1.EnrollRequest.LabelsEntry
+	(*JoinToken)(nil),                 // 100: corpus.v1.JoinToken
+	(*Node)(nil),                      // 101: corpus.v1.Node
+	(*Resources)(nil),                 // 102: corpus.v1.Resources
+	(*GuestSpec)(nil),                 // 103: corpus.v1.GuestSpec
+	(*Guest)(nil),                     // 104: corpus.v1.Guest
+	(*Route)(nil),                     // 105: corpus.v1.Route
+	(*Port)(nil),                      // 106: corpus.v1.Port
+	(*DnsRecord)(nil),                 // 107: corpus.v1.DnsRecord
+	(*Volume)(nil),                    // 108: corpus.v1.Volume
+	(*Project)(nil),                   // 109: corpus.v1.Project
+	(*ProjectEnv)(nil),                // 110: corpus.v1.ProjectEnv
+	(*Release)(nil),                   // 111: corpus.v1.Release
+	(*ReleaseStep)(nil),               // 112: corpus.v1.ReleaseStep
+	(*DriverInfo)(nil),                // 113: corpus.v1.DriverInfo
+	(*GuestObserved)(nil),             // 114: corpus.v1.GuestObserved
+	(*VolumeObserved)(nil),            // 115: corpus.v1.VolumeObserved
+	(*User)(nil),                      // 116: corpus.v1.User
+	(*SshKey)(nil),                    // 117: corpus.v1.SshKey
 }
 var file_corpus_v1_api_proto_depIdxs = []int32{
-	62, // 0: corpus.v1.CreateJoinTokenResponse.info:type_name -> corpus.v1.JoinToken
-	8,  // 1: corpus.v1.ListNodesResponse.nodes:type_name -> corpus.v1.NodeView
-	8,  // 2: corpus.v1.GetNodeResponse.node:type_name -> corpus.v1.NodeView
-	63, // 3: corpus.v1.NodeView.node:type_name -> corpus.v1.Node
-	64, // 4: corpus.v1.NodeView.allocated:type_name -> corpus.v1.Resources
-	65, // 5: corpus.v1.CreateGuestRequest.spec:type_name -> corpus.v1.GuestSpec
-	66, // 6: corpus.v1.CreateGuestResponse.guest:type_name -> corpus.v1.Guest
-	66, // 7: corpus.v1.GetGuestResponse.guest:type_name -> corpus.v1.Guest
-	12, // 8: corpus.v1.ListGuestsResponse.guests:type_name -> corpus.v1.GetGuestResponse
-	66, // 9: corpus.v1.GuestActionResponse.guest:type_name -> corpus.v1.Guest
-	60, // 10: corpus.v1.ExecGuestRequest.env:type_name -> corpus.v1.ExecGuestRequest.EnvEntry
-	67, // 11: corpus.v1.CreateRouteResponse.route:type_name -> corpus.v1.Route
-	67, // 12: corpus.v1.RouteView.route:type_name -> corpus.v1.Route
-	22, // 13: corpus.v1.ListRoutesResponse.routes:type_name -> corpus.v1.RouteView
-	24, // 14: corpus.v1.ListRoutesResponse.nat:type_name -> corpus.v1.NatView
-	68, // 15: corpus.v1.NatView.port:type_name -> corpus.v1.Port
-	67, // 16: corpus.v1.DeleteRouteResponse.route:type_name -> corpus.v1.Route
-	67, // 17: corpus.v1.MoveRouteResponse.route:type_name -> corpus.v1.Route
-	30, // 18: corpus.v1.ListRecordsResponse.records:type_name -> corpus.v1.ZoneRecord
-	69, // 19: corpus.v1.AddRecordResponse.record:type_name -> corpus.v1.DnsRecord
-	69, // 20: corpus.v1.DeleteRecordResponse.record:type_name -> corpus.v1.DnsRecord
-	70, // 21: corpus.v1.MoveVolumeProgress.volume:type_name -> corpus.v1.Volume
-	70, // 22: corpus.v1.ResizeVolumeResponse.volume:type_name -> corpus.v1.Volume
-	70, // 23: corpus.v1.VolumeView.volume:type_name -> corpus.v1.Volume
-	43, // 24: corpus.v1.ListVolumesResponse.volumes:type_name -> corpus.v1.VolumeView
-	43, // 25: corpus.v1.GetVolumeResponse.volume:type_name -> corpus.v1.VolumeView
-	70, // 26: corpus.v1.DeleteVolumeResponse.volume:type_name -> corpus.v1.Volume
-	61, // 27: corpus.v1.EnrollRequest.labels:type_name -> corpus.v1.EnrollRequest.LabelsEntry
-	64, // 28: corpus.v1.EnrollRequest.capacity:type_name -> corpus.v1.Resources
-	71, // 29: corpus.v1.EnrollRequest.drivers:type_name -> corpus.v1.DriverInfo
-	63, // 30: corpus.v1.WatchResponse.node:type_name -> corpus.v1.Node
-	66, // 31: corpus.v1.WatchResponse.guests:type_name -> corpus.v1.Guest
-	67, // 32: corpus.v1.WatchResponse.routes:type_name -> corpus.v1.Route
-	70, // 33: corpus.v1.WatchResponse.volumes:type_name -> corpus.v1.Volume
-	64, // 34: corpus.v1.ReportRequest.capacity:type_name -> corpus.v1.Resources
-	71, // 35: corpus.v1.ReportRequest.drivers:type_name -> corpus.v1.DriverInfo
-	54, // 36: corpus.v1.ReportRequest.guests:type_name -> corpus.v1.ReportedGuest
-	55, // 37: corpus.v1.ReportRequest.volumes:type_name -> corpus.v1.ReportedVolume
-	72, // 38: corpus.v1.ReportedGuest.observed:type_name -> corpus.v1.GuestObserved
-	73, // 39: corpus.v1.ReportedVolume.observed:type_name -> corpus.v1.VolumeObserved
-	0,  // 40: corpus.v1.ClusterService.Status:input_type -> corpus.v1.StatusRequest
-	2,  // 41: corpus.v1.NodeService.CreateJoinToken:input_type -> corpus.v1.CreateJoinTokenRequest
-	4,  // 42: corpus.v1.NodeService.ListNodes:input_type -> corpus.v1.ListNodesRequest
-	6,  // 43: corpus.v1.NodeService.GetNode:input_type -> corpus.v1.GetNodeRequest
-	9,  // 44: corpus.v1.GuestService.CreateGuest:input_type -> corpus.v1.CreateGuestRequest
-	11, // 45: corpus.v1.GuestService.GetGuest:input_type -> corpus.v1.GetGuestRequest
-	13, // 46: corpus.v1.GuestService.ListGuests:input_type -> corpus.v1.ListGuestsRequest
-	15, // 47: corpus.v1.GuestService.StartGuest:input_type -> corpus.v1.GuestActionRequest
-	15, // 48: corpus.v1.GuestService.StopGuest:input_type -> corpus.v1.GuestActionRequest
-	15, // 49: corpus.v1.GuestService.DeleteGuest:input_type -> corpus.v1.GuestActionRequest
-	17, // 50: corpus.v1.GuestService.ExecGuest:input_type -> corpus.v1.ExecGuestRequest
-	19, // 51: corpus.v1.IngressService.CreateRoute:input_type -> corpus.v1.CreateRouteRequest
-	21, // 52: corpus.v1.IngressService.ListRoutes:input_type -> corpus.v1.ListRoutesRequest
-	25, // 53: corpus.v1.IngressService.DeleteRoute:input_type -> corpus.v1.DeleteRouteRequest
-	27, // 54: corpus.v1.IngressService.MoveRoute:input_type -> corpus.v1.MoveRouteRequest
-	29, // 55: corpus.v1.DnsService.ListRecords:input_type -> corpus.v1.ListRecordsRequest
-	32, // 56: corpus.v1.DnsService.AddRecord:input_type -> corpus.v1.AddRecordRequest
-	34, // 57: corpus.v1.DnsService.DeleteRecord:input_type -> corpus.v1.DeleteRecordRequest
-	42, // 58: corpus.v1.VolumeService.ListVolumes:input_type -> corpus.v1.ListVolumesRequest
-	45, // 59: corpus.v1.VolumeService.GetVolume:input_type -> corpus.v1.GetVolumeRequest
-	47, // 60: corpus.v1.VolumeService.DeleteVolume:input_type -> corpus.v1.DeleteVolumeRequest
-	40, // 61: corpus.v1.VolumeService.ResizeVolume:input_type -> corpus.v1.ResizeVolumeRequest
-	38, // 62: corpus.v1.VolumeService.MoveVolume:input_type -> corpus.v1.MoveVolumeRequest
-	36, // 63: corpus.v1.VolumeService.SnapshotVolume:input_type -> corpus.v1.SnapshotVolumeRequest
-	49, // 64: corpus.v1.AgentService.Enroll:input_type -> corpus.v1.EnrollRequest
-	51, // 65: corpus.v1.AgentService.Watch:input_type -> corpus.v1.WatchRequest
-	53, // 66: corpus.v1.AgentService.Report:input_type -> corpus.v1.ReportRequest
-	17, // 67: corpus.v1.NodeAgentService.Exec:input_type -> corpus.v1.ExecGuestRequest
-	57, // 68: corpus.v1.NodeAgentService.ExportVolume:input_type -> corpus.v1.ExportVolumeRequest
-	58, // 69: corpus.v1.NodeAgentService.ImportVolume:input_type -> corpus.v1.VolumeChunk
-	36, // 70: corpus.v1.NodeAgentService.SnapshotVolume:input_type -> corpus.v1.SnapshotVolumeRequest
-	1,  // 71: corpus.v1.ClusterService.Status:output_type -> corpus.v1.StatusResponse
-	3,  // 72: corpus.v1.NodeService.CreateJoinToken:output_type -> corpus.v1.CreateJoinTokenResponse
-	5,  // 73: corpus.v1.NodeService.ListNodes:output_type -> corpus.v1.ListNodesResponse
-	7,  // 74: corpus.v1.NodeService.GetNode:output_type -> corpus.v1.GetNodeResponse
-	10, // 75: corpus.v1.GuestService.CreateGuest:output_type -> corpus.v1.CreateGuestResponse
-	12, // 76: corpus.v1.GuestService.GetGuest:output_type -> corpus.v1.GetGuestResponse
-	14, // 77: corpus.v1.GuestService.ListGuests:output_type -> corpus.v1.ListGuestsResponse
-	16, // 78: corpus.v1.GuestService.StartGuest:output_type -> corpus.v1.GuestActionResponse
-	16, // 79: corpus.v1.GuestService.StopGuest:output_type -> corpus.v1.GuestActionResponse
-	16, // 80: corpus.v1.GuestService.DeleteGuest:output_type -> corpus.v1.GuestActionResponse
-	18, // 81: corpus.v1.GuestService.ExecGuest:output_type -> corpus.v1.ExecOutput
-	20, // 82: corpus.v1.IngressService.CreateRoute:output_type -> corpus.v1.CreateRouteResponse
-	23, // 83: corpus.v1.IngressService.ListRoutes:output_type -> corpus.v1.ListRoutesResponse
-	26, // 84: corpus.v1.IngressService.DeleteRoute:output_type -> corpus.v1.DeleteRouteResponse
-	28, // 85: corpus.v1.IngressService.MoveRoute:output_type -> corpus.v1.MoveRouteResponse
-	31, // 86: corpus.v1.DnsService.ListRecords:output_type -> corpus.v1.ListRecordsResponse
-	33, // 87: corpus.v1.DnsService.AddRecord:output_type -> corpus.v1.AddRecordResponse
-	35, // 88: corpus.v1.DnsService.DeleteRecord:output_type -> corpus.v1.DeleteRecordResponse
-	44, // 89: corpus.v1.VolumeService.ListVolumes:output_type -> corpus.v1.ListVolumesResponse
-	46, // 90: corpus.v1.VolumeService.GetVolume:output_type -> corpus.v1.GetVolumeResponse
-	48, // 91: corpus.v1.VolumeService.DeleteVolume:output_type -> corpus.v1.DeleteVolumeResponse
-	41, // 92: corpus.v1.VolumeService.ResizeVolume:output_type -> corpus.v1.ResizeVolumeResponse
-	39, // 93: corpus.v1.VolumeService.MoveVolume:output_type -> corpus.v1.MoveVolumeProgress
-	37, // 94: corpus.v1.VolumeService.SnapshotVolume:output_type -> corpus.v1.SnapshotVolumeResponse
-	50, // 95: corpus.v1.AgentService.Enroll:output_type -> corpus.v1.EnrollResponse
-	52, // 96: corpus.v1.AgentService.Watch:output_type -> corpus.v1.WatchResponse
-	56, // 97: corpus.v1.AgentService.Report:output_type -> corpus.v1.ReportResponse
-	18, // 98: corpus.v1.NodeAgentService.Exec:output_type -> corpus.v1.ExecOutput
-	58, // 99: corpus.v1.NodeAgentService.ExportVolume:output_type -> corpus.v1.VolumeChunk
-	59, // 100: corpus.v1.NodeAgentService.ImportVolume:output_type -> corpus.v1.ImportVolumeResponse
-	37, // 101: corpus.v1.NodeAgentService.SnapshotVolume:output_type -> corpus.v1.SnapshotVolumeResponse
-	71, // [71:102] is the sub-list for method output_type
-	40, // [40:71] is the sub-list for method input_type
-	40, // [40:40] is the sub-list for extension type_name
-	40, // [40:40] is the sub-list for extension extendee
-	0,  // [0:40] is the sub-list for field type_name
+	100, // 0: corpus.v1.CreateJoinTokenResponse.info:type_name -> corpus.v1.JoinToken
+	8,   // 1: corpus.v1.ListNodesResponse.nodes:type_name -> corpus.v1.NodeView
+	8,   // 2: corpus.v1.GetNodeResponse.node:type_name -> corpus.v1.NodeView
+	101, // 3: corpus.v1.NodeView.node:type_name -> corpus.v1.Node
+	102, // 4: corpus.v1.NodeView.allocated:type_name -> corpus.v1.Resources
+	103, // 5: corpus.v1.CreateGuestRequest.spec:type_name -> corpus.v1.GuestSpec
+	104, // 6: corpus.v1.CreateGuestResponse.guest:type_name -> corpus.v1.Guest
+	104, // 7: corpus.v1.GetGuestResponse.guest:type_name -> corpus.v1.Guest
+	12,  // 8: corpus.v1.ListGuestsResponse.guests:type_name -> corpus.v1.GetGuestResponse
+	104, // 9: corpus.v1.GuestActionResponse.guest:type_name -> corpus.v1.Guest
+	98,  // 10: corpus.v1.ExecGuestRequest.env:type_name -> corpus.v1.ExecGuestRequest.EnvEntry
+	105, // 11: corpus.v1.CreateRouteResponse.route:type_name -> corpus.v1.Route
+	105, // 12: corpus.v1.RouteView.route:type_name -> corpus.v1.Route
+	22,  // 13: corpus.v1.ListRoutesResponse.routes:type_name -> corpus.v1.RouteView
+	24,  // 14: corpus.v1.ListRoutesResponse.nat:type_name -> corpus.v1.NatView
+	106, // 15: corpus.v1.NatView.port:type_name -> corpus.v1.Port
+	105, // 16: corpus.v1.DeleteRouteResponse.route:type_name -> corpus.v1.Route
+	105, // 17: corpus.v1.MoveRouteResponse.route:type_name -> corpus.v1.Route
+	30,  // 18: corpus.v1.ListRecordsResponse.records:type_name -> corpus.v1.ZoneRecord
+	107, // 19: corpus.v1.AddRecordResponse.record:type_name -> corpus.v1.DnsRecord
+	107, // 20: corpus.v1.DeleteRecordResponse.record:type_name -> corpus.v1.DnsRecord
+	108, // 21: corpus.v1.MoveVolumeProgress.volume:type_name -> corpus.v1.Volume
+	108, // 22: corpus.v1.ResizeVolumeResponse.volume:type_name -> corpus.v1.Volume
+	108, // 23: corpus.v1.VolumeView.volume:type_name -> corpus.v1.Volume
+	43,  // 24: corpus.v1.ListVolumesResponse.volumes:type_name -> corpus.v1.VolumeView
+	43,  // 25: corpus.v1.GetVolumeResponse.volume:type_name -> corpus.v1.VolumeView
+	108, // 26: corpus.v1.DeleteVolumeResponse.volume:type_name -> corpus.v1.Volume
+	109, // 27: corpus.v1.GitAccessResponse.project:type_name -> corpus.v1.Project
+	110, // 28: corpus.v1.GitAccessResponse.env:type_name -> corpus.v1.ProjectEnv
+	111, // 29: corpus.v1.GitAccessResponse.releases:type_name -> corpus.v1.Release
+	111, // 30: corpus.v1.BeginReleaseResponse.release:type_name -> corpus.v1.Release
+	112, // 31: corpus.v1.FinishReleaseRequest.steps:type_name -> corpus.v1.ReleaseStep
+	111, // 32: corpus.v1.FinishReleaseResponse.release:type_name -> corpus.v1.Release
+	99,  // 33: corpus.v1.EnrollRequest.labels:type_name -> corpus.v1.EnrollRequest.LabelsEntry
+	102, // 34: corpus.v1.EnrollRequest.capacity:type_name -> corpus.v1.Resources
+	113, // 35: corpus.v1.EnrollRequest.drivers:type_name -> corpus.v1.DriverInfo
+	101, // 36: corpus.v1.WatchResponse.node:type_name -> corpus.v1.Node
+	104, // 37: corpus.v1.WatchResponse.guests:type_name -> corpus.v1.Guest
+	105, // 38: corpus.v1.WatchResponse.routes:type_name -> corpus.v1.Route
+	108, // 39: corpus.v1.WatchResponse.volumes:type_name -> corpus.v1.Volume
+	102, // 40: corpus.v1.ReportRequest.capacity:type_name -> corpus.v1.Resources
+	113, // 41: corpus.v1.ReportRequest.drivers:type_name -> corpus.v1.DriverInfo
+	64,  // 42: corpus.v1.ReportRequest.guests:type_name -> corpus.v1.ReportedGuest
+	65,  // 43: corpus.v1.ReportRequest.volumes:type_name -> corpus.v1.ReportedVolume
+	114, // 44: corpus.v1.ReportedGuest.observed:type_name -> corpus.v1.GuestObserved
+	115, // 45: corpus.v1.ReportedVolume.observed:type_name -> corpus.v1.VolumeObserved
+	116, // 46: corpus.v1.CreateUserResponse.user:type_name -> corpus.v1.User
+	116, // 47: corpus.v1.ListUsersResponse.users:type_name -> corpus.v1.User
+	116, // 48: corpus.v1.DeleteUserResponse.user:type_name -> corpus.v1.User
+	117, // 49: corpus.v1.AddKeyResponse.key:type_name -> corpus.v1.SshKey
+	102, // 50: corpus.v1.CreateProjectRequest.resources:type_name -> corpus.v1.Resources
+	109, // 51: corpus.v1.CreateProjectResponse.project:type_name -> corpus.v1.Project
+	84,  // 52: corpus.v1.ListProjectsResponse.projects:type_name -> corpus.v1.ProjectView
+	109, // 53: corpus.v1.ProjectView.project:type_name -> corpus.v1.Project
+	85,  // 54: corpus.v1.ProjectView.envs:type_name -> corpus.v1.ProjectEnvView
+	84,  // 55: corpus.v1.GetProjectResponse.project:type_name -> corpus.v1.ProjectView
+	109, // 56: corpus.v1.GrantProjectResponse.project:type_name -> corpus.v1.Project
+	111, // 57: corpus.v1.ListReleasesResponse.releases:type_name -> corpus.v1.Release
+	111, // 58: corpus.v1.GetReleaseResponse.release:type_name -> corpus.v1.Release
+	0,   // 59: corpus.v1.ClusterService.Status:input_type -> corpus.v1.StatusRequest
+	2,   // 60: corpus.v1.NodeService.CreateJoinToken:input_type -> corpus.v1.CreateJoinTokenRequest
+	4,   // 61: corpus.v1.NodeService.ListNodes:input_type -> corpus.v1.ListNodesRequest
+	6,   // 62: corpus.v1.NodeService.GetNode:input_type -> corpus.v1.GetNodeRequest
+	9,   // 63: corpus.v1.GuestService.CreateGuest:input_type -> corpus.v1.CreateGuestRequest
+	11,  // 64: corpus.v1.GuestService.GetGuest:input_type -> corpus.v1.GetGuestRequest
+	13,  // 65: corpus.v1.GuestService.ListGuests:input_type -> corpus.v1.ListGuestsRequest
+	15,  // 66: corpus.v1.GuestService.StartGuest:input_type -> corpus.v1.GuestActionRequest
+	15,  // 67: corpus.v1.GuestService.StopGuest:input_type -> corpus.v1.GuestActionRequest
+	15,  // 68: corpus.v1.GuestService.DeleteGuest:input_type -> corpus.v1.GuestActionRequest
+	17,  // 69: corpus.v1.GuestService.ExecGuest:input_type -> corpus.v1.ExecGuestRequest
+	19,  // 70: corpus.v1.IngressService.CreateRoute:input_type -> corpus.v1.CreateRouteRequest
+	21,  // 71: corpus.v1.IngressService.ListRoutes:input_type -> corpus.v1.ListRoutesRequest
+	25,  // 72: corpus.v1.IngressService.DeleteRoute:input_type -> corpus.v1.DeleteRouteRequest
+	27,  // 73: corpus.v1.IngressService.MoveRoute:input_type -> corpus.v1.MoveRouteRequest
+	29,  // 74: corpus.v1.DnsService.ListRecords:input_type -> corpus.v1.ListRecordsRequest
+	32,  // 75: corpus.v1.DnsService.AddRecord:input_type -> corpus.v1.AddRecordRequest
+	34,  // 76: corpus.v1.DnsService.DeleteRecord:input_type -> corpus.v1.DeleteRecordRequest
+	42,  // 77: corpus.v1.VolumeService.ListVolumes:input_type -> corpus.v1.ListVolumesRequest
+	45,  // 78: corpus.v1.VolumeService.GetVolume:input_type -> corpus.v1.GetVolumeRequest
+	47,  // 79: corpus.v1.VolumeService.DeleteVolume:input_type -> corpus.v1.DeleteVolumeRequest
+	40,  // 80: corpus.v1.VolumeService.ResizeVolume:input_type -> corpus.v1.ResizeVolumeRequest
+	38,  // 81: corpus.v1.VolumeService.MoveVolume:input_type -> corpus.v1.MoveVolumeRequest
+	36,  // 82: corpus.v1.VolumeService.SnapshotVolume:input_type -> corpus.v1.SnapshotVolumeRequest
+	59,  // 83: corpus.v1.AgentService.Enroll:input_type -> corpus.v1.EnrollRequest
+	61,  // 84: corpus.v1.AgentService.Watch:input_type -> corpus.v1.WatchRequest
+	63,  // 85: corpus.v1.AgentService.Report:input_type -> corpus.v1.ReportRequest
+	49,  // 86: corpus.v1.AgentService.GitAccess:input_type -> corpus.v1.GitAccessRequest
+	51,  // 87: corpus.v1.AgentService.BeginRelease:input_type -> corpus.v1.BeginReleaseRequest
+	53,  // 88: corpus.v1.AgentService.FinishRelease:input_type -> corpus.v1.FinishReleaseRequest
+	55,  // 89: corpus.v1.AgentService.SetCurrentRelease:input_type -> corpus.v1.SetCurrentReleaseRequest
+	57,  // 90: corpus.v1.AgentService.PruneReleases:input_type -> corpus.v1.PruneReleasesRequest
+	17,  // 91: corpus.v1.NodeAgentService.Exec:input_type -> corpus.v1.ExecGuestRequest
+	67,  // 92: corpus.v1.NodeAgentService.ExportVolume:input_type -> corpus.v1.ExportVolumeRequest
+	68,  // 93: corpus.v1.NodeAgentService.ImportVolume:input_type -> corpus.v1.VolumeChunk
+	36,  // 94: corpus.v1.NodeAgentService.SnapshotVolume:input_type -> corpus.v1.SnapshotVolumeRequest
+	96,  // 95: corpus.v1.NodeAgentService.Rollback:input_type -> corpus.v1.RollbackRequest
+	70,  // 96: corpus.v1.UserService.CreateUser:input_type -> corpus.v1.CreateUserRequest
+	72,  // 97: corpus.v1.UserService.ListUsers:input_type -> corpus.v1.ListUsersRequest
+	74,  // 98: corpus.v1.UserService.DeleteUser:input_type -> corpus.v1.DeleteUserRequest
+	76,  // 99: corpus.v1.UserService.AddKey:input_type -> corpus.v1.AddKeyRequest
+	78,  // 100: corpus.v1.UserService.DeleteKey:input_type -> corpus.v1.DeleteKeyRequest
+	80,  // 101: corpus.v1.ProjectService.CreateProject:input_type -> corpus.v1.CreateProjectRequest
+	82,  // 102: corpus.v1.ProjectService.ListProjects:input_type -> corpus.v1.ListProjectsRequest
+	86,  // 103: corpus.v1.ProjectService.GetProject:input_type -> corpus.v1.GetProjectRequest
+	88,  // 104: corpus.v1.ProjectService.DeleteProject:input_type -> corpus.v1.DeleteProjectRequest
+	90,  // 105: corpus.v1.ProjectService.GrantProject:input_type -> corpus.v1.GrantProjectRequest
+	92,  // 106: corpus.v1.ProjectService.ListReleases:input_type -> corpus.v1.ListReleasesRequest
+	94,  // 107: corpus.v1.ProjectService.GetRelease:input_type -> corpus.v1.GetReleaseRequest
+	96,  // 108: corpus.v1.ProjectService.Rollback:input_type -> corpus.v1.RollbackRequest
+	1,   // 109: corpus.v1.ClusterService.Status:output_type -> corpus.v1.StatusResponse
+	3,   // 110: corpus.v1.NodeService.CreateJoinToken:output_type -> corpus.v1.CreateJoinTokenResponse
+	5,   // 111: corpus.v1.NodeService.ListNodes:output_type -> corpus.v1.ListNodesResponse
+	7,   // 112: corpus.v1.NodeService.GetNode:output_type -> corpus.v1.GetNodeResponse
+	10,  // 113: corpus.v1.GuestService.CreateGuest:output_type -> corpus.v1.CreateGuestResponse
+	12,  // 114: corpus.v1.GuestService.GetGuest:output_type -> corpus.v1.GetGuestResponse
+	14,  // 115: corpus.v1.GuestService.ListGuests:output_type -> corpus.v1.ListGuestsResponse
+	16,  // 116: corpus.v1.GuestService.StartGuest:output_type -> corpus.v1.GuestActionResponse
+	16,  // 117: corpus.v1.GuestService.StopGuest:output_type -> corpus.v1.GuestActionResponse
+	16,  // 118: corpus.v1.GuestService.DeleteGuest:output_type -> corpus.v1.GuestActionResponse
+	18,  // 119: corpus.v1.GuestService.ExecGuest:output_type -> corpus.v1.ExecOutput
+	20,  // 120: corpus.v1.IngressService.CreateRoute:output_type -> corpus.v1.CreateRouteResponse
+	23,  // 121: corpus.v1.IngressService.ListRoutes:output_type -> corpus.v1.ListRoutesResponse
+	26,  // 122: corpus.v1.IngressService.DeleteRoute:output_type -> corpus.v1.DeleteRouteResponse
+	28,  // 123: corpus.v1.IngressService.MoveRoute:output_type -> corpus.v1.MoveRouteResponse
+	31,  // 124: corpus.v1.DnsService.ListRecords:output_type -> corpus.v1.ListRecordsResponse
+	33,  // 125: corpus.v1.DnsService.AddRecord:output_type -> corpus.v1.AddRecordResponse
+	35,  // 126: corpus.v1.DnsService.DeleteRecord:output_type -> corpus.v1.DeleteRecordResponse
+	44,  // 127: corpus.v1.VolumeService.ListVolumes:output_type -> corpus.v1.ListVolumesResponse
+	46,  // 128: corpus.v1.VolumeService.GetVolume:output_type -> corpus.v1.GetVolumeResponse
+	48,  // 129: corpus.v1.VolumeService.DeleteVolume:output_type -> corpus.v1.DeleteVolumeResponse
+	41,  // 130: corpus.v1.VolumeService.ResizeVolume:output_type -> corpus.v1.ResizeVolumeResponse
+	39,  // 131: corpus.v1.VolumeService.MoveVolume:output_type -> corpus.v1.MoveVolumeProgress
+	37,  // 132: corpus.v1.VolumeService.SnapshotVolume:output_type -> corpus.v1.SnapshotVolumeResponse
+	60,  // 133: corpus.v1.AgentService.Enroll:output_type -> corpus.v1.EnrollResponse
+	62,  // 134: corpus.v1.AgentService.Watch:output_type -> corpus.v1.WatchResponse
+	66,  // 135: corpus.v1.AgentService.Report:output_type -> corpus.v1.ReportResponse
+	50,  // 136: corpus.v1.AgentService.GitAccess:output_type -> corpus.v1.GitAccessResponse
+	52,  // 137: corpus.v1.AgentService.BeginRelease:output_type -> corpus.v1.BeginReleaseResponse
+	54,  // 138: corpus.v1.AgentService.FinishRelease:output_type -> corpus.v1.FinishReleaseResponse
+	56,  // 139: corpus.v1.AgentService.SetCurrentRelease:output_type -> corpus.v1.SetCurrentReleaseResponse
+	58,  // 140: corpus.v1.AgentService.PruneReleases:output_type -> corpus.v1.PruneReleasesResponse
+	18,  // 141: corpus.v1.NodeAgentService.Exec:output_type -> corpus.v1.ExecOutput
+	68,  // 142: corpus.v1.NodeAgentService.ExportVolume:output_type -> corpus.v1.VolumeChunk
+	69,  // 143: corpus.v1.NodeAgentService.ImportVolume:output_type -> corpus.v1.ImportVolumeResponse
+	37,  // 144: corpus.v1.NodeAgentService.SnapshotVolume:output_type -> corpus.v1.SnapshotVolumeResponse
+	97,  // 145: corpus.v1.NodeAgentService.Rollback:output_type -> corpus.v1.RollbackOutput
+	71,  // 146: corpus.v1.UserService.CreateUser:output_type -> corpus.v1.CreateUserResponse
+	73,  // 147: corpus.v1.UserService.ListUsers:output_type -> corpus.v1.ListUsersResponse
+	75,  // 148: corpus.v1.UserService.DeleteUser:output_type -> corpus.v1.DeleteUserResponse
+	77,  // 149: corpus.v1.UserService.AddKey:output_type -> corpus.v1.AddKeyResponse
+	79,  // 150: corpus.v1.UserService.DeleteKey:output_type -> corpus.v1.DeleteKeyResponse
+	81,  // 151: corpus.v1.ProjectService.CreateProject:output_type -> corpus.v1.CreateProjectResponse
+	83,  // 152: corpus.v1.ProjectService.ListProjects:output_type -> corpus.v1.ListProjectsResponse
+	87,  // 153: corpus.v1.ProjectService.GetProject:output_type -> corpus.v1.GetProjectResponse
+	89,  // 154: corpus.v1.ProjectService.DeleteProject:output_type -> corpus.v1.DeleteProjectResponse
+	91,  // 155: corpus.v1.ProjectService.GrantProject:output_type -> corpus.v1.GrantProjectResponse
+	93,  // 156: corpus.v1.ProjectService.ListReleases:output_type -> corpus.v1.ListReleasesResponse
+	95,  // 157: corpus.v1.ProjectService.GetRelease:output_type -> corpus.v1.GetReleaseResponse
+	97,  // 158: corpus.v1.ProjectService.Rollback:output_type -> corpus.v1.RollbackOutput
+	109, // [109:159] is the sub-list for method output_type
+	59,  // [59:109] is the sub-list for method input_type
+	59,  // [59:59] is the sub-list for extension type_name
+	59,  // [59:59] is the sub-list for extension extendee
+	0,   // [0:59] is the sub-list for field type_name
 }
 
 func init() { file_corpus_v1_api_proto_init() }
@@ -3955,9 +6351,9 @@ func file_corpus_v1_api_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_corpus_v1_api_proto_rawDesc), len(file_corpus_v1_api_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   62,
+			NumMessages:   100,
 			NumExtensions: 0,
-			NumServices:   8,
+			NumServices:   10,
 		},
 		GoTypes:           file_corpus_v1_api_proto_goTypes,
 		DependencyIndexes: file_corpus_v1_api_proto_depIdxs,

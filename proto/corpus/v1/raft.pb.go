@@ -57,6 +57,17 @@ type Command struct {
 	//	*Command_ReportVolumes
 	//	*Command_ResizeVolume
 	//	*Command_MoveVolume
+	//	*Command_CreateUser
+	//	*Command_DeleteUser
+	//	*Command_AddSshKey
+	//	*Command_DeleteSshKey
+	//	*Command_CreateProject
+	//	*Command_DeleteProject
+	//	*Command_GrantProject
+	//	*Command_BeginRelease
+	//	*Command_FinishRelease
+	//	*Command_SetCurrentRelease
+	//	*Command_PruneReleases
 	Cmd           isCommand_Cmd `protobuf_oneof:"cmd"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -282,6 +293,105 @@ func (x *Command) GetMoveVolume() *MoveVolume {
 	return nil
 }
 
+func (x *Command) GetCreateUser() *CreateUser {
+	if x != nil {
+		if x, ok := x.Cmd.(*Command_CreateUser); ok {
+			return x.CreateUser
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetDeleteUser() *DeleteUser {
+	if x != nil {
+		if x, ok := x.Cmd.(*Command_DeleteUser); ok {
+			return x.DeleteUser
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetAddSshKey() *AddSshKey {
+	if x != nil {
+		if x, ok := x.Cmd.(*Command_AddSshKey); ok {
+			return x.AddSshKey
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetDeleteSshKey() *DeleteSshKey {
+	if x != nil {
+		if x, ok := x.Cmd.(*Command_DeleteSshKey); ok {
+			return x.DeleteSshKey
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetCreateProject() *CreateProject {
+	if x != nil {
+		if x, ok := x.Cmd.(*Command_CreateProject); ok {
+			return x.CreateProject
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetDeleteProject() *DeleteProject {
+	if x != nil {
+		if x, ok := x.Cmd.(*Command_DeleteProject); ok {
+			return x.DeleteProject
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetGrantProject() *GrantProject {
+	if x != nil {
+		if x, ok := x.Cmd.(*Command_GrantProject); ok {
+			return x.GrantProject
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetBeginRelease() *BeginRelease {
+	if x != nil {
+		if x, ok := x.Cmd.(*Command_BeginRelease); ok {
+			return x.BeginRelease
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetFinishRelease() *FinishRelease {
+	if x != nil {
+		if x, ok := x.Cmd.(*Command_FinishRelease); ok {
+			return x.FinishRelease
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetSetCurrentRelease() *SetCurrentRelease {
+	if x != nil {
+		if x, ok := x.Cmd.(*Command_SetCurrentRelease); ok {
+			return x.SetCurrentRelease
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetPruneReleases() *PruneReleases {
+	if x != nil {
+		if x, ok := x.Cmd.(*Command_PruneReleases); ok {
+			return x.PruneReleases
+		}
+	}
+	return nil
+}
+
 type isCommand_Cmd interface {
 	isCommand_Cmd()
 }
@@ -358,6 +468,50 @@ type Command_MoveVolume struct {
 	MoveVolume *MoveVolume `protobuf:"bytes,27,opt,name=move_volume,json=moveVolume,proto3,oneof"`
 }
 
+type Command_CreateUser struct {
+	CreateUser *CreateUser `protobuf:"bytes,28,opt,name=create_user,json=createUser,proto3,oneof"`
+}
+
+type Command_DeleteUser struct {
+	DeleteUser *DeleteUser `protobuf:"bytes,29,opt,name=delete_user,json=deleteUser,proto3,oneof"`
+}
+
+type Command_AddSshKey struct {
+	AddSshKey *AddSshKey `protobuf:"bytes,30,opt,name=add_ssh_key,json=addSshKey,proto3,oneof"`
+}
+
+type Command_DeleteSshKey struct {
+	DeleteSshKey *DeleteSshKey `protobuf:"bytes,31,opt,name=delete_ssh_key,json=deleteSshKey,proto3,oneof"`
+}
+
+type Command_CreateProject struct {
+	CreateProject *CreateProject `protobuf:"bytes,32,opt,name=create_project,json=createProject,proto3,oneof"`
+}
+
+type Command_DeleteProject struct {
+	DeleteProject *DeleteProject `protobuf:"bytes,33,opt,name=delete_project,json=deleteProject,proto3,oneof"`
+}
+
+type Command_GrantProject struct {
+	GrantProject *GrantProject `protobuf:"bytes,34,opt,name=grant_project,json=grantProject,proto3,oneof"`
+}
+
+type Command_BeginRelease struct {
+	BeginRelease *BeginRelease `protobuf:"bytes,35,opt,name=begin_release,json=beginRelease,proto3,oneof"`
+}
+
+type Command_FinishRelease struct {
+	FinishRelease *FinishRelease `protobuf:"bytes,36,opt,name=finish_release,json=finishRelease,proto3,oneof"`
+}
+
+type Command_SetCurrentRelease struct {
+	SetCurrentRelease *SetCurrentRelease `protobuf:"bytes,37,opt,name=set_current_release,json=setCurrentRelease,proto3,oneof"`
+}
+
+type Command_PruneReleases struct {
+	PruneReleases *PruneReleases `protobuf:"bytes,38,opt,name=prune_releases,json=pruneReleases,proto3,oneof"`
+}
+
 func (*Command_BootstrapCluster) isCommand_Cmd() {}
 
 func (*Command_CreateJoinToken) isCommand_Cmd() {}
@@ -393,6 +547,28 @@ func (*Command_ReportVolumes) isCommand_Cmd() {}
 func (*Command_ResizeVolume) isCommand_Cmd() {}
 
 func (*Command_MoveVolume) isCommand_Cmd() {}
+
+func (*Command_CreateUser) isCommand_Cmd() {}
+
+func (*Command_DeleteUser) isCommand_Cmd() {}
+
+func (*Command_AddSshKey) isCommand_Cmd() {}
+
+func (*Command_DeleteSshKey) isCommand_Cmd() {}
+
+func (*Command_CreateProject) isCommand_Cmd() {}
+
+func (*Command_DeleteProject) isCommand_Cmd() {}
+
+func (*Command_GrantProject) isCommand_Cmd() {}
+
+func (*Command_BeginRelease) isCommand_Cmd() {}
+
+func (*Command_FinishRelease) isCommand_Cmd() {}
+
+func (*Command_SetCurrentRelease) isCommand_Cmd() {}
+
+func (*Command_PruneReleases) isCommand_Cmd() {}
 
 type BootstrapCluster struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -555,6 +731,7 @@ type UpdateNode struct {
 	Address       string                 `protobuf:"bytes,7,opt,name=address,proto3" json:"address,omitempty"`
 	MinHostPort   int32                  `protobuf:"varint,8,opt,name=min_host_port,json=minHostPort,proto3" json:"min_host_port,omitempty"`
 	ReservedPorts []int32                `protobuf:"varint,9,rep,packed,name=reserved_ports,json=reservedPorts,proto3" json:"reserved_ports,omitempty"`
+	GitPort       int32                  `protobuf:"varint,10,opt,name=git_port,json=gitPort,proto3" json:"git_port,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -650,6 +827,13 @@ func (x *UpdateNode) GetReservedPorts() []int32 {
 		return x.ReservedPorts
 	}
 	return nil
+}
+
+func (x *UpdateNode) GetGitPort() int32 {
+	if x != nil {
+		return x.GitPort
+	}
+	return 0
 }
 
 type SetNodeStatus struct {
@@ -1493,6 +1677,674 @@ func (x *ReportVolumes) GetVolumes() []*ObservedVolume {
 	return nil
 }
 
+type CreateUser struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	User          *User                  `protobuf:"bytes,1,opt,name=user,proto3" json:"user,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CreateUser) Reset() {
+	*x = CreateUser{}
+	mi := &file_corpus_v1_raft_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CreateUser) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CreateUser) ProtoMessage() {}
+
+func (x *CreateUser) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_raft_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CreateUser.ProtoReflect.Descriptor instead.
+func (*CreateUser) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *CreateUser) GetUser() *User {
+	if x != nil {
+		return x.User
+	}
+	return nil
+}
+
+type DeleteUser struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteUser) Reset() {
+	*x = DeleteUser{}
+	mi := &file_corpus_v1_raft_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteUser) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteUser) ProtoMessage() {}
+
+func (x *DeleteUser) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_raft_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteUser.ProtoReflect.Descriptor instead.
+func (*DeleteUser) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *DeleteUser) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+// AddSshKey adds a key to a user; a fingerprint belongs to one user.
+type AddSshKey struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	User          string                 `protobuf:"bytes,1,opt,name=user,proto3" json:"user,omitempty"`
+	Key           *SshKey                `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AddSshKey) Reset() {
+	*x = AddSshKey{}
+	mi := &file_corpus_v1_raft_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AddSshKey) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AddSshKey) ProtoMessage() {}
+
+func (x *AddSshKey) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_raft_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AddSshKey.ProtoReflect.Descriptor instead.
+func (*AddSshKey) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *AddSshKey) GetUser() string {
+	if x != nil {
+		return x.User
+	}
+	return ""
+}
+
+func (x *AddSshKey) GetKey() *SshKey {
+	if x != nil {
+		return x.Key
+	}
+	return nil
+}
+
+type DeleteSshKey struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	User          string                 `protobuf:"bytes,1,opt,name=user,proto3" json:"user,omitempty"`
+	Fingerprint   string                 `protobuf:"bytes,2,opt,name=fingerprint,proto3" json:"fingerprint,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteSshKey) Reset() {
+	*x = DeleteSshKey{}
+	mi := &file_corpus_v1_raft_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteSshKey) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteSshKey) ProtoMessage() {}
+
+func (x *DeleteSshKey) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_raft_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteSshKey.ProtoReflect.Descriptor instead.
+func (*DeleteSshKey) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *DeleteSshKey) GetUser() string {
+	if x != nil {
+		return x.User
+	}
+	return ""
+}
+
+func (x *DeleteSshKey) GetFingerprint() string {
+	if x != nil {
+		return x.Fingerprint
+	}
+	return ""
+}
+
+// CreateProject creates a project (when new) with one environment: its
+// guest and the routes of its domains, all in one step.
+type CreateProject struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// project_id is used when the project is new.
+	ProjectId     string      `protobuf:"bytes,1,opt,name=project_id,json=projectId,proto3" json:"project_id,omitempty"`
+	Name          string      `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	Env           *ProjectEnv `protobuf:"bytes,3,opt,name=env,proto3" json:"env,omitempty"`
+	Guest         *Guest      `protobuf:"bytes,4,opt,name=guest,proto3" json:"guest,omitempty"`
+	Routes        []*Route    `protobuf:"bytes,5,rep,name=routes,proto3" json:"routes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CreateProject) Reset() {
+	*x = CreateProject{}
+	mi := &file_corpus_v1_raft_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CreateProject) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CreateProject) ProtoMessage() {}
+
+func (x *CreateProject) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_raft_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CreateProject.ProtoReflect.Descriptor instead.
+func (*CreateProject) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *CreateProject) GetProjectId() string {
+	if x != nil {
+		return x.ProjectId
+	}
+	return ""
+}
+
+func (x *CreateProject) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *CreateProject) GetEnv() *ProjectEnv {
+	if x != nil {
+		return x.Env
+	}
+	return nil
+}
+
+func (x *CreateProject) GetGuest() *Guest {
+	if x != nil {
+		return x.Guest
+	}
+	return nil
+}
+
+func (x *CreateProject) GetRoutes() []*Route {
+	if x != nil {
+		return x.Routes
+	}
+	return nil
+}
+
+// DeleteProject deletes a project (or one environment): the guests are
+// deleted with their volumes and routes, the releases forgotten.
+type DeleteProject struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// env limits the deletion to one environment.
+	Env           string `protobuf:"bytes,2,opt,name=env,proto3" json:"env,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteProject) Reset() {
+	*x = DeleteProject{}
+	mi := &file_corpus_v1_raft_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteProject) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteProject) ProtoMessage() {}
+
+func (x *DeleteProject) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_raft_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteProject.ProtoReflect.Descriptor instead.
+func (*DeleteProject) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *DeleteProject) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *DeleteProject) GetEnv() string {
+	if x != nil {
+		return x.Env
+	}
+	return ""
+}
+
+// GrantProject lets a user use a project, or (revoke) no longer.
+type GrantProject struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	User          string                 `protobuf:"bytes,2,opt,name=user,proto3" json:"user,omitempty"`
+	Revoke        bool                   `protobuf:"varint,3,opt,name=revoke,proto3" json:"revoke,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GrantProject) Reset() {
+	*x = GrantProject{}
+	mi := &file_corpus_v1_raft_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GrantProject) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GrantProject) ProtoMessage() {}
+
+func (x *GrantProject) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_raft_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GrantProject.ProtoReflect.Descriptor instead.
+func (*GrantProject) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *GrantProject) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *GrantProject) GetUser() string {
+	if x != nil {
+		return x.User
+	}
+	return ""
+}
+
+func (x *GrantProject) GetRevoke() bool {
+	if x != nil {
+		return x.Revoke
+	}
+	return false
+}
+
+// BeginRelease records a deploy that starts; the release gets the
+// environment's next number. The node must host the environment's guest
+// and no other deploy of it may be running.
+type BeginRelease struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Release       *Release               `protobuf:"bytes,1,opt,name=release,proto3" json:"release,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BeginRelease) Reset() {
+	*x = BeginRelease{}
+	mi := &file_corpus_v1_raft_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BeginRelease) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BeginRelease) ProtoMessage() {}
+
+func (x *BeginRelease) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_raft_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BeginRelease.ProtoReflect.Descriptor instead.
+func (*BeginRelease) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{28}
+}
+
+func (x *BeginRelease) GetRelease() *Release {
+	if x != nil {
+		return x.Release
+	}
+	return nil
+}
+
+// FinishRelease records how a deploy ended; a succeeded release becomes
+// the environment's current one.
+type FinishRelease struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	NodeId        string                 `protobuf:"bytes,2,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	Status        string                 `protobuf:"bytes,3,opt,name=status,proto3" json:"status,omitempty"`
+	Steps         []*ReleaseStep         `protobuf:"bytes,4,rep,name=steps,proto3" json:"steps,omitempty"`
+	FailedStep    string                 `protobuf:"bytes,5,opt,name=failed_step,json=failedStep,proto3" json:"failed_step,omitempty"`
+	Message       string                 `protobuf:"bytes,6,opt,name=message,proto3" json:"message,omitempty"`
+	Log           string                 `protobuf:"bytes,7,opt,name=log,proto3" json:"log,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FinishRelease) Reset() {
+	*x = FinishRelease{}
+	mi := &file_corpus_v1_raft_proto_msgTypes[29]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FinishRelease) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FinishRelease) ProtoMessage() {}
+
+func (x *FinishRelease) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_raft_proto_msgTypes[29]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FinishRelease.ProtoReflect.Descriptor instead.
+func (*FinishRelease) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{29}
+}
+
+func (x *FinishRelease) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *FinishRelease) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+func (x *FinishRelease) GetStatus() string {
+	if x != nil {
+		return x.Status
+	}
+	return ""
+}
+
+func (x *FinishRelease) GetSteps() []*ReleaseStep {
+	if x != nil {
+		return x.Steps
+	}
+	return nil
+}
+
+func (x *FinishRelease) GetFailedStep() string {
+	if x != nil {
+		return x.FailedStep
+	}
+	return ""
+}
+
+func (x *FinishRelease) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+func (x *FinishRelease) GetLog() string {
+	if x != nil {
+		return x.Log
+	}
+	return ""
+}
+
+// SetCurrentRelease records that an environment now serves another kept
+// release (a rollback).
+type SetCurrentRelease struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Project       string                 `protobuf:"bytes,1,opt,name=project,proto3" json:"project,omitempty"`
+	Env           string                 `protobuf:"bytes,2,opt,name=env,proto3" json:"env,omitempty"`
+	Number        uint32                 `protobuf:"varint,3,opt,name=number,proto3" json:"number,omitempty"`
+	NodeId        string                 `protobuf:"bytes,4,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetCurrentRelease) Reset() {
+	*x = SetCurrentRelease{}
+	mi := &file_corpus_v1_raft_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetCurrentRelease) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetCurrentRelease) ProtoMessage() {}
+
+func (x *SetCurrentRelease) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_raft_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetCurrentRelease.ProtoReflect.Descriptor instead.
+func (*SetCurrentRelease) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{30}
+}
+
+func (x *SetCurrentRelease) GetProject() string {
+	if x != nil {
+		return x.Project
+	}
+	return ""
+}
+
+func (x *SetCurrentRelease) GetEnv() string {
+	if x != nil {
+		return x.Env
+	}
+	return ""
+}
+
+func (x *SetCurrentRelease) GetNumber() uint32 {
+	if x != nil {
+		return x.Number
+	}
+	return 0
+}
+
+func (x *SetCurrentRelease) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+// PruneReleases records that a node removed release trees from a guest.
+type PruneReleases struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Project       string                 `protobuf:"bytes,1,opt,name=project,proto3" json:"project,omitempty"`
+	Env           string                 `protobuf:"bytes,2,opt,name=env,proto3" json:"env,omitempty"`
+	Numbers       []uint32               `protobuf:"varint,3,rep,packed,name=numbers,proto3" json:"numbers,omitempty"`
+	NodeId        string                 `protobuf:"bytes,4,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PruneReleases) Reset() {
+	*x = PruneReleases{}
+	mi := &file_corpus_v1_raft_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PruneReleases) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PruneReleases) ProtoMessage() {}
+
+func (x *PruneReleases) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_raft_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PruneReleases.ProtoReflect.Descriptor instead.
+func (*PruneReleases) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{31}
+}
+
+func (x *PruneReleases) GetProject() string {
+	if x != nil {
+		return x.Project
+	}
+	return ""
+}
+
+func (x *PruneReleases) GetEnv() string {
+	if x != nil {
+		return x.Env
+	}
+	return ""
+}
+
+func (x *PruneReleases) GetNumbers() []uint32 {
+	if x != nil {
+		return x.Numbers
+	}
+	return nil
+}
+
+func (x *PruneReleases) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
 // Snapshot is the whole state, written by FSM snapshots.
 type Snapshot struct {
 	state      protoimpl.MessageState `protogen:"open.v1"`
@@ -1506,13 +2358,16 @@ type Snapshot struct {
 	Routes        []*Route     `protobuf:"bytes,7,rep,name=routes,proto3" json:"routes,omitempty"`
 	DnsRecords    []*DnsRecord `protobuf:"bytes,8,rep,name=dns_records,json=dnsRecords,proto3" json:"dns_records,omitempty"`
 	Volumes       []*Volume    `protobuf:"bytes,9,rep,name=volumes,proto3" json:"volumes,omitempty"`
+	Users         []*User      `protobuf:"bytes,10,rep,name=users,proto3" json:"users,omitempty"`
+	Projects      []*Project   `protobuf:"bytes,11,rep,name=projects,proto3" json:"projects,omitempty"`
+	Releases      []*Release   `protobuf:"bytes,12,rep,name=releases,proto3" json:"releases,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Snapshot) Reset() {
 	*x = Snapshot{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[21]
+	mi := &file_corpus_v1_raft_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1524,7 +2379,7 @@ func (x *Snapshot) String() string {
 func (*Snapshot) ProtoMessage() {}
 
 func (x *Snapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[21]
+	mi := &file_corpus_v1_raft_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1537,7 +2392,7 @@ func (x *Snapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Snapshot.ProtoReflect.Descriptor instead.
 func (*Snapshot) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{21}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *Snapshot) GetVersion() uint32 {
@@ -1603,11 +2458,32 @@ func (x *Snapshot) GetVolumes() []*Volume {
 	return nil
 }
 
+func (x *Snapshot) GetUsers() []*User {
+	if x != nil {
+		return x.Users
+	}
+	return nil
+}
+
+func (x *Snapshot) GetProjects() []*Project {
+	if x != nil {
+		return x.Projects
+	}
+	return nil
+}
+
+func (x *Snapshot) GetReleases() []*Release {
+	if x != nil {
+		return x.Releases
+	}
+	return nil
+}
+
 var File_corpus_v1_raft_proto protoreflect.FileDescriptor
 
 const file_corpus_v1_raft_proto_rawDesc = "" +
 	"\n" +
-	"\x14corpus/v1/raft.proto\x12\tcorpus.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x15corpus/v1/types.proto\"\xfe\t\n" +
+	"\x14corpus/v1/raft.proto\x12\tcorpus.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x15corpus/v1/types.proto\"\xc7\x0f\n" +
 	"\aCommand\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x12\x1c\n" +
 	"\tignorable\x18\x02 \x01(\bR\tignorable\x12,\n" +
@@ -1635,7 +2511,20 @@ const file_corpus_v1_raft_proto_rawDesc = "" +
 	"\x0ereport_volumes\x18\x19 \x01(\v2\x18.corpus.v1.ReportVolumesH\x00R\rreportVolumes\x12>\n" +
 	"\rresize_volume\x18\x1a \x01(\v2\x17.corpus.v1.ResizeVolumeH\x00R\fresizeVolume\x128\n" +
 	"\vmove_volume\x18\x1b \x01(\v2\x15.corpus.v1.MoveVolumeH\x00R\n" +
-	"moveVolumeB\x05\n" +
+	"moveVolume\x128\n" +
+	"\vcreate_user\x18\x1c \x01(\v2\x15.corpus.v1.CreateUserH\x00R\n" +
+	"createUser\x128\n" +
+	"\vdelete_user\x18\x1d \x01(\v2\x15.corpus.v1.DeleteUserH\x00R\n" +
+	"deleteUser\x126\n" +
+	"\vadd_ssh_key\x18\x1e \x01(\v2\x14.corpus.v1.AddSshKeyH\x00R\taddSshKey\x12?\n" +
+	"\x0edelete_ssh_key\x18\x1f \x01(\v2\x17.corpus.v1.DeleteSshKeyH\x00R\fdeleteSshKey\x12A\n" +
+	"\x0ecreate_project\x18  \x01(\v2\x18.corpus.v1.CreateProjectH\x00R\rcreateProject\x12A\n" +
+	"\x0edelete_project\x18! \x01(\v2\x18.corpus.v1.DeleteProjectH\x00R\rdeleteProject\x12>\n" +
+	"\rgrant_project\x18\" \x01(\v2\x17.corpus.v1.GrantProjectH\x00R\fgrantProject\x12>\n" +
+	"\rbegin_release\x18# \x01(\v2\x17.corpus.v1.BeginReleaseH\x00R\fbeginRelease\x12A\n" +
+	"\x0efinish_release\x18$ \x01(\v2\x18.corpus.v1.FinishReleaseH\x00R\rfinishRelease\x12N\n" +
+	"\x13set_current_release\x18% \x01(\v2\x1c.corpus.v1.SetCurrentReleaseH\x00R\x11setCurrentRelease\x12A\n" +
+	"\x0eprune_releases\x18& \x01(\v2\x18.corpus.v1.PruneReleasesH\x00R\rpruneReleasesB\x05\n" +
 	"\x03cmd\"D\n" +
 	"\x10BootstrapCluster\x120\n" +
 	"\x06config\x18\x01 \x01(\v2\x18.corpus.v1.ClusterConfigR\x06config\"=\n" +
@@ -1645,7 +2534,7 @@ const file_corpus_v1_raft_proto_rawDesc = "" +
 	"EnrollNode\x12\x19\n" +
 	"\btoken_id\x18\x01 \x01(\tR\atokenId\x12*\n" +
 	"\x11token_secret_hash\x18\x02 \x01(\tR\x0ftokenSecretHash\x12#\n" +
-	"\x04node\x18\x03 \x01(\v2\x0f.corpus.v1.NodeR\x04node\"\xad\x03\n" +
+	"\x04node\x18\x03 \x01(\v2\x0f.corpus.v1.NodeR\x04node\"\xc8\x03\n" +
 	"\n" +
 	"UpdateNode\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x120\n" +
@@ -1656,7 +2545,9 @@ const file_corpus_v1_raft_proto_rawDesc = "" +
 	"\ragent_version\x18\x06 \x01(\tR\fagentVersion\x12\x18\n" +
 	"\aaddress\x18\a \x01(\tR\aaddress\x12\"\n" +
 	"\rmin_host_port\x18\b \x01(\x05R\vminHostPort\x12%\n" +
-	"\x0ereserved_ports\x18\t \x03(\x05R\rreservedPorts\x1a9\n" +
+	"\x0ereserved_ports\x18\t \x03(\x05R\rreservedPorts\x12\x19\n" +
+	"\bgit_port\x18\n" +
+	" \x01(\x05R\agitPort\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"@\n" +
@@ -1711,7 +2602,54 @@ const file_corpus_v1_raft_proto_rawDesc = "" +
 	"\x10old_copy_removed\x18\x03 \x01(\bR\x0eoldCopyRemoved\"]\n" +
 	"\rReportVolumes\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x123\n" +
-	"\avolumes\x18\x02 \x03(\v2\x19.corpus.v1.ObservedVolumeR\avolumes\"\x82\x03\n" +
+	"\avolumes\x18\x02 \x03(\v2\x19.corpus.v1.ObservedVolumeR\avolumes\"1\n" +
+	"\n" +
+	"CreateUser\x12#\n" +
+	"\x04user\x18\x01 \x01(\v2\x0f.corpus.v1.UserR\x04user\" \n" +
+	"\n" +
+	"DeleteUser\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\"D\n" +
+	"\tAddSshKey\x12\x12\n" +
+	"\x04user\x18\x01 \x01(\tR\x04user\x12#\n" +
+	"\x03key\x18\x02 \x01(\v2\x11.corpus.v1.SshKeyR\x03key\"D\n" +
+	"\fDeleteSshKey\x12\x12\n" +
+	"\x04user\x18\x01 \x01(\tR\x04user\x12 \n" +
+	"\vfingerprint\x18\x02 \x01(\tR\vfingerprint\"\xbd\x01\n" +
+	"\rCreateProject\x12\x1d\n" +
+	"\n" +
+	"project_id\x18\x01 \x01(\tR\tprojectId\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x12'\n" +
+	"\x03env\x18\x03 \x01(\v2\x15.corpus.v1.ProjectEnvR\x03env\x12&\n" +
+	"\x05guest\x18\x04 \x01(\v2\x10.corpus.v1.GuestR\x05guest\x12(\n" +
+	"\x06routes\x18\x05 \x03(\v2\x10.corpus.v1.RouteR\x06routes\"5\n" +
+	"\rDeleteProject\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x10\n" +
+	"\x03env\x18\x02 \x01(\tR\x03env\"N\n" +
+	"\fGrantProject\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
+	"\x04user\x18\x02 \x01(\tR\x04user\x12\x16\n" +
+	"\x06revoke\x18\x03 \x01(\bR\x06revoke\"<\n" +
+	"\fBeginRelease\x12,\n" +
+	"\arelease\x18\x01 \x01(\v2\x12.corpus.v1.ReleaseR\arelease\"\xcb\x01\n" +
+	"\rFinishRelease\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x17\n" +
+	"\anode_id\x18\x02 \x01(\tR\x06nodeId\x12\x16\n" +
+	"\x06status\x18\x03 \x01(\tR\x06status\x12,\n" +
+	"\x05steps\x18\x04 \x03(\v2\x16.corpus.v1.ReleaseStepR\x05steps\x12\x1f\n" +
+	"\vfailed_step\x18\x05 \x01(\tR\n" +
+	"failedStep\x12\x18\n" +
+	"\amessage\x18\x06 \x01(\tR\amessage\x12\x10\n" +
+	"\x03log\x18\a \x01(\tR\x03log\"p\n" +
+	"\x11SetCurrentRelease\x12\x18\n" +
+	"\aproject\x18\x01 \x01(\tR\aproject\x12\x10\n" +
+	"\x03env\x18\x02 \x01(\tR\x03env\x12\x16\n" +
+	"\x06number\x18\x03 \x01(\rR\x06number\x12\x17\n" +
+	"\anode_id\x18\x04 \x01(\tR\x06nodeId\"n\n" +
+	"\rPruneReleases\x12\x18\n" +
+	"\aproject\x18\x01 \x01(\tR\aproject\x12\x10\n" +
+	"\x03env\x18\x02 \x01(\tR\x03env\x12\x18\n" +
+	"\anumbers\x18\x03 \x03(\rR\anumbers\x12\x17\n" +
+	"\anode_id\x18\x04 \x01(\tR\x06nodeId\"\x89\x04\n" +
 	"\bSnapshot\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x120\n" +
 	"\x06config\x18\x02 \x01(\v2\x18.corpus.v1.ClusterConfigR\x06config\x12%\n" +
@@ -1723,7 +2661,11 @@ const file_corpus_v1_raft_proto_rawDesc = "" +
 	"\x06routes\x18\a \x03(\v2\x10.corpus.v1.RouteR\x06routes\x125\n" +
 	"\vdns_records\x18\b \x03(\v2\x14.corpus.v1.DnsRecordR\n" +
 	"dnsRecords\x12+\n" +
-	"\avolumes\x18\t \x03(\v2\x11.corpus.v1.VolumeR\avolumesB!Z\x1fcorpus/proto/corpus/v1;corpusv1b\x06proto3"
+	"\avolumes\x18\t \x03(\v2\x11.corpus.v1.VolumeR\avolumes\x12%\n" +
+	"\x05users\x18\n" +
+	" \x03(\v2\x0f.corpus.v1.UserR\x05users\x12.\n" +
+	"\bprojects\x18\v \x03(\v2\x12.corpus.v1.ProjectR\bprojects\x12.\n" +
+	"\breleases\x18\f \x03(\v2\x12.corpus.v1.ReleaseR\breleasesB!Z\x1fcorpus/proto/corpus/v1;corpusv1b\x06proto3"
 
 var (
 	file_corpus_v1_raft_proto_rawDescOnce sync.Once
@@ -1737,7 +2679,7 @@ func file_corpus_v1_raft_proto_rawDescGZIP() []byte {
 	return file_corpus_v1_raft_proto_rawDescData
 }
 
-var file_corpus_v1_raft_proto_msgTypes = make([]protoimpl.MessageInfo, 23)
+var file_corpus_v1_raft_proto_msgTypes = make([]protoimpl.MessageInfo, 34)
 var file_corpus_v1_raft_proto_goTypes = []any{
 	(*Command)(nil),               // 0: corpus.v1.Command
 	(*BootstrapCluster)(nil),      // 1: corpus.v1.BootstrapCluster
@@ -1760,23 +2702,40 @@ var file_corpus_v1_raft_proto_goTypes = []any{
 	(*MoveVolume)(nil),            // 18: corpus.v1.MoveVolume
 	(*ObservedVolume)(nil),        // 19: corpus.v1.ObservedVolume
 	(*ReportVolumes)(nil),         // 20: corpus.v1.ReportVolumes
-	(*Snapshot)(nil),              // 21: corpus.v1.Snapshot
-	nil,                           // 22: corpus.v1.UpdateNode.LabelsEntry
-	(*timestamppb.Timestamp)(nil), // 23: google.protobuf.Timestamp
-	(*ClusterConfig)(nil),         // 24: corpus.v1.ClusterConfig
-	(*JoinToken)(nil),             // 25: corpus.v1.JoinToken
-	(*Node)(nil),                  // 26: corpus.v1.Node
-	(*Resources)(nil),             // 27: corpus.v1.Resources
-	(*DriverInfo)(nil),            // 28: corpus.v1.DriverInfo
-	(*Guest)(nil),                 // 29: corpus.v1.Guest
-	(*GuestObserved)(nil),         // 30: corpus.v1.GuestObserved
-	(*Route)(nil),                 // 31: corpus.v1.Route
-	(*DnsRecord)(nil),             // 32: corpus.v1.DnsRecord
-	(*VolumeObserved)(nil),        // 33: corpus.v1.VolumeObserved
-	(*Volume)(nil),                // 34: corpus.v1.Volume
+	(*CreateUser)(nil),            // 21: corpus.v1.CreateUser
+	(*DeleteUser)(nil),            // 22: corpus.v1.DeleteUser
+	(*AddSshKey)(nil),             // 23: corpus.v1.AddSshKey
+	(*DeleteSshKey)(nil),          // 24: corpus.v1.DeleteSshKey
+	(*CreateProject)(nil),         // 25: corpus.v1.CreateProject
+	(*DeleteProject)(nil),         // 26: corpus.v1.DeleteProject
+	(*GrantProject)(nil),          // 27: corpus.v1.GrantProject
+	(*BeginRelease)(nil),          // 28: corpus.v1.BeginRelease
+	(*FinishRelease)(nil),         // 29: corpus.v1.FinishRelease
+	(*SetCurrentRelease)(nil),     // 30: corpus.v1.SetCurrentRelease
+	(*PruneReleases)(nil),         // 31: corpus.v1.PruneReleases
+	(*Snapshot)(nil),              // 32: corpus.v1.Snapshot
+	nil,                           // 33: corpus.v1.UpdateNode.LabelsEntry
+	(*timestamppb.Timestamp)(nil), // 34: google.protobuf.Timestamp
+	(*ClusterConfig)(nil),         // 35: corpus.v1.ClusterConfig
+	(*JoinToken)(nil),             // 36: corpus.v1.JoinToken
+	(*Node)(nil),                  // 37: corpus.v1.Node
+	(*Resources)(nil),             // 38: corpus.v1.Resources
+	(*DriverInfo)(nil),            // 39: corpus.v1.DriverInfo
+	(*Guest)(nil),                 // 40: corpus.v1.Guest
+	(*GuestObserved)(nil),         // 41: corpus.v1.GuestObserved
+	(*Route)(nil),                 // 42: corpus.v1.Route
+	(*DnsRecord)(nil),             // 43: corpus.v1.DnsRecord
+	(*VolumeObserved)(nil),        // 44: corpus.v1.VolumeObserved
+	(*User)(nil),                  // 45: corpus.v1.User
+	(*SshKey)(nil),                // 46: corpus.v1.SshKey
+	(*ProjectEnv)(nil),            // 47: corpus.v1.ProjectEnv
+	(*Release)(nil),               // 48: corpus.v1.Release
+	(*ReleaseStep)(nil),           // 49: corpus.v1.ReleaseStep
+	(*Volume)(nil),                // 50: corpus.v1.Volume
+	(*Project)(nil),               // 51: corpus.v1.Project
 }
 var file_corpus_v1_raft_proto_depIdxs = []int32{
-	23, // 0: corpus.v1.Command.now:type_name -> google.protobuf.Timestamp
+	34, // 0: corpus.v1.Command.now:type_name -> google.protobuf.Timestamp
 	1,  // 1: corpus.v1.Command.bootstrap_cluster:type_name -> corpus.v1.BootstrapCluster
 	2,  // 2: corpus.v1.Command.create_join_token:type_name -> corpus.v1.CreateJoinToken
 	3,  // 3: corpus.v1.Command.enroll_node:type_name -> corpus.v1.EnrollNode
@@ -1795,31 +2754,52 @@ var file_corpus_v1_raft_proto_depIdxs = []int32{
 	20, // 16: corpus.v1.Command.report_volumes:type_name -> corpus.v1.ReportVolumes
 	17, // 17: corpus.v1.Command.resize_volume:type_name -> corpus.v1.ResizeVolume
 	18, // 18: corpus.v1.Command.move_volume:type_name -> corpus.v1.MoveVolume
-	24, // 19: corpus.v1.BootstrapCluster.config:type_name -> corpus.v1.ClusterConfig
-	25, // 20: corpus.v1.CreateJoinToken.token:type_name -> corpus.v1.JoinToken
-	26, // 21: corpus.v1.EnrollNode.node:type_name -> corpus.v1.Node
-	27, // 22: corpus.v1.UpdateNode.capacity:type_name -> corpus.v1.Resources
-	28, // 23: corpus.v1.UpdateNode.drivers:type_name -> corpus.v1.DriverInfo
-	22, // 24: corpus.v1.UpdateNode.labels:type_name -> corpus.v1.UpdateNode.LabelsEntry
-	29, // 25: corpus.v1.CreateGuest.guest:type_name -> corpus.v1.Guest
-	30, // 26: corpus.v1.ObservedGuest.observed:type_name -> corpus.v1.GuestObserved
-	9,  // 27: corpus.v1.ReportGuests.guests:type_name -> corpus.v1.ObservedGuest
-	31, // 28: corpus.v1.CreateRoute.route:type_name -> corpus.v1.Route
-	32, // 29: corpus.v1.AddDnsRecord.record:type_name -> corpus.v1.DnsRecord
-	33, // 30: corpus.v1.ObservedVolume.observed:type_name -> corpus.v1.VolumeObserved
-	19, // 31: corpus.v1.ReportVolumes.volumes:type_name -> corpus.v1.ObservedVolume
-	24, // 32: corpus.v1.Snapshot.config:type_name -> corpus.v1.ClusterConfig
-	26, // 33: corpus.v1.Snapshot.nodes:type_name -> corpus.v1.Node
-	29, // 34: corpus.v1.Snapshot.guests:type_name -> corpus.v1.Guest
-	25, // 35: corpus.v1.Snapshot.join_tokens:type_name -> corpus.v1.JoinToken
-	31, // 36: corpus.v1.Snapshot.routes:type_name -> corpus.v1.Route
-	32, // 37: corpus.v1.Snapshot.dns_records:type_name -> corpus.v1.DnsRecord
-	34, // 38: corpus.v1.Snapshot.volumes:type_name -> corpus.v1.Volume
-	39, // [39:39] is the sub-list for method output_type
-	39, // [39:39] is the sub-list for method input_type
-	39, // [39:39] is the sub-list for extension type_name
-	39, // [39:39] is the sub-list for extension extendee
-	0,  // [0:39] is the sub-list for field type_name
+	21, // 19: corpus.v1.Command.create_user:type_name -> corpus.v1.CreateUser
+	22, // 20: corpus.v1.Command.delete_user:type_name -> corpus.v1.DeleteUser
+	23, // 21: corpus.v1.Command.add_ssh_key:type_name -> corpus.v1.AddSshKey
+	24, // 22: corpus.v1.Command.delete_ssh_key:type_name -> corpus.v1.DeleteSshKey
+	25, // 23: corpus.v1.Command.create_project:type_name -> corpus.v1.CreateProject
+	26, // 24: corpus.v1.Command.delete_project:type_name -> corpus.v1.DeleteProject
+	27, // 25: corpus.v1.Command.grant_project:type_name -> corpus.v1.GrantProject
+	28, // 26: corpus.v1.Command.begin_release:type_name -> corpus.v1.BeginRelease
+	29, // 27: corpus.v1.Command.finish_release:type_name -> corpus.v1.FinishRelease
+	30, // 28: corpus.v1.Command.set_current_release:type_name -> corpus.v1.SetCurrentRelease
+	31, // 29: corpus.v1.Command.prune_releases:type_name -> corpus.v1.PruneReleases
+	35, // 30: corpus.v1.BootstrapCluster.config:type_name -> corpus.v1.ClusterConfig
+	36, // 31: corpus.v1.CreateJoinToken.token:type_name -> corpus.v1.JoinToken
+	37, // 32: corpus.v1.EnrollNode.node:type_name -> corpus.v1.Node
+	38, // 33: corpus.v1.UpdateNode.capacity:type_name -> corpus.v1.Resources
+	39, // 34: corpus.v1.UpdateNode.drivers:type_name -> corpus.v1.DriverInfo
+	33, // 35: corpus.v1.UpdateNode.labels:type_name -> corpus.v1.UpdateNode.LabelsEntry
+	40, // 36: corpus.v1.CreateGuest.guest:type_name -> corpus.v1.Guest
+	41, // 37: corpus.v1.ObservedGuest.observed:type_name -> corpus.v1.GuestObserved
+	9,  // 38: corpus.v1.ReportGuests.guests:type_name -> corpus.v1.ObservedGuest
+	42, // 39: corpus.v1.CreateRoute.route:type_name -> corpus.v1.Route
+	43, // 40: corpus.v1.AddDnsRecord.record:type_name -> corpus.v1.DnsRecord
+	44, // 41: corpus.v1.ObservedVolume.observed:type_name -> corpus.v1.VolumeObserved
+	19, // 42: corpus.v1.ReportVolumes.volumes:type_name -> corpus.v1.ObservedVolume
+	45, // 43: corpus.v1.CreateUser.user:type_name -> corpus.v1.User
+	46, // 44: corpus.v1.AddSshKey.key:type_name -> corpus.v1.SshKey
+	47, // 45: corpus.v1.CreateProject.env:type_name -> corpus.v1.ProjectEnv
+	40, // 46: corpus.v1.CreateProject.guest:type_name -> corpus.v1.Guest
+	42, // 47: corpus.v1.CreateProject.routes:type_name -> corpus.v1.Route
+	48, // 48: corpus.v1.BeginRelease.release:type_name -> corpus.v1.Release
+	49, // 49: corpus.v1.FinishRelease.steps:type_name -> corpus.v1.ReleaseStep
+	35, // 50: corpus.v1.Snapshot.config:type_name -> corpus.v1.ClusterConfig
+	37, // 51: corpus.v1.Snapshot.nodes:type_name -> corpus.v1.Node
+	40, // 52: corpus.v1.Snapshot.guests:type_name -> corpus.v1.Guest
+	36, // 53: corpus.v1.Snapshot.join_tokens:type_name -> corpus.v1.JoinToken
+	42, // 54: corpus.v1.Snapshot.routes:type_name -> corpus.v1.Route
+	43, // 55: corpus.v1.Snapshot.dns_records:type_name -> corpus.v1.DnsRecord
+	50, // 56: corpus.v1.Snapshot.volumes:type_name -> corpus.v1.Volume
+	45, // 57: corpus.v1.Snapshot.users:type_name -> corpus.v1.User
+	51, // 58: corpus.v1.Snapshot.projects:type_name -> corpus.v1.Project
+	48, // 59: corpus.v1.Snapshot.releases:type_name -> corpus.v1.Release
+	60, // [60:60] is the sub-list for method output_type
+	60, // [60:60] is the sub-list for method input_type
+	60, // [60:60] is the sub-list for extension type_name
+	60, // [60:60] is the sub-list for extension extendee
+	0,  // [0:60] is the sub-list for field type_name
 }
 
 func init() { file_corpus_v1_raft_proto_init() }
@@ -1847,6 +2827,17 @@ func file_corpus_v1_raft_proto_init() {
 		(*Command_ReportVolumes)(nil),
 		(*Command_ResizeVolume)(nil),
 		(*Command_MoveVolume)(nil),
+		(*Command_CreateUser)(nil),
+		(*Command_DeleteUser)(nil),
+		(*Command_AddSshKey)(nil),
+		(*Command_DeleteSshKey)(nil),
+		(*Command_CreateProject)(nil),
+		(*Command_DeleteProject)(nil),
+		(*Command_GrantProject)(nil),
+		(*Command_BeginRelease)(nil),
+		(*Command_FinishRelease)(nil),
+		(*Command_SetCurrentRelease)(nil),
+		(*Command_PruneReleases)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -1854,7 +2845,7 @@ func file_corpus_v1_raft_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_corpus_v1_raft_proto_rawDesc), len(file_corpus_v1_raft_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   23,
+			NumMessages:   34,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

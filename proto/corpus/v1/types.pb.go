@@ -203,8 +203,10 @@ type Node struct {
 	MinHostPort int32 `protobuf:"varint,14,opt,name=min_host_port,json=minHostPort,proto3" json:"min_host_port,omitempty"`
 	// reserved_ports are node ports guests may not publish (the proxy's).
 	ReservedPorts []int32 `protobuf:"varint,15,rep,packed,name=reserved_ports,json=reservedPorts,proto3" json:"reserved_ports,omitempty"`
-	CreateIndex   uint64  `protobuf:"varint,20,opt,name=create_index,json=createIndex,proto3" json:"create_index,omitempty"`
-	ModifyIndex   uint64  `protobuf:"varint,21,opt,name=modify_index,json=modifyIndex,proto3" json:"modify_index,omitempty"`
+	// git_port is where the agent's SSH git endpoint listens; 0 when off.
+	GitPort       int32  `protobuf:"varint,16,opt,name=git_port,json=gitPort,proto3" json:"git_port,omitempty"`
+	CreateIndex   uint64 `protobuf:"varint,20,opt,name=create_index,json=createIndex,proto3" json:"create_index,omitempty"`
+	ModifyIndex   uint64 `protobuf:"varint,21,opt,name=modify_index,json=modifyIndex,proto3" json:"modify_index,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -342,6 +344,13 @@ func (x *Node) GetReservedPorts() []int32 {
 		return x.ReservedPorts
 	}
 	return nil
+}
+
+func (x *Node) GetGitPort() int32 {
+	if x != nil {
+		return x.GitPort
+	}
+	return 0
 }
 
 func (x *Node) GetCreateIndex() uint64 {
@@ -1471,6 +1480,622 @@ func (x *DnsRecord) GetModifyIndex() uint64 {
 	return 0
 }
 
+// User is a person who deploys (dev), operates (ops) or only reads
+// (viewer). Users push with their SSH keys.
+type User struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// name is a DNS label, unique in the cluster.
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// role: "ops", "dev" or "viewer".
+	Role          string                 `protobuf:"bytes,2,opt,name=role,proto3" json:"role,omitempty"`
+	Keys          []*SshKey              `protobuf:"bytes,3,rep,name=keys,proto3" json:"keys,omitempty"`
+	CreatedAt     *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
+	CreateIndex   uint64                 `protobuf:"varint,20,opt,name=create_index,json=createIndex,proto3" json:"create_index,omitempty"`
+	ModifyIndex   uint64                 `protobuf:"varint,21,opt,name=modify_index,json=modifyIndex,proto3" json:"modify_index,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *User) Reset() {
+	*x = User{}
+	mi := &file_corpus_v1_types_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *User) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*User) ProtoMessage() {}
+
+func (x *User) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_types_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use User.ProtoReflect.Descriptor instead.
+func (*User) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_types_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *User) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *User) GetRole() string {
+	if x != nil {
+		return x.Role
+	}
+	return ""
+}
+
+func (x *User) GetKeys() []*SshKey {
+	if x != nil {
+		return x.Keys
+	}
+	return nil
+}
+
+func (x *User) GetCreatedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CreatedAt
+	}
+	return nil
+}
+
+func (x *User) GetCreateIndex() uint64 {
+	if x != nil {
+		return x.CreateIndex
+	}
+	return 0
+}
+
+func (x *User) GetModifyIndex() uint64 {
+	if x != nil {
+		return x.ModifyIndex
+	}
+	return 0
+}
+
+// SshKey is one public key of a user.
+type SshKey struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// fingerprint is the key's SHA256 fingerprint ("SHA256:..."), unique in
+	// the cluster.
+	Fingerprint string `protobuf:"bytes,1,opt,name=fingerprint,proto3" json:"fingerprint,omitempty"`
+	// public_key is the key in authorized_keys form, without comment.
+	PublicKey     string                 `protobuf:"bytes,2,opt,name=public_key,json=publicKey,proto3" json:"public_key,omitempty"`
+	Comment       string                 `protobuf:"bytes,3,opt,name=comment,proto3" json:"comment,omitempty"`
+	AddedAt       *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=added_at,json=addedAt,proto3" json:"added_at,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SshKey) Reset() {
+	*x = SshKey{}
+	mi := &file_corpus_v1_types_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SshKey) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SshKey) ProtoMessage() {}
+
+func (x *SshKey) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_types_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SshKey.ProtoReflect.Descriptor instead.
+func (*SshKey) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_types_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *SshKey) GetFingerprint() string {
+	if x != nil {
+		return x.Fingerprint
+	}
+	return ""
+}
+
+func (x *SshKey) GetPublicKey() string {
+	if x != nil {
+		return x.PublicKey
+	}
+	return ""
+}
+
+func (x *SshKey) GetComment() string {
+	if x != nil {
+		return x.Comment
+	}
+	return ""
+}
+
+func (x *SshKey) GetAddedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.AddedAt
+	}
+	return nil
+}
+
+// Project is a deployable application with one guest per environment.
+type Project struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Id    string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	// name is a DNS label, unique in the cluster.
+	Name string        `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	Envs []*ProjectEnv `protobuf:"bytes,3,rep,name=envs,proto3" json:"envs,omitempty"`
+	// members are the users (role dev or viewer) granted the project; ops
+	// users may use every project.
+	Members       []string               `protobuf:"bytes,4,rep,name=members,proto3" json:"members,omitempty"`
+	CreatedAt     *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
+	CreateIndex   uint64                 `protobuf:"varint,20,opt,name=create_index,json=createIndex,proto3" json:"create_index,omitempty"`
+	ModifyIndex   uint64                 `protobuf:"varint,21,opt,name=modify_index,json=modifyIndex,proto3" json:"modify_index,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Project) Reset() {
+	*x = Project{}
+	mi := &file_corpus_v1_types_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Project) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Project) ProtoMessage() {}
+
+func (x *Project) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_types_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Project.ProtoReflect.Descriptor instead.
+func (*Project) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_types_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *Project) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *Project) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *Project) GetEnvs() []*ProjectEnv {
+	if x != nil {
+		return x.Envs
+	}
+	return nil
+}
+
+func (x *Project) GetMembers() []string {
+	if x != nil {
+		return x.Members
+	}
+	return nil
+}
+
+func (x *Project) GetCreatedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CreatedAt
+	}
+	return nil
+}
+
+func (x *Project) GetCreateIndex() uint64 {
+	if x != nil {
+		return x.CreateIndex
+	}
+	return 0
+}
+
+func (x *Project) GetModifyIndex() uint64 {
+	if x != nil {
+		return x.ModifyIndex
+	}
+	return 0
+}
+
+// ProjectEnv is a project's environment: the guest that runs it and its
+// releases.
+type ProjectEnv struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// name: "dev", "staging" or "prod".
+	Name      string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	GuestId   string `protobuf:"bytes,2,opt,name=guest_id,json=guestId,proto3" json:"guest_id,omitempty"`
+	GuestName string `protobuf:"bytes,3,opt,name=guest_name,json=guestName,proto3" json:"guest_name,omitempty"`
+	// domains are routed to http_port of the guest through the proxy.
+	Domains  []string `protobuf:"bytes,4,rep,name=domains,proto3" json:"domains,omitempty"`
+	HttpPort int32    `protobuf:"varint,5,opt,name=http_port,json=httpPort,proto3" json:"http_port,omitempty"`
+	// branch is the git branch that deploys ("main" by default).
+	Branch string `protobuf:"bytes,6,opt,name=branch,proto3" json:"branch,omitempty"`
+	// current_release is the number of the release serving now, 0 before
+	// the first deploy.
+	CurrentRelease uint32 `protobuf:"varint,7,opt,name=current_release,json=currentRelease,proto3" json:"current_release,omitempty"`
+	// last_release is the highest release number given so far.
+	LastRelease   uint32 `protobuf:"varint,8,opt,name=last_release,json=lastRelease,proto3" json:"last_release,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ProjectEnv) Reset() {
+	*x = ProjectEnv{}
+	mi := &file_corpus_v1_types_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ProjectEnv) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ProjectEnv) ProtoMessage() {}
+
+func (x *ProjectEnv) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_types_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ProjectEnv.ProtoReflect.Descriptor instead.
+func (*ProjectEnv) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_types_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *ProjectEnv) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *ProjectEnv) GetGuestId() string {
+	if x != nil {
+		return x.GuestId
+	}
+	return ""
+}
+
+func (x *ProjectEnv) GetGuestName() string {
+	if x != nil {
+		return x.GuestName
+	}
+	return ""
+}
+
+func (x *ProjectEnv) GetDomains() []string {
+	if x != nil {
+		return x.Domains
+	}
+	return nil
+}
+
+func (x *ProjectEnv) GetHttpPort() int32 {
+	if x != nil {
+		return x.HttpPort
+	}
+	return 0
+}
+
+func (x *ProjectEnv) GetBranch() string {
+	if x != nil {
+		return x.Branch
+	}
+	return ""
+}
+
+func (x *ProjectEnv) GetCurrentRelease() uint32 {
+	if x != nil {
+		return x.CurrentRelease
+	}
+	return 0
+}
+
+func (x *ProjectEnv) GetLastRelease() uint32 {
+	if x != nil {
+		return x.LastRelease
+	}
+	return 0
+}
+
+// Release is one deployment of one commit of a project environment.
+type Release struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// id is unique in the cluster; number counts up per environment and is
+	// what users write ("r3" is number 3).
+	Id      string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Project string `protobuf:"bytes,2,opt,name=project,proto3" json:"project,omitempty"`
+	Env     string `protobuf:"bytes,3,opt,name=env,proto3" json:"env,omitempty"`
+	Number  uint32 `protobuf:"varint,4,opt,name=number,proto3" json:"number,omitempty"`
+	Commit  string `protobuf:"bytes,5,opt,name=commit,proto3" json:"commit,omitempty"`
+	// author is the user who pushed.
+	Author string `protobuf:"bytes,6,opt,name=author,proto3" json:"author,omitempty"`
+	NodeId string `protobuf:"bytes,7,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	// status: "deploying", "succeeded" or "failed".
+	Status     string                 `protobuf:"bytes,8,opt,name=status,proto3" json:"status,omitempty"`
+	StartedAt  *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=started_at,json=startedAt,proto3" json:"started_at,omitempty"`
+	FinishedAt *timestamppb.Timestamp `protobuf:"bytes,10,opt,name=finished_at,json=finishedAt,proto3" json:"finished_at,omitempty"`
+	Steps      []*ReleaseStep         `protobuf:"bytes,11,rep,name=steps,proto3" json:"steps,omitempty"`
+	// failed_step and message say why a failed release failed.
+	FailedStep string `protobuf:"bytes,12,opt,name=failed_step,json=failedStep,proto3" json:"failed_step,omitempty"`
+	Message    string `protobuf:"bytes,13,opt,name=message,proto3" json:"message,omitempty"`
+	// log is the deploy's output (its tail when long).
+	Log string `protobuf:"bytes,14,opt,name=log,proto3" json:"log,omitempty"`
+	// pruned is set once the release's tree was removed from the guest; it
+	// can no longer be rolled back to.
+	Pruned bool `protobuf:"varint,15,opt,name=pruned,proto3" json:"pruned,omitempty"`
+	// subject is the first line of the commit message.
+	Subject       string `protobuf:"bytes,16,opt,name=subject,proto3" json:"subject,omitempty"`
+	CreateIndex   uint64 `protobuf:"varint,20,opt,name=create_index,json=createIndex,proto3" json:"create_index,omitempty"`
+	ModifyIndex   uint64 `protobuf:"varint,21,opt,name=modify_index,json=modifyIndex,proto3" json:"modify_index,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Release) Reset() {
+	*x = Release{}
+	mi := &file_corpus_v1_types_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Release) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Release) ProtoMessage() {}
+
+func (x *Release) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_types_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Release.ProtoReflect.Descriptor instead.
+func (*Release) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_types_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *Release) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *Release) GetProject() string {
+	if x != nil {
+		return x.Project
+	}
+	return ""
+}
+
+func (x *Release) GetEnv() string {
+	if x != nil {
+		return x.Env
+	}
+	return ""
+}
+
+func (x *Release) GetNumber() uint32 {
+	if x != nil {
+		return x.Number
+	}
+	return 0
+}
+
+func (x *Release) GetCommit() string {
+	if x != nil {
+		return x.Commit
+	}
+	return ""
+}
+
+func (x *Release) GetAuthor() string {
+	if x != nil {
+		return x.Author
+	}
+	return ""
+}
+
+func (x *Release) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+func (x *Release) GetStatus() string {
+	if x != nil {
+		return x.Status
+	}
+	return ""
+}
+
+func (x *Release) GetStartedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.StartedAt
+	}
+	return nil
+}
+
+func (x *Release) GetFinishedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.FinishedAt
+	}
+	return nil
+}
+
+func (x *Release) GetSteps() []*ReleaseStep {
+	if x != nil {
+		return x.Steps
+	}
+	return nil
+}
+
+func (x *Release) GetFailedStep() string {
+	if x != nil {
+		return x.FailedStep
+	}
+	return ""
+}
+
+func (x *Release) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+func (x *Release) GetLog() string {
+	if x != nil {
+		return x.Log
+	}
+	return ""
+}
+
+func (x *Release) GetPruned() bool {
+	if x != nil {
+		return x.Pruned
+	}
+	return false
+}
+
+func (x *Release) GetSubject() string {
+	if x != nil {
+		return x.Subject
+	}
+	return ""
+}
+
+func (x *Release) GetCreateIndex() uint64 {
+	if x != nil {
+		return x.CreateIndex
+	}
+	return 0
+}
+
+func (x *Release) GetModifyIndex() uint64 {
+	if x != nil {
+		return x.ModifyIndex
+	}
+	return 0
+}
+
+// ReleaseStep is one step of a deploy as it ran.
+type ReleaseStep struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// status: "ok", "failed" or "skipped".
+	Status        string `protobuf:"bytes,2,opt,name=status,proto3" json:"status,omitempty"`
+	DurationMs    int64  `protobuf:"varint,3,opt,name=duration_ms,json=durationMs,proto3" json:"duration_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReleaseStep) Reset() {
+	*x = ReleaseStep{}
+	mi := &file_corpus_v1_types_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReleaseStep) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReleaseStep) ProtoMessage() {}
+
+func (x *ReleaseStep) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_types_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReleaseStep.ProtoReflect.Descriptor instead.
+func (*ReleaseStep) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_types_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *ReleaseStep) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *ReleaseStep) GetStatus() string {
+	if x != nil {
+		return x.Status
+	}
+	return ""
+}
+
+func (x *ReleaseStep) GetDurationMs() int64 {
+	if x != nil {
+		return x.DurationMs
+	}
+	return 0
+}
+
 var File_corpus_v1_types_proto protoreflect.FileDescriptor
 
 const file_corpus_v1_types_proto_rawDesc = "" +
@@ -1494,7 +2119,7 @@ const file_corpus_v1_types_proto_rawDesc = "" +
 	"\x06images\x18\x06 \x03(\tR\x06images\x1a=\n" +
 	"\x0fAttributesEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x9f\x05\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xba\x05\n" +
 	"\x04Node\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x16\n" +
@@ -1513,7 +2138,8 @@ const file_corpus_v1_types_proto_rawDesc = "" +
 	"\fguest_subnet\x18\f \x01(\tR\vguestSubnet\x12\x18\n" +
 	"\aaddress\x18\r \x01(\tR\aaddress\x12\"\n" +
 	"\rmin_host_port\x18\x0e \x01(\x05R\vminHostPort\x12%\n" +
-	"\x0ereserved_ports\x18\x0f \x03(\x05R\rreservedPorts\x12!\n" +
+	"\x0ereserved_ports\x18\x0f \x03(\x05R\rreservedPorts\x12\x19\n" +
+	"\bgit_port\x18\x10 \x01(\x05R\agitPort\x12!\n" +
 	"\fcreate_index\x18\x14 \x01(\x04R\vcreateIndex\x12!\n" +
 	"\fmodify_index\x18\x15 \x01(\x04R\vmodifyIndex\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
@@ -1636,7 +2262,69 @@ const file_corpus_v1_types_proto_rawDesc = "" +
 	"\n" +
 	"created_at\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x12!\n" +
 	"\fcreate_index\x18\x14 \x01(\x04R\vcreateIndex\x12!\n" +
-	"\fmodify_index\x18\x15 \x01(\x04R\vmodifyIndexB!Z\x1fcorpus/proto/corpus/v1;corpusv1b\x06proto3"
+	"\fmodify_index\x18\x15 \x01(\x04R\vmodifyIndex\"\xd6\x01\n" +
+	"\x04User\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
+	"\x04role\x18\x02 \x01(\tR\x04role\x12%\n" +
+	"\x04keys\x18\x03 \x03(\v2\x11.corpus.v1.SshKeyR\x04keys\x129\n" +
+	"\n" +
+	"created_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x12!\n" +
+	"\fcreate_index\x18\x14 \x01(\x04R\vcreateIndex\x12!\n" +
+	"\fmodify_index\x18\x15 \x01(\x04R\vmodifyIndex\"\x9a\x01\n" +
+	"\x06SshKey\x12 \n" +
+	"\vfingerprint\x18\x01 \x01(\tR\vfingerprint\x12\x1d\n" +
+	"\n" +
+	"public_key\x18\x02 \x01(\tR\tpublicKey\x12\x18\n" +
+	"\acomment\x18\x03 \x01(\tR\acomment\x125\n" +
+	"\badded_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\aaddedAt\"\xf3\x01\n" +
+	"\aProject\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x12)\n" +
+	"\x04envs\x18\x03 \x03(\v2\x15.corpus.v1.ProjectEnvR\x04envs\x12\x18\n" +
+	"\amembers\x18\x04 \x03(\tR\amembers\x129\n" +
+	"\n" +
+	"created_at\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x12!\n" +
+	"\fcreate_index\x18\x14 \x01(\x04R\vcreateIndex\x12!\n" +
+	"\fmodify_index\x18\x15 \x01(\x04R\vmodifyIndex\"\xf5\x01\n" +
+	"\n" +
+	"ProjectEnv\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x19\n" +
+	"\bguest_id\x18\x02 \x01(\tR\aguestId\x12\x1d\n" +
+	"\n" +
+	"guest_name\x18\x03 \x01(\tR\tguestName\x12\x18\n" +
+	"\adomains\x18\x04 \x03(\tR\adomains\x12\x1b\n" +
+	"\thttp_port\x18\x05 \x01(\x05R\bhttpPort\x12\x16\n" +
+	"\x06branch\x18\x06 \x01(\tR\x06branch\x12'\n" +
+	"\x0fcurrent_release\x18\a \x01(\rR\x0ecurrentRelease\x12!\n" +
+	"\flast_release\x18\b \x01(\rR\vlastRelease\"\xa9\x04\n" +
+	"\aRelease\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x18\n" +
+	"\aproject\x18\x02 \x01(\tR\aproject\x12\x10\n" +
+	"\x03env\x18\x03 \x01(\tR\x03env\x12\x16\n" +
+	"\x06number\x18\x04 \x01(\rR\x06number\x12\x16\n" +
+	"\x06commit\x18\x05 \x01(\tR\x06commit\x12\x16\n" +
+	"\x06author\x18\x06 \x01(\tR\x06author\x12\x17\n" +
+	"\anode_id\x18\a \x01(\tR\x06nodeId\x12\x16\n" +
+	"\x06status\x18\b \x01(\tR\x06status\x129\n" +
+	"\n" +
+	"started_at\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\tstartedAt\x12;\n" +
+	"\vfinished_at\x18\n" +
+	" \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"finishedAt\x12,\n" +
+	"\x05steps\x18\v \x03(\v2\x16.corpus.v1.ReleaseStepR\x05steps\x12\x1f\n" +
+	"\vfailed_step\x18\f \x01(\tR\n" +
+	"failedStep\x12\x18\n" +
+	"\amessage\x18\r \x01(\tR\amessage\x12\x10\n" +
+	"\x03log\x18\x0e \x01(\tR\x03log\x12\x16\n" +
+	"\x06pruned\x18\x0f \x01(\bR\x06pruned\x12\x18\n" +
+	"\asubject\x18\x10 \x01(\tR\asubject\x12!\n" +
+	"\fcreate_index\x18\x14 \x01(\x04R\vcreateIndex\x12!\n" +
+	"\fmodify_index\x18\x15 \x01(\x04R\vmodifyIndex\"Z\n" +
+	"\vReleaseStep\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
+	"\x06status\x18\x02 \x01(\tR\x06status\x12\x1f\n" +
+	"\vduration_ms\x18\x03 \x01(\x03R\n" +
+	"durationMsB!Z\x1fcorpus/proto/corpus/v1;corpusv1b\x06proto3"
 
 var (
 	file_corpus_v1_types_proto_rawDescOnce sync.Once
@@ -1650,7 +2338,7 @@ func file_corpus_v1_types_proto_rawDescGZIP() []byte {
 	return file_corpus_v1_types_proto_rawDescData
 }
 
-var file_corpus_v1_types_proto_msgTypes = make([]protoimpl.MessageInfo, 18)
+var file_corpus_v1_types_proto_msgTypes = make([]protoimpl.MessageInfo, 24)
 var file_corpus_v1_types_proto_goTypes = []any{
 	(*Resources)(nil),             // 0: corpus.v1.Resources
 	(*DriverInfo)(nil),            // 1: corpus.v1.DriverInfo
@@ -1667,39 +2355,53 @@ var file_corpus_v1_types_proto_goTypes = []any{
 	(*JoinToken)(nil),             // 12: corpus.v1.JoinToken
 	(*ClusterConfig)(nil),         // 13: corpus.v1.ClusterConfig
 	(*DnsRecord)(nil),             // 14: corpus.v1.DnsRecord
-	nil,                           // 15: corpus.v1.DriverInfo.AttributesEntry
-	nil,                           // 16: corpus.v1.Node.LabelsEntry
-	nil,                           // 17: corpus.v1.GuestSpec.EnvEntry
-	(*timestamppb.Timestamp)(nil), // 18: google.protobuf.Timestamp
+	(*User)(nil),                  // 15: corpus.v1.User
+	(*SshKey)(nil),                // 16: corpus.v1.SshKey
+	(*Project)(nil),               // 17: corpus.v1.Project
+	(*ProjectEnv)(nil),            // 18: corpus.v1.ProjectEnv
+	(*Release)(nil),               // 19: corpus.v1.Release
+	(*ReleaseStep)(nil),           // 20: corpus.v1.ReleaseStep
+	nil,                           // 21: corpus.v1.DriverInfo.AttributesEntry
+	nil,                           // 22: corpus.v1.Node.LabelsEntry
+	nil,                           // 23: corpus.v1.GuestSpec.EnvEntry
+	(*timestamppb.Timestamp)(nil), // 24: google.protobuf.Timestamp
 }
 var file_corpus_v1_types_proto_depIdxs = []int32{
-	15, // 0: corpus.v1.DriverInfo.attributes:type_name -> corpus.v1.DriverInfo.AttributesEntry
-	16, // 1: corpus.v1.Node.labels:type_name -> corpus.v1.Node.LabelsEntry
+	21, // 0: corpus.v1.DriverInfo.attributes:type_name -> corpus.v1.DriverInfo.AttributesEntry
+	22, // 1: corpus.v1.Node.labels:type_name -> corpus.v1.Node.LabelsEntry
 	0,  // 2: corpus.v1.Node.capacity:type_name -> corpus.v1.Resources
 	1,  // 3: corpus.v1.Node.drivers:type_name -> corpus.v1.DriverInfo
-	18, // 4: corpus.v1.Node.enrolled_at:type_name -> google.protobuf.Timestamp
+	24, // 4: corpus.v1.Node.enrolled_at:type_name -> google.protobuf.Timestamp
 	0,  // 5: corpus.v1.GuestSpec.resources:type_name -> corpus.v1.Resources
-	17, // 6: corpus.v1.GuestSpec.env:type_name -> corpus.v1.GuestSpec.EnvEntry
+	23, // 6: corpus.v1.GuestSpec.env:type_name -> corpus.v1.GuestSpec.EnvEntry
 	7,  // 7: corpus.v1.GuestSpec.ports:type_name -> corpus.v1.Port
 	4,  // 8: corpus.v1.GuestSpec.volume:type_name -> corpus.v1.VolumeSpec
 	6,  // 9: corpus.v1.Volume.observed:type_name -> corpus.v1.VolumeObserved
-	18, // 10: corpus.v1.Volume.created_at:type_name -> google.protobuf.Timestamp
-	18, // 11: corpus.v1.GuestObserved.updated_at:type_name -> google.protobuf.Timestamp
-	18, // 12: corpus.v1.Event.time:type_name -> google.protobuf.Timestamp
+	24, // 10: corpus.v1.Volume.created_at:type_name -> google.protobuf.Timestamp
+	24, // 11: corpus.v1.GuestObserved.updated_at:type_name -> google.protobuf.Timestamp
+	24, // 12: corpus.v1.Event.time:type_name -> google.protobuf.Timestamp
 	3,  // 13: corpus.v1.Guest.spec:type_name -> corpus.v1.GuestSpec
 	8,  // 14: corpus.v1.Guest.observed:type_name -> corpus.v1.GuestObserved
 	9,  // 15: corpus.v1.Guest.events:type_name -> corpus.v1.Event
-	18, // 16: corpus.v1.Guest.created_at:type_name -> google.protobuf.Timestamp
-	18, // 17: corpus.v1.Route.created_at:type_name -> google.protobuf.Timestamp
-	18, // 18: corpus.v1.JoinToken.expires_at:type_name -> google.protobuf.Timestamp
-	18, // 19: corpus.v1.JoinToken.created_at:type_name -> google.protobuf.Timestamp
-	18, // 20: corpus.v1.ClusterConfig.created_at:type_name -> google.protobuf.Timestamp
-	18, // 21: corpus.v1.DnsRecord.created_at:type_name -> google.protobuf.Timestamp
-	22, // [22:22] is the sub-list for method output_type
-	22, // [22:22] is the sub-list for method input_type
-	22, // [22:22] is the sub-list for extension type_name
-	22, // [22:22] is the sub-list for extension extendee
-	0,  // [0:22] is the sub-list for field type_name
+	24, // 16: corpus.v1.Guest.created_at:type_name -> google.protobuf.Timestamp
+	24, // 17: corpus.v1.Route.created_at:type_name -> google.protobuf.Timestamp
+	24, // 18: corpus.v1.JoinToken.expires_at:type_name -> google.protobuf.Timestamp
+	24, // 19: corpus.v1.JoinToken.created_at:type_name -> google.protobuf.Timestamp
+	24, // 20: corpus.v1.ClusterConfig.created_at:type_name -> google.protobuf.Timestamp
+	24, // 21: corpus.v1.DnsRecord.created_at:type_name -> google.protobuf.Timestamp
+	16, // 22: corpus.v1.User.keys:type_name -> corpus.v1.SshKey
+	24, // 23: corpus.v1.User.created_at:type_name -> google.protobuf.Timestamp
+	24, // 24: corpus.v1.SshKey.added_at:type_name -> google.protobuf.Timestamp
+	18, // 25: corpus.v1.Project.envs:type_name -> corpus.v1.ProjectEnv
+	24, // 26: corpus.v1.Project.created_at:type_name -> google.protobuf.Timestamp
+	24, // 27: corpus.v1.Release.started_at:type_name -> google.protobuf.Timestamp
+	24, // 28: corpus.v1.Release.finished_at:type_name -> google.protobuf.Timestamp
+	20, // 29: corpus.v1.Release.steps:type_name -> corpus.v1.ReleaseStep
+	30, // [30:30] is the sub-list for method output_type
+	30, // [30:30] is the sub-list for method input_type
+	30, // [30:30] is the sub-list for extension type_name
+	30, // [30:30] is the sub-list for extension extendee
+	0,  // [0:30] is the sub-list for field type_name
 }
 
 func init() { file_corpus_v1_types_proto_init() }
@@ -1713,7 +2415,7 @@ func file_corpus_v1_types_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_corpus_v1_types_proto_rawDesc), len(file_corpus_v1_types_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   18,
+			NumMessages:   24,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

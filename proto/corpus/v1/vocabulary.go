@@ -4,6 +4,8 @@
 // shared by the coordinator, the agents and the CLI.
 package corpusv1
 
+import "strconv"
+
 // Node statuses (Node.status).
 const (
 	NodeInitializing = "initializing"
@@ -42,4 +44,35 @@ const (
 // ignoring when they were made, so unchanged reports write nothing.
 func SameObserved(a, b *GuestObserved) bool {
 	return a.GetState() == b.GetState() && a.GetPid() == b.GetPid() && a.GetMessage() == b.GetMessage()
+}
+
+// User roles (User.role).
+const (
+	RoleOps    = "ops"
+	RoleDev    = "dev"
+	RoleViewer = "viewer"
+)
+
+// Project environments (ProjectEnv.name).
+const (
+	EnvDev     = "dev"
+	EnvStaging = "staging"
+	EnvProd    = "prod"
+)
+
+// Release statuses (Release.status) and release step statuses
+// (ReleaseStep.status).
+const (
+	ReleaseDeploying = "deploying"
+	ReleaseSucceeded = "succeeded"
+	ReleaseFailed    = "failed"
+
+	StepOK      = "ok"
+	StepFailed  = "failed"
+	StepSkipped = "skipped"
+)
+
+// ReleaseName is how users write a release number: "r3".
+func ReleaseName(n uint32) string {
+	return "r" + strconv.FormatUint(uint64(n), 10)
 }

@@ -40,6 +40,10 @@ const (
 	AgentServiceName = "corpus.v1.AgentService"
 	// NodeAgentServiceName is the fully-qualified name of the NodeAgentService service.
 	NodeAgentServiceName = "corpus.v1.NodeAgentService"
+	// UserServiceName is the fully-qualified name of the UserService service.
+	UserServiceName = "corpus.v1.UserService"
+	// ProjectServiceName is the fully-qualified name of the ProjectService service.
+	ProjectServiceName = "corpus.v1.ProjectService"
 )
 
 // These constants are the fully-qualified names of the RPCs defined in this package. They're
@@ -116,6 +120,20 @@ const (
 	AgentServiceWatchProcedure = "/corpus.v1.AgentService/Watch"
 	// AgentServiceReportProcedure is the fully-qualified name of the AgentService's Report RPC.
 	AgentServiceReportProcedure = "/corpus.v1.AgentService/Report"
+	// AgentServiceGitAccessProcedure is the fully-qualified name of the AgentService's GitAccess RPC.
+	AgentServiceGitAccessProcedure = "/corpus.v1.AgentService/GitAccess"
+	// AgentServiceBeginReleaseProcedure is the fully-qualified name of the AgentService's BeginRelease
+	// RPC.
+	AgentServiceBeginReleaseProcedure = "/corpus.v1.AgentService/BeginRelease"
+	// AgentServiceFinishReleaseProcedure is the fully-qualified name of the AgentService's
+	// FinishRelease RPC.
+	AgentServiceFinishReleaseProcedure = "/corpus.v1.AgentService/FinishRelease"
+	// AgentServiceSetCurrentReleaseProcedure is the fully-qualified name of the AgentService's
+	// SetCurrentRelease RPC.
+	AgentServiceSetCurrentReleaseProcedure = "/corpus.v1.AgentService/SetCurrentRelease"
+	// AgentServicePruneReleasesProcedure is the fully-qualified name of the AgentService's
+	// PruneReleases RPC.
+	AgentServicePruneReleasesProcedure = "/corpus.v1.AgentService/PruneReleases"
 	// NodeAgentServiceExecProcedure is the fully-qualified name of the NodeAgentService's Exec RPC.
 	NodeAgentServiceExecProcedure = "/corpus.v1.NodeAgentService/Exec"
 	// NodeAgentServiceExportVolumeProcedure is the fully-qualified name of the NodeAgentService's
@@ -127,6 +145,42 @@ const (
 	// NodeAgentServiceSnapshotVolumeProcedure is the fully-qualified name of the NodeAgentService's
 	// SnapshotVolume RPC.
 	NodeAgentServiceSnapshotVolumeProcedure = "/corpus.v1.NodeAgentService/SnapshotVolume"
+	// NodeAgentServiceRollbackProcedure is the fully-qualified name of the NodeAgentService's Rollback
+	// RPC.
+	NodeAgentServiceRollbackProcedure = "/corpus.v1.NodeAgentService/Rollback"
+	// UserServiceCreateUserProcedure is the fully-qualified name of the UserService's CreateUser RPC.
+	UserServiceCreateUserProcedure = "/corpus.v1.UserService/CreateUser"
+	// UserServiceListUsersProcedure is the fully-qualified name of the UserService's ListUsers RPC.
+	UserServiceListUsersProcedure = "/corpus.v1.UserService/ListUsers"
+	// UserServiceDeleteUserProcedure is the fully-qualified name of the UserService's DeleteUser RPC.
+	UserServiceDeleteUserProcedure = "/corpus.v1.UserService/DeleteUser"
+	// UserServiceAddKeyProcedure is the fully-qualified name of the UserService's AddKey RPC.
+	UserServiceAddKeyProcedure = "/corpus.v1.UserService/AddKey"
+	// UserServiceDeleteKeyProcedure is the fully-qualified name of the UserService's DeleteKey RPC.
+	UserServiceDeleteKeyProcedure = "/corpus.v1.UserService/DeleteKey"
+	// ProjectServiceCreateProjectProcedure is the fully-qualified name of the ProjectService's
+	// CreateProject RPC.
+	ProjectServiceCreateProjectProcedure = "/corpus.v1.ProjectService/CreateProject"
+	// ProjectServiceListProjectsProcedure is the fully-qualified name of the ProjectService's
+	// ListProjects RPC.
+	ProjectServiceListProjectsProcedure = "/corpus.v1.ProjectService/ListProjects"
+	// ProjectServiceGetProjectProcedure is the fully-qualified name of the ProjectService's GetProject
+	// RPC.
+	ProjectServiceGetProjectProcedure = "/corpus.v1.ProjectService/GetProject"
+	// ProjectServiceDeleteProjectProcedure is the fully-qualified name of the ProjectService's
+	// DeleteProject RPC.
+	ProjectServiceDeleteProjectProcedure = "/corpus.v1.ProjectService/DeleteProject"
+	// ProjectServiceGrantProjectProcedure is the fully-qualified name of the ProjectService's
+	// GrantProject RPC.
+	ProjectServiceGrantProjectProcedure = "/corpus.v1.ProjectService/GrantProject"
+	// ProjectServiceListReleasesProcedure is the fully-qualified name of the ProjectService's
+	// ListReleases RPC.
+	ProjectServiceListReleasesProcedure = "/corpus.v1.ProjectService/ListReleases"
+	// ProjectServiceGetReleaseProcedure is the fully-qualified name of the ProjectService's GetRelease
+	// RPC.
+	ProjectServiceGetReleaseProcedure = "/corpus.v1.ProjectService/GetRelease"
+	// ProjectServiceRollbackProcedure is the fully-qualified name of the ProjectService's Rollback RPC.
+	ProjectServiceRollbackProcedure = "/corpus.v1.ProjectService/Rollback"
 )
 
 // ClusterServiceClient is a client for the corpus.v1.ClusterService service.
@@ -1065,6 +1119,15 @@ type AgentServiceClient interface {
 	Watch(context.Context, *connect.Request[v1.WatchRequest]) (*connect.ServerStreamForClient[v1.WatchResponse], error)
 	// Report records the node's facts and its guests' observed states.
 	Report(context.Context, *connect.Request[v1.ReportRequest]) (*connect.Response[v1.ReportResponse], error)
+	// GitAccess says who owns an SSH key and whether they may push to (or
+	// fetch from) a project environment on the calling node.
+	GitAccess(context.Context, *connect.Request[v1.GitAccessRequest]) (*connect.Response[v1.GitAccessResponse], error)
+	// BeginRelease, FinishRelease, SetCurrentRelease and PruneReleases
+	// record the calling node's deploys.
+	BeginRelease(context.Context, *connect.Request[v1.BeginReleaseRequest]) (*connect.Response[v1.BeginReleaseResponse], error)
+	FinishRelease(context.Context, *connect.Request[v1.FinishReleaseRequest]) (*connect.Response[v1.FinishReleaseResponse], error)
+	SetCurrentRelease(context.Context, *connect.Request[v1.SetCurrentReleaseRequest]) (*connect.Response[v1.SetCurrentReleaseResponse], error)
+	PruneReleases(context.Context, *connect.Request[v1.PruneReleasesRequest]) (*connect.Response[v1.PruneReleasesResponse], error)
 }
 
 // NewAgentServiceClient constructs a client for the corpus.v1.AgentService service. By default, it
@@ -1096,14 +1159,50 @@ func NewAgentServiceClient(httpClient connect.HTTPClient, baseURL string, opts .
 			connect.WithSchema(agentServiceMethods.ByName("Report")),
 			connect.WithClientOptions(opts...),
 		),
+		gitAccess: connect.NewClient[v1.GitAccessRequest, v1.GitAccessResponse](
+			httpClient,
+			baseURL+AgentServiceGitAccessProcedure,
+			connect.WithSchema(agentServiceMethods.ByName("GitAccess")),
+			connect.WithIdempotency(connect.IdempotencyNoSideEffects),
+			connect.WithClientOptions(opts...),
+		),
+		beginRelease: connect.NewClient[v1.BeginReleaseRequest, v1.BeginReleaseResponse](
+			httpClient,
+			baseURL+AgentServiceBeginReleaseProcedure,
+			connect.WithSchema(agentServiceMethods.ByName("BeginRelease")),
+			connect.WithClientOptions(opts...),
+		),
+		finishRelease: connect.NewClient[v1.FinishReleaseRequest, v1.FinishReleaseResponse](
+			httpClient,
+			baseURL+AgentServiceFinishReleaseProcedure,
+			connect.WithSchema(agentServiceMethods.ByName("FinishRelease")),
+			connect.WithClientOptions(opts...),
+		),
+		setCurrentRelease: connect.NewClient[v1.SetCurrentReleaseRequest, v1.SetCurrentReleaseResponse](
+			httpClient,
+			baseURL+AgentServiceSetCurrentReleaseProcedure,
+			connect.WithSchema(agentServiceMethods.ByName("SetCurrentRelease")),
+			connect.WithClientOptions(opts...),
+		),
+		pruneReleases: connect.NewClient[v1.PruneReleasesRequest, v1.PruneReleasesResponse](
+			httpClient,
+			baseURL+AgentServicePruneReleasesProcedure,
+			connect.WithSchema(agentServiceMethods.ByName("PruneReleases")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
 // agentServiceClient implements AgentServiceClient.
 type agentServiceClient struct {
-	enroll *connect.Client[v1.EnrollRequest, v1.EnrollResponse]
-	watch  *connect.Client[v1.WatchRequest, v1.WatchResponse]
-	report *connect.Client[v1.ReportRequest, v1.ReportResponse]
+	enroll            *connect.Client[v1.EnrollRequest, v1.EnrollResponse]
+	watch             *connect.Client[v1.WatchRequest, v1.WatchResponse]
+	report            *connect.Client[v1.ReportRequest, v1.ReportResponse]
+	gitAccess         *connect.Client[v1.GitAccessRequest, v1.GitAccessResponse]
+	beginRelease      *connect.Client[v1.BeginReleaseRequest, v1.BeginReleaseResponse]
+	finishRelease     *connect.Client[v1.FinishReleaseRequest, v1.FinishReleaseResponse]
+	setCurrentRelease *connect.Client[v1.SetCurrentReleaseRequest, v1.SetCurrentReleaseResponse]
+	pruneReleases     *connect.Client[v1.PruneReleasesRequest, v1.PruneReleasesResponse]
 }
 
 // Enroll calls corpus.v1.AgentService.Enroll.
@@ -1121,6 +1220,31 @@ func (c *agentServiceClient) Report(ctx context.Context, req *connect.Request[v1
 	return c.report.CallUnary(ctx, req)
 }
 
+// GitAccess calls corpus.v1.AgentService.GitAccess.
+func (c *agentServiceClient) GitAccess(ctx context.Context, req *connect.Request[v1.GitAccessRequest]) (*connect.Response[v1.GitAccessResponse], error) {
+	return c.gitAccess.CallUnary(ctx, req)
+}
+
+// BeginRelease calls corpus.v1.AgentService.BeginRelease.
+func (c *agentServiceClient) BeginRelease(ctx context.Context, req *connect.Request[v1.BeginReleaseRequest]) (*connect.Response[v1.BeginReleaseResponse], error) {
+	return c.beginRelease.CallUnary(ctx, req)
+}
+
+// FinishRelease calls corpus.v1.AgentService.FinishRelease.
+func (c *agentServiceClient) FinishRelease(ctx context.Context, req *connect.Request[v1.FinishReleaseRequest]) (*connect.Response[v1.FinishReleaseResponse], error) {
+	return c.finishRelease.CallUnary(ctx, req)
+}
+
+// SetCurrentRelease calls corpus.v1.AgentService.SetCurrentRelease.
+func (c *agentServiceClient) SetCurrentRelease(ctx context.Context, req *connect.Request[v1.SetCurrentReleaseRequest]) (*connect.Response[v1.SetCurrentReleaseResponse], error) {
+	return c.setCurrentRelease.CallUnary(ctx, req)
+}
+
+// PruneReleases calls corpus.v1.AgentService.PruneReleases.
+func (c *agentServiceClient) PruneReleases(ctx context.Context, req *connect.Request[v1.PruneReleasesRequest]) (*connect.Response[v1.PruneReleasesResponse], error) {
+	return c.pruneReleases.CallUnary(ctx, req)
+}
+
 // AgentServiceHandler is an implementation of the corpus.v1.AgentService service.
 type AgentServiceHandler interface {
 	// Enroll trades a one-time join token for a node identity. It is the one
@@ -1131,6 +1255,15 @@ type AgentServiceHandler interface {
 	Watch(context.Context, *connect.Request[v1.WatchRequest], *connect.ServerStream[v1.WatchResponse]) error
 	// Report records the node's facts and its guests' observed states.
 	Report(context.Context, *connect.Request[v1.ReportRequest]) (*connect.Response[v1.ReportResponse], error)
+	// GitAccess says who owns an SSH key and whether they may push to (or
+	// fetch from) a project environment on the calling node.
+	GitAccess(context.Context, *connect.Request[v1.GitAccessRequest]) (*connect.Response[v1.GitAccessResponse], error)
+	// BeginRelease, FinishRelease, SetCurrentRelease and PruneReleases
+	// record the calling node's deploys.
+	BeginRelease(context.Context, *connect.Request[v1.BeginReleaseRequest]) (*connect.Response[v1.BeginReleaseResponse], error)
+	FinishRelease(context.Context, *connect.Request[v1.FinishReleaseRequest]) (*connect.Response[v1.FinishReleaseResponse], error)
+	SetCurrentRelease(context.Context, *connect.Request[v1.SetCurrentReleaseRequest]) (*connect.Response[v1.SetCurrentReleaseResponse], error)
+	PruneReleases(context.Context, *connect.Request[v1.PruneReleasesRequest]) (*connect.Response[v1.PruneReleasesResponse], error)
 }
 
 // NewAgentServiceHandler builds an HTTP handler from the service implementation. It returns the
@@ -1158,6 +1291,37 @@ func NewAgentServiceHandler(svc AgentServiceHandler, opts ...connect.HandlerOpti
 		connect.WithSchema(agentServiceMethods.ByName("Report")),
 		connect.WithHandlerOptions(opts...),
 	)
+	agentServiceGitAccessHandler := connect.NewUnaryHandler(
+		AgentServiceGitAccessProcedure,
+		svc.GitAccess,
+		connect.WithSchema(agentServiceMethods.ByName("GitAccess")),
+		connect.WithIdempotency(connect.IdempotencyNoSideEffects),
+		connect.WithHandlerOptions(opts...),
+	)
+	agentServiceBeginReleaseHandler := connect.NewUnaryHandler(
+		AgentServiceBeginReleaseProcedure,
+		svc.BeginRelease,
+		connect.WithSchema(agentServiceMethods.ByName("BeginRelease")),
+		connect.WithHandlerOptions(opts...),
+	)
+	agentServiceFinishReleaseHandler := connect.NewUnaryHandler(
+		AgentServiceFinishReleaseProcedure,
+		svc.FinishRelease,
+		connect.WithSchema(agentServiceMethods.ByName("FinishRelease")),
+		connect.WithHandlerOptions(opts...),
+	)
+	agentServiceSetCurrentReleaseHandler := connect.NewUnaryHandler(
+		AgentServiceSetCurrentReleaseProcedure,
+		svc.SetCurrentRelease,
+		connect.WithSchema(agentServiceMethods.ByName("SetCurrentRelease")),
+		connect.WithHandlerOptions(opts...),
+	)
+	agentServicePruneReleasesHandler := connect.NewUnaryHandler(
+		AgentServicePruneReleasesProcedure,
+		svc.PruneReleases,
+		connect.WithSchema(agentServiceMethods.ByName("PruneReleases")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/corpus.v1.AgentService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case AgentServiceEnrollProcedure:
@@ -1166,6 +1330,16 @@ func NewAgentServiceHandler(svc AgentServiceHandler, opts ...connect.HandlerOpti
 			agentServiceWatchHandler.ServeHTTP(w, r)
 		case AgentServiceReportProcedure:
 			agentServiceReportHandler.ServeHTTP(w, r)
+		case AgentServiceGitAccessProcedure:
+			agentServiceGitAccessHandler.ServeHTTP(w, r)
+		case AgentServiceBeginReleaseProcedure:
+			agentServiceBeginReleaseHandler.ServeHTTP(w, r)
+		case AgentServiceFinishReleaseProcedure:
+			agentServiceFinishReleaseHandler.ServeHTTP(w, r)
+		case AgentServiceSetCurrentReleaseProcedure:
+			agentServiceSetCurrentReleaseHandler.ServeHTTP(w, r)
+		case AgentServicePruneReleasesProcedure:
+			agentServicePruneReleasesHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -1187,6 +1361,26 @@ func (UnimplementedAgentServiceHandler) Report(context.Context, *connect.Request
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("corpus.v1.AgentService.Report is not implemented"))
 }
 
+func (UnimplementedAgentServiceHandler) GitAccess(context.Context, *connect.Request[v1.GitAccessRequest]) (*connect.Response[v1.GitAccessResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("corpus.v1.AgentService.GitAccess is not implemented"))
+}
+
+func (UnimplementedAgentServiceHandler) BeginRelease(context.Context, *connect.Request[v1.BeginReleaseRequest]) (*connect.Response[v1.BeginReleaseResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("corpus.v1.AgentService.BeginRelease is not implemented"))
+}
+
+func (UnimplementedAgentServiceHandler) FinishRelease(context.Context, *connect.Request[v1.FinishReleaseRequest]) (*connect.Response[v1.FinishReleaseResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("corpus.v1.AgentService.FinishRelease is not implemented"))
+}
+
+func (UnimplementedAgentServiceHandler) SetCurrentRelease(context.Context, *connect.Request[v1.SetCurrentReleaseRequest]) (*connect.Response[v1.SetCurrentReleaseResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("corpus.v1.AgentService.SetCurrentRelease is not implemented"))
+}
+
+func (UnimplementedAgentServiceHandler) PruneReleases(context.Context, *connect.Request[v1.PruneReleasesRequest]) (*connect.Response[v1.PruneReleasesResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("corpus.v1.AgentService.PruneReleases is not implemented"))
+}
+
 // NodeAgentServiceClient is a client for the corpus.v1.NodeAgentService service.
 type NodeAgentServiceClient interface {
 	Exec(context.Context, *connect.Request[v1.ExecGuestRequest]) (*connect.ServerStreamForClient[v1.ExecOutput], error)
@@ -1197,6 +1391,9 @@ type NodeAgentServiceClient interface {
 	// carries its name and size.
 	ImportVolume(context.Context) *connect.ClientStreamForClient[v1.VolumeChunk, v1.ImportVolumeResponse]
 	SnapshotVolume(context.Context, *connect.Request[v1.SnapshotVolumeRequest]) (*connect.Response[v1.SnapshotVolumeResponse], error)
+	// Rollback makes a kept release of a project environment current again
+	// and runs its rollback hook; the output streams back.
+	Rollback(context.Context, *connect.Request[v1.RollbackRequest]) (*connect.ServerStreamForClient[v1.RollbackOutput], error)
 }
 
 // NewNodeAgentServiceClient constructs a client for the corpus.v1.NodeAgentService service. By
@@ -1234,6 +1431,12 @@ func NewNodeAgentServiceClient(httpClient connect.HTTPClient, baseURL string, op
 			connect.WithSchema(nodeAgentServiceMethods.ByName("SnapshotVolume")),
 			connect.WithClientOptions(opts...),
 		),
+		rollback: connect.NewClient[v1.RollbackRequest, v1.RollbackOutput](
+			httpClient,
+			baseURL+NodeAgentServiceRollbackProcedure,
+			connect.WithSchema(nodeAgentServiceMethods.ByName("Rollback")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
@@ -1243,6 +1446,7 @@ type nodeAgentServiceClient struct {
 	exportVolume   *connect.Client[v1.ExportVolumeRequest, v1.VolumeChunk]
 	importVolume   *connect.Client[v1.VolumeChunk, v1.ImportVolumeResponse]
 	snapshotVolume *connect.Client[v1.SnapshotVolumeRequest, v1.SnapshotVolumeResponse]
+	rollback       *connect.Client[v1.RollbackRequest, v1.RollbackOutput]
 }
 
 // Exec calls corpus.v1.NodeAgentService.Exec.
@@ -1265,6 +1469,11 @@ func (c *nodeAgentServiceClient) SnapshotVolume(ctx context.Context, req *connec
 	return c.snapshotVolume.CallUnary(ctx, req)
 }
 
+// Rollback calls corpus.v1.NodeAgentService.Rollback.
+func (c *nodeAgentServiceClient) Rollback(ctx context.Context, req *connect.Request[v1.RollbackRequest]) (*connect.ServerStreamForClient[v1.RollbackOutput], error) {
+	return c.rollback.CallServerStream(ctx, req)
+}
+
 // NodeAgentServiceHandler is an implementation of the corpus.v1.NodeAgentService service.
 type NodeAgentServiceHandler interface {
 	Exec(context.Context, *connect.Request[v1.ExecGuestRequest], *connect.ServerStream[v1.ExecOutput]) error
@@ -1275,6 +1484,9 @@ type NodeAgentServiceHandler interface {
 	// carries its name and size.
 	ImportVolume(context.Context, *connect.ClientStream[v1.VolumeChunk]) (*connect.Response[v1.ImportVolumeResponse], error)
 	SnapshotVolume(context.Context, *connect.Request[v1.SnapshotVolumeRequest]) (*connect.Response[v1.SnapshotVolumeResponse], error)
+	// Rollback makes a kept release of a project environment current again
+	// and runs its rollback hook; the output streams back.
+	Rollback(context.Context, *connect.Request[v1.RollbackRequest], *connect.ServerStream[v1.RollbackOutput]) error
 }
 
 // NewNodeAgentServiceHandler builds an HTTP handler from the service implementation. It returns the
@@ -1308,6 +1520,12 @@ func NewNodeAgentServiceHandler(svc NodeAgentServiceHandler, opts ...connect.Han
 		connect.WithSchema(nodeAgentServiceMethods.ByName("SnapshotVolume")),
 		connect.WithHandlerOptions(opts...),
 	)
+	nodeAgentServiceRollbackHandler := connect.NewServerStreamHandler(
+		NodeAgentServiceRollbackProcedure,
+		svc.Rollback,
+		connect.WithSchema(nodeAgentServiceMethods.ByName("Rollback")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/corpus.v1.NodeAgentService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case NodeAgentServiceExecProcedure:
@@ -1318,6 +1536,8 @@ func NewNodeAgentServiceHandler(svc NodeAgentServiceHandler, opts ...connect.Han
 			nodeAgentServiceImportVolumeHandler.ServeHTTP(w, r)
 		case NodeAgentServiceSnapshotVolumeProcedure:
 			nodeAgentServiceSnapshotVolumeHandler.ServeHTTP(w, r)
+		case NodeAgentServiceRollbackProcedure:
+			nodeAgentServiceRollbackHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -1341,4 +1561,450 @@ func (UnimplementedNodeAgentServiceHandler) ImportVolume(context.Context, *conne
 
 func (UnimplementedNodeAgentServiceHandler) SnapshotVolume(context.Context, *connect.Request[v1.SnapshotVolumeRequest]) (*connect.Response[v1.SnapshotVolumeResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("corpus.v1.NodeAgentService.SnapshotVolume is not implemented"))
+}
+
+func (UnimplementedNodeAgentServiceHandler) Rollback(context.Context, *connect.Request[v1.RollbackRequest], *connect.ServerStream[v1.RollbackOutput]) error {
+	return connect.NewError(connect.CodeUnimplemented, errors.New("corpus.v1.NodeAgentService.Rollback is not implemented"))
+}
+
+// UserServiceClient is a client for the corpus.v1.UserService service.
+type UserServiceClient interface {
+	CreateUser(context.Context, *connect.Request[v1.CreateUserRequest]) (*connect.Response[v1.CreateUserResponse], error)
+	ListUsers(context.Context, *connect.Request[v1.ListUsersRequest]) (*connect.Response[v1.ListUsersResponse], error)
+	DeleteUser(context.Context, *connect.Request[v1.DeleteUserRequest]) (*connect.Response[v1.DeleteUserResponse], error)
+	// AddKey adds an SSH public key (authorized_keys form) to a user.
+	AddKey(context.Context, *connect.Request[v1.AddKeyRequest]) (*connect.Response[v1.AddKeyResponse], error)
+	DeleteKey(context.Context, *connect.Request[v1.DeleteKeyRequest]) (*connect.Response[v1.DeleteKeyResponse], error)
+}
+
+// NewUserServiceClient constructs a client for the corpus.v1.UserService service. By default, it
+// uses the Connect protocol with the binary Protobuf Codec, asks for gzipped responses, and sends
+// uncompressed requests. To use the gRPC or gRPC-Web protocols, supply the connect.WithGRPC() or
+// connect.WithGRPCWeb() options.
+//
+// The URL supplied here should be the base URL for the Connect or gRPC server (for example,
+// http://api.acme.com or https://acme.com/grpc).
+func NewUserServiceClient(httpClient connect.HTTPClient, baseURL string, opts ...connect.ClientOption) UserServiceClient {
+	baseURL = strings.TrimRight(baseURL, "/")
+	userServiceMethods := v1.File_corpus_v1_api_proto.Services().ByName("UserService").Methods()
+	return &userServiceClient{
+		createUser: connect.NewClient[v1.CreateUserRequest, v1.CreateUserResponse](
+			httpClient,
+			baseURL+UserServiceCreateUserProcedure,
+			connect.WithSchema(userServiceMethods.ByName("CreateUser")),
+			connect.WithClientOptions(opts...),
+		),
+		listUsers: connect.NewClient[v1.ListUsersRequest, v1.ListUsersResponse](
+			httpClient,
+			baseURL+UserServiceListUsersProcedure,
+			connect.WithSchema(userServiceMethods.ByName("ListUsers")),
+			connect.WithIdempotency(connect.IdempotencyNoSideEffects),
+			connect.WithClientOptions(opts...),
+		),
+		deleteUser: connect.NewClient[v1.DeleteUserRequest, v1.DeleteUserResponse](
+			httpClient,
+			baseURL+UserServiceDeleteUserProcedure,
+			connect.WithSchema(userServiceMethods.ByName("DeleteUser")),
+			connect.WithClientOptions(opts...),
+		),
+		addKey: connect.NewClient[v1.AddKeyRequest, v1.AddKeyResponse](
+			httpClient,
+			baseURL+UserServiceAddKeyProcedure,
+			connect.WithSchema(userServiceMethods.ByName("AddKey")),
+			connect.WithClientOptions(opts...),
+		),
+		deleteKey: connect.NewClient[v1.DeleteKeyRequest, v1.DeleteKeyResponse](
+			httpClient,
+			baseURL+UserServiceDeleteKeyProcedure,
+			connect.WithSchema(userServiceMethods.ByName("DeleteKey")),
+			connect.WithClientOptions(opts...),
+		),
+	}
+}
+
+// userServiceClient implements UserServiceClient.
+type userServiceClient struct {
+	createUser *connect.Client[v1.CreateUserRequest, v1.CreateUserResponse]
+	listUsers  *connect.Client[v1.ListUsersRequest, v1.ListUsersResponse]
+	deleteUser *connect.Client[v1.DeleteUserRequest, v1.DeleteUserResponse]
+	addKey     *connect.Client[v1.AddKeyRequest, v1.AddKeyResponse]
+	deleteKey  *connect.Client[v1.DeleteKeyRequest, v1.DeleteKeyResponse]
+}
+
+// CreateUser calls corpus.v1.UserService.CreateUser.
+func (c *userServiceClient) CreateUser(ctx context.Context, req *connect.Request[v1.CreateUserRequest]) (*connect.Response[v1.CreateUserResponse], error) {
+	return c.createUser.CallUnary(ctx, req)
+}
+
+// ListUsers calls corpus.v1.UserService.ListUsers.
+func (c *userServiceClient) ListUsers(ctx context.Context, req *connect.Request[v1.ListUsersRequest]) (*connect.Response[v1.ListUsersResponse], error) {
+	return c.listUsers.CallUnary(ctx, req)
+}
+
+// DeleteUser calls corpus.v1.UserService.DeleteUser.
+func (c *userServiceClient) DeleteUser(ctx context.Context, req *connect.Request[v1.DeleteUserRequest]) (*connect.Response[v1.DeleteUserResponse], error) {
+	return c.deleteUser.CallUnary(ctx, req)
+}
+
+// AddKey calls corpus.v1.UserService.AddKey.
+func (c *userServiceClient) AddKey(ctx context.Context, req *connect.Request[v1.AddKeyRequest]) (*connect.Response[v1.AddKeyResponse], error) {
+	return c.addKey.CallUnary(ctx, req)
+}
+
+// DeleteKey calls corpus.v1.UserService.DeleteKey.
+func (c *userServiceClient) DeleteKey(ctx context.Context, req *connect.Request[v1.DeleteKeyRequest]) (*connect.Response[v1.DeleteKeyResponse], error) {
+	return c.deleteKey.CallUnary(ctx, req)
+}
+
+// UserServiceHandler is an implementation of the corpus.v1.UserService service.
+type UserServiceHandler interface {
+	CreateUser(context.Context, *connect.Request[v1.CreateUserRequest]) (*connect.Response[v1.CreateUserResponse], error)
+	ListUsers(context.Context, *connect.Request[v1.ListUsersRequest]) (*connect.Response[v1.ListUsersResponse], error)
+	DeleteUser(context.Context, *connect.Request[v1.DeleteUserRequest]) (*connect.Response[v1.DeleteUserResponse], error)
+	// AddKey adds an SSH public key (authorized_keys form) to a user.
+	AddKey(context.Context, *connect.Request[v1.AddKeyRequest]) (*connect.Response[v1.AddKeyResponse], error)
+	DeleteKey(context.Context, *connect.Request[v1.DeleteKeyRequest]) (*connect.Response[v1.DeleteKeyResponse], error)
+}
+
+// NewUserServiceHandler builds an HTTP handler from the service implementation. It returns the path
+// on which to mount the handler and the handler itself.
+//
+// By default, handlers support the Connect, gRPC, and gRPC-Web protocols with the binary Protobuf
+// and JSON codecs. They also support gzip compression.
+func NewUserServiceHandler(svc UserServiceHandler, opts ...connect.HandlerOption) (string, http.Handler) {
+	userServiceMethods := v1.File_corpus_v1_api_proto.Services().ByName("UserService").Methods()
+	userServiceCreateUserHandler := connect.NewUnaryHandler(
+		UserServiceCreateUserProcedure,
+		svc.CreateUser,
+		connect.WithSchema(userServiceMethods.ByName("CreateUser")),
+		connect.WithHandlerOptions(opts...),
+	)
+	userServiceListUsersHandler := connect.NewUnaryHandler(
+		UserServiceListUsersProcedure,
+		svc.ListUsers,
+		connect.WithSchema(userServiceMethods.ByName("ListUsers")),
+		connect.WithIdempotency(connect.IdempotencyNoSideEffects),
+		connect.WithHandlerOptions(opts...),
+	)
+	userServiceDeleteUserHandler := connect.NewUnaryHandler(
+		UserServiceDeleteUserProcedure,
+		svc.DeleteUser,
+		connect.WithSchema(userServiceMethods.ByName("DeleteUser")),
+		connect.WithHandlerOptions(opts...),
+	)
+	userServiceAddKeyHandler := connect.NewUnaryHandler(
+		UserServiceAddKeyProcedure,
+		svc.AddKey,
+		connect.WithSchema(userServiceMethods.ByName("AddKey")),
+		connect.WithHandlerOptions(opts...),
+	)
+	userServiceDeleteKeyHandler := connect.NewUnaryHandler(
+		UserServiceDeleteKeyProcedure,
+		svc.DeleteKey,
+		connect.WithSchema(userServiceMethods.ByName("DeleteKey")),
+		connect.WithHandlerOptions(opts...),
+	)
+	return "/corpus.v1.UserService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case UserServiceCreateUserProcedure:
+			userServiceCreateUserHandler.ServeHTTP(w, r)
+		case UserServiceListUsersProcedure:
+			userServiceListUsersHandler.ServeHTTP(w, r)
+		case UserServiceDeleteUserProcedure:
+			userServiceDeleteUserHandler.ServeHTTP(w, r)
+		case UserServiceAddKeyProcedure:
+			userServiceAddKeyHandler.ServeHTTP(w, r)
+		case UserServiceDeleteKeyProcedure:
+			userServiceDeleteKeyHandler.ServeHTTP(w, r)
+		default:
+			http.NotFound(w, r)
+		}
+	})
+}
+
+// UnimplementedUserServiceHandler returns CodeUnimplemented from all methods.
+type UnimplementedUserServiceHandler struct{}
+
+func (UnimplementedUserServiceHandler) CreateUser(context.Context, *connect.Request[v1.CreateUserRequest]) (*connect.Response[v1.CreateUserResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("corpus.v1.UserService.CreateUser is not implemented"))
+}
+
+func (UnimplementedUserServiceHandler) ListUsers(context.Context, *connect.Request[v1.ListUsersRequest]) (*connect.Response[v1.ListUsersResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("corpus.v1.UserService.ListUsers is not implemented"))
+}
+
+func (UnimplementedUserServiceHandler) DeleteUser(context.Context, *connect.Request[v1.DeleteUserRequest]) (*connect.Response[v1.DeleteUserResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("corpus.v1.UserService.DeleteUser is not implemented"))
+}
+
+func (UnimplementedUserServiceHandler) AddKey(context.Context, *connect.Request[v1.AddKeyRequest]) (*connect.Response[v1.AddKeyResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("corpus.v1.UserService.AddKey is not implemented"))
+}
+
+func (UnimplementedUserServiceHandler) DeleteKey(context.Context, *connect.Request[v1.DeleteKeyRequest]) (*connect.Response[v1.DeleteKeyResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("corpus.v1.UserService.DeleteKey is not implemented"))
+}
+
+// ProjectServiceClient is a client for the corpus.v1.ProjectService service.
+type ProjectServiceClient interface {
+	CreateProject(context.Context, *connect.Request[v1.CreateProjectRequest]) (*connect.Response[v1.CreateProjectResponse], error)
+	ListProjects(context.Context, *connect.Request[v1.ListProjectsRequest]) (*connect.Response[v1.ListProjectsResponse], error)
+	GetProject(context.Context, *connect.Request[v1.GetProjectRequest]) (*connect.Response[v1.GetProjectResponse], error)
+	DeleteProject(context.Context, *connect.Request[v1.DeleteProjectRequest]) (*connect.Response[v1.DeleteProjectResponse], error)
+	GrantProject(context.Context, *connect.Request[v1.GrantProjectRequest]) (*connect.Response[v1.GrantProjectResponse], error)
+	ListReleases(context.Context, *connect.Request[v1.ListReleasesRequest]) (*connect.Response[v1.ListReleasesResponse], error)
+	GetRelease(context.Context, *connect.Request[v1.GetReleaseRequest]) (*connect.Response[v1.GetReleaseResponse], error)
+	// Rollback makes a kept release current again, without rebuilding; the
+	// guest's agent's output streams back.
+	Rollback(context.Context, *connect.Request[v1.RollbackRequest]) (*connect.ServerStreamForClient[v1.RollbackOutput], error)
+}
+
+// NewProjectServiceClient constructs a client for the corpus.v1.ProjectService service. By default,
+// it uses the Connect protocol with the binary Protobuf Codec, asks for gzipped responses, and
+// sends uncompressed requests. To use the gRPC or gRPC-Web protocols, supply the connect.WithGRPC()
+// or connect.WithGRPCWeb() options.
+//
+// The URL supplied here should be the base URL for the Connect or gRPC server (for example,
+// http://api.acme.com or https://acme.com/grpc).
+func NewProjectServiceClient(httpClient connect.HTTPClient, baseURL string, opts ...connect.ClientOption) ProjectServiceClient {
+	baseURL = strings.TrimRight(baseURL, "/")
+	projectServiceMethods := v1.File_corpus_v1_api_proto.Services().ByName("ProjectService").Methods()
+	return &projectServiceClient{
+		createProject: connect.NewClient[v1.CreateProjectRequest, v1.CreateProjectResponse](
+			httpClient,
+			baseURL+ProjectServiceCreateProjectProcedure,
+			connect.WithSchema(projectServiceMethods.ByName("CreateProject")),
+			connect.WithClientOptions(opts...),
+		),
+		listProjects: connect.NewClient[v1.ListProjectsRequest, v1.ListProjectsResponse](
+			httpClient,
+			baseURL+ProjectServiceListProjectsProcedure,
+			connect.WithSchema(projectServiceMethods.ByName("ListProjects")),
+			connect.WithIdempotency(connect.IdempotencyNoSideEffects),
+			connect.WithClientOptions(opts...),
+		),
+		getProject: connect.NewClient[v1.GetProjectRequest, v1.GetProjectResponse](
+			httpClient,
+			baseURL+ProjectServiceGetProjectProcedure,
+			connect.WithSchema(projectServiceMethods.ByName("GetProject")),
+			connect.WithIdempotency(connect.IdempotencyNoSideEffects),
+			connect.WithClientOptions(opts...),
+		),
+		deleteProject: connect.NewClient[v1.DeleteProjectRequest, v1.DeleteProjectResponse](
+			httpClient,
+			baseURL+ProjectServiceDeleteProjectProcedure,
+			connect.WithSchema(projectServiceMethods.ByName("DeleteProject")),
+			connect.WithClientOptions(opts...),
+		),
+		grantProject: connect.NewClient[v1.GrantProjectRequest, v1.GrantProjectResponse](
+			httpClient,
+			baseURL+ProjectServiceGrantProjectProcedure,
+			connect.WithSchema(projectServiceMethods.ByName("GrantProject")),
+			connect.WithClientOptions(opts...),
+		),
+		listReleases: connect.NewClient[v1.ListReleasesRequest, v1.ListReleasesResponse](
+			httpClient,
+			baseURL+ProjectServiceListReleasesProcedure,
+			connect.WithSchema(projectServiceMethods.ByName("ListReleases")),
+			connect.WithIdempotency(connect.IdempotencyNoSideEffects),
+			connect.WithClientOptions(opts...),
+		),
+		getRelease: connect.NewClient[v1.GetReleaseRequest, v1.GetReleaseResponse](
+			httpClient,
+			baseURL+ProjectServiceGetReleaseProcedure,
+			connect.WithSchema(projectServiceMethods.ByName("GetRelease")),
+			connect.WithIdempotency(connect.IdempotencyNoSideEffects),
+			connect.WithClientOptions(opts...),
+		),
+		rollback: connect.NewClient[v1.RollbackRequest, v1.RollbackOutput](
+			httpClient,
+			baseURL+ProjectServiceRollbackProcedure,
+			connect.WithSchema(projectServiceMethods.ByName("Rollback")),
+			connect.WithClientOptions(opts...),
+		),
+	}
+}
+
+// projectServiceClient implements ProjectServiceClient.
+type projectServiceClient struct {
+	createProject *connect.Client[v1.CreateProjectRequest, v1.CreateProjectResponse]
+	listProjects  *connect.Client[v1.ListProjectsRequest, v1.ListProjectsResponse]
+	getProject    *connect.Client[v1.GetProjectRequest, v1.GetProjectResponse]
+	deleteProject *connect.Client[v1.DeleteProjectRequest, v1.DeleteProjectResponse]
+	grantProject  *connect.Client[v1.GrantProjectRequest, v1.GrantProjectResponse]
+	listReleases  *connect.Client[v1.ListReleasesRequest, v1.ListReleasesResponse]
+	getRelease    *connect.Client[v1.GetReleaseRequest, v1.GetReleaseResponse]
+	rollback      *connect.Client[v1.RollbackRequest, v1.RollbackOutput]
+}
+
+// CreateProject calls corpus.v1.ProjectService.CreateProject.
+func (c *projectServiceClient) CreateProject(ctx context.Context, req *connect.Request[v1.CreateProjectRequest]) (*connect.Response[v1.CreateProjectResponse], error) {
+	return c.createProject.CallUnary(ctx, req)
+}
+
+// ListProjects calls corpus.v1.ProjectService.ListProjects.
+func (c *projectServiceClient) ListProjects(ctx context.Context, req *connect.Request[v1.ListProjectsRequest]) (*connect.Response[v1.ListProjectsResponse], error) {
+	return c.listProjects.CallUnary(ctx, req)
+}
+
+// GetProject calls corpus.v1.ProjectService.GetProject.
+func (c *projectServiceClient) GetProject(ctx context.Context, req *connect.Request[v1.GetProjectRequest]) (*connect.Response[v1.GetProjectResponse], error) {
+	return c.getProject.CallUnary(ctx, req)
+}
+
+// DeleteProject calls corpus.v1.ProjectService.DeleteProject.
+func (c *projectServiceClient) DeleteProject(ctx context.Context, req *connect.Request[v1.DeleteProjectRequest]) (*connect.Response[v1.DeleteProjectResponse], error) {
+	return c.deleteProject.CallUnary(ctx, req)
+}
+
+// GrantProject calls corpus.v1.ProjectService.GrantProject.
+func (c *projectServiceClient) GrantProject(ctx context.Context, req *connect.Request[v1.GrantProjectRequest]) (*connect.Response[v1.GrantProjectResponse], error) {
+	return c.grantProject.CallUnary(ctx, req)
+}
+
+// ListReleases calls corpus.v1.ProjectService.ListReleases.
+func (c *projectServiceClient) ListReleases(ctx context.Context, req *connect.Request[v1.ListReleasesRequest]) (*connect.Response[v1.ListReleasesResponse], error) {
+	return c.listReleases.CallUnary(ctx, req)
+}
+
+// GetRelease calls corpus.v1.ProjectService.GetRelease.
+func (c *projectServiceClient) GetRelease(ctx context.Context, req *connect.Request[v1.GetReleaseRequest]) (*connect.Response[v1.GetReleaseResponse], error) {
+	return c.getRelease.CallUnary(ctx, req)
+}
+
+// Rollback calls corpus.v1.ProjectService.Rollback.
+func (c *projectServiceClient) Rollback(ctx context.Context, req *connect.Request[v1.RollbackRequest]) (*connect.ServerStreamForClient[v1.RollbackOutput], error) {
+	return c.rollback.CallServerStream(ctx, req)
+}
+
+// ProjectServiceHandler is an implementation of the corpus.v1.ProjectService service.
+type ProjectServiceHandler interface {
+	CreateProject(context.Context, *connect.Request[v1.CreateProjectRequest]) (*connect.Response[v1.CreateProjectResponse], error)
+	ListProjects(context.Context, *connect.Request[v1.ListProjectsRequest]) (*connect.Response[v1.ListProjectsResponse], error)
+	GetProject(context.Context, *connect.Request[v1.GetProjectRequest]) (*connect.Response[v1.GetProjectResponse], error)
+	DeleteProject(context.Context, *connect.Request[v1.DeleteProjectRequest]) (*connect.Response[v1.DeleteProjectResponse], error)
+	GrantProject(context.Context, *connect.Request[v1.GrantProjectRequest]) (*connect.Response[v1.GrantProjectResponse], error)
+	ListReleases(context.Context, *connect.Request[v1.ListReleasesRequest]) (*connect.Response[v1.ListReleasesResponse], error)
+	GetRelease(context.Context, *connect.Request[v1.GetReleaseRequest]) (*connect.Response[v1.GetReleaseResponse], error)
+	// Rollback makes a kept release current again, without rebuilding; the
+	// guest's agent's output streams back.
+	Rollback(context.Context, *connect.Request[v1.RollbackRequest], *connect.ServerStream[v1.RollbackOutput]) error
+}
+
+// NewProjectServiceHandler builds an HTTP handler from the service implementation. It returns the
+// path on which to mount the handler and the handler itself.
+//
+// By default, handlers support the Connect, gRPC, and gRPC-Web protocols with the binary Protobuf
+// and JSON codecs. They also support gzip compression.
+func NewProjectServiceHandler(svc ProjectServiceHandler, opts ...connect.HandlerOption) (string, http.Handler) {
+	projectServiceMethods := v1.File_corpus_v1_api_proto.Services().ByName("ProjectService").Methods()
+	projectServiceCreateProjectHandler := connect.NewUnaryHandler(
+		ProjectServiceCreateProjectProcedure,
+		svc.CreateProject,
+		connect.WithSchema(projectServiceMethods.ByName("CreateProject")),
+		connect.WithHandlerOptions(opts...),
+	)
+	projectServiceListProjectsHandler := connect.NewUnaryHandler(
+		ProjectServiceListProjectsProcedure,
+		svc.ListProjects,
+		connect.WithSchema(projectServiceMethods.ByName("ListProjects")),
+		connect.WithIdempotency(connect.IdempotencyNoSideEffects),
+		connect.WithHandlerOptions(opts...),
+	)
+	projectServiceGetProjectHandler := connect.NewUnaryHandler(
+		ProjectServiceGetProjectProcedure,
+		svc.GetProject,
+		connect.WithSchema(projectServiceMethods.ByName("GetProject")),
+		connect.WithIdempotency(connect.IdempotencyNoSideEffects),
+		connect.WithHandlerOptions(opts...),
+	)
+	projectServiceDeleteProjectHandler := connect.NewUnaryHandler(
+		ProjectServiceDeleteProjectProcedure,
+		svc.DeleteProject,
+		connect.WithSchema(projectServiceMethods.ByName("DeleteProject")),
+		connect.WithHandlerOptions(opts...),
+	)
+	projectServiceGrantProjectHandler := connect.NewUnaryHandler(
+		ProjectServiceGrantProjectProcedure,
+		svc.GrantProject,
+		connect.WithSchema(projectServiceMethods.ByName("GrantProject")),
+		connect.WithHandlerOptions(opts...),
+	)
+	projectServiceListReleasesHandler := connect.NewUnaryHandler(
+		ProjectServiceListReleasesProcedure,
+		svc.ListReleases,
+		connect.WithSchema(projectServiceMethods.ByName("ListReleases")),
+		connect.WithIdempotency(connect.IdempotencyNoSideEffects),
+		connect.WithHandlerOptions(opts...),
+	)
+	projectServiceGetReleaseHandler := connect.NewUnaryHandler(
+		ProjectServiceGetReleaseProcedure,
+		svc.GetRelease,
+		connect.WithSchema(projectServiceMethods.ByName("GetRelease")),
+		connect.WithIdempotency(connect.IdempotencyNoSideEffects),
+		connect.WithHandlerOptions(opts...),
+	)
+	projectServiceRollbackHandler := connect.NewServerStreamHandler(
+		ProjectServiceRollbackProcedure,
+		svc.Rollback,
+		connect.WithSchema(projectServiceMethods.ByName("Rollback")),
+		connect.WithHandlerOptions(opts...),
+	)
+	return "/corpus.v1.ProjectService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case ProjectServiceCreateProjectProcedure:
+			projectServiceCreateProjectHandler.ServeHTTP(w, r)
+		case ProjectServiceListProjectsProcedure:
+			projectServiceListProjectsHandler.ServeHTTP(w, r)
+		case ProjectServiceGetProjectProcedure:
+			projectServiceGetProjectHandler.ServeHTTP(w, r)
+		case ProjectServiceDeleteProjectProcedure:
+			projectServiceDeleteProjectHandler.ServeHTTP(w, r)
+		case ProjectServiceGrantProjectProcedure:
+			projectServiceGrantProjectHandler.ServeHTTP(w, r)
+		case ProjectServiceListReleasesProcedure:
+			projectServiceListReleasesHandler.ServeHTTP(w, r)
+		case ProjectServiceGetReleaseProcedure:
+			projectServiceGetReleaseHandler.ServeHTTP(w, r)
+		case ProjectServiceRollbackProcedure:
+			projectServiceRollbackHandler.ServeHTTP(w, r)
+		default:
+			http.NotFound(w, r)
+		}
+	})
+}
+
+// UnimplementedProjectServiceHandler returns CodeUnimplemented from all methods.
+type UnimplementedProjectServiceHandler struct{}
+
+func (UnimplementedProjectServiceHandler) CreateProject(context.Context, *connect.Request[v1.CreateProjectRequest]) (*connect.Response[v1.CreateProjectResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("corpus.v1.ProjectService.CreateProject is not implemented"))
+}
+
+func (UnimplementedProjectServiceHandler) ListProjects(context.Context, *connect.Request[v1.ListProjectsRequest]) (*connect.Response[v1.ListProjectsResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("corpus.v1.ProjectService.ListProjects is not implemented"))
+}
+
+func (UnimplementedProjectServiceHandler) GetProject(context.Context, *connect.Request[v1.GetProjectRequest]) (*connect.Response[v1.GetProjectResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("corpus.v1.ProjectService.GetProject is not implemented"))
+}
+
+func (UnimplementedProjectServiceHandler) DeleteProject(context.Context, *connect.Request[v1.DeleteProjectRequest]) (*connect.Response[v1.DeleteProjectResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("corpus.v1.ProjectService.DeleteProject is not implemented"))
+}
+
+func (UnimplementedProjectServiceHandler) GrantProject(context.Context, *connect.Request[v1.GrantProjectRequest]) (*connect.Response[v1.GrantProjectResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("corpus.v1.ProjectService.GrantProject is not implemented"))
+}
+
+func (UnimplementedProjectServiceHandler) ListReleases(context.Context, *connect.Request[v1.ListReleasesRequest]) (*connect.Response[v1.ListReleasesResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("corpus.v1.ProjectService.ListReleases is not implemented"))
+}
+
+func (UnimplementedProjectServiceHandler) GetRelease(context.Context, *connect.Request[v1.GetReleaseRequest]) (*connect.Response[v1.GetReleaseResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("corpus.v1.ProjectService.GetRelease is not implemented"))
+}
+
+func (UnimplementedProjectServiceHandler) Rollback(context.Context, *connect.Request[v1.RollbackRequest], *connect.ServerStream[v1.RollbackOutput]) error {
+	return connect.NewError(connect.CodeUnimplemented, errors.New("corpus.v1.ProjectService.Rollback is not implemented"))
 }

@@ -1,0 +1,600 @@
+package api
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"connectrpc.com/connect"
+	"golang.org/x/crypto/ssh"
+	"google.golang.org/protobuf/proto"
+
+	"corpus/coordinator/auth"
+	"corpus/coordinator/state"
+	"corpus/internal/names"
+	"corpus/internal/secret"
+	corpusv1 "corpus/proto/corpus/v1"
+)
+
+// Project defaults.
+const (
+	DefaultProjectImage  = "busybox"
+	DefaultProjectBranch = "main"
+	DefaultHTTPPort      = 80
+	DefaultVolumeBytes   = 1 << 30
+	// ProjectsRoot is where projects live inside their guests.
+	ProjectsRoot = "/srv/projects"
+	// maxReleaseLog bounds the deploy output kept with a release.
+	maxReleaseLog = 64 << 10
+)
+
+type userService struct{ b *Backend }
+
+func (s *userService) CreateUser(ctx context.Context, req *connect.Request[corpusv1.CreateUserRequest]) (*connect.Response[corpusv1.CreateUserResponse], error) {
+	m := req.Msg
+	if err := names.Validate("user", m.Name); err != nil {
+		return nil, toConnect(err)
+	}
+	if m.Role == "" {
+		m.Role = corpusv1.RoleDev
+	}
+	switch m.Role {
+	case corpusv1.RoleOps, corpusv1.RoleDev, corpusv1.RoleViewer:
+	default:
+		return nil, toConnect(invalidf("role %q: use ops, dev or viewer", m.Role))
+	}
+	_, err := s.b.write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_CreateUser{CreateUser: &corpusv1.CreateUser{User: &corpusv1.User{Name: m.Name, Role: m.Role}}}})
+	if errors.Is(err, state.ErrExists) {
+		if u := s.b.Store.Read().User(m.Name); u != nil && u.Role == m.Role {
+			return connect.NewResponse(&corpusv1.CreateUserResponse{User: u}), nil
+		}
+		return nil, connect.NewError(connect.CodeAlreadyExists, fmt.Errorf("user %q already exists with another role", m.Name))
+	}
+	if err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(&corpusv1.CreateUserResponse{User: s.b.Store.Read().User(m.Name), Created: true}), nil
+}
+
+func (s *userService) ListUsers(ctx context.Context, _ *connect.Request[corpusv1.ListUsersRequest]) (*connect.Response[corpusv1.ListUsersResponse], error) {
+	return connect.NewResponse(&corpusv1.ListUsersResponse{Users: s.b.Store.Read().Users()}), nil
+}
+
+func (s *userService) DeleteUser(ctx context.Context, req *connect.Request[corpusv1.DeleteUserRequest]) (*connect.Response[corpusv1.DeleteUserResponse], error) {
+	if err := names.Validate("user", req.Msg.Name); err != nil {
+		return nil, toConnect(err)
+	}
+	u := s.b.Store.Read().User(req.Msg.Name)
+	if u == nil {
+		return nil, toConnect(notFound("user", req.Msg.Name, "corpus user list"))
+	}
+	if _, err := s.b.write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_DeleteUser{DeleteUser: &corpusv1.DeleteUser{Name: u.Name}}}); err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(&corpusv1.DeleteUserResponse{User: u}), nil
+}
+
+// maxKeyBytes bounds one public key line.
+const maxKeyBytes = 16 << 10
+
+// ParseSSHKey parses one authorized_keys line into the stored form.
+func ParseSSHKey(line string) (*corpusv1.SshKey, error) {
+	if len(line) > maxKeyBytes {
+		return nil, invalidf("public key of %d bytes is over the %d byte limit", len(line), maxKeyBytes)
+	}
+	pub, comment, opts, rest, err := ssh.ParseAuthorizedKey([]byte(line))
+	if err != nil {
+		return nil, invalidf("not an SSH public key (%v); give the .pub file, e.g. ~/.ssh/id_ed25519.pub", err)
+	}
+	if len(opts) > 0 {
+		return nil, invalidf("authorized_keys options (%s) are not accepted", strings.Join(opts, ","))
+	}
+	if len(strings.TrimSpace(string(rest))) > 0 {
+		return nil, invalidf("one key per call")
+	}
+	if strings.ContainsFunc(comment, func(r rune) bool { return r < 0x20 || r == 0x7f }) {
+		comment = ""
+	}
+	return &corpusv1.SshKey{
+		Fingerprint: ssh.FingerprintSHA256(pub),
+		PublicKey:   strings.TrimSpace(string(ssh.MarshalAuthorizedKey(pub))),
+		Comment:     comment,
+	}, nil
+}
+
+func (s *userService) AddKey(ctx context.Context, req *connect.Request[corpusv1.AddKeyRequest]) (*connect.Response[corpusv1.AddKeyResponse], error) {
+	m := req.Msg
+	if err := names.Validate("user", m.User); err != nil {
+		return nil, toConnect(err)
+	}
+	k, err := ParseSSHKey(m.PublicKey)
+	if err != nil {
+		return nil, toConnect(err)
+	}
+	view := s.b.Store.Read()
+	if view.User(m.User) == nil {
+		return nil, toConnect(notFound("user", m.User, "corpus user list"))
+	}
+	if owner := view.UserByFingerprint(k.Fingerprint); owner != nil {
+		if owner.Name == m.User {
+			return connect.NewResponse(&corpusv1.AddKeyResponse{Key: k}), nil
+		}
+		return nil, connect.NewError(connect.CodeAlreadyExists, fmt.Errorf("key %s already belongs to user %s", k.Fingerprint, owner.Name))
+	}
+	if _, err := s.b.write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_AddSshKey{AddSshKey: &corpusv1.AddSshKey{User: m.User, Key: k}}}); err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(&corpusv1.AddKeyResponse{Key: k, Created: true}), nil
+}
+
+func (s *userService) DeleteKey(ctx context.Context, req *connect.Request[corpusv1.DeleteKeyRequest]) (*connect.Response[corpusv1.DeleteKeyResponse], error) {
+	m := req.Msg
+	if err := names.Validate("user", m.User); err != nil {
+		return nil, toConnect(err)
+	}
+	if _, err := s.b.write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_DeleteSshKey{DeleteSshKey: &corpusv1.DeleteSshKey{User: m.User, Fingerprint: m.Fingerprint}}}); err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(&corpusv1.DeleteKeyResponse{}), nil
+}
+
+type projectService struct{ b *Backend }
+
+// branchRE is what corpus accepts as a deploy branch: a plain git branch
+// name without the forms git itself refuses.
+var branchRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._/-]{0,99}$`)
+
+func validBranch(b string) error {
+	if !branchRE.MatchString(b) || strings.Contains(b, "..") || strings.Contains(b, "//") ||
+		strings.HasSuffix(b, "/") || strings.HasSuffix(b, ".lock") || strings.HasSuffix(b, ".") {
+		return invalidf("branch %q is not a valid git branch name", b)
+	}
+	return nil
+}
+
+func validEnv(env string) error {
+	switch env {
+	case corpusv1.EnvDev, corpusv1.EnvStaging, corpusv1.EnvProd:
+		return nil
+	}
+	return invalidf("environment %q: use dev, staging or prod", env)
+}
+
+func (s *projectService) CreateProject(ctx context.Context, req *connect.Request[corpusv1.CreateProjectRequest]) (*connect.Response[corpusv1.CreateProjectResponse], error) {
+	m := req.Msg
+	if err := names.Validate("project", m.Name); err != nil {
+		return nil, toConnect(err)
+	}
+	if m.Env == "" {
+		m.Env = corpusv1.EnvDev
+	}
+	if err := validEnv(m.Env); err != nil {
+		return nil, toConnect(err)
+	}
+	guestName := m.Name + "-" + m.Env
+	if err := names.Validate("guest", guestName); err != nil {
+		return nil, toConnect(invalidf("project name %q is too long for its guest name %q", m.Name, guestName))
+	}
+	if m.Image == "" {
+		m.Image = DefaultProjectImage
+	}
+	if m.Branch == "" {
+		m.Branch = DefaultProjectBranch
+	}
+	if err := validBranch(m.Branch); err != nil {
+		return nil, toConnect(err)
+	}
+	if m.HttpPort == 0 {
+		m.HttpPort = DefaultHTTPPort
+	}
+	if err := validPort("http port", m.HttpPort); err != nil {
+		return nil, toConnect(err)
+	}
+	if m.VolumeBytes == 0 {
+		m.VolumeBytes = DefaultVolumeBytes
+	}
+	var domains []string
+	for _, d := range m.Domains {
+		d = strings.ToLower(strings.TrimSuffix(d, "."))
+		if err := names.ValidateDomain(d); err != nil {
+			return nil, toConnect(err)
+		}
+		domains = append(domains, d)
+	}
+	spec := &corpusv1.GuestSpec{
+		Driver: m.Driver, Image: m.Image, Resources: m.Resources,
+		Volume: &corpusv1.VolumeSpec{SizeBytes: m.VolumeBytes, Path: ProjectsRoot + "/" + m.Name + "/data"},
+	}
+	if err := normalizeSpec(spec); err != nil {
+		return nil, toConnect(err)
+	}
+	env := &corpusv1.ProjectEnv{Name: m.Env, Domains: domains, HttpPort: m.HttpPort, Branch: m.Branch}
+	if p := s.b.Store.Read().Project(m.Name); p != nil {
+		if e := state.ProjectEnv(p, m.Env); e != nil {
+			// The same request again is a success.
+			g := s.b.Store.Read().Guest(e.GuestId)
+			if g != nil && g.Spec.GetImage() == spec.Image && slices.Equal(e.Domains, domains) && e.Branch == m.Branch && e.HttpPort == m.HttpPort {
+				return connect.NewResponse(&corpusv1.CreateProjectResponse{Project: p, GitRemote: s.remote(s.b.Store.Read(), p, e)}), nil
+			}
+			return nil, connect.NewError(connect.CodeAlreadyExists, fmt.Errorf("project %s already has a %s environment with other settings", m.Name, m.Env))
+		}
+	}
+	g := &corpusv1.Guest{Id: secret.Hex(8), Name: guestName, Spec: spec, DesiredState: state.DesiredRunning}
+	var routes []*corpusv1.Route
+	for _, d := range domains {
+		routes = append(routes, &corpusv1.Route{Id: secret.Hex(8), Kind: state.RouteHTTP, Domain: d, GuestId: g.Id, GuestPort: m.HttpPort})
+	}
+	if _, err := s.b.write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_CreateProject{CreateProject: &corpusv1.CreateProject{
+		ProjectId: secret.Hex(8), Name: m.Name, Env: env, Guest: g, Routes: routes,
+	}}}); err != nil {
+		return nil, err
+	}
+	view := s.b.Store.Read()
+	p := view.Project(m.Name)
+	return connect.NewResponse(&corpusv1.CreateProjectResponse{Project: p, Created: true, GitRemote: s.remote(view, p, state.ProjectEnv(p, m.Env))}), nil
+}
+
+// remote is the git remote of a project environment, "" until its guest
+// is placed on a node with a git endpoint. The path names the project
+// alone unless another environment of it lives on the same node.
+func (s *projectService) remote(view *state.Snap, p *corpusv1.Project, e *corpusv1.ProjectEnv) string {
+	g := view.Guest(e.GetGuestId())
+	if g == nil || g.NodeId == "" {
+		return ""
+	}
+	n := view.Node(g.NodeId)
+	if n == nil || n.GitPort == 0 || n.Address == "" {
+		return ""
+	}
+	path := p.Name
+	for _, other := range p.Envs {
+		if og := view.Guest(other.GuestId); other.Name != e.Name && og != nil && og.NodeId == g.NodeId {
+			path = p.Name + "/" + e.Name
+		}
+	}
+	return "ssh://git@" + net.JoinHostPort(n.Address, strconv.Itoa(int(n.GitPort))) + "/" + path
+}
+
+func (s *projectService) view(view *state.Snap, p *corpusv1.Project) *corpusv1.ProjectView {
+	out := &corpusv1.ProjectView{Project: p}
+	for _, e := range p.Envs {
+		ev := &corpusv1.ProjectEnvView{Name: e.Name, GuestName: e.GuestName, CurrentRelease: e.CurrentRelease, Domains: e.Domains, GitRemote: s.remote(view, p, e)}
+		if g := view.Guest(e.GuestId); g != nil {
+			ev.GuestStatus = guestStatus(g)
+			if n := view.Node(g.NodeId); n != nil {
+				ev.NodeName = n.Name
+			}
+		}
+		out.Envs = append(out.Envs, ev)
+	}
+	return out
+}
+
+func (s *projectService) ListProjects(ctx context.Context, _ *connect.Request[corpusv1.ListProjectsRequest]) (*connect.Response[corpusv1.ListProjectsResponse], error) {
+	view := s.b.Store.Read()
+	res := &corpusv1.ListProjectsResponse{}
+	for _, p := range view.Projects() {
+		res.Projects = append(res.Projects, s.view(view, p))
+	}
+	return connect.NewResponse(res), nil
+}
+
+// GetProject answers at once, or with min_index blocks until the project
+// or the guests of its environments change past it.
+func (s *projectService) GetProject(ctx context.Context, req *connect.Request[corpusv1.GetProjectRequest]) (*connect.Response[corpusv1.GetProjectResponse], error) {
+	m := req.Msg
+	if err := names.Validate("project", m.Name); err != nil {
+		return nil, toConnect(err)
+	}
+	wait := time.Duration(m.WaitSeconds) * time.Second
+	if wait <= 0 || wait > maxWait {
+		wait = defaultWait
+	}
+	ctx, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
+	for {
+		view := s.b.Store.Read()
+		p := view.Project(m.Name)
+		if p == nil {
+			return nil, toConnect(notFound("project", m.Name, "corpus project list"))
+		}
+		idx := p.ModifyIndex
+		for _, e := range p.Envs {
+			if g := view.Guest(e.GuestId); g != nil && g.ModifyIndex > idx {
+				idx = g.ModifyIndex
+			}
+			if g := view.Guest(e.GuestId); g != nil {
+				if n := view.Node(g.NodeId); n != nil && n.ModifyIndex > idx {
+					idx = n.ModifyIndex
+				}
+			}
+		}
+		if m.MinIndex == 0 || idx > m.MinIndex || view.Wait(ctx) != nil {
+			return connect.NewResponse(&corpusv1.GetProjectResponse{Project: s.view(view, p), Index: idx}), nil
+		}
+	}
+}
+
+func (s *projectService) DeleteProject(ctx context.Context, req *connect.Request[corpusv1.DeleteProjectRequest]) (*connect.Response[corpusv1.DeleteProjectResponse], error) {
+	m := req.Msg
+	if err := names.Validate("project", m.Name); err != nil {
+		return nil, toConnect(err)
+	}
+	if m.Env != "" {
+		if err := validEnv(m.Env); err != nil {
+			return nil, toConnect(err)
+		}
+	}
+	if s.b.Store.Read().Project(m.Name) == nil {
+		return nil, toConnect(notFound("project", m.Name, "corpus project list"))
+	}
+	if _, err := s.b.write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_DeleteProject{DeleteProject: &corpusv1.DeleteProject{Name: m.Name, Env: m.Env}}}); err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(&corpusv1.DeleteProjectResponse{}), nil
+}
+
+func (s *projectService) GrantProject(ctx context.Context, req *connect.Request[corpusv1.GrantProjectRequest]) (*connect.Response[corpusv1.GrantProjectResponse], error) {
+	m := req.Msg
+	if err := names.Validate("project", m.Name); err != nil {
+		return nil, toConnect(err)
+	}
+	if err := names.Validate("user", m.User); err != nil {
+		return nil, toConnect(err)
+	}
+	if _, err := s.b.write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_GrantProject{GrantProject: &corpusv1.GrantProject{Name: m.Name, User: m.User, Revoke: m.Revoke}}}); err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(&corpusv1.GrantProjectResponse{Project: s.b.Store.Read().Project(m.Name)}), nil
+}
+
+// pickEnv resolves the environment a request means: the named one, or the
+// project's only one.
+func pickEnv(view *state.Snap, project, env string) (*corpusv1.Project, *corpusv1.ProjectEnv, error) {
+	if err := names.Validate("project", project); err != nil {
+		return nil, nil, toConnect(err)
+	}
+	p := view.Project(project)
+	if p == nil {
+		return nil, nil, toConnect(notFound("project", project, "corpus project list"))
+	}
+	if env == "" {
+		if len(p.Envs) != 1 {
+			var all []string
+			for _, e := range p.Envs {
+				all = append(all, e.Name)
+			}
+			return nil, nil, toConnect(invalidf("project %s has environments %s: choose one with --env", p.Name, strings.Join(all, ", ")))
+		}
+		return p, p.Envs[0], nil
+	}
+	e := state.ProjectEnv(p, env)
+	if e == nil {
+		return nil, nil, toConnect(notFound("environment", project+"/"+env, "corpus project show "+project))
+	}
+	return p, e, nil
+}
+
+// ParseRelease reads "r3" or "3".
+func ParseRelease(s string) (uint32, error) {
+	n, err := strconv.ParseUint(strings.TrimPrefix(strings.ToLower(s), "r"), 10, 32)
+	if err != nil || n == 0 {
+		return 0, invalidf("release %q: write it as r3 (see corpus release list)", s)
+	}
+	return uint32(n), nil
+}
+
+func (s *projectService) ListReleases(ctx context.Context, req *connect.Request[corpusv1.ListReleasesRequest]) (*connect.Response[corpusv1.ListReleasesResponse], error) {
+	view := s.b.Store.Read()
+	p, e, err := pickEnv(view, req.Msg.Project, req.Msg.Env)
+	if err != nil {
+		return nil, err
+	}
+	rels := view.Releases(p.Name, e.Name)
+	// The list leaves logs out; release show has them.
+	return connect.NewResponse(&corpusv1.ListReleasesResponse{Releases: withoutLogs(rels), Current: e.CurrentRelease, Env: e.Name}), nil
+}
+
+func (s *projectService) GetRelease(ctx context.Context, req *connect.Request[corpusv1.GetReleaseRequest]) (*connect.Response[corpusv1.GetReleaseResponse], error) {
+	view := s.b.Store.Read()
+	p, e, err := pickEnv(view, req.Msg.Project, req.Msg.Env)
+	if err != nil {
+		return nil, err
+	}
+	n, err := ParseRelease(req.Msg.Release)
+	if err != nil {
+		return nil, toConnect(err)
+	}
+	r := view.ReleaseByNumber(p.Name, e.Name, n)
+	if r == nil {
+		return nil, toConnect(notFound("release", corpusv1.ReleaseName(n), "corpus release list "+p.Name))
+	}
+	return connect.NewResponse(&corpusv1.GetReleaseResponse{Release: r, Current: n == e.CurrentRelease}), nil
+}
+
+// rollbackTarget picks the release a rollback goes to: the one asked for,
+// or the newest good one before the current.
+func rollbackTarget(view *state.Snap, p *corpusv1.Project, e *corpusv1.ProjectEnv, to uint32) (uint32, error) {
+	rels := view.Releases(p.Name, e.Name)
+	if to == 0 {
+		for _, r := range rels {
+			if r.Number < e.CurrentRelease && r.Status == corpusv1.ReleaseSucceeded && !r.Pruned {
+				return r.Number, nil
+			}
+		}
+		return 0, connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("%s/%s has no kept good release before %s to roll back to", p.Name, e.Name, corpusv1.ReleaseName(e.CurrentRelease)))
+	}
+	r := view.ReleaseByNumber(p.Name, e.Name, to)
+	switch {
+	case r == nil:
+		return 0, toConnect(notFound("release", corpusv1.ReleaseName(to), "corpus release list "+p.Name))
+	case r.Status != corpusv1.ReleaseSucceeded:
+		return 0, connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("release %s %s; only succeeded releases can serve", corpusv1.ReleaseName(to), r.Status))
+	case r.Pruned:
+		return 0, connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("release %s was pruned from the guest (keep more with keep: in .corpus/corpus.yaml)", corpusv1.ReleaseName(to)))
+	}
+	return to, nil
+}
+
+func (s *projectService) Rollback(ctx context.Context, req *connect.Request[corpusv1.RollbackRequest], stream *connect.ServerStream[corpusv1.RollbackOutput]) error {
+	view := s.b.Store.Read()
+	p, e, err := pickEnv(view, req.Msg.Project, req.Msg.Env)
+	if err != nil {
+		return err
+	}
+	to, err := rollbackTarget(view, p, e, req.Msg.To)
+	if err != nil {
+		return err
+	}
+	if to == e.CurrentRelease {
+		return stream.Send(&corpusv1.RollbackOutput{Done: true, Current: to,
+			Output: []byte(fmt.Sprintf("%s is already the current release of %s/%s\n", corpusv1.ReleaseName(to), p.Name, e.Name))})
+	}
+	g := view.Guest(e.GuestId)
+	if g == nil || guestStatus(g) != state.ObservedRunning {
+		return connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("the guest of %s/%s is not running", p.Name, e.Name))
+	}
+	n := view.Node(g.NodeId)
+	if n == nil || n.AgentAddress == "" {
+		return connect.NewError(connect.CodeUnavailable, fmt.Errorf("the node of %s/%s has no agent address", p.Name, e.Name))
+	}
+	up, err := s.b.AgentClient(n).Rollback(ctx, connect.NewRequest(&corpusv1.RollbackRequest{Project: p.Name, Env: e.Name, To: to}))
+	if err != nil {
+		return connect.NewError(connect.CodeUnavailable, fmt.Errorf("reaching agent of node %s: %w", n.Name, err))
+	}
+	defer up.Close()
+	for up.Receive() {
+		if err := stream.Send(up.Msg()); err != nil {
+			return err
+		}
+	}
+	if err := up.Err(); err != nil {
+		var ce *connect.Error
+		if errors.As(err, &ce) {
+			return connect.NewError(ce.Code(), fmt.Errorf("agent of node %s: %s", n.Name, ce.Message()))
+		}
+		return connect.NewError(connect.CodeUnavailable, fmt.Errorf("rollback stream from node %s: %w", n.Name, err))
+	}
+	return nil
+}
+
+// Agent-side release calls.
+
+// GitAccess decides whether an SSH key's owner may push to (or fetch
+// from) a project environment hosted by the calling node.
+func (s *agentService) GitAccess(ctx context.Context, req *connect.Request[corpusv1.GitAccessRequest]) (*connect.Response[corpusv1.GitAccessResponse], error) {
+	m := req.Msg
+	node := auth.FromContext(ctx).NodeID
+	view := s.b.Store.Read()
+	res := &corpusv1.GitAccessResponse{}
+	deny := func(format string, args ...any) (*connect.Response[corpusv1.GitAccessResponse], error) {
+		res.Allowed = false
+		res.Reason = fmt.Sprintf(format, args...)
+		return connect.NewResponse(res), nil
+	}
+	u := view.UserByFingerprint(m.Fingerprint)
+	if u == nil {
+		return deny("key %s belongs to no user (an operator adds it with `corpus key add USER FILE`)", m.Fingerprint)
+	}
+	res.User, res.Role = u.Name, u.Role
+	if m.Project == "" {
+		res.Allowed = true
+		return connect.NewResponse(res), nil
+	}
+	p := view.Project(m.Project)
+	if p == nil {
+		return deny("no project named %q", m.Project)
+	}
+	var here []*corpusv1.ProjectEnv
+	for _, e := range p.Envs {
+		if g := view.Guest(e.GuestId); g != nil && g.NodeId == node && (m.Env == "" || e.Name == m.Env) {
+			here = append(here, e)
+		}
+	}
+	switch {
+	case len(here) == 0 && m.Env != "":
+		return deny("project %s has no %s environment on this node", p.Name, m.Env)
+	case len(here) == 0:
+		return deny("project %s has no environment on this node (see `corpus project show %s` for its remotes)", p.Name, p.Name)
+	case len(here) > 1:
+		return deny("project %s has several environments on this node: push to %s/ENV", p.Name, p.Name)
+	}
+	member := slices.Index(p.Members, u.Name) >= 0
+	switch {
+	case u.Role == corpusv1.RoleOps:
+	case u.Role == corpusv1.RoleDev && member:
+	case u.Role == corpusv1.RoleViewer && member && !m.Write:
+	case u.Role == corpusv1.RoleViewer && member:
+		return deny("user %s is a viewer and may not push", u.Name)
+	default:
+		return deny("user %s may not use project %s (an operator grants it with `corpus project grant %s %s`)", u.Name, p.Name, p.Name, u.Name)
+	}
+	res.Allowed = true
+	res.Project = p
+	res.Env = here[0]
+	res.Releases = withoutLogs(view.Releases(p.Name, here[0].Name))
+	return connect.NewResponse(res), nil
+}
+
+// withoutLogs copies releases leaving their logs out.
+func withoutLogs(rels []*corpusv1.Release) []*corpusv1.Release {
+	out := make([]*corpusv1.Release, 0, len(rels))
+	for _, r := range rels {
+		c := proto.Clone(r).(*corpusv1.Release)
+		c.Log = ""
+		out = append(out, c)
+	}
+	return out
+}
+
+func (s *agentService) BeginRelease(ctx context.Context, req *connect.Request[corpusv1.BeginReleaseRequest]) (*connect.Response[corpusv1.BeginReleaseResponse], error) {
+	m := req.Msg
+	if len(m.Subject) > 200 {
+		m.Subject = m.Subject[:200]
+	}
+	r := &corpusv1.Release{Id: secret.Hex(8), Project: m.Project, Env: m.Env, Commit: m.Commit, Author: m.Author, Subject: m.Subject, NodeId: auth.FromContext(ctx).NodeID}
+	if _, err := s.b.write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_BeginRelease{BeginRelease: &corpusv1.BeginRelease{Release: r}}}); err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(&corpusv1.BeginReleaseResponse{Release: s.b.Store.Read().Release(r.Id)}), nil
+}
+
+func (s *agentService) FinishRelease(ctx context.Context, req *connect.Request[corpusv1.FinishReleaseRequest]) (*connect.Response[corpusv1.FinishReleaseResponse], error) {
+	m := req.Msg
+	log := m.Log
+	if len(log) > maxReleaseLog {
+		log = "[... " + strconv.Itoa(len(log)-maxReleaseLog) + " bytes cut ...]\n" + log[len(log)-maxReleaseLog:]
+	}
+	if _, err := s.b.write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_FinishRelease{FinishRelease: &corpusv1.FinishRelease{
+		Id: m.Id, NodeId: auth.FromContext(ctx).NodeID, Status: m.Status, Steps: m.Steps, FailedStep: m.FailedStep, Message: m.Message, Log: log,
+	}}}); err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(&corpusv1.FinishReleaseResponse{Release: s.b.Store.Read().Release(m.Id)}), nil
+}
+
+func (s *agentService) SetCurrentRelease(ctx context.Context, req *connect.Request[corpusv1.SetCurrentReleaseRequest]) (*connect.Response[corpusv1.SetCurrentReleaseResponse], error) {
+	m := req.Msg
+	if _, err := s.b.write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_SetCurrentRelease{SetCurrentRelease: &corpusv1.SetCurrentRelease{
+		Project: m.Project, Env: m.Env, Number: m.Number, NodeId: auth.FromContext(ctx).NodeID,
+	}}}); err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(&corpusv1.SetCurrentReleaseResponse{}), nil
+}
+
+func (s *agentService) PruneReleases(ctx context.Context, req *connect.Request[corpusv1.PruneReleasesRequest]) (*connect.Response[corpusv1.PruneReleasesResponse], error) {
+	m := req.Msg
+	if _, err := s.b.write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_PruneReleases{PruneReleases: &corpusv1.PruneReleases{
+		Project: m.Project, Env: m.Env, Numbers: m.Numbers, NodeId: auth.FromContext(ctx).NodeID,
+	}}}); err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(&corpusv1.PruneReleasesResponse{}), nil
+}
