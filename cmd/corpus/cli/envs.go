@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"encoding/json"
 	"fmt"
 	"net"
 	"text/tabwriter"
@@ -68,9 +67,7 @@ func newEnvCmd(g *globals) *cobra.Command {
 				for _, n := range cfg.names() {
 					out = append(out, env{n, cfg.Environments[n].Address, n == cfg.Current})
 				}
-				enc := json.NewEncoder(g.stdout)
-				enc.SetIndent("", "  ")
-				return enc.Encode(out)
+				return g.printJSONValue(out)
 			}
 			w := tabwriter.NewWriter(g.stdout, 0, 4, 2, ' ', 0)
 			fmt.Fprintln(w, "CURRENT\tNAME\tADDRESS")

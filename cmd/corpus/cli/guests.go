@@ -2,7 +2,6 @@ package cli
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -13,6 +12,7 @@ import (
 
 	"connectrpc.com/connect"
 	"github.com/spf13/cobra"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	corpusv1 "corpus/proto/corpus/v1"
 )
@@ -129,9 +129,28 @@ func newGuestCreateCmd(g *globals) *cobra.Command {
 	return cmd
 }
 
-// waitGuest follows a guest with blocking reads, printing each change, until
-// it reaches want ("" = deleted), fails, or cannot be placed.
+// waitGuest follows a guest with followGuest and says how it ended.
 func (g *globals) waitGuest(ctx context.Context, c *clients, name, want string, index uint64, timeout time.Duration) error {
+	m, err := g.followGuest(ctx, c, name, want, index, timeout)
+	switch {
+	case err != nil:
+		return err
+	case m == nil:
+		if !g.json {
+			fmt.Fprintf(g.stderr, "guest %s deleted\n", name)
+		}
+		return nil
+	case g.json:
+		return g.printJSON(m)
+	}
+	fmt.Fprintf(g.stdout, "guest %s is %s on node %s\n", name, want, m.NodeName)
+	return nil
+}
+
+// followGuest follows a guest with blocking reads, printing each change to
+// stderr, until it reaches want ("" = deleted), fails, or cannot be placed.
+// It returns the guest as last read, or nil once it is deleted as wanted.
+func (g *globals) followGuest(ctx context.Context, c *clients, name, want string, index uint64, timeout time.Duration) (*corpusv1.GetGuestResponse, error) {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	var lastLine string
@@ -139,19 +158,16 @@ func (g *globals) waitGuest(ctx context.Context, c *clients, name, want string, 
 		res, err := c.guests.GetGuest(ctx, connect.NewRequest(&corpusv1.GetGuestRequest{Name: name, MinIndex: index, WaitSeconds: 30}))
 		if err != nil {
 			if ctx.Err() != nil {
-				return fmt.Errorf("timed out after %s waiting for guest %s (see `corpus guest show %s`)", timeout, name, name)
+				return nil, fmt.Errorf("timed out after %s waiting for guest %s (see `corpus guest show %s`)", timeout, name, name)
 			}
-			return err
+			return nil, err
 		}
 		m := res.Msg
 		if m.Deleted {
 			if want == "" {
-				if !g.json {
-					fmt.Fprintf(g.stderr, "guest %s deleted\n", name)
-				}
-				return nil
+				return nil, nil
 			}
-			return fmt.Errorf("guest %s was deleted", name)
+			return nil, fmt.Errorf("guest %s was deleted", name)
 		}
 		gu := m.Guest
 		index = gu.ModifyIndex
@@ -171,15 +187,11 @@ func (g *globals) waitGuest(ctx context.Context, c *clients, name, want string, 
 		}
 		switch {
 		case want != "" && m.Status == want:
-			if g.json {
-				return g.printJSON(m)
-			}
-			fmt.Fprintf(g.stdout, "guest %s is %s on node %s\n", name, want, m.NodeName)
-			return nil
+			return m, nil
 		case m.Status == "failed":
-			return fmt.Errorf("guest %s failed on node %s: %s (the agent retries; see `corpus guest show %s`)", name, m.NodeName, gu.Observed.GetMessage(), name)
+			return nil, fmt.Errorf("guest %s failed on node %s: %s (the agent retries; see `corpus guest show %s`)", name, m.NodeName, gu.Observed.GetMessage(), name)
 		case m.Status == "pending" && gu.PendingReason != "":
-			return fmt.Errorf("guest %s is pending: %s; it is placed as soon as a node fits", name, gu.PendingReason)
+			return nil, fmt.Errorf("guest %s is pending: %s; it is placed as soon as a node fits", name, gu.PendingReason)
 		}
 	}
 }
@@ -313,7 +325,7 @@ func newGuestShowCmd(g *globals) *cobra.Command {
 				}
 				fmt.Fprintln(w, "Events:")
 				for _, e := range gu.Events {
-					fmt.Fprintf(w, "  %s\t%s\t%s\n", e.Time.AsTime().Local().Format("2006-01-02 15:04:05"), e.Type, e.Message)
+					fmt.Fprintf(w, "  %s\t%s\t%s\n", localTime(e.Time), e.Type, e.Message)
 				}
 				return w.Flush()
 			})
@@ -383,9 +395,7 @@ func newGuestExecCmd(g *globals) *cobra.Command {
 				return errors.New("the exec stream ended without an exit code")
 			}
 			if g.json {
-				enc := json.NewEncoder(g.stdout)
-				enc.SetIndent("", "  ")
-				if err := enc.Encode(map[string]any{"exit_code": code, "stdout": stdout.String(), "stderr": stderr.String()}); err != nil {
+				if err := g.printJSONValue(map[string]any{"exit_code": code, "stdout": stdout.String(), "stderr": stderr.String()}); err != nil {
 					return err
 				}
 			}
@@ -419,4 +429,12 @@ func age(t time.Time) string {
 		return fmt.Sprintf("%dh", int(d.Hours()))
 	}
 	return fmt.Sprintf("%dd", int(d.Hours()/24))
+}
+
+// localTime prints a timestamp in local time to the second, "-" when unset.
+func localTime(ts *timestamppb.Timestamp) string {
+	if ts == nil {
+		return "-"
+	}
+	return ts.AsTime().Local().Format("2006-01-02 15:04:05")
 }

@@ -4,6 +4,7 @@ package cli
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -101,6 +102,11 @@ func newRoot(g *globals) *cobra.Command {
 		newDNSCmd(g),
 		newVolumeCmd(g),
 		newEnvCmd(g),
+		newUserCmd(g),
+		newKeyCmd(g),
+		newProjectCmd(g),
+		newReleaseCmd(g),
+		newRollbackCmd(g),
 	)
 	return root
 }
@@ -137,12 +143,14 @@ func (g *globals) target() (addr, token string, err error) {
 
 // clients are the API clients of the chosen coordinator.
 type clients struct {
-	cluster corpusv1connect.ClusterServiceClient
-	nodes   corpusv1connect.NodeServiceClient
-	guests  corpusv1connect.GuestServiceClient
-	ingress corpusv1connect.IngressServiceClient
-	dns     corpusv1connect.DnsServiceClient
-	volumes corpusv1connect.VolumeServiceClient
+	cluster  corpusv1connect.ClusterServiceClient
+	nodes    corpusv1connect.NodeServiceClient
+	guests   corpusv1connect.GuestServiceClient
+	ingress  corpusv1connect.IngressServiceClient
+	dns      corpusv1connect.DnsServiceClient
+	volumes  corpusv1connect.VolumeServiceClient
+	users    corpusv1connect.UserServiceClient
+	projects corpusv1connect.ProjectServiceClient
 }
 
 func (g *globals) clients() (*clients, error) {
@@ -157,12 +165,14 @@ func (g *globals) clients() (*clients, error) {
 	hc := rpc.HTTPClient()
 	opt := connect.WithInterceptors(rpc.Bearer(token))
 	return &clients{
-		cluster: corpusv1connect.NewClusterServiceClient(hc, base, opt),
-		nodes:   corpusv1connect.NewNodeServiceClient(hc, base, opt),
-		guests:  corpusv1connect.NewGuestServiceClient(hc, base, opt),
-		ingress: corpusv1connect.NewIngressServiceClient(hc, base, opt),
-		dns:     corpusv1connect.NewDnsServiceClient(hc, base, opt),
-		volumes: corpusv1connect.NewVolumeServiceClient(hc, base, opt),
+		cluster:  corpusv1connect.NewClusterServiceClient(hc, base, opt),
+		nodes:    corpusv1connect.NewNodeServiceClient(hc, base, opt),
+		guests:   corpusv1connect.NewGuestServiceClient(hc, base, opt),
+		ingress:  corpusv1connect.NewIngressServiceClient(hc, base, opt),
+		dns:      corpusv1connect.NewDnsServiceClient(hc, base, opt),
+		volumes:  corpusv1connect.NewVolumeServiceClient(hc, base, opt),
+		users:    corpusv1connect.NewUserServiceClient(hc, base, opt),
+		projects: corpusv1connect.NewProjectServiceClient(hc, base, opt),
 	}, nil
 }
 
@@ -193,4 +203,11 @@ func (g *globals) printJSON(m proto.Message) error {
 	}
 	_, err = fmt.Fprintln(g.stdout, string(b))
 	return err
+}
+
+// printJSONValue writes a plain Go value (not a message) as JSON.
+func (g *globals) printJSONValue(v any) error {
+	enc := json.NewEncoder(g.stdout)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
 }

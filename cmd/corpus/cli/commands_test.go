@@ -1,0 +1,251 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"crypto/ed25519"
+	"crypto/rand"
+	"encoding/json"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+	"golang.org/x/crypto/ssh"
+
+	"corpus/coordinator"
+	"corpus/internal/rpc"
+	corpusv1 "corpus/proto/corpus/v1"
+	"corpus/proto/corpus/v1/corpusv1connect"
+)
+
+// cliTarget is a coordinator running in this process and the flags that
+// point the CLI at it as the operator.
+type cliTarget struct {
+	t     *testing.T
+	addr  string
+	ops   *clients
+	flags []string
+}
+
+// startCoordinator runs a one-replica coordinator with dynamic ports (DNS
+// off) until the test ends, and waits until it serves.
+func startCoordinator(t *testing.T) *cliTarget {
+	t.Helper()
+	cfg := coordinator.Default()
+	cfg.DataDir = t.TempDir()
+	cfg.APIAddr, cfg.RaftAddr, cfg.DNS.Addr = "127.0.0.1:0", "127.0.0.1:0", ""
+	cfg.Logger = slog.New(slog.DiscardHandler)
+	srv, err := coordinator.New(cfg)
+	if err != nil {
+		t.Fatalf("coordinator.New() = %v", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Serve() = %v, want nil after a clean stop", err)
+		}
+	})
+	g := &globals{address: srv.APIAddr(), token: srv.OpsToken()}
+	c, err := g.clients()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := waitReady(ctx, c); err != nil {
+		t.Fatal(err)
+	}
+	return &cliTarget{t: t, addr: srv.APIAddr(), ops: c, flags: []string{"--address", srv.APIAddr(), "--token", srv.OpsToken(), "--config-file", filepath.Join(t.TempDir(), "config.yaml")}}
+}
+
+// run runs one corpus command line with stdin and returns its stdout.
+func (c *cliTarget) run(stdin string, args ...string) (string, error) {
+	c.t.Helper()
+	var stdout, stderr bytes.Buffer
+	root := newRoot(&globals{stdout: &stdout, stderr: &stderr})
+	root.SetArgs(append(append([]string{}, c.flags...), args...))
+	root.SetIn(strings.NewReader(stdin))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	err := root.ExecuteContext(ctx)
+	return stdout.String(), err
+}
+
+// want runs a command line and fails the test unless it succeeds with
+// every one of parts in its stdout.
+func (c *cliTarget) want(args string, parts ...string) string {
+	c.t.Helper()
+	out, err := c.run("", strings.Fields(args)...)
+	if err != nil {
+		c.t.Fatalf("corpus %s = %v, want success", args, err)
+	}
+	for _, p := range parts {
+		if !strings.Contains(out, p) {
+			c.t.Errorf("corpus %s printed:\n%s\nwant it to contain %q", args, out, p)
+		}
+	}
+	return out
+}
+
+// wantErr runs a command line and fails the test unless it fails with
+// part in its error.
+func (c *cliTarget) wantErr(args, part string) {
+	c.t.Helper()
+	out, err := c.run("", strings.Fields(args)...)
+	if err == nil || !strings.Contains(describe(err), part) {
+		c.t.Errorf("corpus %s = %q, %v; want an error with %q", args, out, err, part)
+	}
+}
+
+// TestUserKeyProjectCommands drives the user, key, project, release and
+// rollback commands against a real coordinator with no nodes.
+func TestUserKeyProjectCommands(t *testing.T) {
+	c := startCoordinator(t)
+
+	c.want("user add alice", "user alice (dev) added")
+	c.want("user add alice", "user alice (dev) already exists (same role), unchanged")
+	c.wantErr("user add alice --role ops", "already exists with another role")
+	c.wantErr("user add bob --role admin", `role "admin": use ops, dev or viewer`)
+	c.want("user add bob --role viewer", "user bob (viewer) added")
+	c.want("user list", "NAME", "alice", "bob", "viewer")
+
+	pub, _, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sk, err := ssh.NewPublicKey(pub)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fp := ssh.FingerprintSHA256(sk)
+	dir := t.TempDir()
+	keyFile := filepath.Join(dir, "id_ed25519.pub")
+	line := strings.TrimSpace(string(ssh.MarshalAuthorizedKey(sk))) + " alice@laptop"
+	if err := os.WriteFile(keyFile, []byte("\n"+line+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	private := filepath.Join(dir, "id_ed25519")
+	if err := os.WriteFile(private, []byte("-----BEGIN OPENSSH PRIVATE KEY-----\nAAAA\n-----END OPENSSH PRIVATE KEY-----\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c.want("key add alice "+keyFile, "key "+fp+" (alice@laptop) added to user alice")
+	c.want("key add alice "+keyFile, "key "+fp+" already belongs to user alice, unchanged")
+	c.wantErr("key add alice "+private, "give "+keyFile+" instead")
+	if out, err := c.run(line+"\n", "key", "add", "bob", "-"); err == nil || !strings.Contains(describe(err), "already belongs to user alice") {
+		t.Errorf("corpus key add bob - (alice's key) = %q, %v; want an error naming alice", out, err)
+	}
+	c.want("key list", "USER", "alice", fp, "alice@laptop")
+	c.want("user list", "alice  dev     1")
+	if out := c.want("key list bob"); strings.Contains(out, fp) {
+		t.Errorf("corpus key list bob printed alice's key:\n%s", out)
+	}
+	c.wantErr("key list carol", `user "carol" is not in the cluster`)
+	var listed struct {
+		Users []struct {
+			Name string `json:"name"`
+		} `json:"users"`
+	}
+	if err := json.Unmarshal([]byte(c.want("--json key list alice")), &listed); err != nil || len(listed.Users) != 1 || listed.Users[0].Name != "alice" {
+		t.Errorf("corpus --json key list alice = %+v, %v; want alice alone", listed, err)
+	}
+
+	c.wantErr("project create hello --cpus lots", "--cpus")
+	c.want("project create hello --detach --domain hello.example.test")
+	c.want("project create hello --detach --domain hello.example.test")
+	c.wantErr("project create hello --detach --branch other", "already has a dev environment with other settings")
+	// No node can run the guest, so waiting ends at once, saying why.
+	c.wantErr("project create hello --domain hello.example.test", "guest hello-dev is pending")
+	c.want("project list", "hello", "dev", "hello.example.test")
+	c.want("project show hello", "Env dev:", "hello-dev", "Branch:", "main", "hello.example.test -> guest port 80", "Git remote:")
+	c.want("project grant hello alice", "user alice may use project hello (members: alice)")
+	c.want("project grant hello bob", "(members: alice, bob)")
+	c.want("project revoke hello alice", "user alice no longer may use project hello (members: bob)")
+	c.wantErr("project grant hello carol", "carol")
+
+	c.want("release list hello", "ID", "COMMIT", "SUBJECT")
+	c.wantErr("release show hello rx", `release "rx": write it as r3 or 3`)
+	c.wantErr("release show hello r1", "r1")
+	c.wantErr("rollback hello --to x", `--to: release "x"`)
+	c.wantErr("rollback hello --env prod", "prod")
+	c.wantErr("rollback hello", "no kept good release")
+
+	c.want("key delete alice "+fp, "key "+fp+" deleted from user alice")
+	c.want("user delete alice", "user alice deleted (with 0 SSH keys)")
+	c.wantErr("user delete alice", "alice")
+	c.want("project delete hello --env dev", "project hello/dev deleted")
+	if out := c.want("project list"); strings.Contains(out, "hello") {
+		t.Errorf("corpus project list after the delete printed:\n%s", out)
+	}
+}
+
+// fakeAgent enrolls a node through the agent API, reports a git endpoint
+// at 10.0.0.1:2222, and reports every guest placed on it as running until
+// ctx ends; ready is closed once the node is ready. It stands in for a
+// real agent, which needs LXC.
+func (c *cliTarget) fakeAgent(ctx context.Context, ready chan<- struct{}) error {
+	join, err := c.ops.nodes.CreateJoinToken(ctx, connect.NewRequest(&corpusv1.CreateJoinTokenRequest{}))
+	if err != nil {
+		return err
+	}
+	hc, base := rpc.HTTPClient(), "http://"+c.addr
+	capacity := &corpusv1.Resources{MemoryBytes: 8 << 30, CpuMillis: 4000, DiskBytes: 100 << 30}
+	drivers := []*corpusv1.DriverInfo{{Name: "lxc", Healthy: true, Exec: true}}
+	res, err := corpusv1connect.NewAgentServiceClient(hc, base).Enroll(ctx, connect.NewRequest(&corpusv1.EnrollRequest{
+		JoinToken: join.Msg.Token, Name: "vm", Capacity: capacity, Drivers: drivers, AgentAddress: "127.0.0.1:1", AgentVersion: "test",
+	}))
+	if err != nil {
+		return err
+	}
+	agent := corpusv1connect.NewAgentServiceClient(hc, base, connect.WithInterceptors(rpc.Bearer(rpc.NodeCredential(res.Msg.NodeId, res.Msg.NodeSecret))))
+	report := &corpusv1.ReportRequest{Capacity: capacity, Drivers: drivers, AgentAddress: "127.0.0.1:1", AgentVersion: "test", Address: "10.0.0.1", GitPort: 2222}
+	if _, err := agent.Report(ctx, connect.NewRequest(report)); err != nil {
+		return err
+	}
+	close(ready)
+	stream, err := agent.Watch(ctx, connect.NewRequest(&corpusv1.WatchRequest{}))
+	if err != nil {
+		return err
+	}
+	defer stream.Close()
+	for stream.Receive() {
+		report.Guests = nil
+		for _, g := range stream.Msg().Guests {
+			report.Guests = append(report.Guests, &corpusv1.ReportedGuest{GuestId: g.Id, Observed: &corpusv1.GuestObserved{State: corpusv1.ObservedRunning, Pid: 7}})
+		}
+		if _, err := agent.Report(ctx, connect.NewRequest(report)); err != nil {
+			return err
+		}
+	}
+	return stream.Err()
+}
+
+// TestProjectCreateWaits: project create follows the guest until it runs,
+// then prints the environment's git remote.
+func TestProjectCreateWaits(t *testing.T) {
+	c := startCoordinator(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	ready, done := make(chan struct{}), make(chan error, 1)
+	go func() { done <- c.fakeAgent(ctx, ready) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil && ctx.Err() == nil {
+			t.Errorf("fake agent: %v", err)
+		}
+	})
+	select {
+	case <-ready:
+	case err := <-done:
+		t.Fatalf("fake agent: %v", err)
+	}
+	c.want("project create hello --domain hello.example.test",
+		"project hello/dev is running on node vm; push main to deploy:\ngit remote add corpus ssh://git@10.0.0.1:2222/hello\n")
+	c.want("project create hello --env prod --branch release",
+		"project hello/prod is running on node vm; push release to deploy:\ngit remote add corpus-prod ssh://git@10.0.0.1:2222/hello/prod\n")
+	c.want("project list", "hello  dev   vm    running", "hello  prod  vm    running")
+	c.want("project show hello", "hello-prod, running on node vm", "Git remote:  ssh://git@10.0.0.1:2222/hello/dev")
+}

@@ -1,0 +1,246 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"connectrpc.com/connect"
+	"github.com/spf13/cobra"
+
+	"corpus/coordinator/state"
+	corpusv1 "corpus/proto/corpus/v1"
+)
+
+func newProjectCmd(g *globals) *cobra.Command {
+	cmd := &cobra.Command{Use: "project", Short: "Create projects (one guest per environment) that deploy on git push"}
+	list := &cobra.Command{
+		Use:     "list",
+		Aliases: []string{"ls"},
+		Short:   "List projects: each environment's node, guest status, current release and domains",
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return call(g, cmd.Context(), func(ctx context.Context, c *clients) (*connect.Response[corpusv1.ListProjectsResponse], error) {
+				return c.projects.ListProjects(ctx, connect.NewRequest(&corpusv1.ListProjectsRequest{}))
+			}, func(msg *corpusv1.ListProjectsResponse) error {
+				w := tabwriter.NewWriter(g.stdout, 0, 4, 2, ' ', 0)
+				fmt.Fprintln(w, "NAME\tENV\tNODE\tSTATUS\tRELEASE\tDOMAINS")
+				for _, v := range msg.Projects {
+					if len(v.Envs) == 0 {
+						fmt.Fprintf(w, "%s\t-\t-\t-\t-\t-\n", v.Project.GetName())
+					}
+					for _, e := range v.Envs {
+						fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\n", v.Project.GetName(), e.Name, dash(e.NodeName), dash(e.GuestStatus),
+							releaseName(e.CurrentRelease), dash(strings.Join(e.Domains, ",")))
+					}
+				}
+				return w.Flush()
+			})
+		},
+	}
+	show := &cobra.Command{
+		Use:   "show NAME",
+		Short: "Show a project: its members and, per environment, guest, release, domains and git remote",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return call(g, cmd.Context(), func(ctx context.Context, c *clients) (*connect.Response[corpusv1.GetProjectResponse], error) {
+				return c.projects.GetProject(ctx, connect.NewRequest(&corpusv1.GetProjectRequest{Name: args[0]}))
+			}, func(msg *corpusv1.GetProjectResponse) error {
+				p := msg.Project.GetProject()
+				w := tabwriter.NewWriter(g.stdout, 0, 4, 2, ' ', 0)
+				fmt.Fprintf(w, "Name:\t%s\n", p.GetName())
+				fmt.Fprintf(w, "ID:\t%s\n", p.GetId())
+				fmt.Fprintf(w, "Members:\t%s (ops users use every project)\n", dash(strings.Join(p.GetMembers(), ", ")))
+				fmt.Fprintf(w, "Created:\t%s\n", localTime(p.GetCreatedAt()))
+				for _, ev := range msg.Project.GetEnvs() {
+					e := state.ProjectEnv(p, ev.Name)
+					fmt.Fprintf(w, "Env %s:\n", ev.Name)
+					guest := ev.GuestName + ", " + dash(ev.GuestStatus)
+					if ev.NodeName != "" {
+						guest += " on node " + ev.NodeName
+					}
+					fmt.Fprintf(w, "  Guest:\t%s\n", guest)
+					release := releaseName(ev.CurrentRelease)
+					if last := e.GetLastRelease(); last > ev.CurrentRelease {
+						release += " (newest " + corpusv1.ReleaseName(last) + ")"
+					}
+					fmt.Fprintf(w, "  Release:\t%s\n", release)
+					fmt.Fprintf(w, "  Branch:\t%s\n", e.GetBranch())
+					domains := "-"
+					if len(ev.Domains) > 0 {
+						domains = fmt.Sprintf("%s -> guest port %d", strings.Join(ev.Domains, ", "), e.GetHttpPort())
+					}
+					fmt.Fprintf(w, "  Domains:\t%s\n", domains)
+					fmt.Fprintf(w, "  Git remote:\t%s\n", dash(ev.GitRemote))
+				}
+				return w.Flush()
+			})
+		},
+	}
+	var delEnv string
+	del := &cobra.Command{
+		Use:   "delete NAME [--env ENV]",
+		Short: "Delete a project, or one environment of it, with its guests, data volumes and releases",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return call(g, cmd.Context(), func(ctx context.Context, c *clients) (*connect.Response[corpusv1.DeleteProjectResponse], error) {
+				return c.projects.DeleteProject(ctx, connect.NewRequest(&corpusv1.DeleteProjectRequest{Name: args[0], Env: delEnv}))
+			}, func(*corpusv1.DeleteProjectResponse) error {
+				if delEnv != "" {
+					fmt.Fprintf(g.stdout, "project %s/%s deleted; its guest and data volume are being removed\n", args[0], delEnv)
+					return nil
+				}
+				fmt.Fprintf(g.stdout, "project %s deleted; its guests and data volumes are being removed\n", args[0])
+				return nil
+			})
+		},
+	}
+	del.Flags().StringVar(&delEnv, "env", "", "delete only this environment (dev, staging or prod)")
+	cmd.AddCommand(newProjectCreateCmd(g), list, show, del, newProjectGrantCmd(g, false), newProjectGrantCmd(g, true))
+	return cmd
+}
+
+func newProjectCreateCmd(g *globals) *cobra.Command {
+	var (
+		env, image, driver, branch string
+		volSize, memory, cpus      string
+		domains                    []string
+		httpPort                   int
+		detach                     bool
+		timeout                    time.Duration
+	)
+	cmd := &cobra.Command{
+		Use:   "create NAME [--env dev] [--image busybox] [--domain DOMAIN]...",
+		Short: "Create a project environment (its guest NAME-ENV, data volume and domain routes), then print its git remote",
+		Example: `  corpus project create hello --domain hello.example.test
+  corpus project create hello --env prod --memory 1G --cpus 2 --domain hello.example.com`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if env == "" {
+				env = corpusv1.EnvDev
+			}
+			if httpPort < 1 || httpPort > 65535 {
+				return fmt.Errorf("--http-port %d: want a port from 1 to 65535", httpPort)
+			}
+			req := &corpusv1.CreateProjectRequest{
+				Name: args[0], Env: env, Image: image, Driver: driver, Domains: domains,
+				HttpPort: int32(httpPort), Branch: branch, Resources: &corpusv1.Resources{},
+			}
+			var err error
+			if req.VolumeBytes, err = parseSize(volSize); err != nil {
+				return fmt.Errorf("--volume-size: %w", err)
+			}
+			if req.Resources.MemoryBytes, err = parseSize(memory); err != nil {
+				return fmt.Errorf("--memory: %w", err)
+			}
+			if req.Resources.CpuMillis, err = parseCPUs(cpus); err != nil {
+				return fmt.Errorf("--cpus: %w", err)
+			}
+			c, err := g.clients()
+			if err != nil {
+				return err
+			}
+			res, err := c.projects.CreateProject(cmd.Context(), connect.NewRequest(req))
+			if err != nil {
+				return err
+			}
+			where := args[0] + "/" + env
+			guest := state.ProjectEnv(res.Msg.Project, env).GetGuestName()
+			if !g.json {
+				verb := "created (guest " + guest + ")"
+				if !res.Msg.Created {
+					verb = "already exists (same settings), unchanged"
+				}
+				fmt.Fprintf(g.stderr, "project %s %s\n", where, verb)
+			}
+			if detach {
+				if g.json {
+					return g.printJSON(res.Msg)
+				}
+				if res.Msg.GitRemote != "" {
+					fmt.Fprintf(g.stdout, "git remote add %s %s\n", remoteName(env), res.Msg.GitRemote)
+				}
+				return nil
+			}
+			if _, err := g.followGuest(cmd.Context(), c, guest, corpusv1.DesiredRunning, 0, timeout); err != nil {
+				return err
+			}
+			after, err := c.projects.GetProject(cmd.Context(), connect.NewRequest(&corpusv1.GetProjectRequest{Name: args[0]}))
+			if err != nil {
+				return err
+			}
+			if g.json {
+				return g.printJSON(after.Msg)
+			}
+			var ev *corpusv1.ProjectEnvView
+			for _, e := range after.Msg.Project.GetEnvs() {
+				if e.Name == env {
+					ev = e
+				}
+			}
+			if ev.GetGitRemote() == "" {
+				fmt.Fprintf(g.stdout, "project %s is running on node %s, whose agent serves no git endpoint: no git remote yet (see `corpus project show %s`)\n", where, ev.GetNodeName(), args[0])
+				return nil
+			}
+			fmt.Fprintf(g.stdout, "project %s is running on node %s; push %s to deploy:\ngit remote add %s %s\n", where, ev.NodeName, branch, remoteName(env), ev.GitRemote)
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&env, "env", corpusv1.EnvDev, "environment: dev, staging or prod (its guest is NAME-ENV)")
+	f.StringVar(&image, "image", "busybox", "image of the guest (busybox, debian/bookworm)")
+	f.StringArrayVar(&domains, "domain", nil, "HTTP domain routed to the guest through the proxy (repeatable)")
+	f.IntVar(&httpPort, "http-port", 80, "guest port the domains route to")
+	f.StringVar(&volSize, "volume-size", "1G", "size of the project's data volume")
+	f.StringVar(&memory, "memory", "256M", "memory limit of the guest")
+	f.StringVar(&cpus, "cpus", "0.5", "CPU limit in cores (0.5) or millicores (500m)")
+	f.StringVar(&branch, "branch", "main", "git branch whose pushes deploy")
+	f.StringVar(&driver, "driver", "lxc", "driver that runs the guest")
+	f.BoolVar(&detach, "detach", false, "return once the project is accepted, without waiting for its guest to run")
+	f.DurationVar(&timeout, "timeout", 10*time.Minute, "how long to wait for the guest")
+	return cmd
+}
+
+// newProjectGrantCmd makes `project grant` and `project revoke`.
+func newProjectGrantCmd(g *globals, revoke bool) *cobra.Command {
+	verb, short := "grant", "Let a user (dev or viewer) use a project"
+	if revoke {
+		verb, short = "revoke", "Take a project away from a user"
+	}
+	return &cobra.Command{
+		Use:   verb + " NAME USER",
+		Short: short,
+		Args:  cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return call(g, cmd.Context(), func(ctx context.Context, c *clients) (*connect.Response[corpusv1.GrantProjectResponse], error) {
+				return c.projects.GrantProject(ctx, connect.NewRequest(&corpusv1.GrantProjectRequest{Name: args[0], User: args[1], Revoke: revoke}))
+			}, func(msg *corpusv1.GrantProjectResponse) error {
+				what := "may use"
+				if revoke {
+					what = "no longer may use"
+				}
+				fmt.Fprintf(g.stdout, "user %s %s project %s (members: %s)\n", args[1], what, args[0], dash(strings.Join(msg.Project.GetMembers(), ", ")))
+				return nil
+			})
+		},
+	}
+}
+
+// remoteName is the git remote `project create` suggests for an
+// environment: "corpus" for dev, "corpus-prod" for prod.
+func remoteName(env string) string {
+	if env == corpusv1.EnvDev {
+		return "corpus"
+	}
+	return "corpus-" + env
+}
+
+// releaseName prints a release number, "-" for none.
+func releaseName(n uint32) string {
+	if n == 0 {
+		return "-"
+	}
+	return corpusv1.ReleaseName(n)
+}
