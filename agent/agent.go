@@ -63,7 +63,11 @@ type Config struct {
 	ProxyHTTPAddr  string
 	ProxyHTTPSAddr string
 	ProxyCerts     []string
-	Logger         *slog.Logger
+	// GitAddr is the SSH git endpoint's listen address (off when empty);
+	// GitMaxPushBytes bounds one push's pack.
+	GitAddr         string
+	GitMaxPushBytes int64
+	Logger          *slog.Logger
 }
 
 // Default returns the default agent configuration.
@@ -81,6 +85,9 @@ func Default() Config {
 		Bridge:         "corpus0",
 		MinHostPort:    1024,
 		ProxyHTTPAddr:  ":80",
+
+		GitAddr:         ":2222",
+		GitMaxPushBytes: 256 << 20,
 	}
 }
 
@@ -129,6 +136,14 @@ func (c Config) Validate() error {
 			}
 		}
 	}
+	if c.GitAddr != "" {
+		if _, _, err := net.SplitHostPort(c.GitAddr); err != nil {
+			errs = append(errs, fmt.Errorf("git address %q: %w", c.GitAddr, err))
+		}
+		if c.GitMaxPushBytes < 1<<10 {
+			errs = append(errs, fmt.Errorf("git max push bytes %d is under 1 KiB", c.GitMaxPushBytes))
+		}
+	}
 	if c.ReportInterval <= 0 || c.ResyncInterval <= 0 || c.StopTimeout <= 0 {
 		errs = append(errs, errors.New("intervals and timeouts must be positive"))
 	}
@@ -147,6 +162,9 @@ type Agent struct {
 	vols     volume.Backend // nil when volumes cannot run here
 	id       cache.Identity
 	coords   *coordinators
+	git      *gitServer // nil when the git endpoint is off
+	envLocks envLocks
+	runCtx   context.Context
 
 	mu      sync.Mutex
 	desired map[string]*corpusv1.Guest // by guest id
@@ -226,6 +244,13 @@ func New(cfg Config) (*Agent, error) {
 			return nil, err
 		}
 	}
+	if cfg.GitAddr != "" {
+		if a.git, err = newGitServer(a); err != nil {
+			ln.Close()
+			c.Close()
+			return nil, err
+		}
+	}
 	return a, nil
 }
 
@@ -282,6 +307,7 @@ func (a *Agent) NodeID() string { return a.id.NodeID }
 func (a *Agent) Run(ctx context.Context) error {
 	defer a.cache.Close()
 	defer a.listener.Close()
+	a.runCtx = ctx
 	if err := a.enroll(ctx); err != nil {
 		return err
 	}
@@ -317,6 +343,10 @@ func (a *Agent) Run(ctx context.Context) error {
 			}
 		})
 	}
+	if a.git != nil {
+		run(a.git.serve)
+	}
+	run(a.recoverDeploys)
 	run(a.watchLoop)
 	run(a.reconcileLoop)
 	run(a.reportLoop)

@@ -103,7 +103,3 @@ func (w streamWriter) Write(p []byte) (int, error) {
 	}
 	return len(p), nil
 }
-
-func (s *agentAPI) Rollback(ctx context.Context, req *connect.Request[corpusv1.RollbackRequest], stream *connect.ServerStream[corpusv1.RollbackOutput]) error {
-	return connect.NewError(connect.CodeUnimplemented, errors.New("this agent cannot roll back releases yet"))
-}

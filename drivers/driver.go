@@ -169,10 +169,13 @@ type GuestStatus struct {
 
 // ExecRequest describes a command to run inside a guest.
 type ExecRequest struct {
-	Argv   []string
-	Env    map[string]string
-	Dir    string
-	Stdin  io.Reader // nil means empty input
-	Stdout io.Writer // nil discards
-	Stderr io.Writer // nil discards
+	Argv []string
+	Env  map[string]string
+	Dir  string
+	// UID and GID run the command as that user inside the guest; 0
+	// means root.
+	UID, GID int
+	Stdin    io.Reader // nil means empty input
+	Stdout   io.Writer // nil discards
+	Stderr   io.Writer // nil discards
 }

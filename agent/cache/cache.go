@@ -24,6 +24,7 @@ var (
 	bucketMeta    = []byte("meta")
 	bucketDesired = []byte("desired")
 	bucketJournal = []byte("journal")
+	bucketDeploys = []byte("deploys")
 	keyIdentity   = []byte("identity")
 	keyDesired    = []byte("watch")
 )
@@ -68,7 +69,7 @@ func Open(path string) (*Cache, error) {
 		return nil, fmt.Errorf("opening %s: %w", path, err)
 	}
 	err = db.Update(func(tx *bolt.Tx) error {
-		for _, b := range [][]byte{bucketMeta, bucketDesired, bucketJournal} {
+		for _, b := range [][]byte{bucketMeta, bucketDesired, bucketJournal, bucketDeploys} {
 			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
 				return err
 			}
@@ -164,6 +165,58 @@ func (c *Cache) Journal() ([]Entry, error) {
 				return err
 			}
 			out = append(out, e)
+			return nil
+		})
+	})
+	return out, err
+}
+
+// Deploy is a release pipeline (or a rollback) in flight on one project
+// environment, rewritten as it passes each step and removed when it is
+// resolved.
+type Deploy struct {
+	Kind      string    `json:"kind"` // "deploy" or "rollback"
+	Project   string    `json:"project"`
+	Env       string    `json:"env"`
+	Guest     string    `json:"guest"`
+	ReleaseID string    `json:"release_id,omitempty"`
+	Number    uint32    `json:"number"`   // the release being deployed or rolled back to
+	Previous  uint32    `json:"previous"` // the release serving before, 0 for none
+	Step      string    `json:"step"`
+	Started   time.Time `json:"started"`
+}
+
+// Key identifies a deploy's environment in the journal.
+func (d Deploy) Key() string { return d.Project + "/" + d.Env }
+
+// SetDeploy writes (or rewrites) a deploy's journal entry.
+func (c *Cache) SetDeploy(d Deploy) error {
+	raw, err := json.Marshal(d)
+	if err != nil {
+		return err
+	}
+	return c.db.Update(func(tx *bolt.Tx) error {
+		return tx.Bucket(bucketDeploys).Put([]byte(d.Key()), raw)
+	})
+}
+
+// EndDeploy removes a resolved deploy from the journal.
+func (c *Cache) EndDeploy(d Deploy) error {
+	return c.db.Update(func(tx *bolt.Tx) error {
+		return tx.Bucket(bucketDeploys).Delete([]byte(d.Key()))
+	})
+}
+
+// Deploys returns the deploys that were in flight.
+func (c *Cache) Deploys() ([]Deploy, error) {
+	var out []Deploy
+	err := c.db.View(func(tx *bolt.Tx) error {
+		return tx.Bucket(bucketDeploys).ForEach(func(_, v []byte) error {
+			var d Deploy
+			if err := json.Unmarshal(v, &d); err != nil {
+				return err
+			}
+			out = append(out, d)
 			return nil
 		})
 	})

@@ -383,11 +383,11 @@ func pickEnv(view *state.Snap, project, env string) (*corpusv1.Project, *corpusv
 
 // ParseRelease reads "r3" or "3".
 func ParseRelease(s string) (uint32, error) {
-	n, err := strconv.ParseUint(strings.TrimPrefix(strings.ToLower(s), "r"), 10, 32)
-	if err != nil || n == 0 {
+	n, ok := corpusv1.ParseReleaseName(s)
+	if !ok {
 		return 0, invalidf("release %q: write it as r3 (see corpus release list)", s)
 	}
-	return uint32(n), nil
+	return n, nil
 }
 
 func (s *projectService) ListReleases(ctx context.Context, req *connect.Request[corpusv1.ListReleasesRequest]) (*connect.Response[corpusv1.ListReleasesResponse], error) {

@@ -74,7 +74,7 @@ func normalizeSpec(spec *corpusv1.GuestSpec) error {
 		return invalidf("%d environment variables; the limit is %d", len(spec.Env), maxEnvVars)
 	}
 	for k, v := range spec.Env {
-		if !validEnvName(k) {
+		if !names.EnvVar(k) {
 			return invalidf("environment variable name %q must match [A-Za-z_][A-Za-z0-9_]*", k)
 		}
 		if strings.ContainsAny(v, "\x00\n") {
@@ -82,21 +82,6 @@ func normalizeSpec(spec *corpusv1.GuestSpec) error {
 		}
 	}
 	return nil
-}
-
-func validEnvName(k string) bool {
-	if k == "" {
-		return false
-	}
-	for i, c := range k {
-		switch {
-		case c == '_', c >= 'A' && c <= 'Z', c >= 'a' && c <= 'z':
-		case c >= '0' && c <= '9' && i > 0:
-		default:
-			return false
-		}
-	}
-	return true
 }
 
 // guestStatus is the one-word summary of a guest.

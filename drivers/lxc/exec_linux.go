@@ -76,11 +76,18 @@ func (d *Driver) exec(ctx context.Context, name string, req drivers.ExecRequest)
 	if dir == "" {
 		dir = "/"
 	}
+	uid, gid := -1, -1
+	if req.UID > 0 {
+		uid = req.UID
+	}
+	if req.GID > 0 {
+		gid = req.GID
+	}
 	opts := golxc.AttachOptions{
 		Namespaces: -1,
 		Arch:       -1,
-		UID:        -1,
-		GID:        -1,
+		UID:        uid,
+		GID:        gid,
 		Cwd:        dir,
 		ClearEnv:   true,
 		Env:        env,

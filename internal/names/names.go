@@ -66,3 +66,20 @@ func ValidateDomain(d string) error {
 	}
 	return nil
 }
+
+// EnvVar reports whether k is a portable environment variable name:
+// [A-Za-z_][A-Za-z0-9_]*.
+func EnvVar(k string) bool {
+	if k == "" {
+		return false
+	}
+	for i, c := range k {
+		switch {
+		case c == '_', c >= 'A' && c <= 'Z', c >= 'a' && c <= 'z':
+		case c >= '0' && c <= '9' && i > 0:
+		default:
+			return false
+		}
+	}
+	return true
+}

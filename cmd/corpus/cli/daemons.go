@@ -113,6 +113,8 @@ func addNetworkFlags(f *pflag.FlagSet, cfg *agent.Config) {
 	f.StringVar(&cfg.ProxyHTTPAddr, "proxy-http-addr", cfg.ProxyHTTPAddr, "proxy HTTP listen address")
 	f.StringVar(&cfg.ProxyHTTPSAddr, "proxy-https-addr", cfg.ProxyHTTPSAddr, "proxy HTTPS listen address (off when empty)")
 	f.StringSliceVar(&cfg.ProxyCerts, "proxy-cert", nil, "HTTPS certificate CERT.pem:KEY.pem (repeatable)")
+	f.StringVar(&cfg.GitAddr, "git-addr", cfg.GitAddr, "SSH git endpoint listen address for pushes (off when empty)")
+	f.Int64Var(&cfg.GitMaxPushBytes, "git-max-push-bytes", cfg.GitMaxPushBytes, "largest pack a push may send")
 }
 
 // addDNSFlags adds the coordinator's DNS server flags.

@@ -132,11 +132,15 @@ func newProjectCreateCmd(g *globals) *cobra.Command {
 			if req.VolumeBytes, err = parseSize(volSize); err != nil {
 				return fmt.Errorf("--volume-size: %w", err)
 			}
-			if req.Resources.MemoryBytes, err = parseSize(memory); err != nil {
-				return fmt.Errorf("--memory: %w", err)
+			if memory != "" {
+				if req.Resources.MemoryBytes, err = parseSize(memory); err != nil {
+					return fmt.Errorf("--memory: %w", err)
+				}
 			}
-			if req.Resources.CpuMillis, err = parseCPUs(cpus); err != nil {
-				return fmt.Errorf("--cpus: %w", err)
+			if cpus != "" {
+				if req.Resources.CpuMillis, err = parseCPUs(cpus); err != nil {
+					return fmt.Errorf("--cpus: %w", err)
+				}
 			}
 			c, err := g.clients()
 			if err != nil {
@@ -194,8 +198,8 @@ func newProjectCreateCmd(g *globals) *cobra.Command {
 	f.StringArrayVar(&domains, "domain", nil, "HTTP domain routed to the guest through the proxy (repeatable)")
 	f.IntVar(&httpPort, "http-port", 80, "guest port the domains route to")
 	f.StringVar(&volSize, "volume-size", "1G", "size of the project's data volume")
-	f.StringVar(&memory, "memory", "256M", "memory limit of the guest")
-	f.StringVar(&cpus, "cpus", "0.5", "CPU limit in cores (0.5) or millicores (500m)")
+	f.StringVar(&memory, "memory", "", "memory limit of the guest, e.g. 256M (default 256M)")
+	f.StringVar(&cpus, "cpus", "", "CPU limit in cores (0.5) or millicores (500m) (default 0.25)")
 	f.StringVar(&branch, "branch", "main", "git branch whose pushes deploy")
 	f.StringVar(&driver, "driver", "lxc", "driver that runs the guest")
 	f.BoolVar(&detach, "detach", false, "return once the project is accepted, without waiting for its guest to run")

@@ -3,7 +3,6 @@ package cli
 import (
 	"context"
 	"fmt"
-	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -167,11 +166,11 @@ func newRollbackCmd(g *globals) *cobra.Command {
 
 // parseRelease reads a release number as users write it: "r3" or "3".
 func parseRelease(s string) (uint32, error) {
-	n, err := strconv.ParseUint(strings.TrimPrefix(strings.ToLower(strings.TrimSpace(s)), "r"), 10, 32)
-	if err != nil || n == 0 {
+	n, ok := corpusv1.ParseReleaseName(strings.TrimSpace(s))
+	if !ok {
 		return 0, fmt.Errorf("release %q: write it as r3 or 3 (see `corpus release list PROJECT`)", s)
 	}
-	return uint32(n), nil
+	return n, nil
 }
 
 // shortCommit is a commit id cut to 12 characters, as git log shows them.

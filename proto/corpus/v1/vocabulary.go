@@ -76,3 +76,12 @@ const (
 func ReleaseName(n uint32) string {
 	return "r" + strconv.FormatUint(uint64(n), 10)
 }
+
+// ParseReleaseName reads a release number as users write it: "r3" or "3".
+func ParseReleaseName(s string) (uint32, bool) {
+	if len(s) > 0 && (s[0] == 'r' || s[0] == 'R') {
+		s = s[1:]
+	}
+	n, err := strconv.ParseUint(s, 10, 32)
+	return uint32(n), err == nil && n > 0
+}

@@ -1,0 +1,799 @@
+package agent
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"connectrpc.com/connect"
+
+	"corpus/agent/cache"
+	"corpus/drivers"
+	"corpus/internal/failpoint"
+	corpusv1 "corpus/proto/corpus/v1"
+	"corpus/proto/corpus/v1/corpusv1connect"
+)
+
+// The release pipeline. A push runs, inside the project's guest, in
+// /srv/projects/NAME:
+//
+//	archive       record the serving release in archives/rPREV and run its
+//	              .corpus/archive hook (dumps of data/)
+//	release-sync  unpack the pushed tree into releases/rN (via rN.tmp)
+//	install       run .corpus/install.d/* in order in releases/rN
+//	health        ask the guest's health URL (corpus.yaml health:)
+//	fixperms      .corpus/fixperms, or chown the release to corpus.yaml user:
+//	switch        point current at releases/rN: one rename
+//	notify        .corpus/notify, or say the release is live
+//
+// Nothing the serving release uses changes before switch. When a step
+// fails, current is left as it was, the serving release's .corpus/rollback
+// hook runs, the failed tree stays for inspection, and the push is
+// rejected. Each step is written to the agent's journal first, so a crash
+// is resolved on restart: a deploy that did not finish is rolled back.
+
+// Pipeline step names, as output and recorded.
+const (
+	stepArchive     = "archive"
+	stepReleaseSync = "release-sync"
+	stepInstall     = "install"
+	stepHealth      = "health"
+	stepFixperms    = "fixperms"
+	stepSwitch      = "switch"
+	stepNotify      = "notify"
+	// stepFinished is journalled once the outcome is recorded.
+	stepFinished = "finished"
+)
+
+const (
+	// maxLogBytes bounds the deploy output an agent keeps to record.
+	maxLogBytes = 256 << 10
+	// tailLines of a failed step are repeated in the rejection.
+	tailLines = 10
+)
+
+// envLocks serialises deploys and rollbacks per project environment.
+type envLocks struct {
+	mu   sync.Mutex
+	busy map[string]string // key → what holds it
+}
+
+func (l *envLocks) tryLock(key, what string) (holder string, ok bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.busy == nil {
+		l.busy = map[string]string{}
+	}
+	if h, busy := l.busy[key]; busy {
+		return h, false
+	}
+	l.busy[key] = what
+	return "", true
+}
+
+func (l *envLocks) unlock(key string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	delete(l.busy, key)
+}
+
+// projectDir is a project's folder inside its guest.
+func projectDir(project string) string { return "/srv/projects/" + project }
+
+// deploy is one run of the pipeline.
+type deploy struct {
+	a       *Agent
+	ctx     context.Context
+	guest   *corpusv1.Guest
+	driver  drivers.Driver
+	project string
+	env     *corpusv1.ProjectEnv
+	release *corpusv1.Release
+	prev    *corpusv1.Release // the serving release, nil on the first deploy
+	known   []*corpusv1.Release
+	tree    *tree
+	man     *Manifest
+	uid     int
+	gid     int
+	journal cache.Deploy
+
+	out   io.Writer     // to the git client
+	log   *bytes.Buffer // everything said, to record
+	steps []*corpusv1.ReleaseStep
+	tail  []string // the current step's last output lines
+}
+
+// say writes a line of the pipeline's own to the client and the log.
+func (d *deploy) say(format string, args ...any) {
+	line := fmt.Sprintf(format, args...) + "\n"
+	d.out.Write([]byte(line))
+	d.keep(line)
+}
+
+func (d *deploy) keep(s string) {
+	d.log.WriteString(s)
+	if d.log.Len() > maxLogBytes {
+		b := d.log.Bytes()
+		cut := len(b) - maxLogBytes/2
+		rest := append([]byte("[... earlier output cut ...]\n"), b[cut:]...)
+		d.log.Reset()
+		d.log.Write(rest)
+	}
+}
+
+// stepWriter indents a step's output, keeps its tail and logs it.
+type stepWriter struct {
+	d       *deploy
+	partial []byte
+}
+
+func (w *stepWriter) Write(p []byte) (int, error) {
+	w.partial = append(w.partial, p...)
+	for {
+		i := bytes.IndexByte(w.partial, '\n')
+		if i < 0 {
+			break
+		}
+		w.line(string(w.partial[:i]))
+		w.partial = w.partial[i+1:]
+	}
+	if len(w.partial) > 4096 { // a very long line without newline
+		w.line(string(w.partial))
+		w.partial = nil
+	}
+	return len(p), nil
+}
+
+func (w *stepWriter) flush() {
+	if len(w.partial) > 0 {
+		w.line(string(w.partial))
+		w.partial = nil
+	}
+}
+
+func (w *stepWriter) line(s string) {
+	s = strings.TrimRight(s, "\r")
+	w.d.say("       %s", s)
+	w.d.tail = append(w.d.tail, s)
+	if len(w.d.tail) > tailLines {
+		w.d.tail = w.d.tail[len(w.d.tail)-tailLines:]
+	}
+}
+
+// stepError is a failed step.
+type stepError struct {
+	step string
+	err  error
+}
+
+func (e *stepError) Error() string { return e.step + ": " + e.err.Error() }
+
+// deployPush runs the pipeline for a push and returns the hook's exit
+// status: 0 accepts the push, anything else rejects it.
+func (a *Agent) deployPush(sess *pushSession, req *hookRequest, out io.Writer) int {
+	env := sess.access.Env
+	reject := func(format string, args ...any) int {
+		fmt.Fprintf(out, "corpus: push rejected: "+format+"\n", args...)
+		return 1
+	}
+	branchRef := "refs/heads/" + env.Branch
+	var upd *refUpdate
+	for i, u := range req.Updates {
+		if u.Ref != branchRef {
+			return reject("only %s deploys to %s/%s (git push corpus %s); %s is not accepted", env.Branch, sess.project, env.Name, env.Branch, u.Ref)
+		}
+		upd = &req.Updates[i]
+	}
+	if upd == nil {
+		return reject("nothing to deploy")
+	}
+	if upd.New == zeroID {
+		return reject("deleting %s would leave %s/%s without source; it is not allowed", env.Branch, sess.project, env.Name)
+	}
+	key := sess.project + "/" + env.Name
+	if holder, ok := a.envLocks.tryLock(key, fmt.Sprintf("a push by %s since %s", sess.user, time.Now().Format(time.TimeOnly))); !ok {
+		return reject("another deploy of %s is running (%s); push again when it ends", key, holder)
+	}
+	defer a.envLocks.unlock(key)
+
+	repo := filepath.Join(a.git.root, sess.project+"-"+env.Name+".git")
+	g := quarantineGit{repo: repo, req: req}
+	t, man, subject, err := inspectPush(g, upd.New, a.cfg.GitMaxPushBytes*4)
+	if err != nil {
+		return reject("%v", err)
+	}
+	d := &deploy{a: a, ctx: a.runCtx, project: sess.project, env: env, tree: t, man: man, out: out, log: &bytes.Buffer{}}
+	if d.guest, d.driver, err = a.guestForExec(env.GuestName); err != nil {
+		return reject("%v", err)
+	}
+	d.known = sess.access.Releases
+	for _, r := range sess.access.Releases {
+		if r.Number == env.CurrentRelease && r.Status == corpusv1.ReleaseSucceeded {
+			d.prev = r
+		}
+	}
+	if err := d.resolveUser(); err != nil {
+		return reject("%v", err)
+	}
+	rel, err := coordCall(a, func(c corpusv1connect.AgentServiceClient) (*connect.Response[corpusv1.BeginReleaseResponse], error) {
+		return c.BeginRelease(d.ctx, connect.NewRequest(&corpusv1.BeginReleaseRequest{
+			Project: sess.project, Env: env.Name, Commit: upd.New, Author: sess.user, Subject: subject,
+		}))
+	})
+	if err != nil {
+		return reject("recording the release: %v", err)
+	}
+	d.release = rel.Release
+	d.journal = cache.Deploy{
+		Kind: "deploy", Project: sess.project, Env: env.Name, Guest: env.GuestName,
+		ReleaseID: d.release.Id, Number: d.release.Number, Previous: d.prevNumber(), Started: time.Now(),
+	}
+	d.say("-----> Deploying %s/%s %s (%s by %s)", sess.project, env.Name, d.name(), short(upd.New), sess.user)
+	err = d.run(g, upd.New)
+	return d.finish(err)
+}
+
+func short(commit string) string {
+	if len(commit) > 12 {
+		return commit[:12]
+	}
+	return commit
+}
+
+func (d *deploy) name() string { return corpusv1.ReleaseName(d.release.Number) }
+
+func (d *deploy) prevNumber() uint32 {
+	if d.prev == nil {
+		return 0
+	}
+	return d.prev.Number
+}
+
+// guestForExec finds a guest of this node whose driver can exec.
+func (a *Agent) guestForExec(name string) (*corpusv1.Guest, drivers.Driver, error) {
+	a.mu.Lock()
+	var g *corpusv1.Guest
+	for _, d := range a.desired {
+		if d.Name == name {
+			g = d
+		}
+	}
+	a.mu.Unlock()
+	if g == nil {
+		return nil, nil, fmt.Errorf("guest %s is not on this node", name)
+	}
+	d, ok := a.drivers[g.Spec.GetDriver()]
+	if !ok || !d.Capabilities().Exec {
+		return nil, nil, fmt.Errorf("guest %s: driver %s cannot run commands in it", name, g.Spec.GetDriver())
+	}
+	return g, d, nil
+}
+
+// quarantineGit runs git on a push's objects before git accepts them.
+type quarantineGit struct {
+	repo string
+	req  *hookRequest
+}
+
+func (q quarantineGit) cmd(ctx context.Context, args ...string) *exec.Cmd {
+	cmd := exec.CommandContext(ctx, "git", append([]string{"-c", "tar.umask=022", "--git-dir", q.repo}, args...)...)
+	cmd.Env = []string{"PATH=/usr/local/bin:/usr/bin:/bin", "GIT_CONFIG_NOSYSTEM=1", "HOME=/nonexistent"}
+	if q.req.ObjectDir != "" {
+		cmd.Env = append(cmd.Env, "GIT_OBJECT_DIRECTORY="+q.req.ObjectDir)
+	}
+	if q.req.AlternateDirs != "" {
+		cmd.Env = append(cmd.Env, "GIT_ALTERNATE_OBJECT_DIRECTORIES="+q.req.AlternateDirs)
+	}
+	if q.req.Quarantine != "" {
+		cmd.Env = append(cmd.Env, "GIT_QUARANTINE_PATH="+q.req.Quarantine)
+	}
+	return cmd
+}
+
+func (q quarantineGit) output(args ...string) ([]byte, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	var stderr bytes.Buffer
+	cmd := q.cmd(ctx, args...)
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return nil, fmt.Errorf("git %s: %v: %s", args[0], err, strings.TrimSpace(stderr.String()))
+	}
+	return out, nil
+}
+
+// inspectPush checks a pushed commit against the project contract before
+// anything happens, so a bad push changes nothing.
+func inspectPush(g quarantineGit, commit string, maxBytes int64) (*tree, *Manifest, string, error) {
+	subject, err := g.output("log", "-1", "--format=%s", commit)
+	if err != nil {
+		return nil, nil, "", err
+	}
+	raw, err := g.output("ls-tree", "-r", "-l", "-z", "--full-tree", commit)
+	if err != nil {
+		return nil, nil, "", err
+	}
+	var entries []treeEntry
+	for _, rec := range bytes.Split(raw, []byte{0}) {
+		if len(rec) == 0 {
+			continue
+		}
+		meta, p, ok := strings.Cut(string(rec), "\t")
+		f := strings.Fields(meta)
+		if !ok || len(f) != 4 {
+			return nil, nil, "", fmt.Errorf("unexpected ls-tree output %q", rec)
+		}
+		e := treeEntry{Mode: f[0], Type: f[1], Path: p}
+		e.Size, _ = strconv.ParseInt(f[3], 10, 64)
+		if e.Mode == "120000" {
+			target, err := g.output("cat-file", "blob", f[2])
+			if err != nil {
+				return nil, nil, "", err
+			}
+			e.Target = string(target)
+		}
+		entries = append(entries, e)
+	}
+	t, err := checkTree(entries, maxBytes)
+	if err != nil {
+		return nil, nil, "", err
+	}
+	var data []byte
+	if mode, ok := t.Entries[manifestFile]; ok {
+		if mode != "100644" && mode != "100755" {
+			return nil, nil, "", fmt.Errorf("%s is not a regular file", manifestFile)
+		}
+		if data, err = g.output("cat-file", "blob", commit+":"+manifestFile); err != nil {
+			return nil, nil, "", err
+		}
+	}
+	m, err := parseManifest(data)
+	if err != nil {
+		return nil, nil, "", err
+	}
+	return t, m, strings.TrimSpace(string(subject)), nil
+}
+
+// resolveUser finds corpus.yaml's user in the guest.
+func (d *deploy) resolveUser() error {
+	if d.man.User == "" {
+		return nil
+	}
+	var out bytes.Buffer
+	code, err := d.driver.Exec(d.ctx, d.guest.Name, drivers.ExecRequest{
+		Argv: []string{"sh", "-c", `id -u "$1" && id -g "$1"`, "sh", d.man.User}, Stdout: &out,
+	})
+	if err != nil {
+		return fmt.Errorf("looking up user %s in guest %s: %v", d.man.User, d.guest.Name, err)
+	}
+	f := strings.Fields(out.String())
+	if code != 0 || len(f) != 2 {
+		return fmt.Errorf("user %s (user in corpus.yaml) does not exist in guest %s; create it in the image or remove the setting", d.man.User, d.guest.Name)
+	}
+	d.uid, _ = strconv.Atoi(f[0])
+	d.gid, _ = strconv.Atoi(f[1])
+	return nil
+}
+
+func (d *deploy) dir() string        { return projectDir(d.project) }
+func (d *deploy) releaseDir() string { return d.dir() + "/releases/" + d.name() }
+
+// stepEnv is the environment every step gets.
+func (d *deploy) stepEnv(extra map[string]string) map[string]string {
+	env := map[string]string{}
+	for k, v := range d.man.Env {
+		env[k] = v
+	}
+	env["CORPUS_PROJECT"] = d.project
+	env["CORPUS_ENV"] = d.env.Name
+	env["CORPUS_RELEASE"] = d.name()
+	env["CORPUS_COMMIT"] = d.release.Commit
+	env["CORPUS_DATA"] = d.dir() + "/data"
+	env["CORPUS_RELEASE_DIR"] = d.releaseDir()
+	env["CORPUS_CURRENT"] = d.dir() + "/current"
+	if d.prev != nil {
+		env["CORPUS_PREVIOUS_RELEASE"] = corpusv1.ReleaseName(d.prev.Number)
+	}
+	for k, v := range extra {
+		env[k] = v
+	}
+	return env
+}
+
+// exec runs a command in the guest with the step's output handling; a
+// non-zero exit is an error.
+func (d *deploy) exec(ctx context.Context, argv []string, dir string, env map[string]string, stdin io.Reader, asUser bool) error {
+	w := &stepWriter{d: d}
+	defer w.flush()
+	req := drivers.ExecRequest{Argv: argv, Dir: dir, Env: env, Stdin: stdin, Stdout: w, Stderr: w}
+	if asUser {
+		req.UID, req.GID = d.uid, d.gid
+	}
+	ctx, cancel := context.WithTimeout(ctx, d.man.Timeout)
+	defer cancel()
+	code, err := d.driver.Exec(ctx, d.guest.Name, req)
+	switch {
+	case errors.Is(err, context.DeadlineExceeded) || ctx.Err() == context.DeadlineExceeded:
+		return fmt.Errorf("timed out after %s (see timeout in corpus.yaml)", d.man.Timeout)
+	case err != nil:
+		return err
+	case code != 0:
+		return fmt.Errorf("exit status %d", code)
+	}
+	return nil
+}
+
+// sh runs a short shell script of the pipeline's own as root.
+func (d *deploy) sh(script string, args ...string) error {
+	return d.exec(d.ctx, append([]string{"sh", "-c", "set -e; " + script, "sh"}, args...), "/", nil, nil, false)
+}
+
+// step runs one named step, timing and journalling it.
+func (d *deploy) step(name string, f func() (skipped bool, err error)) error {
+	d.journal.Step = name
+	if err := d.a.cache.SetDeploy(d.journal); err != nil {
+		return &stepError{name, fmt.Errorf("journal: %w", err)}
+	}
+	failpoint.Hit("deploy-" + name)
+	d.say("-----> %s", name)
+	d.tail = nil
+	start := time.Now()
+	skipped, err := f()
+	st := &corpusv1.ReleaseStep{Name: name, Status: corpusv1.StepOK, DurationMs: time.Since(start).Milliseconds()}
+	if skipped {
+		st.Status = corpusv1.StepSkipped
+	}
+	if err != nil {
+		st.Status = corpusv1.StepFailed
+	}
+	d.steps = append(d.steps, st)
+	if err != nil {
+		return &stepError{name, err}
+	}
+	return nil
+}
+
+// run is the pipeline up to and including the switch.
+func (d *deploy) run(g quarantineGit, commit string) error {
+	base, rel := d.dir(), d.releaseDir()
+	err := d.step(stepArchive, func() (bool, error) {
+		if err := d.sh(`mkdir -p "$1/releases" "$1/archives" "$1/data"`, base); err != nil {
+			return false, err
+		}
+		if d.prev == nil {
+			d.say("       nothing serves yet: nothing to archive")
+			return true, nil
+		}
+		pn := corpusv1.ReleaseName(d.prev.Number)
+		arch := base + "/archives/" + pn
+		if err := d.sh(`mkdir -p "$1" && printf 'release=%s\ncommit=%s\narchived=%s\n' "$2" "$3" "$4" > "$1/release.env"`,
+			arch, pn, d.prev.Commit, time.Now().UTC().Format(time.RFC3339)); err != nil {
+			return false, err
+		}
+		return false, d.hook(base+"/releases/"+pn, "archive", map[string]string{"CORPUS_ARCHIVE": arch, "CORPUS_RELEASE": pn})
+	})
+	if err != nil {
+		return err
+	}
+	err = d.step(stepReleaseSync, func() (bool, error) {
+		ctx, cancel := context.WithTimeout(d.ctx, d.man.Timeout)
+		defer cancel()
+		cmd := g.cmd(ctx, "archive", "--format=tar", commit+"^{tree}")
+		pipe, err := cmd.StdoutPipe()
+		if err != nil {
+			return false, err
+		}
+		var stderr bytes.Buffer
+		cmd.Stderr = &stderr
+		if err := cmd.Start(); err != nil {
+			return false, err
+		}
+		chown := ""
+		if d.uid != 0 {
+			chown = `chown -hR "$2:$3" "$1.tmp"; `
+		}
+		err = d.exec(d.ctx, []string{"sh", "-c", `set -e; rm -rf "$1.tmp" "$1"; mkdir -p "$1.tmp"; tar -x -f - -C "$1.tmp"; ` + chown + `mv "$1.tmp" "$1"`,
+			"sh", rel, strconv.Itoa(d.uid), strconv.Itoa(d.gid)}, "/", nil, pipe, false)
+		if werr := cmd.Wait(); werr != nil && err == nil {
+			err = fmt.Errorf("git archive: %v: %s", werr, strings.TrimSpace(stderr.String()))
+		}
+		if err == nil {
+			d.say("       %d files, %d bytes in %s", len(d.tree.Entries), d.tree.Size, rel)
+		}
+		return false, err
+	})
+	if err != nil {
+		return err
+	}
+	err = d.step(stepInstall, func() (bool, error) {
+		if len(d.tree.Install) == 0 {
+			d.say("       no steps in %s", installDir)
+			return true, nil
+		}
+		for _, name := range d.tree.Install {
+			d.say("-----> install %s", name)
+			d.tail = nil
+			if err := d.exec(d.ctx, []string{"./" + installDir + "/" + name}, rel, d.stepEnv(nil), nil, true); err != nil {
+				return false, fmt.Errorf("%s: %w", name, err)
+			}
+		}
+		return false, nil
+	})
+	if err != nil {
+		return err
+	}
+	err = d.step(stepHealth, func() (bool, error) {
+		if d.man.Health == nil || d.man.Health.HTTP == nil {
+			d.say("       no health check in %s", manifestFile)
+			return true, nil
+		}
+		return false, d.healthCheck()
+	})
+	if err != nil {
+		return err
+	}
+	err = d.step(stepFixperms, func() (bool, error) {
+		if d.tree.Hooks["fixperms"] {
+			return false, d.exec(d.ctx, []string{"./" + manifestDir + "/fixperms"}, rel, d.stepEnv(nil), nil, false)
+		}
+		if d.uid == 0 {
+			d.say("       files belong to root (set user: in %s to change it)", manifestFile)
+			return true, nil
+		}
+		return false, d.sh(`chown -hR "$2:$3" "$1"; chown "$2:$3" "$4"`, rel, strconv.Itoa(d.uid), strconv.Itoa(d.gid), base+"/data")
+	})
+	if err != nil {
+		return err
+	}
+	return d.step(stepSwitch, func() (bool, error) {
+		if err := d.switchTo(d.name()); err != nil {
+			return false, err
+		}
+		failpoint.Hit("deploy-switched")
+		d.say("       current -> releases/%s", d.name())
+		return false, nil
+	})
+}
+
+// switchTo points current at a release in one rename.
+func (d *deploy) switchTo(name string) error {
+	return switchCurrent(d.ctx, d.driver, d.guest.Name, d.project, name)
+}
+
+func switchCurrent(ctx context.Context, drv drivers.Driver, guest, project, name string) error {
+	var out bytes.Buffer
+	code, err := drv.Exec(ctx, guest, drivers.ExecRequest{
+		Argv: []string{"sh", "-c", `set -e; cd "$1"; test -d "releases/$2"; rm -f current.new; ln -s "releases/$2" current.new; mv -T current.new current`,
+			"sh", projectDir(project), name},
+		Stdout: &out, Stderr: &out,
+	})
+	if err == nil && code != 0 {
+		err = fmt.Errorf("switching to %s: exit status %d: %s", name, code, strings.TrimSpace(out.String()))
+	}
+	return err
+}
+
+// hook runs a project hook from a release's tree when it has one.
+func (d *deploy) hook(releaseDir, name string, extra map[string]string) error {
+	script := releaseDir + "/" + manifestDir + "/" + name
+	var probe bytes.Buffer
+	code, err := d.driver.Exec(d.ctx, d.guest.Name, drivers.ExecRequest{Argv: []string{"test", "-x", script}, Stdout: &probe})
+	if err != nil {
+		return err
+	}
+	if code != 0 {
+		return nil
+	}
+	d.say("       running %s/%s", manifestDir, name)
+	return d.exec(d.ctx, []string{script}, releaseDir, d.stepEnv(extra), nil, true)
+}
+
+func (d *deploy) healthCheck() error {
+	c := d.man.Health.HTTP
+	addr := d.guest.Address
+	if addr == "" {
+		return errors.New("the guest has no address to check")
+	}
+	url := "http://" + addr + ":" + strconv.Itoa(c.Port) + c.Path
+	client := &http.Client{Timeout: 2 * time.Second, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	deadline := time.Now().Add(c.Timeout)
+	var last string
+	for {
+		res, err := client.Get(url)
+		if err == nil {
+			io.Copy(io.Discard, io.LimitReader(res.Body, 1<<20))
+			res.Body.Close()
+			if res.StatusCode < 400 {
+				d.say("       GET %s: %s", url, res.Status)
+				return nil
+			}
+			last = res.Status
+		} else {
+			last = err.Error()
+		}
+		if time.Now().After(deadline) || d.ctx.Err() != nil {
+			return fmt.Errorf("GET %s: %s (no good answer within %s)", url, last, c.Timeout)
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+}
+
+// finish records the outcome, rolls back or prunes, notifies, and
+// returns the hook's exit status.
+func (d *deploy) finish(err error) int {
+	status := corpusv1.ReleaseSucceeded
+	var se *stepError
+	failedStep, msg := "", ""
+	if err != nil {
+		status = corpusv1.ReleaseFailed
+		failedStep, msg = "pipeline", err.Error()
+		if errors.As(err, &se) {
+			failedStep, msg = se.step, se.err.Error()
+		}
+		tail := d.tail
+		d.say("-----> %s failed: %s", failedStep, msg)
+		d.rollback()
+		d.notify(status)
+		d.say("-----> Push rejected: %s/%s still serves %s; the failed tree is kept in %s", d.project, d.env.Name, d.serving(), d.releaseDir())
+		if len(tail) > 0 {
+			d.say("       last output of %s:", failedStep)
+			for _, l := range tail {
+				d.say("       | %s", l)
+			}
+		}
+	} else {
+		d.notify(status)
+	}
+	// The outcome must reach the coordinator; a short outage is waited out.
+	var rerr error
+	for i := 0; i < 10; i++ {
+		_, rerr = coordCall(d.a, func(c corpusv1connect.AgentServiceClient) (*connect.Response[corpusv1.FinishReleaseResponse], error) {
+			return c.FinishRelease(d.ctx, connect.NewRequest(&corpusv1.FinishReleaseRequest{
+				Id: d.release.Id, Status: status, Steps: d.steps, FailedStep: failedStep, Message: msg, Log: d.log.String(),
+			}))
+		})
+		if rerr == nil || connect.CodeOf(rerr) != connect.CodeUnavailable {
+			break
+		}
+		time.Sleep(time.Second)
+	}
+	if rerr != nil && status == corpusv1.ReleaseSucceeded {
+		// Unrecorded, a live release would be invisible to the cluster:
+		// go back to the previous one and refuse the push.
+		d.say("-----> recording the release failed (%v); rolling back", rerr)
+		d.restorePrevious()
+		d.a.cache.EndDeploy(d.journal)
+		return 1
+	}
+	d.journal.Step = stepFinished
+	d.a.cache.SetDeploy(d.journal)
+	if status == corpusv1.ReleaseSucceeded {
+		d.prune()
+		d.say("-----> %s/%s %s is live (%.1fs)", d.project, d.env.Name, d.name(), time.Since(d.journal.Started).Seconds())
+	}
+	d.a.cache.EndDeploy(d.journal)
+	if status != corpusv1.ReleaseSucceeded {
+		return 1
+	}
+	return 0
+}
+
+func (d *deploy) serving() string {
+	if d.prev == nil {
+		return "nothing"
+	}
+	return corpusv1.ReleaseName(d.prev.Number)
+}
+
+// rollback is the failure procedure: current is put back (it only moved
+// if the failure came after the switch) and the serving release's
+// rollback hook runs with its archive.
+func (d *deploy) rollback() {
+	d.say("-----> rollback")
+	d.restorePrevious()
+	if d.prev == nil {
+		return
+	}
+	pn := corpusv1.ReleaseName(d.prev.Number)
+	if err := d.hook(d.dir()+"/releases/"+pn, "rollback", map[string]string{
+		"CORPUS_ARCHIVE": d.dir() + "/archives/" + pn, "CORPUS_RELEASE": pn, "CORPUS_FAILED_RELEASE": d.name(),
+	}); err != nil {
+		d.say("       the rollback hook failed: %v", err)
+	}
+}
+
+// restorePrevious makes sure current is what served before the deploy.
+func (d *deploy) restorePrevious() {
+	if err := restoreCurrent(d.ctx, d.driver, d.guest.Name, d.project, d.name(), d.prevNumber()); err != nil {
+		d.say("       restoring current: %v", err)
+	}
+}
+
+// restoreCurrent points current back at prev when it points at failed (a
+// deploy interrupted after its switch); prev 0 removes it.
+func restoreCurrent(ctx context.Context, drv drivers.Driver, guest, project, failed string, prev uint32) error {
+	var out bytes.Buffer
+	script := `set -e; cd "$1"; rm -rf current.new "releases/$2.tmp"; if [ "$(readlink current 2>/dev/null)" = "releases/$2" ]; then ` +
+		`if [ "$3" = r0 ]; then rm -f current; else ln -s "releases/$3" current.new; mv -T current.new current; fi; fi`
+	code, err := drv.Exec(ctx, guest, drivers.ExecRequest{
+		Argv:   []string{"sh", "-c", script, "sh", projectDir(project), failed, corpusv1.ReleaseName(prev)},
+		Stdout: &out, Stderr: &out,
+	})
+	if err == nil && code != 0 {
+		err = fmt.Errorf("exit status %d: %s", code, strings.TrimSpace(out.String()))
+	}
+	return err
+}
+
+func (d *deploy) notify(status string) {
+	d.journal.Step = stepNotify
+	if status == corpusv1.ReleaseSucceeded {
+		failpoint.Hit("deploy-notify")
+	}
+	d.say("-----> notify")
+	start := time.Now()
+	var err error
+	if d.tree.Hooks["notify"] {
+		err = d.exec(d.ctx, []string{"./" + manifestDir + "/notify"}, d.releaseDir(), d.stepEnv(map[string]string{"CORPUS_STATUS": status}), nil, true)
+	} else if status == corpusv1.ReleaseSucceeded {
+		d.say("       %s/%s %s (%s) deployed by %s", d.project, d.env.Name, d.name(), short(d.release.Commit), d.release.Author)
+	} else {
+		d.say("       %s/%s %s (%s) by %s failed", d.project, d.env.Name, d.name(), short(d.release.Commit), d.release.Author)
+	}
+	st := &corpusv1.ReleaseStep{Name: stepNotify, Status: corpusv1.StepOK, DurationMs: time.Since(start).Milliseconds()}
+	if err != nil {
+		// The release is decided; a notification that fails is reported,
+		// not a reason to undo it.
+		st.Status = corpusv1.StepFailed
+		d.say("       warning: the notify hook failed: %v", err)
+	}
+	d.steps = append(d.steps, st)
+}
+
+// prune removes the trees of releases beyond the newest keep.
+func (d *deploy) prune() {
+	// The releases known when the push began, and this one: the lock
+	// keeps any other deploy or rollback of the environment out meanwhile.
+	rels := append([]*corpusv1.Release{d.release}, d.known...)
+	sort.Slice(rels, func(i, j int) bool { return rels[i].Number > rels[j].Number })
+	var drop []uint32
+	var dirs []string
+	for i, r := range rels {
+		if i < d.man.Keep || r.Pruned || r.Number == d.release.Number || r.Status == corpusv1.ReleaseDeploying {
+			continue
+		}
+		drop = append(drop, r.Number)
+		n := corpusv1.ReleaseName(r.Number)
+		dirs = append(dirs, "releases/"+n, "archives/"+n)
+	}
+	if len(drop) == 0 {
+		return
+	}
+	if err := d.sh(`cd "$1"; shift; rm -rf "$@"`, append([]string{d.dir()}, dirs...)...); err != nil {
+		d.say("       warning: pruning old releases: %v", err)
+		return
+	}
+	if _, err := coordCall(d.a, func(c corpusv1connect.AgentServiceClient) (*connect.Response[corpusv1.PruneReleasesResponse], error) {
+		return c.PruneReleases(d.ctx, connect.NewRequest(&corpusv1.PruneReleasesRequest{Project: d.project, Env: d.env.Name, Numbers: drop}))
+	}); err != nil {
+		d.say("       warning: recording pruned releases: %v", err)
+		return
+	}
+	sort.Slice(drop, func(i, j int) bool { return drop[i] < drop[j] })
+	var names []string
+	for _, n := range drop {
+		names = append(names, corpusv1.ReleaseName(n))
+	}
+	d.say("       pruned %s (keep: %d)", strings.Join(names, ", "), d.man.Keep)
+}

@@ -1,0 +1,239 @@
+package agent
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"path"
+	"sort"
+	"strings"
+	"time"
+
+	"gopkg.in/yaml.v3"
+
+	"corpus/internal/names"
+)
+
+// The project contract: what a pushed tree may carry in .corpus/.
+const (
+	manifestDir  = ".corpus"
+	manifestFile = ".corpus/corpus.yaml"
+	installDir   = ".corpus/install.d"
+)
+
+// hookNames are the overridable procedures besides install.d.
+var hookNames = []string{"archive", "fixperms", "notify", "rollback"}
+
+// Manifest is .corpus/corpus.yaml. Every field is optional.
+type Manifest struct {
+	// Keep is how many releases stay in the guest (default 5).
+	Keep int `yaml:"keep"`
+	// Timeout bounds each step (default 10m).
+	Timeout time.Duration `yaml:"timeout"`
+	// User runs install.d and the hooks (default root).
+	User string `yaml:"user"`
+	// Env is added to every step's environment.
+	Env map[string]string `yaml:"env"`
+	// Health is checked after install, before the switch.
+	Health *Health `yaml:"health"`
+}
+
+// Health is a release's health check.
+type Health struct {
+	HTTP *HTTPCheck `yaml:"http"`
+}
+
+// HTTPCheck asks the guest for path on port until it answers 2xx or 3xx.
+type HTTPCheck struct {
+	Port    int           `yaml:"port"`
+	Path    string        `yaml:"path"`
+	Timeout time.Duration `yaml:"timeout"`
+}
+
+// Manifest defaults and bounds.
+const (
+	defaultKeep          = 5
+	maxKeep              = 100
+	defaultStepTimeout   = 10 * time.Minute
+	defaultHealthTimeout = 30 * time.Second
+	maxManifestBytes     = 64 << 10
+)
+
+// parseManifest reads corpus.yaml strictly (unknown keys are errors, so a
+// typo does not silently do nothing) and fills defaults.
+func parseManifest(data []byte) (*Manifest, error) {
+	m := &Manifest{}
+	if len(data) > maxManifestBytes {
+		return nil, fmt.Errorf("%s is %d bytes; the limit is %d", manifestFile, len(data), maxManifestBytes)
+	}
+	if len(bytes.TrimSpace(data)) > 0 {
+		dec := yaml.NewDecoder(bytes.NewReader(data))
+		dec.KnownFields(true)
+		if err := dec.Decode(m); err != nil && !errors.Is(err, io.EOF) {
+			return nil, fmt.Errorf("%s: %w", manifestFile, err)
+		}
+	}
+	if m.Keep == 0 {
+		m.Keep = defaultKeep
+	}
+	if m.Keep < 1 || m.Keep > maxKeep {
+		return nil, fmt.Errorf("%s: keep %d: want 1 to %d", manifestFile, m.Keep, maxKeep)
+	}
+	if m.Timeout == 0 {
+		m.Timeout = defaultStepTimeout
+	}
+	if m.Timeout < time.Second {
+		return nil, fmt.Errorf("%s: timeout %s is under a second", manifestFile, m.Timeout)
+	}
+	if m.User != "" && !validUserName(m.User) {
+		return nil, fmt.Errorf("%s: user %q is not a valid user name", manifestFile, m.User)
+	}
+	for k, v := range m.Env {
+		if !names.EnvVar(k) || strings.HasPrefix(k, "CORPUS_") {
+			return nil, fmt.Errorf("%s: env %q: names are [A-Za-z_][A-Za-z0-9_]* and CORPUS_ is reserved", manifestFile, k)
+		}
+		if strings.ContainsAny(v, "\x00\n") {
+			return nil, fmt.Errorf("%s: env %s has a NUL or newline", manifestFile, k)
+		}
+	}
+	if h := m.Health; h != nil && h.HTTP != nil {
+		c := h.HTTP
+		if c.Port < 1 || c.Port > 65535 {
+			return nil, fmt.Errorf("%s: health http port %d is not a port", manifestFile, c.Port)
+		}
+		if c.Path == "" {
+			c.Path = "/"
+		}
+		if !strings.HasPrefix(c.Path, "/") || strings.ContainsAny(c.Path, " \t\r\n") {
+			return nil, fmt.Errorf("%s: health http path %q must start with / and have no spaces", manifestFile, c.Path)
+		}
+		if c.Timeout == 0 {
+			c.Timeout = defaultHealthTimeout
+		}
+	}
+	return m, nil
+}
+
+func validUserName(s string) bool {
+	if s == "" || len(s) > 32 {
+		return false
+	}
+	for i, c := range s {
+		switch {
+		case c >= 'a' && c <= 'z', c == '_':
+		case (c >= '0' && c <= '9' || c == '-') && i > 0:
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// treeEntry is one line of `git ls-tree -r -l`.
+type treeEntry struct {
+	Mode string
+	Type string
+	Size int64
+	Path string
+	// Target is a symlink's target (filled by the caller).
+	Target string
+}
+
+// tree is what a pushed commit holds, as the pipeline needs to know it.
+type tree struct {
+	Install []string          // install.d executables, in run order
+	Hooks   map[string]bool   // hook name → present
+	Size    int64             // bytes of all blobs
+	Entries map[string]string // path → mode, for checks
+}
+
+// checkTree applies the contract's rules to a pushed tree and says what
+// it holds: executable steps, symlinks that stay inside the release, no
+// submodules.
+func checkTree(entries []treeEntry, maxBytes int64) (*tree, error) {
+	t := &tree{Hooks: map[string]bool{}, Entries: map[string]string{}}
+	var errs []string
+	for _, e := range entries {
+		t.Entries[e.Path] = e.Mode
+	}
+	isLink := func(p string) bool { return t.Entries[p] == "120000" }
+	for _, e := range entries {
+		t.Size += e.Size
+		switch {
+		case e.Type == "commit":
+			errs = append(errs, fmt.Sprintf("%s is a submodule; corpus deploys the tree as pushed, vendor it instead", e.Path))
+			continue
+		case e.Mode == "120000":
+			if escapes(e.Path, e.Target, isLink) {
+				errs = append(errs, fmt.Sprintf("symlink %s points outside the release (%s)", e.Path, e.Target))
+			}
+		}
+		dir, name := path.Split(e.Path)
+		switch {
+		case dir == installDir+"/":
+			if e.Mode != "100755" {
+				errs = append(errs, fmt.Sprintf("%s is not executable (mode %s): git update-index --chmod=+x %s", e.Path, e.Mode, e.Path))
+				continue
+			}
+			t.Install = append(t.Install, name)
+		case dir == manifestDir+"/" && isHook(name):
+			if e.Mode != "100755" {
+				errs = append(errs, fmt.Sprintf("%s is not executable (mode %s): git update-index --chmod=+x %s", e.Path, e.Mode, e.Path))
+				continue
+			}
+			t.Hooks[name] = true
+		case strings.HasPrefix(e.Path, installDir+"/"):
+			errs = append(errs, fmt.Sprintf("%s: install.d holds executables only, no folders", e.Path))
+		}
+	}
+	if maxBytes > 0 && t.Size > maxBytes {
+		errs = append(errs, fmt.Sprintf("the tree holds %d bytes; the limit is %d", t.Size, maxBytes))
+	}
+	if len(errs) > 0 {
+		sort.Strings(errs)
+		return nil, errors.New(strings.Join(errs, "\n"))
+	}
+	sort.Strings(t.Install)
+	return t, nil
+}
+
+func isHook(name string) bool {
+	for _, h := range hookNames {
+		if h == name {
+			return true
+		}
+	}
+	return false
+}
+
+// escapes reports whether a symlink at p with target could resolve
+// outside the tree's root. Resolution is lexical, so a ".." that follows
+// another symlink of the tree (whose real depth differs) counts as
+// escaping: the rule is strict rather than clever.
+func escapes(p, target string, isLink func(string) bool) bool {
+	if target == "" || path.IsAbs(target) || strings.ContainsRune(target, 0) {
+		return true
+	}
+	var at []string // the resolved path, from the root
+	if dir := path.Dir(p); dir != "." {
+		at = strings.Split(dir, "/")
+	}
+	throughLink := false
+	for _, part := range strings.Split(target, "/") {
+		switch part {
+		case "", ".":
+		case "..":
+			if len(at) == 0 || throughLink {
+				return true
+			}
+			at = at[:len(at)-1]
+		default:
+			at = append(at, part)
+			if isLink(strings.Join(at, "/")) {
+				throughLink = true
+			}
+		}
+	}
+	return false
+}

@@ -1,0 +1,200 @@
+package agent
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"connectrpc.com/connect"
+
+	"corpus/agent/cache"
+	"corpus/drivers"
+	"corpus/internal/names"
+	corpusv1 "corpus/proto/corpus/v1"
+	"corpus/proto/corpus/v1/corpusv1connect"
+)
+
+// projectGuest is the name of a project environment's guest, as the
+// coordinator names it.
+func projectGuest(project, env string) string { return project + "-" + env }
+
+// Rollback makes a kept release current again: one rename of current, then
+// the release's own rollback hook with its archive, then the record.
+func (s *agentAPI) Rollback(ctx context.Context, req *connect.Request[corpusv1.RollbackRequest], stream *connect.ServerStream[corpusv1.RollbackOutput]) error {
+	a := s.a
+	if err := a.checkCaller(req.Header()); err != nil {
+		return err
+	}
+	m := req.Msg
+	if err := names.Validate("project", m.Project); err != nil {
+		return connect.NewError(connect.CodeInvalidArgument, err)
+	}
+	switch m.Env {
+	case corpusv1.EnvDev, corpusv1.EnvStaging, corpusv1.EnvProd:
+	default:
+		return connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("environment %q", m.Env))
+	}
+	if m.To == 0 {
+		return connect.NewError(connect.CodeInvalidArgument, errors.New("no release to roll back to"))
+	}
+	key := m.Project + "/" + m.Env
+	if holder, ok := a.envLocks.tryLock(key, "a rollback since "+time.Now().Format(time.TimeOnly)); !ok {
+		return connect.NewError(connect.CodeAborted, fmt.Errorf("%s is busy (%s); try again when it ends", key, holder))
+	}
+	defer a.envLocks.unlock(key)
+	g, drv, err := a.guestForExec(projectGuest(m.Project, m.Env))
+	if err != nil {
+		return connect.NewError(connect.CodeFailedPrecondition, err)
+	}
+	out := streamWriter(func(p []byte) error { return stream.Send(&corpusv1.RollbackOutput{Output: p}) })
+	target := corpusv1.ReleaseName(m.To)
+	prev, err := currentRelease(ctx, drv, g.Name, m.Project)
+	if err != nil {
+		return connect.NewError(connect.CodeInternal, err)
+	}
+	j := cache.Deploy{Kind: "rollback", Project: m.Project, Env: m.Env, Guest: g.Name, Number: m.To, Previous: prev, Step: stepSwitch, Started: time.Now()}
+	if err := a.cache.SetDeploy(j); err != nil {
+		return connect.NewError(connect.CodeInternal, err)
+	}
+	defer a.cache.EndDeploy(j)
+	fmt.Fprintf(out, "-----> switch\n")
+	if err := switchCurrent(ctx, drv, g.Name, m.Project, target); err != nil {
+		return connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("release %s is not in the guest: %w", target, err))
+	}
+	fmt.Fprintf(out, "       current -> releases/%s\n", target)
+	if err := a.recordCurrent(ctx, m.Project, m.Env, m.To); err != nil {
+		// The record failed: go back, so the cluster's word stays true.
+		if prev != 0 {
+			switchCurrent(context.WithoutCancel(ctx), drv, g.Name, m.Project, corpusv1.ReleaseName(prev))
+		}
+		return connect.NewError(connect.CodeUnavailable, fmt.Errorf("recording the rollback: %w", err))
+	}
+	d := &deploy{a: a, ctx: ctx, guest: g, driver: drv, project: m.Project, env: &corpusv1.ProjectEnv{Name: m.Env},
+		release: &corpusv1.Release{Number: m.To}, man: &Manifest{Timeout: defaultStepTimeout}, out: out, log: &bytes.Buffer{}}
+	fmt.Fprintf(out, "-----> rollback hook\n")
+	dir := projectDir(m.Project)
+	if err := d.hook(dir+"/releases/"+target, "rollback", map[string]string{"CORPUS_ARCHIVE": dir + "/archives/" + target}); err != nil {
+		fmt.Fprintf(out, "       warning: the rollback hook failed: %v\n", err)
+	}
+	return stream.Send(&corpusv1.RollbackOutput{Done: true, Current: m.To})
+}
+
+func (a *Agent) recordCurrent(ctx context.Context, project, env string, n uint32) error {
+	_, err := coordCall(a, func(c corpusv1connect.AgentServiceClient) (*connect.Response[corpusv1.SetCurrentReleaseResponse], error) {
+		return c.SetCurrentRelease(ctx, connect.NewRequest(&corpusv1.SetCurrentReleaseRequest{Project: project, Env: env, Number: n}))
+	})
+	return err
+}
+
+// currentRelease reads which release current points at (0 for none).
+func currentRelease(ctx context.Context, drv drivers.Driver, guest, project string) (uint32, error) {
+	var out bytes.Buffer
+	code, err := drv.Exec(ctx, guest, drivers.ExecRequest{
+		Argv: []string{"sh", "-c", `readlink "$1/current" || true`, "sh", projectDir(project)}, Stdout: &out,
+	})
+	if err != nil {
+		return 0, err
+	}
+	if code != 0 {
+		return 0, fmt.Errorf("reading %s/current: exit status %d", projectDir(project), code)
+	}
+	link := strings.TrimSpace(out.String())
+	if link == "" {
+		return 0, nil
+	}
+	var n uint32
+	if _, err := fmt.Sscanf(link, "releases/r%d", &n); err != nil {
+		return 0, fmt.Errorf("%s/current points at %q, not a release", projectDir(project), link)
+	}
+	return n, nil
+}
+
+// recoverDeploys resolves deploys and rollbacks a crash interrupted,
+// retrying until each is resolved: a deploy that did not finish is rolled
+// back (its push was never accepted) and recorded as failed; a rollback
+// is recorded as whatever current now says.
+func (a *Agent) recoverDeploys(ctx context.Context) {
+	for {
+		entries, err := a.cache.Deploys()
+		if err != nil {
+			a.logger.Error("reading the deploy journal", "error", err)
+			return
+		}
+		if len(entries) == 0 {
+			return
+		}
+		for _, j := range entries {
+			if err := a.recoverDeploy(ctx, j); err != nil {
+				a.logger.Warn("resolving an interrupted deploy; will retry", "project", j.Project, "env", j.Env, "step", j.Step, "error", err)
+				continue
+			}
+			a.cache.EndDeploy(j)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(2 * time.Second):
+		}
+	}
+}
+
+func (a *Agent) recoverDeploy(ctx context.Context, j cache.Deploy) error {
+	key := j.Key()
+	if _, ok := a.envLocks.tryLock(key, "recovery"); !ok {
+		return errors.New("busy")
+	}
+	defer a.envLocks.unlock(key)
+	_, drv, err := a.guestForExec(j.Guest)
+	if err != nil {
+		a.mu.Lock()
+		known := a.known
+		a.mu.Unlock()
+		if !known {
+			return err // the desired state is not loaded yet
+		}
+		// The guest is gone: only the record is left to settle.
+		if j.Kind == "deploy" && j.Step != stepFinished {
+			return a.failRelease(ctx, j, "interrupted: the agent stopped during "+j.Step+" and the guest is gone")
+		}
+		return nil
+	}
+	name := corpusv1.ReleaseName(j.Number)
+	switch {
+	case j.Kind == "rollback":
+		cur, err := currentRelease(ctx, drv, j.Guest, j.Project)
+		if err != nil {
+			return err
+		}
+		if cur == j.Number {
+			return a.recordCurrent(ctx, j.Project, j.Env, cur)
+		}
+		return nil
+	case j.Step == stepFinished:
+		return nil // recorded; only the journal entry was left
+	default:
+		if err := restoreCurrent(ctx, drv, j.Guest, j.Project, name, j.Previous); err != nil {
+			return err
+		}
+		a.logger.Info("rolled back an interrupted deploy", "project", j.Project, "env", j.Env, "release", name, "step", j.Step)
+		serving := "nothing"
+		if j.Previous != 0 {
+			serving = corpusv1.ReleaseName(j.Previous)
+		}
+		return a.failRelease(ctx, j, fmt.Sprintf("interrupted: the agent stopped during %s; rolled back, %s serves", j.Step, serving))
+	}
+}
+
+func (a *Agent) failRelease(ctx context.Context, j cache.Deploy, msg string) error {
+	_, err := coordCall(a, func(c corpusv1connect.AgentServiceClient) (*connect.Response[corpusv1.FinishReleaseResponse], error) {
+		return c.FinishRelease(ctx, connect.NewRequest(&corpusv1.FinishReleaseRequest{
+			Id: j.ReleaseID, Status: corpusv1.ReleaseFailed, FailedStep: j.Step, Message: msg,
+		}))
+	})
+	if connect.CodeOf(err) == connect.CodeFailedPrecondition || connect.CodeOf(err) == connect.CodeNotFound {
+		return nil // already settled (or forgotten with its project)
+	}
+	return err
+}
