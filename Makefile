@@ -50,13 +50,14 @@ demo-stop: ## stop the cluster started by make demo (guests keep running)
 demo-clean: ## stop it and remove its guests, network and state
 	./scripts/demo clean
 
-bench: ## guest start vs raw LXC, agent memory, NAT, proxy vs nginx, DNS vs bind9, volumes
+bench: ## guest start vs raw LXC, agent memory, NAT, proxy vs nginx, DNS vs bind9, volumes, push-to-serving
 	./scripts/setup --bench
 	./test/bench/run
 	./test/bench/nat/run
 	./test/bench/proxy/run
 	./test/bench/dns/run
 	./test/bench/volume/run
+	./test/bench/deploy/run
 
 clean:
 	rm -rf bin
