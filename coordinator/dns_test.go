@@ -62,10 +62,29 @@ func TestDNSFromState(t *testing.T) {
 	n := s.enroll("n1")
 	if _, err := n.agent.Report(context.Background(), connect.NewRequest(&corpusv1.ReportRequest{
 		Capacity: capacity(), Drivers: drivers(), AgentAddress: n.address, AgentVersion: "test", Address: "192.0.2.10",
+		ReservedPorts: []int32{80, 443},
 	})); err != nil {
 		t.Fatal(err)
 	}
 	ops := s.ops()
+	// A project environment is published where its domains are served.
+	if _, err := ops.project.CreateProject(context.Background(), connect.NewRequest(&corpusv1.CreateProjectRequest{
+		Name: "hello", Env: "dev", Domains: []string{"hello.dev.example.test"},
+	})); err != nil {
+		t.Fatal(err)
+	}
+	eventuallyAnswers(t, s, "hello.dev.corpus.test", "192.0.2.10")
+	srv := query(t, s, "_http._tcp.hello.dev.corpus.test", mdns.TypeSRV)
+	if len(srv.Answer) != 1 || srv.Answer[0].(*mdns.SRV).Port != 80 || srv.Answer[0].(*mdns.SRV).Target != "n1.node.corpus.test." {
+		t.Errorf("_http._tcp.hello.dev SRV = %v, want port 80 on n1.node.corpus.test.", srv.Answer)
+	}
+	if srv := query(t, s, "_https._tcp.hello.dev.corpus.test", mdns.TypeSRV); len(srv.Answer) != 1 || srv.Answer[0].(*mdns.SRV).Port != 443 {
+		t.Errorf("_https._tcp.hello.dev SRV = %v, want port 443", srv.Answer)
+	}
+	if _, err := ops.project.DeleteProject(context.Background(), connect.NewRequest(&corpusv1.DeleteProjectRequest{Name: "hello"})); err != nil {
+		t.Fatal(err)
+	}
+	eventuallyAnswers(t, s, "hello.dev.corpus.test", "")
 	if _, err := ops.guests.CreateGuest(context.Background(), connect.NewRequest(&corpusv1.CreateGuestRequest{
 		Name: "web", Spec: &corpusv1.GuestSpec{Image: "busybox"},
 	})); err != nil {

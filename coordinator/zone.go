@@ -32,6 +32,30 @@ func clusterZone(v *state.Snap, zoneName, nsName string, nsAddr netip.Addr) (*dn
 			c.Nodes[n.Name] = a
 		}
 	}
+	// Projects: NAME.ENV.ZONE is the ingress of the environment (the node
+	// whose proxy serves its domains), with SRV records for the proxy's
+	// ports.
+	for _, p := range v.Projects() {
+		for _, e := range p.Envs {
+			g := v.Guest(e.GuestId)
+			if g == nil || g.NodeId == "" || g.DesiredState == corpusv1.DesiredDeleted || len(e.Domains) == 0 {
+				continue
+			}
+			n := v.Node(g.NodeId)
+			if n == nil {
+				continue
+			}
+			if _, published := c.Nodes[n.Name]; !published {
+				continue
+			}
+			r := dns.Route{Domain: p.Name, Env: e.Name, Nodes: []string{n.Name}}
+			for i, port := range n.ReservedPorts { // the proxy's: HTTP, then HTTPS
+				svc := []string{"http", "https"}[min(i, 1)]
+				r.Ports = append(r.Ports, dns.Port{Service: svc, Port: uint16(port)})
+			}
+			c.Routes = append(c.Routes, r)
+		}
+	}
 	for _, r := range v.DNSRecords() {
 		c.Static = append(c.Static, dns.Record{Name: r.Name, Type: r.Type, TTL: r.Ttl, Data: r.Data})
 	}

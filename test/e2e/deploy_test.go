@@ -234,6 +234,18 @@ func TestGitPushDeploy(t *testing.T) {
 	if h := l.remoteHead(); h != v1 {
 		t.Fatalf("remote main = %q, want %s", h, v1)
 	}
+	// The environment's name in the cluster zone is its ingress node
+	// (real dig), with the proxy's port in SRV.
+	for _, q := range [][2]string{{"hello.dev.corpus.test", "A"}, {"_http._tcp.hello.dev.corpus.test", "SRV"}} {
+		out, err := exec.Command("nsenter", "--net=/run/netns/"+c.lab.ctl, "dig", "@127.0.0.1", "-p", "8600", "+short", q[0], q[1]).CombinedOutput()
+		want := l.nodeAddr
+		if q[1] == "SRV" {
+			want = "0 10 80 n1.node.corpus.test."
+		}
+		if err != nil || strings.TrimSpace(string(out)) != want {
+			t.Errorf("dig %s %s = %q, %v; want %s", q[0], q[1], out, err, want)
+		}
+	}
 
 	// Second push: the new page, the first release archived.
 	l.commitSite("two")

@@ -201,7 +201,8 @@ type Node struct {
 	Address string `protobuf:"bytes,13,opt,name=address,proto3" json:"address,omitempty"`
 	// min_host_port is the lowest node port guests may publish.
 	MinHostPort int32 `protobuf:"varint,14,opt,name=min_host_port,json=minHostPort,proto3" json:"min_host_port,omitempty"`
-	// reserved_ports are node ports guests may not publish (the proxy's).
+	// reserved_ports are node ports guests may not publish: the proxy's,
+	// HTTP first, then HTTPS when it listens.
 	ReservedPorts []int32 `protobuf:"varint,15,rep,packed,name=reserved_ports,json=reservedPorts,proto3" json:"reserved_ports,omitempty"`
 	// git_port is where the agent's SSH git endpoint listens; 0 when off.
 	GitPort       int32  `protobuf:"varint,16,opt,name=git_port,json=gitPort,proto3" json:"git_port,omitempty"`
