@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -557,13 +558,30 @@ func (d *deploy) run(g quarantineGit, commit string) error {
 		return err
 	}
 	return d.step(stepSwitch, func() (bool, error) {
+		changed := !slices.Equal(d.man.Domains, d.env.ManifestDomains)
+		if changed {
+			if err := d.setDomains(d.man.Domains); err != nil {
+				return false, fmt.Errorf("routing the domains of %s: %w", manifestFile, err)
+			}
+			d.say("       domains routed: %s", strings.Join(append(append([]string(nil), d.env.Domains...), d.man.Domains...), ", "))
+		}
 		if err := d.switchTo(d.name()); err != nil {
+			if changed {
+				d.setDomains(d.env.ManifestDomains)
+			}
 			return false, err
 		}
 		failpoint.Hit("deploy-switched")
 		d.say("       current -> releases/%s", d.name())
 		return false, nil
 	})
+}
+
+func (d *deploy) setDomains(domains []string) error {
+	_, err := coordCall(d.a, func(c corpusv1connect.AgentServiceClient) (*connect.Response[corpusv1.SetManifestDomainsResponse], error) {
+		return c.SetManifestDomains(d.ctx, connect.NewRequest(&corpusv1.SetManifestDomainsRequest{Project: d.project, Env: d.env.Name, Domains: domains}))
+	})
+	return err
 }
 
 // switchTo points current at a release in one rename.

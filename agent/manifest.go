@@ -37,6 +37,9 @@ type Manifest struct {
 	Env map[string]string `yaml:"env"`
 	// Health is checked after install, before the switch.
 	Health *Health `yaml:"health"`
+	// Domains are routed to the environment through the proxy, besides
+	// those the project was created with, from the switch on.
+	Domains []string `yaml:"domains"`
 }
 
 // Health is a release's health check.
@@ -96,6 +99,13 @@ func parseManifest(data []byte) (*Manifest, error) {
 		if strings.ContainsAny(v, "\x00\n") {
 			return nil, fmt.Errorf("%s: env %s has a NUL or newline", manifestFile, k)
 		}
+	}
+	for i, d := range m.Domains {
+		d = strings.ToLower(strings.TrimSuffix(d, "."))
+		if err := names.ValidateDomain(d); err != nil {
+			return nil, fmt.Errorf("%s: domains: %w", manifestFile, err)
+		}
+		m.Domains[i] = d
 	}
 	if h := m.Health; h != nil && h.HTTP != nil {
 		c := h.HTTP

@@ -159,6 +159,10 @@ var authCalls = map[string]func(ctx context.Context, c clients) error{
 		_, err := c.agent.PruneReleases(ctx, connect.NewRequest(&corpusv1.PruneReleasesRequest{Project: "nope", Env: "dev"}))
 		return err
 	},
+	corpusv1connect.AgentServiceSetManifestDomainsProcedure: func(ctx context.Context, c clients) error {
+		_, err := c.agent.SetManifestDomains(ctx, connect.NewRequest(&corpusv1.SetManifestDomainsRequest{Project: "nope", Env: "dev"}))
+		return err
+	},
 	corpusv1connect.UserServiceCreateUserProcedure: func(ctx context.Context, c clients) error {
 		_, err := c.users.CreateUser(ctx, connect.NewRequest(&corpusv1.CreateUserRequest{Name: "-bad"}))
 		return err

@@ -598,3 +598,41 @@ func (s *agentService) PruneReleases(ctx context.Context, req *connect.Request[c
 	}
 	return connect.NewResponse(&corpusv1.PruneReleasesResponse{}), nil
 }
+
+// maxManifestDomains bounds the extra domains of one environment.
+const maxManifestDomains = 32
+
+func (s *agentService) SetManifestDomains(ctx context.Context, req *connect.Request[corpusv1.SetManifestDomainsRequest]) (*connect.Response[corpusv1.SetManifestDomainsResponse], error) {
+	m := req.Msg
+	if len(m.Domains) > maxManifestDomains {
+		return nil, toConnect(invalidf("%d domains; the limit is %d", len(m.Domains), maxManifestDomains))
+	}
+	var domains []string
+	for _, d := range m.Domains {
+		d = strings.ToLower(strings.TrimSuffix(d, "."))
+		if err := names.ValidateDomain(d); err != nil {
+			return nil, toConnect(err)
+		}
+		if !slices.Contains(domains, d) {
+			domains = append(domains, d)
+		}
+	}
+	view := s.b.Store.Read()
+	_, e, err := pickEnv(view, m.Project, m.Env)
+	if err != nil {
+		return nil, err
+	}
+	var routes []*corpusv1.Route
+	for _, d := range domains {
+		if r := view.RouteByDomain(d); r != nil && r.GuestId == e.GuestId {
+			continue // routed here already
+		}
+		routes = append(routes, &corpusv1.Route{Id: secret.Hex(8), Kind: state.RouteHTTP, Domain: d, GuestId: e.GuestId, GuestPort: e.HttpPort})
+	}
+	if _, err := s.b.write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_SetManifestDomains{SetManifestDomains: &corpusv1.SetManifestDomains{
+		Project: m.Project, Env: m.Env, NodeId: auth.FromContext(ctx).NodeID, Domains: domains, Routes: routes,
+	}}}); err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(&corpusv1.SetManifestDomainsResponse{}), nil
+}

@@ -148,6 +148,8 @@ func (a *applier) apply(cmd *corpusv1.Command) error {
 		return a.setCurrentRelease(c.SetCurrentRelease)
 	case *corpusv1.Command_PruneReleases:
 		return a.pruneReleases(c.PruneReleases)
+	case *corpusv1.Command_SetManifestDomains:
+		return a.setManifestDomains(c.SetManifestDomains)
 	default:
 		panic(fmt.Sprintf("state: command %T has no apply function", c))
 	}

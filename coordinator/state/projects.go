@@ -458,3 +458,34 @@ func ReleaseDuration(r *corpusv1.Release) time.Duration {
 	}
 	return r.FinishedAt.AsTime().Sub(r.StartedAt.AsTime())
 }
+
+// setManifestDomains replaces an environment's extra domains: dropped
+// ones lose their routes, new ones get the routes the command carries.
+// A domain routed elsewhere fails the whole command.
+func (a *applier) setManifestDomains(c *corpusv1.SetManifestDomains) error {
+	p, env, err := a.envOnNode(c.Project, c.Env, c.NodeId)
+	if err != nil {
+		return err
+	}
+	for _, d := range env.ManifestDomains {
+		if slices.Contains(c.Domains, d) || slices.Contains(env.Domains, d) {
+			continue
+		}
+		if raw := a.get(tableRoutes, "domain", d); raw != nil && raw.(*corpusv1.Route).GuestId == env.GuestId {
+			if err := a.txn.Delete(tableRoutes, raw); err != nil {
+				panic(fmt.Sprintf("state: deleting route: %v", err))
+			}
+		}
+	}
+	for _, r := range c.Routes {
+		if r.GuestId != env.GuestId || r.Kind != RouteHTTP || !slices.Contains(c.Domains, r.Domain) {
+			return fmt.Errorf("route %s is not one of the environment's domains: %w", r.Domain, ErrInvalid)
+		}
+		if err := a.createRoute(&corpusv1.CreateRoute{Route: r}); err != nil {
+			return err
+		}
+	}
+	env.ManifestDomains = c.Domains
+	a.putEnv(p, env)
+	return nil
+}

@@ -185,3 +185,57 @@ func TestReleases(t *testing.T) {
 		t.Fatalf("restored r1 = %v", got)
 	}
 }
+
+func TestManifestDomains(t *testing.T) {
+	r := newReplica(t)
+	r.must(cluster()...)
+	r.must(projectCmd("dev", "g-dev", "hello.dev.example.test"))
+	g := r.store.Read().GuestByName("hello-dev")
+	r.must(placeCmd(g.Id, nodeID, "", g.ModifyIndex))
+	set := func(node string, domains ...string) error {
+		var routes []*corpusv1.Route
+		for _, d := range domains {
+			if rt := r.store.Read().RouteByDomain(d); rt == nil {
+				routes = append(routes, &corpusv1.Route{Id: "m-" + d, Kind: state.RouteHTTP, Domain: d, GuestId: "g-dev", GuestPort: 80})
+			}
+		}
+		return r.apply(&corpusv1.Command{Cmd: &corpusv1.Command_SetManifestDomains{SetManifestDomains: &corpusv1.SetManifestDomains{
+			Project: "hello", Env: "dev", NodeId: node, Domains: domains, Routes: routes,
+		}}})
+	}
+	if err := set("elsewhere", "a.example.test"); !errors.Is(err, state.ErrBadTransition) {
+		t.Fatalf("from another node: err = %v", err)
+	}
+	if err := set(nodeID, "a.example.test", "b.example.test"); err != nil {
+		t.Fatal(err)
+	}
+	if len(r.store.Read().RoutesOfGuest("g-dev")) != 3 {
+		t.Fatalf("routes = %v, want the project's and two more", r.store.Read().RoutesOfGuest("g-dev"))
+	}
+	// Dropping one removes its route; the project's own domain stays.
+	if err := set(nodeID, "b.example.test"); err != nil {
+		t.Fatal(err)
+	}
+	v := r.store.Read()
+	if v.RouteByDomain("a.example.test") != nil || v.RouteByDomain("b.example.test") == nil || v.RouteByDomain("hello.dev.example.test") == nil {
+		t.Fatalf("routes after dropping a = %v", v.RoutesOfGuest("g-dev"))
+	}
+	// A domain routed elsewhere fails the whole change.
+	r.must(guestCmd("other", "other"))
+	r.must(&corpusv1.Command{Cmd: &corpusv1.Command_CreateRoute{CreateRoute: &corpusv1.CreateRoute{Route: &corpusv1.Route{
+		Id: "taken", Kind: state.RouteHTTP, Domain: "taken.example.test", GuestId: "other", GuestPort: 80,
+	}}}})
+	before := r.dump()
+	routes := []*corpusv1.Route{{Id: "x", Kind: state.RouteHTTP, Domain: "taken.example.test", GuestId: "g-dev", GuestPort: 80}}
+	err := r.apply(&corpusv1.Command{Cmd: &corpusv1.Command_SetManifestDomains{SetManifestDomains: &corpusv1.SetManifestDomains{
+		Project: "hello", Env: "dev", NodeId: nodeID, Domains: []string{"taken.example.test"}, Routes: routes,
+	}}})
+	if !errors.Is(err, state.ErrExists) {
+		t.Fatalf("taking a routed domain: err = %v", err)
+	}
+	after := r.dump()
+	before.Index, after.Index = 0, 0
+	if !proto.Equal(before, after) {
+		t.Fatalf("a refused domain change changed the state")
+	}
+}

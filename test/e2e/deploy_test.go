@@ -330,13 +330,14 @@ func TestGitPushDeploy(t *testing.T) {
 
 	// Fix the build; keep: 2 prunes the older trees.
 	os.Remove(filepath.Join(l.work, ".corpus/install.d/20-test"))
-	l.write(".corpus/corpus.yaml", "keep: 2\nenv:\n  GREETING: hi\n", 0o644)
+	l.write(".corpus/corpus.yaml", "keep: 2\nenv:\n  GREETING: hi\ndomains: [www.hello.example.test]\n", 0o644)
 	l.commitSite("three")
 	out = l.mustPush()
 	if !strings.Contains(out, "pruned r1, r2") {
 		t.Errorf("push with keep: 2 did not prune r1, r2:\n%s", out)
 	}
 	l.wantPage("version three (r4)")
+	eventually(t, 10*time.Second, "the manifest's domain", wantBody(l.hc, "http://"+l.nodeAddr+"/", "www.hello.example.test", "version three (r4)"))
 	if got := l.guestSh("ls /srv/projects/hello/releases"); got != "r3\nr4" {
 		t.Errorf("releases kept = %q, want r3 r4", got)
 	}
@@ -357,6 +358,10 @@ func TestGitPushDeploy(t *testing.T) {
 		t.Errorf("push with a failing health check: %v\n%s", err, out)
 	}
 	l.wantPage("version three (r4)")
+	// The rejected release dropped the domain, but nothing changed.
+	if code, _, err := get(l.hc, "http://"+l.nodeAddr+"/", "www.hello.example.test"); err != nil || code != 200 {
+		t.Errorf("the manifest's domain after a rejected push = %d, %v", code, err)
+	}
 }
 
 func TestGitPushRefusals(t *testing.T) {

@@ -2734,6 +2734,102 @@ func (x *DeleteVolumeResponse) GetVolume() *Volume {
 	return nil
 }
 
+type SetManifestDomainsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Project       string                 `protobuf:"bytes,1,opt,name=project,proto3" json:"project,omitempty"`
+	Env           string                 `protobuf:"bytes,2,opt,name=env,proto3" json:"env,omitempty"`
+	Domains       []string               `protobuf:"bytes,3,rep,name=domains,proto3" json:"domains,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetManifestDomainsRequest) Reset() {
+	*x = SetManifestDomainsRequest{}
+	mi := &file_corpus_v1_api_proto_msgTypes[49]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetManifestDomainsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetManifestDomainsRequest) ProtoMessage() {}
+
+func (x *SetManifestDomainsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_api_proto_msgTypes[49]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetManifestDomainsRequest.ProtoReflect.Descriptor instead.
+func (*SetManifestDomainsRequest) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{49}
+}
+
+func (x *SetManifestDomainsRequest) GetProject() string {
+	if x != nil {
+		return x.Project
+	}
+	return ""
+}
+
+func (x *SetManifestDomainsRequest) GetEnv() string {
+	if x != nil {
+		return x.Env
+	}
+	return ""
+}
+
+func (x *SetManifestDomainsRequest) GetDomains() []string {
+	if x != nil {
+		return x.Domains
+	}
+	return nil
+}
+
+type SetManifestDomainsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetManifestDomainsResponse) Reset() {
+	*x = SetManifestDomainsResponse{}
+	mi := &file_corpus_v1_api_proto_msgTypes[50]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetManifestDomainsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetManifestDomainsResponse) ProtoMessage() {}
+
+func (x *SetManifestDomainsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_api_proto_msgTypes[50]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetManifestDomainsResponse.ProtoReflect.Descriptor instead.
+func (*SetManifestDomainsResponse) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{50}
+}
+
 type GitAccessRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// fingerprint of the key the client authenticated with.
@@ -2750,7 +2846,7 @@ type GitAccessRequest struct {
 
 func (x *GitAccessRequest) Reset() {
 	*x = GitAccessRequest{}
-	mi := &file_corpus_v1_api_proto_msgTypes[49]
+	mi := &file_corpus_v1_api_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2762,7 +2858,7 @@ func (x *GitAccessRequest) String() string {
 func (*GitAccessRequest) ProtoMessage() {}
 
 func (x *GitAccessRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[49]
+	mi := &file_corpus_v1_api_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2775,7 +2871,7 @@ func (x *GitAccessRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GitAccessRequest.ProtoReflect.Descriptor instead.
 func (*GitAccessRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{49}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *GitAccessRequest) GetFingerprint() string {
@@ -2824,7 +2920,7 @@ type GitAccessResponse struct {
 
 func (x *GitAccessResponse) Reset() {
 	*x = GitAccessResponse{}
-	mi := &file_corpus_v1_api_proto_msgTypes[50]
+	mi := &file_corpus_v1_api_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2836,7 +2932,7 @@ func (x *GitAccessResponse) String() string {
 func (*GitAccessResponse) ProtoMessage() {}
 
 func (x *GitAccessResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[50]
+	mi := &file_corpus_v1_api_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2849,7 +2945,7 @@ func (x *GitAccessResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GitAccessResponse.ProtoReflect.Descriptor instead.
 func (*GitAccessResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{50}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *GitAccessResponse) GetUser() string {
@@ -2914,7 +3010,7 @@ type BeginReleaseRequest struct {
 
 func (x *BeginReleaseRequest) Reset() {
 	*x = BeginReleaseRequest{}
-	mi := &file_corpus_v1_api_proto_msgTypes[51]
+	mi := &file_corpus_v1_api_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2926,7 +3022,7 @@ func (x *BeginReleaseRequest) String() string {
 func (*BeginReleaseRequest) ProtoMessage() {}
 
 func (x *BeginReleaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[51]
+	mi := &file_corpus_v1_api_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2939,7 +3035,7 @@ func (x *BeginReleaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BeginReleaseRequest.ProtoReflect.Descriptor instead.
 func (*BeginReleaseRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{51}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *BeginReleaseRequest) GetProject() string {
@@ -2986,7 +3082,7 @@ type BeginReleaseResponse struct {
 
 func (x *BeginReleaseResponse) Reset() {
 	*x = BeginReleaseResponse{}
-	mi := &file_corpus_v1_api_proto_msgTypes[52]
+	mi := &file_corpus_v1_api_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2998,7 +3094,7 @@ func (x *BeginReleaseResponse) String() string {
 func (*BeginReleaseResponse) ProtoMessage() {}
 
 func (x *BeginReleaseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[52]
+	mi := &file_corpus_v1_api_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3011,7 +3107,7 @@ func (x *BeginReleaseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BeginReleaseResponse.ProtoReflect.Descriptor instead.
 func (*BeginReleaseResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{52}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *BeginReleaseResponse) GetRelease() *Release {
@@ -3035,7 +3131,7 @@ type FinishReleaseRequest struct {
 
 func (x *FinishReleaseRequest) Reset() {
 	*x = FinishReleaseRequest{}
-	mi := &file_corpus_v1_api_proto_msgTypes[53]
+	mi := &file_corpus_v1_api_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3047,7 +3143,7 @@ func (x *FinishReleaseRequest) String() string {
 func (*FinishReleaseRequest) ProtoMessage() {}
 
 func (x *FinishReleaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[53]
+	mi := &file_corpus_v1_api_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3060,7 +3156,7 @@ func (x *FinishReleaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FinishReleaseRequest.ProtoReflect.Descriptor instead.
 func (*FinishReleaseRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{53}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *FinishReleaseRequest) GetId() string {
@@ -3114,7 +3210,7 @@ type FinishReleaseResponse struct {
 
 func (x *FinishReleaseResponse) Reset() {
 	*x = FinishReleaseResponse{}
-	mi := &file_corpus_v1_api_proto_msgTypes[54]
+	mi := &file_corpus_v1_api_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3126,7 +3222,7 @@ func (x *FinishReleaseResponse) String() string {
 func (*FinishReleaseResponse) ProtoMessage() {}
 
 func (x *FinishReleaseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[54]
+	mi := &file_corpus_v1_api_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3139,7 +3235,7 @@ func (x *FinishReleaseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FinishReleaseResponse.ProtoReflect.Descriptor instead.
 func (*FinishReleaseResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{54}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *FinishReleaseResponse) GetRelease() *Release {
@@ -3160,7 +3256,7 @@ type SetCurrentReleaseRequest struct {
 
 func (x *SetCurrentReleaseRequest) Reset() {
 	*x = SetCurrentReleaseRequest{}
-	mi := &file_corpus_v1_api_proto_msgTypes[55]
+	mi := &file_corpus_v1_api_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3172,7 +3268,7 @@ func (x *SetCurrentReleaseRequest) String() string {
 func (*SetCurrentReleaseRequest) ProtoMessage() {}
 
 func (x *SetCurrentReleaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[55]
+	mi := &file_corpus_v1_api_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3185,7 +3281,7 @@ func (x *SetCurrentReleaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetCurrentReleaseRequest.ProtoReflect.Descriptor instead.
 func (*SetCurrentReleaseRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{55}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *SetCurrentReleaseRequest) GetProject() string {
@@ -3217,7 +3313,7 @@ type SetCurrentReleaseResponse struct {
 
 func (x *SetCurrentReleaseResponse) Reset() {
 	*x = SetCurrentReleaseResponse{}
-	mi := &file_corpus_v1_api_proto_msgTypes[56]
+	mi := &file_corpus_v1_api_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3229,7 +3325,7 @@ func (x *SetCurrentReleaseResponse) String() string {
 func (*SetCurrentReleaseResponse) ProtoMessage() {}
 
 func (x *SetCurrentReleaseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[56]
+	mi := &file_corpus_v1_api_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3242,7 +3338,7 @@ func (x *SetCurrentReleaseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetCurrentReleaseResponse.ProtoReflect.Descriptor instead.
 func (*SetCurrentReleaseResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{56}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{58}
 }
 
 type PruneReleasesRequest struct {
@@ -3256,7 +3352,7 @@ type PruneReleasesRequest struct {
 
 func (x *PruneReleasesRequest) Reset() {
 	*x = PruneReleasesRequest{}
-	mi := &file_corpus_v1_api_proto_msgTypes[57]
+	mi := &file_corpus_v1_api_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3268,7 +3364,7 @@ func (x *PruneReleasesRequest) String() string {
 func (*PruneReleasesRequest) ProtoMessage() {}
 
 func (x *PruneReleasesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[57]
+	mi := &file_corpus_v1_api_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3281,7 +3377,7 @@ func (x *PruneReleasesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PruneReleasesRequest.ProtoReflect.Descriptor instead.
 func (*PruneReleasesRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{57}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *PruneReleasesRequest) GetProject() string {
@@ -3313,7 +3409,7 @@ type PruneReleasesResponse struct {
 
 func (x *PruneReleasesResponse) Reset() {
 	*x = PruneReleasesResponse{}
-	mi := &file_corpus_v1_api_proto_msgTypes[58]
+	mi := &file_corpus_v1_api_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3325,7 +3421,7 @@ func (x *PruneReleasesResponse) String() string {
 func (*PruneReleasesResponse) ProtoMessage() {}
 
 func (x *PruneReleasesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[58]
+	mi := &file_corpus_v1_api_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3338,7 +3434,7 @@ func (x *PruneReleasesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PruneReleasesResponse.ProtoReflect.Descriptor instead.
 func (*PruneReleasesResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{58}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{60}
 }
 
 type EnrollRequest struct {
@@ -3357,7 +3453,7 @@ type EnrollRequest struct {
 
 func (x *EnrollRequest) Reset() {
 	*x = EnrollRequest{}
-	mi := &file_corpus_v1_api_proto_msgTypes[59]
+	mi := &file_corpus_v1_api_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3369,7 +3465,7 @@ func (x *EnrollRequest) String() string {
 func (*EnrollRequest) ProtoMessage() {}
 
 func (x *EnrollRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[59]
+	mi := &file_corpus_v1_api_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3382,7 +3478,7 @@ func (x *EnrollRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EnrollRequest.ProtoReflect.Descriptor instead.
 func (*EnrollRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{59}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *EnrollRequest) GetJoinToken() string {
@@ -3455,7 +3551,7 @@ type EnrollResponse struct {
 
 func (x *EnrollResponse) Reset() {
 	*x = EnrollResponse{}
-	mi := &file_corpus_v1_api_proto_msgTypes[60]
+	mi := &file_corpus_v1_api_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3467,7 +3563,7 @@ func (x *EnrollResponse) String() string {
 func (*EnrollResponse) ProtoMessage() {}
 
 func (x *EnrollResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[60]
+	mi := &file_corpus_v1_api_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3480,7 +3576,7 @@ func (x *EnrollResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EnrollResponse.ProtoReflect.Descriptor instead.
 func (*EnrollResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{60}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *EnrollResponse) GetNodeId() string {
@@ -3519,7 +3615,7 @@ type WatchRequest struct {
 
 func (x *WatchRequest) Reset() {
 	*x = WatchRequest{}
-	mi := &file_corpus_v1_api_proto_msgTypes[61]
+	mi := &file_corpus_v1_api_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3531,7 +3627,7 @@ func (x *WatchRequest) String() string {
 func (*WatchRequest) ProtoMessage() {}
 
 func (x *WatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[61]
+	mi := &file_corpus_v1_api_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3544,7 +3640,7 @@ func (x *WatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchRequest.ProtoReflect.Descriptor instead.
 func (*WatchRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{61}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{63}
 }
 
 type WatchResponse struct {
@@ -3567,7 +3663,7 @@ type WatchResponse struct {
 
 func (x *WatchResponse) Reset() {
 	*x = WatchResponse{}
-	mi := &file_corpus_v1_api_proto_msgTypes[62]
+	mi := &file_corpus_v1_api_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3579,7 +3675,7 @@ func (x *WatchResponse) String() string {
 func (*WatchResponse) ProtoMessage() {}
 
 func (x *WatchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[62]
+	mi := &file_corpus_v1_api_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3592,7 +3688,7 @@ func (x *WatchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchResponse.ProtoReflect.Descriptor instead.
 func (*WatchResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{62}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *WatchResponse) GetIndex() uint64 {
@@ -3663,7 +3759,7 @@ type ReportRequest struct {
 
 func (x *ReportRequest) Reset() {
 	*x = ReportRequest{}
-	mi := &file_corpus_v1_api_proto_msgTypes[63]
+	mi := &file_corpus_v1_api_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3675,7 +3771,7 @@ func (x *ReportRequest) String() string {
 func (*ReportRequest) ProtoMessage() {}
 
 func (x *ReportRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[63]
+	mi := &file_corpus_v1_api_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3688,7 +3784,7 @@ func (x *ReportRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportRequest.ProtoReflect.Descriptor instead.
 func (*ReportRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{63}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *ReportRequest) GetCapacity() *Resources {
@@ -3771,7 +3867,7 @@ type ReportedGuest struct {
 
 func (x *ReportedGuest) Reset() {
 	*x = ReportedGuest{}
-	mi := &file_corpus_v1_api_proto_msgTypes[64]
+	mi := &file_corpus_v1_api_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3783,7 +3879,7 @@ func (x *ReportedGuest) String() string {
 func (*ReportedGuest) ProtoMessage() {}
 
 func (x *ReportedGuest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[64]
+	mi := &file_corpus_v1_api_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3796,7 +3892,7 @@ func (x *ReportedGuest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportedGuest.ProtoReflect.Descriptor instead.
 func (*ReportedGuest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{64}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *ReportedGuest) GetGuestId() string {
@@ -3826,7 +3922,7 @@ type ReportedVolume struct {
 
 func (x *ReportedVolume) Reset() {
 	*x = ReportedVolume{}
-	mi := &file_corpus_v1_api_proto_msgTypes[65]
+	mi := &file_corpus_v1_api_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3838,7 +3934,7 @@ func (x *ReportedVolume) String() string {
 func (*ReportedVolume) ProtoMessage() {}
 
 func (x *ReportedVolume) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[65]
+	mi := &file_corpus_v1_api_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3851,7 +3947,7 @@ func (x *ReportedVolume) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportedVolume.ProtoReflect.Descriptor instead.
 func (*ReportedVolume) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{65}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *ReportedVolume) GetVolumeId() string {
@@ -3884,7 +3980,7 @@ type ReportResponse struct {
 
 func (x *ReportResponse) Reset() {
 	*x = ReportResponse{}
-	mi := &file_corpus_v1_api_proto_msgTypes[66]
+	mi := &file_corpus_v1_api_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3896,7 +3992,7 @@ func (x *ReportResponse) String() string {
 func (*ReportResponse) ProtoMessage() {}
 
 func (x *ReportResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[66]
+	mi := &file_corpus_v1_api_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3909,7 +4005,7 @@ func (x *ReportResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportResponse.ProtoReflect.Descriptor instead.
 func (*ReportResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{66}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *ReportResponse) GetIndex() uint64 {
@@ -3928,7 +4024,7 @@ type ExportVolumeRequest struct {
 
 func (x *ExportVolumeRequest) Reset() {
 	*x = ExportVolumeRequest{}
-	mi := &file_corpus_v1_api_proto_msgTypes[67]
+	mi := &file_corpus_v1_api_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3940,7 +4036,7 @@ func (x *ExportVolumeRequest) String() string {
 func (*ExportVolumeRequest) ProtoMessage() {}
 
 func (x *ExportVolumeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[67]
+	mi := &file_corpus_v1_api_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3953,7 +4049,7 @@ func (x *ExportVolumeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExportVolumeRequest.ProtoReflect.Descriptor instead.
 func (*ExportVolumeRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{67}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *ExportVolumeRequest) GetName() string {
@@ -3974,7 +4070,7 @@ type VolumeChunk struct {
 
 func (x *VolumeChunk) Reset() {
 	*x = VolumeChunk{}
-	mi := &file_corpus_v1_api_proto_msgTypes[68]
+	mi := &file_corpus_v1_api_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3986,7 +4082,7 @@ func (x *VolumeChunk) String() string {
 func (*VolumeChunk) ProtoMessage() {}
 
 func (x *VolumeChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[68]
+	mi := &file_corpus_v1_api_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3999,7 +4095,7 @@ func (x *VolumeChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VolumeChunk.ProtoReflect.Descriptor instead.
 func (*VolumeChunk) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{68}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *VolumeChunk) GetName() string {
@@ -4032,7 +4128,7 @@ type ImportVolumeResponse struct {
 
 func (x *ImportVolumeResponse) Reset() {
 	*x = ImportVolumeResponse{}
-	mi := &file_corpus_v1_api_proto_msgTypes[69]
+	mi := &file_corpus_v1_api_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4044,7 +4140,7 @@ func (x *ImportVolumeResponse) String() string {
 func (*ImportVolumeResponse) ProtoMessage() {}
 
 func (x *ImportVolumeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[69]
+	mi := &file_corpus_v1_api_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4057,7 +4153,7 @@ func (x *ImportVolumeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ImportVolumeResponse.ProtoReflect.Descriptor instead.
 func (*ImportVolumeResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{69}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *ImportVolumeResponse) GetBytes() int64 {
@@ -4077,7 +4173,7 @@ type CreateUserRequest struct {
 
 func (x *CreateUserRequest) Reset() {
 	*x = CreateUserRequest{}
-	mi := &file_corpus_v1_api_proto_msgTypes[70]
+	mi := &file_corpus_v1_api_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4089,7 +4185,7 @@ func (x *CreateUserRequest) String() string {
 func (*CreateUserRequest) ProtoMessage() {}
 
 func (x *CreateUserRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[70]
+	mi := &file_corpus_v1_api_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4102,7 +4198,7 @@ func (x *CreateUserRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateUserRequest.ProtoReflect.Descriptor instead.
 func (*CreateUserRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{70}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{72}
 }
 
 func (x *CreateUserRequest) GetName() string {
@@ -4129,7 +4225,7 @@ type CreateUserResponse struct {
 
 func (x *CreateUserResponse) Reset() {
 	*x = CreateUserResponse{}
-	mi := &file_corpus_v1_api_proto_msgTypes[71]
+	mi := &file_corpus_v1_api_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4141,7 +4237,7 @@ func (x *CreateUserResponse) String() string {
 func (*CreateUserResponse) ProtoMessage() {}
 
 func (x *CreateUserResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[71]
+	mi := &file_corpus_v1_api_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4154,7 +4250,7 @@ func (x *CreateUserResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateUserResponse.ProtoReflect.Descriptor instead.
 func (*CreateUserResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{71}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{73}
 }
 
 func (x *CreateUserResponse) GetUser() *User {
@@ -4179,7 +4275,7 @@ type ListUsersRequest struct {
 
 func (x *ListUsersRequest) Reset() {
 	*x = ListUsersRequest{}
-	mi := &file_corpus_v1_api_proto_msgTypes[72]
+	mi := &file_corpus_v1_api_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4191,7 +4287,7 @@ func (x *ListUsersRequest) String() string {
 func (*ListUsersRequest) ProtoMessage() {}
 
 func (x *ListUsersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[72]
+	mi := &file_corpus_v1_api_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4204,7 +4300,7 @@ func (x *ListUsersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListUsersRequest.ProtoReflect.Descriptor instead.
 func (*ListUsersRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{72}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{74}
 }
 
 type ListUsersResponse struct {
@@ -4216,7 +4312,7 @@ type ListUsersResponse struct {
 
 func (x *ListUsersResponse) Reset() {
 	*x = ListUsersResponse{}
-	mi := &file_corpus_v1_api_proto_msgTypes[73]
+	mi := &file_corpus_v1_api_proto_msgTypes[75]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4228,7 +4324,7 @@ func (x *ListUsersResponse) String() string {
 func (*ListUsersResponse) ProtoMessage() {}
 
 func (x *ListUsersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[73]
+	mi := &file_corpus_v1_api_proto_msgTypes[75]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4241,7 +4337,7 @@ func (x *ListUsersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListUsersResponse.ProtoReflect.Descriptor instead.
 func (*ListUsersResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{73}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{75}
 }
 
 func (x *ListUsersResponse) GetUsers() []*User {
@@ -4260,7 +4356,7 @@ type DeleteUserRequest struct {
 
 func (x *DeleteUserRequest) Reset() {
 	*x = DeleteUserRequest{}
-	mi := &file_corpus_v1_api_proto_msgTypes[74]
+	mi := &file_corpus_v1_api_proto_msgTypes[76]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4272,7 +4368,7 @@ func (x *DeleteUserRequest) String() string {
 func (*DeleteUserRequest) ProtoMessage() {}
 
 func (x *DeleteUserRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[74]
+	mi := &file_corpus_v1_api_proto_msgTypes[76]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4285,7 +4381,7 @@ func (x *DeleteUserRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteUserRequest.ProtoReflect.Descriptor instead.
 func (*DeleteUserRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{74}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{76}
 }
 
 func (x *DeleteUserRequest) GetName() string {
@@ -4304,7 +4400,7 @@ type DeleteUserResponse struct {
 
 func (x *DeleteUserResponse) Reset() {
 	*x = DeleteUserResponse{}
-	mi := &file_corpus_v1_api_proto_msgTypes[75]
+	mi := &file_corpus_v1_api_proto_msgTypes[77]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4316,7 +4412,7 @@ func (x *DeleteUserResponse) String() string {
 func (*DeleteUserResponse) ProtoMessage() {}
 
 func (x *DeleteUserResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[75]
+	mi := &file_corpus_v1_api_proto_msgTypes[77]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4329,7 +4425,7 @@ func (x *DeleteUserResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteUserResponse.ProtoReflect.Descriptor instead.
 func (*DeleteUserResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{75}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{77}
 }
 
 func (x *DeleteUserResponse) GetUser() *User {
@@ -4350,7 +4446,7 @@ type AddKeyRequest struct {
 
 func (x *AddKeyRequest) Reset() {
 	*x = AddKeyRequest{}
-	mi := &file_corpus_v1_api_proto_msgTypes[76]
+	mi := &file_corpus_v1_api_proto_msgTypes[78]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4362,7 +4458,7 @@ func (x *AddKeyRequest) String() string {
 func (*AddKeyRequest) ProtoMessage() {}
 
 func (x *AddKeyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[76]
+	mi := &file_corpus_v1_api_proto_msgTypes[78]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4375,7 +4471,7 @@ func (x *AddKeyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddKeyRequest.ProtoReflect.Descriptor instead.
 func (*AddKeyRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{76}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{78}
 }
 
 func (x *AddKeyRequest) GetUser() string {
@@ -4402,7 +4498,7 @@ type AddKeyResponse struct {
 
 func (x *AddKeyResponse) Reset() {
 	*x = AddKeyResponse{}
-	mi := &file_corpus_v1_api_proto_msgTypes[77]
+	mi := &file_corpus_v1_api_proto_msgTypes[79]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4414,7 +4510,7 @@ func (x *AddKeyResponse) String() string {
 func (*AddKeyResponse) ProtoMessage() {}
 
 func (x *AddKeyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[77]
+	mi := &file_corpus_v1_api_proto_msgTypes[79]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4427,7 +4523,7 @@ func (x *AddKeyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddKeyResponse.ProtoReflect.Descriptor instead.
 func (*AddKeyResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{77}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{79}
 }
 
 func (x *AddKeyResponse) GetKey() *SshKey {
@@ -4455,7 +4551,7 @@ type DeleteKeyRequest struct {
 
 func (x *DeleteKeyRequest) Reset() {
 	*x = DeleteKeyRequest{}
-	mi := &file_corpus_v1_api_proto_msgTypes[78]
+	mi := &file_corpus_v1_api_proto_msgTypes[80]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4467,7 +4563,7 @@ func (x *DeleteKeyRequest) String() string {
 func (*DeleteKeyRequest) ProtoMessage() {}
 
 func (x *DeleteKeyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[78]
+	mi := &file_corpus_v1_api_proto_msgTypes[80]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4480,7 +4576,7 @@ func (x *DeleteKeyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteKeyRequest.ProtoReflect.Descriptor instead.
 func (*DeleteKeyRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{78}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{80}
 }
 
 func (x *DeleteKeyRequest) GetUser() string {
@@ -4505,7 +4601,7 @@ type DeleteKeyResponse struct {
 
 func (x *DeleteKeyResponse) Reset() {
 	*x = DeleteKeyResponse{}
-	mi := &file_corpus_v1_api_proto_msgTypes[79]
+	mi := &file_corpus_v1_api_proto_msgTypes[81]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4517,7 +4613,7 @@ func (x *DeleteKeyResponse) String() string {
 func (*DeleteKeyResponse) ProtoMessage() {}
 
 func (x *DeleteKeyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[79]
+	mi := &file_corpus_v1_api_proto_msgTypes[81]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4530,7 +4626,7 @@ func (x *DeleteKeyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteKeyResponse.ProtoReflect.Descriptor instead.
 func (*DeleteKeyResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{79}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{81}
 }
 
 type CreateProjectRequest struct {
@@ -4553,7 +4649,7 @@ type CreateProjectRequest struct {
 
 func (x *CreateProjectRequest) Reset() {
 	*x = CreateProjectRequest{}
-	mi := &file_corpus_v1_api_proto_msgTypes[80]
+	mi := &file_corpus_v1_api_proto_msgTypes[82]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4565,7 +4661,7 @@ func (x *CreateProjectRequest) String() string {
 func (*CreateProjectRequest) ProtoMessage() {}
 
 func (x *CreateProjectRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[80]
+	mi := &file_corpus_v1_api_proto_msgTypes[82]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4578,7 +4674,7 @@ func (x *CreateProjectRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateProjectRequest.ProtoReflect.Descriptor instead.
 func (*CreateProjectRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{80}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{82}
 }
 
 func (x *CreateProjectRequest) GetName() string {
@@ -4656,7 +4752,7 @@ type CreateProjectResponse struct {
 
 func (x *CreateProjectResponse) Reset() {
 	*x = CreateProjectResponse{}
-	mi := &file_corpus_v1_api_proto_msgTypes[81]
+	mi := &file_corpus_v1_api_proto_msgTypes[83]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4668,7 +4764,7 @@ func (x *CreateProjectResponse) String() string {
 func (*CreateProjectResponse) ProtoMessage() {}
 
 func (x *CreateProjectResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[81]
+	mi := &file_corpus_v1_api_proto_msgTypes[83]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4681,7 +4777,7 @@ func (x *CreateProjectResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateProjectResponse.ProtoReflect.Descriptor instead.
 func (*CreateProjectResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{81}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{83}
 }
 
 func (x *CreateProjectResponse) GetProject() *Project {
@@ -4713,7 +4809,7 @@ type ListProjectsRequest struct {
 
 func (x *ListProjectsRequest) Reset() {
 	*x = ListProjectsRequest{}
-	mi := &file_corpus_v1_api_proto_msgTypes[82]
+	mi := &file_corpus_v1_api_proto_msgTypes[84]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4725,7 +4821,7 @@ func (x *ListProjectsRequest) String() string {
 func (*ListProjectsRequest) ProtoMessage() {}
 
 func (x *ListProjectsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[82]
+	mi := &file_corpus_v1_api_proto_msgTypes[84]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4738,7 +4834,7 @@ func (x *ListProjectsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListProjectsRequest.ProtoReflect.Descriptor instead.
 func (*ListProjectsRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{82}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{84}
 }
 
 type ListProjectsResponse struct {
@@ -4750,7 +4846,7 @@ type ListProjectsResponse struct {
 
 func (x *ListProjectsResponse) Reset() {
 	*x = ListProjectsResponse{}
-	mi := &file_corpus_v1_api_proto_msgTypes[83]
+	mi := &file_corpus_v1_api_proto_msgTypes[85]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4762,7 +4858,7 @@ func (x *ListProjectsResponse) String() string {
 func (*ListProjectsResponse) ProtoMessage() {}
 
 func (x *ListProjectsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[83]
+	mi := &file_corpus_v1_api_proto_msgTypes[85]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4775,7 +4871,7 @@ func (x *ListProjectsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListProjectsResponse.ProtoReflect.Descriptor instead.
 func (*ListProjectsResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{83}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{85}
 }
 
 func (x *ListProjectsResponse) GetProjects() []*ProjectView {
@@ -4796,7 +4892,7 @@ type ProjectView struct {
 
 func (x *ProjectView) Reset() {
 	*x = ProjectView{}
-	mi := &file_corpus_v1_api_proto_msgTypes[84]
+	mi := &file_corpus_v1_api_proto_msgTypes[86]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4808,7 +4904,7 @@ func (x *ProjectView) String() string {
 func (*ProjectView) ProtoMessage() {}
 
 func (x *ProjectView) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[84]
+	mi := &file_corpus_v1_api_proto_msgTypes[86]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4821,7 +4917,7 @@ func (x *ProjectView) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProjectView.ProtoReflect.Descriptor instead.
 func (*ProjectView) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{84}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{86}
 }
 
 func (x *ProjectView) GetProject() *Project {
@@ -4854,7 +4950,7 @@ type ProjectEnvView struct {
 
 func (x *ProjectEnvView) Reset() {
 	*x = ProjectEnvView{}
-	mi := &file_corpus_v1_api_proto_msgTypes[85]
+	mi := &file_corpus_v1_api_proto_msgTypes[87]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4866,7 +4962,7 @@ func (x *ProjectEnvView) String() string {
 func (*ProjectEnvView) ProtoMessage() {}
 
 func (x *ProjectEnvView) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[85]
+	mi := &file_corpus_v1_api_proto_msgTypes[87]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4879,7 +4975,7 @@ func (x *ProjectEnvView) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProjectEnvView.ProtoReflect.Descriptor instead.
 func (*ProjectEnvView) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{85}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{87}
 }
 
 func (x *ProjectEnvView) GetName() string {
@@ -4943,7 +5039,7 @@ type GetProjectRequest struct {
 
 func (x *GetProjectRequest) Reset() {
 	*x = GetProjectRequest{}
-	mi := &file_corpus_v1_api_proto_msgTypes[86]
+	mi := &file_corpus_v1_api_proto_msgTypes[88]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4955,7 +5051,7 @@ func (x *GetProjectRequest) String() string {
 func (*GetProjectRequest) ProtoMessage() {}
 
 func (x *GetProjectRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[86]
+	mi := &file_corpus_v1_api_proto_msgTypes[88]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4968,7 +5064,7 @@ func (x *GetProjectRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetProjectRequest.ProtoReflect.Descriptor instead.
 func (*GetProjectRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{86}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{88}
 }
 
 func (x *GetProjectRequest) GetName() string {
@@ -5002,7 +5098,7 @@ type GetProjectResponse struct {
 
 func (x *GetProjectResponse) Reset() {
 	*x = GetProjectResponse{}
-	mi := &file_corpus_v1_api_proto_msgTypes[87]
+	mi := &file_corpus_v1_api_proto_msgTypes[89]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5014,7 +5110,7 @@ func (x *GetProjectResponse) String() string {
 func (*GetProjectResponse) ProtoMessage() {}
 
 func (x *GetProjectResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[87]
+	mi := &file_corpus_v1_api_proto_msgTypes[89]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5027,7 +5123,7 @@ func (x *GetProjectResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetProjectResponse.ProtoReflect.Descriptor instead.
 func (*GetProjectResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{87}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{89}
 }
 
 func (x *GetProjectResponse) GetProject() *ProjectView {
@@ -5054,7 +5150,7 @@ type DeleteProjectRequest struct {
 
 func (x *DeleteProjectRequest) Reset() {
 	*x = DeleteProjectRequest{}
-	mi := &file_corpus_v1_api_proto_msgTypes[88]
+	mi := &file_corpus_v1_api_proto_msgTypes[90]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5066,7 +5162,7 @@ func (x *DeleteProjectRequest) String() string {
 func (*DeleteProjectRequest) ProtoMessage() {}
 
 func (x *DeleteProjectRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[88]
+	mi := &file_corpus_v1_api_proto_msgTypes[90]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5079,7 +5175,7 @@ func (x *DeleteProjectRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteProjectRequest.ProtoReflect.Descriptor instead.
 func (*DeleteProjectRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{88}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{90}
 }
 
 func (x *DeleteProjectRequest) GetName() string {
@@ -5104,7 +5200,7 @@ type DeleteProjectResponse struct {
 
 func (x *DeleteProjectResponse) Reset() {
 	*x = DeleteProjectResponse{}
-	mi := &file_corpus_v1_api_proto_msgTypes[89]
+	mi := &file_corpus_v1_api_proto_msgTypes[91]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5116,7 +5212,7 @@ func (x *DeleteProjectResponse) String() string {
 func (*DeleteProjectResponse) ProtoMessage() {}
 
 func (x *DeleteProjectResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[89]
+	mi := &file_corpus_v1_api_proto_msgTypes[91]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5129,7 +5225,7 @@ func (x *DeleteProjectResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteProjectResponse.ProtoReflect.Descriptor instead.
 func (*DeleteProjectResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{89}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{91}
 }
 
 type GrantProjectRequest struct {
@@ -5143,7 +5239,7 @@ type GrantProjectRequest struct {
 
 func (x *GrantProjectRequest) Reset() {
 	*x = GrantProjectRequest{}
-	mi := &file_corpus_v1_api_proto_msgTypes[90]
+	mi := &file_corpus_v1_api_proto_msgTypes[92]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5155,7 +5251,7 @@ func (x *GrantProjectRequest) String() string {
 func (*GrantProjectRequest) ProtoMessage() {}
 
 func (x *GrantProjectRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[90]
+	mi := &file_corpus_v1_api_proto_msgTypes[92]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5168,7 +5264,7 @@ func (x *GrantProjectRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GrantProjectRequest.ProtoReflect.Descriptor instead.
 func (*GrantProjectRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{90}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{92}
 }
 
 func (x *GrantProjectRequest) GetName() string {
@@ -5201,7 +5297,7 @@ type GrantProjectResponse struct {
 
 func (x *GrantProjectResponse) Reset() {
 	*x = GrantProjectResponse{}
-	mi := &file_corpus_v1_api_proto_msgTypes[91]
+	mi := &file_corpus_v1_api_proto_msgTypes[93]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5213,7 +5309,7 @@ func (x *GrantProjectResponse) String() string {
 func (*GrantProjectResponse) ProtoMessage() {}
 
 func (x *GrantProjectResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[91]
+	mi := &file_corpus_v1_api_proto_msgTypes[93]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5226,7 +5322,7 @@ func (x *GrantProjectResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GrantProjectResponse.ProtoReflect.Descriptor instead.
 func (*GrantProjectResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{91}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{93}
 }
 
 func (x *GrantProjectResponse) GetProject() *Project {
@@ -5246,7 +5342,7 @@ type ListReleasesRequest struct {
 
 func (x *ListReleasesRequest) Reset() {
 	*x = ListReleasesRequest{}
-	mi := &file_corpus_v1_api_proto_msgTypes[92]
+	mi := &file_corpus_v1_api_proto_msgTypes[94]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5258,7 +5354,7 @@ func (x *ListReleasesRequest) String() string {
 func (*ListReleasesRequest) ProtoMessage() {}
 
 func (x *ListReleasesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[92]
+	mi := &file_corpus_v1_api_proto_msgTypes[94]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5271,7 +5367,7 @@ func (x *ListReleasesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListReleasesRequest.ProtoReflect.Descriptor instead.
 func (*ListReleasesRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{92}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{94}
 }
 
 func (x *ListReleasesRequest) GetProject() string {
@@ -5300,7 +5396,7 @@ type ListReleasesResponse struct {
 
 func (x *ListReleasesResponse) Reset() {
 	*x = ListReleasesResponse{}
-	mi := &file_corpus_v1_api_proto_msgTypes[93]
+	mi := &file_corpus_v1_api_proto_msgTypes[95]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5312,7 +5408,7 @@ func (x *ListReleasesResponse) String() string {
 func (*ListReleasesResponse) ProtoMessage() {}
 
 func (x *ListReleasesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[93]
+	mi := &file_corpus_v1_api_proto_msgTypes[95]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5325,7 +5421,7 @@ func (x *ListReleasesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListReleasesResponse.ProtoReflect.Descriptor instead.
 func (*ListReleasesResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{93}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{95}
 }
 
 func (x *ListReleasesResponse) GetReleases() []*Release {
@@ -5361,7 +5457,7 @@ type GetReleaseRequest struct {
 
 func (x *GetReleaseRequest) Reset() {
 	*x = GetReleaseRequest{}
-	mi := &file_corpus_v1_api_proto_msgTypes[94]
+	mi := &file_corpus_v1_api_proto_msgTypes[96]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5373,7 +5469,7 @@ func (x *GetReleaseRequest) String() string {
 func (*GetReleaseRequest) ProtoMessage() {}
 
 func (x *GetReleaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[94]
+	mi := &file_corpus_v1_api_proto_msgTypes[96]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5386,7 +5482,7 @@ func (x *GetReleaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetReleaseRequest.ProtoReflect.Descriptor instead.
 func (*GetReleaseRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{94}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{96}
 }
 
 func (x *GetReleaseRequest) GetProject() string {
@@ -5420,7 +5516,7 @@ type GetReleaseResponse struct {
 
 func (x *GetReleaseResponse) Reset() {
 	*x = GetReleaseResponse{}
-	mi := &file_corpus_v1_api_proto_msgTypes[95]
+	mi := &file_corpus_v1_api_proto_msgTypes[97]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5432,7 +5528,7 @@ func (x *GetReleaseResponse) String() string {
 func (*GetReleaseResponse) ProtoMessage() {}
 
 func (x *GetReleaseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[95]
+	mi := &file_corpus_v1_api_proto_msgTypes[97]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5445,7 +5541,7 @@ func (x *GetReleaseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetReleaseResponse.ProtoReflect.Descriptor instead.
 func (*GetReleaseResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{95}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{97}
 }
 
 func (x *GetReleaseResponse) GetRelease() *Release {
@@ -5475,7 +5571,7 @@ type RollbackRequest struct {
 
 func (x *RollbackRequest) Reset() {
 	*x = RollbackRequest{}
-	mi := &file_corpus_v1_api_proto_msgTypes[96]
+	mi := &file_corpus_v1_api_proto_msgTypes[98]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5487,7 +5583,7 @@ func (x *RollbackRequest) String() string {
 func (*RollbackRequest) ProtoMessage() {}
 
 func (x *RollbackRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[96]
+	mi := &file_corpus_v1_api_proto_msgTypes[98]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5500,7 +5596,7 @@ func (x *RollbackRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RollbackRequest.ProtoReflect.Descriptor instead.
 func (*RollbackRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{96}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{98}
 }
 
 func (x *RollbackRequest) GetProject() string {
@@ -5536,7 +5632,7 @@ type RollbackOutput struct {
 
 func (x *RollbackOutput) Reset() {
 	*x = RollbackOutput{}
-	mi := &file_corpus_v1_api_proto_msgTypes[97]
+	mi := &file_corpus_v1_api_proto_msgTypes[99]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5548,7 +5644,7 @@ func (x *RollbackOutput) String() string {
 func (*RollbackOutput) ProtoMessage() {}
 
 func (x *RollbackOutput) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[97]
+	mi := &file_corpus_v1_api_proto_msgTypes[99]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5561,7 +5657,7 @@ func (x *RollbackOutput) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RollbackOutput.ProtoReflect.Descriptor instead.
 func (*RollbackOutput) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{97}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{99}
 }
 
 func (x *RollbackOutput) GetOutput() []byte {
@@ -5774,7 +5870,12 @@ const file_corpus_v1_api_proto_rawDesc = "" +
 	"\x13DeleteVolumeRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\"A\n" +
 	"\x14DeleteVolumeResponse\x12)\n" +
-	"\x06volume\x18\x01 \x01(\v2\x11.corpus.v1.VolumeR\x06volume\"v\n" +
+	"\x06volume\x18\x01 \x01(\v2\x11.corpus.v1.VolumeR\x06volume\"a\n" +
+	"\x19SetManifestDomainsRequest\x12\x18\n" +
+	"\aproject\x18\x01 \x01(\tR\aproject\x12\x10\n" +
+	"\x03env\x18\x02 \x01(\tR\x03env\x12\x18\n" +
+	"\adomains\x18\x03 \x03(\tR\adomains\"\x1c\n" +
+	"\x1aSetManifestDomainsResponse\"v\n" +
 	"\x10GitAccessRequest\x12 \n" +
 	"\vfingerprint\x18\x01 \x01(\tR\vfingerprint\x12\x18\n" +
 	"\aproject\x18\x02 \x01(\tR\aproject\x12\x10\n" +
@@ -6003,7 +6104,7 @@ const file_corpus_v1_api_proto_rawDesc = "" +
 	"\fResizeVolume\x12\x1e.corpus.v1.ResizeVolumeRequest\x1a\x1f.corpus.v1.ResizeVolumeResponse\x12K\n" +
 	"\n" +
 	"MoveVolume\x12\x1c.corpus.v1.MoveVolumeRequest\x1a\x1d.corpus.v1.MoveVolumeProgress0\x01\x12U\n" +
-	"\x0eSnapshotVolume\x12 .corpus.v1.SnapshotVolumeRequest\x1a!.corpus.v1.SnapshotVolumeResponse2\xf0\x04\n" +
+	"\x0eSnapshotVolume\x12 .corpus.v1.SnapshotVolumeRequest\x1a!.corpus.v1.SnapshotVolumeResponse2\xd3\x05\n" +
 	"\fAgentService\x12=\n" +
 	"\x06Enroll\x12\x18.corpus.v1.EnrollRequest\x1a\x19.corpus.v1.EnrollResponse\x12<\n" +
 	"\x05Watch\x12\x17.corpus.v1.WatchRequest\x1a\x18.corpus.v1.WatchResponse0\x01\x12=\n" +
@@ -6012,7 +6113,8 @@ const file_corpus_v1_api_proto_rawDesc = "" +
 	"\fBeginRelease\x12\x1e.corpus.v1.BeginReleaseRequest\x1a\x1f.corpus.v1.BeginReleaseResponse\x12R\n" +
 	"\rFinishRelease\x12\x1f.corpus.v1.FinishReleaseRequest\x1a .corpus.v1.FinishReleaseResponse\x12^\n" +
 	"\x11SetCurrentRelease\x12#.corpus.v1.SetCurrentReleaseRequest\x1a$.corpus.v1.SetCurrentReleaseResponse\x12R\n" +
-	"\rPruneReleases\x12\x1f.corpus.v1.PruneReleasesRequest\x1a .corpus.v1.PruneReleasesResponse2\x81\x03\n" +
+	"\rPruneReleases\x12\x1f.corpus.v1.PruneReleasesRequest\x1a .corpus.v1.PruneReleasesResponse\x12a\n" +
+	"\x12SetManifestDomains\x12$.corpus.v1.SetManifestDomainsRequest\x1a%.corpus.v1.SetManifestDomainsResponse2\x81\x03\n" +
 	"\x10NodeAgentService\x12<\n" +
 	"\x04Exec\x12\x1b.corpus.v1.ExecGuestRequest\x1a\x15.corpus.v1.ExecOutput0\x01\x12H\n" +
 	"\fExportVolume\x12\x1e.corpus.v1.ExportVolumeRequest\x1a\x16.corpus.v1.VolumeChunk0\x01\x12I\n" +
@@ -6051,187 +6153,189 @@ func file_corpus_v1_api_proto_rawDescGZIP() []byte {
 	return file_corpus_v1_api_proto_rawDescData
 }
 
-var file_corpus_v1_api_proto_msgTypes = make([]protoimpl.MessageInfo, 100)
+var file_corpus_v1_api_proto_msgTypes = make([]protoimpl.MessageInfo, 102)
 var file_corpus_v1_api_proto_goTypes = []any{
-	(*StatusRequest)(nil),             // 0: corpus.v1.StatusRequest
-	(*StatusResponse)(nil),            // 1: corpus.v1.StatusResponse
-	(*CreateJoinTokenRequest)(nil),    // 2: corpus.v1.CreateJoinTokenRequest
-	(*CreateJoinTokenResponse)(nil),   // 3: corpus.v1.CreateJoinTokenResponse
-	(*ListNodesRequest)(nil),          // 4: corpus.v1.ListNodesRequest
-	(*ListNodesResponse)(nil),         // 5: corpus.v1.ListNodesResponse
-	(*GetNodeRequest)(nil),            // 6: corpus.v1.GetNodeRequest
-	(*GetNodeResponse)(nil),           // 7: corpus.v1.GetNodeResponse
-	(*NodeView)(nil),                  // 8: corpus.v1.NodeView
-	(*CreateGuestRequest)(nil),        // 9: corpus.v1.CreateGuestRequest
-	(*CreateGuestResponse)(nil),       // 10: corpus.v1.CreateGuestResponse
-	(*GetGuestRequest)(nil),           // 11: corpus.v1.GetGuestRequest
-	(*GetGuestResponse)(nil),          // 12: corpus.v1.GetGuestResponse
-	(*ListGuestsRequest)(nil),         // 13: corpus.v1.ListGuestsRequest
-	(*ListGuestsResponse)(nil),        // 14: corpus.v1.ListGuestsResponse
-	(*GuestActionRequest)(nil),        // 15: corpus.v1.GuestActionRequest
-	(*GuestActionResponse)(nil),       // 16: corpus.v1.GuestActionResponse
-	(*ExecGuestRequest)(nil),          // 17: corpus.v1.ExecGuestRequest
-	(*ExecOutput)(nil),                // 18: corpus.v1.ExecOutput
-	(*CreateRouteRequest)(nil),        // 19: corpus.v1.CreateRouteRequest
-	(*CreateRouteResponse)(nil),       // 20: corpus.v1.CreateRouteResponse
-	(*ListRoutesRequest)(nil),         // 21: corpus.v1.ListRoutesRequest
-	(*RouteView)(nil),                 // 22: corpus.v1.RouteView
-	(*ListRoutesResponse)(nil),        // 23: corpus.v1.ListRoutesResponse
-	(*NatView)(nil),                   // 24: corpus.v1.NatView
-	(*DeleteRouteRequest)(nil),        // 25: corpus.v1.DeleteRouteRequest
-	(*DeleteRouteResponse)(nil),       // 26: corpus.v1.DeleteRouteResponse
-	(*MoveRouteRequest)(nil),          // 27: corpus.v1.MoveRouteRequest
-	(*MoveRouteResponse)(nil),         // 28: corpus.v1.MoveRouteResponse
-	(*ListRecordsRequest)(nil),        // 29: corpus.v1.ListRecordsRequest
-	(*ZoneRecord)(nil),                // 30: corpus.v1.ZoneRecord
-	(*ListRecordsResponse)(nil),       // 31: corpus.v1.ListRecordsResponse
-	(*AddRecordRequest)(nil),          // 32: corpus.v1.AddRecordRequest
-	(*AddRecordResponse)(nil),         // 33: corpus.v1.AddRecordResponse
-	(*DeleteRecordRequest)(nil),       // 34: corpus.v1.DeleteRecordRequest
-	(*DeleteRecordResponse)(nil),      // 35: corpus.v1.DeleteRecordResponse
-	(*SnapshotVolumeRequest)(nil),     // 36: corpus.v1.SnapshotVolumeRequest
-	(*SnapshotVolumeResponse)(nil),    // 37: corpus.v1.SnapshotVolumeResponse
-	(*MoveVolumeRequest)(nil),         // 38: corpus.v1.MoveVolumeRequest
-	(*MoveVolumeProgress)(nil),        // 39: corpus.v1.MoveVolumeProgress
-	(*ResizeVolumeRequest)(nil),       // 40: corpus.v1.ResizeVolumeRequest
-	(*ResizeVolumeResponse)(nil),      // 41: corpus.v1.ResizeVolumeResponse
-	(*ListVolumesRequest)(nil),        // 42: corpus.v1.ListVolumesRequest
-	(*VolumeView)(nil),                // 43: corpus.v1.VolumeView
-	(*ListVolumesResponse)(nil),       // 44: corpus.v1.ListVolumesResponse
-	(*GetVolumeRequest)(nil),          // 45: corpus.v1.GetVolumeRequest
-	(*GetVolumeResponse)(nil),         // 46: corpus.v1.GetVolumeResponse
-	(*DeleteVolumeRequest)(nil),       // 47: corpus.v1.DeleteVolumeRequest
-	(*DeleteVolumeResponse)(nil),      // 48: corpus.v1.DeleteVolumeResponse
-	(*GitAccessRequest)(nil),          // 49: corpus.v1.GitAccessRequest
-	(*GitAccessResponse)(nil),         // 50: corpus.v1.GitAccessResponse
-	(*BeginReleaseRequest)(nil),       // 51: corpus.v1.BeginReleaseRequest
-	(*BeginReleaseResponse)(nil),      // 52: corpus.v1.BeginReleaseResponse
-	(*FinishReleaseRequest)(nil),      // 53: corpus.v1.FinishReleaseRequest
-	(*FinishReleaseResponse)(nil),     // 54: corpus.v1.FinishReleaseResponse
-	(*SetCurrentReleaseRequest)(nil),  // 55: corpus.v1.SetCurrentReleaseRequest
-	(*SetCurrentReleaseResponse)(nil), // 56: corpus.v1.SetCurrentReleaseResponse
-	(*PruneReleasesRequest)(nil),      // 57: corpus.v1.PruneReleasesRequest
-	(*PruneReleasesResponse)(nil),     // 58: corpus.v1.PruneReleasesResponse
-	(*EnrollRequest)(nil),             // 59: corpus.v1.EnrollRequest
-	(*EnrollResponse)(nil),            // 60: corpus.v1.EnrollResponse
-	(*WatchRequest)(nil),              // 61: corpus.v1.WatchRequest
-	(*WatchResponse)(nil),             // 62: corpus.v1.WatchResponse
-	(*ReportRequest)(nil),             // 63: corpus.v1.ReportRequest
-	(*ReportedGuest)(nil),             // 64: corpus.v1.ReportedGuest
-	(*ReportedVolume)(nil),            // 65: corpus.v1.ReportedVolume
-	(*ReportResponse)(nil),            // 66: corpus.v1.ReportResponse
-	(*ExportVolumeRequest)(nil),       // 67: corpus.v1.ExportVolumeRequest
-	(*VolumeChunk)(nil),               // 68: corpus.v1.VolumeChunk
-	(*ImportVolumeResponse)(nil),      // 69: corpus.v1.ImportVolumeResponse
-	(*CreateUserRequest)(nil),         // 70: corpus.v1.CreateUserRequest
-	(*CreateUserResponse)(nil),        // 71: corpus.v1.CreateUserResponse
-	(*ListUsersRequest)(nil),          // 72: corpus.v1.ListUsersRequest
-	(*ListUsersResponse)(nil),         // 73: corpus.v1.ListUsersResponse
-	(*DeleteUserRequest)(nil),         // 74: corpus.v1.DeleteUserRequest
-	(*DeleteUserResponse)(nil),        // 75: corpus.v1.DeleteUserResponse
-	(*AddKeyRequest)(nil),             // 76: corpus.v1.AddKeyRequest
-	(*AddKeyResponse)(nil),            // 77: corpus.v1.AddKeyResponse
-	(*DeleteKeyRequest)(nil),          // 78: corpus.v1.DeleteKeyRequest
-	(*DeleteKeyResponse)(nil),         // 79: corpus.v1.DeleteKeyResponse
-	(*CreateProjectRequest)(nil),      // 80: corpus.v1.CreateProjectRequest
-	(*CreateProjectResponse)(nil),     // 81: corpus.v1.CreateProjectResponse
-	(*ListProjectsRequest)(nil),       // 82: corpus.v1.ListProjectsRequest
-	(*ListProjectsResponse)(nil),      // 83: corpus.v1.ListProjectsResponse
-	(*ProjectView)(nil),               // 84: corpus.v1.ProjectView
-	(*ProjectEnvView)(nil),            // 85: corpus.v1.ProjectEnvView
-	(*GetProjectRequest)(nil),         // 86: corpus.v1.GetProjectRequest
-	(*GetProjectResponse)(nil),        // 87: corpus.v1.GetProjectResponse
-	(*DeleteProjectRequest)(nil),      // 88: corpus.v1.DeleteProjectRequest
-	(*DeleteProjectResponse)(nil),     // 89: corpus.v1.DeleteProjectResponse
-	(*GrantProjectRequest)(nil),       // 90: corpus.v1.GrantProjectRequest
-	(*GrantProjectResponse)(nil),      // 91: corpus.v1.GrantProjectResponse
-	(*ListReleasesRequest)(nil),       // 92: corpus.v1.ListReleasesRequest
-	(*ListReleasesResponse)(nil),      // 93: corpus.v1.ListReleasesResponse
-	(*GetReleaseRequest)(nil),         // 94: corpus.v1.GetReleaseRequest
-	(*GetReleaseResponse)(nil),        // 95: corpus.v1.GetReleaseResponse
-	(*RollbackRequest)(nil),           // 96: corpus.v1.RollbackRequest
-	(*RollbackOutput)(nil),            // 97: corpus.v1.RollbackOutput
-	nil,                               // 98: corpus.v1.ExecGuestRequest.EnvEntry
-	nil,                               // 99: corpus.v1.EnrollRequest.LabelsEntry
-	(*JoinToken)(nil),                 // 100: corpus.v1.JoinToken
-	(*Node)(nil),                      // 101: corpus.v1.Node
-	(*Resources)(nil),                 // 102: corpus.v1.Resources
-	(*GuestSpec)(nil),                 // 103: corpus.v1.GuestSpec
-	(*Guest)(nil),                     // 104: corpus.v1.Guest
-	(*Route)(nil),                     // 105: corpus.v1.Route
-	(*Port)(nil),                      // 106: corpus.v1.Port
-	(*DnsRecord)(nil),                 // 107: corpus.v1.DnsRecord
-	(*Volume)(nil),                    // 108: corpus.v1.Volume
-	(*Project)(nil),                   // 109: corpus.v1.Project
-	(*ProjectEnv)(nil),                // 110: corpus.v1.ProjectEnv
-	(*Release)(nil),                   // 111: corpus.v1.Release
-	(*ReleaseStep)(nil),               // 112: corpus.v1.ReleaseStep
-	(*DriverInfo)(nil),                // 113: corpus.v1.DriverInfo
-	(*GuestObserved)(nil),             // 114: corpus.v1.GuestObserved
-	(*VolumeObserved)(nil),            // 115: corpus.v1.VolumeObserved
-	(*User)(nil),                      // 116: corpus.v1.User
-	(*SshKey)(nil),                    // 117: corpus.v1.SshKey
+	(*StatusRequest)(nil),              // 0: corpus.v1.StatusRequest
+	(*StatusResponse)(nil),             // 1: corpus.v1.StatusResponse
+	(*CreateJoinTokenRequest)(nil),     // 2: corpus.v1.CreateJoinTokenRequest
+	(*CreateJoinTokenResponse)(nil),    // 3: corpus.v1.CreateJoinTokenResponse
+	(*ListNodesRequest)(nil),           // 4: corpus.v1.ListNodesRequest
+	(*ListNodesResponse)(nil),          // 5: corpus.v1.ListNodesResponse
+	(*GetNodeRequest)(nil),             // 6: corpus.v1.GetNodeRequest
+	(*GetNodeResponse)(nil),            // 7: corpus.v1.GetNodeResponse
+	(*NodeView)(nil),                   // 8: corpus.v1.NodeView
+	(*CreateGuestRequest)(nil),         // 9: corpus.v1.CreateGuestRequest
+	(*CreateGuestResponse)(nil),        // 10: corpus.v1.CreateGuestResponse
+	(*GetGuestRequest)(nil),            // 11: corpus.v1.GetGuestRequest
+	(*GetGuestResponse)(nil),           // 12: corpus.v1.GetGuestResponse
+	(*ListGuestsRequest)(nil),          // 13: corpus.v1.ListGuestsRequest
+	(*ListGuestsResponse)(nil),         // 14: corpus.v1.ListGuestsResponse
+	(*GuestActionRequest)(nil),         // 15: corpus.v1.GuestActionRequest
+	(*GuestActionResponse)(nil),        // 16: corpus.v1.GuestActionResponse
+	(*ExecGuestRequest)(nil),           // 17: corpus.v1.ExecGuestRequest
+	(*ExecOutput)(nil),                 // 18: corpus.v1.ExecOutput
+	(*CreateRouteRequest)(nil),         // 19: corpus.v1.CreateRouteRequest
+	(*CreateRouteResponse)(nil),        // 20: corpus.v1.CreateRouteResponse
+	(*ListRoutesRequest)(nil),          // 21: corpus.v1.ListRoutesRequest
+	(*RouteView)(nil),                  // 22: corpus.v1.RouteView
+	(*ListRoutesResponse)(nil),         // 23: corpus.v1.ListRoutesResponse
+	(*NatView)(nil),                    // 24: corpus.v1.NatView
+	(*DeleteRouteRequest)(nil),         // 25: corpus.v1.DeleteRouteRequest
+	(*DeleteRouteResponse)(nil),        // 26: corpus.v1.DeleteRouteResponse
+	(*MoveRouteRequest)(nil),           // 27: corpus.v1.MoveRouteRequest
+	(*MoveRouteResponse)(nil),          // 28: corpus.v1.MoveRouteResponse
+	(*ListRecordsRequest)(nil),         // 29: corpus.v1.ListRecordsRequest
+	(*ZoneRecord)(nil),                 // 30: corpus.v1.ZoneRecord
+	(*ListRecordsResponse)(nil),        // 31: corpus.v1.ListRecordsResponse
+	(*AddRecordRequest)(nil),           // 32: corpus.v1.AddRecordRequest
+	(*AddRecordResponse)(nil),          // 33: corpus.v1.AddRecordResponse
+	(*DeleteRecordRequest)(nil),        // 34: corpus.v1.DeleteRecordRequest
+	(*DeleteRecordResponse)(nil),       // 35: corpus.v1.DeleteRecordResponse
+	(*SnapshotVolumeRequest)(nil),      // 36: corpus.v1.SnapshotVolumeRequest
+	(*SnapshotVolumeResponse)(nil),     // 37: corpus.v1.SnapshotVolumeResponse
+	(*MoveVolumeRequest)(nil),          // 38: corpus.v1.MoveVolumeRequest
+	(*MoveVolumeProgress)(nil),         // 39: corpus.v1.MoveVolumeProgress
+	(*ResizeVolumeRequest)(nil),        // 40: corpus.v1.ResizeVolumeRequest
+	(*ResizeVolumeResponse)(nil),       // 41: corpus.v1.ResizeVolumeResponse
+	(*ListVolumesRequest)(nil),         // 42: corpus.v1.ListVolumesRequest
+	(*VolumeView)(nil),                 // 43: corpus.v1.VolumeView
+	(*ListVolumesResponse)(nil),        // 44: corpus.v1.ListVolumesResponse
+	(*GetVolumeRequest)(nil),           // 45: corpus.v1.GetVolumeRequest
+	(*GetVolumeResponse)(nil),          // 46: corpus.v1.GetVolumeResponse
+	(*DeleteVolumeRequest)(nil),        // 47: corpus.v1.DeleteVolumeRequest
+	(*DeleteVolumeResponse)(nil),       // 48: corpus.v1.DeleteVolumeResponse
+	(*SetManifestDomainsRequest)(nil),  // 49: corpus.v1.SetManifestDomainsRequest
+	(*SetManifestDomainsResponse)(nil), // 50: corpus.v1.SetManifestDomainsResponse
+	(*GitAccessRequest)(nil),           // 51: corpus.v1.GitAccessRequest
+	(*GitAccessResponse)(nil),          // 52: corpus.v1.GitAccessResponse
+	(*BeginReleaseRequest)(nil),        // 53: corpus.v1.BeginReleaseRequest
+	(*BeginReleaseResponse)(nil),       // 54: corpus.v1.BeginReleaseResponse
+	(*FinishReleaseRequest)(nil),       // 55: corpus.v1.FinishReleaseRequest
+	(*FinishReleaseResponse)(nil),      // 56: corpus.v1.FinishReleaseResponse
+	(*SetCurrentReleaseRequest)(nil),   // 57: corpus.v1.SetCurrentReleaseRequest
+	(*SetCurrentReleaseResponse)(nil),  // 58: corpus.v1.SetCurrentReleaseResponse
+	(*PruneReleasesRequest)(nil),       // 59: corpus.v1.PruneReleasesRequest
+	(*PruneReleasesResponse)(nil),      // 60: corpus.v1.PruneReleasesResponse
+	(*EnrollRequest)(nil),              // 61: corpus.v1.EnrollRequest
+	(*EnrollResponse)(nil),             // 62: corpus.v1.EnrollResponse
+	(*WatchRequest)(nil),               // 63: corpus.v1.WatchRequest
+	(*WatchResponse)(nil),              // 64: corpus.v1.WatchResponse
+	(*ReportRequest)(nil),              // 65: corpus.v1.ReportRequest
+	(*ReportedGuest)(nil),              // 66: corpus.v1.ReportedGuest
+	(*ReportedVolume)(nil),             // 67: corpus.v1.ReportedVolume
+	(*ReportResponse)(nil),             // 68: corpus.v1.ReportResponse
+	(*ExportVolumeRequest)(nil),        // 69: corpus.v1.ExportVolumeRequest
+	(*VolumeChunk)(nil),                // 70: corpus.v1.VolumeChunk
+	(*ImportVolumeResponse)(nil),       // 71: corpus.v1.ImportVolumeResponse
+	(*CreateUserRequest)(nil),          // 72: corpus.v1.CreateUserRequest
+	(*CreateUserResponse)(nil),         // 73: corpus.v1.CreateUserResponse
+	(*ListUsersRequest)(nil),           // 74: corpus.v1.ListUsersRequest
+	(*ListUsersResponse)(nil),          // 75: corpus.v1.ListUsersResponse
+	(*DeleteUserRequest)(nil),          // 76: corpus.v1.DeleteUserRequest
+	(*DeleteUserResponse)(nil),         // 77: corpus.v1.DeleteUserResponse
+	(*AddKeyRequest)(nil),              // 78: corpus.v1.AddKeyRequest
+	(*AddKeyResponse)(nil),             // 79: corpus.v1.AddKeyResponse
+	(*DeleteKeyRequest)(nil),           // 80: corpus.v1.DeleteKeyRequest
+	(*DeleteKeyResponse)(nil),          // 81: corpus.v1.DeleteKeyResponse
+	(*CreateProjectRequest)(nil),       // 82: corpus.v1.CreateProjectRequest
+	(*CreateProjectResponse)(nil),      // 83: corpus.v1.CreateProjectResponse
+	(*ListProjectsRequest)(nil),        // 84: corpus.v1.ListProjectsRequest
+	(*ListProjectsResponse)(nil),       // 85: corpus.v1.ListProjectsResponse
+	(*ProjectView)(nil),                // 86: corpus.v1.ProjectView
+	(*ProjectEnvView)(nil),             // 87: corpus.v1.ProjectEnvView
+	(*GetProjectRequest)(nil),          // 88: corpus.v1.GetProjectRequest
+	(*GetProjectResponse)(nil),         // 89: corpus.v1.GetProjectResponse
+	(*DeleteProjectRequest)(nil),       // 90: corpus.v1.DeleteProjectRequest
+	(*DeleteProjectResponse)(nil),      // 91: corpus.v1.DeleteProjectResponse
+	(*GrantProjectRequest)(nil),        // 92: corpus.v1.GrantProjectRequest
+	(*GrantProjectResponse)(nil),       // 93: corpus.v1.GrantProjectResponse
+	(*ListReleasesRequest)(nil),        // 94: corpus.v1.ListReleasesRequest
+	(*ListReleasesResponse)(nil),       // 95: corpus.v1.ListReleasesResponse
+	(*GetReleaseRequest)(nil),          // 96: corpus.v1.GetReleaseRequest
+	(*GetReleaseResponse)(nil),         // 97: corpus.v1.GetReleaseResponse
+	(*RollbackRequest)(nil),            // 98: corpus.v1.RollbackRequest
+	(*RollbackOutput)(nil),             // 99: corpus.v1.RollbackOutput
+	nil,                                // 100: corpus.v1.ExecGuestRequest.EnvEntry
+	nil,                                // 101: corpus.v1.EnrollRequest.LabelsEntry
+	(*JoinToken)(nil),                  // 102: corpus.v1.JoinToken
+	(*Node)(nil),                       // 103: corpus.v1.Node
+	(*Resources)(nil),                  // 104: corpus.v1.Resources
+	(*GuestSpec)(nil),                  // 105: corpus.v1.GuestSpec
+	(*Guest)(nil),                      // 106: corpus.v1.Guest
+	(*Route)(nil),                      // 107: corpus.v1.Route
+	(*Port)(nil),                       // 108: corpus.v1.Port
+	(*DnsRecord)(nil),                  // 109: corpus.v1.DnsRecord
+	(*Volume)(nil),                     // 110: corpus.v1.Volume
+	(*Project)(nil),                    // 111: corpus.v1.Project
+	(*ProjectEnv)(nil),                 // 112: corpus.v1.ProjectEnv
+	(*Release)(nil),                    // 113: corpus.v1.Release
+	(*ReleaseStep)(nil),                // 114: corpus.v1.ReleaseStep
+	(*DriverInfo)(nil),                 // 115: corpus.v1.DriverInfo
+	(*GuestObserved)(nil),              // 116: corpus.v1.GuestObserved
+	(*VolumeObserved)(nil),             // 117: corpus.v1.VolumeObserved
+	(*User)(nil),                       // 118: corpus.v1.User
+	(*SshKey)(nil),                     // 119: corpus.v1.SshKey
 }
 var file_corpus_v1_api_proto_depIdxs = []int32{
-	100, // 0: corpus.v1.CreateJoinTokenResponse.info:type_name -> corpus.v1.JoinToken
+	102, // 0: corpus.v1.CreateJoinTokenResponse.info:type_name -> corpus.v1.JoinToken
 	8,   // 1: corpus.v1.ListNodesResponse.nodes:type_name -> corpus.v1.NodeView
 	8,   // 2: corpus.v1.GetNodeResponse.node:type_name -> corpus.v1.NodeView
-	101, // 3: corpus.v1.NodeView.node:type_name -> corpus.v1.Node
-	102, // 4: corpus.v1.NodeView.allocated:type_name -> corpus.v1.Resources
-	103, // 5: corpus.v1.CreateGuestRequest.spec:type_name -> corpus.v1.GuestSpec
-	104, // 6: corpus.v1.CreateGuestResponse.guest:type_name -> corpus.v1.Guest
-	104, // 7: corpus.v1.GetGuestResponse.guest:type_name -> corpus.v1.Guest
+	103, // 3: corpus.v1.NodeView.node:type_name -> corpus.v1.Node
+	104, // 4: corpus.v1.NodeView.allocated:type_name -> corpus.v1.Resources
+	105, // 5: corpus.v1.CreateGuestRequest.spec:type_name -> corpus.v1.GuestSpec
+	106, // 6: corpus.v1.CreateGuestResponse.guest:type_name -> corpus.v1.Guest
+	106, // 7: corpus.v1.GetGuestResponse.guest:type_name -> corpus.v1.Guest
 	12,  // 8: corpus.v1.ListGuestsResponse.guests:type_name -> corpus.v1.GetGuestResponse
-	104, // 9: corpus.v1.GuestActionResponse.guest:type_name -> corpus.v1.Guest
-	98,  // 10: corpus.v1.ExecGuestRequest.env:type_name -> corpus.v1.ExecGuestRequest.EnvEntry
-	105, // 11: corpus.v1.CreateRouteResponse.route:type_name -> corpus.v1.Route
-	105, // 12: corpus.v1.RouteView.route:type_name -> corpus.v1.Route
+	106, // 9: corpus.v1.GuestActionResponse.guest:type_name -> corpus.v1.Guest
+	100, // 10: corpus.v1.ExecGuestRequest.env:type_name -> corpus.v1.ExecGuestRequest.EnvEntry
+	107, // 11: corpus.v1.CreateRouteResponse.route:type_name -> corpus.v1.Route
+	107, // 12: corpus.v1.RouteView.route:type_name -> corpus.v1.Route
 	22,  // 13: corpus.v1.ListRoutesResponse.routes:type_name -> corpus.v1.RouteView
 	24,  // 14: corpus.v1.ListRoutesResponse.nat:type_name -> corpus.v1.NatView
-	106, // 15: corpus.v1.NatView.port:type_name -> corpus.v1.Port
-	105, // 16: corpus.v1.DeleteRouteResponse.route:type_name -> corpus.v1.Route
-	105, // 17: corpus.v1.MoveRouteResponse.route:type_name -> corpus.v1.Route
+	108, // 15: corpus.v1.NatView.port:type_name -> corpus.v1.Port
+	107, // 16: corpus.v1.DeleteRouteResponse.route:type_name -> corpus.v1.Route
+	107, // 17: corpus.v1.MoveRouteResponse.route:type_name -> corpus.v1.Route
 	30,  // 18: corpus.v1.ListRecordsResponse.records:type_name -> corpus.v1.ZoneRecord
-	107, // 19: corpus.v1.AddRecordResponse.record:type_name -> corpus.v1.DnsRecord
-	107, // 20: corpus.v1.DeleteRecordResponse.record:type_name -> corpus.v1.DnsRecord
-	108, // 21: corpus.v1.MoveVolumeProgress.volume:type_name -> corpus.v1.Volume
-	108, // 22: corpus.v1.ResizeVolumeResponse.volume:type_name -> corpus.v1.Volume
-	108, // 23: corpus.v1.VolumeView.volume:type_name -> corpus.v1.Volume
+	109, // 19: corpus.v1.AddRecordResponse.record:type_name -> corpus.v1.DnsRecord
+	109, // 20: corpus.v1.DeleteRecordResponse.record:type_name -> corpus.v1.DnsRecord
+	110, // 21: corpus.v1.MoveVolumeProgress.volume:type_name -> corpus.v1.Volume
+	110, // 22: corpus.v1.ResizeVolumeResponse.volume:type_name -> corpus.v1.Volume
+	110, // 23: corpus.v1.VolumeView.volume:type_name -> corpus.v1.Volume
 	43,  // 24: corpus.v1.ListVolumesResponse.volumes:type_name -> corpus.v1.VolumeView
 	43,  // 25: corpus.v1.GetVolumeResponse.volume:type_name -> corpus.v1.VolumeView
-	108, // 26: corpus.v1.DeleteVolumeResponse.volume:type_name -> corpus.v1.Volume
-	109, // 27: corpus.v1.GitAccessResponse.project:type_name -> corpus.v1.Project
-	110, // 28: corpus.v1.GitAccessResponse.env:type_name -> corpus.v1.ProjectEnv
-	111, // 29: corpus.v1.GitAccessResponse.releases:type_name -> corpus.v1.Release
-	111, // 30: corpus.v1.BeginReleaseResponse.release:type_name -> corpus.v1.Release
-	112, // 31: corpus.v1.FinishReleaseRequest.steps:type_name -> corpus.v1.ReleaseStep
-	111, // 32: corpus.v1.FinishReleaseResponse.release:type_name -> corpus.v1.Release
-	99,  // 33: corpus.v1.EnrollRequest.labels:type_name -> corpus.v1.EnrollRequest.LabelsEntry
-	102, // 34: corpus.v1.EnrollRequest.capacity:type_name -> corpus.v1.Resources
-	113, // 35: corpus.v1.EnrollRequest.drivers:type_name -> corpus.v1.DriverInfo
-	101, // 36: corpus.v1.WatchResponse.node:type_name -> corpus.v1.Node
-	104, // 37: corpus.v1.WatchResponse.guests:type_name -> corpus.v1.Guest
-	105, // 38: corpus.v1.WatchResponse.routes:type_name -> corpus.v1.Route
-	108, // 39: corpus.v1.WatchResponse.volumes:type_name -> corpus.v1.Volume
-	102, // 40: corpus.v1.ReportRequest.capacity:type_name -> corpus.v1.Resources
-	113, // 41: corpus.v1.ReportRequest.drivers:type_name -> corpus.v1.DriverInfo
-	64,  // 42: corpus.v1.ReportRequest.guests:type_name -> corpus.v1.ReportedGuest
-	65,  // 43: corpus.v1.ReportRequest.volumes:type_name -> corpus.v1.ReportedVolume
-	114, // 44: corpus.v1.ReportedGuest.observed:type_name -> corpus.v1.GuestObserved
-	115, // 45: corpus.v1.ReportedVolume.observed:type_name -> corpus.v1.VolumeObserved
-	116, // 46: corpus.v1.CreateUserResponse.user:type_name -> corpus.v1.User
-	116, // 47: corpus.v1.ListUsersResponse.users:type_name -> corpus.v1.User
-	116, // 48: corpus.v1.DeleteUserResponse.user:type_name -> corpus.v1.User
-	117, // 49: corpus.v1.AddKeyResponse.key:type_name -> corpus.v1.SshKey
-	102, // 50: corpus.v1.CreateProjectRequest.resources:type_name -> corpus.v1.Resources
-	109, // 51: corpus.v1.CreateProjectResponse.project:type_name -> corpus.v1.Project
-	84,  // 52: corpus.v1.ListProjectsResponse.projects:type_name -> corpus.v1.ProjectView
-	109, // 53: corpus.v1.ProjectView.project:type_name -> corpus.v1.Project
-	85,  // 54: corpus.v1.ProjectView.envs:type_name -> corpus.v1.ProjectEnvView
-	84,  // 55: corpus.v1.GetProjectResponse.project:type_name -> corpus.v1.ProjectView
-	109, // 56: corpus.v1.GrantProjectResponse.project:type_name -> corpus.v1.Project
-	111, // 57: corpus.v1.ListReleasesResponse.releases:type_name -> corpus.v1.Release
-	111, // 58: corpus.v1.GetReleaseResponse.release:type_name -> corpus.v1.Release
+	110, // 26: corpus.v1.DeleteVolumeResponse.volume:type_name -> corpus.v1.Volume
+	111, // 27: corpus.v1.GitAccessResponse.project:type_name -> corpus.v1.Project
+	112, // 28: corpus.v1.GitAccessResponse.env:type_name -> corpus.v1.ProjectEnv
+	113, // 29: corpus.v1.GitAccessResponse.releases:type_name -> corpus.v1.Release
+	113, // 30: corpus.v1.BeginReleaseResponse.release:type_name -> corpus.v1.Release
+	114, // 31: corpus.v1.FinishReleaseRequest.steps:type_name -> corpus.v1.ReleaseStep
+	113, // 32: corpus.v1.FinishReleaseResponse.release:type_name -> corpus.v1.Release
+	101, // 33: corpus.v1.EnrollRequest.labels:type_name -> corpus.v1.EnrollRequest.LabelsEntry
+	104, // 34: corpus.v1.EnrollRequest.capacity:type_name -> corpus.v1.Resources
+	115, // 35: corpus.v1.EnrollRequest.drivers:type_name -> corpus.v1.DriverInfo
+	103, // 36: corpus.v1.WatchResponse.node:type_name -> corpus.v1.Node
+	106, // 37: corpus.v1.WatchResponse.guests:type_name -> corpus.v1.Guest
+	107, // 38: corpus.v1.WatchResponse.routes:type_name -> corpus.v1.Route
+	110, // 39: corpus.v1.WatchResponse.volumes:type_name -> corpus.v1.Volume
+	104, // 40: corpus.v1.ReportRequest.capacity:type_name -> corpus.v1.Resources
+	115, // 41: corpus.v1.ReportRequest.drivers:type_name -> corpus.v1.DriverInfo
+	66,  // 42: corpus.v1.ReportRequest.guests:type_name -> corpus.v1.ReportedGuest
+	67,  // 43: corpus.v1.ReportRequest.volumes:type_name -> corpus.v1.ReportedVolume
+	116, // 44: corpus.v1.ReportedGuest.observed:type_name -> corpus.v1.GuestObserved
+	117, // 45: corpus.v1.ReportedVolume.observed:type_name -> corpus.v1.VolumeObserved
+	118, // 46: corpus.v1.CreateUserResponse.user:type_name -> corpus.v1.User
+	118, // 47: corpus.v1.ListUsersResponse.users:type_name -> corpus.v1.User
+	118, // 48: corpus.v1.DeleteUserResponse.user:type_name -> corpus.v1.User
+	119, // 49: corpus.v1.AddKeyResponse.key:type_name -> corpus.v1.SshKey
+	104, // 50: corpus.v1.CreateProjectRequest.resources:type_name -> corpus.v1.Resources
+	111, // 51: corpus.v1.CreateProjectResponse.project:type_name -> corpus.v1.Project
+	86,  // 52: corpus.v1.ListProjectsResponse.projects:type_name -> corpus.v1.ProjectView
+	111, // 53: corpus.v1.ProjectView.project:type_name -> corpus.v1.Project
+	87,  // 54: corpus.v1.ProjectView.envs:type_name -> corpus.v1.ProjectEnvView
+	86,  // 55: corpus.v1.GetProjectResponse.project:type_name -> corpus.v1.ProjectView
+	111, // 56: corpus.v1.GrantProjectResponse.project:type_name -> corpus.v1.Project
+	113, // 57: corpus.v1.ListReleasesResponse.releases:type_name -> corpus.v1.Release
+	113, // 58: corpus.v1.GetReleaseResponse.release:type_name -> corpus.v1.Release
 	0,   // 59: corpus.v1.ClusterService.Status:input_type -> corpus.v1.StatusRequest
 	2,   // 60: corpus.v1.NodeService.CreateJoinToken:input_type -> corpus.v1.CreateJoinTokenRequest
 	4,   // 61: corpus.v1.NodeService.ListNodes:input_type -> corpus.v1.ListNodesRequest
@@ -6256,84 +6360,86 @@ var file_corpus_v1_api_proto_depIdxs = []int32{
 	40,  // 80: corpus.v1.VolumeService.ResizeVolume:input_type -> corpus.v1.ResizeVolumeRequest
 	38,  // 81: corpus.v1.VolumeService.MoveVolume:input_type -> corpus.v1.MoveVolumeRequest
 	36,  // 82: corpus.v1.VolumeService.SnapshotVolume:input_type -> corpus.v1.SnapshotVolumeRequest
-	59,  // 83: corpus.v1.AgentService.Enroll:input_type -> corpus.v1.EnrollRequest
-	61,  // 84: corpus.v1.AgentService.Watch:input_type -> corpus.v1.WatchRequest
-	63,  // 85: corpus.v1.AgentService.Report:input_type -> corpus.v1.ReportRequest
-	49,  // 86: corpus.v1.AgentService.GitAccess:input_type -> corpus.v1.GitAccessRequest
-	51,  // 87: corpus.v1.AgentService.BeginRelease:input_type -> corpus.v1.BeginReleaseRequest
-	53,  // 88: corpus.v1.AgentService.FinishRelease:input_type -> corpus.v1.FinishReleaseRequest
-	55,  // 89: corpus.v1.AgentService.SetCurrentRelease:input_type -> corpus.v1.SetCurrentReleaseRequest
-	57,  // 90: corpus.v1.AgentService.PruneReleases:input_type -> corpus.v1.PruneReleasesRequest
-	17,  // 91: corpus.v1.NodeAgentService.Exec:input_type -> corpus.v1.ExecGuestRequest
-	67,  // 92: corpus.v1.NodeAgentService.ExportVolume:input_type -> corpus.v1.ExportVolumeRequest
-	68,  // 93: corpus.v1.NodeAgentService.ImportVolume:input_type -> corpus.v1.VolumeChunk
-	36,  // 94: corpus.v1.NodeAgentService.SnapshotVolume:input_type -> corpus.v1.SnapshotVolumeRequest
-	96,  // 95: corpus.v1.NodeAgentService.Rollback:input_type -> corpus.v1.RollbackRequest
-	70,  // 96: corpus.v1.UserService.CreateUser:input_type -> corpus.v1.CreateUserRequest
-	72,  // 97: corpus.v1.UserService.ListUsers:input_type -> corpus.v1.ListUsersRequest
-	74,  // 98: corpus.v1.UserService.DeleteUser:input_type -> corpus.v1.DeleteUserRequest
-	76,  // 99: corpus.v1.UserService.AddKey:input_type -> corpus.v1.AddKeyRequest
-	78,  // 100: corpus.v1.UserService.DeleteKey:input_type -> corpus.v1.DeleteKeyRequest
-	80,  // 101: corpus.v1.ProjectService.CreateProject:input_type -> corpus.v1.CreateProjectRequest
-	82,  // 102: corpus.v1.ProjectService.ListProjects:input_type -> corpus.v1.ListProjectsRequest
-	86,  // 103: corpus.v1.ProjectService.GetProject:input_type -> corpus.v1.GetProjectRequest
-	88,  // 104: corpus.v1.ProjectService.DeleteProject:input_type -> corpus.v1.DeleteProjectRequest
-	90,  // 105: corpus.v1.ProjectService.GrantProject:input_type -> corpus.v1.GrantProjectRequest
-	92,  // 106: corpus.v1.ProjectService.ListReleases:input_type -> corpus.v1.ListReleasesRequest
-	94,  // 107: corpus.v1.ProjectService.GetRelease:input_type -> corpus.v1.GetReleaseRequest
-	96,  // 108: corpus.v1.ProjectService.Rollback:input_type -> corpus.v1.RollbackRequest
-	1,   // 109: corpus.v1.ClusterService.Status:output_type -> corpus.v1.StatusResponse
-	3,   // 110: corpus.v1.NodeService.CreateJoinToken:output_type -> corpus.v1.CreateJoinTokenResponse
-	5,   // 111: corpus.v1.NodeService.ListNodes:output_type -> corpus.v1.ListNodesResponse
-	7,   // 112: corpus.v1.NodeService.GetNode:output_type -> corpus.v1.GetNodeResponse
-	10,  // 113: corpus.v1.GuestService.CreateGuest:output_type -> corpus.v1.CreateGuestResponse
-	12,  // 114: corpus.v1.GuestService.GetGuest:output_type -> corpus.v1.GetGuestResponse
-	14,  // 115: corpus.v1.GuestService.ListGuests:output_type -> corpus.v1.ListGuestsResponse
-	16,  // 116: corpus.v1.GuestService.StartGuest:output_type -> corpus.v1.GuestActionResponse
-	16,  // 117: corpus.v1.GuestService.StopGuest:output_type -> corpus.v1.GuestActionResponse
-	16,  // 118: corpus.v1.GuestService.DeleteGuest:output_type -> corpus.v1.GuestActionResponse
-	18,  // 119: corpus.v1.GuestService.ExecGuest:output_type -> corpus.v1.ExecOutput
-	20,  // 120: corpus.v1.IngressService.CreateRoute:output_type -> corpus.v1.CreateRouteResponse
-	23,  // 121: corpus.v1.IngressService.ListRoutes:output_type -> corpus.v1.ListRoutesResponse
-	26,  // 122: corpus.v1.IngressService.DeleteRoute:output_type -> corpus.v1.DeleteRouteResponse
-	28,  // 123: corpus.v1.IngressService.MoveRoute:output_type -> corpus.v1.MoveRouteResponse
-	31,  // 124: corpus.v1.DnsService.ListRecords:output_type -> corpus.v1.ListRecordsResponse
-	33,  // 125: corpus.v1.DnsService.AddRecord:output_type -> corpus.v1.AddRecordResponse
-	35,  // 126: corpus.v1.DnsService.DeleteRecord:output_type -> corpus.v1.DeleteRecordResponse
-	44,  // 127: corpus.v1.VolumeService.ListVolumes:output_type -> corpus.v1.ListVolumesResponse
-	46,  // 128: corpus.v1.VolumeService.GetVolume:output_type -> corpus.v1.GetVolumeResponse
-	48,  // 129: corpus.v1.VolumeService.DeleteVolume:output_type -> corpus.v1.DeleteVolumeResponse
-	41,  // 130: corpus.v1.VolumeService.ResizeVolume:output_type -> corpus.v1.ResizeVolumeResponse
-	39,  // 131: corpus.v1.VolumeService.MoveVolume:output_type -> corpus.v1.MoveVolumeProgress
-	37,  // 132: corpus.v1.VolumeService.SnapshotVolume:output_type -> corpus.v1.SnapshotVolumeResponse
-	60,  // 133: corpus.v1.AgentService.Enroll:output_type -> corpus.v1.EnrollResponse
-	62,  // 134: corpus.v1.AgentService.Watch:output_type -> corpus.v1.WatchResponse
-	66,  // 135: corpus.v1.AgentService.Report:output_type -> corpus.v1.ReportResponse
-	50,  // 136: corpus.v1.AgentService.GitAccess:output_type -> corpus.v1.GitAccessResponse
-	52,  // 137: corpus.v1.AgentService.BeginRelease:output_type -> corpus.v1.BeginReleaseResponse
-	54,  // 138: corpus.v1.AgentService.FinishRelease:output_type -> corpus.v1.FinishReleaseResponse
-	56,  // 139: corpus.v1.AgentService.SetCurrentRelease:output_type -> corpus.v1.SetCurrentReleaseResponse
-	58,  // 140: corpus.v1.AgentService.PruneReleases:output_type -> corpus.v1.PruneReleasesResponse
-	18,  // 141: corpus.v1.NodeAgentService.Exec:output_type -> corpus.v1.ExecOutput
-	68,  // 142: corpus.v1.NodeAgentService.ExportVolume:output_type -> corpus.v1.VolumeChunk
-	69,  // 143: corpus.v1.NodeAgentService.ImportVolume:output_type -> corpus.v1.ImportVolumeResponse
-	37,  // 144: corpus.v1.NodeAgentService.SnapshotVolume:output_type -> corpus.v1.SnapshotVolumeResponse
-	97,  // 145: corpus.v1.NodeAgentService.Rollback:output_type -> corpus.v1.RollbackOutput
-	71,  // 146: corpus.v1.UserService.CreateUser:output_type -> corpus.v1.CreateUserResponse
-	73,  // 147: corpus.v1.UserService.ListUsers:output_type -> corpus.v1.ListUsersResponse
-	75,  // 148: corpus.v1.UserService.DeleteUser:output_type -> corpus.v1.DeleteUserResponse
-	77,  // 149: corpus.v1.UserService.AddKey:output_type -> corpus.v1.AddKeyResponse
-	79,  // 150: corpus.v1.UserService.DeleteKey:output_type -> corpus.v1.DeleteKeyResponse
-	81,  // 151: corpus.v1.ProjectService.CreateProject:output_type -> corpus.v1.CreateProjectResponse
-	83,  // 152: corpus.v1.ProjectService.ListProjects:output_type -> corpus.v1.ListProjectsResponse
-	87,  // 153: corpus.v1.ProjectService.GetProject:output_type -> corpus.v1.GetProjectResponse
-	89,  // 154: corpus.v1.ProjectService.DeleteProject:output_type -> corpus.v1.DeleteProjectResponse
-	91,  // 155: corpus.v1.ProjectService.GrantProject:output_type -> corpus.v1.GrantProjectResponse
-	93,  // 156: corpus.v1.ProjectService.ListReleases:output_type -> corpus.v1.ListReleasesResponse
-	95,  // 157: corpus.v1.ProjectService.GetRelease:output_type -> corpus.v1.GetReleaseResponse
-	97,  // 158: corpus.v1.ProjectService.Rollback:output_type -> corpus.v1.RollbackOutput
-	109, // [109:159] is the sub-list for method output_type
-	59,  // [59:109] is the sub-list for method input_type
+	61,  // 83: corpus.v1.AgentService.Enroll:input_type -> corpus.v1.EnrollRequest
+	63,  // 84: corpus.v1.AgentService.Watch:input_type -> corpus.v1.WatchRequest
+	65,  // 85: corpus.v1.AgentService.Report:input_type -> corpus.v1.ReportRequest
+	51,  // 86: corpus.v1.AgentService.GitAccess:input_type -> corpus.v1.GitAccessRequest
+	53,  // 87: corpus.v1.AgentService.BeginRelease:input_type -> corpus.v1.BeginReleaseRequest
+	55,  // 88: corpus.v1.AgentService.FinishRelease:input_type -> corpus.v1.FinishReleaseRequest
+	57,  // 89: corpus.v1.AgentService.SetCurrentRelease:input_type -> corpus.v1.SetCurrentReleaseRequest
+	59,  // 90: corpus.v1.AgentService.PruneReleases:input_type -> corpus.v1.PruneReleasesRequest
+	49,  // 91: corpus.v1.AgentService.SetManifestDomains:input_type -> corpus.v1.SetManifestDomainsRequest
+	17,  // 92: corpus.v1.NodeAgentService.Exec:input_type -> corpus.v1.ExecGuestRequest
+	69,  // 93: corpus.v1.NodeAgentService.ExportVolume:input_type -> corpus.v1.ExportVolumeRequest
+	70,  // 94: corpus.v1.NodeAgentService.ImportVolume:input_type -> corpus.v1.VolumeChunk
+	36,  // 95: corpus.v1.NodeAgentService.SnapshotVolume:input_type -> corpus.v1.SnapshotVolumeRequest
+	98,  // 96: corpus.v1.NodeAgentService.Rollback:input_type -> corpus.v1.RollbackRequest
+	72,  // 97: corpus.v1.UserService.CreateUser:input_type -> corpus.v1.CreateUserRequest
+	74,  // 98: corpus.v1.UserService.ListUsers:input_type -> corpus.v1.ListUsersRequest
+	76,  // 99: corpus.v1.UserService.DeleteUser:input_type -> corpus.v1.DeleteUserRequest
+	78,  // 100: corpus.v1.UserService.AddKey:input_type -> corpus.v1.AddKeyRequest
+	80,  // 101: corpus.v1.UserService.DeleteKey:input_type -> corpus.v1.DeleteKeyRequest
+	82,  // 102: corpus.v1.ProjectService.CreateProject:input_type -> corpus.v1.CreateProjectRequest
+	84,  // 103: corpus.v1.ProjectService.ListProjects:input_type -> corpus.v1.ListProjectsRequest
+	88,  // 104: corpus.v1.ProjectService.GetProject:input_type -> corpus.v1.GetProjectRequest
+	90,  // 105: corpus.v1.ProjectService.DeleteProject:input_type -> corpus.v1.DeleteProjectRequest
+	92,  // 106: corpus.v1.ProjectService.GrantProject:input_type -> corpus.v1.GrantProjectRequest
+	94,  // 107: corpus.v1.ProjectService.ListReleases:input_type -> corpus.v1.ListReleasesRequest
+	96,  // 108: corpus.v1.ProjectService.GetRelease:input_type -> corpus.v1.GetReleaseRequest
+	98,  // 109: corpus.v1.ProjectService.Rollback:input_type -> corpus.v1.RollbackRequest
+	1,   // 110: corpus.v1.ClusterService.Status:output_type -> corpus.v1.StatusResponse
+	3,   // 111: corpus.v1.NodeService.CreateJoinToken:output_type -> corpus.v1.CreateJoinTokenResponse
+	5,   // 112: corpus.v1.NodeService.ListNodes:output_type -> corpus.v1.ListNodesResponse
+	7,   // 113: corpus.v1.NodeService.GetNode:output_type -> corpus.v1.GetNodeResponse
+	10,  // 114: corpus.v1.GuestService.CreateGuest:output_type -> corpus.v1.CreateGuestResponse
+	12,  // 115: corpus.v1.GuestService.GetGuest:output_type -> corpus.v1.GetGuestResponse
+	14,  // 116: corpus.v1.GuestService.ListGuests:output_type -> corpus.v1.ListGuestsResponse
+	16,  // 117: corpus.v1.GuestService.StartGuest:output_type -> corpus.v1.GuestActionResponse
+	16,  // 118: corpus.v1.GuestService.StopGuest:output_type -> corpus.v1.GuestActionResponse
+	16,  // 119: corpus.v1.GuestService.DeleteGuest:output_type -> corpus.v1.GuestActionResponse
+	18,  // 120: corpus.v1.GuestService.ExecGuest:output_type -> corpus.v1.ExecOutput
+	20,  // 121: corpus.v1.IngressService.CreateRoute:output_type -> corpus.v1.CreateRouteResponse
+	23,  // 122: corpus.v1.IngressService.ListRoutes:output_type -> corpus.v1.ListRoutesResponse
+	26,  // 123: corpus.v1.IngressService.DeleteRoute:output_type -> corpus.v1.DeleteRouteResponse
+	28,  // 124: corpus.v1.IngressService.MoveRoute:output_type -> corpus.v1.MoveRouteResponse
+	31,  // 125: corpus.v1.DnsService.ListRecords:output_type -> corpus.v1.ListRecordsResponse
+	33,  // 126: corpus.v1.DnsService.AddRecord:output_type -> corpus.v1.AddRecordResponse
+	35,  // 127: corpus.v1.DnsService.DeleteRecord:output_type -> corpus.v1.DeleteRecordResponse
+	44,  // 128: corpus.v1.VolumeService.ListVolumes:output_type -> corpus.v1.ListVolumesResponse
+	46,  // 129: corpus.v1.VolumeService.GetVolume:output_type -> corpus.v1.GetVolumeResponse
+	48,  // 130: corpus.v1.VolumeService.DeleteVolume:output_type -> corpus.v1.DeleteVolumeResponse
+	41,  // 131: corpus.v1.VolumeService.ResizeVolume:output_type -> corpus.v1.ResizeVolumeResponse
+	39,  // 132: corpus.v1.VolumeService.MoveVolume:output_type -> corpus.v1.MoveVolumeProgress
+	37,  // 133: corpus.v1.VolumeService.SnapshotVolume:output_type -> corpus.v1.SnapshotVolumeResponse
+	62,  // 134: corpus.v1.AgentService.Enroll:output_type -> corpus.v1.EnrollResponse
+	64,  // 135: corpus.v1.AgentService.Watch:output_type -> corpus.v1.WatchResponse
+	68,  // 136: corpus.v1.AgentService.Report:output_type -> corpus.v1.ReportResponse
+	52,  // 137: corpus.v1.AgentService.GitAccess:output_type -> corpus.v1.GitAccessResponse
+	54,  // 138: corpus.v1.AgentService.BeginRelease:output_type -> corpus.v1.BeginReleaseResponse
+	56,  // 139: corpus.v1.AgentService.FinishRelease:output_type -> corpus.v1.FinishReleaseResponse
+	58,  // 140: corpus.v1.AgentService.SetCurrentRelease:output_type -> corpus.v1.SetCurrentReleaseResponse
+	60,  // 141: corpus.v1.AgentService.PruneReleases:output_type -> corpus.v1.PruneReleasesResponse
+	50,  // 142: corpus.v1.AgentService.SetManifestDomains:output_type -> corpus.v1.SetManifestDomainsResponse
+	18,  // 143: corpus.v1.NodeAgentService.Exec:output_type -> corpus.v1.ExecOutput
+	70,  // 144: corpus.v1.NodeAgentService.ExportVolume:output_type -> corpus.v1.VolumeChunk
+	71,  // 145: corpus.v1.NodeAgentService.ImportVolume:output_type -> corpus.v1.ImportVolumeResponse
+	37,  // 146: corpus.v1.NodeAgentService.SnapshotVolume:output_type -> corpus.v1.SnapshotVolumeResponse
+	99,  // 147: corpus.v1.NodeAgentService.Rollback:output_type -> corpus.v1.RollbackOutput
+	73,  // 148: corpus.v1.UserService.CreateUser:output_type -> corpus.v1.CreateUserResponse
+	75,  // 149: corpus.v1.UserService.ListUsers:output_type -> corpus.v1.ListUsersResponse
+	77,  // 150: corpus.v1.UserService.DeleteUser:output_type -> corpus.v1.DeleteUserResponse
+	79,  // 151: corpus.v1.UserService.AddKey:output_type -> corpus.v1.AddKeyResponse
+	81,  // 152: corpus.v1.UserService.DeleteKey:output_type -> corpus.v1.DeleteKeyResponse
+	83,  // 153: corpus.v1.ProjectService.CreateProject:output_type -> corpus.v1.CreateProjectResponse
+	85,  // 154: corpus.v1.ProjectService.ListProjects:output_type -> corpus.v1.ListProjectsResponse
+	89,  // 155: corpus.v1.ProjectService.GetProject:output_type -> corpus.v1.GetProjectResponse
+	91,  // 156: corpus.v1.ProjectService.DeleteProject:output_type -> corpus.v1.DeleteProjectResponse
+	93,  // 157: corpus.v1.ProjectService.GrantProject:output_type -> corpus.v1.GrantProjectResponse
+	95,  // 158: corpus.v1.ProjectService.ListReleases:output_type -> corpus.v1.ListReleasesResponse
+	97,  // 159: corpus.v1.ProjectService.GetRelease:output_type -> corpus.v1.GetReleaseResponse
+	99,  // 160: corpus.v1.ProjectService.Rollback:output_type -> corpus.v1.RollbackOutput
+	110, // [110:161] is the sub-list for method output_type
+	59,  // [59:110] is the sub-list for method input_type
 	59,  // [59:59] is the sub-list for extension type_name
 	59,  // [59:59] is the sub-list for extension extendee
 	0,   // [0:59] is the sub-list for field type_name
@@ -6351,7 +6457,7 @@ func file_corpus_v1_api_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_corpus_v1_api_proto_rawDesc), len(file_corpus_v1_api_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   100,
+			NumMessages:   102,
 			NumExtensions: 0,
 			NumServices:   10,
 		},

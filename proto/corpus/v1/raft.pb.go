@@ -68,6 +68,7 @@ type Command struct {
 	//	*Command_FinishRelease
 	//	*Command_SetCurrentRelease
 	//	*Command_PruneReleases
+	//	*Command_SetManifestDomains
 	Cmd           isCommand_Cmd `protobuf_oneof:"cmd"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -392,6 +393,15 @@ func (x *Command) GetPruneReleases() *PruneReleases {
 	return nil
 }
 
+func (x *Command) GetSetManifestDomains() *SetManifestDomains {
+	if x != nil {
+		if x, ok := x.Cmd.(*Command_SetManifestDomains); ok {
+			return x.SetManifestDomains
+		}
+	}
+	return nil
+}
+
 type isCommand_Cmd interface {
 	isCommand_Cmd()
 }
@@ -512,6 +522,10 @@ type Command_PruneReleases struct {
 	PruneReleases *PruneReleases `protobuf:"bytes,38,opt,name=prune_releases,json=pruneReleases,proto3,oneof"`
 }
 
+type Command_SetManifestDomains struct {
+	SetManifestDomains *SetManifestDomains `protobuf:"bytes,39,opt,name=set_manifest_domains,json=setManifestDomains,proto3,oneof"`
+}
+
 func (*Command_BootstrapCluster) isCommand_Cmd() {}
 
 func (*Command_CreateJoinToken) isCommand_Cmd() {}
@@ -569,6 +583,8 @@ func (*Command_FinishRelease) isCommand_Cmd() {}
 func (*Command_SetCurrentRelease) isCommand_Cmd() {}
 
 func (*Command_PruneReleases) isCommand_Cmd() {}
+
+func (*Command_SetManifestDomains) isCommand_Cmd() {}
 
 type BootstrapCluster struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -2345,6 +2361,86 @@ func (x *PruneReleases) GetNodeId() string {
 	return ""
 }
 
+// SetManifestDomains replaces the extra domains of a project environment
+// (from its corpus.yaml): routes are added for new ones and removed for
+// dropped ones, in one step.
+type SetManifestDomains struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Project string                 `protobuf:"bytes,1,opt,name=project,proto3" json:"project,omitempty"`
+	Env     string                 `protobuf:"bytes,2,opt,name=env,proto3" json:"env,omitempty"`
+	NodeId  string                 `protobuf:"bytes,3,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	Domains []string               `protobuf:"bytes,4,rep,name=domains,proto3" json:"domains,omitempty"`
+	// routes are the new routes, ids chosen by the leader.
+	Routes        []*Route `protobuf:"bytes,5,rep,name=routes,proto3" json:"routes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetManifestDomains) Reset() {
+	*x = SetManifestDomains{}
+	mi := &file_corpus_v1_raft_proto_msgTypes[32]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetManifestDomains) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetManifestDomains) ProtoMessage() {}
+
+func (x *SetManifestDomains) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_raft_proto_msgTypes[32]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetManifestDomains.ProtoReflect.Descriptor instead.
+func (*SetManifestDomains) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{32}
+}
+
+func (x *SetManifestDomains) GetProject() string {
+	if x != nil {
+		return x.Project
+	}
+	return ""
+}
+
+func (x *SetManifestDomains) GetEnv() string {
+	if x != nil {
+		return x.Env
+	}
+	return ""
+}
+
+func (x *SetManifestDomains) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+func (x *SetManifestDomains) GetDomains() []string {
+	if x != nil {
+		return x.Domains
+	}
+	return nil
+}
+
+func (x *SetManifestDomains) GetRoutes() []*Route {
+	if x != nil {
+		return x.Routes
+	}
+	return nil
+}
+
 // Snapshot is the whole state, written by FSM snapshots.
 type Snapshot struct {
 	state      protoimpl.MessageState `protogen:"open.v1"`
@@ -2367,7 +2463,7 @@ type Snapshot struct {
 
 func (x *Snapshot) Reset() {
 	*x = Snapshot{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[32]
+	mi := &file_corpus_v1_raft_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2379,7 +2475,7 @@ func (x *Snapshot) String() string {
 func (*Snapshot) ProtoMessage() {}
 
 func (x *Snapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[32]
+	mi := &file_corpus_v1_raft_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2392,7 +2488,7 @@ func (x *Snapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Snapshot.ProtoReflect.Descriptor instead.
 func (*Snapshot) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{32}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *Snapshot) GetVersion() uint32 {
@@ -2483,7 +2579,7 @@ var File_corpus_v1_raft_proto protoreflect.FileDescriptor
 
 const file_corpus_v1_raft_proto_rawDesc = "" +
 	"\n" +
-	"\x14corpus/v1/raft.proto\x12\tcorpus.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x15corpus/v1/types.proto\"\xc7\x0f\n" +
+	"\x14corpus/v1/raft.proto\x12\tcorpus.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x15corpus/v1/types.proto\"\x9a\x10\n" +
 	"\aCommand\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x12\x1c\n" +
 	"\tignorable\x18\x02 \x01(\bR\tignorable\x12,\n" +
@@ -2524,7 +2620,8 @@ const file_corpus_v1_raft_proto_rawDesc = "" +
 	"\rbegin_release\x18# \x01(\v2\x17.corpus.v1.BeginReleaseH\x00R\fbeginRelease\x12A\n" +
 	"\x0efinish_release\x18$ \x01(\v2\x18.corpus.v1.FinishReleaseH\x00R\rfinishRelease\x12N\n" +
 	"\x13set_current_release\x18% \x01(\v2\x1c.corpus.v1.SetCurrentReleaseH\x00R\x11setCurrentRelease\x12A\n" +
-	"\x0eprune_releases\x18& \x01(\v2\x18.corpus.v1.PruneReleasesH\x00R\rpruneReleasesB\x05\n" +
+	"\x0eprune_releases\x18& \x01(\v2\x18.corpus.v1.PruneReleasesH\x00R\rpruneReleases\x12Q\n" +
+	"\x14set_manifest_domains\x18' \x01(\v2\x1d.corpus.v1.SetManifestDomainsH\x00R\x12setManifestDomainsB\x05\n" +
 	"\x03cmd\"D\n" +
 	"\x10BootstrapCluster\x120\n" +
 	"\x06config\x18\x01 \x01(\v2\x18.corpus.v1.ClusterConfigR\x06config\"=\n" +
@@ -2649,7 +2746,13 @@ const file_corpus_v1_raft_proto_rawDesc = "" +
 	"\aproject\x18\x01 \x01(\tR\aproject\x12\x10\n" +
 	"\x03env\x18\x02 \x01(\tR\x03env\x12\x18\n" +
 	"\anumbers\x18\x03 \x03(\rR\anumbers\x12\x17\n" +
-	"\anode_id\x18\x04 \x01(\tR\x06nodeId\"\x89\x04\n" +
+	"\anode_id\x18\x04 \x01(\tR\x06nodeId\"\x9d\x01\n" +
+	"\x12SetManifestDomains\x12\x18\n" +
+	"\aproject\x18\x01 \x01(\tR\aproject\x12\x10\n" +
+	"\x03env\x18\x02 \x01(\tR\x03env\x12\x17\n" +
+	"\anode_id\x18\x03 \x01(\tR\x06nodeId\x12\x18\n" +
+	"\adomains\x18\x04 \x03(\tR\adomains\x12(\n" +
+	"\x06routes\x18\x05 \x03(\v2\x10.corpus.v1.RouteR\x06routes\"\x89\x04\n" +
 	"\bSnapshot\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x120\n" +
 	"\x06config\x18\x02 \x01(\v2\x18.corpus.v1.ClusterConfigR\x06config\x12%\n" +
@@ -2679,7 +2782,7 @@ func file_corpus_v1_raft_proto_rawDescGZIP() []byte {
 	return file_corpus_v1_raft_proto_rawDescData
 }
 
-var file_corpus_v1_raft_proto_msgTypes = make([]protoimpl.MessageInfo, 34)
+var file_corpus_v1_raft_proto_msgTypes = make([]protoimpl.MessageInfo, 35)
 var file_corpus_v1_raft_proto_goTypes = []any{
 	(*Command)(nil),               // 0: corpus.v1.Command
 	(*BootstrapCluster)(nil),      // 1: corpus.v1.BootstrapCluster
@@ -2713,29 +2816,30 @@ var file_corpus_v1_raft_proto_goTypes = []any{
 	(*FinishRelease)(nil),         // 29: corpus.v1.FinishRelease
 	(*SetCurrentRelease)(nil),     // 30: corpus.v1.SetCurrentRelease
 	(*PruneReleases)(nil),         // 31: corpus.v1.PruneReleases
-	(*Snapshot)(nil),              // 32: corpus.v1.Snapshot
-	nil,                           // 33: corpus.v1.UpdateNode.LabelsEntry
-	(*timestamppb.Timestamp)(nil), // 34: google.protobuf.Timestamp
-	(*ClusterConfig)(nil),         // 35: corpus.v1.ClusterConfig
-	(*JoinToken)(nil),             // 36: corpus.v1.JoinToken
-	(*Node)(nil),                  // 37: corpus.v1.Node
-	(*Resources)(nil),             // 38: corpus.v1.Resources
-	(*DriverInfo)(nil),            // 39: corpus.v1.DriverInfo
-	(*Guest)(nil),                 // 40: corpus.v1.Guest
-	(*GuestObserved)(nil),         // 41: corpus.v1.GuestObserved
-	(*Route)(nil),                 // 42: corpus.v1.Route
-	(*DnsRecord)(nil),             // 43: corpus.v1.DnsRecord
-	(*VolumeObserved)(nil),        // 44: corpus.v1.VolumeObserved
-	(*User)(nil),                  // 45: corpus.v1.User
-	(*SshKey)(nil),                // 46: corpus.v1.SshKey
-	(*ProjectEnv)(nil),            // 47: corpus.v1.ProjectEnv
-	(*Release)(nil),               // 48: corpus.v1.Release
-	(*ReleaseStep)(nil),           // 49: corpus.v1.ReleaseStep
-	(*Volume)(nil),                // 50: corpus.v1.Volume
-	(*Project)(nil),               // 51: corpus.v1.Project
+	(*SetManifestDomains)(nil),    // 32: corpus.v1.SetManifestDomains
+	(*Snapshot)(nil),              // 33: corpus.v1.Snapshot
+	nil,                           // 34: corpus.v1.UpdateNode.LabelsEntry
+	(*timestamppb.Timestamp)(nil), // 35: google.protobuf.Timestamp
+	(*ClusterConfig)(nil),         // 36: corpus.v1.ClusterConfig
+	(*JoinToken)(nil),             // 37: corpus.v1.JoinToken
+	(*Node)(nil),                  // 38: corpus.v1.Node
+	(*Resources)(nil),             // 39: corpus.v1.Resources
+	(*DriverInfo)(nil),            // 40: corpus.v1.DriverInfo
+	(*Guest)(nil),                 // 41: corpus.v1.Guest
+	(*GuestObserved)(nil),         // 42: corpus.v1.GuestObserved
+	(*Route)(nil),                 // 43: corpus.v1.Route
+	(*DnsRecord)(nil),             // 44: corpus.v1.DnsRecord
+	(*VolumeObserved)(nil),        // 45: corpus.v1.VolumeObserved
+	(*User)(nil),                  // 46: corpus.v1.User
+	(*SshKey)(nil),                // 47: corpus.v1.SshKey
+	(*ProjectEnv)(nil),            // 48: corpus.v1.ProjectEnv
+	(*Release)(nil),               // 49: corpus.v1.Release
+	(*ReleaseStep)(nil),           // 50: corpus.v1.ReleaseStep
+	(*Volume)(nil),                // 51: corpus.v1.Volume
+	(*Project)(nil),               // 52: corpus.v1.Project
 }
 var file_corpus_v1_raft_proto_depIdxs = []int32{
-	34, // 0: corpus.v1.Command.now:type_name -> google.protobuf.Timestamp
+	35, // 0: corpus.v1.Command.now:type_name -> google.protobuf.Timestamp
 	1,  // 1: corpus.v1.Command.bootstrap_cluster:type_name -> corpus.v1.BootstrapCluster
 	2,  // 2: corpus.v1.Command.create_join_token:type_name -> corpus.v1.CreateJoinToken
 	3,  // 3: corpus.v1.Command.enroll_node:type_name -> corpus.v1.EnrollNode
@@ -2765,41 +2869,43 @@ var file_corpus_v1_raft_proto_depIdxs = []int32{
 	29, // 27: corpus.v1.Command.finish_release:type_name -> corpus.v1.FinishRelease
 	30, // 28: corpus.v1.Command.set_current_release:type_name -> corpus.v1.SetCurrentRelease
 	31, // 29: corpus.v1.Command.prune_releases:type_name -> corpus.v1.PruneReleases
-	35, // 30: corpus.v1.BootstrapCluster.config:type_name -> corpus.v1.ClusterConfig
-	36, // 31: corpus.v1.CreateJoinToken.token:type_name -> corpus.v1.JoinToken
-	37, // 32: corpus.v1.EnrollNode.node:type_name -> corpus.v1.Node
-	38, // 33: corpus.v1.UpdateNode.capacity:type_name -> corpus.v1.Resources
-	39, // 34: corpus.v1.UpdateNode.drivers:type_name -> corpus.v1.DriverInfo
-	33, // 35: corpus.v1.UpdateNode.labels:type_name -> corpus.v1.UpdateNode.LabelsEntry
-	40, // 36: corpus.v1.CreateGuest.guest:type_name -> corpus.v1.Guest
-	41, // 37: corpus.v1.ObservedGuest.observed:type_name -> corpus.v1.GuestObserved
-	9,  // 38: corpus.v1.ReportGuests.guests:type_name -> corpus.v1.ObservedGuest
-	42, // 39: corpus.v1.CreateRoute.route:type_name -> corpus.v1.Route
-	43, // 40: corpus.v1.AddDnsRecord.record:type_name -> corpus.v1.DnsRecord
-	44, // 41: corpus.v1.ObservedVolume.observed:type_name -> corpus.v1.VolumeObserved
-	19, // 42: corpus.v1.ReportVolumes.volumes:type_name -> corpus.v1.ObservedVolume
-	45, // 43: corpus.v1.CreateUser.user:type_name -> corpus.v1.User
-	46, // 44: corpus.v1.AddSshKey.key:type_name -> corpus.v1.SshKey
-	47, // 45: corpus.v1.CreateProject.env:type_name -> corpus.v1.ProjectEnv
-	40, // 46: corpus.v1.CreateProject.guest:type_name -> corpus.v1.Guest
-	42, // 47: corpus.v1.CreateProject.routes:type_name -> corpus.v1.Route
-	48, // 48: corpus.v1.BeginRelease.release:type_name -> corpus.v1.Release
-	49, // 49: corpus.v1.FinishRelease.steps:type_name -> corpus.v1.ReleaseStep
-	35, // 50: corpus.v1.Snapshot.config:type_name -> corpus.v1.ClusterConfig
-	37, // 51: corpus.v1.Snapshot.nodes:type_name -> corpus.v1.Node
-	40, // 52: corpus.v1.Snapshot.guests:type_name -> corpus.v1.Guest
-	36, // 53: corpus.v1.Snapshot.join_tokens:type_name -> corpus.v1.JoinToken
-	42, // 54: corpus.v1.Snapshot.routes:type_name -> corpus.v1.Route
-	43, // 55: corpus.v1.Snapshot.dns_records:type_name -> corpus.v1.DnsRecord
-	50, // 56: corpus.v1.Snapshot.volumes:type_name -> corpus.v1.Volume
-	45, // 57: corpus.v1.Snapshot.users:type_name -> corpus.v1.User
-	51, // 58: corpus.v1.Snapshot.projects:type_name -> corpus.v1.Project
-	48, // 59: corpus.v1.Snapshot.releases:type_name -> corpus.v1.Release
-	60, // [60:60] is the sub-list for method output_type
-	60, // [60:60] is the sub-list for method input_type
-	60, // [60:60] is the sub-list for extension type_name
-	60, // [60:60] is the sub-list for extension extendee
-	0,  // [0:60] is the sub-list for field type_name
+	32, // 30: corpus.v1.Command.set_manifest_domains:type_name -> corpus.v1.SetManifestDomains
+	36, // 31: corpus.v1.BootstrapCluster.config:type_name -> corpus.v1.ClusterConfig
+	37, // 32: corpus.v1.CreateJoinToken.token:type_name -> corpus.v1.JoinToken
+	38, // 33: corpus.v1.EnrollNode.node:type_name -> corpus.v1.Node
+	39, // 34: corpus.v1.UpdateNode.capacity:type_name -> corpus.v1.Resources
+	40, // 35: corpus.v1.UpdateNode.drivers:type_name -> corpus.v1.DriverInfo
+	34, // 36: corpus.v1.UpdateNode.labels:type_name -> corpus.v1.UpdateNode.LabelsEntry
+	41, // 37: corpus.v1.CreateGuest.guest:type_name -> corpus.v1.Guest
+	42, // 38: corpus.v1.ObservedGuest.observed:type_name -> corpus.v1.GuestObserved
+	9,  // 39: corpus.v1.ReportGuests.guests:type_name -> corpus.v1.ObservedGuest
+	43, // 40: corpus.v1.CreateRoute.route:type_name -> corpus.v1.Route
+	44, // 41: corpus.v1.AddDnsRecord.record:type_name -> corpus.v1.DnsRecord
+	45, // 42: corpus.v1.ObservedVolume.observed:type_name -> corpus.v1.VolumeObserved
+	19, // 43: corpus.v1.ReportVolumes.volumes:type_name -> corpus.v1.ObservedVolume
+	46, // 44: corpus.v1.CreateUser.user:type_name -> corpus.v1.User
+	47, // 45: corpus.v1.AddSshKey.key:type_name -> corpus.v1.SshKey
+	48, // 46: corpus.v1.CreateProject.env:type_name -> corpus.v1.ProjectEnv
+	41, // 47: corpus.v1.CreateProject.guest:type_name -> corpus.v1.Guest
+	43, // 48: corpus.v1.CreateProject.routes:type_name -> corpus.v1.Route
+	49, // 49: corpus.v1.BeginRelease.release:type_name -> corpus.v1.Release
+	50, // 50: corpus.v1.FinishRelease.steps:type_name -> corpus.v1.ReleaseStep
+	43, // 51: corpus.v1.SetManifestDomains.routes:type_name -> corpus.v1.Route
+	36, // 52: corpus.v1.Snapshot.config:type_name -> corpus.v1.ClusterConfig
+	38, // 53: corpus.v1.Snapshot.nodes:type_name -> corpus.v1.Node
+	41, // 54: corpus.v1.Snapshot.guests:type_name -> corpus.v1.Guest
+	37, // 55: corpus.v1.Snapshot.join_tokens:type_name -> corpus.v1.JoinToken
+	43, // 56: corpus.v1.Snapshot.routes:type_name -> corpus.v1.Route
+	44, // 57: corpus.v1.Snapshot.dns_records:type_name -> corpus.v1.DnsRecord
+	51, // 58: corpus.v1.Snapshot.volumes:type_name -> corpus.v1.Volume
+	46, // 59: corpus.v1.Snapshot.users:type_name -> corpus.v1.User
+	52, // 60: corpus.v1.Snapshot.projects:type_name -> corpus.v1.Project
+	49, // 61: corpus.v1.Snapshot.releases:type_name -> corpus.v1.Release
+	62, // [62:62] is the sub-list for method output_type
+	62, // [62:62] is the sub-list for method input_type
+	62, // [62:62] is the sub-list for extension type_name
+	62, // [62:62] is the sub-list for extension extendee
+	0,  // [0:62] is the sub-list for field type_name
 }
 
 func init() { file_corpus_v1_raft_proto_init() }
@@ -2838,6 +2944,7 @@ func file_corpus_v1_raft_proto_init() {
 		(*Command_FinishRelease)(nil),
 		(*Command_SetCurrentRelease)(nil),
 		(*Command_PruneReleases)(nil),
+		(*Command_SetManifestDomains)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -2845,7 +2952,7 @@ func file_corpus_v1_raft_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_corpus_v1_raft_proto_rawDesc), len(file_corpus_v1_raft_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   34,
+			NumMessages:   35,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -1754,9 +1754,12 @@ type ProjectEnv struct {
 	// the first deploy.
 	CurrentRelease uint32 `protobuf:"varint,7,opt,name=current_release,json=currentRelease,proto3" json:"current_release,omitempty"`
 	// last_release is the highest release number given so far.
-	LastRelease   uint32 `protobuf:"varint,8,opt,name=last_release,json=lastRelease,proto3" json:"last_release,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	LastRelease uint32 `protobuf:"varint,8,opt,name=last_release,json=lastRelease,proto3" json:"last_release,omitempty"`
+	// manifest_domains are the extra domains the serving release's
+	// .corpus/corpus.yaml asked for; they are routed like domains.
+	ManifestDomains []string `protobuf:"bytes,9,rep,name=manifest_domains,json=manifestDomains,proto3" json:"manifest_domains,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *ProjectEnv) Reset() {
@@ -1843,6 +1846,13 @@ func (x *ProjectEnv) GetLastRelease() uint32 {
 		return x.LastRelease
 	}
 	return 0
+}
+
+func (x *ProjectEnv) GetManifestDomains() []string {
+	if x != nil {
+		return x.ManifestDomains
+	}
+	return nil
 }
 
 // Release is one deployment of one commit of a project environment.
@@ -2286,7 +2296,7 @@ const file_corpus_v1_types_proto_rawDesc = "" +
 	"\n" +
 	"created_at\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x12!\n" +
 	"\fcreate_index\x18\x14 \x01(\x04R\vcreateIndex\x12!\n" +
-	"\fmodify_index\x18\x15 \x01(\x04R\vmodifyIndex\"\xf5\x01\n" +
+	"\fmodify_index\x18\x15 \x01(\x04R\vmodifyIndex\"\xa0\x02\n" +
 	"\n" +
 	"ProjectEnv\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x19\n" +
@@ -2297,7 +2307,8 @@ const file_corpus_v1_types_proto_rawDesc = "" +
 	"\thttp_port\x18\x05 \x01(\x05R\bhttpPort\x12\x16\n" +
 	"\x06branch\x18\x06 \x01(\tR\x06branch\x12'\n" +
 	"\x0fcurrent_release\x18\a \x01(\rR\x0ecurrentRelease\x12!\n" +
-	"\flast_release\x18\b \x01(\rR\vlastRelease\"\xa9\x04\n" +
+	"\flast_release\x18\b \x01(\rR\vlastRelease\x12)\n" +
+	"\x10manifest_domains\x18\t \x03(\tR\x0fmanifestDomains\"\xa9\x04\n" +
 	"\aRelease\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x18\n" +
 	"\aproject\x18\x02 \x01(\tR\aproject\x12\x10\n" +

@@ -134,6 +134,9 @@ const (
 	// AgentServicePruneReleasesProcedure is the fully-qualified name of the AgentService's
 	// PruneReleases RPC.
 	AgentServicePruneReleasesProcedure = "/corpus.v1.AgentService/PruneReleases"
+	// AgentServiceSetManifestDomainsProcedure is the fully-qualified name of the AgentService's
+	// SetManifestDomains RPC.
+	AgentServiceSetManifestDomainsProcedure = "/corpus.v1.AgentService/SetManifestDomains"
 	// NodeAgentServiceExecProcedure is the fully-qualified name of the NodeAgentService's Exec RPC.
 	NodeAgentServiceExecProcedure = "/corpus.v1.NodeAgentService/Exec"
 	// NodeAgentServiceExportVolumeProcedure is the fully-qualified name of the NodeAgentService's
@@ -1128,6 +1131,9 @@ type AgentServiceClient interface {
 	FinishRelease(context.Context, *connect.Request[v1.FinishReleaseRequest]) (*connect.Response[v1.FinishReleaseResponse], error)
 	SetCurrentRelease(context.Context, *connect.Request[v1.SetCurrentReleaseRequest]) (*connect.Response[v1.SetCurrentReleaseResponse], error)
 	PruneReleases(context.Context, *connect.Request[v1.PruneReleasesRequest]) (*connect.Response[v1.PruneReleasesResponse], error)
+	// SetManifestDomains routes the extra domains a release's corpus.yaml
+	// lists to the environment's guest (and unroutes dropped ones).
+	SetManifestDomains(context.Context, *connect.Request[v1.SetManifestDomainsRequest]) (*connect.Response[v1.SetManifestDomainsResponse], error)
 }
 
 // NewAgentServiceClient constructs a client for the corpus.v1.AgentService service. By default, it
@@ -1190,19 +1196,26 @@ func NewAgentServiceClient(httpClient connect.HTTPClient, baseURL string, opts .
 			connect.WithSchema(agentServiceMethods.ByName("PruneReleases")),
 			connect.WithClientOptions(opts...),
 		),
+		setManifestDomains: connect.NewClient[v1.SetManifestDomainsRequest, v1.SetManifestDomainsResponse](
+			httpClient,
+			baseURL+AgentServiceSetManifestDomainsProcedure,
+			connect.WithSchema(agentServiceMethods.ByName("SetManifestDomains")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
 // agentServiceClient implements AgentServiceClient.
 type agentServiceClient struct {
-	enroll            *connect.Client[v1.EnrollRequest, v1.EnrollResponse]
-	watch             *connect.Client[v1.WatchRequest, v1.WatchResponse]
-	report            *connect.Client[v1.ReportRequest, v1.ReportResponse]
-	gitAccess         *connect.Client[v1.GitAccessRequest, v1.GitAccessResponse]
-	beginRelease      *connect.Client[v1.BeginReleaseRequest, v1.BeginReleaseResponse]
-	finishRelease     *connect.Client[v1.FinishReleaseRequest, v1.FinishReleaseResponse]
-	setCurrentRelease *connect.Client[v1.SetCurrentReleaseRequest, v1.SetCurrentReleaseResponse]
-	pruneReleases     *connect.Client[v1.PruneReleasesRequest, v1.PruneReleasesResponse]
+	enroll             *connect.Client[v1.EnrollRequest, v1.EnrollResponse]
+	watch              *connect.Client[v1.WatchRequest, v1.WatchResponse]
+	report             *connect.Client[v1.ReportRequest, v1.ReportResponse]
+	gitAccess          *connect.Client[v1.GitAccessRequest, v1.GitAccessResponse]
+	beginRelease       *connect.Client[v1.BeginReleaseRequest, v1.BeginReleaseResponse]
+	finishRelease      *connect.Client[v1.FinishReleaseRequest, v1.FinishReleaseResponse]
+	setCurrentRelease  *connect.Client[v1.SetCurrentReleaseRequest, v1.SetCurrentReleaseResponse]
+	pruneReleases      *connect.Client[v1.PruneReleasesRequest, v1.PruneReleasesResponse]
+	setManifestDomains *connect.Client[v1.SetManifestDomainsRequest, v1.SetManifestDomainsResponse]
 }
 
 // Enroll calls corpus.v1.AgentService.Enroll.
@@ -1245,6 +1258,11 @@ func (c *agentServiceClient) PruneReleases(ctx context.Context, req *connect.Req
 	return c.pruneReleases.CallUnary(ctx, req)
 }
 
+// SetManifestDomains calls corpus.v1.AgentService.SetManifestDomains.
+func (c *agentServiceClient) SetManifestDomains(ctx context.Context, req *connect.Request[v1.SetManifestDomainsRequest]) (*connect.Response[v1.SetManifestDomainsResponse], error) {
+	return c.setManifestDomains.CallUnary(ctx, req)
+}
+
 // AgentServiceHandler is an implementation of the corpus.v1.AgentService service.
 type AgentServiceHandler interface {
 	// Enroll trades a one-time join token for a node identity. It is the one
@@ -1264,6 +1282,9 @@ type AgentServiceHandler interface {
 	FinishRelease(context.Context, *connect.Request[v1.FinishReleaseRequest]) (*connect.Response[v1.FinishReleaseResponse], error)
 	SetCurrentRelease(context.Context, *connect.Request[v1.SetCurrentReleaseRequest]) (*connect.Response[v1.SetCurrentReleaseResponse], error)
 	PruneReleases(context.Context, *connect.Request[v1.PruneReleasesRequest]) (*connect.Response[v1.PruneReleasesResponse], error)
+	// SetManifestDomains routes the extra domains a release's corpus.yaml
+	// lists to the environment's guest (and unroutes dropped ones).
+	SetManifestDomains(context.Context, *connect.Request[v1.SetManifestDomainsRequest]) (*connect.Response[v1.SetManifestDomainsResponse], error)
 }
 
 // NewAgentServiceHandler builds an HTTP handler from the service implementation. It returns the
@@ -1322,6 +1343,12 @@ func NewAgentServiceHandler(svc AgentServiceHandler, opts ...connect.HandlerOpti
 		connect.WithSchema(agentServiceMethods.ByName("PruneReleases")),
 		connect.WithHandlerOptions(opts...),
 	)
+	agentServiceSetManifestDomainsHandler := connect.NewUnaryHandler(
+		AgentServiceSetManifestDomainsProcedure,
+		svc.SetManifestDomains,
+		connect.WithSchema(agentServiceMethods.ByName("SetManifestDomains")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/corpus.v1.AgentService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case AgentServiceEnrollProcedure:
@@ -1340,6 +1367,8 @@ func NewAgentServiceHandler(svc AgentServiceHandler, opts ...connect.HandlerOpti
 			agentServiceSetCurrentReleaseHandler.ServeHTTP(w, r)
 		case AgentServicePruneReleasesProcedure:
 			agentServicePruneReleasesHandler.ServeHTTP(w, r)
+		case AgentServiceSetManifestDomainsProcedure:
+			agentServiceSetManifestDomainsHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -1379,6 +1408,10 @@ func (UnimplementedAgentServiceHandler) SetCurrentRelease(context.Context, *conn
 
 func (UnimplementedAgentServiceHandler) PruneReleases(context.Context, *connect.Request[v1.PruneReleasesRequest]) (*connect.Response[v1.PruneReleasesResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("corpus.v1.AgentService.PruneReleases is not implemented"))
+}
+
+func (UnimplementedAgentServiceHandler) SetManifestDomains(context.Context, *connect.Request[v1.SetManifestDomainsRequest]) (*connect.Response[v1.SetManifestDomainsResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("corpus.v1.AgentService.SetManifestDomains is not implemented"))
 }
 
 // NodeAgentServiceClient is a client for the corpus.v1.NodeAgentService service.
