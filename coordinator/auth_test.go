@@ -89,6 +89,30 @@ var authCalls = map[string]func(ctx context.Context, c clients) error{
 		_, err := c.ingress.MoveRoute(ctx, connect.NewRequest(&corpusv1.MoveRouteRequest{Domain: "nope.test", ToGuest: "nope"}))
 		return err
 	},
+	corpusv1connect.ClusterServicePeerProcedure: func(ctx context.Context, c clients) error {
+		_, err := c.cluster.Peer(ctx, connect.NewRequest(&corpusv1.PeerRequest{}))
+		return err
+	},
+	corpusv1connect.ClusterServiceApplyProcedure: func(ctx context.Context, c clients) error {
+		_, err := c.cluster.Apply(ctx, connect.NewRequest(&corpusv1.ApplyRequest{Command: []byte("garbage")}))
+		return err
+	},
+	corpusv1connect.ClusterServiceSeenProcedure: func(ctx context.Context, c clients) error {
+		_, err := c.cluster.Seen(ctx, connect.NewRequest(&corpusv1.SeenRequest{}))
+		return err
+	},
+	corpusv1connect.ClusterServiceRaftPeersProcedure: func(ctx context.Context, c clients) error {
+		_, err := c.cluster.RaftPeers(ctx, connect.NewRequest(&corpusv1.RaftPeersRequest{}))
+		return err
+	},
+	corpusv1connect.ClusterServiceAddRaftPeerProcedure: func(ctx context.Context, c clients) error {
+		_, err := c.cluster.AddRaftPeer(ctx, connect.NewRequest(&corpusv1.AddRaftPeerRequest{Id: "-bad"}))
+		return err
+	},
+	corpusv1connect.ClusterServiceRemoveRaftPeerProcedure: func(ctx context.Context, c clients) error {
+		_, err := c.cluster.RemoveRaftPeer(ctx, connect.NewRequest(&corpusv1.RemoveRaftPeerRequest{Id: "nope"}))
+		return err
+	},
 	corpusv1connect.ClusterServiceStatusProcedure: func(ctx context.Context, c clients) error {
 		_, err := c.cluster.Status(ctx, connect.NewRequest(&corpusv1.StatusRequest{}))
 		return err
@@ -264,6 +288,8 @@ func TestAuth(t *testing.T) {
 		{"anonymous", "", auth.Anonymous},
 		{"ops", s.OpsToken(), auth.Operator},
 		{"node", node.credential, auth.Agent},
+		{"coordinator", rpc.CoordinatorCredentialPrefix + s.Store().Read().Config().GetCoordinatorKey(), auth.Coordinator},
+		{"wrong coordinator key", rpc.CoordinatorCredentialPrefix + "0000", ""},
 		{"wrong ops token", "cops_0000", ""},
 		{"wrong node secret", wrongSecret, ""},
 		{"unknown node", rpc.NodeCredential("0000", "0000"), ""},

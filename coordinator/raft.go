@@ -35,8 +35,10 @@ type raftConfig struct {
 	Dir       string
 	BindAddr  string
 	Bootstrap bool
-	// SnapshotThreshold is the number of log entries between snapshots.
+	// SnapshotThreshold is the number of log entries between snapshots;
+	// TrailingLogs the entries kept after one.
 	SnapshotThreshold uint64
+	TrailingLogs      uint64
 	Logger            *slog.Logger
 }
 
@@ -75,6 +77,10 @@ func openReplica(cfg raftConfig, store *state.Store) (*replica, error) {
 	rc.Logger = hlog
 	if cfg.SnapshotThreshold > 0 {
 		rc.SnapshotThreshold = cfg.SnapshotThreshold
+		rc.SnapshotInterval = 5 * time.Second
+	}
+	if cfg.TrailingLogs > 0 {
+		rc.TrailingLogs = cfg.TrailingLogs
 	}
 	leaderCh := make(chan bool, 8)
 	rc.NotifyCh = leaderCh

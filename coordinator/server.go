@@ -21,6 +21,7 @@ import (
 	"corpus/coordinator/state"
 	"corpus/dns"
 	"corpus/internal/atomicfile"
+	"corpus/internal/names"
 	"corpus/internal/rpc"
 	"corpus/internal/secret"
 	corpusv1 "corpus/proto/corpus/v1"
@@ -37,9 +38,22 @@ type Config struct {
 	RaftAddr string
 	// ReplicaID names this replica in the Raft group; default "coordinator-1".
 	ReplicaID string
-	// Bootstrap makes this replica form a new one-member group when it has
-	// no Raft state yet.
-	Bootstrap bool
+	// Bootstrap makes this replica form a new group when it has no Raft
+	// state yet: alone when BootstrapExpect is 1, else with the replicas
+	// it finds through Join once BootstrapExpect of them know each other.
+	Bootstrap       bool
+	BootstrapExpect int
+	// Join are API addresses of the other replicas.
+	Join []string
+	// AdvertiseAPI is the API address peers and clients use; default
+	// APIAddr.
+	AdvertiseAPI string
+	// RaftSnapshotThreshold and RaftTrailingLogs tune log compaction:
+	// entries between snapshots, and entries kept after one (a replica
+	// further behind catches up from the snapshot). 0 keeps Raft's
+	// defaults.
+	RaftSnapshotThreshold uint64
+	RaftTrailingLogs      uint64
 	// GuestNetwork is the cluster range nodes get guest subnets of
 	// NodeSubnetBits from; both are fixed when the cluster bootstraps.
 	GuestNetwork   string
@@ -58,12 +72,13 @@ type Config struct {
 // Default returns the configuration of a one-replica coordinator.
 func Default() Config {
 	return Config{
-		DataDir:     "/var/lib/corpus/coordinator",
-		APIAddr:     "127.0.0.1:7400",
-		RaftAddr:    "127.0.0.1:7401",
-		ReplicaID:   "coordinator-1",
-		Bootstrap:   true,
-		NodeTimeout: 15 * time.Second,
+		DataDir:         "/var/lib/corpus/coordinator",
+		APIAddr:         "127.0.0.1:7400",
+		RaftAddr:        "127.0.0.1:7401",
+		ReplicaID:       "coordinator-1",
+		Bootstrap:       true,
+		BootstrapExpect: 1,
+		NodeTimeout:     15 * time.Second,
 
 		GuestNetwork:   state.DefaultGuestNetwork,
 		NodeSubnetBits: state.DefaultNodeSubnetBits,
@@ -91,8 +106,19 @@ func (c Config) Validate() error {
 			errs = append(errs, fmt.Errorf("%s address %q: %w", name, a, err))
 		}
 	}
-	if c.ReplicaID == "" {
-		errs = append(errs, errors.New("replica id is empty"))
+	if err := names.Validate("replica id", c.ReplicaID); err != nil {
+		errs = append(errs, err)
+	}
+	if c.BootstrapExpect < 1 || c.BootstrapExpect > 9 {
+		errs = append(errs, fmt.Errorf("bootstrap expect %d: want 1 to 9 replicas", c.BootstrapExpect))
+	}
+	if c.BootstrapExpect > 1 && len(c.Join) < c.BootstrapExpect-1 {
+		errs = append(errs, fmt.Errorf("bootstrap expect %d needs the API addresses of the %d other replicas in --join", c.BootstrapExpect, c.BootstrapExpect-1))
+	}
+	for _, a := range c.Join {
+		if _, _, err := net.SplitHostPort(a); err != nil {
+			errs = append(errs, fmt.Errorf("join address %q: %w", a, err))
+		}
 	}
 	if p, err := netip.ParsePrefix(c.GuestNetwork); err != nil || !p.Addr().Is4() {
 		errs = append(errs, fmt.Errorf("guest network %q: want an IPv4 prefix such as %s", c.GuestNetwork, state.DefaultGuestNetwork))
@@ -119,7 +145,9 @@ type Server struct {
 	http     *http.Server
 	logger   *slog.Logger
 	liveness *liveness
+	tokenMu  sync.Mutex
 	opsToken string
+	fwd      seenForwarder
 	dns      *dns.Server       // nil when DNS is off
 	zone     *dns.StaticSource // the zone the DNS server answers from
 }
@@ -140,9 +168,10 @@ func New(cfg Config) (*Server, error) {
 	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
 		return nil, fmt.Errorf("creating data dir: %w", err)
 	}
-	s := &Server{cfg: cfg, store: state.NewStore(), logger: logger}
+	s := &Server{cfg: cfg, store: state.NewStore(), logger: logger, fwd: seenForwarder{pending: map[string]bool{}}}
 	s.liveness = newLiveness(cfg.NodeTimeout)
-	if cfg.Bootstrap {
+	alone := cfg.Bootstrap && cfg.BootstrapExpect <= 1
+	if alone || fileExists(filepath.Join(cfg.DataDir, OpsTokenFile)) {
 		tok, err := loadOrCreateToken(filepath.Join(cfg.DataDir, OpsTokenFile))
 		if err != nil {
 			return nil, err
@@ -151,7 +180,8 @@ func New(cfg Config) (*Server, error) {
 	}
 	r, err := openReplica(raftConfig{
 		ID: cfg.ReplicaID, Dir: filepath.Join(cfg.DataDir, "raft"), BindAddr: cfg.RaftAddr,
-		Bootstrap: cfg.Bootstrap, Logger: cfg.Logger,
+		Bootstrap: alone, Logger: cfg.Logger,
+		SnapshotThreshold: cfg.RaftSnapshotThreshold, TrailingLogs: cfg.RaftTrailingLogs,
 	}, s.store)
 	if err != nil {
 		return nil, err
@@ -171,14 +201,16 @@ func New(cfg Config) (*Server, error) {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", s.healthz)
 	api.Mount(mux, &api.Backend{
-		Store:       s.store,
-		Propose:     r.propose,
-		Leader:      r.leaderAddr,
-		Seen:        s.liveness.seen,
-		AgentClient: s.agentClient,
-		Zone:        s.currentZone,
-		DNSAddr:     s.DNSAddr,
-		Logger:      logger,
+		Store:        s.store,
+		Propose:      s.propose,
+		ProposeLocal: r.propose,
+		Leader:       r.leaderAddr,
+		Seen:         s.seen,
+		Group:        s,
+		AgentClient:  s.agentClient,
+		Zone:         s.currentZone,
+		DNSAddr:      s.DNSAddr,
+		Logger:       logger,
 	})
 	s.http = rpc.NewServer(mux)
 	return s, nil
@@ -226,7 +258,16 @@ func (s *Server) APIAddr() string { return s.listener.Addr().String() }
 
 // OpsToken is the bootstrap operator token ("" on a replica that did not
 // bootstrap the cluster).
-func (s *Server) OpsToken() string { return s.opsToken }
+func (s *Server) OpsToken() string {
+	s.tokenMu.Lock()
+	defer s.tokenMu.Unlock()
+	return s.opsToken
+}
+
+func fileExists(p string) bool {
+	_, err := os.Stat(p)
+	return err == nil
+}
 
 // Store gives read access to this replica's state.
 func (s *Server) Store() *state.Store { return s.store }
@@ -247,17 +288,21 @@ func (s *Server) Serve(ctx context.Context) error {
 	s.http.BaseContext = func(net.Listener) context.Context { return lctx }
 	var wg sync.WaitGroup
 	errc := make(chan error, 1)
-	wg.Add(2)
-	go func() {
-		defer wg.Done()
+	run := func(f func(context.Context)) {
+		wg.Add(1)
+		go func() { defer wg.Done(); f(lctx) }()
+	}
+	run(func(context.Context) {
 		if err := s.http.Serve(s.listener); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			errc <- fmt.Errorf("serving api: %w", err)
 		}
-	}()
-	go func() {
-		defer wg.Done()
-		s.leaderLoop(lctx)
-	}()
+	})
+	run(s.leaderLoop)
+	run(s.registerLoop)
+	run(s.forwardSeen)
+	if s.cfg.Bootstrap && s.cfg.BootstrapExpect > 1 {
+		run(s.formGroup)
+	}
 	if s.dns != nil {
 		// Every replica answers from its own copy of the state.
 		wg.Add(1)
@@ -271,6 +316,12 @@ func (s *Server) Serve(ctx context.Context) error {
 	select {
 	case <-ctx.Done():
 	case err = <-errc:
+	}
+	// A leader that stops hands over first, so writes go on at once.
+	if s.replica.isLeader() && s.inGroupOfMany() {
+		if err := s.replica.raft.LeadershipTransfer().Error(); err != nil {
+			s.logger.Warn("handing over leadership before stopping", "error", err)
+		}
 	}
 	cancel()
 	shctx, done := context.WithTimeout(context.Background(), 5*time.Second)
@@ -366,14 +417,24 @@ func (s *Server) ensureBootstrapped(ctx context.Context) error {
 	if s.store.Read().Config() != nil {
 		return nil
 	}
-	if s.opsToken == "" {
+	if s.OpsToken() == "" {
+		// In a group formed with --bootstrap-expect the replica with the
+		// lowest id holds the token: let it lead.
+		if id, addr, ok := s.bootstrapper(); ok && string(id) != s.cfg.ReplicaID {
+			s.logger.Info("handing leadership to the replica holding the bootstrap token", "to", id)
+			if err := s.replica.raft.LeadershipTransferToServer(id, addr).Error(); err != nil {
+				return fmt.Errorf("handing leadership to %s: %w", id, err)
+			}
+			return errLeadershipHandedOver
+		}
 		return errors.New("cluster has no config and this replica holds no bootstrap token")
 	}
 	_, err := s.replica.propose(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_BootstrapCluster{BootstrapCluster: &corpusv1.BootstrapCluster{
 		Config: &corpusv1.ClusterConfig{
 			ClusterId:      secret.Hex(8),
-			OpsTokenHash:   secret.Hash(s.opsToken),
+			OpsTokenHash:   secret.Hash(s.OpsToken()),
 			AgentKey:       secret.Hex(24),
+			CoordinatorKey: secret.Hex(24),
 			GuestNetwork:   s.cfg.GuestNetwork,
 			NodeSubnetBits: int32(s.cfg.NodeSubnetBits),
 		},
@@ -386,6 +447,8 @@ func (s *Server) ensureBootstrapped(ctx context.Context) error {
 	}
 	return err
 }
+
+var errLeadershipHandedOver = errors.New("leadership handed over")
 
 func loadOrCreateToken(path string) (string, error) {
 	b, err := os.ReadFile(path)

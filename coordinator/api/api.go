@@ -23,8 +23,11 @@ import (
 // Backend is what the services need from the coordinator.
 type Backend struct {
 	Store *state.Store
-	// Propose commits a command through Raft (see coordinator.Server).
-	Propose func(ctx context.Context, cmd *corpusv1.Command) (uint64, error)
+	// Propose commits a command through Raft (see coordinator.Server),
+	// on a follower by passing it to the leader; ProposeLocal only on
+	// this replica (forwarded commands).
+	Propose      func(ctx context.Context, cmd *corpusv1.Command) (uint64, error)
+	ProposeLocal func(ctx context.Context, cmd *corpusv1.Command) (uint64, error)
 	// Leader returns the current leader's address, "" if unknown.
 	Leader func() string
 	// Seen records that a node's agent reported now (liveness).
@@ -35,12 +38,20 @@ type Backend struct {
 	// DNSAddr where it answers.
 	Zone    func() *dns.Zone
 	DNSAddr func() string
-	Logger  *slog.Logger
+	// Group is the replica's Raft group.
+	Group  Group
+	Logger *slog.Logger
 }
 
 // Policies says who may call what.
 var Policies = map[string]auth.Policy{
-	corpusv1connect.ClusterServiceStatusProcedure:           {auth.Operator, auth.Agent},
+	corpusv1connect.ClusterServiceStatusProcedure:           {auth.Operator, auth.Agent, auth.Coordinator},
+	corpusv1connect.ClusterServicePeerProcedure:             auth.Public,
+	corpusv1connect.ClusterServiceApplyProcedure:            {auth.Coordinator},
+	corpusv1connect.ClusterServiceSeenProcedure:             {auth.Coordinator},
+	corpusv1connect.ClusterServiceRaftPeersProcedure:        {auth.Operator},
+	corpusv1connect.ClusterServiceAddRaftPeerProcedure:      {auth.Operator, auth.Coordinator},
+	corpusv1connect.ClusterServiceRemoveRaftPeerProcedure:   {auth.Operator, auth.Coordinator},
 	corpusv1connect.NodeServiceCreateJoinTokenProcedure:     {auth.Operator},
 	corpusv1connect.NodeServiceListNodesProcedure:           {auth.Operator},
 	corpusv1connect.NodeServiceGetNodeProcedure:             {auth.Operator},
@@ -170,6 +181,12 @@ func (s *clusterService) Status(ctx context.Context, _ *connect.Request[corpusv1
 		Nodes:   int32(len(view.Nodes())),
 		Guests:  int32(len(view.Guests())),
 		Who:     auth.FromContext(ctx).String(),
+	}
+	if s.b.Group != nil {
+		res.Replica = s.b.Group.Self().Id
+		if id, _ := s.b.Group.Leader(); id != "" {
+			res.LeaderApi = view.Coordinator(id).GetApiAddress()
+		}
 	}
 	if cfg := view.Config(); cfg != nil {
 		res.ClusterId = cfg.ClusterId

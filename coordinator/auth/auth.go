@@ -32,6 +32,8 @@ const (
 	Anonymous Kind = "anonymous"
 	Operator  Kind = "ops"
 	Agent     Kind = "node"
+	// Coordinator is another replica of the control plane.
+	Coordinator Kind = "coordinator"
 )
 
 // Principal is who is calling.
@@ -66,7 +68,7 @@ type Policy []Kind
 
 // Public is the policy of a procedure anyone may call; the handler
 // checks the credential in the request itself (enrollment tokens).
-var Public = Policy{Anonymous, Operator, Agent}
+var Public = Policy{Anonymous, Operator, Agent, Coordinator}
 
 func (p Policy) allows(k Kind) bool {
 	for _, a := range p {
@@ -95,6 +97,13 @@ func (a *Authenticator) Authenticate(header string) (Principal, error) {
 		return Principal{Kind: Anonymous}, nil
 	}
 	view := a.Store.Read()
+	if key, ok := strings.CutPrefix(tok, rpc.CoordinatorCredentialPrefix); ok {
+		want := view.Config().GetCoordinatorKey()
+		if want == "" || !secret.Equal(key, secret.Hash(want)) {
+			return Principal{}, errBadCredential
+		}
+		return Principal{Kind: Coordinator}, nil
+	}
 	if rest, ok := strings.CutPrefix(tok, rpc.NodeCredentialPrefix); ok {
 		id, nodeSecret, ok := strings.Cut(rest, ".")
 		if !ok {

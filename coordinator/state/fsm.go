@@ -150,6 +150,10 @@ func (a *applier) apply(cmd *corpusv1.Command) error {
 		return a.pruneReleases(c.PruneReleases)
 	case *corpusv1.Command_SetManifestDomains:
 		return a.setManifestDomains(c.SetManifestDomains)
+	case *corpusv1.Command_UpsertCoordinator:
+		return a.upsertCoordinator(c.UpsertCoordinator)
+	case *corpusv1.Command_RemoveCoordinator:
+		return a.removeCoordinator(c.RemoveCoordinator)
 	default:
 		panic(fmt.Sprintf("state: command %T has no apply function", c))
 	}
@@ -461,6 +465,7 @@ func (f *FSM) Snapshot() (raft.FSMSnapshot, error) {
 	snap.Users = v.Users()
 	snap.Projects = v.Projects()
 	snap.Releases = v.allReleases()
+	snap.Coordinators = v.Coordinators()
 	return &fsmSnapshot{snap: snap}, nil
 }
 
@@ -540,6 +545,11 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 	}
 	for _, r := range snap.Releases {
 		if err := ins(tableReleases, r); err != nil {
+			return err
+		}
+	}
+	for _, c := range snap.Coordinators {
+		if err := ins(tableCoordinators, c); err != nil {
 			return err
 		}
 	}

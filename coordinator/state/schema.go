@@ -15,6 +15,8 @@ const (
 	tableUsers    = "users"
 	tableProjects = "projects"
 	tableReleases = "releases"
+
+	tableCoordinators = "coordinators"
 )
 
 // meta rows hold singletons: the cluster config and the latest index.
@@ -97,6 +99,12 @@ func schema() *memdb.DBSchema {
 					&memdb.StringFieldIndex{Field: "Project"},
 					&memdb.StringFieldIndex{Field: "Env"},
 				}}},
+			},
+		},
+		tableCoordinators: {
+			Name: tableCoordinators,
+			Indexes: map[string]*memdb.IndexSchema{
+				"id": {Name: "id", Unique: true, Indexer: &memdb.StringFieldIndex{Field: "Id"}},
 			},
 		},
 		tableMeta: {

@@ -46,6 +46,10 @@ func NewServer(h http.Handler) *http.Server {
 // NodeCredentialPrefix starts every node agent's bearer token.
 const NodeCredentialPrefix = "node."
 
+// CoordinatorCredentialPrefix starts the bearer token replicas present to
+// each other: the prefix and the cluster's coordinator key.
+const CoordinatorCredentialPrefix = "coord."
+
 // NodeCredential is the bearer token of an enrolled node agent.
 func NodeCredential(nodeID, nodeSecret string) string {
 	return NodeCredentialPrefix + nodeID + "." + nodeSecret

@@ -96,6 +96,7 @@ func newRoot(g *globals) *cobra.Command {
 		newAgentCmd(g),
 		newDevCmd(g),
 		newStatusCmd(g),
+		newOperatorCmd(g),
 		newNodeCmd(g),
 		newGuestCmd(g),
 		newIngressCmd(g),

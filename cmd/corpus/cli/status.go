@@ -20,8 +20,12 @@ func newStatusCmd(g *globals) *cobra.Command {
 				return c.cluster.Status(ctx, connect.NewRequest(&corpusv1.StatusRequest{}))
 			}, func(msg *corpusv1.StatusResponse) error {
 				m := msg
-				fmt.Fprintf(g.stdout, "cluster %s: leader %s, index %d, %d nodes, %d guests (coordinator %s; you are %s)\n",
-					m.ClusterId, m.Leader, m.Index, m.Nodes, m.Guests, m.Version, m.Who)
+				leader := m.Leader
+				if m.LeaderApi != "" {
+					leader += " (api " + m.LeaderApi + ")"
+				}
+				fmt.Fprintf(g.stdout, "cluster %s: leader %s, index %d, %d nodes, %d guests (answered by %s, coordinator %s; you are %s)\n",
+					m.ClusterId, leader, m.Index, m.Nodes, m.Guests, dash(m.Replica), m.Version, m.Who)
 				return nil
 			})
 		},

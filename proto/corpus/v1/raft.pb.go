@@ -69,6 +69,8 @@ type Command struct {
 	//	*Command_SetCurrentRelease
 	//	*Command_PruneReleases
 	//	*Command_SetManifestDomains
+	//	*Command_UpsertCoordinator
+	//	*Command_RemoveCoordinator
 	Cmd           isCommand_Cmd `protobuf_oneof:"cmd"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -402,6 +404,24 @@ func (x *Command) GetSetManifestDomains() *SetManifestDomains {
 	return nil
 }
 
+func (x *Command) GetUpsertCoordinator() *UpsertCoordinator {
+	if x != nil {
+		if x, ok := x.Cmd.(*Command_UpsertCoordinator); ok {
+			return x.UpsertCoordinator
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetRemoveCoordinator() *RemoveCoordinator {
+	if x != nil {
+		if x, ok := x.Cmd.(*Command_RemoveCoordinator); ok {
+			return x.RemoveCoordinator
+		}
+	}
+	return nil
+}
+
 type isCommand_Cmd interface {
 	isCommand_Cmd()
 }
@@ -526,6 +546,14 @@ type Command_SetManifestDomains struct {
 	SetManifestDomains *SetManifestDomains `protobuf:"bytes,39,opt,name=set_manifest_domains,json=setManifestDomains,proto3,oneof"`
 }
 
+type Command_UpsertCoordinator struct {
+	UpsertCoordinator *UpsertCoordinator `protobuf:"bytes,40,opt,name=upsert_coordinator,json=upsertCoordinator,proto3,oneof"`
+}
+
+type Command_RemoveCoordinator struct {
+	RemoveCoordinator *RemoveCoordinator `protobuf:"bytes,41,opt,name=remove_coordinator,json=removeCoordinator,proto3,oneof"`
+}
+
 func (*Command_BootstrapCluster) isCommand_Cmd() {}
 
 func (*Command_CreateJoinToken) isCommand_Cmd() {}
@@ -585,6 +613,10 @@ func (*Command_SetCurrentRelease) isCommand_Cmd() {}
 func (*Command_PruneReleases) isCommand_Cmd() {}
 
 func (*Command_SetManifestDomains) isCommand_Cmd() {}
+
+func (*Command_UpsertCoordinator) isCommand_Cmd() {}
+
+func (*Command_RemoveCoordinator) isCommand_Cmd() {}
 
 type BootstrapCluster struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -2441,6 +2473,96 @@ func (x *SetManifestDomains) GetRoutes() []*Route {
 	return nil
 }
 
+// UpsertCoordinator records where a replica answers.
+type UpsertCoordinator struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Coordinator   *Coordinator           `protobuf:"bytes,1,opt,name=coordinator,proto3" json:"coordinator,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UpsertCoordinator) Reset() {
+	*x = UpsertCoordinator{}
+	mi := &file_corpus_v1_raft_proto_msgTypes[33]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UpsertCoordinator) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UpsertCoordinator) ProtoMessage() {}
+
+func (x *UpsertCoordinator) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_raft_proto_msgTypes[33]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UpsertCoordinator.ProtoReflect.Descriptor instead.
+func (*UpsertCoordinator) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{33}
+}
+
+func (x *UpsertCoordinator) GetCoordinator() *Coordinator {
+	if x != nil {
+		return x.Coordinator
+	}
+	return nil
+}
+
+// RemoveCoordinator forgets a replica removed from the Raft group.
+type RemoveCoordinator struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RemoveCoordinator) Reset() {
+	*x = RemoveCoordinator{}
+	mi := &file_corpus_v1_raft_proto_msgTypes[34]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RemoveCoordinator) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RemoveCoordinator) ProtoMessage() {}
+
+func (x *RemoveCoordinator) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_raft_proto_msgTypes[34]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RemoveCoordinator.ProtoReflect.Descriptor instead.
+func (*RemoveCoordinator) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{34}
+}
+
+func (x *RemoveCoordinator) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
 // Snapshot is the whole state, written by FSM snapshots.
 type Snapshot struct {
 	state      protoimpl.MessageState `protogen:"open.v1"`
@@ -2450,20 +2572,21 @@ type Snapshot struct {
 	Guests     []*Guest               `protobuf:"bytes,4,rep,name=guests,proto3" json:"guests,omitempty"`
 	JoinTokens []*JoinToken           `protobuf:"bytes,5,rep,name=join_tokens,json=joinTokens,proto3" json:"join_tokens,omitempty"`
 	// index is the last applied Raft index in the snapshot.
-	Index         uint64       `protobuf:"varint,6,opt,name=index,proto3" json:"index,omitempty"`
-	Routes        []*Route     `protobuf:"bytes,7,rep,name=routes,proto3" json:"routes,omitempty"`
-	DnsRecords    []*DnsRecord `protobuf:"bytes,8,rep,name=dns_records,json=dnsRecords,proto3" json:"dns_records,omitempty"`
-	Volumes       []*Volume    `protobuf:"bytes,9,rep,name=volumes,proto3" json:"volumes,omitempty"`
-	Users         []*User      `protobuf:"bytes,10,rep,name=users,proto3" json:"users,omitempty"`
-	Projects      []*Project   `protobuf:"bytes,11,rep,name=projects,proto3" json:"projects,omitempty"`
-	Releases      []*Release   `protobuf:"bytes,12,rep,name=releases,proto3" json:"releases,omitempty"`
+	Index         uint64         `protobuf:"varint,6,opt,name=index,proto3" json:"index,omitempty"`
+	Routes        []*Route       `protobuf:"bytes,7,rep,name=routes,proto3" json:"routes,omitempty"`
+	DnsRecords    []*DnsRecord   `protobuf:"bytes,8,rep,name=dns_records,json=dnsRecords,proto3" json:"dns_records,omitempty"`
+	Volumes       []*Volume      `protobuf:"bytes,9,rep,name=volumes,proto3" json:"volumes,omitempty"`
+	Users         []*User        `protobuf:"bytes,10,rep,name=users,proto3" json:"users,omitempty"`
+	Projects      []*Project     `protobuf:"bytes,11,rep,name=projects,proto3" json:"projects,omitempty"`
+	Releases      []*Release     `protobuf:"bytes,12,rep,name=releases,proto3" json:"releases,omitempty"`
+	Coordinators  []*Coordinator `protobuf:"bytes,13,rep,name=coordinators,proto3" json:"coordinators,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Snapshot) Reset() {
 	*x = Snapshot{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[33]
+	mi := &file_corpus_v1_raft_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2475,7 +2598,7 @@ func (x *Snapshot) String() string {
 func (*Snapshot) ProtoMessage() {}
 
 func (x *Snapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[33]
+	mi := &file_corpus_v1_raft_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2488,7 +2611,7 @@ func (x *Snapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Snapshot.ProtoReflect.Descriptor instead.
 func (*Snapshot) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{33}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *Snapshot) GetVersion() uint32 {
@@ -2575,11 +2698,18 @@ func (x *Snapshot) GetReleases() []*Release {
 	return nil
 }
 
+func (x *Snapshot) GetCoordinators() []*Coordinator {
+	if x != nil {
+		return x.Coordinators
+	}
+	return nil
+}
+
 var File_corpus_v1_raft_proto protoreflect.FileDescriptor
 
 const file_corpus_v1_raft_proto_rawDesc = "" +
 	"\n" +
-	"\x14corpus/v1/raft.proto\x12\tcorpus.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x15corpus/v1/types.proto\"\x9a\x10\n" +
+	"\x14corpus/v1/raft.proto\x12\tcorpus.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x15corpus/v1/types.proto\"\xb8\x11\n" +
 	"\aCommand\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x12\x1c\n" +
 	"\tignorable\x18\x02 \x01(\bR\tignorable\x12,\n" +
@@ -2621,7 +2751,9 @@ const file_corpus_v1_raft_proto_rawDesc = "" +
 	"\x0efinish_release\x18$ \x01(\v2\x18.corpus.v1.FinishReleaseH\x00R\rfinishRelease\x12N\n" +
 	"\x13set_current_release\x18% \x01(\v2\x1c.corpus.v1.SetCurrentReleaseH\x00R\x11setCurrentRelease\x12A\n" +
 	"\x0eprune_releases\x18& \x01(\v2\x18.corpus.v1.PruneReleasesH\x00R\rpruneReleases\x12Q\n" +
-	"\x14set_manifest_domains\x18' \x01(\v2\x1d.corpus.v1.SetManifestDomainsH\x00R\x12setManifestDomainsB\x05\n" +
+	"\x14set_manifest_domains\x18' \x01(\v2\x1d.corpus.v1.SetManifestDomainsH\x00R\x12setManifestDomains\x12M\n" +
+	"\x12upsert_coordinator\x18( \x01(\v2\x1c.corpus.v1.UpsertCoordinatorH\x00R\x11upsertCoordinator\x12M\n" +
+	"\x12remove_coordinator\x18) \x01(\v2\x1c.corpus.v1.RemoveCoordinatorH\x00R\x11removeCoordinatorB\x05\n" +
 	"\x03cmd\"D\n" +
 	"\x10BootstrapCluster\x120\n" +
 	"\x06config\x18\x01 \x01(\v2\x18.corpus.v1.ClusterConfigR\x06config\"=\n" +
@@ -2752,7 +2884,11 @@ const file_corpus_v1_raft_proto_rawDesc = "" +
 	"\x03env\x18\x02 \x01(\tR\x03env\x12\x17\n" +
 	"\anode_id\x18\x03 \x01(\tR\x06nodeId\x12\x18\n" +
 	"\adomains\x18\x04 \x03(\tR\adomains\x12(\n" +
-	"\x06routes\x18\x05 \x03(\v2\x10.corpus.v1.RouteR\x06routes\"\x89\x04\n" +
+	"\x06routes\x18\x05 \x03(\v2\x10.corpus.v1.RouteR\x06routes\"M\n" +
+	"\x11UpsertCoordinator\x128\n" +
+	"\vcoordinator\x18\x01 \x01(\v2\x16.corpus.v1.CoordinatorR\vcoordinator\"#\n" +
+	"\x11RemoveCoordinator\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\"\xc5\x04\n" +
 	"\bSnapshot\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x120\n" +
 	"\x06config\x18\x02 \x01(\v2\x18.corpus.v1.ClusterConfigR\x06config\x12%\n" +
@@ -2768,7 +2904,8 @@ const file_corpus_v1_raft_proto_rawDesc = "" +
 	"\x05users\x18\n" +
 	" \x03(\v2\x0f.corpus.v1.UserR\x05users\x12.\n" +
 	"\bprojects\x18\v \x03(\v2\x12.corpus.v1.ProjectR\bprojects\x12.\n" +
-	"\breleases\x18\f \x03(\v2\x12.corpus.v1.ReleaseR\breleasesB!Z\x1fcorpus/proto/corpus/v1;corpusv1b\x06proto3"
+	"\breleases\x18\f \x03(\v2\x12.corpus.v1.ReleaseR\breleases\x12:\n" +
+	"\fcoordinators\x18\r \x03(\v2\x16.corpus.v1.CoordinatorR\fcoordinatorsB!Z\x1fcorpus/proto/corpus/v1;corpusv1b\x06proto3"
 
 var (
 	file_corpus_v1_raft_proto_rawDescOnce sync.Once
@@ -2782,7 +2919,7 @@ func file_corpus_v1_raft_proto_rawDescGZIP() []byte {
 	return file_corpus_v1_raft_proto_rawDescData
 }
 
-var file_corpus_v1_raft_proto_msgTypes = make([]protoimpl.MessageInfo, 35)
+var file_corpus_v1_raft_proto_msgTypes = make([]protoimpl.MessageInfo, 37)
 var file_corpus_v1_raft_proto_goTypes = []any{
 	(*Command)(nil),               // 0: corpus.v1.Command
 	(*BootstrapCluster)(nil),      // 1: corpus.v1.BootstrapCluster
@@ -2817,29 +2954,32 @@ var file_corpus_v1_raft_proto_goTypes = []any{
 	(*SetCurrentRelease)(nil),     // 30: corpus.v1.SetCurrentRelease
 	(*PruneReleases)(nil),         // 31: corpus.v1.PruneReleases
 	(*SetManifestDomains)(nil),    // 32: corpus.v1.SetManifestDomains
-	(*Snapshot)(nil),              // 33: corpus.v1.Snapshot
-	nil,                           // 34: corpus.v1.UpdateNode.LabelsEntry
-	(*timestamppb.Timestamp)(nil), // 35: google.protobuf.Timestamp
-	(*ClusterConfig)(nil),         // 36: corpus.v1.ClusterConfig
-	(*JoinToken)(nil),             // 37: corpus.v1.JoinToken
-	(*Node)(nil),                  // 38: corpus.v1.Node
-	(*Resources)(nil),             // 39: corpus.v1.Resources
-	(*DriverInfo)(nil),            // 40: corpus.v1.DriverInfo
-	(*Guest)(nil),                 // 41: corpus.v1.Guest
-	(*GuestObserved)(nil),         // 42: corpus.v1.GuestObserved
-	(*Route)(nil),                 // 43: corpus.v1.Route
-	(*DnsRecord)(nil),             // 44: corpus.v1.DnsRecord
-	(*VolumeObserved)(nil),        // 45: corpus.v1.VolumeObserved
-	(*User)(nil),                  // 46: corpus.v1.User
-	(*SshKey)(nil),                // 47: corpus.v1.SshKey
-	(*ProjectEnv)(nil),            // 48: corpus.v1.ProjectEnv
-	(*Release)(nil),               // 49: corpus.v1.Release
-	(*ReleaseStep)(nil),           // 50: corpus.v1.ReleaseStep
-	(*Volume)(nil),                // 51: corpus.v1.Volume
-	(*Project)(nil),               // 52: corpus.v1.Project
+	(*UpsertCoordinator)(nil),     // 33: corpus.v1.UpsertCoordinator
+	(*RemoveCoordinator)(nil),     // 34: corpus.v1.RemoveCoordinator
+	(*Snapshot)(nil),              // 35: corpus.v1.Snapshot
+	nil,                           // 36: corpus.v1.UpdateNode.LabelsEntry
+	(*timestamppb.Timestamp)(nil), // 37: google.protobuf.Timestamp
+	(*ClusterConfig)(nil),         // 38: corpus.v1.ClusterConfig
+	(*JoinToken)(nil),             // 39: corpus.v1.JoinToken
+	(*Node)(nil),                  // 40: corpus.v1.Node
+	(*Resources)(nil),             // 41: corpus.v1.Resources
+	(*DriverInfo)(nil),            // 42: corpus.v1.DriverInfo
+	(*Guest)(nil),                 // 43: corpus.v1.Guest
+	(*GuestObserved)(nil),         // 44: corpus.v1.GuestObserved
+	(*Route)(nil),                 // 45: corpus.v1.Route
+	(*DnsRecord)(nil),             // 46: corpus.v1.DnsRecord
+	(*VolumeObserved)(nil),        // 47: corpus.v1.VolumeObserved
+	(*User)(nil),                  // 48: corpus.v1.User
+	(*SshKey)(nil),                // 49: corpus.v1.SshKey
+	(*ProjectEnv)(nil),            // 50: corpus.v1.ProjectEnv
+	(*Release)(nil),               // 51: corpus.v1.Release
+	(*ReleaseStep)(nil),           // 52: corpus.v1.ReleaseStep
+	(*Coordinator)(nil),           // 53: corpus.v1.Coordinator
+	(*Volume)(nil),                // 54: corpus.v1.Volume
+	(*Project)(nil),               // 55: corpus.v1.Project
 }
 var file_corpus_v1_raft_proto_depIdxs = []int32{
-	35, // 0: corpus.v1.Command.now:type_name -> google.protobuf.Timestamp
+	37, // 0: corpus.v1.Command.now:type_name -> google.protobuf.Timestamp
 	1,  // 1: corpus.v1.Command.bootstrap_cluster:type_name -> corpus.v1.BootstrapCluster
 	2,  // 2: corpus.v1.Command.create_join_token:type_name -> corpus.v1.CreateJoinToken
 	3,  // 3: corpus.v1.Command.enroll_node:type_name -> corpus.v1.EnrollNode
@@ -2870,42 +3010,46 @@ var file_corpus_v1_raft_proto_depIdxs = []int32{
 	30, // 28: corpus.v1.Command.set_current_release:type_name -> corpus.v1.SetCurrentRelease
 	31, // 29: corpus.v1.Command.prune_releases:type_name -> corpus.v1.PruneReleases
 	32, // 30: corpus.v1.Command.set_manifest_domains:type_name -> corpus.v1.SetManifestDomains
-	36, // 31: corpus.v1.BootstrapCluster.config:type_name -> corpus.v1.ClusterConfig
-	37, // 32: corpus.v1.CreateJoinToken.token:type_name -> corpus.v1.JoinToken
-	38, // 33: corpus.v1.EnrollNode.node:type_name -> corpus.v1.Node
-	39, // 34: corpus.v1.UpdateNode.capacity:type_name -> corpus.v1.Resources
-	40, // 35: corpus.v1.UpdateNode.drivers:type_name -> corpus.v1.DriverInfo
-	34, // 36: corpus.v1.UpdateNode.labels:type_name -> corpus.v1.UpdateNode.LabelsEntry
-	41, // 37: corpus.v1.CreateGuest.guest:type_name -> corpus.v1.Guest
-	42, // 38: corpus.v1.ObservedGuest.observed:type_name -> corpus.v1.GuestObserved
-	9,  // 39: corpus.v1.ReportGuests.guests:type_name -> corpus.v1.ObservedGuest
-	43, // 40: corpus.v1.CreateRoute.route:type_name -> corpus.v1.Route
-	44, // 41: corpus.v1.AddDnsRecord.record:type_name -> corpus.v1.DnsRecord
-	45, // 42: corpus.v1.ObservedVolume.observed:type_name -> corpus.v1.VolumeObserved
-	19, // 43: corpus.v1.ReportVolumes.volumes:type_name -> corpus.v1.ObservedVolume
-	46, // 44: corpus.v1.CreateUser.user:type_name -> corpus.v1.User
-	47, // 45: corpus.v1.AddSshKey.key:type_name -> corpus.v1.SshKey
-	48, // 46: corpus.v1.CreateProject.env:type_name -> corpus.v1.ProjectEnv
-	41, // 47: corpus.v1.CreateProject.guest:type_name -> corpus.v1.Guest
-	43, // 48: corpus.v1.CreateProject.routes:type_name -> corpus.v1.Route
-	49, // 49: corpus.v1.BeginRelease.release:type_name -> corpus.v1.Release
-	50, // 50: corpus.v1.FinishRelease.steps:type_name -> corpus.v1.ReleaseStep
-	43, // 51: corpus.v1.SetManifestDomains.routes:type_name -> corpus.v1.Route
-	36, // 52: corpus.v1.Snapshot.config:type_name -> corpus.v1.ClusterConfig
-	38, // 53: corpus.v1.Snapshot.nodes:type_name -> corpus.v1.Node
-	41, // 54: corpus.v1.Snapshot.guests:type_name -> corpus.v1.Guest
-	37, // 55: corpus.v1.Snapshot.join_tokens:type_name -> corpus.v1.JoinToken
-	43, // 56: corpus.v1.Snapshot.routes:type_name -> corpus.v1.Route
-	44, // 57: corpus.v1.Snapshot.dns_records:type_name -> corpus.v1.DnsRecord
-	51, // 58: corpus.v1.Snapshot.volumes:type_name -> corpus.v1.Volume
-	46, // 59: corpus.v1.Snapshot.users:type_name -> corpus.v1.User
-	52, // 60: corpus.v1.Snapshot.projects:type_name -> corpus.v1.Project
-	49, // 61: corpus.v1.Snapshot.releases:type_name -> corpus.v1.Release
-	62, // [62:62] is the sub-list for method output_type
-	62, // [62:62] is the sub-list for method input_type
-	62, // [62:62] is the sub-list for extension type_name
-	62, // [62:62] is the sub-list for extension extendee
-	0,  // [0:62] is the sub-list for field type_name
+	33, // 31: corpus.v1.Command.upsert_coordinator:type_name -> corpus.v1.UpsertCoordinator
+	34, // 32: corpus.v1.Command.remove_coordinator:type_name -> corpus.v1.RemoveCoordinator
+	38, // 33: corpus.v1.BootstrapCluster.config:type_name -> corpus.v1.ClusterConfig
+	39, // 34: corpus.v1.CreateJoinToken.token:type_name -> corpus.v1.JoinToken
+	40, // 35: corpus.v1.EnrollNode.node:type_name -> corpus.v1.Node
+	41, // 36: corpus.v1.UpdateNode.capacity:type_name -> corpus.v1.Resources
+	42, // 37: corpus.v1.UpdateNode.drivers:type_name -> corpus.v1.DriverInfo
+	36, // 38: corpus.v1.UpdateNode.labels:type_name -> corpus.v1.UpdateNode.LabelsEntry
+	43, // 39: corpus.v1.CreateGuest.guest:type_name -> corpus.v1.Guest
+	44, // 40: corpus.v1.ObservedGuest.observed:type_name -> corpus.v1.GuestObserved
+	9,  // 41: corpus.v1.ReportGuests.guests:type_name -> corpus.v1.ObservedGuest
+	45, // 42: corpus.v1.CreateRoute.route:type_name -> corpus.v1.Route
+	46, // 43: corpus.v1.AddDnsRecord.record:type_name -> corpus.v1.DnsRecord
+	47, // 44: corpus.v1.ObservedVolume.observed:type_name -> corpus.v1.VolumeObserved
+	19, // 45: corpus.v1.ReportVolumes.volumes:type_name -> corpus.v1.ObservedVolume
+	48, // 46: corpus.v1.CreateUser.user:type_name -> corpus.v1.User
+	49, // 47: corpus.v1.AddSshKey.key:type_name -> corpus.v1.SshKey
+	50, // 48: corpus.v1.CreateProject.env:type_name -> corpus.v1.ProjectEnv
+	43, // 49: corpus.v1.CreateProject.guest:type_name -> corpus.v1.Guest
+	45, // 50: corpus.v1.CreateProject.routes:type_name -> corpus.v1.Route
+	51, // 51: corpus.v1.BeginRelease.release:type_name -> corpus.v1.Release
+	52, // 52: corpus.v1.FinishRelease.steps:type_name -> corpus.v1.ReleaseStep
+	45, // 53: corpus.v1.SetManifestDomains.routes:type_name -> corpus.v1.Route
+	53, // 54: corpus.v1.UpsertCoordinator.coordinator:type_name -> corpus.v1.Coordinator
+	38, // 55: corpus.v1.Snapshot.config:type_name -> corpus.v1.ClusterConfig
+	40, // 56: corpus.v1.Snapshot.nodes:type_name -> corpus.v1.Node
+	43, // 57: corpus.v1.Snapshot.guests:type_name -> corpus.v1.Guest
+	39, // 58: corpus.v1.Snapshot.join_tokens:type_name -> corpus.v1.JoinToken
+	45, // 59: corpus.v1.Snapshot.routes:type_name -> corpus.v1.Route
+	46, // 60: corpus.v1.Snapshot.dns_records:type_name -> corpus.v1.DnsRecord
+	54, // 61: corpus.v1.Snapshot.volumes:type_name -> corpus.v1.Volume
+	48, // 62: corpus.v1.Snapshot.users:type_name -> corpus.v1.User
+	55, // 63: corpus.v1.Snapshot.projects:type_name -> corpus.v1.Project
+	51, // 64: corpus.v1.Snapshot.releases:type_name -> corpus.v1.Release
+	53, // 65: corpus.v1.Snapshot.coordinators:type_name -> corpus.v1.Coordinator
+	66, // [66:66] is the sub-list for method output_type
+	66, // [66:66] is the sub-list for method input_type
+	66, // [66:66] is the sub-list for extension type_name
+	66, // [66:66] is the sub-list for extension extendee
+	0,  // [0:66] is the sub-list for field type_name
 }
 
 func init() { file_corpus_v1_raft_proto_init() }
@@ -2945,6 +3089,8 @@ func file_corpus_v1_raft_proto_init() {
 		(*Command_SetCurrentRelease)(nil),
 		(*Command_PruneReleases)(nil),
 		(*Command_SetManifestDomains)(nil),
+		(*Command_UpsertCoordinator)(nil),
+		(*Command_RemoveCoordinator)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -2952,7 +3098,7 @@ func file_corpus_v1_raft_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_corpus_v1_raft_proto_rawDesc), len(file_corpus_v1_raft_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   35,
+			NumMessages:   37,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -1290,6 +1290,9 @@ type ClusterConfig struct {
 	GuestNetwork string `protobuf:"bytes,5,opt,name=guest_network,json=guestNetwork,proto3" json:"guest_network,omitempty"`
 	// node_subnet_bits is the prefix length of each node's subnet.
 	NodeSubnetBits int32 `protobuf:"varint,6,opt,name=node_subnet_bits,json=nodeSubnetBits,proto3" json:"node_subnet_bits,omitempty"`
+	// coordinator_key authenticates coordinators to each other (forwarded
+	// writes); agents never see it.
+	CoordinatorKey string `protobuf:"bytes,7,opt,name=coordinator_key,json=coordinatorKey,proto3" json:"coordinator_key,omitempty"`
 	unknownFields  protoimpl.UnknownFields
 	sizeCache      protoimpl.SizeCache
 }
@@ -1366,6 +1369,100 @@ func (x *ClusterConfig) GetNodeSubnetBits() int32 {
 	return 0
 }
 
+func (x *ClusterConfig) GetCoordinatorKey() string {
+	if x != nil {
+		return x.CoordinatorKey
+	}
+	return ""
+}
+
+// Coordinator is one replica of the control plane, as the group knows it.
+type Coordinator struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// id is the replica's Raft server id.
+	Id          string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	RaftAddress string `protobuf:"bytes,2,opt,name=raft_address,json=raftAddress,proto3" json:"raft_address,omitempty"`
+	// api_address is where the replica's API answers.
+	ApiAddress    string `protobuf:"bytes,3,opt,name=api_address,json=apiAddress,proto3" json:"api_address,omitempty"`
+	DnsAddress    string `protobuf:"bytes,4,opt,name=dns_address,json=dnsAddress,proto3" json:"dns_address,omitempty"`
+	CreateIndex   uint64 `protobuf:"varint,20,opt,name=create_index,json=createIndex,proto3" json:"create_index,omitempty"`
+	ModifyIndex   uint64 `protobuf:"varint,21,opt,name=modify_index,json=modifyIndex,proto3" json:"modify_index,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Coordinator) Reset() {
+	*x = Coordinator{}
+	mi := &file_corpus_v1_types_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Coordinator) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Coordinator) ProtoMessage() {}
+
+func (x *Coordinator) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_types_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Coordinator.ProtoReflect.Descriptor instead.
+func (*Coordinator) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_types_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *Coordinator) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *Coordinator) GetRaftAddress() string {
+	if x != nil {
+		return x.RaftAddress
+	}
+	return ""
+}
+
+func (x *Coordinator) GetApiAddress() string {
+	if x != nil {
+		return x.ApiAddress
+	}
+	return ""
+}
+
+func (x *Coordinator) GetDnsAddress() string {
+	if x != nil {
+		return x.DnsAddress
+	}
+	return ""
+}
+
+func (x *Coordinator) GetCreateIndex() uint64 {
+	if x != nil {
+		return x.CreateIndex
+	}
+	return 0
+}
+
+func (x *Coordinator) GetModifyIndex() uint64 {
+	if x != nil {
+		return x.ModifyIndex
+	}
+	return 0
+}
+
 // DnsRecord is a static record an operator added to the cluster zone.
 type DnsRecord struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1390,7 +1487,7 @@ type DnsRecord struct {
 
 func (x *DnsRecord) Reset() {
 	*x = DnsRecord{}
-	mi := &file_corpus_v1_types_proto_msgTypes[14]
+	mi := &file_corpus_v1_types_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1402,7 +1499,7 @@ func (x *DnsRecord) String() string {
 func (*DnsRecord) ProtoMessage() {}
 
 func (x *DnsRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_types_proto_msgTypes[14]
+	mi := &file_corpus_v1_types_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1415,7 +1512,7 @@ func (x *DnsRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DnsRecord.ProtoReflect.Descriptor instead.
 func (*DnsRecord) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_types_proto_rawDescGZIP(), []int{14}
+	return file_corpus_v1_types_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *DnsRecord) GetId() string {
@@ -1499,7 +1596,7 @@ type User struct {
 
 func (x *User) Reset() {
 	*x = User{}
-	mi := &file_corpus_v1_types_proto_msgTypes[15]
+	mi := &file_corpus_v1_types_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1511,7 +1608,7 @@ func (x *User) String() string {
 func (*User) ProtoMessage() {}
 
 func (x *User) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_types_proto_msgTypes[15]
+	mi := &file_corpus_v1_types_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1524,7 +1621,7 @@ func (x *User) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use User.ProtoReflect.Descriptor instead.
 func (*User) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_types_proto_rawDescGZIP(), []int{15}
+	return file_corpus_v1_types_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *User) GetName() string {
@@ -1585,7 +1682,7 @@ type SshKey struct {
 
 func (x *SshKey) Reset() {
 	*x = SshKey{}
-	mi := &file_corpus_v1_types_proto_msgTypes[16]
+	mi := &file_corpus_v1_types_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1597,7 +1694,7 @@ func (x *SshKey) String() string {
 func (*SshKey) ProtoMessage() {}
 
 func (x *SshKey) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_types_proto_msgTypes[16]
+	mi := &file_corpus_v1_types_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1610,7 +1707,7 @@ func (x *SshKey) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SshKey.ProtoReflect.Descriptor instead.
 func (*SshKey) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_types_proto_rawDescGZIP(), []int{16}
+	return file_corpus_v1_types_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *SshKey) GetFingerprint() string {
@@ -1660,7 +1757,7 @@ type Project struct {
 
 func (x *Project) Reset() {
 	*x = Project{}
-	mi := &file_corpus_v1_types_proto_msgTypes[17]
+	mi := &file_corpus_v1_types_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1672,7 +1769,7 @@ func (x *Project) String() string {
 func (*Project) ProtoMessage() {}
 
 func (x *Project) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_types_proto_msgTypes[17]
+	mi := &file_corpus_v1_types_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1685,7 +1782,7 @@ func (x *Project) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Project.ProtoReflect.Descriptor instead.
 func (*Project) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_types_proto_rawDescGZIP(), []int{17}
+	return file_corpus_v1_types_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *Project) GetId() string {
@@ -1764,7 +1861,7 @@ type ProjectEnv struct {
 
 func (x *ProjectEnv) Reset() {
 	*x = ProjectEnv{}
-	mi := &file_corpus_v1_types_proto_msgTypes[18]
+	mi := &file_corpus_v1_types_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1776,7 +1873,7 @@ func (x *ProjectEnv) String() string {
 func (*ProjectEnv) ProtoMessage() {}
 
 func (x *ProjectEnv) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_types_proto_msgTypes[18]
+	mi := &file_corpus_v1_types_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1789,7 +1886,7 @@ func (x *ProjectEnv) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProjectEnv.ProtoReflect.Descriptor instead.
 func (*ProjectEnv) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_types_proto_rawDescGZIP(), []int{18}
+	return file_corpus_v1_types_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ProjectEnv) GetName() string {
@@ -1891,7 +1988,7 @@ type Release struct {
 
 func (x *Release) Reset() {
 	*x = Release{}
-	mi := &file_corpus_v1_types_proto_msgTypes[19]
+	mi := &file_corpus_v1_types_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1903,7 +2000,7 @@ func (x *Release) String() string {
 func (*Release) ProtoMessage() {}
 
 func (x *Release) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_types_proto_msgTypes[19]
+	mi := &file_corpus_v1_types_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1916,7 +2013,7 @@ func (x *Release) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Release.ProtoReflect.Descriptor instead.
 func (*Release) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_types_proto_rawDescGZIP(), []int{19}
+	return file_corpus_v1_types_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *Release) GetId() string {
@@ -2058,7 +2155,7 @@ type ReleaseStep struct {
 
 func (x *ReleaseStep) Reset() {
 	*x = ReleaseStep{}
-	mi := &file_corpus_v1_types_proto_msgTypes[20]
+	mi := &file_corpus_v1_types_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2070,7 +2167,7 @@ func (x *ReleaseStep) String() string {
 func (*ReleaseStep) ProtoMessage() {}
 
 func (x *ReleaseStep) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_types_proto_msgTypes[20]
+	mi := &file_corpus_v1_types_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2083,7 +2180,7 @@ func (x *ReleaseStep) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseStep.ProtoReflect.Descriptor instead.
 func (*ReleaseStep) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_types_proto_rawDescGZIP(), []int{20}
+	return file_corpus_v1_types_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ReleaseStep) GetName() string {
@@ -2253,7 +2350,7 @@ const file_corpus_v1_types_proto_rawDesc = "" +
 	"expires_at\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\texpiresAt\x129\n" +
 	"\n" +
 	"created_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x12\x17\n" +
-	"\aused_by\x18\x05 \x01(\tR\x06usedBy\"\xfb\x01\n" +
+	"\aused_by\x18\x05 \x01(\tR\x06usedBy\"\xa4\x02\n" +
 	"\rClusterConfig\x12\x1d\n" +
 	"\n" +
 	"cluster_id\x18\x01 \x01(\tR\tclusterId\x12$\n" +
@@ -2262,7 +2359,17 @@ const file_corpus_v1_types_proto_rawDesc = "" +
 	"\n" +
 	"created_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x12#\n" +
 	"\rguest_network\x18\x05 \x01(\tR\fguestNetwork\x12(\n" +
-	"\x10node_subnet_bits\x18\x06 \x01(\x05R\x0enodeSubnetBits\"\xfc\x01\n" +
+	"\x10node_subnet_bits\x18\x06 \x01(\x05R\x0enodeSubnetBits\x12'\n" +
+	"\x0fcoordinator_key\x18\a \x01(\tR\x0ecoordinatorKey\"\xc8\x01\n" +
+	"\vCoordinator\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12!\n" +
+	"\fraft_address\x18\x02 \x01(\tR\vraftAddress\x12\x1f\n" +
+	"\vapi_address\x18\x03 \x01(\tR\n" +
+	"apiAddress\x12\x1f\n" +
+	"\vdns_address\x18\x04 \x01(\tR\n" +
+	"dnsAddress\x12!\n" +
+	"\fcreate_index\x18\x14 \x01(\x04R\vcreateIndex\x12!\n" +
+	"\fmodify_index\x18\x15 \x01(\x04R\vmodifyIndex\"\xfc\x01\n" +
 	"\tDnsRecord\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x12\n" +
@@ -2350,7 +2457,7 @@ func file_corpus_v1_types_proto_rawDescGZIP() []byte {
 	return file_corpus_v1_types_proto_rawDescData
 }
 
-var file_corpus_v1_types_proto_msgTypes = make([]protoimpl.MessageInfo, 24)
+var file_corpus_v1_types_proto_msgTypes = make([]protoimpl.MessageInfo, 25)
 var file_corpus_v1_types_proto_goTypes = []any{
 	(*Resources)(nil),             // 0: corpus.v1.Resources
 	(*DriverInfo)(nil),            // 1: corpus.v1.DriverInfo
@@ -2366,49 +2473,50 @@ var file_corpus_v1_types_proto_goTypes = []any{
 	(*Route)(nil),                 // 11: corpus.v1.Route
 	(*JoinToken)(nil),             // 12: corpus.v1.JoinToken
 	(*ClusterConfig)(nil),         // 13: corpus.v1.ClusterConfig
-	(*DnsRecord)(nil),             // 14: corpus.v1.DnsRecord
-	(*User)(nil),                  // 15: corpus.v1.User
-	(*SshKey)(nil),                // 16: corpus.v1.SshKey
-	(*Project)(nil),               // 17: corpus.v1.Project
-	(*ProjectEnv)(nil),            // 18: corpus.v1.ProjectEnv
-	(*Release)(nil),               // 19: corpus.v1.Release
-	(*ReleaseStep)(nil),           // 20: corpus.v1.ReleaseStep
-	nil,                           // 21: corpus.v1.DriverInfo.AttributesEntry
-	nil,                           // 22: corpus.v1.Node.LabelsEntry
-	nil,                           // 23: corpus.v1.GuestSpec.EnvEntry
-	(*timestamppb.Timestamp)(nil), // 24: google.protobuf.Timestamp
+	(*Coordinator)(nil),           // 14: corpus.v1.Coordinator
+	(*DnsRecord)(nil),             // 15: corpus.v1.DnsRecord
+	(*User)(nil),                  // 16: corpus.v1.User
+	(*SshKey)(nil),                // 17: corpus.v1.SshKey
+	(*Project)(nil),               // 18: corpus.v1.Project
+	(*ProjectEnv)(nil),            // 19: corpus.v1.ProjectEnv
+	(*Release)(nil),               // 20: corpus.v1.Release
+	(*ReleaseStep)(nil),           // 21: corpus.v1.ReleaseStep
+	nil,                           // 22: corpus.v1.DriverInfo.AttributesEntry
+	nil,                           // 23: corpus.v1.Node.LabelsEntry
+	nil,                           // 24: corpus.v1.GuestSpec.EnvEntry
+	(*timestamppb.Timestamp)(nil), // 25: google.protobuf.Timestamp
 }
 var file_corpus_v1_types_proto_depIdxs = []int32{
-	21, // 0: corpus.v1.DriverInfo.attributes:type_name -> corpus.v1.DriverInfo.AttributesEntry
-	22, // 1: corpus.v1.Node.labels:type_name -> corpus.v1.Node.LabelsEntry
+	22, // 0: corpus.v1.DriverInfo.attributes:type_name -> corpus.v1.DriverInfo.AttributesEntry
+	23, // 1: corpus.v1.Node.labels:type_name -> corpus.v1.Node.LabelsEntry
 	0,  // 2: corpus.v1.Node.capacity:type_name -> corpus.v1.Resources
 	1,  // 3: corpus.v1.Node.drivers:type_name -> corpus.v1.DriverInfo
-	24, // 4: corpus.v1.Node.enrolled_at:type_name -> google.protobuf.Timestamp
+	25, // 4: corpus.v1.Node.enrolled_at:type_name -> google.protobuf.Timestamp
 	0,  // 5: corpus.v1.GuestSpec.resources:type_name -> corpus.v1.Resources
-	23, // 6: corpus.v1.GuestSpec.env:type_name -> corpus.v1.GuestSpec.EnvEntry
+	24, // 6: corpus.v1.GuestSpec.env:type_name -> corpus.v1.GuestSpec.EnvEntry
 	7,  // 7: corpus.v1.GuestSpec.ports:type_name -> corpus.v1.Port
 	4,  // 8: corpus.v1.GuestSpec.volume:type_name -> corpus.v1.VolumeSpec
 	6,  // 9: corpus.v1.Volume.observed:type_name -> corpus.v1.VolumeObserved
-	24, // 10: corpus.v1.Volume.created_at:type_name -> google.protobuf.Timestamp
-	24, // 11: corpus.v1.GuestObserved.updated_at:type_name -> google.protobuf.Timestamp
-	24, // 12: corpus.v1.Event.time:type_name -> google.protobuf.Timestamp
+	25, // 10: corpus.v1.Volume.created_at:type_name -> google.protobuf.Timestamp
+	25, // 11: corpus.v1.GuestObserved.updated_at:type_name -> google.protobuf.Timestamp
+	25, // 12: corpus.v1.Event.time:type_name -> google.protobuf.Timestamp
 	3,  // 13: corpus.v1.Guest.spec:type_name -> corpus.v1.GuestSpec
 	8,  // 14: corpus.v1.Guest.observed:type_name -> corpus.v1.GuestObserved
 	9,  // 15: corpus.v1.Guest.events:type_name -> corpus.v1.Event
-	24, // 16: corpus.v1.Guest.created_at:type_name -> google.protobuf.Timestamp
-	24, // 17: corpus.v1.Route.created_at:type_name -> google.protobuf.Timestamp
-	24, // 18: corpus.v1.JoinToken.expires_at:type_name -> google.protobuf.Timestamp
-	24, // 19: corpus.v1.JoinToken.created_at:type_name -> google.protobuf.Timestamp
-	24, // 20: corpus.v1.ClusterConfig.created_at:type_name -> google.protobuf.Timestamp
-	24, // 21: corpus.v1.DnsRecord.created_at:type_name -> google.protobuf.Timestamp
-	16, // 22: corpus.v1.User.keys:type_name -> corpus.v1.SshKey
-	24, // 23: corpus.v1.User.created_at:type_name -> google.protobuf.Timestamp
-	24, // 24: corpus.v1.SshKey.added_at:type_name -> google.protobuf.Timestamp
-	18, // 25: corpus.v1.Project.envs:type_name -> corpus.v1.ProjectEnv
-	24, // 26: corpus.v1.Project.created_at:type_name -> google.protobuf.Timestamp
-	24, // 27: corpus.v1.Release.started_at:type_name -> google.protobuf.Timestamp
-	24, // 28: corpus.v1.Release.finished_at:type_name -> google.protobuf.Timestamp
-	20, // 29: corpus.v1.Release.steps:type_name -> corpus.v1.ReleaseStep
+	25, // 16: corpus.v1.Guest.created_at:type_name -> google.protobuf.Timestamp
+	25, // 17: corpus.v1.Route.created_at:type_name -> google.protobuf.Timestamp
+	25, // 18: corpus.v1.JoinToken.expires_at:type_name -> google.protobuf.Timestamp
+	25, // 19: corpus.v1.JoinToken.created_at:type_name -> google.protobuf.Timestamp
+	25, // 20: corpus.v1.ClusterConfig.created_at:type_name -> google.protobuf.Timestamp
+	25, // 21: corpus.v1.DnsRecord.created_at:type_name -> google.protobuf.Timestamp
+	17, // 22: corpus.v1.User.keys:type_name -> corpus.v1.SshKey
+	25, // 23: corpus.v1.User.created_at:type_name -> google.protobuf.Timestamp
+	25, // 24: corpus.v1.SshKey.added_at:type_name -> google.protobuf.Timestamp
+	19, // 25: corpus.v1.Project.envs:type_name -> corpus.v1.ProjectEnv
+	25, // 26: corpus.v1.Project.created_at:type_name -> google.protobuf.Timestamp
+	25, // 27: corpus.v1.Release.started_at:type_name -> google.protobuf.Timestamp
+	25, // 28: corpus.v1.Release.finished_at:type_name -> google.protobuf.Timestamp
+	21, // 29: corpus.v1.Release.steps:type_name -> corpus.v1.ReleaseStep
 	30, // [30:30] is the sub-list for method output_type
 	30, // [30:30] is the sub-list for method input_type
 	30, // [30:30] is the sub-list for extension type_name
@@ -2427,7 +2535,7 @@ func file_corpus_v1_types_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_corpus_v1_types_proto_rawDesc), len(file_corpus_v1_types_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   24,
+			NumMessages:   25,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -56,6 +56,21 @@ const (
 const (
 	// ClusterServiceStatusProcedure is the fully-qualified name of the ClusterService's Status RPC.
 	ClusterServiceStatusProcedure = "/corpus.v1.ClusterService/Status"
+	// ClusterServicePeerProcedure is the fully-qualified name of the ClusterService's Peer RPC.
+	ClusterServicePeerProcedure = "/corpus.v1.ClusterService/Peer"
+	// ClusterServiceApplyProcedure is the fully-qualified name of the ClusterService's Apply RPC.
+	ClusterServiceApplyProcedure = "/corpus.v1.ClusterService/Apply"
+	// ClusterServiceSeenProcedure is the fully-qualified name of the ClusterService's Seen RPC.
+	ClusterServiceSeenProcedure = "/corpus.v1.ClusterService/Seen"
+	// ClusterServiceRaftPeersProcedure is the fully-qualified name of the ClusterService's RaftPeers
+	// RPC.
+	ClusterServiceRaftPeersProcedure = "/corpus.v1.ClusterService/RaftPeers"
+	// ClusterServiceAddRaftPeerProcedure is the fully-qualified name of the ClusterService's
+	// AddRaftPeer RPC.
+	ClusterServiceAddRaftPeerProcedure = "/corpus.v1.ClusterService/AddRaftPeer"
+	// ClusterServiceRemoveRaftPeerProcedure is the fully-qualified name of the ClusterService's
+	// RemoveRaftPeer RPC.
+	ClusterServiceRemoveRaftPeerProcedure = "/corpus.v1.ClusterService/RemoveRaftPeer"
 	// NodeServiceCreateJoinTokenProcedure is the fully-qualified name of the NodeService's
 	// CreateJoinToken RPC.
 	NodeServiceCreateJoinTokenProcedure = "/corpus.v1.NodeService/CreateJoinToken"
@@ -189,6 +204,20 @@ const (
 // ClusterServiceClient is a client for the corpus.v1.ClusterService service.
 type ClusterServiceClient interface {
 	Status(context.Context, *connect.Request[v1.StatusRequest]) (*connect.Response[v1.StatusResponse], error)
+	// Peer says who this replica is; replicas starting with
+	// --bootstrap-expect ask each other before they form a group. It needs
+	// no credential and tells only ids and addresses.
+	Peer(context.Context, *connect.Request[v1.PeerRequest]) (*connect.Response[v1.PeerResponse], error)
+	// Apply commits a command a follower forwards to the leader.
+	Apply(context.Context, *connect.Request[v1.ApplyRequest]) (*connect.Response[v1.ApplyResponse], error)
+	// Seen tells the leader which nodes reported to a follower.
+	Seen(context.Context, *connect.Request[v1.SeenRequest]) (*connect.Response[v1.SeenResponse], error)
+	// RaftPeers lists the Raft group.
+	RaftPeers(context.Context, *connect.Request[v1.RaftPeersRequest]) (*connect.Response[v1.RaftPeersResponse], error)
+	// AddRaftPeer adds a replica to the group as a voter; RemoveRaftPeer
+	// removes one. Both run on the leader (followers pass them on).
+	AddRaftPeer(context.Context, *connect.Request[v1.AddRaftPeerRequest]) (*connect.Response[v1.AddRaftPeerResponse], error)
+	RemoveRaftPeer(context.Context, *connect.Request[v1.RemoveRaftPeerRequest]) (*connect.Response[v1.RemoveRaftPeerResponse], error)
 }
 
 // NewClusterServiceClient constructs a client for the corpus.v1.ClusterService service. By default,
@@ -209,12 +238,56 @@ func NewClusterServiceClient(httpClient connect.HTTPClient, baseURL string, opts
 			connect.WithIdempotency(connect.IdempotencyNoSideEffects),
 			connect.WithClientOptions(opts...),
 		),
+		peer: connect.NewClient[v1.PeerRequest, v1.PeerResponse](
+			httpClient,
+			baseURL+ClusterServicePeerProcedure,
+			connect.WithSchema(clusterServiceMethods.ByName("Peer")),
+			connect.WithIdempotency(connect.IdempotencyNoSideEffects),
+			connect.WithClientOptions(opts...),
+		),
+		apply: connect.NewClient[v1.ApplyRequest, v1.ApplyResponse](
+			httpClient,
+			baseURL+ClusterServiceApplyProcedure,
+			connect.WithSchema(clusterServiceMethods.ByName("Apply")),
+			connect.WithClientOptions(opts...),
+		),
+		seen: connect.NewClient[v1.SeenRequest, v1.SeenResponse](
+			httpClient,
+			baseURL+ClusterServiceSeenProcedure,
+			connect.WithSchema(clusterServiceMethods.ByName("Seen")),
+			connect.WithClientOptions(opts...),
+		),
+		raftPeers: connect.NewClient[v1.RaftPeersRequest, v1.RaftPeersResponse](
+			httpClient,
+			baseURL+ClusterServiceRaftPeersProcedure,
+			connect.WithSchema(clusterServiceMethods.ByName("RaftPeers")),
+			connect.WithIdempotency(connect.IdempotencyNoSideEffects),
+			connect.WithClientOptions(opts...),
+		),
+		addRaftPeer: connect.NewClient[v1.AddRaftPeerRequest, v1.AddRaftPeerResponse](
+			httpClient,
+			baseURL+ClusterServiceAddRaftPeerProcedure,
+			connect.WithSchema(clusterServiceMethods.ByName("AddRaftPeer")),
+			connect.WithClientOptions(opts...),
+		),
+		removeRaftPeer: connect.NewClient[v1.RemoveRaftPeerRequest, v1.RemoveRaftPeerResponse](
+			httpClient,
+			baseURL+ClusterServiceRemoveRaftPeerProcedure,
+			connect.WithSchema(clusterServiceMethods.ByName("RemoveRaftPeer")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
 // clusterServiceClient implements ClusterServiceClient.
 type clusterServiceClient struct {
-	status *connect.Client[v1.StatusRequest, v1.StatusResponse]
+	status         *connect.Client[v1.StatusRequest, v1.StatusResponse]
+	peer           *connect.Client[v1.PeerRequest, v1.PeerResponse]
+	apply          *connect.Client[v1.ApplyRequest, v1.ApplyResponse]
+	seen           *connect.Client[v1.SeenRequest, v1.SeenResponse]
+	raftPeers      *connect.Client[v1.RaftPeersRequest, v1.RaftPeersResponse]
+	addRaftPeer    *connect.Client[v1.AddRaftPeerRequest, v1.AddRaftPeerResponse]
+	removeRaftPeer *connect.Client[v1.RemoveRaftPeerRequest, v1.RemoveRaftPeerResponse]
 }
 
 // Status calls corpus.v1.ClusterService.Status.
@@ -222,9 +295,53 @@ func (c *clusterServiceClient) Status(ctx context.Context, req *connect.Request[
 	return c.status.CallUnary(ctx, req)
 }
 
+// Peer calls corpus.v1.ClusterService.Peer.
+func (c *clusterServiceClient) Peer(ctx context.Context, req *connect.Request[v1.PeerRequest]) (*connect.Response[v1.PeerResponse], error) {
+	return c.peer.CallUnary(ctx, req)
+}
+
+// Apply calls corpus.v1.ClusterService.Apply.
+func (c *clusterServiceClient) Apply(ctx context.Context, req *connect.Request[v1.ApplyRequest]) (*connect.Response[v1.ApplyResponse], error) {
+	return c.apply.CallUnary(ctx, req)
+}
+
+// Seen calls corpus.v1.ClusterService.Seen.
+func (c *clusterServiceClient) Seen(ctx context.Context, req *connect.Request[v1.SeenRequest]) (*connect.Response[v1.SeenResponse], error) {
+	return c.seen.CallUnary(ctx, req)
+}
+
+// RaftPeers calls corpus.v1.ClusterService.RaftPeers.
+func (c *clusterServiceClient) RaftPeers(ctx context.Context, req *connect.Request[v1.RaftPeersRequest]) (*connect.Response[v1.RaftPeersResponse], error) {
+	return c.raftPeers.CallUnary(ctx, req)
+}
+
+// AddRaftPeer calls corpus.v1.ClusterService.AddRaftPeer.
+func (c *clusterServiceClient) AddRaftPeer(ctx context.Context, req *connect.Request[v1.AddRaftPeerRequest]) (*connect.Response[v1.AddRaftPeerResponse], error) {
+	return c.addRaftPeer.CallUnary(ctx, req)
+}
+
+// RemoveRaftPeer calls corpus.v1.ClusterService.RemoveRaftPeer.
+func (c *clusterServiceClient) RemoveRaftPeer(ctx context.Context, req *connect.Request[v1.RemoveRaftPeerRequest]) (*connect.Response[v1.RemoveRaftPeerResponse], error) {
+	return c.removeRaftPeer.CallUnary(ctx, req)
+}
+
 // ClusterServiceHandler is an implementation of the corpus.v1.ClusterService service.
 type ClusterServiceHandler interface {
 	Status(context.Context, *connect.Request[v1.StatusRequest]) (*connect.Response[v1.StatusResponse], error)
+	// Peer says who this replica is; replicas starting with
+	// --bootstrap-expect ask each other before they form a group. It needs
+	// no credential and tells only ids and addresses.
+	Peer(context.Context, *connect.Request[v1.PeerRequest]) (*connect.Response[v1.PeerResponse], error)
+	// Apply commits a command a follower forwards to the leader.
+	Apply(context.Context, *connect.Request[v1.ApplyRequest]) (*connect.Response[v1.ApplyResponse], error)
+	// Seen tells the leader which nodes reported to a follower.
+	Seen(context.Context, *connect.Request[v1.SeenRequest]) (*connect.Response[v1.SeenResponse], error)
+	// RaftPeers lists the Raft group.
+	RaftPeers(context.Context, *connect.Request[v1.RaftPeersRequest]) (*connect.Response[v1.RaftPeersResponse], error)
+	// AddRaftPeer adds a replica to the group as a voter; RemoveRaftPeer
+	// removes one. Both run on the leader (followers pass them on).
+	AddRaftPeer(context.Context, *connect.Request[v1.AddRaftPeerRequest]) (*connect.Response[v1.AddRaftPeerResponse], error)
+	RemoveRaftPeer(context.Context, *connect.Request[v1.RemoveRaftPeerRequest]) (*connect.Response[v1.RemoveRaftPeerResponse], error)
 }
 
 // NewClusterServiceHandler builds an HTTP handler from the service implementation. It returns the
@@ -241,10 +358,60 @@ func NewClusterServiceHandler(svc ClusterServiceHandler, opts ...connect.Handler
 		connect.WithIdempotency(connect.IdempotencyNoSideEffects),
 		connect.WithHandlerOptions(opts...),
 	)
+	clusterServicePeerHandler := connect.NewUnaryHandler(
+		ClusterServicePeerProcedure,
+		svc.Peer,
+		connect.WithSchema(clusterServiceMethods.ByName("Peer")),
+		connect.WithIdempotency(connect.IdempotencyNoSideEffects),
+		connect.WithHandlerOptions(opts...),
+	)
+	clusterServiceApplyHandler := connect.NewUnaryHandler(
+		ClusterServiceApplyProcedure,
+		svc.Apply,
+		connect.WithSchema(clusterServiceMethods.ByName("Apply")),
+		connect.WithHandlerOptions(opts...),
+	)
+	clusterServiceSeenHandler := connect.NewUnaryHandler(
+		ClusterServiceSeenProcedure,
+		svc.Seen,
+		connect.WithSchema(clusterServiceMethods.ByName("Seen")),
+		connect.WithHandlerOptions(opts...),
+	)
+	clusterServiceRaftPeersHandler := connect.NewUnaryHandler(
+		ClusterServiceRaftPeersProcedure,
+		svc.RaftPeers,
+		connect.WithSchema(clusterServiceMethods.ByName("RaftPeers")),
+		connect.WithIdempotency(connect.IdempotencyNoSideEffects),
+		connect.WithHandlerOptions(opts...),
+	)
+	clusterServiceAddRaftPeerHandler := connect.NewUnaryHandler(
+		ClusterServiceAddRaftPeerProcedure,
+		svc.AddRaftPeer,
+		connect.WithSchema(clusterServiceMethods.ByName("AddRaftPeer")),
+		connect.WithHandlerOptions(opts...),
+	)
+	clusterServiceRemoveRaftPeerHandler := connect.NewUnaryHandler(
+		ClusterServiceRemoveRaftPeerProcedure,
+		svc.RemoveRaftPeer,
+		connect.WithSchema(clusterServiceMethods.ByName("RemoveRaftPeer")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/corpus.v1.ClusterService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case ClusterServiceStatusProcedure:
 			clusterServiceStatusHandler.ServeHTTP(w, r)
+		case ClusterServicePeerProcedure:
+			clusterServicePeerHandler.ServeHTTP(w, r)
+		case ClusterServiceApplyProcedure:
+			clusterServiceApplyHandler.ServeHTTP(w, r)
+		case ClusterServiceSeenProcedure:
+			clusterServiceSeenHandler.ServeHTTP(w, r)
+		case ClusterServiceRaftPeersProcedure:
+			clusterServiceRaftPeersHandler.ServeHTTP(w, r)
+		case ClusterServiceAddRaftPeerProcedure:
+			clusterServiceAddRaftPeerHandler.ServeHTTP(w, r)
+		case ClusterServiceRemoveRaftPeerProcedure:
+			clusterServiceRemoveRaftPeerHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -256,6 +423,30 @@ type UnimplementedClusterServiceHandler struct{}
 
 func (UnimplementedClusterServiceHandler) Status(context.Context, *connect.Request[v1.StatusRequest]) (*connect.Response[v1.StatusResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("corpus.v1.ClusterService.Status is not implemented"))
+}
+
+func (UnimplementedClusterServiceHandler) Peer(context.Context, *connect.Request[v1.PeerRequest]) (*connect.Response[v1.PeerResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("corpus.v1.ClusterService.Peer is not implemented"))
+}
+
+func (UnimplementedClusterServiceHandler) Apply(context.Context, *connect.Request[v1.ApplyRequest]) (*connect.Response[v1.ApplyResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("corpus.v1.ClusterService.Apply is not implemented"))
+}
+
+func (UnimplementedClusterServiceHandler) Seen(context.Context, *connect.Request[v1.SeenRequest]) (*connect.Response[v1.SeenResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("corpus.v1.ClusterService.Seen is not implemented"))
+}
+
+func (UnimplementedClusterServiceHandler) RaftPeers(context.Context, *connect.Request[v1.RaftPeersRequest]) (*connect.Response[v1.RaftPeersResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("corpus.v1.ClusterService.RaftPeers is not implemented"))
+}
+
+func (UnimplementedClusterServiceHandler) AddRaftPeer(context.Context, *connect.Request[v1.AddRaftPeerRequest]) (*connect.Response[v1.AddRaftPeerResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("corpus.v1.ClusterService.AddRaftPeer is not implemented"))
+}
+
+func (UnimplementedClusterServiceHandler) RemoveRaftPeer(context.Context, *connect.Request[v1.RemoveRaftPeerRequest]) (*connect.Response[v1.RemoveRaftPeerResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("corpus.v1.ClusterService.RemoveRaftPeer is not implemented"))
 }
 
 // NodeServiceClient is a client for the corpus.v1.NodeService service.

@@ -1,0 +1,258 @@
+package coordinator_test
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+
+	"corpus/coordinator"
+	"corpus/coordinator/state"
+	corpusv1 "corpus/proto/corpus/v1"
+)
+
+// freeAddr returns a loopback address with a port free right now.
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// replicaSet is a group of coordinators in this process.
+type replicaSet struct {
+	t     *testing.T
+	reps  map[string]*server
+	api   map[string]string
+	raft  map[string]string
+	token string
+}
+
+func newReplica(t *testing.T, id, dir, apiAddr, raftAddr string, opts ...func(*coordinator.Config)) *server {
+	t.Helper()
+	cfg := coordinator.Default()
+	cfg.ReplicaID = id
+	cfg.DataDir = dir
+	cfg.APIAddr, cfg.RaftAddr = apiAddr, raftAddr
+	cfg.DNS.Addr = "127.0.0.1:0"
+	cfg.Logger = testLogger(t)
+	for _, o := range opts {
+		o(&cfg)
+	}
+	srv, err := coordinator.New(cfg)
+	if err != nil {
+		t.Fatalf("New(%s) = %v", id, err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	s := &server{Server: srv, t: t, dir: dir, cancel: cancel, done: make(chan error, 1)}
+	go func() { s.done <- srv.Serve(ctx) }()
+	t.Cleanup(func() { s.stop() })
+	return s
+}
+
+func compaction(c *coordinator.Config) {
+	c.RaftSnapshotThreshold = 32
+	c.RaftTrailingLogs = 8
+}
+
+// startGroup starts n replicas with --bootstrap-expect n, joined to each
+// other, and waits until the group leads with a bootstrapped cluster.
+func startGroup(t *testing.T, n int) *replicaSet {
+	t.Helper()
+	rs := &replicaSet{t: t, reps: map[string]*server{}, api: map[string]string{}, raft: map[string]string{}}
+	for i := 1; i <= n; i++ {
+		id := fmt.Sprintf("c%d", i)
+		rs.api[id], rs.raft[id] = freeAddr(t), freeAddr(t)
+	}
+	base := t.TempDir()
+	for id := range rs.api {
+		var join []string
+		for other, a := range rs.api {
+			if other != id {
+				join = append(join, a)
+			}
+		}
+		rs.reps[id] = newReplica(t, id, filepath.Join(base, id), rs.api[id], rs.raft[id], compaction, func(c *coordinator.Config) {
+			c.BootstrapExpect = n
+			c.Join = join
+		})
+	}
+	// The lowest id holds the operator token.
+	eventuallyT(t, "bootstrap token", func() error {
+		b, err := os.ReadFile(filepath.Join(base, "c1", coordinator.OpsTokenFile))
+		if err != nil {
+			return err
+		}
+		rs.token = strings.TrimSpace(string(b))
+		return nil
+	})
+	for id := range rs.reps {
+		if id != "c1" {
+			if _, err := os.Stat(filepath.Join(base, id, coordinator.OpsTokenFile)); err == nil {
+				t.Errorf("replica %s also wrote a bootstrap token", id)
+			}
+		}
+	}
+	eventuallyT(t, "cluster bootstrapped on every replica", func() error {
+		for id, r := range rs.reps {
+			if r.Store().Read().Config() == nil {
+				return fmt.Errorf("%s has no cluster config", id)
+			}
+			if n := len(r.Store().Read().Coordinators()); n != len(rs.api) {
+				return fmt.Errorf("%s knows where %d replicas answer", id, n)
+			}
+		}
+		return nil
+	})
+	return rs
+}
+
+func eventuallyT(t *testing.T, what string, f func() error) {
+	t.Helper()
+	deadline := time.Now().Add(waitTimeout)
+	for {
+		err := f()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: %v", what, err)
+		}
+		time.Sleep(25 * time.Millisecond)
+	}
+}
+
+// leader returns the id of the replica that leads now.
+func (rs *replicaSet) leader() string {
+	rs.t.Helper()
+	var id string
+	eventuallyT(rs.t, "a leader", func() error {
+		for rid, r := range rs.reps {
+			if _, self := r.Leader(); self {
+				id = rid
+				return nil
+			}
+		}
+		return fmt.Errorf("no leader")
+	})
+	return id
+}
+
+func (rs *replicaSet) ops(id string) clients { return rs.reps[id].clients(rs.token) }
+
+// TestGroup: three replicas form a group by themselves; any replica takes
+// writes (followers pass them to the leader) and answers reads; the group
+// survives the leader's loss; a dead replica is replaced without
+// downtime and the new one catches up from a snapshot.
+func TestGroup(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	rs := startGroup(t, 3)
+	lead := rs.leader()
+	var follower string
+	for id := range rs.reps {
+		if id != lead {
+			follower = id
+			break
+		}
+	}
+	// A write through a follower, read back there at once.
+	f := rs.ops(follower)
+	res, err := f.guests.CreateGuest(ctx, connect.NewRequest(&corpusv1.CreateGuestRequest{Name: "web", Spec: &corpusv1.GuestSpec{Image: "busybox"}}))
+	if err != nil || !res.Msg.Created {
+		t.Fatalf("CreateGuest through follower %s = %v, %v", follower, res, err)
+	}
+	again, err := f.guests.CreateGuest(ctx, connect.NewRequest(&corpusv1.CreateGuestRequest{Name: "web", Spec: &corpusv1.GuestSpec{Image: "busybox"}}))
+	if err != nil || again.Msg.Created {
+		t.Errorf("the same create again through a follower = %v, %v; want created=false (the leader's business error travels back)", again, err)
+	}
+	if _, err := f.guests.CreateGuest(ctx, connect.NewRequest(&corpusv1.CreateGuestRequest{Name: "web", Spec: &corpusv1.GuestSpec{Image: "debian/bookworm"}})); codeOf(err) != connect.CodeAlreadyExists {
+		t.Errorf("a conflicting create through a follower = %v, want AlreadyExists", err)
+	}
+	st, err := f.cluster.Status(ctx, connect.NewRequest(&corpusv1.StatusRequest{}))
+	if err != nil || st.Msg.Replica != follower || st.Msg.LeaderApi != rs.api[lead] {
+		t.Errorf("Status from %s = %v, %v; want replica %s, leader api %s", follower, st, err, follower, rs.api[lead])
+	}
+	peers, err := f.cluster.RaftPeers(ctx, connect.NewRequest(&corpusv1.RaftPeersRequest{}))
+	if err != nil || len(peers.Msg.Peers) != 3 {
+		t.Fatalf("RaftPeers = %v, %v", peers, err)
+	}
+	for _, p := range peers.Msg.Peers {
+		if p.ApiAddress != rs.api[p.Id] || p.Leader != (p.Id == lead) || !p.Voter {
+			t.Errorf("peer %+v", p)
+		}
+	}
+	// Many writes: the log compacts into snapshots.
+	for i := 0; i < 100; i++ {
+		if _, err := f.dns.AddRecord(ctx, connect.NewRequest(&corpusv1.AddRecordRequest{Name: fmt.Sprintf("r%d", i), Type: "TXT", Data: "x"})); err != nil {
+			t.Fatalf("AddRecord %d: %v", i, err)
+		}
+	}
+
+	// The leader dies: the others elect a new one and take writes.
+	killed := time.Now()
+	stopped := make(chan struct{})
+	go func(r *server) { r.stop(); close(stopped) }(rs.reps[lead])
+	dead := lead
+	delete(rs.reps, lead)
+	var resumed time.Duration
+	eventuallyT(t, "writes after the leader died", func() error {
+		for id := range rs.reps {
+			if _, err := rs.ops(id).dns.AddRecord(ctx, connect.NewRequest(&corpusv1.AddRecordRequest{Name: "after", Type: "TXT", Data: "x"})); err != nil && codeOf(err) != connect.CodeAlreadyExists {
+				t.Logf("%s after %s: %v", id, time.Since(killed), err)
+				return err
+			}
+		}
+		resumed = time.Since(killed)
+		return nil
+	})
+	t.Logf("writes resumed %s after the leader began to stop", resumed)
+	<-stopped
+	lead = rs.leader()
+
+	// Replace the dead replica: remove it, add a fresh one; it catches up.
+	if _, err := rs.ops(lead).cluster.RemoveRaftPeer(ctx, connect.NewRequest(&corpusv1.RemoveRaftPeerRequest{Id: dead})); err != nil {
+		t.Fatalf("RemoveRaftPeer(%s) = %v", dead, err)
+	}
+	apiAddr, raftAddr := freeAddr(t), freeAddr(t)
+	c4 := newReplica(t, "c4", filepath.Join(t.TempDir(), "c4"), apiAddr, raftAddr, compaction, func(c *coordinator.Config) { c.Bootstrap = false })
+	var other string
+	for id := range rs.reps {
+		if id != lead {
+			other = id
+		}
+	}
+	// Through a follower, which passes it to the leader.
+	if _, err := rs.ops(other).cluster.AddRaftPeer(ctx, connect.NewRequest(&corpusv1.AddRaftPeerRequest{Id: "c4", RaftAddress: raftAddr, ApiAddress: apiAddr})); err != nil {
+		t.Fatalf("AddRaftPeer(c4) = %v", err)
+	}
+	c4.waitFor("c4 caught up", func(v *state.Snap) bool {
+		return v.GuestByName("web") != nil && len(v.DNSRecords()) == 101
+	})
+	peers, err = rs.ops(other).cluster.RaftPeers(ctx, connect.NewRequest(&corpusv1.RaftPeersRequest{}))
+	if err != nil || len(peers.Msg.Peers) != 3 {
+		t.Fatalf("RaftPeers after the replacement = %v, %v", peers, err)
+	}
+	for _, p := range peers.Msg.Peers {
+		if p.Id == dead {
+			t.Errorf("the removed replica %s is still a peer", dead)
+		}
+	}
+	// c4 takes writes too.
+	rs.reps["c4"] = c4
+	if _, err := rs.ops("c4").dns.AddRecord(ctx, connect.NewRequest(&corpusv1.AddRecordRequest{Name: "from-c4", Type: "TXT", Data: "x"})); err != nil {
+		t.Errorf("a write through the new replica = %v", err)
+	}
+	if _, err := rs.ops("c4").cluster.RemoveRaftPeer(ctx, connect.NewRequest(&corpusv1.RemoveRaftPeerRequest{Id: "nope"})); codeOf(err) != connect.CodeNotFound {
+		t.Errorf("removing an unknown replica = %v, want NotFound", err)
+	}
+}
