@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"slices"
 	"sync"
 
 	"connectrpc.com/connect"
@@ -49,6 +50,20 @@ func (c *coordinators) failed(addr string, err error) string {
 		c.cur = (c.cur + 1) % len(c.addrs)
 	}
 	return c.addrs[c.cur]
+}
+
+// learn adds coordinator addresses the cluster announced; known ones and
+// the order (the current one) stay.
+func (c *coordinators) learn(addrs []string) (added []string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, a := range addrs {
+		if a != "" && !slices.Contains(c.addrs, a) {
+			c.addrs = append(c.addrs, a)
+			added = append(added, a)
+		}
+	}
+	return added
 }
 
 // coordinatorList is the configured coordinators, the enrolled one added

@@ -34,3 +34,17 @@ func TestCoordinatorsFailover(t *testing.T) {
 		t.Errorf("after c:1 failed, next = %s, want a:1 (round robin)", next)
 	}
 }
+
+func TestCoordinatorsLearn(t *testing.T) {
+	c := newCoordinators([]string{"a:1", "b:1"}, "cred")
+	c.failed("a:1", connect.NewError(connect.CodeUnavailable, nil))
+	if added := c.learn([]string{"b:1", "c:1", "", "c:1"}); len(added) != 1 || added[0] != "c:1" {
+		t.Fatalf("learn = %v, want [c:1]", added)
+	}
+	if cur, _ := c.current(); cur != "b:1" {
+		t.Fatalf("current after learn = %s, want b:1 (learning keeps the current one)", cur)
+	}
+	if next := c.failed("b:1", connect.NewError(connect.CodeUnavailable, nil)); next != "c:1" {
+		t.Fatalf("after b fails: %s, want the learned c:1", next)
+	}
+}

@@ -26,6 +26,9 @@ func (a *Agent) watchLoop(ctx context.Context) {
 					a.logger.Warn("caching desired state", "error", err)
 				}
 				a.setDesired(msg)
+				if added := a.coords.learn(msg.Coordinators); len(added) > 0 {
+					a.logger.Info("learned coordinator addresses", "added", added)
+				}
 			}
 			err = stream.Err()
 			stream.Close()

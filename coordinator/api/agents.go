@@ -110,6 +110,11 @@ func (s *agentService) Watch(ctx context.Context, _ *connect.Request[corpusv1.Wa
 		msg := &corpusv1.WatchResponse{Index: view.Index(), Node: n, Guests: view.GuestsOnNode(p.NodeID), Routes: view.RoutesOnNode(p.NodeID)}
 		msg.Volumes = append(view.VolumesOnNode(p.NodeID), view.VolumesLeftOnNode(p.NodeID)...)
 		s.dnsInfo(msg)
+		for _, c := range view.Coordinators() {
+			if c.ApiAddress != "" {
+				msg.Coordinators = append(msg.Coordinators, c.ApiAddress)
+			}
+		}
 		if err := stream.Send(msg); err != nil {
 			return err
 		}

@@ -6,6 +6,7 @@ import (
 	"context"
 	"net"
 	"net/http"
+	"strings"
 	"time"
 
 	"connectrpc.com/connect"
@@ -81,4 +82,30 @@ func (b bearer) WrapStreamingClient(next connect.StreamingClientFunc) connect.St
 
 func (b bearer) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
 	return next
+}
+
+// RetryWithoutLeader retries unary calls a coordinator refused for want
+// of a Raft leader (an election in progress) for up to max, with backoff.
+// corpus writes are idempotent, so a write whose first answer was lost
+// is safe to send again.
+func RetryWithoutLeader(max time.Duration) connect.UnaryInterceptorFunc {
+	return func(next connect.UnaryFunc) connect.UnaryFunc {
+		return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
+			deadline := time.Now().Add(max)
+			wait := 100 * time.Millisecond
+			for {
+				res, err := next(ctx, req)
+				if err == nil || connect.CodeOf(err) != connect.CodeUnavailable ||
+					!strings.Contains(err.Error(), "not the raft leader") || time.Now().Add(wait).After(deadline) {
+					return res, err
+				}
+				select {
+				case <-ctx.Done():
+					return res, err
+				case <-time.After(wait):
+				}
+				wait = min(2*wait, time.Second)
+			}
+		}
+	}
 }

@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/signal"
 	"strings"
+	"time"
 	"syscall"
 
 	"connectrpc.com/connect"
@@ -164,7 +165,8 @@ func (g *globals) clients() (*clients, error) {
 		base = addr
 	}
 	hc := rpc.HTTPClient()
-	opt := connect.WithInterceptors(rpc.Bearer(token))
+	// An election takes about a second: calls wait it out.
+	opt := connect.WithInterceptors(rpc.Bearer(token), rpc.RetryWithoutLeader(10*time.Second))
 	return &clients{
 		cluster:  corpusv1connect.NewClusterServiceClient(hc, base, opt),
 		nodes:    corpusv1connect.NewNodeServiceClient(hc, base, opt),

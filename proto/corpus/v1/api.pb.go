@@ -4325,7 +4325,10 @@ type WatchResponse struct {
 	// dns_zone is the cluster zone, fully qualified.
 	DnsZone string `protobuf:"bytes,6,opt,name=dns_zone,json=dnsZone,proto3" json:"dns_zone,omitempty"`
 	// volumes are the volumes on this node.
-	Volumes       []*Volume `protobuf:"bytes,7,rep,name=volumes,proto3" json:"volumes,omitempty"`
+	Volumes []*Volume `protobuf:"bytes,7,rep,name=volumes,proto3" json:"volumes,omitempty"`
+	// coordinators are the API addresses of the control plane's replicas;
+	// agents add them to the addresses they fail over between.
+	Coordinators  []string `protobuf:"bytes,8,rep,name=coordinators,proto3" json:"coordinators,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -4405,6 +4408,13 @@ func (x *WatchResponse) GetDnsZone() string {
 func (x *WatchResponse) GetVolumes() []*Volume {
 	if x != nil {
 		return x.Volumes
+	}
+	return nil
+}
+
+func (x *WatchResponse) GetCoordinators() []string {
+	if x != nil {
+		return x.Coordinators
 	}
 	return nil
 }
@@ -6648,7 +6658,7 @@ const file_corpus_v1_api_proto_rawDesc = "" +
 	"\n" +
 	"cluster_id\x18\x03 \x01(\tR\tclusterId\x12\x1b\n" +
 	"\tagent_key\x18\x04 \x01(\tR\bagentKey\"\x0e\n" +
-	"\fWatchRequest\"\x81\x02\n" +
+	"\fWatchRequest\"\xa5\x02\n" +
 	"\rWatchResponse\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\x04R\x05index\x12#\n" +
 	"\x04node\x18\x02 \x01(\v2\x0f.corpus.v1.NodeR\x04node\x12(\n" +
@@ -6656,7 +6666,8 @@ const file_corpus_v1_api_proto_rawDesc = "" +
 	"\x06routes\x18\x04 \x03(\v2\x10.corpus.v1.RouteR\x06routes\x12\x19\n" +
 	"\bdns_port\x18\x05 \x01(\rR\adnsPort\x12\x19\n" +
 	"\bdns_zone\x18\x06 \x01(\tR\adnsZone\x12+\n" +
-	"\avolumes\x18\a \x03(\v2\x11.corpus.v1.VolumeR\avolumes\"\xa3\x03\n" +
+	"\avolumes\x18\a \x03(\v2\x11.corpus.v1.VolumeR\avolumes\x12\"\n" +
+	"\fcoordinators\x18\b \x03(\tR\fcoordinators\"\xa3\x03\n" +
 	"\rReportRequest\x120\n" +
 	"\bcapacity\x18\x01 \x01(\v2\x14.corpus.v1.ResourcesR\bcapacity\x12/\n" +
 	"\adrivers\x18\x02 \x03(\v2\x15.corpus.v1.DriverInfoR\adrivers\x12#\n" +
