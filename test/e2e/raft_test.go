@@ -172,9 +172,9 @@ func TestCoordinatorGroup(t *testing.T) {
 		// firstCreated is when the first new record was acknowledged
 		// since it was last reset.
 		firstCreated time.Time
-		start   = time.Now()
-		keySet  = 400
-		clients = 4
+		start        = time.Now()
+		keySet       = 400
+		clients      = 4
 	)
 	round := 0
 	for c := 0; c < clients; c++ {

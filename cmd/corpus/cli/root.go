@@ -11,8 +11,8 @@ import (
 	"os"
 	"os/signal"
 	"strings"
-	"time"
 	"syscall"
+	"time"
 
 	"connectrpc.com/connect"
 	"github.com/spf13/cobra"
