@@ -89,6 +89,10 @@ var authCalls = map[string]func(ctx context.Context, c clients) error{
 		_, err := c.ingress.MoveRoute(ctx, connect.NewRequest(&corpusv1.MoveRouteRequest{Domain: "nope.test", ToGuest: "nope"}))
 		return err
 	},
+	corpusv1connect.AuditServiceListAuditProcedure: func(ctx context.Context, c clients) error {
+		_, err := c.audit.ListAudit(ctx, connect.NewRequest(&corpusv1.ListAuditRequest{}))
+		return err
+	},
 	corpusv1connect.ClusterServicePeerProcedure: func(ctx context.Context, c clients) error {
 		_, err := c.cluster.Peer(ctx, connect.NewRequest(&corpusv1.PeerRequest{}))
 		return err

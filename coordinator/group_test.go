@@ -178,6 +178,17 @@ func TestGroup(t *testing.T) {
 	if _, err := f.guests.CreateGuest(ctx, connect.NewRequest(&corpusv1.CreateGuestRequest{Name: "web", Spec: &corpusv1.GuestSpec{Image: "debian/bookworm"}})); codeOf(err) != connect.CodeAlreadyExists {
 		t.Errorf("a conflicting create through a follower = %v, want AlreadyExists", err)
 	}
+	// The audit log, on every replica, names who asked, forwarded or not.
+	for id := range rs.reps {
+		audit, err := rs.ops(id).audit.ListAudit(ctx, connect.NewRequest(&corpusv1.ListAuditRequest{Action: "create_guest"}))
+		if err != nil || len(audit.Msg.Entries) < 2 {
+			t.Fatalf("ListAudit on %s = %v, %v", id, audit, err)
+		}
+		first, refused := audit.Msg.Entries[0], audit.Msg.Entries[len(audit.Msg.Entries)-1]
+		if first.Actor != "ops" || first.Target != "web" || first.Result != "ok" || refused.Result == "ok" {
+			t.Errorf("audit on %s = %v", id, audit.Msg.Entries)
+		}
+	}
 	st, err := f.cluster.Status(ctx, connect.NewRequest(&corpusv1.StatusRequest{}))
 	if err != nil || st.Msg.Replica != follower || st.Msg.LeaderApi != rs.api[lead] {
 		t.Errorf("Status from %s = %v, %v; want replica %s, leader api %s", follower, st, err, follower, rs.api[lead])

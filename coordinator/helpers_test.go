@@ -147,6 +147,7 @@ type clients struct {
 	agent   corpusv1connect.AgentServiceClient
 	users   corpusv1connect.UserServiceClient
 	project corpusv1connect.ProjectServiceClient
+	audit   corpusv1connect.AuditServiceClient
 }
 
 // clients returns clients presenting token ("" for none).
@@ -162,6 +163,7 @@ func (s *server) clients(token string) clients {
 		volumes: corpusv1connect.NewVolumeServiceClient(hc, url, opt),
 		users:   corpusv1connect.NewUserServiceClient(hc, url, opt),
 		project: corpusv1connect.NewProjectServiceClient(hc, url, opt),
+		audit:   corpusv1connect.NewAuditServiceClient(hc, url, opt),
 		agent:   corpusv1connect.NewAgentServiceClient(hc, url, opt),
 	}
 }

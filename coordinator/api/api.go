@@ -97,6 +97,7 @@ var Policies = map[string]auth.Policy{
 	corpusv1connect.ProjectServiceListReleasesProcedure:     {auth.Operator},
 	corpusv1connect.ProjectServiceGetReleaseProcedure:       {auth.Operator},
 	corpusv1connect.ProjectServiceRollbackProcedure:         {auth.Operator},
+	corpusv1connect.AuditServiceListAuditProcedure:          {auth.Operator},
 }
 
 // maxRequestBytes bounds every request body.
@@ -118,10 +119,12 @@ func Mount(mux *http.ServeMux, b *Backend) {
 	mux.Handle(corpusv1connect.NewAgentServiceHandler(&agentService{b}, opts...))
 	mux.Handle(corpusv1connect.NewUserServiceHandler(&userService{b}, opts...))
 	mux.Handle(corpusv1connect.NewProjectServiceHandler(&projectService{b}, opts...))
+	mux.Handle(corpusv1connect.NewAuditServiceHandler(&auditService{b}, opts...))
 }
 
 // write proposes a command and maps its error to an API error.
 func (b *Backend) write(ctx context.Context, cmd *corpusv1.Command) (uint64, error) {
+	cmd.Actor = auth.FromContext(ctx).String()
 	idx, err := b.Propose(ctx, cmd)
 	if err != nil {
 		return idx, toConnect(err)

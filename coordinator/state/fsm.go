@@ -71,9 +71,21 @@ func (f *FSM) Apply(l *raft.Log) any {
 	a := applier{txn: txn, index: l.Index, now: cmd.Now}
 	err := a.apply(&cmd)
 	if err != nil {
-		// Business error: nothing changes, not even the index row, so
-		// watchers are not woken for nothing.
+		// Business error: nothing changes but the audit log, not even the
+		// index row, so watchers of the state are not woken for nothing.
+		txn.Abort()
+		atxn := f.store.memdb().Txn(true)
+		aa := applier{txn: atxn, index: l.Index, now: cmd.Now}
+		putAudit(aa.put, auditEntry(&cmd, l.Index, err))
+		if l.Index%100 == 0 {
+			aa.trimAudit()
+		}
+		atxn.Commit()
 		return &Result{Index: l.Index, Err: err}
+	}
+	putAudit(a.put, auditEntry(&cmd, l.Index, nil))
+	if l.Index%100 == 0 {
+		a.trimAudit()
 	}
 	if err := txn.Insert(tableMeta, &meta{Key: metaIndex, Value: l.Index}); err != nil {
 		panic(fmt.Sprintf("state: writing index: %v", err))
@@ -466,6 +478,7 @@ func (f *FSM) Snapshot() (raft.FSMSnapshot, error) {
 	snap.Projects = v.Projects()
 	snap.Releases = v.allReleases()
 	snap.Coordinators = v.Coordinators()
+	snap.Audit = v.Audit()
 	return &fsmSnapshot{snap: snap}, nil
 }
 
@@ -550,6 +563,11 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 	}
 	for _, c := range snap.Coordinators {
 		if err := ins(tableCoordinators, c); err != nil {
+			return err
+		}
+	}
+	for _, e := range snap.Audit {
+		if err := ins(tableAudit, e); err != nil {
 			return err
 		}
 	}

@@ -2,6 +2,7 @@ package state_test
 
 import (
 	"errors"
+	"strings"
 	"testing"
 
 	"google.golang.org/protobuf/proto"
@@ -237,5 +238,39 @@ func TestManifestDomains(t *testing.T) {
 	before.Index, after.Index = 0, 0
 	if !proto.Equal(before, after) {
 		t.Fatalf("a refused domain change changed the state")
+	}
+}
+
+func TestAudit(t *testing.T) {
+	r := newReplica(t)
+	cmds := cluster()
+	g := guestCmd(guestID, guestName)
+	g.Actor = "user:alice"
+	r.must(append(cmds, g)...)
+	dup := guestCmd("other-id", guestName)
+	dup.Actor = "ops"
+	if err := r.apply(dup); !errors.Is(err, state.ErrExists) {
+		t.Fatalf("dup create: %v", err)
+	}
+	log := r.store.Read().Audit()
+	if len(log) != len(cmds)+2 {
+		t.Fatalf("audit has %d entries, want %d: %v", len(log), len(cmds)+2, log)
+	}
+	created, refused := log[len(log)-2], log[len(log)-1]
+	if created.Actor != "user:alice" || created.Action != "create_guest" || created.Target != guestName || created.Result != "ok" {
+		t.Errorf("audit of the create = %v", created)
+	}
+	if refused.Actor != "ops" || refused.Result == "ok" || !strings.Contains(refused.Result, "already exists") || refused.Index != r.index {
+		t.Errorf("audit of the refused create = %v", refused)
+	}
+	if log[0].Actor != state.ActorSystem || log[0].Action != "bootstrap_cluster" {
+		t.Errorf("first entry = %v", log[0])
+	}
+	// The log is bounded.
+	for i := 0; i < state.MaxAudit+150; i++ {
+		r.apply(dup)
+	}
+	if n := len(r.store.Read().Audit()); n > state.MaxAudit+100 || n < state.MaxAudit {
+		t.Errorf("audit holds %d entries, want about %d", n, state.MaxAudit)
 	}
 }

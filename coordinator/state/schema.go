@@ -17,6 +17,7 @@ const (
 	tableReleases = "releases"
 
 	tableCoordinators = "coordinators"
+	tableAudit        = "audit"
 )
 
 // meta rows hold singletons: the cluster config and the latest index.
@@ -105,6 +106,12 @@ func schema() *memdb.DBSchema {
 			Name: tableCoordinators,
 			Indexes: map[string]*memdb.IndexSchema{
 				"id": {Name: "id", Unique: true, Indexer: &memdb.StringFieldIndex{Field: "Id"}},
+			},
+		},
+		tableAudit: {
+			Name: tableAudit,
+			Indexes: map[string]*memdb.IndexSchema{
+				"id": {Name: "id", Unique: true, Indexer: &memdb.UintFieldIndex{Field: "Index"}},
 			},
 		},
 		tableMeta: {

@@ -312,7 +312,32 @@ func TestGitPushDeploy(t *testing.T) {
 		t.Errorf("release show --log lacks the step output:\n%s", out)
 	}
 
-	// Rollback returns to r1 at once; the list says so.
+	// The audit log names who did what: the operator, the node's deploys.
+	var audit struct {
+		Entries []struct {
+			Actor, Action, Target, Result string
+		} `json:"entries"`
+	}
+	if err := c.json(&audit, "audit", "--limit", "1000"); err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]string{}
+	for _, e := range audit.Entries {
+		seen[e.Action+" "+e.Target] = e.Actor + " " + e.Result
+		if e.Action == "finish_release" {
+			seen["finish_release "] = e.Actor + " " + e.Result
+		}
+	}
+	for what, want := range map[string]string{
+		"create_project hello":    "ops ok",
+		"grant_project hello":     "ops ok",
+		"begin_release hello/dev": "node:n1 ok",
+		"finish_release ":         "node:n1 ok",
+	} {
+		if got := seen[what]; got != want {
+			t.Errorf("audit %q = %q, want %q", what, got, want)
+		}
+	}
 	out = c.mustCLI("rollback", "hello")
 	if !strings.Contains(out, "r1") {
 		t.Errorf("rollback output = %q", out)

@@ -98,6 +98,7 @@ func newRoot(g *globals) *cobra.Command {
 		newDevCmd(g),
 		newStatusCmd(g),
 		newOperatorCmd(g),
+		newAuditCmd(g),
 		newNodeCmd(g),
 		newGuestCmd(g),
 		newIngressCmd(g),
@@ -153,6 +154,7 @@ type clients struct {
 	volumes  corpusv1connect.VolumeServiceClient
 	users    corpusv1connect.UserServiceClient
 	projects corpusv1connect.ProjectServiceClient
+	audit    corpusv1connect.AuditServiceClient
 }
 
 func (g *globals) clients() (*clients, error) {
@@ -176,6 +178,7 @@ func (g *globals) clients() (*clients, error) {
 		volumes:  corpusv1connect.NewVolumeServiceClient(hc, base, opt),
 		users:    corpusv1connect.NewUserServiceClient(hc, base, opt),
 		projects: corpusv1connect.NewProjectServiceClient(hc, base, opt),
+		audit:    corpusv1connect.NewAuditServiceClient(hc, base, opt),
 	}, nil
 }
 

@@ -6360,6 +6360,131 @@ func (x *RollbackOutput) GetCurrent() uint32 {
 	return 0
 }
 
+type ListAuditRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// actor, action and target filter (exact match) when set.
+	Actor  string `protobuf:"bytes,1,opt,name=actor,proto3" json:"actor,omitempty"`
+	Action string `protobuf:"bytes,2,opt,name=action,proto3" json:"action,omitempty"`
+	Target string `protobuf:"bytes,3,opt,name=target,proto3" json:"target,omitempty"`
+	// limit is the number of newest entries to return (100 by default).
+	Limit int32 `protobuf:"varint,4,opt,name=limit,proto3" json:"limit,omitempty"`
+	// include_system adds the control plane's own writes and agents'
+	// reports.
+	IncludeSystem bool `protobuf:"varint,5,opt,name=include_system,json=includeSystem,proto3" json:"include_system,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListAuditRequest) Reset() {
+	*x = ListAuditRequest{}
+	mi := &file_corpus_v1_api_proto_msgTypes[113]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListAuditRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListAuditRequest) ProtoMessage() {}
+
+func (x *ListAuditRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_api_proto_msgTypes[113]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListAuditRequest.ProtoReflect.Descriptor instead.
+func (*ListAuditRequest) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{113}
+}
+
+func (x *ListAuditRequest) GetActor() string {
+	if x != nil {
+		return x.Actor
+	}
+	return ""
+}
+
+func (x *ListAuditRequest) GetAction() string {
+	if x != nil {
+		return x.Action
+	}
+	return ""
+}
+
+func (x *ListAuditRequest) GetTarget() string {
+	if x != nil {
+		return x.Target
+	}
+	return ""
+}
+
+func (x *ListAuditRequest) GetLimit() int32 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+func (x *ListAuditRequest) GetIncludeSystem() bool {
+	if x != nil {
+		return x.IncludeSystem
+	}
+	return false
+}
+
+type ListAuditResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// entries oldest first.
+	Entries       []*AuditEntry `protobuf:"bytes,1,rep,name=entries,proto3" json:"entries,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListAuditResponse) Reset() {
+	*x = ListAuditResponse{}
+	mi := &file_corpus_v1_api_proto_msgTypes[114]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListAuditResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListAuditResponse) ProtoMessage() {}
+
+func (x *ListAuditResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_api_proto_msgTypes[114]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListAuditResponse.ProtoReflect.Descriptor instead.
+func (*ListAuditResponse) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{114}
+}
+
+func (x *ListAuditResponse) GetEntries() []*AuditEntry {
+	if x != nil {
+		return x.Entries
+	}
+	return nil
+}
+
 var File_corpus_v1_api_proto protoreflect.FileDescriptor
 
 const file_corpus_v1_api_proto_rawDesc = "" +
@@ -6791,7 +6916,15 @@ const file_corpus_v1_api_proto_rawDesc = "" +
 	"\x0eRollbackOutput\x12\x16\n" +
 	"\x06output\x18\x01 \x01(\fR\x06output\x12\x12\n" +
 	"\x04done\x18\x02 \x01(\bR\x04done\x12\x18\n" +
-	"\acurrent\x18\x03 \x01(\rR\acurrent2\xf9\x03\n" +
+	"\acurrent\x18\x03 \x01(\rR\acurrent\"\x95\x01\n" +
+	"\x10ListAuditRequest\x12\x14\n" +
+	"\x05actor\x18\x01 \x01(\tR\x05actor\x12\x16\n" +
+	"\x06action\x18\x02 \x01(\tR\x06action\x12\x16\n" +
+	"\x06target\x18\x03 \x01(\tR\x06target\x12\x14\n" +
+	"\x05limit\x18\x04 \x01(\x05R\x05limit\x12%\n" +
+	"\x0einclude_system\x18\x05 \x01(\bR\rincludeSystem\"D\n" +
+	"\x11ListAuditResponse\x12/\n" +
+	"\aentries\x18\x01 \x03(\v2\x15.corpus.v1.AuditEntryR\aentries2\xf9\x03\n" +
 	"\x0eClusterService\x12B\n" +
 	"\x06Status\x12\x18.corpus.v1.StatusRequest\x1a\x19.corpus.v1.StatusResponse\"\x03\x90\x02\x01\x12<\n" +
 	"\x04Peer\x12\x16.corpus.v1.PeerRequest\x1a\x17.corpus.v1.PeerResponse\"\x03\x90\x02\x01\x12:\n" +
@@ -6867,7 +7000,9 @@ const file_corpus_v1_api_proto_rawDesc = "" +
 	"\fListReleases\x12\x1e.corpus.v1.ListReleasesRequest\x1a\x1f.corpus.v1.ListReleasesResponse\"\x03\x90\x02\x01\x12N\n" +
 	"\n" +
 	"GetRelease\x12\x1c.corpus.v1.GetReleaseRequest\x1a\x1d.corpus.v1.GetReleaseResponse\"\x03\x90\x02\x01\x12C\n" +
-	"\bRollback\x12\x1a.corpus.v1.RollbackRequest\x1a\x19.corpus.v1.RollbackOutput0\x01B!Z\x1fcorpus/proto/corpus/v1;corpusv1b\x06proto3"
+	"\bRollback\x12\x1a.corpus.v1.RollbackRequest\x1a\x19.corpus.v1.RollbackOutput0\x012[\n" +
+	"\fAuditService\x12K\n" +
+	"\tListAudit\x12\x1b.corpus.v1.ListAuditRequest\x1a\x1c.corpus.v1.ListAuditResponse\"\x03\x90\x02\x01B!Z\x1fcorpus/proto/corpus/v1;corpusv1b\x06proto3"
 
 var (
 	file_corpus_v1_api_proto_rawDescOnce sync.Once
@@ -6881,7 +7016,7 @@ func file_corpus_v1_api_proto_rawDescGZIP() []byte {
 	return file_corpus_v1_api_proto_rawDescData
 }
 
-var file_corpus_v1_api_proto_msgTypes = make([]protoimpl.MessageInfo, 115)
+var file_corpus_v1_api_proto_msgTypes = make([]protoimpl.MessageInfo, 117)
 var file_corpus_v1_api_proto_goTypes = []any{
 	(*PeerRequest)(nil),                // 0: corpus.v1.PeerRequest
 	(*PeerResponse)(nil),               // 1: corpus.v1.PeerResponse
@@ -6996,207 +7131,213 @@ var file_corpus_v1_api_proto_goTypes = []any{
 	(*GetReleaseResponse)(nil),         // 110: corpus.v1.GetReleaseResponse
 	(*RollbackRequest)(nil),            // 111: corpus.v1.RollbackRequest
 	(*RollbackOutput)(nil),             // 112: corpus.v1.RollbackOutput
-	nil,                                // 113: corpus.v1.ExecGuestRequest.EnvEntry
-	nil,                                // 114: corpus.v1.EnrollRequest.LabelsEntry
-	(*JoinToken)(nil),                  // 115: corpus.v1.JoinToken
-	(*Node)(nil),                       // 116: corpus.v1.Node
-	(*Resources)(nil),                  // 117: corpus.v1.Resources
-	(*GuestSpec)(nil),                  // 118: corpus.v1.GuestSpec
-	(*Guest)(nil),                      // 119: corpus.v1.Guest
-	(*Route)(nil),                      // 120: corpus.v1.Route
-	(*Port)(nil),                       // 121: corpus.v1.Port
-	(*DnsRecord)(nil),                  // 122: corpus.v1.DnsRecord
-	(*Volume)(nil),                     // 123: corpus.v1.Volume
-	(*Project)(nil),                    // 124: corpus.v1.Project
-	(*ProjectEnv)(nil),                 // 125: corpus.v1.ProjectEnv
-	(*Release)(nil),                    // 126: corpus.v1.Release
-	(*ReleaseStep)(nil),                // 127: corpus.v1.ReleaseStep
-	(*DriverInfo)(nil),                 // 128: corpus.v1.DriverInfo
-	(*GuestObserved)(nil),              // 129: corpus.v1.GuestObserved
-	(*VolumeObserved)(nil),             // 130: corpus.v1.VolumeObserved
-	(*User)(nil),                       // 131: corpus.v1.User
-	(*SshKey)(nil),                     // 132: corpus.v1.SshKey
+	(*ListAuditRequest)(nil),           // 113: corpus.v1.ListAuditRequest
+	(*ListAuditResponse)(nil),          // 114: corpus.v1.ListAuditResponse
+	nil,                                // 115: corpus.v1.ExecGuestRequest.EnvEntry
+	nil,                                // 116: corpus.v1.EnrollRequest.LabelsEntry
+	(*JoinToken)(nil),                  // 117: corpus.v1.JoinToken
+	(*Node)(nil),                       // 118: corpus.v1.Node
+	(*Resources)(nil),                  // 119: corpus.v1.Resources
+	(*GuestSpec)(nil),                  // 120: corpus.v1.GuestSpec
+	(*Guest)(nil),                      // 121: corpus.v1.Guest
+	(*Route)(nil),                      // 122: corpus.v1.Route
+	(*Port)(nil),                       // 123: corpus.v1.Port
+	(*DnsRecord)(nil),                  // 124: corpus.v1.DnsRecord
+	(*Volume)(nil),                     // 125: corpus.v1.Volume
+	(*Project)(nil),                    // 126: corpus.v1.Project
+	(*ProjectEnv)(nil),                 // 127: corpus.v1.ProjectEnv
+	(*Release)(nil),                    // 128: corpus.v1.Release
+	(*ReleaseStep)(nil),                // 129: corpus.v1.ReleaseStep
+	(*DriverInfo)(nil),                 // 130: corpus.v1.DriverInfo
+	(*GuestObserved)(nil),              // 131: corpus.v1.GuestObserved
+	(*VolumeObserved)(nil),             // 132: corpus.v1.VolumeObserved
+	(*User)(nil),                       // 133: corpus.v1.User
+	(*SshKey)(nil),                     // 134: corpus.v1.SshKey
+	(*AuditEntry)(nil),                 // 135: corpus.v1.AuditEntry
 }
 var file_corpus_v1_api_proto_depIdxs = []int32{
 	7,   // 0: corpus.v1.RaftPeersResponse.peers:type_name -> corpus.v1.RaftPeer
-	115, // 1: corpus.v1.CreateJoinTokenResponse.info:type_name -> corpus.v1.JoinToken
+	117, // 1: corpus.v1.CreateJoinTokenResponse.info:type_name -> corpus.v1.JoinToken
 	21,  // 2: corpus.v1.ListNodesResponse.nodes:type_name -> corpus.v1.NodeView
 	21,  // 3: corpus.v1.GetNodeResponse.node:type_name -> corpus.v1.NodeView
-	116, // 4: corpus.v1.NodeView.node:type_name -> corpus.v1.Node
-	117, // 5: corpus.v1.NodeView.allocated:type_name -> corpus.v1.Resources
-	118, // 6: corpus.v1.CreateGuestRequest.spec:type_name -> corpus.v1.GuestSpec
-	119, // 7: corpus.v1.CreateGuestResponse.guest:type_name -> corpus.v1.Guest
-	119, // 8: corpus.v1.GetGuestResponse.guest:type_name -> corpus.v1.Guest
+	118, // 4: corpus.v1.NodeView.node:type_name -> corpus.v1.Node
+	119, // 5: corpus.v1.NodeView.allocated:type_name -> corpus.v1.Resources
+	120, // 6: corpus.v1.CreateGuestRequest.spec:type_name -> corpus.v1.GuestSpec
+	121, // 7: corpus.v1.CreateGuestResponse.guest:type_name -> corpus.v1.Guest
+	121, // 8: corpus.v1.GetGuestResponse.guest:type_name -> corpus.v1.Guest
 	25,  // 9: corpus.v1.ListGuestsResponse.guests:type_name -> corpus.v1.GetGuestResponse
-	119, // 10: corpus.v1.GuestActionResponse.guest:type_name -> corpus.v1.Guest
-	113, // 11: corpus.v1.ExecGuestRequest.env:type_name -> corpus.v1.ExecGuestRequest.EnvEntry
-	120, // 12: corpus.v1.CreateRouteResponse.route:type_name -> corpus.v1.Route
-	120, // 13: corpus.v1.RouteView.route:type_name -> corpus.v1.Route
+	121, // 10: corpus.v1.GuestActionResponse.guest:type_name -> corpus.v1.Guest
+	115, // 11: corpus.v1.ExecGuestRequest.env:type_name -> corpus.v1.ExecGuestRequest.EnvEntry
+	122, // 12: corpus.v1.CreateRouteResponse.route:type_name -> corpus.v1.Route
+	122, // 13: corpus.v1.RouteView.route:type_name -> corpus.v1.Route
 	35,  // 14: corpus.v1.ListRoutesResponse.routes:type_name -> corpus.v1.RouteView
 	37,  // 15: corpus.v1.ListRoutesResponse.nat:type_name -> corpus.v1.NatView
-	121, // 16: corpus.v1.NatView.port:type_name -> corpus.v1.Port
-	120, // 17: corpus.v1.DeleteRouteResponse.route:type_name -> corpus.v1.Route
-	120, // 18: corpus.v1.MoveRouteResponse.route:type_name -> corpus.v1.Route
+	123, // 16: corpus.v1.NatView.port:type_name -> corpus.v1.Port
+	122, // 17: corpus.v1.DeleteRouteResponse.route:type_name -> corpus.v1.Route
+	122, // 18: corpus.v1.MoveRouteResponse.route:type_name -> corpus.v1.Route
 	43,  // 19: corpus.v1.ListRecordsResponse.records:type_name -> corpus.v1.ZoneRecord
-	122, // 20: corpus.v1.AddRecordResponse.record:type_name -> corpus.v1.DnsRecord
-	122, // 21: corpus.v1.DeleteRecordResponse.record:type_name -> corpus.v1.DnsRecord
-	123, // 22: corpus.v1.MoveVolumeProgress.volume:type_name -> corpus.v1.Volume
-	123, // 23: corpus.v1.ResizeVolumeResponse.volume:type_name -> corpus.v1.Volume
-	123, // 24: corpus.v1.VolumeView.volume:type_name -> corpus.v1.Volume
+	124, // 20: corpus.v1.AddRecordResponse.record:type_name -> corpus.v1.DnsRecord
+	124, // 21: corpus.v1.DeleteRecordResponse.record:type_name -> corpus.v1.DnsRecord
+	125, // 22: corpus.v1.MoveVolumeProgress.volume:type_name -> corpus.v1.Volume
+	125, // 23: corpus.v1.ResizeVolumeResponse.volume:type_name -> corpus.v1.Volume
+	125, // 24: corpus.v1.VolumeView.volume:type_name -> corpus.v1.Volume
 	56,  // 25: corpus.v1.ListVolumesResponse.volumes:type_name -> corpus.v1.VolumeView
 	56,  // 26: corpus.v1.GetVolumeResponse.volume:type_name -> corpus.v1.VolumeView
-	123, // 27: corpus.v1.DeleteVolumeResponse.volume:type_name -> corpus.v1.Volume
-	124, // 28: corpus.v1.GitAccessResponse.project:type_name -> corpus.v1.Project
-	125, // 29: corpus.v1.GitAccessResponse.env:type_name -> corpus.v1.ProjectEnv
-	126, // 30: corpus.v1.GitAccessResponse.releases:type_name -> corpus.v1.Release
-	126, // 31: corpus.v1.BeginReleaseResponse.release:type_name -> corpus.v1.Release
-	127, // 32: corpus.v1.FinishReleaseRequest.steps:type_name -> corpus.v1.ReleaseStep
-	126, // 33: corpus.v1.FinishReleaseResponse.release:type_name -> corpus.v1.Release
-	114, // 34: corpus.v1.EnrollRequest.labels:type_name -> corpus.v1.EnrollRequest.LabelsEntry
-	117, // 35: corpus.v1.EnrollRequest.capacity:type_name -> corpus.v1.Resources
-	128, // 36: corpus.v1.EnrollRequest.drivers:type_name -> corpus.v1.DriverInfo
-	116, // 37: corpus.v1.WatchResponse.node:type_name -> corpus.v1.Node
-	119, // 38: corpus.v1.WatchResponse.guests:type_name -> corpus.v1.Guest
-	120, // 39: corpus.v1.WatchResponse.routes:type_name -> corpus.v1.Route
-	123, // 40: corpus.v1.WatchResponse.volumes:type_name -> corpus.v1.Volume
-	117, // 41: corpus.v1.ReportRequest.capacity:type_name -> corpus.v1.Resources
-	128, // 42: corpus.v1.ReportRequest.drivers:type_name -> corpus.v1.DriverInfo
+	125, // 27: corpus.v1.DeleteVolumeResponse.volume:type_name -> corpus.v1.Volume
+	126, // 28: corpus.v1.GitAccessResponse.project:type_name -> corpus.v1.Project
+	127, // 29: corpus.v1.GitAccessResponse.env:type_name -> corpus.v1.ProjectEnv
+	128, // 30: corpus.v1.GitAccessResponse.releases:type_name -> corpus.v1.Release
+	128, // 31: corpus.v1.BeginReleaseResponse.release:type_name -> corpus.v1.Release
+	129, // 32: corpus.v1.FinishReleaseRequest.steps:type_name -> corpus.v1.ReleaseStep
+	128, // 33: corpus.v1.FinishReleaseResponse.release:type_name -> corpus.v1.Release
+	116, // 34: corpus.v1.EnrollRequest.labels:type_name -> corpus.v1.EnrollRequest.LabelsEntry
+	119, // 35: corpus.v1.EnrollRequest.capacity:type_name -> corpus.v1.Resources
+	130, // 36: corpus.v1.EnrollRequest.drivers:type_name -> corpus.v1.DriverInfo
+	118, // 37: corpus.v1.WatchResponse.node:type_name -> corpus.v1.Node
+	121, // 38: corpus.v1.WatchResponse.guests:type_name -> corpus.v1.Guest
+	122, // 39: corpus.v1.WatchResponse.routes:type_name -> corpus.v1.Route
+	125, // 40: corpus.v1.WatchResponse.volumes:type_name -> corpus.v1.Volume
+	119, // 41: corpus.v1.ReportRequest.capacity:type_name -> corpus.v1.Resources
+	130, // 42: corpus.v1.ReportRequest.drivers:type_name -> corpus.v1.DriverInfo
 	79,  // 43: corpus.v1.ReportRequest.guests:type_name -> corpus.v1.ReportedGuest
 	80,  // 44: corpus.v1.ReportRequest.volumes:type_name -> corpus.v1.ReportedVolume
-	129, // 45: corpus.v1.ReportedGuest.observed:type_name -> corpus.v1.GuestObserved
-	130, // 46: corpus.v1.ReportedVolume.observed:type_name -> corpus.v1.VolumeObserved
-	131, // 47: corpus.v1.CreateUserResponse.user:type_name -> corpus.v1.User
-	131, // 48: corpus.v1.ListUsersResponse.users:type_name -> corpus.v1.User
-	131, // 49: corpus.v1.DeleteUserResponse.user:type_name -> corpus.v1.User
-	132, // 50: corpus.v1.AddKeyResponse.key:type_name -> corpus.v1.SshKey
-	117, // 51: corpus.v1.CreateProjectRequest.resources:type_name -> corpus.v1.Resources
-	124, // 52: corpus.v1.CreateProjectResponse.project:type_name -> corpus.v1.Project
+	131, // 45: corpus.v1.ReportedGuest.observed:type_name -> corpus.v1.GuestObserved
+	132, // 46: corpus.v1.ReportedVolume.observed:type_name -> corpus.v1.VolumeObserved
+	133, // 47: corpus.v1.CreateUserResponse.user:type_name -> corpus.v1.User
+	133, // 48: corpus.v1.ListUsersResponse.users:type_name -> corpus.v1.User
+	133, // 49: corpus.v1.DeleteUserResponse.user:type_name -> corpus.v1.User
+	134, // 50: corpus.v1.AddKeyResponse.key:type_name -> corpus.v1.SshKey
+	119, // 51: corpus.v1.CreateProjectRequest.resources:type_name -> corpus.v1.Resources
+	126, // 52: corpus.v1.CreateProjectResponse.project:type_name -> corpus.v1.Project
 	99,  // 53: corpus.v1.ListProjectsResponse.projects:type_name -> corpus.v1.ProjectView
-	124, // 54: corpus.v1.ProjectView.project:type_name -> corpus.v1.Project
+	126, // 54: corpus.v1.ProjectView.project:type_name -> corpus.v1.Project
 	100, // 55: corpus.v1.ProjectView.envs:type_name -> corpus.v1.ProjectEnvView
 	99,  // 56: corpus.v1.GetProjectResponse.project:type_name -> corpus.v1.ProjectView
-	124, // 57: corpus.v1.GrantProjectResponse.project:type_name -> corpus.v1.Project
-	126, // 58: corpus.v1.ListReleasesResponse.releases:type_name -> corpus.v1.Release
-	126, // 59: corpus.v1.GetReleaseResponse.release:type_name -> corpus.v1.Release
-	13,  // 60: corpus.v1.ClusterService.Status:input_type -> corpus.v1.StatusRequest
-	0,   // 61: corpus.v1.ClusterService.Peer:input_type -> corpus.v1.PeerRequest
-	2,   // 62: corpus.v1.ClusterService.Apply:input_type -> corpus.v1.ApplyRequest
-	4,   // 63: corpus.v1.ClusterService.Seen:input_type -> corpus.v1.SeenRequest
-	6,   // 64: corpus.v1.ClusterService.RaftPeers:input_type -> corpus.v1.RaftPeersRequest
-	9,   // 65: corpus.v1.ClusterService.AddRaftPeer:input_type -> corpus.v1.AddRaftPeerRequest
-	11,  // 66: corpus.v1.ClusterService.RemoveRaftPeer:input_type -> corpus.v1.RemoveRaftPeerRequest
-	15,  // 67: corpus.v1.NodeService.CreateJoinToken:input_type -> corpus.v1.CreateJoinTokenRequest
-	17,  // 68: corpus.v1.NodeService.ListNodes:input_type -> corpus.v1.ListNodesRequest
-	19,  // 69: corpus.v1.NodeService.GetNode:input_type -> corpus.v1.GetNodeRequest
-	22,  // 70: corpus.v1.GuestService.CreateGuest:input_type -> corpus.v1.CreateGuestRequest
-	24,  // 71: corpus.v1.GuestService.GetGuest:input_type -> corpus.v1.GetGuestRequest
-	26,  // 72: corpus.v1.GuestService.ListGuests:input_type -> corpus.v1.ListGuestsRequest
-	28,  // 73: corpus.v1.GuestService.StartGuest:input_type -> corpus.v1.GuestActionRequest
-	28,  // 74: corpus.v1.GuestService.StopGuest:input_type -> corpus.v1.GuestActionRequest
-	28,  // 75: corpus.v1.GuestService.DeleteGuest:input_type -> corpus.v1.GuestActionRequest
-	30,  // 76: corpus.v1.GuestService.ExecGuest:input_type -> corpus.v1.ExecGuestRequest
-	32,  // 77: corpus.v1.IngressService.CreateRoute:input_type -> corpus.v1.CreateRouteRequest
-	34,  // 78: corpus.v1.IngressService.ListRoutes:input_type -> corpus.v1.ListRoutesRequest
-	38,  // 79: corpus.v1.IngressService.DeleteRoute:input_type -> corpus.v1.DeleteRouteRequest
-	40,  // 80: corpus.v1.IngressService.MoveRoute:input_type -> corpus.v1.MoveRouteRequest
-	42,  // 81: corpus.v1.DnsService.ListRecords:input_type -> corpus.v1.ListRecordsRequest
-	45,  // 82: corpus.v1.DnsService.AddRecord:input_type -> corpus.v1.AddRecordRequest
-	47,  // 83: corpus.v1.DnsService.DeleteRecord:input_type -> corpus.v1.DeleteRecordRequest
-	55,  // 84: corpus.v1.VolumeService.ListVolumes:input_type -> corpus.v1.ListVolumesRequest
-	58,  // 85: corpus.v1.VolumeService.GetVolume:input_type -> corpus.v1.GetVolumeRequest
-	60,  // 86: corpus.v1.VolumeService.DeleteVolume:input_type -> corpus.v1.DeleteVolumeRequest
-	53,  // 87: corpus.v1.VolumeService.ResizeVolume:input_type -> corpus.v1.ResizeVolumeRequest
-	51,  // 88: corpus.v1.VolumeService.MoveVolume:input_type -> corpus.v1.MoveVolumeRequest
-	49,  // 89: corpus.v1.VolumeService.SnapshotVolume:input_type -> corpus.v1.SnapshotVolumeRequest
-	74,  // 90: corpus.v1.AgentService.Enroll:input_type -> corpus.v1.EnrollRequest
-	76,  // 91: corpus.v1.AgentService.Watch:input_type -> corpus.v1.WatchRequest
-	78,  // 92: corpus.v1.AgentService.Report:input_type -> corpus.v1.ReportRequest
-	64,  // 93: corpus.v1.AgentService.GitAccess:input_type -> corpus.v1.GitAccessRequest
-	66,  // 94: corpus.v1.AgentService.BeginRelease:input_type -> corpus.v1.BeginReleaseRequest
-	68,  // 95: corpus.v1.AgentService.FinishRelease:input_type -> corpus.v1.FinishReleaseRequest
-	70,  // 96: corpus.v1.AgentService.SetCurrentRelease:input_type -> corpus.v1.SetCurrentReleaseRequest
-	72,  // 97: corpus.v1.AgentService.PruneReleases:input_type -> corpus.v1.PruneReleasesRequest
-	62,  // 98: corpus.v1.AgentService.SetManifestDomains:input_type -> corpus.v1.SetManifestDomainsRequest
-	30,  // 99: corpus.v1.NodeAgentService.Exec:input_type -> corpus.v1.ExecGuestRequest
-	82,  // 100: corpus.v1.NodeAgentService.ExportVolume:input_type -> corpus.v1.ExportVolumeRequest
-	83,  // 101: corpus.v1.NodeAgentService.ImportVolume:input_type -> corpus.v1.VolumeChunk
-	49,  // 102: corpus.v1.NodeAgentService.SnapshotVolume:input_type -> corpus.v1.SnapshotVolumeRequest
-	111, // 103: corpus.v1.NodeAgentService.Rollback:input_type -> corpus.v1.RollbackRequest
-	85,  // 104: corpus.v1.UserService.CreateUser:input_type -> corpus.v1.CreateUserRequest
-	87,  // 105: corpus.v1.UserService.ListUsers:input_type -> corpus.v1.ListUsersRequest
-	89,  // 106: corpus.v1.UserService.DeleteUser:input_type -> corpus.v1.DeleteUserRequest
-	91,  // 107: corpus.v1.UserService.AddKey:input_type -> corpus.v1.AddKeyRequest
-	93,  // 108: corpus.v1.UserService.DeleteKey:input_type -> corpus.v1.DeleteKeyRequest
-	95,  // 109: corpus.v1.ProjectService.CreateProject:input_type -> corpus.v1.CreateProjectRequest
-	97,  // 110: corpus.v1.ProjectService.ListProjects:input_type -> corpus.v1.ListProjectsRequest
-	101, // 111: corpus.v1.ProjectService.GetProject:input_type -> corpus.v1.GetProjectRequest
-	103, // 112: corpus.v1.ProjectService.DeleteProject:input_type -> corpus.v1.DeleteProjectRequest
-	105, // 113: corpus.v1.ProjectService.GrantProject:input_type -> corpus.v1.GrantProjectRequest
-	107, // 114: corpus.v1.ProjectService.ListReleases:input_type -> corpus.v1.ListReleasesRequest
-	109, // 115: corpus.v1.ProjectService.GetRelease:input_type -> corpus.v1.GetReleaseRequest
-	111, // 116: corpus.v1.ProjectService.Rollback:input_type -> corpus.v1.RollbackRequest
-	14,  // 117: corpus.v1.ClusterService.Status:output_type -> corpus.v1.StatusResponse
-	1,   // 118: corpus.v1.ClusterService.Peer:output_type -> corpus.v1.PeerResponse
-	3,   // 119: corpus.v1.ClusterService.Apply:output_type -> corpus.v1.ApplyResponse
-	5,   // 120: corpus.v1.ClusterService.Seen:output_type -> corpus.v1.SeenResponse
-	8,   // 121: corpus.v1.ClusterService.RaftPeers:output_type -> corpus.v1.RaftPeersResponse
-	10,  // 122: corpus.v1.ClusterService.AddRaftPeer:output_type -> corpus.v1.AddRaftPeerResponse
-	12,  // 123: corpus.v1.ClusterService.RemoveRaftPeer:output_type -> corpus.v1.RemoveRaftPeerResponse
-	16,  // 124: corpus.v1.NodeService.CreateJoinToken:output_type -> corpus.v1.CreateJoinTokenResponse
-	18,  // 125: corpus.v1.NodeService.ListNodes:output_type -> corpus.v1.ListNodesResponse
-	20,  // 126: corpus.v1.NodeService.GetNode:output_type -> corpus.v1.GetNodeResponse
-	23,  // 127: corpus.v1.GuestService.CreateGuest:output_type -> corpus.v1.CreateGuestResponse
-	25,  // 128: corpus.v1.GuestService.GetGuest:output_type -> corpus.v1.GetGuestResponse
-	27,  // 129: corpus.v1.GuestService.ListGuests:output_type -> corpus.v1.ListGuestsResponse
-	29,  // 130: corpus.v1.GuestService.StartGuest:output_type -> corpus.v1.GuestActionResponse
-	29,  // 131: corpus.v1.GuestService.StopGuest:output_type -> corpus.v1.GuestActionResponse
-	29,  // 132: corpus.v1.GuestService.DeleteGuest:output_type -> corpus.v1.GuestActionResponse
-	31,  // 133: corpus.v1.GuestService.ExecGuest:output_type -> corpus.v1.ExecOutput
-	33,  // 134: corpus.v1.IngressService.CreateRoute:output_type -> corpus.v1.CreateRouteResponse
-	36,  // 135: corpus.v1.IngressService.ListRoutes:output_type -> corpus.v1.ListRoutesResponse
-	39,  // 136: corpus.v1.IngressService.DeleteRoute:output_type -> corpus.v1.DeleteRouteResponse
-	41,  // 137: corpus.v1.IngressService.MoveRoute:output_type -> corpus.v1.MoveRouteResponse
-	44,  // 138: corpus.v1.DnsService.ListRecords:output_type -> corpus.v1.ListRecordsResponse
-	46,  // 139: corpus.v1.DnsService.AddRecord:output_type -> corpus.v1.AddRecordResponse
-	48,  // 140: corpus.v1.DnsService.DeleteRecord:output_type -> corpus.v1.DeleteRecordResponse
-	57,  // 141: corpus.v1.VolumeService.ListVolumes:output_type -> corpus.v1.ListVolumesResponse
-	59,  // 142: corpus.v1.VolumeService.GetVolume:output_type -> corpus.v1.GetVolumeResponse
-	61,  // 143: corpus.v1.VolumeService.DeleteVolume:output_type -> corpus.v1.DeleteVolumeResponse
-	54,  // 144: corpus.v1.VolumeService.ResizeVolume:output_type -> corpus.v1.ResizeVolumeResponse
-	52,  // 145: corpus.v1.VolumeService.MoveVolume:output_type -> corpus.v1.MoveVolumeProgress
-	50,  // 146: corpus.v1.VolumeService.SnapshotVolume:output_type -> corpus.v1.SnapshotVolumeResponse
-	75,  // 147: corpus.v1.AgentService.Enroll:output_type -> corpus.v1.EnrollResponse
-	77,  // 148: corpus.v1.AgentService.Watch:output_type -> corpus.v1.WatchResponse
-	81,  // 149: corpus.v1.AgentService.Report:output_type -> corpus.v1.ReportResponse
-	65,  // 150: corpus.v1.AgentService.GitAccess:output_type -> corpus.v1.GitAccessResponse
-	67,  // 151: corpus.v1.AgentService.BeginRelease:output_type -> corpus.v1.BeginReleaseResponse
-	69,  // 152: corpus.v1.AgentService.FinishRelease:output_type -> corpus.v1.FinishReleaseResponse
-	71,  // 153: corpus.v1.AgentService.SetCurrentRelease:output_type -> corpus.v1.SetCurrentReleaseResponse
-	73,  // 154: corpus.v1.AgentService.PruneReleases:output_type -> corpus.v1.PruneReleasesResponse
-	63,  // 155: corpus.v1.AgentService.SetManifestDomains:output_type -> corpus.v1.SetManifestDomainsResponse
-	31,  // 156: corpus.v1.NodeAgentService.Exec:output_type -> corpus.v1.ExecOutput
-	83,  // 157: corpus.v1.NodeAgentService.ExportVolume:output_type -> corpus.v1.VolumeChunk
-	84,  // 158: corpus.v1.NodeAgentService.ImportVolume:output_type -> corpus.v1.ImportVolumeResponse
-	50,  // 159: corpus.v1.NodeAgentService.SnapshotVolume:output_type -> corpus.v1.SnapshotVolumeResponse
-	112, // 160: corpus.v1.NodeAgentService.Rollback:output_type -> corpus.v1.RollbackOutput
-	86,  // 161: corpus.v1.UserService.CreateUser:output_type -> corpus.v1.CreateUserResponse
-	88,  // 162: corpus.v1.UserService.ListUsers:output_type -> corpus.v1.ListUsersResponse
-	90,  // 163: corpus.v1.UserService.DeleteUser:output_type -> corpus.v1.DeleteUserResponse
-	92,  // 164: corpus.v1.UserService.AddKey:output_type -> corpus.v1.AddKeyResponse
-	94,  // 165: corpus.v1.UserService.DeleteKey:output_type -> corpus.v1.DeleteKeyResponse
-	96,  // 166: corpus.v1.ProjectService.CreateProject:output_type -> corpus.v1.CreateProjectResponse
-	98,  // 167: corpus.v1.ProjectService.ListProjects:output_type -> corpus.v1.ListProjectsResponse
-	102, // 168: corpus.v1.ProjectService.GetProject:output_type -> corpus.v1.GetProjectResponse
-	104, // 169: corpus.v1.ProjectService.DeleteProject:output_type -> corpus.v1.DeleteProjectResponse
-	106, // 170: corpus.v1.ProjectService.GrantProject:output_type -> corpus.v1.GrantProjectResponse
-	108, // 171: corpus.v1.ProjectService.ListReleases:output_type -> corpus.v1.ListReleasesResponse
-	110, // 172: corpus.v1.ProjectService.GetRelease:output_type -> corpus.v1.GetReleaseResponse
-	112, // 173: corpus.v1.ProjectService.Rollback:output_type -> corpus.v1.RollbackOutput
-	117, // [117:174] is the sub-list for method output_type
-	60,  // [60:117] is the sub-list for method input_type
-	60,  // [60:60] is the sub-list for extension type_name
-	60,  // [60:60] is the sub-list for extension extendee
-	0,   // [0:60] is the sub-list for field type_name
+	126, // 57: corpus.v1.GrantProjectResponse.project:type_name -> corpus.v1.Project
+	128, // 58: corpus.v1.ListReleasesResponse.releases:type_name -> corpus.v1.Release
+	128, // 59: corpus.v1.GetReleaseResponse.release:type_name -> corpus.v1.Release
+	135, // 60: corpus.v1.ListAuditResponse.entries:type_name -> corpus.v1.AuditEntry
+	13,  // 61: corpus.v1.ClusterService.Status:input_type -> corpus.v1.StatusRequest
+	0,   // 62: corpus.v1.ClusterService.Peer:input_type -> corpus.v1.PeerRequest
+	2,   // 63: corpus.v1.ClusterService.Apply:input_type -> corpus.v1.ApplyRequest
+	4,   // 64: corpus.v1.ClusterService.Seen:input_type -> corpus.v1.SeenRequest
+	6,   // 65: corpus.v1.ClusterService.RaftPeers:input_type -> corpus.v1.RaftPeersRequest
+	9,   // 66: corpus.v1.ClusterService.AddRaftPeer:input_type -> corpus.v1.AddRaftPeerRequest
+	11,  // 67: corpus.v1.ClusterService.RemoveRaftPeer:input_type -> corpus.v1.RemoveRaftPeerRequest
+	15,  // 68: corpus.v1.NodeService.CreateJoinToken:input_type -> corpus.v1.CreateJoinTokenRequest
+	17,  // 69: corpus.v1.NodeService.ListNodes:input_type -> corpus.v1.ListNodesRequest
+	19,  // 70: corpus.v1.NodeService.GetNode:input_type -> corpus.v1.GetNodeRequest
+	22,  // 71: corpus.v1.GuestService.CreateGuest:input_type -> corpus.v1.CreateGuestRequest
+	24,  // 72: corpus.v1.GuestService.GetGuest:input_type -> corpus.v1.GetGuestRequest
+	26,  // 73: corpus.v1.GuestService.ListGuests:input_type -> corpus.v1.ListGuestsRequest
+	28,  // 74: corpus.v1.GuestService.StartGuest:input_type -> corpus.v1.GuestActionRequest
+	28,  // 75: corpus.v1.GuestService.StopGuest:input_type -> corpus.v1.GuestActionRequest
+	28,  // 76: corpus.v1.GuestService.DeleteGuest:input_type -> corpus.v1.GuestActionRequest
+	30,  // 77: corpus.v1.GuestService.ExecGuest:input_type -> corpus.v1.ExecGuestRequest
+	32,  // 78: corpus.v1.IngressService.CreateRoute:input_type -> corpus.v1.CreateRouteRequest
+	34,  // 79: corpus.v1.IngressService.ListRoutes:input_type -> corpus.v1.ListRoutesRequest
+	38,  // 80: corpus.v1.IngressService.DeleteRoute:input_type -> corpus.v1.DeleteRouteRequest
+	40,  // 81: corpus.v1.IngressService.MoveRoute:input_type -> corpus.v1.MoveRouteRequest
+	42,  // 82: corpus.v1.DnsService.ListRecords:input_type -> corpus.v1.ListRecordsRequest
+	45,  // 83: corpus.v1.DnsService.AddRecord:input_type -> corpus.v1.AddRecordRequest
+	47,  // 84: corpus.v1.DnsService.DeleteRecord:input_type -> corpus.v1.DeleteRecordRequest
+	55,  // 85: corpus.v1.VolumeService.ListVolumes:input_type -> corpus.v1.ListVolumesRequest
+	58,  // 86: corpus.v1.VolumeService.GetVolume:input_type -> corpus.v1.GetVolumeRequest
+	60,  // 87: corpus.v1.VolumeService.DeleteVolume:input_type -> corpus.v1.DeleteVolumeRequest
+	53,  // 88: corpus.v1.VolumeService.ResizeVolume:input_type -> corpus.v1.ResizeVolumeRequest
+	51,  // 89: corpus.v1.VolumeService.MoveVolume:input_type -> corpus.v1.MoveVolumeRequest
+	49,  // 90: corpus.v1.VolumeService.SnapshotVolume:input_type -> corpus.v1.SnapshotVolumeRequest
+	74,  // 91: corpus.v1.AgentService.Enroll:input_type -> corpus.v1.EnrollRequest
+	76,  // 92: corpus.v1.AgentService.Watch:input_type -> corpus.v1.WatchRequest
+	78,  // 93: corpus.v1.AgentService.Report:input_type -> corpus.v1.ReportRequest
+	64,  // 94: corpus.v1.AgentService.GitAccess:input_type -> corpus.v1.GitAccessRequest
+	66,  // 95: corpus.v1.AgentService.BeginRelease:input_type -> corpus.v1.BeginReleaseRequest
+	68,  // 96: corpus.v1.AgentService.FinishRelease:input_type -> corpus.v1.FinishReleaseRequest
+	70,  // 97: corpus.v1.AgentService.SetCurrentRelease:input_type -> corpus.v1.SetCurrentReleaseRequest
+	72,  // 98: corpus.v1.AgentService.PruneReleases:input_type -> corpus.v1.PruneReleasesRequest
+	62,  // 99: corpus.v1.AgentService.SetManifestDomains:input_type -> corpus.v1.SetManifestDomainsRequest
+	30,  // 100: corpus.v1.NodeAgentService.Exec:input_type -> corpus.v1.ExecGuestRequest
+	82,  // 101: corpus.v1.NodeAgentService.ExportVolume:input_type -> corpus.v1.ExportVolumeRequest
+	83,  // 102: corpus.v1.NodeAgentService.ImportVolume:input_type -> corpus.v1.VolumeChunk
+	49,  // 103: corpus.v1.NodeAgentService.SnapshotVolume:input_type -> corpus.v1.SnapshotVolumeRequest
+	111, // 104: corpus.v1.NodeAgentService.Rollback:input_type -> corpus.v1.RollbackRequest
+	85,  // 105: corpus.v1.UserService.CreateUser:input_type -> corpus.v1.CreateUserRequest
+	87,  // 106: corpus.v1.UserService.ListUsers:input_type -> corpus.v1.ListUsersRequest
+	89,  // 107: corpus.v1.UserService.DeleteUser:input_type -> corpus.v1.DeleteUserRequest
+	91,  // 108: corpus.v1.UserService.AddKey:input_type -> corpus.v1.AddKeyRequest
+	93,  // 109: corpus.v1.UserService.DeleteKey:input_type -> corpus.v1.DeleteKeyRequest
+	95,  // 110: corpus.v1.ProjectService.CreateProject:input_type -> corpus.v1.CreateProjectRequest
+	97,  // 111: corpus.v1.ProjectService.ListProjects:input_type -> corpus.v1.ListProjectsRequest
+	101, // 112: corpus.v1.ProjectService.GetProject:input_type -> corpus.v1.GetProjectRequest
+	103, // 113: corpus.v1.ProjectService.DeleteProject:input_type -> corpus.v1.DeleteProjectRequest
+	105, // 114: corpus.v1.ProjectService.GrantProject:input_type -> corpus.v1.GrantProjectRequest
+	107, // 115: corpus.v1.ProjectService.ListReleases:input_type -> corpus.v1.ListReleasesRequest
+	109, // 116: corpus.v1.ProjectService.GetRelease:input_type -> corpus.v1.GetReleaseRequest
+	111, // 117: corpus.v1.ProjectService.Rollback:input_type -> corpus.v1.RollbackRequest
+	113, // 118: corpus.v1.AuditService.ListAudit:input_type -> corpus.v1.ListAuditRequest
+	14,  // 119: corpus.v1.ClusterService.Status:output_type -> corpus.v1.StatusResponse
+	1,   // 120: corpus.v1.ClusterService.Peer:output_type -> corpus.v1.PeerResponse
+	3,   // 121: corpus.v1.ClusterService.Apply:output_type -> corpus.v1.ApplyResponse
+	5,   // 122: corpus.v1.ClusterService.Seen:output_type -> corpus.v1.SeenResponse
+	8,   // 123: corpus.v1.ClusterService.RaftPeers:output_type -> corpus.v1.RaftPeersResponse
+	10,  // 124: corpus.v1.ClusterService.AddRaftPeer:output_type -> corpus.v1.AddRaftPeerResponse
+	12,  // 125: corpus.v1.ClusterService.RemoveRaftPeer:output_type -> corpus.v1.RemoveRaftPeerResponse
+	16,  // 126: corpus.v1.NodeService.CreateJoinToken:output_type -> corpus.v1.CreateJoinTokenResponse
+	18,  // 127: corpus.v1.NodeService.ListNodes:output_type -> corpus.v1.ListNodesResponse
+	20,  // 128: corpus.v1.NodeService.GetNode:output_type -> corpus.v1.GetNodeResponse
+	23,  // 129: corpus.v1.GuestService.CreateGuest:output_type -> corpus.v1.CreateGuestResponse
+	25,  // 130: corpus.v1.GuestService.GetGuest:output_type -> corpus.v1.GetGuestResponse
+	27,  // 131: corpus.v1.GuestService.ListGuests:output_type -> corpus.v1.ListGuestsResponse
+	29,  // 132: corpus.v1.GuestService.StartGuest:output_type -> corpus.v1.GuestActionResponse
+	29,  // 133: corpus.v1.GuestService.StopGuest:output_type -> corpus.v1.GuestActionResponse
+	29,  // 134: corpus.v1.GuestService.DeleteGuest:output_type -> corpus.v1.GuestActionResponse
+	31,  // 135: corpus.v1.GuestService.ExecGuest:output_type -> corpus.v1.ExecOutput
+	33,  // 136: corpus.v1.IngressService.CreateRoute:output_type -> corpus.v1.CreateRouteResponse
+	36,  // 137: corpus.v1.IngressService.ListRoutes:output_type -> corpus.v1.ListRoutesResponse
+	39,  // 138: corpus.v1.IngressService.DeleteRoute:output_type -> corpus.v1.DeleteRouteResponse
+	41,  // 139: corpus.v1.IngressService.MoveRoute:output_type -> corpus.v1.MoveRouteResponse
+	44,  // 140: corpus.v1.DnsService.ListRecords:output_type -> corpus.v1.ListRecordsResponse
+	46,  // 141: corpus.v1.DnsService.AddRecord:output_type -> corpus.v1.AddRecordResponse
+	48,  // 142: corpus.v1.DnsService.DeleteRecord:output_type -> corpus.v1.DeleteRecordResponse
+	57,  // 143: corpus.v1.VolumeService.ListVolumes:output_type -> corpus.v1.ListVolumesResponse
+	59,  // 144: corpus.v1.VolumeService.GetVolume:output_type -> corpus.v1.GetVolumeResponse
+	61,  // 145: corpus.v1.VolumeService.DeleteVolume:output_type -> corpus.v1.DeleteVolumeResponse
+	54,  // 146: corpus.v1.VolumeService.ResizeVolume:output_type -> corpus.v1.ResizeVolumeResponse
+	52,  // 147: corpus.v1.VolumeService.MoveVolume:output_type -> corpus.v1.MoveVolumeProgress
+	50,  // 148: corpus.v1.VolumeService.SnapshotVolume:output_type -> corpus.v1.SnapshotVolumeResponse
+	75,  // 149: corpus.v1.AgentService.Enroll:output_type -> corpus.v1.EnrollResponse
+	77,  // 150: corpus.v1.AgentService.Watch:output_type -> corpus.v1.WatchResponse
+	81,  // 151: corpus.v1.AgentService.Report:output_type -> corpus.v1.ReportResponse
+	65,  // 152: corpus.v1.AgentService.GitAccess:output_type -> corpus.v1.GitAccessResponse
+	67,  // 153: corpus.v1.AgentService.BeginRelease:output_type -> corpus.v1.BeginReleaseResponse
+	69,  // 154: corpus.v1.AgentService.FinishRelease:output_type -> corpus.v1.FinishReleaseResponse
+	71,  // 155: corpus.v1.AgentService.SetCurrentRelease:output_type -> corpus.v1.SetCurrentReleaseResponse
+	73,  // 156: corpus.v1.AgentService.PruneReleases:output_type -> corpus.v1.PruneReleasesResponse
+	63,  // 157: corpus.v1.AgentService.SetManifestDomains:output_type -> corpus.v1.SetManifestDomainsResponse
+	31,  // 158: corpus.v1.NodeAgentService.Exec:output_type -> corpus.v1.ExecOutput
+	83,  // 159: corpus.v1.NodeAgentService.ExportVolume:output_type -> corpus.v1.VolumeChunk
+	84,  // 160: corpus.v1.NodeAgentService.ImportVolume:output_type -> corpus.v1.ImportVolumeResponse
+	50,  // 161: corpus.v1.NodeAgentService.SnapshotVolume:output_type -> corpus.v1.SnapshotVolumeResponse
+	112, // 162: corpus.v1.NodeAgentService.Rollback:output_type -> corpus.v1.RollbackOutput
+	86,  // 163: corpus.v1.UserService.CreateUser:output_type -> corpus.v1.CreateUserResponse
+	88,  // 164: corpus.v1.UserService.ListUsers:output_type -> corpus.v1.ListUsersResponse
+	90,  // 165: corpus.v1.UserService.DeleteUser:output_type -> corpus.v1.DeleteUserResponse
+	92,  // 166: corpus.v1.UserService.AddKey:output_type -> corpus.v1.AddKeyResponse
+	94,  // 167: corpus.v1.UserService.DeleteKey:output_type -> corpus.v1.DeleteKeyResponse
+	96,  // 168: corpus.v1.ProjectService.CreateProject:output_type -> corpus.v1.CreateProjectResponse
+	98,  // 169: corpus.v1.ProjectService.ListProjects:output_type -> corpus.v1.ListProjectsResponse
+	102, // 170: corpus.v1.ProjectService.GetProject:output_type -> corpus.v1.GetProjectResponse
+	104, // 171: corpus.v1.ProjectService.DeleteProject:output_type -> corpus.v1.DeleteProjectResponse
+	106, // 172: corpus.v1.ProjectService.GrantProject:output_type -> corpus.v1.GrantProjectResponse
+	108, // 173: corpus.v1.ProjectService.ListReleases:output_type -> corpus.v1.ListReleasesResponse
+	110, // 174: corpus.v1.ProjectService.GetRelease:output_type -> corpus.v1.GetReleaseResponse
+	112, // 175: corpus.v1.ProjectService.Rollback:output_type -> corpus.v1.RollbackOutput
+	114, // 176: corpus.v1.AuditService.ListAudit:output_type -> corpus.v1.ListAuditResponse
+	119, // [119:177] is the sub-list for method output_type
+	61,  // [61:119] is the sub-list for method input_type
+	61,  // [61:61] is the sub-list for extension type_name
+	61,  // [61:61] is the sub-list for extension extendee
+	0,   // [0:61] is the sub-list for field type_name
 }
 
 func init() { file_corpus_v1_api_proto_init() }
@@ -7211,9 +7352,9 @@ func file_corpus_v1_api_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_corpus_v1_api_proto_rawDesc), len(file_corpus_v1_api_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   115,
+			NumMessages:   117,
 			NumExtensions: 0,
-			NumServices:   10,
+			NumServices:   11,
 		},
 		GoTypes:           file_corpus_v1_api_proto_goTypes,
 		DependencyIndexes: file_corpus_v1_api_proto_depIdxs,

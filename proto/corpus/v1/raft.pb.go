@@ -37,6 +37,9 @@ type Command struct {
 	Ignorable bool `protobuf:"varint,2,opt,name=ignorable,proto3" json:"ignorable,omitempty"`
 	// now is the leader's clock when it proposed the command.
 	Now *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=now,proto3" json:"now,omitempty"`
+	// actor is who asked for the command ("ops", "node:NAME",
+	// "user:NAME"); empty for the control plane's own work.
+	Actor string `protobuf:"bytes,4,opt,name=actor,proto3" json:"actor,omitempty"`
 	// Types that are valid to be assigned to Cmd:
 	//
 	//	*Command_BootstrapCluster
@@ -125,6 +128,13 @@ func (x *Command) GetNow() *timestamppb.Timestamp {
 		return x.Now
 	}
 	return nil
+}
+
+func (x *Command) GetActor() string {
+	if x != nil {
+		return x.Actor
+	}
+	return ""
 }
 
 func (x *Command) GetCmd() isCommand_Cmd {
@@ -2580,6 +2590,7 @@ type Snapshot struct {
 	Projects      []*Project     `protobuf:"bytes,11,rep,name=projects,proto3" json:"projects,omitempty"`
 	Releases      []*Release     `protobuf:"bytes,12,rep,name=releases,proto3" json:"releases,omitempty"`
 	Coordinators  []*Coordinator `protobuf:"bytes,13,rep,name=coordinators,proto3" json:"coordinators,omitempty"`
+	Audit         []*AuditEntry  `protobuf:"bytes,14,rep,name=audit,proto3" json:"audit,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2705,15 +2716,23 @@ func (x *Snapshot) GetCoordinators() []*Coordinator {
 	return nil
 }
 
+func (x *Snapshot) GetAudit() []*AuditEntry {
+	if x != nil {
+		return x.Audit
+	}
+	return nil
+}
+
 var File_corpus_v1_raft_proto protoreflect.FileDescriptor
 
 const file_corpus_v1_raft_proto_rawDesc = "" +
 	"\n" +
-	"\x14corpus/v1/raft.proto\x12\tcorpus.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x15corpus/v1/types.proto\"\xb8\x11\n" +
+	"\x14corpus/v1/raft.proto\x12\tcorpus.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x15corpus/v1/types.proto\"\xce\x11\n" +
 	"\aCommand\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x12\x1c\n" +
 	"\tignorable\x18\x02 \x01(\bR\tignorable\x12,\n" +
-	"\x03now\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\x03now\x12J\n" +
+	"\x03now\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\x03now\x12\x14\n" +
+	"\x05actor\x18\x04 \x01(\tR\x05actor\x12J\n" +
 	"\x11bootstrap_cluster\x18\n" +
 	" \x01(\v2\x1b.corpus.v1.BootstrapClusterH\x00R\x10bootstrapCluster\x12H\n" +
 	"\x11create_join_token\x18\v \x01(\v2\x1a.corpus.v1.CreateJoinTokenH\x00R\x0fcreateJoinToken\x128\n" +
@@ -2888,7 +2907,7 @@ const file_corpus_v1_raft_proto_rawDesc = "" +
 	"\x11UpsertCoordinator\x128\n" +
 	"\vcoordinator\x18\x01 \x01(\v2\x16.corpus.v1.CoordinatorR\vcoordinator\"#\n" +
 	"\x11RemoveCoordinator\x12\x0e\n" +
-	"\x02id\x18\x01 \x01(\tR\x02id\"\xc5\x04\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\"\xf2\x04\n" +
 	"\bSnapshot\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x120\n" +
 	"\x06config\x18\x02 \x01(\v2\x18.corpus.v1.ClusterConfigR\x06config\x12%\n" +
@@ -2905,7 +2924,8 @@ const file_corpus_v1_raft_proto_rawDesc = "" +
 	" \x03(\v2\x0f.corpus.v1.UserR\x05users\x12.\n" +
 	"\bprojects\x18\v \x03(\v2\x12.corpus.v1.ProjectR\bprojects\x12.\n" +
 	"\breleases\x18\f \x03(\v2\x12.corpus.v1.ReleaseR\breleases\x12:\n" +
-	"\fcoordinators\x18\r \x03(\v2\x16.corpus.v1.CoordinatorR\fcoordinatorsB!Z\x1fcorpus/proto/corpus/v1;corpusv1b\x06proto3"
+	"\fcoordinators\x18\r \x03(\v2\x16.corpus.v1.CoordinatorR\fcoordinators\x12+\n" +
+	"\x05audit\x18\x0e \x03(\v2\x15.corpus.v1.AuditEntryR\x05auditB!Z\x1fcorpus/proto/corpus/v1;corpusv1b\x06proto3"
 
 var (
 	file_corpus_v1_raft_proto_rawDescOnce sync.Once
@@ -2977,6 +2997,7 @@ var file_corpus_v1_raft_proto_goTypes = []any{
 	(*Coordinator)(nil),           // 53: corpus.v1.Coordinator
 	(*Volume)(nil),                // 54: corpus.v1.Volume
 	(*Project)(nil),               // 55: corpus.v1.Project
+	(*AuditEntry)(nil),            // 56: corpus.v1.AuditEntry
 }
 var file_corpus_v1_raft_proto_depIdxs = []int32{
 	37, // 0: corpus.v1.Command.now:type_name -> google.protobuf.Timestamp
@@ -3045,11 +3066,12 @@ var file_corpus_v1_raft_proto_depIdxs = []int32{
 	55, // 63: corpus.v1.Snapshot.projects:type_name -> corpus.v1.Project
 	51, // 64: corpus.v1.Snapshot.releases:type_name -> corpus.v1.Release
 	53, // 65: corpus.v1.Snapshot.coordinators:type_name -> corpus.v1.Coordinator
-	66, // [66:66] is the sub-list for method output_type
-	66, // [66:66] is the sub-list for method input_type
-	66, // [66:66] is the sub-list for extension type_name
-	66, // [66:66] is the sub-list for extension extendee
-	0,  // [0:66] is the sub-list for field type_name
+	56, // 66: corpus.v1.Snapshot.audit:type_name -> corpus.v1.AuditEntry
+	67, // [67:67] is the sub-list for method output_type
+	67, // [67:67] is the sub-list for method input_type
+	67, // [67:67] is the sub-list for extension type_name
+	67, // [67:67] is the sub-list for extension extendee
+	0,  // [0:67] is the sub-list for field type_name
 }
 
 func init() { file_corpus_v1_raft_proto_init() }

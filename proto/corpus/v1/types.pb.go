@@ -2204,6 +2204,98 @@ func (x *ReleaseStep) GetDurationMs() int64 {
 	return 0
 }
 
+// AuditEntry records one write: who asked for what, when, and how it
+// ended. Every replica keeps the same bounded log.
+type AuditEntry struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// index is the Raft index of the write.
+	Index uint64                 `protobuf:"varint,1,opt,name=index,proto3" json:"index,omitempty"`
+	Time  *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=time,proto3" json:"time,omitempty"`
+	// actor: "ops", "node:NAME", "user:NAME", or "system" for the control
+	// plane's own work (placement, liveness).
+	Actor string `protobuf:"bytes,3,opt,name=actor,proto3" json:"actor,omitempty"`
+	// action is the command ("create_guest", "set_guest_desired", ...).
+	Action string `protobuf:"bytes,4,opt,name=action,proto3" json:"action,omitempty"`
+	// target names the object, when the command has one.
+	Target string `protobuf:"bytes,5,opt,name=target,proto3" json:"target,omitempty"`
+	// result is "ok" or the error that refused the write.
+	Result        string `protobuf:"bytes,6,opt,name=result,proto3" json:"result,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AuditEntry) Reset() {
+	*x = AuditEntry{}
+	mi := &file_corpus_v1_types_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AuditEntry) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AuditEntry) ProtoMessage() {}
+
+func (x *AuditEntry) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_types_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AuditEntry.ProtoReflect.Descriptor instead.
+func (*AuditEntry) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_types_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *AuditEntry) GetIndex() uint64 {
+	if x != nil {
+		return x.Index
+	}
+	return 0
+}
+
+func (x *AuditEntry) GetTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Time
+	}
+	return nil
+}
+
+func (x *AuditEntry) GetActor() string {
+	if x != nil {
+		return x.Actor
+	}
+	return ""
+}
+
+func (x *AuditEntry) GetAction() string {
+	if x != nil {
+		return x.Action
+	}
+	return ""
+}
+
+func (x *AuditEntry) GetTarget() string {
+	if x != nil {
+		return x.Target
+	}
+	return ""
+}
+
+func (x *AuditEntry) GetResult() string {
+	if x != nil {
+		return x.Result
+	}
+	return ""
+}
+
 var File_corpus_v1_types_proto protoreflect.FileDescriptor
 
 const file_corpus_v1_types_proto_rawDesc = "" +
@@ -2443,7 +2535,15 @@ const file_corpus_v1_types_proto_rawDesc = "" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
 	"\x06status\x18\x02 \x01(\tR\x06status\x12\x1f\n" +
 	"\vduration_ms\x18\x03 \x01(\x03R\n" +
-	"durationMsB!Z\x1fcorpus/proto/corpus/v1;corpusv1b\x06proto3"
+	"durationMs\"\xb0\x01\n" +
+	"\n" +
+	"AuditEntry\x12\x14\n" +
+	"\x05index\x18\x01 \x01(\x04R\x05index\x12.\n" +
+	"\x04time\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x12\x14\n" +
+	"\x05actor\x18\x03 \x01(\tR\x05actor\x12\x16\n" +
+	"\x06action\x18\x04 \x01(\tR\x06action\x12\x16\n" +
+	"\x06target\x18\x05 \x01(\tR\x06target\x12\x16\n" +
+	"\x06result\x18\x06 \x01(\tR\x06resultB!Z\x1fcorpus/proto/corpus/v1;corpusv1b\x06proto3"
 
 var (
 	file_corpus_v1_types_proto_rawDescOnce sync.Once
@@ -2457,7 +2557,7 @@ func file_corpus_v1_types_proto_rawDescGZIP() []byte {
 	return file_corpus_v1_types_proto_rawDescData
 }
 
-var file_corpus_v1_types_proto_msgTypes = make([]protoimpl.MessageInfo, 25)
+var file_corpus_v1_types_proto_msgTypes = make([]protoimpl.MessageInfo, 26)
 var file_corpus_v1_types_proto_goTypes = []any{
 	(*Resources)(nil),             // 0: corpus.v1.Resources
 	(*DriverInfo)(nil),            // 1: corpus.v1.DriverInfo
@@ -2481,47 +2581,49 @@ var file_corpus_v1_types_proto_goTypes = []any{
 	(*ProjectEnv)(nil),            // 19: corpus.v1.ProjectEnv
 	(*Release)(nil),               // 20: corpus.v1.Release
 	(*ReleaseStep)(nil),           // 21: corpus.v1.ReleaseStep
-	nil,                           // 22: corpus.v1.DriverInfo.AttributesEntry
-	nil,                           // 23: corpus.v1.Node.LabelsEntry
-	nil,                           // 24: corpus.v1.GuestSpec.EnvEntry
-	(*timestamppb.Timestamp)(nil), // 25: google.protobuf.Timestamp
+	(*AuditEntry)(nil),            // 22: corpus.v1.AuditEntry
+	nil,                           // 23: corpus.v1.DriverInfo.AttributesEntry
+	nil,                           // 24: corpus.v1.Node.LabelsEntry
+	nil,                           // 25: corpus.v1.GuestSpec.EnvEntry
+	(*timestamppb.Timestamp)(nil), // 26: google.protobuf.Timestamp
 }
 var file_corpus_v1_types_proto_depIdxs = []int32{
-	22, // 0: corpus.v1.DriverInfo.attributes:type_name -> corpus.v1.DriverInfo.AttributesEntry
-	23, // 1: corpus.v1.Node.labels:type_name -> corpus.v1.Node.LabelsEntry
+	23, // 0: corpus.v1.DriverInfo.attributes:type_name -> corpus.v1.DriverInfo.AttributesEntry
+	24, // 1: corpus.v1.Node.labels:type_name -> corpus.v1.Node.LabelsEntry
 	0,  // 2: corpus.v1.Node.capacity:type_name -> corpus.v1.Resources
 	1,  // 3: corpus.v1.Node.drivers:type_name -> corpus.v1.DriverInfo
-	25, // 4: corpus.v1.Node.enrolled_at:type_name -> google.protobuf.Timestamp
+	26, // 4: corpus.v1.Node.enrolled_at:type_name -> google.protobuf.Timestamp
 	0,  // 5: corpus.v1.GuestSpec.resources:type_name -> corpus.v1.Resources
-	24, // 6: corpus.v1.GuestSpec.env:type_name -> corpus.v1.GuestSpec.EnvEntry
+	25, // 6: corpus.v1.GuestSpec.env:type_name -> corpus.v1.GuestSpec.EnvEntry
 	7,  // 7: corpus.v1.GuestSpec.ports:type_name -> corpus.v1.Port
 	4,  // 8: corpus.v1.GuestSpec.volume:type_name -> corpus.v1.VolumeSpec
 	6,  // 9: corpus.v1.Volume.observed:type_name -> corpus.v1.VolumeObserved
-	25, // 10: corpus.v1.Volume.created_at:type_name -> google.protobuf.Timestamp
-	25, // 11: corpus.v1.GuestObserved.updated_at:type_name -> google.protobuf.Timestamp
-	25, // 12: corpus.v1.Event.time:type_name -> google.protobuf.Timestamp
+	26, // 10: corpus.v1.Volume.created_at:type_name -> google.protobuf.Timestamp
+	26, // 11: corpus.v1.GuestObserved.updated_at:type_name -> google.protobuf.Timestamp
+	26, // 12: corpus.v1.Event.time:type_name -> google.protobuf.Timestamp
 	3,  // 13: corpus.v1.Guest.spec:type_name -> corpus.v1.GuestSpec
 	8,  // 14: corpus.v1.Guest.observed:type_name -> corpus.v1.GuestObserved
 	9,  // 15: corpus.v1.Guest.events:type_name -> corpus.v1.Event
-	25, // 16: corpus.v1.Guest.created_at:type_name -> google.protobuf.Timestamp
-	25, // 17: corpus.v1.Route.created_at:type_name -> google.protobuf.Timestamp
-	25, // 18: corpus.v1.JoinToken.expires_at:type_name -> google.protobuf.Timestamp
-	25, // 19: corpus.v1.JoinToken.created_at:type_name -> google.protobuf.Timestamp
-	25, // 20: corpus.v1.ClusterConfig.created_at:type_name -> google.protobuf.Timestamp
-	25, // 21: corpus.v1.DnsRecord.created_at:type_name -> google.protobuf.Timestamp
+	26, // 16: corpus.v1.Guest.created_at:type_name -> google.protobuf.Timestamp
+	26, // 17: corpus.v1.Route.created_at:type_name -> google.protobuf.Timestamp
+	26, // 18: corpus.v1.JoinToken.expires_at:type_name -> google.protobuf.Timestamp
+	26, // 19: corpus.v1.JoinToken.created_at:type_name -> google.protobuf.Timestamp
+	26, // 20: corpus.v1.ClusterConfig.created_at:type_name -> google.protobuf.Timestamp
+	26, // 21: corpus.v1.DnsRecord.created_at:type_name -> google.protobuf.Timestamp
 	17, // 22: corpus.v1.User.keys:type_name -> corpus.v1.SshKey
-	25, // 23: corpus.v1.User.created_at:type_name -> google.protobuf.Timestamp
-	25, // 24: corpus.v1.SshKey.added_at:type_name -> google.protobuf.Timestamp
+	26, // 23: corpus.v1.User.created_at:type_name -> google.protobuf.Timestamp
+	26, // 24: corpus.v1.SshKey.added_at:type_name -> google.protobuf.Timestamp
 	19, // 25: corpus.v1.Project.envs:type_name -> corpus.v1.ProjectEnv
-	25, // 26: corpus.v1.Project.created_at:type_name -> google.protobuf.Timestamp
-	25, // 27: corpus.v1.Release.started_at:type_name -> google.protobuf.Timestamp
-	25, // 28: corpus.v1.Release.finished_at:type_name -> google.protobuf.Timestamp
+	26, // 26: corpus.v1.Project.created_at:type_name -> google.protobuf.Timestamp
+	26, // 27: corpus.v1.Release.started_at:type_name -> google.protobuf.Timestamp
+	26, // 28: corpus.v1.Release.finished_at:type_name -> google.protobuf.Timestamp
 	21, // 29: corpus.v1.Release.steps:type_name -> corpus.v1.ReleaseStep
-	30, // [30:30] is the sub-list for method output_type
-	30, // [30:30] is the sub-list for method input_type
-	30, // [30:30] is the sub-list for extension type_name
-	30, // [30:30] is the sub-list for extension extendee
-	0,  // [0:30] is the sub-list for field type_name
+	26, // 30: corpus.v1.AuditEntry.time:type_name -> google.protobuf.Timestamp
+	31, // [31:31] is the sub-list for method output_type
+	31, // [31:31] is the sub-list for method input_type
+	31, // [31:31] is the sub-list for extension type_name
+	31, // [31:31] is the sub-list for extension extendee
+	0,  // [0:31] is the sub-list for field type_name
 }
 
 func init() { file_corpus_v1_types_proto_init() }
@@ -2535,7 +2637,7 @@ func file_corpus_v1_types_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_corpus_v1_types_proto_rawDesc), len(file_corpus_v1_types_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   25,
+			NumMessages:   26,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

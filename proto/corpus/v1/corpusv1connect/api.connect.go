@@ -44,6 +44,8 @@ const (
 	UserServiceName = "corpus.v1.UserService"
 	// ProjectServiceName is the fully-qualified name of the ProjectService service.
 	ProjectServiceName = "corpus.v1.ProjectService"
+	// AuditServiceName is the fully-qualified name of the AuditService service.
+	AuditServiceName = "corpus.v1.AuditService"
 )
 
 // These constants are the fully-qualified names of the RPCs defined in this package. They're
@@ -199,6 +201,8 @@ const (
 	ProjectServiceGetReleaseProcedure = "/corpus.v1.ProjectService/GetRelease"
 	// ProjectServiceRollbackProcedure is the fully-qualified name of the ProjectService's Rollback RPC.
 	ProjectServiceRollbackProcedure = "/corpus.v1.ProjectService/Rollback"
+	// AuditServiceListAuditProcedure is the fully-qualified name of the AuditService's ListAudit RPC.
+	AuditServiceListAuditProcedure = "/corpus.v1.AuditService/ListAudit"
 )
 
 // ClusterServiceClient is a client for the corpus.v1.ClusterService service.
@@ -2231,4 +2235,76 @@ func (UnimplementedProjectServiceHandler) GetRelease(context.Context, *connect.R
 
 func (UnimplementedProjectServiceHandler) Rollback(context.Context, *connect.Request[v1.RollbackRequest], *connect.ServerStream[v1.RollbackOutput]) error {
 	return connect.NewError(connect.CodeUnimplemented, errors.New("corpus.v1.ProjectService.Rollback is not implemented"))
+}
+
+// AuditServiceClient is a client for the corpus.v1.AuditService service.
+type AuditServiceClient interface {
+	ListAudit(context.Context, *connect.Request[v1.ListAuditRequest]) (*connect.Response[v1.ListAuditResponse], error)
+}
+
+// NewAuditServiceClient constructs a client for the corpus.v1.AuditService service. By default, it
+// uses the Connect protocol with the binary Protobuf Codec, asks for gzipped responses, and sends
+// uncompressed requests. To use the gRPC or gRPC-Web protocols, supply the connect.WithGRPC() or
+// connect.WithGRPCWeb() options.
+//
+// The URL supplied here should be the base URL for the Connect or gRPC server (for example,
+// http://api.acme.com or https://acme.com/grpc).
+func NewAuditServiceClient(httpClient connect.HTTPClient, baseURL string, opts ...connect.ClientOption) AuditServiceClient {
+	baseURL = strings.TrimRight(baseURL, "/")
+	auditServiceMethods := v1.File_corpus_v1_api_proto.Services().ByName("AuditService").Methods()
+	return &auditServiceClient{
+		listAudit: connect.NewClient[v1.ListAuditRequest, v1.ListAuditResponse](
+			httpClient,
+			baseURL+AuditServiceListAuditProcedure,
+			connect.WithSchema(auditServiceMethods.ByName("ListAudit")),
+			connect.WithIdempotency(connect.IdempotencyNoSideEffects),
+			connect.WithClientOptions(opts...),
+		),
+	}
+}
+
+// auditServiceClient implements AuditServiceClient.
+type auditServiceClient struct {
+	listAudit *connect.Client[v1.ListAuditRequest, v1.ListAuditResponse]
+}
+
+// ListAudit calls corpus.v1.AuditService.ListAudit.
+func (c *auditServiceClient) ListAudit(ctx context.Context, req *connect.Request[v1.ListAuditRequest]) (*connect.Response[v1.ListAuditResponse], error) {
+	return c.listAudit.CallUnary(ctx, req)
+}
+
+// AuditServiceHandler is an implementation of the corpus.v1.AuditService service.
+type AuditServiceHandler interface {
+	ListAudit(context.Context, *connect.Request[v1.ListAuditRequest]) (*connect.Response[v1.ListAuditResponse], error)
+}
+
+// NewAuditServiceHandler builds an HTTP handler from the service implementation. It returns the
+// path on which to mount the handler and the handler itself.
+//
+// By default, handlers support the Connect, gRPC, and gRPC-Web protocols with the binary Protobuf
+// and JSON codecs. They also support gzip compression.
+func NewAuditServiceHandler(svc AuditServiceHandler, opts ...connect.HandlerOption) (string, http.Handler) {
+	auditServiceMethods := v1.File_corpus_v1_api_proto.Services().ByName("AuditService").Methods()
+	auditServiceListAuditHandler := connect.NewUnaryHandler(
+		AuditServiceListAuditProcedure,
+		svc.ListAudit,
+		connect.WithSchema(auditServiceMethods.ByName("ListAudit")),
+		connect.WithIdempotency(connect.IdempotencyNoSideEffects),
+		connect.WithHandlerOptions(opts...),
+	)
+	return "/corpus.v1.AuditService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case AuditServiceListAuditProcedure:
+			auditServiceListAuditHandler.ServeHTTP(w, r)
+		default:
+			http.NotFound(w, r)
+		}
+	})
+}
+
+// UnimplementedAuditServiceHandler returns CodeUnimplemented from all methods.
+type UnimplementedAuditServiceHandler struct{}
+
+func (UnimplementedAuditServiceHandler) ListAudit(context.Context, *connect.Request[v1.ListAuditRequest]) (*connect.Response[v1.ListAuditResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("corpus.v1.AuditService.ListAudit is not implemented"))
 }

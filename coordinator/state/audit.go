@@ -1,0 +1,100 @@
+package state
+
+import (
+	"fmt"
+
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
+
+	corpusv1 "corpus/proto/corpus/v1"
+)
+
+// The audit log: every applied command leaves an entry saying who asked
+// for what and how it ended, refused commands included. It is part of
+// the replicated state, so every replica answers the same, and bounded.
+
+// MaxAudit bounds the audit log; the oldest entries go first.
+const MaxAudit = 10000
+
+// ActorSystem is the actor of the control plane's own writes.
+const ActorSystem = "system"
+
+// auditEntry describes cmd applied at index with result err.
+func auditEntry(cmd *corpusv1.Command, index uint64, err error) *corpusv1.AuditEntry {
+	e := &corpusv1.AuditEntry{Index: index, Time: cmd.Now, Actor: cmd.Actor, Result: "ok"}
+	if e.Actor == "" {
+		e.Actor = ActorSystem
+	}
+	if err != nil {
+		e.Result = err.Error()
+	}
+	m := cmd.ProtoReflect()
+	fd := m.WhichOneof(m.Descriptor().Oneofs().ByName("cmd"))
+	if fd == nil {
+		e.Action = "unknown"
+		return e
+	}
+	e.Action = string(fd.Name())
+	e.Target = target(m.Get(fd).Message(), 2)
+	return e
+}
+
+// targetFields are the fields that name a command's object, best first.
+var targetFields = []protoreflect.Name{"name", "domain", "project", "user", "guest_id", "id", "node_id"}
+
+// target finds the name of the object a command is about: a naming field
+// of the command, or of a message inside it (depth levels down).
+func target(m protoreflect.Message, depth int) string {
+	fields := m.Descriptor().Fields()
+	for _, n := range targetFields {
+		if fd := fields.ByName(n); fd != nil && fd.Kind() == protoreflect.StringKind && !fd.IsList() {
+			if v := m.Get(fd).String(); v != "" {
+				if n == "project" {
+					if env := fields.ByName("env"); env != nil && m.Get(env).String() != "" {
+						return v + "/" + m.Get(env).String()
+					}
+				}
+				return v
+			}
+		}
+	}
+	if depth == 0 {
+		return ""
+	}
+	for i := 0; i < fields.Len(); i++ {
+		fd := fields.Get(i)
+		if fd.Kind() == protoreflect.MessageKind && !fd.IsList() && !fd.IsMap() && m.Has(fd) {
+			if t := target(m.Get(fd).Message(), depth-1); t != "" {
+				return t
+			}
+		}
+	}
+	return ""
+}
+
+// putAudit records an entry and trims the log now and then.
+func putAudit(put func(string, any), e *corpusv1.AuditEntry) {
+	put(tableAudit, proto.Clone(e))
+}
+
+// trimAudit drops the oldest entries beyond MaxAudit.
+func (a *applier) trimAudit() {
+	it, err := a.txn.Get(tableAudit, "id")
+	if err != nil {
+		panic(fmt.Sprintf("state: reading audit: %v", err))
+	}
+	var all []any
+	for raw := it.Next(); raw != nil; raw = it.Next() {
+		all = append(all, raw)
+	}
+	for i := 0; i < len(all)-MaxAudit; i++ {
+		if err := a.txn.Delete(tableAudit, all[i]); err != nil {
+			panic(fmt.Sprintf("state: trimming audit: %v", err))
+		}
+	}
+}
+
+// Audit returns the audit log, oldest first.
+func (v *Snap) Audit() []*corpusv1.AuditEntry {
+	return all[*corpusv1.AuditEntry](v, tableAudit, "id")
+}
