@@ -4,6 +4,7 @@ import (
 	"context"
 	"slices"
 	"testing"
+	"time"
 
 	"connectrpc.com/connect"
 
@@ -87,6 +88,18 @@ var authCalls = map[string]func(ctx context.Context, c clients) error{
 	},
 	corpusv1connect.IngressServiceMoveRouteProcedure: func(ctx context.Context, c clients) error {
 		_, err := c.ingress.MoveRoute(ctx, connect.NewRequest(&corpusv1.MoveRouteRequest{Domain: "nope.test", ToGuest: "nope"}))
+		return err
+	},
+	corpusv1connect.UserServiceCreateTokenProcedure: func(ctx context.Context, c clients) error {
+		_, err := c.users.CreateToken(ctx, connect.NewRequest(&corpusv1.CreateTokenRequest{User: "-bad"}))
+		return err
+	},
+	corpusv1connect.UserServiceListTokensProcedure: func(ctx context.Context, c clients) error {
+		_, err := c.users.ListTokens(ctx, connect.NewRequest(&corpusv1.ListTokensRequest{}))
+		return err
+	},
+	corpusv1connect.UserServiceRevokeTokenProcedure: func(ctx context.Context, c clients) error {
+		_, err := c.users.RevokeToken(ctx, connect.NewRequest(&corpusv1.RevokeTokenRequest{Id: "nope"}))
 		return err
 	},
 	corpusv1connect.AuditServiceListAuditProcedure: func(ctx context.Context, c clients) error {
@@ -293,12 +306,19 @@ func TestAuth(t *testing.T) {
 		{"ops", s.OpsToken(), auth.Operator},
 		{"node", node.credential, auth.Agent},
 		{"coordinator", rpc.CoordinatorCredentialPrefix + s.Store().Read().Config().GetCoordinatorKey(), auth.Coordinator},
+		{"ops user", s.userToken("root", "ops", 0), auth.Operator},
+		{"dev user", s.userToken("alice", "dev", 0), auth.Dev},
+		{"viewer user", s.userToken("val", "viewer", 0), auth.Viewer},
+		{"revoked token", s.revokedToken("bob"), ""},
+		{"expired token", s.userToken("eve", "dev", time.Second), ""},
+		{"malformed user token", "cusr_nounderscore", ""},
 		{"wrong coordinator key", rpc.CoordinatorCredentialPrefix + "0000", ""},
 		{"wrong ops token", "cops_0000", ""},
 		{"wrong node secret", wrongSecret, ""},
 		{"unknown node", rpc.NodeCredential("0000", "0000"), ""},
 		{"malformed node credential", "node.nodots", ""},
 	}
+	time.Sleep(time.Second) // eve's token expires
 	procs := make([]string, 0, len(api.Policies))
 	for proc := range api.Policies {
 		procs = append(procs, proc)

@@ -262,3 +262,30 @@ func (w *testWriter) close() {
 	w.closed = true
 	w.mu.Unlock()
 }
+
+// userToken creates a user of a role (once) and returns a new token of
+// theirs; ttl 0 means the default.
+func (s *server) userToken(name, role string, ttl time.Duration) string {
+	s.t.Helper()
+	ctx := context.Background()
+	ops := s.ops()
+	if _, err := ops.users.CreateUser(ctx, connect.NewRequest(&corpusv1.CreateUserRequest{Name: name, Role: role})); err != nil {
+		s.t.Fatalf("CreateUser(%s) = %v", name, err)
+	}
+	res, err := ops.users.CreateToken(ctx, connect.NewRequest(&corpusv1.CreateTokenRequest{User: name, TtlSeconds: int64(ttl / time.Second)}))
+	if err != nil {
+		s.t.Fatalf("CreateToken(%s) = %v", name, err)
+	}
+	return res.Msg.Token
+}
+
+// revokedToken returns a token of a dev user that was revoked.
+func (s *server) revokedToken(name string) string {
+	s.t.Helper()
+	tok := s.userToken(name, "dev", 0)
+	id := strings.Split(strings.TrimPrefix(tok, "cusr_"), "_")[0]
+	if _, err := s.ops().users.RevokeToken(context.Background(), connect.NewRequest(&corpusv1.RevokeTokenRequest{Id: id})); err != nil {
+		s.t.Fatalf("RevokeToken = %v", err)
+	}
+	return tok
+}

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"slices"
 
 	"connectrpc.com/connect"
 
@@ -89,6 +90,9 @@ var Policies = map[string]auth.Policy{
 	corpusv1connect.UserServiceDeleteUserProcedure:          {auth.Operator},
 	corpusv1connect.UserServiceAddKeyProcedure:              {auth.Operator},
 	corpusv1connect.UserServiceDeleteKeyProcedure:           {auth.Operator},
+	corpusv1connect.UserServiceCreateTokenProcedure:         users,
+	corpusv1connect.UserServiceListTokensProcedure:          users,
+	corpusv1connect.UserServiceRevokeTokenProcedure:         users,
 	corpusv1connect.ProjectServiceCreateProjectProcedure:    {auth.Operator},
 	corpusv1connect.ProjectServiceListProjectsProcedure:     {auth.Operator},
 	corpusv1connect.ProjectServiceGetProjectProcedure:       {auth.Operator},
@@ -98,6 +102,45 @@ var Policies = map[string]auth.Policy{
 	corpusv1connect.ProjectServiceGetReleaseProcedure:       {auth.Operator},
 	corpusv1connect.ProjectServiceRollbackProcedure:         {auth.Operator},
 	corpusv1connect.AuditServiceListAuditProcedure:          {auth.Operator},
+}
+
+// users are every kind of user; handlers narrow what each may touch.
+var users = auth.Policy{auth.Operator, auth.Dev, auth.Viewer}
+
+// readable are the reads devs and viewers may make (project-scoped ones
+// are narrowed to their projects by the handlers); devWrites the writes
+// devs may make on their projects.
+var (
+	readable = []string{
+		corpusv1connect.ClusterServiceStatusProcedure,
+		corpusv1connect.NodeServiceListNodesProcedure,
+		corpusv1connect.NodeServiceGetNodeProcedure,
+		corpusv1connect.GuestServiceGetGuestProcedure,
+		corpusv1connect.GuestServiceListGuestsProcedure,
+		corpusv1connect.IngressServiceListRoutesProcedure,
+		corpusv1connect.DnsServiceListRecordsProcedure,
+		corpusv1connect.VolumeServiceListVolumesProcedure,
+		corpusv1connect.VolumeServiceGetVolumeProcedure,
+		corpusv1connect.ProjectServiceListProjectsProcedure,
+		corpusv1connect.ProjectServiceGetProjectProcedure,
+		corpusv1connect.ProjectServiceListReleasesProcedure,
+		corpusv1connect.ProjectServiceGetReleaseProcedure,
+	}
+	devWrites = []string{
+		corpusv1connect.ProjectServiceRollbackProcedure,
+		corpusv1connect.GuestServiceExecGuestProcedure,
+		corpusv1connect.GuestServiceStartGuestProcedure,
+		corpusv1connect.GuestServiceStopGuestProcedure,
+	}
+)
+
+func init() {
+	for _, proc := range readable {
+		Policies[proc] = append(slices.Clip(Policies[proc]), auth.Dev, auth.Viewer)
+	}
+	for _, proc := range devWrites {
+		Policies[proc] = append(slices.Clip(Policies[proc]), auth.Dev)
+	}
 }
 
 // maxRequestBytes bounds every request body.

@@ -116,7 +116,13 @@ func (s *guestService) setDesired(ctx context.Context, name, desired string, pur
 	if err := names.Validate("guest", name); err != nil {
 		return nil, toConnect(err)
 	}
-	before := s.b.Store.Read().GuestByName(name)
+	view := s.b.Store.Read()
+	before := view.GuestByName(name)
+	if before != nil {
+		if err := mayUseGuest(ctx, view, before); err != nil {
+			return nil, err
+		}
+	}
 	if before == nil {
 		return nil, toConnect(notFound("guest", name, "corpus guest list"))
 	}
@@ -160,6 +166,9 @@ func (s *guestService) ExecGuest(ctx context.Context, req *connect.Request[corpu
 	g := view.GuestByName(m.Name)
 	if g == nil {
 		return toConnect(notFound("guest", m.Name, "corpus guest list"))
+	}
+	if err := mayUseGuest(ctx, view, g); err != nil {
+		return err
 	}
 	if st := guestStatus(g); st != state.ObservedRunning {
 		return connect.NewError(connect.CodeFailedPrecondition,

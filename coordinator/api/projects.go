@@ -280,7 +280,9 @@ func (s *projectService) ListProjects(ctx context.Context, _ *connect.Request[co
 	view := s.b.Store.Read()
 	res := &corpusv1.ListProjectsResponse{}
 	for _, p := range view.Projects() {
-		res.Projects = append(res.Projects, s.view(view, p))
+		if mayUseProject(ctx, p) == nil {
+			res.Projects = append(res.Projects, s.view(view, p))
+		}
 	}
 	return connect.NewResponse(res), nil
 }
@@ -303,6 +305,9 @@ func (s *projectService) GetProject(ctx context.Context, req *connect.Request[co
 		p := view.Project(m.Name)
 		if p == nil {
 			return nil, toConnect(notFound("project", m.Name, "corpus project list"))
+		}
+		if err := mayUseProject(ctx, p); err != nil {
+			return nil, err
 		}
 		idx := p.ModifyIndex
 		for _, e := range p.Envs {
@@ -356,13 +361,16 @@ func (s *projectService) GrantProject(ctx context.Context, req *connect.Request[
 
 // pickEnv resolves the environment a request means: the named one, or the
 // project's only one.
-func pickEnv(view *state.Snap, project, env string) (*corpusv1.Project, *corpusv1.ProjectEnv, error) {
+func pickEnv(ctx context.Context, view *state.Snap, project, env string) (*corpusv1.Project, *corpusv1.ProjectEnv, error) {
 	if err := names.Validate("project", project); err != nil {
 		return nil, nil, toConnect(err)
 	}
 	p := view.Project(project)
 	if p == nil {
 		return nil, nil, toConnect(notFound("project", project, "corpus project list"))
+	}
+	if err := mayUseProject(ctx, p); err != nil {
+		return nil, nil, err
 	}
 	if env == "" {
 		if len(p.Envs) != 1 {
@@ -392,7 +400,7 @@ func ParseRelease(s string) (uint32, error) {
 
 func (s *projectService) ListReleases(ctx context.Context, req *connect.Request[corpusv1.ListReleasesRequest]) (*connect.Response[corpusv1.ListReleasesResponse], error) {
 	view := s.b.Store.Read()
-	p, e, err := pickEnv(view, req.Msg.Project, req.Msg.Env)
+	p, e, err := pickEnv(ctx, view, req.Msg.Project, req.Msg.Env)
 	if err != nil {
 		return nil, err
 	}
@@ -403,7 +411,7 @@ func (s *projectService) ListReleases(ctx context.Context, req *connect.Request[
 
 func (s *projectService) GetRelease(ctx context.Context, req *connect.Request[corpusv1.GetReleaseRequest]) (*connect.Response[corpusv1.GetReleaseResponse], error) {
 	view := s.b.Store.Read()
-	p, e, err := pickEnv(view, req.Msg.Project, req.Msg.Env)
+	p, e, err := pickEnv(ctx, view, req.Msg.Project, req.Msg.Env)
 	if err != nil {
 		return nil, err
 	}
@@ -444,7 +452,7 @@ func rollbackTarget(view *state.Snap, p *corpusv1.Project, e *corpusv1.ProjectEn
 
 func (s *projectService) Rollback(ctx context.Context, req *connect.Request[corpusv1.RollbackRequest], stream *connect.ServerStream[corpusv1.RollbackOutput]) error {
 	view := s.b.Store.Read()
-	p, e, err := pickEnv(view, req.Msg.Project, req.Msg.Env)
+	p, e, err := pickEnv(ctx, view, req.Msg.Project, req.Msg.Env)
 	if err != nil {
 		return err
 	}
@@ -618,7 +626,7 @@ func (s *agentService) SetManifestDomains(ctx context.Context, req *connect.Requ
 		}
 	}
 	view := s.b.Store.Read()
-	_, e, err := pickEnv(view, m.Project, m.Env)
+	_, e, err := pickEnv(ctx, view, m.Project, m.Env)
 	if err != nil {
 		return nil, err
 	}

@@ -16,12 +16,14 @@ import (
 	"errors"
 	"net/http"
 	"strings"
+	"time"
 
 	"connectrpc.com/connect"
 
 	"corpus/coordinator/state"
 	"corpus/internal/rpc"
 	"corpus/internal/secret"
+	corpusv1 "corpus/proto/corpus/v1"
 )
 
 // Kind is the kind of caller.
@@ -34,7 +36,14 @@ const (
 	Agent     Kind = "node"
 	// Coordinator is another replica of the control plane.
 	Coordinator Kind = "coordinator"
+	// Dev and Viewer are users of those roles; users of role ops are
+	// Operators.
+	Dev    Kind = "dev"
+	Viewer Kind = "viewer"
 )
+
+// UserTokenPrefix starts every user's API token: cusr_ID_SECRET.
+const UserTokenPrefix = "cusr_"
 
 // Principal is who is calling.
 type Principal struct {
@@ -42,15 +51,24 @@ type Principal struct {
 	// NodeID and NodeName are set for agents.
 	NodeID   string
 	NodeName string
+	// User and TokenID are set for users (Kind Operator, Dev or Viewer).
+	User    string
+	TokenID string
 }
 
 // String names the principal for logs and the audit trail.
 func (p Principal) String() string {
-	if p.Kind == Agent {
+	switch {
+	case p.Kind == Agent:
 		return "node:" + p.NodeName
+	case p.User != "":
+		return "user:" + p.User
 	}
 	return string(p.Kind)
 }
+
+// IsUser reports whether the principal is a user of the given name.
+func (p Principal) IsUser(name string) bool { return p.User != "" && p.User == name }
 
 type principalKey struct{}
 
@@ -68,7 +86,7 @@ type Policy []Kind
 
 // Public is the policy of a procedure anyone may call; the handler
 // checks the credential in the request itself (enrollment tokens).
-var Public = Policy{Anonymous, Operator, Agent, Coordinator}
+var Public = Policy{Anonymous, Operator, Agent, Coordinator, Dev, Viewer}
 
 func (p Policy) allows(k Kind) bool {
 	for _, a := range p {
@@ -97,6 +115,9 @@ func (a *Authenticator) Authenticate(header string) (Principal, error) {
 		return Principal{Kind: Anonymous}, nil
 	}
 	view := a.Store.Read()
+	if rest, ok := strings.CutPrefix(tok, UserTokenPrefix); ok {
+		return userPrincipal(view, rest)
+	}
 	if key, ok := strings.CutPrefix(tok, rpc.CoordinatorCredentialPrefix); ok {
 		want := view.Config().GetCoordinatorKey()
 		if want == "" || !secret.Equal(key, secret.Hash(want)) {
@@ -122,22 +143,95 @@ func (a *Authenticator) Authenticate(header string) (Principal, error) {
 	return Principal{Kind: Operator}, nil
 }
 
-func (a *Authenticator) authorize(ctx context.Context, procedure string, h http.Header) (context.Context, error) {
+// userPrincipal resolves "ID_SECRET" of a user token.
+func userPrincipal(view *state.Snap, rest string) (Principal, error) {
+	id, sec, ok := strings.Cut(rest, "_")
+	if !ok {
+		return Principal{}, errBadCredential
+	}
+	t := view.UserToken(id)
+	if t == nil || !secret.Equal(sec, t.SecretHash) {
+		return Principal{}, errBadCredential
+	}
+	if t.ExpiresAt != nil && !time.Now().Before(t.ExpiresAt.AsTime()) {
+		return Principal{}, errExpired
+	}
+	u := view.User(t.User)
+	if u == nil {
+		return Principal{}, errBadCredential
+	}
+	p := Principal{User: u.Name, TokenID: t.Id}
+	switch u.Role {
+	case corpusv1.RoleOps:
+		p.Kind = Operator
+	case corpusv1.RoleDev:
+		p.Kind = Dev
+	default:
+		p.Kind = Viewer
+	}
+	return p, nil
+}
+
+var errExpired = errors.New("credential expired: ask for a new token (corpus user token create) and corpus login again")
+
+// authorize authenticates a call and checks its policy. For a user token
+// the returned context ends when the token is revoked or expires, so
+// long calls (blocking reads, streams) end with it; cancel releases it.
+func (a *Authenticator) authorize(ctx context.Context, procedure string, h http.Header) (context.Context, context.CancelFunc, error) {
 	policy, ok := a.Policies[procedure]
 	if !ok {
-		return nil, connect.NewError(connect.CodePermissionDenied, errors.New("procedure "+procedure+" has no access policy"))
+		return nil, nil, connect.NewError(connect.CodePermissionDenied, errors.New("procedure "+procedure+" has no access policy"))
 	}
 	p, err := a.Authenticate(h.Get("Authorization"))
 	if err != nil {
-		return nil, connect.NewError(connect.CodeUnauthenticated, err)
+		return nil, nil, connect.NewError(connect.CodeUnauthenticated, err)
 	}
 	if !policy.allows(p.Kind) {
 		if p.Kind == Anonymous {
-			return nil, connect.NewError(connect.CodeUnauthenticated, errNoCredential)
+			return nil, nil, connect.NewError(connect.CodeUnauthenticated, errNoCredential)
 		}
-		return nil, connect.NewError(connect.CodePermissionDenied, errors.New(p.String()+" may not call "+procedure))
+		return nil, nil, connect.NewError(connect.CodePermissionDenied, errors.New(p.String()+" may not call "+procedure))
 	}
-	return context.WithValue(ctx, principalKey{}, p), nil
+	ctx, cancel := context.WithCancelCause(context.WithValue(ctx, principalKey{}, p))
+	if p.TokenID != "" {
+		go a.endWithToken(ctx, cancel, p.TokenID)
+	}
+	return ctx, func() { cancel(nil) }, nil
+}
+
+// errRevoked ends the calls of a token revoked (or expired) meanwhile.
+var errRevoked = errors.New("credential revoked or expired during the call")
+
+// revoked turns the end of a call whose token went away into an
+// authentication error, so nothing more is answered with it.
+func revoked(ctx context.Context) error {
+	if errors.Is(context.Cause(ctx), errRevoked) {
+		return connect.NewError(connect.CodeUnauthenticated, errRevoked)
+	}
+	return nil
+}
+
+// endWithToken cancels a call when its token is revoked or expires.
+func (a *Authenticator) endWithToken(ctx context.Context, cancel context.CancelCauseFunc, id string) {
+	for ctx.Err() == nil {
+		v := a.Store.Read()
+		t := v.UserToken(id)
+		if t == nil || v.User(t.User) == nil {
+			cancel(errRevoked)
+			return
+		}
+		wctx, wcancel := context.WithCancel(ctx)
+		if t.ExpiresAt != nil {
+			wctx, wcancel = context.WithDeadline(ctx, t.ExpiresAt.AsTime())
+		}
+		v.Wait(wctx)
+		expired := wctx.Err() == context.DeadlineExceeded
+		wcancel()
+		if expired {
+			cancel(errRevoked)
+			return
+		}
+	}
 }
 
 // Interceptor returns the connect interceptor enforcing the policies.
@@ -150,11 +244,16 @@ func (i interceptor) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
 		if req.Spec().IsClient {
 			return next(ctx, req)
 		}
-		ctx, err := i.a.authorize(ctx, req.Spec().Procedure, req.Header())
+		ctx, cancel, err := i.a.authorize(ctx, req.Spec().Procedure, req.Header())
 		if err != nil {
 			return nil, err
 		}
-		return next(ctx, req)
+		defer cancel()
+		res, err := next(ctx, req)
+		if rerr := revoked(ctx); rerr != nil {
+			return nil, rerr
+		}
+		return res, err
 	}
 }
 
@@ -164,10 +263,15 @@ func (i interceptor) WrapStreamingClient(next connect.StreamingClientFunc) conne
 
 func (i interceptor) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
 	return func(ctx context.Context, conn connect.StreamingHandlerConn) error {
-		ctx, err := i.a.authorize(ctx, conn.Spec().Procedure, conn.RequestHeader())
+		ctx, cancel, err := i.a.authorize(ctx, conn.Spec().Procedure, conn.RequestHeader())
 		if err != nil {
 			return err
 		}
-		return next(ctx, conn)
+		defer cancel()
+		err = next(ctx, conn)
+		if rerr := revoked(ctx); rerr != nil {
+			return rerr
+		}
+		return err
 	}
 }

@@ -166,6 +166,10 @@ func (a *applier) apply(cmd *corpusv1.Command) error {
 		return a.upsertCoordinator(c.UpsertCoordinator)
 	case *corpusv1.Command_RemoveCoordinator:
 		return a.removeCoordinator(c.RemoveCoordinator)
+	case *corpusv1.Command_CreateUserToken:
+		return a.createUserToken(c.CreateUserToken)
+	case *corpusv1.Command_RevokeUserToken:
+		return a.revokeUserToken(c.RevokeUserToken)
 	default:
 		panic(fmt.Sprintf("state: command %T has no apply function", c))
 	}
@@ -479,6 +483,7 @@ func (f *FSM) Snapshot() (raft.FSMSnapshot, error) {
 	snap.Releases = v.allReleases()
 	snap.Coordinators = v.Coordinators()
 	snap.Audit = v.Audit()
+	snap.UserTokens = v.UserTokens("")
 	return &fsmSnapshot{snap: snap}, nil
 }
 
@@ -568,6 +573,11 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 	}
 	for _, e := range snap.Audit {
 		if err := ins(tableAudit, e); err != nil {
+			return err
+		}
+	}
+	for _, t := range snap.UserTokens {
+		if err := ins(tableUserTokens, t); err != nil {
 			return err
 		}
 	}

@@ -63,6 +63,7 @@ func (a *applier) deleteUser(c *corpusv1.DeleteUser) error {
 			a.put(tableProjects, p)
 		}
 	}
+	a.deleteUserTokens(u.Name)
 	if err := a.txn.Delete(tableUsers, u); err != nil {
 		panic(fmt.Sprintf("state: deleting user: %v", err))
 	}

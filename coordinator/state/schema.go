@@ -18,6 +18,7 @@ const (
 
 	tableCoordinators = "coordinators"
 	tableAudit        = "audit"
+	tableUserTokens   = "user_tokens"
 )
 
 // meta rows hold singletons: the cluster config and the latest index.
@@ -106,6 +107,13 @@ func schema() *memdb.DBSchema {
 			Name: tableCoordinators,
 			Indexes: map[string]*memdb.IndexSchema{
 				"id": {Name: "id", Unique: true, Indexer: &memdb.StringFieldIndex{Field: "Id"}},
+			},
+		},
+		tableUserTokens: {
+			Name: tableUserTokens,
+			Indexes: map[string]*memdb.IndexSchema{
+				"id":   {Name: "id", Unique: true, Indexer: &memdb.StringFieldIndex{Field: "Id"}},
+				"user": {Name: "user", Indexer: &memdb.StringFieldIndex{Field: "User"}},
 			},
 		},
 		tableAudit: {

@@ -93,3 +93,42 @@ func TestBadInputChangesNothing(t *testing.T) {
 		t.Errorf("guest list without a token = exit %d, %q; want refused", code, errOut)
 	}
 }
+
+// TestLoginAndRoles: an operator issues a dev a token; `corpus login`
+// stores it; the dev reads but may not create guests; revoked, it stops.
+func TestLoginAndRoles(t *testing.T) {
+	c := newCluster(t)
+	c.mustCLI("user", "add", "alice", "--role", "dev")
+	var tok struct {
+		Token string `json:"token"`
+		Info  struct {
+			ID string `json:"id"`
+		} `json:"info"`
+	}
+	if err := c.json(&tok, "user", "token", "create", "alice", "--ttl", "1h", "--description", "laptop"); err != nil {
+		t.Fatal(err)
+	}
+	home := filepath.Join(c.dir, "alice-cfg")
+	as := func(args ...string) (string, string, int) {
+		return c.cliIn(c.lab.ctl, []string{"XDG_CONFIG_HOME=" + home, "CORPUS_ENV=", "CORPUS_ADDR=", "CORPUS_TOKEN="}, args...)
+	}
+	if out, errOut, code := as("--address", c.api, "--token", tok.Token, "login", "--as", "prod"); code != 0 || !strings.Contains(out, "as user:alice") {
+		t.Fatalf("login = %d %s %s", code, out, errOut)
+	}
+	if out, _, code := as("status"); code != 0 || !strings.Contains(out, "you are user:alice") {
+		t.Errorf("status as alice = %d %s", code, out)
+	}
+	if _, errOut, code := as("guest", "create", "x", "--image", "busybox"); code == 0 || !strings.Contains(errOut, "may not call") {
+		t.Errorf("guest create as a dev = %d %s", code, errOut)
+	}
+	if _, errOut, code := as("audit"); code == 0 || !strings.Contains(errOut, "may not call") {
+		t.Errorf("audit as a dev = %d %s", code, errOut)
+	}
+	c.mustCLI("user", "token", "revoke", tok.Info.ID)
+	if _, errOut, code := as("status"); code == 0 || !strings.Contains(errOut, "not accepted") {
+		t.Errorf("status with a revoked token = %d %s", code, errOut)
+	}
+	if out := c.mustCLI("audit", "--action", "revoke_user_token"); !strings.Contains(out, "ops") {
+		t.Errorf("the revoke is not in the audit log:\n%s", out)
+	}
+}

@@ -99,6 +99,7 @@ func newRoot(g *globals) *cobra.Command {
 		newStatusCmd(g),
 		newOperatorCmd(g),
 		newAuditCmd(g),
+		newLoginCmd(g),
 		newNodeCmd(g),
 		newGuestCmd(g),
 		newIngressCmd(g),

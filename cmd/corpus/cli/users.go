@@ -66,7 +66,7 @@ func newUserCmd(g *globals) *cobra.Command {
 			})
 		},
 	}
-	cmd.AddCommand(add, list, del)
+	cmd.AddCommand(add, list, del, newUserTokenCmd(g))
 	return cmd
 }
 

@@ -4842,6 +4842,289 @@ func (x *ImportVolumeResponse) GetBytes() int64 {
 	return 0
 }
 
+type CreateTokenRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	User  string                 `protobuf:"bytes,1,opt,name=user,proto3" json:"user,omitempty"`
+	// ttl_seconds is how long the token works; 0 means 30 days, -1 never
+	// expires.
+	TtlSeconds    int64  `protobuf:"varint,2,opt,name=ttl_seconds,json=ttlSeconds,proto3" json:"ttl_seconds,omitempty"`
+	Description   string `protobuf:"bytes,3,opt,name=description,proto3" json:"description,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CreateTokenRequest) Reset() {
+	*x = CreateTokenRequest{}
+	mi := &file_corpus_v1_api_proto_msgTypes[85]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CreateTokenRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CreateTokenRequest) ProtoMessage() {}
+
+func (x *CreateTokenRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_api_proto_msgTypes[85]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CreateTokenRequest.ProtoReflect.Descriptor instead.
+func (*CreateTokenRequest) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{85}
+}
+
+func (x *CreateTokenRequest) GetUser() string {
+	if x != nil {
+		return x.User
+	}
+	return ""
+}
+
+func (x *CreateTokenRequest) GetTtlSeconds() int64 {
+	if x != nil {
+		return x.TtlSeconds
+	}
+	return 0
+}
+
+func (x *CreateTokenRequest) GetDescription() string {
+	if x != nil {
+		return x.Description
+	}
+	return ""
+}
+
+type CreateTokenResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// token is shown once; only its hash is stored.
+	Token         string     `protobuf:"bytes,1,opt,name=token,proto3" json:"token,omitempty"`
+	Info          *UserToken `protobuf:"bytes,2,opt,name=info,proto3" json:"info,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CreateTokenResponse) Reset() {
+	*x = CreateTokenResponse{}
+	mi := &file_corpus_v1_api_proto_msgTypes[86]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CreateTokenResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CreateTokenResponse) ProtoMessage() {}
+
+func (x *CreateTokenResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_api_proto_msgTypes[86]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CreateTokenResponse.ProtoReflect.Descriptor instead.
+func (*CreateTokenResponse) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{86}
+}
+
+func (x *CreateTokenResponse) GetToken() string {
+	if x != nil {
+		return x.Token
+	}
+	return ""
+}
+
+func (x *CreateTokenResponse) GetInfo() *UserToken {
+	if x != nil {
+		return x.Info
+	}
+	return nil
+}
+
+type ListTokensRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	User          string                 `protobuf:"bytes,1,opt,name=user,proto3" json:"user,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListTokensRequest) Reset() {
+	*x = ListTokensRequest{}
+	mi := &file_corpus_v1_api_proto_msgTypes[87]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListTokensRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListTokensRequest) ProtoMessage() {}
+
+func (x *ListTokensRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_api_proto_msgTypes[87]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListTokensRequest.ProtoReflect.Descriptor instead.
+func (*ListTokensRequest) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{87}
+}
+
+func (x *ListTokensRequest) GetUser() string {
+	if x != nil {
+		return x.User
+	}
+	return ""
+}
+
+type ListTokensResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Tokens        []*UserToken           `protobuf:"bytes,1,rep,name=tokens,proto3" json:"tokens,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListTokensResponse) Reset() {
+	*x = ListTokensResponse{}
+	mi := &file_corpus_v1_api_proto_msgTypes[88]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListTokensResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListTokensResponse) ProtoMessage() {}
+
+func (x *ListTokensResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_api_proto_msgTypes[88]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListTokensResponse.ProtoReflect.Descriptor instead.
+func (*ListTokensResponse) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{88}
+}
+
+func (x *ListTokensResponse) GetTokens() []*UserToken {
+	if x != nil {
+		return x.Tokens
+	}
+	return nil
+}
+
+type RevokeTokenRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RevokeTokenRequest) Reset() {
+	*x = RevokeTokenRequest{}
+	mi := &file_corpus_v1_api_proto_msgTypes[89]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RevokeTokenRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RevokeTokenRequest) ProtoMessage() {}
+
+func (x *RevokeTokenRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_api_proto_msgTypes[89]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RevokeTokenRequest.ProtoReflect.Descriptor instead.
+func (*RevokeTokenRequest) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{89}
+}
+
+func (x *RevokeTokenRequest) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+type RevokeTokenResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RevokeTokenResponse) Reset() {
+	*x = RevokeTokenResponse{}
+	mi := &file_corpus_v1_api_proto_msgTypes[90]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RevokeTokenResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RevokeTokenResponse) ProtoMessage() {}
+
+func (x *RevokeTokenResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_api_proto_msgTypes[90]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RevokeTokenResponse.ProtoReflect.Descriptor instead.
+func (*RevokeTokenResponse) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{90}
+}
+
 type CreateUserRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
@@ -4852,7 +5135,7 @@ type CreateUserRequest struct {
 
 func (x *CreateUserRequest) Reset() {
 	*x = CreateUserRequest{}
-	mi := &file_corpus_v1_api_proto_msgTypes[85]
+	mi := &file_corpus_v1_api_proto_msgTypes[91]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4864,7 +5147,7 @@ func (x *CreateUserRequest) String() string {
 func (*CreateUserRequest) ProtoMessage() {}
 
 func (x *CreateUserRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[85]
+	mi := &file_corpus_v1_api_proto_msgTypes[91]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4877,7 +5160,7 @@ func (x *CreateUserRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateUserRequest.ProtoReflect.Descriptor instead.
 func (*CreateUserRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{85}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{91}
 }
 
 func (x *CreateUserRequest) GetName() string {
@@ -4904,7 +5187,7 @@ type CreateUserResponse struct {
 
 func (x *CreateUserResponse) Reset() {
 	*x = CreateUserResponse{}
-	mi := &file_corpus_v1_api_proto_msgTypes[86]
+	mi := &file_corpus_v1_api_proto_msgTypes[92]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4916,7 +5199,7 @@ func (x *CreateUserResponse) String() string {
 func (*CreateUserResponse) ProtoMessage() {}
 
 func (x *CreateUserResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[86]
+	mi := &file_corpus_v1_api_proto_msgTypes[92]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4929,7 +5212,7 @@ func (x *CreateUserResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateUserResponse.ProtoReflect.Descriptor instead.
 func (*CreateUserResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{86}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{92}
 }
 
 func (x *CreateUserResponse) GetUser() *User {
@@ -4954,7 +5237,7 @@ type ListUsersRequest struct {
 
 func (x *ListUsersRequest) Reset() {
 	*x = ListUsersRequest{}
-	mi := &file_corpus_v1_api_proto_msgTypes[87]
+	mi := &file_corpus_v1_api_proto_msgTypes[93]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4966,7 +5249,7 @@ func (x *ListUsersRequest) String() string {
 func (*ListUsersRequest) ProtoMessage() {}
 
 func (x *ListUsersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[87]
+	mi := &file_corpus_v1_api_proto_msgTypes[93]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4979,7 +5262,7 @@ func (x *ListUsersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListUsersRequest.ProtoReflect.Descriptor instead.
 func (*ListUsersRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{87}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{93}
 }
 
 type ListUsersResponse struct {
@@ -4991,7 +5274,7 @@ type ListUsersResponse struct {
 
 func (x *ListUsersResponse) Reset() {
 	*x = ListUsersResponse{}
-	mi := &file_corpus_v1_api_proto_msgTypes[88]
+	mi := &file_corpus_v1_api_proto_msgTypes[94]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5003,7 +5286,7 @@ func (x *ListUsersResponse) String() string {
 func (*ListUsersResponse) ProtoMessage() {}
 
 func (x *ListUsersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[88]
+	mi := &file_corpus_v1_api_proto_msgTypes[94]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5016,7 +5299,7 @@ func (x *ListUsersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListUsersResponse.ProtoReflect.Descriptor instead.
 func (*ListUsersResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{88}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{94}
 }
 
 func (x *ListUsersResponse) GetUsers() []*User {
@@ -5035,7 +5318,7 @@ type DeleteUserRequest struct {
 
 func (x *DeleteUserRequest) Reset() {
 	*x = DeleteUserRequest{}
-	mi := &file_corpus_v1_api_proto_msgTypes[89]
+	mi := &file_corpus_v1_api_proto_msgTypes[95]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5047,7 +5330,7 @@ func (x *DeleteUserRequest) String() string {
 func (*DeleteUserRequest) ProtoMessage() {}
 
 func (x *DeleteUserRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[89]
+	mi := &file_corpus_v1_api_proto_msgTypes[95]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5060,7 +5343,7 @@ func (x *DeleteUserRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteUserRequest.ProtoReflect.Descriptor instead.
 func (*DeleteUserRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{89}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{95}
 }
 
 func (x *DeleteUserRequest) GetName() string {
@@ -5079,7 +5362,7 @@ type DeleteUserResponse struct {
 
 func (x *DeleteUserResponse) Reset() {
 	*x = DeleteUserResponse{}
-	mi := &file_corpus_v1_api_proto_msgTypes[90]
+	mi := &file_corpus_v1_api_proto_msgTypes[96]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5091,7 +5374,7 @@ func (x *DeleteUserResponse) String() string {
 func (*DeleteUserResponse) ProtoMessage() {}
 
 func (x *DeleteUserResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[90]
+	mi := &file_corpus_v1_api_proto_msgTypes[96]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5104,7 +5387,7 @@ func (x *DeleteUserResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteUserResponse.ProtoReflect.Descriptor instead.
 func (*DeleteUserResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{90}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{96}
 }
 
 func (x *DeleteUserResponse) GetUser() *User {
@@ -5125,7 +5408,7 @@ type AddKeyRequest struct {
 
 func (x *AddKeyRequest) Reset() {
 	*x = AddKeyRequest{}
-	mi := &file_corpus_v1_api_proto_msgTypes[91]
+	mi := &file_corpus_v1_api_proto_msgTypes[97]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5137,7 +5420,7 @@ func (x *AddKeyRequest) String() string {
 func (*AddKeyRequest) ProtoMessage() {}
 
 func (x *AddKeyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[91]
+	mi := &file_corpus_v1_api_proto_msgTypes[97]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5150,7 +5433,7 @@ func (x *AddKeyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddKeyRequest.ProtoReflect.Descriptor instead.
 func (*AddKeyRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{91}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{97}
 }
 
 func (x *AddKeyRequest) GetUser() string {
@@ -5177,7 +5460,7 @@ type AddKeyResponse struct {
 
 func (x *AddKeyResponse) Reset() {
 	*x = AddKeyResponse{}
-	mi := &file_corpus_v1_api_proto_msgTypes[92]
+	mi := &file_corpus_v1_api_proto_msgTypes[98]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5189,7 +5472,7 @@ func (x *AddKeyResponse) String() string {
 func (*AddKeyResponse) ProtoMessage() {}
 
 func (x *AddKeyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[92]
+	mi := &file_corpus_v1_api_proto_msgTypes[98]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5202,7 +5485,7 @@ func (x *AddKeyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddKeyResponse.ProtoReflect.Descriptor instead.
 func (*AddKeyResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{92}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{98}
 }
 
 func (x *AddKeyResponse) GetKey() *SshKey {
@@ -5230,7 +5513,7 @@ type DeleteKeyRequest struct {
 
 func (x *DeleteKeyRequest) Reset() {
 	*x = DeleteKeyRequest{}
-	mi := &file_corpus_v1_api_proto_msgTypes[93]
+	mi := &file_corpus_v1_api_proto_msgTypes[99]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5242,7 +5525,7 @@ func (x *DeleteKeyRequest) String() string {
 func (*DeleteKeyRequest) ProtoMessage() {}
 
 func (x *DeleteKeyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[93]
+	mi := &file_corpus_v1_api_proto_msgTypes[99]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5255,7 +5538,7 @@ func (x *DeleteKeyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteKeyRequest.ProtoReflect.Descriptor instead.
 func (*DeleteKeyRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{93}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{99}
 }
 
 func (x *DeleteKeyRequest) GetUser() string {
@@ -5280,7 +5563,7 @@ type DeleteKeyResponse struct {
 
 func (x *DeleteKeyResponse) Reset() {
 	*x = DeleteKeyResponse{}
-	mi := &file_corpus_v1_api_proto_msgTypes[94]
+	mi := &file_corpus_v1_api_proto_msgTypes[100]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5292,7 +5575,7 @@ func (x *DeleteKeyResponse) String() string {
 func (*DeleteKeyResponse) ProtoMessage() {}
 
 func (x *DeleteKeyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[94]
+	mi := &file_corpus_v1_api_proto_msgTypes[100]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5305,7 +5588,7 @@ func (x *DeleteKeyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteKeyResponse.ProtoReflect.Descriptor instead.
 func (*DeleteKeyResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{94}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{100}
 }
 
 type CreateProjectRequest struct {
@@ -5328,7 +5611,7 @@ type CreateProjectRequest struct {
 
 func (x *CreateProjectRequest) Reset() {
 	*x = CreateProjectRequest{}
-	mi := &file_corpus_v1_api_proto_msgTypes[95]
+	mi := &file_corpus_v1_api_proto_msgTypes[101]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5340,7 +5623,7 @@ func (x *CreateProjectRequest) String() string {
 func (*CreateProjectRequest) ProtoMessage() {}
 
 func (x *CreateProjectRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[95]
+	mi := &file_corpus_v1_api_proto_msgTypes[101]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5353,7 +5636,7 @@ func (x *CreateProjectRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateProjectRequest.ProtoReflect.Descriptor instead.
 func (*CreateProjectRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{95}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{101}
 }
 
 func (x *CreateProjectRequest) GetName() string {
@@ -5431,7 +5714,7 @@ type CreateProjectResponse struct {
 
 func (x *CreateProjectResponse) Reset() {
 	*x = CreateProjectResponse{}
-	mi := &file_corpus_v1_api_proto_msgTypes[96]
+	mi := &file_corpus_v1_api_proto_msgTypes[102]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5443,7 +5726,7 @@ func (x *CreateProjectResponse) String() string {
 func (*CreateProjectResponse) ProtoMessage() {}
 
 func (x *CreateProjectResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[96]
+	mi := &file_corpus_v1_api_proto_msgTypes[102]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5456,7 +5739,7 @@ func (x *CreateProjectResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateProjectResponse.ProtoReflect.Descriptor instead.
 func (*CreateProjectResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{96}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{102}
 }
 
 func (x *CreateProjectResponse) GetProject() *Project {
@@ -5488,7 +5771,7 @@ type ListProjectsRequest struct {
 
 func (x *ListProjectsRequest) Reset() {
 	*x = ListProjectsRequest{}
-	mi := &file_corpus_v1_api_proto_msgTypes[97]
+	mi := &file_corpus_v1_api_proto_msgTypes[103]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5500,7 +5783,7 @@ func (x *ListProjectsRequest) String() string {
 func (*ListProjectsRequest) ProtoMessage() {}
 
 func (x *ListProjectsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[97]
+	mi := &file_corpus_v1_api_proto_msgTypes[103]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5513,7 +5796,7 @@ func (x *ListProjectsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListProjectsRequest.ProtoReflect.Descriptor instead.
 func (*ListProjectsRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{97}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{103}
 }
 
 type ListProjectsResponse struct {
@@ -5525,7 +5808,7 @@ type ListProjectsResponse struct {
 
 func (x *ListProjectsResponse) Reset() {
 	*x = ListProjectsResponse{}
-	mi := &file_corpus_v1_api_proto_msgTypes[98]
+	mi := &file_corpus_v1_api_proto_msgTypes[104]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5537,7 +5820,7 @@ func (x *ListProjectsResponse) String() string {
 func (*ListProjectsResponse) ProtoMessage() {}
 
 func (x *ListProjectsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[98]
+	mi := &file_corpus_v1_api_proto_msgTypes[104]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5550,7 +5833,7 @@ func (x *ListProjectsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListProjectsResponse.ProtoReflect.Descriptor instead.
 func (*ListProjectsResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{98}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{104}
 }
 
 func (x *ListProjectsResponse) GetProjects() []*ProjectView {
@@ -5571,7 +5854,7 @@ type ProjectView struct {
 
 func (x *ProjectView) Reset() {
 	*x = ProjectView{}
-	mi := &file_corpus_v1_api_proto_msgTypes[99]
+	mi := &file_corpus_v1_api_proto_msgTypes[105]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5583,7 +5866,7 @@ func (x *ProjectView) String() string {
 func (*ProjectView) ProtoMessage() {}
 
 func (x *ProjectView) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[99]
+	mi := &file_corpus_v1_api_proto_msgTypes[105]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5596,7 +5879,7 @@ func (x *ProjectView) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProjectView.ProtoReflect.Descriptor instead.
 func (*ProjectView) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{99}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{105}
 }
 
 func (x *ProjectView) GetProject() *Project {
@@ -5629,7 +5912,7 @@ type ProjectEnvView struct {
 
 func (x *ProjectEnvView) Reset() {
 	*x = ProjectEnvView{}
-	mi := &file_corpus_v1_api_proto_msgTypes[100]
+	mi := &file_corpus_v1_api_proto_msgTypes[106]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5641,7 +5924,7 @@ func (x *ProjectEnvView) String() string {
 func (*ProjectEnvView) ProtoMessage() {}
 
 func (x *ProjectEnvView) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[100]
+	mi := &file_corpus_v1_api_proto_msgTypes[106]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5654,7 +5937,7 @@ func (x *ProjectEnvView) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProjectEnvView.ProtoReflect.Descriptor instead.
 func (*ProjectEnvView) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{100}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{106}
 }
 
 func (x *ProjectEnvView) GetName() string {
@@ -5718,7 +6001,7 @@ type GetProjectRequest struct {
 
 func (x *GetProjectRequest) Reset() {
 	*x = GetProjectRequest{}
-	mi := &file_corpus_v1_api_proto_msgTypes[101]
+	mi := &file_corpus_v1_api_proto_msgTypes[107]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5730,7 +6013,7 @@ func (x *GetProjectRequest) String() string {
 func (*GetProjectRequest) ProtoMessage() {}
 
 func (x *GetProjectRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[101]
+	mi := &file_corpus_v1_api_proto_msgTypes[107]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5743,7 +6026,7 @@ func (x *GetProjectRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetProjectRequest.ProtoReflect.Descriptor instead.
 func (*GetProjectRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{101}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{107}
 }
 
 func (x *GetProjectRequest) GetName() string {
@@ -5777,7 +6060,7 @@ type GetProjectResponse struct {
 
 func (x *GetProjectResponse) Reset() {
 	*x = GetProjectResponse{}
-	mi := &file_corpus_v1_api_proto_msgTypes[102]
+	mi := &file_corpus_v1_api_proto_msgTypes[108]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5789,7 +6072,7 @@ func (x *GetProjectResponse) String() string {
 func (*GetProjectResponse) ProtoMessage() {}
 
 func (x *GetProjectResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[102]
+	mi := &file_corpus_v1_api_proto_msgTypes[108]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5802,7 +6085,7 @@ func (x *GetProjectResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetProjectResponse.ProtoReflect.Descriptor instead.
 func (*GetProjectResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{102}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{108}
 }
 
 func (x *GetProjectResponse) GetProject() *ProjectView {
@@ -5829,7 +6112,7 @@ type DeleteProjectRequest struct {
 
 func (x *DeleteProjectRequest) Reset() {
 	*x = DeleteProjectRequest{}
-	mi := &file_corpus_v1_api_proto_msgTypes[103]
+	mi := &file_corpus_v1_api_proto_msgTypes[109]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5841,7 +6124,7 @@ func (x *DeleteProjectRequest) String() string {
 func (*DeleteProjectRequest) ProtoMessage() {}
 
 func (x *DeleteProjectRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[103]
+	mi := &file_corpus_v1_api_proto_msgTypes[109]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5854,7 +6137,7 @@ func (x *DeleteProjectRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteProjectRequest.ProtoReflect.Descriptor instead.
 func (*DeleteProjectRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{103}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{109}
 }
 
 func (x *DeleteProjectRequest) GetName() string {
@@ -5879,7 +6162,7 @@ type DeleteProjectResponse struct {
 
 func (x *DeleteProjectResponse) Reset() {
 	*x = DeleteProjectResponse{}
-	mi := &file_corpus_v1_api_proto_msgTypes[104]
+	mi := &file_corpus_v1_api_proto_msgTypes[110]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5891,7 +6174,7 @@ func (x *DeleteProjectResponse) String() string {
 func (*DeleteProjectResponse) ProtoMessage() {}
 
 func (x *DeleteProjectResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[104]
+	mi := &file_corpus_v1_api_proto_msgTypes[110]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5904,7 +6187,7 @@ func (x *DeleteProjectResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteProjectResponse.ProtoReflect.Descriptor instead.
 func (*DeleteProjectResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{104}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{110}
 }
 
 type GrantProjectRequest struct {
@@ -5918,7 +6201,7 @@ type GrantProjectRequest struct {
 
 func (x *GrantProjectRequest) Reset() {
 	*x = GrantProjectRequest{}
-	mi := &file_corpus_v1_api_proto_msgTypes[105]
+	mi := &file_corpus_v1_api_proto_msgTypes[111]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5930,7 +6213,7 @@ func (x *GrantProjectRequest) String() string {
 func (*GrantProjectRequest) ProtoMessage() {}
 
 func (x *GrantProjectRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[105]
+	mi := &file_corpus_v1_api_proto_msgTypes[111]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5943,7 +6226,7 @@ func (x *GrantProjectRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GrantProjectRequest.ProtoReflect.Descriptor instead.
 func (*GrantProjectRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{105}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{111}
 }
 
 func (x *GrantProjectRequest) GetName() string {
@@ -5976,7 +6259,7 @@ type GrantProjectResponse struct {
 
 func (x *GrantProjectResponse) Reset() {
 	*x = GrantProjectResponse{}
-	mi := &file_corpus_v1_api_proto_msgTypes[106]
+	mi := &file_corpus_v1_api_proto_msgTypes[112]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5988,7 +6271,7 @@ func (x *GrantProjectResponse) String() string {
 func (*GrantProjectResponse) ProtoMessage() {}
 
 func (x *GrantProjectResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[106]
+	mi := &file_corpus_v1_api_proto_msgTypes[112]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6001,7 +6284,7 @@ func (x *GrantProjectResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GrantProjectResponse.ProtoReflect.Descriptor instead.
 func (*GrantProjectResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{106}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{112}
 }
 
 func (x *GrantProjectResponse) GetProject() *Project {
@@ -6021,7 +6304,7 @@ type ListReleasesRequest struct {
 
 func (x *ListReleasesRequest) Reset() {
 	*x = ListReleasesRequest{}
-	mi := &file_corpus_v1_api_proto_msgTypes[107]
+	mi := &file_corpus_v1_api_proto_msgTypes[113]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6033,7 +6316,7 @@ func (x *ListReleasesRequest) String() string {
 func (*ListReleasesRequest) ProtoMessage() {}
 
 func (x *ListReleasesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[107]
+	mi := &file_corpus_v1_api_proto_msgTypes[113]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6046,7 +6329,7 @@ func (x *ListReleasesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListReleasesRequest.ProtoReflect.Descriptor instead.
 func (*ListReleasesRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{107}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{113}
 }
 
 func (x *ListReleasesRequest) GetProject() string {
@@ -6075,7 +6358,7 @@ type ListReleasesResponse struct {
 
 func (x *ListReleasesResponse) Reset() {
 	*x = ListReleasesResponse{}
-	mi := &file_corpus_v1_api_proto_msgTypes[108]
+	mi := &file_corpus_v1_api_proto_msgTypes[114]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6087,7 +6370,7 @@ func (x *ListReleasesResponse) String() string {
 func (*ListReleasesResponse) ProtoMessage() {}
 
 func (x *ListReleasesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[108]
+	mi := &file_corpus_v1_api_proto_msgTypes[114]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6100,7 +6383,7 @@ func (x *ListReleasesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListReleasesResponse.ProtoReflect.Descriptor instead.
 func (*ListReleasesResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{108}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{114}
 }
 
 func (x *ListReleasesResponse) GetReleases() []*Release {
@@ -6136,7 +6419,7 @@ type GetReleaseRequest struct {
 
 func (x *GetReleaseRequest) Reset() {
 	*x = GetReleaseRequest{}
-	mi := &file_corpus_v1_api_proto_msgTypes[109]
+	mi := &file_corpus_v1_api_proto_msgTypes[115]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6148,7 +6431,7 @@ func (x *GetReleaseRequest) String() string {
 func (*GetReleaseRequest) ProtoMessage() {}
 
 func (x *GetReleaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[109]
+	mi := &file_corpus_v1_api_proto_msgTypes[115]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6161,7 +6444,7 @@ func (x *GetReleaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetReleaseRequest.ProtoReflect.Descriptor instead.
 func (*GetReleaseRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{109}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{115}
 }
 
 func (x *GetReleaseRequest) GetProject() string {
@@ -6195,7 +6478,7 @@ type GetReleaseResponse struct {
 
 func (x *GetReleaseResponse) Reset() {
 	*x = GetReleaseResponse{}
-	mi := &file_corpus_v1_api_proto_msgTypes[110]
+	mi := &file_corpus_v1_api_proto_msgTypes[116]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6207,7 +6490,7 @@ func (x *GetReleaseResponse) String() string {
 func (*GetReleaseResponse) ProtoMessage() {}
 
 func (x *GetReleaseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[110]
+	mi := &file_corpus_v1_api_proto_msgTypes[116]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6220,7 +6503,7 @@ func (x *GetReleaseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetReleaseResponse.ProtoReflect.Descriptor instead.
 func (*GetReleaseResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{110}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{116}
 }
 
 func (x *GetReleaseResponse) GetRelease() *Release {
@@ -6250,7 +6533,7 @@ type RollbackRequest struct {
 
 func (x *RollbackRequest) Reset() {
 	*x = RollbackRequest{}
-	mi := &file_corpus_v1_api_proto_msgTypes[111]
+	mi := &file_corpus_v1_api_proto_msgTypes[117]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6262,7 +6545,7 @@ func (x *RollbackRequest) String() string {
 func (*RollbackRequest) ProtoMessage() {}
 
 func (x *RollbackRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[111]
+	mi := &file_corpus_v1_api_proto_msgTypes[117]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6275,7 +6558,7 @@ func (x *RollbackRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RollbackRequest.ProtoReflect.Descriptor instead.
 func (*RollbackRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{111}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{117}
 }
 
 func (x *RollbackRequest) GetProject() string {
@@ -6311,7 +6594,7 @@ type RollbackOutput struct {
 
 func (x *RollbackOutput) Reset() {
 	*x = RollbackOutput{}
-	mi := &file_corpus_v1_api_proto_msgTypes[112]
+	mi := &file_corpus_v1_api_proto_msgTypes[118]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6323,7 +6606,7 @@ func (x *RollbackOutput) String() string {
 func (*RollbackOutput) ProtoMessage() {}
 
 func (x *RollbackOutput) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[112]
+	mi := &file_corpus_v1_api_proto_msgTypes[118]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6336,7 +6619,7 @@ func (x *RollbackOutput) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RollbackOutput.ProtoReflect.Descriptor instead.
 func (*RollbackOutput) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{112}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{118}
 }
 
 func (x *RollbackOutput) GetOutput() []byte {
@@ -6377,7 +6660,7 @@ type ListAuditRequest struct {
 
 func (x *ListAuditRequest) Reset() {
 	*x = ListAuditRequest{}
-	mi := &file_corpus_v1_api_proto_msgTypes[113]
+	mi := &file_corpus_v1_api_proto_msgTypes[119]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6389,7 +6672,7 @@ func (x *ListAuditRequest) String() string {
 func (*ListAuditRequest) ProtoMessage() {}
 
 func (x *ListAuditRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[113]
+	mi := &file_corpus_v1_api_proto_msgTypes[119]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6402,7 +6685,7 @@ func (x *ListAuditRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAuditRequest.ProtoReflect.Descriptor instead.
 func (*ListAuditRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{113}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{119}
 }
 
 func (x *ListAuditRequest) GetActor() string {
@@ -6450,7 +6733,7 @@ type ListAuditResponse struct {
 
 func (x *ListAuditResponse) Reset() {
 	*x = ListAuditResponse{}
-	mi := &file_corpus_v1_api_proto_msgTypes[114]
+	mi := &file_corpus_v1_api_proto_msgTypes[120]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6462,7 +6745,7 @@ func (x *ListAuditResponse) String() string {
 func (*ListAuditResponse) ProtoMessage() {}
 
 func (x *ListAuditResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[114]
+	mi := &file_corpus_v1_api_proto_msgTypes[120]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6475,7 +6758,7 @@ func (x *ListAuditResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAuditResponse.ProtoReflect.Descriptor instead.
 func (*ListAuditResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{114}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{120}
 }
 
 func (x *ListAuditResponse) GetEntries() []*AuditEntry {
@@ -6822,7 +7105,22 @@ const file_corpus_v1_api_proto_rawDesc = "" +
 	"totalBytes\x12\x12\n" +
 	"\x04data\x18\x03 \x01(\fR\x04data\",\n" +
 	"\x14ImportVolumeResponse\x12\x14\n" +
-	"\x05bytes\x18\x01 \x01(\x03R\x05bytes\";\n" +
+	"\x05bytes\x18\x01 \x01(\x03R\x05bytes\"k\n" +
+	"\x12CreateTokenRequest\x12\x12\n" +
+	"\x04user\x18\x01 \x01(\tR\x04user\x12\x1f\n" +
+	"\vttl_seconds\x18\x02 \x01(\x03R\n" +
+	"ttlSeconds\x12 \n" +
+	"\vdescription\x18\x03 \x01(\tR\vdescription\"U\n" +
+	"\x13CreateTokenResponse\x12\x14\n" +
+	"\x05token\x18\x01 \x01(\tR\x05token\x12(\n" +
+	"\x04info\x18\x02 \x01(\v2\x14.corpus.v1.UserTokenR\x04info\"'\n" +
+	"\x11ListTokensRequest\x12\x12\n" +
+	"\x04user\x18\x01 \x01(\tR\x04user\"B\n" +
+	"\x12ListTokensResponse\x12,\n" +
+	"\x06tokens\x18\x01 \x03(\v2\x14.corpus.v1.UserTokenR\x06tokens\"$\n" +
+	"\x12RevokeTokenRequest\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\"\x15\n" +
+	"\x13RevokeTokenResponse\";\n" +
 	"\x11CreateUserRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
 	"\x04role\x18\x02 \x01(\tR\x04role\"S\n" +
@@ -6981,7 +7279,7 @@ const file_corpus_v1_api_proto_rawDesc = "" +
 	"\fExportVolume\x12\x1e.corpus.v1.ExportVolumeRequest\x1a\x16.corpus.v1.VolumeChunk0\x01\x12I\n" +
 	"\fImportVolume\x12\x16.corpus.v1.VolumeChunk\x1a\x1f.corpus.v1.ImportVolumeResponse(\x01\x12U\n" +
 	"\x0eSnapshotVolume\x12 .corpus.v1.SnapshotVolumeRequest\x1a!.corpus.v1.SnapshotVolumeResponse\x12C\n" +
-	"\bRollback\x12\x1a.corpus.v1.RollbackRequest\x1a\x19.corpus.v1.RollbackOutput0\x012\xf7\x02\n" +
+	"\bRollback\x12\x1a.corpus.v1.RollbackRequest\x1a\x19.corpus.v1.RollbackOutput0\x012\xe3\x04\n" +
 	"\vUserService\x12I\n" +
 	"\n" +
 	"CreateUser\x12\x1c.corpus.v1.CreateUserRequest\x1a\x1d.corpus.v1.CreateUserResponse\x12K\n" +
@@ -6989,7 +7287,11 @@ const file_corpus_v1_api_proto_rawDesc = "" +
 	"\n" +
 	"DeleteUser\x12\x1c.corpus.v1.DeleteUserRequest\x1a\x1d.corpus.v1.DeleteUserResponse\x12=\n" +
 	"\x06AddKey\x12\x18.corpus.v1.AddKeyRequest\x1a\x19.corpus.v1.AddKeyResponse\x12F\n" +
-	"\tDeleteKey\x12\x1b.corpus.v1.DeleteKeyRequest\x1a\x1c.corpus.v1.DeleteKeyResponse2\x9a\x05\n" +
+	"\tDeleteKey\x12\x1b.corpus.v1.DeleteKeyRequest\x1a\x1c.corpus.v1.DeleteKeyResponse\x12L\n" +
+	"\vCreateToken\x12\x1d.corpus.v1.CreateTokenRequest\x1a\x1e.corpus.v1.CreateTokenResponse\x12N\n" +
+	"\n" +
+	"ListTokens\x12\x1c.corpus.v1.ListTokensRequest\x1a\x1d.corpus.v1.ListTokensResponse\"\x03\x90\x02\x01\x12L\n" +
+	"\vRevokeToken\x12\x1d.corpus.v1.RevokeTokenRequest\x1a\x1e.corpus.v1.RevokeTokenResponse2\x9a\x05\n" +
 	"\x0eProjectService\x12R\n" +
 	"\rCreateProject\x12\x1f.corpus.v1.CreateProjectRequest\x1a .corpus.v1.CreateProjectResponse\x12T\n" +
 	"\fListProjects\x12\x1e.corpus.v1.ListProjectsRequest\x1a\x1f.corpus.v1.ListProjectsResponse\"\x03\x90\x02\x01\x12N\n" +
@@ -7016,7 +7318,7 @@ func file_corpus_v1_api_proto_rawDescGZIP() []byte {
 	return file_corpus_v1_api_proto_rawDescData
 }
 
-var file_corpus_v1_api_proto_msgTypes = make([]protoimpl.MessageInfo, 117)
+var file_corpus_v1_api_proto_msgTypes = make([]protoimpl.MessageInfo, 123)
 var file_corpus_v1_api_proto_goTypes = []any{
 	(*PeerRequest)(nil),                // 0: corpus.v1.PeerRequest
 	(*PeerResponse)(nil),               // 1: corpus.v1.PeerResponse
@@ -7103,241 +7405,256 @@ var file_corpus_v1_api_proto_goTypes = []any{
 	(*ExportVolumeRequest)(nil),        // 82: corpus.v1.ExportVolumeRequest
 	(*VolumeChunk)(nil),                // 83: corpus.v1.VolumeChunk
 	(*ImportVolumeResponse)(nil),       // 84: corpus.v1.ImportVolumeResponse
-	(*CreateUserRequest)(nil),          // 85: corpus.v1.CreateUserRequest
-	(*CreateUserResponse)(nil),         // 86: corpus.v1.CreateUserResponse
-	(*ListUsersRequest)(nil),           // 87: corpus.v1.ListUsersRequest
-	(*ListUsersResponse)(nil),          // 88: corpus.v1.ListUsersResponse
-	(*DeleteUserRequest)(nil),          // 89: corpus.v1.DeleteUserRequest
-	(*DeleteUserResponse)(nil),         // 90: corpus.v1.DeleteUserResponse
-	(*AddKeyRequest)(nil),              // 91: corpus.v1.AddKeyRequest
-	(*AddKeyResponse)(nil),             // 92: corpus.v1.AddKeyResponse
-	(*DeleteKeyRequest)(nil),           // 93: corpus.v1.DeleteKeyRequest
-	(*DeleteKeyResponse)(nil),          // 94: corpus.v1.DeleteKeyResponse
-	(*CreateProjectRequest)(nil),       // 95: corpus.v1.CreateProjectRequest
-	(*CreateProjectResponse)(nil),      // 96: corpus.v1.CreateProjectResponse
-	(*ListProjectsRequest)(nil),        // 97: corpus.v1.ListProjectsRequest
-	(*ListProjectsResponse)(nil),       // 98: corpus.v1.ListProjectsResponse
-	(*ProjectView)(nil),                // 99: corpus.v1.ProjectView
-	(*ProjectEnvView)(nil),             // 100: corpus.v1.ProjectEnvView
-	(*GetProjectRequest)(nil),          // 101: corpus.v1.GetProjectRequest
-	(*GetProjectResponse)(nil),         // 102: corpus.v1.GetProjectResponse
-	(*DeleteProjectRequest)(nil),       // 103: corpus.v1.DeleteProjectRequest
-	(*DeleteProjectResponse)(nil),      // 104: corpus.v1.DeleteProjectResponse
-	(*GrantProjectRequest)(nil),        // 105: corpus.v1.GrantProjectRequest
-	(*GrantProjectResponse)(nil),       // 106: corpus.v1.GrantProjectResponse
-	(*ListReleasesRequest)(nil),        // 107: corpus.v1.ListReleasesRequest
-	(*ListReleasesResponse)(nil),       // 108: corpus.v1.ListReleasesResponse
-	(*GetReleaseRequest)(nil),          // 109: corpus.v1.GetReleaseRequest
-	(*GetReleaseResponse)(nil),         // 110: corpus.v1.GetReleaseResponse
-	(*RollbackRequest)(nil),            // 111: corpus.v1.RollbackRequest
-	(*RollbackOutput)(nil),             // 112: corpus.v1.RollbackOutput
-	(*ListAuditRequest)(nil),           // 113: corpus.v1.ListAuditRequest
-	(*ListAuditResponse)(nil),          // 114: corpus.v1.ListAuditResponse
-	nil,                                // 115: corpus.v1.ExecGuestRequest.EnvEntry
-	nil,                                // 116: corpus.v1.EnrollRequest.LabelsEntry
-	(*JoinToken)(nil),                  // 117: corpus.v1.JoinToken
-	(*Node)(nil),                       // 118: corpus.v1.Node
-	(*Resources)(nil),                  // 119: corpus.v1.Resources
-	(*GuestSpec)(nil),                  // 120: corpus.v1.GuestSpec
-	(*Guest)(nil),                      // 121: corpus.v1.Guest
-	(*Route)(nil),                      // 122: corpus.v1.Route
-	(*Port)(nil),                       // 123: corpus.v1.Port
-	(*DnsRecord)(nil),                  // 124: corpus.v1.DnsRecord
-	(*Volume)(nil),                     // 125: corpus.v1.Volume
-	(*Project)(nil),                    // 126: corpus.v1.Project
-	(*ProjectEnv)(nil),                 // 127: corpus.v1.ProjectEnv
-	(*Release)(nil),                    // 128: corpus.v1.Release
-	(*ReleaseStep)(nil),                // 129: corpus.v1.ReleaseStep
-	(*DriverInfo)(nil),                 // 130: corpus.v1.DriverInfo
-	(*GuestObserved)(nil),              // 131: corpus.v1.GuestObserved
-	(*VolumeObserved)(nil),             // 132: corpus.v1.VolumeObserved
-	(*User)(nil),                       // 133: corpus.v1.User
-	(*SshKey)(nil),                     // 134: corpus.v1.SshKey
-	(*AuditEntry)(nil),                 // 135: corpus.v1.AuditEntry
+	(*CreateTokenRequest)(nil),         // 85: corpus.v1.CreateTokenRequest
+	(*CreateTokenResponse)(nil),        // 86: corpus.v1.CreateTokenResponse
+	(*ListTokensRequest)(nil),          // 87: corpus.v1.ListTokensRequest
+	(*ListTokensResponse)(nil),         // 88: corpus.v1.ListTokensResponse
+	(*RevokeTokenRequest)(nil),         // 89: corpus.v1.RevokeTokenRequest
+	(*RevokeTokenResponse)(nil),        // 90: corpus.v1.RevokeTokenResponse
+	(*CreateUserRequest)(nil),          // 91: corpus.v1.CreateUserRequest
+	(*CreateUserResponse)(nil),         // 92: corpus.v1.CreateUserResponse
+	(*ListUsersRequest)(nil),           // 93: corpus.v1.ListUsersRequest
+	(*ListUsersResponse)(nil),          // 94: corpus.v1.ListUsersResponse
+	(*DeleteUserRequest)(nil),          // 95: corpus.v1.DeleteUserRequest
+	(*DeleteUserResponse)(nil),         // 96: corpus.v1.DeleteUserResponse
+	(*AddKeyRequest)(nil),              // 97: corpus.v1.AddKeyRequest
+	(*AddKeyResponse)(nil),             // 98: corpus.v1.AddKeyResponse
+	(*DeleteKeyRequest)(nil),           // 99: corpus.v1.DeleteKeyRequest
+	(*DeleteKeyResponse)(nil),          // 100: corpus.v1.DeleteKeyResponse
+	(*CreateProjectRequest)(nil),       // 101: corpus.v1.CreateProjectRequest
+	(*CreateProjectResponse)(nil),      // 102: corpus.v1.CreateProjectResponse
+	(*ListProjectsRequest)(nil),        // 103: corpus.v1.ListProjectsRequest
+	(*ListProjectsResponse)(nil),       // 104: corpus.v1.ListProjectsResponse
+	(*ProjectView)(nil),                // 105: corpus.v1.ProjectView
+	(*ProjectEnvView)(nil),             // 106: corpus.v1.ProjectEnvView
+	(*GetProjectRequest)(nil),          // 107: corpus.v1.GetProjectRequest
+	(*GetProjectResponse)(nil),         // 108: corpus.v1.GetProjectResponse
+	(*DeleteProjectRequest)(nil),       // 109: corpus.v1.DeleteProjectRequest
+	(*DeleteProjectResponse)(nil),      // 110: corpus.v1.DeleteProjectResponse
+	(*GrantProjectRequest)(nil),        // 111: corpus.v1.GrantProjectRequest
+	(*GrantProjectResponse)(nil),       // 112: corpus.v1.GrantProjectResponse
+	(*ListReleasesRequest)(nil),        // 113: corpus.v1.ListReleasesRequest
+	(*ListReleasesResponse)(nil),       // 114: corpus.v1.ListReleasesResponse
+	(*GetReleaseRequest)(nil),          // 115: corpus.v1.GetReleaseRequest
+	(*GetReleaseResponse)(nil),         // 116: corpus.v1.GetReleaseResponse
+	(*RollbackRequest)(nil),            // 117: corpus.v1.RollbackRequest
+	(*RollbackOutput)(nil),             // 118: corpus.v1.RollbackOutput
+	(*ListAuditRequest)(nil),           // 119: corpus.v1.ListAuditRequest
+	(*ListAuditResponse)(nil),          // 120: corpus.v1.ListAuditResponse
+	nil,                                // 121: corpus.v1.ExecGuestRequest.EnvEntry
+	nil,                                // 122: corpus.v1.EnrollRequest.LabelsEntry
+	(*JoinToken)(nil),                  // 123: corpus.v1.JoinToken
+	(*Node)(nil),                       // 124: corpus.v1.Node
+	(*Resources)(nil),                  // 125: corpus.v1.Resources
+	(*GuestSpec)(nil),                  // 126: corpus.v1.GuestSpec
+	(*Guest)(nil),                      // 127: corpus.v1.Guest
+	(*Route)(nil),                      // 128: corpus.v1.Route
+	(*Port)(nil),                       // 129: corpus.v1.Port
+	(*DnsRecord)(nil),                  // 130: corpus.v1.DnsRecord
+	(*Volume)(nil),                     // 131: corpus.v1.Volume
+	(*Project)(nil),                    // 132: corpus.v1.Project
+	(*ProjectEnv)(nil),                 // 133: corpus.v1.ProjectEnv
+	(*Release)(nil),                    // 134: corpus.v1.Release
+	(*ReleaseStep)(nil),                // 135: corpus.v1.ReleaseStep
+	(*DriverInfo)(nil),                 // 136: corpus.v1.DriverInfo
+	(*GuestObserved)(nil),              // 137: corpus.v1.GuestObserved
+	(*VolumeObserved)(nil),             // 138: corpus.v1.VolumeObserved
+	(*UserToken)(nil),                  // 139: corpus.v1.UserToken
+	(*User)(nil),                       // 140: corpus.v1.User
+	(*SshKey)(nil),                     // 141: corpus.v1.SshKey
+	(*AuditEntry)(nil),                 // 142: corpus.v1.AuditEntry
 }
 var file_corpus_v1_api_proto_depIdxs = []int32{
 	7,   // 0: corpus.v1.RaftPeersResponse.peers:type_name -> corpus.v1.RaftPeer
-	117, // 1: corpus.v1.CreateJoinTokenResponse.info:type_name -> corpus.v1.JoinToken
+	123, // 1: corpus.v1.CreateJoinTokenResponse.info:type_name -> corpus.v1.JoinToken
 	21,  // 2: corpus.v1.ListNodesResponse.nodes:type_name -> corpus.v1.NodeView
 	21,  // 3: corpus.v1.GetNodeResponse.node:type_name -> corpus.v1.NodeView
-	118, // 4: corpus.v1.NodeView.node:type_name -> corpus.v1.Node
-	119, // 5: corpus.v1.NodeView.allocated:type_name -> corpus.v1.Resources
-	120, // 6: corpus.v1.CreateGuestRequest.spec:type_name -> corpus.v1.GuestSpec
-	121, // 7: corpus.v1.CreateGuestResponse.guest:type_name -> corpus.v1.Guest
-	121, // 8: corpus.v1.GetGuestResponse.guest:type_name -> corpus.v1.Guest
+	124, // 4: corpus.v1.NodeView.node:type_name -> corpus.v1.Node
+	125, // 5: corpus.v1.NodeView.allocated:type_name -> corpus.v1.Resources
+	126, // 6: corpus.v1.CreateGuestRequest.spec:type_name -> corpus.v1.GuestSpec
+	127, // 7: corpus.v1.CreateGuestResponse.guest:type_name -> corpus.v1.Guest
+	127, // 8: corpus.v1.GetGuestResponse.guest:type_name -> corpus.v1.Guest
 	25,  // 9: corpus.v1.ListGuestsResponse.guests:type_name -> corpus.v1.GetGuestResponse
-	121, // 10: corpus.v1.GuestActionResponse.guest:type_name -> corpus.v1.Guest
-	115, // 11: corpus.v1.ExecGuestRequest.env:type_name -> corpus.v1.ExecGuestRequest.EnvEntry
-	122, // 12: corpus.v1.CreateRouteResponse.route:type_name -> corpus.v1.Route
-	122, // 13: corpus.v1.RouteView.route:type_name -> corpus.v1.Route
+	127, // 10: corpus.v1.GuestActionResponse.guest:type_name -> corpus.v1.Guest
+	121, // 11: corpus.v1.ExecGuestRequest.env:type_name -> corpus.v1.ExecGuestRequest.EnvEntry
+	128, // 12: corpus.v1.CreateRouteResponse.route:type_name -> corpus.v1.Route
+	128, // 13: corpus.v1.RouteView.route:type_name -> corpus.v1.Route
 	35,  // 14: corpus.v1.ListRoutesResponse.routes:type_name -> corpus.v1.RouteView
 	37,  // 15: corpus.v1.ListRoutesResponse.nat:type_name -> corpus.v1.NatView
-	123, // 16: corpus.v1.NatView.port:type_name -> corpus.v1.Port
-	122, // 17: corpus.v1.DeleteRouteResponse.route:type_name -> corpus.v1.Route
-	122, // 18: corpus.v1.MoveRouteResponse.route:type_name -> corpus.v1.Route
+	129, // 16: corpus.v1.NatView.port:type_name -> corpus.v1.Port
+	128, // 17: corpus.v1.DeleteRouteResponse.route:type_name -> corpus.v1.Route
+	128, // 18: corpus.v1.MoveRouteResponse.route:type_name -> corpus.v1.Route
 	43,  // 19: corpus.v1.ListRecordsResponse.records:type_name -> corpus.v1.ZoneRecord
-	124, // 20: corpus.v1.AddRecordResponse.record:type_name -> corpus.v1.DnsRecord
-	124, // 21: corpus.v1.DeleteRecordResponse.record:type_name -> corpus.v1.DnsRecord
-	125, // 22: corpus.v1.MoveVolumeProgress.volume:type_name -> corpus.v1.Volume
-	125, // 23: corpus.v1.ResizeVolumeResponse.volume:type_name -> corpus.v1.Volume
-	125, // 24: corpus.v1.VolumeView.volume:type_name -> corpus.v1.Volume
+	130, // 20: corpus.v1.AddRecordResponse.record:type_name -> corpus.v1.DnsRecord
+	130, // 21: corpus.v1.DeleteRecordResponse.record:type_name -> corpus.v1.DnsRecord
+	131, // 22: corpus.v1.MoveVolumeProgress.volume:type_name -> corpus.v1.Volume
+	131, // 23: corpus.v1.ResizeVolumeResponse.volume:type_name -> corpus.v1.Volume
+	131, // 24: corpus.v1.VolumeView.volume:type_name -> corpus.v1.Volume
 	56,  // 25: corpus.v1.ListVolumesResponse.volumes:type_name -> corpus.v1.VolumeView
 	56,  // 26: corpus.v1.GetVolumeResponse.volume:type_name -> corpus.v1.VolumeView
-	125, // 27: corpus.v1.DeleteVolumeResponse.volume:type_name -> corpus.v1.Volume
-	126, // 28: corpus.v1.GitAccessResponse.project:type_name -> corpus.v1.Project
-	127, // 29: corpus.v1.GitAccessResponse.env:type_name -> corpus.v1.ProjectEnv
-	128, // 30: corpus.v1.GitAccessResponse.releases:type_name -> corpus.v1.Release
-	128, // 31: corpus.v1.BeginReleaseResponse.release:type_name -> corpus.v1.Release
-	129, // 32: corpus.v1.FinishReleaseRequest.steps:type_name -> corpus.v1.ReleaseStep
-	128, // 33: corpus.v1.FinishReleaseResponse.release:type_name -> corpus.v1.Release
-	116, // 34: corpus.v1.EnrollRequest.labels:type_name -> corpus.v1.EnrollRequest.LabelsEntry
-	119, // 35: corpus.v1.EnrollRequest.capacity:type_name -> corpus.v1.Resources
-	130, // 36: corpus.v1.EnrollRequest.drivers:type_name -> corpus.v1.DriverInfo
-	118, // 37: corpus.v1.WatchResponse.node:type_name -> corpus.v1.Node
-	121, // 38: corpus.v1.WatchResponse.guests:type_name -> corpus.v1.Guest
-	122, // 39: corpus.v1.WatchResponse.routes:type_name -> corpus.v1.Route
-	125, // 40: corpus.v1.WatchResponse.volumes:type_name -> corpus.v1.Volume
-	119, // 41: corpus.v1.ReportRequest.capacity:type_name -> corpus.v1.Resources
-	130, // 42: corpus.v1.ReportRequest.drivers:type_name -> corpus.v1.DriverInfo
+	131, // 27: corpus.v1.DeleteVolumeResponse.volume:type_name -> corpus.v1.Volume
+	132, // 28: corpus.v1.GitAccessResponse.project:type_name -> corpus.v1.Project
+	133, // 29: corpus.v1.GitAccessResponse.env:type_name -> corpus.v1.ProjectEnv
+	134, // 30: corpus.v1.GitAccessResponse.releases:type_name -> corpus.v1.Release
+	134, // 31: corpus.v1.BeginReleaseResponse.release:type_name -> corpus.v1.Release
+	135, // 32: corpus.v1.FinishReleaseRequest.steps:type_name -> corpus.v1.ReleaseStep
+	134, // 33: corpus.v1.FinishReleaseResponse.release:type_name -> corpus.v1.Release
+	122, // 34: corpus.v1.EnrollRequest.labels:type_name -> corpus.v1.EnrollRequest.LabelsEntry
+	125, // 35: corpus.v1.EnrollRequest.capacity:type_name -> corpus.v1.Resources
+	136, // 36: corpus.v1.EnrollRequest.drivers:type_name -> corpus.v1.DriverInfo
+	124, // 37: corpus.v1.WatchResponse.node:type_name -> corpus.v1.Node
+	127, // 38: corpus.v1.WatchResponse.guests:type_name -> corpus.v1.Guest
+	128, // 39: corpus.v1.WatchResponse.routes:type_name -> corpus.v1.Route
+	131, // 40: corpus.v1.WatchResponse.volumes:type_name -> corpus.v1.Volume
+	125, // 41: corpus.v1.ReportRequest.capacity:type_name -> corpus.v1.Resources
+	136, // 42: corpus.v1.ReportRequest.drivers:type_name -> corpus.v1.DriverInfo
 	79,  // 43: corpus.v1.ReportRequest.guests:type_name -> corpus.v1.ReportedGuest
 	80,  // 44: corpus.v1.ReportRequest.volumes:type_name -> corpus.v1.ReportedVolume
-	131, // 45: corpus.v1.ReportedGuest.observed:type_name -> corpus.v1.GuestObserved
-	132, // 46: corpus.v1.ReportedVolume.observed:type_name -> corpus.v1.VolumeObserved
-	133, // 47: corpus.v1.CreateUserResponse.user:type_name -> corpus.v1.User
-	133, // 48: corpus.v1.ListUsersResponse.users:type_name -> corpus.v1.User
-	133, // 49: corpus.v1.DeleteUserResponse.user:type_name -> corpus.v1.User
-	134, // 50: corpus.v1.AddKeyResponse.key:type_name -> corpus.v1.SshKey
-	119, // 51: corpus.v1.CreateProjectRequest.resources:type_name -> corpus.v1.Resources
-	126, // 52: corpus.v1.CreateProjectResponse.project:type_name -> corpus.v1.Project
-	99,  // 53: corpus.v1.ListProjectsResponse.projects:type_name -> corpus.v1.ProjectView
-	126, // 54: corpus.v1.ProjectView.project:type_name -> corpus.v1.Project
-	100, // 55: corpus.v1.ProjectView.envs:type_name -> corpus.v1.ProjectEnvView
-	99,  // 56: corpus.v1.GetProjectResponse.project:type_name -> corpus.v1.ProjectView
-	126, // 57: corpus.v1.GrantProjectResponse.project:type_name -> corpus.v1.Project
-	128, // 58: corpus.v1.ListReleasesResponse.releases:type_name -> corpus.v1.Release
-	128, // 59: corpus.v1.GetReleaseResponse.release:type_name -> corpus.v1.Release
-	135, // 60: corpus.v1.ListAuditResponse.entries:type_name -> corpus.v1.AuditEntry
-	13,  // 61: corpus.v1.ClusterService.Status:input_type -> corpus.v1.StatusRequest
-	0,   // 62: corpus.v1.ClusterService.Peer:input_type -> corpus.v1.PeerRequest
-	2,   // 63: corpus.v1.ClusterService.Apply:input_type -> corpus.v1.ApplyRequest
-	4,   // 64: corpus.v1.ClusterService.Seen:input_type -> corpus.v1.SeenRequest
-	6,   // 65: corpus.v1.ClusterService.RaftPeers:input_type -> corpus.v1.RaftPeersRequest
-	9,   // 66: corpus.v1.ClusterService.AddRaftPeer:input_type -> corpus.v1.AddRaftPeerRequest
-	11,  // 67: corpus.v1.ClusterService.RemoveRaftPeer:input_type -> corpus.v1.RemoveRaftPeerRequest
-	15,  // 68: corpus.v1.NodeService.CreateJoinToken:input_type -> corpus.v1.CreateJoinTokenRequest
-	17,  // 69: corpus.v1.NodeService.ListNodes:input_type -> corpus.v1.ListNodesRequest
-	19,  // 70: corpus.v1.NodeService.GetNode:input_type -> corpus.v1.GetNodeRequest
-	22,  // 71: corpus.v1.GuestService.CreateGuest:input_type -> corpus.v1.CreateGuestRequest
-	24,  // 72: corpus.v1.GuestService.GetGuest:input_type -> corpus.v1.GetGuestRequest
-	26,  // 73: corpus.v1.GuestService.ListGuests:input_type -> corpus.v1.ListGuestsRequest
-	28,  // 74: corpus.v1.GuestService.StartGuest:input_type -> corpus.v1.GuestActionRequest
-	28,  // 75: corpus.v1.GuestService.StopGuest:input_type -> corpus.v1.GuestActionRequest
-	28,  // 76: corpus.v1.GuestService.DeleteGuest:input_type -> corpus.v1.GuestActionRequest
-	30,  // 77: corpus.v1.GuestService.ExecGuest:input_type -> corpus.v1.ExecGuestRequest
-	32,  // 78: corpus.v1.IngressService.CreateRoute:input_type -> corpus.v1.CreateRouteRequest
-	34,  // 79: corpus.v1.IngressService.ListRoutes:input_type -> corpus.v1.ListRoutesRequest
-	38,  // 80: corpus.v1.IngressService.DeleteRoute:input_type -> corpus.v1.DeleteRouteRequest
-	40,  // 81: corpus.v1.IngressService.MoveRoute:input_type -> corpus.v1.MoveRouteRequest
-	42,  // 82: corpus.v1.DnsService.ListRecords:input_type -> corpus.v1.ListRecordsRequest
-	45,  // 83: corpus.v1.DnsService.AddRecord:input_type -> corpus.v1.AddRecordRequest
-	47,  // 84: corpus.v1.DnsService.DeleteRecord:input_type -> corpus.v1.DeleteRecordRequest
-	55,  // 85: corpus.v1.VolumeService.ListVolumes:input_type -> corpus.v1.ListVolumesRequest
-	58,  // 86: corpus.v1.VolumeService.GetVolume:input_type -> corpus.v1.GetVolumeRequest
-	60,  // 87: corpus.v1.VolumeService.DeleteVolume:input_type -> corpus.v1.DeleteVolumeRequest
-	53,  // 88: corpus.v1.VolumeService.ResizeVolume:input_type -> corpus.v1.ResizeVolumeRequest
-	51,  // 89: corpus.v1.VolumeService.MoveVolume:input_type -> corpus.v1.MoveVolumeRequest
-	49,  // 90: corpus.v1.VolumeService.SnapshotVolume:input_type -> corpus.v1.SnapshotVolumeRequest
-	74,  // 91: corpus.v1.AgentService.Enroll:input_type -> corpus.v1.EnrollRequest
-	76,  // 92: corpus.v1.AgentService.Watch:input_type -> corpus.v1.WatchRequest
-	78,  // 93: corpus.v1.AgentService.Report:input_type -> corpus.v1.ReportRequest
-	64,  // 94: corpus.v1.AgentService.GitAccess:input_type -> corpus.v1.GitAccessRequest
-	66,  // 95: corpus.v1.AgentService.BeginRelease:input_type -> corpus.v1.BeginReleaseRequest
-	68,  // 96: corpus.v1.AgentService.FinishRelease:input_type -> corpus.v1.FinishReleaseRequest
-	70,  // 97: corpus.v1.AgentService.SetCurrentRelease:input_type -> corpus.v1.SetCurrentReleaseRequest
-	72,  // 98: corpus.v1.AgentService.PruneReleases:input_type -> corpus.v1.PruneReleasesRequest
-	62,  // 99: corpus.v1.AgentService.SetManifestDomains:input_type -> corpus.v1.SetManifestDomainsRequest
-	30,  // 100: corpus.v1.NodeAgentService.Exec:input_type -> corpus.v1.ExecGuestRequest
-	82,  // 101: corpus.v1.NodeAgentService.ExportVolume:input_type -> corpus.v1.ExportVolumeRequest
-	83,  // 102: corpus.v1.NodeAgentService.ImportVolume:input_type -> corpus.v1.VolumeChunk
-	49,  // 103: corpus.v1.NodeAgentService.SnapshotVolume:input_type -> corpus.v1.SnapshotVolumeRequest
-	111, // 104: corpus.v1.NodeAgentService.Rollback:input_type -> corpus.v1.RollbackRequest
-	85,  // 105: corpus.v1.UserService.CreateUser:input_type -> corpus.v1.CreateUserRequest
-	87,  // 106: corpus.v1.UserService.ListUsers:input_type -> corpus.v1.ListUsersRequest
-	89,  // 107: corpus.v1.UserService.DeleteUser:input_type -> corpus.v1.DeleteUserRequest
-	91,  // 108: corpus.v1.UserService.AddKey:input_type -> corpus.v1.AddKeyRequest
-	93,  // 109: corpus.v1.UserService.DeleteKey:input_type -> corpus.v1.DeleteKeyRequest
-	95,  // 110: corpus.v1.ProjectService.CreateProject:input_type -> corpus.v1.CreateProjectRequest
-	97,  // 111: corpus.v1.ProjectService.ListProjects:input_type -> corpus.v1.ListProjectsRequest
-	101, // 112: corpus.v1.ProjectService.GetProject:input_type -> corpus.v1.GetProjectRequest
-	103, // 113: corpus.v1.ProjectService.DeleteProject:input_type -> corpus.v1.DeleteProjectRequest
-	105, // 114: corpus.v1.ProjectService.GrantProject:input_type -> corpus.v1.GrantProjectRequest
-	107, // 115: corpus.v1.ProjectService.ListReleases:input_type -> corpus.v1.ListReleasesRequest
-	109, // 116: corpus.v1.ProjectService.GetRelease:input_type -> corpus.v1.GetReleaseRequest
-	111, // 117: corpus.v1.ProjectService.Rollback:input_type -> corpus.v1.RollbackRequest
-	113, // 118: corpus.v1.AuditService.ListAudit:input_type -> corpus.v1.ListAuditRequest
-	14,  // 119: corpus.v1.ClusterService.Status:output_type -> corpus.v1.StatusResponse
-	1,   // 120: corpus.v1.ClusterService.Peer:output_type -> corpus.v1.PeerResponse
-	3,   // 121: corpus.v1.ClusterService.Apply:output_type -> corpus.v1.ApplyResponse
-	5,   // 122: corpus.v1.ClusterService.Seen:output_type -> corpus.v1.SeenResponse
-	8,   // 123: corpus.v1.ClusterService.RaftPeers:output_type -> corpus.v1.RaftPeersResponse
-	10,  // 124: corpus.v1.ClusterService.AddRaftPeer:output_type -> corpus.v1.AddRaftPeerResponse
-	12,  // 125: corpus.v1.ClusterService.RemoveRaftPeer:output_type -> corpus.v1.RemoveRaftPeerResponse
-	16,  // 126: corpus.v1.NodeService.CreateJoinToken:output_type -> corpus.v1.CreateJoinTokenResponse
-	18,  // 127: corpus.v1.NodeService.ListNodes:output_type -> corpus.v1.ListNodesResponse
-	20,  // 128: corpus.v1.NodeService.GetNode:output_type -> corpus.v1.GetNodeResponse
-	23,  // 129: corpus.v1.GuestService.CreateGuest:output_type -> corpus.v1.CreateGuestResponse
-	25,  // 130: corpus.v1.GuestService.GetGuest:output_type -> corpus.v1.GetGuestResponse
-	27,  // 131: corpus.v1.GuestService.ListGuests:output_type -> corpus.v1.ListGuestsResponse
-	29,  // 132: corpus.v1.GuestService.StartGuest:output_type -> corpus.v1.GuestActionResponse
-	29,  // 133: corpus.v1.GuestService.StopGuest:output_type -> corpus.v1.GuestActionResponse
-	29,  // 134: corpus.v1.GuestService.DeleteGuest:output_type -> corpus.v1.GuestActionResponse
-	31,  // 135: corpus.v1.GuestService.ExecGuest:output_type -> corpus.v1.ExecOutput
-	33,  // 136: corpus.v1.IngressService.CreateRoute:output_type -> corpus.v1.CreateRouteResponse
-	36,  // 137: corpus.v1.IngressService.ListRoutes:output_type -> corpus.v1.ListRoutesResponse
-	39,  // 138: corpus.v1.IngressService.DeleteRoute:output_type -> corpus.v1.DeleteRouteResponse
-	41,  // 139: corpus.v1.IngressService.MoveRoute:output_type -> corpus.v1.MoveRouteResponse
-	44,  // 140: corpus.v1.DnsService.ListRecords:output_type -> corpus.v1.ListRecordsResponse
-	46,  // 141: corpus.v1.DnsService.AddRecord:output_type -> corpus.v1.AddRecordResponse
-	48,  // 142: corpus.v1.DnsService.DeleteRecord:output_type -> corpus.v1.DeleteRecordResponse
-	57,  // 143: corpus.v1.VolumeService.ListVolumes:output_type -> corpus.v1.ListVolumesResponse
-	59,  // 144: corpus.v1.VolumeService.GetVolume:output_type -> corpus.v1.GetVolumeResponse
-	61,  // 145: corpus.v1.VolumeService.DeleteVolume:output_type -> corpus.v1.DeleteVolumeResponse
-	54,  // 146: corpus.v1.VolumeService.ResizeVolume:output_type -> corpus.v1.ResizeVolumeResponse
-	52,  // 147: corpus.v1.VolumeService.MoveVolume:output_type -> corpus.v1.MoveVolumeProgress
-	50,  // 148: corpus.v1.VolumeService.SnapshotVolume:output_type -> corpus.v1.SnapshotVolumeResponse
-	75,  // 149: corpus.v1.AgentService.Enroll:output_type -> corpus.v1.EnrollResponse
-	77,  // 150: corpus.v1.AgentService.Watch:output_type -> corpus.v1.WatchResponse
-	81,  // 151: corpus.v1.AgentService.Report:output_type -> corpus.v1.ReportResponse
-	65,  // 152: corpus.v1.AgentService.GitAccess:output_type -> corpus.v1.GitAccessResponse
-	67,  // 153: corpus.v1.AgentService.BeginRelease:output_type -> corpus.v1.BeginReleaseResponse
-	69,  // 154: corpus.v1.AgentService.FinishRelease:output_type -> corpus.v1.FinishReleaseResponse
-	71,  // 155: corpus.v1.AgentService.SetCurrentRelease:output_type -> corpus.v1.SetCurrentReleaseResponse
-	73,  // 156: corpus.v1.AgentService.PruneReleases:output_type -> corpus.v1.PruneReleasesResponse
-	63,  // 157: corpus.v1.AgentService.SetManifestDomains:output_type -> corpus.v1.SetManifestDomainsResponse
-	31,  // 158: corpus.v1.NodeAgentService.Exec:output_type -> corpus.v1.ExecOutput
-	83,  // 159: corpus.v1.NodeAgentService.ExportVolume:output_type -> corpus.v1.VolumeChunk
-	84,  // 160: corpus.v1.NodeAgentService.ImportVolume:output_type -> corpus.v1.ImportVolumeResponse
-	50,  // 161: corpus.v1.NodeAgentService.SnapshotVolume:output_type -> corpus.v1.SnapshotVolumeResponse
-	112, // 162: corpus.v1.NodeAgentService.Rollback:output_type -> corpus.v1.RollbackOutput
-	86,  // 163: corpus.v1.UserService.CreateUser:output_type -> corpus.v1.CreateUserResponse
-	88,  // 164: corpus.v1.UserService.ListUsers:output_type -> corpus.v1.ListUsersResponse
-	90,  // 165: corpus.v1.UserService.DeleteUser:output_type -> corpus.v1.DeleteUserResponse
-	92,  // 166: corpus.v1.UserService.AddKey:output_type -> corpus.v1.AddKeyResponse
-	94,  // 167: corpus.v1.UserService.DeleteKey:output_type -> corpus.v1.DeleteKeyResponse
-	96,  // 168: corpus.v1.ProjectService.CreateProject:output_type -> corpus.v1.CreateProjectResponse
-	98,  // 169: corpus.v1.ProjectService.ListProjects:output_type -> corpus.v1.ListProjectsResponse
-	102, // 170: corpus.v1.ProjectService.GetProject:output_type -> corpus.v1.GetProjectResponse
-	104, // 171: corpus.v1.ProjectService.DeleteProject:output_type -> corpus.v1.DeleteProjectResponse
-	106, // 172: corpus.v1.ProjectService.GrantProject:output_type -> corpus.v1.GrantProjectResponse
-	108, // 173: corpus.v1.ProjectService.ListReleases:output_type -> corpus.v1.ListReleasesResponse
-	110, // 174: corpus.v1.ProjectService.GetRelease:output_type -> corpus.v1.GetReleaseResponse
-	112, // 175: corpus.v1.ProjectService.Rollback:output_type -> corpus.v1.RollbackOutput
-	114, // 176: corpus.v1.AuditService.ListAudit:output_type -> corpus.v1.ListAuditResponse
-	119, // [119:177] is the sub-list for method output_type
-	61,  // [61:119] is the sub-list for method input_type
-	61,  // [61:61] is the sub-list for extension type_name
-	61,  // [61:61] is the sub-list for extension extendee
-	0,   // [0:61] is the sub-list for field type_name
+	137, // 45: corpus.v1.ReportedGuest.observed:type_name -> corpus.v1.GuestObserved
+	138, // 46: corpus.v1.ReportedVolume.observed:type_name -> corpus.v1.VolumeObserved
+	139, // 47: corpus.v1.CreateTokenResponse.info:type_name -> corpus.v1.UserToken
+	139, // 48: corpus.v1.ListTokensResponse.tokens:type_name -> corpus.v1.UserToken
+	140, // 49: corpus.v1.CreateUserResponse.user:type_name -> corpus.v1.User
+	140, // 50: corpus.v1.ListUsersResponse.users:type_name -> corpus.v1.User
+	140, // 51: corpus.v1.DeleteUserResponse.user:type_name -> corpus.v1.User
+	141, // 52: corpus.v1.AddKeyResponse.key:type_name -> corpus.v1.SshKey
+	125, // 53: corpus.v1.CreateProjectRequest.resources:type_name -> corpus.v1.Resources
+	132, // 54: corpus.v1.CreateProjectResponse.project:type_name -> corpus.v1.Project
+	105, // 55: corpus.v1.ListProjectsResponse.projects:type_name -> corpus.v1.ProjectView
+	132, // 56: corpus.v1.ProjectView.project:type_name -> corpus.v1.Project
+	106, // 57: corpus.v1.ProjectView.envs:type_name -> corpus.v1.ProjectEnvView
+	105, // 58: corpus.v1.GetProjectResponse.project:type_name -> corpus.v1.ProjectView
+	132, // 59: corpus.v1.GrantProjectResponse.project:type_name -> corpus.v1.Project
+	134, // 60: corpus.v1.ListReleasesResponse.releases:type_name -> corpus.v1.Release
+	134, // 61: corpus.v1.GetReleaseResponse.release:type_name -> corpus.v1.Release
+	142, // 62: corpus.v1.ListAuditResponse.entries:type_name -> corpus.v1.AuditEntry
+	13,  // 63: corpus.v1.ClusterService.Status:input_type -> corpus.v1.StatusRequest
+	0,   // 64: corpus.v1.ClusterService.Peer:input_type -> corpus.v1.PeerRequest
+	2,   // 65: corpus.v1.ClusterService.Apply:input_type -> corpus.v1.ApplyRequest
+	4,   // 66: corpus.v1.ClusterService.Seen:input_type -> corpus.v1.SeenRequest
+	6,   // 67: corpus.v1.ClusterService.RaftPeers:input_type -> corpus.v1.RaftPeersRequest
+	9,   // 68: corpus.v1.ClusterService.AddRaftPeer:input_type -> corpus.v1.AddRaftPeerRequest
+	11,  // 69: corpus.v1.ClusterService.RemoveRaftPeer:input_type -> corpus.v1.RemoveRaftPeerRequest
+	15,  // 70: corpus.v1.NodeService.CreateJoinToken:input_type -> corpus.v1.CreateJoinTokenRequest
+	17,  // 71: corpus.v1.NodeService.ListNodes:input_type -> corpus.v1.ListNodesRequest
+	19,  // 72: corpus.v1.NodeService.GetNode:input_type -> corpus.v1.GetNodeRequest
+	22,  // 73: corpus.v1.GuestService.CreateGuest:input_type -> corpus.v1.CreateGuestRequest
+	24,  // 74: corpus.v1.GuestService.GetGuest:input_type -> corpus.v1.GetGuestRequest
+	26,  // 75: corpus.v1.GuestService.ListGuests:input_type -> corpus.v1.ListGuestsRequest
+	28,  // 76: corpus.v1.GuestService.StartGuest:input_type -> corpus.v1.GuestActionRequest
+	28,  // 77: corpus.v1.GuestService.StopGuest:input_type -> corpus.v1.GuestActionRequest
+	28,  // 78: corpus.v1.GuestService.DeleteGuest:input_type -> corpus.v1.GuestActionRequest
+	30,  // 79: corpus.v1.GuestService.ExecGuest:input_type -> corpus.v1.ExecGuestRequest
+	32,  // 80: corpus.v1.IngressService.CreateRoute:input_type -> corpus.v1.CreateRouteRequest
+	34,  // 81: corpus.v1.IngressService.ListRoutes:input_type -> corpus.v1.ListRoutesRequest
+	38,  // 82: corpus.v1.IngressService.DeleteRoute:input_type -> corpus.v1.DeleteRouteRequest
+	40,  // 83: corpus.v1.IngressService.MoveRoute:input_type -> corpus.v1.MoveRouteRequest
+	42,  // 84: corpus.v1.DnsService.ListRecords:input_type -> corpus.v1.ListRecordsRequest
+	45,  // 85: corpus.v1.DnsService.AddRecord:input_type -> corpus.v1.AddRecordRequest
+	47,  // 86: corpus.v1.DnsService.DeleteRecord:input_type -> corpus.v1.DeleteRecordRequest
+	55,  // 87: corpus.v1.VolumeService.ListVolumes:input_type -> corpus.v1.ListVolumesRequest
+	58,  // 88: corpus.v1.VolumeService.GetVolume:input_type -> corpus.v1.GetVolumeRequest
+	60,  // 89: corpus.v1.VolumeService.DeleteVolume:input_type -> corpus.v1.DeleteVolumeRequest
+	53,  // 90: corpus.v1.VolumeService.ResizeVolume:input_type -> corpus.v1.ResizeVolumeRequest
+	51,  // 91: corpus.v1.VolumeService.MoveVolume:input_type -> corpus.v1.MoveVolumeRequest
+	49,  // 92: corpus.v1.VolumeService.SnapshotVolume:input_type -> corpus.v1.SnapshotVolumeRequest
+	74,  // 93: corpus.v1.AgentService.Enroll:input_type -> corpus.v1.EnrollRequest
+	76,  // 94: corpus.v1.AgentService.Watch:input_type -> corpus.v1.WatchRequest
+	78,  // 95: corpus.v1.AgentService.Report:input_type -> corpus.v1.ReportRequest
+	64,  // 96: corpus.v1.AgentService.GitAccess:input_type -> corpus.v1.GitAccessRequest
+	66,  // 97: corpus.v1.AgentService.BeginRelease:input_type -> corpus.v1.BeginReleaseRequest
+	68,  // 98: corpus.v1.AgentService.FinishRelease:input_type -> corpus.v1.FinishReleaseRequest
+	70,  // 99: corpus.v1.AgentService.SetCurrentRelease:input_type -> corpus.v1.SetCurrentReleaseRequest
+	72,  // 100: corpus.v1.AgentService.PruneReleases:input_type -> corpus.v1.PruneReleasesRequest
+	62,  // 101: corpus.v1.AgentService.SetManifestDomains:input_type -> corpus.v1.SetManifestDomainsRequest
+	30,  // 102: corpus.v1.NodeAgentService.Exec:input_type -> corpus.v1.ExecGuestRequest
+	82,  // 103: corpus.v1.NodeAgentService.ExportVolume:input_type -> corpus.v1.ExportVolumeRequest
+	83,  // 104: corpus.v1.NodeAgentService.ImportVolume:input_type -> corpus.v1.VolumeChunk
+	49,  // 105: corpus.v1.NodeAgentService.SnapshotVolume:input_type -> corpus.v1.SnapshotVolumeRequest
+	117, // 106: corpus.v1.NodeAgentService.Rollback:input_type -> corpus.v1.RollbackRequest
+	91,  // 107: corpus.v1.UserService.CreateUser:input_type -> corpus.v1.CreateUserRequest
+	93,  // 108: corpus.v1.UserService.ListUsers:input_type -> corpus.v1.ListUsersRequest
+	95,  // 109: corpus.v1.UserService.DeleteUser:input_type -> corpus.v1.DeleteUserRequest
+	97,  // 110: corpus.v1.UserService.AddKey:input_type -> corpus.v1.AddKeyRequest
+	99,  // 111: corpus.v1.UserService.DeleteKey:input_type -> corpus.v1.DeleteKeyRequest
+	85,  // 112: corpus.v1.UserService.CreateToken:input_type -> corpus.v1.CreateTokenRequest
+	87,  // 113: corpus.v1.UserService.ListTokens:input_type -> corpus.v1.ListTokensRequest
+	89,  // 114: corpus.v1.UserService.RevokeToken:input_type -> corpus.v1.RevokeTokenRequest
+	101, // 115: corpus.v1.ProjectService.CreateProject:input_type -> corpus.v1.CreateProjectRequest
+	103, // 116: corpus.v1.ProjectService.ListProjects:input_type -> corpus.v1.ListProjectsRequest
+	107, // 117: corpus.v1.ProjectService.GetProject:input_type -> corpus.v1.GetProjectRequest
+	109, // 118: corpus.v1.ProjectService.DeleteProject:input_type -> corpus.v1.DeleteProjectRequest
+	111, // 119: corpus.v1.ProjectService.GrantProject:input_type -> corpus.v1.GrantProjectRequest
+	113, // 120: corpus.v1.ProjectService.ListReleases:input_type -> corpus.v1.ListReleasesRequest
+	115, // 121: corpus.v1.ProjectService.GetRelease:input_type -> corpus.v1.GetReleaseRequest
+	117, // 122: corpus.v1.ProjectService.Rollback:input_type -> corpus.v1.RollbackRequest
+	119, // 123: corpus.v1.AuditService.ListAudit:input_type -> corpus.v1.ListAuditRequest
+	14,  // 124: corpus.v1.ClusterService.Status:output_type -> corpus.v1.StatusResponse
+	1,   // 125: corpus.v1.ClusterService.Peer:output_type -> corpus.v1.PeerResponse
+	3,   // 126: corpus.v1.ClusterService.Apply:output_type -> corpus.v1.ApplyResponse
+	5,   // 127: corpus.v1.ClusterService.Seen:output_type -> corpus.v1.SeenResponse
+	8,   // 128: corpus.v1.ClusterService.RaftPeers:output_type -> corpus.v1.RaftPeersResponse
+	10,  // 129: corpus.v1.ClusterService.AddRaftPeer:output_type -> corpus.v1.AddRaftPeerResponse
+	12,  // 130: corpus.v1.ClusterService.RemoveRaftPeer:output_type -> corpus.v1.RemoveRaftPeerResponse
+	16,  // 131: corpus.v1.NodeService.CreateJoinToken:output_type -> corpus.v1.CreateJoinTokenResponse
+	18,  // 132: corpus.v1.NodeService.ListNodes:output_type -> corpus.v1.ListNodesResponse
+	20,  // 133: corpus.v1.NodeService.GetNode:output_type -> corpus.v1.GetNodeResponse
+	23,  // 134: corpus.v1.GuestService.CreateGuest:output_type -> corpus.v1.CreateGuestResponse
+	25,  // 135: corpus.v1.GuestService.GetGuest:output_type -> corpus.v1.GetGuestResponse
+	27,  // 136: corpus.v1.GuestService.ListGuests:output_type -> corpus.v1.ListGuestsResponse
+	29,  // 137: corpus.v1.GuestService.StartGuest:output_type -> corpus.v1.GuestActionResponse
+	29,  // 138: corpus.v1.GuestService.StopGuest:output_type -> corpus.v1.GuestActionResponse
+	29,  // 139: corpus.v1.GuestService.DeleteGuest:output_type -> corpus.v1.GuestActionResponse
+	31,  // 140: corpus.v1.GuestService.ExecGuest:output_type -> corpus.v1.ExecOutput
+	33,  // 141: corpus.v1.IngressService.CreateRoute:output_type -> corpus.v1.CreateRouteResponse
+	36,  // 142: corpus.v1.IngressService.ListRoutes:output_type -> corpus.v1.ListRoutesResponse
+	39,  // 143: corpus.v1.IngressService.DeleteRoute:output_type -> corpus.v1.DeleteRouteResponse
+	41,  // 144: corpus.v1.IngressService.MoveRoute:output_type -> corpus.v1.MoveRouteResponse
+	44,  // 145: corpus.v1.DnsService.ListRecords:output_type -> corpus.v1.ListRecordsResponse
+	46,  // 146: corpus.v1.DnsService.AddRecord:output_type -> corpus.v1.AddRecordResponse
+	48,  // 147: corpus.v1.DnsService.DeleteRecord:output_type -> corpus.v1.DeleteRecordResponse
+	57,  // 148: corpus.v1.VolumeService.ListVolumes:output_type -> corpus.v1.ListVolumesResponse
+	59,  // 149: corpus.v1.VolumeService.GetVolume:output_type -> corpus.v1.GetVolumeResponse
+	61,  // 150: corpus.v1.VolumeService.DeleteVolume:output_type -> corpus.v1.DeleteVolumeResponse
+	54,  // 151: corpus.v1.VolumeService.ResizeVolume:output_type -> corpus.v1.ResizeVolumeResponse
+	52,  // 152: corpus.v1.VolumeService.MoveVolume:output_type -> corpus.v1.MoveVolumeProgress
+	50,  // 153: corpus.v1.VolumeService.SnapshotVolume:output_type -> corpus.v1.SnapshotVolumeResponse
+	75,  // 154: corpus.v1.AgentService.Enroll:output_type -> corpus.v1.EnrollResponse
+	77,  // 155: corpus.v1.AgentService.Watch:output_type -> corpus.v1.WatchResponse
+	81,  // 156: corpus.v1.AgentService.Report:output_type -> corpus.v1.ReportResponse
+	65,  // 157: corpus.v1.AgentService.GitAccess:output_type -> corpus.v1.GitAccessResponse
+	67,  // 158: corpus.v1.AgentService.BeginRelease:output_type -> corpus.v1.BeginReleaseResponse
+	69,  // 159: corpus.v1.AgentService.FinishRelease:output_type -> corpus.v1.FinishReleaseResponse
+	71,  // 160: corpus.v1.AgentService.SetCurrentRelease:output_type -> corpus.v1.SetCurrentReleaseResponse
+	73,  // 161: corpus.v1.AgentService.PruneReleases:output_type -> corpus.v1.PruneReleasesResponse
+	63,  // 162: corpus.v1.AgentService.SetManifestDomains:output_type -> corpus.v1.SetManifestDomainsResponse
+	31,  // 163: corpus.v1.NodeAgentService.Exec:output_type -> corpus.v1.ExecOutput
+	83,  // 164: corpus.v1.NodeAgentService.ExportVolume:output_type -> corpus.v1.VolumeChunk
+	84,  // 165: corpus.v1.NodeAgentService.ImportVolume:output_type -> corpus.v1.ImportVolumeResponse
+	50,  // 166: corpus.v1.NodeAgentService.SnapshotVolume:output_type -> corpus.v1.SnapshotVolumeResponse
+	118, // 167: corpus.v1.NodeAgentService.Rollback:output_type -> corpus.v1.RollbackOutput
+	92,  // 168: corpus.v1.UserService.CreateUser:output_type -> corpus.v1.CreateUserResponse
+	94,  // 169: corpus.v1.UserService.ListUsers:output_type -> corpus.v1.ListUsersResponse
+	96,  // 170: corpus.v1.UserService.DeleteUser:output_type -> corpus.v1.DeleteUserResponse
+	98,  // 171: corpus.v1.UserService.AddKey:output_type -> corpus.v1.AddKeyResponse
+	100, // 172: corpus.v1.UserService.DeleteKey:output_type -> corpus.v1.DeleteKeyResponse
+	86,  // 173: corpus.v1.UserService.CreateToken:output_type -> corpus.v1.CreateTokenResponse
+	88,  // 174: corpus.v1.UserService.ListTokens:output_type -> corpus.v1.ListTokensResponse
+	90,  // 175: corpus.v1.UserService.RevokeToken:output_type -> corpus.v1.RevokeTokenResponse
+	102, // 176: corpus.v1.ProjectService.CreateProject:output_type -> corpus.v1.CreateProjectResponse
+	104, // 177: corpus.v1.ProjectService.ListProjects:output_type -> corpus.v1.ListProjectsResponse
+	108, // 178: corpus.v1.ProjectService.GetProject:output_type -> corpus.v1.GetProjectResponse
+	110, // 179: corpus.v1.ProjectService.DeleteProject:output_type -> corpus.v1.DeleteProjectResponse
+	112, // 180: corpus.v1.ProjectService.GrantProject:output_type -> corpus.v1.GrantProjectResponse
+	114, // 181: corpus.v1.ProjectService.ListReleases:output_type -> corpus.v1.ListReleasesResponse
+	116, // 182: corpus.v1.ProjectService.GetRelease:output_type -> corpus.v1.GetReleaseResponse
+	118, // 183: corpus.v1.ProjectService.Rollback:output_type -> corpus.v1.RollbackOutput
+	120, // 184: corpus.v1.AuditService.ListAudit:output_type -> corpus.v1.ListAuditResponse
+	124, // [124:185] is the sub-list for method output_type
+	63,  // [63:124] is the sub-list for method input_type
+	63,  // [63:63] is the sub-list for extension type_name
+	63,  // [63:63] is the sub-list for extension extendee
+	0,   // [0:63] is the sub-list for field type_name
 }
 
 func init() { file_corpus_v1_api_proto_init() }
@@ -7352,7 +7669,7 @@ func file_corpus_v1_api_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_corpus_v1_api_proto_rawDesc), len(file_corpus_v1_api_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   117,
+			NumMessages:   123,
 			NumExtensions: 0,
 			NumServices:   11,
 		},

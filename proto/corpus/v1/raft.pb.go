@@ -74,6 +74,8 @@ type Command struct {
 	//	*Command_SetManifestDomains
 	//	*Command_UpsertCoordinator
 	//	*Command_RemoveCoordinator
+	//	*Command_CreateUserToken
+	//	*Command_RevokeUserToken
 	Cmd           isCommand_Cmd `protobuf_oneof:"cmd"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -432,6 +434,24 @@ func (x *Command) GetRemoveCoordinator() *RemoveCoordinator {
 	return nil
 }
 
+func (x *Command) GetCreateUserToken() *CreateUserToken {
+	if x != nil {
+		if x, ok := x.Cmd.(*Command_CreateUserToken); ok {
+			return x.CreateUserToken
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetRevokeUserToken() *RevokeUserToken {
+	if x != nil {
+		if x, ok := x.Cmd.(*Command_RevokeUserToken); ok {
+			return x.RevokeUserToken
+		}
+	}
+	return nil
+}
+
 type isCommand_Cmd interface {
 	isCommand_Cmd()
 }
@@ -564,6 +584,14 @@ type Command_RemoveCoordinator struct {
 	RemoveCoordinator *RemoveCoordinator `protobuf:"bytes,41,opt,name=remove_coordinator,json=removeCoordinator,proto3,oneof"`
 }
 
+type Command_CreateUserToken struct {
+	CreateUserToken *CreateUserToken `protobuf:"bytes,42,opt,name=create_user_token,json=createUserToken,proto3,oneof"`
+}
+
+type Command_RevokeUserToken struct {
+	RevokeUserToken *RevokeUserToken `protobuf:"bytes,43,opt,name=revoke_user_token,json=revokeUserToken,proto3,oneof"`
+}
+
 func (*Command_BootstrapCluster) isCommand_Cmd() {}
 
 func (*Command_CreateJoinToken) isCommand_Cmd() {}
@@ -627,6 +655,10 @@ func (*Command_SetManifestDomains) isCommand_Cmd() {}
 func (*Command_UpsertCoordinator) isCommand_Cmd() {}
 
 func (*Command_RemoveCoordinator) isCommand_Cmd() {}
+
+func (*Command_CreateUserToken) isCommand_Cmd() {}
+
+func (*Command_RevokeUserToken) isCommand_Cmd() {}
 
 type BootstrapCluster struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -2573,6 +2605,96 @@ func (x *RemoveCoordinator) GetId() string {
 	return ""
 }
 
+// CreateUserToken stores a user's API token (its hash).
+type CreateUserToken struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Token         *UserToken             `protobuf:"bytes,1,opt,name=token,proto3" json:"token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CreateUserToken) Reset() {
+	*x = CreateUserToken{}
+	mi := &file_corpus_v1_raft_proto_msgTypes[35]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CreateUserToken) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CreateUserToken) ProtoMessage() {}
+
+func (x *CreateUserToken) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_raft_proto_msgTypes[35]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CreateUserToken.ProtoReflect.Descriptor instead.
+func (*CreateUserToken) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{35}
+}
+
+func (x *CreateUserToken) GetToken() *UserToken {
+	if x != nil {
+		return x.Token
+	}
+	return nil
+}
+
+// RevokeUserToken deletes a token: it stops working at once.
+type RevokeUserToken struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RevokeUserToken) Reset() {
+	*x = RevokeUserToken{}
+	mi := &file_corpus_v1_raft_proto_msgTypes[36]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RevokeUserToken) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RevokeUserToken) ProtoMessage() {}
+
+func (x *RevokeUserToken) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_raft_proto_msgTypes[36]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RevokeUserToken.ProtoReflect.Descriptor instead.
+func (*RevokeUserToken) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{36}
+}
+
+func (x *RevokeUserToken) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
 // Snapshot is the whole state, written by FSM snapshots.
 type Snapshot struct {
 	state      protoimpl.MessageState `protogen:"open.v1"`
@@ -2591,13 +2713,14 @@ type Snapshot struct {
 	Releases      []*Release     `protobuf:"bytes,12,rep,name=releases,proto3" json:"releases,omitempty"`
 	Coordinators  []*Coordinator `protobuf:"bytes,13,rep,name=coordinators,proto3" json:"coordinators,omitempty"`
 	Audit         []*AuditEntry  `protobuf:"bytes,14,rep,name=audit,proto3" json:"audit,omitempty"`
+	UserTokens    []*UserToken   `protobuf:"bytes,15,rep,name=user_tokens,json=userTokens,proto3" json:"user_tokens,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Snapshot) Reset() {
 	*x = Snapshot{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[35]
+	mi := &file_corpus_v1_raft_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2609,7 +2732,7 @@ func (x *Snapshot) String() string {
 func (*Snapshot) ProtoMessage() {}
 
 func (x *Snapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[35]
+	mi := &file_corpus_v1_raft_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2622,7 +2745,7 @@ func (x *Snapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Snapshot.ProtoReflect.Descriptor instead.
 func (*Snapshot) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{35}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *Snapshot) GetVersion() uint32 {
@@ -2723,11 +2846,18 @@ func (x *Snapshot) GetAudit() []*AuditEntry {
 	return nil
 }
 
+func (x *Snapshot) GetUserTokens() []*UserToken {
+	if x != nil {
+		return x.UserTokens
+	}
+	return nil
+}
+
 var File_corpus_v1_raft_proto protoreflect.FileDescriptor
 
 const file_corpus_v1_raft_proto_rawDesc = "" +
 	"\n" +
-	"\x14corpus/v1/raft.proto\x12\tcorpus.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x15corpus/v1/types.proto\"\xce\x11\n" +
+	"\x14corpus/v1/raft.proto\x12\tcorpus.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x15corpus/v1/types.proto\"\xe2\x12\n" +
 	"\aCommand\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x12\x1c\n" +
 	"\tignorable\x18\x02 \x01(\bR\tignorable\x12,\n" +
@@ -2772,7 +2902,9 @@ const file_corpus_v1_raft_proto_rawDesc = "" +
 	"\x0eprune_releases\x18& \x01(\v2\x18.corpus.v1.PruneReleasesH\x00R\rpruneReleases\x12Q\n" +
 	"\x14set_manifest_domains\x18' \x01(\v2\x1d.corpus.v1.SetManifestDomainsH\x00R\x12setManifestDomains\x12M\n" +
 	"\x12upsert_coordinator\x18( \x01(\v2\x1c.corpus.v1.UpsertCoordinatorH\x00R\x11upsertCoordinator\x12M\n" +
-	"\x12remove_coordinator\x18) \x01(\v2\x1c.corpus.v1.RemoveCoordinatorH\x00R\x11removeCoordinatorB\x05\n" +
+	"\x12remove_coordinator\x18) \x01(\v2\x1c.corpus.v1.RemoveCoordinatorH\x00R\x11removeCoordinator\x12H\n" +
+	"\x11create_user_token\x18* \x01(\v2\x1a.corpus.v1.CreateUserTokenH\x00R\x0fcreateUserToken\x12H\n" +
+	"\x11revoke_user_token\x18+ \x01(\v2\x1a.corpus.v1.RevokeUserTokenH\x00R\x0frevokeUserTokenB\x05\n" +
 	"\x03cmd\"D\n" +
 	"\x10BootstrapCluster\x120\n" +
 	"\x06config\x18\x01 \x01(\v2\x18.corpus.v1.ClusterConfigR\x06config\"=\n" +
@@ -2907,7 +3039,11 @@ const file_corpus_v1_raft_proto_rawDesc = "" +
 	"\x11UpsertCoordinator\x128\n" +
 	"\vcoordinator\x18\x01 \x01(\v2\x16.corpus.v1.CoordinatorR\vcoordinator\"#\n" +
 	"\x11RemoveCoordinator\x12\x0e\n" +
-	"\x02id\x18\x01 \x01(\tR\x02id\"\xf2\x04\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\"=\n" +
+	"\x0fCreateUserToken\x12*\n" +
+	"\x05token\x18\x01 \x01(\v2\x14.corpus.v1.UserTokenR\x05token\"!\n" +
+	"\x0fRevokeUserToken\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\"\xa9\x05\n" +
 	"\bSnapshot\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x120\n" +
 	"\x06config\x18\x02 \x01(\v2\x18.corpus.v1.ClusterConfigR\x06config\x12%\n" +
@@ -2925,7 +3061,9 @@ const file_corpus_v1_raft_proto_rawDesc = "" +
 	"\bprojects\x18\v \x03(\v2\x12.corpus.v1.ProjectR\bprojects\x12.\n" +
 	"\breleases\x18\f \x03(\v2\x12.corpus.v1.ReleaseR\breleases\x12:\n" +
 	"\fcoordinators\x18\r \x03(\v2\x16.corpus.v1.CoordinatorR\fcoordinators\x12+\n" +
-	"\x05audit\x18\x0e \x03(\v2\x15.corpus.v1.AuditEntryR\x05auditB!Z\x1fcorpus/proto/corpus/v1;corpusv1b\x06proto3"
+	"\x05audit\x18\x0e \x03(\v2\x15.corpus.v1.AuditEntryR\x05audit\x125\n" +
+	"\vuser_tokens\x18\x0f \x03(\v2\x14.corpus.v1.UserTokenR\n" +
+	"userTokensB!Z\x1fcorpus/proto/corpus/v1;corpusv1b\x06proto3"
 
 var (
 	file_corpus_v1_raft_proto_rawDescOnce sync.Once
@@ -2939,7 +3077,7 @@ func file_corpus_v1_raft_proto_rawDescGZIP() []byte {
 	return file_corpus_v1_raft_proto_rawDescData
 }
 
-var file_corpus_v1_raft_proto_msgTypes = make([]protoimpl.MessageInfo, 37)
+var file_corpus_v1_raft_proto_msgTypes = make([]protoimpl.MessageInfo, 39)
 var file_corpus_v1_raft_proto_goTypes = []any{
 	(*Command)(nil),               // 0: corpus.v1.Command
 	(*BootstrapCluster)(nil),      // 1: corpus.v1.BootstrapCluster
@@ -2976,31 +3114,34 @@ var file_corpus_v1_raft_proto_goTypes = []any{
 	(*SetManifestDomains)(nil),    // 32: corpus.v1.SetManifestDomains
 	(*UpsertCoordinator)(nil),     // 33: corpus.v1.UpsertCoordinator
 	(*RemoveCoordinator)(nil),     // 34: corpus.v1.RemoveCoordinator
-	(*Snapshot)(nil),              // 35: corpus.v1.Snapshot
-	nil,                           // 36: corpus.v1.UpdateNode.LabelsEntry
-	(*timestamppb.Timestamp)(nil), // 37: google.protobuf.Timestamp
-	(*ClusterConfig)(nil),         // 38: corpus.v1.ClusterConfig
-	(*JoinToken)(nil),             // 39: corpus.v1.JoinToken
-	(*Node)(nil),                  // 40: corpus.v1.Node
-	(*Resources)(nil),             // 41: corpus.v1.Resources
-	(*DriverInfo)(nil),            // 42: corpus.v1.DriverInfo
-	(*Guest)(nil),                 // 43: corpus.v1.Guest
-	(*GuestObserved)(nil),         // 44: corpus.v1.GuestObserved
-	(*Route)(nil),                 // 45: corpus.v1.Route
-	(*DnsRecord)(nil),             // 46: corpus.v1.DnsRecord
-	(*VolumeObserved)(nil),        // 47: corpus.v1.VolumeObserved
-	(*User)(nil),                  // 48: corpus.v1.User
-	(*SshKey)(nil),                // 49: corpus.v1.SshKey
-	(*ProjectEnv)(nil),            // 50: corpus.v1.ProjectEnv
-	(*Release)(nil),               // 51: corpus.v1.Release
-	(*ReleaseStep)(nil),           // 52: corpus.v1.ReleaseStep
-	(*Coordinator)(nil),           // 53: corpus.v1.Coordinator
-	(*Volume)(nil),                // 54: corpus.v1.Volume
-	(*Project)(nil),               // 55: corpus.v1.Project
-	(*AuditEntry)(nil),            // 56: corpus.v1.AuditEntry
+	(*CreateUserToken)(nil),       // 35: corpus.v1.CreateUserToken
+	(*RevokeUserToken)(nil),       // 36: corpus.v1.RevokeUserToken
+	(*Snapshot)(nil),              // 37: corpus.v1.Snapshot
+	nil,                           // 38: corpus.v1.UpdateNode.LabelsEntry
+	(*timestamppb.Timestamp)(nil), // 39: google.protobuf.Timestamp
+	(*ClusterConfig)(nil),         // 40: corpus.v1.ClusterConfig
+	(*JoinToken)(nil),             // 41: corpus.v1.JoinToken
+	(*Node)(nil),                  // 42: corpus.v1.Node
+	(*Resources)(nil),             // 43: corpus.v1.Resources
+	(*DriverInfo)(nil),            // 44: corpus.v1.DriverInfo
+	(*Guest)(nil),                 // 45: corpus.v1.Guest
+	(*GuestObserved)(nil),         // 46: corpus.v1.GuestObserved
+	(*Route)(nil),                 // 47: corpus.v1.Route
+	(*DnsRecord)(nil),             // 48: corpus.v1.DnsRecord
+	(*VolumeObserved)(nil),        // 49: corpus.v1.VolumeObserved
+	(*User)(nil),                  // 50: corpus.v1.User
+	(*SshKey)(nil),                // 51: corpus.v1.SshKey
+	(*ProjectEnv)(nil),            // 52: corpus.v1.ProjectEnv
+	(*Release)(nil),               // 53: corpus.v1.Release
+	(*ReleaseStep)(nil),           // 54: corpus.v1.ReleaseStep
+	(*Coordinator)(nil),           // 55: corpus.v1.Coordinator
+	(*UserToken)(nil),             // 56: corpus.v1.UserToken
+	(*Volume)(nil),                // 57: corpus.v1.Volume
+	(*Project)(nil),               // 58: corpus.v1.Project
+	(*AuditEntry)(nil),            // 59: corpus.v1.AuditEntry
 }
 var file_corpus_v1_raft_proto_depIdxs = []int32{
-	37, // 0: corpus.v1.Command.now:type_name -> google.protobuf.Timestamp
+	39, // 0: corpus.v1.Command.now:type_name -> google.protobuf.Timestamp
 	1,  // 1: corpus.v1.Command.bootstrap_cluster:type_name -> corpus.v1.BootstrapCluster
 	2,  // 2: corpus.v1.Command.create_join_token:type_name -> corpus.v1.CreateJoinToken
 	3,  // 3: corpus.v1.Command.enroll_node:type_name -> corpus.v1.EnrollNode
@@ -3033,45 +3174,49 @@ var file_corpus_v1_raft_proto_depIdxs = []int32{
 	32, // 30: corpus.v1.Command.set_manifest_domains:type_name -> corpus.v1.SetManifestDomains
 	33, // 31: corpus.v1.Command.upsert_coordinator:type_name -> corpus.v1.UpsertCoordinator
 	34, // 32: corpus.v1.Command.remove_coordinator:type_name -> corpus.v1.RemoveCoordinator
-	38, // 33: corpus.v1.BootstrapCluster.config:type_name -> corpus.v1.ClusterConfig
-	39, // 34: corpus.v1.CreateJoinToken.token:type_name -> corpus.v1.JoinToken
-	40, // 35: corpus.v1.EnrollNode.node:type_name -> corpus.v1.Node
-	41, // 36: corpus.v1.UpdateNode.capacity:type_name -> corpus.v1.Resources
-	42, // 37: corpus.v1.UpdateNode.drivers:type_name -> corpus.v1.DriverInfo
-	36, // 38: corpus.v1.UpdateNode.labels:type_name -> corpus.v1.UpdateNode.LabelsEntry
-	43, // 39: corpus.v1.CreateGuest.guest:type_name -> corpus.v1.Guest
-	44, // 40: corpus.v1.ObservedGuest.observed:type_name -> corpus.v1.GuestObserved
-	9,  // 41: corpus.v1.ReportGuests.guests:type_name -> corpus.v1.ObservedGuest
-	45, // 42: corpus.v1.CreateRoute.route:type_name -> corpus.v1.Route
-	46, // 43: corpus.v1.AddDnsRecord.record:type_name -> corpus.v1.DnsRecord
-	47, // 44: corpus.v1.ObservedVolume.observed:type_name -> corpus.v1.VolumeObserved
-	19, // 45: corpus.v1.ReportVolumes.volumes:type_name -> corpus.v1.ObservedVolume
-	48, // 46: corpus.v1.CreateUser.user:type_name -> corpus.v1.User
-	49, // 47: corpus.v1.AddSshKey.key:type_name -> corpus.v1.SshKey
-	50, // 48: corpus.v1.CreateProject.env:type_name -> corpus.v1.ProjectEnv
-	43, // 49: corpus.v1.CreateProject.guest:type_name -> corpus.v1.Guest
-	45, // 50: corpus.v1.CreateProject.routes:type_name -> corpus.v1.Route
-	51, // 51: corpus.v1.BeginRelease.release:type_name -> corpus.v1.Release
-	52, // 52: corpus.v1.FinishRelease.steps:type_name -> corpus.v1.ReleaseStep
-	45, // 53: corpus.v1.SetManifestDomains.routes:type_name -> corpus.v1.Route
-	53, // 54: corpus.v1.UpsertCoordinator.coordinator:type_name -> corpus.v1.Coordinator
-	38, // 55: corpus.v1.Snapshot.config:type_name -> corpus.v1.ClusterConfig
-	40, // 56: corpus.v1.Snapshot.nodes:type_name -> corpus.v1.Node
-	43, // 57: corpus.v1.Snapshot.guests:type_name -> corpus.v1.Guest
-	39, // 58: corpus.v1.Snapshot.join_tokens:type_name -> corpus.v1.JoinToken
-	45, // 59: corpus.v1.Snapshot.routes:type_name -> corpus.v1.Route
-	46, // 60: corpus.v1.Snapshot.dns_records:type_name -> corpus.v1.DnsRecord
-	54, // 61: corpus.v1.Snapshot.volumes:type_name -> corpus.v1.Volume
-	48, // 62: corpus.v1.Snapshot.users:type_name -> corpus.v1.User
-	55, // 63: corpus.v1.Snapshot.projects:type_name -> corpus.v1.Project
-	51, // 64: corpus.v1.Snapshot.releases:type_name -> corpus.v1.Release
-	53, // 65: corpus.v1.Snapshot.coordinators:type_name -> corpus.v1.Coordinator
-	56, // 66: corpus.v1.Snapshot.audit:type_name -> corpus.v1.AuditEntry
-	67, // [67:67] is the sub-list for method output_type
-	67, // [67:67] is the sub-list for method input_type
-	67, // [67:67] is the sub-list for extension type_name
-	67, // [67:67] is the sub-list for extension extendee
-	0,  // [0:67] is the sub-list for field type_name
+	35, // 33: corpus.v1.Command.create_user_token:type_name -> corpus.v1.CreateUserToken
+	36, // 34: corpus.v1.Command.revoke_user_token:type_name -> corpus.v1.RevokeUserToken
+	40, // 35: corpus.v1.BootstrapCluster.config:type_name -> corpus.v1.ClusterConfig
+	41, // 36: corpus.v1.CreateJoinToken.token:type_name -> corpus.v1.JoinToken
+	42, // 37: corpus.v1.EnrollNode.node:type_name -> corpus.v1.Node
+	43, // 38: corpus.v1.UpdateNode.capacity:type_name -> corpus.v1.Resources
+	44, // 39: corpus.v1.UpdateNode.drivers:type_name -> corpus.v1.DriverInfo
+	38, // 40: corpus.v1.UpdateNode.labels:type_name -> corpus.v1.UpdateNode.LabelsEntry
+	45, // 41: corpus.v1.CreateGuest.guest:type_name -> corpus.v1.Guest
+	46, // 42: corpus.v1.ObservedGuest.observed:type_name -> corpus.v1.GuestObserved
+	9,  // 43: corpus.v1.ReportGuests.guests:type_name -> corpus.v1.ObservedGuest
+	47, // 44: corpus.v1.CreateRoute.route:type_name -> corpus.v1.Route
+	48, // 45: corpus.v1.AddDnsRecord.record:type_name -> corpus.v1.DnsRecord
+	49, // 46: corpus.v1.ObservedVolume.observed:type_name -> corpus.v1.VolumeObserved
+	19, // 47: corpus.v1.ReportVolumes.volumes:type_name -> corpus.v1.ObservedVolume
+	50, // 48: corpus.v1.CreateUser.user:type_name -> corpus.v1.User
+	51, // 49: corpus.v1.AddSshKey.key:type_name -> corpus.v1.SshKey
+	52, // 50: corpus.v1.CreateProject.env:type_name -> corpus.v1.ProjectEnv
+	45, // 51: corpus.v1.CreateProject.guest:type_name -> corpus.v1.Guest
+	47, // 52: corpus.v1.CreateProject.routes:type_name -> corpus.v1.Route
+	53, // 53: corpus.v1.BeginRelease.release:type_name -> corpus.v1.Release
+	54, // 54: corpus.v1.FinishRelease.steps:type_name -> corpus.v1.ReleaseStep
+	47, // 55: corpus.v1.SetManifestDomains.routes:type_name -> corpus.v1.Route
+	55, // 56: corpus.v1.UpsertCoordinator.coordinator:type_name -> corpus.v1.Coordinator
+	56, // 57: corpus.v1.CreateUserToken.token:type_name -> corpus.v1.UserToken
+	40, // 58: corpus.v1.Snapshot.config:type_name -> corpus.v1.ClusterConfig
+	42, // 59: corpus.v1.Snapshot.nodes:type_name -> corpus.v1.Node
+	45, // 60: corpus.v1.Snapshot.guests:type_name -> corpus.v1.Guest
+	41, // 61: corpus.v1.Snapshot.join_tokens:type_name -> corpus.v1.JoinToken
+	47, // 62: corpus.v1.Snapshot.routes:type_name -> corpus.v1.Route
+	48, // 63: corpus.v1.Snapshot.dns_records:type_name -> corpus.v1.DnsRecord
+	57, // 64: corpus.v1.Snapshot.volumes:type_name -> corpus.v1.Volume
+	50, // 65: corpus.v1.Snapshot.users:type_name -> corpus.v1.User
+	58, // 66: corpus.v1.Snapshot.projects:type_name -> corpus.v1.Project
+	53, // 67: corpus.v1.Snapshot.releases:type_name -> corpus.v1.Release
+	55, // 68: corpus.v1.Snapshot.coordinators:type_name -> corpus.v1.Coordinator
+	59, // 69: corpus.v1.Snapshot.audit:type_name -> corpus.v1.AuditEntry
+	56, // 70: corpus.v1.Snapshot.user_tokens:type_name -> corpus.v1.UserToken
+	71, // [71:71] is the sub-list for method output_type
+	71, // [71:71] is the sub-list for method input_type
+	71, // [71:71] is the sub-list for extension type_name
+	71, // [71:71] is the sub-list for extension extendee
+	0,  // [0:71] is the sub-list for field type_name
 }
 
 func init() { file_corpus_v1_raft_proto_init() }
@@ -3113,6 +3258,8 @@ func file_corpus_v1_raft_proto_init() {
 		(*Command_SetManifestDomains)(nil),
 		(*Command_UpsertCoordinator)(nil),
 		(*Command_RemoveCoordinator)(nil),
+		(*Command_CreateUserToken)(nil),
+		(*Command_RevokeUserToken)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -3120,7 +3267,7 @@ func file_corpus_v1_raft_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_corpus_v1_raft_proto_rawDesc), len(file_corpus_v1_raft_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   37,
+			NumMessages:   39,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -2296,6 +2296,101 @@ func (x *AuditEntry) GetResult() string {
 	return ""
 }
 
+// UserToken is an API credential of a user: "cusr_ID_SECRET", of which
+// only the secret's hash is stored.
+type UserToken struct {
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	Id         string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	User       string                 `protobuf:"bytes,2,opt,name=user,proto3" json:"user,omitempty"`
+	SecretHash string                 `protobuf:"bytes,3,opt,name=secret_hash,json=secretHash,proto3" json:"secret_hash,omitempty"`
+	CreatedAt  *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
+	// expires_at is when the token stops working; unset never.
+	ExpiresAt     *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=expires_at,json=expiresAt,proto3" json:"expires_at,omitempty"`
+	Description   string                 `protobuf:"bytes,6,opt,name=description,proto3" json:"description,omitempty"`
+	CreateIndex   uint64                 `protobuf:"varint,20,opt,name=create_index,json=createIndex,proto3" json:"create_index,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UserToken) Reset() {
+	*x = UserToken{}
+	mi := &file_corpus_v1_types_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UserToken) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UserToken) ProtoMessage() {}
+
+func (x *UserToken) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_types_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UserToken.ProtoReflect.Descriptor instead.
+func (*UserToken) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_types_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *UserToken) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *UserToken) GetUser() string {
+	if x != nil {
+		return x.User
+	}
+	return ""
+}
+
+func (x *UserToken) GetSecretHash() string {
+	if x != nil {
+		return x.SecretHash
+	}
+	return ""
+}
+
+func (x *UserToken) GetCreatedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CreatedAt
+	}
+	return nil
+}
+
+func (x *UserToken) GetExpiresAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ExpiresAt
+	}
+	return nil
+}
+
+func (x *UserToken) GetDescription() string {
+	if x != nil {
+		return x.Description
+	}
+	return ""
+}
+
+func (x *UserToken) GetCreateIndex() uint64 {
+	if x != nil {
+		return x.CreateIndex
+	}
+	return 0
+}
+
 var File_corpus_v1_types_proto protoreflect.FileDescriptor
 
 const file_corpus_v1_types_proto_rawDesc = "" +
@@ -2543,7 +2638,18 @@ const file_corpus_v1_types_proto_rawDesc = "" +
 	"\x05actor\x18\x03 \x01(\tR\x05actor\x12\x16\n" +
 	"\x06action\x18\x04 \x01(\tR\x06action\x12\x16\n" +
 	"\x06target\x18\x05 \x01(\tR\x06target\x12\x16\n" +
-	"\x06result\x18\x06 \x01(\tR\x06resultB!Z\x1fcorpus/proto/corpus/v1;corpusv1b\x06proto3"
+	"\x06result\x18\x06 \x01(\tR\x06result\"\x8b\x02\n" +
+	"\tUserToken\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
+	"\x04user\x18\x02 \x01(\tR\x04user\x12\x1f\n" +
+	"\vsecret_hash\x18\x03 \x01(\tR\n" +
+	"secretHash\x129\n" +
+	"\n" +
+	"created_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x129\n" +
+	"\n" +
+	"expires_at\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\texpiresAt\x12 \n" +
+	"\vdescription\x18\x06 \x01(\tR\vdescription\x12!\n" +
+	"\fcreate_index\x18\x14 \x01(\x04R\vcreateIndexB!Z\x1fcorpus/proto/corpus/v1;corpusv1b\x06proto3"
 
 var (
 	file_corpus_v1_types_proto_rawDescOnce sync.Once
@@ -2557,7 +2663,7 @@ func file_corpus_v1_types_proto_rawDescGZIP() []byte {
 	return file_corpus_v1_types_proto_rawDescData
 }
 
-var file_corpus_v1_types_proto_msgTypes = make([]protoimpl.MessageInfo, 26)
+var file_corpus_v1_types_proto_msgTypes = make([]protoimpl.MessageInfo, 27)
 var file_corpus_v1_types_proto_goTypes = []any{
 	(*Resources)(nil),             // 0: corpus.v1.Resources
 	(*DriverInfo)(nil),            // 1: corpus.v1.DriverInfo
@@ -2582,48 +2688,51 @@ var file_corpus_v1_types_proto_goTypes = []any{
 	(*Release)(nil),               // 20: corpus.v1.Release
 	(*ReleaseStep)(nil),           // 21: corpus.v1.ReleaseStep
 	(*AuditEntry)(nil),            // 22: corpus.v1.AuditEntry
-	nil,                           // 23: corpus.v1.DriverInfo.AttributesEntry
-	nil,                           // 24: corpus.v1.Node.LabelsEntry
-	nil,                           // 25: corpus.v1.GuestSpec.EnvEntry
-	(*timestamppb.Timestamp)(nil), // 26: google.protobuf.Timestamp
+	(*UserToken)(nil),             // 23: corpus.v1.UserToken
+	nil,                           // 24: corpus.v1.DriverInfo.AttributesEntry
+	nil,                           // 25: corpus.v1.Node.LabelsEntry
+	nil,                           // 26: corpus.v1.GuestSpec.EnvEntry
+	(*timestamppb.Timestamp)(nil), // 27: google.protobuf.Timestamp
 }
 var file_corpus_v1_types_proto_depIdxs = []int32{
-	23, // 0: corpus.v1.DriverInfo.attributes:type_name -> corpus.v1.DriverInfo.AttributesEntry
-	24, // 1: corpus.v1.Node.labels:type_name -> corpus.v1.Node.LabelsEntry
+	24, // 0: corpus.v1.DriverInfo.attributes:type_name -> corpus.v1.DriverInfo.AttributesEntry
+	25, // 1: corpus.v1.Node.labels:type_name -> corpus.v1.Node.LabelsEntry
 	0,  // 2: corpus.v1.Node.capacity:type_name -> corpus.v1.Resources
 	1,  // 3: corpus.v1.Node.drivers:type_name -> corpus.v1.DriverInfo
-	26, // 4: corpus.v1.Node.enrolled_at:type_name -> google.protobuf.Timestamp
+	27, // 4: corpus.v1.Node.enrolled_at:type_name -> google.protobuf.Timestamp
 	0,  // 5: corpus.v1.GuestSpec.resources:type_name -> corpus.v1.Resources
-	25, // 6: corpus.v1.GuestSpec.env:type_name -> corpus.v1.GuestSpec.EnvEntry
+	26, // 6: corpus.v1.GuestSpec.env:type_name -> corpus.v1.GuestSpec.EnvEntry
 	7,  // 7: corpus.v1.GuestSpec.ports:type_name -> corpus.v1.Port
 	4,  // 8: corpus.v1.GuestSpec.volume:type_name -> corpus.v1.VolumeSpec
 	6,  // 9: corpus.v1.Volume.observed:type_name -> corpus.v1.VolumeObserved
-	26, // 10: corpus.v1.Volume.created_at:type_name -> google.protobuf.Timestamp
-	26, // 11: corpus.v1.GuestObserved.updated_at:type_name -> google.protobuf.Timestamp
-	26, // 12: corpus.v1.Event.time:type_name -> google.protobuf.Timestamp
+	27, // 10: corpus.v1.Volume.created_at:type_name -> google.protobuf.Timestamp
+	27, // 11: corpus.v1.GuestObserved.updated_at:type_name -> google.protobuf.Timestamp
+	27, // 12: corpus.v1.Event.time:type_name -> google.protobuf.Timestamp
 	3,  // 13: corpus.v1.Guest.spec:type_name -> corpus.v1.GuestSpec
 	8,  // 14: corpus.v1.Guest.observed:type_name -> corpus.v1.GuestObserved
 	9,  // 15: corpus.v1.Guest.events:type_name -> corpus.v1.Event
-	26, // 16: corpus.v1.Guest.created_at:type_name -> google.protobuf.Timestamp
-	26, // 17: corpus.v1.Route.created_at:type_name -> google.protobuf.Timestamp
-	26, // 18: corpus.v1.JoinToken.expires_at:type_name -> google.protobuf.Timestamp
-	26, // 19: corpus.v1.JoinToken.created_at:type_name -> google.protobuf.Timestamp
-	26, // 20: corpus.v1.ClusterConfig.created_at:type_name -> google.protobuf.Timestamp
-	26, // 21: corpus.v1.DnsRecord.created_at:type_name -> google.protobuf.Timestamp
+	27, // 16: corpus.v1.Guest.created_at:type_name -> google.protobuf.Timestamp
+	27, // 17: corpus.v1.Route.created_at:type_name -> google.protobuf.Timestamp
+	27, // 18: corpus.v1.JoinToken.expires_at:type_name -> google.protobuf.Timestamp
+	27, // 19: corpus.v1.JoinToken.created_at:type_name -> google.protobuf.Timestamp
+	27, // 20: corpus.v1.ClusterConfig.created_at:type_name -> google.protobuf.Timestamp
+	27, // 21: corpus.v1.DnsRecord.created_at:type_name -> google.protobuf.Timestamp
 	17, // 22: corpus.v1.User.keys:type_name -> corpus.v1.SshKey
-	26, // 23: corpus.v1.User.created_at:type_name -> google.protobuf.Timestamp
-	26, // 24: corpus.v1.SshKey.added_at:type_name -> google.protobuf.Timestamp
+	27, // 23: corpus.v1.User.created_at:type_name -> google.protobuf.Timestamp
+	27, // 24: corpus.v1.SshKey.added_at:type_name -> google.protobuf.Timestamp
 	19, // 25: corpus.v1.Project.envs:type_name -> corpus.v1.ProjectEnv
-	26, // 26: corpus.v1.Project.created_at:type_name -> google.protobuf.Timestamp
-	26, // 27: corpus.v1.Release.started_at:type_name -> google.protobuf.Timestamp
-	26, // 28: corpus.v1.Release.finished_at:type_name -> google.protobuf.Timestamp
+	27, // 26: corpus.v1.Project.created_at:type_name -> google.protobuf.Timestamp
+	27, // 27: corpus.v1.Release.started_at:type_name -> google.protobuf.Timestamp
+	27, // 28: corpus.v1.Release.finished_at:type_name -> google.protobuf.Timestamp
 	21, // 29: corpus.v1.Release.steps:type_name -> corpus.v1.ReleaseStep
-	26, // 30: corpus.v1.AuditEntry.time:type_name -> google.protobuf.Timestamp
-	31, // [31:31] is the sub-list for method output_type
-	31, // [31:31] is the sub-list for method input_type
-	31, // [31:31] is the sub-list for extension type_name
-	31, // [31:31] is the sub-list for extension extendee
-	0,  // [0:31] is the sub-list for field type_name
+	27, // 30: corpus.v1.AuditEntry.time:type_name -> google.protobuf.Timestamp
+	27, // 31: corpus.v1.UserToken.created_at:type_name -> google.protobuf.Timestamp
+	27, // 32: corpus.v1.UserToken.expires_at:type_name -> google.protobuf.Timestamp
+	33, // [33:33] is the sub-list for method output_type
+	33, // [33:33] is the sub-list for method input_type
+	33, // [33:33] is the sub-list for extension type_name
+	33, // [33:33] is the sub-list for extension extendee
+	0,  // [0:33] is the sub-list for field type_name
 }
 
 func init() { file_corpus_v1_types_proto_init() }
@@ -2637,7 +2746,7 @@ func file_corpus_v1_types_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_corpus_v1_types_proto_rawDesc), len(file_corpus_v1_types_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   26,
+			NumMessages:   27,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -178,6 +178,12 @@ const (
 	UserServiceAddKeyProcedure = "/corpus.v1.UserService/AddKey"
 	// UserServiceDeleteKeyProcedure is the fully-qualified name of the UserService's DeleteKey RPC.
 	UserServiceDeleteKeyProcedure = "/corpus.v1.UserService/DeleteKey"
+	// UserServiceCreateTokenProcedure is the fully-qualified name of the UserService's CreateToken RPC.
+	UserServiceCreateTokenProcedure = "/corpus.v1.UserService/CreateToken"
+	// UserServiceListTokensProcedure is the fully-qualified name of the UserService's ListTokens RPC.
+	UserServiceListTokensProcedure = "/corpus.v1.UserService/ListTokens"
+	// UserServiceRevokeTokenProcedure is the fully-qualified name of the UserService's RevokeToken RPC.
+	UserServiceRevokeTokenProcedure = "/corpus.v1.UserService/RevokeToken"
 	// ProjectServiceCreateProjectProcedure is the fully-qualified name of the ProjectService's
 	// CreateProject RPC.
 	ProjectServiceCreateProjectProcedure = "/corpus.v1.ProjectService/CreateProject"
@@ -1803,6 +1809,11 @@ type UserServiceClient interface {
 	// AddKey adds an SSH public key (authorized_keys form) to a user.
 	AddKey(context.Context, *connect.Request[v1.AddKeyRequest]) (*connect.Response[v1.AddKeyResponse], error)
 	DeleteKey(context.Context, *connect.Request[v1.DeleteKeyRequest]) (*connect.Response[v1.DeleteKeyResponse], error)
+	// CreateToken issues an API token for a user (operators for anyone,
+	// users for themselves); ListTokens and RevokeToken likewise.
+	CreateToken(context.Context, *connect.Request[v1.CreateTokenRequest]) (*connect.Response[v1.CreateTokenResponse], error)
+	ListTokens(context.Context, *connect.Request[v1.ListTokensRequest]) (*connect.Response[v1.ListTokensResponse], error)
+	RevokeToken(context.Context, *connect.Request[v1.RevokeTokenRequest]) (*connect.Response[v1.RevokeTokenResponse], error)
 }
 
 // NewUserServiceClient constructs a client for the corpus.v1.UserService service. By default, it
@@ -1847,16 +1858,38 @@ func NewUserServiceClient(httpClient connect.HTTPClient, baseURL string, opts ..
 			connect.WithSchema(userServiceMethods.ByName("DeleteKey")),
 			connect.WithClientOptions(opts...),
 		),
+		createToken: connect.NewClient[v1.CreateTokenRequest, v1.CreateTokenResponse](
+			httpClient,
+			baseURL+UserServiceCreateTokenProcedure,
+			connect.WithSchema(userServiceMethods.ByName("CreateToken")),
+			connect.WithClientOptions(opts...),
+		),
+		listTokens: connect.NewClient[v1.ListTokensRequest, v1.ListTokensResponse](
+			httpClient,
+			baseURL+UserServiceListTokensProcedure,
+			connect.WithSchema(userServiceMethods.ByName("ListTokens")),
+			connect.WithIdempotency(connect.IdempotencyNoSideEffects),
+			connect.WithClientOptions(opts...),
+		),
+		revokeToken: connect.NewClient[v1.RevokeTokenRequest, v1.RevokeTokenResponse](
+			httpClient,
+			baseURL+UserServiceRevokeTokenProcedure,
+			connect.WithSchema(userServiceMethods.ByName("RevokeToken")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
 // userServiceClient implements UserServiceClient.
 type userServiceClient struct {
-	createUser *connect.Client[v1.CreateUserRequest, v1.CreateUserResponse]
-	listUsers  *connect.Client[v1.ListUsersRequest, v1.ListUsersResponse]
-	deleteUser *connect.Client[v1.DeleteUserRequest, v1.DeleteUserResponse]
-	addKey     *connect.Client[v1.AddKeyRequest, v1.AddKeyResponse]
-	deleteKey  *connect.Client[v1.DeleteKeyRequest, v1.DeleteKeyResponse]
+	createUser  *connect.Client[v1.CreateUserRequest, v1.CreateUserResponse]
+	listUsers   *connect.Client[v1.ListUsersRequest, v1.ListUsersResponse]
+	deleteUser  *connect.Client[v1.DeleteUserRequest, v1.DeleteUserResponse]
+	addKey      *connect.Client[v1.AddKeyRequest, v1.AddKeyResponse]
+	deleteKey   *connect.Client[v1.DeleteKeyRequest, v1.DeleteKeyResponse]
+	createToken *connect.Client[v1.CreateTokenRequest, v1.CreateTokenResponse]
+	listTokens  *connect.Client[v1.ListTokensRequest, v1.ListTokensResponse]
+	revokeToken *connect.Client[v1.RevokeTokenRequest, v1.RevokeTokenResponse]
 }
 
 // CreateUser calls corpus.v1.UserService.CreateUser.
@@ -1884,6 +1917,21 @@ func (c *userServiceClient) DeleteKey(ctx context.Context, req *connect.Request[
 	return c.deleteKey.CallUnary(ctx, req)
 }
 
+// CreateToken calls corpus.v1.UserService.CreateToken.
+func (c *userServiceClient) CreateToken(ctx context.Context, req *connect.Request[v1.CreateTokenRequest]) (*connect.Response[v1.CreateTokenResponse], error) {
+	return c.createToken.CallUnary(ctx, req)
+}
+
+// ListTokens calls corpus.v1.UserService.ListTokens.
+func (c *userServiceClient) ListTokens(ctx context.Context, req *connect.Request[v1.ListTokensRequest]) (*connect.Response[v1.ListTokensResponse], error) {
+	return c.listTokens.CallUnary(ctx, req)
+}
+
+// RevokeToken calls corpus.v1.UserService.RevokeToken.
+func (c *userServiceClient) RevokeToken(ctx context.Context, req *connect.Request[v1.RevokeTokenRequest]) (*connect.Response[v1.RevokeTokenResponse], error) {
+	return c.revokeToken.CallUnary(ctx, req)
+}
+
 // UserServiceHandler is an implementation of the corpus.v1.UserService service.
 type UserServiceHandler interface {
 	CreateUser(context.Context, *connect.Request[v1.CreateUserRequest]) (*connect.Response[v1.CreateUserResponse], error)
@@ -1892,6 +1940,11 @@ type UserServiceHandler interface {
 	// AddKey adds an SSH public key (authorized_keys form) to a user.
 	AddKey(context.Context, *connect.Request[v1.AddKeyRequest]) (*connect.Response[v1.AddKeyResponse], error)
 	DeleteKey(context.Context, *connect.Request[v1.DeleteKeyRequest]) (*connect.Response[v1.DeleteKeyResponse], error)
+	// CreateToken issues an API token for a user (operators for anyone,
+	// users for themselves); ListTokens and RevokeToken likewise.
+	CreateToken(context.Context, *connect.Request[v1.CreateTokenRequest]) (*connect.Response[v1.CreateTokenResponse], error)
+	ListTokens(context.Context, *connect.Request[v1.ListTokensRequest]) (*connect.Response[v1.ListTokensResponse], error)
+	RevokeToken(context.Context, *connect.Request[v1.RevokeTokenRequest]) (*connect.Response[v1.RevokeTokenResponse], error)
 }
 
 // NewUserServiceHandler builds an HTTP handler from the service implementation. It returns the path
@@ -1932,6 +1985,25 @@ func NewUserServiceHandler(svc UserServiceHandler, opts ...connect.HandlerOption
 		connect.WithSchema(userServiceMethods.ByName("DeleteKey")),
 		connect.WithHandlerOptions(opts...),
 	)
+	userServiceCreateTokenHandler := connect.NewUnaryHandler(
+		UserServiceCreateTokenProcedure,
+		svc.CreateToken,
+		connect.WithSchema(userServiceMethods.ByName("CreateToken")),
+		connect.WithHandlerOptions(opts...),
+	)
+	userServiceListTokensHandler := connect.NewUnaryHandler(
+		UserServiceListTokensProcedure,
+		svc.ListTokens,
+		connect.WithSchema(userServiceMethods.ByName("ListTokens")),
+		connect.WithIdempotency(connect.IdempotencyNoSideEffects),
+		connect.WithHandlerOptions(opts...),
+	)
+	userServiceRevokeTokenHandler := connect.NewUnaryHandler(
+		UserServiceRevokeTokenProcedure,
+		svc.RevokeToken,
+		connect.WithSchema(userServiceMethods.ByName("RevokeToken")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/corpus.v1.UserService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case UserServiceCreateUserProcedure:
@@ -1944,6 +2016,12 @@ func NewUserServiceHandler(svc UserServiceHandler, opts ...connect.HandlerOption
 			userServiceAddKeyHandler.ServeHTTP(w, r)
 		case UserServiceDeleteKeyProcedure:
 			userServiceDeleteKeyHandler.ServeHTTP(w, r)
+		case UserServiceCreateTokenProcedure:
+			userServiceCreateTokenHandler.ServeHTTP(w, r)
+		case UserServiceListTokensProcedure:
+			userServiceListTokensHandler.ServeHTTP(w, r)
+		case UserServiceRevokeTokenProcedure:
+			userServiceRevokeTokenHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -1971,6 +2049,18 @@ func (UnimplementedUserServiceHandler) AddKey(context.Context, *connect.Request[
 
 func (UnimplementedUserServiceHandler) DeleteKey(context.Context, *connect.Request[v1.DeleteKeyRequest]) (*connect.Response[v1.DeleteKeyResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("corpus.v1.UserService.DeleteKey is not implemented"))
+}
+
+func (UnimplementedUserServiceHandler) CreateToken(context.Context, *connect.Request[v1.CreateTokenRequest]) (*connect.Response[v1.CreateTokenResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("corpus.v1.UserService.CreateToken is not implemented"))
+}
+
+func (UnimplementedUserServiceHandler) ListTokens(context.Context, *connect.Request[v1.ListTokensRequest]) (*connect.Response[v1.ListTokensResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("corpus.v1.UserService.ListTokens is not implemented"))
+}
+
+func (UnimplementedUserServiceHandler) RevokeToken(context.Context, *connect.Request[v1.RevokeTokenRequest]) (*connect.Response[v1.RevokeTokenResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("corpus.v1.UserService.RevokeToken is not implemented"))
 }
 
 // ProjectServiceClient is a client for the corpus.v1.ProjectService service.

@@ -1,0 +1,140 @@
+package api
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"corpus/coordinator/auth"
+	"corpus/coordinator/state"
+	"corpus/internal/names"
+	"corpus/internal/secret"
+	corpusv1 "corpus/proto/corpus/v1"
+)
+
+// Token lifetimes.
+const (
+	DefaultTokenTTL = 30 * 24 * time.Hour
+	maxUserTokenTTL = 366 * 24 * time.Hour
+)
+
+// selfOrOps allows operators to act on any user, users on themselves.
+func selfOrOps(ctx context.Context, user string) error {
+	p := auth.FromContext(ctx)
+	if p.Kind == auth.Operator || p.IsUser(user) {
+		return nil
+	}
+	return connect.NewError(connect.CodePermissionDenied, fmt.Errorf("%s may only manage its own tokens", p))
+}
+
+func (s *userService) CreateToken(ctx context.Context, req *connect.Request[corpusv1.CreateTokenRequest]) (*connect.Response[corpusv1.CreateTokenResponse], error) {
+	m := req.Msg
+	if err := names.Validate("user", m.User); err != nil {
+		return nil, toConnect(err)
+	}
+	if err := selfOrOps(ctx, m.User); err != nil {
+		return nil, err
+	}
+	if len(m.Description) > 200 {
+		return nil, toConnect(invalidf("description of %d bytes; the limit is 200", len(m.Description)))
+	}
+	ttl := time.Duration(m.TtlSeconds) * time.Second
+	switch {
+	case m.TtlSeconds == 0:
+		ttl = DefaultTokenTTL
+	case m.TtlSeconds == -1:
+		ttl = 0
+	case m.TtlSeconds < 1 || ttl > maxUserTokenTTL:
+		return nil, toConnect(invalidf("ttl %ds: want 1s to %s, or -1 for a token that never expires", m.TtlSeconds, maxUserTokenTTL))
+	}
+	if s.b.Store.Read().User(m.User) == nil {
+		return nil, toConnect(notFound("user", m.User, "corpus user list"))
+	}
+	id, sec := secret.Hex(8), secret.Hex(24)
+	t := &corpusv1.UserToken{Id: id, User: m.User, SecretHash: secret.Hash(sec), Description: m.Description}
+	if ttl > 0 {
+		t.ExpiresAt = timestamppb.New(time.Now().Add(ttl))
+	}
+	if _, err := s.b.write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_CreateUserToken{CreateUserToken: &corpusv1.CreateUserToken{Token: t}}}); err != nil {
+		return nil, err
+	}
+	info := proto.Clone(s.b.Store.Read().UserToken(id)).(*corpusv1.UserToken)
+	info.SecretHash = ""
+	return connect.NewResponse(&corpusv1.CreateTokenResponse{Token: auth.UserTokenPrefix + id + "_" + sec, Info: info}), nil
+}
+
+func (s *userService) ListTokens(ctx context.Context, req *connect.Request[corpusv1.ListTokensRequest]) (*connect.Response[corpusv1.ListTokensResponse], error) {
+	user := req.Msg.User
+	p := auth.FromContext(ctx)
+	if user == "" && p.Kind != auth.Operator {
+		user = p.User
+	}
+	if user != "" {
+		if err := selfOrOps(ctx, user); err != nil {
+			return nil, err
+		}
+	}
+	res := &corpusv1.ListTokensResponse{}
+	for _, t := range s.b.Store.Read().UserTokens(user) {
+		t = proto.Clone(t).(*corpusv1.UserToken)
+		t.SecretHash = ""
+		res.Tokens = append(res.Tokens, t)
+	}
+	return connect.NewResponse(res), nil
+}
+
+func (s *userService) RevokeToken(ctx context.Context, req *connect.Request[corpusv1.RevokeTokenRequest]) (*connect.Response[corpusv1.RevokeTokenResponse], error) {
+	t := s.b.Store.Read().UserToken(req.Msg.Id)
+	if t == nil {
+		return nil, toConnect(notFound("token", req.Msg.Id, "corpus user token list"))
+	}
+	if err := selfOrOps(ctx, t.User); err != nil {
+		return nil, err
+	}
+	if _, err := s.b.write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_RevokeUserToken{RevokeUserToken: &corpusv1.RevokeUserToken{Id: t.Id}}}); err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(&corpusv1.RevokeTokenResponse{}), nil
+}
+
+// Project scope: operators use every project; devs and viewers those
+// granted to them (and viewers only to read).
+
+var errNotMember = errors.New("not granted")
+
+// mayUseProject checks the caller may use project p.
+func mayUseProject(ctx context.Context, p *corpusv1.Project) error {
+	pr := auth.FromContext(ctx)
+	switch pr.Kind {
+	case auth.Operator, auth.Agent, auth.Coordinator:
+		return nil
+	}
+	if pr.User != "" && slices.Contains(p.Members, pr.User) {
+		return nil
+	}
+	return connect.NewError(connect.CodePermissionDenied,
+		fmt.Errorf("%s may not use project %s (%w; an operator grants it with `corpus project grant %s %s`)", pr, p.Name, errNotMember, p.Name, pr.User))
+}
+
+// mayUseGuest checks the caller may act on a guest: devs only on the
+// guests of projects granted to them.
+func mayUseGuest(ctx context.Context, view *state.Snap, g *corpusv1.Guest) error {
+	pr := auth.FromContext(ctx)
+	if pr.Kind != auth.Dev && pr.Kind != auth.Viewer {
+		return nil
+	}
+	for _, p := range view.Projects() {
+		for _, e := range p.Envs {
+			if e.GuestId == g.Id {
+				return mayUseProject(ctx, p)
+			}
+		}
+	}
+	return connect.NewError(connect.CodePermissionDenied, fmt.Errorf("%s may only act on the guests of projects granted to it; %s belongs to none", pr, g.Name))
+}

@@ -1,0 +1,126 @@
+package coordinator_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+
+	"corpus/coordinator/state"
+	corpusv1 "corpus/proto/corpus/v1"
+)
+
+// TestUserRoles: devs act on the projects granted to them only, viewers
+// only read them, tokens are personal, and a revoked token's calls end.
+func TestUserRoles(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := start(t, t.TempDir())
+	n1 := s.enroll("n1")
+	n1.report(t)
+	ops := s.ops()
+	for _, p := range []string{"hello", "other"} {
+		if _, err := ops.project.CreateProject(ctx, connect.NewRequest(&corpusv1.CreateProjectRequest{Name: p, Env: "dev"})); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s.waitFor("guests placed", func(v *state.Snap) bool {
+		return v.GuestByName("hello-dev").GetNodeId() != "" && v.GuestByName("other-dev").GetNodeId() != ""
+	})
+	alice := s.clients(s.userToken("alice", "dev", 0))
+	val := s.clients(s.userToken("val", "viewer", 0))
+	for _, u := range []string{"alice", "val"} {
+		if _, err := ops.project.GrantProject(ctx, connect.NewRequest(&corpusv1.GrantProjectRequest{Name: "hello", User: u})); err != nil {
+			t.Fatal(err)
+		}
+	}
+	denied := func(what string, err error) {
+		t.Helper()
+		if codeOf(err) != connect.CodePermissionDenied {
+			t.Errorf("%s = %v, want PermissionDenied", what, err)
+		}
+	}
+	allowed := func(what string, err error) {
+		t.Helper()
+		if c := codeOf(err); c == connect.CodePermissionDenied || c == connect.CodeUnauthenticated {
+			t.Errorf("%s = %v, want it allowed", what, err)
+		}
+	}
+	list, err := alice.project.ListProjects(ctx, connect.NewRequest(&corpusv1.ListProjectsRequest{}))
+	if err != nil || len(list.Msg.Projects) != 1 || list.Msg.Projects[0].Project.Name != "hello" {
+		t.Errorf("alice's project list = %v, %v; want hello only", list, err)
+	}
+	_, err = alice.project.GetProject(ctx, connect.NewRequest(&corpusv1.GetProjectRequest{Name: "hello"}))
+	allowed("alice GetProject hello", err)
+	_, err = alice.project.GetProject(ctx, connect.NewRequest(&corpusv1.GetProjectRequest{Name: "other"}))
+	denied("alice GetProject other", err)
+	_, err = alice.project.ListReleases(ctx, connect.NewRequest(&corpusv1.ListReleasesRequest{Project: "other"}))
+	denied("alice ListReleases other", err)
+	_, err = alice.guests.StopGuest(ctx, connect.NewRequest(&corpusv1.GuestActionRequest{Name: "other-dev"}))
+	denied("alice stops other-dev", err)
+	_, err = alice.guests.StopGuest(ctx, connect.NewRequest(&corpusv1.GuestActionRequest{Name: "hello-dev"}))
+	allowed("alice stops hello-dev", err)
+	_, err = alice.guests.CreateGuest(ctx, connect.NewRequest(&corpusv1.CreateGuestRequest{Name: "mine", Spec: &corpusv1.GuestSpec{Image: "busybox"}}))
+	denied("alice creates a guest", err)
+	_, err = alice.nodes.CreateJoinToken(ctx, connect.NewRequest(&corpusv1.CreateJoinTokenRequest{}))
+	denied("alice makes a join token", err)
+	_, err = alice.users.CreateUser(ctx, connect.NewRequest(&corpusv1.CreateUserRequest{Name: "mallory", Role: "ops"}))
+	denied("alice creates a user", err)
+	_, err = val.guests.StopGuest(ctx, connect.NewRequest(&corpusv1.GuestActionRequest{Name: "hello-dev"}))
+	denied("val stops hello-dev", err)
+	_, err = val.project.GetProject(ctx, connect.NewRequest(&corpusv1.GetProjectRequest{Name: "hello"}))
+	allowed("val reads hello", err)
+	if v := s.Store().Read().GuestByName("other-dev"); v.DesiredState != "running" {
+		t.Errorf("a denied call changed other-dev: %s", v.DesiredState)
+	}
+
+	// Tokens are personal.
+	mine, err := alice.users.ListTokens(ctx, connect.NewRequest(&corpusv1.ListTokensRequest{}))
+	if err != nil || len(mine.Msg.Tokens) != 1 || mine.Msg.Tokens[0].User != "alice" || mine.Msg.Tokens[0].SecretHash != "" {
+		t.Errorf("alice's tokens = %v, %v", mine, err)
+	}
+	_, err = alice.users.ListTokens(ctx, connect.NewRequest(&corpusv1.ListTokensRequest{User: "val"}))
+	denied("alice lists val's tokens", err)
+	_, err = alice.users.CreateToken(ctx, connect.NewRequest(&corpusv1.CreateTokenRequest{User: "val"}))
+	denied("alice makes a token for val", err)
+	extra, err := alice.users.CreateToken(ctx, connect.NewRequest(&corpusv1.CreateTokenRequest{User: "alice", TtlSeconds: 3600}))
+	if err != nil || !strings.HasPrefix(extra.Msg.Token, "cusr_") {
+		t.Fatalf("alice makes her own token = %v, %v", extra, err)
+	}
+	st, err := s.clients(extra.Msg.Token).cluster.Status(ctx, connect.NewRequest(&corpusv1.StatusRequest{}))
+	if err != nil || st.Msg.Who != "user:alice" {
+		t.Errorf("Status with alice's new token = %v, %v", st, err)
+	}
+
+	// A revoked token's open call ends at once.
+	blocked := make(chan error, 1)
+	g := s.Store().Read().GuestByName("hello-dev")
+	go func() {
+		_, err := s.clients(extra.Msg.Token).guests.GetGuest(ctx, connect.NewRequest(&corpusv1.GetGuestRequest{Name: "hello-dev", MinIndex: g.ModifyIndex + 1000, WaitSeconds: 60}))
+		blocked <- err
+	}()
+	time.Sleep(200 * time.Millisecond)
+	if _, err := ops.users.RevokeToken(ctx, connect.NewRequest(&corpusv1.RevokeTokenRequest{Id: extra.Msg.Info.Id})); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-blocked:
+		if err == nil {
+			t.Errorf("a blocking read with a revoked token answered normally")
+		}
+	case <-time.After(5 * time.Second):
+		t.Errorf("a blocking read with a revoked token did not end")
+	}
+	if _, err := s.clients(extra.Msg.Token).cluster.Status(ctx, connect.NewRequest(&corpusv1.StatusRequest{})); codeOf(err) != connect.CodeUnauthenticated {
+		t.Errorf("a revoked token = %v, want Unauthenticated", err)
+	}
+	// Deleting a user ends their tokens.
+	if _, err := ops.users.DeleteUser(ctx, connect.NewRequest(&corpusv1.DeleteUserRequest{Name: "val"})); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := val.cluster.Status(ctx, connect.NewRequest(&corpusv1.StatusRequest{})); codeOf(err) != connect.CodeUnauthenticated {
+		t.Errorf("a deleted user's token = %v, want Unauthenticated", err)
+	}
+}

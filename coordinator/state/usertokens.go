@@ -1,0 +1,69 @@
+package state
+
+import (
+	"fmt"
+	"sort"
+
+	"google.golang.org/protobuf/proto"
+
+	corpusv1 "corpus/proto/corpus/v1"
+)
+
+// maxTokensPerUser bounds the tokens one user holds.
+const maxTokensPerUser = 50
+
+func (a *applier) createUserToken(c *corpusv1.CreateUserToken) error {
+	t := c.Token
+	if t == nil || t.Id == "" || t.User == "" || t.SecretHash == "" {
+		return fmt.Errorf("token without id, user or secret: %w", ErrInvalid)
+	}
+	if _, err := a.user(t.User); err != nil {
+		return err
+	}
+	if a.get(tableUserTokens, "id", t.Id) != nil {
+		return fmt.Errorf("token %s: %w", t.Id, ErrExists)
+	}
+	if n := len(a.view().UserTokens(t.User)); n >= maxTokensPerUser {
+		return fmt.Errorf("user %s holds %d tokens, the most allowed; revoke some: %w", t.User, n, ErrExhausted)
+	}
+	t = proto.Clone(t).(*corpusv1.UserToken)
+	t.CreatedAt = a.now
+	t.CreateIndex = a.index
+	a.put(tableUserTokens, t)
+	return nil
+}
+
+func (a *applier) revokeUserToken(c *corpusv1.RevokeUserToken) error {
+	raw := a.get(tableUserTokens, "id", c.Id)
+	if raw == nil {
+		return fmt.Errorf("token %s: %w", c.Id, ErrNotFound)
+	}
+	if err := a.txn.Delete(tableUserTokens, raw); err != nil {
+		panic(fmt.Sprintf("state: deleting token: %v", err))
+	}
+	return nil
+}
+
+// deleteUserTokens removes a deleted user's tokens.
+func (a *applier) deleteUserTokens(user string) {
+	if _, err := a.txn.DeleteAll(tableUserTokens, "user", user); err != nil {
+		panic(fmt.Sprintf("state: deleting tokens: %v", err))
+	}
+}
+
+// UserToken returns the token with that id, or nil.
+func (v *Snap) UserToken(id string) *corpusv1.UserToken {
+	return first[*corpusv1.UserToken](v, tableUserTokens, "id", id)
+}
+
+// UserTokens returns a user's tokens (all users' for ""), oldest first.
+func (v *Snap) UserTokens(user string) []*corpusv1.UserToken {
+	var out []*corpusv1.UserToken
+	if user == "" {
+		out = all[*corpusv1.UserToken](v, tableUserTokens, "id")
+	} else {
+		out = all[*corpusv1.UserToken](v, tableUserTokens, "user", user)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].CreateIndex < out[j].CreateIndex })
+	return out
+}
