@@ -35,7 +35,10 @@ type Backend struct {
 	// DNSAddr where it answers.
 	Zone    func() *dns.Zone
 	DNSAddr func() string
-	Logger  *slog.Logger
+	// GossipAddr returns host:port of this replica's gossip member, ""
+	// while it has none; agents join it (nil: never).
+	GossipAddr func() string
+	Logger     *slog.Logger
 }
 
 // Policies says who may call what.
@@ -44,6 +47,8 @@ var Policies = map[string]auth.Policy{
 	corpusv1connect.NodeServiceCreateJoinTokenProcedure:     {auth.Operator},
 	corpusv1connect.NodeServiceListNodesProcedure:           {auth.Operator},
 	corpusv1connect.NodeServiceGetNodeProcedure:             {auth.Operator},
+	corpusv1connect.NodeServiceSetNodeModeProcedure:         {auth.Operator},
+	corpusv1connect.NodeServiceDrainStatusProcedure:         {auth.Operator},
 	corpusv1connect.GuestServiceCreateGuestProcedure:        {auth.Operator},
 	corpusv1connect.GuestServiceGetGuestProcedure:           {auth.Operator},
 	corpusv1connect.GuestServiceListGuestsProcedure:         {auth.Operator},

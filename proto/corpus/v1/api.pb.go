@@ -154,6 +154,342 @@ func (x *StatusResponse) GetWho() string {
 	return ""
 }
 
+type SetNodeModeRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// name or id of the node.
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// mode: "dev", "staging", "prod", "drain", "eligible" or "ineligible".
+	Mode          string `protobuf:"bytes,2,opt,name=mode,proto3" json:"mode,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetNodeModeRequest) Reset() {
+	*x = SetNodeModeRequest{}
+	mi := &file_corpus_v1_api_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetNodeModeRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetNodeModeRequest) ProtoMessage() {}
+
+func (x *SetNodeModeRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_api_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetNodeModeRequest.ProtoReflect.Descriptor instead.
+func (*SetNodeModeRequest) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *SetNodeModeRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *SetNodeModeRequest) GetMode() string {
+	if x != nil {
+		return x.Mode
+	}
+	return ""
+}
+
+type SetNodeModeResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Node  *NodeView              `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
+	// changed is false when the node already was in that mode.
+	Changed       bool `protobuf:"varint,2,opt,name=changed,proto3" json:"changed,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetNodeModeResponse) Reset() {
+	*x = SetNodeModeResponse{}
+	mi := &file_corpus_v1_api_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetNodeModeResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetNodeModeResponse) ProtoMessage() {}
+
+func (x *SetNodeModeResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_api_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetNodeModeResponse.ProtoReflect.Descriptor instead.
+func (*SetNodeModeResponse) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *SetNodeModeResponse) GetNode() *NodeView {
+	if x != nil {
+		return x.Node
+	}
+	return nil
+}
+
+func (x *SetNodeModeResponse) GetChanged() bool {
+	if x != nil {
+		return x.Changed
+	}
+	return false
+}
+
+type DrainStatusRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	MinIndex      uint64                 `protobuf:"varint,2,opt,name=min_index,json=minIndex,proto3" json:"min_index,omitempty"`
+	WaitSeconds   int64                  `protobuf:"varint,3,opt,name=wait_seconds,json=waitSeconds,proto3" json:"wait_seconds,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DrainStatusRequest) Reset() {
+	*x = DrainStatusRequest{}
+	mi := &file_corpus_v1_api_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DrainStatusRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DrainStatusRequest) ProtoMessage() {}
+
+func (x *DrainStatusRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_api_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DrainStatusRequest.ProtoReflect.Descriptor instead.
+func (*DrainStatusRequest) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *DrainStatusRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *DrainStatusRequest) GetMinIndex() uint64 {
+	if x != nil {
+		return x.MinIndex
+	}
+	return 0
+}
+
+func (x *DrainStatusRequest) GetWaitSeconds() int64 {
+	if x != nil {
+		return x.WaitSeconds
+	}
+	return 0
+}
+
+// DrainGuest is one guest still on a node being drained.
+type DrainGuest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// state: "moving" (a new copy starts on to_node; the old one runs until
+	// it does), "waiting" (no other node takes it yet; reason says why),
+	// "deleting" (it goes away by itself), or "needs-volume-move" (its data
+	// is on this node: stop it and `corpus volume move` its volume).
+	State  string `protobuf:"bytes,2,opt,name=state,proto3" json:"state,omitempty"`
+	ToNode string `protobuf:"bytes,3,opt,name=to_node,json=toNode,proto3" json:"to_node,omitempty"`
+	Reason string `protobuf:"bytes,4,opt,name=reason,proto3" json:"reason,omitempty"`
+	// status is the guest's one-word status (of its new copy when moving).
+	Status        string `protobuf:"bytes,5,opt,name=status,proto3" json:"status,omitempty"`
+	Volume        string `protobuf:"bytes,6,opt,name=volume,proto3" json:"volume,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DrainGuest) Reset() {
+	*x = DrainGuest{}
+	mi := &file_corpus_v1_api_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DrainGuest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DrainGuest) ProtoMessage() {}
+
+func (x *DrainGuest) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_api_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DrainGuest.ProtoReflect.Descriptor instead.
+func (*DrainGuest) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *DrainGuest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *DrainGuest) GetState() string {
+	if x != nil {
+		return x.State
+	}
+	return ""
+}
+
+func (x *DrainGuest) GetToNode() string {
+	if x != nil {
+		return x.ToNode
+	}
+	return ""
+}
+
+func (x *DrainGuest) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *DrainGuest) GetStatus() string {
+	if x != nil {
+		return x.Status
+	}
+	return ""
+}
+
+func (x *DrainGuest) GetVolume() string {
+	if x != nil {
+		return x.Volume
+	}
+	return ""
+}
+
+type DrainStatusResponse struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Node   *NodeView              `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
+	Index  uint64                 `protobuf:"varint,2,opt,name=index,proto3" json:"index,omitempty"`
+	Guests []*DrainGuest          `protobuf:"bytes,3,rep,name=guests,proto3" json:"guests,omitempty"`
+	// done: no guest that can move is left on the node (guests that need
+	// a volume move may remain; see guests).
+	Done bool `protobuf:"varint,4,opt,name=done,proto3" json:"done,omitempty"`
+	// empty: nothing at all is left on the node.
+	Empty         bool `protobuf:"varint,5,opt,name=empty,proto3" json:"empty,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DrainStatusResponse) Reset() {
+	*x = DrainStatusResponse{}
+	mi := &file_corpus_v1_api_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DrainStatusResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DrainStatusResponse) ProtoMessage() {}
+
+func (x *DrainStatusResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_api_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DrainStatusResponse.ProtoReflect.Descriptor instead.
+func (*DrainStatusResponse) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *DrainStatusResponse) GetNode() *NodeView {
+	if x != nil {
+		return x.Node
+	}
+	return nil
+}
+
+func (x *DrainStatusResponse) GetIndex() uint64 {
+	if x != nil {
+		return x.Index
+	}
+	return 0
+}
+
+func (x *DrainStatusResponse) GetGuests() []*DrainGuest {
+	if x != nil {
+		return x.Guests
+	}
+	return nil
+}
+
+func (x *DrainStatusResponse) GetDone() bool {
+	if x != nil {
+		return x.Done
+	}
+	return false
+}
+
+func (x *DrainStatusResponse) GetEmpty() bool {
+	if x != nil {
+		return x.Empty
+	}
+	return false
+}
+
 type CreateJoinTokenRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// ttl_seconds is how long the token stays valid; 0 means one hour.
@@ -164,7 +500,7 @@ type CreateJoinTokenRequest struct {
 
 func (x *CreateJoinTokenRequest) Reset() {
 	*x = CreateJoinTokenRequest{}
-	mi := &file_corpus_v1_api_proto_msgTypes[2]
+	mi := &file_corpus_v1_api_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -176,7 +512,7 @@ func (x *CreateJoinTokenRequest) String() string {
 func (*CreateJoinTokenRequest) ProtoMessage() {}
 
 func (x *CreateJoinTokenRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[2]
+	mi := &file_corpus_v1_api_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -189,7 +525,7 @@ func (x *CreateJoinTokenRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateJoinTokenRequest.ProtoReflect.Descriptor instead.
 func (*CreateJoinTokenRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{2}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *CreateJoinTokenRequest) GetTtlSeconds() int64 {
@@ -210,7 +546,7 @@ type CreateJoinTokenResponse struct {
 
 func (x *CreateJoinTokenResponse) Reset() {
 	*x = CreateJoinTokenResponse{}
-	mi := &file_corpus_v1_api_proto_msgTypes[3]
+	mi := &file_corpus_v1_api_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -222,7 +558,7 @@ func (x *CreateJoinTokenResponse) String() string {
 func (*CreateJoinTokenResponse) ProtoMessage() {}
 
 func (x *CreateJoinTokenResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[3]
+	mi := &file_corpus_v1_api_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -235,7 +571,7 @@ func (x *CreateJoinTokenResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateJoinTokenResponse.ProtoReflect.Descriptor instead.
 func (*CreateJoinTokenResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{3}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *CreateJoinTokenResponse) GetToken() string {
@@ -260,7 +596,7 @@ type ListNodesRequest struct {
 
 func (x *ListNodesRequest) Reset() {
 	*x = ListNodesRequest{}
-	mi := &file_corpus_v1_api_proto_msgTypes[4]
+	mi := &file_corpus_v1_api_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -272,7 +608,7 @@ func (x *ListNodesRequest) String() string {
 func (*ListNodesRequest) ProtoMessage() {}
 
 func (x *ListNodesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[4]
+	mi := &file_corpus_v1_api_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -285,7 +621,7 @@ func (x *ListNodesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListNodesRequest.ProtoReflect.Descriptor instead.
 func (*ListNodesRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{4}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{9}
 }
 
 type ListNodesResponse struct {
@@ -298,7 +634,7 @@ type ListNodesResponse struct {
 
 func (x *ListNodesResponse) Reset() {
 	*x = ListNodesResponse{}
-	mi := &file_corpus_v1_api_proto_msgTypes[5]
+	mi := &file_corpus_v1_api_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -310,7 +646,7 @@ func (x *ListNodesResponse) String() string {
 func (*ListNodesResponse) ProtoMessage() {}
 
 func (x *ListNodesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[5]
+	mi := &file_corpus_v1_api_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -323,7 +659,7 @@ func (x *ListNodesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListNodesResponse.ProtoReflect.Descriptor instead.
 func (*ListNodesResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{5}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *ListNodesResponse) GetNodes() []*NodeView {
@@ -350,7 +686,7 @@ type GetNodeRequest struct {
 
 func (x *GetNodeRequest) Reset() {
 	*x = GetNodeRequest{}
-	mi := &file_corpus_v1_api_proto_msgTypes[6]
+	mi := &file_corpus_v1_api_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -362,7 +698,7 @@ func (x *GetNodeRequest) String() string {
 func (*GetNodeRequest) ProtoMessage() {}
 
 func (x *GetNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[6]
+	mi := &file_corpus_v1_api_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -375,7 +711,7 @@ func (x *GetNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetNodeRequest.ProtoReflect.Descriptor instead.
 func (*GetNodeRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{6}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *GetNodeRequest) GetName() string {
@@ -394,7 +730,7 @@ type GetNodeResponse struct {
 
 func (x *GetNodeResponse) Reset() {
 	*x = GetNodeResponse{}
-	mi := &file_corpus_v1_api_proto_msgTypes[7]
+	mi := &file_corpus_v1_api_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -406,7 +742,7 @@ func (x *GetNodeResponse) String() string {
 func (*GetNodeResponse) ProtoMessage() {}
 
 func (x *GetNodeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[7]
+	mi := &file_corpus_v1_api_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -419,7 +755,7 @@ func (x *GetNodeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetNodeResponse.ProtoReflect.Descriptor instead.
 func (*GetNodeResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{7}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *GetNodeResponse) GetNode() *NodeView {
@@ -441,7 +777,7 @@ type NodeView struct {
 
 func (x *NodeView) Reset() {
 	*x = NodeView{}
-	mi := &file_corpus_v1_api_proto_msgTypes[8]
+	mi := &file_corpus_v1_api_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -453,7 +789,7 @@ func (x *NodeView) String() string {
 func (*NodeView) ProtoMessage() {}
 
 func (x *NodeView) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[8]
+	mi := &file_corpus_v1_api_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -466,7 +802,7 @@ func (x *NodeView) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeView.ProtoReflect.Descriptor instead.
 func (*NodeView) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{8}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *NodeView) GetNode() *Node {
@@ -502,7 +838,7 @@ type CreateGuestRequest struct {
 
 func (x *CreateGuestRequest) Reset() {
 	*x = CreateGuestRequest{}
-	mi := &file_corpus_v1_api_proto_msgTypes[9]
+	mi := &file_corpus_v1_api_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -514,7 +850,7 @@ func (x *CreateGuestRequest) String() string {
 func (*CreateGuestRequest) ProtoMessage() {}
 
 func (x *CreateGuestRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[9]
+	mi := &file_corpus_v1_api_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -527,7 +863,7 @@ func (x *CreateGuestRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateGuestRequest.ProtoReflect.Descriptor instead.
 func (*CreateGuestRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{9}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *CreateGuestRequest) GetName() string {
@@ -562,7 +898,7 @@ type CreateGuestResponse struct {
 
 func (x *CreateGuestResponse) Reset() {
 	*x = CreateGuestResponse{}
-	mi := &file_corpus_v1_api_proto_msgTypes[10]
+	mi := &file_corpus_v1_api_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -574,7 +910,7 @@ func (x *CreateGuestResponse) String() string {
 func (*CreateGuestResponse) ProtoMessage() {}
 
 func (x *CreateGuestResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[10]
+	mi := &file_corpus_v1_api_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -587,7 +923,7 @@ func (x *CreateGuestResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateGuestResponse.ProtoReflect.Descriptor instead.
 func (*CreateGuestResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{10}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *CreateGuestResponse) GetGuest() *Guest {
@@ -617,7 +953,7 @@ type GetGuestRequest struct {
 
 func (x *GetGuestRequest) Reset() {
 	*x = GetGuestRequest{}
-	mi := &file_corpus_v1_api_proto_msgTypes[11]
+	mi := &file_corpus_v1_api_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -629,7 +965,7 @@ func (x *GetGuestRequest) String() string {
 func (*GetGuestRequest) ProtoMessage() {}
 
 func (x *GetGuestRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[11]
+	mi := &file_corpus_v1_api_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -642,7 +978,7 @@ func (x *GetGuestRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetGuestRequest.ProtoReflect.Descriptor instead.
 func (*GetGuestRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{11}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *GetGuestRequest) GetName() string {
@@ -682,7 +1018,7 @@ type GetGuestResponse struct {
 
 func (x *GetGuestResponse) Reset() {
 	*x = GetGuestResponse{}
-	mi := &file_corpus_v1_api_proto_msgTypes[12]
+	mi := &file_corpus_v1_api_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -694,7 +1030,7 @@ func (x *GetGuestResponse) String() string {
 func (*GetGuestResponse) ProtoMessage() {}
 
 func (x *GetGuestResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[12]
+	mi := &file_corpus_v1_api_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -707,7 +1043,7 @@ func (x *GetGuestResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetGuestResponse.ProtoReflect.Descriptor instead.
 func (*GetGuestResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{12}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *GetGuestResponse) GetGuest() *Guest {
@@ -748,7 +1084,7 @@ type ListGuestsRequest struct {
 
 func (x *ListGuestsRequest) Reset() {
 	*x = ListGuestsRequest{}
-	mi := &file_corpus_v1_api_proto_msgTypes[13]
+	mi := &file_corpus_v1_api_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -760,7 +1096,7 @@ func (x *ListGuestsRequest) String() string {
 func (*ListGuestsRequest) ProtoMessage() {}
 
 func (x *ListGuestsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[13]
+	mi := &file_corpus_v1_api_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -773,7 +1109,7 @@ func (x *ListGuestsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListGuestsRequest.ProtoReflect.Descriptor instead.
 func (*ListGuestsRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{13}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ListGuestsRequest) GetNode() string {
@@ -793,7 +1129,7 @@ type ListGuestsResponse struct {
 
 func (x *ListGuestsResponse) Reset() {
 	*x = ListGuestsResponse{}
-	mi := &file_corpus_v1_api_proto_msgTypes[14]
+	mi := &file_corpus_v1_api_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -805,7 +1141,7 @@ func (x *ListGuestsResponse) String() string {
 func (*ListGuestsResponse) ProtoMessage() {}
 
 func (x *ListGuestsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[14]
+	mi := &file_corpus_v1_api_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -818,7 +1154,7 @@ func (x *ListGuestsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListGuestsResponse.ProtoReflect.Descriptor instead.
 func (*ListGuestsResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{14}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ListGuestsResponse) GetGuests() []*GetGuestResponse {
@@ -846,7 +1182,7 @@ type GuestActionRequest struct {
 
 func (x *GuestActionRequest) Reset() {
 	*x = GuestActionRequest{}
-	mi := &file_corpus_v1_api_proto_msgTypes[15]
+	mi := &file_corpus_v1_api_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -858,7 +1194,7 @@ func (x *GuestActionRequest) String() string {
 func (*GuestActionRequest) ProtoMessage() {}
 
 func (x *GuestActionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[15]
+	mi := &file_corpus_v1_api_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -871,7 +1207,7 @@ func (x *GuestActionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GuestActionRequest.ProtoReflect.Descriptor instead.
 func (*GuestActionRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{15}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *GuestActionRequest) GetName() string {
@@ -899,7 +1235,7 @@ type GuestActionResponse struct {
 
 func (x *GuestActionResponse) Reset() {
 	*x = GuestActionResponse{}
-	mi := &file_corpus_v1_api_proto_msgTypes[16]
+	mi := &file_corpus_v1_api_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -911,7 +1247,7 @@ func (x *GuestActionResponse) String() string {
 func (*GuestActionResponse) ProtoMessage() {}
 
 func (x *GuestActionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[16]
+	mi := &file_corpus_v1_api_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -924,7 +1260,7 @@ func (x *GuestActionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GuestActionResponse.ProtoReflect.Descriptor instead.
 func (*GuestActionResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{16}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *GuestActionResponse) GetGuest() *Guest {
@@ -955,7 +1291,7 @@ type ExecGuestRequest struct {
 
 func (x *ExecGuestRequest) Reset() {
 	*x = ExecGuestRequest{}
-	mi := &file_corpus_v1_api_proto_msgTypes[17]
+	mi := &file_corpus_v1_api_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -967,7 +1303,7 @@ func (x *ExecGuestRequest) String() string {
 func (*ExecGuestRequest) ProtoMessage() {}
 
 func (x *ExecGuestRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[17]
+	mi := &file_corpus_v1_api_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -980,7 +1316,7 @@ func (x *ExecGuestRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecGuestRequest.ProtoReflect.Descriptor instead.
 func (*ExecGuestRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{17}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ExecGuestRequest) GetName() string {
@@ -1031,7 +1367,7 @@ type ExecOutput struct {
 
 func (x *ExecOutput) Reset() {
 	*x = ExecOutput{}
-	mi := &file_corpus_v1_api_proto_msgTypes[18]
+	mi := &file_corpus_v1_api_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1043,7 +1379,7 @@ func (x *ExecOutput) String() string {
 func (*ExecOutput) ProtoMessage() {}
 
 func (x *ExecOutput) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[18]
+	mi := &file_corpus_v1_api_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1056,7 +1392,7 @@ func (x *ExecOutput) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecOutput.ProtoReflect.Descriptor instead.
 func (*ExecOutput) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{18}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ExecOutput) GetStdout() []byte {
@@ -1102,7 +1438,7 @@ type CreateRouteRequest struct {
 
 func (x *CreateRouteRequest) Reset() {
 	*x = CreateRouteRequest{}
-	mi := &file_corpus_v1_api_proto_msgTypes[19]
+	mi := &file_corpus_v1_api_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1114,7 +1450,7 @@ func (x *CreateRouteRequest) String() string {
 func (*CreateRouteRequest) ProtoMessage() {}
 
 func (x *CreateRouteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[19]
+	mi := &file_corpus_v1_api_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1127,7 +1463,7 @@ func (x *CreateRouteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateRouteRequest.ProtoReflect.Descriptor instead.
 func (*CreateRouteRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{19}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *CreateRouteRequest) GetKind() string {
@@ -1176,7 +1512,7 @@ type CreateRouteResponse struct {
 
 func (x *CreateRouteResponse) Reset() {
 	*x = CreateRouteResponse{}
-	mi := &file_corpus_v1_api_proto_msgTypes[20]
+	mi := &file_corpus_v1_api_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1188,7 +1524,7 @@ func (x *CreateRouteResponse) String() string {
 func (*CreateRouteResponse) ProtoMessage() {}
 
 func (x *CreateRouteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[20]
+	mi := &file_corpus_v1_api_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1201,7 +1537,7 @@ func (x *CreateRouteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateRouteResponse.ProtoReflect.Descriptor instead.
 func (*CreateRouteResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{20}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *CreateRouteResponse) GetRoute() *Route {
@@ -1226,7 +1562,7 @@ type ListRoutesRequest struct {
 
 func (x *ListRoutesRequest) Reset() {
 	*x = ListRoutesRequest{}
-	mi := &file_corpus_v1_api_proto_msgTypes[21]
+	mi := &file_corpus_v1_api_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1238,7 +1574,7 @@ func (x *ListRoutesRequest) String() string {
 func (*ListRoutesRequest) ProtoMessage() {}
 
 func (x *ListRoutesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[21]
+	mi := &file_corpus_v1_api_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1251,7 +1587,7 @@ func (x *ListRoutesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRoutesRequest.ProtoReflect.Descriptor instead.
 func (*ListRoutesRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{21}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{26}
 }
 
 // RouteView is a route with where it points now.
@@ -1269,7 +1605,7 @@ type RouteView struct {
 
 func (x *RouteView) Reset() {
 	*x = RouteView{}
-	mi := &file_corpus_v1_api_proto_msgTypes[22]
+	mi := &file_corpus_v1_api_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1281,7 +1617,7 @@ func (x *RouteView) String() string {
 func (*RouteView) ProtoMessage() {}
 
 func (x *RouteView) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[22]
+	mi := &file_corpus_v1_api_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1294,7 +1630,7 @@ func (x *RouteView) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RouteView.ProtoReflect.Descriptor instead.
 func (*RouteView) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{22}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *RouteView) GetRoute() *Route {
@@ -1343,7 +1679,7 @@ type ListRoutesResponse struct {
 
 func (x *ListRoutesResponse) Reset() {
 	*x = ListRoutesResponse{}
-	mi := &file_corpus_v1_api_proto_msgTypes[23]
+	mi := &file_corpus_v1_api_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1355,7 +1691,7 @@ func (x *ListRoutesResponse) String() string {
 func (*ListRoutesResponse) ProtoMessage() {}
 
 func (x *ListRoutesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[23]
+	mi := &file_corpus_v1_api_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1368,7 +1704,7 @@ func (x *ListRoutesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRoutesResponse.ProtoReflect.Descriptor instead.
 func (*ListRoutesResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{23}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *ListRoutesResponse) GetRoutes() []*RouteView {
@@ -1398,7 +1734,7 @@ type NatView struct {
 
 func (x *NatView) Reset() {
 	*x = NatView{}
-	mi := &file_corpus_v1_api_proto_msgTypes[24]
+	mi := &file_corpus_v1_api_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1410,7 +1746,7 @@ func (x *NatView) String() string {
 func (*NatView) ProtoMessage() {}
 
 func (x *NatView) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[24]
+	mi := &file_corpus_v1_api_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1423,7 +1759,7 @@ func (x *NatView) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NatView.ProtoReflect.Descriptor instead.
 func (*NatView) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{24}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *NatView) GetGuestName() string {
@@ -1473,7 +1809,7 @@ type DeleteRouteRequest struct {
 
 func (x *DeleteRouteRequest) Reset() {
 	*x = DeleteRouteRequest{}
-	mi := &file_corpus_v1_api_proto_msgTypes[25]
+	mi := &file_corpus_v1_api_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1485,7 +1821,7 @@ func (x *DeleteRouteRequest) String() string {
 func (*DeleteRouteRequest) ProtoMessage() {}
 
 func (x *DeleteRouteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[25]
+	mi := &file_corpus_v1_api_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1498,7 +1834,7 @@ func (x *DeleteRouteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteRouteRequest.ProtoReflect.Descriptor instead.
 func (*DeleteRouteRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{25}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *DeleteRouteRequest) GetDomain() string {
@@ -1531,7 +1867,7 @@ type DeleteRouteResponse struct {
 
 func (x *DeleteRouteResponse) Reset() {
 	*x = DeleteRouteResponse{}
-	mi := &file_corpus_v1_api_proto_msgTypes[26]
+	mi := &file_corpus_v1_api_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1543,7 +1879,7 @@ func (x *DeleteRouteResponse) String() string {
 func (*DeleteRouteResponse) ProtoMessage() {}
 
 func (x *DeleteRouteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[26]
+	mi := &file_corpus_v1_api_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1556,7 +1892,7 @@ func (x *DeleteRouteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteRouteResponse.ProtoReflect.Descriptor instead.
 func (*DeleteRouteResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{26}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *DeleteRouteResponse) GetRoute() *Route {
@@ -1580,7 +1916,7 @@ type MoveRouteRequest struct {
 
 func (x *MoveRouteRequest) Reset() {
 	*x = MoveRouteRequest{}
-	mi := &file_corpus_v1_api_proto_msgTypes[27]
+	mi := &file_corpus_v1_api_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1592,7 +1928,7 @@ func (x *MoveRouteRequest) String() string {
 func (*MoveRouteRequest) ProtoMessage() {}
 
 func (x *MoveRouteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[27]
+	mi := &file_corpus_v1_api_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1605,7 +1941,7 @@ func (x *MoveRouteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MoveRouteRequest.ProtoReflect.Descriptor instead.
 func (*MoveRouteRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{27}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *MoveRouteRequest) GetDomain() string {
@@ -1652,7 +1988,7 @@ type MoveRouteResponse struct {
 
 func (x *MoveRouteResponse) Reset() {
 	*x = MoveRouteResponse{}
-	mi := &file_corpus_v1_api_proto_msgTypes[28]
+	mi := &file_corpus_v1_api_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1664,7 +2000,7 @@ func (x *MoveRouteResponse) String() string {
 func (*MoveRouteResponse) ProtoMessage() {}
 
 func (x *MoveRouteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[28]
+	mi := &file_corpus_v1_api_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1677,7 +2013,7 @@ func (x *MoveRouteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MoveRouteResponse.ProtoReflect.Descriptor instead.
 func (*MoveRouteResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{28}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *MoveRouteResponse) GetRoute() *Route {
@@ -1695,7 +2031,7 @@ type ListRecordsRequest struct {
 
 func (x *ListRecordsRequest) Reset() {
 	*x = ListRecordsRequest{}
-	mi := &file_corpus_v1_api_proto_msgTypes[29]
+	mi := &file_corpus_v1_api_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1707,7 +2043,7 @@ func (x *ListRecordsRequest) String() string {
 func (*ListRecordsRequest) ProtoMessage() {}
 
 func (x *ListRecordsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[29]
+	mi := &file_corpus_v1_api_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1720,7 +2056,7 @@ func (x *ListRecordsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRecordsRequest.ProtoReflect.Descriptor instead.
 func (*ListRecordsRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{29}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{34}
 }
 
 // ZoneRecord is one record of the zone as served.
@@ -1739,7 +2075,7 @@ type ZoneRecord struct {
 
 func (x *ZoneRecord) Reset() {
 	*x = ZoneRecord{}
-	mi := &file_corpus_v1_api_proto_msgTypes[30]
+	mi := &file_corpus_v1_api_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1751,7 +2087,7 @@ func (x *ZoneRecord) String() string {
 func (*ZoneRecord) ProtoMessage() {}
 
 func (x *ZoneRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[30]
+	mi := &file_corpus_v1_api_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1764,7 +2100,7 @@ func (x *ZoneRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ZoneRecord.ProtoReflect.Descriptor instead.
 func (*ZoneRecord) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{30}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *ZoneRecord) GetName() string {
@@ -1815,7 +2151,7 @@ type ListRecordsResponse struct {
 
 func (x *ListRecordsResponse) Reset() {
 	*x = ListRecordsResponse{}
-	mi := &file_corpus_v1_api_proto_msgTypes[31]
+	mi := &file_corpus_v1_api_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1827,7 +2163,7 @@ func (x *ListRecordsResponse) String() string {
 func (*ListRecordsResponse) ProtoMessage() {}
 
 func (x *ListRecordsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[31]
+	mi := &file_corpus_v1_api_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1840,7 +2176,7 @@ func (x *ListRecordsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRecordsResponse.ProtoReflect.Descriptor instead.
 func (*ListRecordsResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{31}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *ListRecordsResponse) GetZone() string {
@@ -1883,7 +2219,7 @@ type AddRecordRequest struct {
 
 func (x *AddRecordRequest) Reset() {
 	*x = AddRecordRequest{}
-	mi := &file_corpus_v1_api_proto_msgTypes[32]
+	mi := &file_corpus_v1_api_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1895,7 +2231,7 @@ func (x *AddRecordRequest) String() string {
 func (*AddRecordRequest) ProtoMessage() {}
 
 func (x *AddRecordRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[32]
+	mi := &file_corpus_v1_api_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1908,7 +2244,7 @@ func (x *AddRecordRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddRecordRequest.ProtoReflect.Descriptor instead.
 func (*AddRecordRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{32}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *AddRecordRequest) GetName() string {
@@ -1949,7 +2285,7 @@ type AddRecordResponse struct {
 
 func (x *AddRecordResponse) Reset() {
 	*x = AddRecordResponse{}
-	mi := &file_corpus_v1_api_proto_msgTypes[33]
+	mi := &file_corpus_v1_api_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1961,7 +2297,7 @@ func (x *AddRecordResponse) String() string {
 func (*AddRecordResponse) ProtoMessage() {}
 
 func (x *AddRecordResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[33]
+	mi := &file_corpus_v1_api_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1974,7 +2310,7 @@ func (x *AddRecordResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddRecordResponse.ProtoReflect.Descriptor instead.
 func (*AddRecordResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{33}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *AddRecordResponse) GetRecord() *DnsRecord {
@@ -2000,7 +2336,7 @@ type DeleteRecordRequest struct {
 
 func (x *DeleteRecordRequest) Reset() {
 	*x = DeleteRecordRequest{}
-	mi := &file_corpus_v1_api_proto_msgTypes[34]
+	mi := &file_corpus_v1_api_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2012,7 +2348,7 @@ func (x *DeleteRecordRequest) String() string {
 func (*DeleteRecordRequest) ProtoMessage() {}
 
 func (x *DeleteRecordRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[34]
+	mi := &file_corpus_v1_api_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2025,7 +2361,7 @@ func (x *DeleteRecordRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteRecordRequest.ProtoReflect.Descriptor instead.
 func (*DeleteRecordRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{34}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *DeleteRecordRequest) GetId() string {
@@ -2044,7 +2380,7 @@ type DeleteRecordResponse struct {
 
 func (x *DeleteRecordResponse) Reset() {
 	*x = DeleteRecordResponse{}
-	mi := &file_corpus_v1_api_proto_msgTypes[35]
+	mi := &file_corpus_v1_api_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2056,7 +2392,7 @@ func (x *DeleteRecordResponse) String() string {
 func (*DeleteRecordResponse) ProtoMessage() {}
 
 func (x *DeleteRecordResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[35]
+	mi := &file_corpus_v1_api_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2069,7 +2405,7 @@ func (x *DeleteRecordResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteRecordResponse.ProtoReflect.Descriptor instead.
 func (*DeleteRecordResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{35}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *DeleteRecordResponse) GetRecord() *DnsRecord {
@@ -2088,7 +2424,7 @@ type SnapshotVolumeRequest struct {
 
 func (x *SnapshotVolumeRequest) Reset() {
 	*x = SnapshotVolumeRequest{}
-	mi := &file_corpus_v1_api_proto_msgTypes[36]
+	mi := &file_corpus_v1_api_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2100,7 +2436,7 @@ func (x *SnapshotVolumeRequest) String() string {
 func (*SnapshotVolumeRequest) ProtoMessage() {}
 
 func (x *SnapshotVolumeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[36]
+	mi := &file_corpus_v1_api_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2113,7 +2449,7 @@ func (x *SnapshotVolumeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotVolumeRequest.ProtoReflect.Descriptor instead.
 func (*SnapshotVolumeRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{36}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *SnapshotVolumeRequest) GetName() string {
@@ -2135,7 +2471,7 @@ type SnapshotVolumeResponse struct {
 
 func (x *SnapshotVolumeResponse) Reset() {
 	*x = SnapshotVolumeResponse{}
-	mi := &file_corpus_v1_api_proto_msgTypes[37]
+	mi := &file_corpus_v1_api_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2147,7 +2483,7 @@ func (x *SnapshotVolumeResponse) String() string {
 func (*SnapshotVolumeResponse) ProtoMessage() {}
 
 func (x *SnapshotVolumeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[37]
+	mi := &file_corpus_v1_api_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2160,7 +2496,7 @@ func (x *SnapshotVolumeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotVolumeResponse.ProtoReflect.Descriptor instead.
 func (*SnapshotVolumeResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{37}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *SnapshotVolumeResponse) GetPath() string {
@@ -2195,7 +2531,7 @@ type MoveVolumeRequest struct {
 
 func (x *MoveVolumeRequest) Reset() {
 	*x = MoveVolumeRequest{}
-	mi := &file_corpus_v1_api_proto_msgTypes[38]
+	mi := &file_corpus_v1_api_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2207,7 +2543,7 @@ func (x *MoveVolumeRequest) String() string {
 func (*MoveVolumeRequest) ProtoMessage() {}
 
 func (x *MoveVolumeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[38]
+	mi := &file_corpus_v1_api_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2220,7 +2556,7 @@ func (x *MoveVolumeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MoveVolumeRequest.ProtoReflect.Descriptor instead.
 func (*MoveVolumeRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{38}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *MoveVolumeRequest) GetName() string {
@@ -2249,7 +2585,7 @@ type MoveVolumeProgress struct {
 
 func (x *MoveVolumeProgress) Reset() {
 	*x = MoveVolumeProgress{}
-	mi := &file_corpus_v1_api_proto_msgTypes[39]
+	mi := &file_corpus_v1_api_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2261,7 +2597,7 @@ func (x *MoveVolumeProgress) String() string {
 func (*MoveVolumeProgress) ProtoMessage() {}
 
 func (x *MoveVolumeProgress) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[39]
+	mi := &file_corpus_v1_api_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2274,7 +2610,7 @@ func (x *MoveVolumeProgress) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MoveVolumeProgress.ProtoReflect.Descriptor instead.
 func (*MoveVolumeProgress) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{39}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *MoveVolumeProgress) GetDoneBytes() int64 {
@@ -2318,7 +2654,7 @@ type ResizeVolumeRequest struct {
 
 func (x *ResizeVolumeRequest) Reset() {
 	*x = ResizeVolumeRequest{}
-	mi := &file_corpus_v1_api_proto_msgTypes[40]
+	mi := &file_corpus_v1_api_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2330,7 +2666,7 @@ func (x *ResizeVolumeRequest) String() string {
 func (*ResizeVolumeRequest) ProtoMessage() {}
 
 func (x *ResizeVolumeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[40]
+	mi := &file_corpus_v1_api_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2343,7 +2679,7 @@ func (x *ResizeVolumeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResizeVolumeRequest.ProtoReflect.Descriptor instead.
 func (*ResizeVolumeRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{40}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *ResizeVolumeRequest) GetName() string {
@@ -2384,7 +2720,7 @@ type ResizeVolumeResponse struct {
 
 func (x *ResizeVolumeResponse) Reset() {
 	*x = ResizeVolumeResponse{}
-	mi := &file_corpus_v1_api_proto_msgTypes[41]
+	mi := &file_corpus_v1_api_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2396,7 +2732,7 @@ func (x *ResizeVolumeResponse) String() string {
 func (*ResizeVolumeResponse) ProtoMessage() {}
 
 func (x *ResizeVolumeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[41]
+	mi := &file_corpus_v1_api_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2409,7 +2745,7 @@ func (x *ResizeVolumeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResizeVolumeResponse.ProtoReflect.Descriptor instead.
 func (*ResizeVolumeResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{41}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *ResizeVolumeResponse) GetVolume() *Volume {
@@ -2434,7 +2770,7 @@ type ListVolumesRequest struct {
 
 func (x *ListVolumesRequest) Reset() {
 	*x = ListVolumesRequest{}
-	mi := &file_corpus_v1_api_proto_msgTypes[42]
+	mi := &file_corpus_v1_api_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2446,7 +2782,7 @@ func (x *ListVolumesRequest) String() string {
 func (*ListVolumesRequest) ProtoMessage() {}
 
 func (x *ListVolumesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[42]
+	mi := &file_corpus_v1_api_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2459,7 +2795,7 @@ func (x *ListVolumesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListVolumesRequest.ProtoReflect.Descriptor instead.
 func (*ListVolumesRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{42}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{47}
 }
 
 type VolumeView struct {
@@ -2472,7 +2808,7 @@ type VolumeView struct {
 
 func (x *VolumeView) Reset() {
 	*x = VolumeView{}
-	mi := &file_corpus_v1_api_proto_msgTypes[43]
+	mi := &file_corpus_v1_api_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2484,7 +2820,7 @@ func (x *VolumeView) String() string {
 func (*VolumeView) ProtoMessage() {}
 
 func (x *VolumeView) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[43]
+	mi := &file_corpus_v1_api_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2497,7 +2833,7 @@ func (x *VolumeView) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VolumeView.ProtoReflect.Descriptor instead.
 func (*VolumeView) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{43}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *VolumeView) GetVolume() *Volume {
@@ -2523,7 +2859,7 @@ type ListVolumesResponse struct {
 
 func (x *ListVolumesResponse) Reset() {
 	*x = ListVolumesResponse{}
-	mi := &file_corpus_v1_api_proto_msgTypes[44]
+	mi := &file_corpus_v1_api_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2535,7 +2871,7 @@ func (x *ListVolumesResponse) String() string {
 func (*ListVolumesResponse) ProtoMessage() {}
 
 func (x *ListVolumesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[44]
+	mi := &file_corpus_v1_api_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2548,7 +2884,7 @@ func (x *ListVolumesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListVolumesResponse.ProtoReflect.Descriptor instead.
 func (*ListVolumesResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{44}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *ListVolumesResponse) GetVolumes() []*VolumeView {
@@ -2567,7 +2903,7 @@ type GetVolumeRequest struct {
 
 func (x *GetVolumeRequest) Reset() {
 	*x = GetVolumeRequest{}
-	mi := &file_corpus_v1_api_proto_msgTypes[45]
+	mi := &file_corpus_v1_api_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2579,7 +2915,7 @@ func (x *GetVolumeRequest) String() string {
 func (*GetVolumeRequest) ProtoMessage() {}
 
 func (x *GetVolumeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[45]
+	mi := &file_corpus_v1_api_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2592,7 +2928,7 @@ func (x *GetVolumeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetVolumeRequest.ProtoReflect.Descriptor instead.
 func (*GetVolumeRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{45}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *GetVolumeRequest) GetName() string {
@@ -2611,7 +2947,7 @@ type GetVolumeResponse struct {
 
 func (x *GetVolumeResponse) Reset() {
 	*x = GetVolumeResponse{}
-	mi := &file_corpus_v1_api_proto_msgTypes[46]
+	mi := &file_corpus_v1_api_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2623,7 +2959,7 @@ func (x *GetVolumeResponse) String() string {
 func (*GetVolumeResponse) ProtoMessage() {}
 
 func (x *GetVolumeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[46]
+	mi := &file_corpus_v1_api_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2636,7 +2972,7 @@ func (x *GetVolumeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetVolumeResponse.ProtoReflect.Descriptor instead.
 func (*GetVolumeResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{46}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *GetVolumeResponse) GetVolume() *VolumeView {
@@ -2655,7 +2991,7 @@ type DeleteVolumeRequest struct {
 
 func (x *DeleteVolumeRequest) Reset() {
 	*x = DeleteVolumeRequest{}
-	mi := &file_corpus_v1_api_proto_msgTypes[47]
+	mi := &file_corpus_v1_api_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2667,7 +3003,7 @@ func (x *DeleteVolumeRequest) String() string {
 func (*DeleteVolumeRequest) ProtoMessage() {}
 
 func (x *DeleteVolumeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[47]
+	mi := &file_corpus_v1_api_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2680,7 +3016,7 @@ func (x *DeleteVolumeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteVolumeRequest.ProtoReflect.Descriptor instead.
 func (*DeleteVolumeRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{47}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *DeleteVolumeRequest) GetName() string {
@@ -2699,7 +3035,7 @@ type DeleteVolumeResponse struct {
 
 func (x *DeleteVolumeResponse) Reset() {
 	*x = DeleteVolumeResponse{}
-	mi := &file_corpus_v1_api_proto_msgTypes[48]
+	mi := &file_corpus_v1_api_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2711,7 +3047,7 @@ func (x *DeleteVolumeResponse) String() string {
 func (*DeleteVolumeResponse) ProtoMessage() {}
 
 func (x *DeleteVolumeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[48]
+	mi := &file_corpus_v1_api_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2724,7 +3060,7 @@ func (x *DeleteVolumeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteVolumeResponse.ProtoReflect.Descriptor instead.
 func (*DeleteVolumeResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{48}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *DeleteVolumeResponse) GetVolume() *Volume {
@@ -2745,7 +3081,7 @@ type SetManifestDomainsRequest struct {
 
 func (x *SetManifestDomainsRequest) Reset() {
 	*x = SetManifestDomainsRequest{}
-	mi := &file_corpus_v1_api_proto_msgTypes[49]
+	mi := &file_corpus_v1_api_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2757,7 +3093,7 @@ func (x *SetManifestDomainsRequest) String() string {
 func (*SetManifestDomainsRequest) ProtoMessage() {}
 
 func (x *SetManifestDomainsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[49]
+	mi := &file_corpus_v1_api_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2770,7 +3106,7 @@ func (x *SetManifestDomainsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetManifestDomainsRequest.ProtoReflect.Descriptor instead.
 func (*SetManifestDomainsRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{49}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *SetManifestDomainsRequest) GetProject() string {
@@ -2802,7 +3138,7 @@ type SetManifestDomainsResponse struct {
 
 func (x *SetManifestDomainsResponse) Reset() {
 	*x = SetManifestDomainsResponse{}
-	mi := &file_corpus_v1_api_proto_msgTypes[50]
+	mi := &file_corpus_v1_api_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2814,7 +3150,7 @@ func (x *SetManifestDomainsResponse) String() string {
 func (*SetManifestDomainsResponse) ProtoMessage() {}
 
 func (x *SetManifestDomainsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[50]
+	mi := &file_corpus_v1_api_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2827,7 +3163,7 @@ func (x *SetManifestDomainsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetManifestDomainsResponse.ProtoReflect.Descriptor instead.
 func (*SetManifestDomainsResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{50}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{55}
 }
 
 type GitAccessRequest struct {
@@ -2846,7 +3182,7 @@ type GitAccessRequest struct {
 
 func (x *GitAccessRequest) Reset() {
 	*x = GitAccessRequest{}
-	mi := &file_corpus_v1_api_proto_msgTypes[51]
+	mi := &file_corpus_v1_api_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2858,7 +3194,7 @@ func (x *GitAccessRequest) String() string {
 func (*GitAccessRequest) ProtoMessage() {}
 
 func (x *GitAccessRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[51]
+	mi := &file_corpus_v1_api_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2871,7 +3207,7 @@ func (x *GitAccessRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GitAccessRequest.ProtoReflect.Descriptor instead.
 func (*GitAccessRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{51}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *GitAccessRequest) GetFingerprint() string {
@@ -2920,7 +3256,7 @@ type GitAccessResponse struct {
 
 func (x *GitAccessResponse) Reset() {
 	*x = GitAccessResponse{}
-	mi := &file_corpus_v1_api_proto_msgTypes[52]
+	mi := &file_corpus_v1_api_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2932,7 +3268,7 @@ func (x *GitAccessResponse) String() string {
 func (*GitAccessResponse) ProtoMessage() {}
 
 func (x *GitAccessResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[52]
+	mi := &file_corpus_v1_api_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2945,7 +3281,7 @@ func (x *GitAccessResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GitAccessResponse.ProtoReflect.Descriptor instead.
 func (*GitAccessResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{52}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *GitAccessResponse) GetUser() string {
@@ -3010,7 +3346,7 @@ type BeginReleaseRequest struct {
 
 func (x *BeginReleaseRequest) Reset() {
 	*x = BeginReleaseRequest{}
-	mi := &file_corpus_v1_api_proto_msgTypes[53]
+	mi := &file_corpus_v1_api_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3022,7 +3358,7 @@ func (x *BeginReleaseRequest) String() string {
 func (*BeginReleaseRequest) ProtoMessage() {}
 
 func (x *BeginReleaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[53]
+	mi := &file_corpus_v1_api_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3035,7 +3371,7 @@ func (x *BeginReleaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BeginReleaseRequest.ProtoReflect.Descriptor instead.
 func (*BeginReleaseRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{53}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *BeginReleaseRequest) GetProject() string {
@@ -3082,7 +3418,7 @@ type BeginReleaseResponse struct {
 
 func (x *BeginReleaseResponse) Reset() {
 	*x = BeginReleaseResponse{}
-	mi := &file_corpus_v1_api_proto_msgTypes[54]
+	mi := &file_corpus_v1_api_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3094,7 +3430,7 @@ func (x *BeginReleaseResponse) String() string {
 func (*BeginReleaseResponse) ProtoMessage() {}
 
 func (x *BeginReleaseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[54]
+	mi := &file_corpus_v1_api_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3107,7 +3443,7 @@ func (x *BeginReleaseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BeginReleaseResponse.ProtoReflect.Descriptor instead.
 func (*BeginReleaseResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{54}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *BeginReleaseResponse) GetRelease() *Release {
@@ -3131,7 +3467,7 @@ type FinishReleaseRequest struct {
 
 func (x *FinishReleaseRequest) Reset() {
 	*x = FinishReleaseRequest{}
-	mi := &file_corpus_v1_api_proto_msgTypes[55]
+	mi := &file_corpus_v1_api_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3143,7 +3479,7 @@ func (x *FinishReleaseRequest) String() string {
 func (*FinishReleaseRequest) ProtoMessage() {}
 
 func (x *FinishReleaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[55]
+	mi := &file_corpus_v1_api_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3156,7 +3492,7 @@ func (x *FinishReleaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FinishReleaseRequest.ProtoReflect.Descriptor instead.
 func (*FinishReleaseRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{55}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *FinishReleaseRequest) GetId() string {
@@ -3210,7 +3546,7 @@ type FinishReleaseResponse struct {
 
 func (x *FinishReleaseResponse) Reset() {
 	*x = FinishReleaseResponse{}
-	mi := &file_corpus_v1_api_proto_msgTypes[56]
+	mi := &file_corpus_v1_api_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3222,7 +3558,7 @@ func (x *FinishReleaseResponse) String() string {
 func (*FinishReleaseResponse) ProtoMessage() {}
 
 func (x *FinishReleaseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[56]
+	mi := &file_corpus_v1_api_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3235,7 +3571,7 @@ func (x *FinishReleaseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FinishReleaseResponse.ProtoReflect.Descriptor instead.
 func (*FinishReleaseResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{56}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *FinishReleaseResponse) GetRelease() *Release {
@@ -3256,7 +3592,7 @@ type SetCurrentReleaseRequest struct {
 
 func (x *SetCurrentReleaseRequest) Reset() {
 	*x = SetCurrentReleaseRequest{}
-	mi := &file_corpus_v1_api_proto_msgTypes[57]
+	mi := &file_corpus_v1_api_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3268,7 +3604,7 @@ func (x *SetCurrentReleaseRequest) String() string {
 func (*SetCurrentReleaseRequest) ProtoMessage() {}
 
 func (x *SetCurrentReleaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[57]
+	mi := &file_corpus_v1_api_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3281,7 +3617,7 @@ func (x *SetCurrentReleaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetCurrentReleaseRequest.ProtoReflect.Descriptor instead.
 func (*SetCurrentReleaseRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{57}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *SetCurrentReleaseRequest) GetProject() string {
@@ -3313,7 +3649,7 @@ type SetCurrentReleaseResponse struct {
 
 func (x *SetCurrentReleaseResponse) Reset() {
 	*x = SetCurrentReleaseResponse{}
-	mi := &file_corpus_v1_api_proto_msgTypes[58]
+	mi := &file_corpus_v1_api_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3325,7 +3661,7 @@ func (x *SetCurrentReleaseResponse) String() string {
 func (*SetCurrentReleaseResponse) ProtoMessage() {}
 
 func (x *SetCurrentReleaseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[58]
+	mi := &file_corpus_v1_api_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3338,7 +3674,7 @@ func (x *SetCurrentReleaseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetCurrentReleaseResponse.ProtoReflect.Descriptor instead.
 func (*SetCurrentReleaseResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{58}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{63}
 }
 
 type PruneReleasesRequest struct {
@@ -3352,7 +3688,7 @@ type PruneReleasesRequest struct {
 
 func (x *PruneReleasesRequest) Reset() {
 	*x = PruneReleasesRequest{}
-	mi := &file_corpus_v1_api_proto_msgTypes[59]
+	mi := &file_corpus_v1_api_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3364,7 +3700,7 @@ func (x *PruneReleasesRequest) String() string {
 func (*PruneReleasesRequest) ProtoMessage() {}
 
 func (x *PruneReleasesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[59]
+	mi := &file_corpus_v1_api_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3377,7 +3713,7 @@ func (x *PruneReleasesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PruneReleasesRequest.ProtoReflect.Descriptor instead.
 func (*PruneReleasesRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{59}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *PruneReleasesRequest) GetProject() string {
@@ -3409,7 +3745,7 @@ type PruneReleasesResponse struct {
 
 func (x *PruneReleasesResponse) Reset() {
 	*x = PruneReleasesResponse{}
-	mi := &file_corpus_v1_api_proto_msgTypes[60]
+	mi := &file_corpus_v1_api_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3421,7 +3757,7 @@ func (x *PruneReleasesResponse) String() string {
 func (*PruneReleasesResponse) ProtoMessage() {}
 
 func (x *PruneReleasesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[60]
+	mi := &file_corpus_v1_api_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3434,7 +3770,7 @@ func (x *PruneReleasesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PruneReleasesResponse.ProtoReflect.Descriptor instead.
 func (*PruneReleasesResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{60}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{65}
 }
 
 type EnrollRequest struct {
@@ -3453,7 +3789,7 @@ type EnrollRequest struct {
 
 func (x *EnrollRequest) Reset() {
 	*x = EnrollRequest{}
-	mi := &file_corpus_v1_api_proto_msgTypes[61]
+	mi := &file_corpus_v1_api_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3465,7 +3801,7 @@ func (x *EnrollRequest) String() string {
 func (*EnrollRequest) ProtoMessage() {}
 
 func (x *EnrollRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[61]
+	mi := &file_corpus_v1_api_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3478,7 +3814,7 @@ func (x *EnrollRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EnrollRequest.ProtoReflect.Descriptor instead.
 func (*EnrollRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{61}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *EnrollRequest) GetJoinToken() string {
@@ -3551,7 +3887,7 @@ type EnrollResponse struct {
 
 func (x *EnrollResponse) Reset() {
 	*x = EnrollResponse{}
-	mi := &file_corpus_v1_api_proto_msgTypes[62]
+	mi := &file_corpus_v1_api_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3563,7 +3899,7 @@ func (x *EnrollResponse) String() string {
 func (*EnrollResponse) ProtoMessage() {}
 
 func (x *EnrollResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[62]
+	mi := &file_corpus_v1_api_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3576,7 +3912,7 @@ func (x *EnrollResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EnrollResponse.ProtoReflect.Descriptor instead.
 func (*EnrollResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{62}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *EnrollResponse) GetNodeId() string {
@@ -3615,7 +3951,7 @@ type WatchRequest struct {
 
 func (x *WatchRequest) Reset() {
 	*x = WatchRequest{}
-	mi := &file_corpus_v1_api_proto_msgTypes[63]
+	mi := &file_corpus_v1_api_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3627,7 +3963,7 @@ func (x *WatchRequest) String() string {
 func (*WatchRequest) ProtoMessage() {}
 
 func (x *WatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[63]
+	mi := &file_corpus_v1_api_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3640,7 +3976,7 @@ func (x *WatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchRequest.ProtoReflect.Descriptor instead.
 func (*WatchRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{63}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{68}
 }
 
 type WatchResponse struct {
@@ -3656,14 +3992,17 @@ type WatchResponse struct {
 	// dns_zone is the cluster zone, fully qualified.
 	DnsZone string `protobuf:"bytes,6,opt,name=dns_zone,json=dnsZone,proto3" json:"dns_zone,omitempty"`
 	// volumes are the volumes on this node.
-	Volumes       []*Volume `protobuf:"bytes,7,rep,name=volumes,proto3" json:"volumes,omitempty"`
+	Volumes []*Volume `protobuf:"bytes,7,rep,name=volumes,proto3" json:"volumes,omitempty"`
+	// gossip_addr is host:port of the coordinator's gossip member (node
+	// liveness); agents join it. Empty when the coordinator gossips not.
+	GossipAddr    string `protobuf:"bytes,30,opt,name=gossip_addr,json=gossipAddr,proto3" json:"gossip_addr,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *WatchResponse) Reset() {
 	*x = WatchResponse{}
-	mi := &file_corpus_v1_api_proto_msgTypes[64]
+	mi := &file_corpus_v1_api_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3675,7 +4014,7 @@ func (x *WatchResponse) String() string {
 func (*WatchResponse) ProtoMessage() {}
 
 func (x *WatchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[64]
+	mi := &file_corpus_v1_api_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3688,7 +4027,7 @@ func (x *WatchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchResponse.ProtoReflect.Descriptor instead.
 func (*WatchResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{64}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *WatchResponse) GetIndex() uint64 {
@@ -3740,6 +4079,13 @@ func (x *WatchResponse) GetVolumes() []*Volume {
 	return nil
 }
 
+func (x *WatchResponse) GetGossipAddr() string {
+	if x != nil {
+		return x.GossipAddr
+	}
+	return ""
+}
+
 type ReportRequest struct {
 	state        protoimpl.MessageState `protogen:"open.v1"`
 	Capacity     *Resources             `protobuf:"bytes,1,opt,name=capacity,proto3" json:"capacity,omitempty"`
@@ -3759,7 +4105,7 @@ type ReportRequest struct {
 
 func (x *ReportRequest) Reset() {
 	*x = ReportRequest{}
-	mi := &file_corpus_v1_api_proto_msgTypes[65]
+	mi := &file_corpus_v1_api_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3771,7 +4117,7 @@ func (x *ReportRequest) String() string {
 func (*ReportRequest) ProtoMessage() {}
 
 func (x *ReportRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[65]
+	mi := &file_corpus_v1_api_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3784,7 +4130,7 @@ func (x *ReportRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportRequest.ProtoReflect.Descriptor instead.
 func (*ReportRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{65}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *ReportRequest) GetCapacity() *Resources {
@@ -3867,7 +4213,7 @@ type ReportedGuest struct {
 
 func (x *ReportedGuest) Reset() {
 	*x = ReportedGuest{}
-	mi := &file_corpus_v1_api_proto_msgTypes[66]
+	mi := &file_corpus_v1_api_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3879,7 +4225,7 @@ func (x *ReportedGuest) String() string {
 func (*ReportedGuest) ProtoMessage() {}
 
 func (x *ReportedGuest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[66]
+	mi := &file_corpus_v1_api_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3892,7 +4238,7 @@ func (x *ReportedGuest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportedGuest.ProtoReflect.Descriptor instead.
 func (*ReportedGuest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{66}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *ReportedGuest) GetGuestId() string {
@@ -3922,7 +4268,7 @@ type ReportedVolume struct {
 
 func (x *ReportedVolume) Reset() {
 	*x = ReportedVolume{}
-	mi := &file_corpus_v1_api_proto_msgTypes[67]
+	mi := &file_corpus_v1_api_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3934,7 +4280,7 @@ func (x *ReportedVolume) String() string {
 func (*ReportedVolume) ProtoMessage() {}
 
 func (x *ReportedVolume) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[67]
+	mi := &file_corpus_v1_api_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3947,7 +4293,7 @@ func (x *ReportedVolume) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportedVolume.ProtoReflect.Descriptor instead.
 func (*ReportedVolume) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{67}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{72}
 }
 
 func (x *ReportedVolume) GetVolumeId() string {
@@ -3980,7 +4326,7 @@ type ReportResponse struct {
 
 func (x *ReportResponse) Reset() {
 	*x = ReportResponse{}
-	mi := &file_corpus_v1_api_proto_msgTypes[68]
+	mi := &file_corpus_v1_api_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3992,7 +4338,7 @@ func (x *ReportResponse) String() string {
 func (*ReportResponse) ProtoMessage() {}
 
 func (x *ReportResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[68]
+	mi := &file_corpus_v1_api_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4005,7 +4351,7 @@ func (x *ReportResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportResponse.ProtoReflect.Descriptor instead.
 func (*ReportResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{68}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{73}
 }
 
 func (x *ReportResponse) GetIndex() uint64 {
@@ -4024,7 +4370,7 @@ type ExportVolumeRequest struct {
 
 func (x *ExportVolumeRequest) Reset() {
 	*x = ExportVolumeRequest{}
-	mi := &file_corpus_v1_api_proto_msgTypes[69]
+	mi := &file_corpus_v1_api_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4036,7 +4382,7 @@ func (x *ExportVolumeRequest) String() string {
 func (*ExportVolumeRequest) ProtoMessage() {}
 
 func (x *ExportVolumeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[69]
+	mi := &file_corpus_v1_api_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4049,7 +4395,7 @@ func (x *ExportVolumeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExportVolumeRequest.ProtoReflect.Descriptor instead.
 func (*ExportVolumeRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{69}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{74}
 }
 
 func (x *ExportVolumeRequest) GetName() string {
@@ -4070,7 +4416,7 @@ type VolumeChunk struct {
 
 func (x *VolumeChunk) Reset() {
 	*x = VolumeChunk{}
-	mi := &file_corpus_v1_api_proto_msgTypes[70]
+	mi := &file_corpus_v1_api_proto_msgTypes[75]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4082,7 +4428,7 @@ func (x *VolumeChunk) String() string {
 func (*VolumeChunk) ProtoMessage() {}
 
 func (x *VolumeChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[70]
+	mi := &file_corpus_v1_api_proto_msgTypes[75]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4095,7 +4441,7 @@ func (x *VolumeChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VolumeChunk.ProtoReflect.Descriptor instead.
 func (*VolumeChunk) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{70}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{75}
 }
 
 func (x *VolumeChunk) GetName() string {
@@ -4128,7 +4474,7 @@ type ImportVolumeResponse struct {
 
 func (x *ImportVolumeResponse) Reset() {
 	*x = ImportVolumeResponse{}
-	mi := &file_corpus_v1_api_proto_msgTypes[71]
+	mi := &file_corpus_v1_api_proto_msgTypes[76]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4140,7 +4486,7 @@ func (x *ImportVolumeResponse) String() string {
 func (*ImportVolumeResponse) ProtoMessage() {}
 
 func (x *ImportVolumeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[71]
+	mi := &file_corpus_v1_api_proto_msgTypes[76]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4153,7 +4499,7 @@ func (x *ImportVolumeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ImportVolumeResponse.ProtoReflect.Descriptor instead.
 func (*ImportVolumeResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{71}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{76}
 }
 
 func (x *ImportVolumeResponse) GetBytes() int64 {
@@ -4173,7 +4519,7 @@ type CreateUserRequest struct {
 
 func (x *CreateUserRequest) Reset() {
 	*x = CreateUserRequest{}
-	mi := &file_corpus_v1_api_proto_msgTypes[72]
+	mi := &file_corpus_v1_api_proto_msgTypes[77]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4185,7 +4531,7 @@ func (x *CreateUserRequest) String() string {
 func (*CreateUserRequest) ProtoMessage() {}
 
 func (x *CreateUserRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[72]
+	mi := &file_corpus_v1_api_proto_msgTypes[77]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4198,7 +4544,7 @@ func (x *CreateUserRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateUserRequest.ProtoReflect.Descriptor instead.
 func (*CreateUserRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{72}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{77}
 }
 
 func (x *CreateUserRequest) GetName() string {
@@ -4225,7 +4571,7 @@ type CreateUserResponse struct {
 
 func (x *CreateUserResponse) Reset() {
 	*x = CreateUserResponse{}
-	mi := &file_corpus_v1_api_proto_msgTypes[73]
+	mi := &file_corpus_v1_api_proto_msgTypes[78]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4237,7 +4583,7 @@ func (x *CreateUserResponse) String() string {
 func (*CreateUserResponse) ProtoMessage() {}
 
 func (x *CreateUserResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[73]
+	mi := &file_corpus_v1_api_proto_msgTypes[78]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4250,7 +4596,7 @@ func (x *CreateUserResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateUserResponse.ProtoReflect.Descriptor instead.
 func (*CreateUserResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{73}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{78}
 }
 
 func (x *CreateUserResponse) GetUser() *User {
@@ -4275,7 +4621,7 @@ type ListUsersRequest struct {
 
 func (x *ListUsersRequest) Reset() {
 	*x = ListUsersRequest{}
-	mi := &file_corpus_v1_api_proto_msgTypes[74]
+	mi := &file_corpus_v1_api_proto_msgTypes[79]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4287,7 +4633,7 @@ func (x *ListUsersRequest) String() string {
 func (*ListUsersRequest) ProtoMessage() {}
 
 func (x *ListUsersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[74]
+	mi := &file_corpus_v1_api_proto_msgTypes[79]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4300,7 +4646,7 @@ func (x *ListUsersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListUsersRequest.ProtoReflect.Descriptor instead.
 func (*ListUsersRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{74}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{79}
 }
 
 type ListUsersResponse struct {
@@ -4312,7 +4658,7 @@ type ListUsersResponse struct {
 
 func (x *ListUsersResponse) Reset() {
 	*x = ListUsersResponse{}
-	mi := &file_corpus_v1_api_proto_msgTypes[75]
+	mi := &file_corpus_v1_api_proto_msgTypes[80]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4324,7 +4670,7 @@ func (x *ListUsersResponse) String() string {
 func (*ListUsersResponse) ProtoMessage() {}
 
 func (x *ListUsersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[75]
+	mi := &file_corpus_v1_api_proto_msgTypes[80]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4337,7 +4683,7 @@ func (x *ListUsersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListUsersResponse.ProtoReflect.Descriptor instead.
 func (*ListUsersResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{75}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{80}
 }
 
 func (x *ListUsersResponse) GetUsers() []*User {
@@ -4356,7 +4702,7 @@ type DeleteUserRequest struct {
 
 func (x *DeleteUserRequest) Reset() {
 	*x = DeleteUserRequest{}
-	mi := &file_corpus_v1_api_proto_msgTypes[76]
+	mi := &file_corpus_v1_api_proto_msgTypes[81]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4368,7 +4714,7 @@ func (x *DeleteUserRequest) String() string {
 func (*DeleteUserRequest) ProtoMessage() {}
 
 func (x *DeleteUserRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[76]
+	mi := &file_corpus_v1_api_proto_msgTypes[81]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4381,7 +4727,7 @@ func (x *DeleteUserRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteUserRequest.ProtoReflect.Descriptor instead.
 func (*DeleteUserRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{76}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{81}
 }
 
 func (x *DeleteUserRequest) GetName() string {
@@ -4400,7 +4746,7 @@ type DeleteUserResponse struct {
 
 func (x *DeleteUserResponse) Reset() {
 	*x = DeleteUserResponse{}
-	mi := &file_corpus_v1_api_proto_msgTypes[77]
+	mi := &file_corpus_v1_api_proto_msgTypes[82]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4412,7 +4758,7 @@ func (x *DeleteUserResponse) String() string {
 func (*DeleteUserResponse) ProtoMessage() {}
 
 func (x *DeleteUserResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[77]
+	mi := &file_corpus_v1_api_proto_msgTypes[82]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4425,7 +4771,7 @@ func (x *DeleteUserResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteUserResponse.ProtoReflect.Descriptor instead.
 func (*DeleteUserResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{77}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{82}
 }
 
 func (x *DeleteUserResponse) GetUser() *User {
@@ -4446,7 +4792,7 @@ type AddKeyRequest struct {
 
 func (x *AddKeyRequest) Reset() {
 	*x = AddKeyRequest{}
-	mi := &file_corpus_v1_api_proto_msgTypes[78]
+	mi := &file_corpus_v1_api_proto_msgTypes[83]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4458,7 +4804,7 @@ func (x *AddKeyRequest) String() string {
 func (*AddKeyRequest) ProtoMessage() {}
 
 func (x *AddKeyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[78]
+	mi := &file_corpus_v1_api_proto_msgTypes[83]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4471,7 +4817,7 @@ func (x *AddKeyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddKeyRequest.ProtoReflect.Descriptor instead.
 func (*AddKeyRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{78}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{83}
 }
 
 func (x *AddKeyRequest) GetUser() string {
@@ -4498,7 +4844,7 @@ type AddKeyResponse struct {
 
 func (x *AddKeyResponse) Reset() {
 	*x = AddKeyResponse{}
-	mi := &file_corpus_v1_api_proto_msgTypes[79]
+	mi := &file_corpus_v1_api_proto_msgTypes[84]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4510,7 +4856,7 @@ func (x *AddKeyResponse) String() string {
 func (*AddKeyResponse) ProtoMessage() {}
 
 func (x *AddKeyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[79]
+	mi := &file_corpus_v1_api_proto_msgTypes[84]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4523,7 +4869,7 @@ func (x *AddKeyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddKeyResponse.ProtoReflect.Descriptor instead.
 func (*AddKeyResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{79}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{84}
 }
 
 func (x *AddKeyResponse) GetKey() *SshKey {
@@ -4551,7 +4897,7 @@ type DeleteKeyRequest struct {
 
 func (x *DeleteKeyRequest) Reset() {
 	*x = DeleteKeyRequest{}
-	mi := &file_corpus_v1_api_proto_msgTypes[80]
+	mi := &file_corpus_v1_api_proto_msgTypes[85]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4563,7 +4909,7 @@ func (x *DeleteKeyRequest) String() string {
 func (*DeleteKeyRequest) ProtoMessage() {}
 
 func (x *DeleteKeyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[80]
+	mi := &file_corpus_v1_api_proto_msgTypes[85]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4576,7 +4922,7 @@ func (x *DeleteKeyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteKeyRequest.ProtoReflect.Descriptor instead.
 func (*DeleteKeyRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{80}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{85}
 }
 
 func (x *DeleteKeyRequest) GetUser() string {
@@ -4601,7 +4947,7 @@ type DeleteKeyResponse struct {
 
 func (x *DeleteKeyResponse) Reset() {
 	*x = DeleteKeyResponse{}
-	mi := &file_corpus_v1_api_proto_msgTypes[81]
+	mi := &file_corpus_v1_api_proto_msgTypes[86]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4613,7 +4959,7 @@ func (x *DeleteKeyResponse) String() string {
 func (*DeleteKeyResponse) ProtoMessage() {}
 
 func (x *DeleteKeyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[81]
+	mi := &file_corpus_v1_api_proto_msgTypes[86]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4626,7 +4972,7 @@ func (x *DeleteKeyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteKeyResponse.ProtoReflect.Descriptor instead.
 func (*DeleteKeyResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{81}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{86}
 }
 
 type CreateProjectRequest struct {
@@ -4649,7 +4995,7 @@ type CreateProjectRequest struct {
 
 func (x *CreateProjectRequest) Reset() {
 	*x = CreateProjectRequest{}
-	mi := &file_corpus_v1_api_proto_msgTypes[82]
+	mi := &file_corpus_v1_api_proto_msgTypes[87]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4661,7 +5007,7 @@ func (x *CreateProjectRequest) String() string {
 func (*CreateProjectRequest) ProtoMessage() {}
 
 func (x *CreateProjectRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[82]
+	mi := &file_corpus_v1_api_proto_msgTypes[87]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4674,7 +5020,7 @@ func (x *CreateProjectRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateProjectRequest.ProtoReflect.Descriptor instead.
 func (*CreateProjectRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{82}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{87}
 }
 
 func (x *CreateProjectRequest) GetName() string {
@@ -4752,7 +5098,7 @@ type CreateProjectResponse struct {
 
 func (x *CreateProjectResponse) Reset() {
 	*x = CreateProjectResponse{}
-	mi := &file_corpus_v1_api_proto_msgTypes[83]
+	mi := &file_corpus_v1_api_proto_msgTypes[88]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4764,7 +5110,7 @@ func (x *CreateProjectResponse) String() string {
 func (*CreateProjectResponse) ProtoMessage() {}
 
 func (x *CreateProjectResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[83]
+	mi := &file_corpus_v1_api_proto_msgTypes[88]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4777,7 +5123,7 @@ func (x *CreateProjectResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateProjectResponse.ProtoReflect.Descriptor instead.
 func (*CreateProjectResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{83}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{88}
 }
 
 func (x *CreateProjectResponse) GetProject() *Project {
@@ -4809,7 +5155,7 @@ type ListProjectsRequest struct {
 
 func (x *ListProjectsRequest) Reset() {
 	*x = ListProjectsRequest{}
-	mi := &file_corpus_v1_api_proto_msgTypes[84]
+	mi := &file_corpus_v1_api_proto_msgTypes[89]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4821,7 +5167,7 @@ func (x *ListProjectsRequest) String() string {
 func (*ListProjectsRequest) ProtoMessage() {}
 
 func (x *ListProjectsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[84]
+	mi := &file_corpus_v1_api_proto_msgTypes[89]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4834,7 +5180,7 @@ func (x *ListProjectsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListProjectsRequest.ProtoReflect.Descriptor instead.
 func (*ListProjectsRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{84}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{89}
 }
 
 type ListProjectsResponse struct {
@@ -4846,7 +5192,7 @@ type ListProjectsResponse struct {
 
 func (x *ListProjectsResponse) Reset() {
 	*x = ListProjectsResponse{}
-	mi := &file_corpus_v1_api_proto_msgTypes[85]
+	mi := &file_corpus_v1_api_proto_msgTypes[90]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4858,7 +5204,7 @@ func (x *ListProjectsResponse) String() string {
 func (*ListProjectsResponse) ProtoMessage() {}
 
 func (x *ListProjectsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[85]
+	mi := &file_corpus_v1_api_proto_msgTypes[90]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4871,7 +5217,7 @@ func (x *ListProjectsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListProjectsResponse.ProtoReflect.Descriptor instead.
 func (*ListProjectsResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{85}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{90}
 }
 
 func (x *ListProjectsResponse) GetProjects() []*ProjectView {
@@ -4892,7 +5238,7 @@ type ProjectView struct {
 
 func (x *ProjectView) Reset() {
 	*x = ProjectView{}
-	mi := &file_corpus_v1_api_proto_msgTypes[86]
+	mi := &file_corpus_v1_api_proto_msgTypes[91]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4904,7 +5250,7 @@ func (x *ProjectView) String() string {
 func (*ProjectView) ProtoMessage() {}
 
 func (x *ProjectView) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[86]
+	mi := &file_corpus_v1_api_proto_msgTypes[91]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4917,7 +5263,7 @@ func (x *ProjectView) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProjectView.ProtoReflect.Descriptor instead.
 func (*ProjectView) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{86}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{91}
 }
 
 func (x *ProjectView) GetProject() *Project {
@@ -4950,7 +5296,7 @@ type ProjectEnvView struct {
 
 func (x *ProjectEnvView) Reset() {
 	*x = ProjectEnvView{}
-	mi := &file_corpus_v1_api_proto_msgTypes[87]
+	mi := &file_corpus_v1_api_proto_msgTypes[92]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4962,7 +5308,7 @@ func (x *ProjectEnvView) String() string {
 func (*ProjectEnvView) ProtoMessage() {}
 
 func (x *ProjectEnvView) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[87]
+	mi := &file_corpus_v1_api_proto_msgTypes[92]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4975,7 +5321,7 @@ func (x *ProjectEnvView) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProjectEnvView.ProtoReflect.Descriptor instead.
 func (*ProjectEnvView) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{87}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{92}
 }
 
 func (x *ProjectEnvView) GetName() string {
@@ -5039,7 +5385,7 @@ type GetProjectRequest struct {
 
 func (x *GetProjectRequest) Reset() {
 	*x = GetProjectRequest{}
-	mi := &file_corpus_v1_api_proto_msgTypes[88]
+	mi := &file_corpus_v1_api_proto_msgTypes[93]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5051,7 +5397,7 @@ func (x *GetProjectRequest) String() string {
 func (*GetProjectRequest) ProtoMessage() {}
 
 func (x *GetProjectRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[88]
+	mi := &file_corpus_v1_api_proto_msgTypes[93]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5064,7 +5410,7 @@ func (x *GetProjectRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetProjectRequest.ProtoReflect.Descriptor instead.
 func (*GetProjectRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{88}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{93}
 }
 
 func (x *GetProjectRequest) GetName() string {
@@ -5098,7 +5444,7 @@ type GetProjectResponse struct {
 
 func (x *GetProjectResponse) Reset() {
 	*x = GetProjectResponse{}
-	mi := &file_corpus_v1_api_proto_msgTypes[89]
+	mi := &file_corpus_v1_api_proto_msgTypes[94]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5110,7 +5456,7 @@ func (x *GetProjectResponse) String() string {
 func (*GetProjectResponse) ProtoMessage() {}
 
 func (x *GetProjectResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[89]
+	mi := &file_corpus_v1_api_proto_msgTypes[94]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5123,7 +5469,7 @@ func (x *GetProjectResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetProjectResponse.ProtoReflect.Descriptor instead.
 func (*GetProjectResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{89}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{94}
 }
 
 func (x *GetProjectResponse) GetProject() *ProjectView {
@@ -5150,7 +5496,7 @@ type DeleteProjectRequest struct {
 
 func (x *DeleteProjectRequest) Reset() {
 	*x = DeleteProjectRequest{}
-	mi := &file_corpus_v1_api_proto_msgTypes[90]
+	mi := &file_corpus_v1_api_proto_msgTypes[95]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5162,7 +5508,7 @@ func (x *DeleteProjectRequest) String() string {
 func (*DeleteProjectRequest) ProtoMessage() {}
 
 func (x *DeleteProjectRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[90]
+	mi := &file_corpus_v1_api_proto_msgTypes[95]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5175,7 +5521,7 @@ func (x *DeleteProjectRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteProjectRequest.ProtoReflect.Descriptor instead.
 func (*DeleteProjectRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{90}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{95}
 }
 
 func (x *DeleteProjectRequest) GetName() string {
@@ -5200,7 +5546,7 @@ type DeleteProjectResponse struct {
 
 func (x *DeleteProjectResponse) Reset() {
 	*x = DeleteProjectResponse{}
-	mi := &file_corpus_v1_api_proto_msgTypes[91]
+	mi := &file_corpus_v1_api_proto_msgTypes[96]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5212,7 +5558,7 @@ func (x *DeleteProjectResponse) String() string {
 func (*DeleteProjectResponse) ProtoMessage() {}
 
 func (x *DeleteProjectResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[91]
+	mi := &file_corpus_v1_api_proto_msgTypes[96]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5225,7 +5571,7 @@ func (x *DeleteProjectResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteProjectResponse.ProtoReflect.Descriptor instead.
 func (*DeleteProjectResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{91}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{96}
 }
 
 type GrantProjectRequest struct {
@@ -5239,7 +5585,7 @@ type GrantProjectRequest struct {
 
 func (x *GrantProjectRequest) Reset() {
 	*x = GrantProjectRequest{}
-	mi := &file_corpus_v1_api_proto_msgTypes[92]
+	mi := &file_corpus_v1_api_proto_msgTypes[97]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5251,7 +5597,7 @@ func (x *GrantProjectRequest) String() string {
 func (*GrantProjectRequest) ProtoMessage() {}
 
 func (x *GrantProjectRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[92]
+	mi := &file_corpus_v1_api_proto_msgTypes[97]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5264,7 +5610,7 @@ func (x *GrantProjectRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GrantProjectRequest.ProtoReflect.Descriptor instead.
 func (*GrantProjectRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{92}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{97}
 }
 
 func (x *GrantProjectRequest) GetName() string {
@@ -5297,7 +5643,7 @@ type GrantProjectResponse struct {
 
 func (x *GrantProjectResponse) Reset() {
 	*x = GrantProjectResponse{}
-	mi := &file_corpus_v1_api_proto_msgTypes[93]
+	mi := &file_corpus_v1_api_proto_msgTypes[98]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5309,7 +5655,7 @@ func (x *GrantProjectResponse) String() string {
 func (*GrantProjectResponse) ProtoMessage() {}
 
 func (x *GrantProjectResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[93]
+	mi := &file_corpus_v1_api_proto_msgTypes[98]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5322,7 +5668,7 @@ func (x *GrantProjectResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GrantProjectResponse.ProtoReflect.Descriptor instead.
 func (*GrantProjectResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{93}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{98}
 }
 
 func (x *GrantProjectResponse) GetProject() *Project {
@@ -5342,7 +5688,7 @@ type ListReleasesRequest struct {
 
 func (x *ListReleasesRequest) Reset() {
 	*x = ListReleasesRequest{}
-	mi := &file_corpus_v1_api_proto_msgTypes[94]
+	mi := &file_corpus_v1_api_proto_msgTypes[99]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5354,7 +5700,7 @@ func (x *ListReleasesRequest) String() string {
 func (*ListReleasesRequest) ProtoMessage() {}
 
 func (x *ListReleasesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[94]
+	mi := &file_corpus_v1_api_proto_msgTypes[99]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5367,7 +5713,7 @@ func (x *ListReleasesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListReleasesRequest.ProtoReflect.Descriptor instead.
 func (*ListReleasesRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{94}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{99}
 }
 
 func (x *ListReleasesRequest) GetProject() string {
@@ -5396,7 +5742,7 @@ type ListReleasesResponse struct {
 
 func (x *ListReleasesResponse) Reset() {
 	*x = ListReleasesResponse{}
-	mi := &file_corpus_v1_api_proto_msgTypes[95]
+	mi := &file_corpus_v1_api_proto_msgTypes[100]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5408,7 +5754,7 @@ func (x *ListReleasesResponse) String() string {
 func (*ListReleasesResponse) ProtoMessage() {}
 
 func (x *ListReleasesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[95]
+	mi := &file_corpus_v1_api_proto_msgTypes[100]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5421,7 +5767,7 @@ func (x *ListReleasesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListReleasesResponse.ProtoReflect.Descriptor instead.
 func (*ListReleasesResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{95}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{100}
 }
 
 func (x *ListReleasesResponse) GetReleases() []*Release {
@@ -5457,7 +5803,7 @@ type GetReleaseRequest struct {
 
 func (x *GetReleaseRequest) Reset() {
 	*x = GetReleaseRequest{}
-	mi := &file_corpus_v1_api_proto_msgTypes[96]
+	mi := &file_corpus_v1_api_proto_msgTypes[101]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5469,7 +5815,7 @@ func (x *GetReleaseRequest) String() string {
 func (*GetReleaseRequest) ProtoMessage() {}
 
 func (x *GetReleaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[96]
+	mi := &file_corpus_v1_api_proto_msgTypes[101]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5482,7 +5828,7 @@ func (x *GetReleaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetReleaseRequest.ProtoReflect.Descriptor instead.
 func (*GetReleaseRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{96}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{101}
 }
 
 func (x *GetReleaseRequest) GetProject() string {
@@ -5516,7 +5862,7 @@ type GetReleaseResponse struct {
 
 func (x *GetReleaseResponse) Reset() {
 	*x = GetReleaseResponse{}
-	mi := &file_corpus_v1_api_proto_msgTypes[97]
+	mi := &file_corpus_v1_api_proto_msgTypes[102]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5528,7 +5874,7 @@ func (x *GetReleaseResponse) String() string {
 func (*GetReleaseResponse) ProtoMessage() {}
 
 func (x *GetReleaseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[97]
+	mi := &file_corpus_v1_api_proto_msgTypes[102]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5541,7 +5887,7 @@ func (x *GetReleaseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetReleaseResponse.ProtoReflect.Descriptor instead.
 func (*GetReleaseResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{97}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{102}
 }
 
 func (x *GetReleaseResponse) GetRelease() *Release {
@@ -5571,7 +5917,7 @@ type RollbackRequest struct {
 
 func (x *RollbackRequest) Reset() {
 	*x = RollbackRequest{}
-	mi := &file_corpus_v1_api_proto_msgTypes[98]
+	mi := &file_corpus_v1_api_proto_msgTypes[103]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5583,7 +5929,7 @@ func (x *RollbackRequest) String() string {
 func (*RollbackRequest) ProtoMessage() {}
 
 func (x *RollbackRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[98]
+	mi := &file_corpus_v1_api_proto_msgTypes[103]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5596,7 +5942,7 @@ func (x *RollbackRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RollbackRequest.ProtoReflect.Descriptor instead.
 func (*RollbackRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{98}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{103}
 }
 
 func (x *RollbackRequest) GetProject() string {
@@ -5632,7 +5978,7 @@ type RollbackOutput struct {
 
 func (x *RollbackOutput) Reset() {
 	*x = RollbackOutput{}
-	mi := &file_corpus_v1_api_proto_msgTypes[99]
+	mi := &file_corpus_v1_api_proto_msgTypes[104]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5644,7 +5990,7 @@ func (x *RollbackOutput) String() string {
 func (*RollbackOutput) ProtoMessage() {}
 
 func (x *RollbackOutput) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[99]
+	mi := &file_corpus_v1_api_proto_msgTypes[104]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5657,7 +6003,7 @@ func (x *RollbackOutput) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RollbackOutput.ProtoReflect.Descriptor instead.
 func (*RollbackOutput) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{99}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{104}
 }
 
 func (x *RollbackOutput) GetOutput() []byte {
@@ -5695,7 +6041,31 @@ const file_corpus_v1_api_proto_rawDesc = "" +
 	"\aversion\x18\x04 \x01(\tR\aversion\x12\x14\n" +
 	"\x05nodes\x18\x05 \x01(\x05R\x05nodes\x12\x16\n" +
 	"\x06guests\x18\x06 \x01(\x05R\x06guests\x12\x10\n" +
-	"\x03who\x18\a \x01(\tR\x03who\"9\n" +
+	"\x03who\x18\a \x01(\tR\x03who\"<\n" +
+	"\x12SetNodeModeRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
+	"\x04mode\x18\x02 \x01(\tR\x04mode\"X\n" +
+	"\x13SetNodeModeResponse\x12'\n" +
+	"\x04node\x18\x01 \x01(\v2\x13.corpus.v1.NodeViewR\x04node\x12\x18\n" +
+	"\achanged\x18\x02 \x01(\bR\achanged\"h\n" +
+	"\x12DrainStatusRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1b\n" +
+	"\tmin_index\x18\x02 \x01(\x04R\bminIndex\x12!\n" +
+	"\fwait_seconds\x18\x03 \x01(\x03R\vwaitSeconds\"\x97\x01\n" +
+	"\n" +
+	"DrainGuest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
+	"\x05state\x18\x02 \x01(\tR\x05state\x12\x17\n" +
+	"\ato_node\x18\x03 \x01(\tR\x06toNode\x12\x16\n" +
+	"\x06reason\x18\x04 \x01(\tR\x06reason\x12\x16\n" +
+	"\x06status\x18\x05 \x01(\tR\x06status\x12\x16\n" +
+	"\x06volume\x18\x06 \x01(\tR\x06volume\"\xad\x01\n" +
+	"\x13DrainStatusResponse\x12'\n" +
+	"\x04node\x18\x01 \x01(\v2\x13.corpus.v1.NodeViewR\x04node\x12\x14\n" +
+	"\x05index\x18\x02 \x01(\x04R\x05index\x12-\n" +
+	"\x06guests\x18\x03 \x03(\v2\x15.corpus.v1.DrainGuestR\x06guests\x12\x12\n" +
+	"\x04done\x18\x04 \x01(\bR\x04done\x12\x14\n" +
+	"\x05empty\x18\x05 \x01(\bR\x05empty\"9\n" +
 	"\x16CreateJoinTokenRequest\x12\x1f\n" +
 	"\vttl_seconds\x18\x01 \x01(\x03R\n" +
 	"ttlSeconds\"Y\n" +
@@ -5937,7 +6307,7 @@ const file_corpus_v1_api_proto_rawDesc = "" +
 	"\n" +
 	"cluster_id\x18\x03 \x01(\tR\tclusterId\x12\x1b\n" +
 	"\tagent_key\x18\x04 \x01(\tR\bagentKey\"\x0e\n" +
-	"\fWatchRequest\"\x81\x02\n" +
+	"\fWatchRequest\"\xa2\x02\n" +
 	"\rWatchResponse\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\x04R\x05index\x12#\n" +
 	"\x04node\x18\x02 \x01(\v2\x0f.corpus.v1.NodeR\x04node\x12(\n" +
@@ -5945,7 +6315,9 @@ const file_corpus_v1_api_proto_rawDesc = "" +
 	"\x06routes\x18\x04 \x03(\v2\x10.corpus.v1.RouteR\x06routes\x12\x19\n" +
 	"\bdns_port\x18\x05 \x01(\rR\adnsPort\x12\x19\n" +
 	"\bdns_zone\x18\x06 \x01(\tR\adnsZone\x12+\n" +
-	"\avolumes\x18\a \x03(\v2\x11.corpus.v1.VolumeR\avolumes\"\xa3\x03\n" +
+	"\avolumes\x18\a \x03(\v2\x11.corpus.v1.VolumeR\avolumes\x12\x1f\n" +
+	"\vgossip_addr\x18\x1e \x01(\tR\n" +
+	"gossipAddr\"\xa3\x03\n" +
 	"\rReportRequest\x120\n" +
 	"\bcapacity\x18\x01 \x01(\v2\x14.corpus.v1.ResourcesR\bcapacity\x12/\n" +
 	"\adrivers\x18\x02 \x03(\v2\x15.corpus.v1.DriverInfoR\adrivers\x12#\n" +
@@ -6071,11 +6443,13 @@ const file_corpus_v1_api_proto_rawDesc = "" +
 	"\x04done\x18\x02 \x01(\bR\x04done\x12\x18\n" +
 	"\acurrent\x18\x03 \x01(\rR\acurrent2T\n" +
 	"\x0eClusterService\x12B\n" +
-	"\x06Status\x12\x18.corpus.v1.StatusRequest\x1a\x19.corpus.v1.StatusResponse\"\x03\x90\x02\x012\xfb\x01\n" +
+	"\x06Status\x12\x18.corpus.v1.StatusRequest\x1a\x19.corpus.v1.StatusResponse\"\x03\x90\x02\x012\x9c\x03\n" +
 	"\vNodeService\x12X\n" +
 	"\x0fCreateJoinToken\x12!.corpus.v1.CreateJoinTokenRequest\x1a\".corpus.v1.CreateJoinTokenResponse\x12K\n" +
 	"\tListNodes\x12\x1b.corpus.v1.ListNodesRequest\x1a\x1c.corpus.v1.ListNodesResponse\"\x03\x90\x02\x01\x12E\n" +
-	"\aGetNode\x12\x19.corpus.v1.GetNodeRequest\x1a\x1a.corpus.v1.GetNodeResponse\"\x03\x90\x02\x012\xa0\x04\n" +
+	"\aGetNode\x12\x19.corpus.v1.GetNodeRequest\x1a\x1a.corpus.v1.GetNodeResponse\"\x03\x90\x02\x01\x12L\n" +
+	"\vSetNodeMode\x12\x1d.corpus.v1.SetNodeModeRequest\x1a\x1e.corpus.v1.SetNodeModeResponse\x12Q\n" +
+	"\vDrainStatus\x12\x1d.corpus.v1.DrainStatusRequest\x1a\x1e.corpus.v1.DrainStatusResponse\"\x03\x90\x02\x012\xa0\x04\n" +
 	"\fGuestService\x12L\n" +
 	"\vCreateGuest\x12\x1d.corpus.v1.CreateGuestRequest\x1a\x1e.corpus.v1.CreateGuestResponse\x12H\n" +
 	"\bGetGuest\x12\x1a.corpus.v1.GetGuestRequest\x1a\x1b.corpus.v1.GetGuestResponse\"\x03\x90\x02\x01\x12N\n" +
@@ -6153,296 +6527,308 @@ func file_corpus_v1_api_proto_rawDescGZIP() []byte {
 	return file_corpus_v1_api_proto_rawDescData
 }
 
-var file_corpus_v1_api_proto_msgTypes = make([]protoimpl.MessageInfo, 102)
+var file_corpus_v1_api_proto_msgTypes = make([]protoimpl.MessageInfo, 107)
 var file_corpus_v1_api_proto_goTypes = []any{
 	(*StatusRequest)(nil),              // 0: corpus.v1.StatusRequest
 	(*StatusResponse)(nil),             // 1: corpus.v1.StatusResponse
-	(*CreateJoinTokenRequest)(nil),     // 2: corpus.v1.CreateJoinTokenRequest
-	(*CreateJoinTokenResponse)(nil),    // 3: corpus.v1.CreateJoinTokenResponse
-	(*ListNodesRequest)(nil),           // 4: corpus.v1.ListNodesRequest
-	(*ListNodesResponse)(nil),          // 5: corpus.v1.ListNodesResponse
-	(*GetNodeRequest)(nil),             // 6: corpus.v1.GetNodeRequest
-	(*GetNodeResponse)(nil),            // 7: corpus.v1.GetNodeResponse
-	(*NodeView)(nil),                   // 8: corpus.v1.NodeView
-	(*CreateGuestRequest)(nil),         // 9: corpus.v1.CreateGuestRequest
-	(*CreateGuestResponse)(nil),        // 10: corpus.v1.CreateGuestResponse
-	(*GetGuestRequest)(nil),            // 11: corpus.v1.GetGuestRequest
-	(*GetGuestResponse)(nil),           // 12: corpus.v1.GetGuestResponse
-	(*ListGuestsRequest)(nil),          // 13: corpus.v1.ListGuestsRequest
-	(*ListGuestsResponse)(nil),         // 14: corpus.v1.ListGuestsResponse
-	(*GuestActionRequest)(nil),         // 15: corpus.v1.GuestActionRequest
-	(*GuestActionResponse)(nil),        // 16: corpus.v1.GuestActionResponse
-	(*ExecGuestRequest)(nil),           // 17: corpus.v1.ExecGuestRequest
-	(*ExecOutput)(nil),                 // 18: corpus.v1.ExecOutput
-	(*CreateRouteRequest)(nil),         // 19: corpus.v1.CreateRouteRequest
-	(*CreateRouteResponse)(nil),        // 20: corpus.v1.CreateRouteResponse
-	(*ListRoutesRequest)(nil),          // 21: corpus.v1.ListRoutesRequest
-	(*RouteView)(nil),                  // 22: corpus.v1.RouteView
-	(*ListRoutesResponse)(nil),         // 23: corpus.v1.ListRoutesResponse
-	(*NatView)(nil),                    // 24: corpus.v1.NatView
-	(*DeleteRouteRequest)(nil),         // 25: corpus.v1.DeleteRouteRequest
-	(*DeleteRouteResponse)(nil),        // 26: corpus.v1.DeleteRouteResponse
-	(*MoveRouteRequest)(nil),           // 27: corpus.v1.MoveRouteRequest
-	(*MoveRouteResponse)(nil),          // 28: corpus.v1.MoveRouteResponse
-	(*ListRecordsRequest)(nil),         // 29: corpus.v1.ListRecordsRequest
-	(*ZoneRecord)(nil),                 // 30: corpus.v1.ZoneRecord
-	(*ListRecordsResponse)(nil),        // 31: corpus.v1.ListRecordsResponse
-	(*AddRecordRequest)(nil),           // 32: corpus.v1.AddRecordRequest
-	(*AddRecordResponse)(nil),          // 33: corpus.v1.AddRecordResponse
-	(*DeleteRecordRequest)(nil),        // 34: corpus.v1.DeleteRecordRequest
-	(*DeleteRecordResponse)(nil),       // 35: corpus.v1.DeleteRecordResponse
-	(*SnapshotVolumeRequest)(nil),      // 36: corpus.v1.SnapshotVolumeRequest
-	(*SnapshotVolumeResponse)(nil),     // 37: corpus.v1.SnapshotVolumeResponse
-	(*MoveVolumeRequest)(nil),          // 38: corpus.v1.MoveVolumeRequest
-	(*MoveVolumeProgress)(nil),         // 39: corpus.v1.MoveVolumeProgress
-	(*ResizeVolumeRequest)(nil),        // 40: corpus.v1.ResizeVolumeRequest
-	(*ResizeVolumeResponse)(nil),       // 41: corpus.v1.ResizeVolumeResponse
-	(*ListVolumesRequest)(nil),         // 42: corpus.v1.ListVolumesRequest
-	(*VolumeView)(nil),                 // 43: corpus.v1.VolumeView
-	(*ListVolumesResponse)(nil),        // 44: corpus.v1.ListVolumesResponse
-	(*GetVolumeRequest)(nil),           // 45: corpus.v1.GetVolumeRequest
-	(*GetVolumeResponse)(nil),          // 46: corpus.v1.GetVolumeResponse
-	(*DeleteVolumeRequest)(nil),        // 47: corpus.v1.DeleteVolumeRequest
-	(*DeleteVolumeResponse)(nil),       // 48: corpus.v1.DeleteVolumeResponse
-	(*SetManifestDomainsRequest)(nil),  // 49: corpus.v1.SetManifestDomainsRequest
-	(*SetManifestDomainsResponse)(nil), // 50: corpus.v1.SetManifestDomainsResponse
-	(*GitAccessRequest)(nil),           // 51: corpus.v1.GitAccessRequest
-	(*GitAccessResponse)(nil),          // 52: corpus.v1.GitAccessResponse
-	(*BeginReleaseRequest)(nil),        // 53: corpus.v1.BeginReleaseRequest
-	(*BeginReleaseResponse)(nil),       // 54: corpus.v1.BeginReleaseResponse
-	(*FinishReleaseRequest)(nil),       // 55: corpus.v1.FinishReleaseRequest
-	(*FinishReleaseResponse)(nil),      // 56: corpus.v1.FinishReleaseResponse
-	(*SetCurrentReleaseRequest)(nil),   // 57: corpus.v1.SetCurrentReleaseRequest
-	(*SetCurrentReleaseResponse)(nil),  // 58: corpus.v1.SetCurrentReleaseResponse
-	(*PruneReleasesRequest)(nil),       // 59: corpus.v1.PruneReleasesRequest
-	(*PruneReleasesResponse)(nil),      // 60: corpus.v1.PruneReleasesResponse
-	(*EnrollRequest)(nil),              // 61: corpus.v1.EnrollRequest
-	(*EnrollResponse)(nil),             // 62: corpus.v1.EnrollResponse
-	(*WatchRequest)(nil),               // 63: corpus.v1.WatchRequest
-	(*WatchResponse)(nil),              // 64: corpus.v1.WatchResponse
-	(*ReportRequest)(nil),              // 65: corpus.v1.ReportRequest
-	(*ReportedGuest)(nil),              // 66: corpus.v1.ReportedGuest
-	(*ReportedVolume)(nil),             // 67: corpus.v1.ReportedVolume
-	(*ReportResponse)(nil),             // 68: corpus.v1.ReportResponse
-	(*ExportVolumeRequest)(nil),        // 69: corpus.v1.ExportVolumeRequest
-	(*VolumeChunk)(nil),                // 70: corpus.v1.VolumeChunk
-	(*ImportVolumeResponse)(nil),       // 71: corpus.v1.ImportVolumeResponse
-	(*CreateUserRequest)(nil),          // 72: corpus.v1.CreateUserRequest
-	(*CreateUserResponse)(nil),         // 73: corpus.v1.CreateUserResponse
-	(*ListUsersRequest)(nil),           // 74: corpus.v1.ListUsersRequest
-	(*ListUsersResponse)(nil),          // 75: corpus.v1.ListUsersResponse
-	(*DeleteUserRequest)(nil),          // 76: corpus.v1.DeleteUserRequest
-	(*DeleteUserResponse)(nil),         // 77: corpus.v1.DeleteUserResponse
-	(*AddKeyRequest)(nil),              // 78: corpus.v1.AddKeyRequest
-	(*AddKeyResponse)(nil),             // 79: corpus.v1.AddKeyResponse
-	(*DeleteKeyRequest)(nil),           // 80: corpus.v1.DeleteKeyRequest
-	(*DeleteKeyResponse)(nil),          // 81: corpus.v1.DeleteKeyResponse
-	(*CreateProjectRequest)(nil),       // 82: corpus.v1.CreateProjectRequest
-	(*CreateProjectResponse)(nil),      // 83: corpus.v1.CreateProjectResponse
-	(*ListProjectsRequest)(nil),        // 84: corpus.v1.ListProjectsRequest
-	(*ListProjectsResponse)(nil),       // 85: corpus.v1.ListProjectsResponse
-	(*ProjectView)(nil),                // 86: corpus.v1.ProjectView
-	(*ProjectEnvView)(nil),             // 87: corpus.v1.ProjectEnvView
-	(*GetProjectRequest)(nil),          // 88: corpus.v1.GetProjectRequest
-	(*GetProjectResponse)(nil),         // 89: corpus.v1.GetProjectResponse
-	(*DeleteProjectRequest)(nil),       // 90: corpus.v1.DeleteProjectRequest
-	(*DeleteProjectResponse)(nil),      // 91: corpus.v1.DeleteProjectResponse
-	(*GrantProjectRequest)(nil),        // 92: corpus.v1.GrantProjectRequest
-	(*GrantProjectResponse)(nil),       // 93: corpus.v1.GrantProjectResponse
-	(*ListReleasesRequest)(nil),        // 94: corpus.v1.ListReleasesRequest
-	(*ListReleasesResponse)(nil),       // 95: corpus.v1.ListReleasesResponse
-	(*GetReleaseRequest)(nil),          // 96: corpus.v1.GetReleaseRequest
-	(*GetReleaseResponse)(nil),         // 97: corpus.v1.GetReleaseResponse
-	(*RollbackRequest)(nil),            // 98: corpus.v1.RollbackRequest
-	(*RollbackOutput)(nil),             // 99: corpus.v1.RollbackOutput
-	nil,                                // 100: corpus.v1.ExecGuestRequest.EnvEntry
-	nil,                                // 101: corpus.v1.EnrollRequest.LabelsEntry
-	(*JoinToken)(nil),                  // 102: corpus.v1.JoinToken
-	(*Node)(nil),                       // 103: corpus.v1.Node
-	(*Resources)(nil),                  // 104: corpus.v1.Resources
-	(*GuestSpec)(nil),                  // 105: corpus.v1.GuestSpec
-	(*Guest)(nil),                      // 106: corpus.v1.Guest
-	(*Route)(nil),                      // 107: corpus.v1.Route
-	(*Port)(nil),                       // 108: corpus.v1.Port
-	(*DnsRecord)(nil),                  // 109: corpus.v1.DnsRecord
-	(*Volume)(nil),                     // 110: corpus.v1.Volume
-	(*Project)(nil),                    // 111: corpus.v1.Project
-	(*ProjectEnv)(nil),                 // 112: corpus.v1.ProjectEnv
-	(*Release)(nil),                    // 113: corpus.v1.Release
-	(*ReleaseStep)(nil),                // 114: corpus.v1.ReleaseStep
-	(*DriverInfo)(nil),                 // 115: corpus.v1.DriverInfo
-	(*GuestObserved)(nil),              // 116: corpus.v1.GuestObserved
-	(*VolumeObserved)(nil),             // 117: corpus.v1.VolumeObserved
-	(*User)(nil),                       // 118: corpus.v1.User
-	(*SshKey)(nil),                     // 119: corpus.v1.SshKey
+	(*SetNodeModeRequest)(nil),         // 2: corpus.v1.SetNodeModeRequest
+	(*SetNodeModeResponse)(nil),        // 3: corpus.v1.SetNodeModeResponse
+	(*DrainStatusRequest)(nil),         // 4: corpus.v1.DrainStatusRequest
+	(*DrainGuest)(nil),                 // 5: corpus.v1.DrainGuest
+	(*DrainStatusResponse)(nil),        // 6: corpus.v1.DrainStatusResponse
+	(*CreateJoinTokenRequest)(nil),     // 7: corpus.v1.CreateJoinTokenRequest
+	(*CreateJoinTokenResponse)(nil),    // 8: corpus.v1.CreateJoinTokenResponse
+	(*ListNodesRequest)(nil),           // 9: corpus.v1.ListNodesRequest
+	(*ListNodesResponse)(nil),          // 10: corpus.v1.ListNodesResponse
+	(*GetNodeRequest)(nil),             // 11: corpus.v1.GetNodeRequest
+	(*GetNodeResponse)(nil),            // 12: corpus.v1.GetNodeResponse
+	(*NodeView)(nil),                   // 13: corpus.v1.NodeView
+	(*CreateGuestRequest)(nil),         // 14: corpus.v1.CreateGuestRequest
+	(*CreateGuestResponse)(nil),        // 15: corpus.v1.CreateGuestResponse
+	(*GetGuestRequest)(nil),            // 16: corpus.v1.GetGuestRequest
+	(*GetGuestResponse)(nil),           // 17: corpus.v1.GetGuestResponse
+	(*ListGuestsRequest)(nil),          // 18: corpus.v1.ListGuestsRequest
+	(*ListGuestsResponse)(nil),         // 19: corpus.v1.ListGuestsResponse
+	(*GuestActionRequest)(nil),         // 20: corpus.v1.GuestActionRequest
+	(*GuestActionResponse)(nil),        // 21: corpus.v1.GuestActionResponse
+	(*ExecGuestRequest)(nil),           // 22: corpus.v1.ExecGuestRequest
+	(*ExecOutput)(nil),                 // 23: corpus.v1.ExecOutput
+	(*CreateRouteRequest)(nil),         // 24: corpus.v1.CreateRouteRequest
+	(*CreateRouteResponse)(nil),        // 25: corpus.v1.CreateRouteResponse
+	(*ListRoutesRequest)(nil),          // 26: corpus.v1.ListRoutesRequest
+	(*RouteView)(nil),                  // 27: corpus.v1.RouteView
+	(*ListRoutesResponse)(nil),         // 28: corpus.v1.ListRoutesResponse
+	(*NatView)(nil),                    // 29: corpus.v1.NatView
+	(*DeleteRouteRequest)(nil),         // 30: corpus.v1.DeleteRouteRequest
+	(*DeleteRouteResponse)(nil),        // 31: corpus.v1.DeleteRouteResponse
+	(*MoveRouteRequest)(nil),           // 32: corpus.v1.MoveRouteRequest
+	(*MoveRouteResponse)(nil),          // 33: corpus.v1.MoveRouteResponse
+	(*ListRecordsRequest)(nil),         // 34: corpus.v1.ListRecordsRequest
+	(*ZoneRecord)(nil),                 // 35: corpus.v1.ZoneRecord
+	(*ListRecordsResponse)(nil),        // 36: corpus.v1.ListRecordsResponse
+	(*AddRecordRequest)(nil),           // 37: corpus.v1.AddRecordRequest
+	(*AddRecordResponse)(nil),          // 38: corpus.v1.AddRecordResponse
+	(*DeleteRecordRequest)(nil),        // 39: corpus.v1.DeleteRecordRequest
+	(*DeleteRecordResponse)(nil),       // 40: corpus.v1.DeleteRecordResponse
+	(*SnapshotVolumeRequest)(nil),      // 41: corpus.v1.SnapshotVolumeRequest
+	(*SnapshotVolumeResponse)(nil),     // 42: corpus.v1.SnapshotVolumeResponse
+	(*MoveVolumeRequest)(nil),          // 43: corpus.v1.MoveVolumeRequest
+	(*MoveVolumeProgress)(nil),         // 44: corpus.v1.MoveVolumeProgress
+	(*ResizeVolumeRequest)(nil),        // 45: corpus.v1.ResizeVolumeRequest
+	(*ResizeVolumeResponse)(nil),       // 46: corpus.v1.ResizeVolumeResponse
+	(*ListVolumesRequest)(nil),         // 47: corpus.v1.ListVolumesRequest
+	(*VolumeView)(nil),                 // 48: corpus.v1.VolumeView
+	(*ListVolumesResponse)(nil),        // 49: corpus.v1.ListVolumesResponse
+	(*GetVolumeRequest)(nil),           // 50: corpus.v1.GetVolumeRequest
+	(*GetVolumeResponse)(nil),          // 51: corpus.v1.GetVolumeResponse
+	(*DeleteVolumeRequest)(nil),        // 52: corpus.v1.DeleteVolumeRequest
+	(*DeleteVolumeResponse)(nil),       // 53: corpus.v1.DeleteVolumeResponse
+	(*SetManifestDomainsRequest)(nil),  // 54: corpus.v1.SetManifestDomainsRequest
+	(*SetManifestDomainsResponse)(nil), // 55: corpus.v1.SetManifestDomainsResponse
+	(*GitAccessRequest)(nil),           // 56: corpus.v1.GitAccessRequest
+	(*GitAccessResponse)(nil),          // 57: corpus.v1.GitAccessResponse
+	(*BeginReleaseRequest)(nil),        // 58: corpus.v1.BeginReleaseRequest
+	(*BeginReleaseResponse)(nil),       // 59: corpus.v1.BeginReleaseResponse
+	(*FinishReleaseRequest)(nil),       // 60: corpus.v1.FinishReleaseRequest
+	(*FinishReleaseResponse)(nil),      // 61: corpus.v1.FinishReleaseResponse
+	(*SetCurrentReleaseRequest)(nil),   // 62: corpus.v1.SetCurrentReleaseRequest
+	(*SetCurrentReleaseResponse)(nil),  // 63: corpus.v1.SetCurrentReleaseResponse
+	(*PruneReleasesRequest)(nil),       // 64: corpus.v1.PruneReleasesRequest
+	(*PruneReleasesResponse)(nil),      // 65: corpus.v1.PruneReleasesResponse
+	(*EnrollRequest)(nil),              // 66: corpus.v1.EnrollRequest
+	(*EnrollResponse)(nil),             // 67: corpus.v1.EnrollResponse
+	(*WatchRequest)(nil),               // 68: corpus.v1.WatchRequest
+	(*WatchResponse)(nil),              // 69: corpus.v1.WatchResponse
+	(*ReportRequest)(nil),              // 70: corpus.v1.ReportRequest
+	(*ReportedGuest)(nil),              // 71: corpus.v1.ReportedGuest
+	(*ReportedVolume)(nil),             // 72: corpus.v1.ReportedVolume
+	(*ReportResponse)(nil),             // 73: corpus.v1.ReportResponse
+	(*ExportVolumeRequest)(nil),        // 74: corpus.v1.ExportVolumeRequest
+	(*VolumeChunk)(nil),                // 75: corpus.v1.VolumeChunk
+	(*ImportVolumeResponse)(nil),       // 76: corpus.v1.ImportVolumeResponse
+	(*CreateUserRequest)(nil),          // 77: corpus.v1.CreateUserRequest
+	(*CreateUserResponse)(nil),         // 78: corpus.v1.CreateUserResponse
+	(*ListUsersRequest)(nil),           // 79: corpus.v1.ListUsersRequest
+	(*ListUsersResponse)(nil),          // 80: corpus.v1.ListUsersResponse
+	(*DeleteUserRequest)(nil),          // 81: corpus.v1.DeleteUserRequest
+	(*DeleteUserResponse)(nil),         // 82: corpus.v1.DeleteUserResponse
+	(*AddKeyRequest)(nil),              // 83: corpus.v1.AddKeyRequest
+	(*AddKeyResponse)(nil),             // 84: corpus.v1.AddKeyResponse
+	(*DeleteKeyRequest)(nil),           // 85: corpus.v1.DeleteKeyRequest
+	(*DeleteKeyResponse)(nil),          // 86: corpus.v1.DeleteKeyResponse
+	(*CreateProjectRequest)(nil),       // 87: corpus.v1.CreateProjectRequest
+	(*CreateProjectResponse)(nil),      // 88: corpus.v1.CreateProjectResponse
+	(*ListProjectsRequest)(nil),        // 89: corpus.v1.ListProjectsRequest
+	(*ListProjectsResponse)(nil),       // 90: corpus.v1.ListProjectsResponse
+	(*ProjectView)(nil),                // 91: corpus.v1.ProjectView
+	(*ProjectEnvView)(nil),             // 92: corpus.v1.ProjectEnvView
+	(*GetProjectRequest)(nil),          // 93: corpus.v1.GetProjectRequest
+	(*GetProjectResponse)(nil),         // 94: corpus.v1.GetProjectResponse
+	(*DeleteProjectRequest)(nil),       // 95: corpus.v1.DeleteProjectRequest
+	(*DeleteProjectResponse)(nil),      // 96: corpus.v1.DeleteProjectResponse
+	(*GrantProjectRequest)(nil),        // 97: corpus.v1.GrantProjectRequest
+	(*GrantProjectResponse)(nil),       // 98: corpus.v1.GrantProjectResponse
+	(*ListReleasesRequest)(nil),        // 99: corpus.v1.ListReleasesRequest
+	(*ListReleasesResponse)(nil),       // 100: corpus.v1.ListReleasesResponse
+	(*GetReleaseRequest)(nil),          // 101: corpus.v1.GetReleaseRequest
+	(*GetReleaseResponse)(nil),         // 102: corpus.v1.GetReleaseResponse
+	(*RollbackRequest)(nil),            // 103: corpus.v1.RollbackRequest
+	(*RollbackOutput)(nil),             // 104: corpus.v1.RollbackOutput
+	nil,                                // 105: corpus.v1.ExecGuestRequest.EnvEntry
+	nil,                                // 106: corpus.v1.EnrollRequest.LabelsEntry
+	(*JoinToken)(nil),                  // 107: corpus.v1.JoinToken
+	(*Node)(nil),                       // 108: corpus.v1.Node
+	(*Resources)(nil),                  // 109: corpus.v1.Resources
+	(*GuestSpec)(nil),                  // 110: corpus.v1.GuestSpec
+	(*Guest)(nil),                      // 111: corpus.v1.Guest
+	(*Route)(nil),                      // 112: corpus.v1.Route
+	(*Port)(nil),                       // 113: corpus.v1.Port
+	(*DnsRecord)(nil),                  // 114: corpus.v1.DnsRecord
+	(*Volume)(nil),                     // 115: corpus.v1.Volume
+	(*Project)(nil),                    // 116: corpus.v1.Project
+	(*ProjectEnv)(nil),                 // 117: corpus.v1.ProjectEnv
+	(*Release)(nil),                    // 118: corpus.v1.Release
+	(*ReleaseStep)(nil),                // 119: corpus.v1.ReleaseStep
+	(*DriverInfo)(nil),                 // 120: corpus.v1.DriverInfo
+	(*GuestObserved)(nil),              // 121: corpus.v1.GuestObserved
+	(*VolumeObserved)(nil),             // 122: corpus.v1.VolumeObserved
+	(*User)(nil),                       // 123: corpus.v1.User
+	(*SshKey)(nil),                     // 124: corpus.v1.SshKey
 }
 var file_corpus_v1_api_proto_depIdxs = []int32{
-	102, // 0: corpus.v1.CreateJoinTokenResponse.info:type_name -> corpus.v1.JoinToken
-	8,   // 1: corpus.v1.ListNodesResponse.nodes:type_name -> corpus.v1.NodeView
-	8,   // 2: corpus.v1.GetNodeResponse.node:type_name -> corpus.v1.NodeView
-	103, // 3: corpus.v1.NodeView.node:type_name -> corpus.v1.Node
-	104, // 4: corpus.v1.NodeView.allocated:type_name -> corpus.v1.Resources
-	105, // 5: corpus.v1.CreateGuestRequest.spec:type_name -> corpus.v1.GuestSpec
-	106, // 6: corpus.v1.CreateGuestResponse.guest:type_name -> corpus.v1.Guest
-	106, // 7: corpus.v1.GetGuestResponse.guest:type_name -> corpus.v1.Guest
-	12,  // 8: corpus.v1.ListGuestsResponse.guests:type_name -> corpus.v1.GetGuestResponse
-	106, // 9: corpus.v1.GuestActionResponse.guest:type_name -> corpus.v1.Guest
-	100, // 10: corpus.v1.ExecGuestRequest.env:type_name -> corpus.v1.ExecGuestRequest.EnvEntry
-	107, // 11: corpus.v1.CreateRouteResponse.route:type_name -> corpus.v1.Route
-	107, // 12: corpus.v1.RouteView.route:type_name -> corpus.v1.Route
-	22,  // 13: corpus.v1.ListRoutesResponse.routes:type_name -> corpus.v1.RouteView
-	24,  // 14: corpus.v1.ListRoutesResponse.nat:type_name -> corpus.v1.NatView
-	108, // 15: corpus.v1.NatView.port:type_name -> corpus.v1.Port
-	107, // 16: corpus.v1.DeleteRouteResponse.route:type_name -> corpus.v1.Route
-	107, // 17: corpus.v1.MoveRouteResponse.route:type_name -> corpus.v1.Route
-	30,  // 18: corpus.v1.ListRecordsResponse.records:type_name -> corpus.v1.ZoneRecord
-	109, // 19: corpus.v1.AddRecordResponse.record:type_name -> corpus.v1.DnsRecord
-	109, // 20: corpus.v1.DeleteRecordResponse.record:type_name -> corpus.v1.DnsRecord
-	110, // 21: corpus.v1.MoveVolumeProgress.volume:type_name -> corpus.v1.Volume
-	110, // 22: corpus.v1.ResizeVolumeResponse.volume:type_name -> corpus.v1.Volume
-	110, // 23: corpus.v1.VolumeView.volume:type_name -> corpus.v1.Volume
-	43,  // 24: corpus.v1.ListVolumesResponse.volumes:type_name -> corpus.v1.VolumeView
-	43,  // 25: corpus.v1.GetVolumeResponse.volume:type_name -> corpus.v1.VolumeView
-	110, // 26: corpus.v1.DeleteVolumeResponse.volume:type_name -> corpus.v1.Volume
-	111, // 27: corpus.v1.GitAccessResponse.project:type_name -> corpus.v1.Project
-	112, // 28: corpus.v1.GitAccessResponse.env:type_name -> corpus.v1.ProjectEnv
-	113, // 29: corpus.v1.GitAccessResponse.releases:type_name -> corpus.v1.Release
-	113, // 30: corpus.v1.BeginReleaseResponse.release:type_name -> corpus.v1.Release
-	114, // 31: corpus.v1.FinishReleaseRequest.steps:type_name -> corpus.v1.ReleaseStep
-	113, // 32: corpus.v1.FinishReleaseResponse.release:type_name -> corpus.v1.Release
-	101, // 33: corpus.v1.EnrollRequest.labels:type_name -> corpus.v1.EnrollRequest.LabelsEntry
-	104, // 34: corpus.v1.EnrollRequest.capacity:type_name -> corpus.v1.Resources
-	115, // 35: corpus.v1.EnrollRequest.drivers:type_name -> corpus.v1.DriverInfo
-	103, // 36: corpus.v1.WatchResponse.node:type_name -> corpus.v1.Node
-	106, // 37: corpus.v1.WatchResponse.guests:type_name -> corpus.v1.Guest
-	107, // 38: corpus.v1.WatchResponse.routes:type_name -> corpus.v1.Route
-	110, // 39: corpus.v1.WatchResponse.volumes:type_name -> corpus.v1.Volume
-	104, // 40: corpus.v1.ReportRequest.capacity:type_name -> corpus.v1.Resources
-	115, // 41: corpus.v1.ReportRequest.drivers:type_name -> corpus.v1.DriverInfo
-	66,  // 42: corpus.v1.ReportRequest.guests:type_name -> corpus.v1.ReportedGuest
-	67,  // 43: corpus.v1.ReportRequest.volumes:type_name -> corpus.v1.ReportedVolume
-	116, // 44: corpus.v1.ReportedGuest.observed:type_name -> corpus.v1.GuestObserved
-	117, // 45: corpus.v1.ReportedVolume.observed:type_name -> corpus.v1.VolumeObserved
-	118, // 46: corpus.v1.CreateUserResponse.user:type_name -> corpus.v1.User
-	118, // 47: corpus.v1.ListUsersResponse.users:type_name -> corpus.v1.User
-	118, // 48: corpus.v1.DeleteUserResponse.user:type_name -> corpus.v1.User
-	119, // 49: corpus.v1.AddKeyResponse.key:type_name -> corpus.v1.SshKey
-	104, // 50: corpus.v1.CreateProjectRequest.resources:type_name -> corpus.v1.Resources
-	111, // 51: corpus.v1.CreateProjectResponse.project:type_name -> corpus.v1.Project
-	86,  // 52: corpus.v1.ListProjectsResponse.projects:type_name -> corpus.v1.ProjectView
-	111, // 53: corpus.v1.ProjectView.project:type_name -> corpus.v1.Project
-	87,  // 54: corpus.v1.ProjectView.envs:type_name -> corpus.v1.ProjectEnvView
-	86,  // 55: corpus.v1.GetProjectResponse.project:type_name -> corpus.v1.ProjectView
-	111, // 56: corpus.v1.GrantProjectResponse.project:type_name -> corpus.v1.Project
-	113, // 57: corpus.v1.ListReleasesResponse.releases:type_name -> corpus.v1.Release
-	113, // 58: corpus.v1.GetReleaseResponse.release:type_name -> corpus.v1.Release
-	0,   // 59: corpus.v1.ClusterService.Status:input_type -> corpus.v1.StatusRequest
-	2,   // 60: corpus.v1.NodeService.CreateJoinToken:input_type -> corpus.v1.CreateJoinTokenRequest
-	4,   // 61: corpus.v1.NodeService.ListNodes:input_type -> corpus.v1.ListNodesRequest
-	6,   // 62: corpus.v1.NodeService.GetNode:input_type -> corpus.v1.GetNodeRequest
-	9,   // 63: corpus.v1.GuestService.CreateGuest:input_type -> corpus.v1.CreateGuestRequest
-	11,  // 64: corpus.v1.GuestService.GetGuest:input_type -> corpus.v1.GetGuestRequest
-	13,  // 65: corpus.v1.GuestService.ListGuests:input_type -> corpus.v1.ListGuestsRequest
-	15,  // 66: corpus.v1.GuestService.StartGuest:input_type -> corpus.v1.GuestActionRequest
-	15,  // 67: corpus.v1.GuestService.StopGuest:input_type -> corpus.v1.GuestActionRequest
-	15,  // 68: corpus.v1.GuestService.DeleteGuest:input_type -> corpus.v1.GuestActionRequest
-	17,  // 69: corpus.v1.GuestService.ExecGuest:input_type -> corpus.v1.ExecGuestRequest
-	19,  // 70: corpus.v1.IngressService.CreateRoute:input_type -> corpus.v1.CreateRouteRequest
-	21,  // 71: corpus.v1.IngressService.ListRoutes:input_type -> corpus.v1.ListRoutesRequest
-	25,  // 72: corpus.v1.IngressService.DeleteRoute:input_type -> corpus.v1.DeleteRouteRequest
-	27,  // 73: corpus.v1.IngressService.MoveRoute:input_type -> corpus.v1.MoveRouteRequest
-	29,  // 74: corpus.v1.DnsService.ListRecords:input_type -> corpus.v1.ListRecordsRequest
-	32,  // 75: corpus.v1.DnsService.AddRecord:input_type -> corpus.v1.AddRecordRequest
-	34,  // 76: corpus.v1.DnsService.DeleteRecord:input_type -> corpus.v1.DeleteRecordRequest
-	42,  // 77: corpus.v1.VolumeService.ListVolumes:input_type -> corpus.v1.ListVolumesRequest
-	45,  // 78: corpus.v1.VolumeService.GetVolume:input_type -> corpus.v1.GetVolumeRequest
-	47,  // 79: corpus.v1.VolumeService.DeleteVolume:input_type -> corpus.v1.DeleteVolumeRequest
-	40,  // 80: corpus.v1.VolumeService.ResizeVolume:input_type -> corpus.v1.ResizeVolumeRequest
-	38,  // 81: corpus.v1.VolumeService.MoveVolume:input_type -> corpus.v1.MoveVolumeRequest
-	36,  // 82: corpus.v1.VolumeService.SnapshotVolume:input_type -> corpus.v1.SnapshotVolumeRequest
-	61,  // 83: corpus.v1.AgentService.Enroll:input_type -> corpus.v1.EnrollRequest
-	63,  // 84: corpus.v1.AgentService.Watch:input_type -> corpus.v1.WatchRequest
-	65,  // 85: corpus.v1.AgentService.Report:input_type -> corpus.v1.ReportRequest
-	51,  // 86: corpus.v1.AgentService.GitAccess:input_type -> corpus.v1.GitAccessRequest
-	53,  // 87: corpus.v1.AgentService.BeginRelease:input_type -> corpus.v1.BeginReleaseRequest
-	55,  // 88: corpus.v1.AgentService.FinishRelease:input_type -> corpus.v1.FinishReleaseRequest
-	57,  // 89: corpus.v1.AgentService.SetCurrentRelease:input_type -> corpus.v1.SetCurrentReleaseRequest
-	59,  // 90: corpus.v1.AgentService.PruneReleases:input_type -> corpus.v1.PruneReleasesRequest
-	49,  // 91: corpus.v1.AgentService.SetManifestDomains:input_type -> corpus.v1.SetManifestDomainsRequest
-	17,  // 92: corpus.v1.NodeAgentService.Exec:input_type -> corpus.v1.ExecGuestRequest
-	69,  // 93: corpus.v1.NodeAgentService.ExportVolume:input_type -> corpus.v1.ExportVolumeRequest
-	70,  // 94: corpus.v1.NodeAgentService.ImportVolume:input_type -> corpus.v1.VolumeChunk
-	36,  // 95: corpus.v1.NodeAgentService.SnapshotVolume:input_type -> corpus.v1.SnapshotVolumeRequest
-	98,  // 96: corpus.v1.NodeAgentService.Rollback:input_type -> corpus.v1.RollbackRequest
-	72,  // 97: corpus.v1.UserService.CreateUser:input_type -> corpus.v1.CreateUserRequest
-	74,  // 98: corpus.v1.UserService.ListUsers:input_type -> corpus.v1.ListUsersRequest
-	76,  // 99: corpus.v1.UserService.DeleteUser:input_type -> corpus.v1.DeleteUserRequest
-	78,  // 100: corpus.v1.UserService.AddKey:input_type -> corpus.v1.AddKeyRequest
-	80,  // 101: corpus.v1.UserService.DeleteKey:input_type -> corpus.v1.DeleteKeyRequest
-	82,  // 102: corpus.v1.ProjectService.CreateProject:input_type -> corpus.v1.CreateProjectRequest
-	84,  // 103: corpus.v1.ProjectService.ListProjects:input_type -> corpus.v1.ListProjectsRequest
-	88,  // 104: corpus.v1.ProjectService.GetProject:input_type -> corpus.v1.GetProjectRequest
-	90,  // 105: corpus.v1.ProjectService.DeleteProject:input_type -> corpus.v1.DeleteProjectRequest
-	92,  // 106: corpus.v1.ProjectService.GrantProject:input_type -> corpus.v1.GrantProjectRequest
-	94,  // 107: corpus.v1.ProjectService.ListReleases:input_type -> corpus.v1.ListReleasesRequest
-	96,  // 108: corpus.v1.ProjectService.GetRelease:input_type -> corpus.v1.GetReleaseRequest
-	98,  // 109: corpus.v1.ProjectService.Rollback:input_type -> corpus.v1.RollbackRequest
-	1,   // 110: corpus.v1.ClusterService.Status:output_type -> corpus.v1.StatusResponse
-	3,   // 111: corpus.v1.NodeService.CreateJoinToken:output_type -> corpus.v1.CreateJoinTokenResponse
-	5,   // 112: corpus.v1.NodeService.ListNodes:output_type -> corpus.v1.ListNodesResponse
-	7,   // 113: corpus.v1.NodeService.GetNode:output_type -> corpus.v1.GetNodeResponse
-	10,  // 114: corpus.v1.GuestService.CreateGuest:output_type -> corpus.v1.CreateGuestResponse
-	12,  // 115: corpus.v1.GuestService.GetGuest:output_type -> corpus.v1.GetGuestResponse
-	14,  // 116: corpus.v1.GuestService.ListGuests:output_type -> corpus.v1.ListGuestsResponse
-	16,  // 117: corpus.v1.GuestService.StartGuest:output_type -> corpus.v1.GuestActionResponse
-	16,  // 118: corpus.v1.GuestService.StopGuest:output_type -> corpus.v1.GuestActionResponse
-	16,  // 119: corpus.v1.GuestService.DeleteGuest:output_type -> corpus.v1.GuestActionResponse
-	18,  // 120: corpus.v1.GuestService.ExecGuest:output_type -> corpus.v1.ExecOutput
-	20,  // 121: corpus.v1.IngressService.CreateRoute:output_type -> corpus.v1.CreateRouteResponse
-	23,  // 122: corpus.v1.IngressService.ListRoutes:output_type -> corpus.v1.ListRoutesResponse
-	26,  // 123: corpus.v1.IngressService.DeleteRoute:output_type -> corpus.v1.DeleteRouteResponse
-	28,  // 124: corpus.v1.IngressService.MoveRoute:output_type -> corpus.v1.MoveRouteResponse
-	31,  // 125: corpus.v1.DnsService.ListRecords:output_type -> corpus.v1.ListRecordsResponse
-	33,  // 126: corpus.v1.DnsService.AddRecord:output_type -> corpus.v1.AddRecordResponse
-	35,  // 127: corpus.v1.DnsService.DeleteRecord:output_type -> corpus.v1.DeleteRecordResponse
-	44,  // 128: corpus.v1.VolumeService.ListVolumes:output_type -> corpus.v1.ListVolumesResponse
-	46,  // 129: corpus.v1.VolumeService.GetVolume:output_type -> corpus.v1.GetVolumeResponse
-	48,  // 130: corpus.v1.VolumeService.DeleteVolume:output_type -> corpus.v1.DeleteVolumeResponse
-	41,  // 131: corpus.v1.VolumeService.ResizeVolume:output_type -> corpus.v1.ResizeVolumeResponse
-	39,  // 132: corpus.v1.VolumeService.MoveVolume:output_type -> corpus.v1.MoveVolumeProgress
-	37,  // 133: corpus.v1.VolumeService.SnapshotVolume:output_type -> corpus.v1.SnapshotVolumeResponse
-	62,  // 134: corpus.v1.AgentService.Enroll:output_type -> corpus.v1.EnrollResponse
-	64,  // 135: corpus.v1.AgentService.Watch:output_type -> corpus.v1.WatchResponse
-	68,  // 136: corpus.v1.AgentService.Report:output_type -> corpus.v1.ReportResponse
-	52,  // 137: corpus.v1.AgentService.GitAccess:output_type -> corpus.v1.GitAccessResponse
-	54,  // 138: corpus.v1.AgentService.BeginRelease:output_type -> corpus.v1.BeginReleaseResponse
-	56,  // 139: corpus.v1.AgentService.FinishRelease:output_type -> corpus.v1.FinishReleaseResponse
-	58,  // 140: corpus.v1.AgentService.SetCurrentRelease:output_type -> corpus.v1.SetCurrentReleaseResponse
-	60,  // 141: corpus.v1.AgentService.PruneReleases:output_type -> corpus.v1.PruneReleasesResponse
-	50,  // 142: corpus.v1.AgentService.SetManifestDomains:output_type -> corpus.v1.SetManifestDomainsResponse
-	18,  // 143: corpus.v1.NodeAgentService.Exec:output_type -> corpus.v1.ExecOutput
-	70,  // 144: corpus.v1.NodeAgentService.ExportVolume:output_type -> corpus.v1.VolumeChunk
-	71,  // 145: corpus.v1.NodeAgentService.ImportVolume:output_type -> corpus.v1.ImportVolumeResponse
-	37,  // 146: corpus.v1.NodeAgentService.SnapshotVolume:output_type -> corpus.v1.SnapshotVolumeResponse
-	99,  // 147: corpus.v1.NodeAgentService.Rollback:output_type -> corpus.v1.RollbackOutput
-	73,  // 148: corpus.v1.UserService.CreateUser:output_type -> corpus.v1.CreateUserResponse
-	75,  // 149: corpus.v1.UserService.ListUsers:output_type -> corpus.v1.ListUsersResponse
-	77,  // 150: corpus.v1.UserService.DeleteUser:output_type -> corpus.v1.DeleteUserResponse
-	79,  // 151: corpus.v1.UserService.AddKey:output_type -> corpus.v1.AddKeyResponse
-	81,  // 152: corpus.v1.UserService.DeleteKey:output_type -> corpus.v1.DeleteKeyResponse
-	83,  // 153: corpus.v1.ProjectService.CreateProject:output_type -> corpus.v1.CreateProjectResponse
-	85,  // 154: corpus.v1.ProjectService.ListProjects:output_type -> corpus.v1.ListProjectsResponse
-	89,  // 155: corpus.v1.ProjectService.GetProject:output_type -> corpus.v1.GetProjectResponse
-	91,  // 156: corpus.v1.ProjectService.DeleteProject:output_type -> corpus.v1.DeleteProjectResponse
-	93,  // 157: corpus.v1.ProjectService.GrantProject:output_type -> corpus.v1.GrantProjectResponse
-	95,  // 158: corpus.v1.ProjectService.ListReleases:output_type -> corpus.v1.ListReleasesResponse
-	97,  // 159: corpus.v1.ProjectService.GetRelease:output_type -> corpus.v1.GetReleaseResponse
-	99,  // 160: corpus.v1.ProjectService.Rollback:output_type -> corpus.v1.RollbackOutput
-	110, // [110:161] is the sub-list for method output_type
-	59,  // [59:110] is the sub-list for method input_type
-	59,  // [59:59] is the sub-list for extension type_name
-	59,  // [59:59] is the sub-list for extension extendee
-	0,   // [0:59] is the sub-list for field type_name
+	13,  // 0: corpus.v1.SetNodeModeResponse.node:type_name -> corpus.v1.NodeView
+	13,  // 1: corpus.v1.DrainStatusResponse.node:type_name -> corpus.v1.NodeView
+	5,   // 2: corpus.v1.DrainStatusResponse.guests:type_name -> corpus.v1.DrainGuest
+	107, // 3: corpus.v1.CreateJoinTokenResponse.info:type_name -> corpus.v1.JoinToken
+	13,  // 4: corpus.v1.ListNodesResponse.nodes:type_name -> corpus.v1.NodeView
+	13,  // 5: corpus.v1.GetNodeResponse.node:type_name -> corpus.v1.NodeView
+	108, // 6: corpus.v1.NodeView.node:type_name -> corpus.v1.Node
+	109, // 7: corpus.v1.NodeView.allocated:type_name -> corpus.v1.Resources
+	110, // 8: corpus.v1.CreateGuestRequest.spec:type_name -> corpus.v1.GuestSpec
+	111, // 9: corpus.v1.CreateGuestResponse.guest:type_name -> corpus.v1.Guest
+	111, // 10: corpus.v1.GetGuestResponse.guest:type_name -> corpus.v1.Guest
+	17,  // 11: corpus.v1.ListGuestsResponse.guests:type_name -> corpus.v1.GetGuestResponse
+	111, // 12: corpus.v1.GuestActionResponse.guest:type_name -> corpus.v1.Guest
+	105, // 13: corpus.v1.ExecGuestRequest.env:type_name -> corpus.v1.ExecGuestRequest.EnvEntry
+	112, // 14: corpus.v1.CreateRouteResponse.route:type_name -> corpus.v1.Route
+	112, // 15: corpus.v1.RouteView.route:type_name -> corpus.v1.Route
+	27,  // 16: corpus.v1.ListRoutesResponse.routes:type_name -> corpus.v1.RouteView
+	29,  // 17: corpus.v1.ListRoutesResponse.nat:type_name -> corpus.v1.NatView
+	113, // 18: corpus.v1.NatView.port:type_name -> corpus.v1.Port
+	112, // 19: corpus.v1.DeleteRouteResponse.route:type_name -> corpus.v1.Route
+	112, // 20: corpus.v1.MoveRouteResponse.route:type_name -> corpus.v1.Route
+	35,  // 21: corpus.v1.ListRecordsResponse.records:type_name -> corpus.v1.ZoneRecord
+	114, // 22: corpus.v1.AddRecordResponse.record:type_name -> corpus.v1.DnsRecord
+	114, // 23: corpus.v1.DeleteRecordResponse.record:type_name -> corpus.v1.DnsRecord
+	115, // 24: corpus.v1.MoveVolumeProgress.volume:type_name -> corpus.v1.Volume
+	115, // 25: corpus.v1.ResizeVolumeResponse.volume:type_name -> corpus.v1.Volume
+	115, // 26: corpus.v1.VolumeView.volume:type_name -> corpus.v1.Volume
+	48,  // 27: corpus.v1.ListVolumesResponse.volumes:type_name -> corpus.v1.VolumeView
+	48,  // 28: corpus.v1.GetVolumeResponse.volume:type_name -> corpus.v1.VolumeView
+	115, // 29: corpus.v1.DeleteVolumeResponse.volume:type_name -> corpus.v1.Volume
+	116, // 30: corpus.v1.GitAccessResponse.project:type_name -> corpus.v1.Project
+	117, // 31: corpus.v1.GitAccessResponse.env:type_name -> corpus.v1.ProjectEnv
+	118, // 32: corpus.v1.GitAccessResponse.releases:type_name -> corpus.v1.Release
+	118, // 33: corpus.v1.BeginReleaseResponse.release:type_name -> corpus.v1.Release
+	119, // 34: corpus.v1.FinishReleaseRequest.steps:type_name -> corpus.v1.ReleaseStep
+	118, // 35: corpus.v1.FinishReleaseResponse.release:type_name -> corpus.v1.Release
+	106, // 36: corpus.v1.EnrollRequest.labels:type_name -> corpus.v1.EnrollRequest.LabelsEntry
+	109, // 37: corpus.v1.EnrollRequest.capacity:type_name -> corpus.v1.Resources
+	120, // 38: corpus.v1.EnrollRequest.drivers:type_name -> corpus.v1.DriverInfo
+	108, // 39: corpus.v1.WatchResponse.node:type_name -> corpus.v1.Node
+	111, // 40: corpus.v1.WatchResponse.guests:type_name -> corpus.v1.Guest
+	112, // 41: corpus.v1.WatchResponse.routes:type_name -> corpus.v1.Route
+	115, // 42: corpus.v1.WatchResponse.volumes:type_name -> corpus.v1.Volume
+	109, // 43: corpus.v1.ReportRequest.capacity:type_name -> corpus.v1.Resources
+	120, // 44: corpus.v1.ReportRequest.drivers:type_name -> corpus.v1.DriverInfo
+	71,  // 45: corpus.v1.ReportRequest.guests:type_name -> corpus.v1.ReportedGuest
+	72,  // 46: corpus.v1.ReportRequest.volumes:type_name -> corpus.v1.ReportedVolume
+	121, // 47: corpus.v1.ReportedGuest.observed:type_name -> corpus.v1.GuestObserved
+	122, // 48: corpus.v1.ReportedVolume.observed:type_name -> corpus.v1.VolumeObserved
+	123, // 49: corpus.v1.CreateUserResponse.user:type_name -> corpus.v1.User
+	123, // 50: corpus.v1.ListUsersResponse.users:type_name -> corpus.v1.User
+	123, // 51: corpus.v1.DeleteUserResponse.user:type_name -> corpus.v1.User
+	124, // 52: corpus.v1.AddKeyResponse.key:type_name -> corpus.v1.SshKey
+	109, // 53: corpus.v1.CreateProjectRequest.resources:type_name -> corpus.v1.Resources
+	116, // 54: corpus.v1.CreateProjectResponse.project:type_name -> corpus.v1.Project
+	91,  // 55: corpus.v1.ListProjectsResponse.projects:type_name -> corpus.v1.ProjectView
+	116, // 56: corpus.v1.ProjectView.project:type_name -> corpus.v1.Project
+	92,  // 57: corpus.v1.ProjectView.envs:type_name -> corpus.v1.ProjectEnvView
+	91,  // 58: corpus.v1.GetProjectResponse.project:type_name -> corpus.v1.ProjectView
+	116, // 59: corpus.v1.GrantProjectResponse.project:type_name -> corpus.v1.Project
+	118, // 60: corpus.v1.ListReleasesResponse.releases:type_name -> corpus.v1.Release
+	118, // 61: corpus.v1.GetReleaseResponse.release:type_name -> corpus.v1.Release
+	0,   // 62: corpus.v1.ClusterService.Status:input_type -> corpus.v1.StatusRequest
+	7,   // 63: corpus.v1.NodeService.CreateJoinToken:input_type -> corpus.v1.CreateJoinTokenRequest
+	9,   // 64: corpus.v1.NodeService.ListNodes:input_type -> corpus.v1.ListNodesRequest
+	11,  // 65: corpus.v1.NodeService.GetNode:input_type -> corpus.v1.GetNodeRequest
+	2,   // 66: corpus.v1.NodeService.SetNodeMode:input_type -> corpus.v1.SetNodeModeRequest
+	4,   // 67: corpus.v1.NodeService.DrainStatus:input_type -> corpus.v1.DrainStatusRequest
+	14,  // 68: corpus.v1.GuestService.CreateGuest:input_type -> corpus.v1.CreateGuestRequest
+	16,  // 69: corpus.v1.GuestService.GetGuest:input_type -> corpus.v1.GetGuestRequest
+	18,  // 70: corpus.v1.GuestService.ListGuests:input_type -> corpus.v1.ListGuestsRequest
+	20,  // 71: corpus.v1.GuestService.StartGuest:input_type -> corpus.v1.GuestActionRequest
+	20,  // 72: corpus.v1.GuestService.StopGuest:input_type -> corpus.v1.GuestActionRequest
+	20,  // 73: corpus.v1.GuestService.DeleteGuest:input_type -> corpus.v1.GuestActionRequest
+	22,  // 74: corpus.v1.GuestService.ExecGuest:input_type -> corpus.v1.ExecGuestRequest
+	24,  // 75: corpus.v1.IngressService.CreateRoute:input_type -> corpus.v1.CreateRouteRequest
+	26,  // 76: corpus.v1.IngressService.ListRoutes:input_type -> corpus.v1.ListRoutesRequest
+	30,  // 77: corpus.v1.IngressService.DeleteRoute:input_type -> corpus.v1.DeleteRouteRequest
+	32,  // 78: corpus.v1.IngressService.MoveRoute:input_type -> corpus.v1.MoveRouteRequest
+	34,  // 79: corpus.v1.DnsService.ListRecords:input_type -> corpus.v1.ListRecordsRequest
+	37,  // 80: corpus.v1.DnsService.AddRecord:input_type -> corpus.v1.AddRecordRequest
+	39,  // 81: corpus.v1.DnsService.DeleteRecord:input_type -> corpus.v1.DeleteRecordRequest
+	47,  // 82: corpus.v1.VolumeService.ListVolumes:input_type -> corpus.v1.ListVolumesRequest
+	50,  // 83: corpus.v1.VolumeService.GetVolume:input_type -> corpus.v1.GetVolumeRequest
+	52,  // 84: corpus.v1.VolumeService.DeleteVolume:input_type -> corpus.v1.DeleteVolumeRequest
+	45,  // 85: corpus.v1.VolumeService.ResizeVolume:input_type -> corpus.v1.ResizeVolumeRequest
+	43,  // 86: corpus.v1.VolumeService.MoveVolume:input_type -> corpus.v1.MoveVolumeRequest
+	41,  // 87: corpus.v1.VolumeService.SnapshotVolume:input_type -> corpus.v1.SnapshotVolumeRequest
+	66,  // 88: corpus.v1.AgentService.Enroll:input_type -> corpus.v1.EnrollRequest
+	68,  // 89: corpus.v1.AgentService.Watch:input_type -> corpus.v1.WatchRequest
+	70,  // 90: corpus.v1.AgentService.Report:input_type -> corpus.v1.ReportRequest
+	56,  // 91: corpus.v1.AgentService.GitAccess:input_type -> corpus.v1.GitAccessRequest
+	58,  // 92: corpus.v1.AgentService.BeginRelease:input_type -> corpus.v1.BeginReleaseRequest
+	60,  // 93: corpus.v1.AgentService.FinishRelease:input_type -> corpus.v1.FinishReleaseRequest
+	62,  // 94: corpus.v1.AgentService.SetCurrentRelease:input_type -> corpus.v1.SetCurrentReleaseRequest
+	64,  // 95: corpus.v1.AgentService.PruneReleases:input_type -> corpus.v1.PruneReleasesRequest
+	54,  // 96: corpus.v1.AgentService.SetManifestDomains:input_type -> corpus.v1.SetManifestDomainsRequest
+	22,  // 97: corpus.v1.NodeAgentService.Exec:input_type -> corpus.v1.ExecGuestRequest
+	74,  // 98: corpus.v1.NodeAgentService.ExportVolume:input_type -> corpus.v1.ExportVolumeRequest
+	75,  // 99: corpus.v1.NodeAgentService.ImportVolume:input_type -> corpus.v1.VolumeChunk
+	41,  // 100: corpus.v1.NodeAgentService.SnapshotVolume:input_type -> corpus.v1.SnapshotVolumeRequest
+	103, // 101: corpus.v1.NodeAgentService.Rollback:input_type -> corpus.v1.RollbackRequest
+	77,  // 102: corpus.v1.UserService.CreateUser:input_type -> corpus.v1.CreateUserRequest
+	79,  // 103: corpus.v1.UserService.ListUsers:input_type -> corpus.v1.ListUsersRequest
+	81,  // 104: corpus.v1.UserService.DeleteUser:input_type -> corpus.v1.DeleteUserRequest
+	83,  // 105: corpus.v1.UserService.AddKey:input_type -> corpus.v1.AddKeyRequest
+	85,  // 106: corpus.v1.UserService.DeleteKey:input_type -> corpus.v1.DeleteKeyRequest
+	87,  // 107: corpus.v1.ProjectService.CreateProject:input_type -> corpus.v1.CreateProjectRequest
+	89,  // 108: corpus.v1.ProjectService.ListProjects:input_type -> corpus.v1.ListProjectsRequest
+	93,  // 109: corpus.v1.ProjectService.GetProject:input_type -> corpus.v1.GetProjectRequest
+	95,  // 110: corpus.v1.ProjectService.DeleteProject:input_type -> corpus.v1.DeleteProjectRequest
+	97,  // 111: corpus.v1.ProjectService.GrantProject:input_type -> corpus.v1.GrantProjectRequest
+	99,  // 112: corpus.v1.ProjectService.ListReleases:input_type -> corpus.v1.ListReleasesRequest
+	101, // 113: corpus.v1.ProjectService.GetRelease:input_type -> corpus.v1.GetReleaseRequest
+	103, // 114: corpus.v1.ProjectService.Rollback:input_type -> corpus.v1.RollbackRequest
+	1,   // 115: corpus.v1.ClusterService.Status:output_type -> corpus.v1.StatusResponse
+	8,   // 116: corpus.v1.NodeService.CreateJoinToken:output_type -> corpus.v1.CreateJoinTokenResponse
+	10,  // 117: corpus.v1.NodeService.ListNodes:output_type -> corpus.v1.ListNodesResponse
+	12,  // 118: corpus.v1.NodeService.GetNode:output_type -> corpus.v1.GetNodeResponse
+	3,   // 119: corpus.v1.NodeService.SetNodeMode:output_type -> corpus.v1.SetNodeModeResponse
+	6,   // 120: corpus.v1.NodeService.DrainStatus:output_type -> corpus.v1.DrainStatusResponse
+	15,  // 121: corpus.v1.GuestService.CreateGuest:output_type -> corpus.v1.CreateGuestResponse
+	17,  // 122: corpus.v1.GuestService.GetGuest:output_type -> corpus.v1.GetGuestResponse
+	19,  // 123: corpus.v1.GuestService.ListGuests:output_type -> corpus.v1.ListGuestsResponse
+	21,  // 124: corpus.v1.GuestService.StartGuest:output_type -> corpus.v1.GuestActionResponse
+	21,  // 125: corpus.v1.GuestService.StopGuest:output_type -> corpus.v1.GuestActionResponse
+	21,  // 126: corpus.v1.GuestService.DeleteGuest:output_type -> corpus.v1.GuestActionResponse
+	23,  // 127: corpus.v1.GuestService.ExecGuest:output_type -> corpus.v1.ExecOutput
+	25,  // 128: corpus.v1.IngressService.CreateRoute:output_type -> corpus.v1.CreateRouteResponse
+	28,  // 129: corpus.v1.IngressService.ListRoutes:output_type -> corpus.v1.ListRoutesResponse
+	31,  // 130: corpus.v1.IngressService.DeleteRoute:output_type -> corpus.v1.DeleteRouteResponse
+	33,  // 131: corpus.v1.IngressService.MoveRoute:output_type -> corpus.v1.MoveRouteResponse
+	36,  // 132: corpus.v1.DnsService.ListRecords:output_type -> corpus.v1.ListRecordsResponse
+	38,  // 133: corpus.v1.DnsService.AddRecord:output_type -> corpus.v1.AddRecordResponse
+	40,  // 134: corpus.v1.DnsService.DeleteRecord:output_type -> corpus.v1.DeleteRecordResponse
+	49,  // 135: corpus.v1.VolumeService.ListVolumes:output_type -> corpus.v1.ListVolumesResponse
+	51,  // 136: corpus.v1.VolumeService.GetVolume:output_type -> corpus.v1.GetVolumeResponse
+	53,  // 137: corpus.v1.VolumeService.DeleteVolume:output_type -> corpus.v1.DeleteVolumeResponse
+	46,  // 138: corpus.v1.VolumeService.ResizeVolume:output_type -> corpus.v1.ResizeVolumeResponse
+	44,  // 139: corpus.v1.VolumeService.MoveVolume:output_type -> corpus.v1.MoveVolumeProgress
+	42,  // 140: corpus.v1.VolumeService.SnapshotVolume:output_type -> corpus.v1.SnapshotVolumeResponse
+	67,  // 141: corpus.v1.AgentService.Enroll:output_type -> corpus.v1.EnrollResponse
+	69,  // 142: corpus.v1.AgentService.Watch:output_type -> corpus.v1.WatchResponse
+	73,  // 143: corpus.v1.AgentService.Report:output_type -> corpus.v1.ReportResponse
+	57,  // 144: corpus.v1.AgentService.GitAccess:output_type -> corpus.v1.GitAccessResponse
+	59,  // 145: corpus.v1.AgentService.BeginRelease:output_type -> corpus.v1.BeginReleaseResponse
+	61,  // 146: corpus.v1.AgentService.FinishRelease:output_type -> corpus.v1.FinishReleaseResponse
+	63,  // 147: corpus.v1.AgentService.SetCurrentRelease:output_type -> corpus.v1.SetCurrentReleaseResponse
+	65,  // 148: corpus.v1.AgentService.PruneReleases:output_type -> corpus.v1.PruneReleasesResponse
+	55,  // 149: corpus.v1.AgentService.SetManifestDomains:output_type -> corpus.v1.SetManifestDomainsResponse
+	23,  // 150: corpus.v1.NodeAgentService.Exec:output_type -> corpus.v1.ExecOutput
+	75,  // 151: corpus.v1.NodeAgentService.ExportVolume:output_type -> corpus.v1.VolumeChunk
+	76,  // 152: corpus.v1.NodeAgentService.ImportVolume:output_type -> corpus.v1.ImportVolumeResponse
+	42,  // 153: corpus.v1.NodeAgentService.SnapshotVolume:output_type -> corpus.v1.SnapshotVolumeResponse
+	104, // 154: corpus.v1.NodeAgentService.Rollback:output_type -> corpus.v1.RollbackOutput
+	78,  // 155: corpus.v1.UserService.CreateUser:output_type -> corpus.v1.CreateUserResponse
+	80,  // 156: corpus.v1.UserService.ListUsers:output_type -> corpus.v1.ListUsersResponse
+	82,  // 157: corpus.v1.UserService.DeleteUser:output_type -> corpus.v1.DeleteUserResponse
+	84,  // 158: corpus.v1.UserService.AddKey:output_type -> corpus.v1.AddKeyResponse
+	86,  // 159: corpus.v1.UserService.DeleteKey:output_type -> corpus.v1.DeleteKeyResponse
+	88,  // 160: corpus.v1.ProjectService.CreateProject:output_type -> corpus.v1.CreateProjectResponse
+	90,  // 161: corpus.v1.ProjectService.ListProjects:output_type -> corpus.v1.ListProjectsResponse
+	94,  // 162: corpus.v1.ProjectService.GetProject:output_type -> corpus.v1.GetProjectResponse
+	96,  // 163: corpus.v1.ProjectService.DeleteProject:output_type -> corpus.v1.DeleteProjectResponse
+	98,  // 164: corpus.v1.ProjectService.GrantProject:output_type -> corpus.v1.GrantProjectResponse
+	100, // 165: corpus.v1.ProjectService.ListReleases:output_type -> corpus.v1.ListReleasesResponse
+	102, // 166: corpus.v1.ProjectService.GetRelease:output_type -> corpus.v1.GetReleaseResponse
+	104, // 167: corpus.v1.ProjectService.Rollback:output_type -> corpus.v1.RollbackOutput
+	115, // [115:168] is the sub-list for method output_type
+	62,  // [62:115] is the sub-list for method input_type
+	62,  // [62:62] is the sub-list for extension type_name
+	62,  // [62:62] is the sub-list for extension extendee
+	0,   // [0:62] is the sub-list for field type_name
 }
 
 func init() { file_corpus_v1_api_proto_init() }
@@ -6457,7 +6843,7 @@ func file_corpus_v1_api_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_corpus_v1_api_proto_rawDesc), len(file_corpus_v1_api_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   102,
+			NumMessages:   107,
 			NumExtensions: 0,
 			NumServices:   10,
 		},
