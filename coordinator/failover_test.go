@@ -2,6 +2,7 @@ package coordinator_test
 
 import (
 	"context"
+	"log/slog"
 	"strings"
 	"testing"
 	"time"
@@ -10,6 +11,7 @@ import (
 
 	"corpus/coordinator"
 	"corpus/coordinator/state"
+	"corpus/internal/gossip"
 	corpusv1 "corpus/proto/corpus/v1"
 )
 
@@ -50,6 +52,44 @@ func (s *server) createGuest(t *testing.T, name string, volume int64) *corpusv1.
 		t.Fatalf("CreateGuest(%s) = %v", name, err)
 	}
 	return res.Msg.Guest
+}
+
+// TestGossipMarksNodeDown: a node whose gossip member dies is marked down
+// within seconds, long before its heartbeat deadline; reporting again
+// brings it back.
+func TestGossipMarksNodeDown(t *testing.T) {
+	t.Parallel()
+	s := start(t, t.TempDir(), func(c *coordinator.Config) { c.NodeTimeout = time.Minute })
+	a := s.enroll("n1")
+	a.report(t)
+	s.waitFor("n1 ready", func(v *state.Snap) bool { return v.Node(a.id).GetStatus() == state.NodeReady })
+	w := a.watch(t)
+	msg := w.next("a gossip address", func(m *corpusv1.WatchResponse) bool { return m.GossipAddr != "" })
+	m, err := gossip.Start(gossip.Config{
+		Name: gossip.NodeMember(a.id), BindAddr: "127.0.0.1:0",
+		ClusterID: s.Store().Read().Config().GetClusterId(), Secret: a.agentKey, Logger: slog.New(slog.DiscardHandler),
+	})
+	if err != nil {
+		t.Fatalf("gossip.Start() = %v", err)
+	}
+	defer m.Close()
+	if err := m.Join(msg.GossipAddr); err != nil {
+		t.Fatalf("Join(%s) = %v", msg.GossipAddr, err)
+	}
+	time.Sleep(2 * time.Second) // a few probe rounds: alive, and not marked down for it
+	if got := s.Store().Read().Node(a.id).GetStatus(); got != state.NodeReady {
+		t.Fatalf("n1 = %s while its gossip member answers, want ready", got)
+	}
+	killed := time.Now()
+	m.Close()
+	s.waitFor("n1 down", s.nodeStatus(a.id))
+	took := time.Since(killed)
+	t.Logf("node marked down %s after its gossip member died", took)
+	if took > 12*time.Second {
+		t.Errorf("n1 marked down %s after its member died, want within seconds", took)
+	}
+	a.report(t)
+	s.waitFor("n1 ready again", func(v *state.Snap) bool { return v.Node(a.id).GetStatus() == state.NodeReady })
 }
 
 // TestDownNodeReschedules: when a node misses its heartbeat deadline, its

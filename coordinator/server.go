@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"connectrpc.com/connect"
@@ -21,6 +22,7 @@ import (
 	"corpus/coordinator/state"
 	"corpus/dns"
 	"corpus/internal/atomicfile"
+	"corpus/internal/gossip"
 	"corpus/internal/rpc"
 	"corpus/internal/secret"
 	corpusv1 "corpus/proto/corpus/v1"
@@ -47,6 +49,12 @@ type Config struct {
 	// NodeTimeout is how long a node may go without reporting before it
 	// is marked down.
 	NodeTimeout time.Duration
+	// GossipAddr is where this replica's gossip member listens (UDP and
+	// TCP, host:port); agents join it, and a node whose member is found
+	// dead is marked down at once. Empty turns gossip off: liveness then
+	// rests on heartbeats alone. Give a specific address agents reach:
+	// it is also the one advertised.
+	GossipAddr string
 	// DNS is the authoritative DNS server every replica runs for the
 	// cluster zone DNSZone, answering from its own copy of the state. An
 	// empty DNS.Addr turns it off.
@@ -64,6 +72,7 @@ func Default() Config {
 		ReplicaID:   "coordinator-1",
 		Bootstrap:   true,
 		NodeTimeout: 15 * time.Second,
+		GossipAddr:  "127.0.0.1:7403",
 
 		GuestNetwork:   state.DefaultGuestNetwork,
 		NodeSubnetBits: state.DefaultNodeSubnetBits,
@@ -86,7 +95,10 @@ func (c Config) Validate() error {
 	if c.DataDir == "" {
 		errs = append(errs, errors.New("data dir is empty"))
 	}
-	for name, a := range map[string]string{"api": c.APIAddr, "raft": c.RaftAddr} {
+	for name, a := range map[string]string{"api": c.APIAddr, "raft": c.RaftAddr, "gossip": c.GossipAddr} {
+		if a == "" && name == "gossip" {
+			continue
+		}
 		if _, _, err := net.SplitHostPort(a); err != nil {
 			errs = append(errs, fmt.Errorf("%s address %q: %w", name, a, err))
 		}
@@ -122,6 +134,7 @@ type Server struct {
 	opsToken string
 	dns      *dns.Server       // nil when DNS is off
 	zone     *dns.StaticSource // the zone the DNS server answers from
+	gossip   atomic.Pointer[gossip.Member]
 }
 
 // OpsTokenFile is the file in DataDir holding the bootstrap operator token.
@@ -178,6 +191,7 @@ func New(cfg Config) (*Server, error) {
 		AgentClient: s.agentClient,
 		Zone:        s.currentZone,
 		DNSAddr:     s.DNSAddr,
+		GossipAddr:  s.GossipAddr,
 		Logger:      logger,
 	})
 	s.http = rpc.NewServer(mux)
@@ -258,6 +272,13 @@ func (s *Server) Serve(ctx context.Context) error {
 		defer wg.Done()
 		s.leaderLoop(lctx)
 	}()
+	if s.cfg.GossipAddr != "" {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			s.gossipLoop(lctx)
+		}()
+	}
 	if s.dns != nil {
 		// Every replica answers from its own copy of the state.
 		wg.Add(1)
