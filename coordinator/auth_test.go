@@ -146,6 +146,14 @@ var authCalls = map[string]func(ctx context.Context, c clients) error{
 		_, err := c.nodes.GetNode(ctx, connect.NewRequest(&corpusv1.GetNodeRequest{Name: "n1"}))
 		return err
 	},
+	corpusv1connect.NodeServiceSetNodeModeProcedure: func(ctx context.Context, c clients) error {
+		_, err := c.nodes.SetNodeMode(ctx, connect.NewRequest(&corpusv1.SetNodeModeRequest{Name: "nope", Mode: "dev"}))
+		return err
+	},
+	corpusv1connect.NodeServiceDrainStatusProcedure: func(ctx context.Context, c clients) error {
+		_, err := c.nodes.DrainStatus(ctx, connect.NewRequest(&corpusv1.DrainStatusRequest{Name: "n1"}))
+		return err
+	},
 	corpusv1connect.GuestServiceCreateGuestProcedure: func(ctx context.Context, c clients) error {
 		_, err := c.guests.CreateGuest(ctx, connect.NewRequest(&corpusv1.CreateGuestRequest{}))
 		return err

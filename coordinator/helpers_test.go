@@ -42,6 +42,7 @@ func start(t *testing.T, dir string, opts ...func(*coordinator.Config)) *server 
 	cfg.APIAddr = "127.0.0.1:0"
 	cfg.RaftAddr = "127.0.0.1:0"
 	cfg.DNS.Addr = "127.0.0.1:0"
+	cfg.GossipAddr = "127.0.0.1:0"
 	cfg.Logger = testLogger(t)
 	for _, o := range opts {
 		o(&cfg)

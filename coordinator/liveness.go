@@ -7,26 +7,64 @@ import (
 	"time"
 
 	"corpus/coordinator/state"
+	"corpus/internal/gossip"
 	corpusv1 "corpus/proto/corpus/v1"
 )
 
-// liveness keeps, on the leader, the time each node's agent last reported
-// and marks nodes down when they miss their deadline. Heartbeats are kept
-// in memory, not written through Raft: only status changes are.
+// liveness decides, on the leader, when a node is down. Two signals feed
+// it, both kept in memory (only status changes go through Raft):
+//
+//   - heartbeats: each agent report; a node silent for the timeout is
+//     down (the fallback, and the only signal without gossip);
+//   - gossip: every replica's gossip member hears when a node's member
+//     is found dead (by this replica's probes or its peers'). That is an
+//     immediate miss: the node is marked down at once, unless it reported
+//     since (then its gossip is broken, not the node, and the deadline
+//     decides).
+//
+// A new leader has no heartbeat history: reset starts every node's
+// deadline afresh (the grace period), and gossip deaths heard before it
+// count only through the deadline, so a failover does not mark the
+// fleet down.
 type liveness struct {
 	timeout time.Duration
-	mu      sync.Mutex
-	last    map[string]time.Time
+
+	mu   sync.Mutex
+	last map[string]time.Time // last heartbeat (or grace start), by node id
+	gone map[string]time.Time // when gossip found the node dead, by node id
+	wake chan struct{}
 }
 
 func newLiveness(timeout time.Duration) *liveness {
-	return &liveness{timeout: timeout, last: map[string]time.Time{}}
+	return &liveness{timeout: timeout, last: map[string]time.Time{}, gone: map[string]time.Time{}, wake: make(chan struct{}, 1)}
 }
 
 func (l *liveness) seen(nodeID string) {
 	l.mu.Lock()
 	l.last[nodeID] = time.Now()
 	l.mu.Unlock()
+}
+
+// gossip records what the gossip pool says of a member (gossip.Config's
+// OnChange); a death wakes the checker.
+func (l *liveness) gossip(member string, alive bool) {
+	id, ok := gossip.NodeID(member)
+	if !ok {
+		return
+	}
+	l.mu.Lock()
+	if alive {
+		delete(l.gone, id)
+	} else {
+		l.gone[id] = time.Now()
+	}
+	l.mu.Unlock()
+	if !alive {
+		select {
+		case l.wake <- struct{}{}:
+		default:
+		}
+	}
 }
 
 // reset gives every node a fresh deadline: a new leader has no heartbeat
@@ -37,6 +75,24 @@ func (l *liveness) reset() {
 	l.mu.Unlock()
 }
 
+// verdict says why a ready node is down now, or "".
+func (l *liveness) verdict(nodeID string, now time.Time) string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	last, ok := l.last[nodeID]
+	if !ok {
+		l.last[nodeID] = now // grace period starts now
+		return ""
+	}
+	if now.Sub(last) >= l.timeout {
+		return "missed its heartbeat deadline"
+	}
+	if goneAt, ok := l.gone[nodeID]; ok && goneAt.After(last) {
+		return "found dead by gossip"
+	}
+	return ""
+}
+
 func (l *liveness) run(ctx context.Context, store *state.Store, propose func(context.Context, *corpusv1.Command) (uint64, error), logger *slog.Logger) {
 	tick := time.NewTicker(l.timeout / 5)
 	defer tick.Stop()
@@ -45,19 +101,15 @@ func (l *liveness) run(ctx context.Context, store *state.Store, propose func(con
 		case <-ctx.Done():
 			return
 		case <-tick.C:
+		case <-l.wake:
 		}
 		now := time.Now()
 		for _, n := range store.Read().Nodes() {
-			l.mu.Lock()
-			last, ok := l.last[n.Id]
-			if !ok {
-				l.last[n.Id] = now // grace period starts now
-			}
-			l.mu.Unlock()
-			if !ok || n.Status != state.NodeReady || now.Sub(last) < l.timeout {
+			why := l.verdict(n.Id, now)
+			if why == "" || n.Status != state.NodeReady {
 				continue
 			}
-			logger.Warn("node missed its heartbeat deadline", "node", n.Name, "last_seen", last)
+			logger.Warn("node is down", "node", n.Name, "why", why)
 			_, err := propose(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_SetNodeStatus{SetNodeStatus: &corpusv1.SetNodeStatus{
 				NodeId: n.Id, Status: state.NodeDown,
 			}}})

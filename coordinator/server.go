@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"connectrpc.com/connect"
@@ -21,6 +22,7 @@ import (
 	"corpus/coordinator/state"
 	"corpus/dns"
 	"corpus/internal/atomicfile"
+	"corpus/internal/gossip"
 	"corpus/internal/names"
 	"corpus/internal/rpc"
 	"corpus/internal/secret"
@@ -61,6 +63,12 @@ type Config struct {
 	// NodeTimeout is how long a node may go without reporting before it
 	// is marked down.
 	NodeTimeout time.Duration
+	// GossipAddr is where this replica's gossip member listens (UDP and
+	// TCP, host:port); agents join it, and a node whose member is found
+	// dead is marked down at once. Empty turns gossip off: liveness then
+	// rests on heartbeats alone. Give a specific address agents reach:
+	// it is also the one advertised.
+	GossipAddr string
 	// DNS is the authoritative DNS server every replica runs for the
 	// cluster zone DNSZone, answering from its own copy of the state. An
 	// empty DNS.Addr turns it off.
@@ -79,6 +87,7 @@ func Default() Config {
 		Bootstrap:       true,
 		BootstrapExpect: 1,
 		NodeTimeout:     15 * time.Second,
+		GossipAddr:      "127.0.0.1:7403",
 
 		GuestNetwork:   state.DefaultGuestNetwork,
 		NodeSubnetBits: state.DefaultNodeSubnetBits,
@@ -101,7 +110,10 @@ func (c Config) Validate() error {
 	if c.DataDir == "" {
 		errs = append(errs, errors.New("data dir is empty"))
 	}
-	for name, a := range map[string]string{"api": c.APIAddr, "raft": c.RaftAddr} {
+	for name, a := range map[string]string{"api": c.APIAddr, "raft": c.RaftAddr, "gossip": c.GossipAddr} {
+		if a == "" && name == "gossip" {
+			continue
+		}
 		if _, _, err := net.SplitHostPort(a); err != nil {
 			errs = append(errs, fmt.Errorf("%s address %q: %w", name, a, err))
 		}
@@ -150,6 +162,7 @@ type Server struct {
 	fwd      seenForwarder
 	dns      *dns.Server       // nil when DNS is off
 	zone     *dns.StaticSource // the zone the DNS server answers from
+	gossip   atomic.Pointer[gossip.Member]
 }
 
 // OpsTokenFile is the file in DataDir holding the bootstrap operator token.
@@ -210,6 +223,7 @@ func New(cfg Config) (*Server, error) {
 		AgentClient:  s.agentClient,
 		Zone:         s.currentZone,
 		DNSAddr:      s.DNSAddr,
+		GossipAddr:   s.GossipAddr,
 		Logger:       logger,
 	})
 	s.http = rpc.NewServer(mux)
@@ -302,6 +316,9 @@ func (s *Server) Serve(ctx context.Context) error {
 	run(s.forwardSeen)
 	if s.cfg.Bootstrap && s.cfg.BootstrapExpect > 1 {
 		run(s.formGroup)
+	}
+	if s.cfg.GossipAddr != "" {
+		run(s.gossipLoop)
 	}
 	if s.dns != nil {
 		// Every replica answers from its own copy of the state.

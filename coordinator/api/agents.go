@@ -107,13 +107,16 @@ func (s *agentService) Watch(ctx context.Context, _ *connect.Request[corpusv1.Wa
 		}
 		n = proto.Clone(n).(*corpusv1.Node)
 		n.SecretHash = ""
-		msg := &corpusv1.WatchResponse{Index: view.Index(), Node: n, Guests: view.GuestsOnNode(p.NodeID), Routes: view.RoutesOnNode(p.NodeID)}
+		msg := &corpusv1.WatchResponse{Index: view.Index(), Node: n, Guests: desiredOn(view, p.NodeID), Routes: view.RoutesOnNode(p.NodeID)}
 		msg.Volumes = append(view.VolumesOnNode(p.NodeID), view.VolumesLeftOnNode(p.NodeID)...)
 		s.dnsInfo(msg)
 		for _, c := range view.Coordinators() {
 			if c.ApiAddress != "" {
 				msg.Coordinators = append(msg.Coordinators, c.ApiAddress)
 			}
+		}
+		if s.b.GossipAddr != nil {
+			msg.GossipAddr = s.b.GossipAddr()
 		}
 		if err := stream.Send(msg); err != nil {
 			return err
@@ -125,6 +128,22 @@ func (s *agentService) Watch(ctx context.Context, _ *connect.Request[corpusv1.Wa
 			return nil // the agent went away
 		}
 	}
+}
+
+// desiredOn is the desired state of a node's guests: those placed on it,
+// and the old copies of guests migrating away from it, as they were
+// before the move (its address, this node), so they run on untouched
+// until the new copy runs and they leave the list.
+func desiredOn(view *state.Snap, nodeID string) []*corpusv1.Guest {
+	guests := view.GuestsOnNode(nodeID)
+	for _, g := range view.GuestsLeaving(nodeID) {
+		old := proto.Clone(g).(*corpusv1.Guest)
+		old.NodeId, old.Address = nodeID, g.PreviousAddress
+		old.PreviousNodeId, old.PreviousAddress = "", ""
+		old.Observed = nil
+		guests = append(guests, old)
+	}
+	return guests
 }
 
 func (s *agentService) Report(ctx context.Context, req *connect.Request[corpusv1.ReportRequest]) (*connect.Response[corpusv1.ReportResponse], error) {

@@ -40,8 +40,11 @@ type Backend struct {
 	Zone    func() *dns.Zone
 	DNSAddr func() string
 	// Group is the replica's Raft group.
-	Group  Group
-	Logger *slog.Logger
+	Group Group
+	// GossipAddr returns host:port of this replica's gossip member, ""
+	// while it has none; agents join it (nil: never).
+	GossipAddr func() string
+	Logger     *slog.Logger
 }
 
 // Policies says who may call what.
@@ -56,6 +59,8 @@ var Policies = map[string]auth.Policy{
 	corpusv1connect.NodeServiceCreateJoinTokenProcedure:     {auth.Operator},
 	corpusv1connect.NodeServiceListNodesProcedure:           {auth.Operator},
 	corpusv1connect.NodeServiceGetNodeProcedure:             {auth.Operator},
+	corpusv1connect.NodeServiceSetNodeModeProcedure:         {auth.Operator},
+	corpusv1connect.NodeServiceDrainStatusProcedure:         {auth.Operator},
 	corpusv1connect.GuestServiceCreateGuestProcedure:        {auth.Operator},
 	corpusv1connect.GuestServiceGetGuestProcedure:           {auth.Operator},
 	corpusv1connect.GuestServiceListGuestsProcedure:         {auth.Operator},

@@ -59,14 +59,7 @@ func (s *guestService) CreateGuest(ctx context.Context, req *connect.Request[cor
 
 func (s *guestService) GetGuest(ctx context.Context, req *connect.Request[corpusv1.GetGuestRequest]) (*connect.Response[corpusv1.GetGuestResponse], error) {
 	m := req.Msg
-	wait := time.Duration(m.WaitSeconds) * time.Second
-	switch {
-	case wait <= 0:
-		wait = defaultWait
-	case wait > maxWait:
-		wait = maxWait
-	}
-	ctx, cancel := context.WithTimeout(ctx, wait)
+	ctx, cancel := context.WithTimeout(ctx, waitFor(m.WaitSeconds))
 	defer cancel()
 	for {
 		view := s.b.Store.Read()
@@ -87,8 +80,21 @@ func (s *guestService) GetGuest(ctx context.Context, req *connect.Request[corpus
 	}
 }
 
+// waitFor is how long a blocking query waits: seconds as asked, within
+// bounds.
+func waitFor(seconds int64) time.Duration {
+	wait := time.Duration(seconds) * time.Second
+	switch {
+	case seconds <= 0:
+		return defaultWait
+	case seconds > int64(maxWait/time.Second):
+		return maxWait
+	}
+	return wait
+}
+
 func (s *guestService) guestView(view *state.Snap, g *corpusv1.Guest) *corpusv1.GetGuestResponse {
-	res := &corpusv1.GetGuestResponse{Guest: g, Status: guestStatus(g)}
+	res := &corpusv1.GetGuestResponse{Guest: g, Status: guestStatus(view, g)}
 	if n := view.Node(g.NodeId); n != nil {
 		res.NodeName = n.Name
 	}
@@ -170,7 +176,7 @@ func (s *guestService) ExecGuest(ctx context.Context, req *connect.Request[corpu
 	if err := mayUseGuest(ctx, view, g); err != nil {
 		return err
 	}
-	if st := guestStatus(g); st != state.ObservedRunning {
+	if st := guestStatus(view, g); st != state.ObservedRunning {
 		return connect.NewError(connect.CodeFailedPrecondition,
 			fmt.Errorf("guest %q is %s, not running; start it with `corpus guest start %s`", g.Name, st, g.Name))
 	}

@@ -80,5 +80,93 @@ func nodeView(view *state.Snap, n *corpusv1.Node) *corpusv1.NodeView {
 	guests := view.GuestsOnNode(n.Id)
 	n = proto.Clone(n).(*corpusv1.Node)
 	n.SecretHash = ""
-	return &corpusv1.NodeView{Node: n, Allocated: scheduler.Allocated(guests), Guests: int32(len(guests))}
+	return &corpusv1.NodeView{Node: n, Allocated: view.NodeAllocated(n.Id), Guests: int32(len(guests))}
+}
+
+func (s *nodeService) SetNodeMode(ctx context.Context, req *connect.Request[corpusv1.SetNodeModeRequest]) (*connect.Response[corpusv1.SetNodeModeResponse], error) {
+	m := req.Msg
+	n := findNode(s.b.Store.Read(), m.Name)
+	if n == nil {
+		return nil, toConnect(notFound("node", m.Name, "corpus node list"))
+	}
+	cmd := &corpusv1.SetNodeMode{NodeId: n.Id}
+	changed := false
+	switch m.Mode {
+	case state.ModeDev, state.ModeStaging, state.ModeProd, state.ModeDrain:
+		cmd.Mode, changed = m.Mode, n.Mode != m.Mode
+	case corpusv1.Eligible, corpusv1.Ineligible:
+		cmd.Eligibility, changed = m.Mode, n.Ineligible != (m.Mode == corpusv1.Ineligible)
+	default:
+		return nil, toConnect(invalidf("node mode %q: use dev, staging, prod, drain, eligible or ineligible", m.Mode))
+	}
+	if changed {
+		if _, err := s.b.write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_SetNodeMode{SetNodeMode: cmd}}); err != nil {
+			return nil, err
+		}
+		s.b.Logger.Info("node mode set", "node", n.Name, "mode", m.Mode)
+	}
+	view := s.b.Store.Read()
+	return connect.NewResponse(&corpusv1.SetNodeModeResponse{Node: nodeView(view, view.Node(n.Id)), Changed: changed}), nil
+}
+
+// Drain states of the guests left on a node (DrainGuest.state).
+const (
+	drainMoving   = "moving"
+	drainWaiting  = "waiting"
+	drainDeleting = "deleting"
+	drainVolume   = "needs-volume-move"
+)
+
+func (s *nodeService) DrainStatus(ctx context.Context, req *connect.Request[corpusv1.DrainStatusRequest]) (*connect.Response[corpusv1.DrainStatusResponse], error) {
+	m := req.Msg
+	ctx, cancel := context.WithTimeout(ctx, waitFor(m.WaitSeconds))
+	defer cancel()
+	for {
+		view := s.b.Store.Read()
+		n := findNode(view, m.Name)
+		if n == nil {
+			return nil, toConnect(notFound("node", m.Name, "corpus node list"))
+		}
+		res := drainStatus(view, n)
+		if m.MinIndex == 0 || res.Index > m.MinIndex {
+			return connect.NewResponse(res), nil
+		}
+		// What drainStatus read is watched: wait for it to change.
+		if err := view.Wait(ctx); err != nil {
+			return connect.NewResponse(res), nil
+		}
+	}
+}
+
+// drainStatus lists what is left on a node: its guests, and the old
+// copies of guests migrating away from it.
+func drainStatus(view *state.Snap, n *corpusv1.Node) *corpusv1.DrainStatusResponse {
+	res := &corpusv1.DrainStatusResponse{Node: nodeView(view, n), Index: view.Index(), Done: true}
+	for _, g := range view.GuestsOnNode(n.Id) {
+		dg := &corpusv1.DrainGuest{Name: g.Name, Status: guestStatus(view, g)}
+		switch {
+		case g.DesiredState == state.DesiredDeleted:
+			dg.State = drainDeleting
+		case !view.Stateless(g):
+			dg.State = drainVolume
+			if v := view.VolumeOfGuest(g.Id); v != nil {
+				dg.Volume = v.Name
+			}
+		default:
+			dg.State = drainWaiting
+			if n.Mode == state.ModeDrain {
+				dg.Reason = scheduler.Explain(view, g).Reason
+			}
+		}
+		res.Done = res.Done && dg.State == drainVolume
+		res.Guests = append(res.Guests, dg)
+	}
+	for _, g := range view.GuestsLeaving(n.Id) {
+		res.Done = false
+		res.Guests = append(res.Guests, &corpusv1.DrainGuest{
+			Name: g.Name, State: drainMoving, ToNode: view.Node(g.NodeId).GetName(), Status: guestStatus(view, g),
+		})
+	}
+	res.Empty = len(res.Guests) == 0
+	return res
 }

@@ -266,7 +266,7 @@ func (s *projectService) view(view *state.Snap, p *corpusv1.Project) *corpusv1.P
 	for _, e := range p.Envs {
 		ev := &corpusv1.ProjectEnvView{Name: e.Name, GuestName: e.GuestName, CurrentRelease: e.CurrentRelease, Domains: e.Domains, GitRemote: s.remote(view, p, e)}
 		if g := view.Guest(e.GuestId); g != nil {
-			ev.GuestStatus = guestStatus(g)
+			ev.GuestStatus = guestStatus(view, g)
 			if n := view.Node(g.NodeId); n != nil {
 				ev.NodeName = n.Name
 			}
@@ -465,7 +465,7 @@ func (s *projectService) Rollback(ctx context.Context, req *connect.Request[corp
 			Output: []byte(fmt.Sprintf("%s is already the current release of %s/%s\n", corpusv1.ReleaseName(to), p.Name, e.Name))})
 	}
 	g := view.Guest(e.GuestId)
-	if g == nil || guestStatus(g) != state.ObservedRunning {
+	if g == nil || guestStatus(view, g) != state.ObservedRunning {
 		return connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("the guest of %s/%s is not running", p.Name, e.Name))
 	}
 	n := view.Node(g.NodeId)

@@ -70,6 +70,9 @@ func normalizeSpec(spec *corpusv1.GuestSpec) error {
 	if err := normalizeVolume(spec); err != nil {
 		return err
 	}
+	if err := normalizeConstraints(spec); err != nil {
+		return err
+	}
 	if len(spec.Env) > maxEnvVars {
 		return invalidf("%d environment variables; the limit is %d", len(spec.Env), maxEnvVars)
 	}
@@ -84,17 +87,39 @@ func normalizeSpec(spec *corpusv1.GuestSpec) error {
 	return nil
 }
 
-// guestStatus is the one-word summary of a guest.
-func guestStatus(g *corpusv1.Guest) string {
+// guestStatus is the one-word summary of a guest, as view has it.
+func guestStatus(view *state.Snap, g *corpusv1.Guest) string {
 	switch {
 	case g.DesiredState == state.DesiredDeleted:
 		return "deleting"
 	case g.NodeId == "":
 		return "pending"
+	case view.Node(g.NodeId).GetStatus() == state.NodeDown:
+		return corpusv1.GuestLost
 	case g.Observed == nil:
 		return "placed"
 	}
 	return g.Observed.State
+}
+
+// normalizeConstraints validates a guest's label constraints.
+func normalizeConstraints(spec *corpusv1.GuestSpec) error {
+	if len(spec.Constraints) == 0 {
+		spec.Constraints = nil
+		return nil
+	}
+	for k, v := range spec.Constraints {
+		if k == "mode" {
+			return invalidf("mode is not a label: a node's mode takes the guests of project environments (corpus project create --env %s)", v)
+		}
+		if v == "" {
+			return invalidf("constraint %s has no value: want LABEL=VALUE", k)
+		}
+		if err := validLabel(k, v); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // Volume limits (the loop backend's: 32 MiB to 64 TiB).

@@ -1,11 +1,12 @@
 // Package scheduler decides which node runs each guest. Place is a pure
-// function over a view of nodes and their allocations; Loop runs it on the
-// leader whenever the state changes and commits placements through Raft.
+// function over a view of nodes and their allocations; Plan decides a
+// whole pass over a snapshot of the state; Loop runs passes on the leader
+// whenever the state changes and commits each pass's plan through Raft as
+// one entry, which re-checks every placement against the latest state.
 package scheduler
 
 import (
 	"fmt"
-	"slices"
 	"sort"
 	"strings"
 
@@ -21,6 +22,17 @@ type Candidate struct {
 	UsedPorts map[int32]string
 }
 
+// Ask is one guest to place and what the placement needs to know of it.
+type Ask struct {
+	Guest *corpusv1.Guest
+	// Env is the project environment the guest runs ("" outside
+	// projects): only nodes in that mode take it.
+	Env string
+	// ZoneLoad counts, by zone, the guests of the guest's project already
+	// placed there: the guest goes to the least loaded zone that fits.
+	ZoneLoad map[string]int
+}
+
 // Decision is the outcome of placing one guest: a node id, or a reason
 // why no node fits.
 type Decision struct {
@@ -28,28 +40,31 @@ type Decision struct {
 	Reason string
 }
 
-// Place picks the node for guest among candidates. Nodes are filtered
-// (ready, not draining, driver present and healthy, image offered, free
-// memory/cpu/disk) and the remaining one with the most free memory share
-// wins (spread), ties broken by name so the choice is deterministic. When
+// Place picks the node for a guest among candidates. Nodes are filtered
+// (state.Unfit: ready, not draining, eligible, in the guest's environment,
+// carrying the labels it requires, driver present and healthy, image
+// offered, free memory/cpu/disk and ports). Of the nodes that fit, the
+// ones in the zone holding the fewest guests of the guest's project come
+// first (spread across failure domains); among those the guest is
+// bin-packed: the node left with the smallest free share of memory and
+// cpu wins, ties broken by name so the choice is deterministic. When
 // nothing fits, Reason counts the nodes each filter rejected.
-func Place(guest *corpusv1.Guest, candidates []Candidate) Decision {
-	spec := guest.GetSpec()
-	need := spec.GetResources()
+func Place(ask Ask, candidates []Candidate) Decision {
+	spec := ask.Guest.GetSpec()
 	var (
 		rejected = map[string]int{}
 		best     *Candidate
-		bestFree float64
+		bestRank rank
 	)
 	for i := range candidates {
 		c := &candidates[i]
-		if why := filter(c, spec, need); why != "" {
+		if why := state.Unfit(c.Node, c.Allocated, c.UsedPorts, spec, ask.Env); why != "" {
 			rejected[why]++
 			continue
 		}
-		free := freeShare(c, need)
-		if best == nil || free > bestFree || (free == bestFree && c.Node.Name < best.Node.Name) {
-			best, bestFree = c, free
+		r := rank{zoneLoad: ask.ZoneLoad[c.Node.Labels[state.LabelZone]], free: freeShare(c, spec.GetResources()), name: c.Node.Name}
+		if best == nil || r.before(bestRank) {
+			best, bestRank = c, r
 		}
 	}
 	if best != nil {
@@ -70,64 +85,34 @@ func Place(guest *corpusv1.Guest, candidates []Candidate) Decision {
 	return Decision{Reason: fmt.Sprintf("no node fits (%d considered): %s", len(candidates), strings.Join(reasons, "; "))}
 }
 
-func filter(c *Candidate, spec *corpusv1.GuestSpec, need *corpusv1.Resources) string {
-	n := c.Node
-	switch {
-	case n.Status != state.NodeReady:
-		return "not ready (" + n.Status + ")"
-	case n.Mode == "drain":
-		return "draining"
-	}
-	var drv *corpusv1.DriverInfo
-	for _, d := range n.Drivers {
-		if d.Name == spec.GetDriver() {
-			drv = d
-		}
-	}
-	switch {
-	case drv == nil:
-		return "without driver " + spec.GetDriver()
-	case !drv.Healthy:
-		return "with driver " + spec.GetDriver() + " unhealthy"
-	case len(drv.Images) > 0 && !slices.Contains(drv.Images, spec.GetImage()):
-		return "without image " + spec.GetImage()
-	}
-	capy, alloc := n.GetCapacity(), c.Allocated
-	switch {
-	case need.GetMemoryBytes() > capy.GetMemoryBytes()-alloc.GetMemoryBytes():
-		return "short of memory"
-	case need.GetCpuMillis() > capy.GetCpuMillis()-alloc.GetCpuMillis():
-		return "short of cpu"
-	case need.GetDiskBytes() > capy.GetDiskBytes()-alloc.GetDiskBytes():
-		return "short of disk"
-	}
-	if ports := spec.GetPorts(); len(ports) > 0 {
-		if why := state.PortConflict(n, c.UsedPorts, ports); why != "" {
-			return "where " + why
-		}
-	}
-	return ""
+// rank orders the nodes that fit a guest: fewer guests of its project in
+// the node's zone, then less left free (bin-packing), then name.
+type rank struct {
+	zoneLoad int
+	free     float64
+	name     string
 }
 
-// freeShare is the share of the node's memory left after placing need.
+func (r rank) before(o rank) bool {
+	switch {
+	case r.zoneLoad != o.zoneLoad:
+		return r.zoneLoad < o.zoneLoad
+	case r.free != o.free:
+		return r.free < o.free
+	}
+	return r.name < o.name
+}
+
+// freeShare is the mean share of the node's memory and cpu left after
+// placing need.
 func freeShare(c *Candidate, need *corpusv1.Resources) float64 {
-	total := c.Node.GetCapacity().GetMemoryBytes()
-	if total <= 0 {
-		return 0
+	capy, alloc := c.Node.GetCapacity(), c.Allocated
+	share := func(total, used, want int64) float64 {
+		if total <= 0 {
+			return 0
+		}
+		return float64(total-used-want) / float64(total)
 	}
-	return float64(total-c.Allocated.GetMemoryBytes()-need.GetMemoryBytes()) / float64(total)
-}
-
-// Allocated sums the resources of guests. Applied to the guests placed on
-// a node it counts those being deleted too: they hold their place until
-// their agent confirms they are gone.
-func Allocated(guests []*corpusv1.Guest) *corpusv1.Resources {
-	sum := &corpusv1.Resources{}
-	for _, g := range guests {
-		r := g.GetSpec().GetResources()
-		sum.MemoryBytes += r.GetMemoryBytes()
-		sum.CpuMillis += r.GetCpuMillis()
-		sum.DiskBytes += r.GetDiskBytes()
-	}
-	return sum
+	return (share(capy.GetMemoryBytes(), alloc.GetMemoryBytes(), need.GetMemoryBytes()) +
+		share(capy.GetCpuMillis(), alloc.GetCpuMillis(), need.GetCpuMillis())) / 2
 }

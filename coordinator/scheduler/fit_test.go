@@ -31,6 +31,19 @@ func status(s string) func(*corpusv1.Node) { return func(n *corpusv1.Node) { n.S
 
 func draining(n *corpusv1.Node) { n.Mode = "drain" }
 
+func ineligible(n *corpusv1.Node) { n.Ineligible = true }
+
+func mode(m string) func(*corpusv1.Node) { return func(n *corpusv1.Node) { n.Mode = m } }
+
+func labels(kv ...string) func(*corpusv1.Node) {
+	return func(n *corpusv1.Node) {
+		n.Labels = map[string]string{}
+		for i := 0; i+1 < len(kv); i += 2 {
+			n.Labels[kv[i]] = kv[i+1]
+		}
+	}
+}
+
 func drivers(d ...*corpusv1.DriverInfo) func(*corpusv1.Node) {
 	return func(n *corpusv1.Node) { n.Drivers = d }
 }
@@ -41,8 +54,8 @@ func free(n *corpusv1.Node) scheduler.Candidate {
 }
 
 // used is a candidate with memGiB, cpu and disk already allocated.
-func used(n *corpusv1.Node, memGiB, cpu, diskGiB int64) scheduler.Candidate {
-	return scheduler.Candidate{Node: n, Allocated: &corpusv1.Resources{MemoryBytes: memGiB * gib, CpuMillis: cpu, DiskBytes: diskGiB * gib}}
+func used(n *corpusv1.Node, memGiB float64, cpu, diskGiB int64) scheduler.Candidate {
+	return scheduler.Candidate{Node: n, Allocated: &corpusv1.Resources{MemoryBytes: int64(memGiB * gib), CpuMillis: cpu, DiskBytes: diskGiB * gib}}
 }
 
 // guest needs 1 GiB, one core and 10 GiB of disk, lxc and busybox.
@@ -118,21 +131,42 @@ func TestPlace(t *testing.T) {
 			node:  "c",
 		},
 		{
-			name:  "spread: the most free memory share wins",
-			cands: []scheduler.Candidate{used(node("a", 8), 6, 0, 0), free(node("b", 4)), used(node("c", 4), 2, 0, 0)},
+			name:  "bin-pack: the fullest node that fits wins",
+			cands: []scheduler.Candidate{used(node("a", 8), 6, 3000, 0), free(node("b", 4)), used(node("c", 4), 2, 2000, 0)},
+			node:  "a",
+		},
+		{
+			name:  "bin-pack skips the fuller node that does not fit",
+			cands: []scheduler.Candidate{used(node("a", 8), 7.5, 0, 0), used(node("b", 8), 4, 2000, 0), free(node("c", 8))},
 			node:  "b",
 		},
 		{
-			name:  "spread is a share, not an amount",
-			cands: []scheduler.Candidate{used(node("a", 64), 48, 0, 0), used(node("b", 4), 1, 0, 0)},
+			name:  "bin-pack weighs shares, not amounts",
+			cands: []scheduler.Candidate{used(node("a", 64), 32, 2000, 0), used(node("b", 4), 2, 2000, 0)},
+			node:  "b",
+		},
+		{
+			name:  "bin-pack counts cpu as well as memory",
+			cands: []scheduler.Candidate{used(node("a", 8), 4, 0, 0), used(node("b", 8), 4, 2000, 0)},
 			node:  "b",
 		},
 		{name: "tie broken by name", cands: []scheduler.Candidate{free(node("b", 8)), free(node("a", 8))}, node: "a"},
 		{name: "tie broken by name in any order", cands: []scheduler.Candidate{free(node("a", 8)), free(node("b", 8))}, node: "a"},
 		{
 			name:  "tie among many",
-			cands: []scheduler.Candidate{free(node("d", 4)), used(node("c", 8), 4, 0, 0), free(node("b", 4)), free(node("e", 4))},
+			cands: []scheduler.Candidate{free(node("d", 4)), used(node("c", 8), 4, 2000, 0), free(node("b", 8)), used(node("e", 8), 4, 2000, 0)},
+			node:  "c",
+		},
+		{name: "ineligible", cands: []scheduler.Candidate{free(node("a", 8, ineligible))}, reason: "no node fits (1 considered): 1 node ineligible"},
+		{
+			name:  "ineligible skipped",
+			cands: []scheduler.Candidate{used(node("a", 8, ineligible), 6, 0, 0), free(node("b", 8))},
 			node:  "b",
+		},
+		{
+			name:   "constraint not met",
+			cands:  []scheduler.Candidate{free(node("a", 8, labels("zone", "b"))), free(node("b", 8))},
+			reason: "no node fits (2 considered): 2 nodes without label zone=a",
 		},
 	}
 	for _, tt := range tests {
@@ -143,7 +177,10 @@ func TestPlace(t *testing.T) {
 			if tt.node != "" {
 				want = scheduler.Decision{NodeID: tt.node + "-id"}
 			}
-			got := scheduler.Place(g, tt.cands)
+			if strings.HasPrefix(tt.name, "constraint") {
+				g.Spec.Constraints = map[string]string{"zone": "a"}
+			}
+			got := scheduler.Place(scheduler.Ask{Guest: g}, tt.cands)
 			if tt.prefix {
 				if got.NodeID != "" || !strings.HasPrefix(got.Reason, tt.reason) {
 					t.Errorf("Place(%s, %s) = %+v, want a reason starting %q", g.Name, tt.name, got, tt.reason)
@@ -166,7 +203,7 @@ func TestPlaceDoesNotModifyItsInput(t *testing.T) {
 	for _, c := range cands {
 		want = append(want, scheduler.Candidate{Node: proto.Clone(c.Node).(*corpusv1.Node), Allocated: proto.Clone(c.Allocated).(*corpusv1.Resources)})
 	}
-	scheduler.Place(g, cands)
+	scheduler.Place(scheduler.Ask{Guest: g, ZoneLoad: map[string]int{"a": 1}}, cands)
 	if !proto.Equal(g, wantG) {
 		t.Errorf("Place changed the guest to %v, want %v", g, wantG)
 	}
@@ -177,26 +214,64 @@ func TestPlaceDoesNotModifyItsInput(t *testing.T) {
 	}
 }
 
-func TestAllocated(t *testing.T) {
+// TestPlaceEnvironments: a project environment's guest goes only to nodes
+// in that mode; other guests go to nodes of any mode but drain.
+func TestPlaceEnvironments(t *testing.T) {
 	t.Parallel()
-	res := func(mem, cpu, disk int64) *corpusv1.Guest {
-		return &corpusv1.Guest{Spec: &corpusv1.GuestSpec{Resources: &corpusv1.Resources{MemoryBytes: mem, CpuMillis: cpu, DiskBytes: disk}}}
-	}
+	cands := []scheduler.Candidate{free(node("a", 8, mode("dev"))), free(node("b", 8, mode("prod"))), free(node("c", 8, mode("staging")))}
 	tests := []struct {
-		name   string
-		guests []*corpusv1.Guest
-		want   *corpusv1.Resources
+		env  string
+		want scheduler.Decision
 	}{
-		{"none", nil, &corpusv1.Resources{}},
-		{"one", []*corpusv1.Guest{res(1, 2, 3)}, &corpusv1.Resources{MemoryBytes: 1, CpuMillis: 2, DiskBytes: 3}},
-		{"several", []*corpusv1.Guest{res(1, 2, 3), res(10, 20, 30)}, &corpusv1.Resources{MemoryBytes: 11, CpuMillis: 22, DiskBytes: 33}},
-		{"without a spec", []*corpusv1.Guest{res(1, 2, 3), {}}, &corpusv1.Resources{MemoryBytes: 1, CpuMillis: 2, DiskBytes: 3}},
+		{"", scheduler.Decision{NodeID: "a-id"}},
+		{"prod", scheduler.Decision{NodeID: "b-id"}},
+		{"staging", scheduler.Decision{NodeID: "c-id"}},
+	}
+	for _, tt := range tests {
+		if got := scheduler.Place(scheduler.Ask{Guest: guest(), Env: tt.env}, cands); got != tt.want {
+			t.Errorf("Place(env %q) = %+v, want %+v", tt.env, got, tt.want)
+		}
+	}
+	only := []scheduler.Candidate{free(node("a", 8, mode("dev"))), free(node("d", 8, draining))}
+	want := "no node fits (2 considered): 1 node draining; 1 node in mode dev, not prod"
+	if got := scheduler.Place(scheduler.Ask{Guest: guest(), Env: "prod"}, only); got.Reason != want {
+		t.Errorf("Place(prod on a dev node) = %+v, want reason %q", got, want)
+	}
+}
+
+// TestPlaceSpreadsProjectsAcrossZones: a project's guest goes to the zone
+// holding the fewest of the project's guests, even when bin-packing would
+// choose another; within a zone it bin-packs; constraints narrow first.
+func TestPlaceSpreadsProjectsAcrossZones(t *testing.T) {
+	t.Parallel()
+	a1 := used(node("a1", 8, labels("zone", "a", "region", "eu")), 6, 0, 0)
+	a2 := free(node("a2", 8, labels("zone", "a", "region", "eu")))
+	b1 := used(node("b1", 8, labels("zone", "b", "region", "eu")), 2, 0, 0)
+	b2 := used(node("b2", 8, labels("zone", "b", "region", "eu")), 4, 0, 0)
+	c1 := free(node("c1", 8, labels("zone", "c", "region", "us")))
+	cands := []scheduler.Candidate{a1, a2, b1, b2, c1}
+	tests := []struct {
+		name        string
+		load        map[string]int
+		constraints map[string]string
+		want        string
+	}{
+		{"no project guests yet: bin-pack", nil, nil, "a1"},
+		{"zone a holds one: another zone", map[string]int{"a": 1}, nil, "b2"},
+		{"a and b hold one: zone c", map[string]int{"a": 1, "b": 1}, nil, "c1"},
+		{"every zone holds one: bin-pack again", map[string]int{"a": 1, "b": 1, "c": 1}, nil, "a1"},
+		{"fewest, not none", map[string]int{"a": 3, "b": 2, "c": 4}, nil, "b2"},
+		{"region constraint first", map[string]int{"a": 1, "b": 1}, map[string]string{"region": "eu"}, "a1"},
+		{"zone constraint beats spread", map[string]int{"a": 5}, map[string]string{"zone": "a"}, "a1"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			if got := scheduler.Allocated(tt.guests); !proto.Equal(got, tt.want) {
-				t.Errorf("Allocated(%s) = %v, want %v", tt.name, got, tt.want)
+			g := guest()
+			g.Spec.Constraints = tt.constraints
+			got := scheduler.Place(scheduler.Ask{Guest: g, ZoneLoad: tt.load}, cands)
+			if got.NodeID != tt.want+"-id" {
+				t.Errorf("Place(zone load %v, constraints %v) = %+v, want node %s", tt.load, tt.constraints, got, tt.want)
 			}
 		})
 	}

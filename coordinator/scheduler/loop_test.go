@@ -20,16 +20,17 @@ import (
 // proposer that applies each command as the next log entry, as Raft
 // would on a one-member group. It records what the scheduler proposes.
 type replica struct {
-	t     *testing.T
+	t     testing.TB
 	store *state.Store
 	fsm   *state.FSM
 
 	mu       sync.Mutex
 	index    uint64
 	proposed []*corpusv1.PlaceGuest
+	batches  int
 }
 
-func newReplica(t *testing.T) *replica {
+func newReplica(t testing.TB) *replica {
 	store := state.NewStore()
 	r := &replica{t: t, store: store, fsm: state.NewFSM(store, slog.New(slog.DiscardHandler))}
 	r.must(&corpusv1.Command{Cmd: &corpusv1.Command_BootstrapCluster{BootstrapCluster: &corpusv1.BootstrapCluster{
@@ -52,9 +53,10 @@ func (r *replica) apply(cmd *corpusv1.Command) (uint64, error) {
 
 // propose is the scheduler's scheduler.Proposer.
 func (r *replica) propose(_ context.Context, cmd *corpusv1.Command) (uint64, error) {
-	if p := cmd.GetPlaceGuest(); p != nil {
+	if b := cmd.GetPlaceGuests(); b != nil {
 		r.mu.Lock()
-		r.proposed = append(r.proposed, p)
+		r.proposed = append(r.proposed, b.Placements...)
+		r.batches++
 		r.mu.Unlock()
 	}
 	return r.apply(cmd)
@@ -120,15 +122,18 @@ func (r *replica) waitFor(what string, cond func(v *state.Snap) bool) {
 	}
 }
 
-func (r *replica) enroll(name string, memGiB int64, ready bool) {
+func (r *replica) enroll(name string, memGiB int64, ready bool, opts ...func(*corpusv1.Node)) {
 	r.t.Helper()
+	n := &corpusv1.Node{Id: name + "-id", Name: name, Status: state.NodeInitializing, Mode: "dev"}
+	for _, o := range opts {
+		o(n)
+	}
 	r.must(
 		&corpusv1.Command{Cmd: &corpusv1.Command_CreateJoinToken{CreateJoinToken: &corpusv1.CreateJoinToken{Token: &corpusv1.JoinToken{
 			Id: "tok-" + name, SecretHash: "h", ExpiresAt: timestamppb.New(time.Now().Add(time.Hour)),
 		}}}},
 		&corpusv1.Command{Cmd: &corpusv1.Command_EnrollNode{EnrollNode: &corpusv1.EnrollNode{
-			TokenId: "tok-" + name, TokenSecretHash: "h",
-			Node: &corpusv1.Node{Id: name + "-id", Name: name, Status: state.NodeInitializing, Mode: "dev"},
+			TokenId: "tok-" + name, TokenSecretHash: "h", Node: n,
 		}}},
 	)
 	if ready {
@@ -149,9 +154,16 @@ func (r *replica) report(name string, memGiB int64, version string) {
 
 func (r *replica) createGuest(name string, memGiB int64) {
 	r.t.Helper()
+	r.addGuest(name, func(g *corpusv1.Guest) { g.Spec.Resources.MemoryBytes = memGiB * gib })
+}
+
+// addGuest creates guest name, running, as guest() made it and change
+// changed it.
+func (r *replica) addGuest(name string, change func(*corpusv1.Guest)) {
+	r.t.Helper()
 	g := guest()
 	g.Id, g.Name, g.DesiredState = name+"-id", name, state.DesiredRunning
-	g.Spec.Resources.MemoryBytes = memGiB * gib
+	change(g)
 	r.must(&corpusv1.Command{Cmd: &corpusv1.Command_CreateGuest{CreateGuest: &corpusv1.CreateGuest{Guest: g}}})
 }
 
@@ -213,15 +225,20 @@ func TestLoopRecordsAReasonOnce(t *testing.T) {
 func TestLoopCountsWhatItPlacesInOnePass(t *testing.T) {
 	t.Parallel()
 	r := newReplica(t)
-	r.enroll("a", 4, true)
+	r.enroll("a", 3, true)
 	r.enroll("b", 4, true)
-	// Both pending before the loop starts: one pass places both. Without
-	// counting the first placement, both would land on a (the tie-break).
+	// Both pending before the loop starts: one pass places both, in one
+	// Raft entry. Bin-packing puts g1 on a (the fuller fit); without
+	// counting that placement, g2 would go there too and overfill it.
 	r.createGuest("g1", 2)
 	r.createGuest("g2", 2)
-	r.run()
+	stop := r.run()
 	r.waitFor("g1 on a", placedOn("g1-id", "a-id"))
 	r.waitFor("g2 on b", placedOn("g2-id", "b-id"))
+	stop()
+	if r.batches != 1 {
+		t.Errorf("PlaceGuests entries = %d, want 1 for one pass", r.batches)
+	}
 }
 
 func TestLoopPlacesUntilFull(t *testing.T) {

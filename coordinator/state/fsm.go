@@ -170,6 +170,10 @@ func (a *applier) apply(cmd *corpusv1.Command) error {
 		return a.createUserToken(c.CreateUserToken)
 	case *corpusv1.Command_RevokeUserToken:
 		return a.revokeUserToken(c.RevokeUserToken)
+	case *corpusv1.Command_PlaceGuests:
+		return a.placeGuests(c.PlaceGuests)
+	case *corpusv1.Command_SetNodeMode:
+		return a.setNodeMode(c.SetNodeMode)
 	default:
 		panic(fmt.Sprintf("state: command %T has no apply function", c))
 	}
@@ -277,16 +281,30 @@ func (a *applier) updateNode(c *corpusv1.UpdateNode) error {
 	}
 	if n.Status != NodeReady {
 		n.Status = NodeReady
+		a.nodeReady(n.Id)
 	}
 	n.ModifyIndex = a.index
 	a.put(tableNodes, n)
 	return nil
 }
 
+func (a *applier) nodeIsDown(id string) bool {
+	n, err := a.node(id)
+	return err == nil && n.Status == NodeDown
+}
+
 func (a *applier) setNodeStatus(c *corpusv1.SetNodeStatus) error {
 	n, err := a.node(c.NodeId)
 	if err != nil {
 		return err
+	}
+	if n.Status != c.Status {
+		switch c.Status {
+		case NodeDown:
+			a.nodeDown(n.Id)
+		case NodeReady:
+			a.nodeReady(n.Id)
+		}
 	}
 	n.Status = c.Status
 	n.ModifyIndex = a.index
@@ -353,7 +371,9 @@ func (a *applier) setGuestDesired(c *corpusv1.SetGuestDesired) error {
 	if c.DesiredState == DesiredDeleted {
 		g.PurgeVolume = g.PurgeVolume || c.PurgeVolume
 	}
-	if c.DesiredState == DesiredDeleted && g.NodeId == "" {
+	if c.DesiredState == DesiredDeleted && (g.NodeId == "" || a.nodeIsDown(g.NodeId)) {
+		// Nobody can confirm the delete: the record goes now, and a down
+		// node removes its copy when it returns (it is no longer desired).
 		a.deleteGuest(g)
 		return nil
 	}
@@ -402,16 +422,9 @@ func (a *applier) placeGuest(c *corpusv1.PlaceGuest) error {
 		if why := PortConflict(n, v.UsedPorts(n), g.GetSpec().GetPorts()); why != "" {
 			return fmt.Errorf("placing guest %s on node %s: %s: %w", g.Name, n.Name, why, ErrPortTaken)
 		}
-		addr, err := nextGuestAddress(n.GuestSubnet, v.GuestsOnNode(n.Id))
-		if err != nil {
-			return fmt.Errorf("placing guest %s on node %s: %w", g.Name, n.Name, err)
-		}
-		if err := a.placeVolume(g, n); err != nil {
+		if err := a.assign(g, n, v); err != nil {
 			return err
 		}
-		g.NodeId = n.Id
-		g.Address = addr.String()
-		g.PendingReason = ""
 		a.event(g, "placed", "placed on node "+n.Name)
 	}
 	g.ModifyIndex = a.index
@@ -450,6 +463,7 @@ func (a *applier) reportGuests(c *corpusv1.ReportGuests) error {
 			}
 			a.event(g, "observed", msg)
 		}
+		a.migrated(g)
 		g.ModifyIndex = a.index
 		a.put(tableGuests, g)
 	}

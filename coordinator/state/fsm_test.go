@@ -402,29 +402,39 @@ func TestApply(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			r := newReplica(t)
-			r.must(tt.setup...)
-			before := r.dump()
-			err := r.apply(tt.cmd)
-			if !errors.Is(err, tt.wantErr) {
-				t.Fatalf("Apply(%v) = %v, want %v", tt.cmd, err, tt.wantErr)
-			}
-			v := r.store.Read()
-			if err != nil {
-				// A business error changes nothing, not even the index.
-				if after := r.dump(); !proto.Equal(after, before) {
-					t.Errorf("state after Apply(%v) = %v, want it unchanged: %v", tt.cmd, after, before)
-				}
-				return
-			}
-			if got := v.Index(); got != r.index {
-				t.Errorf("Index() = %d, want %d", got, r.index)
-			}
-			if tt.check != nil {
+			v := applyCase(t, tt.setup, func(*replica) *corpusv1.Command { return tt.cmd }, tt.wantErr)
+			if v != nil && tt.check != nil {
 				tt.check(t, v)
 			}
 		})
 	}
+}
+
+// applyCase runs one table case: the setup commands, then the command
+// cmd makes, which must fail with wantErr (nil: succeed). A business
+// error must change nothing, not even the index. It returns the state
+// after a success, nil after an error.
+func applyCase(t *testing.T, setup []*corpusv1.Command, cmd func(*replica) *corpusv1.Command, wantErr error) *state.Snap {
+	t.Helper()
+	r := newReplica(t)
+	r.must(setup...)
+	before := r.dump()
+	c := cmd(r)
+	err := r.apply(c)
+	if !errors.Is(err, wantErr) {
+		t.Fatalf("Apply(%v) = %v, want %v", c, err, wantErr)
+	}
+	if err != nil {
+		if after := r.dump(); !proto.Equal(after, before) {
+			t.Errorf("state after Apply(%v) = %v, want it unchanged: %v", c, after, before)
+		}
+		return nil
+	}
+	v := r.store.Read()
+	if got := v.Index(); got != r.index {
+		t.Errorf("Index() = %d, want %d", got, r.index)
+	}
+	return v
 }
 
 func eventTypes(g *corpusv1.Guest) string {

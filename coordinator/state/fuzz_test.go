@@ -9,6 +9,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"corpus/coordinator/state"
+	corpusv1 "corpus/proto/corpus/v1"
 )
 
 // FuzzApply feeds arbitrary bytes to the state machine as a log entry on
@@ -26,6 +27,11 @@ func FuzzApply(f *testing.F) {
 		placeCmd("g2id", nodeID, "", 0),
 		placeCmd("g2id", "", "why", 0),
 		nodeStatusCmd("n2id", state.NodeDown),
+		nodeStatusCmd(nodeID, state.NodeDown),
+		modeCmd(nodeID, state.ModeDrain, ""),
+		modeCmd("n2id", "", "ineligible"),
+		placeAllCmd(placement("g2id", nodeID, 0), placement(guestID, "n2id", 0)),
+		placeAllCmd(&corpusv1.PlaceGuest{GuestId: "g2id", Reason: "why"}),
 		enrollCmd("tok3", "hash3", "n3id", "n3"),
 		tokenCmd("tok4", "hash4", epoch.Add(time.Minute)),
 	)

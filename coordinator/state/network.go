@@ -64,15 +64,15 @@ func Gateway(subnet netip.Prefix) netip.Addr {
 }
 
 // nextGuestAddress returns the lowest free host address of a node's
-// subnet, skipping the network address, the gateway and the broadcast.
-func nextGuestAddress(subnet string, guests []*corpusv1.Guest) (netip.Addr, error) {
+// subnet that is not taken, skipping the network address, the gateway and the broadcast.
+func nextGuestAddress(subnet string, taken []string) (netip.Addr, error) {
 	p, err := netip.ParsePrefix(subnet)
 	if err != nil {
 		return netip.Addr{}, fmt.Errorf("node has no guest subnet: %w", ErrInvalid)
 	}
 	used := map[netip.Addr]bool{}
-	for _, g := range guests {
-		if a, err := netip.ParseAddr(g.Address); err == nil {
+	for _, s := range taken {
+		if a, err := netip.ParseAddr(s); err == nil {
 			used[a] = true
 		}
 	}
@@ -101,13 +101,14 @@ type PortUse struct {
 }
 
 // UsedPorts returns the node ports in use on a node: NAT ports of its
-// guests, its TCP routes, and the node's reserved ports.
+// guests (old copies of migrating guests included), its TCP routes, and
+// the node's reserved ports.
 func (v *Snap) UsedPorts(node *corpusv1.Node) map[int32]string {
 	used := map[int32]string{}
 	for _, p := range node.GetReservedPorts() {
 		used[p] = "reserved by the node (proxy listener)"
 	}
-	for _, g := range v.GuestsOnNode(node.GetId()) {
+	for _, g := range append(v.GuestsOnNode(node.GetId()), v.GuestsLeaving(node.GetId())...) {
 		for _, p := range g.GetSpec().GetPorts() {
 			used[p.HostPort] = "guest " + g.Name + " (nat)"
 		}
@@ -170,10 +171,12 @@ func (v *Snap) RoutesOfGuest(guestID string) []*corpusv1.Route {
 	return all[*corpusv1.Route](v, tableRoutes, "guest", guestID)
 }
 
-// RoutesOnNode returns the routes to the guests placed on a node.
+// RoutesOnNode returns the routes to the guests placed on a node, and to
+// the old copies of guests migrating away from it (they serve until the
+// new copy runs).
 func (v *Snap) RoutesOnNode(nodeID string) []*corpusv1.Route {
 	var out []*corpusv1.Route
-	for _, g := range v.GuestsOnNode(nodeID) {
+	for _, g := range append(v.GuestsOnNode(nodeID), v.GuestsLeaving(nodeID)...) {
 		out = append(out, v.RoutesOfGuest(g.Id)...)
 	}
 	return out

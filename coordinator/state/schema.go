@@ -47,6 +47,7 @@ func schema() *memdb.DBSchema {
 				"id":   {Name: "id", Unique: true, Indexer: &memdb.StringFieldIndex{Field: "Id"}},
 				"name": {Name: "name", Unique: true, Indexer: &memdb.StringFieldIndex{Field: "Name"}},
 				"node": {Name: "node", AllowMissing: true, Indexer: &memdb.StringFieldIndex{Field: "NodeId"}},
+				"prev": {Name: "prev", AllowMissing: true, Indexer: &memdb.StringFieldIndex{Field: "PreviousNodeId"}},
 			},
 		},
 		tableTokens: {

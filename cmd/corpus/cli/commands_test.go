@@ -37,7 +37,7 @@ func startCoordinator(t *testing.T) *cliTarget {
 	t.Helper()
 	cfg := coordinator.Default()
 	cfg.DataDir = t.TempDir()
-	cfg.APIAddr, cfg.RaftAddr, cfg.DNS.Addr = "127.0.0.1:0", "127.0.0.1:0", ""
+	cfg.APIAddr, cfg.RaftAddr, cfg.DNS.Addr, cfg.GossipAddr = "127.0.0.1:0", "127.0.0.1:0", "", "127.0.0.1:0"
 	cfg.Logger = slog.New(slog.DiscardHandler)
 	srv, err := coordinator.New(cfg)
 	if err != nil {
@@ -244,6 +244,11 @@ func TestProjectCreateWaits(t *testing.T) {
 	}
 	c.want("project create hello --domain hello.example.test",
 		"project hello/dev is running on node vm; push main to deploy:\ngit remote add corpus ssh://git@10.0.0.1:2222/hello\n")
+	// A node takes the environments of its mode: vm takes prod from now
+	// on, and hello/dev stays where it runs.
+	if _, err := c.ops.nodes.SetNodeMode(ctx, connect.NewRequest(&corpusv1.SetNodeModeRequest{Name: "vm", Mode: "prod"})); err != nil {
+		t.Fatalf("SetNodeMode(vm, prod) = %v", err)
+	}
 	c.want("project create hello --env prod --branch release",
 		"project hello/prod is running on node vm; push release to deploy:\ngit remote add corpus-prod ssh://git@10.0.0.1:2222/hello/prod\n")
 	c.want("project list", "hello  dev   vm    running", "hello  prod  vm    running")

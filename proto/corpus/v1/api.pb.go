@@ -823,6 +823,342 @@ func (x *StatusResponse) GetReplica() string {
 	return ""
 }
 
+type SetNodeModeRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// name or id of the node.
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// mode: "dev", "staging", "prod", "drain", "eligible" or "ineligible".
+	Mode          string `protobuf:"bytes,2,opt,name=mode,proto3" json:"mode,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetNodeModeRequest) Reset() {
+	*x = SetNodeModeRequest{}
+	mi := &file_corpus_v1_api_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetNodeModeRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetNodeModeRequest) ProtoMessage() {}
+
+func (x *SetNodeModeRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_api_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetNodeModeRequest.ProtoReflect.Descriptor instead.
+func (*SetNodeModeRequest) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *SetNodeModeRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *SetNodeModeRequest) GetMode() string {
+	if x != nil {
+		return x.Mode
+	}
+	return ""
+}
+
+type SetNodeModeResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Node  *NodeView              `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
+	// changed is false when the node already was in that mode.
+	Changed       bool `protobuf:"varint,2,opt,name=changed,proto3" json:"changed,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetNodeModeResponse) Reset() {
+	*x = SetNodeModeResponse{}
+	mi := &file_corpus_v1_api_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetNodeModeResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetNodeModeResponse) ProtoMessage() {}
+
+func (x *SetNodeModeResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_api_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetNodeModeResponse.ProtoReflect.Descriptor instead.
+func (*SetNodeModeResponse) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *SetNodeModeResponse) GetNode() *NodeView {
+	if x != nil {
+		return x.Node
+	}
+	return nil
+}
+
+func (x *SetNodeModeResponse) GetChanged() bool {
+	if x != nil {
+		return x.Changed
+	}
+	return false
+}
+
+type DrainStatusRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	MinIndex      uint64                 `protobuf:"varint,2,opt,name=min_index,json=minIndex,proto3" json:"min_index,omitempty"`
+	WaitSeconds   int64                  `protobuf:"varint,3,opt,name=wait_seconds,json=waitSeconds,proto3" json:"wait_seconds,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DrainStatusRequest) Reset() {
+	*x = DrainStatusRequest{}
+	mi := &file_corpus_v1_api_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DrainStatusRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DrainStatusRequest) ProtoMessage() {}
+
+func (x *DrainStatusRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_api_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DrainStatusRequest.ProtoReflect.Descriptor instead.
+func (*DrainStatusRequest) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *DrainStatusRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *DrainStatusRequest) GetMinIndex() uint64 {
+	if x != nil {
+		return x.MinIndex
+	}
+	return 0
+}
+
+func (x *DrainStatusRequest) GetWaitSeconds() int64 {
+	if x != nil {
+		return x.WaitSeconds
+	}
+	return 0
+}
+
+// DrainGuest is one guest still on a node being drained.
+type DrainGuest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// state: "moving" (a new copy starts on to_node; the old one runs until
+	// it does), "waiting" (no other node takes it yet; reason says why),
+	// "deleting" (it goes away by itself), or "needs-volume-move" (its data
+	// is on this node: stop it and `corpus volume move` its volume).
+	State  string `protobuf:"bytes,2,opt,name=state,proto3" json:"state,omitempty"`
+	ToNode string `protobuf:"bytes,3,opt,name=to_node,json=toNode,proto3" json:"to_node,omitempty"`
+	Reason string `protobuf:"bytes,4,opt,name=reason,proto3" json:"reason,omitempty"`
+	// status is the guest's one-word status (of its new copy when moving).
+	Status        string `protobuf:"bytes,5,opt,name=status,proto3" json:"status,omitempty"`
+	Volume        string `protobuf:"bytes,6,opt,name=volume,proto3" json:"volume,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DrainGuest) Reset() {
+	*x = DrainGuest{}
+	mi := &file_corpus_v1_api_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DrainGuest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DrainGuest) ProtoMessage() {}
+
+func (x *DrainGuest) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_api_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DrainGuest.ProtoReflect.Descriptor instead.
+func (*DrainGuest) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *DrainGuest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *DrainGuest) GetState() string {
+	if x != nil {
+		return x.State
+	}
+	return ""
+}
+
+func (x *DrainGuest) GetToNode() string {
+	if x != nil {
+		return x.ToNode
+	}
+	return ""
+}
+
+func (x *DrainGuest) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *DrainGuest) GetStatus() string {
+	if x != nil {
+		return x.Status
+	}
+	return ""
+}
+
+func (x *DrainGuest) GetVolume() string {
+	if x != nil {
+		return x.Volume
+	}
+	return ""
+}
+
+type DrainStatusResponse struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Node   *NodeView              `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
+	Index  uint64                 `protobuf:"varint,2,opt,name=index,proto3" json:"index,omitempty"`
+	Guests []*DrainGuest          `protobuf:"bytes,3,rep,name=guests,proto3" json:"guests,omitempty"`
+	// done: no guest that can move is left on the node (guests that need
+	// a volume move may remain; see guests).
+	Done bool `protobuf:"varint,4,opt,name=done,proto3" json:"done,omitempty"`
+	// empty: nothing at all is left on the node.
+	Empty         bool `protobuf:"varint,5,opt,name=empty,proto3" json:"empty,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DrainStatusResponse) Reset() {
+	*x = DrainStatusResponse{}
+	mi := &file_corpus_v1_api_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DrainStatusResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DrainStatusResponse) ProtoMessage() {}
+
+func (x *DrainStatusResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_api_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DrainStatusResponse.ProtoReflect.Descriptor instead.
+func (*DrainStatusResponse) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *DrainStatusResponse) GetNode() *NodeView {
+	if x != nil {
+		return x.Node
+	}
+	return nil
+}
+
+func (x *DrainStatusResponse) GetIndex() uint64 {
+	if x != nil {
+		return x.Index
+	}
+	return 0
+}
+
+func (x *DrainStatusResponse) GetGuests() []*DrainGuest {
+	if x != nil {
+		return x.Guests
+	}
+	return nil
+}
+
+func (x *DrainStatusResponse) GetDone() bool {
+	if x != nil {
+		return x.Done
+	}
+	return false
+}
+
+func (x *DrainStatusResponse) GetEmpty() bool {
+	if x != nil {
+		return x.Empty
+	}
+	return false
+}
+
 type CreateJoinTokenRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// ttl_seconds is how long the token stays valid; 0 means one hour.
@@ -833,7 +1169,7 @@ type CreateJoinTokenRequest struct {
 
 func (x *CreateJoinTokenRequest) Reset() {
 	*x = CreateJoinTokenRequest{}
-	mi := &file_corpus_v1_api_proto_msgTypes[15]
+	mi := &file_corpus_v1_api_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -845,7 +1181,7 @@ func (x *CreateJoinTokenRequest) String() string {
 func (*CreateJoinTokenRequest) ProtoMessage() {}
 
 func (x *CreateJoinTokenRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[15]
+	mi := &file_corpus_v1_api_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -858,7 +1194,7 @@ func (x *CreateJoinTokenRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateJoinTokenRequest.ProtoReflect.Descriptor instead.
 func (*CreateJoinTokenRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{15}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *CreateJoinTokenRequest) GetTtlSeconds() int64 {
@@ -879,7 +1215,7 @@ type CreateJoinTokenResponse struct {
 
 func (x *CreateJoinTokenResponse) Reset() {
 	*x = CreateJoinTokenResponse{}
-	mi := &file_corpus_v1_api_proto_msgTypes[16]
+	mi := &file_corpus_v1_api_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -891,7 +1227,7 @@ func (x *CreateJoinTokenResponse) String() string {
 func (*CreateJoinTokenResponse) ProtoMessage() {}
 
 func (x *CreateJoinTokenResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[16]
+	mi := &file_corpus_v1_api_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -904,7 +1240,7 @@ func (x *CreateJoinTokenResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateJoinTokenResponse.ProtoReflect.Descriptor instead.
 func (*CreateJoinTokenResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{16}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *CreateJoinTokenResponse) GetToken() string {
@@ -929,7 +1265,7 @@ type ListNodesRequest struct {
 
 func (x *ListNodesRequest) Reset() {
 	*x = ListNodesRequest{}
-	mi := &file_corpus_v1_api_proto_msgTypes[17]
+	mi := &file_corpus_v1_api_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -941,7 +1277,7 @@ func (x *ListNodesRequest) String() string {
 func (*ListNodesRequest) ProtoMessage() {}
 
 func (x *ListNodesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[17]
+	mi := &file_corpus_v1_api_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -954,7 +1290,7 @@ func (x *ListNodesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListNodesRequest.ProtoReflect.Descriptor instead.
 func (*ListNodesRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{17}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{22}
 }
 
 type ListNodesResponse struct {
@@ -967,7 +1303,7 @@ type ListNodesResponse struct {
 
 func (x *ListNodesResponse) Reset() {
 	*x = ListNodesResponse{}
-	mi := &file_corpus_v1_api_proto_msgTypes[18]
+	mi := &file_corpus_v1_api_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -979,7 +1315,7 @@ func (x *ListNodesResponse) String() string {
 func (*ListNodesResponse) ProtoMessage() {}
 
 func (x *ListNodesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[18]
+	mi := &file_corpus_v1_api_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -992,7 +1328,7 @@ func (x *ListNodesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListNodesResponse.ProtoReflect.Descriptor instead.
 func (*ListNodesResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{18}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ListNodesResponse) GetNodes() []*NodeView {
@@ -1019,7 +1355,7 @@ type GetNodeRequest struct {
 
 func (x *GetNodeRequest) Reset() {
 	*x = GetNodeRequest{}
-	mi := &file_corpus_v1_api_proto_msgTypes[19]
+	mi := &file_corpus_v1_api_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1031,7 +1367,7 @@ func (x *GetNodeRequest) String() string {
 func (*GetNodeRequest) ProtoMessage() {}
 
 func (x *GetNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[19]
+	mi := &file_corpus_v1_api_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1044,7 +1380,7 @@ func (x *GetNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetNodeRequest.ProtoReflect.Descriptor instead.
 func (*GetNodeRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{19}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *GetNodeRequest) GetName() string {
@@ -1063,7 +1399,7 @@ type GetNodeResponse struct {
 
 func (x *GetNodeResponse) Reset() {
 	*x = GetNodeResponse{}
-	mi := &file_corpus_v1_api_proto_msgTypes[20]
+	mi := &file_corpus_v1_api_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1075,7 +1411,7 @@ func (x *GetNodeResponse) String() string {
 func (*GetNodeResponse) ProtoMessage() {}
 
 func (x *GetNodeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[20]
+	mi := &file_corpus_v1_api_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1088,7 +1424,7 @@ func (x *GetNodeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetNodeResponse.ProtoReflect.Descriptor instead.
 func (*GetNodeResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{20}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *GetNodeResponse) GetNode() *NodeView {
@@ -1110,7 +1446,7 @@ type NodeView struct {
 
 func (x *NodeView) Reset() {
 	*x = NodeView{}
-	mi := &file_corpus_v1_api_proto_msgTypes[21]
+	mi := &file_corpus_v1_api_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1122,7 +1458,7 @@ func (x *NodeView) String() string {
 func (*NodeView) ProtoMessage() {}
 
 func (x *NodeView) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[21]
+	mi := &file_corpus_v1_api_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1135,7 +1471,7 @@ func (x *NodeView) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeView.ProtoReflect.Descriptor instead.
 func (*NodeView) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{21}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *NodeView) GetNode() *Node {
@@ -1171,7 +1507,7 @@ type CreateGuestRequest struct {
 
 func (x *CreateGuestRequest) Reset() {
 	*x = CreateGuestRequest{}
-	mi := &file_corpus_v1_api_proto_msgTypes[22]
+	mi := &file_corpus_v1_api_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1183,7 +1519,7 @@ func (x *CreateGuestRequest) String() string {
 func (*CreateGuestRequest) ProtoMessage() {}
 
 func (x *CreateGuestRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[22]
+	mi := &file_corpus_v1_api_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1196,7 +1532,7 @@ func (x *CreateGuestRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateGuestRequest.ProtoReflect.Descriptor instead.
 func (*CreateGuestRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{22}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *CreateGuestRequest) GetName() string {
@@ -1231,7 +1567,7 @@ type CreateGuestResponse struct {
 
 func (x *CreateGuestResponse) Reset() {
 	*x = CreateGuestResponse{}
-	mi := &file_corpus_v1_api_proto_msgTypes[23]
+	mi := &file_corpus_v1_api_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1243,7 +1579,7 @@ func (x *CreateGuestResponse) String() string {
 func (*CreateGuestResponse) ProtoMessage() {}
 
 func (x *CreateGuestResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[23]
+	mi := &file_corpus_v1_api_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1256,7 +1592,7 @@ func (x *CreateGuestResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateGuestResponse.ProtoReflect.Descriptor instead.
 func (*CreateGuestResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{23}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *CreateGuestResponse) GetGuest() *Guest {
@@ -1286,7 +1622,7 @@ type GetGuestRequest struct {
 
 func (x *GetGuestRequest) Reset() {
 	*x = GetGuestRequest{}
-	mi := &file_corpus_v1_api_proto_msgTypes[24]
+	mi := &file_corpus_v1_api_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1298,7 +1634,7 @@ func (x *GetGuestRequest) String() string {
 func (*GetGuestRequest) ProtoMessage() {}
 
 func (x *GetGuestRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[24]
+	mi := &file_corpus_v1_api_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1311,7 +1647,7 @@ func (x *GetGuestRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetGuestRequest.ProtoReflect.Descriptor instead.
 func (*GetGuestRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{24}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *GetGuestRequest) GetName() string {
@@ -1351,7 +1687,7 @@ type GetGuestResponse struct {
 
 func (x *GetGuestResponse) Reset() {
 	*x = GetGuestResponse{}
-	mi := &file_corpus_v1_api_proto_msgTypes[25]
+	mi := &file_corpus_v1_api_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1363,7 +1699,7 @@ func (x *GetGuestResponse) String() string {
 func (*GetGuestResponse) ProtoMessage() {}
 
 func (x *GetGuestResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[25]
+	mi := &file_corpus_v1_api_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1376,7 +1712,7 @@ func (x *GetGuestResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetGuestResponse.ProtoReflect.Descriptor instead.
 func (*GetGuestResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{25}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *GetGuestResponse) GetGuest() *Guest {
@@ -1417,7 +1753,7 @@ type ListGuestsRequest struct {
 
 func (x *ListGuestsRequest) Reset() {
 	*x = ListGuestsRequest{}
-	mi := &file_corpus_v1_api_proto_msgTypes[26]
+	mi := &file_corpus_v1_api_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1429,7 +1765,7 @@ func (x *ListGuestsRequest) String() string {
 func (*ListGuestsRequest) ProtoMessage() {}
 
 func (x *ListGuestsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[26]
+	mi := &file_corpus_v1_api_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1442,7 +1778,7 @@ func (x *ListGuestsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListGuestsRequest.ProtoReflect.Descriptor instead.
 func (*ListGuestsRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{26}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *ListGuestsRequest) GetNode() string {
@@ -1462,7 +1798,7 @@ type ListGuestsResponse struct {
 
 func (x *ListGuestsResponse) Reset() {
 	*x = ListGuestsResponse{}
-	mi := &file_corpus_v1_api_proto_msgTypes[27]
+	mi := &file_corpus_v1_api_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1474,7 +1810,7 @@ func (x *ListGuestsResponse) String() string {
 func (*ListGuestsResponse) ProtoMessage() {}
 
 func (x *ListGuestsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[27]
+	mi := &file_corpus_v1_api_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1487,7 +1823,7 @@ func (x *ListGuestsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListGuestsResponse.ProtoReflect.Descriptor instead.
 func (*ListGuestsResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{27}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *ListGuestsResponse) GetGuests() []*GetGuestResponse {
@@ -1515,7 +1851,7 @@ type GuestActionRequest struct {
 
 func (x *GuestActionRequest) Reset() {
 	*x = GuestActionRequest{}
-	mi := &file_corpus_v1_api_proto_msgTypes[28]
+	mi := &file_corpus_v1_api_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1527,7 +1863,7 @@ func (x *GuestActionRequest) String() string {
 func (*GuestActionRequest) ProtoMessage() {}
 
 func (x *GuestActionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[28]
+	mi := &file_corpus_v1_api_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1540,7 +1876,7 @@ func (x *GuestActionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GuestActionRequest.ProtoReflect.Descriptor instead.
 func (*GuestActionRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{28}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *GuestActionRequest) GetName() string {
@@ -1568,7 +1904,7 @@ type GuestActionResponse struct {
 
 func (x *GuestActionResponse) Reset() {
 	*x = GuestActionResponse{}
-	mi := &file_corpus_v1_api_proto_msgTypes[29]
+	mi := &file_corpus_v1_api_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1580,7 +1916,7 @@ func (x *GuestActionResponse) String() string {
 func (*GuestActionResponse) ProtoMessage() {}
 
 func (x *GuestActionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[29]
+	mi := &file_corpus_v1_api_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1593,7 +1929,7 @@ func (x *GuestActionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GuestActionResponse.ProtoReflect.Descriptor instead.
 func (*GuestActionResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{29}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *GuestActionResponse) GetGuest() *Guest {
@@ -1624,7 +1960,7 @@ type ExecGuestRequest struct {
 
 func (x *ExecGuestRequest) Reset() {
 	*x = ExecGuestRequest{}
-	mi := &file_corpus_v1_api_proto_msgTypes[30]
+	mi := &file_corpus_v1_api_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1636,7 +1972,7 @@ func (x *ExecGuestRequest) String() string {
 func (*ExecGuestRequest) ProtoMessage() {}
 
 func (x *ExecGuestRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[30]
+	mi := &file_corpus_v1_api_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1649,7 +1985,7 @@ func (x *ExecGuestRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecGuestRequest.ProtoReflect.Descriptor instead.
 func (*ExecGuestRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{30}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *ExecGuestRequest) GetName() string {
@@ -1700,7 +2036,7 @@ type ExecOutput struct {
 
 func (x *ExecOutput) Reset() {
 	*x = ExecOutput{}
-	mi := &file_corpus_v1_api_proto_msgTypes[31]
+	mi := &file_corpus_v1_api_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1712,7 +2048,7 @@ func (x *ExecOutput) String() string {
 func (*ExecOutput) ProtoMessage() {}
 
 func (x *ExecOutput) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[31]
+	mi := &file_corpus_v1_api_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1725,7 +2061,7 @@ func (x *ExecOutput) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecOutput.ProtoReflect.Descriptor instead.
 func (*ExecOutput) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{31}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *ExecOutput) GetStdout() []byte {
@@ -1771,7 +2107,7 @@ type CreateRouteRequest struct {
 
 func (x *CreateRouteRequest) Reset() {
 	*x = CreateRouteRequest{}
-	mi := &file_corpus_v1_api_proto_msgTypes[32]
+	mi := &file_corpus_v1_api_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1783,7 +2119,7 @@ func (x *CreateRouteRequest) String() string {
 func (*CreateRouteRequest) ProtoMessage() {}
 
 func (x *CreateRouteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[32]
+	mi := &file_corpus_v1_api_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1796,7 +2132,7 @@ func (x *CreateRouteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateRouteRequest.ProtoReflect.Descriptor instead.
 func (*CreateRouteRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{32}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *CreateRouteRequest) GetKind() string {
@@ -1845,7 +2181,7 @@ type CreateRouteResponse struct {
 
 func (x *CreateRouteResponse) Reset() {
 	*x = CreateRouteResponse{}
-	mi := &file_corpus_v1_api_proto_msgTypes[33]
+	mi := &file_corpus_v1_api_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1857,7 +2193,7 @@ func (x *CreateRouteResponse) String() string {
 func (*CreateRouteResponse) ProtoMessage() {}
 
 func (x *CreateRouteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[33]
+	mi := &file_corpus_v1_api_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1870,7 +2206,7 @@ func (x *CreateRouteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateRouteResponse.ProtoReflect.Descriptor instead.
 func (*CreateRouteResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{33}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *CreateRouteResponse) GetRoute() *Route {
@@ -1895,7 +2231,7 @@ type ListRoutesRequest struct {
 
 func (x *ListRoutesRequest) Reset() {
 	*x = ListRoutesRequest{}
-	mi := &file_corpus_v1_api_proto_msgTypes[34]
+	mi := &file_corpus_v1_api_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1907,7 +2243,7 @@ func (x *ListRoutesRequest) String() string {
 func (*ListRoutesRequest) ProtoMessage() {}
 
 func (x *ListRoutesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[34]
+	mi := &file_corpus_v1_api_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1920,7 +2256,7 @@ func (x *ListRoutesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRoutesRequest.ProtoReflect.Descriptor instead.
 func (*ListRoutesRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{34}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{39}
 }
 
 // RouteView is a route with where it points now.
@@ -1938,7 +2274,7 @@ type RouteView struct {
 
 func (x *RouteView) Reset() {
 	*x = RouteView{}
-	mi := &file_corpus_v1_api_proto_msgTypes[35]
+	mi := &file_corpus_v1_api_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1950,7 +2286,7 @@ func (x *RouteView) String() string {
 func (*RouteView) ProtoMessage() {}
 
 func (x *RouteView) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[35]
+	mi := &file_corpus_v1_api_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1963,7 +2299,7 @@ func (x *RouteView) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RouteView.ProtoReflect.Descriptor instead.
 func (*RouteView) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{35}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *RouteView) GetRoute() *Route {
@@ -2012,7 +2348,7 @@ type ListRoutesResponse struct {
 
 func (x *ListRoutesResponse) Reset() {
 	*x = ListRoutesResponse{}
-	mi := &file_corpus_v1_api_proto_msgTypes[36]
+	mi := &file_corpus_v1_api_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2024,7 +2360,7 @@ func (x *ListRoutesResponse) String() string {
 func (*ListRoutesResponse) ProtoMessage() {}
 
 func (x *ListRoutesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[36]
+	mi := &file_corpus_v1_api_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2037,7 +2373,7 @@ func (x *ListRoutesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRoutesResponse.ProtoReflect.Descriptor instead.
 func (*ListRoutesResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{36}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *ListRoutesResponse) GetRoutes() []*RouteView {
@@ -2067,7 +2403,7 @@ type NatView struct {
 
 func (x *NatView) Reset() {
 	*x = NatView{}
-	mi := &file_corpus_v1_api_proto_msgTypes[37]
+	mi := &file_corpus_v1_api_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2079,7 +2415,7 @@ func (x *NatView) String() string {
 func (*NatView) ProtoMessage() {}
 
 func (x *NatView) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[37]
+	mi := &file_corpus_v1_api_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2092,7 +2428,7 @@ func (x *NatView) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NatView.ProtoReflect.Descriptor instead.
 func (*NatView) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{37}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *NatView) GetGuestName() string {
@@ -2142,7 +2478,7 @@ type DeleteRouteRequest struct {
 
 func (x *DeleteRouteRequest) Reset() {
 	*x = DeleteRouteRequest{}
-	mi := &file_corpus_v1_api_proto_msgTypes[38]
+	mi := &file_corpus_v1_api_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2154,7 +2490,7 @@ func (x *DeleteRouteRequest) String() string {
 func (*DeleteRouteRequest) ProtoMessage() {}
 
 func (x *DeleteRouteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[38]
+	mi := &file_corpus_v1_api_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2167,7 +2503,7 @@ func (x *DeleteRouteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteRouteRequest.ProtoReflect.Descriptor instead.
 func (*DeleteRouteRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{38}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *DeleteRouteRequest) GetDomain() string {
@@ -2200,7 +2536,7 @@ type DeleteRouteResponse struct {
 
 func (x *DeleteRouteResponse) Reset() {
 	*x = DeleteRouteResponse{}
-	mi := &file_corpus_v1_api_proto_msgTypes[39]
+	mi := &file_corpus_v1_api_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2212,7 +2548,7 @@ func (x *DeleteRouteResponse) String() string {
 func (*DeleteRouteResponse) ProtoMessage() {}
 
 func (x *DeleteRouteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[39]
+	mi := &file_corpus_v1_api_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2225,7 +2561,7 @@ func (x *DeleteRouteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteRouteResponse.ProtoReflect.Descriptor instead.
 func (*DeleteRouteResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{39}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *DeleteRouteResponse) GetRoute() *Route {
@@ -2249,7 +2585,7 @@ type MoveRouteRequest struct {
 
 func (x *MoveRouteRequest) Reset() {
 	*x = MoveRouteRequest{}
-	mi := &file_corpus_v1_api_proto_msgTypes[40]
+	mi := &file_corpus_v1_api_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2261,7 +2597,7 @@ func (x *MoveRouteRequest) String() string {
 func (*MoveRouteRequest) ProtoMessage() {}
 
 func (x *MoveRouteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[40]
+	mi := &file_corpus_v1_api_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2274,7 +2610,7 @@ func (x *MoveRouteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MoveRouteRequest.ProtoReflect.Descriptor instead.
 func (*MoveRouteRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{40}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *MoveRouteRequest) GetDomain() string {
@@ -2321,7 +2657,7 @@ type MoveRouteResponse struct {
 
 func (x *MoveRouteResponse) Reset() {
 	*x = MoveRouteResponse{}
-	mi := &file_corpus_v1_api_proto_msgTypes[41]
+	mi := &file_corpus_v1_api_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2333,7 +2669,7 @@ func (x *MoveRouteResponse) String() string {
 func (*MoveRouteResponse) ProtoMessage() {}
 
 func (x *MoveRouteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[41]
+	mi := &file_corpus_v1_api_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2346,7 +2682,7 @@ func (x *MoveRouteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MoveRouteResponse.ProtoReflect.Descriptor instead.
 func (*MoveRouteResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{41}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *MoveRouteResponse) GetRoute() *Route {
@@ -2364,7 +2700,7 @@ type ListRecordsRequest struct {
 
 func (x *ListRecordsRequest) Reset() {
 	*x = ListRecordsRequest{}
-	mi := &file_corpus_v1_api_proto_msgTypes[42]
+	mi := &file_corpus_v1_api_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2376,7 +2712,7 @@ func (x *ListRecordsRequest) String() string {
 func (*ListRecordsRequest) ProtoMessage() {}
 
 func (x *ListRecordsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[42]
+	mi := &file_corpus_v1_api_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2389,7 +2725,7 @@ func (x *ListRecordsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRecordsRequest.ProtoReflect.Descriptor instead.
 func (*ListRecordsRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{42}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{47}
 }
 
 // ZoneRecord is one record of the zone as served.
@@ -2408,7 +2744,7 @@ type ZoneRecord struct {
 
 func (x *ZoneRecord) Reset() {
 	*x = ZoneRecord{}
-	mi := &file_corpus_v1_api_proto_msgTypes[43]
+	mi := &file_corpus_v1_api_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2420,7 +2756,7 @@ func (x *ZoneRecord) String() string {
 func (*ZoneRecord) ProtoMessage() {}
 
 func (x *ZoneRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[43]
+	mi := &file_corpus_v1_api_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2433,7 +2769,7 @@ func (x *ZoneRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ZoneRecord.ProtoReflect.Descriptor instead.
 func (*ZoneRecord) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{43}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *ZoneRecord) GetName() string {
@@ -2484,7 +2820,7 @@ type ListRecordsResponse struct {
 
 func (x *ListRecordsResponse) Reset() {
 	*x = ListRecordsResponse{}
-	mi := &file_corpus_v1_api_proto_msgTypes[44]
+	mi := &file_corpus_v1_api_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2496,7 +2832,7 @@ func (x *ListRecordsResponse) String() string {
 func (*ListRecordsResponse) ProtoMessage() {}
 
 func (x *ListRecordsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[44]
+	mi := &file_corpus_v1_api_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2509,7 +2845,7 @@ func (x *ListRecordsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRecordsResponse.ProtoReflect.Descriptor instead.
 func (*ListRecordsResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{44}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *ListRecordsResponse) GetZone() string {
@@ -2552,7 +2888,7 @@ type AddRecordRequest struct {
 
 func (x *AddRecordRequest) Reset() {
 	*x = AddRecordRequest{}
-	mi := &file_corpus_v1_api_proto_msgTypes[45]
+	mi := &file_corpus_v1_api_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2564,7 +2900,7 @@ func (x *AddRecordRequest) String() string {
 func (*AddRecordRequest) ProtoMessage() {}
 
 func (x *AddRecordRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[45]
+	mi := &file_corpus_v1_api_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2577,7 +2913,7 @@ func (x *AddRecordRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddRecordRequest.ProtoReflect.Descriptor instead.
 func (*AddRecordRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{45}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *AddRecordRequest) GetName() string {
@@ -2618,7 +2954,7 @@ type AddRecordResponse struct {
 
 func (x *AddRecordResponse) Reset() {
 	*x = AddRecordResponse{}
-	mi := &file_corpus_v1_api_proto_msgTypes[46]
+	mi := &file_corpus_v1_api_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2630,7 +2966,7 @@ func (x *AddRecordResponse) String() string {
 func (*AddRecordResponse) ProtoMessage() {}
 
 func (x *AddRecordResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[46]
+	mi := &file_corpus_v1_api_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2643,7 +2979,7 @@ func (x *AddRecordResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddRecordResponse.ProtoReflect.Descriptor instead.
 func (*AddRecordResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{46}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *AddRecordResponse) GetRecord() *DnsRecord {
@@ -2669,7 +3005,7 @@ type DeleteRecordRequest struct {
 
 func (x *DeleteRecordRequest) Reset() {
 	*x = DeleteRecordRequest{}
-	mi := &file_corpus_v1_api_proto_msgTypes[47]
+	mi := &file_corpus_v1_api_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2681,7 +3017,7 @@ func (x *DeleteRecordRequest) String() string {
 func (*DeleteRecordRequest) ProtoMessage() {}
 
 func (x *DeleteRecordRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[47]
+	mi := &file_corpus_v1_api_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2694,7 +3030,7 @@ func (x *DeleteRecordRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteRecordRequest.ProtoReflect.Descriptor instead.
 func (*DeleteRecordRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{47}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *DeleteRecordRequest) GetId() string {
@@ -2713,7 +3049,7 @@ type DeleteRecordResponse struct {
 
 func (x *DeleteRecordResponse) Reset() {
 	*x = DeleteRecordResponse{}
-	mi := &file_corpus_v1_api_proto_msgTypes[48]
+	mi := &file_corpus_v1_api_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2725,7 +3061,7 @@ func (x *DeleteRecordResponse) String() string {
 func (*DeleteRecordResponse) ProtoMessage() {}
 
 func (x *DeleteRecordResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[48]
+	mi := &file_corpus_v1_api_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2738,7 +3074,7 @@ func (x *DeleteRecordResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteRecordResponse.ProtoReflect.Descriptor instead.
 func (*DeleteRecordResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{48}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *DeleteRecordResponse) GetRecord() *DnsRecord {
@@ -2757,7 +3093,7 @@ type SnapshotVolumeRequest struct {
 
 func (x *SnapshotVolumeRequest) Reset() {
 	*x = SnapshotVolumeRequest{}
-	mi := &file_corpus_v1_api_proto_msgTypes[49]
+	mi := &file_corpus_v1_api_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2769,7 +3105,7 @@ func (x *SnapshotVolumeRequest) String() string {
 func (*SnapshotVolumeRequest) ProtoMessage() {}
 
 func (x *SnapshotVolumeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[49]
+	mi := &file_corpus_v1_api_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2782,7 +3118,7 @@ func (x *SnapshotVolumeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotVolumeRequest.ProtoReflect.Descriptor instead.
 func (*SnapshotVolumeRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{49}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *SnapshotVolumeRequest) GetName() string {
@@ -2804,7 +3140,7 @@ type SnapshotVolumeResponse struct {
 
 func (x *SnapshotVolumeResponse) Reset() {
 	*x = SnapshotVolumeResponse{}
-	mi := &file_corpus_v1_api_proto_msgTypes[50]
+	mi := &file_corpus_v1_api_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2816,7 +3152,7 @@ func (x *SnapshotVolumeResponse) String() string {
 func (*SnapshotVolumeResponse) ProtoMessage() {}
 
 func (x *SnapshotVolumeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[50]
+	mi := &file_corpus_v1_api_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2829,7 +3165,7 @@ func (x *SnapshotVolumeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotVolumeResponse.ProtoReflect.Descriptor instead.
 func (*SnapshotVolumeResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{50}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *SnapshotVolumeResponse) GetPath() string {
@@ -2864,7 +3200,7 @@ type MoveVolumeRequest struct {
 
 func (x *MoveVolumeRequest) Reset() {
 	*x = MoveVolumeRequest{}
-	mi := &file_corpus_v1_api_proto_msgTypes[51]
+	mi := &file_corpus_v1_api_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2876,7 +3212,7 @@ func (x *MoveVolumeRequest) String() string {
 func (*MoveVolumeRequest) ProtoMessage() {}
 
 func (x *MoveVolumeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[51]
+	mi := &file_corpus_v1_api_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2889,7 +3225,7 @@ func (x *MoveVolumeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MoveVolumeRequest.ProtoReflect.Descriptor instead.
 func (*MoveVolumeRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{51}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *MoveVolumeRequest) GetName() string {
@@ -2918,7 +3254,7 @@ type MoveVolumeProgress struct {
 
 func (x *MoveVolumeProgress) Reset() {
 	*x = MoveVolumeProgress{}
-	mi := &file_corpus_v1_api_proto_msgTypes[52]
+	mi := &file_corpus_v1_api_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2930,7 +3266,7 @@ func (x *MoveVolumeProgress) String() string {
 func (*MoveVolumeProgress) ProtoMessage() {}
 
 func (x *MoveVolumeProgress) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[52]
+	mi := &file_corpus_v1_api_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2943,7 +3279,7 @@ func (x *MoveVolumeProgress) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MoveVolumeProgress.ProtoReflect.Descriptor instead.
 func (*MoveVolumeProgress) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{52}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *MoveVolumeProgress) GetDoneBytes() int64 {
@@ -2987,7 +3323,7 @@ type ResizeVolumeRequest struct {
 
 func (x *ResizeVolumeRequest) Reset() {
 	*x = ResizeVolumeRequest{}
-	mi := &file_corpus_v1_api_proto_msgTypes[53]
+	mi := &file_corpus_v1_api_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2999,7 +3335,7 @@ func (x *ResizeVolumeRequest) String() string {
 func (*ResizeVolumeRequest) ProtoMessage() {}
 
 func (x *ResizeVolumeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[53]
+	mi := &file_corpus_v1_api_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3012,7 +3348,7 @@ func (x *ResizeVolumeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResizeVolumeRequest.ProtoReflect.Descriptor instead.
 func (*ResizeVolumeRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{53}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *ResizeVolumeRequest) GetName() string {
@@ -3053,7 +3389,7 @@ type ResizeVolumeResponse struct {
 
 func (x *ResizeVolumeResponse) Reset() {
 	*x = ResizeVolumeResponse{}
-	mi := &file_corpus_v1_api_proto_msgTypes[54]
+	mi := &file_corpus_v1_api_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3065,7 +3401,7 @@ func (x *ResizeVolumeResponse) String() string {
 func (*ResizeVolumeResponse) ProtoMessage() {}
 
 func (x *ResizeVolumeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[54]
+	mi := &file_corpus_v1_api_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3078,7 +3414,7 @@ func (x *ResizeVolumeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResizeVolumeResponse.ProtoReflect.Descriptor instead.
 func (*ResizeVolumeResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{54}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *ResizeVolumeResponse) GetVolume() *Volume {
@@ -3103,7 +3439,7 @@ type ListVolumesRequest struct {
 
 func (x *ListVolumesRequest) Reset() {
 	*x = ListVolumesRequest{}
-	mi := &file_corpus_v1_api_proto_msgTypes[55]
+	mi := &file_corpus_v1_api_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3115,7 +3451,7 @@ func (x *ListVolumesRequest) String() string {
 func (*ListVolumesRequest) ProtoMessage() {}
 
 func (x *ListVolumesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[55]
+	mi := &file_corpus_v1_api_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3128,7 +3464,7 @@ func (x *ListVolumesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListVolumesRequest.ProtoReflect.Descriptor instead.
 func (*ListVolumesRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{55}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{60}
 }
 
 type VolumeView struct {
@@ -3141,7 +3477,7 @@ type VolumeView struct {
 
 func (x *VolumeView) Reset() {
 	*x = VolumeView{}
-	mi := &file_corpus_v1_api_proto_msgTypes[56]
+	mi := &file_corpus_v1_api_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3153,7 +3489,7 @@ func (x *VolumeView) String() string {
 func (*VolumeView) ProtoMessage() {}
 
 func (x *VolumeView) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[56]
+	mi := &file_corpus_v1_api_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3166,7 +3502,7 @@ func (x *VolumeView) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VolumeView.ProtoReflect.Descriptor instead.
 func (*VolumeView) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{56}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *VolumeView) GetVolume() *Volume {
@@ -3192,7 +3528,7 @@ type ListVolumesResponse struct {
 
 func (x *ListVolumesResponse) Reset() {
 	*x = ListVolumesResponse{}
-	mi := &file_corpus_v1_api_proto_msgTypes[57]
+	mi := &file_corpus_v1_api_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3204,7 +3540,7 @@ func (x *ListVolumesResponse) String() string {
 func (*ListVolumesResponse) ProtoMessage() {}
 
 func (x *ListVolumesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[57]
+	mi := &file_corpus_v1_api_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3217,7 +3553,7 @@ func (x *ListVolumesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListVolumesResponse.ProtoReflect.Descriptor instead.
 func (*ListVolumesResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{57}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *ListVolumesResponse) GetVolumes() []*VolumeView {
@@ -3236,7 +3572,7 @@ type GetVolumeRequest struct {
 
 func (x *GetVolumeRequest) Reset() {
 	*x = GetVolumeRequest{}
-	mi := &file_corpus_v1_api_proto_msgTypes[58]
+	mi := &file_corpus_v1_api_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3248,7 +3584,7 @@ func (x *GetVolumeRequest) String() string {
 func (*GetVolumeRequest) ProtoMessage() {}
 
 func (x *GetVolumeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[58]
+	mi := &file_corpus_v1_api_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3261,7 +3597,7 @@ func (x *GetVolumeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetVolumeRequest.ProtoReflect.Descriptor instead.
 func (*GetVolumeRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{58}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *GetVolumeRequest) GetName() string {
@@ -3280,7 +3616,7 @@ type GetVolumeResponse struct {
 
 func (x *GetVolumeResponse) Reset() {
 	*x = GetVolumeResponse{}
-	mi := &file_corpus_v1_api_proto_msgTypes[59]
+	mi := &file_corpus_v1_api_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3292,7 +3628,7 @@ func (x *GetVolumeResponse) String() string {
 func (*GetVolumeResponse) ProtoMessage() {}
 
 func (x *GetVolumeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[59]
+	mi := &file_corpus_v1_api_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3305,7 +3641,7 @@ func (x *GetVolumeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetVolumeResponse.ProtoReflect.Descriptor instead.
 func (*GetVolumeResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{59}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *GetVolumeResponse) GetVolume() *VolumeView {
@@ -3324,7 +3660,7 @@ type DeleteVolumeRequest struct {
 
 func (x *DeleteVolumeRequest) Reset() {
 	*x = DeleteVolumeRequest{}
-	mi := &file_corpus_v1_api_proto_msgTypes[60]
+	mi := &file_corpus_v1_api_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3336,7 +3672,7 @@ func (x *DeleteVolumeRequest) String() string {
 func (*DeleteVolumeRequest) ProtoMessage() {}
 
 func (x *DeleteVolumeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[60]
+	mi := &file_corpus_v1_api_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3349,7 +3685,7 @@ func (x *DeleteVolumeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteVolumeRequest.ProtoReflect.Descriptor instead.
 func (*DeleteVolumeRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{60}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *DeleteVolumeRequest) GetName() string {
@@ -3368,7 +3704,7 @@ type DeleteVolumeResponse struct {
 
 func (x *DeleteVolumeResponse) Reset() {
 	*x = DeleteVolumeResponse{}
-	mi := &file_corpus_v1_api_proto_msgTypes[61]
+	mi := &file_corpus_v1_api_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3380,7 +3716,7 @@ func (x *DeleteVolumeResponse) String() string {
 func (*DeleteVolumeResponse) ProtoMessage() {}
 
 func (x *DeleteVolumeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[61]
+	mi := &file_corpus_v1_api_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3393,7 +3729,7 @@ func (x *DeleteVolumeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteVolumeResponse.ProtoReflect.Descriptor instead.
 func (*DeleteVolumeResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{61}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *DeleteVolumeResponse) GetVolume() *Volume {
@@ -3414,7 +3750,7 @@ type SetManifestDomainsRequest struct {
 
 func (x *SetManifestDomainsRequest) Reset() {
 	*x = SetManifestDomainsRequest{}
-	mi := &file_corpus_v1_api_proto_msgTypes[62]
+	mi := &file_corpus_v1_api_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3426,7 +3762,7 @@ func (x *SetManifestDomainsRequest) String() string {
 func (*SetManifestDomainsRequest) ProtoMessage() {}
 
 func (x *SetManifestDomainsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[62]
+	mi := &file_corpus_v1_api_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3439,7 +3775,7 @@ func (x *SetManifestDomainsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetManifestDomainsRequest.ProtoReflect.Descriptor instead.
 func (*SetManifestDomainsRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{62}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *SetManifestDomainsRequest) GetProject() string {
@@ -3471,7 +3807,7 @@ type SetManifestDomainsResponse struct {
 
 func (x *SetManifestDomainsResponse) Reset() {
 	*x = SetManifestDomainsResponse{}
-	mi := &file_corpus_v1_api_proto_msgTypes[63]
+	mi := &file_corpus_v1_api_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3483,7 +3819,7 @@ func (x *SetManifestDomainsResponse) String() string {
 func (*SetManifestDomainsResponse) ProtoMessage() {}
 
 func (x *SetManifestDomainsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[63]
+	mi := &file_corpus_v1_api_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3496,7 +3832,7 @@ func (x *SetManifestDomainsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetManifestDomainsResponse.ProtoReflect.Descriptor instead.
 func (*SetManifestDomainsResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{63}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{68}
 }
 
 type GitAccessRequest struct {
@@ -3515,7 +3851,7 @@ type GitAccessRequest struct {
 
 func (x *GitAccessRequest) Reset() {
 	*x = GitAccessRequest{}
-	mi := &file_corpus_v1_api_proto_msgTypes[64]
+	mi := &file_corpus_v1_api_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3527,7 +3863,7 @@ func (x *GitAccessRequest) String() string {
 func (*GitAccessRequest) ProtoMessage() {}
 
 func (x *GitAccessRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[64]
+	mi := &file_corpus_v1_api_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3540,7 +3876,7 @@ func (x *GitAccessRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GitAccessRequest.ProtoReflect.Descriptor instead.
 func (*GitAccessRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{64}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *GitAccessRequest) GetFingerprint() string {
@@ -3589,7 +3925,7 @@ type GitAccessResponse struct {
 
 func (x *GitAccessResponse) Reset() {
 	*x = GitAccessResponse{}
-	mi := &file_corpus_v1_api_proto_msgTypes[65]
+	mi := &file_corpus_v1_api_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3601,7 +3937,7 @@ func (x *GitAccessResponse) String() string {
 func (*GitAccessResponse) ProtoMessage() {}
 
 func (x *GitAccessResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[65]
+	mi := &file_corpus_v1_api_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3614,7 +3950,7 @@ func (x *GitAccessResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GitAccessResponse.ProtoReflect.Descriptor instead.
 func (*GitAccessResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{65}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *GitAccessResponse) GetUser() string {
@@ -3679,7 +4015,7 @@ type BeginReleaseRequest struct {
 
 func (x *BeginReleaseRequest) Reset() {
 	*x = BeginReleaseRequest{}
-	mi := &file_corpus_v1_api_proto_msgTypes[66]
+	mi := &file_corpus_v1_api_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3691,7 +4027,7 @@ func (x *BeginReleaseRequest) String() string {
 func (*BeginReleaseRequest) ProtoMessage() {}
 
 func (x *BeginReleaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[66]
+	mi := &file_corpus_v1_api_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3704,7 +4040,7 @@ func (x *BeginReleaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BeginReleaseRequest.ProtoReflect.Descriptor instead.
 func (*BeginReleaseRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{66}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *BeginReleaseRequest) GetProject() string {
@@ -3751,7 +4087,7 @@ type BeginReleaseResponse struct {
 
 func (x *BeginReleaseResponse) Reset() {
 	*x = BeginReleaseResponse{}
-	mi := &file_corpus_v1_api_proto_msgTypes[67]
+	mi := &file_corpus_v1_api_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3763,7 +4099,7 @@ func (x *BeginReleaseResponse) String() string {
 func (*BeginReleaseResponse) ProtoMessage() {}
 
 func (x *BeginReleaseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[67]
+	mi := &file_corpus_v1_api_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3776,7 +4112,7 @@ func (x *BeginReleaseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BeginReleaseResponse.ProtoReflect.Descriptor instead.
 func (*BeginReleaseResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{67}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{72}
 }
 
 func (x *BeginReleaseResponse) GetRelease() *Release {
@@ -3800,7 +4136,7 @@ type FinishReleaseRequest struct {
 
 func (x *FinishReleaseRequest) Reset() {
 	*x = FinishReleaseRequest{}
-	mi := &file_corpus_v1_api_proto_msgTypes[68]
+	mi := &file_corpus_v1_api_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3812,7 +4148,7 @@ func (x *FinishReleaseRequest) String() string {
 func (*FinishReleaseRequest) ProtoMessage() {}
 
 func (x *FinishReleaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[68]
+	mi := &file_corpus_v1_api_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3825,7 +4161,7 @@ func (x *FinishReleaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FinishReleaseRequest.ProtoReflect.Descriptor instead.
 func (*FinishReleaseRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{68}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{73}
 }
 
 func (x *FinishReleaseRequest) GetId() string {
@@ -3879,7 +4215,7 @@ type FinishReleaseResponse struct {
 
 func (x *FinishReleaseResponse) Reset() {
 	*x = FinishReleaseResponse{}
-	mi := &file_corpus_v1_api_proto_msgTypes[69]
+	mi := &file_corpus_v1_api_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3891,7 +4227,7 @@ func (x *FinishReleaseResponse) String() string {
 func (*FinishReleaseResponse) ProtoMessage() {}
 
 func (x *FinishReleaseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[69]
+	mi := &file_corpus_v1_api_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3904,7 +4240,7 @@ func (x *FinishReleaseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FinishReleaseResponse.ProtoReflect.Descriptor instead.
 func (*FinishReleaseResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{69}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{74}
 }
 
 func (x *FinishReleaseResponse) GetRelease() *Release {
@@ -3925,7 +4261,7 @@ type SetCurrentReleaseRequest struct {
 
 func (x *SetCurrentReleaseRequest) Reset() {
 	*x = SetCurrentReleaseRequest{}
-	mi := &file_corpus_v1_api_proto_msgTypes[70]
+	mi := &file_corpus_v1_api_proto_msgTypes[75]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3937,7 +4273,7 @@ func (x *SetCurrentReleaseRequest) String() string {
 func (*SetCurrentReleaseRequest) ProtoMessage() {}
 
 func (x *SetCurrentReleaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[70]
+	mi := &file_corpus_v1_api_proto_msgTypes[75]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3950,7 +4286,7 @@ func (x *SetCurrentReleaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetCurrentReleaseRequest.ProtoReflect.Descriptor instead.
 func (*SetCurrentReleaseRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{70}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{75}
 }
 
 func (x *SetCurrentReleaseRequest) GetProject() string {
@@ -3982,7 +4318,7 @@ type SetCurrentReleaseResponse struct {
 
 func (x *SetCurrentReleaseResponse) Reset() {
 	*x = SetCurrentReleaseResponse{}
-	mi := &file_corpus_v1_api_proto_msgTypes[71]
+	mi := &file_corpus_v1_api_proto_msgTypes[76]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3994,7 +4330,7 @@ func (x *SetCurrentReleaseResponse) String() string {
 func (*SetCurrentReleaseResponse) ProtoMessage() {}
 
 func (x *SetCurrentReleaseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[71]
+	mi := &file_corpus_v1_api_proto_msgTypes[76]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4007,7 +4343,7 @@ func (x *SetCurrentReleaseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetCurrentReleaseResponse.ProtoReflect.Descriptor instead.
 func (*SetCurrentReleaseResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{71}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{76}
 }
 
 type PruneReleasesRequest struct {
@@ -4021,7 +4357,7 @@ type PruneReleasesRequest struct {
 
 func (x *PruneReleasesRequest) Reset() {
 	*x = PruneReleasesRequest{}
-	mi := &file_corpus_v1_api_proto_msgTypes[72]
+	mi := &file_corpus_v1_api_proto_msgTypes[77]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4033,7 +4369,7 @@ func (x *PruneReleasesRequest) String() string {
 func (*PruneReleasesRequest) ProtoMessage() {}
 
 func (x *PruneReleasesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[72]
+	mi := &file_corpus_v1_api_proto_msgTypes[77]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4046,7 +4382,7 @@ func (x *PruneReleasesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PruneReleasesRequest.ProtoReflect.Descriptor instead.
 func (*PruneReleasesRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{72}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{77}
 }
 
 func (x *PruneReleasesRequest) GetProject() string {
@@ -4078,7 +4414,7 @@ type PruneReleasesResponse struct {
 
 func (x *PruneReleasesResponse) Reset() {
 	*x = PruneReleasesResponse{}
-	mi := &file_corpus_v1_api_proto_msgTypes[73]
+	mi := &file_corpus_v1_api_proto_msgTypes[78]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4090,7 +4426,7 @@ func (x *PruneReleasesResponse) String() string {
 func (*PruneReleasesResponse) ProtoMessage() {}
 
 func (x *PruneReleasesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[73]
+	mi := &file_corpus_v1_api_proto_msgTypes[78]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4103,7 +4439,7 @@ func (x *PruneReleasesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PruneReleasesResponse.ProtoReflect.Descriptor instead.
 func (*PruneReleasesResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{73}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{78}
 }
 
 type EnrollRequest struct {
@@ -4122,7 +4458,7 @@ type EnrollRequest struct {
 
 func (x *EnrollRequest) Reset() {
 	*x = EnrollRequest{}
-	mi := &file_corpus_v1_api_proto_msgTypes[74]
+	mi := &file_corpus_v1_api_proto_msgTypes[79]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4134,7 +4470,7 @@ func (x *EnrollRequest) String() string {
 func (*EnrollRequest) ProtoMessage() {}
 
 func (x *EnrollRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[74]
+	mi := &file_corpus_v1_api_proto_msgTypes[79]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4147,7 +4483,7 @@ func (x *EnrollRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EnrollRequest.ProtoReflect.Descriptor instead.
 func (*EnrollRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{74}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{79}
 }
 
 func (x *EnrollRequest) GetJoinToken() string {
@@ -4220,7 +4556,7 @@ type EnrollResponse struct {
 
 func (x *EnrollResponse) Reset() {
 	*x = EnrollResponse{}
-	mi := &file_corpus_v1_api_proto_msgTypes[75]
+	mi := &file_corpus_v1_api_proto_msgTypes[80]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4232,7 +4568,7 @@ func (x *EnrollResponse) String() string {
 func (*EnrollResponse) ProtoMessage() {}
 
 func (x *EnrollResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[75]
+	mi := &file_corpus_v1_api_proto_msgTypes[80]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4245,7 +4581,7 @@ func (x *EnrollResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EnrollResponse.ProtoReflect.Descriptor instead.
 func (*EnrollResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{75}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{80}
 }
 
 func (x *EnrollResponse) GetNodeId() string {
@@ -4284,7 +4620,7 @@ type WatchRequest struct {
 
 func (x *WatchRequest) Reset() {
 	*x = WatchRequest{}
-	mi := &file_corpus_v1_api_proto_msgTypes[76]
+	mi := &file_corpus_v1_api_proto_msgTypes[81]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4296,7 +4632,7 @@ func (x *WatchRequest) String() string {
 func (*WatchRequest) ProtoMessage() {}
 
 func (x *WatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[76]
+	mi := &file_corpus_v1_api_proto_msgTypes[81]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4309,7 +4645,7 @@ func (x *WatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchRequest.ProtoReflect.Descriptor instead.
 func (*WatchRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{76}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{81}
 }
 
 type WatchResponse struct {
@@ -4328,14 +4664,17 @@ type WatchResponse struct {
 	Volumes []*Volume `protobuf:"bytes,7,rep,name=volumes,proto3" json:"volumes,omitempty"`
 	// coordinators are the API addresses of the control plane's replicas;
 	// agents add them to the addresses they fail over between.
-	Coordinators  []string `protobuf:"bytes,8,rep,name=coordinators,proto3" json:"coordinators,omitempty"`
+	Coordinators []string `protobuf:"bytes,8,rep,name=coordinators,proto3" json:"coordinators,omitempty"`
+	// gossip_addr is host:port of the coordinator's gossip member (node
+	// liveness); agents join it. Empty when the coordinator gossips not.
+	GossipAddr    string `protobuf:"bytes,30,opt,name=gossip_addr,json=gossipAddr,proto3" json:"gossip_addr,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *WatchResponse) Reset() {
 	*x = WatchResponse{}
-	mi := &file_corpus_v1_api_proto_msgTypes[77]
+	mi := &file_corpus_v1_api_proto_msgTypes[82]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4347,7 +4686,7 @@ func (x *WatchResponse) String() string {
 func (*WatchResponse) ProtoMessage() {}
 
 func (x *WatchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[77]
+	mi := &file_corpus_v1_api_proto_msgTypes[82]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4360,7 +4699,7 @@ func (x *WatchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchResponse.ProtoReflect.Descriptor instead.
 func (*WatchResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{77}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{82}
 }
 
 func (x *WatchResponse) GetIndex() uint64 {
@@ -4419,6 +4758,13 @@ func (x *WatchResponse) GetCoordinators() []string {
 	return nil
 }
 
+func (x *WatchResponse) GetGossipAddr() string {
+	if x != nil {
+		return x.GossipAddr
+	}
+	return ""
+}
+
 type ReportRequest struct {
 	state        protoimpl.MessageState `protogen:"open.v1"`
 	Capacity     *Resources             `protobuf:"bytes,1,opt,name=capacity,proto3" json:"capacity,omitempty"`
@@ -4438,7 +4784,7 @@ type ReportRequest struct {
 
 func (x *ReportRequest) Reset() {
 	*x = ReportRequest{}
-	mi := &file_corpus_v1_api_proto_msgTypes[78]
+	mi := &file_corpus_v1_api_proto_msgTypes[83]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4450,7 +4796,7 @@ func (x *ReportRequest) String() string {
 func (*ReportRequest) ProtoMessage() {}
 
 func (x *ReportRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[78]
+	mi := &file_corpus_v1_api_proto_msgTypes[83]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4463,7 +4809,7 @@ func (x *ReportRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportRequest.ProtoReflect.Descriptor instead.
 func (*ReportRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{78}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{83}
 }
 
 func (x *ReportRequest) GetCapacity() *Resources {
@@ -4546,7 +4892,7 @@ type ReportedGuest struct {
 
 func (x *ReportedGuest) Reset() {
 	*x = ReportedGuest{}
-	mi := &file_corpus_v1_api_proto_msgTypes[79]
+	mi := &file_corpus_v1_api_proto_msgTypes[84]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4558,7 +4904,7 @@ func (x *ReportedGuest) String() string {
 func (*ReportedGuest) ProtoMessage() {}
 
 func (x *ReportedGuest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[79]
+	mi := &file_corpus_v1_api_proto_msgTypes[84]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4571,7 +4917,7 @@ func (x *ReportedGuest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportedGuest.ProtoReflect.Descriptor instead.
 func (*ReportedGuest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{79}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{84}
 }
 
 func (x *ReportedGuest) GetGuestId() string {
@@ -4601,7 +4947,7 @@ type ReportedVolume struct {
 
 func (x *ReportedVolume) Reset() {
 	*x = ReportedVolume{}
-	mi := &file_corpus_v1_api_proto_msgTypes[80]
+	mi := &file_corpus_v1_api_proto_msgTypes[85]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4613,7 +4959,7 @@ func (x *ReportedVolume) String() string {
 func (*ReportedVolume) ProtoMessage() {}
 
 func (x *ReportedVolume) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[80]
+	mi := &file_corpus_v1_api_proto_msgTypes[85]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4626,7 +4972,7 @@ func (x *ReportedVolume) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportedVolume.ProtoReflect.Descriptor instead.
 func (*ReportedVolume) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{80}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{85}
 }
 
 func (x *ReportedVolume) GetVolumeId() string {
@@ -4659,7 +5005,7 @@ type ReportResponse struct {
 
 func (x *ReportResponse) Reset() {
 	*x = ReportResponse{}
-	mi := &file_corpus_v1_api_proto_msgTypes[81]
+	mi := &file_corpus_v1_api_proto_msgTypes[86]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4671,7 +5017,7 @@ func (x *ReportResponse) String() string {
 func (*ReportResponse) ProtoMessage() {}
 
 func (x *ReportResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[81]
+	mi := &file_corpus_v1_api_proto_msgTypes[86]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4684,7 +5030,7 @@ func (x *ReportResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportResponse.ProtoReflect.Descriptor instead.
 func (*ReportResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{81}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{86}
 }
 
 func (x *ReportResponse) GetIndex() uint64 {
@@ -4703,7 +5049,7 @@ type ExportVolumeRequest struct {
 
 func (x *ExportVolumeRequest) Reset() {
 	*x = ExportVolumeRequest{}
-	mi := &file_corpus_v1_api_proto_msgTypes[82]
+	mi := &file_corpus_v1_api_proto_msgTypes[87]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4715,7 +5061,7 @@ func (x *ExportVolumeRequest) String() string {
 func (*ExportVolumeRequest) ProtoMessage() {}
 
 func (x *ExportVolumeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[82]
+	mi := &file_corpus_v1_api_proto_msgTypes[87]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4728,7 +5074,7 @@ func (x *ExportVolumeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExportVolumeRequest.ProtoReflect.Descriptor instead.
 func (*ExportVolumeRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{82}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{87}
 }
 
 func (x *ExportVolumeRequest) GetName() string {
@@ -4749,7 +5095,7 @@ type VolumeChunk struct {
 
 func (x *VolumeChunk) Reset() {
 	*x = VolumeChunk{}
-	mi := &file_corpus_v1_api_proto_msgTypes[83]
+	mi := &file_corpus_v1_api_proto_msgTypes[88]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4761,7 +5107,7 @@ func (x *VolumeChunk) String() string {
 func (*VolumeChunk) ProtoMessage() {}
 
 func (x *VolumeChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[83]
+	mi := &file_corpus_v1_api_proto_msgTypes[88]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4774,7 +5120,7 @@ func (x *VolumeChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VolumeChunk.ProtoReflect.Descriptor instead.
 func (*VolumeChunk) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{83}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{88}
 }
 
 func (x *VolumeChunk) GetName() string {
@@ -4807,7 +5153,7 @@ type ImportVolumeResponse struct {
 
 func (x *ImportVolumeResponse) Reset() {
 	*x = ImportVolumeResponse{}
-	mi := &file_corpus_v1_api_proto_msgTypes[84]
+	mi := &file_corpus_v1_api_proto_msgTypes[89]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4819,7 +5165,7 @@ func (x *ImportVolumeResponse) String() string {
 func (*ImportVolumeResponse) ProtoMessage() {}
 
 func (x *ImportVolumeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[84]
+	mi := &file_corpus_v1_api_proto_msgTypes[89]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4832,7 +5178,7 @@ func (x *ImportVolumeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ImportVolumeResponse.ProtoReflect.Descriptor instead.
 func (*ImportVolumeResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{84}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{89}
 }
 
 func (x *ImportVolumeResponse) GetBytes() int64 {
@@ -4855,7 +5201,7 @@ type CreateTokenRequest struct {
 
 func (x *CreateTokenRequest) Reset() {
 	*x = CreateTokenRequest{}
-	mi := &file_corpus_v1_api_proto_msgTypes[85]
+	mi := &file_corpus_v1_api_proto_msgTypes[90]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4867,7 +5213,7 @@ func (x *CreateTokenRequest) String() string {
 func (*CreateTokenRequest) ProtoMessage() {}
 
 func (x *CreateTokenRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[85]
+	mi := &file_corpus_v1_api_proto_msgTypes[90]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4880,7 +5226,7 @@ func (x *CreateTokenRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateTokenRequest.ProtoReflect.Descriptor instead.
 func (*CreateTokenRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{85}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{90}
 }
 
 func (x *CreateTokenRequest) GetUser() string {
@@ -4915,7 +5261,7 @@ type CreateTokenResponse struct {
 
 func (x *CreateTokenResponse) Reset() {
 	*x = CreateTokenResponse{}
-	mi := &file_corpus_v1_api_proto_msgTypes[86]
+	mi := &file_corpus_v1_api_proto_msgTypes[91]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4927,7 +5273,7 @@ func (x *CreateTokenResponse) String() string {
 func (*CreateTokenResponse) ProtoMessage() {}
 
 func (x *CreateTokenResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[86]
+	mi := &file_corpus_v1_api_proto_msgTypes[91]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4940,7 +5286,7 @@ func (x *CreateTokenResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateTokenResponse.ProtoReflect.Descriptor instead.
 func (*CreateTokenResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{86}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{91}
 }
 
 func (x *CreateTokenResponse) GetToken() string {
@@ -4966,7 +5312,7 @@ type ListTokensRequest struct {
 
 func (x *ListTokensRequest) Reset() {
 	*x = ListTokensRequest{}
-	mi := &file_corpus_v1_api_proto_msgTypes[87]
+	mi := &file_corpus_v1_api_proto_msgTypes[92]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4978,7 +5324,7 @@ func (x *ListTokensRequest) String() string {
 func (*ListTokensRequest) ProtoMessage() {}
 
 func (x *ListTokensRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[87]
+	mi := &file_corpus_v1_api_proto_msgTypes[92]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4991,7 +5337,7 @@ func (x *ListTokensRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTokensRequest.ProtoReflect.Descriptor instead.
 func (*ListTokensRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{87}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{92}
 }
 
 func (x *ListTokensRequest) GetUser() string {
@@ -5010,7 +5356,7 @@ type ListTokensResponse struct {
 
 func (x *ListTokensResponse) Reset() {
 	*x = ListTokensResponse{}
-	mi := &file_corpus_v1_api_proto_msgTypes[88]
+	mi := &file_corpus_v1_api_proto_msgTypes[93]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5022,7 +5368,7 @@ func (x *ListTokensResponse) String() string {
 func (*ListTokensResponse) ProtoMessage() {}
 
 func (x *ListTokensResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[88]
+	mi := &file_corpus_v1_api_proto_msgTypes[93]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5035,7 +5381,7 @@ func (x *ListTokensResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTokensResponse.ProtoReflect.Descriptor instead.
 func (*ListTokensResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{88}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{93}
 }
 
 func (x *ListTokensResponse) GetTokens() []*UserToken {
@@ -5054,7 +5400,7 @@ type RevokeTokenRequest struct {
 
 func (x *RevokeTokenRequest) Reset() {
 	*x = RevokeTokenRequest{}
-	mi := &file_corpus_v1_api_proto_msgTypes[89]
+	mi := &file_corpus_v1_api_proto_msgTypes[94]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5066,7 +5412,7 @@ func (x *RevokeTokenRequest) String() string {
 func (*RevokeTokenRequest) ProtoMessage() {}
 
 func (x *RevokeTokenRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[89]
+	mi := &file_corpus_v1_api_proto_msgTypes[94]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5079,7 +5425,7 @@ func (x *RevokeTokenRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeTokenRequest.ProtoReflect.Descriptor instead.
 func (*RevokeTokenRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{89}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{94}
 }
 
 func (x *RevokeTokenRequest) GetId() string {
@@ -5097,7 +5443,7 @@ type RevokeTokenResponse struct {
 
 func (x *RevokeTokenResponse) Reset() {
 	*x = RevokeTokenResponse{}
-	mi := &file_corpus_v1_api_proto_msgTypes[90]
+	mi := &file_corpus_v1_api_proto_msgTypes[95]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5109,7 +5455,7 @@ func (x *RevokeTokenResponse) String() string {
 func (*RevokeTokenResponse) ProtoMessage() {}
 
 func (x *RevokeTokenResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[90]
+	mi := &file_corpus_v1_api_proto_msgTypes[95]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5122,7 +5468,7 @@ func (x *RevokeTokenResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeTokenResponse.ProtoReflect.Descriptor instead.
 func (*RevokeTokenResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{90}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{95}
 }
 
 type CreateUserRequest struct {
@@ -5135,7 +5481,7 @@ type CreateUserRequest struct {
 
 func (x *CreateUserRequest) Reset() {
 	*x = CreateUserRequest{}
-	mi := &file_corpus_v1_api_proto_msgTypes[91]
+	mi := &file_corpus_v1_api_proto_msgTypes[96]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5147,7 +5493,7 @@ func (x *CreateUserRequest) String() string {
 func (*CreateUserRequest) ProtoMessage() {}
 
 func (x *CreateUserRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[91]
+	mi := &file_corpus_v1_api_proto_msgTypes[96]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5160,7 +5506,7 @@ func (x *CreateUserRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateUserRequest.ProtoReflect.Descriptor instead.
 func (*CreateUserRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{91}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{96}
 }
 
 func (x *CreateUserRequest) GetName() string {
@@ -5187,7 +5533,7 @@ type CreateUserResponse struct {
 
 func (x *CreateUserResponse) Reset() {
 	*x = CreateUserResponse{}
-	mi := &file_corpus_v1_api_proto_msgTypes[92]
+	mi := &file_corpus_v1_api_proto_msgTypes[97]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5199,7 +5545,7 @@ func (x *CreateUserResponse) String() string {
 func (*CreateUserResponse) ProtoMessage() {}
 
 func (x *CreateUserResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[92]
+	mi := &file_corpus_v1_api_proto_msgTypes[97]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5212,7 +5558,7 @@ func (x *CreateUserResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateUserResponse.ProtoReflect.Descriptor instead.
 func (*CreateUserResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{92}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{97}
 }
 
 func (x *CreateUserResponse) GetUser() *User {
@@ -5237,7 +5583,7 @@ type ListUsersRequest struct {
 
 func (x *ListUsersRequest) Reset() {
 	*x = ListUsersRequest{}
-	mi := &file_corpus_v1_api_proto_msgTypes[93]
+	mi := &file_corpus_v1_api_proto_msgTypes[98]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5249,7 +5595,7 @@ func (x *ListUsersRequest) String() string {
 func (*ListUsersRequest) ProtoMessage() {}
 
 func (x *ListUsersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[93]
+	mi := &file_corpus_v1_api_proto_msgTypes[98]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5262,7 +5608,7 @@ func (x *ListUsersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListUsersRequest.ProtoReflect.Descriptor instead.
 func (*ListUsersRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{93}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{98}
 }
 
 type ListUsersResponse struct {
@@ -5274,7 +5620,7 @@ type ListUsersResponse struct {
 
 func (x *ListUsersResponse) Reset() {
 	*x = ListUsersResponse{}
-	mi := &file_corpus_v1_api_proto_msgTypes[94]
+	mi := &file_corpus_v1_api_proto_msgTypes[99]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5286,7 +5632,7 @@ func (x *ListUsersResponse) String() string {
 func (*ListUsersResponse) ProtoMessage() {}
 
 func (x *ListUsersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[94]
+	mi := &file_corpus_v1_api_proto_msgTypes[99]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5299,7 +5645,7 @@ func (x *ListUsersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListUsersResponse.ProtoReflect.Descriptor instead.
 func (*ListUsersResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{94}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{99}
 }
 
 func (x *ListUsersResponse) GetUsers() []*User {
@@ -5318,7 +5664,7 @@ type DeleteUserRequest struct {
 
 func (x *DeleteUserRequest) Reset() {
 	*x = DeleteUserRequest{}
-	mi := &file_corpus_v1_api_proto_msgTypes[95]
+	mi := &file_corpus_v1_api_proto_msgTypes[100]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5330,7 +5676,7 @@ func (x *DeleteUserRequest) String() string {
 func (*DeleteUserRequest) ProtoMessage() {}
 
 func (x *DeleteUserRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[95]
+	mi := &file_corpus_v1_api_proto_msgTypes[100]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5343,7 +5689,7 @@ func (x *DeleteUserRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteUserRequest.ProtoReflect.Descriptor instead.
 func (*DeleteUserRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{95}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{100}
 }
 
 func (x *DeleteUserRequest) GetName() string {
@@ -5362,7 +5708,7 @@ type DeleteUserResponse struct {
 
 func (x *DeleteUserResponse) Reset() {
 	*x = DeleteUserResponse{}
-	mi := &file_corpus_v1_api_proto_msgTypes[96]
+	mi := &file_corpus_v1_api_proto_msgTypes[101]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5374,7 +5720,7 @@ func (x *DeleteUserResponse) String() string {
 func (*DeleteUserResponse) ProtoMessage() {}
 
 func (x *DeleteUserResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[96]
+	mi := &file_corpus_v1_api_proto_msgTypes[101]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5387,7 +5733,7 @@ func (x *DeleteUserResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteUserResponse.ProtoReflect.Descriptor instead.
 func (*DeleteUserResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{96}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{101}
 }
 
 func (x *DeleteUserResponse) GetUser() *User {
@@ -5408,7 +5754,7 @@ type AddKeyRequest struct {
 
 func (x *AddKeyRequest) Reset() {
 	*x = AddKeyRequest{}
-	mi := &file_corpus_v1_api_proto_msgTypes[97]
+	mi := &file_corpus_v1_api_proto_msgTypes[102]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5420,7 +5766,7 @@ func (x *AddKeyRequest) String() string {
 func (*AddKeyRequest) ProtoMessage() {}
 
 func (x *AddKeyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[97]
+	mi := &file_corpus_v1_api_proto_msgTypes[102]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5433,7 +5779,7 @@ func (x *AddKeyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddKeyRequest.ProtoReflect.Descriptor instead.
 func (*AddKeyRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{97}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{102}
 }
 
 func (x *AddKeyRequest) GetUser() string {
@@ -5460,7 +5806,7 @@ type AddKeyResponse struct {
 
 func (x *AddKeyResponse) Reset() {
 	*x = AddKeyResponse{}
-	mi := &file_corpus_v1_api_proto_msgTypes[98]
+	mi := &file_corpus_v1_api_proto_msgTypes[103]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5472,7 +5818,7 @@ func (x *AddKeyResponse) String() string {
 func (*AddKeyResponse) ProtoMessage() {}
 
 func (x *AddKeyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[98]
+	mi := &file_corpus_v1_api_proto_msgTypes[103]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5485,7 +5831,7 @@ func (x *AddKeyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddKeyResponse.ProtoReflect.Descriptor instead.
 func (*AddKeyResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{98}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{103}
 }
 
 func (x *AddKeyResponse) GetKey() *SshKey {
@@ -5513,7 +5859,7 @@ type DeleteKeyRequest struct {
 
 func (x *DeleteKeyRequest) Reset() {
 	*x = DeleteKeyRequest{}
-	mi := &file_corpus_v1_api_proto_msgTypes[99]
+	mi := &file_corpus_v1_api_proto_msgTypes[104]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5525,7 +5871,7 @@ func (x *DeleteKeyRequest) String() string {
 func (*DeleteKeyRequest) ProtoMessage() {}
 
 func (x *DeleteKeyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[99]
+	mi := &file_corpus_v1_api_proto_msgTypes[104]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5538,7 +5884,7 @@ func (x *DeleteKeyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteKeyRequest.ProtoReflect.Descriptor instead.
 func (*DeleteKeyRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{99}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{104}
 }
 
 func (x *DeleteKeyRequest) GetUser() string {
@@ -5563,7 +5909,7 @@ type DeleteKeyResponse struct {
 
 func (x *DeleteKeyResponse) Reset() {
 	*x = DeleteKeyResponse{}
-	mi := &file_corpus_v1_api_proto_msgTypes[100]
+	mi := &file_corpus_v1_api_proto_msgTypes[105]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5575,7 +5921,7 @@ func (x *DeleteKeyResponse) String() string {
 func (*DeleteKeyResponse) ProtoMessage() {}
 
 func (x *DeleteKeyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[100]
+	mi := &file_corpus_v1_api_proto_msgTypes[105]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5588,7 +5934,7 @@ func (x *DeleteKeyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteKeyResponse.ProtoReflect.Descriptor instead.
 func (*DeleteKeyResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{100}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{105}
 }
 
 type CreateProjectRequest struct {
@@ -5611,7 +5957,7 @@ type CreateProjectRequest struct {
 
 func (x *CreateProjectRequest) Reset() {
 	*x = CreateProjectRequest{}
-	mi := &file_corpus_v1_api_proto_msgTypes[101]
+	mi := &file_corpus_v1_api_proto_msgTypes[106]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5623,7 +5969,7 @@ func (x *CreateProjectRequest) String() string {
 func (*CreateProjectRequest) ProtoMessage() {}
 
 func (x *CreateProjectRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[101]
+	mi := &file_corpus_v1_api_proto_msgTypes[106]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5636,7 +5982,7 @@ func (x *CreateProjectRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateProjectRequest.ProtoReflect.Descriptor instead.
 func (*CreateProjectRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{101}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{106}
 }
 
 func (x *CreateProjectRequest) GetName() string {
@@ -5714,7 +6060,7 @@ type CreateProjectResponse struct {
 
 func (x *CreateProjectResponse) Reset() {
 	*x = CreateProjectResponse{}
-	mi := &file_corpus_v1_api_proto_msgTypes[102]
+	mi := &file_corpus_v1_api_proto_msgTypes[107]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5726,7 +6072,7 @@ func (x *CreateProjectResponse) String() string {
 func (*CreateProjectResponse) ProtoMessage() {}
 
 func (x *CreateProjectResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[102]
+	mi := &file_corpus_v1_api_proto_msgTypes[107]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5739,7 +6085,7 @@ func (x *CreateProjectResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateProjectResponse.ProtoReflect.Descriptor instead.
 func (*CreateProjectResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{102}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{107}
 }
 
 func (x *CreateProjectResponse) GetProject() *Project {
@@ -5771,7 +6117,7 @@ type ListProjectsRequest struct {
 
 func (x *ListProjectsRequest) Reset() {
 	*x = ListProjectsRequest{}
-	mi := &file_corpus_v1_api_proto_msgTypes[103]
+	mi := &file_corpus_v1_api_proto_msgTypes[108]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5783,7 +6129,7 @@ func (x *ListProjectsRequest) String() string {
 func (*ListProjectsRequest) ProtoMessage() {}
 
 func (x *ListProjectsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[103]
+	mi := &file_corpus_v1_api_proto_msgTypes[108]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5796,7 +6142,7 @@ func (x *ListProjectsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListProjectsRequest.ProtoReflect.Descriptor instead.
 func (*ListProjectsRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{103}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{108}
 }
 
 type ListProjectsResponse struct {
@@ -5808,7 +6154,7 @@ type ListProjectsResponse struct {
 
 func (x *ListProjectsResponse) Reset() {
 	*x = ListProjectsResponse{}
-	mi := &file_corpus_v1_api_proto_msgTypes[104]
+	mi := &file_corpus_v1_api_proto_msgTypes[109]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5820,7 +6166,7 @@ func (x *ListProjectsResponse) String() string {
 func (*ListProjectsResponse) ProtoMessage() {}
 
 func (x *ListProjectsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[104]
+	mi := &file_corpus_v1_api_proto_msgTypes[109]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5833,7 +6179,7 @@ func (x *ListProjectsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListProjectsResponse.ProtoReflect.Descriptor instead.
 func (*ListProjectsResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{104}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{109}
 }
 
 func (x *ListProjectsResponse) GetProjects() []*ProjectView {
@@ -5854,7 +6200,7 @@ type ProjectView struct {
 
 func (x *ProjectView) Reset() {
 	*x = ProjectView{}
-	mi := &file_corpus_v1_api_proto_msgTypes[105]
+	mi := &file_corpus_v1_api_proto_msgTypes[110]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5866,7 +6212,7 @@ func (x *ProjectView) String() string {
 func (*ProjectView) ProtoMessage() {}
 
 func (x *ProjectView) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[105]
+	mi := &file_corpus_v1_api_proto_msgTypes[110]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5879,7 +6225,7 @@ func (x *ProjectView) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProjectView.ProtoReflect.Descriptor instead.
 func (*ProjectView) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{105}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{110}
 }
 
 func (x *ProjectView) GetProject() *Project {
@@ -5912,7 +6258,7 @@ type ProjectEnvView struct {
 
 func (x *ProjectEnvView) Reset() {
 	*x = ProjectEnvView{}
-	mi := &file_corpus_v1_api_proto_msgTypes[106]
+	mi := &file_corpus_v1_api_proto_msgTypes[111]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5924,7 +6270,7 @@ func (x *ProjectEnvView) String() string {
 func (*ProjectEnvView) ProtoMessage() {}
 
 func (x *ProjectEnvView) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[106]
+	mi := &file_corpus_v1_api_proto_msgTypes[111]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5937,7 +6283,7 @@ func (x *ProjectEnvView) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProjectEnvView.ProtoReflect.Descriptor instead.
 func (*ProjectEnvView) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{106}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{111}
 }
 
 func (x *ProjectEnvView) GetName() string {
@@ -6001,7 +6347,7 @@ type GetProjectRequest struct {
 
 func (x *GetProjectRequest) Reset() {
 	*x = GetProjectRequest{}
-	mi := &file_corpus_v1_api_proto_msgTypes[107]
+	mi := &file_corpus_v1_api_proto_msgTypes[112]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6013,7 +6359,7 @@ func (x *GetProjectRequest) String() string {
 func (*GetProjectRequest) ProtoMessage() {}
 
 func (x *GetProjectRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[107]
+	mi := &file_corpus_v1_api_proto_msgTypes[112]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6026,7 +6372,7 @@ func (x *GetProjectRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetProjectRequest.ProtoReflect.Descriptor instead.
 func (*GetProjectRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{107}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{112}
 }
 
 func (x *GetProjectRequest) GetName() string {
@@ -6060,7 +6406,7 @@ type GetProjectResponse struct {
 
 func (x *GetProjectResponse) Reset() {
 	*x = GetProjectResponse{}
-	mi := &file_corpus_v1_api_proto_msgTypes[108]
+	mi := &file_corpus_v1_api_proto_msgTypes[113]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6072,7 +6418,7 @@ func (x *GetProjectResponse) String() string {
 func (*GetProjectResponse) ProtoMessage() {}
 
 func (x *GetProjectResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[108]
+	mi := &file_corpus_v1_api_proto_msgTypes[113]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6085,7 +6431,7 @@ func (x *GetProjectResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetProjectResponse.ProtoReflect.Descriptor instead.
 func (*GetProjectResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{108}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{113}
 }
 
 func (x *GetProjectResponse) GetProject() *ProjectView {
@@ -6112,7 +6458,7 @@ type DeleteProjectRequest struct {
 
 func (x *DeleteProjectRequest) Reset() {
 	*x = DeleteProjectRequest{}
-	mi := &file_corpus_v1_api_proto_msgTypes[109]
+	mi := &file_corpus_v1_api_proto_msgTypes[114]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6124,7 +6470,7 @@ func (x *DeleteProjectRequest) String() string {
 func (*DeleteProjectRequest) ProtoMessage() {}
 
 func (x *DeleteProjectRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[109]
+	mi := &file_corpus_v1_api_proto_msgTypes[114]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6137,7 +6483,7 @@ func (x *DeleteProjectRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteProjectRequest.ProtoReflect.Descriptor instead.
 func (*DeleteProjectRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{109}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{114}
 }
 
 func (x *DeleteProjectRequest) GetName() string {
@@ -6162,7 +6508,7 @@ type DeleteProjectResponse struct {
 
 func (x *DeleteProjectResponse) Reset() {
 	*x = DeleteProjectResponse{}
-	mi := &file_corpus_v1_api_proto_msgTypes[110]
+	mi := &file_corpus_v1_api_proto_msgTypes[115]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6174,7 +6520,7 @@ func (x *DeleteProjectResponse) String() string {
 func (*DeleteProjectResponse) ProtoMessage() {}
 
 func (x *DeleteProjectResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[110]
+	mi := &file_corpus_v1_api_proto_msgTypes[115]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6187,7 +6533,7 @@ func (x *DeleteProjectResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteProjectResponse.ProtoReflect.Descriptor instead.
 func (*DeleteProjectResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{110}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{115}
 }
 
 type GrantProjectRequest struct {
@@ -6201,7 +6547,7 @@ type GrantProjectRequest struct {
 
 func (x *GrantProjectRequest) Reset() {
 	*x = GrantProjectRequest{}
-	mi := &file_corpus_v1_api_proto_msgTypes[111]
+	mi := &file_corpus_v1_api_proto_msgTypes[116]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6213,7 +6559,7 @@ func (x *GrantProjectRequest) String() string {
 func (*GrantProjectRequest) ProtoMessage() {}
 
 func (x *GrantProjectRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[111]
+	mi := &file_corpus_v1_api_proto_msgTypes[116]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6226,7 +6572,7 @@ func (x *GrantProjectRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GrantProjectRequest.ProtoReflect.Descriptor instead.
 func (*GrantProjectRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{111}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{116}
 }
 
 func (x *GrantProjectRequest) GetName() string {
@@ -6259,7 +6605,7 @@ type GrantProjectResponse struct {
 
 func (x *GrantProjectResponse) Reset() {
 	*x = GrantProjectResponse{}
-	mi := &file_corpus_v1_api_proto_msgTypes[112]
+	mi := &file_corpus_v1_api_proto_msgTypes[117]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6271,7 +6617,7 @@ func (x *GrantProjectResponse) String() string {
 func (*GrantProjectResponse) ProtoMessage() {}
 
 func (x *GrantProjectResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[112]
+	mi := &file_corpus_v1_api_proto_msgTypes[117]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6284,7 +6630,7 @@ func (x *GrantProjectResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GrantProjectResponse.ProtoReflect.Descriptor instead.
 func (*GrantProjectResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{112}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{117}
 }
 
 func (x *GrantProjectResponse) GetProject() *Project {
@@ -6304,7 +6650,7 @@ type ListReleasesRequest struct {
 
 func (x *ListReleasesRequest) Reset() {
 	*x = ListReleasesRequest{}
-	mi := &file_corpus_v1_api_proto_msgTypes[113]
+	mi := &file_corpus_v1_api_proto_msgTypes[118]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6316,7 +6662,7 @@ func (x *ListReleasesRequest) String() string {
 func (*ListReleasesRequest) ProtoMessage() {}
 
 func (x *ListReleasesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[113]
+	mi := &file_corpus_v1_api_proto_msgTypes[118]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6329,7 +6675,7 @@ func (x *ListReleasesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListReleasesRequest.ProtoReflect.Descriptor instead.
 func (*ListReleasesRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{113}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{118}
 }
 
 func (x *ListReleasesRequest) GetProject() string {
@@ -6358,7 +6704,7 @@ type ListReleasesResponse struct {
 
 func (x *ListReleasesResponse) Reset() {
 	*x = ListReleasesResponse{}
-	mi := &file_corpus_v1_api_proto_msgTypes[114]
+	mi := &file_corpus_v1_api_proto_msgTypes[119]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6370,7 +6716,7 @@ func (x *ListReleasesResponse) String() string {
 func (*ListReleasesResponse) ProtoMessage() {}
 
 func (x *ListReleasesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[114]
+	mi := &file_corpus_v1_api_proto_msgTypes[119]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6383,7 +6729,7 @@ func (x *ListReleasesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListReleasesResponse.ProtoReflect.Descriptor instead.
 func (*ListReleasesResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{114}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{119}
 }
 
 func (x *ListReleasesResponse) GetReleases() []*Release {
@@ -6419,7 +6765,7 @@ type GetReleaseRequest struct {
 
 func (x *GetReleaseRequest) Reset() {
 	*x = GetReleaseRequest{}
-	mi := &file_corpus_v1_api_proto_msgTypes[115]
+	mi := &file_corpus_v1_api_proto_msgTypes[120]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6431,7 +6777,7 @@ func (x *GetReleaseRequest) String() string {
 func (*GetReleaseRequest) ProtoMessage() {}
 
 func (x *GetReleaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[115]
+	mi := &file_corpus_v1_api_proto_msgTypes[120]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6444,7 +6790,7 @@ func (x *GetReleaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetReleaseRequest.ProtoReflect.Descriptor instead.
 func (*GetReleaseRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{115}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{120}
 }
 
 func (x *GetReleaseRequest) GetProject() string {
@@ -6478,7 +6824,7 @@ type GetReleaseResponse struct {
 
 func (x *GetReleaseResponse) Reset() {
 	*x = GetReleaseResponse{}
-	mi := &file_corpus_v1_api_proto_msgTypes[116]
+	mi := &file_corpus_v1_api_proto_msgTypes[121]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6490,7 +6836,7 @@ func (x *GetReleaseResponse) String() string {
 func (*GetReleaseResponse) ProtoMessage() {}
 
 func (x *GetReleaseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[116]
+	mi := &file_corpus_v1_api_proto_msgTypes[121]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6503,7 +6849,7 @@ func (x *GetReleaseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetReleaseResponse.ProtoReflect.Descriptor instead.
 func (*GetReleaseResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{116}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{121}
 }
 
 func (x *GetReleaseResponse) GetRelease() *Release {
@@ -6533,7 +6879,7 @@ type RollbackRequest struct {
 
 func (x *RollbackRequest) Reset() {
 	*x = RollbackRequest{}
-	mi := &file_corpus_v1_api_proto_msgTypes[117]
+	mi := &file_corpus_v1_api_proto_msgTypes[122]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6545,7 +6891,7 @@ func (x *RollbackRequest) String() string {
 func (*RollbackRequest) ProtoMessage() {}
 
 func (x *RollbackRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[117]
+	mi := &file_corpus_v1_api_proto_msgTypes[122]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6558,7 +6904,7 @@ func (x *RollbackRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RollbackRequest.ProtoReflect.Descriptor instead.
 func (*RollbackRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{117}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{122}
 }
 
 func (x *RollbackRequest) GetProject() string {
@@ -6594,7 +6940,7 @@ type RollbackOutput struct {
 
 func (x *RollbackOutput) Reset() {
 	*x = RollbackOutput{}
-	mi := &file_corpus_v1_api_proto_msgTypes[118]
+	mi := &file_corpus_v1_api_proto_msgTypes[123]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6606,7 +6952,7 @@ func (x *RollbackOutput) String() string {
 func (*RollbackOutput) ProtoMessage() {}
 
 func (x *RollbackOutput) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[118]
+	mi := &file_corpus_v1_api_proto_msgTypes[123]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6619,7 +6965,7 @@ func (x *RollbackOutput) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RollbackOutput.ProtoReflect.Descriptor instead.
 func (*RollbackOutput) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{118}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{123}
 }
 
 func (x *RollbackOutput) GetOutput() []byte {
@@ -6660,7 +7006,7 @@ type ListAuditRequest struct {
 
 func (x *ListAuditRequest) Reset() {
 	*x = ListAuditRequest{}
-	mi := &file_corpus_v1_api_proto_msgTypes[119]
+	mi := &file_corpus_v1_api_proto_msgTypes[124]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6672,7 +7018,7 @@ func (x *ListAuditRequest) String() string {
 func (*ListAuditRequest) ProtoMessage() {}
 
 func (x *ListAuditRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[119]
+	mi := &file_corpus_v1_api_proto_msgTypes[124]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6685,7 +7031,7 @@ func (x *ListAuditRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAuditRequest.ProtoReflect.Descriptor instead.
 func (*ListAuditRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{119}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{124}
 }
 
 func (x *ListAuditRequest) GetActor() string {
@@ -6733,7 +7079,7 @@ type ListAuditResponse struct {
 
 func (x *ListAuditResponse) Reset() {
 	*x = ListAuditResponse{}
-	mi := &file_corpus_v1_api_proto_msgTypes[120]
+	mi := &file_corpus_v1_api_proto_msgTypes[125]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6745,7 +7091,7 @@ func (x *ListAuditResponse) String() string {
 func (*ListAuditResponse) ProtoMessage() {}
 
 func (x *ListAuditResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[120]
+	mi := &file_corpus_v1_api_proto_msgTypes[125]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6758,7 +7104,7 @@ func (x *ListAuditResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAuditResponse.ProtoReflect.Descriptor instead.
 func (*ListAuditResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{120}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{125}
 }
 
 func (x *ListAuditResponse) GetEntries() []*AuditEntry {
@@ -6824,7 +7170,31 @@ const file_corpus_v1_api_proto_rawDesc = "" +
 	"\x03who\x18\a \x01(\tR\x03who\x12\x1d\n" +
 	"\n" +
 	"leader_api\x18\b \x01(\tR\tleaderApi\x12\x18\n" +
-	"\areplica\x18\t \x01(\tR\areplica\"9\n" +
+	"\areplica\x18\t \x01(\tR\areplica\"<\n" +
+	"\x12SetNodeModeRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
+	"\x04mode\x18\x02 \x01(\tR\x04mode\"X\n" +
+	"\x13SetNodeModeResponse\x12'\n" +
+	"\x04node\x18\x01 \x01(\v2\x13.corpus.v1.NodeViewR\x04node\x12\x18\n" +
+	"\achanged\x18\x02 \x01(\bR\achanged\"h\n" +
+	"\x12DrainStatusRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1b\n" +
+	"\tmin_index\x18\x02 \x01(\x04R\bminIndex\x12!\n" +
+	"\fwait_seconds\x18\x03 \x01(\x03R\vwaitSeconds\"\x97\x01\n" +
+	"\n" +
+	"DrainGuest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
+	"\x05state\x18\x02 \x01(\tR\x05state\x12\x17\n" +
+	"\ato_node\x18\x03 \x01(\tR\x06toNode\x12\x16\n" +
+	"\x06reason\x18\x04 \x01(\tR\x06reason\x12\x16\n" +
+	"\x06status\x18\x05 \x01(\tR\x06status\x12\x16\n" +
+	"\x06volume\x18\x06 \x01(\tR\x06volume\"\xad\x01\n" +
+	"\x13DrainStatusResponse\x12'\n" +
+	"\x04node\x18\x01 \x01(\v2\x13.corpus.v1.NodeViewR\x04node\x12\x14\n" +
+	"\x05index\x18\x02 \x01(\x04R\x05index\x12-\n" +
+	"\x06guests\x18\x03 \x03(\v2\x15.corpus.v1.DrainGuestR\x06guests\x12\x12\n" +
+	"\x04done\x18\x04 \x01(\bR\x04done\x12\x14\n" +
+	"\x05empty\x18\x05 \x01(\bR\x05empty\"9\n" +
 	"\x16CreateJoinTokenRequest\x12\x1f\n" +
 	"\vttl_seconds\x18\x01 \x01(\x03R\n" +
 	"ttlSeconds\"Y\n" +
@@ -7066,7 +7436,7 @@ const file_corpus_v1_api_proto_rawDesc = "" +
 	"\n" +
 	"cluster_id\x18\x03 \x01(\tR\tclusterId\x12\x1b\n" +
 	"\tagent_key\x18\x04 \x01(\tR\bagentKey\"\x0e\n" +
-	"\fWatchRequest\"\xa5\x02\n" +
+	"\fWatchRequest\"\xc6\x02\n" +
 	"\rWatchResponse\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\x04R\x05index\x12#\n" +
 	"\x04node\x18\x02 \x01(\v2\x0f.corpus.v1.NodeR\x04node\x12(\n" +
@@ -7075,7 +7445,9 @@ const file_corpus_v1_api_proto_rawDesc = "" +
 	"\bdns_port\x18\x05 \x01(\rR\adnsPort\x12\x19\n" +
 	"\bdns_zone\x18\x06 \x01(\tR\adnsZone\x12+\n" +
 	"\avolumes\x18\a \x03(\v2\x11.corpus.v1.VolumeR\avolumes\x12\"\n" +
-	"\fcoordinators\x18\b \x03(\tR\fcoordinators\"\xa3\x03\n" +
+	"\fcoordinators\x18\b \x03(\tR\fcoordinators\x12\x1f\n" +
+	"\vgossip_addr\x18\x1e \x01(\tR\n" +
+	"gossipAddr\"\xa3\x03\n" +
 	"\rReportRequest\x120\n" +
 	"\bcapacity\x18\x01 \x01(\v2\x14.corpus.v1.ResourcesR\bcapacity\x12/\n" +
 	"\adrivers\x18\x02 \x03(\v2\x15.corpus.v1.DriverInfoR\adrivers\x12#\n" +
@@ -7230,11 +7602,13 @@ const file_corpus_v1_api_proto_rawDesc = "" +
 	"\x04Seen\x12\x16.corpus.v1.SeenRequest\x1a\x17.corpus.v1.SeenResponse\x12K\n" +
 	"\tRaftPeers\x12\x1b.corpus.v1.RaftPeersRequest\x1a\x1c.corpus.v1.RaftPeersResponse\"\x03\x90\x02\x01\x12L\n" +
 	"\vAddRaftPeer\x12\x1d.corpus.v1.AddRaftPeerRequest\x1a\x1e.corpus.v1.AddRaftPeerResponse\x12U\n" +
-	"\x0eRemoveRaftPeer\x12 .corpus.v1.RemoveRaftPeerRequest\x1a!.corpus.v1.RemoveRaftPeerResponse2\xfb\x01\n" +
+	"\x0eRemoveRaftPeer\x12 .corpus.v1.RemoveRaftPeerRequest\x1a!.corpus.v1.RemoveRaftPeerResponse2\x9c\x03\n" +
 	"\vNodeService\x12X\n" +
 	"\x0fCreateJoinToken\x12!.corpus.v1.CreateJoinTokenRequest\x1a\".corpus.v1.CreateJoinTokenResponse\x12K\n" +
 	"\tListNodes\x12\x1b.corpus.v1.ListNodesRequest\x1a\x1c.corpus.v1.ListNodesResponse\"\x03\x90\x02\x01\x12E\n" +
-	"\aGetNode\x12\x19.corpus.v1.GetNodeRequest\x1a\x1a.corpus.v1.GetNodeResponse\"\x03\x90\x02\x012\xa0\x04\n" +
+	"\aGetNode\x12\x19.corpus.v1.GetNodeRequest\x1a\x1a.corpus.v1.GetNodeResponse\"\x03\x90\x02\x01\x12L\n" +
+	"\vSetNodeMode\x12\x1d.corpus.v1.SetNodeModeRequest\x1a\x1e.corpus.v1.SetNodeModeResponse\x12Q\n" +
+	"\vDrainStatus\x12\x1d.corpus.v1.DrainStatusRequest\x1a\x1e.corpus.v1.DrainStatusResponse\"\x03\x90\x02\x012\xa0\x04\n" +
 	"\fGuestService\x12L\n" +
 	"\vCreateGuest\x12\x1d.corpus.v1.CreateGuestRequest\x1a\x1e.corpus.v1.CreateGuestResponse\x12H\n" +
 	"\bGetGuest\x12\x1a.corpus.v1.GetGuestRequest\x1a\x1b.corpus.v1.GetGuestResponse\"\x03\x90\x02\x01\x12N\n" +
@@ -7318,7 +7692,7 @@ func file_corpus_v1_api_proto_rawDescGZIP() []byte {
 	return file_corpus_v1_api_proto_rawDescData
 }
 
-var file_corpus_v1_api_proto_msgTypes = make([]protoimpl.MessageInfo, 123)
+var file_corpus_v1_api_proto_msgTypes = make([]protoimpl.MessageInfo, 128)
 var file_corpus_v1_api_proto_goTypes = []any{
 	(*PeerRequest)(nil),                // 0: corpus.v1.PeerRequest
 	(*PeerResponse)(nil),               // 1: corpus.v1.PeerResponse
@@ -7335,326 +7709,338 @@ var file_corpus_v1_api_proto_goTypes = []any{
 	(*RemoveRaftPeerResponse)(nil),     // 12: corpus.v1.RemoveRaftPeerResponse
 	(*StatusRequest)(nil),              // 13: corpus.v1.StatusRequest
 	(*StatusResponse)(nil),             // 14: corpus.v1.StatusResponse
-	(*CreateJoinTokenRequest)(nil),     // 15: corpus.v1.CreateJoinTokenRequest
-	(*CreateJoinTokenResponse)(nil),    // 16: corpus.v1.CreateJoinTokenResponse
-	(*ListNodesRequest)(nil),           // 17: corpus.v1.ListNodesRequest
-	(*ListNodesResponse)(nil),          // 18: corpus.v1.ListNodesResponse
-	(*GetNodeRequest)(nil),             // 19: corpus.v1.GetNodeRequest
-	(*GetNodeResponse)(nil),            // 20: corpus.v1.GetNodeResponse
-	(*NodeView)(nil),                   // 21: corpus.v1.NodeView
-	(*CreateGuestRequest)(nil),         // 22: corpus.v1.CreateGuestRequest
-	(*CreateGuestResponse)(nil),        // 23: corpus.v1.CreateGuestResponse
-	(*GetGuestRequest)(nil),            // 24: corpus.v1.GetGuestRequest
-	(*GetGuestResponse)(nil),           // 25: corpus.v1.GetGuestResponse
-	(*ListGuestsRequest)(nil),          // 26: corpus.v1.ListGuestsRequest
-	(*ListGuestsResponse)(nil),         // 27: corpus.v1.ListGuestsResponse
-	(*GuestActionRequest)(nil),         // 28: corpus.v1.GuestActionRequest
-	(*GuestActionResponse)(nil),        // 29: corpus.v1.GuestActionResponse
-	(*ExecGuestRequest)(nil),           // 30: corpus.v1.ExecGuestRequest
-	(*ExecOutput)(nil),                 // 31: corpus.v1.ExecOutput
-	(*CreateRouteRequest)(nil),         // 32: corpus.v1.CreateRouteRequest
-	(*CreateRouteResponse)(nil),        // 33: corpus.v1.CreateRouteResponse
-	(*ListRoutesRequest)(nil),          // 34: corpus.v1.ListRoutesRequest
-	(*RouteView)(nil),                  // 35: corpus.v1.RouteView
-	(*ListRoutesResponse)(nil),         // 36: corpus.v1.ListRoutesResponse
-	(*NatView)(nil),                    // 37: corpus.v1.NatView
-	(*DeleteRouteRequest)(nil),         // 38: corpus.v1.DeleteRouteRequest
-	(*DeleteRouteResponse)(nil),        // 39: corpus.v1.DeleteRouteResponse
-	(*MoveRouteRequest)(nil),           // 40: corpus.v1.MoveRouteRequest
-	(*MoveRouteResponse)(nil),          // 41: corpus.v1.MoveRouteResponse
-	(*ListRecordsRequest)(nil),         // 42: corpus.v1.ListRecordsRequest
-	(*ZoneRecord)(nil),                 // 43: corpus.v1.ZoneRecord
-	(*ListRecordsResponse)(nil),        // 44: corpus.v1.ListRecordsResponse
-	(*AddRecordRequest)(nil),           // 45: corpus.v1.AddRecordRequest
-	(*AddRecordResponse)(nil),          // 46: corpus.v1.AddRecordResponse
-	(*DeleteRecordRequest)(nil),        // 47: corpus.v1.DeleteRecordRequest
-	(*DeleteRecordResponse)(nil),       // 48: corpus.v1.DeleteRecordResponse
-	(*SnapshotVolumeRequest)(nil),      // 49: corpus.v1.SnapshotVolumeRequest
-	(*SnapshotVolumeResponse)(nil),     // 50: corpus.v1.SnapshotVolumeResponse
-	(*MoveVolumeRequest)(nil),          // 51: corpus.v1.MoveVolumeRequest
-	(*MoveVolumeProgress)(nil),         // 52: corpus.v1.MoveVolumeProgress
-	(*ResizeVolumeRequest)(nil),        // 53: corpus.v1.ResizeVolumeRequest
-	(*ResizeVolumeResponse)(nil),       // 54: corpus.v1.ResizeVolumeResponse
-	(*ListVolumesRequest)(nil),         // 55: corpus.v1.ListVolumesRequest
-	(*VolumeView)(nil),                 // 56: corpus.v1.VolumeView
-	(*ListVolumesResponse)(nil),        // 57: corpus.v1.ListVolumesResponse
-	(*GetVolumeRequest)(nil),           // 58: corpus.v1.GetVolumeRequest
-	(*GetVolumeResponse)(nil),          // 59: corpus.v1.GetVolumeResponse
-	(*DeleteVolumeRequest)(nil),        // 60: corpus.v1.DeleteVolumeRequest
-	(*DeleteVolumeResponse)(nil),       // 61: corpus.v1.DeleteVolumeResponse
-	(*SetManifestDomainsRequest)(nil),  // 62: corpus.v1.SetManifestDomainsRequest
-	(*SetManifestDomainsResponse)(nil), // 63: corpus.v1.SetManifestDomainsResponse
-	(*GitAccessRequest)(nil),           // 64: corpus.v1.GitAccessRequest
-	(*GitAccessResponse)(nil),          // 65: corpus.v1.GitAccessResponse
-	(*BeginReleaseRequest)(nil),        // 66: corpus.v1.BeginReleaseRequest
-	(*BeginReleaseResponse)(nil),       // 67: corpus.v1.BeginReleaseResponse
-	(*FinishReleaseRequest)(nil),       // 68: corpus.v1.FinishReleaseRequest
-	(*FinishReleaseResponse)(nil),      // 69: corpus.v1.FinishReleaseResponse
-	(*SetCurrentReleaseRequest)(nil),   // 70: corpus.v1.SetCurrentReleaseRequest
-	(*SetCurrentReleaseResponse)(nil),  // 71: corpus.v1.SetCurrentReleaseResponse
-	(*PruneReleasesRequest)(nil),       // 72: corpus.v1.PruneReleasesRequest
-	(*PruneReleasesResponse)(nil),      // 73: corpus.v1.PruneReleasesResponse
-	(*EnrollRequest)(nil),              // 74: corpus.v1.EnrollRequest
-	(*EnrollResponse)(nil),             // 75: corpus.v1.EnrollResponse
-	(*WatchRequest)(nil),               // 76: corpus.v1.WatchRequest
-	(*WatchResponse)(nil),              // 77: corpus.v1.WatchResponse
-	(*ReportRequest)(nil),              // 78: corpus.v1.ReportRequest
-	(*ReportedGuest)(nil),              // 79: corpus.v1.ReportedGuest
-	(*ReportedVolume)(nil),             // 80: corpus.v1.ReportedVolume
-	(*ReportResponse)(nil),             // 81: corpus.v1.ReportResponse
-	(*ExportVolumeRequest)(nil),        // 82: corpus.v1.ExportVolumeRequest
-	(*VolumeChunk)(nil),                // 83: corpus.v1.VolumeChunk
-	(*ImportVolumeResponse)(nil),       // 84: corpus.v1.ImportVolumeResponse
-	(*CreateTokenRequest)(nil),         // 85: corpus.v1.CreateTokenRequest
-	(*CreateTokenResponse)(nil),        // 86: corpus.v1.CreateTokenResponse
-	(*ListTokensRequest)(nil),          // 87: corpus.v1.ListTokensRequest
-	(*ListTokensResponse)(nil),         // 88: corpus.v1.ListTokensResponse
-	(*RevokeTokenRequest)(nil),         // 89: corpus.v1.RevokeTokenRequest
-	(*RevokeTokenResponse)(nil),        // 90: corpus.v1.RevokeTokenResponse
-	(*CreateUserRequest)(nil),          // 91: corpus.v1.CreateUserRequest
-	(*CreateUserResponse)(nil),         // 92: corpus.v1.CreateUserResponse
-	(*ListUsersRequest)(nil),           // 93: corpus.v1.ListUsersRequest
-	(*ListUsersResponse)(nil),          // 94: corpus.v1.ListUsersResponse
-	(*DeleteUserRequest)(nil),          // 95: corpus.v1.DeleteUserRequest
-	(*DeleteUserResponse)(nil),         // 96: corpus.v1.DeleteUserResponse
-	(*AddKeyRequest)(nil),              // 97: corpus.v1.AddKeyRequest
-	(*AddKeyResponse)(nil),             // 98: corpus.v1.AddKeyResponse
-	(*DeleteKeyRequest)(nil),           // 99: corpus.v1.DeleteKeyRequest
-	(*DeleteKeyResponse)(nil),          // 100: corpus.v1.DeleteKeyResponse
-	(*CreateProjectRequest)(nil),       // 101: corpus.v1.CreateProjectRequest
-	(*CreateProjectResponse)(nil),      // 102: corpus.v1.CreateProjectResponse
-	(*ListProjectsRequest)(nil),        // 103: corpus.v1.ListProjectsRequest
-	(*ListProjectsResponse)(nil),       // 104: corpus.v1.ListProjectsResponse
-	(*ProjectView)(nil),                // 105: corpus.v1.ProjectView
-	(*ProjectEnvView)(nil),             // 106: corpus.v1.ProjectEnvView
-	(*GetProjectRequest)(nil),          // 107: corpus.v1.GetProjectRequest
-	(*GetProjectResponse)(nil),         // 108: corpus.v1.GetProjectResponse
-	(*DeleteProjectRequest)(nil),       // 109: corpus.v1.DeleteProjectRequest
-	(*DeleteProjectResponse)(nil),      // 110: corpus.v1.DeleteProjectResponse
-	(*GrantProjectRequest)(nil),        // 111: corpus.v1.GrantProjectRequest
-	(*GrantProjectResponse)(nil),       // 112: corpus.v1.GrantProjectResponse
-	(*ListReleasesRequest)(nil),        // 113: corpus.v1.ListReleasesRequest
-	(*ListReleasesResponse)(nil),       // 114: corpus.v1.ListReleasesResponse
-	(*GetReleaseRequest)(nil),          // 115: corpus.v1.GetReleaseRequest
-	(*GetReleaseResponse)(nil),         // 116: corpus.v1.GetReleaseResponse
-	(*RollbackRequest)(nil),            // 117: corpus.v1.RollbackRequest
-	(*RollbackOutput)(nil),             // 118: corpus.v1.RollbackOutput
-	(*ListAuditRequest)(nil),           // 119: corpus.v1.ListAuditRequest
-	(*ListAuditResponse)(nil),          // 120: corpus.v1.ListAuditResponse
-	nil,                                // 121: corpus.v1.ExecGuestRequest.EnvEntry
-	nil,                                // 122: corpus.v1.EnrollRequest.LabelsEntry
-	(*JoinToken)(nil),                  // 123: corpus.v1.JoinToken
-	(*Node)(nil),                       // 124: corpus.v1.Node
-	(*Resources)(nil),                  // 125: corpus.v1.Resources
-	(*GuestSpec)(nil),                  // 126: corpus.v1.GuestSpec
-	(*Guest)(nil),                      // 127: corpus.v1.Guest
-	(*Route)(nil),                      // 128: corpus.v1.Route
-	(*Port)(nil),                       // 129: corpus.v1.Port
-	(*DnsRecord)(nil),                  // 130: corpus.v1.DnsRecord
-	(*Volume)(nil),                     // 131: corpus.v1.Volume
-	(*Project)(nil),                    // 132: corpus.v1.Project
-	(*ProjectEnv)(nil),                 // 133: corpus.v1.ProjectEnv
-	(*Release)(nil),                    // 134: corpus.v1.Release
-	(*ReleaseStep)(nil),                // 135: corpus.v1.ReleaseStep
-	(*DriverInfo)(nil),                 // 136: corpus.v1.DriverInfo
-	(*GuestObserved)(nil),              // 137: corpus.v1.GuestObserved
-	(*VolumeObserved)(nil),             // 138: corpus.v1.VolumeObserved
-	(*UserToken)(nil),                  // 139: corpus.v1.UserToken
-	(*User)(nil),                       // 140: corpus.v1.User
-	(*SshKey)(nil),                     // 141: corpus.v1.SshKey
-	(*AuditEntry)(nil),                 // 142: corpus.v1.AuditEntry
+	(*SetNodeModeRequest)(nil),         // 15: corpus.v1.SetNodeModeRequest
+	(*SetNodeModeResponse)(nil),        // 16: corpus.v1.SetNodeModeResponse
+	(*DrainStatusRequest)(nil),         // 17: corpus.v1.DrainStatusRequest
+	(*DrainGuest)(nil),                 // 18: corpus.v1.DrainGuest
+	(*DrainStatusResponse)(nil),        // 19: corpus.v1.DrainStatusResponse
+	(*CreateJoinTokenRequest)(nil),     // 20: corpus.v1.CreateJoinTokenRequest
+	(*CreateJoinTokenResponse)(nil),    // 21: corpus.v1.CreateJoinTokenResponse
+	(*ListNodesRequest)(nil),           // 22: corpus.v1.ListNodesRequest
+	(*ListNodesResponse)(nil),          // 23: corpus.v1.ListNodesResponse
+	(*GetNodeRequest)(nil),             // 24: corpus.v1.GetNodeRequest
+	(*GetNodeResponse)(nil),            // 25: corpus.v1.GetNodeResponse
+	(*NodeView)(nil),                   // 26: corpus.v1.NodeView
+	(*CreateGuestRequest)(nil),         // 27: corpus.v1.CreateGuestRequest
+	(*CreateGuestResponse)(nil),        // 28: corpus.v1.CreateGuestResponse
+	(*GetGuestRequest)(nil),            // 29: corpus.v1.GetGuestRequest
+	(*GetGuestResponse)(nil),           // 30: corpus.v1.GetGuestResponse
+	(*ListGuestsRequest)(nil),          // 31: corpus.v1.ListGuestsRequest
+	(*ListGuestsResponse)(nil),         // 32: corpus.v1.ListGuestsResponse
+	(*GuestActionRequest)(nil),         // 33: corpus.v1.GuestActionRequest
+	(*GuestActionResponse)(nil),        // 34: corpus.v1.GuestActionResponse
+	(*ExecGuestRequest)(nil),           // 35: corpus.v1.ExecGuestRequest
+	(*ExecOutput)(nil),                 // 36: corpus.v1.ExecOutput
+	(*CreateRouteRequest)(nil),         // 37: corpus.v1.CreateRouteRequest
+	(*CreateRouteResponse)(nil),        // 38: corpus.v1.CreateRouteResponse
+	(*ListRoutesRequest)(nil),          // 39: corpus.v1.ListRoutesRequest
+	(*RouteView)(nil),                  // 40: corpus.v1.RouteView
+	(*ListRoutesResponse)(nil),         // 41: corpus.v1.ListRoutesResponse
+	(*NatView)(nil),                    // 42: corpus.v1.NatView
+	(*DeleteRouteRequest)(nil),         // 43: corpus.v1.DeleteRouteRequest
+	(*DeleteRouteResponse)(nil),        // 44: corpus.v1.DeleteRouteResponse
+	(*MoveRouteRequest)(nil),           // 45: corpus.v1.MoveRouteRequest
+	(*MoveRouteResponse)(nil),          // 46: corpus.v1.MoveRouteResponse
+	(*ListRecordsRequest)(nil),         // 47: corpus.v1.ListRecordsRequest
+	(*ZoneRecord)(nil),                 // 48: corpus.v1.ZoneRecord
+	(*ListRecordsResponse)(nil),        // 49: corpus.v1.ListRecordsResponse
+	(*AddRecordRequest)(nil),           // 50: corpus.v1.AddRecordRequest
+	(*AddRecordResponse)(nil),          // 51: corpus.v1.AddRecordResponse
+	(*DeleteRecordRequest)(nil),        // 52: corpus.v1.DeleteRecordRequest
+	(*DeleteRecordResponse)(nil),       // 53: corpus.v1.DeleteRecordResponse
+	(*SnapshotVolumeRequest)(nil),      // 54: corpus.v1.SnapshotVolumeRequest
+	(*SnapshotVolumeResponse)(nil),     // 55: corpus.v1.SnapshotVolumeResponse
+	(*MoveVolumeRequest)(nil),          // 56: corpus.v1.MoveVolumeRequest
+	(*MoveVolumeProgress)(nil),         // 57: corpus.v1.MoveVolumeProgress
+	(*ResizeVolumeRequest)(nil),        // 58: corpus.v1.ResizeVolumeRequest
+	(*ResizeVolumeResponse)(nil),       // 59: corpus.v1.ResizeVolumeResponse
+	(*ListVolumesRequest)(nil),         // 60: corpus.v1.ListVolumesRequest
+	(*VolumeView)(nil),                 // 61: corpus.v1.VolumeView
+	(*ListVolumesResponse)(nil),        // 62: corpus.v1.ListVolumesResponse
+	(*GetVolumeRequest)(nil),           // 63: corpus.v1.GetVolumeRequest
+	(*GetVolumeResponse)(nil),          // 64: corpus.v1.GetVolumeResponse
+	(*DeleteVolumeRequest)(nil),        // 65: corpus.v1.DeleteVolumeRequest
+	(*DeleteVolumeResponse)(nil),       // 66: corpus.v1.DeleteVolumeResponse
+	(*SetManifestDomainsRequest)(nil),  // 67: corpus.v1.SetManifestDomainsRequest
+	(*SetManifestDomainsResponse)(nil), // 68: corpus.v1.SetManifestDomainsResponse
+	(*GitAccessRequest)(nil),           // 69: corpus.v1.GitAccessRequest
+	(*GitAccessResponse)(nil),          // 70: corpus.v1.GitAccessResponse
+	(*BeginReleaseRequest)(nil),        // 71: corpus.v1.BeginReleaseRequest
+	(*BeginReleaseResponse)(nil),       // 72: corpus.v1.BeginReleaseResponse
+	(*FinishReleaseRequest)(nil),       // 73: corpus.v1.FinishReleaseRequest
+	(*FinishReleaseResponse)(nil),      // 74: corpus.v1.FinishReleaseResponse
+	(*SetCurrentReleaseRequest)(nil),   // 75: corpus.v1.SetCurrentReleaseRequest
+	(*SetCurrentReleaseResponse)(nil),  // 76: corpus.v1.SetCurrentReleaseResponse
+	(*PruneReleasesRequest)(nil),       // 77: corpus.v1.PruneReleasesRequest
+	(*PruneReleasesResponse)(nil),      // 78: corpus.v1.PruneReleasesResponse
+	(*EnrollRequest)(nil),              // 79: corpus.v1.EnrollRequest
+	(*EnrollResponse)(nil),             // 80: corpus.v1.EnrollResponse
+	(*WatchRequest)(nil),               // 81: corpus.v1.WatchRequest
+	(*WatchResponse)(nil),              // 82: corpus.v1.WatchResponse
+	(*ReportRequest)(nil),              // 83: corpus.v1.ReportRequest
+	(*ReportedGuest)(nil),              // 84: corpus.v1.ReportedGuest
+	(*ReportedVolume)(nil),             // 85: corpus.v1.ReportedVolume
+	(*ReportResponse)(nil),             // 86: corpus.v1.ReportResponse
+	(*ExportVolumeRequest)(nil),        // 87: corpus.v1.ExportVolumeRequest
+	(*VolumeChunk)(nil),                // 88: corpus.v1.VolumeChunk
+	(*ImportVolumeResponse)(nil),       // 89: corpus.v1.ImportVolumeResponse
+	(*CreateTokenRequest)(nil),         // 90: corpus.v1.CreateTokenRequest
+	(*CreateTokenResponse)(nil),        // 91: corpus.v1.CreateTokenResponse
+	(*ListTokensRequest)(nil),          // 92: corpus.v1.ListTokensRequest
+	(*ListTokensResponse)(nil),         // 93: corpus.v1.ListTokensResponse
+	(*RevokeTokenRequest)(nil),         // 94: corpus.v1.RevokeTokenRequest
+	(*RevokeTokenResponse)(nil),        // 95: corpus.v1.RevokeTokenResponse
+	(*CreateUserRequest)(nil),          // 96: corpus.v1.CreateUserRequest
+	(*CreateUserResponse)(nil),         // 97: corpus.v1.CreateUserResponse
+	(*ListUsersRequest)(nil),           // 98: corpus.v1.ListUsersRequest
+	(*ListUsersResponse)(nil),          // 99: corpus.v1.ListUsersResponse
+	(*DeleteUserRequest)(nil),          // 100: corpus.v1.DeleteUserRequest
+	(*DeleteUserResponse)(nil),         // 101: corpus.v1.DeleteUserResponse
+	(*AddKeyRequest)(nil),              // 102: corpus.v1.AddKeyRequest
+	(*AddKeyResponse)(nil),             // 103: corpus.v1.AddKeyResponse
+	(*DeleteKeyRequest)(nil),           // 104: corpus.v1.DeleteKeyRequest
+	(*DeleteKeyResponse)(nil),          // 105: corpus.v1.DeleteKeyResponse
+	(*CreateProjectRequest)(nil),       // 106: corpus.v1.CreateProjectRequest
+	(*CreateProjectResponse)(nil),      // 107: corpus.v1.CreateProjectResponse
+	(*ListProjectsRequest)(nil),        // 108: corpus.v1.ListProjectsRequest
+	(*ListProjectsResponse)(nil),       // 109: corpus.v1.ListProjectsResponse
+	(*ProjectView)(nil),                // 110: corpus.v1.ProjectView
+	(*ProjectEnvView)(nil),             // 111: corpus.v1.ProjectEnvView
+	(*GetProjectRequest)(nil),          // 112: corpus.v1.GetProjectRequest
+	(*GetProjectResponse)(nil),         // 113: corpus.v1.GetProjectResponse
+	(*DeleteProjectRequest)(nil),       // 114: corpus.v1.DeleteProjectRequest
+	(*DeleteProjectResponse)(nil),      // 115: corpus.v1.DeleteProjectResponse
+	(*GrantProjectRequest)(nil),        // 116: corpus.v1.GrantProjectRequest
+	(*GrantProjectResponse)(nil),       // 117: corpus.v1.GrantProjectResponse
+	(*ListReleasesRequest)(nil),        // 118: corpus.v1.ListReleasesRequest
+	(*ListReleasesResponse)(nil),       // 119: corpus.v1.ListReleasesResponse
+	(*GetReleaseRequest)(nil),          // 120: corpus.v1.GetReleaseRequest
+	(*GetReleaseResponse)(nil),         // 121: corpus.v1.GetReleaseResponse
+	(*RollbackRequest)(nil),            // 122: corpus.v1.RollbackRequest
+	(*RollbackOutput)(nil),             // 123: corpus.v1.RollbackOutput
+	(*ListAuditRequest)(nil),           // 124: corpus.v1.ListAuditRequest
+	(*ListAuditResponse)(nil),          // 125: corpus.v1.ListAuditResponse
+	nil,                                // 126: corpus.v1.ExecGuestRequest.EnvEntry
+	nil,                                // 127: corpus.v1.EnrollRequest.LabelsEntry
+	(*JoinToken)(nil),                  // 128: corpus.v1.JoinToken
+	(*Node)(nil),                       // 129: corpus.v1.Node
+	(*Resources)(nil),                  // 130: corpus.v1.Resources
+	(*GuestSpec)(nil),                  // 131: corpus.v1.GuestSpec
+	(*Guest)(nil),                      // 132: corpus.v1.Guest
+	(*Route)(nil),                      // 133: corpus.v1.Route
+	(*Port)(nil),                       // 134: corpus.v1.Port
+	(*DnsRecord)(nil),                  // 135: corpus.v1.DnsRecord
+	(*Volume)(nil),                     // 136: corpus.v1.Volume
+	(*Project)(nil),                    // 137: corpus.v1.Project
+	(*ProjectEnv)(nil),                 // 138: corpus.v1.ProjectEnv
+	(*Release)(nil),                    // 139: corpus.v1.Release
+	(*ReleaseStep)(nil),                // 140: corpus.v1.ReleaseStep
+	(*DriverInfo)(nil),                 // 141: corpus.v1.DriverInfo
+	(*GuestObserved)(nil),              // 142: corpus.v1.GuestObserved
+	(*VolumeObserved)(nil),             // 143: corpus.v1.VolumeObserved
+	(*UserToken)(nil),                  // 144: corpus.v1.UserToken
+	(*User)(nil),                       // 145: corpus.v1.User
+	(*SshKey)(nil),                     // 146: corpus.v1.SshKey
+	(*AuditEntry)(nil),                 // 147: corpus.v1.AuditEntry
 }
 var file_corpus_v1_api_proto_depIdxs = []int32{
 	7,   // 0: corpus.v1.RaftPeersResponse.peers:type_name -> corpus.v1.RaftPeer
-	123, // 1: corpus.v1.CreateJoinTokenResponse.info:type_name -> corpus.v1.JoinToken
-	21,  // 2: corpus.v1.ListNodesResponse.nodes:type_name -> corpus.v1.NodeView
-	21,  // 3: corpus.v1.GetNodeResponse.node:type_name -> corpus.v1.NodeView
-	124, // 4: corpus.v1.NodeView.node:type_name -> corpus.v1.Node
-	125, // 5: corpus.v1.NodeView.allocated:type_name -> corpus.v1.Resources
-	126, // 6: corpus.v1.CreateGuestRequest.spec:type_name -> corpus.v1.GuestSpec
-	127, // 7: corpus.v1.CreateGuestResponse.guest:type_name -> corpus.v1.Guest
-	127, // 8: corpus.v1.GetGuestResponse.guest:type_name -> corpus.v1.Guest
-	25,  // 9: corpus.v1.ListGuestsResponse.guests:type_name -> corpus.v1.GetGuestResponse
-	127, // 10: corpus.v1.GuestActionResponse.guest:type_name -> corpus.v1.Guest
-	121, // 11: corpus.v1.ExecGuestRequest.env:type_name -> corpus.v1.ExecGuestRequest.EnvEntry
-	128, // 12: corpus.v1.CreateRouteResponse.route:type_name -> corpus.v1.Route
-	128, // 13: corpus.v1.RouteView.route:type_name -> corpus.v1.Route
-	35,  // 14: corpus.v1.ListRoutesResponse.routes:type_name -> corpus.v1.RouteView
-	37,  // 15: corpus.v1.ListRoutesResponse.nat:type_name -> corpus.v1.NatView
-	129, // 16: corpus.v1.NatView.port:type_name -> corpus.v1.Port
-	128, // 17: corpus.v1.DeleteRouteResponse.route:type_name -> corpus.v1.Route
-	128, // 18: corpus.v1.MoveRouteResponse.route:type_name -> corpus.v1.Route
-	43,  // 19: corpus.v1.ListRecordsResponse.records:type_name -> corpus.v1.ZoneRecord
-	130, // 20: corpus.v1.AddRecordResponse.record:type_name -> corpus.v1.DnsRecord
-	130, // 21: corpus.v1.DeleteRecordResponse.record:type_name -> corpus.v1.DnsRecord
-	131, // 22: corpus.v1.MoveVolumeProgress.volume:type_name -> corpus.v1.Volume
-	131, // 23: corpus.v1.ResizeVolumeResponse.volume:type_name -> corpus.v1.Volume
-	131, // 24: corpus.v1.VolumeView.volume:type_name -> corpus.v1.Volume
-	56,  // 25: corpus.v1.ListVolumesResponse.volumes:type_name -> corpus.v1.VolumeView
-	56,  // 26: corpus.v1.GetVolumeResponse.volume:type_name -> corpus.v1.VolumeView
-	131, // 27: corpus.v1.DeleteVolumeResponse.volume:type_name -> corpus.v1.Volume
-	132, // 28: corpus.v1.GitAccessResponse.project:type_name -> corpus.v1.Project
-	133, // 29: corpus.v1.GitAccessResponse.env:type_name -> corpus.v1.ProjectEnv
-	134, // 30: corpus.v1.GitAccessResponse.releases:type_name -> corpus.v1.Release
-	134, // 31: corpus.v1.BeginReleaseResponse.release:type_name -> corpus.v1.Release
-	135, // 32: corpus.v1.FinishReleaseRequest.steps:type_name -> corpus.v1.ReleaseStep
-	134, // 33: corpus.v1.FinishReleaseResponse.release:type_name -> corpus.v1.Release
-	122, // 34: corpus.v1.EnrollRequest.labels:type_name -> corpus.v1.EnrollRequest.LabelsEntry
-	125, // 35: corpus.v1.EnrollRequest.capacity:type_name -> corpus.v1.Resources
-	136, // 36: corpus.v1.EnrollRequest.drivers:type_name -> corpus.v1.DriverInfo
-	124, // 37: corpus.v1.WatchResponse.node:type_name -> corpus.v1.Node
-	127, // 38: corpus.v1.WatchResponse.guests:type_name -> corpus.v1.Guest
-	128, // 39: corpus.v1.WatchResponse.routes:type_name -> corpus.v1.Route
-	131, // 40: corpus.v1.WatchResponse.volumes:type_name -> corpus.v1.Volume
-	125, // 41: corpus.v1.ReportRequest.capacity:type_name -> corpus.v1.Resources
-	136, // 42: corpus.v1.ReportRequest.drivers:type_name -> corpus.v1.DriverInfo
-	79,  // 43: corpus.v1.ReportRequest.guests:type_name -> corpus.v1.ReportedGuest
-	80,  // 44: corpus.v1.ReportRequest.volumes:type_name -> corpus.v1.ReportedVolume
-	137, // 45: corpus.v1.ReportedGuest.observed:type_name -> corpus.v1.GuestObserved
-	138, // 46: corpus.v1.ReportedVolume.observed:type_name -> corpus.v1.VolumeObserved
-	139, // 47: corpus.v1.CreateTokenResponse.info:type_name -> corpus.v1.UserToken
-	139, // 48: corpus.v1.ListTokensResponse.tokens:type_name -> corpus.v1.UserToken
-	140, // 49: corpus.v1.CreateUserResponse.user:type_name -> corpus.v1.User
-	140, // 50: corpus.v1.ListUsersResponse.users:type_name -> corpus.v1.User
-	140, // 51: corpus.v1.DeleteUserResponse.user:type_name -> corpus.v1.User
-	141, // 52: corpus.v1.AddKeyResponse.key:type_name -> corpus.v1.SshKey
-	125, // 53: corpus.v1.CreateProjectRequest.resources:type_name -> corpus.v1.Resources
-	132, // 54: corpus.v1.CreateProjectResponse.project:type_name -> corpus.v1.Project
-	105, // 55: corpus.v1.ListProjectsResponse.projects:type_name -> corpus.v1.ProjectView
-	132, // 56: corpus.v1.ProjectView.project:type_name -> corpus.v1.Project
-	106, // 57: corpus.v1.ProjectView.envs:type_name -> corpus.v1.ProjectEnvView
-	105, // 58: corpus.v1.GetProjectResponse.project:type_name -> corpus.v1.ProjectView
-	132, // 59: corpus.v1.GrantProjectResponse.project:type_name -> corpus.v1.Project
-	134, // 60: corpus.v1.ListReleasesResponse.releases:type_name -> corpus.v1.Release
-	134, // 61: corpus.v1.GetReleaseResponse.release:type_name -> corpus.v1.Release
-	142, // 62: corpus.v1.ListAuditResponse.entries:type_name -> corpus.v1.AuditEntry
-	13,  // 63: corpus.v1.ClusterService.Status:input_type -> corpus.v1.StatusRequest
-	0,   // 64: corpus.v1.ClusterService.Peer:input_type -> corpus.v1.PeerRequest
-	2,   // 65: corpus.v1.ClusterService.Apply:input_type -> corpus.v1.ApplyRequest
-	4,   // 66: corpus.v1.ClusterService.Seen:input_type -> corpus.v1.SeenRequest
-	6,   // 67: corpus.v1.ClusterService.RaftPeers:input_type -> corpus.v1.RaftPeersRequest
-	9,   // 68: corpus.v1.ClusterService.AddRaftPeer:input_type -> corpus.v1.AddRaftPeerRequest
-	11,  // 69: corpus.v1.ClusterService.RemoveRaftPeer:input_type -> corpus.v1.RemoveRaftPeerRequest
-	15,  // 70: corpus.v1.NodeService.CreateJoinToken:input_type -> corpus.v1.CreateJoinTokenRequest
-	17,  // 71: corpus.v1.NodeService.ListNodes:input_type -> corpus.v1.ListNodesRequest
-	19,  // 72: corpus.v1.NodeService.GetNode:input_type -> corpus.v1.GetNodeRequest
-	22,  // 73: corpus.v1.GuestService.CreateGuest:input_type -> corpus.v1.CreateGuestRequest
-	24,  // 74: corpus.v1.GuestService.GetGuest:input_type -> corpus.v1.GetGuestRequest
-	26,  // 75: corpus.v1.GuestService.ListGuests:input_type -> corpus.v1.ListGuestsRequest
-	28,  // 76: corpus.v1.GuestService.StartGuest:input_type -> corpus.v1.GuestActionRequest
-	28,  // 77: corpus.v1.GuestService.StopGuest:input_type -> corpus.v1.GuestActionRequest
-	28,  // 78: corpus.v1.GuestService.DeleteGuest:input_type -> corpus.v1.GuestActionRequest
-	30,  // 79: corpus.v1.GuestService.ExecGuest:input_type -> corpus.v1.ExecGuestRequest
-	32,  // 80: corpus.v1.IngressService.CreateRoute:input_type -> corpus.v1.CreateRouteRequest
-	34,  // 81: corpus.v1.IngressService.ListRoutes:input_type -> corpus.v1.ListRoutesRequest
-	38,  // 82: corpus.v1.IngressService.DeleteRoute:input_type -> corpus.v1.DeleteRouteRequest
-	40,  // 83: corpus.v1.IngressService.MoveRoute:input_type -> corpus.v1.MoveRouteRequest
-	42,  // 84: corpus.v1.DnsService.ListRecords:input_type -> corpus.v1.ListRecordsRequest
-	45,  // 85: corpus.v1.DnsService.AddRecord:input_type -> corpus.v1.AddRecordRequest
-	47,  // 86: corpus.v1.DnsService.DeleteRecord:input_type -> corpus.v1.DeleteRecordRequest
-	55,  // 87: corpus.v1.VolumeService.ListVolumes:input_type -> corpus.v1.ListVolumesRequest
-	58,  // 88: corpus.v1.VolumeService.GetVolume:input_type -> corpus.v1.GetVolumeRequest
-	60,  // 89: corpus.v1.VolumeService.DeleteVolume:input_type -> corpus.v1.DeleteVolumeRequest
-	53,  // 90: corpus.v1.VolumeService.ResizeVolume:input_type -> corpus.v1.ResizeVolumeRequest
-	51,  // 91: corpus.v1.VolumeService.MoveVolume:input_type -> corpus.v1.MoveVolumeRequest
-	49,  // 92: corpus.v1.VolumeService.SnapshotVolume:input_type -> corpus.v1.SnapshotVolumeRequest
-	74,  // 93: corpus.v1.AgentService.Enroll:input_type -> corpus.v1.EnrollRequest
-	76,  // 94: corpus.v1.AgentService.Watch:input_type -> corpus.v1.WatchRequest
-	78,  // 95: corpus.v1.AgentService.Report:input_type -> corpus.v1.ReportRequest
-	64,  // 96: corpus.v1.AgentService.GitAccess:input_type -> corpus.v1.GitAccessRequest
-	66,  // 97: corpus.v1.AgentService.BeginRelease:input_type -> corpus.v1.BeginReleaseRequest
-	68,  // 98: corpus.v1.AgentService.FinishRelease:input_type -> corpus.v1.FinishReleaseRequest
-	70,  // 99: corpus.v1.AgentService.SetCurrentRelease:input_type -> corpus.v1.SetCurrentReleaseRequest
-	72,  // 100: corpus.v1.AgentService.PruneReleases:input_type -> corpus.v1.PruneReleasesRequest
-	62,  // 101: corpus.v1.AgentService.SetManifestDomains:input_type -> corpus.v1.SetManifestDomainsRequest
-	30,  // 102: corpus.v1.NodeAgentService.Exec:input_type -> corpus.v1.ExecGuestRequest
-	82,  // 103: corpus.v1.NodeAgentService.ExportVolume:input_type -> corpus.v1.ExportVolumeRequest
-	83,  // 104: corpus.v1.NodeAgentService.ImportVolume:input_type -> corpus.v1.VolumeChunk
-	49,  // 105: corpus.v1.NodeAgentService.SnapshotVolume:input_type -> corpus.v1.SnapshotVolumeRequest
-	117, // 106: corpus.v1.NodeAgentService.Rollback:input_type -> corpus.v1.RollbackRequest
-	91,  // 107: corpus.v1.UserService.CreateUser:input_type -> corpus.v1.CreateUserRequest
-	93,  // 108: corpus.v1.UserService.ListUsers:input_type -> corpus.v1.ListUsersRequest
-	95,  // 109: corpus.v1.UserService.DeleteUser:input_type -> corpus.v1.DeleteUserRequest
-	97,  // 110: corpus.v1.UserService.AddKey:input_type -> corpus.v1.AddKeyRequest
-	99,  // 111: corpus.v1.UserService.DeleteKey:input_type -> corpus.v1.DeleteKeyRequest
-	85,  // 112: corpus.v1.UserService.CreateToken:input_type -> corpus.v1.CreateTokenRequest
-	87,  // 113: corpus.v1.UserService.ListTokens:input_type -> corpus.v1.ListTokensRequest
-	89,  // 114: corpus.v1.UserService.RevokeToken:input_type -> corpus.v1.RevokeTokenRequest
-	101, // 115: corpus.v1.ProjectService.CreateProject:input_type -> corpus.v1.CreateProjectRequest
-	103, // 116: corpus.v1.ProjectService.ListProjects:input_type -> corpus.v1.ListProjectsRequest
-	107, // 117: corpus.v1.ProjectService.GetProject:input_type -> corpus.v1.GetProjectRequest
-	109, // 118: corpus.v1.ProjectService.DeleteProject:input_type -> corpus.v1.DeleteProjectRequest
-	111, // 119: corpus.v1.ProjectService.GrantProject:input_type -> corpus.v1.GrantProjectRequest
-	113, // 120: corpus.v1.ProjectService.ListReleases:input_type -> corpus.v1.ListReleasesRequest
-	115, // 121: corpus.v1.ProjectService.GetRelease:input_type -> corpus.v1.GetReleaseRequest
-	117, // 122: corpus.v1.ProjectService.Rollback:input_type -> corpus.v1.RollbackRequest
-	119, // 123: corpus.v1.AuditService.ListAudit:input_type -> corpus.v1.ListAuditRequest
-	14,  // 124: corpus.v1.ClusterService.Status:output_type -> corpus.v1.StatusResponse
-	1,   // 125: corpus.v1.ClusterService.Peer:output_type -> corpus.v1.PeerResponse
-	3,   // 126: corpus.v1.ClusterService.Apply:output_type -> corpus.v1.ApplyResponse
-	5,   // 127: corpus.v1.ClusterService.Seen:output_type -> corpus.v1.SeenResponse
-	8,   // 128: corpus.v1.ClusterService.RaftPeers:output_type -> corpus.v1.RaftPeersResponse
-	10,  // 129: corpus.v1.ClusterService.AddRaftPeer:output_type -> corpus.v1.AddRaftPeerResponse
-	12,  // 130: corpus.v1.ClusterService.RemoveRaftPeer:output_type -> corpus.v1.RemoveRaftPeerResponse
-	16,  // 131: corpus.v1.NodeService.CreateJoinToken:output_type -> corpus.v1.CreateJoinTokenResponse
-	18,  // 132: corpus.v1.NodeService.ListNodes:output_type -> corpus.v1.ListNodesResponse
-	20,  // 133: corpus.v1.NodeService.GetNode:output_type -> corpus.v1.GetNodeResponse
-	23,  // 134: corpus.v1.GuestService.CreateGuest:output_type -> corpus.v1.CreateGuestResponse
-	25,  // 135: corpus.v1.GuestService.GetGuest:output_type -> corpus.v1.GetGuestResponse
-	27,  // 136: corpus.v1.GuestService.ListGuests:output_type -> corpus.v1.ListGuestsResponse
-	29,  // 137: corpus.v1.GuestService.StartGuest:output_type -> corpus.v1.GuestActionResponse
-	29,  // 138: corpus.v1.GuestService.StopGuest:output_type -> corpus.v1.GuestActionResponse
-	29,  // 139: corpus.v1.GuestService.DeleteGuest:output_type -> corpus.v1.GuestActionResponse
-	31,  // 140: corpus.v1.GuestService.ExecGuest:output_type -> corpus.v1.ExecOutput
-	33,  // 141: corpus.v1.IngressService.CreateRoute:output_type -> corpus.v1.CreateRouteResponse
-	36,  // 142: corpus.v1.IngressService.ListRoutes:output_type -> corpus.v1.ListRoutesResponse
-	39,  // 143: corpus.v1.IngressService.DeleteRoute:output_type -> corpus.v1.DeleteRouteResponse
-	41,  // 144: corpus.v1.IngressService.MoveRoute:output_type -> corpus.v1.MoveRouteResponse
-	44,  // 145: corpus.v1.DnsService.ListRecords:output_type -> corpus.v1.ListRecordsResponse
-	46,  // 146: corpus.v1.DnsService.AddRecord:output_type -> corpus.v1.AddRecordResponse
-	48,  // 147: corpus.v1.DnsService.DeleteRecord:output_type -> corpus.v1.DeleteRecordResponse
-	57,  // 148: corpus.v1.VolumeService.ListVolumes:output_type -> corpus.v1.ListVolumesResponse
-	59,  // 149: corpus.v1.VolumeService.GetVolume:output_type -> corpus.v1.GetVolumeResponse
-	61,  // 150: corpus.v1.VolumeService.DeleteVolume:output_type -> corpus.v1.DeleteVolumeResponse
-	54,  // 151: corpus.v1.VolumeService.ResizeVolume:output_type -> corpus.v1.ResizeVolumeResponse
-	52,  // 152: corpus.v1.VolumeService.MoveVolume:output_type -> corpus.v1.MoveVolumeProgress
-	50,  // 153: corpus.v1.VolumeService.SnapshotVolume:output_type -> corpus.v1.SnapshotVolumeResponse
-	75,  // 154: corpus.v1.AgentService.Enroll:output_type -> corpus.v1.EnrollResponse
-	77,  // 155: corpus.v1.AgentService.Watch:output_type -> corpus.v1.WatchResponse
-	81,  // 156: corpus.v1.AgentService.Report:output_type -> corpus.v1.ReportResponse
-	65,  // 157: corpus.v1.AgentService.GitAccess:output_type -> corpus.v1.GitAccessResponse
-	67,  // 158: corpus.v1.AgentService.BeginRelease:output_type -> corpus.v1.BeginReleaseResponse
-	69,  // 159: corpus.v1.AgentService.FinishRelease:output_type -> corpus.v1.FinishReleaseResponse
-	71,  // 160: corpus.v1.AgentService.SetCurrentRelease:output_type -> corpus.v1.SetCurrentReleaseResponse
-	73,  // 161: corpus.v1.AgentService.PruneReleases:output_type -> corpus.v1.PruneReleasesResponse
-	63,  // 162: corpus.v1.AgentService.SetManifestDomains:output_type -> corpus.v1.SetManifestDomainsResponse
-	31,  // 163: corpus.v1.NodeAgentService.Exec:output_type -> corpus.v1.ExecOutput
-	83,  // 164: corpus.v1.NodeAgentService.ExportVolume:output_type -> corpus.v1.VolumeChunk
-	84,  // 165: corpus.v1.NodeAgentService.ImportVolume:output_type -> corpus.v1.ImportVolumeResponse
-	50,  // 166: corpus.v1.NodeAgentService.SnapshotVolume:output_type -> corpus.v1.SnapshotVolumeResponse
-	118, // 167: corpus.v1.NodeAgentService.Rollback:output_type -> corpus.v1.RollbackOutput
-	92,  // 168: corpus.v1.UserService.CreateUser:output_type -> corpus.v1.CreateUserResponse
-	94,  // 169: corpus.v1.UserService.ListUsers:output_type -> corpus.v1.ListUsersResponse
-	96,  // 170: corpus.v1.UserService.DeleteUser:output_type -> corpus.v1.DeleteUserResponse
-	98,  // 171: corpus.v1.UserService.AddKey:output_type -> corpus.v1.AddKeyResponse
-	100, // 172: corpus.v1.UserService.DeleteKey:output_type -> corpus.v1.DeleteKeyResponse
-	86,  // 173: corpus.v1.UserService.CreateToken:output_type -> corpus.v1.CreateTokenResponse
-	88,  // 174: corpus.v1.UserService.ListTokens:output_type -> corpus.v1.ListTokensResponse
-	90,  // 175: corpus.v1.UserService.RevokeToken:output_type -> corpus.v1.RevokeTokenResponse
-	102, // 176: corpus.v1.ProjectService.CreateProject:output_type -> corpus.v1.CreateProjectResponse
-	104, // 177: corpus.v1.ProjectService.ListProjects:output_type -> corpus.v1.ListProjectsResponse
-	108, // 178: corpus.v1.ProjectService.GetProject:output_type -> corpus.v1.GetProjectResponse
-	110, // 179: corpus.v1.ProjectService.DeleteProject:output_type -> corpus.v1.DeleteProjectResponse
-	112, // 180: corpus.v1.ProjectService.GrantProject:output_type -> corpus.v1.GrantProjectResponse
-	114, // 181: corpus.v1.ProjectService.ListReleases:output_type -> corpus.v1.ListReleasesResponse
-	116, // 182: corpus.v1.ProjectService.GetRelease:output_type -> corpus.v1.GetReleaseResponse
-	118, // 183: corpus.v1.ProjectService.Rollback:output_type -> corpus.v1.RollbackOutput
-	120, // 184: corpus.v1.AuditService.ListAudit:output_type -> corpus.v1.ListAuditResponse
-	124, // [124:185] is the sub-list for method output_type
-	63,  // [63:124] is the sub-list for method input_type
-	63,  // [63:63] is the sub-list for extension type_name
-	63,  // [63:63] is the sub-list for extension extendee
-	0,   // [0:63] is the sub-list for field type_name
+	26,  // 1: corpus.v1.SetNodeModeResponse.node:type_name -> corpus.v1.NodeView
+	26,  // 2: corpus.v1.DrainStatusResponse.node:type_name -> corpus.v1.NodeView
+	18,  // 3: corpus.v1.DrainStatusResponse.guests:type_name -> corpus.v1.DrainGuest
+	128, // 4: corpus.v1.CreateJoinTokenResponse.info:type_name -> corpus.v1.JoinToken
+	26,  // 5: corpus.v1.ListNodesResponse.nodes:type_name -> corpus.v1.NodeView
+	26,  // 6: corpus.v1.GetNodeResponse.node:type_name -> corpus.v1.NodeView
+	129, // 7: corpus.v1.NodeView.node:type_name -> corpus.v1.Node
+	130, // 8: corpus.v1.NodeView.allocated:type_name -> corpus.v1.Resources
+	131, // 9: corpus.v1.CreateGuestRequest.spec:type_name -> corpus.v1.GuestSpec
+	132, // 10: corpus.v1.CreateGuestResponse.guest:type_name -> corpus.v1.Guest
+	132, // 11: corpus.v1.GetGuestResponse.guest:type_name -> corpus.v1.Guest
+	30,  // 12: corpus.v1.ListGuestsResponse.guests:type_name -> corpus.v1.GetGuestResponse
+	132, // 13: corpus.v1.GuestActionResponse.guest:type_name -> corpus.v1.Guest
+	126, // 14: corpus.v1.ExecGuestRequest.env:type_name -> corpus.v1.ExecGuestRequest.EnvEntry
+	133, // 15: corpus.v1.CreateRouteResponse.route:type_name -> corpus.v1.Route
+	133, // 16: corpus.v1.RouteView.route:type_name -> corpus.v1.Route
+	40,  // 17: corpus.v1.ListRoutesResponse.routes:type_name -> corpus.v1.RouteView
+	42,  // 18: corpus.v1.ListRoutesResponse.nat:type_name -> corpus.v1.NatView
+	134, // 19: corpus.v1.NatView.port:type_name -> corpus.v1.Port
+	133, // 20: corpus.v1.DeleteRouteResponse.route:type_name -> corpus.v1.Route
+	133, // 21: corpus.v1.MoveRouteResponse.route:type_name -> corpus.v1.Route
+	48,  // 22: corpus.v1.ListRecordsResponse.records:type_name -> corpus.v1.ZoneRecord
+	135, // 23: corpus.v1.AddRecordResponse.record:type_name -> corpus.v1.DnsRecord
+	135, // 24: corpus.v1.DeleteRecordResponse.record:type_name -> corpus.v1.DnsRecord
+	136, // 25: corpus.v1.MoveVolumeProgress.volume:type_name -> corpus.v1.Volume
+	136, // 26: corpus.v1.ResizeVolumeResponse.volume:type_name -> corpus.v1.Volume
+	136, // 27: corpus.v1.VolumeView.volume:type_name -> corpus.v1.Volume
+	61,  // 28: corpus.v1.ListVolumesResponse.volumes:type_name -> corpus.v1.VolumeView
+	61,  // 29: corpus.v1.GetVolumeResponse.volume:type_name -> corpus.v1.VolumeView
+	136, // 30: corpus.v1.DeleteVolumeResponse.volume:type_name -> corpus.v1.Volume
+	137, // 31: corpus.v1.GitAccessResponse.project:type_name -> corpus.v1.Project
+	138, // 32: corpus.v1.GitAccessResponse.env:type_name -> corpus.v1.ProjectEnv
+	139, // 33: corpus.v1.GitAccessResponse.releases:type_name -> corpus.v1.Release
+	139, // 34: corpus.v1.BeginReleaseResponse.release:type_name -> corpus.v1.Release
+	140, // 35: corpus.v1.FinishReleaseRequest.steps:type_name -> corpus.v1.ReleaseStep
+	139, // 36: corpus.v1.FinishReleaseResponse.release:type_name -> corpus.v1.Release
+	127, // 37: corpus.v1.EnrollRequest.labels:type_name -> corpus.v1.EnrollRequest.LabelsEntry
+	130, // 38: corpus.v1.EnrollRequest.capacity:type_name -> corpus.v1.Resources
+	141, // 39: corpus.v1.EnrollRequest.drivers:type_name -> corpus.v1.DriverInfo
+	129, // 40: corpus.v1.WatchResponse.node:type_name -> corpus.v1.Node
+	132, // 41: corpus.v1.WatchResponse.guests:type_name -> corpus.v1.Guest
+	133, // 42: corpus.v1.WatchResponse.routes:type_name -> corpus.v1.Route
+	136, // 43: corpus.v1.WatchResponse.volumes:type_name -> corpus.v1.Volume
+	130, // 44: corpus.v1.ReportRequest.capacity:type_name -> corpus.v1.Resources
+	141, // 45: corpus.v1.ReportRequest.drivers:type_name -> corpus.v1.DriverInfo
+	84,  // 46: corpus.v1.ReportRequest.guests:type_name -> corpus.v1.ReportedGuest
+	85,  // 47: corpus.v1.ReportRequest.volumes:type_name -> corpus.v1.ReportedVolume
+	142, // 48: corpus.v1.ReportedGuest.observed:type_name -> corpus.v1.GuestObserved
+	143, // 49: corpus.v1.ReportedVolume.observed:type_name -> corpus.v1.VolumeObserved
+	144, // 50: corpus.v1.CreateTokenResponse.info:type_name -> corpus.v1.UserToken
+	144, // 51: corpus.v1.ListTokensResponse.tokens:type_name -> corpus.v1.UserToken
+	145, // 52: corpus.v1.CreateUserResponse.user:type_name -> corpus.v1.User
+	145, // 53: corpus.v1.ListUsersResponse.users:type_name -> corpus.v1.User
+	145, // 54: corpus.v1.DeleteUserResponse.user:type_name -> corpus.v1.User
+	146, // 55: corpus.v1.AddKeyResponse.key:type_name -> corpus.v1.SshKey
+	130, // 56: corpus.v1.CreateProjectRequest.resources:type_name -> corpus.v1.Resources
+	137, // 57: corpus.v1.CreateProjectResponse.project:type_name -> corpus.v1.Project
+	110, // 58: corpus.v1.ListProjectsResponse.projects:type_name -> corpus.v1.ProjectView
+	137, // 59: corpus.v1.ProjectView.project:type_name -> corpus.v1.Project
+	111, // 60: corpus.v1.ProjectView.envs:type_name -> corpus.v1.ProjectEnvView
+	110, // 61: corpus.v1.GetProjectResponse.project:type_name -> corpus.v1.ProjectView
+	137, // 62: corpus.v1.GrantProjectResponse.project:type_name -> corpus.v1.Project
+	139, // 63: corpus.v1.ListReleasesResponse.releases:type_name -> corpus.v1.Release
+	139, // 64: corpus.v1.GetReleaseResponse.release:type_name -> corpus.v1.Release
+	147, // 65: corpus.v1.ListAuditResponse.entries:type_name -> corpus.v1.AuditEntry
+	13,  // 66: corpus.v1.ClusterService.Status:input_type -> corpus.v1.StatusRequest
+	0,   // 67: corpus.v1.ClusterService.Peer:input_type -> corpus.v1.PeerRequest
+	2,   // 68: corpus.v1.ClusterService.Apply:input_type -> corpus.v1.ApplyRequest
+	4,   // 69: corpus.v1.ClusterService.Seen:input_type -> corpus.v1.SeenRequest
+	6,   // 70: corpus.v1.ClusterService.RaftPeers:input_type -> corpus.v1.RaftPeersRequest
+	9,   // 71: corpus.v1.ClusterService.AddRaftPeer:input_type -> corpus.v1.AddRaftPeerRequest
+	11,  // 72: corpus.v1.ClusterService.RemoveRaftPeer:input_type -> corpus.v1.RemoveRaftPeerRequest
+	20,  // 73: corpus.v1.NodeService.CreateJoinToken:input_type -> corpus.v1.CreateJoinTokenRequest
+	22,  // 74: corpus.v1.NodeService.ListNodes:input_type -> corpus.v1.ListNodesRequest
+	24,  // 75: corpus.v1.NodeService.GetNode:input_type -> corpus.v1.GetNodeRequest
+	15,  // 76: corpus.v1.NodeService.SetNodeMode:input_type -> corpus.v1.SetNodeModeRequest
+	17,  // 77: corpus.v1.NodeService.DrainStatus:input_type -> corpus.v1.DrainStatusRequest
+	27,  // 78: corpus.v1.GuestService.CreateGuest:input_type -> corpus.v1.CreateGuestRequest
+	29,  // 79: corpus.v1.GuestService.GetGuest:input_type -> corpus.v1.GetGuestRequest
+	31,  // 80: corpus.v1.GuestService.ListGuests:input_type -> corpus.v1.ListGuestsRequest
+	33,  // 81: corpus.v1.GuestService.StartGuest:input_type -> corpus.v1.GuestActionRequest
+	33,  // 82: corpus.v1.GuestService.StopGuest:input_type -> corpus.v1.GuestActionRequest
+	33,  // 83: corpus.v1.GuestService.DeleteGuest:input_type -> corpus.v1.GuestActionRequest
+	35,  // 84: corpus.v1.GuestService.ExecGuest:input_type -> corpus.v1.ExecGuestRequest
+	37,  // 85: corpus.v1.IngressService.CreateRoute:input_type -> corpus.v1.CreateRouteRequest
+	39,  // 86: corpus.v1.IngressService.ListRoutes:input_type -> corpus.v1.ListRoutesRequest
+	43,  // 87: corpus.v1.IngressService.DeleteRoute:input_type -> corpus.v1.DeleteRouteRequest
+	45,  // 88: corpus.v1.IngressService.MoveRoute:input_type -> corpus.v1.MoveRouteRequest
+	47,  // 89: corpus.v1.DnsService.ListRecords:input_type -> corpus.v1.ListRecordsRequest
+	50,  // 90: corpus.v1.DnsService.AddRecord:input_type -> corpus.v1.AddRecordRequest
+	52,  // 91: corpus.v1.DnsService.DeleteRecord:input_type -> corpus.v1.DeleteRecordRequest
+	60,  // 92: corpus.v1.VolumeService.ListVolumes:input_type -> corpus.v1.ListVolumesRequest
+	63,  // 93: corpus.v1.VolumeService.GetVolume:input_type -> corpus.v1.GetVolumeRequest
+	65,  // 94: corpus.v1.VolumeService.DeleteVolume:input_type -> corpus.v1.DeleteVolumeRequest
+	58,  // 95: corpus.v1.VolumeService.ResizeVolume:input_type -> corpus.v1.ResizeVolumeRequest
+	56,  // 96: corpus.v1.VolumeService.MoveVolume:input_type -> corpus.v1.MoveVolumeRequest
+	54,  // 97: corpus.v1.VolumeService.SnapshotVolume:input_type -> corpus.v1.SnapshotVolumeRequest
+	79,  // 98: corpus.v1.AgentService.Enroll:input_type -> corpus.v1.EnrollRequest
+	81,  // 99: corpus.v1.AgentService.Watch:input_type -> corpus.v1.WatchRequest
+	83,  // 100: corpus.v1.AgentService.Report:input_type -> corpus.v1.ReportRequest
+	69,  // 101: corpus.v1.AgentService.GitAccess:input_type -> corpus.v1.GitAccessRequest
+	71,  // 102: corpus.v1.AgentService.BeginRelease:input_type -> corpus.v1.BeginReleaseRequest
+	73,  // 103: corpus.v1.AgentService.FinishRelease:input_type -> corpus.v1.FinishReleaseRequest
+	75,  // 104: corpus.v1.AgentService.SetCurrentRelease:input_type -> corpus.v1.SetCurrentReleaseRequest
+	77,  // 105: corpus.v1.AgentService.PruneReleases:input_type -> corpus.v1.PruneReleasesRequest
+	67,  // 106: corpus.v1.AgentService.SetManifestDomains:input_type -> corpus.v1.SetManifestDomainsRequest
+	35,  // 107: corpus.v1.NodeAgentService.Exec:input_type -> corpus.v1.ExecGuestRequest
+	87,  // 108: corpus.v1.NodeAgentService.ExportVolume:input_type -> corpus.v1.ExportVolumeRequest
+	88,  // 109: corpus.v1.NodeAgentService.ImportVolume:input_type -> corpus.v1.VolumeChunk
+	54,  // 110: corpus.v1.NodeAgentService.SnapshotVolume:input_type -> corpus.v1.SnapshotVolumeRequest
+	122, // 111: corpus.v1.NodeAgentService.Rollback:input_type -> corpus.v1.RollbackRequest
+	96,  // 112: corpus.v1.UserService.CreateUser:input_type -> corpus.v1.CreateUserRequest
+	98,  // 113: corpus.v1.UserService.ListUsers:input_type -> corpus.v1.ListUsersRequest
+	100, // 114: corpus.v1.UserService.DeleteUser:input_type -> corpus.v1.DeleteUserRequest
+	102, // 115: corpus.v1.UserService.AddKey:input_type -> corpus.v1.AddKeyRequest
+	104, // 116: corpus.v1.UserService.DeleteKey:input_type -> corpus.v1.DeleteKeyRequest
+	90,  // 117: corpus.v1.UserService.CreateToken:input_type -> corpus.v1.CreateTokenRequest
+	92,  // 118: corpus.v1.UserService.ListTokens:input_type -> corpus.v1.ListTokensRequest
+	94,  // 119: corpus.v1.UserService.RevokeToken:input_type -> corpus.v1.RevokeTokenRequest
+	106, // 120: corpus.v1.ProjectService.CreateProject:input_type -> corpus.v1.CreateProjectRequest
+	108, // 121: corpus.v1.ProjectService.ListProjects:input_type -> corpus.v1.ListProjectsRequest
+	112, // 122: corpus.v1.ProjectService.GetProject:input_type -> corpus.v1.GetProjectRequest
+	114, // 123: corpus.v1.ProjectService.DeleteProject:input_type -> corpus.v1.DeleteProjectRequest
+	116, // 124: corpus.v1.ProjectService.GrantProject:input_type -> corpus.v1.GrantProjectRequest
+	118, // 125: corpus.v1.ProjectService.ListReleases:input_type -> corpus.v1.ListReleasesRequest
+	120, // 126: corpus.v1.ProjectService.GetRelease:input_type -> corpus.v1.GetReleaseRequest
+	122, // 127: corpus.v1.ProjectService.Rollback:input_type -> corpus.v1.RollbackRequest
+	124, // 128: corpus.v1.AuditService.ListAudit:input_type -> corpus.v1.ListAuditRequest
+	14,  // 129: corpus.v1.ClusterService.Status:output_type -> corpus.v1.StatusResponse
+	1,   // 130: corpus.v1.ClusterService.Peer:output_type -> corpus.v1.PeerResponse
+	3,   // 131: corpus.v1.ClusterService.Apply:output_type -> corpus.v1.ApplyResponse
+	5,   // 132: corpus.v1.ClusterService.Seen:output_type -> corpus.v1.SeenResponse
+	8,   // 133: corpus.v1.ClusterService.RaftPeers:output_type -> corpus.v1.RaftPeersResponse
+	10,  // 134: corpus.v1.ClusterService.AddRaftPeer:output_type -> corpus.v1.AddRaftPeerResponse
+	12,  // 135: corpus.v1.ClusterService.RemoveRaftPeer:output_type -> corpus.v1.RemoveRaftPeerResponse
+	21,  // 136: corpus.v1.NodeService.CreateJoinToken:output_type -> corpus.v1.CreateJoinTokenResponse
+	23,  // 137: corpus.v1.NodeService.ListNodes:output_type -> corpus.v1.ListNodesResponse
+	25,  // 138: corpus.v1.NodeService.GetNode:output_type -> corpus.v1.GetNodeResponse
+	16,  // 139: corpus.v1.NodeService.SetNodeMode:output_type -> corpus.v1.SetNodeModeResponse
+	19,  // 140: corpus.v1.NodeService.DrainStatus:output_type -> corpus.v1.DrainStatusResponse
+	28,  // 141: corpus.v1.GuestService.CreateGuest:output_type -> corpus.v1.CreateGuestResponse
+	30,  // 142: corpus.v1.GuestService.GetGuest:output_type -> corpus.v1.GetGuestResponse
+	32,  // 143: corpus.v1.GuestService.ListGuests:output_type -> corpus.v1.ListGuestsResponse
+	34,  // 144: corpus.v1.GuestService.StartGuest:output_type -> corpus.v1.GuestActionResponse
+	34,  // 145: corpus.v1.GuestService.StopGuest:output_type -> corpus.v1.GuestActionResponse
+	34,  // 146: corpus.v1.GuestService.DeleteGuest:output_type -> corpus.v1.GuestActionResponse
+	36,  // 147: corpus.v1.GuestService.ExecGuest:output_type -> corpus.v1.ExecOutput
+	38,  // 148: corpus.v1.IngressService.CreateRoute:output_type -> corpus.v1.CreateRouteResponse
+	41,  // 149: corpus.v1.IngressService.ListRoutes:output_type -> corpus.v1.ListRoutesResponse
+	44,  // 150: corpus.v1.IngressService.DeleteRoute:output_type -> corpus.v1.DeleteRouteResponse
+	46,  // 151: corpus.v1.IngressService.MoveRoute:output_type -> corpus.v1.MoveRouteResponse
+	49,  // 152: corpus.v1.DnsService.ListRecords:output_type -> corpus.v1.ListRecordsResponse
+	51,  // 153: corpus.v1.DnsService.AddRecord:output_type -> corpus.v1.AddRecordResponse
+	53,  // 154: corpus.v1.DnsService.DeleteRecord:output_type -> corpus.v1.DeleteRecordResponse
+	62,  // 155: corpus.v1.VolumeService.ListVolumes:output_type -> corpus.v1.ListVolumesResponse
+	64,  // 156: corpus.v1.VolumeService.GetVolume:output_type -> corpus.v1.GetVolumeResponse
+	66,  // 157: corpus.v1.VolumeService.DeleteVolume:output_type -> corpus.v1.DeleteVolumeResponse
+	59,  // 158: corpus.v1.VolumeService.ResizeVolume:output_type -> corpus.v1.ResizeVolumeResponse
+	57,  // 159: corpus.v1.VolumeService.MoveVolume:output_type -> corpus.v1.MoveVolumeProgress
+	55,  // 160: corpus.v1.VolumeService.SnapshotVolume:output_type -> corpus.v1.SnapshotVolumeResponse
+	80,  // 161: corpus.v1.AgentService.Enroll:output_type -> corpus.v1.EnrollResponse
+	82,  // 162: corpus.v1.AgentService.Watch:output_type -> corpus.v1.WatchResponse
+	86,  // 163: corpus.v1.AgentService.Report:output_type -> corpus.v1.ReportResponse
+	70,  // 164: corpus.v1.AgentService.GitAccess:output_type -> corpus.v1.GitAccessResponse
+	72,  // 165: corpus.v1.AgentService.BeginRelease:output_type -> corpus.v1.BeginReleaseResponse
+	74,  // 166: corpus.v1.AgentService.FinishRelease:output_type -> corpus.v1.FinishReleaseResponse
+	76,  // 167: corpus.v1.AgentService.SetCurrentRelease:output_type -> corpus.v1.SetCurrentReleaseResponse
+	78,  // 168: corpus.v1.AgentService.PruneReleases:output_type -> corpus.v1.PruneReleasesResponse
+	68,  // 169: corpus.v1.AgentService.SetManifestDomains:output_type -> corpus.v1.SetManifestDomainsResponse
+	36,  // 170: corpus.v1.NodeAgentService.Exec:output_type -> corpus.v1.ExecOutput
+	88,  // 171: corpus.v1.NodeAgentService.ExportVolume:output_type -> corpus.v1.VolumeChunk
+	89,  // 172: corpus.v1.NodeAgentService.ImportVolume:output_type -> corpus.v1.ImportVolumeResponse
+	55,  // 173: corpus.v1.NodeAgentService.SnapshotVolume:output_type -> corpus.v1.SnapshotVolumeResponse
+	123, // 174: corpus.v1.NodeAgentService.Rollback:output_type -> corpus.v1.RollbackOutput
+	97,  // 175: corpus.v1.UserService.CreateUser:output_type -> corpus.v1.CreateUserResponse
+	99,  // 176: corpus.v1.UserService.ListUsers:output_type -> corpus.v1.ListUsersResponse
+	101, // 177: corpus.v1.UserService.DeleteUser:output_type -> corpus.v1.DeleteUserResponse
+	103, // 178: corpus.v1.UserService.AddKey:output_type -> corpus.v1.AddKeyResponse
+	105, // 179: corpus.v1.UserService.DeleteKey:output_type -> corpus.v1.DeleteKeyResponse
+	91,  // 180: corpus.v1.UserService.CreateToken:output_type -> corpus.v1.CreateTokenResponse
+	93,  // 181: corpus.v1.UserService.ListTokens:output_type -> corpus.v1.ListTokensResponse
+	95,  // 182: corpus.v1.UserService.RevokeToken:output_type -> corpus.v1.RevokeTokenResponse
+	107, // 183: corpus.v1.ProjectService.CreateProject:output_type -> corpus.v1.CreateProjectResponse
+	109, // 184: corpus.v1.ProjectService.ListProjects:output_type -> corpus.v1.ListProjectsResponse
+	113, // 185: corpus.v1.ProjectService.GetProject:output_type -> corpus.v1.GetProjectResponse
+	115, // 186: corpus.v1.ProjectService.DeleteProject:output_type -> corpus.v1.DeleteProjectResponse
+	117, // 187: corpus.v1.ProjectService.GrantProject:output_type -> corpus.v1.GrantProjectResponse
+	119, // 188: corpus.v1.ProjectService.ListReleases:output_type -> corpus.v1.ListReleasesResponse
+	121, // 189: corpus.v1.ProjectService.GetRelease:output_type -> corpus.v1.GetReleaseResponse
+	123, // 190: corpus.v1.ProjectService.Rollback:output_type -> corpus.v1.RollbackOutput
+	125, // 191: corpus.v1.AuditService.ListAudit:output_type -> corpus.v1.ListAuditResponse
+	129, // [129:192] is the sub-list for method output_type
+	66,  // [66:129] is the sub-list for method input_type
+	66,  // [66:66] is the sub-list for extension type_name
+	66,  // [66:66] is the sub-list for extension extendee
+	0,   // [0:66] is the sub-list for field type_name
 }
 
 func init() { file_corpus_v1_api_proto_init() }
@@ -7669,7 +8055,7 @@ func file_corpus_v1_api_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_corpus_v1_api_proto_rawDesc), len(file_corpus_v1_api_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   123,
+			NumMessages:   128,
 			NumExtensions: 0,
 			NumServices:   11,
 		},

@@ -76,6 +76,8 @@ type Command struct {
 	//	*Command_RemoveCoordinator
 	//	*Command_CreateUserToken
 	//	*Command_RevokeUserToken
+	//	*Command_PlaceGuests
+	//	*Command_SetNodeMode
 	Cmd           isCommand_Cmd `protobuf_oneof:"cmd"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -452,6 +454,24 @@ func (x *Command) GetRevokeUserToken() *RevokeUserToken {
 	return nil
 }
 
+func (x *Command) GetPlaceGuests() *PlaceGuests {
+	if x != nil {
+		if x, ok := x.Cmd.(*Command_PlaceGuests); ok {
+			return x.PlaceGuests
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetSetNodeMode() *SetNodeMode {
+	if x != nil {
+		if x, ok := x.Cmd.(*Command_SetNodeMode); ok {
+			return x.SetNodeMode
+		}
+	}
+	return nil
+}
+
 type isCommand_Cmd interface {
 	isCommand_Cmd()
 }
@@ -592,6 +612,14 @@ type Command_RevokeUserToken struct {
 	RevokeUserToken *RevokeUserToken `protobuf:"bytes,43,opt,name=revoke_user_token,json=revokeUserToken,proto3,oneof"`
 }
 
+type Command_PlaceGuests struct {
+	PlaceGuests *PlaceGuests `protobuf:"bytes,50,opt,name=place_guests,json=placeGuests,proto3,oneof"`
+}
+
+type Command_SetNodeMode struct {
+	SetNodeMode *SetNodeMode `protobuf:"bytes,51,opt,name=set_node_mode,json=setNodeMode,proto3,oneof"`
+}
+
 func (*Command_BootstrapCluster) isCommand_Cmd() {}
 
 func (*Command_CreateJoinToken) isCommand_Cmd() {}
@@ -659,6 +687,10 @@ func (*Command_RemoveCoordinator) isCommand_Cmd() {}
 func (*Command_CreateUserToken) isCommand_Cmd() {}
 
 func (*Command_RevokeUserToken) isCommand_Cmd() {}
+
+func (*Command_PlaceGuests) isCommand_Cmd() {}
+
+func (*Command_SetNodeMode) isCommand_Cmd() {}
 
 type BootstrapCluster struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -1156,6 +1188,121 @@ func (x *PlaceGuest) GetModifyIndex() uint64 {
 	return 0
 }
 
+// PlaceGuests commits one scheduling pass in one entry. Each placement is
+// checked against the state as the entry applies: a guest that changed
+// since the pass read it (modify_index), or a node that no longer fits,
+// skips that placement and keeps the others. A placement may also move a
+// stateless guest off a node that is down (at once) or draining (the old
+// copy runs until the new one does). The entry fails, changing nothing,
+// when no placement still holds.
+type PlaceGuests struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Placements    []*PlaceGuest          `protobuf:"bytes,1,rep,name=placements,proto3" json:"placements,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PlaceGuests) Reset() {
+	*x = PlaceGuests{}
+	mi := &file_corpus_v1_raft_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PlaceGuests) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PlaceGuests) ProtoMessage() {}
+
+func (x *PlaceGuests) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_raft_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PlaceGuests.ProtoReflect.Descriptor instead.
+func (*PlaceGuests) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *PlaceGuests) GetPlacements() []*PlaceGuest {
+	if x != nil {
+		return x.Placements
+	}
+	return nil
+}
+
+// SetNodeMode sets which environments a node takes (mode "dev",
+// "staging" or "prod"), or drains it ("drain"), and whether it takes new
+// guests at all (eligibility "eligible" or "ineligible"). An empty field
+// leaves that setting as it is.
+type SetNodeMode struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	NodeId        string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	Mode          string                 `protobuf:"bytes,2,opt,name=mode,proto3" json:"mode,omitempty"`
+	Eligibility   string                 `protobuf:"bytes,3,opt,name=eligibility,proto3" json:"eligibility,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetNodeMode) Reset() {
+	*x = SetNodeMode{}
+	mi := &file_corpus_v1_raft_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetNodeMode) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetNodeMode) ProtoMessage() {}
+
+func (x *SetNodeMode) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_raft_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetNodeMode.ProtoReflect.Descriptor instead.
+func (*SetNodeMode) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *SetNodeMode) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+func (x *SetNodeMode) GetMode() string {
+	if x != nil {
+		return x.Mode
+	}
+	return ""
+}
+
+func (x *SetNodeMode) GetEligibility() string {
+	if x != nil {
+		return x.Eligibility
+	}
+	return ""
+}
+
 // ObservedGuest is one guest's status as an agent observed it.
 type ObservedGuest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -1167,7 +1314,7 @@ type ObservedGuest struct {
 
 func (x *ObservedGuest) Reset() {
 	*x = ObservedGuest{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[9]
+	mi := &file_corpus_v1_raft_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1179,7 +1326,7 @@ func (x *ObservedGuest) String() string {
 func (*ObservedGuest) ProtoMessage() {}
 
 func (x *ObservedGuest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[9]
+	mi := &file_corpus_v1_raft_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1192,7 +1339,7 @@ func (x *ObservedGuest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ObservedGuest.ProtoReflect.Descriptor instead.
 func (*ObservedGuest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{9}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ObservedGuest) GetGuestId() string {
@@ -1220,7 +1367,7 @@ type ReportGuests struct {
 
 func (x *ReportGuests) Reset() {
 	*x = ReportGuests{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[10]
+	mi := &file_corpus_v1_raft_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1232,7 +1379,7 @@ func (x *ReportGuests) String() string {
 func (*ReportGuests) ProtoMessage() {}
 
 func (x *ReportGuests) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[10]
+	mi := &file_corpus_v1_raft_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1245,7 +1392,7 @@ func (x *ReportGuests) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportGuests.ProtoReflect.Descriptor instead.
 func (*ReportGuests) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{10}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ReportGuests) GetNodeId() string {
@@ -1272,7 +1419,7 @@ type CreateRoute struct {
 
 func (x *CreateRoute) Reset() {
 	*x = CreateRoute{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[11]
+	mi := &file_corpus_v1_raft_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1284,7 +1431,7 @@ func (x *CreateRoute) String() string {
 func (*CreateRoute) ProtoMessage() {}
 
 func (x *CreateRoute) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[11]
+	mi := &file_corpus_v1_raft_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1297,7 +1444,7 @@ func (x *CreateRoute) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateRoute.ProtoReflect.Descriptor instead.
 func (*CreateRoute) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{11}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *CreateRoute) GetRoute() *Route {
@@ -1316,7 +1463,7 @@ type DeleteRoute struct {
 
 func (x *DeleteRoute) Reset() {
 	*x = DeleteRoute{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[12]
+	mi := &file_corpus_v1_raft_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1328,7 +1475,7 @@ func (x *DeleteRoute) String() string {
 func (*DeleteRoute) ProtoMessage() {}
 
 func (x *DeleteRoute) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[12]
+	mi := &file_corpus_v1_raft_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1341,7 +1488,7 @@ func (x *DeleteRoute) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteRoute.ProtoReflect.Descriptor instead.
 func (*DeleteRoute) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{12}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *DeleteRoute) GetId() string {
@@ -1363,7 +1510,7 @@ type MoveRoute struct {
 
 func (x *MoveRoute) Reset() {
 	*x = MoveRoute{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[13]
+	mi := &file_corpus_v1_raft_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1375,7 +1522,7 @@ func (x *MoveRoute) String() string {
 func (*MoveRoute) ProtoMessage() {}
 
 func (x *MoveRoute) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[13]
+	mi := &file_corpus_v1_raft_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1388,7 +1535,7 @@ func (x *MoveRoute) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MoveRoute.ProtoReflect.Descriptor instead.
 func (*MoveRoute) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{13}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *MoveRoute) GetId() string {
@@ -1421,7 +1568,7 @@ type AddDnsRecord struct {
 
 func (x *AddDnsRecord) Reset() {
 	*x = AddDnsRecord{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[14]
+	mi := &file_corpus_v1_raft_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1433,7 +1580,7 @@ func (x *AddDnsRecord) String() string {
 func (*AddDnsRecord) ProtoMessage() {}
 
 func (x *AddDnsRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[14]
+	mi := &file_corpus_v1_raft_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1446,7 +1593,7 @@ func (x *AddDnsRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddDnsRecord.ProtoReflect.Descriptor instead.
 func (*AddDnsRecord) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{14}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *AddDnsRecord) GetRecord() *DnsRecord {
@@ -1465,7 +1612,7 @@ type DeleteDnsRecord struct {
 
 func (x *DeleteDnsRecord) Reset() {
 	*x = DeleteDnsRecord{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[15]
+	mi := &file_corpus_v1_raft_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1477,7 +1624,7 @@ func (x *DeleteDnsRecord) String() string {
 func (*DeleteDnsRecord) ProtoMessage() {}
 
 func (x *DeleteDnsRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[15]
+	mi := &file_corpus_v1_raft_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1490,7 +1637,7 @@ func (x *DeleteDnsRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteDnsRecord.ProtoReflect.Descriptor instead.
 func (*DeleteDnsRecord) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{15}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *DeleteDnsRecord) GetId() string {
@@ -1510,7 +1657,7 @@ type DeleteVolume struct {
 
 func (x *DeleteVolume) Reset() {
 	*x = DeleteVolume{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[16]
+	mi := &file_corpus_v1_raft_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1522,7 +1669,7 @@ func (x *DeleteVolume) String() string {
 func (*DeleteVolume) ProtoMessage() {}
 
 func (x *DeleteVolume) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[16]
+	mi := &file_corpus_v1_raft_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1535,7 +1682,7 @@ func (x *DeleteVolume) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteVolume.ProtoReflect.Descriptor instead.
 func (*DeleteVolume) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{16}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *DeleteVolume) GetName() string {
@@ -1556,7 +1703,7 @@ type ResizeVolume struct {
 
 func (x *ResizeVolume) Reset() {
 	*x = ResizeVolume{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[17]
+	mi := &file_corpus_v1_raft_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1568,7 +1715,7 @@ func (x *ResizeVolume) String() string {
 func (*ResizeVolume) ProtoMessage() {}
 
 func (x *ResizeVolume) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[17]
+	mi := &file_corpus_v1_raft_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1581,7 +1728,7 @@ func (x *ResizeVolume) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResizeVolume.ProtoReflect.Descriptor instead.
 func (*ResizeVolume) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{17}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ResizeVolume) GetName() string {
@@ -1610,7 +1757,7 @@ type MoveVolume struct {
 
 func (x *MoveVolume) Reset() {
 	*x = MoveVolume{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[18]
+	mi := &file_corpus_v1_raft_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1622,7 +1769,7 @@ func (x *MoveVolume) String() string {
 func (*MoveVolume) ProtoMessage() {}
 
 func (x *MoveVolume) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[18]
+	mi := &file_corpus_v1_raft_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1635,7 +1782,7 @@ func (x *MoveVolume) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MoveVolume.ProtoReflect.Descriptor instead.
 func (*MoveVolume) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{18}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *MoveVolume) GetName() string {
@@ -1665,7 +1812,7 @@ type ObservedVolume struct {
 
 func (x *ObservedVolume) Reset() {
 	*x = ObservedVolume{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[19]
+	mi := &file_corpus_v1_raft_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1677,7 +1824,7 @@ func (x *ObservedVolume) String() string {
 func (*ObservedVolume) ProtoMessage() {}
 
 func (x *ObservedVolume) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[19]
+	mi := &file_corpus_v1_raft_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1690,7 +1837,7 @@ func (x *ObservedVolume) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ObservedVolume.ProtoReflect.Descriptor instead.
 func (*ObservedVolume) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{19}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ObservedVolume) GetVolumeId() string {
@@ -1725,7 +1872,7 @@ type ReportVolumes struct {
 
 func (x *ReportVolumes) Reset() {
 	*x = ReportVolumes{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[20]
+	mi := &file_corpus_v1_raft_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1737,7 +1884,7 @@ func (x *ReportVolumes) String() string {
 func (*ReportVolumes) ProtoMessage() {}
 
 func (x *ReportVolumes) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[20]
+	mi := &file_corpus_v1_raft_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1750,7 +1897,7 @@ func (x *ReportVolumes) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportVolumes.ProtoReflect.Descriptor instead.
 func (*ReportVolumes) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{20}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ReportVolumes) GetNodeId() string {
@@ -1776,7 +1923,7 @@ type CreateUser struct {
 
 func (x *CreateUser) Reset() {
 	*x = CreateUser{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[21]
+	mi := &file_corpus_v1_raft_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1788,7 +1935,7 @@ func (x *CreateUser) String() string {
 func (*CreateUser) ProtoMessage() {}
 
 func (x *CreateUser) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[21]
+	mi := &file_corpus_v1_raft_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1801,7 +1948,7 @@ func (x *CreateUser) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateUser.ProtoReflect.Descriptor instead.
 func (*CreateUser) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{21}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *CreateUser) GetUser() *User {
@@ -1820,7 +1967,7 @@ type DeleteUser struct {
 
 func (x *DeleteUser) Reset() {
 	*x = DeleteUser{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[22]
+	mi := &file_corpus_v1_raft_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1832,7 +1979,7 @@ func (x *DeleteUser) String() string {
 func (*DeleteUser) ProtoMessage() {}
 
 func (x *DeleteUser) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[22]
+	mi := &file_corpus_v1_raft_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1845,7 +1992,7 @@ func (x *DeleteUser) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteUser.ProtoReflect.Descriptor instead.
 func (*DeleteUser) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{22}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *DeleteUser) GetName() string {
@@ -1866,7 +2013,7 @@ type AddSshKey struct {
 
 func (x *AddSshKey) Reset() {
 	*x = AddSshKey{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[23]
+	mi := &file_corpus_v1_raft_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1878,7 +2025,7 @@ func (x *AddSshKey) String() string {
 func (*AddSshKey) ProtoMessage() {}
 
 func (x *AddSshKey) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[23]
+	mi := &file_corpus_v1_raft_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1891,7 +2038,7 @@ func (x *AddSshKey) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddSshKey.ProtoReflect.Descriptor instead.
 func (*AddSshKey) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{23}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *AddSshKey) GetUser() string {
@@ -1918,7 +2065,7 @@ type DeleteSshKey struct {
 
 func (x *DeleteSshKey) Reset() {
 	*x = DeleteSshKey{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[24]
+	mi := &file_corpus_v1_raft_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1930,7 +2077,7 @@ func (x *DeleteSshKey) String() string {
 func (*DeleteSshKey) ProtoMessage() {}
 
 func (x *DeleteSshKey) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[24]
+	mi := &file_corpus_v1_raft_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1943,7 +2090,7 @@ func (x *DeleteSshKey) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteSshKey.ProtoReflect.Descriptor instead.
 func (*DeleteSshKey) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{24}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *DeleteSshKey) GetUser() string {
@@ -1976,7 +2123,7 @@ type CreateProject struct {
 
 func (x *CreateProject) Reset() {
 	*x = CreateProject{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[25]
+	mi := &file_corpus_v1_raft_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1988,7 +2135,7 @@ func (x *CreateProject) String() string {
 func (*CreateProject) ProtoMessage() {}
 
 func (x *CreateProject) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[25]
+	mi := &file_corpus_v1_raft_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2001,7 +2148,7 @@ func (x *CreateProject) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateProject.ProtoReflect.Descriptor instead.
 func (*CreateProject) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{25}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *CreateProject) GetProjectId() string {
@@ -2052,7 +2199,7 @@ type DeleteProject struct {
 
 func (x *DeleteProject) Reset() {
 	*x = DeleteProject{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[26]
+	mi := &file_corpus_v1_raft_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2064,7 +2211,7 @@ func (x *DeleteProject) String() string {
 func (*DeleteProject) ProtoMessage() {}
 
 func (x *DeleteProject) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[26]
+	mi := &file_corpus_v1_raft_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2077,7 +2224,7 @@ func (x *DeleteProject) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteProject.ProtoReflect.Descriptor instead.
 func (*DeleteProject) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{26}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *DeleteProject) GetName() string {
@@ -2106,7 +2253,7 @@ type GrantProject struct {
 
 func (x *GrantProject) Reset() {
 	*x = GrantProject{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[27]
+	mi := &file_corpus_v1_raft_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2118,7 +2265,7 @@ func (x *GrantProject) String() string {
 func (*GrantProject) ProtoMessage() {}
 
 func (x *GrantProject) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[27]
+	mi := &file_corpus_v1_raft_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2131,7 +2278,7 @@ func (x *GrantProject) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GrantProject.ProtoReflect.Descriptor instead.
 func (*GrantProject) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{27}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *GrantProject) GetName() string {
@@ -2167,7 +2314,7 @@ type BeginRelease struct {
 
 func (x *BeginRelease) Reset() {
 	*x = BeginRelease{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[28]
+	mi := &file_corpus_v1_raft_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2179,7 +2326,7 @@ func (x *BeginRelease) String() string {
 func (*BeginRelease) ProtoMessage() {}
 
 func (x *BeginRelease) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[28]
+	mi := &file_corpus_v1_raft_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2192,7 +2339,7 @@ func (x *BeginRelease) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BeginRelease.ProtoReflect.Descriptor instead.
 func (*BeginRelease) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{28}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *BeginRelease) GetRelease() *Release {
@@ -2219,7 +2366,7 @@ type FinishRelease struct {
 
 func (x *FinishRelease) Reset() {
 	*x = FinishRelease{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[29]
+	mi := &file_corpus_v1_raft_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2231,7 +2378,7 @@ func (x *FinishRelease) String() string {
 func (*FinishRelease) ProtoMessage() {}
 
 func (x *FinishRelease) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[29]
+	mi := &file_corpus_v1_raft_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2244,7 +2391,7 @@ func (x *FinishRelease) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FinishRelease.ProtoReflect.Descriptor instead.
 func (*FinishRelease) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{29}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *FinishRelease) GetId() string {
@@ -2310,7 +2457,7 @@ type SetCurrentRelease struct {
 
 func (x *SetCurrentRelease) Reset() {
 	*x = SetCurrentRelease{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[30]
+	mi := &file_corpus_v1_raft_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2322,7 +2469,7 @@ func (x *SetCurrentRelease) String() string {
 func (*SetCurrentRelease) ProtoMessage() {}
 
 func (x *SetCurrentRelease) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[30]
+	mi := &file_corpus_v1_raft_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2335,7 +2482,7 @@ func (x *SetCurrentRelease) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetCurrentRelease.ProtoReflect.Descriptor instead.
 func (*SetCurrentRelease) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{30}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *SetCurrentRelease) GetProject() string {
@@ -2379,7 +2526,7 @@ type PruneReleases struct {
 
 func (x *PruneReleases) Reset() {
 	*x = PruneReleases{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[31]
+	mi := &file_corpus_v1_raft_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2391,7 +2538,7 @@ func (x *PruneReleases) String() string {
 func (*PruneReleases) ProtoMessage() {}
 
 func (x *PruneReleases) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[31]
+	mi := &file_corpus_v1_raft_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2404,7 +2551,7 @@ func (x *PruneReleases) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PruneReleases.ProtoReflect.Descriptor instead.
 func (*PruneReleases) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{31}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *PruneReleases) GetProject() string {
@@ -2452,7 +2599,7 @@ type SetManifestDomains struct {
 
 func (x *SetManifestDomains) Reset() {
 	*x = SetManifestDomains{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[32]
+	mi := &file_corpus_v1_raft_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2464,7 +2611,7 @@ func (x *SetManifestDomains) String() string {
 func (*SetManifestDomains) ProtoMessage() {}
 
 func (x *SetManifestDomains) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[32]
+	mi := &file_corpus_v1_raft_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2477,7 +2624,7 @@ func (x *SetManifestDomains) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetManifestDomains.ProtoReflect.Descriptor instead.
 func (*SetManifestDomains) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{32}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *SetManifestDomains) GetProject() string {
@@ -2525,7 +2672,7 @@ type UpsertCoordinator struct {
 
 func (x *UpsertCoordinator) Reset() {
 	*x = UpsertCoordinator{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[33]
+	mi := &file_corpus_v1_raft_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2537,7 +2684,7 @@ func (x *UpsertCoordinator) String() string {
 func (*UpsertCoordinator) ProtoMessage() {}
 
 func (x *UpsertCoordinator) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[33]
+	mi := &file_corpus_v1_raft_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2550,7 +2697,7 @@ func (x *UpsertCoordinator) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpsertCoordinator.ProtoReflect.Descriptor instead.
 func (*UpsertCoordinator) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{33}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *UpsertCoordinator) GetCoordinator() *Coordinator {
@@ -2570,7 +2717,7 @@ type RemoveCoordinator struct {
 
 func (x *RemoveCoordinator) Reset() {
 	*x = RemoveCoordinator{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[34]
+	mi := &file_corpus_v1_raft_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2582,7 +2729,7 @@ func (x *RemoveCoordinator) String() string {
 func (*RemoveCoordinator) ProtoMessage() {}
 
 func (x *RemoveCoordinator) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[34]
+	mi := &file_corpus_v1_raft_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2595,7 +2742,7 @@ func (x *RemoveCoordinator) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveCoordinator.ProtoReflect.Descriptor instead.
 func (*RemoveCoordinator) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{34}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *RemoveCoordinator) GetId() string {
@@ -2615,7 +2762,7 @@ type CreateUserToken struct {
 
 func (x *CreateUserToken) Reset() {
 	*x = CreateUserToken{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[35]
+	mi := &file_corpus_v1_raft_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2627,7 +2774,7 @@ func (x *CreateUserToken) String() string {
 func (*CreateUserToken) ProtoMessage() {}
 
 func (x *CreateUserToken) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[35]
+	mi := &file_corpus_v1_raft_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2640,7 +2787,7 @@ func (x *CreateUserToken) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateUserToken.ProtoReflect.Descriptor instead.
 func (*CreateUserToken) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{35}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *CreateUserToken) GetToken() *UserToken {
@@ -2660,7 +2807,7 @@ type RevokeUserToken struct {
 
 func (x *RevokeUserToken) Reset() {
 	*x = RevokeUserToken{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[36]
+	mi := &file_corpus_v1_raft_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2672,7 +2819,7 @@ func (x *RevokeUserToken) String() string {
 func (*RevokeUserToken) ProtoMessage() {}
 
 func (x *RevokeUserToken) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[36]
+	mi := &file_corpus_v1_raft_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2685,7 +2832,7 @@ func (x *RevokeUserToken) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeUserToken.ProtoReflect.Descriptor instead.
 func (*RevokeUserToken) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{36}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *RevokeUserToken) GetId() string {
@@ -2720,7 +2867,7 @@ type Snapshot struct {
 
 func (x *Snapshot) Reset() {
 	*x = Snapshot{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[37]
+	mi := &file_corpus_v1_raft_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2732,7 +2879,7 @@ func (x *Snapshot) String() string {
 func (*Snapshot) ProtoMessage() {}
 
 func (x *Snapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[37]
+	mi := &file_corpus_v1_raft_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2745,7 +2892,7 @@ func (x *Snapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Snapshot.ProtoReflect.Descriptor instead.
 func (*Snapshot) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{37}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *Snapshot) GetVersion() uint32 {
@@ -2857,7 +3004,7 @@ var File_corpus_v1_raft_proto protoreflect.FileDescriptor
 
 const file_corpus_v1_raft_proto_rawDesc = "" +
 	"\n" +
-	"\x14corpus/v1/raft.proto\x12\tcorpus.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x15corpus/v1/types.proto\"\xe2\x12\n" +
+	"\x14corpus/v1/raft.proto\x12\tcorpus.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x15corpus/v1/types.proto\"\xdd\x13\n" +
 	"\aCommand\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x12\x1c\n" +
 	"\tignorable\x18\x02 \x01(\bR\tignorable\x12,\n" +
@@ -2904,7 +3051,9 @@ const file_corpus_v1_raft_proto_rawDesc = "" +
 	"\x12upsert_coordinator\x18( \x01(\v2\x1c.corpus.v1.UpsertCoordinatorH\x00R\x11upsertCoordinator\x12M\n" +
 	"\x12remove_coordinator\x18) \x01(\v2\x1c.corpus.v1.RemoveCoordinatorH\x00R\x11removeCoordinator\x12H\n" +
 	"\x11create_user_token\x18* \x01(\v2\x1a.corpus.v1.CreateUserTokenH\x00R\x0fcreateUserToken\x12H\n" +
-	"\x11revoke_user_token\x18+ \x01(\v2\x1a.corpus.v1.RevokeUserTokenH\x00R\x0frevokeUserTokenB\x05\n" +
+	"\x11revoke_user_token\x18+ \x01(\v2\x1a.corpus.v1.RevokeUserTokenH\x00R\x0frevokeUserToken\x12;\n" +
+	"\fplace_guests\x182 \x01(\v2\x16.corpus.v1.PlaceGuestsH\x00R\vplaceGuests\x12<\n" +
+	"\rset_node_mode\x183 \x01(\v2\x16.corpus.v1.SetNodeModeH\x00R\vsetNodeModeB\x05\n" +
 	"\x03cmd\"D\n" +
 	"\x10BootstrapCluster\x120\n" +
 	"\x06config\x18\x01 \x01(\v2\x18.corpus.v1.ClusterConfigR\x06config\"=\n" +
@@ -2945,7 +3094,15 @@ const file_corpus_v1_raft_proto_rawDesc = "" +
 	"\bguest_id\x18\x01 \x01(\tR\aguestId\x12\x17\n" +
 	"\anode_id\x18\x02 \x01(\tR\x06nodeId\x12\x16\n" +
 	"\x06reason\x18\x03 \x01(\tR\x06reason\x12!\n" +
-	"\fmodify_index\x18\x04 \x01(\x04R\vmodifyIndex\"`\n" +
+	"\fmodify_index\x18\x04 \x01(\x04R\vmodifyIndex\"D\n" +
+	"\vPlaceGuests\x125\n" +
+	"\n" +
+	"placements\x18\x01 \x03(\v2\x15.corpus.v1.PlaceGuestR\n" +
+	"placements\"\\\n" +
+	"\vSetNodeMode\x12\x17\n" +
+	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x12\n" +
+	"\x04mode\x18\x02 \x01(\tR\x04mode\x12 \n" +
+	"\veligibility\x18\x03 \x01(\tR\veligibility\"`\n" +
 	"\rObservedGuest\x12\x19\n" +
 	"\bguest_id\x18\x01 \x01(\tR\aguestId\x124\n" +
 	"\bobserved\x18\x02 \x01(\v2\x18.corpus.v1.GuestObservedR\bobserved\"Y\n" +
@@ -3077,7 +3234,7 @@ func file_corpus_v1_raft_proto_rawDescGZIP() []byte {
 	return file_corpus_v1_raft_proto_rawDescData
 }
 
-var file_corpus_v1_raft_proto_msgTypes = make([]protoimpl.MessageInfo, 39)
+var file_corpus_v1_raft_proto_msgTypes = make([]protoimpl.MessageInfo, 41)
 var file_corpus_v1_raft_proto_goTypes = []any{
 	(*Command)(nil),               // 0: corpus.v1.Command
 	(*BootstrapCluster)(nil),      // 1: corpus.v1.BootstrapCluster
@@ -3088,60 +3245,62 @@ var file_corpus_v1_raft_proto_goTypes = []any{
 	(*CreateGuest)(nil),           // 6: corpus.v1.CreateGuest
 	(*SetGuestDesired)(nil),       // 7: corpus.v1.SetGuestDesired
 	(*PlaceGuest)(nil),            // 8: corpus.v1.PlaceGuest
-	(*ObservedGuest)(nil),         // 9: corpus.v1.ObservedGuest
-	(*ReportGuests)(nil),          // 10: corpus.v1.ReportGuests
-	(*CreateRoute)(nil),           // 11: corpus.v1.CreateRoute
-	(*DeleteRoute)(nil),           // 12: corpus.v1.DeleteRoute
-	(*MoveRoute)(nil),             // 13: corpus.v1.MoveRoute
-	(*AddDnsRecord)(nil),          // 14: corpus.v1.AddDnsRecord
-	(*DeleteDnsRecord)(nil),       // 15: corpus.v1.DeleteDnsRecord
-	(*DeleteVolume)(nil),          // 16: corpus.v1.DeleteVolume
-	(*ResizeVolume)(nil),          // 17: corpus.v1.ResizeVolume
-	(*MoveVolume)(nil),            // 18: corpus.v1.MoveVolume
-	(*ObservedVolume)(nil),        // 19: corpus.v1.ObservedVolume
-	(*ReportVolumes)(nil),         // 20: corpus.v1.ReportVolumes
-	(*CreateUser)(nil),            // 21: corpus.v1.CreateUser
-	(*DeleteUser)(nil),            // 22: corpus.v1.DeleteUser
-	(*AddSshKey)(nil),             // 23: corpus.v1.AddSshKey
-	(*DeleteSshKey)(nil),          // 24: corpus.v1.DeleteSshKey
-	(*CreateProject)(nil),         // 25: corpus.v1.CreateProject
-	(*DeleteProject)(nil),         // 26: corpus.v1.DeleteProject
-	(*GrantProject)(nil),          // 27: corpus.v1.GrantProject
-	(*BeginRelease)(nil),          // 28: corpus.v1.BeginRelease
-	(*FinishRelease)(nil),         // 29: corpus.v1.FinishRelease
-	(*SetCurrentRelease)(nil),     // 30: corpus.v1.SetCurrentRelease
-	(*PruneReleases)(nil),         // 31: corpus.v1.PruneReleases
-	(*SetManifestDomains)(nil),    // 32: corpus.v1.SetManifestDomains
-	(*UpsertCoordinator)(nil),     // 33: corpus.v1.UpsertCoordinator
-	(*RemoveCoordinator)(nil),     // 34: corpus.v1.RemoveCoordinator
-	(*CreateUserToken)(nil),       // 35: corpus.v1.CreateUserToken
-	(*RevokeUserToken)(nil),       // 36: corpus.v1.RevokeUserToken
-	(*Snapshot)(nil),              // 37: corpus.v1.Snapshot
-	nil,                           // 38: corpus.v1.UpdateNode.LabelsEntry
-	(*timestamppb.Timestamp)(nil), // 39: google.protobuf.Timestamp
-	(*ClusterConfig)(nil),         // 40: corpus.v1.ClusterConfig
-	(*JoinToken)(nil),             // 41: corpus.v1.JoinToken
-	(*Node)(nil),                  // 42: corpus.v1.Node
-	(*Resources)(nil),             // 43: corpus.v1.Resources
-	(*DriverInfo)(nil),            // 44: corpus.v1.DriverInfo
-	(*Guest)(nil),                 // 45: corpus.v1.Guest
-	(*GuestObserved)(nil),         // 46: corpus.v1.GuestObserved
-	(*Route)(nil),                 // 47: corpus.v1.Route
-	(*DnsRecord)(nil),             // 48: corpus.v1.DnsRecord
-	(*VolumeObserved)(nil),        // 49: corpus.v1.VolumeObserved
-	(*User)(nil),                  // 50: corpus.v1.User
-	(*SshKey)(nil),                // 51: corpus.v1.SshKey
-	(*ProjectEnv)(nil),            // 52: corpus.v1.ProjectEnv
-	(*Release)(nil),               // 53: corpus.v1.Release
-	(*ReleaseStep)(nil),           // 54: corpus.v1.ReleaseStep
-	(*Coordinator)(nil),           // 55: corpus.v1.Coordinator
-	(*UserToken)(nil),             // 56: corpus.v1.UserToken
-	(*Volume)(nil),                // 57: corpus.v1.Volume
-	(*Project)(nil),               // 58: corpus.v1.Project
-	(*AuditEntry)(nil),            // 59: corpus.v1.AuditEntry
+	(*PlaceGuests)(nil),           // 9: corpus.v1.PlaceGuests
+	(*SetNodeMode)(nil),           // 10: corpus.v1.SetNodeMode
+	(*ObservedGuest)(nil),         // 11: corpus.v1.ObservedGuest
+	(*ReportGuests)(nil),          // 12: corpus.v1.ReportGuests
+	(*CreateRoute)(nil),           // 13: corpus.v1.CreateRoute
+	(*DeleteRoute)(nil),           // 14: corpus.v1.DeleteRoute
+	(*MoveRoute)(nil),             // 15: corpus.v1.MoveRoute
+	(*AddDnsRecord)(nil),          // 16: corpus.v1.AddDnsRecord
+	(*DeleteDnsRecord)(nil),       // 17: corpus.v1.DeleteDnsRecord
+	(*DeleteVolume)(nil),          // 18: corpus.v1.DeleteVolume
+	(*ResizeVolume)(nil),          // 19: corpus.v1.ResizeVolume
+	(*MoveVolume)(nil),            // 20: corpus.v1.MoveVolume
+	(*ObservedVolume)(nil),        // 21: corpus.v1.ObservedVolume
+	(*ReportVolumes)(nil),         // 22: corpus.v1.ReportVolumes
+	(*CreateUser)(nil),            // 23: corpus.v1.CreateUser
+	(*DeleteUser)(nil),            // 24: corpus.v1.DeleteUser
+	(*AddSshKey)(nil),             // 25: corpus.v1.AddSshKey
+	(*DeleteSshKey)(nil),          // 26: corpus.v1.DeleteSshKey
+	(*CreateProject)(nil),         // 27: corpus.v1.CreateProject
+	(*DeleteProject)(nil),         // 28: corpus.v1.DeleteProject
+	(*GrantProject)(nil),          // 29: corpus.v1.GrantProject
+	(*BeginRelease)(nil),          // 30: corpus.v1.BeginRelease
+	(*FinishRelease)(nil),         // 31: corpus.v1.FinishRelease
+	(*SetCurrentRelease)(nil),     // 32: corpus.v1.SetCurrentRelease
+	(*PruneReleases)(nil),         // 33: corpus.v1.PruneReleases
+	(*SetManifestDomains)(nil),    // 34: corpus.v1.SetManifestDomains
+	(*UpsertCoordinator)(nil),     // 35: corpus.v1.UpsertCoordinator
+	(*RemoveCoordinator)(nil),     // 36: corpus.v1.RemoveCoordinator
+	(*CreateUserToken)(nil),       // 37: corpus.v1.CreateUserToken
+	(*RevokeUserToken)(nil),       // 38: corpus.v1.RevokeUserToken
+	(*Snapshot)(nil),              // 39: corpus.v1.Snapshot
+	nil,                           // 40: corpus.v1.UpdateNode.LabelsEntry
+	(*timestamppb.Timestamp)(nil), // 41: google.protobuf.Timestamp
+	(*ClusterConfig)(nil),         // 42: corpus.v1.ClusterConfig
+	(*JoinToken)(nil),             // 43: corpus.v1.JoinToken
+	(*Node)(nil),                  // 44: corpus.v1.Node
+	(*Resources)(nil),             // 45: corpus.v1.Resources
+	(*DriverInfo)(nil),            // 46: corpus.v1.DriverInfo
+	(*Guest)(nil),                 // 47: corpus.v1.Guest
+	(*GuestObserved)(nil),         // 48: corpus.v1.GuestObserved
+	(*Route)(nil),                 // 49: corpus.v1.Route
+	(*DnsRecord)(nil),             // 50: corpus.v1.DnsRecord
+	(*VolumeObserved)(nil),        // 51: corpus.v1.VolumeObserved
+	(*User)(nil),                  // 52: corpus.v1.User
+	(*SshKey)(nil),                // 53: corpus.v1.SshKey
+	(*ProjectEnv)(nil),            // 54: corpus.v1.ProjectEnv
+	(*Release)(nil),               // 55: corpus.v1.Release
+	(*ReleaseStep)(nil),           // 56: corpus.v1.ReleaseStep
+	(*Coordinator)(nil),           // 57: corpus.v1.Coordinator
+	(*UserToken)(nil),             // 58: corpus.v1.UserToken
+	(*Volume)(nil),                // 59: corpus.v1.Volume
+	(*Project)(nil),               // 60: corpus.v1.Project
+	(*AuditEntry)(nil),            // 61: corpus.v1.AuditEntry
 }
 var file_corpus_v1_raft_proto_depIdxs = []int32{
-	39, // 0: corpus.v1.Command.now:type_name -> google.protobuf.Timestamp
+	41, // 0: corpus.v1.Command.now:type_name -> google.protobuf.Timestamp
 	1,  // 1: corpus.v1.Command.bootstrap_cluster:type_name -> corpus.v1.BootstrapCluster
 	2,  // 2: corpus.v1.Command.create_join_token:type_name -> corpus.v1.CreateJoinToken
 	3,  // 3: corpus.v1.Command.enroll_node:type_name -> corpus.v1.EnrollNode
@@ -3149,74 +3308,77 @@ var file_corpus_v1_raft_proto_depIdxs = []int32{
 	6,  // 5: corpus.v1.Command.create_guest:type_name -> corpus.v1.CreateGuest
 	7,  // 6: corpus.v1.Command.set_guest_desired:type_name -> corpus.v1.SetGuestDesired
 	8,  // 7: corpus.v1.Command.place_guest:type_name -> corpus.v1.PlaceGuest
-	10, // 8: corpus.v1.Command.report_guests:type_name -> corpus.v1.ReportGuests
+	12, // 8: corpus.v1.Command.report_guests:type_name -> corpus.v1.ReportGuests
 	5,  // 9: corpus.v1.Command.set_node_status:type_name -> corpus.v1.SetNodeStatus
-	11, // 10: corpus.v1.Command.create_route:type_name -> corpus.v1.CreateRoute
-	12, // 11: corpus.v1.Command.delete_route:type_name -> corpus.v1.DeleteRoute
-	13, // 12: corpus.v1.Command.move_route:type_name -> corpus.v1.MoveRoute
-	14, // 13: corpus.v1.Command.add_dns_record:type_name -> corpus.v1.AddDnsRecord
-	15, // 14: corpus.v1.Command.delete_dns_record:type_name -> corpus.v1.DeleteDnsRecord
-	16, // 15: corpus.v1.Command.delete_volume:type_name -> corpus.v1.DeleteVolume
-	20, // 16: corpus.v1.Command.report_volumes:type_name -> corpus.v1.ReportVolumes
-	17, // 17: corpus.v1.Command.resize_volume:type_name -> corpus.v1.ResizeVolume
-	18, // 18: corpus.v1.Command.move_volume:type_name -> corpus.v1.MoveVolume
-	21, // 19: corpus.v1.Command.create_user:type_name -> corpus.v1.CreateUser
-	22, // 20: corpus.v1.Command.delete_user:type_name -> corpus.v1.DeleteUser
-	23, // 21: corpus.v1.Command.add_ssh_key:type_name -> corpus.v1.AddSshKey
-	24, // 22: corpus.v1.Command.delete_ssh_key:type_name -> corpus.v1.DeleteSshKey
-	25, // 23: corpus.v1.Command.create_project:type_name -> corpus.v1.CreateProject
-	26, // 24: corpus.v1.Command.delete_project:type_name -> corpus.v1.DeleteProject
-	27, // 25: corpus.v1.Command.grant_project:type_name -> corpus.v1.GrantProject
-	28, // 26: corpus.v1.Command.begin_release:type_name -> corpus.v1.BeginRelease
-	29, // 27: corpus.v1.Command.finish_release:type_name -> corpus.v1.FinishRelease
-	30, // 28: corpus.v1.Command.set_current_release:type_name -> corpus.v1.SetCurrentRelease
-	31, // 29: corpus.v1.Command.prune_releases:type_name -> corpus.v1.PruneReleases
-	32, // 30: corpus.v1.Command.set_manifest_domains:type_name -> corpus.v1.SetManifestDomains
-	33, // 31: corpus.v1.Command.upsert_coordinator:type_name -> corpus.v1.UpsertCoordinator
-	34, // 32: corpus.v1.Command.remove_coordinator:type_name -> corpus.v1.RemoveCoordinator
-	35, // 33: corpus.v1.Command.create_user_token:type_name -> corpus.v1.CreateUserToken
-	36, // 34: corpus.v1.Command.revoke_user_token:type_name -> corpus.v1.RevokeUserToken
-	40, // 35: corpus.v1.BootstrapCluster.config:type_name -> corpus.v1.ClusterConfig
-	41, // 36: corpus.v1.CreateJoinToken.token:type_name -> corpus.v1.JoinToken
-	42, // 37: corpus.v1.EnrollNode.node:type_name -> corpus.v1.Node
-	43, // 38: corpus.v1.UpdateNode.capacity:type_name -> corpus.v1.Resources
-	44, // 39: corpus.v1.UpdateNode.drivers:type_name -> corpus.v1.DriverInfo
-	38, // 40: corpus.v1.UpdateNode.labels:type_name -> corpus.v1.UpdateNode.LabelsEntry
-	45, // 41: corpus.v1.CreateGuest.guest:type_name -> corpus.v1.Guest
-	46, // 42: corpus.v1.ObservedGuest.observed:type_name -> corpus.v1.GuestObserved
-	9,  // 43: corpus.v1.ReportGuests.guests:type_name -> corpus.v1.ObservedGuest
-	47, // 44: corpus.v1.CreateRoute.route:type_name -> corpus.v1.Route
-	48, // 45: corpus.v1.AddDnsRecord.record:type_name -> corpus.v1.DnsRecord
-	49, // 46: corpus.v1.ObservedVolume.observed:type_name -> corpus.v1.VolumeObserved
-	19, // 47: corpus.v1.ReportVolumes.volumes:type_name -> corpus.v1.ObservedVolume
-	50, // 48: corpus.v1.CreateUser.user:type_name -> corpus.v1.User
-	51, // 49: corpus.v1.AddSshKey.key:type_name -> corpus.v1.SshKey
-	52, // 50: corpus.v1.CreateProject.env:type_name -> corpus.v1.ProjectEnv
-	45, // 51: corpus.v1.CreateProject.guest:type_name -> corpus.v1.Guest
-	47, // 52: corpus.v1.CreateProject.routes:type_name -> corpus.v1.Route
-	53, // 53: corpus.v1.BeginRelease.release:type_name -> corpus.v1.Release
-	54, // 54: corpus.v1.FinishRelease.steps:type_name -> corpus.v1.ReleaseStep
-	47, // 55: corpus.v1.SetManifestDomains.routes:type_name -> corpus.v1.Route
-	55, // 56: corpus.v1.UpsertCoordinator.coordinator:type_name -> corpus.v1.Coordinator
-	56, // 57: corpus.v1.CreateUserToken.token:type_name -> corpus.v1.UserToken
-	40, // 58: corpus.v1.Snapshot.config:type_name -> corpus.v1.ClusterConfig
-	42, // 59: corpus.v1.Snapshot.nodes:type_name -> corpus.v1.Node
-	45, // 60: corpus.v1.Snapshot.guests:type_name -> corpus.v1.Guest
-	41, // 61: corpus.v1.Snapshot.join_tokens:type_name -> corpus.v1.JoinToken
-	47, // 62: corpus.v1.Snapshot.routes:type_name -> corpus.v1.Route
-	48, // 63: corpus.v1.Snapshot.dns_records:type_name -> corpus.v1.DnsRecord
-	57, // 64: corpus.v1.Snapshot.volumes:type_name -> corpus.v1.Volume
-	50, // 65: corpus.v1.Snapshot.users:type_name -> corpus.v1.User
-	58, // 66: corpus.v1.Snapshot.projects:type_name -> corpus.v1.Project
-	53, // 67: corpus.v1.Snapshot.releases:type_name -> corpus.v1.Release
-	55, // 68: corpus.v1.Snapshot.coordinators:type_name -> corpus.v1.Coordinator
-	59, // 69: corpus.v1.Snapshot.audit:type_name -> corpus.v1.AuditEntry
-	56, // 70: corpus.v1.Snapshot.user_tokens:type_name -> corpus.v1.UserToken
-	71, // [71:71] is the sub-list for method output_type
-	71, // [71:71] is the sub-list for method input_type
-	71, // [71:71] is the sub-list for extension type_name
-	71, // [71:71] is the sub-list for extension extendee
-	0,  // [0:71] is the sub-list for field type_name
+	13, // 10: corpus.v1.Command.create_route:type_name -> corpus.v1.CreateRoute
+	14, // 11: corpus.v1.Command.delete_route:type_name -> corpus.v1.DeleteRoute
+	15, // 12: corpus.v1.Command.move_route:type_name -> corpus.v1.MoveRoute
+	16, // 13: corpus.v1.Command.add_dns_record:type_name -> corpus.v1.AddDnsRecord
+	17, // 14: corpus.v1.Command.delete_dns_record:type_name -> corpus.v1.DeleteDnsRecord
+	18, // 15: corpus.v1.Command.delete_volume:type_name -> corpus.v1.DeleteVolume
+	22, // 16: corpus.v1.Command.report_volumes:type_name -> corpus.v1.ReportVolumes
+	19, // 17: corpus.v1.Command.resize_volume:type_name -> corpus.v1.ResizeVolume
+	20, // 18: corpus.v1.Command.move_volume:type_name -> corpus.v1.MoveVolume
+	23, // 19: corpus.v1.Command.create_user:type_name -> corpus.v1.CreateUser
+	24, // 20: corpus.v1.Command.delete_user:type_name -> corpus.v1.DeleteUser
+	25, // 21: corpus.v1.Command.add_ssh_key:type_name -> corpus.v1.AddSshKey
+	26, // 22: corpus.v1.Command.delete_ssh_key:type_name -> corpus.v1.DeleteSshKey
+	27, // 23: corpus.v1.Command.create_project:type_name -> corpus.v1.CreateProject
+	28, // 24: corpus.v1.Command.delete_project:type_name -> corpus.v1.DeleteProject
+	29, // 25: corpus.v1.Command.grant_project:type_name -> corpus.v1.GrantProject
+	30, // 26: corpus.v1.Command.begin_release:type_name -> corpus.v1.BeginRelease
+	31, // 27: corpus.v1.Command.finish_release:type_name -> corpus.v1.FinishRelease
+	32, // 28: corpus.v1.Command.set_current_release:type_name -> corpus.v1.SetCurrentRelease
+	33, // 29: corpus.v1.Command.prune_releases:type_name -> corpus.v1.PruneReleases
+	34, // 30: corpus.v1.Command.set_manifest_domains:type_name -> corpus.v1.SetManifestDomains
+	35, // 31: corpus.v1.Command.upsert_coordinator:type_name -> corpus.v1.UpsertCoordinator
+	36, // 32: corpus.v1.Command.remove_coordinator:type_name -> corpus.v1.RemoveCoordinator
+	37, // 33: corpus.v1.Command.create_user_token:type_name -> corpus.v1.CreateUserToken
+	38, // 34: corpus.v1.Command.revoke_user_token:type_name -> corpus.v1.RevokeUserToken
+	9,  // 35: corpus.v1.Command.place_guests:type_name -> corpus.v1.PlaceGuests
+	10, // 36: corpus.v1.Command.set_node_mode:type_name -> corpus.v1.SetNodeMode
+	42, // 37: corpus.v1.BootstrapCluster.config:type_name -> corpus.v1.ClusterConfig
+	43, // 38: corpus.v1.CreateJoinToken.token:type_name -> corpus.v1.JoinToken
+	44, // 39: corpus.v1.EnrollNode.node:type_name -> corpus.v1.Node
+	45, // 40: corpus.v1.UpdateNode.capacity:type_name -> corpus.v1.Resources
+	46, // 41: corpus.v1.UpdateNode.drivers:type_name -> corpus.v1.DriverInfo
+	40, // 42: corpus.v1.UpdateNode.labels:type_name -> corpus.v1.UpdateNode.LabelsEntry
+	47, // 43: corpus.v1.CreateGuest.guest:type_name -> corpus.v1.Guest
+	8,  // 44: corpus.v1.PlaceGuests.placements:type_name -> corpus.v1.PlaceGuest
+	48, // 45: corpus.v1.ObservedGuest.observed:type_name -> corpus.v1.GuestObserved
+	11, // 46: corpus.v1.ReportGuests.guests:type_name -> corpus.v1.ObservedGuest
+	49, // 47: corpus.v1.CreateRoute.route:type_name -> corpus.v1.Route
+	50, // 48: corpus.v1.AddDnsRecord.record:type_name -> corpus.v1.DnsRecord
+	51, // 49: corpus.v1.ObservedVolume.observed:type_name -> corpus.v1.VolumeObserved
+	21, // 50: corpus.v1.ReportVolumes.volumes:type_name -> corpus.v1.ObservedVolume
+	52, // 51: corpus.v1.CreateUser.user:type_name -> corpus.v1.User
+	53, // 52: corpus.v1.AddSshKey.key:type_name -> corpus.v1.SshKey
+	54, // 53: corpus.v1.CreateProject.env:type_name -> corpus.v1.ProjectEnv
+	47, // 54: corpus.v1.CreateProject.guest:type_name -> corpus.v1.Guest
+	49, // 55: corpus.v1.CreateProject.routes:type_name -> corpus.v1.Route
+	55, // 56: corpus.v1.BeginRelease.release:type_name -> corpus.v1.Release
+	56, // 57: corpus.v1.FinishRelease.steps:type_name -> corpus.v1.ReleaseStep
+	49, // 58: corpus.v1.SetManifestDomains.routes:type_name -> corpus.v1.Route
+	57, // 59: corpus.v1.UpsertCoordinator.coordinator:type_name -> corpus.v1.Coordinator
+	58, // 60: corpus.v1.CreateUserToken.token:type_name -> corpus.v1.UserToken
+	42, // 61: corpus.v1.Snapshot.config:type_name -> corpus.v1.ClusterConfig
+	44, // 62: corpus.v1.Snapshot.nodes:type_name -> corpus.v1.Node
+	47, // 63: corpus.v1.Snapshot.guests:type_name -> corpus.v1.Guest
+	43, // 64: corpus.v1.Snapshot.join_tokens:type_name -> corpus.v1.JoinToken
+	49, // 65: corpus.v1.Snapshot.routes:type_name -> corpus.v1.Route
+	50, // 66: corpus.v1.Snapshot.dns_records:type_name -> corpus.v1.DnsRecord
+	59, // 67: corpus.v1.Snapshot.volumes:type_name -> corpus.v1.Volume
+	52, // 68: corpus.v1.Snapshot.users:type_name -> corpus.v1.User
+	60, // 69: corpus.v1.Snapshot.projects:type_name -> corpus.v1.Project
+	55, // 70: corpus.v1.Snapshot.releases:type_name -> corpus.v1.Release
+	57, // 71: corpus.v1.Snapshot.coordinators:type_name -> corpus.v1.Coordinator
+	61, // 72: corpus.v1.Snapshot.audit:type_name -> corpus.v1.AuditEntry
+	58, // 73: corpus.v1.Snapshot.user_tokens:type_name -> corpus.v1.UserToken
+	74, // [74:74] is the sub-list for method output_type
+	74, // [74:74] is the sub-list for method input_type
+	74, // [74:74] is the sub-list for extension type_name
+	74, // [74:74] is the sub-list for extension extendee
+	0,  // [0:74] is the sub-list for field type_name
 }
 
 func init() { file_corpus_v1_raft_proto_init() }
@@ -3260,6 +3422,8 @@ func file_corpus_v1_raft_proto_init() {
 		(*Command_RemoveCoordinator)(nil),
 		(*Command_CreateUserToken)(nil),
 		(*Command_RevokeUserToken)(nil),
+		(*Command_PlaceGuests)(nil),
+		(*Command_SetNodeMode)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -3267,7 +3431,7 @@ func file_corpus_v1_raft_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_corpus_v1_raft_proto_rawDesc), len(file_corpus_v1_raft_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   39,
+			NumMessages:   41,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -205,7 +205,9 @@ type Node struct {
 	// HTTP first, then HTTPS when it listens.
 	ReservedPorts []int32 `protobuf:"varint,15,rep,packed,name=reserved_ports,json=reservedPorts,proto3" json:"reserved_ports,omitempty"`
 	// git_port is where the agent's SSH git endpoint listens; 0 when off.
-	GitPort       int32  `protobuf:"varint,16,opt,name=git_port,json=gitPort,proto3" json:"git_port,omitempty"`
+	GitPort int32 `protobuf:"varint,16,opt,name=git_port,json=gitPort,proto3" json:"git_port,omitempty"`
+	// ineligible nodes take no new guests; those they run stay.
+	Ineligible    bool   `protobuf:"varint,17,opt,name=ineligible,proto3" json:"ineligible,omitempty"`
 	CreateIndex   uint64 `protobuf:"varint,20,opt,name=create_index,json=createIndex,proto3" json:"create_index,omitempty"`
 	ModifyIndex   uint64 `protobuf:"varint,21,opt,name=modify_index,json=modifyIndex,proto3" json:"modify_index,omitempty"`
 	unknownFields protoimpl.UnknownFields
@@ -354,6 +356,13 @@ func (x *Node) GetGitPort() int32 {
 	return 0
 }
 
+func (x *Node) GetIneligible() bool {
+	if x != nil {
+		return x.Ineligible
+	}
+	return false
+}
+
 func (x *Node) GetCreateIndex() uint64 {
 	if x != nil {
 		return x.CreateIndex
@@ -378,7 +387,10 @@ type GuestSpec struct {
 	// ports are published through the node by NAT.
 	Ports []*Port `protobuf:"bytes,5,rep,name=ports,proto3" json:"ports,omitempty"`
 	// volume is the guest's persistent storage, if any.
-	Volume        *VolumeSpec `protobuf:"bytes,6,opt,name=volume,proto3" json:"volume,omitempty"`
+	Volume *VolumeSpec `protobuf:"bytes,6,opt,name=volume,proto3" json:"volume,omitempty"`
+	// constraints are node labels the guest's node must carry, as
+	// label = value ("region" = "eu", "zone" = "a").
+	Constraints   map[string]string `protobuf:"bytes,7,rep,name=constraints,proto3" json:"constraints,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -451,6 +463,13 @@ func (x *GuestSpec) GetPorts() []*Port {
 func (x *GuestSpec) GetVolume() *VolumeSpec {
 	if x != nil {
 		return x.Volume
+	}
+	return nil
+}
+
+func (x *GuestSpec) GetConstraints() map[string]string {
+	if x != nil {
+		return x.Constraints
 	}
 	return nil
 }
@@ -950,11 +969,16 @@ type Guest struct {
 	// when it is placed.
 	Address string `protobuf:"bytes,10,opt,name=address,proto3" json:"address,omitempty"`
 	// purge_volume deletes the guest's volume with it.
-	PurgeVolume   bool   `protobuf:"varint,11,opt,name=purge_volume,json=purgeVolume,proto3" json:"purge_volume,omitempty"`
-	CreateIndex   uint64 `protobuf:"varint,20,opt,name=create_index,json=createIndex,proto3" json:"create_index,omitempty"`
-	ModifyIndex   uint64 `protobuf:"varint,21,opt,name=modify_index,json=modifyIndex,proto3" json:"modify_index,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	PurgeVolume bool   `protobuf:"varint,11,opt,name=purge_volume,json=purgeVolume,proto3" json:"purge_volume,omitempty"`
+	CreateIndex uint64 `protobuf:"varint,20,opt,name=create_index,json=createIndex,proto3" json:"create_index,omitempty"`
+	ModifyIndex uint64 `protobuf:"varint,21,opt,name=modify_index,json=modifyIndex,proto3" json:"modify_index,omitempty"`
+	// previous_node_id and previous_address name the copy a migration
+	// leaves running on the node it moves from, until the new copy runs on
+	// node_id; then they are cleared and the old node removes its copy.
+	PreviousNodeId  string `protobuf:"bytes,30,opt,name=previous_node_id,json=previousNodeId,proto3" json:"previous_node_id,omitempty"`
+	PreviousAddress string `protobuf:"bytes,31,opt,name=previous_address,json=previousAddress,proto3" json:"previous_address,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *Guest) Reset() {
@@ -1076,6 +1100,20 @@ func (x *Guest) GetModifyIndex() uint64 {
 		return x.ModifyIndex
 	}
 	return 0
+}
+
+func (x *Guest) GetPreviousNodeId() string {
+	if x != nil {
+		return x.PreviousNodeId
+	}
+	return ""
+}
+
+func (x *Guest) GetPreviousAddress() string {
+	if x != nil {
+		return x.PreviousAddress
+	}
+	return ""
 }
 
 // Route sends outside traffic to a guest port through the proxy of the
@@ -2414,7 +2452,7 @@ const file_corpus_v1_types_proto_rawDesc = "" +
 	"\x06images\x18\x06 \x03(\tR\x06images\x1a=\n" +
 	"\x0fAttributesEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xba\x05\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xda\x05\n" +
 	"\x04Node\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x16\n" +
@@ -2434,20 +2472,27 @@ const file_corpus_v1_types_proto_rawDesc = "" +
 	"\aaddress\x18\r \x01(\tR\aaddress\x12\"\n" +
 	"\rmin_host_port\x18\x0e \x01(\x05R\vminHostPort\x12%\n" +
 	"\x0ereserved_ports\x18\x0f \x03(\x05R\rreservedPorts\x12\x19\n" +
-	"\bgit_port\x18\x10 \x01(\x05R\agitPort\x12!\n" +
+	"\bgit_port\x18\x10 \x01(\x05R\agitPort\x12\x1e\n" +
+	"\n" +
+	"ineligible\x18\x11 \x01(\bR\n" +
+	"ineligible\x12!\n" +
 	"\fcreate_index\x18\x14 \x01(\x04R\vcreateIndex\x12!\n" +
 	"\fmodify_index\x18\x15 \x01(\x04R\vmodifyIndex\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xac\x02\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xb5\x03\n" +
 	"\tGuestSpec\x12\x16\n" +
 	"\x06driver\x18\x01 \x01(\tR\x06driver\x12\x14\n" +
 	"\x05image\x18\x02 \x01(\tR\x05image\x122\n" +
 	"\tresources\x18\x03 \x01(\v2\x14.corpus.v1.ResourcesR\tresources\x12/\n" +
 	"\x03env\x18\x04 \x03(\v2\x1d.corpus.v1.GuestSpec.EnvEntryR\x03env\x12%\n" +
 	"\x05ports\x18\x05 \x03(\v2\x0f.corpus.v1.PortR\x05ports\x12-\n" +
-	"\x06volume\x18\x06 \x01(\v2\x15.corpus.v1.VolumeSpecR\x06volume\x1a6\n" +
+	"\x06volume\x18\x06 \x01(\v2\x15.corpus.v1.VolumeSpecR\x06volume\x12G\n" +
+	"\vconstraints\x18\a \x03(\v2%.corpus.v1.GuestSpec.ConstraintsEntryR\vconstraints\x1a6\n" +
 	"\bEnvEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a>\n" +
+	"\x10ConstraintsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"^\n" +
 	"\n" +
@@ -2497,7 +2542,7 @@ const file_corpus_v1_types_proto_rawDesc = "" +
 	"\x05Event\x12.\n" +
 	"\x04time\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x12\x12\n" +
 	"\x04type\x18\x02 \x01(\tR\x04type\x12\x18\n" +
-	"\amessage\x18\x03 \x01(\tR\amessage\"\xd8\x03\n" +
+	"\amessage\x18\x03 \x01(\tR\amessage\"\xad\x04\n" +
 	"\x05Guest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12(\n" +
@@ -2513,7 +2558,9 @@ const file_corpus_v1_types_proto_rawDesc = "" +
 	" \x01(\tR\aaddress\x12!\n" +
 	"\fpurge_volume\x18\v \x01(\bR\vpurgeVolume\x12!\n" +
 	"\fcreate_index\x18\x14 \x01(\x04R\vcreateIndex\x12!\n" +
-	"\fmodify_index\x18\x15 \x01(\x04R\vmodifyIndex\"\xbe\x02\n" +
+	"\fmodify_index\x18\x15 \x01(\x04R\vmodifyIndex\x12(\n" +
+	"\x10previous_node_id\x18\x1e \x01(\tR\x0epreviousNodeId\x12)\n" +
+	"\x10previous_address\x18\x1f \x01(\tR\x0fpreviousAddress\"\xbe\x02\n" +
 	"\x05Route\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04kind\x18\x02 \x01(\tR\x04kind\x12\x16\n" +
@@ -2663,7 +2710,7 @@ func file_corpus_v1_types_proto_rawDescGZIP() []byte {
 	return file_corpus_v1_types_proto_rawDescData
 }
 
-var file_corpus_v1_types_proto_msgTypes = make([]protoimpl.MessageInfo, 27)
+var file_corpus_v1_types_proto_msgTypes = make([]protoimpl.MessageInfo, 28)
 var file_corpus_v1_types_proto_goTypes = []any{
 	(*Resources)(nil),             // 0: corpus.v1.Resources
 	(*DriverInfo)(nil),            // 1: corpus.v1.DriverInfo
@@ -2692,47 +2739,49 @@ var file_corpus_v1_types_proto_goTypes = []any{
 	nil,                           // 24: corpus.v1.DriverInfo.AttributesEntry
 	nil,                           // 25: corpus.v1.Node.LabelsEntry
 	nil,                           // 26: corpus.v1.GuestSpec.EnvEntry
-	(*timestamppb.Timestamp)(nil), // 27: google.protobuf.Timestamp
+	nil,                           // 27: corpus.v1.GuestSpec.ConstraintsEntry
+	(*timestamppb.Timestamp)(nil), // 28: google.protobuf.Timestamp
 }
 var file_corpus_v1_types_proto_depIdxs = []int32{
 	24, // 0: corpus.v1.DriverInfo.attributes:type_name -> corpus.v1.DriverInfo.AttributesEntry
 	25, // 1: corpus.v1.Node.labels:type_name -> corpus.v1.Node.LabelsEntry
 	0,  // 2: corpus.v1.Node.capacity:type_name -> corpus.v1.Resources
 	1,  // 3: corpus.v1.Node.drivers:type_name -> corpus.v1.DriverInfo
-	27, // 4: corpus.v1.Node.enrolled_at:type_name -> google.protobuf.Timestamp
+	28, // 4: corpus.v1.Node.enrolled_at:type_name -> google.protobuf.Timestamp
 	0,  // 5: corpus.v1.GuestSpec.resources:type_name -> corpus.v1.Resources
 	26, // 6: corpus.v1.GuestSpec.env:type_name -> corpus.v1.GuestSpec.EnvEntry
 	7,  // 7: corpus.v1.GuestSpec.ports:type_name -> corpus.v1.Port
 	4,  // 8: corpus.v1.GuestSpec.volume:type_name -> corpus.v1.VolumeSpec
-	6,  // 9: corpus.v1.Volume.observed:type_name -> corpus.v1.VolumeObserved
-	27, // 10: corpus.v1.Volume.created_at:type_name -> google.protobuf.Timestamp
-	27, // 11: corpus.v1.GuestObserved.updated_at:type_name -> google.protobuf.Timestamp
-	27, // 12: corpus.v1.Event.time:type_name -> google.protobuf.Timestamp
-	3,  // 13: corpus.v1.Guest.spec:type_name -> corpus.v1.GuestSpec
-	8,  // 14: corpus.v1.Guest.observed:type_name -> corpus.v1.GuestObserved
-	9,  // 15: corpus.v1.Guest.events:type_name -> corpus.v1.Event
-	27, // 16: corpus.v1.Guest.created_at:type_name -> google.protobuf.Timestamp
-	27, // 17: corpus.v1.Route.created_at:type_name -> google.protobuf.Timestamp
-	27, // 18: corpus.v1.JoinToken.expires_at:type_name -> google.protobuf.Timestamp
-	27, // 19: corpus.v1.JoinToken.created_at:type_name -> google.protobuf.Timestamp
-	27, // 20: corpus.v1.ClusterConfig.created_at:type_name -> google.protobuf.Timestamp
-	27, // 21: corpus.v1.DnsRecord.created_at:type_name -> google.protobuf.Timestamp
-	17, // 22: corpus.v1.User.keys:type_name -> corpus.v1.SshKey
-	27, // 23: corpus.v1.User.created_at:type_name -> google.protobuf.Timestamp
-	27, // 24: corpus.v1.SshKey.added_at:type_name -> google.protobuf.Timestamp
-	19, // 25: corpus.v1.Project.envs:type_name -> corpus.v1.ProjectEnv
-	27, // 26: corpus.v1.Project.created_at:type_name -> google.protobuf.Timestamp
-	27, // 27: corpus.v1.Release.started_at:type_name -> google.protobuf.Timestamp
-	27, // 28: corpus.v1.Release.finished_at:type_name -> google.protobuf.Timestamp
-	21, // 29: corpus.v1.Release.steps:type_name -> corpus.v1.ReleaseStep
-	27, // 30: corpus.v1.AuditEntry.time:type_name -> google.protobuf.Timestamp
-	27, // 31: corpus.v1.UserToken.created_at:type_name -> google.protobuf.Timestamp
-	27, // 32: corpus.v1.UserToken.expires_at:type_name -> google.protobuf.Timestamp
-	33, // [33:33] is the sub-list for method output_type
-	33, // [33:33] is the sub-list for method input_type
-	33, // [33:33] is the sub-list for extension type_name
-	33, // [33:33] is the sub-list for extension extendee
-	0,  // [0:33] is the sub-list for field type_name
+	27, // 9: corpus.v1.GuestSpec.constraints:type_name -> corpus.v1.GuestSpec.ConstraintsEntry
+	6,  // 10: corpus.v1.Volume.observed:type_name -> corpus.v1.VolumeObserved
+	28, // 11: corpus.v1.Volume.created_at:type_name -> google.protobuf.Timestamp
+	28, // 12: corpus.v1.GuestObserved.updated_at:type_name -> google.protobuf.Timestamp
+	28, // 13: corpus.v1.Event.time:type_name -> google.protobuf.Timestamp
+	3,  // 14: corpus.v1.Guest.spec:type_name -> corpus.v1.GuestSpec
+	8,  // 15: corpus.v1.Guest.observed:type_name -> corpus.v1.GuestObserved
+	9,  // 16: corpus.v1.Guest.events:type_name -> corpus.v1.Event
+	28, // 17: corpus.v1.Guest.created_at:type_name -> google.protobuf.Timestamp
+	28, // 18: corpus.v1.Route.created_at:type_name -> google.protobuf.Timestamp
+	28, // 19: corpus.v1.JoinToken.expires_at:type_name -> google.protobuf.Timestamp
+	28, // 20: corpus.v1.JoinToken.created_at:type_name -> google.protobuf.Timestamp
+	28, // 21: corpus.v1.ClusterConfig.created_at:type_name -> google.protobuf.Timestamp
+	28, // 22: corpus.v1.DnsRecord.created_at:type_name -> google.protobuf.Timestamp
+	17, // 23: corpus.v1.User.keys:type_name -> corpus.v1.SshKey
+	28, // 24: corpus.v1.User.created_at:type_name -> google.protobuf.Timestamp
+	28, // 25: corpus.v1.SshKey.added_at:type_name -> google.protobuf.Timestamp
+	19, // 26: corpus.v1.Project.envs:type_name -> corpus.v1.ProjectEnv
+	28, // 27: corpus.v1.Project.created_at:type_name -> google.protobuf.Timestamp
+	28, // 28: corpus.v1.Release.started_at:type_name -> google.protobuf.Timestamp
+	28, // 29: corpus.v1.Release.finished_at:type_name -> google.protobuf.Timestamp
+	21, // 30: corpus.v1.Release.steps:type_name -> corpus.v1.ReleaseStep
+	28, // 31: corpus.v1.AuditEntry.time:type_name -> google.protobuf.Timestamp
+	28, // 32: corpus.v1.UserToken.created_at:type_name -> google.protobuf.Timestamp
+	28, // 33: corpus.v1.UserToken.expires_at:type_name -> google.protobuf.Timestamp
+	34, // [34:34] is the sub-list for method output_type
+	34, // [34:34] is the sub-list for method input_type
+	34, // [34:34] is the sub-list for extension type_name
+	34, // [34:34] is the sub-list for extension extendee
+	0,  // [0:34] is the sub-list for field type_name
 }
 
 func init() { file_corpus_v1_types_proto_init() }
@@ -2746,7 +2795,7 @@ func file_corpus_v1_types_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_corpus_v1_types_proto_rawDesc), len(file_corpus_v1_types_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   27,
+			NumMessages:   28,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -13,6 +13,26 @@ const (
 	NodeDown         = "down"
 )
 
+// Node modes (Node.mode): the project environment a node takes guests
+// of, or drain (it takes none, and its stateless guests move away).
+const (
+	ModeDev     = "dev"
+	ModeStaging = "staging"
+	ModeProd    = "prod"
+	ModeDrain   = "drain"
+)
+
+// Node eligibility, as `corpus node mode` sets it (Node.ineligible).
+const (
+	Eligible   = "eligible"
+	Ineligible = "ineligible"
+)
+
+// GuestLost is the status of a guest whose node is down: a guest with a
+// volume stays there until the node returns (its data is there); a
+// stateless one stays only while no other node takes it.
+const GuestLost = "lost"
+
 // Guest desired states (Guest.desired_state).
 const (
 	DesiredRunning = "running"

@@ -80,6 +80,10 @@ const (
 	NodeServiceListNodesProcedure = "/corpus.v1.NodeService/ListNodes"
 	// NodeServiceGetNodeProcedure is the fully-qualified name of the NodeService's GetNode RPC.
 	NodeServiceGetNodeProcedure = "/corpus.v1.NodeService/GetNode"
+	// NodeServiceSetNodeModeProcedure is the fully-qualified name of the NodeService's SetNodeMode RPC.
+	NodeServiceSetNodeModeProcedure = "/corpus.v1.NodeService/SetNodeMode"
+	// NodeServiceDrainStatusProcedure is the fully-qualified name of the NodeService's DrainStatus RPC.
+	NodeServiceDrainStatusProcedure = "/corpus.v1.NodeService/DrainStatus"
 	// GuestServiceCreateGuestProcedure is the fully-qualified name of the GuestService's CreateGuest
 	// RPC.
 	GuestServiceCreateGuestProcedure = "/corpus.v1.GuestService/CreateGuest"
@@ -464,6 +468,14 @@ type NodeServiceClient interface {
 	CreateJoinToken(context.Context, *connect.Request[v1.CreateJoinTokenRequest]) (*connect.Response[v1.CreateJoinTokenResponse], error)
 	ListNodes(context.Context, *connect.Request[v1.ListNodesRequest]) (*connect.Response[v1.ListNodesResponse], error)
 	GetNode(context.Context, *connect.Request[v1.GetNodeRequest]) (*connect.Response[v1.GetNodeResponse], error)
+	// SetNodeMode sets a node's mode (dev, staging, prod, drain) or its
+	// eligibility (eligible, ineligible). Draining moves its stateless
+	// guests to other nodes, each new copy started before the old one
+	// stops; DrainStatus follows the progress.
+	SetNodeMode(context.Context, *connect.Request[v1.SetNodeModeRequest]) (*connect.Response[v1.SetNodeModeResponse], error)
+	// DrainStatus says what is left on a node; with min_index it blocks
+	// until something changed past that index (or wait_seconds pass).
+	DrainStatus(context.Context, *connect.Request[v1.DrainStatusRequest]) (*connect.Response[v1.DrainStatusResponse], error)
 }
 
 // NewNodeServiceClient constructs a client for the corpus.v1.NodeService service. By default, it
@@ -497,6 +509,19 @@ func NewNodeServiceClient(httpClient connect.HTTPClient, baseURL string, opts ..
 			connect.WithIdempotency(connect.IdempotencyNoSideEffects),
 			connect.WithClientOptions(opts...),
 		),
+		setNodeMode: connect.NewClient[v1.SetNodeModeRequest, v1.SetNodeModeResponse](
+			httpClient,
+			baseURL+NodeServiceSetNodeModeProcedure,
+			connect.WithSchema(nodeServiceMethods.ByName("SetNodeMode")),
+			connect.WithClientOptions(opts...),
+		),
+		drainStatus: connect.NewClient[v1.DrainStatusRequest, v1.DrainStatusResponse](
+			httpClient,
+			baseURL+NodeServiceDrainStatusProcedure,
+			connect.WithSchema(nodeServiceMethods.ByName("DrainStatus")),
+			connect.WithIdempotency(connect.IdempotencyNoSideEffects),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
@@ -505,6 +530,8 @@ type nodeServiceClient struct {
 	createJoinToken *connect.Client[v1.CreateJoinTokenRequest, v1.CreateJoinTokenResponse]
 	listNodes       *connect.Client[v1.ListNodesRequest, v1.ListNodesResponse]
 	getNode         *connect.Client[v1.GetNodeRequest, v1.GetNodeResponse]
+	setNodeMode     *connect.Client[v1.SetNodeModeRequest, v1.SetNodeModeResponse]
+	drainStatus     *connect.Client[v1.DrainStatusRequest, v1.DrainStatusResponse]
 }
 
 // CreateJoinToken calls corpus.v1.NodeService.CreateJoinToken.
@@ -522,11 +549,29 @@ func (c *nodeServiceClient) GetNode(ctx context.Context, req *connect.Request[v1
 	return c.getNode.CallUnary(ctx, req)
 }
 
+// SetNodeMode calls corpus.v1.NodeService.SetNodeMode.
+func (c *nodeServiceClient) SetNodeMode(ctx context.Context, req *connect.Request[v1.SetNodeModeRequest]) (*connect.Response[v1.SetNodeModeResponse], error) {
+	return c.setNodeMode.CallUnary(ctx, req)
+}
+
+// DrainStatus calls corpus.v1.NodeService.DrainStatus.
+func (c *nodeServiceClient) DrainStatus(ctx context.Context, req *connect.Request[v1.DrainStatusRequest]) (*connect.Response[v1.DrainStatusResponse], error) {
+	return c.drainStatus.CallUnary(ctx, req)
+}
+
 // NodeServiceHandler is an implementation of the corpus.v1.NodeService service.
 type NodeServiceHandler interface {
 	CreateJoinToken(context.Context, *connect.Request[v1.CreateJoinTokenRequest]) (*connect.Response[v1.CreateJoinTokenResponse], error)
 	ListNodes(context.Context, *connect.Request[v1.ListNodesRequest]) (*connect.Response[v1.ListNodesResponse], error)
 	GetNode(context.Context, *connect.Request[v1.GetNodeRequest]) (*connect.Response[v1.GetNodeResponse], error)
+	// SetNodeMode sets a node's mode (dev, staging, prod, drain) or its
+	// eligibility (eligible, ineligible). Draining moves its stateless
+	// guests to other nodes, each new copy started before the old one
+	// stops; DrainStatus follows the progress.
+	SetNodeMode(context.Context, *connect.Request[v1.SetNodeModeRequest]) (*connect.Response[v1.SetNodeModeResponse], error)
+	// DrainStatus says what is left on a node; with min_index it blocks
+	// until something changed past that index (or wait_seconds pass).
+	DrainStatus(context.Context, *connect.Request[v1.DrainStatusRequest]) (*connect.Response[v1.DrainStatusResponse], error)
 }
 
 // NewNodeServiceHandler builds an HTTP handler from the service implementation. It returns the path
@@ -556,6 +601,19 @@ func NewNodeServiceHandler(svc NodeServiceHandler, opts ...connect.HandlerOption
 		connect.WithIdempotency(connect.IdempotencyNoSideEffects),
 		connect.WithHandlerOptions(opts...),
 	)
+	nodeServiceSetNodeModeHandler := connect.NewUnaryHandler(
+		NodeServiceSetNodeModeProcedure,
+		svc.SetNodeMode,
+		connect.WithSchema(nodeServiceMethods.ByName("SetNodeMode")),
+		connect.WithHandlerOptions(opts...),
+	)
+	nodeServiceDrainStatusHandler := connect.NewUnaryHandler(
+		NodeServiceDrainStatusProcedure,
+		svc.DrainStatus,
+		connect.WithSchema(nodeServiceMethods.ByName("DrainStatus")),
+		connect.WithIdempotency(connect.IdempotencyNoSideEffects),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/corpus.v1.NodeService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case NodeServiceCreateJoinTokenProcedure:
@@ -564,6 +622,10 @@ func NewNodeServiceHandler(svc NodeServiceHandler, opts ...connect.HandlerOption
 			nodeServiceListNodesHandler.ServeHTTP(w, r)
 		case NodeServiceGetNodeProcedure:
 			nodeServiceGetNodeHandler.ServeHTTP(w, r)
+		case NodeServiceSetNodeModeProcedure:
+			nodeServiceSetNodeModeHandler.ServeHTTP(w, r)
+		case NodeServiceDrainStatusProcedure:
+			nodeServiceDrainStatusHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -583,6 +645,14 @@ func (UnimplementedNodeServiceHandler) ListNodes(context.Context, *connect.Reque
 
 func (UnimplementedNodeServiceHandler) GetNode(context.Context, *connect.Request[v1.GetNodeRequest]) (*connect.Response[v1.GetNodeResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("corpus.v1.NodeService.GetNode is not implemented"))
+}
+
+func (UnimplementedNodeServiceHandler) SetNodeMode(context.Context, *connect.Request[v1.SetNodeModeRequest]) (*connect.Response[v1.SetNodeModeResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("corpus.v1.NodeService.SetNodeMode is not implemented"))
+}
+
+func (UnimplementedNodeServiceHandler) DrainStatus(context.Context, *connect.Request[v1.DrainStatusRequest]) (*connect.Response[v1.DrainStatusResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("corpus.v1.NodeService.DrainStatus is not implemented"))
 }
 
 // GuestServiceClient is a client for the corpus.v1.GuestService service.

@@ -1,0 +1,157 @@
+package scheduler
+
+import (
+	"corpus/coordinator/state"
+	corpusv1 "corpus/proto/corpus/v1"
+)
+
+// Plan decides one scheduling pass over a snapshot of the state: a
+// placement, or a new reason why there is none, for every guest that
+// needs a node. Those are guests not placed yet, stateless guests of a
+// node that is down (moved at once) and stateless guests of a draining
+// node (a new copy is placed; the old one runs until it does). Guests
+// with a volume stay where their data is. Each placement is counted
+// against its node before the next guest is placed, so one pass never
+// overfills a node; PlaceGuests checks every placement again when the
+// plan is committed, and skips those the state no longer allows.
+func Plan(view *state.Snap) []*corpusv1.PlaceGuest {
+	nodes := view.Nodes()
+	cands := make([]Candidate, len(nodes))
+	byID := make(map[string]*Candidate, len(nodes))
+	for i, n := range nodes {
+		cands[i] = Candidate{Node: n, Allocated: view.NodeAllocated(n.Id), UsedPorts: view.UsedPorts(n)}
+		byID[n.Id] = &cands[i]
+	}
+	projects := view.GuestProjects()
+	load := zoneLoad(view, projects, byID)
+	var plan []*corpusv1.PlaceGuest
+	for _, g := range view.Guests() {
+		var from *Candidate
+		if g.NodeId != "" {
+			from = byID[g.NodeId]
+			if !movable(view, g, from) {
+				continue
+			}
+		}
+		if g.DesiredState == state.DesiredDeleted {
+			continue
+		}
+		ref := projects[g.Id]
+		ask := Ask{Guest: g, Env: ref.Env, ZoneLoad: load[ref.Project]}
+		if from != nil && ref.Project != "" {
+			ask.ZoneLoad = without(ask.ZoneLoad, zoneOf(from.Node))
+		}
+		d := Decision{Reason: "its volume is on a node that is no longer enrolled"}
+		if cs := volumeNode(view, g, cands); cs != nil {
+			d = Place(ask, cs)
+		}
+		if d.NodeID == "" {
+			// Reasons are kept for guests without a running node; a
+			// draining node's guest runs on while it waits.
+			down := from == nil || from.Node.Status == state.NodeDown
+			if down && d.Reason != g.PendingReason {
+				plan = append(plan, &corpusv1.PlaceGuest{GuestId: g.Id, Reason: d.Reason, ModifyIndex: g.ModifyIndex})
+			}
+			continue
+		}
+		plan = append(plan, &corpusv1.PlaceGuest{GuestId: g.Id, NodeId: d.NodeID, ModifyIndex: g.ModifyIndex})
+		c := byID[d.NodeID]
+		c.Allocated = state.Allocated([]*corpusv1.Guest{{Spec: &corpusv1.GuestSpec{Resources: c.Allocated}}, g})
+		if ports := g.GetSpec().GetPorts(); len(ports) > 0 {
+			used := make(map[int32]string, len(c.UsedPorts)+len(ports))
+			for p, owner := range c.UsedPorts {
+				used[p] = owner
+			}
+			for _, p := range ports {
+				used[p.HostPort] = "guest " + g.Name + " (nat)"
+			}
+			c.UsedPorts = used
+		}
+		if ref.Project != "" {
+			if load[ref.Project] == nil {
+				load[ref.Project] = map[string]int{}
+			}
+			load[ref.Project][zoneOf(c.Node)]++
+		}
+	}
+	return plan
+}
+
+// movable reports whether a placed guest needs another node: it is
+// stateless and its node is gone, down, or draining (and it is not
+// already migrating).
+func movable(view *state.Snap, g *corpusv1.Guest, from *Candidate) bool {
+	switch {
+	case g.DesiredState == state.DesiredDeleted:
+		return false
+	case from != nil && from.Node.Status != state.NodeDown &&
+		(from.Node.Mode != state.ModeDrain || g.PreviousNodeId != ""):
+		return false
+	}
+	return view.Stateless(g)
+}
+
+// zoneLoad counts the placed guests of each project by zone.
+func zoneLoad(view *state.Snap, projects map[string]state.ProjectRef, byID map[string]*Candidate) map[string]map[string]int {
+	load := map[string]map[string]int{}
+	for id, ref := range projects {
+		g := view.Guest(id)
+		c := byID[g.GetNodeId()]
+		if c == nil || g.DesiredState == state.DesiredDeleted {
+			continue
+		}
+		if load[ref.Project] == nil {
+			load[ref.Project] = map[string]int{}
+		}
+		load[ref.Project][zoneOf(c.Node)]++
+	}
+	return load
+}
+
+func zoneOf(n *corpusv1.Node) string { return n.GetLabels()[state.LabelZone] }
+
+// without returns load with one guest fewer in zone (the guest being
+// placed again), leaving load unchanged.
+func without(load map[string]int, zone string) map[string]int {
+	if load[zone] == 0 {
+		return load
+	}
+	out := make(map[string]int, len(load))
+	for z, n := range load {
+		out[z] = n
+	}
+	out[zone]--
+	return out
+}
+
+// volumeNode narrows the candidates of a guest whose volume already lives
+// on a node to that node: its data is there. It returns nil when that node
+// is gone.
+func volumeNode(view *state.Snap, g *corpusv1.Guest, cands []Candidate) []Candidate {
+	v := view.VolumeOfGuest(g.Id)
+	if v == nil || v.NodeId == "" {
+		return cands
+	}
+	for _, c := range cands {
+		if c.Node.Id == v.NodeId {
+			return []Candidate{c}
+		}
+	}
+	return nil
+}
+
+// Explain decides for one guest on the state as it is, outside a pass:
+// where it would go now, or why it cannot. The API uses it to say why a
+// guest waits.
+func Explain(view *state.Snap, g *corpusv1.Guest) Decision {
+	nodes := view.Nodes()
+	cands := make([]Candidate, 0, len(nodes))
+	for _, n := range nodes {
+		if n.Id != g.NodeId {
+			cands = append(cands, Candidate{Node: n, Allocated: view.NodeAllocated(n.Id), UsedPorts: view.UsedPorts(n)})
+		}
+	}
+	projects := view.GuestProjects()
+	ref := projects[g.Id]
+	return Place(Ask{Guest: g, Env: ref.Env}, cands)
+}

@@ -1,0 +1,376 @@
+package state
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"sort"
+
+	"google.golang.org/protobuf/proto"
+
+	corpusv1 "corpus/proto/corpus/v1"
+)
+
+// Node modes and eligibility (the API's words).
+const (
+	ModeDev     = corpusv1.ModeDev
+	ModeStaging = corpusv1.ModeStaging
+	ModeProd    = corpusv1.ModeProd
+	ModeDrain   = corpusv1.ModeDrain
+)
+
+// Label keys the scheduler knows: guests of one project spread across
+// zones, and constraints name these like any other label.
+const (
+	LabelRegion = "region"
+	LabelZone   = "zone"
+)
+
+// Unfit says why node n cannot take a guest with spec, or "" when it can.
+// env is the project environment the guest runs ("" outside projects):
+// only nodes in that mode take it. alloc is what the node already holds
+// and used the node ports in use there. The scheduler filters with it on
+// a snapshot and PlaceGuests checks each placement with it again as it
+// applies, so both decide alike. Reasons are short phrases that read after
+// a count: "2 nodes short of memory".
+func Unfit(n *corpusv1.Node, alloc *corpusv1.Resources, used map[int32]string, spec *corpusv1.GuestSpec, env string) string {
+	switch {
+	case n.Status != NodeReady:
+		return "not ready (" + n.Status + ")"
+	case n.Mode == ModeDrain:
+		return "draining"
+	case n.Ineligible:
+		return "ineligible"
+	case env != "" && n.Mode != env:
+		return "in mode " + n.Mode + ", not " + env
+	}
+	if why := missingLabel(n.Labels, spec.GetConstraints()); why != "" {
+		return why
+	}
+	var drv *corpusv1.DriverInfo
+	for _, d := range n.Drivers {
+		if d.Name == spec.GetDriver() {
+			drv = d
+		}
+	}
+	switch {
+	case drv == nil:
+		return "without driver " + spec.GetDriver()
+	case !drv.Healthy:
+		return "with driver " + spec.GetDriver() + " unhealthy"
+	case len(drv.Images) > 0 && !slices.Contains(drv.Images, spec.GetImage()):
+		return "without image " + spec.GetImage()
+	}
+	need, capy := spec.GetResources(), n.GetCapacity()
+	switch {
+	case need.GetMemoryBytes() > capy.GetMemoryBytes()-alloc.GetMemoryBytes():
+		return "short of memory"
+	case need.GetCpuMillis() > capy.GetCpuMillis()-alloc.GetCpuMillis():
+		return "short of cpu"
+	case need.GetDiskBytes() > capy.GetDiskBytes()-alloc.GetDiskBytes():
+		return "short of disk"
+	}
+	if ports := spec.GetPorts(); len(ports) > 0 {
+		if why := PortConflict(n, used, ports); why != "" {
+			return "where " + why
+		}
+	}
+	return ""
+}
+
+// missingLabel names the first constraint (by label name) the labels do
+// not meet, or "".
+func missingLabel(labels, constraints map[string]string) string {
+	if len(constraints) == 0 {
+		return ""
+	}
+	keys := make([]string, 0, len(constraints))
+	for k := range constraints {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		if labels[k] != constraints[k] {
+			return "without label " + k + "=" + constraints[k]
+		}
+	}
+	return ""
+}
+
+// Allocated sums the resources of guests. Applied to the guests a node
+// holds it counts those being deleted too: they hold their place until
+// their agent confirms they are gone.
+func Allocated(guests ...[]*corpusv1.Guest) *corpusv1.Resources {
+	sum := &corpusv1.Resources{}
+	for _, gs := range guests {
+		for _, g := range gs {
+			r := g.GetSpec().GetResources()
+			sum.MemoryBytes += r.GetMemoryBytes()
+			sum.CpuMillis += r.GetCpuMillis()
+			sum.DiskBytes += r.GetDiskBytes()
+		}
+	}
+	return sum
+}
+
+// GuestsLeaving returns the guests migrating away from a node whose old
+// copy still runs there, sorted by name.
+func (v *Snap) GuestsLeaving(nodeID string) []*corpusv1.Guest {
+	out := all[*corpusv1.Guest](v, tableGuests, "prev", nodeID)
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
+}
+
+// NodeAllocated is what a node holds: its guests and the old copies of
+// guests migrating away from it.
+func (v *Snap) NodeAllocated(nodeID string) *corpusv1.Resources {
+	return Allocated(v.GuestsOnNode(nodeID), v.GuestsLeaving(nodeID))
+}
+
+// ProjectRef names the project environment a guest runs.
+type ProjectRef struct {
+	Project string
+	Env     string
+}
+
+// GuestProjects maps the ids of project guests to their project
+// environment.
+func (v *Snap) GuestProjects() map[string]ProjectRef {
+	out := map[string]ProjectRef{}
+	for _, p := range v.Projects() {
+		for _, e := range p.Envs {
+			out[e.GuestId] = ProjectRef{Project: p.Name, Env: e.Name}
+		}
+	}
+	return out
+}
+
+// Stateless reports whether a guest has no volume: it can run on any node.
+func (v *Snap) Stateless(g *corpusv1.Guest) bool {
+	return g.GetSpec().GetVolume() == nil && v.VolumeOfGuest(g.Id) == nil
+}
+
+// placeBatch is what one PlaceGuests entry learns as it applies, so each
+// placement does not sum a node's guests again.
+type placeBatch struct {
+	projects map[string]ProjectRef
+	alloc    map[string]*corpusv1.Resources
+	ports    map[string]map[int32]string
+}
+
+func (a *applier) placeGuests(c *corpusv1.PlaceGuests) error {
+	if len(c.Placements) == 0 {
+		return fmt.Errorf("no placements: %w", ErrInvalid)
+	}
+	b := &placeBatch{alloc: map[string]*corpusv1.Resources{}, ports: map[string]map[int32]string{}}
+	applied := 0
+	var last error
+	for _, p := range c.Placements {
+		if err := a.placeChecked(p, b); err != nil {
+			last = err
+			continue
+		}
+		applied++
+	}
+	if applied == 0 {
+		// Nothing holds any more: write nothing, so watchers (the
+		// scheduler first) are not woken to plan the same again.
+		if !errors.Is(last, ErrStale) {
+			last = fmt.Errorf("%w (%w)", last, ErrStale)
+		}
+		return fmt.Errorf("none of the %d placements holds any more: %w", len(c.Placements), last)
+	}
+	return nil
+}
+
+// placeChecked applies one placement of a batch after checking it against
+// the state as it is now:
+//
+//	guest unplaced            -> placed on the node (or given the reason)
+//	stateless, node down      -> moved at once (or given the reason)
+//	stateless, node draining  -> migrating: the new copy is placed and the
+//	                             old one runs until the new one does
+//
+// Anything else, or a node that no longer fits, refuses the placement.
+func (a *applier) placeChecked(p *corpusv1.PlaceGuest, b *placeBatch) error {
+	g, err := a.guest(func() any { return a.get(tableGuests, "id", p.GuestId) }, p.GuestId)
+	if err != nil {
+		return err
+	}
+	if p.ModifyIndex != 0 && g.ModifyIndex != p.ModifyIndex {
+		return fmt.Errorf("placing guest %s: %w", g.Name, ErrStale)
+	}
+	if g.DesiredState == DesiredDeleted {
+		return fmt.Errorf("guest %s is being deleted: %w", g.Name, ErrBadTransition)
+	}
+	v := a.view()
+	var from *corpusv1.Node
+	if g.NodeId != "" {
+		from, _ = a.node(g.NodeId)
+		movable := from == nil || from.Status == NodeDown || (from.Mode == ModeDrain && g.PreviousNodeId == "")
+		if !movable || !v.Stateless(g) {
+			return fmt.Errorf("guest %s is placed on a node it stays on: %w", g.Name, ErrBadTransition)
+		}
+	}
+	if p.NodeId == "" {
+		if from != nil && from.Status != NodeDown {
+			return fmt.Errorf("guest %s: reasons are kept for guests without a running node: %w", g.Name, ErrBadTransition)
+		}
+		if g.PendingReason == p.Reason {
+			return fmt.Errorf("guest %s: same reason: %w", g.Name, ErrStale)
+		}
+		g.PendingReason = p.Reason
+		a.event(g, "pending", p.Reason)
+		g.ModifyIndex = a.index
+		a.put(tableGuests, g)
+		return nil
+	}
+	n, err := a.node(p.NodeId)
+	if err != nil {
+		return err
+	}
+	if from != nil && from.Id == n.Id {
+		return fmt.Errorf("guest %s is already on node %s: %w", g.Name, n.Name, ErrBadTransition)
+	}
+	if b.projects == nil {
+		b.projects = v.GuestProjects()
+	}
+	alloc, ok := b.alloc[n.Id]
+	if !ok {
+		alloc = v.NodeAllocated(n.Id)
+		b.alloc[n.Id] = alloc
+	}
+	used, ok := b.ports[n.Id]
+	if !ok {
+		used = v.UsedPorts(n)
+		b.ports[n.Id] = used
+	}
+	if why := Unfit(n, alloc, used, g.Spec, b.projects[g.Id].Env); why != "" {
+		return fmt.Errorf("placing guest %s on node %s, %s: %w", g.Name, n.Name, why, ErrStale)
+	}
+	switch {
+	case from == nil && g.NodeId != "":
+		a.event(g, "rescheduled", "its node is no longer enrolled; placed on node "+n.Name)
+	case from == nil:
+		a.event(g, "placed", "placed on node "+n.Name)
+	case from.Status == NodeDown:
+		a.event(g, "rescheduled", "node "+from.Name+" is down; placed on node "+n.Name)
+	case g.DesiredState == DesiredRunning:
+		// Draining: the old copy keeps running until the new one does.
+		g.PreviousNodeId, g.PreviousAddress = from.Id, g.Address
+		a.event(g, "migrating", "node "+from.Name+" is draining; starting a new copy on node "+n.Name)
+	default:
+		a.event(g, "migrated", "node "+from.Name+" is draining; placed on node "+n.Name)
+	}
+	if err := a.assign(g, n, v); err != nil {
+		return err
+	}
+	g.Observed = nil
+	g.ModifyIndex = a.index
+	a.put(tableGuests, g)
+	r := g.GetSpec().GetResources()
+	alloc.MemoryBytes += r.GetMemoryBytes()
+	alloc.CpuMillis += r.GetCpuMillis()
+	alloc.DiskBytes += r.GetDiskBytes()
+	for _, port := range g.GetSpec().GetPorts() {
+		used[port.HostPort] = "guest " + g.Name + " (nat)"
+	}
+	return nil
+}
+
+// assign puts g on node n: an address of n's subnet, and its volume
+// there when it has one that is on no node yet.
+func (a *applier) assign(g *corpusv1.Guest, n *corpusv1.Node, v *Snap) error {
+	addr, err := nextGuestAddress(n.GuestSubnet, v.addressesOn(n.Id))
+	if err != nil {
+		return fmt.Errorf("placing guest %s on node %s: %w", g.Name, n.Name, err)
+	}
+	if err := a.placeVolume(g, n); err != nil {
+		return err
+	}
+	g.NodeId, g.Address, g.PendingReason = n.Id, addr.String(), ""
+	return nil
+}
+
+// addressesOn returns the guest addresses in use on a node: its guests'
+// and those of old copies still running there.
+func (v *Snap) addressesOn(nodeID string) []string {
+	var out []string
+	for _, g := range v.GuestsOnNode(nodeID) {
+		out = append(out, g.Address)
+	}
+	for _, g := range v.GuestsLeaving(nodeID) {
+		out = append(out, g.PreviousAddress)
+	}
+	return out
+}
+
+// migrated ends a migration once the new copy is where it should be
+// (running, or stopped when that is what is wanted): the old node then
+// no longer has the guest in its desired state and removes its copy.
+func (a *applier) migrated(g *corpusv1.Guest) {
+	if g.PreviousNodeId == "" {
+		return
+	}
+	st := g.GetObserved().GetState()
+	if st != g.DesiredState || (st != ObservedRunning && st != ObservedStopped) {
+		return
+	}
+	name := g.PreviousNodeId
+	if n, err := a.node(g.PreviousNodeId); err == nil {
+		name = n.Name
+	}
+	g.PreviousNodeId, g.PreviousAddress = "", ""
+	a.event(g, "migrated", "the new copy is "+st+"; the copy on node "+name+" is removed")
+}
+
+func (a *applier) setNodeMode(c *corpusv1.SetNodeMode) error {
+	n, err := a.node(c.NodeId)
+	if err != nil {
+		return err
+	}
+	switch c.Mode {
+	case "", ModeDev, ModeStaging, ModeProd, ModeDrain:
+	default:
+		return fmt.Errorf("node mode %q: %w", c.Mode, ErrInvalid)
+	}
+	switch c.Eligibility {
+	case "":
+	case corpusv1.Eligible:
+		n.Ineligible = false
+	case corpusv1.Ineligible:
+		n.Ineligible = true
+	default:
+		return fmt.Errorf("node eligibility %q: %w", c.Eligibility, ErrInvalid)
+	}
+	if c.Mode != "" {
+		n.Mode = c.Mode
+	}
+	n.ModifyIndex = a.index
+	a.put(tableNodes, n)
+	return nil
+}
+
+// nodeDown finishes, on a node that went down, the deletes it can no
+// longer confirm: the records go now, and the node removes what is left
+// of those guests when it returns (they are not in its desired state).
+func (a *applier) nodeDown(nodeID string) {
+	for _, g := range a.view().GuestsOnNode(nodeID) {
+		if g.DesiredState == DesiredDeleted {
+			a.deleteGuest(proto.Clone(g).(*corpusv1.Guest))
+		}
+	}
+}
+
+// nodeReady clears the reasons recorded for guests that stayed on a node
+// while it was down: they run where they are again.
+func (a *applier) nodeReady(nodeID string) {
+	for _, g := range a.view().GuestsOnNode(nodeID) {
+		if g.PendingReason != "" {
+			g = proto.Clone(g).(*corpusv1.Guest)
+			g.PendingReason = ""
+			g.ModifyIndex = a.index
+			a.put(tableGuests, g)
+		}
+	}
+}
