@@ -39,7 +39,7 @@ func (s *Server) gossipLoop(ctx context.Context) {
 		}
 		logger.Info("gossip member running", "addr", m.Addr())
 		s.gossip.Store(m)
-		<-ctx.Done()
+		s.joinReplicas(ctx, m)
 		s.gossip.Store(nil)
 		m.Close()
 		return
@@ -53,4 +53,33 @@ func (s *Server) GossipAddr() string {
 		return m.Addr()
 	}
 	return ""
+}
+
+// joinReplicas keeps this replica's gossip member joined to the other
+// replicas' (from the state), until ctx ends: one pool, so the leader
+// hears of every node whichever replica it joined through.
+func (s *Server) joinReplicas(ctx context.Context, m *gossip.Member) {
+	logger := s.cfg.Logger.With("component", "gossip")
+	for ctx.Err() == nil {
+		v := s.store.Read()
+		alive := map[string]bool{}
+		for _, name := range m.Alive() {
+			alive[name] = true
+		}
+		var addrs []string
+		for _, c := range v.Coordinators() {
+			if c.Id != s.cfg.ReplicaID && c.GossipAddress != "" && !alive[gossip.CoordinatorMember(c.Id)] {
+				addrs = append(addrs, c.GossipAddress)
+			}
+		}
+		if len(addrs) > 0 {
+			if err := m.Join(addrs...); err != nil {
+				logger.Debug("joining the other replicas' gossip", "error", err)
+			}
+		}
+		// Look again when the replicas change, and now and then.
+		wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		v.Wait(wctx)
+		cancel()
+	}
 }

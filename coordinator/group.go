@@ -269,9 +269,10 @@ func (s *Server) registerLoop(ctx context.Context) {
 		v := s.store.Read()
 		v.WatchIndex()
 		self := s.Self()
-		want := &corpusv1.Coordinator{Id: self.Id, RaftAddress: self.RaftAddress, ApiAddress: self.ApiAddress, DnsAddress: s.DNSAddr()}
+		want := &corpusv1.Coordinator{Id: self.Id, RaftAddress: self.RaftAddress, ApiAddress: self.ApiAddress, DnsAddress: s.DNSAddr(), GossipAddress: s.GossipAddr()}
 		have := v.Coordinator(self.Id)
-		if v.Config() != nil && s.inGroup() && (have == nil || have.RaftAddress != want.RaftAddress || have.ApiAddress != want.ApiAddress || have.DnsAddress != want.DnsAddress) {
+		if v.Config() != nil && s.inGroup() && (have == nil || have.RaftAddress != want.RaftAddress || have.ApiAddress != want.ApiAddress ||
+			have.DnsAddress != want.DnsAddress || have.GossipAddress != want.GossipAddress) {
 			if _, err := s.propose(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_UpsertCoordinator{UpsertCoordinator: &corpusv1.UpsertCoordinator{Coordinator: want}}}); err != nil {
 				s.logger.Debug("registering this replica", "error", err)
 				select {

@@ -44,6 +44,7 @@ func newReplica(t *testing.T, id, dir, apiAddr, raftAddr string, opts ...func(*c
 	cfg.DataDir = dir
 	cfg.APIAddr, cfg.RaftAddr = apiAddr, raftAddr
 	cfg.DNS.Addr = "127.0.0.1:0"
+	cfg.GossipAddr = "127.0.0.1:0"
 	cfg.Logger = testLogger(t)
 	for _, o := range opts {
 		o(&cfg)

@@ -59,7 +59,8 @@ func newCoordGroupIn(t *testing.T, lab *netLab, advertiseHost string) *coordGrou
 		args := []string{"coordinator", "--id", id,
 			"--data-dir", filepath.Join(g.dir, id), "--api-addr", g.api[id], "--raft-addr", fmt.Sprintf("127.0.0.1:%d", 7401+10*i),
 			"--dns-addr", fmt.Sprintf("127.0.0.1:%d", 8600+10*i), "--bootstrap-expect", "3", "--join", strings.Join(join, ","),
-			"--raft-snapshot-threshold", "64", "--raft-trailing-logs", "16", "--node-timeout", "4s"}
+			"--raft-snapshot-threshold", "64", "--raft-trailing-logs", "16", "--node-timeout", "4s",
+			"--gossip-addr", fmt.Sprintf("127.0.0.1:%d", 7403+10*i)}
 		if advertiseHost != "" {
 			port := strings.TrimPrefix(g.api[id], "127.0.0.1:")
 			args = append(args, "--api-addr", "0.0.0.0:"+port, "--advertise-addr", advertiseHost+":"+port)

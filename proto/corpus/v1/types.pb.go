@@ -1421,8 +1421,11 @@ type Coordinator struct {
 	Id          string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
 	RaftAddress string `protobuf:"bytes,2,opt,name=raft_address,json=raftAddress,proto3" json:"raft_address,omitempty"`
 	// api_address is where the replica's API answers.
-	ApiAddress    string `protobuf:"bytes,3,opt,name=api_address,json=apiAddress,proto3" json:"api_address,omitempty"`
-	DnsAddress    string `protobuf:"bytes,4,opt,name=dns_address,json=dnsAddress,proto3" json:"dns_address,omitempty"`
+	ApiAddress string `protobuf:"bytes,3,opt,name=api_address,json=apiAddress,proto3" json:"api_address,omitempty"`
+	DnsAddress string `protobuf:"bytes,4,opt,name=dns_address,json=dnsAddress,proto3" json:"dns_address,omitempty"`
+	// gossip_address is the replica's gossip member; replicas join each
+	// other's so the leader hears of every node.
+	GossipAddress string `protobuf:"bytes,5,opt,name=gossip_address,json=gossipAddress,proto3" json:"gossip_address,omitempty"`
 	CreateIndex   uint64 `protobuf:"varint,20,opt,name=create_index,json=createIndex,proto3" json:"create_index,omitempty"`
 	ModifyIndex   uint64 `protobuf:"varint,21,opt,name=modify_index,json=modifyIndex,proto3" json:"modify_index,omitempty"`
 	unknownFields protoimpl.UnknownFields
@@ -1483,6 +1486,13 @@ func (x *Coordinator) GetApiAddress() string {
 func (x *Coordinator) GetDnsAddress() string {
 	if x != nil {
 		return x.DnsAddress
+	}
+	return ""
+}
+
+func (x *Coordinator) GetGossipAddress() string {
+	if x != nil {
+		return x.GossipAddress
 	}
 	return ""
 }
@@ -2594,14 +2604,15 @@ const file_corpus_v1_types_proto_rawDesc = "" +
 	"created_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x12#\n" +
 	"\rguest_network\x18\x05 \x01(\tR\fguestNetwork\x12(\n" +
 	"\x10node_subnet_bits\x18\x06 \x01(\x05R\x0enodeSubnetBits\x12'\n" +
-	"\x0fcoordinator_key\x18\a \x01(\tR\x0ecoordinatorKey\"\xc8\x01\n" +
+	"\x0fcoordinator_key\x18\a \x01(\tR\x0ecoordinatorKey\"\xef\x01\n" +
 	"\vCoordinator\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12!\n" +
 	"\fraft_address\x18\x02 \x01(\tR\vraftAddress\x12\x1f\n" +
 	"\vapi_address\x18\x03 \x01(\tR\n" +
 	"apiAddress\x12\x1f\n" +
 	"\vdns_address\x18\x04 \x01(\tR\n" +
-	"dnsAddress\x12!\n" +
+	"dnsAddress\x12%\n" +
+	"\x0egossip_address\x18\x05 \x01(\tR\rgossipAddress\x12!\n" +
 	"\fcreate_index\x18\x14 \x01(\x04R\vcreateIndex\x12!\n" +
 	"\fmodify_index\x18\x15 \x01(\x04R\vmodifyIndex\"\xfc\x01\n" +
 	"\tDnsRecord\x12\x0e\n" +
