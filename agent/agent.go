@@ -17,6 +17,7 @@ import (
 	"corpus/agent/cache"
 	"corpus/drivers"
 	"corpus/drivers/catalog"
+	"corpus/internal/gossip"
 	"corpus/internal/names"
 	"corpus/internal/rpc"
 	corpusv1 "corpus/proto/corpus/v1"
@@ -67,7 +68,12 @@ type Config struct {
 	// GitMaxPushBytes bounds one push's pack.
 	GitAddr         string
 	GitMaxPushBytes int64
-	Logger          *slog.Logger
+	// GossipAddr is where the node's gossip member listens (UDP and TCP);
+	// coordinators probe it to notice within seconds that the node is
+	// gone. It is advertised with the host of AdvertiseAddr (or APIAddr).
+	// Off when empty: heartbeats alone then keep the node alive.
+	GossipAddr string
+	Logger     *slog.Logger
 }
 
 // Default returns the default agent configuration.
@@ -88,6 +94,7 @@ func Default() Config {
 
 		GitAddr:         ":2222",
 		GitMaxPushBytes: 256 << 20,
+		GossipAddr:      ":7404",
 	}
 }
 
@@ -144,6 +151,11 @@ func (c Config) Validate() error {
 			errs = append(errs, fmt.Errorf("git max push bytes %d is under 1 KiB", c.GitMaxPushBytes))
 		}
 	}
+	if c.GossipAddr != "" {
+		if _, _, err := net.SplitHostPort(c.GossipAddr); err != nil {
+			errs = append(errs, fmt.Errorf("gossip address %q: %w", c.GossipAddr, err))
+		}
+	}
 	if c.ReportInterval <= 0 || c.ResyncInterval <= 0 || c.StopTimeout <= 0 {
 		errs = append(errs, errors.New("intervals and timeouts must be positive"))
 	}
@@ -162,7 +174,8 @@ type Agent struct {
 	vols     volume.Backend // nil when volumes cannot run here
 	id       cache.Identity
 	coords   *coordinators
-	git      *gitServer // nil when the git endpoint is off
+	git      *gitServer     // nil when the git endpoint is off
+	gossip   *gossip.Member // nil when gossip is off
 	envLocks envLocks
 	runCtx   context.Context
 
@@ -173,6 +186,10 @@ type Agent struct {
 	netErr  error                      // the last network reconcile's error
 	cdns    clusterDNS                 // where the cluster zone is answered
 	volumes []*corpusv1.Volume         // this node's volumes
+	// gossipPeer is the coordinator's gossip member, as the watch said.
+	gossipPeer string
+	// rewatch ends the current watch stream so a fresh one starts.
+	rewatch context.CancelFunc
 
 	volObserved   map[string]*corpusv1.VolumeObserved // by volume id
 	volBusy       map[string]bool                     // volumes in transfer, by name
@@ -346,7 +363,9 @@ func (a *Agent) Run(ctx context.Context) error {
 	if a.git != nil {
 		run(a.git.serve)
 	}
+	a.startGossip()
 	run(a.recoverDeploys)
+	run(a.gossipLoop)
 	run(a.watchLoop)
 	run(a.reconcileLoop)
 	run(a.reportLoop)

@@ -50,6 +50,11 @@ func (a *Agent) pass(ctx context.Context) {
 		}
 		a.poke(w.kick)
 	}
+	for id, w := range a.workers {
+		if _, ok := a.desired[id]; !ok {
+			a.poke(w.kick) // it exits, waking a pass that removes what is left of its guest
+		}
+	}
 	a.mu.Unlock()
 	if !known {
 		return // never told anything: touch nothing
@@ -185,7 +190,10 @@ func desiredVersion(g *corpusv1.Guest) string {
 }
 
 // current returns the guest's desired state, or nil after removing the
-// worker when the guest is no longer desired.
+// worker when the guest is no longer desired. Then the reconcile loop is
+// woken: while the worker was there, the guest was not taken for an
+// orphan; now it is, and a copy left on the host (the guest was deleted
+// elsewhere, or moved to another node) is removed.
 func (w *worker) current() *corpusv1.Guest {
 	a := w.a
 	a.mu.Lock()
@@ -194,6 +202,7 @@ func (w *worker) current() *corpusv1.Guest {
 	if g == nil {
 		delete(a.workers, w.id)
 		delete(a.observed, w.id)
+		a.poke(a.kick)
 	}
 	return g
 }

@@ -26,6 +26,7 @@ func (a *Agent) reportLoop(ctx context.Context) {
 		case err == nil && failing:
 			a.logger.Info("reporting to coordinator again")
 			failing = false
+			a.restartWatch()
 		}
 		select {
 		case <-ctx.Done():

@@ -11,15 +11,27 @@ import (
 	corpusv1 "corpus/proto/corpus/v1"
 )
 
+// watchIdle is how long a watch stream may stay silent before the agent
+// takes it for dead and opens another: coordinators resend the desired
+// state every 30s, and a stream cut by a network partition may otherwise
+// hang until TCP gives up, long after the network is back.
+const watchIdle = 75 * time.Second
+
 // watchLoop holds one watch stream to the coordinator, reconnecting with
 // backoff. Each message is the full desired state of this node's guests.
 func (a *Agent) watchLoop(ctx context.Context) {
 	backoff := 250 * time.Millisecond
 	for ctx.Err() == nil {
 		addr, client := a.coords.current()
-		stream, err := client.Watch(ctx, connect.NewRequest(&corpusv1.WatchRequest{}))
+		sctx, cancel := context.WithCancel(ctx)
+		a.mu.Lock()
+		a.rewatch = cancel
+		a.mu.Unlock()
+		idle := time.AfterFunc(watchIdle, cancel)
+		stream, err := client.Watch(sctx, connect.NewRequest(&corpusv1.WatchRequest{}))
 		if err == nil {
 			for stream.Receive() {
+				idle.Reset(watchIdle)
 				backoff = 250 * time.Millisecond
 				msg := stream.Msg()
 				if err := a.cache.SetDesired(msg); err != nil {
@@ -33,8 +45,17 @@ func (a *Agent) watchLoop(ctx context.Context) {
 			err = stream.Err()
 			stream.Close()
 		}
+		idle.Stop()
+		restarted := sctx.Err() != nil
+		cancel()
 		if ctx.Err() != nil {
 			return
+		}
+		if restarted {
+			// Ended on purpose (see restartWatch) or idle: open a new
+			// stream at once.
+			a.logger.Info("watch stream restarted", "coordinator", addr)
+			continue
 		}
 		next := a.coords.failed(addr, err)
 		a.logger.Warn("watch stream ended; guests keep running as last told", "coordinator", addr, "error", err, "next", next, "retry_in", backoff)
@@ -44,6 +65,19 @@ func (a *Agent) watchLoop(ctx context.Context) {
 		case <-time.After(backoff):
 		}
 		backoff = min(backoff*2, 10*time.Second)
+	}
+}
+
+// restartWatch ends the current watch stream; the watch loop opens a new
+// one at once. Reports that succeed again after failing call it: the
+// network came back, and the old stream may be stuck on a connection that
+// died meanwhile.
+func (a *Agent) restartWatch() {
+	a.mu.Lock()
+	cancel := a.rewatch
+	a.mu.Unlock()
+	if cancel != nil {
+		cancel()
 	}
 }
 
@@ -60,6 +94,9 @@ func (a *Agent) setDesired(msg *corpusv1.WatchResponse) {
 	}
 	a.routes = msg.Routes
 	a.volumes = msg.Volumes
+	if msg.GossipAddr != "" {
+		a.gossipPeer = msg.GossipAddr
+	}
 	a.cdns = clusterDNS{}
 	if host, _, err := net.SplitHostPort(a.coordinator()); err == nil && msg.DnsPort != 0 {
 		a.cdns = clusterDNS{zone: msg.DnsZone, server: net.JoinHostPort(host, strconv.Itoa(int(msg.DnsPort)))}

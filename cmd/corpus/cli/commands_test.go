@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -183,11 +184,16 @@ func TestUserKeyProjectCommands(t *testing.T) {
 	}
 }
 
-// fakeAgent enrolls a node through the agent API, reports a git endpoint
+// fakeAgent enrolls node vm through the agent API, reports a git endpoint
 // at 10.0.0.1:2222, and reports every guest placed on it as running until
 // ctx ends; ready is closed once the node is ready. It stands in for a
 // real agent, which needs LXC.
 func (c *cliTarget) fakeAgent(ctx context.Context, ready chan<- struct{}) error {
+	return c.fakeNode(ctx, "vm", ready)
+}
+
+// fakeNode is fakeAgent for a node of another name.
+func (c *cliTarget) fakeNode(ctx context.Context, name string, ready chan<- struct{}) error {
 	join, err := c.ops.nodes.CreateJoinToken(ctx, connect.NewRequest(&corpusv1.CreateJoinTokenRequest{}))
 	if err != nil {
 		return err
@@ -196,7 +202,7 @@ func (c *cliTarget) fakeAgent(ctx context.Context, ready chan<- struct{}) error 
 	capacity := &corpusv1.Resources{MemoryBytes: 8 << 30, CpuMillis: 4000, DiskBytes: 100 << 30}
 	drivers := []*corpusv1.DriverInfo{{Name: "lxc", Healthy: true, Exec: true}}
 	res, err := corpusv1connect.NewAgentServiceClient(hc, base).Enroll(ctx, connect.NewRequest(&corpusv1.EnrollRequest{
-		JoinToken: join.Msg.Token, Name: "vm", Capacity: capacity, Drivers: drivers, AgentAddress: "127.0.0.1:1", AgentVersion: "test",
+		JoinToken: join.Msg.Token, Name: name, Capacity: capacity, Drivers: drivers, AgentAddress: "127.0.0.1:1", AgentVersion: "test",
 	}))
 	if err != nil {
 		return err
@@ -222,6 +228,59 @@ func (c *cliTarget) fakeAgent(ctx context.Context, ready chan<- struct{}) error 
 		}
 	}
 	return stream.Err()
+}
+
+// startNodes runs fake agents for the named nodes until the test ends.
+func (c *cliTarget) startNodes(names ...string) {
+	c.t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	c.t.Cleanup(func() { cancel(); wg.Wait() })
+	for _, name := range names {
+		ready, done := make(chan struct{}), make(chan error, 1)
+		wg.Add(1)
+		go func() { defer wg.Done(); done <- c.fakeNode(ctx, name, ready) }()
+		select {
+		case <-ready:
+		case err := <-done:
+			c.t.Fatalf("fake agent %s: %v", name, err)
+		}
+	}
+}
+
+// TestNodeModeAndDrain: node mode sets modes and eligibility, and drain
+// follows the moves until the node is empty, or says what stays.
+func TestNodeModeAndDrain(t *testing.T) {
+	c := startCoordinator(t)
+	c.startNodes("vm", "vm2")
+	c.want("guest create web --image busybox --memory 64M", "guest web is running on node vm")
+	c.wantErr("node mode vm sideways", `node mode "sideways": use dev, staging, prod, drain, eligible or ineligible`)
+	c.wantErr("node mode nope prod", `node "nope"`)
+	c.want("node mode vm drain --deadline 30s", "node vm is drained: nothing is left on it")
+	c.want("guest show web", "Node:       vm2", "migrating", "migrated")
+	c.want("node mode vm prod", "node vm is now in mode prod")
+	c.want("node mode vm prod", "node vm already was in mode prod")
+	c.want("computenode_switchmode vm ineligible", "node vm is now in mode prod,ineligible")
+	c.want("computenode_list", "vm    ready   prod,ineligible")
+	c.want("computenode_infos vm", "Mode:      prod,ineligible")
+
+	// vm takes nothing new: web cannot move off vm2, and db's data stays.
+	c.want("guest create db --image busybox --memory 64M --volume 64M", "guest db is running on node vm2")
+	c.wantErr("node mode vm2 drain --deadline 2s", "node vm2 is not drained after 2s (2 guests left)")
+	out, _ := c.run("", "node", "mode", "vm2", "drain", "--deadline", "2s")
+	for _, want := range []string{"web: waiting for a node: no node fits (1 considered): 1 node ineligible", "db: stays: its volume db"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("corpus node mode vm2 drain printed:\n%s\nwant it to contain %q", out, want)
+		}
+	}
+	c.want("node mode vm eligible", "node vm is now in mode prod")
+	c.wantErr("node mode vm2 drain --deadline 30s", "node vm2 still holds 1 guests with a volume")
+	c.want("guest list", "web", "vm ")
+
+	c.wantErr("guest create api --image busybox --constraint zone", `--constraint "zone": want LABEL=VALUE`)
+	c.wantErr("guest create api --image busybox --constraint mode=prod", "mode is not a label")
+	c.wantErr("guest create api --image busybox --constraint zone=a", "1 node without label zone=a")
+	c.want("guest show api", "Constraints:  zone=a")
 }
 
 // TestProjectCreateWaits: project create follows the guest until it runs,

@@ -56,6 +56,7 @@ func newCoordinatorCmd(g *globals) *cobra.Command {
 	f.Uint64Var(&cfg.RaftSnapshotThreshold, "raft-snapshot-threshold", 0, "log entries between snapshots (0: Raft's default, 8192)")
 	f.Uint64Var(&cfg.RaftTrailingLogs, "raft-trailing-logs", 0, "log entries kept after a snapshot (0: Raft's default, 10240)")
 	f.DurationVar(&cfg.NodeTimeout, "node-timeout", cfg.NodeTimeout, "mark a node down after this long without a report")
+	f.StringVar(&cfg.GossipAddr, "gossip-addr", cfg.GossipAddr, "gossip listen address, UDP and TCP: nodes found dead there are marked down at once (empty: off, heartbeats only)")
 	f.StringVar(&cfg.GuestNetwork, "guest-network", cfg.GuestNetwork, "cluster range node guest subnets come from (fixed at bootstrap)")
 	f.IntVar(&cfg.NodeSubnetBits, "node-subnet-bits", cfg.NodeSubnetBits, "prefix length of each node's guest subnet (fixed at bootstrap)")
 	addDNSFlags(f, &cfg)
@@ -104,6 +105,7 @@ func newAgentCmd(g *globals) *cobra.Command {
 	f.DurationVar(&cfg.ReportInterval, "report-interval", cfg.ReportInterval, "status report (heartbeat) period")
 	f.DurationVar(&cfg.ResyncInterval, "resync-interval", cfg.ResyncInterval, "full reconcile period")
 	f.DurationVar(&cfg.StopTimeout, "stop-timeout", cfg.StopTimeout, "clean shutdown time a guest gets before it is killed")
+	f.StringVar(&cfg.GossipAddr, "gossip-addr", cfg.GossipAddr, "gossip listen address, UDP and TCP, advertised with the host of --advertise-addr (empty: off, heartbeats only)")
 	addNetworkFlags(f, &cfg)
 	logs.add(f)
 	return cmd

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
 	"path/filepath"
 	"sync"
@@ -114,6 +115,9 @@ func runDev(ctx context.Context, g *globals, o devOptions, logger *slog.Logger) 
 	acfg.StateDir = filepath.Join(o.stateDir, "agent")
 	acfg.Coordinators = []string{addr}
 	acfg.APIAddr = o.agentAddr
+	if host, _, err := net.SplitHostPort(o.agentAddr); err == nil {
+		acfg.GossipAddr = net.JoinHostPort(host, "7404")
+	}
 	acfg.Name = o.name
 	acfg.Logger = logger
 	enrolled, err := isEnrolled(acfg.StateDir)

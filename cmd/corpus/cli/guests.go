@@ -34,7 +34,7 @@ func newGuestCreateCmd(g *globals) *cobra.Command {
 	var (
 		driver, image, memory, cpus, disk string
 		volSize, volPath, useVolume       string
-		env, ports                        []string
+		env, ports, constraints           []string
 		stopped, noWait                   bool
 		timeout                           time.Duration
 	)
@@ -42,7 +42,8 @@ func newGuestCreateCmd(g *globals) *cobra.Command {
 		Use:   "create NAME --image IMAGE [--memory 256M] [--cpus 0.25]",
 		Short: "Create a guest; the scheduler places it on a node that fits",
 		Example: `  corpus guest create web --image busybox --memory 256M --cpus 1
-  corpus guest create db --image debian/bookworm --env TZ=UTC --stopped`,
+  corpus guest create db --image debian/bookworm --env TZ=UTC --stopped
+  corpus guest create api --image busybox --constraint region=eu --constraint zone=a`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			spec := &corpusv1.GuestSpec{Driver: driver, Image: image, Resources: &corpusv1.Resources{}, Env: map[string]string{}}
@@ -68,6 +69,16 @@ func newGuestCreateCmd(g *globals) *cobra.Command {
 					return fmt.Errorf("--env %q: want KEY=VALUE", kv)
 				}
 				spec.Env[k] = v
+			}
+			if len(constraints) > 0 {
+				spec.Constraints = map[string]string{}
+			}
+			for _, kv := range constraints {
+				k, v, ok := strings.Cut(kv, "=")
+				if !ok || k == "" || v == "" {
+					return fmt.Errorf("--constraint %q: want LABEL=VALUE, e.g. region=eu or zone=a", kv)
+				}
+				spec.Constraints[k] = v
 			}
 			for _, p := range ports {
 				port, err := parsePortSpec(p)
@@ -119,6 +130,7 @@ func newGuestCreateCmd(g *globals) *cobra.Command {
 	f.StringVar(&cpus, "cpus", "", "CPU limit in cores (0.5) or millicores (250m) (default 0.25)")
 	f.StringVar(&disk, "disk", "", "disk reserved on the node, e.g. 1G (default 1G)")
 	f.StringArrayVar(&env, "env", nil, "environment variable KEY=VALUE (repeatable)")
+	f.StringArrayVar(&constraints, "constraint", nil, "place only on nodes with this label, LABEL=VALUE, e.g. region=eu, zone=a (repeatable)")
 	f.StringArrayVar(&ports, "port", nil, "publish a guest port on the node by NAT, NODEPORT:GUESTPORT[/tcp|udp] (repeatable)")
 	f.StringVar(&volSize, "volume", "", "give the guest a new volume of this size, e.g. 5G")
 	f.StringVar(&volPath, "volume-path", "", "where the volume appears inside the guest (default /srv/data)")
@@ -294,12 +306,18 @@ func newGuestShowCmd(g *globals) *cobra.Command {
 				if gu.PendingReason != "" {
 					fmt.Fprintf(w, "Pending:\t%s\n", gu.PendingReason)
 				}
+				if m.Status == corpusv1.GuestLost {
+					fmt.Fprintf(w, "Lost:\t%s\n", lostHint(gu))
+				}
 				fmt.Fprintf(w, "Driver:\t%s\n", gu.Spec.GetDriver())
 				fmt.Fprintf(w, "Image:\t%s\n", gu.Spec.GetImage())
 				r := gu.Spec.GetResources()
 				fmt.Fprintf(w, "Resources:\tmemory %s, cpus %s, disk %s\n", formatSize(r.GetMemoryBytes()), formatCPUs(r.GetCpuMillis()), formatSize(r.GetDiskBytes()))
 				if len(gu.Spec.GetEnv()) > 0 {
 					fmt.Fprintf(w, "Env:\t%s\n", labelList(gu.Spec.GetEnv()))
+				}
+				if len(gu.Spec.GetConstraints()) > 0 {
+					fmt.Fprintf(w, "Constraints:\t%s\n", labelList(gu.Spec.GetConstraints()))
 				}
 				fmt.Fprintf(w, "Address:\t%s\n", dash(gu.Address))
 				if v := gu.Spec.GetVolume(); v != nil {
@@ -409,6 +427,14 @@ func newGuestExecCmd(g *globals) *cobra.Command {
 	cmd.Flags().StringArrayVar(&env, "env", nil, "environment variable KEY=VALUE for the command (repeatable)")
 	cmd.Flags().StringVar(&dir, "dir", "", "working directory inside the guest")
 	return cmd
+}
+
+// lostHint says what becomes of a guest whose node is down.
+func lostHint(g *corpusv1.Guest) string {
+	if v := g.Spec.GetVolume(); v != nil {
+		return "its node is down; its data is there, so it stays until the node returns (or, once it is back, move it: delete the guest, `corpus volume move`, create it again with --use-volume)"
+	}
+	return "its node is down; it moves to another node as soon as one fits"
 }
 
 func dash(s string) string {

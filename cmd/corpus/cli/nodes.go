@@ -34,9 +34,14 @@ func newNodeCmd(g *globals) *cobra.Command {
 	}
 	token.Flags().DurationVar(&ttl, "ttl", time.Hour, "how long the token stays valid")
 
-	list := &cobra.Command{
-		Use:     "list",
-		Aliases: []string{"ls"},
+	cmd.AddCommand(token, newNodeListCmd(g, "list"), newNodeShowCmd(g, "show"), newNodeModeCmd(g, "mode"))
+	return cmd
+}
+
+func newNodeListCmd(g *globals, use string) *cobra.Command {
+	return &cobra.Command{
+		Use:     use,
+		Aliases: aliases(use, "ls"),
 		Short:   "List nodes",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -47,7 +52,7 @@ func newNodeCmd(g *globals) *cobra.Command {
 				fmt.Fprintln(w, "NAME\tSTATUS\tMODE\tGUESTS\tMEMORY\tCPUS\tDRIVERS\tLABELS")
 				for _, v := range msg.Nodes {
 					n := v.Node
-					fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%s/%s\t%s/%s\t%s\t%s\n", n.Name, n.Status, n.Mode, v.Guests,
+					fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%s/%s\t%s/%s\t%s\t%s\n", n.Name, n.Status, nodeMode(n), v.Guests,
 						formatSize(v.Allocated.GetMemoryBytes()), formatSize(n.Capacity.GetMemoryBytes()),
 						formatCPUs(v.Allocated.GetCpuMillis()), formatCPUs(n.Capacity.GetCpuMillis()),
 						driverList(n.Drivers), labelList(n.Labels))
@@ -56,9 +61,11 @@ func newNodeCmd(g *globals) *cobra.Command {
 			})
 		},
 	}
+}
 
-	show := &cobra.Command{
-		Use:   "show NODE",
+func newNodeShowCmd(g *globals, use string) *cobra.Command {
+	return &cobra.Command{
+		Use:   use + " NODE",
 		Short: "Show one node",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -71,7 +78,7 @@ func newNodeCmd(g *globals) *cobra.Command {
 				fmt.Fprintf(w, "Name:\t%s\n", n.Name)
 				fmt.Fprintf(w, "ID:\t%s\n", n.Id)
 				fmt.Fprintf(w, "Status:\t%s\n", n.Status)
-				fmt.Fprintf(w, "Mode:\t%s\n", n.Mode)
+				fmt.Fprintf(w, "Mode:\t%s\n", nodeMode(n))
 				fmt.Fprintf(w, "Labels:\t%s\n", labelList(n.Labels))
 				fmt.Fprintf(w, "Agent:\t%s (version %s)\n", n.AgentAddress, n.AgentVersion)
 				fmt.Fprintf(w, "Enrolled:\t%s\n", n.EnrolledAt.AsTime().Local().Format(time.RFC3339))
@@ -91,8 +98,24 @@ func newNodeCmd(g *globals) *cobra.Command {
 			})
 		},
 	}
-	cmd.AddCommand(token, list, show)
-	return cmd
+}
+
+// aliases are a command's aliases under its own name, none under a
+// seed alias's.
+func aliases(use string, names ...string) []string {
+	if strings.HasPrefix(use, "computenode_") {
+		return nil
+	}
+	return names
+}
+
+// nodeMode is a node's mode as the CLI shows it: "prod", "drain",
+// "prod,ineligible".
+func nodeMode(n *corpusv1.Node) string {
+	if n.Ineligible {
+		return n.Mode + "," + corpusv1.Ineligible
+	}
+	return n.Mode
 }
 
 func driverList(ds []*corpusv1.DriverInfo) string {

@@ -112,6 +112,7 @@ func newRoot(g *globals) *cobra.Command {
 		newReleaseCmd(g),
 		newRollbackCmd(g),
 	)
+	root.AddCommand(newSeedAliases(g)...)
 	return root
 }
 
