@@ -63,7 +63,8 @@ func newCoordGroupIn(t *testing.T, lab *netLab, advertiseHost string) *coordGrou
 			"--gossip-addr", fmt.Sprintf("127.0.0.1:%d", 7403+10*i)}
 		if advertiseHost != "" {
 			port := strings.TrimPrefix(g.api[id], "127.0.0.1:")
-			args = append(args, "--api-addr", "0.0.0.0:"+port, "--advertise-addr", advertiseHost+":"+port)
+			args = append(args, "--api-addr", "0.0.0.0:"+port, "--advertise-addr", advertiseHost+":"+port,
+				"--gossip-addr", fmt.Sprintf("%s:%d", advertiseHost, 7403+10*i))
 		}
 		g.procs[id] = startIn(t, g.ns, "coordinator "+id, nil, args...)
 	}
@@ -97,7 +98,8 @@ func (g *coordGroup) dns(id string) corpusv1connect.DnsServiceClient {
 	return corpusv1connect.NewDnsServiceClient(groupHTTP(g.ns), "http://"+g.api[id], connect.WithInterceptors(rpc.Bearer(g.token)))
 }
 
-// leader asks the live replicas who leads.
+// leader is the replica that says it leads (its own word, not a
+// follower's possibly stale view).
 func (g *coordGroup) leader() string {
 	g.t.Helper()
 	var lead string
@@ -106,15 +108,10 @@ func (g *coordGroup) leader() string {
 			if g.procs[id] == nil {
 				continue
 			}
-			peers, err := g.client(id).RaftPeers(context.Background(), connect.NewRequest(&corpusv1.RaftPeersRequest{}))
-			if err != nil {
-				continue
-			}
-			for _, p := range peers.Msg.Peers {
-				if p.Leader && g.procs[p.Id] != nil {
-					lead = p.Id
-					return nil
-				}
+			p, err := g.client(id).Peer(context.Background(), connect.NewRequest(&corpusv1.PeerRequest{}))
+			if err == nil && p.Msg.Leader == id {
+				lead = id
+				return nil
 			}
 		}
 		return errors.New("no live leader")
@@ -170,9 +167,9 @@ func TestCoordinatorGroup(t *testing.T) {
 		acked   = map[string]bool{}
 		stop    = make(chan struct{})
 		wg      sync.WaitGroup
-		// firstCreated is when the first new record was acknowledged
-		// since it was last reset.
-		firstCreated time.Time
+		// firstCreated is when the first record created by a write sent
+		// after faultAt was acknowledged.
+		firstCreated, faultAt time.Time
 		start        = time.Now()
 		keySet       = 400
 		clients      = 4
@@ -192,6 +189,7 @@ func TestCoordinatorGroup(t *testing.T) {
 				k := fmt.Sprintf("k%d-%d", round, rand.IntN(keySet))
 				mu.Unlock()
 				id := g.ids[rand.IntN(len(g.ids))]
+				sent := time.Now()
 				ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 				call := time.Since(start).Nanoseconds()
 				res, err := g.dns(id).AddRecord(ctx, connect.NewRequest(&corpusv1.AddRecordRequest{Name: k, Type: "TXT", Data: "v"}))
@@ -215,7 +213,7 @@ func TestCoordinatorGroup(t *testing.T) {
 				} else {
 					acked[k] = true
 				}
-				if out == "created" && firstCreated.IsZero() {
+				if out == "created" && firstCreated.IsZero() && sent.After(faultAt) {
 					// A write sent after the fault and committed.
 					firstCreated = time.Now()
 				}
@@ -256,7 +254,7 @@ func TestCoordinatorGroup(t *testing.T) {
 		p.kill()
 		killed := time.Now()
 		mu.Lock()
-		firstCreated = time.Time{} // only writes sent from now count
+		firstCreated, faultAt = time.Time{}, killed // only writes sent from now count
 		mu.Unlock()
 		eventually(t, 10*time.Second, "writes after the leader died", func() error {
 			if created().IsZero() {
