@@ -170,9 +170,9 @@ func TestCoordinatorGroup(t *testing.T) {
 		// firstCreated is when the first record created by a write sent
 		// after faultAt was acknowledged.
 		firstCreated, faultAt time.Time
-		start        = time.Now()
-		keySet       = 400
-		clients      = 4
+		start                 = time.Now()
+		keySet                = 400
+		clients               = 4
 	)
 	round := 0
 	for c := 0; c < clients; c++ {
