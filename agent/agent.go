@@ -248,7 +248,7 @@ func New(cfg Config) (*Agent, error) {
 	} else {
 		a.vols = vb
 	}
-	ln, err := net.Listen("tcp", cfg.APIAddr)
+	ln, err := rpc.Listen(cfg.APIAddr)
 	if err != nil {
 		c.Close()
 		return nil, fmt.Errorf("listening for the agent api on %s: %w", cfg.APIAddr, err)

@@ -200,7 +200,7 @@ func New(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	s.replica = r
-	ln, err := net.Listen("tcp", cfg.APIAddr)
+	ln, err := rpc.Listen(cfg.APIAddr)
 	if err != nil {
 		r.close()
 		return nil, fmt.Errorf("listening for the api on %s: %w", cfg.APIAddr, err)

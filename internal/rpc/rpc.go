@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"golang.org/x/net/netutil"
 )
 
 // HTTPClient returns a client for corpus APIs. It speaks HTTP/1.1 and
@@ -42,6 +43,20 @@ func NewServer(h http.Handler) *http.Server {
 	s.Protocols.SetHTTP1(true)
 	s.Protocols.SetUnencryptedHTTP2(true)
 	return s
+}
+
+// MaxConns bounds the connections an API listener holds at once; more
+// wait in the kernel's backlog. With ReadHeaderTimeout it keeps a flood
+// of idle or slow connections from exhausting the server.
+const MaxConns = 4096
+
+// Listen opens an API listener bounded to MaxConns connections.
+func Listen(addr string) (net.Listener, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	return netutil.LimitListener(ln, MaxConns), nil
 }
 
 // NodeCredentialPrefix starts every node agent's bearer token.
