@@ -124,32 +124,41 @@ func (r *replica) waitFor(what string, cond func(v *state.Snap) bool) {
 
 func (r *replica) enroll(name string, memGiB int64, ready bool, opts ...func(*corpusv1.Node)) {
 	r.t.Helper()
+	r.must(enrollCmds(name, opts...)...)
+	if ready {
+		r.report(name, memGiB, "v1")
+	}
+}
+
+// enrollCmds enroll node name, initializing in mode dev, changed by opts.
+func enrollCmds(name string, opts ...func(*corpusv1.Node)) []*corpusv1.Command {
 	n := &corpusv1.Node{Id: name + "-id", Name: name, Status: state.NodeInitializing, Mode: "dev"}
 	for _, o := range opts {
 		o(n)
 	}
-	r.must(
-		&corpusv1.Command{Cmd: &corpusv1.Command_CreateJoinToken{CreateJoinToken: &corpusv1.CreateJoinToken{Token: &corpusv1.JoinToken{
+	return []*corpusv1.Command{
+		{Cmd: &corpusv1.Command_CreateJoinToken{CreateJoinToken: &corpusv1.CreateJoinToken{Token: &corpusv1.JoinToken{
 			Id: "tok-" + name, SecretHash: "h", ExpiresAt: timestamppb.New(time.Now().Add(time.Hour)),
 		}}}},
-		&corpusv1.Command{Cmd: &corpusv1.Command_EnrollNode{EnrollNode: &corpusv1.EnrollNode{
-			TokenId: "tok-" + name, TokenSecretHash: "h", Node: n,
-		}}},
-	)
-	if ready {
-		r.report(name, memGiB, "v1")
+		{Cmd: &corpusv1.Command_EnrollNode{EnrollNode: &corpusv1.EnrollNode{TokenId: "tok-" + name, TokenSecretHash: "h", Node: n}}},
 	}
 }
 
 // report is what the API does on an agent's report.
 func (r *replica) report(name string, memGiB int64, version string) {
 	r.t.Helper()
-	r.must(&corpusv1.Command{Cmd: &corpusv1.Command_UpdateNode{UpdateNode: &corpusv1.UpdateNode{
+	r.must(reportCmd(name, memGiB, version))
+}
+
+// reportCmd is node name's report of memGiB of memory, 4 cores, 100 GiB
+// of disk and a healthy lxc driver, making it ready.
+func reportCmd(name string, memGiB int64, version string) *corpusv1.Command {
+	return &corpusv1.Command{Cmd: &corpusv1.Command_UpdateNode{UpdateNode: &corpusv1.UpdateNode{
 		NodeId:       name + "-id",
 		Capacity:     &corpusv1.Resources{MemoryBytes: memGiB * gib, CpuMillis: 4000, DiskBytes: 100 * gib},
 		Drivers:      []*corpusv1.DriverInfo{{Name: "lxc", Healthy: true}},
 		AgentVersion: version,
-	}}})
+	}}}
 }
 
 func (r *replica) createGuest(name string, memGiB int64) {

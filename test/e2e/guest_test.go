@@ -154,14 +154,14 @@ func TestDriftRepaired(t *testing.T) {
 // share a host without seeing or touching each other's guests.
 func TestTwoAgentsOneHost(t *testing.T) {
 	c := newCluster(t)
-	a := c.addAgent("n1")
-	b := c.addAgent("n2")
-	// Spread placement puts these on different nodes.
-	c.mustCLI("guest", "create", "ga", "--image", "busybox", "--memory", "1G", "--cpus", "0.1")
-	c.mustCLI("guest", "create", "gb", "--image", "busybox", "--memory", "1G", "--cpus", "0.1")
+	a := c.addAgent("n1", "--label", "zone=a")
+	b := c.addAgent("n2", "--label", "zone=b")
+	// Bin-packing would put both on one node; constraints split them.
+	c.mustCLI("guest", "create", "ga", "--image", "busybox", "--memory", "1G", "--cpus", "0.1", "--constraint", "zone=a")
+	c.mustCLI("guest", "create", "gb", "--image", "busybox", "--memory", "1G", "--cpus", "0.1", "--constraint", "zone=b")
 	on := map[string]string{"ga": c.guest("ga").NodeName, "gb": c.guest("gb").NodeName}
-	if on["ga"] == on["gb"] {
-		t.Fatalf("both guests on %s; spread placement should use both nodes", on["ga"])
+	if on["ga"] != "n1" || on["gb"] != "n2" {
+		t.Fatalf("guests on %v; want ga on n1 (zone a) and gb on n2 (zone b)", on)
 	}
 	for _, ag := range []*agentProc{a, b} {
 		var mine []string

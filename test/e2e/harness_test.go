@@ -181,15 +181,15 @@ type agentProc struct {
 	lxc      lxcHost
 }
 
-func newCluster(t *testing.T) *cluster {
+func newCluster(t *testing.T, coordinatorArgs ...string) *cluster {
 	t.Helper()
 	requireE2E(t)
 	dir := tempDir(t)
 	lab := newNetLab(t)
 	c := &cluster{t: t, lab: lab, dir: dir, api: "127.0.0.1:7400", cfgHome: filepath.Join(dir, "cfg"), agents: map[string]*agentProc{}}
-	c.coord = startIn(t, lab.ctl, "coordinator", nil, "coordinator",
+	c.coord = startIn(t, lab.ctl, "coordinator", nil, append([]string{"coordinator",
 		"--data-dir", filepath.Join(dir, "coordinator"), "--api-addr", "0.0.0.0:7400", "--raft-addr", "127.0.0.1:7401",
-		"--dns-addr", "0.0.0.0:8600")
+		"--dns-addr", "0.0.0.0:8600", "--gossip-addr", lab.lan + ":7403"}, coordinatorArgs...)...)
 	c.waitReady()
 	return c
 }

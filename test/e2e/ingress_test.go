@@ -318,8 +318,8 @@ func selfSigned(t *testing.T, host string) (certFile, keyFile string, pool *x509
 // their guests addresses inside them.
 func TestNodeSubnets(t *testing.T) {
 	c := newCluster(t)
-	c.addAgent("n1")
-	c.addAgent("n2")
+	c.addAgent("n1", "--label", "zone=a")
+	c.addAgent("n2", "--label", "zone=b")
 	subnet := func(node string) string {
 		var v struct {
 			Node struct {
@@ -337,8 +337,8 @@ func TestNodeSubnets(t *testing.T) {
 	if s1 == "" || s2 == "" || s1 == s2 {
 		t.Fatalf("node subnets = %q and %q, want two distinct subnets", s1, s2)
 	}
-	c.mustCLI("guest", "create", "ga", "--image", "busybox", "--memory", "1G", "--cpus", "0.1")
-	c.mustCLI("guest", "create", "gb", "--image", "busybox", "--memory", "1G", "--cpus", "0.1")
+	c.mustCLI("guest", "create", "ga", "--image", "busybox", "--memory", "1G", "--cpus", "0.1", "--constraint", "zone=a")
+	c.mustCLI("guest", "create", "gb", "--image", "busybox", "--memory", "1G", "--cpus", "0.1", "--constraint", "zone=b")
 	for _, g := range []string{"ga", "gb"} {
 		var v struct {
 			Guest struct {
