@@ -198,9 +198,10 @@ type Agent struct {
 	workers       map[string]*worker                  // by guest id
 	observed      map[string]*corpusv1.GuestObserved
 
-	kick     chan struct{} // wakes the reconcile loop
-	report   chan struct{} // asks for a status report soon
-	workerWG sync.WaitGroup
+	kick       chan struct{} // wakes the reconcile loop
+	report     chan struct{} // asks for a status report soon
+	gossipKick chan struct{} // asks the gossip member to join again
+	workerWG   sync.WaitGroup
 }
 
 // New opens the agent's state, builds its drivers and binds its API
@@ -233,6 +234,7 @@ func New(cfg Config) (*Agent, error) {
 		volOldRemoved: map[string]bool{},
 		kick:          make(chan struct{}, 1),
 		report:        make(chan struct{}, 1),
+		gossipKick:    make(chan struct{}, 1),
 	}
 	for _, name := range cfg.Drivers {
 		d, err := catalog.New(name, catalog.Config{StateDir: cfg.StateDir, Logger: cfg.Logger})

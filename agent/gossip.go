@@ -44,9 +44,11 @@ func (a *Agent) gossipHost() string {
 	return host
 }
 
-// gossipLoop keeps the member in the pool: whenever it knows no live
-// coordinator member (at start, after a coordinator restarted, after a
-// partition healed), it joins the one the watch named.
+// gossipLoop keeps the member in the pool: it joins the coordinator
+// member the watch named whenever it knows no live coordinator member
+// (at start, after a partition healed) and whenever a new watch stream
+// starts (the coordinator may have restarted, its member not knowing
+// this node yet).
 func (a *Agent) gossipLoop(ctx context.Context) {
 	if a.gossip == nil {
 		return
@@ -54,26 +56,34 @@ func (a *Agent) gossipLoop(ctx context.Context) {
 	defer a.gossip.Close()
 	tick := time.NewTicker(a.cfg.ReportInterval)
 	defer tick.Stop()
-	var lastErr string
+	var (
+		lastErr        string
+		kicked, joined bool
+	)
 	for {
 		a.mu.Lock()
 		peer := a.gossipPeer
 		a.mu.Unlock()
-		if peer != "" && !slices.ContainsFunc(a.gossip.Alive(), gossip.IsCoordinator) {
+		if peer != "" && (kicked || !slices.ContainsFunc(a.gossip.Alive(), gossip.IsCoordinator)) {
 			err := a.gossip.Join(peer)
 			switch {
 			case err != nil && err.Error() != lastErr:
 				a.logger.Warn("joining the coordinators' gossip; will retry", "coordinator", peer, "error", err)
 				lastErr = err.Error()
 			case err == nil:
-				a.logger.Info("joined the coordinators' gossip", "coordinator", peer)
-				lastErr = ""
+				if !joined || lastErr != "" {
+					a.logger.Info("joined the coordinators' gossip", "coordinator", peer)
+				}
+				joined, lastErr = true, ""
 			}
 		}
+		kicked = false
 		select {
 		case <-ctx.Done():
 			return
 		case <-tick.C:
+		case <-a.gossipKick:
+			kicked = true
 		}
 	}
 }

@@ -30,6 +30,7 @@ func (a *Agent) watchLoop(ctx context.Context) {
 		idle := time.AfterFunc(watchIdle, cancel)
 		stream, err := client.Watch(sctx, connect.NewRequest(&corpusv1.WatchRequest{}))
 		if err == nil {
+			first := true
 			for stream.Receive() {
 				idle.Reset(watchIdle)
 				backoff = 250 * time.Millisecond
@@ -40,6 +41,10 @@ func (a *Agent) watchLoop(ctx context.Context) {
 				a.setDesired(msg)
 				if added := a.coords.learn(msg.Coordinators); len(added) > 0 {
 					a.logger.Info("learned coordinator addresses", "added", added)
+				}
+				if first {
+					a.poke(a.gossipKick) // the coordinator may not know this node's member
+					first = false
 				}
 			}
 			err = stream.Err()

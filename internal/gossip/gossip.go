@@ -72,12 +72,13 @@ type Member struct {
 }
 
 // Failure detection timing. A member that stops answering is suspected
-// after a failed direct and indirect probe (about a second) and declared
-// dead when the suspicion times out: 4 probe intervals in a small pool,
-// up to 3 times that in a large one until peers confirm the suspicion.
+// after a failed direct and indirect probe (within a second or so) and
+// declared dead when the suspicion times out: 4 probe intervals (3.2s) in
+// a small pool, up to 3 times that in a large one until peers confirm the
+// suspicion. A live member refutes a suspicion as soon as it hears of it.
 const (
-	probeInterval  = time.Second
-	probeTimeout   = 500 * time.Millisecond
+	probeInterval  = 800 * time.Millisecond
+	probeTimeout   = 400 * time.Millisecond
 	suspicionMult  = 4
 	suspicionMaxX  = 3
 	reclaimDeadAge = 30 * time.Second
