@@ -142,6 +142,10 @@ var authCalls = map[string]func(ctx context.Context, c clients) error{
 		_, err := c.nodes.ListNodes(ctx, connect.NewRequest(&corpusv1.ListNodesRequest{}))
 		return err
 	},
+	corpusv1connect.NodeServiceRemoveNodeProcedure: func(ctx context.Context, c clients) error {
+		_, err := c.nodes.RemoveNode(ctx, connect.NewRequest(&corpusv1.RemoveNodeRequest{Name: "nope"}))
+		return err
+	},
 	corpusv1connect.NodeServiceGetNodeProcedure: func(ctx context.Context, c clients) error {
 		_, err := c.nodes.GetNode(ctx, connect.NewRequest(&corpusv1.GetNodeRequest{Name: "n1"}))
 		return err

@@ -59,6 +59,7 @@ var Policies = map[string]auth.Policy{
 	corpusv1connect.NodeServiceCreateJoinTokenProcedure:     {auth.Operator},
 	corpusv1connect.NodeServiceListNodesProcedure:           {auth.Operator},
 	corpusv1connect.NodeServiceGetNodeProcedure:             {auth.Operator},
+	corpusv1connect.NodeServiceRemoveNodeProcedure:          {auth.Operator},
 	corpusv1connect.NodeServiceSetNodeModeProcedure:         {auth.Operator},
 	corpusv1connect.NodeServiceDrainStatusProcedure:         {auth.Operator},
 	corpusv1connect.GuestServiceCreateGuestProcedure:        {auth.Operator},

@@ -170,3 +170,16 @@ func drainStatus(view *state.Snap, n *corpusv1.Node) *corpusv1.DrainStatusRespon
 	res.Empty = len(res.Guests) == 0
 	return res
 }
+
+func (s *nodeService) RemoveNode(ctx context.Context, req *connect.Request[corpusv1.RemoveNodeRequest]) (*connect.Response[corpusv1.RemoveNodeResponse], error) {
+	n := findNode(s.b.Store.Read(), req.Msg.Name)
+	if n == nil {
+		return nil, toConnect(notFound("node", req.Msg.Name, "corpus node list"))
+	}
+	if _, err := s.b.write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_RemoveNode{RemoveNode: &corpusv1.RemoveNode{NodeId: n.Id}}}); err != nil {
+		return nil, err
+	}
+	n = proto.Clone(n).(*corpusv1.Node)
+	n.SecretHash = ""
+	return connect.NewResponse(&corpusv1.RemoveNodeResponse{Node: n}), nil
+}

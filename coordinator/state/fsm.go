@@ -170,6 +170,8 @@ func (a *applier) apply(cmd *corpusv1.Command) error {
 		return a.createUserToken(c.CreateUserToken)
 	case *corpusv1.Command_RevokeUserToken:
 		return a.revokeUserToken(c.RevokeUserToken)
+	case *corpusv1.Command_RemoveNode:
+		return a.removeNode(c.RemoveNode)
 	case *corpusv1.Command_PlaceGuests:
 		return a.placeGuests(c.PlaceGuests)
 	case *corpusv1.Command_SetNodeMode:
@@ -617,3 +619,24 @@ func (s *fsmSnapshot) Persist(sink raft.SnapshotSink) error {
 }
 
 func (s *fsmSnapshot) Release() {}
+
+// removeNode forgets a node that holds nothing: no guest placed on it
+// (deleting ones included), no volume on it or leaving it.
+func (a *applier) removeNode(c *corpusv1.RemoveNode) error {
+	n, err := a.node(c.NodeId)
+	if err != nil {
+		return err
+	}
+	v := a.view()
+	if g := v.GuestsOnNode(n.Id); len(g) > 0 {
+		return fmt.Errorf("node %s still has %d guests (%s, ...): drain it first (corpus node mode %s drain): %w", n.Name, len(g), g[0].Name, n.Name, ErrBadTransition)
+	}
+	if vols := append(v.VolumesOnNode(n.Id), v.VolumesLeftOnNode(n.Id)...); len(vols) > 0 {
+		return fmt.Errorf("node %s still holds %d volumes (%s, ...): move or delete them first: %w", n.Name, len(vols), vols[0].Name, ErrBadTransition)
+	}
+	raw := a.get(tableNodes, "id", n.Id)
+	if err := a.txn.Delete(tableNodes, raw); err != nil {
+		panic(fmt.Sprintf("state: deleting node: %v", err))
+	}
+	return nil
+}

@@ -34,7 +34,20 @@ func newNodeCmd(g *globals) *cobra.Command {
 	}
 	token.Flags().DurationVar(&ttl, "ttl", time.Hour, "how long the token stays valid")
 
-	cmd.AddCommand(token, newNodeListCmd(g, "list"), newNodeShowCmd(g, "show"), newNodeModeCmd(g, "mode"))
+	remove := &cobra.Command{
+		Use:   "remove NODE",
+		Short: "Forget an empty node: its credential stops working at once (drain it first)",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return call(g, cmd.Context(), func(ctx context.Context, c *clients) (*connect.Response[corpusv1.RemoveNodeResponse], error) {
+				return c.nodes.RemoveNode(ctx, connect.NewRequest(&corpusv1.RemoveNodeRequest{Name: args[0]}))
+			}, func(m *corpusv1.RemoveNodeResponse) error {
+				fmt.Fprintf(g.stdout, "node %s removed; its agent can no longer reach the cluster (enroll the host again with a new join token)\n", m.Node.GetName())
+				return nil
+			})
+		},
+	}
+	cmd.AddCommand(token, newNodeListCmd(g, "list"), newNodeShowCmd(g, "show"), newNodeModeCmd(g, "mode"), remove)
 	return cmd
 }
 

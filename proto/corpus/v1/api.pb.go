@@ -7114,6 +7114,95 @@ func (x *ListAuditResponse) GetEntries() []*AuditEntry {
 	return nil
 }
 
+type RemoveNodeRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// name or id of the node.
+	Name          string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RemoveNodeRequest) Reset() {
+	*x = RemoveNodeRequest{}
+	mi := &file_corpus_v1_api_proto_msgTypes[126]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RemoveNodeRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RemoveNodeRequest) ProtoMessage() {}
+
+func (x *RemoveNodeRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_api_proto_msgTypes[126]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RemoveNodeRequest.ProtoReflect.Descriptor instead.
+func (*RemoveNodeRequest) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{126}
+}
+
+func (x *RemoveNodeRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+type RemoveNodeResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Node          *Node                  `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RemoveNodeResponse) Reset() {
+	*x = RemoveNodeResponse{}
+	mi := &file_corpus_v1_api_proto_msgTypes[127]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RemoveNodeResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RemoveNodeResponse) ProtoMessage() {}
+
+func (x *RemoveNodeResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_api_proto_msgTypes[127]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RemoveNodeResponse.ProtoReflect.Descriptor instead.
+func (*RemoveNodeResponse) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{127}
+}
+
+func (x *RemoveNodeResponse) GetNode() *Node {
+	if x != nil {
+		return x.Node
+	}
+	return nil
+}
+
 var File_corpus_v1_api_proto protoreflect.FileDescriptor
 
 const file_corpus_v1_api_proto_rawDesc = "" +
@@ -7594,7 +7683,11 @@ const file_corpus_v1_api_proto_rawDesc = "" +
 	"\x05limit\x18\x04 \x01(\x05R\x05limit\x12%\n" +
 	"\x0einclude_system\x18\x05 \x01(\bR\rincludeSystem\"D\n" +
 	"\x11ListAuditResponse\x12/\n" +
-	"\aentries\x18\x01 \x03(\v2\x15.corpus.v1.AuditEntryR\aentries2\xf9\x03\n" +
+	"\aentries\x18\x01 \x03(\v2\x15.corpus.v1.AuditEntryR\aentries\"'\n" +
+	"\x11RemoveNodeRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\"9\n" +
+	"\x12RemoveNodeResponse\x12#\n" +
+	"\x04node\x18\x01 \x01(\v2\x0f.corpus.v1.NodeR\x04node2\xf9\x03\n" +
 	"\x0eClusterService\x12B\n" +
 	"\x06Status\x12\x18.corpus.v1.StatusRequest\x1a\x19.corpus.v1.StatusResponse\"\x03\x90\x02\x01\x12<\n" +
 	"\x04Peer\x12\x16.corpus.v1.PeerRequest\x1a\x17.corpus.v1.PeerResponse\"\x03\x90\x02\x01\x12:\n" +
@@ -7602,13 +7695,15 @@ const file_corpus_v1_api_proto_rawDesc = "" +
 	"\x04Seen\x12\x16.corpus.v1.SeenRequest\x1a\x17.corpus.v1.SeenResponse\x12K\n" +
 	"\tRaftPeers\x12\x1b.corpus.v1.RaftPeersRequest\x1a\x1c.corpus.v1.RaftPeersResponse\"\x03\x90\x02\x01\x12L\n" +
 	"\vAddRaftPeer\x12\x1d.corpus.v1.AddRaftPeerRequest\x1a\x1e.corpus.v1.AddRaftPeerResponse\x12U\n" +
-	"\x0eRemoveRaftPeer\x12 .corpus.v1.RemoveRaftPeerRequest\x1a!.corpus.v1.RemoveRaftPeerResponse2\x9c\x03\n" +
+	"\x0eRemoveRaftPeer\x12 .corpus.v1.RemoveRaftPeerRequest\x1a!.corpus.v1.RemoveRaftPeerResponse2\xe7\x03\n" +
 	"\vNodeService\x12X\n" +
 	"\x0fCreateJoinToken\x12!.corpus.v1.CreateJoinTokenRequest\x1a\".corpus.v1.CreateJoinTokenResponse\x12K\n" +
 	"\tListNodes\x12\x1b.corpus.v1.ListNodesRequest\x1a\x1c.corpus.v1.ListNodesResponse\"\x03\x90\x02\x01\x12E\n" +
 	"\aGetNode\x12\x19.corpus.v1.GetNodeRequest\x1a\x1a.corpus.v1.GetNodeResponse\"\x03\x90\x02\x01\x12L\n" +
 	"\vSetNodeMode\x12\x1d.corpus.v1.SetNodeModeRequest\x1a\x1e.corpus.v1.SetNodeModeResponse\x12Q\n" +
-	"\vDrainStatus\x12\x1d.corpus.v1.DrainStatusRequest\x1a\x1e.corpus.v1.DrainStatusResponse\"\x03\x90\x02\x012\xa0\x04\n" +
+	"\vDrainStatus\x12\x1d.corpus.v1.DrainStatusRequest\x1a\x1e.corpus.v1.DrainStatusResponse\"\x03\x90\x02\x01\x12I\n" +
+	"\n" +
+	"RemoveNode\x12\x1c.corpus.v1.RemoveNodeRequest\x1a\x1d.corpus.v1.RemoveNodeResponse2\xa0\x04\n" +
 	"\fGuestService\x12L\n" +
 	"\vCreateGuest\x12\x1d.corpus.v1.CreateGuestRequest\x1a\x1e.corpus.v1.CreateGuestResponse\x12H\n" +
 	"\bGetGuest\x12\x1a.corpus.v1.GetGuestRequest\x1a\x1b.corpus.v1.GetGuestResponse\"\x03\x90\x02\x01\x12N\n" +
@@ -7692,7 +7787,7 @@ func file_corpus_v1_api_proto_rawDescGZIP() []byte {
 	return file_corpus_v1_api_proto_rawDescData
 }
 
-var file_corpus_v1_api_proto_msgTypes = make([]protoimpl.MessageInfo, 128)
+var file_corpus_v1_api_proto_msgTypes = make([]protoimpl.MessageInfo, 130)
 var file_corpus_v1_api_proto_goTypes = []any{
 	(*PeerRequest)(nil),                // 0: corpus.v1.PeerRequest
 	(*PeerResponse)(nil),               // 1: corpus.v1.PeerResponse
@@ -7820,227 +7915,232 @@ var file_corpus_v1_api_proto_goTypes = []any{
 	(*RollbackOutput)(nil),             // 123: corpus.v1.RollbackOutput
 	(*ListAuditRequest)(nil),           // 124: corpus.v1.ListAuditRequest
 	(*ListAuditResponse)(nil),          // 125: corpus.v1.ListAuditResponse
-	nil,                                // 126: corpus.v1.ExecGuestRequest.EnvEntry
-	nil,                                // 127: corpus.v1.EnrollRequest.LabelsEntry
-	(*JoinToken)(nil),                  // 128: corpus.v1.JoinToken
-	(*Node)(nil),                       // 129: corpus.v1.Node
-	(*Resources)(nil),                  // 130: corpus.v1.Resources
-	(*GuestSpec)(nil),                  // 131: corpus.v1.GuestSpec
-	(*Guest)(nil),                      // 132: corpus.v1.Guest
-	(*Route)(nil),                      // 133: corpus.v1.Route
-	(*Port)(nil),                       // 134: corpus.v1.Port
-	(*DnsRecord)(nil),                  // 135: corpus.v1.DnsRecord
-	(*Volume)(nil),                     // 136: corpus.v1.Volume
-	(*Project)(nil),                    // 137: corpus.v1.Project
-	(*ProjectEnv)(nil),                 // 138: corpus.v1.ProjectEnv
-	(*Release)(nil),                    // 139: corpus.v1.Release
-	(*ReleaseStep)(nil),                // 140: corpus.v1.ReleaseStep
-	(*DriverInfo)(nil),                 // 141: corpus.v1.DriverInfo
-	(*GuestObserved)(nil),              // 142: corpus.v1.GuestObserved
-	(*VolumeObserved)(nil),             // 143: corpus.v1.VolumeObserved
-	(*UserToken)(nil),                  // 144: corpus.v1.UserToken
-	(*User)(nil),                       // 145: corpus.v1.User
-	(*SshKey)(nil),                     // 146: corpus.v1.SshKey
-	(*AuditEntry)(nil),                 // 147: corpus.v1.AuditEntry
+	(*RemoveNodeRequest)(nil),          // 126: corpus.v1.RemoveNodeRequest
+	(*RemoveNodeResponse)(nil),         // 127: corpus.v1.RemoveNodeResponse
+	nil,                                // 128: corpus.v1.ExecGuestRequest.EnvEntry
+	nil,                                // 129: corpus.v1.EnrollRequest.LabelsEntry
+	(*JoinToken)(nil),                  // 130: corpus.v1.JoinToken
+	(*Node)(nil),                       // 131: corpus.v1.Node
+	(*Resources)(nil),                  // 132: corpus.v1.Resources
+	(*GuestSpec)(nil),                  // 133: corpus.v1.GuestSpec
+	(*Guest)(nil),                      // 134: corpus.v1.Guest
+	(*Route)(nil),                      // 135: corpus.v1.Route
+	(*Port)(nil),                       // 136: corpus.v1.Port
+	(*DnsRecord)(nil),                  // 137: corpus.v1.DnsRecord
+	(*Volume)(nil),                     // 138: corpus.v1.Volume
+	(*Project)(nil),                    // 139: corpus.v1.Project
+	(*ProjectEnv)(nil),                 // 140: corpus.v1.ProjectEnv
+	(*Release)(nil),                    // 141: corpus.v1.Release
+	(*ReleaseStep)(nil),                // 142: corpus.v1.ReleaseStep
+	(*DriverInfo)(nil),                 // 143: corpus.v1.DriverInfo
+	(*GuestObserved)(nil),              // 144: corpus.v1.GuestObserved
+	(*VolumeObserved)(nil),             // 145: corpus.v1.VolumeObserved
+	(*UserToken)(nil),                  // 146: corpus.v1.UserToken
+	(*User)(nil),                       // 147: corpus.v1.User
+	(*SshKey)(nil),                     // 148: corpus.v1.SshKey
+	(*AuditEntry)(nil),                 // 149: corpus.v1.AuditEntry
 }
 var file_corpus_v1_api_proto_depIdxs = []int32{
 	7,   // 0: corpus.v1.RaftPeersResponse.peers:type_name -> corpus.v1.RaftPeer
 	26,  // 1: corpus.v1.SetNodeModeResponse.node:type_name -> corpus.v1.NodeView
 	26,  // 2: corpus.v1.DrainStatusResponse.node:type_name -> corpus.v1.NodeView
 	18,  // 3: corpus.v1.DrainStatusResponse.guests:type_name -> corpus.v1.DrainGuest
-	128, // 4: corpus.v1.CreateJoinTokenResponse.info:type_name -> corpus.v1.JoinToken
+	130, // 4: corpus.v1.CreateJoinTokenResponse.info:type_name -> corpus.v1.JoinToken
 	26,  // 5: corpus.v1.ListNodesResponse.nodes:type_name -> corpus.v1.NodeView
 	26,  // 6: corpus.v1.GetNodeResponse.node:type_name -> corpus.v1.NodeView
-	129, // 7: corpus.v1.NodeView.node:type_name -> corpus.v1.Node
-	130, // 8: corpus.v1.NodeView.allocated:type_name -> corpus.v1.Resources
-	131, // 9: corpus.v1.CreateGuestRequest.spec:type_name -> corpus.v1.GuestSpec
-	132, // 10: corpus.v1.CreateGuestResponse.guest:type_name -> corpus.v1.Guest
-	132, // 11: corpus.v1.GetGuestResponse.guest:type_name -> corpus.v1.Guest
+	131, // 7: corpus.v1.NodeView.node:type_name -> corpus.v1.Node
+	132, // 8: corpus.v1.NodeView.allocated:type_name -> corpus.v1.Resources
+	133, // 9: corpus.v1.CreateGuestRequest.spec:type_name -> corpus.v1.GuestSpec
+	134, // 10: corpus.v1.CreateGuestResponse.guest:type_name -> corpus.v1.Guest
+	134, // 11: corpus.v1.GetGuestResponse.guest:type_name -> corpus.v1.Guest
 	30,  // 12: corpus.v1.ListGuestsResponse.guests:type_name -> corpus.v1.GetGuestResponse
-	132, // 13: corpus.v1.GuestActionResponse.guest:type_name -> corpus.v1.Guest
-	126, // 14: corpus.v1.ExecGuestRequest.env:type_name -> corpus.v1.ExecGuestRequest.EnvEntry
-	133, // 15: corpus.v1.CreateRouteResponse.route:type_name -> corpus.v1.Route
-	133, // 16: corpus.v1.RouteView.route:type_name -> corpus.v1.Route
+	134, // 13: corpus.v1.GuestActionResponse.guest:type_name -> corpus.v1.Guest
+	128, // 14: corpus.v1.ExecGuestRequest.env:type_name -> corpus.v1.ExecGuestRequest.EnvEntry
+	135, // 15: corpus.v1.CreateRouteResponse.route:type_name -> corpus.v1.Route
+	135, // 16: corpus.v1.RouteView.route:type_name -> corpus.v1.Route
 	40,  // 17: corpus.v1.ListRoutesResponse.routes:type_name -> corpus.v1.RouteView
 	42,  // 18: corpus.v1.ListRoutesResponse.nat:type_name -> corpus.v1.NatView
-	134, // 19: corpus.v1.NatView.port:type_name -> corpus.v1.Port
-	133, // 20: corpus.v1.DeleteRouteResponse.route:type_name -> corpus.v1.Route
-	133, // 21: corpus.v1.MoveRouteResponse.route:type_name -> corpus.v1.Route
+	136, // 19: corpus.v1.NatView.port:type_name -> corpus.v1.Port
+	135, // 20: corpus.v1.DeleteRouteResponse.route:type_name -> corpus.v1.Route
+	135, // 21: corpus.v1.MoveRouteResponse.route:type_name -> corpus.v1.Route
 	48,  // 22: corpus.v1.ListRecordsResponse.records:type_name -> corpus.v1.ZoneRecord
-	135, // 23: corpus.v1.AddRecordResponse.record:type_name -> corpus.v1.DnsRecord
-	135, // 24: corpus.v1.DeleteRecordResponse.record:type_name -> corpus.v1.DnsRecord
-	136, // 25: corpus.v1.MoveVolumeProgress.volume:type_name -> corpus.v1.Volume
-	136, // 26: corpus.v1.ResizeVolumeResponse.volume:type_name -> corpus.v1.Volume
-	136, // 27: corpus.v1.VolumeView.volume:type_name -> corpus.v1.Volume
+	137, // 23: corpus.v1.AddRecordResponse.record:type_name -> corpus.v1.DnsRecord
+	137, // 24: corpus.v1.DeleteRecordResponse.record:type_name -> corpus.v1.DnsRecord
+	138, // 25: corpus.v1.MoveVolumeProgress.volume:type_name -> corpus.v1.Volume
+	138, // 26: corpus.v1.ResizeVolumeResponse.volume:type_name -> corpus.v1.Volume
+	138, // 27: corpus.v1.VolumeView.volume:type_name -> corpus.v1.Volume
 	61,  // 28: corpus.v1.ListVolumesResponse.volumes:type_name -> corpus.v1.VolumeView
 	61,  // 29: corpus.v1.GetVolumeResponse.volume:type_name -> corpus.v1.VolumeView
-	136, // 30: corpus.v1.DeleteVolumeResponse.volume:type_name -> corpus.v1.Volume
-	137, // 31: corpus.v1.GitAccessResponse.project:type_name -> corpus.v1.Project
-	138, // 32: corpus.v1.GitAccessResponse.env:type_name -> corpus.v1.ProjectEnv
-	139, // 33: corpus.v1.GitAccessResponse.releases:type_name -> corpus.v1.Release
-	139, // 34: corpus.v1.BeginReleaseResponse.release:type_name -> corpus.v1.Release
-	140, // 35: corpus.v1.FinishReleaseRequest.steps:type_name -> corpus.v1.ReleaseStep
-	139, // 36: corpus.v1.FinishReleaseResponse.release:type_name -> corpus.v1.Release
-	127, // 37: corpus.v1.EnrollRequest.labels:type_name -> corpus.v1.EnrollRequest.LabelsEntry
-	130, // 38: corpus.v1.EnrollRequest.capacity:type_name -> corpus.v1.Resources
-	141, // 39: corpus.v1.EnrollRequest.drivers:type_name -> corpus.v1.DriverInfo
-	129, // 40: corpus.v1.WatchResponse.node:type_name -> corpus.v1.Node
-	132, // 41: corpus.v1.WatchResponse.guests:type_name -> corpus.v1.Guest
-	133, // 42: corpus.v1.WatchResponse.routes:type_name -> corpus.v1.Route
-	136, // 43: corpus.v1.WatchResponse.volumes:type_name -> corpus.v1.Volume
-	130, // 44: corpus.v1.ReportRequest.capacity:type_name -> corpus.v1.Resources
-	141, // 45: corpus.v1.ReportRequest.drivers:type_name -> corpus.v1.DriverInfo
+	138, // 30: corpus.v1.DeleteVolumeResponse.volume:type_name -> corpus.v1.Volume
+	139, // 31: corpus.v1.GitAccessResponse.project:type_name -> corpus.v1.Project
+	140, // 32: corpus.v1.GitAccessResponse.env:type_name -> corpus.v1.ProjectEnv
+	141, // 33: corpus.v1.GitAccessResponse.releases:type_name -> corpus.v1.Release
+	141, // 34: corpus.v1.BeginReleaseResponse.release:type_name -> corpus.v1.Release
+	142, // 35: corpus.v1.FinishReleaseRequest.steps:type_name -> corpus.v1.ReleaseStep
+	141, // 36: corpus.v1.FinishReleaseResponse.release:type_name -> corpus.v1.Release
+	129, // 37: corpus.v1.EnrollRequest.labels:type_name -> corpus.v1.EnrollRequest.LabelsEntry
+	132, // 38: corpus.v1.EnrollRequest.capacity:type_name -> corpus.v1.Resources
+	143, // 39: corpus.v1.EnrollRequest.drivers:type_name -> corpus.v1.DriverInfo
+	131, // 40: corpus.v1.WatchResponse.node:type_name -> corpus.v1.Node
+	134, // 41: corpus.v1.WatchResponse.guests:type_name -> corpus.v1.Guest
+	135, // 42: corpus.v1.WatchResponse.routes:type_name -> corpus.v1.Route
+	138, // 43: corpus.v1.WatchResponse.volumes:type_name -> corpus.v1.Volume
+	132, // 44: corpus.v1.ReportRequest.capacity:type_name -> corpus.v1.Resources
+	143, // 45: corpus.v1.ReportRequest.drivers:type_name -> corpus.v1.DriverInfo
 	84,  // 46: corpus.v1.ReportRequest.guests:type_name -> corpus.v1.ReportedGuest
 	85,  // 47: corpus.v1.ReportRequest.volumes:type_name -> corpus.v1.ReportedVolume
-	142, // 48: corpus.v1.ReportedGuest.observed:type_name -> corpus.v1.GuestObserved
-	143, // 49: corpus.v1.ReportedVolume.observed:type_name -> corpus.v1.VolumeObserved
-	144, // 50: corpus.v1.CreateTokenResponse.info:type_name -> corpus.v1.UserToken
-	144, // 51: corpus.v1.ListTokensResponse.tokens:type_name -> corpus.v1.UserToken
-	145, // 52: corpus.v1.CreateUserResponse.user:type_name -> corpus.v1.User
-	145, // 53: corpus.v1.ListUsersResponse.users:type_name -> corpus.v1.User
-	145, // 54: corpus.v1.DeleteUserResponse.user:type_name -> corpus.v1.User
-	146, // 55: corpus.v1.AddKeyResponse.key:type_name -> corpus.v1.SshKey
-	130, // 56: corpus.v1.CreateProjectRequest.resources:type_name -> corpus.v1.Resources
-	137, // 57: corpus.v1.CreateProjectResponse.project:type_name -> corpus.v1.Project
+	144, // 48: corpus.v1.ReportedGuest.observed:type_name -> corpus.v1.GuestObserved
+	145, // 49: corpus.v1.ReportedVolume.observed:type_name -> corpus.v1.VolumeObserved
+	146, // 50: corpus.v1.CreateTokenResponse.info:type_name -> corpus.v1.UserToken
+	146, // 51: corpus.v1.ListTokensResponse.tokens:type_name -> corpus.v1.UserToken
+	147, // 52: corpus.v1.CreateUserResponse.user:type_name -> corpus.v1.User
+	147, // 53: corpus.v1.ListUsersResponse.users:type_name -> corpus.v1.User
+	147, // 54: corpus.v1.DeleteUserResponse.user:type_name -> corpus.v1.User
+	148, // 55: corpus.v1.AddKeyResponse.key:type_name -> corpus.v1.SshKey
+	132, // 56: corpus.v1.CreateProjectRequest.resources:type_name -> corpus.v1.Resources
+	139, // 57: corpus.v1.CreateProjectResponse.project:type_name -> corpus.v1.Project
 	110, // 58: corpus.v1.ListProjectsResponse.projects:type_name -> corpus.v1.ProjectView
-	137, // 59: corpus.v1.ProjectView.project:type_name -> corpus.v1.Project
+	139, // 59: corpus.v1.ProjectView.project:type_name -> corpus.v1.Project
 	111, // 60: corpus.v1.ProjectView.envs:type_name -> corpus.v1.ProjectEnvView
 	110, // 61: corpus.v1.GetProjectResponse.project:type_name -> corpus.v1.ProjectView
-	137, // 62: corpus.v1.GrantProjectResponse.project:type_name -> corpus.v1.Project
-	139, // 63: corpus.v1.ListReleasesResponse.releases:type_name -> corpus.v1.Release
-	139, // 64: corpus.v1.GetReleaseResponse.release:type_name -> corpus.v1.Release
-	147, // 65: corpus.v1.ListAuditResponse.entries:type_name -> corpus.v1.AuditEntry
-	13,  // 66: corpus.v1.ClusterService.Status:input_type -> corpus.v1.StatusRequest
-	0,   // 67: corpus.v1.ClusterService.Peer:input_type -> corpus.v1.PeerRequest
-	2,   // 68: corpus.v1.ClusterService.Apply:input_type -> corpus.v1.ApplyRequest
-	4,   // 69: corpus.v1.ClusterService.Seen:input_type -> corpus.v1.SeenRequest
-	6,   // 70: corpus.v1.ClusterService.RaftPeers:input_type -> corpus.v1.RaftPeersRequest
-	9,   // 71: corpus.v1.ClusterService.AddRaftPeer:input_type -> corpus.v1.AddRaftPeerRequest
-	11,  // 72: corpus.v1.ClusterService.RemoveRaftPeer:input_type -> corpus.v1.RemoveRaftPeerRequest
-	20,  // 73: corpus.v1.NodeService.CreateJoinToken:input_type -> corpus.v1.CreateJoinTokenRequest
-	22,  // 74: corpus.v1.NodeService.ListNodes:input_type -> corpus.v1.ListNodesRequest
-	24,  // 75: corpus.v1.NodeService.GetNode:input_type -> corpus.v1.GetNodeRequest
-	15,  // 76: corpus.v1.NodeService.SetNodeMode:input_type -> corpus.v1.SetNodeModeRequest
-	17,  // 77: corpus.v1.NodeService.DrainStatus:input_type -> corpus.v1.DrainStatusRequest
-	27,  // 78: corpus.v1.GuestService.CreateGuest:input_type -> corpus.v1.CreateGuestRequest
-	29,  // 79: corpus.v1.GuestService.GetGuest:input_type -> corpus.v1.GetGuestRequest
-	31,  // 80: corpus.v1.GuestService.ListGuests:input_type -> corpus.v1.ListGuestsRequest
-	33,  // 81: corpus.v1.GuestService.StartGuest:input_type -> corpus.v1.GuestActionRequest
-	33,  // 82: corpus.v1.GuestService.StopGuest:input_type -> corpus.v1.GuestActionRequest
-	33,  // 83: corpus.v1.GuestService.DeleteGuest:input_type -> corpus.v1.GuestActionRequest
-	35,  // 84: corpus.v1.GuestService.ExecGuest:input_type -> corpus.v1.ExecGuestRequest
-	37,  // 85: corpus.v1.IngressService.CreateRoute:input_type -> corpus.v1.CreateRouteRequest
-	39,  // 86: corpus.v1.IngressService.ListRoutes:input_type -> corpus.v1.ListRoutesRequest
-	43,  // 87: corpus.v1.IngressService.DeleteRoute:input_type -> corpus.v1.DeleteRouteRequest
-	45,  // 88: corpus.v1.IngressService.MoveRoute:input_type -> corpus.v1.MoveRouteRequest
-	47,  // 89: corpus.v1.DnsService.ListRecords:input_type -> corpus.v1.ListRecordsRequest
-	50,  // 90: corpus.v1.DnsService.AddRecord:input_type -> corpus.v1.AddRecordRequest
-	52,  // 91: corpus.v1.DnsService.DeleteRecord:input_type -> corpus.v1.DeleteRecordRequest
-	60,  // 92: corpus.v1.VolumeService.ListVolumes:input_type -> corpus.v1.ListVolumesRequest
-	63,  // 93: corpus.v1.VolumeService.GetVolume:input_type -> corpus.v1.GetVolumeRequest
-	65,  // 94: corpus.v1.VolumeService.DeleteVolume:input_type -> corpus.v1.DeleteVolumeRequest
-	58,  // 95: corpus.v1.VolumeService.ResizeVolume:input_type -> corpus.v1.ResizeVolumeRequest
-	56,  // 96: corpus.v1.VolumeService.MoveVolume:input_type -> corpus.v1.MoveVolumeRequest
-	54,  // 97: corpus.v1.VolumeService.SnapshotVolume:input_type -> corpus.v1.SnapshotVolumeRequest
-	79,  // 98: corpus.v1.AgentService.Enroll:input_type -> corpus.v1.EnrollRequest
-	81,  // 99: corpus.v1.AgentService.Watch:input_type -> corpus.v1.WatchRequest
-	83,  // 100: corpus.v1.AgentService.Report:input_type -> corpus.v1.ReportRequest
-	69,  // 101: corpus.v1.AgentService.GitAccess:input_type -> corpus.v1.GitAccessRequest
-	71,  // 102: corpus.v1.AgentService.BeginRelease:input_type -> corpus.v1.BeginReleaseRequest
-	73,  // 103: corpus.v1.AgentService.FinishRelease:input_type -> corpus.v1.FinishReleaseRequest
-	75,  // 104: corpus.v1.AgentService.SetCurrentRelease:input_type -> corpus.v1.SetCurrentReleaseRequest
-	77,  // 105: corpus.v1.AgentService.PruneReleases:input_type -> corpus.v1.PruneReleasesRequest
-	67,  // 106: corpus.v1.AgentService.SetManifestDomains:input_type -> corpus.v1.SetManifestDomainsRequest
-	35,  // 107: corpus.v1.NodeAgentService.Exec:input_type -> corpus.v1.ExecGuestRequest
-	87,  // 108: corpus.v1.NodeAgentService.ExportVolume:input_type -> corpus.v1.ExportVolumeRequest
-	88,  // 109: corpus.v1.NodeAgentService.ImportVolume:input_type -> corpus.v1.VolumeChunk
-	54,  // 110: corpus.v1.NodeAgentService.SnapshotVolume:input_type -> corpus.v1.SnapshotVolumeRequest
-	122, // 111: corpus.v1.NodeAgentService.Rollback:input_type -> corpus.v1.RollbackRequest
-	96,  // 112: corpus.v1.UserService.CreateUser:input_type -> corpus.v1.CreateUserRequest
-	98,  // 113: corpus.v1.UserService.ListUsers:input_type -> corpus.v1.ListUsersRequest
-	100, // 114: corpus.v1.UserService.DeleteUser:input_type -> corpus.v1.DeleteUserRequest
-	102, // 115: corpus.v1.UserService.AddKey:input_type -> corpus.v1.AddKeyRequest
-	104, // 116: corpus.v1.UserService.DeleteKey:input_type -> corpus.v1.DeleteKeyRequest
-	90,  // 117: corpus.v1.UserService.CreateToken:input_type -> corpus.v1.CreateTokenRequest
-	92,  // 118: corpus.v1.UserService.ListTokens:input_type -> corpus.v1.ListTokensRequest
-	94,  // 119: corpus.v1.UserService.RevokeToken:input_type -> corpus.v1.RevokeTokenRequest
-	106, // 120: corpus.v1.ProjectService.CreateProject:input_type -> corpus.v1.CreateProjectRequest
-	108, // 121: corpus.v1.ProjectService.ListProjects:input_type -> corpus.v1.ListProjectsRequest
-	112, // 122: corpus.v1.ProjectService.GetProject:input_type -> corpus.v1.GetProjectRequest
-	114, // 123: corpus.v1.ProjectService.DeleteProject:input_type -> corpus.v1.DeleteProjectRequest
-	116, // 124: corpus.v1.ProjectService.GrantProject:input_type -> corpus.v1.GrantProjectRequest
-	118, // 125: corpus.v1.ProjectService.ListReleases:input_type -> corpus.v1.ListReleasesRequest
-	120, // 126: corpus.v1.ProjectService.GetRelease:input_type -> corpus.v1.GetReleaseRequest
-	122, // 127: corpus.v1.ProjectService.Rollback:input_type -> corpus.v1.RollbackRequest
-	124, // 128: corpus.v1.AuditService.ListAudit:input_type -> corpus.v1.ListAuditRequest
-	14,  // 129: corpus.v1.ClusterService.Status:output_type -> corpus.v1.StatusResponse
-	1,   // 130: corpus.v1.ClusterService.Peer:output_type -> corpus.v1.PeerResponse
-	3,   // 131: corpus.v1.ClusterService.Apply:output_type -> corpus.v1.ApplyResponse
-	5,   // 132: corpus.v1.ClusterService.Seen:output_type -> corpus.v1.SeenResponse
-	8,   // 133: corpus.v1.ClusterService.RaftPeers:output_type -> corpus.v1.RaftPeersResponse
-	10,  // 134: corpus.v1.ClusterService.AddRaftPeer:output_type -> corpus.v1.AddRaftPeerResponse
-	12,  // 135: corpus.v1.ClusterService.RemoveRaftPeer:output_type -> corpus.v1.RemoveRaftPeerResponse
-	21,  // 136: corpus.v1.NodeService.CreateJoinToken:output_type -> corpus.v1.CreateJoinTokenResponse
-	23,  // 137: corpus.v1.NodeService.ListNodes:output_type -> corpus.v1.ListNodesResponse
-	25,  // 138: corpus.v1.NodeService.GetNode:output_type -> corpus.v1.GetNodeResponse
-	16,  // 139: corpus.v1.NodeService.SetNodeMode:output_type -> corpus.v1.SetNodeModeResponse
-	19,  // 140: corpus.v1.NodeService.DrainStatus:output_type -> corpus.v1.DrainStatusResponse
-	28,  // 141: corpus.v1.GuestService.CreateGuest:output_type -> corpus.v1.CreateGuestResponse
-	30,  // 142: corpus.v1.GuestService.GetGuest:output_type -> corpus.v1.GetGuestResponse
-	32,  // 143: corpus.v1.GuestService.ListGuests:output_type -> corpus.v1.ListGuestsResponse
-	34,  // 144: corpus.v1.GuestService.StartGuest:output_type -> corpus.v1.GuestActionResponse
-	34,  // 145: corpus.v1.GuestService.StopGuest:output_type -> corpus.v1.GuestActionResponse
-	34,  // 146: corpus.v1.GuestService.DeleteGuest:output_type -> corpus.v1.GuestActionResponse
-	36,  // 147: corpus.v1.GuestService.ExecGuest:output_type -> corpus.v1.ExecOutput
-	38,  // 148: corpus.v1.IngressService.CreateRoute:output_type -> corpus.v1.CreateRouteResponse
-	41,  // 149: corpus.v1.IngressService.ListRoutes:output_type -> corpus.v1.ListRoutesResponse
-	44,  // 150: corpus.v1.IngressService.DeleteRoute:output_type -> corpus.v1.DeleteRouteResponse
-	46,  // 151: corpus.v1.IngressService.MoveRoute:output_type -> corpus.v1.MoveRouteResponse
-	49,  // 152: corpus.v1.DnsService.ListRecords:output_type -> corpus.v1.ListRecordsResponse
-	51,  // 153: corpus.v1.DnsService.AddRecord:output_type -> corpus.v1.AddRecordResponse
-	53,  // 154: corpus.v1.DnsService.DeleteRecord:output_type -> corpus.v1.DeleteRecordResponse
-	62,  // 155: corpus.v1.VolumeService.ListVolumes:output_type -> corpus.v1.ListVolumesResponse
-	64,  // 156: corpus.v1.VolumeService.GetVolume:output_type -> corpus.v1.GetVolumeResponse
-	66,  // 157: corpus.v1.VolumeService.DeleteVolume:output_type -> corpus.v1.DeleteVolumeResponse
-	59,  // 158: corpus.v1.VolumeService.ResizeVolume:output_type -> corpus.v1.ResizeVolumeResponse
-	57,  // 159: corpus.v1.VolumeService.MoveVolume:output_type -> corpus.v1.MoveVolumeProgress
-	55,  // 160: corpus.v1.VolumeService.SnapshotVolume:output_type -> corpus.v1.SnapshotVolumeResponse
-	80,  // 161: corpus.v1.AgentService.Enroll:output_type -> corpus.v1.EnrollResponse
-	82,  // 162: corpus.v1.AgentService.Watch:output_type -> corpus.v1.WatchResponse
-	86,  // 163: corpus.v1.AgentService.Report:output_type -> corpus.v1.ReportResponse
-	70,  // 164: corpus.v1.AgentService.GitAccess:output_type -> corpus.v1.GitAccessResponse
-	72,  // 165: corpus.v1.AgentService.BeginRelease:output_type -> corpus.v1.BeginReleaseResponse
-	74,  // 166: corpus.v1.AgentService.FinishRelease:output_type -> corpus.v1.FinishReleaseResponse
-	76,  // 167: corpus.v1.AgentService.SetCurrentRelease:output_type -> corpus.v1.SetCurrentReleaseResponse
-	78,  // 168: corpus.v1.AgentService.PruneReleases:output_type -> corpus.v1.PruneReleasesResponse
-	68,  // 169: corpus.v1.AgentService.SetManifestDomains:output_type -> corpus.v1.SetManifestDomainsResponse
-	36,  // 170: corpus.v1.NodeAgentService.Exec:output_type -> corpus.v1.ExecOutput
-	88,  // 171: corpus.v1.NodeAgentService.ExportVolume:output_type -> corpus.v1.VolumeChunk
-	89,  // 172: corpus.v1.NodeAgentService.ImportVolume:output_type -> corpus.v1.ImportVolumeResponse
-	55,  // 173: corpus.v1.NodeAgentService.SnapshotVolume:output_type -> corpus.v1.SnapshotVolumeResponse
-	123, // 174: corpus.v1.NodeAgentService.Rollback:output_type -> corpus.v1.RollbackOutput
-	97,  // 175: corpus.v1.UserService.CreateUser:output_type -> corpus.v1.CreateUserResponse
-	99,  // 176: corpus.v1.UserService.ListUsers:output_type -> corpus.v1.ListUsersResponse
-	101, // 177: corpus.v1.UserService.DeleteUser:output_type -> corpus.v1.DeleteUserResponse
-	103, // 178: corpus.v1.UserService.AddKey:output_type -> corpus.v1.AddKeyResponse
-	105, // 179: corpus.v1.UserService.DeleteKey:output_type -> corpus.v1.DeleteKeyResponse
-	91,  // 180: corpus.v1.UserService.CreateToken:output_type -> corpus.v1.CreateTokenResponse
-	93,  // 181: corpus.v1.UserService.ListTokens:output_type -> corpus.v1.ListTokensResponse
-	95,  // 182: corpus.v1.UserService.RevokeToken:output_type -> corpus.v1.RevokeTokenResponse
-	107, // 183: corpus.v1.ProjectService.CreateProject:output_type -> corpus.v1.CreateProjectResponse
-	109, // 184: corpus.v1.ProjectService.ListProjects:output_type -> corpus.v1.ListProjectsResponse
-	113, // 185: corpus.v1.ProjectService.GetProject:output_type -> corpus.v1.GetProjectResponse
-	115, // 186: corpus.v1.ProjectService.DeleteProject:output_type -> corpus.v1.DeleteProjectResponse
-	117, // 187: corpus.v1.ProjectService.GrantProject:output_type -> corpus.v1.GrantProjectResponse
-	119, // 188: corpus.v1.ProjectService.ListReleases:output_type -> corpus.v1.ListReleasesResponse
-	121, // 189: corpus.v1.ProjectService.GetRelease:output_type -> corpus.v1.GetReleaseResponse
-	123, // 190: corpus.v1.ProjectService.Rollback:output_type -> corpus.v1.RollbackOutput
-	125, // 191: corpus.v1.AuditService.ListAudit:output_type -> corpus.v1.ListAuditResponse
-	129, // [129:192] is the sub-list for method output_type
-	66,  // [66:129] is the sub-list for method input_type
-	66,  // [66:66] is the sub-list for extension type_name
-	66,  // [66:66] is the sub-list for extension extendee
-	0,   // [0:66] is the sub-list for field type_name
+	139, // 62: corpus.v1.GrantProjectResponse.project:type_name -> corpus.v1.Project
+	141, // 63: corpus.v1.ListReleasesResponse.releases:type_name -> corpus.v1.Release
+	141, // 64: corpus.v1.GetReleaseResponse.release:type_name -> corpus.v1.Release
+	149, // 65: corpus.v1.ListAuditResponse.entries:type_name -> corpus.v1.AuditEntry
+	131, // 66: corpus.v1.RemoveNodeResponse.node:type_name -> corpus.v1.Node
+	13,  // 67: corpus.v1.ClusterService.Status:input_type -> corpus.v1.StatusRequest
+	0,   // 68: corpus.v1.ClusterService.Peer:input_type -> corpus.v1.PeerRequest
+	2,   // 69: corpus.v1.ClusterService.Apply:input_type -> corpus.v1.ApplyRequest
+	4,   // 70: corpus.v1.ClusterService.Seen:input_type -> corpus.v1.SeenRequest
+	6,   // 71: corpus.v1.ClusterService.RaftPeers:input_type -> corpus.v1.RaftPeersRequest
+	9,   // 72: corpus.v1.ClusterService.AddRaftPeer:input_type -> corpus.v1.AddRaftPeerRequest
+	11,  // 73: corpus.v1.ClusterService.RemoveRaftPeer:input_type -> corpus.v1.RemoveRaftPeerRequest
+	20,  // 74: corpus.v1.NodeService.CreateJoinToken:input_type -> corpus.v1.CreateJoinTokenRequest
+	22,  // 75: corpus.v1.NodeService.ListNodes:input_type -> corpus.v1.ListNodesRequest
+	24,  // 76: corpus.v1.NodeService.GetNode:input_type -> corpus.v1.GetNodeRequest
+	15,  // 77: corpus.v1.NodeService.SetNodeMode:input_type -> corpus.v1.SetNodeModeRequest
+	17,  // 78: corpus.v1.NodeService.DrainStatus:input_type -> corpus.v1.DrainStatusRequest
+	126, // 79: corpus.v1.NodeService.RemoveNode:input_type -> corpus.v1.RemoveNodeRequest
+	27,  // 80: corpus.v1.GuestService.CreateGuest:input_type -> corpus.v1.CreateGuestRequest
+	29,  // 81: corpus.v1.GuestService.GetGuest:input_type -> corpus.v1.GetGuestRequest
+	31,  // 82: corpus.v1.GuestService.ListGuests:input_type -> corpus.v1.ListGuestsRequest
+	33,  // 83: corpus.v1.GuestService.StartGuest:input_type -> corpus.v1.GuestActionRequest
+	33,  // 84: corpus.v1.GuestService.StopGuest:input_type -> corpus.v1.GuestActionRequest
+	33,  // 85: corpus.v1.GuestService.DeleteGuest:input_type -> corpus.v1.GuestActionRequest
+	35,  // 86: corpus.v1.GuestService.ExecGuest:input_type -> corpus.v1.ExecGuestRequest
+	37,  // 87: corpus.v1.IngressService.CreateRoute:input_type -> corpus.v1.CreateRouteRequest
+	39,  // 88: corpus.v1.IngressService.ListRoutes:input_type -> corpus.v1.ListRoutesRequest
+	43,  // 89: corpus.v1.IngressService.DeleteRoute:input_type -> corpus.v1.DeleteRouteRequest
+	45,  // 90: corpus.v1.IngressService.MoveRoute:input_type -> corpus.v1.MoveRouteRequest
+	47,  // 91: corpus.v1.DnsService.ListRecords:input_type -> corpus.v1.ListRecordsRequest
+	50,  // 92: corpus.v1.DnsService.AddRecord:input_type -> corpus.v1.AddRecordRequest
+	52,  // 93: corpus.v1.DnsService.DeleteRecord:input_type -> corpus.v1.DeleteRecordRequest
+	60,  // 94: corpus.v1.VolumeService.ListVolumes:input_type -> corpus.v1.ListVolumesRequest
+	63,  // 95: corpus.v1.VolumeService.GetVolume:input_type -> corpus.v1.GetVolumeRequest
+	65,  // 96: corpus.v1.VolumeService.DeleteVolume:input_type -> corpus.v1.DeleteVolumeRequest
+	58,  // 97: corpus.v1.VolumeService.ResizeVolume:input_type -> corpus.v1.ResizeVolumeRequest
+	56,  // 98: corpus.v1.VolumeService.MoveVolume:input_type -> corpus.v1.MoveVolumeRequest
+	54,  // 99: corpus.v1.VolumeService.SnapshotVolume:input_type -> corpus.v1.SnapshotVolumeRequest
+	79,  // 100: corpus.v1.AgentService.Enroll:input_type -> corpus.v1.EnrollRequest
+	81,  // 101: corpus.v1.AgentService.Watch:input_type -> corpus.v1.WatchRequest
+	83,  // 102: corpus.v1.AgentService.Report:input_type -> corpus.v1.ReportRequest
+	69,  // 103: corpus.v1.AgentService.GitAccess:input_type -> corpus.v1.GitAccessRequest
+	71,  // 104: corpus.v1.AgentService.BeginRelease:input_type -> corpus.v1.BeginReleaseRequest
+	73,  // 105: corpus.v1.AgentService.FinishRelease:input_type -> corpus.v1.FinishReleaseRequest
+	75,  // 106: corpus.v1.AgentService.SetCurrentRelease:input_type -> corpus.v1.SetCurrentReleaseRequest
+	77,  // 107: corpus.v1.AgentService.PruneReleases:input_type -> corpus.v1.PruneReleasesRequest
+	67,  // 108: corpus.v1.AgentService.SetManifestDomains:input_type -> corpus.v1.SetManifestDomainsRequest
+	35,  // 109: corpus.v1.NodeAgentService.Exec:input_type -> corpus.v1.ExecGuestRequest
+	87,  // 110: corpus.v1.NodeAgentService.ExportVolume:input_type -> corpus.v1.ExportVolumeRequest
+	88,  // 111: corpus.v1.NodeAgentService.ImportVolume:input_type -> corpus.v1.VolumeChunk
+	54,  // 112: corpus.v1.NodeAgentService.SnapshotVolume:input_type -> corpus.v1.SnapshotVolumeRequest
+	122, // 113: corpus.v1.NodeAgentService.Rollback:input_type -> corpus.v1.RollbackRequest
+	96,  // 114: corpus.v1.UserService.CreateUser:input_type -> corpus.v1.CreateUserRequest
+	98,  // 115: corpus.v1.UserService.ListUsers:input_type -> corpus.v1.ListUsersRequest
+	100, // 116: corpus.v1.UserService.DeleteUser:input_type -> corpus.v1.DeleteUserRequest
+	102, // 117: corpus.v1.UserService.AddKey:input_type -> corpus.v1.AddKeyRequest
+	104, // 118: corpus.v1.UserService.DeleteKey:input_type -> corpus.v1.DeleteKeyRequest
+	90,  // 119: corpus.v1.UserService.CreateToken:input_type -> corpus.v1.CreateTokenRequest
+	92,  // 120: corpus.v1.UserService.ListTokens:input_type -> corpus.v1.ListTokensRequest
+	94,  // 121: corpus.v1.UserService.RevokeToken:input_type -> corpus.v1.RevokeTokenRequest
+	106, // 122: corpus.v1.ProjectService.CreateProject:input_type -> corpus.v1.CreateProjectRequest
+	108, // 123: corpus.v1.ProjectService.ListProjects:input_type -> corpus.v1.ListProjectsRequest
+	112, // 124: corpus.v1.ProjectService.GetProject:input_type -> corpus.v1.GetProjectRequest
+	114, // 125: corpus.v1.ProjectService.DeleteProject:input_type -> corpus.v1.DeleteProjectRequest
+	116, // 126: corpus.v1.ProjectService.GrantProject:input_type -> corpus.v1.GrantProjectRequest
+	118, // 127: corpus.v1.ProjectService.ListReleases:input_type -> corpus.v1.ListReleasesRequest
+	120, // 128: corpus.v1.ProjectService.GetRelease:input_type -> corpus.v1.GetReleaseRequest
+	122, // 129: corpus.v1.ProjectService.Rollback:input_type -> corpus.v1.RollbackRequest
+	124, // 130: corpus.v1.AuditService.ListAudit:input_type -> corpus.v1.ListAuditRequest
+	14,  // 131: corpus.v1.ClusterService.Status:output_type -> corpus.v1.StatusResponse
+	1,   // 132: corpus.v1.ClusterService.Peer:output_type -> corpus.v1.PeerResponse
+	3,   // 133: corpus.v1.ClusterService.Apply:output_type -> corpus.v1.ApplyResponse
+	5,   // 134: corpus.v1.ClusterService.Seen:output_type -> corpus.v1.SeenResponse
+	8,   // 135: corpus.v1.ClusterService.RaftPeers:output_type -> corpus.v1.RaftPeersResponse
+	10,  // 136: corpus.v1.ClusterService.AddRaftPeer:output_type -> corpus.v1.AddRaftPeerResponse
+	12,  // 137: corpus.v1.ClusterService.RemoveRaftPeer:output_type -> corpus.v1.RemoveRaftPeerResponse
+	21,  // 138: corpus.v1.NodeService.CreateJoinToken:output_type -> corpus.v1.CreateJoinTokenResponse
+	23,  // 139: corpus.v1.NodeService.ListNodes:output_type -> corpus.v1.ListNodesResponse
+	25,  // 140: corpus.v1.NodeService.GetNode:output_type -> corpus.v1.GetNodeResponse
+	16,  // 141: corpus.v1.NodeService.SetNodeMode:output_type -> corpus.v1.SetNodeModeResponse
+	19,  // 142: corpus.v1.NodeService.DrainStatus:output_type -> corpus.v1.DrainStatusResponse
+	127, // 143: corpus.v1.NodeService.RemoveNode:output_type -> corpus.v1.RemoveNodeResponse
+	28,  // 144: corpus.v1.GuestService.CreateGuest:output_type -> corpus.v1.CreateGuestResponse
+	30,  // 145: corpus.v1.GuestService.GetGuest:output_type -> corpus.v1.GetGuestResponse
+	32,  // 146: corpus.v1.GuestService.ListGuests:output_type -> corpus.v1.ListGuestsResponse
+	34,  // 147: corpus.v1.GuestService.StartGuest:output_type -> corpus.v1.GuestActionResponse
+	34,  // 148: corpus.v1.GuestService.StopGuest:output_type -> corpus.v1.GuestActionResponse
+	34,  // 149: corpus.v1.GuestService.DeleteGuest:output_type -> corpus.v1.GuestActionResponse
+	36,  // 150: corpus.v1.GuestService.ExecGuest:output_type -> corpus.v1.ExecOutput
+	38,  // 151: corpus.v1.IngressService.CreateRoute:output_type -> corpus.v1.CreateRouteResponse
+	41,  // 152: corpus.v1.IngressService.ListRoutes:output_type -> corpus.v1.ListRoutesResponse
+	44,  // 153: corpus.v1.IngressService.DeleteRoute:output_type -> corpus.v1.DeleteRouteResponse
+	46,  // 154: corpus.v1.IngressService.MoveRoute:output_type -> corpus.v1.MoveRouteResponse
+	49,  // 155: corpus.v1.DnsService.ListRecords:output_type -> corpus.v1.ListRecordsResponse
+	51,  // 156: corpus.v1.DnsService.AddRecord:output_type -> corpus.v1.AddRecordResponse
+	53,  // 157: corpus.v1.DnsService.DeleteRecord:output_type -> corpus.v1.DeleteRecordResponse
+	62,  // 158: corpus.v1.VolumeService.ListVolumes:output_type -> corpus.v1.ListVolumesResponse
+	64,  // 159: corpus.v1.VolumeService.GetVolume:output_type -> corpus.v1.GetVolumeResponse
+	66,  // 160: corpus.v1.VolumeService.DeleteVolume:output_type -> corpus.v1.DeleteVolumeResponse
+	59,  // 161: corpus.v1.VolumeService.ResizeVolume:output_type -> corpus.v1.ResizeVolumeResponse
+	57,  // 162: corpus.v1.VolumeService.MoveVolume:output_type -> corpus.v1.MoveVolumeProgress
+	55,  // 163: corpus.v1.VolumeService.SnapshotVolume:output_type -> corpus.v1.SnapshotVolumeResponse
+	80,  // 164: corpus.v1.AgentService.Enroll:output_type -> corpus.v1.EnrollResponse
+	82,  // 165: corpus.v1.AgentService.Watch:output_type -> corpus.v1.WatchResponse
+	86,  // 166: corpus.v1.AgentService.Report:output_type -> corpus.v1.ReportResponse
+	70,  // 167: corpus.v1.AgentService.GitAccess:output_type -> corpus.v1.GitAccessResponse
+	72,  // 168: corpus.v1.AgentService.BeginRelease:output_type -> corpus.v1.BeginReleaseResponse
+	74,  // 169: corpus.v1.AgentService.FinishRelease:output_type -> corpus.v1.FinishReleaseResponse
+	76,  // 170: corpus.v1.AgentService.SetCurrentRelease:output_type -> corpus.v1.SetCurrentReleaseResponse
+	78,  // 171: corpus.v1.AgentService.PruneReleases:output_type -> corpus.v1.PruneReleasesResponse
+	68,  // 172: corpus.v1.AgentService.SetManifestDomains:output_type -> corpus.v1.SetManifestDomainsResponse
+	36,  // 173: corpus.v1.NodeAgentService.Exec:output_type -> corpus.v1.ExecOutput
+	88,  // 174: corpus.v1.NodeAgentService.ExportVolume:output_type -> corpus.v1.VolumeChunk
+	89,  // 175: corpus.v1.NodeAgentService.ImportVolume:output_type -> corpus.v1.ImportVolumeResponse
+	55,  // 176: corpus.v1.NodeAgentService.SnapshotVolume:output_type -> corpus.v1.SnapshotVolumeResponse
+	123, // 177: corpus.v1.NodeAgentService.Rollback:output_type -> corpus.v1.RollbackOutput
+	97,  // 178: corpus.v1.UserService.CreateUser:output_type -> corpus.v1.CreateUserResponse
+	99,  // 179: corpus.v1.UserService.ListUsers:output_type -> corpus.v1.ListUsersResponse
+	101, // 180: corpus.v1.UserService.DeleteUser:output_type -> corpus.v1.DeleteUserResponse
+	103, // 181: corpus.v1.UserService.AddKey:output_type -> corpus.v1.AddKeyResponse
+	105, // 182: corpus.v1.UserService.DeleteKey:output_type -> corpus.v1.DeleteKeyResponse
+	91,  // 183: corpus.v1.UserService.CreateToken:output_type -> corpus.v1.CreateTokenResponse
+	93,  // 184: corpus.v1.UserService.ListTokens:output_type -> corpus.v1.ListTokensResponse
+	95,  // 185: corpus.v1.UserService.RevokeToken:output_type -> corpus.v1.RevokeTokenResponse
+	107, // 186: corpus.v1.ProjectService.CreateProject:output_type -> corpus.v1.CreateProjectResponse
+	109, // 187: corpus.v1.ProjectService.ListProjects:output_type -> corpus.v1.ListProjectsResponse
+	113, // 188: corpus.v1.ProjectService.GetProject:output_type -> corpus.v1.GetProjectResponse
+	115, // 189: corpus.v1.ProjectService.DeleteProject:output_type -> corpus.v1.DeleteProjectResponse
+	117, // 190: corpus.v1.ProjectService.GrantProject:output_type -> corpus.v1.GrantProjectResponse
+	119, // 191: corpus.v1.ProjectService.ListReleases:output_type -> corpus.v1.ListReleasesResponse
+	121, // 192: corpus.v1.ProjectService.GetRelease:output_type -> corpus.v1.GetReleaseResponse
+	123, // 193: corpus.v1.ProjectService.Rollback:output_type -> corpus.v1.RollbackOutput
+	125, // 194: corpus.v1.AuditService.ListAudit:output_type -> corpus.v1.ListAuditResponse
+	131, // [131:195] is the sub-list for method output_type
+	67,  // [67:131] is the sub-list for method input_type
+	67,  // [67:67] is the sub-list for extension type_name
+	67,  // [67:67] is the sub-list for extension extendee
+	0,   // [0:67] is the sub-list for field type_name
 }
 
 func init() { file_corpus_v1_api_proto_init() }
@@ -8055,7 +8155,7 @@ func file_corpus_v1_api_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_corpus_v1_api_proto_rawDesc), len(file_corpus_v1_api_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   128,
+			NumMessages:   130,
 			NumExtensions: 0,
 			NumServices:   11,
 		},

@@ -76,6 +76,7 @@ type Command struct {
 	//	*Command_RemoveCoordinator
 	//	*Command_CreateUserToken
 	//	*Command_RevokeUserToken
+	//	*Command_RemoveNode
 	//	*Command_PlaceGuests
 	//	*Command_SetNodeMode
 	Cmd           isCommand_Cmd `protobuf_oneof:"cmd"`
@@ -454,6 +455,15 @@ func (x *Command) GetRevokeUserToken() *RevokeUserToken {
 	return nil
 }
 
+func (x *Command) GetRemoveNode() *RemoveNode {
+	if x != nil {
+		if x, ok := x.Cmd.(*Command_RemoveNode); ok {
+			return x.RemoveNode
+		}
+	}
+	return nil
+}
+
 func (x *Command) GetPlaceGuests() *PlaceGuests {
 	if x != nil {
 		if x, ok := x.Cmd.(*Command_PlaceGuests); ok {
@@ -612,6 +622,10 @@ type Command_RevokeUserToken struct {
 	RevokeUserToken *RevokeUserToken `protobuf:"bytes,43,opt,name=revoke_user_token,json=revokeUserToken,proto3,oneof"`
 }
 
+type Command_RemoveNode struct {
+	RemoveNode *RemoveNode `protobuf:"bytes,44,opt,name=remove_node,json=removeNode,proto3,oneof"`
+}
+
 type Command_PlaceGuests struct {
 	PlaceGuests *PlaceGuests `protobuf:"bytes,50,opt,name=place_guests,json=placeGuests,proto3,oneof"`
 }
@@ -687,6 +701,8 @@ func (*Command_RemoveCoordinator) isCommand_Cmd() {}
 func (*Command_CreateUserToken) isCommand_Cmd() {}
 
 func (*Command_RevokeUserToken) isCommand_Cmd() {}
+
+func (*Command_RemoveNode) isCommand_Cmd() {}
 
 func (*Command_PlaceGuests) isCommand_Cmd() {}
 
@@ -2842,6 +2858,51 @@ func (x *RevokeUserToken) GetId() string {
 	return ""
 }
 
+// RemoveNode forgets a node that holds no guests and no volumes.
+type RemoveNode struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	NodeId        string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RemoveNode) Reset() {
+	*x = RemoveNode{}
+	mi := &file_corpus_v1_raft_proto_msgTypes[39]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RemoveNode) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RemoveNode) ProtoMessage() {}
+
+func (x *RemoveNode) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_raft_proto_msgTypes[39]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RemoveNode.ProtoReflect.Descriptor instead.
+func (*RemoveNode) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{39}
+}
+
+func (x *RemoveNode) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
 // Snapshot is the whole state, written by FSM snapshots.
 type Snapshot struct {
 	state      protoimpl.MessageState `protogen:"open.v1"`
@@ -2867,7 +2928,7 @@ type Snapshot struct {
 
 func (x *Snapshot) Reset() {
 	*x = Snapshot{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[39]
+	mi := &file_corpus_v1_raft_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2879,7 +2940,7 @@ func (x *Snapshot) String() string {
 func (*Snapshot) ProtoMessage() {}
 
 func (x *Snapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[39]
+	mi := &file_corpus_v1_raft_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2892,7 +2953,7 @@ func (x *Snapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Snapshot.ProtoReflect.Descriptor instead.
 func (*Snapshot) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{39}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *Snapshot) GetVersion() uint32 {
@@ -3004,7 +3065,7 @@ var File_corpus_v1_raft_proto protoreflect.FileDescriptor
 
 const file_corpus_v1_raft_proto_rawDesc = "" +
 	"\n" +
-	"\x14corpus/v1/raft.proto\x12\tcorpus.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x15corpus/v1/types.proto\"\xdd\x13\n" +
+	"\x14corpus/v1/raft.proto\x12\tcorpus.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x15corpus/v1/types.proto\"\x97\x14\n" +
 	"\aCommand\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x12\x1c\n" +
 	"\tignorable\x18\x02 \x01(\bR\tignorable\x12,\n" +
@@ -3051,7 +3112,9 @@ const file_corpus_v1_raft_proto_rawDesc = "" +
 	"\x12upsert_coordinator\x18( \x01(\v2\x1c.corpus.v1.UpsertCoordinatorH\x00R\x11upsertCoordinator\x12M\n" +
 	"\x12remove_coordinator\x18) \x01(\v2\x1c.corpus.v1.RemoveCoordinatorH\x00R\x11removeCoordinator\x12H\n" +
 	"\x11create_user_token\x18* \x01(\v2\x1a.corpus.v1.CreateUserTokenH\x00R\x0fcreateUserToken\x12H\n" +
-	"\x11revoke_user_token\x18+ \x01(\v2\x1a.corpus.v1.RevokeUserTokenH\x00R\x0frevokeUserToken\x12;\n" +
+	"\x11revoke_user_token\x18+ \x01(\v2\x1a.corpus.v1.RevokeUserTokenH\x00R\x0frevokeUserToken\x128\n" +
+	"\vremove_node\x18, \x01(\v2\x15.corpus.v1.RemoveNodeH\x00R\n" +
+	"removeNode\x12;\n" +
 	"\fplace_guests\x182 \x01(\v2\x16.corpus.v1.PlaceGuestsH\x00R\vplaceGuests\x12<\n" +
 	"\rset_node_mode\x183 \x01(\v2\x16.corpus.v1.SetNodeModeH\x00R\vsetNodeModeB\x05\n" +
 	"\x03cmd\"D\n" +
@@ -3200,7 +3263,10 @@ const file_corpus_v1_raft_proto_rawDesc = "" +
 	"\x0fCreateUserToken\x12*\n" +
 	"\x05token\x18\x01 \x01(\v2\x14.corpus.v1.UserTokenR\x05token\"!\n" +
 	"\x0fRevokeUserToken\x12\x0e\n" +
-	"\x02id\x18\x01 \x01(\tR\x02id\"\xa9\x05\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\"%\n" +
+	"\n" +
+	"RemoveNode\x12\x17\n" +
+	"\anode_id\x18\x01 \x01(\tR\x06nodeId\"\xa9\x05\n" +
 	"\bSnapshot\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x120\n" +
 	"\x06config\x18\x02 \x01(\v2\x18.corpus.v1.ClusterConfigR\x06config\x12%\n" +
@@ -3234,7 +3300,7 @@ func file_corpus_v1_raft_proto_rawDescGZIP() []byte {
 	return file_corpus_v1_raft_proto_rawDescData
 }
 
-var file_corpus_v1_raft_proto_msgTypes = make([]protoimpl.MessageInfo, 41)
+var file_corpus_v1_raft_proto_msgTypes = make([]protoimpl.MessageInfo, 42)
 var file_corpus_v1_raft_proto_goTypes = []any{
 	(*Command)(nil),               // 0: corpus.v1.Command
 	(*BootstrapCluster)(nil),      // 1: corpus.v1.BootstrapCluster
@@ -3275,32 +3341,33 @@ var file_corpus_v1_raft_proto_goTypes = []any{
 	(*RemoveCoordinator)(nil),     // 36: corpus.v1.RemoveCoordinator
 	(*CreateUserToken)(nil),       // 37: corpus.v1.CreateUserToken
 	(*RevokeUserToken)(nil),       // 38: corpus.v1.RevokeUserToken
-	(*Snapshot)(nil),              // 39: corpus.v1.Snapshot
-	nil,                           // 40: corpus.v1.UpdateNode.LabelsEntry
-	(*timestamppb.Timestamp)(nil), // 41: google.protobuf.Timestamp
-	(*ClusterConfig)(nil),         // 42: corpus.v1.ClusterConfig
-	(*JoinToken)(nil),             // 43: corpus.v1.JoinToken
-	(*Node)(nil),                  // 44: corpus.v1.Node
-	(*Resources)(nil),             // 45: corpus.v1.Resources
-	(*DriverInfo)(nil),            // 46: corpus.v1.DriverInfo
-	(*Guest)(nil),                 // 47: corpus.v1.Guest
-	(*GuestObserved)(nil),         // 48: corpus.v1.GuestObserved
-	(*Route)(nil),                 // 49: corpus.v1.Route
-	(*DnsRecord)(nil),             // 50: corpus.v1.DnsRecord
-	(*VolumeObserved)(nil),        // 51: corpus.v1.VolumeObserved
-	(*User)(nil),                  // 52: corpus.v1.User
-	(*SshKey)(nil),                // 53: corpus.v1.SshKey
-	(*ProjectEnv)(nil),            // 54: corpus.v1.ProjectEnv
-	(*Release)(nil),               // 55: corpus.v1.Release
-	(*ReleaseStep)(nil),           // 56: corpus.v1.ReleaseStep
-	(*Coordinator)(nil),           // 57: corpus.v1.Coordinator
-	(*UserToken)(nil),             // 58: corpus.v1.UserToken
-	(*Volume)(nil),                // 59: corpus.v1.Volume
-	(*Project)(nil),               // 60: corpus.v1.Project
-	(*AuditEntry)(nil),            // 61: corpus.v1.AuditEntry
+	(*RemoveNode)(nil),            // 39: corpus.v1.RemoveNode
+	(*Snapshot)(nil),              // 40: corpus.v1.Snapshot
+	nil,                           // 41: corpus.v1.UpdateNode.LabelsEntry
+	(*timestamppb.Timestamp)(nil), // 42: google.protobuf.Timestamp
+	(*ClusterConfig)(nil),         // 43: corpus.v1.ClusterConfig
+	(*JoinToken)(nil),             // 44: corpus.v1.JoinToken
+	(*Node)(nil),                  // 45: corpus.v1.Node
+	(*Resources)(nil),             // 46: corpus.v1.Resources
+	(*DriverInfo)(nil),            // 47: corpus.v1.DriverInfo
+	(*Guest)(nil),                 // 48: corpus.v1.Guest
+	(*GuestObserved)(nil),         // 49: corpus.v1.GuestObserved
+	(*Route)(nil),                 // 50: corpus.v1.Route
+	(*DnsRecord)(nil),             // 51: corpus.v1.DnsRecord
+	(*VolumeObserved)(nil),        // 52: corpus.v1.VolumeObserved
+	(*User)(nil),                  // 53: corpus.v1.User
+	(*SshKey)(nil),                // 54: corpus.v1.SshKey
+	(*ProjectEnv)(nil),            // 55: corpus.v1.ProjectEnv
+	(*Release)(nil),               // 56: corpus.v1.Release
+	(*ReleaseStep)(nil),           // 57: corpus.v1.ReleaseStep
+	(*Coordinator)(nil),           // 58: corpus.v1.Coordinator
+	(*UserToken)(nil),             // 59: corpus.v1.UserToken
+	(*Volume)(nil),                // 60: corpus.v1.Volume
+	(*Project)(nil),               // 61: corpus.v1.Project
+	(*AuditEntry)(nil),            // 62: corpus.v1.AuditEntry
 }
 var file_corpus_v1_raft_proto_depIdxs = []int32{
-	41, // 0: corpus.v1.Command.now:type_name -> google.protobuf.Timestamp
+	42, // 0: corpus.v1.Command.now:type_name -> google.protobuf.Timestamp
 	1,  // 1: corpus.v1.Command.bootstrap_cluster:type_name -> corpus.v1.BootstrapCluster
 	2,  // 2: corpus.v1.Command.create_join_token:type_name -> corpus.v1.CreateJoinToken
 	3,  // 3: corpus.v1.Command.enroll_node:type_name -> corpus.v1.EnrollNode
@@ -3335,50 +3402,51 @@ var file_corpus_v1_raft_proto_depIdxs = []int32{
 	36, // 32: corpus.v1.Command.remove_coordinator:type_name -> corpus.v1.RemoveCoordinator
 	37, // 33: corpus.v1.Command.create_user_token:type_name -> corpus.v1.CreateUserToken
 	38, // 34: corpus.v1.Command.revoke_user_token:type_name -> corpus.v1.RevokeUserToken
-	9,  // 35: corpus.v1.Command.place_guests:type_name -> corpus.v1.PlaceGuests
-	10, // 36: corpus.v1.Command.set_node_mode:type_name -> corpus.v1.SetNodeMode
-	42, // 37: corpus.v1.BootstrapCluster.config:type_name -> corpus.v1.ClusterConfig
-	43, // 38: corpus.v1.CreateJoinToken.token:type_name -> corpus.v1.JoinToken
-	44, // 39: corpus.v1.EnrollNode.node:type_name -> corpus.v1.Node
-	45, // 40: corpus.v1.UpdateNode.capacity:type_name -> corpus.v1.Resources
-	46, // 41: corpus.v1.UpdateNode.drivers:type_name -> corpus.v1.DriverInfo
-	40, // 42: corpus.v1.UpdateNode.labels:type_name -> corpus.v1.UpdateNode.LabelsEntry
-	47, // 43: corpus.v1.CreateGuest.guest:type_name -> corpus.v1.Guest
-	8,  // 44: corpus.v1.PlaceGuests.placements:type_name -> corpus.v1.PlaceGuest
-	48, // 45: corpus.v1.ObservedGuest.observed:type_name -> corpus.v1.GuestObserved
-	11, // 46: corpus.v1.ReportGuests.guests:type_name -> corpus.v1.ObservedGuest
-	49, // 47: corpus.v1.CreateRoute.route:type_name -> corpus.v1.Route
-	50, // 48: corpus.v1.AddDnsRecord.record:type_name -> corpus.v1.DnsRecord
-	51, // 49: corpus.v1.ObservedVolume.observed:type_name -> corpus.v1.VolumeObserved
-	21, // 50: corpus.v1.ReportVolumes.volumes:type_name -> corpus.v1.ObservedVolume
-	52, // 51: corpus.v1.CreateUser.user:type_name -> corpus.v1.User
-	53, // 52: corpus.v1.AddSshKey.key:type_name -> corpus.v1.SshKey
-	54, // 53: corpus.v1.CreateProject.env:type_name -> corpus.v1.ProjectEnv
-	47, // 54: corpus.v1.CreateProject.guest:type_name -> corpus.v1.Guest
-	49, // 55: corpus.v1.CreateProject.routes:type_name -> corpus.v1.Route
-	55, // 56: corpus.v1.BeginRelease.release:type_name -> corpus.v1.Release
-	56, // 57: corpus.v1.FinishRelease.steps:type_name -> corpus.v1.ReleaseStep
-	49, // 58: corpus.v1.SetManifestDomains.routes:type_name -> corpus.v1.Route
-	57, // 59: corpus.v1.UpsertCoordinator.coordinator:type_name -> corpus.v1.Coordinator
-	58, // 60: corpus.v1.CreateUserToken.token:type_name -> corpus.v1.UserToken
-	42, // 61: corpus.v1.Snapshot.config:type_name -> corpus.v1.ClusterConfig
-	44, // 62: corpus.v1.Snapshot.nodes:type_name -> corpus.v1.Node
-	47, // 63: corpus.v1.Snapshot.guests:type_name -> corpus.v1.Guest
-	43, // 64: corpus.v1.Snapshot.join_tokens:type_name -> corpus.v1.JoinToken
-	49, // 65: corpus.v1.Snapshot.routes:type_name -> corpus.v1.Route
-	50, // 66: corpus.v1.Snapshot.dns_records:type_name -> corpus.v1.DnsRecord
-	59, // 67: corpus.v1.Snapshot.volumes:type_name -> corpus.v1.Volume
-	52, // 68: corpus.v1.Snapshot.users:type_name -> corpus.v1.User
-	60, // 69: corpus.v1.Snapshot.projects:type_name -> corpus.v1.Project
-	55, // 70: corpus.v1.Snapshot.releases:type_name -> corpus.v1.Release
-	57, // 71: corpus.v1.Snapshot.coordinators:type_name -> corpus.v1.Coordinator
-	61, // 72: corpus.v1.Snapshot.audit:type_name -> corpus.v1.AuditEntry
-	58, // 73: corpus.v1.Snapshot.user_tokens:type_name -> corpus.v1.UserToken
-	74, // [74:74] is the sub-list for method output_type
-	74, // [74:74] is the sub-list for method input_type
-	74, // [74:74] is the sub-list for extension type_name
-	74, // [74:74] is the sub-list for extension extendee
-	0,  // [0:74] is the sub-list for field type_name
+	39, // 35: corpus.v1.Command.remove_node:type_name -> corpus.v1.RemoveNode
+	9,  // 36: corpus.v1.Command.place_guests:type_name -> corpus.v1.PlaceGuests
+	10, // 37: corpus.v1.Command.set_node_mode:type_name -> corpus.v1.SetNodeMode
+	43, // 38: corpus.v1.BootstrapCluster.config:type_name -> corpus.v1.ClusterConfig
+	44, // 39: corpus.v1.CreateJoinToken.token:type_name -> corpus.v1.JoinToken
+	45, // 40: corpus.v1.EnrollNode.node:type_name -> corpus.v1.Node
+	46, // 41: corpus.v1.UpdateNode.capacity:type_name -> corpus.v1.Resources
+	47, // 42: corpus.v1.UpdateNode.drivers:type_name -> corpus.v1.DriverInfo
+	41, // 43: corpus.v1.UpdateNode.labels:type_name -> corpus.v1.UpdateNode.LabelsEntry
+	48, // 44: corpus.v1.CreateGuest.guest:type_name -> corpus.v1.Guest
+	8,  // 45: corpus.v1.PlaceGuests.placements:type_name -> corpus.v1.PlaceGuest
+	49, // 46: corpus.v1.ObservedGuest.observed:type_name -> corpus.v1.GuestObserved
+	11, // 47: corpus.v1.ReportGuests.guests:type_name -> corpus.v1.ObservedGuest
+	50, // 48: corpus.v1.CreateRoute.route:type_name -> corpus.v1.Route
+	51, // 49: corpus.v1.AddDnsRecord.record:type_name -> corpus.v1.DnsRecord
+	52, // 50: corpus.v1.ObservedVolume.observed:type_name -> corpus.v1.VolumeObserved
+	21, // 51: corpus.v1.ReportVolumes.volumes:type_name -> corpus.v1.ObservedVolume
+	53, // 52: corpus.v1.CreateUser.user:type_name -> corpus.v1.User
+	54, // 53: corpus.v1.AddSshKey.key:type_name -> corpus.v1.SshKey
+	55, // 54: corpus.v1.CreateProject.env:type_name -> corpus.v1.ProjectEnv
+	48, // 55: corpus.v1.CreateProject.guest:type_name -> corpus.v1.Guest
+	50, // 56: corpus.v1.CreateProject.routes:type_name -> corpus.v1.Route
+	56, // 57: corpus.v1.BeginRelease.release:type_name -> corpus.v1.Release
+	57, // 58: corpus.v1.FinishRelease.steps:type_name -> corpus.v1.ReleaseStep
+	50, // 59: corpus.v1.SetManifestDomains.routes:type_name -> corpus.v1.Route
+	58, // 60: corpus.v1.UpsertCoordinator.coordinator:type_name -> corpus.v1.Coordinator
+	59, // 61: corpus.v1.CreateUserToken.token:type_name -> corpus.v1.UserToken
+	43, // 62: corpus.v1.Snapshot.config:type_name -> corpus.v1.ClusterConfig
+	45, // 63: corpus.v1.Snapshot.nodes:type_name -> corpus.v1.Node
+	48, // 64: corpus.v1.Snapshot.guests:type_name -> corpus.v1.Guest
+	44, // 65: corpus.v1.Snapshot.join_tokens:type_name -> corpus.v1.JoinToken
+	50, // 66: corpus.v1.Snapshot.routes:type_name -> corpus.v1.Route
+	51, // 67: corpus.v1.Snapshot.dns_records:type_name -> corpus.v1.DnsRecord
+	60, // 68: corpus.v1.Snapshot.volumes:type_name -> corpus.v1.Volume
+	53, // 69: corpus.v1.Snapshot.users:type_name -> corpus.v1.User
+	61, // 70: corpus.v1.Snapshot.projects:type_name -> corpus.v1.Project
+	56, // 71: corpus.v1.Snapshot.releases:type_name -> corpus.v1.Release
+	58, // 72: corpus.v1.Snapshot.coordinators:type_name -> corpus.v1.Coordinator
+	62, // 73: corpus.v1.Snapshot.audit:type_name -> corpus.v1.AuditEntry
+	59, // 74: corpus.v1.Snapshot.user_tokens:type_name -> corpus.v1.UserToken
+	75, // [75:75] is the sub-list for method output_type
+	75, // [75:75] is the sub-list for method input_type
+	75, // [75:75] is the sub-list for extension type_name
+	75, // [75:75] is the sub-list for extension extendee
+	0,  // [0:75] is the sub-list for field type_name
 }
 
 func init() { file_corpus_v1_raft_proto_init() }
@@ -3422,6 +3490,7 @@ func file_corpus_v1_raft_proto_init() {
 		(*Command_RemoveCoordinator)(nil),
 		(*Command_CreateUserToken)(nil),
 		(*Command_RevokeUserToken)(nil),
+		(*Command_RemoveNode)(nil),
 		(*Command_PlaceGuests)(nil),
 		(*Command_SetNodeMode)(nil),
 	}
@@ -3431,7 +3500,7 @@ func file_corpus_v1_raft_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_corpus_v1_raft_proto_rawDesc), len(file_corpus_v1_raft_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   41,
+			NumMessages:   42,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

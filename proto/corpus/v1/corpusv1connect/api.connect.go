@@ -84,6 +84,8 @@ const (
 	NodeServiceSetNodeModeProcedure = "/corpus.v1.NodeService/SetNodeMode"
 	// NodeServiceDrainStatusProcedure is the fully-qualified name of the NodeService's DrainStatus RPC.
 	NodeServiceDrainStatusProcedure = "/corpus.v1.NodeService/DrainStatus"
+	// NodeServiceRemoveNodeProcedure is the fully-qualified name of the NodeService's RemoveNode RPC.
+	NodeServiceRemoveNodeProcedure = "/corpus.v1.NodeService/RemoveNode"
 	// GuestServiceCreateGuestProcedure is the fully-qualified name of the GuestService's CreateGuest
 	// RPC.
 	GuestServiceCreateGuestProcedure = "/corpus.v1.GuestService/CreateGuest"
@@ -476,6 +478,9 @@ type NodeServiceClient interface {
 	// DrainStatus says what is left on a node; with min_index it blocks
 	// until something changed past that index (or wait_seconds pass).
 	DrainStatus(context.Context, *connect.Request[v1.DrainStatusRequest]) (*connect.Response[v1.DrainStatusResponse], error)
+	// RemoveNode forgets an empty node: its credential stops working at
+	// once and its agent's watch stream ends. Drain it first.
+	RemoveNode(context.Context, *connect.Request[v1.RemoveNodeRequest]) (*connect.Response[v1.RemoveNodeResponse], error)
 }
 
 // NewNodeServiceClient constructs a client for the corpus.v1.NodeService service. By default, it
@@ -522,6 +527,12 @@ func NewNodeServiceClient(httpClient connect.HTTPClient, baseURL string, opts ..
 			connect.WithIdempotency(connect.IdempotencyNoSideEffects),
 			connect.WithClientOptions(opts...),
 		),
+		removeNode: connect.NewClient[v1.RemoveNodeRequest, v1.RemoveNodeResponse](
+			httpClient,
+			baseURL+NodeServiceRemoveNodeProcedure,
+			connect.WithSchema(nodeServiceMethods.ByName("RemoveNode")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
@@ -532,6 +543,7 @@ type nodeServiceClient struct {
 	getNode         *connect.Client[v1.GetNodeRequest, v1.GetNodeResponse]
 	setNodeMode     *connect.Client[v1.SetNodeModeRequest, v1.SetNodeModeResponse]
 	drainStatus     *connect.Client[v1.DrainStatusRequest, v1.DrainStatusResponse]
+	removeNode      *connect.Client[v1.RemoveNodeRequest, v1.RemoveNodeResponse]
 }
 
 // CreateJoinToken calls corpus.v1.NodeService.CreateJoinToken.
@@ -559,6 +571,11 @@ func (c *nodeServiceClient) DrainStatus(ctx context.Context, req *connect.Reques
 	return c.drainStatus.CallUnary(ctx, req)
 }
 
+// RemoveNode calls corpus.v1.NodeService.RemoveNode.
+func (c *nodeServiceClient) RemoveNode(ctx context.Context, req *connect.Request[v1.RemoveNodeRequest]) (*connect.Response[v1.RemoveNodeResponse], error) {
+	return c.removeNode.CallUnary(ctx, req)
+}
+
 // NodeServiceHandler is an implementation of the corpus.v1.NodeService service.
 type NodeServiceHandler interface {
 	CreateJoinToken(context.Context, *connect.Request[v1.CreateJoinTokenRequest]) (*connect.Response[v1.CreateJoinTokenResponse], error)
@@ -572,6 +589,9 @@ type NodeServiceHandler interface {
 	// DrainStatus says what is left on a node; with min_index it blocks
 	// until something changed past that index (or wait_seconds pass).
 	DrainStatus(context.Context, *connect.Request[v1.DrainStatusRequest]) (*connect.Response[v1.DrainStatusResponse], error)
+	// RemoveNode forgets an empty node: its credential stops working at
+	// once and its agent's watch stream ends. Drain it first.
+	RemoveNode(context.Context, *connect.Request[v1.RemoveNodeRequest]) (*connect.Response[v1.RemoveNodeResponse], error)
 }
 
 // NewNodeServiceHandler builds an HTTP handler from the service implementation. It returns the path
@@ -614,6 +634,12 @@ func NewNodeServiceHandler(svc NodeServiceHandler, opts ...connect.HandlerOption
 		connect.WithIdempotency(connect.IdempotencyNoSideEffects),
 		connect.WithHandlerOptions(opts...),
 	)
+	nodeServiceRemoveNodeHandler := connect.NewUnaryHandler(
+		NodeServiceRemoveNodeProcedure,
+		svc.RemoveNode,
+		connect.WithSchema(nodeServiceMethods.ByName("RemoveNode")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/corpus.v1.NodeService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case NodeServiceCreateJoinTokenProcedure:
@@ -626,6 +652,8 @@ func NewNodeServiceHandler(svc NodeServiceHandler, opts ...connect.HandlerOption
 			nodeServiceSetNodeModeHandler.ServeHTTP(w, r)
 		case NodeServiceDrainStatusProcedure:
 			nodeServiceDrainStatusHandler.ServeHTTP(w, r)
+		case NodeServiceRemoveNodeProcedure:
+			nodeServiceRemoveNodeHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -653,6 +681,10 @@ func (UnimplementedNodeServiceHandler) SetNodeMode(context.Context, *connect.Req
 
 func (UnimplementedNodeServiceHandler) DrainStatus(context.Context, *connect.Request[v1.DrainStatusRequest]) (*connect.Response[v1.DrainStatusResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("corpus.v1.NodeService.DrainStatus is not implemented"))
+}
+
+func (UnimplementedNodeServiceHandler) RemoveNode(context.Context, *connect.Request[v1.RemoveNodeRequest]) (*connect.Response[v1.RemoveNodeResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("corpus.v1.NodeService.RemoveNode is not implemented"))
 }
 
 // GuestServiceClient is a client for the corpus.v1.GuestService service.

@@ -1,0 +1,71 @@
+package coordinator_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+
+	"corpus/coordinator/state"
+	corpusv1 "corpus/proto/corpus/v1"
+)
+
+// TestRemoveNode: a node holding a guest cannot be removed; an empty one
+// can, and its credential stops working at once, its watch stream ending.
+func TestRemoveNode(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := start(t, t.TempDir())
+	n1 := s.enroll("n1")
+	n1.report(t)
+	ops := s.ops()
+	if _, err := ops.guests.CreateGuest(ctx, connect.NewRequest(&corpusv1.CreateGuestRequest{Name: "web", Spec: &corpusv1.GuestSpec{Image: "busybox"}})); err != nil {
+		t.Fatal(err)
+	}
+	s.waitFor("web placed", func(v *state.Snap) bool { return v.GuestByName("web").GetNodeId() == n1.id })
+	if _, err := ops.nodes.RemoveNode(ctx, connect.NewRequest(&corpusv1.RemoveNodeRequest{Name: "n1"})); codeOf(err) != connect.CodeFailedPrecondition {
+		t.Fatalf("removing a node with a guest = %v, want FailedPrecondition", err)
+	}
+	if s.Store().Read().Node(n1.id) == nil {
+		t.Fatalf("a refused removal removed the node")
+	}
+	// Delete the guest (the agent confirms), then remove the node while
+	// its agent watches.
+	if _, err := ops.guests.DeleteGuest(ctx, connect.NewRequest(&corpusv1.GuestActionRequest{Name: "web"})); err != nil {
+		t.Fatal(err)
+	}
+	g := s.Store().Read().GuestByName("web")
+	n1.report(t, observed(g.Id, state.ObservedDeleted))
+	s.waitFor("web gone", func(v *state.Snap) bool { return v.GuestByName("web") == nil })
+	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	stream, err := n1.agent.Watch(wctx, connect.NewRequest(&corpusv1.WatchRequest{}))
+	if err != nil || !stream.Receive() {
+		t.Fatalf("Watch = %v, %v", err, stream.Err())
+	}
+	ended := make(chan error, 1)
+	go func() {
+		for stream.Receive() {
+		}
+		ended <- stream.Err()
+	}()
+	if _, err := ops.nodes.RemoveNode(ctx, connect.NewRequest(&corpusv1.RemoveNodeRequest{Name: "n1"})); err != nil {
+		t.Fatalf("RemoveNode(empty n1) = %v", err)
+	}
+	select {
+	case err := <-ended:
+		if codeOf(err) != connect.CodeNotFound {
+			t.Errorf("the removed node's watch ended with %v, want NotFound", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatalf("the removed node's watch stream did not end")
+	}
+	if _, err := n1.agent.Report(ctx, connect.NewRequest(&corpusv1.ReportRequest{Capacity: capacity(), Drivers: drivers()})); codeOf(err) != connect.CodeUnauthenticated {
+		t.Errorf("the removed node's credential = %v, want Unauthenticated", err)
+	}
+	audit, err := ops.audit.ListAudit(ctx, connect.NewRequest(&corpusv1.ListAuditRequest{Action: "remove_node"}))
+	if err != nil || len(audit.Msg.Entries) != 2 || audit.Msg.Entries[0].Result == "ok" || audit.Msg.Entries[1].Result != "ok" {
+		t.Errorf("audit of the removals = %v, %v", audit, err)
+	}
+}
