@@ -755,7 +755,6 @@ func restoreCurrent(ctx context.Context, drv drivers.Driver, guest, project, fai
 }
 
 func (d *deploy) notify(status string) {
-	d.journal.Step = stepNotify
 	if status == corpusv1.ReleaseSucceeded {
 		failpoint.Hit("deploy-notify")
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"path"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -187,7 +188,7 @@ func checkTree(entries []treeEntry, maxBytes int64) (*tree, error) {
 				continue
 			}
 			t.Install = append(t.Install, name)
-		case dir == manifestDir+"/" && isHook(name):
+		case dir == manifestDir+"/" && slices.Contains(hookNames, name):
 			if e.Mode != "100755" {
 				errs = append(errs, fmt.Sprintf("%s is not executable (mode %s): git update-index --chmod=+x %s", e.Path, e.Mode, e.Path))
 				continue
@@ -206,15 +207,6 @@ func checkTree(entries []treeEntry, maxBytes int64) (*tree, error) {
 	}
 	sort.Strings(t.Install)
 	return t, nil
-}
-
-func isHook(name string) bool {
-	for _, h := range hookNames {
-		if h == name {
-			return true
-		}
-	}
-	return false
 }
 
 // escapes reports whether a symlink at p with target could resolve

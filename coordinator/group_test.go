@@ -39,25 +39,10 @@ type replicaSet struct {
 
 func newReplica(t *testing.T, id, dir, apiAddr, raftAddr string, opts ...func(*coordinator.Config)) *server {
 	t.Helper()
-	cfg := coordinator.Default()
-	cfg.ReplicaID = id
-	cfg.DataDir = dir
-	cfg.APIAddr, cfg.RaftAddr = apiAddr, raftAddr
-	cfg.DNS.Addr = "127.0.0.1:0"
-	cfg.GossipAddr = "127.0.0.1:0"
-	cfg.Logger = testLogger(t)
-	for _, o := range opts {
-		o(&cfg)
-	}
-	srv, err := coordinator.New(cfg)
-	if err != nil {
-		t.Fatalf("New(%s) = %v", id, err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	s := &server{Server: srv, t: t, dir: dir, cancel: cancel, done: make(chan error, 1)}
-	go func() { s.done <- srv.Serve(ctx) }()
-	t.Cleanup(func() { s.stop() })
-	return s
+	return launch(t, dir, append([]func(*coordinator.Config){func(c *coordinator.Config) {
+		c.ReplicaID = id
+		c.APIAddr, c.RaftAddr = apiAddr, raftAddr
+	}}, opts...)...)
 }
 
 func compaction(c *coordinator.Config) {

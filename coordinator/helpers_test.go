@@ -37,6 +37,15 @@ type server struct {
 // until it leads and the cluster is bootstrapped.
 func start(t *testing.T, dir string, opts ...func(*coordinator.Config)) *server {
 	t.Helper()
+	s := launch(t, dir, opts...)
+	s.waitLeader()
+	return s
+}
+
+// launch runs a coordinator on dir (dynamic ports unless opts set them)
+// without waiting for it to lead; it is stopped when the test ends.
+func launch(t *testing.T, dir string, opts ...func(*coordinator.Config)) *server {
+	t.Helper()
 	cfg := coordinator.Default()
 	cfg.DataDir = dir
 	cfg.APIAddr = "127.0.0.1:0"
@@ -59,7 +68,6 @@ func start(t *testing.T, dir string, opts ...func(*coordinator.Config)) *server 
 			t.Errorf("Serve() = %v, want nil after a clean stop", err)
 		}
 	})
-	s.waitLeader()
 	return s
 }
 

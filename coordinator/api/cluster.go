@@ -116,16 +116,9 @@ func (s *clusterService) RaftPeers(ctx context.Context, _ *connect.Request[corpu
 	return connect.NewResponse(&corpusv1.RaftPeersResponse{Peers: peers, Index: s.b.Store.Read().Index()}), nil
 }
 
-func validPeerID(id string) error {
-	if err := names.Validate("replica", id); err != nil {
-		return err
-	}
-	return nil
-}
-
 func (s *clusterService) AddRaftPeer(ctx context.Context, req *connect.Request[corpusv1.AddRaftPeerRequest]) (*connect.Response[corpusv1.AddRaftPeerResponse], error) {
 	m := req.Msg
-	if err := validPeerID(m.Id); err != nil {
+	if err := names.Validate("replica", m.Id); err != nil {
 		return nil, toConnect(err)
 	}
 	for what, a := range map[string]string{"raft address": m.RaftAddress, "api address": m.ApiAddress} {
@@ -140,7 +133,7 @@ func (s *clusterService) AddRaftPeer(ctx context.Context, req *connect.Request[c
 }
 
 func (s *clusterService) RemoveRaftPeer(ctx context.Context, req *connect.Request[corpusv1.RemoveRaftPeerRequest]) (*connect.Response[corpusv1.RemoveRaftPeerResponse], error) {
-	if err := validPeerID(req.Msg.Id); err != nil {
+	if err := names.Validate("replica", req.Msg.Id); err != nil {
 		return nil, toConnect(err)
 	}
 	if err := s.b.Group.RemovePeer(ctx, req.Msg.Id); err != nil {

@@ -185,12 +185,19 @@ func (s *guestService) ExecGuest(ctx context.Context, req *connect.Request[corpu
 		return connect.NewError(connect.CodeUnavailable, fmt.Errorf("the node of guest %q has no agent address", g.Name))
 	}
 	up, err := s.b.AgentClient(n).Exec(ctx, connect.NewRequest(m))
+	return relayFromAgent(n, "exec", up, err, stream.Send)
+}
+
+// relayFromAgent passes a node agent's stream on to the caller. The
+// agent's errors keep their code, with the node named; a stream that
+// could not be opened or broke is Unavailable.
+func relayFromAgent[T any](n *corpusv1.Node, what string, up *connect.ServerStreamForClient[T], err error, send func(*T) error) error {
 	if err != nil {
 		return connect.NewError(connect.CodeUnavailable, fmt.Errorf("reaching agent of node %s: %w", n.Name, err))
 	}
 	defer up.Close()
 	for up.Receive() {
-		if err := stream.Send(up.Msg()); err != nil {
+		if err := send(up.Msg()); err != nil {
 			return err
 		}
 	}
@@ -199,7 +206,7 @@ func (s *guestService) ExecGuest(ctx context.Context, req *connect.Request[corpu
 		if errors.As(err, &ce) {
 			return connect.NewError(ce.Code(), fmt.Errorf("agent of node %s: %s", n.Name, ce.Message()))
 		}
-		return connect.NewError(connect.CodeUnavailable, fmt.Errorf("exec stream from node %s: %w", n.Name, err))
+		return connect.NewError(connect.CodeUnavailable, fmt.Errorf("%s stream from node %s: %w", what, n.Name, err))
 	}
 	return nil
 }

@@ -473,23 +473,7 @@ func (s *projectService) Rollback(ctx context.Context, req *connect.Request[corp
 		return connect.NewError(connect.CodeUnavailable, fmt.Errorf("the node of %s/%s has no agent address", p.Name, e.Name))
 	}
 	up, err := s.b.AgentClient(n).Rollback(ctx, connect.NewRequest(&corpusv1.RollbackRequest{Project: p.Name, Env: e.Name, To: to}))
-	if err != nil {
-		return connect.NewError(connect.CodeUnavailable, fmt.Errorf("reaching agent of node %s: %w", n.Name, err))
-	}
-	defer up.Close()
-	for up.Receive() {
-		if err := stream.Send(up.Msg()); err != nil {
-			return err
-		}
-	}
-	if err := up.Err(); err != nil {
-		var ce *connect.Error
-		if errors.As(err, &ce) {
-			return connect.NewError(ce.Code(), fmt.Errorf("agent of node %s: %s", n.Name, ce.Message()))
-		}
-		return connect.NewError(connect.CodeUnavailable, fmt.Errorf("rollback stream from node %s: %w", n.Name, err))
-	}
-	return nil
+	return relayFromAgent(n, "rollback", up, err, stream.Send)
 }
 
 // Agent-side release calls.

@@ -3,7 +3,6 @@ package state
 import (
 	"fmt"
 
-	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 
 	corpusv1 "corpus/proto/corpus/v1"
@@ -70,11 +69,6 @@ func target(m protoreflect.Message, depth int) string {
 		}
 	}
 	return ""
-}
-
-// putAudit records an entry and trims the log now and then.
-func putAudit(put func(string, any), e *corpusv1.AuditEntry) {
-	put(tableAudit, proto.Clone(e))
 }
 
 // trimAudit drops the oldest entries beyond MaxAudit.

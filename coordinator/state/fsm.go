@@ -76,14 +76,14 @@ func (f *FSM) Apply(l *raft.Log) any {
 		txn.Abort()
 		atxn := f.store.memdb().Txn(true)
 		aa := applier{txn: atxn, index: l.Index, now: cmd.Now}
-		putAudit(aa.put, auditEntry(&cmd, l.Index, err))
+		aa.put(tableAudit, auditEntry(&cmd, l.Index, err))
 		if l.Index%100 == 0 {
 			aa.trimAudit()
 		}
 		atxn.Commit()
 		return &Result{Index: l.Index, Err: err}
 	}
-	putAudit(a.put, auditEntry(&cmd, l.Index, nil))
+	a.put(tableAudit, auditEntry(&cmd, l.Index, nil))
 	if l.Index%100 == 0 {
 		a.trimAudit()
 	}

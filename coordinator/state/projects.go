@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"slices"
 	"sort"
-	"time"
 
 	"google.golang.org/protobuf/proto"
 
@@ -450,14 +449,6 @@ func (v *Snap) Release(id string) *corpusv1.Release {
 // allReleases returns every release (for snapshots).
 func (v *Snap) allReleases() []*corpusv1.Release {
 	return all[*corpusv1.Release](v, tableReleases, "id")
-}
-
-// ReleaseDuration is how long a finished release took, 0 while it runs.
-func ReleaseDuration(r *corpusv1.Release) time.Duration {
-	if r.FinishedAt == nil || r.StartedAt == nil {
-		return 0
-	}
-	return r.FinishedAt.AsTime().Sub(r.StartedAt.AsTime())
 }
 
 // setManifestDomains replaces an environment's extra domains: dropped

@@ -88,14 +88,12 @@ func newCoordGroupIn(t *testing.T, lab *netLab, advertiseHost string) *coordGrou
 	return g
 }
 
-var groupHTTP = httpIn
-
 func (g *coordGroup) client(id string) corpusv1connect.ClusterServiceClient {
-	return corpusv1connect.NewClusterServiceClient(groupHTTP(g.ns), "http://"+g.api[id], connect.WithInterceptors(rpc.Bearer(g.token)))
+	return corpusv1connect.NewClusterServiceClient(httpIn(g.ns), "http://"+g.api[id], connect.WithInterceptors(rpc.Bearer(g.token)))
 }
 
 func (g *coordGroup) dns(id string) corpusv1connect.DnsServiceClient {
-	return corpusv1connect.NewDnsServiceClient(groupHTTP(g.ns), "http://"+g.api[id], connect.WithInterceptors(rpc.Bearer(g.token)))
+	return corpusv1connect.NewDnsServiceClient(httpIn(g.ns), "http://"+g.api[id], connect.WithInterceptors(rpc.Bearer(g.token)))
 }
 
 // leader is the replica that says it leads (its own word, not a
