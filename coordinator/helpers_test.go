@@ -162,7 +162,8 @@ type clients struct {
 // clients returns clients presenting token ("" for none).
 func (s *server) clients(token string) clients {
 	hc, url := rpc.HTTPClient(), s.url()
-	opt := connect.WithInterceptors(rpc.Bearer(token))
+	// Like the CLI, clients wait out an election.
+	opt := connect.WithInterceptors(rpc.Bearer(token), rpc.RetryWithoutLeader(10*time.Second))
 	return clients{
 		cluster: corpusv1connect.NewClusterServiceClient(hc, url, opt),
 		nodes:   corpusv1connect.NewNodeServiceClient(hc, url, opt),
