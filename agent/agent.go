@@ -2,6 +2,8 @@ package agent
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -19,6 +21,7 @@ import (
 	"corpus/drivers/catalog"
 	"corpus/internal/gossip"
 	"corpus/internal/names"
+	"corpus/internal/pki"
 	"corpus/internal/rpc"
 	corpusv1 "corpus/proto/corpus/v1"
 	"corpus/volume"
@@ -170,6 +173,8 @@ type Agent struct {
 	drivers  map[string]drivers.Driver
 	listener net.Listener
 	http     *http.Server
+	keys     *pki.Keys      // the node's certificate, renewed in place
+	pool     *x509.CertPool // the cluster CA
 	net      *network       // nil when networking is off
 	vols     volume.Backend // nil when volumes cannot run here
 	id       cache.Identity
@@ -330,8 +335,12 @@ func (a *Agent) Run(ctx context.Context) error {
 	if err := a.enroll(ctx); err != nil {
 		return err
 	}
-	a.coords = newCoordinators(coordinatorList(a.cfg.Coordinators, a.id.Coordinator),
-		rpc.NodeCredential(a.id.NodeID, a.id.NodeSecret))
+	keys, pool, err := a.tlsKeys()
+	if err != nil {
+		return err
+	}
+	a.keys, a.pool = keys, pool
+	a.coords = newCoordinators(coordinatorList(a.cfg.Coordinators, a.id.Coordinator), a.coordinatorHTTP())
 	if err := a.recoverJournal(ctx); err != nil {
 		a.logger.Warn("recovering interrupted work", "error", err)
 	}
@@ -344,14 +353,23 @@ func (a *Agent) Run(ctx context.Context) error {
 
 	mux := http.NewServeMux()
 	mountAPI(mux, a)
-	a.http = rpc.NewServer(mux)
+	// Only coordinators of this cluster, with their certificates, call
+	// the agent's API.
+	sc := pki.ServerConfig(pool, keys, true)
+	sc.VerifyConnection = func(cs tls.ConnectionState) error {
+		if id, ok := pki.PeerIdentity(&cs); !ok || id.Role != pki.RoleCoordinator {
+			return errors.New("only coordinators may call the agent")
+		}
+		return nil
+	}
+	a.http = rpc.NewServer(mux, sc)
 	var wg sync.WaitGroup
 	run := func(f func(context.Context)) {
 		wg.Add(1)
 		go func() { defer wg.Done(); f(ctx) }()
 	}
 	run(func(context.Context) {
-		if err := a.http.Serve(a.listener); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		if err := rpc.Serve(a.http, a.listener); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			a.logger.Error("agent api stopped", "error", err)
 		}
 	})
@@ -371,6 +389,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	run(a.watchLoop)
 	run(a.reconcileLoop)
 	run(a.reportLoop)
+	run(a.renewLoop)
 	a.logger.Info("agent running", "node", a.id.NodeName, "node_id", a.id.NodeID, "api", a.APIAddr(), "coordinator", a.coordinator())
 	<-ctx.Done()
 	shctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)

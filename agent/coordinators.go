@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"net/http"
 	"slices"
 	"sync"
 
@@ -19,11 +20,11 @@ type coordinators struct {
 	addrs   []string
 	cur     int
 	clients map[string]corpusv1connect.AgentServiceClient
-	cred    string
+	hc      *http.Client // mutual TLS with the node's certificate
 }
 
-func newCoordinators(addrs []string, cred string) *coordinators {
-	return &coordinators{addrs: addrs, clients: map[string]corpusv1connect.AgentServiceClient{}, cred: cred}
+func newCoordinators(addrs []string, hc *http.Client) *coordinators {
+	return &coordinators{addrs: addrs, clients: map[string]corpusv1connect.AgentServiceClient{}, hc: hc}
 }
 
 // current returns the address in use and its client.
@@ -33,11 +34,24 @@ func (c *coordinators) current() (string, corpusv1connect.AgentServiceClient) {
 	addr := c.addrs[c.cur]
 	cl, ok := c.clients[addr]
 	if !ok {
-		cl = corpusv1connect.NewAgentServiceClient(rpc.HTTPClient(), "http://"+addr,
-			connect.WithInterceptors(rpc.Bearer(c.cred)))
+		cl = corpusv1connect.NewAgentServiceClient(c.hc, rpc.BaseURL(addr))
 		c.clients[addr] = cl
 	}
 	return addr, cl
+}
+
+// reset makes later calls use hc (new connections, after the node's
+// certificate was renewed): connections pooled by the old client carry
+// the old certificate, which goes out of use after the next renewal.
+func (c *coordinators) reset(hc *http.Client) {
+	c.mu.Lock()
+	old := c.hc
+	c.hc = hc
+	c.clients = map[string]corpusv1connect.AgentServiceClient{}
+	c.mu.Unlock()
+	if old != nil {
+		old.CloseIdleConnections()
+	}
 }
 
 // failed moves on from addr when a call to it got no answer; it returns

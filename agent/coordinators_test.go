@@ -10,7 +10,7 @@ import (
 
 func TestCoordinatorsFailover(t *testing.T) {
 	t.Parallel()
-	c := newCoordinators(coordinatorList([]string{"a:1", "b:1", "a:1"}, "c:1"), "cred")
+	c := newCoordinators(coordinatorList([]string{"a:1", "b:1", "a:1"}, "c:1"), nil)
 	if !slices.Equal(c.addrs, []string{"a:1", "b:1", "c:1"}) {
 		t.Fatalf("coordinatorList = %v, want a, b, c", c.addrs)
 	}
@@ -36,7 +36,7 @@ func TestCoordinatorsFailover(t *testing.T) {
 }
 
 func TestCoordinatorsLearn(t *testing.T) {
-	c := newCoordinators([]string{"a:1", "b:1"}, "cred")
+	c := newCoordinators([]string{"a:1", "b:1"}, nil)
 	c.failed("a:1", connect.NewError(connect.CodeUnavailable, nil))
 	if added := c.learn([]string{"b:1", "c:1", "", "c:1"}); len(added) != 1 || added[0] != "c:1" {
 		t.Fatalf("learn = %v, want [c:1]", added)

@@ -2,13 +2,17 @@ package agent
 
 import (
 	"context"
+	"crypto/x509"
 	"errors"
 	"fmt"
+	"net/http"
+	"strings"
 	"time"
 
 	"connectrpc.com/connect"
 
 	"corpus/agent/cache"
+	"corpus/internal/pki"
 	"corpus/internal/rpc"
 	"corpus/internal/version"
 	corpusv1 "corpus/proto/corpus/v1"
@@ -21,6 +25,9 @@ import (
 func (a *Agent) enroll(ctx context.Context) error {
 	id, err := a.cache.Identity()
 	if err == nil {
+		if len(id.CertPEM) == 0 {
+			return errors.New("this agent enrolled before nodes had certificates: remove the node (corpus node remove), delete the agent's state folder and enroll again")
+		}
 		a.id = id
 		if a.cfg.Name != "" && id.NodeName != a.cfg.Name {
 			a.logger.Warn("node name differs from enrolled name; keeping the enrolled one", "enrolled", id.NodeName, "configured", a.cfg.Name)
@@ -33,7 +40,20 @@ func (a *Agent) enroll(ctx context.Context) error {
 	if a.cfg.JoinToken == "" {
 		return errors.New("this agent is not enrolled: pass --join-token (create one with `corpus node token`)")
 	}
+	// A join token reads ID.SECRET.PIN: the pin is the cluster CA's
+	// fingerprint, the one thing this host trusts before it has a
+	// certificate of its own.
+	parts := strings.Split(a.cfg.JoinToken, ".")
+	if len(parts) != 3 || len(parts[2]) != 64 {
+		return errors.New("join token is not of the form ID.SECRET.PIN: copy it whole from `corpus node token`")
+	}
+	pin := parts[2]
+	keyPEM, csrPEM, err := pki.NewKeyAndCSR("node " + a.cfg.Name)
+	if err != nil {
+		return fmt.Errorf("making the node key: %w", err)
+	}
 	req := &corpusv1.EnrollRequest{
+		CsrPem:       csrPEM,
 		JoinToken:    a.cfg.JoinToken,
 		Name:         a.cfg.Name,
 		Labels:       a.cfg.Labels,
@@ -45,12 +65,16 @@ func (a *Agent) enroll(ctx context.Context) error {
 	backoff := 500 * time.Millisecond
 	for {
 		for _, addr := range a.cfg.Coordinators {
-			c := corpusv1connect.NewAgentServiceClient(rpc.HTTPClient(), "http://"+addr)
+			c := corpusv1connect.NewAgentServiceClient(rpc.HTTPClient(pki.PinnedConfig(pin)), rpc.BaseURL(addr))
 			res, err := c.Enroll(ctx, connect.NewRequest(req))
 			if err == nil {
 				id := cache.Identity{
-					NodeID: res.Msg.NodeId, NodeName: a.cfg.Name, NodeSecret: res.Msg.NodeSecret,
+					NodeID: res.Msg.NodeId, NodeName: a.cfg.Name,
 					ClusterID: res.Msg.ClusterId, AgentKey: res.Msg.AgentKey, Coordinator: addr, EnrolledAt: time.Now(),
+					KeyPEM: keyPEM, CertPEM: res.Msg.CertificatePem, CAPEM: res.Msg.CaPem,
+				}
+				if err := checkIssued(id, pin); err != nil {
+					return fmt.Errorf("enrolling with %s: %w", addr, err)
 				}
 				if err := a.cache.SetIdentity(id); err != nil {
 					return fmt.Errorf("storing identity: %w", err)
@@ -58,6 +82,9 @@ func (a *Agent) enroll(ctx context.Context) error {
 				a.id = id
 				a.logger.Info("enrolled", "node", id.NodeName, "node_id", id.NodeID, "cluster_id", id.ClusterID)
 				return nil
+			}
+			if errors.Is(err, pki.ErrPinMismatch) {
+				return fmt.Errorf("enrolling with %s: %w", addr, pki.ErrPinMismatch)
 			}
 			switch connect.CodeOf(err) {
 			case connect.CodePermissionDenied, connect.CodeInvalidArgument, connect.CodeAlreadyExists, connect.CodeUnauthenticated:
@@ -72,4 +99,108 @@ func (a *Agent) enroll(ctx context.Context) error {
 		}
 		backoff = min(backoff*2, 10*time.Second)
 	}
+}
+
+// checkIssued checks what enrollment returned: a CA with the pinned
+// fingerprint, and a certificate from it for this node's key and id.
+func checkIssued(id cache.Identity, pin string) error {
+	ca, err := pki.ParseCert(id.CAPEM)
+	if err != nil {
+		return fmt.Errorf("cluster CA: %w", err)
+	}
+	if pki.Pin(ca) != pin {
+		return errors.New("the coordinator answered with a CA other than the join token's")
+	}
+	kp, err := pki.KeyPair(id.CertPEM, id.KeyPEM, id.CAPEM)
+	if err != nil {
+		return fmt.Errorf("node certificate: %w", err)
+	}
+	who, ok := pki.IdentityOf(kp.Leaf)
+	if !ok || who.Role != pki.RoleNode || who.ID != id.NodeID {
+		return errors.New("node certificate does not name this node")
+	}
+	return nil
+}
+
+// tlsKeys loads the node's certificate for mutual TLS.
+func (a *Agent) tlsKeys() (*pki.Keys, *x509.CertPool, error) {
+	kp, err := pki.KeyPair(a.id.CertPEM, a.id.KeyPEM, a.id.CAPEM)
+	if err != nil {
+		return nil, nil, fmt.Errorf("node certificate: %w", err)
+	}
+	ca, err := pki.ParseCert(a.id.CAPEM)
+	if err != nil {
+		return nil, nil, fmt.Errorf("cluster CA: %w", err)
+	}
+	pool := x509.NewCertPool()
+	pool.AddCert(ca)
+	return pki.NewKeys(kp), pool, nil
+}
+
+// coordinatorHTTP is a client of the coordinators presenting the node's
+// certificate and trusting only the cluster CA.
+func (a *Agent) coordinatorHTTP() *http.Client {
+	return rpc.HTTPClient(pki.ClientConfig(a.pool, a.keys, pki.RoleCoordinator, ""))
+}
+
+// renewLoop renews the node's certificate after two thirds of its life:
+// a new key, a request signed with the current certificate, the new one
+// stored, then used for new connections. Open ones (the watch stream)
+// carry on: the coordinator accepts the replaced certificate until it
+// expires.
+func (a *Agent) renewLoop(ctx context.Context) {
+	for {
+		life := a.keys.NotAfter().Sub(a.keys.Get().Leaf.NotBefore)
+		wait := min(max(life/20, time.Second), time.Minute)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(wait):
+		}
+		if !a.keys.RenewDue(time.Now()) {
+			continue
+		}
+		if err := a.renewCert(ctx); err != nil {
+			a.logger.Warn("renewing the node certificate", "error", err, "expires", a.keys.NotAfter())
+		}
+	}
+}
+
+func (a *Agent) renewCert(ctx context.Context) error {
+	keyPEM, csrPEM, err := pki.NewKeyAndCSR("node " + a.id.NodeName)
+	if err != nil {
+		return err
+	}
+	addr, c := a.coords.current()
+	res, err := c.RenewCertificate(ctx, connect.NewRequest(&corpusv1.RenewCertificateRequest{CsrPem: csrPEM}))
+	if err != nil {
+		a.coords.failed(addr, err)
+		return err
+	}
+	id := a.id
+	id.KeyPEM, id.CertPEM = keyPEM, res.Msg.CertificatePem
+	if err := checkIssued(id, pki.Pin(mustParse(id.CAPEM))); err != nil {
+		return err
+	}
+	kp, err := pki.KeyPair(id.CertPEM, id.KeyPEM, id.CAPEM)
+	if err != nil {
+		return err
+	}
+	if err := a.cache.SetIdentity(id); err != nil {
+		return fmt.Errorf("storing the renewed certificate: %w", err)
+	}
+	// a.id keeps what other goroutines read (ids, names, keys), which a
+	// renewal does not change; the certificate lives in a.keys.
+	a.keys.Set(kp)
+	a.coords.reset(a.coordinatorHTTP())
+	a.logger.Info("node certificate renewed", "expires", kp.Leaf.NotAfter)
+	return nil
+}
+
+func mustParse(certPEM []byte) *x509.Certificate {
+	c, err := pki.ParseCert(certPEM)
+	if err != nil {
+		panic(err) // checked at enrollment and at start
+	}
+	return c
 }

@@ -2,6 +2,9 @@ package coordinator_test
 
 import (
 	"context"
+	"crypto/x509"
+	"os"
+	"path/filepath"
 	"slices"
 	"testing"
 	"time"
@@ -10,6 +13,7 @@ import (
 
 	"corpus/coordinator/api"
 	"corpus/coordinator/auth"
+	"corpus/internal/pki"
 	"corpus/internal/rpc"
 	corpusv1 "corpus/proto/corpus/v1"
 	"corpus/proto/corpus/v1/corpusv1connect"
@@ -189,6 +193,10 @@ var authCalls = map[string]func(ctx context.Context, c clients) error{
 		_, err := c.agent.Enroll(ctx, connect.NewRequest(&corpusv1.EnrollRequest{}))
 		return err
 	},
+	corpusv1connect.AgentServiceRenewCertificateProcedure: func(ctx context.Context, c clients) error {
+		_, err := c.agent.RenewCertificate(ctx, connect.NewRequest(&corpusv1.RenewCertificateRequest{}))
+		return err
+	},
 	corpusv1connect.AgentServiceWatchProcedure: func(ctx context.Context, c clients) error {
 		return firstMessage(c.agent.Watch(ctx, connect.NewRequest(&corpusv1.WatchRequest{})))
 	},
@@ -304,31 +312,66 @@ func TestPoliciesCoverTheAPI(t *testing.T) {
 	}
 }
 
+// refusedTLS marks callers refused before any request is read: their
+// certificate (or the server's, for them) is not of the cluster CA.
+const refusedTLS auth.Kind = "tls"
+
 func TestAuth(t *testing.T) {
 	t.Parallel()
 	s := start(t, t.TempDir())
+	ctx := context.Background()
 	node := s.enroll("n1")
-	wrongSecret := rpc.NodeCredential(node.id, "0000")
+	coordKey := rpc.CoordinatorCredentialPrefix + s.Store().Read().Config().GetCoordinatorKey()
+	coordCert := s.issue(pki.RoleCoordinator, "c9", time.Hour)
+
+	// A node removed: its certificate stops working at once.
+	gone := s.enroll("gone")
+	if _, err := s.ops().nodes.RemoveNode(ctx, connect.NewRequest(&corpusv1.RemoveNodeRequest{Name: "gone"})); err != nil {
+		t.Fatalf("RemoveNode(gone) = %v", err)
+	}
+	// A node that renewed twice: its first certificate is refused.
+	renewed := s.enroll("renewed")
+	renewed.renew(t)
+	renewed.renew(t)
+
+	// Another cluster's CA: its certificates, and servers, are strangers.
+	otherDir := t.TempDir()
+	otherCert, otherKey, err := pki.NewCA("other")
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(filepath.Join(otherDir, "ca.crt"), otherCert, 0o600)
+	os.WriteFile(filepath.Join(otherDir, "ca.key"), otherKey, 0o600)
+	foreignNode := issueFrom(t, otherDir, pki.RoleNode, node.id, time.Hour)
+	otherCA, _ := pki.ParseCert(otherCert)
+	otherPool := x509.NewCertPool()
+	otherPool.AddCert(otherCA)
+	trustingOther := clientsAt(rpc.HTTPClient(pki.ClientConfig(otherPool, nil, pki.RoleCoordinator, "")), s.url(), s.OpsToken())
+
 	callers := []struct {
-		name  string
-		token string
-		kind  auth.Kind // "" for a credential that must be refused
+		name string
+		c    clients
+		kind auth.Kind // "" for a credential that must be refused
 	}{
-		{"anonymous", "", auth.Anonymous},
-		{"ops", s.OpsToken(), auth.Operator},
-		{"node", node.credential, auth.Agent},
-		{"coordinator", rpc.CoordinatorCredentialPrefix + s.Store().Read().Config().GetCoordinatorKey(), auth.Coordinator},
-		{"ops user", s.userToken("root", "ops", 0), auth.Operator},
-		{"dev user", s.userToken("alice", "dev", 0), auth.Dev},
-		{"viewer user", s.userToken("val", "viewer", 0), auth.Viewer},
-		{"revoked token", s.revokedToken("bob"), ""},
-		{"expired token", s.userToken("eve", "dev", time.Second), ""},
-		{"malformed user token", "cusr_nounderscore", ""},
-		{"wrong coordinator key", rpc.CoordinatorCredentialPrefix + "0000", ""},
-		{"wrong ops token", "cops_0000", ""},
-		{"wrong node secret", wrongSecret, ""},
-		{"unknown node", rpc.NodeCredential("0000", "0000"), ""},
-		{"malformed node credential", "node.nodots", ""},
+		{"anonymous", s.clients(""), auth.Anonymous},
+		{"ops", s.ops(), auth.Operator},
+		{"node", node.clients, auth.Agent},
+		{"coordinator", s.clientsAs(coordCert, coordKey), auth.Coordinator},
+		{"replica without the key", s.clientsAs(coordCert, ""), auth.Replica},
+		{"ops user", s.clients(s.userToken("root", "ops", 0)), auth.Operator},
+		{"dev user", s.clients(s.userToken("alice", "dev", 0)), auth.Dev},
+		{"viewer user", s.clients(s.userToken("val", "viewer", 0)), auth.Viewer},
+		{"revoked token", s.clients(s.revokedToken("bob")), ""},
+		{"expired token", s.clients(s.userToken("eve", "dev", time.Second)), ""},
+		{"malformed user token", s.clients("cusr_nounderscore"), ""},
+		{"wrong coordinator key", s.clientsAs(coordCert, rpc.CoordinatorCredentialPrefix+"0000"), ""},
+		{"coordinator key without certificate", s.clients(coordKey), ""},
+		{"wrong ops token", s.clients("cops_0000"), ""},
+		{"node certificate with a user token", s.clientsAs(node.cert, s.OpsToken()), ""},
+		{"removed node's certificate", s.clientsAs(gone.cert, ""), ""},
+		{"replaced node certificate", s.clientsAs(renewed.first, ""), ""},
+		{"certificate of another CA", s.clientsAs(foreignNode, ""), refusedTLS},
+		{"server of another CA", trustingOther, refusedTLS},
 	}
 	time.Sleep(time.Second) // eve's token expires
 	procs := make([]string, 0, len(api.Policies))
@@ -348,9 +391,16 @@ func TestAuth(t *testing.T) {
 				t.Parallel()
 				ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
 				defer cancel()
-				err := call(ctx, s.clients(c.token))
+				err := call(ctx, c.c)
 				got := codeOf(err)
 				switch {
+				case c.kind == refusedTLS:
+					// TLS 1.3 refuses a client certificate after the
+					// client sent its request: it sees an alert, a reset
+					// or a broken pipe, never an answer.
+					if err == nil || (got != connect.CodeUnavailable && got != connect.CodeUnknown && got != connect.CodeCanceled) {
+						t.Errorf("%s as %s = %v, want the TLS handshake refused", proc, c.name, err)
+					}
 				case c.kind == "":
 					if got != connect.CodeUnauthenticated {
 						t.Errorf("%s as %s = %v, want %v", proc, c.name, err, connect.CodeUnauthenticated)

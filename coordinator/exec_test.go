@@ -11,6 +11,7 @@ import (
 	"connectrpc.com/connect"
 
 	"corpus/coordinator/state"
+	"corpus/internal/pki"
 	"corpus/internal/rpc"
 	corpusv1 "corpus/proto/corpus/v1"
 	"corpus/proto/corpus/v1/corpusv1connect"
@@ -48,16 +49,18 @@ func (f *fakeAgent) Exec(_ context.Context, req *connect.Request[corpusv1.ExecGu
 
 // serveFakeAgent starts a fakeAgent on a dynamic port and returns its
 // address.
-func serveFakeAgent(t *testing.T, key string) string {
+func serveFakeAgent(t *testing.T, s *server, a *agent) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	mux := http.NewServeMux()
-	mux.Handle(corpusv1connect.NewNodeAgentServiceHandler(&fakeAgent{key: key}))
-	srv := rpc.NewServer(mux)
-	go srv.Serve(ln)
+	mux.Handle(corpusv1connect.NewNodeAgentServiceHandler(&fakeAgent{key: a.agentKey}))
+	// It holds the node's certificate, as the real agent does, and lets
+	// only coordinators in.
+	srv := rpc.NewServer(mux, pki.ServerConfig(s.caPool(), pki.NewKeys(a.cert), true))
+	go rpc.Serve(srv, ln)
 	t.Cleanup(func() { srv.Close() })
 	return ln.Addr().String()
 }
@@ -67,7 +70,7 @@ func TestExecGuest(t *testing.T) {
 	s := start(t, t.TempDir())
 	ctx := context.Background()
 	a := s.enroll("n1")
-	a.address = serveFakeAgent(t, a.agentKey)
+	a.address = serveFakeAgent(t, s, a)
 	a.report(t)
 	res, err := s.ops().guests.CreateGuest(ctx, connect.NewRequest(&corpusv1.CreateGuestRequest{Name: "web", Spec: &corpusv1.GuestSpec{Image: "busybox"}}))
 	if err != nil {

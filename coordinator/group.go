@@ -152,12 +152,10 @@ func (s *Server) leaderClient() (corpusv1connect.ClusterServiceClient, string, e
 	if addr == "" || key == "" {
 		return nil, "", fmt.Errorf("%w (the leader %s has not said where it answers yet; retry shortly)", api.ErrNotLeader, id)
 	}
-	c := corpusv1connect.NewClusterServiceClient(peerHTTP, "http://"+addr,
+	c := corpusv1connect.NewClusterServiceClient(s.peerHTTP, rpc.BaseURL(addr),
 		connect.WithInterceptors(rpc.Bearer(rpc.CoordinatorCredentialPrefix+key)))
 	return c, addr, nil
 }
-
-var peerHTTP = rpc.HTTPClient()
 
 // onLeader runs f against the leader's API.
 func (s *Server) onLeader(ctx context.Context, f func(corpusv1connect.ClusterServiceClient) error) error {
@@ -310,7 +308,7 @@ func (s *Server) formGroup(ctx context.Context) {
 		peers := map[string]*corpusv1.PeerResponse{s.cfg.ReplicaID: s.Self()}
 		formed := ""
 		for _, addr := range s.cfg.Join {
-			c := corpusv1connect.NewClusterServiceClient(peerHTTP, "http://"+addr)
+			c := corpusv1connect.NewClusterServiceClient(s.peerHTTP, rpc.BaseURL(addr))
 			pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 			res, err := c.Peer(pctx, connect.NewRequest(&corpusv1.PeerRequest{}))
 			cancel()

@@ -14,6 +14,7 @@ import (
 
 	"corpus/coordinator"
 	"corpus/coordinator/state"
+	"corpus/internal/pki"
 	corpusv1 "corpus/proto/corpus/v1"
 )
 
@@ -35,6 +36,29 @@ type replicaSet struct {
 	api   map[string]string
 	raft  map[string]string
 	token string
+	// ca gives a replica the group's CA files.
+	ca func(*coordinator.Config)
+}
+
+// groupCA writes a cluster CA into dir, as `corpus tls ca-create` does,
+// and returns the option that hands it to a replica.
+func groupCA(t *testing.T, dir string) func(*coordinator.Config) {
+	t.Helper()
+	certPEM, keyPEM, err := pki.NewCA("test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	cert, key := filepath.Join(dir, "ca.crt"), filepath.Join(dir, "ca.key")
+	if err := os.WriteFile(cert, certPEM, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(key, keyPEM, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return func(c *coordinator.Config) { c.CACertFile, c.CAKeyFile = cert, key }
 }
 
 func newReplica(t *testing.T, id, dir, apiAddr, raftAddr string, opts ...func(*coordinator.Config)) *server {
@@ -54,12 +78,19 @@ func compaction(c *coordinator.Config) {
 // other, and waits until the group leads with a bootstrapped cluster.
 func startGroup(t *testing.T, n int) *replicaSet {
 	t.Helper()
+	return startGroupNamed(t, "c", n)
+}
+
+// startGroupNamed is startGroup with replica ids prefix1, prefix2, ...
+func startGroupNamed(t *testing.T, prefix string, n int) *replicaSet {
+	t.Helper()
 	rs := &replicaSet{t: t, reps: map[string]*server{}, api: map[string]string{}, raft: map[string]string{}}
 	for i := 1; i <= n; i++ {
-		id := fmt.Sprintf("c%d", i)
+		id := fmt.Sprintf("%s%d", prefix, i)
 		rs.api[id], rs.raft[id] = freeAddr(t), freeAddr(t)
 	}
 	base := t.TempDir()
+	rs.ca = groupCA(t, filepath.Join(base, "ca"))
 	for id := range rs.api {
 		var join []string
 		for other, a := range rs.api {
@@ -67,14 +98,14 @@ func startGroup(t *testing.T, n int) *replicaSet {
 				join = append(join, a)
 			}
 		}
-		rs.reps[id] = newReplica(t, id, filepath.Join(base, id), rs.api[id], rs.raft[id], compaction, func(c *coordinator.Config) {
+		rs.reps[id] = newReplica(t, id, filepath.Join(base, id), rs.api[id], rs.raft[id], compaction, rs.ca, func(c *coordinator.Config) {
 			c.BootstrapExpect = n
 			c.Join = join
 		})
 	}
 	// The lowest id holds the operator token.
 	eventuallyT(t, "bootstrap token", func() error {
-		b, err := os.ReadFile(filepath.Join(base, "c1", coordinator.OpsTokenFile))
+		b, err := os.ReadFile(filepath.Join(base, prefix+"1", coordinator.OpsTokenFile))
 		if err != nil {
 			return err
 		}
@@ -82,7 +113,7 @@ func startGroup(t *testing.T, n int) *replicaSet {
 		return nil
 	})
 	for id := range rs.reps {
-		if id != "c1" {
+		if id != prefix+"1" {
 			if _, err := os.Stat(filepath.Join(base, id, coordinator.OpsTokenFile)); err == nil {
 				t.Errorf("replica %s also wrote a bootstrap token", id)
 			}
@@ -221,7 +252,7 @@ func TestGroup(t *testing.T) {
 		t.Fatalf("RemoveRaftPeer(%s) = %v", dead, err)
 	}
 	apiAddr, raftAddr := freeAddr(t), freeAddr(t)
-	c4 := newReplica(t, "c4", filepath.Join(t.TempDir(), "c4"), apiAddr, raftAddr, compaction, func(c *coordinator.Config) { c.Bootstrap = false })
+	c4 := newReplica(t, "c4", filepath.Join(t.TempDir(), "c4"), apiAddr, raftAddr, compaction, rs.ca, func(c *coordinator.Config) { c.Bootstrap = false })
 	var other string
 	for id := range rs.reps {
 		if id != lead {

@@ -2,9 +2,14 @@ package coordinator_test
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"log/slog"
+	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -14,6 +19,7 @@ import (
 
 	"corpus/coordinator"
 	"corpus/coordinator/state"
+	"corpus/internal/pki"
 	"corpus/internal/rpc"
 	corpusv1 "corpus/proto/corpus/v1"
 	"corpus/proto/corpus/v1/corpusv1connect"
@@ -84,14 +90,58 @@ func (s *server) stop() error {
 	return s.err
 }
 
-func (s *server) url() string { return "http://" + s.APIAddr() }
+func (s *server) url() string { return "https://" + s.APIAddr() }
+
+// caPool trusts the coordinator's cluster CA.
+func (s *server) caPool() *x509.CertPool {
+	ca, err := pki.ParseCert(s.CACert())
+	if err != nil {
+		s.t.Fatalf("cluster CA: %v", err)
+	}
+	p := x509.NewCertPool()
+	p.AddCert(ca)
+	return p
+}
+
+// issue signs a certificate of role and id with the cluster CA, as a
+// replica does (it reads the CA from the data dir).
+func (s *server) issue(role, id string, ttl time.Duration) *tls.Certificate {
+	s.t.Helper()
+	return issueFrom(s.t, filepath.Join(s.dir, coordinator.TLSDir), role, id, ttl)
+}
+
+// issueFrom signs a certificate with the CA in dir (ca.crt, ca.key).
+func issueFrom(t *testing.T, dir, role, id string, ttl time.Duration) *tls.Certificate {
+	t.Helper()
+	certPEM, err := os.ReadFile(filepath.Join(dir, "ca.crt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	keyPEM, err := os.ReadFile(filepath.Join(dir, "ca.key"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ca, err := pki.LoadCA(certPEM, keyPEM)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, k, _, err := ca.IssueKeyPair(pki.Request{Role: role, ID: id, TTL: ttl})
+	if err != nil {
+		t.Fatal(err)
+	}
+	kp, err := pki.KeyPair(c, k, certPEM)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return kp
+}
 
 // waitLeader polls /healthz until this replica leads, then Status until
 // the cluster config is applied (the operator token works).
 func (s *server) waitLeader() {
 	s.t.Helper()
 	deadline := time.Now().Add(waitTimeout)
-	hc := rpc.HTTPClient()
+	hc := rpc.HTTPClient(pki.ClientConfig(s.caPool(), nil, pki.RoleCoordinator, ""))
 	ops := s.clients(s.OpsToken())
 	var last string
 	for ; time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
@@ -160,8 +210,20 @@ type clients struct {
 }
 
 // clients returns clients presenting token ("" for none).
-func (s *server) clients(token string) clients {
-	hc, url := rpc.HTTPClient(), s.url()
+func (s *server) clients(token string) clients { return s.clientsAs(nil, token) }
+
+// clientsAs returns clients presenting a certificate (nil for none) and
+// a token ("" for none), trusting the cluster CA.
+func (s *server) clientsAs(cert *tls.Certificate, token string) clients {
+	var keys *pki.Keys
+	if cert != nil {
+		keys = pki.NewKeys(cert)
+	}
+	return clientsAt(rpc.HTTPClient(pki.ClientConfig(s.caPool(), keys, pki.RoleCoordinator, "")), s.url(), token)
+}
+
+// clientsAt returns clients of the API at url over hc presenting token.
+func clientsAt(hc *http.Client, url, token string) clients {
 	// Like the CLI, clients wait out an election.
 	opt := connect.WithInterceptors(rpc.Bearer(token), rpc.RetryWithoutLeader(10*time.Second))
 	return clients{
@@ -201,7 +263,11 @@ func drivers() []*corpusv1.DriverInfo {
 
 // agent is an enrolled node as its agent sees it.
 type agent struct {
-	id, name, credential string
+	id, name string
+	// cert is its current node certificate, first the one it got at
+	// enrollment.
+	cert, first *tls.Certificate
+	s           *server
 	// agentKey is what coordinators present to the agent's own API.
 	agentKey string
 	// address is the agent API address it reports.
@@ -212,14 +278,42 @@ type agent struct {
 // enroll enrolls a node named name with a fresh join token.
 func (s *server) enroll(name string) *agent {
 	s.t.Helper()
+	keyPEM, csrPEM, err := pki.NewKeyAndCSR(name)
+	if err != nil {
+		s.t.Fatal(err)
+	}
 	res, err := s.clients("").agent.Enroll(context.Background(), connect.NewRequest(&corpusv1.EnrollRequest{
 		JoinToken: s.joinToken(), Name: name, Capacity: capacity(), Drivers: drivers(), AgentAddress: "127.0.0.1:1", AgentVersion: "test",
+		CsrPem: csrPEM,
 	}))
 	if err != nil {
 		s.t.Fatalf("Enroll(%s) = %v", name, err)
 	}
-	cred := rpc.NodeCredential(res.Msg.NodeId, res.Msg.NodeSecret)
-	return &agent{id: res.Msg.NodeId, name: name, credential: cred, agentKey: res.Msg.AgentKey, address: "127.0.0.1:1", clients: s.clients(cred)}
+	cert, err := pki.KeyPair(res.Msg.CertificatePem, keyPEM, res.Msg.CaPem)
+	if err != nil {
+		s.t.Fatalf("Enroll(%s) returned an unusable certificate: %v", name, err)
+	}
+	return &agent{id: res.Msg.NodeId, name: name, cert: cert, first: cert, s: s, agentKey: res.Msg.AgentKey, address: "127.0.0.1:1", clients: s.clientsAs(cert, "")}
+}
+
+// renew trades the agent's certificate for a new one, as the agent does
+// before it expires.
+func (a *agent) renew(t *testing.T) {
+	t.Helper()
+	keyPEM, csrPEM, err := pki.NewKeyAndCSR(a.name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := a.agent.RenewCertificate(context.Background(), connect.NewRequest(&corpusv1.RenewCertificateRequest{CsrPem: csrPEM}))
+	if err != nil {
+		t.Fatalf("RenewCertificate(%s) = %v", a.name, err)
+	}
+	cert, err := pki.KeyPair(res.Msg.CertificatePem, keyPEM, res.Msg.CaPem)
+	if err != nil {
+		t.Fatalf("RenewCertificate(%s) returned an unusable certificate: %v", a.name, err)
+	}
+	a.cert = cert
+	a.clients = a.s.clientsAs(cert, "")
 }
 
 // report sends the agent's facts and the given observations.

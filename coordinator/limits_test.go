@@ -3,6 +3,7 @@ package coordinator_test
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"fmt"
 	"net"
 	"net/http"
@@ -12,12 +13,15 @@ import (
 
 	"connectrpc.com/connect"
 
+	"corpus/internal/pki"
+	"corpus/internal/rpc"
 	corpusv1 "corpus/proto/corpus/v1"
 )
 
-// TestSlowClientsAndBigBodies: connections that never finish their
-// headers do not stop the API from answering others, and a request over
-// the size limit is refused without changing anything.
+// TestSlowClientsAndBigBodies: connections that never finish their TLS
+// handshake or their headers do not stop the API from answering others
+// and are cut off, and a request over the size limit is refused without
+// changing anything.
 func TestSlowClientsAndBigBodies(t *testing.T) {
 	t.Parallel()
 	s := start(t, t.TempDir())
@@ -27,12 +31,22 @@ func TestSlowClientsAndBigBodies(t *testing.T) {
 			c.Close()
 		}
 	}()
+	tc := pki.ClientConfig(s.caPool(), nil, pki.RoleCoordinator, "")
+	tc.NextProtos = []string{"http/1.1"}
 	for i := 0; i < 200; i++ {
-		c, err := net.Dial("tcp", s.APIAddr())
+		var c net.Conn
+		var err error
+		if i%2 == 0 {
+			c, err = net.Dial("tcp", s.APIAddr()) // and never a handshake
+		} else {
+			c, err = tls.Dial("tcp", s.APIAddr(), tc)
+			if err == nil {
+				fmt.Fprintf(c, "POST /corpus.v1.ClusterService/Status HTTP/1.1\r\nHost: x\r\n") // and never more
+			}
+		}
 		if err != nil {
 			t.Fatal(err)
 		}
-		fmt.Fprintf(c, "POST /corpus.v1.ClusterService/Status HTTP/1.1\r\nHost: x\r\n") // and never more
 		conns = append(conns, c)
 	}
 	start := time.Now()
@@ -43,15 +57,18 @@ func TestSlowClientsAndBigBodies(t *testing.T) {
 		t.Errorf("Status took %s with slow clients connected", d)
 	}
 
-	// The slow ones are cut off once the header deadline passes.
-	c := conns[0]
-	c.SetReadDeadline(time.Now().Add(15 * time.Second))
-	buf := make([]byte, 512)
-	n, err := c.Read(buf)
-	if err == nil && !strings.Contains(string(buf[:n]), "408") {
-		t.Errorf("a connection that never finished its headers got %q, want it cut off", buf[:n])
-	} else if ne, ok := err.(net.Error); ok && ne.Timeout() {
-		t.Errorf("a connection that never finished its headers was still open after 15s")
+	// The slow ones are cut off once the handshake or header deadline
+	// passes.
+	for i, what := range []string{"its TLS handshake", "its headers"} {
+		c := conns[i]
+		c.SetReadDeadline(time.Now().Add(15 * time.Second))
+		buf := make([]byte, 512)
+		n, err := c.Read(buf)
+		if err == nil && !strings.Contains(string(buf[:n]), "408") {
+			t.Errorf("a connection that never finished %s got %q, want it cut off", what, buf[:n])
+		} else if ne, ok := err.(net.Error); ok && ne.Timeout() {
+			t.Errorf("a connection that never finished %s was still open after 15s", what)
+		}
 	}
 
 	before := len(s.Store().Read().Guests())
@@ -59,7 +76,7 @@ func TestSlowClientsAndBigBodies(t *testing.T) {
 	req, _ := http.NewRequest("POST", s.url()+"/corpus.v1.GuestService/CreateGuest", bytes.NewReader([]byte(big)))
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Authorization", "Bearer "+s.OpsToken())
-	res, err := http.DefaultClient.Do(req)
+	res, err := rpc.HTTPClient(pki.ClientConfig(s.caPool(), nil, pki.RoleCoordinator, "")).Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}

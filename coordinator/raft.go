@@ -39,7 +39,9 @@ type raftConfig struct {
 	// TrailingLogs the entries kept after one.
 	SnapshotThreshold uint64
 	TrailingLogs      uint64
-	Logger            *slog.Logger
+	// Certs secure the transport (mutual TLS between replicas).
+	Certs  *certs
+	Logger *slog.Logger
 }
 
 func openReplica(cfg raftConfig, store *state.Store) (*replica, error) {
@@ -67,11 +69,12 @@ func openReplica(cfg raftConfig, store *state.Store) (*replica, error) {
 	if addr.Port == 0 {
 		advertise = nil
 	}
-	transport, err := raft.NewTCPTransportWithLogger(cfg.BindAddr, advertise, 3, 10*time.Second, hlog)
+	layer, err := newRaftLayer(cfg.BindAddr, advertise, cfg.Certs)
 	if err != nil {
 		logs.Close()
 		return nil, fmt.Errorf("raft transport on %s: %w", cfg.BindAddr, err)
 	}
+	transport := raft.NewNetworkTransportWithLogger(layer, 3, 10*time.Second, hlog)
 	rc := raft.DefaultConfig()
 	rc.LocalID = raft.ServerID(cfg.ID)
 	rc.Logger = hlog

@@ -38,18 +38,7 @@ func TestRemoveNode(t *testing.T) {
 	g := s.Store().Read().GuestByName("web")
 	n1.report(t, observed(g.Id, state.ObservedDeleted))
 	s.waitFor("web gone", func(v *state.Snap) bool { return v.GuestByName("web") == nil })
-	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	stream, err := n1.agent.Watch(wctx, connect.NewRequest(&corpusv1.WatchRequest{}))
-	if err != nil || !stream.Receive() {
-		t.Fatalf("Watch = %v, %v", err, stream.Err())
-	}
-	ended := make(chan error, 1)
-	go func() {
-		for stream.Receive() {
-		}
-		ended <- stream.Err()
-	}()
+	ended := watchUntilEnd(t, n1.clients)
 	if _, err := ops.nodes.RemoveNode(ctx, connect.NewRequest(&corpusv1.RemoveNodeRequest{Name: "n1"})); err != nil {
 		t.Fatalf("RemoveNode(empty n1) = %v", err)
 	}
@@ -68,4 +57,60 @@ func TestRemoveNode(t *testing.T) {
 	if err != nil || len(audit.Msg.Entries) != 2 || audit.Msg.Entries[0].Result == "ok" || audit.Msg.Entries[1].Result != "ok" {
 		t.Errorf("audit of the removals = %v, %v", audit, err)
 	}
+}
+
+// TestRenewedCertificates: a node renews its certificate while its watch
+// stream stays open on the first; the first keeps working after one
+// renewal (connections opened before it finish), and after a second the
+// stream opened with it ends and it is refused.
+func TestRenewedCertificates(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := start(t, t.TempDir())
+	n1 := s.enroll("n1")
+	first := n1.clients
+	ended := watchUntilEnd(t, first)
+	n1.renew(t)
+	if _, err := first.agent.Report(ctx, connect.NewRequest(&corpusv1.ReportRequest{Capacity: capacity(), Drivers: drivers()})); err != nil {
+		t.Errorf("Report with the certificate just replaced = %v, want it still accepted", err)
+	}
+	select {
+	case err := <-ended:
+		t.Fatalf("the watch stream ended after one renewal: %v", err)
+	case <-time.After(500 * time.Millisecond):
+	}
+	n1.renew(t)
+	select {
+	case err := <-ended:
+		if codeOf(err) != connect.CodeUnauthenticated {
+			t.Errorf("the old certificate's watch ended with %v, want Unauthenticated", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatalf("the watch stream of a certificate out of use did not end")
+	}
+	if _, err := first.agent.Report(ctx, connect.NewRequest(&corpusv1.ReportRequest{Capacity: capacity(), Drivers: drivers()})); codeOf(err) != connect.CodeUnauthenticated {
+		t.Errorf("Report with a certificate two renewals old = %v, want Unauthenticated", err)
+	}
+	if _, err := n1.agent.Report(ctx, connect.NewRequest(&corpusv1.ReportRequest{Capacity: capacity(), Drivers: drivers()})); err != nil {
+		t.Errorf("Report with the current certificate = %v", err)
+	}
+}
+
+// watchUntilEnd opens a watch stream as c and returns a channel that gets
+// the stream's error when it ends (it is cancelled when the test ends).
+func watchUntilEnd(t *testing.T, c clients) <-chan error {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	t.Cleanup(cancel)
+	stream, err := c.agent.Watch(ctx, connect.NewRequest(&corpusv1.WatchRequest{}))
+	if err != nil || !stream.Receive() {
+		t.Fatalf("Watch = %v, %v", err, stream.Err())
+	}
+	ended := make(chan error, 1)
+	go func() {
+		for stream.Receive() {
+		}
+		ended <- stream.Err()
+	}()
+	return ended
 }

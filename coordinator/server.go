@@ -18,6 +18,7 @@ import (
 	"connectrpc.com/connect"
 
 	"corpus/coordinator/api"
+	"corpus/coordinator/auth"
 	"corpus/coordinator/scheduler"
 	"corpus/coordinator/state"
 	"corpus/dns"
@@ -74,7 +75,14 @@ type Config struct {
 	// empty DNS.Addr turns it off.
 	DNS     dns.Config
 	DNSZone string
-	Logger  *slog.Logger
+	// CACertFile and CAKeyFile are the cluster CA to use when this
+	// replica has none yet (every replica of a group gets the same);
+	// empty on a replica bootstrapping alone creates one. CertTTL is the
+	// lifetime of the certificates it issues (default DefaultCertTTL).
+	CACertFile string
+	CAKeyFile  string
+	CertTTL    time.Duration
+	Logger     *slog.Logger
 }
 
 // Default returns the configuration of a one-replica coordinator.
@@ -142,6 +150,9 @@ func (c Config) Validate() error {
 			errs = append(errs, fmt.Errorf("dns: %w", err))
 		}
 	}
+	if c.CertTTL != 0 && c.CertTTL < 30*time.Second {
+		errs = append(errs, fmt.Errorf("certificate ttl %s is below the minimum of 30s", c.CertTTL))
+	}
 	if c.NodeTimeout < time.Second {
 		errs = append(errs, fmt.Errorf("node timeout %s is below the minimum of 1s", c.NodeTimeout))
 	}
@@ -163,6 +174,16 @@ type Server struct {
 	dns      *dns.Server       // nil when DNS is off
 	zone     *dns.StaticSource // the zone the DNS server answers from
 	gossip   atomic.Pointer[gossip.Member]
+	certs    *certs
+	peerHTTP *http.Client // to other replicas
+	agentsMu sync.Mutex
+	agents   map[string]agentConn // by node id
+}
+
+// agentConn is a client of one node's agent API.
+type agentConn struct {
+	addr   string
+	client corpusv1connect.NodeAgentServiceClient
 }
 
 // OpsTokenFile is the file in DataDir holding the bootstrap operator token.
@@ -183,7 +204,14 @@ func New(cfg Config) (*Server, error) {
 	}
 	s := &Server{cfg: cfg, store: state.NewStore(), logger: logger, fwd: seenForwarder{pending: map[string]bool{}}}
 	s.liveness = newLiveness(cfg.NodeTimeout)
+	s.agents = map[string]agentConn{}
 	alone := cfg.Bootstrap && cfg.BootstrapExpect <= 1
+	certs, err := loadCerts(cfg, alone)
+	if err != nil {
+		return nil, err
+	}
+	s.certs = certs
+	s.peerHTTP = rpc.HTTPClient(certs.peerClient())
 	if alone || fileExists(filepath.Join(cfg.DataDir, OpsTokenFile)) {
 		tok, err := loadOrCreateToken(filepath.Join(cfg.DataDir, OpsTokenFile))
 		if err != nil {
@@ -195,6 +223,7 @@ func New(cfg Config) (*Server, error) {
 		ID: cfg.ReplicaID, Dir: filepath.Join(cfg.DataDir, "raft"), BindAddr: cfg.RaftAddr,
 		Bootstrap: alone, Logger: cfg.Logger,
 		SnapshotThreshold: cfg.RaftSnapshotThreshold, TrailingLogs: cfg.RaftTrailingLogs,
+		Certs: certs,
 	}, s.store)
 	if err != nil {
 		return nil, err
@@ -224,9 +253,11 @@ func New(cfg Config) (*Server, error) {
 		Zone:         s.currentZone,
 		DNSAddr:      s.DNSAddr,
 		GossipAddr:   s.GossipAddr,
+		CA:           certs.auth,
+		CertTTL:      certs.ttl,
 		Logger:       logger,
 	})
-	s.http = rpc.NewServer(mux)
+	s.http = rpc.NewServer(auth.PeerHTTP(mux), certs.server())
 	return s, nil
 }
 
@@ -307,13 +338,14 @@ func (s *Server) Serve(ctx context.Context) error {
 		go func() { defer wg.Done(); f(lctx) }()
 	}
 	run(func(context.Context) {
-		if err := s.http.Serve(s.listener); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		if err := rpc.Serve(s.http, s.listener); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			errc <- fmt.Errorf("serving api: %w", err)
 		}
 	})
 	run(s.leaderLoop)
 	run(s.registerLoop)
 	run(s.forwardSeen)
+	run(func(ctx context.Context) { s.certs.renewLoop(ctx, s.logger.With("component", "tls")) })
 	if s.cfg.Bootstrap && s.cfg.BootstrapExpect > 1 {
 		run(s.formGroup)
 	}
@@ -486,12 +518,22 @@ func loadOrCreateToken(path string) (string, error) {
 	return tok, nil
 }
 
-// agentClient dials a node agent's API. Coordinators prove themselves with
-// the cluster's agent key; mutual TLS replaces it once certificates exist.
+// agentClient dials a node agent's API over mutual TLS: the agent must
+// hold that node's certificate, and the replica presents its own (and
+// the cluster's agent key). Clients are kept per node, so connections are
+// reused.
 func (s *Server) agentClient(n *corpusv1.Node) corpusv1connect.NodeAgentServiceClient {
+	s.agentsMu.Lock()
+	defer s.agentsMu.Unlock()
+	if c, ok := s.agents[n.Id]; ok && c.addr == n.AgentAddress {
+		return c.client
+	}
 	key := s.store.Read().Config().GetAgentKey()
-	return corpusv1connect.NewNodeAgentServiceClient(agentHTTP, "http://"+n.AgentAddress,
+	c := corpusv1connect.NewNodeAgentServiceClient(rpc.HTTPClient(s.certs.agentClient(n.Id)), rpc.BaseURL(n.AgentAddress),
 		connect.WithInterceptors(rpc.Bearer(key)))
+	s.agents[n.Id] = agentConn{addr: n.AgentAddress, client: c}
+	return c
 }
 
-var agentHTTP = rpc.HTTPClient()
+// CACert is the cluster CA certificate (PEM), what clients trust.
+func (s *Server) CACert() []byte { return s.certs.auth.CertPEM }

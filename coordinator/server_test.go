@@ -2,6 +2,7 @@ package coordinator_test
 
 import (
 	"context"
+	"crypto/x509"
 	"errors"
 	"math"
 	"net"
@@ -16,6 +17,7 @@ import (
 
 	"corpus/coordinator"
 	"corpus/coordinator/state"
+	"corpus/internal/pki"
 	corpusv1 "corpus/proto/corpus/v1"
 )
 
@@ -82,14 +84,23 @@ func TestEnroll(t *testing.T) {
 		{"garbage token", &corpusv1.EnrollRequest{JoinToken: "garbage", Name: "n1"}, connect.CodePermissionDenied, 0},
 		{"unknown token", &corpusv1.EnrollRequest{JoinToken: "abc.def", Name: "n1"}, connect.CodePermissionDenied, 0},
 		{"wrong secret", &corpusv1.EnrollRequest{JoinToken: tokID + ".0000", Name: "n1"}, connect.CodePermissionDenied, 0},
+		{"no certificate request", &corpusv1.EnrollRequest{JoinToken: tok, Name: "n1"}, connect.CodeInvalidArgument, 0},
+		{"garbage certificate request", &corpusv1.EnrollRequest{JoinToken: tok, Name: "n1", CsrPem: []byte("-----BEGIN CERTIFICATE REQUEST-----\nAAAA\n-----END CERTIFICATE REQUEST-----\n")}, connect.CodeInvalidArgument, 0},
 		{"enrolls", &corpusv1.EnrollRequest{JoinToken: tok, Name: "n1", Labels: map[string]string{"mode": "prod", "rack": "a"}}, 0, 1},
 		{"token reused", &corpusv1.EnrollRequest{JoinToken: tok, Name: "n2"}, connect.CodePermissionDenied, 1},
 		{"name taken", &corpusv1.EnrollRequest{JoinToken: tok2, Name: "n1"}, connect.CodeAlreadyExists, 1},
 		// The failed attempt above did not use up tok2.
 		{"second node", &corpusv1.EnrollRequest{JoinToken: tok2, Name: "n2"}, 0, 2},
 	}
+	_, csr, err := pki.NewKeyAndCSR("n")
+	if err != nil {
+		t.Fatal(err)
+	}
 	// Steps, in order: each sees what the ones before it did.
 	for _, tt := range tests {
+		if tt.req.CsrPem == nil && tt.name != "no certificate request" {
+			tt.req.CsrPem = csr
+		}
 		res, enrollErr := anon.agent.Enroll(ctx, connect.NewRequest(tt.req))
 		if got := codeOf(enrollErr); got != tt.want {
 			t.Fatalf("%s: Enroll(%v) = %v, want code %v", tt.name, tt.req, enrollErr, tt.want)
@@ -105,16 +116,26 @@ func TestEnroll(t *testing.T) {
 			continue
 		}
 		m := res.Msg
-		if m.NodeId == "" || m.NodeSecret == "" || m.ClusterId == "" || m.AgentKey == "" {
-			t.Errorf("%s: Enroll() = %v, want a node id, a secret, the cluster id and the agent key", tt.name, m)
+		if m.NodeId == "" || m.ClusterId == "" || m.AgentKey == "" {
+			t.Errorf("%s: Enroll() = %v, want a node id, the cluster id and the agent key", tt.name, m)
+		}
+		cert, err := pki.ParseCert(m.CertificatePem)
+		if err != nil {
+			t.Fatalf("%s: Enroll() certificate: %v", tt.name, err)
+		}
+		if id, ok := pki.IdentityOf(cert); !ok || id.Role != pki.RoleNode || id.ID != m.NodeId {
+			t.Errorf("%s: Enroll() certificate names %v, want node %s", tt.name, id, m.NodeId)
+		}
+		if _, err := cert.Verify(x509.VerifyOptions{Roots: s.caPool(), KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}); err != nil {
+			t.Errorf("%s: Enroll() certificate does not verify with the cluster CA: %v", tt.name, err)
 		}
 		got, err := s.ops().nodes.GetNode(ctx, connect.NewRequest(&corpusv1.GetNodeRequest{Name: tt.req.Name}))
 		if err != nil {
 			t.Fatalf("%s: GetNode(%s) = %v", tt.name, tt.req.Name, err)
 		}
 		n := got.Msg.Node.Node
-		if n.Id != m.NodeId || n.Status != state.NodeInitializing || n.SecretHash != "" {
-			t.Errorf("%s: GetNode(%s) = %v, want id %s, initializing, no secret hash", tt.name, tt.req.Name, n, m.NodeId)
+		if n.Id != m.NodeId || n.Status != state.NodeInitializing || n.CertSerial != cert.SerialNumber.Text(16) {
+			t.Errorf("%s: GetNode(%s) = %v, want id %s, initializing, certificate serial %s", tt.name, tt.req.Name, n, m.NodeId, cert.SerialNumber.Text(16))
 		}
 	}
 	n1, err := s.ops().nodes.GetNode(ctx, connect.NewRequest(&corpusv1.GetNodeRequest{Name: "n1"}))
@@ -323,8 +344,8 @@ func TestGuestLifecycle(t *testing.T) {
 		t.Errorf("GetGuest(web) = %v, want placed on %s", placed, a.id)
 	}
 	msg := w.next("web on the node", desiredIs("web", state.DesiredRunning))
-	if len(msg.Guests) != 1 || msg.Node.SecretHash != "" || msg.Index == 0 {
-		t.Errorf("Watch() = %v, want one guest, no secret hash, an index", msg)
+	if len(msg.Guests) != 1 || msg.Index == 0 {
+		t.Errorf("Watch() = %v, want one guest, an index", msg)
 	}
 
 	// Idempotent create.
@@ -427,7 +448,7 @@ func TestRestartKeepsState(t *testing.T) {
 	a.report(t)
 	used := s.joinToken() // consumed below
 	unused := s.joinToken()
-	if _, err := s.clients("").agent.Enroll(ctx, connect.NewRequest(&corpusv1.EnrollRequest{JoinToken: used, Name: "n2"})); err != nil {
+	if _, err := s.clients("").agent.Enroll(ctx, connect.NewRequest(&corpusv1.EnrollRequest{JoinToken: used, Name: "n2", CsrPem: testCSR(t)})); err != nil {
 		t.Fatalf("Enroll(n2) = %v", err)
 	}
 	create := func(s *server, name string) {
@@ -472,15 +493,15 @@ func TestRestartKeepsState(t *testing.T) {
 	}
 
 	// Credentials survive; the used token stays used.
-	a.clients = s.clients(a.credential)
+	a.clients = s.clientsAs(a.cert, "")
 	if _, err := a.cluster.Status(ctx, connect.NewRequest(&corpusv1.StatusRequest{})); err != nil {
 		t.Errorf("Status() as n1 after restart = %v", err)
 	}
 	anon := s.clients("")
-	if _, err := anon.agent.Enroll(ctx, connect.NewRequest(&corpusv1.EnrollRequest{JoinToken: used, Name: "n3"})); codeOf(err) != connect.CodePermissionDenied {
+	if _, err := anon.agent.Enroll(ctx, connect.NewRequest(&corpusv1.EnrollRequest{JoinToken: used, Name: "n3", CsrPem: testCSR(t)})); codeOf(err) != connect.CodePermissionDenied {
 		t.Errorf("Enroll(used token) after restart = %v, want %v", err, connect.CodePermissionDenied)
 	}
-	if _, err := anon.agent.Enroll(ctx, connect.NewRequest(&corpusv1.EnrollRequest{JoinToken: unused, Name: "n3"})); err != nil {
+	if _, err := anon.agent.Enroll(ctx, connect.NewRequest(&corpusv1.EnrollRequest{JoinToken: unused, Name: "n3", CsrPem: testCSR(t)})); err != nil {
 		t.Errorf("Enroll(unused token) after restart = %v", err)
 	}
 	// And the new leader still schedules.
@@ -540,4 +561,14 @@ func TestNodeMarkedDown(t *testing.T) {
 	// Reporting again brings it back.
 	a.report(t)
 	s.waitFor("n1 ready again", status(state.NodeReady))
+}
+
+// testCSR is a certificate request for a fresh key.
+func testCSR(t *testing.T) []byte {
+	t.Helper()
+	_, csr, err := pki.NewKeyAndCSR("test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return csr
 }

@@ -36,11 +36,15 @@ var ErrNoIdentity = errors.New("this agent has not enrolled yet")
 type Identity struct {
 	NodeID      string    `json:"node_id"`
 	NodeName    string    `json:"node_name"`
-	NodeSecret  string    `json:"node_secret"`
 	ClusterID   string    `json:"cluster_id"`
 	AgentKey    string    `json:"agent_key"`
 	Coordinator string    `json:"coordinator"`
 	EnrolledAt  time.Time `json:"enrolled_at"`
+	// KeyPEM and CertPEM are the node's key and certificate, CAPEM the
+	// cluster CA; the agent authenticates with them and trusts only it.
+	KeyPEM  []byte `json:"key_pem"`
+	CertPEM []byte `json:"cert_pem"`
+	CAPEM   []byte `json:"ca_pem"`
 }
 
 // Entry is one operation in flight, written before it starts and removed

@@ -3,6 +3,7 @@ package cache
 import (
 	"errors"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -25,7 +26,7 @@ func TestCacheRoundTrip(t *testing.T) {
 	if _, ok, err := c.Desired(); ok || err != nil {
 		t.Fatalf("Desired() on a new cache = ok %v, %v; want nothing stored", ok, err)
 	}
-	id := Identity{NodeID: "n1", NodeName: "node", NodeSecret: "s", ClusterID: "c", AgentKey: "k", Coordinator: "127.0.0.1:1", EnrolledAt: time.Unix(100, 0).UTC()}
+	id := Identity{NodeID: "n1", NodeName: "node", KeyPEM: []byte("k"), CertPEM: []byte("c"), CAPEM: []byte("a"), ClusterID: "c", AgentKey: "k", Coordinator: "127.0.0.1:1", EnrolledAt: time.Unix(100, 0).UTC()}
 	guests := []*corpusv1.Guest{{Id: "a", Name: "web", DesiredState: "running"}, {Id: "b", Name: "db"}}
 	e := Entry{GuestID: "a", GuestName: "web", Driver: "lxc", Op: "create", Started: time.Unix(5, 0).UTC()}
 	if err := c.SetIdentity(id); err != nil {
@@ -50,7 +51,7 @@ func TestCacheRoundTrip(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	if got, err := c.Identity(); err != nil || got != id {
+	if got, err := c.Identity(); err != nil || !reflect.DeepEqual(got, id) {
 		t.Errorf("Identity() = %+v, %v; want %+v", got, err, id)
 	}
 	got, ok, err := c.Desired()

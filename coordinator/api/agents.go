@@ -2,6 +2,7 @@ package api
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"slices"
@@ -11,10 +12,12 @@ import (
 
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"corpus/coordinator/auth"
 	"corpus/coordinator/state"
 	"corpus/internal/names"
+	"corpus/internal/pki"
 	"corpus/internal/secret"
 	corpusv1 "corpus/proto/corpus/v1"
 )
@@ -35,15 +38,20 @@ func (s *agentService) Enroll(ctx context.Context, req *connect.Request[corpusv1
 			return nil, toConnect(err)
 		}
 	}
+	// A token reads ID.SECRET.PIN; the pin (the CA's fingerprint) is for
+	// the host, which may send it along.
 	tokID, tokSecret, ok := strings.Cut(m.JoinToken, ".")
+	tokSecret, _, _ = strings.Cut(tokSecret, ".")
 	if !ok || tokID == "" || tokSecret == "" {
 		return nil, connect.NewError(connect.CodePermissionDenied, state.ErrInvalidToken)
+	}
+	if len(m.CsrPem) == 0 {
+		return nil, toConnect(invalidf("enrollment needs a certificate request (csr_pem): upgrade the agent"))
 	}
 	cfg := s.b.Store.Read().Config()
 	if cfg == nil {
 		return nil, connect.NewError(connect.CodeUnavailable, state.ErrNotBootstrap)
 	}
-	nodeSecret := secret.Hex(24)
 	mode := m.Labels["mode"]
 	labels := map[string]string{}
 	for k, v := range m.Labels {
@@ -59,20 +67,28 @@ func (s *agentService) Enroll(ctx context.Context, req *connect.Request[corpusv1
 	default:
 		return nil, toConnect(invalidf("node mode %q: use dev, staging, prod or drain", mode))
 	}
-	node := &corpusv1.Node{
-		Id:           secret.Hex(8),
-		Name:         m.Name,
-		Status:       state.NodeInitializing,
-		Mode:         mode,
-		Labels:       labels,
-		Capacity:     m.Capacity,
-		Drivers:      m.Drivers,
-		AgentAddress: m.AgentAddress,
-		AgentVersion: m.AgentVersion,
-		Address:      m.Address,
-		SecretHash:   secret.Hash(nodeSecret),
+	nodeID := secret.Hex(8)
+	// The certificate names the id chosen here, whatever the request says;
+	// it is worth nothing unless the write below consumes the token.
+	cert, err := s.b.CA.Sign(m.CsrPem, pki.Request{Role: pki.RoleNode, ID: nodeID, TTL: s.b.CertTTL})
+	if err != nil {
+		return nil, toConnect(invalidf("%v", err))
 	}
-	_, err := s.b.write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_EnrollNode{EnrollNode: &corpusv1.EnrollNode{
+	node := &corpusv1.Node{
+		Id:            nodeID,
+		Name:          m.Name,
+		Status:        state.NodeInitializing,
+		Mode:          mode,
+		Labels:        labels,
+		Capacity:      m.Capacity,
+		Drivers:       m.Drivers,
+		AgentAddress:  m.AgentAddress,
+		AgentVersion:  m.AgentVersion,
+		Address:       m.Address,
+		CertSerial:    cert.Serial,
+		CertExpiresAt: timestamppb.New(cert.NotAfter),
+	}
+	_, err = s.b.write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_EnrollNode{EnrollNode: &corpusv1.EnrollNode{
 		TokenId: tokID, TokenSecretHash: secret.Hash(tokSecret), Node: node,
 	}}})
 	if err != nil {
@@ -80,11 +96,29 @@ func (s *agentService) Enroll(ctx context.Context, req *connect.Request[corpusv1
 	}
 	s.b.Logger.Info("node enrolled", "node", node.Name, "node_id", node.Id)
 	return connect.NewResponse(&corpusv1.EnrollResponse{
-		NodeId:     node.Id,
-		NodeSecret: nodeSecret,
-		ClusterId:  cfg.ClusterId,
-		AgentKey:   cfg.AgentKey,
+		NodeId:         node.Id,
+		ClusterId:      cfg.ClusterId,
+		AgentKey:       cfg.AgentKey,
+		CertificatePem: cert.CertPEM,
+		CaPem:          s.b.CA.CertPEM,
 	}), nil
+}
+
+// RenewCertificate signs a new certificate for the calling node and makes
+// it the node's current one.
+func (s *agentService) RenewCertificate(ctx context.Context, req *connect.Request[corpusv1.RenewCertificateRequest]) (*connect.Response[corpusv1.RenewCertificateResponse], error) {
+	p := auth.FromContext(ctx)
+	cert, err := s.b.CA.Sign(req.Msg.CsrPem, pki.Request{Role: pki.RoleNode, ID: p.NodeID, TTL: s.b.CertTTL})
+	if err != nil {
+		return nil, toConnect(invalidf("%v", err))
+	}
+	if _, err := s.b.write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_RenewNodeCertificate{RenewNodeCertificate: &corpusv1.RenewNodeCertificate{
+		NodeId: p.NodeID, Serial: cert.Serial, ExpiresAt: timestamppb.New(cert.NotAfter),
+	}}}); err != nil {
+		return nil, err
+	}
+	s.b.Logger.Info("node certificate renewed", "node", p.NodeName, "serial", cert.Serial, "expires", cert.NotAfter)
+	return connect.NewResponse(&corpusv1.RenewCertificateResponse{CertificatePem: cert.CertPEM, CaPem: s.b.CA.CertPEM}), nil
 }
 
 func validLabel(k, v string) error {
@@ -105,8 +139,12 @@ func (s *agentService) Watch(ctx context.Context, _ *connect.Request[corpusv1.Wa
 		if n == nil {
 			return connect.NewError(connect.CodeNotFound, fmt.Errorf("node %s is no longer enrolled", p.NodeName))
 		}
+		// A stream opened with a certificate that went out of use (two
+		// renewals since) ends: the agent reconnects with its current one.
+		if p.CertSerial != "" && p.CertSerial != n.CertSerial && p.CertSerial != n.PrevCertSerial {
+			return connect.NewError(connect.CodeUnauthenticated, errors.New("the certificate this stream was opened with is no longer in use: reconnect with the current one"))
+		}
 		n = proto.Clone(n).(*corpusv1.Node)
-		n.SecretHash = ""
 		msg := &corpusv1.WatchResponse{Index: view.Index(), Node: n, Guests: desiredOn(view, p.NodeID), Routes: view.RoutesOnNode(p.NodeID)}
 		msg.Volumes = append(view.VolumesOnNode(p.NodeID), view.VolumesLeftOnNode(p.NodeID)...)
 		s.dnsInfo(msg)

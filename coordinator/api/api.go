@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net/http"
 	"slices"
+	"time"
 
 	"connectrpc.com/connect"
 
@@ -17,6 +18,7 @@ import (
 	"corpus/coordinator/state"
 	"corpus/dns"
 	"corpus/internal/names"
+	"corpus/internal/pki"
 	corpusv1 "corpus/proto/corpus/v1"
 	"corpus/proto/corpus/v1/corpusv1connect"
 )
@@ -44,13 +46,16 @@ type Backend struct {
 	// GossipAddr returns host:port of this replica's gossip member, ""
 	// while it has none; agents join it (nil: never).
 	GossipAddr func() string
-	Logger     *slog.Logger
+	// CA signs node certificates (enrollment and renewal) valid CertTTL.
+	CA      *pki.CA
+	CertTTL time.Duration
+	Logger  *slog.Logger
 }
 
 // Policies says who may call what.
 var Policies = map[string]auth.Policy{
 	corpusv1connect.ClusterServiceStatusProcedure:           {auth.Operator, auth.Agent, auth.Coordinator},
-	corpusv1connect.ClusterServicePeerProcedure:             auth.Public,
+	corpusv1connect.ClusterServicePeerProcedure:             {auth.Replica, auth.Coordinator, auth.Operator},
 	corpusv1connect.ClusterServiceApplyProcedure:            {auth.Coordinator},
 	corpusv1connect.ClusterServiceSeenProcedure:             {auth.Coordinator},
 	corpusv1connect.ClusterServiceRaftPeersProcedure:        {auth.Operator},
@@ -84,6 +89,7 @@ var Policies = map[string]auth.Policy{
 	corpusv1connect.VolumeServiceSnapshotVolumeProcedure:    {auth.Operator},
 	corpusv1connect.AgentServiceEnrollProcedure:             auth.Public,
 	corpusv1connect.AgentServiceWatchProcedure:              {auth.Agent},
+	corpusv1connect.AgentServiceRenewCertificateProcedure:   {auth.Agent},
 	corpusv1connect.AgentServiceReportProcedure:             {auth.Agent},
 	corpusv1connect.AgentServiceGitAccessProcedure:          {auth.Agent},
 	corpusv1connect.AgentServiceBeginReleaseProcedure:       {auth.Agent},

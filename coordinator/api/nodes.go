@@ -47,7 +47,7 @@ func (s *nodeService) CreateJoinToken(ctx context.Context, req *connect.Request[
 	}
 	info := proto.Clone(tok).(*corpusv1.JoinToken)
 	info.SecretHash = ""
-	return connect.NewResponse(&corpusv1.CreateJoinTokenResponse{Token: id + "." + tokSecret, Info: info}), nil
+	return connect.NewResponse(&corpusv1.CreateJoinTokenResponse{Token: id + "." + tokSecret + "." + s.b.CA.Pin(), Info: info}), nil
 }
 
 func (s *nodeService) ListNodes(ctx context.Context, _ *connect.Request[corpusv1.ListNodesRequest]) (*connect.Response[corpusv1.ListNodesResponse], error) {
@@ -79,7 +79,6 @@ func findNode(view *state.Snap, name string) *corpusv1.Node {
 func nodeView(view *state.Snap, n *corpusv1.Node) *corpusv1.NodeView {
 	guests := view.GuestsOnNode(n.Id)
 	n = proto.Clone(n).(*corpusv1.Node)
-	n.SecretHash = ""
 	return &corpusv1.NodeView{Node: n, Allocated: view.NodeAllocated(n.Id), Guests: int32(len(guests))}
 }
 
@@ -180,6 +179,5 @@ func (s *nodeService) RemoveNode(ctx context.Context, req *connect.Request[corpu
 		return nil, err
 	}
 	n = proto.Clone(n).(*corpusv1.Node)
-	n.SecretHash = ""
 	return connect.NewResponse(&corpusv1.RemoveNodeResponse{Node: n}), nil
 }

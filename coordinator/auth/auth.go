@@ -6,9 +6,14 @@
 // Procedures without a policy are refused, so a new method is closed until
 // someone decides who may call it.
 //
-// Credentials today are bearer tokens: the operator token created when the
-// cluster bootstraps, and the per-node secret an agent receives when it
-// enrolls ("node.<id>.<secret>"). Only SHA-256 hashes of either are stored.
+// Users present bearer tokens (the operator token created when the cluster
+// bootstraps, or a user's API token); only SHA-256 hashes are stored.
+// Node agents and coordinators present certificates of the cluster CA on
+// the TLS connection (PeerHTTP puts the verified identity on the request);
+// a node's certificate is accepted while the node is enrolled and the
+// certificate is its current (or just replaced) one, so removing a node
+// revokes it at once. A coordinator also presents the cluster's
+// coordinator key.
 package auth
 
 import (
@@ -21,6 +26,7 @@ import (
 	"connectrpc.com/connect"
 
 	"corpus/coordinator/state"
+	"corpus/internal/pki"
 	"corpus/internal/rpc"
 	"corpus/internal/secret"
 	corpusv1 "corpus/proto/corpus/v1"
@@ -36,6 +42,10 @@ const (
 	Agent     Kind = "node"
 	// Coordinator is another replica of the control plane.
 	Coordinator Kind = "coordinator"
+	// Replica is a coordinator certificate without the coordinator key:
+	// replicas asking each other who they are before the cluster (and
+	// its key) exists.
+	Replica Kind = "replica"
 	// Dev and Viewer are users of those roles; users of role ops are
 	// Operators.
 	Dev    Kind = "dev"
@@ -51,6 +61,8 @@ type Principal struct {
 	// NodeID and NodeName are set for agents.
 	NodeID   string
 	NodeName string
+	// CertSerial is the serial of the certificate an agent connected with.
+	CertSerial string
 	// User and TokenID are set for users (Kind Operator, Dev or Viewer).
 	User    string
 	TokenID string
@@ -86,7 +98,7 @@ type Policy []Kind
 
 // Public is the policy of a procedure anyone may call; the handler
 // checks the credential in the request itself (enrollment tokens).
-var Public = Policy{Anonymous, Operator, Agent, Coordinator, Dev, Viewer}
+var Public = Policy{Anonymous, Operator, Agent, Coordinator, Replica, Dev, Viewer}
 
 func (p Policy) allows(k Kind) bool {
 	for _, a := range p {
@@ -108,39 +120,80 @@ type Authenticator struct {
 	Policies map[string]Policy
 }
 
-// Authenticate returns the principal for an Authorization header value.
-func (a *Authenticator) Authenticate(header string) (Principal, error) {
-	tok, ok := strings.CutPrefix(header, "Bearer ")
-	if !ok || tok == "" {
+// Authenticate returns the principal for a request's verified peer
+// certificate (nil without one) and its Authorization header value.
+func (a *Authenticator) Authenticate(peer *pki.Identity, header string) (Principal, error) {
+	tok, hasTok := strings.CutPrefix(header, "Bearer ")
+	hasTok = hasTok && tok != ""
+	view := a.Store.Read()
+	if peer != nil {
+		switch peer.Role {
+		case pki.RoleNode:
+			if hasTok {
+				return Principal{}, errTwoIdentities
+			}
+			n := view.Node(peer.ID)
+			if n == nil {
+				return Principal{}, errNodeGone
+			}
+			if peer.Serial != n.CertSerial && (peer.Serial != n.PrevCertSerial || n.PrevCertSerial == "") {
+				return Principal{}, errCertReplaced
+			}
+			return Principal{Kind: Agent, NodeID: n.Id, NodeName: n.Name, CertSerial: peer.Serial}, nil
+		case pki.RoleCoordinator:
+			if !hasTok {
+				return Principal{Kind: Replica}, nil
+			}
+			key, ok := strings.CutPrefix(tok, rpc.CoordinatorCredentialPrefix)
+			want := view.Config().GetCoordinatorKey()
+			if !ok || want == "" || !secret.Equal(key, secret.Hash(want)) {
+				return Principal{}, errBadCredential
+			}
+			return Principal{Kind: Coordinator}, nil
+		}
+		return Principal{}, errBadCredential
+	}
+	if !hasTok {
 		return Principal{Kind: Anonymous}, nil
 	}
-	view := a.Store.Read()
 	if rest, ok := strings.CutPrefix(tok, UserTokenPrefix); ok {
 		return userPrincipal(view, rest)
 	}
-	if key, ok := strings.CutPrefix(tok, rpc.CoordinatorCredentialPrefix); ok {
-		want := view.Config().GetCoordinatorKey()
-		if want == "" || !secret.Equal(key, secret.Hash(want)) {
-			return Principal{}, errBadCredential
-		}
-		return Principal{Kind: Coordinator}, nil
-	}
-	if rest, ok := strings.CutPrefix(tok, rpc.NodeCredentialPrefix); ok {
-		id, nodeSecret, ok := strings.Cut(rest, ".")
-		if !ok {
-			return Principal{}, errBadCredential
-		}
-		n := view.Node(id)
-		if n == nil || !secret.Equal(nodeSecret, n.SecretHash) {
-			return Principal{}, errBadCredential
-		}
-		return Principal{Kind: Agent, NodeID: n.Id, NodeName: n.Name}, nil
+	if strings.HasPrefix(tok, rpc.CoordinatorCredentialPrefix) {
+		return Principal{}, errNoCertificate
 	}
 	cfg := view.Config()
 	if cfg == nil || !secret.Equal(tok, cfg.OpsTokenHash) {
 		return Principal{}, errBadCredential
 	}
 	return Principal{Kind: Operator}, nil
+}
+
+var (
+	errTwoIdentities = errors.New("a request carries one identity: a node certificate and a token together are refused")
+	errNodeGone      = errors.New("certificate of a node that is no longer enrolled (removed)")
+	errCertReplaced  = errors.New("certificate replaced or revoked: the node renewed it, use the current one")
+	errNoCertificate = errors.New("coordinators authenticate with their certificate as well as the coordinator key")
+)
+
+type peerKey struct{}
+
+// PeerHTTP records the identity of a request's verified client
+// certificate for the interceptor. It wraps an API's HTTP handler.
+func PeerHTTP(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if id, ok := pki.PeerIdentity(r.TLS); ok {
+			r = r.WithContext(context.WithValue(r.Context(), peerKey{}, id))
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
+func peerFrom(ctx context.Context) *pki.Identity {
+	if id, ok := ctx.Value(peerKey{}).(pki.Identity); ok {
+		return &id
+	}
+	return nil
 }
 
 // userPrincipal resolves "ID_SECRET" of a user token.
@@ -182,7 +235,7 @@ func (a *Authenticator) authorize(ctx context.Context, procedure string, h http.
 	if !ok {
 		return nil, nil, connect.NewError(connect.CodePermissionDenied, errors.New("procedure "+procedure+" has no access policy"))
 	}
-	p, err := a.Authenticate(h.Get("Authorization"))
+	p, err := a.Authenticate(peerFrom(ctx), h.Get("Authorization"))
 	if err != nil {
 		return nil, nil, connect.NewError(connect.CodeUnauthenticated, err)
 	}

@@ -110,6 +110,8 @@ func (a *applier) apply(cmd *corpusv1.Command) error {
 		return a.enroll(c.EnrollNode)
 	case *corpusv1.Command_UpdateNode:
 		return a.updateNode(c.UpdateNode)
+	case *corpusv1.Command_RenewNodeCertificate:
+		return a.renewNodeCertificate(c.RenewNodeCertificate)
 	case *corpusv1.Command_SetNodeStatus:
 		return a.setNodeStatus(c.SetNodeStatus)
 	case *corpusv1.Command_CreateGuest:
@@ -619,6 +621,25 @@ func (s *fsmSnapshot) Persist(sink raft.SnapshotSink) error {
 }
 
 func (s *fsmSnapshot) Release() {}
+
+// renewNodeCertificate makes a new certificate the node's current one;
+// the one it replaces stays accepted until it expires.
+func (a *applier) renewNodeCertificate(c *corpusv1.RenewNodeCertificate) error {
+	n, err := a.node(c.NodeId)
+	if err != nil {
+		return err
+	}
+	if c.Serial == "" {
+		return fmt.Errorf("certificate serial is empty: %w", ErrInvalid)
+	}
+	if c.Serial == n.CertSerial {
+		return nil
+	}
+	n.PrevCertSerial, n.CertSerial, n.CertExpiresAt = n.CertSerial, c.Serial, c.ExpiresAt
+	n.ModifyIndex = a.index
+	a.put(tableNodes, n)
+	return nil
+}
 
 // removeNode forgets a node that holds nothing: no guest placed on it
 // (deleting ones included), no volume on it or leaving it.

@@ -129,7 +129,7 @@ func TestApply(t *testing.T) {
 				if n.Status != state.NodeReady || n.Capacity.GetMemoryBytes() != 8<<30 || len(n.Drivers) != 1 || n.AgentAddress == "" || n.ModifyIndex != 4 {
 					t.Errorf("Node(%s) = %v, want ready with 8 GiB, one driver, an address, modify index 4", nodeID, n)
 				}
-				if n.SecretHash != "node-hash" || n.CreateIndex != 3 {
+				if n.CertSerial != "node-serial" || n.CreateIndex != 3 {
 					t.Errorf("Node(%s) = %v, want secret hash and create index kept", nodeID, n)
 				}
 			},

@@ -130,7 +130,7 @@ func tokenCmd(id, hash string, expires time.Time) *corpusv1.Command {
 func enrollCmd(tokID, hash, id, name string) *corpusv1.Command {
 	return &corpusv1.Command{Cmd: &corpusv1.Command_EnrollNode{EnrollNode: &corpusv1.EnrollNode{
 		TokenId: tokID, TokenSecretHash: hash,
-		Node: &corpusv1.Node{Id: id, Name: name, Status: state.NodeInitializing, Mode: "dev", SecretHash: "node-hash"},
+		Node: &corpusv1.Node{Id: id, Name: name, Status: state.NodeInitializing, Mode: "dev", CertSerial: "node-serial"},
 	}}}
 }
 

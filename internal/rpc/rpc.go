@@ -3,9 +3,14 @@
 package rpc
 
 import (
+	"bytes"
 	"context"
+	"crypto/tls"
+	"io"
+	"log"
 	"net"
 	"net/http"
+	"os"
 	"strings"
 	"time"
 
@@ -13,36 +18,78 @@ import (
 	"golang.org/x/net/netutil"
 )
 
-// HTTPClient returns a client for corpus APIs. It speaks HTTP/1.1 and
-// cleartext HTTP/2, so server streams work either way.
-func HTTPClient() *http.Client {
+// HTTPClient returns a client for corpus APIs over TLS configured by tc
+// (see package pki), speaking HTTP/2 or HTTP/1.1. With a nil tc it speaks
+// cleartext (HTTP/1.1 and HTTP/2), for endpoints outside the cluster's
+// TLS such as tests' plain servers.
+func HTTPClient(tc *tls.Config) *http.Client {
 	t := &http.Transport{
 		Proxy:               nil, // cluster traffic never goes through a proxy from the environment
 		DialContext:         (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
 		MaxIdleConnsPerHost: 8,
 		IdleConnTimeout:     90 * time.Second,
 		TLSHandshakeTimeout: 10 * time.Second,
+		TLSClientConfig:     tc,
 		Protocols:           new(http.Protocols),
 	}
 	t.Protocols.SetHTTP1(true)
-	t.Protocols.SetUnencryptedHTTP2(true)
+	if tc != nil {
+		t.Protocols.SetHTTP2(true)
+	} else {
+		t.Protocols.SetUnencryptedHTTP2(true)
+	}
 	return &http.Client{Transport: t}
+}
+
+// BaseURL is the URL of a corpus API at host:port; an address that already
+// names a scheme is kept.
+func BaseURL(addr string) string {
+	if strings.HasPrefix(addr, "https://") || strings.HasPrefix(addr, "http://") {
+		return addr
+	}
+	return "https://" + addr
 }
 
 // NewServer returns an HTTP server for a corpus API with timeouts that keep
 // slow or idle clients from holding connections forever. Streams (watch,
-// exec) are long-lived, so there is no write timeout.
-func NewServer(h http.Handler) *http.Server {
+// exec) are long-lived, so there is no write timeout. With tc it serves
+// TLS (Serve wraps the listener); without, cleartext.
+func NewServer(h http.Handler, tc *tls.Config) *http.Server {
 	s := &http.Server{
 		Handler:           h,
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       2 * time.Minute,
 		MaxHeaderBytes:    64 << 10,
 		Protocols:         new(http.Protocols),
+		TLSConfig:         tc,
+		// A TLS handshake that goes wrong is the peer's problem; do not
+		// fill the log with every scanner's attempt. Other errors stay.
+		ErrorLog: log.New(handshakeFilter{os.Stderr}, "http: ", log.LstdFlags),
 	}
 	s.Protocols.SetHTTP1(true)
-	s.Protocols.SetUnencryptedHTTP2(true)
+	if tc != nil {
+		s.Protocols.SetHTTP2(true)
+	} else {
+		s.Protocols.SetUnencryptedHTTP2(true)
+	}
 	return s
+}
+
+type handshakeFilter struct{ w io.Writer }
+
+func (f handshakeFilter) Write(p []byte) (int, error) {
+	if bytes.Contains(p, []byte("TLS handshake error")) {
+		return len(p), nil
+	}
+	return f.w.Write(p)
+}
+
+// Serve serves s on ln, over TLS when s has a TLS configuration.
+func Serve(s *http.Server, ln net.Listener) error {
+	if s.TLSConfig != nil {
+		return s.ServeTLS(ln, "", "")
+	}
+	return s.Serve(ln)
 }
 
 // MaxConns bounds the connections an API listener holds at once; more
@@ -59,17 +106,9 @@ func Listen(addr string) (net.Listener, error) {
 	return netutil.LimitListener(ln, MaxConns), nil
 }
 
-// NodeCredentialPrefix starts every node agent's bearer token.
-const NodeCredentialPrefix = "node."
-
 // CoordinatorCredentialPrefix starts the bearer token replicas present to
 // each other: the prefix and the cluster's coordinator key.
 const CoordinatorCredentialPrefix = "coord."
-
-// NodeCredential is the bearer token of an enrolled node agent.
-func NodeCredential(nodeID, nodeSecret string) string {
-	return NodeCredentialPrefix + nodeID + "." + nodeSecret
-}
 
 // Bearer returns a client interceptor that sends token as the credential.
 func Bearer(token string) connect.Interceptor { return bearer(token) }

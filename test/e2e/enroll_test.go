@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"fmt"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -27,10 +28,15 @@ func TestEnrollment(t *testing.T) {
 	if _, code := enroll("first", tok); code != -1 {
 		t.Fatalf("enrolling with a fresh token exited %d, want it to keep running", code)
 	}
+	parts := strings.Split(tok, ".") // ID.SECRET.PIN
 	for _, tc := range []struct{ name, node, token, want string }{
 		{"reused token", "second", tok, "join token is invalid"},
-		{"wrong secret", "third", strings.Split(tok, ".")[0] + ".deadbeef", "join token is invalid"},
-		{"garbage", "fourth", "garbage", "join token is invalid"},
+		{"wrong secret", "third", parts[0] + ".deadbeef." + parts[2], "join token is invalid"},
+		{"garbage", "fourth", "garbage", "not of the form ID.SECRET.PIN"},
+		{"no pin", "fifth", parts[0] + "." + parts[1], "not of the form ID.SECRET.PIN"},
+		// A host told to trust another CA refuses this coordinator
+		// (an impostor, from its point of view) and sends it nothing.
+		{"another cluster's pin", "sixth", parts[0] + "." + parts[1] + "." + strings.Repeat("ab", 32), "not from the CA the join token names"},
 		{"invalid name", "Bad_Name", tok, "invalid name"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -110,9 +116,9 @@ func TestLoginAndRoles(t *testing.T) {
 	}
 	home := filepath.Join(c.dir, "alice-cfg")
 	as := func(args ...string) (string, string, int) {
-		return c.cliIn(c.lab.ctl, []string{"XDG_CONFIG_HOME=" + home, "CORPUS_ENV=", "CORPUS_ADDR=", "CORPUS_TOKEN="}, args...)
+		return c.cliIn(c.lab.ctl, []string{"XDG_CONFIG_HOME=" + home, "CORPUS_ENV=", "CORPUS_ADDR=", "CORPUS_TOKEN=", "CORPUS_CA_CERT="}, args...)
 	}
-	if out, errOut, code := as("--address", c.api, "--token", tok.Token, "login", "--as", "prod"); code != 0 || !strings.Contains(out, "as user:alice") {
+	if out, errOut, code := as("--address", c.api, "--token", tok.Token, "--ca-cert", c.ca, "login", "--as", "prod"); code != 0 || !strings.Contains(out, "as user:alice") {
 		t.Fatalf("login = %d %s %s", code, out, errOut)
 	}
 	if out, _, code := as("status"); code != 0 || !strings.Contains(out, "you are user:alice") {
@@ -130,5 +136,66 @@ func TestLoginAndRoles(t *testing.T) {
 	}
 	if out := c.mustCLI("audit", "--action", "revoke_user_token"); !strings.Contains(out, "ops") {
 		t.Errorf("the revoke is not in the audit log:\n%s", out)
+	}
+}
+
+// TestCertificateRotation: with short-lived certificates the agent and
+// the coordinator renew theirs while the node stays ready, calls keep
+// working, and the replaced certificate goes out of use.
+func TestCertificateRotation(t *testing.T) {
+	c := newCluster(t, "--cert-ttl", "30s")
+	c.addAgent("n1")
+	c.mustCLI("guest", "create", "rot", "--image", "busybox", "--memory", "64M", "--cpus", "0.1")
+	serials := func() (cur, prev string) {
+		var n struct {
+			Node struct {
+				Node struct {
+					Status         string `json:"status"`
+					CertSerial     string `json:"cert_serial"`
+					PrevCertSerial string `json:"prev_cert_serial"`
+				} `json:"node"`
+			} `json:"node"`
+		}
+		if err := c.json(&n, "node", "show", "n1"); err != nil {
+			t.Fatalf("node show during rotation: %v", err)
+		}
+		if n.Node.Node.Status != "ready" {
+			t.Fatalf("node n1 is %q during rotation, want ready throughout", n.Node.Node.Status)
+		}
+		return n.Node.Node.CertSerial, n.Node.Node.PrevCertSerial
+	}
+	first, _ := serials()
+	if first == "" {
+		t.Fatal("node n1 has no certificate serial")
+	}
+	// Renewal is due after 20 s of the 30 s: poll through it.
+	deadline := time.Now().Add(40 * time.Second)
+	for {
+		cur, prev := serials()
+		if cur != first {
+			if prev != first {
+				t.Errorf("after renewal: serial %s, previous %s; want the previous to be the first (%s)", cur, prev, first)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("node n1 still has its first certificate %s after 40s of a 30s lifetime", first)
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	// The coordinator reaches the agent (its own certificate renewed
+	// too), and the agent serves with its new one.
+	eventually(t, 20*time.Second, "exec after renewal", func() error {
+		out, errOut, code := c.cli("guest", "exec", "rot", "--", "echo", "still-here")
+		if code != 0 || out != "still-here\n" {
+			return fmt.Errorf("exit %d: %s %s", code, out, errOut)
+		}
+		return nil
+	})
+	if log := c.agents["n1"].log.String(); !strings.Contains(log, "node certificate renewed") {
+		t.Errorf("the agent's log does not show a renewal")
+	}
+	if log := c.coord.log.String(); !strings.Contains(log, "renewed this replica's certificate") {
+		t.Errorf("the coordinator's log does not show its own renewal")
 	}
 }

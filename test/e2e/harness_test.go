@@ -168,8 +168,10 @@ type cluster struct {
 	api     string
 	token   string
 	cfgHome string
-	coord   *proc
-	agents  map[string]*agentProc
+	// ca is the cluster CA certificate file the CLI trusts.
+	ca     string
+	coord  *proc
+	agents map[string]*agentProc
 }
 
 type agentProc struct {
@@ -186,7 +188,8 @@ func newCluster(t *testing.T, coordinatorArgs ...string) *cluster {
 	requireE2E(t)
 	dir := tempDir(t)
 	lab := newNetLab(t)
-	c := &cluster{t: t, lab: lab, dir: dir, api: "127.0.0.1:7400", cfgHome: filepath.Join(dir, "cfg"), agents: map[string]*agentProc{}}
+	c := &cluster{t: t, lab: lab, dir: dir, api: "127.0.0.1:7400", cfgHome: filepath.Join(dir, "cfg"), agents: map[string]*agentProc{},
+		ca: filepath.Join(dir, "coordinator", "tls", "ca.crt")}
 	c.coord = startIn(t, lab.ctl, "coordinator", nil, append([]string{"coordinator",
 		"--data-dir", filepath.Join(dir, "coordinator"), "--api-addr", "0.0.0.0:7400", "--raft-addr", "127.0.0.1:7401",
 		"--dns-addr", "0.0.0.0:8600", "--gossip-addr", lab.lan + ":7403"}, coordinatorArgs...)...)
@@ -292,8 +295,8 @@ func (c *cluster) restartAgent(a *agentProc) {
 // cli runs a client command against the cluster, from the coordinator's
 // namespace.
 func (c *cluster) cli(args ...string) (stdout, stderr string, code int) {
-	return c.cliIn(c.lab.ctl, []string{"XDG_CONFIG_HOME=" + c.cfgHome, "CORPUS_ENV=", "CORPUS_ADDR=", "CORPUS_TOKEN="},
-		append([]string{"--address", c.api, "--token", c.token}, args...)...)
+	return c.cliIn(c.lab.ctl, []string{"XDG_CONFIG_HOME=" + c.cfgHome, "CORPUS_ENV=", "CORPUS_ADDR=", "CORPUS_TOKEN=", "CORPUS_CA_CERT="},
+		append([]string{"--address", c.api, "--token", c.token, "--ca-cert", c.ca}, args...)...)
 }
 
 // cliIn runs a client command in namespace ns with extra environment

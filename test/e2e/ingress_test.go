@@ -24,6 +24,8 @@ import (
 	"time"
 
 	"github.com/vishvananda/netns"
+
+	"corpus/internal/pki"
 )
 
 // dialIn dials from inside network namespace ns: the socket is created
@@ -60,6 +62,25 @@ func dialIn(ns string) func(ctx context.Context, network, addr string) (net.Conn
 // httpIn returns a client whose connections start in namespace ns.
 func httpIn(ns string) *http.Client {
 	return &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DialContext: dialIn(ns), DisableKeepAlives: true}}
+}
+
+// tlsIn returns a client of corpus APIs whose connections start in
+// namespace ns, trusting the cluster CA in caFile.
+func tlsIn(t *testing.T, ns, caFile string) *http.Client {
+	t.Helper()
+	b, err := os.ReadFile(caFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ca, err := pki.ParseCert(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	pool.AddCert(ca)
+	tr := &http.Transport{DialContext: dialIn(ns), DisableKeepAlives: true, ForceAttemptHTTP2: true,
+		TLSClientConfig: pki.ClientConfig(pool, nil, pki.RoleCoordinator, "")}
+	return &http.Client{Timeout: 5 * time.Second, Transport: tr}
 }
 
 // get fetches url with an optional Host header and returns status and body.

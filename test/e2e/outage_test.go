@@ -56,7 +56,7 @@ func TestDevRestartAndCleanup(t *testing.T) {
 	state := filepath.Join(dir, "dev")
 	h := lxcHost{ns: ns, path: filepath.Join(state, "agent", "lxc")}
 	t.Cleanup(func() { h.destroyAll(t) })
-	env := []string{"XDG_CONFIG_HOME=" + filepath.Join(dir, "cfg"), "CORPUS_ENV=", "CORPUS_ADDR=", "CORPUS_TOKEN="}
+	env := []string{"XDG_CONFIG_HOME=" + filepath.Join(dir, "cfg"), "CORPUS_ENV=", "CORPUS_ADDR=", "CORPUS_TOKEN=", "CORPUS_CA_CERT="}
 	args := []string{"dev", "--state-dir", state, "--api-addr", "127.0.0.1:7400", "--raft-addr", "127.0.0.1:7401", "--agent-addr", "127.0.0.1:7402", "--name", "devnode"}
 	// Client commands use the environment `corpus dev` wrote.
 	c := &cluster{t: t, dir: dir, cfgHome: filepath.Join(dir, "cfg")}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -31,6 +32,8 @@ type coordGroup struct {
 	api   map[string]string
 	procs map[string]*proc
 	token string
+	// ca is the group's CA certificate file (made by `corpus tls ca-create`).
+	ca string
 }
 
 func newCoordGroup(t *testing.T) *coordGroup {
@@ -44,6 +47,11 @@ func newCoordGroup(t *testing.T) *coordGroup {
 func newCoordGroupIn(t *testing.T, lab *netLab, advertiseHost string) *coordGroup {
 	t.Helper()
 	g := &coordGroup{t: t, ns: lab.ctl, dir: tempDir(t), api: map[string]string{}, procs: map[string]*proc{}}
+	caDir := filepath.Join(g.dir, "ca")
+	if out, err := exec.Command(corpusBin, "tls", "ca-create", "--dir", caDir).CombinedOutput(); err != nil {
+		t.Fatalf("corpus tls ca-create: %v\n%s", err, out)
+	}
+	g.ca = filepath.Join(caDir, "ca.crt")
 	for i := 0; i < 3; i++ {
 		id := fmt.Sprintf("c%d", i+1)
 		g.ids = append(g.ids, id)
@@ -60,7 +68,8 @@ func newCoordGroupIn(t *testing.T, lab *netLab, advertiseHost string) *coordGrou
 			"--data-dir", filepath.Join(g.dir, id), "--api-addr", g.api[id], "--raft-addr", fmt.Sprintf("127.0.0.1:%d", 7401+10*i),
 			"--dns-addr", fmt.Sprintf("127.0.0.1:%d", 8600+10*i), "--bootstrap-expect", "3", "--join", strings.Join(join, ","),
 			"--raft-snapshot-threshold", "64", "--raft-trailing-logs", "16", "--node-timeout", "4s",
-			"--gossip-addr", fmt.Sprintf("127.0.0.1:%d", 7403+10*i)}
+			"--gossip-addr", fmt.Sprintf("127.0.0.1:%d", 7403+10*i),
+			"--cluster-ca", g.ca, "--cluster-ca-key", filepath.Join(caDir, "ca.key")}
 		if advertiseHost != "" {
 			port := strings.TrimPrefix(g.api[id], "127.0.0.1:")
 			args = append(args, "--api-addr", "0.0.0.0:"+port, "--advertise-addr", advertiseHost+":"+port,
@@ -89,11 +98,11 @@ func newCoordGroupIn(t *testing.T, lab *netLab, advertiseHost string) *coordGrou
 }
 
 func (g *coordGroup) client(id string) corpusv1connect.ClusterServiceClient {
-	return corpusv1connect.NewClusterServiceClient(httpIn(g.ns), "http://"+g.api[id], connect.WithInterceptors(rpc.Bearer(g.token)))
+	return corpusv1connect.NewClusterServiceClient(tlsIn(g.t, g.ns, g.ca), "https://"+g.api[id], connect.WithInterceptors(rpc.Bearer(g.token)))
 }
 
 func (g *coordGroup) dns(id string) corpusv1connect.DnsServiceClient {
-	return corpusv1connect.NewDnsServiceClient(httpIn(g.ns), "http://"+g.api[id], connect.WithInterceptors(rpc.Bearer(g.token)))
+	return corpusv1connect.NewDnsServiceClient(tlsIn(g.t, g.ns, g.ca), "https://"+g.api[id], connect.WithInterceptors(rpc.Bearer(g.token)))
 }
 
 // leader is the replica that says it leads (its own word, not a
@@ -331,7 +340,7 @@ func TestCoordinatorGroup(t *testing.T) {
 
 // cliAt runs the CLI against the group's first replica.
 func cliAt(g *coordGroup, args ...string) (string, string, int) {
-	c := &cluster{t: g.t, lab: &netLab{ctl: g.ns}, api: g.api["c1"], token: g.token, cfgHome: filepath.Join(g.dir, "cfg")}
+	c := &cluster{t: g.t, lab: &netLab{ctl: g.ns}, api: g.api["c1"], token: g.token, ca: g.ca, cfgHome: filepath.Join(g.dir, "cfg")}
 	return c.cli(args...)
 }
 
@@ -365,7 +374,7 @@ func TestAgentWithCoordinatorGroup(t *testing.T) {
 	// The first node's link to ctl is 10.K.1.x: replicas advertise ctl's end.
 	ctlSide := fmt.Sprintf("10.%d.1.1", lab.k)
 	g := newCoordGroupIn(t, lab, ctlSide)
-	c := &cluster{t: t, lab: lab, dir: g.dir, api: g.api["c1"], token: g.token, cfgHome: filepath.Join(g.dir, "cfg"), agents: map[string]*agentProc{}}
+	c := &cluster{t: t, lab: lab, dir: g.dir, api: g.api["c1"], token: g.token, ca: g.ca, cfgHome: filepath.Join(g.dir, "cfg"), agents: map[string]*agentProc{}}
 	a := c.addAgent("n1")
 	eventually(t, 15*time.Second, "the agent learned every replica", func() error {
 		if n := strings.Count(a.log.String(), "learned coordinator addresses"); n == 0 {

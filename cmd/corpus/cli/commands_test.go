@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/ed25519"
 	"crypto/rand"
+	"crypto/x509"
 	"encoding/json"
 	"log/slog"
 	"os"
@@ -18,6 +19,7 @@ import (
 	"golang.org/x/crypto/ssh"
 
 	"corpus/coordinator"
+	"corpus/internal/pki"
 	"corpus/internal/rpc"
 	corpusv1 "corpus/proto/corpus/v1"
 	"corpus/proto/corpus/v1/corpusv1connect"
@@ -29,6 +31,7 @@ type cliTarget struct {
 	t     *testing.T
 	addr  string
 	ops   *clients
+	ca    []byte // the cluster CA (PEM)
 	flags []string
 }
 
@@ -53,7 +56,8 @@ func startCoordinator(t *testing.T) *cliTarget {
 			t.Errorf("Serve() = %v, want nil after a clean stop", err)
 		}
 	})
-	g := &globals{address: srv.APIAddr(), token: srv.OpsToken()}
+	caFile := filepath.Join(cfg.DataDir, coordinator.TLSDir, coordinator.CACertFile)
+	g := &globals{address: srv.APIAddr(), token: srv.OpsToken(), caFile: caFile}
 	c, err := g.clients()
 	if err != nil {
 		t.Fatal(err)
@@ -61,7 +65,8 @@ func startCoordinator(t *testing.T) *cliTarget {
 	if err := waitReady(ctx, c); err != nil {
 		t.Fatal(err)
 	}
-	return &cliTarget{t: t, addr: srv.APIAddr(), ops: c, flags: []string{"--address", srv.APIAddr(), "--token", srv.OpsToken(), "--config-file", filepath.Join(t.TempDir(), "config.yaml")}}
+	return &cliTarget{t: t, addr: srv.APIAddr(), ops: c, ca: srv.CACert(),
+		flags: []string{"--address", srv.APIAddr(), "--token", srv.OpsToken(), "--ca-cert", caFile, "--config-file", filepath.Join(t.TempDir(), "config.yaml")}}
 }
 
 // run runs one corpus command line with stdin and returns its stdout.
@@ -198,16 +203,30 @@ func (c *cliTarget) fakeNode(ctx context.Context, name string, ready chan<- stru
 	if err != nil {
 		return err
 	}
-	hc, base := rpc.HTTPClient(), "http://"+c.addr
+	keyPEM, csrPEM, err := pki.NewKeyAndCSR(name)
+	if err != nil {
+		return err
+	}
+	ca, err := pki.ParseCert(c.ca)
+	if err != nil {
+		return err
+	}
+	pool := x509.NewCertPool()
+	pool.AddCert(ca)
+	base := "https://" + c.addr
 	capacity := &corpusv1.Resources{MemoryBytes: 8 << 30, CpuMillis: 4000, DiskBytes: 100 << 30}
 	drivers := []*corpusv1.DriverInfo{{Name: "lxc", Healthy: true, Exec: true}}
-	res, err := corpusv1connect.NewAgentServiceClient(hc, base).Enroll(ctx, connect.NewRequest(&corpusv1.EnrollRequest{
-		JoinToken: join.Msg.Token, Name: name, Capacity: capacity, Drivers: drivers, AgentAddress: "127.0.0.1:1", AgentVersion: "test",
+	res, err := corpusv1connect.NewAgentServiceClient(rpc.HTTPClient(pki.ClientConfig(pool, nil, pki.RoleCoordinator, "")), base).Enroll(ctx, connect.NewRequest(&corpusv1.EnrollRequest{
+		JoinToken: join.Msg.Token, Name: name, Capacity: capacity, Drivers: drivers, AgentAddress: "127.0.0.1:1", AgentVersion: "test", CsrPem: csrPEM,
 	}))
 	if err != nil {
 		return err
 	}
-	agent := corpusv1connect.NewAgentServiceClient(hc, base, connect.WithInterceptors(rpc.Bearer(rpc.NodeCredential(res.Msg.NodeId, res.Msg.NodeSecret))))
+	cert, err := pki.KeyPair(res.Msg.CertificatePem, keyPEM, res.Msg.CaPem)
+	if err != nil {
+		return err
+	}
+	agent := corpusv1connect.NewAgentServiceClient(rpc.HTTPClient(pki.ClientConfig(pool, pki.NewKeys(cert), pki.RoleCoordinator, "")), base)
 	report := &corpusv1.ReportRequest{Capacity: capacity, Drivers: drivers, AgentAddress: "127.0.0.1:1", AgentVersion: "test", Address: "10.0.0.1", GitPort: 2222}
 	if _, err := agent.Report(ctx, connect.NewRequest(report)); err != nil {
 		return err

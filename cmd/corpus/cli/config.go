@@ -25,6 +25,8 @@ type ClientConfig struct {
 type Environment struct {
 	Address string `yaml:"address"`
 	Token   string `yaml:"token,omitempty"`
+	// CACert is the cluster CA (PEM) the CLI trusts for this environment.
+	CACert string `yaml:"ca_cert,omitempty"`
 }
 
 // defaultConfigPath is ~/.config/corpus/config.yaml (XDG_CONFIG_HOME honoured).

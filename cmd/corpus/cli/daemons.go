@@ -59,6 +59,9 @@ func newCoordinatorCmd(g *globals) *cobra.Command {
 	f.StringVar(&cfg.GossipAddr, "gossip-addr", cfg.GossipAddr, "gossip listen address, UDP and TCP: nodes found dead there are marked down at once (empty: off, heartbeats only)")
 	f.StringVar(&cfg.GuestNetwork, "guest-network", cfg.GuestNetwork, "cluster range node guest subnets come from (fixed at bootstrap)")
 	f.IntVar(&cfg.NodeSubnetBits, "node-subnet-bits", cfg.NodeSubnetBits, "prefix length of each node's guest subnet (fixed at bootstrap)")
+	f.StringVar(&cfg.CACertFile, "cluster-ca", "", "cluster CA certificate to use when this replica has none yet; every replica of a group gets the same (a replica bootstrapping alone creates one)")
+	f.StringVar(&cfg.CAKeyFile, "cluster-ca-key", "", "the cluster CA's private key (with --cluster-ca)")
+	f.DurationVar(&cfg.CertTTL, "cert-ttl", coordinator.DefaultCertTTL, "lifetime of the certificates the CA issues to replicas and nodes (renewed after two thirds)")
 	addDNSFlags(f, &cfg)
 	logs.add(f)
 	return cmd

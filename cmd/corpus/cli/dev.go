@@ -98,11 +98,11 @@ func runDev(ctx context.Context, g *globals, o devOptions, logger *slog.Logger) 
 	defer wg.Wait()
 
 	addr := srv.APIAddr()
-	if err := saveEnvironment(g.configPath, o.envName, &Environment{Address: addr, Token: srv.OpsToken()}, false); err != nil {
+	if err := saveEnvironment(g.configPath, o.envName, &Environment{Address: addr, Token: srv.OpsToken(), CACert: string(srv.CACert())}, false); err != nil {
 		return fmt.Errorf("writing CLI config: %w", err)
 	}
 	dg := *g
-	dg.env, dg.address, dg.token = "", addr, srv.OpsToken()
+	dg.env, dg.address, dg.token, dg.caFile = "", addr, srv.OpsToken(), filepath.Join(ccfg.DataDir, coordinator.TLSDir, coordinator.CACertFile)
 	c, err := dg.clients()
 	if err != nil {
 		return err
@@ -146,11 +146,12 @@ func runDev(ctx context.Context, g *globals, o devOptions, logger *slog.Logger) 
 
 	fmt.Fprintf(g.stderr, `
 corpus dev is running (state in %s)
-  coordinator API   http://%s   (raft %s)
-  agent API         http://%s   node %q
+  coordinator API   https://%s   (raft %s, mutual TLS)
+  agent API         https://%s   node %q
   proxy (ingress)   %s
   dns               %s   (zone %s; dig @HOST -p PORT web.guest.%s)
-  operator token    %s
+  operator token    %s   (also in %s)
+  cluster CA        %s
   CLI environment   %q in %s
 
 Try:
@@ -160,7 +161,8 @@ Try:
   corpus guest list
 
 Ctrl-C stops the cluster; guests keep running unless --cleanup is given.
-`, o.stateDir, addr, o.raftAddr, ag.APIAddr(), o.name, dash(ag.ProxyAddr()), dash(srv.DNSAddr()), ccfg.DNSZone, ccfg.DNSZone, filepath.Join(ccfg.DataDir, coordinator.OpsTokenFile), o.envName, g.configPath)
+`, o.stateDir, addr, o.raftAddr, ag.APIAddr(), o.name, dash(ag.ProxyAddr()), dash(srv.DNSAddr()), ccfg.DNSZone, ccfg.DNSZone, srv.OpsToken(), filepath.Join(ccfg.DataDir, coordinator.OpsTokenFile),
+		filepath.Join(ccfg.DataDir, coordinator.TLSDir, coordinator.CACertFile), o.envName, g.configPath)
 
 	select {
 	case <-ctx.Done():

@@ -3,11 +3,13 @@ package cli
 import (
 	"fmt"
 	"net"
+	"os"
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
 
 	"corpus/internal/names"
+	"corpus/internal/pki"
 )
 
 func newEnvCmd(g *globals) *cobra.Command {
@@ -15,7 +17,7 @@ func newEnvCmd(g *globals) *cobra.Command {
 	var addr, token string
 	var use bool
 	add := &cobra.Command{
-		Use:   "add NAME --address HOST:PORT [--token T]",
+		Use:   "add NAME --address HOST:PORT [--token T] [--ca-cert FILE]",
 		Short: "Add or replace an environment",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -25,7 +27,18 @@ func newEnvCmd(g *globals) *cobra.Command {
 			if _, _, err := net.SplitHostPort(addr); err != nil {
 				return fmt.Errorf("--address %q: want host:port", addr)
 			}
-			return saveEnvironment(g.configPath, args[0], &Environment{Address: addr, Token: token}, use)
+			e := &Environment{Address: addr, Token: token}
+			if g.caFile != "" {
+				b, err := os.ReadFile(g.caFile)
+				if err != nil {
+					return fmt.Errorf("--ca-cert: %w", err)
+				}
+				if _, err := pki.ParseCert(b); err != nil {
+					return fmt.Errorf("--ca-cert %s: %w", g.caFile, err)
+				}
+				e.CACert = string(b)
+			}
+			return saveEnvironment(g.configPath, args[0], e, use)
 		},
 	}
 	add.Flags().StringVar(&addr, "address", "", "coordinator API address host:port")

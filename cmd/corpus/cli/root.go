@@ -4,6 +4,8 @@ package cli
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -19,6 +21,8 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
+	"corpus/coordinator"
+	"corpus/internal/pki"
 	"corpus/internal/rpc"
 	"corpus/internal/version"
 	"corpus/proto/corpus/v1/corpusv1connect"
@@ -35,6 +39,7 @@ type globals struct {
 	env        string
 	address    string
 	token      string
+	caFile     string
 	configPath string
 	json       bool
 	stdout     io.Writer
@@ -90,6 +95,7 @@ func newRoot(g *globals) *cobra.Command {
 	pf.StringVar(&g.env, "env", os.Getenv("CORPUS_ENV"), "named environment from the config file (env CORPUS_ENV)")
 	pf.StringVar(&g.address, "address", os.Getenv("CORPUS_ADDR"), "coordinator API address host:port, overriding the environment's (env CORPUS_ADDR)")
 	pf.StringVar(&g.token, "token", os.Getenv("CORPUS_TOKEN"), "API token, overriding the environment's (env CORPUS_TOKEN)")
+	pf.StringVar(&g.caFile, "ca-cert", os.Getenv("CORPUS_CA_CERT"), "cluster CA certificate file to trust, overriding the environment's (env CORPUS_CA_CERT; on a coordinator: DATA_DIR/tls/ca.crt)")
 	pf.StringVar(&g.configPath, "config-file", defaultConfigPath(), "CLI config file")
 	pf.BoolVar(&g.json, "json", false, "print machine-readable JSON")
 	root.AddCommand(
@@ -98,6 +104,7 @@ func newRoot(g *globals) *cobra.Command {
 		newDevCmd(g),
 		newStatusCmd(g),
 		newOperatorCmd(g),
+		newTLSCmd(g),
 		newAuditCmd(g),
 		newLoginCmd(g),
 		newNodeCmd(g),
@@ -116,34 +123,58 @@ func newRoot(g *globals) *cobra.Command {
 	return root
 }
 
-// target resolves which coordinator to call and with what credential:
-// flags and CORPUS_* variables override the chosen environment.
-func (g *globals) target() (addr, token string, err error) {
+// endpoint resolves which coordinator to call, with what credential and
+// trusting which CA: the chosen environment with flags and CORPUS_*
+// variables applied.
+func (g *globals) endpoint() (Environment, error) {
+	var e Environment
 	cfg, err := loadClientConfig(g.configPath)
 	if err != nil {
-		return "", "", err
+		return e, err
 	}
 	name := g.env
 	if name == "" {
 		name = cfg.Current
 	}
 	if name != "" {
-		e, ok := cfg.Environments[name]
+		ce, ok := cfg.Environments[name]
 		if !ok {
-			return "", "", fmt.Errorf("environment %q is not in %s (known: %s); add it with `corpus env add`", name, g.configPath, strings.Join(cfg.names(), ", "))
+			return e, fmt.Errorf("environment %q is not in %s (known: %s); add it with `corpus env add`", name, g.configPath, strings.Join(cfg.names(), ", "))
 		}
-		addr, token = e.Address, e.Token
+		e = *ce
 	}
 	if g.address != "" {
-		addr = g.address
+		e.Address = g.address
 	}
 	if g.token != "" {
-		token = g.token
+		e.Token = g.token
 	}
-	if addr == "" {
-		return "", "", errors.New("no coordinator configured: run `corpus dev`, or pass --address, or add one with `corpus env add`")
+	if g.caFile != "" {
+		b, err := os.ReadFile(g.caFile)
+		if err != nil {
+			return e, fmt.Errorf("--ca-cert: %w", err)
+		}
+		e.CACert = string(b)
 	}
-	return addr, token, nil
+	if e.Address == "" {
+		return e, errors.New("no coordinator configured: run `corpus dev`, or pass --address, or add one with `corpus env add`")
+	}
+	return e, nil
+}
+
+// trust returns the TLS configuration that trusts the environment's CA
+// and nothing else, and wants a coordinator at the other end.
+func trust(e Environment) (*tls.Config, error) {
+	if e.CACert == "" {
+		return nil, fmt.Errorf("no CA to trust for the coordinator at %s: pass --ca-cert FILE (on a coordinator it is DATA_DIR/%s/%s) or save it with `corpus login --ca-cert`", e.Address, coordinator.TLSDir, coordinator.CACertFile)
+	}
+	ca, err := pki.ParseCert([]byte(e.CACert))
+	if err != nil {
+		return nil, fmt.Errorf("the CA certificate to trust: %w", err)
+	}
+	pool := x509.NewCertPool()
+	pool.AddCert(ca)
+	return pki.ClientConfig(pool, nil, pki.RoleCoordinator, ""), nil
 }
 
 // clients are the API clients of the chosen coordinator.
@@ -160,17 +191,18 @@ type clients struct {
 }
 
 func (g *globals) clients() (*clients, error) {
-	addr, token, err := g.target()
+	e, err := g.endpoint()
 	if err != nil {
 		return nil, err
 	}
-	base := "http://" + addr
-	if strings.HasPrefix(addr, "http://") || strings.HasPrefix(addr, "https://") {
-		base = addr
+	tc, err := trust(e)
+	if err != nil {
+		return nil, err
 	}
-	hc := rpc.HTTPClient()
+	base := rpc.BaseURL(e.Address)
+	hc := rpc.HTTPClient(tc)
 	// An election takes about a second: calls wait it out.
-	opt := connect.WithInterceptors(rpc.Bearer(token), rpc.RetryWithoutLeader(10*time.Second))
+	opt := connect.WithInterceptors(rpc.Bearer(e.Token), rpc.RetryWithoutLeader(10*time.Second))
 	return &clients{
 		cluster:  corpusv1connect.NewClusterServiceClient(hc, base, opt),
 		nodes:    corpusv1connect.NewNodeServiceClient(hc, base, opt),

@@ -88,19 +88,20 @@ func newUserTokenCmd(g *globals) *cobra.Command {
 func newLoginCmd(g *globals) *cobra.Command {
 	var name string
 	cmd := &cobra.Command{
-		Use:   "login --token TOKEN [--address HOST:PORT] [--as NAME]",
+		Use:   "login --token TOKEN [--address HOST:PORT] [--ca-cert FILE] [--as NAME]",
 		Short: "Check an API token and store it (with the address) as a CLI environment",
-		Example: `  corpus login --address 10.0.0.1:7400 --token cusr_... --as prod
+		Example: `  corpus login --address 10.0.0.1:7400 --ca-cert ca.crt --token cusr_... --as prod
   corpus login --token cusr_...          # the current environment's address`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if g.token == "" {
 				return fmt.Errorf("--token is required (an operator issues one with `corpus user token create USER`)")
 			}
-			addr, _, err := g.target()
+			e, err := g.endpoint()
 			if err != nil {
 				return err
 			}
+			addr := e.Address
 			if _, _, err := net.SplitHostPort(strings.TrimPrefix(strings.TrimPrefix(addr, "http://"), "https://")); err != nil {
 				return fmt.Errorf("address %q: want host:port", addr)
 			}
@@ -128,7 +129,7 @@ func newLoginCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return fmt.Errorf("checking the token at %s: %w", addr, err)
 			}
-			if err := saveEnvironment(g.configPath, name, &Environment{Address: addr, Token: g.token}, true); err != nil {
+			if err := saveEnvironment(g.configPath, name, &Environment{Address: addr, Token: g.token, CACert: e.CACert}, true); err != nil {
 				return err
 			}
 			fmt.Fprintf(g.stdout, "logged in to cluster %s as %s; environment %s saved in %s and made current\n", st.Msg.ClusterId, st.Msg.Who, name, g.configPath)

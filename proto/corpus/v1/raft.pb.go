@@ -79,6 +79,7 @@ type Command struct {
 	//	*Command_RemoveNode
 	//	*Command_PlaceGuests
 	//	*Command_SetNodeMode
+	//	*Command_RenewNodeCertificate
 	Cmd           isCommand_Cmd `protobuf_oneof:"cmd"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -482,6 +483,15 @@ func (x *Command) GetSetNodeMode() *SetNodeMode {
 	return nil
 }
 
+func (x *Command) GetRenewNodeCertificate() *RenewNodeCertificate {
+	if x != nil {
+		if x, ok := x.Cmd.(*Command_RenewNodeCertificate); ok {
+			return x.RenewNodeCertificate
+		}
+	}
+	return nil
+}
+
 type isCommand_Cmd interface {
 	isCommand_Cmd()
 }
@@ -634,6 +644,10 @@ type Command_SetNodeMode struct {
 	SetNodeMode *SetNodeMode `protobuf:"bytes,51,opt,name=set_node_mode,json=setNodeMode,proto3,oneof"`
 }
 
+type Command_RenewNodeCertificate struct {
+	RenewNodeCertificate *RenewNodeCertificate `protobuf:"bytes,60,opt,name=renew_node_certificate,json=renewNodeCertificate,proto3,oneof"`
+}
+
 func (*Command_BootstrapCluster) isCommand_Cmd() {}
 
 func (*Command_CreateJoinToken) isCommand_Cmd() {}
@@ -707,6 +721,8 @@ func (*Command_RemoveNode) isCommand_Cmd() {}
 func (*Command_PlaceGuests) isCommand_Cmd() {}
 
 func (*Command_SetNodeMode) isCommand_Cmd() {}
+
+func (*Command_RenewNodeCertificate) isCommand_Cmd() {}
 
 type BootstrapCluster struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -857,6 +873,68 @@ func (x *EnrollNode) GetNode() *Node {
 	return nil
 }
 
+// RenewNodeCertificate records a node's new certificate; the one it
+// replaces stays valid until it expires.
+type RenewNodeCertificate struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	NodeId        string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	Serial        string                 `protobuf:"bytes,2,opt,name=serial,proto3" json:"serial,omitempty"`
+	ExpiresAt     *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=expires_at,json=expiresAt,proto3" json:"expires_at,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RenewNodeCertificate) Reset() {
+	*x = RenewNodeCertificate{}
+	mi := &file_corpus_v1_raft_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RenewNodeCertificate) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RenewNodeCertificate) ProtoMessage() {}
+
+func (x *RenewNodeCertificate) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_raft_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RenewNodeCertificate.ProtoReflect.Descriptor instead.
+func (*RenewNodeCertificate) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *RenewNodeCertificate) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+func (x *RenewNodeCertificate) GetSerial() string {
+	if x != nil {
+		return x.Serial
+	}
+	return ""
+}
+
+func (x *RenewNodeCertificate) GetExpiresAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ExpiresAt
+	}
+	return nil
+}
+
 // UpdateNode replaces what an agent reports of its node.
 type UpdateNode struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -876,7 +954,7 @@ type UpdateNode struct {
 
 func (x *UpdateNode) Reset() {
 	*x = UpdateNode{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[4]
+	mi := &file_corpus_v1_raft_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -888,7 +966,7 @@ func (x *UpdateNode) String() string {
 func (*UpdateNode) ProtoMessage() {}
 
 func (x *UpdateNode) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[4]
+	mi := &file_corpus_v1_raft_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -901,7 +979,7 @@ func (x *UpdateNode) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateNode.ProtoReflect.Descriptor instead.
 func (*UpdateNode) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{4}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *UpdateNode) GetNodeId() string {
@@ -984,7 +1062,7 @@ type SetNodeStatus struct {
 
 func (x *SetNodeStatus) Reset() {
 	*x = SetNodeStatus{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[5]
+	mi := &file_corpus_v1_raft_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -996,7 +1074,7 @@ func (x *SetNodeStatus) String() string {
 func (*SetNodeStatus) ProtoMessage() {}
 
 func (x *SetNodeStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[5]
+	mi := &file_corpus_v1_raft_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1009,7 +1087,7 @@ func (x *SetNodeStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetNodeStatus.ProtoReflect.Descriptor instead.
 func (*SetNodeStatus) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{5}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *SetNodeStatus) GetNodeId() string {
@@ -1035,7 +1113,7 @@ type CreateGuest struct {
 
 func (x *CreateGuest) Reset() {
 	*x = CreateGuest{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[6]
+	mi := &file_corpus_v1_raft_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1047,7 +1125,7 @@ func (x *CreateGuest) String() string {
 func (*CreateGuest) ProtoMessage() {}
 
 func (x *CreateGuest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[6]
+	mi := &file_corpus_v1_raft_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1060,7 +1138,7 @@ func (x *CreateGuest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateGuest.ProtoReflect.Descriptor instead.
 func (*CreateGuest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{6}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *CreateGuest) GetGuest() *Guest {
@@ -1084,7 +1162,7 @@ type SetGuestDesired struct {
 
 func (x *SetGuestDesired) Reset() {
 	*x = SetGuestDesired{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[7]
+	mi := &file_corpus_v1_raft_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1096,7 +1174,7 @@ func (x *SetGuestDesired) String() string {
 func (*SetGuestDesired) ProtoMessage() {}
 
 func (x *SetGuestDesired) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[7]
+	mi := &file_corpus_v1_raft_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1109,7 +1187,7 @@ func (x *SetGuestDesired) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetGuestDesired.ProtoReflect.Descriptor instead.
 func (*SetGuestDesired) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{7}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *SetGuestDesired) GetName() string {
@@ -1148,7 +1226,7 @@ type PlaceGuest struct {
 
 func (x *PlaceGuest) Reset() {
 	*x = PlaceGuest{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[8]
+	mi := &file_corpus_v1_raft_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1160,7 +1238,7 @@ func (x *PlaceGuest) String() string {
 func (*PlaceGuest) ProtoMessage() {}
 
 func (x *PlaceGuest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[8]
+	mi := &file_corpus_v1_raft_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1173,7 +1251,7 @@ func (x *PlaceGuest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlaceGuest.ProtoReflect.Descriptor instead.
 func (*PlaceGuest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{8}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *PlaceGuest) GetGuestId() string {
@@ -1220,7 +1298,7 @@ type PlaceGuests struct {
 
 func (x *PlaceGuests) Reset() {
 	*x = PlaceGuests{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[9]
+	mi := &file_corpus_v1_raft_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1232,7 +1310,7 @@ func (x *PlaceGuests) String() string {
 func (*PlaceGuests) ProtoMessage() {}
 
 func (x *PlaceGuests) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[9]
+	mi := &file_corpus_v1_raft_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1245,7 +1323,7 @@ func (x *PlaceGuests) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlaceGuests.ProtoReflect.Descriptor instead.
 func (*PlaceGuests) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{9}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *PlaceGuests) GetPlacements() []*PlaceGuest {
@@ -1270,7 +1348,7 @@ type SetNodeMode struct {
 
 func (x *SetNodeMode) Reset() {
 	*x = SetNodeMode{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[10]
+	mi := &file_corpus_v1_raft_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1282,7 +1360,7 @@ func (x *SetNodeMode) String() string {
 func (*SetNodeMode) ProtoMessage() {}
 
 func (x *SetNodeMode) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[10]
+	mi := &file_corpus_v1_raft_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1295,7 +1373,7 @@ func (x *SetNodeMode) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetNodeMode.ProtoReflect.Descriptor instead.
 func (*SetNodeMode) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{10}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *SetNodeMode) GetNodeId() string {
@@ -1330,7 +1408,7 @@ type ObservedGuest struct {
 
 func (x *ObservedGuest) Reset() {
 	*x = ObservedGuest{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[11]
+	mi := &file_corpus_v1_raft_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1342,7 +1420,7 @@ func (x *ObservedGuest) String() string {
 func (*ObservedGuest) ProtoMessage() {}
 
 func (x *ObservedGuest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[11]
+	mi := &file_corpus_v1_raft_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1355,7 +1433,7 @@ func (x *ObservedGuest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ObservedGuest.ProtoReflect.Descriptor instead.
 func (*ObservedGuest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{11}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ObservedGuest) GetGuestId() string {
@@ -1383,7 +1461,7 @@ type ReportGuests struct {
 
 func (x *ReportGuests) Reset() {
 	*x = ReportGuests{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[12]
+	mi := &file_corpus_v1_raft_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1395,7 +1473,7 @@ func (x *ReportGuests) String() string {
 func (*ReportGuests) ProtoMessage() {}
 
 func (x *ReportGuests) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[12]
+	mi := &file_corpus_v1_raft_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1408,7 +1486,7 @@ func (x *ReportGuests) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportGuests.ProtoReflect.Descriptor instead.
 func (*ReportGuests) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{12}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ReportGuests) GetNodeId() string {
@@ -1435,7 +1513,7 @@ type CreateRoute struct {
 
 func (x *CreateRoute) Reset() {
 	*x = CreateRoute{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[13]
+	mi := &file_corpus_v1_raft_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1447,7 +1525,7 @@ func (x *CreateRoute) String() string {
 func (*CreateRoute) ProtoMessage() {}
 
 func (x *CreateRoute) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[13]
+	mi := &file_corpus_v1_raft_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1460,7 +1538,7 @@ func (x *CreateRoute) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateRoute.ProtoReflect.Descriptor instead.
 func (*CreateRoute) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{13}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *CreateRoute) GetRoute() *Route {
@@ -1479,7 +1557,7 @@ type DeleteRoute struct {
 
 func (x *DeleteRoute) Reset() {
 	*x = DeleteRoute{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[14]
+	mi := &file_corpus_v1_raft_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1491,7 +1569,7 @@ func (x *DeleteRoute) String() string {
 func (*DeleteRoute) ProtoMessage() {}
 
 func (x *DeleteRoute) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[14]
+	mi := &file_corpus_v1_raft_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1504,7 +1582,7 @@ func (x *DeleteRoute) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteRoute.ProtoReflect.Descriptor instead.
 func (*DeleteRoute) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{14}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *DeleteRoute) GetId() string {
@@ -1526,7 +1604,7 @@ type MoveRoute struct {
 
 func (x *MoveRoute) Reset() {
 	*x = MoveRoute{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[15]
+	mi := &file_corpus_v1_raft_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1538,7 +1616,7 @@ func (x *MoveRoute) String() string {
 func (*MoveRoute) ProtoMessage() {}
 
 func (x *MoveRoute) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[15]
+	mi := &file_corpus_v1_raft_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1551,7 +1629,7 @@ func (x *MoveRoute) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MoveRoute.ProtoReflect.Descriptor instead.
 func (*MoveRoute) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{15}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *MoveRoute) GetId() string {
@@ -1584,7 +1662,7 @@ type AddDnsRecord struct {
 
 func (x *AddDnsRecord) Reset() {
 	*x = AddDnsRecord{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[16]
+	mi := &file_corpus_v1_raft_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1596,7 +1674,7 @@ func (x *AddDnsRecord) String() string {
 func (*AddDnsRecord) ProtoMessage() {}
 
 func (x *AddDnsRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[16]
+	mi := &file_corpus_v1_raft_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1609,7 +1687,7 @@ func (x *AddDnsRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddDnsRecord.ProtoReflect.Descriptor instead.
 func (*AddDnsRecord) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{16}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *AddDnsRecord) GetRecord() *DnsRecord {
@@ -1628,7 +1706,7 @@ type DeleteDnsRecord struct {
 
 func (x *DeleteDnsRecord) Reset() {
 	*x = DeleteDnsRecord{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[17]
+	mi := &file_corpus_v1_raft_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1640,7 +1718,7 @@ func (x *DeleteDnsRecord) String() string {
 func (*DeleteDnsRecord) ProtoMessage() {}
 
 func (x *DeleteDnsRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[17]
+	mi := &file_corpus_v1_raft_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1653,7 +1731,7 @@ func (x *DeleteDnsRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteDnsRecord.ProtoReflect.Descriptor instead.
 func (*DeleteDnsRecord) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{17}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *DeleteDnsRecord) GetId() string {
@@ -1673,7 +1751,7 @@ type DeleteVolume struct {
 
 func (x *DeleteVolume) Reset() {
 	*x = DeleteVolume{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[18]
+	mi := &file_corpus_v1_raft_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1685,7 +1763,7 @@ func (x *DeleteVolume) String() string {
 func (*DeleteVolume) ProtoMessage() {}
 
 func (x *DeleteVolume) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[18]
+	mi := &file_corpus_v1_raft_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1698,7 +1776,7 @@ func (x *DeleteVolume) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteVolume.ProtoReflect.Descriptor instead.
 func (*DeleteVolume) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{18}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *DeleteVolume) GetName() string {
@@ -1719,7 +1797,7 @@ type ResizeVolume struct {
 
 func (x *ResizeVolume) Reset() {
 	*x = ResizeVolume{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[19]
+	mi := &file_corpus_v1_raft_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1731,7 +1809,7 @@ func (x *ResizeVolume) String() string {
 func (*ResizeVolume) ProtoMessage() {}
 
 func (x *ResizeVolume) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[19]
+	mi := &file_corpus_v1_raft_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1744,7 +1822,7 @@ func (x *ResizeVolume) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResizeVolume.ProtoReflect.Descriptor instead.
 func (*ResizeVolume) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{19}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ResizeVolume) GetName() string {
@@ -1773,7 +1851,7 @@ type MoveVolume struct {
 
 func (x *MoveVolume) Reset() {
 	*x = MoveVolume{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[20]
+	mi := &file_corpus_v1_raft_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1785,7 +1863,7 @@ func (x *MoveVolume) String() string {
 func (*MoveVolume) ProtoMessage() {}
 
 func (x *MoveVolume) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[20]
+	mi := &file_corpus_v1_raft_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1798,7 +1876,7 @@ func (x *MoveVolume) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MoveVolume.ProtoReflect.Descriptor instead.
 func (*MoveVolume) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{20}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *MoveVolume) GetName() string {
@@ -1828,7 +1906,7 @@ type ObservedVolume struct {
 
 func (x *ObservedVolume) Reset() {
 	*x = ObservedVolume{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[21]
+	mi := &file_corpus_v1_raft_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1840,7 +1918,7 @@ func (x *ObservedVolume) String() string {
 func (*ObservedVolume) ProtoMessage() {}
 
 func (x *ObservedVolume) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[21]
+	mi := &file_corpus_v1_raft_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1853,7 +1931,7 @@ func (x *ObservedVolume) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ObservedVolume.ProtoReflect.Descriptor instead.
 func (*ObservedVolume) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{21}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ObservedVolume) GetVolumeId() string {
@@ -1888,7 +1966,7 @@ type ReportVolumes struct {
 
 func (x *ReportVolumes) Reset() {
 	*x = ReportVolumes{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[22]
+	mi := &file_corpus_v1_raft_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1900,7 +1978,7 @@ func (x *ReportVolumes) String() string {
 func (*ReportVolumes) ProtoMessage() {}
 
 func (x *ReportVolumes) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[22]
+	mi := &file_corpus_v1_raft_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1913,7 +1991,7 @@ func (x *ReportVolumes) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportVolumes.ProtoReflect.Descriptor instead.
 func (*ReportVolumes) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{22}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ReportVolumes) GetNodeId() string {
@@ -1939,7 +2017,7 @@ type CreateUser struct {
 
 func (x *CreateUser) Reset() {
 	*x = CreateUser{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[23]
+	mi := &file_corpus_v1_raft_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1951,7 +2029,7 @@ func (x *CreateUser) String() string {
 func (*CreateUser) ProtoMessage() {}
 
 func (x *CreateUser) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[23]
+	mi := &file_corpus_v1_raft_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1964,7 +2042,7 @@ func (x *CreateUser) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateUser.ProtoReflect.Descriptor instead.
 func (*CreateUser) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{23}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *CreateUser) GetUser() *User {
@@ -1983,7 +2061,7 @@ type DeleteUser struct {
 
 func (x *DeleteUser) Reset() {
 	*x = DeleteUser{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[24]
+	mi := &file_corpus_v1_raft_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1995,7 +2073,7 @@ func (x *DeleteUser) String() string {
 func (*DeleteUser) ProtoMessage() {}
 
 func (x *DeleteUser) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[24]
+	mi := &file_corpus_v1_raft_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2008,7 +2086,7 @@ func (x *DeleteUser) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteUser.ProtoReflect.Descriptor instead.
 func (*DeleteUser) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{24}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *DeleteUser) GetName() string {
@@ -2029,7 +2107,7 @@ type AddSshKey struct {
 
 func (x *AddSshKey) Reset() {
 	*x = AddSshKey{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[25]
+	mi := &file_corpus_v1_raft_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2041,7 +2119,7 @@ func (x *AddSshKey) String() string {
 func (*AddSshKey) ProtoMessage() {}
 
 func (x *AddSshKey) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[25]
+	mi := &file_corpus_v1_raft_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2054,7 +2132,7 @@ func (x *AddSshKey) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddSshKey.ProtoReflect.Descriptor instead.
 func (*AddSshKey) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{25}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *AddSshKey) GetUser() string {
@@ -2081,7 +2159,7 @@ type DeleteSshKey struct {
 
 func (x *DeleteSshKey) Reset() {
 	*x = DeleteSshKey{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[26]
+	mi := &file_corpus_v1_raft_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2093,7 +2171,7 @@ func (x *DeleteSshKey) String() string {
 func (*DeleteSshKey) ProtoMessage() {}
 
 func (x *DeleteSshKey) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[26]
+	mi := &file_corpus_v1_raft_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2106,7 +2184,7 @@ func (x *DeleteSshKey) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteSshKey.ProtoReflect.Descriptor instead.
 func (*DeleteSshKey) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{26}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *DeleteSshKey) GetUser() string {
@@ -2139,7 +2217,7 @@ type CreateProject struct {
 
 func (x *CreateProject) Reset() {
 	*x = CreateProject{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[27]
+	mi := &file_corpus_v1_raft_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2151,7 +2229,7 @@ func (x *CreateProject) String() string {
 func (*CreateProject) ProtoMessage() {}
 
 func (x *CreateProject) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[27]
+	mi := &file_corpus_v1_raft_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2164,7 +2242,7 @@ func (x *CreateProject) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateProject.ProtoReflect.Descriptor instead.
 func (*CreateProject) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{27}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *CreateProject) GetProjectId() string {
@@ -2215,7 +2293,7 @@ type DeleteProject struct {
 
 func (x *DeleteProject) Reset() {
 	*x = DeleteProject{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[28]
+	mi := &file_corpus_v1_raft_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2227,7 +2305,7 @@ func (x *DeleteProject) String() string {
 func (*DeleteProject) ProtoMessage() {}
 
 func (x *DeleteProject) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[28]
+	mi := &file_corpus_v1_raft_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2240,7 +2318,7 @@ func (x *DeleteProject) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteProject.ProtoReflect.Descriptor instead.
 func (*DeleteProject) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{28}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *DeleteProject) GetName() string {
@@ -2269,7 +2347,7 @@ type GrantProject struct {
 
 func (x *GrantProject) Reset() {
 	*x = GrantProject{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[29]
+	mi := &file_corpus_v1_raft_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2281,7 +2359,7 @@ func (x *GrantProject) String() string {
 func (*GrantProject) ProtoMessage() {}
 
 func (x *GrantProject) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[29]
+	mi := &file_corpus_v1_raft_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2294,7 +2372,7 @@ func (x *GrantProject) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GrantProject.ProtoReflect.Descriptor instead.
 func (*GrantProject) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{29}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *GrantProject) GetName() string {
@@ -2330,7 +2408,7 @@ type BeginRelease struct {
 
 func (x *BeginRelease) Reset() {
 	*x = BeginRelease{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[30]
+	mi := &file_corpus_v1_raft_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2342,7 +2420,7 @@ func (x *BeginRelease) String() string {
 func (*BeginRelease) ProtoMessage() {}
 
 func (x *BeginRelease) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[30]
+	mi := &file_corpus_v1_raft_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2355,7 +2433,7 @@ func (x *BeginRelease) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BeginRelease.ProtoReflect.Descriptor instead.
 func (*BeginRelease) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{30}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *BeginRelease) GetRelease() *Release {
@@ -2382,7 +2460,7 @@ type FinishRelease struct {
 
 func (x *FinishRelease) Reset() {
 	*x = FinishRelease{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[31]
+	mi := &file_corpus_v1_raft_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2394,7 +2472,7 @@ func (x *FinishRelease) String() string {
 func (*FinishRelease) ProtoMessage() {}
 
 func (x *FinishRelease) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[31]
+	mi := &file_corpus_v1_raft_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2407,7 +2485,7 @@ func (x *FinishRelease) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FinishRelease.ProtoReflect.Descriptor instead.
 func (*FinishRelease) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{31}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *FinishRelease) GetId() string {
@@ -2473,7 +2551,7 @@ type SetCurrentRelease struct {
 
 func (x *SetCurrentRelease) Reset() {
 	*x = SetCurrentRelease{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[32]
+	mi := &file_corpus_v1_raft_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2485,7 +2563,7 @@ func (x *SetCurrentRelease) String() string {
 func (*SetCurrentRelease) ProtoMessage() {}
 
 func (x *SetCurrentRelease) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[32]
+	mi := &file_corpus_v1_raft_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2498,7 +2576,7 @@ func (x *SetCurrentRelease) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetCurrentRelease.ProtoReflect.Descriptor instead.
 func (*SetCurrentRelease) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{32}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *SetCurrentRelease) GetProject() string {
@@ -2542,7 +2620,7 @@ type PruneReleases struct {
 
 func (x *PruneReleases) Reset() {
 	*x = PruneReleases{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[33]
+	mi := &file_corpus_v1_raft_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2554,7 +2632,7 @@ func (x *PruneReleases) String() string {
 func (*PruneReleases) ProtoMessage() {}
 
 func (x *PruneReleases) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[33]
+	mi := &file_corpus_v1_raft_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2567,7 +2645,7 @@ func (x *PruneReleases) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PruneReleases.ProtoReflect.Descriptor instead.
 func (*PruneReleases) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{33}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *PruneReleases) GetProject() string {
@@ -2615,7 +2693,7 @@ type SetManifestDomains struct {
 
 func (x *SetManifestDomains) Reset() {
 	*x = SetManifestDomains{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[34]
+	mi := &file_corpus_v1_raft_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2627,7 +2705,7 @@ func (x *SetManifestDomains) String() string {
 func (*SetManifestDomains) ProtoMessage() {}
 
 func (x *SetManifestDomains) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[34]
+	mi := &file_corpus_v1_raft_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2640,7 +2718,7 @@ func (x *SetManifestDomains) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetManifestDomains.ProtoReflect.Descriptor instead.
 func (*SetManifestDomains) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{34}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *SetManifestDomains) GetProject() string {
@@ -2688,7 +2766,7 @@ type UpsertCoordinator struct {
 
 func (x *UpsertCoordinator) Reset() {
 	*x = UpsertCoordinator{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[35]
+	mi := &file_corpus_v1_raft_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2700,7 +2778,7 @@ func (x *UpsertCoordinator) String() string {
 func (*UpsertCoordinator) ProtoMessage() {}
 
 func (x *UpsertCoordinator) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[35]
+	mi := &file_corpus_v1_raft_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2713,7 +2791,7 @@ func (x *UpsertCoordinator) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpsertCoordinator.ProtoReflect.Descriptor instead.
 func (*UpsertCoordinator) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{35}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *UpsertCoordinator) GetCoordinator() *Coordinator {
@@ -2733,7 +2811,7 @@ type RemoveCoordinator struct {
 
 func (x *RemoveCoordinator) Reset() {
 	*x = RemoveCoordinator{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[36]
+	mi := &file_corpus_v1_raft_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2745,7 +2823,7 @@ func (x *RemoveCoordinator) String() string {
 func (*RemoveCoordinator) ProtoMessage() {}
 
 func (x *RemoveCoordinator) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[36]
+	mi := &file_corpus_v1_raft_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2758,7 +2836,7 @@ func (x *RemoveCoordinator) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveCoordinator.ProtoReflect.Descriptor instead.
 func (*RemoveCoordinator) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{36}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *RemoveCoordinator) GetId() string {
@@ -2778,7 +2856,7 @@ type CreateUserToken struct {
 
 func (x *CreateUserToken) Reset() {
 	*x = CreateUserToken{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[37]
+	mi := &file_corpus_v1_raft_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2790,7 +2868,7 @@ func (x *CreateUserToken) String() string {
 func (*CreateUserToken) ProtoMessage() {}
 
 func (x *CreateUserToken) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[37]
+	mi := &file_corpus_v1_raft_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2803,7 +2881,7 @@ func (x *CreateUserToken) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateUserToken.ProtoReflect.Descriptor instead.
 func (*CreateUserToken) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{37}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *CreateUserToken) GetToken() *UserToken {
@@ -2823,7 +2901,7 @@ type RevokeUserToken struct {
 
 func (x *RevokeUserToken) Reset() {
 	*x = RevokeUserToken{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[38]
+	mi := &file_corpus_v1_raft_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2835,7 +2913,7 @@ func (x *RevokeUserToken) String() string {
 func (*RevokeUserToken) ProtoMessage() {}
 
 func (x *RevokeUserToken) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[38]
+	mi := &file_corpus_v1_raft_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2848,7 +2926,7 @@ func (x *RevokeUserToken) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeUserToken.ProtoReflect.Descriptor instead.
 func (*RevokeUserToken) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{38}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *RevokeUserToken) GetId() string {
@@ -2868,7 +2946,7 @@ type RemoveNode struct {
 
 func (x *RemoveNode) Reset() {
 	*x = RemoveNode{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[39]
+	mi := &file_corpus_v1_raft_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2880,7 +2958,7 @@ func (x *RemoveNode) String() string {
 func (*RemoveNode) ProtoMessage() {}
 
 func (x *RemoveNode) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[39]
+	mi := &file_corpus_v1_raft_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2893,7 +2971,7 @@ func (x *RemoveNode) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveNode.ProtoReflect.Descriptor instead.
 func (*RemoveNode) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{39}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *RemoveNode) GetNodeId() string {
@@ -2928,7 +3006,7 @@ type Snapshot struct {
 
 func (x *Snapshot) Reset() {
 	*x = Snapshot{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[40]
+	mi := &file_corpus_v1_raft_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2940,7 +3018,7 @@ func (x *Snapshot) String() string {
 func (*Snapshot) ProtoMessage() {}
 
 func (x *Snapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[40]
+	mi := &file_corpus_v1_raft_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2953,7 +3031,7 @@ func (x *Snapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Snapshot.ProtoReflect.Descriptor instead.
 func (*Snapshot) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{40}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *Snapshot) GetVersion() uint32 {
@@ -3065,7 +3143,7 @@ var File_corpus_v1_raft_proto protoreflect.FileDescriptor
 
 const file_corpus_v1_raft_proto_rawDesc = "" +
 	"\n" +
-	"\x14corpus/v1/raft.proto\x12\tcorpus.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x15corpus/v1/types.proto\"\x97\x14\n" +
+	"\x14corpus/v1/raft.proto\x12\tcorpus.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x15corpus/v1/types.proto\"\xf0\x14\n" +
 	"\aCommand\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x12\x1c\n" +
 	"\tignorable\x18\x02 \x01(\bR\tignorable\x12,\n" +
@@ -3116,7 +3194,8 @@ const file_corpus_v1_raft_proto_rawDesc = "" +
 	"\vremove_node\x18, \x01(\v2\x15.corpus.v1.RemoveNodeH\x00R\n" +
 	"removeNode\x12;\n" +
 	"\fplace_guests\x182 \x01(\v2\x16.corpus.v1.PlaceGuestsH\x00R\vplaceGuests\x12<\n" +
-	"\rset_node_mode\x183 \x01(\v2\x16.corpus.v1.SetNodeModeH\x00R\vsetNodeModeB\x05\n" +
+	"\rset_node_mode\x183 \x01(\v2\x16.corpus.v1.SetNodeModeH\x00R\vsetNodeMode\x12W\n" +
+	"\x16renew_node_certificate\x18< \x01(\v2\x1f.corpus.v1.RenewNodeCertificateH\x00R\x14renewNodeCertificateB\x05\n" +
 	"\x03cmd\"D\n" +
 	"\x10BootstrapCluster\x120\n" +
 	"\x06config\x18\x01 \x01(\v2\x18.corpus.v1.ClusterConfigR\x06config\"=\n" +
@@ -3126,7 +3205,12 @@ const file_corpus_v1_raft_proto_rawDesc = "" +
 	"EnrollNode\x12\x19\n" +
 	"\btoken_id\x18\x01 \x01(\tR\atokenId\x12*\n" +
 	"\x11token_secret_hash\x18\x02 \x01(\tR\x0ftokenSecretHash\x12#\n" +
-	"\x04node\x18\x03 \x01(\v2\x0f.corpus.v1.NodeR\x04node\"\xc8\x03\n" +
+	"\x04node\x18\x03 \x01(\v2\x0f.corpus.v1.NodeR\x04node\"\x82\x01\n" +
+	"\x14RenewNodeCertificate\x12\x17\n" +
+	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x16\n" +
+	"\x06serial\x18\x02 \x01(\tR\x06serial\x129\n" +
+	"\n" +
+	"expires_at\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\texpiresAt\"\xc8\x03\n" +
 	"\n" +
 	"UpdateNode\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x120\n" +
@@ -3300,153 +3384,156 @@ func file_corpus_v1_raft_proto_rawDescGZIP() []byte {
 	return file_corpus_v1_raft_proto_rawDescData
 }
 
-var file_corpus_v1_raft_proto_msgTypes = make([]protoimpl.MessageInfo, 42)
+var file_corpus_v1_raft_proto_msgTypes = make([]protoimpl.MessageInfo, 43)
 var file_corpus_v1_raft_proto_goTypes = []any{
 	(*Command)(nil),               // 0: corpus.v1.Command
 	(*BootstrapCluster)(nil),      // 1: corpus.v1.BootstrapCluster
 	(*CreateJoinToken)(nil),       // 2: corpus.v1.CreateJoinToken
 	(*EnrollNode)(nil),            // 3: corpus.v1.EnrollNode
-	(*UpdateNode)(nil),            // 4: corpus.v1.UpdateNode
-	(*SetNodeStatus)(nil),         // 5: corpus.v1.SetNodeStatus
-	(*CreateGuest)(nil),           // 6: corpus.v1.CreateGuest
-	(*SetGuestDesired)(nil),       // 7: corpus.v1.SetGuestDesired
-	(*PlaceGuest)(nil),            // 8: corpus.v1.PlaceGuest
-	(*PlaceGuests)(nil),           // 9: corpus.v1.PlaceGuests
-	(*SetNodeMode)(nil),           // 10: corpus.v1.SetNodeMode
-	(*ObservedGuest)(nil),         // 11: corpus.v1.ObservedGuest
-	(*ReportGuests)(nil),          // 12: corpus.v1.ReportGuests
-	(*CreateRoute)(nil),           // 13: corpus.v1.CreateRoute
-	(*DeleteRoute)(nil),           // 14: corpus.v1.DeleteRoute
-	(*MoveRoute)(nil),             // 15: corpus.v1.MoveRoute
-	(*AddDnsRecord)(nil),          // 16: corpus.v1.AddDnsRecord
-	(*DeleteDnsRecord)(nil),       // 17: corpus.v1.DeleteDnsRecord
-	(*DeleteVolume)(nil),          // 18: corpus.v1.DeleteVolume
-	(*ResizeVolume)(nil),          // 19: corpus.v1.ResizeVolume
-	(*MoveVolume)(nil),            // 20: corpus.v1.MoveVolume
-	(*ObservedVolume)(nil),        // 21: corpus.v1.ObservedVolume
-	(*ReportVolumes)(nil),         // 22: corpus.v1.ReportVolumes
-	(*CreateUser)(nil),            // 23: corpus.v1.CreateUser
-	(*DeleteUser)(nil),            // 24: corpus.v1.DeleteUser
-	(*AddSshKey)(nil),             // 25: corpus.v1.AddSshKey
-	(*DeleteSshKey)(nil),          // 26: corpus.v1.DeleteSshKey
-	(*CreateProject)(nil),         // 27: corpus.v1.CreateProject
-	(*DeleteProject)(nil),         // 28: corpus.v1.DeleteProject
-	(*GrantProject)(nil),          // 29: corpus.v1.GrantProject
-	(*BeginRelease)(nil),          // 30: corpus.v1.BeginRelease
-	(*FinishRelease)(nil),         // 31: corpus.v1.FinishRelease
-	(*SetCurrentRelease)(nil),     // 32: corpus.v1.SetCurrentRelease
-	(*PruneReleases)(nil),         // 33: corpus.v1.PruneReleases
-	(*SetManifestDomains)(nil),    // 34: corpus.v1.SetManifestDomains
-	(*UpsertCoordinator)(nil),     // 35: corpus.v1.UpsertCoordinator
-	(*RemoveCoordinator)(nil),     // 36: corpus.v1.RemoveCoordinator
-	(*CreateUserToken)(nil),       // 37: corpus.v1.CreateUserToken
-	(*RevokeUserToken)(nil),       // 38: corpus.v1.RevokeUserToken
-	(*RemoveNode)(nil),            // 39: corpus.v1.RemoveNode
-	(*Snapshot)(nil),              // 40: corpus.v1.Snapshot
-	nil,                           // 41: corpus.v1.UpdateNode.LabelsEntry
-	(*timestamppb.Timestamp)(nil), // 42: google.protobuf.Timestamp
-	(*ClusterConfig)(nil),         // 43: corpus.v1.ClusterConfig
-	(*JoinToken)(nil),             // 44: corpus.v1.JoinToken
-	(*Node)(nil),                  // 45: corpus.v1.Node
-	(*Resources)(nil),             // 46: corpus.v1.Resources
-	(*DriverInfo)(nil),            // 47: corpus.v1.DriverInfo
-	(*Guest)(nil),                 // 48: corpus.v1.Guest
-	(*GuestObserved)(nil),         // 49: corpus.v1.GuestObserved
-	(*Route)(nil),                 // 50: corpus.v1.Route
-	(*DnsRecord)(nil),             // 51: corpus.v1.DnsRecord
-	(*VolumeObserved)(nil),        // 52: corpus.v1.VolumeObserved
-	(*User)(nil),                  // 53: corpus.v1.User
-	(*SshKey)(nil),                // 54: corpus.v1.SshKey
-	(*ProjectEnv)(nil),            // 55: corpus.v1.ProjectEnv
-	(*Release)(nil),               // 56: corpus.v1.Release
-	(*ReleaseStep)(nil),           // 57: corpus.v1.ReleaseStep
-	(*Coordinator)(nil),           // 58: corpus.v1.Coordinator
-	(*UserToken)(nil),             // 59: corpus.v1.UserToken
-	(*Volume)(nil),                // 60: corpus.v1.Volume
-	(*Project)(nil),               // 61: corpus.v1.Project
-	(*AuditEntry)(nil),            // 62: corpus.v1.AuditEntry
+	(*RenewNodeCertificate)(nil),  // 4: corpus.v1.RenewNodeCertificate
+	(*UpdateNode)(nil),            // 5: corpus.v1.UpdateNode
+	(*SetNodeStatus)(nil),         // 6: corpus.v1.SetNodeStatus
+	(*CreateGuest)(nil),           // 7: corpus.v1.CreateGuest
+	(*SetGuestDesired)(nil),       // 8: corpus.v1.SetGuestDesired
+	(*PlaceGuest)(nil),            // 9: corpus.v1.PlaceGuest
+	(*PlaceGuests)(nil),           // 10: corpus.v1.PlaceGuests
+	(*SetNodeMode)(nil),           // 11: corpus.v1.SetNodeMode
+	(*ObservedGuest)(nil),         // 12: corpus.v1.ObservedGuest
+	(*ReportGuests)(nil),          // 13: corpus.v1.ReportGuests
+	(*CreateRoute)(nil),           // 14: corpus.v1.CreateRoute
+	(*DeleteRoute)(nil),           // 15: corpus.v1.DeleteRoute
+	(*MoveRoute)(nil),             // 16: corpus.v1.MoveRoute
+	(*AddDnsRecord)(nil),          // 17: corpus.v1.AddDnsRecord
+	(*DeleteDnsRecord)(nil),       // 18: corpus.v1.DeleteDnsRecord
+	(*DeleteVolume)(nil),          // 19: corpus.v1.DeleteVolume
+	(*ResizeVolume)(nil),          // 20: corpus.v1.ResizeVolume
+	(*MoveVolume)(nil),            // 21: corpus.v1.MoveVolume
+	(*ObservedVolume)(nil),        // 22: corpus.v1.ObservedVolume
+	(*ReportVolumes)(nil),         // 23: corpus.v1.ReportVolumes
+	(*CreateUser)(nil),            // 24: corpus.v1.CreateUser
+	(*DeleteUser)(nil),            // 25: corpus.v1.DeleteUser
+	(*AddSshKey)(nil),             // 26: corpus.v1.AddSshKey
+	(*DeleteSshKey)(nil),          // 27: corpus.v1.DeleteSshKey
+	(*CreateProject)(nil),         // 28: corpus.v1.CreateProject
+	(*DeleteProject)(nil),         // 29: corpus.v1.DeleteProject
+	(*GrantProject)(nil),          // 30: corpus.v1.GrantProject
+	(*BeginRelease)(nil),          // 31: corpus.v1.BeginRelease
+	(*FinishRelease)(nil),         // 32: corpus.v1.FinishRelease
+	(*SetCurrentRelease)(nil),     // 33: corpus.v1.SetCurrentRelease
+	(*PruneReleases)(nil),         // 34: corpus.v1.PruneReleases
+	(*SetManifestDomains)(nil),    // 35: corpus.v1.SetManifestDomains
+	(*UpsertCoordinator)(nil),     // 36: corpus.v1.UpsertCoordinator
+	(*RemoveCoordinator)(nil),     // 37: corpus.v1.RemoveCoordinator
+	(*CreateUserToken)(nil),       // 38: corpus.v1.CreateUserToken
+	(*RevokeUserToken)(nil),       // 39: corpus.v1.RevokeUserToken
+	(*RemoveNode)(nil),            // 40: corpus.v1.RemoveNode
+	(*Snapshot)(nil),              // 41: corpus.v1.Snapshot
+	nil,                           // 42: corpus.v1.UpdateNode.LabelsEntry
+	(*timestamppb.Timestamp)(nil), // 43: google.protobuf.Timestamp
+	(*ClusterConfig)(nil),         // 44: corpus.v1.ClusterConfig
+	(*JoinToken)(nil),             // 45: corpus.v1.JoinToken
+	(*Node)(nil),                  // 46: corpus.v1.Node
+	(*Resources)(nil),             // 47: corpus.v1.Resources
+	(*DriverInfo)(nil),            // 48: corpus.v1.DriverInfo
+	(*Guest)(nil),                 // 49: corpus.v1.Guest
+	(*GuestObserved)(nil),         // 50: corpus.v1.GuestObserved
+	(*Route)(nil),                 // 51: corpus.v1.Route
+	(*DnsRecord)(nil),             // 52: corpus.v1.DnsRecord
+	(*VolumeObserved)(nil),        // 53: corpus.v1.VolumeObserved
+	(*User)(nil),                  // 54: corpus.v1.User
+	(*SshKey)(nil),                // 55: corpus.v1.SshKey
+	(*ProjectEnv)(nil),            // 56: corpus.v1.ProjectEnv
+	(*Release)(nil),               // 57: corpus.v1.Release
+	(*ReleaseStep)(nil),           // 58: corpus.v1.ReleaseStep
+	(*Coordinator)(nil),           // 59: corpus.v1.Coordinator
+	(*UserToken)(nil),             // 60: corpus.v1.UserToken
+	(*Volume)(nil),                // 61: corpus.v1.Volume
+	(*Project)(nil),               // 62: corpus.v1.Project
+	(*AuditEntry)(nil),            // 63: corpus.v1.AuditEntry
 }
 var file_corpus_v1_raft_proto_depIdxs = []int32{
-	42, // 0: corpus.v1.Command.now:type_name -> google.protobuf.Timestamp
+	43, // 0: corpus.v1.Command.now:type_name -> google.protobuf.Timestamp
 	1,  // 1: corpus.v1.Command.bootstrap_cluster:type_name -> corpus.v1.BootstrapCluster
 	2,  // 2: corpus.v1.Command.create_join_token:type_name -> corpus.v1.CreateJoinToken
 	3,  // 3: corpus.v1.Command.enroll_node:type_name -> corpus.v1.EnrollNode
-	4,  // 4: corpus.v1.Command.update_node:type_name -> corpus.v1.UpdateNode
-	6,  // 5: corpus.v1.Command.create_guest:type_name -> corpus.v1.CreateGuest
-	7,  // 6: corpus.v1.Command.set_guest_desired:type_name -> corpus.v1.SetGuestDesired
-	8,  // 7: corpus.v1.Command.place_guest:type_name -> corpus.v1.PlaceGuest
-	12, // 8: corpus.v1.Command.report_guests:type_name -> corpus.v1.ReportGuests
-	5,  // 9: corpus.v1.Command.set_node_status:type_name -> corpus.v1.SetNodeStatus
-	13, // 10: corpus.v1.Command.create_route:type_name -> corpus.v1.CreateRoute
-	14, // 11: corpus.v1.Command.delete_route:type_name -> corpus.v1.DeleteRoute
-	15, // 12: corpus.v1.Command.move_route:type_name -> corpus.v1.MoveRoute
-	16, // 13: corpus.v1.Command.add_dns_record:type_name -> corpus.v1.AddDnsRecord
-	17, // 14: corpus.v1.Command.delete_dns_record:type_name -> corpus.v1.DeleteDnsRecord
-	18, // 15: corpus.v1.Command.delete_volume:type_name -> corpus.v1.DeleteVolume
-	22, // 16: corpus.v1.Command.report_volumes:type_name -> corpus.v1.ReportVolumes
-	19, // 17: corpus.v1.Command.resize_volume:type_name -> corpus.v1.ResizeVolume
-	20, // 18: corpus.v1.Command.move_volume:type_name -> corpus.v1.MoveVolume
-	23, // 19: corpus.v1.Command.create_user:type_name -> corpus.v1.CreateUser
-	24, // 20: corpus.v1.Command.delete_user:type_name -> corpus.v1.DeleteUser
-	25, // 21: corpus.v1.Command.add_ssh_key:type_name -> corpus.v1.AddSshKey
-	26, // 22: corpus.v1.Command.delete_ssh_key:type_name -> corpus.v1.DeleteSshKey
-	27, // 23: corpus.v1.Command.create_project:type_name -> corpus.v1.CreateProject
-	28, // 24: corpus.v1.Command.delete_project:type_name -> corpus.v1.DeleteProject
-	29, // 25: corpus.v1.Command.grant_project:type_name -> corpus.v1.GrantProject
-	30, // 26: corpus.v1.Command.begin_release:type_name -> corpus.v1.BeginRelease
-	31, // 27: corpus.v1.Command.finish_release:type_name -> corpus.v1.FinishRelease
-	32, // 28: corpus.v1.Command.set_current_release:type_name -> corpus.v1.SetCurrentRelease
-	33, // 29: corpus.v1.Command.prune_releases:type_name -> corpus.v1.PruneReleases
-	34, // 30: corpus.v1.Command.set_manifest_domains:type_name -> corpus.v1.SetManifestDomains
-	35, // 31: corpus.v1.Command.upsert_coordinator:type_name -> corpus.v1.UpsertCoordinator
-	36, // 32: corpus.v1.Command.remove_coordinator:type_name -> corpus.v1.RemoveCoordinator
-	37, // 33: corpus.v1.Command.create_user_token:type_name -> corpus.v1.CreateUserToken
-	38, // 34: corpus.v1.Command.revoke_user_token:type_name -> corpus.v1.RevokeUserToken
-	39, // 35: corpus.v1.Command.remove_node:type_name -> corpus.v1.RemoveNode
-	9,  // 36: corpus.v1.Command.place_guests:type_name -> corpus.v1.PlaceGuests
-	10, // 37: corpus.v1.Command.set_node_mode:type_name -> corpus.v1.SetNodeMode
-	43, // 38: corpus.v1.BootstrapCluster.config:type_name -> corpus.v1.ClusterConfig
-	44, // 39: corpus.v1.CreateJoinToken.token:type_name -> corpus.v1.JoinToken
-	45, // 40: corpus.v1.EnrollNode.node:type_name -> corpus.v1.Node
-	46, // 41: corpus.v1.UpdateNode.capacity:type_name -> corpus.v1.Resources
-	47, // 42: corpus.v1.UpdateNode.drivers:type_name -> corpus.v1.DriverInfo
-	41, // 43: corpus.v1.UpdateNode.labels:type_name -> corpus.v1.UpdateNode.LabelsEntry
-	48, // 44: corpus.v1.CreateGuest.guest:type_name -> corpus.v1.Guest
-	8,  // 45: corpus.v1.PlaceGuests.placements:type_name -> corpus.v1.PlaceGuest
-	49, // 46: corpus.v1.ObservedGuest.observed:type_name -> corpus.v1.GuestObserved
-	11, // 47: corpus.v1.ReportGuests.guests:type_name -> corpus.v1.ObservedGuest
-	50, // 48: corpus.v1.CreateRoute.route:type_name -> corpus.v1.Route
-	51, // 49: corpus.v1.AddDnsRecord.record:type_name -> corpus.v1.DnsRecord
-	52, // 50: corpus.v1.ObservedVolume.observed:type_name -> corpus.v1.VolumeObserved
-	21, // 51: corpus.v1.ReportVolumes.volumes:type_name -> corpus.v1.ObservedVolume
-	53, // 52: corpus.v1.CreateUser.user:type_name -> corpus.v1.User
-	54, // 53: corpus.v1.AddSshKey.key:type_name -> corpus.v1.SshKey
-	55, // 54: corpus.v1.CreateProject.env:type_name -> corpus.v1.ProjectEnv
-	48, // 55: corpus.v1.CreateProject.guest:type_name -> corpus.v1.Guest
-	50, // 56: corpus.v1.CreateProject.routes:type_name -> corpus.v1.Route
-	56, // 57: corpus.v1.BeginRelease.release:type_name -> corpus.v1.Release
-	57, // 58: corpus.v1.FinishRelease.steps:type_name -> corpus.v1.ReleaseStep
-	50, // 59: corpus.v1.SetManifestDomains.routes:type_name -> corpus.v1.Route
-	58, // 60: corpus.v1.UpsertCoordinator.coordinator:type_name -> corpus.v1.Coordinator
-	59, // 61: corpus.v1.CreateUserToken.token:type_name -> corpus.v1.UserToken
-	43, // 62: corpus.v1.Snapshot.config:type_name -> corpus.v1.ClusterConfig
-	45, // 63: corpus.v1.Snapshot.nodes:type_name -> corpus.v1.Node
-	48, // 64: corpus.v1.Snapshot.guests:type_name -> corpus.v1.Guest
-	44, // 65: corpus.v1.Snapshot.join_tokens:type_name -> corpus.v1.JoinToken
-	50, // 66: corpus.v1.Snapshot.routes:type_name -> corpus.v1.Route
-	51, // 67: corpus.v1.Snapshot.dns_records:type_name -> corpus.v1.DnsRecord
-	60, // 68: corpus.v1.Snapshot.volumes:type_name -> corpus.v1.Volume
-	53, // 69: corpus.v1.Snapshot.users:type_name -> corpus.v1.User
-	61, // 70: corpus.v1.Snapshot.projects:type_name -> corpus.v1.Project
-	56, // 71: corpus.v1.Snapshot.releases:type_name -> corpus.v1.Release
-	58, // 72: corpus.v1.Snapshot.coordinators:type_name -> corpus.v1.Coordinator
-	62, // 73: corpus.v1.Snapshot.audit:type_name -> corpus.v1.AuditEntry
-	59, // 74: corpus.v1.Snapshot.user_tokens:type_name -> corpus.v1.UserToken
-	75, // [75:75] is the sub-list for method output_type
-	75, // [75:75] is the sub-list for method input_type
-	75, // [75:75] is the sub-list for extension type_name
-	75, // [75:75] is the sub-list for extension extendee
-	0,  // [0:75] is the sub-list for field type_name
+	5,  // 4: corpus.v1.Command.update_node:type_name -> corpus.v1.UpdateNode
+	7,  // 5: corpus.v1.Command.create_guest:type_name -> corpus.v1.CreateGuest
+	8,  // 6: corpus.v1.Command.set_guest_desired:type_name -> corpus.v1.SetGuestDesired
+	9,  // 7: corpus.v1.Command.place_guest:type_name -> corpus.v1.PlaceGuest
+	13, // 8: corpus.v1.Command.report_guests:type_name -> corpus.v1.ReportGuests
+	6,  // 9: corpus.v1.Command.set_node_status:type_name -> corpus.v1.SetNodeStatus
+	14, // 10: corpus.v1.Command.create_route:type_name -> corpus.v1.CreateRoute
+	15, // 11: corpus.v1.Command.delete_route:type_name -> corpus.v1.DeleteRoute
+	16, // 12: corpus.v1.Command.move_route:type_name -> corpus.v1.MoveRoute
+	17, // 13: corpus.v1.Command.add_dns_record:type_name -> corpus.v1.AddDnsRecord
+	18, // 14: corpus.v1.Command.delete_dns_record:type_name -> corpus.v1.DeleteDnsRecord
+	19, // 15: corpus.v1.Command.delete_volume:type_name -> corpus.v1.DeleteVolume
+	23, // 16: corpus.v1.Command.report_volumes:type_name -> corpus.v1.ReportVolumes
+	20, // 17: corpus.v1.Command.resize_volume:type_name -> corpus.v1.ResizeVolume
+	21, // 18: corpus.v1.Command.move_volume:type_name -> corpus.v1.MoveVolume
+	24, // 19: corpus.v1.Command.create_user:type_name -> corpus.v1.CreateUser
+	25, // 20: corpus.v1.Command.delete_user:type_name -> corpus.v1.DeleteUser
+	26, // 21: corpus.v1.Command.add_ssh_key:type_name -> corpus.v1.AddSshKey
+	27, // 22: corpus.v1.Command.delete_ssh_key:type_name -> corpus.v1.DeleteSshKey
+	28, // 23: corpus.v1.Command.create_project:type_name -> corpus.v1.CreateProject
+	29, // 24: corpus.v1.Command.delete_project:type_name -> corpus.v1.DeleteProject
+	30, // 25: corpus.v1.Command.grant_project:type_name -> corpus.v1.GrantProject
+	31, // 26: corpus.v1.Command.begin_release:type_name -> corpus.v1.BeginRelease
+	32, // 27: corpus.v1.Command.finish_release:type_name -> corpus.v1.FinishRelease
+	33, // 28: corpus.v1.Command.set_current_release:type_name -> corpus.v1.SetCurrentRelease
+	34, // 29: corpus.v1.Command.prune_releases:type_name -> corpus.v1.PruneReleases
+	35, // 30: corpus.v1.Command.set_manifest_domains:type_name -> corpus.v1.SetManifestDomains
+	36, // 31: corpus.v1.Command.upsert_coordinator:type_name -> corpus.v1.UpsertCoordinator
+	37, // 32: corpus.v1.Command.remove_coordinator:type_name -> corpus.v1.RemoveCoordinator
+	38, // 33: corpus.v1.Command.create_user_token:type_name -> corpus.v1.CreateUserToken
+	39, // 34: corpus.v1.Command.revoke_user_token:type_name -> corpus.v1.RevokeUserToken
+	40, // 35: corpus.v1.Command.remove_node:type_name -> corpus.v1.RemoveNode
+	10, // 36: corpus.v1.Command.place_guests:type_name -> corpus.v1.PlaceGuests
+	11, // 37: corpus.v1.Command.set_node_mode:type_name -> corpus.v1.SetNodeMode
+	4,  // 38: corpus.v1.Command.renew_node_certificate:type_name -> corpus.v1.RenewNodeCertificate
+	44, // 39: corpus.v1.BootstrapCluster.config:type_name -> corpus.v1.ClusterConfig
+	45, // 40: corpus.v1.CreateJoinToken.token:type_name -> corpus.v1.JoinToken
+	46, // 41: corpus.v1.EnrollNode.node:type_name -> corpus.v1.Node
+	43, // 42: corpus.v1.RenewNodeCertificate.expires_at:type_name -> google.protobuf.Timestamp
+	47, // 43: corpus.v1.UpdateNode.capacity:type_name -> corpus.v1.Resources
+	48, // 44: corpus.v1.UpdateNode.drivers:type_name -> corpus.v1.DriverInfo
+	42, // 45: corpus.v1.UpdateNode.labels:type_name -> corpus.v1.UpdateNode.LabelsEntry
+	49, // 46: corpus.v1.CreateGuest.guest:type_name -> corpus.v1.Guest
+	9,  // 47: corpus.v1.PlaceGuests.placements:type_name -> corpus.v1.PlaceGuest
+	50, // 48: corpus.v1.ObservedGuest.observed:type_name -> corpus.v1.GuestObserved
+	12, // 49: corpus.v1.ReportGuests.guests:type_name -> corpus.v1.ObservedGuest
+	51, // 50: corpus.v1.CreateRoute.route:type_name -> corpus.v1.Route
+	52, // 51: corpus.v1.AddDnsRecord.record:type_name -> corpus.v1.DnsRecord
+	53, // 52: corpus.v1.ObservedVolume.observed:type_name -> corpus.v1.VolumeObserved
+	22, // 53: corpus.v1.ReportVolumes.volumes:type_name -> corpus.v1.ObservedVolume
+	54, // 54: corpus.v1.CreateUser.user:type_name -> corpus.v1.User
+	55, // 55: corpus.v1.AddSshKey.key:type_name -> corpus.v1.SshKey
+	56, // 56: corpus.v1.CreateProject.env:type_name -> corpus.v1.ProjectEnv
+	49, // 57: corpus.v1.CreateProject.guest:type_name -> corpus.v1.Guest
+	51, // 58: corpus.v1.CreateProject.routes:type_name -> corpus.v1.Route
+	57, // 59: corpus.v1.BeginRelease.release:type_name -> corpus.v1.Release
+	58, // 60: corpus.v1.FinishRelease.steps:type_name -> corpus.v1.ReleaseStep
+	51, // 61: corpus.v1.SetManifestDomains.routes:type_name -> corpus.v1.Route
+	59, // 62: corpus.v1.UpsertCoordinator.coordinator:type_name -> corpus.v1.Coordinator
+	60, // 63: corpus.v1.CreateUserToken.token:type_name -> corpus.v1.UserToken
+	44, // 64: corpus.v1.Snapshot.config:type_name -> corpus.v1.ClusterConfig
+	46, // 65: corpus.v1.Snapshot.nodes:type_name -> corpus.v1.Node
+	49, // 66: corpus.v1.Snapshot.guests:type_name -> corpus.v1.Guest
+	45, // 67: corpus.v1.Snapshot.join_tokens:type_name -> corpus.v1.JoinToken
+	51, // 68: corpus.v1.Snapshot.routes:type_name -> corpus.v1.Route
+	52, // 69: corpus.v1.Snapshot.dns_records:type_name -> corpus.v1.DnsRecord
+	61, // 70: corpus.v1.Snapshot.volumes:type_name -> corpus.v1.Volume
+	54, // 71: corpus.v1.Snapshot.users:type_name -> corpus.v1.User
+	62, // 72: corpus.v1.Snapshot.projects:type_name -> corpus.v1.Project
+	57, // 73: corpus.v1.Snapshot.releases:type_name -> corpus.v1.Release
+	59, // 74: corpus.v1.Snapshot.coordinators:type_name -> corpus.v1.Coordinator
+	63, // 75: corpus.v1.Snapshot.audit:type_name -> corpus.v1.AuditEntry
+	60, // 76: corpus.v1.Snapshot.user_tokens:type_name -> corpus.v1.UserToken
+	77, // [77:77] is the sub-list for method output_type
+	77, // [77:77] is the sub-list for method input_type
+	77, // [77:77] is the sub-list for extension type_name
+	77, // [77:77] is the sub-list for extension extendee
+	0,  // [0:77] is the sub-list for field type_name
 }
 
 func init() { file_corpus_v1_raft_proto_init() }
@@ -3493,6 +3580,7 @@ func file_corpus_v1_raft_proto_init() {
 		(*Command_RemoveNode)(nil),
 		(*Command_PlaceGuests)(nil),
 		(*Command_SetNodeMode)(nil),
+		(*Command_RenewNodeCertificate)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -3500,7 +3588,7 @@ func file_corpus_v1_raft_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_corpus_v1_raft_proto_rawDesc), len(file_corpus_v1_raft_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   42,
+			NumMessages:   43,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -190,9 +190,7 @@ type Node struct {
 	// agent_address is host:port of the agent's own API.
 	AgentAddress string                 `protobuf:"bytes,8,opt,name=agent_address,json=agentAddress,proto3" json:"agent_address,omitempty"`
 	EnrolledAt   *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=enrolled_at,json=enrolledAt,proto3" json:"enrolled_at,omitempty"`
-	// secret_hash is the SHA-256 of the node's credential; never returned.
-	SecretHash   string `protobuf:"bytes,10,opt,name=secret_hash,json=secretHash,proto3" json:"secret_hash,omitempty"`
-	AgentVersion string `protobuf:"bytes,11,opt,name=agent_version,json=agentVersion,proto3" json:"agent_version,omitempty"`
+	AgentVersion string                 `protobuf:"bytes,11,opt,name=agent_version,json=agentVersion,proto3" json:"agent_version,omitempty"`
 	// guest_subnet is the node's share of the cluster's guest network, given
 	// at enrollment; its first address is the node's bridge gateway.
 	GuestSubnet string `protobuf:"bytes,12,opt,name=guest_subnet,json=guestSubnet,proto3" json:"guest_subnet,omitempty"`
@@ -207,11 +205,18 @@ type Node struct {
 	// git_port is where the agent's SSH git endpoint listens; 0 when off.
 	GitPort int32 `protobuf:"varint,16,opt,name=git_port,json=gitPort,proto3" json:"git_port,omitempty"`
 	// ineligible nodes take no new guests; those they run stay.
-	Ineligible    bool   `protobuf:"varint,17,opt,name=ineligible,proto3" json:"ineligible,omitempty"`
-	CreateIndex   uint64 `protobuf:"varint,20,opt,name=create_index,json=createIndex,proto3" json:"create_index,omitempty"`
-	ModifyIndex   uint64 `protobuf:"varint,21,opt,name=modify_index,json=modifyIndex,proto3" json:"modify_index,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Ineligible bool `protobuf:"varint,17,opt,name=ineligible,proto3" json:"ineligible,omitempty"`
+	// cert_serial is the serial (hex) of the node's current certificate;
+	// prev_cert_serial the one it replaced, still accepted until it expires
+	// so connections opened before a renewal finish. A certificate of
+	// any other serial, or of a removed node, is refused.
+	CertSerial     string                 `protobuf:"bytes,60,opt,name=cert_serial,json=certSerial,proto3" json:"cert_serial,omitempty"`
+	PrevCertSerial string                 `protobuf:"bytes,61,opt,name=prev_cert_serial,json=prevCertSerial,proto3" json:"prev_cert_serial,omitempty"`
+	CertExpiresAt  *timestamppb.Timestamp `protobuf:"bytes,62,opt,name=cert_expires_at,json=certExpiresAt,proto3" json:"cert_expires_at,omitempty"`
+	CreateIndex    uint64                 `protobuf:"varint,20,opt,name=create_index,json=createIndex,proto3" json:"create_index,omitempty"`
+	ModifyIndex    uint64                 `protobuf:"varint,21,opt,name=modify_index,json=modifyIndex,proto3" json:"modify_index,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *Node) Reset() {
@@ -307,13 +312,6 @@ func (x *Node) GetEnrolledAt() *timestamppb.Timestamp {
 	return nil
 }
 
-func (x *Node) GetSecretHash() string {
-	if x != nil {
-		return x.SecretHash
-	}
-	return ""
-}
-
 func (x *Node) GetAgentVersion() string {
 	if x != nil {
 		return x.AgentVersion
@@ -361,6 +359,27 @@ func (x *Node) GetIneligible() bool {
 		return x.Ineligible
 	}
 	return false
+}
+
+func (x *Node) GetCertSerial() string {
+	if x != nil {
+		return x.CertSerial
+	}
+	return ""
+}
+
+func (x *Node) GetPrevCertSerial() string {
+	if x != nil {
+		return x.PrevCertSerial
+	}
+	return ""
+}
+
+func (x *Node) GetCertExpiresAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CertExpiresAt
+	}
+	return nil
 }
 
 func (x *Node) GetCreateIndex() uint64 {
@@ -2462,7 +2481,7 @@ const file_corpus_v1_types_proto_rawDesc = "" +
 	"\x06images\x18\x06 \x03(\tR\x06images\x1a=\n" +
 	"\x0fAttributesEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xda\x05\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xdb\x06\n" +
 	"\x04Node\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x16\n" +
@@ -2473,10 +2492,7 @@ const file_corpus_v1_types_proto_rawDesc = "" +
 	"\adrivers\x18\a \x03(\v2\x15.corpus.v1.DriverInfoR\adrivers\x12#\n" +
 	"\ragent_address\x18\b \x01(\tR\fagentAddress\x12;\n" +
 	"\venrolled_at\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"enrolledAt\x12\x1f\n" +
-	"\vsecret_hash\x18\n" +
-	" \x01(\tR\n" +
-	"secretHash\x12#\n" +
+	"enrolledAt\x12#\n" +
 	"\ragent_version\x18\v \x01(\tR\fagentVersion\x12!\n" +
 	"\fguest_subnet\x18\f \x01(\tR\vguestSubnet\x12\x18\n" +
 	"\aaddress\x18\r \x01(\tR\aaddress\x12\"\n" +
@@ -2485,12 +2501,17 @@ const file_corpus_v1_types_proto_rawDesc = "" +
 	"\bgit_port\x18\x10 \x01(\x05R\agitPort\x12\x1e\n" +
 	"\n" +
 	"ineligible\x18\x11 \x01(\bR\n" +
-	"ineligible\x12!\n" +
+	"ineligible\x12\x1f\n" +
+	"\vcert_serial\x18< \x01(\tR\n" +
+	"certSerial\x12(\n" +
+	"\x10prev_cert_serial\x18= \x01(\tR\x0eprevCertSerial\x12B\n" +
+	"\x0fcert_expires_at\x18> \x01(\v2\x1a.google.protobuf.TimestampR\rcertExpiresAt\x12!\n" +
 	"\fcreate_index\x18\x14 \x01(\x04R\vcreateIndex\x12!\n" +
 	"\fmodify_index\x18\x15 \x01(\x04R\vmodifyIndex\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xb5\x03\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01J\x04\b\n" +
+	"\x10\vR\vsecret_hash\"\xb5\x03\n" +
 	"\tGuestSpec\x12\x16\n" +
 	"\x06driver\x18\x01 \x01(\tR\x06driver\x12\x14\n" +
 	"\x05image\x18\x02 \x01(\tR\x05image\x122\n" +
@@ -2759,40 +2780,41 @@ var file_corpus_v1_types_proto_depIdxs = []int32{
 	0,  // 2: corpus.v1.Node.capacity:type_name -> corpus.v1.Resources
 	1,  // 3: corpus.v1.Node.drivers:type_name -> corpus.v1.DriverInfo
 	28, // 4: corpus.v1.Node.enrolled_at:type_name -> google.protobuf.Timestamp
-	0,  // 5: corpus.v1.GuestSpec.resources:type_name -> corpus.v1.Resources
-	26, // 6: corpus.v1.GuestSpec.env:type_name -> corpus.v1.GuestSpec.EnvEntry
-	7,  // 7: corpus.v1.GuestSpec.ports:type_name -> corpus.v1.Port
-	4,  // 8: corpus.v1.GuestSpec.volume:type_name -> corpus.v1.VolumeSpec
-	27, // 9: corpus.v1.GuestSpec.constraints:type_name -> corpus.v1.GuestSpec.ConstraintsEntry
-	6,  // 10: corpus.v1.Volume.observed:type_name -> corpus.v1.VolumeObserved
-	28, // 11: corpus.v1.Volume.created_at:type_name -> google.protobuf.Timestamp
-	28, // 12: corpus.v1.GuestObserved.updated_at:type_name -> google.protobuf.Timestamp
-	28, // 13: corpus.v1.Event.time:type_name -> google.protobuf.Timestamp
-	3,  // 14: corpus.v1.Guest.spec:type_name -> corpus.v1.GuestSpec
-	8,  // 15: corpus.v1.Guest.observed:type_name -> corpus.v1.GuestObserved
-	9,  // 16: corpus.v1.Guest.events:type_name -> corpus.v1.Event
-	28, // 17: corpus.v1.Guest.created_at:type_name -> google.protobuf.Timestamp
-	28, // 18: corpus.v1.Route.created_at:type_name -> google.protobuf.Timestamp
-	28, // 19: corpus.v1.JoinToken.expires_at:type_name -> google.protobuf.Timestamp
-	28, // 20: corpus.v1.JoinToken.created_at:type_name -> google.protobuf.Timestamp
-	28, // 21: corpus.v1.ClusterConfig.created_at:type_name -> google.protobuf.Timestamp
-	28, // 22: corpus.v1.DnsRecord.created_at:type_name -> google.protobuf.Timestamp
-	17, // 23: corpus.v1.User.keys:type_name -> corpus.v1.SshKey
-	28, // 24: corpus.v1.User.created_at:type_name -> google.protobuf.Timestamp
-	28, // 25: corpus.v1.SshKey.added_at:type_name -> google.protobuf.Timestamp
-	19, // 26: corpus.v1.Project.envs:type_name -> corpus.v1.ProjectEnv
-	28, // 27: corpus.v1.Project.created_at:type_name -> google.protobuf.Timestamp
-	28, // 28: corpus.v1.Release.started_at:type_name -> google.protobuf.Timestamp
-	28, // 29: corpus.v1.Release.finished_at:type_name -> google.protobuf.Timestamp
-	21, // 30: corpus.v1.Release.steps:type_name -> corpus.v1.ReleaseStep
-	28, // 31: corpus.v1.AuditEntry.time:type_name -> google.protobuf.Timestamp
-	28, // 32: corpus.v1.UserToken.created_at:type_name -> google.protobuf.Timestamp
-	28, // 33: corpus.v1.UserToken.expires_at:type_name -> google.protobuf.Timestamp
-	34, // [34:34] is the sub-list for method output_type
-	34, // [34:34] is the sub-list for method input_type
-	34, // [34:34] is the sub-list for extension type_name
-	34, // [34:34] is the sub-list for extension extendee
-	0,  // [0:34] is the sub-list for field type_name
+	28, // 5: corpus.v1.Node.cert_expires_at:type_name -> google.protobuf.Timestamp
+	0,  // 6: corpus.v1.GuestSpec.resources:type_name -> corpus.v1.Resources
+	26, // 7: corpus.v1.GuestSpec.env:type_name -> corpus.v1.GuestSpec.EnvEntry
+	7,  // 8: corpus.v1.GuestSpec.ports:type_name -> corpus.v1.Port
+	4,  // 9: corpus.v1.GuestSpec.volume:type_name -> corpus.v1.VolumeSpec
+	27, // 10: corpus.v1.GuestSpec.constraints:type_name -> corpus.v1.GuestSpec.ConstraintsEntry
+	6,  // 11: corpus.v1.Volume.observed:type_name -> corpus.v1.VolumeObserved
+	28, // 12: corpus.v1.Volume.created_at:type_name -> google.protobuf.Timestamp
+	28, // 13: corpus.v1.GuestObserved.updated_at:type_name -> google.protobuf.Timestamp
+	28, // 14: corpus.v1.Event.time:type_name -> google.protobuf.Timestamp
+	3,  // 15: corpus.v1.Guest.spec:type_name -> corpus.v1.GuestSpec
+	8,  // 16: corpus.v1.Guest.observed:type_name -> corpus.v1.GuestObserved
+	9,  // 17: corpus.v1.Guest.events:type_name -> corpus.v1.Event
+	28, // 18: corpus.v1.Guest.created_at:type_name -> google.protobuf.Timestamp
+	28, // 19: corpus.v1.Route.created_at:type_name -> google.protobuf.Timestamp
+	28, // 20: corpus.v1.JoinToken.expires_at:type_name -> google.protobuf.Timestamp
+	28, // 21: corpus.v1.JoinToken.created_at:type_name -> google.protobuf.Timestamp
+	28, // 22: corpus.v1.ClusterConfig.created_at:type_name -> google.protobuf.Timestamp
+	28, // 23: corpus.v1.DnsRecord.created_at:type_name -> google.protobuf.Timestamp
+	17, // 24: corpus.v1.User.keys:type_name -> corpus.v1.SshKey
+	28, // 25: corpus.v1.User.created_at:type_name -> google.protobuf.Timestamp
+	28, // 26: corpus.v1.SshKey.added_at:type_name -> google.protobuf.Timestamp
+	19, // 27: corpus.v1.Project.envs:type_name -> corpus.v1.ProjectEnv
+	28, // 28: corpus.v1.Project.created_at:type_name -> google.protobuf.Timestamp
+	28, // 29: corpus.v1.Release.started_at:type_name -> google.protobuf.Timestamp
+	28, // 30: corpus.v1.Release.finished_at:type_name -> google.protobuf.Timestamp
+	21, // 31: corpus.v1.Release.steps:type_name -> corpus.v1.ReleaseStep
+	28, // 32: corpus.v1.AuditEntry.time:type_name -> google.protobuf.Timestamp
+	28, // 33: corpus.v1.UserToken.created_at:type_name -> google.protobuf.Timestamp
+	28, // 34: corpus.v1.UserToken.expires_at:type_name -> google.protobuf.Timestamp
+	35, // [35:35] is the sub-list for method output_type
+	35, // [35:35] is the sub-list for method input_type
+	35, // [35:35] is the sub-list for extension type_name
+	35, // [35:35] is the sub-list for extension extendee
+	0,  // [0:35] is the sub-list for field type_name
 }
 
 func init() { file_corpus_v1_types_proto_init() }

@@ -139,6 +139,9 @@ const (
 	VolumeServiceSnapshotVolumeProcedure = "/corpus.v1.VolumeService/SnapshotVolume"
 	// AgentServiceEnrollProcedure is the fully-qualified name of the AgentService's Enroll RPC.
 	AgentServiceEnrollProcedure = "/corpus.v1.AgentService/Enroll"
+	// AgentServiceRenewCertificateProcedure is the fully-qualified name of the AgentService's
+	// RenewCertificate RPC.
+	AgentServiceRenewCertificateProcedure = "/corpus.v1.AgentService/RenewCertificate"
 	// AgentServiceWatchProcedure is the fully-qualified name of the AgentService's Watch RPC.
 	AgentServiceWatchProcedure = "/corpus.v1.AgentService/Watch"
 	// AgentServiceReportProcedure is the fully-qualified name of the AgentService's Report RPC.
@@ -1420,6 +1423,9 @@ type AgentServiceClient interface {
 	// Enroll trades a one-time join token for a node identity. It is the one
 	// call that needs no credential.
 	Enroll(context.Context, *connect.Request[v1.EnrollRequest]) (*connect.Response[v1.EnrollResponse], error)
+	// RenewCertificate signs a new certificate for the calling node before
+	// its current one expires.
+	RenewCertificate(context.Context, *connect.Request[v1.RenewCertificateRequest]) (*connect.Response[v1.RenewCertificateResponse], error)
 	// Watch streams the desired state of the calling node's guests: a full
 	// set each time it changes (level-based; a missed message costs nothing).
 	Watch(context.Context, *connect.Request[v1.WatchRequest]) (*connect.ServerStreamForClient[v1.WatchResponse], error)
@@ -1454,6 +1460,12 @@ func NewAgentServiceClient(httpClient connect.HTTPClient, baseURL string, opts .
 			httpClient,
 			baseURL+AgentServiceEnrollProcedure,
 			connect.WithSchema(agentServiceMethods.ByName("Enroll")),
+			connect.WithClientOptions(opts...),
+		),
+		renewCertificate: connect.NewClient[v1.RenewCertificateRequest, v1.RenewCertificateResponse](
+			httpClient,
+			baseURL+AgentServiceRenewCertificateProcedure,
+			connect.WithSchema(agentServiceMethods.ByName("RenewCertificate")),
 			connect.WithClientOptions(opts...),
 		),
 		watch: connect.NewClient[v1.WatchRequest, v1.WatchResponse](
@@ -1511,6 +1523,7 @@ func NewAgentServiceClient(httpClient connect.HTTPClient, baseURL string, opts .
 // agentServiceClient implements AgentServiceClient.
 type agentServiceClient struct {
 	enroll             *connect.Client[v1.EnrollRequest, v1.EnrollResponse]
+	renewCertificate   *connect.Client[v1.RenewCertificateRequest, v1.RenewCertificateResponse]
 	watch              *connect.Client[v1.WatchRequest, v1.WatchResponse]
 	report             *connect.Client[v1.ReportRequest, v1.ReportResponse]
 	gitAccess          *connect.Client[v1.GitAccessRequest, v1.GitAccessResponse]
@@ -1524,6 +1537,11 @@ type agentServiceClient struct {
 // Enroll calls corpus.v1.AgentService.Enroll.
 func (c *agentServiceClient) Enroll(ctx context.Context, req *connect.Request[v1.EnrollRequest]) (*connect.Response[v1.EnrollResponse], error) {
 	return c.enroll.CallUnary(ctx, req)
+}
+
+// RenewCertificate calls corpus.v1.AgentService.RenewCertificate.
+func (c *agentServiceClient) RenewCertificate(ctx context.Context, req *connect.Request[v1.RenewCertificateRequest]) (*connect.Response[v1.RenewCertificateResponse], error) {
+	return c.renewCertificate.CallUnary(ctx, req)
 }
 
 // Watch calls corpus.v1.AgentService.Watch.
@@ -1571,6 +1589,9 @@ type AgentServiceHandler interface {
 	// Enroll trades a one-time join token for a node identity. It is the one
 	// call that needs no credential.
 	Enroll(context.Context, *connect.Request[v1.EnrollRequest]) (*connect.Response[v1.EnrollResponse], error)
+	// RenewCertificate signs a new certificate for the calling node before
+	// its current one expires.
+	RenewCertificate(context.Context, *connect.Request[v1.RenewCertificateRequest]) (*connect.Response[v1.RenewCertificateResponse], error)
 	// Watch streams the desired state of the calling node's guests: a full
 	// set each time it changes (level-based; a missed message costs nothing).
 	Watch(context.Context, *connect.Request[v1.WatchRequest], *connect.ServerStream[v1.WatchResponse]) error
@@ -1601,6 +1622,12 @@ func NewAgentServiceHandler(svc AgentServiceHandler, opts ...connect.HandlerOpti
 		AgentServiceEnrollProcedure,
 		svc.Enroll,
 		connect.WithSchema(agentServiceMethods.ByName("Enroll")),
+		connect.WithHandlerOptions(opts...),
+	)
+	agentServiceRenewCertificateHandler := connect.NewUnaryHandler(
+		AgentServiceRenewCertificateProcedure,
+		svc.RenewCertificate,
+		connect.WithSchema(agentServiceMethods.ByName("RenewCertificate")),
 		connect.WithHandlerOptions(opts...),
 	)
 	agentServiceWatchHandler := connect.NewServerStreamHandler(
@@ -1656,6 +1683,8 @@ func NewAgentServiceHandler(svc AgentServiceHandler, opts ...connect.HandlerOpti
 		switch r.URL.Path {
 		case AgentServiceEnrollProcedure:
 			agentServiceEnrollHandler.ServeHTTP(w, r)
+		case AgentServiceRenewCertificateProcedure:
+			agentServiceRenewCertificateHandler.ServeHTTP(w, r)
 		case AgentServiceWatchProcedure:
 			agentServiceWatchHandler.ServeHTTP(w, r)
 		case AgentServiceReportProcedure:
@@ -1683,6 +1712,10 @@ type UnimplementedAgentServiceHandler struct{}
 
 func (UnimplementedAgentServiceHandler) Enroll(context.Context, *connect.Request[v1.EnrollRequest]) (*connect.Response[v1.EnrollResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("corpus.v1.AgentService.Enroll is not implemented"))
+}
+
+func (UnimplementedAgentServiceHandler) RenewCertificate(context.Context, *connect.Request[v1.RenewCertificateRequest]) (*connect.Response[v1.RenewCertificateResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("corpus.v1.AgentService.RenewCertificate is not implemented"))
 }
 
 func (UnimplementedAgentServiceHandler) Watch(context.Context, *connect.Request[v1.WatchRequest], *connect.ServerStream[v1.WatchResponse]) error {

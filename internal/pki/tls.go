@@ -1,0 +1,141 @@
+package pki
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"time"
+)
+
+// Keys holds the certificate a component presents. It can be replaced at
+// any time (renewal): new handshakes use the new one, established
+// connections go on with the old one until they close.
+type Keys struct {
+	cur atomic.Pointer[tls.Certificate]
+}
+
+// NewKeys returns Keys holding c.
+func NewKeys(c *tls.Certificate) *Keys {
+	k := &Keys{}
+	k.cur.Store(c)
+	return k
+}
+
+// Set replaces the certificate.
+func (k *Keys) Set(c *tls.Certificate) { k.cur.Store(c) }
+
+// Get returns the current certificate.
+func (k *Keys) Get() *tls.Certificate { return k.cur.Load() }
+
+// NotAfter is when the current certificate expires.
+func (k *Keys) NotAfter() time.Time { return k.Get().Leaf.NotAfter }
+
+// RenewDue reports whether two thirds of the current certificate's
+// lifetime have passed, the point where it is renewed.
+func (k *Keys) RenewDue(now time.Time) bool {
+	l := k.Get().Leaf
+	life := l.NotAfter.Sub(l.NotBefore)
+	return now.After(l.NotBefore.Add(life * 2 / 3))
+}
+
+// ServerConfig is the TLS configuration of a corpus listener: it presents
+// keys and verifies client certificates against the CA. With
+// requireClient every client must present one (agent API, Raft); else
+// clients without one (users with tokens) are let in and identified by
+// their token, and a certificate from another CA is refused.
+func ServerConfig(pool *x509.CertPool, keys *Keys, requireClient bool) *tls.Config {
+	auth := tls.VerifyClientCertIfGiven
+	if requireClient {
+		auth = tls.RequireAndVerifyClientCert
+	}
+	return &tls.Config{
+		MinVersion:     tls.VersionTLS13,
+		ClientAuth:     auth,
+		ClientCAs:      pool,
+		GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) { return keys.Get(), nil },
+	}
+}
+
+// ClientConfig is the TLS configuration of a client of a corpus component:
+// it trusts only the cluster CA, wants the server to hold a certificate of
+// role (and of id, when not empty), and presents keys when given.
+func ClientConfig(pool *x509.CertPool, keys *Keys, role, id string) *tls.Config {
+	c := &tls.Config{
+		MinVersion: tls.VersionTLS13,
+		RootCAs:    pool,
+		ServerName: ServerName,
+		VerifyConnection: func(cs tls.ConnectionState) error {
+			return expectPeer(cs, role, id)
+		},
+	}
+	if role == RoleNode {
+		c.ServerName = NodeServerName
+	}
+	if keys != nil {
+		c.GetClientCertificate = func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return keys.Get(), nil }
+	}
+	return c
+}
+
+// ErrPinMismatch is a coordinator whose CA is not the one pinned.
+var ErrPinMismatch = errors.New("coordinator's certificate is not from the CA the join token names (wrong cluster, or an impostor)")
+
+// PinnedConfig is the TLS configuration of a host enrolling with only a
+// join token: it trusts a coordinator whose chain contains the CA whose
+// public key has the given pin, and nothing else.
+func PinnedConfig(pin string) *tls.Config {
+	return &tls.Config{
+		MinVersion: tls.VersionTLS13,
+		// The chain is verified below against the pinned CA instead of
+		// a system pool, which knows nothing of the cluster.
+		InsecureSkipVerify: true,
+		VerifyConnection: func(cs tls.ConnectionState) error {
+			if len(cs.PeerCertificates) == 0 {
+				return errors.New("coordinator sent no certificate")
+			}
+			var ca *x509.Certificate
+			for _, c := range cs.PeerCertificates[1:] {
+				if c.IsCA && Pin(c) == pin {
+					ca = c
+				}
+			}
+			if ca == nil {
+				return ErrPinMismatch
+			}
+			pool := x509.NewCertPool()
+			pool.AddCert(ca)
+			chains, err := cs.PeerCertificates[0].Verify(x509.VerifyOptions{
+				Roots: pool, DNSName: ServerName, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+			})
+			if err != nil {
+				return fmt.Errorf("coordinator certificate: %w", err)
+			}
+			return expectPeer(tls.ConnectionState{VerifiedChains: chains}, RoleCoordinator, "")
+		},
+	}
+}
+
+func expectPeer(cs tls.ConnectionState, role, id string) error {
+	p, ok := PeerIdentity(&cs)
+	if !ok {
+		return errors.New("peer certificate names no corpus identity")
+	}
+	if p.Role != role || (id != "" && p.ID != id) {
+		want := role
+		if id != "" {
+			want += " " + id
+		}
+		return fmt.Errorf("peer certificate is for %s %s, want %s", p.Role, p.ID, want)
+	}
+	return nil
+}
+
+// PeerIdentity returns who the peer's verified certificate names.
+func PeerIdentity(cs *tls.ConnectionState) (Identity, bool) {
+	if cs == nil || len(cs.VerifiedChains) == 0 || len(cs.VerifiedChains[0]) == 0 {
+		return Identity{}, false
+	}
+	return IdentityOf(cs.VerifiedChains[0][0])
+}
