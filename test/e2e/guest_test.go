@@ -132,9 +132,14 @@ func TestDriftRepaired(t *testing.T) {
 		return nil
 	})
 
-	if out, err := a.lxc.command("lxc-destroy", "-n", "drift", "-f").CombinedOutput(); err != nil {
-		t.Fatalf("lxc-destroy: %v: %s", err, out)
-	}
+	// The agent may restart the guest between lxc-destroy's own stop and
+	// its destroy (it repairs drift too): try again until it is gone.
+	eventually(t, 20*time.Second, "guest destroyed by hand", func() error {
+		if out, err := a.lxc.command("lxc-destroy", "-n", "drift", "-f").CombinedOutput(); err != nil {
+			return fmt.Errorf("lxc-destroy: %v: %s", err, out)
+		}
+		return nil
+	})
 	eventually(t, 30*time.Second, "hand-deleted guest recreated", func() error {
 		st, pid, err := a.lxc.info("drift")
 		if err != nil || st != "RUNNING" || pid == pid1 {
