@@ -34,7 +34,10 @@ const (
 	maxReleaseLog = 64 << 10
 )
 
-type userService struct{ b *Backend }
+type userService struct {
+	b       *Backend
+	limiter *loginLimiter
+}
 
 func (s *userService) CreateUser(ctx context.Context, req *connect.Request[corpusv1.CreateUserRequest]) (*connect.Response[corpusv1.CreateUserResponse], error) {
 	m := req.Msg
@@ -49,12 +52,15 @@ func (s *userService) CreateUser(ctx context.Context, req *connect.Request[corpu
 	default:
 		return nil, toConnect(invalidf("role %q: use ops, dev or viewer", m.Role))
 	}
-	_, err := s.b.write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_CreateUser{CreateUser: &corpusv1.CreateUser{User: &corpusv1.User{Name: m.Name, Role: m.Role}}}})
+	if m.Auth != "" && m.Auth != corpusv1.AuthLDAP {
+		return nil, toConnect(invalidf("auth %q: use ldap, or leave it empty for API tokens only", m.Auth))
+	}
+	_, err := s.b.write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_CreateUser{CreateUser: &corpusv1.CreateUser{User: &corpusv1.User{Name: m.Name, Role: m.Role, Auth: m.Auth}}}})
 	if errors.Is(err, state.ErrExists) {
-		if u := s.b.Store.Read().User(m.Name); u != nil && u.Role == m.Role {
+		if u := s.b.Store.Read().User(m.Name); u != nil && u.Role == m.Role && u.Auth == m.Auth {
 			return connect.NewResponse(&corpusv1.CreateUserResponse{User: u}), nil
 		}
-		return nil, connect.NewError(connect.CodeAlreadyExists, fmt.Errorf("user %q already exists with another role", m.Name))
+		return nil, connect.NewError(connect.CodeAlreadyExists, fmt.Errorf("user %q already exists with another role or auth", m.Name))
 	}
 	if err != nil {
 		return nil, err

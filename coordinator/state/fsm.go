@@ -176,6 +176,8 @@ func (a *applier) apply(cmd *corpusv1.Command) error {
 		return a.placeGuests(c.PlaceGuests)
 	case *corpusv1.Command_SetNodeMode:
 		return a.setNodeMode(c.SetNodeMode)
+	case *corpusv1.Command_UserLogin:
+		return a.userLogin(c.UserLogin)
 	default:
 		panic(fmt.Sprintf("state: command %T has no apply function", c))
 	}

@@ -34,12 +34,15 @@ type cliTarget struct {
 
 // startCoordinator runs a one-replica coordinator with dynamic ports (DNS
 // off) until the test ends, and waits until it serves.
-func startCoordinator(t *testing.T) *cliTarget {
+func startCoordinator(t *testing.T, opts ...func(*coordinator.Config)) *cliTarget {
 	t.Helper()
 	cfg := coordinator.Default()
 	cfg.DataDir = t.TempDir()
 	cfg.APIAddr, cfg.RaftAddr, cfg.DNS.Addr, cfg.GossipAddr = "127.0.0.1:0", "127.0.0.1:0", "", "127.0.0.1:0"
 	cfg.Logger = slog.New(slog.DiscardHandler)
+	for _, o := range opts {
+		o(&cfg)
+	}
 	srv, err := coordinator.New(cfg)
 	if err != nil {
 		t.Fatalf("coordinator.New() = %v", err)

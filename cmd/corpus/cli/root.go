@@ -164,10 +164,21 @@ func (g *globals) clients() (*clients, error) {
 	if err != nil {
 		return nil, err
 	}
-	base := "http://" + addr
+	return newClients(addr, token), nil
+}
+
+// baseURL is the URL of the API at addr (host:port, or a URL).
+func baseURL(addr string) string {
 	if strings.HasPrefix(addr, "http://") || strings.HasPrefix(addr, "https://") {
-		base = addr
+		return addr
 	}
+	return "http://" + addr
+}
+
+// newClients returns clients of the API at addr presenting token ("" for
+// none).
+func newClients(addr, token string) *clients {
+	base := baseURL(addr)
 	hc := rpc.HTTPClient()
 	// An election takes about a second: calls wait it out.
 	opt := connect.WithInterceptors(rpc.Bearer(token), rpc.RetryWithoutLeader(10*time.Second))
@@ -181,7 +192,7 @@ func (g *globals) clients() (*clients, error) {
 		users:    corpusv1connect.NewUserServiceClient(hc, base, opt),
 		projects: corpusv1connect.NewProjectServiceClient(hc, base, opt),
 		audit:    corpusv1connect.NewAuditServiceClient(hc, base, opt),
-	}, nil
+	}
 }
 
 // call makes one API call against the chosen coordinator, then prints the

@@ -79,6 +79,7 @@ type Command struct {
 	//	*Command_RemoveNode
 	//	*Command_PlaceGuests
 	//	*Command_SetNodeMode
+	//	*Command_UserLogin
 	Cmd           isCommand_Cmd `protobuf_oneof:"cmd"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -482,6 +483,15 @@ func (x *Command) GetSetNodeMode() *SetNodeMode {
 	return nil
 }
 
+func (x *Command) GetUserLogin() *UserLogin {
+	if x != nil {
+		if x, ok := x.Cmd.(*Command_UserLogin); ok {
+			return x.UserLogin
+		}
+	}
+	return nil
+}
+
 type isCommand_Cmd interface {
 	isCommand_Cmd()
 }
@@ -634,6 +644,10 @@ type Command_SetNodeMode struct {
 	SetNodeMode *SetNodeMode `protobuf:"bytes,51,opt,name=set_node_mode,json=setNodeMode,proto3,oneof"`
 }
 
+type Command_UserLogin struct {
+	UserLogin *UserLogin `protobuf:"bytes,120,opt,name=user_login,json=userLogin,proto3,oneof"`
+}
+
 func (*Command_BootstrapCluster) isCommand_Cmd() {}
 
 func (*Command_CreateJoinToken) isCommand_Cmd() {}
@@ -707,6 +721,8 @@ func (*Command_RemoveNode) isCommand_Cmd() {}
 func (*Command_PlaceGuests) isCommand_Cmd() {}
 
 func (*Command_SetNodeMode) isCommand_Cmd() {}
+
+func (*Command_UserLogin) isCommand_Cmd() {}
 
 type BootstrapCluster struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -1974,6 +1990,90 @@ func (x *CreateUser) GetUser() *User {
 	return nil
 }
 
+// UserLogin records a password login: on success it issues token (making
+// way by dropping the user's expired tokens and, at the limit, the oldest
+// login token); on failure it changes nothing and the refusal, reason
+// included, is what the audit log keeps.
+type UserLogin struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	User  string                 `protobuf:"bytes,1,opt,name=user,proto3" json:"user,omitempty"`
+	// method is "ldap".
+	Method string `protobuf:"bytes,2,opt,name=method,proto3" json:"method,omitempty"`
+	// remote is the client's address as the API saw it.
+	Remote string `protobuf:"bytes,3,opt,name=remote,proto3" json:"remote,omitempty"`
+	// token is set when the password was accepted.
+	Token *UserToken `protobuf:"bytes,4,opt,name=token,proto3" json:"token,omitempty"`
+	// refused says why the login failed (unset on success).
+	Refused       string `protobuf:"bytes,5,opt,name=refused,proto3" json:"refused,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UserLogin) Reset() {
+	*x = UserLogin{}
+	mi := &file_corpus_v1_raft_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UserLogin) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UserLogin) ProtoMessage() {}
+
+func (x *UserLogin) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_raft_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UserLogin.ProtoReflect.Descriptor instead.
+func (*UserLogin) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *UserLogin) GetUser() string {
+	if x != nil {
+		return x.User
+	}
+	return ""
+}
+
+func (x *UserLogin) GetMethod() string {
+	if x != nil {
+		return x.Method
+	}
+	return ""
+}
+
+func (x *UserLogin) GetRemote() string {
+	if x != nil {
+		return x.Remote
+	}
+	return ""
+}
+
+func (x *UserLogin) GetToken() *UserToken {
+	if x != nil {
+		return x.Token
+	}
+	return nil
+}
+
+func (x *UserLogin) GetRefused() string {
+	if x != nil {
+		return x.Refused
+	}
+	return ""
+}
+
 type DeleteUser struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
@@ -1983,7 +2083,7 @@ type DeleteUser struct {
 
 func (x *DeleteUser) Reset() {
 	*x = DeleteUser{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[24]
+	mi := &file_corpus_v1_raft_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1995,7 +2095,7 @@ func (x *DeleteUser) String() string {
 func (*DeleteUser) ProtoMessage() {}
 
 func (x *DeleteUser) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[24]
+	mi := &file_corpus_v1_raft_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2008,7 +2108,7 @@ func (x *DeleteUser) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteUser.ProtoReflect.Descriptor instead.
 func (*DeleteUser) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{24}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *DeleteUser) GetName() string {
@@ -2029,7 +2129,7 @@ type AddSshKey struct {
 
 func (x *AddSshKey) Reset() {
 	*x = AddSshKey{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[25]
+	mi := &file_corpus_v1_raft_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2041,7 +2141,7 @@ func (x *AddSshKey) String() string {
 func (*AddSshKey) ProtoMessage() {}
 
 func (x *AddSshKey) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[25]
+	mi := &file_corpus_v1_raft_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2054,7 +2154,7 @@ func (x *AddSshKey) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddSshKey.ProtoReflect.Descriptor instead.
 func (*AddSshKey) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{25}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *AddSshKey) GetUser() string {
@@ -2081,7 +2181,7 @@ type DeleteSshKey struct {
 
 func (x *DeleteSshKey) Reset() {
 	*x = DeleteSshKey{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[26]
+	mi := &file_corpus_v1_raft_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2093,7 +2193,7 @@ func (x *DeleteSshKey) String() string {
 func (*DeleteSshKey) ProtoMessage() {}
 
 func (x *DeleteSshKey) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[26]
+	mi := &file_corpus_v1_raft_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2106,7 +2206,7 @@ func (x *DeleteSshKey) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteSshKey.ProtoReflect.Descriptor instead.
 func (*DeleteSshKey) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{26}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *DeleteSshKey) GetUser() string {
@@ -2139,7 +2239,7 @@ type CreateProject struct {
 
 func (x *CreateProject) Reset() {
 	*x = CreateProject{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[27]
+	mi := &file_corpus_v1_raft_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2151,7 +2251,7 @@ func (x *CreateProject) String() string {
 func (*CreateProject) ProtoMessage() {}
 
 func (x *CreateProject) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[27]
+	mi := &file_corpus_v1_raft_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2164,7 +2264,7 @@ func (x *CreateProject) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateProject.ProtoReflect.Descriptor instead.
 func (*CreateProject) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{27}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *CreateProject) GetProjectId() string {
@@ -2215,7 +2315,7 @@ type DeleteProject struct {
 
 func (x *DeleteProject) Reset() {
 	*x = DeleteProject{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[28]
+	mi := &file_corpus_v1_raft_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2227,7 +2327,7 @@ func (x *DeleteProject) String() string {
 func (*DeleteProject) ProtoMessage() {}
 
 func (x *DeleteProject) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[28]
+	mi := &file_corpus_v1_raft_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2240,7 +2340,7 @@ func (x *DeleteProject) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteProject.ProtoReflect.Descriptor instead.
 func (*DeleteProject) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{28}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *DeleteProject) GetName() string {
@@ -2269,7 +2369,7 @@ type GrantProject struct {
 
 func (x *GrantProject) Reset() {
 	*x = GrantProject{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[29]
+	mi := &file_corpus_v1_raft_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2281,7 +2381,7 @@ func (x *GrantProject) String() string {
 func (*GrantProject) ProtoMessage() {}
 
 func (x *GrantProject) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[29]
+	mi := &file_corpus_v1_raft_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2294,7 +2394,7 @@ func (x *GrantProject) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GrantProject.ProtoReflect.Descriptor instead.
 func (*GrantProject) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{29}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *GrantProject) GetName() string {
@@ -2330,7 +2430,7 @@ type BeginRelease struct {
 
 func (x *BeginRelease) Reset() {
 	*x = BeginRelease{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[30]
+	mi := &file_corpus_v1_raft_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2342,7 +2442,7 @@ func (x *BeginRelease) String() string {
 func (*BeginRelease) ProtoMessage() {}
 
 func (x *BeginRelease) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[30]
+	mi := &file_corpus_v1_raft_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2355,7 +2455,7 @@ func (x *BeginRelease) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BeginRelease.ProtoReflect.Descriptor instead.
 func (*BeginRelease) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{30}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *BeginRelease) GetRelease() *Release {
@@ -2382,7 +2482,7 @@ type FinishRelease struct {
 
 func (x *FinishRelease) Reset() {
 	*x = FinishRelease{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[31]
+	mi := &file_corpus_v1_raft_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2394,7 +2494,7 @@ func (x *FinishRelease) String() string {
 func (*FinishRelease) ProtoMessage() {}
 
 func (x *FinishRelease) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[31]
+	mi := &file_corpus_v1_raft_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2407,7 +2507,7 @@ func (x *FinishRelease) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FinishRelease.ProtoReflect.Descriptor instead.
 func (*FinishRelease) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{31}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *FinishRelease) GetId() string {
@@ -2473,7 +2573,7 @@ type SetCurrentRelease struct {
 
 func (x *SetCurrentRelease) Reset() {
 	*x = SetCurrentRelease{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[32]
+	mi := &file_corpus_v1_raft_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2485,7 +2585,7 @@ func (x *SetCurrentRelease) String() string {
 func (*SetCurrentRelease) ProtoMessage() {}
 
 func (x *SetCurrentRelease) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[32]
+	mi := &file_corpus_v1_raft_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2498,7 +2598,7 @@ func (x *SetCurrentRelease) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetCurrentRelease.ProtoReflect.Descriptor instead.
 func (*SetCurrentRelease) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{32}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *SetCurrentRelease) GetProject() string {
@@ -2542,7 +2642,7 @@ type PruneReleases struct {
 
 func (x *PruneReleases) Reset() {
 	*x = PruneReleases{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[33]
+	mi := &file_corpus_v1_raft_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2554,7 +2654,7 @@ func (x *PruneReleases) String() string {
 func (*PruneReleases) ProtoMessage() {}
 
 func (x *PruneReleases) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[33]
+	mi := &file_corpus_v1_raft_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2567,7 +2667,7 @@ func (x *PruneReleases) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PruneReleases.ProtoReflect.Descriptor instead.
 func (*PruneReleases) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{33}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *PruneReleases) GetProject() string {
@@ -2615,7 +2715,7 @@ type SetManifestDomains struct {
 
 func (x *SetManifestDomains) Reset() {
 	*x = SetManifestDomains{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[34]
+	mi := &file_corpus_v1_raft_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2627,7 +2727,7 @@ func (x *SetManifestDomains) String() string {
 func (*SetManifestDomains) ProtoMessage() {}
 
 func (x *SetManifestDomains) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[34]
+	mi := &file_corpus_v1_raft_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2640,7 +2740,7 @@ func (x *SetManifestDomains) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetManifestDomains.ProtoReflect.Descriptor instead.
 func (*SetManifestDomains) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{34}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *SetManifestDomains) GetProject() string {
@@ -2688,7 +2788,7 @@ type UpsertCoordinator struct {
 
 func (x *UpsertCoordinator) Reset() {
 	*x = UpsertCoordinator{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[35]
+	mi := &file_corpus_v1_raft_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2700,7 +2800,7 @@ func (x *UpsertCoordinator) String() string {
 func (*UpsertCoordinator) ProtoMessage() {}
 
 func (x *UpsertCoordinator) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[35]
+	mi := &file_corpus_v1_raft_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2713,7 +2813,7 @@ func (x *UpsertCoordinator) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpsertCoordinator.ProtoReflect.Descriptor instead.
 func (*UpsertCoordinator) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{35}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *UpsertCoordinator) GetCoordinator() *Coordinator {
@@ -2733,7 +2833,7 @@ type RemoveCoordinator struct {
 
 func (x *RemoveCoordinator) Reset() {
 	*x = RemoveCoordinator{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[36]
+	mi := &file_corpus_v1_raft_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2745,7 +2845,7 @@ func (x *RemoveCoordinator) String() string {
 func (*RemoveCoordinator) ProtoMessage() {}
 
 func (x *RemoveCoordinator) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[36]
+	mi := &file_corpus_v1_raft_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2758,7 +2858,7 @@ func (x *RemoveCoordinator) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveCoordinator.ProtoReflect.Descriptor instead.
 func (*RemoveCoordinator) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{36}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *RemoveCoordinator) GetId() string {
@@ -2778,7 +2878,7 @@ type CreateUserToken struct {
 
 func (x *CreateUserToken) Reset() {
 	*x = CreateUserToken{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[37]
+	mi := &file_corpus_v1_raft_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2790,7 +2890,7 @@ func (x *CreateUserToken) String() string {
 func (*CreateUserToken) ProtoMessage() {}
 
 func (x *CreateUserToken) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[37]
+	mi := &file_corpus_v1_raft_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2803,7 +2903,7 @@ func (x *CreateUserToken) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateUserToken.ProtoReflect.Descriptor instead.
 func (*CreateUserToken) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{37}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *CreateUserToken) GetToken() *UserToken {
@@ -2823,7 +2923,7 @@ type RevokeUserToken struct {
 
 func (x *RevokeUserToken) Reset() {
 	*x = RevokeUserToken{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[38]
+	mi := &file_corpus_v1_raft_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2835,7 +2935,7 @@ func (x *RevokeUserToken) String() string {
 func (*RevokeUserToken) ProtoMessage() {}
 
 func (x *RevokeUserToken) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[38]
+	mi := &file_corpus_v1_raft_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2848,7 +2948,7 @@ func (x *RevokeUserToken) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeUserToken.ProtoReflect.Descriptor instead.
 func (*RevokeUserToken) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{38}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *RevokeUserToken) GetId() string {
@@ -2868,7 +2968,7 @@ type RemoveNode struct {
 
 func (x *RemoveNode) Reset() {
 	*x = RemoveNode{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[39]
+	mi := &file_corpus_v1_raft_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2880,7 +2980,7 @@ func (x *RemoveNode) String() string {
 func (*RemoveNode) ProtoMessage() {}
 
 func (x *RemoveNode) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[39]
+	mi := &file_corpus_v1_raft_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2893,7 +2993,7 @@ func (x *RemoveNode) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveNode.ProtoReflect.Descriptor instead.
 func (*RemoveNode) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{39}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *RemoveNode) GetNodeId() string {
@@ -2928,7 +3028,7 @@ type Snapshot struct {
 
 func (x *Snapshot) Reset() {
 	*x = Snapshot{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[40]
+	mi := &file_corpus_v1_raft_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2940,7 +3040,7 @@ func (x *Snapshot) String() string {
 func (*Snapshot) ProtoMessage() {}
 
 func (x *Snapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[40]
+	mi := &file_corpus_v1_raft_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2953,7 +3053,7 @@ func (x *Snapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Snapshot.ProtoReflect.Descriptor instead.
 func (*Snapshot) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{40}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *Snapshot) GetVersion() uint32 {
@@ -3065,7 +3165,7 @@ var File_corpus_v1_raft_proto protoreflect.FileDescriptor
 
 const file_corpus_v1_raft_proto_rawDesc = "" +
 	"\n" +
-	"\x14corpus/v1/raft.proto\x12\tcorpus.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x15corpus/v1/types.proto\"\x97\x14\n" +
+	"\x14corpus/v1/raft.proto\x12\tcorpus.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x15corpus/v1/types.proto\"\xce\x14\n" +
 	"\aCommand\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x12\x1c\n" +
 	"\tignorable\x18\x02 \x01(\bR\tignorable\x12,\n" +
@@ -3116,7 +3216,9 @@ const file_corpus_v1_raft_proto_rawDesc = "" +
 	"\vremove_node\x18, \x01(\v2\x15.corpus.v1.RemoveNodeH\x00R\n" +
 	"removeNode\x12;\n" +
 	"\fplace_guests\x182 \x01(\v2\x16.corpus.v1.PlaceGuestsH\x00R\vplaceGuests\x12<\n" +
-	"\rset_node_mode\x183 \x01(\v2\x16.corpus.v1.SetNodeModeH\x00R\vsetNodeModeB\x05\n" +
+	"\rset_node_mode\x183 \x01(\v2\x16.corpus.v1.SetNodeModeH\x00R\vsetNodeMode\x125\n" +
+	"\n" +
+	"user_login\x18x \x01(\v2\x14.corpus.v1.UserLoginH\x00R\tuserLoginB\x05\n" +
 	"\x03cmd\"D\n" +
 	"\x10BootstrapCluster\x120\n" +
 	"\x06config\x18\x01 \x01(\v2\x18.corpus.v1.ClusterConfigR\x06config\"=\n" +
@@ -3205,7 +3307,13 @@ const file_corpus_v1_raft_proto_rawDesc = "" +
 	"\avolumes\x18\x02 \x03(\v2\x19.corpus.v1.ObservedVolumeR\avolumes\"1\n" +
 	"\n" +
 	"CreateUser\x12#\n" +
-	"\x04user\x18\x01 \x01(\v2\x0f.corpus.v1.UserR\x04user\" \n" +
+	"\x04user\x18\x01 \x01(\v2\x0f.corpus.v1.UserR\x04user\"\x95\x01\n" +
+	"\tUserLogin\x12\x12\n" +
+	"\x04user\x18\x01 \x01(\tR\x04user\x12\x16\n" +
+	"\x06method\x18\x02 \x01(\tR\x06method\x12\x16\n" +
+	"\x06remote\x18\x03 \x01(\tR\x06remote\x12*\n" +
+	"\x05token\x18\x04 \x01(\v2\x14.corpus.v1.UserTokenR\x05token\x12\x18\n" +
+	"\arefused\x18\x05 \x01(\tR\arefused\" \n" +
 	"\n" +
 	"DeleteUser\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\"D\n" +
@@ -3300,7 +3408,7 @@ func file_corpus_v1_raft_proto_rawDescGZIP() []byte {
 	return file_corpus_v1_raft_proto_rawDescData
 }
 
-var file_corpus_v1_raft_proto_msgTypes = make([]protoimpl.MessageInfo, 42)
+var file_corpus_v1_raft_proto_msgTypes = make([]protoimpl.MessageInfo, 43)
 var file_corpus_v1_raft_proto_goTypes = []any{
 	(*Command)(nil),               // 0: corpus.v1.Command
 	(*BootstrapCluster)(nil),      // 1: corpus.v1.BootstrapCluster
@@ -3326,48 +3434,49 @@ var file_corpus_v1_raft_proto_goTypes = []any{
 	(*ObservedVolume)(nil),        // 21: corpus.v1.ObservedVolume
 	(*ReportVolumes)(nil),         // 22: corpus.v1.ReportVolumes
 	(*CreateUser)(nil),            // 23: corpus.v1.CreateUser
-	(*DeleteUser)(nil),            // 24: corpus.v1.DeleteUser
-	(*AddSshKey)(nil),             // 25: corpus.v1.AddSshKey
-	(*DeleteSshKey)(nil),          // 26: corpus.v1.DeleteSshKey
-	(*CreateProject)(nil),         // 27: corpus.v1.CreateProject
-	(*DeleteProject)(nil),         // 28: corpus.v1.DeleteProject
-	(*GrantProject)(nil),          // 29: corpus.v1.GrantProject
-	(*BeginRelease)(nil),          // 30: corpus.v1.BeginRelease
-	(*FinishRelease)(nil),         // 31: corpus.v1.FinishRelease
-	(*SetCurrentRelease)(nil),     // 32: corpus.v1.SetCurrentRelease
-	(*PruneReleases)(nil),         // 33: corpus.v1.PruneReleases
-	(*SetManifestDomains)(nil),    // 34: corpus.v1.SetManifestDomains
-	(*UpsertCoordinator)(nil),     // 35: corpus.v1.UpsertCoordinator
-	(*RemoveCoordinator)(nil),     // 36: corpus.v1.RemoveCoordinator
-	(*CreateUserToken)(nil),       // 37: corpus.v1.CreateUserToken
-	(*RevokeUserToken)(nil),       // 38: corpus.v1.RevokeUserToken
-	(*RemoveNode)(nil),            // 39: corpus.v1.RemoveNode
-	(*Snapshot)(nil),              // 40: corpus.v1.Snapshot
-	nil,                           // 41: corpus.v1.UpdateNode.LabelsEntry
-	(*timestamppb.Timestamp)(nil), // 42: google.protobuf.Timestamp
-	(*ClusterConfig)(nil),         // 43: corpus.v1.ClusterConfig
-	(*JoinToken)(nil),             // 44: corpus.v1.JoinToken
-	(*Node)(nil),                  // 45: corpus.v1.Node
-	(*Resources)(nil),             // 46: corpus.v1.Resources
-	(*DriverInfo)(nil),            // 47: corpus.v1.DriverInfo
-	(*Guest)(nil),                 // 48: corpus.v1.Guest
-	(*GuestObserved)(nil),         // 49: corpus.v1.GuestObserved
-	(*Route)(nil),                 // 50: corpus.v1.Route
-	(*DnsRecord)(nil),             // 51: corpus.v1.DnsRecord
-	(*VolumeObserved)(nil),        // 52: corpus.v1.VolumeObserved
-	(*User)(nil),                  // 53: corpus.v1.User
-	(*SshKey)(nil),                // 54: corpus.v1.SshKey
-	(*ProjectEnv)(nil),            // 55: corpus.v1.ProjectEnv
-	(*Release)(nil),               // 56: corpus.v1.Release
-	(*ReleaseStep)(nil),           // 57: corpus.v1.ReleaseStep
-	(*Coordinator)(nil),           // 58: corpus.v1.Coordinator
-	(*UserToken)(nil),             // 59: corpus.v1.UserToken
-	(*Volume)(nil),                // 60: corpus.v1.Volume
-	(*Project)(nil),               // 61: corpus.v1.Project
-	(*AuditEntry)(nil),            // 62: corpus.v1.AuditEntry
+	(*UserLogin)(nil),             // 24: corpus.v1.UserLogin
+	(*DeleteUser)(nil),            // 25: corpus.v1.DeleteUser
+	(*AddSshKey)(nil),             // 26: corpus.v1.AddSshKey
+	(*DeleteSshKey)(nil),          // 27: corpus.v1.DeleteSshKey
+	(*CreateProject)(nil),         // 28: corpus.v1.CreateProject
+	(*DeleteProject)(nil),         // 29: corpus.v1.DeleteProject
+	(*GrantProject)(nil),          // 30: corpus.v1.GrantProject
+	(*BeginRelease)(nil),          // 31: corpus.v1.BeginRelease
+	(*FinishRelease)(nil),         // 32: corpus.v1.FinishRelease
+	(*SetCurrentRelease)(nil),     // 33: corpus.v1.SetCurrentRelease
+	(*PruneReleases)(nil),         // 34: corpus.v1.PruneReleases
+	(*SetManifestDomains)(nil),    // 35: corpus.v1.SetManifestDomains
+	(*UpsertCoordinator)(nil),     // 36: corpus.v1.UpsertCoordinator
+	(*RemoveCoordinator)(nil),     // 37: corpus.v1.RemoveCoordinator
+	(*CreateUserToken)(nil),       // 38: corpus.v1.CreateUserToken
+	(*RevokeUserToken)(nil),       // 39: corpus.v1.RevokeUserToken
+	(*RemoveNode)(nil),            // 40: corpus.v1.RemoveNode
+	(*Snapshot)(nil),              // 41: corpus.v1.Snapshot
+	nil,                           // 42: corpus.v1.UpdateNode.LabelsEntry
+	(*timestamppb.Timestamp)(nil), // 43: google.protobuf.Timestamp
+	(*ClusterConfig)(nil),         // 44: corpus.v1.ClusterConfig
+	(*JoinToken)(nil),             // 45: corpus.v1.JoinToken
+	(*Node)(nil),                  // 46: corpus.v1.Node
+	(*Resources)(nil),             // 47: corpus.v1.Resources
+	(*DriverInfo)(nil),            // 48: corpus.v1.DriverInfo
+	(*Guest)(nil),                 // 49: corpus.v1.Guest
+	(*GuestObserved)(nil),         // 50: corpus.v1.GuestObserved
+	(*Route)(nil),                 // 51: corpus.v1.Route
+	(*DnsRecord)(nil),             // 52: corpus.v1.DnsRecord
+	(*VolumeObserved)(nil),        // 53: corpus.v1.VolumeObserved
+	(*User)(nil),                  // 54: corpus.v1.User
+	(*UserToken)(nil),             // 55: corpus.v1.UserToken
+	(*SshKey)(nil),                // 56: corpus.v1.SshKey
+	(*ProjectEnv)(nil),            // 57: corpus.v1.ProjectEnv
+	(*Release)(nil),               // 58: corpus.v1.Release
+	(*ReleaseStep)(nil),           // 59: corpus.v1.ReleaseStep
+	(*Coordinator)(nil),           // 60: corpus.v1.Coordinator
+	(*Volume)(nil),                // 61: corpus.v1.Volume
+	(*Project)(nil),               // 62: corpus.v1.Project
+	(*AuditEntry)(nil),            // 63: corpus.v1.AuditEntry
 }
 var file_corpus_v1_raft_proto_depIdxs = []int32{
-	42, // 0: corpus.v1.Command.now:type_name -> google.protobuf.Timestamp
+	43, // 0: corpus.v1.Command.now:type_name -> google.protobuf.Timestamp
 	1,  // 1: corpus.v1.Command.bootstrap_cluster:type_name -> corpus.v1.BootstrapCluster
 	2,  // 2: corpus.v1.Command.create_join_token:type_name -> corpus.v1.CreateJoinToken
 	3,  // 3: corpus.v1.Command.enroll_node:type_name -> corpus.v1.EnrollNode
@@ -3387,66 +3496,68 @@ var file_corpus_v1_raft_proto_depIdxs = []int32{
 	19, // 17: corpus.v1.Command.resize_volume:type_name -> corpus.v1.ResizeVolume
 	20, // 18: corpus.v1.Command.move_volume:type_name -> corpus.v1.MoveVolume
 	23, // 19: corpus.v1.Command.create_user:type_name -> corpus.v1.CreateUser
-	24, // 20: corpus.v1.Command.delete_user:type_name -> corpus.v1.DeleteUser
-	25, // 21: corpus.v1.Command.add_ssh_key:type_name -> corpus.v1.AddSshKey
-	26, // 22: corpus.v1.Command.delete_ssh_key:type_name -> corpus.v1.DeleteSshKey
-	27, // 23: corpus.v1.Command.create_project:type_name -> corpus.v1.CreateProject
-	28, // 24: corpus.v1.Command.delete_project:type_name -> corpus.v1.DeleteProject
-	29, // 25: corpus.v1.Command.grant_project:type_name -> corpus.v1.GrantProject
-	30, // 26: corpus.v1.Command.begin_release:type_name -> corpus.v1.BeginRelease
-	31, // 27: corpus.v1.Command.finish_release:type_name -> corpus.v1.FinishRelease
-	32, // 28: corpus.v1.Command.set_current_release:type_name -> corpus.v1.SetCurrentRelease
-	33, // 29: corpus.v1.Command.prune_releases:type_name -> corpus.v1.PruneReleases
-	34, // 30: corpus.v1.Command.set_manifest_domains:type_name -> corpus.v1.SetManifestDomains
-	35, // 31: corpus.v1.Command.upsert_coordinator:type_name -> corpus.v1.UpsertCoordinator
-	36, // 32: corpus.v1.Command.remove_coordinator:type_name -> corpus.v1.RemoveCoordinator
-	37, // 33: corpus.v1.Command.create_user_token:type_name -> corpus.v1.CreateUserToken
-	38, // 34: corpus.v1.Command.revoke_user_token:type_name -> corpus.v1.RevokeUserToken
-	39, // 35: corpus.v1.Command.remove_node:type_name -> corpus.v1.RemoveNode
+	25, // 20: corpus.v1.Command.delete_user:type_name -> corpus.v1.DeleteUser
+	26, // 21: corpus.v1.Command.add_ssh_key:type_name -> corpus.v1.AddSshKey
+	27, // 22: corpus.v1.Command.delete_ssh_key:type_name -> corpus.v1.DeleteSshKey
+	28, // 23: corpus.v1.Command.create_project:type_name -> corpus.v1.CreateProject
+	29, // 24: corpus.v1.Command.delete_project:type_name -> corpus.v1.DeleteProject
+	30, // 25: corpus.v1.Command.grant_project:type_name -> corpus.v1.GrantProject
+	31, // 26: corpus.v1.Command.begin_release:type_name -> corpus.v1.BeginRelease
+	32, // 27: corpus.v1.Command.finish_release:type_name -> corpus.v1.FinishRelease
+	33, // 28: corpus.v1.Command.set_current_release:type_name -> corpus.v1.SetCurrentRelease
+	34, // 29: corpus.v1.Command.prune_releases:type_name -> corpus.v1.PruneReleases
+	35, // 30: corpus.v1.Command.set_manifest_domains:type_name -> corpus.v1.SetManifestDomains
+	36, // 31: corpus.v1.Command.upsert_coordinator:type_name -> corpus.v1.UpsertCoordinator
+	37, // 32: corpus.v1.Command.remove_coordinator:type_name -> corpus.v1.RemoveCoordinator
+	38, // 33: corpus.v1.Command.create_user_token:type_name -> corpus.v1.CreateUserToken
+	39, // 34: corpus.v1.Command.revoke_user_token:type_name -> corpus.v1.RevokeUserToken
+	40, // 35: corpus.v1.Command.remove_node:type_name -> corpus.v1.RemoveNode
 	9,  // 36: corpus.v1.Command.place_guests:type_name -> corpus.v1.PlaceGuests
 	10, // 37: corpus.v1.Command.set_node_mode:type_name -> corpus.v1.SetNodeMode
-	43, // 38: corpus.v1.BootstrapCluster.config:type_name -> corpus.v1.ClusterConfig
-	44, // 39: corpus.v1.CreateJoinToken.token:type_name -> corpus.v1.JoinToken
-	45, // 40: corpus.v1.EnrollNode.node:type_name -> corpus.v1.Node
-	46, // 41: corpus.v1.UpdateNode.capacity:type_name -> corpus.v1.Resources
-	47, // 42: corpus.v1.UpdateNode.drivers:type_name -> corpus.v1.DriverInfo
-	41, // 43: corpus.v1.UpdateNode.labels:type_name -> corpus.v1.UpdateNode.LabelsEntry
-	48, // 44: corpus.v1.CreateGuest.guest:type_name -> corpus.v1.Guest
-	8,  // 45: corpus.v1.PlaceGuests.placements:type_name -> corpus.v1.PlaceGuest
-	49, // 46: corpus.v1.ObservedGuest.observed:type_name -> corpus.v1.GuestObserved
-	11, // 47: corpus.v1.ReportGuests.guests:type_name -> corpus.v1.ObservedGuest
-	50, // 48: corpus.v1.CreateRoute.route:type_name -> corpus.v1.Route
-	51, // 49: corpus.v1.AddDnsRecord.record:type_name -> corpus.v1.DnsRecord
-	52, // 50: corpus.v1.ObservedVolume.observed:type_name -> corpus.v1.VolumeObserved
-	21, // 51: corpus.v1.ReportVolumes.volumes:type_name -> corpus.v1.ObservedVolume
-	53, // 52: corpus.v1.CreateUser.user:type_name -> corpus.v1.User
-	54, // 53: corpus.v1.AddSshKey.key:type_name -> corpus.v1.SshKey
-	55, // 54: corpus.v1.CreateProject.env:type_name -> corpus.v1.ProjectEnv
-	48, // 55: corpus.v1.CreateProject.guest:type_name -> corpus.v1.Guest
-	50, // 56: corpus.v1.CreateProject.routes:type_name -> corpus.v1.Route
-	56, // 57: corpus.v1.BeginRelease.release:type_name -> corpus.v1.Release
-	57, // 58: corpus.v1.FinishRelease.steps:type_name -> corpus.v1.ReleaseStep
-	50, // 59: corpus.v1.SetManifestDomains.routes:type_name -> corpus.v1.Route
-	58, // 60: corpus.v1.UpsertCoordinator.coordinator:type_name -> corpus.v1.Coordinator
-	59, // 61: corpus.v1.CreateUserToken.token:type_name -> corpus.v1.UserToken
-	43, // 62: corpus.v1.Snapshot.config:type_name -> corpus.v1.ClusterConfig
-	45, // 63: corpus.v1.Snapshot.nodes:type_name -> corpus.v1.Node
-	48, // 64: corpus.v1.Snapshot.guests:type_name -> corpus.v1.Guest
-	44, // 65: corpus.v1.Snapshot.join_tokens:type_name -> corpus.v1.JoinToken
-	50, // 66: corpus.v1.Snapshot.routes:type_name -> corpus.v1.Route
-	51, // 67: corpus.v1.Snapshot.dns_records:type_name -> corpus.v1.DnsRecord
-	60, // 68: corpus.v1.Snapshot.volumes:type_name -> corpus.v1.Volume
-	53, // 69: corpus.v1.Snapshot.users:type_name -> corpus.v1.User
-	61, // 70: corpus.v1.Snapshot.projects:type_name -> corpus.v1.Project
-	56, // 71: corpus.v1.Snapshot.releases:type_name -> corpus.v1.Release
-	58, // 72: corpus.v1.Snapshot.coordinators:type_name -> corpus.v1.Coordinator
-	62, // 73: corpus.v1.Snapshot.audit:type_name -> corpus.v1.AuditEntry
-	59, // 74: corpus.v1.Snapshot.user_tokens:type_name -> corpus.v1.UserToken
-	75, // [75:75] is the sub-list for method output_type
-	75, // [75:75] is the sub-list for method input_type
-	75, // [75:75] is the sub-list for extension type_name
-	75, // [75:75] is the sub-list for extension extendee
-	0,  // [0:75] is the sub-list for field type_name
+	24, // 38: corpus.v1.Command.user_login:type_name -> corpus.v1.UserLogin
+	44, // 39: corpus.v1.BootstrapCluster.config:type_name -> corpus.v1.ClusterConfig
+	45, // 40: corpus.v1.CreateJoinToken.token:type_name -> corpus.v1.JoinToken
+	46, // 41: corpus.v1.EnrollNode.node:type_name -> corpus.v1.Node
+	47, // 42: corpus.v1.UpdateNode.capacity:type_name -> corpus.v1.Resources
+	48, // 43: corpus.v1.UpdateNode.drivers:type_name -> corpus.v1.DriverInfo
+	42, // 44: corpus.v1.UpdateNode.labels:type_name -> corpus.v1.UpdateNode.LabelsEntry
+	49, // 45: corpus.v1.CreateGuest.guest:type_name -> corpus.v1.Guest
+	8,  // 46: corpus.v1.PlaceGuests.placements:type_name -> corpus.v1.PlaceGuest
+	50, // 47: corpus.v1.ObservedGuest.observed:type_name -> corpus.v1.GuestObserved
+	11, // 48: corpus.v1.ReportGuests.guests:type_name -> corpus.v1.ObservedGuest
+	51, // 49: corpus.v1.CreateRoute.route:type_name -> corpus.v1.Route
+	52, // 50: corpus.v1.AddDnsRecord.record:type_name -> corpus.v1.DnsRecord
+	53, // 51: corpus.v1.ObservedVolume.observed:type_name -> corpus.v1.VolumeObserved
+	21, // 52: corpus.v1.ReportVolumes.volumes:type_name -> corpus.v1.ObservedVolume
+	54, // 53: corpus.v1.CreateUser.user:type_name -> corpus.v1.User
+	55, // 54: corpus.v1.UserLogin.token:type_name -> corpus.v1.UserToken
+	56, // 55: corpus.v1.AddSshKey.key:type_name -> corpus.v1.SshKey
+	57, // 56: corpus.v1.CreateProject.env:type_name -> corpus.v1.ProjectEnv
+	49, // 57: corpus.v1.CreateProject.guest:type_name -> corpus.v1.Guest
+	51, // 58: corpus.v1.CreateProject.routes:type_name -> corpus.v1.Route
+	58, // 59: corpus.v1.BeginRelease.release:type_name -> corpus.v1.Release
+	59, // 60: corpus.v1.FinishRelease.steps:type_name -> corpus.v1.ReleaseStep
+	51, // 61: corpus.v1.SetManifestDomains.routes:type_name -> corpus.v1.Route
+	60, // 62: corpus.v1.UpsertCoordinator.coordinator:type_name -> corpus.v1.Coordinator
+	55, // 63: corpus.v1.CreateUserToken.token:type_name -> corpus.v1.UserToken
+	44, // 64: corpus.v1.Snapshot.config:type_name -> corpus.v1.ClusterConfig
+	46, // 65: corpus.v1.Snapshot.nodes:type_name -> corpus.v1.Node
+	49, // 66: corpus.v1.Snapshot.guests:type_name -> corpus.v1.Guest
+	45, // 67: corpus.v1.Snapshot.join_tokens:type_name -> corpus.v1.JoinToken
+	51, // 68: corpus.v1.Snapshot.routes:type_name -> corpus.v1.Route
+	52, // 69: corpus.v1.Snapshot.dns_records:type_name -> corpus.v1.DnsRecord
+	61, // 70: corpus.v1.Snapshot.volumes:type_name -> corpus.v1.Volume
+	54, // 71: corpus.v1.Snapshot.users:type_name -> corpus.v1.User
+	62, // 72: corpus.v1.Snapshot.projects:type_name -> corpus.v1.Project
+	58, // 73: corpus.v1.Snapshot.releases:type_name -> corpus.v1.Release
+	60, // 74: corpus.v1.Snapshot.coordinators:type_name -> corpus.v1.Coordinator
+	63, // 75: corpus.v1.Snapshot.audit:type_name -> corpus.v1.AuditEntry
+	55, // 76: corpus.v1.Snapshot.user_tokens:type_name -> corpus.v1.UserToken
+	77, // [77:77] is the sub-list for method output_type
+	77, // [77:77] is the sub-list for method input_type
+	77, // [77:77] is the sub-list for extension type_name
+	77, // [77:77] is the sub-list for extension extendee
+	0,  // [0:77] is the sub-list for field type_name
 }
 
 func init() { file_corpus_v1_raft_proto_init() }
@@ -3493,6 +3604,7 @@ func file_corpus_v1_raft_proto_init() {
 		(*Command_RemoveNode)(nil),
 		(*Command_PlaceGuests)(nil),
 		(*Command_SetNodeMode)(nil),
+		(*Command_UserLogin)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -3500,7 +3612,7 @@ func file_corpus_v1_raft_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_corpus_v1_raft_proto_rawDesc), len(file_corpus_v1_raft_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   42,
+			NumMessages:   43,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
