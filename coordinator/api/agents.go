@@ -91,8 +91,8 @@ func validLabel(k, v string) error {
 	if err := names.Validate("label", k); err != nil {
 		return err
 	}
-	if len(v) > 63 || strings.ContainsAny(v, "\x00\n\t ") {
-		return invalidf("label %s=%q: values are up to 63 characters without spaces", k, v)
+	if !labelValueRE.MatchString(v) {
+		return invalidf("label %s=%.80q: values are up to 63 letters, digits, '-', '_' and '.', starting and ending with a letter or digit", k, v)
 	}
 	return nil
 }

@@ -46,12 +46,12 @@ var errBadLogin = errors.New("login refused: wrong user name or password (or the
 
 func (s *userService) Login(ctx context.Context, req *connect.Request[corpusv1.LoginRequest]) (*connect.Response[corpusv1.LoginResponse], error) {
 	m := req.Msg
+	if err := names.Validate("user", m.User); err != nil {
+		return nil, toConnect(err)
+	}
 	if s.b.Passwords == nil {
 		return nil, connect.NewError(connect.CodeFailedPrecondition,
 			errors.New("password login is off on this coordinator: start the coordinators with --ldap-url and --ldap-user-dn (or --ldap-base-dn), or log in with an API token (corpus login --token)"))
-	}
-	if err := names.Validate("user", m.User); err != nil {
-		return nil, toConnect(err)
 	}
 	if len(m.Password) > maxPasswordBytes {
 		return nil, toConnect(invalidf("password of %d bytes; the limit is %d", len(m.Password), maxPasswordBytes))

@@ -41,8 +41,8 @@ func (s *userService) CreateToken(ctx context.Context, req *connect.Request[corp
 	if err := selfOrOps(ctx, m.User); err != nil {
 		return nil, err
 	}
-	if len(m.Description) > 200 {
-		return nil, toConnect(invalidf("description of %d bytes; the limit is 200", len(m.Description)))
+	if err := validText("description", m.Description, 200); err != nil {
+		return nil, toConnect(err)
 	}
 	ttl := time.Duration(m.TtlSeconds) * time.Second
 	switch {
@@ -102,6 +102,9 @@ func (s *userService) ListTokens(ctx context.Context, req *connect.Request[corpu
 }
 
 func (s *userService) RevokeToken(ctx context.Context, req *connect.Request[corpusv1.RevokeTokenRequest]) (*connect.Response[corpusv1.RevokeTokenResponse], error) {
+	if err := validID("token", req.Msg.Id, "corpus user token list"); err != nil {
+		return nil, toConnect(err)
+	}
 	t := s.b.Store.Read().UserToken(req.Msg.Id)
 	if t == nil {
 		return nil, toConnect(notFound("token", req.Msg.Id, "corpus user token list"))
