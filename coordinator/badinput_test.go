@@ -329,6 +329,22 @@ func TestBadInputCatalogue(t *testing.T) {
 			_, err := s.clients("").agent.Enroll(ctx, connect.NewRequest(&corpusv1.EnrollRequest{JoinToken: joinToken, Name: "n2", Labels: map[string]string{"region": v}, Capacity: capacity(), Drivers: drivers()}))
 			return err
 		}},
+		{"Enroll.agent_address", withPort(bad(badNames, "Alice")), func(ctx context.Context, v string) error {
+			_, err := s.clients("").agent.Enroll(ctx, connect.NewRequest(&corpusv1.EnrollRequest{JoinToken: joinToken, Name: "n2", AgentAddress: v, Capacity: capacity(), Drivers: drivers()}))
+			return err
+		}},
+		{"Enroll.address", bad(badNames, "Alice"), func(ctx context.Context, v string) error {
+			_, err := s.clients("").agent.Enroll(ctx, connect.NewRequest(&corpusv1.EnrollRequest{JoinToken: joinToken, Name: "n2", Address: v, Capacity: capacity(), Drivers: drivers()}))
+			return err
+		}},
+		{"Report.agent_address", withPort(bad(badNames, "Alice")), func(ctx context.Context, v string) error {
+			_, err := node.agent.Report(ctx, connect.NewRequest(&corpusv1.ReportRequest{Capacity: capacity(), Drivers: drivers(), AgentAddress: v, AgentVersion: "test"}))
+			return err
+		}},
+		{"Report.address", bad(badNames, "Alice"), func(ctx context.Context, v string) error {
+			_, err := node.agent.Report(ctx, connect.NewRequest(&corpusv1.ReportRequest{Capacity: capacity(), Drivers: drivers(), AgentAddress: node.address, AgentVersion: "test", Address: v}))
+			return err
+		}},
 		{"BeginRelease.project", badNames, func(ctx context.Context, v string) error {
 			_, err := node.agent.BeginRelease(ctx, connect.NewRequest(&corpusv1.BeginReleaseRequest{Project: v, Env: "dev", Commit: testCommit}))
 			return err
@@ -417,7 +433,9 @@ func TestBadInputCatalogue(t *testing.T) {
 		"DeleteProject.name": "nope", "DeleteProject.env": "prod", "GrantProject.name": "web", "GrantProject.user": "alice",
 		"Rollback.project": "nope", "Rollback.env": "dev", "AddRaftPeer.id": "", "AddRaftPeer.raft_address": "",
 		"AddRaftPeer.api_address": "", "RemoveRaftPeer.id": "c9", "Enroll.name": "n2", "Enroll.labels key": "region",
-		"Enroll.labels value": "eu", "BeginRelease.project": "web", "BeginRelease.env": "dev", "BeginRelease.commit": testCommit,
+		"Enroll.labels value":  "eu",
+		"Enroll.agent_address": "10.0.0.9:7402", "Enroll.address": "n2.example.org", "Report.agent_address": "127.0.0.1:1",
+		"Report.address": "127.0.0.1", "BeginRelease.project": "web", "BeginRelease.env": "dev", "BeginRelease.commit": testCommit,
 		"BeginRelease.author": "Ann Example <ann@example.org>", "BeginRelease.subject": "fix: a typo", "FinishRelease.id": "0123456789abcdef",
 		"FinishRelease.status": "failed", "FinishRelease.failed_step": "build", "SetCurrentRelease.project": "web",
 		"SetCurrentRelease.env": "dev", "PruneReleases.project": "web", "PruneReleases.env": "dev",

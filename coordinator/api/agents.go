@@ -35,6 +35,9 @@ func (s *agentService) Enroll(ctx context.Context, req *connect.Request[corpusv1
 			return nil, toConnect(err)
 		}
 	}
+	if err := validAgentAddrs(m.AgentAddress, m.Address); err != nil {
+		return nil, toConnect(err)
+	}
 	tokID, tokSecret, ok := strings.Cut(m.JoinToken, ".")
 	if !ok || tokID == "" || tokSecret == "" {
 		return nil, connect.NewError(connect.CodePermissionDenied, state.ErrInvalidToken)
@@ -149,6 +152,9 @@ func desiredOn(view *state.Snap, nodeID string) []*corpusv1.Guest {
 func (s *agentService) Report(ctx context.Context, req *connect.Request[corpusv1.ReportRequest]) (*connect.Response[corpusv1.ReportResponse], error) {
 	p := auth.FromContext(ctx)
 	m := req.Msg
+	if err := validAgentAddrs(m.AgentAddress, m.Address); err != nil {
+		return nil, toConnect(err)
+	}
 	if s.b.Seen != nil {
 		s.b.Seen(p.NodeID)
 	}

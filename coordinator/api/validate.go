@@ -248,6 +248,23 @@ func validText(what, v string, limit int) error {
 	return nil
 }
 
+// validAgentAddrs checks what an agent says of itself: the host:port
+// coordinators dial its API at, and the node address outside traffic
+// reaches (an IP address or a DNS name). Either may be empty.
+func validAgentAddrs(agentAddr, addr string) error {
+	if agentAddr != "" {
+		if err := validHostPort(agentAddr); err != nil {
+			return invalidf("agent address %.80q: %v", agentAddr, err)
+		}
+	}
+	if addr != "" && net.ParseIP(addr) == nil {
+		if err := validDNSName("node address", addr); err != nil || strings.Contains(addr, "_") {
+			return invalidf("node address %.80q is neither an IP address nor a DNS name", addr)
+		}
+	}
+	return nil
+}
+
 // validHostPort checks a host:port a coordinator dials: the host an IP
 // address or a DNS name, the port 1-65535.
 func validHostPort(a string) error {
