@@ -44,3 +44,13 @@ func TestLoginLDAP(t *testing.T) {
 	alice.want("user token list", "ldap login from 127.0.0.1")
 	alice.wantErr("user add mallory --role ops", "may not call")
 }
+
+// TestLoginLDAPRefusesPlainHTTP: a password never goes over plain http
+// to a non-loopback address unless asked to.
+func TestLoginLDAPRefusesPlainHTTP(t *testing.T) {
+	t.Parallel()
+	c := &cliTarget{t: t, flags: []string{"--address", "192.0.2.1:7400", "--config-file", filepath.Join(t.TempDir(), "config.yaml")}}
+	if _, err := c.run("pw\n", "login", "--ldap", "alice", "--password-stdin"); err == nil || !strings.Contains(err.Error(), "refusing to send a password over plain http") {
+		t.Errorf("login --ldap to 192.0.2.1 over http = %v, want it refused before dialing", err)
+	}
+}
