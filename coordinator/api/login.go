@@ -68,38 +68,40 @@ func (s *userService) Login(ctx context.Context, req *connect.Request[corpusv1.L
 		return nil, toConnect(invalidf("ttl %ds: want 1s to %s (login tokens always expire)", m.TtlSeconds, maxTTL))
 	}
 	addr := remoteHost(req.Peer().Addr)
-	userKey, addrKey := "user:"+m.User, "addr:"+addr
+	// The attempt counts as a failure from the start, so parallel
+	// attempts cannot all slip under the limit; it is given back when it
+	// turns out not to be the caller's failure.
+	user, from := limit{"user:" + m.User, maxUserFailures}, limit{"addr:" + addr, maxAddrFailures}
 	now := time.Now()
-	if wait := max(s.limiter.wait(userKey, maxUserFailures, now), s.limiter.wait(addrKey, maxAddrFailures, now)); wait > 0 {
+	if wait := s.limiter.take(now, user, from); wait > 0 {
 		return nil, connect.NewError(connect.CodeResourceExhausted,
 			fmt.Errorf("%s for %s or from %s: try again in %s", loginLimitedHint, m.User, addr, wait.Round(time.Second)))
 	}
-	refuse := func(reason string, keys ...string) {
-		for _, k := range keys {
-			s.limiter.fail(k, now)
-		}
+	refuse := func(reason string) {
 		s.recordLogin(ctx, &corpusv1.UserLogin{User: m.User, Method: corpusv1.AuthLDAP, Remote: addr, Refused: reason + ", from " + addr})
 	}
 	u := s.b.Store.Read().User(m.User)
 	switch {
 	case u == nil:
-		refuse("no such user", userKey, addrKey)
+		refuse("no such user")
 		return nil, connect.NewError(connect.CodeUnauthenticated, errBadLogin)
 	case u.Auth != corpusv1.AuthLDAP:
-		refuse("the user does not log in with ldap", userKey, addrKey)
+		refuse("the user does not log in with ldap")
 		return nil, connect.NewError(connect.CodeUnauthenticated, errBadLogin)
 	}
 	if err := s.b.Passwords.Authenticate(ctx, m.User, m.Password); err != nil {
 		if errors.Is(err, ldapauth.ErrBadCredentials) {
-			refuse("wrong password or no directory entry", userKey, addrKey)
+			refuse("wrong password or no directory entry")
 			return nil, connect.NewError(connect.CodeUnauthenticated, errBadLogin)
 		}
-		// Not the user's fault: only the client address is counted.
-		refuse("directory unavailable", addrKey)
+		// Not the user's fault: only the client address keeps it.
+		s.limiter.giveBack(user.key, now)
+		refuse("directory unavailable")
 		s.b.Logger.Warn("ldap login", "user", m.User, "error", err)
 		return nil, connect.NewError(connect.CodeUnavailable, fmt.Errorf("the LDAP directory could not be asked (%v); try again later or ask an operator", err))
 	}
-	s.limiter.reset(userKey)
+	s.limiter.reset(user.key)
+	s.limiter.giveBack(from.key, now)
 	t, plain := newUserToken(m.User, "ldap login from "+addr)
 	t.ExpiresAt, t.Login = timestamppb.New(now.Add(ttl)), true
 	cmd := &corpusv1.Command{Actor: "user:" + m.User, Cmd: &corpusv1.Command_UserLogin{UserLogin: &corpusv1.UserLogin{
@@ -113,6 +115,9 @@ func (s *userService) Login(ctx context.Context, req *connect.Request[corpusv1.L
 // recordLogin writes a refused login to the audit log. The command is
 // ignorable: it changes nothing else, so an older replica may skip it.
 func (s *userService) recordLogin(ctx context.Context, l *corpusv1.UserLogin) {
+	// A client that hangs up does not keep its failure out of the log.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
 	cmd := &corpusv1.Command{Ignorable: true, Actor: string(auth.Anonymous), Cmd: &corpusv1.Command_UserLogin{UserLogin: l}}
 	if _, err := s.b.Propose(ctx, cmd); err != nil && !errors.Is(err, state.ErrLoginRefused) {
 		s.b.Logger.Warn("recording a refused login", "user", l.User, "error", err)
@@ -154,22 +159,35 @@ func (l *loginLimiter) recent(key string, now time.Time) []time.Time {
 	return f
 }
 
-// wait is how long key must wait before another attempt: zero while it
-// has had fewer than limit failures in the window.
-func (l *loginLimiter) wait(key string, limit int, now time.Time) time.Duration {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	f := l.recent(key, now)
-	if len(f) < limit {
-		return 0
-	}
-	return f[len(f)-limit].Add(loginWindow).Sub(now)
+// limit is a key and the failures it may have in the window.
+type limit struct {
+	key string
+	max int
 }
 
-// fail counts a failure of key at now.
-func (l *loginLimiter) fail(key string, now time.Time) {
+// take counts an attempt of every key at now, unless one of them has had
+// its most in the window: then nothing is counted and take returns how
+// long until the oldest of those leaves the window.
+func (l *loginLimiter) take(now time.Time, limits ...limit) time.Duration {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	var wait time.Duration
+	for _, lim := range limits {
+		if f := l.recent(lim.key, now); len(f) >= lim.max {
+			wait = max(wait, f[len(f)-lim.max].Add(loginWindow).Sub(now))
+		}
+	}
+	if wait > 0 {
+		return wait
+	}
+	for _, lim := range limits {
+		l.add(lim.key, now)
+	}
+	return 0
+}
+
+// add counts an attempt of key at now; call with mu.
+func (l *loginLimiter) add(key string, now time.Time) {
 	if len(l.failures) >= maxLimiterKeys {
 		for k := range l.failures {
 			l.recent(k, now)
@@ -183,9 +201,27 @@ func (l *loginLimiter) fail(key string, now time.Time) {
 			break
 		}
 	}
-	f := append(l.recent(key, now), now)
+	f := append(l.failures[key], now)
 	if len(f) > maxAddrFailures {
 		f = f[len(f)-maxAddrFailures:]
+	}
+	l.failures[key] = f
+}
+
+// giveBack uncounts the attempt of key taken at at.
+func (l *loginLimiter) giveBack(key string, at time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	f := l.failures[key]
+	for i := len(f) - 1; i >= 0; i-- {
+		if f[i].Equal(at) {
+			f = append(f[:i:i], f[i+1:]...)
+			break
+		}
+	}
+	if len(f) == 0 {
+		delete(l.failures, key)
+		return
 	}
 	l.failures[key] = f
 }
