@@ -7,8 +7,11 @@ import (
 	"io"
 	"net"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
+
+	"golang.org/x/sys/unix"
 )
 
 // The hook protocol. git-receive-pack runs the repository's pre-receive
@@ -99,7 +102,15 @@ type hookServer struct {
 	git  *gitServer
 }
 
+// newHookServer listens on the unix socket path. Only the agent's own
+// user may use it: its folder is made 0700 before the socket is bound
+// (so there is no moment when others could reach it), the socket is
+// 0600, and a connection from a process of any other user is closed
+// unanswered.
 func newHookServer(path string, git *gitServer) (*hookServer, error) {
+	if err := os.Chmod(filepath.Dir(path), 0o700); err != nil {
+		return nil, fmt.Errorf("hook socket folder: %w", err)
+	}
 	os.Remove(path) // a socket left by a previous run
 	ln, err := net.Listen("unix", path)
 	if err != nil {
@@ -110,6 +121,25 @@ func newHookServer(path string, git *gitServer) (*hookServer, error) {
 		return nil, err
 	}
 	return &hookServer{path: path, ln: ln, git: git}, nil
+}
+
+// sameUser reports whether the process at the other end of a unix
+// socket connection runs as this process's user.
+func sameUser(conn net.Conn) bool {
+	uc, ok := conn.(*net.UnixConn)
+	if !ok {
+		return false
+	}
+	raw, err := uc.SyscallConn()
+	if err != nil {
+		return false
+	}
+	var cred *unix.Ucred
+	var cerr error
+	if err := raw.Control(func(fd uintptr) { cred, cerr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED) }); err != nil || cerr != nil {
+		return false
+	}
+	return int(cred.Uid) == os.Geteuid()
 }
 
 func (h *hookServer) close() { h.ln.Close() }
@@ -144,6 +174,9 @@ func (o *hookOutput) Write(p []byte) (int, error) {
 
 func (h *hookServer) handle(conn net.Conn) {
 	defer conn.Close()
+	if !sameUser(conn) {
+		return
+	}
 	kind, raw, err := readFrame(conn, maxHookRequest)
 	if err != nil || kind != 'r' {
 		return

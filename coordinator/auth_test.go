@@ -102,6 +102,10 @@ var authCalls = map[string]func(ctx context.Context, c clients) error{
 		_, err := c.users.ListTokens(ctx, connect.NewRequest(&corpusv1.ListTokensRequest{}))
 		return err
 	},
+	corpusv1connect.UserServiceLoginProcedure: func(ctx context.Context, c clients) error {
+		_, err := c.users.Login(ctx, connect.NewRequest(&corpusv1.LoginRequest{User: "nope", Password: "nope"}))
+		return err
+	},
 	corpusv1connect.UserServiceRevokeTokenProcedure: func(ctx context.Context, c clients) error {
 		_, err := c.users.RevokeToken(ctx, connect.NewRequest(&corpusv1.RevokeTokenRequest{Id: "nope"}))
 		return err

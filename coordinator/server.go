@@ -19,6 +19,7 @@ import (
 
 	"corpus/coordinator/api"
 	"corpus/coordinator/auth"
+	"corpus/coordinator/ldapauth"
 	"corpus/coordinator/scheduler"
 	"corpus/coordinator/state"
 	"corpus/dns"
@@ -83,6 +84,12 @@ type Config struct {
 	CAKeyFile  string
 	CertTTL    time.Duration
 	Logger     *slog.Logger
+
+	// LDAP, when its URL is set, lets users created with auth "ldap" log
+	// in with their directory password (corpus login --ldap); the tokens
+	// that issues work for LoginTokenTTL.
+	LDAP          ldapauth.Config
+	LoginTokenTTL time.Duration
 }
 
 // Default returns the configuration of a one-replica coordinator.
@@ -101,6 +108,7 @@ func Default() Config {
 		NodeSubnetBits: state.DefaultNodeSubnetBits,
 		DNS:            defaultDNS(),
 		DNSZone:        dns.DefaultZone,
+		LoginTokenTTL:  api.DefaultLoginTokenTTL,
 	}
 }
 
@@ -153,6 +161,14 @@ func (c Config) Validate() error {
 	if c.CertTTL != 0 && c.CertTTL < 30*time.Second {
 		errs = append(errs, fmt.Errorf("certificate ttl %s is below the minimum of 30s", c.CertTTL))
 	}
+	if c.LDAP.Enabled() {
+		if err := c.LDAP.Validate(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if c.LoginTokenTTL < time.Minute {
+		errs = append(errs, fmt.Errorf("login token ttl %s is below the minimum of 1m", c.LoginTokenTTL))
+	}
 	if c.NodeTimeout < time.Second {
 		errs = append(errs, fmt.Errorf("node timeout %s is below the minimum of 1s", c.NodeTimeout))
 	}
@@ -199,6 +215,14 @@ func New(cfg Config) (*Server, error) {
 		cfg.Logger = slog.Default()
 	}
 	logger := cfg.Logger.With("component", "coordinator")
+	var passwords api.PasswordChecker
+	if cfg.LDAP.Enabled() {
+		dir, err := ldapauth.New(cfg.LDAP)
+		if err != nil {
+			return nil, fmt.Errorf("coordinator config: %w", err)
+		}
+		passwords = dir
+	}
 	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
 		return nil, fmt.Errorf("creating data dir: %w", err)
 	}
@@ -243,6 +267,8 @@ func New(cfg Config) (*Server, error) {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", s.healthz)
 	api.Mount(mux, &api.Backend{
+		Passwords:    passwords,
+		LoginTTL:     cfg.LoginTokenTTL,
 		Store:        s.store,
 		Propose:      s.propose,
 		ProposeLocal: r.propose,

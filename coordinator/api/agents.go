@@ -38,6 +38,9 @@ func (s *agentService) Enroll(ctx context.Context, req *connect.Request[corpusv1
 			return nil, toConnect(err)
 		}
 	}
+	if err := validAgentAddrs(m.AgentAddress, m.Address); err != nil {
+		return nil, toConnect(err)
+	}
 	// A token reads ID.SECRET.PIN; the pin (the CA's fingerprint) is for
 	// the host, which may send it along.
 	tokID, tokSecret, ok := strings.Cut(m.JoinToken, ".")
@@ -125,8 +128,8 @@ func validLabel(k, v string) error {
 	if err := names.Validate("label", k); err != nil {
 		return err
 	}
-	if len(v) > 63 || strings.ContainsAny(v, "\x00\n\t ") {
-		return invalidf("label %s=%q: values are up to 63 characters without spaces", k, v)
+	if !labelValueRE.MatchString(v) {
+		return invalidf("label %s=%.80q: values are up to 63 letters, digits, '-', '_' and '.', starting and ending with a letter or digit", k, v)
 	}
 	return nil
 }
@@ -187,6 +190,9 @@ func desiredOn(view *state.Snap, nodeID string) []*corpusv1.Guest {
 func (s *agentService) Report(ctx context.Context, req *connect.Request[corpusv1.ReportRequest]) (*connect.Response[corpusv1.ReportResponse], error) {
 	p := auth.FromContext(ctx)
 	m := req.Msg
+	if err := validAgentAddrs(m.AgentAddress, m.Address); err != nil {
+		return nil, toConnect(err)
+	}
 	if s.b.Seen != nil {
 		s.b.Seen(p.NodeID)
 	}

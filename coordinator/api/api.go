@@ -50,6 +50,12 @@ type Backend struct {
 	CA      *pki.CA
 	CertTTL time.Duration
 	Logger  *slog.Logger
+
+	// Passwords checks users' passwords for Login (nil: password login
+	// is off); LoginTTL is the lifetime, and the longest allowed, of
+	// the tokens it issues (0: DefaultLoginTokenTTL).
+	Passwords PasswordChecker
+	LoginTTL  time.Duration
 }
 
 // Policies says who may call what.
@@ -105,6 +111,7 @@ var Policies = map[string]auth.Policy{
 	corpusv1connect.UserServiceCreateTokenProcedure:         users,
 	corpusv1connect.UserServiceListTokensProcedure:          users,
 	corpusv1connect.UserServiceRevokeTokenProcedure:         users,
+	corpusv1connect.UserServiceLoginProcedure:               auth.Public,
 	corpusv1connect.ProjectServiceCreateProjectProcedure:    {auth.Operator},
 	corpusv1connect.ProjectServiceListProjectsProcedure:     {auth.Operator},
 	corpusv1connect.ProjectServiceGetProjectProcedure:       {auth.Operator},
@@ -172,7 +179,7 @@ func Mount(mux *http.ServeMux, b *Backend) {
 	mux.Handle(corpusv1connect.NewDnsServiceHandler(&dnsService{b}, opts...))
 	mux.Handle(corpusv1connect.NewVolumeServiceHandler(&volumeService{b}, opts...))
 	mux.Handle(corpusv1connect.NewAgentServiceHandler(&agentService{b}, opts...))
-	mux.Handle(corpusv1connect.NewUserServiceHandler(&userService{b}, opts...))
+	mux.Handle(corpusv1connect.NewUserServiceHandler(&userService{b: b, limiter: newLoginLimiter()}, opts...))
 	mux.Handle(corpusv1connect.NewProjectServiceHandler(&projectService{b}, opts...))
 	mux.Handle(corpusv1connect.NewAuditServiceHandler(&auditService{b}, opts...))
 }

@@ -3,9 +3,6 @@ package api
 import (
 	"context"
 	"errors"
-	"fmt"
-	"net"
-	"strconv"
 
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/proto"
@@ -143,16 +140,3 @@ func (s *clusterService) RemoveRaftPeer(ctx context.Context, req *connect.Reques
 }
 
 // validHostPort checks an address is host:port with a usable port.
-func validHostPort(a string) error {
-	host, port, err := net.SplitHostPort(a)
-	if err != nil {
-		return err
-	}
-	if host == "" {
-		return fmt.Errorf("no host")
-	}
-	if p, err := strconv.Atoi(port); err != nil || p < 1 || p > 65535 {
-		return fmt.Errorf("port %q", port)
-	}
-	return nil
-}

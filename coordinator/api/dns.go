@@ -93,6 +93,17 @@ func (s *dnsService) AddRecord(ctx context.Context, req *connect.Request[corpusv
 	if m.Name == "" || m.Data == "" {
 		return nil, toConnect(invalidf("a record needs a name and data, for example: corpus dns add www A 10.0.0.5"))
 	}
+	if err := validDNSName("record name", m.Name); err != nil {
+		return nil, toConnect(err)
+	}
+	if err := validText("record data", m.Data, 1024); err != nil {
+		return nil, toConnect(err)
+	}
+	if strings.EqualFold(strings.TrimSpace(m.Type), "CNAME") {
+		if err := validDNSName("CNAME target", m.Data); err != nil || m.Data == "@" {
+			return nil, toConnect(invalidf("CNAME target %.80q is not a DNS name", m.Data))
+		}
+	}
 	rec, err := canonical(z.Origin(), dns.Record{Name: m.Name, Type: m.Type, TTL: m.Ttl, Data: m.Data})
 	if err != nil {
 		return nil, toConnect(err)
@@ -113,6 +124,9 @@ func (s *dnsService) AddRecord(ctx context.Context, req *connect.Request[corpusv
 }
 
 func (s *dnsService) DeleteRecord(ctx context.Context, req *connect.Request[corpusv1.DeleteRecordRequest]) (*connect.Response[corpusv1.DeleteRecordResponse], error) {
+	if err := validID("dns record", req.Msg.Id, "corpus dns records"); err != nil {
+		return nil, toConnect(err)
+	}
 	r := s.b.Store.Read().DNSRecord(req.Msg.Id)
 	if r == nil {
 		return nil, toConnect(notFound("dns record", req.Msg.Id, "corpus dns records"))

@@ -104,7 +104,15 @@ func (s *ingressService) ListRoutes(ctx context.Context, _ *connect.Request[corp
 // tcp ports that exist on several nodes).
 func findRoute(view *state.Snap, domain string, port int32, guest string) (*corpusv1.Route, error) {
 	domain = strings.ToLower(strings.TrimSuffix(domain, "."))
+	if guest != "" {
+		if err := names.Validate("guest", guest); err != nil {
+			return nil, err
+		}
+	}
 	if domain != "" {
+		if err := names.ValidateDomain(domain); err != nil {
+			return nil, err
+		}
 		if r := view.RouteByDomain(domain); r != nil {
 			return r, nil
 		}

@@ -10,6 +10,7 @@ import (
 
 	"corpus/coordinator/scheduler"
 	"corpus/coordinator/state"
+	"corpus/internal/names"
 	"corpus/internal/secret"
 	corpusv1 "corpus/proto/corpus/v1"
 )
@@ -84,6 +85,9 @@ func nodeView(view *state.Snap, n *corpusv1.Node) *corpusv1.NodeView {
 
 func (s *nodeService) SetNodeMode(ctx context.Context, req *connect.Request[corpusv1.SetNodeModeRequest]) (*connect.Response[corpusv1.SetNodeModeResponse], error) {
 	m := req.Msg
+	if err := names.Validate("node", m.Name); err != nil {
+		return nil, toConnect(err)
+	}
 	n := findNode(s.b.Store.Read(), m.Name)
 	if n == nil {
 		return nil, toConnect(notFound("node", m.Name, "corpus node list"))
@@ -171,6 +175,9 @@ func drainStatus(view *state.Snap, n *corpusv1.Node) *corpusv1.DrainStatusRespon
 }
 
 func (s *nodeService) RemoveNode(ctx context.Context, req *connect.Request[corpusv1.RemoveNodeRequest]) (*connect.Response[corpusv1.RemoveNodeResponse], error) {
+	if err := names.Validate("node", req.Msg.Name); err != nil {
+		return nil, toConnect(err)
+	}
 	n := findNode(s.b.Store.Read(), req.Msg.Name)
 	if n == nil {
 		return nil, toConnect(notFound("node", req.Msg.Name, "corpus node list"))

@@ -34,7 +34,10 @@ const (
 	maxReleaseLog = 64 << 10
 )
 
-type userService struct{ b *Backend }
+type userService struct {
+	b       *Backend
+	limiter *loginLimiter
+}
 
 func (s *userService) CreateUser(ctx context.Context, req *connect.Request[corpusv1.CreateUserRequest]) (*connect.Response[corpusv1.CreateUserResponse], error) {
 	m := req.Msg
@@ -49,12 +52,15 @@ func (s *userService) CreateUser(ctx context.Context, req *connect.Request[corpu
 	default:
 		return nil, toConnect(invalidf("role %q: use ops, dev or viewer", m.Role))
 	}
-	_, err := s.b.write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_CreateUser{CreateUser: &corpusv1.CreateUser{User: &corpusv1.User{Name: m.Name, Role: m.Role}}}})
+	if m.Auth != "" && m.Auth != corpusv1.AuthLDAP {
+		return nil, toConnect(invalidf("auth %q: use ldap, or leave it empty for API tokens only", m.Auth))
+	}
+	_, err := s.b.write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_CreateUser{CreateUser: &corpusv1.CreateUser{User: &corpusv1.User{Name: m.Name, Role: m.Role, Auth: m.Auth}}}})
 	if errors.Is(err, state.ErrExists) {
-		if u := s.b.Store.Read().User(m.Name); u != nil && u.Role == m.Role {
+		if u := s.b.Store.Read().User(m.Name); u != nil && u.Role == m.Role && u.Auth == m.Auth {
 			return connect.NewResponse(&corpusv1.CreateUserResponse{User: u}), nil
 		}
-		return nil, connect.NewError(connect.CodeAlreadyExists, fmt.Errorf("user %q already exists with another role", m.Name))
+		return nil, connect.NewError(connect.CodeAlreadyExists, fmt.Errorf("user %q already exists with another role or auth", m.Name))
 	}
 	if err != nil {
 		return nil, err
@@ -138,6 +144,9 @@ func (s *userService) DeleteKey(ctx context.Context, req *connect.Request[corpus
 	if err := names.Validate("user", m.User); err != nil {
 		return nil, toConnect(err)
 	}
+	if !fingerprintRE.MatchString(m.Fingerprint) {
+		return nil, toConnect(invalidf("fingerprint %.80q: want SHA256:... as `corpus key list` shows it", m.Fingerprint))
+	}
 	if _, err := s.b.write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_DeleteSshKey{DeleteSshKey: &corpusv1.DeleteSshKey{User: m.User, Fingerprint: m.Fingerprint}}}); err != nil {
 		return nil, err
 	}
@@ -156,6 +165,18 @@ func validBranch(b string) error {
 		return invalidf("branch %q is not a valid git branch name", b)
 	}
 	return nil
+}
+
+// commitRE is a git object id, abbreviated or whole.
+var commitRE = regexp.MustCompile(`^[0-9a-f]{4,64}$`)
+
+// validRelease checks the project and environment an agent's release
+// call names.
+func validRelease(project, env string) error {
+	if err := names.Validate("project", project); err != nil {
+		return err
+	}
+	return validEnv(env)
 }
 
 func validEnv(env string) error {
@@ -365,6 +386,11 @@ func pickEnv(ctx context.Context, view *state.Snap, project, env string) (*corpu
 	if err := names.Validate("project", project); err != nil {
 		return nil, nil, toConnect(err)
 	}
+	if env != "" {
+		if err := validEnv(env); err != nil {
+			return nil, nil, toConnect(err)
+		}
+	}
 	p := view.Project(project)
 	if p == nil {
 		return nil, nil, toConnect(notFound("project", project, "corpus project list"))
@@ -547,8 +573,19 @@ func withoutLogs(rels []*corpusv1.Release) []*corpusv1.Release {
 
 func (s *agentService) BeginRelease(ctx context.Context, req *connect.Request[corpusv1.BeginReleaseRequest]) (*connect.Response[corpusv1.BeginReleaseResponse], error) {
 	m := req.Msg
+	if err := validRelease(m.Project, m.Env); err != nil {
+		return nil, toConnect(err)
+	}
+	if !commitRE.MatchString(m.Commit) {
+		return nil, toConnect(invalidf("commit %.80q: want a hex git object id", m.Commit))
+	}
 	if len(m.Subject) > 200 {
-		m.Subject = m.Subject[:200]
+		m.Subject = strings.ToValidUTF8(m.Subject[:200], "")
+	}
+	for what, v := range map[string]string{"author": m.Author, "subject": m.Subject} {
+		if err := validText(what, v, 200); err != nil {
+			return nil, toConnect(err)
+		}
 	}
 	r := &corpusv1.Release{Id: secret.Hex(8), Project: m.Project, Env: m.Env, Commit: m.Commit, Author: m.Author, Subject: m.Subject, NodeId: auth.FromContext(ctx).NodeID}
 	if _, err := s.b.write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_BeginRelease{BeginRelease: &corpusv1.BeginRelease{Release: r}}}); err != nil {
@@ -559,6 +596,15 @@ func (s *agentService) BeginRelease(ctx context.Context, req *connect.Request[co
 
 func (s *agentService) FinishRelease(ctx context.Context, req *connect.Request[corpusv1.FinishReleaseRequest]) (*connect.Response[corpusv1.FinishReleaseResponse], error) {
 	m := req.Msg
+	if err := validID("release", m.Id, "corpus release list"); err != nil {
+		return nil, toConnect(err)
+	}
+	if m.Status != corpusv1.ReleaseSucceeded && m.Status != corpusv1.ReleaseFailed {
+		return nil, toConnect(invalidf("release status %.80q: want %s or %s", m.Status, corpusv1.ReleaseSucceeded, corpusv1.ReleaseFailed))
+	}
+	if err := validText("failed step", m.FailedStep, 200); err != nil {
+		return nil, toConnect(err)
+	}
 	log := m.Log
 	if len(log) > maxReleaseLog {
 		log = "[... " + strconv.Itoa(len(log)-maxReleaseLog) + " bytes cut ...]\n" + log[len(log)-maxReleaseLog:]
@@ -573,6 +619,9 @@ func (s *agentService) FinishRelease(ctx context.Context, req *connect.Request[c
 
 func (s *agentService) SetCurrentRelease(ctx context.Context, req *connect.Request[corpusv1.SetCurrentReleaseRequest]) (*connect.Response[corpusv1.SetCurrentReleaseResponse], error) {
 	m := req.Msg
+	if err := validRelease(m.Project, m.Env); err != nil {
+		return nil, toConnect(err)
+	}
 	if _, err := s.b.write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_SetCurrentRelease{SetCurrentRelease: &corpusv1.SetCurrentRelease{
 		Project: m.Project, Env: m.Env, Number: m.Number, NodeId: auth.FromContext(ctx).NodeID,
 	}}}); err != nil {
@@ -583,6 +632,9 @@ func (s *agentService) SetCurrentRelease(ctx context.Context, req *connect.Reque
 
 func (s *agentService) PruneReleases(ctx context.Context, req *connect.Request[corpusv1.PruneReleasesRequest]) (*connect.Response[corpusv1.PruneReleasesResponse], error) {
 	m := req.Msg
+	if err := validRelease(m.Project, m.Env); err != nil {
+		return nil, toConnect(err)
+	}
 	if _, err := s.b.write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_PruneReleases{PruneReleases: &corpusv1.PruneReleases{
 		Project: m.Project, Env: m.Env, Numbers: m.Numbers, NodeId: auth.FromContext(ctx).NodeID,
 	}}}); err != nil {

@@ -41,8 +41,8 @@ func (s *userService) CreateToken(ctx context.Context, req *connect.Request[corp
 	if err := selfOrOps(ctx, m.User); err != nil {
 		return nil, err
 	}
-	if len(m.Description) > 200 {
-		return nil, toConnect(invalidf("description of %d bytes; the limit is 200", len(m.Description)))
+	if err := validText("description", m.Description, 200); err != nil {
+		return nil, toConnect(err)
 	}
 	ttl := time.Duration(m.TtlSeconds) * time.Second
 	switch {
@@ -56,17 +56,29 @@ func (s *userService) CreateToken(ctx context.Context, req *connect.Request[corp
 	if s.b.Store.Read().User(m.User) == nil {
 		return nil, toConnect(notFound("user", m.User, "corpus user list"))
 	}
-	id, sec := secret.Hex(8), secret.Hex(24)
-	t := &corpusv1.UserToken{Id: id, User: m.User, SecretHash: secret.Hash(sec), Description: m.Description}
+	t, plain := newUserToken(m.User, m.Description)
 	if ttl > 0 {
 		t.ExpiresAt = timestamppb.New(time.Now().Add(ttl))
 	}
 	if _, err := s.b.write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_CreateUserToken{CreateUserToken: &corpusv1.CreateUserToken{Token: t}}}); err != nil {
 		return nil, err
 	}
+	return connect.NewResponse(&corpusv1.CreateTokenResponse{Token: plain, Info: s.tokenInfo(t.Id)}), nil
+}
+
+// newUserToken makes a token of user with a fresh id and secret; plain
+// is the credential (cusr_ID_SECRET), shown once.
+func newUserToken(user, description string) (t *corpusv1.UserToken, plain string) {
+	id, sec := secret.Hex(8), secret.Hex(24)
+	t = &corpusv1.UserToken{Id: id, User: user, SecretHash: secret.Hash(sec), Description: description}
+	return t, auth.UserTokenPrefix + id + "_" + sec
+}
+
+// tokenInfo is the stored token id without its hash.
+func (s *userService) tokenInfo(id string) *corpusv1.UserToken {
 	info := proto.Clone(s.b.Store.Read().UserToken(id)).(*corpusv1.UserToken)
 	info.SecretHash = ""
-	return connect.NewResponse(&corpusv1.CreateTokenResponse{Token: auth.UserTokenPrefix + id + "_" + sec, Info: info}), nil
+	return info
 }
 
 func (s *userService) ListTokens(ctx context.Context, req *connect.Request[corpusv1.ListTokensRequest]) (*connect.Response[corpusv1.ListTokensResponse], error) {
@@ -90,6 +102,9 @@ func (s *userService) ListTokens(ctx context.Context, req *connect.Request[corpu
 }
 
 func (s *userService) RevokeToken(ctx context.Context, req *connect.Request[corpusv1.RevokeTokenRequest]) (*connect.Response[corpusv1.RevokeTokenResponse], error) {
+	if err := validID("token", req.Msg.Id, "corpus user token list"); err != nil {
+		return nil, toConnect(err)
+	}
 	t := s.b.Store.Read().UserToken(req.Msg.Id)
 	if t == nil {
 		return nil, toConnect(notFound("token", req.Msg.Id, "corpus user token list"))

@@ -2,7 +2,10 @@ package api
 
 import (
 	"fmt"
+	"net"
 	"path"
+	"regexp"
+	"strconv"
 	"strings"
 	"unicode"
 
@@ -21,6 +24,8 @@ const (
 	minMemoryBytes = 16 << 20
 	minCPUMillis   = 10
 	maxEnvVars     = 128
+	// maxEnvNameBytes bounds an environment variable's name.
+	maxEnvNameBytes = 255
 )
 
 func notFound(kind, name, hint string) error {
@@ -38,10 +43,8 @@ func normalizeSpec(spec *corpusv1.GuestSpec) error {
 	if spec.Image == "" {
 		return invalidf("an image is required (for example --image busybox)")
 	}
-	if len(spec.Image) > 255 || strings.IndexFunc(spec.Image, func(r rune) bool {
-		return unicode.IsSpace(r) || unicode.IsControl(r)
-	}) >= 0 {
-		return invalidf("image %q is not a valid image name", spec.Image)
+	if err := validImage(spec.Image); err != nil {
+		return err
 	}
 	if spec.Resources == nil {
 		spec.Resources = &corpusv1.Resources{}
@@ -77,8 +80,8 @@ func normalizeSpec(spec *corpusv1.GuestSpec) error {
 		return invalidf("%d environment variables; the limit is %d", len(spec.Env), maxEnvVars)
 	}
 	for k, v := range spec.Env {
-		if !names.EnvVar(k) {
-			return invalidf("environment variable name %q must match [A-Za-z_][A-Za-z0-9_]*", k)
+		if !names.EnvVar(k) || len(k) > maxEnvNameBytes {
+			return invalidf("environment variable name %.80q must match [A-Za-z_][A-Za-z0-9_]* and be at most %d bytes", k, maxEnvNameBytes)
 		}
 		if strings.ContainsAny(v, "\x00\n") {
 			return invalidf("environment variable %s has a NUL or newline in its value", k)
@@ -151,8 +154,134 @@ func normalizeVolume(spec *corpusv1.GuestSpec) error {
 	if v.Path == "" {
 		v.Path = state.DefaultVolumePath
 	}
-	if !path.IsAbs(v.Path) || path.Clean(v.Path) != v.Path || v.Path == "/" || strings.ContainsAny(v.Path, " \t\n\x00") {
-		return invalidf("volume path %q must be a clean absolute path inside the guest, not /, without spaces", v.Path)
+	if !path.IsAbs(v.Path) || path.Clean(v.Path) != v.Path || v.Path == "/" || len(v.Path) > maxPathBytes || !pathRE.MatchString(v.Path) {
+		return invalidf("volume path %.80q must be a clean absolute path inside the guest, not /, of letters, digits and . _ - / (at most %d bytes)", v.Path, maxPathBytes)
+	}
+	return nil
+}
+
+// maxPathBytes bounds a path inside a guest.
+const maxPathBytes = 255
+
+// pathRE is what corpus accepts in a path inside a guest: no shell or
+// LXC-config metacharacters, no spaces.
+var pathRE = regexp.MustCompile(`^[A-Za-z0-9._/-]+$`)
+
+// imageComponentRE is one '/'-separated part of an image name: a
+// registry host:port, a repository, a name:tag or name@digest.
+var imageComponentRE = regexp.MustCompile(`^[A-Za-z0-9]([A-Za-z0-9._:@+-]*[A-Za-z0-9])?$`)
+
+// validImage checks an image name ("busybox", "debian/bookworm",
+// "registry.example.org:5000/team/app:1.2", "app@sha256:..."): ASCII
+// parts that start and end with a letter or digit, no "..", at most 255
+// bytes.
+func validImage(image string) error {
+	if len(image) > 255 {
+		return invalidf("image name of %d bytes; the limit is 255", len(image))
+	}
+	for _, part := range strings.Split(image, "/") {
+		if !imageComponentRE.MatchString(part) || strings.Contains(part, "..") {
+			return invalidf("image %q is not a valid image name (like busybox, debian/bookworm or registry:5000/app:1.2)", image)
+		}
+	}
+	return nil
+}
+
+// labelValueRE is a label value: up to 63 letters, digits, '-', '_' and
+// '.', starting and ending with a letter or digit (Kubernetes' rule).
+var labelValueRE = regexp.MustCompile(`^[A-Za-z0-9]([A-Za-z0-9._-]{0,61}[A-Za-z0-9])?$`)
+
+// idRE is a generated object id (tokens, records, releases): hex.
+var idRE = regexp.MustCompile(`^[0-9a-f]{1,64}$`)
+
+// validID checks the id of an object of kind; hint is the command that
+// lists them.
+func validID(kind, id, hint string) error {
+	if !idRE.MatchString(id) {
+		return invalidf("%s id %.80q: ids are lowercase hex (list them with `%s`)", kind, id, hint)
+	}
+	return nil
+}
+
+// nodeRef checks what names a node: its name or its id.
+func nodeRef(ref string) error {
+	if names.Validate("node", ref) == nil || idRE.MatchString(ref) {
+		return nil
+	}
+	return invalidf("node %.80q: give a node's name or id (list them with `corpus node list`)", ref)
+}
+
+// fingerprintRE is an SSH key's SHA256 fingerprint.
+var fingerprintRE = regexp.MustCompile(`^SHA256:[A-Za-z0-9+/]{43}$`)
+
+// dnsLabelRE is one label of a record name or target: letters, digits,
+// '-' and '_' (SRV and ACME names), not starting or ending with '-'.
+var dnsLabelRE = regexp.MustCompile(`^[A-Za-z0-9_]([A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?$`)
+
+// validDNSName checks a record's name, relative to the zone or absolute
+// (a final dot), or a target name ("@" is the zone's apex).
+func validDNSName(what, name string) error {
+	if name == "@" {
+		return nil
+	}
+	n := strings.TrimSuffix(name, ".")
+	if n == "" || len(n) > 253 {
+		return invalidf("%s %.80q is not a DNS name", what, name)
+	}
+	for _, l := range strings.Split(n, ".") {
+		if !dnsLabelRE.MatchString(l) {
+			return invalidf("%s %.80q has an invalid label %.80q: use letters, digits, '-' and '_'", what, name, l)
+		}
+	}
+	return nil
+}
+
+// validText checks a one-line free-text field: no control characters,
+// at most limit bytes.
+func validText(what, v string, limit int) error {
+	if len(v) > limit {
+		return invalidf("%s of %d bytes; the limit is %d", what, len(v), limit)
+	}
+	if strings.ContainsFunc(v, unicode.IsControl) {
+		return invalidf("%s %.80q has a control character (a newline, NUL or escape)", what, v)
+	}
+	return nil
+}
+
+// validAgentAddrs checks what an agent says of itself: the host:port
+// coordinators dial its API at, and the node address outside traffic
+// reaches (an IP address or a DNS name). Either may be empty.
+func validAgentAddrs(agentAddr, addr string) error {
+	if agentAddr != "" {
+		if err := validHostPort(agentAddr); err != nil {
+			return invalidf("agent address %.80q: %v", agentAddr, err)
+		}
+	}
+	if addr != "" && net.ParseIP(addr) == nil {
+		if err := validDNSName("node address", addr); err != nil || strings.Contains(addr, "_") {
+			return invalidf("node address %.80q is neither an IP address nor a DNS name", addr)
+		}
+	}
+	return nil
+}
+
+// validHostPort checks a host:port a coordinator dials: the host an IP
+// address or a DNS name, the port 1-65535.
+func validHostPort(a string) error {
+	host, port, err := net.SplitHostPort(a)
+	if err != nil {
+		return err
+	}
+	if host == "" {
+		return fmt.Errorf("no host")
+	}
+	if net.ParseIP(host) == nil {
+		if err := validDNSName("host", host); err != nil || strings.Contains(host, "_") {
+			return fmt.Errorf("host %q is neither an IP address nor a DNS name", host)
+		}
+	}
+	if p, err := strconv.Atoi(port); err != nil || p < 1 || p > 65535 {
+		return fmt.Errorf("port %q", port)
 	}
 	return nil
 }

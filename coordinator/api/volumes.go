@@ -100,6 +100,9 @@ func (s *volumeService) MoveVolume(ctx context.Context, req *connect.Request[cor
 	if err := names.Validate("volume", m.Name); err != nil {
 		return toConnect(err)
 	}
+	if err := nodeRef(m.ToNode); err != nil {
+		return toConnect(err)
+	}
 	view := s.b.Store.Read()
 	v := view.Volume(m.Name)
 	if v == nil {

@@ -12,4 +12,7 @@ var (
 	ErrNotBootstrap  = errors.New("cluster is not bootstrapped")
 	ErrInvalid       = errors.New("invalid command")
 	ErrBadTransition = errors.New("invalid state transition")
+	// ErrLoginRefused is the result of a UserLogin that records a failed
+	// password login.
+	ErrLoginRefused = errors.New("login refused")
 )

@@ -178,6 +178,8 @@ func (a *applier) apply(cmd *corpusv1.Command) error {
 		return a.placeGuests(c.PlaceGuests)
 	case *corpusv1.Command_SetNodeMode:
 		return a.setNodeMode(c.SetNodeMode)
+	case *corpusv1.Command_UserLogin:
+		return a.userLogin(c.UserLogin)
 	default:
 		panic(fmt.Sprintf("state: command %T has no apply function", c))
 	}
@@ -484,7 +486,12 @@ func (a *applier) event(g *corpusv1.Guest, typ, msg string) {
 // Snapshot captures the state for Raft. The read transaction is a
 // point-in-time view, so Apply can go on while Persist writes.
 func (f *FSM) Snapshot() (raft.FSMSnapshot, error) {
-	v := f.store.Read()
+	return &fsmSnapshot{snap: f.store.Read().Dump()}, nil
+}
+
+// Dump is the whole state as of v, as a snapshot holds it. The messages
+// are the store's own: callers must not change them.
+func (v *Snap) Dump() *corpusv1.Snapshot {
 	snap := &corpusv1.Snapshot{
 		Version: CommandVersion,
 		Config:  v.Config(),
@@ -502,7 +509,7 @@ func (f *FSM) Snapshot() (raft.FSMSnapshot, error) {
 	snap.Coordinators = v.Coordinators()
 	snap.Audit = v.Audit()
 	snap.UserTokens = v.UserTokens("")
-	return &fsmSnapshot{snap: snap}, nil
+	return snap
 }
 
 // Restore replaces the whole state with a snapshot.

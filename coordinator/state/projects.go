@@ -38,6 +38,9 @@ func (a *applier) createUser(c *corpusv1.CreateUser) error {
 	if u == nil || u.Name == "" || !validRole(u.Role) {
 		return fmt.Errorf("user without name or with role %q (want ops, dev or viewer): %w", u.GetRole(), ErrInvalid)
 	}
+	if u.Auth != "" && u.Auth != corpusv1.AuthLDAP {
+		return fmt.Errorf("user %s with auth %q (want none or ldap): %w", u.Name, u.Auth, ErrInvalid)
+	}
 	if a.get(tableUsers, "id", u.Name) != nil {
 		return fmt.Errorf("user %s: %w", u.Name, ErrExists)
 	}

@@ -33,14 +33,52 @@ func (a *applier) createUserToken(c *corpusv1.CreateUserToken) error {
 	return nil
 }
 
+// userLogin issues the token of an accepted password login, or records a
+// refused one (nothing changes but the audit log).
+func (a *applier) userLogin(c *corpusv1.UserLogin) error {
+	if c.Token == nil {
+		return fmt.Errorf("%w: %s", ErrLoginRefused, c.Refused)
+	}
+	if c.Token.User != c.User {
+		return fmt.Errorf("login of %s with a token of %s: %w", c.User, c.Token.User, ErrInvalid)
+	}
+	if _, err := a.user(c.User); err != nil {
+		return err
+	}
+	tokens := a.view().UserTokens(c.User)
+	kept := len(tokens)
+	for _, t := range tokens {
+		if t.ExpiresAt != nil && !a.now.AsTime().Before(t.ExpiresAt.AsTime()) {
+			a.deleteToken(t)
+			kept--
+		}
+	}
+	for _, t := range tokens {
+		if kept < maxTokensPerUser {
+			break
+		}
+		if t.Login && (t.ExpiresAt == nil || a.now.AsTime().Before(t.ExpiresAt.AsTime())) {
+			a.deleteToken(t)
+			kept--
+		}
+	}
+	t := proto.Clone(c.Token).(*corpusv1.UserToken)
+	t.Login = true
+	return a.createUserToken(&corpusv1.CreateUserToken{Token: t})
+}
+
+func (a *applier) deleteToken(t *corpusv1.UserToken) {
+	if err := a.txn.Delete(tableUserTokens, t); err != nil {
+		panic(fmt.Sprintf("state: deleting token: %v", err))
+	}
+}
+
 func (a *applier) revokeUserToken(c *corpusv1.RevokeUserToken) error {
 	raw := a.get(tableUserTokens, "id", c.Id)
 	if raw == nil {
 		return fmt.Errorf("token %s: %w", c.Id, ErrNotFound)
 	}
-	if err := a.txn.Delete(tableUserTokens, raw); err != nil {
-		panic(fmt.Sprintf("state: deleting token: %v", err))
-	}
+	a.deleteToken(raw.(*corpusv1.UserToken))
 	return nil
 }
 

@@ -28,21 +28,25 @@ import (
 // cliTarget is a coordinator running in this process and the flags that
 // point the CLI at it as the operator.
 type cliTarget struct {
-	t     *testing.T
-	addr  string
-	ops   *clients
-	ca    []byte // the cluster CA (PEM)
-	flags []string
+	t      *testing.T
+	addr   string
+	ops    *clients
+	ca     []byte // the cluster CA (PEM)
+	caFile string
+	flags  []string
 }
 
 // startCoordinator runs a one-replica coordinator with dynamic ports (DNS
 // off) until the test ends, and waits until it serves.
-func startCoordinator(t *testing.T) *cliTarget {
+func startCoordinator(t *testing.T, opts ...func(*coordinator.Config)) *cliTarget {
 	t.Helper()
 	cfg := coordinator.Default()
 	cfg.DataDir = t.TempDir()
 	cfg.APIAddr, cfg.RaftAddr, cfg.DNS.Addr, cfg.GossipAddr = "127.0.0.1:0", "127.0.0.1:0", "", "127.0.0.1:0"
 	cfg.Logger = slog.New(slog.DiscardHandler)
+	for _, o := range opts {
+		o(&cfg)
+	}
 	srv, err := coordinator.New(cfg)
 	if err != nil {
 		t.Fatalf("coordinator.New() = %v", err)
@@ -65,7 +69,7 @@ func startCoordinator(t *testing.T) *cliTarget {
 	if err := waitReady(ctx, c); err != nil {
 		t.Fatal(err)
 	}
-	return &cliTarget{t: t, addr: srv.APIAddr(), ops: c, ca: srv.CACert(),
+	return &cliTarget{t: t, addr: srv.APIAddr(), ops: c, ca: srv.CACert(), caFile: caFile,
 		flags: []string{"--address", srv.APIAddr(), "--token", srv.OpsToken(), "--ca-cert", caFile, "--config-file", filepath.Join(t.TempDir(), "config.yaml")}}
 }
 

@@ -11,6 +11,7 @@ import (
 
 	"corpus/agent"
 	"corpus/coordinator"
+	"corpus/coordinator/ldapauth"
 )
 
 func newCoordinatorCmd(g *globals) *cobra.Command {
@@ -63,8 +64,24 @@ func newCoordinatorCmd(g *globals) *cobra.Command {
 	f.StringVar(&cfg.CAKeyFile, "cluster-ca-key", "", "the cluster CA's private key (with --cluster-ca)")
 	f.DurationVar(&cfg.CertTTL, "cert-ttl", coordinator.DefaultCertTTL, "lifetime of the certificates the CA issues to replicas and nodes (renewed after two thirds)")
 	addDNSFlags(f, &cfg)
+	addLDAPFlags(f, &cfg)
 	logs.add(f)
 	return cmd
+}
+
+// addLDAPFlags adds the flags of password login against a directory.
+func addLDAPFlags(f *pflag.FlagSet, cfg *coordinator.Config) {
+	l := &cfg.LDAP
+	f.StringVar(&l.URL, "ldap-url", "", "LDAP directory users log in against, ldap://HOST:PORT or ldaps://HOST:PORT (empty: password login off)")
+	f.StringVar(&l.UserDN, "ldap-user-dn", "", "bind DN of a user, %s for the user name, e.g. uid=%s,ou=people,dc=example,dc=org")
+	f.StringVar(&l.BaseDN, "ldap-base-dn", "", "search users under this DN instead of --ldap-user-dn (search then bind)")
+	f.StringVar(&l.UserFilter, "ldap-user-filter", "(uid=%s)", "filter finding a user under --ldap-base-dn, %s for the user name")
+	f.StringVar(&l.BindDN, "ldap-bind-dn", "", "DN of the account that searches (with --ldap-base-dn)")
+	f.StringVar(&l.BindPasswordFile, "ldap-bind-password-file", "", "file holding the search account's password")
+	f.BoolVar(&l.StartTLS, "ldap-starttls", false, "upgrade an ldap:// connection with StartTLS before sending passwords")
+	f.StringVar(&l.CAFile, "ldap-ca-file", "", "PEM CA certificates of the directory's TLS certificate (default: the system's)")
+	f.DurationVar(&l.Timeout, "ldap-timeout", ldapauth.DefaultTimeout, "bound on dialing and each LDAP operation")
+	f.DurationVar(&cfg.LoginTokenTTL, "login-token-ttl", cfg.LoginTokenTTL, "lifetime of the tokens a password login issues (also the longest a client may ask for)")
 }
 
 func newAgentCmd(g *globals) *cobra.Command {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"os"
@@ -144,25 +145,13 @@ func runDev(ctx context.Context, g *globals, o devOptions, logger *slog.Logger) 
 		aerr <- ag.Run(actx)
 	}()
 
-	fmt.Fprintf(g.stderr, `
-corpus dev is running (state in %s)
-  coordinator API   https://%s   (raft %s, mutual TLS)
-  agent API         https://%s   node %q
-  proxy (ingress)   %s
-  dns               %s   (zone %s; dig @HOST -p PORT web.guest.%s)
-  operator token    %s   (also in %s)
-  cluster CA        %s
-  CLI environment   %q in %s
-
-Try:
-  corpus node list
-  corpus guest create web --image busybox --memory 256M --cpus 1
-  corpus guest exec web -- uname -a
-  corpus guest list
-
-Ctrl-C stops the cluster; guests keep running unless --cleanup is given.
-`, o.stateDir, addr, o.raftAddr, ag.APIAddr(), o.name, dash(ag.ProxyAddr()), dash(srv.DNSAddr()), ccfg.DNSZone, ccfg.DNSZone, srv.OpsToken(), filepath.Join(ccfg.DataDir, coordinator.OpsTokenFile),
-		filepath.Join(ccfg.DataDir, coordinator.TLSDir, coordinator.CACertFile), o.envName, g.configPath)
+	devBanner{
+		StateDir: o.stateDir, API: addr, Raft: o.raftAddr, AgentAPI: ag.APIAddr(), Node: o.name,
+		Proxy: dash(ag.ProxyAddr()), DNS: dash(srv.DNSAddr()), Zone: ccfg.DNSZone,
+		OpsToken: srv.OpsToken(), OpsTokenFile: filepath.Join(ccfg.DataDir, coordinator.OpsTokenFile),
+		CA:  filepath.Join(ccfg.DataDir, coordinator.TLSDir, coordinator.CACertFile),
+		Env: o.envName, ConfigPath: g.configPath,
+	}.write(g.stderr)
 
 	select {
 	case <-ctx.Done():
@@ -282,4 +271,33 @@ func deleteNodeVolumes(ctx context.Context, c *clients, node string, g *globals)
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
+}
+
+// devBanner is what `corpus dev` prints once its cluster runs, the
+// operator token included.
+type devBanner struct {
+	StateDir, API, Raft, AgentAPI, Node, Proxy, DNS, Zone string
+	OpsToken, OpsTokenFile, CA, Env, ConfigPath           string
+}
+
+func (b devBanner) write(w io.Writer) {
+	fmt.Fprintf(w, `
+corpus dev is running (state in %s)
+  coordinator API   https://%s   (raft %s, mutual TLS)
+  agent API         https://%s   node %q
+  proxy (ingress)   %s
+  dns               %s   (zone %s; dig @HOST -p PORT web.guest.%s)
+  operator token    %s
+                    (also in %s)
+  cluster CA        %s
+  CLI environment   %q in %s
+
+Try:
+  corpus node list
+  corpus guest create web --image busybox --memory 256M --cpus 1
+  corpus guest exec web -- uname -a
+  corpus guest list
+
+Ctrl-C stops the cluster; guests keep running unless --cleanup is given.
+`, b.StateDir, b.API, b.Raft, b.AgentAPI, b.Node, b.Proxy, b.DNS, b.Zone, b.Zone, b.OpsToken, b.OpsTokenFile, b.CA, b.Env, b.ConfigPath)
 }

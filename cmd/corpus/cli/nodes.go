@@ -96,7 +96,7 @@ func newNodeShowCmd(g *globals, use string) *cobra.Command {
 				fmt.Fprintf(w, "Agent:\t%s (version %s)\n", n.AgentAddress, n.AgentVersion)
 				fmt.Fprintf(w, "Enrolled:\t%s\n", n.EnrolledAt.AsTime().Local().Format(time.RFC3339))
 				if n.CertSerial != "" {
-					fmt.Fprintf(w, "Certificate:\tserial %s, expires %s (renewed by the agent)\n", n.CertSerial, n.CertExpiresAt.AsTime().Local().Format(time.RFC3339))
+					fmt.Fprintf(w, "Cert:\tserial %s, expires %s\n", n.CertSerial, n.CertExpiresAt.AsTime().Local().Format(time.RFC3339))
 				}
 				fmt.Fprintf(w, "Guests:\t%d\n", v.Guests)
 				fmt.Fprintf(w, "Memory:\t%s allocated of %s\n", formatSize(v.Allocated.GetMemoryBytes()), formatSize(n.Capacity.GetMemoryBytes()))

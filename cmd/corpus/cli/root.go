@@ -195,6 +195,12 @@ func (g *globals) clients() (*clients, error) {
 	if err != nil {
 		return nil, err
 	}
+	return newClients(e)
+}
+
+// newClients returns clients of the API an environment names, trusting
+// its CA and presenting its token ("" for none).
+func newClients(e Environment) (*clients, error) {
 	tc, err := trust(e)
 	if err != nil {
 		return nil, err

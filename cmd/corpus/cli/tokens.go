@@ -3,13 +3,16 @@ package cli
 import (
 	"context"
 	"fmt"
+	"io"
 	"net"
+	"os"
 	"strings"
 	"text/tabwriter"
 	"time"
 
 	"connectrpc.com/connect"
 	"github.com/spf13/cobra"
+	"golang.org/x/term"
 
 	"corpus/internal/names"
 	corpusv1 "corpus/proto/corpus/v1"
@@ -83,45 +86,64 @@ func newUserTokenCmd(g *globals) *cobra.Command {
 	return cmd
 }
 
-// newLoginCmd checks a token against a coordinator and stores both as an
+// newLoginCmd checks a token against a coordinator, or logs in with a
+// directory password for one, and stores the address and token as an
 // environment of the CLI config.
 func newLoginCmd(g *globals) *cobra.Command {
-	var name string
+	var (
+		name, ldapUser string
+		passwordStdin  bool
+		ttl            time.Duration
+	)
 	cmd := &cobra.Command{
-		Use:   "login --token TOKEN [--address HOST:PORT] [--ca-cert FILE] [--as NAME]",
-		Short: "Check an API token and store it (with the address) as a CLI environment",
+		Use:   "login (--token TOKEN | --ldap USER [--password-stdin]) [--address HOST:PORT] [--ca-cert FILE] [--as NAME]",
+		Short: "Store an API token (given, or issued for your LDAP password) with the address and CA as a CLI environment",
 		Example: `  corpus login --address 10.0.0.1:7400 --ca-cert ca.crt --token cusr_... --as prod
-  corpus login --token cusr_...          # the current environment's address`,
+  corpus login --token cusr_...          # the current environment's address and CA
+  corpus login --address 10.0.0.1:7400 --ca-cert ca.crt --ldap alice --as dev   # asks for the password
+  pass show ldap/alice | corpus login --ldap alice --password-stdin`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if g.token == "" {
-				return fmt.Errorf("--token is required (an operator issues one with `corpus user token create USER`)")
+			if ldapUser != "" && cmd.Flags().Changed("token") {
+				return fmt.Errorf("give --token or --ldap, not both")
+			}
+			if ldapUser == "" && g.token == "" {
+				return fmt.Errorf("--token or --ldap is required (an operator issues tokens with `corpus user token create USER`, or adds LDAP users with `corpus user add NAME --auth ldap`)")
 			}
 			e, err := g.endpoint()
 			if err != nil {
 				return err
 			}
 			addr := e.Address
-			if _, _, err := net.SplitHostPort(strings.TrimPrefix(strings.TrimPrefix(addr, "http://"), "https://")); err != nil {
+			if _, _, err := net.SplitHostPort(strings.TrimPrefix(addr, "https://")); err != nil {
 				return fmt.Errorf("address %q: want host:port", addr)
 			}
-			if name == "" {
-				cfg, err := loadClientConfig(g.configPath)
+			if name, err = loginEnvName(g, name); err != nil {
+				return err
+			}
+			token := g.token
+			if ldapUser != "" {
+				// The password only ever travels over TLS to a
+				// coordinator of the environment's CA.
+				if strings.HasPrefix(addr, "http://") {
+					return fmt.Errorf("refusing to send a password to %s: the API speaks TLS, give host:port", addr)
+				}
+				pw, err := readPassword(cmd, ldapUser, passwordStdin)
 				if err != nil {
 					return err
 				}
-				name = g.env
-				if name == "" {
-					name = cfg.Current
+				anon, err := newClients(Environment{Address: addr, CACert: e.CACert})
+				if err != nil {
+					return err
 				}
-				if name == "" {
-					name = "default"
+				res, err := anon.users.Login(cmd.Context(), connect.NewRequest(&corpusv1.LoginRequest{
+					User: ldapUser, Password: pw, TtlSeconds: int64(ttl / time.Second)}))
+				if err != nil {
+					return fmt.Errorf("logging in as %s at %s: %w", ldapUser, addr, err)
 				}
+				token = res.Msg.Token
 			}
-			if err := names.Validate("environment", name); err != nil {
-				return err
-			}
-			c, err := g.clients()
+			c, err := newClients(Environment{Address: addr, Token: token, CACert: e.CACert})
 			if err != nil {
 				return err
 			}
@@ -129,13 +151,69 @@ func newLoginCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return fmt.Errorf("checking the token at %s: %w", addr, err)
 			}
-			if err := saveEnvironment(g.configPath, name, &Environment{Address: addr, Token: g.token, CACert: e.CACert}, true); err != nil {
+			if err := saveEnvironment(g.configPath, name, &Environment{Address: addr, Token: token, CACert: e.CACert}, true); err != nil {
 				return err
 			}
 			fmt.Fprintf(g.stdout, "logged in to cluster %s as %s; environment %s saved in %s and made current\n", st.Msg.ClusterId, st.Msg.Who, name, g.configPath)
 			return nil
 		},
 	}
-	cmd.Flags().StringVar(&name, "as", "", "environment name to save it under (default: the current one)")
+	f := cmd.Flags()
+	f.StringVar(&name, "as", "", "environment name to save it under (default: the current one)")
+	f.StringVar(&ldapUser, "ldap", "", "log in as this user with their LDAP password (asked for, or read from stdin with --password-stdin)")
+	f.BoolVar(&passwordStdin, "password-stdin", false, "read the password from the first line of stdin")
+	f.DurationVar(&ttl, "ttl", 0, "how long the issued token works (default and most: the coordinator's --login-token-ttl)")
 	return cmd
+}
+
+// loginEnvName is the environment a login is saved under: --as, else
+// --env, else the current one, else "default".
+func loginEnvName(g *globals, name string) (string, error) {
+	if name == "" {
+		cfg, err := loadClientConfig(g.configPath)
+		if err != nil {
+			return "", err
+		}
+		name = g.env
+		if name == "" {
+			name = cfg.Current
+		}
+		if name == "" {
+			name = "default"
+		}
+	}
+	return name, names.Validate("environment", name)
+}
+
+// maxPasswordLine bounds what --password-stdin reads.
+const maxPasswordLine = 4 << 10
+
+// readPassword reads user's password: the first line of stdin with
+// --password-stdin, else from the terminal without echo.
+func readPassword(cmd *cobra.Command, user string, fromStdin bool) (string, error) {
+	var pw string
+	if fromStdin {
+		b, err := io.ReadAll(io.LimitReader(cmd.InOrStdin(), maxPasswordLine))
+		if err != nil {
+			return "", fmt.Errorf("reading the password from stdin: %w", err)
+		}
+		pw, _, _ = strings.Cut(string(b), "\n")
+		pw = strings.TrimSuffix(pw, "\r")
+	} else {
+		fd := int(os.Stdin.Fd())
+		if !term.IsTerminal(fd) {
+			return "", fmt.Errorf("stdin is not a terminal: pass the password on stdin with --password-stdin")
+		}
+		fmt.Fprintf(cmd.ErrOrStderr(), "LDAP password for %s: ", user)
+		b, err := term.ReadPassword(fd)
+		fmt.Fprintln(cmd.ErrOrStderr())
+		if err != nil {
+			return "", fmt.Errorf("reading the password: %w", err)
+		}
+		pw = string(b)
+	}
+	if pw == "" {
+		return "", fmt.Errorf("the password is empty")
+	}
+	return pw, nil
 }

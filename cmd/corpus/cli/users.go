@@ -16,38 +16,43 @@ import (
 
 func newUserCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{Use: "user", Short: "Add, list and delete the people who use the cluster (operators only)"}
-	var role string
+	var role, authMethod string
 	add := &cobra.Command{
-		Use:   "add NAME [--role dev|ops|viewer]",
+		Use:   "add NAME [--role dev|ops|viewer] [--auth ldap]",
 		Short: "Add a user; give them SSH keys with `corpus key add` and projects with `corpus project grant`",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return call(g, cmd.Context(), func(ctx context.Context, c *clients) (*connect.Response[corpusv1.CreateUserResponse], error) {
-				return c.users.CreateUser(ctx, connect.NewRequest(&corpusv1.CreateUserRequest{Name: args[0], Role: role}))
+				return c.users.CreateUser(ctx, connect.NewRequest(&corpusv1.CreateUserRequest{Name: args[0], Role: role, Auth: authMethod}))
 			}, func(msg *corpusv1.CreateUserResponse) error {
 				verb := "added"
 				if !msg.Created {
 					verb = "already exists (same role), unchanged"
 				}
-				fmt.Fprintf(g.stdout, "user %s (%s) %s\n", msg.User.GetName(), msg.User.GetRole(), verb)
+				how := ""
+				if msg.User.GetAuth() != "" {
+					how = ", logs in with " + msg.User.GetAuth()
+				}
+				fmt.Fprintf(g.stdout, "user %s (%s%s) %s\n", msg.User.GetName(), msg.User.GetRole(), how, verb)
 				return nil
 			})
 		},
 	}
 	add.Flags().StringVar(&role, "role", corpusv1.RoleDev, "dev (deploys granted projects), ops (everything) or viewer (reads granted projects)")
+	add.Flags().StringVar(&authMethod, "auth", "", "ldap: the user may also log in with their directory password (corpus login --ldap NAME)")
 	list := &cobra.Command{
 		Use:     "list",
 		Aliases: []string{"ls"},
-		Short:   "List users: role, number of SSH keys, when added",
+		Short:   "List users: role, number of SSH keys, when added, password login (ldap or -)",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return call(g, cmd.Context(), func(ctx context.Context, c *clients) (*connect.Response[corpusv1.ListUsersResponse], error) {
 				return c.users.ListUsers(ctx, connect.NewRequest(&corpusv1.ListUsersRequest{}))
 			}, func(msg *corpusv1.ListUsersResponse) error {
 				w := tabwriter.NewWriter(g.stdout, 0, 4, 2, ' ', 0)
-				fmt.Fprintln(w, "NAME\tROLE\tKEYS\tCREATED")
+				fmt.Fprintln(w, "NAME\tROLE\tKEYS\tCREATED\tLOGIN")
 				for _, u := range msg.Users {
-					fmt.Fprintf(w, "%s\t%s\t%d\t%s\n", u.Name, u.Role, len(u.Keys), localTime(u.CreatedAt))
+					fmt.Fprintf(w, "%s\t%s\t%d\t%s\t%s\n", u.Name, u.Role, len(u.Keys), localTime(u.CreatedAt), dash(u.Auth))
 				}
 				return w.Flush()
 			})

@@ -5304,6 +5304,121 @@ func (x *ImportVolumeResponse) GetBytes() int64 {
 	return 0
 }
 
+type LoginRequest struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	User     string                 `protobuf:"bytes,1,opt,name=user,proto3" json:"user,omitempty"`
+	Password string                 `protobuf:"bytes,2,opt,name=password,proto3" json:"password,omitempty"`
+	// ttl_seconds is how long the token works; 0 means the coordinator's
+	// login token lifetime, which is also the most allowed.
+	TtlSeconds    int64 `protobuf:"varint,3,opt,name=ttl_seconds,json=ttlSeconds,proto3" json:"ttl_seconds,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LoginRequest) Reset() {
+	*x = LoginRequest{}
+	mi := &file_corpus_v1_api_proto_msgTypes[92]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LoginRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LoginRequest) ProtoMessage() {}
+
+func (x *LoginRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_api_proto_msgTypes[92]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LoginRequest.ProtoReflect.Descriptor instead.
+func (*LoginRequest) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{92}
+}
+
+func (x *LoginRequest) GetUser() string {
+	if x != nil {
+		return x.User
+	}
+	return ""
+}
+
+func (x *LoginRequest) GetPassword() string {
+	if x != nil {
+		return x.Password
+	}
+	return ""
+}
+
+func (x *LoginRequest) GetTtlSeconds() int64 {
+	if x != nil {
+		return x.TtlSeconds
+	}
+	return 0
+}
+
+type LoginResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// token is shown once; only its hash is stored.
+	Token         string     `protobuf:"bytes,1,opt,name=token,proto3" json:"token,omitempty"`
+	Info          *UserToken `protobuf:"bytes,2,opt,name=info,proto3" json:"info,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LoginResponse) Reset() {
+	*x = LoginResponse{}
+	mi := &file_corpus_v1_api_proto_msgTypes[93]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LoginResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LoginResponse) ProtoMessage() {}
+
+func (x *LoginResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_api_proto_msgTypes[93]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LoginResponse.ProtoReflect.Descriptor instead.
+func (*LoginResponse) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{93}
+}
+
+func (x *LoginResponse) GetToken() string {
+	if x != nil {
+		return x.Token
+	}
+	return ""
+}
+
+func (x *LoginResponse) GetInfo() *UserToken {
+	if x != nil {
+		return x.Info
+	}
+	return nil
+}
+
 type CreateTokenRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	User  string                 `protobuf:"bytes,1,opt,name=user,proto3" json:"user,omitempty"`
@@ -5317,7 +5432,7 @@ type CreateTokenRequest struct {
 
 func (x *CreateTokenRequest) Reset() {
 	*x = CreateTokenRequest{}
-	mi := &file_corpus_v1_api_proto_msgTypes[92]
+	mi := &file_corpus_v1_api_proto_msgTypes[94]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5329,7 +5444,7 @@ func (x *CreateTokenRequest) String() string {
 func (*CreateTokenRequest) ProtoMessage() {}
 
 func (x *CreateTokenRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[92]
+	mi := &file_corpus_v1_api_proto_msgTypes[94]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5342,7 +5457,7 @@ func (x *CreateTokenRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateTokenRequest.ProtoReflect.Descriptor instead.
 func (*CreateTokenRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{92}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{94}
 }
 
 func (x *CreateTokenRequest) GetUser() string {
@@ -5377,7 +5492,7 @@ type CreateTokenResponse struct {
 
 func (x *CreateTokenResponse) Reset() {
 	*x = CreateTokenResponse{}
-	mi := &file_corpus_v1_api_proto_msgTypes[93]
+	mi := &file_corpus_v1_api_proto_msgTypes[95]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5389,7 +5504,7 @@ func (x *CreateTokenResponse) String() string {
 func (*CreateTokenResponse) ProtoMessage() {}
 
 func (x *CreateTokenResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[93]
+	mi := &file_corpus_v1_api_proto_msgTypes[95]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5402,7 +5517,7 @@ func (x *CreateTokenResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateTokenResponse.ProtoReflect.Descriptor instead.
 func (*CreateTokenResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{93}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{95}
 }
 
 func (x *CreateTokenResponse) GetToken() string {
@@ -5428,7 +5543,7 @@ type ListTokensRequest struct {
 
 func (x *ListTokensRequest) Reset() {
 	*x = ListTokensRequest{}
-	mi := &file_corpus_v1_api_proto_msgTypes[94]
+	mi := &file_corpus_v1_api_proto_msgTypes[96]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5440,7 +5555,7 @@ func (x *ListTokensRequest) String() string {
 func (*ListTokensRequest) ProtoMessage() {}
 
 func (x *ListTokensRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[94]
+	mi := &file_corpus_v1_api_proto_msgTypes[96]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5453,7 +5568,7 @@ func (x *ListTokensRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTokensRequest.ProtoReflect.Descriptor instead.
 func (*ListTokensRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{94}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{96}
 }
 
 func (x *ListTokensRequest) GetUser() string {
@@ -5472,7 +5587,7 @@ type ListTokensResponse struct {
 
 func (x *ListTokensResponse) Reset() {
 	*x = ListTokensResponse{}
-	mi := &file_corpus_v1_api_proto_msgTypes[95]
+	mi := &file_corpus_v1_api_proto_msgTypes[97]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5484,7 +5599,7 @@ func (x *ListTokensResponse) String() string {
 func (*ListTokensResponse) ProtoMessage() {}
 
 func (x *ListTokensResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[95]
+	mi := &file_corpus_v1_api_proto_msgTypes[97]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5497,7 +5612,7 @@ func (x *ListTokensResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTokensResponse.ProtoReflect.Descriptor instead.
 func (*ListTokensResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{95}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{97}
 }
 
 func (x *ListTokensResponse) GetTokens() []*UserToken {
@@ -5516,7 +5631,7 @@ type RevokeTokenRequest struct {
 
 func (x *RevokeTokenRequest) Reset() {
 	*x = RevokeTokenRequest{}
-	mi := &file_corpus_v1_api_proto_msgTypes[96]
+	mi := &file_corpus_v1_api_proto_msgTypes[98]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5528,7 +5643,7 @@ func (x *RevokeTokenRequest) String() string {
 func (*RevokeTokenRequest) ProtoMessage() {}
 
 func (x *RevokeTokenRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[96]
+	mi := &file_corpus_v1_api_proto_msgTypes[98]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5541,7 +5656,7 @@ func (x *RevokeTokenRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeTokenRequest.ProtoReflect.Descriptor instead.
 func (*RevokeTokenRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{96}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{98}
 }
 
 func (x *RevokeTokenRequest) GetId() string {
@@ -5559,7 +5674,7 @@ type RevokeTokenResponse struct {
 
 func (x *RevokeTokenResponse) Reset() {
 	*x = RevokeTokenResponse{}
-	mi := &file_corpus_v1_api_proto_msgTypes[97]
+	mi := &file_corpus_v1_api_proto_msgTypes[99]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5571,7 +5686,7 @@ func (x *RevokeTokenResponse) String() string {
 func (*RevokeTokenResponse) ProtoMessage() {}
 
 func (x *RevokeTokenResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[97]
+	mi := &file_corpus_v1_api_proto_msgTypes[99]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5584,20 +5699,22 @@ func (x *RevokeTokenResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeTokenResponse.ProtoReflect.Descriptor instead.
 func (*RevokeTokenResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{97}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{99}
 }
 
 type CreateUserRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
-	Role          string                 `protobuf:"bytes,2,opt,name=role,proto3" json:"role,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Role  string                 `protobuf:"bytes,2,opt,name=role,proto3" json:"role,omitempty"`
+	// auth: "" (API tokens only) or "ldap" (corpus login --ldap too).
+	Auth          string `protobuf:"bytes,120,opt,name=auth,proto3" json:"auth,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *CreateUserRequest) Reset() {
 	*x = CreateUserRequest{}
-	mi := &file_corpus_v1_api_proto_msgTypes[98]
+	mi := &file_corpus_v1_api_proto_msgTypes[100]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5609,7 +5726,7 @@ func (x *CreateUserRequest) String() string {
 func (*CreateUserRequest) ProtoMessage() {}
 
 func (x *CreateUserRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[98]
+	mi := &file_corpus_v1_api_proto_msgTypes[100]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5622,7 +5739,7 @@ func (x *CreateUserRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateUserRequest.ProtoReflect.Descriptor instead.
 func (*CreateUserRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{98}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{100}
 }
 
 func (x *CreateUserRequest) GetName() string {
@@ -5639,6 +5756,13 @@ func (x *CreateUserRequest) GetRole() string {
 	return ""
 }
 
+func (x *CreateUserRequest) GetAuth() string {
+	if x != nil {
+		return x.Auth
+	}
+	return ""
+}
+
 type CreateUserResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	User          *User                  `protobuf:"bytes,1,opt,name=user,proto3" json:"user,omitempty"`
@@ -5649,7 +5773,7 @@ type CreateUserResponse struct {
 
 func (x *CreateUserResponse) Reset() {
 	*x = CreateUserResponse{}
-	mi := &file_corpus_v1_api_proto_msgTypes[99]
+	mi := &file_corpus_v1_api_proto_msgTypes[101]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5661,7 +5785,7 @@ func (x *CreateUserResponse) String() string {
 func (*CreateUserResponse) ProtoMessage() {}
 
 func (x *CreateUserResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[99]
+	mi := &file_corpus_v1_api_proto_msgTypes[101]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5674,7 +5798,7 @@ func (x *CreateUserResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateUserResponse.ProtoReflect.Descriptor instead.
 func (*CreateUserResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{99}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{101}
 }
 
 func (x *CreateUserResponse) GetUser() *User {
@@ -5699,7 +5823,7 @@ type ListUsersRequest struct {
 
 func (x *ListUsersRequest) Reset() {
 	*x = ListUsersRequest{}
-	mi := &file_corpus_v1_api_proto_msgTypes[100]
+	mi := &file_corpus_v1_api_proto_msgTypes[102]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5711,7 +5835,7 @@ func (x *ListUsersRequest) String() string {
 func (*ListUsersRequest) ProtoMessage() {}
 
 func (x *ListUsersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[100]
+	mi := &file_corpus_v1_api_proto_msgTypes[102]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5724,7 +5848,7 @@ func (x *ListUsersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListUsersRequest.ProtoReflect.Descriptor instead.
 func (*ListUsersRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{100}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{102}
 }
 
 type ListUsersResponse struct {
@@ -5736,7 +5860,7 @@ type ListUsersResponse struct {
 
 func (x *ListUsersResponse) Reset() {
 	*x = ListUsersResponse{}
-	mi := &file_corpus_v1_api_proto_msgTypes[101]
+	mi := &file_corpus_v1_api_proto_msgTypes[103]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5748,7 +5872,7 @@ func (x *ListUsersResponse) String() string {
 func (*ListUsersResponse) ProtoMessage() {}
 
 func (x *ListUsersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[101]
+	mi := &file_corpus_v1_api_proto_msgTypes[103]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5761,7 +5885,7 @@ func (x *ListUsersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListUsersResponse.ProtoReflect.Descriptor instead.
 func (*ListUsersResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{101}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{103}
 }
 
 func (x *ListUsersResponse) GetUsers() []*User {
@@ -5780,7 +5904,7 @@ type DeleteUserRequest struct {
 
 func (x *DeleteUserRequest) Reset() {
 	*x = DeleteUserRequest{}
-	mi := &file_corpus_v1_api_proto_msgTypes[102]
+	mi := &file_corpus_v1_api_proto_msgTypes[104]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5792,7 +5916,7 @@ func (x *DeleteUserRequest) String() string {
 func (*DeleteUserRequest) ProtoMessage() {}
 
 func (x *DeleteUserRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[102]
+	mi := &file_corpus_v1_api_proto_msgTypes[104]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5805,7 +5929,7 @@ func (x *DeleteUserRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteUserRequest.ProtoReflect.Descriptor instead.
 func (*DeleteUserRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{102}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{104}
 }
 
 func (x *DeleteUserRequest) GetName() string {
@@ -5824,7 +5948,7 @@ type DeleteUserResponse struct {
 
 func (x *DeleteUserResponse) Reset() {
 	*x = DeleteUserResponse{}
-	mi := &file_corpus_v1_api_proto_msgTypes[103]
+	mi := &file_corpus_v1_api_proto_msgTypes[105]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5836,7 +5960,7 @@ func (x *DeleteUserResponse) String() string {
 func (*DeleteUserResponse) ProtoMessage() {}
 
 func (x *DeleteUserResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[103]
+	mi := &file_corpus_v1_api_proto_msgTypes[105]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5849,7 +5973,7 @@ func (x *DeleteUserResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteUserResponse.ProtoReflect.Descriptor instead.
 func (*DeleteUserResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{103}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{105}
 }
 
 func (x *DeleteUserResponse) GetUser() *User {
@@ -5870,7 +5994,7 @@ type AddKeyRequest struct {
 
 func (x *AddKeyRequest) Reset() {
 	*x = AddKeyRequest{}
-	mi := &file_corpus_v1_api_proto_msgTypes[104]
+	mi := &file_corpus_v1_api_proto_msgTypes[106]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5882,7 +6006,7 @@ func (x *AddKeyRequest) String() string {
 func (*AddKeyRequest) ProtoMessage() {}
 
 func (x *AddKeyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[104]
+	mi := &file_corpus_v1_api_proto_msgTypes[106]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5895,7 +6019,7 @@ func (x *AddKeyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddKeyRequest.ProtoReflect.Descriptor instead.
 func (*AddKeyRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{104}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{106}
 }
 
 func (x *AddKeyRequest) GetUser() string {
@@ -5922,7 +6046,7 @@ type AddKeyResponse struct {
 
 func (x *AddKeyResponse) Reset() {
 	*x = AddKeyResponse{}
-	mi := &file_corpus_v1_api_proto_msgTypes[105]
+	mi := &file_corpus_v1_api_proto_msgTypes[107]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5934,7 +6058,7 @@ func (x *AddKeyResponse) String() string {
 func (*AddKeyResponse) ProtoMessage() {}
 
 func (x *AddKeyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[105]
+	mi := &file_corpus_v1_api_proto_msgTypes[107]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5947,7 +6071,7 @@ func (x *AddKeyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddKeyResponse.ProtoReflect.Descriptor instead.
 func (*AddKeyResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{105}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{107}
 }
 
 func (x *AddKeyResponse) GetKey() *SshKey {
@@ -5975,7 +6099,7 @@ type DeleteKeyRequest struct {
 
 func (x *DeleteKeyRequest) Reset() {
 	*x = DeleteKeyRequest{}
-	mi := &file_corpus_v1_api_proto_msgTypes[106]
+	mi := &file_corpus_v1_api_proto_msgTypes[108]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5987,7 +6111,7 @@ func (x *DeleteKeyRequest) String() string {
 func (*DeleteKeyRequest) ProtoMessage() {}
 
 func (x *DeleteKeyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[106]
+	mi := &file_corpus_v1_api_proto_msgTypes[108]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6000,7 +6124,7 @@ func (x *DeleteKeyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteKeyRequest.ProtoReflect.Descriptor instead.
 func (*DeleteKeyRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{106}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{108}
 }
 
 func (x *DeleteKeyRequest) GetUser() string {
@@ -6025,7 +6149,7 @@ type DeleteKeyResponse struct {
 
 func (x *DeleteKeyResponse) Reset() {
 	*x = DeleteKeyResponse{}
-	mi := &file_corpus_v1_api_proto_msgTypes[107]
+	mi := &file_corpus_v1_api_proto_msgTypes[109]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6037,7 +6161,7 @@ func (x *DeleteKeyResponse) String() string {
 func (*DeleteKeyResponse) ProtoMessage() {}
 
 func (x *DeleteKeyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[107]
+	mi := &file_corpus_v1_api_proto_msgTypes[109]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6050,7 +6174,7 @@ func (x *DeleteKeyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteKeyResponse.ProtoReflect.Descriptor instead.
 func (*DeleteKeyResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{107}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{109}
 }
 
 type CreateProjectRequest struct {
@@ -6073,7 +6197,7 @@ type CreateProjectRequest struct {
 
 func (x *CreateProjectRequest) Reset() {
 	*x = CreateProjectRequest{}
-	mi := &file_corpus_v1_api_proto_msgTypes[108]
+	mi := &file_corpus_v1_api_proto_msgTypes[110]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6085,7 +6209,7 @@ func (x *CreateProjectRequest) String() string {
 func (*CreateProjectRequest) ProtoMessage() {}
 
 func (x *CreateProjectRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[108]
+	mi := &file_corpus_v1_api_proto_msgTypes[110]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6098,7 +6222,7 @@ func (x *CreateProjectRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateProjectRequest.ProtoReflect.Descriptor instead.
 func (*CreateProjectRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{108}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{110}
 }
 
 func (x *CreateProjectRequest) GetName() string {
@@ -6176,7 +6300,7 @@ type CreateProjectResponse struct {
 
 func (x *CreateProjectResponse) Reset() {
 	*x = CreateProjectResponse{}
-	mi := &file_corpus_v1_api_proto_msgTypes[109]
+	mi := &file_corpus_v1_api_proto_msgTypes[111]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6188,7 +6312,7 @@ func (x *CreateProjectResponse) String() string {
 func (*CreateProjectResponse) ProtoMessage() {}
 
 func (x *CreateProjectResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[109]
+	mi := &file_corpus_v1_api_proto_msgTypes[111]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6201,7 +6325,7 @@ func (x *CreateProjectResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateProjectResponse.ProtoReflect.Descriptor instead.
 func (*CreateProjectResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{109}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{111}
 }
 
 func (x *CreateProjectResponse) GetProject() *Project {
@@ -6233,7 +6357,7 @@ type ListProjectsRequest struct {
 
 func (x *ListProjectsRequest) Reset() {
 	*x = ListProjectsRequest{}
-	mi := &file_corpus_v1_api_proto_msgTypes[110]
+	mi := &file_corpus_v1_api_proto_msgTypes[112]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6245,7 +6369,7 @@ func (x *ListProjectsRequest) String() string {
 func (*ListProjectsRequest) ProtoMessage() {}
 
 func (x *ListProjectsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[110]
+	mi := &file_corpus_v1_api_proto_msgTypes[112]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6258,7 +6382,7 @@ func (x *ListProjectsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListProjectsRequest.ProtoReflect.Descriptor instead.
 func (*ListProjectsRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{110}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{112}
 }
 
 type ListProjectsResponse struct {
@@ -6270,7 +6394,7 @@ type ListProjectsResponse struct {
 
 func (x *ListProjectsResponse) Reset() {
 	*x = ListProjectsResponse{}
-	mi := &file_corpus_v1_api_proto_msgTypes[111]
+	mi := &file_corpus_v1_api_proto_msgTypes[113]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6282,7 +6406,7 @@ func (x *ListProjectsResponse) String() string {
 func (*ListProjectsResponse) ProtoMessage() {}
 
 func (x *ListProjectsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[111]
+	mi := &file_corpus_v1_api_proto_msgTypes[113]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6295,7 +6419,7 @@ func (x *ListProjectsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListProjectsResponse.ProtoReflect.Descriptor instead.
 func (*ListProjectsResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{111}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{113}
 }
 
 func (x *ListProjectsResponse) GetProjects() []*ProjectView {
@@ -6316,7 +6440,7 @@ type ProjectView struct {
 
 func (x *ProjectView) Reset() {
 	*x = ProjectView{}
-	mi := &file_corpus_v1_api_proto_msgTypes[112]
+	mi := &file_corpus_v1_api_proto_msgTypes[114]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6328,7 +6452,7 @@ func (x *ProjectView) String() string {
 func (*ProjectView) ProtoMessage() {}
 
 func (x *ProjectView) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[112]
+	mi := &file_corpus_v1_api_proto_msgTypes[114]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6341,7 +6465,7 @@ func (x *ProjectView) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProjectView.ProtoReflect.Descriptor instead.
 func (*ProjectView) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{112}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{114}
 }
 
 func (x *ProjectView) GetProject() *Project {
@@ -6374,7 +6498,7 @@ type ProjectEnvView struct {
 
 func (x *ProjectEnvView) Reset() {
 	*x = ProjectEnvView{}
-	mi := &file_corpus_v1_api_proto_msgTypes[113]
+	mi := &file_corpus_v1_api_proto_msgTypes[115]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6386,7 +6510,7 @@ func (x *ProjectEnvView) String() string {
 func (*ProjectEnvView) ProtoMessage() {}
 
 func (x *ProjectEnvView) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[113]
+	mi := &file_corpus_v1_api_proto_msgTypes[115]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6399,7 +6523,7 @@ func (x *ProjectEnvView) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProjectEnvView.ProtoReflect.Descriptor instead.
 func (*ProjectEnvView) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{113}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{115}
 }
 
 func (x *ProjectEnvView) GetName() string {
@@ -6463,7 +6587,7 @@ type GetProjectRequest struct {
 
 func (x *GetProjectRequest) Reset() {
 	*x = GetProjectRequest{}
-	mi := &file_corpus_v1_api_proto_msgTypes[114]
+	mi := &file_corpus_v1_api_proto_msgTypes[116]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6475,7 +6599,7 @@ func (x *GetProjectRequest) String() string {
 func (*GetProjectRequest) ProtoMessage() {}
 
 func (x *GetProjectRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[114]
+	mi := &file_corpus_v1_api_proto_msgTypes[116]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6488,7 +6612,7 @@ func (x *GetProjectRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetProjectRequest.ProtoReflect.Descriptor instead.
 func (*GetProjectRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{114}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{116}
 }
 
 func (x *GetProjectRequest) GetName() string {
@@ -6522,7 +6646,7 @@ type GetProjectResponse struct {
 
 func (x *GetProjectResponse) Reset() {
 	*x = GetProjectResponse{}
-	mi := &file_corpus_v1_api_proto_msgTypes[115]
+	mi := &file_corpus_v1_api_proto_msgTypes[117]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6534,7 +6658,7 @@ func (x *GetProjectResponse) String() string {
 func (*GetProjectResponse) ProtoMessage() {}
 
 func (x *GetProjectResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[115]
+	mi := &file_corpus_v1_api_proto_msgTypes[117]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6547,7 +6671,7 @@ func (x *GetProjectResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetProjectResponse.ProtoReflect.Descriptor instead.
 func (*GetProjectResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{115}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{117}
 }
 
 func (x *GetProjectResponse) GetProject() *ProjectView {
@@ -6574,7 +6698,7 @@ type DeleteProjectRequest struct {
 
 func (x *DeleteProjectRequest) Reset() {
 	*x = DeleteProjectRequest{}
-	mi := &file_corpus_v1_api_proto_msgTypes[116]
+	mi := &file_corpus_v1_api_proto_msgTypes[118]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6586,7 +6710,7 @@ func (x *DeleteProjectRequest) String() string {
 func (*DeleteProjectRequest) ProtoMessage() {}
 
 func (x *DeleteProjectRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[116]
+	mi := &file_corpus_v1_api_proto_msgTypes[118]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6599,7 +6723,7 @@ func (x *DeleteProjectRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteProjectRequest.ProtoReflect.Descriptor instead.
 func (*DeleteProjectRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{116}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{118}
 }
 
 func (x *DeleteProjectRequest) GetName() string {
@@ -6624,7 +6748,7 @@ type DeleteProjectResponse struct {
 
 func (x *DeleteProjectResponse) Reset() {
 	*x = DeleteProjectResponse{}
-	mi := &file_corpus_v1_api_proto_msgTypes[117]
+	mi := &file_corpus_v1_api_proto_msgTypes[119]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6636,7 +6760,7 @@ func (x *DeleteProjectResponse) String() string {
 func (*DeleteProjectResponse) ProtoMessage() {}
 
 func (x *DeleteProjectResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[117]
+	mi := &file_corpus_v1_api_proto_msgTypes[119]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6649,7 +6773,7 @@ func (x *DeleteProjectResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteProjectResponse.ProtoReflect.Descriptor instead.
 func (*DeleteProjectResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{117}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{119}
 }
 
 type GrantProjectRequest struct {
@@ -6663,7 +6787,7 @@ type GrantProjectRequest struct {
 
 func (x *GrantProjectRequest) Reset() {
 	*x = GrantProjectRequest{}
-	mi := &file_corpus_v1_api_proto_msgTypes[118]
+	mi := &file_corpus_v1_api_proto_msgTypes[120]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6675,7 +6799,7 @@ func (x *GrantProjectRequest) String() string {
 func (*GrantProjectRequest) ProtoMessage() {}
 
 func (x *GrantProjectRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[118]
+	mi := &file_corpus_v1_api_proto_msgTypes[120]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6688,7 +6812,7 @@ func (x *GrantProjectRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GrantProjectRequest.ProtoReflect.Descriptor instead.
 func (*GrantProjectRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{118}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{120}
 }
 
 func (x *GrantProjectRequest) GetName() string {
@@ -6721,7 +6845,7 @@ type GrantProjectResponse struct {
 
 func (x *GrantProjectResponse) Reset() {
 	*x = GrantProjectResponse{}
-	mi := &file_corpus_v1_api_proto_msgTypes[119]
+	mi := &file_corpus_v1_api_proto_msgTypes[121]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6733,7 +6857,7 @@ func (x *GrantProjectResponse) String() string {
 func (*GrantProjectResponse) ProtoMessage() {}
 
 func (x *GrantProjectResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[119]
+	mi := &file_corpus_v1_api_proto_msgTypes[121]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6746,7 +6870,7 @@ func (x *GrantProjectResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GrantProjectResponse.ProtoReflect.Descriptor instead.
 func (*GrantProjectResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{119}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{121}
 }
 
 func (x *GrantProjectResponse) GetProject() *Project {
@@ -6766,7 +6890,7 @@ type ListReleasesRequest struct {
 
 func (x *ListReleasesRequest) Reset() {
 	*x = ListReleasesRequest{}
-	mi := &file_corpus_v1_api_proto_msgTypes[120]
+	mi := &file_corpus_v1_api_proto_msgTypes[122]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6778,7 +6902,7 @@ func (x *ListReleasesRequest) String() string {
 func (*ListReleasesRequest) ProtoMessage() {}
 
 func (x *ListReleasesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[120]
+	mi := &file_corpus_v1_api_proto_msgTypes[122]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6791,7 +6915,7 @@ func (x *ListReleasesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListReleasesRequest.ProtoReflect.Descriptor instead.
 func (*ListReleasesRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{120}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{122}
 }
 
 func (x *ListReleasesRequest) GetProject() string {
@@ -6820,7 +6944,7 @@ type ListReleasesResponse struct {
 
 func (x *ListReleasesResponse) Reset() {
 	*x = ListReleasesResponse{}
-	mi := &file_corpus_v1_api_proto_msgTypes[121]
+	mi := &file_corpus_v1_api_proto_msgTypes[123]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6832,7 +6956,7 @@ func (x *ListReleasesResponse) String() string {
 func (*ListReleasesResponse) ProtoMessage() {}
 
 func (x *ListReleasesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[121]
+	mi := &file_corpus_v1_api_proto_msgTypes[123]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6845,7 +6969,7 @@ func (x *ListReleasesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListReleasesResponse.ProtoReflect.Descriptor instead.
 func (*ListReleasesResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{121}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{123}
 }
 
 func (x *ListReleasesResponse) GetReleases() []*Release {
@@ -6881,7 +7005,7 @@ type GetReleaseRequest struct {
 
 func (x *GetReleaseRequest) Reset() {
 	*x = GetReleaseRequest{}
-	mi := &file_corpus_v1_api_proto_msgTypes[122]
+	mi := &file_corpus_v1_api_proto_msgTypes[124]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6893,7 +7017,7 @@ func (x *GetReleaseRequest) String() string {
 func (*GetReleaseRequest) ProtoMessage() {}
 
 func (x *GetReleaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[122]
+	mi := &file_corpus_v1_api_proto_msgTypes[124]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6906,7 +7030,7 @@ func (x *GetReleaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetReleaseRequest.ProtoReflect.Descriptor instead.
 func (*GetReleaseRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{122}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{124}
 }
 
 func (x *GetReleaseRequest) GetProject() string {
@@ -6940,7 +7064,7 @@ type GetReleaseResponse struct {
 
 func (x *GetReleaseResponse) Reset() {
 	*x = GetReleaseResponse{}
-	mi := &file_corpus_v1_api_proto_msgTypes[123]
+	mi := &file_corpus_v1_api_proto_msgTypes[125]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6952,7 +7076,7 @@ func (x *GetReleaseResponse) String() string {
 func (*GetReleaseResponse) ProtoMessage() {}
 
 func (x *GetReleaseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[123]
+	mi := &file_corpus_v1_api_proto_msgTypes[125]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6965,7 +7089,7 @@ func (x *GetReleaseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetReleaseResponse.ProtoReflect.Descriptor instead.
 func (*GetReleaseResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{123}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{125}
 }
 
 func (x *GetReleaseResponse) GetRelease() *Release {
@@ -6995,7 +7119,7 @@ type RollbackRequest struct {
 
 func (x *RollbackRequest) Reset() {
 	*x = RollbackRequest{}
-	mi := &file_corpus_v1_api_proto_msgTypes[124]
+	mi := &file_corpus_v1_api_proto_msgTypes[126]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7007,7 +7131,7 @@ func (x *RollbackRequest) String() string {
 func (*RollbackRequest) ProtoMessage() {}
 
 func (x *RollbackRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[124]
+	mi := &file_corpus_v1_api_proto_msgTypes[126]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7020,7 +7144,7 @@ func (x *RollbackRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RollbackRequest.ProtoReflect.Descriptor instead.
 func (*RollbackRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{124}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{126}
 }
 
 func (x *RollbackRequest) GetProject() string {
@@ -7056,7 +7180,7 @@ type RollbackOutput struct {
 
 func (x *RollbackOutput) Reset() {
 	*x = RollbackOutput{}
-	mi := &file_corpus_v1_api_proto_msgTypes[125]
+	mi := &file_corpus_v1_api_proto_msgTypes[127]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7068,7 +7192,7 @@ func (x *RollbackOutput) String() string {
 func (*RollbackOutput) ProtoMessage() {}
 
 func (x *RollbackOutput) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[125]
+	mi := &file_corpus_v1_api_proto_msgTypes[127]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7081,7 +7205,7 @@ func (x *RollbackOutput) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RollbackOutput.ProtoReflect.Descriptor instead.
 func (*RollbackOutput) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{125}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{127}
 }
 
 func (x *RollbackOutput) GetOutput() []byte {
@@ -7122,7 +7246,7 @@ type ListAuditRequest struct {
 
 func (x *ListAuditRequest) Reset() {
 	*x = ListAuditRequest{}
-	mi := &file_corpus_v1_api_proto_msgTypes[126]
+	mi := &file_corpus_v1_api_proto_msgTypes[128]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7134,7 +7258,7 @@ func (x *ListAuditRequest) String() string {
 func (*ListAuditRequest) ProtoMessage() {}
 
 func (x *ListAuditRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[126]
+	mi := &file_corpus_v1_api_proto_msgTypes[128]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7147,7 +7271,7 @@ func (x *ListAuditRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAuditRequest.ProtoReflect.Descriptor instead.
 func (*ListAuditRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{126}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{128}
 }
 
 func (x *ListAuditRequest) GetActor() string {
@@ -7195,7 +7319,7 @@ type ListAuditResponse struct {
 
 func (x *ListAuditResponse) Reset() {
 	*x = ListAuditResponse{}
-	mi := &file_corpus_v1_api_proto_msgTypes[127]
+	mi := &file_corpus_v1_api_proto_msgTypes[129]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7207,7 +7331,7 @@ func (x *ListAuditResponse) String() string {
 func (*ListAuditResponse) ProtoMessage() {}
 
 func (x *ListAuditResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[127]
+	mi := &file_corpus_v1_api_proto_msgTypes[129]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7220,7 +7344,7 @@ func (x *ListAuditResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAuditResponse.ProtoReflect.Descriptor instead.
 func (*ListAuditResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{127}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{129}
 }
 
 func (x *ListAuditResponse) GetEntries() []*AuditEntry {
@@ -7240,7 +7364,7 @@ type RemoveNodeRequest struct {
 
 func (x *RemoveNodeRequest) Reset() {
 	*x = RemoveNodeRequest{}
-	mi := &file_corpus_v1_api_proto_msgTypes[128]
+	mi := &file_corpus_v1_api_proto_msgTypes[130]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7252,7 +7376,7 @@ func (x *RemoveNodeRequest) String() string {
 func (*RemoveNodeRequest) ProtoMessage() {}
 
 func (x *RemoveNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[128]
+	mi := &file_corpus_v1_api_proto_msgTypes[130]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7265,7 +7389,7 @@ func (x *RemoveNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveNodeRequest.ProtoReflect.Descriptor instead.
 func (*RemoveNodeRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{128}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{130}
 }
 
 func (x *RemoveNodeRequest) GetName() string {
@@ -7284,7 +7408,7 @@ type RemoveNodeResponse struct {
 
 func (x *RemoveNodeResponse) Reset() {
 	*x = RemoveNodeResponse{}
-	mi := &file_corpus_v1_api_proto_msgTypes[129]
+	mi := &file_corpus_v1_api_proto_msgTypes[131]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7296,7 +7420,7 @@ func (x *RemoveNodeResponse) String() string {
 func (*RemoveNodeResponse) ProtoMessage() {}
 
 func (x *RemoveNodeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[129]
+	mi := &file_corpus_v1_api_proto_msgTypes[131]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7309,7 +7433,7 @@ func (x *RemoveNodeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveNodeResponse.ProtoReflect.Descriptor instead.
 func (*RemoveNodeResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{129}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{131}
 }
 
 func (x *RemoveNodeResponse) GetNode() *Node {
@@ -7688,7 +7812,15 @@ const file_corpus_v1_api_proto_rawDesc = "" +
 	"totalBytes\x12\x12\n" +
 	"\x04data\x18\x03 \x01(\fR\x04data\",\n" +
 	"\x14ImportVolumeResponse\x12\x14\n" +
-	"\x05bytes\x18\x01 \x01(\x03R\x05bytes\"k\n" +
+	"\x05bytes\x18\x01 \x01(\x03R\x05bytes\"_\n" +
+	"\fLoginRequest\x12\x12\n" +
+	"\x04user\x18\x01 \x01(\tR\x04user\x12\x1a\n" +
+	"\bpassword\x18\x02 \x01(\tR\bpassword\x12\x1f\n" +
+	"\vttl_seconds\x18\x03 \x01(\x03R\n" +
+	"ttlSeconds\"O\n" +
+	"\rLoginResponse\x12\x14\n" +
+	"\x05token\x18\x01 \x01(\tR\x05token\x12(\n" +
+	"\x04info\x18\x02 \x01(\v2\x14.corpus.v1.UserTokenR\x04info\"k\n" +
 	"\x12CreateTokenRequest\x12\x12\n" +
 	"\x04user\x18\x01 \x01(\tR\x04user\x12\x1f\n" +
 	"\vttl_seconds\x18\x02 \x01(\x03R\n" +
@@ -7703,10 +7835,11 @@ const file_corpus_v1_api_proto_rawDesc = "" +
 	"\x06tokens\x18\x01 \x03(\v2\x14.corpus.v1.UserTokenR\x06tokens\"$\n" +
 	"\x12RevokeTokenRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\"\x15\n" +
-	"\x13RevokeTokenResponse\";\n" +
+	"\x13RevokeTokenResponse\"O\n" +
 	"\x11CreateUserRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
-	"\x04role\x18\x02 \x01(\tR\x04role\"S\n" +
+	"\x04role\x18\x02 \x01(\tR\x04role\x12\x12\n" +
+	"\x04auth\x18x \x01(\tR\x04auth\"S\n" +
 	"\x12CreateUserResponse\x12#\n" +
 	"\x04user\x18\x01 \x01(\v2\x0f.corpus.v1.UserR\x04user\x12\x18\n" +
 	"\acreated\x18\x02 \x01(\bR\acreated\"\x12\n" +
@@ -7871,7 +8004,7 @@ const file_corpus_v1_api_proto_rawDesc = "" +
 	"\fExportVolume\x12\x1e.corpus.v1.ExportVolumeRequest\x1a\x16.corpus.v1.VolumeChunk0\x01\x12I\n" +
 	"\fImportVolume\x12\x16.corpus.v1.VolumeChunk\x1a\x1f.corpus.v1.ImportVolumeResponse(\x01\x12U\n" +
 	"\x0eSnapshotVolume\x12 .corpus.v1.SnapshotVolumeRequest\x1a!.corpus.v1.SnapshotVolumeResponse\x12C\n" +
-	"\bRollback\x12\x1a.corpus.v1.RollbackRequest\x1a\x19.corpus.v1.RollbackOutput0\x012\xe3\x04\n" +
+	"\bRollback\x12\x1a.corpus.v1.RollbackRequest\x1a\x19.corpus.v1.RollbackOutput0\x012\x9f\x05\n" +
 	"\vUserService\x12I\n" +
 	"\n" +
 	"CreateUser\x12\x1c.corpus.v1.CreateUserRequest\x1a\x1d.corpus.v1.CreateUserResponse\x12K\n" +
@@ -7883,7 +8016,8 @@ const file_corpus_v1_api_proto_rawDesc = "" +
 	"\vCreateToken\x12\x1d.corpus.v1.CreateTokenRequest\x1a\x1e.corpus.v1.CreateTokenResponse\x12N\n" +
 	"\n" +
 	"ListTokens\x12\x1c.corpus.v1.ListTokensRequest\x1a\x1d.corpus.v1.ListTokensResponse\"\x03\x90\x02\x01\x12L\n" +
-	"\vRevokeToken\x12\x1d.corpus.v1.RevokeTokenRequest\x1a\x1e.corpus.v1.RevokeTokenResponse2\x9a\x05\n" +
+	"\vRevokeToken\x12\x1d.corpus.v1.RevokeTokenRequest\x1a\x1e.corpus.v1.RevokeTokenResponse\x12:\n" +
+	"\x05Login\x12\x17.corpus.v1.LoginRequest\x1a\x18.corpus.v1.LoginResponse2\x9a\x05\n" +
 	"\x0eProjectService\x12R\n" +
 	"\rCreateProject\x12\x1f.corpus.v1.CreateProjectRequest\x1a .corpus.v1.CreateProjectResponse\x12T\n" +
 	"\fListProjects\x12\x1e.corpus.v1.ListProjectsRequest\x1a\x1f.corpus.v1.ListProjectsResponse\"\x03\x90\x02\x01\x12N\n" +
@@ -7910,7 +8044,7 @@ func file_corpus_v1_api_proto_rawDescGZIP() []byte {
 	return file_corpus_v1_api_proto_rawDescData
 }
 
-var file_corpus_v1_api_proto_msgTypes = make([]protoimpl.MessageInfo, 132)
+var file_corpus_v1_api_proto_msgTypes = make([]protoimpl.MessageInfo, 134)
 var file_corpus_v1_api_proto_goTypes = []any{
 	(*PeerRequest)(nil),                // 0: corpus.v1.PeerRequest
 	(*PeerResponse)(nil),               // 1: corpus.v1.PeerResponse
@@ -8004,270 +8138,275 @@ var file_corpus_v1_api_proto_goTypes = []any{
 	(*ExportVolumeRequest)(nil),        // 89: corpus.v1.ExportVolumeRequest
 	(*VolumeChunk)(nil),                // 90: corpus.v1.VolumeChunk
 	(*ImportVolumeResponse)(nil),       // 91: corpus.v1.ImportVolumeResponse
-	(*CreateTokenRequest)(nil),         // 92: corpus.v1.CreateTokenRequest
-	(*CreateTokenResponse)(nil),        // 93: corpus.v1.CreateTokenResponse
-	(*ListTokensRequest)(nil),          // 94: corpus.v1.ListTokensRequest
-	(*ListTokensResponse)(nil),         // 95: corpus.v1.ListTokensResponse
-	(*RevokeTokenRequest)(nil),         // 96: corpus.v1.RevokeTokenRequest
-	(*RevokeTokenResponse)(nil),        // 97: corpus.v1.RevokeTokenResponse
-	(*CreateUserRequest)(nil),          // 98: corpus.v1.CreateUserRequest
-	(*CreateUserResponse)(nil),         // 99: corpus.v1.CreateUserResponse
-	(*ListUsersRequest)(nil),           // 100: corpus.v1.ListUsersRequest
-	(*ListUsersResponse)(nil),          // 101: corpus.v1.ListUsersResponse
-	(*DeleteUserRequest)(nil),          // 102: corpus.v1.DeleteUserRequest
-	(*DeleteUserResponse)(nil),         // 103: corpus.v1.DeleteUserResponse
-	(*AddKeyRequest)(nil),              // 104: corpus.v1.AddKeyRequest
-	(*AddKeyResponse)(nil),             // 105: corpus.v1.AddKeyResponse
-	(*DeleteKeyRequest)(nil),           // 106: corpus.v1.DeleteKeyRequest
-	(*DeleteKeyResponse)(nil),          // 107: corpus.v1.DeleteKeyResponse
-	(*CreateProjectRequest)(nil),       // 108: corpus.v1.CreateProjectRequest
-	(*CreateProjectResponse)(nil),      // 109: corpus.v1.CreateProjectResponse
-	(*ListProjectsRequest)(nil),        // 110: corpus.v1.ListProjectsRequest
-	(*ListProjectsResponse)(nil),       // 111: corpus.v1.ListProjectsResponse
-	(*ProjectView)(nil),                // 112: corpus.v1.ProjectView
-	(*ProjectEnvView)(nil),             // 113: corpus.v1.ProjectEnvView
-	(*GetProjectRequest)(nil),          // 114: corpus.v1.GetProjectRequest
-	(*GetProjectResponse)(nil),         // 115: corpus.v1.GetProjectResponse
-	(*DeleteProjectRequest)(nil),       // 116: corpus.v1.DeleteProjectRequest
-	(*DeleteProjectResponse)(nil),      // 117: corpus.v1.DeleteProjectResponse
-	(*GrantProjectRequest)(nil),        // 118: corpus.v1.GrantProjectRequest
-	(*GrantProjectResponse)(nil),       // 119: corpus.v1.GrantProjectResponse
-	(*ListReleasesRequest)(nil),        // 120: corpus.v1.ListReleasesRequest
-	(*ListReleasesResponse)(nil),       // 121: corpus.v1.ListReleasesResponse
-	(*GetReleaseRequest)(nil),          // 122: corpus.v1.GetReleaseRequest
-	(*GetReleaseResponse)(nil),         // 123: corpus.v1.GetReleaseResponse
-	(*RollbackRequest)(nil),            // 124: corpus.v1.RollbackRequest
-	(*RollbackOutput)(nil),             // 125: corpus.v1.RollbackOutput
-	(*ListAuditRequest)(nil),           // 126: corpus.v1.ListAuditRequest
-	(*ListAuditResponse)(nil),          // 127: corpus.v1.ListAuditResponse
-	(*RemoveNodeRequest)(nil),          // 128: corpus.v1.RemoveNodeRequest
-	(*RemoveNodeResponse)(nil),         // 129: corpus.v1.RemoveNodeResponse
-	nil,                                // 130: corpus.v1.ExecGuestRequest.EnvEntry
-	nil,                                // 131: corpus.v1.EnrollRequest.LabelsEntry
-	(*JoinToken)(nil),                  // 132: corpus.v1.JoinToken
-	(*Node)(nil),                       // 133: corpus.v1.Node
-	(*Resources)(nil),                  // 134: corpus.v1.Resources
-	(*GuestSpec)(nil),                  // 135: corpus.v1.GuestSpec
-	(*Guest)(nil),                      // 136: corpus.v1.Guest
-	(*Route)(nil),                      // 137: corpus.v1.Route
-	(*Port)(nil),                       // 138: corpus.v1.Port
-	(*DnsRecord)(nil),                  // 139: corpus.v1.DnsRecord
-	(*Volume)(nil),                     // 140: corpus.v1.Volume
-	(*Project)(nil),                    // 141: corpus.v1.Project
-	(*ProjectEnv)(nil),                 // 142: corpus.v1.ProjectEnv
-	(*Release)(nil),                    // 143: corpus.v1.Release
-	(*ReleaseStep)(nil),                // 144: corpus.v1.ReleaseStep
-	(*DriverInfo)(nil),                 // 145: corpus.v1.DriverInfo
-	(*GuestObserved)(nil),              // 146: corpus.v1.GuestObserved
-	(*VolumeObserved)(nil),             // 147: corpus.v1.VolumeObserved
-	(*UserToken)(nil),                  // 148: corpus.v1.UserToken
-	(*User)(nil),                       // 149: corpus.v1.User
-	(*SshKey)(nil),                     // 150: corpus.v1.SshKey
-	(*AuditEntry)(nil),                 // 151: corpus.v1.AuditEntry
+	(*LoginRequest)(nil),               // 92: corpus.v1.LoginRequest
+	(*LoginResponse)(nil),              // 93: corpus.v1.LoginResponse
+	(*CreateTokenRequest)(nil),         // 94: corpus.v1.CreateTokenRequest
+	(*CreateTokenResponse)(nil),        // 95: corpus.v1.CreateTokenResponse
+	(*ListTokensRequest)(nil),          // 96: corpus.v1.ListTokensRequest
+	(*ListTokensResponse)(nil),         // 97: corpus.v1.ListTokensResponse
+	(*RevokeTokenRequest)(nil),         // 98: corpus.v1.RevokeTokenRequest
+	(*RevokeTokenResponse)(nil),        // 99: corpus.v1.RevokeTokenResponse
+	(*CreateUserRequest)(nil),          // 100: corpus.v1.CreateUserRequest
+	(*CreateUserResponse)(nil),         // 101: corpus.v1.CreateUserResponse
+	(*ListUsersRequest)(nil),           // 102: corpus.v1.ListUsersRequest
+	(*ListUsersResponse)(nil),          // 103: corpus.v1.ListUsersResponse
+	(*DeleteUserRequest)(nil),          // 104: corpus.v1.DeleteUserRequest
+	(*DeleteUserResponse)(nil),         // 105: corpus.v1.DeleteUserResponse
+	(*AddKeyRequest)(nil),              // 106: corpus.v1.AddKeyRequest
+	(*AddKeyResponse)(nil),             // 107: corpus.v1.AddKeyResponse
+	(*DeleteKeyRequest)(nil),           // 108: corpus.v1.DeleteKeyRequest
+	(*DeleteKeyResponse)(nil),          // 109: corpus.v1.DeleteKeyResponse
+	(*CreateProjectRequest)(nil),       // 110: corpus.v1.CreateProjectRequest
+	(*CreateProjectResponse)(nil),      // 111: corpus.v1.CreateProjectResponse
+	(*ListProjectsRequest)(nil),        // 112: corpus.v1.ListProjectsRequest
+	(*ListProjectsResponse)(nil),       // 113: corpus.v1.ListProjectsResponse
+	(*ProjectView)(nil),                // 114: corpus.v1.ProjectView
+	(*ProjectEnvView)(nil),             // 115: corpus.v1.ProjectEnvView
+	(*GetProjectRequest)(nil),          // 116: corpus.v1.GetProjectRequest
+	(*GetProjectResponse)(nil),         // 117: corpus.v1.GetProjectResponse
+	(*DeleteProjectRequest)(nil),       // 118: corpus.v1.DeleteProjectRequest
+	(*DeleteProjectResponse)(nil),      // 119: corpus.v1.DeleteProjectResponse
+	(*GrantProjectRequest)(nil),        // 120: corpus.v1.GrantProjectRequest
+	(*GrantProjectResponse)(nil),       // 121: corpus.v1.GrantProjectResponse
+	(*ListReleasesRequest)(nil),        // 122: corpus.v1.ListReleasesRequest
+	(*ListReleasesResponse)(nil),       // 123: corpus.v1.ListReleasesResponse
+	(*GetReleaseRequest)(nil),          // 124: corpus.v1.GetReleaseRequest
+	(*GetReleaseResponse)(nil),         // 125: corpus.v1.GetReleaseResponse
+	(*RollbackRequest)(nil),            // 126: corpus.v1.RollbackRequest
+	(*RollbackOutput)(nil),             // 127: corpus.v1.RollbackOutput
+	(*ListAuditRequest)(nil),           // 128: corpus.v1.ListAuditRequest
+	(*ListAuditResponse)(nil),          // 129: corpus.v1.ListAuditResponse
+	(*RemoveNodeRequest)(nil),          // 130: corpus.v1.RemoveNodeRequest
+	(*RemoveNodeResponse)(nil),         // 131: corpus.v1.RemoveNodeResponse
+	nil,                                // 132: corpus.v1.ExecGuestRequest.EnvEntry
+	nil,                                // 133: corpus.v1.EnrollRequest.LabelsEntry
+	(*JoinToken)(nil),                  // 134: corpus.v1.JoinToken
+	(*Node)(nil),                       // 135: corpus.v1.Node
+	(*Resources)(nil),                  // 136: corpus.v1.Resources
+	(*GuestSpec)(nil),                  // 137: corpus.v1.GuestSpec
+	(*Guest)(nil),                      // 138: corpus.v1.Guest
+	(*Route)(nil),                      // 139: corpus.v1.Route
+	(*Port)(nil),                       // 140: corpus.v1.Port
+	(*DnsRecord)(nil),                  // 141: corpus.v1.DnsRecord
+	(*Volume)(nil),                     // 142: corpus.v1.Volume
+	(*Project)(nil),                    // 143: corpus.v1.Project
+	(*ProjectEnv)(nil),                 // 144: corpus.v1.ProjectEnv
+	(*Release)(nil),                    // 145: corpus.v1.Release
+	(*ReleaseStep)(nil),                // 146: corpus.v1.ReleaseStep
+	(*DriverInfo)(nil),                 // 147: corpus.v1.DriverInfo
+	(*GuestObserved)(nil),              // 148: corpus.v1.GuestObserved
+	(*VolumeObserved)(nil),             // 149: corpus.v1.VolumeObserved
+	(*UserToken)(nil),                  // 150: corpus.v1.UserToken
+	(*User)(nil),                       // 151: corpus.v1.User
+	(*SshKey)(nil),                     // 152: corpus.v1.SshKey
+	(*AuditEntry)(nil),                 // 153: corpus.v1.AuditEntry
 }
 var file_corpus_v1_api_proto_depIdxs = []int32{
 	7,   // 0: corpus.v1.RaftPeersResponse.peers:type_name -> corpus.v1.RaftPeer
 	26,  // 1: corpus.v1.SetNodeModeResponse.node:type_name -> corpus.v1.NodeView
 	26,  // 2: corpus.v1.DrainStatusResponse.node:type_name -> corpus.v1.NodeView
 	18,  // 3: corpus.v1.DrainStatusResponse.guests:type_name -> corpus.v1.DrainGuest
-	132, // 4: corpus.v1.CreateJoinTokenResponse.info:type_name -> corpus.v1.JoinToken
+	134, // 4: corpus.v1.CreateJoinTokenResponse.info:type_name -> corpus.v1.JoinToken
 	26,  // 5: corpus.v1.ListNodesResponse.nodes:type_name -> corpus.v1.NodeView
 	26,  // 6: corpus.v1.GetNodeResponse.node:type_name -> corpus.v1.NodeView
-	133, // 7: corpus.v1.NodeView.node:type_name -> corpus.v1.Node
-	134, // 8: corpus.v1.NodeView.allocated:type_name -> corpus.v1.Resources
-	135, // 9: corpus.v1.CreateGuestRequest.spec:type_name -> corpus.v1.GuestSpec
-	136, // 10: corpus.v1.CreateGuestResponse.guest:type_name -> corpus.v1.Guest
-	136, // 11: corpus.v1.GetGuestResponse.guest:type_name -> corpus.v1.Guest
+	135, // 7: corpus.v1.NodeView.node:type_name -> corpus.v1.Node
+	136, // 8: corpus.v1.NodeView.allocated:type_name -> corpus.v1.Resources
+	137, // 9: corpus.v1.CreateGuestRequest.spec:type_name -> corpus.v1.GuestSpec
+	138, // 10: corpus.v1.CreateGuestResponse.guest:type_name -> corpus.v1.Guest
+	138, // 11: corpus.v1.GetGuestResponse.guest:type_name -> corpus.v1.Guest
 	30,  // 12: corpus.v1.ListGuestsResponse.guests:type_name -> corpus.v1.GetGuestResponse
-	136, // 13: corpus.v1.GuestActionResponse.guest:type_name -> corpus.v1.Guest
-	130, // 14: corpus.v1.ExecGuestRequest.env:type_name -> corpus.v1.ExecGuestRequest.EnvEntry
-	137, // 15: corpus.v1.CreateRouteResponse.route:type_name -> corpus.v1.Route
-	137, // 16: corpus.v1.RouteView.route:type_name -> corpus.v1.Route
+	138, // 13: corpus.v1.GuestActionResponse.guest:type_name -> corpus.v1.Guest
+	132, // 14: corpus.v1.ExecGuestRequest.env:type_name -> corpus.v1.ExecGuestRequest.EnvEntry
+	139, // 15: corpus.v1.CreateRouteResponse.route:type_name -> corpus.v1.Route
+	139, // 16: corpus.v1.RouteView.route:type_name -> corpus.v1.Route
 	40,  // 17: corpus.v1.ListRoutesResponse.routes:type_name -> corpus.v1.RouteView
 	42,  // 18: corpus.v1.ListRoutesResponse.nat:type_name -> corpus.v1.NatView
-	138, // 19: corpus.v1.NatView.port:type_name -> corpus.v1.Port
-	137, // 20: corpus.v1.DeleteRouteResponse.route:type_name -> corpus.v1.Route
-	137, // 21: corpus.v1.MoveRouteResponse.route:type_name -> corpus.v1.Route
+	140, // 19: corpus.v1.NatView.port:type_name -> corpus.v1.Port
+	139, // 20: corpus.v1.DeleteRouteResponse.route:type_name -> corpus.v1.Route
+	139, // 21: corpus.v1.MoveRouteResponse.route:type_name -> corpus.v1.Route
 	48,  // 22: corpus.v1.ListRecordsResponse.records:type_name -> corpus.v1.ZoneRecord
-	139, // 23: corpus.v1.AddRecordResponse.record:type_name -> corpus.v1.DnsRecord
-	139, // 24: corpus.v1.DeleteRecordResponse.record:type_name -> corpus.v1.DnsRecord
-	140, // 25: corpus.v1.MoveVolumeProgress.volume:type_name -> corpus.v1.Volume
-	140, // 26: corpus.v1.ResizeVolumeResponse.volume:type_name -> corpus.v1.Volume
-	140, // 27: corpus.v1.VolumeView.volume:type_name -> corpus.v1.Volume
+	141, // 23: corpus.v1.AddRecordResponse.record:type_name -> corpus.v1.DnsRecord
+	141, // 24: corpus.v1.DeleteRecordResponse.record:type_name -> corpus.v1.DnsRecord
+	142, // 25: corpus.v1.MoveVolumeProgress.volume:type_name -> corpus.v1.Volume
+	142, // 26: corpus.v1.ResizeVolumeResponse.volume:type_name -> corpus.v1.Volume
+	142, // 27: corpus.v1.VolumeView.volume:type_name -> corpus.v1.Volume
 	61,  // 28: corpus.v1.ListVolumesResponse.volumes:type_name -> corpus.v1.VolumeView
 	61,  // 29: corpus.v1.GetVolumeResponse.volume:type_name -> corpus.v1.VolumeView
-	140, // 30: corpus.v1.DeleteVolumeResponse.volume:type_name -> corpus.v1.Volume
-	141, // 31: corpus.v1.GitAccessResponse.project:type_name -> corpus.v1.Project
-	142, // 32: corpus.v1.GitAccessResponse.env:type_name -> corpus.v1.ProjectEnv
-	143, // 33: corpus.v1.GitAccessResponse.releases:type_name -> corpus.v1.Release
-	143, // 34: corpus.v1.BeginReleaseResponse.release:type_name -> corpus.v1.Release
-	144, // 35: corpus.v1.FinishReleaseRequest.steps:type_name -> corpus.v1.ReleaseStep
-	143, // 36: corpus.v1.FinishReleaseResponse.release:type_name -> corpus.v1.Release
-	131, // 37: corpus.v1.EnrollRequest.labels:type_name -> corpus.v1.EnrollRequest.LabelsEntry
-	134, // 38: corpus.v1.EnrollRequest.capacity:type_name -> corpus.v1.Resources
-	145, // 39: corpus.v1.EnrollRequest.drivers:type_name -> corpus.v1.DriverInfo
-	133, // 40: corpus.v1.WatchResponse.node:type_name -> corpus.v1.Node
-	136, // 41: corpus.v1.WatchResponse.guests:type_name -> corpus.v1.Guest
-	137, // 42: corpus.v1.WatchResponse.routes:type_name -> corpus.v1.Route
-	140, // 43: corpus.v1.WatchResponse.volumes:type_name -> corpus.v1.Volume
-	134, // 44: corpus.v1.ReportRequest.capacity:type_name -> corpus.v1.Resources
-	145, // 45: corpus.v1.ReportRequest.drivers:type_name -> corpus.v1.DriverInfo
+	142, // 30: corpus.v1.DeleteVolumeResponse.volume:type_name -> corpus.v1.Volume
+	143, // 31: corpus.v1.GitAccessResponse.project:type_name -> corpus.v1.Project
+	144, // 32: corpus.v1.GitAccessResponse.env:type_name -> corpus.v1.ProjectEnv
+	145, // 33: corpus.v1.GitAccessResponse.releases:type_name -> corpus.v1.Release
+	145, // 34: corpus.v1.BeginReleaseResponse.release:type_name -> corpus.v1.Release
+	146, // 35: corpus.v1.FinishReleaseRequest.steps:type_name -> corpus.v1.ReleaseStep
+	145, // 36: corpus.v1.FinishReleaseResponse.release:type_name -> corpus.v1.Release
+	133, // 37: corpus.v1.EnrollRequest.labels:type_name -> corpus.v1.EnrollRequest.LabelsEntry
+	136, // 38: corpus.v1.EnrollRequest.capacity:type_name -> corpus.v1.Resources
+	147, // 39: corpus.v1.EnrollRequest.drivers:type_name -> corpus.v1.DriverInfo
+	135, // 40: corpus.v1.WatchResponse.node:type_name -> corpus.v1.Node
+	138, // 41: corpus.v1.WatchResponse.guests:type_name -> corpus.v1.Guest
+	139, // 42: corpus.v1.WatchResponse.routes:type_name -> corpus.v1.Route
+	142, // 43: corpus.v1.WatchResponse.volumes:type_name -> corpus.v1.Volume
+	136, // 44: corpus.v1.ReportRequest.capacity:type_name -> corpus.v1.Resources
+	147, // 45: corpus.v1.ReportRequest.drivers:type_name -> corpus.v1.DriverInfo
 	86,  // 46: corpus.v1.ReportRequest.guests:type_name -> corpus.v1.ReportedGuest
 	87,  // 47: corpus.v1.ReportRequest.volumes:type_name -> corpus.v1.ReportedVolume
-	146, // 48: corpus.v1.ReportedGuest.observed:type_name -> corpus.v1.GuestObserved
-	147, // 49: corpus.v1.ReportedVolume.observed:type_name -> corpus.v1.VolumeObserved
-	148, // 50: corpus.v1.CreateTokenResponse.info:type_name -> corpus.v1.UserToken
-	148, // 51: corpus.v1.ListTokensResponse.tokens:type_name -> corpus.v1.UserToken
-	149, // 52: corpus.v1.CreateUserResponse.user:type_name -> corpus.v1.User
-	149, // 53: corpus.v1.ListUsersResponse.users:type_name -> corpus.v1.User
-	149, // 54: corpus.v1.DeleteUserResponse.user:type_name -> corpus.v1.User
-	150, // 55: corpus.v1.AddKeyResponse.key:type_name -> corpus.v1.SshKey
-	134, // 56: corpus.v1.CreateProjectRequest.resources:type_name -> corpus.v1.Resources
-	141, // 57: corpus.v1.CreateProjectResponse.project:type_name -> corpus.v1.Project
-	112, // 58: corpus.v1.ListProjectsResponse.projects:type_name -> corpus.v1.ProjectView
-	141, // 59: corpus.v1.ProjectView.project:type_name -> corpus.v1.Project
-	113, // 60: corpus.v1.ProjectView.envs:type_name -> corpus.v1.ProjectEnvView
-	112, // 61: corpus.v1.GetProjectResponse.project:type_name -> corpus.v1.ProjectView
-	141, // 62: corpus.v1.GrantProjectResponse.project:type_name -> corpus.v1.Project
-	143, // 63: corpus.v1.ListReleasesResponse.releases:type_name -> corpus.v1.Release
-	143, // 64: corpus.v1.GetReleaseResponse.release:type_name -> corpus.v1.Release
-	151, // 65: corpus.v1.ListAuditResponse.entries:type_name -> corpus.v1.AuditEntry
-	133, // 66: corpus.v1.RemoveNodeResponse.node:type_name -> corpus.v1.Node
-	13,  // 67: corpus.v1.ClusterService.Status:input_type -> corpus.v1.StatusRequest
-	0,   // 68: corpus.v1.ClusterService.Peer:input_type -> corpus.v1.PeerRequest
-	2,   // 69: corpus.v1.ClusterService.Apply:input_type -> corpus.v1.ApplyRequest
-	4,   // 70: corpus.v1.ClusterService.Seen:input_type -> corpus.v1.SeenRequest
-	6,   // 71: corpus.v1.ClusterService.RaftPeers:input_type -> corpus.v1.RaftPeersRequest
-	9,   // 72: corpus.v1.ClusterService.AddRaftPeer:input_type -> corpus.v1.AddRaftPeerRequest
-	11,  // 73: corpus.v1.ClusterService.RemoveRaftPeer:input_type -> corpus.v1.RemoveRaftPeerRequest
-	20,  // 74: corpus.v1.NodeService.CreateJoinToken:input_type -> corpus.v1.CreateJoinTokenRequest
-	22,  // 75: corpus.v1.NodeService.ListNodes:input_type -> corpus.v1.ListNodesRequest
-	24,  // 76: corpus.v1.NodeService.GetNode:input_type -> corpus.v1.GetNodeRequest
-	15,  // 77: corpus.v1.NodeService.SetNodeMode:input_type -> corpus.v1.SetNodeModeRequest
-	17,  // 78: corpus.v1.NodeService.DrainStatus:input_type -> corpus.v1.DrainStatusRequest
-	128, // 79: corpus.v1.NodeService.RemoveNode:input_type -> corpus.v1.RemoveNodeRequest
-	27,  // 80: corpus.v1.GuestService.CreateGuest:input_type -> corpus.v1.CreateGuestRequest
-	29,  // 81: corpus.v1.GuestService.GetGuest:input_type -> corpus.v1.GetGuestRequest
-	31,  // 82: corpus.v1.GuestService.ListGuests:input_type -> corpus.v1.ListGuestsRequest
-	33,  // 83: corpus.v1.GuestService.StartGuest:input_type -> corpus.v1.GuestActionRequest
-	33,  // 84: corpus.v1.GuestService.StopGuest:input_type -> corpus.v1.GuestActionRequest
-	33,  // 85: corpus.v1.GuestService.DeleteGuest:input_type -> corpus.v1.GuestActionRequest
-	35,  // 86: corpus.v1.GuestService.ExecGuest:input_type -> corpus.v1.ExecGuestRequest
-	37,  // 87: corpus.v1.IngressService.CreateRoute:input_type -> corpus.v1.CreateRouteRequest
-	39,  // 88: corpus.v1.IngressService.ListRoutes:input_type -> corpus.v1.ListRoutesRequest
-	43,  // 89: corpus.v1.IngressService.DeleteRoute:input_type -> corpus.v1.DeleteRouteRequest
-	45,  // 90: corpus.v1.IngressService.MoveRoute:input_type -> corpus.v1.MoveRouteRequest
-	47,  // 91: corpus.v1.DnsService.ListRecords:input_type -> corpus.v1.ListRecordsRequest
-	50,  // 92: corpus.v1.DnsService.AddRecord:input_type -> corpus.v1.AddRecordRequest
-	52,  // 93: corpus.v1.DnsService.DeleteRecord:input_type -> corpus.v1.DeleteRecordRequest
-	60,  // 94: corpus.v1.VolumeService.ListVolumes:input_type -> corpus.v1.ListVolumesRequest
-	63,  // 95: corpus.v1.VolumeService.GetVolume:input_type -> corpus.v1.GetVolumeRequest
-	65,  // 96: corpus.v1.VolumeService.DeleteVolume:input_type -> corpus.v1.DeleteVolumeRequest
-	58,  // 97: corpus.v1.VolumeService.ResizeVolume:input_type -> corpus.v1.ResizeVolumeRequest
-	56,  // 98: corpus.v1.VolumeService.MoveVolume:input_type -> corpus.v1.MoveVolumeRequest
-	54,  // 99: corpus.v1.VolumeService.SnapshotVolume:input_type -> corpus.v1.SnapshotVolumeRequest
-	79,  // 100: corpus.v1.AgentService.Enroll:input_type -> corpus.v1.EnrollRequest
-	81,  // 101: corpus.v1.AgentService.RenewCertificate:input_type -> corpus.v1.RenewCertificateRequest
-	83,  // 102: corpus.v1.AgentService.Watch:input_type -> corpus.v1.WatchRequest
-	85,  // 103: corpus.v1.AgentService.Report:input_type -> corpus.v1.ReportRequest
-	69,  // 104: corpus.v1.AgentService.GitAccess:input_type -> corpus.v1.GitAccessRequest
-	71,  // 105: corpus.v1.AgentService.BeginRelease:input_type -> corpus.v1.BeginReleaseRequest
-	73,  // 106: corpus.v1.AgentService.FinishRelease:input_type -> corpus.v1.FinishReleaseRequest
-	75,  // 107: corpus.v1.AgentService.SetCurrentRelease:input_type -> corpus.v1.SetCurrentReleaseRequest
-	77,  // 108: corpus.v1.AgentService.PruneReleases:input_type -> corpus.v1.PruneReleasesRequest
-	67,  // 109: corpus.v1.AgentService.SetManifestDomains:input_type -> corpus.v1.SetManifestDomainsRequest
-	35,  // 110: corpus.v1.NodeAgentService.Exec:input_type -> corpus.v1.ExecGuestRequest
-	89,  // 111: corpus.v1.NodeAgentService.ExportVolume:input_type -> corpus.v1.ExportVolumeRequest
-	90,  // 112: corpus.v1.NodeAgentService.ImportVolume:input_type -> corpus.v1.VolumeChunk
-	54,  // 113: corpus.v1.NodeAgentService.SnapshotVolume:input_type -> corpus.v1.SnapshotVolumeRequest
-	124, // 114: corpus.v1.NodeAgentService.Rollback:input_type -> corpus.v1.RollbackRequest
-	98,  // 115: corpus.v1.UserService.CreateUser:input_type -> corpus.v1.CreateUserRequest
-	100, // 116: corpus.v1.UserService.ListUsers:input_type -> corpus.v1.ListUsersRequest
-	102, // 117: corpus.v1.UserService.DeleteUser:input_type -> corpus.v1.DeleteUserRequest
-	104, // 118: corpus.v1.UserService.AddKey:input_type -> corpus.v1.AddKeyRequest
-	106, // 119: corpus.v1.UserService.DeleteKey:input_type -> corpus.v1.DeleteKeyRequest
-	92,  // 120: corpus.v1.UserService.CreateToken:input_type -> corpus.v1.CreateTokenRequest
-	94,  // 121: corpus.v1.UserService.ListTokens:input_type -> corpus.v1.ListTokensRequest
-	96,  // 122: corpus.v1.UserService.RevokeToken:input_type -> corpus.v1.RevokeTokenRequest
-	108, // 123: corpus.v1.ProjectService.CreateProject:input_type -> corpus.v1.CreateProjectRequest
-	110, // 124: corpus.v1.ProjectService.ListProjects:input_type -> corpus.v1.ListProjectsRequest
-	114, // 125: corpus.v1.ProjectService.GetProject:input_type -> corpus.v1.GetProjectRequest
-	116, // 126: corpus.v1.ProjectService.DeleteProject:input_type -> corpus.v1.DeleteProjectRequest
-	118, // 127: corpus.v1.ProjectService.GrantProject:input_type -> corpus.v1.GrantProjectRequest
-	120, // 128: corpus.v1.ProjectService.ListReleases:input_type -> corpus.v1.ListReleasesRequest
-	122, // 129: corpus.v1.ProjectService.GetRelease:input_type -> corpus.v1.GetReleaseRequest
-	124, // 130: corpus.v1.ProjectService.Rollback:input_type -> corpus.v1.RollbackRequest
-	126, // 131: corpus.v1.AuditService.ListAudit:input_type -> corpus.v1.ListAuditRequest
-	14,  // 132: corpus.v1.ClusterService.Status:output_type -> corpus.v1.StatusResponse
-	1,   // 133: corpus.v1.ClusterService.Peer:output_type -> corpus.v1.PeerResponse
-	3,   // 134: corpus.v1.ClusterService.Apply:output_type -> corpus.v1.ApplyResponse
-	5,   // 135: corpus.v1.ClusterService.Seen:output_type -> corpus.v1.SeenResponse
-	8,   // 136: corpus.v1.ClusterService.RaftPeers:output_type -> corpus.v1.RaftPeersResponse
-	10,  // 137: corpus.v1.ClusterService.AddRaftPeer:output_type -> corpus.v1.AddRaftPeerResponse
-	12,  // 138: corpus.v1.ClusterService.RemoveRaftPeer:output_type -> corpus.v1.RemoveRaftPeerResponse
-	21,  // 139: corpus.v1.NodeService.CreateJoinToken:output_type -> corpus.v1.CreateJoinTokenResponse
-	23,  // 140: corpus.v1.NodeService.ListNodes:output_type -> corpus.v1.ListNodesResponse
-	25,  // 141: corpus.v1.NodeService.GetNode:output_type -> corpus.v1.GetNodeResponse
-	16,  // 142: corpus.v1.NodeService.SetNodeMode:output_type -> corpus.v1.SetNodeModeResponse
-	19,  // 143: corpus.v1.NodeService.DrainStatus:output_type -> corpus.v1.DrainStatusResponse
-	129, // 144: corpus.v1.NodeService.RemoveNode:output_type -> corpus.v1.RemoveNodeResponse
-	28,  // 145: corpus.v1.GuestService.CreateGuest:output_type -> corpus.v1.CreateGuestResponse
-	30,  // 146: corpus.v1.GuestService.GetGuest:output_type -> corpus.v1.GetGuestResponse
-	32,  // 147: corpus.v1.GuestService.ListGuests:output_type -> corpus.v1.ListGuestsResponse
-	34,  // 148: corpus.v1.GuestService.StartGuest:output_type -> corpus.v1.GuestActionResponse
-	34,  // 149: corpus.v1.GuestService.StopGuest:output_type -> corpus.v1.GuestActionResponse
-	34,  // 150: corpus.v1.GuestService.DeleteGuest:output_type -> corpus.v1.GuestActionResponse
-	36,  // 151: corpus.v1.GuestService.ExecGuest:output_type -> corpus.v1.ExecOutput
-	38,  // 152: corpus.v1.IngressService.CreateRoute:output_type -> corpus.v1.CreateRouteResponse
-	41,  // 153: corpus.v1.IngressService.ListRoutes:output_type -> corpus.v1.ListRoutesResponse
-	44,  // 154: corpus.v1.IngressService.DeleteRoute:output_type -> corpus.v1.DeleteRouteResponse
-	46,  // 155: corpus.v1.IngressService.MoveRoute:output_type -> corpus.v1.MoveRouteResponse
-	49,  // 156: corpus.v1.DnsService.ListRecords:output_type -> corpus.v1.ListRecordsResponse
-	51,  // 157: corpus.v1.DnsService.AddRecord:output_type -> corpus.v1.AddRecordResponse
-	53,  // 158: corpus.v1.DnsService.DeleteRecord:output_type -> corpus.v1.DeleteRecordResponse
-	62,  // 159: corpus.v1.VolumeService.ListVolumes:output_type -> corpus.v1.ListVolumesResponse
-	64,  // 160: corpus.v1.VolumeService.GetVolume:output_type -> corpus.v1.GetVolumeResponse
-	66,  // 161: corpus.v1.VolumeService.DeleteVolume:output_type -> corpus.v1.DeleteVolumeResponse
-	59,  // 162: corpus.v1.VolumeService.ResizeVolume:output_type -> corpus.v1.ResizeVolumeResponse
-	57,  // 163: corpus.v1.VolumeService.MoveVolume:output_type -> corpus.v1.MoveVolumeProgress
-	55,  // 164: corpus.v1.VolumeService.SnapshotVolume:output_type -> corpus.v1.SnapshotVolumeResponse
-	80,  // 165: corpus.v1.AgentService.Enroll:output_type -> corpus.v1.EnrollResponse
-	82,  // 166: corpus.v1.AgentService.RenewCertificate:output_type -> corpus.v1.RenewCertificateResponse
-	84,  // 167: corpus.v1.AgentService.Watch:output_type -> corpus.v1.WatchResponse
-	88,  // 168: corpus.v1.AgentService.Report:output_type -> corpus.v1.ReportResponse
-	70,  // 169: corpus.v1.AgentService.GitAccess:output_type -> corpus.v1.GitAccessResponse
-	72,  // 170: corpus.v1.AgentService.BeginRelease:output_type -> corpus.v1.BeginReleaseResponse
-	74,  // 171: corpus.v1.AgentService.FinishRelease:output_type -> corpus.v1.FinishReleaseResponse
-	76,  // 172: corpus.v1.AgentService.SetCurrentRelease:output_type -> corpus.v1.SetCurrentReleaseResponse
-	78,  // 173: corpus.v1.AgentService.PruneReleases:output_type -> corpus.v1.PruneReleasesResponse
-	68,  // 174: corpus.v1.AgentService.SetManifestDomains:output_type -> corpus.v1.SetManifestDomainsResponse
-	36,  // 175: corpus.v1.NodeAgentService.Exec:output_type -> corpus.v1.ExecOutput
-	90,  // 176: corpus.v1.NodeAgentService.ExportVolume:output_type -> corpus.v1.VolumeChunk
-	91,  // 177: corpus.v1.NodeAgentService.ImportVolume:output_type -> corpus.v1.ImportVolumeResponse
-	55,  // 178: corpus.v1.NodeAgentService.SnapshotVolume:output_type -> corpus.v1.SnapshotVolumeResponse
-	125, // 179: corpus.v1.NodeAgentService.Rollback:output_type -> corpus.v1.RollbackOutput
-	99,  // 180: corpus.v1.UserService.CreateUser:output_type -> corpus.v1.CreateUserResponse
-	101, // 181: corpus.v1.UserService.ListUsers:output_type -> corpus.v1.ListUsersResponse
-	103, // 182: corpus.v1.UserService.DeleteUser:output_type -> corpus.v1.DeleteUserResponse
-	105, // 183: corpus.v1.UserService.AddKey:output_type -> corpus.v1.AddKeyResponse
-	107, // 184: corpus.v1.UserService.DeleteKey:output_type -> corpus.v1.DeleteKeyResponse
-	93,  // 185: corpus.v1.UserService.CreateToken:output_type -> corpus.v1.CreateTokenResponse
-	95,  // 186: corpus.v1.UserService.ListTokens:output_type -> corpus.v1.ListTokensResponse
-	97,  // 187: corpus.v1.UserService.RevokeToken:output_type -> corpus.v1.RevokeTokenResponse
-	109, // 188: corpus.v1.ProjectService.CreateProject:output_type -> corpus.v1.CreateProjectResponse
-	111, // 189: corpus.v1.ProjectService.ListProjects:output_type -> corpus.v1.ListProjectsResponse
-	115, // 190: corpus.v1.ProjectService.GetProject:output_type -> corpus.v1.GetProjectResponse
-	117, // 191: corpus.v1.ProjectService.DeleteProject:output_type -> corpus.v1.DeleteProjectResponse
-	119, // 192: corpus.v1.ProjectService.GrantProject:output_type -> corpus.v1.GrantProjectResponse
-	121, // 193: corpus.v1.ProjectService.ListReleases:output_type -> corpus.v1.ListReleasesResponse
-	123, // 194: corpus.v1.ProjectService.GetRelease:output_type -> corpus.v1.GetReleaseResponse
-	125, // 195: corpus.v1.ProjectService.Rollback:output_type -> corpus.v1.RollbackOutput
-	127, // 196: corpus.v1.AuditService.ListAudit:output_type -> corpus.v1.ListAuditResponse
-	132, // [132:197] is the sub-list for method output_type
-	67,  // [67:132] is the sub-list for method input_type
-	67,  // [67:67] is the sub-list for extension type_name
-	67,  // [67:67] is the sub-list for extension extendee
-	0,   // [0:67] is the sub-list for field type_name
+	148, // 48: corpus.v1.ReportedGuest.observed:type_name -> corpus.v1.GuestObserved
+	149, // 49: corpus.v1.ReportedVolume.observed:type_name -> corpus.v1.VolumeObserved
+	150, // 50: corpus.v1.LoginResponse.info:type_name -> corpus.v1.UserToken
+	150, // 51: corpus.v1.CreateTokenResponse.info:type_name -> corpus.v1.UserToken
+	150, // 52: corpus.v1.ListTokensResponse.tokens:type_name -> corpus.v1.UserToken
+	151, // 53: corpus.v1.CreateUserResponse.user:type_name -> corpus.v1.User
+	151, // 54: corpus.v1.ListUsersResponse.users:type_name -> corpus.v1.User
+	151, // 55: corpus.v1.DeleteUserResponse.user:type_name -> corpus.v1.User
+	152, // 56: corpus.v1.AddKeyResponse.key:type_name -> corpus.v1.SshKey
+	136, // 57: corpus.v1.CreateProjectRequest.resources:type_name -> corpus.v1.Resources
+	143, // 58: corpus.v1.CreateProjectResponse.project:type_name -> corpus.v1.Project
+	114, // 59: corpus.v1.ListProjectsResponse.projects:type_name -> corpus.v1.ProjectView
+	143, // 60: corpus.v1.ProjectView.project:type_name -> corpus.v1.Project
+	115, // 61: corpus.v1.ProjectView.envs:type_name -> corpus.v1.ProjectEnvView
+	114, // 62: corpus.v1.GetProjectResponse.project:type_name -> corpus.v1.ProjectView
+	143, // 63: corpus.v1.GrantProjectResponse.project:type_name -> corpus.v1.Project
+	145, // 64: corpus.v1.ListReleasesResponse.releases:type_name -> corpus.v1.Release
+	145, // 65: corpus.v1.GetReleaseResponse.release:type_name -> corpus.v1.Release
+	153, // 66: corpus.v1.ListAuditResponse.entries:type_name -> corpus.v1.AuditEntry
+	135, // 67: corpus.v1.RemoveNodeResponse.node:type_name -> corpus.v1.Node
+	13,  // 68: corpus.v1.ClusterService.Status:input_type -> corpus.v1.StatusRequest
+	0,   // 69: corpus.v1.ClusterService.Peer:input_type -> corpus.v1.PeerRequest
+	2,   // 70: corpus.v1.ClusterService.Apply:input_type -> corpus.v1.ApplyRequest
+	4,   // 71: corpus.v1.ClusterService.Seen:input_type -> corpus.v1.SeenRequest
+	6,   // 72: corpus.v1.ClusterService.RaftPeers:input_type -> corpus.v1.RaftPeersRequest
+	9,   // 73: corpus.v1.ClusterService.AddRaftPeer:input_type -> corpus.v1.AddRaftPeerRequest
+	11,  // 74: corpus.v1.ClusterService.RemoveRaftPeer:input_type -> corpus.v1.RemoveRaftPeerRequest
+	20,  // 75: corpus.v1.NodeService.CreateJoinToken:input_type -> corpus.v1.CreateJoinTokenRequest
+	22,  // 76: corpus.v1.NodeService.ListNodes:input_type -> corpus.v1.ListNodesRequest
+	24,  // 77: corpus.v1.NodeService.GetNode:input_type -> corpus.v1.GetNodeRequest
+	15,  // 78: corpus.v1.NodeService.SetNodeMode:input_type -> corpus.v1.SetNodeModeRequest
+	17,  // 79: corpus.v1.NodeService.DrainStatus:input_type -> corpus.v1.DrainStatusRequest
+	130, // 80: corpus.v1.NodeService.RemoveNode:input_type -> corpus.v1.RemoveNodeRequest
+	27,  // 81: corpus.v1.GuestService.CreateGuest:input_type -> corpus.v1.CreateGuestRequest
+	29,  // 82: corpus.v1.GuestService.GetGuest:input_type -> corpus.v1.GetGuestRequest
+	31,  // 83: corpus.v1.GuestService.ListGuests:input_type -> corpus.v1.ListGuestsRequest
+	33,  // 84: corpus.v1.GuestService.StartGuest:input_type -> corpus.v1.GuestActionRequest
+	33,  // 85: corpus.v1.GuestService.StopGuest:input_type -> corpus.v1.GuestActionRequest
+	33,  // 86: corpus.v1.GuestService.DeleteGuest:input_type -> corpus.v1.GuestActionRequest
+	35,  // 87: corpus.v1.GuestService.ExecGuest:input_type -> corpus.v1.ExecGuestRequest
+	37,  // 88: corpus.v1.IngressService.CreateRoute:input_type -> corpus.v1.CreateRouteRequest
+	39,  // 89: corpus.v1.IngressService.ListRoutes:input_type -> corpus.v1.ListRoutesRequest
+	43,  // 90: corpus.v1.IngressService.DeleteRoute:input_type -> corpus.v1.DeleteRouteRequest
+	45,  // 91: corpus.v1.IngressService.MoveRoute:input_type -> corpus.v1.MoveRouteRequest
+	47,  // 92: corpus.v1.DnsService.ListRecords:input_type -> corpus.v1.ListRecordsRequest
+	50,  // 93: corpus.v1.DnsService.AddRecord:input_type -> corpus.v1.AddRecordRequest
+	52,  // 94: corpus.v1.DnsService.DeleteRecord:input_type -> corpus.v1.DeleteRecordRequest
+	60,  // 95: corpus.v1.VolumeService.ListVolumes:input_type -> corpus.v1.ListVolumesRequest
+	63,  // 96: corpus.v1.VolumeService.GetVolume:input_type -> corpus.v1.GetVolumeRequest
+	65,  // 97: corpus.v1.VolumeService.DeleteVolume:input_type -> corpus.v1.DeleteVolumeRequest
+	58,  // 98: corpus.v1.VolumeService.ResizeVolume:input_type -> corpus.v1.ResizeVolumeRequest
+	56,  // 99: corpus.v1.VolumeService.MoveVolume:input_type -> corpus.v1.MoveVolumeRequest
+	54,  // 100: corpus.v1.VolumeService.SnapshotVolume:input_type -> corpus.v1.SnapshotVolumeRequest
+	79,  // 101: corpus.v1.AgentService.Enroll:input_type -> corpus.v1.EnrollRequest
+	81,  // 102: corpus.v1.AgentService.RenewCertificate:input_type -> corpus.v1.RenewCertificateRequest
+	83,  // 103: corpus.v1.AgentService.Watch:input_type -> corpus.v1.WatchRequest
+	85,  // 104: corpus.v1.AgentService.Report:input_type -> corpus.v1.ReportRequest
+	69,  // 105: corpus.v1.AgentService.GitAccess:input_type -> corpus.v1.GitAccessRequest
+	71,  // 106: corpus.v1.AgentService.BeginRelease:input_type -> corpus.v1.BeginReleaseRequest
+	73,  // 107: corpus.v1.AgentService.FinishRelease:input_type -> corpus.v1.FinishReleaseRequest
+	75,  // 108: corpus.v1.AgentService.SetCurrentRelease:input_type -> corpus.v1.SetCurrentReleaseRequest
+	77,  // 109: corpus.v1.AgentService.PruneReleases:input_type -> corpus.v1.PruneReleasesRequest
+	67,  // 110: corpus.v1.AgentService.SetManifestDomains:input_type -> corpus.v1.SetManifestDomainsRequest
+	35,  // 111: corpus.v1.NodeAgentService.Exec:input_type -> corpus.v1.ExecGuestRequest
+	89,  // 112: corpus.v1.NodeAgentService.ExportVolume:input_type -> corpus.v1.ExportVolumeRequest
+	90,  // 113: corpus.v1.NodeAgentService.ImportVolume:input_type -> corpus.v1.VolumeChunk
+	54,  // 114: corpus.v1.NodeAgentService.SnapshotVolume:input_type -> corpus.v1.SnapshotVolumeRequest
+	126, // 115: corpus.v1.NodeAgentService.Rollback:input_type -> corpus.v1.RollbackRequest
+	100, // 116: corpus.v1.UserService.CreateUser:input_type -> corpus.v1.CreateUserRequest
+	102, // 117: corpus.v1.UserService.ListUsers:input_type -> corpus.v1.ListUsersRequest
+	104, // 118: corpus.v1.UserService.DeleteUser:input_type -> corpus.v1.DeleteUserRequest
+	106, // 119: corpus.v1.UserService.AddKey:input_type -> corpus.v1.AddKeyRequest
+	108, // 120: corpus.v1.UserService.DeleteKey:input_type -> corpus.v1.DeleteKeyRequest
+	94,  // 121: corpus.v1.UserService.CreateToken:input_type -> corpus.v1.CreateTokenRequest
+	96,  // 122: corpus.v1.UserService.ListTokens:input_type -> corpus.v1.ListTokensRequest
+	98,  // 123: corpus.v1.UserService.RevokeToken:input_type -> corpus.v1.RevokeTokenRequest
+	92,  // 124: corpus.v1.UserService.Login:input_type -> corpus.v1.LoginRequest
+	110, // 125: corpus.v1.ProjectService.CreateProject:input_type -> corpus.v1.CreateProjectRequest
+	112, // 126: corpus.v1.ProjectService.ListProjects:input_type -> corpus.v1.ListProjectsRequest
+	116, // 127: corpus.v1.ProjectService.GetProject:input_type -> corpus.v1.GetProjectRequest
+	118, // 128: corpus.v1.ProjectService.DeleteProject:input_type -> corpus.v1.DeleteProjectRequest
+	120, // 129: corpus.v1.ProjectService.GrantProject:input_type -> corpus.v1.GrantProjectRequest
+	122, // 130: corpus.v1.ProjectService.ListReleases:input_type -> corpus.v1.ListReleasesRequest
+	124, // 131: corpus.v1.ProjectService.GetRelease:input_type -> corpus.v1.GetReleaseRequest
+	126, // 132: corpus.v1.ProjectService.Rollback:input_type -> corpus.v1.RollbackRequest
+	128, // 133: corpus.v1.AuditService.ListAudit:input_type -> corpus.v1.ListAuditRequest
+	14,  // 134: corpus.v1.ClusterService.Status:output_type -> corpus.v1.StatusResponse
+	1,   // 135: corpus.v1.ClusterService.Peer:output_type -> corpus.v1.PeerResponse
+	3,   // 136: corpus.v1.ClusterService.Apply:output_type -> corpus.v1.ApplyResponse
+	5,   // 137: corpus.v1.ClusterService.Seen:output_type -> corpus.v1.SeenResponse
+	8,   // 138: corpus.v1.ClusterService.RaftPeers:output_type -> corpus.v1.RaftPeersResponse
+	10,  // 139: corpus.v1.ClusterService.AddRaftPeer:output_type -> corpus.v1.AddRaftPeerResponse
+	12,  // 140: corpus.v1.ClusterService.RemoveRaftPeer:output_type -> corpus.v1.RemoveRaftPeerResponse
+	21,  // 141: corpus.v1.NodeService.CreateJoinToken:output_type -> corpus.v1.CreateJoinTokenResponse
+	23,  // 142: corpus.v1.NodeService.ListNodes:output_type -> corpus.v1.ListNodesResponse
+	25,  // 143: corpus.v1.NodeService.GetNode:output_type -> corpus.v1.GetNodeResponse
+	16,  // 144: corpus.v1.NodeService.SetNodeMode:output_type -> corpus.v1.SetNodeModeResponse
+	19,  // 145: corpus.v1.NodeService.DrainStatus:output_type -> corpus.v1.DrainStatusResponse
+	131, // 146: corpus.v1.NodeService.RemoveNode:output_type -> corpus.v1.RemoveNodeResponse
+	28,  // 147: corpus.v1.GuestService.CreateGuest:output_type -> corpus.v1.CreateGuestResponse
+	30,  // 148: corpus.v1.GuestService.GetGuest:output_type -> corpus.v1.GetGuestResponse
+	32,  // 149: corpus.v1.GuestService.ListGuests:output_type -> corpus.v1.ListGuestsResponse
+	34,  // 150: corpus.v1.GuestService.StartGuest:output_type -> corpus.v1.GuestActionResponse
+	34,  // 151: corpus.v1.GuestService.StopGuest:output_type -> corpus.v1.GuestActionResponse
+	34,  // 152: corpus.v1.GuestService.DeleteGuest:output_type -> corpus.v1.GuestActionResponse
+	36,  // 153: corpus.v1.GuestService.ExecGuest:output_type -> corpus.v1.ExecOutput
+	38,  // 154: corpus.v1.IngressService.CreateRoute:output_type -> corpus.v1.CreateRouteResponse
+	41,  // 155: corpus.v1.IngressService.ListRoutes:output_type -> corpus.v1.ListRoutesResponse
+	44,  // 156: corpus.v1.IngressService.DeleteRoute:output_type -> corpus.v1.DeleteRouteResponse
+	46,  // 157: corpus.v1.IngressService.MoveRoute:output_type -> corpus.v1.MoveRouteResponse
+	49,  // 158: corpus.v1.DnsService.ListRecords:output_type -> corpus.v1.ListRecordsResponse
+	51,  // 159: corpus.v1.DnsService.AddRecord:output_type -> corpus.v1.AddRecordResponse
+	53,  // 160: corpus.v1.DnsService.DeleteRecord:output_type -> corpus.v1.DeleteRecordResponse
+	62,  // 161: corpus.v1.VolumeService.ListVolumes:output_type -> corpus.v1.ListVolumesResponse
+	64,  // 162: corpus.v1.VolumeService.GetVolume:output_type -> corpus.v1.GetVolumeResponse
+	66,  // 163: corpus.v1.VolumeService.DeleteVolume:output_type -> corpus.v1.DeleteVolumeResponse
+	59,  // 164: corpus.v1.VolumeService.ResizeVolume:output_type -> corpus.v1.ResizeVolumeResponse
+	57,  // 165: corpus.v1.VolumeService.MoveVolume:output_type -> corpus.v1.MoveVolumeProgress
+	55,  // 166: corpus.v1.VolumeService.SnapshotVolume:output_type -> corpus.v1.SnapshotVolumeResponse
+	80,  // 167: corpus.v1.AgentService.Enroll:output_type -> corpus.v1.EnrollResponse
+	82,  // 168: corpus.v1.AgentService.RenewCertificate:output_type -> corpus.v1.RenewCertificateResponse
+	84,  // 169: corpus.v1.AgentService.Watch:output_type -> corpus.v1.WatchResponse
+	88,  // 170: corpus.v1.AgentService.Report:output_type -> corpus.v1.ReportResponse
+	70,  // 171: corpus.v1.AgentService.GitAccess:output_type -> corpus.v1.GitAccessResponse
+	72,  // 172: corpus.v1.AgentService.BeginRelease:output_type -> corpus.v1.BeginReleaseResponse
+	74,  // 173: corpus.v1.AgentService.FinishRelease:output_type -> corpus.v1.FinishReleaseResponse
+	76,  // 174: corpus.v1.AgentService.SetCurrentRelease:output_type -> corpus.v1.SetCurrentReleaseResponse
+	78,  // 175: corpus.v1.AgentService.PruneReleases:output_type -> corpus.v1.PruneReleasesResponse
+	68,  // 176: corpus.v1.AgentService.SetManifestDomains:output_type -> corpus.v1.SetManifestDomainsResponse
+	36,  // 177: corpus.v1.NodeAgentService.Exec:output_type -> corpus.v1.ExecOutput
+	90,  // 178: corpus.v1.NodeAgentService.ExportVolume:output_type -> corpus.v1.VolumeChunk
+	91,  // 179: corpus.v1.NodeAgentService.ImportVolume:output_type -> corpus.v1.ImportVolumeResponse
+	55,  // 180: corpus.v1.NodeAgentService.SnapshotVolume:output_type -> corpus.v1.SnapshotVolumeResponse
+	127, // 181: corpus.v1.NodeAgentService.Rollback:output_type -> corpus.v1.RollbackOutput
+	101, // 182: corpus.v1.UserService.CreateUser:output_type -> corpus.v1.CreateUserResponse
+	103, // 183: corpus.v1.UserService.ListUsers:output_type -> corpus.v1.ListUsersResponse
+	105, // 184: corpus.v1.UserService.DeleteUser:output_type -> corpus.v1.DeleteUserResponse
+	107, // 185: corpus.v1.UserService.AddKey:output_type -> corpus.v1.AddKeyResponse
+	109, // 186: corpus.v1.UserService.DeleteKey:output_type -> corpus.v1.DeleteKeyResponse
+	95,  // 187: corpus.v1.UserService.CreateToken:output_type -> corpus.v1.CreateTokenResponse
+	97,  // 188: corpus.v1.UserService.ListTokens:output_type -> corpus.v1.ListTokensResponse
+	99,  // 189: corpus.v1.UserService.RevokeToken:output_type -> corpus.v1.RevokeTokenResponse
+	93,  // 190: corpus.v1.UserService.Login:output_type -> corpus.v1.LoginResponse
+	111, // 191: corpus.v1.ProjectService.CreateProject:output_type -> corpus.v1.CreateProjectResponse
+	113, // 192: corpus.v1.ProjectService.ListProjects:output_type -> corpus.v1.ListProjectsResponse
+	117, // 193: corpus.v1.ProjectService.GetProject:output_type -> corpus.v1.GetProjectResponse
+	119, // 194: corpus.v1.ProjectService.DeleteProject:output_type -> corpus.v1.DeleteProjectResponse
+	121, // 195: corpus.v1.ProjectService.GrantProject:output_type -> corpus.v1.GrantProjectResponse
+	123, // 196: corpus.v1.ProjectService.ListReleases:output_type -> corpus.v1.ListReleasesResponse
+	125, // 197: corpus.v1.ProjectService.GetRelease:output_type -> corpus.v1.GetReleaseResponse
+	127, // 198: corpus.v1.ProjectService.Rollback:output_type -> corpus.v1.RollbackOutput
+	129, // 199: corpus.v1.AuditService.ListAudit:output_type -> corpus.v1.ListAuditResponse
+	134, // [134:200] is the sub-list for method output_type
+	68,  // [68:134] is the sub-list for method input_type
+	68,  // [68:68] is the sub-list for extension type_name
+	68,  // [68:68] is the sub-list for extension extendee
+	0,   // [0:68] is the sub-list for field type_name
 }
 
 func init() { file_corpus_v1_api_proto_init() }
@@ -8282,7 +8421,7 @@ func file_corpus_v1_api_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_corpus_v1_api_proto_rawDesc), len(file_corpus_v1_api_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   132,
+			NumMessages:   134,
 			NumExtensions: 0,
 			NumServices:   11,
 		},

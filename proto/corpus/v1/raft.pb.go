@@ -80,6 +80,7 @@ type Command struct {
 	//	*Command_PlaceGuests
 	//	*Command_SetNodeMode
 	//	*Command_RenewNodeCertificate
+	//	*Command_UserLogin
 	Cmd           isCommand_Cmd `protobuf_oneof:"cmd"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -492,6 +493,15 @@ func (x *Command) GetRenewNodeCertificate() *RenewNodeCertificate {
 	return nil
 }
 
+func (x *Command) GetUserLogin() *UserLogin {
+	if x != nil {
+		if x, ok := x.Cmd.(*Command_UserLogin); ok {
+			return x.UserLogin
+		}
+	}
+	return nil
+}
+
 type isCommand_Cmd interface {
 	isCommand_Cmd()
 }
@@ -648,6 +658,10 @@ type Command_RenewNodeCertificate struct {
 	RenewNodeCertificate *RenewNodeCertificate `protobuf:"bytes,60,opt,name=renew_node_certificate,json=renewNodeCertificate,proto3,oneof"`
 }
 
+type Command_UserLogin struct {
+	UserLogin *UserLogin `protobuf:"bytes,120,opt,name=user_login,json=userLogin,proto3,oneof"`
+}
+
 func (*Command_BootstrapCluster) isCommand_Cmd() {}
 
 func (*Command_CreateJoinToken) isCommand_Cmd() {}
@@ -723,6 +737,8 @@ func (*Command_PlaceGuests) isCommand_Cmd() {}
 func (*Command_SetNodeMode) isCommand_Cmd() {}
 
 func (*Command_RenewNodeCertificate) isCommand_Cmd() {}
+
+func (*Command_UserLogin) isCommand_Cmd() {}
 
 type BootstrapCluster struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -2052,6 +2068,90 @@ func (x *CreateUser) GetUser() *User {
 	return nil
 }
 
+// UserLogin records a password login: on success it issues token (making
+// way by dropping the user's expired tokens and, at the limit, the oldest
+// login token); on failure it changes nothing and the refusal, reason
+// included, is what the audit log keeps.
+type UserLogin struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	User  string                 `protobuf:"bytes,1,opt,name=user,proto3" json:"user,omitempty"`
+	// method is "ldap".
+	Method string `protobuf:"bytes,2,opt,name=method,proto3" json:"method,omitempty"`
+	// remote is the client's address as the API saw it.
+	Remote string `protobuf:"bytes,3,opt,name=remote,proto3" json:"remote,omitempty"`
+	// token is set when the password was accepted.
+	Token *UserToken `protobuf:"bytes,4,opt,name=token,proto3" json:"token,omitempty"`
+	// refused says why the login failed (unset on success).
+	Refused       string `protobuf:"bytes,5,opt,name=refused,proto3" json:"refused,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UserLogin) Reset() {
+	*x = UserLogin{}
+	mi := &file_corpus_v1_raft_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UserLogin) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UserLogin) ProtoMessage() {}
+
+func (x *UserLogin) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_raft_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UserLogin.ProtoReflect.Descriptor instead.
+func (*UserLogin) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *UserLogin) GetUser() string {
+	if x != nil {
+		return x.User
+	}
+	return ""
+}
+
+func (x *UserLogin) GetMethod() string {
+	if x != nil {
+		return x.Method
+	}
+	return ""
+}
+
+func (x *UserLogin) GetRemote() string {
+	if x != nil {
+		return x.Remote
+	}
+	return ""
+}
+
+func (x *UserLogin) GetToken() *UserToken {
+	if x != nil {
+		return x.Token
+	}
+	return nil
+}
+
+func (x *UserLogin) GetRefused() string {
+	if x != nil {
+		return x.Refused
+	}
+	return ""
+}
+
 type DeleteUser struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
@@ -2061,7 +2161,7 @@ type DeleteUser struct {
 
 func (x *DeleteUser) Reset() {
 	*x = DeleteUser{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[25]
+	mi := &file_corpus_v1_raft_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2073,7 +2173,7 @@ func (x *DeleteUser) String() string {
 func (*DeleteUser) ProtoMessage() {}
 
 func (x *DeleteUser) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[25]
+	mi := &file_corpus_v1_raft_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2086,7 +2186,7 @@ func (x *DeleteUser) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteUser.ProtoReflect.Descriptor instead.
 func (*DeleteUser) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{25}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *DeleteUser) GetName() string {
@@ -2107,7 +2207,7 @@ type AddSshKey struct {
 
 func (x *AddSshKey) Reset() {
 	*x = AddSshKey{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[26]
+	mi := &file_corpus_v1_raft_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2119,7 +2219,7 @@ func (x *AddSshKey) String() string {
 func (*AddSshKey) ProtoMessage() {}
 
 func (x *AddSshKey) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[26]
+	mi := &file_corpus_v1_raft_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2132,7 +2232,7 @@ func (x *AddSshKey) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddSshKey.ProtoReflect.Descriptor instead.
 func (*AddSshKey) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{26}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *AddSshKey) GetUser() string {
@@ -2159,7 +2259,7 @@ type DeleteSshKey struct {
 
 func (x *DeleteSshKey) Reset() {
 	*x = DeleteSshKey{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[27]
+	mi := &file_corpus_v1_raft_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2171,7 +2271,7 @@ func (x *DeleteSshKey) String() string {
 func (*DeleteSshKey) ProtoMessage() {}
 
 func (x *DeleteSshKey) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[27]
+	mi := &file_corpus_v1_raft_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2184,7 +2284,7 @@ func (x *DeleteSshKey) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteSshKey.ProtoReflect.Descriptor instead.
 func (*DeleteSshKey) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{27}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *DeleteSshKey) GetUser() string {
@@ -2217,7 +2317,7 @@ type CreateProject struct {
 
 func (x *CreateProject) Reset() {
 	*x = CreateProject{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[28]
+	mi := &file_corpus_v1_raft_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2229,7 +2329,7 @@ func (x *CreateProject) String() string {
 func (*CreateProject) ProtoMessage() {}
 
 func (x *CreateProject) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[28]
+	mi := &file_corpus_v1_raft_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2242,7 +2342,7 @@ func (x *CreateProject) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateProject.ProtoReflect.Descriptor instead.
 func (*CreateProject) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{28}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *CreateProject) GetProjectId() string {
@@ -2293,7 +2393,7 @@ type DeleteProject struct {
 
 func (x *DeleteProject) Reset() {
 	*x = DeleteProject{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[29]
+	mi := &file_corpus_v1_raft_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2305,7 +2405,7 @@ func (x *DeleteProject) String() string {
 func (*DeleteProject) ProtoMessage() {}
 
 func (x *DeleteProject) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[29]
+	mi := &file_corpus_v1_raft_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2318,7 +2418,7 @@ func (x *DeleteProject) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteProject.ProtoReflect.Descriptor instead.
 func (*DeleteProject) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{29}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *DeleteProject) GetName() string {
@@ -2347,7 +2447,7 @@ type GrantProject struct {
 
 func (x *GrantProject) Reset() {
 	*x = GrantProject{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[30]
+	mi := &file_corpus_v1_raft_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2359,7 +2459,7 @@ func (x *GrantProject) String() string {
 func (*GrantProject) ProtoMessage() {}
 
 func (x *GrantProject) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[30]
+	mi := &file_corpus_v1_raft_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2372,7 +2472,7 @@ func (x *GrantProject) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GrantProject.ProtoReflect.Descriptor instead.
 func (*GrantProject) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{30}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *GrantProject) GetName() string {
@@ -2408,7 +2508,7 @@ type BeginRelease struct {
 
 func (x *BeginRelease) Reset() {
 	*x = BeginRelease{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[31]
+	mi := &file_corpus_v1_raft_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2420,7 +2520,7 @@ func (x *BeginRelease) String() string {
 func (*BeginRelease) ProtoMessage() {}
 
 func (x *BeginRelease) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[31]
+	mi := &file_corpus_v1_raft_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2433,7 +2533,7 @@ func (x *BeginRelease) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BeginRelease.ProtoReflect.Descriptor instead.
 func (*BeginRelease) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{31}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *BeginRelease) GetRelease() *Release {
@@ -2460,7 +2560,7 @@ type FinishRelease struct {
 
 func (x *FinishRelease) Reset() {
 	*x = FinishRelease{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[32]
+	mi := &file_corpus_v1_raft_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2472,7 +2572,7 @@ func (x *FinishRelease) String() string {
 func (*FinishRelease) ProtoMessage() {}
 
 func (x *FinishRelease) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[32]
+	mi := &file_corpus_v1_raft_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2485,7 +2585,7 @@ func (x *FinishRelease) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FinishRelease.ProtoReflect.Descriptor instead.
 func (*FinishRelease) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{32}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *FinishRelease) GetId() string {
@@ -2551,7 +2651,7 @@ type SetCurrentRelease struct {
 
 func (x *SetCurrentRelease) Reset() {
 	*x = SetCurrentRelease{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[33]
+	mi := &file_corpus_v1_raft_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2563,7 +2663,7 @@ func (x *SetCurrentRelease) String() string {
 func (*SetCurrentRelease) ProtoMessage() {}
 
 func (x *SetCurrentRelease) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[33]
+	mi := &file_corpus_v1_raft_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2576,7 +2676,7 @@ func (x *SetCurrentRelease) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetCurrentRelease.ProtoReflect.Descriptor instead.
 func (*SetCurrentRelease) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{33}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *SetCurrentRelease) GetProject() string {
@@ -2620,7 +2720,7 @@ type PruneReleases struct {
 
 func (x *PruneReleases) Reset() {
 	*x = PruneReleases{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[34]
+	mi := &file_corpus_v1_raft_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2632,7 +2732,7 @@ func (x *PruneReleases) String() string {
 func (*PruneReleases) ProtoMessage() {}
 
 func (x *PruneReleases) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[34]
+	mi := &file_corpus_v1_raft_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2645,7 +2745,7 @@ func (x *PruneReleases) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PruneReleases.ProtoReflect.Descriptor instead.
 func (*PruneReleases) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{34}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *PruneReleases) GetProject() string {
@@ -2693,7 +2793,7 @@ type SetManifestDomains struct {
 
 func (x *SetManifestDomains) Reset() {
 	*x = SetManifestDomains{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[35]
+	mi := &file_corpus_v1_raft_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2705,7 +2805,7 @@ func (x *SetManifestDomains) String() string {
 func (*SetManifestDomains) ProtoMessage() {}
 
 func (x *SetManifestDomains) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[35]
+	mi := &file_corpus_v1_raft_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2718,7 +2818,7 @@ func (x *SetManifestDomains) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetManifestDomains.ProtoReflect.Descriptor instead.
 func (*SetManifestDomains) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{35}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *SetManifestDomains) GetProject() string {
@@ -2766,7 +2866,7 @@ type UpsertCoordinator struct {
 
 func (x *UpsertCoordinator) Reset() {
 	*x = UpsertCoordinator{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[36]
+	mi := &file_corpus_v1_raft_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2778,7 +2878,7 @@ func (x *UpsertCoordinator) String() string {
 func (*UpsertCoordinator) ProtoMessage() {}
 
 func (x *UpsertCoordinator) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[36]
+	mi := &file_corpus_v1_raft_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2791,7 +2891,7 @@ func (x *UpsertCoordinator) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpsertCoordinator.ProtoReflect.Descriptor instead.
 func (*UpsertCoordinator) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{36}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *UpsertCoordinator) GetCoordinator() *Coordinator {
@@ -2811,7 +2911,7 @@ type RemoveCoordinator struct {
 
 func (x *RemoveCoordinator) Reset() {
 	*x = RemoveCoordinator{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[37]
+	mi := &file_corpus_v1_raft_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2823,7 +2923,7 @@ func (x *RemoveCoordinator) String() string {
 func (*RemoveCoordinator) ProtoMessage() {}
 
 func (x *RemoveCoordinator) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[37]
+	mi := &file_corpus_v1_raft_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2836,7 +2936,7 @@ func (x *RemoveCoordinator) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveCoordinator.ProtoReflect.Descriptor instead.
 func (*RemoveCoordinator) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{37}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *RemoveCoordinator) GetId() string {
@@ -2856,7 +2956,7 @@ type CreateUserToken struct {
 
 func (x *CreateUserToken) Reset() {
 	*x = CreateUserToken{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[38]
+	mi := &file_corpus_v1_raft_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2868,7 +2968,7 @@ func (x *CreateUserToken) String() string {
 func (*CreateUserToken) ProtoMessage() {}
 
 func (x *CreateUserToken) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[38]
+	mi := &file_corpus_v1_raft_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2881,7 +2981,7 @@ func (x *CreateUserToken) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateUserToken.ProtoReflect.Descriptor instead.
 func (*CreateUserToken) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{38}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *CreateUserToken) GetToken() *UserToken {
@@ -2901,7 +3001,7 @@ type RevokeUserToken struct {
 
 func (x *RevokeUserToken) Reset() {
 	*x = RevokeUserToken{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[39]
+	mi := &file_corpus_v1_raft_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2913,7 +3013,7 @@ func (x *RevokeUserToken) String() string {
 func (*RevokeUserToken) ProtoMessage() {}
 
 func (x *RevokeUserToken) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[39]
+	mi := &file_corpus_v1_raft_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2926,7 +3026,7 @@ func (x *RevokeUserToken) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeUserToken.ProtoReflect.Descriptor instead.
 func (*RevokeUserToken) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{39}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *RevokeUserToken) GetId() string {
@@ -2946,7 +3046,7 @@ type RemoveNode struct {
 
 func (x *RemoveNode) Reset() {
 	*x = RemoveNode{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[40]
+	mi := &file_corpus_v1_raft_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2958,7 +3058,7 @@ func (x *RemoveNode) String() string {
 func (*RemoveNode) ProtoMessage() {}
 
 func (x *RemoveNode) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[40]
+	mi := &file_corpus_v1_raft_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2971,7 +3071,7 @@ func (x *RemoveNode) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveNode.ProtoReflect.Descriptor instead.
 func (*RemoveNode) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{40}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *RemoveNode) GetNodeId() string {
@@ -3006,7 +3106,7 @@ type Snapshot struct {
 
 func (x *Snapshot) Reset() {
 	*x = Snapshot{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[41]
+	mi := &file_corpus_v1_raft_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3018,7 +3118,7 @@ func (x *Snapshot) String() string {
 func (*Snapshot) ProtoMessage() {}
 
 func (x *Snapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[41]
+	mi := &file_corpus_v1_raft_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3031,7 +3131,7 @@ func (x *Snapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Snapshot.ProtoReflect.Descriptor instead.
 func (*Snapshot) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{41}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *Snapshot) GetVersion() uint32 {
@@ -3143,7 +3243,7 @@ var File_corpus_v1_raft_proto protoreflect.FileDescriptor
 
 const file_corpus_v1_raft_proto_rawDesc = "" +
 	"\n" +
-	"\x14corpus/v1/raft.proto\x12\tcorpus.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x15corpus/v1/types.proto\"\xf0\x14\n" +
+	"\x14corpus/v1/raft.proto\x12\tcorpus.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x15corpus/v1/types.proto\"\xa7\x15\n" +
 	"\aCommand\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x12\x1c\n" +
 	"\tignorable\x18\x02 \x01(\bR\tignorable\x12,\n" +
@@ -3195,7 +3295,9 @@ const file_corpus_v1_raft_proto_rawDesc = "" +
 	"removeNode\x12;\n" +
 	"\fplace_guests\x182 \x01(\v2\x16.corpus.v1.PlaceGuestsH\x00R\vplaceGuests\x12<\n" +
 	"\rset_node_mode\x183 \x01(\v2\x16.corpus.v1.SetNodeModeH\x00R\vsetNodeMode\x12W\n" +
-	"\x16renew_node_certificate\x18< \x01(\v2\x1f.corpus.v1.RenewNodeCertificateH\x00R\x14renewNodeCertificateB\x05\n" +
+	"\x16renew_node_certificate\x18< \x01(\v2\x1f.corpus.v1.RenewNodeCertificateH\x00R\x14renewNodeCertificate\x125\n" +
+	"\n" +
+	"user_login\x18x \x01(\v2\x14.corpus.v1.UserLoginH\x00R\tuserLoginB\x05\n" +
 	"\x03cmd\"D\n" +
 	"\x10BootstrapCluster\x120\n" +
 	"\x06config\x18\x01 \x01(\v2\x18.corpus.v1.ClusterConfigR\x06config\"=\n" +
@@ -3289,7 +3391,13 @@ const file_corpus_v1_raft_proto_rawDesc = "" +
 	"\avolumes\x18\x02 \x03(\v2\x19.corpus.v1.ObservedVolumeR\avolumes\"1\n" +
 	"\n" +
 	"CreateUser\x12#\n" +
-	"\x04user\x18\x01 \x01(\v2\x0f.corpus.v1.UserR\x04user\" \n" +
+	"\x04user\x18\x01 \x01(\v2\x0f.corpus.v1.UserR\x04user\"\x95\x01\n" +
+	"\tUserLogin\x12\x12\n" +
+	"\x04user\x18\x01 \x01(\tR\x04user\x12\x16\n" +
+	"\x06method\x18\x02 \x01(\tR\x06method\x12\x16\n" +
+	"\x06remote\x18\x03 \x01(\tR\x06remote\x12*\n" +
+	"\x05token\x18\x04 \x01(\v2\x14.corpus.v1.UserTokenR\x05token\x12\x18\n" +
+	"\arefused\x18\x05 \x01(\tR\arefused\" \n" +
 	"\n" +
 	"DeleteUser\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\"D\n" +
@@ -3384,7 +3492,7 @@ func file_corpus_v1_raft_proto_rawDescGZIP() []byte {
 	return file_corpus_v1_raft_proto_rawDescData
 }
 
-var file_corpus_v1_raft_proto_msgTypes = make([]protoimpl.MessageInfo, 43)
+var file_corpus_v1_raft_proto_msgTypes = make([]protoimpl.MessageInfo, 44)
 var file_corpus_v1_raft_proto_goTypes = []any{
 	(*Command)(nil),               // 0: corpus.v1.Command
 	(*BootstrapCluster)(nil),      // 1: corpus.v1.BootstrapCluster
@@ -3411,48 +3519,49 @@ var file_corpus_v1_raft_proto_goTypes = []any{
 	(*ObservedVolume)(nil),        // 22: corpus.v1.ObservedVolume
 	(*ReportVolumes)(nil),         // 23: corpus.v1.ReportVolumes
 	(*CreateUser)(nil),            // 24: corpus.v1.CreateUser
-	(*DeleteUser)(nil),            // 25: corpus.v1.DeleteUser
-	(*AddSshKey)(nil),             // 26: corpus.v1.AddSshKey
-	(*DeleteSshKey)(nil),          // 27: corpus.v1.DeleteSshKey
-	(*CreateProject)(nil),         // 28: corpus.v1.CreateProject
-	(*DeleteProject)(nil),         // 29: corpus.v1.DeleteProject
-	(*GrantProject)(nil),          // 30: corpus.v1.GrantProject
-	(*BeginRelease)(nil),          // 31: corpus.v1.BeginRelease
-	(*FinishRelease)(nil),         // 32: corpus.v1.FinishRelease
-	(*SetCurrentRelease)(nil),     // 33: corpus.v1.SetCurrentRelease
-	(*PruneReleases)(nil),         // 34: corpus.v1.PruneReleases
-	(*SetManifestDomains)(nil),    // 35: corpus.v1.SetManifestDomains
-	(*UpsertCoordinator)(nil),     // 36: corpus.v1.UpsertCoordinator
-	(*RemoveCoordinator)(nil),     // 37: corpus.v1.RemoveCoordinator
-	(*CreateUserToken)(nil),       // 38: corpus.v1.CreateUserToken
-	(*RevokeUserToken)(nil),       // 39: corpus.v1.RevokeUserToken
-	(*RemoveNode)(nil),            // 40: corpus.v1.RemoveNode
-	(*Snapshot)(nil),              // 41: corpus.v1.Snapshot
-	nil,                           // 42: corpus.v1.UpdateNode.LabelsEntry
-	(*timestamppb.Timestamp)(nil), // 43: google.protobuf.Timestamp
-	(*ClusterConfig)(nil),         // 44: corpus.v1.ClusterConfig
-	(*JoinToken)(nil),             // 45: corpus.v1.JoinToken
-	(*Node)(nil),                  // 46: corpus.v1.Node
-	(*Resources)(nil),             // 47: corpus.v1.Resources
-	(*DriverInfo)(nil),            // 48: corpus.v1.DriverInfo
-	(*Guest)(nil),                 // 49: corpus.v1.Guest
-	(*GuestObserved)(nil),         // 50: corpus.v1.GuestObserved
-	(*Route)(nil),                 // 51: corpus.v1.Route
-	(*DnsRecord)(nil),             // 52: corpus.v1.DnsRecord
-	(*VolumeObserved)(nil),        // 53: corpus.v1.VolumeObserved
-	(*User)(nil),                  // 54: corpus.v1.User
-	(*SshKey)(nil),                // 55: corpus.v1.SshKey
-	(*ProjectEnv)(nil),            // 56: corpus.v1.ProjectEnv
-	(*Release)(nil),               // 57: corpus.v1.Release
-	(*ReleaseStep)(nil),           // 58: corpus.v1.ReleaseStep
-	(*Coordinator)(nil),           // 59: corpus.v1.Coordinator
-	(*UserToken)(nil),             // 60: corpus.v1.UserToken
-	(*Volume)(nil),                // 61: corpus.v1.Volume
-	(*Project)(nil),               // 62: corpus.v1.Project
-	(*AuditEntry)(nil),            // 63: corpus.v1.AuditEntry
+	(*UserLogin)(nil),             // 25: corpus.v1.UserLogin
+	(*DeleteUser)(nil),            // 26: corpus.v1.DeleteUser
+	(*AddSshKey)(nil),             // 27: corpus.v1.AddSshKey
+	(*DeleteSshKey)(nil),          // 28: corpus.v1.DeleteSshKey
+	(*CreateProject)(nil),         // 29: corpus.v1.CreateProject
+	(*DeleteProject)(nil),         // 30: corpus.v1.DeleteProject
+	(*GrantProject)(nil),          // 31: corpus.v1.GrantProject
+	(*BeginRelease)(nil),          // 32: corpus.v1.BeginRelease
+	(*FinishRelease)(nil),         // 33: corpus.v1.FinishRelease
+	(*SetCurrentRelease)(nil),     // 34: corpus.v1.SetCurrentRelease
+	(*PruneReleases)(nil),         // 35: corpus.v1.PruneReleases
+	(*SetManifestDomains)(nil),    // 36: corpus.v1.SetManifestDomains
+	(*UpsertCoordinator)(nil),     // 37: corpus.v1.UpsertCoordinator
+	(*RemoveCoordinator)(nil),     // 38: corpus.v1.RemoveCoordinator
+	(*CreateUserToken)(nil),       // 39: corpus.v1.CreateUserToken
+	(*RevokeUserToken)(nil),       // 40: corpus.v1.RevokeUserToken
+	(*RemoveNode)(nil),            // 41: corpus.v1.RemoveNode
+	(*Snapshot)(nil),              // 42: corpus.v1.Snapshot
+	nil,                           // 43: corpus.v1.UpdateNode.LabelsEntry
+	(*timestamppb.Timestamp)(nil), // 44: google.protobuf.Timestamp
+	(*ClusterConfig)(nil),         // 45: corpus.v1.ClusterConfig
+	(*JoinToken)(nil),             // 46: corpus.v1.JoinToken
+	(*Node)(nil),                  // 47: corpus.v1.Node
+	(*Resources)(nil),             // 48: corpus.v1.Resources
+	(*DriverInfo)(nil),            // 49: corpus.v1.DriverInfo
+	(*Guest)(nil),                 // 50: corpus.v1.Guest
+	(*GuestObserved)(nil),         // 51: corpus.v1.GuestObserved
+	(*Route)(nil),                 // 52: corpus.v1.Route
+	(*DnsRecord)(nil),             // 53: corpus.v1.DnsRecord
+	(*VolumeObserved)(nil),        // 54: corpus.v1.VolumeObserved
+	(*User)(nil),                  // 55: corpus.v1.User
+	(*UserToken)(nil),             // 56: corpus.v1.UserToken
+	(*SshKey)(nil),                // 57: corpus.v1.SshKey
+	(*ProjectEnv)(nil),            // 58: corpus.v1.ProjectEnv
+	(*Release)(nil),               // 59: corpus.v1.Release
+	(*ReleaseStep)(nil),           // 60: corpus.v1.ReleaseStep
+	(*Coordinator)(nil),           // 61: corpus.v1.Coordinator
+	(*Volume)(nil),                // 62: corpus.v1.Volume
+	(*Project)(nil),               // 63: corpus.v1.Project
+	(*AuditEntry)(nil),            // 64: corpus.v1.AuditEntry
 }
 var file_corpus_v1_raft_proto_depIdxs = []int32{
-	43, // 0: corpus.v1.Command.now:type_name -> google.protobuf.Timestamp
+	44, // 0: corpus.v1.Command.now:type_name -> google.protobuf.Timestamp
 	1,  // 1: corpus.v1.Command.bootstrap_cluster:type_name -> corpus.v1.BootstrapCluster
 	2,  // 2: corpus.v1.Command.create_join_token:type_name -> corpus.v1.CreateJoinToken
 	3,  // 3: corpus.v1.Command.enroll_node:type_name -> corpus.v1.EnrollNode
@@ -3472,68 +3581,70 @@ var file_corpus_v1_raft_proto_depIdxs = []int32{
 	20, // 17: corpus.v1.Command.resize_volume:type_name -> corpus.v1.ResizeVolume
 	21, // 18: corpus.v1.Command.move_volume:type_name -> corpus.v1.MoveVolume
 	24, // 19: corpus.v1.Command.create_user:type_name -> corpus.v1.CreateUser
-	25, // 20: corpus.v1.Command.delete_user:type_name -> corpus.v1.DeleteUser
-	26, // 21: corpus.v1.Command.add_ssh_key:type_name -> corpus.v1.AddSshKey
-	27, // 22: corpus.v1.Command.delete_ssh_key:type_name -> corpus.v1.DeleteSshKey
-	28, // 23: corpus.v1.Command.create_project:type_name -> corpus.v1.CreateProject
-	29, // 24: corpus.v1.Command.delete_project:type_name -> corpus.v1.DeleteProject
-	30, // 25: corpus.v1.Command.grant_project:type_name -> corpus.v1.GrantProject
-	31, // 26: corpus.v1.Command.begin_release:type_name -> corpus.v1.BeginRelease
-	32, // 27: corpus.v1.Command.finish_release:type_name -> corpus.v1.FinishRelease
-	33, // 28: corpus.v1.Command.set_current_release:type_name -> corpus.v1.SetCurrentRelease
-	34, // 29: corpus.v1.Command.prune_releases:type_name -> corpus.v1.PruneReleases
-	35, // 30: corpus.v1.Command.set_manifest_domains:type_name -> corpus.v1.SetManifestDomains
-	36, // 31: corpus.v1.Command.upsert_coordinator:type_name -> corpus.v1.UpsertCoordinator
-	37, // 32: corpus.v1.Command.remove_coordinator:type_name -> corpus.v1.RemoveCoordinator
-	38, // 33: corpus.v1.Command.create_user_token:type_name -> corpus.v1.CreateUserToken
-	39, // 34: corpus.v1.Command.revoke_user_token:type_name -> corpus.v1.RevokeUserToken
-	40, // 35: corpus.v1.Command.remove_node:type_name -> corpus.v1.RemoveNode
+	26, // 20: corpus.v1.Command.delete_user:type_name -> corpus.v1.DeleteUser
+	27, // 21: corpus.v1.Command.add_ssh_key:type_name -> corpus.v1.AddSshKey
+	28, // 22: corpus.v1.Command.delete_ssh_key:type_name -> corpus.v1.DeleteSshKey
+	29, // 23: corpus.v1.Command.create_project:type_name -> corpus.v1.CreateProject
+	30, // 24: corpus.v1.Command.delete_project:type_name -> corpus.v1.DeleteProject
+	31, // 25: corpus.v1.Command.grant_project:type_name -> corpus.v1.GrantProject
+	32, // 26: corpus.v1.Command.begin_release:type_name -> corpus.v1.BeginRelease
+	33, // 27: corpus.v1.Command.finish_release:type_name -> corpus.v1.FinishRelease
+	34, // 28: corpus.v1.Command.set_current_release:type_name -> corpus.v1.SetCurrentRelease
+	35, // 29: corpus.v1.Command.prune_releases:type_name -> corpus.v1.PruneReleases
+	36, // 30: corpus.v1.Command.set_manifest_domains:type_name -> corpus.v1.SetManifestDomains
+	37, // 31: corpus.v1.Command.upsert_coordinator:type_name -> corpus.v1.UpsertCoordinator
+	38, // 32: corpus.v1.Command.remove_coordinator:type_name -> corpus.v1.RemoveCoordinator
+	39, // 33: corpus.v1.Command.create_user_token:type_name -> corpus.v1.CreateUserToken
+	40, // 34: corpus.v1.Command.revoke_user_token:type_name -> corpus.v1.RevokeUserToken
+	41, // 35: corpus.v1.Command.remove_node:type_name -> corpus.v1.RemoveNode
 	10, // 36: corpus.v1.Command.place_guests:type_name -> corpus.v1.PlaceGuests
 	11, // 37: corpus.v1.Command.set_node_mode:type_name -> corpus.v1.SetNodeMode
 	4,  // 38: corpus.v1.Command.renew_node_certificate:type_name -> corpus.v1.RenewNodeCertificate
-	44, // 39: corpus.v1.BootstrapCluster.config:type_name -> corpus.v1.ClusterConfig
-	45, // 40: corpus.v1.CreateJoinToken.token:type_name -> corpus.v1.JoinToken
-	46, // 41: corpus.v1.EnrollNode.node:type_name -> corpus.v1.Node
-	43, // 42: corpus.v1.RenewNodeCertificate.expires_at:type_name -> google.protobuf.Timestamp
-	47, // 43: corpus.v1.UpdateNode.capacity:type_name -> corpus.v1.Resources
-	48, // 44: corpus.v1.UpdateNode.drivers:type_name -> corpus.v1.DriverInfo
-	42, // 45: corpus.v1.UpdateNode.labels:type_name -> corpus.v1.UpdateNode.LabelsEntry
-	49, // 46: corpus.v1.CreateGuest.guest:type_name -> corpus.v1.Guest
-	9,  // 47: corpus.v1.PlaceGuests.placements:type_name -> corpus.v1.PlaceGuest
-	50, // 48: corpus.v1.ObservedGuest.observed:type_name -> corpus.v1.GuestObserved
-	12, // 49: corpus.v1.ReportGuests.guests:type_name -> corpus.v1.ObservedGuest
-	51, // 50: corpus.v1.CreateRoute.route:type_name -> corpus.v1.Route
-	52, // 51: corpus.v1.AddDnsRecord.record:type_name -> corpus.v1.DnsRecord
-	53, // 52: corpus.v1.ObservedVolume.observed:type_name -> corpus.v1.VolumeObserved
-	22, // 53: corpus.v1.ReportVolumes.volumes:type_name -> corpus.v1.ObservedVolume
-	54, // 54: corpus.v1.CreateUser.user:type_name -> corpus.v1.User
-	55, // 55: corpus.v1.AddSshKey.key:type_name -> corpus.v1.SshKey
-	56, // 56: corpus.v1.CreateProject.env:type_name -> corpus.v1.ProjectEnv
-	49, // 57: corpus.v1.CreateProject.guest:type_name -> corpus.v1.Guest
-	51, // 58: corpus.v1.CreateProject.routes:type_name -> corpus.v1.Route
-	57, // 59: corpus.v1.BeginRelease.release:type_name -> corpus.v1.Release
-	58, // 60: corpus.v1.FinishRelease.steps:type_name -> corpus.v1.ReleaseStep
-	51, // 61: corpus.v1.SetManifestDomains.routes:type_name -> corpus.v1.Route
-	59, // 62: corpus.v1.UpsertCoordinator.coordinator:type_name -> corpus.v1.Coordinator
-	60, // 63: corpus.v1.CreateUserToken.token:type_name -> corpus.v1.UserToken
-	44, // 64: corpus.v1.Snapshot.config:type_name -> corpus.v1.ClusterConfig
-	46, // 65: corpus.v1.Snapshot.nodes:type_name -> corpus.v1.Node
-	49, // 66: corpus.v1.Snapshot.guests:type_name -> corpus.v1.Guest
-	45, // 67: corpus.v1.Snapshot.join_tokens:type_name -> corpus.v1.JoinToken
-	51, // 68: corpus.v1.Snapshot.routes:type_name -> corpus.v1.Route
-	52, // 69: corpus.v1.Snapshot.dns_records:type_name -> corpus.v1.DnsRecord
-	61, // 70: corpus.v1.Snapshot.volumes:type_name -> corpus.v1.Volume
-	54, // 71: corpus.v1.Snapshot.users:type_name -> corpus.v1.User
-	62, // 72: corpus.v1.Snapshot.projects:type_name -> corpus.v1.Project
-	57, // 73: corpus.v1.Snapshot.releases:type_name -> corpus.v1.Release
-	59, // 74: corpus.v1.Snapshot.coordinators:type_name -> corpus.v1.Coordinator
-	63, // 75: corpus.v1.Snapshot.audit:type_name -> corpus.v1.AuditEntry
-	60, // 76: corpus.v1.Snapshot.user_tokens:type_name -> corpus.v1.UserToken
-	77, // [77:77] is the sub-list for method output_type
-	77, // [77:77] is the sub-list for method input_type
-	77, // [77:77] is the sub-list for extension type_name
-	77, // [77:77] is the sub-list for extension extendee
-	0,  // [0:77] is the sub-list for field type_name
+	25, // 39: corpus.v1.Command.user_login:type_name -> corpus.v1.UserLogin
+	45, // 40: corpus.v1.BootstrapCluster.config:type_name -> corpus.v1.ClusterConfig
+	46, // 41: corpus.v1.CreateJoinToken.token:type_name -> corpus.v1.JoinToken
+	47, // 42: corpus.v1.EnrollNode.node:type_name -> corpus.v1.Node
+	44, // 43: corpus.v1.RenewNodeCertificate.expires_at:type_name -> google.protobuf.Timestamp
+	48, // 44: corpus.v1.UpdateNode.capacity:type_name -> corpus.v1.Resources
+	49, // 45: corpus.v1.UpdateNode.drivers:type_name -> corpus.v1.DriverInfo
+	43, // 46: corpus.v1.UpdateNode.labels:type_name -> corpus.v1.UpdateNode.LabelsEntry
+	50, // 47: corpus.v1.CreateGuest.guest:type_name -> corpus.v1.Guest
+	9,  // 48: corpus.v1.PlaceGuests.placements:type_name -> corpus.v1.PlaceGuest
+	51, // 49: corpus.v1.ObservedGuest.observed:type_name -> corpus.v1.GuestObserved
+	12, // 50: corpus.v1.ReportGuests.guests:type_name -> corpus.v1.ObservedGuest
+	52, // 51: corpus.v1.CreateRoute.route:type_name -> corpus.v1.Route
+	53, // 52: corpus.v1.AddDnsRecord.record:type_name -> corpus.v1.DnsRecord
+	54, // 53: corpus.v1.ObservedVolume.observed:type_name -> corpus.v1.VolumeObserved
+	22, // 54: corpus.v1.ReportVolumes.volumes:type_name -> corpus.v1.ObservedVolume
+	55, // 55: corpus.v1.CreateUser.user:type_name -> corpus.v1.User
+	56, // 56: corpus.v1.UserLogin.token:type_name -> corpus.v1.UserToken
+	57, // 57: corpus.v1.AddSshKey.key:type_name -> corpus.v1.SshKey
+	58, // 58: corpus.v1.CreateProject.env:type_name -> corpus.v1.ProjectEnv
+	50, // 59: corpus.v1.CreateProject.guest:type_name -> corpus.v1.Guest
+	52, // 60: corpus.v1.CreateProject.routes:type_name -> corpus.v1.Route
+	59, // 61: corpus.v1.BeginRelease.release:type_name -> corpus.v1.Release
+	60, // 62: corpus.v1.FinishRelease.steps:type_name -> corpus.v1.ReleaseStep
+	52, // 63: corpus.v1.SetManifestDomains.routes:type_name -> corpus.v1.Route
+	61, // 64: corpus.v1.UpsertCoordinator.coordinator:type_name -> corpus.v1.Coordinator
+	56, // 65: corpus.v1.CreateUserToken.token:type_name -> corpus.v1.UserToken
+	45, // 66: corpus.v1.Snapshot.config:type_name -> corpus.v1.ClusterConfig
+	47, // 67: corpus.v1.Snapshot.nodes:type_name -> corpus.v1.Node
+	50, // 68: corpus.v1.Snapshot.guests:type_name -> corpus.v1.Guest
+	46, // 69: corpus.v1.Snapshot.join_tokens:type_name -> corpus.v1.JoinToken
+	52, // 70: corpus.v1.Snapshot.routes:type_name -> corpus.v1.Route
+	53, // 71: corpus.v1.Snapshot.dns_records:type_name -> corpus.v1.DnsRecord
+	62, // 72: corpus.v1.Snapshot.volumes:type_name -> corpus.v1.Volume
+	55, // 73: corpus.v1.Snapshot.users:type_name -> corpus.v1.User
+	63, // 74: corpus.v1.Snapshot.projects:type_name -> corpus.v1.Project
+	59, // 75: corpus.v1.Snapshot.releases:type_name -> corpus.v1.Release
+	61, // 76: corpus.v1.Snapshot.coordinators:type_name -> corpus.v1.Coordinator
+	64, // 77: corpus.v1.Snapshot.audit:type_name -> corpus.v1.AuditEntry
+	56, // 78: corpus.v1.Snapshot.user_tokens:type_name -> corpus.v1.UserToken
+	79, // [79:79] is the sub-list for method output_type
+	79, // [79:79] is the sub-list for method input_type
+	79, // [79:79] is the sub-list for extension type_name
+	79, // [79:79] is the sub-list for extension extendee
+	0,  // [0:79] is the sub-list for field type_name
 }
 
 func init() { file_corpus_v1_raft_proto_init() }
@@ -3581,6 +3692,7 @@ func file_corpus_v1_raft_proto_init() {
 		(*Command_PlaceGuests)(nil),
 		(*Command_SetNodeMode)(nil),
 		(*Command_RenewNodeCertificate)(nil),
+		(*Command_UserLogin)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -3588,7 +3700,7 @@ func file_corpus_v1_raft_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_corpus_v1_raft_proto_rawDesc), len(file_corpus_v1_raft_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   43,
+			NumMessages:   44,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -1652,11 +1652,15 @@ type User struct {
 	// name is a DNS label, unique in the cluster.
 	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
 	// role: "ops", "dev" or "viewer".
-	Role          string                 `protobuf:"bytes,2,opt,name=role,proto3" json:"role,omitempty"`
-	Keys          []*SshKey              `protobuf:"bytes,3,rep,name=keys,proto3" json:"keys,omitempty"`
-	CreatedAt     *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
-	CreateIndex   uint64                 `protobuf:"varint,20,opt,name=create_index,json=createIndex,proto3" json:"create_index,omitempty"`
-	ModifyIndex   uint64                 `protobuf:"varint,21,opt,name=modify_index,json=modifyIndex,proto3" json:"modify_index,omitempty"`
+	Role        string                 `protobuf:"bytes,2,opt,name=role,proto3" json:"role,omitempty"`
+	Keys        []*SshKey              `protobuf:"bytes,3,rep,name=keys,proto3" json:"keys,omitempty"`
+	CreatedAt   *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
+	CreateIndex uint64                 `protobuf:"varint,20,opt,name=create_index,json=createIndex,proto3" json:"create_index,omitempty"`
+	ModifyIndex uint64                 `protobuf:"varint,21,opt,name=modify_index,json=modifyIndex,proto3" json:"modify_index,omitempty"`
+	// auth is how the user may log in with a password: "" not at all (API
+	// tokens only), "ldap" by binding to the directory the coordinators
+	// are configured with.
+	Auth          string `protobuf:"bytes,120,opt,name=auth,proto3" json:"auth,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1731,6 +1735,13 @@ func (x *User) GetModifyIndex() uint64 {
 		return x.ModifyIndex
 	}
 	return 0
+}
+
+func (x *User) GetAuth() string {
+	if x != nil {
+		return x.Auth
+	}
+	return ""
 }
 
 // SshKey is one public key of a user.
@@ -2372,9 +2383,13 @@ type UserToken struct {
 	SecretHash string                 `protobuf:"bytes,3,opt,name=secret_hash,json=secretHash,proto3" json:"secret_hash,omitempty"`
 	CreatedAt  *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
 	// expires_at is when the token stops working; unset never.
-	ExpiresAt     *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=expires_at,json=expiresAt,proto3" json:"expires_at,omitempty"`
-	Description   string                 `protobuf:"bytes,6,opt,name=description,proto3" json:"description,omitempty"`
-	CreateIndex   uint64                 `protobuf:"varint,20,opt,name=create_index,json=createIndex,proto3" json:"create_index,omitempty"`
+	ExpiresAt   *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=expires_at,json=expiresAt,proto3" json:"expires_at,omitempty"`
+	Description string                 `protobuf:"bytes,6,opt,name=description,proto3" json:"description,omitempty"`
+	CreateIndex uint64                 `protobuf:"varint,20,opt,name=create_index,json=createIndex,proto3" json:"create_index,omitempty"`
+	// login is set on tokens issued by a password login (corpus login
+	// --ldap); when the user holds too many tokens, the oldest of these
+	// make way for a new one.
+	Login         bool `protobuf:"varint,120,opt,name=login,proto3" json:"login,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2456,6 +2471,13 @@ func (x *UserToken) GetCreateIndex() uint64 {
 		return x.CreateIndex
 	}
 	return 0
+}
+
+func (x *UserToken) GetLogin() bool {
+	if x != nil {
+		return x.Login
+	}
+	return false
 }
 
 var File_corpus_v1_types_proto protoreflect.FileDescriptor
@@ -2646,7 +2668,7 @@ const file_corpus_v1_types_proto_rawDesc = "" +
 	"\n" +
 	"created_at\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x12!\n" +
 	"\fcreate_index\x18\x14 \x01(\x04R\vcreateIndex\x12!\n" +
-	"\fmodify_index\x18\x15 \x01(\x04R\vmodifyIndex\"\xd6\x01\n" +
+	"\fmodify_index\x18\x15 \x01(\x04R\vmodifyIndex\"\xea\x01\n" +
 	"\x04User\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
 	"\x04role\x18\x02 \x01(\tR\x04role\x12%\n" +
@@ -2654,7 +2676,8 @@ const file_corpus_v1_types_proto_rawDesc = "" +
 	"\n" +
 	"created_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x12!\n" +
 	"\fcreate_index\x18\x14 \x01(\x04R\vcreateIndex\x12!\n" +
-	"\fmodify_index\x18\x15 \x01(\x04R\vmodifyIndex\"\x9a\x01\n" +
+	"\fmodify_index\x18\x15 \x01(\x04R\vmodifyIndex\x12\x12\n" +
+	"\x04auth\x18x \x01(\tR\x04auth\"\x9a\x01\n" +
 	"\x06SshKey\x12 \n" +
 	"\vfingerprint\x18\x01 \x01(\tR\vfingerprint\x12\x1d\n" +
 	"\n" +
@@ -2717,7 +2740,7 @@ const file_corpus_v1_types_proto_rawDesc = "" +
 	"\x05actor\x18\x03 \x01(\tR\x05actor\x12\x16\n" +
 	"\x06action\x18\x04 \x01(\tR\x06action\x12\x16\n" +
 	"\x06target\x18\x05 \x01(\tR\x06target\x12\x16\n" +
-	"\x06result\x18\x06 \x01(\tR\x06result\"\x8b\x02\n" +
+	"\x06result\x18\x06 \x01(\tR\x06result\"\xa1\x02\n" +
 	"\tUserToken\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04user\x18\x02 \x01(\tR\x04user\x12\x1f\n" +
@@ -2728,7 +2751,8 @@ const file_corpus_v1_types_proto_rawDesc = "" +
 	"\n" +
 	"expires_at\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\texpiresAt\x12 \n" +
 	"\vdescription\x18\x06 \x01(\tR\vdescription\x12!\n" +
-	"\fcreate_index\x18\x14 \x01(\x04R\vcreateIndexB!Z\x1fcorpus/proto/corpus/v1;corpusv1b\x06proto3"
+	"\fcreate_index\x18\x14 \x01(\x04R\vcreateIndex\x12\x14\n" +
+	"\x05login\x18x \x01(\bR\x05loginB!Z\x1fcorpus/proto/corpus/v1;corpusv1b\x06proto3"
 
 var (
 	file_corpus_v1_types_proto_rawDescOnce sync.Once

@@ -73,6 +73,10 @@ const (
 	RoleViewer = "viewer"
 )
 
+// AuthLDAP is the User.auth of users who log in with their directory
+// password (corpus login --ldap).
+const AuthLDAP = "ldap"
+
 // Project environments (ProjectEnv.name).
 const (
 	EnvDev     = "dev"

@@ -193,6 +193,8 @@ const (
 	UserServiceListTokensProcedure = "/corpus.v1.UserService/ListTokens"
 	// UserServiceRevokeTokenProcedure is the fully-qualified name of the UserService's RevokeToken RPC.
 	UserServiceRevokeTokenProcedure = "/corpus.v1.UserService/RevokeToken"
+	// UserServiceLoginProcedure is the fully-qualified name of the UserService's Login RPC.
+	UserServiceLoginProcedure = "/corpus.v1.UserService/Login"
 	// ProjectServiceCreateProjectProcedure is the fully-qualified name of the ProjectService's
 	// CreateProject RPC.
 	ProjectServiceCreateProjectProcedure = "/corpus.v1.ProjectService/CreateProject"
@@ -1949,6 +1951,10 @@ type UserServiceClient interface {
 	CreateToken(context.Context, *connect.Request[v1.CreateTokenRequest]) (*connect.Response[v1.CreateTokenResponse], error)
 	ListTokens(context.Context, *connect.Request[v1.ListTokensRequest]) (*connect.Response[v1.ListTokensResponse], error)
 	RevokeToken(context.Context, *connect.Request[v1.RevokeTokenRequest]) (*connect.Response[v1.RevokeTokenResponse], error)
+	// Login checks a user's password against the directory (LDAP bind)
+	// and issues an expiring API token. Anyone may call it; failures are
+	// audited and rate-limited per user and per client address.
+	Login(context.Context, *connect.Request[v1.LoginRequest]) (*connect.Response[v1.LoginResponse], error)
 }
 
 // NewUserServiceClient constructs a client for the corpus.v1.UserService service. By default, it
@@ -2012,6 +2018,12 @@ func NewUserServiceClient(httpClient connect.HTTPClient, baseURL string, opts ..
 			connect.WithSchema(userServiceMethods.ByName("RevokeToken")),
 			connect.WithClientOptions(opts...),
 		),
+		login: connect.NewClient[v1.LoginRequest, v1.LoginResponse](
+			httpClient,
+			baseURL+UserServiceLoginProcedure,
+			connect.WithSchema(userServiceMethods.ByName("Login")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
@@ -2025,6 +2037,7 @@ type userServiceClient struct {
 	createToken *connect.Client[v1.CreateTokenRequest, v1.CreateTokenResponse]
 	listTokens  *connect.Client[v1.ListTokensRequest, v1.ListTokensResponse]
 	revokeToken *connect.Client[v1.RevokeTokenRequest, v1.RevokeTokenResponse]
+	login       *connect.Client[v1.LoginRequest, v1.LoginResponse]
 }
 
 // CreateUser calls corpus.v1.UserService.CreateUser.
@@ -2067,6 +2080,11 @@ func (c *userServiceClient) RevokeToken(ctx context.Context, req *connect.Reques
 	return c.revokeToken.CallUnary(ctx, req)
 }
 
+// Login calls corpus.v1.UserService.Login.
+func (c *userServiceClient) Login(ctx context.Context, req *connect.Request[v1.LoginRequest]) (*connect.Response[v1.LoginResponse], error) {
+	return c.login.CallUnary(ctx, req)
+}
+
 // UserServiceHandler is an implementation of the corpus.v1.UserService service.
 type UserServiceHandler interface {
 	CreateUser(context.Context, *connect.Request[v1.CreateUserRequest]) (*connect.Response[v1.CreateUserResponse], error)
@@ -2080,6 +2098,10 @@ type UserServiceHandler interface {
 	CreateToken(context.Context, *connect.Request[v1.CreateTokenRequest]) (*connect.Response[v1.CreateTokenResponse], error)
 	ListTokens(context.Context, *connect.Request[v1.ListTokensRequest]) (*connect.Response[v1.ListTokensResponse], error)
 	RevokeToken(context.Context, *connect.Request[v1.RevokeTokenRequest]) (*connect.Response[v1.RevokeTokenResponse], error)
+	// Login checks a user's password against the directory (LDAP bind)
+	// and issues an expiring API token. Anyone may call it; failures are
+	// audited and rate-limited per user and per client address.
+	Login(context.Context, *connect.Request[v1.LoginRequest]) (*connect.Response[v1.LoginResponse], error)
 }
 
 // NewUserServiceHandler builds an HTTP handler from the service implementation. It returns the path
@@ -2139,6 +2161,12 @@ func NewUserServiceHandler(svc UserServiceHandler, opts ...connect.HandlerOption
 		connect.WithSchema(userServiceMethods.ByName("RevokeToken")),
 		connect.WithHandlerOptions(opts...),
 	)
+	userServiceLoginHandler := connect.NewUnaryHandler(
+		UserServiceLoginProcedure,
+		svc.Login,
+		connect.WithSchema(userServiceMethods.ByName("Login")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/corpus.v1.UserService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case UserServiceCreateUserProcedure:
@@ -2157,6 +2185,8 @@ func NewUserServiceHandler(svc UserServiceHandler, opts ...connect.HandlerOption
 			userServiceListTokensHandler.ServeHTTP(w, r)
 		case UserServiceRevokeTokenProcedure:
 			userServiceRevokeTokenHandler.ServeHTTP(w, r)
+		case UserServiceLoginProcedure:
+			userServiceLoginHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -2196,6 +2226,10 @@ func (UnimplementedUserServiceHandler) ListTokens(context.Context, *connect.Requ
 
 func (UnimplementedUserServiceHandler) RevokeToken(context.Context, *connect.Request[v1.RevokeTokenRequest]) (*connect.Response[v1.RevokeTokenResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("corpus.v1.UserService.RevokeToken is not implemented"))
+}
+
+func (UnimplementedUserServiceHandler) Login(context.Context, *connect.Request[v1.LoginRequest]) (*connect.Response[v1.LoginResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("corpus.v1.UserService.Login is not implemented"))
 }
 
 // ProjectServiceClient is a client for the corpus.v1.ProjectService service.
