@@ -115,7 +115,7 @@ func newLoginCmd(g *globals) *cobra.Command {
 				return err
 			}
 			addr := e.Address
-			if _, _, err := net.SplitHostPort(strings.TrimPrefix(addr, "https://")); err != nil {
+			if _, _, err := net.SplitHostPort(strings.TrimPrefix(strings.TrimPrefix(addr, "http://"), "https://")); err != nil {
 				return fmt.Errorf("address %q: want host:port", addr)
 			}
 			if name, err = loginEnvName(g, name); err != nil {
