@@ -118,6 +118,13 @@ func (d *Driver) Create(ctx context.Context, spec drivers.GuestSpec, progress dr
 	if err != nil {
 		return fmt.Errorf("creating guest %s: %w", spec.Name, err)
 	}
+	if typ != testHypervisor {
+		for _, p := range []string{d.dir, d.imageDir} {
+			if err := searchable(p); err != nil {
+				return fmt.Errorf("creating guest %s: %w", spec.Name, err)
+			}
+		}
+	}
 	files, err := d.ensureImage(ctx, img, progress)
 	if err != nil {
 		return fmt.Errorf("creating guest %s: %w", spec.Name, err)
@@ -405,4 +412,22 @@ func (d *Driver) List(ctx context.Context) ([]drivers.GuestStatus, error) {
 		out = append(out, st)
 	}
 	return out, nil
+}
+
+// searchable checks that every folder down to p may be searched by
+// anyone: libvirt runs QEMU as an unprivileged user, which must reach
+// the guests' disks and the images.
+func searchable(p string) error {
+	for dir := p; ; dir = filepath.Dir(dir) {
+		fi, err := os.Stat(dir)
+		if err != nil {
+			return err
+		}
+		if fi.Mode().Perm()&0o001 == 0 {
+			return fmt.Errorf("QEMU cannot reach %s: folder %s is not searchable by others (mode %o); chmod o+x it", p, dir, fi.Mode().Perm())
+		}
+		if dir == "/" {
+			return nil
+		}
+	}
 }
