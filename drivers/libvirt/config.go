@@ -9,6 +9,8 @@ const Name = "libvirt"
 const (
 	DefaultURI    = "qemu:///system"
 	DefaultSocket = "/run/libvirt/libvirt-sock"
+	// DefaultDir is under libvirt's own image folder, which QEMU reaches.
+	DefaultDir = "/var/lib/libvirt/images/corpus"
 )
 
 // Config configures one libvirt driver instance.
@@ -18,15 +20,16 @@ type Config struct {
 	URI string
 	// Socket is libvirtd's unix socket; empty means DefaultSocket.
 	Socket string
-	// Dir is the driver's folder (guests' disks and console logs). The
-	// driver owns it and creates it when missing. QEMU runs as libvirt's
-	// unprivileged user, so Dir and ImageDir must be reachable by it.
+	// Dir holds the guests' disks and console logs. The driver owns it
+	// and creates it when it first needs it. libvirt runs QEMU as its own
+	// unprivileged user, so Dir and ImageDir must be reachable by it: not
+	// under the agent's state folder, which only root may enter.
 	Dir string
 	// ImageDir holds the built images; empty means <Dir>/images. Several
 	// instances may share one.
 	ImageDir string
 	// Instance tells this driver's domains from other instances' on the
-	// same libvirtd; empty means Dir.
+	// same libvirtd (the agent gives its state folder); empty means Dir.
 	Instance string
 	// Logger receives the driver's logs; nil discards them.
 	Logger *slog.Logger

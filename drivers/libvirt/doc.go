@@ -7,13 +7,15 @@
 // carries, in its <metadata>, corpus's guest id, the image and the driver
 // instance that owns it; List returns only domains whose instance matches,
 // so several agents may share one libvirtd and an agent that restarts
-// finds its VMs again. The driver instance owns one folder:
+// finds its VMs again. The driver instance owns one folder, which QEMU
+// (running as libvirt's user) must be able to reach:
 //
-//	<Dir>/
+//	<Dir>/                    default /var/lib/libvirt/images/corpus/agent-<hash>
 //	  guests/web/disk.qcow2   the guest's root disk, a copy-on-write
 //	                          overlay on its image's base disk
-//	images/                   (Config.ImageDir, may be shared)
-//	  debian-bookworm/        disk.raw (ext4), vmlinuz, initrd.img,
+//	  guests/web/console.log  its serial console
+//	<ImageDir>/               shared by the host's agents, one build at a time
+//	  debian-bookworm/        disk.raw (sparse ext4), vmlinuz, initrd.img,
 //	                          image.json (written when complete)
 //
 // VMs boot their image's kernel directly. The guest's static address,

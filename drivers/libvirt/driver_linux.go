@@ -38,8 +38,8 @@ type Driver struct {
 	conn *golibvirt.Libvirt // nil until the first successful dial
 }
 
-// New returns a driver owning cfg.Dir, creating it when missing. It does
-// not dial libvirtd: a host without it still gets a driver, and
+// New returns a driver owning cfg.Dir. It touches nothing on the host
+// and does not dial libvirtd: a host without it still gets a driver, and
 // Fingerprint reports it unhealthy until libvirtd answers.
 func New(cfg Config) (*Driver, error) {
 	if cfg.Dir == "" || !filepath.IsAbs(cfg.Dir) {
@@ -72,11 +72,6 @@ func New(cfg Config) (*Driver, error) {
 		d.log = slog.New(slog.DiscardHandler)
 	}
 	d.log = d.log.With("component", "libvirt")
-	for _, p := range []string{d.dir, filepath.Join(d.dir, "guests"), d.imageDir} {
-		if err := os.MkdirAll(p, 0o755); err != nil {
-			return nil, fmt.Errorf("creating libvirt driver: %w", err)
-		}
-	}
 	return d, nil
 }
 

@@ -118,11 +118,15 @@ func (d *Driver) Create(ctx context.Context, spec drivers.GuestSpec, progress dr
 	if err != nil {
 		return fmt.Errorf("creating guest %s: %w", spec.Name, err)
 	}
-	if typ != testHypervisor {
-		for _, p := range []string{d.dir, d.imageDir} {
-			if err := searchable(p); err != nil {
-				return fmt.Errorf("creating guest %s: %w", spec.Name, err)
-			}
+	for _, p := range []string{filepath.Join(d.dir, "guests"), d.imageDir} {
+		if err := os.MkdirAll(p, 0o755); err != nil {
+			return fmt.Errorf("creating guest %s: %w", spec.Name, err)
+		}
+		if typ == testHypervisor {
+			continue // runs nothing, reads no disk
+		}
+		if err := searchable(p); err != nil {
+			return fmt.Errorf("creating guest %s: %w", spec.Name, err)
 		}
 	}
 	files, err := d.ensureImage(ctx, img, progress)
@@ -380,8 +384,14 @@ func stateOf(s golibvirt.DomainState) drivers.State {
 }
 
 // List returns this instance's guests: the domains whose corpus metadata
-// names it. Other domains on the libvirtd are never listed.
+// names it. Other domains on the libvirtd are never listed. A host with
+// no libvirtd socket at all has none (so an agent offering the driver on
+// a host without libvirt does not warn every pass); one whose libvirtd
+// does not answer is an error.
 func (d *Driver) List(ctx context.Context) ([]drivers.GuestStatus, error) {
+	if _, err := os.Stat(d.socket); errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
 	l, err := d.client()
 	if err != nil {
 		return nil, fmt.Errorf("listing guests: %w", err)

@@ -54,6 +54,7 @@ func TestVMGuestOnTestHypervisor(t *testing.T) {
 	libvirttest.FakeImage(t, images, "debian/bookworm")
 	t.Setenv("CORPUS_LIBVIRT_URI", "test:///default")
 	t.Setenv("CORPUS_LIBVIRT_IMAGES", images)
+	t.Setenv("CORPUS_LIBVIRT_DIR", tempDir(t))
 	c := newCluster(t)
 	a := c.addAgent("n1")
 	undefineOnCleanup(t, hand, "tvm1")
@@ -145,13 +146,18 @@ func TestVMBootsUnderQEMU(t *testing.T) {
 	if err := os.MkdirAll(vmImageCache, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	t.Setenv("CORPUS_LIBVIRT_URI", "qemu:///system")
-	t.Setenv("CORPUS_LIBVIRT_IMAGES", vmImageCache)
-	c := newCluster(t)
-	// QEMU runs as libvirt's own user and must reach the guests' disks.
-	if err := os.Chmod(c.dir, 0o755); err != nil {
+	// QEMU runs as libvirt's own user and must reach the guests' disks:
+	// not in the agent's state folder, which only root may enter.
+	disks, err := os.MkdirTemp("/var/tmp", "corpus-e2e-vm")
+	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { os.RemoveAll(disks) })
+	os.Chmod(disks, 0o755)
+	t.Setenv("CORPUS_LIBVIRT_URI", "qemu:///system")
+	t.Setenv("CORPUS_LIBVIRT_IMAGES", vmImageCache)
+	t.Setenv("CORPUS_LIBVIRT_DIR", disks)
+	c := newCluster(t)
 	a := c.addAgent("n1")
 	client, nodeAddr := c.lab.addClient(a.node)
 	a.kill()
@@ -195,7 +201,7 @@ func TestVMBootsUnderQEMU(t *testing.T) {
 	if !strings.Contains(addrs, " "+g.Guest.Address+"/") {
 		t.Errorf("addresses inside vm1:\n%s\nwant %s", addrs, g.Guest.Address)
 	}
-	if out, err := exec.Command("nsenter", "--net=/run/netns/"+a.node.ns, "ping", "-c", "1", "-W", "5", g.Guest.Address).CombinedOutput(); err != nil {
+	if out, err := exec.Command("nsenter", "--net=/run/netns/"+a.node.ns, "busybox", "ping", "-c", "1", "-W", "5", g.Guest.Address).CombinedOutput(); err != nil {
 		t.Errorf("ping vm1 (%s) from its node: %v\n%s", g.Guest.Address, err, out)
 	}
 
