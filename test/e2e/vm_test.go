@@ -107,12 +107,13 @@ func TestVMGuestOnTestHypervisor(t *testing.T) {
 		t.Errorf("after agent restart, domain id = %d, %v; want %d (not restarted)", after.ID, err, before.ID)
 	}
 
-	// A volume is refused clearly: a VM cannot bind a host folder.
+	// A volume is refused clearly: a VM cannot bind a host folder, so no
+	// node fits the guest.
 	c.mustCLI("guest", "create", "tvm2", "--driver", "libvirt", "--image", "debian/bookworm", "--memory", "256M", "--volume", "64M", "--detach")
 	undefineOnCleanup(t, hand, "tvm2")
 	eventually(t, 30*time.Second, "volume refused", func() error {
 		out, _, _ := c.cli("guest", "show", "tvm2")
-		if !strings.Contains(out, "cannot give a guest a volume") {
+		if !strings.Contains(out, "with driver libvirt unable to give guests volumes") {
 			return fmt.Errorf("guest show tvm2:\n%s", out)
 		}
 		return nil
