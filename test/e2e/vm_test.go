@@ -65,16 +65,18 @@ func TestVMGuestOnTestHypervisor(t *testing.T) {
 		t.Fatalf("domain tvm1 = state %d, %v; want running", st, err)
 	}
 
-	// Stopped by hand: the agent starts it again.
-	if err := hand.DomainDestroy(dom); err != nil {
-		t.Fatal(err)
-	}
-	eventually(t, 30*time.Second, "hand-stopped VM restarted", func() error {
+	running := func() error {
 		if st, _, err := domainState(hand, "tvm1"); err != nil || st != golibvirt.DomainRunning {
 			return fmt.Errorf("state %d: %v", st, err)
 		}
 		return nil
-	})
+	}
+
+	// Stopped by hand: the agent starts it again.
+	if err := hand.DomainDestroy(dom); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 30*time.Second, "hand-stopped VM restarted", running)
 
 	// Deleted by hand: the agent defines and starts it again.
 	_, dom, _ = domainState(hand, "tvm1")
@@ -82,12 +84,7 @@ func TestVMGuestOnTestHypervisor(t *testing.T) {
 	if err := hand.DomainUndefine(dom); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 30*time.Second, "hand-deleted VM recreated", func() error {
-		if st, _, err := domainState(hand, "tvm1"); err != nil || st != golibvirt.DomainRunning {
-			return fmt.Errorf("state %d: %v", st, err)
-		}
-		return nil
-	})
+	eventually(t, 30*time.Second, "hand-deleted VM recreated", running)
 	eventually(t, 10*time.Second, "status back to running", func() error {
 		if v := c.guest("tvm1"); v.Status != "running" {
 			return fmt.Errorf("status %s", v.Status)
