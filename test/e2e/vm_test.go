@@ -173,13 +173,14 @@ func TestVMBootsUnderQEMU(t *testing.T) {
 		return nil
 	})
 	running := time.Since(start)
-	eventually(t, 5*time.Minute, "guest agent answers", func() error {
+	execReady := func() error {
 		out, errOut, code := c.cli("guest", "exec", "vm1", "--", "true")
 		if code != 0 {
 			return fmt.Errorf("exit %d: %s%s", code, out, errOut)
 		}
 		return nil
-	})
+	}
+	eventually(t, 5*time.Minute, "guest agent answers", execReady)
 	t.Logf("vm1: running %s after create, exec ready after %s", running.Round(time.Millisecond), time.Since(start).Round(time.Millisecond))
 
 	out, errOut, code := c.cli("guest", "exec", "vm1", "--", "sh", "-c", "echo out; echo err >&2; exit 3")
@@ -207,6 +208,20 @@ func TestVMBootsUnderQEMU(t *testing.T) {
 	c.mustCLI("guest", "exec", "vm1", "--", "sh", "-c",
 		"mkdir -p /www && echo hello-vm > /www/index.html && busybox httpd -p 80 -h /www </dev/null >/dev/null 2>&1")
 	eventually(t, 30*time.Second, "NAT to vm1", wantBody(httpIn(client), "http://"+nodeAddr+":8080/", "", "hello-vm"))
+
+	// Powered off by hand: the agent starts the VM again, and its new
+	// tap joins the node's bridge (the files written above survive in
+	// the VM's disk).
+	_, dom, err := domainState(hand, "vm1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := hand.DomainDestroy(dom); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 5*time.Minute, "hand-stopped VM restarted", execReady)
+	c.mustCLI("guest", "exec", "vm1", "--", "sh", "-c", "busybox httpd -p 80 -h /www </dev/null >/dev/null 2>&1")
+	eventually(t, 30*time.Second, "NAT to the restarted vm1", wantBody(httpIn(client), "http://"+nodeAddr+":8080/", "", "hello-vm"))
 
 	c.mustCLI("guest", "delete", "vm1")
 	eventually(t, time.Minute, "VM removed with its guest", func() error {
