@@ -15,7 +15,7 @@
 //	                          overlay on its image's base disk
 //	  guests/web/console.log  its serial console
 //	<ImageDir>/               shared by the host's agents, one build at a time
-//	  debian-bookworm/        disk.raw (sparse ext4), vmlinuz, initrd.img,
+//	  debian-bookworm-r2/     disk.raw (sparse ext4), vmlinuz, initrd.img,
 //	                          image.json (written when complete)
 //
 // VMs boot their image's kernel directly. The guest's static address,

@@ -34,7 +34,9 @@ func testDriver(t *testing.T, instance string) (*Driver, *golibvirt.Libvirt, str
 	libvirttest.Ensure(t)
 	hand := libvirttest.Connect(t, testURI)
 	images := t.TempDir()
-	libvirttest.FakeImage(t, images, "debian/bookworm")
+	if err := WriteTestImage(images, "debian/bookworm"); err != nil {
+		t.Fatal(err)
+	}
 	dir := t.TempDir()
 	d := newTestDriver(t, dir, images, instance)
 	return d, hand, images

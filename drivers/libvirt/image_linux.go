@@ -28,6 +28,14 @@ type imageSpec struct {
 	mirror string
 }
 
+// imageRecipe numbers the way images are built. Changing what goes into
+// an image means raising it: a new recipe builds into a new folder, so
+// the base disks under existing guests' overlays are never replaced.
+const imageRecipe = 2
+
+// folder is the image's folder in the image dir.
+func (img imageSpec) folder() string { return fmt.Sprintf("%s-r%d", img.dir, imageRecipe) }
+
 // images are the images the driver builds. Their names are the LXC
 // driver's, so a guest moves between drivers without a new image name.
 var images = map[string]imageSpec{
@@ -61,7 +69,7 @@ type imageMarker struct {
 const markerFile = "image.json"
 
 func (d *Driver) imageFiles(img imageSpec) imageFiles {
-	dir := filepath.Join(d.imageDir, img.dir)
+	dir := filepath.Join(d.imageDir, img.folder())
 	return imageFiles{
 		disk:   filepath.Join(dir, "disk.raw"),
 		kernel: filepath.Join(dir, "vmlinuz"),
@@ -77,11 +85,11 @@ func (d *Driver) ensureImage(ctx context.Context, img imageSpec, progress driver
 		progress = func(string) {}
 	}
 	files := d.imageFiles(img)
-	marker := filepath.Join(d.imageDir, img.dir, markerFile)
+	marker := filepath.Join(d.imageDir, img.folder(), markerFile)
 	if _, err := os.Stat(marker); err == nil {
 		return files, nil
 	}
-	unlock, err := lockFile(ctx, filepath.Join(d.imageDir, img.dir+".lock"), func() {
+	unlock, err := lockFile(ctx, filepath.Join(d.imageDir, img.folder()+".lock"), func() {
 		progress(fmt.Sprintf("waiting for image %s to be built", img.name))
 	})
 	if err != nil {
@@ -134,7 +142,7 @@ func (d *Driver) buildImage(ctx context.Context, img imageSpec, progress drivers
 	start := time.Now()
 	d.log.Info("building image", "image", img.name)
 	progress(fmt.Sprintf("building image %s", img.name))
-	work := filepath.Join(d.imageDir, "."+img.dir+".build")
+	work := filepath.Join(d.imageDir, "."+img.folder()+".build")
 	if err := os.RemoveAll(work); err != nil {
 		return err
 	}
@@ -199,7 +207,7 @@ func (d *Driver) buildImage(ctx context.Context, img imageSpec, progress drivers
 	if err := atomicfile.Write(filepath.Join(out, markerFile), m, 0o644); err != nil {
 		return err
 	}
-	final := filepath.Join(d.imageDir, img.dir)
+	final := filepath.Join(d.imageDir, img.folder())
 	if err := os.RemoveAll(final); err != nil {
 		return err
 	}
@@ -269,7 +277,7 @@ done
 ip link set lo up
 [ -n "$ip" ] || exit 0
 dev=
-for i in $(seq 100); do
+for i in $(seq 1200); do
   for d in /sys/class/net/*; do
     [ "$(cat "$d/address")" = "$mac" ] && dev="${d##*/}"
   done
@@ -328,12 +336,16 @@ done
 `, 0o755},
 }
 
-// vmFiles make a debootstrapped tree boot as a corpus VM.
+// vmFiles make a debootstrapped tree boot as a corpus VM. Changing them
+// needs a new imageRecipe.
 var vmFiles = []imageFile{
 	{"etc/fstab", "/dev/vda / ext4 rw,errors=remount-ro 0 1\n", 0o644},
 	{"etc/hostname", "localhost\n", 0o644},
 	{"usr/local/sbin/corpus-net", corpusNet, 0o755},
 	{"etc/systemd/system/corpus-net.service", corpusNetUnit, 0o644},
+	// Exec works only once the guest has its address: deploys that run
+	// right away find the network up.
+	{"etc/systemd/system/qemu-guest-agent.service.d/corpus.conf", "[Unit]\nAfter=corpus-net.service\n", 0o644},
 	// Every VM gets its own machine id on first boot.
 	{"etc/machine-id", "", 0o444},
 }
@@ -372,4 +384,32 @@ func prepareRootfs(rootfs string) error {
 		os.Remove(f)
 	}
 	return nil
+}
+
+// WriteTestImage writes, under imageDir, a stand-in for image name made
+// of empty kernel and initrd files and a 1 MiB raw disk, marked complete.
+// It is for libvirt's test hypervisor (test:///default), which boots
+// nothing; a real hypervisor given it fails to boot.
+func WriteTestImage(imageDir, name string) error {
+	img, ok := images[name]
+	if !ok {
+		return fmt.Errorf("image %q: %w", name, drivers.ErrUnknownImage)
+	}
+	dir := filepath.Join(imageDir, img.folder())
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	for f, size := range map[string]int64{"vmlinuz": 0, "initrd.img": 0, "disk.raw": 1 << 20} {
+		if err := os.WriteFile(filepath.Join(dir, f), nil, 0o644); err != nil {
+			return err
+		}
+		if err := os.Truncate(filepath.Join(dir, f), size); err != nil {
+			return err
+		}
+	}
+	m, err := json.Marshal(imageMarker{Image: name, Built: time.Now().UTC()})
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(dir, markerFile), m, 0o644)
 }

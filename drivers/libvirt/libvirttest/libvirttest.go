@@ -9,8 +9,6 @@ import (
 	"net"
 	"os"
 	"os/exec"
-	"path/filepath"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -125,28 +123,4 @@ func Connect(t testing.TB, uri string) *golibvirt.Libvirt {
 	}
 	t.Cleanup(func() { l.Disconnect() })
 	return l
-}
-
-// FakeImage writes an image folder for name ("debian/bookworm") under dir
-// holding empty kernel and initrd files and a tiny raw disk, marked
-// complete. It serves libvirt's test hypervisor, which boots nothing; it
-// must not be given to a real hypervisor.
-func FakeImage(t testing.TB, dir, name string) {
-	t.Helper()
-	img := filepath.Join(dir, strings.ReplaceAll(name, "/", "-"))
-	if err := os.MkdirAll(img, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	for f, size := range map[string]int64{"vmlinuz": 0, "initrd.img": 0, "disk.raw": 1 << 20} {
-		if err := os.WriteFile(filepath.Join(img, f), nil, 0o644); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.Truncate(filepath.Join(img, f), size); err != nil {
-			t.Fatal(err)
-		}
-	}
-	marker := fmt.Sprintf(`{"image":%q,"built":"2026-01-01T00:00:00Z"}`, name)
-	if err := os.WriteFile(filepath.Join(img, "image.json"), []byte(marker), 0o644); err != nil {
-		t.Fatal(err)
-	}
 }
