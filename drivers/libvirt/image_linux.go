@@ -77,6 +77,20 @@ func (d *Driver) imageFiles(img imageSpec) imageFiles {
 	}
 }
 
+// EnsureImage builds the named image into the driver's image dir unless
+// it is there already, reporting progress; Create does the same when it
+// needs the image. Building needs the Debian mirror, so run it where the
+// network reaches one: an agent confined to a namespace without a route
+// out (as in the end-to-end tests) uses an image built beforehand.
+func (d *Driver) EnsureImage(ctx context.Context, name string, progress drivers.ProgressFunc) error {
+	img, ok := images[name]
+	if !ok {
+		return fmt.Errorf("image %q: %w", name, drivers.ErrUnknownImage)
+	}
+	_, err := d.ensureImage(ctx, img, progress)
+	return err
+}
+
 // ensureImage returns img's files, building the image first when it is
 // not complete. Builds of one image are serialised with a lock file, so
 // driver instances (agents) sharing an image dir build it once.
@@ -88,6 +102,9 @@ func (d *Driver) ensureImage(ctx context.Context, img imageSpec, progress driver
 	marker := filepath.Join(d.imageDir, img.folder(), markerFile)
 	if _, err := os.Stat(marker); err == nil {
 		return files, nil
+	}
+	if err := os.MkdirAll(d.imageDir, 0o755); err != nil {
+		return imageFiles{}, fmt.Errorf("building image %s: %w", img.name, err)
 	}
 	unlock, err := lockFile(ctx, filepath.Join(d.imageDir, img.folder()+".lock"), func() {
 		progress(fmt.Sprintf("waiting for image %s to be built", img.name))
