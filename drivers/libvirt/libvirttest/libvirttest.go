@@ -23,6 +23,7 @@ const Socket = "/run/libvirt/libvirt-sock"
 // Daemon is a libvirtd the tests of one process use.
 type Daemon struct {
 	started []*exec.Cmd // processes this package started, stopped by Stop
+	log     string      // their log file, removed by Stop
 }
 
 var (
@@ -64,6 +65,9 @@ func Stop() {
 			<-done
 		}
 	}
+	if daemon.log != "" {
+		os.Remove(daemon.log)
+	}
 	daemon = nil
 }
 
@@ -82,9 +86,16 @@ func start() (*Daemon, string) {
 	}
 	// virtlogd keeps VMs' console logs; libvirtd talks to it over its
 	// own socket. Both run in the foreground so their PIDs are ours.
+	// Their chatter (no D-Bus, no /dev/kvm, ...) goes to a log file.
+	log, err := os.CreateTemp("", "corpus-test-libvirtd-*.log")
+	if err != nil {
+		return nil, err.Error()
+	}
+	defer log.Close()
+	d.log = log.Name()
 	for _, bin := range []string{"virtlogd", "libvirtd"} {
 		cmd := exec.Command(bin)
-		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+		cmd.Stdout, cmd.Stderr = log, log
 		if err := cmd.Start(); err != nil {
 			Stop()
 			return nil, fmt.Sprintf("starting %s: %v", bin, err)
@@ -98,8 +109,9 @@ func start() (*Daemon, string) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
+	d.log = "" // kept for whoever reads the reason
 	Stop()
-	return nil, "libvirtd started but its socket " + Socket + " never answered"
+	return nil, "libvirtd started but its socket " + Socket + " never answered; its log is " + log.Name()
 }
 
 // answers reports whether libvirtd answers on its socket.
