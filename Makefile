@@ -50,7 +50,7 @@ demo-stop: ## stop the cluster started by make demo (guests keep running)
 demo-clean: ## stop it and remove its guests, network and state
 	./scripts/demo clean
 
-bench: ## guest start vs raw LXC, agent memory, NAT, proxy vs nginx, DNS vs bind9, volumes, push-to-serving, placement
+bench: ## guest start vs raw LXC, agent memory, NAT, proxy vs nginx, DNS vs bind9, volumes, push-to-serving, placement, VM start
 	./scripts/setup --bench
 	./test/bench/run
 	./test/bench/nat/run
@@ -59,6 +59,7 @@ bench: ## guest start vs raw LXC, agent memory, NAT, proxy vs nginx, DNS vs bind
 	./test/bench/volume/run
 	./test/bench/deploy/run
 	./test/bench/placement/run
+	./test/bench/libvirt/run
 
 clean:
 	rm -rf bin

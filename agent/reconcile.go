@@ -166,7 +166,7 @@ func (w *worker) run(ctx context.Context) {
 			w.failures, w.terminal = 0, ""
 		case ctx.Err() != nil:
 			return
-		case errors.Is(err, drivers.ErrUnknownImage), errors.Is(err, errNoDriver):
+		case errors.Is(err, drivers.ErrUnknownImage), errors.Is(err, drivers.ErrNotSupported), errors.Is(err, errNoDriver):
 			w.terminal = want
 			w.a.setObserved(g.Id, &corpusv1.GuestObserved{State: corpusv1.ObservedFailed, Message: err.Error()})
 			w.a.logger.Error("guest failed permanently", "guest", g.Name, "error", err)
@@ -302,6 +302,10 @@ func (w *worker) create(ctx context.Context, d drivers.Driver, g *corpusv1.Guest
 			return err
 		}
 		spec.Network = n
+	}
+	if g.Spec.GetVolume() != nil && !d.Capabilities().HostMounts {
+		// Permanent until the guest's spec changes.
+		return fmt.Errorf("driver %s cannot give a guest a volume: %w", d.Name(), drivers.ErrNotSupported)
 	}
 	mounts, err := a.guestMounts(ctx, g)
 	if err != nil {

@@ -80,6 +80,10 @@ type Capabilities struct {
 	Snapshot bool `json:"snapshot"`
 	// Images lists the image names the driver can build or fetch by itself.
 	Images []string `json:"images"`
+	// HostMounts is true when GuestSpec.Mounts (host folders, the way
+	// volumes reach a guest) are supported; without it Create refuses a
+	// guest with mounts and the agent refuses a guest with a volume.
+	HostMounts bool `json:"host_mounts"`
 }
 
 // Fingerprint is the health and the attributes of a driver on this host.

@@ -164,6 +164,16 @@ func TestPlace(t *testing.T) {
 			node:  "b",
 		},
 		{
+			name:   "volume where the driver cannot give one",
+			cands:  []scheduler.Candidate{free(node("a", 8, drivers(&corpusv1.DriverInfo{Name: "lxc", Healthy: true, NoVolumes: true})))},
+			reason: "no node fits (1 considered): 1 node with driver lxc unable to give guests volumes",
+		},
+		{
+			name:  "volume where the driver gives them",
+			cands: []scheduler.Candidate{free(node("a", 8, drivers(&corpusv1.DriverInfo{Name: "lxc", Healthy: true, NoVolumes: true}))), free(node("b", 8))},
+			node:  "b",
+		},
+		{
 			name:   "constraint not met",
 			cands:  []scheduler.Candidate{free(node("a", 8, labels("zone", "b"))), free(node("b", 8))},
 			reason: "no node fits (2 considered): 2 nodes without label zone=a",
@@ -179,6 +189,9 @@ func TestPlace(t *testing.T) {
 			}
 			if strings.HasPrefix(tt.name, "constraint") {
 				g.Spec.Constraints = map[string]string{"zone": "a"}
+			}
+			if strings.HasPrefix(tt.name, "volume") {
+				g.Spec.Volume = &corpusv1.VolumeSpec{Path: "/data"}
 			}
 			got := scheduler.Place(scheduler.Ask{Guest: g}, tt.cands)
 			if tt.prefix {

@@ -1,9 +1,13 @@
 package catalog
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
+	"os"
 	"path/filepath"
 
 	"corpus/drivers"
+	"corpus/drivers/libvirt"
 	"corpus/drivers/lxc"
 )
 
@@ -12,4 +16,34 @@ func init() {
 	register("lxc", func(c Config) (drivers.Driver, error) {
 		return lxc.New(lxc.Config{Path: filepath.Join(c.StateDir, "lxc"), Logger: c.Logger})
 	})
+	register("libvirt", newLibvirt)
+}
+
+// newLibvirt reads where libvirtd is from the environment:
+// CORPUS_LIBVIRT_URI (default qemu:///system), CORPUS_LIBVIRT_SOCKET
+// (default /run/libvirt/libvirt-sock), CORPUS_LIBVIRT_DIR (guests'
+// disks; default a folder per agent state dir under libvirt.DefaultDir,
+// which QEMU can reach, unlike the state dir) and CORPUS_LIBVIRT_IMAGES
+// (built images; default shared by the host's agents).
+func newLibvirt(c Config) (drivers.Driver, error) {
+	state, err := filepath.Abs(c.StateDir)
+	if err != nil {
+		return nil, err
+	}
+	sum := sha256.Sum256([]byte(state))
+	cfg := libvirt.Config{
+		URI:      os.Getenv("CORPUS_LIBVIRT_URI"),
+		Socket:   os.Getenv("CORPUS_LIBVIRT_SOCKET"),
+		Dir:      os.Getenv("CORPUS_LIBVIRT_DIR"),
+		ImageDir: os.Getenv("CORPUS_LIBVIRT_IMAGES"),
+		Instance: state,
+		Logger:   c.Logger,
+	}
+	if cfg.Dir == "" {
+		cfg.Dir = filepath.Join(libvirt.DefaultDir, "agent-"+hex.EncodeToString(sum[:6]))
+	}
+	if cfg.ImageDir == "" {
+		cfg.ImageDir = filepath.Join(libvirt.DefaultDir, "images")
+	}
+	return libvirt.New(cfg)
 }

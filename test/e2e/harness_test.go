@@ -16,6 +16,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"corpus/drivers/libvirt/libvirttest"
 )
 
 // corpusBin is the binary under test, built once in TestMain.
@@ -29,6 +31,7 @@ func TestMain(m *testing.M) {
 }
 
 func runMain(m *testing.M) int {
+	defer libvirttest.Stop() // a libvirtd the VM tests had to start
 	if why := skipReason(); why != "" {
 		fmt.Fprintln(os.Stderr, "e2e: skipping:", why)
 		// Still run, so each test reports its own skip.

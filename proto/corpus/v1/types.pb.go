@@ -90,13 +90,18 @@ func (x *Resources) GetDiskBytes() int64 {
 
 // DriverInfo is what an agent reports of one driver on its node.
 type DriverInfo struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
-	Healthy       bool                   `protobuf:"varint,2,opt,name=healthy,proto3" json:"healthy,omitempty"`
-	Detail        string                 `protobuf:"bytes,3,opt,name=detail,proto3" json:"detail,omitempty"`
-	Attributes    map[string]string      `protobuf:"bytes,4,rep,name=attributes,proto3" json:"attributes,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
-	Exec          bool                   `protobuf:"varint,5,opt,name=exec,proto3" json:"exec,omitempty"`
-	Images        []string               `protobuf:"bytes,6,rep,name=images,proto3" json:"images,omitempty"`
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	Name       string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Healthy    bool                   `protobuf:"varint,2,opt,name=healthy,proto3" json:"healthy,omitempty"`
+	Detail     string                 `protobuf:"bytes,3,opt,name=detail,proto3" json:"detail,omitempty"`
+	Attributes map[string]string      `protobuf:"bytes,4,rep,name=attributes,proto3" json:"attributes,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	Exec       bool                   `protobuf:"varint,5,opt,name=exec,proto3" json:"exec,omitempty"`
+	Images     []string               `protobuf:"bytes,6,rep,name=images,proto3" json:"images,omitempty"`
+	// no_volumes is set by drivers whose guests cannot be given a volume
+	// (drivers.Capabilities.HostMounts false); the scheduler places no
+	// guest with a volume there. Negated so agents that predate it keep
+	// meaning "volumes work".
+	NoVolumes     bool `protobuf:"varint,80,opt,name=no_volumes,json=noVolumes,proto3" json:"no_volumes,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -171,6 +176,13 @@ func (x *DriverInfo) GetImages() []string {
 		return x.Images
 	}
 	return nil
+}
+
+func (x *DriverInfo) GetNoVolumes() bool {
+	if x != nil {
+		return x.NoVolumes
+	}
+	return false
 }
 
 // Node is a compute node enrolled in the cluster.
@@ -2490,7 +2502,7 @@ const file_corpus_v1_types_proto_rawDesc = "" +
 	"\n" +
 	"cpu_millis\x18\x02 \x01(\x03R\tcpuMillis\x12\x1d\n" +
 	"\n" +
-	"disk_bytes\x18\x03 \x01(\x03R\tdiskBytes\"\x84\x02\n" +
+	"disk_bytes\x18\x03 \x01(\x03R\tdiskBytes\"\xa3\x02\n" +
 	"\n" +
 	"DriverInfo\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
@@ -2500,7 +2512,9 @@ const file_corpus_v1_types_proto_rawDesc = "" +
 	"attributes\x18\x04 \x03(\v2%.corpus.v1.DriverInfo.AttributesEntryR\n" +
 	"attributes\x12\x12\n" +
 	"\x04exec\x18\x05 \x01(\bR\x04exec\x12\x16\n" +
-	"\x06images\x18\x06 \x03(\tR\x06images\x1a=\n" +
+	"\x06images\x18\x06 \x03(\tR\x06images\x12\x1d\n" +
+	"\n" +
+	"no_volumes\x18P \x01(\bR\tnoVolumes\x1a=\n" +
 	"\x0fAttributesEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xdb\x06\n" +

@@ -1,0 +1,45 @@
+// Package libvirt runs corpus guests as KVM/QEMU virtual machines managed
+// by libvirtd, spoken to over its socket with the pure-Go
+// github.com/digitalocean/go-libvirt client.
+//
+// Every guest is a persistent libvirt domain named after the guest. Its
+// domain XML is generated from the typed description in domainxml.go and
+// carries, in its <metadata>, corpus's guest id, the image and the driver
+// instance that owns it; List returns only domains whose instance matches,
+// so several agents may share one libvirtd and an agent that restarts
+// finds its VMs again. The driver instance owns one folder, which QEMU
+// (running as libvirt's user) must be able to reach:
+//
+//	<Dir>/                    default /var/lib/libvirt/images/corpus/agent-<hash>
+//	  guests/web/disk.qcow2   the guest's root disk, a copy-on-write
+//	                          overlay on its image's base disk
+//	  guests/web/console.log  its serial console
+//	<ImageDir>/               shared by the host's agents, one build at a time
+//	  debian-bookworm-r2/     disk.raw (sparse ext4), vmlinuz, initrd.img,
+//	                          image.json (written when complete)
+//
+// VMs boot their image's kernel directly. The guest's static address,
+// gateway and resolvers travel on the kernel command line (corpus.ip=,
+// corpus.gw=, corpus.dns=, corpus.search=, corpus.mac=); a small unit baked
+// into every corpus image applies them before the network is up, so no
+// cloud-init or DHCP is involved. The guest's NIC is a tap device that the
+// driver puts on the agent's bridge itself after the domain starts,
+// moving it first into the agent's network namespace when libvirtd runs
+// in another one (as in the end-to-end tests, where each node is a
+// namespace).
+//
+// Exec goes through the QEMU guest agent (guest-exec, guest-exec-status),
+// so it needs a running guest whose agent answers; its output is
+// delivered when the command ends.
+//
+// A guest's life is the one of drivers.Driver:
+//
+//	        Create            Start
+//	(none) ────────▶ stopped ───────▶ running ─┐
+//	  ▲                 │   ◀───────     │  ▲  │ Exec
+//	  │                 │     Stop       │  └──┘
+//	  └──── Destroy ────┴────────────────┘
+//
+// Volumes (host folders in drivers.GuestSpec.Mounts) are not supported:
+// Capabilities says so with HostMounts false and Create refuses them.
+package libvirt

@@ -1,0 +1,299 @@
+package libvirt
+
+import (
+	"encoding/xml"
+	"fmt"
+	"net/netip"
+	"slices"
+	"strings"
+)
+
+// metadataNS names corpus's element in a domain's <metadata>.
+const metadataNS = "urn:corpus:libvirt:guest:1"
+
+// domainXML is the subset of libvirt's domain XML the driver writes. It
+// is marshalled with encoding/xml, so values taken from a guest's spec
+// are always escaped, never pasted into markup.
+type domainXML struct {
+	XMLName    xml.Name     `xml:"domain"`
+	Type       string       `xml:"type,attr"`
+	Name       string       `xml:"name"`
+	Metadata   *metadataXML `xml:"metadata,omitempty"`
+	Memory     sizeXML      `xml:"memory"`
+	VCPU       int          `xml:"vcpu"`
+	OS         osXML        `xml:"os"`
+	Features   featuresXML  `xml:"features"`
+	CPU        *cpuXML      `xml:"cpu,omitempty"`
+	OnPoweroff string       `xml:"on_poweroff"`
+	OnReboot   string       `xml:"on_reboot"`
+	OnCrash    string       `xml:"on_crash"`
+	Devices    devicesXML   `xml:"devices"`
+}
+
+type metadataXML struct {
+	Guest guestMeta `xml:"urn:corpus:libvirt:guest:1 guest"`
+}
+
+// guestMeta is what the driver keeps about a guest inside its domain, so
+// it can find and restart its guests without any file of its own.
+//
+// It is written as <guest xmlns="urn:corpus:libvirt:guest:1"> (the tag on
+// metadataXML.Guest); libvirt returns the element without its namespace,
+// so guestMeta itself names none.
+type guestMeta struct {
+	ID       string `xml:"id"`
+	Instance string `xml:"instance"`
+	Image    string `xml:"image"`
+	// CPUMillis is the CPU limit asked for; the domain has it rounded up
+	// to whole vCPUs.
+	CPUMillis int64 `xml:"cpu_millis,omitempty"`
+	// Address, Bridge and Tap describe the guest's network interface,
+	// which Start puts on the bridge.
+	Address string `xml:"address,omitempty"`
+	Bridge  string `xml:"bridge,omitempty"`
+	Tap     string `xml:"tap,omitempty"`
+	// Env is the guest's environment, given to every Exec.
+	Env []envXML `xml:"env"`
+}
+
+type envXML struct {
+	Name  string `xml:"name,attr"`
+	Value string `xml:"value,attr"`
+}
+
+// envList returns env as metadata entries, sorted by name.
+func envList(env map[string]string) []envXML {
+	out := make([]envXML, 0, len(env))
+	for k, v := range env {
+		out = append(out, envXML{Name: k, Value: v})
+	}
+	slices.SortFunc(out, func(a, b envXML) int { return strings.Compare(a.Name, b.Name) })
+	return out
+}
+
+type sizeXML struct {
+	Unit  string `xml:"unit,attr"`
+	Value int64  `xml:",chardata"`
+}
+
+type osXML struct {
+	Type    osTypeXML `xml:"type"`
+	Kernel  string    `xml:"kernel,omitempty"`
+	Initrd  string    `xml:"initrd,omitempty"`
+	Cmdline string    `xml:"cmdline,omitempty"`
+}
+
+type osTypeXML struct {
+	Arch  string `xml:"arch,attr,omitempty"`
+	Value string `xml:",chardata"`
+}
+
+type featuresXML struct {
+	ACPI *struct{} `xml:"acpi"`
+}
+
+type cpuXML struct {
+	Mode string `xml:"mode,attr"`
+}
+
+type devicesXML struct {
+	Disks      []diskXML      `xml:"disk"`
+	Interfaces []interfaceXML `xml:"interface"`
+	Serials    []serialXML    `xml:"serial"`
+	Channels   []channelXML   `xml:"channel"`
+	RNG        *rngXML        `xml:"rng,omitempty"`
+}
+
+type diskXML struct {
+	Type   string        `xml:"type,attr"`
+	Device string        `xml:"device,attr"`
+	Driver diskDriverXML `xml:"driver"`
+	Source fileSourceXML `xml:"source"`
+	Target diskTargetXML `xml:"target"`
+}
+
+type diskDriverXML struct {
+	Name string `xml:"name,attr"`
+	Type string `xml:"type,attr"`
+}
+
+type fileSourceXML struct {
+	File string `xml:"file,attr"`
+}
+
+type diskTargetXML struct {
+	Dev string `xml:"dev,attr"`
+	Bus string `xml:"bus,attr"`
+}
+
+type interfaceXML struct {
+	Type   string   `xml:"type,attr"`
+	MAC    attrXML  `xml:"mac"`
+	Target tapXML   `xml:"target"`
+	Model  modelXML `xml:"model"`
+}
+
+type attrXML struct {
+	Address string `xml:"address,attr"`
+}
+
+type tapXML struct {
+	Dev string `xml:"dev,attr"`
+}
+
+type modelXML struct {
+	Type string `xml:"type,attr"`
+}
+
+type serialXML struct {
+	Type string  `xml:"type,attr"`
+	Log  *logXML `xml:"log,omitempty"`
+}
+
+type logXML struct {
+	File   string `xml:"file,attr"`
+	Append string `xml:"append,attr"`
+}
+
+type channelXML struct {
+	Type   string           `xml:"type,attr"`
+	Target channelTargetXML `xml:"target"`
+}
+
+type channelTargetXML struct {
+	Type string `xml:"type,attr"`
+	Name string `xml:"name,attr"`
+}
+
+type rngXML struct {
+	Model   string     `xml:"model,attr"`
+	Backend backendXML `xml:"backend"`
+}
+
+type backendXML struct {
+	Model string `xml:"model,attr"`
+	Value string `xml:",chardata"`
+}
+
+// guestAgentChannel is the virtio-serial port qemu-guest-agent listens on.
+const guestAgentChannel = "org.qemu.guest_agent.0"
+
+// vmSpec is everything a domain is generated from; the driver fills it
+// from a guest's spec, its image and the host.
+type vmSpec struct {
+	DomainType  string // "kvm", "qemu" (TCG) or "test"
+	Name        string
+	Meta        guestMeta
+	MemoryBytes int64
+	VCPUs       int
+	Kernel      string
+	Initrd      string
+	Disk        string // qcow2 root disk
+	ConsoleLog  string // file receiving the serial console, "" for none
+	MAC         string // "" for no network
+	Net         *guestNet
+}
+
+// guestNet is the guest's static network configuration, given to it on
+// the kernel command line.
+type guestNet struct {
+	Address     netip.Prefix
+	Gateway     netip.Addr
+	Nameservers []netip.Addr
+	Search      []string
+}
+
+// domain returns the libvirt description of s.
+func (s vmSpec) domain() domainXML {
+	meta := s.Meta
+	d := domainXML{
+		Type:       s.DomainType,
+		Name:       s.Name,
+		Metadata:   &metadataXML{Guest: meta},
+		Memory:     sizeXML{Unit: "KiB", Value: s.MemoryBytes / 1024},
+		VCPU:       s.VCPUs,
+		Features:   featuresXML{ACPI: &struct{}{}},
+		OnPoweroff: "destroy",
+		OnReboot:   "restart",
+		OnCrash:    "destroy",
+		OS: osXML{
+			Type:    osTypeXML{Arch: "x86_64", Value: "hvm"},
+			Kernel:  s.Kernel,
+			Initrd:  s.Initrd,
+			Cmdline: s.cmdline(),
+		},
+		Devices: devicesXML{
+			Disks: []diskXML{{
+				Type: "file", Device: "disk",
+				Driver: diskDriverXML{Name: "qemu", Type: "qcow2"},
+				Source: fileSourceXML{File: s.Disk},
+				Target: diskTargetXML{Dev: "vda", Bus: "virtio"},
+			}},
+			Channels: []channelXML{{
+				Type:   "unix",
+				Target: channelTargetXML{Type: "virtio", Name: guestAgentChannel},
+			}},
+			RNG: &rngXML{Model: "virtio", Backend: backendXML{Model: "random", Value: "/dev/urandom"}},
+		},
+	}
+	if s.DomainType == "kvm" {
+		d.CPU = &cpuXML{Mode: "host-passthrough"}
+	}
+	serial := serialXML{Type: "pty"}
+	if s.ConsoleLog != "" {
+		serial.Log = &logXML{File: s.ConsoleLog, Append: "off"}
+	}
+	d.Devices.Serials = []serialXML{serial}
+	if s.MAC != "" {
+		d.Devices.Interfaces = []interfaceXML{{
+			Type:   "ethernet",
+			MAC:    attrXML{Address: s.MAC},
+			Target: tapXML{Dev: s.Meta.Tap},
+			Model:  modelXML{Type: "virtio"},
+		}}
+	}
+	return d
+}
+
+// cmdline is the guest kernel's command line: the root disk, the serial
+// console, and the static network for the image's corpus-net unit. Every
+// value comes from a typed address or a validated name, so none can add
+// a parameter of its own.
+func (s vmSpec) cmdline() string {
+	args := []string{"root=/dev/vda", "rw", "console=ttyS0", "panic=-1", "systemd.hostname=" + s.Name}
+	if n := s.Net; n != nil {
+		args = append(args,
+			"corpus.ip="+n.Address.String(),
+			"corpus.gw="+n.Gateway.String(),
+			"corpus.mac="+s.MAC)
+		if len(n.Nameservers) > 0 {
+			dns := make([]string, len(n.Nameservers))
+			for i, a := range n.Nameservers {
+				dns[i] = a.String()
+			}
+			args = append(args, "corpus.dns="+strings.Join(dns, ","))
+		}
+		if len(n.Search) > 0 {
+			args = append(args, "corpus.search="+strings.Join(n.Search, ","))
+		}
+	}
+	return strings.Join(args, " ")
+}
+
+// marshal returns s's domain XML.
+func (s vmSpec) marshal() (string, error) {
+	b, err := xml.MarshalIndent(s.domain(), "", "  ")
+	if err != nil {
+		return "", fmt.Errorf("encoding domain %s: %w", s.Name, err)
+	}
+	return string(b), nil
+}
+
+// parseMeta decodes corpus's metadata element as libvirt returns it.
+func parseMeta(s string) (guestMeta, error) {
+	var m guestMeta
+	if err := xml.Unmarshal([]byte(s), &m); err != nil {
+		return guestMeta{}, fmt.Errorf("decoding corpus metadata: %w", err)
+	}
+	return m, nil
+}

@@ -1,0 +1,191 @@
+//go:build linux
+
+package libvirt
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	golibvirt "github.com/digitalocean/go-libvirt"
+	"github.com/digitalocean/go-libvirt/socket/dialers"
+
+	"corpus/drivers"
+)
+
+var _ drivers.Driver = (*Driver)(nil)
+
+// testHypervisor is what libvirt's test:///default driver calls itself.
+// It keeps domains in libvirtd's memory and runs nothing, so the driver
+// skips what needs a real VM (its tap device) on it.
+const testHypervisor = "TEST"
+
+// Driver runs guests as libvirt domains. It is safe for concurrent use;
+// callers serialise operations on one guest, as drivers.Driver says.
+type Driver struct {
+	uri, socket string
+	dir         string // guests' disks: <dir>/guests/<name>/
+	imageDir    string
+	instance    string
+	log         *slog.Logger
+
+	mu   sync.Mutex
+	conn *golibvirt.Libvirt // nil until the first successful dial
+}
+
+// New returns a driver owning cfg.Dir. It touches nothing on the host
+// and does not dial libvirtd: a host without it still gets a driver, and
+// Fingerprint reports it unhealthy until libvirtd answers.
+func New(cfg Config) (*Driver, error) {
+	if cfg.Dir == "" || !filepath.IsAbs(cfg.Dir) {
+		return nil, fmt.Errorf("creating libvirt driver: dir %q is not absolute", cfg.Dir)
+	}
+	d := &Driver{
+		uri:      cfg.URI,
+		socket:   cfg.Socket,
+		dir:      filepath.Clean(cfg.Dir),
+		imageDir: cfg.ImageDir,
+		instance: cfg.Instance,
+		log:      cfg.Logger,
+	}
+	if d.uri == "" {
+		d.uri = DefaultURI
+	}
+	if d.socket == "" {
+		d.socket = DefaultSocket
+	}
+	if d.imageDir == "" {
+		d.imageDir = filepath.Join(d.dir, "images")
+	}
+	if !filepath.IsAbs(d.imageDir) {
+		return nil, fmt.Errorf("creating libvirt driver: image dir %q is not absolute", d.imageDir)
+	}
+	if d.instance == "" {
+		d.instance = d.dir
+	}
+	if d.log == nil {
+		d.log = slog.New(slog.DiscardHandler)
+	}
+	d.log = d.log.With("component", "libvirt")
+	return d, nil
+}
+
+// Close ends the driver's connection to libvirtd. Guests keep running.
+func (d *Driver) Close() error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.conn == nil {
+		return nil
+	}
+	err := d.conn.Disconnect()
+	d.conn = nil
+	return err
+}
+
+// client returns the connection to libvirtd, dialling again when it was
+// lost (libvirtd restarted, say).
+func (d *Driver) client() (*golibvirt.Libvirt, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.conn != nil && d.conn.IsConnected() {
+		return d.conn, nil
+	}
+	if _, err := os.Stat(d.socket); err != nil {
+		return nil, fmt.Errorf("libvirtd is not reachable at %s: %w", d.socket, err)
+	}
+	l := golibvirt.NewWithDialer(dialers.NewLocal(dialers.WithSocket(d.socket), dialers.WithLocalTimeout(5*time.Second)))
+	if err := l.ConnectToURI(golibvirt.ConnectURI(d.uri)); err != nil {
+		return nil, fmt.Errorf("connecting to libvirtd at %s (%s): %w", d.socket, d.uri, err)
+	}
+	d.conn = l
+	return l, nil
+}
+
+// Name returns "libvirt".
+func (d *Driver) Name() string { return Name }
+
+// Capabilities reports exec through the QEMU guest agent and the images
+// the driver builds; VMs cannot bind host folders.
+func (d *Driver) Capabilities() drivers.Capabilities {
+	return drivers.Capabilities{
+		Exec:       true,
+		Images:     imageNames(),
+		HostMounts: false,
+	}
+}
+
+// Fingerprint reports the driver healthy when libvirtd answers for its
+// URI. Attributes say which hypervisor and acceleration VMs get; without
+// /dev/kvm QEMU emulates the CPU (TCG), which works but is several times
+// slower, and Detail says so.
+func (d *Driver) Fingerprint(ctx context.Context) drivers.Fingerprint {
+	fp := drivers.Fingerprint{Attributes: map[string]string{
+		"libvirt.uri":    d.uri,
+		"libvirt.socket": d.socket,
+		"libvirt.accel":  accel(),
+	}}
+	l, err := d.client()
+	if err != nil {
+		fp.Detail = err.Error()
+		return fp
+	}
+	typ, err := l.ConnectGetType()
+	if err != nil {
+		fp.Detail = fmt.Sprintf("asking libvirtd for its hypervisor: %v", err)
+		return fp
+	}
+	fp.Attributes["libvirt.hypervisor"] = typ
+	if v, err := l.ConnectGetLibVersion(); err == nil {
+		fp.Attributes["libvirt.version"] = fmt.Sprintf("%d.%d.%d", v/1000000, v/1000%1000, v%1000)
+	}
+	fp.Healthy = true
+	if typ != testHypervisor && accel() == "tcg" {
+		fp.Detail = "no /dev/kvm: VMs run under QEMU TCG (software emulation, several times slower)"
+	}
+	return fp
+}
+
+// accel returns "kvm" when this host can run hardware-accelerated VMs,
+// else "tcg".
+func accel() string {
+	if f, err := os.OpenFile("/dev/kvm", os.O_RDWR, 0); err == nil {
+		f.Close()
+		return "kvm"
+	}
+	return "tcg"
+}
+
+// domainType is the libvirt domain type for hypervisor typ on this host.
+func domainType(typ string) string {
+	switch {
+	case typ == testHypervisor:
+		return "test"
+	case accel() == "kvm":
+		return "kvm"
+	default:
+		return "qemu"
+	}
+}
+
+// hypervisor returns libvirtd's hypervisor type for the driver's URI.
+func (d *Driver) hypervisor(l *golibvirt.Libvirt) (string, error) {
+	typ, err := l.ConnectGetType()
+	if err != nil {
+		return "", fmt.Errorf("asking libvirtd for its hypervisor: %w", err)
+	}
+	return typ, nil
+}
+
+// libvirtCode returns the libvirt error number inside err, or -1.
+func libvirtCode(err error) golibvirt.ErrorNumber {
+	var e golibvirt.Error
+	if errors.As(err, &e) {
+		return golibvirt.ErrorNumber(e.Code)
+	}
+	return -1
+}
