@@ -80,6 +80,33 @@ type Capabilities struct {
 	Snapshot bool `json:"snapshot"`
 	// Images lists the image names the driver can build or fetch by itself.
 	Images []string `json:"images"`
+	// HostNetwork is true when guests join the agent's bridge and reach
+	// the outside through the node's NAT and proxy; an agent whose
+	// drivers all lack it runs no bridge, NAT, proxy or resolver.
+	HostNetwork bool `json:"host_network"`
+	// HostVolumes is true when guest volumes are folders of the agent's
+	// host (GuestSpec.Mounts); an agent whose drivers all lack it keeps
+	// no volume backend, and the driver stores volumes itself.
+	HostVolumes bool `json:"host_volumes"`
+	// Converge is true when Create, called for an existing guest of the
+	// same ID, makes the guest match spec again (a changed spec, or an
+	// object edited or deleted behind the driver's back) instead of
+	// changing nothing. The agent then calls Create on every pass.
+	Converge bool `json:"converge"`
+}
+
+// CapacityReporter is a driver whose guests do not use the agent host's
+// resources (a remote cluster). The agent reports Capacity as its node's
+// capacity instead of the host's.
+type CapacityReporter interface {
+	Capacity(ctx context.Context) (Capacity, error)
+}
+
+// Capacity is an amount of resources a driver offers.
+type Capacity struct {
+	MemoryBytes int64 `json:"memory_bytes"`
+	CPUMillis   int64 `json:"cpu_millis"`
+	DiskBytes   int64 `json:"disk_bytes"`
 }
 
 // Fingerprint is the health and the attributes of a driver on this host.
@@ -108,8 +135,32 @@ type GuestSpec struct {
 	// Network attaches the guest to the node's guest network; nil means
 	// the guest has loopback only.
 	Network *Network
-	// Mounts are host folders bound into the guest (its volume).
+	// Mounts are host folders bound into the guest (its volume); only
+	// for drivers with Capabilities.HostVolumes.
 	Mounts []Mount
+	// Volume is the guest's volume for drivers that store volumes
+	// themselves (no Capabilities.HostVolumes); nil without one.
+	Volume *Volume
+	// Ports are the guest ports the guest publishes.
+	Ports []Port
+}
+
+// Volume is persistent storage a driver keeps for a guest.
+type Volume struct {
+	// SizeBytes is the desired size; it may grow, never shrink.
+	SizeBytes int64
+	// Path is where the volume appears inside the guest.
+	Path string
+}
+
+// Port is a guest port published by the guest.
+type Port struct {
+	// GuestPort is the port inside the guest.
+	GuestPort int
+	// HostPort is the port on the node (NAT) or on the guest's service.
+	HostPort int
+	// Protocol is "tcp" or "udp".
+	Protocol string
 }
 
 // Mount binds a host folder at an absolute path inside the guest.
@@ -165,6 +216,9 @@ type GuestStatus struct {
 	CPUMillis   int64 `json:"cpu_millis,omitempty"`
 	// Address is the guest's configured address ("" without network).
 	Address string `json:"address,omitempty"`
+	// Message says more about the state when the driver knows more
+	// ("0/1 ready; pod api-5d8 Pending: ImagePullBackOff").
+	Message string `json:"message,omitempty"`
 }
 
 // ExecRequest describes a command to run inside a guest.

@@ -28,7 +28,9 @@ func New(cfg Config) (*Driver, error) {
 func (*Driver) Name() string { return Name }
 
 // Capabilities reports no abilities.
-func (*Driver) Capabilities() drivers.Capabilities { return drivers.Capabilities{} }
+func (*Driver) Capabilities() drivers.Capabilities {
+	return drivers.Capabilities{HostNetwork: true, HostVolumes: true}
+}
 
 // Fingerprint reports the driver as unhealthy.
 func (*Driver) Fingerprint(context.Context) drivers.Fingerprint {
