@@ -166,7 +166,7 @@ func (w *worker) run(ctx context.Context) {
 			w.failures, w.terminal = 0, ""
 		case ctx.Err() != nil:
 			return
-		case errors.Is(err, drivers.ErrUnknownImage), errors.Is(err, errNoDriver):
+		case errors.Is(err, drivers.ErrUnknownImage), errors.Is(err, drivers.ErrInvalidSpec), errors.Is(err, errNoDriver):
 			w.terminal = want
 			w.a.setObserved(g.Id, &corpusv1.GuestObserved{State: corpusv1.ObservedFailed, Message: err.Error()})
 			w.a.logger.Error("guest failed permanently", "guest", g.Name, "error", err)
@@ -245,6 +245,20 @@ func (w *worker) reconcile(ctx context.Context, g *corpusv1.Guest) error {
 			return fmt.Errorf("inspecting: %w", err)
 		}
 	}
+	if exists && d.Capabilities().Converge {
+		// The driver compares the guest with its spec itself: spec
+		// changes and hand edits in the engine are written back.
+		spec, err := a.driverSpec(ctx, g)
+		if err != nil {
+			return err
+		}
+		if err := d.Create(ctx, spec, nil); err != nil {
+			return fmt.Errorf("converging: %w", err)
+		}
+		if st, err = d.Inspect(ctx, g.Name); err != nil {
+			return fmt.Errorf("inspecting: %w", err)
+		}
+	}
 	if !exists {
 		if err := w.create(ctx, d, g); err != nil {
 			return err
@@ -290,24 +304,10 @@ func (w *worker) create(ctx context.Context, d drivers.Driver, g *corpusv1.Guest
 	if err := a.cache.Begin(e); err != nil {
 		return fmt.Errorf("journaling create: %w", err)
 	}
-	spec := drivers.GuestSpec{
-		ID: g.Id, Name: g.Name, Image: g.Spec.GetImage(),
-		MemoryBytes: g.Spec.GetResources().GetMemoryBytes(),
-		CPUMillis:   g.Spec.GetResources().GetCpuMillis(),
-		Env:         g.Spec.GetEnv(),
-	}
-	if a.net != nil {
-		n, err := a.guestNetwork(ctx, g)
-		if err != nil {
-			return err
-		}
-		spec.Network = n
-	}
-	mounts, err := a.guestMounts(ctx, g)
+	spec, err := a.driverSpec(ctx, g)
 	if err != nil {
 		return err
 	}
-	spec.Mounts = mounts
 	progress := func(msg string) {
 		a.setObserved(g.Id, &corpusv1.GuestObserved{State: corpusv1.ObservedCreating, Message: msg})
 	}
@@ -318,6 +318,43 @@ func (w *worker) create(ctx context.Context, d drivers.Driver, g *corpusv1.Guest
 	}
 	a.logger.Info("guest created", "guest", g.Name, "image", spec.Image, "took", time.Since(start).Round(time.Millisecond))
 	return a.cache.End(e)
+}
+
+// driverSpec is what the guest's driver needs to make g: with the node's
+// network and host volume when the agent runs them, else with the
+// volume for the driver to keep itself.
+func (a *Agent) driverSpec(ctx context.Context, g *corpusv1.Guest) (drivers.GuestSpec, error) {
+	spec := drivers.GuestSpec{
+		ID: g.Id, Name: g.Name, Image: g.Spec.GetImage(),
+		MemoryBytes: g.Spec.GetResources().GetMemoryBytes(),
+		CPUMillis:   g.Spec.GetResources().GetCpuMillis(),
+		Env:         g.Spec.GetEnv(),
+	}
+	for _, p := range g.Spec.GetPorts() {
+		spec.Ports = append(spec.Ports, drivers.Port{GuestPort: int(p.GuestPort), HostPort: int(p.HostPort), Protocol: p.Protocol})
+	}
+	if a.net != nil {
+		n, err := a.guestNetwork(ctx, g)
+		if err != nil {
+			return spec, err
+		}
+		spec.Network = n
+	}
+	if a.vols == nil {
+		if vs := g.Spec.GetVolume(); vs != nil {
+			spec.Volume = &drivers.Volume{SizeBytes: vs.SizeBytes, Path: vs.Path}
+			if v := a.guestVolume(g.Id); v != nil {
+				spec.Volume.SizeBytes = v.SizeBytes // resized since
+			}
+		}
+		return spec, nil
+	}
+	mounts, err := a.guestMounts(ctx, g)
+	if err != nil {
+		return spec, err
+	}
+	spec.Mounts = mounts
+	return spec, nil
 }
 
 // recoverJournal removes what interrupted creates left behind; the
@@ -344,7 +381,7 @@ func (a *Agent) recoverJournal(ctx context.Context) error {
 }
 
 func observedFrom(st drivers.GuestStatus) *corpusv1.GuestObserved {
-	return &corpusv1.GuestObserved{State: string(st.State), Pid: int64(st.PID)}
+	return &corpusv1.GuestObserved{State: string(st.State), Pid: int64(st.PID), Message: st.Message}
 }
 
 // setObserved records a guest's observed state and asks for a report when
