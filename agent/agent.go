@@ -88,6 +88,7 @@ func Default() Config {
 		Name:           hostNodeName(),
 		APIAddr:        "127.0.0.1:7402",
 		Drivers:        catalog.Defaults(),
+		Kubernetes:     catalog.KubernetesConfig{NamespacePrefix: "corpus-"},
 		ReportInterval: 5 * time.Second,
 		ResyncInterval: 15 * time.Second,
 		StopTimeout:    10 * time.Second,

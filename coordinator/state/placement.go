@@ -70,7 +70,7 @@ func Unfit(n *corpusv1.Node, alloc *corpusv1.Resources, used map[int32]string, s
 	case need.GetDiskBytes() > capy.GetDiskBytes()-alloc.GetDiskBytes():
 		return "short of disk"
 	}
-	if ports := spec.GetPorts(); len(ports) > 0 {
+	if ports := spec.GetPorts(); len(ports) > 0 && !drv.OwnPorts {
 		if why := PortConflict(n, used, ports); why != "" {
 			return "where " + why
 		}

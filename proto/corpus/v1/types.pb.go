@@ -90,13 +90,17 @@ func (x *Resources) GetDiskBytes() int64 {
 
 // DriverInfo is what an agent reports of one driver on its node.
 type DriverInfo struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
-	Healthy       bool                   `protobuf:"varint,2,opt,name=healthy,proto3" json:"healthy,omitempty"`
-	Detail        string                 `protobuf:"bytes,3,opt,name=detail,proto3" json:"detail,omitempty"`
-	Attributes    map[string]string      `protobuf:"bytes,4,rep,name=attributes,proto3" json:"attributes,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
-	Exec          bool                   `protobuf:"varint,5,opt,name=exec,proto3" json:"exec,omitempty"`
-	Images        []string               `protobuf:"bytes,6,rep,name=images,proto3" json:"images,omitempty"`
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	Name       string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Healthy    bool                   `protobuf:"varint,2,opt,name=healthy,proto3" json:"healthy,omitempty"`
+	Detail     string                 `protobuf:"bytes,3,opt,name=detail,proto3" json:"detail,omitempty"`
+	Attributes map[string]string      `protobuf:"bytes,4,rep,name=attributes,proto3" json:"attributes,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	Exec       bool                   `protobuf:"varint,5,opt,name=exec,proto3" json:"exec,omitempty"`
+	Images     []string               `protobuf:"bytes,6,rep,name=images,proto3" json:"images,omitempty"`
+	// own_ports is true when the driver publishes guest ports itself (a
+	// cluster Service per guest), not on the node: its guests' ports never
+	// conflict with other guests' node ports.
+	OwnPorts      bool `protobuf:"varint,100,opt,name=own_ports,json=ownPorts,proto3" json:"own_ports,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -171,6 +175,13 @@ func (x *DriverInfo) GetImages() []string {
 		return x.Images
 	}
 	return nil
+}
+
+func (x *DriverInfo) GetOwnPorts() bool {
+	if x != nil {
+		return x.OwnPorts
+	}
+	return false
 }
 
 // Node is a compute node enrolled in the cluster.
@@ -2449,7 +2460,7 @@ const file_corpus_v1_types_proto_rawDesc = "" +
 	"\n" +
 	"cpu_millis\x18\x02 \x01(\x03R\tcpuMillis\x12\x1d\n" +
 	"\n" +
-	"disk_bytes\x18\x03 \x01(\x03R\tdiskBytes\"\x84\x02\n" +
+	"disk_bytes\x18\x03 \x01(\x03R\tdiskBytes\"\xa1\x02\n" +
 	"\n" +
 	"DriverInfo\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
@@ -2459,7 +2470,8 @@ const file_corpus_v1_types_proto_rawDesc = "" +
 	"attributes\x18\x04 \x03(\v2%.corpus.v1.DriverInfo.AttributesEntryR\n" +
 	"attributes\x12\x12\n" +
 	"\x04exec\x18\x05 \x01(\bR\x04exec\x12\x16\n" +
-	"\x06images\x18\x06 \x03(\tR\x06images\x1a=\n" +
+	"\x06images\x18\x06 \x03(\tR\x06images\x12\x1b\n" +
+	"\town_ports\x18d \x01(\bR\bownPorts\x1a=\n" +
 	"\x0fAttributesEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xda\x05\n" +
