@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sort"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -346,19 +347,29 @@ func (d *Driver) destroyID(ctx context.Context, id string) error {
 	return nil
 }
 
-// pods are the guest's pods, newest first.
+// pods are the guest's pods in sortPods order.
 func (d *Driver) pods(ctx context.Context, id string) ([]corev1.Pod, error) {
 	list, err := d.client.CoreV1().Pods(d.ns).List(ctx, metav1.ListOptions{LabelSelector: guestSelector(id)})
 	if err != nil {
 		return nil, fmt.Errorf("listing pods of guest %s: %w", id, err)
 	}
-	pods := list.Items
-	for i := 1; i < len(pods); i++ {
-		for j := i; j > 0 && pods[j].CreationTimestamp.After(pods[j-1].CreationTimestamp.Time); j-- {
-			pods[j], pods[j-1] = pods[j-1], pods[j]
+	sortPods(list.Items)
+	return list.Items, nil
+}
+
+// sortPods puts ready pods first, then the newest (creation times have a
+// resolution of seconds), then by name.
+func sortPods(pods []corev1.Pod) {
+	sort.Slice(pods, func(i, j int) bool {
+		a, b := pods[i], pods[j]
+		if ra, rb := podReady(a), podReady(b); ra != rb {
+			return ra
 		}
-	}
-	return pods, nil
+		if !a.CreationTimestamp.Equal(&b.CreationTimestamp) {
+			return a.CreationTimestamp.After(b.CreationTimestamp.Time)
+		}
+		return a.Name < b.Name
+	})
 }
 
 // convergeClaim makes the guest's PersistentVolumeClaim, or grows it to

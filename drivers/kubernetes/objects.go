@@ -144,6 +144,10 @@ func labels(spec drivers.GuestSpec) map[string]string {
 // apart from a field the cluster defaulted.
 func specHash(spec drivers.GuestSpec) string {
 	spec.Network, spec.Mounts = nil, nil
+	if spec.Volume != nil {
+		// The claim's size lives on the claim, not in the pod template.
+		spec.Volume = &drivers.Volume{Path: spec.Volume.Path}
+	}
 	b, _ := json.Marshal(spec) // maps marshal with sorted keys
 	sum := sha256.Sum256(b)
 	return hex.EncodeToString(sum[:8])

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sort"
 	"strings"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -78,7 +77,7 @@ func status(dep *appsv1.Deployment, pods []corev1.Pod) drivers.GuestStatus {
 		st.State = drivers.StateStarting
 	}
 	msg := fmt.Sprintf("%d/%d ready", ready, want)
-	if len(pods) > 0 {
+	if len(pods) > 0 { // a ready pod if there is one, else the newest
 		p := pods[0]
 		msg += fmt.Sprintf("; pod %s %s", p.Name, p.Status.Phase)
 		if r := podReason(p); r != "" {
@@ -157,7 +156,7 @@ func (d *Driver) List(ctx context.Context) ([]drivers.GuestStatus, error) {
 			continue
 		}
 		ps := byID[id]
-		sort.Slice(ps, func(a, b int) bool { return ps[a].CreationTimestamp.After(ps[b].CreationTimestamp.Time) })
+		sortPods(ps)
 		seen[id] = true
 		out = append(out, status(dep, ps))
 	}

@@ -47,6 +47,9 @@ func Assets(t testing.TB) string {
 		if err == nil {
 			break
 		}
+		if b, err := os.ReadFile(filepath.Join(dir, ".failed")); err == nil {
+			t.Fatalf("building the Kubernetes test binaries into %s failed: %s", dir, b)
+		}
 		if time.Now().After(deadline) {
 			msg := fmt.Sprintf("no Kubernetes test binaries in %s (run scripts/k8s-test-binaries, ~8 min once)", dir)
 			if os.Getenv("CORPUS_K8S_REQUIRED") != "" {
