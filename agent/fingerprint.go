@@ -88,7 +88,7 @@ func (a *Agent) driverInfo(ctx context.Context) []*corpusv1.DriverInfo {
 		caps := d.Capabilities()
 		out = append(out, &corpusv1.DriverInfo{
 			Name: name, Healthy: fp.Healthy, Detail: fp.Detail, Attributes: fp.Attributes,
-			Exec: caps.Exec, Images: caps.Images, OwnPorts: !caps.HostNetwork,
+			Exec: caps.Exec, Images: caps.Images, OwnNetwork: !caps.HostNetwork,
 		})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })

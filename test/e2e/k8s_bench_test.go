@@ -37,7 +37,7 @@ func TestKubernetesScale(t *testing.T) {
 	if v, err := strconv.Atoi(os.Getenv("CORPUS_BENCH_K8S_GUESTS")); err == nil && v > 0 {
 		n = v
 	}
-	c := newK8sCluster(t, "bench")
+	c := newK8sCluster(t, "bench", "memory=1T,cpus=1000,disk=1T")
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	defer cancel()
 	services := c.kube.Client.CoreV1().Services(c.ns)

@@ -97,10 +97,11 @@ type DriverInfo struct {
 	Attributes map[string]string      `protobuf:"bytes,4,rep,name=attributes,proto3" json:"attributes,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	Exec       bool                   `protobuf:"varint,5,opt,name=exec,proto3" json:"exec,omitempty"`
 	Images     []string               `protobuf:"bytes,6,rep,name=images,proto3" json:"images,omitempty"`
-	// own_ports is true when the driver publishes guest ports itself (a
-	// cluster Service per guest), not on the node: its guests' ports never
-	// conflict with other guests' node ports.
-	OwnPorts      bool `protobuf:"varint,100,opt,name=own_ports,json=ownPorts,proto3" json:"own_ports,omitempty"`
+	// own_network is true when the driver gives guests their addresses and
+	// publishes their ports itself (a cluster's pod network and a Service
+	// per guest): its guests take no address of the node's guest subnet,
+	// and their ports never conflict with other guests' node ports.
+	OwnNetwork    bool `protobuf:"varint,100,opt,name=own_network,json=ownNetwork,proto3" json:"own_network,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -177,9 +178,9 @@ func (x *DriverInfo) GetImages() []string {
 	return nil
 }
 
-func (x *DriverInfo) GetOwnPorts() bool {
+func (x *DriverInfo) GetOwnNetwork() bool {
 	if x != nil {
-		return x.OwnPorts
+		return x.OwnNetwork
 	}
 	return false
 }
@@ -2460,7 +2461,7 @@ const file_corpus_v1_types_proto_rawDesc = "" +
 	"\n" +
 	"cpu_millis\x18\x02 \x01(\x03R\tcpuMillis\x12\x1d\n" +
 	"\n" +
-	"disk_bytes\x18\x03 \x01(\x03R\tdiskBytes\"\xa1\x02\n" +
+	"disk_bytes\x18\x03 \x01(\x03R\tdiskBytes\"\xa5\x02\n" +
 	"\n" +
 	"DriverInfo\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
@@ -2470,8 +2471,9 @@ const file_corpus_v1_types_proto_rawDesc = "" +
 	"attributes\x18\x04 \x03(\v2%.corpus.v1.DriverInfo.AttributesEntryR\n" +
 	"attributes\x12\x12\n" +
 	"\x04exec\x18\x05 \x01(\bR\x04exec\x12\x16\n" +
-	"\x06images\x18\x06 \x03(\tR\x06images\x12\x1b\n" +
-	"\town_ports\x18d \x01(\bR\bownPorts\x1a=\n" +
+	"\x06images\x18\x06 \x03(\tR\x06images\x12\x1f\n" +
+	"\vown_network\x18d \x01(\bR\n" +
+	"ownNetwork\x1a=\n" +
 	"\x0fAttributesEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xda\x05\n" +
