@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -78,6 +79,11 @@ type Driver struct {
 	// nsReady is set once the namespace is known to exist, and cleared
 	// when a write finds it gone.
 	nsReady atomic.Bool
+
+	viewMu    sync.Mutex
+	v         *view // nil until first used
+	stop      chan struct{}
+	closeOnce sync.Once
 }
 
 var (
@@ -118,7 +124,7 @@ func New(cfg Config) (*Driver, error) {
 		return nil, fmt.Errorf("kubernetes client: %w", err)
 	}
 	return &Driver{
-		cfg: cfg, ns: cfg.NamespacePrefix + cfg.Node, client: client, rest: rc,
+		cfg: cfg, ns: cfg.NamespacePrefix + cfg.Node, client: client, rest: rc, stop: make(chan struct{}),
 		logger: cfg.Logger.With("component", "driver", "driver", "kubernetes"),
 	}, nil
 }

@@ -3,6 +3,7 @@ package kubernetes
 import (
 	"context"
 	"errors"
+	"maps"
 	"strings"
 	"testing"
 	"time"
@@ -13,6 +14,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	k8s "k8s.io/client-go/kubernetes"
 
@@ -37,9 +39,71 @@ func newEnv(t *testing.T, c *k8stest.Cluster, node string) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { d.Close() })
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	t.Cleanup(cancel)
 	return &env{t: t, ctx: ctx, client: c.Client, d: d}
+}
+
+// settle waits until the driver's view of its namespace shows what the
+// API server holds: the test's own writes (hand edits, simulated pods)
+// go around the driver, which sees them a watch event later.
+func (e *env) settle() { settle(e.t, e.ctx, e.client, e.d) }
+
+func settle(t *testing.T, ctx context.Context, client k8s.Interface, d *Driver) {
+	t.Helper()
+	v, err := d.view(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts := metav1.ListOptions{LabelSelector: managedSelector}
+	ns := d.Namespace()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		live, seen := map[string]string{}, map[string]string{}
+		deps, err1 := client.AppsV1().Deployments(ns).List(ctx, opts)
+		svcs, err2 := client.CoreV1().Services(ns).List(ctx, opts)
+		pods, err3 := client.CoreV1().Pods(ns).List(ctx, opts)
+		claims, err4 := client.CoreV1().PersistentVolumeClaims(ns).List(ctx, opts)
+		if err := errors.Join(err1, err2, err3, err4); err != nil {
+			t.Fatal(err)
+		}
+		for _, o := range deps.Items {
+			live["deployment "+o.Name] = o.ResourceVersion
+		}
+		for _, o := range svcs.Items {
+			live["service "+o.Name] = o.ResourceVersion
+		}
+		for _, o := range pods.Items {
+			live["pod "+o.Name] = o.ResourceVersion
+		}
+		for _, o := range claims.Items {
+			live["claim "+o.Name] = o.ResourceVersion
+		}
+		vd, _ := v.deps.List(labels.Everything())
+		for _, o := range vd {
+			seen["deployment "+o.Name] = o.ResourceVersion
+		}
+		vs, _ := v.svcs.List(labels.Everything())
+		for _, o := range vs {
+			seen["service "+o.Name] = o.ResourceVersion
+		}
+		vp, _ := v.pods.List(labels.Everything())
+		for _, o := range vp {
+			seen["pod "+o.Name] = o.ResourceVersion
+		}
+		vc, _ := v.claims.List(labels.Everything())
+		for _, o := range vc {
+			seen["claim "+o.Name] = o.ResourceVersion
+		}
+		if maps.Equal(live, seen) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the driver's view did not catch up: server %v, view %v", live, seen)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }
 
 func spec(id, name string) drivers.GuestSpec {
@@ -149,6 +213,7 @@ func TestDriver(t *testing.T) {
 		if _, err := k8stest.SimulatePendingPod(e.ctx, e.client, e.deployment("api"), "ImagePullBackOff"); err != nil {
 			t.Fatal(err)
 		}
+		e.settle()
 		if st := e.inspect("api"); st.State != drivers.StateStarting || !strings.Contains(st.Message, "Pending: ImagePullBackOff") {
 			t.Errorf("Inspect with a pending pod = %s %q, want starting with the pod's reason", st.State, st.Message)
 		}
@@ -157,6 +222,7 @@ func TestDriver(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		e.settle()
 		st := e.inspect("api")
 		if st.State != drivers.StateRunning || st.Address != "10.244.0.7" || !strings.Contains(st.Message, "1/1 ready; pod "+pod.Name+" Running") {
 			t.Errorf("Inspect with a ready pod = %+v, want running at 10.244.0.7 naming %s", st, pod.Name)
@@ -215,6 +281,7 @@ func TestDriver(t *testing.T) {
 		if _, err := k8stest.SimulateReadyPod(e.ctx, e.client, e.deployment("db"), "10.244.0.9"); err != nil {
 			t.Fatal(err)
 		}
+		e.settle()
 		if err := e.d.Stop(e.ctx, "db", 300*time.Millisecond); err != nil {
 			t.Fatal(err)
 		}
@@ -269,6 +336,7 @@ func TestDriver(t *testing.T) {
 		if _, err := e.client.CoreV1().Services(ns).Update(e.ctx, svc, metav1.UpdateOptions{}); err != nil {
 			t.Fatal(err)
 		}
+		e.settle()
 		e.create(s)
 		dep = e.deployment("app")
 		ctr = &dep.Spec.Template.Spec.Containers[0]
@@ -286,6 +354,7 @@ func TestDriver(t *testing.T) {
 		if err := e.client.AppsV1().Deployments(ns).Delete(e.ctx, "app", metav1.DeleteOptions{}); err != nil {
 			t.Fatal(err)
 		}
+		e.settle()
 		if st, err := e.d.Inspect(e.ctx, "app"); !errors.Is(err, drivers.ErrNotFound) {
 			t.Errorf("Inspect with every object deleted = %+v, %v; want ErrNotFound", st, err)
 		}
@@ -306,6 +375,7 @@ func TestDriver(t *testing.T) {
 		if err := e.client.AppsV1().Deployments(ns).Delete(e.ctx, "gone", metav1.DeleteOptions{}); err != nil {
 			t.Fatal(err)
 		}
+		e.settle()
 		list, err := e.d.List(e.ctx)
 		if err != nil {
 			t.Fatal(err)
@@ -452,6 +522,7 @@ func TestDriver(t *testing.T) {
 		if _, err := k8stest.SimulateReadyPod(e.ctx, e.client, e.deployment("sh"), "10.244.0.8"); err != nil {
 			t.Fatal(err)
 		}
+		e.settle()
 		ctx, cancel := context.WithTimeout(e.ctx, 20*time.Second)
 		defer cancel()
 		code, err := e.d.Exec(ctx, "sh", drivers.ExecRequest{Argv: []string{"true"}})
@@ -482,6 +553,7 @@ func TestDriver(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			defer d.Close()
 			s := spec("adad000000000001", "data")
 			s.Volume = &drivers.Volume{SizeBytes: 1 << 30, Path: "/srv/data"}
 			if err := d.Create(e.ctx, s, nil); err != nil {
@@ -498,6 +570,7 @@ func TestDriver(t *testing.T) {
 			if claim, err = claims.UpdateStatus(e.ctx, claim, metav1.UpdateOptions{}); err != nil {
 				t.Fatal(err)
 			}
+			settle(t, e.ctx, e.client, d)
 			vols := e.deploymentIn(d.Namespace(), "data").Spec.Template.Spec.Volumes
 			if len(vols) != 1 || vols[0].PersistentVolumeClaim == nil || vols[0].PersistentVolumeClaim.ClaimName != "data" {
 				t.Errorf("%s: pod volumes = %v, want the claim", tc.class, vols)

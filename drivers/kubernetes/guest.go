@@ -33,14 +33,18 @@ func (d *Driver) Create(ctx context.Context, spec drivers.GuestSpec, progress dr
 	if err := d.ensureNamespace(ctx); err != nil {
 		return err
 	}
-	dep, err := d.convergeDeployment(ctx, spec, progress)
+	v, err := d.view(ctx)
 	if err != nil {
 		return err
 	}
-	if err := d.convergeClaim(ctx, spec); err != nil {
+	dep, err := d.convergeDeployment(ctx, v, spec, progress)
+	if err != nil {
 		return err
 	}
-	return d.convergeService(ctx, spec, dep)
+	if err := d.convergeClaim(ctx, v, spec); err != nil {
+		return err
+	}
+	return d.convergeService(ctx, v, spec, dep)
 }
 
 // owned reports whether meta belongs to the guest with id, and returns
@@ -55,52 +59,69 @@ func owned(kind string, meta metav1.ObjectMeta, id string) error {
 	return nil
 }
 
-func (d *Driver) convergeDeployment(ctx context.Context, spec drivers.GuestSpec, progress drivers.ProgressFunc) (*appsv1.Deployment, error) {
+func (d *Driver) convergeDeployment(ctx context.Context, v *view, spec drivers.GuestSpec, progress drivers.ProgressFunc) (*appsv1.Deployment, error) {
 	api := d.client.AppsV1().Deployments(d.ns)
-	cur, err := api.Get(ctx, spec.Name, metav1.GetOptions{})
+	cur, err := v.deps.Get(spec.Name)
 	if apierrors.IsNotFound(err) {
 		want := desiredDeployment(d.ns, spec, 0)
 		if progress != nil {
 			progress("creating deployment " + d.ns + "/" + spec.Name)
 		}
 		dep, err := api.Create(ctx, want, metav1.CreateOptions{})
-		if apierrors.IsNotFound(err) {
+		switch {
+		case err == nil:
+			await(ctx, func() (*appsv1.Deployment, error) { return v.deps.Get(spec.Name) }, dep.ResourceVersion)
+			d.logger.Info("deployment created", "guest", spec.Name, "namespace", d.ns, "image", spec.Image)
+			return dep, nil
+		case apierrors.IsAlreadyExists(err):
+			// Not corpus's, or not in the view yet: read the server.
+			if cur, err = api.Get(ctx, spec.Name, metav1.GetOptions{}); err != nil {
+				return nil, fmt.Errorf("reading deployment %s: %w", spec.Name, err)
+			}
+		case apierrors.IsNotFound(err):
 			d.nsReady.Store(false) // the namespace went away; the next pass makes it
-		}
-		if err != nil {
+			return nil, d.writeErr("creating deployment", spec.Name, err)
+		default:
 			return nil, d.writeErr("creating deployment", spec.Name, err)
 		}
-		d.logger.Info("deployment created", "guest", spec.Name, "namespace", d.ns, "image", spec.Image)
-		return dep, nil
-	}
-	if err != nil {
+	} else if err != nil {
 		return nil, fmt.Errorf("reading deployment %s: %w", spec.Name, err)
 	}
-	if err := owned("deployment", cur.ObjectMeta, spec.ID); err != nil {
-		return nil, err
+	for attempt := 0; ; attempt++ {
+		if err := owned("deployment", cur.ObjectMeta, spec.ID); err != nil {
+			return nil, err
+		}
+		replicas := int32(1)
+		if cur.Spec.Replicas != nil && *cur.Spec.Replicas == 0 {
+			replicas = 0
+		}
+		want := desiredDeployment(d.ns, spec, replicas)
+		if !deploymentDrifted(cur, want) {
+			return cur, nil
+		}
+		next := cur.DeepCopy()
+		next.Labels = merged(cur.Labels, want.Labels)
+		next.Annotations = merged(cur.Annotations, want.Annotations)
+		next.OwnerReferences = nil
+		next.Spec = want.Spec
+		if progress != nil {
+			progress("updating deployment " + d.ns + "/" + spec.Name)
+		}
+		dep, err := api.Update(ctx, next, metav1.UpdateOptions{})
+		if apierrors.IsConflict(err) && attempt == 0 {
+			// The view was behind: compare with the server's copy.
+			if cur, err = api.Get(ctx, spec.Name, metav1.GetOptions{}); err != nil {
+				return nil, fmt.Errorf("reading deployment %s: %w", spec.Name, err)
+			}
+			continue
+		}
+		if err != nil {
+			return nil, d.writeErr("updating deployment", spec.Name, err)
+		}
+		await(ctx, func() (*appsv1.Deployment, error) { return v.deps.Get(spec.Name) }, dep.ResourceVersion)
+		d.logger.Info("deployment converged", "guest", spec.Name, "namespace", d.ns, "image", spec.Image)
+		return dep, nil
 	}
-	replicas := int32(1)
-	if cur.Spec.Replicas != nil && *cur.Spec.Replicas == 0 {
-		replicas = 0
-	}
-	want := desiredDeployment(d.ns, spec, replicas)
-	if !deploymentDrifted(cur, want) {
-		return cur, nil
-	}
-	next := cur.DeepCopy()
-	next.Labels = merged(cur.Labels, want.Labels)
-	next.Annotations = merged(cur.Annotations, want.Annotations)
-	next.OwnerReferences = nil
-	next.Spec = want.Spec
-	if progress != nil {
-		progress("updating deployment " + d.ns + "/" + spec.Name)
-	}
-	dep, err := api.Update(ctx, next, metav1.UpdateOptions{})
-	if err != nil {
-		return nil, d.writeErr("updating deployment", spec.Name, err)
-	}
-	d.logger.Info("deployment converged", "guest", spec.Name, "namespace", d.ns, "image", spec.Image)
-	return dep, nil
 }
 
 // deploymentDrifted reports whether cur differs from want in anything
@@ -124,20 +145,28 @@ func deploymentDrifted(cur, want *appsv1.Deployment) bool {
 	return false
 }
 
-func (d *Driver) convergeService(ctx context.Context, spec drivers.GuestSpec, dep *appsv1.Deployment) error {
+func (d *Driver) convergeService(ctx context.Context, v *view, spec drivers.GuestSpec, dep *appsv1.Deployment) error {
 	api := d.client.CoreV1().Services(d.ns)
 	want := desiredService(d.ns, spec)
-	cur, err := api.Get(ctx, spec.Name, metav1.GetOptions{})
+	cur, err := v.svcs.Get(spec.Name)
 	switch {
 	case apierrors.IsNotFound(err) && want == nil:
 		return nil
 	case apierrors.IsNotFound(err):
 		want.OwnerReferences = ownedBy(dep)
-		if _, err := api.Create(ctx, want, metav1.CreateOptions{}); err != nil {
+		svc, err := api.Create(ctx, want, metav1.CreateOptions{})
+		if err == nil {
+			await(ctx, func() (*corev1.Service, error) { return v.svcs.Get(spec.Name) }, svc.ResourceVersion)
+			d.logger.Info("service created", "guest", spec.Name, "namespace", d.ns)
+			return nil
+		}
+		if !apierrors.IsAlreadyExists(err) {
 			return d.writeErr("creating service", spec.Name, err)
 		}
-		d.logger.Info("service created", "guest", spec.Name, "namespace", d.ns)
-		return nil
+		// Not corpus's, or not in the view yet: read the server.
+		if cur, err = api.Get(ctx, spec.Name, metav1.GetOptions{}); err != nil {
+			return fmt.Errorf("reading service %s: %w", spec.Name, err)
+		}
 	case err != nil:
 		return fmt.Errorf("reading service %s: %w", spec.Name, err)
 	}
@@ -150,6 +179,7 @@ func (d *Driver) convergeService(ctx context.Context, spec drivers.GuestSpec, de
 		if err != nil && !apierrors.IsNotFound(err) {
 			return fmt.Errorf("deleting service %s: %w", spec.Name, err)
 		}
+		await(ctx, func() (*corev1.Service, error) { return v.svcs.Get(spec.Name) }, "")
 		return nil
 	}
 	if cur.Annotations[AnnotSpecHash] == want.Annotations[AnnotSpecHash] &&
@@ -166,9 +196,12 @@ func (d *Driver) convergeService(ctx context.Context, spec drivers.GuestSpec, de
 	next.Spec.Type = want.Spec.Type
 	next.Spec.Selector = want.Spec.Selector
 	next.Spec.Ports = want.Spec.Ports
-	if _, err := api.Update(ctx, next, metav1.UpdateOptions{}); err != nil {
+	svc, err := api.Update(ctx, next, metav1.UpdateOptions{})
+	if err != nil {
+		// A conflict (the view was behind) is redone on the next pass.
 		return d.writeErr("updating service", spec.Name, err)
 	}
+	await(ctx, func() (*corev1.Service, error) { return v.svcs.Get(spec.Name) }, svc.ResourceVersion)
 	d.logger.Info("service converged", "guest", spec.Name, "namespace", d.ns)
 	return nil
 }
@@ -226,6 +259,9 @@ func (d *Driver) Stop(ctx context.Context, name string, timeout time.Duration) e
 			if err != nil {
 				return fmt.Errorf("deleting the pods of %s: %w", name, err)
 			}
+			if v, err := d.view(ctx); err == nil {
+				until(ctx, func() bool { pods, _ := v.guestPods(id); return len(pods) == 0 })
+			}
 			return nil
 		}
 		select {
@@ -244,19 +280,29 @@ func (d *Driver) scale(ctx context.Context, name string, replicas int32) error {
 	if dep.Spec.Replicas != nil && *dep.Spec.Replicas == replicas {
 		return nil
 	}
-	patch := fmt.Appendf(nil, `{"metadata":{"resourceVersion":%q},"spec":{"replicas":%d}}`, dep.ResourceVersion, replicas)
-	_, err = d.client.AppsV1().Deployments(d.ns).Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{})
+	patch := fmt.Appendf(nil, `{"spec":{"replicas":%d}}`, replicas)
+	dep, err = d.client.AppsV1().Deployments(d.ns).Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{})
 	if err != nil {
 		return fmt.Errorf("scaling deployment %s to %d: %w", name, replicas, err)
 	}
+	v, err := d.view(ctx)
+	if err != nil {
+		return err
+	}
+	await(ctx, func() (*appsv1.Deployment, error) { return v.deps.Get(name) }, dep.ResourceVersion)
 	return nil
 }
 
 // deployment reads the guest's Deployment, or returns ErrNotFound when
 // there is none that corpus manages.
+// The object is the view's: read only.
 func (d *Driver) deployment(ctx context.Context, name string) (*appsv1.Deployment, error) {
-	dep, err := d.client.AppsV1().Deployments(d.ns).Get(ctx, name, metav1.GetOptions{})
-	if apierrors.IsNotFound(err) || err == nil && dep.Labels[LabelManagedBy] != managedBy {
+	v, err := d.view(ctx)
+	if err != nil {
+		return nil, err
+	}
+	dep, err := v.deps.Get(name)
+	if apierrors.IsNotFound(err) {
 		return nil, fmt.Errorf("deployment %s/%s: %w", d.ns, name, drivers.ErrNotFound)
 	}
 	if err != nil {
@@ -284,7 +330,11 @@ func (d *Driver) Destroy(ctx context.Context, name string) error {
 // guestIDs are the ids of the corpus guests named name that have objects
 // in the namespace (normally at most one).
 func (d *Driver) guestIDs(ctx context.Context, name string) ([]string, error) {
-	opts := metav1.ListOptions{LabelSelector: managedSelector + "," + LabelGuest + "=" + name}
+	v, err := d.view(ctx)
+	if err != nil {
+		return nil, err
+	}
+	sel := selector(map[string]string{LabelGuest: name})
 	seen := map[string]bool{}
 	var ids []string
 	add := func(meta metav1.ObjectMeta) {
@@ -293,25 +343,25 @@ func (d *Driver) guestIDs(ctx context.Context, name string) ([]string, error) {
 			ids = append(ids, id)
 		}
 	}
-	deps, err := d.client.AppsV1().Deployments(d.ns).List(ctx, opts)
+	deps, err := v.deps.List(sel)
 	if err != nil {
-		return nil, fmt.Errorf("listing deployments of %s: %w", name, err)
+		return nil, err
 	}
-	for _, o := range deps.Items {
+	for _, o := range deps {
 		add(o.ObjectMeta)
 	}
-	svcs, err := d.client.CoreV1().Services(d.ns).List(ctx, opts)
+	svcs, err := v.svcs.List(sel)
 	if err != nil {
-		return nil, fmt.Errorf("listing services of %s: %w", name, err)
+		return nil, err
 	}
-	for _, o := range svcs.Items {
+	for _, o := range svcs {
 		add(o.ObjectMeta)
 	}
-	claims, err := d.client.CoreV1().PersistentVolumeClaims(d.ns).List(ctx, opts)
+	claims, err := v.claims.List(sel)
 	if err != nil {
-		return nil, fmt.Errorf("listing claims of %s: %w", name, err)
+		return nil, err
 	}
-	for _, o := range claims.Items {
+	for _, o := range claims {
 		add(o.ObjectMeta)
 	}
 	return ids, nil
@@ -344,17 +394,19 @@ func (d *Driver) destroyID(ctx context.Context, id string) error {
 	if err := d.client.CoreV1().PersistentVolumeClaims(d.ns).DeleteCollection(ctx, del, sel); err != nil {
 		return fmt.Errorf("deleting claims of guest %s: %w", id, err)
 	}
+	if v, err := d.view(ctx); err == nil {
+		until(ctx, func() bool { return v.gone(id) })
+	}
 	return nil
 }
 
 // pods are the guest's pods in sortPods order.
 func (d *Driver) pods(ctx context.Context, id string) ([]corev1.Pod, error) {
-	list, err := d.client.CoreV1().Pods(d.ns).List(ctx, metav1.ListOptions{LabelSelector: guestSelector(id)})
+	v, err := d.view(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("listing pods of guest %s: %w", id, err)
+		return nil, err
 	}
-	sortPods(list.Items)
-	return list.Items, nil
+	return v.guestPods(id)
 }
 
 // sortPods puts ready pods first, then the newest (creation times have a
@@ -376,21 +428,28 @@ func sortPods(pods []corev1.Pod) {
 // the volume's size. Growing needs a storage class that allows volume
 // expansion; without one the refusal says so and the claim is unchanged.
 // A smaller size than the claim's is refused with ErrCannotShrink.
-func (d *Driver) convergeClaim(ctx context.Context, spec drivers.GuestSpec) error {
+func (d *Driver) convergeClaim(ctx context.Context, v *view, spec drivers.GuestSpec) error {
 	want := desiredClaim(d.ns, d.cfg.StorageClass, spec)
 	if want == nil {
 		return nil
 	}
 	api := d.client.CoreV1().PersistentVolumeClaims(d.ns)
-	cur, err := api.Get(ctx, spec.Name, metav1.GetOptions{})
+	cur, err := v.claims.Get(spec.Name)
 	if apierrors.IsNotFound(err) {
-		if _, err := api.Create(ctx, want, metav1.CreateOptions{}); err != nil {
+		c, err := api.Create(ctx, want, metav1.CreateOptions{})
+		if err == nil {
+			await(ctx, func() (*corev1.PersistentVolumeClaim, error) { return v.claims.Get(spec.Name) }, c.ResourceVersion)
+			d.logger.Info("claim created", "guest", spec.Name, "namespace", d.ns, "bytes", spec.Volume.SizeBytes)
+			return nil
+		}
+		if !apierrors.IsAlreadyExists(err) {
 			return d.writeErr("creating claim", spec.Name, err)
 		}
-		d.logger.Info("claim created", "guest", spec.Name, "namespace", d.ns, "bytes", spec.Volume.SizeBytes)
-		return nil
-	}
-	if err != nil {
+		// Not corpus's, or not in the view yet: read the server.
+		if cur, err = api.Get(ctx, spec.Name, metav1.GetOptions{}); err != nil {
+			return fmt.Errorf("reading claim %s: %w", spec.Name, err)
+		}
+	} else if err != nil {
 		return fmt.Errorf("reading claim %s: %w", spec.Name, err)
 	}
 	if err := owned("claim", cur.ObjectMeta, spec.ID); err != nil {
@@ -412,9 +471,11 @@ func (d *Driver) convergeClaim(ctx context.Context, spec drivers.GuestSpec) erro
 	}
 	next := cur.DeepCopy()
 	next.Spec.Resources.Requests[corev1.ResourceStorage] = size
-	if _, err := api.Update(ctx, next, metav1.UpdateOptions{}); err != nil {
+	c, err := api.Update(ctx, next, metav1.UpdateOptions{})
+	if err != nil {
 		return d.writeErr("expanding claim", spec.Name, err)
 	}
+	await(ctx, func() (*corev1.PersistentVolumeClaim, error) { return v.claims.Get(spec.Name) }, c.ResourceVersion)
 	d.logger.Info("claim expanding", "guest", spec.Name, "namespace", d.ns, "from", have.String(), "to", size.String())
 	return nil
 }

@@ -135,8 +135,8 @@ func portName(p drivers.Port) string {
 	return proto + "-" + strconv.Itoa(servicePort(p))
 }
 
-// labels are the labels of every object of a guest.
-func labels(spec drivers.GuestSpec) map[string]string {
+// guestLabels are the labels of every object of a guest.
+func guestLabels(spec drivers.GuestSpec) map[string]string {
 	return map[string]string{LabelManagedBy: managedBy, LabelGuestID: spec.ID, LabelGuest: spec.Name}
 }
 
@@ -155,7 +155,7 @@ func specHash(spec drivers.GuestSpec) string {
 
 // desiredDeployment is the Deployment spec asks for, with replicas.
 func desiredDeployment(ns string, spec drivers.GuestSpec, replicas int32) *appsv1.Deployment {
-	l := labels(spec)
+	l := guestLabels(spec)
 	c := corev1.Container{
 		Name:  containerName,
 		Image: spec.Image,
@@ -218,7 +218,7 @@ func desiredService(ns string, spec drivers.GuestSpec) *corev1.Service {
 	}
 	s := &corev1.Service{
 		ObjectMeta: metav1.ObjectMeta{
-			Name: spec.Name, Namespace: ns, Labels: labels(spec),
+			Name: spec.Name, Namespace: ns, Labels: guestLabels(spec),
 			Annotations: map[string]string{AnnotSpecHash: specHash(spec)},
 		},
 		Spec: corev1.ServiceSpec{
@@ -242,7 +242,7 @@ func desiredClaim(ns, storageClass string, spec drivers.GuestSpec) *corev1.Persi
 		return nil
 	}
 	c := &corev1.PersistentVolumeClaim{
-		ObjectMeta: metav1.ObjectMeta{Name: spec.Name, Namespace: ns, Labels: labels(spec)},
+		ObjectMeta: metav1.ObjectMeta{Name: spec.Name, Namespace: ns, Labels: guestLabels(spec)},
 		Spec: corev1.PersistentVolumeClaimSpec{
 			AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
 			Resources: corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{

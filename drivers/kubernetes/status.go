@@ -9,6 +9,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 
 	"corpus/drivers"
 )
@@ -133,24 +134,27 @@ func podReason(p corev1.Pod) string {
 // those left with only a Service or a claim, as stopped, so the agent
 // removes them when they are not desired.
 func (d *Driver) List(ctx context.Context) ([]drivers.GuestStatus, error) {
-	opts := metav1.ListOptions{LabelSelector: managedSelector}
-	deps, err := d.client.AppsV1().Deployments(d.ns).List(ctx, opts)
+	v, err := d.view(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("listing deployments: %w", err)
+		return nil, err
 	}
-	pods, err := d.client.CoreV1().Pods(d.ns).List(ctx, opts)
+	all := labels.Everything()
+	deps, err := v.allDeployments()
 	if err != nil {
-		return nil, fmt.Errorf("listing pods: %w", err)
+		return nil, err
+	}
+	pods, err := v.pods.List(all)
+	if err != nil {
+		return nil, err
 	}
 	byID := map[string][]corev1.Pod{}
-	for _, p := range pods.Items {
+	for _, p := range pods {
 		id := p.Labels[LabelGuestID]
-		byID[id] = append(byID[id], p)
+		byID[id] = append(byID[id], *p)
 	}
 	seen := map[string]bool{}
 	var out []drivers.GuestStatus
-	for i := range deps.Items {
-		dep := &deps.Items[i]
+	for _, dep := range deps {
 		id := dep.Labels[LabelGuestID]
 		if id == "" {
 			continue
@@ -168,18 +172,18 @@ func (d *Driver) List(ctx context.Context) ([]drivers.GuestStatus, error) {
 		seen[id] = true
 		out = append(out, drivers.GuestStatus{ID: id, Name: meta.Labels[LabelGuest], State: drivers.StateStopped, Message: "deployment missing"})
 	}
-	svcs, err := d.client.CoreV1().Services(d.ns).List(ctx, opts)
+	svcs, err := v.svcs.List(all)
 	if err != nil {
-		return nil, fmt.Errorf("listing services: %w", err)
+		return nil, err
 	}
-	for _, s := range svcs.Items {
+	for _, s := range svcs {
 		leftover(s.ObjectMeta)
 	}
-	claims, err := d.client.CoreV1().PersistentVolumeClaims(d.ns).List(ctx, opts)
+	claims, err := v.claims.List(all)
 	if err != nil {
-		return nil, fmt.Errorf("listing claims: %w", err)
+		return nil, err
 	}
-	for _, c := range claims.Items {
+	for _, c := range claims {
 		leftover(c.ObjectMeta)
 	}
 	return out, nil

@@ -84,6 +84,9 @@ func Start(t testing.TB) *Cluster {
 		ControlPlaneStartTimeout: 2 * time.Minute,
 		ControlPlaneStopTimeout:  30 * time.Second,
 	}
+	// envtest's default service range, a /24, holds 253 Services; the
+	// scale measurement makes more.
+	env.ControlPlane.GetAPIServer().Configure().Set("service-cluster-ip-range", "10.96.0.0/16")
 	cfg, err := env.Start()
 	if err != nil {
 		_ = env.Stop()

@@ -1,14 +1,11 @@
 package e2e
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -25,13 +22,10 @@ import (
 // as its node, all on loopback with ports of their own: no network
 // namespace is needed, the guests live in the API server.
 type k8sCluster struct {
-	t     *testing.T
-	dir   string
-	api   string
-	token string
-	kube  *k8stest.Cluster
-	agent *proc
-	ns    string
+	*cluster // no lab: cli, json and guest run on loopback
+	kube     *k8stest.Cluster
+	agent    *proc
+	ns       string
 }
 
 func freePort(t *testing.T) string {
@@ -51,7 +45,10 @@ func newK8sCluster(t *testing.T, node, capacity string) *k8sCluster {
 	requireE2E(t)
 	kube := k8stest.Start(t)
 	dir := tempDir(t)
-	c := &k8sCluster{t: t, dir: dir, api: freePort(t), kube: kube, ns: "corpus-" + node}
+	c := &k8sCluster{
+		cluster: &cluster{t: t, dir: dir, api: freePort(t), cfgHome: filepath.Join(dir, "cfg")},
+		kube:    kube, ns: "corpus-" + node,
+	}
 	startIn(t, "", "coordinator", nil, "coordinator", "--data-dir", filepath.Join(dir, "coordinator"),
 		"--api-addr", c.api, "--raft-addr", freePort(t), "--dns-addr", freePort(t), "--gossip-addr", freePort(t))
 	eventually(t, 30*time.Second, "coordinator ready", func() error {
@@ -103,61 +100,6 @@ func newK8sCluster(t *testing.T, node, capacity string) *k8sCluster {
 		return nil
 	})
 	return c
-}
-
-func (c *k8sCluster) cli(args ...string) (stdout, stderr string, code int) {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, corpusBin, append([]string{"--address", c.api, "--token", c.token}, args...)...)
-	cmd.Env = append(os.Environ(), "XDG_CONFIG_HOME="+filepath.Join(c.dir, "cfg"), "CORPUS_ENV=", "CORPUS_ADDR=", "CORPUS_TOKEN=")
-	var o, e bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &o, &e
-	err := cmd.Run()
-	var ee *exec.ExitError
-	switch {
-	case errors.As(err, &ee):
-		code = ee.ExitCode()
-	case err != nil:
-		c.t.Fatalf("running corpus %v: %v", args, err)
-	}
-	return o.String(), e.String(), code
-}
-
-func (c *k8sCluster) mustCLI(args ...string) string {
-	c.t.Helper()
-	out, errOut, code := c.cli(args...)
-	if code != 0 {
-		c.t.Fatalf("corpus %s = exit %d\nstdout: %s\nstderr: %s", strings.Join(args, " "), code, out, errOut)
-	}
-	return out
-}
-
-func (c *k8sCluster) json(v any, args ...string) error {
-	out, errOut, code := c.cli(append(args, "--json")...)
-	if code != 0 {
-		return fmt.Errorf("corpus %s: exit %d: %s", strings.Join(args, " "), code, strings.TrimSpace(errOut))
-	}
-	return json.Unmarshal([]byte(out), v)
-}
-
-type k8sGuestView struct {
-	Guest struct {
-		ID       string `json:"id"`
-		Observed struct {
-			State   string `json:"state"`
-			Message string `json:"message"`
-		} `json:"observed"`
-	} `json:"guest"`
-	NodeName string `json:"node_name"`
-}
-
-func (c *k8sCluster) guest(name string) k8sGuestView {
-	c.t.Helper()
-	var v k8sGuestView
-	if err := c.json(&v, "guest", "show", name); err != nil {
-		c.t.Fatal(err)
-	}
-	return v
 }
 
 // objects reports whether the guest's Deployment and Service exist.
