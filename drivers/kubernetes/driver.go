@@ -80,6 +80,10 @@ type Driver struct {
 	// when a write finds it gone.
 	nsReady atomic.Bool
 
+	capMu   sync.Mutex
+	capLast drivers.Capacity
+	capAt   time.Time
+
 	viewMu    sync.Mutex
 	v         *view // nil until first used
 	stop      chan struct{}
@@ -159,11 +163,28 @@ func (d *Driver) Fingerprint(ctx context.Context) drivers.Fingerprint {
 }
 
 // Capacity is the configured capacity, or the sum of the allocatable
-// resources of the cluster's schedulable nodes.
+// resources of the cluster's schedulable nodes, read at most every
+// capacityTTL (the agent asks at every report).
 func (d *Driver) Capacity(ctx context.Context) (drivers.Capacity, error) {
 	if c := d.cfg.Capacity; c.MemoryBytes > 0 || c.CPUMillis > 0 || c.DiskBytes > 0 {
 		return c, nil
 	}
+	d.capMu.Lock()
+	defer d.capMu.Unlock()
+	if time.Since(d.capAt) < capacityTTL {
+		return d.capLast, nil
+	}
+	c, err := d.readCapacity(ctx)
+	if err != nil {
+		return drivers.Capacity{}, err
+	}
+	d.capLast, d.capAt = c, time.Now()
+	return c, nil
+}
+
+const capacityTTL = 30 * time.Second
+
+func (d *Driver) readCapacity(ctx context.Context) (drivers.Capacity, error) {
 	nodes, err := d.client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return drivers.Capacity{}, fmt.Errorf("listing cluster nodes: %w", err)

@@ -622,6 +622,10 @@ func TestDriver(t *testing.T) {
 			t.Fatal(err)
 		}
 		want := drivers.Capacity{CPUMillis: 3500, MemoryBytes: 7 << 30, DiskBytes: 50 << 30}
+		if got, err := e.d.Capacity(e.ctx); err != nil || got != (drivers.Capacity{}) {
+			t.Errorf("Capacity read again within %s = %+v, %v; want the first reading", capacityTTL, got, err)
+		}
+		e.d.capAt = time.Time{} // as if the reading were old
 		if got, err := e.d.Capacity(e.ctx); err != nil || got != want {
 			t.Errorf("Capacity = %+v, %v; want %+v", got, err, want)
 		}
