@@ -14,12 +14,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	k8s "k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 )
 
 // DefaultAssets is where scripts/k8s-test-binaries puts the binaries.
@@ -79,6 +81,9 @@ type Cluster struct {
 // test ends, whether it passed or not.
 func Start(t testing.TB) *Cluster {
 	t.Helper()
+	// envtest logs through controller-runtime's logger, which otherwise
+	// complains, with a stack, that it was never set.
+	ctrllog.SetLogger(logr.Discard())
 	env := &envtest.Environment{
 		BinaryAssetsDirectory:    Assets(t),
 		ControlPlaneStartTimeout: 2 * time.Minute,
