@@ -248,6 +248,26 @@ func TestKubernetesNode(t *testing.T) {
 		t.Errorf("deployment of a refused guest: %v, want not found", err)
 	}
 
+	// A guest with a volume gets a claim, mounted by its pod.
+	c.mustCLI("guest", "create", "data", "--driver", "kubernetes", "--image", "postgres:17", "--volume", "1G", "--detach")
+	eventually(t, 30*time.Second, "claim of data", func() error {
+		claim, err := c.kube.Client.CoreV1().PersistentVolumeClaims(c.ns).Get(ctx, "data", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if size := claim.Spec.Resources.Requests.Storage(); size.Value() != 1<<30 {
+			return fmt.Errorf("claim size %s, want 1Gi", size)
+		}
+		d, _, err := c.objects(ctx, "data")
+		if d == nil {
+			return fmt.Errorf("deployment of data: %v", err)
+		}
+		if m := d.Spec.Template.Spec.Containers[0].VolumeMounts; len(m) != 1 || m[0].MountPath != "/srv/data" {
+			return fmt.Errorf("mounts %v, want the claim at /srv/data", m)
+		}
+		return nil
+	})
+
 	c.mustCLI("guest", "delete", "api")
 	eventually(t, 30*time.Second, "api removed from the cluster", func() error {
 		if _, _, err := c.objects(ctx, "api"); !apierrors.IsNotFound(err) {
