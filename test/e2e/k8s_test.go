@@ -176,6 +176,12 @@ func TestKubernetesNode(t *testing.T) {
 	if !strings.Contains(out, "1/1 ready") {
 		t.Errorf("guest show does not show the observed pods:\n%s", out)
 	}
+	// Exec goes coordinator -> agent -> the API server's exec
+	// subresource. The simulated pod has no node and no kubelet, so the
+	// API server's refusal must come back, not a made-up success.
+	if _, errOut, code := c.cli("guest", "exec", "api", "--", "true"); code == 0 || !strings.Contains(errOut, "does not have a host assigned") {
+		t.Errorf("guest exec with no kubelet = exit %d, %q; want the API server's refusal", code, errOut)
+	}
 
 	// Drift: the Service deleted and the image changed by hand.
 	if err := c.kube.Client.CoreV1().Services(c.ns).Delete(ctx, "api", metav1.DeleteOptions{}); err != nil {
