@@ -269,7 +269,9 @@ func (w *worker) reconcile(ctx context.Context, g *corpusv1.Guest) error {
 	}
 	switch {
 	case g.DesiredState == corpusv1.DesiredRunning && st.State != drivers.StateRunning:
-		a.setObserved(g.Id, &corpusv1.GuestObserved{State: corpusv1.ObservedStarting})
+		// The driver's message is kept: a guest that stays starting (a
+		// cluster pulling an image) does not flap between two reports.
+		a.setObserved(g.Id, &corpusv1.GuestObserved{State: corpusv1.ObservedStarting, Message: st.Message})
 		if a.net != nil {
 			if _, err := a.guestNetwork(ctx, g); err != nil {
 				return err
