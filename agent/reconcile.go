@@ -344,9 +344,13 @@ func (a *Agent) driverSpec(ctx context.Context, g *corpusv1.Guest) (drivers.Gues
 	}
 	if a.vols == nil {
 		if vs := g.Spec.GetVolume(); vs != nil {
-			spec.Volume = &drivers.Volume{SizeBytes: vs.SizeBytes, Path: vs.Path}
+			// A new volume is named after its guest; a bound one keeps its name.
+			spec.Volume = &drivers.Volume{Name: g.Name, SizeBytes: vs.SizeBytes, Path: vs.Path}
+			if vs.UseVolume != "" {
+				spec.Volume.Name = vs.UseVolume
+			}
 			if v := a.guestVolume(g.Id); v != nil {
-				spec.Volume.SizeBytes = v.SizeBytes // resized since
+				spec.Volume.Name, spec.Volume.SizeBytes = v.Name, v.SizeBytes // resized since
 			}
 		}
 		return spec, nil

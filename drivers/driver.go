@@ -145,8 +145,11 @@ type GuestSpec struct {
 	Ports []Port
 }
 
-// Volume is persistent storage a driver keeps for a guest.
+// Volume is persistent storage a driver keeps for a guest. It outlives
+// the guest: Destroy leaves it, so it can be bound again.
 type Volume struct {
+	// Name is the volume's name, unique in the cluster (a DNS label).
+	Name string
 	// SizeBytes is the desired size; it may grow, never shrink.
 	SizeBytes int64
 	// Path is where the volume appears inside the guest.

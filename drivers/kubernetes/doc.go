@@ -10,6 +10,9 @@
 //	                           container "guest" with the image, limits,
 //	                           env and ports of the spec
 //	Service     <guest name>   only when the guest publishes ports
+//	PVC         <volume name>  only with a volume; it outlives the guest
+//	                           (Destroy leaves it) and a later guest of the
+//	                           same volume binds it again
 //
 // Every object carries the labels app.kubernetes.io/managed-by=corpus,
 // corpus.dev/guest-id and corpus.dev/guest, and the annotation

@@ -555,7 +555,7 @@ func TestDriver(t *testing.T) {
 			}
 			defer d.Close()
 			s := spec("adad000000000001", "data")
-			s.Volume = &drivers.Volume{SizeBytes: 1 << 30, Path: "/srv/data"}
+			s.Volume = &drivers.Volume{Name: "data", SizeBytes: 1 << 30, Path: "/srv/data"}
 			if err := d.Create(e.ctx, s, nil); err != nil {
 				t.Fatal(err)
 			}
@@ -598,6 +598,23 @@ func TestDriver(t *testing.T) {
 			s.Volume.SizeBytes = 1 << 20
 			if err := d.Create(e.ctx, s, nil); !errors.Is(err, ErrCannotShrink) {
 				t.Errorf("%s: shrink = %v, want ErrCannotShrink", tc.class, err)
+			}
+			// The volume outlives its guest, and a new guest binds it.
+			if err := d.Destroy(e.ctx, "data"); err != nil {
+				t.Fatal(err)
+			}
+			kept, err := claims.Get(e.ctx, "data", metav1.GetOptions{})
+			if err != nil {
+				t.Fatalf("%s: claim after Destroy: %v, want it kept", tc.class, err)
+			}
+			next := spec("adad000000000002", "db2")
+			next.Volume = &drivers.Volume{Name: "data", SizeBytes: kept.Spec.Resources.Requests.Storage().Value(), Path: "/var/lib/db"}
+			if err := d.Create(e.ctx, next, nil); err != nil {
+				t.Fatalf("%s: a new guest on the kept volume: %v", tc.class, err)
+			}
+			rebound, _ := claims.Get(e.ctx, "data", metav1.GetOptions{})
+			if rebound.UID != kept.UID || rebound.Labels[LabelGuestID] != next.ID {
+				t.Errorf("%s: claim after rebinding = %s %v, want the same claim labelled for %s", tc.class, rebound.UID, rebound.Labels, next.ID)
 			}
 		}
 	})

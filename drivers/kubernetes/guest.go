@@ -312,9 +312,10 @@ func (d *Driver) deployment(ctx context.Context, name string) (*appsv1.Deploymen
 }
 
 // Destroy deletes every object of the guest named name in the driver's
-// namespace: the Deployment, its Service, its pods and its claim. The
-// objects are found by the guest's id label, so a leftover Service of a
-// guest whose Deployment is gone is removed too.
+// namespace: the Deployment, its Service and its pods. The objects are
+// found by the guest's id label, so a leftover Service of a guest whose
+// Deployment is gone is removed too. The claim of its volume stays: a
+// volume outlives its guest.
 func (d *Driver) Destroy(ctx context.Context, name string) error {
 	ids, err := d.guestIDs(ctx, name)
 	if err != nil {
@@ -357,13 +358,6 @@ func (d *Driver) guestIDs(ctx context.Context, name string) ([]string, error) {
 	for _, o := range svcs {
 		add(o.ObjectMeta)
 	}
-	claims, err := v.claims.List(sel)
-	if err != nil {
-		return nil, err
-	}
-	for _, o := range claims {
-		add(o.ObjectMeta)
-	}
 	return ids, nil
 }
 
@@ -390,9 +384,6 @@ func (d *Driver) destroyID(ctx context.Context, id string) error {
 	zero := int64(0)
 	if err := d.client.CoreV1().Pods(d.ns).DeleteCollection(ctx, metav1.DeleteOptions{GracePeriodSeconds: &zero}, sel); err != nil {
 		return fmt.Errorf("deleting pods of guest %s: %w", id, err)
-	}
-	if err := d.client.CoreV1().PersistentVolumeClaims(d.ns).DeleteCollection(ctx, del, sel); err != nil {
-		return fmt.Errorf("deleting claims of guest %s: %w", id, err)
 	}
 	if v, err := d.view(ctx); err == nil {
 		until(ctx, func() bool { return v.gone(id) })
@@ -424,8 +415,9 @@ func sortPods(pods []corev1.Pod) {
 	})
 }
 
-// convergeClaim makes the guest's PersistentVolumeClaim, or grows it to
-// the volume's size. Growing needs a storage class that allows volume
+// convergeClaim makes the PersistentVolumeClaim of the guest's volume,
+// or binds an existing one of that volume (left by a previous guest) to
+// this guest, or grows it to the volume's size. Growing needs a storage class that allows volume
 // expansion; without one the refusal says so and the claim is unchanged.
 // A smaller size than the claim's is refused with ErrCannotShrink.
 func (d *Driver) convergeClaim(ctx context.Context, v *view, spec drivers.GuestSpec) error {
@@ -434,26 +426,37 @@ func (d *Driver) convergeClaim(ctx context.Context, v *view, spec drivers.GuestS
 		return nil
 	}
 	api := d.client.CoreV1().PersistentVolumeClaims(d.ns)
-	cur, err := v.claims.Get(spec.Name)
+	name := want.Name
+	cur, err := v.claims.Get(name)
 	if apierrors.IsNotFound(err) {
 		c, err := api.Create(ctx, want, metav1.CreateOptions{})
 		if err == nil {
-			await(ctx, func() (*corev1.PersistentVolumeClaim, error) { return v.claims.Get(spec.Name) }, c.ResourceVersion)
-			d.logger.Info("claim created", "guest", spec.Name, "namespace", d.ns, "bytes", spec.Volume.SizeBytes)
+			await(ctx, func() (*corev1.PersistentVolumeClaim, error) { return v.claims.Get(name) }, c.ResourceVersion)
+			d.logger.Info("claim created", "guest", spec.Name, "namespace", d.ns, "volume", name, "bytes", spec.Volume.SizeBytes)
 			return nil
 		}
 		if !apierrors.IsAlreadyExists(err) {
-			return d.writeErr("creating claim", spec.Name, err)
+			return d.writeErr("creating claim", name, err)
 		}
 		// Not corpus's, or not in the view yet: read the server.
-		if cur, err = api.Get(ctx, spec.Name, metav1.GetOptions{}); err != nil {
-			return fmt.Errorf("reading claim %s: %w", spec.Name, err)
+		if cur, err = api.Get(ctx, name, metav1.GetOptions{}); err != nil {
+			return fmt.Errorf("reading claim %s: %w", name, err)
 		}
 	} else if err != nil {
-		return fmt.Errorf("reading claim %s: %w", spec.Name, err)
+		return fmt.Errorf("reading claim %s: %w", name, err)
 	}
-	if err := owned("claim", cur.ObjectMeta, spec.ID); err != nil {
-		return err
+	// A volume outlives its guests: a claim of the volume is this
+	// guest's whichever guest made it; one not corpus's is refused.
+	if cur.Labels[LabelManagedBy] != managedBy || cur.Labels[LabelVolume] != name {
+		return fmt.Errorf("claim %s/%s is not corpus's volume %s: %w", d.ns, name, name, drivers.ErrExists)
+	}
+	if cur.Labels[LabelGuestID] != spec.ID {
+		next := cur.DeepCopy()
+		next.Labels = merged(cur.Labels, want.Labels)
+		if cur, err = api.Update(ctx, next, metav1.UpdateOptions{}); err != nil {
+			return d.writeErr("binding claim", name, err)
+		}
+		d.logger.Info("claim bound", "guest", spec.Name, "namespace", d.ns, "volume", name)
 	}
 	have := cur.Spec.Resources.Requests[corev1.ResourceStorage]
 	size := want.Spec.Resources.Requests[corev1.ResourceStorage]
@@ -461,21 +464,21 @@ func (d *Driver) convergeClaim(ctx context.Context, v *view, spec drivers.GuestS
 	case 0:
 		return nil
 	case 1:
-		return fmt.Errorf("claim %s holds %s, asked %s: %w (%w)", spec.Name, have.String(), size.String(), ErrCannotShrink, drivers.ErrInvalidSpec)
+		return fmt.Errorf("claim %s holds %s, asked %s: %w (%w)", name, have.String(), size.String(), ErrCannotShrink, drivers.ErrInvalidSpec)
 	}
 	if err := d.expandable(ctx, cur); err != nil {
 		return err
 	}
 	if cur.Status.Phase != corev1.ClaimBound {
-		return fmt.Errorf("claim %s is %s; it grows to %s once bound", spec.Name, cur.Status.Phase, size.String())
+		return fmt.Errorf("claim %s is %s; it grows to %s once bound", name, cur.Status.Phase, size.String())
 	}
 	next := cur.DeepCopy()
 	next.Spec.Resources.Requests[corev1.ResourceStorage] = size
 	c, err := api.Update(ctx, next, metav1.UpdateOptions{})
 	if err != nil {
-		return d.writeErr("expanding claim", spec.Name, err)
+		return d.writeErr("expanding claim", name, err)
 	}
-	await(ctx, func() (*corev1.PersistentVolumeClaim, error) { return v.claims.Get(spec.Name) }, c.ResourceVersion)
+	await(ctx, func() (*corev1.PersistentVolumeClaim, error) { return v.claims.Get(name) }, c.ResourceVersion)
 	d.logger.Info("claim expanding", "guest", spec.Name, "namespace", d.ns, "from", have.String(), "to", size.String())
 	return nil
 }

@@ -26,6 +26,7 @@ const (
 	managedBy      = "corpus"
 	LabelGuestID   = "corpus.dev/guest-id"
 	LabelGuest     = "corpus.dev/guest"
+	LabelVolume    = "corpus.dev/volume"
 	AnnotSpecHash  = "corpus.dev/spec-hash"
 	AnnotImage     = "corpus.dev/image"
 	containerName  = "guest"
@@ -78,8 +79,8 @@ func validate(spec drivers.GuestSpec) error {
 	if len(spec.Mounts) > 0 {
 		errs = append(errs, "host folder mounts cannot reach a cluster's pods; give the guest a volume")
 	}
-	if v := spec.Volume; v != nil && (v.SizeBytes <= 0 || !strings.HasPrefix(v.Path, "/")) {
-		errs = append(errs, fmt.Sprintf("volume of %d bytes at %q: want a positive size and an absolute path", v.SizeBytes, v.Path))
+	if v := spec.Volume; v != nil && (v.SizeBytes <= 0 || !strings.HasPrefix(v.Path, "/") || len(validation.IsDNS1123Label(v.Name)) > 0) {
+		errs = append(errs, fmt.Sprintf("volume %q of %d bytes at %q: want a DNS label, a positive size and an absolute path", v.Name, v.SizeBytes, v.Path))
 	}
 	if len(errs) > 0 {
 		return fmt.Errorf("%w: %s", drivers.ErrInvalidSpec, strings.Join(errs, "; "))
@@ -187,7 +188,7 @@ func desiredDeployment(ns string, spec drivers.GuestSpec, replicas int32) *appsv
 	if spec.Volume != nil {
 		pod.Containers[0].VolumeMounts = []corev1.VolumeMount{{Name: volumeName, MountPath: spec.Volume.Path}}
 		pod.Volumes = []corev1.Volume{{Name: volumeName, VolumeSource: corev1.VolumeSource{
-			PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: spec.Name},
+			PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: spec.Volume.Name},
 		}}}
 	}
 	d := &appsv1.Deployment{
@@ -236,13 +237,16 @@ func desiredService(ns string, spec drivers.GuestSpec) *corev1.Service {
 }
 
 // desiredClaim is the PersistentVolumeClaim of the guest's volume, nil
-// without one.
+// without one: named after the volume, labelled with it and with the
+// guest it is bound to now.
 func desiredClaim(ns, storageClass string, spec drivers.GuestSpec) *corev1.PersistentVolumeClaim {
 	if spec.Volume == nil {
 		return nil
 	}
+	l := guestLabels(spec)
+	l[LabelVolume] = spec.Volume.Name
 	c := &corev1.PersistentVolumeClaim{
-		ObjectMeta: metav1.ObjectMeta{Name: spec.Name, Namespace: ns, Labels: guestLabels(spec)},
+		ObjectMeta: metav1.ObjectMeta{Name: spec.Volume.Name, Namespace: ns, Labels: l},
 		Spec: corev1.PersistentVolumeClaimSpec{
 			AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
 			Resources: corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{

@@ -18,7 +18,7 @@ import (
 // Deployment's replica count and image, its pods' readiness, and the
 // newest pod's phase and reason.
 //
-// A guest whose Deployment is gone but whose Service or claim is left is
+// A guest whose Deployment is gone but whose Service is left is
 // reported stopped, so the caller can tell it apart from no guest at all
 // (and either converge it or remove it); no object at all is ErrNotFound.
 func (d *Driver) Inspect(ctx context.Context, name string) (drivers.GuestStatus, error) {
@@ -131,8 +131,8 @@ func podReason(p corev1.Pod) string {
 
 // List returns every corpus guest with objects in the driver's
 // namespace: those with a Deployment, with their observed state, and
-// those left with only a Service or a claim, as stopped, so the agent
-// removes them when they are not desired.
+// those left with only a Service, as stopped, so the agent removes them
+// when they are not desired. Claims are volumes, not guests: not listed.
 func (d *Driver) List(ctx context.Context) ([]drivers.GuestStatus, error) {
 	v, err := d.view(ctx)
 	if err != nil {
@@ -178,13 +178,6 @@ func (d *Driver) List(ctx context.Context) ([]drivers.GuestStatus, error) {
 	}
 	for _, s := range svcs {
 		leftover(s.ObjectMeta)
-	}
-	claims, err := v.claims.List(all)
-	if err != nil {
-		return nil, err
-	}
-	for _, c := range claims {
-		leftover(c.ObjectMeta)
 	}
 	return out, nil
 }

@@ -131,12 +131,12 @@ func until(ctx context.Context, done func() bool) {
 	}
 }
 
-// gone reports whether the view holds no object of the guest with id.
+// gone reports whether the view holds no Deployment, Service or pod of
+// the guest with id.
 func (v *view) gone(id string) bool {
 	sel := selector(map[string]string{LabelGuestID: id})
 	deps, _ := v.deps.List(sel)
 	svcs, _ := v.svcs.List(sel)
 	pods, _ := v.pods.List(sel)
-	claims, _ := v.claims.List(sel)
-	return len(deps)+len(svcs)+len(pods)+len(claims) == 0
+	return len(deps)+len(svcs)+len(pods) == 0
 }
