@@ -102,6 +102,27 @@ type CapacityReporter interface {
 	Capacity(ctx context.Context) (Capacity, error)
 }
 
+// VolumeKeeper is a driver that keeps guest volumes itself (no
+// Capabilities.HostVolumes): the agent asks it how a volume is and has it
+// delete one, instead of using its own volume backend.
+type VolumeKeeper interface {
+	// ObserveVolume returns the state of the named volume; ErrNotFound
+	// when the driver has no such volume (yet).
+	ObserveVolume(ctx context.Context, name string) (VolumeStatus, error)
+	// DeleteVolume deletes the named volume and its data; deleting a
+	// missing volume returns nil.
+	DeleteVolume(ctx context.Context, name string) error
+}
+
+// VolumeStatus is what a driver observes of one volume it keeps.
+type VolumeStatus struct {
+	// Ready is true when the volume can be mounted.
+	Ready     bool
+	SizeBytes int64
+	// Message explains a volume that is not ready ("claim Pending").
+	Message string
+}
+
 // Capacity is an amount of resources a driver offers.
 type Capacity struct {
 	MemoryBytes int64 `json:"memory_bytes"`

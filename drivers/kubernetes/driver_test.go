@@ -564,6 +564,9 @@ func TestDriver(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			if st, err := d.ObserveVolume(e.ctx, "data"); err != nil || st.Ready || !strings.Contains(st.Message, "Pending") || st.SizeBytes != 1<<30 {
+				t.Errorf("%s: ObserveVolume(pending claim) = %+v, %v; want not ready, Pending, 1 GiB", tc.class, st, err)
+			}
 			// Simulated: no volume controller runs here to bind the claim;
 			// the test binds it, as a provisioner would.
 			claim.Status.Phase = corev1.ClaimBound
@@ -615,6 +618,22 @@ func TestDriver(t *testing.T) {
 			rebound, _ := claims.Get(e.ctx, "data", metav1.GetOptions{})
 			if rebound.UID != kept.UID || rebound.Labels[LabelGuestID] != next.ID {
 				t.Errorf("%s: claim after rebinding = %s %v, want the same claim labelled for %s", tc.class, rebound.UID, rebound.Labels, next.ID)
+			}
+			settle(t, e.ctx, e.client, d)
+			if st, err := d.ObserveVolume(e.ctx, "data"); err != nil || !st.Ready {
+				t.Errorf("%s: ObserveVolume(bound claim) = %+v, %v; want ready", tc.class, st, err)
+			}
+			if err := d.DeleteVolume(e.ctx, "data"); err != nil {
+				t.Fatal(err)
+			}
+			// The pvc-protection finalizer holds a deleted claim until a
+			// controller sees no pod uses it; none runs here: deleting is
+			// as far as it gets.
+			if c, err := claims.Get(e.ctx, "data", metav1.GetOptions{}); !apierrors.IsNotFound(err) && (err != nil || c.DeletionTimestamp == nil) {
+				t.Errorf("%s: claim after DeleteVolume: %v, want it deleted or being deleted", tc.class, err)
+			}
+			if err := d.DeleteVolume(e.ctx, "data"); err != nil {
+				t.Errorf("%s: DeleteVolume of a missing volume = %v, want nil", tc.class, err)
 			}
 		}
 	})

@@ -274,6 +274,16 @@ func TestKubernetesNode(t *testing.T) {
 		return nil
 	})
 
+	// The volume's state comes from its claim: pending here, as nothing
+	// provisions volumes in the test cluster.
+	eventually(t, 30*time.Second, "volume data observed", func() error {
+		out := c.mustCLI("volume", "show", "data")
+		if !strings.Contains(out, "claim "+c.ns+"/data Pending") {
+			return fmt.Errorf("volume show says %q", out)
+		}
+		return nil
+	})
+
 	c.mustCLI("guest", "delete", "api")
 	eventually(t, 30*time.Second, "api removed from the cluster", func() error {
 		if _, _, err := c.objects(ctx, "api"); !apierrors.IsNotFound(err) {
