@@ -187,6 +187,9 @@ bridge, NAT, proxy or git endpoint of its own. Start that agent with
 			fmt.Fprintf(g.stdout, "cluster %s (Kubernetes %s) checked: namespace %s, capacity %d MiB memory, %.2f cpus\n",
 				fp.Attributes["kubernetes.host"], fp.Attributes["kubernetes.version"], d.Namespace(), capacity.MemoryBytes>>20, float64(capacity.CPUMillis)/1000)
 			fmt.Fprintf(g.stdout, "agent config written to %s; start the node's agent with:\n  corpus agent --config %s\n", out, out)
+			if out == "/etc/corpus/agent-"+name+".yaml" {
+				fmt.Fprintf(g.stdout, "or as a service: systemctl enable --now corpus-agent-k8s@%s\n", name)
+			}
 			return nil
 		},
 	}
