@@ -50,7 +50,7 @@ demo-stop: ## stop the cluster started by make demo (guests keep running)
 demo-clean: ## stop it and remove its guests, network and state
 	./scripts/demo clean
 
-bench: ## guest start vs raw LXC, agent memory, NAT, proxy vs nginx, DNS vs bind9, volumes, push-to-serving, placement, VM start
+bench: ## guest start vs raw LXC, agent memory, NAT, proxy vs nginx, DNS vs bind9, volumes, push-to-serving, placement, VM start, kubernetes
 	./scripts/setup --bench
 	./test/bench/run
 	./test/bench/nat/run
@@ -58,6 +58,7 @@ bench: ## guest start vs raw LXC, agent memory, NAT, proxy vs nginx, DNS vs bind
 	./test/bench/dns/run
 	./test/bench/volume/run
 	./test/bench/deploy/run
+	./test/bench/k8s/run
 	./test/bench/placement/run
 	./test/bench/libvirt/run
 

@@ -44,8 +44,12 @@ type Config struct {
 	APIAddr string
 	// AdvertiseAddr is how coordinators reach the agent's API; default APIAddr.
 	AdvertiseAddr string
-	// Drivers lists the drivers to run; default every built-in one.
+	// Drivers lists the drivers to run; default every built-in one that
+	// needs no configuration (catalog.Defaults).
 	Drivers []string
+	// Kubernetes configures the kubernetes driver, for an agent that
+	// serves a cluster as its node.
+	Kubernetes catalog.KubernetesConfig
 	// ReportInterval is the period of status reports (and heartbeats).
 	ReportInterval time.Duration
 	// ResyncInterval is the period of full reconciles.
@@ -86,7 +90,8 @@ func Default() Config {
 		Coordinators:   []string{"127.0.0.1:7400"},
 		Name:           hostNodeName(),
 		APIAddr:        "127.0.0.1:7402",
-		Drivers:        catalog.Names(),
+		Drivers:        catalog.Defaults(),
+		Kubernetes:     catalog.KubernetesConfig{NamespacePrefix: "corpus-"},
 		ReportInterval: 5 * time.Second,
 		ResyncInterval: 15 * time.Second,
 		StopTimeout:    10 * time.Second,
@@ -241,19 +246,32 @@ func New(cfg Config) (*Agent, error) {
 		report:        make(chan struct{}, 1),
 		gossipKick:    make(chan struct{}, 1),
 	}
+	hostNet, hostVols := false, false
 	for _, name := range cfg.Drivers {
-		d, err := catalog.New(name, catalog.Config{StateDir: cfg.StateDir, Logger: cfg.Logger})
+		d, err := catalog.New(name, catalog.Config{StateDir: cfg.StateDir, Node: cfg.Name, Kubernetes: cfg.Kubernetes, Logger: cfg.Logger})
 		if err != nil {
 			// A driver that cannot start is reported unhealthy, not fatal.
 			a.logger.Warn("driver unavailable", "driver", name, "error", err)
 			continue
 		}
 		a.drivers[name] = d
+		caps := d.Capabilities()
+		hostNet = hostNet || caps.HostNetwork
+		hostVols = hostVols || caps.HostVolumes
 	}
-	if vb, err := loop.New(loop.Config{Root: filepath.Join(cfg.StateDir, "volumes", "images"), Logger: cfg.Logger}); err != nil {
-		a.logger.Warn("volumes unavailable", "error", err)
-	} else {
-		a.vols = vb
+	// Host parts only serve drivers that use them: an agent whose guests
+	// run elsewhere (a cluster) keeps no bridge, NAT, proxy or loop files.
+	if len(a.drivers) > 0 && !hostNet && cfg.Network {
+		a.logger.Info("no driver uses the host network; bridge, NAT and proxy are off")
+		cfg.Network = false
+		a.cfg.Network = false
+	}
+	if hostVols || len(a.drivers) == 0 {
+		if vb, err := loop.New(loop.Config{Root: filepath.Join(cfg.StateDir, "volumes", "images"), Logger: cfg.Logger}); err != nil {
+			a.logger.Warn("volumes unavailable", "error", err)
+		} else {
+			a.vols = vb
+		}
 	}
 	ln, err := rpc.Listen(cfg.APIAddr)
 	if err != nil {

@@ -57,7 +57,7 @@ func (a *Agent) enroll(ctx context.Context) error {
 		JoinToken:    a.cfg.JoinToken,
 		Name:         a.cfg.Name,
 		Labels:       a.cfg.Labels,
-		Capacity:     capacity(a.cfg.StateDir),
+		Capacity:     a.capacity(ctx),
 		Drivers:      a.driverInfo(ctx),
 		AgentAddress: a.advertise(),
 		AgentVersion: version.Version,

@@ -11,13 +11,44 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"corpus/drivers"
 	corpusv1 "corpus/proto/corpus/v1"
 )
 
 // capacity reads the host's total memory, cores and the size of the file
 // system holding the state folder. Totals, not free amounts: the scheduler
 // subtracts what guests are allocated, and totals do not churn.
-func capacity(stateDir string) *corpusv1.Resources {
+//
+// Drivers whose guests run elsewhere (drivers.CapacityReporter) report
+// their own capacity; the node's is then theirs, summed, and the host's
+// is left out. A reporter that fails counts as nothing until it answers.
+func (a *Agent) capacity(ctx context.Context) *corpusv1.Resources {
+	var (
+		sum   corpusv1.Resources
+		found bool
+	)
+	for _, name := range a.cfg.Drivers {
+		cr, ok := a.drivers[name].(drivers.CapacityReporter)
+		if !ok {
+			continue
+		}
+		found = true
+		c, err := cr.Capacity(ctx)
+		if err != nil {
+			a.logger.Warn("reading driver capacity", "driver", name, "error", err)
+			continue
+		}
+		sum.MemoryBytes += c.MemoryBytes
+		sum.CpuMillis += c.CPUMillis
+		sum.DiskBytes += c.DiskBytes
+	}
+	if found {
+		return &sum
+	}
+	return hostCapacity(a.cfg.StateDir)
+}
+
+func hostCapacity(stateDir string) *corpusv1.Resources {
 	r := &corpusv1.Resources{CpuMillis: int64(runtime.NumCPU()) * 1000, MemoryBytes: memTotal()}
 	var st unix.Statfs_t
 	if unix.Statfs(stateDir, &st) == nil {
@@ -55,9 +86,10 @@ func (a *Agent) driverInfo(ctx context.Context) []*corpusv1.DriverInfo {
 		}
 		fp := d.Fingerprint(ctx)
 		caps := d.Capabilities()
+		_, keeper := d.(drivers.VolumeKeeper)
 		out = append(out, &corpusv1.DriverInfo{
 			Name: name, Healthy: fp.Healthy, Detail: fp.Detail, Attributes: fp.Attributes,
-			Exec: caps.Exec, Images: caps.Images, NoVolumes: !caps.HostMounts,
+			Exec: caps.Exec, Images: caps.Images, NoVolumes: !caps.HostVolumes && !keeper, OwnNetwork: !caps.HostNetwork,
 		})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })

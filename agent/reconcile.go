@@ -166,7 +166,7 @@ func (w *worker) run(ctx context.Context) {
 			w.failures, w.terminal = 0, ""
 		case ctx.Err() != nil:
 			return
-		case errors.Is(err, drivers.ErrUnknownImage), errors.Is(err, drivers.ErrNotSupported), errors.Is(err, errNoDriver):
+		case errors.Is(err, drivers.ErrUnknownImage), errors.Is(err, drivers.ErrNotSupported), errors.Is(err, drivers.ErrInvalidSpec), errors.Is(err, errNoDriver):
 			w.terminal = want
 			w.a.setObserved(g.Id, &corpusv1.GuestObserved{State: corpusv1.ObservedFailed, Message: err.Error()})
 			w.a.logger.Error("guest failed permanently", "guest", g.Name, "error", err)
@@ -245,6 +245,20 @@ func (w *worker) reconcile(ctx context.Context, g *corpusv1.Guest) error {
 			return fmt.Errorf("inspecting: %w", err)
 		}
 	}
+	if exists && d.Capabilities().Converge {
+		// The driver compares the guest with its spec itself: spec
+		// changes and hand edits in the engine are written back.
+		spec, err := a.driverSpec(ctx, d, g)
+		if err != nil {
+			return err
+		}
+		if err := d.Create(ctx, spec, nil); err != nil {
+			return fmt.Errorf("converging: %w", err)
+		}
+		if st, err = d.Inspect(ctx, g.Name); err != nil {
+			return fmt.Errorf("inspecting: %w", err)
+		}
+	}
 	if !exists {
 		if err := w.create(ctx, d, g); err != nil {
 			return err
@@ -255,7 +269,9 @@ func (w *worker) reconcile(ctx context.Context, g *corpusv1.Guest) error {
 	}
 	switch {
 	case g.DesiredState == corpusv1.DesiredRunning && st.State != drivers.StateRunning:
-		a.setObserved(g.Id, &corpusv1.GuestObserved{State: corpusv1.ObservedStarting})
+		// The driver's message is kept: a guest that stays starting (a
+		// cluster pulling an image) does not flap between two reports.
+		a.setObserved(g.Id, &corpusv1.GuestObserved{State: corpusv1.ObservedStarting, Message: st.Message})
 		if a.net != nil {
 			if _, err := a.guestNetwork(ctx, g); err != nil {
 				return err
@@ -290,28 +306,10 @@ func (w *worker) create(ctx context.Context, d drivers.Driver, g *corpusv1.Guest
 	if err := a.cache.Begin(e); err != nil {
 		return fmt.Errorf("journaling create: %w", err)
 	}
-	spec := drivers.GuestSpec{
-		ID: g.Id, Name: g.Name, Image: g.Spec.GetImage(),
-		MemoryBytes: g.Spec.GetResources().GetMemoryBytes(),
-		CPUMillis:   g.Spec.GetResources().GetCpuMillis(),
-		Env:         g.Spec.GetEnv(),
-	}
-	if a.net != nil {
-		n, err := a.guestNetwork(ctx, g)
-		if err != nil {
-			return err
-		}
-		spec.Network = n
-	}
-	if g.Spec.GetVolume() != nil && !d.Capabilities().HostMounts {
-		// Permanent until the guest's spec changes.
-		return fmt.Errorf("driver %s cannot give a guest a volume: %w", d.Name(), drivers.ErrNotSupported)
-	}
-	mounts, err := a.guestMounts(ctx, g)
+	spec, err := a.driverSpec(ctx, d, g)
 	if err != nil {
 		return err
 	}
-	spec.Mounts = mounts
 	progress := func(msg string) {
 		a.setObserved(g.Id, &corpusv1.GuestObserved{State: corpusv1.ObservedCreating, Message: msg})
 	}
@@ -322,6 +320,53 @@ func (w *worker) create(ctx context.Context, d drivers.Driver, g *corpusv1.Guest
 	}
 	a.logger.Info("guest created", "guest", g.Name, "image", spec.Image, "took", time.Since(start).Round(time.Millisecond))
 	return a.cache.End(e)
+}
+
+// driverSpec is what the guest's driver needs to make g: with the node's
+// network and host volume when the agent runs them, else with the
+// volume for the driver to keep itself.
+func (a *Agent) driverSpec(ctx context.Context, d drivers.Driver, g *corpusv1.Guest) (drivers.GuestSpec, error) {
+	spec := drivers.GuestSpec{
+		ID: g.Id, Name: g.Name, Image: g.Spec.GetImage(),
+		MemoryBytes: g.Spec.GetResources().GetMemoryBytes(),
+		CPUMillis:   g.Spec.GetResources().GetCpuMillis(),
+		Env:         g.Spec.GetEnv(),
+	}
+	for _, p := range g.Spec.GetPorts() {
+		spec.Ports = append(spec.Ports, drivers.Port{GuestPort: int(p.GuestPort), HostPort: int(p.HostPort), Protocol: p.Protocol})
+	}
+	caps := d.Capabilities()
+	if a.net != nil && caps.HostNetwork {
+		n, err := a.guestNetwork(ctx, g)
+		if err != nil {
+			return spec, err
+		}
+		spec.Network = n
+	}
+	_, keeper := d.(drivers.VolumeKeeper)
+	if g.Spec.GetVolume() != nil && !caps.HostVolumes && !keeper {
+		// Permanent until the guest's spec changes.
+		return spec, fmt.Errorf("driver %s cannot give a guest a volume: %w", d.Name(), drivers.ErrNotSupported)
+	}
+	if !caps.HostVolumes {
+		if vs := g.Spec.GetVolume(); vs != nil {
+			// A new volume is named after its guest; a bound one keeps its name.
+			spec.Volume = &drivers.Volume{Name: g.Name, SizeBytes: vs.SizeBytes, Path: vs.Path}
+			if vs.UseVolume != "" {
+				spec.Volume.Name = vs.UseVolume
+			}
+			if v := a.guestVolume(g.Id); v != nil {
+				spec.Volume.Name, spec.Volume.SizeBytes = v.Name, v.SizeBytes // resized since
+			}
+		}
+		return spec, nil
+	}
+	mounts, err := a.guestMounts(ctx, g)
+	if err != nil {
+		return spec, err
+	}
+	spec.Mounts = mounts
+	return spec, nil
 }
 
 // recoverJournal removes what interrupted creates left behind; the
@@ -348,7 +393,7 @@ func (a *Agent) recoverJournal(ctx context.Context) error {
 }
 
 func observedFrom(st drivers.GuestStatus) *corpusv1.GuestObserved {
-	return &corpusv1.GuestObserved{State: string(st.State), Pid: int64(st.PID)}
+	return &corpusv1.GuestObserved{State: string(st.State), Pid: int64(st.PID), Message: st.Message}
 }
 
 // setObserved records a guest's observed state and asks for a report when

@@ -45,7 +45,7 @@ func (a *Agent) reportLoop(ctx context.Context) {
 
 func (a *Agent) sendReport(ctx context.Context) error {
 	req := &corpusv1.ReportRequest{
-		Capacity:     capacity(a.cfg.StateDir),
+		Capacity:     a.capacity(ctx),
 		Drivers:      a.driverInfo(ctx),
 		AgentAddress: a.advertise(),
 		AgentVersion: version.Version,

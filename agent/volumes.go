@@ -69,6 +69,11 @@ func (a *Agent) reconcileVolumes(ctx context.Context) {
 
 func (a *Agent) reconcileVolume(ctx context.Context, v *corpusv1.Volume) *corpusv1.VolumeObserved {
 	if a.vols == nil {
+		for _, name := range a.cfg.Drivers {
+			if k, ok := a.drivers[name].(drivers.VolumeKeeper); ok {
+				return keptVolume(ctx, k, v)
+			}
+		}
 		return &corpusv1.VolumeObserved{State: corpusv1.ObservedFailed, Message: "volumes are not available on this node"}
 	}
 	if v.DesiredState == corpusv1.VolumeDeleted {
@@ -93,6 +98,27 @@ func (a *Agent) reconcileVolume(ctx context.Context, v *corpusv1.Volume) *corpus
 		return &corpusv1.VolumeObserved{State: corpusv1.ObservedFailed, Message: err.Error()}
 	}
 	return &corpusv1.VolumeObserved{State: corpusv1.VolumeReady, SizeBytes: info.SizeBytes, UsedBytes: info.UsedBytes, FreeBytes: info.FreeBytes}
+}
+
+// keptVolume observes (or deletes) a volume a driver keeps itself; the
+// driver makes it when the guest bound to it is created.
+func keptVolume(ctx context.Context, k drivers.VolumeKeeper, v *corpusv1.Volume) *corpusv1.VolumeObserved {
+	if v.DesiredState == corpusv1.VolumeDeleted {
+		if err := k.DeleteVolume(ctx, v.Name); err != nil {
+			return &corpusv1.VolumeObserved{State: corpusv1.ObservedFailed, Message: err.Error()}
+		}
+		return &corpusv1.VolumeObserved{State: corpusv1.ObservedDeleted}
+	}
+	st, err := k.ObserveVolume(ctx, v.Name)
+	switch {
+	case errors.Is(err, drivers.ErrNotFound):
+		return &corpusv1.VolumeObserved{State: corpusv1.ObservedCreating, Message: "made with its guest"}
+	case err != nil:
+		return &corpusv1.VolumeObserved{State: corpusv1.ObservedFailed, Message: err.Error()}
+	case !st.Ready:
+		return &corpusv1.VolumeObserved{State: corpusv1.ObservedCreating, SizeBytes: st.SizeBytes, Message: st.Message}
+	}
+	return &corpusv1.VolumeObserved{State: corpusv1.VolumeReady, SizeBytes: st.SizeBytes}
 }
 
 // mountVolume makes a volume exist and be mounted; it returns the mount.

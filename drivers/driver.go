@@ -80,10 +80,56 @@ type Capabilities struct {
 	Snapshot bool `json:"snapshot"`
 	// Images lists the image names the driver can build or fetch by itself.
 	Images []string `json:"images"`
-	// HostMounts is true when GuestSpec.Mounts (host folders, the way
-	// volumes reach a guest) are supported; without it Create refuses a
-	// guest with mounts and the agent refuses a guest with a volume.
-	HostMounts bool `json:"host_mounts"`
+	// HostNetwork is true when guests join the agent's bridge and reach
+	// the outside through the node's NAT and proxy; an agent whose
+	// drivers all lack it runs no bridge, NAT, proxy or resolver.
+	HostNetwork bool `json:"host_network"`
+	// HostVolumes is true when guest volumes are folders of the agent's
+	// host (GuestSpec.Mounts); an agent whose drivers all lack it keeps
+	// no volume backend. Without it a driver that is a VolumeKeeper
+	// stores volumes itself; any other refuses guests with volumes (and
+	// the scheduler places none there).
+	HostVolumes bool `json:"host_volumes"`
+	// Converge is true when Create, called for an existing guest of the
+	// same ID, makes the guest match spec again (a changed spec, or an
+	// object edited or deleted behind the driver's back) instead of
+	// changing nothing. The agent then calls Create on every pass.
+	Converge bool `json:"converge"`
+}
+
+// CapacityReporter is a driver whose guests do not use the agent host's
+// resources (a remote cluster). The agent reports Capacity as its node's
+// capacity instead of the host's.
+type CapacityReporter interface {
+	Capacity(ctx context.Context) (Capacity, error)
+}
+
+// VolumeKeeper is a driver that keeps guest volumes itself (no
+// Capabilities.HostVolumes): the agent asks it how a volume is and has it
+// delete one, instead of using its own volume backend.
+type VolumeKeeper interface {
+	// ObserveVolume returns the state of the named volume; ErrNotFound
+	// when the driver has no such volume (yet).
+	ObserveVolume(ctx context.Context, name string) (VolumeStatus, error)
+	// DeleteVolume deletes the named volume and its data; deleting a
+	// missing volume returns nil.
+	DeleteVolume(ctx context.Context, name string) error
+}
+
+// VolumeStatus is what a driver observes of one volume it keeps.
+type VolumeStatus struct {
+	// Ready is true when the volume can be mounted.
+	Ready     bool
+	SizeBytes int64
+	// Message explains a volume that is not ready ("claim Pending").
+	Message string
+}
+
+// Capacity is an amount of resources a driver offers.
+type Capacity struct {
+	MemoryBytes int64 `json:"memory_bytes"`
+	CPUMillis   int64 `json:"cpu_millis"`
+	DiskBytes   int64 `json:"disk_bytes"`
 }
 
 // Fingerprint is the health and the attributes of a driver on this host.
@@ -112,8 +158,35 @@ type GuestSpec struct {
 	// Network attaches the guest to the node's guest network; nil means
 	// the guest has loopback only.
 	Network *Network
-	// Mounts are host folders bound into the guest (its volume).
+	// Mounts are host folders bound into the guest (its volume); only
+	// for drivers with Capabilities.HostVolumes.
 	Mounts []Mount
+	// Volume is the guest's volume for drivers that store volumes
+	// themselves (no Capabilities.HostVolumes); nil without one.
+	Volume *Volume
+	// Ports are the guest ports the guest publishes.
+	Ports []Port
+}
+
+// Volume is persistent storage a driver keeps for a guest. It outlives
+// the guest: Destroy leaves it, so it can be bound again.
+type Volume struct {
+	// Name is the volume's name, unique in the cluster (a DNS label).
+	Name string
+	// SizeBytes is the desired size; it may grow, never shrink.
+	SizeBytes int64
+	// Path is where the volume appears inside the guest.
+	Path string
+}
+
+// Port is a guest port published by the guest.
+type Port struct {
+	// GuestPort is the port inside the guest.
+	GuestPort int
+	// HostPort is the port on the node (NAT) or on the guest's service.
+	HostPort int
+	// Protocol is "tcp" or "udp".
+	Protocol string
 }
 
 // Mount binds a host folder at an absolute path inside the guest.
@@ -169,6 +242,9 @@ type GuestStatus struct {
 	CPUMillis   int64 `json:"cpu_millis,omitempty"`
 	// Address is the guest's configured address ("" without network).
 	Address string `json:"address,omitempty"`
+	// Message says more about the state when the driver knows more
+	// ("0/1 ready; pod api-5d8 Pending: ImagePullBackOff").
+	Message string `json:"message,omitempty"`
 }
 
 // ExecRequest describes a command to run inside a guest.

@@ -14,3 +14,8 @@ var (
 	// ErrNotSupported means this driver or host cannot do that.
 	ErrNotSupported = errors.New("not supported")
 )
+
+// ErrInvalidSpec means the guest's spec cannot be run by this driver (a
+// malformed image reference, a name the engine refuses). Nothing was
+// changed; retrying the same spec fails the same way.
+var ErrInvalidSpec = errors.New("invalid guest spec")

@@ -72,7 +72,7 @@ func Unfit(n *corpusv1.Node, alloc *corpusv1.Resources, used map[int32]string, s
 	case need.GetDiskBytes() > capy.GetDiskBytes()-alloc.GetDiskBytes():
 		return "short of disk"
 	}
-	if ports := spec.GetPorts(); len(ports) > 0 {
+	if ports := spec.GetPorts(); len(ports) > 0 && !drv.OwnNetwork {
 		if why := PortConflict(n, used, ports); why != "" {
 			return "where " + why
 		}
@@ -280,18 +280,34 @@ func (a *applier) placeChecked(p *corpusv1.PlaceGuest, b *placeBatch) error {
 	return nil
 }
 
-// assign puts g on node n: an address of n's subnet, and its volume
-// there when it has one that is on no node yet.
+// assign puts g on node n: an address of n's subnet (unless g's driver
+// there addresses guests itself), and its volume there when it has one
+// that is on no node yet.
 func (a *applier) assign(g *corpusv1.Guest, n *corpusv1.Node, v *Snap) error {
-	addr, err := nextGuestAddress(n.GuestSubnet, v.addressesOn(n.Id))
-	if err != nil {
-		return fmt.Errorf("placing guest %s on node %s: %w", g.Name, n.Name, err)
+	addr := ""
+	if !ownNetwork(n, g.GetSpec().GetDriver()) {
+		a, err := nextGuestAddress(n.GuestSubnet, v.addressesOn(n.Id))
+		if err != nil {
+			return fmt.Errorf("placing guest %s on node %s: %w", g.Name, n.Name, err)
+		}
+		addr = a.String()
 	}
 	if err := a.placeVolume(g, n); err != nil {
 		return err
 	}
-	g.NodeId, g.Address, g.PendingReason = n.Id, addr.String(), ""
+	g.NodeId, g.Address, g.PendingReason = n.Id, addr, ""
 	return nil
+}
+
+// ownNetwork reports whether node n's driver of that name addresses its
+// guests and publishes their ports itself.
+func ownNetwork(n *corpusv1.Node, driver string) bool {
+	for _, d := range n.GetDrivers() {
+		if d.Name == driver {
+			return d.OwnNetwork
+		}
+	}
+	return false
 }
 
 // addressesOn returns the guest addresses in use on a node: its guests'

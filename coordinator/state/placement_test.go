@@ -61,6 +61,23 @@ func TestPlaceGuests(t *testing.T) {
 			},
 		},
 		{
+			name: "a driver with its own network takes no node address",
+			setup: append(twoNodes(), guestCmd("g1", "a"), kubeGuestCmd("g2", "b"),
+				&corpusv1.Command{Cmd: &corpusv1.Command_UpdateNode{UpdateNode: &corpusv1.UpdateNode{
+					NodeId: "n2id", Capacity: &corpusv1.Resources{MemoryBytes: 8 << 30, CpuMillis: 4000, DiskBytes: 100 << 30},
+					Drivers: []*corpusv1.DriverInfo{{Name: "kubernetes", Healthy: true, OwnNetwork: true}}, AgentVersion: "test",
+				}}}),
+			place: func(r *replica) *corpusv1.Command {
+				return placeAllCmd(placement("g1", nodeID, r.guestIndex("g1")), placement("g2", "n2id", r.guestIndex("g2")))
+			},
+			check: func(t *testing.T, v *state.Snap) {
+				a, b := v.Guest("g1"), v.Guest("g2")
+				if a.NodeId != nodeID || a.Address == "" || b.NodeId != "n2id" || b.Address != "" {
+					t.Errorf("guests = %v, %v; want a on n1 with an address, b on n2 without", a, b)
+				}
+			},
+		},
+		{
 			name:  "a stale placement is skipped, the others kept",
 			setup: append(twoNodes(), guestCmd("g1", "a"), guestCmd("g2", "b")),
 			place: func(r *replica) *corpusv1.Command {
@@ -342,4 +359,11 @@ func TestSnapshotKeepsMigrations(t *testing.T) {
 	if got := restored.store.Read().GuestsLeaving(nodeID); len(got) != 1 || got[0].Id != guestID {
 		t.Errorf("GuestsLeaving(n1) after restore = %v, want the migrating guest", got)
 	}
+}
+
+func kubeGuestCmd(id, name string) *corpusv1.Command {
+	c := guestCmd(id, name)
+	spec := c.GetCreateGuest().Guest.Spec
+	spec.Driver, spec.Image = "kubernetes", "registry.example/app:1"
+	return c
 }

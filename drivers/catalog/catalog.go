@@ -15,19 +15,60 @@ type Config struct {
 	// StateDir is the agent's state folder; a driver keeps its files in
 	// its own sub-folder of it.
 	StateDir string
-	Logger   *slog.Logger
+	// Node is the agent's node name.
+	Node       string
+	Kubernetes KubernetesConfig
+	Logger     *slog.Logger
+}
+
+// KubernetesConfig configures the kubernetes driver: the cluster an agent
+// serves as its node.
+type KubernetesConfig struct {
+	// Kubeconfig is the cluster's kubeconfig file.
+	Kubeconfig string
+	// NamespacePrefix starts the namespace of the node's guests, which is
+	// the prefix followed by the node name.
+	NamespacePrefix string
+	// StorageClass of guest volume claims; empty for the cluster default.
+	StorageClass string
+	// Capacity replaces the sum of the cluster nodes' allocatable
+	// resources when it has any amount.
+	Capacity drivers.Capacity
 }
 
 // Factory builds one driver instance.
 type Factory func(Config) (drivers.Driver, error)
 
-var factories = map[string]Factory{}
+var (
+	factories = map[string]Factory{}
+	// optIn are drivers an agent runs only when asked by name, because
+	// they need configuration of their own.
+	optIn = map[string]bool{}
+)
 
 func register(name string, f Factory) {
 	if _, dup := factories[name]; dup {
 		panic("catalog: driver " + name + " registered twice")
 	}
 	factories[name] = f
+}
+
+// registerOptIn registers a driver that Defaults leaves out.
+func registerOptIn(name string, f Factory) {
+	register(name, f)
+	optIn[name] = true
+}
+
+// Defaults returns the driver names an agent runs when none are given:
+// every built-in driver that needs no configuration of its own, sorted.
+func Defaults() []string {
+	var out []string
+	for _, n := range Names() {
+		if !optIn[n] {
+			out = append(out, n)
+		}
+	}
+	return out
 }
 
 // Names returns the built-in driver names, sorted.

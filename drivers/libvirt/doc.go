@@ -41,5 +41,5 @@
 //	  └──── Destroy ────┴────────────────┘
 //
 // Volumes (host folders in drivers.GuestSpec.Mounts) are not supported:
-// Capabilities says so with HostMounts false and Create refuses them.
+// Capabilities says so with HostVolumes false and Create refuses them.
 package libvirt

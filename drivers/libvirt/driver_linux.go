@@ -113,9 +113,10 @@ func (d *Driver) Name() string { return Name }
 // the driver builds; VMs cannot bind host folders.
 func (d *Driver) Capabilities() drivers.Capabilities {
 	return drivers.Capabilities{
-		Exec:       true,
-		Images:     imageNames(),
-		HostMounts: false,
+		Exec:        true,
+		Images:      imageNames(),
+		HostNetwork: true,
+		HostVolumes: false,
 	}
 }
 

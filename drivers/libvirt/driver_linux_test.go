@@ -235,8 +235,8 @@ func TestCreateRefusesWhatVMsCannotDo(t *testing.T) {
 			}
 		})
 	}
-	if d.Capabilities().HostMounts {
-		t.Error("Capabilities().HostMounts = true, want false")
+	if c := d.Capabilities(); c.HostVolumes || !c.HostNetwork {
+		t.Errorf("Capabilities() = %+v, want HostVolumes false, HostNetwork true", c)
 	}
 }
 

@@ -298,7 +298,11 @@ func (c *cluster) restartAgent(a *agentProc) {
 // cli runs a client command against the cluster, from the coordinator's
 // namespace.
 func (c *cluster) cli(args ...string) (stdout, stderr string, code int) {
-	return c.cliIn(c.lab.ctl, []string{"XDG_CONFIG_HOME=" + c.cfgHome, "CORPUS_ENV=", "CORPUS_ADDR=", "CORPUS_TOKEN=", "CORPUS_CA_CERT="},
+	ns := "" // a cluster without a lab runs on the test's own loopback
+	if c.lab != nil {
+		ns = c.lab.ctl
+	}
+	return c.cliIn(ns, []string{"XDG_CONFIG_HOME=" + c.cfgHome, "CORPUS_ENV=", "CORPUS_ADDR=", "CORPUS_TOKEN=", "CORPUS_CA_CERT="},
 		append([]string{"--address", c.api, "--token", c.token, "--ca-cert", c.ca}, args...)...)
 }
 
@@ -307,7 +311,10 @@ func (c *cluster) cli(args ...string) (stdout, stderr string, code int) {
 func (c *cluster) cliIn(ns string, env []string, args ...string) (stdout, stderr string, code int) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, "nsenter", append([]string{"--net=/run/netns/" + ns, corpusBin}, args...)...)
+	cmd := exec.CommandContext(ctx, corpusBin, args...)
+	if ns != "" {
+		cmd = exec.CommandContext(ctx, "nsenter", append([]string{"--net=/run/netns/" + ns, corpusBin}, args...)...)
+	}
 	cmd.Env = append(os.Environ(), env...)
 	var o, e bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &o, &e
@@ -346,8 +353,9 @@ type guestView struct {
 		ID       string `json:"id"`
 		NodeID   string `json:"node_id"`
 		Observed struct {
-			State string `json:"state"`
-			Pid   string `json:"pid"`
+			State   string `json:"state"`
+			Pid     string `json:"pid"`
+			Message string `json:"message"`
 		} `json:"observed"`
 	} `json:"guest"`
 	NodeName string `json:"node_name"`

@@ -65,7 +65,7 @@ func httpIn(ns string) *http.Client {
 }
 
 // tlsIn returns a client of corpus APIs whose connections start in
-// namespace ns, trusting the cluster CA in caFile.
+// namespace ns ("" for the test's own), trusting the cluster CA in caFile.
 func tlsIn(t *testing.T, ns, caFile string) *http.Client {
 	t.Helper()
 	b, err := os.ReadFile(caFile)
@@ -78,8 +78,11 @@ func tlsIn(t *testing.T, ns, caFile string) *http.Client {
 	}
 	pool := x509.NewCertPool()
 	pool.AddCert(ca)
-	tr := &http.Transport{DialContext: dialIn(ns), DisableKeepAlives: true, ForceAttemptHTTP2: true,
+	tr := &http.Transport{DisableKeepAlives: true, ForceAttemptHTTP2: true,
 		TLSClientConfig: pki.ClientConfig(pool, nil, pki.RoleCoordinator, "")}
+	if ns != "" { // else the test's own namespace
+		tr.DialContext = dialIn(ns)
+	}
 	return &http.Client{Timeout: 5 * time.Second, Transport: tr}
 }
 

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/netip"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -12,6 +13,7 @@ import (
 	"corpus/agent"
 	"corpus/coordinator"
 	"corpus/coordinator/ldapauth"
+	"corpus/drivers/catalog"
 )
 
 func newCoordinatorCmd(g *globals) *cobra.Command {
@@ -94,7 +96,8 @@ func newAgentCmd(g *globals) *cobra.Command {
 		Use:   "agent",
 		Short: "Run the node agent (enrolls once, then runs this node's guests)",
 		Example: `  corpus agent --coordinator 10.0.0.1:7400 --join-token TOKEN --label region=eu --label zone=a
-  corpus agent --state-dir /var/lib/corpus/agent   # already enrolled`,
+  corpus agent --state-dir /var/lib/corpus/agent   # already enrolled
+  corpus agent --config /etc/corpus/agent-k8s-eu.yaml   # a cluster, see corpus node add-k8s`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := applyDaemonConfig(cmd, file, "CORPUS_AGENT_"); err != nil {
@@ -105,6 +108,10 @@ func newAgentCmd(g *globals) *cobra.Command {
 				return err
 			}
 			cfg.Logger = logger
+			if cfg.Kubernetes.Kubeconfig != "" && slices.Equal(cfg.Drivers, catalog.Defaults()) {
+				// An agent serving a cluster runs the cluster's driver only.
+				cfg.Drivers = []string{"kubernetes"}
+			}
 			a, err := agent.New(cfg)
 			if err != nil {
 				return err
@@ -127,6 +134,7 @@ func newAgentCmd(g *globals) *cobra.Command {
 	f.DurationVar(&cfg.StopTimeout, "stop-timeout", cfg.StopTimeout, "clean shutdown time a guest gets before it is killed")
 	f.StringVar(&cfg.GossipAddr, "gossip-addr", cfg.GossipAddr, "gossip listen address, UDP and TCP, advertised with the host of --advertise-addr (empty: off, heartbeats only)")
 	addNetworkFlags(f, &cfg)
+	addKubernetesFlags(f, &cfg.Kubernetes)
 	logs.add(f)
 	return cmd
 }

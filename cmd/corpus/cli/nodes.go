@@ -47,7 +47,7 @@ func newNodeCmd(g *globals) *cobra.Command {
 			})
 		},
 	}
-	cmd.AddCommand(token, newNodeListCmd(g, "list"), newNodeShowCmd(g, "show"), newNodeModeCmd(g, "mode"), remove)
+	cmd.AddCommand(token, newNodeListCmd(g, "list"), newNodeShowCmd(g, "show"), newNodeModeCmd(g, "mode"), remove, newNodeAddK8sCmd(g))
 	return cmd
 }
 

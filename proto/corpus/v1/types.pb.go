@@ -98,10 +98,15 @@ type DriverInfo struct {
 	Exec       bool                   `protobuf:"varint,5,opt,name=exec,proto3" json:"exec,omitempty"`
 	Images     []string               `protobuf:"bytes,6,rep,name=images,proto3" json:"images,omitempty"`
 	// no_volumes is set by drivers whose guests cannot be given a volume
-	// (drivers.Capabilities.HostMounts false); the scheduler places no
+	// (drivers.Capabilities.HostVolumes false, and not a VolumeKeeper); the scheduler places no
 	// guest with a volume there. Negated so agents that predate it keep
 	// meaning "volumes work".
-	NoVolumes     bool `protobuf:"varint,80,opt,name=no_volumes,json=noVolumes,proto3" json:"no_volumes,omitempty"`
+	NoVolumes bool `protobuf:"varint,80,opt,name=no_volumes,json=noVolumes,proto3" json:"no_volumes,omitempty"`
+	// own_network is true when the driver gives guests their addresses and
+	// publishes their ports itself (a cluster's pod network and a Service
+	// per guest): its guests take no address of the node's guest subnet,
+	// and their ports never conflict with other guests' node ports.
+	OwnNetwork    bool `protobuf:"varint,100,opt,name=own_network,json=ownNetwork,proto3" json:"own_network,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -181,6 +186,13 @@ func (x *DriverInfo) GetImages() []string {
 func (x *DriverInfo) GetNoVolumes() bool {
 	if x != nil {
 		return x.NoVolumes
+	}
+	return false
+}
+
+func (x *DriverInfo) GetOwnNetwork() bool {
+	if x != nil {
+		return x.OwnNetwork
 	}
 	return false
 }
@@ -2502,7 +2514,7 @@ const file_corpus_v1_types_proto_rawDesc = "" +
 	"\n" +
 	"cpu_millis\x18\x02 \x01(\x03R\tcpuMillis\x12\x1d\n" +
 	"\n" +
-	"disk_bytes\x18\x03 \x01(\x03R\tdiskBytes\"\xa3\x02\n" +
+	"disk_bytes\x18\x03 \x01(\x03R\tdiskBytes\"\xc4\x02\n" +
 	"\n" +
 	"DriverInfo\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
@@ -2514,7 +2526,9 @@ const file_corpus_v1_types_proto_rawDesc = "" +
 	"\x04exec\x18\x05 \x01(\bR\x04exec\x12\x16\n" +
 	"\x06images\x18\x06 \x03(\tR\x06images\x12\x1d\n" +
 	"\n" +
-	"no_volumes\x18P \x01(\bR\tnoVolumes\x1a=\n" +
+	"no_volumes\x18P \x01(\bR\tnoVolumes\x12\x1f\n" +
+	"\vown_network\x18d \x01(\bR\n" +
+	"ownNetwork\x1a=\n" +
 	"\x0fAttributesEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xdb\x06\n" +

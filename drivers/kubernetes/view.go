@@ -1,0 +1,142 @@
+package kubernetes
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/informers"
+	appslisters "k8s.io/client-go/listers/apps/v1"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/cache"
+)
+
+// view is the driver's read side: informers (one list, then a watch)
+// over the objects of its namespace that carry corpus's label. Inspect,
+// List and the comparisons of Create read memory, so a resync of many
+// guests costs the API server nothing unless something changed; writes go
+// to the API server. The view lags the server by a watch event: a write
+// based on a stale object meets a conflict and is redone from a fresh
+// read, and an object the view does not show yet is read from the server
+// when creating it finds it there.
+type view struct {
+	factory informers.SharedInformerFactory
+	deps    appslisters.DeploymentNamespaceLister
+	svcs    corelisters.ServiceNamespaceLister
+	pods    corelisters.PodNamespaceLister
+	claims  corelisters.PersistentVolumeClaimNamespaceLister
+	synced  []cache.InformerSynced
+}
+
+// view returns the driver's view, started on first use, once it holds a
+// complete first listing.
+func (d *Driver) view(ctx context.Context) (*view, error) {
+	d.viewMu.Lock()
+	v := d.v
+	if v == nil {
+		f := informers.NewSharedInformerFactoryWithOptions(d.client, 0,
+			informers.WithNamespace(d.ns),
+			informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = managedSelector }))
+		deps, svcs := f.Apps().V1().Deployments(), f.Core().V1().Services()
+		pods, claims := f.Core().V1().Pods(), f.Core().V1().PersistentVolumeClaims()
+		v = &view{
+			factory: f,
+			deps:    deps.Lister().Deployments(d.ns),
+			svcs:    svcs.Lister().Services(d.ns),
+			pods:    pods.Lister().Pods(d.ns),
+			claims:  claims.Lister().PersistentVolumeClaims(d.ns),
+			synced: []cache.InformerSynced{
+				deps.Informer().HasSynced, svcs.Informer().HasSynced,
+				pods.Informer().HasSynced, claims.Informer().HasSynced,
+			},
+		}
+		f.Start(d.stop)
+		d.v = v
+	}
+	d.viewMu.Unlock()
+	if !cache.WaitForCacheSync(ctx.Done(), v.synced...) {
+		return nil, fmt.Errorf("listing namespace %s: %w", d.ns, context.Cause(ctx))
+	}
+	return v, nil
+}
+
+// Close stops the driver's watches. The driver must not be used after.
+func (d *Driver) Close() error {
+	d.closeOnce.Do(func() {
+		close(d.stop)
+		d.viewMu.Lock()
+		defer d.viewMu.Unlock()
+		if d.v != nil {
+			d.v.factory.Shutdown()
+		}
+	})
+	return nil
+}
+
+func selector(set map[string]string) labels.Selector {
+	return labels.SelectorFromSet(set)
+}
+
+// guestPods are the pods of the guest with id, in sortPods order (copies:
+// the caller may keep and sort them).
+func (v *view) guestPods(id string) ([]corev1.Pod, error) {
+	list, err := v.pods.List(selector(map[string]string{LabelGuestID: id}))
+	if err != nil {
+		return nil, err
+	}
+	out := make([]corev1.Pod, 0, len(list))
+	for _, p := range list {
+		out = append(out, *p)
+	}
+	sortPods(out)
+	return out, nil
+}
+
+// allDeployments are the view's Deployments (shared: read only).
+func (v *view) allDeployments() ([]*appsv1.Deployment, error) {
+	return v.deps.List(labels.Everything())
+}
+
+// await waits, up to a few seconds, until the view shows the object get
+// reads at resource version rv or later, or, with rv "", shows it gone:
+// so the driver reads its own writes (a Create followed by an Inspect).
+// A view still behind after that is left to catch up; nothing fails.
+func await[T metav1.Object](ctx context.Context, get func() (T, error), rv string) {
+	want, _ := strconv.ParseUint(rv, 10, 64)
+	until(ctx, func() bool {
+		o, err := get()
+		if rv == "" || err != nil {
+			return rv == "" && apierrors.IsNotFound(err)
+		}
+		got, perr := strconv.ParseUint(o.GetResourceVersion(), 10, 64)
+		return o.GetResourceVersion() == rv || perr == nil && got >= want
+	})
+}
+
+// until polls done for up to five seconds.
+func until(ctx context.Context, done func() bool) {
+	deadline := time.Now().Add(5 * time.Second)
+	for !done() && time.Now().Before(deadline) {
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+}
+
+// gone reports whether the view holds no Deployment, Service or pod of
+// the guest with id.
+func (v *view) gone(id string) bool {
+	sel := selector(map[string]string{LabelGuestID: id})
+	deps, _ := v.deps.List(sel)
+	svcs, _ := v.svcs.List(sel)
+	pods, _ := v.pods.List(sel)
+	return len(deps)+len(svcs)+len(pods) == 0
+}
