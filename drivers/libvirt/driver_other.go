@@ -3,6 +3,7 @@
 package libvirt
 
 import (
+	"context"
 	"fmt"
 
 	"corpus/drivers"
@@ -19,3 +20,8 @@ type Driver struct{ drivers.Unsupported }
 
 // New returns an error wrapping drivers.ErrNotSupported.
 func New(cfg Config) (*Driver, error) { return nil, errUnsupported }
+
+// EnsureImage returns an error wrapping drivers.ErrNotSupported.
+func (*Driver) EnsureImage(context.Context, string, drivers.ProgressFunc) error {
+	return errUnsupported
+}

@@ -105,6 +105,7 @@ func newRoot(g *globals) *cobra.Command {
 		newStatusCmd(g),
 		newOperatorCmd(g),
 		newTLSCmd(g),
+		newImageCmd(g),
 		newAuditCmd(g),
 		newLoginCmd(g),
 		newNodeCmd(g),
