@@ -179,7 +179,11 @@ func (a *Agent) renewCert(ctx context.Context) error {
 	}
 	id := a.id
 	id.KeyPEM, id.CertPEM = keyPEM, res.Msg.CertificatePem
-	if err := checkIssued(id, pki.Pin(mustParse(id.CAPEM))); err != nil {
+	ca, err := pki.ParseCert(id.CAPEM)
+	if err != nil {
+		return err
+	}
+	if err := checkIssued(id, pki.Pin(ca)); err != nil {
 		return err
 	}
 	kp, err := pki.KeyPair(id.CertPEM, id.KeyPEM, id.CAPEM)
@@ -195,12 +199,4 @@ func (a *Agent) renewCert(ctx context.Context) error {
 	a.coords.reset(a.coordinatorHTTP())
 	a.logger.Info("node certificate renewed", "expires", kp.Leaf.NotAfter)
 	return nil
-}
-
-func mustParse(certPEM []byte) *x509.Certificate {
-	c, err := pki.ParseCert(certPEM)
-	if err != nil {
-		panic(err) // checked at enrollment and at start
-	}
-	return c
 }

@@ -2,11 +2,15 @@ package coordinator_test
 
 import (
 	"context"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
 	"connectrpc.com/connect"
 
+	"corpus/coordinator"
 	"corpus/coordinator/state"
 	corpusv1 "corpus/proto/corpus/v1"
 )
@@ -113,4 +117,27 @@ func watchUntilEnd(t *testing.T, c clients) <-chan error {
 		ended <- stream.Err()
 	}()
 	return ended
+}
+
+// TestIncompleteCARefused: a replica whose CA key went missing refuses to
+// start instead of making a new CA, which would orphan every certificate.
+func TestIncompleteCARefused(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	s := start(t, dir)
+	caCert := s.CACert()
+	if err := s.stop(); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(filepath.Join(dir, coordinator.TLSDir, "ca.key")); err != nil {
+		t.Fatal(err)
+	}
+	cfg := coordinator.Default()
+	cfg.DataDir, cfg.APIAddr, cfg.RaftAddr, cfg.DNS.Addr, cfg.GossipAddr = dir, "127.0.0.1:0", "127.0.0.1:0", "", ""
+	if _, err := coordinator.New(cfg); err == nil || !strings.Contains(err.Error(), "incomplete") {
+		t.Fatalf("New with the CA key missing = %v, want it refused as incomplete", err)
+	}
+	if b, err := os.ReadFile(filepath.Join(dir, coordinator.TLSDir, coordinator.CACertFile)); err != nil || string(b) != string(caCert) {
+		t.Errorf("the CA certificate changed after a refused start (%v)", err)
+	}
 }

@@ -36,7 +36,6 @@ const DefaultCertTTL = 30 * 24 * time.Hour
 // certs are a replica's TLS material: the cluster CA and its own
 // certificate, which it renews itself.
 type certs struct {
-	ca   *x509.Certificate
 	auth *pki.CA
 	pool *x509.CertPool
 	keys *pki.Keys
@@ -58,6 +57,10 @@ func loadCerts(cfg Config, alone bool) (*certs, error) {
 	certPEM, err1 := os.ReadFile(caPath)
 	keyPEM, err2 := os.ReadFile(keyPath)
 	switch {
+	case (err1 == nil) != (err2 == nil):
+		// Never replace half a CA: certificates of the old one would
+		// stop working without anyone deciding so.
+		return nil, fmt.Errorf("the cluster CA in %s is incomplete (%s and %s must both be there): restore the missing file", dir, CACertFile, caKeyFile)
 	case err1 == nil && err2 == nil:
 		if cfg.CACertFile != "" {
 			given, err := os.ReadFile(cfg.CACertFile)
@@ -68,8 +71,8 @@ func loadCerts(cfg Config, alone bool) (*certs, error) {
 				return nil, fmt.Errorf("--ca-cert %s is not the CA this replica already uses (%s); a replica's CA cannot change", cfg.CACertFile, caPath)
 			}
 		}
-	case !errors.Is(err1, os.ErrNotExist) && err1 != nil:
-		return nil, fmt.Errorf("reading the cluster CA: %w", err1)
+	case !errors.Is(err1, os.ErrNotExist) || !errors.Is(err2, os.ErrNotExist):
+		return nil, fmt.Errorf("reading the cluster CA: %w", errors.Join(err1, err2))
 	case cfg.CACertFile != "" || cfg.CAKeyFile != "":
 		if cfg.CACertFile == "" || cfg.CAKeyFile == "" {
 			return nil, errors.New("give both --ca-cert and --ca-key")
@@ -102,9 +105,9 @@ func loadCerts(cfg Config, alone bool) (*certs, error) {
 	if ttl == 0 {
 		ttl = DefaultCertTTL
 	}
-	c := &certs{ca: ca.Cert, auth: ca, pool: ca.Pool(), dir: dir, id: cfg.ReplicaID, ttl: ttl}
+	c := &certs{auth: ca, pool: ca.Pool(), dir: dir, id: cfg.ReplicaID, ttl: ttl}
 	own, err := c.loadOwn()
-	if err != nil || c.renewDue(own) {
+	if err != nil || pki.RenewDue(own.Leaf, time.Now()) {
 		if own, err = c.issueOwn(); err != nil {
 			return nil, err
 		}
@@ -162,10 +165,6 @@ func (c *certs) issueOwn() (*tls.Certificate, error) {
 		return nil, err
 	}
 	return pki.KeyPair(certPEM, keyPEM, c.auth.CertPEM)
-}
-
-func (c *certs) renewDue(kp *tls.Certificate) bool {
-	return pki.NewKeys(kp).RenewDue(time.Now())
 }
 
 // renewLoop renews this replica's certificate after two thirds of its

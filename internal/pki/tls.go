@@ -34,10 +34,12 @@ func (k *Keys) NotAfter() time.Time { return k.Get().Leaf.NotAfter }
 
 // RenewDue reports whether two thirds of the current certificate's
 // lifetime have passed, the point where it is renewed.
-func (k *Keys) RenewDue(now time.Time) bool {
-	l := k.Get().Leaf
-	life := l.NotAfter.Sub(l.NotBefore)
-	return now.After(l.NotBefore.Add(life * 2 / 3))
+func (k *Keys) RenewDue(now time.Time) bool { return RenewDue(k.Get().Leaf, now) }
+
+// RenewDue reports whether two thirds of c's lifetime have passed.
+func RenewDue(c *x509.Certificate, now time.Time) bool {
+	life := c.NotAfter.Sub(c.NotBefore)
+	return now.After(c.NotBefore.Add(life * 2 / 3))
 }
 
 // ServerConfig is the TLS configuration of a corpus listener: it presents

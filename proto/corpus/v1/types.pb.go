@@ -1363,8 +1363,8 @@ type ClusterConfig struct {
 	ClusterId string                 `protobuf:"bytes,1,opt,name=cluster_id,json=clusterId,proto3" json:"cluster_id,omitempty"`
 	// ops_token_hash is the SHA-256 of the bootstrap operator token.
 	OpsTokenHash string `protobuf:"bytes,2,opt,name=ops_token_hash,json=opsTokenHash,proto3" json:"ops_token_hash,omitempty"`
-	// agent_key authenticates coordinators to agents' own APIs. It is
-	// replaced by mutual TLS when certificates are issued.
+	// agent_key is what coordinators present to agents' own APIs, on top
+	// of their certificates; gossip's key is derived from it too.
 	AgentKey  string                 `protobuf:"bytes,3,opt,name=agent_key,json=agentKey,proto3" json:"agent_key,omitempty"`
 	CreatedAt *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
 	// guest_network is the cluster range nodes get guest subnets from.
