@@ -18,8 +18,14 @@ import (
 
 // vmImageCache is where the libvirt driver's images are built for the
 // tests: outside the repository and every test's temporary folders, so
-// CI and later runs reuse a built debian/bookworm.
-const vmImageCache = "/var/cache/corpus-test/libvirt-images"
+// CI and later runs reuse a built debian/bookworm. $CORPUS_LIBVIRT_IMAGES
+// overrides it (test/run passes the same folder to its background build).
+func vmImageCache() string {
+	if d := os.Getenv("CORPUS_LIBVIRT_IMAGES"); d != "" {
+		return d
+	}
+	return "/var/cache/corpus-test/libvirt-images"
+}
 
 // domainState returns the libvirt state of a domain, or an error when
 // it is not defined.
@@ -145,7 +151,7 @@ func TestVMBootsUnderQEMU(t *testing.T) {
 	}
 	libvirttest.Ensure(t)
 	hand := libvirttest.Connect(t, "qemu:///system")
-	if err := os.MkdirAll(vmImageCache, 0o755); err != nil {
+	if err := os.MkdirAll(vmImageCache(), 0o755); err != nil {
 		t.Fatal(err)
 	}
 	// QEMU runs as libvirt's own user and must reach the guests' disks:
@@ -159,7 +165,7 @@ func TestVMBootsUnderQEMU(t *testing.T) {
 	// The agent runs in a namespace with no route to the Debian mirror:
 	// the image is built (or found) first, from the test's namespace,
 	// by the same driver code, into the cache the agent then uses.
-	builder, err := libvirt.New(libvirt.Config{Dir: disks, ImageDir: vmImageCache})
+	builder, err := libvirt.New(libvirt.Config{Dir: disks, ImageDir: vmImageCache()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -167,7 +173,7 @@ func TestVMBootsUnderQEMU(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Setenv("CORPUS_LIBVIRT_URI", "qemu:///system")
-	t.Setenv("CORPUS_LIBVIRT_IMAGES", vmImageCache)
+	t.Setenv("CORPUS_LIBVIRT_IMAGES", vmImageCache())
 	t.Setenv("CORPUS_LIBVIRT_DIR", disks)
 	c := newCluster(t)
 	a := c.addAgent("n1")
