@@ -5,11 +5,13 @@ import (
 	"errors"
 	"net"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 
 	"connectrpc.com/connect"
 
+	"corpus/coordinator"
 	"corpus/coordinator/state"
 	"corpus/internal/pki"
 	"corpus/internal/rpc"
@@ -126,5 +128,34 @@ func TestExecGuest(t *testing.T) {
 	a.report(t)
 	if _, err := exec(&corpusv1.ExecGuestRequest{Name: "web", Argv: []string{"true"}}); codeOf(err) != connect.CodeUnavailable {
 		t.Errorf("ExecGuest(unreachable agent) = %v, want %v", err, connect.CodeUnavailable)
+	}
+
+	// A removed node's agent client is dropped when the next one is made.
+	if got := coordinator.AgentClientNodes(s.Server); !slices.Equal(got, []string{a.id}) {
+		t.Fatalf("agent clients = %v, want [%s]", got, a.id)
+	}
+	if _, err := s.ops().guests.DeleteGuest(ctx, connect.NewRequest(&corpusv1.GuestActionRequest{Name: "web"})); err != nil {
+		t.Fatal(err)
+	}
+	a.report(t, observed(id, state.ObservedDeleted))
+	s.waitFor("web gone", func(v *state.Snap) bool { return v.GuestByName("web") == nil })
+	if _, err := s.ops().nodes.RemoveNode(ctx, connect.NewRequest(&corpusv1.RemoveNodeRequest{Name: "n1"})); err != nil {
+		t.Fatal(err)
+	}
+	b := s.enroll("n2")
+	b.address = serveFakeAgent(t, s, b)
+	b.report(t)
+	res, err = s.ops().guests.CreateGuest(ctx, connect.NewRequest(&corpusv1.CreateGuestRequest{Name: "api", Spec: &corpusv1.GuestSpec{Image: "busybox"}}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitGuest(t, s, "api", "api placed", func(r *corpusv1.GetGuestResponse) bool { return r.NodeName == "n2" })
+	b.report(t, observed(res.Msg.Guest.Id, state.ObservedRunning))
+	waitGuest(t, s, "api", "api running", func(r *corpusv1.GetGuestResponse) bool { return r.Status == state.ObservedRunning })
+	if _, err := exec(&corpusv1.ExecGuestRequest{Name: "api", Argv: []string{"true"}}); err != nil {
+		t.Fatalf("ExecGuest(api) = %v", err)
+	}
+	if got := coordinator.AgentClientNodes(s.Server); !slices.Equal(got, []string{b.id}) {
+		t.Errorf("agent clients after n1's removal = %v, want only n2's [%s]", got, b.id)
 	}
 }

@@ -199,6 +199,7 @@ type Server struct {
 // agentConn is a client of one node's agent API.
 type agentConn struct {
 	addr   string
+	http   *http.Client
 	client corpusv1connect.NodeAgentServiceClient
 }
 
@@ -547,17 +548,25 @@ func loadOrCreateToken(path string) (string, error) {
 // agentClient dials a node agent's API over mutual TLS: the agent must
 // hold that node's certificate, and the replica presents its own (and
 // the cluster's agent key). Clients are kept per node, so connections are
-// reused.
+// reused; making one drops those of nodes removed since, and of a moved
+// agent, closing their idle connections.
 func (s *Server) agentClient(n *corpusv1.Node) corpusv1connect.NodeAgentServiceClient {
 	s.agentsMu.Lock()
 	defer s.agentsMu.Unlock()
 	if c, ok := s.agents[n.Id]; ok && c.addr == n.AgentAddress {
 		return c.client
 	}
-	key := s.store.Read().Config().GetAgentKey()
-	c := corpusv1connect.NewNodeAgentServiceClient(rpc.HTTPClient(s.certs.agentClient(n.Id)), rpc.BaseURL(n.AgentAddress),
-		connect.WithInterceptors(rpc.Bearer(key)))
-	s.agents[n.Id] = agentConn{addr: n.AgentAddress, client: c}
+	view := s.store.Read()
+	for id, c := range s.agents {
+		if id == n.Id || view.Node(id) == nil {
+			c.http.CloseIdleConnections()
+			delete(s.agents, id)
+		}
+	}
+	hc := rpc.HTTPClient(s.certs.agentClient(n.Id))
+	c := corpusv1connect.NewNodeAgentServiceClient(hc, rpc.BaseURL(n.AgentAddress),
+		connect.WithInterceptors(rpc.Bearer(view.Config().GetAgentKey())))
+	s.agents[n.Id] = agentConn{addr: n.AgentAddress, http: hc, client: c}
 	return c
 }
 
