@@ -375,6 +375,11 @@ func (d *Driver) destroyID(ctx context.Context, id string) error {
 			return fmt.Errorf("deleting service %s: %w", s.Name, err)
 		}
 	}
+	// Ingresses of the guest's routes go with it; a route still wanted
+	// is published again once the guest is back.
+	if err := d.client.NetworkingV1().Ingresses(d.ns).DeleteCollection(ctx, del, sel); err != nil {
+		return fmt.Errorf("deleting ingresses of guest %s: %w", id, err)
+	}
 	if err := d.client.AppsV1().Deployments(d.ns).DeleteCollection(ctx, del, sel); err != nil {
 		return fmt.Errorf("deleting deployments of guest %s: %w", id, err)
 	}

@@ -14,6 +14,7 @@ import (
 	"k8s.io/client-go/informers"
 	appslisters "k8s.io/client-go/listers/apps/v1"
 	corelisters "k8s.io/client-go/listers/core/v1"
+	netlisters "k8s.io/client-go/listers/networking/v1"
 	"k8s.io/client-go/tools/cache"
 )
 
@@ -31,6 +32,7 @@ type view struct {
 	svcs    corelisters.ServiceNamespaceLister
 	pods    corelisters.PodNamespaceLister
 	claims  corelisters.PersistentVolumeClaimNamespaceLister
+	ings    netlisters.IngressNamespaceLister
 	synced  []cache.InformerSynced
 }
 
@@ -45,15 +47,18 @@ func (d *Driver) view(ctx context.Context) (*view, error) {
 			informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = managedSelector }))
 		deps, svcs := f.Apps().V1().Deployments(), f.Core().V1().Services()
 		pods, claims := f.Core().V1().Pods(), f.Core().V1().PersistentVolumeClaims()
+		ings := f.Networking().V1().Ingresses()
 		v = &view{
 			factory: f,
 			deps:    deps.Lister().Deployments(d.ns),
 			svcs:    svcs.Lister().Services(d.ns),
 			pods:    pods.Lister().Pods(d.ns),
 			claims:  claims.Lister().PersistentVolumeClaims(d.ns),
+			ings:    ings.Lister().Ingresses(d.ns),
 			synced: []cache.InformerSynced{
 				deps.Informer().HasSynced, svcs.Informer().HasSynced,
 				pods.Informer().HasSynced, claims.Informer().HasSynced,
+				ings.Informer().HasSynced,
 			},
 		}
 		f.Start(d.stop)
