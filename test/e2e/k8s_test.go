@@ -303,6 +303,16 @@ func TestKubernetesNode(t *testing.T) {
 		return nil
 	})
 
+	// The route deleted: its Ingress goes.
+	c.mustCLI("ingress", "delete", "--domain", "api.example.test")
+	eventually(t, 30*time.Second, "ingress of api.example.test deleted", func() error {
+		list, err := c.kube.Client.NetworkingV1().Ingresses(c.ns).List(ctx, metav1.ListOptions{})
+		if err != nil || len(list.Items) != 0 {
+			return fmt.Errorf("%d ingresses (%v)", len(list.Items), err)
+		}
+		return nil
+	})
+
 	// A second guest on the same port fits: ports live on each guest's
 	// Service, not on a node.
 	c.mustCLI("guest", "create", "web", "--driver", "kubernetes", "--image", "nginx:1.27", "--memory", "128M", "--port", "8080", "--detach")
