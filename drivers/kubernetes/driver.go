@@ -76,7 +76,8 @@ func (c Config) Validate() error {
 	return errors.Join(errs...)
 }
 
-// Driver runs guests as Deployments of one namespace of a cluster.
+// Driver runs guests as Deployments (StatefulSets with a volume) of one
+// namespace of a cluster.
 type Driver struct {
 	cfg    Config
 	ns     string

@@ -22,7 +22,10 @@ import (
 // limit, env or port list, and any hand edit of a field corpus sets, is
 // written back; a deleted Service or claim is made again. The run state
 // (replicas 0 or 1) of an existing guest is kept, except that more than
-// one replica is scaled back to one. A spec the cluster would refuse
+// one replica is scaled back to one. A guest with a volume runs as a
+// StatefulSet, one without as a Deployment; a guest that gained or lost
+// its volume has its workload of the other kind deleted, and the new
+// one made stopped (the caller starts it). A spec the cluster would refuse
 // returns drivers.ErrInvalidSpec before anything is written; objects of
 // that name belonging to another guest, or to no corpus guest, return
 // drivers.ErrExists.
