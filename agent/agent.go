@@ -194,8 +194,10 @@ type Agent struct {
 	node    *corpusv1.Node             // this node as the coordinator last said
 	routes  []*corpusv1.Route          // proxy routes to this node's guests
 	netErr  error                      // the last network reconcile's error
-	cdns    clusterDNS                 // where the cluster zone is answered
-	volumes []*corpusv1.Volume         // this node's volumes
+	// routeErrs are the route problems last logged, by what they concern.
+	routeErrs map[string]string
+	cdns      clusterDNS         // where the cluster zone is answered
+	volumes   []*corpusv1.Volume // this node's volumes
 	// gossipPeer is the coordinator's gossip member, as the watch said.
 	gossipPeer string
 	// rewatch ends the current watch stream so a fresh one starts.
@@ -261,10 +263,22 @@ func New(cfg Config) (*Agent, error) {
 	}
 	// Host parts only serve drivers that use them: an agent whose guests
 	// run elsewhere (a cluster) keeps no bridge, NAT, proxy or loop files.
+	proxyOnly := false
 	if len(a.drivers) > 0 && !hostNet && cfg.Network {
-		a.logger.Info("no driver uses the host network; bridge, NAT and proxy are off")
 		cfg.Network = false
 		a.cfg.Network = false
+		for _, d := range a.drivers {
+			if _, ok := d.(drivers.RouteTargeter); ok {
+				proxyOnly = true
+			}
+		}
+		if proxyOnly {
+			// Guests are reached at addresses their driver gives (a
+			// cluster's Services): the proxy serves routes to them.
+			a.logger.Info("no driver uses the host network; bridge and NAT are off, the proxy serves routes to driver targets")
+		} else {
+			a.logger.Info("no driver uses the host network; bridge, NAT and proxy are off")
+		}
 	}
 	if hostVols || len(a.drivers) == 0 {
 		if vb, err := loop.New(loop.Config{Root: filepath.Join(cfg.StateDir, "volumes", "images"), Logger: cfg.Logger}); err != nil {
@@ -279,8 +293,8 @@ func New(cfg Config) (*Agent, error) {
 		return nil, fmt.Errorf("listening for the agent api on %s: %w", cfg.APIAddr, err)
 	}
 	a.listener = ln
-	if cfg.Network {
-		if a.net, err = newNetwork(cfg); err != nil {
+	if cfg.Network || proxyOnly {
+		if a.net, err = newNetwork(cfg, proxyOnly); err != nil {
 			ln.Close()
 			c.Close()
 			return nil, err
@@ -335,7 +349,7 @@ func (a *Agent) ProxyAddr() string {
 // RemoveNetwork removes the node's bridge and NAT rules (for `corpus dev
 // --cleanup` and uninstall). Guests still attached lose their network.
 func (a *Agent) RemoveNetwork(ctx context.Context) error {
-	if a.net == nil {
+	if a.net == nil || a.net.proxyOnly {
 		return nil
 	}
 	return errors.Join(a.net.nat.Remove(ctx), a.net.host.DeleteBridge(ctx, a.cfg.Bridge))

@@ -90,6 +90,7 @@ func (a *Agent) driverInfo(ctx context.Context) []*corpusv1.DriverInfo {
 		out = append(out, &corpusv1.DriverInfo{
 			Name: name, Healthy: fp.Healthy, Detail: fp.Detail, Attributes: fp.Attributes,
 			Exec: caps.Exec, Images: caps.Images, NoVolumes: !caps.HostVolumes && !keeper, OwnNetwork: !caps.HostNetwork,
+			Converge: caps.Converge,
 		})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })

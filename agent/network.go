@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
-	"strconv"
 	"strings"
 	"time"
 
@@ -27,10 +26,13 @@ import (
 // chain removed by hand comes back on the next pass.
 type network struct {
 	bridge string
-	host   *netns.Host
-	nat    *nat.NAT
-	proxy  *proxy.Proxy
-	logger *slog.Logger
+	// proxyOnly networks run the proxy alone: no bridge, NAT or
+	// resolver (an agent whose drivers reach guests their own way).
+	proxyOnly bool
+	host      *netns.Host
+	nat       *nat.NAT
+	proxy     *proxy.Proxy
+	logger    *slog.Logger
 
 	// resolver answers guests on the bridge address: the cluster zone by
 	// asking a coordinator, everything else upstream. resolverKey says
@@ -45,11 +47,14 @@ type clusterDNS struct {
 	server string // host:port of a coordinator's DNS
 }
 
-func newNetwork(cfg Config) (*network, error) {
-	n := &network{bridge: cfg.Bridge, host: netns.New(netns.Config{Logger: cfg.Logger}), logger: cfg.Logger}
+func newNetwork(cfg Config, proxyOnly bool) (*network, error) {
+	n := &network{bridge: cfg.Bridge, proxyOnly: proxyOnly, logger: cfg.Logger}
 	var err error
-	if n.nat, err = nat.New(nat.Config{Logger: cfg.Logger}); err != nil {
-		return nil, fmt.Errorf("nat: %w", err)
+	if !proxyOnly {
+		n.host = netns.New(netns.Config{Logger: cfg.Logger})
+		if n.nat, err = nat.New(nat.Config{Logger: cfg.Logger}); err != nil {
+			return nil, fmt.Errorf("nat: %w", err)
+		}
 	}
 	pc := proxy.Config{HTTPAddr: cfg.ProxyHTTPAddr, HTTPSAddr: cfg.ProxyHTTPSAddr, Logger: cfg.Logger}
 	for _, pair := range cfg.ProxyCerts {
@@ -183,7 +188,13 @@ func (a *Agent) guestNetwork(ctx context.Context, g *corpusv1.Guest) (*drivers.N
 
 // reconcile makes the bridge, the NAT rules and the proxy routes match the
 // desired state. Each part is tried even when another fails.
-func (n *network) reconcile(ctx context.Context, node *corpusv1.Node, guests []*corpusv1.Guest, routes []*corpusv1.Route, cdns clusterDNS) error {
+func (n *network) reconcile(ctx context.Context, node *corpusv1.Node, guests []*corpusv1.Guest, table proxy.Routes, cdns clusterDNS) error {
+	if n.proxyOnly {
+		if err := n.proxy.SetRoutes(table); err != nil {
+			return fmt.Errorf("proxy routes: %w", err)
+		}
+		return nil
+	}
 	gw, err := gateway(node)
 	if err != nil {
 		return err
@@ -204,10 +215,8 @@ func (n *network) reconcile(ctx context.Context, node *corpusv1.Node, guests []*
 			}
 		}
 	}
-	byID := map[string]*corpusv1.Guest{}
 	desired := nat.Desired{Subnets: []netip.Prefix{gw.Masked()}, Bridge: n.bridge}
 	for _, g := range guests {
-		byID[g.Id] = g
 		addr, err := netip.ParseAddr(g.Address)
 		if err != nil || g.DesiredState == corpusv1.DesiredDeleted {
 			continue
@@ -221,27 +230,32 @@ func (n *network) reconcile(ctx context.Context, node *corpusv1.Node, guests []*
 	if err := n.nat.Apply(ctx, desired); err != nil {
 		errs = append(errs, fmt.Errorf("nat: %w", err))
 	}
-	if err := n.proxy.SetRoutes(proxyRoutes(routes, byID)); err != nil {
+	if err := n.proxy.SetRoutes(table); err != nil {
 		errs = append(errs, fmt.Errorf("proxy routes: %w", err))
 	}
 	return errors.Join(errs...)
 }
 
-// proxyRoutes turns the node's routes into the proxy's table; routes whose
-// guest has no address yet are left out until it has one.
-func proxyRoutes(routes []*corpusv1.Route, guests map[string]*corpusv1.Guest) proxy.Routes {
+// proxyRoutes turns the node's routes into the proxy's table, leaving
+// out those published otherwise (served, by route id). A route goes to
+// the address target gives (a driver's, or the guest's own on the node's
+// network); routes with no target yet are left out until they have one.
+func proxyRoutes(routes []*corpusv1.Route, guests map[string]*corpusv1.Guest, served map[string]bool, target func(r *corpusv1.Route, g *corpusv1.Guest) string) proxy.Routes {
 	out := proxy.Routes{HTTP: map[string]proxy.HTTPRoute{}, TCP: map[int]proxy.TCPRoute{}}
 	for _, r := range routes {
 		g := guests[r.GuestId]
-		if g == nil || g.Address == "" {
+		if g == nil || served[r.Id] {
 			continue
 		}
-		target := net.JoinHostPort(g.Address, strconv.Itoa(int(r.GuestPort)))
+		t := target(r, g)
+		if t == "" {
+			continue
+		}
 		switch r.Kind {
 		case "http":
-			out.HTTP[r.Domain] = proxy.HTTPRoute{Targets: []string{target}}
+			out.HTTP[r.Domain] = proxy.HTTPRoute{Targets: []string{t}}
 		case "tcp":
-			out.TCP[int(r.ListenPort)] = proxy.TCPRoute{Target: target}
+			out.TCP[int(r.ListenPort)] = proxy.TCPRoute{Target: t}
 		}
 	}
 	return out

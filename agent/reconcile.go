@@ -86,23 +86,30 @@ func (a *Agent) pass(ctx context.Context) {
 }
 
 // reconcileNetwork makes the node's bridge, NAT rules and proxy routes
-// match the desired state. Failures are logged and retried next pass;
-// guests keep their network as it is meanwhile.
+// match the desired state, after drivers that publish routes themselves
+// have done so. Failures are logged and retried next pass; guests keep
+// their network as it is meanwhile.
 func (a *Agent) reconcileNetwork(ctx context.Context) {
-	if a.net == nil {
-		return
-	}
 	a.mu.Lock()
 	node, routes, known, cdns := a.node, a.routes, a.known, a.cdns
 	guests := make([]*corpusv1.Guest, 0, len(a.desired))
+	byID := make(map[string]*corpusv1.Guest, len(a.desired))
 	for _, g := range a.desired {
 		guests = append(guests, g)
+		byID[g.Id] = g
 	}
 	a.mu.Unlock()
 	if !known || node == nil {
 		return
 	}
-	err := a.net.reconcile(ctx, node, guests, routes, cdns)
+	served := a.publishRoutes(ctx, routes, byID)
+	if a.net == nil {
+		return
+	}
+	table := proxyRoutes(routes, byID, served, func(r *corpusv1.Route, g *corpusv1.Guest) string {
+		return a.routeTarget(ctx, r, g)
+	})
+	err := a.net.reconcile(ctx, node, guests, table, cdns)
 	a.mu.Lock()
 	changed := (err == nil) != (a.netErr == nil) || (err != nil && a.netErr != nil && err.Error() != a.netErr.Error())
 	a.netErr = err
@@ -272,7 +279,7 @@ func (w *worker) reconcile(ctx context.Context, g *corpusv1.Guest) error {
 		// The driver's message is kept: a guest that stays starting (a
 		// cluster pulling an image) does not flap between two reports.
 		a.setObserved(g.Id, &corpusv1.GuestObserved{State: corpusv1.ObservedStarting, Message: st.Message})
-		if a.net != nil {
+		if a.net != nil && d.Capabilities().HostNetwork {
 			if _, err := a.guestNetwork(ctx, g); err != nil {
 				return err
 			}

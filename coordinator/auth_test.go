@@ -190,6 +190,11 @@ var authCalls = map[string]func(ctx context.Context, c clients) error{
 		_, err := c.guests.DeleteGuest(ctx, connect.NewRequest(&corpusv1.GuestActionRequest{Name: "nope"}))
 		return err
 	},
+	corpusv1connect.GuestServiceUpdateGuestProcedure: func(ctx context.Context, c clients) error {
+		img := "busybox"
+		_, err := c.guests.UpdateGuest(ctx, connect.NewRequest(&corpusv1.UpdateGuestRequest{Name: "nope", Image: &img}))
+		return err
+	},
 	corpusv1connect.GuestServiceExecGuestProcedure: func(ctx context.Context, c clients) error {
 		return firstMessage(c.guests.ExecGuest(ctx, connect.NewRequest(&corpusv1.ExecGuestRequest{Name: "nope", Argv: []string{"true"}})))
 	},

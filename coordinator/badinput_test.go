@@ -122,6 +122,54 @@ func TestBadInputCatalogue(t *testing.T) {
 			_, err := ops.guests.DeleteGuest(ctx, connect.NewRequest(&corpusv1.GuestActionRequest{Name: v}))
 			return err
 		}},
+		{"UpdateGuest.name", badNames, func(ctx context.Context, v string) error {
+			img := "busybox"
+			_, err := ops.guests.UpdateGuest(ctx, connect.NewRequest(&corpusv1.UpdateGuestRequest{Name: v, Image: &img}))
+			return err
+		}},
+		{"UpdateGuest.image", append(bad(badNames, "a/b", "Alice"), ""), func(ctx context.Context, v string) error {
+			_, err := ops.guests.UpdateGuest(ctx, connect.NewRequest(&corpusv1.UpdateGuestRequest{Name: "g1", Image: &v}))
+			return err
+		}},
+		{"UpdateGuest.set_env key", bad(badNames, "Alice"), func(ctx context.Context, v string) error {
+			_, err := ops.guests.UpdateGuest(ctx, connect.NewRequest(&corpusv1.UpdateGuestRequest{Name: "g1", SetEnv: map[string]string{v: "x"}}))
+			return err
+		}},
+		{"UpdateGuest.set_env value", []string{"a\nb", "a\x00b"}, func(ctx context.Context, v string) error {
+			_, err := ops.guests.UpdateGuest(ctx, connect.NewRequest(&corpusv1.UpdateGuestRequest{Name: "g1", SetEnv: map[string]string{"A": v}}))
+			return err
+		}},
+		{"UpdateGuest.unset_env", bad(badNames, "Alice"), func(ctx context.Context, v string) error {
+			_, err := ops.guests.UpdateGuest(ctx, connect.NewRequest(&corpusv1.UpdateGuestRequest{Name: "g1", UnsetEnv: []string{v}}))
+			return err
+		}},
+		{"UpdateGuest.memory_bytes", []string{"0", "-1", "1024", "-9223372036854775808"}, func(ctx context.Context, v string) error {
+			var n int64
+			fmt.Sscan(v, &n)
+			_, err := ops.guests.UpdateGuest(ctx, connect.NewRequest(&corpusv1.UpdateGuestRequest{Name: "g1", MemoryBytes: &n}))
+			return err
+		}},
+		{"UpdateGuest.cpu_millis", []string{"0", "-1", "9"}, func(ctx context.Context, v string) error {
+			var n int64
+			fmt.Sscan(v, &n)
+			_, err := ops.guests.UpdateGuest(ctx, connect.NewRequest(&corpusv1.UpdateGuestRequest{Name: "g1", CpuMillis: &n}))
+			return err
+		}},
+		{"UpdateGuest.ports", []string{"0:80", "80:0", "70000:80", "80:80/sctp", "80:80,80:81"}, func(ctx context.Context, v string) error {
+			req := &corpusv1.UpdateGuestRequest{Name: "g1", ReplacePorts: true}
+			for _, one := range strings.Split(v, ",") {
+				var h, g int32
+				protocol := "tcp"
+				hg, p, ok := strings.Cut(one, "/")
+				if ok {
+					protocol = p
+				}
+				fmt.Sscanf(hg, "%d:%d", &h, &g)
+				req.Ports = append(req.Ports, &corpusv1.Port{HostPort: h, GuestPort: g, Protocol: protocol})
+			}
+			_, err := ops.guests.UpdateGuest(ctx, connect.NewRequest(req))
+			return err
+		}},
 		{"ExecGuest.name", badNames, func(ctx context.Context, v string) error {
 			return firstMessage(ops.guests.ExecGuest(ctx, connect.NewRequest(&corpusv1.ExecGuestRequest{Name: v, Argv: []string{"true"}})))
 		}},
@@ -419,7 +467,9 @@ func TestBadInputCatalogue(t *testing.T) {
 		"CreateGuest.spec.volume.use_volume": "nope", "CreateGuest.spec.volume.path": "/srv/data",
 		"CreateGuest.spec.env key": "A", "CreateGuest.spec.env value": "x y", "CreateGuest.spec.constraints key": "region",
 		"CreateGuest.spec.constraints value": "eu-1", "StartGuest.name": "nope", "StopGuest.name": "nope",
-		"DeleteGuest.name": "nope", "ExecGuest.name": "nope", "CreateRoute.domain": "web.example.org",
+		"DeleteGuest.name": "nope", "ExecGuest.name": "nope", "UpdateGuest.name": "nope", "UpdateGuest.image": "busybox",
+		"UpdateGuest.set_env key": "A", "UpdateGuest.set_env value": "x y", "UpdateGuest.unset_env": "A",
+		"UpdateGuest.memory_bytes": "536870912", "UpdateGuest.cpu_millis": "500", "UpdateGuest.ports": "8080:80", "CreateRoute.domain": "web.example.org",
 		"CreateRoute.guest_name": "g1", "CreateRoute.kind": "http", "DeleteRoute.domain": "nope.example.org",
 		"DeleteRoute.guest_name": "nope", "MoveRoute.domain": "nope.example.org", "MoveRoute.from_guest": "nope",
 		"MoveRoute.to_guest": "g3", "AddRecord.name": "www", "AddRecord.type": "A", "AddRecord.data (A)": "10.0.0.6",

@@ -259,3 +259,39 @@ type ExecRequest struct {
 	Stdout   io.Writer // nil discards
 	Stderr   io.Writer // nil discards
 }
+
+// Route is a corpus route to a guest of a driver: outside traffic by
+// HTTP host name (Kind "http") or by node port (Kind "tcp") to one of
+// the guest's ports.
+type Route struct {
+	ID         string
+	Kind       string
+	Domain     string
+	ListenPort int
+	GuestID    string
+	Guest      string
+	GuestPort  int
+}
+
+// RoutePublisher is a driver that can publish routes to its guests
+// itself, without the agent's proxy (a cluster's Ingress objects, served
+// by the cluster's ingress controller).
+type RoutePublisher interface {
+	// PublishRoutes makes what the driver publishes match routes, every
+	// route to a guest of this driver on the node: it makes, changes and
+	// removes its own objects. It returns the IDs of the routes it
+	// serves; the agent's proxy serves the others. On error the returned
+	// set is still what is served as far as the driver knows.
+	PublishRoutes(ctx context.Context, routes []Route) (map[string]bool, error)
+}
+
+// RouteTargeter is a driver whose guest ports are reached at an address
+// of the driver's choosing (a Service's cluster IP) instead of the
+// guest's address on the node's network; the agent's proxy sends route
+// traffic there.
+type RouteTargeter interface {
+	// RouteTarget returns host:port where guest name's port guestPort is
+	// reached from the agent's host; ErrNotFound when the guest has no
+	// such port (yet).
+	RouteTarget(ctx context.Context, name string, guestPort int) (string, error)
+}

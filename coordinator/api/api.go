@@ -79,6 +79,7 @@ var Policies = map[string]auth.Policy{
 	corpusv1connect.GuestServiceStartGuestProcedure:         {auth.Operator},
 	corpusv1connect.GuestServiceStopGuestProcedure:          {auth.Operator},
 	corpusv1connect.GuestServiceDeleteGuestProcedure:        {auth.Operator},
+	corpusv1connect.GuestServiceUpdateGuestProcedure:        {auth.Operator},
 	corpusv1connect.GuestServiceExecGuestProcedure:          {auth.Operator},
 	corpusv1connect.IngressServiceCreateRouteProcedure:      {auth.Operator},
 	corpusv1connect.IngressServiceListRoutesProcedure:       {auth.Operator},
@@ -212,7 +213,7 @@ func toConnect(err error) error {
 		return connect.NewError(connect.CodeInvalidArgument, err)
 	case errors.Is(err, state.ErrBadTransition):
 		return connect.NewError(connect.CodeFailedPrecondition, err)
-	case errors.Is(err, state.ErrPortTaken), errors.Is(err, state.ErrExhausted):
+	case errors.Is(err, state.ErrPortTaken), errors.Is(err, state.ErrExhausted), errors.Is(err, state.ErrNoRoom):
 		return connect.NewError(connect.CodeFailedPrecondition, err)
 	case errors.Is(err, state.ErrStale):
 		return connect.NewError(connect.CodeAborted, err)

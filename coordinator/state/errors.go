@@ -12,6 +12,8 @@ var (
 	ErrNotBootstrap  = errors.New("cluster is not bootstrapped")
 	ErrInvalid       = errors.New("invalid command")
 	ErrBadTransition = errors.New("invalid state transition")
+	// ErrNoRoom means a node has not the resources a change asks for.
+	ErrNoRoom = errors.New("the node has no room for it")
 	// ErrLoginRefused is the result of a UserLogin that records a failed
 	// password login.
 	ErrLoginRefused = errors.New("login refused")

@@ -116,6 +116,8 @@ func (a *applier) apply(cmd *corpusv1.Command) error {
 		return a.setNodeStatus(c.SetNodeStatus)
 	case *corpusv1.Command_CreateGuest:
 		return a.createGuest(c.CreateGuest)
+	case *corpusv1.Command_UpdateGuest:
+		return a.updateGuest(c.UpdateGuest)
 	case *corpusv1.Command_SetGuestDesired:
 		return a.setGuestDesired(c.SetGuestDesired)
 	case *corpusv1.Command_PlaceGuest:

@@ -209,6 +209,62 @@ func TestApply(t *testing.T) {
 			wantErr: state.ErrInvalid,
 		},
 
+		// UpdateGuest
+		{
+			name:  "update a pending guest",
+			setup: withGuest(),
+			cmd:   updateGuestCmd(guestName, func(sp *corpusv1.GuestSpec) { sp.Image = "alpine" }),
+			check: func(t *testing.T, v *state.Snap) {
+				g := v.GuestByName(guestName)
+				if g.Spec.Image != "alpine" || g.ModifyIndex != 6 || !strings.HasSuffix(eventTypes(g), "updated") {
+					t.Errorf("GuestByName(%s) = %v, want image alpine, modify index 6, an updated event", guestName, g)
+				}
+			},
+		},
+		{
+			name:    "update a guest on a driver that cannot converge",
+			setup:   withPlacedGuest(),
+			cmd:     updateGuestCmd(guestName, func(sp *corpusv1.GuestSpec) { sp.Image = "alpine" }),
+			wantErr: state.ErrBadTransition,
+		},
+		{
+			name: "update a guest on a driver that converges",
+			setup: append(withPlacedGuest(), func() *corpusv1.Command {
+				c := updateNodeCmd(nodeID, 8<<30)
+				c.GetUpdateNode().Drivers[0].Converge = true
+				return c
+			}()),
+			cmd: updateGuestCmd(guestName, func(sp *corpusv1.GuestSpec) { sp.Image = "alpine"; sp.Resources.MemoryBytes = 1 << 30 }),
+			check: func(t *testing.T, v *state.Snap) {
+				if g := v.GuestByName(guestName); g.Spec.Image != "alpine" || g.Spec.Resources.MemoryBytes != 1<<30 {
+					t.Errorf("GuestByName(%s).Spec = %v, want alpine with 1 GiB", guestName, g.Spec)
+				}
+			},
+		},
+		{
+			name: "update a guest beyond its node",
+			setup: append(withPlacedGuest(), func() *corpusv1.Command {
+				c := updateNodeCmd(nodeID, 8<<30)
+				c.GetUpdateNode().Drivers[0].Converge = true
+				return c
+			}()),
+			cmd:     updateGuestCmd(guestName, func(sp *corpusv1.GuestSpec) { sp.Resources.MemoryBytes = 9 << 30 }),
+			wantErr: state.ErrNoRoom,
+		},
+		{
+			name:    "update a guest's driver",
+			setup:   withGuest(),
+			cmd:     updateGuestCmd(guestName, func(sp *corpusv1.GuestSpec) { sp.Driver = "kubernetes" }),
+			wantErr: state.ErrInvalid,
+		},
+		{
+			name:    "update a guest's volume",
+			setup:   withGuest(),
+			cmd:     updateGuestCmd(guestName, func(sp *corpusv1.GuestSpec) { sp.Volume = &corpusv1.VolumeSpec{SizeBytes: 1 << 30} }),
+			wantErr: state.ErrInvalid,
+		},
+		{name: "update an unknown guest", cmd: updateGuestCmd("nope", func(*corpusv1.GuestSpec) {}), wantErr: state.ErrNotFound},
+
 		// SetGuestDesired
 		{
 			name:  "stop guest",

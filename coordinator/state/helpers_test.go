@@ -155,6 +155,13 @@ func guestCmd(id, name string) *corpusv1.Command {
 	}}}}
 }
 
+// updateGuestCmd updates guest name to guestCmd's spec changed by f.
+func updateGuestCmd(name string, f func(*corpusv1.GuestSpec)) *corpusv1.Command {
+	sp := guestCmd("", name).GetCreateGuest().Guest.Spec
+	f(sp)
+	return &corpusv1.Command{Cmd: &corpusv1.Command_UpdateGuest{UpdateGuest: &corpusv1.UpdateGuest{Name: name, Spec: sp}}}
+}
+
 func desiredCmd(name, desired string) *corpusv1.Command {
 	return &corpusv1.Command{Cmd: &corpusv1.Command_SetGuestDesired{SetGuestDesired: &corpusv1.SetGuestDesired{Name: name, DesiredState: desired}}}
 }

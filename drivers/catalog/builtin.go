@@ -22,7 +22,7 @@ func init() {
 		k := c.Kubernetes
 		return kubernetes.New(kubernetes.Config{
 			Kubeconfig: k.Kubeconfig, NamespacePrefix: k.NamespacePrefix, Node: c.Node,
-			StorageClass: k.StorageClass, Capacity: k.Capacity, Logger: c.Logger,
+			StorageClass: k.StorageClass, IngressClass: k.IngressClass, Capacity: k.Capacity, Logger: c.Logger,
 		})
 	})
 }

@@ -31,6 +31,9 @@ type KubernetesConfig struct {
 	NamespacePrefix string
 	// StorageClass of guest volume claims; empty for the cluster default.
 	StorageClass string
+	// IngressClass of the Ingresses of http routes; empty detects the
+	// cluster's, "none" makes none (the agent's proxy serves routes).
+	IngressClass string
 	// Capacity replaces the sum of the cluster nodes' allocatable
 	// resources when it has any amount.
 	Capacity drivers.Capacity

@@ -37,6 +37,10 @@ type Config struct {
 	// StorageClass names the class of guest volumes' claims; empty uses
 	// the cluster's default class.
 	StorageClass string
+	// IngressClass names the IngressClass of the Ingress objects made for
+	// http routes; empty picks the cluster's default class, or its only
+	// one; "none" makes no Ingress (the agent's proxy serves every route).
+	IngressClass string
 	// Capacity, when it has any amount, is reported instead of the sum of
 	// the cluster nodes' allocatable resources (a cluster with no nodes
 	// yet, or a share of a bigger one).
@@ -63,13 +67,17 @@ func (c Config) Validate() error {
 	if msgs := validation.IsDNS1123Label(c.NamespacePrefix + c.Node); len(msgs) > 0 {
 		errs = append(errs, fmt.Errorf("namespace %q (prefix + node name): %s", c.NamespacePrefix+c.Node, strings.Join(msgs, "; ")))
 	}
+	if c.IngressClass != "" && c.IngressClass != NoIngress && len(validation.IsDNS1123Subdomain(c.IngressClass)) > 0 {
+		errs = append(errs, fmt.Errorf("ingress class %q is not a DNS name", c.IngressClass))
+	}
 	if c.Capacity.MemoryBytes < 0 || c.Capacity.CPUMillis < 0 || c.Capacity.DiskBytes < 0 {
 		errs = append(errs, errors.New("capacity must not be negative"))
 	}
 	return errors.Join(errs...)
 }
 
-// Driver runs guests as Deployments of one namespace of a cluster.
+// Driver runs guests as Deployments (StatefulSets with a volume) of one
+// namespace of a cluster.
 type Driver struct {
 	cfg    Config
 	ns     string
@@ -84,6 +92,10 @@ type Driver struct {
 	capLast drivers.Capacity
 	capAt   time.Time
 
+	classMu   sync.Mutex
+	classLast string
+	classAt   time.Time
+
 	viewMu    sync.Mutex
 	v         *view // nil until first used
 	stop      chan struct{}
@@ -93,6 +105,8 @@ type Driver struct {
 var (
 	_ drivers.Driver           = (*Driver)(nil)
 	_ drivers.CapacityReporter = (*Driver)(nil)
+	_ drivers.RoutePublisher   = (*Driver)(nil)
+	_ drivers.RouteTargeter    = (*Driver)(nil)
 )
 
 // New builds a driver for the cluster cfg names. It does not contact the

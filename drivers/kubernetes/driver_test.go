@@ -574,7 +574,7 @@ func TestDriver(t *testing.T) {
 				t.Fatal(err)
 			}
 			settle(t, e.ctx, e.client, d)
-			vols := e.deploymentIn(d.Namespace(), "data").Spec.Template.Spec.Volumes
+			vols := e.statefulSetIn(d.Namespace(), "data").Spec.Template.Spec.Volumes
 			if len(vols) != 1 || vols[0].PersistentVolumeClaim == nil || vols[0].PersistentVolumeClaim.ClaimName != "data" {
 				t.Errorf("%s: pod volumes = %v, want the claim", tc.class, vols)
 			}
@@ -636,6 +636,11 @@ func TestDriver(t *testing.T) {
 				t.Errorf("%s: DeleteVolume of a missing volume = %v, want nil", tc.class, err)
 			}
 		}
+	})
+
+	t.Run("statefulset", func(t *testing.T) {
+		t.Parallel()
+		testStatefulSet(t, newEnv(t, c, "sts"))
 	})
 
 	t.Run("capacity", func(t *testing.T) {

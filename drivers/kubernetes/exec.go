@@ -30,11 +30,11 @@ func (d *Driver) Exec(ctx context.Context, name string, req drivers.ExecRequest)
 	if req.UID != 0 || req.GID != 0 {
 		return 0, fmt.Errorf("exec as uid %d gid %d: %w (pods run commands as the image's user)", req.UID, req.GID, drivers.ErrNotSupported)
 	}
-	dep, err := d.deployment(ctx, name)
+	w, err := d.workload(ctx, name)
 	if err != nil {
 		return 0, err
 	}
-	pods, err := d.pods(ctx, dep.Labels[LabelGuestID])
+	pods, err := d.pods(ctx, w.meta.Labels[LabelGuestID])
 	if err != nil {
 		return 0, err
 	}

@@ -22,7 +22,10 @@ import (
 // limit, env or port list, and any hand edit of a field corpus sets, is
 // written back; a deleted Service or claim is made again. The run state
 // (replicas 0 or 1) of an existing guest is kept, except that more than
-// one replica is scaled back to one. A spec the cluster would refuse
+// one replica is scaled back to one. A guest with a volume runs as a
+// StatefulSet, one without as a Deployment; a guest that gained or lost
+// its volume has its workload of the other kind deleted, and the new
+// one made stopped (the caller starts it). A spec the cluster would refuse
 // returns drivers.ErrInvalidSpec before anything is written; objects of
 // that name belonging to another guest, or to no corpus guest, return
 // drivers.ErrExists.
@@ -37,14 +40,29 @@ func (d *Driver) Create(ctx context.Context, spec drivers.GuestSpec, progress dr
 	if err != nil {
 		return err
 	}
-	dep, err := d.convergeDeployment(ctx, v, spec, progress)
-	if err != nil {
+	// A guest that gained or lost its volume changes kind: the old
+	// workload goes first.
+	if err := d.removeOtherKind(ctx, v, spec); err != nil {
 		return err
 	}
 	if err := d.convergeClaim(ctx, v, spec); err != nil {
 		return err
 	}
-	return d.convergeService(ctx, v, spec, dep)
+	var w *workload
+	if workloadKind(spec) == kindStatefulSet {
+		set, err := d.convergeStatefulSet(ctx, v, spec, progress)
+		if err != nil {
+			return err
+		}
+		w = statefulSetWorkload(set)
+	} else {
+		dep, err := d.convergeDeployment(ctx, v, spec, progress)
+		if err != nil {
+			return err
+		}
+		w = deploymentWorkload(dep)
+	}
+	return d.convergeService(ctx, v, spec, w)
 }
 
 // owned reports whether meta belongs to the guest with id, and returns
@@ -128,24 +146,98 @@ func (d *Driver) convergeDeployment(ctx context.Context, v *view, spec drivers.G
 // corpus sets: the spec it was made from, the labels, the replica count
 // and every field of the pod template corpus fills in.
 func deploymentDrifted(cur, want *appsv1.Deployment) bool {
+	return cur.Spec.Paused ||
+		!equality.Semantic.DeepDerivative(want.Spec.Selector, cur.Spec.Selector) ||
+		workloadDrifted(deploymentWorkload(cur), deploymentWorkload(want))
+}
+
+// workloadDrifted compares what the two kinds share.
+func workloadDrifted(cur, want *workload) bool {
+	ct, wt := cur.template.Spec.Containers, want.template.Spec.Containers
 	switch {
-	case cur.Annotations[AnnotSpecHash] != want.Annotations[AnnotSpecHash],
-		!equality.Semantic.DeepDerivative(want.Labels, cur.Labels),
-		cur.Spec.Replicas == nil || *cur.Spec.Replicas != *want.Spec.Replicas,
-		cur.Spec.Paused,
-		len(cur.Spec.Template.Spec.Containers) != len(want.Spec.Template.Spec.Containers),
-		len(cur.Spec.Template.Spec.Containers[0].Env) != len(want.Spec.Template.Spec.Containers[0].Env),
-		len(cur.Spec.Template.Spec.Containers[0].Ports) != len(want.Spec.Template.Spec.Containers[0].Ports),
-		len(cur.Spec.Template.Spec.Volumes) != len(want.Spec.Template.Spec.Volumes),
-		!equality.Semantic.DeepDerivative(want.Spec.Selector, cur.Spec.Selector),
-		!equality.Semantic.DeepDerivative(want.Spec.Template, cur.Spec.Template),
-		!equality.Semantic.DeepEqual(want.Spec.Template.Spec.Containers[0].Resources, cur.Spec.Template.Spec.Containers[0].Resources):
+	case cur.meta.Annotations[AnnotSpecHash] != want.meta.Annotations[AnnotSpecHash],
+		!equality.Semantic.DeepDerivative(want.meta.Labels, cur.meta.Labels),
+		cur.replicas == nil || *cur.replicas != *want.replicas,
+		len(ct) != len(wt),
+		len(ct[0].Env) != len(wt[0].Env),
+		len(ct[0].Ports) != len(wt[0].Ports),
+		len(cur.template.Spec.Volumes) != len(want.template.Spec.Volumes),
+		!equality.Semantic.DeepDerivative(*want.template, *cur.template),
+		!equality.Semantic.DeepEqual(wt[0].Resources, ct[0].Resources):
 		return true
 	}
 	return false
 }
 
-func (d *Driver) convergeService(ctx context.Context, v *view, spec drivers.GuestSpec, dep *appsv1.Deployment) error {
+// convergeStatefulSet is convergeDeployment for a guest with a volume.
+// A StatefulSet's selector and service name cannot change; corpus sets
+// them from the guest's id and name, which do not change either.
+func (d *Driver) convergeStatefulSet(ctx context.Context, v *view, spec drivers.GuestSpec, progress drivers.ProgressFunc) (*appsv1.StatefulSet, error) {
+	api := d.client.AppsV1().StatefulSets(d.ns)
+	cur, err := v.sets.Get(spec.Name)
+	if apierrors.IsNotFound(err) {
+		want := desiredStatefulSet(d.ns, spec, 0)
+		if progress != nil {
+			progress("creating statefulset " + d.ns + "/" + spec.Name)
+		}
+		set, err := api.Create(ctx, want, metav1.CreateOptions{})
+		switch {
+		case err == nil:
+			await(ctx, func() (*appsv1.StatefulSet, error) { return v.sets.Get(spec.Name) }, set.ResourceVersion)
+			d.logger.Info("statefulset created", "guest", spec.Name, "namespace", d.ns, "image", spec.Image)
+			return set, nil
+		case apierrors.IsAlreadyExists(err):
+			if cur, err = api.Get(ctx, spec.Name, metav1.GetOptions{}); err != nil {
+				return nil, fmt.Errorf("reading statefulset %s: %w", spec.Name, err)
+			}
+		case apierrors.IsNotFound(err):
+			d.nsReady.Store(false)
+			return nil, d.writeErr("creating statefulset", spec.Name, err)
+		default:
+			return nil, d.writeErr("creating statefulset", spec.Name, err)
+		}
+	} else if err != nil {
+		return nil, fmt.Errorf("reading statefulset %s: %w", spec.Name, err)
+	}
+	for attempt := 0; ; attempt++ {
+		if err := owned("statefulset", cur.ObjectMeta, spec.ID); err != nil {
+			return nil, err
+		}
+		replicas := int32(1)
+		if cur.Spec.Replicas != nil && *cur.Spec.Replicas == 0 {
+			replicas = 0
+		}
+		want := desiredStatefulSet(d.ns, spec, replicas)
+		if !workloadDrifted(statefulSetWorkload(cur), statefulSetWorkload(want)) &&
+			equality.Semantic.DeepDerivative(want.Spec.Selector, cur.Spec.Selector) {
+			return cur, nil
+		}
+		next := cur.DeepCopy()
+		next.Labels = merged(cur.Labels, want.Labels)
+		next.Annotations = merged(cur.Annotations, want.Annotations)
+		next.OwnerReferences = nil
+		next.Spec.Replicas = want.Spec.Replicas
+		next.Spec.Template = want.Spec.Template
+		if progress != nil {
+			progress("updating statefulset " + d.ns + "/" + spec.Name)
+		}
+		set, err := api.Update(ctx, next, metav1.UpdateOptions{})
+		if apierrors.IsConflict(err) && attempt == 0 {
+			if cur, err = api.Get(ctx, spec.Name, metav1.GetOptions{}); err != nil {
+				return nil, fmt.Errorf("reading statefulset %s: %w", spec.Name, err)
+			}
+			continue
+		}
+		if err != nil {
+			return nil, d.writeErr("updating statefulset", spec.Name, err)
+		}
+		await(ctx, func() (*appsv1.StatefulSet, error) { return v.sets.Get(spec.Name) }, set.ResourceVersion)
+		d.logger.Info("statefulset converged", "guest", spec.Name, "namespace", d.ns, "image", spec.Image)
+		return set, nil
+	}
+}
+
+func (d *Driver) convergeService(ctx context.Context, v *view, spec drivers.GuestSpec, owner *workload) error {
 	api := d.client.CoreV1().Services(d.ns)
 	want := desiredService(d.ns, spec)
 	cur, err := v.svcs.Get(spec.Name)
@@ -153,7 +245,7 @@ func (d *Driver) convergeService(ctx context.Context, v *view, spec drivers.Gues
 	case apierrors.IsNotFound(err) && want == nil:
 		return nil
 	case apierrors.IsNotFound(err):
-		want.OwnerReferences = ownedBy(dep)
+		want.OwnerReferences = ownedBy(owner)
 		svc, err := api.Create(ctx, want, metav1.CreateOptions{})
 		if err == nil {
 			await(ctx, func() (*corev1.Service, error) { return v.svcs.Get(spec.Name) }, svc.ResourceVersion)
@@ -186,13 +278,14 @@ func (d *Driver) convergeService(ctx context.Context, v *view, spec drivers.Gues
 		equality.Semantic.DeepDerivative(want.Labels, cur.Labels) &&
 		equality.Semantic.DeepEqual(want.Spec.Selector, cur.Spec.Selector) &&
 		cur.Spec.Type == want.Spec.Type && len(cur.Spec.Ports) == len(want.Spec.Ports) &&
-		equality.Semantic.DeepDerivative(want.Spec.Ports, cur.Spec.Ports) {
+		equality.Semantic.DeepDerivative(want.Spec.Ports, cur.Spec.Ports) &&
+		equality.Semantic.DeepEqual(ownedBy(owner), cur.OwnerReferences) {
 		return nil
 	}
 	next := cur.DeepCopy()
 	next.Labels = merged(cur.Labels, want.Labels)
 	next.Annotations = merged(cur.Annotations, want.Annotations)
-	next.OwnerReferences = ownedBy(dep)
+	next.OwnerReferences = ownedBy(owner)
 	next.Spec.Type = want.Spec.Type
 	next.Spec.Selector = want.Spec.Selector
 	next.Spec.Ports = want.Spec.Ports
@@ -227,22 +320,22 @@ func merged(base, over map[string]string) map[string]string {
 	return out
 }
 
-// Start scales the guest's Deployment to one replica.
+// Start scales the guest's Deployment or StatefulSet to one replica.
 func (d *Driver) Start(ctx context.Context, name string) error {
 	return d.scale(ctx, name, 1)
 }
 
-// Stop scales the guest's Deployment to zero and waits up to timeout for
+// Stop scales the guest's workload to zero and waits up to timeout for
 // its pods to end; pods still there then are deleted without grace.
 func (d *Driver) Stop(ctx context.Context, name string, timeout time.Duration) error {
 	if err := d.scale(ctx, name, 0); err != nil {
 		return err
 	}
-	dep, err := d.deployment(ctx, name)
+	w, err := d.workload(ctx, name)
 	if err != nil {
 		return err
 	}
-	id := dep.Labels[LabelGuestID]
+	id := w.meta.Labels[LabelGuestID]
 	deadline := time.Now().Add(timeout)
 	for {
 		pods, err := d.pods(ctx, id)
@@ -273,46 +366,37 @@ func (d *Driver) Stop(ctx context.Context, name string, timeout time.Duration) e
 }
 
 func (d *Driver) scale(ctx context.Context, name string, replicas int32) error {
-	dep, err := d.deployment(ctx, name)
+	w, err := d.workload(ctx, name)
 	if err != nil {
 		return err
 	}
-	if dep.Spec.Replicas != nil && *dep.Spec.Replicas == replicas {
+	if w.replicas != nil && *w.replicas == replicas {
 		return nil
-	}
-	patch := fmt.Appendf(nil, `{"spec":{"replicas":%d}}`, replicas)
-	dep, err = d.client.AppsV1().Deployments(d.ns).Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{})
-	if err != nil {
-		return fmt.Errorf("scaling deployment %s to %d: %w", name, replicas, err)
 	}
 	v, err := d.view(ctx)
 	if err != nil {
 		return err
+	}
+	patch := fmt.Appendf(nil, `{"spec":{"replicas":%d}}`, replicas)
+	if w.kind == kindStatefulSet {
+		set, err := d.client.AppsV1().StatefulSets(d.ns).Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{})
+		if err != nil {
+			return fmt.Errorf("scaling statefulset %s to %d: %w", name, replicas, err)
+		}
+		await(ctx, func() (*appsv1.StatefulSet, error) { return v.sets.Get(name) }, set.ResourceVersion)
+		return nil
+	}
+	dep, err := d.client.AppsV1().Deployments(d.ns).Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{})
+	if err != nil {
+		return fmt.Errorf("scaling deployment %s to %d: %w", name, replicas, err)
 	}
 	await(ctx, func() (*appsv1.Deployment, error) { return v.deps.Get(name) }, dep.ResourceVersion)
 	return nil
 }
 
-// deployment reads the guest's Deployment, or returns ErrNotFound when
-// there is none that corpus manages.
-// The object is the view's: read only.
-func (d *Driver) deployment(ctx context.Context, name string) (*appsv1.Deployment, error) {
-	v, err := d.view(ctx)
-	if err != nil {
-		return nil, err
-	}
-	dep, err := v.deps.Get(name)
-	if apierrors.IsNotFound(err) {
-		return nil, fmt.Errorf("deployment %s/%s: %w", d.ns, name, drivers.ErrNotFound)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("reading deployment %s: %w", name, err)
-	}
-	return dep, nil
-}
-
 // Destroy deletes every object of the guest named name in the driver's
-// namespace: the Deployment, its Service and its pods. The objects are
+// namespace: the Deployment or StatefulSet, its Service, the Ingresses
+// of its routes and its pods. The objects are
 // found by the guest's id label, so a leftover Service of a guest whose
 // Deployment is gone is removed too. The claim of its volume stays: a
 // volume outlives its guest.
@@ -351,6 +435,13 @@ func (d *Driver) guestIDs(ctx context.Context, name string) ([]string, error) {
 	for _, o := range deps {
 		add(o.ObjectMeta)
 	}
+	sets, err := v.sets.List(sel)
+	if err != nil {
+		return nil, err
+	}
+	for _, o := range sets {
+		add(o.ObjectMeta)
+	}
 	svcs, err := v.svcs.List(sel)
 	if err != nil {
 		return nil, err
@@ -375,8 +466,16 @@ func (d *Driver) destroyID(ctx context.Context, id string) error {
 			return fmt.Errorf("deleting service %s: %w", s.Name, err)
 		}
 	}
+	// Ingresses of the guest's routes go with it; a route still wanted
+	// is published again once the guest is back.
+	if err := d.client.NetworkingV1().Ingresses(d.ns).DeleteCollection(ctx, del, sel); err != nil {
+		return fmt.Errorf("deleting ingresses of guest %s: %w", id, err)
+	}
 	if err := d.client.AppsV1().Deployments(d.ns).DeleteCollection(ctx, del, sel); err != nil {
 		return fmt.Errorf("deleting deployments of guest %s: %w", id, err)
+	}
+	if err := d.client.AppsV1().StatefulSets(d.ns).DeleteCollection(ctx, del, sel); err != nil {
+		return fmt.Errorf("deleting statefulsets of guest %s: %w", id, err)
 	}
 	if err := d.client.AppsV1().ReplicaSets(d.ns).DeleteCollection(ctx, del, sel); err != nil {
 		return fmt.Errorf("deleting replica sets of guest %s: %w", id, err)

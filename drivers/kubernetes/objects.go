@@ -154,9 +154,10 @@ func specHash(spec drivers.GuestSpec) string {
 	return hex.EncodeToString(sum[:8])
 }
 
-// desiredDeployment is the Deployment spec asks for, with replicas.
-func desiredDeployment(ns string, spec drivers.GuestSpec, replicas int32) *appsv1.Deployment {
-	l := guestLabels(spec)
+// desiredPodTemplate is the pod template of the guest's workload: one
+// container with the spec's image, limits, env and ports, and the claim
+// of its volume mounted by name.
+func desiredPodTemplate(spec drivers.GuestSpec) corev1.PodTemplateSpec {
 	c := corev1.Container{
 		Name:  containerName,
 		Image: spec.Image,
@@ -191,18 +192,26 @@ func desiredDeployment(ns string, spec drivers.GuestSpec, replicas int32) *appsv
 			PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: spec.Volume.Name},
 		}}}
 	}
+	return corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: guestLabels(spec)}, Spec: pod}
+}
+
+// workloadMeta is the metadata of the guest's Deployment or StatefulSet.
+func workloadMeta(ns string, spec drivers.GuestSpec) metav1.ObjectMeta {
+	return metav1.ObjectMeta{
+		Name: spec.Name, Namespace: ns, Labels: guestLabels(spec),
+		Annotations: map[string]string{AnnotSpecHash: specHash(spec), AnnotImage: spec.Image},
+	}
+}
+
+// desiredDeployment is the Deployment of a guest without a volume, with
+// replicas.
+func desiredDeployment(ns string, spec drivers.GuestSpec, replicas int32) *appsv1.Deployment {
 	d := &appsv1.Deployment{
-		ObjectMeta: metav1.ObjectMeta{
-			Name: spec.Name, Namespace: ns, Labels: l,
-			Annotations: map[string]string{AnnotSpecHash: specHash(spec), AnnotImage: spec.Image},
-		},
+		ObjectMeta: workloadMeta(ns, spec),
 		Spec: appsv1.DeploymentSpec{
 			Replicas: &replicas,
 			Selector: &metav1.LabelSelector{MatchLabels: map[string]string{LabelGuestID: spec.ID}},
-			Template: corev1.PodTemplateSpec{
-				ObjectMeta: metav1.ObjectMeta{Labels: l},
-				Spec:       pod,
-			},
+			Template: desiredPodTemplate(spec),
 		},
 	}
 	if spec.Volume != nil {
@@ -210,6 +219,26 @@ func desiredDeployment(ns string, spec drivers.GuestSpec, replicas int32) *appsv
 		d.Spec.Strategy = appsv1.DeploymentStrategy{Type: appsv1.RecreateDeploymentStrategyType}
 	}
 	return d
+}
+
+// desiredStatefulSet is the StatefulSet of a guest with a volume, with
+// replicas. Its pod mounts the claim corpus keeps for the volume, by
+// name, rather than a volumeClaimTemplate: the claim outlives the guest
+// and binds to a later guest of the volume, grows by editing it (claim
+// templates cannot change), and exists without a StatefulSet controller
+// to make it. The one pod (<name>-0) keeps a stable name, and the
+// StatefulSet replaces it only once the old one is gone, so one writer at
+// a time holds the ReadWriteOnce claim.
+func desiredStatefulSet(ns string, spec drivers.GuestSpec, replicas int32) *appsv1.StatefulSet {
+	return &appsv1.StatefulSet{
+		ObjectMeta: workloadMeta(ns, spec),
+		Spec: appsv1.StatefulSetSpec{
+			Replicas:    &replicas,
+			ServiceName: spec.Name,
+			Selector:    &metav1.LabelSelector{MatchLabels: map[string]string{LabelGuestID: spec.ID}},
+			Template:    desiredPodTemplate(spec),
+		},
+	}
 }
 
 // desiredService is the Service of the guest's ports, nil without ports.
@@ -260,10 +289,10 @@ func desiredClaim(ns, storageClass string, spec drivers.GuestSpec) *corev1.Persi
 	return c
 }
 
-// ownedBy makes d the controlling owner of an object.
-func ownedBy(d *appsv1.Deployment) []metav1.OwnerReference {
+// ownedBy makes the workload w the controlling owner of an object.
+func ownedBy(w *workload) []metav1.OwnerReference {
 	yes := true
 	return []metav1.OwnerReference{{
-		APIVersion: "apps/v1", Kind: "Deployment", Name: d.Name, UID: d.UID, Controller: &yes, BlockOwnerDeletion: &yes,
+		APIVersion: "apps/v1", Kind: w.kind, Name: w.meta.Name, UID: w.meta.UID, Controller: &yes, BlockOwnerDeletion: &yes,
 	}}
 }

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"strings"
 
-	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -22,7 +21,7 @@ import (
 // reported stopped, so the caller can tell it apart from no guest at all
 // (and either converge it or remove it); no object at all is ErrNotFound.
 func (d *Driver) Inspect(ctx context.Context, name string) (drivers.GuestStatus, error) {
-	dep, err := d.deployment(ctx, name)
+	w, err := d.workload(ctx, name)
 	if errors.Is(err, drivers.ErrNotFound) {
 		ids, lerr := d.guestIDs(ctx, name)
 		if lerr != nil || len(ids) == 0 {
@@ -33,11 +32,11 @@ func (d *Driver) Inspect(ctx context.Context, name string) (drivers.GuestStatus,
 	if err != nil {
 		return drivers.GuestStatus{}, err
 	}
-	pods, err := d.pods(ctx, dep.Labels[LabelGuestID])
+	pods, err := d.pods(ctx, w.meta.Labels[LabelGuestID])
 	if err != nil {
 		return drivers.GuestStatus{}, err
 	}
-	return status(dep, pods), nil
+	return status(w, pods), nil
 }
 
 // status derives a guest's state from its Deployment and pods:
@@ -46,20 +45,20 @@ func (d *Driver) Inspect(ctx context.Context, name string) (drivers.GuestStatus,
 //	replicas 0, pods left     stopping
 //	replicas 1, a ready pod   running
 //	replicas 1, none ready    starting
-func status(dep *appsv1.Deployment, pods []corev1.Pod) drivers.GuestStatus {
+func status(w *workload, pods []corev1.Pod) drivers.GuestStatus {
 	st := drivers.GuestStatus{
-		ID:    dep.Labels[LabelGuestID],
-		Name:  dep.Name,
-		Image: dep.Annotations[AnnotImage],
+		ID:    w.meta.Labels[LabelGuestID],
+		Name:  w.meta.Name,
+		Image: w.meta.Annotations[AnnotImage],
 	}
-	if cs := dep.Spec.Template.Spec.Containers; len(cs) > 0 {
+	if cs := w.template.Spec.Containers; len(cs) > 0 {
 		st.Image = cs[0].Image
 		st.MemoryBytes = cs[0].Resources.Limits.Memory().Value()
 		st.CPUMillis = cs[0].Resources.Limits.Cpu().MilliValue()
 	}
 	want := int32(1)
-	if dep.Spec.Replicas != nil {
-		want = *dep.Spec.Replicas
+	if w.replicas != nil {
+		want = *w.replicas
 	}
 	ready := 0
 	for _, p := range pods {
@@ -139,7 +138,7 @@ func (d *Driver) List(ctx context.Context) ([]drivers.GuestStatus, error) {
 		return nil, err
 	}
 	all := labels.Everything()
-	deps, err := v.allDeployments()
+	ws, err := v.allWorkloads()
 	if err != nil {
 		return nil, err
 	}
@@ -154,15 +153,15 @@ func (d *Driver) List(ctx context.Context) ([]drivers.GuestStatus, error) {
 	}
 	seen := map[string]bool{}
 	var out []drivers.GuestStatus
-	for _, dep := range deps {
-		id := dep.Labels[LabelGuestID]
-		if id == "" {
+	for _, w := range ws {
+		id := w.meta.Labels[LabelGuestID]
+		if id == "" || seen[id] {
 			continue
 		}
 		ps := byID[id]
 		sortPods(ps)
 		seen[id] = true
-		out = append(out, status(dep, ps))
+		out = append(out, status(w, ps))
 	}
 	leftover := func(meta metav1.ObjectMeta) {
 		id := meta.Labels[LabelGuestID]

@@ -6,7 +6,6 @@ import (
 	"strconv"
 	"time"
 
-	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -14,6 +13,7 @@ import (
 	"k8s.io/client-go/informers"
 	appslisters "k8s.io/client-go/listers/apps/v1"
 	corelisters "k8s.io/client-go/listers/core/v1"
+	netlisters "k8s.io/client-go/listers/networking/v1"
 	"k8s.io/client-go/tools/cache"
 )
 
@@ -28,9 +28,11 @@ import (
 type view struct {
 	factory informers.SharedInformerFactory
 	deps    appslisters.DeploymentNamespaceLister
+	sets    appslisters.StatefulSetNamespaceLister
 	svcs    corelisters.ServiceNamespaceLister
 	pods    corelisters.PodNamespaceLister
 	claims  corelisters.PersistentVolumeClaimNamespaceLister
+	ings    netlisters.IngressNamespaceLister
 	synced  []cache.InformerSynced
 }
 
@@ -45,15 +47,20 @@ func (d *Driver) view(ctx context.Context) (*view, error) {
 			informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = managedSelector }))
 		deps, svcs := f.Apps().V1().Deployments(), f.Core().V1().Services()
 		pods, claims := f.Core().V1().Pods(), f.Core().V1().PersistentVolumeClaims()
+		ings := f.Networking().V1().Ingresses()
+		sets := f.Apps().V1().StatefulSets()
 		v = &view{
 			factory: f,
 			deps:    deps.Lister().Deployments(d.ns),
+			sets:    sets.Lister().StatefulSets(d.ns),
 			svcs:    svcs.Lister().Services(d.ns),
 			pods:    pods.Lister().Pods(d.ns),
 			claims:  claims.Lister().PersistentVolumeClaims(d.ns),
+			ings:    ings.Lister().Ingresses(d.ns),
 			synced: []cache.InformerSynced{
 				deps.Informer().HasSynced, svcs.Informer().HasSynced,
 				pods.Informer().HasSynced, claims.Informer().HasSynced,
+				ings.Informer().HasSynced, sets.Informer().HasSynced,
 			},
 		}
 		f.Start(d.stop)
@@ -98,11 +105,6 @@ func (v *view) guestPods(id string) ([]corev1.Pod, error) {
 	return out, nil
 }
 
-// allDeployments are the view's Deployments (shared: read only).
-func (v *view) allDeployments() ([]*appsv1.Deployment, error) {
-	return v.deps.List(labels.Everything())
-}
-
 // await waits, up to a few seconds, until the view shows the object get
 // reads at resource version rv or later, or, with rv "", shows it gone:
 // so the driver reads its own writes (a Create followed by an Inspect).
@@ -131,12 +133,14 @@ func until(ctx context.Context, done func() bool) {
 	}
 }
 
-// gone reports whether the view holds no Deployment, Service or pod of
-// the guest with id.
+// gone reports whether the view holds no Deployment, StatefulSet,
+// Service, Ingress or pod of the guest with id.
 func (v *view) gone(id string) bool {
 	sel := selector(map[string]string{LabelGuestID: id})
 	deps, _ := v.deps.List(sel)
+	sets, _ := v.sets.List(sel)
 	svcs, _ := v.svcs.List(sel)
+	ings, _ := v.ings.List(sel)
 	pods, _ := v.pods.List(sel)
-	return len(deps)+len(svcs)+len(pods) == 0
+	return len(deps)+len(sets)+len(svcs)+len(ings)+len(pods) == 0
 }

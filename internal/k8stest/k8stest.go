@@ -76,10 +76,21 @@ type Cluster struct {
 	Client k8s.Interface
 }
 
+// Option changes how Start starts the API server.
+type Option func(*options)
+
+type options struct{ serviceRange string }
+
+// ServiceRange makes the API server give Services cluster IPs from cidr
+// (default 10.96.0.0/16). A loopback range (127.x) lets a test stand in
+// for kube-proxy with a listener on a Service's cluster IP and port,
+// without touching the host's network.
+func ServiceRange(cidr string) Option { return func(o *options) { o.serviceRange = cidr } }
+
 // Start starts etcd and kube-apiserver on loopback and stops them (by the
 // processes envtest started, removing its temporary folders) when the
 // test ends, whether it passed or not.
-func Start(t testing.TB) *Cluster {
+func Start(t testing.TB, opts ...Option) *Cluster {
 	t.Helper()
 	// envtest logs through controller-runtime's logger, which otherwise
 	// complains, with a stack, that it was never set.
@@ -91,7 +102,11 @@ func Start(t testing.TB) *Cluster {
 	}
 	// envtest's default service range, a /24, holds 253 Services; the
 	// scale measurement makes more.
-	env.ControlPlane.GetAPIServer().Configure().Set("service-cluster-ip-range", "10.96.0.0/16")
+	o := options{serviceRange: "10.96.0.0/16"}
+	for _, f := range opts {
+		f(&o)
+	}
+	env.ControlPlane.GetAPIServer().Configure().Set("service-cluster-ip-range", o.serviceRange)
 	cfg, err := env.Start()
 	if err != nil {
 		_ = env.Stop()

@@ -350,8 +350,11 @@ func (c *cluster) json(v any, args ...string) error {
 // guestView is the part of `guest show --json` the tests read.
 type guestView struct {
 	Guest struct {
-		ID       string `json:"id"`
-		NodeID   string `json:"node_id"`
+		ID     string `json:"id"`
+		NodeID string `json:"node_id"`
+		Spec   struct {
+			Image string `json:"image"`
+		} `json:"spec"`
 		Observed struct {
 			State   string `json:"state"`
 			Pid     string `json:"pid"`

@@ -24,6 +24,8 @@ import (
 //
 //   - create latency: `corpus guest create` (the CLI process) until the
 //     guest's Deployment and Service exist in the API server;
+//   - update latency: `corpus guest update --image` (the CLI process)
+//     until the guest's Deployment carries the new image;
 //   - reconcile after an agent restart: CORPUS_BENCH_K8S_GUESTS guests
 //     (default 500) exist; the agent is killed, every Service is deleted
 //     by hand meanwhile, and the agent started again: the time until all
@@ -57,6 +59,29 @@ func TestKubernetesScale(t *testing.T) {
 	}
 	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
 	t.Logf("RESULT create_to_objects_ms min=%d median=%d max=%d (n=%d, CLI process included)",
+		lat[0].Milliseconds(), lat[len(lat)/2].Milliseconds(), lat[len(lat)-1].Milliseconds(), len(lat))
+
+	// Update latency through the CLI: `corpus guest update --image`
+	// until the Deployment's pod template carries the image.
+	lat = lat[:0]
+	for i := range 10 {
+		img := fmt.Sprintf("registry.example/app:1.%d", i+1)
+		start := time.Now()
+		c.mustCLI("guest", "update", "lat0", "--image", img)
+		eventually(t, time.Minute, "lat0 at "+img, func() error {
+			d, err := c.kube.Client.AppsV1().Deployments(c.ns).Get(ctx, "lat0", metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			if got := d.Spec.Template.Spec.Containers[0].Image; got != img {
+				return fmt.Errorf("image %s", got)
+			}
+			return nil
+		})
+		lat = append(lat, time.Since(start))
+	}
+	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
+	t.Logf("RESULT update_image_to_deployment_ms min=%d median=%d max=%d (n=%d, CLI process included)",
 		lat[0].Milliseconds(), lat[len(lat)/2].Milliseconds(), lat[len(lat)-1].Milliseconds(), len(lat))
 
 	// Many guests through the API, eight requests at a time.

@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -12,6 +14,7 @@ import (
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -26,6 +29,8 @@ type k8sCluster struct {
 	kube     *k8stest.Cluster
 	agent    *proc
 	ns       string
+	// proxy is the HTTP address of the agent's proxy.
+	proxy string
 }
 
 func freePort(t *testing.T) string {
@@ -40,15 +45,15 @@ func freePort(t *testing.T) string {
 
 // newK8sCluster starts it all, the node with capacity given as
 // --capacity takes it (memory=8G,cpus=4,disk=100G).
-func newK8sCluster(t *testing.T, node, capacity string) *k8sCluster {
+func newK8sCluster(t *testing.T, node, capacity string, opts ...k8stest.Option) *k8sCluster {
 	t.Helper()
 	requireE2E(t)
-	kube := k8stest.Start(t)
+	kube := k8stest.Start(t, opts...)
 	dir := tempDir(t)
 	c := &k8sCluster{
 		cluster: &cluster{t: t, dir: dir, api: freePort(t), cfgHome: filepath.Join(dir, "cfg"),
 			ca: filepath.Join(dir, "coordinator", "tls", "ca.crt")},
-		kube: kube, ns: "corpus-" + node,
+		kube: kube, ns: "corpus-" + node, proxy: freePort(t),
 	}
 	startIn(t, "", "coordinator", nil, "coordinator", "--data-dir", filepath.Join(dir, "coordinator"),
 		"--api-addr", c.api, "--raft-addr", freePort(t), "--dns-addr", freePort(t), "--gossip-addr", freePort(t))
@@ -73,7 +78,7 @@ func newK8sCluster(t *testing.T, node, capacity string) *k8sCluster {
 	}
 	out := c.mustCLI("node", "add-k8s", node, "--kubeconfig", kc, "--namespace-prefix", "corpus-",
 		"--capacity", capacity, "--state-dir", filepath.Join(dir, "agent-"+node),
-		"--api-addr", freePort(t), "--config-out", agentCfg)
+		"--api-addr", freePort(t), "--proxy-http-addr", c.proxy, "--config-out", agentCfg)
 	if !strings.Contains(out, "v1.32.13") || !strings.Contains(out, c.ns) {
 		t.Errorf("add-k8s said %q; want the cluster's version and the namespace %s", out, c.ns)
 	}
@@ -118,7 +123,9 @@ func (c *k8sCluster) objects(ctx context.Context, name string) (dep *appsv1.Depl
 // on the same port, collection of objects nobody wants, and delete. No
 // kubelet runs: the test marks the pod ready itself (simulated).
 func TestKubernetesNode(t *testing.T) {
-	c := newK8sCluster(t, "k8s1", "memory=8G,cpus=4,disk=100G")
+	// Services get cluster IPs on loopback (127.100.0.0/16), so the test
+	// can stand in for kube-proxy with a listener there.
+	c := newK8sCluster(t, "k8s1", "memory=8G,cpus=4,disk=100G", k8stest.ServiceRange("127.100.0.0/16"))
 	var n struct {
 		Node struct {
 			Node struct {
@@ -206,6 +213,106 @@ func TestKubernetesNode(t *testing.T) {
 		return nil
 	})
 
+	// Update in place: the Deployment rolls to the new image and limits.
+	hash := dep.Annotations["corpus.dev/spec-hash"]
+	start = time.Now()
+	c.mustCLI("guest", "update", "api", "--image", "registry.example/app:1.1", "--memory", "512M")
+	eventually(t, 30*time.Second, "api rolled to 1.1", func() error {
+		d, _, err := c.objects(ctx, "api")
+		switch {
+		case err != nil:
+			return err
+		case d.Spec.Template.Spec.Containers[0].Image != "registry.example/app:1.1":
+			return fmt.Errorf("image %s", d.Spec.Template.Spec.Containers[0].Image)
+		case d.Spec.Template.Spec.Containers[0].Resources.Limits.Memory().Value() != 512<<20:
+			return fmt.Errorf("memory limit %s", d.Spec.Template.Spec.Containers[0].Resources.Limits.Memory())
+		case d.Annotations["corpus.dev/spec-hash"] == hash:
+			return errors.New("spec hash unchanged")
+		}
+		return nil
+	})
+	t.Logf("guest update --image -> Deployment carries it: %s", time.Since(start).Round(time.Millisecond))
+	if g := c.guest("api"); g.Guest.Spec.Image != "registry.example/app:1.1" {
+		t.Errorf("guest show after update: image %q, want registry.example/app:1.1", g.Guest.Spec.Image)
+	}
+	var upd struct{ Changed bool }
+	if err := c.json(&upd, "guest", "update", "api", "--image", "registry.example/app:1.1"); err != nil || upd.Changed {
+		t.Errorf("the same update again = %+v, %v; want unchanged", upd, err)
+	}
+	if _, errOut, code := c.cli("guest", "update", "api", "--memory", "1K"); code == 0 || !strings.Contains(errOut, "below the minimum") {
+		t.Errorf("guest update --memory 1K = exit %d, %q; want a refusal", code, errOut)
+	}
+
+	// A route with no IngressClass in the cluster: the agent's proxy
+	// serves it, at the Service's cluster IP and port. No kube-proxy runs
+	// here: the test listens on that loopback cluster IP itself
+	// (simulated kube-proxy + pod).
+	svc, err := c.kube.Client.CoreV1().Services(c.ns).Get(ctx, "api", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", net.JoinHostPort(svc.Spec.ClusterIP, "8080"))
+	if err != nil {
+		t.Fatalf("standing in for kube-proxy on %s: %v", svc.Spec.ClusterIP, err)
+	}
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintf(w, "api via service %s, host %s", svc.Spec.ClusterIP, r.Host)
+	})}
+	go srv.Serve(ln)
+	t.Cleanup(func() { srv.Close() })
+	c.mustCLI("guest", "expose", "api", "--proxy", "--domain", "api.example.test", "--port", "8080")
+	eventually(t, 30*time.Second, "api reached through the proxy", func() error {
+		req, _ := http.NewRequestWithContext(ctx, "GET", "http://"+c.proxy+"/", nil)
+		req.Host = "api.example.test"
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return err
+		}
+		defer res.Body.Close()
+		b, _ := io.ReadAll(res.Body)
+		if res.StatusCode != 200 || !strings.Contains(string(b), "api via service "+svc.Spec.ClusterIP) {
+			return fmt.Errorf("status %d: %s", res.StatusCode, b)
+		}
+		return nil
+	})
+	if list, err := c.kube.Client.NetworkingV1().Ingresses(c.ns).List(ctx, metav1.ListOptions{}); err != nil || len(list.Items) != 0 {
+		t.Errorf("ingresses without an ingress class: %v, %v; want none", list, err)
+	}
+
+	// With an IngressClass the route becomes an Ingress (no controller
+	// runs: the object is checked, not traffic through it).
+	if _, err := c.kube.Client.NetworkingV1().IngressClasses().Create(ctx, &networkingv1.IngressClass{
+		ObjectMeta: metav1.ObjectMeta{Name: "test-nginx"}, Spec: networkingv1.IngressClassSpec{Controller: "k8s.io/ingress-nginx"},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 45*time.Second, "ingress of api.example.test", func() error {
+		list, err := c.kube.Client.NetworkingV1().Ingresses(c.ns).List(ctx, metav1.ListOptions{LabelSelector: "corpus.dev/guest=api"})
+		if err != nil {
+			return err
+		}
+		if len(list.Items) != 1 {
+			return fmt.Errorf("%d ingresses", len(list.Items))
+		}
+		ing := list.Items[0]
+		r := ing.Spec.Rules
+		if *ing.Spec.IngressClassName != "test-nginx" || len(r) != 1 || r[0].Host != "api.example.test" ||
+			r[0].HTTP.Paths[0].Backend.Service.Name != "api" || r[0].HTTP.Paths[0].Backend.Service.Port.Number != 8080 {
+			return fmt.Errorf("ingress %+v", ing.Spec)
+		}
+		return nil
+	})
+
+	// The route deleted: its Ingress goes.
+	c.mustCLI("ingress", "delete", "--domain", "api.example.test")
+	eventually(t, 30*time.Second, "ingress of api.example.test deleted", func() error {
+		list, err := c.kube.Client.NetworkingV1().Ingresses(c.ns).List(ctx, metav1.ListOptions{})
+		if err != nil || len(list.Items) != 0 {
+			return fmt.Errorf("%d ingresses (%v)", len(list.Items), err)
+		}
+		return nil
+	})
+
 	// A second guest on the same port fits: ports live on each guest's
 	// Service, not on a node.
 	c.mustCLI("guest", "create", "web", "--driver", "kubernetes", "--image", "nginx:1.27", "--memory", "128M", "--port", "8080", "--detach")
@@ -255,7 +362,8 @@ func TestKubernetesNode(t *testing.T) {
 		t.Errorf("deployment of a refused guest: %v, want not found", err)
 	}
 
-	// A guest with a volume gets a claim, mounted by its pod.
+	// A guest with a volume gets a claim, mounted by the pod of a
+	// StatefulSet (no Deployment).
 	c.mustCLI("guest", "create", "data", "--driver", "kubernetes", "--image", "postgres:17", "--volume", "1G", "--detach")
 	eventually(t, 30*time.Second, "claim of data", func() error {
 		claim, err := c.kube.Client.CoreV1().PersistentVolumeClaims(c.ns).Get(ctx, "data", metav1.GetOptions{})
@@ -265,12 +373,21 @@ func TestKubernetesNode(t *testing.T) {
 		if size := claim.Spec.Resources.Requests.Storage(); size.Value() != 1<<30 {
 			return fmt.Errorf("claim size %s, want 1Gi", size)
 		}
-		d, _, err := c.objects(ctx, "data")
-		if d == nil {
-			return fmt.Errorf("deployment of data: %v", err)
+		set, err := c.kube.Client.AppsV1().StatefulSets(c.ns).Get(ctx, "data", metav1.GetOptions{})
+		if err != nil {
+			return fmt.Errorf("statefulset of data: %v", err)
 		}
-		if m := d.Spec.Template.Spec.Containers[0].VolumeMounts; len(m) != 1 || m[0].MountPath != "/srv/data" {
+		if m := set.Spec.Template.Spec.Containers[0].VolumeMounts; len(m) != 1 || m[0].MountPath != "/srv/data" {
 			return fmt.Errorf("mounts %v, want the claim at /srv/data", m)
+		}
+		if v := set.Spec.Template.Spec.Volumes; len(v) != 1 || v[0].PersistentVolumeClaim == nil || v[0].PersistentVolumeClaim.ClaimName != "data" {
+			return fmt.Errorf("volumes %v, want claim data", v)
+		}
+		if set.Spec.Replicas == nil || *set.Spec.Replicas != 1 {
+			return fmt.Errorf("replicas %v, want 1 (started)", set.Spec.Replicas)
+		}
+		if _, err := c.kube.Client.AppsV1().Deployments(c.ns).Get(ctx, "data", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+			return fmt.Errorf("deployment of a volume guest: %v", err)
 		}
 		return nil
 	})

@@ -73,6 +73,7 @@ func addKubernetesFlags(f *pflag.FlagSet, k *catalog.KubernetesConfig) {
 	f.StringVar(&k.Kubeconfig, "kubeconfig", k.Kubeconfig, "serve this Kubernetes cluster as the node (runs only the kubernetes driver unless --drivers says otherwise)")
 	f.StringVar(&k.NamespacePrefix, "namespace-prefix", k.NamespacePrefix, "the node's guests live in namespace PREFIX+NODE")
 	f.StringVar(&k.StorageClass, "storage-class", k.StorageClass, "storage class of guest volume claims (default: the cluster's)")
+	f.StringVar(&k.IngressClass, "ingress-class", k.IngressClass, "IngressClass of the Ingresses made for http routes (default: the cluster's default or only class; none: the agent's proxy serves routes)")
 	f.Var(capacityFlag{&k.Capacity}, "capacity", "node capacity instead of the sum of the cluster nodes' allocatable resources, e.g. memory=8G,cpus=4,disk=100G")
 }
 
@@ -89,6 +90,8 @@ type k8sAgentConfig struct {
 	Kubeconfig      string   `yaml:"kubeconfig"`
 	NamespacePrefix string   `yaml:"namespace_prefix"`
 	StorageClass    string   `yaml:"storage_class,omitempty"`
+	IngressClass    string   `yaml:"ingress_class,omitempty"`
+	ProxyHTTPAddr   string   `yaml:"proxy_http_addr,omitempty"`
 	Capacity        string   `yaml:"capacity,omitempty"`
 	GitAddr         string   `yaml:"git_addr"`
 	GossipAddr      string   `yaml:"gossip_addr"`
@@ -101,6 +104,7 @@ func newNodeAddK8sCmd(g *globals) *cobra.Command {
 		apiAddr   string
 		advertise string
 		out       string
+		proxyAddr string
 	)
 	cmd := &cobra.Command{
 		Use:   "add-k8s NAME --kubeconfig FILE [--namespace-prefix corpus-]",
@@ -109,7 +113,10 @@ func newNodeAddK8sCmd(g *globals) *cobra.Command {
 capacity (the sum of its schedulable nodes' allocatable resources, or
 --capacity), creates a join token and writes the config file of the agent
 that will serve the cluster: it runs only the kubernetes driver, with no
-bridge, NAT, proxy or git endpoint of its own. Start that agent with
+bridge, NAT or loop volumes of its own. http routes to its guests become
+Ingress objects when the cluster has an IngressClass (--ingress-class, or
+the cluster's default or only class); other routes go through the
+agent's proxy to the guests' Services (cluster IP and port). Start that agent with
 'corpus agent --config FILE'; the node appears once it has enrolled.`,
 		Example: `  corpus node add-k8s k8s-eu --kubeconfig ~/.kube/eu.yaml --namespace-prefix corpus-
   corpus node add-k8s lab --kubeconfig lab.yaml --capacity memory=8G,cpus=4 --config-out lab-agent.yaml`,
@@ -126,7 +133,7 @@ bridge, NAT, proxy or git endpoint of its own. Start that agent with
 			if err != nil {
 				return err
 			}
-			d, err := kubernetes.New(kubernetes.Config{Kubeconfig: kc, NamespacePrefix: k.NamespacePrefix, Node: name, Capacity: k.Capacity})
+			d, err := kubernetes.New(kubernetes.Config{Kubeconfig: kc, NamespacePrefix: k.NamespacePrefix, Node: name, Capacity: k.Capacity, IngressClass: k.IngressClass})
 			if err != nil {
 				return err
 			}
@@ -166,6 +173,7 @@ bridge, NAT, proxy or git endpoint of its own. Start that agent with
 				Name: name, StateDir: stateDir, Coordinator: []string{addr},
 				JoinToken: tok.Msg.Token, APIAddr: apiAddr, AdvertiseAddr: advertise, Drivers: []string{"kubernetes"},
 				Kubeconfig: kc, NamespacePrefix: k.NamespacePrefix, StorageClass: k.StorageClass,
+				IngressClass: k.IngressClass, ProxyHTTPAddr: proxyAddr,
 				Capacity: capacityFlag{&k.Capacity}.String(),
 			}
 			b, err := yaml.Marshal(cfg)
@@ -199,6 +207,7 @@ bridge, NAT, proxy or git endpoint of its own. Start that agent with
 	f.StringVar(&stateDir, "state-dir", "", "the agent's state folder (default /var/lib/corpus/agent-NAME)")
 	f.StringVar(&apiAddr, "api-addr", "127.0.0.1:7412", "listen address of the agent's own API")
 	f.StringVar(&advertise, "advertise-addr", "", "address coordinators use to reach the agent (default: --api-addr)")
+	f.StringVar(&proxyAddr, "proxy-http-addr", "", "listen address of the agent's proxy, which serves routes no Ingress serves (default the agent's, :80)")
 	f.StringVar(&out, "config-out", "", "where to write the agent's config file (default /etc/corpus/agent-NAME.yaml)")
 	return cmd
 }

@@ -1893,6 +1893,109 @@ func (x *GuestActionRequest) GetPurgeVolume() bool {
 	return false
 }
 
+// UpdateGuestRequest changes the fields that are set; the rest stay.
+type UpdateGuestRequest struct {
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	Name        string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Image       *string                `protobuf:"bytes,2,opt,name=image,proto3,oneof" json:"image,omitempty"`
+	MemoryBytes *int64                 `protobuf:"varint,3,opt,name=memory_bytes,json=memoryBytes,proto3,oneof" json:"memory_bytes,omitempty"`
+	CpuMillis   *int64                 `protobuf:"varint,4,opt,name=cpu_millis,json=cpuMillis,proto3,oneof" json:"cpu_millis,omitempty"`
+	// set_env adds or replaces environment variables; unset_env removes them.
+	SetEnv   map[string]string `protobuf:"bytes,5,rep,name=set_env,json=setEnv,proto3" json:"set_env,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	UnsetEnv []string          `protobuf:"bytes,6,rep,name=unset_env,json=unsetEnv,proto3" json:"unset_env,omitempty"`
+	// replace_ports makes ports the guest's whole port list (none clears it).
+	ReplacePorts  bool    `protobuf:"varint,7,opt,name=replace_ports,json=replacePorts,proto3" json:"replace_ports,omitempty"`
+	Ports         []*Port `protobuf:"bytes,8,rep,name=ports,proto3" json:"ports,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UpdateGuestRequest) Reset() {
+	*x = UpdateGuestRequest{}
+	mi := &file_corpus_v1_api_proto_msgTypes[34]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UpdateGuestRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UpdateGuestRequest) ProtoMessage() {}
+
+func (x *UpdateGuestRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_api_proto_msgTypes[34]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UpdateGuestRequest.ProtoReflect.Descriptor instead.
+func (*UpdateGuestRequest) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{34}
+}
+
+func (x *UpdateGuestRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *UpdateGuestRequest) GetImage() string {
+	if x != nil && x.Image != nil {
+		return *x.Image
+	}
+	return ""
+}
+
+func (x *UpdateGuestRequest) GetMemoryBytes() int64 {
+	if x != nil && x.MemoryBytes != nil {
+		return *x.MemoryBytes
+	}
+	return 0
+}
+
+func (x *UpdateGuestRequest) GetCpuMillis() int64 {
+	if x != nil && x.CpuMillis != nil {
+		return *x.CpuMillis
+	}
+	return 0
+}
+
+func (x *UpdateGuestRequest) GetSetEnv() map[string]string {
+	if x != nil {
+		return x.SetEnv
+	}
+	return nil
+}
+
+func (x *UpdateGuestRequest) GetUnsetEnv() []string {
+	if x != nil {
+		return x.UnsetEnv
+	}
+	return nil
+}
+
+func (x *UpdateGuestRequest) GetReplacePorts() bool {
+	if x != nil {
+		return x.ReplacePorts
+	}
+	return false
+}
+
+func (x *UpdateGuestRequest) GetPorts() []*Port {
+	if x != nil {
+		return x.Ports
+	}
+	return nil
+}
+
 type GuestActionResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Guest *Guest                 `protobuf:"bytes,1,opt,name=guest,proto3" json:"guest,omitempty"`
@@ -1904,7 +2007,7 @@ type GuestActionResponse struct {
 
 func (x *GuestActionResponse) Reset() {
 	*x = GuestActionResponse{}
-	mi := &file_corpus_v1_api_proto_msgTypes[34]
+	mi := &file_corpus_v1_api_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1916,7 +2019,7 @@ func (x *GuestActionResponse) String() string {
 func (*GuestActionResponse) ProtoMessage() {}
 
 func (x *GuestActionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[34]
+	mi := &file_corpus_v1_api_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1929,7 +2032,7 @@ func (x *GuestActionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GuestActionResponse.ProtoReflect.Descriptor instead.
 func (*GuestActionResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{34}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *GuestActionResponse) GetGuest() *Guest {
@@ -1960,7 +2063,7 @@ type ExecGuestRequest struct {
 
 func (x *ExecGuestRequest) Reset() {
 	*x = ExecGuestRequest{}
-	mi := &file_corpus_v1_api_proto_msgTypes[35]
+	mi := &file_corpus_v1_api_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1972,7 +2075,7 @@ func (x *ExecGuestRequest) String() string {
 func (*ExecGuestRequest) ProtoMessage() {}
 
 func (x *ExecGuestRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[35]
+	mi := &file_corpus_v1_api_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1985,7 +2088,7 @@ func (x *ExecGuestRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecGuestRequest.ProtoReflect.Descriptor instead.
 func (*ExecGuestRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{35}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *ExecGuestRequest) GetName() string {
@@ -2036,7 +2139,7 @@ type ExecOutput struct {
 
 func (x *ExecOutput) Reset() {
 	*x = ExecOutput{}
-	mi := &file_corpus_v1_api_proto_msgTypes[36]
+	mi := &file_corpus_v1_api_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2048,7 +2151,7 @@ func (x *ExecOutput) String() string {
 func (*ExecOutput) ProtoMessage() {}
 
 func (x *ExecOutput) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[36]
+	mi := &file_corpus_v1_api_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2061,7 +2164,7 @@ func (x *ExecOutput) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecOutput.ProtoReflect.Descriptor instead.
 func (*ExecOutput) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{36}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *ExecOutput) GetStdout() []byte {
@@ -2107,7 +2210,7 @@ type CreateRouteRequest struct {
 
 func (x *CreateRouteRequest) Reset() {
 	*x = CreateRouteRequest{}
-	mi := &file_corpus_v1_api_proto_msgTypes[37]
+	mi := &file_corpus_v1_api_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2119,7 +2222,7 @@ func (x *CreateRouteRequest) String() string {
 func (*CreateRouteRequest) ProtoMessage() {}
 
 func (x *CreateRouteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[37]
+	mi := &file_corpus_v1_api_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2132,7 +2235,7 @@ func (x *CreateRouteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateRouteRequest.ProtoReflect.Descriptor instead.
 func (*CreateRouteRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{37}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *CreateRouteRequest) GetKind() string {
@@ -2181,7 +2284,7 @@ type CreateRouteResponse struct {
 
 func (x *CreateRouteResponse) Reset() {
 	*x = CreateRouteResponse{}
-	mi := &file_corpus_v1_api_proto_msgTypes[38]
+	mi := &file_corpus_v1_api_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2193,7 +2296,7 @@ func (x *CreateRouteResponse) String() string {
 func (*CreateRouteResponse) ProtoMessage() {}
 
 func (x *CreateRouteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[38]
+	mi := &file_corpus_v1_api_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2206,7 +2309,7 @@ func (x *CreateRouteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateRouteResponse.ProtoReflect.Descriptor instead.
 func (*CreateRouteResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{38}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *CreateRouteResponse) GetRoute() *Route {
@@ -2231,7 +2334,7 @@ type ListRoutesRequest struct {
 
 func (x *ListRoutesRequest) Reset() {
 	*x = ListRoutesRequest{}
-	mi := &file_corpus_v1_api_proto_msgTypes[39]
+	mi := &file_corpus_v1_api_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2243,7 +2346,7 @@ func (x *ListRoutesRequest) String() string {
 func (*ListRoutesRequest) ProtoMessage() {}
 
 func (x *ListRoutesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[39]
+	mi := &file_corpus_v1_api_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2256,7 +2359,7 @@ func (x *ListRoutesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRoutesRequest.ProtoReflect.Descriptor instead.
 func (*ListRoutesRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{39}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{40}
 }
 
 // RouteView is a route with where it points now.
@@ -2274,7 +2377,7 @@ type RouteView struct {
 
 func (x *RouteView) Reset() {
 	*x = RouteView{}
-	mi := &file_corpus_v1_api_proto_msgTypes[40]
+	mi := &file_corpus_v1_api_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2286,7 +2389,7 @@ func (x *RouteView) String() string {
 func (*RouteView) ProtoMessage() {}
 
 func (x *RouteView) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[40]
+	mi := &file_corpus_v1_api_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2299,7 +2402,7 @@ func (x *RouteView) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RouteView.ProtoReflect.Descriptor instead.
 func (*RouteView) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{40}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *RouteView) GetRoute() *Route {
@@ -2348,7 +2451,7 @@ type ListRoutesResponse struct {
 
 func (x *ListRoutesResponse) Reset() {
 	*x = ListRoutesResponse{}
-	mi := &file_corpus_v1_api_proto_msgTypes[41]
+	mi := &file_corpus_v1_api_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2360,7 +2463,7 @@ func (x *ListRoutesResponse) String() string {
 func (*ListRoutesResponse) ProtoMessage() {}
 
 func (x *ListRoutesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[41]
+	mi := &file_corpus_v1_api_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2373,7 +2476,7 @@ func (x *ListRoutesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRoutesResponse.ProtoReflect.Descriptor instead.
 func (*ListRoutesResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{41}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *ListRoutesResponse) GetRoutes() []*RouteView {
@@ -2403,7 +2506,7 @@ type NatView struct {
 
 func (x *NatView) Reset() {
 	*x = NatView{}
-	mi := &file_corpus_v1_api_proto_msgTypes[42]
+	mi := &file_corpus_v1_api_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2415,7 +2518,7 @@ func (x *NatView) String() string {
 func (*NatView) ProtoMessage() {}
 
 func (x *NatView) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[42]
+	mi := &file_corpus_v1_api_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2428,7 +2531,7 @@ func (x *NatView) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NatView.ProtoReflect.Descriptor instead.
 func (*NatView) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{42}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *NatView) GetGuestName() string {
@@ -2478,7 +2581,7 @@ type DeleteRouteRequest struct {
 
 func (x *DeleteRouteRequest) Reset() {
 	*x = DeleteRouteRequest{}
-	mi := &file_corpus_v1_api_proto_msgTypes[43]
+	mi := &file_corpus_v1_api_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2490,7 +2593,7 @@ func (x *DeleteRouteRequest) String() string {
 func (*DeleteRouteRequest) ProtoMessage() {}
 
 func (x *DeleteRouteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[43]
+	mi := &file_corpus_v1_api_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2503,7 +2606,7 @@ func (x *DeleteRouteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteRouteRequest.ProtoReflect.Descriptor instead.
 func (*DeleteRouteRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{43}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *DeleteRouteRequest) GetDomain() string {
@@ -2536,7 +2639,7 @@ type DeleteRouteResponse struct {
 
 func (x *DeleteRouteResponse) Reset() {
 	*x = DeleteRouteResponse{}
-	mi := &file_corpus_v1_api_proto_msgTypes[44]
+	mi := &file_corpus_v1_api_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2548,7 +2651,7 @@ func (x *DeleteRouteResponse) String() string {
 func (*DeleteRouteResponse) ProtoMessage() {}
 
 func (x *DeleteRouteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[44]
+	mi := &file_corpus_v1_api_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2561,7 +2664,7 @@ func (x *DeleteRouteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteRouteResponse.ProtoReflect.Descriptor instead.
 func (*DeleteRouteResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{44}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *DeleteRouteResponse) GetRoute() *Route {
@@ -2585,7 +2688,7 @@ type MoveRouteRequest struct {
 
 func (x *MoveRouteRequest) Reset() {
 	*x = MoveRouteRequest{}
-	mi := &file_corpus_v1_api_proto_msgTypes[45]
+	mi := &file_corpus_v1_api_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2597,7 +2700,7 @@ func (x *MoveRouteRequest) String() string {
 func (*MoveRouteRequest) ProtoMessage() {}
 
 func (x *MoveRouteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[45]
+	mi := &file_corpus_v1_api_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2610,7 +2713,7 @@ func (x *MoveRouteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MoveRouteRequest.ProtoReflect.Descriptor instead.
 func (*MoveRouteRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{45}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *MoveRouteRequest) GetDomain() string {
@@ -2657,7 +2760,7 @@ type MoveRouteResponse struct {
 
 func (x *MoveRouteResponse) Reset() {
 	*x = MoveRouteResponse{}
-	mi := &file_corpus_v1_api_proto_msgTypes[46]
+	mi := &file_corpus_v1_api_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2669,7 +2772,7 @@ func (x *MoveRouteResponse) String() string {
 func (*MoveRouteResponse) ProtoMessage() {}
 
 func (x *MoveRouteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[46]
+	mi := &file_corpus_v1_api_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2682,7 +2785,7 @@ func (x *MoveRouteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MoveRouteResponse.ProtoReflect.Descriptor instead.
 func (*MoveRouteResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{46}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *MoveRouteResponse) GetRoute() *Route {
@@ -2700,7 +2803,7 @@ type ListRecordsRequest struct {
 
 func (x *ListRecordsRequest) Reset() {
 	*x = ListRecordsRequest{}
-	mi := &file_corpus_v1_api_proto_msgTypes[47]
+	mi := &file_corpus_v1_api_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2712,7 +2815,7 @@ func (x *ListRecordsRequest) String() string {
 func (*ListRecordsRequest) ProtoMessage() {}
 
 func (x *ListRecordsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[47]
+	mi := &file_corpus_v1_api_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2725,7 +2828,7 @@ func (x *ListRecordsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRecordsRequest.ProtoReflect.Descriptor instead.
 func (*ListRecordsRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{47}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{48}
 }
 
 // ZoneRecord is one record of the zone as served.
@@ -2744,7 +2847,7 @@ type ZoneRecord struct {
 
 func (x *ZoneRecord) Reset() {
 	*x = ZoneRecord{}
-	mi := &file_corpus_v1_api_proto_msgTypes[48]
+	mi := &file_corpus_v1_api_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2756,7 +2859,7 @@ func (x *ZoneRecord) String() string {
 func (*ZoneRecord) ProtoMessage() {}
 
 func (x *ZoneRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[48]
+	mi := &file_corpus_v1_api_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2769,7 +2872,7 @@ func (x *ZoneRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ZoneRecord.ProtoReflect.Descriptor instead.
 func (*ZoneRecord) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{48}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *ZoneRecord) GetName() string {
@@ -2820,7 +2923,7 @@ type ListRecordsResponse struct {
 
 func (x *ListRecordsResponse) Reset() {
 	*x = ListRecordsResponse{}
-	mi := &file_corpus_v1_api_proto_msgTypes[49]
+	mi := &file_corpus_v1_api_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2832,7 +2935,7 @@ func (x *ListRecordsResponse) String() string {
 func (*ListRecordsResponse) ProtoMessage() {}
 
 func (x *ListRecordsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[49]
+	mi := &file_corpus_v1_api_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2845,7 +2948,7 @@ func (x *ListRecordsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRecordsResponse.ProtoReflect.Descriptor instead.
 func (*ListRecordsResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{49}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *ListRecordsResponse) GetZone() string {
@@ -2888,7 +2991,7 @@ type AddRecordRequest struct {
 
 func (x *AddRecordRequest) Reset() {
 	*x = AddRecordRequest{}
-	mi := &file_corpus_v1_api_proto_msgTypes[50]
+	mi := &file_corpus_v1_api_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2900,7 +3003,7 @@ func (x *AddRecordRequest) String() string {
 func (*AddRecordRequest) ProtoMessage() {}
 
 func (x *AddRecordRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[50]
+	mi := &file_corpus_v1_api_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2913,7 +3016,7 @@ func (x *AddRecordRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddRecordRequest.ProtoReflect.Descriptor instead.
 func (*AddRecordRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{50}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *AddRecordRequest) GetName() string {
@@ -2954,7 +3057,7 @@ type AddRecordResponse struct {
 
 func (x *AddRecordResponse) Reset() {
 	*x = AddRecordResponse{}
-	mi := &file_corpus_v1_api_proto_msgTypes[51]
+	mi := &file_corpus_v1_api_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2966,7 +3069,7 @@ func (x *AddRecordResponse) String() string {
 func (*AddRecordResponse) ProtoMessage() {}
 
 func (x *AddRecordResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[51]
+	mi := &file_corpus_v1_api_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2979,7 +3082,7 @@ func (x *AddRecordResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddRecordResponse.ProtoReflect.Descriptor instead.
 func (*AddRecordResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{51}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *AddRecordResponse) GetRecord() *DnsRecord {
@@ -3005,7 +3108,7 @@ type DeleteRecordRequest struct {
 
 func (x *DeleteRecordRequest) Reset() {
 	*x = DeleteRecordRequest{}
-	mi := &file_corpus_v1_api_proto_msgTypes[52]
+	mi := &file_corpus_v1_api_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3017,7 +3120,7 @@ func (x *DeleteRecordRequest) String() string {
 func (*DeleteRecordRequest) ProtoMessage() {}
 
 func (x *DeleteRecordRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[52]
+	mi := &file_corpus_v1_api_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3030,7 +3133,7 @@ func (x *DeleteRecordRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteRecordRequest.ProtoReflect.Descriptor instead.
 func (*DeleteRecordRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{52}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *DeleteRecordRequest) GetId() string {
@@ -3049,7 +3152,7 @@ type DeleteRecordResponse struct {
 
 func (x *DeleteRecordResponse) Reset() {
 	*x = DeleteRecordResponse{}
-	mi := &file_corpus_v1_api_proto_msgTypes[53]
+	mi := &file_corpus_v1_api_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3061,7 +3164,7 @@ func (x *DeleteRecordResponse) String() string {
 func (*DeleteRecordResponse) ProtoMessage() {}
 
 func (x *DeleteRecordResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[53]
+	mi := &file_corpus_v1_api_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3074,7 +3177,7 @@ func (x *DeleteRecordResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteRecordResponse.ProtoReflect.Descriptor instead.
 func (*DeleteRecordResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{53}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *DeleteRecordResponse) GetRecord() *DnsRecord {
@@ -3093,7 +3196,7 @@ type SnapshotVolumeRequest struct {
 
 func (x *SnapshotVolumeRequest) Reset() {
 	*x = SnapshotVolumeRequest{}
-	mi := &file_corpus_v1_api_proto_msgTypes[54]
+	mi := &file_corpus_v1_api_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3105,7 +3208,7 @@ func (x *SnapshotVolumeRequest) String() string {
 func (*SnapshotVolumeRequest) ProtoMessage() {}
 
 func (x *SnapshotVolumeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[54]
+	mi := &file_corpus_v1_api_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3118,7 +3221,7 @@ func (x *SnapshotVolumeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotVolumeRequest.ProtoReflect.Descriptor instead.
 func (*SnapshotVolumeRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{54}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *SnapshotVolumeRequest) GetName() string {
@@ -3140,7 +3243,7 @@ type SnapshotVolumeResponse struct {
 
 func (x *SnapshotVolumeResponse) Reset() {
 	*x = SnapshotVolumeResponse{}
-	mi := &file_corpus_v1_api_proto_msgTypes[55]
+	mi := &file_corpus_v1_api_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3152,7 +3255,7 @@ func (x *SnapshotVolumeResponse) String() string {
 func (*SnapshotVolumeResponse) ProtoMessage() {}
 
 func (x *SnapshotVolumeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[55]
+	mi := &file_corpus_v1_api_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3165,7 +3268,7 @@ func (x *SnapshotVolumeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotVolumeResponse.ProtoReflect.Descriptor instead.
 func (*SnapshotVolumeResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{55}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *SnapshotVolumeResponse) GetPath() string {
@@ -3200,7 +3303,7 @@ type MoveVolumeRequest struct {
 
 func (x *MoveVolumeRequest) Reset() {
 	*x = MoveVolumeRequest{}
-	mi := &file_corpus_v1_api_proto_msgTypes[56]
+	mi := &file_corpus_v1_api_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3212,7 +3315,7 @@ func (x *MoveVolumeRequest) String() string {
 func (*MoveVolumeRequest) ProtoMessage() {}
 
 func (x *MoveVolumeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[56]
+	mi := &file_corpus_v1_api_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3225,7 +3328,7 @@ func (x *MoveVolumeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MoveVolumeRequest.ProtoReflect.Descriptor instead.
 func (*MoveVolumeRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{56}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *MoveVolumeRequest) GetName() string {
@@ -3254,7 +3357,7 @@ type MoveVolumeProgress struct {
 
 func (x *MoveVolumeProgress) Reset() {
 	*x = MoveVolumeProgress{}
-	mi := &file_corpus_v1_api_proto_msgTypes[57]
+	mi := &file_corpus_v1_api_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3266,7 +3369,7 @@ func (x *MoveVolumeProgress) String() string {
 func (*MoveVolumeProgress) ProtoMessage() {}
 
 func (x *MoveVolumeProgress) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[57]
+	mi := &file_corpus_v1_api_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3279,7 +3382,7 @@ func (x *MoveVolumeProgress) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MoveVolumeProgress.ProtoReflect.Descriptor instead.
 func (*MoveVolumeProgress) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{57}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *MoveVolumeProgress) GetDoneBytes() int64 {
@@ -3323,7 +3426,7 @@ type ResizeVolumeRequest struct {
 
 func (x *ResizeVolumeRequest) Reset() {
 	*x = ResizeVolumeRequest{}
-	mi := &file_corpus_v1_api_proto_msgTypes[58]
+	mi := &file_corpus_v1_api_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3335,7 +3438,7 @@ func (x *ResizeVolumeRequest) String() string {
 func (*ResizeVolumeRequest) ProtoMessage() {}
 
 func (x *ResizeVolumeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[58]
+	mi := &file_corpus_v1_api_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3348,7 +3451,7 @@ func (x *ResizeVolumeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResizeVolumeRequest.ProtoReflect.Descriptor instead.
 func (*ResizeVolumeRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{58}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *ResizeVolumeRequest) GetName() string {
@@ -3389,7 +3492,7 @@ type ResizeVolumeResponse struct {
 
 func (x *ResizeVolumeResponse) Reset() {
 	*x = ResizeVolumeResponse{}
-	mi := &file_corpus_v1_api_proto_msgTypes[59]
+	mi := &file_corpus_v1_api_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3401,7 +3504,7 @@ func (x *ResizeVolumeResponse) String() string {
 func (*ResizeVolumeResponse) ProtoMessage() {}
 
 func (x *ResizeVolumeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[59]
+	mi := &file_corpus_v1_api_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3414,7 +3517,7 @@ func (x *ResizeVolumeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResizeVolumeResponse.ProtoReflect.Descriptor instead.
 func (*ResizeVolumeResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{59}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *ResizeVolumeResponse) GetVolume() *Volume {
@@ -3439,7 +3542,7 @@ type ListVolumesRequest struct {
 
 func (x *ListVolumesRequest) Reset() {
 	*x = ListVolumesRequest{}
-	mi := &file_corpus_v1_api_proto_msgTypes[60]
+	mi := &file_corpus_v1_api_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3451,7 +3554,7 @@ func (x *ListVolumesRequest) String() string {
 func (*ListVolumesRequest) ProtoMessage() {}
 
 func (x *ListVolumesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[60]
+	mi := &file_corpus_v1_api_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3464,7 +3567,7 @@ func (x *ListVolumesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListVolumesRequest.ProtoReflect.Descriptor instead.
 func (*ListVolumesRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{60}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{61}
 }
 
 type VolumeView struct {
@@ -3477,7 +3580,7 @@ type VolumeView struct {
 
 func (x *VolumeView) Reset() {
 	*x = VolumeView{}
-	mi := &file_corpus_v1_api_proto_msgTypes[61]
+	mi := &file_corpus_v1_api_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3489,7 +3592,7 @@ func (x *VolumeView) String() string {
 func (*VolumeView) ProtoMessage() {}
 
 func (x *VolumeView) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[61]
+	mi := &file_corpus_v1_api_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3502,7 +3605,7 @@ func (x *VolumeView) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VolumeView.ProtoReflect.Descriptor instead.
 func (*VolumeView) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{61}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *VolumeView) GetVolume() *Volume {
@@ -3528,7 +3631,7 @@ type ListVolumesResponse struct {
 
 func (x *ListVolumesResponse) Reset() {
 	*x = ListVolumesResponse{}
-	mi := &file_corpus_v1_api_proto_msgTypes[62]
+	mi := &file_corpus_v1_api_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3540,7 +3643,7 @@ func (x *ListVolumesResponse) String() string {
 func (*ListVolumesResponse) ProtoMessage() {}
 
 func (x *ListVolumesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[62]
+	mi := &file_corpus_v1_api_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3553,7 +3656,7 @@ func (x *ListVolumesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListVolumesResponse.ProtoReflect.Descriptor instead.
 func (*ListVolumesResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{62}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *ListVolumesResponse) GetVolumes() []*VolumeView {
@@ -3572,7 +3675,7 @@ type GetVolumeRequest struct {
 
 func (x *GetVolumeRequest) Reset() {
 	*x = GetVolumeRequest{}
-	mi := &file_corpus_v1_api_proto_msgTypes[63]
+	mi := &file_corpus_v1_api_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3584,7 +3687,7 @@ func (x *GetVolumeRequest) String() string {
 func (*GetVolumeRequest) ProtoMessage() {}
 
 func (x *GetVolumeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[63]
+	mi := &file_corpus_v1_api_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3597,7 +3700,7 @@ func (x *GetVolumeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetVolumeRequest.ProtoReflect.Descriptor instead.
 func (*GetVolumeRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{63}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *GetVolumeRequest) GetName() string {
@@ -3616,7 +3719,7 @@ type GetVolumeResponse struct {
 
 func (x *GetVolumeResponse) Reset() {
 	*x = GetVolumeResponse{}
-	mi := &file_corpus_v1_api_proto_msgTypes[64]
+	mi := &file_corpus_v1_api_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3628,7 +3731,7 @@ func (x *GetVolumeResponse) String() string {
 func (*GetVolumeResponse) ProtoMessage() {}
 
 func (x *GetVolumeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[64]
+	mi := &file_corpus_v1_api_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3641,7 +3744,7 @@ func (x *GetVolumeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetVolumeResponse.ProtoReflect.Descriptor instead.
 func (*GetVolumeResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{64}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *GetVolumeResponse) GetVolume() *VolumeView {
@@ -3660,7 +3763,7 @@ type DeleteVolumeRequest struct {
 
 func (x *DeleteVolumeRequest) Reset() {
 	*x = DeleteVolumeRequest{}
-	mi := &file_corpus_v1_api_proto_msgTypes[65]
+	mi := &file_corpus_v1_api_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3672,7 +3775,7 @@ func (x *DeleteVolumeRequest) String() string {
 func (*DeleteVolumeRequest) ProtoMessage() {}
 
 func (x *DeleteVolumeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[65]
+	mi := &file_corpus_v1_api_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3685,7 +3788,7 @@ func (x *DeleteVolumeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteVolumeRequest.ProtoReflect.Descriptor instead.
 func (*DeleteVolumeRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{65}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *DeleteVolumeRequest) GetName() string {
@@ -3704,7 +3807,7 @@ type DeleteVolumeResponse struct {
 
 func (x *DeleteVolumeResponse) Reset() {
 	*x = DeleteVolumeResponse{}
-	mi := &file_corpus_v1_api_proto_msgTypes[66]
+	mi := &file_corpus_v1_api_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3716,7 +3819,7 @@ func (x *DeleteVolumeResponse) String() string {
 func (*DeleteVolumeResponse) ProtoMessage() {}
 
 func (x *DeleteVolumeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[66]
+	mi := &file_corpus_v1_api_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3729,7 +3832,7 @@ func (x *DeleteVolumeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteVolumeResponse.ProtoReflect.Descriptor instead.
 func (*DeleteVolumeResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{66}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *DeleteVolumeResponse) GetVolume() *Volume {
@@ -3750,7 +3853,7 @@ type SetManifestDomainsRequest struct {
 
 func (x *SetManifestDomainsRequest) Reset() {
 	*x = SetManifestDomainsRequest{}
-	mi := &file_corpus_v1_api_proto_msgTypes[67]
+	mi := &file_corpus_v1_api_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3762,7 +3865,7 @@ func (x *SetManifestDomainsRequest) String() string {
 func (*SetManifestDomainsRequest) ProtoMessage() {}
 
 func (x *SetManifestDomainsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[67]
+	mi := &file_corpus_v1_api_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3775,7 +3878,7 @@ func (x *SetManifestDomainsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetManifestDomainsRequest.ProtoReflect.Descriptor instead.
 func (*SetManifestDomainsRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{67}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *SetManifestDomainsRequest) GetProject() string {
@@ -3807,7 +3910,7 @@ type SetManifestDomainsResponse struct {
 
 func (x *SetManifestDomainsResponse) Reset() {
 	*x = SetManifestDomainsResponse{}
-	mi := &file_corpus_v1_api_proto_msgTypes[68]
+	mi := &file_corpus_v1_api_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3819,7 +3922,7 @@ func (x *SetManifestDomainsResponse) String() string {
 func (*SetManifestDomainsResponse) ProtoMessage() {}
 
 func (x *SetManifestDomainsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[68]
+	mi := &file_corpus_v1_api_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3832,7 +3935,7 @@ func (x *SetManifestDomainsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetManifestDomainsResponse.ProtoReflect.Descriptor instead.
 func (*SetManifestDomainsResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{68}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{69}
 }
 
 type GitAccessRequest struct {
@@ -3851,7 +3954,7 @@ type GitAccessRequest struct {
 
 func (x *GitAccessRequest) Reset() {
 	*x = GitAccessRequest{}
-	mi := &file_corpus_v1_api_proto_msgTypes[69]
+	mi := &file_corpus_v1_api_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3863,7 +3966,7 @@ func (x *GitAccessRequest) String() string {
 func (*GitAccessRequest) ProtoMessage() {}
 
 func (x *GitAccessRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[69]
+	mi := &file_corpus_v1_api_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3876,7 +3979,7 @@ func (x *GitAccessRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GitAccessRequest.ProtoReflect.Descriptor instead.
 func (*GitAccessRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{69}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *GitAccessRequest) GetFingerprint() string {
@@ -3925,7 +4028,7 @@ type GitAccessResponse struct {
 
 func (x *GitAccessResponse) Reset() {
 	*x = GitAccessResponse{}
-	mi := &file_corpus_v1_api_proto_msgTypes[70]
+	mi := &file_corpus_v1_api_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3937,7 +4040,7 @@ func (x *GitAccessResponse) String() string {
 func (*GitAccessResponse) ProtoMessage() {}
 
 func (x *GitAccessResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[70]
+	mi := &file_corpus_v1_api_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3950,7 +4053,7 @@ func (x *GitAccessResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GitAccessResponse.ProtoReflect.Descriptor instead.
 func (*GitAccessResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{70}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *GitAccessResponse) GetUser() string {
@@ -4015,7 +4118,7 @@ type BeginReleaseRequest struct {
 
 func (x *BeginReleaseRequest) Reset() {
 	*x = BeginReleaseRequest{}
-	mi := &file_corpus_v1_api_proto_msgTypes[71]
+	mi := &file_corpus_v1_api_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4027,7 +4130,7 @@ func (x *BeginReleaseRequest) String() string {
 func (*BeginReleaseRequest) ProtoMessage() {}
 
 func (x *BeginReleaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[71]
+	mi := &file_corpus_v1_api_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4040,7 +4143,7 @@ func (x *BeginReleaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BeginReleaseRequest.ProtoReflect.Descriptor instead.
 func (*BeginReleaseRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{71}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{72}
 }
 
 func (x *BeginReleaseRequest) GetProject() string {
@@ -4087,7 +4190,7 @@ type BeginReleaseResponse struct {
 
 func (x *BeginReleaseResponse) Reset() {
 	*x = BeginReleaseResponse{}
-	mi := &file_corpus_v1_api_proto_msgTypes[72]
+	mi := &file_corpus_v1_api_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4099,7 +4202,7 @@ func (x *BeginReleaseResponse) String() string {
 func (*BeginReleaseResponse) ProtoMessage() {}
 
 func (x *BeginReleaseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[72]
+	mi := &file_corpus_v1_api_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4112,7 +4215,7 @@ func (x *BeginReleaseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BeginReleaseResponse.ProtoReflect.Descriptor instead.
 func (*BeginReleaseResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{72}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{73}
 }
 
 func (x *BeginReleaseResponse) GetRelease() *Release {
@@ -4136,7 +4239,7 @@ type FinishReleaseRequest struct {
 
 func (x *FinishReleaseRequest) Reset() {
 	*x = FinishReleaseRequest{}
-	mi := &file_corpus_v1_api_proto_msgTypes[73]
+	mi := &file_corpus_v1_api_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4148,7 +4251,7 @@ func (x *FinishReleaseRequest) String() string {
 func (*FinishReleaseRequest) ProtoMessage() {}
 
 func (x *FinishReleaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[73]
+	mi := &file_corpus_v1_api_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4161,7 +4264,7 @@ func (x *FinishReleaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FinishReleaseRequest.ProtoReflect.Descriptor instead.
 func (*FinishReleaseRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{73}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{74}
 }
 
 func (x *FinishReleaseRequest) GetId() string {
@@ -4215,7 +4318,7 @@ type FinishReleaseResponse struct {
 
 func (x *FinishReleaseResponse) Reset() {
 	*x = FinishReleaseResponse{}
-	mi := &file_corpus_v1_api_proto_msgTypes[74]
+	mi := &file_corpus_v1_api_proto_msgTypes[75]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4227,7 +4330,7 @@ func (x *FinishReleaseResponse) String() string {
 func (*FinishReleaseResponse) ProtoMessage() {}
 
 func (x *FinishReleaseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[74]
+	mi := &file_corpus_v1_api_proto_msgTypes[75]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4240,7 +4343,7 @@ func (x *FinishReleaseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FinishReleaseResponse.ProtoReflect.Descriptor instead.
 func (*FinishReleaseResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{74}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{75}
 }
 
 func (x *FinishReleaseResponse) GetRelease() *Release {
@@ -4261,7 +4364,7 @@ type SetCurrentReleaseRequest struct {
 
 func (x *SetCurrentReleaseRequest) Reset() {
 	*x = SetCurrentReleaseRequest{}
-	mi := &file_corpus_v1_api_proto_msgTypes[75]
+	mi := &file_corpus_v1_api_proto_msgTypes[76]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4273,7 +4376,7 @@ func (x *SetCurrentReleaseRequest) String() string {
 func (*SetCurrentReleaseRequest) ProtoMessage() {}
 
 func (x *SetCurrentReleaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[75]
+	mi := &file_corpus_v1_api_proto_msgTypes[76]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4286,7 +4389,7 @@ func (x *SetCurrentReleaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetCurrentReleaseRequest.ProtoReflect.Descriptor instead.
 func (*SetCurrentReleaseRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{75}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{76}
 }
 
 func (x *SetCurrentReleaseRequest) GetProject() string {
@@ -4318,7 +4421,7 @@ type SetCurrentReleaseResponse struct {
 
 func (x *SetCurrentReleaseResponse) Reset() {
 	*x = SetCurrentReleaseResponse{}
-	mi := &file_corpus_v1_api_proto_msgTypes[76]
+	mi := &file_corpus_v1_api_proto_msgTypes[77]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4330,7 +4433,7 @@ func (x *SetCurrentReleaseResponse) String() string {
 func (*SetCurrentReleaseResponse) ProtoMessage() {}
 
 func (x *SetCurrentReleaseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[76]
+	mi := &file_corpus_v1_api_proto_msgTypes[77]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4343,7 +4446,7 @@ func (x *SetCurrentReleaseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetCurrentReleaseResponse.ProtoReflect.Descriptor instead.
 func (*SetCurrentReleaseResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{76}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{77}
 }
 
 type PruneReleasesRequest struct {
@@ -4357,7 +4460,7 @@ type PruneReleasesRequest struct {
 
 func (x *PruneReleasesRequest) Reset() {
 	*x = PruneReleasesRequest{}
-	mi := &file_corpus_v1_api_proto_msgTypes[77]
+	mi := &file_corpus_v1_api_proto_msgTypes[78]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4369,7 +4472,7 @@ func (x *PruneReleasesRequest) String() string {
 func (*PruneReleasesRequest) ProtoMessage() {}
 
 func (x *PruneReleasesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[77]
+	mi := &file_corpus_v1_api_proto_msgTypes[78]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4382,7 +4485,7 @@ func (x *PruneReleasesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PruneReleasesRequest.ProtoReflect.Descriptor instead.
 func (*PruneReleasesRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{77}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{78}
 }
 
 func (x *PruneReleasesRequest) GetProject() string {
@@ -4414,7 +4517,7 @@ type PruneReleasesResponse struct {
 
 func (x *PruneReleasesResponse) Reset() {
 	*x = PruneReleasesResponse{}
-	mi := &file_corpus_v1_api_proto_msgTypes[78]
+	mi := &file_corpus_v1_api_proto_msgTypes[79]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4426,7 +4529,7 @@ func (x *PruneReleasesResponse) String() string {
 func (*PruneReleasesResponse) ProtoMessage() {}
 
 func (x *PruneReleasesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[78]
+	mi := &file_corpus_v1_api_proto_msgTypes[79]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4439,7 +4542,7 @@ func (x *PruneReleasesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PruneReleasesResponse.ProtoReflect.Descriptor instead.
 func (*PruneReleasesResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{78}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{79}
 }
 
 type EnrollRequest struct {
@@ -4462,7 +4565,7 @@ type EnrollRequest struct {
 
 func (x *EnrollRequest) Reset() {
 	*x = EnrollRequest{}
-	mi := &file_corpus_v1_api_proto_msgTypes[79]
+	mi := &file_corpus_v1_api_proto_msgTypes[80]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4474,7 +4577,7 @@ func (x *EnrollRequest) String() string {
 func (*EnrollRequest) ProtoMessage() {}
 
 func (x *EnrollRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[79]
+	mi := &file_corpus_v1_api_proto_msgTypes[80]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4487,7 +4590,7 @@ func (x *EnrollRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EnrollRequest.ProtoReflect.Descriptor instead.
 func (*EnrollRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{79}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{80}
 }
 
 func (x *EnrollRequest) GetJoinToken() string {
@@ -4569,7 +4672,7 @@ type EnrollResponse struct {
 
 func (x *EnrollResponse) Reset() {
 	*x = EnrollResponse{}
-	mi := &file_corpus_v1_api_proto_msgTypes[80]
+	mi := &file_corpus_v1_api_proto_msgTypes[81]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4581,7 +4684,7 @@ func (x *EnrollResponse) String() string {
 func (*EnrollResponse) ProtoMessage() {}
 
 func (x *EnrollResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[80]
+	mi := &file_corpus_v1_api_proto_msgTypes[81]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4594,7 +4697,7 @@ func (x *EnrollResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EnrollResponse.ProtoReflect.Descriptor instead.
 func (*EnrollResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{80}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{81}
 }
 
 func (x *EnrollResponse) GetNodeId() string {
@@ -4641,7 +4744,7 @@ type RenewCertificateRequest struct {
 
 func (x *RenewCertificateRequest) Reset() {
 	*x = RenewCertificateRequest{}
-	mi := &file_corpus_v1_api_proto_msgTypes[81]
+	mi := &file_corpus_v1_api_proto_msgTypes[82]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4653,7 +4756,7 @@ func (x *RenewCertificateRequest) String() string {
 func (*RenewCertificateRequest) ProtoMessage() {}
 
 func (x *RenewCertificateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[81]
+	mi := &file_corpus_v1_api_proto_msgTypes[82]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4666,7 +4769,7 @@ func (x *RenewCertificateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenewCertificateRequest.ProtoReflect.Descriptor instead.
 func (*RenewCertificateRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{81}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{82}
 }
 
 func (x *RenewCertificateRequest) GetCsrPem() []byte {
@@ -4686,7 +4789,7 @@ type RenewCertificateResponse struct {
 
 func (x *RenewCertificateResponse) Reset() {
 	*x = RenewCertificateResponse{}
-	mi := &file_corpus_v1_api_proto_msgTypes[82]
+	mi := &file_corpus_v1_api_proto_msgTypes[83]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4698,7 +4801,7 @@ func (x *RenewCertificateResponse) String() string {
 func (*RenewCertificateResponse) ProtoMessage() {}
 
 func (x *RenewCertificateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[82]
+	mi := &file_corpus_v1_api_proto_msgTypes[83]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4711,7 +4814,7 @@ func (x *RenewCertificateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenewCertificateResponse.ProtoReflect.Descriptor instead.
 func (*RenewCertificateResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{82}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{83}
 }
 
 func (x *RenewCertificateResponse) GetCertificatePem() []byte {
@@ -4736,7 +4839,7 @@ type WatchRequest struct {
 
 func (x *WatchRequest) Reset() {
 	*x = WatchRequest{}
-	mi := &file_corpus_v1_api_proto_msgTypes[83]
+	mi := &file_corpus_v1_api_proto_msgTypes[84]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4748,7 +4851,7 @@ func (x *WatchRequest) String() string {
 func (*WatchRequest) ProtoMessage() {}
 
 func (x *WatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[83]
+	mi := &file_corpus_v1_api_proto_msgTypes[84]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4761,7 +4864,7 @@ func (x *WatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchRequest.ProtoReflect.Descriptor instead.
 func (*WatchRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{83}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{84}
 }
 
 type WatchResponse struct {
@@ -4790,7 +4893,7 @@ type WatchResponse struct {
 
 func (x *WatchResponse) Reset() {
 	*x = WatchResponse{}
-	mi := &file_corpus_v1_api_proto_msgTypes[84]
+	mi := &file_corpus_v1_api_proto_msgTypes[85]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4802,7 +4905,7 @@ func (x *WatchResponse) String() string {
 func (*WatchResponse) ProtoMessage() {}
 
 func (x *WatchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[84]
+	mi := &file_corpus_v1_api_proto_msgTypes[85]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4815,7 +4918,7 @@ func (x *WatchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchResponse.ProtoReflect.Descriptor instead.
 func (*WatchResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{84}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{85}
 }
 
 func (x *WatchResponse) GetIndex() uint64 {
@@ -4900,7 +5003,7 @@ type ReportRequest struct {
 
 func (x *ReportRequest) Reset() {
 	*x = ReportRequest{}
-	mi := &file_corpus_v1_api_proto_msgTypes[85]
+	mi := &file_corpus_v1_api_proto_msgTypes[86]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4912,7 +5015,7 @@ func (x *ReportRequest) String() string {
 func (*ReportRequest) ProtoMessage() {}
 
 func (x *ReportRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[85]
+	mi := &file_corpus_v1_api_proto_msgTypes[86]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4925,7 +5028,7 @@ func (x *ReportRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportRequest.ProtoReflect.Descriptor instead.
 func (*ReportRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{85}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{86}
 }
 
 func (x *ReportRequest) GetCapacity() *Resources {
@@ -5008,7 +5111,7 @@ type ReportedGuest struct {
 
 func (x *ReportedGuest) Reset() {
 	*x = ReportedGuest{}
-	mi := &file_corpus_v1_api_proto_msgTypes[86]
+	mi := &file_corpus_v1_api_proto_msgTypes[87]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5020,7 +5123,7 @@ func (x *ReportedGuest) String() string {
 func (*ReportedGuest) ProtoMessage() {}
 
 func (x *ReportedGuest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[86]
+	mi := &file_corpus_v1_api_proto_msgTypes[87]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5033,7 +5136,7 @@ func (x *ReportedGuest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportedGuest.ProtoReflect.Descriptor instead.
 func (*ReportedGuest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{86}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{87}
 }
 
 func (x *ReportedGuest) GetGuestId() string {
@@ -5063,7 +5166,7 @@ type ReportedVolume struct {
 
 func (x *ReportedVolume) Reset() {
 	*x = ReportedVolume{}
-	mi := &file_corpus_v1_api_proto_msgTypes[87]
+	mi := &file_corpus_v1_api_proto_msgTypes[88]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5075,7 +5178,7 @@ func (x *ReportedVolume) String() string {
 func (*ReportedVolume) ProtoMessage() {}
 
 func (x *ReportedVolume) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[87]
+	mi := &file_corpus_v1_api_proto_msgTypes[88]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5088,7 +5191,7 @@ func (x *ReportedVolume) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportedVolume.ProtoReflect.Descriptor instead.
 func (*ReportedVolume) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{87}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{88}
 }
 
 func (x *ReportedVolume) GetVolumeId() string {
@@ -5121,7 +5224,7 @@ type ReportResponse struct {
 
 func (x *ReportResponse) Reset() {
 	*x = ReportResponse{}
-	mi := &file_corpus_v1_api_proto_msgTypes[88]
+	mi := &file_corpus_v1_api_proto_msgTypes[89]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5133,7 +5236,7 @@ func (x *ReportResponse) String() string {
 func (*ReportResponse) ProtoMessage() {}
 
 func (x *ReportResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[88]
+	mi := &file_corpus_v1_api_proto_msgTypes[89]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5146,7 +5249,7 @@ func (x *ReportResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportResponse.ProtoReflect.Descriptor instead.
 func (*ReportResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{88}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{89}
 }
 
 func (x *ReportResponse) GetIndex() uint64 {
@@ -5165,7 +5268,7 @@ type ExportVolumeRequest struct {
 
 func (x *ExportVolumeRequest) Reset() {
 	*x = ExportVolumeRequest{}
-	mi := &file_corpus_v1_api_proto_msgTypes[89]
+	mi := &file_corpus_v1_api_proto_msgTypes[90]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5177,7 +5280,7 @@ func (x *ExportVolumeRequest) String() string {
 func (*ExportVolumeRequest) ProtoMessage() {}
 
 func (x *ExportVolumeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[89]
+	mi := &file_corpus_v1_api_proto_msgTypes[90]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5190,7 +5293,7 @@ func (x *ExportVolumeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExportVolumeRequest.ProtoReflect.Descriptor instead.
 func (*ExportVolumeRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{89}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{90}
 }
 
 func (x *ExportVolumeRequest) GetName() string {
@@ -5211,7 +5314,7 @@ type VolumeChunk struct {
 
 func (x *VolumeChunk) Reset() {
 	*x = VolumeChunk{}
-	mi := &file_corpus_v1_api_proto_msgTypes[90]
+	mi := &file_corpus_v1_api_proto_msgTypes[91]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5223,7 +5326,7 @@ func (x *VolumeChunk) String() string {
 func (*VolumeChunk) ProtoMessage() {}
 
 func (x *VolumeChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[90]
+	mi := &file_corpus_v1_api_proto_msgTypes[91]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5236,7 +5339,7 @@ func (x *VolumeChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VolumeChunk.ProtoReflect.Descriptor instead.
 func (*VolumeChunk) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{90}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{91}
 }
 
 func (x *VolumeChunk) GetName() string {
@@ -5269,7 +5372,7 @@ type ImportVolumeResponse struct {
 
 func (x *ImportVolumeResponse) Reset() {
 	*x = ImportVolumeResponse{}
-	mi := &file_corpus_v1_api_proto_msgTypes[91]
+	mi := &file_corpus_v1_api_proto_msgTypes[92]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5281,7 +5384,7 @@ func (x *ImportVolumeResponse) String() string {
 func (*ImportVolumeResponse) ProtoMessage() {}
 
 func (x *ImportVolumeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[91]
+	mi := &file_corpus_v1_api_proto_msgTypes[92]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5294,7 +5397,7 @@ func (x *ImportVolumeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ImportVolumeResponse.ProtoReflect.Descriptor instead.
 func (*ImportVolumeResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{91}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{92}
 }
 
 func (x *ImportVolumeResponse) GetBytes() int64 {
@@ -5317,7 +5420,7 @@ type LoginRequest struct {
 
 func (x *LoginRequest) Reset() {
 	*x = LoginRequest{}
-	mi := &file_corpus_v1_api_proto_msgTypes[92]
+	mi := &file_corpus_v1_api_proto_msgTypes[93]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5329,7 +5432,7 @@ func (x *LoginRequest) String() string {
 func (*LoginRequest) ProtoMessage() {}
 
 func (x *LoginRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[92]
+	mi := &file_corpus_v1_api_proto_msgTypes[93]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5342,7 +5445,7 @@ func (x *LoginRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LoginRequest.ProtoReflect.Descriptor instead.
 func (*LoginRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{92}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{93}
 }
 
 func (x *LoginRequest) GetUser() string {
@@ -5377,7 +5480,7 @@ type LoginResponse struct {
 
 func (x *LoginResponse) Reset() {
 	*x = LoginResponse{}
-	mi := &file_corpus_v1_api_proto_msgTypes[93]
+	mi := &file_corpus_v1_api_proto_msgTypes[94]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5389,7 +5492,7 @@ func (x *LoginResponse) String() string {
 func (*LoginResponse) ProtoMessage() {}
 
 func (x *LoginResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[93]
+	mi := &file_corpus_v1_api_proto_msgTypes[94]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5402,7 +5505,7 @@ func (x *LoginResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LoginResponse.ProtoReflect.Descriptor instead.
 func (*LoginResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{93}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{94}
 }
 
 func (x *LoginResponse) GetToken() string {
@@ -5432,7 +5535,7 @@ type CreateTokenRequest struct {
 
 func (x *CreateTokenRequest) Reset() {
 	*x = CreateTokenRequest{}
-	mi := &file_corpus_v1_api_proto_msgTypes[94]
+	mi := &file_corpus_v1_api_proto_msgTypes[95]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5444,7 +5547,7 @@ func (x *CreateTokenRequest) String() string {
 func (*CreateTokenRequest) ProtoMessage() {}
 
 func (x *CreateTokenRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[94]
+	mi := &file_corpus_v1_api_proto_msgTypes[95]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5457,7 +5560,7 @@ func (x *CreateTokenRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateTokenRequest.ProtoReflect.Descriptor instead.
 func (*CreateTokenRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{94}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{95}
 }
 
 func (x *CreateTokenRequest) GetUser() string {
@@ -5492,7 +5595,7 @@ type CreateTokenResponse struct {
 
 func (x *CreateTokenResponse) Reset() {
 	*x = CreateTokenResponse{}
-	mi := &file_corpus_v1_api_proto_msgTypes[95]
+	mi := &file_corpus_v1_api_proto_msgTypes[96]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5504,7 +5607,7 @@ func (x *CreateTokenResponse) String() string {
 func (*CreateTokenResponse) ProtoMessage() {}
 
 func (x *CreateTokenResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[95]
+	mi := &file_corpus_v1_api_proto_msgTypes[96]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5517,7 +5620,7 @@ func (x *CreateTokenResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateTokenResponse.ProtoReflect.Descriptor instead.
 func (*CreateTokenResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{95}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{96}
 }
 
 func (x *CreateTokenResponse) GetToken() string {
@@ -5543,7 +5646,7 @@ type ListTokensRequest struct {
 
 func (x *ListTokensRequest) Reset() {
 	*x = ListTokensRequest{}
-	mi := &file_corpus_v1_api_proto_msgTypes[96]
+	mi := &file_corpus_v1_api_proto_msgTypes[97]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5555,7 +5658,7 @@ func (x *ListTokensRequest) String() string {
 func (*ListTokensRequest) ProtoMessage() {}
 
 func (x *ListTokensRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[96]
+	mi := &file_corpus_v1_api_proto_msgTypes[97]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5568,7 +5671,7 @@ func (x *ListTokensRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTokensRequest.ProtoReflect.Descriptor instead.
 func (*ListTokensRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{96}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{97}
 }
 
 func (x *ListTokensRequest) GetUser() string {
@@ -5587,7 +5690,7 @@ type ListTokensResponse struct {
 
 func (x *ListTokensResponse) Reset() {
 	*x = ListTokensResponse{}
-	mi := &file_corpus_v1_api_proto_msgTypes[97]
+	mi := &file_corpus_v1_api_proto_msgTypes[98]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5599,7 +5702,7 @@ func (x *ListTokensResponse) String() string {
 func (*ListTokensResponse) ProtoMessage() {}
 
 func (x *ListTokensResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[97]
+	mi := &file_corpus_v1_api_proto_msgTypes[98]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5612,7 +5715,7 @@ func (x *ListTokensResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTokensResponse.ProtoReflect.Descriptor instead.
 func (*ListTokensResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{97}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{98}
 }
 
 func (x *ListTokensResponse) GetTokens() []*UserToken {
@@ -5631,7 +5734,7 @@ type RevokeTokenRequest struct {
 
 func (x *RevokeTokenRequest) Reset() {
 	*x = RevokeTokenRequest{}
-	mi := &file_corpus_v1_api_proto_msgTypes[98]
+	mi := &file_corpus_v1_api_proto_msgTypes[99]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5643,7 +5746,7 @@ func (x *RevokeTokenRequest) String() string {
 func (*RevokeTokenRequest) ProtoMessage() {}
 
 func (x *RevokeTokenRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[98]
+	mi := &file_corpus_v1_api_proto_msgTypes[99]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5656,7 +5759,7 @@ func (x *RevokeTokenRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeTokenRequest.ProtoReflect.Descriptor instead.
 func (*RevokeTokenRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{98}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{99}
 }
 
 func (x *RevokeTokenRequest) GetId() string {
@@ -5674,7 +5777,7 @@ type RevokeTokenResponse struct {
 
 func (x *RevokeTokenResponse) Reset() {
 	*x = RevokeTokenResponse{}
-	mi := &file_corpus_v1_api_proto_msgTypes[99]
+	mi := &file_corpus_v1_api_proto_msgTypes[100]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5686,7 +5789,7 @@ func (x *RevokeTokenResponse) String() string {
 func (*RevokeTokenResponse) ProtoMessage() {}
 
 func (x *RevokeTokenResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[99]
+	mi := &file_corpus_v1_api_proto_msgTypes[100]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5699,7 +5802,7 @@ func (x *RevokeTokenResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeTokenResponse.ProtoReflect.Descriptor instead.
 func (*RevokeTokenResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{99}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{100}
 }
 
 type CreateUserRequest struct {
@@ -5714,7 +5817,7 @@ type CreateUserRequest struct {
 
 func (x *CreateUserRequest) Reset() {
 	*x = CreateUserRequest{}
-	mi := &file_corpus_v1_api_proto_msgTypes[100]
+	mi := &file_corpus_v1_api_proto_msgTypes[101]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5726,7 +5829,7 @@ func (x *CreateUserRequest) String() string {
 func (*CreateUserRequest) ProtoMessage() {}
 
 func (x *CreateUserRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[100]
+	mi := &file_corpus_v1_api_proto_msgTypes[101]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5739,7 +5842,7 @@ func (x *CreateUserRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateUserRequest.ProtoReflect.Descriptor instead.
 func (*CreateUserRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{100}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{101}
 }
 
 func (x *CreateUserRequest) GetName() string {
@@ -5773,7 +5876,7 @@ type CreateUserResponse struct {
 
 func (x *CreateUserResponse) Reset() {
 	*x = CreateUserResponse{}
-	mi := &file_corpus_v1_api_proto_msgTypes[101]
+	mi := &file_corpus_v1_api_proto_msgTypes[102]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5785,7 +5888,7 @@ func (x *CreateUserResponse) String() string {
 func (*CreateUserResponse) ProtoMessage() {}
 
 func (x *CreateUserResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[101]
+	mi := &file_corpus_v1_api_proto_msgTypes[102]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5798,7 +5901,7 @@ func (x *CreateUserResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateUserResponse.ProtoReflect.Descriptor instead.
 func (*CreateUserResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{101}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{102}
 }
 
 func (x *CreateUserResponse) GetUser() *User {
@@ -5823,7 +5926,7 @@ type ListUsersRequest struct {
 
 func (x *ListUsersRequest) Reset() {
 	*x = ListUsersRequest{}
-	mi := &file_corpus_v1_api_proto_msgTypes[102]
+	mi := &file_corpus_v1_api_proto_msgTypes[103]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5835,7 +5938,7 @@ func (x *ListUsersRequest) String() string {
 func (*ListUsersRequest) ProtoMessage() {}
 
 func (x *ListUsersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[102]
+	mi := &file_corpus_v1_api_proto_msgTypes[103]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5848,7 +5951,7 @@ func (x *ListUsersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListUsersRequest.ProtoReflect.Descriptor instead.
 func (*ListUsersRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{102}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{103}
 }
 
 type ListUsersResponse struct {
@@ -5860,7 +5963,7 @@ type ListUsersResponse struct {
 
 func (x *ListUsersResponse) Reset() {
 	*x = ListUsersResponse{}
-	mi := &file_corpus_v1_api_proto_msgTypes[103]
+	mi := &file_corpus_v1_api_proto_msgTypes[104]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5872,7 +5975,7 @@ func (x *ListUsersResponse) String() string {
 func (*ListUsersResponse) ProtoMessage() {}
 
 func (x *ListUsersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[103]
+	mi := &file_corpus_v1_api_proto_msgTypes[104]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5885,7 +5988,7 @@ func (x *ListUsersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListUsersResponse.ProtoReflect.Descriptor instead.
 func (*ListUsersResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{103}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{104}
 }
 
 func (x *ListUsersResponse) GetUsers() []*User {
@@ -5904,7 +6007,7 @@ type DeleteUserRequest struct {
 
 func (x *DeleteUserRequest) Reset() {
 	*x = DeleteUserRequest{}
-	mi := &file_corpus_v1_api_proto_msgTypes[104]
+	mi := &file_corpus_v1_api_proto_msgTypes[105]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5916,7 +6019,7 @@ func (x *DeleteUserRequest) String() string {
 func (*DeleteUserRequest) ProtoMessage() {}
 
 func (x *DeleteUserRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[104]
+	mi := &file_corpus_v1_api_proto_msgTypes[105]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5929,7 +6032,7 @@ func (x *DeleteUserRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteUserRequest.ProtoReflect.Descriptor instead.
 func (*DeleteUserRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{104}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{105}
 }
 
 func (x *DeleteUserRequest) GetName() string {
@@ -5948,7 +6051,7 @@ type DeleteUserResponse struct {
 
 func (x *DeleteUserResponse) Reset() {
 	*x = DeleteUserResponse{}
-	mi := &file_corpus_v1_api_proto_msgTypes[105]
+	mi := &file_corpus_v1_api_proto_msgTypes[106]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5960,7 +6063,7 @@ func (x *DeleteUserResponse) String() string {
 func (*DeleteUserResponse) ProtoMessage() {}
 
 func (x *DeleteUserResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[105]
+	mi := &file_corpus_v1_api_proto_msgTypes[106]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5973,7 +6076,7 @@ func (x *DeleteUserResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteUserResponse.ProtoReflect.Descriptor instead.
 func (*DeleteUserResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{105}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{106}
 }
 
 func (x *DeleteUserResponse) GetUser() *User {
@@ -5994,7 +6097,7 @@ type AddKeyRequest struct {
 
 func (x *AddKeyRequest) Reset() {
 	*x = AddKeyRequest{}
-	mi := &file_corpus_v1_api_proto_msgTypes[106]
+	mi := &file_corpus_v1_api_proto_msgTypes[107]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6006,7 +6109,7 @@ func (x *AddKeyRequest) String() string {
 func (*AddKeyRequest) ProtoMessage() {}
 
 func (x *AddKeyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[106]
+	mi := &file_corpus_v1_api_proto_msgTypes[107]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6019,7 +6122,7 @@ func (x *AddKeyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddKeyRequest.ProtoReflect.Descriptor instead.
 func (*AddKeyRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{106}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{107}
 }
 
 func (x *AddKeyRequest) GetUser() string {
@@ -6046,7 +6149,7 @@ type AddKeyResponse struct {
 
 func (x *AddKeyResponse) Reset() {
 	*x = AddKeyResponse{}
-	mi := &file_corpus_v1_api_proto_msgTypes[107]
+	mi := &file_corpus_v1_api_proto_msgTypes[108]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6058,7 +6161,7 @@ func (x *AddKeyResponse) String() string {
 func (*AddKeyResponse) ProtoMessage() {}
 
 func (x *AddKeyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[107]
+	mi := &file_corpus_v1_api_proto_msgTypes[108]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6071,7 +6174,7 @@ func (x *AddKeyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddKeyResponse.ProtoReflect.Descriptor instead.
 func (*AddKeyResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{107}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{108}
 }
 
 func (x *AddKeyResponse) GetKey() *SshKey {
@@ -6099,7 +6202,7 @@ type DeleteKeyRequest struct {
 
 func (x *DeleteKeyRequest) Reset() {
 	*x = DeleteKeyRequest{}
-	mi := &file_corpus_v1_api_proto_msgTypes[108]
+	mi := &file_corpus_v1_api_proto_msgTypes[109]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6111,7 +6214,7 @@ func (x *DeleteKeyRequest) String() string {
 func (*DeleteKeyRequest) ProtoMessage() {}
 
 func (x *DeleteKeyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[108]
+	mi := &file_corpus_v1_api_proto_msgTypes[109]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6124,7 +6227,7 @@ func (x *DeleteKeyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteKeyRequest.ProtoReflect.Descriptor instead.
 func (*DeleteKeyRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{108}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{109}
 }
 
 func (x *DeleteKeyRequest) GetUser() string {
@@ -6149,7 +6252,7 @@ type DeleteKeyResponse struct {
 
 func (x *DeleteKeyResponse) Reset() {
 	*x = DeleteKeyResponse{}
-	mi := &file_corpus_v1_api_proto_msgTypes[109]
+	mi := &file_corpus_v1_api_proto_msgTypes[110]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6161,7 +6264,7 @@ func (x *DeleteKeyResponse) String() string {
 func (*DeleteKeyResponse) ProtoMessage() {}
 
 func (x *DeleteKeyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[109]
+	mi := &file_corpus_v1_api_proto_msgTypes[110]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6174,7 +6277,7 @@ func (x *DeleteKeyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteKeyResponse.ProtoReflect.Descriptor instead.
 func (*DeleteKeyResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{109}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{110}
 }
 
 type CreateProjectRequest struct {
@@ -6197,7 +6300,7 @@ type CreateProjectRequest struct {
 
 func (x *CreateProjectRequest) Reset() {
 	*x = CreateProjectRequest{}
-	mi := &file_corpus_v1_api_proto_msgTypes[110]
+	mi := &file_corpus_v1_api_proto_msgTypes[111]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6209,7 +6312,7 @@ func (x *CreateProjectRequest) String() string {
 func (*CreateProjectRequest) ProtoMessage() {}
 
 func (x *CreateProjectRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[110]
+	mi := &file_corpus_v1_api_proto_msgTypes[111]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6222,7 +6325,7 @@ func (x *CreateProjectRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateProjectRequest.ProtoReflect.Descriptor instead.
 func (*CreateProjectRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{110}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{111}
 }
 
 func (x *CreateProjectRequest) GetName() string {
@@ -6300,7 +6403,7 @@ type CreateProjectResponse struct {
 
 func (x *CreateProjectResponse) Reset() {
 	*x = CreateProjectResponse{}
-	mi := &file_corpus_v1_api_proto_msgTypes[111]
+	mi := &file_corpus_v1_api_proto_msgTypes[112]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6312,7 +6415,7 @@ func (x *CreateProjectResponse) String() string {
 func (*CreateProjectResponse) ProtoMessage() {}
 
 func (x *CreateProjectResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[111]
+	mi := &file_corpus_v1_api_proto_msgTypes[112]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6325,7 +6428,7 @@ func (x *CreateProjectResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateProjectResponse.ProtoReflect.Descriptor instead.
 func (*CreateProjectResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{111}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{112}
 }
 
 func (x *CreateProjectResponse) GetProject() *Project {
@@ -6357,7 +6460,7 @@ type ListProjectsRequest struct {
 
 func (x *ListProjectsRequest) Reset() {
 	*x = ListProjectsRequest{}
-	mi := &file_corpus_v1_api_proto_msgTypes[112]
+	mi := &file_corpus_v1_api_proto_msgTypes[113]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6369,7 +6472,7 @@ func (x *ListProjectsRequest) String() string {
 func (*ListProjectsRequest) ProtoMessage() {}
 
 func (x *ListProjectsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[112]
+	mi := &file_corpus_v1_api_proto_msgTypes[113]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6382,7 +6485,7 @@ func (x *ListProjectsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListProjectsRequest.ProtoReflect.Descriptor instead.
 func (*ListProjectsRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{112}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{113}
 }
 
 type ListProjectsResponse struct {
@@ -6394,7 +6497,7 @@ type ListProjectsResponse struct {
 
 func (x *ListProjectsResponse) Reset() {
 	*x = ListProjectsResponse{}
-	mi := &file_corpus_v1_api_proto_msgTypes[113]
+	mi := &file_corpus_v1_api_proto_msgTypes[114]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6406,7 +6509,7 @@ func (x *ListProjectsResponse) String() string {
 func (*ListProjectsResponse) ProtoMessage() {}
 
 func (x *ListProjectsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[113]
+	mi := &file_corpus_v1_api_proto_msgTypes[114]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6419,7 +6522,7 @@ func (x *ListProjectsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListProjectsResponse.ProtoReflect.Descriptor instead.
 func (*ListProjectsResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{113}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{114}
 }
 
 func (x *ListProjectsResponse) GetProjects() []*ProjectView {
@@ -6440,7 +6543,7 @@ type ProjectView struct {
 
 func (x *ProjectView) Reset() {
 	*x = ProjectView{}
-	mi := &file_corpus_v1_api_proto_msgTypes[114]
+	mi := &file_corpus_v1_api_proto_msgTypes[115]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6452,7 +6555,7 @@ func (x *ProjectView) String() string {
 func (*ProjectView) ProtoMessage() {}
 
 func (x *ProjectView) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[114]
+	mi := &file_corpus_v1_api_proto_msgTypes[115]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6465,7 +6568,7 @@ func (x *ProjectView) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProjectView.ProtoReflect.Descriptor instead.
 func (*ProjectView) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{114}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{115}
 }
 
 func (x *ProjectView) GetProject() *Project {
@@ -6498,7 +6601,7 @@ type ProjectEnvView struct {
 
 func (x *ProjectEnvView) Reset() {
 	*x = ProjectEnvView{}
-	mi := &file_corpus_v1_api_proto_msgTypes[115]
+	mi := &file_corpus_v1_api_proto_msgTypes[116]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6510,7 +6613,7 @@ func (x *ProjectEnvView) String() string {
 func (*ProjectEnvView) ProtoMessage() {}
 
 func (x *ProjectEnvView) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[115]
+	mi := &file_corpus_v1_api_proto_msgTypes[116]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6523,7 +6626,7 @@ func (x *ProjectEnvView) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProjectEnvView.ProtoReflect.Descriptor instead.
 func (*ProjectEnvView) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{115}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{116}
 }
 
 func (x *ProjectEnvView) GetName() string {
@@ -6587,7 +6690,7 @@ type GetProjectRequest struct {
 
 func (x *GetProjectRequest) Reset() {
 	*x = GetProjectRequest{}
-	mi := &file_corpus_v1_api_proto_msgTypes[116]
+	mi := &file_corpus_v1_api_proto_msgTypes[117]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6599,7 +6702,7 @@ func (x *GetProjectRequest) String() string {
 func (*GetProjectRequest) ProtoMessage() {}
 
 func (x *GetProjectRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[116]
+	mi := &file_corpus_v1_api_proto_msgTypes[117]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6612,7 +6715,7 @@ func (x *GetProjectRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetProjectRequest.ProtoReflect.Descriptor instead.
 func (*GetProjectRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{116}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{117}
 }
 
 func (x *GetProjectRequest) GetName() string {
@@ -6646,7 +6749,7 @@ type GetProjectResponse struct {
 
 func (x *GetProjectResponse) Reset() {
 	*x = GetProjectResponse{}
-	mi := &file_corpus_v1_api_proto_msgTypes[117]
+	mi := &file_corpus_v1_api_proto_msgTypes[118]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6658,7 +6761,7 @@ func (x *GetProjectResponse) String() string {
 func (*GetProjectResponse) ProtoMessage() {}
 
 func (x *GetProjectResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[117]
+	mi := &file_corpus_v1_api_proto_msgTypes[118]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6671,7 +6774,7 @@ func (x *GetProjectResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetProjectResponse.ProtoReflect.Descriptor instead.
 func (*GetProjectResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{117}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{118}
 }
 
 func (x *GetProjectResponse) GetProject() *ProjectView {
@@ -6698,7 +6801,7 @@ type DeleteProjectRequest struct {
 
 func (x *DeleteProjectRequest) Reset() {
 	*x = DeleteProjectRequest{}
-	mi := &file_corpus_v1_api_proto_msgTypes[118]
+	mi := &file_corpus_v1_api_proto_msgTypes[119]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6710,7 +6813,7 @@ func (x *DeleteProjectRequest) String() string {
 func (*DeleteProjectRequest) ProtoMessage() {}
 
 func (x *DeleteProjectRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[118]
+	mi := &file_corpus_v1_api_proto_msgTypes[119]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6723,7 +6826,7 @@ func (x *DeleteProjectRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteProjectRequest.ProtoReflect.Descriptor instead.
 func (*DeleteProjectRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{118}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{119}
 }
 
 func (x *DeleteProjectRequest) GetName() string {
@@ -6748,7 +6851,7 @@ type DeleteProjectResponse struct {
 
 func (x *DeleteProjectResponse) Reset() {
 	*x = DeleteProjectResponse{}
-	mi := &file_corpus_v1_api_proto_msgTypes[119]
+	mi := &file_corpus_v1_api_proto_msgTypes[120]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6760,7 +6863,7 @@ func (x *DeleteProjectResponse) String() string {
 func (*DeleteProjectResponse) ProtoMessage() {}
 
 func (x *DeleteProjectResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[119]
+	mi := &file_corpus_v1_api_proto_msgTypes[120]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6773,7 +6876,7 @@ func (x *DeleteProjectResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteProjectResponse.ProtoReflect.Descriptor instead.
 func (*DeleteProjectResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{119}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{120}
 }
 
 type GrantProjectRequest struct {
@@ -6787,7 +6890,7 @@ type GrantProjectRequest struct {
 
 func (x *GrantProjectRequest) Reset() {
 	*x = GrantProjectRequest{}
-	mi := &file_corpus_v1_api_proto_msgTypes[120]
+	mi := &file_corpus_v1_api_proto_msgTypes[121]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6799,7 +6902,7 @@ func (x *GrantProjectRequest) String() string {
 func (*GrantProjectRequest) ProtoMessage() {}
 
 func (x *GrantProjectRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[120]
+	mi := &file_corpus_v1_api_proto_msgTypes[121]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6812,7 +6915,7 @@ func (x *GrantProjectRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GrantProjectRequest.ProtoReflect.Descriptor instead.
 func (*GrantProjectRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{120}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{121}
 }
 
 func (x *GrantProjectRequest) GetName() string {
@@ -6845,7 +6948,7 @@ type GrantProjectResponse struct {
 
 func (x *GrantProjectResponse) Reset() {
 	*x = GrantProjectResponse{}
-	mi := &file_corpus_v1_api_proto_msgTypes[121]
+	mi := &file_corpus_v1_api_proto_msgTypes[122]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6857,7 +6960,7 @@ func (x *GrantProjectResponse) String() string {
 func (*GrantProjectResponse) ProtoMessage() {}
 
 func (x *GrantProjectResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[121]
+	mi := &file_corpus_v1_api_proto_msgTypes[122]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6870,7 +6973,7 @@ func (x *GrantProjectResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GrantProjectResponse.ProtoReflect.Descriptor instead.
 func (*GrantProjectResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{121}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{122}
 }
 
 func (x *GrantProjectResponse) GetProject() *Project {
@@ -6890,7 +6993,7 @@ type ListReleasesRequest struct {
 
 func (x *ListReleasesRequest) Reset() {
 	*x = ListReleasesRequest{}
-	mi := &file_corpus_v1_api_proto_msgTypes[122]
+	mi := &file_corpus_v1_api_proto_msgTypes[123]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6902,7 +7005,7 @@ func (x *ListReleasesRequest) String() string {
 func (*ListReleasesRequest) ProtoMessage() {}
 
 func (x *ListReleasesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[122]
+	mi := &file_corpus_v1_api_proto_msgTypes[123]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6915,7 +7018,7 @@ func (x *ListReleasesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListReleasesRequest.ProtoReflect.Descriptor instead.
 func (*ListReleasesRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{122}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{123}
 }
 
 func (x *ListReleasesRequest) GetProject() string {
@@ -6944,7 +7047,7 @@ type ListReleasesResponse struct {
 
 func (x *ListReleasesResponse) Reset() {
 	*x = ListReleasesResponse{}
-	mi := &file_corpus_v1_api_proto_msgTypes[123]
+	mi := &file_corpus_v1_api_proto_msgTypes[124]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6956,7 +7059,7 @@ func (x *ListReleasesResponse) String() string {
 func (*ListReleasesResponse) ProtoMessage() {}
 
 func (x *ListReleasesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[123]
+	mi := &file_corpus_v1_api_proto_msgTypes[124]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6969,7 +7072,7 @@ func (x *ListReleasesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListReleasesResponse.ProtoReflect.Descriptor instead.
 func (*ListReleasesResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{123}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{124}
 }
 
 func (x *ListReleasesResponse) GetReleases() []*Release {
@@ -7005,7 +7108,7 @@ type GetReleaseRequest struct {
 
 func (x *GetReleaseRequest) Reset() {
 	*x = GetReleaseRequest{}
-	mi := &file_corpus_v1_api_proto_msgTypes[124]
+	mi := &file_corpus_v1_api_proto_msgTypes[125]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7017,7 +7120,7 @@ func (x *GetReleaseRequest) String() string {
 func (*GetReleaseRequest) ProtoMessage() {}
 
 func (x *GetReleaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[124]
+	mi := &file_corpus_v1_api_proto_msgTypes[125]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7030,7 +7133,7 @@ func (x *GetReleaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetReleaseRequest.ProtoReflect.Descriptor instead.
 func (*GetReleaseRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{124}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{125}
 }
 
 func (x *GetReleaseRequest) GetProject() string {
@@ -7064,7 +7167,7 @@ type GetReleaseResponse struct {
 
 func (x *GetReleaseResponse) Reset() {
 	*x = GetReleaseResponse{}
-	mi := &file_corpus_v1_api_proto_msgTypes[125]
+	mi := &file_corpus_v1_api_proto_msgTypes[126]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7076,7 +7179,7 @@ func (x *GetReleaseResponse) String() string {
 func (*GetReleaseResponse) ProtoMessage() {}
 
 func (x *GetReleaseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[125]
+	mi := &file_corpus_v1_api_proto_msgTypes[126]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7089,7 +7192,7 @@ func (x *GetReleaseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetReleaseResponse.ProtoReflect.Descriptor instead.
 func (*GetReleaseResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{125}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{126}
 }
 
 func (x *GetReleaseResponse) GetRelease() *Release {
@@ -7119,7 +7222,7 @@ type RollbackRequest struct {
 
 func (x *RollbackRequest) Reset() {
 	*x = RollbackRequest{}
-	mi := &file_corpus_v1_api_proto_msgTypes[126]
+	mi := &file_corpus_v1_api_proto_msgTypes[127]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7131,7 +7234,7 @@ func (x *RollbackRequest) String() string {
 func (*RollbackRequest) ProtoMessage() {}
 
 func (x *RollbackRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[126]
+	mi := &file_corpus_v1_api_proto_msgTypes[127]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7144,7 +7247,7 @@ func (x *RollbackRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RollbackRequest.ProtoReflect.Descriptor instead.
 func (*RollbackRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{126}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{127}
 }
 
 func (x *RollbackRequest) GetProject() string {
@@ -7180,7 +7283,7 @@ type RollbackOutput struct {
 
 func (x *RollbackOutput) Reset() {
 	*x = RollbackOutput{}
-	mi := &file_corpus_v1_api_proto_msgTypes[127]
+	mi := &file_corpus_v1_api_proto_msgTypes[128]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7192,7 +7295,7 @@ func (x *RollbackOutput) String() string {
 func (*RollbackOutput) ProtoMessage() {}
 
 func (x *RollbackOutput) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[127]
+	mi := &file_corpus_v1_api_proto_msgTypes[128]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7205,7 +7308,7 @@ func (x *RollbackOutput) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RollbackOutput.ProtoReflect.Descriptor instead.
 func (*RollbackOutput) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{127}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{128}
 }
 
 func (x *RollbackOutput) GetOutput() []byte {
@@ -7246,7 +7349,7 @@ type ListAuditRequest struct {
 
 func (x *ListAuditRequest) Reset() {
 	*x = ListAuditRequest{}
-	mi := &file_corpus_v1_api_proto_msgTypes[128]
+	mi := &file_corpus_v1_api_proto_msgTypes[129]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7258,7 +7361,7 @@ func (x *ListAuditRequest) String() string {
 func (*ListAuditRequest) ProtoMessage() {}
 
 func (x *ListAuditRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[128]
+	mi := &file_corpus_v1_api_proto_msgTypes[129]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7271,7 +7374,7 @@ func (x *ListAuditRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAuditRequest.ProtoReflect.Descriptor instead.
 func (*ListAuditRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{128}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{129}
 }
 
 func (x *ListAuditRequest) GetActor() string {
@@ -7319,7 +7422,7 @@ type ListAuditResponse struct {
 
 func (x *ListAuditResponse) Reset() {
 	*x = ListAuditResponse{}
-	mi := &file_corpus_v1_api_proto_msgTypes[129]
+	mi := &file_corpus_v1_api_proto_msgTypes[130]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7331,7 +7434,7 @@ func (x *ListAuditResponse) String() string {
 func (*ListAuditResponse) ProtoMessage() {}
 
 func (x *ListAuditResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[129]
+	mi := &file_corpus_v1_api_proto_msgTypes[130]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7344,7 +7447,7 @@ func (x *ListAuditResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAuditResponse.ProtoReflect.Descriptor instead.
 func (*ListAuditResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{129}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{130}
 }
 
 func (x *ListAuditResponse) GetEntries() []*AuditEntry {
@@ -7364,7 +7467,7 @@ type RemoveNodeRequest struct {
 
 func (x *RemoveNodeRequest) Reset() {
 	*x = RemoveNodeRequest{}
-	mi := &file_corpus_v1_api_proto_msgTypes[130]
+	mi := &file_corpus_v1_api_proto_msgTypes[131]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7376,7 +7479,7 @@ func (x *RemoveNodeRequest) String() string {
 func (*RemoveNodeRequest) ProtoMessage() {}
 
 func (x *RemoveNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[130]
+	mi := &file_corpus_v1_api_proto_msgTypes[131]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7389,7 +7492,7 @@ func (x *RemoveNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveNodeRequest.ProtoReflect.Descriptor instead.
 func (*RemoveNodeRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{130}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{131}
 }
 
 func (x *RemoveNodeRequest) GetName() string {
@@ -7408,7 +7511,7 @@ type RemoveNodeResponse struct {
 
 func (x *RemoveNodeResponse) Reset() {
 	*x = RemoveNodeResponse{}
-	mi := &file_corpus_v1_api_proto_msgTypes[131]
+	mi := &file_corpus_v1_api_proto_msgTypes[132]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7420,7 +7523,7 @@ func (x *RemoveNodeResponse) String() string {
 func (*RemoveNodeResponse) ProtoMessage() {}
 
 func (x *RemoveNodeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_api_proto_msgTypes[131]
+	mi := &file_corpus_v1_api_proto_msgTypes[132]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7433,7 +7536,7 @@ func (x *RemoveNodeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveNodeResponse.ProtoReflect.Descriptor instead.
 func (*RemoveNodeResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_api_proto_rawDescGZIP(), []int{131}
+	return file_corpus_v1_api_proto_rawDescGZIP(), []int{132}
 }
 
 func (x *RemoveNodeResponse) GetNode() *Node {
@@ -7565,7 +7668,23 @@ const file_corpus_v1_api_proto_rawDesc = "" +
 	"\x05index\x18\x02 \x01(\x04R\x05index\"K\n" +
 	"\x12GuestActionRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12!\n" +
-	"\fpurge_volume\x18\x02 \x01(\bR\vpurgeVolume\"W\n" +
+	"\fpurge_volume\x18\x02 \x01(\bR\vpurgeVolume\"\xa1\x03\n" +
+	"\x12UpdateGuestRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x19\n" +
+	"\x05image\x18\x02 \x01(\tH\x00R\x05image\x88\x01\x01\x12&\n" +
+	"\fmemory_bytes\x18\x03 \x01(\x03H\x01R\vmemoryBytes\x88\x01\x01\x12\"\n" +
+	"\n" +
+	"cpu_millis\x18\x04 \x01(\x03H\x02R\tcpuMillis\x88\x01\x01\x12B\n" +
+	"\aset_env\x18\x05 \x03(\v2).corpus.v1.UpdateGuestRequest.SetEnvEntryR\x06setEnv\x12\x1b\n" +
+	"\tunset_env\x18\x06 \x03(\tR\bunsetEnv\x12#\n" +
+	"\rreplace_ports\x18\a \x01(\bR\freplacePorts\x12%\n" +
+	"\x05ports\x18\b \x03(\v2\x0f.corpus.v1.PortR\x05ports\x1a9\n" +
+	"\vSetEnvEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01B\b\n" +
+	"\x06_imageB\x0f\n" +
+	"\r_memory_bytesB\r\n" +
+	"\v_cpu_millis\"W\n" +
 	"\x13GuestActionResponse\x12&\n" +
 	"\x05guest\x18\x01 \x01(\v2\x10.corpus.v1.GuestR\x05guest\x12\x18\n" +
 	"\achanged\x18\x02 \x01(\bR\achanged\"\xd2\x01\n" +
@@ -7958,7 +8077,7 @@ const file_corpus_v1_api_proto_rawDesc = "" +
 	"\vSetNodeMode\x12\x1d.corpus.v1.SetNodeModeRequest\x1a\x1e.corpus.v1.SetNodeModeResponse\x12Q\n" +
 	"\vDrainStatus\x12\x1d.corpus.v1.DrainStatusRequest\x1a\x1e.corpus.v1.DrainStatusResponse\"\x03\x90\x02\x01\x12I\n" +
 	"\n" +
-	"RemoveNode\x12\x1c.corpus.v1.RemoveNodeRequest\x1a\x1d.corpus.v1.RemoveNodeResponse2\xa0\x04\n" +
+	"RemoveNode\x12\x1c.corpus.v1.RemoveNodeRequest\x1a\x1d.corpus.v1.RemoveNodeResponse2\xee\x04\n" +
 	"\fGuestService\x12L\n" +
 	"\vCreateGuest\x12\x1d.corpus.v1.CreateGuestRequest\x1a\x1e.corpus.v1.CreateGuestResponse\x12H\n" +
 	"\bGetGuest\x12\x1a.corpus.v1.GetGuestRequest\x1a\x1b.corpus.v1.GetGuestResponse\"\x03\x90\x02\x01\x12N\n" +
@@ -7967,7 +8086,8 @@ const file_corpus_v1_api_proto_rawDesc = "" +
 	"\n" +
 	"StartGuest\x12\x1d.corpus.v1.GuestActionRequest\x1a\x1e.corpus.v1.GuestActionResponse\x12J\n" +
 	"\tStopGuest\x12\x1d.corpus.v1.GuestActionRequest\x1a\x1e.corpus.v1.GuestActionResponse\x12L\n" +
-	"\vDeleteGuest\x12\x1d.corpus.v1.GuestActionRequest\x1a\x1e.corpus.v1.GuestActionResponse\x12A\n" +
+	"\vDeleteGuest\x12\x1d.corpus.v1.GuestActionRequest\x1a\x1e.corpus.v1.GuestActionResponse\x12L\n" +
+	"\vUpdateGuest\x12\x1d.corpus.v1.UpdateGuestRequest\x1a\x1e.corpus.v1.GuestActionResponse\x12A\n" +
 	"\tExecGuest\x12\x1b.corpus.v1.ExecGuestRequest\x1a\x15.corpus.v1.ExecOutput0\x012\xc4\x02\n" +
 	"\x0eIngressService\x12L\n" +
 	"\vCreateRoute\x12\x1d.corpus.v1.CreateRouteRequest\x1a\x1e.corpus.v1.CreateRouteResponse\x12N\n" +
@@ -8044,7 +8164,7 @@ func file_corpus_v1_api_proto_rawDescGZIP() []byte {
 	return file_corpus_v1_api_proto_rawDescData
 }
 
-var file_corpus_v1_api_proto_msgTypes = make([]protoimpl.MessageInfo, 134)
+var file_corpus_v1_api_proto_msgTypes = make([]protoimpl.MessageInfo, 136)
 var file_corpus_v1_api_proto_goTypes = []any{
 	(*PeerRequest)(nil),                // 0: corpus.v1.PeerRequest
 	(*PeerResponse)(nil),               // 1: corpus.v1.PeerResponse
@@ -8080,333 +8200,339 @@ var file_corpus_v1_api_proto_goTypes = []any{
 	(*ListGuestsRequest)(nil),          // 31: corpus.v1.ListGuestsRequest
 	(*ListGuestsResponse)(nil),         // 32: corpus.v1.ListGuestsResponse
 	(*GuestActionRequest)(nil),         // 33: corpus.v1.GuestActionRequest
-	(*GuestActionResponse)(nil),        // 34: corpus.v1.GuestActionResponse
-	(*ExecGuestRequest)(nil),           // 35: corpus.v1.ExecGuestRequest
-	(*ExecOutput)(nil),                 // 36: corpus.v1.ExecOutput
-	(*CreateRouteRequest)(nil),         // 37: corpus.v1.CreateRouteRequest
-	(*CreateRouteResponse)(nil),        // 38: corpus.v1.CreateRouteResponse
-	(*ListRoutesRequest)(nil),          // 39: corpus.v1.ListRoutesRequest
-	(*RouteView)(nil),                  // 40: corpus.v1.RouteView
-	(*ListRoutesResponse)(nil),         // 41: corpus.v1.ListRoutesResponse
-	(*NatView)(nil),                    // 42: corpus.v1.NatView
-	(*DeleteRouteRequest)(nil),         // 43: corpus.v1.DeleteRouteRequest
-	(*DeleteRouteResponse)(nil),        // 44: corpus.v1.DeleteRouteResponse
-	(*MoveRouteRequest)(nil),           // 45: corpus.v1.MoveRouteRequest
-	(*MoveRouteResponse)(nil),          // 46: corpus.v1.MoveRouteResponse
-	(*ListRecordsRequest)(nil),         // 47: corpus.v1.ListRecordsRequest
-	(*ZoneRecord)(nil),                 // 48: corpus.v1.ZoneRecord
-	(*ListRecordsResponse)(nil),        // 49: corpus.v1.ListRecordsResponse
-	(*AddRecordRequest)(nil),           // 50: corpus.v1.AddRecordRequest
-	(*AddRecordResponse)(nil),          // 51: corpus.v1.AddRecordResponse
-	(*DeleteRecordRequest)(nil),        // 52: corpus.v1.DeleteRecordRequest
-	(*DeleteRecordResponse)(nil),       // 53: corpus.v1.DeleteRecordResponse
-	(*SnapshotVolumeRequest)(nil),      // 54: corpus.v1.SnapshotVolumeRequest
-	(*SnapshotVolumeResponse)(nil),     // 55: corpus.v1.SnapshotVolumeResponse
-	(*MoveVolumeRequest)(nil),          // 56: corpus.v1.MoveVolumeRequest
-	(*MoveVolumeProgress)(nil),         // 57: corpus.v1.MoveVolumeProgress
-	(*ResizeVolumeRequest)(nil),        // 58: corpus.v1.ResizeVolumeRequest
-	(*ResizeVolumeResponse)(nil),       // 59: corpus.v1.ResizeVolumeResponse
-	(*ListVolumesRequest)(nil),         // 60: corpus.v1.ListVolumesRequest
-	(*VolumeView)(nil),                 // 61: corpus.v1.VolumeView
-	(*ListVolumesResponse)(nil),        // 62: corpus.v1.ListVolumesResponse
-	(*GetVolumeRequest)(nil),           // 63: corpus.v1.GetVolumeRequest
-	(*GetVolumeResponse)(nil),          // 64: corpus.v1.GetVolumeResponse
-	(*DeleteVolumeRequest)(nil),        // 65: corpus.v1.DeleteVolumeRequest
-	(*DeleteVolumeResponse)(nil),       // 66: corpus.v1.DeleteVolumeResponse
-	(*SetManifestDomainsRequest)(nil),  // 67: corpus.v1.SetManifestDomainsRequest
-	(*SetManifestDomainsResponse)(nil), // 68: corpus.v1.SetManifestDomainsResponse
-	(*GitAccessRequest)(nil),           // 69: corpus.v1.GitAccessRequest
-	(*GitAccessResponse)(nil),          // 70: corpus.v1.GitAccessResponse
-	(*BeginReleaseRequest)(nil),        // 71: corpus.v1.BeginReleaseRequest
-	(*BeginReleaseResponse)(nil),       // 72: corpus.v1.BeginReleaseResponse
-	(*FinishReleaseRequest)(nil),       // 73: corpus.v1.FinishReleaseRequest
-	(*FinishReleaseResponse)(nil),      // 74: corpus.v1.FinishReleaseResponse
-	(*SetCurrentReleaseRequest)(nil),   // 75: corpus.v1.SetCurrentReleaseRequest
-	(*SetCurrentReleaseResponse)(nil),  // 76: corpus.v1.SetCurrentReleaseResponse
-	(*PruneReleasesRequest)(nil),       // 77: corpus.v1.PruneReleasesRequest
-	(*PruneReleasesResponse)(nil),      // 78: corpus.v1.PruneReleasesResponse
-	(*EnrollRequest)(nil),              // 79: corpus.v1.EnrollRequest
-	(*EnrollResponse)(nil),             // 80: corpus.v1.EnrollResponse
-	(*RenewCertificateRequest)(nil),    // 81: corpus.v1.RenewCertificateRequest
-	(*RenewCertificateResponse)(nil),   // 82: corpus.v1.RenewCertificateResponse
-	(*WatchRequest)(nil),               // 83: corpus.v1.WatchRequest
-	(*WatchResponse)(nil),              // 84: corpus.v1.WatchResponse
-	(*ReportRequest)(nil),              // 85: corpus.v1.ReportRequest
-	(*ReportedGuest)(nil),              // 86: corpus.v1.ReportedGuest
-	(*ReportedVolume)(nil),             // 87: corpus.v1.ReportedVolume
-	(*ReportResponse)(nil),             // 88: corpus.v1.ReportResponse
-	(*ExportVolumeRequest)(nil),        // 89: corpus.v1.ExportVolumeRequest
-	(*VolumeChunk)(nil),                // 90: corpus.v1.VolumeChunk
-	(*ImportVolumeResponse)(nil),       // 91: corpus.v1.ImportVolumeResponse
-	(*LoginRequest)(nil),               // 92: corpus.v1.LoginRequest
-	(*LoginResponse)(nil),              // 93: corpus.v1.LoginResponse
-	(*CreateTokenRequest)(nil),         // 94: corpus.v1.CreateTokenRequest
-	(*CreateTokenResponse)(nil),        // 95: corpus.v1.CreateTokenResponse
-	(*ListTokensRequest)(nil),          // 96: corpus.v1.ListTokensRequest
-	(*ListTokensResponse)(nil),         // 97: corpus.v1.ListTokensResponse
-	(*RevokeTokenRequest)(nil),         // 98: corpus.v1.RevokeTokenRequest
-	(*RevokeTokenResponse)(nil),        // 99: corpus.v1.RevokeTokenResponse
-	(*CreateUserRequest)(nil),          // 100: corpus.v1.CreateUserRequest
-	(*CreateUserResponse)(nil),         // 101: corpus.v1.CreateUserResponse
-	(*ListUsersRequest)(nil),           // 102: corpus.v1.ListUsersRequest
-	(*ListUsersResponse)(nil),          // 103: corpus.v1.ListUsersResponse
-	(*DeleteUserRequest)(nil),          // 104: corpus.v1.DeleteUserRequest
-	(*DeleteUserResponse)(nil),         // 105: corpus.v1.DeleteUserResponse
-	(*AddKeyRequest)(nil),              // 106: corpus.v1.AddKeyRequest
-	(*AddKeyResponse)(nil),             // 107: corpus.v1.AddKeyResponse
-	(*DeleteKeyRequest)(nil),           // 108: corpus.v1.DeleteKeyRequest
-	(*DeleteKeyResponse)(nil),          // 109: corpus.v1.DeleteKeyResponse
-	(*CreateProjectRequest)(nil),       // 110: corpus.v1.CreateProjectRequest
-	(*CreateProjectResponse)(nil),      // 111: corpus.v1.CreateProjectResponse
-	(*ListProjectsRequest)(nil),        // 112: corpus.v1.ListProjectsRequest
-	(*ListProjectsResponse)(nil),       // 113: corpus.v1.ListProjectsResponse
-	(*ProjectView)(nil),                // 114: corpus.v1.ProjectView
-	(*ProjectEnvView)(nil),             // 115: corpus.v1.ProjectEnvView
-	(*GetProjectRequest)(nil),          // 116: corpus.v1.GetProjectRequest
-	(*GetProjectResponse)(nil),         // 117: corpus.v1.GetProjectResponse
-	(*DeleteProjectRequest)(nil),       // 118: corpus.v1.DeleteProjectRequest
-	(*DeleteProjectResponse)(nil),      // 119: corpus.v1.DeleteProjectResponse
-	(*GrantProjectRequest)(nil),        // 120: corpus.v1.GrantProjectRequest
-	(*GrantProjectResponse)(nil),       // 121: corpus.v1.GrantProjectResponse
-	(*ListReleasesRequest)(nil),        // 122: corpus.v1.ListReleasesRequest
-	(*ListReleasesResponse)(nil),       // 123: corpus.v1.ListReleasesResponse
-	(*GetReleaseRequest)(nil),          // 124: corpus.v1.GetReleaseRequest
-	(*GetReleaseResponse)(nil),         // 125: corpus.v1.GetReleaseResponse
-	(*RollbackRequest)(nil),            // 126: corpus.v1.RollbackRequest
-	(*RollbackOutput)(nil),             // 127: corpus.v1.RollbackOutput
-	(*ListAuditRequest)(nil),           // 128: corpus.v1.ListAuditRequest
-	(*ListAuditResponse)(nil),          // 129: corpus.v1.ListAuditResponse
-	(*RemoveNodeRequest)(nil),          // 130: corpus.v1.RemoveNodeRequest
-	(*RemoveNodeResponse)(nil),         // 131: corpus.v1.RemoveNodeResponse
-	nil,                                // 132: corpus.v1.ExecGuestRequest.EnvEntry
-	nil,                                // 133: corpus.v1.EnrollRequest.LabelsEntry
-	(*JoinToken)(nil),                  // 134: corpus.v1.JoinToken
-	(*Node)(nil),                       // 135: corpus.v1.Node
-	(*Resources)(nil),                  // 136: corpus.v1.Resources
-	(*GuestSpec)(nil),                  // 137: corpus.v1.GuestSpec
-	(*Guest)(nil),                      // 138: corpus.v1.Guest
-	(*Route)(nil),                      // 139: corpus.v1.Route
-	(*Port)(nil),                       // 140: corpus.v1.Port
-	(*DnsRecord)(nil),                  // 141: corpus.v1.DnsRecord
-	(*Volume)(nil),                     // 142: corpus.v1.Volume
-	(*Project)(nil),                    // 143: corpus.v1.Project
-	(*ProjectEnv)(nil),                 // 144: corpus.v1.ProjectEnv
-	(*Release)(nil),                    // 145: corpus.v1.Release
-	(*ReleaseStep)(nil),                // 146: corpus.v1.ReleaseStep
-	(*DriverInfo)(nil),                 // 147: corpus.v1.DriverInfo
-	(*GuestObserved)(nil),              // 148: corpus.v1.GuestObserved
-	(*VolumeObserved)(nil),             // 149: corpus.v1.VolumeObserved
-	(*UserToken)(nil),                  // 150: corpus.v1.UserToken
-	(*User)(nil),                       // 151: corpus.v1.User
-	(*SshKey)(nil),                     // 152: corpus.v1.SshKey
-	(*AuditEntry)(nil),                 // 153: corpus.v1.AuditEntry
+	(*UpdateGuestRequest)(nil),         // 34: corpus.v1.UpdateGuestRequest
+	(*GuestActionResponse)(nil),        // 35: corpus.v1.GuestActionResponse
+	(*ExecGuestRequest)(nil),           // 36: corpus.v1.ExecGuestRequest
+	(*ExecOutput)(nil),                 // 37: corpus.v1.ExecOutput
+	(*CreateRouteRequest)(nil),         // 38: corpus.v1.CreateRouteRequest
+	(*CreateRouteResponse)(nil),        // 39: corpus.v1.CreateRouteResponse
+	(*ListRoutesRequest)(nil),          // 40: corpus.v1.ListRoutesRequest
+	(*RouteView)(nil),                  // 41: corpus.v1.RouteView
+	(*ListRoutesResponse)(nil),         // 42: corpus.v1.ListRoutesResponse
+	(*NatView)(nil),                    // 43: corpus.v1.NatView
+	(*DeleteRouteRequest)(nil),         // 44: corpus.v1.DeleteRouteRequest
+	(*DeleteRouteResponse)(nil),        // 45: corpus.v1.DeleteRouteResponse
+	(*MoveRouteRequest)(nil),           // 46: corpus.v1.MoveRouteRequest
+	(*MoveRouteResponse)(nil),          // 47: corpus.v1.MoveRouteResponse
+	(*ListRecordsRequest)(nil),         // 48: corpus.v1.ListRecordsRequest
+	(*ZoneRecord)(nil),                 // 49: corpus.v1.ZoneRecord
+	(*ListRecordsResponse)(nil),        // 50: corpus.v1.ListRecordsResponse
+	(*AddRecordRequest)(nil),           // 51: corpus.v1.AddRecordRequest
+	(*AddRecordResponse)(nil),          // 52: corpus.v1.AddRecordResponse
+	(*DeleteRecordRequest)(nil),        // 53: corpus.v1.DeleteRecordRequest
+	(*DeleteRecordResponse)(nil),       // 54: corpus.v1.DeleteRecordResponse
+	(*SnapshotVolumeRequest)(nil),      // 55: corpus.v1.SnapshotVolumeRequest
+	(*SnapshotVolumeResponse)(nil),     // 56: corpus.v1.SnapshotVolumeResponse
+	(*MoveVolumeRequest)(nil),          // 57: corpus.v1.MoveVolumeRequest
+	(*MoveVolumeProgress)(nil),         // 58: corpus.v1.MoveVolumeProgress
+	(*ResizeVolumeRequest)(nil),        // 59: corpus.v1.ResizeVolumeRequest
+	(*ResizeVolumeResponse)(nil),       // 60: corpus.v1.ResizeVolumeResponse
+	(*ListVolumesRequest)(nil),         // 61: corpus.v1.ListVolumesRequest
+	(*VolumeView)(nil),                 // 62: corpus.v1.VolumeView
+	(*ListVolumesResponse)(nil),        // 63: corpus.v1.ListVolumesResponse
+	(*GetVolumeRequest)(nil),           // 64: corpus.v1.GetVolumeRequest
+	(*GetVolumeResponse)(nil),          // 65: corpus.v1.GetVolumeResponse
+	(*DeleteVolumeRequest)(nil),        // 66: corpus.v1.DeleteVolumeRequest
+	(*DeleteVolumeResponse)(nil),       // 67: corpus.v1.DeleteVolumeResponse
+	(*SetManifestDomainsRequest)(nil),  // 68: corpus.v1.SetManifestDomainsRequest
+	(*SetManifestDomainsResponse)(nil), // 69: corpus.v1.SetManifestDomainsResponse
+	(*GitAccessRequest)(nil),           // 70: corpus.v1.GitAccessRequest
+	(*GitAccessResponse)(nil),          // 71: corpus.v1.GitAccessResponse
+	(*BeginReleaseRequest)(nil),        // 72: corpus.v1.BeginReleaseRequest
+	(*BeginReleaseResponse)(nil),       // 73: corpus.v1.BeginReleaseResponse
+	(*FinishReleaseRequest)(nil),       // 74: corpus.v1.FinishReleaseRequest
+	(*FinishReleaseResponse)(nil),      // 75: corpus.v1.FinishReleaseResponse
+	(*SetCurrentReleaseRequest)(nil),   // 76: corpus.v1.SetCurrentReleaseRequest
+	(*SetCurrentReleaseResponse)(nil),  // 77: corpus.v1.SetCurrentReleaseResponse
+	(*PruneReleasesRequest)(nil),       // 78: corpus.v1.PruneReleasesRequest
+	(*PruneReleasesResponse)(nil),      // 79: corpus.v1.PruneReleasesResponse
+	(*EnrollRequest)(nil),              // 80: corpus.v1.EnrollRequest
+	(*EnrollResponse)(nil),             // 81: corpus.v1.EnrollResponse
+	(*RenewCertificateRequest)(nil),    // 82: corpus.v1.RenewCertificateRequest
+	(*RenewCertificateResponse)(nil),   // 83: corpus.v1.RenewCertificateResponse
+	(*WatchRequest)(nil),               // 84: corpus.v1.WatchRequest
+	(*WatchResponse)(nil),              // 85: corpus.v1.WatchResponse
+	(*ReportRequest)(nil),              // 86: corpus.v1.ReportRequest
+	(*ReportedGuest)(nil),              // 87: corpus.v1.ReportedGuest
+	(*ReportedVolume)(nil),             // 88: corpus.v1.ReportedVolume
+	(*ReportResponse)(nil),             // 89: corpus.v1.ReportResponse
+	(*ExportVolumeRequest)(nil),        // 90: corpus.v1.ExportVolumeRequest
+	(*VolumeChunk)(nil),                // 91: corpus.v1.VolumeChunk
+	(*ImportVolumeResponse)(nil),       // 92: corpus.v1.ImportVolumeResponse
+	(*LoginRequest)(nil),               // 93: corpus.v1.LoginRequest
+	(*LoginResponse)(nil),              // 94: corpus.v1.LoginResponse
+	(*CreateTokenRequest)(nil),         // 95: corpus.v1.CreateTokenRequest
+	(*CreateTokenResponse)(nil),        // 96: corpus.v1.CreateTokenResponse
+	(*ListTokensRequest)(nil),          // 97: corpus.v1.ListTokensRequest
+	(*ListTokensResponse)(nil),         // 98: corpus.v1.ListTokensResponse
+	(*RevokeTokenRequest)(nil),         // 99: corpus.v1.RevokeTokenRequest
+	(*RevokeTokenResponse)(nil),        // 100: corpus.v1.RevokeTokenResponse
+	(*CreateUserRequest)(nil),          // 101: corpus.v1.CreateUserRequest
+	(*CreateUserResponse)(nil),         // 102: corpus.v1.CreateUserResponse
+	(*ListUsersRequest)(nil),           // 103: corpus.v1.ListUsersRequest
+	(*ListUsersResponse)(nil),          // 104: corpus.v1.ListUsersResponse
+	(*DeleteUserRequest)(nil),          // 105: corpus.v1.DeleteUserRequest
+	(*DeleteUserResponse)(nil),         // 106: corpus.v1.DeleteUserResponse
+	(*AddKeyRequest)(nil),              // 107: corpus.v1.AddKeyRequest
+	(*AddKeyResponse)(nil),             // 108: corpus.v1.AddKeyResponse
+	(*DeleteKeyRequest)(nil),           // 109: corpus.v1.DeleteKeyRequest
+	(*DeleteKeyResponse)(nil),          // 110: corpus.v1.DeleteKeyResponse
+	(*CreateProjectRequest)(nil),       // 111: corpus.v1.CreateProjectRequest
+	(*CreateProjectResponse)(nil),      // 112: corpus.v1.CreateProjectResponse
+	(*ListProjectsRequest)(nil),        // 113: corpus.v1.ListProjectsRequest
+	(*ListProjectsResponse)(nil),       // 114: corpus.v1.ListProjectsResponse
+	(*ProjectView)(nil),                // 115: corpus.v1.ProjectView
+	(*ProjectEnvView)(nil),             // 116: corpus.v1.ProjectEnvView
+	(*GetProjectRequest)(nil),          // 117: corpus.v1.GetProjectRequest
+	(*GetProjectResponse)(nil),         // 118: corpus.v1.GetProjectResponse
+	(*DeleteProjectRequest)(nil),       // 119: corpus.v1.DeleteProjectRequest
+	(*DeleteProjectResponse)(nil),      // 120: corpus.v1.DeleteProjectResponse
+	(*GrantProjectRequest)(nil),        // 121: corpus.v1.GrantProjectRequest
+	(*GrantProjectResponse)(nil),       // 122: corpus.v1.GrantProjectResponse
+	(*ListReleasesRequest)(nil),        // 123: corpus.v1.ListReleasesRequest
+	(*ListReleasesResponse)(nil),       // 124: corpus.v1.ListReleasesResponse
+	(*GetReleaseRequest)(nil),          // 125: corpus.v1.GetReleaseRequest
+	(*GetReleaseResponse)(nil),         // 126: corpus.v1.GetReleaseResponse
+	(*RollbackRequest)(nil),            // 127: corpus.v1.RollbackRequest
+	(*RollbackOutput)(nil),             // 128: corpus.v1.RollbackOutput
+	(*ListAuditRequest)(nil),           // 129: corpus.v1.ListAuditRequest
+	(*ListAuditResponse)(nil),          // 130: corpus.v1.ListAuditResponse
+	(*RemoveNodeRequest)(nil),          // 131: corpus.v1.RemoveNodeRequest
+	(*RemoveNodeResponse)(nil),         // 132: corpus.v1.RemoveNodeResponse
+	nil,                                // 133: corpus.v1.UpdateGuestRequest.SetEnvEntry
+	nil,                                // 134: corpus.v1.ExecGuestRequest.EnvEntry
+	nil,                                // 135: corpus.v1.EnrollRequest.LabelsEntry
+	(*JoinToken)(nil),                  // 136: corpus.v1.JoinToken
+	(*Node)(nil),                       // 137: corpus.v1.Node
+	(*Resources)(nil),                  // 138: corpus.v1.Resources
+	(*GuestSpec)(nil),                  // 139: corpus.v1.GuestSpec
+	(*Guest)(nil),                      // 140: corpus.v1.Guest
+	(*Port)(nil),                       // 141: corpus.v1.Port
+	(*Route)(nil),                      // 142: corpus.v1.Route
+	(*DnsRecord)(nil),                  // 143: corpus.v1.DnsRecord
+	(*Volume)(nil),                     // 144: corpus.v1.Volume
+	(*Project)(nil),                    // 145: corpus.v1.Project
+	(*ProjectEnv)(nil),                 // 146: corpus.v1.ProjectEnv
+	(*Release)(nil),                    // 147: corpus.v1.Release
+	(*ReleaseStep)(nil),                // 148: corpus.v1.ReleaseStep
+	(*DriverInfo)(nil),                 // 149: corpus.v1.DriverInfo
+	(*GuestObserved)(nil),              // 150: corpus.v1.GuestObserved
+	(*VolumeObserved)(nil),             // 151: corpus.v1.VolumeObserved
+	(*UserToken)(nil),                  // 152: corpus.v1.UserToken
+	(*User)(nil),                       // 153: corpus.v1.User
+	(*SshKey)(nil),                     // 154: corpus.v1.SshKey
+	(*AuditEntry)(nil),                 // 155: corpus.v1.AuditEntry
 }
 var file_corpus_v1_api_proto_depIdxs = []int32{
 	7,   // 0: corpus.v1.RaftPeersResponse.peers:type_name -> corpus.v1.RaftPeer
 	26,  // 1: corpus.v1.SetNodeModeResponse.node:type_name -> corpus.v1.NodeView
 	26,  // 2: corpus.v1.DrainStatusResponse.node:type_name -> corpus.v1.NodeView
 	18,  // 3: corpus.v1.DrainStatusResponse.guests:type_name -> corpus.v1.DrainGuest
-	134, // 4: corpus.v1.CreateJoinTokenResponse.info:type_name -> corpus.v1.JoinToken
+	136, // 4: corpus.v1.CreateJoinTokenResponse.info:type_name -> corpus.v1.JoinToken
 	26,  // 5: corpus.v1.ListNodesResponse.nodes:type_name -> corpus.v1.NodeView
 	26,  // 6: corpus.v1.GetNodeResponse.node:type_name -> corpus.v1.NodeView
-	135, // 7: corpus.v1.NodeView.node:type_name -> corpus.v1.Node
-	136, // 8: corpus.v1.NodeView.allocated:type_name -> corpus.v1.Resources
-	137, // 9: corpus.v1.CreateGuestRequest.spec:type_name -> corpus.v1.GuestSpec
-	138, // 10: corpus.v1.CreateGuestResponse.guest:type_name -> corpus.v1.Guest
-	138, // 11: corpus.v1.GetGuestResponse.guest:type_name -> corpus.v1.Guest
+	137, // 7: corpus.v1.NodeView.node:type_name -> corpus.v1.Node
+	138, // 8: corpus.v1.NodeView.allocated:type_name -> corpus.v1.Resources
+	139, // 9: corpus.v1.CreateGuestRequest.spec:type_name -> corpus.v1.GuestSpec
+	140, // 10: corpus.v1.CreateGuestResponse.guest:type_name -> corpus.v1.Guest
+	140, // 11: corpus.v1.GetGuestResponse.guest:type_name -> corpus.v1.Guest
 	30,  // 12: corpus.v1.ListGuestsResponse.guests:type_name -> corpus.v1.GetGuestResponse
-	138, // 13: corpus.v1.GuestActionResponse.guest:type_name -> corpus.v1.Guest
-	132, // 14: corpus.v1.ExecGuestRequest.env:type_name -> corpus.v1.ExecGuestRequest.EnvEntry
-	139, // 15: corpus.v1.CreateRouteResponse.route:type_name -> corpus.v1.Route
-	139, // 16: corpus.v1.RouteView.route:type_name -> corpus.v1.Route
-	40,  // 17: corpus.v1.ListRoutesResponse.routes:type_name -> corpus.v1.RouteView
-	42,  // 18: corpus.v1.ListRoutesResponse.nat:type_name -> corpus.v1.NatView
-	140, // 19: corpus.v1.NatView.port:type_name -> corpus.v1.Port
-	139, // 20: corpus.v1.DeleteRouteResponse.route:type_name -> corpus.v1.Route
-	139, // 21: corpus.v1.MoveRouteResponse.route:type_name -> corpus.v1.Route
-	48,  // 22: corpus.v1.ListRecordsResponse.records:type_name -> corpus.v1.ZoneRecord
-	141, // 23: corpus.v1.AddRecordResponse.record:type_name -> corpus.v1.DnsRecord
-	141, // 24: corpus.v1.DeleteRecordResponse.record:type_name -> corpus.v1.DnsRecord
-	142, // 25: corpus.v1.MoveVolumeProgress.volume:type_name -> corpus.v1.Volume
-	142, // 26: corpus.v1.ResizeVolumeResponse.volume:type_name -> corpus.v1.Volume
-	142, // 27: corpus.v1.VolumeView.volume:type_name -> corpus.v1.Volume
-	61,  // 28: corpus.v1.ListVolumesResponse.volumes:type_name -> corpus.v1.VolumeView
-	61,  // 29: corpus.v1.GetVolumeResponse.volume:type_name -> corpus.v1.VolumeView
-	142, // 30: corpus.v1.DeleteVolumeResponse.volume:type_name -> corpus.v1.Volume
-	143, // 31: corpus.v1.GitAccessResponse.project:type_name -> corpus.v1.Project
-	144, // 32: corpus.v1.GitAccessResponse.env:type_name -> corpus.v1.ProjectEnv
-	145, // 33: corpus.v1.GitAccessResponse.releases:type_name -> corpus.v1.Release
-	145, // 34: corpus.v1.BeginReleaseResponse.release:type_name -> corpus.v1.Release
-	146, // 35: corpus.v1.FinishReleaseRequest.steps:type_name -> corpus.v1.ReleaseStep
-	145, // 36: corpus.v1.FinishReleaseResponse.release:type_name -> corpus.v1.Release
-	133, // 37: corpus.v1.EnrollRequest.labels:type_name -> corpus.v1.EnrollRequest.LabelsEntry
-	136, // 38: corpus.v1.EnrollRequest.capacity:type_name -> corpus.v1.Resources
-	147, // 39: corpus.v1.EnrollRequest.drivers:type_name -> corpus.v1.DriverInfo
-	135, // 40: corpus.v1.WatchResponse.node:type_name -> corpus.v1.Node
-	138, // 41: corpus.v1.WatchResponse.guests:type_name -> corpus.v1.Guest
-	139, // 42: corpus.v1.WatchResponse.routes:type_name -> corpus.v1.Route
-	142, // 43: corpus.v1.WatchResponse.volumes:type_name -> corpus.v1.Volume
-	136, // 44: corpus.v1.ReportRequest.capacity:type_name -> corpus.v1.Resources
-	147, // 45: corpus.v1.ReportRequest.drivers:type_name -> corpus.v1.DriverInfo
-	86,  // 46: corpus.v1.ReportRequest.guests:type_name -> corpus.v1.ReportedGuest
-	87,  // 47: corpus.v1.ReportRequest.volumes:type_name -> corpus.v1.ReportedVolume
-	148, // 48: corpus.v1.ReportedGuest.observed:type_name -> corpus.v1.GuestObserved
-	149, // 49: corpus.v1.ReportedVolume.observed:type_name -> corpus.v1.VolumeObserved
-	150, // 50: corpus.v1.LoginResponse.info:type_name -> corpus.v1.UserToken
-	150, // 51: corpus.v1.CreateTokenResponse.info:type_name -> corpus.v1.UserToken
-	150, // 52: corpus.v1.ListTokensResponse.tokens:type_name -> corpus.v1.UserToken
-	151, // 53: corpus.v1.CreateUserResponse.user:type_name -> corpus.v1.User
-	151, // 54: corpus.v1.ListUsersResponse.users:type_name -> corpus.v1.User
-	151, // 55: corpus.v1.DeleteUserResponse.user:type_name -> corpus.v1.User
-	152, // 56: corpus.v1.AddKeyResponse.key:type_name -> corpus.v1.SshKey
-	136, // 57: corpus.v1.CreateProjectRequest.resources:type_name -> corpus.v1.Resources
-	143, // 58: corpus.v1.CreateProjectResponse.project:type_name -> corpus.v1.Project
-	114, // 59: corpus.v1.ListProjectsResponse.projects:type_name -> corpus.v1.ProjectView
-	143, // 60: corpus.v1.ProjectView.project:type_name -> corpus.v1.Project
-	115, // 61: corpus.v1.ProjectView.envs:type_name -> corpus.v1.ProjectEnvView
-	114, // 62: corpus.v1.GetProjectResponse.project:type_name -> corpus.v1.ProjectView
-	143, // 63: corpus.v1.GrantProjectResponse.project:type_name -> corpus.v1.Project
-	145, // 64: corpus.v1.ListReleasesResponse.releases:type_name -> corpus.v1.Release
-	145, // 65: corpus.v1.GetReleaseResponse.release:type_name -> corpus.v1.Release
-	153, // 66: corpus.v1.ListAuditResponse.entries:type_name -> corpus.v1.AuditEntry
-	135, // 67: corpus.v1.RemoveNodeResponse.node:type_name -> corpus.v1.Node
-	13,  // 68: corpus.v1.ClusterService.Status:input_type -> corpus.v1.StatusRequest
-	0,   // 69: corpus.v1.ClusterService.Peer:input_type -> corpus.v1.PeerRequest
-	2,   // 70: corpus.v1.ClusterService.Apply:input_type -> corpus.v1.ApplyRequest
-	4,   // 71: corpus.v1.ClusterService.Seen:input_type -> corpus.v1.SeenRequest
-	6,   // 72: corpus.v1.ClusterService.RaftPeers:input_type -> corpus.v1.RaftPeersRequest
-	9,   // 73: corpus.v1.ClusterService.AddRaftPeer:input_type -> corpus.v1.AddRaftPeerRequest
-	11,  // 74: corpus.v1.ClusterService.RemoveRaftPeer:input_type -> corpus.v1.RemoveRaftPeerRequest
-	20,  // 75: corpus.v1.NodeService.CreateJoinToken:input_type -> corpus.v1.CreateJoinTokenRequest
-	22,  // 76: corpus.v1.NodeService.ListNodes:input_type -> corpus.v1.ListNodesRequest
-	24,  // 77: corpus.v1.NodeService.GetNode:input_type -> corpus.v1.GetNodeRequest
-	15,  // 78: corpus.v1.NodeService.SetNodeMode:input_type -> corpus.v1.SetNodeModeRequest
-	17,  // 79: corpus.v1.NodeService.DrainStatus:input_type -> corpus.v1.DrainStatusRequest
-	130, // 80: corpus.v1.NodeService.RemoveNode:input_type -> corpus.v1.RemoveNodeRequest
-	27,  // 81: corpus.v1.GuestService.CreateGuest:input_type -> corpus.v1.CreateGuestRequest
-	29,  // 82: corpus.v1.GuestService.GetGuest:input_type -> corpus.v1.GetGuestRequest
-	31,  // 83: corpus.v1.GuestService.ListGuests:input_type -> corpus.v1.ListGuestsRequest
-	33,  // 84: corpus.v1.GuestService.StartGuest:input_type -> corpus.v1.GuestActionRequest
-	33,  // 85: corpus.v1.GuestService.StopGuest:input_type -> corpus.v1.GuestActionRequest
-	33,  // 86: corpus.v1.GuestService.DeleteGuest:input_type -> corpus.v1.GuestActionRequest
-	35,  // 87: corpus.v1.GuestService.ExecGuest:input_type -> corpus.v1.ExecGuestRequest
-	37,  // 88: corpus.v1.IngressService.CreateRoute:input_type -> corpus.v1.CreateRouteRequest
-	39,  // 89: corpus.v1.IngressService.ListRoutes:input_type -> corpus.v1.ListRoutesRequest
-	43,  // 90: corpus.v1.IngressService.DeleteRoute:input_type -> corpus.v1.DeleteRouteRequest
-	45,  // 91: corpus.v1.IngressService.MoveRoute:input_type -> corpus.v1.MoveRouteRequest
-	47,  // 92: corpus.v1.DnsService.ListRecords:input_type -> corpus.v1.ListRecordsRequest
-	50,  // 93: corpus.v1.DnsService.AddRecord:input_type -> corpus.v1.AddRecordRequest
-	52,  // 94: corpus.v1.DnsService.DeleteRecord:input_type -> corpus.v1.DeleteRecordRequest
-	60,  // 95: corpus.v1.VolumeService.ListVolumes:input_type -> corpus.v1.ListVolumesRequest
-	63,  // 96: corpus.v1.VolumeService.GetVolume:input_type -> corpus.v1.GetVolumeRequest
-	65,  // 97: corpus.v1.VolumeService.DeleteVolume:input_type -> corpus.v1.DeleteVolumeRequest
-	58,  // 98: corpus.v1.VolumeService.ResizeVolume:input_type -> corpus.v1.ResizeVolumeRequest
-	56,  // 99: corpus.v1.VolumeService.MoveVolume:input_type -> corpus.v1.MoveVolumeRequest
-	54,  // 100: corpus.v1.VolumeService.SnapshotVolume:input_type -> corpus.v1.SnapshotVolumeRequest
-	79,  // 101: corpus.v1.AgentService.Enroll:input_type -> corpus.v1.EnrollRequest
-	81,  // 102: corpus.v1.AgentService.RenewCertificate:input_type -> corpus.v1.RenewCertificateRequest
-	83,  // 103: corpus.v1.AgentService.Watch:input_type -> corpus.v1.WatchRequest
-	85,  // 104: corpus.v1.AgentService.Report:input_type -> corpus.v1.ReportRequest
-	69,  // 105: corpus.v1.AgentService.GitAccess:input_type -> corpus.v1.GitAccessRequest
-	71,  // 106: corpus.v1.AgentService.BeginRelease:input_type -> corpus.v1.BeginReleaseRequest
-	73,  // 107: corpus.v1.AgentService.FinishRelease:input_type -> corpus.v1.FinishReleaseRequest
-	75,  // 108: corpus.v1.AgentService.SetCurrentRelease:input_type -> corpus.v1.SetCurrentReleaseRequest
-	77,  // 109: corpus.v1.AgentService.PruneReleases:input_type -> corpus.v1.PruneReleasesRequest
-	67,  // 110: corpus.v1.AgentService.SetManifestDomains:input_type -> corpus.v1.SetManifestDomainsRequest
-	35,  // 111: corpus.v1.NodeAgentService.Exec:input_type -> corpus.v1.ExecGuestRequest
-	89,  // 112: corpus.v1.NodeAgentService.ExportVolume:input_type -> corpus.v1.ExportVolumeRequest
-	90,  // 113: corpus.v1.NodeAgentService.ImportVolume:input_type -> corpus.v1.VolumeChunk
-	54,  // 114: corpus.v1.NodeAgentService.SnapshotVolume:input_type -> corpus.v1.SnapshotVolumeRequest
-	126, // 115: corpus.v1.NodeAgentService.Rollback:input_type -> corpus.v1.RollbackRequest
-	100, // 116: corpus.v1.UserService.CreateUser:input_type -> corpus.v1.CreateUserRequest
-	102, // 117: corpus.v1.UserService.ListUsers:input_type -> corpus.v1.ListUsersRequest
-	104, // 118: corpus.v1.UserService.DeleteUser:input_type -> corpus.v1.DeleteUserRequest
-	106, // 119: corpus.v1.UserService.AddKey:input_type -> corpus.v1.AddKeyRequest
-	108, // 120: corpus.v1.UserService.DeleteKey:input_type -> corpus.v1.DeleteKeyRequest
-	94,  // 121: corpus.v1.UserService.CreateToken:input_type -> corpus.v1.CreateTokenRequest
-	96,  // 122: corpus.v1.UserService.ListTokens:input_type -> corpus.v1.ListTokensRequest
-	98,  // 123: corpus.v1.UserService.RevokeToken:input_type -> corpus.v1.RevokeTokenRequest
-	92,  // 124: corpus.v1.UserService.Login:input_type -> corpus.v1.LoginRequest
-	110, // 125: corpus.v1.ProjectService.CreateProject:input_type -> corpus.v1.CreateProjectRequest
-	112, // 126: corpus.v1.ProjectService.ListProjects:input_type -> corpus.v1.ListProjectsRequest
-	116, // 127: corpus.v1.ProjectService.GetProject:input_type -> corpus.v1.GetProjectRequest
-	118, // 128: corpus.v1.ProjectService.DeleteProject:input_type -> corpus.v1.DeleteProjectRequest
-	120, // 129: corpus.v1.ProjectService.GrantProject:input_type -> corpus.v1.GrantProjectRequest
-	122, // 130: corpus.v1.ProjectService.ListReleases:input_type -> corpus.v1.ListReleasesRequest
-	124, // 131: corpus.v1.ProjectService.GetRelease:input_type -> corpus.v1.GetReleaseRequest
-	126, // 132: corpus.v1.ProjectService.Rollback:input_type -> corpus.v1.RollbackRequest
-	128, // 133: corpus.v1.AuditService.ListAudit:input_type -> corpus.v1.ListAuditRequest
-	14,  // 134: corpus.v1.ClusterService.Status:output_type -> corpus.v1.StatusResponse
-	1,   // 135: corpus.v1.ClusterService.Peer:output_type -> corpus.v1.PeerResponse
-	3,   // 136: corpus.v1.ClusterService.Apply:output_type -> corpus.v1.ApplyResponse
-	5,   // 137: corpus.v1.ClusterService.Seen:output_type -> corpus.v1.SeenResponse
-	8,   // 138: corpus.v1.ClusterService.RaftPeers:output_type -> corpus.v1.RaftPeersResponse
-	10,  // 139: corpus.v1.ClusterService.AddRaftPeer:output_type -> corpus.v1.AddRaftPeerResponse
-	12,  // 140: corpus.v1.ClusterService.RemoveRaftPeer:output_type -> corpus.v1.RemoveRaftPeerResponse
-	21,  // 141: corpus.v1.NodeService.CreateJoinToken:output_type -> corpus.v1.CreateJoinTokenResponse
-	23,  // 142: corpus.v1.NodeService.ListNodes:output_type -> corpus.v1.ListNodesResponse
-	25,  // 143: corpus.v1.NodeService.GetNode:output_type -> corpus.v1.GetNodeResponse
-	16,  // 144: corpus.v1.NodeService.SetNodeMode:output_type -> corpus.v1.SetNodeModeResponse
-	19,  // 145: corpus.v1.NodeService.DrainStatus:output_type -> corpus.v1.DrainStatusResponse
-	131, // 146: corpus.v1.NodeService.RemoveNode:output_type -> corpus.v1.RemoveNodeResponse
-	28,  // 147: corpus.v1.GuestService.CreateGuest:output_type -> corpus.v1.CreateGuestResponse
-	30,  // 148: corpus.v1.GuestService.GetGuest:output_type -> corpus.v1.GetGuestResponse
-	32,  // 149: corpus.v1.GuestService.ListGuests:output_type -> corpus.v1.ListGuestsResponse
-	34,  // 150: corpus.v1.GuestService.StartGuest:output_type -> corpus.v1.GuestActionResponse
-	34,  // 151: corpus.v1.GuestService.StopGuest:output_type -> corpus.v1.GuestActionResponse
-	34,  // 152: corpus.v1.GuestService.DeleteGuest:output_type -> corpus.v1.GuestActionResponse
-	36,  // 153: corpus.v1.GuestService.ExecGuest:output_type -> corpus.v1.ExecOutput
-	38,  // 154: corpus.v1.IngressService.CreateRoute:output_type -> corpus.v1.CreateRouteResponse
-	41,  // 155: corpus.v1.IngressService.ListRoutes:output_type -> corpus.v1.ListRoutesResponse
-	44,  // 156: corpus.v1.IngressService.DeleteRoute:output_type -> corpus.v1.DeleteRouteResponse
-	46,  // 157: corpus.v1.IngressService.MoveRoute:output_type -> corpus.v1.MoveRouteResponse
-	49,  // 158: corpus.v1.DnsService.ListRecords:output_type -> corpus.v1.ListRecordsResponse
-	51,  // 159: corpus.v1.DnsService.AddRecord:output_type -> corpus.v1.AddRecordResponse
-	53,  // 160: corpus.v1.DnsService.DeleteRecord:output_type -> corpus.v1.DeleteRecordResponse
-	62,  // 161: corpus.v1.VolumeService.ListVolumes:output_type -> corpus.v1.ListVolumesResponse
-	64,  // 162: corpus.v1.VolumeService.GetVolume:output_type -> corpus.v1.GetVolumeResponse
-	66,  // 163: corpus.v1.VolumeService.DeleteVolume:output_type -> corpus.v1.DeleteVolumeResponse
-	59,  // 164: corpus.v1.VolumeService.ResizeVolume:output_type -> corpus.v1.ResizeVolumeResponse
-	57,  // 165: corpus.v1.VolumeService.MoveVolume:output_type -> corpus.v1.MoveVolumeProgress
-	55,  // 166: corpus.v1.VolumeService.SnapshotVolume:output_type -> corpus.v1.SnapshotVolumeResponse
-	80,  // 167: corpus.v1.AgentService.Enroll:output_type -> corpus.v1.EnrollResponse
-	82,  // 168: corpus.v1.AgentService.RenewCertificate:output_type -> corpus.v1.RenewCertificateResponse
-	84,  // 169: corpus.v1.AgentService.Watch:output_type -> corpus.v1.WatchResponse
-	88,  // 170: corpus.v1.AgentService.Report:output_type -> corpus.v1.ReportResponse
-	70,  // 171: corpus.v1.AgentService.GitAccess:output_type -> corpus.v1.GitAccessResponse
-	72,  // 172: corpus.v1.AgentService.BeginRelease:output_type -> corpus.v1.BeginReleaseResponse
-	74,  // 173: corpus.v1.AgentService.FinishRelease:output_type -> corpus.v1.FinishReleaseResponse
-	76,  // 174: corpus.v1.AgentService.SetCurrentRelease:output_type -> corpus.v1.SetCurrentReleaseResponse
-	78,  // 175: corpus.v1.AgentService.PruneReleases:output_type -> corpus.v1.PruneReleasesResponse
-	68,  // 176: corpus.v1.AgentService.SetManifestDomains:output_type -> corpus.v1.SetManifestDomainsResponse
-	36,  // 177: corpus.v1.NodeAgentService.Exec:output_type -> corpus.v1.ExecOutput
-	90,  // 178: corpus.v1.NodeAgentService.ExportVolume:output_type -> corpus.v1.VolumeChunk
-	91,  // 179: corpus.v1.NodeAgentService.ImportVolume:output_type -> corpus.v1.ImportVolumeResponse
-	55,  // 180: corpus.v1.NodeAgentService.SnapshotVolume:output_type -> corpus.v1.SnapshotVolumeResponse
-	127, // 181: corpus.v1.NodeAgentService.Rollback:output_type -> corpus.v1.RollbackOutput
-	101, // 182: corpus.v1.UserService.CreateUser:output_type -> corpus.v1.CreateUserResponse
-	103, // 183: corpus.v1.UserService.ListUsers:output_type -> corpus.v1.ListUsersResponse
-	105, // 184: corpus.v1.UserService.DeleteUser:output_type -> corpus.v1.DeleteUserResponse
-	107, // 185: corpus.v1.UserService.AddKey:output_type -> corpus.v1.AddKeyResponse
-	109, // 186: corpus.v1.UserService.DeleteKey:output_type -> corpus.v1.DeleteKeyResponse
-	95,  // 187: corpus.v1.UserService.CreateToken:output_type -> corpus.v1.CreateTokenResponse
-	97,  // 188: corpus.v1.UserService.ListTokens:output_type -> corpus.v1.ListTokensResponse
-	99,  // 189: corpus.v1.UserService.RevokeToken:output_type -> corpus.v1.RevokeTokenResponse
-	93,  // 190: corpus.v1.UserService.Login:output_type -> corpus.v1.LoginResponse
-	111, // 191: corpus.v1.ProjectService.CreateProject:output_type -> corpus.v1.CreateProjectResponse
-	113, // 192: corpus.v1.ProjectService.ListProjects:output_type -> corpus.v1.ListProjectsResponse
-	117, // 193: corpus.v1.ProjectService.GetProject:output_type -> corpus.v1.GetProjectResponse
-	119, // 194: corpus.v1.ProjectService.DeleteProject:output_type -> corpus.v1.DeleteProjectResponse
-	121, // 195: corpus.v1.ProjectService.GrantProject:output_type -> corpus.v1.GrantProjectResponse
-	123, // 196: corpus.v1.ProjectService.ListReleases:output_type -> corpus.v1.ListReleasesResponse
-	125, // 197: corpus.v1.ProjectService.GetRelease:output_type -> corpus.v1.GetReleaseResponse
-	127, // 198: corpus.v1.ProjectService.Rollback:output_type -> corpus.v1.RollbackOutput
-	129, // 199: corpus.v1.AuditService.ListAudit:output_type -> corpus.v1.ListAuditResponse
-	134, // [134:200] is the sub-list for method output_type
-	68,  // [68:134] is the sub-list for method input_type
-	68,  // [68:68] is the sub-list for extension type_name
-	68,  // [68:68] is the sub-list for extension extendee
-	0,   // [0:68] is the sub-list for field type_name
+	133, // 13: corpus.v1.UpdateGuestRequest.set_env:type_name -> corpus.v1.UpdateGuestRequest.SetEnvEntry
+	141, // 14: corpus.v1.UpdateGuestRequest.ports:type_name -> corpus.v1.Port
+	140, // 15: corpus.v1.GuestActionResponse.guest:type_name -> corpus.v1.Guest
+	134, // 16: corpus.v1.ExecGuestRequest.env:type_name -> corpus.v1.ExecGuestRequest.EnvEntry
+	142, // 17: corpus.v1.CreateRouteResponse.route:type_name -> corpus.v1.Route
+	142, // 18: corpus.v1.RouteView.route:type_name -> corpus.v1.Route
+	41,  // 19: corpus.v1.ListRoutesResponse.routes:type_name -> corpus.v1.RouteView
+	43,  // 20: corpus.v1.ListRoutesResponse.nat:type_name -> corpus.v1.NatView
+	141, // 21: corpus.v1.NatView.port:type_name -> corpus.v1.Port
+	142, // 22: corpus.v1.DeleteRouteResponse.route:type_name -> corpus.v1.Route
+	142, // 23: corpus.v1.MoveRouteResponse.route:type_name -> corpus.v1.Route
+	49,  // 24: corpus.v1.ListRecordsResponse.records:type_name -> corpus.v1.ZoneRecord
+	143, // 25: corpus.v1.AddRecordResponse.record:type_name -> corpus.v1.DnsRecord
+	143, // 26: corpus.v1.DeleteRecordResponse.record:type_name -> corpus.v1.DnsRecord
+	144, // 27: corpus.v1.MoveVolumeProgress.volume:type_name -> corpus.v1.Volume
+	144, // 28: corpus.v1.ResizeVolumeResponse.volume:type_name -> corpus.v1.Volume
+	144, // 29: corpus.v1.VolumeView.volume:type_name -> corpus.v1.Volume
+	62,  // 30: corpus.v1.ListVolumesResponse.volumes:type_name -> corpus.v1.VolumeView
+	62,  // 31: corpus.v1.GetVolumeResponse.volume:type_name -> corpus.v1.VolumeView
+	144, // 32: corpus.v1.DeleteVolumeResponse.volume:type_name -> corpus.v1.Volume
+	145, // 33: corpus.v1.GitAccessResponse.project:type_name -> corpus.v1.Project
+	146, // 34: corpus.v1.GitAccessResponse.env:type_name -> corpus.v1.ProjectEnv
+	147, // 35: corpus.v1.GitAccessResponse.releases:type_name -> corpus.v1.Release
+	147, // 36: corpus.v1.BeginReleaseResponse.release:type_name -> corpus.v1.Release
+	148, // 37: corpus.v1.FinishReleaseRequest.steps:type_name -> corpus.v1.ReleaseStep
+	147, // 38: corpus.v1.FinishReleaseResponse.release:type_name -> corpus.v1.Release
+	135, // 39: corpus.v1.EnrollRequest.labels:type_name -> corpus.v1.EnrollRequest.LabelsEntry
+	138, // 40: corpus.v1.EnrollRequest.capacity:type_name -> corpus.v1.Resources
+	149, // 41: corpus.v1.EnrollRequest.drivers:type_name -> corpus.v1.DriverInfo
+	137, // 42: corpus.v1.WatchResponse.node:type_name -> corpus.v1.Node
+	140, // 43: corpus.v1.WatchResponse.guests:type_name -> corpus.v1.Guest
+	142, // 44: corpus.v1.WatchResponse.routes:type_name -> corpus.v1.Route
+	144, // 45: corpus.v1.WatchResponse.volumes:type_name -> corpus.v1.Volume
+	138, // 46: corpus.v1.ReportRequest.capacity:type_name -> corpus.v1.Resources
+	149, // 47: corpus.v1.ReportRequest.drivers:type_name -> corpus.v1.DriverInfo
+	87,  // 48: corpus.v1.ReportRequest.guests:type_name -> corpus.v1.ReportedGuest
+	88,  // 49: corpus.v1.ReportRequest.volumes:type_name -> corpus.v1.ReportedVolume
+	150, // 50: corpus.v1.ReportedGuest.observed:type_name -> corpus.v1.GuestObserved
+	151, // 51: corpus.v1.ReportedVolume.observed:type_name -> corpus.v1.VolumeObserved
+	152, // 52: corpus.v1.LoginResponse.info:type_name -> corpus.v1.UserToken
+	152, // 53: corpus.v1.CreateTokenResponse.info:type_name -> corpus.v1.UserToken
+	152, // 54: corpus.v1.ListTokensResponse.tokens:type_name -> corpus.v1.UserToken
+	153, // 55: corpus.v1.CreateUserResponse.user:type_name -> corpus.v1.User
+	153, // 56: corpus.v1.ListUsersResponse.users:type_name -> corpus.v1.User
+	153, // 57: corpus.v1.DeleteUserResponse.user:type_name -> corpus.v1.User
+	154, // 58: corpus.v1.AddKeyResponse.key:type_name -> corpus.v1.SshKey
+	138, // 59: corpus.v1.CreateProjectRequest.resources:type_name -> corpus.v1.Resources
+	145, // 60: corpus.v1.CreateProjectResponse.project:type_name -> corpus.v1.Project
+	115, // 61: corpus.v1.ListProjectsResponse.projects:type_name -> corpus.v1.ProjectView
+	145, // 62: corpus.v1.ProjectView.project:type_name -> corpus.v1.Project
+	116, // 63: corpus.v1.ProjectView.envs:type_name -> corpus.v1.ProjectEnvView
+	115, // 64: corpus.v1.GetProjectResponse.project:type_name -> corpus.v1.ProjectView
+	145, // 65: corpus.v1.GrantProjectResponse.project:type_name -> corpus.v1.Project
+	147, // 66: corpus.v1.ListReleasesResponse.releases:type_name -> corpus.v1.Release
+	147, // 67: corpus.v1.GetReleaseResponse.release:type_name -> corpus.v1.Release
+	155, // 68: corpus.v1.ListAuditResponse.entries:type_name -> corpus.v1.AuditEntry
+	137, // 69: corpus.v1.RemoveNodeResponse.node:type_name -> corpus.v1.Node
+	13,  // 70: corpus.v1.ClusterService.Status:input_type -> corpus.v1.StatusRequest
+	0,   // 71: corpus.v1.ClusterService.Peer:input_type -> corpus.v1.PeerRequest
+	2,   // 72: corpus.v1.ClusterService.Apply:input_type -> corpus.v1.ApplyRequest
+	4,   // 73: corpus.v1.ClusterService.Seen:input_type -> corpus.v1.SeenRequest
+	6,   // 74: corpus.v1.ClusterService.RaftPeers:input_type -> corpus.v1.RaftPeersRequest
+	9,   // 75: corpus.v1.ClusterService.AddRaftPeer:input_type -> corpus.v1.AddRaftPeerRequest
+	11,  // 76: corpus.v1.ClusterService.RemoveRaftPeer:input_type -> corpus.v1.RemoveRaftPeerRequest
+	20,  // 77: corpus.v1.NodeService.CreateJoinToken:input_type -> corpus.v1.CreateJoinTokenRequest
+	22,  // 78: corpus.v1.NodeService.ListNodes:input_type -> corpus.v1.ListNodesRequest
+	24,  // 79: corpus.v1.NodeService.GetNode:input_type -> corpus.v1.GetNodeRequest
+	15,  // 80: corpus.v1.NodeService.SetNodeMode:input_type -> corpus.v1.SetNodeModeRequest
+	17,  // 81: corpus.v1.NodeService.DrainStatus:input_type -> corpus.v1.DrainStatusRequest
+	131, // 82: corpus.v1.NodeService.RemoveNode:input_type -> corpus.v1.RemoveNodeRequest
+	27,  // 83: corpus.v1.GuestService.CreateGuest:input_type -> corpus.v1.CreateGuestRequest
+	29,  // 84: corpus.v1.GuestService.GetGuest:input_type -> corpus.v1.GetGuestRequest
+	31,  // 85: corpus.v1.GuestService.ListGuests:input_type -> corpus.v1.ListGuestsRequest
+	33,  // 86: corpus.v1.GuestService.StartGuest:input_type -> corpus.v1.GuestActionRequest
+	33,  // 87: corpus.v1.GuestService.StopGuest:input_type -> corpus.v1.GuestActionRequest
+	33,  // 88: corpus.v1.GuestService.DeleteGuest:input_type -> corpus.v1.GuestActionRequest
+	34,  // 89: corpus.v1.GuestService.UpdateGuest:input_type -> corpus.v1.UpdateGuestRequest
+	36,  // 90: corpus.v1.GuestService.ExecGuest:input_type -> corpus.v1.ExecGuestRequest
+	38,  // 91: corpus.v1.IngressService.CreateRoute:input_type -> corpus.v1.CreateRouteRequest
+	40,  // 92: corpus.v1.IngressService.ListRoutes:input_type -> corpus.v1.ListRoutesRequest
+	44,  // 93: corpus.v1.IngressService.DeleteRoute:input_type -> corpus.v1.DeleteRouteRequest
+	46,  // 94: corpus.v1.IngressService.MoveRoute:input_type -> corpus.v1.MoveRouteRequest
+	48,  // 95: corpus.v1.DnsService.ListRecords:input_type -> corpus.v1.ListRecordsRequest
+	51,  // 96: corpus.v1.DnsService.AddRecord:input_type -> corpus.v1.AddRecordRequest
+	53,  // 97: corpus.v1.DnsService.DeleteRecord:input_type -> corpus.v1.DeleteRecordRequest
+	61,  // 98: corpus.v1.VolumeService.ListVolumes:input_type -> corpus.v1.ListVolumesRequest
+	64,  // 99: corpus.v1.VolumeService.GetVolume:input_type -> corpus.v1.GetVolumeRequest
+	66,  // 100: corpus.v1.VolumeService.DeleteVolume:input_type -> corpus.v1.DeleteVolumeRequest
+	59,  // 101: corpus.v1.VolumeService.ResizeVolume:input_type -> corpus.v1.ResizeVolumeRequest
+	57,  // 102: corpus.v1.VolumeService.MoveVolume:input_type -> corpus.v1.MoveVolumeRequest
+	55,  // 103: corpus.v1.VolumeService.SnapshotVolume:input_type -> corpus.v1.SnapshotVolumeRequest
+	80,  // 104: corpus.v1.AgentService.Enroll:input_type -> corpus.v1.EnrollRequest
+	82,  // 105: corpus.v1.AgentService.RenewCertificate:input_type -> corpus.v1.RenewCertificateRequest
+	84,  // 106: corpus.v1.AgentService.Watch:input_type -> corpus.v1.WatchRequest
+	86,  // 107: corpus.v1.AgentService.Report:input_type -> corpus.v1.ReportRequest
+	70,  // 108: corpus.v1.AgentService.GitAccess:input_type -> corpus.v1.GitAccessRequest
+	72,  // 109: corpus.v1.AgentService.BeginRelease:input_type -> corpus.v1.BeginReleaseRequest
+	74,  // 110: corpus.v1.AgentService.FinishRelease:input_type -> corpus.v1.FinishReleaseRequest
+	76,  // 111: corpus.v1.AgentService.SetCurrentRelease:input_type -> corpus.v1.SetCurrentReleaseRequest
+	78,  // 112: corpus.v1.AgentService.PruneReleases:input_type -> corpus.v1.PruneReleasesRequest
+	68,  // 113: corpus.v1.AgentService.SetManifestDomains:input_type -> corpus.v1.SetManifestDomainsRequest
+	36,  // 114: corpus.v1.NodeAgentService.Exec:input_type -> corpus.v1.ExecGuestRequest
+	90,  // 115: corpus.v1.NodeAgentService.ExportVolume:input_type -> corpus.v1.ExportVolumeRequest
+	91,  // 116: corpus.v1.NodeAgentService.ImportVolume:input_type -> corpus.v1.VolumeChunk
+	55,  // 117: corpus.v1.NodeAgentService.SnapshotVolume:input_type -> corpus.v1.SnapshotVolumeRequest
+	127, // 118: corpus.v1.NodeAgentService.Rollback:input_type -> corpus.v1.RollbackRequest
+	101, // 119: corpus.v1.UserService.CreateUser:input_type -> corpus.v1.CreateUserRequest
+	103, // 120: corpus.v1.UserService.ListUsers:input_type -> corpus.v1.ListUsersRequest
+	105, // 121: corpus.v1.UserService.DeleteUser:input_type -> corpus.v1.DeleteUserRequest
+	107, // 122: corpus.v1.UserService.AddKey:input_type -> corpus.v1.AddKeyRequest
+	109, // 123: corpus.v1.UserService.DeleteKey:input_type -> corpus.v1.DeleteKeyRequest
+	95,  // 124: corpus.v1.UserService.CreateToken:input_type -> corpus.v1.CreateTokenRequest
+	97,  // 125: corpus.v1.UserService.ListTokens:input_type -> corpus.v1.ListTokensRequest
+	99,  // 126: corpus.v1.UserService.RevokeToken:input_type -> corpus.v1.RevokeTokenRequest
+	93,  // 127: corpus.v1.UserService.Login:input_type -> corpus.v1.LoginRequest
+	111, // 128: corpus.v1.ProjectService.CreateProject:input_type -> corpus.v1.CreateProjectRequest
+	113, // 129: corpus.v1.ProjectService.ListProjects:input_type -> corpus.v1.ListProjectsRequest
+	117, // 130: corpus.v1.ProjectService.GetProject:input_type -> corpus.v1.GetProjectRequest
+	119, // 131: corpus.v1.ProjectService.DeleteProject:input_type -> corpus.v1.DeleteProjectRequest
+	121, // 132: corpus.v1.ProjectService.GrantProject:input_type -> corpus.v1.GrantProjectRequest
+	123, // 133: corpus.v1.ProjectService.ListReleases:input_type -> corpus.v1.ListReleasesRequest
+	125, // 134: corpus.v1.ProjectService.GetRelease:input_type -> corpus.v1.GetReleaseRequest
+	127, // 135: corpus.v1.ProjectService.Rollback:input_type -> corpus.v1.RollbackRequest
+	129, // 136: corpus.v1.AuditService.ListAudit:input_type -> corpus.v1.ListAuditRequest
+	14,  // 137: corpus.v1.ClusterService.Status:output_type -> corpus.v1.StatusResponse
+	1,   // 138: corpus.v1.ClusterService.Peer:output_type -> corpus.v1.PeerResponse
+	3,   // 139: corpus.v1.ClusterService.Apply:output_type -> corpus.v1.ApplyResponse
+	5,   // 140: corpus.v1.ClusterService.Seen:output_type -> corpus.v1.SeenResponse
+	8,   // 141: corpus.v1.ClusterService.RaftPeers:output_type -> corpus.v1.RaftPeersResponse
+	10,  // 142: corpus.v1.ClusterService.AddRaftPeer:output_type -> corpus.v1.AddRaftPeerResponse
+	12,  // 143: corpus.v1.ClusterService.RemoveRaftPeer:output_type -> corpus.v1.RemoveRaftPeerResponse
+	21,  // 144: corpus.v1.NodeService.CreateJoinToken:output_type -> corpus.v1.CreateJoinTokenResponse
+	23,  // 145: corpus.v1.NodeService.ListNodes:output_type -> corpus.v1.ListNodesResponse
+	25,  // 146: corpus.v1.NodeService.GetNode:output_type -> corpus.v1.GetNodeResponse
+	16,  // 147: corpus.v1.NodeService.SetNodeMode:output_type -> corpus.v1.SetNodeModeResponse
+	19,  // 148: corpus.v1.NodeService.DrainStatus:output_type -> corpus.v1.DrainStatusResponse
+	132, // 149: corpus.v1.NodeService.RemoveNode:output_type -> corpus.v1.RemoveNodeResponse
+	28,  // 150: corpus.v1.GuestService.CreateGuest:output_type -> corpus.v1.CreateGuestResponse
+	30,  // 151: corpus.v1.GuestService.GetGuest:output_type -> corpus.v1.GetGuestResponse
+	32,  // 152: corpus.v1.GuestService.ListGuests:output_type -> corpus.v1.ListGuestsResponse
+	35,  // 153: corpus.v1.GuestService.StartGuest:output_type -> corpus.v1.GuestActionResponse
+	35,  // 154: corpus.v1.GuestService.StopGuest:output_type -> corpus.v1.GuestActionResponse
+	35,  // 155: corpus.v1.GuestService.DeleteGuest:output_type -> corpus.v1.GuestActionResponse
+	35,  // 156: corpus.v1.GuestService.UpdateGuest:output_type -> corpus.v1.GuestActionResponse
+	37,  // 157: corpus.v1.GuestService.ExecGuest:output_type -> corpus.v1.ExecOutput
+	39,  // 158: corpus.v1.IngressService.CreateRoute:output_type -> corpus.v1.CreateRouteResponse
+	42,  // 159: corpus.v1.IngressService.ListRoutes:output_type -> corpus.v1.ListRoutesResponse
+	45,  // 160: corpus.v1.IngressService.DeleteRoute:output_type -> corpus.v1.DeleteRouteResponse
+	47,  // 161: corpus.v1.IngressService.MoveRoute:output_type -> corpus.v1.MoveRouteResponse
+	50,  // 162: corpus.v1.DnsService.ListRecords:output_type -> corpus.v1.ListRecordsResponse
+	52,  // 163: corpus.v1.DnsService.AddRecord:output_type -> corpus.v1.AddRecordResponse
+	54,  // 164: corpus.v1.DnsService.DeleteRecord:output_type -> corpus.v1.DeleteRecordResponse
+	63,  // 165: corpus.v1.VolumeService.ListVolumes:output_type -> corpus.v1.ListVolumesResponse
+	65,  // 166: corpus.v1.VolumeService.GetVolume:output_type -> corpus.v1.GetVolumeResponse
+	67,  // 167: corpus.v1.VolumeService.DeleteVolume:output_type -> corpus.v1.DeleteVolumeResponse
+	60,  // 168: corpus.v1.VolumeService.ResizeVolume:output_type -> corpus.v1.ResizeVolumeResponse
+	58,  // 169: corpus.v1.VolumeService.MoveVolume:output_type -> corpus.v1.MoveVolumeProgress
+	56,  // 170: corpus.v1.VolumeService.SnapshotVolume:output_type -> corpus.v1.SnapshotVolumeResponse
+	81,  // 171: corpus.v1.AgentService.Enroll:output_type -> corpus.v1.EnrollResponse
+	83,  // 172: corpus.v1.AgentService.RenewCertificate:output_type -> corpus.v1.RenewCertificateResponse
+	85,  // 173: corpus.v1.AgentService.Watch:output_type -> corpus.v1.WatchResponse
+	89,  // 174: corpus.v1.AgentService.Report:output_type -> corpus.v1.ReportResponse
+	71,  // 175: corpus.v1.AgentService.GitAccess:output_type -> corpus.v1.GitAccessResponse
+	73,  // 176: corpus.v1.AgentService.BeginRelease:output_type -> corpus.v1.BeginReleaseResponse
+	75,  // 177: corpus.v1.AgentService.FinishRelease:output_type -> corpus.v1.FinishReleaseResponse
+	77,  // 178: corpus.v1.AgentService.SetCurrentRelease:output_type -> corpus.v1.SetCurrentReleaseResponse
+	79,  // 179: corpus.v1.AgentService.PruneReleases:output_type -> corpus.v1.PruneReleasesResponse
+	69,  // 180: corpus.v1.AgentService.SetManifestDomains:output_type -> corpus.v1.SetManifestDomainsResponse
+	37,  // 181: corpus.v1.NodeAgentService.Exec:output_type -> corpus.v1.ExecOutput
+	91,  // 182: corpus.v1.NodeAgentService.ExportVolume:output_type -> corpus.v1.VolumeChunk
+	92,  // 183: corpus.v1.NodeAgentService.ImportVolume:output_type -> corpus.v1.ImportVolumeResponse
+	56,  // 184: corpus.v1.NodeAgentService.SnapshotVolume:output_type -> corpus.v1.SnapshotVolumeResponse
+	128, // 185: corpus.v1.NodeAgentService.Rollback:output_type -> corpus.v1.RollbackOutput
+	102, // 186: corpus.v1.UserService.CreateUser:output_type -> corpus.v1.CreateUserResponse
+	104, // 187: corpus.v1.UserService.ListUsers:output_type -> corpus.v1.ListUsersResponse
+	106, // 188: corpus.v1.UserService.DeleteUser:output_type -> corpus.v1.DeleteUserResponse
+	108, // 189: corpus.v1.UserService.AddKey:output_type -> corpus.v1.AddKeyResponse
+	110, // 190: corpus.v1.UserService.DeleteKey:output_type -> corpus.v1.DeleteKeyResponse
+	96,  // 191: corpus.v1.UserService.CreateToken:output_type -> corpus.v1.CreateTokenResponse
+	98,  // 192: corpus.v1.UserService.ListTokens:output_type -> corpus.v1.ListTokensResponse
+	100, // 193: corpus.v1.UserService.RevokeToken:output_type -> corpus.v1.RevokeTokenResponse
+	94,  // 194: corpus.v1.UserService.Login:output_type -> corpus.v1.LoginResponse
+	112, // 195: corpus.v1.ProjectService.CreateProject:output_type -> corpus.v1.CreateProjectResponse
+	114, // 196: corpus.v1.ProjectService.ListProjects:output_type -> corpus.v1.ListProjectsResponse
+	118, // 197: corpus.v1.ProjectService.GetProject:output_type -> corpus.v1.GetProjectResponse
+	120, // 198: corpus.v1.ProjectService.DeleteProject:output_type -> corpus.v1.DeleteProjectResponse
+	122, // 199: corpus.v1.ProjectService.GrantProject:output_type -> corpus.v1.GrantProjectResponse
+	124, // 200: corpus.v1.ProjectService.ListReleases:output_type -> corpus.v1.ListReleasesResponse
+	126, // 201: corpus.v1.ProjectService.GetRelease:output_type -> corpus.v1.GetReleaseResponse
+	128, // 202: corpus.v1.ProjectService.Rollback:output_type -> corpus.v1.RollbackOutput
+	130, // 203: corpus.v1.AuditService.ListAudit:output_type -> corpus.v1.ListAuditResponse
+	137, // [137:204] is the sub-list for method output_type
+	70,  // [70:137] is the sub-list for method input_type
+	70,  // [70:70] is the sub-list for extension type_name
+	70,  // [70:70] is the sub-list for extension extendee
+	0,   // [0:70] is the sub-list for field type_name
 }
 
 func init() { file_corpus_v1_api_proto_init() }
@@ -8415,13 +8541,14 @@ func file_corpus_v1_api_proto_init() {
 		return
 	}
 	file_corpus_v1_types_proto_init()
+	file_corpus_v1_api_proto_msgTypes[34].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_corpus_v1_api_proto_rawDesc), len(file_corpus_v1_api_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   134,
+			NumMessages:   136,
 			NumExtensions: 0,
 			NumServices:   11,
 		},

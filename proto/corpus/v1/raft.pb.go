@@ -81,6 +81,7 @@ type Command struct {
 	//	*Command_SetNodeMode
 	//	*Command_RenewNodeCertificate
 	//	*Command_UserLogin
+	//	*Command_UpdateGuest
 	Cmd           isCommand_Cmd `protobuf_oneof:"cmd"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -502,6 +503,15 @@ func (x *Command) GetUserLogin() *UserLogin {
 	return nil
 }
 
+func (x *Command) GetUpdateGuest() *UpdateGuest {
+	if x != nil {
+		if x, ok := x.Cmd.(*Command_UpdateGuest); ok {
+			return x.UpdateGuest
+		}
+	}
+	return nil
+}
+
 type isCommand_Cmd interface {
 	isCommand_Cmd()
 }
@@ -662,6 +672,10 @@ type Command_UserLogin struct {
 	UserLogin *UserLogin `protobuf:"bytes,120,opt,name=user_login,json=userLogin,proto3,oneof"`
 }
 
+type Command_UpdateGuest struct {
+	UpdateGuest *UpdateGuest `protobuf:"bytes,160,opt,name=update_guest,json=updateGuest,proto3,oneof"`
+}
+
 func (*Command_BootstrapCluster) isCommand_Cmd() {}
 
 func (*Command_CreateJoinToken) isCommand_Cmd() {}
@@ -739,6 +753,8 @@ func (*Command_SetNodeMode) isCommand_Cmd() {}
 func (*Command_RenewNodeCertificate) isCommand_Cmd() {}
 
 func (*Command_UserLogin) isCommand_Cmd() {}
+
+func (*Command_UpdateGuest) isCommand_Cmd() {}
 
 type BootstrapCluster struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -3239,11 +3255,66 @@ func (x *Snapshot) GetUserTokens() []*UserToken {
 	return nil
 }
 
+// UpdateGuest replaces a guest's spec. Only the image, resources, env
+// and ports may differ from the current spec; a guest placed on a node
+// whose driver cannot converge in place is refused.
+type UpdateGuest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Spec          *GuestSpec             `protobuf:"bytes,2,opt,name=spec,proto3" json:"spec,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UpdateGuest) Reset() {
+	*x = UpdateGuest{}
+	mi := &file_corpus_v1_raft_proto_msgTypes[43]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UpdateGuest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UpdateGuest) ProtoMessage() {}
+
+func (x *UpdateGuest) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_raft_proto_msgTypes[43]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UpdateGuest.ProtoReflect.Descriptor instead.
+func (*UpdateGuest) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{43}
+}
+
+func (x *UpdateGuest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *UpdateGuest) GetSpec() *GuestSpec {
+	if x != nil {
+		return x.Spec
+	}
+	return nil
+}
+
 var File_corpus_v1_raft_proto protoreflect.FileDescriptor
 
 const file_corpus_v1_raft_proto_rawDesc = "" +
 	"\n" +
-	"\x14corpus/v1/raft.proto\x12\tcorpus.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x15corpus/v1/types.proto\"\xa7\x15\n" +
+	"\x14corpus/v1/raft.proto\x12\tcorpus.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x15corpus/v1/types.proto\"\xe5\x15\n" +
 	"\aCommand\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x12\x1c\n" +
 	"\tignorable\x18\x02 \x01(\bR\tignorable\x12,\n" +
@@ -3297,7 +3368,8 @@ const file_corpus_v1_raft_proto_rawDesc = "" +
 	"\rset_node_mode\x183 \x01(\v2\x16.corpus.v1.SetNodeModeH\x00R\vsetNodeMode\x12W\n" +
 	"\x16renew_node_certificate\x18< \x01(\v2\x1f.corpus.v1.RenewNodeCertificateH\x00R\x14renewNodeCertificate\x125\n" +
 	"\n" +
-	"user_login\x18x \x01(\v2\x14.corpus.v1.UserLoginH\x00R\tuserLoginB\x05\n" +
+	"user_login\x18x \x01(\v2\x14.corpus.v1.UserLoginH\x00R\tuserLogin\x12<\n" +
+	"\fupdate_guest\x18\xa0\x01 \x01(\v2\x16.corpus.v1.UpdateGuestH\x00R\vupdateGuestB\x05\n" +
 	"\x03cmd\"D\n" +
 	"\x10BootstrapCluster\x120\n" +
 	"\x06config\x18\x01 \x01(\v2\x18.corpus.v1.ClusterConfigR\x06config\"=\n" +
@@ -3478,7 +3550,10 @@ const file_corpus_v1_raft_proto_rawDesc = "" +
 	"\fcoordinators\x18\r \x03(\v2\x16.corpus.v1.CoordinatorR\fcoordinators\x12+\n" +
 	"\x05audit\x18\x0e \x03(\v2\x15.corpus.v1.AuditEntryR\x05audit\x125\n" +
 	"\vuser_tokens\x18\x0f \x03(\v2\x14.corpus.v1.UserTokenR\n" +
-	"userTokensB!Z\x1fcorpus/proto/corpus/v1;corpusv1b\x06proto3"
+	"userTokens\"K\n" +
+	"\vUpdateGuest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12(\n" +
+	"\x04spec\x18\x02 \x01(\v2\x14.corpus.v1.GuestSpecR\x04specB!Z\x1fcorpus/proto/corpus/v1;corpusv1b\x06proto3"
 
 var (
 	file_corpus_v1_raft_proto_rawDescOnce sync.Once
@@ -3492,7 +3567,7 @@ func file_corpus_v1_raft_proto_rawDescGZIP() []byte {
 	return file_corpus_v1_raft_proto_rawDescData
 }
 
-var file_corpus_v1_raft_proto_msgTypes = make([]protoimpl.MessageInfo, 44)
+var file_corpus_v1_raft_proto_msgTypes = make([]protoimpl.MessageInfo, 45)
 var file_corpus_v1_raft_proto_goTypes = []any{
 	(*Command)(nil),               // 0: corpus.v1.Command
 	(*BootstrapCluster)(nil),      // 1: corpus.v1.BootstrapCluster
@@ -3537,31 +3612,33 @@ var file_corpus_v1_raft_proto_goTypes = []any{
 	(*RevokeUserToken)(nil),       // 40: corpus.v1.RevokeUserToken
 	(*RemoveNode)(nil),            // 41: corpus.v1.RemoveNode
 	(*Snapshot)(nil),              // 42: corpus.v1.Snapshot
-	nil,                           // 43: corpus.v1.UpdateNode.LabelsEntry
-	(*timestamppb.Timestamp)(nil), // 44: google.protobuf.Timestamp
-	(*ClusterConfig)(nil),         // 45: corpus.v1.ClusterConfig
-	(*JoinToken)(nil),             // 46: corpus.v1.JoinToken
-	(*Node)(nil),                  // 47: corpus.v1.Node
-	(*Resources)(nil),             // 48: corpus.v1.Resources
-	(*DriverInfo)(nil),            // 49: corpus.v1.DriverInfo
-	(*Guest)(nil),                 // 50: corpus.v1.Guest
-	(*GuestObserved)(nil),         // 51: corpus.v1.GuestObserved
-	(*Route)(nil),                 // 52: corpus.v1.Route
-	(*DnsRecord)(nil),             // 53: corpus.v1.DnsRecord
-	(*VolumeObserved)(nil),        // 54: corpus.v1.VolumeObserved
-	(*User)(nil),                  // 55: corpus.v1.User
-	(*UserToken)(nil),             // 56: corpus.v1.UserToken
-	(*SshKey)(nil),                // 57: corpus.v1.SshKey
-	(*ProjectEnv)(nil),            // 58: corpus.v1.ProjectEnv
-	(*Release)(nil),               // 59: corpus.v1.Release
-	(*ReleaseStep)(nil),           // 60: corpus.v1.ReleaseStep
-	(*Coordinator)(nil),           // 61: corpus.v1.Coordinator
-	(*Volume)(nil),                // 62: corpus.v1.Volume
-	(*Project)(nil),               // 63: corpus.v1.Project
-	(*AuditEntry)(nil),            // 64: corpus.v1.AuditEntry
+	(*UpdateGuest)(nil),           // 43: corpus.v1.UpdateGuest
+	nil,                           // 44: corpus.v1.UpdateNode.LabelsEntry
+	(*timestamppb.Timestamp)(nil), // 45: google.protobuf.Timestamp
+	(*ClusterConfig)(nil),         // 46: corpus.v1.ClusterConfig
+	(*JoinToken)(nil),             // 47: corpus.v1.JoinToken
+	(*Node)(nil),                  // 48: corpus.v1.Node
+	(*Resources)(nil),             // 49: corpus.v1.Resources
+	(*DriverInfo)(nil),            // 50: corpus.v1.DriverInfo
+	(*Guest)(nil),                 // 51: corpus.v1.Guest
+	(*GuestObserved)(nil),         // 52: corpus.v1.GuestObserved
+	(*Route)(nil),                 // 53: corpus.v1.Route
+	(*DnsRecord)(nil),             // 54: corpus.v1.DnsRecord
+	(*VolumeObserved)(nil),        // 55: corpus.v1.VolumeObserved
+	(*User)(nil),                  // 56: corpus.v1.User
+	(*UserToken)(nil),             // 57: corpus.v1.UserToken
+	(*SshKey)(nil),                // 58: corpus.v1.SshKey
+	(*ProjectEnv)(nil),            // 59: corpus.v1.ProjectEnv
+	(*Release)(nil),               // 60: corpus.v1.Release
+	(*ReleaseStep)(nil),           // 61: corpus.v1.ReleaseStep
+	(*Coordinator)(nil),           // 62: corpus.v1.Coordinator
+	(*Volume)(nil),                // 63: corpus.v1.Volume
+	(*Project)(nil),               // 64: corpus.v1.Project
+	(*AuditEntry)(nil),            // 65: corpus.v1.AuditEntry
+	(*GuestSpec)(nil),             // 66: corpus.v1.GuestSpec
 }
 var file_corpus_v1_raft_proto_depIdxs = []int32{
-	44, // 0: corpus.v1.Command.now:type_name -> google.protobuf.Timestamp
+	45, // 0: corpus.v1.Command.now:type_name -> google.protobuf.Timestamp
 	1,  // 1: corpus.v1.Command.bootstrap_cluster:type_name -> corpus.v1.BootstrapCluster
 	2,  // 2: corpus.v1.Command.create_join_token:type_name -> corpus.v1.CreateJoinToken
 	3,  // 3: corpus.v1.Command.enroll_node:type_name -> corpus.v1.EnrollNode
@@ -3601,50 +3678,52 @@ var file_corpus_v1_raft_proto_depIdxs = []int32{
 	11, // 37: corpus.v1.Command.set_node_mode:type_name -> corpus.v1.SetNodeMode
 	4,  // 38: corpus.v1.Command.renew_node_certificate:type_name -> corpus.v1.RenewNodeCertificate
 	25, // 39: corpus.v1.Command.user_login:type_name -> corpus.v1.UserLogin
-	45, // 40: corpus.v1.BootstrapCluster.config:type_name -> corpus.v1.ClusterConfig
-	46, // 41: corpus.v1.CreateJoinToken.token:type_name -> corpus.v1.JoinToken
-	47, // 42: corpus.v1.EnrollNode.node:type_name -> corpus.v1.Node
-	44, // 43: corpus.v1.RenewNodeCertificate.expires_at:type_name -> google.protobuf.Timestamp
-	48, // 44: corpus.v1.UpdateNode.capacity:type_name -> corpus.v1.Resources
-	49, // 45: corpus.v1.UpdateNode.drivers:type_name -> corpus.v1.DriverInfo
-	43, // 46: corpus.v1.UpdateNode.labels:type_name -> corpus.v1.UpdateNode.LabelsEntry
-	50, // 47: corpus.v1.CreateGuest.guest:type_name -> corpus.v1.Guest
-	9,  // 48: corpus.v1.PlaceGuests.placements:type_name -> corpus.v1.PlaceGuest
-	51, // 49: corpus.v1.ObservedGuest.observed:type_name -> corpus.v1.GuestObserved
-	12, // 50: corpus.v1.ReportGuests.guests:type_name -> corpus.v1.ObservedGuest
-	52, // 51: corpus.v1.CreateRoute.route:type_name -> corpus.v1.Route
-	53, // 52: corpus.v1.AddDnsRecord.record:type_name -> corpus.v1.DnsRecord
-	54, // 53: corpus.v1.ObservedVolume.observed:type_name -> corpus.v1.VolumeObserved
-	22, // 54: corpus.v1.ReportVolumes.volumes:type_name -> corpus.v1.ObservedVolume
-	55, // 55: corpus.v1.CreateUser.user:type_name -> corpus.v1.User
-	56, // 56: corpus.v1.UserLogin.token:type_name -> corpus.v1.UserToken
-	57, // 57: corpus.v1.AddSshKey.key:type_name -> corpus.v1.SshKey
-	58, // 58: corpus.v1.CreateProject.env:type_name -> corpus.v1.ProjectEnv
-	50, // 59: corpus.v1.CreateProject.guest:type_name -> corpus.v1.Guest
-	52, // 60: corpus.v1.CreateProject.routes:type_name -> corpus.v1.Route
-	59, // 61: corpus.v1.BeginRelease.release:type_name -> corpus.v1.Release
-	60, // 62: corpus.v1.FinishRelease.steps:type_name -> corpus.v1.ReleaseStep
-	52, // 63: corpus.v1.SetManifestDomains.routes:type_name -> corpus.v1.Route
-	61, // 64: corpus.v1.UpsertCoordinator.coordinator:type_name -> corpus.v1.Coordinator
-	56, // 65: corpus.v1.CreateUserToken.token:type_name -> corpus.v1.UserToken
-	45, // 66: corpus.v1.Snapshot.config:type_name -> corpus.v1.ClusterConfig
-	47, // 67: corpus.v1.Snapshot.nodes:type_name -> corpus.v1.Node
-	50, // 68: corpus.v1.Snapshot.guests:type_name -> corpus.v1.Guest
-	46, // 69: corpus.v1.Snapshot.join_tokens:type_name -> corpus.v1.JoinToken
-	52, // 70: corpus.v1.Snapshot.routes:type_name -> corpus.v1.Route
-	53, // 71: corpus.v1.Snapshot.dns_records:type_name -> corpus.v1.DnsRecord
-	62, // 72: corpus.v1.Snapshot.volumes:type_name -> corpus.v1.Volume
-	55, // 73: corpus.v1.Snapshot.users:type_name -> corpus.v1.User
-	63, // 74: corpus.v1.Snapshot.projects:type_name -> corpus.v1.Project
-	59, // 75: corpus.v1.Snapshot.releases:type_name -> corpus.v1.Release
-	61, // 76: corpus.v1.Snapshot.coordinators:type_name -> corpus.v1.Coordinator
-	64, // 77: corpus.v1.Snapshot.audit:type_name -> corpus.v1.AuditEntry
-	56, // 78: corpus.v1.Snapshot.user_tokens:type_name -> corpus.v1.UserToken
-	79, // [79:79] is the sub-list for method output_type
-	79, // [79:79] is the sub-list for method input_type
-	79, // [79:79] is the sub-list for extension type_name
-	79, // [79:79] is the sub-list for extension extendee
-	0,  // [0:79] is the sub-list for field type_name
+	43, // 40: corpus.v1.Command.update_guest:type_name -> corpus.v1.UpdateGuest
+	46, // 41: corpus.v1.BootstrapCluster.config:type_name -> corpus.v1.ClusterConfig
+	47, // 42: corpus.v1.CreateJoinToken.token:type_name -> corpus.v1.JoinToken
+	48, // 43: corpus.v1.EnrollNode.node:type_name -> corpus.v1.Node
+	45, // 44: corpus.v1.RenewNodeCertificate.expires_at:type_name -> google.protobuf.Timestamp
+	49, // 45: corpus.v1.UpdateNode.capacity:type_name -> corpus.v1.Resources
+	50, // 46: corpus.v1.UpdateNode.drivers:type_name -> corpus.v1.DriverInfo
+	44, // 47: corpus.v1.UpdateNode.labels:type_name -> corpus.v1.UpdateNode.LabelsEntry
+	51, // 48: corpus.v1.CreateGuest.guest:type_name -> corpus.v1.Guest
+	9,  // 49: corpus.v1.PlaceGuests.placements:type_name -> corpus.v1.PlaceGuest
+	52, // 50: corpus.v1.ObservedGuest.observed:type_name -> corpus.v1.GuestObserved
+	12, // 51: corpus.v1.ReportGuests.guests:type_name -> corpus.v1.ObservedGuest
+	53, // 52: corpus.v1.CreateRoute.route:type_name -> corpus.v1.Route
+	54, // 53: corpus.v1.AddDnsRecord.record:type_name -> corpus.v1.DnsRecord
+	55, // 54: corpus.v1.ObservedVolume.observed:type_name -> corpus.v1.VolumeObserved
+	22, // 55: corpus.v1.ReportVolumes.volumes:type_name -> corpus.v1.ObservedVolume
+	56, // 56: corpus.v1.CreateUser.user:type_name -> corpus.v1.User
+	57, // 57: corpus.v1.UserLogin.token:type_name -> corpus.v1.UserToken
+	58, // 58: corpus.v1.AddSshKey.key:type_name -> corpus.v1.SshKey
+	59, // 59: corpus.v1.CreateProject.env:type_name -> corpus.v1.ProjectEnv
+	51, // 60: corpus.v1.CreateProject.guest:type_name -> corpus.v1.Guest
+	53, // 61: corpus.v1.CreateProject.routes:type_name -> corpus.v1.Route
+	60, // 62: corpus.v1.BeginRelease.release:type_name -> corpus.v1.Release
+	61, // 63: corpus.v1.FinishRelease.steps:type_name -> corpus.v1.ReleaseStep
+	53, // 64: corpus.v1.SetManifestDomains.routes:type_name -> corpus.v1.Route
+	62, // 65: corpus.v1.UpsertCoordinator.coordinator:type_name -> corpus.v1.Coordinator
+	57, // 66: corpus.v1.CreateUserToken.token:type_name -> corpus.v1.UserToken
+	46, // 67: corpus.v1.Snapshot.config:type_name -> corpus.v1.ClusterConfig
+	48, // 68: corpus.v1.Snapshot.nodes:type_name -> corpus.v1.Node
+	51, // 69: corpus.v1.Snapshot.guests:type_name -> corpus.v1.Guest
+	47, // 70: corpus.v1.Snapshot.join_tokens:type_name -> corpus.v1.JoinToken
+	53, // 71: corpus.v1.Snapshot.routes:type_name -> corpus.v1.Route
+	54, // 72: corpus.v1.Snapshot.dns_records:type_name -> corpus.v1.DnsRecord
+	63, // 73: corpus.v1.Snapshot.volumes:type_name -> corpus.v1.Volume
+	56, // 74: corpus.v1.Snapshot.users:type_name -> corpus.v1.User
+	64, // 75: corpus.v1.Snapshot.projects:type_name -> corpus.v1.Project
+	60, // 76: corpus.v1.Snapshot.releases:type_name -> corpus.v1.Release
+	62, // 77: corpus.v1.Snapshot.coordinators:type_name -> corpus.v1.Coordinator
+	65, // 78: corpus.v1.Snapshot.audit:type_name -> corpus.v1.AuditEntry
+	57, // 79: corpus.v1.Snapshot.user_tokens:type_name -> corpus.v1.UserToken
+	66, // 80: corpus.v1.UpdateGuest.spec:type_name -> corpus.v1.GuestSpec
+	81, // [81:81] is the sub-list for method output_type
+	81, // [81:81] is the sub-list for method input_type
+	81, // [81:81] is the sub-list for extension type_name
+	81, // [81:81] is the sub-list for extension extendee
+	0,  // [0:81] is the sub-list for field type_name
 }
 
 func init() { file_corpus_v1_raft_proto_init() }
@@ -3693,6 +3772,7 @@ func file_corpus_v1_raft_proto_init() {
 		(*Command_SetNodeMode)(nil),
 		(*Command_RenewNodeCertificate)(nil),
 		(*Command_UserLogin)(nil),
+		(*Command_UpdateGuest)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -3700,7 +3780,7 @@ func file_corpus_v1_raft_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_corpus_v1_raft_proto_rawDesc), len(file_corpus_v1_raft_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   44,
+			NumMessages:   45,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

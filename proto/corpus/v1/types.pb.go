@@ -106,7 +106,11 @@ type DriverInfo struct {
 	// publishes their ports itself (a cluster's pod network and a Service
 	// per guest): its guests take no address of the node's guest subnet,
 	// and their ports never conflict with other guests' node ports.
-	OwnNetwork    bool `protobuf:"varint,100,opt,name=own_network,json=ownNetwork,proto3" json:"own_network,omitempty"`
+	OwnNetwork bool `protobuf:"varint,100,opt,name=own_network,json=ownNetwork,proto3" json:"own_network,omitempty"`
+	// converge is true when the driver changes an existing guest to a new
+	// spec in place (drivers.Capabilities.Converge: a Kubernetes rollout);
+	// only then may a placed guest's image, limits, env or ports change.
+	Converge      bool `protobuf:"varint,160,opt,name=converge,proto3" json:"converge,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -193,6 +197,13 @@ func (x *DriverInfo) GetNoVolumes() bool {
 func (x *DriverInfo) GetOwnNetwork() bool {
 	if x != nil {
 		return x.OwnNetwork
+	}
+	return false
+}
+
+func (x *DriverInfo) GetConverge() bool {
+	if x != nil {
+		return x.Converge
 	}
 	return false
 }
@@ -2514,7 +2525,7 @@ const file_corpus_v1_types_proto_rawDesc = "" +
 	"\n" +
 	"cpu_millis\x18\x02 \x01(\x03R\tcpuMillis\x12\x1d\n" +
 	"\n" +
-	"disk_bytes\x18\x03 \x01(\x03R\tdiskBytes\"\xc4\x02\n" +
+	"disk_bytes\x18\x03 \x01(\x03R\tdiskBytes\"\xe1\x02\n" +
 	"\n" +
 	"DriverInfo\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
@@ -2528,7 +2539,8 @@ const file_corpus_v1_types_proto_rawDesc = "" +
 	"\n" +
 	"no_volumes\x18P \x01(\bR\tnoVolumes\x12\x1f\n" +
 	"\vown_network\x18d \x01(\bR\n" +
-	"ownNetwork\x1a=\n" +
+	"ownNetwork\x12\x1b\n" +
+	"\bconverge\x18\xa0\x01 \x01(\bR\bconverge\x1a=\n" +
 	"\x0fAttributesEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xdb\x06\n" +

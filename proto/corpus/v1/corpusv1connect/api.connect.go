@@ -100,6 +100,9 @@ const (
 	// GuestServiceDeleteGuestProcedure is the fully-qualified name of the GuestService's DeleteGuest
 	// RPC.
 	GuestServiceDeleteGuestProcedure = "/corpus.v1.GuestService/DeleteGuest"
+	// GuestServiceUpdateGuestProcedure is the fully-qualified name of the GuestService's UpdateGuest
+	// RPC.
+	GuestServiceUpdateGuestProcedure = "/corpus.v1.GuestService/UpdateGuest"
 	// GuestServiceExecGuestProcedure is the fully-qualified name of the GuestService's ExecGuest RPC.
 	GuestServiceExecGuestProcedure = "/corpus.v1.GuestService/ExecGuest"
 	// IngressServiceCreateRouteProcedure is the fully-qualified name of the IngressService's
@@ -700,6 +703,9 @@ type GuestServiceClient interface {
 	StartGuest(context.Context, *connect.Request[v1.GuestActionRequest]) (*connect.Response[v1.GuestActionResponse], error)
 	StopGuest(context.Context, *connect.Request[v1.GuestActionRequest]) (*connect.Response[v1.GuestActionResponse], error)
 	DeleteGuest(context.Context, *connect.Request[v1.GuestActionRequest]) (*connect.Response[v1.GuestActionResponse], error)
+	// UpdateGuest changes a guest's image, limits, env or ports; the
+	// guest's driver must be able to apply them in place.
+	UpdateGuest(context.Context, *connect.Request[v1.UpdateGuestRequest]) (*connect.Response[v1.GuestActionResponse], error)
 	// ExecGuest runs a command in a running guest and streams its output;
 	// the last message carries the exit code.
 	ExecGuest(context.Context, *connect.Request[v1.ExecGuestRequest]) (*connect.ServerStreamForClient[v1.ExecOutput], error)
@@ -754,6 +760,12 @@ func NewGuestServiceClient(httpClient connect.HTTPClient, baseURL string, opts .
 			connect.WithSchema(guestServiceMethods.ByName("DeleteGuest")),
 			connect.WithClientOptions(opts...),
 		),
+		updateGuest: connect.NewClient[v1.UpdateGuestRequest, v1.GuestActionResponse](
+			httpClient,
+			baseURL+GuestServiceUpdateGuestProcedure,
+			connect.WithSchema(guestServiceMethods.ByName("UpdateGuest")),
+			connect.WithClientOptions(opts...),
+		),
 		execGuest: connect.NewClient[v1.ExecGuestRequest, v1.ExecOutput](
 			httpClient,
 			baseURL+GuestServiceExecGuestProcedure,
@@ -771,6 +783,7 @@ type guestServiceClient struct {
 	startGuest  *connect.Client[v1.GuestActionRequest, v1.GuestActionResponse]
 	stopGuest   *connect.Client[v1.GuestActionRequest, v1.GuestActionResponse]
 	deleteGuest *connect.Client[v1.GuestActionRequest, v1.GuestActionResponse]
+	updateGuest *connect.Client[v1.UpdateGuestRequest, v1.GuestActionResponse]
 	execGuest   *connect.Client[v1.ExecGuestRequest, v1.ExecOutput]
 }
 
@@ -804,6 +817,11 @@ func (c *guestServiceClient) DeleteGuest(ctx context.Context, req *connect.Reque
 	return c.deleteGuest.CallUnary(ctx, req)
 }
 
+// UpdateGuest calls corpus.v1.GuestService.UpdateGuest.
+func (c *guestServiceClient) UpdateGuest(ctx context.Context, req *connect.Request[v1.UpdateGuestRequest]) (*connect.Response[v1.GuestActionResponse], error) {
+	return c.updateGuest.CallUnary(ctx, req)
+}
+
 // ExecGuest calls corpus.v1.GuestService.ExecGuest.
 func (c *guestServiceClient) ExecGuest(ctx context.Context, req *connect.Request[v1.ExecGuestRequest]) (*connect.ServerStreamForClient[v1.ExecOutput], error) {
 	return c.execGuest.CallServerStream(ctx, req)
@@ -817,6 +835,9 @@ type GuestServiceHandler interface {
 	StartGuest(context.Context, *connect.Request[v1.GuestActionRequest]) (*connect.Response[v1.GuestActionResponse], error)
 	StopGuest(context.Context, *connect.Request[v1.GuestActionRequest]) (*connect.Response[v1.GuestActionResponse], error)
 	DeleteGuest(context.Context, *connect.Request[v1.GuestActionRequest]) (*connect.Response[v1.GuestActionResponse], error)
+	// UpdateGuest changes a guest's image, limits, env or ports; the
+	// guest's driver must be able to apply them in place.
+	UpdateGuest(context.Context, *connect.Request[v1.UpdateGuestRequest]) (*connect.Response[v1.GuestActionResponse], error)
 	// ExecGuest runs a command in a running guest and streams its output;
 	// the last message carries the exit code.
 	ExecGuest(context.Context, *connect.Request[v1.ExecGuestRequest], *connect.ServerStream[v1.ExecOutput]) error
@@ -867,6 +888,12 @@ func NewGuestServiceHandler(svc GuestServiceHandler, opts ...connect.HandlerOpti
 		connect.WithSchema(guestServiceMethods.ByName("DeleteGuest")),
 		connect.WithHandlerOptions(opts...),
 	)
+	guestServiceUpdateGuestHandler := connect.NewUnaryHandler(
+		GuestServiceUpdateGuestProcedure,
+		svc.UpdateGuest,
+		connect.WithSchema(guestServiceMethods.ByName("UpdateGuest")),
+		connect.WithHandlerOptions(opts...),
+	)
 	guestServiceExecGuestHandler := connect.NewServerStreamHandler(
 		GuestServiceExecGuestProcedure,
 		svc.ExecGuest,
@@ -887,6 +914,8 @@ func NewGuestServiceHandler(svc GuestServiceHandler, opts ...connect.HandlerOpti
 			guestServiceStopGuestHandler.ServeHTTP(w, r)
 		case GuestServiceDeleteGuestProcedure:
 			guestServiceDeleteGuestHandler.ServeHTTP(w, r)
+		case GuestServiceUpdateGuestProcedure:
+			guestServiceUpdateGuestHandler.ServeHTTP(w, r)
 		case GuestServiceExecGuestProcedure:
 			guestServiceExecGuestHandler.ServeHTTP(w, r)
 		default:
@@ -920,6 +949,10 @@ func (UnimplementedGuestServiceHandler) StopGuest(context.Context, *connect.Requ
 
 func (UnimplementedGuestServiceHandler) DeleteGuest(context.Context, *connect.Request[v1.GuestActionRequest]) (*connect.Response[v1.GuestActionResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("corpus.v1.GuestService.DeleteGuest is not implemented"))
+}
+
+func (UnimplementedGuestServiceHandler) UpdateGuest(context.Context, *connect.Request[v1.UpdateGuestRequest]) (*connect.Response[v1.GuestActionResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("corpus.v1.GuestService.UpdateGuest is not implemented"))
 }
 
 func (UnimplementedGuestServiceHandler) ExecGuest(context.Context, *connect.Request[v1.ExecGuestRequest], *connect.ServerStream[v1.ExecOutput]) error {
