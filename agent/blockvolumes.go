@@ -137,7 +137,11 @@ func (a *Agent) resizeBlockVolume(ctx context.Context, v *corpusv1.Volume, g *co
 		return nil
 	}
 	start := time.Now()
+	a.mu.Lock()
+	_, pending := a.volGrowing[v.Name]
+	a.mu.Unlock()
 	if v.SizeBytes > info.SizeBytes {
+		pending = true
 		grower, ok := a.vols.(volume.DeviceGrower)
 		if !ok {
 			return fmt.Errorf("growing volume %s: this node's volume backend cannot grow a device alone: %w", v.Name, drivers.ErrNotSupported)
@@ -158,15 +162,18 @@ func (a *Agent) resizeBlockVolume(ctx context.Context, v *corpusv1.Volume, g *co
 		// The guest boots: it grows the file system to its disk before
 		// it mounts it, and is asked again on the next pass.
 		return nil
+	case err != nil && !pending:
+		// Only a check (nothing grew): the guest had its file system
+		// grown at boot. Not asked again until the volume changes.
+		a.logger.Warn("checking the file system of a volume in its guest", "volume", v.Name, "guest", g.Name, "error", err)
 	case err != nil:
 		return err
 	}
 	a.mu.Lock()
 	a.volGuestSize[v.Name] = v.SizeBytes
-	_, grew := a.volGrowing[v.Name]
 	delete(a.volGrowing, v.Name)
 	a.mu.Unlock()
-	if grew {
+	if pending {
 		a.logger.Info("volume grown online in its guest", "volume", v.Name, "guest", g.Name, "size", v.SizeBytes, "filesystem_bytes", fs, "took", time.Since(start).Round(time.Millisecond))
 		a.poke(a.kick) // report the new size
 	}
