@@ -310,7 +310,8 @@ func TestVMBootsUnderQEMU(t *testing.T) {
 // TestVMVolumeUnderQEMU: a VM's volume is a virtio disk the guest mounts
 // at the volume's path. Enlarged while the VM runs, the guest's file
 // system grows online, and `volume enlarge` returns once the guest sees
-// it; the data stays, across a stop and start too. A snapshot of the
+// it; the data stays, across an agent restart (the VM keeps running
+// with its disk) and a stop and start too. A snapshot of the
 // running VM's volume is refused with what to do; a trim stops the VM,
 // shrinks offline and starts it again. --purge deletes the volume with
 // the guest. Slow like TestVMBootsUnderQEMU (CORPUS_TEST_DEBIAN=1).
@@ -367,6 +368,25 @@ func TestVMVolumeUnderQEMU(t *testing.T) {
 	}
 	if got := strings.TrimSpace(c.mustCLI("guest", "exec", "vmv", "--", "cat", "/srv/data/file")); got != "keep" {
 		t.Errorf("file after the grow = %q, want keep", got)
+	}
+
+	// An agent restart leaves the VM running with its disk: the domain
+	// is not started again, the host mounts nothing, the data is there.
+	_, before, err := domainState(hand, "vmv")
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.kill()
+	a.proc = c.startAgent(a, "--address", q.nodeAddr)
+	time.Sleep(5 * time.Second) // two resync periods
+	if st, after, err := domainState(hand, "vmv"); err != nil || st != golibvirt.DomainRunning || after.ID != before.ID {
+		t.Errorf("after agent restart, domain vmv = state %d, id %d, %v; want running with id %d", st, after.ID, err, before.ID)
+	}
+	if got := strings.TrimSpace(c.mustCLI("guest", "exec", "vmv", "--", "cat", "/srv/data/file")); got != "keep" {
+		t.Errorf("file after agent restart = %q, want keep", got)
+	}
+	if m, err := os.ReadFile(fmt.Sprintf("/proc/%d/mountinfo", a.proc.cmd.Process.Pid)); err != nil || strings.Contains(string(m), "/volumes/mnt/vmv") {
+		t.Errorf("the restarted agent mounts volume vmv while its VM runs (%v):\n%s", err, m)
 	}
 
 	// A running VM's volume cannot be frozen from the host.
