@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"corpus/drivers"
@@ -62,8 +63,37 @@ func (a *Agent) hostMayMount(v *corpusv1.Volume) bool {
 	return ok && d.Capabilities().HostVolumes
 }
 
+// lockVolume serialises deciding to mount a volume on the host and
+// mounting it with handing the volume to a VM; it returns the unlock.
+func (a *Agent) lockVolume(name string) func() {
+	a.mu.Lock()
+	l, ok := a.volLocks[name]
+	if !ok {
+		l = &sync.Mutex{}
+		a.volLocks[name] = l
+	}
+	a.mu.Unlock()
+	l.Lock()
+	return l.Unlock
+}
+
+// volumeByID returns this node's volume of that id as last told, or nil.
+func (a *Agent) volumeByID(id string) *corpusv1.Volume {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for _, v := range a.volumes {
+		if v.Id == id {
+			return v
+		}
+	}
+	return nil
+}
+
 // guestBlockVolume makes the volume of guest g exist, unmounted on the
 // host, with its loop device attached, and describes it for the driver.
+// The volume is bound to g in what the agent was told before it is
+// unmounted, under the volume's lock: a reconcile pass that decides
+// afterwards sees it bound and leaves it unmounted.
 func (a *Agent) guestBlockVolume(ctx context.Context, g *corpusv1.Guest) (drivers.BlockVolume, error) {
 	v := a.guestVolume(g.Id)
 	if v == nil {
@@ -72,6 +102,7 @@ func (a *Agent) guestBlockVolume(ctx context.Context, g *corpusv1.Guest) (driver
 	if a.vols == nil {
 		return drivers.BlockVolume{}, errors.New("volumes are not available on this node")
 	}
+	defer a.lockVolume(v.Name)()
 	if err := a.vols.Create(ctx, v.Name, v.SizeBytes); err != nil && !errors.Is(err, volume.ErrExists) {
 		return drivers.BlockVolume{}, fmt.Errorf("creating volume %s: %w", v.Name, err)
 	}

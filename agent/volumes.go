@@ -85,13 +85,8 @@ func (a *Agent) reconcileVolume(ctx context.Context, v *corpusv1.Volume) *corpus
 		}
 		return &corpusv1.VolumeObserved{State: corpusv1.ObservedDeleted}
 	}
-	if a.hostMayMount(v) {
-		if _, err := a.mountVolume(ctx, v); err != nil {
-			return &corpusv1.VolumeObserved{State: corpusv1.ObservedFailed, Message: err.Error()}
-		}
-	} else if err := a.vols.Create(ctx, v.Name, v.SizeBytes); err != nil && !errors.Is(err, volume.ErrExists) {
-		// A guest's disk (a VM's): made here, mounted by the guest only.
-		return &corpusv1.VolumeObserved{State: corpusv1.ObservedFailed, Message: fmt.Sprintf("creating volume %s: %v", v.Name, err)}
+	if err := a.mountOnHost(ctx, v); err != nil {
+		return &corpusv1.VolumeObserved{State: corpusv1.ObservedFailed, Message: err.Error()}
 	}
 	// A bound volume is resized by its guest's worker, which can stop
 	// and start the guest around it; an unbound one here.
@@ -113,6 +108,26 @@ func (a *Agent) reconcileVolume(ctx context.Context, v *corpusv1.Volume) *corpus
 		o.SizeBytes, o.Message = before, fmt.Sprintf("growing to %d bytes: the guest grows its file system", v.SizeBytes)
 	}
 	return o
+}
+
+// mountOnHost makes volume v exist and, unless a VM may have it as its
+// disk, be mounted on the host. It decides from what the agent was told
+// last (v may be a pass's older copy), under the volume's lock, so a
+// volume a worker is handing to a VM is never mounted behind it.
+func (a *Agent) mountOnHost(ctx context.Context, v *corpusv1.Volume) error {
+	defer a.lockVolume(v.Name)()
+	if now := a.volumeByID(v.Id); now != nil {
+		v = now
+	}
+	if a.hostMayMount(v) {
+		_, err := a.mountVolume(ctx, v)
+		return err
+	}
+	// A guest's disk (a VM's): made here, mounted by the guest only.
+	if err := a.vols.Create(ctx, v.Name, v.SizeBytes); err != nil && !errors.Is(err, volume.ErrExists) {
+		return fmt.Errorf("creating volume %s: %w", v.Name, err)
+	}
+	return nil
 }
 
 // keptVolume observes (or deletes) a volume a driver keeps itself; the
