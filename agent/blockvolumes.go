@@ -261,3 +261,26 @@ func (a *Agent) shrinkBlockVolume(ctx context.Context, v *corpusv1.Volume, h *gu
 	}
 	return nil
 }
+
+// guestUsage returns what the running VM that has v as its disk sees of
+// its file system: the superblock the host reads lags behind a file
+// system another kernel has mounted. ok is false for other volumes and
+// when the guest cannot tell (off, booting); the host's view stands then.
+func (a *Agent) guestUsage(ctx context.Context, v *corpusv1.Volume) (drivers.VolumeUsage, bool) {
+	g, d := a.blockGuest(v)
+	if g == nil {
+		return drivers.VolumeUsage{}, false
+	}
+	bd, ok := d.(drivers.BlockVolumeDriver)
+	if !ok {
+		return drivers.VolumeUsage{}, false
+	}
+	u, err := bd.VolumeUsage(ctx, g.Name, drivers.BlockVolume{Name: v.Name, Path: g.Spec.GetVolume().GetPath()})
+	switch {
+	case err == nil:
+		return u, true
+	case !errors.Is(err, drivers.ErrNotRunning) && !errors.Is(err, drivers.ErrNotReady) && !errors.Is(err, drivers.ErrNotFound):
+		a.logger.Debug("reading a volume's use in its guest", "volume", v.Name, "guest", g.Name, "error", err)
+	}
+	return drivers.VolumeUsage{}, false
+}

@@ -100,6 +100,9 @@ func (a *Agent) reconcileVolume(ctx context.Context, v *corpusv1.Volume) *corpus
 		return &corpusv1.VolumeObserved{State: corpusv1.ObservedFailed, Message: err.Error()}
 	}
 	o := &corpusv1.VolumeObserved{State: corpusv1.VolumeReady, SizeBytes: info.SizeBytes, UsedBytes: info.UsedBytes, FreeBytes: info.FreeBytes}
+	if u, ok := a.guestUsage(ctx, v); ok {
+		o.UsedBytes, o.FreeBytes = u.UsedBytes, u.FreeBytes
+	}
 	a.mu.Lock()
 	before, growing := a.volGrowing[v.Name]
 	a.mu.Unlock()

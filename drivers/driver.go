@@ -143,6 +143,19 @@ type BlockVolumeDriver interface {
 	// answer while it boots). Calling it again with the same size
 	// changes nothing.
 	GrowVolume(ctx context.Context, name string, vol BlockVolume, size int64) (int64, error)
+	// VolumeUsage returns what the running guest sees of vol's file
+	// system (statfs inside the guest): the host's view of a file system
+	// another kernel has mounted lags behind. ErrNotRunning and
+	// ErrNotReady as for GrowVolume; ErrNotFound when the guest has not
+	// mounted the volume.
+	VolumeUsage(ctx context.Context, name string, vol BlockVolume) (VolumeUsage, error)
+}
+
+// VolumeUsage is a volume's file system as its guest sees it.
+type VolumeUsage struct {
+	// SizeBytes is the file system's size as df shows it (its own
+	// metadata left out); UsedBytes and FreeBytes as df shows them.
+	SizeBytes, UsedBytes, FreeBytes int64
 }
 
 // BlockVolume is a guest volume given to the guest as a block device.

@@ -326,3 +326,60 @@ func lastLines(s string) string {
 	}
 	return s
 }
+
+// usageTimeout bounds the guest agent's answer about file systems
+// (seconds): the agent asks on every pass and must not wait long on a
+// guest whose agent hangs.
+const usageTimeout = 3
+
+// guestFS is one file system in the guest agent's guest-get-fsinfo.
+type guestFS struct {
+	Mountpoint string `json:"mountpoint"`
+	Type       string `json:"type"`
+	UsedBytes  *int64 `json:"used-bytes"`
+	TotalBytes *int64 `json:"total-bytes"`
+	Disk       []struct {
+		Serial string `json:"serial"`
+	} `json:"disk"`
+}
+
+// VolumeUsage asks the guest agent for the guest's file systems and
+// returns the one on vol's disk (by serial, else by mount point); see
+// drivers.BlockVolumeDriver.
+func (d *Driver) VolumeUsage(ctx context.Context, name string, vol drivers.BlockVolume) (drivers.VolumeUsage, error) {
+	l, err := d.client()
+	if err != nil {
+		return drivers.VolumeUsage{}, fmt.Errorf("reading volume %s of guest %s: %w", vol.Name, name, err)
+	}
+	dom, meta, err := d.lookup(l, name)
+	if err != nil {
+		return drivers.VolumeUsage{}, fmt.Errorf("reading volume %s of guest %s: %w", vol.Name, name, err)
+	}
+	vm, ok := volumeOf(meta, vol.Name)
+	if !ok {
+		return drivers.VolumeUsage{}, fmt.Errorf("reading volume %s of guest %s: the guest has no such volume: %w", vol.Name, name, drivers.ErrNotFound)
+	}
+	if state, _, err := l.DomainGetState(dom, 0); err != nil {
+		return drivers.VolumeUsage{}, fmt.Errorf("reading volume %s of guest %s: %w", vol.Name, name, err)
+	} else if golibvirt.DomainState(state) != golibvirt.DomainRunning {
+		return drivers.VolumeUsage{}, fmt.Errorf("reading volume %s of guest %s: %w", vol.Name, name, drivers.ErrNotRunning)
+	}
+	var fss []guestFS
+	if err := agentCall(l, dom, agentCommand{Execute: "guest-get-fsinfo"}, &fss, usageTimeout); err != nil {
+		if agentDown(err) {
+			err = fmt.Errorf("%w: %w", drivers.ErrNotReady, err)
+		}
+		return drivers.VolumeUsage{}, fmt.Errorf("reading volume %s of guest %s: %w", vol.Name, name, err)
+	}
+	for _, fs := range fss {
+		onDisk := fs.Mountpoint == vm.Path
+		for _, disk := range fs.Disk {
+			onDisk = onDisk || disk.Serial == vm.Serial
+		}
+		if !onDisk || fs.UsedBytes == nil || fs.TotalBytes == nil {
+			continue
+		}
+		return drivers.VolumeUsage{SizeBytes: *fs.TotalBytes, UsedBytes: *fs.UsedBytes, FreeBytes: *fs.TotalBytes - *fs.UsedBytes}, nil
+	}
+	return drivers.VolumeUsage{}, fmt.Errorf("reading volume %s of guest %s: the guest has not mounted it at %s: %w", vol.Name, name, vm.Path, drivers.ErrNotFound)
+}
