@@ -206,6 +206,9 @@ type Agent struct {
 	volObserved   map[string]*corpusv1.VolumeObserved // by volume id
 	volBusy       map[string]bool                     // volumes in transfer, by name
 	volOldRemoved map[string]bool                     // moved-away volumes whose copy is gone, by id
+	volGrowing    map[string]int64                    // block volumes grown while their guest runs, by name: the size before, until the guest's file system has grown
+	volGuestSize  map[string]int64                    // block volumes' file system sizes their running guest confirmed, by name
+	volLocks      map[string]*sync.Mutex              // by volume name: a host mount decided and done, or a volume handed to a VM
 	known         bool                                // desired came from the coordinator or the cache
 	workers       map[string]*worker                  // by guest id
 	observed      map[string]*corpusv1.GuestObserved
@@ -244,6 +247,9 @@ func New(cfg Config) (*Agent, error) {
 		volObserved:   map[string]*corpusv1.VolumeObserved{},
 		volBusy:       map[string]bool{},
 		volOldRemoved: map[string]bool{},
+		volGrowing:    map[string]int64{},
+		volGuestSize:  map[string]int64{},
+		volLocks:      map[string]*sync.Mutex{},
 		kick:          make(chan struct{}, 1),
 		report:        make(chan struct{}, 1),
 		gossipKick:    make(chan struct{}, 1),
@@ -259,7 +265,7 @@ func New(cfg Config) (*Agent, error) {
 		a.drivers[name] = d
 		caps := d.Capabilities()
 		hostNet = hostNet || caps.HostNetwork
-		hostVols = hostVols || caps.HostVolumes
+		hostVols = hostVols || caps.HostVolumes || caps.BlockVolumes
 	}
 	// Host parts only serve drivers that use them: an agent whose guests
 	// run elsewhere (a cluster) keeps no bridge, NAT, proxy or loop files.

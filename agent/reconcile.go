@@ -245,7 +245,13 @@ func (w *worker) reconcile(ctx context.Context, g *corpusv1.Guest) error {
 		return nil
 	}
 	if v := a.guestVolume(g.Id); v != nil && a.vols != nil && exists {
-		if err := a.resizeVolume(ctx, v, &guestHandle{d: d, name: g.Name, timeout: a.cfg.StopTimeout}); err != nil {
+		h := &guestHandle{d: d, name: g.Name, timeout: a.cfg.StopTimeout}
+		if d.Capabilities().BlockVolumes {
+			err = a.resizeBlockVolume(ctx, v, g, h)
+		} else {
+			err = a.resizeVolume(ctx, v, h)
+		}
+		if err != nil {
 			return err
 		}
 		if st, err = d.Inspect(ctx, g.Name); err != nil {
@@ -283,6 +289,9 @@ func (w *worker) reconcile(ctx context.Context, g *corpusv1.Guest) error {
 			if _, err := a.guestNetwork(ctx, g); err != nil {
 				return err
 			}
+		}
+		if err := a.attachBlockVolume(ctx, d, g); err != nil {
+			return err
 		}
 		if err := d.Start(ctx, g.Name); err != nil {
 			return fmt.Errorf("starting: %w", err)
@@ -351,28 +360,35 @@ func (a *Agent) driverSpec(ctx context.Context, d drivers.Driver, g *corpusv1.Gu
 		spec.Network = n
 	}
 	_, keeper := d.(drivers.VolumeKeeper)
-	if g.Spec.GetVolume() != nil && !caps.HostVolumes && !keeper {
+	vs := g.Spec.GetVolume()
+	switch {
+	case vs == nil:
+		return spec, nil
+	case caps.HostVolumes:
+		mounts, err := a.guestMounts(ctx, g)
+		if err != nil {
+			return spec, err
+		}
+		spec.Mounts = mounts
+	case caps.BlockVolumes:
+		bv, err := a.guestBlockVolume(ctx, g)
+		if err != nil {
+			return spec, err
+		}
+		spec.BlockVolumes = []drivers.BlockVolume{bv}
+	case keeper:
+		// A new volume is named after its guest; a bound one keeps its name.
+		spec.Volume = &drivers.Volume{Name: g.Name, SizeBytes: vs.SizeBytes, Path: vs.Path}
+		if vs.UseVolume != "" {
+			spec.Volume.Name = vs.UseVolume
+		}
+		if v := a.guestVolume(g.Id); v != nil {
+			spec.Volume.Name, spec.Volume.SizeBytes = v.Name, v.SizeBytes // resized since
+		}
+	default:
 		// Permanent until the guest's spec changes.
 		return spec, fmt.Errorf("driver %s cannot give a guest a volume: %w", d.Name(), drivers.ErrNotSupported)
 	}
-	if !caps.HostVolumes {
-		if vs := g.Spec.GetVolume(); vs != nil {
-			// A new volume is named after its guest; a bound one keeps its name.
-			spec.Volume = &drivers.Volume{Name: g.Name, SizeBytes: vs.SizeBytes, Path: vs.Path}
-			if vs.UseVolume != "" {
-				spec.Volume.Name = vs.UseVolume
-			}
-			if v := a.guestVolume(g.Id); v != nil {
-				spec.Volume.Name, spec.Volume.SizeBytes = v.Name, v.SizeBytes // resized since
-			}
-		}
-		return spec, nil
-	}
-	mounts, err := a.guestMounts(ctx, g)
-	if err != nil {
-		return spec, err
-	}
-	spec.Mounts = mounts
 	return spec, nil
 }
 

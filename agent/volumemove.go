@@ -10,6 +10,7 @@ import (
 
 	"connectrpc.com/connect"
 
+	"corpus/drivers"
 	"corpus/internal/names"
 	corpusv1 "corpus/proto/corpus/v1"
 	"corpus/volume"
@@ -178,6 +179,17 @@ func (s *agentAPI) SnapshotVolume(ctx context.Context, req *connect.Request[corp
 	snap, ok := a.vols.(volume.Snapshotter)
 	if !ok {
 		return nil, connect.NewError(connect.CodeUnimplemented, errors.New("this node's volume backend cannot snapshot"))
+	}
+	for _, v := range a.desiredVolumes() {
+		if v.Name != name {
+			continue
+		}
+		// The host cannot freeze a file system a VM has mounted.
+		if g, d := a.blockGuest(v); g != nil {
+			if st, err := d.Inspect(ctx, g.Name); err == nil && st.State != drivers.StateStopped {
+				return nil, connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("volume %s is a disk of guest %s, which is %s: a running VM's volume cannot be copied consistently from the host; stop the guest (`corpus guest stop %s`), snapshot, start it again", name, g.Name, st.State, g.Name))
+			}
+		}
 	}
 	dest := filepath.Join(a.cfg.StateDir, "volumes", "snapshots", name+"-"+time.Now().UTC().Format("20060102T150405.000Z")+".img")
 	size, err := snap.Snapshot(ctx, name, dest)

@@ -18,7 +18,9 @@ import (
 
 // The agent's volumes: each volume of this node exists on the host and is
 // mounted under <state>/volumes/mnt/NAME while it is present; guests get
-// their volume bound in at that path. Volumes the coordinator never told
+// their volume bound in at that path. A volume bound to a guest that
+// gets it as a block device (a VM) is never mounted on the host; see
+// blockvolumes.go. Volumes the coordinator never told
 // about are left alone: data is never removed unless asked.
 
 func (a *Agent) volumeMount(name string) string {
@@ -83,7 +85,7 @@ func (a *Agent) reconcileVolume(ctx context.Context, v *corpusv1.Volume) *corpus
 		}
 		return &corpusv1.VolumeObserved{State: corpusv1.ObservedDeleted}
 	}
-	if _, err := a.mountVolume(ctx, v); err != nil {
+	if err := a.mountOnHost(ctx, v); err != nil {
 		return &corpusv1.VolumeObserved{State: corpusv1.ObservedFailed, Message: err.Error()}
 	}
 	// A bound volume is resized by its guest's worker, which can stop
@@ -97,7 +99,38 @@ func (a *Agent) reconcileVolume(ctx context.Context, v *corpusv1.Volume) *corpus
 	if err != nil {
 		return &corpusv1.VolumeObserved{State: corpusv1.ObservedFailed, Message: err.Error()}
 	}
-	return &corpusv1.VolumeObserved{State: corpusv1.VolumeReady, SizeBytes: info.SizeBytes, UsedBytes: info.UsedBytes, FreeBytes: info.FreeBytes}
+	o := &corpusv1.VolumeObserved{State: corpusv1.VolumeReady, SizeBytes: info.SizeBytes, UsedBytes: info.UsedBytes, FreeBytes: info.FreeBytes}
+	if u, ok := a.guestUsage(ctx, v); ok {
+		o.UsedBytes, o.FreeBytes = u.UsedBytes, u.FreeBytes
+	}
+	a.mu.Lock()
+	before, growing := a.volGrowing[v.Name]
+	a.mu.Unlock()
+	if growing {
+		// The device is larger already; the guest's file system is not yet.
+		o.SizeBytes, o.Message = before, fmt.Sprintf("growing to %d bytes: the guest grows its file system", v.SizeBytes)
+	}
+	return o
+}
+
+// mountOnHost makes volume v exist and, unless a VM may have it as its
+// disk, be mounted on the host. It decides from what the agent was told
+// last (v may be a pass's older copy), under the volume's lock, so a
+// volume a worker is handing to a VM is never mounted behind it.
+func (a *Agent) mountOnHost(ctx context.Context, v *corpusv1.Volume) error {
+	defer a.lockVolume(v.Name)()
+	if now := a.volumeByID(v.Id); now != nil {
+		v = now
+	}
+	if a.hostMayMount(v) {
+		_, err := a.mountVolume(ctx, v)
+		return err
+	}
+	// A guest's disk (a VM's): made here, mounted by the guest only.
+	if err := a.vols.Create(ctx, v.Name, v.SizeBytes); err != nil && !errors.Is(err, volume.ErrExists) {
+		return fmt.Errorf("creating volume %s: %w", v.Name, err)
+	}
+	return nil
 }
 
 // keptVolume observes (or deletes) a volume a driver keeps itself; the

@@ -85,11 +85,18 @@ type Capabilities struct {
 	// drivers all lack it runs no bridge, NAT, proxy or resolver.
 	HostNetwork bool `json:"host_network"`
 	// HostVolumes is true when guest volumes are folders of the agent's
-	// host (GuestSpec.Mounts); an agent whose drivers all lack it keeps
-	// no volume backend. Without it a driver that is a VolumeKeeper
-	// stores volumes itself; any other refuses guests with volumes (and
-	// the scheduler places none there).
+	// host (GuestSpec.Mounts); an agent whose drivers all lack it and
+	// BlockVolumes keeps no volume backend. Without either, a driver
+	// that is a VolumeKeeper stores volumes itself; any other refuses
+	// guests with volumes (and the scheduler places none there).
 	HostVolumes bool `json:"host_volumes"`
+	// BlockVolumes is true when guest volumes are given to guests as
+	// block devices of the agent's host holding an ext4 file system
+	// (GuestSpec.BlockVolumes), which the guest mounts itself: a VM's
+	// virtio disk. The host must never mount such a volume while its
+	// guest may use it. The driver is then a BlockVolumeDriver, and a
+	// volume grows while its guest runs through GrowVolume.
+	BlockVolumes bool `json:"block_volumes"`
 	// Converge is true when Create, called for an existing guest of the
 	// same ID, makes the guest match spec again (a changed spec, or an
 	// object edited or deleted behind the driver's back) instead of
@@ -114,6 +121,52 @@ type VolumeKeeper interface {
 	// DeleteVolume deletes the named volume and its data; deleting a
 	// missing volume returns nil.
 	DeleteVolume(ctx context.Context, name string) error
+}
+
+// BlockVolumeDriver is a driver that gives guests their volumes as block
+// devices (Capabilities.BlockVolumes). The agent keeps the volumes (makes
+// their file systems, attaches their devices); the driver hands them to
+// guests and has guests grow their file systems.
+type BlockVolumeDriver interface {
+	// AttachVolume makes the named guest's definition carry vol as a
+	// disk, with vol.Device as its source. It is idempotent: a disk
+	// already there with that device changes nothing; one with another
+	// device (the host's loop devices were numbered anew) is pointed at
+	// vol.Device, which takes effect at the guest's next start.
+	AttachVolume(ctx context.Context, name string, vol BlockVolume) error
+	// GrowVolume makes the running guest see vol's device at size bytes
+	// and grow the volume's file system to it, online. The device must
+	// have size bytes already. It returns the file system's size as the
+	// guest reports it once grown; ErrNotRunning when the guest is not
+	// running (the guest grows the file system when it boots), and
+	// ErrNotReady when the guest cannot be asked yet (its agent does not
+	// answer while it boots). Calling it again with the same size
+	// changes nothing.
+	GrowVolume(ctx context.Context, name string, vol BlockVolume, size int64) (int64, error)
+	// VolumeUsage returns what the running guest sees of vol's file
+	// system (statfs inside the guest): the host's view of a file system
+	// another kernel has mounted lags behind. ErrNotRunning and
+	// ErrNotReady as for GrowVolume; ErrNotFound when the guest has not
+	// mounted the volume.
+	VolumeUsage(ctx context.Context, name string, vol BlockVolume) (VolumeUsage, error)
+}
+
+// VolumeUsage is a volume's file system as its guest sees it.
+type VolumeUsage struct {
+	// SizeBytes is the file system's size as df shows it (its own
+	// metadata left out); UsedBytes and FreeBytes as df shows them.
+	SizeBytes, UsedBytes, FreeBytes int64
+}
+
+// BlockVolume is a guest volume given to the guest as a block device.
+type BlockVolume struct {
+	// Name is the volume's name, unique in the cluster (a DNS label).
+	Name string
+	// Device is the host block device holding the volume's ext4 file
+	// system, e.g. /dev/loop3.
+	Device string
+	// Path is where the guest mounts the volume.
+	Path string
 }
 
 // VolumeStatus is what a driver observes of one volume it keeps.
@@ -161,8 +214,11 @@ type GuestSpec struct {
 	// Mounts are host folders bound into the guest (its volume); only
 	// for drivers with Capabilities.HostVolumes.
 	Mounts []Mount
+	// BlockVolumes are block devices given to the guest (its volume);
+	// only for drivers with Capabilities.BlockVolumes.
+	BlockVolumes []BlockVolume
 	// Volume is the guest's volume for drivers that store volumes
-	// themselves (no Capabilities.HostVolumes); nil without one.
+	// themselves (VolumeKeeper); nil without one.
 	Volume *Volume
 	// Ports are the guest ports the guest publishes.
 	Ports []Port

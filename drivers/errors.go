@@ -11,6 +11,9 @@ var (
 	ErrUnknownImage = errors.New("unknown image")
 	// ErrNotRunning means the operation needs a running guest.
 	ErrNotRunning = errors.New("guest is not running")
+	// ErrNotReady means the guest runs but cannot take the request yet
+	// (its guest agent does not answer while it boots); retry later.
+	ErrNotReady = errors.New("guest is not ready")
 	// ErrNotSupported means this driver or host cannot do that.
 	ErrNotSupported = errors.New("not supported")
 )

@@ -122,6 +122,17 @@ type Mover interface {
 	Import(ctx context.Context, name string, r io.Reader, size int64, progress func(done, total int64)) error
 }
 
+// DeviceGrower is a backend that can enlarge a volume's block device
+// without touching its file system, for volumes whose file system is
+// mounted where the backend cannot reach it (inside a VM, which then
+// grows it itself).
+type DeviceGrower interface {
+	// GrowDevice enlarges volume name's image and block device to size
+	// bytes; the file system keeps its size. A size below the current
+	// one is ErrInvalid; the current size changes nothing.
+	GrowDevice(ctx context.Context, name string, size int64) error
+}
+
 // Snapshotter is a backend that copies a volume to a file without
 // stopping its guest (the hook later backups build on).
 type Snapshotter interface {

@@ -14,8 +14,9 @@
 //	  guests/web/disk.qcow2   the guest's root disk, a copy-on-write
 //	                          overlay on its image's base disk
 //	  guests/web/console.log  its serial console
+//	  guests/web/volumes/db   device node of volume db's loop device
 //	<ImageDir>/               shared by the host's agents, one build at a time
-//	  debian-bookworm-r2/     disk.raw (sparse ext4), vmlinuz, initrd.img,
+//	  debian-bookworm-r3/     disk.raw (sparse ext4), vmlinuz, initrd.img,
 //	                          image.json (written when complete)
 //
 // VMs boot their image's kernel directly. The guest's static address,
@@ -40,6 +41,18 @@
 //	  │                 │     Stop       │  └──┘
 //	  └──── Destroy ────┴────────────────┘
 //
-// Volumes (host folders in drivers.GuestSpec.Mounts) are not supported:
-// Capabilities says so with HostVolumes false and Create refuses them.
+// Volumes are virtio disks (Capabilities.BlockVolumes). The agent keeps
+// each volume as an ext4 image on a loop device in its own state folder
+// (root only); the driver makes a block device node of that loop
+// device's numbers in the guest's folder (guests/web/volumes/SERIAL),
+// which QEMU opens as a <disk type='block'>, so QEMU reaches the volume
+// without entering the agent's folder and the domain's definition stays
+// the same when the host numbers its loop devices anew (AttachVolume
+// makes the node again before a start). The disk's serial is the volume's
+// name (cut and hashed past 20 bytes); corpus.vol=SERIAL:PATH on the
+// kernel command line has the image's corpus-volumes unit mount
+// /dev/disk/by-id/virtio-SERIAL at PATH and grow its file system to the
+// disk. GrowVolume grows a volume while the VM runs: a block resize,
+// then resize2fs inside the guest through the guest agent. Host folders
+// (drivers.GuestSpec.Mounts) are refused: HostVolumes is false.
 package libvirt

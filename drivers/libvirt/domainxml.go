@@ -1,6 +1,7 @@
 package libvirt
 
 import (
+	"crypto/sha256"
 	"encoding/xml"
 	"fmt"
 	"net/netip"
@@ -54,6 +55,18 @@ type guestMeta struct {
 	Tap     string `xml:"tap,omitempty"`
 	// Env is the guest's environment, given to every Exec.
 	Env []envXML `xml:"env"`
+	// Volumes are the guest's volumes, each a virtio disk.
+	Volumes []volumeMeta `xml:"volume"`
+}
+
+// volumeMeta is one volume disk of a guest: the corpus volume, the disk
+// serial the guest finds it by (/dev/disk/by-id/virtio-SERIAL), its
+// target in the domain and where the guest mounts it.
+type volumeMeta struct {
+	Name   string `xml:"name,attr"`
+	Serial string `xml:"serial,attr"`
+	Target string `xml:"target,attr"`
+	Path   string `xml:"path,attr"`
 }
 
 type envXML struct {
@@ -105,20 +118,27 @@ type devicesXML struct {
 }
 
 type diskXML struct {
-	Type   string        `xml:"type,attr"`
-	Device string        `xml:"device,attr"`
-	Driver diskDriverXML `xml:"driver"`
-	Source fileSourceXML `xml:"source"`
-	Target diskTargetXML `xml:"target"`
+	XMLName xml.Name      `xml:"disk"`
+	Type    string        `xml:"type,attr"`
+	Device  string        `xml:"device,attr"`
+	Driver  diskDriverXML `xml:"driver"`
+	Source  diskSourceXML `xml:"source"`
+	Target  diskTargetXML `xml:"target"`
+	Serial  string        `xml:"serial,omitempty"`
 }
 
 type diskDriverXML struct {
-	Name string `xml:"name,attr"`
-	Type string `xml:"type,attr"`
+	Name    string `xml:"name,attr"`
+	Type    string `xml:"type,attr"`
+	Cache   string `xml:"cache,attr,omitempty"`
+	Discard string `xml:"discard,attr,omitempty"`
 }
 
-type fileSourceXML struct {
-	File string `xml:"file,attr"`
+// diskSourceXML is a disk's backing: a file (type "file") or a host
+// block device (type "block").
+type diskSourceXML struct {
+	File string `xml:"file,attr,omitempty"`
+	Dev  string `xml:"dev,attr,omitempty"`
 }
 
 type diskTargetXML struct {
@@ -189,10 +209,49 @@ type vmSpec struct {
 	Kernel      string
 	Initrd      string
 	Disk        string // qcow2 root disk
+	Volumes     []vmVolume
 	ConsoleLog  string // file receiving the serial console, "" for none
 	MAC         string // "" for no network
 	Net         *guestNet
 }
+
+// vmVolume is a volume given to the guest as a virtio disk backed by a
+// host block device.
+type vmVolume struct {
+	Meta   volumeMeta
+	Device string // host block device, /dev/loopN
+}
+
+// disk is the domain's disk of volume v.
+func (v vmVolume) disk() diskXML {
+	return diskXML{
+		Type: "block", Device: "disk",
+		// No host page cache: the host reads the device's superblock
+		// (size, used bytes) and must see what the guest wrote.
+		Driver: diskDriverXML{Name: "qemu", Type: "raw", Cache: "none", Discard: "unmap"},
+		Source: diskSourceXML{Dev: v.Device},
+		Target: diskTargetXML{Dev: v.Meta.Target, Bus: "virtio"},
+		Serial: v.Meta.Serial,
+	}
+}
+
+// serialMax is the longest disk serial virtio-blk passes to the guest.
+const serialMax = 20
+
+// volumeSerial is the disk serial of volume name, by which the guest
+// finds its disk (/dev/disk/by-id/virtio-SERIAL): the name itself when
+// it fits, else its start and a hash of the whole.
+func volumeSerial(name string) string {
+	if len(name) <= serialMax {
+		return name
+	}
+	sum := sha256.Sum256([]byte(name))
+	return fmt.Sprintf("%s-%x", name[:serialMax-9], sum[:4])
+}
+
+// volumeTarget is the domain target of a guest's i-th volume: vdb, vdc,
+// ... (vda is the root disk).
+func volumeTarget(i int) string { return "vd" + string(rune('b'+i)) }
 
 // guestNet is the guest's static network configuration, given to it on
 // the kernel command line.
@@ -226,7 +285,7 @@ func (s vmSpec) domain() domainXML {
 			Disks: []diskXML{{
 				Type: "file", Device: "disk",
 				Driver: diskDriverXML{Name: "qemu", Type: "qcow2"},
-				Source: fileSourceXML{File: s.Disk},
+				Source: diskSourceXML{File: s.Disk},
 				Target: diskTargetXML{Dev: "vda", Bus: "virtio"},
 			}},
 			Channels: []channelXML{{
@@ -235,6 +294,10 @@ func (s vmSpec) domain() domainXML {
 			}},
 			RNG: &rngXML{Model: "virtio", Backend: backendXML{Model: "random", Value: "/dev/urandom"}},
 		},
+	}
+	for _, v := range s.Volumes {
+		d.Devices.Disks = append(d.Devices.Disks, v.disk())
+		d.Metadata.Guest.Volumes = append(d.Metadata.Guest.Volumes, v.Meta)
 	}
 	if s.DomainType == "kvm" {
 		d.CPU = &cpuXML{Mode: "host-passthrough"}
@@ -256,9 +319,10 @@ func (s vmSpec) domain() domainXML {
 }
 
 // cmdline is the guest kernel's command line: the root disk, the serial
-// console, and the static network for the image's corpus-net unit. Every
-// value comes from a typed address or a validated name, so none can add
-// a parameter of its own.
+// console, the static network for the image's corpus-net unit and the
+// volumes for its corpus-volumes unit. Every value comes from a typed
+// address, a validated name or a validated path, so none can add a
+// parameter of its own.
 func (s vmSpec) cmdline() string {
 	args := []string{"root=/dev/vda", "rw", "console=ttyS0", "panic=-1", "systemd.hostname=" + s.Name}
 	if n := s.Net; n != nil {
@@ -276,6 +340,9 @@ func (s vmSpec) cmdline() string {
 		if len(n.Search) > 0 {
 			args = append(args, "corpus.search="+strings.Join(n.Search, ","))
 		}
+	}
+	for _, v := range s.Volumes {
+		args = append(args, "corpus.vol="+v.Meta.Serial+":"+v.Meta.Path)
 	}
 	return strings.Join(args, " ")
 }

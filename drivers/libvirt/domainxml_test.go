@@ -65,3 +65,50 @@ func TestDomainXMLWithoutNetwork(t *testing.T) {
 		t.Errorf("kvm domain lacks host-passthrough CPU:\n%s", x)
 	}
 }
+
+func TestDomainXMLVolumeDisk(t *testing.T) {
+	s := vmSpec{DomainType: "qemu", Name: "db", MemoryBytes: 1 << 30, VCPUs: 1, Disk: "/g/db/disk.qcow2",
+		Volumes: []vmVolume{{Meta: volumeMeta{Name: "db", Serial: "db", Target: "vdb", Path: "/srv/data"}, Device: "/g/db/volumes/db"}}}
+	x, err := s.marshal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var dom domainXML
+	if err := xml.Unmarshal([]byte(x), &dom); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(dom.Devices.Disks); n != 2 {
+		t.Fatalf("domain has %d disks, want the root disk and the volume:\n%s", n, x)
+	}
+	got := dom.Devices.Disks[1]
+	want := diskXML{XMLName: got.XMLName, Type: "block", Device: "disk",
+		Driver: diskDriverXML{Name: "qemu", Type: "raw", Cache: "none", Discard: "unmap"},
+		Source: diskSourceXML{Dev: "/g/db/volumes/db"}, Target: diskTargetXML{Dev: "vdb", Bus: "virtio"}, Serial: "db"}
+	if got != want {
+		t.Errorf("volume disk = %+v, want %+v", got, want)
+	}
+	if root := dom.Devices.Disks[0]; root.Target.Dev != "vda" || root.Source.File != s.Disk {
+		t.Errorf("root disk = %+v, want vda from %s", root, s.Disk)
+	}
+	if !strings.HasSuffix(dom.OS.Cmdline, " corpus.vol=db:/srv/data") {
+		t.Errorf("kernel command line %q does not name the volume", dom.OS.Cmdline)
+	}
+	if v := dom.Metadata.Guest.Volumes; len(v) != 1 || v[0] != s.Volumes[0].Meta {
+		t.Errorf("metadata volumes = %+v, want %+v", v, s.Volumes[0].Meta)
+	}
+}
+
+func TestVolumeSerial(t *testing.T) {
+	for _, tc := range []struct{ name, want string }{
+		{"db", "db"},
+		{"a-volume-of-20-chars", "a-volume-of-20-chars"},
+	} {
+		if got := volumeSerial(tc.name); got != tc.want {
+			t.Errorf("volumeSerial(%q) = %q, want %q", tc.name, got, tc.want)
+		}
+	}
+	long := volumeSerial("a-volume-with-a-much-longer-name")
+	if len(long) != serialMax || long == volumeSerial("a-volume-with-a-much-longer-name2") {
+		t.Errorf("volumeSerial of long names = %q: want %d bytes telling names apart", long, serialMax)
+	}
+}

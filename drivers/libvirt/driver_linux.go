@@ -110,13 +110,15 @@ func (d *Driver) client() (*golibvirt.Libvirt, error) {
 func (d *Driver) Name() string { return Name }
 
 // Capabilities reports exec through the QEMU guest agent and the images
-// the driver builds; VMs cannot bind host folders.
+// the driver builds. VMs cannot bind host folders; they get volumes as
+// virtio disks (BlockVolumes), which grow while the VM runs.
 func (d *Driver) Capabilities() drivers.Capabilities {
 	return drivers.Capabilities{
-		Exec:        true,
-		Images:      imageNames(),
-		HostNetwork: true,
-		HostVolumes: false,
+		Exec:         true,
+		Images:       imageNames(),
+		HostNetwork:  true,
+		HostVolumes:  false,
+		BlockVolumes: true,
 	}
 }
 

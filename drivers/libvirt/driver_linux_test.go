@@ -212,6 +212,10 @@ func TestCreateRefusesWhatVMsCannotDo(t *testing.T) {
 	ctx := context.Background()
 	mounts := testSpec("lv-mounts", "id-m")
 	mounts.Mounts = []drivers.Mount{{Source: "/srv", Target: "/data"}}
+	badPath := testSpec("lv-badpath", "id-p")
+	badPath.BlockVolumes = []drivers.BlockVolume{{Name: "data", Device: "/dev/loop7", Path: "/srv/my data"}}
+	badDev := testSpec("lv-baddev", "id-d")
+	badDev.BlockVolumes = []drivers.BlockVolume{{Name: "data", Device: "/tmp/x.img", Path: "/srv/data"}}
 	image := testSpec("lv-image", "id-i")
 	image.Image = "busybox"
 	small := testSpec("lv-small", "id-s")
@@ -222,6 +226,8 @@ func TestCreateRefusesWhatVMsCannotDo(t *testing.T) {
 		want error
 	}{
 		{"mounts", mounts, drivers.ErrNotSupported},
+		{"volume path", badPath, drivers.ErrInvalidSpec},
+		{"volume device", badDev, drivers.ErrInvalidSpec},
 		{"image", image, drivers.ErrUnknownImage},
 		{"memory", small, nil},
 	} {
@@ -235,8 +241,8 @@ func TestCreateRefusesWhatVMsCannotDo(t *testing.T) {
 			}
 		})
 	}
-	if c := d.Capabilities(); c.HostVolumes || !c.HostNetwork {
-		t.Errorf("Capabilities() = %+v, want HostVolumes false, HostNetwork true", c)
+	if c := d.Capabilities(); c.HostVolumes || !c.BlockVolumes || !c.HostNetwork {
+		t.Errorf("Capabilities() = %+v, want HostVolumes false, BlockVolumes and HostNetwork true", c)
 	}
 }
 

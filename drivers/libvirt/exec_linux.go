@@ -80,13 +80,13 @@ func (d *Driver) Exec(ctx context.Context, name string, req drivers.ExecRequest)
 	var started struct {
 		PID int `json:"pid"`
 	}
-	if err := agentCall(l, dom, agentCommand{Execute: "guest-exec", Arguments: args}, &started); err != nil {
+	if err := agentCall(l, dom, agentCommand{Execute: "guest-exec", Arguments: args}, &started, agentTimeout); err != nil {
 		return -1, fmt.Errorf("exec in %s: %w", name, err)
 	}
 	wait := 20 * time.Millisecond
 	for {
 		var st guestExecStatus
-		if err := agentCall(l, dom, agentCommand{Execute: "guest-exec-status", Arguments: map[string]int{"pid": started.PID}}, &st); err != nil {
+		if err := agentCall(l, dom, agentCommand{Execute: "guest-exec-status", Arguments: map[string]int{"pid": started.PID}}, &st, agentTimeout); err != nil {
 			return -1, fmt.Errorf("exec in %s: %w", name, err)
 		}
 		if st.Exited {
@@ -141,13 +141,14 @@ func execEnv(guest []envXML, req map[string]string) []string {
 	return out
 }
 
-// agentCall sends one command to the guest agent and decodes its return.
-func agentCall(l *golibvirt.Libvirt, dom golibvirt.Domain, cmd agentCommand, ret any) error {
+// agentCall sends one command to the guest agent, waiting at most
+// timeout seconds for it, and decodes its return.
+func agentCall(l *golibvirt.Libvirt, dom golibvirt.Domain, cmd agentCommand, ret any, timeout int32) error {
 	b, err := json.Marshal(cmd)
 	if err != nil {
 		return err
 	}
-	res, err := l.QEMUDomainAgentCommand(dom, string(b), agentTimeout, 0)
+	res, err := l.QEMUDomainAgentCommand(dom, string(b), timeout, 0)
 	if err != nil {
 		return fmt.Errorf("guest agent %s: %w", cmd.Execute, err)
 	}

@@ -49,7 +49,13 @@ func validateSpec(spec drivers.GuestSpec) (imageSpec, error) {
 		return imageSpec{}, fmt.Errorf("negative cpu limit %d", spec.CPUMillis)
 	}
 	if len(spec.Mounts) > 0 {
-		return imageSpec{}, fmt.Errorf("binding host folders (volumes) into a VM: %w", drivers.ErrNotSupported)
+		return imageSpec{}, fmt.Errorf("binding host folders into a VM (give volumes as block devices): %w", drivers.ErrNotSupported)
+	}
+	if spec.Volume != nil {
+		return imageSpec{}, fmt.Errorf("a volume kept by the driver (give volumes as block devices): %w", drivers.ErrNotSupported)
+	}
+	if err := validateVolumes(spec.BlockVolumes); err != nil {
+		return imageSpec{}, fmt.Errorf("%w: %w", drivers.ErrInvalidSpec, err)
 	}
 	if n := spec.Network; n != nil {
 		if !n.Address.IsValid() || !n.Gateway.IsValid() || n.Bridge == "" {
@@ -93,8 +99,11 @@ func guestMAC(spec drivers.GuestSpec) string {
 }
 
 // Create builds the guest's image when needed, makes its root disk as a
-// qcow2 overlay on the image and defines its domain, stopped. Volumes
-// (spec.Mounts) are refused with drivers.ErrNotSupported.
+// qcow2 overlay on the image and defines its domain, stopped. Each of
+// spec.BlockVolumes becomes a virtio disk (vdb, vdc, ...) whose serial
+// the guest finds it by, and the kernel command line tells the image's
+// corpus-volumes unit where to mount it. Host folders (spec.Mounts) are
+// refused with drivers.ErrNotSupported.
 func (d *Driver) Create(ctx context.Context, spec drivers.GuestSpec, progress drivers.ProgressFunc) error {
 	img, err := validateSpec(spec)
 	if err != nil {
@@ -151,6 +160,10 @@ func (d *Driver) Create(ctx context.Context, spec drivers.GuestSpec, progress dr
 		return fmt.Errorf("creating guest %s: making its disk: %w: %s", spec.Name, err, out)
 	}
 
+	if err := d.makeNodes(spec.Name, spec.BlockVolumes); err != nil {
+		return fmt.Errorf("creating guest %s: %w", spec.Name, err)
+	}
+
 	mem := spec.MemoryBytes
 	if mem == 0 {
 		mem = defaultMemory
@@ -164,6 +177,7 @@ func (d *Driver) Create(ctx context.Context, spec drivers.GuestSpec, progress dr
 		Kernel:      files.kernel,
 		Initrd:      files.initrd,
 		Disk:        disk,
+		Volumes:     d.vmVolumes(spec.Name, spec.BlockVolumes),
 		ConsoleLog:  filepath.Join(dir, "console.log"),
 	}
 	if n := spec.Network; n != nil {

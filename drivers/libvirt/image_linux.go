@@ -31,7 +31,7 @@ type imageSpec struct {
 // imageRecipe numbers the way images are built. Changing what goes into
 // an image means raising it: a new recipe builds into a new folder, so
 // the base disks under existing guests' overlays are never replaced.
-const imageRecipe = 2
+const imageRecipe = 3
 
 // folder is the image's folder in the image dir.
 func (img imageSpec) folder() string { return fmt.Sprintf("%s-r%d", img.dir, imageRecipe) }
@@ -45,8 +45,9 @@ var images = map[string]imageSpec{
 // imagePackages are installed beside debootstrap's minimal base: a
 // kernel (its initramfs has the virtio drivers), an init, udev (which
 // starts the guest agent when its port appears), the QEMU guest agent
-// (Exec), iproute2 (corpus-net) and busybox (small tools such as httpd).
-var imagePackages = []string{"linux-image-amd64", "systemd-sysv", "udev", "qemu-guest-agent", "iproute2", "busybox"}
+// (Exec), iproute2 (corpus-net), e2fsprogs (corpus-volumes grows a
+// volume's file system) and busybox (small tools such as httpd).
+var imagePackages = []string{"linux-image-amd64", "systemd-sysv", "udev", "qemu-guest-agent", "iproute2", "e2fsprogs", "busybox"}
 
 // imageDiskSize is the virtual size of an image's root file system; its
 // file is sparse and every guest's overlay only stores what it writes.
@@ -332,6 +333,65 @@ ExecStart=/usr/local/sbin/corpus-net
 WantedBy=multi-user.target
 `
 
+// corpusVolumes mounts the volumes the driver names on the kernel command
+// line, corpus.vol=SERIAL:PATH, one argument per volume: the virtio disk
+// of that serial at PATH. It grows each file system to its disk, so a
+// volume enlarged while the VM was off is whole at once. The file
+// system is made by the host before the disk is first given to a VM;
+// nothing here formats a disk.
+const corpusVolumes = `#!/bin/sh
+# corpus-volumes: mount the volumes corpus gave on the kernel command line.
+rc=0
+for arg in $(cat /proc/cmdline); do
+  case "$arg" in
+    corpus.vol=*:/*) v="${arg#corpus.vol=}" ;;
+    *) continue ;;
+  esac
+  serial="${v%%:*}"
+  path="${v#*:}"
+  dev=
+  for i in $(seq 600); do
+    if [ -b "/dev/disk/by-id/virtio-$serial" ]; then
+      dev="/dev/disk/by-id/virtio-$serial"
+      break
+    fi
+    for d in /sys/block/vd*; do
+      [ "$(cat "$d/serial" 2>/dev/null)" = "$serial" ] && dev="/dev/${d##*/}"
+    done
+    [ -n "$dev" ] && break
+    sleep 0.1
+  done
+  if [ -z "$dev" ]; then
+    echo "corpus-volumes: no disk with serial $serial for $path" >&2
+    rc=1
+    continue
+  fi
+  mkdir -p "$path"
+  if ! mountpoint -q "$path"; then
+    if ! mount -t ext4 -o noatime,nodev,nosuid "$dev" "$path"; then
+      echo "corpus-volumes: cannot mount $dev at $path" >&2
+      rc=1
+      continue
+    fi
+  fi
+  resize2fs "$dev" >/dev/null 2>&1 || echo "corpus-volumes: cannot grow the file system at $path" >&2
+done
+exit $rc
+`
+
+const corpusVolumesUnit = `[Unit]
+Description=corpus volumes from the kernel command line
+After=systemd-udevd.service local-fs.target
+
+[Service]
+Type=oneshot
+RemainAfterExit=yes
+ExecStart=/usr/local/sbin/corpus-volumes
+
+[Install]
+WantedBy=multi-user.target
+`
+
 // imageFile is a file written into an image's tree.
 type imageFile struct {
 	path string
@@ -360,9 +420,11 @@ var vmFiles = []imageFile{
 	{"etc/hostname", "localhost\n", 0o644},
 	{"usr/local/sbin/corpus-net", corpusNet, 0o755},
 	{"etc/systemd/system/corpus-net.service", corpusNetUnit, 0o644},
-	// Exec works only once the guest has its address: deploys that run
-	// right away find the network up.
-	{"etc/systemd/system/qemu-guest-agent.service.d/corpus.conf", "[Unit]\nAfter=corpus-net.service\n", 0o644},
+	{"usr/local/sbin/corpus-volumes", corpusVolumes, 0o755},
+	{"etc/systemd/system/corpus-volumes.service", corpusVolumesUnit, 0o644},
+	// Exec works only once the guest has its address and its volume:
+	// deploys that run right away find the network up and the data there.
+	{"etc/systemd/system/qemu-guest-agent.service.d/corpus.conf", "[Unit]\nAfter=corpus-net.service corpus-volumes.service\n", 0o644},
 	// Every VM gets its own machine id on first boot.
 	{"etc/machine-id", "", 0o444},
 }
@@ -390,10 +452,12 @@ func prepareRootfs(rootfs string) error {
 	if err := os.MkdirAll(wants, 0o755); err != nil {
 		return err
 	}
-	link := filepath.Join(wants, "corpus-net.service")
-	os.Remove(link)
-	if err := os.Symlink("/etc/systemd/system/corpus-net.service", link); err != nil {
-		return fmt.Errorf("preparing image: %w", err)
+	for _, unit := range []string{"corpus-net.service", "corpus-volumes.service"} {
+		link := filepath.Join(wants, unit)
+		os.Remove(link)
+		if err := os.Symlink("/etc/systemd/system/"+unit, link); err != nil {
+			return fmt.Errorf("preparing image: %w", err)
+		}
 	}
 	// Package downloads are not part of the image.
 	debs, _ := filepath.Glob(filepath.Join(rootfs, "var/cache/apt/archives/*.deb"))

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -114,20 +115,53 @@ func TestVMGuestOnTestHypervisor(t *testing.T) {
 		t.Errorf("after agent restart, domain id = %d, %v; want %d (not restarted)", after.ID, err, before.ID)
 	}
 
-	// A volume is refused clearly: a VM cannot bind a host folder, so no
-	// node fits the guest.
-	c.mustCLI("guest", "create", "tvm2", "--driver", "libvirt", "--image", "debian/bookworm", "--memory", "256M", "--volume", "64M", "--detach")
+	// A guest with a volume is placed (the driver gives volumes as
+	// disks): its domain has the volume as a virtio disk with the
+	// volume's serial, the volume is listed, and the host does not
+	// mount it.
+	c.mustCLI("guest", "create", "tvm2", "--driver", "libvirt", "--image", "debian/bookworm", "--memory", "256M", "--volume", "64M", "--volume-path", "/srv/db")
 	undefineOnCleanup(t, hand, "tvm2")
-	eventually(t, 30*time.Second, "volume refused", func() error {
-		out, _, _ := c.cli("guest", "show", "tvm2")
-		if !strings.Contains(out, "with driver libvirt unable to give guests volumes") {
-			return fmt.Errorf("guest show tvm2:\n%s", out)
+	_, dom2, err := domainState(hand, "tvm2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	x, err := hand.DomainGetXMLDesc(dom2, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"<serial>tvm2</serial>", "<target dev='vdb' bus='virtio'/>", "corpus.vol=tvm2:/srv/db"} {
+		if !strings.Contains(x, want) {
+			t.Errorf("domain tvm2 lacks %s:\n%s", want, x)
+		}
+	}
+	eventually(t, 15*time.Second, "volume tvm2 listed", func() error {
+		var l volumeList
+		if err := c.json(&l, "volume", "list"); err != nil {
+			return err
+		}
+		if len(l.Volumes) != 1 || l.Volumes[0].Volume.GuestName != "tvm2" || l.Volumes[0].Volume.Observed.State != "ready" || l.Volumes[0].Volume.SizeBytes != fmt.Sprint(64<<20) {
+			return fmt.Errorf("volumes = %+v", l.Volumes)
 		}
 		return nil
 	})
-	if _, _, err := domainState(hand, "tvm2"); !golibvirt.IsNotFound(err) {
-		t.Errorf("domain tvm2 = %v, want none", err)
+	if m, err := os.ReadFile(fmt.Sprintf("/proc/%d/mountinfo", a.proc.cmd.Process.Pid)); err != nil || strings.Contains(string(m), "/volumes/mnt/tvm2") {
+		t.Errorf("the agent's mounts hold volume tvm2 (%v):\n%s", err, m)
 	}
+	// Deleted with --purge, the volume goes too.
+	c.mustCLI("guest", "delete", "tvm2", "--purge")
+	eventually(t, 30*time.Second, "volume purged with its guest", func() error {
+		var l volumeList
+		if err := c.json(&l, "volume", "list"); err != nil {
+			return err
+		}
+		if len(l.Volumes) != 0 {
+			return fmt.Errorf("volumes = %+v", l.Volumes)
+		}
+		if _, _, err := domainState(hand, "tvm2"); !golibvirt.IsNotFound(err) {
+			return fmt.Errorf("domain tvm2: %v", err)
+		}
+		return nil
+	})
 
 	c.mustCLI("guest", "delete", "tvm1")
 	eventually(t, 30*time.Second, "VM removed with its guest", func() error {
@@ -138,13 +172,21 @@ func TestVMGuestOnTestHypervisor(t *testing.T) {
 	})
 }
 
-// TestVMBootsUnderQEMU boots a corpus-built debian/bookworm VM with real
-// QEMU (TCG when the host has no /dev/kvm): the VM gets its address on
-// the node's bridge, answers ping from the node and HTTP from outside
-// through the node's NAT port, and guest exec returns output and exit
-// codes through the QEMU guest agent. Slow: the first run builds the
-// image with debootstrap (minutes); CI runs it (CORPUS_TEST_DEBIAN=1).
-func TestVMBootsUnderQEMU(t *testing.T) {
+// qemuCluster is a cluster of one node whose agent runs libvirt guests
+// as real QEMU VMs (TCG without /dev/kvm).
+type qemuCluster struct {
+	c        *cluster
+	a        *agentProc
+	hand     *golibvirt.Libvirt // the test's own connection to qemu:///system
+	client   string             // a namespace outside the node
+	nodeAddr string             // the node's address, as outside traffic reaches it
+}
+
+// startQEMUCluster skips unless CORPUS_TEST_DEBIAN is set, builds (or
+// finds) the debian/bookworm VM image and starts a one-node cluster
+// whose agent gives VMs disks in a folder QEMU can reach.
+func startQEMUCluster(t *testing.T) qemuCluster {
+	t.Helper()
 	requireE2E(t)
 	if os.Getenv("CORPUS_TEST_DEBIAN") == "" {
 		t.Skip("slow: builds the debian/bookworm VM image and boots it; set CORPUS_TEST_DEBIAN=1 (CI does)")
@@ -180,6 +222,18 @@ func TestVMBootsUnderQEMU(t *testing.T) {
 	client, nodeAddr := c.lab.addClient(a.node)
 	a.kill()
 	a.proc = c.startAgent(a, "--address", nodeAddr)
+	return qemuCluster{c: c, a: a, hand: hand, client: client, nodeAddr: nodeAddr}
+}
+
+// TestVMBootsUnderQEMU boots a corpus-built debian/bookworm VM with real
+// QEMU (TCG when the host has no /dev/kvm): the VM gets its address on
+// the node's bridge, answers ping from the node and HTTP from outside
+// through the node's NAT port, and guest exec returns output and exit
+// codes through the QEMU guest agent. Slow: the first run builds the
+// image with debootstrap (minutes); CI runs it (CORPUS_TEST_DEBIAN=1).
+func TestVMBootsUnderQEMU(t *testing.T) {
+	q := startQEMUCluster(t)
+	c, a, hand, client, nodeAddr := q.c, q.a, q.hand, q.client, q.nodeAddr
 	undefineOnCleanup(t, hand, "vm1")
 
 	start := time.Now()
@@ -248,6 +302,151 @@ func TestVMBootsUnderQEMU(t *testing.T) {
 	eventually(t, time.Minute, "VM removed with its guest", func() error {
 		if _, _, err := domainState(hand, "vm1"); !golibvirt.IsNotFound(err) {
 			return errors.New("domain vm1 still defined")
+		}
+		return nil
+	})
+}
+
+// TestVMVolumeUnderQEMU: a VM's volume is a virtio disk the guest mounts
+// at the volume's path. Enlarged while the VM runs, the guest's file
+// system grows online, and `volume enlarge` returns once the guest sees
+// it; the data stays, across an agent restart (the VM keeps running
+// with its disk) and a stop and start too. A snapshot of the
+// running VM's volume is refused with what to do; a trim stops the VM,
+// shrinks offline and starts it again. --purge deletes the volume with
+// the guest. Slow like TestVMBootsUnderQEMU (CORPUS_TEST_DEBIAN=1).
+func TestVMVolumeUnderQEMU(t *testing.T) {
+	q := startQEMUCluster(t)
+	c, a, hand := q.c, q.a, q.hand
+	undefineOnCleanup(t, hand, "vmv")
+
+	c.mustCLI("guest", "create", "vmv", "--driver", "libvirt", "--image", "debian/bookworm",
+		"--memory", "512M", "--cpus", "1", "--volume", "1G", "--volume-path", "/srv/data", "--detach")
+	execReady := func() error {
+		out, errOut, code := c.cli("guest", "exec", "vmv", "--", "true")
+		if code != 0 {
+			return fmt.Errorf("exit %d: %s%s", code, out, errOut)
+		}
+		return nil
+	}
+	eventually(t, 5*time.Minute, "guest agent of vmv answers", execReady)
+
+	// df's size of the volume's file system in bytes, inside the guest.
+	dfSize := func() int64 {
+		t.Helper()
+		out := c.mustCLI("guest", "exec", "vmv", "--", "df", "-B1", "--output=size,target", "/srv/data")
+		lines := strings.Split(strings.TrimSpace(out), "\n")
+		f := strings.Fields(lines[len(lines)-1])
+		if len(f) != 2 || f[1] != "/srv/data" {
+			t.Fatalf("df in vmv = %q, want the volume mounted at /srv/data", out)
+		}
+		n, _ := strconv.ParseInt(f[0], 10, 64)
+		return n
+	}
+	if n := dfSize(); n < 900<<20 || n > 1<<30 {
+		t.Errorf("volume in vmv has %d bytes, want about 1 GiB", n)
+	}
+	mounts := c.mustCLI("guest", "exec", "vmv", "--", "sh", "-c", "readlink -f /dev/disk/by-id/virtio-vmv; findmnt -n -o SOURCE /srv/data")
+	if f := strings.Fields(mounts); len(f) != 2 || f[0] != f[1] || !strings.HasPrefix(f[0], "/dev/vd") {
+		t.Errorf("in vmv, /dev/disk/by-id/virtio-vmv and the mount of /srv/data = %q, want the same virtio disk", mounts)
+	}
+	c.mustCLI("guest", "exec", "vmv", "--", "sh", "-c", "echo keep > /srv/data/file && sync")
+	if m, err := os.ReadFile(fmt.Sprintf("/proc/%d/mountinfo", a.proc.cmd.Process.Pid)); err != nil || strings.Contains(string(m), "/volumes/mnt/vmv") {
+		t.Errorf("the host mounts volume vmv while its VM runs (%v):\n%s", err, m)
+	}
+
+	// Online grow: the command returns when the guest sees the new size.
+	start := time.Now()
+	out := c.mustCLI("volume", "enlarge", "vmv", "2G")
+	enlarged := time.Since(start)
+	n := dfSize()
+	seen := time.Since(start)
+	t.Logf("volume enlarge 1G -> 2G of a running VM: command %s, guest df shows it %s after the command started (%q)",
+		enlarged.Round(time.Millisecond), seen.Round(time.Millisecond), strings.TrimSpace(out))
+	if n < 1900<<20 || n > 2<<30 {
+		t.Errorf("after volume enlarge, df in vmv = %d bytes, want about 2 GiB", n)
+	}
+	if got := strings.TrimSpace(c.mustCLI("guest", "exec", "vmv", "--", "cat", "/srv/data/file")); got != "keep" {
+		t.Errorf("file after the grow = %q, want keep", got)
+	}
+
+	// An agent restart leaves the VM running with its disk: the domain
+	// is not started again, the host mounts nothing, the data is there.
+	_, before, err := domainState(hand, "vmv")
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.kill()
+	a.proc = c.startAgent(a, "--address", q.nodeAddr)
+	time.Sleep(5 * time.Second) // two resync periods
+	if st, after, err := domainState(hand, "vmv"); err != nil || st != golibvirt.DomainRunning || after.ID != before.ID {
+		t.Errorf("after agent restart, domain vmv = state %d, id %d, %v; want running with id %d", st, after.ID, err, before.ID)
+	}
+	if got := strings.TrimSpace(c.mustCLI("guest", "exec", "vmv", "--", "cat", "/srv/data/file")); got != "keep" {
+		t.Errorf("file after agent restart = %q, want keep", got)
+	}
+	if m, err := os.ReadFile(fmt.Sprintf("/proc/%d/mountinfo", a.proc.cmd.Process.Pid)); err != nil || strings.Contains(string(m), "/volumes/mnt/vmv") {
+		t.Errorf("the restarted agent mounts volume vmv while its VM runs (%v):\n%s", err, m)
+	}
+
+	// A running VM's volume cannot be frozen from the host.
+	if _, errOut, code := c.cli("volume", "snapshot", "vmv"); code == 0 || !strings.Contains(errOut, "stop the guest") {
+		t.Errorf("snapshot of a running VM's volume = exit %d, %q; want a refusal saying what to do", code, errOut)
+	}
+
+	// Stopped and started again: the data is there at the new size.
+	c.mustCLI("guest", "stop", "vmv")
+	c.mustCLI("guest", "start", "vmv")
+	eventually(t, 5*time.Minute, "guest agent of restarted vmv answers", execReady)
+	if got := strings.TrimSpace(c.mustCLI("guest", "exec", "vmv", "--", "cat", "/srv/data/file")); got != "keep" {
+		t.Errorf("file after stop and start = %q, want keep", got)
+	}
+	if n := dfSize(); n < 1900<<20 || n > 2<<30 {
+		t.Errorf("after stop and start, df in vmv = %d bytes, want about 2 GiB", n)
+	}
+
+	// What the volume uses is what the guest sees (the host's superblock
+	// lags behind a mounted file system), so trim follows the rules of
+	// every volume: refused below the data, else the VM is stopped for an
+	// offline shrink and started again.
+	c.mustCLI("guest", "exec", "vmv", "--", "sh", "-c", "dd if=/dev/zero of=/srv/data/big bs=1M count=200 2>/dev/null && sync")
+	eventually(t, 30*time.Second, "volume vmv shows 200M used", func() error {
+		var l volumeList
+		if err := c.json(&l, "volume", "list"); err != nil {
+			return err
+		}
+		if len(l.Volumes) != 1 {
+			return fmt.Errorf("volumes = %+v", l.Volumes)
+		}
+		if used, _ := strconv.ParseInt(l.Volumes[0].Volume.Observed.UsedBytes, 10, 64); used < 200<<20 {
+			return fmt.Errorf("used = %d bytes", used)
+		}
+		return nil
+	})
+	if _, errOut, code := c.cli("volume", "trim", "vmv", "240M"); code == 0 || !strings.Contains(errOut, "nothing changed") {
+		t.Errorf("trimming below used+margin = exit %d, %q; want a refusal", code, errOut)
+	}
+	c.mustCLI("guest", "exec", "vmv", "--", "rm", "/srv/data/big")
+	c.mustCLI("volume", "trim", "vmv", "1536M")
+	eventually(t, 5*time.Minute, "guest agent of vmv answers after the trim", execReady)
+	if n := dfSize(); n < 1400<<20 || n > 1536<<20 {
+		t.Errorf("after trimming to 1.5 GiB, df in vmv = %d bytes", n)
+	}
+	if got := strings.TrimSpace(c.mustCLI("guest", "exec", "vmv", "--", "cat", "/srv/data/file")); got != "keep" {
+		t.Errorf("file after the trim = %q, want keep", got)
+	}
+
+	c.mustCLI("guest", "delete", "vmv", "--purge")
+	eventually(t, 2*time.Minute, "VM and volume removed", func() error {
+		if _, _, err := domainState(hand, "vmv"); !golibvirt.IsNotFound(err) {
+			return errors.New("domain vmv still defined")
+		}
+		var l volumeList
+		if err := c.json(&l, "volume", "list"); err != nil {
+			return err
+		}
+		if len(l.Volumes) != 0 {
+			return fmt.Errorf("volumes = %+v", l.Volumes)
 		}
 		return nil
 	})

@@ -384,6 +384,40 @@ func (b *Backend) Grow(ctx context.Context, name string, size int64) error {
 	return nil
 }
 
+var _ volume.DeviceGrower = (*Backend)(nil)
+
+// GrowDevice enlarges volume name's image to size and makes its loop
+// devices see it (LOOP_SET_CAPACITY), leaving the file system as it is:
+// a VM that has the device as its disk grows the file system itself.
+// A size below the current one is volume.ErrInvalid; the current size
+// changes nothing.
+func (b *Backend) GrowDevice(ctx context.Context, name string, size int64) error {
+	if err := volume.ValidateName(name); err != nil {
+		return err
+	}
+	size, err := volume.ValidateSize(size)
+	if err != nil {
+		return err
+	}
+	defer b.lock(name)()
+	s, err := b.inspect(name)
+	if err != nil {
+		return err
+	}
+	switch {
+	case size < s.size:
+		return fmt.Errorf("%w: growing %s to %d bytes, below its %d", volume.ErrInvalid, name, size, s.size)
+	case size == s.size:
+		return nil
+	}
+	old := s.size
+	if err := resizeImage(s, size); err != nil {
+		return fmt.Errorf("growing %s: %w", name, err)
+	}
+	b.log.Info("volume device grown", "volume", name, "from", old, "to", size)
+	return nil
+}
+
 // Shrink reduces volume name to size. It returns volume.ErrCannotShrink,
 // with nothing changed, unless allowShrink is true and the used bytes plus
 // volume.ShrinkMargin fit in size (resize2fs's own minimum is checked as

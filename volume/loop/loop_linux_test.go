@@ -179,6 +179,34 @@ func TestOfflineOps(t *testing.T) {
 	must(t, "Delete", b.Delete(ctx, "cold", false))
 }
 
+// TestGrowDevice: the device of a volume grows while its file system
+// keeps its size (a VM grows it), and a later Grow catches the file
+// system up, as after a VM that was off during the grow.
+func TestGrowDevice(t *testing.T) {
+	b, _ := newTestBackend(t)
+	ctx := context.Background()
+	must(t, "Create", b.Create(ctx, "disk", 64*mb))
+	dev, err := b.Attach(ctx, "disk")
+	must(t, "Attach", err)
+	must(t, "GrowDevice", b.GrowDevice(ctx, "disk", 128*mb))
+	must(t, "GrowDevice again", b.GrowDevice(ctx, "disk", 128*mb))
+	mustErr(t, "GrowDevice smaller", b.GrowDevice(ctx, "disk", 96*mb), volume.ErrInvalid)
+	if got := loopSize(t, dev); got != 128*mb {
+		t.Fatalf("loop size = %s, want 128 MiB", mib(got))
+	}
+	info, err := b.Stat(ctx, "disk")
+	must(t, "Stat", err)
+	if info.SizeBytes != 128*mb || info.FilesystemBytes != 64*mb {
+		t.Fatalf("Stat after GrowDevice = %+v, want a 128 MiB device holding a 64 MiB file system", info)
+	}
+	must(t, "Grow to the same size", b.Grow(ctx, "disk", 128*mb))
+	if info, _ := b.Stat(ctx, "disk"); info.FilesystemBytes != 128*mb {
+		t.Fatalf("file system after Grow = %s, want 128 MiB", mib(info.FilesystemBytes))
+	}
+	must(t, "Detach", b.Detach(ctx, "disk"))
+	must(t, "Delete", b.Delete(ctx, "disk", false))
+}
+
 // TestReattachAfterRestart: a new Backend over the same root (an agent
 // restart) finds the loop device and mount the old one made.
 func TestReattachAfterRestart(t *testing.T) {

@@ -31,6 +31,9 @@ func (b *Backend) Unmount(ctx context.Context, name string) error { return errOS
 func (b *Backend) Grow(ctx context.Context, name string, size int64) error {
 	return errOS
 }
+func (b *Backend) GrowDevice(ctx context.Context, name string, size int64) error {
+	return errOS
+}
 func (b *Backend) Shrink(ctx context.Context, name string, size int64, allowShrink bool) error {
 	return errOS
 }
