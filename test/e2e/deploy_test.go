@@ -32,6 +32,13 @@ const deployDomain = "hello.dev.example.test"
 
 func newDeployLab(t *testing.T, agentArgs ...string) *deployLab {
 	t.Helper()
+	return newDeployLabFor(t, []string{"--image", "busybox", "--memory", "64M", "--cpus", "0.2"}, agentArgs...)
+}
+
+// newDeployLabFor is newDeployLab with the project's guest made with
+// guestArgs (image, driver, resources).
+func newDeployLabFor(t *testing.T, guestArgs []string, agentArgs ...string) *deployLab {
+	t.Helper()
 	if _, err := exec.LookPath("ssh"); err != nil {
 		t.Skip("needs the OpenSSH client (apt-get install openssh-client)")
 	}
@@ -41,6 +48,16 @@ func newDeployLab(t *testing.T, agentArgs ...string) *deployLab {
 	a.kill()
 	args := append([]string{"--address", nodeAddr}, agentArgs...)
 	a.proc = c.startAgent(a, args...)
+	return deployLabOn(t, c, a, client, nodeAddr, guestArgs)
+}
+
+// deployLabOn sets the deploy lab up on a running cluster whose node a
+// is reached from namespace client at nodeAddr.
+func deployLabOn(t *testing.T, c *cluster, a *agentProc, client, nodeAddr string, guestArgs []string) *deployLab {
+	t.Helper()
+	if _, err := exec.LookPath("ssh"); err != nil {
+		t.Skip("needs the OpenSSH client (apt-get install openssh-client)")
+	}
 	l := &deployLab{t: t, c: c, a: a, client: client, nodeAddr: nodeAddr, hc: httpIn(client), keys: map[string]string{}}
 	dir := tempDir(t)
 	for _, u := range []string{"alice", "bob", "eve"} {
@@ -54,8 +71,7 @@ func newDeployLab(t *testing.T, agentArgs ...string) *deployLab {
 	c.mustCLI("key", "add", "alice", l.keys["alice"]+".pub")
 	c.mustCLI("user", "add", "bob", "--role", "dev")
 	c.mustCLI("key", "add", "bob", l.keys["bob"]+".pub")
-	out := c.mustCLI("project", "create", "hello", "--env", "dev", "--image", "busybox", "--memory", "64M", "--cpus", "0.2",
-		"--domain", deployDomain)
+	out := c.mustCLI(append(append([]string{"project", "create", "hello", "--env", "dev"}, guestArgs...), "--domain", deployDomain)...)
 	l.remote = "ssh://git@" + nodeAddr + ":2222/hello"
 	if !strings.Contains(out, l.remote) {
 		t.Fatalf("project create did not print the remote %s:\n%s", l.remote, out)
