@@ -27,7 +27,7 @@ import (
 // DefaultAssets is where scripts/k8s-test-binaries puts the binaries.
 const DefaultAssets = "/var/cache/corpus-test/k8s-v1.32.13"
 
-// Assets returns the folder holding etcd, kube-apiserver and kubectl:
+// Assets returns the folder holding etcd and kube-apiserver:
 // $KUBEBUILDER_ASSETS, else $CORPUS_K8S_ASSETS, else DefaultAssets. While
 // a build is under way (test/run starts one in the background) it waits
 // for its done-marker up to $CORPUS_K8S_WAIT (a Go duration; default 0).
