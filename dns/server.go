@@ -91,14 +91,23 @@ func (s *Server) Start() error {
 	s.udp = common(&dns.Server{PacketConn: pc, UDPSize: maxQuerySize})
 	s.tcp = common(&dns.Server{Listener: ln, IdleTimeout: func() time.Duration { return idle }})
 	s.udpAddr, s.tcpAddr = pc.LocalAddr(), ln.Addr()
+	// Start returns once both serve: a Shutdown before that would find
+	// a server "not started" that then serves forever.
 	for _, d := range []*dns.Server{s.udp, s.tcp} {
+		serving, exited := make(chan struct{}), make(chan struct{})
+		d.NotifyStartedFunc = func() { close(serving) }
 		s.wg.Add(1)
 		go func() {
 			defer s.wg.Done()
+			defer close(exited)
 			if err := d.ActivateAndServe(); err != nil {
 				s.log.Error("dns listener stopped", "err", err)
 			}
 		}()
+		select {
+		case <-serving:
+		case <-exited:
+		}
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	s.cancel = cancel
