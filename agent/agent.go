@@ -20,6 +20,7 @@ import (
 	"corpus/drivers"
 	"corpus/drivers/catalog"
 	"corpus/internal/gossip"
+	"corpus/internal/keylock"
 	"corpus/internal/names"
 	"corpus/internal/pki"
 	"corpus/internal/rpc"
@@ -208,7 +209,7 @@ type Agent struct {
 	volOldRemoved map[string]bool                     // moved-away volumes whose copy is gone, by id
 	volGrowing    map[string]int64                    // block volumes grown while their guest runs, by name: the size before, until the guest's file system has grown
 	volGuestSize  map[string]int64                    // block volumes' file system sizes their running guest confirmed, by name
-	volLocks      map[string]*sync.Mutex              // by volume name: a host mount decided and done, or a volume handed to a VM
+	volLocks      keylock.Map                         // by volume name: a host mount decided and done, or a volume handed to a VM
 	known         bool                                // desired came from the coordinator or the cache
 	workers       map[string]*worker                  // by guest id
 	observed      map[string]*corpusv1.GuestObserved
@@ -249,7 +250,6 @@ func New(cfg Config) (*Agent, error) {
 		volOldRemoved: map[string]bool{},
 		volGrowing:    map[string]int64{},
 		volGuestSize:  map[string]int64{},
-		volLocks:      map[string]*sync.Mutex{},
 		kick:          make(chan struct{}, 1),
 		report:        make(chan struct{}, 1),
 		gossipKick:    make(chan struct{}, 1),

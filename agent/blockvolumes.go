@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"time"
 
 	"corpus/drivers"
@@ -65,17 +64,7 @@ func (a *Agent) hostMayMount(v *corpusv1.Volume) bool {
 
 // lockVolume serialises deciding to mount a volume on the host and
 // mounting it with handing the volume to a VM; it returns the unlock.
-func (a *Agent) lockVolume(name string) func() {
-	a.mu.Lock()
-	l, ok := a.volLocks[name]
-	if !ok {
-		l = &sync.Mutex{}
-		a.volLocks[name] = l
-	}
-	a.mu.Unlock()
-	l.Lock()
-	return l.Unlock
-}
+func (a *Agent) lockVolume(name string) func() { return a.volLocks.Lock(name) }
 
 // volumeByID returns this node's volume of that id as last told, or nil.
 func (a *Agent) volumeByID(id string) *corpusv1.Volume {

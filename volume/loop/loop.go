@@ -5,8 +5,8 @@ import (
 	"log/slog"
 	"path/filepath"
 	"strings"
-	"sync"
 
+	"corpus/internal/keylock"
 	"corpus/volume"
 )
 
@@ -27,8 +27,7 @@ type Backend struct {
 	// growOnline: this process may resize a mounted ext4 file system.
 	growOnline bool
 
-	mu    sync.Mutex
-	locks map[string]*sync.Mutex
+	locks keylock.Map // per volume name
 }
 
 var (
@@ -65,17 +64,7 @@ func (b *Backend) ImagePath(name string) (string, error) {
 }
 
 // lock serializes operations on one volume; it returns the unlock.
-func (b *Backend) lock(name string) func() {
-	b.mu.Lock()
-	l, ok := b.locks[name]
-	if !ok {
-		l = &sync.Mutex{}
-		b.locks[name] = l
-	}
-	b.mu.Unlock()
-	l.Lock()
-	return l.Unlock
-}
+func (b *Backend) lock(name string) func() { return b.locks.Lock(name) }
 
 func newBackend(cfg Config) (*Backend, error) {
 	if cfg.Root == "" || !filepath.IsAbs(cfg.Root) {
@@ -86,9 +75,8 @@ func newBackend(cfg Config) (*Backend, error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	return &Backend{
-		root:  filepath.Clean(cfg.Root),
-		log:   log.With("component", "volume", "backend", "loop"),
-		locks: map[string]*sync.Mutex{},
+		root: filepath.Clean(cfg.Root),
+		log:  log.With("component", "volume", "backend", "loop"),
 	}, nil
 }
 
