@@ -1,10 +1,10 @@
 # corpus — build, test and run targets. `make help` lists them.
 GO        ?= go
 BIN       ?= bin/corpus
-GOBIN     := $(shell $(GO) env GOPATH)/bin
+TOOLS     ?= $(shell $(GO) env GOPATH)/bin
 PROTOC_GEN_GO_VERSION      := v1.36.12
 PROTOC_GEN_CONNECT_VERSION := v1.21.1
-STATICCHECK_VERSION        := 2026.2.2
+STATICCHECK_VERSION        := v0.8.2
 VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS   := -X corpus/internal/version.Version=$(VERSION)
 
@@ -25,15 +25,15 @@ test-unit: ## run the tests that need no root
 lint: ## go vet, gofmt, staticcheck
 	$(GO) vet ./...
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "not gofmt'ed:"; echo "$$out"; exit 1; fi
-	$(GOBIN)/staticcheck ./...
+	$(TOOLS)/staticcheck ./...
 
-tools: ## install the code generators and linters
-	$(GO) install google.golang.org/protobuf/cmd/protoc-gen-go@$(PROTOC_GEN_GO_VERSION)
-	$(GO) install connectrpc.com/connect/cmd/protoc-gen-connect-go@$(PROTOC_GEN_CONNECT_VERSION)
-	$(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
+tools: ## install the code generators and linters into $(TOOLS)
+	GOBIN=$(TOOLS) $(GO) install google.golang.org/protobuf/cmd/protoc-gen-go@$(PROTOC_GEN_GO_VERSION)
+	GOBIN=$(TOOLS) $(GO) install connectrpc.com/connect/cmd/protoc-gen-connect-go@$(PROTOC_GEN_CONNECT_VERSION)
+	GOBIN=$(TOOLS) $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
 
 proto: ## regenerate Go code from proto/
-	PATH="$(GOBIN):$$PATH" protoc -I proto -I /usr/include \
+	PATH="$(TOOLS):$$PATH" protoc -I proto -I /usr/include \
 	  --go_out=. --go_opt=module=corpus \
 	  --connect-go_out=. --connect-go_opt=module=corpus \
 	  $$(find proto -name '*.proto')
