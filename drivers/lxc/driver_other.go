@@ -3,6 +3,7 @@
 package lxc
 
 import (
+	"context"
 	"fmt"
 
 	"corpus/drivers"
@@ -20,4 +21,9 @@ type Driver struct{ drivers.Unsupported }
 // and cgo.
 func New(cfg Config) (*Driver, error) {
 	return nil, errUnsupported
+}
+
+// EnsureImage returns an error wrapping drivers.ErrNotSupported.
+func (*Driver) EnsureImage(context.Context, string, drivers.ProgressFunc) error {
+	return errUnsupported
 }

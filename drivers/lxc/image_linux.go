@@ -196,6 +196,17 @@ func (b *imageBuild) report(format string, args ...any) {
 	}
 }
 
+// EnsureImage builds the named image's cache unless it is complete
+// already, reporting progress; Create does the same when it needs the
+// image. An image the driver does not know is drivers.ErrUnknownImage.
+func (d *Driver) EnsureImage(ctx context.Context, name string, progress drivers.ProgressFunc) error {
+	img, ok := images[name]
+	if !ok {
+		return fmt.Errorf("image %q: %w", name, drivers.ErrUnknownImage)
+	}
+	return d.ensureImage(ctx, img, progress)
+}
+
 // ensureImage returns once img's cache is complete, building it when
 // needed. Concurrent calls for one image share a single build; a caller
 // whose ctx ends stops waiting, but the build runs on (liblxc templates

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -9,39 +10,45 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"corpus/drivers"
 	"corpus/drivers/libvirt"
+	"corpus/drivers/lxc"
 )
 
-// newImageCmd builds a node's VM images ahead of its guests: where the
-// agent has no route to the Debian mirror, or to have the first VM boot
-// at once.
+// imageBuilder is a driver that can build an image ahead of the guests
+// that use it.
+type imageBuilder interface {
+	EnsureImage(ctx context.Context, name string, progress drivers.ProgressFunc) error
+}
+
+var (
+	_ imageBuilder = (*lxc.Driver)(nil)
+	_ imageBuilder = (*libvirt.Driver)(nil)
+)
+
+// newImageCmd builds a node's guest images ahead of its guests: where the
+// agent has no route to the Debian mirror, or to have the first guest
+// start at once.
 func newImageCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{Use: "image", Short: "Guest images of this host"}
-	var dir string
+	var dir, stateDir, driver string
 	build := &cobra.Command{
-		Use:   "build IMAGE [--image-dir DIR]",
-		Short: "Build a libvirt VM image on this host (idempotent; waits for a build in progress)",
+		Use:   "build IMAGE [--driver libvirt|lxc]",
+		Short: "Build a guest image on this host (idempotent; waits for a build in progress)",
 		Example: `  corpus image build debian/bookworm
-  CORPUS_LIBVIRT_IMAGES=/srv/images corpus image build debian/bookworm`,
+  CORPUS_LIBVIRT_IMAGES=/srv/images corpus image build debian/bookworm
+  corpus image build busybox --driver lxc --state-dir /var/lib/corpus/agent`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if dir == "" {
-				return errors.New("--image-dir is empty")
-			}
-			abs, err := filepath.Abs(dir)
-			if err != nil {
-				return err
-			}
-			// The driver's guest folder is not used to build an image.
-			d, err := libvirt.New(libvirt.Config{Dir: filepath.Join(abs, ".build"), ImageDir: abs})
+			b, where, err := newImageBuilder(driver, dir, stateDir)
 			if err != nil {
 				return err
 			}
 			start := time.Now()
-			if err := d.EnsureImage(cmd.Context(), args[0], func(m string) { fmt.Fprintln(g.stderr, m) }); err != nil {
+			if err := b.EnsureImage(cmd.Context(), args[0], func(m string) { fmt.Fprintln(g.stderr, m) }); err != nil {
 				return err
 			}
-			fmt.Fprintf(g.stdout, "image %s ready in %s (%s)\n", args[0], abs, time.Since(start).Round(time.Second))
+			fmt.Fprintf(g.stdout, "image %s ready in %s (%s)\n", args[0], where, time.Since(start).Round(time.Second))
 			return nil
 		},
 	}
@@ -49,7 +56,48 @@ func newImageCmd(g *globals) *cobra.Command {
 	if def == "" {
 		def = filepath.Join(libvirt.DefaultDir, "images")
 	}
-	build.Flags().StringVar(&dir, "image-dir", def, "where the agents of this host find images (env CORPUS_LIBVIRT_IMAGES)")
+	f := build.Flags()
+	f.StringVar(&driver, "driver", "libvirt", "the driver whose image to build: libvirt or lxc")
+	f.StringVar(&dir, "image-dir", def, "libvirt: where the agents of this host find images (env CORPUS_LIBVIRT_IMAGES)")
+	f.StringVar(&stateDir, "state-dir", "/var/lib/corpus/agent", "lxc: the state folder of the agent whose image cache to fill")
 	cmd.AddCommand(build)
 	return cmd
+}
+
+// newImageBuilder returns the named driver, set up to build images, and
+// the folder they go to.
+func newImageBuilder(driver, imageDir, stateDir string) (imageBuilder, string, error) {
+	switch driver {
+	case "libvirt":
+		if imageDir == "" {
+			return nil, "", errors.New("--image-dir is empty")
+		}
+		abs, err := filepath.Abs(imageDir)
+		if err != nil {
+			return nil, "", err
+		}
+		// The driver's guest folder is not used to build an image.
+		d, err := libvirt.New(libvirt.Config{Dir: filepath.Join(abs, ".build"), ImageDir: abs})
+		if err != nil {
+			return nil, "", err
+		}
+		return d, abs, nil
+	case "lxc":
+		if stateDir == "" {
+			return nil, "", errors.New("--state-dir is empty")
+		}
+		abs, err := filepath.Abs(stateDir)
+		if err != nil {
+			return nil, "", err
+		}
+		// The agent's lxc driver keeps its guests and images here (see
+		// drivers/catalog).
+		path := filepath.Join(abs, "lxc")
+		d, err := lxc.New(lxc.Config{Path: path})
+		if err != nil {
+			return nil, "", err
+		}
+		return d, path, nil
+	}
+	return nil, "", fmt.Errorf("--driver %q: no such driver with images to build (want libvirt or lxc)", driver)
 }
