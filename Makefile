@@ -6,7 +6,9 @@ PROTOC_GEN_GO_VERSION      := v1.36.12
 PROTOC_GEN_CONNECT_VERSION := v1.21.1
 STATICCHECK_VERSION        := v0.8.2
 VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
-LDFLAGS   := -X corpus/internal/version.Version=$(VERSION)
+# GOFLAGS may hold -buildvcs=false, so the commit comes by -X as well.
+COMMIT    ?= $(shell git rev-parse --short HEAD 2>/dev/null)
+LDFLAGS   := -X corpus/internal/version.Version=$(VERSION) -X corpus/internal/version.Commit=$(COMMIT)
 
 .PHONY: help build test test-unit lint proto proto-check demo demo-stop demo-clean bench tools clean
 
