@@ -24,6 +24,7 @@ import (
 	"corpus/internal/names"
 	"corpus/internal/pki"
 	"corpus/internal/rpc"
+	"corpus/internal/sdnotify"
 	corpusv1 "corpus/proto/corpus/v1"
 	"corpus/volume"
 	"corpus/volume/loop"
@@ -82,6 +83,10 @@ type Config struct {
 	// Off when empty: heartbeats alone then keep the node alive.
 	GossipAddr string
 	Logger     *slog.Logger
+	// Heart, when set, beats each time the reconcile loop goes round, for
+	// the service manager's readiness (the first pass after enrolment)
+	// and watchdog (see internal/sdnotify).
+	Heart *sdnotify.Heart
 }
 
 // Default returns the default agent configuration.

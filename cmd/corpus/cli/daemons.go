@@ -1,7 +1,9 @@
 package cli
 
 import (
+	"context"
 	"fmt"
+	"log/slog"
 	"net/netip"
 	"path/filepath"
 	"slices"
@@ -14,6 +16,7 @@ import (
 	"corpus/coordinator"
 	"corpus/coordinator/ldapauth"
 	"corpus/drivers/catalog"
+	"corpus/internal/sdnotify"
 )
 
 func newCoordinatorCmd(g *globals) *cobra.Command {
@@ -35,6 +38,7 @@ func newCoordinatorCmd(g *globals) *cobra.Command {
 				return err
 			}
 			cfg.Logger = logger
+			cfg.Heart = notifier(cmd.Context(), logger).Heart("coordinator")
 			srv, err := coordinator.New(cfg)
 			if err != nil {
 				return err
@@ -69,6 +73,15 @@ func newCoordinatorCmd(g *globals) *cobra.Command {
 	addLDAPFlags(f, &cfg)
 	logs.add(f)
 	return cmd
+}
+
+// notifier returns this daemon's link to the service manager that
+// started it (systemd's sd_notify; nothing without NOTIFY_SOCKET), which
+// says STOPPING=1 as soon as ctx ends.
+func notifier(ctx context.Context, logger *slog.Logger) *sdnotify.Notifier {
+	n := sdnotify.New(logger)
+	context.AfterFunc(ctx, n.Stopping)
+	return n
 }
 
 // addLDAPFlags adds the flags of password login against a directory.
@@ -112,6 +125,7 @@ func newAgentCmd(g *globals) *cobra.Command {
 				// An agent serving a cluster runs the cluster's driver only.
 				cfg.Drivers = []string{"kubernetes"}
 			}
+			cfg.Heart = notifier(cmd.Context(), logger).Heart("agent")
 			a, err := agent.New(cfg)
 			if err != nil {
 				return err
