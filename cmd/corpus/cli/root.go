@@ -122,6 +122,7 @@ func newRoot(g *globals) *cobra.Command {
 		newReleaseCmd(g),
 		newRollbackCmd(g),
 		newVersionCmd(g),
+		newDocsCmd(g),
 	)
 	root.AddCommand(newSeedAliases(g)...)
 	return root
