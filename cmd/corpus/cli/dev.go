@@ -18,6 +18,7 @@ import (
 	"corpus/agent"
 	"corpus/agent/cache"
 	"corpus/coordinator"
+	"corpus/internal/statelock"
 	corpusv1 "corpus/proto/corpus/v1"
 )
 
@@ -78,8 +79,19 @@ again picks up the same cluster.`,
 }
 
 func runDev(ctx context.Context, g *globals, o devOptions, logger *slog.Logger) error {
+	// The whole folder first, so a second `corpus dev` is told of it;
+	// then each daemon's own, as `corpus coordinator` and `corpus agent`
+	// would take them, before anything opens a database or a port.
 	ccfg := coordinator.Default()
 	ccfg.DataDir = filepath.Join(o.stateDir, "coordinator")
+	agentDir := filepath.Join(o.stateDir, "agent")
+	for _, dir := range []string{o.stateDir, ccfg.DataDir, agentDir} {
+		lock, err := statelock.Acquire(dir)
+		if err != nil {
+			return err
+		}
+		defer lock.Release()
+	}
 	ccfg.APIAddr, ccfg.RaftAddr = o.apiAddr, o.raftAddr
 	ccfg.DNS.Addr = o.dnsAddr
 	ccfg.Logger = logger
@@ -113,7 +125,7 @@ func runDev(ctx context.Context, g *globals, o devOptions, logger *slog.Logger) 
 	}
 
 	acfg := o.agent
-	acfg.StateDir = filepath.Join(o.stateDir, "agent")
+	acfg.StateDir = agentDir
 	acfg.Coordinators = []string{addr}
 	acfg.APIAddr = o.agentAddr
 	if host, _, err := net.SplitHostPort(o.agentAddr); err == nil {
