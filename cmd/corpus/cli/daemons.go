@@ -14,6 +14,7 @@ import (
 	"corpus/coordinator"
 	"corpus/coordinator/ldapauth"
 	"corpus/drivers/catalog"
+	"corpus/internal/statelock"
 )
 
 func newCoordinatorCmd(g *globals) *cobra.Command {
@@ -35,6 +36,11 @@ func newCoordinatorCmd(g *globals) *cobra.Command {
 				return err
 			}
 			cfg.Logger = logger
+			lock, err := statelock.Acquire(cfg.DataDir)
+			if err != nil {
+				return err
+			}
+			defer lock.Release()
 			srv, err := coordinator.New(cfg)
 			if err != nil {
 				return err
@@ -112,6 +118,11 @@ func newAgentCmd(g *globals) *cobra.Command {
 				// An agent serving a cluster runs the cluster's driver only.
 				cfg.Drivers = []string{"kubernetes"}
 			}
+			lock, err := statelock.Acquire(cfg.StateDir)
+			if err != nil {
+				return err
+			}
+			defer lock.Release()
 			a, err := agent.New(cfg)
 			if err != nil {
 				return err
