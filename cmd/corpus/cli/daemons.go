@@ -17,6 +17,7 @@ import (
 	"corpus/coordinator/ldapauth"
 	"corpus/drivers/catalog"
 	"corpus/internal/sdnotify"
+	"corpus/internal/statelock"
 )
 
 func newCoordinatorCmd(g *globals) *cobra.Command {
@@ -38,6 +39,11 @@ func newCoordinatorCmd(g *globals) *cobra.Command {
 				return err
 			}
 			cfg.Logger = logger
+			lock, err := statelock.Acquire(cfg.DataDir)
+			if err != nil {
+				return err
+			}
+			defer lock.Release()
 			cfg.Heart = notifier(cmd.Context(), logger).Heart("coordinator")
 			srv, err := coordinator.New(cfg)
 			if err != nil {
@@ -125,6 +131,11 @@ func newAgentCmd(g *globals) *cobra.Command {
 				// An agent serving a cluster runs the cluster's driver only.
 				cfg.Drivers = []string{"kubernetes"}
 			}
+			lock, err := statelock.Acquire(cfg.StateDir)
+			if err != nil {
+				return err
+			}
+			defer lock.Release()
 			cfg.Heart = notifier(cmd.Context(), logger).Heart("agent")
 			a, err := agent.New(cfg)
 			if err != nil {
