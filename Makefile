@@ -26,7 +26,7 @@ deb: ## build bin/deb/corpus_VERSION_amd64.deb: binary, systemd units, configs, 
 	@set -e; v=$$(packaging/deb/version "$(VERSION)"); \
 	rm -rf bin/deb; mkdir -p bin/deb/build/man; \
 	$(GO) build -ldflags "-s -w $(LDFLAGS)" -o bin/deb/build/corpus ./cmd/corpus; \
-	bin/deb/build/corpus docs man bin/deb/build/man 2>/dev/null; gzip -9n bin/deb/build/man/*.1; \
+	SOURCE_DATE_EPOCH=$$(git log -1 --format=%ct 2>/dev/null || date +%s) bin/deb/build/corpus docs man bin/deb/build/man 2>/dev/null; gzip -9n bin/deb/build/man/*.1; \
 	DEB_VERSION=$$v $(TOOLS)/nfpm package --config packaging/nfpm.yaml --packager deb --target bin/deb/corpus_$${v}_amd64.deb; \
 	rm -rf bin/deb/build
 

@@ -3,6 +3,8 @@ package cli
 import (
 	"fmt"
 	"os"
+	"strconv"
+	"time"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/cobra/doc"
@@ -29,6 +31,15 @@ func newDocsCmd(g *globals) *cobra.Command {
 			root := cmd.Root()
 			root.DisableAutoGenTag = true // the same pages from the same binary
 			hdr := &doc.GenManHeader{Title: "CORPUS", Section: "1", Source: "corpus " + version.Version, Manual: "corpus manual"}
+			// Dated by the commit, not the build, when the packager says so.
+			if s := os.Getenv("SOURCE_DATE_EPOCH"); s != "" {
+				sec, err := strconv.ParseInt(s, 10, 64)
+				if err != nil {
+					return fmt.Errorf("SOURCE_DATE_EPOCH=%q: want seconds since 1970", s)
+				}
+				d := time.Unix(sec, 0).UTC()
+				hdr.Date = &d
+			}
 			if err := doc.GenManTree(root, hdr, dir); err != nil {
 				return fmt.Errorf("writing man pages to %s: %w", dir, err)
 			}

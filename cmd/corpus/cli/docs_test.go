@@ -11,7 +11,7 @@ import (
 // TestDocsMan: `corpus docs man DIR` writes the pages the package ships
 // and the units name (Documentation=man:...).
 func TestDocsMan(t *testing.T) {
-	t.Parallel()
+	t.Setenv("SOURCE_DATE_EPOCH", "1700000000") // 2023-11-14
 	dir := t.TempDir()
 	var stdout, stderr bytes.Buffer
 	root := newRoot(&globals{stdout: &stdout, stderr: &stderr})
@@ -20,7 +20,7 @@ func TestDocsMan(t *testing.T) {
 		t.Fatalf("corpus docs man = %v", err)
 	}
 	for page, want := range map[string]string{
-		"corpus.1":              ".TH \"CORPUS\" \"1\"",
+		"corpus.1":              ".TH \"CORPUS\" \"1\" \"Nov 2023\"",
 		"corpus-coordinator.1":  "--raft-addr",
 		"corpus-agent.1":        "--join-token",
 		"corpus-node-add-k8s.1": "corpus-node-add-k8s - ",
