@@ -8,8 +8,11 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"os/user"
 	"path/filepath"
+	"strconv"
 	"sync"
+	"syscall"
 	"time"
 
 	golibvirt "github.com/digitalocean/go-libvirt"
@@ -147,8 +150,8 @@ func (d *Driver) Fingerprint(ctx context.Context) drivers.Fingerprint {
 		fp.Attributes["libvirt.version"] = fmt.Sprintf("%d.%d.%d", v/1000000, v/1000%1000, v%1000)
 	}
 	fp.Healthy = true
-	if typ != testHypervisor && accel() == "tcg" {
-		fp.Detail = "no /dev/kvm: VMs run under QEMU TCG (software emulation, several times slower)"
+	if a, why := kvm(); typ != testHypervisor && a == "tcg" {
+		fp.Detail = why + ": VMs run under QEMU TCG (software emulation, several times slower)"
 	}
 	return fp
 }
@@ -156,11 +159,41 @@ func (d *Driver) Fingerprint(ctx context.Context) drivers.Fingerprint {
 // accel returns "kvm" when this host can run hardware-accelerated VMs,
 // else "tcg".
 func accel() string {
-	if f, err := os.OpenFile("/dev/kvm", os.O_RDWR, 0); err == nil {
-		f.Close()
-		return "kvm"
+	a, _ := kvm()
+	return a
+}
+
+// kvm says whether QEMU can use /dev/kvm, and if not, why. libvirt runs
+// QEMU as an unprivileged user (libvirt-qemu, in group kvm on Debian), so
+// the agent opening the node as root proves nothing: the node must be open
+// to its group kvm or to all, as udev's rule makes it (root:kvm 0660).
+func kvm() (accel, why string) {
+	gid := ""
+	if g, err := user.LookupGroup("kvm"); err == nil {
+		gid = g.Gid
 	}
-	return "tcg"
+	return kvmAt("/dev/kvm", gid)
+}
+
+// kvmAt is kvm for the node at path and the kvm group's id (empty when
+// there is no such group).
+func kvmAt(path, kvmGid string) (accel, why string) {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return "tcg", "no " + path
+	}
+	perm := fi.Mode().Perm()
+	st, _ := fi.Sys().(*syscall.Stat_t)
+	kvmGroup := kvmGid != "" && st != nil && kvmGid == strconv.FormatUint(uint64(st.Gid), 10)
+	if perm&0o006 != 0o006 && !(kvmGroup && perm&0o060 == 0o060) {
+		return "tcg", fmt.Sprintf("%s (mode %04o) is not open to group kvm, so QEMU's user cannot use it; udev normally makes it root:kvm 0660 (scripts/setup does)", path, perm)
+	}
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		return "tcg", fmt.Sprintf("opening %s: %v", path, err)
+	}
+	f.Close()
+	return "kvm", ""
 }
 
 // domainType is the libvirt domain type for hypervisor typ on this host.

@@ -1,0 +1,45 @@
+package libvirt
+
+import (
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// TestKVMUsableByQEMUsUser: /dev/kvm counts only when QEMU's unprivileged
+// user can open it: open to all, or to group kvm when the node is that
+// group's. A root-only node (no udev) means TCG, and the reason says so.
+func TestKVMUsableByQEMUsUser(t *testing.T) {
+	dir := t.TempDir()
+	node := filepath.Join(dir, "kvm")
+	if err := os.WriteFile(node, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	own := strconv.Itoa(os.Getgid())
+	for _, c := range []struct {
+		mode  os.FileMode
+		gid   string
+		accel string
+		why   string
+	}{
+		{0o600, own, "tcg", "mode 0600) is not open to group kvm"},
+		{0o660, own, "kvm", ""},
+		{0o660, "", "tcg", "not open to group kvm"},
+		{0o660, own + "1", "tcg", "not open to group kvm"},
+		{0o666, "", "kvm", ""},
+		{0o640, own, "tcg", "mode 0640"},
+	} {
+		if err := os.Chmod(node, c.mode); err != nil {
+			t.Fatal(err)
+		}
+		accel, why := kvmAt(node, c.gid)
+		if accel != c.accel || !strings.Contains(why, c.why) || (c.why == "") != (why == "") {
+			t.Errorf("mode %04o, kvm gid %q: %s (%q), want %s (%q)", c.mode, c.gid, accel, why, c.accel, c.why)
+		}
+	}
+	if accel, why := kvmAt(filepath.Join(dir, "none"), own); accel != "tcg" || !strings.HasPrefix(why, "no ") {
+		t.Errorf("missing node: %s (%q)", accel, why)
+	}
+}
