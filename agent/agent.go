@@ -16,6 +16,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"corpus/agent/cache"
 	"corpus/drivers"
 	"corpus/drivers/catalog"
@@ -82,6 +84,9 @@ type Config struct {
 	// Off when empty: heartbeats alone then keep the node alive.
 	GossipAddr string
 	Logger     *slog.Logger
+	// Metrics receives the component's Prometheus metrics; nil keeps
+	// them unserved.
+	Metrics prometheus.Registerer
 }
 
 // Default returns the default agent configuration.

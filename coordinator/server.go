@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"corpus/coordinator/api"
 	"corpus/coordinator/auth"
@@ -84,6 +85,9 @@ type Config struct {
 	CAKeyFile  string
 	CertTTL    time.Duration
 	Logger     *slog.Logger
+	// Metrics receives the component's Prometheus metrics; nil keeps
+	// them unserved.
+	Metrics prometheus.Registerer
 
 	// LDAP, when its URL is set, lets users created with auth "ldap" log
 	// in with their directory password (corpus login --ldap); the tokens

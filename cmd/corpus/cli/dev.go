@@ -13,11 +13,13 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
 
 	"corpus/agent"
 	"corpus/agent/cache"
 	"corpus/coordinator"
+	"corpus/internal/metrics"
 	corpusv1 "corpus/proto/corpus/v1"
 )
 
@@ -28,6 +30,7 @@ type devOptions struct {
 	raftAddr  string
 	agentAddr string
 	dnsAddr   string
+	metrics   string
 	name      string
 	envName   string
 	cleanup   bool
@@ -42,6 +45,7 @@ func newDevCmd(g *globals) *cobra.Command {
 		raftAddr:  "127.0.0.1:7401",
 		agentAddr: "127.0.0.1:7402",
 		dnsAddr:   coordinator.Default().DNS.Addr,
+		metrics:   defaultCoordinatorMetricsAddr,
 		name:      agent.Default().Name,
 		envName:   "dev",
 		agent:     agent.Default(),
@@ -60,7 +64,12 @@ again picks up the same cluster.`,
 			if err != nil {
 				return err
 			}
-			return runDev(cmd.Context(), g, o, logger)
+			// One registry holds the coordinator's and the agent's
+			// metrics: one process, one scrape target.
+			reg := metrics.NewRegistry()
+			return withMetrics(cmd.Context(), o.metrics, reg, logger, func(ctx context.Context, url string) error {
+				return runDev(ctx, g, o, logger, reg, url)
+			})
 		},
 	}
 	f := cmd.Flags()
@@ -69,6 +78,7 @@ again picks up the same cluster.`,
 	f.StringVar(&o.raftAddr, "raft-addr", o.raftAddr, "Raft listen address")
 	f.StringVar(&o.agentAddr, "agent-addr", o.agentAddr, "agent API listen address")
 	f.StringVar(&o.dnsAddr, "dns-addr", o.dnsAddr, "DNS listen address (empty: off)")
+	f.StringVar(&o.metrics, "metrics-addr", o.metrics, "Prometheus metrics listen address of the coordinator and the agent, on /metrics (empty: off)")
 	f.StringVar(&o.name, "name", o.name, "name of this node")
 	f.StringVar(&o.envName, "env-name", o.envName, "name of the environment written to the CLI config")
 	f.BoolVar(&o.cleanup, "cleanup", false, "on exit, delete every guest of this node")
@@ -77,12 +87,13 @@ again picks up the same cluster.`,
 	return cmd
 }
 
-func runDev(ctx context.Context, g *globals, o devOptions, logger *slog.Logger) error {
+func runDev(ctx context.Context, g *globals, o devOptions, logger *slog.Logger, reg prometheus.Registerer, metricsURL string) error {
 	ccfg := coordinator.Default()
 	ccfg.DataDir = filepath.Join(o.stateDir, "coordinator")
 	ccfg.APIAddr, ccfg.RaftAddr = o.apiAddr, o.raftAddr
 	ccfg.DNS.Addr = o.dnsAddr
 	ccfg.Logger = logger
+	ccfg.Metrics = reg
 	srv, err := coordinator.New(ccfg)
 	if err != nil {
 		return err
@@ -121,6 +132,7 @@ func runDev(ctx context.Context, g *globals, o devOptions, logger *slog.Logger) 
 	}
 	acfg.Name = o.name
 	acfg.Logger = logger
+	acfg.Metrics = reg
 	enrolled, err := isEnrolled(acfg.StateDir)
 	if err != nil {
 		return err
@@ -147,7 +159,7 @@ func runDev(ctx context.Context, g *globals, o devOptions, logger *slog.Logger) 
 
 	devBanner{
 		StateDir: o.stateDir, API: addr, Raft: o.raftAddr, AgentAPI: ag.APIAddr(), Node: o.name,
-		Proxy: dash(ag.ProxyAddr()), DNS: dash(srv.DNSAddr()), Zone: ccfg.DNSZone,
+		Proxy: dash(ag.ProxyAddr()), DNS: dash(srv.DNSAddr()), Zone: ccfg.DNSZone, Metrics: dash(metricsURL),
 		OpsToken: srv.OpsToken(), OpsTokenFile: filepath.Join(ccfg.DataDir, coordinator.OpsTokenFile),
 		CA:  filepath.Join(ccfg.DataDir, coordinator.TLSDir, coordinator.CACertFile),
 		Env: o.envName, ConfigPath: g.configPath,
@@ -277,6 +289,7 @@ func deleteNodeVolumes(ctx context.Context, c *clients, node string, g *globals)
 // operator token included.
 type devBanner struct {
 	StateDir, API, Raft, AgentAPI, Node, Proxy, DNS, Zone string
+	Metrics                                               string
 	OpsToken, OpsTokenFile, CA, Env, ConfigPath           string
 }
 
@@ -287,6 +300,7 @@ corpus dev is running (state in %s)
   agent API         https://%s   node %q
   proxy (ingress)   %s
   dns               %s   (zone %s; dig @HOST -p PORT web.guest.%s)
+  metrics           %s   (Prometheus, coordinator and agent)
   operator token    %s
                     (also in %s)
   cluster CA        %s
@@ -299,5 +313,5 @@ Try:
   corpus guest list
 
 Ctrl-C stops the cluster; guests keep running unless --cleanup is given.
-`, b.StateDir, b.API, b.Raft, b.AgentAPI, b.Node, b.Proxy, b.DNS, b.Zone, b.Zone, b.OpsToken, b.OpsTokenFile, b.CA, b.Env, b.ConfigPath)
+`, b.StateDir, b.API, b.Raft, b.AgentAPI, b.Node, b.Proxy, b.DNS, b.Zone, b.Zone, b.Metrics, b.OpsToken, b.OpsTokenFile, b.CA, b.Env, b.ConfigPath)
 }
