@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -23,6 +24,7 @@ import (
 	"corpus/drivers/catalog"
 	"corpus/internal/gossip"
 	"corpus/internal/keylock"
+	"corpus/internal/metrics"
 	"corpus/internal/names"
 	"corpus/internal/pki"
 	"corpus/internal/rpc"
@@ -194,6 +196,8 @@ type Agent struct {
 	gossip   *gossip.Member // nil when gossip is off
 	envLocks envLocks
 	runCtx   context.Context
+	metrics  *agentMetrics
+	tlsCerts atomic.Pointer[nodeCerts] // set once enrolled
 
 	mu      sync.Mutex
 	desired map[string]*corpusv1.Guest // by guest id
@@ -234,6 +238,7 @@ func New(cfg Config) (*Agent, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
+	cfg.Metrics = metrics.Registerer(cfg.Metrics)
 	if err := os.MkdirAll(cfg.StateDir, 0o700); err != nil {
 		return nil, fmt.Errorf("creating state dir: %w", err)
 	}
@@ -258,6 +263,7 @@ func New(cfg Config) (*Agent, error) {
 		kick:          make(chan struct{}, 1),
 		report:        make(chan struct{}, 1),
 		gossipKick:    make(chan struct{}, 1),
+		metrics:       newAgentMetrics(cfg.Metrics),
 	}
 	hostNet, hostVols := false, false
 	for _, name := range cfg.Drivers {
@@ -318,6 +324,8 @@ func New(cfg Config) (*Agent, error) {
 			return nil, err
 		}
 	}
+	// Read at scrape time: registered once what they read is in place.
+	cfg.Metrics.MustRegister(newVolumeCollector(a), pki.NewExpiryCollector(a.certificates))
 	return a, nil
 }
 
@@ -383,6 +391,9 @@ func (a *Agent) Run(ctx context.Context) error {
 		return err
 	}
 	a.keys, a.pool = keys, pool
+	if ca, err := pki.ParseCert(a.id.CAPEM); err == nil {
+		a.tlsCerts.Store(&nodeCerts{keys: keys, ca: ca})
+	}
 	a.coords = newCoordinators(coordinatorList(a.cfg.Coordinators, a.id.Coordinator), a.coordinatorHTTP())
 	if err := a.recoverJournal(ctx); err != nil {
 		a.logger.Warn("recovering interrupted work", "error", err)
