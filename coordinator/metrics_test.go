@@ -41,8 +41,8 @@ func TestMetricsMove(t *testing.T) {
 	if _, err := ops.guests.CreateGuest(ctx, connect.NewRequest(&corpusv1.CreateGuestRequest{Name: "web", Spec: &corpusv1.GuestSpec{Image: "busybox"}})); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.clients("wrong").cluster.Status(ctx, connect.NewRequest(&corpusv1.StatusRequest{})); codeOf(err) != connect.CodeUnauthenticated {
-		t.Fatalf("Status with a wrong token = %v, want unauthenticated", err)
+	if _, err := s.clients("wrong").guests.ListGuests(ctx, connect.NewRequest(&corpusv1.ListGuestsRequest{})); codeOf(err) != connect.CodeUnauthenticated {
+		t.Fatalf("ListGuests with a wrong token = %v, want unauthenticated", err)
 	}
 	if got := get("corpus_raft_applied_index"); got <= applied {
 		t.Errorf("raft_applied_index after a write = %v, want more than %v", got, applied)
@@ -54,8 +54,8 @@ func TestMetricsMove(t *testing.T) {
 	if got := get("corpus_api_requests_total", "procedure", create, "code", "ok"); got != 1 {
 		t.Errorf("api_requests_total{CreateGuest, ok} = %v, want 1", got)
 	}
-	if got := get("corpus_api_requests_total", "procedure", corpusv1connect.ClusterServiceStatusProcedure, "code", "unauthenticated"); got != 1 {
-		t.Errorf("api_requests_total{Status, unauthenticated} = %v, want 1", got)
+	if got := get("corpus_api_requests_total", "procedure", corpusv1connect.GuestServiceListGuestsProcedure, "code", "unauthenticated"); got != 1 {
+		t.Errorf("api_requests_total{ListGuests, unauthenticated} = %v, want 1", got)
 	}
 	if got := metricstest.HistogramCount(t, reg, "corpus_api_request_duration_seconds", "procedure", create); got != 1 {
 		t.Errorf("api_request_duration_seconds{CreateGuest} count = %d, want 1", got)
