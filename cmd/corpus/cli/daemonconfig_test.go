@@ -111,3 +111,25 @@ func TestLogFormat(t *testing.T) {
 		t.Errorf("--log-format xml: no error")
 	}
 }
+
+// TestPackagedConfigs: the config files the package installs use only
+// the daemons' flags, metrics_addr included.
+func TestPackagedConfigs(t *testing.T) {
+	t.Parallel()
+	for file, cmd := range map[string]*cobra.Command{
+		"coordinator.yaml": newCoordinatorCmd(&globals{}),
+		"agent.yaml":       newAgentCmd(&globals{}),
+	} {
+		if err := applyDaemonConfig(cmd, filepath.Join("..", "..", "..", "packaging", file), "CORPUS_TEST_UNSET_"); err != nil {
+			t.Errorf("%s: %v", file, err)
+			continue
+		}
+		want := defaultCoordinatorMetricsAddr
+		if file == "agent.yaml" {
+			want = defaultAgentMetricsAddr
+		}
+		if got := cmd.Flags().Lookup("metrics-addr").Value.String(); got != want {
+			t.Errorf("%s: metrics-addr = %q, want %q", file, got, want)
+		}
+	}
+}
