@@ -325,7 +325,7 @@ func New(cfg Config) (*Agent, error) {
 		}
 	}
 	// Read at scrape time: registered once what they read is in place.
-	cfg.Metrics.MustRegister(newVolumeCollector(a), pki.NewExpiryCollector(a.certificates))
+	cfg.Metrics.MustRegister(newVolumeCollector(a), pki.NewExpiryCollector("agent", a.certificates))
 	return a, nil
 }
 

@@ -16,16 +16,18 @@ type ExpiryCollector struct {
 	now   func() time.Time
 }
 
-// NewExpiryCollector returns a collector over certs, which names each
-// certificate (the label "certificate", e.g. "cluster_ca", "node") and
-// is called at every scrape; a nil certificate is left out.
-func NewExpiryCollector(certs func() map[string]*x509.Certificate) *ExpiryCollector {
+// NewExpiryCollector returns a collector of component's certificates
+// (the label "component": "coordinator", "agent"; one process may run
+// both, as corpus dev does). certs names each certificate (the label
+// "certificate", e.g. "cluster_ca", "node") and is called at every
+// scrape; a nil certificate is left out.
+func NewExpiryCollector(component string, certs func() map[string]*x509.Certificate) *ExpiryCollector {
 	return &ExpiryCollector{
 		certs: certs,
 		now:   time.Now,
 		desc: prometheus.NewDesc("corpus_certificate_expiry_seconds",
 			"Seconds until the certificate expires (negative once it has).",
-			[]string{"certificate"}, nil),
+			[]string{"certificate"}, prometheus.Labels{"component": component}),
 	}
 }
 

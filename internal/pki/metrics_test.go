@@ -27,7 +27,7 @@ func TestExpiryCollector(t *testing.T) {
 		return kp.Leaf
 	}
 	node := issue(time.Hour)
-	col := pki.NewExpiryCollector(func() map[string]*x509.Certificate {
+	col := pki.NewExpiryCollector("agent", func() map[string]*x509.Certificate {
 		return map[string]*x509.Certificate{"cluster_ca": ca.Cert, "node": node, "none": nil}
 	})
 	reg := prometheus.NewRegistry()
@@ -41,7 +41,7 @@ func TestExpiryCollector(t *testing.T) {
 			t.Fatal(err)
 		}
 		for _, m := range mfs[0].Metric {
-			if m.Label[0].GetValue() == name {
+			if m.Label[0].GetValue() == name && m.Label[1].GetValue() == "agent" {
 				return m.GetGauge().GetValue()
 			}
 		}

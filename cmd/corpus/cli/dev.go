@@ -127,8 +127,11 @@ func runDev(ctx context.Context, g *globals, o devOptions, logger *slog.Logger, 
 	acfg.StateDir = filepath.Join(o.stateDir, "agent")
 	acfg.Coordinators = []string{addr}
 	acfg.APIAddr = o.agentAddr
-	if host, _, err := net.SplitHostPort(o.agentAddr); err == nil {
-		acfg.GossipAddr = net.JoinHostPort(host, "7404")
+	if host, port, err := net.SplitHostPort(o.agentAddr); err == nil {
+		if port != "0" {
+			port = "7404"
+		}
+		acfg.GossipAddr = net.JoinHostPort(host, port) // dynamic with a dynamic agent port
 	}
 	acfg.Name = o.name
 	acfg.Logger = logger

@@ -2,8 +2,16 @@ package cli
 
 import (
 	"bytes"
+	"context"
+	"io"
+	"path/filepath"
+	"regexp"
 	"strings"
+	"sync"
 	"testing"
+	"time"
+
+	"corpus/internal/metrics/metricstest"
 )
 
 // TestDevBannerPrintsTheOpsToken: `corpus dev` hands the operator token
@@ -17,4 +25,71 @@ func TestDevBannerPrintsTheOpsToken(t *testing.T) {
 			t.Errorf("corpus dev printed:\n%s\nwant it to contain %q", out.String(), want)
 		}
 	}
+}
+
+// TestDevServesOneRegistry: corpus dev serves the coordinator's and the
+// agent's metrics from one registry at the address its banner prints,
+// and what it serves passes promtool.
+func TestDevServesOneRegistry(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	var out syncBuffer
+	g := &globals{stdout: io.Discard, stderr: &out}
+	root := newRoot(g)
+	root.SetArgs([]string{"dev", "--config-file", filepath.Join(dir, "cli.yaml"), "--state-dir", filepath.Join(dir, "state"),
+		"--api-addr", "127.0.0.1:0", "--raft-addr", "127.0.0.1:0", "--agent-addr", "127.0.0.1:0", "--dns-addr", "127.0.0.1:0",
+		"--metrics-addr", "127.0.0.1:0", "--network=false", "--git-addr", "", "--log-format", "json", "--log-level", "warn"})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- root.ExecuteContext(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("corpus dev = %v, want nil after a stop", err)
+		}
+	}()
+	re := regexp.MustCompile(`metrics +(http://\S+/metrics)`)
+	var url string
+	for deadline := time.Now().Add(60 * time.Second); url == "" && time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		if m := re.FindStringSubmatch(out.String()); m != nil {
+			url = m[1]
+		}
+		select {
+		case err := <-done:
+			t.Fatalf("corpus dev stopped: %v\n%s", err, out.String())
+		default:
+		}
+	}
+	if url == "" {
+		t.Fatalf("corpus dev printed no metrics URL:\n%s", out.String())
+	}
+	body := metricstest.Scrape(t, url)
+	for _, want := range []string{
+		"corpus_raft_leader 1", `corpus_deploys_total{outcome="succeeded"} 0`,
+		`corpus_certificate_expiry_seconds{certificate="replica",component="coordinator"}`,
+		`corpus_certificate_expiry_seconds{certificate="node",component="agent"}`,
+	} {
+		if !strings.Contains(string(body), want) {
+			t.Errorf("corpus dev's metrics lack %q", want)
+		}
+	}
+	metricstest.Promtool(t, body)
+}
+
+// syncBuffer is a bytes.Buffer safe for a writer and a reader.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
