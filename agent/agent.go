@@ -417,6 +417,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		return nil
 	}
 	a.http = rpc.NewServer(mux, sc)
+	a.http.ErrorLog = rpc.ErrorLog(a.logger.With("component", "agent_api"))
 	var wg sync.WaitGroup
 	run := func(f func(context.Context)) {
 		wg.Add(1)

@@ -299,6 +299,7 @@ func New(cfg Config) (*Server, error) {
 		return map[string]*x509.Certificate{"cluster_ca": certs.auth.Cert, "replica": certs.keys.Get().Leaf}
 	}))
 	s.http = rpc.NewServer(auth.PeerHTTP(mux), certs.server())
+	s.http.ErrorLog = rpc.ErrorLog(logger.With("component", "api"))
 	return s, nil
 }
 
