@@ -43,16 +43,8 @@ func TestPrometheusScrapes(t *testing.T) {
 	client, nodeAddr := c.lab.addClient(a.node)
 	a.kill()
 	agentMetrics := a.node.addr + ":9465"
-	a.proc = c.startAgent(a, "--address", nodeAddr, "--metrics-addr", agentMetrics)
+	a.proc = c.startAgent(a, "--address", nodeAddr, "--metrics-addr", agentMetrics, "--log-format", "json")
 	l := deployLabOn(t, c, a, client, nodeAddr, []string{"--image", "busybox", "--memory", "64M", "--cpus", "0.2"})
-
-	// Every line the coordinator logged is one JSON event.
-	for i, line := range strings.Split(strings.TrimSpace(c.coord.log.String()), "\n") {
-		var ev map[string]any
-		if err := json.Unmarshal([]byte(line), &ev); err != nil || ev["msg"] == nil {
-			t.Errorf("coordinator log line %d is not a JSON event: %q", i+1, line)
-		}
-	}
 
 	prom := startPrometheus(t, c.lab.ctl, "127.0.0.1:9464", agentMetrics)
 	pq := func(query string) (float64, error) { return prom.query(query) }
@@ -99,6 +91,16 @@ func TestPrometheusScrapes(t *testing.T) {
 		`sum(corpus_proxy_requests_total{route="` + deployDomain + `"})`, `sum(corpus_api_requests_total)`, `corpus_raft_applied_index`} {
 		v, err := pq(q)
 		t.Logf("prometheus: %s = %v %v", q, v, err)
+	}
+
+	// Every line the daemons logged is one JSON event.
+	for _, p := range []*proc{c.coord, a.proc} {
+		for i, line := range strings.Split(strings.TrimSpace(p.log.String()), "\n") {
+			var ev map[string]any
+			if err := json.Unmarshal([]byte(line), &ev); err != nil || ev["msg"] == nil {
+				t.Errorf("%s log line %d is not a JSON event: %q", p.name, i+1, line)
+			}
+		}
 	}
 
 	// What a scrape returns passes Prometheus' lint.
