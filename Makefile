@@ -8,7 +8,7 @@ STATICCHECK_VERSION        := v0.8.2
 VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS   := -X corpus/internal/version.Version=$(VERSION)
 
-.PHONY: help build test test-unit lint proto proto-check demo demo-stop demo-clean bench tools clean
+.PHONY: help build test test-unit lint proto proto-check demo demo-stop demo-clean bench bench-summary tools clean
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -61,6 +61,10 @@ bench: ## guest start vs raw LXC, agent memory, NAT, proxy vs nginx, DNS vs bind
 	./test/bench/k8s/run
 	./test/bench/placement/run
 	./test/bench/libvirt/run
+	./test/bench/summary
+
+bench-summary: ## one table of the figures the bench scripts last wrote (test/bench/results/summary.md)
+	./test/bench/summary
 
 clean:
 	rm -rf bin

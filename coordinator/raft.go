@@ -151,8 +151,15 @@ func (r *replica) propose(ctx context.Context, cmd *corpusv1.Command) (uint64, e
 	err = f.Error()
 	r.apply.Observe(time.Since(start).Seconds())
 	if err != nil {
-		if errors.Is(err, raft.ErrNotLeader) || errors.Is(err, raft.ErrLeadershipLost) {
+		if errors.Is(err, raft.ErrNotLeader) {
+			// Refused before it was logged: it did not happen.
 			return 0, r.notLeader()
+		}
+		if errors.Is(err, raft.ErrLeadershipLost) {
+			// Logged, then deposed: the next leader may still commit it.
+			// Clients may send it again (writes are idempotent), but must
+			// not take it as not done.
+			return 0, fmt.Errorf("%w (leadership was lost while the write was being committed; it may still be applied)", api.ErrNotLeader)
 		}
 		return 0, fmt.Errorf("replicating command: %w", err)
 	}

@@ -47,7 +47,8 @@ func TestCoordinatorOutage(t *testing.T) {
 }
 
 // TestDevRestartAndCleanup: `corpus dev` twice is the same cluster with the
-// same running guests; Ctrl-C leaves guests running; --cleanup removes them.
+// same running guests, and two at once are refused; Ctrl-C leaves guests
+// running; --cleanup removes them.
 func TestDevRestartAndCleanup(t *testing.T) {
 	requireE2E(t)
 	dir := tempDir(t)
@@ -79,6 +80,21 @@ func TestDevRestartAndCleanup(t *testing.T) {
 	}
 	_, pid, _ := h.info("web")
 	firstID := devClusterID(cli)
+
+	// A second `corpus dev` on the same folder is refused at once, naming
+	// the folder and the first one's PID, and the first serves on.
+	start := time.Now()
+	second := startIn(t, ns, "corpus dev (second)", env, args...)
+	select {
+	case <-second.done:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("a second corpus dev on %s still runs after 10s:\n%s", state, second.log.String())
+	}
+	want := fmt.Sprintf("state folder %s is in use by process %d", state, dev.cmd.Process.Pid)
+	if code := second.cmd.ProcessState.ExitCode(); code == 0 || !strings.Contains(second.log.String(), want) {
+		t.Errorf("second corpus dev = exit %d after %v:\n%s\nwant non-zero and %q", code, time.Since(start), second.log.String(), want)
+	}
+	waitRunning(dev)
 
 	dev.stop(t)
 	if code := dev.cmd.ProcessState.ExitCode(); code != 0 {

@@ -16,6 +16,7 @@ import (
 	"corpus/coordinator/ldapauth"
 	"corpus/drivers/catalog"
 	"corpus/internal/metrics"
+	"corpus/internal/statelock"
 )
 
 func newCoordinatorCmd(g *globals) *cobra.Command {
@@ -38,6 +39,11 @@ func newCoordinatorCmd(g *globals) *cobra.Command {
 				return err
 			}
 			cfg.Logger = logger
+			lock, err := statelock.Acquire(cfg.DataDir)
+			if err != nil {
+				return err
+			}
+			defer lock.Release()
 			reg := metrics.NewRegistry()
 			cfg.Metrics = reg
 			return withMetrics(cmd.Context(), metricsAddr, reg, logger, func(ctx context.Context, url string) error {
@@ -121,6 +127,11 @@ func newAgentCmd(g *globals) *cobra.Command {
 				// An agent serving a cluster runs the cluster's driver only.
 				cfg.Drivers = []string{"kubernetes"}
 			}
+			lock, err := statelock.Acquire(cfg.StateDir)
+			if err != nil {
+				return err
+			}
+			defer lock.Release()
 			reg := metrics.NewRegistry()
 			cfg.Metrics = reg
 			return withMetrics(cmd.Context(), metricsAddr, reg, logger, func(ctx context.Context, url string) error {

@@ -20,6 +20,7 @@ import (
 	"corpus/agent/cache"
 	"corpus/coordinator"
 	"corpus/internal/metrics"
+	"corpus/internal/statelock"
 	corpusv1 "corpus/proto/corpus/v1"
 )
 
@@ -56,14 +57,21 @@ func newDevCmd(g *globals) *cobra.Command {
 		Long: `dev runs a one-replica coordinator and a node agent in one process, with all
 data under --state-dir, enrolls this host as a node, and records the cluster
 as the "dev" environment of the CLI config so client commands work at once.
-Ctrl-C stops it; guests keep running unless --cleanup is given. Running it
-again picks up the same cluster.`,
+Ctrl-C stops it; guests keep running unless --cleanup is given, which
+deletes them, their volumes and the node's network first and exits non-zero
+when something is left. Running it again picks up the same cluster; a
+second one on a --state-dir in use is refused.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			logger, err := o.logs.logger()
 			if err != nil {
 				return err
 			}
+			release, err := lockDevState(o.stateDir)
+			if err != nil {
+				return err
+			}
+			defer release()
 			// One registry holds the coordinator's and the agent's
 			// metrics: one process, one scrape target.
 			reg := metrics.NewRegistry()
@@ -81,15 +89,39 @@ again picks up the same cluster.`,
 	f.StringVar(&o.metrics, "metrics-addr", o.metrics, "Prometheus metrics listen address of the coordinator and the agent, on /metrics (empty: off)")
 	f.StringVar(&o.name, "name", o.name, "name of this node")
 	f.StringVar(&o.envName, "env-name", o.envName, "name of the environment written to the CLI config")
-	f.BoolVar(&o.cleanup, "cleanup", false, "on exit, delete every guest of this node")
+	f.BoolVar(&o.cleanup, "cleanup", false, "on exit, delete every guest and volume of this node, then its network (exit 1 when something is left)")
 	addNetworkFlags(f, &o.agent)
 	o.logs.add(f)
 	return cmd
 }
 
+// lockDevState locks the state folder of `corpus dev`: the whole folder
+// first, so a second `corpus dev` is told of it; then each daemon's own,
+// as `corpus coordinator` and `corpus agent` would take them, before
+// anything opens a database or a port. release unlocks them all.
+func lockDevState(stateDir string) (release func(), err error) {
+	var locks []*statelock.Lock
+	release = func() {
+		for i := len(locks) - 1; i >= 0; i-- {
+			locks[i].Release()
+		}
+	}
+	for _, dir := range []string{stateDir, filepath.Join(stateDir, "coordinator"), filepath.Join(stateDir, "agent")} {
+		lock, err := statelock.Acquire(dir)
+		if err != nil {
+			release()
+			return nil, err
+		}
+		locks = append(locks, lock)
+	}
+	return release, nil
+}
+
+// runDev runs the cluster of `corpus dev` on its locked state folder.
 func runDev(ctx context.Context, g *globals, o devOptions, logger *slog.Logger, reg prometheus.Registerer, metricsURL string) error {
 	ccfg := coordinator.Default()
 	ccfg.DataDir = filepath.Join(o.stateDir, "coordinator")
+	agentDir := filepath.Join(o.stateDir, "agent")
 	ccfg.APIAddr, ccfg.RaftAddr = o.apiAddr, o.raftAddr
 	ccfg.DNS.Addr = o.dnsAddr
 	ccfg.Logger = logger
@@ -124,7 +156,7 @@ func runDev(ctx context.Context, g *globals, o devOptions, logger *slog.Logger, 
 	}
 
 	acfg := o.agent
-	acfg.StateDir = filepath.Join(o.stateDir, "agent")
+	acfg.StateDir = agentDir
 	acfg.Coordinators = []string{addr}
 	acfg.APIAddr = o.agentAddr
 	if host, port, err := net.SplitHostPort(o.agentAddr); err == nil {
@@ -181,20 +213,24 @@ func runDev(ctx context.Context, g *globals, o devOptions, logger *slog.Logger, 
 		return fmt.Errorf("agent: %w", err)
 	}
 	logger.Info("stopping")
+	// In order: guests and volumes through the agent (it stops them,
+	// unmounts, detaches, removes their routes), then the agent, then the
+	// node's bridge and NAT chains, which stay while any guest is left.
+	var cleanupErr error
 	if o.cleanup {
 		if err := deleteNodeGuests(c, o.name, g); err != nil {
-			logger.Warn("cleanup incomplete", "error", err)
+			cleanupErr = fmt.Errorf("cleanup incomplete, the node's network is kept for what is left: %w", err)
 		}
 	}
 	stopAgent()
 	<-aerr
-	if o.cleanup {
+	if o.cleanup && cleanupErr == nil {
 		if err := ag.RemoveNetwork(context.Background()); err != nil {
-			logger.Warn("removing the node's network", "error", err)
+			cleanupErr = fmt.Errorf("cleanup incomplete: removing the node's network: %w", err)
 		}
 	}
 	stopCoordinator()
-	return nil
+	return cleanupErr
 }
 
 func isEnrolled(stateDir string) (bool, error) {
