@@ -5,16 +5,30 @@ TOOLS     ?= $(shell $(GO) env GOPATH)/bin
 PROTOC_GEN_GO_VERSION      := v1.36.12
 PROTOC_GEN_CONNECT_VERSION := v1.21.1
 STATICCHECK_VERSION        := v0.8.2
+NFPM_VERSION               := v2.45.2
 VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
-LDFLAGS   := -X corpus/internal/version.Version=$(VERSION)
+# GOFLAGS may hold -buildvcs=false, so the commit comes by -X as well.
+COMMIT    ?= $(shell git rev-parse --short HEAD 2>/dev/null)
+LDFLAGS   := -X corpus/internal/version.Version=$(VERSION) -X corpus/internal/version.Commit=$(COMMIT)
 
-.PHONY: help build test test-unit lint proto proto-check demo demo-stop demo-clean bench bench-summary tools clean
+.PHONY: help build deb test test-unit lint proto proto-check demo demo-stop demo-clean bench bench-summary tools clean
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
 
 build: ## build bin/corpus
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/corpus
+
+# The package's binary, man pages and .deb go under bin/deb, apart from
+# bin/corpus (which tests may be using).
+deb: ## build bin/deb/corpus_VERSION_amd64.deb: binary, systemd units, configs, man pages
+	@[ -x $(TOOLS)/nfpm ] || GOBIN=$(TOOLS) $(GO) install github.com/goreleaser/nfpm/v2/cmd/nfpm@$(NFPM_VERSION)
+	@set -e; v=$$(packaging/deb/version "$(VERSION)"); \
+	rm -rf bin/deb; mkdir -p bin/deb/build/man; \
+	$(GO) build -ldflags "-s -w $(LDFLAGS)" -o bin/deb/build/corpus ./cmd/corpus; \
+	SOURCE_DATE_EPOCH=$$(git log -1 --format=%ct 2>/dev/null || date +%s) bin/deb/build/corpus docs man bin/deb/build/man 2>/dev/null; gzip -9n bin/deb/build/man/*.1; \
+	DEB_VERSION=$$v $(TOOLS)/nfpm package --config packaging/nfpm.yaml --packager deb --target bin/deb/corpus_$${v}_amd64.deb; \
+	rm -rf bin/deb/build
 
 test: ## run every test (root: real LXC, namespaces); what CI runs
 	./test/run
@@ -27,10 +41,11 @@ lint: ## go vet, gofmt, staticcheck
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "not gofmt'ed:"; echo "$$out"; exit 1; fi
 	$(TOOLS)/staticcheck ./...
 
-tools: ## install the code generators and linters into $(TOOLS)
+tools: ## install the code generators, linters and the packager into $(TOOLS)
 	GOBIN=$(TOOLS) $(GO) install google.golang.org/protobuf/cmd/protoc-gen-go@$(PROTOC_GEN_GO_VERSION)
 	GOBIN=$(TOOLS) $(GO) install connectrpc.com/connect/cmd/protoc-gen-connect-go@$(PROTOC_GEN_CONNECT_VERSION)
 	GOBIN=$(TOOLS) $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
+	GOBIN=$(TOOLS) $(GO) install github.com/goreleaser/nfpm/v2/cmd/nfpm@$(NFPM_VERSION)
 
 proto: ## regenerate Go code from proto/
 	PATH="$(TOOLS):$$PATH" protoc -I proto -I /usr/include \

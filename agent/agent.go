@@ -28,6 +28,7 @@ import (
 	"corpus/internal/names"
 	"corpus/internal/pki"
 	"corpus/internal/rpc"
+	"corpus/internal/sdnotify"
 	corpusv1 "corpus/proto/corpus/v1"
 	"corpus/volume"
 	"corpus/volume/loop"
@@ -89,6 +90,10 @@ type Config struct {
 	// Metrics receives the component's Prometheus metrics; nil keeps
 	// them unserved.
 	Metrics prometheus.Registerer
+	// Heart, when set, beats each time the reconcile loop goes round, for
+	// the service manager's readiness (the first pass after enrolment)
+	// and watchdog (see internal/sdnotify).
+	Heart *sdnotify.Heart
 }
 
 // Default returns the default agent configuration.

@@ -20,13 +20,26 @@ import (
 func (a *Agent) reconcileLoop(ctx context.Context) {
 	tick := time.NewTicker(a.cfg.ResyncInterval)
 	defer tick.Stop()
+	// The loop proves the agent alive: it beats after every pass, and
+	// between passes as often as the watchdog wants. A pass that hangs
+	// starves the watchdog.
+	alive, stopAlive := a.cfg.Heart.Ticker()
+	defer stopAlive()
 	for {
 		a.pass(ctx)
-		select {
-		case <-ctx.Done():
-			return
-		case <-a.kick:
-		case <-tick.C:
+		a.cfg.Heart.Beat()
+	idle:
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-a.kick:
+				break idle
+			case <-tick.C:
+				break idle
+			case <-alive:
+				a.cfg.Heart.Beat()
+			}
 		}
 	}
 }

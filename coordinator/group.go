@@ -17,6 +17,7 @@ import (
 	"corpus/coordinator/api"
 	"corpus/coordinator/state"
 	"corpus/internal/rpc"
+	"corpus/internal/version"
 	corpusv1 "corpus/proto/corpus/v1"
 	"corpus/proto/corpus/v1/corpusv1connect"
 )
@@ -75,9 +76,10 @@ func (s *Server) Peers() ([]*corpusv1.RaftPeer, error) {
 	view := s.store.Read()
 	var out []*corpusv1.RaftPeer
 	for _, srv := range f.Configuration().Servers {
+		co := view.Coordinator(string(srv.ID))
 		out = append(out, &corpusv1.RaftPeer{
-			Id: string(srv.ID), RaftAddress: string(srv.Address), ApiAddress: view.Coordinator(string(srv.ID)).GetApiAddress(),
-			Voter: srv.Suffrage == raft.Voter, Leader: string(srv.ID) == leader,
+			Id: string(srv.ID), RaftAddress: string(srv.Address), ApiAddress: co.GetApiAddress(),
+			Voter: srv.Suffrage == raft.Voter, Leader: string(srv.ID) == leader, Version: co.GetVersion(),
 		})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Id < out[j].Id })
@@ -267,10 +269,10 @@ func (s *Server) registerLoop(ctx context.Context) {
 		v := s.store.Read()
 		v.WatchIndex()
 		self := s.Self()
-		want := &corpusv1.Coordinator{Id: self.Id, RaftAddress: self.RaftAddress, ApiAddress: self.ApiAddress, DnsAddress: s.DNSAddr(), GossipAddress: s.GossipAddr()}
+		want := &corpusv1.Coordinator{Id: self.Id, RaftAddress: self.RaftAddress, ApiAddress: self.ApiAddress, DnsAddress: s.DNSAddr(), GossipAddress: s.GossipAddr(), Version: version.Version}
 		have := v.Coordinator(self.Id)
 		if v.Config() != nil && s.inGroup() && (have == nil || have.RaftAddress != want.RaftAddress || have.ApiAddress != want.ApiAddress ||
-			have.DnsAddress != want.DnsAddress || have.GossipAddress != want.GossipAddress) {
+			have.DnsAddress != want.DnsAddress || have.GossipAddress != want.GossipAddress || have.Version != want.Version) {
 			if _, err := s.propose(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_UpsertCoordinator{UpsertCoordinator: &corpusv1.UpsertCoordinator{Coordinator: want}}}); err != nil {
 				s.logger.Debug("registering this replica", "error", err)
 				select {

@@ -31,6 +31,7 @@ import (
 	"corpus/internal/names"
 	"corpus/internal/pki"
 	"corpus/internal/rpc"
+	"corpus/internal/sdnotify"
 	"corpus/internal/secret"
 	corpusv1 "corpus/proto/corpus/v1"
 	"corpus/proto/corpus/v1/corpusv1connect"
@@ -91,6 +92,10 @@ type Config struct {
 	// Metrics receives the component's Prometheus metrics; nil keeps
 	// them unserved.
 	Metrics prometheus.Registerer
+	// Heart, when set, beats each time this replica answers its own
+	// /healthz (the API, Raft and the state all going), for the service
+	// manager's readiness and watchdog (see internal/sdnotify).
+	Heart *sdnotify.Heart
 
 	// LDAP, when its URL is set, lets users created with auth "ldap" log
 	// in with their directory password (corpus login --ldap); the tokens
@@ -388,6 +393,7 @@ func (s *Server) Serve(ctx context.Context) error {
 	})
 	run(s.leaderLoop)
 	run(s.registerLoop)
+	run(s.aliveLoop)
 	run(s.forwardSeen)
 	run(func(ctx context.Context) { s.certs.renewLoop(ctx, s.logger.With("component", "tls")) })
 	if s.cfg.Bootstrap && s.cfg.BootstrapExpect > 1 {

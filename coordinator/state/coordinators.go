@@ -21,7 +21,7 @@ func (a *applier) upsertCoordinator(c *corpusv1.UpsertCoordinator) error {
 	co.CreateIndex = a.index
 	if raw := a.get(tableCoordinators, "id", co.Id); raw != nil {
 		old := raw.(*corpusv1.Coordinator)
-		if old.RaftAddress == co.RaftAddress && old.ApiAddress == co.ApiAddress && old.DnsAddress == co.DnsAddress && old.GossipAddress == co.GossipAddress {
+		if old.RaftAddress == co.RaftAddress && old.ApiAddress == co.ApiAddress && old.DnsAddress == co.DnsAddress && old.GossipAddress == co.GossipAddress && old.Version == co.Version {
 			return nil
 		}
 		co.CreateIndex = old.CreateIndex

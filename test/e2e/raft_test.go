@@ -18,6 +18,7 @@ import (
 	"github.com/anishathalye/porcupine"
 
 	"corpus/internal/rpc"
+	"corpus/internal/version"
 	corpusv1 "corpus/proto/corpus/v1"
 	"corpus/proto/corpus/v1/corpusv1connect"
 )
@@ -331,11 +332,20 @@ func TestCoordinatorGroup(t *testing.T) {
 			return nil
 		})
 	}
-	// The operator view of the group.
-	out, errOut, code := cliAt(g, "operator", "raft", "list-peers")
-	if code != 0 || strings.Count(out, "\n") != 4 || !strings.Contains(out, "leader") {
-		t.Errorf("operator raft list-peers = %d\n%s%s", code, out, errOut)
-	}
+	// The operator view of the group, with the version each replica
+	// registered (the binary is built as this test is: version.Version).
+	eventually(t, 10*time.Second, "list-peers shows every replica's version", func() error {
+		out, errOut, code := cliAt(g, "operator", "raft", "list-peers")
+		if code != 0 || strings.Count(out, "\n") != 4 || !strings.Contains(out, "leader") {
+			return fmt.Errorf("operator raft list-peers = %d\n%s%s", code, out, errOut)
+		}
+		for _, line := range strings.Split(strings.TrimSpace(out), "\n")[1:] {
+			if f := strings.Fields(line); f[len(f)-1] != version.Version {
+				return fmt.Errorf("operator raft list-peers printed:\n%s\nwant version %s on every replica", out, version.Version)
+			}
+		}
+		return nil
+	})
 }
 
 // cliAt runs the CLI against the group's first replica.

@@ -112,24 +112,43 @@ func TestLogFormat(t *testing.T) {
 	}
 }
 
-// TestPackagedConfigs: the config files the package installs use only
-// the daemons' flags, metrics_addr included.
+// TestPackagedConfigs: the default configs the package installs in
+// /etc/corpus are accepted by their daemons, as shipped and with every
+// commented example setting ("#key: value") switched on.
 func TestPackagedConfigs(t *testing.T) {
-	t.Parallel()
-	for file, cmd := range map[string]*cobra.Command{
-		"coordinator.yaml": newCoordinatorCmd(&globals{}),
-		"agent.yaml":       newAgentCmd(&globals{}),
+	for file, newCmd := range map[string]func(*globals) *cobra.Command{
+		"coordinator.yaml": newCoordinatorCmd,
+		"agent.yaml":       newAgentCmd,
 	} {
-		if err := applyDaemonConfig(cmd, filepath.Join("..", "..", "..", "packaging", file), "CORPUS_TEST_UNSET_"); err != nil {
-			t.Errorf("%s: %v", file, err)
-			continue
+		src, err := os.ReadFile(filepath.Join("..", "..", "..", "packaging", file))
+		if err != nil {
+			t.Fatal(err)
 		}
-		want := defaultCoordinatorMetricsAddr
-		if file == "agent.yaml" {
-			want = defaultAgentMetricsAddr
+		var on []string
+		examples := 0
+		for _, line := range strings.Split(string(src), "\n") {
+			body, commented := strings.CutPrefix(line, "#")
+			switch {
+			case commented && body != "" && body[0] != ' ':
+				examples++
+				on = append(on, body)
+			case commented && strings.HasPrefix(body, "  ") && len(on) > 0 && strings.HasSuffix(on[len(on)-1], ":"):
+				on = append(on, body) // a nested example value
+			default:
+				on = append(on, line)
+			}
 		}
-		if got := cmd.Flags().Lookup("metrics-addr").Value.String(); got != want {
-			t.Errorf("%s: metrics-addr = %q, want %q", file, got, want)
+		if examples < 5 {
+			t.Errorf("%s shows %d example settings, want the main ones commented in", file, examples)
+		}
+		for name, body := range map[string]string{"as shipped": string(src), "examples on": strings.Join(on, "\n")} {
+			p := filepath.Join(t.TempDir(), file)
+			if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			if err := applyDaemonConfig(newCmd(&globals{}), p, "CORPUS_TEST_UNSET_"); err != nil {
+				t.Errorf("%s (%s): %v", file, name, err)
+			}
 		}
 	}
 }

@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"net/netip"
 	"path/filepath"
 	"slices"
@@ -16,6 +17,7 @@ import (
 	"corpus/coordinator/ldapauth"
 	"corpus/drivers/catalog"
 	"corpus/internal/metrics"
+	"corpus/internal/sdnotify"
 	"corpus/internal/statelock"
 )
 
@@ -44,6 +46,7 @@ func newCoordinatorCmd(g *globals) *cobra.Command {
 				return err
 			}
 			defer lock.Release()
+			cfg.Heart = notifier(cmd.Context(), logger).Heart("coordinator")
 			reg := metrics.NewRegistry()
 			cfg.Metrics = reg
 			return withMetrics(cmd.Context(), metricsAddr, reg, logger, func(ctx context.Context, url string) error {
@@ -83,6 +86,15 @@ func newCoordinatorCmd(g *globals) *cobra.Command {
 	f.StringVar(&metricsAddr, "metrics-addr", defaultCoordinatorMetricsAddr, metricsAddrUsage)
 	logs.add(f)
 	return cmd
+}
+
+// notifier returns this daemon's link to the service manager that
+// started it (systemd's sd_notify; nothing without NOTIFY_SOCKET), which
+// says STOPPING=1 as soon as ctx ends.
+func notifier(ctx context.Context, logger *slog.Logger) *sdnotify.Notifier {
+	n := sdnotify.New(logger)
+	context.AfterFunc(ctx, n.Stopping)
+	return n
 }
 
 // addLDAPFlags adds the flags of password login against a directory.
@@ -132,6 +144,7 @@ func newAgentCmd(g *globals) *cobra.Command {
 				return err
 			}
 			defer lock.Release()
+			cfg.Heart = notifier(cmd.Context(), logger).Heart("agent")
 			reg := metrics.NewRegistry()
 			cfg.Metrics = reg
 			return withMetrics(cmd.Context(), metricsAddr, reg, logger, func(ctx context.Context, url string) error {

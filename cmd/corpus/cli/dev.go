@@ -125,6 +125,10 @@ func runDev(ctx context.Context, g *globals, o devOptions, logger *slog.Logger, 
 	ccfg.APIAddr, ccfg.RaftAddr = o.apiAddr, o.raftAddr
 	ccfg.DNS.Addr = o.dnsAddr
 	ccfg.Logger = logger
+	// Ready once both have gone round; the watchdog wants both alive.
+	n := notifier(ctx, logger)
+	ccfg.Heart = n.Heart("coordinator")
+	agentHeart := n.Heart("agent")
 	ccfg.Metrics = reg
 	srv, err := coordinator.New(ccfg)
 	if err != nil {
@@ -167,6 +171,7 @@ func runDev(ctx context.Context, g *globals, o devOptions, logger *slog.Logger, 
 	}
 	acfg.Name = o.name
 	acfg.Logger = logger
+	acfg.Heart = agentHeart
 	acfg.Metrics = reg
 	enrolled, err := isEnrolled(acfg.StateDir)
 	if err != nil {

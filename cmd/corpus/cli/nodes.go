@@ -62,13 +62,13 @@ func newNodeListCmd(g *globals, use string) *cobra.Command {
 				return c.nodes.ListNodes(ctx, connect.NewRequest(&corpusv1.ListNodesRequest{}))
 			}, func(msg *corpusv1.ListNodesResponse) error {
 				w := tabwriter.NewWriter(g.stdout, 0, 4, 2, ' ', 0)
-				fmt.Fprintln(w, "NAME\tSTATUS\tMODE\tGUESTS\tMEMORY\tCPUS\tDRIVERS\tLABELS")
+				fmt.Fprintln(w, "NAME\tSTATUS\tMODE\tGUESTS\tMEMORY\tCPUS\tDRIVERS\tVERSION\tLABELS")
 				for _, v := range msg.Nodes {
 					n := v.Node
-					fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%s/%s\t%s/%s\t%s\t%s\n", n.Name, n.Status, nodeMode(n), v.Guests,
+					fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%s/%s\t%s/%s\t%s\t%s\t%s\n", n.Name, n.Status, nodeMode(n), v.Guests,
 						formatSize(v.Allocated.GetMemoryBytes()), formatSize(n.Capacity.GetMemoryBytes()),
 						formatCPUs(v.Allocated.GetCpuMillis()), formatCPUs(n.Capacity.GetCpuMillis()),
-						driverList(n.Drivers), labelList(n.Labels))
+						driverList(n.Drivers), dash(n.AgentVersion), labelList(n.Labels))
 				}
 				return w.Flush()
 			})

@@ -24,13 +24,13 @@ func newOperatorCmd(g *globals) *cobra.Command {
 				return c.cluster.RaftPeers(ctx, connect.NewRequest(&corpusv1.RaftPeersRequest{}))
 			}, func(m *corpusv1.RaftPeersResponse) error {
 				w := tabwriter.NewWriter(g.stdout, 0, 4, 2, ' ', 0)
-				fmt.Fprintln(w, "ID\tRAFT ADDRESS\tAPI ADDRESS\tSTATE\tVOTER")
+				fmt.Fprintln(w, "ID\tRAFT ADDRESS\tAPI ADDRESS\tSTATE\tVOTER\tVERSION")
 				for _, p := range m.Peers {
 					st := "follower"
 					if p.Leader {
 						st = "leader"
 					}
-					fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%t\n", p.Id, p.RaftAddress, dash(p.ApiAddress), st, p.Voter)
+					fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%t\t%s\n", p.Id, p.RaftAddress, dash(p.ApiAddress), st, p.Voter, dash(p.Version))
 				}
 				return w.Flush()
 			})

@@ -87,10 +87,12 @@ func newRoot(g *globals) *cobra.Command {
 	root := &cobra.Command{
 		Use:           "corpus",
 		Short:         "corpus runs guests (LXC, VMs, Kubernetes workloads) on your own nodes",
-		Version:       version.Version,
+		Version:       version.Get().String(),
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
+	root.SetVersionTemplate("{{.Version}}\n")
+	root.SetOut(g.stdout)
 	pf := root.PersistentFlags()
 	pf.StringVar(&g.env, "env", os.Getenv("CORPUS_ENV"), "named environment from the config file (env CORPUS_ENV)")
 	pf.StringVar(&g.address, "address", os.Getenv("CORPUS_ADDR"), "coordinator API address host:port, overriding the environment's (env CORPUS_ADDR)")
@@ -119,6 +121,8 @@ func newRoot(g *globals) *cobra.Command {
 		newProjectCmd(g),
 		newReleaseCmd(g),
 		newRollbackCmd(g),
+		newVersionCmd(g),
+		newDocsCmd(g),
 	)
 	root.AddCommand(newSeedAliases(g)...)
 	return root

@@ -373,12 +373,15 @@ func (*RaftPeersRequest) Descriptor() ([]byte, []int) {
 }
 
 type RaftPeer struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
-	RaftAddress   string                 `protobuf:"bytes,2,opt,name=raft_address,json=raftAddress,proto3" json:"raft_address,omitempty"`
-	ApiAddress    string                 `protobuf:"bytes,3,opt,name=api_address,json=apiAddress,proto3" json:"api_address,omitempty"`
-	Voter         bool                   `protobuf:"varint,4,opt,name=voter,proto3" json:"voter,omitempty"`
-	Leader        bool                   `protobuf:"varint,5,opt,name=leader,proto3" json:"leader,omitempty"`
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	Id          string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	RaftAddress string                 `protobuf:"bytes,2,opt,name=raft_address,json=raftAddress,proto3" json:"raft_address,omitempty"`
+	ApiAddress  string                 `protobuf:"bytes,3,opt,name=api_address,json=apiAddress,proto3" json:"api_address,omitempty"`
+	Voter       bool                   `protobuf:"varint,4,opt,name=voter,proto3" json:"voter,omitempty"`
+	Leader      bool                   `protobuf:"varint,5,opt,name=leader,proto3" json:"leader,omitempty"`
+	// version is the corpus version the replica registered with ("" until
+	// it has registered).
+	Version       string `protobuf:"bytes,6,opt,name=version,proto3" json:"version,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -446,6 +449,13 @@ func (x *RaftPeer) GetLeader() bool {
 		return x.Leader
 	}
 	return false
+}
+
+func (x *RaftPeer) GetVersion() string {
+	if x != nil {
+		return x.Version
+	}
+	return ""
 }
 
 type RaftPeersResponse struct {
@@ -7570,14 +7580,15 @@ const file_corpus_v1_api_proto_rawDesc = "" +
 	"\vSeenRequest\x12\x19\n" +
 	"\bnode_ids\x18\x01 \x03(\tR\anodeIds\"\x0e\n" +
 	"\fSeenResponse\"\x12\n" +
-	"\x10RaftPeersRequest\"\x8c\x01\n" +
+	"\x10RaftPeersRequest\"\xa6\x01\n" +
 	"\bRaftPeer\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12!\n" +
 	"\fraft_address\x18\x02 \x01(\tR\vraftAddress\x12\x1f\n" +
 	"\vapi_address\x18\x03 \x01(\tR\n" +
 	"apiAddress\x12\x14\n" +
 	"\x05voter\x18\x04 \x01(\bR\x05voter\x12\x16\n" +
-	"\x06leader\x18\x05 \x01(\bR\x06leader\"T\n" +
+	"\x06leader\x18\x05 \x01(\bR\x06leader\x12\x18\n" +
+	"\aversion\x18\x06 \x01(\tR\aversion\"T\n" +
 	"\x11RaftPeersResponse\x12)\n" +
 	"\x05peers\x18\x01 \x03(\v2\x13.corpus.v1.RaftPeerR\x05peers\x12\x14\n" +
 	"\x05index\x18\x02 \x01(\x04R\x05index\"h\n" +

@@ -1481,6 +1481,9 @@ type Coordinator struct {
 	// gossip_address is the replica's gossip member; replicas join each
 	// other's so the leader hears of every node.
 	GossipAddress string `protobuf:"bytes,5,opt,name=gossip_address,json=gossipAddress,proto3" json:"gossip_address,omitempty"`
+	// version is the corpus version the replica last registered with, so
+	// a rolling upgrade shows which replicas run what.
+	Version       string `protobuf:"bytes,6,opt,name=version,proto3" json:"version,omitempty"`
 	CreateIndex   uint64 `protobuf:"varint,20,opt,name=create_index,json=createIndex,proto3" json:"create_index,omitempty"`
 	ModifyIndex   uint64 `protobuf:"varint,21,opt,name=modify_index,json=modifyIndex,proto3" json:"modify_index,omitempty"`
 	unknownFields protoimpl.UnknownFields
@@ -1548,6 +1551,13 @@ func (x *Coordinator) GetDnsAddress() string {
 func (x *Coordinator) GetGossipAddress() string {
 	if x != nil {
 		return x.GossipAddress
+	}
+	return ""
+}
+
+func (x *Coordinator) GetVersion() string {
+	if x != nil {
+		return x.Version
 	}
 	return ""
 }
@@ -2688,7 +2698,7 @@ const file_corpus_v1_types_proto_rawDesc = "" +
 	"created_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x12#\n" +
 	"\rguest_network\x18\x05 \x01(\tR\fguestNetwork\x12(\n" +
 	"\x10node_subnet_bits\x18\x06 \x01(\x05R\x0enodeSubnetBits\x12'\n" +
-	"\x0fcoordinator_key\x18\a \x01(\tR\x0ecoordinatorKey\"\xef\x01\n" +
+	"\x0fcoordinator_key\x18\a \x01(\tR\x0ecoordinatorKey\"\x89\x02\n" +
 	"\vCoordinator\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12!\n" +
 	"\fraft_address\x18\x02 \x01(\tR\vraftAddress\x12\x1f\n" +
@@ -2696,7 +2706,8 @@ const file_corpus_v1_types_proto_rawDesc = "" +
 	"apiAddress\x12\x1f\n" +
 	"\vdns_address\x18\x04 \x01(\tR\n" +
 	"dnsAddress\x12%\n" +
-	"\x0egossip_address\x18\x05 \x01(\tR\rgossipAddress\x12!\n" +
+	"\x0egossip_address\x18\x05 \x01(\tR\rgossipAddress\x12\x18\n" +
+	"\aversion\x18\x06 \x01(\tR\aversion\x12!\n" +
 	"\fcreate_index\x18\x14 \x01(\x04R\vcreateIndex\x12!\n" +
 	"\fmodify_index\x18\x15 \x01(\x04R\vmodifyIndex\"\xfc\x01\n" +
 	"\tDnsRecord\x12\x0e\n" +
