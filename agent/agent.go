@@ -14,13 +14,17 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"corpus/agent/cache"
 	"corpus/drivers"
 	"corpus/drivers/catalog"
 	"corpus/internal/gossip"
 	"corpus/internal/keylock"
+	"corpus/internal/metrics"
 	"corpus/internal/names"
 	"corpus/internal/pki"
 	"corpus/internal/rpc"
@@ -83,6 +87,9 @@ type Config struct {
 	// Off when empty: heartbeats alone then keep the node alive.
 	GossipAddr string
 	Logger     *slog.Logger
+	// Metrics receives the component's Prometheus metrics; nil keeps
+	// them unserved.
+	Metrics prometheus.Registerer
 	// Heart, when set, beats each time the reconcile loop goes round, for
 	// the service manager's readiness (the first pass after enrolment)
 	// and watchdog (see internal/sdnotify).
@@ -194,6 +201,8 @@ type Agent struct {
 	gossip   *gossip.Member // nil when gossip is off
 	envLocks envLocks
 	runCtx   context.Context
+	metrics  *agentMetrics
+	tlsCerts atomic.Pointer[nodeCerts] // set once enrolled
 
 	mu      sync.Mutex
 	desired map[string]*corpusv1.Guest // by guest id
@@ -234,6 +243,7 @@ func New(cfg Config) (*Agent, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
+	cfg.Metrics = metrics.Registerer(cfg.Metrics)
 	if err := os.MkdirAll(cfg.StateDir, 0o700); err != nil {
 		return nil, fmt.Errorf("creating state dir: %w", err)
 	}
@@ -258,6 +268,7 @@ func New(cfg Config) (*Agent, error) {
 		kick:          make(chan struct{}, 1),
 		report:        make(chan struct{}, 1),
 		gossipKick:    make(chan struct{}, 1),
+		metrics:       newAgentMetrics(cfg.Metrics),
 	}
 	hostNet, hostVols := false, false
 	for _, name := range cfg.Drivers {
@@ -318,6 +329,8 @@ func New(cfg Config) (*Agent, error) {
 			return nil, err
 		}
 	}
+	// Read at scrape time: registered once what they read is in place.
+	cfg.Metrics.MustRegister(newVolumeCollector(a), pki.NewExpiryCollector("agent", a.certificates))
 	return a, nil
 }
 
@@ -383,6 +396,9 @@ func (a *Agent) Run(ctx context.Context) error {
 		return err
 	}
 	a.keys, a.pool = keys, pool
+	if ca, err := pki.ParseCert(a.id.CAPEM); err == nil {
+		a.tlsCerts.Store(&nodeCerts{keys: keys, ca: ca})
+	}
 	a.coords = newCoordinators(coordinatorList(a.cfg.Coordinators, a.id.Coordinator), a.coordinatorHTTP())
 	if err := a.recoverJournal(ctx); err != nil {
 		a.logger.Warn("recovering interrupted work", "error", err)
@@ -406,6 +422,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		return nil
 	}
 	a.http = rpc.NewServer(mux, sc)
+	a.http.ErrorLog = rpc.ErrorLog(a.logger.With("component", "agent_api"))
 	var wg sync.WaitGroup
 	run := func(f func(context.Context)) {
 		wg.Add(1)

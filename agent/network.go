@@ -56,7 +56,7 @@ func newNetwork(cfg Config, proxyOnly bool) (*network, error) {
 			return nil, fmt.Errorf("nat: %w", err)
 		}
 	}
-	pc := proxy.Config{HTTPAddr: cfg.ProxyHTTPAddr, HTTPSAddr: cfg.ProxyHTTPSAddr, Logger: cfg.Logger}
+	pc := proxy.Config{HTTPAddr: cfg.ProxyHTTPAddr, HTTPSAddr: cfg.ProxyHTTPSAddr, Logger: cfg.Logger, Metrics: cfg.Metrics}
 	for _, pair := range cfg.ProxyCerts {
 		cert, key, ok := strings.Cut(pair, ":")
 		if !ok {

@@ -229,28 +229,37 @@ func (w *worker) current() *corpusv1.Guest {
 
 var errNoDriver = errors.New("driver is not available on this node")
 
+// reconcile makes the guest what g says, timing the pass; an error
+// carries the step that failed (see failedStep).
 func (w *worker) reconcile(ctx context.Context, g *corpusv1.Guest) error {
+	start := time.Now()
+	err := w.converge(ctx, g)
+	w.a.metrics.reconciled(w.a.driverLabel(g), time.Since(start), err)
+	return err
+}
+
+func (w *worker) converge(ctx context.Context, g *corpusv1.Guest) error {
 	a := w.a
 	d, ok := a.drivers[g.Spec.GetDriver()]
 	if !ok {
-		return fmt.Errorf("%s: %w", g.Spec.GetDriver(), errNoDriver)
+		return atStep("driver", fmt.Errorf("%s: %w", g.Spec.GetDriver(), errNoDriver))
 	}
 	st, err := d.Inspect(ctx, g.Name)
 	exists := err == nil
 	if err != nil && !errors.Is(err, drivers.ErrNotFound) {
-		return fmt.Errorf("inspecting: %w", err)
+		return atStep("inspect", fmt.Errorf("inspecting: %w", err))
 	}
 	if exists && st.ID != g.Id {
 		a.logger.Info("replacing a stale guest of the same name", "guest", g.Name, "stale_id", st.ID)
 		if err := d.Destroy(ctx, g.Name); err != nil {
-			return fmt.Errorf("removing stale guest: %w", err)
+			return atStep("destroy", fmt.Errorf("removing stale guest: %w", err))
 		}
 		exists = false
 	}
 	if g.DesiredState == corpusv1.DesiredDeleted {
 		if exists {
 			if err := d.Destroy(ctx, g.Name); err != nil {
-				return fmt.Errorf("destroying: %w", err)
+				return atStep("destroy", fmt.Errorf("destroying: %w", err))
 			}
 			a.logger.Info("guest destroyed", "guest", g.Name)
 		}
@@ -265,10 +274,10 @@ func (w *worker) reconcile(ctx context.Context, g *corpusv1.Guest) error {
 			err = a.resizeVolume(ctx, v, h)
 		}
 		if err != nil {
-			return err
+			return atStep("volume", err)
 		}
 		if st, err = d.Inspect(ctx, g.Name); err != nil {
-			return fmt.Errorf("inspecting: %w", err)
+			return atStep("inspect", fmt.Errorf("inspecting: %w", err))
 		}
 	}
 	if exists && d.Capabilities().Converge {
@@ -276,21 +285,21 @@ func (w *worker) reconcile(ctx context.Context, g *corpusv1.Guest) error {
 		// changes and hand edits in the engine are written back.
 		spec, err := a.driverSpec(ctx, d, g)
 		if err != nil {
-			return err
+			return atStep("converge", err)
 		}
 		if err := d.Create(ctx, spec, nil); err != nil {
-			return fmt.Errorf("converging: %w", err)
+			return atStep("converge", fmt.Errorf("converging: %w", err))
 		}
 		if st, err = d.Inspect(ctx, g.Name); err != nil {
-			return fmt.Errorf("inspecting: %w", err)
+			return atStep("inspect", fmt.Errorf("inspecting: %w", err))
 		}
 	}
 	if !exists {
 		if err := w.create(ctx, d, g); err != nil {
-			return err
+			return atStep("create", err)
 		}
 		if st, err = d.Inspect(ctx, g.Name); err != nil {
-			return fmt.Errorf("inspecting new guest: %w", err)
+			return atStep("inspect", fmt.Errorf("inspecting new guest: %w", err))
 		}
 	}
 	switch {
@@ -300,20 +309,20 @@ func (w *worker) reconcile(ctx context.Context, g *corpusv1.Guest) error {
 		a.setObserved(g.Id, &corpusv1.GuestObserved{State: corpusv1.ObservedStarting, Message: st.Message})
 		if a.net != nil && d.Capabilities().HostNetwork {
 			if _, err := a.guestNetwork(ctx, g); err != nil {
-				return err
+				return atStep("network", err)
 			}
 		}
 		if err := a.attachBlockVolume(ctx, d, g); err != nil {
-			return err
+			return atStep("volume", err)
 		}
 		if err := d.Start(ctx, g.Name); err != nil {
-			return fmt.Errorf("starting: %w", err)
+			return atStep("start", fmt.Errorf("starting: %w", err))
 		}
 		a.logger.Info("guest started", "guest", g.Name)
 	case g.DesiredState == corpusv1.DesiredStopped && st.State == drivers.StateRunning:
 		a.setObserved(g.Id, &corpusv1.GuestObserved{State: corpusv1.ObservedStopping})
 		if err := d.Stop(ctx, g.Name, a.cfg.StopTimeout); err != nil {
-			return fmt.Errorf("stopping: %w", err)
+			return atStep("stop", fmt.Errorf("stopping: %w", err))
 		}
 		a.logger.Info("guest stopped", "guest", g.Name)
 	default:
@@ -322,7 +331,7 @@ func (w *worker) reconcile(ctx context.Context, g *corpusv1.Guest) error {
 	}
 	st, err = d.Inspect(ctx, g.Name)
 	if err != nil {
-		return fmt.Errorf("inspecting: %w", err)
+		return atStep("inspect", fmt.Errorf("inspecting: %w", err))
 	}
 	a.setObserved(g.Id, observedFrom(st))
 	return nil

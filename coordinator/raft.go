@@ -10,9 +10,9 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"corpus/coordinator/api"
 	"corpus/coordinator/state"
@@ -27,6 +27,7 @@ type replica struct {
 	fsm       *state.FSM
 	leaderCh  chan bool
 	logger    *slog.Logger
+	apply     prometheus.Histogram
 }
 
 // raftConfig is what openReplica needs.
@@ -42,6 +43,8 @@ type raftConfig struct {
 	// Certs secure the transport (mutual TLS between replicas).
 	Certs  *certs
 	Logger *slog.Logger
+	// Metrics receives the replica's Raft metrics.
+	Metrics prometheus.Registerer
 }
 
 func openReplica(cfg raftConfig, store *state.Store) (*replica, error) {
@@ -52,7 +55,7 @@ func openReplica(cfg raftConfig, store *state.Store) (*replica, error) {
 	if err != nil {
 		return nil, fmt.Errorf("opening raft log: %w", err)
 	}
-	hlog := hclog.New(&hclog.LoggerOptions{Name: "raft", Level: hclog.Warn, Output: os.Stderr})
+	hlog := raftLogger(cfg.Logger)
 	snaps, err := raft.NewFileSnapshotStoreWithLogger(cfg.Dir, 2, hlog)
 	if err != nil {
 		logs.Close()
@@ -116,7 +119,11 @@ func openReplica(cfg raftConfig, store *state.Store) (*replica, error) {
 			return nil, fmt.Errorf("bootstrapping raft: %w", err)
 		}
 	}
-	return &replica{raft: r, transport: transport, logs: logs, fsm: fsm, leaderCh: leaderCh, logger: cfg.Logger}, nil
+	rep := &replica{raft: r, transport: transport, logs: logs, fsm: fsm, leaderCh: leaderCh, logger: cfg.Logger, apply: newApplyHistogram()}
+	if cfg.Metrics != nil {
+		cfg.Metrics.MustRegister(newRaftCollector(rep), rep.apply)
+	}
+	return rep, nil
 }
 
 // propose writes one command through Raft and waits until it is applied
@@ -139,8 +146,11 @@ func (r *replica) propose(ctx context.Context, cmd *corpusv1.Command) (uint64, e
 	if err := ctx.Err(); err != nil || timeout <= 0 {
 		return 0, fmt.Errorf("proposing command: %w", context.DeadlineExceeded)
 	}
+	start := time.Now()
 	f := r.raft.Apply(data, timeout)
-	if err := f.Error(); err != nil {
+	err = f.Error()
+	r.apply.Observe(time.Since(start).Seconds())
+	if err != nil {
 		if errors.Is(err, raft.ErrNotLeader) {
 			// Refused before it was logged: it did not happen.
 			return 0, r.notLeader()

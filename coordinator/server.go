@@ -2,6 +2,7 @@ package coordinator
 
 import (
 	"context"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -16,6 +17,7 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"corpus/coordinator/api"
 	"corpus/coordinator/auth"
@@ -25,7 +27,9 @@ import (
 	"corpus/dns"
 	"corpus/internal/atomicfile"
 	"corpus/internal/gossip"
+	"corpus/internal/metrics"
 	"corpus/internal/names"
+	"corpus/internal/pki"
 	"corpus/internal/rpc"
 	"corpus/internal/sdnotify"
 	"corpus/internal/secret"
@@ -85,6 +89,9 @@ type Config struct {
 	CAKeyFile  string
 	CertTTL    time.Duration
 	Logger     *slog.Logger
+	// Metrics receives the component's Prometheus metrics; nil keeps
+	// them unserved.
+	Metrics prometheus.Registerer
 	// Heart, when set, beats each time this replica answers its own
 	// /healthz (the API, Raft and the state all going), for the service
 	// manager's readiness and watchdog (see internal/sdnotify).
@@ -197,6 +204,7 @@ type Server struct {
 	gossip   atomic.Pointer[gossip.Member]
 	certs    *certs
 	peerHTTP *http.Client // to other replicas
+	sched    *scheduler.Metrics
 	agentsMu sync.Mutex
 	agents   map[string]agentConn // by node id
 }
@@ -220,6 +228,7 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
+	cfg.Metrics = metrics.Registerer(cfg.Metrics)
 	logger := cfg.Logger.With("component", "coordinator")
 	var passwords api.PasswordChecker
 	if cfg.LDAP.Enabled() {
@@ -253,7 +262,7 @@ func New(cfg Config) (*Server, error) {
 		ID: cfg.ReplicaID, Dir: filepath.Join(cfg.DataDir, "raft"), BindAddr: cfg.RaftAddr,
 		Bootstrap: alone, Logger: cfg.Logger,
 		SnapshotThreshold: cfg.RaftSnapshotThreshold, TrailingLogs: cfg.RaftTrailingLogs,
-		Certs: certs,
+		Certs: certs, Metrics: cfg.Metrics,
 	}, s.store)
 	if err != nil {
 		return nil, err
@@ -288,8 +297,14 @@ func New(cfg Config) (*Server, error) {
 		CA:           certs.auth,
 		CertTTL:      certs.ttl,
 		Logger:       logger,
+		Metrics:      api.NewMetrics(cfg.Metrics),
 	})
+	s.sched = scheduler.NewMetrics(cfg.Metrics, s.store)
+	cfg.Metrics.MustRegister(newGuestsCollector(s.store), pki.NewExpiryCollector("coordinator", func() map[string]*x509.Certificate {
+		return map[string]*x509.Certificate{"cluster_ca": certs.auth.Cert, "replica": certs.keys.Get().Leaf}
+	}))
 	s.http = rpc.NewServer(auth.PeerHTTP(mux), certs.server())
+	s.http.ErrorLog = rpc.ErrorLog(logger.With("component", "api"))
 	return s, nil
 }
 
@@ -303,7 +318,9 @@ func (s *Server) startDNS() error {
 		return fmt.Errorf("dns zone: %w", err)
 	}
 	s.zone = dns.NewStaticSource(empty)
-	srv, err := dns.New(s.cfg.DNS, s.zone, s.cfg.Logger)
+	dcfg := s.cfg.DNS
+	dcfg.Metrics = s.cfg.Metrics
+	srv, err := dns.New(dcfg, s.zone, s.cfg.Logger)
 	if err != nil {
 		return fmt.Errorf("dns: %w", err)
 	}
@@ -486,7 +503,7 @@ func (s *Server) lead(ctx context.Context) {
 	wg.Add(2)
 	go func() {
 		defer wg.Done()
-		scheduler.Loop(ctx, s.store, s.replica.propose, s.logger.With("component", "scheduler"))
+		scheduler.Loop(ctx, s.store, s.replica.propose, s.logger.With("component", "scheduler"), s.sched)
 	}()
 	go func() {
 		defer wg.Done()

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/miekg/dns"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // Config configures a Server. Start from DefaultConfig.
@@ -31,6 +32,8 @@ type Config struct {
 	TCPReadTimeout time.Duration `json:"tcp_read_timeout"`
 	// Transfer says who may transfer the zone and whom to notify.
 	Transfer Transfer `json:"transfer"`
+	// Metrics receives the server's Prometheus metrics (nil: unserved).
+	Metrics prometheus.Registerer `json:"-"`
 }
 
 // RateLimit is a token bucket per source address for UDP responses: PerSecond

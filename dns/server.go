@@ -11,19 +11,22 @@ import (
 	"time"
 
 	"github.com/miekg/dns"
+
+	"corpus/internal/metrics"
 )
 
 // Server is the authoritative DNS server for one zone. It answers from a
 // RecordSource over UDP and TCP, never recurses, and refuses names outside
 // the zone. Create it with New, then Start it; Shutdown stops it.
 type Server struct {
-	cfg    Config
-	src    RecordSource
-	log    *slog.Logger
-	limit  *limiter
-	tsig   map[string]string
-	allow  []netip.Prefix
-	xfrKey map[string]bool
+	cfg     Config
+	src     RecordSource
+	log     *slog.Logger
+	limit   *limiter
+	tsig    map[string]string
+	allow   []netip.Prefix
+	xfrKey  map[string]bool
+	metrics *serverMetrics
 
 	mu       sync.Mutex
 	started  bool
@@ -49,12 +52,13 @@ func New(cfg Config, src RecordSource, logger *slog.Logger) (*Server, error) {
 		logger = slog.New(slog.DiscardHandler)
 	}
 	s := &Server{
-		cfg:    cfg,
-		src:    src,
-		log:    logger.With("component", "dns"),
-		tsig:   cfg.Transfer.tsigSecrets(),
-		allow:  cfg.Transfer.AllowFrom,
-		xfrKey: map[string]bool{},
+		cfg:     cfg,
+		src:     src,
+		log:     logger.With("component", "dns"),
+		tsig:    cfg.Transfer.tsigSecrets(),
+		allow:   cfg.Transfer.AllowFrom,
+		xfrKey:  map[string]bool{},
+		metrics: newServerMetrics(metrics.Registerer(cfg.Metrics)),
 	}
 	for name := range s.tsig {
 		s.xfrKey[name] = true
@@ -203,8 +207,10 @@ func (s *Server) ServeDNS(w dns.ResponseWriter, r *dns.Msg) {
 	if udp && s.limit != nil {
 		switch s.limit.take(addrOf(w.RemoteAddr()), time.Now()) {
 		case verdictDrop:
+			s.metrics.rateLimited.WithLabelValues("drop").Inc()
 			return
 		case verdictSlip:
+			s.metrics.rateLimited.WithLabelValues("slip").Inc()
 			m := new(dns.Msg)
 			m.SetReply(r)
 			m.Truncated = true
@@ -219,6 +225,7 @@ func (s *Server) ServeDNS(w dns.ResponseWriter, r *dns.Msg) {
 		}
 	}
 	m := s.respond(r, udp, w.TsigStatus(), addrOf(w.RemoteAddr()))
+	s.metrics.answered(r, m.Rcode)
 	if err := w.WriteMsg(m); err != nil {
 		s.log.Debug("writing answer", "remote", w.RemoteAddr().String(), "err", err)
 	}

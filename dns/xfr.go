@@ -49,6 +49,7 @@ func (s *Server) transfer(w dns.ResponseWriter, r *dns.Msg) {
 		m := new(dns.Msg)
 		m.SetRcode(r, rcode)
 		_ = w.WriteMsg(m)
+		s.metrics.answered(r, rcode)
 	}
 	switch {
 	case tsig != nil && w.TsigStatus() != nil:
@@ -78,6 +79,7 @@ func (s *Server) transfer(w dns.ResponseWriter, r *dns.Msg) {
 			rrs = rrs[n:]
 		}
 	}
+	s.metrics.answered(r, dns.RcodeSuccess)
 	for i, batch := range batches {
 		m := new(dns.Msg)
 		m.SetReply(r)

@@ -56,6 +56,9 @@ type Backend struct {
 	// the tokens it issues (0: DefaultLoginTokenTTL).
 	Passwords PasswordChecker
 	LoginTTL  time.Duration
+
+	// Metrics records every call (nil: none are).
+	Metrics *Metrics
 }
 
 // Policies says who may call what.
@@ -169,8 +172,12 @@ const maxRequestBytes = 4 << 20
 // Mount registers every service on mux behind the auth interceptor.
 func Mount(mux *http.ServeMux, b *Backend) {
 	authn := &auth.Authenticator{Store: b.Store, Policies: Policies}
+	interceptors := []connect.Interceptor{authn.Interceptor()}
+	if b.Metrics != nil {
+		interceptors = append([]connect.Interceptor{b.Metrics.Interceptor()}, interceptors...)
+	}
 	opts := []connect.HandlerOption{
-		connect.WithInterceptors(authn.Interceptor()),
+		connect.WithInterceptors(interceptors...),
 		connect.WithReadMaxBytes(maxRequestBytes),
 	}
 	mux.Handle(corpusv1connect.NewClusterServiceHandler(&clusterService{b}, opts...))

@@ -17,11 +17,12 @@ type Proposer func(ctx context.Context, cmd *corpusv1.Command) (uint64, error)
 // state and commits the whole plan as one PlaceGuests entry, then blocks
 // until the nodes or guests change (a watch, not a poll). Errors are
 // logged and retried with backoff; a bad guest never stops the loop.
-func Loop(ctx context.Context, store *state.Store, propose Proposer, logger *slog.Logger) {
+// m, which may be nil, records the passes.
+func Loop(ctx context.Context, store *state.Store, propose Proposer, logger *slog.Logger, m *Metrics) {
 	backoff := 100 * time.Millisecond
 	for ctx.Err() == nil {
 		view := store.Read()
-		err := pass(ctx, store, view, propose, logger)
+		err := pass(ctx, store, view, propose, logger, m)
 		if err != nil && ctx.Err() == nil {
 			logger.Warn("scheduling pass failed", "error", err, "retry_in", backoff)
 			select {
@@ -39,7 +40,8 @@ func Loop(ctx context.Context, store *state.Store, propose Proposer, logger *slo
 }
 
 // pass commits the plan for view and logs what it did.
-func pass(ctx context.Context, store *state.Store, view *state.Snap, propose Proposer, logger *slog.Logger) error {
+func pass(ctx context.Context, store *state.Store, view *state.Snap, propose Proposer, logger *slog.Logger, m *Metrics) error {
+	start := time.Now()
 	plan := Plan(view)
 	if len(plan) == 0 {
 		return nil
@@ -55,13 +57,17 @@ func pass(ctx context.Context, store *state.Store, view *state.Snap, propose Pro
 		return err
 	}
 	after := store.Read()
+	placed, pending := 0, 0
+	defer func() { m.observe(start, placed, pending) }()
 	for _, p := range plan {
 		g := after.Guest(p.GuestId)
 		switch {
 		case g == nil:
 		case p.NodeId != "" && g.NodeId == p.NodeId:
+			placed++
 			logger.Info("placed guest", "guest", g.Name, "node", after.Node(p.NodeId).GetName())
 		case p.NodeId == "" && g.PendingReason == p.Reason:
+			pending++
 			logger.Info("guest pending", "guest", g.Name, "reason", p.Reason)
 		default:
 			logger.Debug("placement no longer held", "guest", g.Name)

@@ -2,6 +2,7 @@ package scheduler_test
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"strings"
 	"sync"
@@ -9,6 +10,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"corpus/coordinator/scheduler"
@@ -24,6 +27,9 @@ type replica struct {
 	store *state.Store
 	fsm   *state.FSM
 
+	reg     *prometheus.Registry
+	metrics *scheduler.Metrics
+
 	mu       sync.Mutex
 	index    uint64
 	proposed []*corpusv1.PlaceGuest
@@ -32,7 +38,8 @@ type replica struct {
 
 func newReplica(t testing.TB) *replica {
 	store := state.NewStore()
-	r := &replica{t: t, store: store, fsm: state.NewFSM(store, slog.New(slog.DiscardHandler))}
+	r := &replica{t: t, store: store, fsm: state.NewFSM(store, slog.New(slog.DiscardHandler)), reg: prometheus.NewRegistry()}
+	r.metrics = scheduler.NewMetrics(r.reg, store)
 	r.must(&corpusv1.Command{Cmd: &corpusv1.Command_BootstrapCluster{BootstrapCluster: &corpusv1.BootstrapCluster{
 		Config: &corpusv1.ClusterConfig{ClusterId: "c1"},
 	}}})
@@ -91,7 +98,7 @@ func (r *replica) run() (stop func()) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		scheduler.Loop(ctx, r.store, r.propose, slog.New(slog.DiscardHandler))
+		scheduler.Loop(ctx, r.store, r.propose, slog.New(slog.DiscardHandler), r.metrics)
 	}()
 	stopped := false
 	stop = func() {
@@ -204,6 +211,61 @@ func TestLoopPlacesOnceANodeIsReady(t *testing.T) {
 	if got := r.proposals("web-id"); len(got) != 3 {
 		t.Errorf("proposals for web = %v, want 3 (two reasons, one placement)", got)
 	}
+}
+
+// TestLoopMetrics: the pending gauge follows the state, and every pass
+// that changed placements is timed and counted.
+func TestLoopMetrics(t *testing.T) {
+	t.Parallel()
+	r := newReplica(t)
+	r.enroll("n1", 8, true)
+	r.createGuest("web", 1)
+	if err := testutil.GatherAndCompare(r.reg, pending(1), "corpus_scheduler_pending_guests"); err != nil {
+		t.Errorf("web unplaced: %v", err)
+	}
+	r.run()
+	r.waitFor("web placed on n1", placedOn("web-id", "n1-id"))
+	if err := testutil.GatherAndCompare(r.reg, pending(0), "corpus_scheduler_pending_guests"); err != nil {
+		t.Errorf("web placed: %v", err)
+	}
+	// The placement is committed just before the pass records it.
+	want := `
+# HELP corpus_scheduler_placements_total Placement decisions committed, by result: placed on a node, or left pending for want of one.
+# TYPE corpus_scheduler_placements_total counter
+corpus_scheduler_placements_total{result="pending"} 0
+corpus_scheduler_placements_total{result="placed"} 1
+`
+	var err error
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		if err = testutil.GatherAndCompare(r.reg, strings.NewReader(want), "corpus_scheduler_placements_total"); err == nil {
+			break
+		}
+	}
+	if err != nil {
+		t.Error(err)
+	}
+	mfs, err := r.reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n uint64
+	for _, mf := range mfs {
+		if mf.GetName() == "corpus_scheduler_placement_duration_seconds" {
+			n = mf.Metric[0].GetHistogram().GetSampleCount()
+		}
+	}
+	if n != 1 {
+		t.Errorf("placement_duration_seconds count = %d, want 1 pass", n)
+	}
+}
+
+// pending is the exposition of the pending guests gauge at n.
+func pending(n int) *strings.Reader {
+	return strings.NewReader(fmt.Sprintf(`
+# HELP corpus_scheduler_pending_guests Guests not placed on any node (and not being deleted).
+# TYPE corpus_scheduler_pending_guests gauge
+corpus_scheduler_pending_guests %d
+`, n))
 }
 
 func TestLoopRecordsAReasonOnce(t *testing.T) {

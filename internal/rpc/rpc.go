@@ -8,6 +8,7 @@ import (
 	"crypto/tls"
 	"io"
 	"log"
+	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -73,6 +74,21 @@ func NewServer(h http.Handler, tc *tls.Config) *http.Server {
 		s.Protocols.SetUnencryptedHTTP2(true)
 	}
 	return s
+}
+
+// ErrorLog is an http.Server error log writing through logger (warn
+// level, one event a line, in the daemon's log format), without TLS
+// handshake errors, as NewServer's own.
+func ErrorLog(logger *slog.Logger) *log.Logger {
+	return log.New(handshakeFilter{slogWriter{logger}}, "", 0)
+}
+
+// slogWriter logs every write as one event.
+type slogWriter struct{ logger *slog.Logger }
+
+func (w slogWriter) Write(p []byte) (int, error) {
+	w.logger.Warn(strings.TrimSpace(string(p)))
+	return len(p), nil
 }
 
 type handshakeFilter struct{ w io.Writer }

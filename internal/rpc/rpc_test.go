@@ -1,8 +1,11 @@
 package rpc
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"log/slog"
+	"strings"
 	"testing"
 	"time"
 
@@ -41,5 +44,18 @@ func TestRetryWithoutLeader(t *testing.T) {
 	always := func(context.Context, connect.AnyRequest) (connect.AnyResponse, error) { return nil, noLeader }
 	if _, err := RetryWithoutLeader(300*time.Millisecond)(always)(context.Background(), connect.NewRequest(&struct{}{})); err == nil || time.Since(start) > 2*time.Second {
 		t.Errorf("retrying forever: %v after %s", err, time.Since(start))
+	}
+}
+
+// TestErrorLog: server errors become one slog event each; handshake
+// errors are left out.
+func TestErrorLog(t *testing.T) {
+	var out bytes.Buffer
+	l := ErrorLog(slog.New(slog.NewJSONHandler(&out, nil)))
+	l.Printf("http: TLS handshake error from 10.0.0.9:5555: EOF")
+	l.Printf("http: Accept error: too many open files\nretrying")
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	if len(lines) != 1 || !strings.Contains(lines[0], `"level":"WARN"`) || !strings.Contains(lines[0], `too many open files\nretrying`) {
+		t.Errorf("logged %q, want one JSON event for the accept error", out.String())
 	}
 }

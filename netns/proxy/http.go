@@ -71,6 +71,7 @@ func (h handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	rt := p.table.Load().http[host]
 	if rt == nil {
 		p.counters.errors.add(http.StatusNotFound)
+		p.metrics.answered(noRoute, http.StatusNotFound)
 		if host == "" {
 			host = "(none)"
 		}
@@ -80,7 +81,9 @@ func (h handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.ContentLength != 0 && r.ProtoMajor == 1 {
 		w, r = fullDuplex(w, r)
 	}
+	start := time.Now()
 	rt.rp.ServeHTTP(w, r)
+	p.metrics.served(rt.host, start)
 }
 
 // fullDuplex lets the request body keep streaming to the target while the
@@ -221,6 +224,7 @@ func (p *Proxy) reverseProxy(rt *httpRoute) *httputil.ReverseProxy {
 		},
 		ModifyResponse: func(resp *http.Response) error {
 			p.counters.responses.add(resp.StatusCode)
+			p.metrics.answered(rt.host, resp.StatusCode)
 			return nil
 		},
 	}
@@ -278,23 +282,26 @@ func (p *Proxy) trusts(ip string) bool {
 // out. A request the client abandoned is counted as 499.
 func (p *Proxy) proxyError(w http.ResponseWriter, r *http.Request, rt *httpRoute, err error) {
 	var code int
-	var msg string
+	var msg, reason string
 	switch {
 	case r.Context().Err() != nil:
 		p.counters.errors.add(statusClientGone)
+		p.metrics.answered(rt.host, statusClientGone)
 		p.log.Debug("request abandoned", "host", rt.host, "err", err)
 		// The client is gone (or the proxy is stopping): the answer is
 		// for the record only.
 		http.Error(w, "request cancelled", http.StatusBadGateway)
 		return
 	case isDialError(err):
-		code, msg = http.StatusBadGateway, "502 bad gateway: the service for host "+rt.host+" cannot be reached"
+		code, msg, reason = http.StatusBadGateway, "502 bad gateway: the service for host "+rt.host+" cannot be reached", "dial"
 	case isTimeout(err):
-		code, msg = http.StatusGatewayTimeout, "504 gateway timeout: the service for host "+rt.host+" did not answer in time"
+		code, msg, reason = http.StatusGatewayTimeout, "504 gateway timeout: the service for host "+rt.host+" did not answer in time", "timeout"
 	default:
-		code, msg = http.StatusBadGateway, "502 bad gateway: the service for host "+rt.host+" closed the connection or sent a bad response"
+		code, msg, reason = http.StatusBadGateway, "502 bad gateway: the service for host "+rt.host+" closed the connection or sent a bad response", "broken"
 	}
 	p.counters.errors.add(code)
+	p.metrics.answered(rt.host, code)
+	p.metrics.upstreamErrors.WithLabelValues(rt.host, reason).Inc()
 	p.log.Warn("proxy error", "host", rt.host, "status", code, "err", err)
 	http.Error(w, msg, code)
 }

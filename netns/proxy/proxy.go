@@ -3,6 +3,7 @@ package proxy
 import (
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -12,6 +13,10 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"corpus/internal/metrics"
 )
 
 // CertFiles names one PEM certificate chain and its private key.
@@ -64,6 +69,8 @@ type Config struct {
 
 	// Logger receives the proxy's logs; nil discards them.
 	Logger *slog.Logger
+	// Metrics receives the proxy's Prometheus metrics (nil: unserved).
+	Metrics prometheus.Registerer
 }
 
 // DefaultConfig returns the configuration used for fields left zero.
@@ -151,6 +158,8 @@ type Proxy struct {
 	table     atomic.Pointer[table]
 	transport *http.Transport
 	counters  counters
+	metrics   *proxyMetrics
+	leaves    []*x509.Certificate // of the HTTPS certificates
 
 	httpLn, httpsLn   net.Listener
 	httpSrv, httpsSrv *http.Server
@@ -185,12 +194,16 @@ func New(cfg Config) (*Proxy, error) {
 	}
 	log = log.With("component", "proxy")
 
-	var tlsConfig *tls.Config
+	var (
+		tlsConfig *tls.Config
+		leaves    []*x509.Certificate
+	)
 	if cfg.HTTPSAddr != "" {
 		certs, err := loadCerts(cfg.Certs)
 		if err != nil {
 			return nil, err
 		}
+		leaves = certs.all
 		tlsConfig = &tls.Config{
 			MinVersion:     tls.VersionTLS12,
 			GetCertificate: certs.get,
@@ -199,11 +212,13 @@ func New(cfg Config) (*Proxy, error) {
 
 	p := &Proxy{
 		cfg:          cfg,
+		leaves:       leaves,
 		log:          log,
 		tcpListeners: map[int]net.Listener{},
 		tcpConns:     map[net.Conn]struct{}{},
 		done:         make(chan struct{}),
 	}
+	p.metrics = newProxyMetrics(metrics.Registerer(cfg.Metrics), &p.counters)
 	p.base, p.cancelBase = context.WithCancel(context.Background())
 	p.transport = p.newTransport()
 	p.table.Store(p.compile(Routes{}))
@@ -224,6 +239,10 @@ func New(cfg Config) (*Proxy, error) {
 	}
 	return p, nil
 }
+
+// Certificates returns the HTTPS certificates (leaves), in the order of
+// Config.Certs; the caller must not change them.
+func (p *Proxy) Certificates() []*x509.Certificate { return p.leaves }
 
 // HTTPAddr returns the address the HTTP listener is bound to.
 func (p *Proxy) HTTPAddr() net.Addr { return p.httpLn.Addr() }
@@ -258,7 +277,9 @@ func (p *Proxy) SetRoutes(r Routes) error {
 		return ErrClosed
 	}
 	r = r.clone()
-	p.table.Store(p.compile(r))
+	t := p.compile(r)
+	p.metrics.forget(p.table.Load().http, t.http)
+	p.table.Store(t)
 	err := p.syncTCPListeners(r.TCP)
 	p.log.Info("routes set", "http_routes", len(r.HTTP), "tcp_routes", len(r.TCP))
 	return err

@@ -11,6 +11,7 @@ import (
 type certSet struct {
 	byName map[string]*tls.Certificate // exact names and "*.parent" wildcards
 	first  *tls.Certificate
+	all    []*x509.Certificate // leaves, in the order given
 }
 
 // loadCerts reads every PEM pair; errors wrap ErrCertificate.
@@ -30,6 +31,7 @@ func loadCerts(files []CertFiles) (*certSet, error) {
 			return nil, fmt.Errorf("loading %s: %w: no DNS names (subjectAltName)", f.CertFile, ErrCertificate)
 		}
 		c := &cert
+		s.all = append(s.all, cert.Leaf)
 		if s.first == nil {
 			s.first = c
 		}

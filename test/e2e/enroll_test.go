@@ -17,7 +17,7 @@ func TestEnrollment(t *testing.T) {
 	enroll := func(name, token string) (string, int) {
 		dir := filepath.Join(c.dir, "enroll-"+name)
 		p := startIn(t, c.lab.ctl, "agent "+name, nil, "agent", "--state-dir", dir, "--coordinator", c.api,
-			"--name", name, "--api-addr", "127.0.0.1:0", "--git-addr", "127.0.0.1:0", "--join-token", token, "--drivers", "lxc", "--network=false")
+			"--name", name, "--api-addr", "127.0.0.1:0", "--git-addr", "127.0.0.1:0", "--join-token", token, "--drivers", "lxc", "--network=false", "--metrics-addr", "")
 		select {
 		case <-p.done:
 			return p.log.String(), p.cmd.ProcessState.ExitCode()

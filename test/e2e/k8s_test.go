@@ -56,7 +56,7 @@ func newK8sCluster(t *testing.T, node, capacity string, opts ...k8stest.Option) 
 		kube: kube, ns: "corpus-" + node, proxy: freePort(t),
 	}
 	startIn(t, "", "coordinator", nil, "coordinator", "--data-dir", filepath.Join(dir, "coordinator"),
-		"--api-addr", c.api, "--raft-addr", freePort(t), "--dns-addr", freePort(t), "--gossip-addr", freePort(t))
+		"--api-addr", c.api, "--raft-addr", freePort(t), "--dns-addr", freePort(t), "--gossip-addr", freePort(t), "--metrics-addr", freePort(t))
 	eventually(t, 30*time.Second, "coordinator ready", func() error {
 		b, err := os.ReadFile(filepath.Join(dir, "coordinator", "ops-token"))
 		if err != nil {
@@ -78,7 +78,7 @@ func newK8sCluster(t *testing.T, node, capacity string, opts ...k8stest.Option) 
 	}
 	out := c.mustCLI("node", "add-k8s", node, "--kubeconfig", kc, "--namespace-prefix", "corpus-",
 		"--capacity", capacity, "--state-dir", filepath.Join(dir, "agent-"+node),
-		"--api-addr", freePort(t), "--proxy-http-addr", c.proxy, "--config-out", agentCfg)
+		"--api-addr", freePort(t), "--proxy-http-addr", c.proxy, "--metrics-addr", freePort(t), "--config-out", agentCfg)
 	if !strings.Contains(out, "v1.32.13") || !strings.Contains(out, c.ns) {
 		t.Errorf("add-k8s said %q; want the cluster's version and the namespace %s", out, c.ns)
 	}

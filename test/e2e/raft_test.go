@@ -69,7 +69,7 @@ func newCoordGroupIn(t *testing.T, lab *netLab, advertiseHost string) *coordGrou
 			"--data-dir", filepath.Join(g.dir, id), "--api-addr", g.api[id], "--raft-addr", fmt.Sprintf("127.0.0.1:%d", 7401+10*i),
 			"--dns-addr", fmt.Sprintf("127.0.0.1:%d", 8600+10*i), "--bootstrap-expect", "3", "--join", strings.Join(join, ","),
 			"--raft-snapshot-threshold", "64", "--raft-trailing-logs", "16", "--node-timeout", "4s",
-			"--gossip-addr", fmt.Sprintf("127.0.0.1:%d", 7403+10*i),
+			"--gossip-addr", fmt.Sprintf("127.0.0.1:%d", 7403+10*i), "--metrics-addr", fmt.Sprintf("127.0.0.1:%d", 9464+10*i),
 			"--cluster-ca", g.ca, "--cluster-ca-key", filepath.Join(caDir, "ca.key")}
 		if advertiseHost != "" {
 			port := strings.TrimPrefix(g.api[id], "127.0.0.1:")

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"sort"
@@ -96,23 +97,37 @@ func setFromYAML(f *pflag.Flag, node *yaml.Node) error {
 
 // logFlags are the logging flags of the daemons.
 type logFlags struct {
-	level string
-	json  bool
+	level  string
+	format string
+	json   bool // the older --log-json
 }
 
 func (l *logFlags) add(fs *pflag.FlagSet) {
 	fs.StringVar(&l.level, "log-level", "info", "log level: debug, info, warn, error")
+	fs.StringVar(&l.format, "log-format", "text", "log format: text (key=value) or json, one event a line")
 	fs.BoolVar(&l.json, "log-json", false, "log as JSON lines")
+	fs.MarkDeprecated("log-json", "use --log-format json")
 }
 
 func (l *logFlags) logger() (*slog.Logger, error) {
+	return l.loggerTo(os.Stderr)
+}
+
+func (l *logFlags) loggerTo(w io.Writer) (*slog.Logger, error) {
 	var lv slog.Level
 	if err := lv.UnmarshalText([]byte(l.level)); err != nil {
 		return nil, fmt.Errorf("--log-level %q: use debug, info, warn or error", l.level)
 	}
 	opts := &slog.HandlerOptions{Level: lv}
+	format := l.format
 	if l.json {
-		return slog.New(slog.NewJSONHandler(os.Stderr, opts)), nil
+		format = "json"
 	}
-	return slog.New(slog.NewTextHandler(os.Stderr, opts)), nil
+	switch format {
+	case "json":
+		return slog.New(slog.NewJSONHandler(w, opts)), nil
+	case "text", "":
+		return slog.New(slog.NewTextHandler(w, opts)), nil
+	}
+	return nil, fmt.Errorf("--log-format %q: use text or json", l.format)
 }

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"bytes"
 	"os"
 	"path/filepath"
 	"strings"
@@ -78,6 +79,36 @@ func TestClientConfigStrict(t *testing.T) {
 	}
 	if st, _ := os.Stat(p); st.Mode().Perm() != 0o600 {
 		t.Errorf("config file mode = %v, want 0600 (it holds tokens)", st.Mode().Perm())
+	}
+}
+
+// TestLogFormat: --log-format picks the slog handler; every event is one
+// line, also when a value holds a newline.
+func TestLogFormat(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		flags logFlags
+		start string
+	}{
+		{logFlags{level: "info", format: "text"}, "time="},
+		{logFlags{level: "info", format: "json"}, "{"},
+		{logFlags{level: "info", json: true}, "{"},
+	} {
+		var out bytes.Buffer
+		l, err := tc.flags.loggerTo(&out)
+		if err != nil {
+			t.Fatalf("%+v: %v", tc.flags, err)
+		}
+		l.Info("first", "detail", "two\nlines")
+		l.Debug("hidden")
+		l.Warn("second")
+		lines := strings.Split(strings.TrimSuffix(out.String(), "\n"), "\n")
+		if len(lines) != 2 || !strings.HasPrefix(lines[0], tc.start) || !strings.HasPrefix(lines[1], tc.start) {
+			t.Errorf("%+v logged %q, want 2 lines starting %q", tc.flags, out.String(), tc.start)
+		}
+	}
+	if _, err := (&logFlags{level: "info", format: "xml"}).logger(); err == nil {
+		t.Errorf("--log-format xml: no error")
 	}
 }
 

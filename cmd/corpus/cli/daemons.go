@@ -16,6 +16,7 @@ import (
 	"corpus/coordinator"
 	"corpus/coordinator/ldapauth"
 	"corpus/drivers/catalog"
+	"corpus/internal/metrics"
 	"corpus/internal/sdnotify"
 	"corpus/internal/statelock"
 )
@@ -23,8 +24,9 @@ import (
 func newCoordinatorCmd(g *globals) *cobra.Command {
 	cfg := coordinator.Default()
 	var (
-		file string
-		logs logFlags
+		file        string
+		logs        logFlags
+		metricsAddr string
 	)
 	cmd := &cobra.Command{
 		Use:   "coordinator",
@@ -45,15 +47,19 @@ func newCoordinatorCmd(g *globals) *cobra.Command {
 			}
 			defer lock.Release()
 			cfg.Heart = notifier(cmd.Context(), logger).Heart("coordinator")
-			srv, err := coordinator.New(cfg)
-			if err != nil {
-				return err
-			}
-			logger.Info("coordinator listening", "api", srv.APIAddr(), "raft", cfg.RaftAddr, "data_dir", cfg.DataDir)
-			if tok := srv.OpsToken(); tok != "" {
-				logger.Info("operator token is in the data dir", "file", filepath.Join(cfg.DataDir, coordinator.OpsTokenFile))
-			}
-			return srv.Serve(cmd.Context())
+			reg := metrics.NewRegistry()
+			cfg.Metrics = reg
+			return withMetrics(cmd.Context(), metricsAddr, reg, logger, func(ctx context.Context, url string) error {
+				srv, err := coordinator.New(cfg)
+				if err != nil {
+					return err
+				}
+				logger.Info("coordinator listening", "api", srv.APIAddr(), "raft", cfg.RaftAddr, "metrics", url, "data_dir", cfg.DataDir)
+				if tok := srv.OpsToken(); tok != "" {
+					logger.Info("operator token is in the data dir", "file", filepath.Join(cfg.DataDir, coordinator.OpsTokenFile))
+				}
+				return srv.Serve(ctx)
+			})
 		},
 	}
 	f := cmd.Flags()
@@ -77,6 +83,7 @@ func newCoordinatorCmd(g *globals) *cobra.Command {
 	f.DurationVar(&cfg.CertTTL, "cert-ttl", coordinator.DefaultCertTTL, "lifetime of the certificates the CA issues to replicas and nodes (renewed after two thirds)")
 	addDNSFlags(f, &cfg)
 	addLDAPFlags(f, &cfg)
+	f.StringVar(&metricsAddr, "metrics-addr", defaultCoordinatorMetricsAddr, metricsAddrUsage)
 	logs.add(f)
 	return cmd
 }
@@ -108,8 +115,9 @@ func addLDAPFlags(f *pflag.FlagSet, cfg *coordinator.Config) {
 func newAgentCmd(g *globals) *cobra.Command {
 	cfg := agent.Default()
 	var (
-		file string
-		logs logFlags
+		file        string
+		logs        logFlags
+		metricsAddr string
 	)
 	cmd := &cobra.Command{
 		Use:   "agent",
@@ -137,11 +145,18 @@ func newAgentCmd(g *globals) *cobra.Command {
 			}
 			defer lock.Release()
 			cfg.Heart = notifier(cmd.Context(), logger).Heart("agent")
-			a, err := agent.New(cfg)
-			if err != nil {
-				return err
-			}
-			return a.Run(cmd.Context())
+			reg := metrics.NewRegistry()
+			cfg.Metrics = reg
+			return withMetrics(cmd.Context(), metricsAddr, reg, logger, func(ctx context.Context, url string) error {
+				a, err := agent.New(cfg)
+				if err != nil {
+					return err
+				}
+				if url != "" {
+					logger.Info("agent metrics", "url", url)
+				}
+				return a.Run(ctx)
+			})
 		},
 	}
 	f := cmd.Flags()
@@ -160,6 +175,7 @@ func newAgentCmd(g *globals) *cobra.Command {
 	f.StringVar(&cfg.GossipAddr, "gossip-addr", cfg.GossipAddr, "gossip listen address, UDP and TCP, advertised with the host of --advertise-addr (empty: off, heartbeats only)")
 	addNetworkFlags(f, &cfg)
 	addKubernetesFlags(f, &cfg.Kubernetes)
+	f.StringVar(&metricsAddr, "metrics-addr", defaultAgentMetricsAddr, metricsAddrUsage)
 	logs.add(f)
 	return cmd
 }

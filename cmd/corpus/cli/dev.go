@@ -13,11 +13,13 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
 
 	"corpus/agent"
 	"corpus/agent/cache"
 	"corpus/coordinator"
+	"corpus/internal/metrics"
 	"corpus/internal/statelock"
 	corpusv1 "corpus/proto/corpus/v1"
 )
@@ -29,6 +31,7 @@ type devOptions struct {
 	raftAddr  string
 	agentAddr string
 	dnsAddr   string
+	metrics   string
 	name      string
 	envName   string
 	cleanup   bool
@@ -43,6 +46,7 @@ func newDevCmd(g *globals) *cobra.Command {
 		raftAddr:  "127.0.0.1:7401",
 		agentAddr: "127.0.0.1:7402",
 		dnsAddr:   coordinator.Default().DNS.Addr,
+		metrics:   defaultCoordinatorMetricsAddr,
 		name:      agent.Default().Name,
 		envName:   "dev",
 		agent:     agent.Default(),
@@ -63,7 +67,17 @@ second one on a --state-dir in use is refused.`,
 			if err != nil {
 				return err
 			}
-			return runDev(cmd.Context(), g, o, logger)
+			release, err := lockDevState(o.stateDir)
+			if err != nil {
+				return err
+			}
+			defer release()
+			// One registry holds the coordinator's and the agent's
+			// metrics: one process, one scrape target.
+			reg := metrics.NewRegistry()
+			return withMetrics(cmd.Context(), o.metrics, reg, logger, func(ctx context.Context, url string) error {
+				return runDev(ctx, g, o, logger, reg, url)
+			})
 		},
 	}
 	f := cmd.Flags()
@@ -72,6 +86,7 @@ second one on a --state-dir in use is refused.`,
 	f.StringVar(&o.raftAddr, "raft-addr", o.raftAddr, "Raft listen address")
 	f.StringVar(&o.agentAddr, "agent-addr", o.agentAddr, "agent API listen address")
 	f.StringVar(&o.dnsAddr, "dns-addr", o.dnsAddr, "DNS listen address (empty: off)")
+	f.StringVar(&o.metrics, "metrics-addr", o.metrics, "Prometheus metrics listen address of the coordinator and the agent, on /metrics (empty: off)")
 	f.StringVar(&o.name, "name", o.name, "name of this node")
 	f.StringVar(&o.envName, "env-name", o.envName, "name of the environment written to the CLI config")
 	f.BoolVar(&o.cleanup, "cleanup", false, "on exit, delete every guest and volume of this node, then its network (exit 1 when something is left)")
@@ -80,20 +95,33 @@ second one on a --state-dir in use is refused.`,
 	return cmd
 }
 
-func runDev(ctx context.Context, g *globals, o devOptions, logger *slog.Logger) error {
-	// The whole folder first, so a second `corpus dev` is told of it;
-	// then each daemon's own, as `corpus coordinator` and `corpus agent`
-	// would take them, before anything opens a database or a port.
+// lockDevState locks the state folder of `corpus dev`: the whole folder
+// first, so a second `corpus dev` is told of it; then each daemon's own,
+// as `corpus coordinator` and `corpus agent` would take them, before
+// anything opens a database or a port. release unlocks them all.
+func lockDevState(stateDir string) (release func(), err error) {
+	var locks []*statelock.Lock
+	release = func() {
+		for i := len(locks) - 1; i >= 0; i-- {
+			locks[i].Release()
+		}
+	}
+	for _, dir := range []string{stateDir, filepath.Join(stateDir, "coordinator"), filepath.Join(stateDir, "agent")} {
+		lock, err := statelock.Acquire(dir)
+		if err != nil {
+			release()
+			return nil, err
+		}
+		locks = append(locks, lock)
+	}
+	return release, nil
+}
+
+// runDev runs the cluster of `corpus dev` on its locked state folder.
+func runDev(ctx context.Context, g *globals, o devOptions, logger *slog.Logger, reg prometheus.Registerer, metricsURL string) error {
 	ccfg := coordinator.Default()
 	ccfg.DataDir = filepath.Join(o.stateDir, "coordinator")
 	agentDir := filepath.Join(o.stateDir, "agent")
-	for _, dir := range []string{o.stateDir, ccfg.DataDir, agentDir} {
-		lock, err := statelock.Acquire(dir)
-		if err != nil {
-			return err
-		}
-		defer lock.Release()
-	}
 	ccfg.APIAddr, ccfg.RaftAddr = o.apiAddr, o.raftAddr
 	ccfg.DNS.Addr = o.dnsAddr
 	ccfg.Logger = logger
@@ -101,6 +129,7 @@ func runDev(ctx context.Context, g *globals, o devOptions, logger *slog.Logger) 
 	n := notifier(ctx, logger)
 	ccfg.Heart = n.Heart("coordinator")
 	agentHeart := n.Heart("agent")
+	ccfg.Metrics = reg
 	srv, err := coordinator.New(ccfg)
 	if err != nil {
 		return err
@@ -134,12 +163,16 @@ func runDev(ctx context.Context, g *globals, o devOptions, logger *slog.Logger) 
 	acfg.StateDir = agentDir
 	acfg.Coordinators = []string{addr}
 	acfg.APIAddr = o.agentAddr
-	if host, _, err := net.SplitHostPort(o.agentAddr); err == nil {
-		acfg.GossipAddr = net.JoinHostPort(host, "7404")
+	if host, port, err := net.SplitHostPort(o.agentAddr); err == nil {
+		if port != "0" {
+			port = "7404"
+		}
+		acfg.GossipAddr = net.JoinHostPort(host, port) // dynamic with a dynamic agent port
 	}
 	acfg.Name = o.name
 	acfg.Logger = logger
 	acfg.Heart = agentHeart
+	acfg.Metrics = reg
 	enrolled, err := isEnrolled(acfg.StateDir)
 	if err != nil {
 		return err
@@ -166,7 +199,7 @@ func runDev(ctx context.Context, g *globals, o devOptions, logger *slog.Logger) 
 
 	devBanner{
 		StateDir: o.stateDir, API: addr, Raft: o.raftAddr, AgentAPI: ag.APIAddr(), Node: o.name,
-		Proxy: dash(ag.ProxyAddr()), DNS: dash(srv.DNSAddr()), Zone: ccfg.DNSZone,
+		Proxy: dash(ag.ProxyAddr()), DNS: dash(srv.DNSAddr()), Zone: ccfg.DNSZone, Metrics: dash(metricsURL),
 		OpsToken: srv.OpsToken(), OpsTokenFile: filepath.Join(ccfg.DataDir, coordinator.OpsTokenFile),
 		CA:  filepath.Join(ccfg.DataDir, coordinator.TLSDir, coordinator.CACertFile),
 		Env: o.envName, ConfigPath: g.configPath,
@@ -300,6 +333,7 @@ func deleteNodeVolumes(ctx context.Context, c *clients, node string, g *globals)
 // operator token included.
 type devBanner struct {
 	StateDir, API, Raft, AgentAPI, Node, Proxy, DNS, Zone string
+	Metrics                                               string
 	OpsToken, OpsTokenFile, CA, Env, ConfigPath           string
 }
 
@@ -310,6 +344,7 @@ corpus dev is running (state in %s)
   agent API         https://%s   node %q
   proxy (ingress)   %s
   dns               %s   (zone %s; dig @HOST -p PORT web.guest.%s)
+  metrics           %s   (Prometheus, coordinator and agent)
   operator token    %s
                     (also in %s)
   cluster CA        %s
@@ -322,5 +357,5 @@ Try:
   corpus guest list
 
 Ctrl-C stops the cluster; guests keep running unless --cleanup is given.
-`, b.StateDir, b.API, b.Raft, b.AgentAPI, b.Node, b.Proxy, b.DNS, b.Zone, b.Zone, b.OpsToken, b.OpsTokenFile, b.CA, b.Env, b.ConfigPath)
+`, b.StateDir, b.API, b.Raft, b.AgentAPI, b.Node, b.Proxy, b.DNS, b.Zone, b.Zone, b.Metrics, b.OpsToken, b.OpsTokenFile, b.CA, b.Env, b.ConfigPath)
 }

@@ -2,8 +2,15 @@ package cli
 
 import (
 	"bytes"
+	"context"
+	"io"
+	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
+	"time"
+
+	"corpus/internal/metrics/metricstest"
 )
 
 // TestDevBannerPrintsTheOpsToken: `corpus dev` hands the operator token
@@ -11,10 +18,59 @@ import (
 func TestDevBannerPrintsTheOpsToken(t *testing.T) {
 	t.Parallel()
 	var out bytes.Buffer
-	devBanner{API: "127.0.0.1:7400", OpsToken: "cops_0123abcd", OpsTokenFile: "/var/lib/corpus/dev/coordinator/ops-token", Env: "dev"}.write(&out)
-	for _, want := range []string{"operator token    cops_0123abcd\n", "(also in /var/lib/corpus/dev/coordinator/ops-token)", "https://127.0.0.1:7400"} {
+	devBanner{API: "127.0.0.1:7400", Metrics: "http://127.0.0.1:9464/metrics", OpsToken: "cops_0123abcd", OpsTokenFile: "/var/lib/corpus/dev/coordinator/ops-token", Env: "dev"}.write(&out)
+	for _, want := range []string{"operator token    cops_0123abcd\n", "(also in /var/lib/corpus/dev/coordinator/ops-token)", "https://127.0.0.1:7400", "metrics           http://127.0.0.1:9464/metrics"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("corpus dev printed:\n%s\nwant it to contain %q", out.String(), want)
 		}
 	}
+}
+
+// TestDevServesOneRegistry: corpus dev serves the coordinator's and the
+// agent's metrics from one registry at the address its banner prints,
+// and what it serves passes promtool.
+func TestDevServesOneRegistry(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	var out syncBuffer
+	g := &globals{stdout: io.Discard, stderr: &out}
+	root := newRoot(g)
+	root.SetArgs([]string{"dev", "--config-file", filepath.Join(dir, "cli.yaml"), "--state-dir", filepath.Join(dir, "state"),
+		"--api-addr", "127.0.0.1:0", "--raft-addr", "127.0.0.1:0", "--agent-addr", "127.0.0.1:0", "--dns-addr", "127.0.0.1:0",
+		"--metrics-addr", "127.0.0.1:0", "--network=false", "--git-addr", "", "--log-format", "json", "--log-level", "warn"})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- root.ExecuteContext(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("corpus dev = %v, want nil after a stop", err)
+		}
+	}()
+	re := regexp.MustCompile(`metrics +(http://\S+/metrics)`)
+	var url string
+	for deadline := time.Now().Add(60 * time.Second); url == "" && time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		if m := re.FindStringSubmatch(out.String()); m != nil {
+			url = m[1]
+		}
+		select {
+		case err := <-done:
+			t.Fatalf("corpus dev stopped: %v\n%s", err, out.String())
+		default:
+		}
+	}
+	if url == "" {
+		t.Fatalf("corpus dev printed no metrics URL:\n%s", out.String())
+	}
+	body := metricstest.Scrape(t, url)
+	for _, want := range []string{
+		"corpus_raft_leader 1", `corpus_deploys_total{outcome="succeeded"} 0`,
+		`corpus_certificate_expiry_seconds{certificate="replica",component="coordinator"}`,
+		`corpus_certificate_expiry_seconds{certificate="node",component="agent"}`,
+	} {
+		if !strings.Contains(string(body), want) {
+			t.Errorf("corpus dev's metrics lack %q", want)
+		}
+	}
+	metricstest.Promtool(t, body)
 }

@@ -95,6 +95,7 @@ type k8sAgentConfig struct {
 	Capacity        string   `yaml:"capacity,omitempty"`
 	GitAddr         string   `yaml:"git_addr"`
 	GossipAddr      string   `yaml:"gossip_addr"`
+	MetricsAddr     string   `yaml:"metrics_addr"`
 }
 
 func newNodeAddK8sCmd(g *globals) *cobra.Command {
@@ -105,6 +106,7 @@ func newNodeAddK8sCmd(g *globals) *cobra.Command {
 		advertise string
 		out       string
 		proxyAddr string
+		metrics   string
 	)
 	cmd := &cobra.Command{
 		Use:   "add-k8s NAME --kubeconfig FILE [--namespace-prefix corpus-]",
@@ -173,7 +175,7 @@ agent's proxy to the guests' Services (cluster IP and port). Start that agent wi
 				Name: name, StateDir: stateDir, Coordinator: []string{addr},
 				JoinToken: tok.Msg.Token, APIAddr: apiAddr, AdvertiseAddr: advertise, Drivers: []string{"kubernetes"},
 				Kubeconfig: kc, NamespacePrefix: k.NamespacePrefix, StorageClass: k.StorageClass,
-				IngressClass: k.IngressClass, ProxyHTTPAddr: proxyAddr,
+				IngressClass: k.IngressClass, ProxyHTTPAddr: proxyAddr, MetricsAddr: metrics,
 				Capacity: capacityFlag{&k.Capacity}.String(),
 			}
 			b, err := yaml.Marshal(cfg)
@@ -208,6 +210,7 @@ agent's proxy to the guests' Services (cluster IP and port). Start that agent wi
 	f.StringVar(&apiAddr, "api-addr", "127.0.0.1:7412", "listen address of the agent's own API")
 	f.StringVar(&advertise, "advertise-addr", "", "address coordinators use to reach the agent (default: --api-addr)")
 	f.StringVar(&proxyAddr, "proxy-http-addr", "", "listen address of the agent's proxy, which serves routes no Ingress serves (default the agent's, :80)")
+	f.StringVar(&metrics, "metrics-addr", defaultK8sAgentMetricsAddr, "the agent's Prometheus metrics listen address (empty: off); give each agent on a host its own")
 	f.StringVar(&out, "config-out", "", "where to write the agent's config file (default /etc/corpus/agent-NAME.yaml)")
 	return cmd
 }

@@ -156,7 +156,7 @@ func TestCoordinatorNotifiesSystemd(t *testing.T) {
 	dir := t.TempDir()
 	api := freeAddr(t)
 	cmd, logs := startDaemon(t, s, bin, "coordinator", "--data-dir", dir, "--api-addr", api, "--raft-addr", freeAddr(t),
-		"--bootstrap", "--dns-addr", "", "--gossip-addr", "")
+		"--bootstrap", "--dns-addr", "", "--gossip-addr", "", "--metrics-addr", freeAddr(t))
 	checkNotifyProtocol(t, s, cmd, logs, 30*time.Second, func() error {
 		ca, err := os.ReadFile(filepath.Join(dir, coordinator.TLSDir, coordinator.CACertFile))
 		if err != nil {
@@ -194,7 +194,7 @@ func TestDevNotifiesSystemd(t *testing.T) {
 	api, cfgFile := freeAddr(t), filepath.Join(dir, "cli.yaml")
 	cmd, logs := startDaemon(t, s, bin, "dev", "--state-dir", filepath.Join(dir, "state"), "--config-file", cfgFile,
 		"--api-addr", api, "--raft-addr", freeAddr(t), "--agent-addr", freeAddr(t), "--dns-addr", "",
-		"--network=false", "--git-addr", "", "--proxy-http-addr", freeAddr(t), "--name", "sdnotify-test")
+		"--network=false", "--git-addr", "", "--proxy-http-addr", freeAddr(t), "--name", "sdnotify-test", "--metrics-addr", freeAddr(t))
 	checkNotifyProtocol(t, s, cmd, logs, time.Minute, func() error {
 		g := &globals{configPath: cfgFile}
 		c, err := g.clients()

@@ -42,7 +42,7 @@ func TestSecondDaemonOnAFolderIsRefused(t *testing.T) {
 	t.Parallel()
 	top := t.TempDir()
 	dir := filepath.Join(top, "coordinator")
-	ports := []string{"--api-addr", "127.0.0.1:0", "--raft-addr", "127.0.0.1:0", "--dns-addr", "", "--gossip-addr", ""}
+	ports := []string{"--api-addr", "127.0.0.1:0", "--raft-addr", "127.0.0.1:0", "--dns-addr", "", "--gossip-addr", "", "--metrics-addr", ""}
 
 	ctx, cancel := context.WithCancel(context.Background())
 	first := corpusCmd(ctx, t, append([]string{"coordinator", "--data-dir", dir}, ports...)...)

@@ -1,0 +1,72 @@
+package agent
+
+import (
+	"bytes"
+	"fmt"
+	"strings"
+)
+
+// say writes a line of the pipeline's own to the client and the log.
+func (d *deploy) say(format string, args ...any) {
+	line := fmt.Sprintf(format, args...) + "\n"
+	d.out.Write([]byte(line))
+	d.keep(line)
+}
+
+func (d *deploy) keep(s string) {
+	d.log.WriteString(s)
+	if d.log.Len() > maxLogBytes {
+		b := d.log.Bytes()
+		cut := len(b) - maxLogBytes/2
+		rest := append([]byte("[... earlier output cut ...]\n"), b[cut:]...)
+		d.log.Reset()
+		d.log.Write(rest)
+	}
+}
+
+// stepWriter indents a step's output, keeps its tail and logs it.
+type stepWriter struct {
+	d       *deploy
+	partial []byte
+}
+
+func (w *stepWriter) Write(p []byte) (int, error) {
+	w.partial = append(w.partial, p...)
+	for {
+		i := bytes.IndexByte(w.partial, '\n')
+		if i < 0 {
+			break
+		}
+		w.line(string(w.partial[:i]))
+		w.partial = w.partial[i+1:]
+	}
+	if len(w.partial) > 4096 { // a very long line without newline
+		w.line(string(w.partial))
+		w.partial = nil
+	}
+	return len(p), nil
+}
+
+func (w *stepWriter) flush() {
+	if len(w.partial) > 0 {
+		w.line(string(w.partial))
+		w.partial = nil
+	}
+}
+
+func (w *stepWriter) line(s string) {
+	s = strings.TrimRight(s, "\r")
+	w.d.say("       %s", s)
+	w.d.tail = append(w.d.tail, s)
+	if len(w.d.tail) > tailLines {
+		w.d.tail = w.d.tail[len(w.d.tail)-tailLines:]
+	}
+}
+
+// stepError is a failed step.
+type stepError struct {
+	step string
+	err  error
+}
+
+func (e *stepError) Error() string { return e.step + ": " + e.err.Error() }

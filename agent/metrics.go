@@ -1,0 +1,167 @@
+package agent
+
+import (
+	"crypto/x509"
+	"errors"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"corpus/internal/metrics"
+	"corpus/internal/pki"
+	corpusv1 "corpus/proto/corpus/v1"
+)
+
+// agentMetrics are the agent's own Prometheus metrics: guest reconciles
+// and deploys. Volumes and certificates are read at scrape time
+// (volumeCollector, pki.ExpiryCollector); the proxy keeps its own.
+type agentMetrics struct {
+	reconcile       *prometheus.HistogramVec
+	reconcileErrors *prometheus.CounterVec
+	deploys         *prometheus.CounterVec
+	deployDuration  *prometheus.HistogramVec
+}
+
+// deployOutcomes are the ends of a push: live, failed (rolled back), or
+// rejected before a release began (a bad ref, a lock held, a bad tree).
+var deployOutcomes = []string{"succeeded", "failed", "rejected"}
+
+func newAgentMetrics(reg prometheus.Registerer) *agentMetrics {
+	m := &agentMetrics{
+		reconcile: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: metrics.Namespace, Subsystem: "agent", Name: "reconcile_duration_seconds",
+			Help:    "Time of one guest's reconcile: inspecting it and acting on the difference with what is desired, by driver.",
+			Buckets: prometheus.ExponentialBuckets(0.001, 3, 12),
+		}, []string{"driver"}),
+		reconcileErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: metrics.Namespace, Subsystem: "agent", Name: "reconcile_errors_total",
+			Help: "Guest reconciles that failed, by driver and the step that failed.",
+		}, []string{"driver", "step"}),
+		deploys: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: metrics.Namespace, Name: "deploys_total",
+			Help: "git push deploys by outcome: succeeded (live), failed (rolled back), rejected (refused before a release began).",
+		}, []string{"outcome"}),
+		deployDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: metrics.Namespace, Name: "deploy_duration_seconds",
+			Help:    "Time from a push reaching the agent to its deploy's outcome, by outcome.",
+			Buckets: []float64{0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800},
+		}, []string{"outcome"}),
+	}
+	reg.MustRegister(m.reconcile, m.reconcileErrors, m.deploys, m.deployDuration)
+	for _, o := range deployOutcomes {
+		m.deploys.WithLabelValues(o)
+	}
+	return m
+}
+
+// reconciled records one guest reconcile.
+func (m *agentMetrics) reconciled(driver string, took time.Duration, err error) {
+	m.reconcile.WithLabelValues(driver).Observe(took.Seconds())
+	if err != nil {
+		m.reconcileErrors.WithLabelValues(driver, failedStep(err)).Inc()
+	}
+}
+
+// deployed records one push's outcome.
+func (m *agentMetrics) deployed(outcome string, took time.Duration) {
+	m.deploys.WithLabelValues(outcome).Inc()
+	m.deployDuration.WithLabelValues(outcome).Observe(took.Seconds())
+}
+
+// driverLabel is the driver of g when this node runs it, else "none"
+// (the label stays bounded by the node's drivers).
+func (a *Agent) driverLabel(g *corpusv1.Guest) string {
+	if name := g.GetSpec().GetDriver(); a.drivers[name] != nil {
+		return name
+	}
+	return "none"
+}
+
+// reconcileStepError is a guest reconcile that failed at step.
+type reconcileStepError struct {
+	step string
+	err  error
+}
+
+func (e *reconcileStepError) Error() string { return e.err.Error() }
+func (e *reconcileStepError) Unwrap() error { return e.err }
+
+// atStep marks err as failing at step (nil stays nil).
+func atStep(step string, err error) error {
+	if err == nil {
+		return nil
+	}
+	return &reconcileStepError{step: step, err: err}
+}
+
+// failedStep is the step err failed at, "other" when unmarked.
+func failedStep(err error) string {
+	var se *reconcileStepError
+	if errors.As(err, &se) {
+		return se.step
+	}
+	return "other"
+}
+
+// nodeCerts are the node's TLS material once it is enrolled, read by
+// scrapes while the agent runs.
+type nodeCerts struct {
+	keys *pki.Keys
+	ca   *x509.Certificate
+}
+
+// certificates are the node's certificates, for their expiry metric:
+// its own and the cluster CA once enrolled, and the proxy's.
+func (a *Agent) certificates() map[string]*x509.Certificate {
+	out := map[string]*x509.Certificate{}
+	if c := a.tlsCerts.Load(); c != nil {
+		out["node"], out["cluster_ca"] = c.keys.Get().Leaf, c.ca
+	}
+	if a.net != nil {
+		// An operator's HTTPS certificates, by their first name.
+		for _, leaf := range a.net.proxy.Certificates() {
+			out["proxy "+leaf.DNSNames[0]] = leaf
+		}
+	}
+	return out
+}
+
+// volumeCollector exports the size and use of this node's volumes, as
+// the agent last observed them, at scrape time. The volume label is
+// bounded by the volumes the cluster gave the node.
+type volumeCollector struct {
+	a          *Agent
+	size, used *prometheus.Desc
+}
+
+func newVolumeCollector(a *Agent) *volumeCollector {
+	d := func(name, help string) *prometheus.Desc {
+		return prometheus.NewDesc(prometheus.BuildFQName(metrics.Namespace, "volume", name), help, []string{"volume"}, nil)
+	}
+	return &volumeCollector{a: a,
+		size: d("size_bytes", "Size of the volume's file system as observed on the node."),
+		used: d("used_bytes", "Bytes used in the volume's file system as observed on the node (or reported by its guest)."),
+	}
+}
+
+func (c *volumeCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.size; ch <- c.used }
+
+func (c *volumeCollector) Collect(ch chan<- prometheus.Metric) {
+	a := c.a
+	a.mu.Lock()
+	type obs struct {
+		name       string
+		size, used int64
+	}
+	var out []obs
+	for _, v := range a.volumes {
+		if o := a.volObserved[v.Id]; o != nil && o.SizeBytes > 0 {
+			out = append(out, obs{v.Name, o.SizeBytes, o.UsedBytes})
+		}
+	}
+	a.mu.Unlock()
+	for _, o := range out {
+		ch <- prometheus.MustNewConstMetric(c.size, prometheus.GaugeValue, float64(o.size), o.name)
+		ch <- prometheus.MustNewConstMetric(c.used, prometheus.GaugeValue, float64(o.used), o.name)
+	}
+}

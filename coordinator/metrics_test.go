@@ -1,0 +1,91 @@
+package coordinator_test
+
+import (
+	"context"
+	"testing"
+
+	"connectrpc.com/connect"
+
+	"corpus/coordinator"
+	"corpus/coordinator/state"
+	"corpus/internal/metrics"
+	"corpus/internal/metrics/metricstest"
+	corpusv1 "corpus/proto/corpus/v1"
+	"corpus/proto/corpus/v1/corpusv1connect"
+)
+
+// TestMetricsMove: a coordinator's Raft, API, scheduler, guest and
+// certificate metrics follow what it does.
+func TestMetricsMove(t *testing.T) {
+	t.Parallel()
+	reg := metrics.NewRegistry()
+	s := start(t, t.TempDir(), func(c *coordinator.Config) { c.Metrics = reg })
+	ctx := context.Background()
+	get := func(name string, labels ...string) float64 {
+		t.Helper()
+		return metricstest.Value(t, reg, name, labels...)
+	}
+	if got := get("corpus_raft_leader"); got != 1 {
+		t.Errorf("raft_leader = %v, want 1 on a replica leading alone", got)
+	}
+	if got := get("corpus_raft_term"); got < 1 {
+		t.Errorf("raft_term = %v, want at least 1", got)
+	}
+	applied := get("corpus_raft_applied_index")
+	if applied < 1 || get("corpus_raft_commit_index") < applied {
+		t.Errorf("raft applied index %v, commit index %v: want applied > 0 and commit >= applied", applied, get("corpus_raft_commit_index"))
+	}
+	applies := metricstest.HistogramCount(t, reg, "corpus_raft_apply_duration_seconds")
+
+	ops := s.ops()
+	if _, err := ops.guests.CreateGuest(ctx, connect.NewRequest(&corpusv1.CreateGuestRequest{Name: "web", Spec: &corpusv1.GuestSpec{Image: "busybox"}})); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.clients("wrong").guests.ListGuests(ctx, connect.NewRequest(&corpusv1.ListGuestsRequest{})); codeOf(err) != connect.CodeUnauthenticated {
+		t.Fatalf("ListGuests with a wrong token = %v, want unauthenticated", err)
+	}
+	if got := get("corpus_raft_applied_index"); got <= applied {
+		t.Errorf("raft_applied_index after a write = %v, want more than %v", got, applied)
+	}
+	if got := metricstest.HistogramCount(t, reg, "corpus_raft_apply_duration_seconds"); got <= applies {
+		t.Errorf("raft_apply_duration_seconds count after a write = %d, want more than %d", got, applies)
+	}
+	create := corpusv1connect.GuestServiceCreateGuestProcedure
+	if got := get("corpus_api_requests_total", "procedure", create, "code", "ok"); got != 1 {
+		t.Errorf("api_requests_total{CreateGuest, ok} = %v, want 1", got)
+	}
+	if got := get("corpus_api_requests_total", "procedure", corpusv1connect.GuestServiceListGuestsProcedure, "code", "unauthenticated"); got != 1 {
+		t.Errorf("api_requests_total{ListGuests, unauthenticated} = %v, want 1", got)
+	}
+	if got := metricstest.HistogramCount(t, reg, "corpus_api_request_duration_seconds", "procedure", create); got != 1 {
+		t.Errorf("api_request_duration_seconds{CreateGuest} count = %d, want 1", got)
+	}
+	// No node: the guest waits, seen by the scheduler and the guest count.
+	s.waitFor("web pending", func(v *state.Snap) bool { return v.GuestByName("web").GetPendingReason() != "" })
+	if got := get("corpus_guests", "state", "pending", "driver", "lxc"); got != 1 {
+		t.Errorf("guests{pending, lxc} = %v, want 1", got)
+	}
+	if got := get("corpus_scheduler_pending_guests"); got != 1 {
+		t.Errorf("scheduler_pending_guests = %v, want 1", got)
+	}
+	if got := get("corpus_scheduler_placements_total", "result", "pending"); got < 1 {
+		t.Errorf("scheduler_placements_total{pending} = %v, want at least 1", got)
+	}
+	if got := get("corpus_certificate_expiry_seconds", "certificate", "replica"); got < float64(coordinator.DefaultCertTTL.Seconds())*0.9 {
+		t.Errorf("certificate_expiry_seconds{replica} = %v, want about %v", got, coordinator.DefaultCertTTL.Seconds())
+	}
+	if get("corpus_certificate_expiry_seconds", "certificate", "cluster_ca") <= 0 {
+		t.Errorf("certificate_expiry_seconds{cluster_ca} is not positive")
+	}
+
+	// What a scrape serves passes Prometheus' own lint.
+	ms, err := metrics.Listen("127.0.0.1:0", reg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mctx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- ms.Serve(mctx) }()
+	defer func() { stop(); <-done }()
+	metricstest.Promtool(t, metricstest.Scrape(t, ms.URL()))
+}
