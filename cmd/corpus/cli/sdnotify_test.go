@@ -20,17 +20,6 @@ import (
 	corpusv1 "corpus/proto/corpus/v1"
 )
 
-// buildCorpus builds the corpus binary into a temporary folder.
-func buildCorpus(t *testing.T) string {
-	t.Helper()
-	bin := filepath.Join(t.TempDir(), "corpus")
-	out, err := exec.Command("go", "build", "-o", bin, "corpus/cmd/corpus").CombinedOutput()
-	if err != nil {
-		t.Fatalf("go build corpus: %v\n%s", err, out)
-	}
-	return bin
-}
-
 // freeAddr returns a loopback address with a port free a moment ago.
 func freeAddr(t *testing.T) string {
 	t.Helper()
@@ -92,13 +81,14 @@ func (s *notifySocket) next(t *testing.T, timeout time.Duration, what string) st
 	}
 }
 
-// startDaemon runs bin with args as a daemon under a pretend systemd: its
-// NOTIFY_SOCKET is s, its watchdog timeout 1s. It is killed at the end of
-// the test if still running.
-func startDaemon(t *testing.T, s *notifySocket, bin string, args ...string) (*exec.Cmd, *bytes.Buffer) {
+// startDaemon runs `corpus args...` (the test binary as corpus, see
+// TestMain) as a daemon under a pretend systemd: its NOTIFY_SOCKET is s,
+// its watchdog timeout 1s. It is killed at the end of the test if still
+// running.
+func startDaemon(t *testing.T, s *notifySocket, args ...string) (*exec.Cmd, *bytes.Buffer) {
 	t.Helper()
-	cmd := exec.Command(bin, args...)
-	cmd.Env = append(os.Environ(), "NOTIFY_SOCKET="+s.path, "WATCHDOG_USEC=1000000")
+	cmd := corpusCmd(context.Background(), t, args...)
+	cmd.Env = append(cmd.Env, "NOTIFY_SOCKET="+s.path, "WATCHDOG_USEC=1000000")
 	var logs bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &logs, &logs
 	if err := cmd.Start(); err != nil {
@@ -151,11 +141,10 @@ func checkNotifyProtocol(t *testing.T, s *notifySocket, cmd *exec.Cmd, logs *byt
 // SIGTERM.
 func TestCoordinatorNotifiesSystemd(t *testing.T) {
 	t.Parallel()
-	bin := buildCorpus(t)
 	s := listenNotify(t)
 	dir := t.TempDir()
 	api := freeAddr(t)
-	cmd, logs := startDaemon(t, s, bin, "coordinator", "--data-dir", dir, "--api-addr", api, "--raft-addr", freeAddr(t),
+	cmd, logs := startDaemon(t, s, "coordinator", "--data-dir", dir, "--api-addr", api, "--raft-addr", freeAddr(t),
 		"--bootstrap", "--dns-addr", "", "--gossip-addr", "", "--metrics-addr", freeAddr(t))
 	checkNotifyProtocol(t, s, cmd, logs, 30*time.Second, func() error {
 		ca, err := os.ReadFile(filepath.Join(dir, coordinator.TLSDir, coordinator.CACertFile))
@@ -188,11 +177,10 @@ func TestDevNotifiesSystemd(t *testing.T) {
 		t.Skip("needs root: corpus dev runs the LXC driver")
 	}
 	t.Parallel()
-	bin := buildCorpus(t)
 	s := listenNotify(t)
 	dir := t.TempDir()
 	api, cfgFile := freeAddr(t), filepath.Join(dir, "cli.yaml")
-	cmd, logs := startDaemon(t, s, bin, "dev", "--state-dir", filepath.Join(dir, "state"), "--config-file", cfgFile,
+	cmd, logs := startDaemon(t, s, "dev", "--state-dir", filepath.Join(dir, "state"), "--config-file", cfgFile,
 		"--api-addr", api, "--raft-addr", freeAddr(t), "--agent-addr", freeAddr(t), "--dns-addr", "",
 		"--network=false", "--git-addr", "", "--proxy-http-addr", freeAddr(t), "--name", "sdnotify-test", "--metrics-addr", freeAddr(t))
 	checkNotifyProtocol(t, s, cmd, logs, time.Minute, func() error {
