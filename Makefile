@@ -11,7 +11,7 @@ VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo de
 COMMIT    ?= $(shell git rev-parse --short HEAD 2>/dev/null)
 LDFLAGS   := -X corpus/internal/version.Version=$(VERSION) -X corpus/internal/version.Commit=$(COMMIT)
 
-.PHONY: help build deb test test-unit lint proto proto-check demo demo-stop demo-clean bench bench-summary tools clean
+.PHONY: help build deb test test-unit lint vet fmt-check staticcheck proto proto-check demo demo-stop demo-clean bench bench-summary tools clean
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -36,9 +36,15 @@ test: ## run every test (root: real LXC, namespaces); what CI runs
 test-unit: ## run the tests that need no root
 	$(GO) test ./...
 
-lint: ## go vet, gofmt, staticcheck
+lint: vet fmt-check staticcheck ## go vet, gofmt, staticcheck
+
+vet:
 	$(GO) vet ./...
+
+fmt-check:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "not gofmt'ed:"; echo "$$out"; exit 1; fi
+
+staticcheck:
 	$(TOOLS)/staticcheck ./...
 
 tools: ## install the code generators, linters and the packager into $(TOOLS)
