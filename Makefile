@@ -11,7 +11,7 @@ VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo de
 COMMIT    ?= $(shell git rev-parse --short HEAD 2>/dev/null)
 LDFLAGS   := -X corpus/internal/version.Version=$(VERSION) -X corpus/internal/version.Commit=$(COMMIT)
 
-.PHONY: help build deb test test-unit lint vet fmt-check staticcheck proto proto-check demo demo-stop demo-clean bench bench-summary tools clean
+.PHONY: help build deb test test-unit lint vet fmt-check staticcheck proto proto-check demo demo-stop demo-clean bench bench-summary tools test-tools clean
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -47,11 +47,15 @@ fmt-check:
 staticcheck:
 	$(TOOLS)/staticcheck ./...
 
-tools: ## install the code generators, linters and the packager into $(TOOLS)
+tools: test-tools ## install the code generators, linters and the packager into $(TOOLS)
+	GOBIN=$(TOOLS) $(GO) install github.com/goreleaser/nfpm/v2/cmd/nfpm@$(NFPM_VERSION)
+
+# What lint and proto need (scripts/setup --test); make deb installs nfpm
+# itself when it is missing.
+test-tools:
 	GOBIN=$(TOOLS) $(GO) install google.golang.org/protobuf/cmd/protoc-gen-go@$(PROTOC_GEN_GO_VERSION)
 	GOBIN=$(TOOLS) $(GO) install connectrpc.com/connect/cmd/protoc-gen-connect-go@$(PROTOC_GEN_CONNECT_VERSION)
 	GOBIN=$(TOOLS) $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
-	GOBIN=$(TOOLS) $(GO) install github.com/goreleaser/nfpm/v2/cmd/nfpm@$(NFPM_VERSION)
 
 proto: ## regenerate Go code from proto/
 	PATH="$(TOOLS):$$PATH" protoc -I proto -I /usr/include \
