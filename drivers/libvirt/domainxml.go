@@ -106,7 +106,13 @@ type featuresXML struct {
 }
 
 type cpuXML struct {
-	Mode string `xml:"mode,attr"`
+	Mode     string          `xml:"mode,attr"`
+	Features []cpuFeatureXML `xml:"feature"`
+}
+
+type cpuFeatureXML struct {
+	Policy string `xml:"policy,attr"`
+	Name   string `xml:"name,attr"`
 }
 
 type devicesXML struct {
@@ -213,6 +219,9 @@ type vmSpec struct {
 	ConsoleLog  string // file receiving the serial console, "" for none
 	MAC         string // "" for no network
 	Net         *guestNet
+	// CPUOff are host CPU features a kvm guest does not get (see
+	// nestedCPUOff).
+	CPUOff []string
 }
 
 // vmVolume is a volume given to the guest as a virtio disk backed by a
@@ -301,6 +310,9 @@ func (s vmSpec) domain() domainXML {
 	}
 	if s.DomainType == "kvm" {
 		d.CPU = &cpuXML{Mode: "host-passthrough"}
+		for _, f := range s.CPUOff {
+			d.CPU.Features = append(d.CPU.Features, cpuFeatureXML{Policy: "disable", Name: f})
+		}
 	}
 	serial := serialXML{Type: "pty"}
 	if s.ConsoleLog != "" {

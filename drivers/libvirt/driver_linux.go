@@ -10,7 +10,9 @@ import (
 	"os"
 	"os/user"
 	"path/filepath"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -194,6 +196,30 @@ func kvmAt(path, kvmGid string) (accel, why string) {
 	}
 	f.Close()
 	return "kvm", ""
+}
+
+// nestedCPUOff is what a kvm guest's host-passthrough CPU leaves out when
+// this host is itself a VM (its CPU flags say "hypervisor"). Hypervisors
+// that run nested guests often refuse the guest's write of
+// IA32_ARCH_CAPABILITIES, and QEMU then aborts at start ("failed to set
+// MSR 0x10a"). Without the feature the guest kernel assumes the CPU
+// needs every speculation mitigation: safe, a little slower. Bare-metal
+// hosts pass everything through.
+func nestedCPUOff() []string {
+	cpuinfo, _ := os.ReadFile("/proc/cpuinfo")
+	return cpuOffFor(string(cpuinfo))
+}
+
+func cpuOffFor(cpuinfo string) []string {
+	for _, line := range strings.Split(cpuinfo, "\n") {
+		if k, v, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(k) == "flags" {
+			if slices.Contains(strings.Fields(v), "hypervisor") {
+				return []string{"arch-capabilities"}
+			}
+			return nil
+		}
+	}
+	return nil
 }
 
 // domainType is the libvirt domain type for hypervisor typ on this host.

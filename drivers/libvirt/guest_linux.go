@@ -170,6 +170,7 @@ func (d *Driver) Create(ctx context.Context, spec drivers.GuestSpec, progress dr
 	}
 	vs := vmSpec{
 		DomainType:  domainType(typ),
+		CPUOff:      nestedCPUOff(),
 		Name:        spec.Name,
 		Meta:        guestMeta{ID: spec.ID, Instance: d.instance, Image: spec.Image, CPUMillis: spec.CPUMillis, Env: envList(spec.Env)},
 		MemoryBytes: mem,

@@ -43,3 +43,24 @@ func TestKVMUsableByQEMUsUser(t *testing.T) {
 		t.Errorf("missing node: %s (%q)", accel, why)
 	}
 }
+
+// TestNestedHostCPU: on a host that is itself a VM, kvm guests get the
+// host's CPU without arch-capabilities (which nested hypervisors refuse
+// and QEMU aborts on); on bare metal, everything.
+func TestNestedHostCPU(t *testing.T) {
+	nested := "processor\t: 0\nflags\t\t: fpu vme hypervisor lm\n\nprocessor\t: 1\n"
+	bare := "processor\t: 0\nflags\t\t: fpu vme lm\n"
+	if got := cpuOffFor(nested); len(got) != 1 || got[0] != "arch-capabilities" {
+		t.Errorf("nested host: %v", got)
+	}
+	if got := cpuOffFor(bare); got != nil {
+		t.Errorf("bare metal: %v", got)
+	}
+	x, err := vmSpec{DomainType: "kvm", Name: "n", MemoryBytes: 1 << 30, VCPUs: 1, CPUOff: cpuOffFor(nested)}.marshal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(x, `<cpu mode="host-passthrough">`) || !strings.Contains(x, `<feature policy="disable" name="arch-capabilities"></feature>`) {
+		t.Errorf("kvm domain on a nested host:\n%s", x)
+	}
+}
