@@ -188,7 +188,7 @@ func kvmAt(path, kvmGid string) (accel, why string) {
 	st, _ := fi.Sys().(*syscall.Stat_t)
 	kvmGroup := kvmGid != "" && st != nil && kvmGid == strconv.FormatUint(uint64(st.Gid), 10)
 	if perm&0o006 != 0o006 && !(kvmGroup && perm&0o060 == 0o060) {
-		return "tcg", fmt.Sprintf("%s (mode %04o) is not open to group kvm, so QEMU's user cannot use it; udev normally makes it root:kvm 0660 (scripts/setup does)", path, perm)
+		return "tcg", fmt.Sprintf("%s (mode %04o) is not open to group kvm, so QEMU's user cannot use it; udev normally makes it root:kvm 0660", path, perm)
 	}
 	f, err := os.OpenFile(path, os.O_RDWR, 0)
 	if err != nil {
