@@ -46,10 +46,6 @@ func New(logger *slog.Logger) *Notifier {
 	return n
 }
 
-// WatchdogInterval is how often the Hearts must beat for the watchdog
-// (half the timeout systemd gave), 0 when there is no watchdog.
-func (n *Notifier) WatchdogInterval() time.Duration { return n.every }
-
 // Heart registers one more loop the daemon's readiness and watchdog wait
 // for. Register every Heart before any of them beats.
 func (n *Notifier) Heart(name string) *Heart {

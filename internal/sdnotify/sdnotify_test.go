@@ -46,8 +46,8 @@ func TestHeartsGateReadyAndWatchdog(t *testing.T) {
 	read := listen(t)
 	t.Setenv("WATCHDOG_USEC", "2000000")
 	n := New(slog.New(slog.DiscardHandler))
-	if got := n.WatchdogInterval(); got != time.Second {
-		t.Fatalf("WatchdogInterval() = %v, want 1s (half of WATCHDOG_USEC)", got)
+	if got := n.every; got != time.Second {
+		t.Fatalf("watchdog interval = %v, want 1s (half of WATCHDOG_USEC)", got)
 	}
 	a, b := n.Heart("a"), n.Heart("b")
 	steps := []struct {

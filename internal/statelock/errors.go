@@ -5,9 +5,6 @@ import (
 	"fmt"
 )
 
-// ErrInUse means another process holds the state folder.
-var ErrInUse = errors.New("state folder in use")
-
 // ErrNotSupported means this OS has no flock(2).
 var ErrNotSupported = errors.New("state folder locks are not supported on this OS")
 
@@ -26,6 +23,3 @@ func (e *InUseError) Error() string {
 	}
 	return fmt.Sprintf("state folder %s is in use by %s (it holds %s): stop that process first, or give this one another folder", e.Dir, who, e.File)
 }
-
-// Is makes errors.Is(err, ErrInUse) true.
-func (e *InUseError) Is(target error) bool { return target == ErrInUse }

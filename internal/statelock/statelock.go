@@ -19,12 +19,8 @@ const FileName = "corpus.lock"
 // Lock is a held lock on a state folder. Release it, or let the process
 // end.
 type Lock struct {
-	dir string
-	f   *os.File
+	f *os.File
 }
-
-// Dir is the folder the lock holds.
-func (l *Lock) Dir() string { return l.dir }
 
 // Release drops the lock. The lock file stays: removing it would let a
 // third process lock a new file while a second still waits on the old.
@@ -42,7 +38,7 @@ func (l *Lock) Release() error {
 
 // Acquire takes the lock of folder dir, creating the folder (0700) and
 // its lock file as needed, and never waits: when another process holds
-// the folder it returns an *InUseError (errors.Is ErrInUse) naming the
+// the folder it returns an *InUseError naming the
 // folder and, where the holder wrote it, the holder's PID. Descriptors
 // are close-on-exec, so programs the holder starts do not inherit it.
 func Acquire(dir string) (*Lock, error) {
@@ -72,7 +68,7 @@ func Acquire(dir string) (*Lock, error) {
 		f.Close()
 		return nil, fmt.Errorf("writing PID into %s: %w", path, err)
 	}
-	return &Lock{dir: abs, f: f}, nil
+	return &Lock{f: f}, nil
 }
 
 func writePID(f *os.File) error {

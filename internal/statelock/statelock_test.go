@@ -34,7 +34,7 @@ func helper(mode, dir string) int {
 	l, err := Acquire(dir)
 	if err != nil {
 		fmt.Println(err)
-		if errors.Is(err, ErrInUse) {
+		if inUse := (*InUseError)(nil); errors.As(err, &inUse) {
 			return 1
 		}
 		return 2
@@ -122,7 +122,7 @@ func TestSecondProcessIsRefused(t *testing.T) {
 		t.Errorf("Acquire took %v to refuse, want it at once", took)
 	}
 	var inUse *InUseError
-	if !errors.Is(err, ErrInUse) || !errors.As(err, &inUse) {
+	if !errors.As(err, &inUse) {
 		t.Fatalf("Acquire = %v, want an *InUseError", err)
 	}
 	if inUse.PID != holder.cmd.Process.Pid || inUse.Dir != dir {
@@ -195,9 +195,9 @@ func TestReleaseAndReacquire(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if l2, err := Acquire(dir); !errors.Is(err, ErrInUse) {
+	if l2, err := Acquire(dir); !errors.As(err, new(*InUseError)) {
 		l2.Release()
-		t.Fatalf("second Acquire in the same process = %v, want ErrInUse", err)
+		t.Fatalf("second Acquire in the same process = %v, want an *InUseError", err)
 	}
 	if err := l.Release(); err != nil {
 		t.Fatal(err)
