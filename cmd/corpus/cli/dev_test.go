@@ -62,15 +62,28 @@ func TestDevServesOneRegistry(t *testing.T) {
 	if url == "" {
 		t.Fatalf("corpus dev printed no metrics URL:\n%s", out.String())
 	}
-	body := metricstest.Scrape(t, url)
-	for _, want := range []string{
+	// The agent enrolls after the banner; its node certificate shows
+	// once it has.
+	wants := []string{
 		"corpus_raft_leader 1", `corpus_deploys_total{outcome="succeeded"} 0`,
 		`corpus_certificate_expiry_seconds{certificate="replica",component="coordinator"}`,
 		`corpus_certificate_expiry_seconds{certificate="node",component="agent"}`,
-	} {
-		if !strings.Contains(string(body), want) {
-			t.Errorf("corpus dev's metrics lack %q", want)
+	}
+	var body []byte
+	var missing []string
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		body, missing = metricstest.Scrape(t, url), nil
+		for _, want := range wants {
+			if !strings.Contains(string(body), want) {
+				missing = append(missing, want)
+			}
 		}
+		if len(missing) == 0 || time.Now().After(deadline) {
+			break
+		}
+	}
+	for _, want := range missing {
+		t.Errorf("corpus dev's metrics lack %q", want)
 	}
 	metricstest.Promtool(t, body)
 }
