@@ -206,6 +206,9 @@ type GuestSpec struct {
 	MemoryBytes int64
 	// CPUMillis is the CPU limit in thousandths of a core; 0 means no limit.
 	CPUMillis int64
+	// DiskBytes bounds what the guest writes to its root file system; 0
+	// means no limit. Drivers that cannot bound it say so in their logs.
+	DiskBytes int64
 	// Env is set for the guest's init and for Exec.
 	Env map[string]string
 	// Network attaches the guest to the node's guest network; nil means
@@ -222,6 +225,10 @@ type GuestSpec struct {
 	Volume *Volume
 	// Ports are the guest ports the guest publishes.
 	Ports []Port
+	// Privileged runs the guest without a user namespace: its root is
+	// the host's root. Only for drivers that confine guests in one (LXC);
+	// the API grants it to ops alone.
+	Privileged bool
 }
 
 // Volume is persistent storage a driver keeps for a guest. It outlives

@@ -13,4 +13,8 @@ type Config struct {
 	Path string
 	// Logger receives the driver's logs; nil discards them.
 	Logger *slog.Logger
+	// SubUIDFile and SubGIDFile hold root's subordinate ids, from which
+	// unprivileged guests' user namespaces are mapped; /etc/subuid and
+	// /etc/subgid when empty (what newuidmap reads).
+	SubUIDFile, SubGIDFile string
 }

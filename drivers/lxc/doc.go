@@ -1,5 +1,7 @@
-// Package lxc runs corpus guests as privileged LXC system containers
-// through liblxc (github.com/lxc/go-lxc).
+// Package lxc runs corpus guests as LXC system containers through liblxc
+// (github.com/lxc/go-lxc): unprivileged, in a user namespace of their
+// own ids, unless the spec asks for a privileged one (see
+// security_linux.go for the confinement of each).
 //
 // A Driver owns one lxcpath (Config.Path). Guests are containers directly
 // under it, each marked by a corpus.json metadata file in its directory;
@@ -13,6 +15,10 @@
 //	  .images/
 //	    busybox/      image cache, built once by the lxc template
 //	    busybox.json  marker written when the cache is complete
+//	    busybox-u1000000-1000000/
+//	                  its copy owned by unprivileged guests' ids (see
+//	                  idmap_linux.go), made once from the cache
+//	  .seccomp        the guests' seccomp policy
 //
 // A guest's life:
 //

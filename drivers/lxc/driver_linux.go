@@ -16,6 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"corpus/drivers"
+	"corpus/volume/loop"
 )
 
 var _ drivers.Driver = (*Driver)(nil)
@@ -30,6 +31,13 @@ type Driver struct {
 	cgroup   int       // 1 or 2, see cgroupVersion
 	apparmor bool      // kernel enforces AppArmor
 	clone    cloneMode // how guests are made from image caches
+	// idmap is where unprivileged guests' ids live on this host; nil
+	// when it could not be had (idmapErr says why).
+	idmap    *idmap
+	idmapErr error
+	// disks keeps guests' root file system disks; nil where loop
+	// devices cannot be had (no limits then).
+	disks *loop.Backend
 
 	// builds guards image cache builds so each runs once at a time.
 	buildsMu sync.Mutex
@@ -74,6 +82,26 @@ func New(cfg Config) (*Driver, error) {
 	if overlaySupported(path) {
 		d.clone = cloneOverlay
 	}
+	if os.Geteuid() == 0 {
+		subuid, subgid := cfg.SubUIDFile, cfg.SubGIDFile
+		if subuid == "" {
+			subuid = "/etc/subuid"
+		}
+		if subgid == "" {
+			subgid = "/etc/subgid"
+		}
+		if m, err := hostIDMap(subuid, subgid); err != nil {
+			d.idmapErr = err
+		} else if err := searchable(path); err != nil {
+			d.idmapErr = err
+		} else {
+			d.idmap = &m
+		}
+		if err := d.writeSeccomp(); err != nil {
+			return nil, fmt.Errorf("creating lxc driver: %w", err)
+		}
+		d.disks = newDisks(path, d.log)
+	}
 	return d, nil
 }
 
@@ -91,7 +119,8 @@ func (d *Driver) Capabilities() drivers.Capabilities {
 }
 
 // Fingerprint reports the driver healthy when liblxc loads, the process
-// may run privileged containers, and the lxcpath is a writable directory.
+// runs as root (liblxc needs it to make any container), the host has an
+// id map for unprivileged guests, and the lxcpath is a writable directory.
 func (d *Driver) Fingerprint(ctx context.Context) drivers.Fingerprint {
 	fp := drivers.Fingerprint{
 		Attributes: map[string]string{
@@ -101,6 +130,9 @@ func (d *Driver) Fingerprint(ctx context.Context) drivers.Fingerprint {
 			"cgroup.version": strconv.Itoa(d.cgroup),
 			"apparmor":       strconv.FormatBool(d.apparmor),
 		},
+	}
+	if d.idmap != nil {
+		fp.Attributes["lxc.idmap"] = fmt.Sprintf("u:%d g:%d n:%d", d.idmap.UID, d.idmap.GID, guestIDs)
 	}
 	if err := d.probe(); err != nil {
 		fp.Detail = err.Error()
@@ -113,7 +145,10 @@ func (d *Driver) Fingerprint(ctx context.Context) drivers.Fingerprint {
 // probe checks that containers can be managed in d.path.
 func (d *Driver) probe() error {
 	if os.Geteuid() != 0 {
-		return fmt.Errorf("not running as root (privileged containers need it)")
+		return fmt.Errorf("not running as root (liblxc needs it to make containers)")
+	}
+	if d.idmap == nil {
+		return fmt.Errorf("no id map for unprivileged guests: %v", d.idmapErr)
 	}
 	fi, err := os.Stat(d.path)
 	if err != nil {

@@ -32,6 +32,16 @@ type metadata struct {
 	Name    string    `json:"name"`
 	Image   string    `json:"image"`
 	Created time.Time `json:"created"`
+	// IDMap is where the guest's user namespace maps its ids; nil for a
+	// privileged guest.
+	IDMap *idmap `json:"idmap,omitempty"`
+	// Privileged is set for a guest made privileged on purpose; a guest
+	// with neither this nor IDMap predates unprivileged guests and is
+	// confined at its next start (see confineLegacy).
+	Privileged bool `json:"privileged,omitempty"`
+	// Mounts are the host folders bound into the guest, whose files an
+	// unprivileged guest needs to own (see shiftMounts).
+	Mounts []string `json:"mounts,omitempty"`
 }
 
 // nameRE matches DNS labels, the only guest names accepted; it also keeps
@@ -204,7 +214,18 @@ func (d *Driver) create(ctx context.Context, spec drivers.GuestSpec, img imageSp
 		return err
 	}
 
-	if err := d.cloneImage(img, spec.Name); err != nil {
+	var im *idmap
+	if !spec.Privileged {
+		if d.idmap == nil {
+			return errors.New("no id map for unprivileged guests on this host (see the driver's health)")
+		}
+		im = d.idmap
+		img = unprivileged(img, *im)
+		if err := d.ensureImage(ctx, img, progress); err != nil {
+			return err
+		}
+	}
+	if err := d.cloneImage(img, spec.Name, im); err != nil {
 		return err
 	}
 	ok := false
@@ -221,10 +242,20 @@ func (d *Driver) create(ctx context.Context, spec drivers.GuestSpec, img imageSp
 		return err
 	}
 	defer c.Release()
-	if err := d.configure(c, spec, filepath.Join(d.guestDir(spec.Name), "lxc.log")); err != nil {
+	if err := d.makeDisk(ctx, c, spec.Name, spec.DiskBytes, im); err != nil {
 		return err
 	}
-	b, err := json.Marshal(metadata{ID: spec.ID, Name: spec.Name, Image: spec.Image, Created: time.Now().UTC()})
+	if err := d.configure(c, spec, filepath.Join(d.guestDir(spec.Name), "lxc.log"), im); err != nil {
+		return err
+	}
+	md := metadata{ID: spec.ID, Name: spec.Name, Image: spec.Image, Created: time.Now().UTC(), IDMap: im, Privileged: spec.Privileged}
+	for _, mt := range spec.Mounts {
+		md.Mounts = append(md.Mounts, mt.Source)
+	}
+	if err := shiftMounts(md); err != nil {
+		return err
+	}
+	b, err := json.Marshal(md)
 	if err != nil {
 		return err
 	}
@@ -238,8 +269,9 @@ func (d *Driver) create(ctx context.Context, spec drivers.GuestSpec, img imageSp
 	return nil
 }
 
-// cloneImage makes container name in the driver's lxcpath from img's cache.
-func (d *Driver) cloneImage(img imageSpec, name string) error {
+// cloneImage makes container name in the driver's lxcpath from img's
+// cache, for a guest in the user namespace of m (nil: privileged).
+func (d *Driver) cloneImage(img imageSpec, name string, m *idmap) error {
 	cache, err := golxc.NewContainer(img.cache, d.imgPath)
 	if err != nil {
 		return fmt.Errorf("opening image %s: %w", img.name, err)
@@ -249,6 +281,42 @@ func (d *Driver) cloneImage(img imageSpec, name string) error {
 	defer d.rdepsMu.Unlock()
 	if err := cache.Clone(name, d.clone.options(d.path)); err != nil {
 		return fmt.Errorf("cloning image %s (%s): %w", img.name, d.clone, err)
+	}
+	if m != nil && d.clone == cloneOverlay {
+		// liblxc mounts the overlay inside the guest's user namespace,
+		// where its upper and work folders must be the guest's.
+		for _, dir := range []string{"overlay", "overlay/delta", "overlay/work"} {
+			err := os.Lchown(filepath.Join(d.guestDir(name), dir), int(m.UID), int(m.GID))
+			if err != nil && !errors.Is(err, fs.ErrNotExist) {
+				return fmt.Errorf("cloning image %s: %w", img.name, err)
+			}
+		}
+	}
+	return nil
+}
+
+// shiftMounts gives an unprivileged guest's root the host folders bound
+// into it (its volume) when they still belong to the host's ids: a new
+// volume, or one a privileged guest used before. A folder already in
+// the map is left alone, so this is cheap on every start.
+func shiftMounts(m metadata) error {
+	if m.IDMap == nil {
+		return nil
+	}
+	for _, src := range m.Mounts {
+		// liblxc binds it as the guest's root, who must reach it.
+		if err := searchable(filepath.Dir(src)); err != nil {
+			return err
+		}
+		ok, err := shifted(src, *m.IDMap)
+		if err != nil {
+			return fmt.Errorf("checking the owner of %s: %w", src, err)
+		}
+		if !ok {
+			if err := shift(src, *m.IDMap); err != nil {
+				return fmt.Errorf("giving %s to the guest's ids: %w", src, err)
+			}
+		}
 	}
 	return nil
 }
@@ -264,7 +332,7 @@ func (d *Driver) Start(ctx context.Context, name string) error {
 }
 
 func (d *Driver) start(ctx context.Context, name string) error {
-	c, _, err := d.openGuest(name)
+	c, m, err := d.openGuest(name)
 	if err != nil {
 		return err
 	}
@@ -277,6 +345,20 @@ func (d *Driver) start(ctx context.Context, name string) error {
 	}
 	if err := ctx.Err(); err != nil {
 		return err
+	}
+	if m.IDMap == nil && !m.Privileged {
+		if m, err = d.confineLegacy(ctx, c, m); err != nil {
+			return fmt.Errorf("confining a guest an older corpus made privileged: %w", err)
+		}
+	}
+	if err := shiftMounts(m); err != nil {
+		return err
+	}
+	if err := d.mountDisk(ctx, name, m.IDMap); err != nil {
+		return err
+	}
+	if m.IDMap == nil {
+		d.log.Warn("starting a privileged guest: its root is the host's root", "guest", name)
 	}
 	// Each start begins a fresh log, so a failure reports its own errors.
 	logFile := filepath.Join(d.guestDir(name), "lxc.log")
@@ -409,6 +491,9 @@ func (d *Driver) removeContainer(name string) error {
 		if err := os.Remove(filepath.Join(dir, metadataFile)); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return err
 		}
+		if err := d.deleteDisk(context.Background(), name); err != nil {
+			return err
+		}
 		d.rdepsMu.Lock()
 		err := c.Destroy()
 		d.rdepsMu.Unlock()
@@ -416,6 +501,9 @@ func (d *Driver) removeContainer(name string) error {
 			return fmt.Errorf("%w%s", err, logTail(filepath.Join(dir, "lxc.log")))
 		}
 		d.log.Info("destroyed guest", "guest", name)
+	}
+	if err := d.deleteDisk(context.Background(), name); err != nil {
+		return err
 	}
 	return os.RemoveAll(dir)
 }

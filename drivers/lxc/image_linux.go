@@ -31,6 +31,21 @@ type imageSpec struct {
 	template golxc.TemplateOptions
 	// prepare adjusts the built root file system for corpus guests.
 	prepare func(rootfs string) error
+	// from, when set, is the cache this one is a copy of, with its
+	// files shifted into idmap: the image of unprivileged guests.
+	from  string
+	idmap idmap
+}
+
+// unprivileged is img's image for guests in the user namespace of m: a
+// copy of img's cache, made once, whose files belong to the guests' ids.
+func unprivileged(img imageSpec, m idmap) imageSpec {
+	return imageSpec{
+		name:  img.name + " (unprivileged)",
+		cache: fmt.Sprintf("%s-u%d-%d", img.cache, m.UID, m.GID),
+		from:  img.cache,
+		idmap: m,
+	}
 }
 
 // images are the images the driver builds by itself with lxc templates.
@@ -283,6 +298,30 @@ func (d *Driver) buildImage(img imageSpec, b *imageBuild) error {
 		return fmt.Errorf("building image %s: %w", img.name, err)
 	}
 
+	if img.from != "" {
+		if err := d.copyShifted(img); err != nil {
+			return fmt.Errorf("building image %s: %w", img.name, err)
+		}
+	} else if err := d.runTemplate(c, img, b, logFile, start); err != nil {
+		return err
+	}
+
+	m, err := json.Marshal(imageMarker{Image: img.name, Built: time.Now().UTC()})
+	if err != nil {
+		return fmt.Errorf("building image %s: %w", img.name, err)
+	}
+	if err := atomicfile.Write(d.markerPath(img), m, 0o644); err != nil {
+		return fmt.Errorf("building image %s: %w", img.name, err)
+	}
+	took := time.Since(start).Round(time.Millisecond)
+	b.report("built image %s in %s", img.name, took)
+	d.log.Info("built image", "image", img.name, "duration", took)
+	return nil
+}
+
+// runTemplate builds c's root file system with img's lxc template, then
+// prepares it for corpus guests.
+func (d *Driver) runTemplate(c *golxc.Container, img imageSpec, b *imageBuild, logFile string, start time.Time) error {
 	ticker := time.NewTicker(30 * time.Second)
 	defer ticker.Stop()
 	created := make(chan error, 1)
@@ -306,15 +345,25 @@ wait:
 			return fmt.Errorf("building image %s: %w", img.name, err)
 		}
 	}
-	m, err := json.Marshal(imageMarker{Image: img.name, Built: time.Now().UTC()})
-	if err != nil {
-		return fmt.Errorf("building image %s: %w", img.name, err)
-	}
-	if err := atomicfile.Write(d.markerPath(img), m, 0o644); err != nil {
-		return fmt.Errorf("building image %s: %w", img.name, err)
-	}
-	took := time.Since(start).Round(time.Millisecond)
-	b.report("built image %s in %s", img.name, took)
-	d.log.Info("built image", "image", img.name, "duration", took)
 	return nil
+}
+
+// copyShifted makes img's cache a copy of img.from's, with every file
+// shifted into img.idmap. The copy is a plain directory: overlay guests
+// stack on it as on any cache.
+func (d *Driver) copyShifted(img imageSpec) error {
+	src, err := golxc.NewContainer(img.from, d.imgPath)
+	if err != nil {
+		return err
+	}
+	defer src.Release()
+	if err := src.Clone(img.cache, golxc.CloneOptions{ConfigPath: d.imgPath, Backend: golxc.Directory}); err != nil {
+		return fmt.Errorf("copying cache %s: %w", img.from, err)
+	}
+	// liblxc made the cache's folder the host root's alone (0770); the
+	// guests' root reaches the root file system through it.
+	if err := os.Lchown(filepath.Join(d.imgPath, img.cache), int(img.idmap.UID), int(img.idmap.GID)); err != nil {
+		return err
+	}
+	return shift(filepath.Join(d.imgPath, img.cache, "rootfs"), img.idmap)
 }

@@ -45,8 +45,9 @@ func (w *configWriter) set(key, value string) {
 
 // configure sets everything the guest's lxc configuration takes from spec
 // and from the host, over what the clone inherited from the image cache,
-// and saves it. spec must have passed validateSpec.
-func (d *Driver) configure(c *golxc.Container, spec drivers.GuestSpec, logFile string) error {
+// and saves it. spec must have passed validateSpec. m is the guest's id
+// map, nil for a privileged guest.
+func (d *Driver) configure(c *golxc.Container, spec drivers.GuestSpec, logFile string, m *idmap) error {
 	w := &configWriter{c: c}
 	w.clear("lxc.log.file")
 	w.set("lxc.log.file", logFile)
@@ -57,7 +58,7 @@ func (d *Driver) configure(c *golxc.Container, spec drivers.GuestSpec, logFile s
 	for _, m := range spec.Mounts {
 		w.set("lxc.mount.entry", m.Source+" "+strings.TrimPrefix(m.Target, "/")+" none bind,create=dir 0 0")
 	}
-	d.configureSecurity(w)
+	d.configureSecurity(w, m)
 	d.configureLimits(w, spec.MemoryBytes, spec.CPUMillis)
 	w.clear("lxc.environment")
 	for _, k := range slices.Sorted(maps.Keys(spec.Env)) {
@@ -124,22 +125,13 @@ func (d *Driver) configureResolver(w *configWriter, spec drivers.GuestSpec) erro
 	return nil
 }
 
-// configureSecurity drops AppArmor settings on hosts whose kernel has no
-// AppArmor, so a profile named in /etc/lxc/default.conf cannot stop the
-// guest from starting. With AppArmor, the host's defaults stand.
-func (d *Driver) configureSecurity(w *configWriter) {
-	if d.apparmor {
-		return
-	}
-	w.clear("lxc.apparmor.profile")
-	w.clear("lxc.apparmor.allow_nesting")
-}
-
 // configureLimits writes the memory and CPU limits with the keys of the
-// host's cgroup version; zero means unlimited.
+// host's cgroup version (zero means unlimited), and the device
+// allow-list and process cap that go with them.
 func (d *Driver) configureLimits(w *configWriter, memoryBytes, cpuMillis int64) {
 	w.clear("lxc.cgroup")
 	w.clear("lxc.cgroup2")
+	d.configureDevices(w)
 	quota := cpuMillis * cpuPeriod / 1000
 	if d.cgroup == 2 {
 		if memoryBytes > 0 {

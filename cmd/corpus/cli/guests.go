@@ -35,7 +35,7 @@ func newGuestCreateCmd(g *globals) *cobra.Command {
 		driver, image, memory, cpus, disk string
 		volSize, volPath, useVolume       string
 		env, ports, constraints           []string
-		stopped, noWait                   bool
+		stopped, noWait, privileged       bool
 		timeout                           time.Duration
 	)
 	cmd := &cobra.Command{
@@ -46,7 +46,7 @@ func newGuestCreateCmd(g *globals) *cobra.Command {
   corpus guest create api --image busybox --constraint region=eu --constraint zone=a`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			spec := &corpusv1.GuestSpec{Driver: driver, Image: image, Resources: &corpusv1.Resources{}, Env: map[string]string{}}
+			spec := &corpusv1.GuestSpec{Driver: driver, Image: image, Resources: &corpusv1.Resources{}, Env: map[string]string{}, Privileged: privileged}
 			var err error
 			if memory != "" {
 				if spec.Resources.MemoryBytes, err = parseSize(memory); err != nil {
@@ -136,6 +136,7 @@ func newGuestCreateCmd(g *globals) *cobra.Command {
 	f.StringVar(&volPath, "volume-path", "", "where the volume appears inside the guest (default /srv/data)")
 	f.StringVar(&useVolume, "use-volume", "", "bind an existing unbound volume (on its node) instead")
 	f.BoolVar(&stopped, "stopped", false, "create without starting")
+	f.BoolVar(&privileged, "privileged", false, "run an LXC guest without a user namespace: its root is the node's root (ops only; cannot change later)")
 	f.BoolVar(&noWait, "detach", false, "return once the guest is accepted, without waiting for it to run")
 	f.DurationVar(&timeout, "timeout", 10*time.Minute, "how long to wait for the guest")
 	return cmd
@@ -311,6 +312,9 @@ func newGuestShowCmd(g *globals) *cobra.Command {
 				}
 				fmt.Fprintf(w, "Driver:\t%s\n", gu.Spec.GetDriver())
 				fmt.Fprintf(w, "Image:\t%s\n", gu.Spec.GetImage())
+				if gu.Spec.GetPrivileged() {
+					fmt.Fprintf(w, "Privileged:\tyes: its root is the node's root\n")
+				}
 				r := gu.Spec.GetResources()
 				fmt.Fprintf(w, "Resources:\tmemory %s, cpus %s, disk %s\n", formatSize(r.GetMemoryBytes()), formatCPUs(r.GetCpuMillis()), formatSize(r.GetDiskBytes()))
 				if len(gu.Spec.GetEnv()) > 0 {

@@ -445,7 +445,12 @@ type GuestSpec struct {
 	Volume *VolumeSpec `protobuf:"bytes,6,opt,name=volume,proto3" json:"volume,omitempty"`
 	// constraints are node labels the guest's node must carry, as
 	// label = value ("region" = "eu", "zone" = "a").
-	Constraints   map[string]string `protobuf:"bytes,7,rep,name=constraints,proto3" json:"constraints,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	Constraints map[string]string `protobuf:"bytes,7,rep,name=constraints,proto3" json:"constraints,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// privileged runs an LXC guest without a user namespace: its root is
+	// the node's root. Guests are unprivileged unless an operator asks;
+	// project guests never are. It cannot change after creation. Drivers
+	// whose guests are machines of their own (VMs, pods) ignore it.
+	Privileged    bool `protobuf:"varint,8,opt,name=privileged,proto3" json:"privileged,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -527,6 +532,13 @@ func (x *GuestSpec) GetConstraints() map[string]string {
 		return x.Constraints
 	}
 	return nil
+}
+
+func (x *GuestSpec) GetPrivileged() bool {
+	if x != nil {
+		return x.Privileged
+	}
+	return false
 }
 
 // VolumeSpec asks for a volume mounted inside the guest.
@@ -2584,7 +2596,7 @@ const file_corpus_v1_types_proto_rawDesc = "" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01J\x04\b\n" +
-	"\x10\vR\vsecret_hash\"\xb5\x03\n" +
+	"\x10\vR\vsecret_hash\"\xd5\x03\n" +
 	"\tGuestSpec\x12\x16\n" +
 	"\x06driver\x18\x01 \x01(\tR\x06driver\x12\x14\n" +
 	"\x05image\x18\x02 \x01(\tR\x05image\x122\n" +
@@ -2592,7 +2604,10 @@ const file_corpus_v1_types_proto_rawDesc = "" +
 	"\x03env\x18\x04 \x03(\v2\x1d.corpus.v1.GuestSpec.EnvEntryR\x03env\x12%\n" +
 	"\x05ports\x18\x05 \x03(\v2\x0f.corpus.v1.PortR\x05ports\x12-\n" +
 	"\x06volume\x18\x06 \x01(\v2\x15.corpus.v1.VolumeSpecR\x06volume\x12G\n" +
-	"\vconstraints\x18\a \x03(\v2%.corpus.v1.GuestSpec.ConstraintsEntryR\vconstraints\x1a6\n" +
+	"\vconstraints\x18\a \x03(\v2%.corpus.v1.GuestSpec.ConstraintsEntryR\vconstraints\x12\x1e\n" +
+	"\n" +
+	"privileged\x18\b \x01(\bR\n" +
+	"privileged\x1a6\n" +
 	"\bEnvEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a>\n" +
