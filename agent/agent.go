@@ -208,7 +208,9 @@ type Agent struct {
 	desired map[string]*corpusv1.Guest // by guest id
 	node    *corpusv1.Node             // this node as the coordinator last said
 	routes  []*corpusv1.Route          // proxy routes to this node's guests
-	netErr  error                      // the last network reconcile's error
+	// guestProjects names the project of the guests that run one.
+	guestProjects map[string]string
+	netErr        error // the last network reconcile's error
 	// routeErrs are the route problems last logged, by what they concern.
 	routeErrs map[string]string
 	cdns      clusterDNS         // where the cluster zone is answered

@@ -27,6 +27,13 @@ func newCoordinators(addrs []string, hc *http.Client) *coordinators {
 	return &coordinators{addrs: addrs, clients: map[string]corpusv1connect.AgentServiceClient{}, hc: hc}
 }
 
+// all returns every address known.
+func (c *coordinators) all() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return slices.Clone(c.addrs)
+}
+
 // current returns the address in use and its client.
 func (c *coordinators) current() (string, corpusv1connect.AgentServiceClient) {
 	c.mu.Lock()

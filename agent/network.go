@@ -6,8 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
 	"net/netip"
+	"slices"
 	"strings"
 	"time"
 
@@ -188,7 +190,7 @@ func (a *Agent) guestNetwork(ctx context.Context, g *corpusv1.Guest) (*drivers.N
 
 // reconcile makes the bridge, the NAT rules and the proxy routes match the
 // desired state. Each part is tried even when another fails.
-func (n *network) reconcile(ctx context.Context, node *corpusv1.Node, guests []*corpusv1.Guest, table proxy.Routes, cdns clusterDNS) error {
+func (n *network) reconcile(ctx context.Context, node *corpusv1.Node, guests []*corpusv1.Guest, table proxy.Routes, cdns clusterDNS, policy guestPolicy) error {
 	if n.proxyOnly {
 		if err := n.proxy.SetRoutes(table); err != nil {
 			return fmt.Errorf("proxy routes: %w", err)
@@ -215,17 +217,29 @@ func (n *network) reconcile(ctx context.Context, node *corpusv1.Node, guests []*
 			}
 		}
 	}
-	desired := nat.Desired{Subnets: []netip.Prefix{gw.Masked()}, Bridge: n.bridge}
+	desired := nat.Desired{Subnets: []netip.Prefix{gw.Masked()}, Bridge: n.bridge, Blocked: policy.control}
+	desired.NodePorts = []nat.NodePort{{Proto: "udp", Port: 53}, {Proto: "tcp", Port: 53}}
+	for _, p := range n.reservedPorts() {
+		desired.NodePorts = append(desired.NodePorts, nat.NodePort{Proto: "tcp", Port: int(p)})
+	}
+	groups := map[string][]netip.Addr{}
 	for _, g := range guests {
 		addr, err := netip.ParseAddr(g.Address)
-		if err != nil || g.DesiredState == corpusv1.DesiredDeleted {
+		if err != nil || g.DesiredState == corpusv1.DesiredDeleted || !gw.Contains(addr) {
 			continue
 		}
+		if p := policy.projects[g.Id]; p != "" {
+			groups[p] = append(groups[p], addr)
+		}
+		desired.Ports = append(desired.Ports, nat.GuestPort{Iface: hostInterface(g.Id), Addr: addr})
 		for _, p := range g.GetSpec().GetPorts() {
 			desired.Forwards = append(desired.Forwards, nat.Forward{
 				Proto: p.Protocol, HostPort: int(p.HostPort), GuestAddr: addr, GuestPort: int(p.GuestPort),
 			})
 		}
+	}
+	for _, p := range slices.Sorted(maps.Keys(groups)) {
+		desired.Groups = append(desired.Groups, groups[p])
 	}
 	if err := n.nat.Apply(ctx, desired); err != nil {
 		errs = append(errs, fmt.Errorf("nat: %w", err))
@@ -234,6 +248,33 @@ func (n *network) reconcile(ctx context.Context, node *corpusv1.Node, guests []*
 		errs = append(errs, fmt.Errorf("proxy routes: %w", err))
 	}
 	return errors.Join(errs...)
+}
+
+// guestPolicy is who guests may reach besides the outside world and
+// what the node publishes: guests of one project reach each other
+// (projects: guest id to project name); nobody reaches the control
+// plane's endpoints (control), nor the node's own ports other than its
+// resolver and proxy.
+type guestPolicy struct {
+	projects map[string]string
+	control  []netip.AddrPort
+}
+
+// controlEndpoints are the control plane's endpoints this agent knows
+// (coordinator API and gossip addresses given as IP:port; names are left
+// out, their addresses unknown to the rules).
+func (a *Agent) controlEndpoints() []netip.AddrPort {
+	var out []netip.AddrPort
+	addrs := a.coords.all()
+	if a.gossipPeer != "" {
+		addrs = append(addrs, a.gossipPeer)
+	}
+	for _, s := range addrs {
+		if ap, err := netip.ParseAddrPort(s); err == nil && ap.Addr().Is4() && !ap.Addr().IsLoopback() {
+			out = append(out, ap)
+		}
+	}
+	return out
 }
 
 // proxyRoutes turns the node's routes into the proxy's table, leaving

@@ -105,6 +105,7 @@ func (a *Agent) pass(ctx context.Context) {
 func (a *Agent) reconcileNetwork(ctx context.Context) {
 	a.mu.Lock()
 	node, routes, known, cdns := a.node, a.routes, a.known, a.cdns
+	policy := guestPolicy{projects: a.guestProjects, control: a.controlEndpoints()}
 	guests := make([]*corpusv1.Guest, 0, len(a.desired))
 	byID := make(map[string]*corpusv1.Guest, len(a.desired))
 	for _, g := range a.desired {
@@ -122,7 +123,7 @@ func (a *Agent) reconcileNetwork(ctx context.Context) {
 	table := proxyRoutes(routes, byID, served, func(r *corpusv1.Route, g *corpusv1.Guest) string {
 		return a.routeTarget(ctx, r, g)
 	})
-	err := a.net.reconcile(ctx, node, guests, table, cdns)
+	err := a.net.reconcile(ctx, node, guests, table, cdns, policy)
 	a.mu.Lock()
 	changed := (err == nil) != (a.netErr == nil) || (err != nil && a.netErr != nil && err.Error() != a.netErr.Error())
 	a.netErr = err
@@ -368,7 +369,9 @@ func (a *Agent) driverSpec(ctx context.Context, d drivers.Driver, g *corpusv1.Gu
 		ID: g.Id, Name: g.Name, Image: g.Spec.GetImage(),
 		MemoryBytes: g.Spec.GetResources().GetMemoryBytes(),
 		CPUMillis:   g.Spec.GetResources().GetCpuMillis(),
+		DiskBytes:   g.Spec.GetResources().GetDiskBytes(),
 		Env:         g.Spec.GetEnv(),
+		Privileged:  g.Spec.GetPrivileged(),
 	}
 	for _, p := range g.Spec.GetPorts() {
 		spec.Ports = append(spec.Ports, drivers.Port{GuestPort: int(p.GuestPort), HostPort: int(p.HostPort), Protocol: p.Protocol})

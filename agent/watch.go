@@ -98,6 +98,7 @@ func (a *Agent) setDesired(msg *corpusv1.WatchResponse) {
 		a.node = msg.Node
 	}
 	a.routes = msg.Routes
+	a.guestProjects = msg.GuestProjects
 	a.volumes = msg.Volumes
 	if msg.GossipAddr != "" {
 		a.gossipPeer = msg.GossipAddr

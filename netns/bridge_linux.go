@@ -1,12 +1,15 @@
 package netns
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"net"
 	"net/netip"
 	"os"
+	"os/exec"
 	"slices"
 	"strings"
 
@@ -16,13 +19,41 @@ import (
 	"corpus/internal/revert"
 )
 
+// bridgeFilterPath is br_netfilter's switch that hands bridged IPv4
+// frames to iptables: guests on one bridge are kept apart by the filter
+// rules of package nat only with it on. Per network namespace.
+const bridgeFilterPath = "/proc/sys/net/bridge/bridge-nf-call-iptables"
+
+// ensureBridgeFiltering turns bridge-nf-call-iptables on, loading
+// br_netfilter when the kernel has not yet.
+func ensureBridgeFiltering(ch *BridgeChanges) error {
+	b, err := os.ReadFile(bridgeFilterPath)
+	if errors.Is(err, fs.ErrNotExist) {
+		if out, merr := exec.Command("modprobe", "br_netfilter").CombinedOutput(); merr != nil {
+			return fmt.Errorf("guests on a bridge are kept apart by iptables, which needs br_netfilter: modprobe br_netfilter: %v: %s", merr, bytes.TrimSpace(out))
+		}
+		b, err = os.ReadFile(bridgeFilterPath)
+	}
+	if err != nil {
+		return fmt.Errorf("reading %s: %w", bridgeFilterPath, err)
+	}
+	if bytes.Equal(bytes.TrimSpace(b), []byte("1")) {
+		return nil
+	}
+	if err := os.WriteFile(bridgeFilterPath, []byte("1\n"), 0o644); err != nil {
+		return fmt.Errorf("turning bridge filtering on: %w", err)
+	}
+	ch.BridgeFiltering = true
+	return nil
+}
+
 // forwardingPath is the IPv4 forwarding switch. /proc/sys/net resolves to
 // the network namespace of the thread that opens it.
 const forwardingPath = "/proc/sys/net/ipv4/ip_forward"
 
 // EnsureBridge makes the bridge b.Name exist, be up, carry b.Gateway, have
 // b.MTU (when set) and hairpin mode on every port, and turns IPv4
-// forwarding on. Addresses on the bridge that overlap the guest subnet and
+// forwarding and bridge filtering (bridge-nf-call-iptables) on. Addresses on the bridge that overlap the guest subnet and
 // are not the gateway are removed; other addresses are left alone.
 //
 // It changes only what differs and says what in the returned BridgeChanges;
@@ -96,6 +127,10 @@ func (h *Host) EnsureBridge(ctx context.Context, b Bridge) (BridgeChanges, error
 			return ch, err
 		}
 		ch.HairpinPorts = append(ch.HairpinPorts, p.Name)
+	}
+
+	if err := ensureBridgeFiltering(&ch); err != nil {
+		return ch, err
 	}
 
 	on, err := forwarding()

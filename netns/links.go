@@ -74,12 +74,14 @@ type BridgeChanges struct {
 	SetUp        bool           // it was down
 	HairpinPorts []string       // ports whose hairpin mode was turned on
 	Forwarding   bool           // IPv4 forwarding was off
+	// BridgeFiltering: bridge-nf-call-iptables was off.
+	BridgeFiltering bool
 }
 
 // Changed reports whether EnsureBridge changed anything.
 func (c BridgeChanges) Changed() bool {
 	return c.Created || c.SetMTU || len(c.AddedAddrs) > 0 || len(c.RemovedAddrs) > 0 ||
-		c.SetUp || len(c.HairpinPorts) > 0 || c.Forwarding
+		c.SetUp || len(c.HairpinPorts) > 0 || c.Forwarding || c.BridgeFiltering
 }
 
 // BridgeState is what BridgeStatus observed. The caller owns it.

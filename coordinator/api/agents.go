@@ -150,6 +150,7 @@ func (s *agentService) Watch(ctx context.Context, _ *connect.Request[corpusv1.Wa
 		n = proto.Clone(n).(*corpusv1.Node)
 		msg := &corpusv1.WatchResponse{Index: view.Index(), Node: n, Guests: desiredOn(view, p.NodeID), Routes: view.RoutesOnNode(p.NodeID)}
 		msg.Volumes = append(view.VolumesOnNode(p.NodeID), view.VolumesLeftOnNode(p.NodeID)...)
+		msg.GuestProjects = guestProjects(view, msg.Guests)
 		s.dnsInfo(msg)
 		for _, c := range view.Coordinators() {
 			if c.ApiAddress != "" {
@@ -289,4 +290,25 @@ func (s *agentService) dnsInfo(msg *corpusv1.WatchResponse) {
 	}
 	p, _ := strconv.Atoi(port)
 	msg.DnsPort, msg.DnsZone = uint32(p), z.Origin()
+}
+
+// guestProjects maps those of guests that run a project environment to
+// the project's name.
+func guestProjects(view *state.Snap, guests []*corpusv1.Guest) map[string]string {
+	if len(guests) == 0 {
+		return nil
+	}
+	on := make(map[string]bool, len(guests))
+	for _, g := range guests {
+		on[g.Id] = true
+	}
+	out := map[string]string{}
+	for _, p := range view.Projects() {
+		for _, e := range p.GetEnvs() {
+			if on[e.GuestId] {
+				out[e.GuestId] = p.Name
+			}
+		}
+	}
+	return out
 }

@@ -55,6 +55,37 @@ type Desired struct {
 	Bridge string
 	// Forwards are the published ports.
 	Forwards []Forward
+
+	// Guests on the bridge are kept apart (br_netfilter hands bridged
+	// frames to iptables; the agent makes sure it does):
+	//
+	// Groups are sets of guest addresses that may reach each other
+	// across the bridge (a project's guests). A guest in no group with
+	// another reaches other guests only through published ports.
+	Groups [][]netip.Addr
+	// NodePorts are the node's own ports guests may reach on it (its
+	// resolver, its proxy); everything else they send to the node is
+	// dropped.
+	NodePorts []NodePort
+	// Blocked are TCP endpoints elsewhere that guests may not reach (the
+	// control plane's).
+	Blocked []netip.AddrPort
+	// Ports bind each guest's bridge port to its address: IPv4 from that
+	// port with another source (a guest spoofing) is dropped.
+	Ports []GuestPort
+}
+
+// GuestPort is a guest's port on the bridge and the one address it may
+// send from.
+type GuestPort struct {
+	Iface string
+	Addr  netip.Addr
+}
+
+// NodePort is a port of the node that its guests may reach.
+type NodePort struct {
+	Proto string // "tcp" or "udp"
+	Port  int
 }
 
 // Forward publishes a guest port on the node.
@@ -81,8 +112,8 @@ func anyAddr(a netip.Addr) bool { return !a.IsValid() || a.IsUnspecified() }
 // ErrConflict when two forwards claim the same host port (the same
 // protocol and port on the same address, or on every address and one).
 func (d Desired) Validate() error {
-	if (len(d.Subnets) > 0 || len(d.Forwards) > 0) && d.Bridge == "" {
-		return fmt.Errorf("%w: a bridge is required with subnets or forwards", ErrInvalid)
+	if (len(d.Subnets) > 0 || len(d.Forwards) > 0 || len(d.Groups) > 0 || len(d.NodePorts) > 0 || len(d.Blocked) > 0 || len(d.Ports) > 0) && d.Bridge == "" {
+		return fmt.Errorf("%w: a bridge is required with subnets, forwards, groups, node ports or blocked endpoints", ErrInvalid)
 	}
 	if d.Bridge != "" {
 		if err := validIfName(d.Bridge); err != nil {
@@ -97,6 +128,31 @@ func (d Desired) Validate() error {
 			return fmt.Errorf("%w: subnet %v has host bits set; did you mean %v?", ErrInvalid, s, s.Masked())
 		case slices.Contains(d.Subnets[:i], s):
 			return fmt.Errorf("%w: subnet %v is listed twice", ErrInvalid, s)
+		}
+	}
+	for _, np := range d.NodePorts {
+		if np.Proto != "tcp" && np.Proto != "udp" || np.Port < 1 || np.Port > 65535 {
+			return fmt.Errorf("%w: node port %s/%d: want tcp or udp and a port from 1 to 65535", ErrInvalid, np.Proto, np.Port)
+		}
+	}
+	for _, p := range d.Ports {
+		if err := validIfName(p.Iface); err != nil {
+			return err
+		}
+		if !p.Addr.Is4() {
+			return fmt.Errorf("%w: guest port %s: address %v is not IPv4", ErrInvalid, p.Iface, p.Addr)
+		}
+	}
+	for _, ap := range d.Blocked {
+		if !ap.Addr().Is4() || ap.Port() == 0 {
+			return fmt.Errorf("%w: blocked endpoint %v: want an IPv4 address and a port", ErrInvalid, ap)
+		}
+	}
+	for _, g := range d.Groups {
+		for _, a := range g {
+			if !slices.ContainsFunc(d.Subnets, func(s netip.Prefix) bool { return s.Contains(a) }) {
+				return fmt.Errorf("%w: group member %v is in none of the subnets %v", ErrInvalid, a, d.Subnets)
+			}
 		}
 	}
 	type key struct {

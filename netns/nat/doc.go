@@ -9,6 +9,7 @@
 //	nat    OUTPUT      -m addrtype --dst-type LOCAL -j CORPUS-OUTPUT
 //	nat    POSTROUTING -j CORPUS-POSTROUTING
 //	filter FORWARD     -j CORPUS-FORWARD
+//	filter INPUT       -j CORPUS-INPUT
 //
 //	CORPUS-PREROUTING   -j CORPUS-DNAT                  (traffic arriving from outside and from guests)
 //	CORPUS-OUTPUT       ! -d 127.0.0.0/8 -j CORPUS-DNAT (traffic from the node to its own addresses)
@@ -16,14 +17,28 @@
 //	CORPUS-POSTROUTING  per subnet: MASQUERADE guest traffic that leaves by
 //	                    another interface than the bridge, and hairpin traffic
 //	                    (ctstate DNAT from the subnet to the subnet)
-//	CORPUS-FORWARD      ACCEPT established/related, DNATed traffic to the
-//	                    bridge, and everything from the bridge
+//	CORPUS-FORWARD      ACCEPT established/related and DNATed traffic to the
+//	                    bridge (published ports); DROP guests' traffic to
+//	                    blocked endpoints (the control plane); ACCEPT
+//	                    guest-to-guest traffic inside a group (a project),
+//	                    DROP any other; ACCEPT the rest from the bridge
+//	CORPUS-INPUT        for traffic from the bridge to the node itself:
+//	                    ACCEPT established/related, ICMP and the node
+//	                    ports (resolver, proxy); DROP the rest (agent,
+//	                    git, metrics, coordinator, ssh, ...)
+//
+// Guests on one bridge exchange frames without routing; they meet these
+// rules because br_netfilter hands bridged frames to iptables, which
+// netns.Host.EnsureBridge turns on (bridge-nf-call-iptables). The filter
+// chains are written whole when they differ (first match wins there);
+// the nat chains are diffed rule by rule.
 //
 // corpus owns the chains named <prefix>-*, every rule in them, and the
 // rules of the built-in chains that jump to them; it never edits or deletes
 // any other rule. The jumps are inserted at the top of the built-in chains,
-// once each. CORPUS-FORWARD only accepts; whatever the node's own policy
-// drops stays dropped for traffic that is not corpus's.
+// once each. Their drops are only for traffic from corpus's bridge;
+// whatever the node's own policy drops stays dropped for traffic that is
+// not corpus's.
 //
 // IPv4 forwarding and hairpin mode on the bridge's ports (needed for a
 // guest reaching its own published port when br_netfilter is on) are set

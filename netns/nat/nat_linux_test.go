@@ -292,9 +292,9 @@ func TestApplyIsIdempotent(t *testing.T) {
 	tp := newTopo(t)
 	tp.apply(t, tp.desired)
 	first := tp.corpusLines(t)
-	// 5 chain declarations, 4 jumps, 2+2 in PREROUTING/OUTPUT chains,
-	// 4 forwards, 2 postrouting, 3 forward.
-	if want := 5 + 4 + 2 + 4 + 2 + 3; len(first) != want {
+	// 6 chain declarations, 5 jumps, 2 in PREROUTING/OUTPUT chains,
+	// 4 forwards, 2 postrouting, 4 forward, 4 input.
+	if want := 6 + 5 + 2 + 4 + 2 + 4 + 4; len(first) != want {
 		t.Errorf("iptables-save has %d corpus lines after Apply, want %d:\n%s", len(first), want, strings.Join(first, "\n"))
 	}
 	for i := range 3 {

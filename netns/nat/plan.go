@@ -46,6 +46,18 @@ func (l layout) plan(want map[Chain][]string, snaps map[string]snapshot) *Plan {
 				decl.WriteString(":" + c.Name + " - [0:0]\n")
 				p.NewChains = append(p.NewChains, c)
 			}
+			if l.ordered(c) && exists && !slices.Equal(have, want[c]) {
+				// First match wins in a filter chain: rewrite it whole.
+				// Declaring an existing chain in a --noflush batch
+				// flushes it, in the same commit as the new rules.
+				decl.WriteString(":" + c.Name + " - [0:0]\n")
+				for _, r := range want[c] {
+					body.WriteString("-A " + c.Name + " " + r + "\n")
+				}
+				p.Deleted += len(have)
+				p.Added += len(want[c])
+				continue
+			}
 			del, add := diffRules(have, want[c])
 			for _, r := range del {
 				body.WriteString("-D " + c.Name + " " + r + "\n")

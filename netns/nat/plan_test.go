@@ -58,8 +58,10 @@ func TestPlanFromEmpty(t *testing.T) {
 	l := newLayout("CORPUS")
 	d := manyForwards(3)
 	p := l.plan(l.render(d), map[string]snapshot{})
-	if len(p.NewChains) != 5 || p.Added != 2+3+2+3 || p.Deleted != 0 || len(p.InsertJumps) != 4 || len(p.DeleteJumps) != 0 {
-		t.Errorf("plan from empty = %v, want 5 chains, 10 rules, 4 jumps", p)
+	// nat: 2 in PREROUTING/OUTPUT, 3 DNAT, 2 POSTROUTING; filter: 4
+	// FORWARD, 4 INPUT.
+	if len(p.NewChains) != 6 || p.Added != 2+3+2+4+4 || p.Deleted != 0 || len(p.InsertJumps) != 5 || len(p.DeleteJumps) != 0 {
+		t.Errorf("plan from empty = %v, want 6 chains, 15 rules, 5 jumps", p)
 	}
 	want := "*nat\n:CORPUS-DNAT - [0:0]\n:CORPUS-PREROUTING - [0:0]\n:CORPUS-OUTPUT - [0:0]\n:CORPUS-POSTROUTING - [0:0]\n"
 	if !strings.HasPrefix(string(p.Restore), want) {

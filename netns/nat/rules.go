@@ -1,6 +1,7 @@
 package nat
 
 import (
+	"net/netip"
 	"slices"
 	"strconv"
 	"strings"
@@ -32,6 +33,7 @@ type layout struct {
 	dnat        Chain
 	postrouting Chain
 	forward     Chain
+	input       Chain
 	jumps       []Jump
 }
 
@@ -51,12 +53,14 @@ func newLayout(prefix string) layout {
 		dnat:        c("nat", "DNAT"),
 		postrouting: c("nat", "POSTROUTING"),
 		forward:     c("filter", "FORWARD"),
+		input:       c("filter", "INPUT"),
 	}
 	l.jumps = []Jump{
 		{Chain{"nat", "PREROUTING"}, "-m addrtype --dst-type LOCAL -j " + l.prerouting.Name},
 		{Chain{"nat", "OUTPUT"}, "-m addrtype --dst-type LOCAL -j " + l.output.Name},
 		{Chain{"nat", "POSTROUTING"}, "-j " + l.postrouting.Name},
 		{Chain{"filter", "FORWARD"}, "-j " + l.forward.Name},
+		{Chain{"filter", "INPUT"}, "-j " + l.input.Name},
 	}
 	return l
 }
@@ -64,8 +68,12 @@ func newLayout(prefix string) layout {
 // chains lists corpus's chains in creation order: a chain is created
 // before the chains that jump to it.
 func (l layout) chains() []Chain {
-	return []Chain{l.dnat, l.prerouting, l.output, l.postrouting, l.forward}
+	return []Chain{l.dnat, l.prerouting, l.output, l.postrouting, l.forward, l.input}
 }
+
+// ordered reports whether the order of c's rules decides what they do
+// (the filter chains); the nat chains' rules match disjoint traffic.
+func (l layout) ordered(c Chain) bool { return c == l.forward || c == l.input }
 
 // owned reports whether a chain name is under corpus's prefix.
 func (l layout) owned(name string) bool {
@@ -98,14 +106,65 @@ func (l layout) render(d Desired) map[Chain][]string {
 	}
 	out[l.postrouting] = post
 
-	fwd := []string{"-m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT"}
+	// A guest's packets with another source are dropped before anything
+	// else, established flows included (no injecting into another's).
+	var spoof []string
+	ports := slices.Clone(d.Ports)
+	slices.SortFunc(ports, func(a, b GuestPort) int { return strings.Compare(a.Iface, b.Iface) })
+	for _, p := range ports {
+		spoof = append(spoof, "! -s "+p.Addr.String()+"/32 -m physdev --physdev-in "+p.Iface+" -j DROP")
+	}
+	fwd := append(spoof, "-m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT")
+	var in []string
 	if d.Bridge != "" {
-		fwd = append(fwd,
-			"-o "+d.Bridge+" -m conntrack --ctstate DNAT -j ACCEPT",
-			"-i "+d.Bridge+" -j ACCEPT")
+		br := d.Bridge
+		fwd = append(fwd, "-o "+br+" -m conntrack --ctstate DNAT -j ACCEPT")
+		for _, ap := range sortedAddrPorts(d.Blocked) {
+			fwd = append(fwd, "-d "+ap.Addr().String()+"/32 -i "+br+" -p tcp -m tcp --dport "+strconv.Itoa(int(ap.Port()))+" -j DROP")
+		}
+		for _, g := range d.Groups {
+			members := slices.Clone(g)
+			slices.SortFunc(members, netip.Addr.Compare)
+			members = slices.Compact(members)
+			for _, a := range members {
+				for _, b := range members {
+					if a != b {
+						fwd = append(fwd, "-s "+a.String()+"/32 -d "+b.String()+"/32 -i "+br+" -o "+br+" -j ACCEPT")
+					}
+				}
+			}
+		}
+		fwd = append(fwd, "-i "+br+" -o "+br+" -j DROP", "-i "+br+" -j ACCEPT")
+
+		in = append(in, "! -i "+br+" -j RETURN")
+		in = append(in, spoof...)
+		in = append(in, "-m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT",
+			"-p icmp -j ACCEPT")
+		for _, np := range sortedNodePorts(d.NodePorts) {
+			in = append(in, "-p "+np.Proto+" -m "+np.Proto+" --dport "+strconv.Itoa(np.Port)+" -j ACCEPT")
+		}
+		in = append(in, "-j DROP")
 	}
 	out[l.forward] = fwd
+	out[l.input] = in
 	return out
+}
+
+func sortedAddrPorts(aps []netip.AddrPort) []netip.AddrPort {
+	out := slices.Clone(aps)
+	slices.SortFunc(out, netip.AddrPort.Compare)
+	return slices.Compact(out)
+}
+
+func sortedNodePorts(ps []NodePort) []NodePort {
+	out := slices.Clone(ps)
+	slices.SortFunc(out, func(a, b NodePort) int {
+		if c := strings.Compare(a.Proto, b.Proto); c != 0 {
+			return c
+		}
+		return a.Port - b.Port
+	})
+	return slices.Compact(out)
 }
 
 // forwardRule writes f as the DNAT rule iptables-save prints.

@@ -17,6 +17,9 @@ func TestRender(t *testing.T) {
 			{Proto: "udp", HostPort: 53, GuestAddr: g2, GuestPort: 5353},
 			{Proto: "tcp", HostPort: 8080, HostAddr: nodeIP, GuestAddr: g1, GuestPort: 80},
 		},
+		Groups:    [][]netip.Addr{{g2, g1}, {netip.MustParseAddr("10.210.3.9")}},
+		NodePorts: []NodePort{{"udp", 53}, {"tcp", 80}, {"tcp", 53}},
+		Blocked:   []netip.AddrPort{netip.MustParseAddrPort("10.99.0.9:7400")},
 	}
 	got := l.render(d)
 	want := map[Chain][]string{
@@ -33,7 +36,20 @@ func TestRender(t *testing.T) {
 		{"filter", "CORPUS-FORWARD"}: {
 			"-m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT",
 			"-o br0 -m conntrack --ctstate DNAT -j ACCEPT",
+			"-d 10.99.0.9/32 -i br0 -p tcp -m tcp --dport 7400 -j DROP",
+			"-s 10.210.3.2/32 -d 10.210.3.3/32 -i br0 -o br0 -j ACCEPT",
+			"-s 10.210.3.3/32 -d 10.210.3.2/32 -i br0 -o br0 -j ACCEPT",
+			"-i br0 -o br0 -j DROP",
 			"-i br0 -j ACCEPT",
+		},
+		{"filter", "CORPUS-INPUT"}: {
+			"! -i br0 -j RETURN",
+			"-m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT",
+			"-p icmp -j ACCEPT",
+			"-p tcp -m tcp --dport 53 -j ACCEPT",
+			"-p tcp -m tcp --dport 80 -j ACCEPT",
+			"-p udp -m udp --dport 53 -j ACCEPT",
+			"-j DROP",
 		},
 	}
 	if len(got) != len(want) {

@@ -34,8 +34,8 @@ func TestScale10000Forwards(t *testing.T) {
 	big := withForwards(tp.desired, n)
 
 	p := tp.plan(t, big)
-	if p.Added != n+len(tp.desired.Forwards)+7 || len(p.NewChains) != 5 {
-		t.Errorf("Plan from empty = %v, want %d rules in 5 new chains", p, n+len(tp.desired.Forwards)+7)
+	if want := n + len(tp.desired.Forwards) + 12; p.Added != want || len(p.NewChains) != 6 {
+		t.Errorf("Plan from empty = %v, want %d rules in 6 new chains", p, want)
 	}
 	start := time.Now()
 	tp.apply(t, big)

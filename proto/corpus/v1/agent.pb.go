@@ -1065,6 +1065,11 @@ type WatchResponse struct {
 	// coordinators are the API addresses of the control plane's replicas;
 	// agents add them to the addresses they fail over between.
 	Coordinators []string `protobuf:"bytes,8,rep,name=coordinators,proto3" json:"coordinators,omitempty"`
+	// guest_projects names the project of each of guests that belongs to
+	// one (guest id to project name). Guests of one project may reach each
+	// other on their node's network; any other pair of guests reaches only
+	// what corpus publishes.
+	GuestProjects map[string]string `protobuf:"bytes,9,rep,name=guest_projects,json=guestProjects,proto3" json:"guest_projects,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	// gossip_addr is host:port of the coordinator's gossip member (node
 	// liveness); agents join it. Empty when the coordinator gossips not.
 	GossipAddr    string `protobuf:"bytes,30,opt,name=gossip_addr,json=gossipAddr,proto3" json:"gossip_addr,omitempty"`
@@ -1154,6 +1159,13 @@ func (x *WatchResponse) GetVolumes() []*Volume {
 func (x *WatchResponse) GetCoordinators() []string {
 	if x != nil {
 		return x.Coordinators
+	}
+	return nil
+}
+
+func (x *WatchResponse) GetGuestProjects() map[string]string {
+	if x != nil {
+		return x.GuestProjects
 	}
 	return nil
 }
@@ -1665,7 +1677,7 @@ const file_corpus_v1_agent_proto_rawDesc = "" +
 	"\x18RenewCertificateResponse\x12'\n" +
 	"\x0fcertificate_pem\x18\x01 \x01(\fR\x0ecertificatePem\x12\x15\n" +
 	"\x06ca_pem\x18\x02 \x01(\fR\x05caPem\"\x0e\n" +
-	"\fWatchRequest\"\xc6\x02\n" +
+	"\fWatchRequest\"\xdc\x03\n" +
 	"\rWatchResponse\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\x04R\x05index\x12#\n" +
 	"\x04node\x18\x02 \x01(\v2\x0f.corpus.v1.NodeR\x04node\x12(\n" +
@@ -1674,9 +1686,13 @@ const file_corpus_v1_agent_proto_rawDesc = "" +
 	"\bdns_port\x18\x05 \x01(\rR\adnsPort\x12\x19\n" +
 	"\bdns_zone\x18\x06 \x01(\tR\adnsZone\x12+\n" +
 	"\avolumes\x18\a \x03(\v2\x11.corpus.v1.VolumeR\avolumes\x12\"\n" +
-	"\fcoordinators\x18\b \x03(\tR\fcoordinators\x12\x1f\n" +
+	"\fcoordinators\x18\b \x03(\tR\fcoordinators\x12R\n" +
+	"\x0eguest_projects\x18\t \x03(\v2+.corpus.v1.WatchResponse.GuestProjectsEntryR\rguestProjects\x12\x1f\n" +
 	"\vgossip_addr\x18\x1e \x01(\tR\n" +
-	"gossipAddr\"\xa3\x03\n" +
+	"gossipAddr\x1a@\n" +
+	"\x12GuestProjectsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xa3\x03\n" +
 	"\rReportRequest\x120\n" +
 	"\bcapacity\x18\x01 \x01(\v2\x14.corpus.v1.ResourcesR\bcapacity\x12/\n" +
 	"\adrivers\x18\x02 \x03(\v2\x15.corpus.v1.DriverInfoR\adrivers\x12#\n" +
@@ -1737,7 +1753,7 @@ func file_corpus_v1_agent_proto_rawDescGZIP() []byte {
 	return file_corpus_v1_agent_proto_rawDescData
 }
 
-var file_corpus_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 26)
+var file_corpus_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 27)
 var file_corpus_v1_agent_proto_goTypes = []any{
 	(*SetManifestDomainsRequest)(nil),  // 0: corpus.v1.SetManifestDomainsRequest
 	(*SetManifestDomainsResponse)(nil), // 1: corpus.v1.SetManifestDomainsResponse
@@ -1765,80 +1781,82 @@ var file_corpus_v1_agent_proto_goTypes = []any{
 	(*VolumeChunk)(nil),                // 23: corpus.v1.VolumeChunk
 	(*ImportVolumeResponse)(nil),       // 24: corpus.v1.ImportVolumeResponse
 	nil,                                // 25: corpus.v1.EnrollRequest.LabelsEntry
-	(*Project)(nil),                    // 26: corpus.v1.Project
-	(*ProjectEnv)(nil),                 // 27: corpus.v1.ProjectEnv
-	(*Release)(nil),                    // 28: corpus.v1.Release
-	(*ReleaseStep)(nil),                // 29: corpus.v1.ReleaseStep
-	(*Resources)(nil),                  // 30: corpus.v1.Resources
-	(*DriverInfo)(nil),                 // 31: corpus.v1.DriverInfo
-	(*Node)(nil),                       // 32: corpus.v1.Node
-	(*Guest)(nil),                      // 33: corpus.v1.Guest
-	(*Route)(nil),                      // 34: corpus.v1.Route
-	(*Volume)(nil),                     // 35: corpus.v1.Volume
-	(*GuestObserved)(nil),              // 36: corpus.v1.GuestObserved
-	(*VolumeObserved)(nil),             // 37: corpus.v1.VolumeObserved
-	(*ExecGuestRequest)(nil),           // 38: corpus.v1.ExecGuestRequest
-	(*SnapshotVolumeRequest)(nil),      // 39: corpus.v1.SnapshotVolumeRequest
-	(*RollbackRequest)(nil),            // 40: corpus.v1.RollbackRequest
-	(*ExecOutput)(nil),                 // 41: corpus.v1.ExecOutput
-	(*SnapshotVolumeResponse)(nil),     // 42: corpus.v1.SnapshotVolumeResponse
-	(*RollbackOutput)(nil),             // 43: corpus.v1.RollbackOutput
+	nil,                                // 26: corpus.v1.WatchResponse.GuestProjectsEntry
+	(*Project)(nil),                    // 27: corpus.v1.Project
+	(*ProjectEnv)(nil),                 // 28: corpus.v1.ProjectEnv
+	(*Release)(nil),                    // 29: corpus.v1.Release
+	(*ReleaseStep)(nil),                // 30: corpus.v1.ReleaseStep
+	(*Resources)(nil),                  // 31: corpus.v1.Resources
+	(*DriverInfo)(nil),                 // 32: corpus.v1.DriverInfo
+	(*Node)(nil),                       // 33: corpus.v1.Node
+	(*Guest)(nil),                      // 34: corpus.v1.Guest
+	(*Route)(nil),                      // 35: corpus.v1.Route
+	(*Volume)(nil),                     // 36: corpus.v1.Volume
+	(*GuestObserved)(nil),              // 37: corpus.v1.GuestObserved
+	(*VolumeObserved)(nil),             // 38: corpus.v1.VolumeObserved
+	(*ExecGuestRequest)(nil),           // 39: corpus.v1.ExecGuestRequest
+	(*SnapshotVolumeRequest)(nil),      // 40: corpus.v1.SnapshotVolumeRequest
+	(*RollbackRequest)(nil),            // 41: corpus.v1.RollbackRequest
+	(*ExecOutput)(nil),                 // 42: corpus.v1.ExecOutput
+	(*SnapshotVolumeResponse)(nil),     // 43: corpus.v1.SnapshotVolumeResponse
+	(*RollbackOutput)(nil),             // 44: corpus.v1.RollbackOutput
 }
 var file_corpus_v1_agent_proto_depIdxs = []int32{
-	26, // 0: corpus.v1.GitAccessResponse.project:type_name -> corpus.v1.Project
-	27, // 1: corpus.v1.GitAccessResponse.env:type_name -> corpus.v1.ProjectEnv
-	28, // 2: corpus.v1.GitAccessResponse.releases:type_name -> corpus.v1.Release
-	28, // 3: corpus.v1.BeginReleaseResponse.release:type_name -> corpus.v1.Release
-	29, // 4: corpus.v1.FinishReleaseRequest.steps:type_name -> corpus.v1.ReleaseStep
-	28, // 5: corpus.v1.FinishReleaseResponse.release:type_name -> corpus.v1.Release
+	27, // 0: corpus.v1.GitAccessResponse.project:type_name -> corpus.v1.Project
+	28, // 1: corpus.v1.GitAccessResponse.env:type_name -> corpus.v1.ProjectEnv
+	29, // 2: corpus.v1.GitAccessResponse.releases:type_name -> corpus.v1.Release
+	29, // 3: corpus.v1.BeginReleaseResponse.release:type_name -> corpus.v1.Release
+	30, // 4: corpus.v1.FinishReleaseRequest.steps:type_name -> corpus.v1.ReleaseStep
+	29, // 5: corpus.v1.FinishReleaseResponse.release:type_name -> corpus.v1.Release
 	25, // 6: corpus.v1.EnrollRequest.labels:type_name -> corpus.v1.EnrollRequest.LabelsEntry
-	30, // 7: corpus.v1.EnrollRequest.capacity:type_name -> corpus.v1.Resources
-	31, // 8: corpus.v1.EnrollRequest.drivers:type_name -> corpus.v1.DriverInfo
-	32, // 9: corpus.v1.WatchResponse.node:type_name -> corpus.v1.Node
-	33, // 10: corpus.v1.WatchResponse.guests:type_name -> corpus.v1.Guest
-	34, // 11: corpus.v1.WatchResponse.routes:type_name -> corpus.v1.Route
-	35, // 12: corpus.v1.WatchResponse.volumes:type_name -> corpus.v1.Volume
-	30, // 13: corpus.v1.ReportRequest.capacity:type_name -> corpus.v1.Resources
-	31, // 14: corpus.v1.ReportRequest.drivers:type_name -> corpus.v1.DriverInfo
-	19, // 15: corpus.v1.ReportRequest.guests:type_name -> corpus.v1.ReportedGuest
-	20, // 16: corpus.v1.ReportRequest.volumes:type_name -> corpus.v1.ReportedVolume
-	36, // 17: corpus.v1.ReportedGuest.observed:type_name -> corpus.v1.GuestObserved
-	37, // 18: corpus.v1.ReportedVolume.observed:type_name -> corpus.v1.VolumeObserved
-	12, // 19: corpus.v1.AgentService.Enroll:input_type -> corpus.v1.EnrollRequest
-	14, // 20: corpus.v1.AgentService.RenewCertificate:input_type -> corpus.v1.RenewCertificateRequest
-	16, // 21: corpus.v1.AgentService.Watch:input_type -> corpus.v1.WatchRequest
-	18, // 22: corpus.v1.AgentService.Report:input_type -> corpus.v1.ReportRequest
-	2,  // 23: corpus.v1.AgentService.GitAccess:input_type -> corpus.v1.GitAccessRequest
-	4,  // 24: corpus.v1.AgentService.BeginRelease:input_type -> corpus.v1.BeginReleaseRequest
-	6,  // 25: corpus.v1.AgentService.FinishRelease:input_type -> corpus.v1.FinishReleaseRequest
-	8,  // 26: corpus.v1.AgentService.SetCurrentRelease:input_type -> corpus.v1.SetCurrentReleaseRequest
-	10, // 27: corpus.v1.AgentService.PruneReleases:input_type -> corpus.v1.PruneReleasesRequest
-	0,  // 28: corpus.v1.AgentService.SetManifestDomains:input_type -> corpus.v1.SetManifestDomainsRequest
-	38, // 29: corpus.v1.NodeAgentService.Exec:input_type -> corpus.v1.ExecGuestRequest
-	22, // 30: corpus.v1.NodeAgentService.ExportVolume:input_type -> corpus.v1.ExportVolumeRequest
-	23, // 31: corpus.v1.NodeAgentService.ImportVolume:input_type -> corpus.v1.VolumeChunk
-	39, // 32: corpus.v1.NodeAgentService.SnapshotVolume:input_type -> corpus.v1.SnapshotVolumeRequest
-	40, // 33: corpus.v1.NodeAgentService.Rollback:input_type -> corpus.v1.RollbackRequest
-	13, // 34: corpus.v1.AgentService.Enroll:output_type -> corpus.v1.EnrollResponse
-	15, // 35: corpus.v1.AgentService.RenewCertificate:output_type -> corpus.v1.RenewCertificateResponse
-	17, // 36: corpus.v1.AgentService.Watch:output_type -> corpus.v1.WatchResponse
-	21, // 37: corpus.v1.AgentService.Report:output_type -> corpus.v1.ReportResponse
-	3,  // 38: corpus.v1.AgentService.GitAccess:output_type -> corpus.v1.GitAccessResponse
-	5,  // 39: corpus.v1.AgentService.BeginRelease:output_type -> corpus.v1.BeginReleaseResponse
-	7,  // 40: corpus.v1.AgentService.FinishRelease:output_type -> corpus.v1.FinishReleaseResponse
-	9,  // 41: corpus.v1.AgentService.SetCurrentRelease:output_type -> corpus.v1.SetCurrentReleaseResponse
-	11, // 42: corpus.v1.AgentService.PruneReleases:output_type -> corpus.v1.PruneReleasesResponse
-	1,  // 43: corpus.v1.AgentService.SetManifestDomains:output_type -> corpus.v1.SetManifestDomainsResponse
-	41, // 44: corpus.v1.NodeAgentService.Exec:output_type -> corpus.v1.ExecOutput
-	23, // 45: corpus.v1.NodeAgentService.ExportVolume:output_type -> corpus.v1.VolumeChunk
-	24, // 46: corpus.v1.NodeAgentService.ImportVolume:output_type -> corpus.v1.ImportVolumeResponse
-	42, // 47: corpus.v1.NodeAgentService.SnapshotVolume:output_type -> corpus.v1.SnapshotVolumeResponse
-	43, // 48: corpus.v1.NodeAgentService.Rollback:output_type -> corpus.v1.RollbackOutput
-	34, // [34:49] is the sub-list for method output_type
-	19, // [19:34] is the sub-list for method input_type
-	19, // [19:19] is the sub-list for extension type_name
-	19, // [19:19] is the sub-list for extension extendee
-	0,  // [0:19] is the sub-list for field type_name
+	31, // 7: corpus.v1.EnrollRequest.capacity:type_name -> corpus.v1.Resources
+	32, // 8: corpus.v1.EnrollRequest.drivers:type_name -> corpus.v1.DriverInfo
+	33, // 9: corpus.v1.WatchResponse.node:type_name -> corpus.v1.Node
+	34, // 10: corpus.v1.WatchResponse.guests:type_name -> corpus.v1.Guest
+	35, // 11: corpus.v1.WatchResponse.routes:type_name -> corpus.v1.Route
+	36, // 12: corpus.v1.WatchResponse.volumes:type_name -> corpus.v1.Volume
+	26, // 13: corpus.v1.WatchResponse.guest_projects:type_name -> corpus.v1.WatchResponse.GuestProjectsEntry
+	31, // 14: corpus.v1.ReportRequest.capacity:type_name -> corpus.v1.Resources
+	32, // 15: corpus.v1.ReportRequest.drivers:type_name -> corpus.v1.DriverInfo
+	19, // 16: corpus.v1.ReportRequest.guests:type_name -> corpus.v1.ReportedGuest
+	20, // 17: corpus.v1.ReportRequest.volumes:type_name -> corpus.v1.ReportedVolume
+	37, // 18: corpus.v1.ReportedGuest.observed:type_name -> corpus.v1.GuestObserved
+	38, // 19: corpus.v1.ReportedVolume.observed:type_name -> corpus.v1.VolumeObserved
+	12, // 20: corpus.v1.AgentService.Enroll:input_type -> corpus.v1.EnrollRequest
+	14, // 21: corpus.v1.AgentService.RenewCertificate:input_type -> corpus.v1.RenewCertificateRequest
+	16, // 22: corpus.v1.AgentService.Watch:input_type -> corpus.v1.WatchRequest
+	18, // 23: corpus.v1.AgentService.Report:input_type -> corpus.v1.ReportRequest
+	2,  // 24: corpus.v1.AgentService.GitAccess:input_type -> corpus.v1.GitAccessRequest
+	4,  // 25: corpus.v1.AgentService.BeginRelease:input_type -> corpus.v1.BeginReleaseRequest
+	6,  // 26: corpus.v1.AgentService.FinishRelease:input_type -> corpus.v1.FinishReleaseRequest
+	8,  // 27: corpus.v1.AgentService.SetCurrentRelease:input_type -> corpus.v1.SetCurrentReleaseRequest
+	10, // 28: corpus.v1.AgentService.PruneReleases:input_type -> corpus.v1.PruneReleasesRequest
+	0,  // 29: corpus.v1.AgentService.SetManifestDomains:input_type -> corpus.v1.SetManifestDomainsRequest
+	39, // 30: corpus.v1.NodeAgentService.Exec:input_type -> corpus.v1.ExecGuestRequest
+	22, // 31: corpus.v1.NodeAgentService.ExportVolume:input_type -> corpus.v1.ExportVolumeRequest
+	23, // 32: corpus.v1.NodeAgentService.ImportVolume:input_type -> corpus.v1.VolumeChunk
+	40, // 33: corpus.v1.NodeAgentService.SnapshotVolume:input_type -> corpus.v1.SnapshotVolumeRequest
+	41, // 34: corpus.v1.NodeAgentService.Rollback:input_type -> corpus.v1.RollbackRequest
+	13, // 35: corpus.v1.AgentService.Enroll:output_type -> corpus.v1.EnrollResponse
+	15, // 36: corpus.v1.AgentService.RenewCertificate:output_type -> corpus.v1.RenewCertificateResponse
+	17, // 37: corpus.v1.AgentService.Watch:output_type -> corpus.v1.WatchResponse
+	21, // 38: corpus.v1.AgentService.Report:output_type -> corpus.v1.ReportResponse
+	3,  // 39: corpus.v1.AgentService.GitAccess:output_type -> corpus.v1.GitAccessResponse
+	5,  // 40: corpus.v1.AgentService.BeginRelease:output_type -> corpus.v1.BeginReleaseResponse
+	7,  // 41: corpus.v1.AgentService.FinishRelease:output_type -> corpus.v1.FinishReleaseResponse
+	9,  // 42: corpus.v1.AgentService.SetCurrentRelease:output_type -> corpus.v1.SetCurrentReleaseResponse
+	11, // 43: corpus.v1.AgentService.PruneReleases:output_type -> corpus.v1.PruneReleasesResponse
+	1,  // 44: corpus.v1.AgentService.SetManifestDomains:output_type -> corpus.v1.SetManifestDomainsResponse
+	42, // 45: corpus.v1.NodeAgentService.Exec:output_type -> corpus.v1.ExecOutput
+	23, // 46: corpus.v1.NodeAgentService.ExportVolume:output_type -> corpus.v1.VolumeChunk
+	24, // 47: corpus.v1.NodeAgentService.ImportVolume:output_type -> corpus.v1.ImportVolumeResponse
+	43, // 48: corpus.v1.NodeAgentService.SnapshotVolume:output_type -> corpus.v1.SnapshotVolumeResponse
+	44, // 49: corpus.v1.NodeAgentService.Rollback:output_type -> corpus.v1.RollbackOutput
+	35, // [35:50] is the sub-list for method output_type
+	20, // [20:35] is the sub-list for method input_type
+	20, // [20:20] is the sub-list for extension type_name
+	20, // [20:20] is the sub-list for extension extendee
+	0,  // [0:20] is the sub-list for field type_name
 }
 
 func init() { file_corpus_v1_agent_proto_init() }
@@ -1856,7 +1874,7 @@ func file_corpus_v1_agent_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_corpus_v1_agent_proto_rawDesc), len(file_corpus_v1_agent_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   26,
+			NumMessages:   27,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -1,0 +1,107 @@
+package nat_test
+
+import (
+	"net"
+	"net/netip"
+	"testing"
+	"time"
+
+	"corpus/netns/nat"
+)
+
+// TestGuestIsolation: guests on one bridge reach each other only inside
+// a group, reach the node only on its node ports, and never reach a
+// blocked endpoint; published ports and the way out keep working.
+func TestGuestIsolation(t *testing.T) {
+	t.Parallel()
+	tp := newTopo(t)
+	// The node's own services: a "proxy" guests may use, an "agent" they
+	// may not.
+	serveTCP(t, tp.node, "proxy", gw+":80")
+	serveTCP(t, tp.node, "agent", ":7402")
+	d := tp.desired
+	d.NodePorts = []nat.NodePort{{Proto: "tcp", Port: 80}}
+	tp.apply(t, d)
+	apart := []path{
+		{"guest to guest directly, no group", (*topo).g1NS, "tcp4", "10.210.3.3:80", "", ""},
+		{"guest to guest, other way", (*topo).g2NS, "tcp4", "10.210.3.2:80", "", ""},
+		{"guest to a published port of another guest", (*topo).g1NS, "tcp4", node + ":8081", "guest2", gw},
+		{"guest to the node's proxy", (*topo).g1NS, "tcp4", gw + ":80", "proxy", "10.210.3.2"},
+		{"guest to the node's agent", (*topo).g1NS, "tcp4", gw + ":7402", "", ""},
+		{"guest to the agent on the node's other address", (*topo).g1NS, "tcp4", node + ":7402", "", ""},
+		{"client to the node's agent", (*topo).clientNS, "tcp4", node + ":7402", "agent", "10.99.0.2"},
+		{"guest to the outside", (*topo).g1NS, "tcp4", "10.99.0.2:9000", "client", node},
+	}
+	checkPaths(t, tp, apart)
+
+	d.Groups = [][]netip.Addr{{guest1, guest2}}
+	d.Blocked = []netip.AddrPort{netip.MustParseAddrPort("10.99.0.2:9000")}
+	tp.apply(t, d)
+	checkPaths(t, tp, []path{
+		{"guests of one group", (*topo).g1NS, "tcp4", "10.210.3.3:80", "guest2", "10.210.3.2"},
+		{"guests of one group, other way", (*topo).g2NS, "tcp4", "10.210.3.2:80", "guest1", "10.210.3.3"},
+		{"guest to a blocked endpoint", (*topo).g1NS, "tcp4", "10.99.0.2:9000", "", ""},
+		{"client to guest through DNAT", (*topo).clientNS, "tcp4", node + ":8080", "guest1", "10.99.0.2"},
+	})
+}
+
+// TestGuestSpoofing: a guest sending with another guest's address (added
+// to its own interface, as root in its namespace can) is dropped: the
+// node's resolver port, open to guests, never sees the spoofed source,
+// while the guest's own address gets through.
+func TestGuestSpoofing(t *testing.T) {
+	t.Parallel()
+	tp := newTopo(t)
+	var pc net.PacketConn
+	tp.node.MustDo(func() (err error) { pc, err = net.ListenPacket("udp4", gw+":53"); return err })
+	t.Cleanup(func() { pc.Close() })
+	seen := make(chan string, 16)
+	go func() {
+		buf := make([]byte, 64)
+		for {
+			n, from, err := pc.ReadFrom(buf)
+			if err != nil {
+				return
+			}
+			seen <- string(buf[:n]) + " from " + from.(*net.UDPAddr).IP.String()
+		}
+	}()
+	d := tp.desired
+	d.NodePorts = []nat.NodePort{{Proto: "udp", Port: 53}}
+	d.Ports = []nat.GuestPort{{Iface: "vg1", Addr: guest1}, {Iface: "vg2", Addr: guest2}}
+	tp.apply(t, d)
+	if p := tp.plan(t, d); !p.Empty() {
+		t.Errorf("plan after Apply = %v, want empty (rules as iptables-save prints them)", p)
+	}
+
+	// guest1 takes guest2's address as a second one and sends from each.
+	tp.g1.MustRun("ip", "addr", "add", "10.210.3.3/32", "dev", "eth0")
+	send := func(from, msg string) {
+		t.Helper()
+		tp.g1.MustDo(func() error {
+			c, err := net.DialUDP("udp4", &net.UDPAddr{IP: net.ParseIP(from)}, &net.UDPAddr{IP: net.ParseIP(gw), Port: 53})
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			_, err = c.Write([]byte(msg))
+			return err
+		})
+	}
+	send("10.210.3.3", "spoofed")
+	send("10.210.3.2", "real")
+	deadline := time.After(2 * time.Second)
+	var got []string
+wait:
+	for {
+		select {
+		case s := <-seen:
+			got = append(got, s)
+		case <-deadline:
+			break wait
+		}
+	}
+	if len(got) != 1 || got[0] != "real from 10.210.3.2" {
+		t.Errorf("the node received %q, want only the real datagram", got)
+	}
+}
