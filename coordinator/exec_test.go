@@ -119,6 +119,11 @@ func TestExecGuest(t *testing.T) {
 	if len(out) != 3 || string(out[0].Stdout) != "web: echo hi\n" || string(out[1].Stderr) != "input" || !out[2].Exited || out[2].ExitCode != 3 {
 		t.Errorf("ExecGuest(echo hi) = %v, want the agent's output relayed, ending with exit code 3", out)
 	}
+	// Every exec is in the audit log, the program named, its arguments
+	// (which may hold secrets) counted only.
+	if e := lastAudit(t, s, "exec_guest"); e.Actor != "ops" || e.Target != "web" || e.Result != "started echo with 1 arguments" {
+		t.Errorf("audit of the exec = %v, want ops starting echo in web", e)
+	}
 	// The agent's error code comes through.
 	if _, err := exec(&corpusv1.ExecGuestRequest{Name: "web", Argv: []string{"fail"}}); codeOf(err) != connect.CodeNotFound || !strings.Contains(err.Error(), "agent of node n1") {
 		t.Errorf("ExecGuest(fail) = %v, want %v from the agent of node n1", err, connect.CodeNotFound)

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"google.golang.org/protobuf/proto"
 
 	"corpus/coordinator/auth"
 	"corpus/coordinator/state"
@@ -50,6 +51,9 @@ type Backend struct {
 	CA      *pki.CA
 	CertTTL time.Duration
 	Logger  *slog.Logger
+
+	// audit records calls the state machine never sees (see auditor).
+	audit *auditor
 
 	// Passwords checks users' passwords for Login (nil: password login
 	// is off); LoginTTL is the lifetime, and the longest allowed, of
@@ -171,8 +175,12 @@ const maxRequestBytes = 4 << 20
 
 // Mount registers every service on mux behind the auth interceptor.
 func Mount(mux *http.ServeMux, b *Backend) {
-	authn := &auth.Authenticator{Store: b.Store, Policies: Policies}
-	interceptors := []connect.Interceptor{authn.Interceptor()}
+	b.audit = newAuditor(b)
+	authn := &auth.Authenticator{Store: b.Store, Policies: Policies, Refused: func(ctx context.Context, p auth.Principal, procedure string, req any, err error) {
+		m, _ := req.(proto.Message)
+		b.audit.refused(ctx, p, procedure, m, err)
+	}}
+	interceptors := []connect.Interceptor{authn.Interceptor(), b.audit.interceptor()}
 	if b.Metrics != nil {
 		interceptors = append([]connect.Interceptor{b.Metrics.Interceptor()}, interceptors...)
 	}
@@ -196,6 +204,9 @@ func Mount(mux *http.ServeMux, b *Backend) {
 func (b *Backend) write(ctx context.Context, cmd *corpusv1.Command) (uint64, error) {
 	cmd.Actor = auth.FromContext(ctx).String()
 	idx, err := b.Propose(ctx, cmd)
+	if idx > 0 {
+		markWrote(ctx) // applied, refused or not: the state machine audited it
+	}
 	if err != nil {
 		return idx, toConnect(err)
 	}

@@ -4,11 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"path/filepath"
 	"time"
 
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/proto"
 
+	"corpus/coordinator/auth"
 	"corpus/coordinator/state"
 	"corpus/internal/names"
 	"corpus/internal/secret"
@@ -132,6 +134,10 @@ func (s *guestService) setDesired(ctx context.Context, name, desired string, pur
 	if before == nil {
 		return nil, toConnect(notFound("guest", name, "corpus guest list"))
 	}
+	if p, e := view.ProjectOfGuest(before.Id); p != nil && desired == state.DesiredDeleted {
+		return nil, connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf(
+			"guest %s runs environment %s of project %s: delete the environment instead (corpus project delete %s --env %s)", name, e.Name, p.Name, p.Name, e.Name))
+	}
 	if before.DesiredState == desired && (!purge || before.PurgeVolume) {
 		return connect.NewResponse(&corpusv1.GuestActionResponse{Guest: before, Changed: false}), nil
 	}
@@ -183,6 +189,13 @@ func (s *guestService) ExecGuest(ctx context.Context, req *connect.Request[corpu
 	n := view.Node(g.NodeId)
 	if n == nil || n.AgentAddress == "" {
 		return connect.NewError(connect.CodeUnavailable, fmt.Errorf("the node of guest %q has no agent address", g.Name))
+	}
+	// Audited before it runs: an exec the log cannot record does not run.
+	// The log names the program, not its arguments (they may hold
+	// secrets).
+	what := fmt.Sprintf("started %s with %d arguments", filepath.Base(m.Argv[0]), len(m.Argv)-1)
+	if err := s.b.audit.record(ctx, auth.FromContext(ctx).String(), "exec_guest", g.Name, what); err != nil {
+		return connect.NewError(connect.CodeUnavailable, fmt.Errorf("the exec could not be recorded in the audit log, so it was not run: %w", err))
 	}
 	up, err := s.b.AgentClient(n).Exec(ctx, connect.NewRequest(m))
 	return relayFromAgent(n, "exec", up, err, stream.Send)

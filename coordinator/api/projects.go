@@ -232,6 +232,11 @@ func (s *projectService) CreateProject(ctx context.Context, req *connect.Request
 		Driver: m.Driver, Image: m.Image, Resources: m.Resources,
 		Volume: &corpusv1.VolumeSpec{SizeBytes: m.VolumeBytes, Path: ProjectsRoot + "/" + m.Name + "/data"},
 	}
+	// The data of an environment deleted with --keep-volumes (an unbound
+	// volume of the environment's guest's name) comes back with it.
+	if v := s.b.Store.Read().Volume(guestName); v != nil && v.GuestId == "" && v.GetDesiredState() != state.DesiredDeleted {
+		spec.Volume = &corpusv1.VolumeSpec{UseVolume: guestName, Path: spec.Volume.Path}
+	}
 	if err := normalizeSpec(spec); err != nil {
 		return nil, toConnect(err)
 	}
@@ -360,7 +365,7 @@ func (s *projectService) DeleteProject(ctx context.Context, req *connect.Request
 	if s.b.Store.Read().Project(m.Name) == nil {
 		return nil, toConnect(notFound("project", m.Name, "corpus project list"))
 	}
-	if _, err := s.b.write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_DeleteProject{DeleteProject: &corpusv1.DeleteProject{Name: m.Name, Env: m.Env}}}); err != nil {
+	if _, err := s.b.write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_DeleteProject{DeleteProject: &corpusv1.DeleteProject{Name: m.Name, Env: m.Env, KeepVolumes: m.KeepVolumes}}}); err != nil {
 		return nil, err
 	}
 	return connect.NewResponse(&corpusv1.DeleteProjectResponse{}), nil
@@ -499,7 +504,17 @@ func (s *projectService) Rollback(ctx context.Context, req *connect.Request[corp
 		return connect.NewError(connect.CodeUnavailable, fmt.Errorf("the node of %s/%s has no agent address", p.Name, e.Name))
 	}
 	up, err := s.b.AgentClient(n).Rollback(ctx, connect.NewRequest(&corpusv1.RollbackRequest{Project: p.Name, Env: e.Name, To: to}))
-	return relayFromAgent(n, "rollback", up, err, stream.Send)
+	err = relayFromAgent(n, "rollback", up, err, stream.Send)
+	// The node records the new current release as its own write; who
+	// asked for it is recorded here.
+	result := "ok: " + corpusv1.ReleaseName(to) + " is current"
+	if err != nil {
+		result = "failed: " + errorText(err)
+	}
+	if aerr := s.b.audit.record(ctx, auth.FromContext(ctx).String(), "rollback", p.Name+"/"+e.Name, result); aerr != nil {
+		s.b.Logger.Warn("recording a rollback in the audit log", "project", p.Name, "env", e.Name, "error", aerr)
+	}
+	return err
 }
 
 // Agent-side release calls.

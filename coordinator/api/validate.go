@@ -23,6 +23,9 @@ const (
 
 	minMemoryBytes = 16 << 20
 	minCPUMillis   = 10
+	// minDiskBytes is the smallest root file system disk a guest gets
+	// (the smallest loop volume).
+	minDiskBytes = 32 << 20
 	maxEnvVars     = 128
 	// maxEnvNameBytes bounds an environment variable's name.
 	maxEnvNameBytes = 255
@@ -64,8 +67,8 @@ func normalizeSpec(spec *corpusv1.GuestSpec) error {
 		return invalidf("memory %d bytes is below the minimum of %d MiB", r.MemoryBytes, minMemoryBytes>>20)
 	case r.CpuMillis < minCPUMillis:
 		return invalidf("cpu %d millicores is below the minimum of %dm (a hundredth of a core)", r.CpuMillis, minCPUMillis)
-	case r.DiskBytes < 0:
-		return invalidf("disk %d bytes is negative", r.DiskBytes)
+	case r.DiskBytes < minDiskBytes:
+		return invalidf("disk %d bytes is below the minimum of %d MiB", r.DiskBytes, minDiskBytes>>20)
 	}
 	if err := normalizePorts(spec.Ports); err != nil {
 		return err

@@ -118,6 +118,9 @@ var (
 type Authenticator struct {
 	Store    *state.Store
 	Policies map[string]Policy
+	// Refused, when set, hears of every call a policy or a credential
+	// refused (with the request when it is known), for the audit log.
+	Refused func(ctx context.Context, p Principal, procedure string, req any, err error)
 }
 
 // Authenticate returns the principal for a request's verified peer
@@ -230,26 +233,34 @@ var errExpired = errors.New("credential expired: ask for a new token (corpus use
 // authorize authenticates a call and checks its policy. For a user token
 // the returned context ends when the token is revoked or expires, so
 // long calls (blocking reads, streams) end with it; cancel releases it.
-func (a *Authenticator) authorize(ctx context.Context, procedure string, h http.Header) (context.Context, context.CancelFunc, error) {
+func (a *Authenticator) authorize(ctx context.Context, procedure string, h http.Header, req any) (context.Context, context.CancelFunc, error) {
 	policy, ok := a.Policies[procedure]
 	if !ok {
 		return nil, nil, connect.NewError(connect.CodePermissionDenied, errors.New("procedure "+procedure+" has no access policy"))
 	}
 	p, err := a.Authenticate(peerFrom(ctx), h.Get("Authorization"))
 	if err != nil {
-		return nil, nil, connect.NewError(connect.CodeUnauthenticated, err)
+		return nil, nil, a.refuse(ctx, Principal{Kind: Anonymous}, procedure, req, connect.NewError(connect.CodeUnauthenticated, err))
 	}
 	if !policy.allows(p.Kind) {
 		if p.Kind == Anonymous {
-			return nil, nil, connect.NewError(connect.CodeUnauthenticated, errNoCredential)
+			return nil, nil, a.refuse(ctx, p, procedure, req, connect.NewError(connect.CodeUnauthenticated, errNoCredential))
 		}
-		return nil, nil, connect.NewError(connect.CodePermissionDenied, errors.New(p.String()+" may not call "+procedure))
+		return nil, nil, a.refuse(ctx, p, procedure, req, connect.NewError(connect.CodePermissionDenied, errors.New(p.String()+" may not call "+procedure)))
 	}
 	ctx, cancel := context.WithCancelCause(context.WithValue(ctx, principalKey{}, p))
 	if p.TokenID != "" {
 		go a.endWithToken(ctx, cancel, p.TokenID)
 	}
 	return ctx, func() { cancel(nil) }, nil
+}
+
+// refuse tells Refused of a refusal and returns err.
+func (a *Authenticator) refuse(ctx context.Context, p Principal, procedure string, req any, err error) error {
+	if a.Refused != nil {
+		a.Refused(ctx, p, procedure, req, err)
+	}
+	return err
 }
 
 // errRevoked ends the calls of a token revoked (or expired) meanwhile.
@@ -297,7 +308,7 @@ func (i interceptor) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
 		if req.Spec().IsClient {
 			return next(ctx, req)
 		}
-		ctx, cancel, err := i.a.authorize(ctx, req.Spec().Procedure, req.Header())
+		ctx, cancel, err := i.a.authorize(ctx, req.Spec().Procedure, req.Header(), req.Any())
 		if err != nil {
 			return nil, err
 		}
@@ -316,7 +327,7 @@ func (i interceptor) WrapStreamingClient(next connect.StreamingClientFunc) conne
 
 func (i interceptor) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
 	return func(ctx context.Context, conn connect.StreamingHandlerConn) error {
-		ctx, cancel, err := i.a.authorize(ctx, conn.Spec().Procedure, conn.RequestHeader())
+		ctx, cancel, err := i.a.authorize(ctx, conn.Spec().Procedure, conn.RequestHeader(), nil)
 		if err != nil {
 			return err
 		}

@@ -3,6 +3,7 @@ package state
 import (
 	"fmt"
 
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 
 	corpusv1 "corpus/proto/corpus/v1"
@@ -35,7 +36,26 @@ func auditEntry(cmd *corpusv1.Command, index uint64, err error) *corpusv1.AuditE
 	}
 	e.Action = string(fd.Name())
 	e.Target = target(m.Get(fd).Message(), 2)
+	switch c := cmd.Cmd.(type) {
+	case *corpusv1.Command_RecordAudit:
+		e.Action, e.Target = c.RecordAudit.Action, c.RecordAudit.Target
+		if err == nil && c.RecordAudit.Result != "" {
+			e.Result = c.RecordAudit.Result
+		}
+	case *corpusv1.Command_GrantProject:
+		if c.GrantProject.Revoke {
+			e.Action = "revoke_project"
+		}
+	}
 	return e
+}
+
+// AuditTarget names the object a request is about, as audit entries do.
+func AuditTarget(m proto.Message) string {
+	if m == nil {
+		return ""
+	}
+	return target(m.ProtoReflect(), 2)
 }
 
 // targetFields are the fields that name a command's object, best first.

@@ -70,9 +70,11 @@ func (f *FSM) Apply(l *raft.Log) any {
 	defer txn.Abort()
 	a := applier{txn: txn, index: l.Index, now: cmd.Now}
 	err := a.apply(&cmd)
-	if err != nil {
-		// Business error: nothing changes but the audit log, not even the
-		// index row, so watchers of the state are not woken for nothing.
+	_, auditOnly := cmd.Cmd.(*corpusv1.Command_RecordAudit)
+	if err != nil || auditOnly {
+		// Business error, or a record for the audit log alone: nothing
+		// changes but the audit log, not even the index row, so watchers
+		// of the state are not woken for nothing.
 		txn.Abort()
 		atxn := f.store.memdb().Txn(true)
 		aa := applier{txn: atxn, index: l.Index, now: cmd.Now}
@@ -118,6 +120,8 @@ func (a *applier) apply(cmd *corpusv1.Command) error {
 		return a.createGuest(c.CreateGuest)
 	case *corpusv1.Command_UpdateGuest:
 		return a.updateGuest(c.UpdateGuest)
+	case *corpusv1.Command_RecordAudit:
+		return nil // the audit entry is all it leaves
 	case *corpusv1.Command_SetGuestDesired:
 		return a.setGuestDesired(c.SetGuestDesired)
 	case *corpusv1.Command_PlaceGuest:

@@ -182,7 +182,7 @@ func (a *applier) deleteProject(c *corpusv1.DeleteProject) error {
 			continue
 		}
 		if g := a.get(tableGuests, "id", env.GuestId); g != nil && g.(*corpusv1.Guest).DesiredState != DesiredDeleted {
-			if err := a.setGuestDesired(&corpusv1.SetGuestDesired{Name: g.(*corpusv1.Guest).Name, DesiredState: DesiredDeleted, PurgeVolume: true}); err != nil {
+			if err := a.setGuestDesired(&corpusv1.SetGuestDesired{Name: g.(*corpusv1.Guest).Name, DesiredState: DesiredDeleted, PurgeVolume: !c.KeepVolumes}); err != nil {
 				return err
 			}
 		}
@@ -420,6 +420,19 @@ func (v *Snap) UserByFingerprint(fp string) *corpusv1.User {
 // Project returns the project with that name, or nil.
 func (v *Snap) Project(name string) *corpusv1.Project {
 	return first[*corpusv1.Project](v, tableProjects, "name", name)
+}
+
+// ProjectOfGuest returns the project and environment a guest runs, nil
+// when it runs none.
+func (v *Snap) ProjectOfGuest(guestID string) (*corpusv1.Project, *corpusv1.ProjectEnv) {
+	for _, p := range v.Projects() {
+		for _, e := range p.GetEnvs() {
+			if e.GuestId == guestID {
+				return p, e
+			}
+		}
+	}
+	return nil, nil
 }
 
 // Projects returns every project sorted by name.

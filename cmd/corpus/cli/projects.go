@@ -80,24 +80,30 @@ func newProjectCmd(g *globals) *cobra.Command {
 		},
 	}
 	var delEnv string
+	var keepVolumes bool
 	del := &cobra.Command{
-		Use:   "delete NAME [--env ENV]",
+		Use:   "delete NAME [--env ENV] [--keep-volumes]",
 		Short: "Delete a project, or one environment of it, with its guests, data volumes and releases",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return call(g, cmd.Context(), func(ctx context.Context, c *clients) (*connect.Response[corpusv1.DeleteProjectResponse], error) {
-				return c.projects.DeleteProject(ctx, connect.NewRequest(&corpusv1.DeleteProjectRequest{Name: args[0], Env: delEnv}))
+				return c.projects.DeleteProject(ctx, connect.NewRequest(&corpusv1.DeleteProjectRequest{Name: args[0], Env: delEnv, KeepVolumes: keepVolumes}))
 			}, func(*corpusv1.DeleteProjectResponse) error {
+				what := "project " + args[0]
 				if delEnv != "" {
-					fmt.Fprintf(g.stdout, "project %s/%s deleted; its guest and data volume are being removed\n", args[0], delEnv)
-					return nil
+					what += "/" + delEnv
 				}
-				fmt.Fprintf(g.stdout, "project %s deleted; its guests and data volumes are being removed\n", args[0])
+				if keepVolumes {
+					fmt.Fprintf(g.stdout, "%s deleted; its guests are being removed, its data volumes kept (corpus volume list)\n", what)
+				} else {
+					fmt.Fprintf(g.stdout, "%s deleted; its guests and data volumes are being removed\n", what)
+				}
 				return nil
 			})
 		},
 	}
 	del.Flags().StringVar(&delEnv, "env", "", "delete only this environment (dev, staging or prod)")
+	del.Flags().BoolVar(&keepVolumes, "keep-volumes", false, "keep the data volumes (unbound) instead of deleting them")
 	cmd.AddCommand(newProjectCreateCmd(g), list, show, del, newProjectGrantCmd(g, false), newProjectGrantCmd(g, true))
 	return cmd
 }

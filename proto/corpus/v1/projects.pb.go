@@ -535,9 +535,13 @@ func (x *GetProjectResponse) GetIndex() uint64 {
 }
 
 type DeleteProjectRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
-	Env           string                 `protobuf:"bytes,2,opt,name=env,proto3" json:"env,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Env   string                 `protobuf:"bytes,2,opt,name=env,proto3" json:"env,omitempty"`
+	// keep_volumes leaves the environments' volumes (unbound, to be bound
+	// again with --use-volume or deleted with corpus volume delete); by
+	// default they are deleted with the project.
+	KeepVolumes   bool `protobuf:"varint,3,opt,name=keep_volumes,json=keepVolumes,proto3" json:"keep_volumes,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -584,6 +588,13 @@ func (x *DeleteProjectRequest) GetEnv() string {
 		return x.Env
 	}
 	return ""
+}
+
+func (x *DeleteProjectRequest) GetKeepVolumes() bool {
+	if x != nil {
+		return x.KeepVolumes
+	}
+	return false
 }
 
 type DeleteProjectResponse struct {
@@ -1117,10 +1128,11 @@ const file_corpus_v1_projects_proto_rawDesc = "" +
 	"\fwait_seconds\x18\x03 \x01(\x03R\vwaitSeconds\"\\\n" +
 	"\x12GetProjectResponse\x120\n" +
 	"\aproject\x18\x01 \x01(\v2\x16.corpus.v1.ProjectViewR\aproject\x12\x14\n" +
-	"\x05index\x18\x02 \x01(\x04R\x05index\"<\n" +
+	"\x05index\x18\x02 \x01(\x04R\x05index\"_\n" +
 	"\x14DeleteProjectRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x10\n" +
-	"\x03env\x18\x02 \x01(\tR\x03env\"\x17\n" +
+	"\x03env\x18\x02 \x01(\tR\x03env\x12!\n" +
+	"\fkeep_volumes\x18\x03 \x01(\bR\vkeepVolumes\"\x17\n" +
 	"\x15DeleteProjectResponse\"U\n" +
 	"\x13GrantProjectRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +

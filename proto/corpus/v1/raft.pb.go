@@ -82,6 +82,7 @@ type Command struct {
 	//	*Command_RenewNodeCertificate
 	//	*Command_UserLogin
 	//	*Command_UpdateGuest
+	//	*Command_RecordAudit
 	Cmd           isCommand_Cmd `protobuf_oneof:"cmd"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -512,6 +513,15 @@ func (x *Command) GetUpdateGuest() *UpdateGuest {
 	return nil
 }
 
+func (x *Command) GetRecordAudit() *RecordAudit {
+	if x != nil {
+		if x, ok := x.Cmd.(*Command_RecordAudit); ok {
+			return x.RecordAudit
+		}
+	}
+	return nil
+}
+
 type isCommand_Cmd interface {
 	isCommand_Cmd()
 }
@@ -676,6 +686,10 @@ type Command_UpdateGuest struct {
 	UpdateGuest *UpdateGuest `protobuf:"bytes,160,opt,name=update_guest,json=updateGuest,proto3,oneof"`
 }
 
+type Command_RecordAudit struct {
+	RecordAudit *RecordAudit `protobuf:"bytes,170,opt,name=record_audit,json=recordAudit,proto3,oneof"`
+}
+
 func (*Command_BootstrapCluster) isCommand_Cmd() {}
 
 func (*Command_CreateJoinToken) isCommand_Cmd() {}
@@ -756,6 +770,72 @@ func (*Command_UserLogin) isCommand_Cmd() {}
 
 func (*Command_UpdateGuest) isCommand_Cmd() {}
 
+func (*Command_RecordAudit) isCommand_Cmd() {}
+
+// RecordAudit leaves an audit entry and changes nothing else: a call the
+// API refused (permission or validation), an exec into a guest (recorded
+// before it runs), a rollback a user asked for. Proposed ignorable, so a
+// replica that predates it skips it.
+type RecordAudit struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Action        string                 `protobuf:"bytes,1,opt,name=action,proto3" json:"action,omitempty"`
+	Target        string                 `protobuf:"bytes,2,opt,name=target,proto3" json:"target,omitempty"`
+	Result        string                 `protobuf:"bytes,3,opt,name=result,proto3" json:"result,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RecordAudit) Reset() {
+	*x = RecordAudit{}
+	mi := &file_corpus_v1_raft_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RecordAudit) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RecordAudit) ProtoMessage() {}
+
+func (x *RecordAudit) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_raft_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RecordAudit.ProtoReflect.Descriptor instead.
+func (*RecordAudit) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *RecordAudit) GetAction() string {
+	if x != nil {
+		return x.Action
+	}
+	return ""
+}
+
+func (x *RecordAudit) GetTarget() string {
+	if x != nil {
+		return x.Target
+	}
+	return ""
+}
+
+func (x *RecordAudit) GetResult() string {
+	if x != nil {
+		return x.Result
+	}
+	return ""
+}
+
 type BootstrapCluster struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Config        *ClusterConfig         `protobuf:"bytes,1,opt,name=config,proto3" json:"config,omitempty"`
@@ -765,7 +845,7 @@ type BootstrapCluster struct {
 
 func (x *BootstrapCluster) Reset() {
 	*x = BootstrapCluster{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[1]
+	mi := &file_corpus_v1_raft_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -777,7 +857,7 @@ func (x *BootstrapCluster) String() string {
 func (*BootstrapCluster) ProtoMessage() {}
 
 func (x *BootstrapCluster) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[1]
+	mi := &file_corpus_v1_raft_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -790,7 +870,7 @@ func (x *BootstrapCluster) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BootstrapCluster.ProtoReflect.Descriptor instead.
 func (*BootstrapCluster) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{1}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *BootstrapCluster) GetConfig() *ClusterConfig {
@@ -809,7 +889,7 @@ type CreateJoinToken struct {
 
 func (x *CreateJoinToken) Reset() {
 	*x = CreateJoinToken{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[2]
+	mi := &file_corpus_v1_raft_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -821,7 +901,7 @@ func (x *CreateJoinToken) String() string {
 func (*CreateJoinToken) ProtoMessage() {}
 
 func (x *CreateJoinToken) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[2]
+	mi := &file_corpus_v1_raft_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -834,7 +914,7 @@ func (x *CreateJoinToken) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateJoinToken.ProtoReflect.Descriptor instead.
 func (*CreateJoinToken) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{2}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *CreateJoinToken) GetToken() *JoinToken {
@@ -856,7 +936,7 @@ type EnrollNode struct {
 
 func (x *EnrollNode) Reset() {
 	*x = EnrollNode{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[3]
+	mi := &file_corpus_v1_raft_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -868,7 +948,7 @@ func (x *EnrollNode) String() string {
 func (*EnrollNode) ProtoMessage() {}
 
 func (x *EnrollNode) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[3]
+	mi := &file_corpus_v1_raft_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -881,7 +961,7 @@ func (x *EnrollNode) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EnrollNode.ProtoReflect.Descriptor instead.
 func (*EnrollNode) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{3}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *EnrollNode) GetTokenId() string {
@@ -918,7 +998,7 @@ type RenewNodeCertificate struct {
 
 func (x *RenewNodeCertificate) Reset() {
 	*x = RenewNodeCertificate{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[4]
+	mi := &file_corpus_v1_raft_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -930,7 +1010,7 @@ func (x *RenewNodeCertificate) String() string {
 func (*RenewNodeCertificate) ProtoMessage() {}
 
 func (x *RenewNodeCertificate) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[4]
+	mi := &file_corpus_v1_raft_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -943,7 +1023,7 @@ func (x *RenewNodeCertificate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenewNodeCertificate.ProtoReflect.Descriptor instead.
 func (*RenewNodeCertificate) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{4}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *RenewNodeCertificate) GetNodeId() string {
@@ -986,7 +1066,7 @@ type UpdateNode struct {
 
 func (x *UpdateNode) Reset() {
 	*x = UpdateNode{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[5]
+	mi := &file_corpus_v1_raft_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -998,7 +1078,7 @@ func (x *UpdateNode) String() string {
 func (*UpdateNode) ProtoMessage() {}
 
 func (x *UpdateNode) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[5]
+	mi := &file_corpus_v1_raft_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1011,7 +1091,7 @@ func (x *UpdateNode) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateNode.ProtoReflect.Descriptor instead.
 func (*UpdateNode) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{5}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *UpdateNode) GetNodeId() string {
@@ -1094,7 +1174,7 @@ type SetNodeStatus struct {
 
 func (x *SetNodeStatus) Reset() {
 	*x = SetNodeStatus{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[6]
+	mi := &file_corpus_v1_raft_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1106,7 +1186,7 @@ func (x *SetNodeStatus) String() string {
 func (*SetNodeStatus) ProtoMessage() {}
 
 func (x *SetNodeStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[6]
+	mi := &file_corpus_v1_raft_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1119,7 +1199,7 @@ func (x *SetNodeStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetNodeStatus.ProtoReflect.Descriptor instead.
 func (*SetNodeStatus) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{6}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *SetNodeStatus) GetNodeId() string {
@@ -1145,7 +1225,7 @@ type CreateGuest struct {
 
 func (x *CreateGuest) Reset() {
 	*x = CreateGuest{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[7]
+	mi := &file_corpus_v1_raft_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1157,7 +1237,7 @@ func (x *CreateGuest) String() string {
 func (*CreateGuest) ProtoMessage() {}
 
 func (x *CreateGuest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[7]
+	mi := &file_corpus_v1_raft_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1170,7 +1250,7 @@ func (x *CreateGuest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateGuest.ProtoReflect.Descriptor instead.
 func (*CreateGuest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{7}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *CreateGuest) GetGuest() *Guest {
@@ -1194,7 +1274,7 @@ type SetGuestDesired struct {
 
 func (x *SetGuestDesired) Reset() {
 	*x = SetGuestDesired{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[8]
+	mi := &file_corpus_v1_raft_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1206,7 +1286,7 @@ func (x *SetGuestDesired) String() string {
 func (*SetGuestDesired) ProtoMessage() {}
 
 func (x *SetGuestDesired) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[8]
+	mi := &file_corpus_v1_raft_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1219,7 +1299,7 @@ func (x *SetGuestDesired) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetGuestDesired.ProtoReflect.Descriptor instead.
 func (*SetGuestDesired) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{8}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *SetGuestDesired) GetName() string {
@@ -1258,7 +1338,7 @@ type PlaceGuest struct {
 
 func (x *PlaceGuest) Reset() {
 	*x = PlaceGuest{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[9]
+	mi := &file_corpus_v1_raft_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1270,7 +1350,7 @@ func (x *PlaceGuest) String() string {
 func (*PlaceGuest) ProtoMessage() {}
 
 func (x *PlaceGuest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[9]
+	mi := &file_corpus_v1_raft_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1283,7 +1363,7 @@ func (x *PlaceGuest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlaceGuest.ProtoReflect.Descriptor instead.
 func (*PlaceGuest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{9}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *PlaceGuest) GetGuestId() string {
@@ -1330,7 +1410,7 @@ type PlaceGuests struct {
 
 func (x *PlaceGuests) Reset() {
 	*x = PlaceGuests{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[10]
+	mi := &file_corpus_v1_raft_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1342,7 +1422,7 @@ func (x *PlaceGuests) String() string {
 func (*PlaceGuests) ProtoMessage() {}
 
 func (x *PlaceGuests) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[10]
+	mi := &file_corpus_v1_raft_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1355,7 +1435,7 @@ func (x *PlaceGuests) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlaceGuests.ProtoReflect.Descriptor instead.
 func (*PlaceGuests) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{10}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *PlaceGuests) GetPlacements() []*PlaceGuest {
@@ -1380,7 +1460,7 @@ type SetNodeMode struct {
 
 func (x *SetNodeMode) Reset() {
 	*x = SetNodeMode{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[11]
+	mi := &file_corpus_v1_raft_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1392,7 +1472,7 @@ func (x *SetNodeMode) String() string {
 func (*SetNodeMode) ProtoMessage() {}
 
 func (x *SetNodeMode) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[11]
+	mi := &file_corpus_v1_raft_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1405,7 +1485,7 @@ func (x *SetNodeMode) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetNodeMode.ProtoReflect.Descriptor instead.
 func (*SetNodeMode) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{11}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *SetNodeMode) GetNodeId() string {
@@ -1440,7 +1520,7 @@ type ObservedGuest struct {
 
 func (x *ObservedGuest) Reset() {
 	*x = ObservedGuest{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[12]
+	mi := &file_corpus_v1_raft_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1452,7 +1532,7 @@ func (x *ObservedGuest) String() string {
 func (*ObservedGuest) ProtoMessage() {}
 
 func (x *ObservedGuest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[12]
+	mi := &file_corpus_v1_raft_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1465,7 +1545,7 @@ func (x *ObservedGuest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ObservedGuest.ProtoReflect.Descriptor instead.
 func (*ObservedGuest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{12}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ObservedGuest) GetGuestId() string {
@@ -1493,7 +1573,7 @@ type ReportGuests struct {
 
 func (x *ReportGuests) Reset() {
 	*x = ReportGuests{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[13]
+	mi := &file_corpus_v1_raft_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1505,7 +1585,7 @@ func (x *ReportGuests) String() string {
 func (*ReportGuests) ProtoMessage() {}
 
 func (x *ReportGuests) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[13]
+	mi := &file_corpus_v1_raft_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1518,7 +1598,7 @@ func (x *ReportGuests) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportGuests.ProtoReflect.Descriptor instead.
 func (*ReportGuests) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{13}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ReportGuests) GetNodeId() string {
@@ -1545,7 +1625,7 @@ type CreateRoute struct {
 
 func (x *CreateRoute) Reset() {
 	*x = CreateRoute{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[14]
+	mi := &file_corpus_v1_raft_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1557,7 +1637,7 @@ func (x *CreateRoute) String() string {
 func (*CreateRoute) ProtoMessage() {}
 
 func (x *CreateRoute) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[14]
+	mi := &file_corpus_v1_raft_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1570,7 +1650,7 @@ func (x *CreateRoute) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateRoute.ProtoReflect.Descriptor instead.
 func (*CreateRoute) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{14}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *CreateRoute) GetRoute() *Route {
@@ -1589,7 +1669,7 @@ type DeleteRoute struct {
 
 func (x *DeleteRoute) Reset() {
 	*x = DeleteRoute{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[15]
+	mi := &file_corpus_v1_raft_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1601,7 +1681,7 @@ func (x *DeleteRoute) String() string {
 func (*DeleteRoute) ProtoMessage() {}
 
 func (x *DeleteRoute) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[15]
+	mi := &file_corpus_v1_raft_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1614,7 +1694,7 @@ func (x *DeleteRoute) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteRoute.ProtoReflect.Descriptor instead.
 func (*DeleteRoute) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{15}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *DeleteRoute) GetId() string {
@@ -1636,7 +1716,7 @@ type MoveRoute struct {
 
 func (x *MoveRoute) Reset() {
 	*x = MoveRoute{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[16]
+	mi := &file_corpus_v1_raft_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1648,7 +1728,7 @@ func (x *MoveRoute) String() string {
 func (*MoveRoute) ProtoMessage() {}
 
 func (x *MoveRoute) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[16]
+	mi := &file_corpus_v1_raft_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1661,7 +1741,7 @@ func (x *MoveRoute) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MoveRoute.ProtoReflect.Descriptor instead.
 func (*MoveRoute) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{16}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *MoveRoute) GetId() string {
@@ -1694,7 +1774,7 @@ type AddDnsRecord struct {
 
 func (x *AddDnsRecord) Reset() {
 	*x = AddDnsRecord{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[17]
+	mi := &file_corpus_v1_raft_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1706,7 +1786,7 @@ func (x *AddDnsRecord) String() string {
 func (*AddDnsRecord) ProtoMessage() {}
 
 func (x *AddDnsRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[17]
+	mi := &file_corpus_v1_raft_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1719,7 +1799,7 @@ func (x *AddDnsRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddDnsRecord.ProtoReflect.Descriptor instead.
 func (*AddDnsRecord) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{17}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *AddDnsRecord) GetRecord() *DnsRecord {
@@ -1738,7 +1818,7 @@ type DeleteDnsRecord struct {
 
 func (x *DeleteDnsRecord) Reset() {
 	*x = DeleteDnsRecord{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[18]
+	mi := &file_corpus_v1_raft_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1750,7 +1830,7 @@ func (x *DeleteDnsRecord) String() string {
 func (*DeleteDnsRecord) ProtoMessage() {}
 
 func (x *DeleteDnsRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[18]
+	mi := &file_corpus_v1_raft_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1763,7 +1843,7 @@ func (x *DeleteDnsRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteDnsRecord.ProtoReflect.Descriptor instead.
 func (*DeleteDnsRecord) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{18}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *DeleteDnsRecord) GetId() string {
@@ -1783,7 +1863,7 @@ type DeleteVolume struct {
 
 func (x *DeleteVolume) Reset() {
 	*x = DeleteVolume{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[19]
+	mi := &file_corpus_v1_raft_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1795,7 +1875,7 @@ func (x *DeleteVolume) String() string {
 func (*DeleteVolume) ProtoMessage() {}
 
 func (x *DeleteVolume) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[19]
+	mi := &file_corpus_v1_raft_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1808,7 +1888,7 @@ func (x *DeleteVolume) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteVolume.ProtoReflect.Descriptor instead.
 func (*DeleteVolume) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{19}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *DeleteVolume) GetName() string {
@@ -1829,7 +1909,7 @@ type ResizeVolume struct {
 
 func (x *ResizeVolume) Reset() {
 	*x = ResizeVolume{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[20]
+	mi := &file_corpus_v1_raft_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1841,7 +1921,7 @@ func (x *ResizeVolume) String() string {
 func (*ResizeVolume) ProtoMessage() {}
 
 func (x *ResizeVolume) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[20]
+	mi := &file_corpus_v1_raft_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1854,7 +1934,7 @@ func (x *ResizeVolume) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResizeVolume.ProtoReflect.Descriptor instead.
 func (*ResizeVolume) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{20}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ResizeVolume) GetName() string {
@@ -1883,7 +1963,7 @@ type MoveVolume struct {
 
 func (x *MoveVolume) Reset() {
 	*x = MoveVolume{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[21]
+	mi := &file_corpus_v1_raft_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1895,7 +1975,7 @@ func (x *MoveVolume) String() string {
 func (*MoveVolume) ProtoMessage() {}
 
 func (x *MoveVolume) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[21]
+	mi := &file_corpus_v1_raft_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1908,7 +1988,7 @@ func (x *MoveVolume) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MoveVolume.ProtoReflect.Descriptor instead.
 func (*MoveVolume) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{21}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *MoveVolume) GetName() string {
@@ -1938,7 +2018,7 @@ type ObservedVolume struct {
 
 func (x *ObservedVolume) Reset() {
 	*x = ObservedVolume{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[22]
+	mi := &file_corpus_v1_raft_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1950,7 +2030,7 @@ func (x *ObservedVolume) String() string {
 func (*ObservedVolume) ProtoMessage() {}
 
 func (x *ObservedVolume) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[22]
+	mi := &file_corpus_v1_raft_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1963,7 +2043,7 @@ func (x *ObservedVolume) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ObservedVolume.ProtoReflect.Descriptor instead.
 func (*ObservedVolume) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{22}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ObservedVolume) GetVolumeId() string {
@@ -1998,7 +2078,7 @@ type ReportVolumes struct {
 
 func (x *ReportVolumes) Reset() {
 	*x = ReportVolumes{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[23]
+	mi := &file_corpus_v1_raft_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2010,7 +2090,7 @@ func (x *ReportVolumes) String() string {
 func (*ReportVolumes) ProtoMessage() {}
 
 func (x *ReportVolumes) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[23]
+	mi := &file_corpus_v1_raft_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2023,7 +2103,7 @@ func (x *ReportVolumes) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportVolumes.ProtoReflect.Descriptor instead.
 func (*ReportVolumes) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{23}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ReportVolumes) GetNodeId() string {
@@ -2049,7 +2129,7 @@ type CreateUser struct {
 
 func (x *CreateUser) Reset() {
 	*x = CreateUser{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[24]
+	mi := &file_corpus_v1_raft_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2061,7 +2141,7 @@ func (x *CreateUser) String() string {
 func (*CreateUser) ProtoMessage() {}
 
 func (x *CreateUser) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[24]
+	mi := &file_corpus_v1_raft_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2074,7 +2154,7 @@ func (x *CreateUser) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateUser.ProtoReflect.Descriptor instead.
 func (*CreateUser) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{24}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *CreateUser) GetUser() *User {
@@ -2105,7 +2185,7 @@ type UserLogin struct {
 
 func (x *UserLogin) Reset() {
 	*x = UserLogin{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[25]
+	mi := &file_corpus_v1_raft_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2117,7 +2197,7 @@ func (x *UserLogin) String() string {
 func (*UserLogin) ProtoMessage() {}
 
 func (x *UserLogin) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[25]
+	mi := &file_corpus_v1_raft_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2130,7 +2210,7 @@ func (x *UserLogin) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UserLogin.ProtoReflect.Descriptor instead.
 func (*UserLogin) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{25}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *UserLogin) GetUser() string {
@@ -2177,7 +2257,7 @@ type DeleteUser struct {
 
 func (x *DeleteUser) Reset() {
 	*x = DeleteUser{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[26]
+	mi := &file_corpus_v1_raft_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2189,7 +2269,7 @@ func (x *DeleteUser) String() string {
 func (*DeleteUser) ProtoMessage() {}
 
 func (x *DeleteUser) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[26]
+	mi := &file_corpus_v1_raft_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2202,7 +2282,7 @@ func (x *DeleteUser) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteUser.ProtoReflect.Descriptor instead.
 func (*DeleteUser) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{26}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *DeleteUser) GetName() string {
@@ -2223,7 +2303,7 @@ type AddSshKey struct {
 
 func (x *AddSshKey) Reset() {
 	*x = AddSshKey{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[27]
+	mi := &file_corpus_v1_raft_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2235,7 +2315,7 @@ func (x *AddSshKey) String() string {
 func (*AddSshKey) ProtoMessage() {}
 
 func (x *AddSshKey) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[27]
+	mi := &file_corpus_v1_raft_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2248,7 +2328,7 @@ func (x *AddSshKey) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddSshKey.ProtoReflect.Descriptor instead.
 func (*AddSshKey) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{27}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *AddSshKey) GetUser() string {
@@ -2275,7 +2355,7 @@ type DeleteSshKey struct {
 
 func (x *DeleteSshKey) Reset() {
 	*x = DeleteSshKey{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[28]
+	mi := &file_corpus_v1_raft_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2287,7 +2367,7 @@ func (x *DeleteSshKey) String() string {
 func (*DeleteSshKey) ProtoMessage() {}
 
 func (x *DeleteSshKey) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[28]
+	mi := &file_corpus_v1_raft_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2300,7 +2380,7 @@ func (x *DeleteSshKey) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteSshKey.ProtoReflect.Descriptor instead.
 func (*DeleteSshKey) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{28}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *DeleteSshKey) GetUser() string {
@@ -2333,7 +2413,7 @@ type CreateProject struct {
 
 func (x *CreateProject) Reset() {
 	*x = CreateProject{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[29]
+	mi := &file_corpus_v1_raft_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2345,7 +2425,7 @@ func (x *CreateProject) String() string {
 func (*CreateProject) ProtoMessage() {}
 
 func (x *CreateProject) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[29]
+	mi := &file_corpus_v1_raft_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2358,7 +2438,7 @@ func (x *CreateProject) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateProject.ProtoReflect.Descriptor instead.
 func (*CreateProject) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{29}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *CreateProject) GetProjectId() string {
@@ -2402,14 +2482,17 @@ type DeleteProject struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
 	// env limits the deletion to one environment.
-	Env           string `protobuf:"bytes,2,opt,name=env,proto3" json:"env,omitempty"`
+	Env string `protobuf:"bytes,2,opt,name=env,proto3" json:"env,omitempty"`
+	// keep_volumes leaves the environments' volumes (unbound) instead of
+	// deleting them with their guests.
+	KeepVolumes   bool `protobuf:"varint,3,opt,name=keep_volumes,json=keepVolumes,proto3" json:"keep_volumes,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *DeleteProject) Reset() {
 	*x = DeleteProject{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[30]
+	mi := &file_corpus_v1_raft_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2421,7 +2504,7 @@ func (x *DeleteProject) String() string {
 func (*DeleteProject) ProtoMessage() {}
 
 func (x *DeleteProject) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[30]
+	mi := &file_corpus_v1_raft_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2434,7 +2517,7 @@ func (x *DeleteProject) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteProject.ProtoReflect.Descriptor instead.
 func (*DeleteProject) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{30}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *DeleteProject) GetName() string {
@@ -2451,6 +2534,13 @@ func (x *DeleteProject) GetEnv() string {
 	return ""
 }
 
+func (x *DeleteProject) GetKeepVolumes() bool {
+	if x != nil {
+		return x.KeepVolumes
+	}
+	return false
+}
+
 // GrantProject lets a user use a project, or (revoke) no longer.
 type GrantProject struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -2463,7 +2553,7 @@ type GrantProject struct {
 
 func (x *GrantProject) Reset() {
 	*x = GrantProject{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[31]
+	mi := &file_corpus_v1_raft_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2475,7 +2565,7 @@ func (x *GrantProject) String() string {
 func (*GrantProject) ProtoMessage() {}
 
 func (x *GrantProject) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[31]
+	mi := &file_corpus_v1_raft_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2488,7 +2578,7 @@ func (x *GrantProject) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GrantProject.ProtoReflect.Descriptor instead.
 func (*GrantProject) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{31}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *GrantProject) GetName() string {
@@ -2524,7 +2614,7 @@ type BeginRelease struct {
 
 func (x *BeginRelease) Reset() {
 	*x = BeginRelease{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[32]
+	mi := &file_corpus_v1_raft_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2536,7 +2626,7 @@ func (x *BeginRelease) String() string {
 func (*BeginRelease) ProtoMessage() {}
 
 func (x *BeginRelease) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[32]
+	mi := &file_corpus_v1_raft_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2549,7 +2639,7 @@ func (x *BeginRelease) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BeginRelease.ProtoReflect.Descriptor instead.
 func (*BeginRelease) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{32}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *BeginRelease) GetRelease() *Release {
@@ -2576,7 +2666,7 @@ type FinishRelease struct {
 
 func (x *FinishRelease) Reset() {
 	*x = FinishRelease{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[33]
+	mi := &file_corpus_v1_raft_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2588,7 +2678,7 @@ func (x *FinishRelease) String() string {
 func (*FinishRelease) ProtoMessage() {}
 
 func (x *FinishRelease) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[33]
+	mi := &file_corpus_v1_raft_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2601,7 +2691,7 @@ func (x *FinishRelease) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FinishRelease.ProtoReflect.Descriptor instead.
 func (*FinishRelease) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{33}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *FinishRelease) GetId() string {
@@ -2667,7 +2757,7 @@ type SetCurrentRelease struct {
 
 func (x *SetCurrentRelease) Reset() {
 	*x = SetCurrentRelease{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[34]
+	mi := &file_corpus_v1_raft_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2679,7 +2769,7 @@ func (x *SetCurrentRelease) String() string {
 func (*SetCurrentRelease) ProtoMessage() {}
 
 func (x *SetCurrentRelease) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[34]
+	mi := &file_corpus_v1_raft_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2692,7 +2782,7 @@ func (x *SetCurrentRelease) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetCurrentRelease.ProtoReflect.Descriptor instead.
 func (*SetCurrentRelease) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{34}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *SetCurrentRelease) GetProject() string {
@@ -2736,7 +2826,7 @@ type PruneReleases struct {
 
 func (x *PruneReleases) Reset() {
 	*x = PruneReleases{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[35]
+	mi := &file_corpus_v1_raft_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2748,7 +2838,7 @@ func (x *PruneReleases) String() string {
 func (*PruneReleases) ProtoMessage() {}
 
 func (x *PruneReleases) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[35]
+	mi := &file_corpus_v1_raft_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2761,7 +2851,7 @@ func (x *PruneReleases) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PruneReleases.ProtoReflect.Descriptor instead.
 func (*PruneReleases) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{35}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *PruneReleases) GetProject() string {
@@ -2809,7 +2899,7 @@ type SetManifestDomains struct {
 
 func (x *SetManifestDomains) Reset() {
 	*x = SetManifestDomains{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[36]
+	mi := &file_corpus_v1_raft_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2821,7 +2911,7 @@ func (x *SetManifestDomains) String() string {
 func (*SetManifestDomains) ProtoMessage() {}
 
 func (x *SetManifestDomains) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[36]
+	mi := &file_corpus_v1_raft_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2834,7 +2924,7 @@ func (x *SetManifestDomains) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetManifestDomains.ProtoReflect.Descriptor instead.
 func (*SetManifestDomains) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{36}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *SetManifestDomains) GetProject() string {
@@ -2882,7 +2972,7 @@ type UpsertCoordinator struct {
 
 func (x *UpsertCoordinator) Reset() {
 	*x = UpsertCoordinator{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[37]
+	mi := &file_corpus_v1_raft_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2894,7 +2984,7 @@ func (x *UpsertCoordinator) String() string {
 func (*UpsertCoordinator) ProtoMessage() {}
 
 func (x *UpsertCoordinator) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[37]
+	mi := &file_corpus_v1_raft_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2907,7 +2997,7 @@ func (x *UpsertCoordinator) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpsertCoordinator.ProtoReflect.Descriptor instead.
 func (*UpsertCoordinator) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{37}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *UpsertCoordinator) GetCoordinator() *Coordinator {
@@ -2927,7 +3017,7 @@ type RemoveCoordinator struct {
 
 func (x *RemoveCoordinator) Reset() {
 	*x = RemoveCoordinator{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[38]
+	mi := &file_corpus_v1_raft_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2939,7 +3029,7 @@ func (x *RemoveCoordinator) String() string {
 func (*RemoveCoordinator) ProtoMessage() {}
 
 func (x *RemoveCoordinator) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[38]
+	mi := &file_corpus_v1_raft_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2952,7 +3042,7 @@ func (x *RemoveCoordinator) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveCoordinator.ProtoReflect.Descriptor instead.
 func (*RemoveCoordinator) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{38}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *RemoveCoordinator) GetId() string {
@@ -2972,7 +3062,7 @@ type CreateUserToken struct {
 
 func (x *CreateUserToken) Reset() {
 	*x = CreateUserToken{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[39]
+	mi := &file_corpus_v1_raft_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2984,7 +3074,7 @@ func (x *CreateUserToken) String() string {
 func (*CreateUserToken) ProtoMessage() {}
 
 func (x *CreateUserToken) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[39]
+	mi := &file_corpus_v1_raft_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2997,7 +3087,7 @@ func (x *CreateUserToken) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateUserToken.ProtoReflect.Descriptor instead.
 func (*CreateUserToken) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{39}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *CreateUserToken) GetToken() *UserToken {
@@ -3017,7 +3107,7 @@ type RevokeUserToken struct {
 
 func (x *RevokeUserToken) Reset() {
 	*x = RevokeUserToken{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[40]
+	mi := &file_corpus_v1_raft_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3029,7 +3119,7 @@ func (x *RevokeUserToken) String() string {
 func (*RevokeUserToken) ProtoMessage() {}
 
 func (x *RevokeUserToken) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[40]
+	mi := &file_corpus_v1_raft_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3042,7 +3132,7 @@ func (x *RevokeUserToken) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeUserToken.ProtoReflect.Descriptor instead.
 func (*RevokeUserToken) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{40}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *RevokeUserToken) GetId() string {
@@ -3062,7 +3152,7 @@ type RemoveNode struct {
 
 func (x *RemoveNode) Reset() {
 	*x = RemoveNode{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[41]
+	mi := &file_corpus_v1_raft_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3074,7 +3164,7 @@ func (x *RemoveNode) String() string {
 func (*RemoveNode) ProtoMessage() {}
 
 func (x *RemoveNode) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[41]
+	mi := &file_corpus_v1_raft_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3087,7 +3177,7 @@ func (x *RemoveNode) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveNode.ProtoReflect.Descriptor instead.
 func (*RemoveNode) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{41}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *RemoveNode) GetNodeId() string {
@@ -3122,7 +3212,7 @@ type Snapshot struct {
 
 func (x *Snapshot) Reset() {
 	*x = Snapshot{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[42]
+	mi := &file_corpus_v1_raft_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3134,7 +3224,7 @@ func (x *Snapshot) String() string {
 func (*Snapshot) ProtoMessage() {}
 
 func (x *Snapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[42]
+	mi := &file_corpus_v1_raft_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3147,7 +3237,7 @@ func (x *Snapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Snapshot.ProtoReflect.Descriptor instead.
 func (*Snapshot) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{42}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *Snapshot) GetVersion() uint32 {
@@ -3268,7 +3358,7 @@ type UpdateGuest struct {
 
 func (x *UpdateGuest) Reset() {
 	*x = UpdateGuest{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[43]
+	mi := &file_corpus_v1_raft_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3280,7 +3370,7 @@ func (x *UpdateGuest) String() string {
 func (*UpdateGuest) ProtoMessage() {}
 
 func (x *UpdateGuest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[43]
+	mi := &file_corpus_v1_raft_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3293,7 +3383,7 @@ func (x *UpdateGuest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateGuest.ProtoReflect.Descriptor instead.
 func (*UpdateGuest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{43}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *UpdateGuest) GetName() string {
@@ -3314,7 +3404,7 @@ var File_corpus_v1_raft_proto protoreflect.FileDescriptor
 
 const file_corpus_v1_raft_proto_rawDesc = "" +
 	"\n" +
-	"\x14corpus/v1/raft.proto\x12\tcorpus.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x15corpus/v1/types.proto\"\xe5\x15\n" +
+	"\x14corpus/v1/raft.proto\x12\tcorpus.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x15corpus/v1/types.proto\"\xa3\x16\n" +
 	"\aCommand\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x12\x1c\n" +
 	"\tignorable\x18\x02 \x01(\bR\tignorable\x12,\n" +
@@ -3369,8 +3459,13 @@ const file_corpus_v1_raft_proto_rawDesc = "" +
 	"\x16renew_node_certificate\x18< \x01(\v2\x1f.corpus.v1.RenewNodeCertificateH\x00R\x14renewNodeCertificate\x125\n" +
 	"\n" +
 	"user_login\x18x \x01(\v2\x14.corpus.v1.UserLoginH\x00R\tuserLogin\x12<\n" +
-	"\fupdate_guest\x18\xa0\x01 \x01(\v2\x16.corpus.v1.UpdateGuestH\x00R\vupdateGuestB\x05\n" +
-	"\x03cmd\"D\n" +
+	"\fupdate_guest\x18\xa0\x01 \x01(\v2\x16.corpus.v1.UpdateGuestH\x00R\vupdateGuest\x12<\n" +
+	"\frecord_audit\x18\xaa\x01 \x01(\v2\x16.corpus.v1.RecordAuditH\x00R\vrecordAuditB\x05\n" +
+	"\x03cmd\"U\n" +
+	"\vRecordAudit\x12\x16\n" +
+	"\x06action\x18\x01 \x01(\tR\x06action\x12\x16\n" +
+	"\x06target\x18\x02 \x01(\tR\x06target\x12\x16\n" +
+	"\x06result\x18\x03 \x01(\tR\x06result\"D\n" +
 	"\x10BootstrapCluster\x120\n" +
 	"\x06config\x18\x01 \x01(\v2\x18.corpus.v1.ClusterConfigR\x06config\"=\n" +
 	"\x0fCreateJoinToken\x12*\n" +
@@ -3485,10 +3580,11 @@ const file_corpus_v1_raft_proto_rawDesc = "" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12'\n" +
 	"\x03env\x18\x03 \x01(\v2\x15.corpus.v1.ProjectEnvR\x03env\x12&\n" +
 	"\x05guest\x18\x04 \x01(\v2\x10.corpus.v1.GuestR\x05guest\x12(\n" +
-	"\x06routes\x18\x05 \x03(\v2\x10.corpus.v1.RouteR\x06routes\"5\n" +
+	"\x06routes\x18\x05 \x03(\v2\x10.corpus.v1.RouteR\x06routes\"X\n" +
 	"\rDeleteProject\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x10\n" +
-	"\x03env\x18\x02 \x01(\tR\x03env\"N\n" +
+	"\x03env\x18\x02 \x01(\tR\x03env\x12!\n" +
+	"\fkeep_volumes\x18\x03 \x01(\bR\vkeepVolumes\"N\n" +
 	"\fGrantProject\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
 	"\x04user\x18\x02 \x01(\tR\x04user\x12\x16\n" +
@@ -3567,163 +3663,165 @@ func file_corpus_v1_raft_proto_rawDescGZIP() []byte {
 	return file_corpus_v1_raft_proto_rawDescData
 }
 
-var file_corpus_v1_raft_proto_msgTypes = make([]protoimpl.MessageInfo, 45)
+var file_corpus_v1_raft_proto_msgTypes = make([]protoimpl.MessageInfo, 46)
 var file_corpus_v1_raft_proto_goTypes = []any{
 	(*Command)(nil),               // 0: corpus.v1.Command
-	(*BootstrapCluster)(nil),      // 1: corpus.v1.BootstrapCluster
-	(*CreateJoinToken)(nil),       // 2: corpus.v1.CreateJoinToken
-	(*EnrollNode)(nil),            // 3: corpus.v1.EnrollNode
-	(*RenewNodeCertificate)(nil),  // 4: corpus.v1.RenewNodeCertificate
-	(*UpdateNode)(nil),            // 5: corpus.v1.UpdateNode
-	(*SetNodeStatus)(nil),         // 6: corpus.v1.SetNodeStatus
-	(*CreateGuest)(nil),           // 7: corpus.v1.CreateGuest
-	(*SetGuestDesired)(nil),       // 8: corpus.v1.SetGuestDesired
-	(*PlaceGuest)(nil),            // 9: corpus.v1.PlaceGuest
-	(*PlaceGuests)(nil),           // 10: corpus.v1.PlaceGuests
-	(*SetNodeMode)(nil),           // 11: corpus.v1.SetNodeMode
-	(*ObservedGuest)(nil),         // 12: corpus.v1.ObservedGuest
-	(*ReportGuests)(nil),          // 13: corpus.v1.ReportGuests
-	(*CreateRoute)(nil),           // 14: corpus.v1.CreateRoute
-	(*DeleteRoute)(nil),           // 15: corpus.v1.DeleteRoute
-	(*MoveRoute)(nil),             // 16: corpus.v1.MoveRoute
-	(*AddDnsRecord)(nil),          // 17: corpus.v1.AddDnsRecord
-	(*DeleteDnsRecord)(nil),       // 18: corpus.v1.DeleteDnsRecord
-	(*DeleteVolume)(nil),          // 19: corpus.v1.DeleteVolume
-	(*ResizeVolume)(nil),          // 20: corpus.v1.ResizeVolume
-	(*MoveVolume)(nil),            // 21: corpus.v1.MoveVolume
-	(*ObservedVolume)(nil),        // 22: corpus.v1.ObservedVolume
-	(*ReportVolumes)(nil),         // 23: corpus.v1.ReportVolumes
-	(*CreateUser)(nil),            // 24: corpus.v1.CreateUser
-	(*UserLogin)(nil),             // 25: corpus.v1.UserLogin
-	(*DeleteUser)(nil),            // 26: corpus.v1.DeleteUser
-	(*AddSshKey)(nil),             // 27: corpus.v1.AddSshKey
-	(*DeleteSshKey)(nil),          // 28: corpus.v1.DeleteSshKey
-	(*CreateProject)(nil),         // 29: corpus.v1.CreateProject
-	(*DeleteProject)(nil),         // 30: corpus.v1.DeleteProject
-	(*GrantProject)(nil),          // 31: corpus.v1.GrantProject
-	(*BeginRelease)(nil),          // 32: corpus.v1.BeginRelease
-	(*FinishRelease)(nil),         // 33: corpus.v1.FinishRelease
-	(*SetCurrentRelease)(nil),     // 34: corpus.v1.SetCurrentRelease
-	(*PruneReleases)(nil),         // 35: corpus.v1.PruneReleases
-	(*SetManifestDomains)(nil),    // 36: corpus.v1.SetManifestDomains
-	(*UpsertCoordinator)(nil),     // 37: corpus.v1.UpsertCoordinator
-	(*RemoveCoordinator)(nil),     // 38: corpus.v1.RemoveCoordinator
-	(*CreateUserToken)(nil),       // 39: corpus.v1.CreateUserToken
-	(*RevokeUserToken)(nil),       // 40: corpus.v1.RevokeUserToken
-	(*RemoveNode)(nil),            // 41: corpus.v1.RemoveNode
-	(*Snapshot)(nil),              // 42: corpus.v1.Snapshot
-	(*UpdateGuest)(nil),           // 43: corpus.v1.UpdateGuest
-	nil,                           // 44: corpus.v1.UpdateNode.LabelsEntry
-	(*timestamppb.Timestamp)(nil), // 45: google.protobuf.Timestamp
-	(*ClusterConfig)(nil),         // 46: corpus.v1.ClusterConfig
-	(*JoinToken)(nil),             // 47: corpus.v1.JoinToken
-	(*Node)(nil),                  // 48: corpus.v1.Node
-	(*Resources)(nil),             // 49: corpus.v1.Resources
-	(*DriverInfo)(nil),            // 50: corpus.v1.DriverInfo
-	(*Guest)(nil),                 // 51: corpus.v1.Guest
-	(*GuestObserved)(nil),         // 52: corpus.v1.GuestObserved
-	(*Route)(nil),                 // 53: corpus.v1.Route
-	(*DnsRecord)(nil),             // 54: corpus.v1.DnsRecord
-	(*VolumeObserved)(nil),        // 55: corpus.v1.VolumeObserved
-	(*User)(nil),                  // 56: corpus.v1.User
-	(*UserToken)(nil),             // 57: corpus.v1.UserToken
-	(*SshKey)(nil),                // 58: corpus.v1.SshKey
-	(*ProjectEnv)(nil),            // 59: corpus.v1.ProjectEnv
-	(*Release)(nil),               // 60: corpus.v1.Release
-	(*ReleaseStep)(nil),           // 61: corpus.v1.ReleaseStep
-	(*Coordinator)(nil),           // 62: corpus.v1.Coordinator
-	(*Volume)(nil),                // 63: corpus.v1.Volume
-	(*Project)(nil),               // 64: corpus.v1.Project
-	(*AuditEntry)(nil),            // 65: corpus.v1.AuditEntry
-	(*GuestSpec)(nil),             // 66: corpus.v1.GuestSpec
+	(*RecordAudit)(nil),           // 1: corpus.v1.RecordAudit
+	(*BootstrapCluster)(nil),      // 2: corpus.v1.BootstrapCluster
+	(*CreateJoinToken)(nil),       // 3: corpus.v1.CreateJoinToken
+	(*EnrollNode)(nil),            // 4: corpus.v1.EnrollNode
+	(*RenewNodeCertificate)(nil),  // 5: corpus.v1.RenewNodeCertificate
+	(*UpdateNode)(nil),            // 6: corpus.v1.UpdateNode
+	(*SetNodeStatus)(nil),         // 7: corpus.v1.SetNodeStatus
+	(*CreateGuest)(nil),           // 8: corpus.v1.CreateGuest
+	(*SetGuestDesired)(nil),       // 9: corpus.v1.SetGuestDesired
+	(*PlaceGuest)(nil),            // 10: corpus.v1.PlaceGuest
+	(*PlaceGuests)(nil),           // 11: corpus.v1.PlaceGuests
+	(*SetNodeMode)(nil),           // 12: corpus.v1.SetNodeMode
+	(*ObservedGuest)(nil),         // 13: corpus.v1.ObservedGuest
+	(*ReportGuests)(nil),          // 14: corpus.v1.ReportGuests
+	(*CreateRoute)(nil),           // 15: corpus.v1.CreateRoute
+	(*DeleteRoute)(nil),           // 16: corpus.v1.DeleteRoute
+	(*MoveRoute)(nil),             // 17: corpus.v1.MoveRoute
+	(*AddDnsRecord)(nil),          // 18: corpus.v1.AddDnsRecord
+	(*DeleteDnsRecord)(nil),       // 19: corpus.v1.DeleteDnsRecord
+	(*DeleteVolume)(nil),          // 20: corpus.v1.DeleteVolume
+	(*ResizeVolume)(nil),          // 21: corpus.v1.ResizeVolume
+	(*MoveVolume)(nil),            // 22: corpus.v1.MoveVolume
+	(*ObservedVolume)(nil),        // 23: corpus.v1.ObservedVolume
+	(*ReportVolumes)(nil),         // 24: corpus.v1.ReportVolumes
+	(*CreateUser)(nil),            // 25: corpus.v1.CreateUser
+	(*UserLogin)(nil),             // 26: corpus.v1.UserLogin
+	(*DeleteUser)(nil),            // 27: corpus.v1.DeleteUser
+	(*AddSshKey)(nil),             // 28: corpus.v1.AddSshKey
+	(*DeleteSshKey)(nil),          // 29: corpus.v1.DeleteSshKey
+	(*CreateProject)(nil),         // 30: corpus.v1.CreateProject
+	(*DeleteProject)(nil),         // 31: corpus.v1.DeleteProject
+	(*GrantProject)(nil),          // 32: corpus.v1.GrantProject
+	(*BeginRelease)(nil),          // 33: corpus.v1.BeginRelease
+	(*FinishRelease)(nil),         // 34: corpus.v1.FinishRelease
+	(*SetCurrentRelease)(nil),     // 35: corpus.v1.SetCurrentRelease
+	(*PruneReleases)(nil),         // 36: corpus.v1.PruneReleases
+	(*SetManifestDomains)(nil),    // 37: corpus.v1.SetManifestDomains
+	(*UpsertCoordinator)(nil),     // 38: corpus.v1.UpsertCoordinator
+	(*RemoveCoordinator)(nil),     // 39: corpus.v1.RemoveCoordinator
+	(*CreateUserToken)(nil),       // 40: corpus.v1.CreateUserToken
+	(*RevokeUserToken)(nil),       // 41: corpus.v1.RevokeUserToken
+	(*RemoveNode)(nil),            // 42: corpus.v1.RemoveNode
+	(*Snapshot)(nil),              // 43: corpus.v1.Snapshot
+	(*UpdateGuest)(nil),           // 44: corpus.v1.UpdateGuest
+	nil,                           // 45: corpus.v1.UpdateNode.LabelsEntry
+	(*timestamppb.Timestamp)(nil), // 46: google.protobuf.Timestamp
+	(*ClusterConfig)(nil),         // 47: corpus.v1.ClusterConfig
+	(*JoinToken)(nil),             // 48: corpus.v1.JoinToken
+	(*Node)(nil),                  // 49: corpus.v1.Node
+	(*Resources)(nil),             // 50: corpus.v1.Resources
+	(*DriverInfo)(nil),            // 51: corpus.v1.DriverInfo
+	(*Guest)(nil),                 // 52: corpus.v1.Guest
+	(*GuestObserved)(nil),         // 53: corpus.v1.GuestObserved
+	(*Route)(nil),                 // 54: corpus.v1.Route
+	(*DnsRecord)(nil),             // 55: corpus.v1.DnsRecord
+	(*VolumeObserved)(nil),        // 56: corpus.v1.VolumeObserved
+	(*User)(nil),                  // 57: corpus.v1.User
+	(*UserToken)(nil),             // 58: corpus.v1.UserToken
+	(*SshKey)(nil),                // 59: corpus.v1.SshKey
+	(*ProjectEnv)(nil),            // 60: corpus.v1.ProjectEnv
+	(*Release)(nil),               // 61: corpus.v1.Release
+	(*ReleaseStep)(nil),           // 62: corpus.v1.ReleaseStep
+	(*Coordinator)(nil),           // 63: corpus.v1.Coordinator
+	(*Volume)(nil),                // 64: corpus.v1.Volume
+	(*Project)(nil),               // 65: corpus.v1.Project
+	(*AuditEntry)(nil),            // 66: corpus.v1.AuditEntry
+	(*GuestSpec)(nil),             // 67: corpus.v1.GuestSpec
 }
 var file_corpus_v1_raft_proto_depIdxs = []int32{
-	45, // 0: corpus.v1.Command.now:type_name -> google.protobuf.Timestamp
-	1,  // 1: corpus.v1.Command.bootstrap_cluster:type_name -> corpus.v1.BootstrapCluster
-	2,  // 2: corpus.v1.Command.create_join_token:type_name -> corpus.v1.CreateJoinToken
-	3,  // 3: corpus.v1.Command.enroll_node:type_name -> corpus.v1.EnrollNode
-	5,  // 4: corpus.v1.Command.update_node:type_name -> corpus.v1.UpdateNode
-	7,  // 5: corpus.v1.Command.create_guest:type_name -> corpus.v1.CreateGuest
-	8,  // 6: corpus.v1.Command.set_guest_desired:type_name -> corpus.v1.SetGuestDesired
-	9,  // 7: corpus.v1.Command.place_guest:type_name -> corpus.v1.PlaceGuest
-	13, // 8: corpus.v1.Command.report_guests:type_name -> corpus.v1.ReportGuests
-	6,  // 9: corpus.v1.Command.set_node_status:type_name -> corpus.v1.SetNodeStatus
-	14, // 10: corpus.v1.Command.create_route:type_name -> corpus.v1.CreateRoute
-	15, // 11: corpus.v1.Command.delete_route:type_name -> corpus.v1.DeleteRoute
-	16, // 12: corpus.v1.Command.move_route:type_name -> corpus.v1.MoveRoute
-	17, // 13: corpus.v1.Command.add_dns_record:type_name -> corpus.v1.AddDnsRecord
-	18, // 14: corpus.v1.Command.delete_dns_record:type_name -> corpus.v1.DeleteDnsRecord
-	19, // 15: corpus.v1.Command.delete_volume:type_name -> corpus.v1.DeleteVolume
-	23, // 16: corpus.v1.Command.report_volumes:type_name -> corpus.v1.ReportVolumes
-	20, // 17: corpus.v1.Command.resize_volume:type_name -> corpus.v1.ResizeVolume
-	21, // 18: corpus.v1.Command.move_volume:type_name -> corpus.v1.MoveVolume
-	24, // 19: corpus.v1.Command.create_user:type_name -> corpus.v1.CreateUser
-	26, // 20: corpus.v1.Command.delete_user:type_name -> corpus.v1.DeleteUser
-	27, // 21: corpus.v1.Command.add_ssh_key:type_name -> corpus.v1.AddSshKey
-	28, // 22: corpus.v1.Command.delete_ssh_key:type_name -> corpus.v1.DeleteSshKey
-	29, // 23: corpus.v1.Command.create_project:type_name -> corpus.v1.CreateProject
-	30, // 24: corpus.v1.Command.delete_project:type_name -> corpus.v1.DeleteProject
-	31, // 25: corpus.v1.Command.grant_project:type_name -> corpus.v1.GrantProject
-	32, // 26: corpus.v1.Command.begin_release:type_name -> corpus.v1.BeginRelease
-	33, // 27: corpus.v1.Command.finish_release:type_name -> corpus.v1.FinishRelease
-	34, // 28: corpus.v1.Command.set_current_release:type_name -> corpus.v1.SetCurrentRelease
-	35, // 29: corpus.v1.Command.prune_releases:type_name -> corpus.v1.PruneReleases
-	36, // 30: corpus.v1.Command.set_manifest_domains:type_name -> corpus.v1.SetManifestDomains
-	37, // 31: corpus.v1.Command.upsert_coordinator:type_name -> corpus.v1.UpsertCoordinator
-	38, // 32: corpus.v1.Command.remove_coordinator:type_name -> corpus.v1.RemoveCoordinator
-	39, // 33: corpus.v1.Command.create_user_token:type_name -> corpus.v1.CreateUserToken
-	40, // 34: corpus.v1.Command.revoke_user_token:type_name -> corpus.v1.RevokeUserToken
-	41, // 35: corpus.v1.Command.remove_node:type_name -> corpus.v1.RemoveNode
-	10, // 36: corpus.v1.Command.place_guests:type_name -> corpus.v1.PlaceGuests
-	11, // 37: corpus.v1.Command.set_node_mode:type_name -> corpus.v1.SetNodeMode
-	4,  // 38: corpus.v1.Command.renew_node_certificate:type_name -> corpus.v1.RenewNodeCertificate
-	25, // 39: corpus.v1.Command.user_login:type_name -> corpus.v1.UserLogin
-	43, // 40: corpus.v1.Command.update_guest:type_name -> corpus.v1.UpdateGuest
-	46, // 41: corpus.v1.BootstrapCluster.config:type_name -> corpus.v1.ClusterConfig
-	47, // 42: corpus.v1.CreateJoinToken.token:type_name -> corpus.v1.JoinToken
-	48, // 43: corpus.v1.EnrollNode.node:type_name -> corpus.v1.Node
-	45, // 44: corpus.v1.RenewNodeCertificate.expires_at:type_name -> google.protobuf.Timestamp
-	49, // 45: corpus.v1.UpdateNode.capacity:type_name -> corpus.v1.Resources
-	50, // 46: corpus.v1.UpdateNode.drivers:type_name -> corpus.v1.DriverInfo
-	44, // 47: corpus.v1.UpdateNode.labels:type_name -> corpus.v1.UpdateNode.LabelsEntry
-	51, // 48: corpus.v1.CreateGuest.guest:type_name -> corpus.v1.Guest
-	9,  // 49: corpus.v1.PlaceGuests.placements:type_name -> corpus.v1.PlaceGuest
-	52, // 50: corpus.v1.ObservedGuest.observed:type_name -> corpus.v1.GuestObserved
-	12, // 51: corpus.v1.ReportGuests.guests:type_name -> corpus.v1.ObservedGuest
-	53, // 52: corpus.v1.CreateRoute.route:type_name -> corpus.v1.Route
-	54, // 53: corpus.v1.AddDnsRecord.record:type_name -> corpus.v1.DnsRecord
-	55, // 54: corpus.v1.ObservedVolume.observed:type_name -> corpus.v1.VolumeObserved
-	22, // 55: corpus.v1.ReportVolumes.volumes:type_name -> corpus.v1.ObservedVolume
-	56, // 56: corpus.v1.CreateUser.user:type_name -> corpus.v1.User
-	57, // 57: corpus.v1.UserLogin.token:type_name -> corpus.v1.UserToken
-	58, // 58: corpus.v1.AddSshKey.key:type_name -> corpus.v1.SshKey
-	59, // 59: corpus.v1.CreateProject.env:type_name -> corpus.v1.ProjectEnv
-	51, // 60: corpus.v1.CreateProject.guest:type_name -> corpus.v1.Guest
-	53, // 61: corpus.v1.CreateProject.routes:type_name -> corpus.v1.Route
-	60, // 62: corpus.v1.BeginRelease.release:type_name -> corpus.v1.Release
-	61, // 63: corpus.v1.FinishRelease.steps:type_name -> corpus.v1.ReleaseStep
-	53, // 64: corpus.v1.SetManifestDomains.routes:type_name -> corpus.v1.Route
-	62, // 65: corpus.v1.UpsertCoordinator.coordinator:type_name -> corpus.v1.Coordinator
-	57, // 66: corpus.v1.CreateUserToken.token:type_name -> corpus.v1.UserToken
-	46, // 67: corpus.v1.Snapshot.config:type_name -> corpus.v1.ClusterConfig
-	48, // 68: corpus.v1.Snapshot.nodes:type_name -> corpus.v1.Node
-	51, // 69: corpus.v1.Snapshot.guests:type_name -> corpus.v1.Guest
-	47, // 70: corpus.v1.Snapshot.join_tokens:type_name -> corpus.v1.JoinToken
-	53, // 71: corpus.v1.Snapshot.routes:type_name -> corpus.v1.Route
-	54, // 72: corpus.v1.Snapshot.dns_records:type_name -> corpus.v1.DnsRecord
-	63, // 73: corpus.v1.Snapshot.volumes:type_name -> corpus.v1.Volume
-	56, // 74: corpus.v1.Snapshot.users:type_name -> corpus.v1.User
-	64, // 75: corpus.v1.Snapshot.projects:type_name -> corpus.v1.Project
-	60, // 76: corpus.v1.Snapshot.releases:type_name -> corpus.v1.Release
-	62, // 77: corpus.v1.Snapshot.coordinators:type_name -> corpus.v1.Coordinator
-	65, // 78: corpus.v1.Snapshot.audit:type_name -> corpus.v1.AuditEntry
-	57, // 79: corpus.v1.Snapshot.user_tokens:type_name -> corpus.v1.UserToken
-	66, // 80: corpus.v1.UpdateGuest.spec:type_name -> corpus.v1.GuestSpec
-	81, // [81:81] is the sub-list for method output_type
-	81, // [81:81] is the sub-list for method input_type
-	81, // [81:81] is the sub-list for extension type_name
-	81, // [81:81] is the sub-list for extension extendee
-	0,  // [0:81] is the sub-list for field type_name
+	46, // 0: corpus.v1.Command.now:type_name -> google.protobuf.Timestamp
+	2,  // 1: corpus.v1.Command.bootstrap_cluster:type_name -> corpus.v1.BootstrapCluster
+	3,  // 2: corpus.v1.Command.create_join_token:type_name -> corpus.v1.CreateJoinToken
+	4,  // 3: corpus.v1.Command.enroll_node:type_name -> corpus.v1.EnrollNode
+	6,  // 4: corpus.v1.Command.update_node:type_name -> corpus.v1.UpdateNode
+	8,  // 5: corpus.v1.Command.create_guest:type_name -> corpus.v1.CreateGuest
+	9,  // 6: corpus.v1.Command.set_guest_desired:type_name -> corpus.v1.SetGuestDesired
+	10, // 7: corpus.v1.Command.place_guest:type_name -> corpus.v1.PlaceGuest
+	14, // 8: corpus.v1.Command.report_guests:type_name -> corpus.v1.ReportGuests
+	7,  // 9: corpus.v1.Command.set_node_status:type_name -> corpus.v1.SetNodeStatus
+	15, // 10: corpus.v1.Command.create_route:type_name -> corpus.v1.CreateRoute
+	16, // 11: corpus.v1.Command.delete_route:type_name -> corpus.v1.DeleteRoute
+	17, // 12: corpus.v1.Command.move_route:type_name -> corpus.v1.MoveRoute
+	18, // 13: corpus.v1.Command.add_dns_record:type_name -> corpus.v1.AddDnsRecord
+	19, // 14: corpus.v1.Command.delete_dns_record:type_name -> corpus.v1.DeleteDnsRecord
+	20, // 15: corpus.v1.Command.delete_volume:type_name -> corpus.v1.DeleteVolume
+	24, // 16: corpus.v1.Command.report_volumes:type_name -> corpus.v1.ReportVolumes
+	21, // 17: corpus.v1.Command.resize_volume:type_name -> corpus.v1.ResizeVolume
+	22, // 18: corpus.v1.Command.move_volume:type_name -> corpus.v1.MoveVolume
+	25, // 19: corpus.v1.Command.create_user:type_name -> corpus.v1.CreateUser
+	27, // 20: corpus.v1.Command.delete_user:type_name -> corpus.v1.DeleteUser
+	28, // 21: corpus.v1.Command.add_ssh_key:type_name -> corpus.v1.AddSshKey
+	29, // 22: corpus.v1.Command.delete_ssh_key:type_name -> corpus.v1.DeleteSshKey
+	30, // 23: corpus.v1.Command.create_project:type_name -> corpus.v1.CreateProject
+	31, // 24: corpus.v1.Command.delete_project:type_name -> corpus.v1.DeleteProject
+	32, // 25: corpus.v1.Command.grant_project:type_name -> corpus.v1.GrantProject
+	33, // 26: corpus.v1.Command.begin_release:type_name -> corpus.v1.BeginRelease
+	34, // 27: corpus.v1.Command.finish_release:type_name -> corpus.v1.FinishRelease
+	35, // 28: corpus.v1.Command.set_current_release:type_name -> corpus.v1.SetCurrentRelease
+	36, // 29: corpus.v1.Command.prune_releases:type_name -> corpus.v1.PruneReleases
+	37, // 30: corpus.v1.Command.set_manifest_domains:type_name -> corpus.v1.SetManifestDomains
+	38, // 31: corpus.v1.Command.upsert_coordinator:type_name -> corpus.v1.UpsertCoordinator
+	39, // 32: corpus.v1.Command.remove_coordinator:type_name -> corpus.v1.RemoveCoordinator
+	40, // 33: corpus.v1.Command.create_user_token:type_name -> corpus.v1.CreateUserToken
+	41, // 34: corpus.v1.Command.revoke_user_token:type_name -> corpus.v1.RevokeUserToken
+	42, // 35: corpus.v1.Command.remove_node:type_name -> corpus.v1.RemoveNode
+	11, // 36: corpus.v1.Command.place_guests:type_name -> corpus.v1.PlaceGuests
+	12, // 37: corpus.v1.Command.set_node_mode:type_name -> corpus.v1.SetNodeMode
+	5,  // 38: corpus.v1.Command.renew_node_certificate:type_name -> corpus.v1.RenewNodeCertificate
+	26, // 39: corpus.v1.Command.user_login:type_name -> corpus.v1.UserLogin
+	44, // 40: corpus.v1.Command.update_guest:type_name -> corpus.v1.UpdateGuest
+	1,  // 41: corpus.v1.Command.record_audit:type_name -> corpus.v1.RecordAudit
+	47, // 42: corpus.v1.BootstrapCluster.config:type_name -> corpus.v1.ClusterConfig
+	48, // 43: corpus.v1.CreateJoinToken.token:type_name -> corpus.v1.JoinToken
+	49, // 44: corpus.v1.EnrollNode.node:type_name -> corpus.v1.Node
+	46, // 45: corpus.v1.RenewNodeCertificate.expires_at:type_name -> google.protobuf.Timestamp
+	50, // 46: corpus.v1.UpdateNode.capacity:type_name -> corpus.v1.Resources
+	51, // 47: corpus.v1.UpdateNode.drivers:type_name -> corpus.v1.DriverInfo
+	45, // 48: corpus.v1.UpdateNode.labels:type_name -> corpus.v1.UpdateNode.LabelsEntry
+	52, // 49: corpus.v1.CreateGuest.guest:type_name -> corpus.v1.Guest
+	10, // 50: corpus.v1.PlaceGuests.placements:type_name -> corpus.v1.PlaceGuest
+	53, // 51: corpus.v1.ObservedGuest.observed:type_name -> corpus.v1.GuestObserved
+	13, // 52: corpus.v1.ReportGuests.guests:type_name -> corpus.v1.ObservedGuest
+	54, // 53: corpus.v1.CreateRoute.route:type_name -> corpus.v1.Route
+	55, // 54: corpus.v1.AddDnsRecord.record:type_name -> corpus.v1.DnsRecord
+	56, // 55: corpus.v1.ObservedVolume.observed:type_name -> corpus.v1.VolumeObserved
+	23, // 56: corpus.v1.ReportVolumes.volumes:type_name -> corpus.v1.ObservedVolume
+	57, // 57: corpus.v1.CreateUser.user:type_name -> corpus.v1.User
+	58, // 58: corpus.v1.UserLogin.token:type_name -> corpus.v1.UserToken
+	59, // 59: corpus.v1.AddSshKey.key:type_name -> corpus.v1.SshKey
+	60, // 60: corpus.v1.CreateProject.env:type_name -> corpus.v1.ProjectEnv
+	52, // 61: corpus.v1.CreateProject.guest:type_name -> corpus.v1.Guest
+	54, // 62: corpus.v1.CreateProject.routes:type_name -> corpus.v1.Route
+	61, // 63: corpus.v1.BeginRelease.release:type_name -> corpus.v1.Release
+	62, // 64: corpus.v1.FinishRelease.steps:type_name -> corpus.v1.ReleaseStep
+	54, // 65: corpus.v1.SetManifestDomains.routes:type_name -> corpus.v1.Route
+	63, // 66: corpus.v1.UpsertCoordinator.coordinator:type_name -> corpus.v1.Coordinator
+	58, // 67: corpus.v1.CreateUserToken.token:type_name -> corpus.v1.UserToken
+	47, // 68: corpus.v1.Snapshot.config:type_name -> corpus.v1.ClusterConfig
+	49, // 69: corpus.v1.Snapshot.nodes:type_name -> corpus.v1.Node
+	52, // 70: corpus.v1.Snapshot.guests:type_name -> corpus.v1.Guest
+	48, // 71: corpus.v1.Snapshot.join_tokens:type_name -> corpus.v1.JoinToken
+	54, // 72: corpus.v1.Snapshot.routes:type_name -> corpus.v1.Route
+	55, // 73: corpus.v1.Snapshot.dns_records:type_name -> corpus.v1.DnsRecord
+	64, // 74: corpus.v1.Snapshot.volumes:type_name -> corpus.v1.Volume
+	57, // 75: corpus.v1.Snapshot.users:type_name -> corpus.v1.User
+	65, // 76: corpus.v1.Snapshot.projects:type_name -> corpus.v1.Project
+	61, // 77: corpus.v1.Snapshot.releases:type_name -> corpus.v1.Release
+	63, // 78: corpus.v1.Snapshot.coordinators:type_name -> corpus.v1.Coordinator
+	66, // 79: corpus.v1.Snapshot.audit:type_name -> corpus.v1.AuditEntry
+	58, // 80: corpus.v1.Snapshot.user_tokens:type_name -> corpus.v1.UserToken
+	67, // 81: corpus.v1.UpdateGuest.spec:type_name -> corpus.v1.GuestSpec
+	82, // [82:82] is the sub-list for method output_type
+	82, // [82:82] is the sub-list for method input_type
+	82, // [82:82] is the sub-list for extension type_name
+	82, // [82:82] is the sub-list for extension extendee
+	0,  // [0:82] is the sub-list for field type_name
 }
 
 func init() { file_corpus_v1_raft_proto_init() }
@@ -3773,6 +3871,7 @@ func file_corpus_v1_raft_proto_init() {
 		(*Command_RenewNodeCertificate)(nil),
 		(*Command_UserLogin)(nil),
 		(*Command_UpdateGuest)(nil),
+		(*Command_RecordAudit)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -3780,7 +3879,7 @@ func file_corpus_v1_raft_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_corpus_v1_raft_proto_rawDesc), len(file_corpus_v1_raft_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   45,
+			NumMessages:   46,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -1,0 +1,182 @@
+package api
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"connectrpc.com/connect"
+	"golang.org/x/time/rate"
+	"google.golang.org/protobuf/proto"
+
+	"corpus/coordinator/auth"
+	"corpus/coordinator/state"
+	corpusv1 "corpus/proto/corpus/v1"
+)
+
+// The audit log records every write applied (package state), and from
+// here what never reaches the state machine as a write: calls the API
+// refused (a policy, a validation, a permission check in a handler) and
+// acts that change a guest without a write (an exec, recorded before it
+// runs). Refusals are rate-limited per caller, so a caller hammering
+// the API cannot flood the replicated log; what the limit drops is
+// counted in the log's next entry for that caller.
+
+const (
+	refusalRate  = 2 // audit entries per second and caller, sustained
+	refusalBurst = 20
+	auditTimeout = 5 * time.Second
+)
+
+// auditor writes audit entries of calls.
+type auditor struct {
+	b       *Backend
+	mu      sync.Mutex
+	limits  map[string]*rate.Limiter
+	dropped map[string]int
+}
+
+func newAuditor(b *Backend) *auditor {
+	return &auditor{b: b, limits: map[string]*rate.Limiter{}, dropped: map[string]int{}}
+}
+
+// record writes one entry as actor; it returns the write's error.
+func (a *auditor) record(ctx context.Context, actor, action, target, result string) error {
+	cmd := &corpusv1.Command{Ignorable: true, Actor: actor, Cmd: &corpusv1.Command_RecordAudit{RecordAudit: &corpusv1.RecordAudit{
+		Action: action, Target: target, Result: result,
+	}}}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), auditTimeout)
+	defer cancel()
+	_, err := a.b.Propose(ctx, cmd)
+	return err
+}
+
+// refused records a refused call, within the caller's rate.
+func (a *auditor) refused(ctx context.Context, p auth.Principal, procedure string, req proto.Message, err error) {
+	actor := p.String()
+	a.mu.Lock()
+	l := a.limits[actor]
+	if l == nil {
+		if len(a.limits) > 10000 { // forget idle callers now and then
+			a.limits = map[string]*rate.Limiter{}
+		}
+		l = rate.NewLimiter(refusalRate, refusalBurst)
+		a.limits[actor] = l
+	}
+	if !l.Allow() {
+		a.dropped[actor]++
+		a.mu.Unlock()
+		return
+	}
+	dropped := a.dropped[actor]
+	delete(a.dropped, actor)
+	a.mu.Unlock()
+
+	result := "refused: " + errorText(err)
+	if dropped > 0 {
+		result += " (and " + strconv.Itoa(dropped) + " earlier refusals of this caller over the audit rate)"
+	}
+	if werr := a.record(ctx, actor, "refused "+shortProcedure(procedure), state.AuditTarget(req), result); werr != nil && a.b.Logger != nil {
+		a.b.Logger.Warn("recording a refused call in the audit log", "actor", actor, "procedure", procedure, "error", werr)
+	}
+}
+
+// audited reports whether a handler error is a refusal the audit log
+// keeps: permission and validation. Writes the state machine refused are
+// in the log already (see auditedWrite).
+func audited(ctx context.Context, err error) bool {
+	switch connect.CodeOf(err) {
+	case connect.CodePermissionDenied, connect.CodeInvalidArgument:
+		return !wroteAudit(ctx)
+	}
+	return false
+}
+
+type wroteKey struct{}
+
+// withWriteMark gives a call a mark that write sets once a command of
+// the call was applied, and so audited by the state machine.
+func withWriteMark(ctx context.Context) context.Context {
+	return context.WithValue(ctx, wroteKey{}, new(bool))
+}
+
+func markWrote(ctx context.Context) {
+	if p, ok := ctx.Value(wroteKey{}).(*bool); ok {
+		*p = true
+	}
+}
+
+func wroteAudit(ctx context.Context) bool {
+	p, ok := ctx.Value(wroteKey{}).(*bool)
+	return ok && *p
+}
+
+// interceptor records refusals of handlers (inside the auth interceptor,
+// so the caller is known).
+func (a *auditor) interceptor() connect.Interceptor { return auditInterceptor{a} }
+
+type auditInterceptor struct{ a *auditor }
+
+func (i auditInterceptor) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
+	return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
+		if req.Spec().IsClient {
+			return next(ctx, req)
+		}
+		ctx = withWriteMark(ctx)
+		res, err := next(ctx, req)
+		if err != nil && audited(ctx, err) {
+			m, _ := req.Any().(proto.Message)
+			i.a.refused(ctx, auth.FromContext(ctx), req.Spec().Procedure, m, err)
+		}
+		return res, err
+	}
+}
+
+func (i auditInterceptor) WrapStreamingClient(next connect.StreamingClientFunc) connect.StreamingClientFunc {
+	return next
+}
+
+func (i auditInterceptor) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
+	return func(ctx context.Context, conn connect.StreamingHandlerConn) error {
+		ctx = withWriteMark(ctx)
+		rc := &recvConn{StreamingHandlerConn: conn}
+		err := next(ctx, rc)
+		if err != nil && audited(ctx, err) {
+			i.a.refused(ctx, auth.FromContext(ctx), conn.Spec().Procedure, rc.first, err)
+		}
+		return err
+	}
+}
+
+// recvConn keeps the first message a stream received: its request.
+type recvConn struct {
+	connect.StreamingHandlerConn
+	first proto.Message
+}
+
+func (c *recvConn) Receive(m any) error {
+	err := c.StreamingHandlerConn.Receive(m)
+	if err == nil && c.first == nil {
+		c.first, _ = m.(proto.Message)
+	}
+	return err
+}
+
+// shortProcedure turns "/corpus.v1.GuestService/CreateGuest" into
+// "GuestService.CreateGuest".
+func shortProcedure(p string) string {
+	p = strings.TrimPrefix(p, "/corpus.v1.")
+	return strings.Replace(p, "/", ".", 1)
+}
+
+// errorText is an error's message without connect's code prefix.
+func errorText(err error) string {
+	var ce *connect.Error
+	if errors.As(err, &ce) {
+		return ce.Message()
+	}
+	return err.Error()
+}
