@@ -26,7 +26,7 @@ const (
 	// minDiskBytes is the smallest root file system disk a guest gets
 	// (the smallest loop volume).
 	minDiskBytes = 32 << 20
-	maxEnvVars     = 128
+	maxEnvVars   = 128
 	// maxEnvNameBytes bounds an environment variable's name.
 	maxEnvNameBytes = 255
 )

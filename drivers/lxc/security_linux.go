@@ -5,7 +5,6 @@ package lxc
 import (
 	"fmt"
 	"path/filepath"
-	"strings"
 
 	"corpus/internal/atomicfile"
 )
@@ -146,28 +145,4 @@ func (d *Driver) configureDevices(w *configWriter) {
 		w.set(prefix+"devices.allow", dev)
 	}
 	w.set(prefix+"pids.max", fmt.Sprint(pidsMax))
-}
-
-// idmapOf reads a guest's id map back from its configuration; nil when
-// the guest is privileged.
-func idmapOf(items []string) *idmap {
-	var m idmap
-	found := 0
-	for _, it := range items {
-		var kind string
-		var ns, host, n int64
-		if _, err := fmt.Sscanf(strings.TrimSpace(it), "%s %d %d %d", &kind, &ns, &host, &n); err != nil || ns != 0 {
-			continue
-		}
-		switch kind {
-		case "u":
-			m.UID, found = host, found|1
-		case "g":
-			m.GID, found = host, found|2
-		}
-	}
-	if found != 3 {
-		return nil
-	}
-	return &m
 }
