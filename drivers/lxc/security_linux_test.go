@@ -5,6 +5,7 @@ package lxc
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -16,6 +17,7 @@ import (
 
 	"corpus/drivers"
 	"corpus/internal/cgroupfile"
+	"corpus/volume"
 )
 
 // guestRun runs a shell command in a guest; it returns stdout and
@@ -285,18 +287,17 @@ func TestDiskLimit(t *testing.T) {
 	if err := d.Stop(t.Context(), spec.Name, 5*time.Second); err != nil {
 		t.Fatal(err)
 	}
-	if err := d.disks.Unmount(t.Context(), spec.Name); err != nil {
-		t.Fatal(err)
-	}
+	// An lxc template running meanwhile (another test's image build)
+	// holds a copy of the mount in its own mount namespace until it
+	// ends; the unmount waits for it, as the agent's retries would.
+	retryInUse(t, "unmounting the disk", func() error { return d.disks.Unmount(t.Context(), spec.Name) })
 	if err := d.Start(t.Context(), spec.Name); err != nil {
 		t.Fatalf("Start with the disk unmounted = %v", err)
 	}
 	if out, _ := guestRun(t, d, spec.Name, "cat /after"); out != "ok\n" {
 		t.Errorf("a file written before the restart reads %q", out)
 	}
-	if err := d.Destroy(t.Context(), spec.Name); err != nil {
-		t.Fatalf("Destroy = %v", err)
-	}
+	retryInUse(t, "Destroy", func() error { return d.Destroy(t.Context(), spec.Name) })
 	if _, err := d.disks.Stat(t.Context(), spec.Name); err == nil {
 		t.Error("the guest's disk outlived it")
 	}
@@ -347,5 +348,22 @@ func TestLegacyGuestConfined(t *testing.T) {
 	}
 	if m, _ := d.readMetadata(spec.Name); m.IDMap == nil || len(m.Mounts) != 1 {
 		t.Errorf("metadata after confining = %+v, want the map and the volume", m)
+	}
+}
+
+// retryInUse retries f while it fails with volume.ErrInUse, for up to a
+// minute.
+func retryInUse(t *testing.T, what string, f func() error) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for {
+		err := f()
+		if err == nil {
+			return
+		}
+		if !errors.Is(err, volume.ErrInUse) || time.Now().After(deadline) {
+			t.Fatalf("%s = %v", what, err)
+		}
+		time.Sleep(time.Second)
 	}
 }
