@@ -210,7 +210,9 @@ func detachLoop(path string) error {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
-	return fmt.Errorf("detaching %s: device still bound after 1s", path)
+	// Held open elsewhere (a copy of its mount in another mount
+	// namespace, say): the kernel frees it when that lets go (autoclear).
+	return fmt.Errorf("detaching %s: %w: still bound after 1s, held open elsewhere", path, volume.ErrInUse)
 }
 
 // waitIdle waits until nothing holds the block device at path open
