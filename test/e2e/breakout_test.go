@@ -124,13 +124,14 @@ func TestBreakoutCatalogue(t *testing.T) {
 	// starts the guest again).
 	pid := guestPID(t, c, "hello-dev")
 	as("guest", "exec", "hello-dev", "--", "sh", "-c", "head -c 300000000 /dev/zero | tr '\\0' a | sort >/dev/null")
-	as("guest", "exec", "hello-dev", "--", "sh", "-c", "i=0; while [ $i -lt 6000 ]; do sleep 120 </dev/null >/dev/null 2>&1 & i=$((i+1)); done 2>/dev/null; true")
+	// The bomb's processes end by themselves: with the cap reached, not
+	// even an exec can start in the guest until they do.
+	as("guest", "exec", "hello-dev", "--", "sh", "-c", "i=0; while [ $i -lt 6000 ]; do sleep 15 </dev/null >/dev/null 2>&1 & i=$((i+1)); done 2>/dev/null; true")
 	if n, err := cgroupfile.Read(pid, "pids", "pids.current"); err == nil {
 		if v, _ := strconv.Atoi(n); v > 4096+16 {
 			t.Errorf("a fork bomb made %d processes, over the guest's cap", v)
 		}
 	}
-	as("guest", "exec", "hello-dev", "--", "sh", "-c", "killall sleep; true")
 	eventually(t, 90*time.Second, "hello-dev answering after the bombs", func() error {
 		if out, errOut, code := as("guest", "exec", "hello-dev", "--", "echo", "alive"); code != 0 || out != "alive\n" {
 			return fmt.Errorf("exec: %d %q %s", code, out, errOut)
@@ -170,7 +171,7 @@ func TestBreakoutCatalogue(t *testing.T) {
 			execs++
 		}
 	}
-	if want := len(checks) + 6; execs < want {
+	if want := len(checks) + 5; execs < want {
 		t.Errorf("the audit log holds %d execs of alice in hello-dev, want at least %d", execs, want)
 	}
 }
