@@ -252,7 +252,9 @@ func (c *cluster) addAgent(name string, extra ...string) *agentProc {
 	// Registered after the namespace's cleanup, so it runs first.
 	c.t.Cleanup(func() {
 		a.lxc.destroyAll(c.t)
+		unmountUnder(c.t, a.stateDir)
 		detachVolumes(c.t, filepath.Join(a.stateDir, "volumes", "images"))
+		detachVolumes(c.t, filepath.Join(a.stateDir, "lxc", ".disks")) // guests' root disks
 	})
 	args := append([]string{"--join-token", tok}, extra...)
 	a.proc = c.startAgent(a, args...)
@@ -468,6 +470,28 @@ func (h lxcHost) destroyAll(t *testing.T) {
 // detachVolumes detaches the loop devices backed by the volume images in
 // dir, once nothing mounts them any more (the agent and its guests are
 // gone, and with them the mount namespace that held the mounts).
+// unmountUnder unmounts (lazily) whatever is still mounted under dir,
+// deepest first: a killed agent's guests' disks and volumes.
+func unmountUnder(t *testing.T, dir string) {
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		t.Logf("cleanup: %v", err)
+		return
+	}
+	var points []string
+	for _, line := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(line); len(f) > 4 && strings.HasPrefix(f[4], dir+"/") {
+			points = append(points, f[4])
+		}
+	}
+	slices.SortFunc(points, func(a, b string) int { return len(b) - len(a) })
+	for _, p := range points {
+		if err := syscall.Unmount(p, syscall.MNT_DETACH); err != nil {
+			t.Logf("cleanup: unmounting %s: %v", p, err)
+		}
+	}
+}
+
 func detachVolumes(t *testing.T, dir string) {
 	images, _ := filepath.Glob(filepath.Join(dir, "*.img"))
 	for _, img := range images {
