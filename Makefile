@@ -16,8 +16,9 @@ LDFLAGS   := -X corpus/internal/version.Version=$(VERSION) -X corpus/internal/ve
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
 
-build: ## build bin/corpus
+build: ## build bin/corpus and bin/corpus-supervisor (static: it runs inside guests)
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/corpus
+	CGO_ENABLED=0 $(GO) build -ldflags "-s -w $(LDFLAGS)" -o $(dir $(BIN))corpus-supervisor ./cmd/corpus-supervisor
 
 # The package's binary, man pages and .deb go under bin/deb, apart from
 # bin/corpus (which tests may be using).
@@ -26,6 +27,7 @@ deb: ## build bin/deb/corpus_VERSION_amd64.deb: binary, systemd units, configs, 
 	@set -e; v=$$(packaging/deb/version "$(VERSION)"); \
 	rm -rf bin/deb; mkdir -p bin/deb/build/man; \
 	$(GO) build -ldflags "-s -w $(LDFLAGS)" -o bin/deb/build/corpus ./cmd/corpus; \
+	CGO_ENABLED=0 $(GO) build -ldflags "-s -w $(LDFLAGS)" -o bin/deb/build/corpus-supervisor ./cmd/corpus-supervisor; \
 	SOURCE_DATE_EPOCH=$$(git log -1 --format=%ct 2>/dev/null || date +%s) bin/deb/build/corpus docs man bin/deb/build/man 2>/dev/null; gzip -9n bin/deb/build/man/*.1; \
 	DEB_VERSION=$$v $(TOOLS)/nfpm package --config packaging/nfpm.yaml --packager deb --target bin/deb/corpus_$${v}_amd64.deb; \
 	rm -rf bin/deb/build

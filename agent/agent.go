@@ -20,6 +20,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"corpus/agent/cache"
+	"corpus/agent/runtime"
 	"corpus/drivers"
 	"corpus/drivers/catalog"
 	"corpus/internal/gossip"
@@ -81,6 +82,10 @@ type Config struct {
 	// GitMaxPushBytes bounds one push's pack.
 	GitAddr         string
 	GitMaxPushBytes int64
+	// SupervisorBinary is corpus-supervisor, which the agent installs in
+	// guests that run processes (default: beside this binary, or where
+	// the package puts it).
+	SupervisorBinary string
 	// GossipAddr is where the node's gossip member listens (UDP and TCP);
 	// coordinators probe it to notice within seconds that the node is
 	// gone. It is advertised with the host of AdvertiseAddr (or APIAddr).
@@ -188,6 +193,7 @@ type Agent struct {
 	cfg      Config
 	logger   *slog.Logger
 	cache    *cache.Cache
+	runtime  *runtime.Runtime // the guests' process supervisors
 	drivers  map[string]drivers.Driver
 	listener net.Listener
 	http     *http.Server
@@ -253,10 +259,14 @@ func New(cfg Config) (*Agent, error) {
 	if err != nil {
 		return nil, err
 	}
+	if cfg.SupervisorBinary == "" {
+		cfg.SupervisorBinary = runtime.FindBinary()
+	}
 	a := &Agent{
 		cfg:      cfg,
 		logger:   cfg.Logger.With("component", "agent"),
 		cache:    c,
+		runtime:  &runtime.Runtime{Binary: cfg.SupervisorBinary},
 		drivers:  map[string]drivers.Driver{},
 		desired:  map[string]*corpusv1.Guest{},
 		workers:  map[string]*worker{},
@@ -447,6 +457,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 	a.startGossip()
 	run(a.recoverDeploys)
+	run(a.reviveLoop)
 	run(a.gossipLoop)
 	run(a.watchLoop)
 	run(a.reconcileLoop)

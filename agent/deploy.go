@@ -6,11 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net/http"
 	"os/exec"
 	"path/filepath"
 	"slices"
-	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -32,10 +30,18 @@ import (
 //	              .corpus/archive hook (dumps of data/)
 //	release-sync  unpack the pushed tree into releases/rN (via rN.tmp)
 //	install       run .corpus/install.d/* in order in releases/rN
-//	health        ask the guest's health URL (corpus.yaml health:)
 //	fixperms      .corpus/fixperms, or chown the release to corpus.yaml user:
-//	switch        point current at releases/rN: one rename
+//	start         start the release's processes (Procfile) beside the old
+//	              ones, web on the environment's other port, and wait
+//	              until web answers there
+//	health        ask the guest's health URL (corpus.yaml health:), when
+//	              there is no web process
+//	switch        point current at releases/rN: one rename; then the
+//	              routes at the new web port
 //	notify        .corpus/notify, or say the release is live
+//
+// Once the release is recorded, the old processes get the requests they
+// serve finished and are stopped.
 //
 // Nothing the serving release uses changes before switch. When a step
 // fails, current is left as it was, the serving release's .corpus/rollback
@@ -50,6 +56,7 @@ const (
 	stepInstall     = "install"
 	stepHealth      = "health"
 	stepFixperms    = "fixperms"
+	stepStart       = "start"
 	stepSwitch      = "switch"
 	stepNotify      = "notify"
 	// stepFinished is journalled once the outcome is recorded.
@@ -107,6 +114,13 @@ type deploy struct {
 	uid     int
 	gid     int
 	journal cache.Deploy
+	// config is the release's config, opened: it reaches the guest and
+	// nowhere else (not the log, not the journal).
+	config map[string]string
+	// only names the steps to run (corpus deploy --only); empty runs all.
+	only []string
+	// gen is the release's processes, started beside the old ones.
+	gen *rollout
 
 	out   io.Writer     // to the git client
 	log   *bytes.Buffer // everything said, to record
@@ -163,18 +177,8 @@ func (a *Agent) deployPush(sess *pushSession, req *hookRequest, out io.Writer) i
 	if err := d.resolveUser(); err != nil {
 		return reject("%v", err)
 	}
-	rel, err := coordCall(a, func(c corpusv1connect.AgentServiceClient) (*connect.Response[corpusv1.BeginReleaseResponse], error) {
-		return c.BeginRelease(d.ctx, connect.NewRequest(&corpusv1.BeginReleaseRequest{
-			Project: sess.project, Env: env.Name, Commit: upd.New, Author: sess.user, Subject: subject,
-		}))
-	})
-	if err != nil {
+	if err := d.begin(upd.New, sess.user, subject, triggerPush); err != nil {
 		return reject("recording the release: %v", err)
-	}
-	d.release = rel.Release
-	d.journal = cache.Deploy{
-		Kind: "deploy", Project: sess.project, Env: env.Name, Guest: env.GuestName,
-		ReleaseID: d.release.Id, Number: d.release.Number, Previous: d.prevNumber(), Started: time.Now(),
 	}
 	d.say("-----> Deploying %s/%s %s (%s by %s)", sess.project, env.Name, d.name(), short(upd.New), sess.user)
 	err = d.run(g, upd.New)
@@ -185,6 +189,36 @@ func (a *Agent) deployPush(sess *pushSession, req *hookRequest, out io.Writer) i
 	}
 	a.metrics.deployed(outcome, time.Since(start))
 	return code
+}
+
+// Release triggers (as the coordinator's state names them).
+const (
+	triggerPush    = "push"
+	triggerConfig  = "config"
+	triggerRestart = "restart"
+	triggerDeploy  = "deploy"
+)
+
+// begin records the release and takes its config.
+func (d *deploy) begin(commit, author, subject, trigger string) error {
+	rel, err := coordCall(d.a, func(c corpusv1connect.AgentServiceClient) (*connect.Response[corpusv1.BeginReleaseResponse], error) {
+		return c.BeginRelease(d.ctx, connect.NewRequest(&corpusv1.BeginReleaseRequest{
+			Project: d.project, Env: d.env.Name, Commit: commit, Author: author, Subject: subject,
+			Trigger: trigger, Processes: d.man.processOrder(),
+		}))
+	})
+	if err != nil {
+		return err
+	}
+	d.release, d.config = rel.Release, rel.Config
+	d.journal = cache.Deploy{
+		Kind: "deploy", Project: d.project, Env: d.env.Name, Guest: d.guest.Name,
+		ReleaseID: d.release.Id, Number: d.release.Number, Previous: d.prevNumber(), Started: time.Now(),
+	}
+	if len(d.release.ConfigChanges) > 0 {
+		d.say("       config changes: %s", strings.Join(d.release.ConfigChanges, " "))
+	}
+	return nil
 }
 
 func short(commit string) string {
@@ -306,6 +340,21 @@ func inspectPush(g quarantineGit, commit string, maxBytes int64) (*tree, *Manife
 	if err != nil {
 		return nil, nil, "", err
 	}
+	if mode, ok := t.Entries[procfile]; ok {
+		if mode != "100644" && mode != "100755" {
+			return nil, nil, "", fmt.Errorf("%s is not a regular file", procfile)
+		}
+		if len(m.Processes) > 0 {
+			return nil, nil, "", fmt.Errorf("processes are declared in both %s and %s: keep one", manifestFile, procfile)
+		}
+		raw, err := g.output("cat-file", "blob", commit+":"+procfile)
+		if err != nil {
+			return nil, nil, "", err
+		}
+		if m.Processes, err = parseProcfile(raw); err != nil {
+			return nil, nil, "", err
+		}
+	}
 	return t, m, strings.TrimSpace(string(subject)), nil
 }
 
@@ -337,6 +386,10 @@ func (d *deploy) releaseDir() string { return d.dir() + "/releases/" + d.name() 
 func (d *deploy) stepEnv(extra map[string]string) map[string]string {
 	env := map[string]string{}
 	for k, v := range d.man.Env {
+		env[k] = v
+	}
+	// The project's config wins over corpus.yaml's env.
+	for k, v := range d.config {
 		env[k] = v
 	}
 	env["CORPUS_PROJECT"] = d.project
@@ -419,6 +472,9 @@ func (d *deploy) run(g quarantineGit, commit string) error {
 			d.say("       nothing serves yet: nothing to archive")
 			return true, nil
 		}
+		if !d.runs(stepArchive) {
+			return true, nil
+		}
 		pn := corpusv1.ReleaseName(d.prev.Number)
 		arch := base + "/archives/" + pn
 		if err := d.sh(`mkdir -p "$1" && printf 'release=%s\ncommit=%s\narchived=%s\n' "$2" "$3" "$4" > "$1/release.env"`,
@@ -454,6 +510,9 @@ func (d *deploy) run(g quarantineGit, commit string) error {
 		}
 		if err == nil {
 			d.say("       %d files, %d bytes in %s", len(d.tree.Entries), d.tree.Size, rel)
+			// The release's environment (config included) and how its
+			// processes run, for the supervisor, restarts and rollbacks.
+			err = d.a.writeReleaseFiles(d.ctx, d.driver, d.guest.Name, d.project, d.stepEnv(nil), d.specOf())
 		}
 		return false, err
 	})
@@ -461,6 +520,9 @@ func (d *deploy) run(g quarantineGit, commit string) error {
 		return err
 	}
 	err = d.step(stepInstall, func() (bool, error) {
+		if !d.runs(stepInstall) {
+			return true, nil
+		}
 		if len(d.tree.Install) == 0 {
 			d.say("       no steps in %s", installDir)
 			return true, nil
@@ -477,17 +539,10 @@ func (d *deploy) run(g quarantineGit, commit string) error {
 	if err != nil {
 		return err
 	}
-	err = d.step(stepHealth, func() (bool, error) {
-		if d.man.Health == nil || d.man.Health.HTTP == nil {
-			d.say("       no health check in %s", manifestFile)
+	err = d.step(stepFixperms, func() (bool, error) {
+		if !d.runs(stepFixperms) {
 			return true, nil
 		}
-		return false, d.healthCheck()
-	})
-	if err != nil {
-		return err
-	}
-	err = d.step(stepFixperms, func() (bool, error) {
 		if d.tree.Hooks["fixperms"] {
 			return false, d.exec(d.ctx, []string{"./" + manifestDir + "/fixperms"}, rel, d.stepEnv(nil), nil, false)
 		}
@@ -496,6 +551,47 @@ func (d *deploy) run(g quarantineGit, commit string) error {
 			return true, nil
 		}
 		return false, d.sh(`chown -hR "$2:$3" "$1"; chown "$2:$3" "$4"`, rel, strconv.Itoa(d.uid), strconv.Itoa(d.gid), base+"/data")
+	})
+	if err != nil {
+		return err
+	}
+	err = d.step(stepStart, func() (bool, error) {
+		if len(d.man.Processes) == 0 {
+			d.say("       no processes (a Procfile, or processes: in %s)", manifestFile)
+			return true, nil
+		}
+		gen, err := d.a.startGeneration(d.ctx, d.driver, d.guest, d.project, d.env, d.specOf(), d.name(), d.say)
+		var es *errStart
+		if errors.As(err, &es) {
+			d.tail = es.tail
+		}
+		d.gen = gen
+		return false, err
+	})
+	if err != nil {
+		return err
+	}
+	err = d.step(stepHealth, func() (bool, error) {
+		switch {
+		case d.gen != nil && d.gen.port != 0:
+			d.say("       web answered on its new port (start)")
+			return true, nil
+		case !d.runs(stepHealth):
+			return true, nil
+		case d.man.Health == nil || d.man.Health.HTTP == nil:
+			d.say("       no health check in %s", manifestFile)
+			return true, nil
+		}
+		c := d.man.Health.HTTP
+		if d.guest.Address == "" {
+			return false, errors.New("the guest has no address to check")
+		}
+		url := "http://" + d.guest.Address + ":" + strconv.Itoa(c.Port) + c.Path
+		status, err := waitHTTP(d.ctx, url, c.Timeout, func(code int) bool { return code < 400 })
+		if err == nil {
+			d.say("       GET %s: %s", url, status)
+		}
+		return false, err
 	})
 	if err != nil {
 		return err
@@ -516,8 +612,22 @@ func (d *deploy) run(g quarantineGit, commit string) error {
 		}
 		failpoint.Hit("deploy-switched")
 		d.say("       current -> releases/%s", d.name())
+		if d.gen != nil && d.gen.port != 0 {
+			// Journalled first: a crash from here on puts the routes back.
+			d.journal.OldWebPort = d.gen.oldPort
+			if err := d.a.cache.SetDeploy(d.journal); err != nil {
+				return false, fmt.Errorf("journal: %w", err)
+			}
+			return false, d.gen.switchTraffic(d.ctx)
+		}
 		return false, nil
 	})
+}
+
+// runs says whether a step runs: all do, unless corpus deploy --only
+// names some.
+func (d *deploy) runs(step string) bool {
+	return len(d.only) == 0 || slices.Contains(d.only, step)
 }
 
 func (d *deploy) setDomains(domains []string) error {
@@ -558,202 +668,4 @@ func (d *deploy) hook(releaseDir, name string, extra map[string]string) error {
 	}
 	d.say("       running %s/%s", manifestDir, name)
 	return d.exec(d.ctx, []string{script}, releaseDir, d.stepEnv(extra), nil, true)
-}
-
-func (d *deploy) healthCheck() error {
-	c := d.man.Health.HTTP
-	addr := d.guest.Address
-	if addr == "" {
-		return errors.New("the guest has no address to check")
-	}
-	url := "http://" + addr + ":" + strconv.Itoa(c.Port) + c.Path
-	client := &http.Client{Timeout: 2 * time.Second, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
-	deadline := time.Now().Add(c.Timeout)
-	var last string
-	for {
-		res, err := client.Get(url)
-		if err == nil {
-			io.Copy(io.Discard, io.LimitReader(res.Body, 1<<20))
-			res.Body.Close()
-			if res.StatusCode < 400 {
-				d.say("       GET %s: %s", url, res.Status)
-				return nil
-			}
-			last = res.Status
-		} else {
-			last = err.Error()
-		}
-		if time.Now().After(deadline) || d.ctx.Err() != nil {
-			return fmt.Errorf("GET %s: %s (no good answer within %s)", url, last, c.Timeout)
-		}
-		time.Sleep(250 * time.Millisecond)
-	}
-}
-
-// finish records the outcome, rolls back or prunes, notifies, and
-// returns the hook's exit status.
-func (d *deploy) finish(err error) int {
-	status := corpusv1.ReleaseSucceeded
-	var se *stepError
-	failedStep, msg := "", ""
-	if err != nil {
-		status = corpusv1.ReleaseFailed
-		failedStep, msg = "pipeline", err.Error()
-		if errors.As(err, &se) {
-			failedStep, msg = se.step, se.err.Error()
-		}
-		tail := d.tail
-		d.say("-----> %s failed: %s", failedStep, msg)
-		d.rollback()
-		d.notify(status)
-		d.say("-----> Push rejected: %s/%s still serves %s; the failed tree is kept in %s", d.project, d.env.Name, d.serving(), d.releaseDir())
-		if len(tail) > 0 {
-			d.say("       last output of %s:", failedStep)
-			for _, l := range tail {
-				d.say("       | %s", l)
-			}
-		}
-	} else {
-		d.notify(status)
-	}
-	// The outcome must reach the coordinator; a short outage is waited out.
-	var rerr error
-	for i := 0; i < 10; i++ {
-		_, rerr = coordCall(d.a, func(c corpusv1connect.AgentServiceClient) (*connect.Response[corpusv1.FinishReleaseResponse], error) {
-			return c.FinishRelease(d.ctx, connect.NewRequest(&corpusv1.FinishReleaseRequest{
-				Id: d.release.Id, Status: status, Steps: d.steps, FailedStep: failedStep, Message: msg, Log: d.log.String(),
-			}))
-		})
-		if rerr == nil || connect.CodeOf(rerr) != connect.CodeUnavailable {
-			break
-		}
-		time.Sleep(time.Second)
-	}
-	if rerr != nil && status == corpusv1.ReleaseSucceeded {
-		// Unrecorded, a live release would be invisible to the cluster:
-		// go back to the previous one and refuse the push.
-		d.say("-----> recording the release failed (%v); rolling back", rerr)
-		d.restorePrevious()
-		d.a.cache.EndDeploy(d.journal)
-		return 1
-	}
-	d.journal.Step = stepFinished
-	d.a.cache.SetDeploy(d.journal)
-	if status == corpusv1.ReleaseSucceeded {
-		d.prune()
-		d.say("-----> %s/%s %s is live (%.1fs)", d.project, d.env.Name, d.name(), time.Since(d.journal.Started).Seconds())
-	}
-	d.a.cache.EndDeploy(d.journal)
-	if status != corpusv1.ReleaseSucceeded {
-		return 1
-	}
-	return 0
-}
-
-func (d *deploy) serving() string {
-	if d.prev == nil {
-		return "nothing"
-	}
-	return corpusv1.ReleaseName(d.prev.Number)
-}
-
-// rollback is the failure procedure: current is put back (it only moved
-// if the failure came after the switch) and the serving release's
-// rollback hook runs with its archive.
-func (d *deploy) rollback() {
-	d.say("-----> rollback")
-	d.restorePrevious()
-	if d.prev == nil {
-		return
-	}
-	pn := corpusv1.ReleaseName(d.prev.Number)
-	if err := d.hook(d.dir()+"/releases/"+pn, "rollback", map[string]string{
-		"CORPUS_ARCHIVE": d.dir() + "/archives/" + pn, "CORPUS_RELEASE": pn, "CORPUS_FAILED_RELEASE": d.name(),
-	}); err != nil {
-		d.say("       the rollback hook failed: %v", err)
-	}
-}
-
-// restorePrevious makes sure current is what served before the deploy.
-func (d *deploy) restorePrevious() {
-	if err := restoreCurrent(d.ctx, d.driver, d.guest.Name, d.project, d.name(), d.prevNumber()); err != nil {
-		d.say("       restoring current: %v", err)
-	}
-}
-
-// restoreCurrent points current back at prev when it points at failed (a
-// deploy interrupted after its switch); prev 0 removes it.
-func restoreCurrent(ctx context.Context, drv drivers.Driver, guest, project, failed string, prev uint32) error {
-	var out bytes.Buffer
-	script := `set -e; cd "$1"; rm -rf current.new "releases/$2.tmp"; if [ "$(readlink current 2>/dev/null)" = "releases/$2" ]; then ` +
-		`if [ "$3" = r0 ]; then rm -f current; else ln -s "releases/$3" current.new; mv -T current.new current; fi; fi`
-	code, err := drv.Exec(ctx, guest, drivers.ExecRequest{
-		Argv:   []string{"sh", "-c", script, "sh", projectDir(project), failed, corpusv1.ReleaseName(prev)},
-		Stdout: &out, Stderr: &out,
-	})
-	if err == nil && code != 0 {
-		err = fmt.Errorf("exit status %d: %s", code, strings.TrimSpace(out.String()))
-	}
-	return err
-}
-
-func (d *deploy) notify(status string) {
-	if status == corpusv1.ReleaseSucceeded {
-		failpoint.Hit("deploy-notify")
-	}
-	d.say("-----> notify")
-	start := time.Now()
-	var err error
-	if d.tree.Hooks["notify"] {
-		err = d.exec(d.ctx, []string{"./" + manifestDir + "/notify"}, d.releaseDir(), d.stepEnv(map[string]string{"CORPUS_STATUS": status}), nil, true)
-	} else if status == corpusv1.ReleaseSucceeded {
-		d.say("       %s/%s %s (%s) deployed by %s", d.project, d.env.Name, d.name(), short(d.release.Commit), d.release.Author)
-	} else {
-		d.say("       %s/%s %s (%s) by %s failed", d.project, d.env.Name, d.name(), short(d.release.Commit), d.release.Author)
-	}
-	st := &corpusv1.ReleaseStep{Name: stepNotify, Status: corpusv1.StepOK, DurationMs: time.Since(start).Milliseconds()}
-	if err != nil {
-		// The release is decided; a notification that fails is reported,
-		// not a reason to undo it.
-		st.Status = corpusv1.StepFailed
-		d.say("       warning: the notify hook failed: %v", err)
-	}
-	d.steps = append(d.steps, st)
-}
-
-// prune removes the trees of releases beyond the newest keep.
-func (d *deploy) prune() {
-	// The releases known when the push began, and this one: the lock
-	// keeps any other deploy or rollback of the environment out meanwhile.
-	rels := append([]*corpusv1.Release{d.release}, d.known...)
-	sort.Slice(rels, func(i, j int) bool { return rels[i].Number > rels[j].Number })
-	var drop []uint32
-	var dirs []string
-	for i, r := range rels {
-		if i < d.man.Keep || r.Pruned || r.Number == d.release.Number || r.Status == corpusv1.ReleaseDeploying {
-			continue
-		}
-		drop = append(drop, r.Number)
-		n := corpusv1.ReleaseName(r.Number)
-		dirs = append(dirs, "releases/"+n, "archives/"+n)
-	}
-	if len(drop) == 0 {
-		return
-	}
-	if err := d.sh(`cd "$1"; shift; rm -rf "$@"`, append([]string{d.dir()}, dirs...)...); err != nil {
-		d.say("       warning: pruning old releases: %v", err)
-		return
-	}
-	if _, err := coordCall(d.a, func(c corpusv1connect.AgentServiceClient) (*connect.Response[corpusv1.PruneReleasesResponse], error) {
-		return c.PruneReleases(d.ctx, connect.NewRequest(&corpusv1.PruneReleasesRequest{Project: d.project, Env: d.env.Name, Numbers: drop}))
-	}); err != nil {
-		d.say("       warning: recording pruned releases: %v", err)
-		return
-	}
-	sort.Slice(drop, func(i, j int) bool { return drop[i] < drop[j] })
-	var names []string
-	for _, n := range drop {
-		names = append(names, corpusv1.ReleaseName(n))
-	}
-	d.say("       pruned %s (keep: %d)", strings.Join(names, ", "), d.man.Keep)
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"path"
 	"slices"
 	"sort"
@@ -41,6 +42,14 @@ type Manifest struct {
 	// Domains are routed to the environment through the proxy, besides
 	// those the project was created with, from the switch on.
 	Domains []string `yaml:"domains"`
+	// Processes are the project's long-running commands, by type (as
+	// Procfile lines; a Procfile at the root may hold them instead): the
+	// supervisor in the guest runs them. web gets PORT and the domains'
+	// traffic.
+	Processes map[string]string `yaml:"processes"`
+	// Grace is how long a stopping process gets between SIGTERM and
+	// SIGKILL (default 10s).
+	Grace time.Duration `yaml:"grace"`
 }
 
 // Health is a release's health check.
@@ -62,6 +71,10 @@ const (
 	defaultStepTimeout   = 10 * time.Minute
 	defaultHealthTimeout = 30 * time.Second
 	maxManifestBytes     = 64 << 10
+	defaultGrace         = 10 * time.Second
+	maxGrace             = 5 * time.Minute
+	maxProcesses         = 20
+	procfile             = "Procfile"
 )
 
 // parseManifest reads corpus.yaml strictly (unknown keys are errors, so a
@@ -108,6 +121,15 @@ func parseManifest(data []byte) (*Manifest, error) {
 		}
 		m.Domains[i] = d
 	}
+	if err := checkProcesses(manifestFile, m.Processes); err != nil {
+		return nil, err
+	}
+	if m.Grace == 0 {
+		m.Grace = defaultGrace
+	}
+	if m.Grace < 0 || m.Grace > maxGrace {
+		return nil, fmt.Errorf("%s: grace %s: want up to %s", manifestFile, m.Grace, maxGrace)
+	}
 	if h := m.Health; h != nil && h.HTTP != nil {
 		c := h.HTTP
 		if c.Port < 1 || c.Port > 65535 {
@@ -124,6 +146,77 @@ func parseManifest(data []byte) (*Manifest, error) {
 		}
 	}
 	return m, nil
+}
+
+// checkProcesses applies the rules for process types and commands.
+func checkProcesses(where string, procs map[string]string) error {
+	if len(procs) > maxProcesses {
+		return fmt.Errorf("%s: %d processes; the limit is %d", where, len(procs), maxProcesses)
+	}
+	for _, name := range slices.Sorted(maps.Keys(procs)) {
+		if !validProcessName(name) {
+			return fmt.Errorf("%s: process name %q: want [a-z][a-z0-9_-]*, up to 32 characters", where, name)
+		}
+		cmd := procs[name]
+		switch {
+		case strings.TrimSpace(cmd) == "":
+			return fmt.Errorf("%s: process %s has no command", where, name)
+		case strings.ContainsAny(cmd, "\x00\n"):
+			return fmt.Errorf("%s: the command of process %s has a NUL or newline", where, name)
+		}
+	}
+	return nil
+}
+
+func validProcessName(s string) bool {
+	if s == "" || len(s) > 32 {
+		return false
+	}
+	for i, c := range s {
+		if !(c >= 'a' && c <= 'z' || (i > 0 && (c >= '0' && c <= '9' || c == '_' || c == '-'))) {
+			return false
+		}
+	}
+	return true
+}
+
+// parseProcfile reads a Procfile: "TYPE: command" lines, blank lines and
+// # comments. An error names the line.
+func parseProcfile(data []byte) (map[string]string, error) {
+	procs := map[string]string{}
+	for i, line := range strings.Split(string(data), "\n") {
+		line = strings.TrimSpace(strings.TrimSuffix(line, "\r"))
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		name, cmd, ok := strings.Cut(line, ":")
+		name, cmd = strings.TrimSpace(name), strings.TrimSpace(cmd)
+		switch {
+		case !ok:
+			return nil, fmt.Errorf("%s line %d: %q is not \"TYPE: command\"", procfile, i+1, line)
+		case !validProcessName(name):
+			return nil, fmt.Errorf("%s line %d: process name %q: want [a-z][a-z0-9_-]*, up to 32 characters", procfile, i+1, name)
+		case cmd == "":
+			return nil, fmt.Errorf("%s line %d: process %s has no command", procfile, i+1, name)
+		}
+		if _, dup := procs[name]; dup {
+			return nil, fmt.Errorf("%s line %d: process %s is declared twice", procfile, i+1, name)
+		}
+		procs[name] = cmd
+	}
+	if err := checkProcesses(procfile, procs); err != nil {
+		return nil, err
+	}
+	return procs, nil
+}
+
+// processOrder is the manifest's process types, web first, then by name.
+func (m *Manifest) processOrder() []string {
+	names := slices.Sorted(maps.Keys(m.Processes))
+	if i := slices.Index(names, "web"); i > 0 {
+		names = append([]string{"web"}, append(names[:i:i], names[i+1:]...)...)
+	}
+	return names
 }
 
 func validUserName(s string) bool {

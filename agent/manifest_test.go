@@ -89,3 +89,45 @@ func TestParseGitCommand(t *testing.T) {
 		}
 	}
 }
+
+func TestProcfile(t *testing.T) {
+	procs, err := parseProcfile([]byte("# the app\nweb: gunicorn app:app -b :$PORT\r\n\nworker:python worker.py  \n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if procs["web"] != "gunicorn app:app -b :$PORT" || procs["worker"] != "python worker.py" || len(procs) != 2 {
+		t.Fatalf("procs = %q", procs)
+	}
+	for in, want := range map[string]string{
+		"web gunicorn\n":   "Procfile line 1",
+		"\nWeb: x\n":       "line 2: process name \"Web\"",
+		"web: a\nweb: b\n": "line 2: process web is declared twice",
+		"web:\n":           "line 1: process web has no command",
+		"1web: x\n":        "process name \"1web\"",
+		"a-very-long-process-name-over-32-chars: x\n": "process name",
+	} {
+		if _, err := parseProcfile([]byte(in)); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("Procfile %q: err = %v, want %q", in, err, want)
+		}
+	}
+	m, err := parseManifest([]byte("processes:\n  web: httpd -f -p $PORT\n  clock: ./clock\ngrace: 3s\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := m.processOrder(); strings.Join(got, ",") != "web,clock" || m.Grace.String() != "3s" {
+		t.Fatalf("order = %v, grace %s", got, m.Grace)
+	}
+	if m, _ := parseManifest(nil); m.Grace != defaultGrace || len(m.Processes) != 0 {
+		t.Fatalf("defaults: %+v", m)
+	}
+	for in, want := range map[string]string{
+		"processes:\n  web: \"\"\n":      "process web has no command",
+		"processes:\n  Web: x\n":         "process name \"Web\"",
+		"processes:\n  web: \"a\\nb\"\n": "NUL or newline",
+		"grace: 10m\n":                   "grace 10m0s",
+	} {
+		if _, err := parseManifest([]byte(in)); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("manifest %q: err = %v, want %q", in, err, want)
+		}
+	}
+}

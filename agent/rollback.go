@@ -12,7 +12,6 @@ import (
 
 	"corpus/agent/cache"
 	"corpus/drivers"
-	"corpus/internal/names"
 	corpusv1 "corpus/proto/corpus/v1"
 	"corpus/proto/corpus/v1/corpusv1connect"
 )
@@ -29,13 +28,8 @@ func (s *agentAPI) Rollback(ctx context.Context, req *connect.Request[corpusv1.R
 		return err
 	}
 	m := req.Msg
-	if err := names.Validate("project", m.Project); err != nil {
-		return connect.NewError(connect.CodeInvalidArgument, err)
-	}
-	switch m.Env {
-	case corpusv1.EnvDev, corpusv1.EnvStaging, corpusv1.EnvProd:
-	default:
-		return connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("environment %q", m.Env))
+	if err := checkEnvRequest(m.Project, m.Env); err != nil {
+		return err
 	}
 	if m.To == 0 {
 		return connect.NewError(connect.CodeInvalidArgument, errors.New("no release to roll back to"))
@@ -60,17 +54,39 @@ func (s *agentAPI) Rollback(ctx context.Context, req *connect.Request[corpusv1.R
 		return connect.NewError(connect.CodeInternal, err)
 	}
 	defer a.cache.EndDeploy(j)
-	fmt.Fprintf(out, "-----> switch\n")
+	say := func(format string, args ...any) { fmt.Fprintf(out, format+"\n", args...) }
+	// The release's processes start first, beside the serving ones, with
+	// the environment (config) that release ran with.
+	gen, err := a.rollbackProcesses(ctx, drv, g, m, say)
+	if err != nil {
+		return err
+	}
+	abort := func() {
+		if gen != nil {
+			gen.abort(context.WithoutCancel(ctx))
+		}
+	}
+	say("-----> switch")
 	if err := switchCurrent(ctx, drv, g.Name, m.Project, target); err != nil {
+		abort()
 		return connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("release %s is not in the guest: %w", target, err))
 	}
-	fmt.Fprintf(out, "       current -> releases/%s\n", target)
+	say("       current -> releases/%s", target)
 	if err := a.recordCurrent(ctx, m.Project, m.Env, m.To); err != nil {
 		// The record failed: go back, so the cluster's word stays true.
 		if prev != 0 {
 			switchCurrent(context.WithoutCancel(ctx), drv, g.Name, m.Project, corpusv1.ReleaseName(prev))
 		}
+		abort()
 		return connect.NewError(connect.CodeUnavailable, fmt.Errorf("recording the rollback: %w", err))
+	}
+	if gen != nil {
+		if err := gen.switchTraffic(ctx); err != nil {
+			say("       warning: %v", err)
+		}
+		gen.retireOthers(context.WithoutCancel(ctx))
+	} else if err := a.stopProcesses(context.WithoutCancel(ctx), drv, g.Name, m.Project); err != nil {
+		say("       warning: stopping the processes of the release before: %v", err)
 	}
 	d := &deploy{a: a, ctx: ctx, guest: g, driver: drv, project: m.Project, env: &corpusv1.ProjectEnv{Name: m.Env},
 		release: &corpusv1.Release{Number: m.To}, man: &Manifest{Timeout: defaultStepTimeout}, out: out, log: &bytes.Buffer{}}
@@ -175,6 +191,15 @@ func (a *Agent) recoverDeploy(ctx context.Context, j cache.Deploy) error {
 	case j.Step == stepFinished:
 		return nil // recorded; only the journal entry was left
 	default:
+		// The deploy's processes go, and the routes back to the old ones.
+		if err := a.stopGeneration(ctx, drv, j.Guest, j.Project, name); err != nil {
+			return err
+		}
+		if j.OldWebPort != 0 {
+			if err := a.setWebPort(ctx, j.Project, j.Env, j.OldWebPort); err != nil {
+				return err
+			}
+		}
 		if err := restoreCurrent(ctx, drv, j.Guest, j.Project, name, j.Previous); err != nil {
 			return err
 		}
@@ -197,4 +222,37 @@ func (a *Agent) failRelease(ctx context.Context, j cache.Deploy, msg string) err
 		return nil // already settled (or forgotten with its project)
 	}
 	return err
+}
+
+// rollbackProcesses starts the processes of the release rolled back to,
+// when it has any: nil when it has none.
+func (a *Agent) rollbackProcesses(ctx context.Context, drv drivers.Driver, g *corpusv1.Guest, m *corpusv1.RollbackRequest, say func(string, ...any)) (*rollout, error) {
+	target := corpusv1.ReleaseName(m.To)
+	spec, ok, err := readRunSpec(ctx, drv, g.Name, m.Project, target)
+	if err != nil {
+		return nil, connect.NewError(connect.CodeInternal, err)
+	}
+	if !ok {
+		return nil, nil
+	}
+	running, err := a.runtime.Status(ctx, drv, g.Name, m.Project)
+	if err != nil {
+		return nil, connect.NewError(connect.CodeUnavailable, err)
+	}
+	env := m.GetProjectEnv()
+	if env == nil {
+		env = &corpusv1.ProjectEnv{Name: m.Env}
+	}
+	say("-----> start")
+	gen, err := a.startGeneration(ctx, drv, g, m.Project, env, spec, nextGeneration(target, running), say)
+	if err != nil {
+		var es *errStart
+		if errors.As(err, &es) {
+			for _, l := range es.tail {
+				say("       | %s", l)
+			}
+		}
+		return nil, connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("starting the processes of %s: %w; nothing changed", target, err))
+	}
+	return gen, nil
 }

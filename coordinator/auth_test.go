@@ -231,6 +231,28 @@ var authCalls = map[string]func(ctx context.Context, c clients) error{
 		_, err := c.agent.PruneReleases(ctx, connect.NewRequest(&corpusv1.PruneReleasesRequest{Project: "nope", Env: "dev"}))
 		return err
 	},
+	corpusv1connect.ProjectServiceSetConfigProcedure: func(ctx context.Context, c clients) error {
+		return firstMessage(c.project.SetConfig(ctx, connect.NewRequest(&corpusv1.SetConfigRequest{Project: "nope", Set: map[string]string{"A": "1"}})))
+	},
+	corpusv1connect.ProjectServiceGetConfigProcedure: func(ctx context.Context, c clients) error {
+		_, err := c.project.GetConfig(ctx, connect.NewRequest(&corpusv1.GetConfigRequest{Project: "nope"}))
+		return err
+	},
+	corpusv1connect.ProjectServiceDeployProcedure: func(ctx context.Context, c clients) error {
+		return firstMessage(c.project.Deploy(ctx, connect.NewRequest(&corpusv1.RedeployRequest{Project: "nope"})))
+	},
+	corpusv1connect.ProjectServiceListProcessesProcedure: func(ctx context.Context, c clients) error {
+		_, err := c.project.ListProcesses(ctx, connect.NewRequest(&corpusv1.ListProcessesRequest{Project: "nope"}))
+		return err
+	},
+	corpusv1connect.ClusterServiceRotateKeyringProcedure: func(ctx context.Context, c clients) error {
+		_, err := c.cluster.RotateKeyring(ctx, connect.NewRequest(&corpusv1.RotateKeyringRequest{}))
+		return err
+	},
+	corpusv1connect.AgentServiceSetWebPortProcedure: func(ctx context.Context, c clients) error {
+		_, err := c.agent.SetWebPort(ctx, connect.NewRequest(&corpusv1.SetWebPortRequest{Project: "nope", Env: "dev", Port: 81}))
+		return err
+	},
 	corpusv1connect.AgentServiceSetManifestDomainsProcedure: func(ctx context.Context, c clients) error {
 		_, err := c.agent.SetManifestDomains(ctx, connect.NewRequest(&corpusv1.SetManifestDomainsRequest{Project: "nope", Env: "dev"}))
 		return err

@@ -76,6 +76,53 @@ func TestUserRoles(t *testing.T) {
 		t.Errorf("a denied call changed other-dev: %s", v.DesiredState)
 	}
 
+	// Config: devs set and reveal their projects' values; viewers see
+	// keys only; nobody else touches them; a rotation keeps them.
+	setConfig := func(c clients, project string, set map[string]string) error {
+		stream, err := c.project.SetConfig(ctx, connect.NewRequest(&corpusv1.SetConfigRequest{Project: project, Set: set, NoRestart: true}))
+		if err != nil {
+			return err
+		}
+		defer stream.Close()
+		for stream.Receive() {
+		}
+		return stream.Err()
+	}
+	if err := setConfig(alice, "hello", map[string]string{"DB_PASSWORD": "hunter2-planted"}); err != nil {
+		t.Fatalf("alice sets hello's config: %v", err)
+	}
+	denied("alice sets other's config", setConfig(alice, "other", map[string]string{"A": "1"}))
+	denied("val sets hello's config", setConfig(val, "hello", map[string]string{"A": "1"}))
+	reveal := func(c clients, project string, reveal bool) (*corpusv1.GetConfigResponse, error) {
+		res, err := c.project.GetConfig(ctx, connect.NewRequest(&corpusv1.GetConfigRequest{Project: project, Reveal: reveal}))
+		if err != nil {
+			return nil, err
+		}
+		return res.Msg, nil
+	}
+	if got, err := reveal(alice, "hello", true); err != nil || len(got.Vars) != 1 || got.Vars[0].Value != "hunter2-planted" {
+		t.Errorf("alice reveals hello's config = %v, %v", got, err)
+	}
+	if got, err := reveal(val, "hello", false); err != nil || len(got.Vars) != 1 || got.Vars[0].Key != "DB_PASSWORD" || got.Vars[0].Value != "" || got.Vars[0].Bytes != 15 {
+		t.Errorf("val lists hello's config = %v, %v; want the key alone", got, err)
+	}
+	_, err = reveal(val, "hello", true)
+	denied("val reveals hello's config", err)
+	_, err = reveal(alice, "other", false)
+	denied("alice lists other's config", err)
+	_, err = alice.cluster.RotateKeyring(ctx, connect.NewRequest(&corpusv1.RotateKeyringRequest{}))
+	denied("alice rotates the keyring", err)
+	rot, err := ops.cluster.RotateKeyring(ctx, connect.NewRequest(&corpusv1.RotateKeyringRequest{}))
+	if err != nil || rot.Msg.Previous == "" || rot.Msg.Resealed != 1 {
+		t.Fatalf("ops rotates the keyring = %v, %v", rot, err)
+	}
+	if got, err := reveal(ops, "hello", true); err != nil || len(got.Vars) != 1 || got.Vars[0].Value != "hunter2-planted" {
+		t.Errorf("hello's config after a rotation = %v, %v", got, err)
+	}
+	if kr := s.Store().Read().Keyring(); kr == nil || len(kr.Keys) != 1 || kr.Primary != rot.Msg.Primary {
+		t.Errorf("keyring after a rotation = %v", kr)
+	}
+
 	// Tokens are personal.
 	mine, err := alice.users.ListTokens(ctx, connect.NewRequest(&corpusv1.ListTokensRequest{}))
 	if err != nil || len(mine.Msg.Tokens) != 1 || mine.Msg.Tokens[0].User != "alice" || mine.Msg.Tokens[0].SecretHash != "" {

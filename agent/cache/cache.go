@@ -188,6 +188,9 @@ type Deploy struct {
 	Previous  uint32    `json:"previous"` // the release serving before, 0 for none
 	Step      string    `json:"step"`
 	Started   time.Time `json:"started"`
+	// OldWebPort is the port the routes pointed at before the deploy
+	// moved them to its new web process (0: not moved).
+	OldWebPort int32 `json:"old_web_port,omitempty"`
 }
 
 // Key identifies a deploy's environment in the journal.

@@ -54,6 +54,8 @@ type Backend struct {
 
 	// audit records calls the state machine never sees (see auditor).
 	audit *auditor
+	// keyrings opens the cluster keyring (sealed config).
+	keyrings *keyrings
 
 	// Passwords checks users' passwords for Login (nil: password login
 	// is off); LoginTTL is the lifetime, and the longest allowed, of
@@ -129,6 +131,12 @@ var Policies = map[string]auth.Policy{
 	corpusv1connect.ProjectServiceGetReleaseProcedure:       {auth.Operator},
 	corpusv1connect.ProjectServiceRollbackProcedure:         {auth.Operator},
 	corpusv1connect.AuditServiceListAuditProcedure:          {auth.Operator},
+	corpusv1connect.ClusterServiceRotateKeyringProcedure:    {auth.Operator},
+	corpusv1connect.ProjectServiceSetConfigProcedure:        {auth.Operator},
+	corpusv1connect.ProjectServiceGetConfigProcedure:        {auth.Operator},
+	corpusv1connect.ProjectServiceDeployProcedure:           {auth.Operator},
+	corpusv1connect.ProjectServiceListProcessesProcedure:    {auth.Operator},
+	corpusv1connect.AgentServiceSetWebPortProcedure:         {auth.Agent},
 }
 
 // users are every kind of user; handlers narrow what each may touch.
@@ -152,9 +160,14 @@ var (
 		corpusv1connect.ProjectServiceGetProjectProcedure,
 		corpusv1connect.ProjectServiceListReleasesProcedure,
 		corpusv1connect.ProjectServiceGetReleaseProcedure,
+		// Viewers see keys only (GetConfig reveals to ops and devs).
+		corpusv1connect.ProjectServiceGetConfigProcedure,
+		corpusv1connect.ProjectServiceListProcessesProcedure,
 	}
 	devWrites = []string{
 		corpusv1connect.ProjectServiceRollbackProcedure,
+		corpusv1connect.ProjectServiceSetConfigProcedure,
+		corpusv1connect.ProjectServiceDeployProcedure,
 		corpusv1connect.GuestServiceExecGuestProcedure,
 		corpusv1connect.GuestServiceStartGuestProcedure,
 		corpusv1connect.GuestServiceStopGuestProcedure,
@@ -176,6 +189,7 @@ const maxRequestBytes = 4 << 20
 // Mount registers every service on mux behind the auth interceptor.
 func Mount(mux *http.ServeMux, b *Backend) {
 	b.audit = newAuditor(b)
+	b.keyrings = &keyrings{b: b}
 	authn := &auth.Authenticator{Store: b.Store, Policies: Policies, Refused: func(ctx context.Context, p auth.Principal, procedure string, req any, err error) {
 		m, _ := req.(proto.Message)
 		b.audit.refused(ctx, p, procedure, m, err)

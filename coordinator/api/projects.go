@@ -495,15 +495,11 @@ func (s *projectService) Rollback(ctx context.Context, req *connect.Request[corp
 		return stream.Send(&corpusv1.RollbackOutput{Done: true, Current: to,
 			Output: []byte(fmt.Sprintf("%s is already the current release of %s/%s\n", corpusv1.ReleaseName(to), p.Name, e.Name))})
 	}
-	g := view.Guest(e.GuestId)
-	if g == nil || guestStatus(view, g) != state.ObservedRunning {
-		return connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("the guest of %s/%s is not running", p.Name, e.Name))
+	n, err := runningEnvNode(view, p, e)
+	if err != nil {
+		return err
 	}
-	n := view.Node(g.NodeId)
-	if n == nil || n.AgentAddress == "" {
-		return connect.NewError(connect.CodeUnavailable, fmt.Errorf("the node of %s/%s has no agent address", p.Name, e.Name))
-	}
-	up, err := s.b.AgentClient(n).Rollback(ctx, connect.NewRequest(&corpusv1.RollbackRequest{Project: p.Name, Env: e.Name, To: to}))
+	up, err := s.b.AgentClient(n).Rollback(ctx, connect.NewRequest(&corpusv1.RollbackRequest{Project: p.Name, Env: e.Name, To: to, ProjectEnv: e}))
 	err = relayFromAgent(n, "rollback", up, err, stream.Send)
 	// The node records the new current release as its own write; who
 	// asked for it is recorded here.
@@ -602,11 +598,51 @@ func (s *agentService) BeginRelease(ctx context.Context, req *connect.Request[co
 			return nil, toConnect(err)
 		}
 	}
-	r := &corpusv1.Release{Id: secret.Hex(8), Project: m.Project, Env: m.Env, Commit: m.Commit, Author: m.Author, Subject: m.Subject, NodeId: auth.FromContext(ctx).NodeID}
+	switch m.Trigger {
+	case "":
+		m.Trigger = state.TriggerPush
+	case state.TriggerPush, state.TriggerConfig, state.TriggerRestart, state.TriggerDeploy:
+	default:
+		return nil, toConnect(invalidf("trigger %.40q: want push, config, restart or deploy", m.Trigger))
+	}
+	for _, proc := range m.Processes {
+		if err := validProcessName(proc); err != nil {
+			return nil, toConnect(err)
+		}
+	}
+	r := &corpusv1.Release{Id: secret.Hex(8), Project: m.Project, Env: m.Env, Commit: m.Commit, Author: m.Author, Subject: m.Subject,
+		NodeId: auth.FromContext(ctx).NodeID, Trigger: m.Trigger, Processes: m.Processes}
+	// What changed in the config since the serving release, keys only.
+	view := s.b.Store.Read()
+	k, err := s.b.keyrings.open(view)
+	if err != nil {
+		return nil, toConnect(err)
+	}
+	var before map[string]string
+	if p := view.Project(m.Project); p != nil {
+		if e := state.ProjectEnv(p, m.Env); e != nil {
+			if cur := view.ReleaseByNumber(p.Name, e.Name, e.CurrentRelease); cur != nil {
+				if before, err = openConfig(k, p.Name, e.Name, cur.Config); err != nil {
+					return nil, toConnect(err)
+				}
+			}
+		}
+	}
 	if _, err := s.b.write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_BeginRelease{BeginRelease: &corpusv1.BeginRelease{Release: r}}}); err != nil {
 		return nil, err
 	}
-	return connect.NewResponse(&corpusv1.BeginReleaseResponse{Release: s.b.Store.Read().Release(r.Id)}), nil
+	view = s.b.Store.Read()
+	rel := view.Release(r.Id)
+	if k, err = s.b.keyrings.open(view); err != nil {
+		return nil, toConnect(err)
+	}
+	cfg, err := openConfig(k, m.Project, m.Env, rel.GetConfig())
+	if err != nil {
+		return nil, toConnect(err)
+	}
+	rel = proto.Clone(rel).(*corpusv1.Release)
+	rel.ConfigChanges = configChanges(before, cfg)
+	return connect.NewResponse(&corpusv1.BeginReleaseResponse{Release: rel, Config: cfg}), nil
 }
 
 func (s *agentService) FinishRelease(ctx context.Context, req *connect.Request[corpusv1.FinishReleaseRequest]) (*connect.Response[corpusv1.FinishReleaseResponse], error) {
@@ -686,7 +722,7 @@ func (s *agentService) SetManifestDomains(ctx context.Context, req *connect.Requ
 		if r := view.RouteByDomain(d); r != nil && r.GuestId == e.GuestId {
 			continue // routed here already
 		}
-		routes = append(routes, &corpusv1.Route{Id: secret.Hex(8), Kind: state.RouteHTTP, Domain: d, GuestId: e.GuestId, GuestPort: e.HttpPort})
+		routes = append(routes, &corpusv1.Route{Id: secret.Hex(8), Kind: state.RouteHTTP, Domain: d, GuestId: e.GuestId, GuestPort: state.WebPort(e)})
 	}
 	if _, err := s.b.write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_SetManifestDomains{SetManifestDomains: &corpusv1.SetManifestDomains{
 		Project: m.Project, Env: m.Env, NodeId: auth.FromContext(ctx).NodeID, Domains: domains, Routes: routes,

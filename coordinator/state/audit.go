@@ -2,6 +2,8 @@ package state
 
 import (
 	"fmt"
+	"sort"
+	"strings"
 
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
@@ -46,6 +48,14 @@ func auditEntry(cmd *corpusv1.Command, index uint64, err error) *corpusv1.AuditE
 		if c.GrantProject.Revoke {
 			e.Action = "revoke_project"
 		}
+	case *corpusv1.Command_SetConfig:
+		// Keys only: the values are secrets.
+		set := make([]string, 0, len(c.SetConfig.Set))
+		for k := range c.SetConfig.Set {
+			set = append(set, k)
+		}
+		sort.Strings(set)
+		e.Target += " (" + ConfigChangeText(set, c.SetConfig.Unset) + ")"
 	}
 	return e
 }
@@ -111,4 +121,16 @@ func (a *applier) trimAudit() {
 // Audit returns the audit log, oldest first.
 func (v *Snap) Audit() []*corpusv1.AuditEntry {
 	return all[*corpusv1.AuditEntry](v, tableAudit, "id")
+}
+
+// ConfigChangeText says what a config change does, keys only.
+func ConfigChangeText(set, unset []string) string {
+	var parts []string
+	if len(set) > 0 {
+		parts = append(parts, "set "+strings.Join(set, ", "))
+	}
+	if len(unset) > 0 {
+		parts = append(parts, "unset "+strings.Join(unset, ", "))
+	}
+	return strings.Join(parts, "; ")
 }

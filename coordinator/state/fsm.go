@@ -186,6 +186,12 @@ func (a *applier) apply(cmd *corpusv1.Command) error {
 		return a.setNodeMode(c.SetNodeMode)
 	case *corpusv1.Command_UserLogin:
 		return a.userLogin(c.UserLogin)
+	case *corpusv1.Command_SetConfig:
+		return a.setConfig(c.SetConfig)
+	case *corpusv1.Command_SetKeyring:
+		return a.setKeyring(c.SetKeyring)
+	case *corpusv1.Command_SetWebPort:
+		return a.setWebPort(c.SetWebPort)
 	default:
 		panic(fmt.Sprintf("state: command %T has no apply function", c))
 	}
@@ -515,6 +521,7 @@ func (v *Snap) Dump() *corpusv1.Snapshot {
 	snap.Coordinators = v.Coordinators()
 	snap.Audit = v.Audit()
 	snap.UserTokens = v.UserTokens("")
+	snap.Keyring = v.Keyring()
 	return snap
 }
 
@@ -546,6 +553,11 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 	}
 	if snap.Config != nil {
 		if err := ins(tableMeta, &meta{Key: metaConfig, Value: snap.Config}); err != nil {
+			return err
+		}
+	}
+	if snap.Keyring != nil {
+		if err := ins(tableMeta, &meta{Key: metaKeyring, Value: snap.Keyring}); err != nil {
 			return err
 		}
 	}

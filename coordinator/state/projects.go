@@ -273,6 +273,11 @@ func (a *applier) beginRelease(c *corpusv1.BeginRelease) error {
 	r.StartedAt = a.now
 	r.FinishedAt = nil
 	r.Pruned = false
+	// The release runs with the config as it is now.
+	r.Config = env.Config
+	if r.Trigger == "" {
+		r.Trigger = TriggerPush
+	}
 	r.CreateIndex, r.ModifyIndex = a.index, a.index
 	a.put(tableReleases, r)
 	a.putEnv(p, env)
@@ -324,12 +329,25 @@ func (a *applier) finishRelease(c *corpusv1.FinishRelease) error {
 	r.FinishedAt = a.now
 	r.ModifyIndex = a.index
 	a.put(tableReleases, r)
-	if c.Status == corpusv1.ReleaseSucceeded {
-		p, env, err := a.envOnNode(r.Project, r.Env, c.NodeId)
-		if err != nil {
-			return err
-		}
+	if c.Status != corpusv1.ReleaseSucceeded && r.Trigger != TriggerConfig {
+		return nil
+	}
+	p, env, err := a.envOnNode(r.Project, r.Env, c.NodeId)
+	switch {
+	case err != nil && c.Status == corpusv1.ReleaseSucceeded:
+		return err
+	case err != nil:
+		return nil // the environment moved on; nothing of it to undo here
+	case c.Status == corpusv1.ReleaseSucceeded:
 		env.CurrentRelease = r.Number
+		a.putEnv(p, env)
+	default:
+		// A config change whose release failed is undone: the config is
+		// again the one the serving release runs with.
+		env.Config = nil
+		if cur := a.view().ReleaseByNumber(p.Name, env.Name, env.CurrentRelease); cur != nil {
+			env.Config = cur.Config
+		}
 		a.putEnv(p, env)
 	}
 	return nil
@@ -350,7 +368,9 @@ func (a *applier) setCurrentRelease(c *corpusv1.SetCurrentRelease) error {
 	if env.CurrentRelease == c.Number {
 		return nil
 	}
+	// A release serves with its own config: rolling back restores it.
 	env.CurrentRelease = c.Number
+	env.Config = r.Config
 	a.putEnv(p, env)
 	return nil
 }

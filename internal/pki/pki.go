@@ -27,6 +27,8 @@ import (
 	"net"
 	"net/url"
 	"time"
+
+	"corpus/internal/seal"
 )
 
 // Roles a certificate may carry.
@@ -305,4 +307,15 @@ func serial() *big.Int {
 
 func pemBlock(typ string, der []byte) []byte {
 	return pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der})
+}
+
+// SealKEK is the key-encryption key of the cluster's sealed values
+// (internal/seal), derived from the CA's private key: every replica
+// holding the CA derives the same one, and nothing else can.
+func (ca *CA) SealKEK() ([]byte, error) {
+	der, err := x509.MarshalPKCS8PrivateKey(ca.key)
+	if err != nil {
+		return nil, fmt.Errorf("ca key: %w", err)
+	}
+	return seal.KEK(der)
 }

@@ -30,6 +30,8 @@ type httpRoute struct {
 	targets []string
 	next    atomic.Uint64 // round-robin cursor
 	rp      *httputil.ReverseProxy
+	// flight counts requests in flight to a route's one target.
+	flight *atomic.Int64
 }
 
 // pick returns the target the next request starts with.
@@ -49,6 +51,9 @@ func (p *Proxy) compile(r Routes) *table {
 	}
 	for host, hr := range r.HTTP {
 		rt := &httpRoute{host: host, targets: hr.Targets}
+		if len(rt.targets) == 1 {
+			rt.flight = p.flight(rt.targets[0])
+		}
 		rt.rp = p.reverseProxy(rt)
 		t.http[host] = rt
 	}
@@ -82,6 +87,10 @@ func (h handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		w, r = fullDuplex(w, r)
 	}
 	start := time.Now()
+	if rt.flight != nil {
+		rt.flight.Add(1)
+		defer rt.flight.Add(-1)
+	}
 	rt.rp.ServeHTTP(w, r)
 	p.metrics.served(rt.host, start)
 }

@@ -604,3 +604,44 @@ func TestHTTPRequestWithoutHost(t *testing.T) {
 		t.Errorf("HTTP/1.0 request without Host = %d %q, want 404 no route", resp.StatusCode, body)
 	}
 }
+
+// TestHTTPInFlightDrains: a request started on a target keeps counting
+// against it after the route moved away, until it ends; that is how a
+// deploy knows when the old process may stop.
+func TestHTTPInFlightDrains(t *testing.T) {
+	t.Parallel()
+	release := make(chan struct{})
+	entered := make(chan struct{})
+	old := startBackend(t, "old", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		close(entered)
+		<-release
+		io.WriteString(w, "old")
+	}))
+	next := startBackend(t, "new", nil)
+	p := startProxy(t, Config{})
+	mustSetRoutes(t, p, httpRoutes("app.test", old.addr()))
+	c := proxyClient(t, p.HTTPAddr().String(), nil)
+	got := make(chan string, 1)
+	go func() {
+		_, body, _ := do(t, c, "GET", "app.test", "/", nil)
+		got <- body
+	}()
+	<-entered
+	mustSetRoutes(t, p, httpRoutes("app.test", next.addr()))
+	if n := p.InFlight(old.addr()); n != 1 {
+		t.Fatalf("InFlight(old) = %d while a request runs there, want 1", n)
+	}
+	if _, body, _ := do(t, c, "GET", "app.test", "/", nil); body != "new" {
+		t.Fatalf("a request after the move went to %q", body)
+	}
+	close(release)
+	if body := <-got; body != "old" {
+		t.Fatalf("the request in flight got %q, want old's answer", body)
+	}
+	if n := p.InFlight(old.addr()); n != 0 {
+		t.Fatalf("InFlight(old) = %d after the request ended", n)
+	}
+	if n := p.InFlight(next.addr()); n != 0 {
+		t.Fatalf("InFlight(new) = %d when idle", n)
+	}
+}

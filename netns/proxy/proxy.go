@@ -177,6 +177,28 @@ type Proxy struct {
 	tcpConns     map[net.Conn]struct{}
 	tcpWG        sync.WaitGroup // accept loops and TCP connections
 	done         chan struct{}  // closed when the proxy stops
+
+	// flights counts the HTTP requests in flight per target, so a caller
+	// that moved a route away from a target knows when it is drained.
+	flights sync.Map // target → *atomic.Int64
+}
+
+// flight is the in-flight counter of a target.
+func (p *Proxy) flight(target string) *atomic.Int64 {
+	if c, ok := p.flights.Load(target); ok {
+		return c.(*atomic.Int64)
+	}
+	c, _ := p.flights.LoadOrStore(target, new(atomic.Int64))
+	return c.(*atomic.Int64)
+}
+
+// InFlight is how many HTTP requests to target are being served now,
+// through routes with that one target.
+func (p *Proxy) InFlight(target string) int64 {
+	if c, ok := p.flights.Load(target); ok {
+		return c.(*atomic.Int64).Load()
+	}
+	return 0
 }
 
 // New checks cfg, loads the certificates and binds the HTTP (and HTTPS)

@@ -534,7 +534,7 @@ func TestDeployCrash(t *testing.T) {
 	l.wantPage("version one (r1)")
 	good := l.remoteHead()
 	args := l.a.proc.args
-	for i, step := range []string{"archive", "release-sync", "install", "health", "fixperms", "switch", "switched", "notify"} {
+	for i, step := range []string{"archive", "release-sync", "install", "fixperms", "start", "health", "switch", "switched", "notify"} {
 		l.a.kill()
 		l.a.proc = startIn(t, l.a.node.ns, "agent n1 (failpoint)", []string{"CORPUS_FAILPOINTS=deploy-" + step}, args...)
 		eventually(t, 20*time.Second, "git endpoint up", func() error {

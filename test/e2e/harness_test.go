@@ -54,6 +54,15 @@ func runMain(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, "e2e: building corpus:", err)
 		return 1
 	}
+	// The process supervisor goes beside it, where the agent looks; it
+	// runs inside guests, so it is static (no cgo, hence no -race).
+	build = exec.Command("go", "build", "-o", filepath.Join(dir, "corpus-supervisor"), "corpus/cmd/corpus-supervisor")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "e2e: building corpus-supervisor:", err)
+		return 1
+	}
 	return m.Run()
 }
 

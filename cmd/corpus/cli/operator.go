@@ -67,6 +67,25 @@ func newOperatorCmd(g *globals) *cobra.Command {
 		},
 	}
 	raftCmd.AddCommand(list, add, remove)
-	cmd.AddCommand(raftCmd)
+	keyring := &cobra.Command{Use: "keyring", Short: "The cluster's keys for sealed values (config, secrets)"}
+	rotate := &cobra.Command{
+		Use:   "rotate",
+		Short: "Make a new key the only one: every sealed value is sealed again with it, in one replicated write",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return call(g, cmd.Context(), func(ctx context.Context, c *clients) (*connect.Response[corpusv1.RotateKeyringResponse], error) {
+				return c.cluster.RotateKeyring(ctx, connect.NewRequest(&corpusv1.RotateKeyringRequest{}))
+			}, func(m *corpusv1.RotateKeyringResponse) error {
+				if m.Previous == "" {
+					fmt.Fprintf(g.stdout, "keyring created: key %s\n", m.Primary)
+					return nil
+				}
+				fmt.Fprintf(g.stdout, "key %s replaced %s; %d values sealed again\n", m.Primary, m.Previous, m.Resealed)
+				return nil
+			})
+		},
+	}
+	keyring.AddCommand(rotate)
+	cmd.AddCommand(raftCmd, keyring)
 	return cmd
 }

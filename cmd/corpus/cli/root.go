@@ -121,6 +121,10 @@ func newRoot(g *globals) *cobra.Command {
 		newProjectCmd(g),
 		newReleaseCmd(g),
 		newRollbackCmd(g),
+		newConfigCmd(g),
+		newPsCmd(g),
+		newRestartCmd(g),
+		newDeployCmd(g),
 		newVersionCmd(g),
 		newDocsCmd(g),
 	)

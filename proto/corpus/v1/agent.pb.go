@@ -23,6 +23,174 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+// AgentRedeployRequest is a redeploy as the coordinator passes it on, with
+// what the node needs to know of the environment.
+type AgentRedeployRequest struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Request *RedeployRequest       `protobuf:"bytes,1,opt,name=request,proto3" json:"request,omitempty"`
+	Env     *ProjectEnv            `protobuf:"bytes,2,opt,name=env,proto3" json:"env,omitempty"`
+	// releases of the environment, newest first.
+	Releases []*Release `protobuf:"bytes,3,rep,name=releases,proto3" json:"releases,omitempty"`
+	// author is who asked ("user:alice", "ops").
+	Author        string `protobuf:"bytes,4,opt,name=author,proto3" json:"author,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AgentRedeployRequest) Reset() {
+	*x = AgentRedeployRequest{}
+	mi := &file_corpus_v1_agent_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AgentRedeployRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AgentRedeployRequest) ProtoMessage() {}
+
+func (x *AgentRedeployRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_agent_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AgentRedeployRequest.ProtoReflect.Descriptor instead.
+func (*AgentRedeployRequest) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *AgentRedeployRequest) GetRequest() *RedeployRequest {
+	if x != nil {
+		return x.Request
+	}
+	return nil
+}
+
+func (x *AgentRedeployRequest) GetEnv() *ProjectEnv {
+	if x != nil {
+		return x.Env
+	}
+	return nil
+}
+
+func (x *AgentRedeployRequest) GetReleases() []*Release {
+	if x != nil {
+		return x.Releases
+	}
+	return nil
+}
+
+func (x *AgentRedeployRequest) GetAuthor() string {
+	if x != nil {
+		return x.Author
+	}
+	return ""
+}
+
+type SetWebPortRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Project       string                 `protobuf:"bytes,1,opt,name=project,proto3" json:"project,omitempty"`
+	Env           string                 `protobuf:"bytes,2,opt,name=env,proto3" json:"env,omitempty"`
+	Port          int32                  `protobuf:"varint,3,opt,name=port,proto3" json:"port,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetWebPortRequest) Reset() {
+	*x = SetWebPortRequest{}
+	mi := &file_corpus_v1_agent_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetWebPortRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetWebPortRequest) ProtoMessage() {}
+
+func (x *SetWebPortRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_agent_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetWebPortRequest.ProtoReflect.Descriptor instead.
+func (*SetWebPortRequest) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *SetWebPortRequest) GetProject() string {
+	if x != nil {
+		return x.Project
+	}
+	return ""
+}
+
+func (x *SetWebPortRequest) GetEnv() string {
+	if x != nil {
+		return x.Env
+	}
+	return ""
+}
+
+func (x *SetWebPortRequest) GetPort() int32 {
+	if x != nil {
+		return x.Port
+	}
+	return 0
+}
+
+type SetWebPortResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetWebPortResponse) Reset() {
+	*x = SetWebPortResponse{}
+	mi := &file_corpus_v1_agent_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetWebPortResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetWebPortResponse) ProtoMessage() {}
+
+func (x *SetWebPortResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_agent_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetWebPortResponse.ProtoReflect.Descriptor instead.
+func (*SetWebPortResponse) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{2}
+}
+
 type SetManifestDomainsRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Project       string                 `protobuf:"bytes,1,opt,name=project,proto3" json:"project,omitempty"`
@@ -34,7 +202,7 @@ type SetManifestDomainsRequest struct {
 
 func (x *SetManifestDomainsRequest) Reset() {
 	*x = SetManifestDomainsRequest{}
-	mi := &file_corpus_v1_agent_proto_msgTypes[0]
+	mi := &file_corpus_v1_agent_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -46,7 +214,7 @@ func (x *SetManifestDomainsRequest) String() string {
 func (*SetManifestDomainsRequest) ProtoMessage() {}
 
 func (x *SetManifestDomainsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_agent_proto_msgTypes[0]
+	mi := &file_corpus_v1_agent_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -59,7 +227,7 @@ func (x *SetManifestDomainsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetManifestDomainsRequest.ProtoReflect.Descriptor instead.
 func (*SetManifestDomainsRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{0}
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *SetManifestDomainsRequest) GetProject() string {
@@ -91,7 +259,7 @@ type SetManifestDomainsResponse struct {
 
 func (x *SetManifestDomainsResponse) Reset() {
 	*x = SetManifestDomainsResponse{}
-	mi := &file_corpus_v1_agent_proto_msgTypes[1]
+	mi := &file_corpus_v1_agent_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -103,7 +271,7 @@ func (x *SetManifestDomainsResponse) String() string {
 func (*SetManifestDomainsResponse) ProtoMessage() {}
 
 func (x *SetManifestDomainsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_agent_proto_msgTypes[1]
+	mi := &file_corpus_v1_agent_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -116,7 +284,7 @@ func (x *SetManifestDomainsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetManifestDomainsResponse.ProtoReflect.Descriptor instead.
 func (*SetManifestDomainsResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{1}
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{4}
 }
 
 type GitAccessRequest struct {
@@ -135,7 +303,7 @@ type GitAccessRequest struct {
 
 func (x *GitAccessRequest) Reset() {
 	*x = GitAccessRequest{}
-	mi := &file_corpus_v1_agent_proto_msgTypes[2]
+	mi := &file_corpus_v1_agent_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -147,7 +315,7 @@ func (x *GitAccessRequest) String() string {
 func (*GitAccessRequest) ProtoMessage() {}
 
 func (x *GitAccessRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_agent_proto_msgTypes[2]
+	mi := &file_corpus_v1_agent_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -160,7 +328,7 @@ func (x *GitAccessRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GitAccessRequest.ProtoReflect.Descriptor instead.
 func (*GitAccessRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{2}
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *GitAccessRequest) GetFingerprint() string {
@@ -209,7 +377,7 @@ type GitAccessResponse struct {
 
 func (x *GitAccessResponse) Reset() {
 	*x = GitAccessResponse{}
-	mi := &file_corpus_v1_agent_proto_msgTypes[3]
+	mi := &file_corpus_v1_agent_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -221,7 +389,7 @@ func (x *GitAccessResponse) String() string {
 func (*GitAccessResponse) ProtoMessage() {}
 
 func (x *GitAccessResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_agent_proto_msgTypes[3]
+	mi := &file_corpus_v1_agent_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -234,7 +402,7 @@ func (x *GitAccessResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GitAccessResponse.ProtoReflect.Descriptor instead.
 func (*GitAccessResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{3}
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *GitAccessResponse) GetUser() string {
@@ -287,19 +455,23 @@ func (x *GitAccessResponse) GetReleases() []*Release {
 }
 
 type BeginReleaseRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Project       string                 `protobuf:"bytes,1,opt,name=project,proto3" json:"project,omitempty"`
-	Env           string                 `protobuf:"bytes,2,opt,name=env,proto3" json:"env,omitempty"`
-	Commit        string                 `protobuf:"bytes,3,opt,name=commit,proto3" json:"commit,omitempty"`
-	Author        string                 `protobuf:"bytes,4,opt,name=author,proto3" json:"author,omitempty"`
-	Subject       string                 `protobuf:"bytes,5,opt,name=subject,proto3" json:"subject,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Project string                 `protobuf:"bytes,1,opt,name=project,proto3" json:"project,omitempty"`
+	Env     string                 `protobuf:"bytes,2,opt,name=env,proto3" json:"env,omitempty"`
+	Commit  string                 `protobuf:"bytes,3,opt,name=commit,proto3" json:"commit,omitempty"`
+	Author  string                 `protobuf:"bytes,4,opt,name=author,proto3" json:"author,omitempty"`
+	Subject string                 `protobuf:"bytes,5,opt,name=subject,proto3" json:"subject,omitempty"`
+	// trigger: "push" (the default), "config", "restart" or "deploy".
+	Trigger string `protobuf:"bytes,6,opt,name=trigger,proto3" json:"trigger,omitempty"`
+	// processes are the release's process types.
+	Processes     []string `protobuf:"bytes,7,rep,name=processes,proto3" json:"processes,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *BeginReleaseRequest) Reset() {
 	*x = BeginReleaseRequest{}
-	mi := &file_corpus_v1_agent_proto_msgTypes[4]
+	mi := &file_corpus_v1_agent_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -311,7 +483,7 @@ func (x *BeginReleaseRequest) String() string {
 func (*BeginReleaseRequest) ProtoMessage() {}
 
 func (x *BeginReleaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_agent_proto_msgTypes[4]
+	mi := &file_corpus_v1_agent_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -324,7 +496,7 @@ func (x *BeginReleaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BeginReleaseRequest.ProtoReflect.Descriptor instead.
 func (*BeginReleaseRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{4}
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *BeginReleaseRequest) GetProject() string {
@@ -362,16 +534,33 @@ func (x *BeginReleaseRequest) GetSubject() string {
 	return ""
 }
 
+func (x *BeginReleaseRequest) GetTrigger() string {
+	if x != nil {
+		return x.Trigger
+	}
+	return ""
+}
+
+func (x *BeginReleaseRequest) GetProcesses() []string {
+	if x != nil {
+		return x.Processes
+	}
+	return nil
+}
+
 type BeginReleaseResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Release       *Release               `protobuf:"bytes,1,opt,name=release,proto3" json:"release,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Release *Release               `protobuf:"bytes,1,opt,name=release,proto3" json:"release,omitempty"`
+	// config is the release's config, opened (the release record keeps it
+	// sealed); it goes to the guest and nowhere else.
+	Config        map[string]string `protobuf:"bytes,2,rep,name=config,proto3" json:"config,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *BeginReleaseResponse) Reset() {
 	*x = BeginReleaseResponse{}
-	mi := &file_corpus_v1_agent_proto_msgTypes[5]
+	mi := &file_corpus_v1_agent_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -383,7 +572,7 @@ func (x *BeginReleaseResponse) String() string {
 func (*BeginReleaseResponse) ProtoMessage() {}
 
 func (x *BeginReleaseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_agent_proto_msgTypes[5]
+	mi := &file_corpus_v1_agent_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -396,12 +585,19 @@ func (x *BeginReleaseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BeginReleaseResponse.ProtoReflect.Descriptor instead.
 func (*BeginReleaseResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{5}
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *BeginReleaseResponse) GetRelease() *Release {
 	if x != nil {
 		return x.Release
+	}
+	return nil
+}
+
+func (x *BeginReleaseResponse) GetConfig() map[string]string {
+	if x != nil {
+		return x.Config
 	}
 	return nil
 }
@@ -420,7 +616,7 @@ type FinishReleaseRequest struct {
 
 func (x *FinishReleaseRequest) Reset() {
 	*x = FinishReleaseRequest{}
-	mi := &file_corpus_v1_agent_proto_msgTypes[6]
+	mi := &file_corpus_v1_agent_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -432,7 +628,7 @@ func (x *FinishReleaseRequest) String() string {
 func (*FinishReleaseRequest) ProtoMessage() {}
 
 func (x *FinishReleaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_agent_proto_msgTypes[6]
+	mi := &file_corpus_v1_agent_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -445,7 +641,7 @@ func (x *FinishReleaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FinishReleaseRequest.ProtoReflect.Descriptor instead.
 func (*FinishReleaseRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{6}
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *FinishReleaseRequest) GetId() string {
@@ -499,7 +695,7 @@ type FinishReleaseResponse struct {
 
 func (x *FinishReleaseResponse) Reset() {
 	*x = FinishReleaseResponse{}
-	mi := &file_corpus_v1_agent_proto_msgTypes[7]
+	mi := &file_corpus_v1_agent_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -511,7 +707,7 @@ func (x *FinishReleaseResponse) String() string {
 func (*FinishReleaseResponse) ProtoMessage() {}
 
 func (x *FinishReleaseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_agent_proto_msgTypes[7]
+	mi := &file_corpus_v1_agent_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -524,7 +720,7 @@ func (x *FinishReleaseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FinishReleaseResponse.ProtoReflect.Descriptor instead.
 func (*FinishReleaseResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{7}
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *FinishReleaseResponse) GetRelease() *Release {
@@ -545,7 +741,7 @@ type SetCurrentReleaseRequest struct {
 
 func (x *SetCurrentReleaseRequest) Reset() {
 	*x = SetCurrentReleaseRequest{}
-	mi := &file_corpus_v1_agent_proto_msgTypes[8]
+	mi := &file_corpus_v1_agent_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -557,7 +753,7 @@ func (x *SetCurrentReleaseRequest) String() string {
 func (*SetCurrentReleaseRequest) ProtoMessage() {}
 
 func (x *SetCurrentReleaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_agent_proto_msgTypes[8]
+	mi := &file_corpus_v1_agent_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -570,7 +766,7 @@ func (x *SetCurrentReleaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetCurrentReleaseRequest.ProtoReflect.Descriptor instead.
 func (*SetCurrentReleaseRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{8}
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *SetCurrentReleaseRequest) GetProject() string {
@@ -602,7 +798,7 @@ type SetCurrentReleaseResponse struct {
 
 func (x *SetCurrentReleaseResponse) Reset() {
 	*x = SetCurrentReleaseResponse{}
-	mi := &file_corpus_v1_agent_proto_msgTypes[9]
+	mi := &file_corpus_v1_agent_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -614,7 +810,7 @@ func (x *SetCurrentReleaseResponse) String() string {
 func (*SetCurrentReleaseResponse) ProtoMessage() {}
 
 func (x *SetCurrentReleaseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_agent_proto_msgTypes[9]
+	mi := &file_corpus_v1_agent_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -627,7 +823,7 @@ func (x *SetCurrentReleaseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetCurrentReleaseResponse.ProtoReflect.Descriptor instead.
 func (*SetCurrentReleaseResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{9}
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{12}
 }
 
 type PruneReleasesRequest struct {
@@ -641,7 +837,7 @@ type PruneReleasesRequest struct {
 
 func (x *PruneReleasesRequest) Reset() {
 	*x = PruneReleasesRequest{}
-	mi := &file_corpus_v1_agent_proto_msgTypes[10]
+	mi := &file_corpus_v1_agent_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -653,7 +849,7 @@ func (x *PruneReleasesRequest) String() string {
 func (*PruneReleasesRequest) ProtoMessage() {}
 
 func (x *PruneReleasesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_agent_proto_msgTypes[10]
+	mi := &file_corpus_v1_agent_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -666,7 +862,7 @@ func (x *PruneReleasesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PruneReleasesRequest.ProtoReflect.Descriptor instead.
 func (*PruneReleasesRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{10}
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *PruneReleasesRequest) GetProject() string {
@@ -698,7 +894,7 @@ type PruneReleasesResponse struct {
 
 func (x *PruneReleasesResponse) Reset() {
 	*x = PruneReleasesResponse{}
-	mi := &file_corpus_v1_agent_proto_msgTypes[11]
+	mi := &file_corpus_v1_agent_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -710,7 +906,7 @@ func (x *PruneReleasesResponse) String() string {
 func (*PruneReleasesResponse) ProtoMessage() {}
 
 func (x *PruneReleasesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_agent_proto_msgTypes[11]
+	mi := &file_corpus_v1_agent_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -723,7 +919,7 @@ func (x *PruneReleasesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PruneReleasesResponse.ProtoReflect.Descriptor instead.
 func (*PruneReleasesResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{11}
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{14}
 }
 
 type EnrollRequest struct {
@@ -746,7 +942,7 @@ type EnrollRequest struct {
 
 func (x *EnrollRequest) Reset() {
 	*x = EnrollRequest{}
-	mi := &file_corpus_v1_agent_proto_msgTypes[12]
+	mi := &file_corpus_v1_agent_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -758,7 +954,7 @@ func (x *EnrollRequest) String() string {
 func (*EnrollRequest) ProtoMessage() {}
 
 func (x *EnrollRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_agent_proto_msgTypes[12]
+	mi := &file_corpus_v1_agent_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -771,7 +967,7 @@ func (x *EnrollRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EnrollRequest.ProtoReflect.Descriptor instead.
 func (*EnrollRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{12}
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *EnrollRequest) GetJoinToken() string {
@@ -853,7 +1049,7 @@ type EnrollResponse struct {
 
 func (x *EnrollResponse) Reset() {
 	*x = EnrollResponse{}
-	mi := &file_corpus_v1_agent_proto_msgTypes[13]
+	mi := &file_corpus_v1_agent_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -865,7 +1061,7 @@ func (x *EnrollResponse) String() string {
 func (*EnrollResponse) ProtoMessage() {}
 
 func (x *EnrollResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_agent_proto_msgTypes[13]
+	mi := &file_corpus_v1_agent_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -878,7 +1074,7 @@ func (x *EnrollResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EnrollResponse.ProtoReflect.Descriptor instead.
 func (*EnrollResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{13}
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *EnrollResponse) GetNodeId() string {
@@ -925,7 +1121,7 @@ type RenewCertificateRequest struct {
 
 func (x *RenewCertificateRequest) Reset() {
 	*x = RenewCertificateRequest{}
-	mi := &file_corpus_v1_agent_proto_msgTypes[14]
+	mi := &file_corpus_v1_agent_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -937,7 +1133,7 @@ func (x *RenewCertificateRequest) String() string {
 func (*RenewCertificateRequest) ProtoMessage() {}
 
 func (x *RenewCertificateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_agent_proto_msgTypes[14]
+	mi := &file_corpus_v1_agent_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -950,7 +1146,7 @@ func (x *RenewCertificateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenewCertificateRequest.ProtoReflect.Descriptor instead.
 func (*RenewCertificateRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{14}
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *RenewCertificateRequest) GetCsrPem() []byte {
@@ -970,7 +1166,7 @@ type RenewCertificateResponse struct {
 
 func (x *RenewCertificateResponse) Reset() {
 	*x = RenewCertificateResponse{}
-	mi := &file_corpus_v1_agent_proto_msgTypes[15]
+	mi := &file_corpus_v1_agent_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -982,7 +1178,7 @@ func (x *RenewCertificateResponse) String() string {
 func (*RenewCertificateResponse) ProtoMessage() {}
 
 func (x *RenewCertificateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_agent_proto_msgTypes[15]
+	mi := &file_corpus_v1_agent_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -995,7 +1191,7 @@ func (x *RenewCertificateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenewCertificateResponse.ProtoReflect.Descriptor instead.
 func (*RenewCertificateResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{15}
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *RenewCertificateResponse) GetCertificatePem() []byte {
@@ -1020,7 +1216,7 @@ type WatchRequest struct {
 
 func (x *WatchRequest) Reset() {
 	*x = WatchRequest{}
-	mi := &file_corpus_v1_agent_proto_msgTypes[16]
+	mi := &file_corpus_v1_agent_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1032,7 +1228,7 @@ func (x *WatchRequest) String() string {
 func (*WatchRequest) ProtoMessage() {}
 
 func (x *WatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_agent_proto_msgTypes[16]
+	mi := &file_corpus_v1_agent_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1045,7 +1241,7 @@ func (x *WatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchRequest.ProtoReflect.Descriptor instead.
 func (*WatchRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{16}
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{19}
 }
 
 type WatchResponse struct {
@@ -1079,7 +1275,7 @@ type WatchResponse struct {
 
 func (x *WatchResponse) Reset() {
 	*x = WatchResponse{}
-	mi := &file_corpus_v1_agent_proto_msgTypes[17]
+	mi := &file_corpus_v1_agent_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1091,7 +1287,7 @@ func (x *WatchResponse) String() string {
 func (*WatchResponse) ProtoMessage() {}
 
 func (x *WatchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_agent_proto_msgTypes[17]
+	mi := &file_corpus_v1_agent_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1104,7 +1300,7 @@ func (x *WatchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchResponse.ProtoReflect.Descriptor instead.
 func (*WatchResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{17}
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *WatchResponse) GetIndex() uint64 {
@@ -1196,7 +1392,7 @@ type ReportRequest struct {
 
 func (x *ReportRequest) Reset() {
 	*x = ReportRequest{}
-	mi := &file_corpus_v1_agent_proto_msgTypes[18]
+	mi := &file_corpus_v1_agent_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1208,7 +1404,7 @@ func (x *ReportRequest) String() string {
 func (*ReportRequest) ProtoMessage() {}
 
 func (x *ReportRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_agent_proto_msgTypes[18]
+	mi := &file_corpus_v1_agent_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1221,7 +1417,7 @@ func (x *ReportRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportRequest.ProtoReflect.Descriptor instead.
 func (*ReportRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{18}
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ReportRequest) GetCapacity() *Resources {
@@ -1304,7 +1500,7 @@ type ReportedGuest struct {
 
 func (x *ReportedGuest) Reset() {
 	*x = ReportedGuest{}
-	mi := &file_corpus_v1_agent_proto_msgTypes[19]
+	mi := &file_corpus_v1_agent_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1316,7 +1512,7 @@ func (x *ReportedGuest) String() string {
 func (*ReportedGuest) ProtoMessage() {}
 
 func (x *ReportedGuest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_agent_proto_msgTypes[19]
+	mi := &file_corpus_v1_agent_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1329,7 +1525,7 @@ func (x *ReportedGuest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportedGuest.ProtoReflect.Descriptor instead.
 func (*ReportedGuest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{19}
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ReportedGuest) GetGuestId() string {
@@ -1359,7 +1555,7 @@ type ReportedVolume struct {
 
 func (x *ReportedVolume) Reset() {
 	*x = ReportedVolume{}
-	mi := &file_corpus_v1_agent_proto_msgTypes[20]
+	mi := &file_corpus_v1_agent_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1371,7 +1567,7 @@ func (x *ReportedVolume) String() string {
 func (*ReportedVolume) ProtoMessage() {}
 
 func (x *ReportedVolume) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_agent_proto_msgTypes[20]
+	mi := &file_corpus_v1_agent_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1384,7 +1580,7 @@ func (x *ReportedVolume) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportedVolume.ProtoReflect.Descriptor instead.
 func (*ReportedVolume) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{20}
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ReportedVolume) GetVolumeId() string {
@@ -1417,7 +1613,7 @@ type ReportResponse struct {
 
 func (x *ReportResponse) Reset() {
 	*x = ReportResponse{}
-	mi := &file_corpus_v1_agent_proto_msgTypes[21]
+	mi := &file_corpus_v1_agent_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1429,7 +1625,7 @@ func (x *ReportResponse) String() string {
 func (*ReportResponse) ProtoMessage() {}
 
 func (x *ReportResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_agent_proto_msgTypes[21]
+	mi := &file_corpus_v1_agent_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1442,7 +1638,7 @@ func (x *ReportResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportResponse.ProtoReflect.Descriptor instead.
 func (*ReportResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{21}
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ReportResponse) GetIndex() uint64 {
@@ -1461,7 +1657,7 @@ type ExportVolumeRequest struct {
 
 func (x *ExportVolumeRequest) Reset() {
 	*x = ExportVolumeRequest{}
-	mi := &file_corpus_v1_agent_proto_msgTypes[22]
+	mi := &file_corpus_v1_agent_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1473,7 +1669,7 @@ func (x *ExportVolumeRequest) String() string {
 func (*ExportVolumeRequest) ProtoMessage() {}
 
 func (x *ExportVolumeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_agent_proto_msgTypes[22]
+	mi := &file_corpus_v1_agent_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1486,7 +1682,7 @@ func (x *ExportVolumeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExportVolumeRequest.ProtoReflect.Descriptor instead.
 func (*ExportVolumeRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{22}
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ExportVolumeRequest) GetName() string {
@@ -1507,7 +1703,7 @@ type VolumeChunk struct {
 
 func (x *VolumeChunk) Reset() {
 	*x = VolumeChunk{}
-	mi := &file_corpus_v1_agent_proto_msgTypes[23]
+	mi := &file_corpus_v1_agent_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1519,7 +1715,7 @@ func (x *VolumeChunk) String() string {
 func (*VolumeChunk) ProtoMessage() {}
 
 func (x *VolumeChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_agent_proto_msgTypes[23]
+	mi := &file_corpus_v1_agent_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1532,7 +1728,7 @@ func (x *VolumeChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VolumeChunk.ProtoReflect.Descriptor instead.
 func (*VolumeChunk) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{23}
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *VolumeChunk) GetName() string {
@@ -1565,7 +1761,7 @@ type ImportVolumeResponse struct {
 
 func (x *ImportVolumeResponse) Reset() {
 	*x = ImportVolumeResponse{}
-	mi := &file_corpus_v1_agent_proto_msgTypes[24]
+	mi := &file_corpus_v1_agent_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1577,7 +1773,7 @@ func (x *ImportVolumeResponse) String() string {
 func (*ImportVolumeResponse) ProtoMessage() {}
 
 func (x *ImportVolumeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_agent_proto_msgTypes[24]
+	mi := &file_corpus_v1_agent_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1590,7 +1786,7 @@ func (x *ImportVolumeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ImportVolumeResponse.ProtoReflect.Descriptor instead.
 func (*ImportVolumeResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{24}
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *ImportVolumeResponse) GetBytes() int64 {
@@ -1604,7 +1800,17 @@ var File_corpus_v1_agent_proto protoreflect.FileDescriptor
 
 const file_corpus_v1_agent_proto_rawDesc = "" +
 	"\n" +
-	"\x15corpus/v1/agent.proto\x12\tcorpus.v1\x1a\x15corpus/v1/types.proto\x1a\x16corpus/v1/guests.proto\x1a\x17corpus/v1/volumes.proto\x1a\x18corpus/v1/projects.proto\"a\n" +
+	"\x15corpus/v1/agent.proto\x12\tcorpus.v1\x1a\x15corpus/v1/types.proto\x1a\x16corpus/v1/guests.proto\x1a\x17corpus/v1/volumes.proto\x1a\x18corpus/v1/projects.proto\"\xbd\x01\n" +
+	"\x14AgentRedeployRequest\x124\n" +
+	"\arequest\x18\x01 \x01(\v2\x1a.corpus.v1.RedeployRequestR\arequest\x12'\n" +
+	"\x03env\x18\x02 \x01(\v2\x15.corpus.v1.ProjectEnvR\x03env\x12.\n" +
+	"\breleases\x18\x03 \x03(\v2\x12.corpus.v1.ReleaseR\breleases\x12\x16\n" +
+	"\x06author\x18\x04 \x01(\tR\x06author\"S\n" +
+	"\x11SetWebPortRequest\x12\x18\n" +
+	"\aproject\x18\x01 \x01(\tR\aproject\x12\x10\n" +
+	"\x03env\x18\x02 \x01(\tR\x03env\x12\x12\n" +
+	"\x04port\x18\x03 \x01(\x05R\x04port\"\x14\n" +
+	"\x12SetWebPortResponse\"a\n" +
 	"\x19SetManifestDomainsRequest\x12\x18\n" +
 	"\aproject\x18\x01 \x01(\tR\aproject\x12\x10\n" +
 	"\x03env\x18\x02 \x01(\tR\x03env\x12\x18\n" +
@@ -1622,15 +1828,21 @@ const file_corpus_v1_agent_proto_rawDesc = "" +
 	"\x06reason\x18\x04 \x01(\tR\x06reason\x12,\n" +
 	"\aproject\x18\x05 \x01(\v2\x12.corpus.v1.ProjectR\aproject\x12'\n" +
 	"\x03env\x18\x06 \x01(\v2\x15.corpus.v1.ProjectEnvR\x03env\x12.\n" +
-	"\breleases\x18\a \x03(\v2\x12.corpus.v1.ReleaseR\breleases\"\x8b\x01\n" +
+	"\breleases\x18\a \x03(\v2\x12.corpus.v1.ReleaseR\breleases\"\xc3\x01\n" +
 	"\x13BeginReleaseRequest\x12\x18\n" +
 	"\aproject\x18\x01 \x01(\tR\aproject\x12\x10\n" +
 	"\x03env\x18\x02 \x01(\tR\x03env\x12\x16\n" +
 	"\x06commit\x18\x03 \x01(\tR\x06commit\x12\x16\n" +
 	"\x06author\x18\x04 \x01(\tR\x06author\x12\x18\n" +
-	"\asubject\x18\x05 \x01(\tR\asubject\"D\n" +
+	"\asubject\x18\x05 \x01(\tR\asubject\x12\x18\n" +
+	"\atrigger\x18\x06 \x01(\tR\atrigger\x12\x1c\n" +
+	"\tprocesses\x18\a \x03(\tR\tprocesses\"\xc4\x01\n" +
 	"\x14BeginReleaseResponse\x12,\n" +
-	"\arelease\x18\x01 \x01(\v2\x12.corpus.v1.ReleaseR\arelease\"\xb9\x01\n" +
+	"\arelease\x18\x01 \x01(\v2\x12.corpus.v1.ReleaseR\arelease\x12C\n" +
+	"\x06config\x18\x02 \x03(\v2+.corpus.v1.BeginReleaseResponse.ConfigEntryR\x06config\x1a9\n" +
+	"\vConfigEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xb9\x01\n" +
 	"\x14FinishReleaseRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x16\n" +
 	"\x06status\x18\x02 \x01(\tR\x06status\x12,\n" +
@@ -1722,7 +1934,7 @@ const file_corpus_v1_agent_proto_rawDesc = "" +
 	"totalBytes\x12\x12\n" +
 	"\x04data\x18\x03 \x01(\fR\x04data\",\n" +
 	"\x14ImportVolumeResponse\x12\x14\n" +
-	"\x05bytes\x18\x01 \x01(\x03R\x05bytes2\xb0\x06\n" +
+	"\x05bytes\x18\x01 \x01(\x03R\x05bytes2\xfb\x06\n" +
 	"\fAgentService\x12=\n" +
 	"\x06Enroll\x12\x18.corpus.v1.EnrollRequest\x1a\x19.corpus.v1.EnrollResponse\x12[\n" +
 	"\x10RenewCertificate\x12\".corpus.v1.RenewCertificateRequest\x1a#.corpus.v1.RenewCertificateResponse\x12<\n" +
@@ -1733,13 +1945,17 @@ const file_corpus_v1_agent_proto_rawDesc = "" +
 	"\rFinishRelease\x12\x1f.corpus.v1.FinishReleaseRequest\x1a .corpus.v1.FinishReleaseResponse\x12^\n" +
 	"\x11SetCurrentRelease\x12#.corpus.v1.SetCurrentReleaseRequest\x1a$.corpus.v1.SetCurrentReleaseResponse\x12R\n" +
 	"\rPruneReleases\x12\x1f.corpus.v1.PruneReleasesRequest\x1a .corpus.v1.PruneReleasesResponse\x12a\n" +
-	"\x12SetManifestDomains\x12$.corpus.v1.SetManifestDomainsRequest\x1a%.corpus.v1.SetManifestDomainsResponse2\x81\x03\n" +
+	"\x12SetManifestDomains\x12$.corpus.v1.SetManifestDomainsRequest\x1a%.corpus.v1.SetManifestDomainsResponse\x12I\n" +
+	"\n" +
+	"SetWebPort\x12\x1c.corpus.v1.SetWebPortRequest\x1a\x1d.corpus.v1.SetWebPortResponse2\x99\x04\n" +
 	"\x10NodeAgentService\x12<\n" +
 	"\x04Exec\x12\x1b.corpus.v1.ExecGuestRequest\x1a\x15.corpus.v1.ExecOutput0\x01\x12H\n" +
 	"\fExportVolume\x12\x1e.corpus.v1.ExportVolumeRequest\x1a\x16.corpus.v1.VolumeChunk0\x01\x12I\n" +
 	"\fImportVolume\x12\x16.corpus.v1.VolumeChunk\x1a\x1f.corpus.v1.ImportVolumeResponse(\x01\x12U\n" +
 	"\x0eSnapshotVolume\x12 .corpus.v1.SnapshotVolumeRequest\x1a!.corpus.v1.SnapshotVolumeResponse\x12C\n" +
-	"\bRollback\x12\x1a.corpus.v1.RollbackRequest\x1a\x19.corpus.v1.RollbackOutput0\x01B!Z\x1fcorpus/proto/corpus/v1;corpusv1b\x06proto3"
+	"\bRollback\x12\x1a.corpus.v1.RollbackRequest\x1a\x19.corpus.v1.RollbackOutput0\x01\x12F\n" +
+	"\bRedeploy\x12\x1f.corpus.v1.AgentRedeployRequest\x1a\x17.corpus.v1.DeployOutput0\x01\x12N\n" +
+	"\tProcesses\x12\x1f.corpus.v1.ListProcessesRequest\x1a .corpus.v1.ListProcessesResponseB!Z\x1fcorpus/proto/corpus/v1;corpusv1b\x06proto3"
 
 var (
 	file_corpus_v1_agent_proto_rawDescOnce sync.Once
@@ -1753,110 +1969,128 @@ func file_corpus_v1_agent_proto_rawDescGZIP() []byte {
 	return file_corpus_v1_agent_proto_rawDescData
 }
 
-var file_corpus_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 27)
+var file_corpus_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 31)
 var file_corpus_v1_agent_proto_goTypes = []any{
-	(*SetManifestDomainsRequest)(nil),  // 0: corpus.v1.SetManifestDomainsRequest
-	(*SetManifestDomainsResponse)(nil), // 1: corpus.v1.SetManifestDomainsResponse
-	(*GitAccessRequest)(nil),           // 2: corpus.v1.GitAccessRequest
-	(*GitAccessResponse)(nil),          // 3: corpus.v1.GitAccessResponse
-	(*BeginReleaseRequest)(nil),        // 4: corpus.v1.BeginReleaseRequest
-	(*BeginReleaseResponse)(nil),       // 5: corpus.v1.BeginReleaseResponse
-	(*FinishReleaseRequest)(nil),       // 6: corpus.v1.FinishReleaseRequest
-	(*FinishReleaseResponse)(nil),      // 7: corpus.v1.FinishReleaseResponse
-	(*SetCurrentReleaseRequest)(nil),   // 8: corpus.v1.SetCurrentReleaseRequest
-	(*SetCurrentReleaseResponse)(nil),  // 9: corpus.v1.SetCurrentReleaseResponse
-	(*PruneReleasesRequest)(nil),       // 10: corpus.v1.PruneReleasesRequest
-	(*PruneReleasesResponse)(nil),      // 11: corpus.v1.PruneReleasesResponse
-	(*EnrollRequest)(nil),              // 12: corpus.v1.EnrollRequest
-	(*EnrollResponse)(nil),             // 13: corpus.v1.EnrollResponse
-	(*RenewCertificateRequest)(nil),    // 14: corpus.v1.RenewCertificateRequest
-	(*RenewCertificateResponse)(nil),   // 15: corpus.v1.RenewCertificateResponse
-	(*WatchRequest)(nil),               // 16: corpus.v1.WatchRequest
-	(*WatchResponse)(nil),              // 17: corpus.v1.WatchResponse
-	(*ReportRequest)(nil),              // 18: corpus.v1.ReportRequest
-	(*ReportedGuest)(nil),              // 19: corpus.v1.ReportedGuest
-	(*ReportedVolume)(nil),             // 20: corpus.v1.ReportedVolume
-	(*ReportResponse)(nil),             // 21: corpus.v1.ReportResponse
-	(*ExportVolumeRequest)(nil),        // 22: corpus.v1.ExportVolumeRequest
-	(*VolumeChunk)(nil),                // 23: corpus.v1.VolumeChunk
-	(*ImportVolumeResponse)(nil),       // 24: corpus.v1.ImportVolumeResponse
-	nil,                                // 25: corpus.v1.EnrollRequest.LabelsEntry
-	nil,                                // 26: corpus.v1.WatchResponse.GuestProjectsEntry
-	(*Project)(nil),                    // 27: corpus.v1.Project
-	(*ProjectEnv)(nil),                 // 28: corpus.v1.ProjectEnv
-	(*Release)(nil),                    // 29: corpus.v1.Release
-	(*ReleaseStep)(nil),                // 30: corpus.v1.ReleaseStep
-	(*Resources)(nil),                  // 31: corpus.v1.Resources
-	(*DriverInfo)(nil),                 // 32: corpus.v1.DriverInfo
-	(*Node)(nil),                       // 33: corpus.v1.Node
-	(*Guest)(nil),                      // 34: corpus.v1.Guest
-	(*Route)(nil),                      // 35: corpus.v1.Route
-	(*Volume)(nil),                     // 36: corpus.v1.Volume
-	(*GuestObserved)(nil),              // 37: corpus.v1.GuestObserved
-	(*VolumeObserved)(nil),             // 38: corpus.v1.VolumeObserved
-	(*ExecGuestRequest)(nil),           // 39: corpus.v1.ExecGuestRequest
-	(*SnapshotVolumeRequest)(nil),      // 40: corpus.v1.SnapshotVolumeRequest
-	(*RollbackRequest)(nil),            // 41: corpus.v1.RollbackRequest
-	(*ExecOutput)(nil),                 // 42: corpus.v1.ExecOutput
-	(*SnapshotVolumeResponse)(nil),     // 43: corpus.v1.SnapshotVolumeResponse
-	(*RollbackOutput)(nil),             // 44: corpus.v1.RollbackOutput
+	(*AgentRedeployRequest)(nil),       // 0: corpus.v1.AgentRedeployRequest
+	(*SetWebPortRequest)(nil),          // 1: corpus.v1.SetWebPortRequest
+	(*SetWebPortResponse)(nil),         // 2: corpus.v1.SetWebPortResponse
+	(*SetManifestDomainsRequest)(nil),  // 3: corpus.v1.SetManifestDomainsRequest
+	(*SetManifestDomainsResponse)(nil), // 4: corpus.v1.SetManifestDomainsResponse
+	(*GitAccessRequest)(nil),           // 5: corpus.v1.GitAccessRequest
+	(*GitAccessResponse)(nil),          // 6: corpus.v1.GitAccessResponse
+	(*BeginReleaseRequest)(nil),        // 7: corpus.v1.BeginReleaseRequest
+	(*BeginReleaseResponse)(nil),       // 8: corpus.v1.BeginReleaseResponse
+	(*FinishReleaseRequest)(nil),       // 9: corpus.v1.FinishReleaseRequest
+	(*FinishReleaseResponse)(nil),      // 10: corpus.v1.FinishReleaseResponse
+	(*SetCurrentReleaseRequest)(nil),   // 11: corpus.v1.SetCurrentReleaseRequest
+	(*SetCurrentReleaseResponse)(nil),  // 12: corpus.v1.SetCurrentReleaseResponse
+	(*PruneReleasesRequest)(nil),       // 13: corpus.v1.PruneReleasesRequest
+	(*PruneReleasesResponse)(nil),      // 14: corpus.v1.PruneReleasesResponse
+	(*EnrollRequest)(nil),              // 15: corpus.v1.EnrollRequest
+	(*EnrollResponse)(nil),             // 16: corpus.v1.EnrollResponse
+	(*RenewCertificateRequest)(nil),    // 17: corpus.v1.RenewCertificateRequest
+	(*RenewCertificateResponse)(nil),   // 18: corpus.v1.RenewCertificateResponse
+	(*WatchRequest)(nil),               // 19: corpus.v1.WatchRequest
+	(*WatchResponse)(nil),              // 20: corpus.v1.WatchResponse
+	(*ReportRequest)(nil),              // 21: corpus.v1.ReportRequest
+	(*ReportedGuest)(nil),              // 22: corpus.v1.ReportedGuest
+	(*ReportedVolume)(nil),             // 23: corpus.v1.ReportedVolume
+	(*ReportResponse)(nil),             // 24: corpus.v1.ReportResponse
+	(*ExportVolumeRequest)(nil),        // 25: corpus.v1.ExportVolumeRequest
+	(*VolumeChunk)(nil),                // 26: corpus.v1.VolumeChunk
+	(*ImportVolumeResponse)(nil),       // 27: corpus.v1.ImportVolumeResponse
+	nil,                                // 28: corpus.v1.BeginReleaseResponse.ConfigEntry
+	nil,                                // 29: corpus.v1.EnrollRequest.LabelsEntry
+	nil,                                // 30: corpus.v1.WatchResponse.GuestProjectsEntry
+	(*RedeployRequest)(nil),            // 31: corpus.v1.RedeployRequest
+	(*ProjectEnv)(nil),                 // 32: corpus.v1.ProjectEnv
+	(*Release)(nil),                    // 33: corpus.v1.Release
+	(*Project)(nil),                    // 34: corpus.v1.Project
+	(*ReleaseStep)(nil),                // 35: corpus.v1.ReleaseStep
+	(*Resources)(nil),                  // 36: corpus.v1.Resources
+	(*DriverInfo)(nil),                 // 37: corpus.v1.DriverInfo
+	(*Node)(nil),                       // 38: corpus.v1.Node
+	(*Guest)(nil),                      // 39: corpus.v1.Guest
+	(*Route)(nil),                      // 40: corpus.v1.Route
+	(*Volume)(nil),                     // 41: corpus.v1.Volume
+	(*GuestObserved)(nil),              // 42: corpus.v1.GuestObserved
+	(*VolumeObserved)(nil),             // 43: corpus.v1.VolumeObserved
+	(*ExecGuestRequest)(nil),           // 44: corpus.v1.ExecGuestRequest
+	(*SnapshotVolumeRequest)(nil),      // 45: corpus.v1.SnapshotVolumeRequest
+	(*RollbackRequest)(nil),            // 46: corpus.v1.RollbackRequest
+	(*ListProcessesRequest)(nil),       // 47: corpus.v1.ListProcessesRequest
+	(*ExecOutput)(nil),                 // 48: corpus.v1.ExecOutput
+	(*SnapshotVolumeResponse)(nil),     // 49: corpus.v1.SnapshotVolumeResponse
+	(*RollbackOutput)(nil),             // 50: corpus.v1.RollbackOutput
+	(*DeployOutput)(nil),               // 51: corpus.v1.DeployOutput
+	(*ListProcessesResponse)(nil),      // 52: corpus.v1.ListProcessesResponse
 }
 var file_corpus_v1_agent_proto_depIdxs = []int32{
-	27, // 0: corpus.v1.GitAccessResponse.project:type_name -> corpus.v1.Project
-	28, // 1: corpus.v1.GitAccessResponse.env:type_name -> corpus.v1.ProjectEnv
-	29, // 2: corpus.v1.GitAccessResponse.releases:type_name -> corpus.v1.Release
-	29, // 3: corpus.v1.BeginReleaseResponse.release:type_name -> corpus.v1.Release
-	30, // 4: corpus.v1.FinishReleaseRequest.steps:type_name -> corpus.v1.ReleaseStep
-	29, // 5: corpus.v1.FinishReleaseResponse.release:type_name -> corpus.v1.Release
-	25, // 6: corpus.v1.EnrollRequest.labels:type_name -> corpus.v1.EnrollRequest.LabelsEntry
-	31, // 7: corpus.v1.EnrollRequest.capacity:type_name -> corpus.v1.Resources
-	32, // 8: corpus.v1.EnrollRequest.drivers:type_name -> corpus.v1.DriverInfo
-	33, // 9: corpus.v1.WatchResponse.node:type_name -> corpus.v1.Node
-	34, // 10: corpus.v1.WatchResponse.guests:type_name -> corpus.v1.Guest
-	35, // 11: corpus.v1.WatchResponse.routes:type_name -> corpus.v1.Route
-	36, // 12: corpus.v1.WatchResponse.volumes:type_name -> corpus.v1.Volume
-	26, // 13: corpus.v1.WatchResponse.guest_projects:type_name -> corpus.v1.WatchResponse.GuestProjectsEntry
-	31, // 14: corpus.v1.ReportRequest.capacity:type_name -> corpus.v1.Resources
-	32, // 15: corpus.v1.ReportRequest.drivers:type_name -> corpus.v1.DriverInfo
-	19, // 16: corpus.v1.ReportRequest.guests:type_name -> corpus.v1.ReportedGuest
-	20, // 17: corpus.v1.ReportRequest.volumes:type_name -> corpus.v1.ReportedVolume
-	37, // 18: corpus.v1.ReportedGuest.observed:type_name -> corpus.v1.GuestObserved
-	38, // 19: corpus.v1.ReportedVolume.observed:type_name -> corpus.v1.VolumeObserved
-	12, // 20: corpus.v1.AgentService.Enroll:input_type -> corpus.v1.EnrollRequest
-	14, // 21: corpus.v1.AgentService.RenewCertificate:input_type -> corpus.v1.RenewCertificateRequest
-	16, // 22: corpus.v1.AgentService.Watch:input_type -> corpus.v1.WatchRequest
-	18, // 23: corpus.v1.AgentService.Report:input_type -> corpus.v1.ReportRequest
-	2,  // 24: corpus.v1.AgentService.GitAccess:input_type -> corpus.v1.GitAccessRequest
-	4,  // 25: corpus.v1.AgentService.BeginRelease:input_type -> corpus.v1.BeginReleaseRequest
-	6,  // 26: corpus.v1.AgentService.FinishRelease:input_type -> corpus.v1.FinishReleaseRequest
-	8,  // 27: corpus.v1.AgentService.SetCurrentRelease:input_type -> corpus.v1.SetCurrentReleaseRequest
-	10, // 28: corpus.v1.AgentService.PruneReleases:input_type -> corpus.v1.PruneReleasesRequest
-	0,  // 29: corpus.v1.AgentService.SetManifestDomains:input_type -> corpus.v1.SetManifestDomainsRequest
-	39, // 30: corpus.v1.NodeAgentService.Exec:input_type -> corpus.v1.ExecGuestRequest
-	22, // 31: corpus.v1.NodeAgentService.ExportVolume:input_type -> corpus.v1.ExportVolumeRequest
-	23, // 32: corpus.v1.NodeAgentService.ImportVolume:input_type -> corpus.v1.VolumeChunk
-	40, // 33: corpus.v1.NodeAgentService.SnapshotVolume:input_type -> corpus.v1.SnapshotVolumeRequest
-	41, // 34: corpus.v1.NodeAgentService.Rollback:input_type -> corpus.v1.RollbackRequest
-	13, // 35: corpus.v1.AgentService.Enroll:output_type -> corpus.v1.EnrollResponse
-	15, // 36: corpus.v1.AgentService.RenewCertificate:output_type -> corpus.v1.RenewCertificateResponse
-	17, // 37: corpus.v1.AgentService.Watch:output_type -> corpus.v1.WatchResponse
-	21, // 38: corpus.v1.AgentService.Report:output_type -> corpus.v1.ReportResponse
-	3,  // 39: corpus.v1.AgentService.GitAccess:output_type -> corpus.v1.GitAccessResponse
-	5,  // 40: corpus.v1.AgentService.BeginRelease:output_type -> corpus.v1.BeginReleaseResponse
-	7,  // 41: corpus.v1.AgentService.FinishRelease:output_type -> corpus.v1.FinishReleaseResponse
-	9,  // 42: corpus.v1.AgentService.SetCurrentRelease:output_type -> corpus.v1.SetCurrentReleaseResponse
-	11, // 43: corpus.v1.AgentService.PruneReleases:output_type -> corpus.v1.PruneReleasesResponse
-	1,  // 44: corpus.v1.AgentService.SetManifestDomains:output_type -> corpus.v1.SetManifestDomainsResponse
-	42, // 45: corpus.v1.NodeAgentService.Exec:output_type -> corpus.v1.ExecOutput
-	23, // 46: corpus.v1.NodeAgentService.ExportVolume:output_type -> corpus.v1.VolumeChunk
-	24, // 47: corpus.v1.NodeAgentService.ImportVolume:output_type -> corpus.v1.ImportVolumeResponse
-	43, // 48: corpus.v1.NodeAgentService.SnapshotVolume:output_type -> corpus.v1.SnapshotVolumeResponse
-	44, // 49: corpus.v1.NodeAgentService.Rollback:output_type -> corpus.v1.RollbackOutput
-	35, // [35:50] is the sub-list for method output_type
-	20, // [20:35] is the sub-list for method input_type
-	20, // [20:20] is the sub-list for extension type_name
-	20, // [20:20] is the sub-list for extension extendee
-	0,  // [0:20] is the sub-list for field type_name
+	31, // 0: corpus.v1.AgentRedeployRequest.request:type_name -> corpus.v1.RedeployRequest
+	32, // 1: corpus.v1.AgentRedeployRequest.env:type_name -> corpus.v1.ProjectEnv
+	33, // 2: corpus.v1.AgentRedeployRequest.releases:type_name -> corpus.v1.Release
+	34, // 3: corpus.v1.GitAccessResponse.project:type_name -> corpus.v1.Project
+	32, // 4: corpus.v1.GitAccessResponse.env:type_name -> corpus.v1.ProjectEnv
+	33, // 5: corpus.v1.GitAccessResponse.releases:type_name -> corpus.v1.Release
+	33, // 6: corpus.v1.BeginReleaseResponse.release:type_name -> corpus.v1.Release
+	28, // 7: corpus.v1.BeginReleaseResponse.config:type_name -> corpus.v1.BeginReleaseResponse.ConfigEntry
+	35, // 8: corpus.v1.FinishReleaseRequest.steps:type_name -> corpus.v1.ReleaseStep
+	33, // 9: corpus.v1.FinishReleaseResponse.release:type_name -> corpus.v1.Release
+	29, // 10: corpus.v1.EnrollRequest.labels:type_name -> corpus.v1.EnrollRequest.LabelsEntry
+	36, // 11: corpus.v1.EnrollRequest.capacity:type_name -> corpus.v1.Resources
+	37, // 12: corpus.v1.EnrollRequest.drivers:type_name -> corpus.v1.DriverInfo
+	38, // 13: corpus.v1.WatchResponse.node:type_name -> corpus.v1.Node
+	39, // 14: corpus.v1.WatchResponse.guests:type_name -> corpus.v1.Guest
+	40, // 15: corpus.v1.WatchResponse.routes:type_name -> corpus.v1.Route
+	41, // 16: corpus.v1.WatchResponse.volumes:type_name -> corpus.v1.Volume
+	30, // 17: corpus.v1.WatchResponse.guest_projects:type_name -> corpus.v1.WatchResponse.GuestProjectsEntry
+	36, // 18: corpus.v1.ReportRequest.capacity:type_name -> corpus.v1.Resources
+	37, // 19: corpus.v1.ReportRequest.drivers:type_name -> corpus.v1.DriverInfo
+	22, // 20: corpus.v1.ReportRequest.guests:type_name -> corpus.v1.ReportedGuest
+	23, // 21: corpus.v1.ReportRequest.volumes:type_name -> corpus.v1.ReportedVolume
+	42, // 22: corpus.v1.ReportedGuest.observed:type_name -> corpus.v1.GuestObserved
+	43, // 23: corpus.v1.ReportedVolume.observed:type_name -> corpus.v1.VolumeObserved
+	15, // 24: corpus.v1.AgentService.Enroll:input_type -> corpus.v1.EnrollRequest
+	17, // 25: corpus.v1.AgentService.RenewCertificate:input_type -> corpus.v1.RenewCertificateRequest
+	19, // 26: corpus.v1.AgentService.Watch:input_type -> corpus.v1.WatchRequest
+	21, // 27: corpus.v1.AgentService.Report:input_type -> corpus.v1.ReportRequest
+	5,  // 28: corpus.v1.AgentService.GitAccess:input_type -> corpus.v1.GitAccessRequest
+	7,  // 29: corpus.v1.AgentService.BeginRelease:input_type -> corpus.v1.BeginReleaseRequest
+	9,  // 30: corpus.v1.AgentService.FinishRelease:input_type -> corpus.v1.FinishReleaseRequest
+	11, // 31: corpus.v1.AgentService.SetCurrentRelease:input_type -> corpus.v1.SetCurrentReleaseRequest
+	13, // 32: corpus.v1.AgentService.PruneReleases:input_type -> corpus.v1.PruneReleasesRequest
+	3,  // 33: corpus.v1.AgentService.SetManifestDomains:input_type -> corpus.v1.SetManifestDomainsRequest
+	1,  // 34: corpus.v1.AgentService.SetWebPort:input_type -> corpus.v1.SetWebPortRequest
+	44, // 35: corpus.v1.NodeAgentService.Exec:input_type -> corpus.v1.ExecGuestRequest
+	25, // 36: corpus.v1.NodeAgentService.ExportVolume:input_type -> corpus.v1.ExportVolumeRequest
+	26, // 37: corpus.v1.NodeAgentService.ImportVolume:input_type -> corpus.v1.VolumeChunk
+	45, // 38: corpus.v1.NodeAgentService.SnapshotVolume:input_type -> corpus.v1.SnapshotVolumeRequest
+	46, // 39: corpus.v1.NodeAgentService.Rollback:input_type -> corpus.v1.RollbackRequest
+	0,  // 40: corpus.v1.NodeAgentService.Redeploy:input_type -> corpus.v1.AgentRedeployRequest
+	47, // 41: corpus.v1.NodeAgentService.Processes:input_type -> corpus.v1.ListProcessesRequest
+	16, // 42: corpus.v1.AgentService.Enroll:output_type -> corpus.v1.EnrollResponse
+	18, // 43: corpus.v1.AgentService.RenewCertificate:output_type -> corpus.v1.RenewCertificateResponse
+	20, // 44: corpus.v1.AgentService.Watch:output_type -> corpus.v1.WatchResponse
+	24, // 45: corpus.v1.AgentService.Report:output_type -> corpus.v1.ReportResponse
+	6,  // 46: corpus.v1.AgentService.GitAccess:output_type -> corpus.v1.GitAccessResponse
+	8,  // 47: corpus.v1.AgentService.BeginRelease:output_type -> corpus.v1.BeginReleaseResponse
+	10, // 48: corpus.v1.AgentService.FinishRelease:output_type -> corpus.v1.FinishReleaseResponse
+	12, // 49: corpus.v1.AgentService.SetCurrentRelease:output_type -> corpus.v1.SetCurrentReleaseResponse
+	14, // 50: corpus.v1.AgentService.PruneReleases:output_type -> corpus.v1.PruneReleasesResponse
+	4,  // 51: corpus.v1.AgentService.SetManifestDomains:output_type -> corpus.v1.SetManifestDomainsResponse
+	2,  // 52: corpus.v1.AgentService.SetWebPort:output_type -> corpus.v1.SetWebPortResponse
+	48, // 53: corpus.v1.NodeAgentService.Exec:output_type -> corpus.v1.ExecOutput
+	26, // 54: corpus.v1.NodeAgentService.ExportVolume:output_type -> corpus.v1.VolumeChunk
+	27, // 55: corpus.v1.NodeAgentService.ImportVolume:output_type -> corpus.v1.ImportVolumeResponse
+	49, // 56: corpus.v1.NodeAgentService.SnapshotVolume:output_type -> corpus.v1.SnapshotVolumeResponse
+	50, // 57: corpus.v1.NodeAgentService.Rollback:output_type -> corpus.v1.RollbackOutput
+	51, // 58: corpus.v1.NodeAgentService.Redeploy:output_type -> corpus.v1.DeployOutput
+	52, // 59: corpus.v1.NodeAgentService.Processes:output_type -> corpus.v1.ListProcessesResponse
+	42, // [42:60] is the sub-list for method output_type
+	24, // [24:42] is the sub-list for method input_type
+	24, // [24:24] is the sub-list for extension type_name
+	24, // [24:24] is the sub-list for extension extendee
+	0,  // [0:24] is the sub-list for field type_name
 }
 
 func init() { file_corpus_v1_agent_proto_init() }
@@ -1874,7 +2108,7 @@ func file_corpus_v1_agent_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_corpus_v1_agent_proto_rawDesc), len(file_corpus_v1_agent_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   27,
+			NumMessages:   31,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

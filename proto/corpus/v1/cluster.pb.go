@@ -834,6 +834,105 @@ func (x *StatusResponse) GetReplica() string {
 	return ""
 }
 
+type RotateKeyringRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RotateKeyringRequest) Reset() {
+	*x = RotateKeyringRequest{}
+	mi := &file_corpus_v1_cluster_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RotateKeyringRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RotateKeyringRequest) ProtoMessage() {}
+
+func (x *RotateKeyringRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_cluster_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RotateKeyringRequest.ProtoReflect.Descriptor instead.
+func (*RotateKeyringRequest) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_cluster_proto_rawDescGZIP(), []int{15}
+}
+
+type RotateKeyringResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// primary is the new key's id, previous the one it replaced ("" when
+	// the cluster had none).
+	Primary  string `protobuf:"bytes,1,opt,name=primary,proto3" json:"primary,omitempty"`
+	Previous string `protobuf:"bytes,2,opt,name=previous,proto3" json:"previous,omitempty"`
+	// resealed counts the values sealed again.
+	Resealed      int32 `protobuf:"varint,3,opt,name=resealed,proto3" json:"resealed,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RotateKeyringResponse) Reset() {
+	*x = RotateKeyringResponse{}
+	mi := &file_corpus_v1_cluster_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RotateKeyringResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RotateKeyringResponse) ProtoMessage() {}
+
+func (x *RotateKeyringResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_cluster_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RotateKeyringResponse.ProtoReflect.Descriptor instead.
+func (*RotateKeyringResponse) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_cluster_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *RotateKeyringResponse) GetPrimary() string {
+	if x != nil {
+		return x.Primary
+	}
+	return ""
+}
+
+func (x *RotateKeyringResponse) GetPrevious() string {
+	if x != nil {
+		return x.Previous
+	}
+	return ""
+}
+
+func (x *RotateKeyringResponse) GetResealed() int32 {
+	if x != nil {
+		return x.Resealed
+	}
+	return 0
+}
+
 var File_corpus_v1_cluster_proto protoreflect.FileDescriptor
 
 const file_corpus_v1_cluster_proto_rawDesc = "" +
@@ -891,7 +990,12 @@ const file_corpus_v1_cluster_proto_rawDesc = "" +
 	"\x03who\x18\a \x01(\tR\x03who\x12\x1d\n" +
 	"\n" +
 	"leader_api\x18\b \x01(\tR\tleaderApi\x12\x18\n" +
-	"\areplica\x18\t \x01(\tR\areplica2\xf9\x03\n" +
+	"\areplica\x18\t \x01(\tR\areplica\"\x16\n" +
+	"\x14RotateKeyringRequest\"i\n" +
+	"\x15RotateKeyringResponse\x12\x18\n" +
+	"\aprimary\x18\x01 \x01(\tR\aprimary\x12\x1a\n" +
+	"\bprevious\x18\x02 \x01(\tR\bprevious\x12\x1a\n" +
+	"\bresealed\x18\x03 \x01(\x05R\bresealed2\xcd\x04\n" +
 	"\x0eClusterService\x12B\n" +
 	"\x06Status\x12\x18.corpus.v1.StatusRequest\x1a\x19.corpus.v1.StatusResponse\"\x03\x90\x02\x01\x12<\n" +
 	"\x04Peer\x12\x16.corpus.v1.PeerRequest\x1a\x17.corpus.v1.PeerResponse\"\x03\x90\x02\x01\x12:\n" +
@@ -899,7 +1003,8 @@ const file_corpus_v1_cluster_proto_rawDesc = "" +
 	"\x04Seen\x12\x16.corpus.v1.SeenRequest\x1a\x17.corpus.v1.SeenResponse\x12K\n" +
 	"\tRaftPeers\x12\x1b.corpus.v1.RaftPeersRequest\x1a\x1c.corpus.v1.RaftPeersResponse\"\x03\x90\x02\x01\x12L\n" +
 	"\vAddRaftPeer\x12\x1d.corpus.v1.AddRaftPeerRequest\x1a\x1e.corpus.v1.AddRaftPeerResponse\x12U\n" +
-	"\x0eRemoveRaftPeer\x12 .corpus.v1.RemoveRaftPeerRequest\x1a!.corpus.v1.RemoveRaftPeerResponseB!Z\x1fcorpus/proto/corpus/v1;corpusv1b\x06proto3"
+	"\x0eRemoveRaftPeer\x12 .corpus.v1.RemoveRaftPeerRequest\x1a!.corpus.v1.RemoveRaftPeerResponse\x12R\n" +
+	"\rRotateKeyring\x12\x1f.corpus.v1.RotateKeyringRequest\x1a .corpus.v1.RotateKeyringResponseB!Z\x1fcorpus/proto/corpus/v1;corpusv1b\x06proto3"
 
 var (
 	file_corpus_v1_cluster_proto_rawDescOnce sync.Once
@@ -913,7 +1018,7 @@ func file_corpus_v1_cluster_proto_rawDescGZIP() []byte {
 	return file_corpus_v1_cluster_proto_rawDescData
 }
 
-var file_corpus_v1_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
+var file_corpus_v1_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
 var file_corpus_v1_cluster_proto_goTypes = []any{
 	(*PeerRequest)(nil),            // 0: corpus.v1.PeerRequest
 	(*PeerResponse)(nil),           // 1: corpus.v1.PeerResponse
@@ -930,6 +1035,8 @@ var file_corpus_v1_cluster_proto_goTypes = []any{
 	(*RemoveRaftPeerResponse)(nil), // 12: corpus.v1.RemoveRaftPeerResponse
 	(*StatusRequest)(nil),          // 13: corpus.v1.StatusRequest
 	(*StatusResponse)(nil),         // 14: corpus.v1.StatusResponse
+	(*RotateKeyringRequest)(nil),   // 15: corpus.v1.RotateKeyringRequest
+	(*RotateKeyringResponse)(nil),  // 16: corpus.v1.RotateKeyringResponse
 }
 var file_corpus_v1_cluster_proto_depIdxs = []int32{
 	7,  // 0: corpus.v1.RaftPeersResponse.peers:type_name -> corpus.v1.RaftPeer
@@ -940,15 +1047,17 @@ var file_corpus_v1_cluster_proto_depIdxs = []int32{
 	6,  // 5: corpus.v1.ClusterService.RaftPeers:input_type -> corpus.v1.RaftPeersRequest
 	9,  // 6: corpus.v1.ClusterService.AddRaftPeer:input_type -> corpus.v1.AddRaftPeerRequest
 	11, // 7: corpus.v1.ClusterService.RemoveRaftPeer:input_type -> corpus.v1.RemoveRaftPeerRequest
-	14, // 8: corpus.v1.ClusterService.Status:output_type -> corpus.v1.StatusResponse
-	1,  // 9: corpus.v1.ClusterService.Peer:output_type -> corpus.v1.PeerResponse
-	3,  // 10: corpus.v1.ClusterService.Apply:output_type -> corpus.v1.ApplyResponse
-	5,  // 11: corpus.v1.ClusterService.Seen:output_type -> corpus.v1.SeenResponse
-	8,  // 12: corpus.v1.ClusterService.RaftPeers:output_type -> corpus.v1.RaftPeersResponse
-	10, // 13: corpus.v1.ClusterService.AddRaftPeer:output_type -> corpus.v1.AddRaftPeerResponse
-	12, // 14: corpus.v1.ClusterService.RemoveRaftPeer:output_type -> corpus.v1.RemoveRaftPeerResponse
-	8,  // [8:15] is the sub-list for method output_type
-	1,  // [1:8] is the sub-list for method input_type
+	15, // 8: corpus.v1.ClusterService.RotateKeyring:input_type -> corpus.v1.RotateKeyringRequest
+	14, // 9: corpus.v1.ClusterService.Status:output_type -> corpus.v1.StatusResponse
+	1,  // 10: corpus.v1.ClusterService.Peer:output_type -> corpus.v1.PeerResponse
+	3,  // 11: corpus.v1.ClusterService.Apply:output_type -> corpus.v1.ApplyResponse
+	5,  // 12: corpus.v1.ClusterService.Seen:output_type -> corpus.v1.SeenResponse
+	8,  // 13: corpus.v1.ClusterService.RaftPeers:output_type -> corpus.v1.RaftPeersResponse
+	10, // 14: corpus.v1.ClusterService.AddRaftPeer:output_type -> corpus.v1.AddRaftPeerResponse
+	12, // 15: corpus.v1.ClusterService.RemoveRaftPeer:output_type -> corpus.v1.RemoveRaftPeerResponse
+	16, // 16: corpus.v1.ClusterService.RotateKeyring:output_type -> corpus.v1.RotateKeyringResponse
+	9,  // [9:17] is the sub-list for method output_type
+	1,  // [1:9] is the sub-list for method input_type
 	1,  // [1:1] is the sub-list for extension type_name
 	1,  // [1:1] is the sub-list for extension extendee
 	0,  // [0:1] is the sub-list for field type_name
@@ -965,7 +1074,7 @@ func file_corpus_v1_cluster_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_corpus_v1_cluster_proto_rawDesc), len(file_corpus_v1_cluster_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   15,
+			NumMessages:   17,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

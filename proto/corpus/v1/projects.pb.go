@@ -23,6 +23,504 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+type SetConfigRequest struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Project string                 `protobuf:"bytes,1,opt,name=project,proto3" json:"project,omitempty"`
+	Env     string                 `protobuf:"bytes,2,opt,name=env,proto3" json:"env,omitempty"`
+	Set     map[string]string      `protobuf:"bytes,3,rep,name=set,proto3" json:"set,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	Unset   []string               `protobuf:"bytes,4,rep,name=unset,proto3" json:"unset,omitempty"`
+	// no_restart stores the change for the next deploy.
+	NoRestart     bool `protobuf:"varint,5,opt,name=no_restart,json=noRestart,proto3" json:"no_restart,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetConfigRequest) Reset() {
+	*x = SetConfigRequest{}
+	mi := &file_corpus_v1_projects_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetConfigRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetConfigRequest) ProtoMessage() {}
+
+func (x *SetConfigRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_projects_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetConfigRequest.ProtoReflect.Descriptor instead.
+func (*SetConfigRequest) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *SetConfigRequest) GetProject() string {
+	if x != nil {
+		return x.Project
+	}
+	return ""
+}
+
+func (x *SetConfigRequest) GetEnv() string {
+	if x != nil {
+		return x.Env
+	}
+	return ""
+}
+
+func (x *SetConfigRequest) GetSet() map[string]string {
+	if x != nil {
+		return x.Set
+	}
+	return nil
+}
+
+func (x *SetConfigRequest) GetUnset() []string {
+	if x != nil {
+		return x.Unset
+	}
+	return nil
+}
+
+func (x *SetConfigRequest) GetNoRestart() bool {
+	if x != nil {
+		return x.NoRestart
+	}
+	return false
+}
+
+type GetConfigRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Project       string                 `protobuf:"bytes,1,opt,name=project,proto3" json:"project,omitempty"`
+	Env           string                 `protobuf:"bytes,2,opt,name=env,proto3" json:"env,omitempty"`
+	Reveal        bool                   `protobuf:"varint,3,opt,name=reveal,proto3" json:"reveal,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetConfigRequest) Reset() {
+	*x = GetConfigRequest{}
+	mi := &file_corpus_v1_projects_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetConfigRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetConfigRequest) ProtoMessage() {}
+
+func (x *GetConfigRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_projects_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetConfigRequest.ProtoReflect.Descriptor instead.
+func (*GetConfigRequest) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *GetConfigRequest) GetProject() string {
+	if x != nil {
+		return x.Project
+	}
+	return ""
+}
+
+func (x *GetConfigRequest) GetEnv() string {
+	if x != nil {
+		return x.Env
+	}
+	return ""
+}
+
+func (x *GetConfigRequest) GetReveal() bool {
+	if x != nil {
+		return x.Reveal
+	}
+	return false
+}
+
+type GetConfigResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Vars  []*ConfigVar           `protobuf:"bytes,1,rep,name=vars,proto3" json:"vars,omitempty"`
+	// current_release is the release serving now; pending is set when the
+	// config differs from the one it runs with (set with --no-restart).
+	CurrentRelease uint32 `protobuf:"varint,2,opt,name=current_release,json=currentRelease,proto3" json:"current_release,omitempty"`
+	Pending        bool   `protobuf:"varint,3,opt,name=pending,proto3" json:"pending,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *GetConfigResponse) Reset() {
+	*x = GetConfigResponse{}
+	mi := &file_corpus_v1_projects_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetConfigResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetConfigResponse) ProtoMessage() {}
+
+func (x *GetConfigResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_projects_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetConfigResponse.ProtoReflect.Descriptor instead.
+func (*GetConfigResponse) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *GetConfigResponse) GetVars() []*ConfigVar {
+	if x != nil {
+		return x.Vars
+	}
+	return nil
+}
+
+func (x *GetConfigResponse) GetCurrentRelease() uint32 {
+	if x != nil {
+		return x.CurrentRelease
+	}
+	return 0
+}
+
+func (x *GetConfigResponse) GetPending() bool {
+	if x != nil {
+		return x.Pending
+	}
+	return false
+}
+
+type ConfigVar struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Key   string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	// value is set only when revealed.
+	Value string `protobuf:"bytes,2,opt,name=value,proto3" json:"value,omitempty"`
+	// bytes is the value's length.
+	Bytes         int32 `protobuf:"varint,3,opt,name=bytes,proto3" json:"bytes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ConfigVar) Reset() {
+	*x = ConfigVar{}
+	mi := &file_corpus_v1_projects_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ConfigVar) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ConfigVar) ProtoMessage() {}
+
+func (x *ConfigVar) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_projects_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ConfigVar.ProtoReflect.Descriptor instead.
+func (*ConfigVar) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *ConfigVar) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *ConfigVar) GetValue() string {
+	if x != nil {
+		return x.Value
+	}
+	return ""
+}
+
+func (x *ConfigVar) GetBytes() int32 {
+	if x != nil {
+		return x.Bytes
+	}
+	return 0
+}
+
+type RedeployRequest struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Project string                 `protobuf:"bytes,1,opt,name=project,proto3" json:"project,omitempty"`
+	Env     string                 `protobuf:"bytes,2,opt,name=env,proto3" json:"env,omitempty"`
+	// trigger: "config", "restart" or "deploy".
+	Trigger string `protobuf:"bytes,3,opt,name=trigger,proto3" json:"trigger,omitempty"`
+	// only names the steps to run ("install", "fixperms", "health"); the
+	// others are skipped. Empty runs them all.
+	Only []string `protobuf:"bytes,4,rep,name=only,proto3" json:"only,omitempty"`
+	// processes restart only these process types (trigger "restart").
+	Processes     []string `protobuf:"bytes,5,rep,name=processes,proto3" json:"processes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RedeployRequest) Reset() {
+	*x = RedeployRequest{}
+	mi := &file_corpus_v1_projects_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RedeployRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RedeployRequest) ProtoMessage() {}
+
+func (x *RedeployRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_projects_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RedeployRequest.ProtoReflect.Descriptor instead.
+func (*RedeployRequest) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *RedeployRequest) GetProject() string {
+	if x != nil {
+		return x.Project
+	}
+	return ""
+}
+
+func (x *RedeployRequest) GetEnv() string {
+	if x != nil {
+		return x.Env
+	}
+	return ""
+}
+
+func (x *RedeployRequest) GetTrigger() string {
+	if x != nil {
+		return x.Trigger
+	}
+	return ""
+}
+
+func (x *RedeployRequest) GetOnly() []string {
+	if x != nil {
+		return x.Only
+	}
+	return nil
+}
+
+func (x *RedeployRequest) GetProcesses() []string {
+	if x != nil {
+		return x.Processes
+	}
+	return nil
+}
+
+type DeployOutput struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Output []byte                 `protobuf:"bytes,1,opt,name=output,proto3" json:"output,omitempty"`
+	// done is set on the last message, with the release then current.
+	Done          bool   `protobuf:"varint,2,opt,name=done,proto3" json:"done,omitempty"`
+	Current       uint32 `protobuf:"varint,3,opt,name=current,proto3" json:"current,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeployOutput) Reset() {
+	*x = DeployOutput{}
+	mi := &file_corpus_v1_projects_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeployOutput) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeployOutput) ProtoMessage() {}
+
+func (x *DeployOutput) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_projects_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeployOutput.ProtoReflect.Descriptor instead.
+func (*DeployOutput) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *DeployOutput) GetOutput() []byte {
+	if x != nil {
+		return x.Output
+	}
+	return nil
+}
+
+func (x *DeployOutput) GetDone() bool {
+	if x != nil {
+		return x.Done
+	}
+	return false
+}
+
+func (x *DeployOutput) GetCurrent() uint32 {
+	if x != nil {
+		return x.Current
+	}
+	return 0
+}
+
+type ListProcessesRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Project       string                 `protobuf:"bytes,1,opt,name=project,proto3" json:"project,omitempty"`
+	Env           string                 `protobuf:"bytes,2,opt,name=env,proto3" json:"env,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListProcessesRequest) Reset() {
+	*x = ListProcessesRequest{}
+	mi := &file_corpus_v1_projects_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListProcessesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListProcessesRequest) ProtoMessage() {}
+
+func (x *ListProcessesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_projects_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListProcessesRequest.ProtoReflect.Descriptor instead.
+func (*ListProcessesRequest) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *ListProcessesRequest) GetProject() string {
+	if x != nil {
+		return x.Project
+	}
+	return ""
+}
+
+func (x *ListProcessesRequest) GetEnv() string {
+	if x != nil {
+		return x.Env
+	}
+	return ""
+}
+
+type ListProcessesResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Processes     []*ProcessStatus       `protobuf:"bytes,1,rep,name=processes,proto3" json:"processes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListProcessesResponse) Reset() {
+	*x = ListProcessesResponse{}
+	mi := &file_corpus_v1_projects_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListProcessesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListProcessesResponse) ProtoMessage() {}
+
+func (x *ListProcessesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_projects_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListProcessesResponse.ProtoReflect.Descriptor instead.
+func (*ListProcessesResponse) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *ListProcessesResponse) GetProcesses() []*ProcessStatus {
+	if x != nil {
+		return x.Processes
+	}
+	return nil
+}
+
 type CreateProjectRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
@@ -43,7 +541,7 @@ type CreateProjectRequest struct {
 
 func (x *CreateProjectRequest) Reset() {
 	*x = CreateProjectRequest{}
-	mi := &file_corpus_v1_projects_proto_msgTypes[0]
+	mi := &file_corpus_v1_projects_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -55,7 +553,7 @@ func (x *CreateProjectRequest) String() string {
 func (*CreateProjectRequest) ProtoMessage() {}
 
 func (x *CreateProjectRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_projects_proto_msgTypes[0]
+	mi := &file_corpus_v1_projects_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -68,7 +566,7 @@ func (x *CreateProjectRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateProjectRequest.ProtoReflect.Descriptor instead.
 func (*CreateProjectRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{0}
+	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *CreateProjectRequest) GetName() string {
@@ -146,7 +644,7 @@ type CreateProjectResponse struct {
 
 func (x *CreateProjectResponse) Reset() {
 	*x = CreateProjectResponse{}
-	mi := &file_corpus_v1_projects_proto_msgTypes[1]
+	mi := &file_corpus_v1_projects_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -158,7 +656,7 @@ func (x *CreateProjectResponse) String() string {
 func (*CreateProjectResponse) ProtoMessage() {}
 
 func (x *CreateProjectResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_projects_proto_msgTypes[1]
+	mi := &file_corpus_v1_projects_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -171,7 +669,7 @@ func (x *CreateProjectResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateProjectResponse.ProtoReflect.Descriptor instead.
 func (*CreateProjectResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{1}
+	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *CreateProjectResponse) GetProject() *Project {
@@ -203,7 +701,7 @@ type ListProjectsRequest struct {
 
 func (x *ListProjectsRequest) Reset() {
 	*x = ListProjectsRequest{}
-	mi := &file_corpus_v1_projects_proto_msgTypes[2]
+	mi := &file_corpus_v1_projects_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -215,7 +713,7 @@ func (x *ListProjectsRequest) String() string {
 func (*ListProjectsRequest) ProtoMessage() {}
 
 func (x *ListProjectsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_projects_proto_msgTypes[2]
+	mi := &file_corpus_v1_projects_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -228,7 +726,7 @@ func (x *ListProjectsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListProjectsRequest.ProtoReflect.Descriptor instead.
 func (*ListProjectsRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{2}
+	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{10}
 }
 
 type ListProjectsResponse struct {
@@ -240,7 +738,7 @@ type ListProjectsResponse struct {
 
 func (x *ListProjectsResponse) Reset() {
 	*x = ListProjectsResponse{}
-	mi := &file_corpus_v1_projects_proto_msgTypes[3]
+	mi := &file_corpus_v1_projects_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -252,7 +750,7 @@ func (x *ListProjectsResponse) String() string {
 func (*ListProjectsResponse) ProtoMessage() {}
 
 func (x *ListProjectsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_projects_proto_msgTypes[3]
+	mi := &file_corpus_v1_projects_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -265,7 +763,7 @@ func (x *ListProjectsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListProjectsResponse.ProtoReflect.Descriptor instead.
 func (*ListProjectsResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{3}
+	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ListProjectsResponse) GetProjects() []*ProjectView {
@@ -286,7 +784,7 @@ type ProjectView struct {
 
 func (x *ProjectView) Reset() {
 	*x = ProjectView{}
-	mi := &file_corpus_v1_projects_proto_msgTypes[4]
+	mi := &file_corpus_v1_projects_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -298,7 +796,7 @@ func (x *ProjectView) String() string {
 func (*ProjectView) ProtoMessage() {}
 
 func (x *ProjectView) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_projects_proto_msgTypes[4]
+	mi := &file_corpus_v1_projects_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -311,7 +809,7 @@ func (x *ProjectView) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProjectView.ProtoReflect.Descriptor instead.
 func (*ProjectView) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{4}
+	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ProjectView) GetProject() *Project {
@@ -344,7 +842,7 @@ type ProjectEnvView struct {
 
 func (x *ProjectEnvView) Reset() {
 	*x = ProjectEnvView{}
-	mi := &file_corpus_v1_projects_proto_msgTypes[5]
+	mi := &file_corpus_v1_projects_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -356,7 +854,7 @@ func (x *ProjectEnvView) String() string {
 func (*ProjectEnvView) ProtoMessage() {}
 
 func (x *ProjectEnvView) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_projects_proto_msgTypes[5]
+	mi := &file_corpus_v1_projects_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -369,7 +867,7 @@ func (x *ProjectEnvView) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProjectEnvView.ProtoReflect.Descriptor instead.
 func (*ProjectEnvView) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{5}
+	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ProjectEnvView) GetName() string {
@@ -433,7 +931,7 @@ type GetProjectRequest struct {
 
 func (x *GetProjectRequest) Reset() {
 	*x = GetProjectRequest{}
-	mi := &file_corpus_v1_projects_proto_msgTypes[6]
+	mi := &file_corpus_v1_projects_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -445,7 +943,7 @@ func (x *GetProjectRequest) String() string {
 func (*GetProjectRequest) ProtoMessage() {}
 
 func (x *GetProjectRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_projects_proto_msgTypes[6]
+	mi := &file_corpus_v1_projects_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -458,7 +956,7 @@ func (x *GetProjectRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetProjectRequest.ProtoReflect.Descriptor instead.
 func (*GetProjectRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{6}
+	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *GetProjectRequest) GetName() string {
@@ -492,7 +990,7 @@ type GetProjectResponse struct {
 
 func (x *GetProjectResponse) Reset() {
 	*x = GetProjectResponse{}
-	mi := &file_corpus_v1_projects_proto_msgTypes[7]
+	mi := &file_corpus_v1_projects_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -504,7 +1002,7 @@ func (x *GetProjectResponse) String() string {
 func (*GetProjectResponse) ProtoMessage() {}
 
 func (x *GetProjectResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_projects_proto_msgTypes[7]
+	mi := &file_corpus_v1_projects_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -517,7 +1015,7 @@ func (x *GetProjectResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetProjectResponse.ProtoReflect.Descriptor instead.
 func (*GetProjectResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{7}
+	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *GetProjectResponse) GetProject() *ProjectView {
@@ -548,7 +1046,7 @@ type DeleteProjectRequest struct {
 
 func (x *DeleteProjectRequest) Reset() {
 	*x = DeleteProjectRequest{}
-	mi := &file_corpus_v1_projects_proto_msgTypes[8]
+	mi := &file_corpus_v1_projects_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -560,7 +1058,7 @@ func (x *DeleteProjectRequest) String() string {
 func (*DeleteProjectRequest) ProtoMessage() {}
 
 func (x *DeleteProjectRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_projects_proto_msgTypes[8]
+	mi := &file_corpus_v1_projects_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -573,7 +1071,7 @@ func (x *DeleteProjectRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteProjectRequest.ProtoReflect.Descriptor instead.
 func (*DeleteProjectRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{8}
+	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *DeleteProjectRequest) GetName() string {
@@ -605,7 +1103,7 @@ type DeleteProjectResponse struct {
 
 func (x *DeleteProjectResponse) Reset() {
 	*x = DeleteProjectResponse{}
-	mi := &file_corpus_v1_projects_proto_msgTypes[9]
+	mi := &file_corpus_v1_projects_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -617,7 +1115,7 @@ func (x *DeleteProjectResponse) String() string {
 func (*DeleteProjectResponse) ProtoMessage() {}
 
 func (x *DeleteProjectResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_projects_proto_msgTypes[9]
+	mi := &file_corpus_v1_projects_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -630,7 +1128,7 @@ func (x *DeleteProjectResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteProjectResponse.ProtoReflect.Descriptor instead.
 func (*DeleteProjectResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{9}
+	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{17}
 }
 
 type GrantProjectRequest struct {
@@ -644,7 +1142,7 @@ type GrantProjectRequest struct {
 
 func (x *GrantProjectRequest) Reset() {
 	*x = GrantProjectRequest{}
-	mi := &file_corpus_v1_projects_proto_msgTypes[10]
+	mi := &file_corpus_v1_projects_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -656,7 +1154,7 @@ func (x *GrantProjectRequest) String() string {
 func (*GrantProjectRequest) ProtoMessage() {}
 
 func (x *GrantProjectRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_projects_proto_msgTypes[10]
+	mi := &file_corpus_v1_projects_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -669,7 +1167,7 @@ func (x *GrantProjectRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GrantProjectRequest.ProtoReflect.Descriptor instead.
 func (*GrantProjectRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{10}
+	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *GrantProjectRequest) GetName() string {
@@ -702,7 +1200,7 @@ type GrantProjectResponse struct {
 
 func (x *GrantProjectResponse) Reset() {
 	*x = GrantProjectResponse{}
-	mi := &file_corpus_v1_projects_proto_msgTypes[11]
+	mi := &file_corpus_v1_projects_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -714,7 +1212,7 @@ func (x *GrantProjectResponse) String() string {
 func (*GrantProjectResponse) ProtoMessage() {}
 
 func (x *GrantProjectResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_projects_proto_msgTypes[11]
+	mi := &file_corpus_v1_projects_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -727,7 +1225,7 @@ func (x *GrantProjectResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GrantProjectResponse.ProtoReflect.Descriptor instead.
 func (*GrantProjectResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{11}
+	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *GrantProjectResponse) GetProject() *Project {
@@ -747,7 +1245,7 @@ type ListReleasesRequest struct {
 
 func (x *ListReleasesRequest) Reset() {
 	*x = ListReleasesRequest{}
-	mi := &file_corpus_v1_projects_proto_msgTypes[12]
+	mi := &file_corpus_v1_projects_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -759,7 +1257,7 @@ func (x *ListReleasesRequest) String() string {
 func (*ListReleasesRequest) ProtoMessage() {}
 
 func (x *ListReleasesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_projects_proto_msgTypes[12]
+	mi := &file_corpus_v1_projects_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -772,7 +1270,7 @@ func (x *ListReleasesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListReleasesRequest.ProtoReflect.Descriptor instead.
 func (*ListReleasesRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{12}
+	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ListReleasesRequest) GetProject() string {
@@ -801,7 +1299,7 @@ type ListReleasesResponse struct {
 
 func (x *ListReleasesResponse) Reset() {
 	*x = ListReleasesResponse{}
-	mi := &file_corpus_v1_projects_proto_msgTypes[13]
+	mi := &file_corpus_v1_projects_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -813,7 +1311,7 @@ func (x *ListReleasesResponse) String() string {
 func (*ListReleasesResponse) ProtoMessage() {}
 
 func (x *ListReleasesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_projects_proto_msgTypes[13]
+	mi := &file_corpus_v1_projects_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -826,7 +1324,7 @@ func (x *ListReleasesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListReleasesResponse.ProtoReflect.Descriptor instead.
 func (*ListReleasesResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{13}
+	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ListReleasesResponse) GetReleases() []*Release {
@@ -862,7 +1360,7 @@ type GetReleaseRequest struct {
 
 func (x *GetReleaseRequest) Reset() {
 	*x = GetReleaseRequest{}
-	mi := &file_corpus_v1_projects_proto_msgTypes[14]
+	mi := &file_corpus_v1_projects_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -874,7 +1372,7 @@ func (x *GetReleaseRequest) String() string {
 func (*GetReleaseRequest) ProtoMessage() {}
 
 func (x *GetReleaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_projects_proto_msgTypes[14]
+	mi := &file_corpus_v1_projects_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -887,7 +1385,7 @@ func (x *GetReleaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetReleaseRequest.ProtoReflect.Descriptor instead.
 func (*GetReleaseRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{14}
+	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *GetReleaseRequest) GetProject() string {
@@ -921,7 +1419,7 @@ type GetReleaseResponse struct {
 
 func (x *GetReleaseResponse) Reset() {
 	*x = GetReleaseResponse{}
-	mi := &file_corpus_v1_projects_proto_msgTypes[15]
+	mi := &file_corpus_v1_projects_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -933,7 +1431,7 @@ func (x *GetReleaseResponse) String() string {
 func (*GetReleaseResponse) ProtoMessage() {}
 
 func (x *GetReleaseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_projects_proto_msgTypes[15]
+	mi := &file_corpus_v1_projects_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -946,7 +1444,7 @@ func (x *GetReleaseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetReleaseResponse.ProtoReflect.Descriptor instead.
 func (*GetReleaseResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{15}
+	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *GetReleaseResponse) GetRelease() *Release {
@@ -969,14 +1467,17 @@ type RollbackRequest struct {
 	Env     string                 `protobuf:"bytes,2,opt,name=env,proto3" json:"env,omitempty"`
 	// to is the release number; 0 means the newest good release before
 	// the current one.
-	To            uint32 `protobuf:"varint,3,opt,name=to,proto3" json:"to,omitempty"`
+	To uint32 `protobuf:"varint,3,opt,name=to,proto3" json:"to,omitempty"`
+	// project_env is filled by the coordinator when it passes the
+	// rollback on to the node (what a client sends there is ignored).
+	ProjectEnv    *ProjectEnv `protobuf:"bytes,4,opt,name=project_env,json=projectEnv,proto3" json:"project_env,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *RollbackRequest) Reset() {
 	*x = RollbackRequest{}
-	mi := &file_corpus_v1_projects_proto_msgTypes[16]
+	mi := &file_corpus_v1_projects_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -988,7 +1489,7 @@ func (x *RollbackRequest) String() string {
 func (*RollbackRequest) ProtoMessage() {}
 
 func (x *RollbackRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_projects_proto_msgTypes[16]
+	mi := &file_corpus_v1_projects_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1001,7 +1502,7 @@ func (x *RollbackRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RollbackRequest.ProtoReflect.Descriptor instead.
 func (*RollbackRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{16}
+	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *RollbackRequest) GetProject() string {
@@ -1025,6 +1526,13 @@ func (x *RollbackRequest) GetTo() uint32 {
 	return 0
 }
 
+func (x *RollbackRequest) GetProjectEnv() *ProjectEnv {
+	if x != nil {
+		return x.ProjectEnv
+	}
+	return nil
+}
+
 type RollbackOutput struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
 	Output []byte                 `protobuf:"bytes,1,opt,name=output,proto3" json:"output,omitempty"`
@@ -1037,7 +1545,7 @@ type RollbackOutput struct {
 
 func (x *RollbackOutput) Reset() {
 	*x = RollbackOutput{}
-	mi := &file_corpus_v1_projects_proto_msgTypes[17]
+	mi := &file_corpus_v1_projects_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1049,7 +1557,7 @@ func (x *RollbackOutput) String() string {
 func (*RollbackOutput) ProtoMessage() {}
 
 func (x *RollbackOutput) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_projects_proto_msgTypes[17]
+	mi := &file_corpus_v1_projects_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1062,7 +1570,7 @@ func (x *RollbackOutput) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RollbackOutput.ProtoReflect.Descriptor instead.
 func (*RollbackOutput) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{17}
+	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *RollbackOutput) GetOutput() []byte {
@@ -1090,7 +1598,44 @@ var File_corpus_v1_projects_proto protoreflect.FileDescriptor
 
 const file_corpus_v1_projects_proto_rawDesc = "" +
 	"\n" +
-	"\x18corpus/v1/projects.proto\x12\tcorpus.v1\x1a\x15corpus/v1/types.proto\"\x90\x02\n" +
+	"\x18corpus/v1/projects.proto\x12\tcorpus.v1\x1a\x15corpus/v1/types.proto\"\xe3\x01\n" +
+	"\x10SetConfigRequest\x12\x18\n" +
+	"\aproject\x18\x01 \x01(\tR\aproject\x12\x10\n" +
+	"\x03env\x18\x02 \x01(\tR\x03env\x126\n" +
+	"\x03set\x18\x03 \x03(\v2$.corpus.v1.SetConfigRequest.SetEntryR\x03set\x12\x14\n" +
+	"\x05unset\x18\x04 \x03(\tR\x05unset\x12\x1d\n" +
+	"\n" +
+	"no_restart\x18\x05 \x01(\bR\tnoRestart\x1a6\n" +
+	"\bSetEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"V\n" +
+	"\x10GetConfigRequest\x12\x18\n" +
+	"\aproject\x18\x01 \x01(\tR\aproject\x12\x10\n" +
+	"\x03env\x18\x02 \x01(\tR\x03env\x12\x16\n" +
+	"\x06reveal\x18\x03 \x01(\bR\x06reveal\"\x80\x01\n" +
+	"\x11GetConfigResponse\x12(\n" +
+	"\x04vars\x18\x01 \x03(\v2\x14.corpus.v1.ConfigVarR\x04vars\x12'\n" +
+	"\x0fcurrent_release\x18\x02 \x01(\rR\x0ecurrentRelease\x12\x18\n" +
+	"\apending\x18\x03 \x01(\bR\apending\"I\n" +
+	"\tConfigVar\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value\x12\x14\n" +
+	"\x05bytes\x18\x03 \x01(\x05R\x05bytes\"\x89\x01\n" +
+	"\x0fRedeployRequest\x12\x18\n" +
+	"\aproject\x18\x01 \x01(\tR\aproject\x12\x10\n" +
+	"\x03env\x18\x02 \x01(\tR\x03env\x12\x18\n" +
+	"\atrigger\x18\x03 \x01(\tR\atrigger\x12\x12\n" +
+	"\x04only\x18\x04 \x03(\tR\x04only\x12\x1c\n" +
+	"\tprocesses\x18\x05 \x03(\tR\tprocesses\"T\n" +
+	"\fDeployOutput\x12\x16\n" +
+	"\x06output\x18\x01 \x01(\fR\x06output\x12\x12\n" +
+	"\x04done\x18\x02 \x01(\bR\x04done\x12\x18\n" +
+	"\acurrent\x18\x03 \x01(\rR\acurrent\"B\n" +
+	"\x14ListProcessesRequest\x12\x18\n" +
+	"\aproject\x18\x01 \x01(\tR\aproject\x12\x10\n" +
+	"\x03env\x18\x02 \x01(\tR\x03env\"O\n" +
+	"\x15ListProcessesResponse\x126\n" +
+	"\tprocesses\x18\x01 \x03(\v2\x18.corpus.v1.ProcessStatusR\tprocesses\"\x90\x02\n" +
 	"\x14CreateProjectRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x10\n" +
 	"\x03env\x18\x02 \x01(\tR\x03env\x12\x14\n" +
@@ -1153,15 +1698,17 @@ const file_corpus_v1_projects_proto_rawDesc = "" +
 	"\arelease\x18\x03 \x01(\tR\arelease\"\\\n" +
 	"\x12GetReleaseResponse\x12,\n" +
 	"\arelease\x18\x01 \x01(\v2\x12.corpus.v1.ReleaseR\arelease\x12\x18\n" +
-	"\acurrent\x18\x02 \x01(\bR\acurrent\"M\n" +
+	"\acurrent\x18\x02 \x01(\bR\acurrent\"\x85\x01\n" +
 	"\x0fRollbackRequest\x12\x18\n" +
 	"\aproject\x18\x01 \x01(\tR\aproject\x12\x10\n" +
 	"\x03env\x18\x02 \x01(\tR\x03env\x12\x0e\n" +
-	"\x02to\x18\x03 \x01(\rR\x02to\"V\n" +
+	"\x02to\x18\x03 \x01(\rR\x02to\x126\n" +
+	"\vproject_env\x18\x04 \x01(\v2\x15.corpus.v1.ProjectEnvR\n" +
+	"projectEnv\"V\n" +
 	"\x0eRollbackOutput\x12\x16\n" +
 	"\x06output\x18\x01 \x01(\fR\x06output\x12\x12\n" +
 	"\x04done\x18\x02 \x01(\bR\x04done\x12\x18\n" +
-	"\acurrent\x18\x03 \x01(\rR\acurrent2\x9a\x05\n" +
+	"\acurrent\x18\x03 \x01(\rR\acurrent2\xc6\a\n" +
 	"\x0eProjectService\x12R\n" +
 	"\rCreateProject\x12\x1f.corpus.v1.CreateProjectRequest\x1a .corpus.v1.CreateProjectResponse\x12T\n" +
 	"\fListProjects\x12\x1e.corpus.v1.ListProjectsRequest\x1a\x1f.corpus.v1.ListProjectsResponse\"\x03\x90\x02\x01\x12N\n" +
@@ -1172,7 +1719,11 @@ const file_corpus_v1_projects_proto_rawDesc = "" +
 	"\fListReleases\x12\x1e.corpus.v1.ListReleasesRequest\x1a\x1f.corpus.v1.ListReleasesResponse\"\x03\x90\x02\x01\x12N\n" +
 	"\n" +
 	"GetRelease\x12\x1c.corpus.v1.GetReleaseRequest\x1a\x1d.corpus.v1.GetReleaseResponse\"\x03\x90\x02\x01\x12C\n" +
-	"\bRollback\x12\x1a.corpus.v1.RollbackRequest\x1a\x19.corpus.v1.RollbackOutput0\x01B!Z\x1fcorpus/proto/corpus/v1;corpusv1b\x06proto3"
+	"\bRollback\x12\x1a.corpus.v1.RollbackRequest\x1a\x19.corpus.v1.RollbackOutput0\x01\x12C\n" +
+	"\tSetConfig\x12\x1b.corpus.v1.SetConfigRequest\x1a\x17.corpus.v1.DeployOutput0\x01\x12K\n" +
+	"\tGetConfig\x12\x1b.corpus.v1.GetConfigRequest\x1a\x1c.corpus.v1.GetConfigResponse\"\x03\x90\x02\x01\x12?\n" +
+	"\x06Deploy\x12\x1a.corpus.v1.RedeployRequest\x1a\x17.corpus.v1.DeployOutput0\x01\x12W\n" +
+	"\rListProcesses\x12\x1f.corpus.v1.ListProcessesRequest\x1a .corpus.v1.ListProcessesResponse\"\x03\x90\x02\x01B!Z\x1fcorpus/proto/corpus/v1;corpusv1b\x06proto3"
 
 var (
 	file_corpus_v1_projects_proto_rawDescOnce sync.Once
@@ -1186,61 +1737,84 @@ func file_corpus_v1_projects_proto_rawDescGZIP() []byte {
 	return file_corpus_v1_projects_proto_rawDescData
 }
 
-var file_corpus_v1_projects_proto_msgTypes = make([]protoimpl.MessageInfo, 18)
+var file_corpus_v1_projects_proto_msgTypes = make([]protoimpl.MessageInfo, 27)
 var file_corpus_v1_projects_proto_goTypes = []any{
-	(*CreateProjectRequest)(nil),  // 0: corpus.v1.CreateProjectRequest
-	(*CreateProjectResponse)(nil), // 1: corpus.v1.CreateProjectResponse
-	(*ListProjectsRequest)(nil),   // 2: corpus.v1.ListProjectsRequest
-	(*ListProjectsResponse)(nil),  // 3: corpus.v1.ListProjectsResponse
-	(*ProjectView)(nil),           // 4: corpus.v1.ProjectView
-	(*ProjectEnvView)(nil),        // 5: corpus.v1.ProjectEnvView
-	(*GetProjectRequest)(nil),     // 6: corpus.v1.GetProjectRequest
-	(*GetProjectResponse)(nil),    // 7: corpus.v1.GetProjectResponse
-	(*DeleteProjectRequest)(nil),  // 8: corpus.v1.DeleteProjectRequest
-	(*DeleteProjectResponse)(nil), // 9: corpus.v1.DeleteProjectResponse
-	(*GrantProjectRequest)(nil),   // 10: corpus.v1.GrantProjectRequest
-	(*GrantProjectResponse)(nil),  // 11: corpus.v1.GrantProjectResponse
-	(*ListReleasesRequest)(nil),   // 12: corpus.v1.ListReleasesRequest
-	(*ListReleasesResponse)(nil),  // 13: corpus.v1.ListReleasesResponse
-	(*GetReleaseRequest)(nil),     // 14: corpus.v1.GetReleaseRequest
-	(*GetReleaseResponse)(nil),    // 15: corpus.v1.GetReleaseResponse
-	(*RollbackRequest)(nil),       // 16: corpus.v1.RollbackRequest
-	(*RollbackOutput)(nil),        // 17: corpus.v1.RollbackOutput
-	(*Resources)(nil),             // 18: corpus.v1.Resources
-	(*Project)(nil),               // 19: corpus.v1.Project
-	(*Release)(nil),               // 20: corpus.v1.Release
+	(*SetConfigRequest)(nil),      // 0: corpus.v1.SetConfigRequest
+	(*GetConfigRequest)(nil),      // 1: corpus.v1.GetConfigRequest
+	(*GetConfigResponse)(nil),     // 2: corpus.v1.GetConfigResponse
+	(*ConfigVar)(nil),             // 3: corpus.v1.ConfigVar
+	(*RedeployRequest)(nil),       // 4: corpus.v1.RedeployRequest
+	(*DeployOutput)(nil),          // 5: corpus.v1.DeployOutput
+	(*ListProcessesRequest)(nil),  // 6: corpus.v1.ListProcessesRequest
+	(*ListProcessesResponse)(nil), // 7: corpus.v1.ListProcessesResponse
+	(*CreateProjectRequest)(nil),  // 8: corpus.v1.CreateProjectRequest
+	(*CreateProjectResponse)(nil), // 9: corpus.v1.CreateProjectResponse
+	(*ListProjectsRequest)(nil),   // 10: corpus.v1.ListProjectsRequest
+	(*ListProjectsResponse)(nil),  // 11: corpus.v1.ListProjectsResponse
+	(*ProjectView)(nil),           // 12: corpus.v1.ProjectView
+	(*ProjectEnvView)(nil),        // 13: corpus.v1.ProjectEnvView
+	(*GetProjectRequest)(nil),     // 14: corpus.v1.GetProjectRequest
+	(*GetProjectResponse)(nil),    // 15: corpus.v1.GetProjectResponse
+	(*DeleteProjectRequest)(nil),  // 16: corpus.v1.DeleteProjectRequest
+	(*DeleteProjectResponse)(nil), // 17: corpus.v1.DeleteProjectResponse
+	(*GrantProjectRequest)(nil),   // 18: corpus.v1.GrantProjectRequest
+	(*GrantProjectResponse)(nil),  // 19: corpus.v1.GrantProjectResponse
+	(*ListReleasesRequest)(nil),   // 20: corpus.v1.ListReleasesRequest
+	(*ListReleasesResponse)(nil),  // 21: corpus.v1.ListReleasesResponse
+	(*GetReleaseRequest)(nil),     // 22: corpus.v1.GetReleaseRequest
+	(*GetReleaseResponse)(nil),    // 23: corpus.v1.GetReleaseResponse
+	(*RollbackRequest)(nil),       // 24: corpus.v1.RollbackRequest
+	(*RollbackOutput)(nil),        // 25: corpus.v1.RollbackOutput
+	nil,                           // 26: corpus.v1.SetConfigRequest.SetEntry
+	(*ProcessStatus)(nil),         // 27: corpus.v1.ProcessStatus
+	(*Resources)(nil),             // 28: corpus.v1.Resources
+	(*Project)(nil),               // 29: corpus.v1.Project
+	(*Release)(nil),               // 30: corpus.v1.Release
+	(*ProjectEnv)(nil),            // 31: corpus.v1.ProjectEnv
 }
 var file_corpus_v1_projects_proto_depIdxs = []int32{
-	18, // 0: corpus.v1.CreateProjectRequest.resources:type_name -> corpus.v1.Resources
-	19, // 1: corpus.v1.CreateProjectResponse.project:type_name -> corpus.v1.Project
-	4,  // 2: corpus.v1.ListProjectsResponse.projects:type_name -> corpus.v1.ProjectView
-	19, // 3: corpus.v1.ProjectView.project:type_name -> corpus.v1.Project
-	5,  // 4: corpus.v1.ProjectView.envs:type_name -> corpus.v1.ProjectEnvView
-	4,  // 5: corpus.v1.GetProjectResponse.project:type_name -> corpus.v1.ProjectView
-	19, // 6: corpus.v1.GrantProjectResponse.project:type_name -> corpus.v1.Project
-	20, // 7: corpus.v1.ListReleasesResponse.releases:type_name -> corpus.v1.Release
-	20, // 8: corpus.v1.GetReleaseResponse.release:type_name -> corpus.v1.Release
-	0,  // 9: corpus.v1.ProjectService.CreateProject:input_type -> corpus.v1.CreateProjectRequest
-	2,  // 10: corpus.v1.ProjectService.ListProjects:input_type -> corpus.v1.ListProjectsRequest
-	6,  // 11: corpus.v1.ProjectService.GetProject:input_type -> corpus.v1.GetProjectRequest
-	8,  // 12: corpus.v1.ProjectService.DeleteProject:input_type -> corpus.v1.DeleteProjectRequest
-	10, // 13: corpus.v1.ProjectService.GrantProject:input_type -> corpus.v1.GrantProjectRequest
-	12, // 14: corpus.v1.ProjectService.ListReleases:input_type -> corpus.v1.ListReleasesRequest
-	14, // 15: corpus.v1.ProjectService.GetRelease:input_type -> corpus.v1.GetReleaseRequest
-	16, // 16: corpus.v1.ProjectService.Rollback:input_type -> corpus.v1.RollbackRequest
-	1,  // 17: corpus.v1.ProjectService.CreateProject:output_type -> corpus.v1.CreateProjectResponse
-	3,  // 18: corpus.v1.ProjectService.ListProjects:output_type -> corpus.v1.ListProjectsResponse
-	7,  // 19: corpus.v1.ProjectService.GetProject:output_type -> corpus.v1.GetProjectResponse
-	9,  // 20: corpus.v1.ProjectService.DeleteProject:output_type -> corpus.v1.DeleteProjectResponse
-	11, // 21: corpus.v1.ProjectService.GrantProject:output_type -> corpus.v1.GrantProjectResponse
-	13, // 22: corpus.v1.ProjectService.ListReleases:output_type -> corpus.v1.ListReleasesResponse
-	15, // 23: corpus.v1.ProjectService.GetRelease:output_type -> corpus.v1.GetReleaseResponse
-	17, // 24: corpus.v1.ProjectService.Rollback:output_type -> corpus.v1.RollbackOutput
-	17, // [17:25] is the sub-list for method output_type
-	9,  // [9:17] is the sub-list for method input_type
-	9,  // [9:9] is the sub-list for extension type_name
-	9,  // [9:9] is the sub-list for extension extendee
-	0,  // [0:9] is the sub-list for field type_name
+	26, // 0: corpus.v1.SetConfigRequest.set:type_name -> corpus.v1.SetConfigRequest.SetEntry
+	3,  // 1: corpus.v1.GetConfigResponse.vars:type_name -> corpus.v1.ConfigVar
+	27, // 2: corpus.v1.ListProcessesResponse.processes:type_name -> corpus.v1.ProcessStatus
+	28, // 3: corpus.v1.CreateProjectRequest.resources:type_name -> corpus.v1.Resources
+	29, // 4: corpus.v1.CreateProjectResponse.project:type_name -> corpus.v1.Project
+	12, // 5: corpus.v1.ListProjectsResponse.projects:type_name -> corpus.v1.ProjectView
+	29, // 6: corpus.v1.ProjectView.project:type_name -> corpus.v1.Project
+	13, // 7: corpus.v1.ProjectView.envs:type_name -> corpus.v1.ProjectEnvView
+	12, // 8: corpus.v1.GetProjectResponse.project:type_name -> corpus.v1.ProjectView
+	29, // 9: corpus.v1.GrantProjectResponse.project:type_name -> corpus.v1.Project
+	30, // 10: corpus.v1.ListReleasesResponse.releases:type_name -> corpus.v1.Release
+	30, // 11: corpus.v1.GetReleaseResponse.release:type_name -> corpus.v1.Release
+	31, // 12: corpus.v1.RollbackRequest.project_env:type_name -> corpus.v1.ProjectEnv
+	8,  // 13: corpus.v1.ProjectService.CreateProject:input_type -> corpus.v1.CreateProjectRequest
+	10, // 14: corpus.v1.ProjectService.ListProjects:input_type -> corpus.v1.ListProjectsRequest
+	14, // 15: corpus.v1.ProjectService.GetProject:input_type -> corpus.v1.GetProjectRequest
+	16, // 16: corpus.v1.ProjectService.DeleteProject:input_type -> corpus.v1.DeleteProjectRequest
+	18, // 17: corpus.v1.ProjectService.GrantProject:input_type -> corpus.v1.GrantProjectRequest
+	20, // 18: corpus.v1.ProjectService.ListReleases:input_type -> corpus.v1.ListReleasesRequest
+	22, // 19: corpus.v1.ProjectService.GetRelease:input_type -> corpus.v1.GetReleaseRequest
+	24, // 20: corpus.v1.ProjectService.Rollback:input_type -> corpus.v1.RollbackRequest
+	0,  // 21: corpus.v1.ProjectService.SetConfig:input_type -> corpus.v1.SetConfigRequest
+	1,  // 22: corpus.v1.ProjectService.GetConfig:input_type -> corpus.v1.GetConfigRequest
+	4,  // 23: corpus.v1.ProjectService.Deploy:input_type -> corpus.v1.RedeployRequest
+	6,  // 24: corpus.v1.ProjectService.ListProcesses:input_type -> corpus.v1.ListProcessesRequest
+	9,  // 25: corpus.v1.ProjectService.CreateProject:output_type -> corpus.v1.CreateProjectResponse
+	11, // 26: corpus.v1.ProjectService.ListProjects:output_type -> corpus.v1.ListProjectsResponse
+	15, // 27: corpus.v1.ProjectService.GetProject:output_type -> corpus.v1.GetProjectResponse
+	17, // 28: corpus.v1.ProjectService.DeleteProject:output_type -> corpus.v1.DeleteProjectResponse
+	19, // 29: corpus.v1.ProjectService.GrantProject:output_type -> corpus.v1.GrantProjectResponse
+	21, // 30: corpus.v1.ProjectService.ListReleases:output_type -> corpus.v1.ListReleasesResponse
+	23, // 31: corpus.v1.ProjectService.GetRelease:output_type -> corpus.v1.GetReleaseResponse
+	25, // 32: corpus.v1.ProjectService.Rollback:output_type -> corpus.v1.RollbackOutput
+	5,  // 33: corpus.v1.ProjectService.SetConfig:output_type -> corpus.v1.DeployOutput
+	2,  // 34: corpus.v1.ProjectService.GetConfig:output_type -> corpus.v1.GetConfigResponse
+	5,  // 35: corpus.v1.ProjectService.Deploy:output_type -> corpus.v1.DeployOutput
+	7,  // 36: corpus.v1.ProjectService.ListProcesses:output_type -> corpus.v1.ListProcessesResponse
+	25, // [25:37] is the sub-list for method output_type
+	13, // [13:25] is the sub-list for method input_type
+	13, // [13:13] is the sub-list for extension type_name
+	13, // [13:13] is the sub-list for extension extendee
+	0,  // [0:13] is the sub-list for field type_name
 }
 
 func init() { file_corpus_v1_projects_proto_init() }
@@ -1255,7 +1829,7 @@ func file_corpus_v1_projects_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_corpus_v1_projects_proto_rawDesc), len(file_corpus_v1_projects_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   18,
+			NumMessages:   27,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -83,6 +83,9 @@ type Command struct {
 	//	*Command_UserLogin
 	//	*Command_UpdateGuest
 	//	*Command_RecordAudit
+	//	*Command_SetConfig
+	//	*Command_SetKeyring
+	//	*Command_SetWebPort
 	Cmd           isCommand_Cmd `protobuf_oneof:"cmd"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -522,6 +525,33 @@ func (x *Command) GetRecordAudit() *RecordAudit {
 	return nil
 }
 
+func (x *Command) GetSetConfig() *SetConfig {
+	if x != nil {
+		if x, ok := x.Cmd.(*Command_SetConfig); ok {
+			return x.SetConfig
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetSetKeyring() *SetKeyring {
+	if x != nil {
+		if x, ok := x.Cmd.(*Command_SetKeyring); ok {
+			return x.SetKeyring
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetSetWebPort() *SetWebPort {
+	if x != nil {
+		if x, ok := x.Cmd.(*Command_SetWebPort); ok {
+			return x.SetWebPort
+		}
+	}
+	return nil
+}
+
 type isCommand_Cmd interface {
 	isCommand_Cmd()
 }
@@ -690,6 +720,18 @@ type Command_RecordAudit struct {
 	RecordAudit *RecordAudit `protobuf:"bytes,170,opt,name=record_audit,json=recordAudit,proto3,oneof"`
 }
 
+type Command_SetConfig struct {
+	SetConfig *SetConfig `protobuf:"bytes,180,opt,name=set_config,json=setConfig,proto3,oneof"`
+}
+
+type Command_SetKeyring struct {
+	SetKeyring *SetKeyring `protobuf:"bytes,181,opt,name=set_keyring,json=setKeyring,proto3,oneof"`
+}
+
+type Command_SetWebPort struct {
+	SetWebPort *SetWebPort `protobuf:"bytes,182,opt,name=set_web_port,json=setWebPort,proto3,oneof"`
+}
+
 func (*Command_BootstrapCluster) isCommand_Cmd() {}
 
 func (*Command_CreateJoinToken) isCommand_Cmd() {}
@@ -771,6 +813,12 @@ func (*Command_UserLogin) isCommand_Cmd() {}
 func (*Command_UpdateGuest) isCommand_Cmd() {}
 
 func (*Command_RecordAudit) isCommand_Cmd() {}
+
+func (*Command_SetConfig) isCommand_Cmd() {}
+
+func (*Command_SetKeyring) isCommand_Cmd() {}
+
+func (*Command_SetWebPort) isCommand_Cmd() {}
 
 // RecordAudit leaves an audit entry and changes nothing else: a call the
 // API refused (permission or validation), an exec into a guest (recorded
@@ -3206,6 +3254,7 @@ type Snapshot struct {
 	Coordinators  []*Coordinator `protobuf:"bytes,13,rep,name=coordinators,proto3" json:"coordinators,omitempty"`
 	Audit         []*AuditEntry  `protobuf:"bytes,14,rep,name=audit,proto3" json:"audit,omitempty"`
 	UserTokens    []*UserToken   `protobuf:"bytes,15,rep,name=user_tokens,json=userTokens,proto3" json:"user_tokens,omitempty"`
+	Keyring       *Keyring       `protobuf:"bytes,16,opt,name=keyring,proto3" json:"keyring,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3345,6 +3394,296 @@ func (x *Snapshot) GetUserTokens() []*UserToken {
 	return nil
 }
 
+func (x *Snapshot) GetKeyring() *Keyring {
+	if x != nil {
+		return x.Keyring
+	}
+	return nil
+}
+
+// SetConfig changes a project environment's config: set values (sealed
+// by the leader with the keyring's primary key) and unset keys, together.
+type SetConfig struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Project       string                 `protobuf:"bytes,1,opt,name=project,proto3" json:"project,omitempty"`
+	Env           string                 `protobuf:"bytes,2,opt,name=env,proto3" json:"env,omitempty"`
+	Set           map[string][]byte      `protobuf:"bytes,3,rep,name=set,proto3" json:"set,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	Unset         []string               `protobuf:"bytes,4,rep,name=unset,proto3" json:"unset,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetConfig) Reset() {
+	*x = SetConfig{}
+	mi := &file_corpus_v1_raft_proto_msgTypes[44]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetConfig) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetConfig) ProtoMessage() {}
+
+func (x *SetConfig) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_raft_proto_msgTypes[44]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetConfig.ProtoReflect.Descriptor instead.
+func (*SetConfig) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{44}
+}
+
+func (x *SetConfig) GetProject() string {
+	if x != nil {
+		return x.Project
+	}
+	return ""
+}
+
+func (x *SetConfig) GetEnv() string {
+	if x != nil {
+		return x.Env
+	}
+	return ""
+}
+
+func (x *SetConfig) GetSet() map[string][]byte {
+	if x != nil {
+		return x.Set
+	}
+	return nil
+}
+
+func (x *SetConfig) GetUnset() []string {
+	if x != nil {
+		return x.Unset
+	}
+	return nil
+}
+
+// SetKeyring installs the first keyring, or rotates it: the new keyring
+// replaces the old one and every sealed value in the state is replaced by
+// its resealed form, all at once. expect_primary is the primary the
+// leader resealed from ("" for the first keyring); when it changed
+// meanwhile, or a sealed value is left out, nothing changes.
+type SetKeyring struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Keyring       *Keyring               `protobuf:"bytes,1,opt,name=keyring,proto3" json:"keyring,omitempty"`
+	ExpectPrimary string                 `protobuf:"bytes,2,opt,name=expect_primary,json=expectPrimary,proto3" json:"expect_primary,omitempty"`
+	Envs          []*ResealedConfig      `protobuf:"bytes,3,rep,name=envs,proto3" json:"envs,omitempty"`
+	Releases      []*ResealedConfig      `protobuf:"bytes,4,rep,name=releases,proto3" json:"releases,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetKeyring) Reset() {
+	*x = SetKeyring{}
+	mi := &file_corpus_v1_raft_proto_msgTypes[45]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetKeyring) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetKeyring) ProtoMessage() {}
+
+func (x *SetKeyring) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_raft_proto_msgTypes[45]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetKeyring.ProtoReflect.Descriptor instead.
+func (*SetKeyring) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{45}
+}
+
+func (x *SetKeyring) GetKeyring() *Keyring {
+	if x != nil {
+		return x.Keyring
+	}
+	return nil
+}
+
+func (x *SetKeyring) GetExpectPrimary() string {
+	if x != nil {
+		return x.ExpectPrimary
+	}
+	return ""
+}
+
+func (x *SetKeyring) GetEnvs() []*ResealedConfig {
+	if x != nil {
+		return x.Envs
+	}
+	return nil
+}
+
+func (x *SetKeyring) GetReleases() []*ResealedConfig {
+	if x != nil {
+		return x.Releases
+	}
+	return nil
+}
+
+// ResealedConfig is one environment's (or release's) config sealed anew.
+type ResealedConfig struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Project string                 `protobuf:"bytes,1,opt,name=project,proto3" json:"project,omitempty"`
+	Env     string                 `protobuf:"bytes,2,opt,name=env,proto3" json:"env,omitempty"`
+	// release_id is set for a release's config.
+	ReleaseId     string            `protobuf:"bytes,3,opt,name=release_id,json=releaseId,proto3" json:"release_id,omitempty"`
+	Config        map[string][]byte `protobuf:"bytes,4,rep,name=config,proto3" json:"config,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ResealedConfig) Reset() {
+	*x = ResealedConfig{}
+	mi := &file_corpus_v1_raft_proto_msgTypes[46]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ResealedConfig) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ResealedConfig) ProtoMessage() {}
+
+func (x *ResealedConfig) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_raft_proto_msgTypes[46]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ResealedConfig.ProtoReflect.Descriptor instead.
+func (*ResealedConfig) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{46}
+}
+
+func (x *ResealedConfig) GetProject() string {
+	if x != nil {
+		return x.Project
+	}
+	return ""
+}
+
+func (x *ResealedConfig) GetEnv() string {
+	if x != nil {
+		return x.Env
+	}
+	return ""
+}
+
+func (x *ResealedConfig) GetReleaseId() string {
+	if x != nil {
+		return x.ReleaseId
+	}
+	return ""
+}
+
+func (x *ResealedConfig) GetConfig() map[string][]byte {
+	if x != nil {
+		return x.Config
+	}
+	return nil
+}
+
+// SetWebPort records the port a node switched an environment's web
+// process to, and points the environment's routes at it.
+type SetWebPort struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Project       string                 `protobuf:"bytes,1,opt,name=project,proto3" json:"project,omitempty"`
+	Env           string                 `protobuf:"bytes,2,opt,name=env,proto3" json:"env,omitempty"`
+	NodeId        string                 `protobuf:"bytes,3,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	Port          int32                  `protobuf:"varint,4,opt,name=port,proto3" json:"port,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetWebPort) Reset() {
+	*x = SetWebPort{}
+	mi := &file_corpus_v1_raft_proto_msgTypes[47]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetWebPort) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetWebPort) ProtoMessage() {}
+
+func (x *SetWebPort) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_raft_proto_msgTypes[47]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetWebPort.ProtoReflect.Descriptor instead.
+func (*SetWebPort) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{47}
+}
+
+func (x *SetWebPort) GetProject() string {
+	if x != nil {
+		return x.Project
+	}
+	return ""
+}
+
+func (x *SetWebPort) GetEnv() string {
+	if x != nil {
+		return x.Env
+	}
+	return ""
+}
+
+func (x *SetWebPort) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+func (x *SetWebPort) GetPort() int32 {
+	if x != nil {
+		return x.Port
+	}
+	return 0
+}
+
 // UpdateGuest replaces a guest's spec. Only the image, resources, env
 // and ports may differ from the current spec; a guest placed on a node
 // whose driver cannot converge in place is refused.
@@ -3358,7 +3697,7 @@ type UpdateGuest struct {
 
 func (x *UpdateGuest) Reset() {
 	*x = UpdateGuest{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[44]
+	mi := &file_corpus_v1_raft_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3370,7 +3709,7 @@ func (x *UpdateGuest) String() string {
 func (*UpdateGuest) ProtoMessage() {}
 
 func (x *UpdateGuest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[44]
+	mi := &file_corpus_v1_raft_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3383,7 +3722,7 @@ func (x *UpdateGuest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateGuest.ProtoReflect.Descriptor instead.
 func (*UpdateGuest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{44}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *UpdateGuest) GetName() string {
@@ -3404,7 +3743,7 @@ var File_corpus_v1_raft_proto protoreflect.FileDescriptor
 
 const file_corpus_v1_raft_proto_rawDesc = "" +
 	"\n" +
-	"\x14corpus/v1/raft.proto\x12\tcorpus.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x15corpus/v1/types.proto\"\xa3\x16\n" +
+	"\x14corpus/v1/raft.proto\x12\tcorpus.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x15corpus/v1/types.proto\"\xd2\x17\n" +
 	"\aCommand\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x12\x1c\n" +
 	"\tignorable\x18\x02 \x01(\bR\tignorable\x12,\n" +
@@ -3460,7 +3799,13 @@ const file_corpus_v1_raft_proto_rawDesc = "" +
 	"\n" +
 	"user_login\x18x \x01(\v2\x14.corpus.v1.UserLoginH\x00R\tuserLogin\x12<\n" +
 	"\fupdate_guest\x18\xa0\x01 \x01(\v2\x16.corpus.v1.UpdateGuestH\x00R\vupdateGuest\x12<\n" +
-	"\frecord_audit\x18\xaa\x01 \x01(\v2\x16.corpus.v1.RecordAuditH\x00R\vrecordAuditB\x05\n" +
+	"\frecord_audit\x18\xaa\x01 \x01(\v2\x16.corpus.v1.RecordAuditH\x00R\vrecordAudit\x126\n" +
+	"\n" +
+	"set_config\x18\xb4\x01 \x01(\v2\x14.corpus.v1.SetConfigH\x00R\tsetConfig\x129\n" +
+	"\vset_keyring\x18\xb5\x01 \x01(\v2\x15.corpus.v1.SetKeyringH\x00R\n" +
+	"setKeyring\x12:\n" +
+	"\fset_web_port\x18\xb6\x01 \x01(\v2\x15.corpus.v1.SetWebPortH\x00R\n" +
+	"setWebPortB\x05\n" +
 	"\x03cmd\"U\n" +
 	"\vRecordAudit\x12\x16\n" +
 	"\x06action\x18\x01 \x01(\tR\x06action\x12\x16\n" +
@@ -3626,7 +3971,7 @@ const file_corpus_v1_raft_proto_rawDesc = "" +
 	"\x02id\x18\x01 \x01(\tR\x02id\"%\n" +
 	"\n" +
 	"RemoveNode\x12\x17\n" +
-	"\anode_id\x18\x01 \x01(\tR\x06nodeId\"\xa9\x05\n" +
+	"\anode_id\x18\x01 \x01(\tR\x06nodeId\"\xd7\x05\n" +
 	"\bSnapshot\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x120\n" +
 	"\x06config\x18\x02 \x01(\v2\x18.corpus.v1.ClusterConfigR\x06config\x12%\n" +
@@ -3646,7 +3991,37 @@ const file_corpus_v1_raft_proto_rawDesc = "" +
 	"\fcoordinators\x18\r \x03(\v2\x16.corpus.v1.CoordinatorR\fcoordinators\x12+\n" +
 	"\x05audit\x18\x0e \x03(\v2\x15.corpus.v1.AuditEntryR\x05audit\x125\n" +
 	"\vuser_tokens\x18\x0f \x03(\v2\x14.corpus.v1.UserTokenR\n" +
-	"userTokens\"K\n" +
+	"userTokens\x12,\n" +
+	"\akeyring\x18\x10 \x01(\v2\x12.corpus.v1.KeyringR\akeyring\"\xb6\x01\n" +
+	"\tSetConfig\x12\x18\n" +
+	"\aproject\x18\x01 \x01(\tR\aproject\x12\x10\n" +
+	"\x03env\x18\x02 \x01(\tR\x03env\x12/\n" +
+	"\x03set\x18\x03 \x03(\v2\x1d.corpus.v1.SetConfig.SetEntryR\x03set\x12\x14\n" +
+	"\x05unset\x18\x04 \x03(\tR\x05unset\x1a6\n" +
+	"\bSetEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\fR\x05value:\x028\x01\"\xc7\x01\n" +
+	"\n" +
+	"SetKeyring\x12,\n" +
+	"\akeyring\x18\x01 \x01(\v2\x12.corpus.v1.KeyringR\akeyring\x12%\n" +
+	"\x0eexpect_primary\x18\x02 \x01(\tR\rexpectPrimary\x12-\n" +
+	"\x04envs\x18\x03 \x03(\v2\x19.corpus.v1.ResealedConfigR\x04envs\x125\n" +
+	"\breleases\x18\x04 \x03(\v2\x19.corpus.v1.ResealedConfigR\breleases\"\xd5\x01\n" +
+	"\x0eResealedConfig\x12\x18\n" +
+	"\aproject\x18\x01 \x01(\tR\aproject\x12\x10\n" +
+	"\x03env\x18\x02 \x01(\tR\x03env\x12\x1d\n" +
+	"\n" +
+	"release_id\x18\x03 \x01(\tR\treleaseId\x12=\n" +
+	"\x06config\x18\x04 \x03(\v2%.corpus.v1.ResealedConfig.ConfigEntryR\x06config\x1a9\n" +
+	"\vConfigEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\fR\x05value:\x028\x01\"e\n" +
+	"\n" +
+	"SetWebPort\x12\x18\n" +
+	"\aproject\x18\x01 \x01(\tR\aproject\x12\x10\n" +
+	"\x03env\x18\x02 \x01(\tR\x03env\x12\x17\n" +
+	"\anode_id\x18\x03 \x01(\tR\x06nodeId\x12\x12\n" +
+	"\x04port\x18\x04 \x01(\x05R\x04port\"K\n" +
 	"\vUpdateGuest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12(\n" +
 	"\x04spec\x18\x02 \x01(\v2\x14.corpus.v1.GuestSpecR\x04specB!Z\x1fcorpus/proto/corpus/v1;corpusv1b\x06proto3"
@@ -3663,7 +4038,7 @@ func file_corpus_v1_raft_proto_rawDescGZIP() []byte {
 	return file_corpus_v1_raft_proto_rawDescData
 }
 
-var file_corpus_v1_raft_proto_msgTypes = make([]protoimpl.MessageInfo, 46)
+var file_corpus_v1_raft_proto_msgTypes = make([]protoimpl.MessageInfo, 52)
 var file_corpus_v1_raft_proto_goTypes = []any{
 	(*Command)(nil),               // 0: corpus.v1.Command
 	(*RecordAudit)(nil),           // 1: corpus.v1.RecordAudit
@@ -3709,33 +4084,40 @@ var file_corpus_v1_raft_proto_goTypes = []any{
 	(*RevokeUserToken)(nil),       // 41: corpus.v1.RevokeUserToken
 	(*RemoveNode)(nil),            // 42: corpus.v1.RemoveNode
 	(*Snapshot)(nil),              // 43: corpus.v1.Snapshot
-	(*UpdateGuest)(nil),           // 44: corpus.v1.UpdateGuest
-	nil,                           // 45: corpus.v1.UpdateNode.LabelsEntry
-	(*timestamppb.Timestamp)(nil), // 46: google.protobuf.Timestamp
-	(*ClusterConfig)(nil),         // 47: corpus.v1.ClusterConfig
-	(*JoinToken)(nil),             // 48: corpus.v1.JoinToken
-	(*Node)(nil),                  // 49: corpus.v1.Node
-	(*Resources)(nil),             // 50: corpus.v1.Resources
-	(*DriverInfo)(nil),            // 51: corpus.v1.DriverInfo
-	(*Guest)(nil),                 // 52: corpus.v1.Guest
-	(*GuestObserved)(nil),         // 53: corpus.v1.GuestObserved
-	(*Route)(nil),                 // 54: corpus.v1.Route
-	(*DnsRecord)(nil),             // 55: corpus.v1.DnsRecord
-	(*VolumeObserved)(nil),        // 56: corpus.v1.VolumeObserved
-	(*User)(nil),                  // 57: corpus.v1.User
-	(*UserToken)(nil),             // 58: corpus.v1.UserToken
-	(*SshKey)(nil),                // 59: corpus.v1.SshKey
-	(*ProjectEnv)(nil),            // 60: corpus.v1.ProjectEnv
-	(*Release)(nil),               // 61: corpus.v1.Release
-	(*ReleaseStep)(nil),           // 62: corpus.v1.ReleaseStep
-	(*Coordinator)(nil),           // 63: corpus.v1.Coordinator
-	(*Volume)(nil),                // 64: corpus.v1.Volume
-	(*Project)(nil),               // 65: corpus.v1.Project
-	(*AuditEntry)(nil),            // 66: corpus.v1.AuditEntry
-	(*GuestSpec)(nil),             // 67: corpus.v1.GuestSpec
+	(*SetConfig)(nil),             // 44: corpus.v1.SetConfig
+	(*SetKeyring)(nil),            // 45: corpus.v1.SetKeyring
+	(*ResealedConfig)(nil),        // 46: corpus.v1.ResealedConfig
+	(*SetWebPort)(nil),            // 47: corpus.v1.SetWebPort
+	(*UpdateGuest)(nil),           // 48: corpus.v1.UpdateGuest
+	nil,                           // 49: corpus.v1.UpdateNode.LabelsEntry
+	nil,                           // 50: corpus.v1.SetConfig.SetEntry
+	nil,                           // 51: corpus.v1.ResealedConfig.ConfigEntry
+	(*timestamppb.Timestamp)(nil), // 52: google.protobuf.Timestamp
+	(*ClusterConfig)(nil),         // 53: corpus.v1.ClusterConfig
+	(*JoinToken)(nil),             // 54: corpus.v1.JoinToken
+	(*Node)(nil),                  // 55: corpus.v1.Node
+	(*Resources)(nil),             // 56: corpus.v1.Resources
+	(*DriverInfo)(nil),            // 57: corpus.v1.DriverInfo
+	(*Guest)(nil),                 // 58: corpus.v1.Guest
+	(*GuestObserved)(nil),         // 59: corpus.v1.GuestObserved
+	(*Route)(nil),                 // 60: corpus.v1.Route
+	(*DnsRecord)(nil),             // 61: corpus.v1.DnsRecord
+	(*VolumeObserved)(nil),        // 62: corpus.v1.VolumeObserved
+	(*User)(nil),                  // 63: corpus.v1.User
+	(*UserToken)(nil),             // 64: corpus.v1.UserToken
+	(*SshKey)(nil),                // 65: corpus.v1.SshKey
+	(*ProjectEnv)(nil),            // 66: corpus.v1.ProjectEnv
+	(*Release)(nil),               // 67: corpus.v1.Release
+	(*ReleaseStep)(nil),           // 68: corpus.v1.ReleaseStep
+	(*Coordinator)(nil),           // 69: corpus.v1.Coordinator
+	(*Volume)(nil),                // 70: corpus.v1.Volume
+	(*Project)(nil),               // 71: corpus.v1.Project
+	(*AuditEntry)(nil),            // 72: corpus.v1.AuditEntry
+	(*Keyring)(nil),               // 73: corpus.v1.Keyring
+	(*GuestSpec)(nil),             // 74: corpus.v1.GuestSpec
 }
 var file_corpus_v1_raft_proto_depIdxs = []int32{
-	46, // 0: corpus.v1.Command.now:type_name -> google.protobuf.Timestamp
+	52, // 0: corpus.v1.Command.now:type_name -> google.protobuf.Timestamp
 	2,  // 1: corpus.v1.Command.bootstrap_cluster:type_name -> corpus.v1.BootstrapCluster
 	3,  // 2: corpus.v1.Command.create_join_token:type_name -> corpus.v1.CreateJoinToken
 	4,  // 3: corpus.v1.Command.enroll_node:type_name -> corpus.v1.EnrollNode
@@ -3775,53 +4157,62 @@ var file_corpus_v1_raft_proto_depIdxs = []int32{
 	12, // 37: corpus.v1.Command.set_node_mode:type_name -> corpus.v1.SetNodeMode
 	5,  // 38: corpus.v1.Command.renew_node_certificate:type_name -> corpus.v1.RenewNodeCertificate
 	26, // 39: corpus.v1.Command.user_login:type_name -> corpus.v1.UserLogin
-	44, // 40: corpus.v1.Command.update_guest:type_name -> corpus.v1.UpdateGuest
+	48, // 40: corpus.v1.Command.update_guest:type_name -> corpus.v1.UpdateGuest
 	1,  // 41: corpus.v1.Command.record_audit:type_name -> corpus.v1.RecordAudit
-	47, // 42: corpus.v1.BootstrapCluster.config:type_name -> corpus.v1.ClusterConfig
-	48, // 43: corpus.v1.CreateJoinToken.token:type_name -> corpus.v1.JoinToken
-	49, // 44: corpus.v1.EnrollNode.node:type_name -> corpus.v1.Node
-	46, // 45: corpus.v1.RenewNodeCertificate.expires_at:type_name -> google.protobuf.Timestamp
-	50, // 46: corpus.v1.UpdateNode.capacity:type_name -> corpus.v1.Resources
-	51, // 47: corpus.v1.UpdateNode.drivers:type_name -> corpus.v1.DriverInfo
-	45, // 48: corpus.v1.UpdateNode.labels:type_name -> corpus.v1.UpdateNode.LabelsEntry
-	52, // 49: corpus.v1.CreateGuest.guest:type_name -> corpus.v1.Guest
-	10, // 50: corpus.v1.PlaceGuests.placements:type_name -> corpus.v1.PlaceGuest
-	53, // 51: corpus.v1.ObservedGuest.observed:type_name -> corpus.v1.GuestObserved
-	13, // 52: corpus.v1.ReportGuests.guests:type_name -> corpus.v1.ObservedGuest
-	54, // 53: corpus.v1.CreateRoute.route:type_name -> corpus.v1.Route
-	55, // 54: corpus.v1.AddDnsRecord.record:type_name -> corpus.v1.DnsRecord
-	56, // 55: corpus.v1.ObservedVolume.observed:type_name -> corpus.v1.VolumeObserved
-	23, // 56: corpus.v1.ReportVolumes.volumes:type_name -> corpus.v1.ObservedVolume
-	57, // 57: corpus.v1.CreateUser.user:type_name -> corpus.v1.User
-	58, // 58: corpus.v1.UserLogin.token:type_name -> corpus.v1.UserToken
-	59, // 59: corpus.v1.AddSshKey.key:type_name -> corpus.v1.SshKey
-	60, // 60: corpus.v1.CreateProject.env:type_name -> corpus.v1.ProjectEnv
-	52, // 61: corpus.v1.CreateProject.guest:type_name -> corpus.v1.Guest
-	54, // 62: corpus.v1.CreateProject.routes:type_name -> corpus.v1.Route
-	61, // 63: corpus.v1.BeginRelease.release:type_name -> corpus.v1.Release
-	62, // 64: corpus.v1.FinishRelease.steps:type_name -> corpus.v1.ReleaseStep
-	54, // 65: corpus.v1.SetManifestDomains.routes:type_name -> corpus.v1.Route
-	63, // 66: corpus.v1.UpsertCoordinator.coordinator:type_name -> corpus.v1.Coordinator
-	58, // 67: corpus.v1.CreateUserToken.token:type_name -> corpus.v1.UserToken
-	47, // 68: corpus.v1.Snapshot.config:type_name -> corpus.v1.ClusterConfig
-	49, // 69: corpus.v1.Snapshot.nodes:type_name -> corpus.v1.Node
-	52, // 70: corpus.v1.Snapshot.guests:type_name -> corpus.v1.Guest
-	48, // 71: corpus.v1.Snapshot.join_tokens:type_name -> corpus.v1.JoinToken
-	54, // 72: corpus.v1.Snapshot.routes:type_name -> corpus.v1.Route
-	55, // 73: corpus.v1.Snapshot.dns_records:type_name -> corpus.v1.DnsRecord
-	64, // 74: corpus.v1.Snapshot.volumes:type_name -> corpus.v1.Volume
-	57, // 75: corpus.v1.Snapshot.users:type_name -> corpus.v1.User
-	65, // 76: corpus.v1.Snapshot.projects:type_name -> corpus.v1.Project
-	61, // 77: corpus.v1.Snapshot.releases:type_name -> corpus.v1.Release
-	63, // 78: corpus.v1.Snapshot.coordinators:type_name -> corpus.v1.Coordinator
-	66, // 79: corpus.v1.Snapshot.audit:type_name -> corpus.v1.AuditEntry
-	58, // 80: corpus.v1.Snapshot.user_tokens:type_name -> corpus.v1.UserToken
-	67, // 81: corpus.v1.UpdateGuest.spec:type_name -> corpus.v1.GuestSpec
-	82, // [82:82] is the sub-list for method output_type
-	82, // [82:82] is the sub-list for method input_type
-	82, // [82:82] is the sub-list for extension type_name
-	82, // [82:82] is the sub-list for extension extendee
-	0,  // [0:82] is the sub-list for field type_name
+	44, // 42: corpus.v1.Command.set_config:type_name -> corpus.v1.SetConfig
+	45, // 43: corpus.v1.Command.set_keyring:type_name -> corpus.v1.SetKeyring
+	47, // 44: corpus.v1.Command.set_web_port:type_name -> corpus.v1.SetWebPort
+	53, // 45: corpus.v1.BootstrapCluster.config:type_name -> corpus.v1.ClusterConfig
+	54, // 46: corpus.v1.CreateJoinToken.token:type_name -> corpus.v1.JoinToken
+	55, // 47: corpus.v1.EnrollNode.node:type_name -> corpus.v1.Node
+	52, // 48: corpus.v1.RenewNodeCertificate.expires_at:type_name -> google.protobuf.Timestamp
+	56, // 49: corpus.v1.UpdateNode.capacity:type_name -> corpus.v1.Resources
+	57, // 50: corpus.v1.UpdateNode.drivers:type_name -> corpus.v1.DriverInfo
+	49, // 51: corpus.v1.UpdateNode.labels:type_name -> corpus.v1.UpdateNode.LabelsEntry
+	58, // 52: corpus.v1.CreateGuest.guest:type_name -> corpus.v1.Guest
+	10, // 53: corpus.v1.PlaceGuests.placements:type_name -> corpus.v1.PlaceGuest
+	59, // 54: corpus.v1.ObservedGuest.observed:type_name -> corpus.v1.GuestObserved
+	13, // 55: corpus.v1.ReportGuests.guests:type_name -> corpus.v1.ObservedGuest
+	60, // 56: corpus.v1.CreateRoute.route:type_name -> corpus.v1.Route
+	61, // 57: corpus.v1.AddDnsRecord.record:type_name -> corpus.v1.DnsRecord
+	62, // 58: corpus.v1.ObservedVolume.observed:type_name -> corpus.v1.VolumeObserved
+	23, // 59: corpus.v1.ReportVolumes.volumes:type_name -> corpus.v1.ObservedVolume
+	63, // 60: corpus.v1.CreateUser.user:type_name -> corpus.v1.User
+	64, // 61: corpus.v1.UserLogin.token:type_name -> corpus.v1.UserToken
+	65, // 62: corpus.v1.AddSshKey.key:type_name -> corpus.v1.SshKey
+	66, // 63: corpus.v1.CreateProject.env:type_name -> corpus.v1.ProjectEnv
+	58, // 64: corpus.v1.CreateProject.guest:type_name -> corpus.v1.Guest
+	60, // 65: corpus.v1.CreateProject.routes:type_name -> corpus.v1.Route
+	67, // 66: corpus.v1.BeginRelease.release:type_name -> corpus.v1.Release
+	68, // 67: corpus.v1.FinishRelease.steps:type_name -> corpus.v1.ReleaseStep
+	60, // 68: corpus.v1.SetManifestDomains.routes:type_name -> corpus.v1.Route
+	69, // 69: corpus.v1.UpsertCoordinator.coordinator:type_name -> corpus.v1.Coordinator
+	64, // 70: corpus.v1.CreateUserToken.token:type_name -> corpus.v1.UserToken
+	53, // 71: corpus.v1.Snapshot.config:type_name -> corpus.v1.ClusterConfig
+	55, // 72: corpus.v1.Snapshot.nodes:type_name -> corpus.v1.Node
+	58, // 73: corpus.v1.Snapshot.guests:type_name -> corpus.v1.Guest
+	54, // 74: corpus.v1.Snapshot.join_tokens:type_name -> corpus.v1.JoinToken
+	60, // 75: corpus.v1.Snapshot.routes:type_name -> corpus.v1.Route
+	61, // 76: corpus.v1.Snapshot.dns_records:type_name -> corpus.v1.DnsRecord
+	70, // 77: corpus.v1.Snapshot.volumes:type_name -> corpus.v1.Volume
+	63, // 78: corpus.v1.Snapshot.users:type_name -> corpus.v1.User
+	71, // 79: corpus.v1.Snapshot.projects:type_name -> corpus.v1.Project
+	67, // 80: corpus.v1.Snapshot.releases:type_name -> corpus.v1.Release
+	69, // 81: corpus.v1.Snapshot.coordinators:type_name -> corpus.v1.Coordinator
+	72, // 82: corpus.v1.Snapshot.audit:type_name -> corpus.v1.AuditEntry
+	64, // 83: corpus.v1.Snapshot.user_tokens:type_name -> corpus.v1.UserToken
+	73, // 84: corpus.v1.Snapshot.keyring:type_name -> corpus.v1.Keyring
+	50, // 85: corpus.v1.SetConfig.set:type_name -> corpus.v1.SetConfig.SetEntry
+	73, // 86: corpus.v1.SetKeyring.keyring:type_name -> corpus.v1.Keyring
+	46, // 87: corpus.v1.SetKeyring.envs:type_name -> corpus.v1.ResealedConfig
+	46, // 88: corpus.v1.SetKeyring.releases:type_name -> corpus.v1.ResealedConfig
+	51, // 89: corpus.v1.ResealedConfig.config:type_name -> corpus.v1.ResealedConfig.ConfigEntry
+	74, // 90: corpus.v1.UpdateGuest.spec:type_name -> corpus.v1.GuestSpec
+	91, // [91:91] is the sub-list for method output_type
+	91, // [91:91] is the sub-list for method input_type
+	91, // [91:91] is the sub-list for extension type_name
+	91, // [91:91] is the sub-list for extension extendee
+	0,  // [0:91] is the sub-list for field type_name
 }
 
 func init() { file_corpus_v1_raft_proto_init() }
@@ -3872,6 +4263,9 @@ func file_corpus_v1_raft_proto_init() {
 		(*Command_UserLogin)(nil),
 		(*Command_UpdateGuest)(nil),
 		(*Command_RecordAudit)(nil),
+		(*Command_SetConfig)(nil),
+		(*Command_SetKeyring)(nil),
+		(*Command_SetWebPort)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -3879,7 +4273,7 @@ func file_corpus_v1_raft_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_corpus_v1_raft_proto_rawDesc), len(file_corpus_v1_raft_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   46,
+			NumMessages:   52,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -1991,8 +1991,16 @@ type ProjectEnv struct {
 	// manifest_domains are the extra domains the serving release's
 	// .corpus/corpus.yaml asked for; they are routed like domains.
 	ManifestDomains []string `protobuf:"bytes,9,rep,name=manifest_domains,json=manifestDomains,proto3" json:"manifest_domains,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// config is the environment's variables (corpus config set), each
+	// value sealed (internal/seal) for "config/PROJECT/ENV/KEY"; the next
+	// release takes them as they are.
+	Config map[string][]byte `protobuf:"bytes,10,rep,name=config,proto3" json:"config,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// web_port is the guest port the serving release's web process listens
+	// on (its PORT), which the domains route to; 0 before a release with a
+	// web process served, when they route to http_port.
+	WebPort       int32 `protobuf:"varint,11,opt,name=web_port,json=webPort,proto3" json:"web_port,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ProjectEnv) Reset() {
@@ -2088,6 +2096,20 @@ func (x *ProjectEnv) GetManifestDomains() []string {
 	return nil
 }
 
+func (x *ProjectEnv) GetConfig() map[string][]byte {
+	if x != nil {
+		return x.Config
+	}
+	return nil
+}
+
+func (x *ProjectEnv) GetWebPort() int32 {
+	if x != nil {
+		return x.WebPort
+	}
+	return 0
+}
+
 // Release is one deployment of one commit of a project environment.
 type Release struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -2115,9 +2137,21 @@ type Release struct {
 	// can no longer be rolled back to.
 	Pruned bool `protobuf:"varint,15,opt,name=pruned,proto3" json:"pruned,omitempty"`
 	// subject is the first line of the commit message.
-	Subject       string `protobuf:"bytes,16,opt,name=subject,proto3" json:"subject,omitempty"`
-	CreateIndex   uint64 `protobuf:"varint,20,opt,name=create_index,json=createIndex,proto3" json:"create_index,omitempty"`
-	ModifyIndex   uint64 `protobuf:"varint,21,opt,name=modify_index,json=modifyIndex,proto3" json:"modify_index,omitempty"`
+	Subject string `protobuf:"bytes,16,opt,name=subject,proto3" json:"subject,omitempty"`
+	// config is the environment's config this release runs with, sealed
+	// as in ProjectEnv.config; rolling back to the release restores it.
+	Config map[string][]byte `protobuf:"bytes,17,rep,name=config,proto3" json:"config,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// trigger is what made the release: "push", "config" (a config change
+	// of the current commit), "restart" or "deploy" (corpus deploy).
+	Trigger string `protobuf:"bytes,18,opt,name=trigger,proto3" json:"trigger,omitempty"`
+	// config_changes says what changed in the config since the release
+	// before it, keys only: "+KEY" set anew, "~KEY" changed, "-KEY" unset.
+	ConfigChanges []string `protobuf:"bytes,19,rep,name=config_changes,json=configChanges,proto3" json:"config_changes,omitempty"`
+	// processes are the release's process types (Procfile or corpus.yaml),
+	// in order.
+	Processes     []string `protobuf:"bytes,22,rep,name=processes,proto3" json:"processes,omitempty"`
+	CreateIndex   uint64   `protobuf:"varint,20,opt,name=create_index,json=createIndex,proto3" json:"create_index,omitempty"`
+	ModifyIndex   uint64   `protobuf:"varint,21,opt,name=modify_index,json=modifyIndex,proto3" json:"modify_index,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2262,6 +2296,34 @@ func (x *Release) GetSubject() string {
 		return x.Subject
 	}
 	return ""
+}
+
+func (x *Release) GetConfig() map[string][]byte {
+	if x != nil {
+		return x.Config
+	}
+	return nil
+}
+
+func (x *Release) GetTrigger() string {
+	if x != nil {
+		return x.Trigger
+	}
+	return ""
+}
+
+func (x *Release) GetConfigChanges() []string {
+	if x != nil {
+		return x.ConfigChanges
+	}
+	return nil
+}
+
+func (x *Release) GetProcesses() []string {
+	if x != nil {
+		return x.Processes
+	}
+	return nil
 }
 
 func (x *Release) GetCreateIndex() uint64 {
@@ -2538,6 +2600,246 @@ func (x *UserToken) GetLogin() bool {
 	return false
 }
 
+// Keyring is the cluster's data keys for sealed values (internal/seal),
+// each wrapped by the key-encryption key the coordinators derive from the
+// cluster CA's key; primary seals new values.
+type Keyring struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Keys          []*SealKey             `protobuf:"bytes,1,rep,name=keys,proto3" json:"keys,omitempty"`
+	Primary       string                 `protobuf:"bytes,2,opt,name=primary,proto3" json:"primary,omitempty"`
+	ModifyIndex   uint64                 `protobuf:"varint,21,opt,name=modify_index,json=modifyIndex,proto3" json:"modify_index,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Keyring) Reset() {
+	*x = Keyring{}
+	mi := &file_corpus_v1_types_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Keyring) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Keyring) ProtoMessage() {}
+
+func (x *Keyring) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_types_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Keyring.ProtoReflect.Descriptor instead.
+func (*Keyring) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_types_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *Keyring) GetKeys() []*SealKey {
+	if x != nil {
+		return x.Keys
+	}
+	return nil
+}
+
+func (x *Keyring) GetPrimary() string {
+	if x != nil {
+		return x.Primary
+	}
+	return ""
+}
+
+func (x *Keyring) GetModifyIndex() uint64 {
+	if x != nil {
+		return x.ModifyIndex
+	}
+	return 0
+}
+
+type SealKey struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Wrapped       []byte                 `protobuf:"bytes,2,opt,name=wrapped,proto3" json:"wrapped,omitempty"`
+	CreatedAt     *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SealKey) Reset() {
+	*x = SealKey{}
+	mi := &file_corpus_v1_types_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SealKey) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SealKey) ProtoMessage() {}
+
+func (x *SealKey) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_types_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SealKey.ProtoReflect.Descriptor instead.
+func (*SealKey) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_types_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *SealKey) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *SealKey) GetWrapped() []byte {
+	if x != nil {
+		return x.Wrapped
+	}
+	return nil
+}
+
+func (x *SealKey) GetCreatedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CreatedAt
+	}
+	return nil
+}
+
+// ProcessStatus is one supervised process of a project environment.
+type ProcessStatus struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// name is the process type ("web", "worker").
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// state: "starting", "running", "backoff" (waiting to start again after
+	// an exit), "stopping" or "stopped".
+	State string `protobuf:"bytes,2,opt,name=state,proto3" json:"state,omitempty"`
+	Pid   int32  `protobuf:"varint,3,opt,name=pid,proto3" json:"pid,omitempty"`
+	// restarts counts the starts after the first, since the release began.
+	Restarts  int32                  `protobuf:"varint,4,opt,name=restarts,proto3" json:"restarts,omitempty"`
+	StartedAt *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=started_at,json=startedAt,proto3" json:"started_at,omitempty"`
+	// release is the release it runs ("r3").
+	Release string `protobuf:"bytes,6,opt,name=release,proto3" json:"release,omitempty"`
+	// port is PORT, for web.
+	Port int32 `protobuf:"varint,7,opt,name=port,proto3" json:"port,omitempty"`
+	// last_exit says how the previous run ended ("exit status 1",
+	// "signal: killed"), when there was one.
+	LastExit      string `protobuf:"bytes,8,opt,name=last_exit,json=lastExit,proto3" json:"last_exit,omitempty"`
+	Command       string `protobuf:"bytes,9,opt,name=command,proto3" json:"command,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ProcessStatus) Reset() {
+	*x = ProcessStatus{}
+	mi := &file_corpus_v1_types_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ProcessStatus) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ProcessStatus) ProtoMessage() {}
+
+func (x *ProcessStatus) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_types_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ProcessStatus.ProtoReflect.Descriptor instead.
+func (*ProcessStatus) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_types_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *ProcessStatus) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *ProcessStatus) GetState() string {
+	if x != nil {
+		return x.State
+	}
+	return ""
+}
+
+func (x *ProcessStatus) GetPid() int32 {
+	if x != nil {
+		return x.Pid
+	}
+	return 0
+}
+
+func (x *ProcessStatus) GetRestarts() int32 {
+	if x != nil {
+		return x.Restarts
+	}
+	return 0
+}
+
+func (x *ProcessStatus) GetStartedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.StartedAt
+	}
+	return nil
+}
+
+func (x *ProcessStatus) GetRelease() string {
+	if x != nil {
+		return x.Release
+	}
+	return ""
+}
+
+func (x *ProcessStatus) GetPort() int32 {
+	if x != nil {
+		return x.Port
+	}
+	return 0
+}
+
+func (x *ProcessStatus) GetLastExit() string {
+	if x != nil {
+		return x.LastExit
+	}
+	return ""
+}
+
+func (x *ProcessStatus) GetCommand() string {
+	if x != nil {
+		return x.Command
+	}
+	return ""
+}
+
 var File_corpus_v1_types_proto protoreflect.FileDescriptor
 
 const file_corpus_v1_types_proto_rawDesc = "" +
@@ -2759,7 +3061,7 @@ const file_corpus_v1_types_proto_rawDesc = "" +
 	"\n" +
 	"created_at\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x12!\n" +
 	"\fcreate_index\x18\x14 \x01(\x04R\vcreateIndex\x12!\n" +
-	"\fmodify_index\x18\x15 \x01(\x04R\vmodifyIndex\"\xa0\x02\n" +
+	"\fmodify_index\x18\x15 \x01(\x04R\vmodifyIndex\"\xb1\x03\n" +
 	"\n" +
 	"ProjectEnv\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x19\n" +
@@ -2771,7 +3073,13 @@ const file_corpus_v1_types_proto_rawDesc = "" +
 	"\x06branch\x18\x06 \x01(\tR\x06branch\x12'\n" +
 	"\x0fcurrent_release\x18\a \x01(\rR\x0ecurrentRelease\x12!\n" +
 	"\flast_release\x18\b \x01(\rR\vlastRelease\x12)\n" +
-	"\x10manifest_domains\x18\t \x03(\tR\x0fmanifestDomains\"\xa9\x04\n" +
+	"\x10manifest_domains\x18\t \x03(\tR\x0fmanifestDomains\x129\n" +
+	"\x06config\x18\n" +
+	" \x03(\v2!.corpus.v1.ProjectEnv.ConfigEntryR\x06config\x12\x19\n" +
+	"\bweb_port\x18\v \x01(\x05R\awebPort\x1a9\n" +
+	"\vConfigEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\fR\x05value:\x028\x01\"\xfb\x05\n" +
 	"\aRelease\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x18\n" +
 	"\aproject\x18\x02 \x01(\tR\aproject\x12\x10\n" +
@@ -2792,9 +3100,16 @@ const file_corpus_v1_types_proto_rawDesc = "" +
 	"\amessage\x18\r \x01(\tR\amessage\x12\x10\n" +
 	"\x03log\x18\x0e \x01(\tR\x03log\x12\x16\n" +
 	"\x06pruned\x18\x0f \x01(\bR\x06pruned\x12\x18\n" +
-	"\asubject\x18\x10 \x01(\tR\asubject\x12!\n" +
+	"\asubject\x18\x10 \x01(\tR\asubject\x126\n" +
+	"\x06config\x18\x11 \x03(\v2\x1e.corpus.v1.Release.ConfigEntryR\x06config\x12\x18\n" +
+	"\atrigger\x18\x12 \x01(\tR\atrigger\x12%\n" +
+	"\x0econfig_changes\x18\x13 \x03(\tR\rconfigChanges\x12\x1c\n" +
+	"\tprocesses\x18\x16 \x03(\tR\tprocesses\x12!\n" +
 	"\fcreate_index\x18\x14 \x01(\x04R\vcreateIndex\x12!\n" +
-	"\fmodify_index\x18\x15 \x01(\x04R\vmodifyIndex\"Z\n" +
+	"\fmodify_index\x18\x15 \x01(\x04R\vmodifyIndex\x1a9\n" +
+	"\vConfigEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\fR\x05value:\x028\x01\"Z\n" +
 	"\vReleaseStep\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
 	"\x06status\x18\x02 \x01(\tR\x06status\x12\x1f\n" +
@@ -2819,7 +3134,27 @@ const file_corpus_v1_types_proto_rawDesc = "" +
 	"expires_at\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\texpiresAt\x12 \n" +
 	"\vdescription\x18\x06 \x01(\tR\vdescription\x12!\n" +
 	"\fcreate_index\x18\x14 \x01(\x04R\vcreateIndex\x12\x14\n" +
-	"\x05login\x18x \x01(\bR\x05loginB!Z\x1fcorpus/proto/corpus/v1;corpusv1b\x06proto3"
+	"\x05login\x18x \x01(\bR\x05login\"n\n" +
+	"\aKeyring\x12&\n" +
+	"\x04keys\x18\x01 \x03(\v2\x12.corpus.v1.SealKeyR\x04keys\x12\x18\n" +
+	"\aprimary\x18\x02 \x01(\tR\aprimary\x12!\n" +
+	"\fmodify_index\x18\x15 \x01(\x04R\vmodifyIndex\"n\n" +
+	"\aSealKey\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x18\n" +
+	"\awrapped\x18\x02 \x01(\fR\awrapped\x129\n" +
+	"\n" +
+	"created_at\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\"\x87\x02\n" +
+	"\rProcessStatus\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
+	"\x05state\x18\x02 \x01(\tR\x05state\x12\x10\n" +
+	"\x03pid\x18\x03 \x01(\x05R\x03pid\x12\x1a\n" +
+	"\brestarts\x18\x04 \x01(\x05R\brestarts\x129\n" +
+	"\n" +
+	"started_at\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\tstartedAt\x12\x18\n" +
+	"\arelease\x18\x06 \x01(\tR\arelease\x12\x12\n" +
+	"\x04port\x18\a \x01(\x05R\x04port\x12\x1b\n" +
+	"\tlast_exit\x18\b \x01(\tR\blastExit\x12\x18\n" +
+	"\acommand\x18\t \x01(\tR\acommandB!Z\x1fcorpus/proto/corpus/v1;corpusv1b\x06proto3"
 
 var (
 	file_corpus_v1_types_proto_rawDescOnce sync.Once
@@ -2833,7 +3168,7 @@ func file_corpus_v1_types_proto_rawDescGZIP() []byte {
 	return file_corpus_v1_types_proto_rawDescData
 }
 
-var file_corpus_v1_types_proto_msgTypes = make([]protoimpl.MessageInfo, 28)
+var file_corpus_v1_types_proto_msgTypes = make([]protoimpl.MessageInfo, 33)
 var file_corpus_v1_types_proto_goTypes = []any{
 	(*Resources)(nil),             // 0: corpus.v1.Resources
 	(*DriverInfo)(nil),            // 1: corpus.v1.DriverInfo
@@ -2859,53 +3194,63 @@ var file_corpus_v1_types_proto_goTypes = []any{
 	(*ReleaseStep)(nil),           // 21: corpus.v1.ReleaseStep
 	(*AuditEntry)(nil),            // 22: corpus.v1.AuditEntry
 	(*UserToken)(nil),             // 23: corpus.v1.UserToken
-	nil,                           // 24: corpus.v1.DriverInfo.AttributesEntry
-	nil,                           // 25: corpus.v1.Node.LabelsEntry
-	nil,                           // 26: corpus.v1.GuestSpec.EnvEntry
-	nil,                           // 27: corpus.v1.GuestSpec.ConstraintsEntry
-	(*timestamppb.Timestamp)(nil), // 28: google.protobuf.Timestamp
+	(*Keyring)(nil),               // 24: corpus.v1.Keyring
+	(*SealKey)(nil),               // 25: corpus.v1.SealKey
+	(*ProcessStatus)(nil),         // 26: corpus.v1.ProcessStatus
+	nil,                           // 27: corpus.v1.DriverInfo.AttributesEntry
+	nil,                           // 28: corpus.v1.Node.LabelsEntry
+	nil,                           // 29: corpus.v1.GuestSpec.EnvEntry
+	nil,                           // 30: corpus.v1.GuestSpec.ConstraintsEntry
+	nil,                           // 31: corpus.v1.ProjectEnv.ConfigEntry
+	nil,                           // 32: corpus.v1.Release.ConfigEntry
+	(*timestamppb.Timestamp)(nil), // 33: google.protobuf.Timestamp
 }
 var file_corpus_v1_types_proto_depIdxs = []int32{
-	24, // 0: corpus.v1.DriverInfo.attributes:type_name -> corpus.v1.DriverInfo.AttributesEntry
-	25, // 1: corpus.v1.Node.labels:type_name -> corpus.v1.Node.LabelsEntry
+	27, // 0: corpus.v1.DriverInfo.attributes:type_name -> corpus.v1.DriverInfo.AttributesEntry
+	28, // 1: corpus.v1.Node.labels:type_name -> corpus.v1.Node.LabelsEntry
 	0,  // 2: corpus.v1.Node.capacity:type_name -> corpus.v1.Resources
 	1,  // 3: corpus.v1.Node.drivers:type_name -> corpus.v1.DriverInfo
-	28, // 4: corpus.v1.Node.enrolled_at:type_name -> google.protobuf.Timestamp
-	28, // 5: corpus.v1.Node.cert_expires_at:type_name -> google.protobuf.Timestamp
+	33, // 4: corpus.v1.Node.enrolled_at:type_name -> google.protobuf.Timestamp
+	33, // 5: corpus.v1.Node.cert_expires_at:type_name -> google.protobuf.Timestamp
 	0,  // 6: corpus.v1.GuestSpec.resources:type_name -> corpus.v1.Resources
-	26, // 7: corpus.v1.GuestSpec.env:type_name -> corpus.v1.GuestSpec.EnvEntry
+	29, // 7: corpus.v1.GuestSpec.env:type_name -> corpus.v1.GuestSpec.EnvEntry
 	7,  // 8: corpus.v1.GuestSpec.ports:type_name -> corpus.v1.Port
 	4,  // 9: corpus.v1.GuestSpec.volume:type_name -> corpus.v1.VolumeSpec
-	27, // 10: corpus.v1.GuestSpec.constraints:type_name -> corpus.v1.GuestSpec.ConstraintsEntry
+	30, // 10: corpus.v1.GuestSpec.constraints:type_name -> corpus.v1.GuestSpec.ConstraintsEntry
 	6,  // 11: corpus.v1.Volume.observed:type_name -> corpus.v1.VolumeObserved
-	28, // 12: corpus.v1.Volume.created_at:type_name -> google.protobuf.Timestamp
-	28, // 13: corpus.v1.GuestObserved.updated_at:type_name -> google.protobuf.Timestamp
-	28, // 14: corpus.v1.Event.time:type_name -> google.protobuf.Timestamp
+	33, // 12: corpus.v1.Volume.created_at:type_name -> google.protobuf.Timestamp
+	33, // 13: corpus.v1.GuestObserved.updated_at:type_name -> google.protobuf.Timestamp
+	33, // 14: corpus.v1.Event.time:type_name -> google.protobuf.Timestamp
 	3,  // 15: corpus.v1.Guest.spec:type_name -> corpus.v1.GuestSpec
 	8,  // 16: corpus.v1.Guest.observed:type_name -> corpus.v1.GuestObserved
 	9,  // 17: corpus.v1.Guest.events:type_name -> corpus.v1.Event
-	28, // 18: corpus.v1.Guest.created_at:type_name -> google.protobuf.Timestamp
-	28, // 19: corpus.v1.Route.created_at:type_name -> google.protobuf.Timestamp
-	28, // 20: corpus.v1.JoinToken.expires_at:type_name -> google.protobuf.Timestamp
-	28, // 21: corpus.v1.JoinToken.created_at:type_name -> google.protobuf.Timestamp
-	28, // 22: corpus.v1.ClusterConfig.created_at:type_name -> google.protobuf.Timestamp
-	28, // 23: corpus.v1.DnsRecord.created_at:type_name -> google.protobuf.Timestamp
+	33, // 18: corpus.v1.Guest.created_at:type_name -> google.protobuf.Timestamp
+	33, // 19: corpus.v1.Route.created_at:type_name -> google.protobuf.Timestamp
+	33, // 20: corpus.v1.JoinToken.expires_at:type_name -> google.protobuf.Timestamp
+	33, // 21: corpus.v1.JoinToken.created_at:type_name -> google.protobuf.Timestamp
+	33, // 22: corpus.v1.ClusterConfig.created_at:type_name -> google.protobuf.Timestamp
+	33, // 23: corpus.v1.DnsRecord.created_at:type_name -> google.protobuf.Timestamp
 	17, // 24: corpus.v1.User.keys:type_name -> corpus.v1.SshKey
-	28, // 25: corpus.v1.User.created_at:type_name -> google.protobuf.Timestamp
-	28, // 26: corpus.v1.SshKey.added_at:type_name -> google.protobuf.Timestamp
+	33, // 25: corpus.v1.User.created_at:type_name -> google.protobuf.Timestamp
+	33, // 26: corpus.v1.SshKey.added_at:type_name -> google.protobuf.Timestamp
 	19, // 27: corpus.v1.Project.envs:type_name -> corpus.v1.ProjectEnv
-	28, // 28: corpus.v1.Project.created_at:type_name -> google.protobuf.Timestamp
-	28, // 29: corpus.v1.Release.started_at:type_name -> google.protobuf.Timestamp
-	28, // 30: corpus.v1.Release.finished_at:type_name -> google.protobuf.Timestamp
-	21, // 31: corpus.v1.Release.steps:type_name -> corpus.v1.ReleaseStep
-	28, // 32: corpus.v1.AuditEntry.time:type_name -> google.protobuf.Timestamp
-	28, // 33: corpus.v1.UserToken.created_at:type_name -> google.protobuf.Timestamp
-	28, // 34: corpus.v1.UserToken.expires_at:type_name -> google.protobuf.Timestamp
-	35, // [35:35] is the sub-list for method output_type
-	35, // [35:35] is the sub-list for method input_type
-	35, // [35:35] is the sub-list for extension type_name
-	35, // [35:35] is the sub-list for extension extendee
-	0,  // [0:35] is the sub-list for field type_name
+	33, // 28: corpus.v1.Project.created_at:type_name -> google.protobuf.Timestamp
+	31, // 29: corpus.v1.ProjectEnv.config:type_name -> corpus.v1.ProjectEnv.ConfigEntry
+	33, // 30: corpus.v1.Release.started_at:type_name -> google.protobuf.Timestamp
+	33, // 31: corpus.v1.Release.finished_at:type_name -> google.protobuf.Timestamp
+	21, // 32: corpus.v1.Release.steps:type_name -> corpus.v1.ReleaseStep
+	32, // 33: corpus.v1.Release.config:type_name -> corpus.v1.Release.ConfigEntry
+	33, // 34: corpus.v1.AuditEntry.time:type_name -> google.protobuf.Timestamp
+	33, // 35: corpus.v1.UserToken.created_at:type_name -> google.protobuf.Timestamp
+	33, // 36: corpus.v1.UserToken.expires_at:type_name -> google.protobuf.Timestamp
+	25, // 37: corpus.v1.Keyring.keys:type_name -> corpus.v1.SealKey
+	33, // 38: corpus.v1.SealKey.created_at:type_name -> google.protobuf.Timestamp
+	33, // 39: corpus.v1.ProcessStatus.started_at:type_name -> google.protobuf.Timestamp
+	40, // [40:40] is the sub-list for method output_type
+	40, // [40:40] is the sub-list for method input_type
+	40, // [40:40] is the sub-list for extension type_name
+	40, // [40:40] is the sub-list for extension extendee
+	0,  // [0:40] is the sub-list for field type_name
 }
 
 func init() { file_corpus_v1_types_proto_init() }
@@ -2919,7 +3264,7 @@ func file_corpus_v1_types_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_corpus_v1_types_proto_rawDesc), len(file_corpus_v1_types_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   28,
+			NumMessages:   33,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

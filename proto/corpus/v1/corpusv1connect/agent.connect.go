@@ -62,6 +62,8 @@ const (
 	// AgentServiceSetManifestDomainsProcedure is the fully-qualified name of the AgentService's
 	// SetManifestDomains RPC.
 	AgentServiceSetManifestDomainsProcedure = "/corpus.v1.AgentService/SetManifestDomains"
+	// AgentServiceSetWebPortProcedure is the fully-qualified name of the AgentService's SetWebPort RPC.
+	AgentServiceSetWebPortProcedure = "/corpus.v1.AgentService/SetWebPort"
 	// NodeAgentServiceExecProcedure is the fully-qualified name of the NodeAgentService's Exec RPC.
 	NodeAgentServiceExecProcedure = "/corpus.v1.NodeAgentService/Exec"
 	// NodeAgentServiceExportVolumeProcedure is the fully-qualified name of the NodeAgentService's
@@ -76,6 +78,12 @@ const (
 	// NodeAgentServiceRollbackProcedure is the fully-qualified name of the NodeAgentService's Rollback
 	// RPC.
 	NodeAgentServiceRollbackProcedure = "/corpus.v1.NodeAgentService/Rollback"
+	// NodeAgentServiceRedeployProcedure is the fully-qualified name of the NodeAgentService's Redeploy
+	// RPC.
+	NodeAgentServiceRedeployProcedure = "/corpus.v1.NodeAgentService/Redeploy"
+	// NodeAgentServiceProcessesProcedure is the fully-qualified name of the NodeAgentService's
+	// Processes RPC.
+	NodeAgentServiceProcessesProcedure = "/corpus.v1.NodeAgentService/Processes"
 )
 
 // AgentServiceClient is a client for the corpus.v1.AgentService service.
@@ -103,6 +111,9 @@ type AgentServiceClient interface {
 	// SetManifestDomains routes the extra domains a release's corpus.yaml
 	// lists to the environment's guest (and unroutes dropped ones).
 	SetManifestDomains(context.Context, *connect.Request[v1.SetManifestDomainsRequest]) (*connect.Response[v1.SetManifestDomainsResponse], error)
+	// SetWebPort points an environment's routes at the port its new web
+	// process listens on (the switch of a deploy with a web process).
+	SetWebPort(context.Context, *connect.Request[v1.SetWebPortRequest]) (*connect.Response[v1.SetWebPortResponse], error)
 }
 
 // NewAgentServiceClient constructs a client for the corpus.v1.AgentService service. By default, it
@@ -177,6 +188,12 @@ func NewAgentServiceClient(httpClient connect.HTTPClient, baseURL string, opts .
 			connect.WithSchema(agentServiceMethods.ByName("SetManifestDomains")),
 			connect.WithClientOptions(opts...),
 		),
+		setWebPort: connect.NewClient[v1.SetWebPortRequest, v1.SetWebPortResponse](
+			httpClient,
+			baseURL+AgentServiceSetWebPortProcedure,
+			connect.WithSchema(agentServiceMethods.ByName("SetWebPort")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
@@ -192,6 +209,7 @@ type agentServiceClient struct {
 	setCurrentRelease  *connect.Client[v1.SetCurrentReleaseRequest, v1.SetCurrentReleaseResponse]
 	pruneReleases      *connect.Client[v1.PruneReleasesRequest, v1.PruneReleasesResponse]
 	setManifestDomains *connect.Client[v1.SetManifestDomainsRequest, v1.SetManifestDomainsResponse]
+	setWebPort         *connect.Client[v1.SetWebPortRequest, v1.SetWebPortResponse]
 }
 
 // Enroll calls corpus.v1.AgentService.Enroll.
@@ -244,6 +262,11 @@ func (c *agentServiceClient) SetManifestDomains(ctx context.Context, req *connec
 	return c.setManifestDomains.CallUnary(ctx, req)
 }
 
+// SetWebPort calls corpus.v1.AgentService.SetWebPort.
+func (c *agentServiceClient) SetWebPort(ctx context.Context, req *connect.Request[v1.SetWebPortRequest]) (*connect.Response[v1.SetWebPortResponse], error) {
+	return c.setWebPort.CallUnary(ctx, req)
+}
+
 // AgentServiceHandler is an implementation of the corpus.v1.AgentService service.
 type AgentServiceHandler interface {
 	// Enroll trades a one-time join token for a node identity. It is the one
@@ -269,6 +292,9 @@ type AgentServiceHandler interface {
 	// SetManifestDomains routes the extra domains a release's corpus.yaml
 	// lists to the environment's guest (and unroutes dropped ones).
 	SetManifestDomains(context.Context, *connect.Request[v1.SetManifestDomainsRequest]) (*connect.Response[v1.SetManifestDomainsResponse], error)
+	// SetWebPort points an environment's routes at the port its new web
+	// process listens on (the switch of a deploy with a web process).
+	SetWebPort(context.Context, *connect.Request[v1.SetWebPortRequest]) (*connect.Response[v1.SetWebPortResponse], error)
 }
 
 // NewAgentServiceHandler builds an HTTP handler from the service implementation. It returns the
@@ -339,6 +365,12 @@ func NewAgentServiceHandler(svc AgentServiceHandler, opts ...connect.HandlerOpti
 		connect.WithSchema(agentServiceMethods.ByName("SetManifestDomains")),
 		connect.WithHandlerOptions(opts...),
 	)
+	agentServiceSetWebPortHandler := connect.NewUnaryHandler(
+		AgentServiceSetWebPortProcedure,
+		svc.SetWebPort,
+		connect.WithSchema(agentServiceMethods.ByName("SetWebPort")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/corpus.v1.AgentService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case AgentServiceEnrollProcedure:
@@ -361,6 +393,8 @@ func NewAgentServiceHandler(svc AgentServiceHandler, opts ...connect.HandlerOpti
 			agentServicePruneReleasesHandler.ServeHTTP(w, r)
 		case AgentServiceSetManifestDomainsProcedure:
 			agentServiceSetManifestDomainsHandler.ServeHTTP(w, r)
+		case AgentServiceSetWebPortProcedure:
+			agentServiceSetWebPortHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -410,6 +444,10 @@ func (UnimplementedAgentServiceHandler) SetManifestDomains(context.Context, *con
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("corpus.v1.AgentService.SetManifestDomains is not implemented"))
 }
 
+func (UnimplementedAgentServiceHandler) SetWebPort(context.Context, *connect.Request[v1.SetWebPortRequest]) (*connect.Response[v1.SetWebPortResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("corpus.v1.AgentService.SetWebPort is not implemented"))
+}
+
 // NodeAgentServiceClient is a client for the corpus.v1.NodeAgentService service.
 type NodeAgentServiceClient interface {
 	Exec(context.Context, *connect.Request[v1.ExecGuestRequest]) (*connect.ServerStreamForClient[v1.ExecOutput], error)
@@ -423,6 +461,11 @@ type NodeAgentServiceClient interface {
 	// Rollback makes a kept release of a project environment current again
 	// and runs its rollback hook; the output streams back.
 	Rollback(context.Context, *connect.Request[v1.RollbackRequest]) (*connect.ServerStreamForClient[v1.RollbackOutput], error)
+	// Redeploy makes a new release of an environment's current commit (a
+	// config change, a restart, corpus deploy) through the pipeline.
+	Redeploy(context.Context, *connect.Request[v1.AgentRedeployRequest]) (*connect.ServerStreamForClient[v1.DeployOutput], error)
+	// Processes says how an environment's supervised processes are.
+	Processes(context.Context, *connect.Request[v1.ListProcessesRequest]) (*connect.Response[v1.ListProcessesResponse], error)
 }
 
 // NewNodeAgentServiceClient constructs a client for the corpus.v1.NodeAgentService service. By
@@ -466,6 +509,18 @@ func NewNodeAgentServiceClient(httpClient connect.HTTPClient, baseURL string, op
 			connect.WithSchema(nodeAgentServiceMethods.ByName("Rollback")),
 			connect.WithClientOptions(opts...),
 		),
+		redeploy: connect.NewClient[v1.AgentRedeployRequest, v1.DeployOutput](
+			httpClient,
+			baseURL+NodeAgentServiceRedeployProcedure,
+			connect.WithSchema(nodeAgentServiceMethods.ByName("Redeploy")),
+			connect.WithClientOptions(opts...),
+		),
+		processes: connect.NewClient[v1.ListProcessesRequest, v1.ListProcessesResponse](
+			httpClient,
+			baseURL+NodeAgentServiceProcessesProcedure,
+			connect.WithSchema(nodeAgentServiceMethods.ByName("Processes")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
@@ -476,6 +531,8 @@ type nodeAgentServiceClient struct {
 	importVolume   *connect.Client[v1.VolumeChunk, v1.ImportVolumeResponse]
 	snapshotVolume *connect.Client[v1.SnapshotVolumeRequest, v1.SnapshotVolumeResponse]
 	rollback       *connect.Client[v1.RollbackRequest, v1.RollbackOutput]
+	redeploy       *connect.Client[v1.AgentRedeployRequest, v1.DeployOutput]
+	processes      *connect.Client[v1.ListProcessesRequest, v1.ListProcessesResponse]
 }
 
 // Exec calls corpus.v1.NodeAgentService.Exec.
@@ -503,6 +560,16 @@ func (c *nodeAgentServiceClient) Rollback(ctx context.Context, req *connect.Requ
 	return c.rollback.CallServerStream(ctx, req)
 }
 
+// Redeploy calls corpus.v1.NodeAgentService.Redeploy.
+func (c *nodeAgentServiceClient) Redeploy(ctx context.Context, req *connect.Request[v1.AgentRedeployRequest]) (*connect.ServerStreamForClient[v1.DeployOutput], error) {
+	return c.redeploy.CallServerStream(ctx, req)
+}
+
+// Processes calls corpus.v1.NodeAgentService.Processes.
+func (c *nodeAgentServiceClient) Processes(ctx context.Context, req *connect.Request[v1.ListProcessesRequest]) (*connect.Response[v1.ListProcessesResponse], error) {
+	return c.processes.CallUnary(ctx, req)
+}
+
 // NodeAgentServiceHandler is an implementation of the corpus.v1.NodeAgentService service.
 type NodeAgentServiceHandler interface {
 	Exec(context.Context, *connect.Request[v1.ExecGuestRequest], *connect.ServerStream[v1.ExecOutput]) error
@@ -516,6 +583,11 @@ type NodeAgentServiceHandler interface {
 	// Rollback makes a kept release of a project environment current again
 	// and runs its rollback hook; the output streams back.
 	Rollback(context.Context, *connect.Request[v1.RollbackRequest], *connect.ServerStream[v1.RollbackOutput]) error
+	// Redeploy makes a new release of an environment's current commit (a
+	// config change, a restart, corpus deploy) through the pipeline.
+	Redeploy(context.Context, *connect.Request[v1.AgentRedeployRequest], *connect.ServerStream[v1.DeployOutput]) error
+	// Processes says how an environment's supervised processes are.
+	Processes(context.Context, *connect.Request[v1.ListProcessesRequest]) (*connect.Response[v1.ListProcessesResponse], error)
 }
 
 // NewNodeAgentServiceHandler builds an HTTP handler from the service implementation. It returns the
@@ -555,6 +627,18 @@ func NewNodeAgentServiceHandler(svc NodeAgentServiceHandler, opts ...connect.Han
 		connect.WithSchema(nodeAgentServiceMethods.ByName("Rollback")),
 		connect.WithHandlerOptions(opts...),
 	)
+	nodeAgentServiceRedeployHandler := connect.NewServerStreamHandler(
+		NodeAgentServiceRedeployProcedure,
+		svc.Redeploy,
+		connect.WithSchema(nodeAgentServiceMethods.ByName("Redeploy")),
+		connect.WithHandlerOptions(opts...),
+	)
+	nodeAgentServiceProcessesHandler := connect.NewUnaryHandler(
+		NodeAgentServiceProcessesProcedure,
+		svc.Processes,
+		connect.WithSchema(nodeAgentServiceMethods.ByName("Processes")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/corpus.v1.NodeAgentService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case NodeAgentServiceExecProcedure:
@@ -567,6 +651,10 @@ func NewNodeAgentServiceHandler(svc NodeAgentServiceHandler, opts ...connect.Han
 			nodeAgentServiceSnapshotVolumeHandler.ServeHTTP(w, r)
 		case NodeAgentServiceRollbackProcedure:
 			nodeAgentServiceRollbackHandler.ServeHTTP(w, r)
+		case NodeAgentServiceRedeployProcedure:
+			nodeAgentServiceRedeployHandler.ServeHTTP(w, r)
+		case NodeAgentServiceProcessesProcedure:
+			nodeAgentServiceProcessesHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -594,4 +682,12 @@ func (UnimplementedNodeAgentServiceHandler) SnapshotVolume(context.Context, *con
 
 func (UnimplementedNodeAgentServiceHandler) Rollback(context.Context, *connect.Request[v1.RollbackRequest], *connect.ServerStream[v1.RollbackOutput]) error {
 	return connect.NewError(connect.CodeUnimplemented, errors.New("corpus.v1.NodeAgentService.Rollback is not implemented"))
+}
+
+func (UnimplementedNodeAgentServiceHandler) Redeploy(context.Context, *connect.Request[v1.AgentRedeployRequest], *connect.ServerStream[v1.DeployOutput]) error {
+	return connect.NewError(connect.CodeUnimplemented, errors.New("corpus.v1.NodeAgentService.Redeploy is not implemented"))
+}
+
+func (UnimplementedNodeAgentServiceHandler) Processes(context.Context, *connect.Request[v1.ListProcessesRequest]) (*connect.Response[v1.ListProcessesResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("corpus.v1.NodeAgentService.Processes is not implemented"))
 }

@@ -54,6 +54,9 @@ const (
 	// ClusterServiceRemoveRaftPeerProcedure is the fully-qualified name of the ClusterService's
 	// RemoveRaftPeer RPC.
 	ClusterServiceRemoveRaftPeerProcedure = "/corpus.v1.ClusterService/RemoveRaftPeer"
+	// ClusterServiceRotateKeyringProcedure is the fully-qualified name of the ClusterService's
+	// RotateKeyring RPC.
+	ClusterServiceRotateKeyringProcedure = "/corpus.v1.ClusterService/RotateKeyring"
 )
 
 // ClusterServiceClient is a client for the corpus.v1.ClusterService service.
@@ -73,6 +76,9 @@ type ClusterServiceClient interface {
 	// removes one. Both run on the leader (followers pass them on).
 	AddRaftPeer(context.Context, *connect.Request[v1.AddRaftPeerRequest]) (*connect.Response[v1.AddRaftPeerResponse], error)
 	RemoveRaftPeer(context.Context, *connect.Request[v1.RemoveRaftPeerRequest]) (*connect.Response[v1.RemoveRaftPeerResponse], error)
+	// RotateKeyring makes a new data key the keyring's only one, every
+	// sealed value sealed again with it, in one replicated write.
+	RotateKeyring(context.Context, *connect.Request[v1.RotateKeyringRequest]) (*connect.Response[v1.RotateKeyringResponse], error)
 }
 
 // NewClusterServiceClient constructs a client for the corpus.v1.ClusterService service. By default,
@@ -131,6 +137,12 @@ func NewClusterServiceClient(httpClient connect.HTTPClient, baseURL string, opts
 			connect.WithSchema(clusterServiceMethods.ByName("RemoveRaftPeer")),
 			connect.WithClientOptions(opts...),
 		),
+		rotateKeyring: connect.NewClient[v1.RotateKeyringRequest, v1.RotateKeyringResponse](
+			httpClient,
+			baseURL+ClusterServiceRotateKeyringProcedure,
+			connect.WithSchema(clusterServiceMethods.ByName("RotateKeyring")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
@@ -143,6 +155,7 @@ type clusterServiceClient struct {
 	raftPeers      *connect.Client[v1.RaftPeersRequest, v1.RaftPeersResponse]
 	addRaftPeer    *connect.Client[v1.AddRaftPeerRequest, v1.AddRaftPeerResponse]
 	removeRaftPeer *connect.Client[v1.RemoveRaftPeerRequest, v1.RemoveRaftPeerResponse]
+	rotateKeyring  *connect.Client[v1.RotateKeyringRequest, v1.RotateKeyringResponse]
 }
 
 // Status calls corpus.v1.ClusterService.Status.
@@ -180,6 +193,11 @@ func (c *clusterServiceClient) RemoveRaftPeer(ctx context.Context, req *connect.
 	return c.removeRaftPeer.CallUnary(ctx, req)
 }
 
+// RotateKeyring calls corpus.v1.ClusterService.RotateKeyring.
+func (c *clusterServiceClient) RotateKeyring(ctx context.Context, req *connect.Request[v1.RotateKeyringRequest]) (*connect.Response[v1.RotateKeyringResponse], error) {
+	return c.rotateKeyring.CallUnary(ctx, req)
+}
+
 // ClusterServiceHandler is an implementation of the corpus.v1.ClusterService service.
 type ClusterServiceHandler interface {
 	Status(context.Context, *connect.Request[v1.StatusRequest]) (*connect.Response[v1.StatusResponse], error)
@@ -197,6 +215,9 @@ type ClusterServiceHandler interface {
 	// removes one. Both run on the leader (followers pass them on).
 	AddRaftPeer(context.Context, *connect.Request[v1.AddRaftPeerRequest]) (*connect.Response[v1.AddRaftPeerResponse], error)
 	RemoveRaftPeer(context.Context, *connect.Request[v1.RemoveRaftPeerRequest]) (*connect.Response[v1.RemoveRaftPeerResponse], error)
+	// RotateKeyring makes a new data key the keyring's only one, every
+	// sealed value sealed again with it, in one replicated write.
+	RotateKeyring(context.Context, *connect.Request[v1.RotateKeyringRequest]) (*connect.Response[v1.RotateKeyringResponse], error)
 }
 
 // NewClusterServiceHandler builds an HTTP handler from the service implementation. It returns the
@@ -251,6 +272,12 @@ func NewClusterServiceHandler(svc ClusterServiceHandler, opts ...connect.Handler
 		connect.WithSchema(clusterServiceMethods.ByName("RemoveRaftPeer")),
 		connect.WithHandlerOptions(opts...),
 	)
+	clusterServiceRotateKeyringHandler := connect.NewUnaryHandler(
+		ClusterServiceRotateKeyringProcedure,
+		svc.RotateKeyring,
+		connect.WithSchema(clusterServiceMethods.ByName("RotateKeyring")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/corpus.v1.ClusterService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case ClusterServiceStatusProcedure:
@@ -267,6 +294,8 @@ func NewClusterServiceHandler(svc ClusterServiceHandler, opts ...connect.Handler
 			clusterServiceAddRaftPeerHandler.ServeHTTP(w, r)
 		case ClusterServiceRemoveRaftPeerProcedure:
 			clusterServiceRemoveRaftPeerHandler.ServeHTTP(w, r)
+		case ClusterServiceRotateKeyringProcedure:
+			clusterServiceRotateKeyringHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -302,4 +331,8 @@ func (UnimplementedClusterServiceHandler) AddRaftPeer(context.Context, *connect.
 
 func (UnimplementedClusterServiceHandler) RemoveRaftPeer(context.Context, *connect.Request[v1.RemoveRaftPeerRequest]) (*connect.Response[v1.RemoveRaftPeerResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("corpus.v1.ClusterService.RemoveRaftPeer is not implemented"))
+}
+
+func (UnimplementedClusterServiceHandler) RotateKeyring(context.Context, *connect.Request[v1.RotateKeyringRequest]) (*connect.Response[v1.RotateKeyringResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("corpus.v1.ClusterService.RotateKeyring is not implemented"))
 }

@@ -57,6 +57,17 @@ const (
 	ProjectServiceGetReleaseProcedure = "/corpus.v1.ProjectService/GetRelease"
 	// ProjectServiceRollbackProcedure is the fully-qualified name of the ProjectService's Rollback RPC.
 	ProjectServiceRollbackProcedure = "/corpus.v1.ProjectService/Rollback"
+	// ProjectServiceSetConfigProcedure is the fully-qualified name of the ProjectService's SetConfig
+	// RPC.
+	ProjectServiceSetConfigProcedure = "/corpus.v1.ProjectService/SetConfig"
+	// ProjectServiceGetConfigProcedure is the fully-qualified name of the ProjectService's GetConfig
+	// RPC.
+	ProjectServiceGetConfigProcedure = "/corpus.v1.ProjectService/GetConfig"
+	// ProjectServiceDeployProcedure is the fully-qualified name of the ProjectService's Deploy RPC.
+	ProjectServiceDeployProcedure = "/corpus.v1.ProjectService/Deploy"
+	// ProjectServiceListProcessesProcedure is the fully-qualified name of the ProjectService's
+	// ListProcesses RPC.
+	ProjectServiceListProcessesProcedure = "/corpus.v1.ProjectService/ListProcesses"
 )
 
 // ProjectServiceClient is a client for the corpus.v1.ProjectService service.
@@ -71,6 +82,19 @@ type ProjectServiceClient interface {
 	// Rollback makes a kept release current again, without rebuilding; the
 	// guest's agent's output streams back.
 	Rollback(context.Context, *connect.Request[v1.RollbackRequest]) (*connect.ServerStreamForClient[v1.RollbackOutput], error)
+	// SetConfig sets and unsets config keys of an environment, all or
+	// none, then (unless no_restart) makes a release of the current commit
+	// with the new config; the deploy's output streams back.
+	SetConfig(context.Context, *connect.Request[v1.SetConfigRequest]) (*connect.ServerStreamForClient[v1.DeployOutput], error)
+	// GetConfig lists an environment's config keys, and their values when
+	// reveal is set (ops, or a dev granted the project).
+	GetConfig(context.Context, *connect.Request[v1.GetConfigRequest]) (*connect.Response[v1.GetConfigResponse], error)
+	// Deploy makes a release of the current commit again, running only the
+	// steps named (all by default), or restarts processes; the output
+	// streams back.
+	Deploy(context.Context, *connect.Request[v1.RedeployRequest]) (*connect.ServerStreamForClient[v1.DeployOutput], error)
+	// ListProcesses says how an environment's processes are, from its node.
+	ListProcesses(context.Context, *connect.Request[v1.ListProcessesRequest]) (*connect.Response[v1.ListProcessesResponse], error)
 }
 
 // NewProjectServiceClient constructs a client for the corpus.v1.ProjectService service. By default,
@@ -136,6 +160,32 @@ func NewProjectServiceClient(httpClient connect.HTTPClient, baseURL string, opts
 			connect.WithSchema(projectServiceMethods.ByName("Rollback")),
 			connect.WithClientOptions(opts...),
 		),
+		setConfig: connect.NewClient[v1.SetConfigRequest, v1.DeployOutput](
+			httpClient,
+			baseURL+ProjectServiceSetConfigProcedure,
+			connect.WithSchema(projectServiceMethods.ByName("SetConfig")),
+			connect.WithClientOptions(opts...),
+		),
+		getConfig: connect.NewClient[v1.GetConfigRequest, v1.GetConfigResponse](
+			httpClient,
+			baseURL+ProjectServiceGetConfigProcedure,
+			connect.WithSchema(projectServiceMethods.ByName("GetConfig")),
+			connect.WithIdempotency(connect.IdempotencyNoSideEffects),
+			connect.WithClientOptions(opts...),
+		),
+		deploy: connect.NewClient[v1.RedeployRequest, v1.DeployOutput](
+			httpClient,
+			baseURL+ProjectServiceDeployProcedure,
+			connect.WithSchema(projectServiceMethods.ByName("Deploy")),
+			connect.WithClientOptions(opts...),
+		),
+		listProcesses: connect.NewClient[v1.ListProcessesRequest, v1.ListProcessesResponse](
+			httpClient,
+			baseURL+ProjectServiceListProcessesProcedure,
+			connect.WithSchema(projectServiceMethods.ByName("ListProcesses")),
+			connect.WithIdempotency(connect.IdempotencyNoSideEffects),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
@@ -149,6 +199,10 @@ type projectServiceClient struct {
 	listReleases  *connect.Client[v1.ListReleasesRequest, v1.ListReleasesResponse]
 	getRelease    *connect.Client[v1.GetReleaseRequest, v1.GetReleaseResponse]
 	rollback      *connect.Client[v1.RollbackRequest, v1.RollbackOutput]
+	setConfig     *connect.Client[v1.SetConfigRequest, v1.DeployOutput]
+	getConfig     *connect.Client[v1.GetConfigRequest, v1.GetConfigResponse]
+	deploy        *connect.Client[v1.RedeployRequest, v1.DeployOutput]
+	listProcesses *connect.Client[v1.ListProcessesRequest, v1.ListProcessesResponse]
 }
 
 // CreateProject calls corpus.v1.ProjectService.CreateProject.
@@ -191,6 +245,26 @@ func (c *projectServiceClient) Rollback(ctx context.Context, req *connect.Reques
 	return c.rollback.CallServerStream(ctx, req)
 }
 
+// SetConfig calls corpus.v1.ProjectService.SetConfig.
+func (c *projectServiceClient) SetConfig(ctx context.Context, req *connect.Request[v1.SetConfigRequest]) (*connect.ServerStreamForClient[v1.DeployOutput], error) {
+	return c.setConfig.CallServerStream(ctx, req)
+}
+
+// GetConfig calls corpus.v1.ProjectService.GetConfig.
+func (c *projectServiceClient) GetConfig(ctx context.Context, req *connect.Request[v1.GetConfigRequest]) (*connect.Response[v1.GetConfigResponse], error) {
+	return c.getConfig.CallUnary(ctx, req)
+}
+
+// Deploy calls corpus.v1.ProjectService.Deploy.
+func (c *projectServiceClient) Deploy(ctx context.Context, req *connect.Request[v1.RedeployRequest]) (*connect.ServerStreamForClient[v1.DeployOutput], error) {
+	return c.deploy.CallServerStream(ctx, req)
+}
+
+// ListProcesses calls corpus.v1.ProjectService.ListProcesses.
+func (c *projectServiceClient) ListProcesses(ctx context.Context, req *connect.Request[v1.ListProcessesRequest]) (*connect.Response[v1.ListProcessesResponse], error) {
+	return c.listProcesses.CallUnary(ctx, req)
+}
+
 // ProjectServiceHandler is an implementation of the corpus.v1.ProjectService service.
 type ProjectServiceHandler interface {
 	CreateProject(context.Context, *connect.Request[v1.CreateProjectRequest]) (*connect.Response[v1.CreateProjectResponse], error)
@@ -203,6 +277,19 @@ type ProjectServiceHandler interface {
 	// Rollback makes a kept release current again, without rebuilding; the
 	// guest's agent's output streams back.
 	Rollback(context.Context, *connect.Request[v1.RollbackRequest], *connect.ServerStream[v1.RollbackOutput]) error
+	// SetConfig sets and unsets config keys of an environment, all or
+	// none, then (unless no_restart) makes a release of the current commit
+	// with the new config; the deploy's output streams back.
+	SetConfig(context.Context, *connect.Request[v1.SetConfigRequest], *connect.ServerStream[v1.DeployOutput]) error
+	// GetConfig lists an environment's config keys, and their values when
+	// reveal is set (ops, or a dev granted the project).
+	GetConfig(context.Context, *connect.Request[v1.GetConfigRequest]) (*connect.Response[v1.GetConfigResponse], error)
+	// Deploy makes a release of the current commit again, running only the
+	// steps named (all by default), or restarts processes; the output
+	// streams back.
+	Deploy(context.Context, *connect.Request[v1.RedeployRequest], *connect.ServerStream[v1.DeployOutput]) error
+	// ListProcesses says how an environment's processes are, from its node.
+	ListProcesses(context.Context, *connect.Request[v1.ListProcessesRequest]) (*connect.Response[v1.ListProcessesResponse], error)
 }
 
 // NewProjectServiceHandler builds an HTTP handler from the service implementation. It returns the
@@ -264,6 +351,32 @@ func NewProjectServiceHandler(svc ProjectServiceHandler, opts ...connect.Handler
 		connect.WithSchema(projectServiceMethods.ByName("Rollback")),
 		connect.WithHandlerOptions(opts...),
 	)
+	projectServiceSetConfigHandler := connect.NewServerStreamHandler(
+		ProjectServiceSetConfigProcedure,
+		svc.SetConfig,
+		connect.WithSchema(projectServiceMethods.ByName("SetConfig")),
+		connect.WithHandlerOptions(opts...),
+	)
+	projectServiceGetConfigHandler := connect.NewUnaryHandler(
+		ProjectServiceGetConfigProcedure,
+		svc.GetConfig,
+		connect.WithSchema(projectServiceMethods.ByName("GetConfig")),
+		connect.WithIdempotency(connect.IdempotencyNoSideEffects),
+		connect.WithHandlerOptions(opts...),
+	)
+	projectServiceDeployHandler := connect.NewServerStreamHandler(
+		ProjectServiceDeployProcedure,
+		svc.Deploy,
+		connect.WithSchema(projectServiceMethods.ByName("Deploy")),
+		connect.WithHandlerOptions(opts...),
+	)
+	projectServiceListProcessesHandler := connect.NewUnaryHandler(
+		ProjectServiceListProcessesProcedure,
+		svc.ListProcesses,
+		connect.WithSchema(projectServiceMethods.ByName("ListProcesses")),
+		connect.WithIdempotency(connect.IdempotencyNoSideEffects),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/corpus.v1.ProjectService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case ProjectServiceCreateProjectProcedure:
@@ -282,6 +395,14 @@ func NewProjectServiceHandler(svc ProjectServiceHandler, opts ...connect.Handler
 			projectServiceGetReleaseHandler.ServeHTTP(w, r)
 		case ProjectServiceRollbackProcedure:
 			projectServiceRollbackHandler.ServeHTTP(w, r)
+		case ProjectServiceSetConfigProcedure:
+			projectServiceSetConfigHandler.ServeHTTP(w, r)
+		case ProjectServiceGetConfigProcedure:
+			projectServiceGetConfigHandler.ServeHTTP(w, r)
+		case ProjectServiceDeployProcedure:
+			projectServiceDeployHandler.ServeHTTP(w, r)
+		case ProjectServiceListProcessesProcedure:
+			projectServiceListProcessesHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -321,4 +442,20 @@ func (UnimplementedProjectServiceHandler) GetRelease(context.Context, *connect.R
 
 func (UnimplementedProjectServiceHandler) Rollback(context.Context, *connect.Request[v1.RollbackRequest], *connect.ServerStream[v1.RollbackOutput]) error {
 	return connect.NewError(connect.CodeUnimplemented, errors.New("corpus.v1.ProjectService.Rollback is not implemented"))
+}
+
+func (UnimplementedProjectServiceHandler) SetConfig(context.Context, *connect.Request[v1.SetConfigRequest], *connect.ServerStream[v1.DeployOutput]) error {
+	return connect.NewError(connect.CodeUnimplemented, errors.New("corpus.v1.ProjectService.SetConfig is not implemented"))
+}
+
+func (UnimplementedProjectServiceHandler) GetConfig(context.Context, *connect.Request[v1.GetConfigRequest]) (*connect.Response[v1.GetConfigResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("corpus.v1.ProjectService.GetConfig is not implemented"))
+}
+
+func (UnimplementedProjectServiceHandler) Deploy(context.Context, *connect.Request[v1.RedeployRequest], *connect.ServerStream[v1.DeployOutput]) error {
+	return connect.NewError(connect.CodeUnimplemented, errors.New("corpus.v1.ProjectService.Deploy is not implemented"))
+}
+
+func (UnimplementedProjectServiceHandler) ListProcesses(context.Context, *connect.Request[v1.ListProcessesRequest]) (*connect.Response[v1.ListProcessesResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("corpus.v1.ProjectService.ListProcesses is not implemented"))
 }

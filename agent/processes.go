@@ -1,0 +1,452 @@
+package agent
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"connectrpc.com/connect"
+
+	"corpus/agent/runtime/supervisor"
+	"corpus/drivers"
+	corpusv1 "corpus/proto/corpus/v1"
+	"corpus/proto/corpus/v1/corpusv1connect"
+)
+
+// Processes: a release's Procfile lines, run by the supervisor in the
+// guest (agent/runtime). A deploy starts the new release's processes as a
+// generation beside the old one, web on the other of the environment's two
+// ports (http_port and http_port+1), checks that web answers, points the
+// routes at the new port, lets the old web's requests finish, and only
+// then stops the old generation: a push never returns a 502 for a web
+// process that honours PORT. Restarts and rollbacks roll the same way.
+
+// minUptime is how long a started process must stay up.
+const minUptime = 1500 * time.Millisecond
+
+// envDir holds a project's release environments and run specs in its
+// guest: root-owned folder, files readable by the project's user only.
+func envDir(project string) string { return projectDir(project) + "/.env" }
+
+func envFile(project, release string) string { return envDir(project) + "/" + release + ".json" }
+
+func runFile(project, release string) string { return envDir(project) + "/" + release + ".run.json" }
+
+// runSpec is how a release's processes run; it is kept in the guest
+// beside the release's environment, so a restart or a rollback runs them
+// as the deploy did.
+type runSpec struct {
+	Release   string               `json:"release"`
+	Processes []supervisor.Process `json:"processes"`
+	Grace     supervisor.Duration  `json:"grace"`
+	UID       int                  `json:"uid"`
+	GID       int                  `json:"gid"`
+	// HealthPath is asked of web on its new port; Strict wants 2xx or
+	// 3xx (a health check in corpus.yaml), else any answer below 500.
+	HealthPath    string              `json:"health_path"`
+	Strict        bool                `json:"strict"`
+	HealthTimeout supervisor.Duration `json:"health_timeout"`
+}
+
+func (s runSpec) web() bool {
+	for _, p := range s.Processes {
+		if p.Name == "web" {
+			return true
+		}
+	}
+	return false
+}
+
+// specOf is the run spec of a deploy's release.
+func (d *deploy) specOf() runSpec {
+	s := runSpec{Release: d.name(), Grace: supervisor.Duration(d.man.Grace), UID: d.uid, GID: d.gid,
+		HealthPath: "/", HealthTimeout: supervisor.Duration(defaultHealthTimeout)}
+	for _, name := range d.man.processOrder() {
+		s.Processes = append(s.Processes, supervisor.Process{Name: name, Command: d.man.Processes[name]})
+	}
+	if h := d.man.Health; h != nil && h.HTTP != nil {
+		s.HealthPath, s.Strict, s.HealthTimeout = h.HTTP.Path, true, supervisor.Duration(h.HTTP.Timeout)
+	}
+	return s
+}
+
+// writeReleaseFiles puts a release's environment (config included) and
+// run spec in the guest; the environment travels on stdin, never on a
+// command line, and only the project's user and root can read it.
+func (a *Agent) writeReleaseFiles(ctx context.Context, drv drivers.Driver, guest, project string, env map[string]string, spec runSpec) error {
+	if _, err := runIn(ctx, drv, guest, nil, "sh", "-c", `set -e; mkdir -p "$1"; chown "$2:$3" "$1"; chmod 700 "$1"`,
+		"sh", envDir(project), strconv.Itoa(spec.UID), strconv.Itoa(spec.GID)); err != nil {
+		return fmt.Errorf("making %s: %w", envDir(project), err)
+	}
+	if err := a.runtime.WriteEnv(ctx, drv, guest, envFile(project, spec.Release), spec.UID, spec.GID, env); err != nil {
+		return err
+	}
+	b, err := json.Marshal(spec)
+	if err != nil {
+		return err
+	}
+	_, err = runIn(ctx, drv, guest, bytes.NewReader(b), "sh", "-c", `set -e; cat > "$1.tmp"; mv -f "$1.tmp" "$1"`, "sh", runFile(project, spec.Release))
+	return err
+}
+
+// readRunSpec reads a release's run spec from the guest; ok is false for
+// a release without processes.
+func readRunSpec(ctx context.Context, drv drivers.Driver, guest, project, release string) (runSpec, bool, error) {
+	out, err := runIn(ctx, drv, guest, nil, "sh", "-c", `cat "$1" 2>/dev/null || true`, "sh", runFile(project, release))
+	if err != nil || len(bytes.TrimSpace(out)) == 0 {
+		return runSpec{}, false, err
+	}
+	var s runSpec
+	if err := json.Unmarshal(out, &s); err != nil {
+		return runSpec{}, false, fmt.Errorf("run spec of %s: %w", release, err)
+	}
+	return s, len(s.Processes) > 0, nil
+}
+
+// runIn execs argv in a guest; a non-zero exit is an error with the output.
+func runIn(ctx context.Context, drv drivers.Driver, guest string, stdin io.Reader, argv ...string) ([]byte, error) {
+	var out bytes.Buffer
+	code, err := drv.Exec(ctx, guest, drivers.ExecRequest{Argv: argv, Stdin: stdin, Stdout: &out, Stderr: &out})
+	if err == nil && code != 0 {
+		err = fmt.Errorf("exit status %d: %s", code, strings.TrimSpace(out.String()))
+	}
+	return out.Bytes(), err
+}
+
+// rollout is a generation started beside the serving one, not yet
+// taking traffic.
+type rollout struct {
+	a       *Agent
+	drv     drivers.Driver
+	guest   *corpusv1.Guest
+	project string
+	env     string
+	gen     string
+	spec    runSpec
+	port    int   // web's new port, 0 without web
+	oldPort int32 // the port the routes had
+	moved   bool  // the routes point at port
+	say     func(format string, args ...any)
+	// names limits retireOthers to these process types (a restart of
+	// some); nil retires whole generations.
+	names []string
+}
+
+// webPorts are the two ports web alternates between.
+func nextWebPort(env *corpusv1.ProjectEnv) (next int, current int32) {
+	p := env.GetHttpPort()
+	if p == 0 {
+		p = 80
+	}
+	current = p
+	if env.GetWebPort() != 0 {
+		current = env.WebPort
+	}
+	if current == p && p < 65535 {
+		return int(p) + 1, current
+	}
+	return int(p), current
+}
+
+// errStart is a start that failed, with the process's last output.
+type errStart struct {
+	msg  string
+	tail []string
+}
+
+func (e *errStart) Error() string { return e.msg }
+
+// startGeneration starts a release's processes as generation gen and,
+// when there is a web process, waits until it answers on its new port.
+func (a *Agent) startGeneration(ctx context.Context, drv drivers.Driver, g *corpusv1.Guest, project string, env *corpusv1.ProjectEnv, spec runSpec, gen string, say func(string, ...any)) (*rollout, error) {
+	if err := a.runtime.Ensure(ctx, drv, g.Name); err != nil {
+		return nil, err
+	}
+	r := &rollout{a: a, drv: drv, guest: g, project: project, env: env.GetName(), gen: gen, spec: spec, say: say}
+	procs := append([]supervisor.Process(nil), spec.Processes...)
+	if spec.web() {
+		r.port, r.oldPort = nextWebPort(env)
+	}
+	for i := range procs {
+		if procs[i].Name == "web" {
+			procs[i].Port = r.port
+		}
+	}
+	res, err := a.runtime.Call(ctx, drv, g.Name, supervisor.Request{Op: supervisor.OpStart, Generation: &supervisor.Generation{
+		Project: project, ID: gen, Release: spec.Release, Dir: projectDir(project) + "/releases/" + spec.Release,
+		UID: spec.UID, GID: spec.GID, EnvFile: envFile(project, spec.Release), Processes: procs,
+		Grace: spec.Grace, MinUptime: supervisor.Duration(minUptime),
+	}})
+	if err != nil {
+		return nil, err
+	}
+	if res.Error != "" {
+		return nil, &errStart{msg: res.Error, tail: res.Output}
+	}
+	for _, p := range procs {
+		desc := p.Command
+		if p.Port != 0 {
+			desc += " (PORT=" + strconv.Itoa(p.Port) + ")"
+		}
+		say("       %s: %s", p.Name, desc)
+	}
+	if r.port != 0 {
+		if err := r.checkWeb(ctx); err != nil {
+			r.abort(context.WithoutCancel(ctx))
+			return nil, err
+		}
+	}
+	return r, nil
+}
+
+// checkWeb asks the new web process until it answers.
+func (r *rollout) checkWeb(ctx context.Context) error {
+	if r.guest.Address == "" {
+		return errors.New("the guest has no address to check web on")
+	}
+	url := "http://" + net.JoinHostPort(r.guest.Address, strconv.Itoa(r.port)) + r.spec.HealthPath
+	timeout := time.Duration(r.spec.HealthTimeout)
+	if timeout <= 0 {
+		timeout = defaultHealthTimeout
+	}
+	accept := func(code int) bool { return code < 500 }
+	if r.spec.Strict {
+		accept = func(code int) bool { return code < 400 }
+	}
+	status, err := waitHTTP(ctx, url, timeout, accept)
+	if err != nil {
+		return err
+	}
+	r.say("       GET %s: %s", url, status)
+	return nil
+}
+
+// waitHTTP asks url until accept likes the status, or timeout.
+func waitHTTP(ctx context.Context, url string, timeout time.Duration, accept func(int) bool) (string, error) {
+	client := &http.Client{Timeout: 2 * time.Second, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	deadline := time.Now().Add(timeout)
+	var last string
+	for {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		if err != nil {
+			return "", err
+		}
+		res, err := client.Do(req)
+		if err == nil {
+			io.Copy(io.Discard, io.LimitReader(res.Body, 1<<20))
+			res.Body.Close()
+			if accept(res.StatusCode) {
+				return res.Status, nil
+			}
+			last = res.Status
+		} else {
+			last = err.Error()
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return "", fmt.Errorf("GET %s: %s (no good answer within %s)", url, last, timeout)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// switchTraffic points the environment's routes at the new web port and
+// waits until this node's proxy sends new requests there.
+func (r *rollout) switchTraffic(ctx context.Context) error {
+	if r.port == 0 || int32(r.port) == r.oldPort {
+		return nil
+	}
+	if err := r.a.setWebPort(ctx, r.project, r.env, int32(r.port)); err != nil {
+		return fmt.Errorf("pointing the routes at port %d: %w", r.port, err)
+	}
+	r.moved = true
+	old := net.JoinHostPort(r.guest.Address, strconv.Itoa(int(r.oldPort)))
+	if r.a.net == nil || r.a.net.proxy == nil || r.guest.Address == "" {
+		return nil
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for r.a.proxyTargets(old) {
+		if time.Now().After(deadline) {
+			return errors.New("this node's proxy did not take the new port within 10s")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	r.say("       routes -> port %d", r.port)
+	return nil
+}
+
+func (a *Agent) setWebPort(ctx context.Context, project, env string, port int32) error {
+	_, err := coordCall(a, func(c corpusv1connect.AgentServiceClient) (*connect.Response[corpusv1.SetWebPortResponse], error) {
+		return c.SetWebPort(ctx, connect.NewRequest(&corpusv1.SetWebPortRequest{Project: project, Env: env, Port: port}))
+	})
+	return err
+}
+
+// proxyTargets says whether a route of this node's proxy still sends
+// requests to target.
+func (a *Agent) proxyTargets(target string) bool {
+	for _, hr := range a.net.proxy.Routes().HTTP {
+		for _, t := range hr.Targets {
+			if t == target {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// retireOthers stops the project's other generations, once the requests
+// the old web was serving have finished (up to the grace period).
+func (r *rollout) retireOthers(ctx context.Context) {
+	if r.moved && r.a.net != nil && r.a.net.proxy != nil {
+		old := net.JoinHostPort(r.guest.Address, strconv.Itoa(int(r.oldPort)))
+		deadline := time.Now().Add(time.Duration(r.spec.Grace))
+		for r.a.net.proxy.InFlight(old) > 0 && time.Now().Before(deadline) {
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	st, err := r.a.runtime.Status(ctx, r.drv, r.guest.Name, r.project)
+	if err != nil {
+		r.say("       warning: listing the old processes: %v", err)
+		return
+	}
+	seen := map[string]bool{}
+	for _, p := range st {
+		if p.Generation == r.gen || seen[p.Generation] {
+			continue
+		}
+		seen[p.Generation] = true
+		res, err := r.a.runtime.Call(ctx, r.drv, r.guest.Name, supervisor.Request{Op: supervisor.OpStop, Project: r.project, ID: p.Generation, Names: r.names})
+		if err == nil && res.Error != "" {
+			err = errors.New(res.Error)
+		}
+		if err != nil {
+			r.say("       warning: stopping the processes of %s: %v", p.Generation, err)
+			continue
+		}
+		r.say("       stopped the processes of %s", p.Generation)
+	}
+}
+
+// abort stops the new generation and points the routes back.
+func (r *rollout) abort(ctx context.Context) {
+	if r.moved && r.oldPort != 0 {
+		if err := r.a.setWebPort(ctx, r.project, r.env, r.oldPort); err != nil {
+			r.say("       warning: pointing the routes back at port %d: %v", r.oldPort, err)
+		}
+	}
+	res, err := r.a.runtime.Call(ctx, r.drv, r.guest.Name, supervisor.Request{Op: supervisor.OpStop, Project: r.project, ID: r.gen})
+	if err == nil && res.Error != "" {
+		err = errors.New(res.Error)
+	}
+	if err != nil {
+		r.say("       warning: stopping the new processes: %v", err)
+	}
+}
+
+// stopProcesses ends every process of a project in a guest (a project
+// that no longer declares any).
+func (a *Agent) stopProcesses(ctx context.Context, drv drivers.Driver, guest, project string) error {
+	st, err := a.runtime.Status(ctx, drv, guest, project)
+	if err != nil || len(st) == 0 {
+		return err
+	}
+	res, err := a.runtime.Call(ctx, drv, guest, supervisor.Request{Op: supervisor.OpStop, Project: project})
+	if err == nil && res.Error != "" {
+		err = errors.New(res.Error)
+	}
+	return err
+}
+
+// stopGeneration ends one generation of a project's processes, if the
+// guest runs it.
+func (a *Agent) stopGeneration(ctx context.Context, drv drivers.Driver, guest, project, gen string) error {
+	st, err := a.runtime.Status(ctx, drv, guest, project)
+	if err != nil {
+		return err
+	}
+	for _, p := range st {
+		if p.Generation == gen {
+			res, err := a.runtime.Call(ctx, drv, guest, supervisor.Request{Op: supervisor.OpStop, Project: project, ID: gen})
+			if err == nil && res.Error != "" {
+				err = errors.New(res.Error)
+			}
+			return err
+		}
+	}
+	return nil
+}
+
+// nextGeneration names a new generation of release: the release's name,
+// or with a count when that runs already ("r4.2").
+func nextGeneration(release string, running []supervisor.Status) string {
+	used := map[string]bool{}
+	for _, p := range running {
+		used[p.Generation] = true
+	}
+	if !used[release] {
+		return release
+	}
+	for n := 2; ; n++ {
+		if g := release + "." + strconv.Itoa(n); !used[g] {
+			return g
+		}
+	}
+}
+
+// reviveLoop starts the supervisor again in project guests that
+// restarted (a new init PID): their processes run again without a deploy.
+// A guest is checked once per start.
+func (a *Agent) reviveLoop(ctx context.Context) {
+	revived := map[string]int64{} // guest id → init PID revived for
+	tick := time.NewTicker(2 * time.Second)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		type target struct {
+			g   *corpusv1.Guest
+			pid int64
+		}
+		var todo []target
+		a.mu.Lock()
+		for id, g := range a.desired {
+			o := a.observed[id]
+			if _, ok := a.guestProjects[id]; !ok || o == nil || o.State != string(drivers.StateRunning) || o.Pid == 0 || revived[id] == o.Pid {
+				continue
+			}
+			todo = append(todo, target{g, o.Pid})
+		}
+		for id := range revived {
+			if a.desired[id] == nil {
+				delete(revived, id)
+			}
+		}
+		a.mu.Unlock()
+		for _, t := range todo {
+			d, ok := a.drivers[t.g.Spec.GetDriver()]
+			if !ok || !d.Capabilities().Exec {
+				revived[t.g.Id] = t.pid
+				continue
+			}
+			cctx, cancel := context.WithTimeout(ctx, time.Minute)
+			err := a.runtime.Revive(cctx, d, t.g.Name)
+			cancel()
+			if err != nil {
+				a.logger.Warn("starting the process supervisor of a restarted guest; will retry", "guest", t.g.Name, "error", err)
+				continue
+			}
+			revived[t.g.Id] = t.pid
+		}
+	}
+}

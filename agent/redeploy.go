@@ -1,0 +1,209 @@
+package agent
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"corpus/agent/runtime/supervisor"
+	"corpus/drivers"
+	"corpus/internal/names"
+	corpusv1 "corpus/proto/corpus/v1"
+)
+
+// Releases of the current commit without a push (a config change, corpus
+// deploy), restarts of the processes, and what they are.
+
+// checkEnvRequest validates the project and environment a call names.
+func checkEnvRequest(project, env string) error {
+	if err := names.Validate("project", project); err != nil {
+		return connect.NewError(connect.CodeInvalidArgument, err)
+	}
+	switch env {
+	case corpusv1.EnvDev, corpusv1.EnvStaging, corpusv1.EnvProd:
+		return nil
+	}
+	return connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("environment %q", env))
+}
+
+// serving is the release an environment serves, from the coordinator's
+// word.
+func serving(env *corpusv1.ProjectEnv, rels []*corpusv1.Release) *corpusv1.Release {
+	for _, r := range rels {
+		if r.Number == env.GetCurrentRelease() && r.Status == corpusv1.ReleaseSucceeded {
+			return r
+		}
+	}
+	return nil
+}
+
+// Redeploy runs the pipeline on the serving release's commit (trigger
+// config or deploy), or rolls the serving release's processes (restart).
+func (s *agentAPI) Redeploy(ctx context.Context, req *connect.Request[corpusv1.AgentRedeployRequest], stream *connect.ServerStream[corpusv1.DeployOutput]) error {
+	a := s.a
+	if err := a.checkCaller(req.Header()); err != nil {
+		return err
+	}
+	m := req.Msg
+	r, env := m.GetRequest(), m.GetEnv()
+	if r == nil || env == nil {
+		return connect.NewError(connect.CodeInvalidArgument, errors.New("a redeploy without its request or environment"))
+	}
+	if err := checkEnvRequest(r.Project, r.Env); err != nil {
+		return err
+	}
+	key := r.Project + "/" + r.Env
+	if holder, ok := a.envLocks.tryLock(key, fmt.Sprintf("a %s by %s since %s", r.Trigger, m.Author, time.Now().Format(time.TimeOnly))); !ok {
+		return connect.NewError(connect.CodeAborted, fmt.Errorf("%s is busy (%s); try again when it ends", key, holder))
+	}
+	defer a.envLocks.unlock(key)
+	g, drv, err := a.guestForExec(projectGuest(r.Project, r.Env))
+	if err != nil {
+		return connect.NewError(connect.CodeFailedPrecondition, err)
+	}
+	cur := serving(env, m.Releases)
+	if cur == nil {
+		return connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("%s serves no release yet: push first", key))
+	}
+	out := streamWriter(func(p []byte) error { return stream.Send(&corpusv1.DeployOutput{Output: p}) })
+	if r.Trigger == triggerRestart {
+		if err := a.restart(ctx, drv, g, r.Project, env, cur, r.Processes, out); err != nil {
+			return err
+		}
+		return stream.Send(&corpusv1.DeployOutput{Done: true, Current: cur.Number})
+	}
+	if a.git == nil {
+		return connect.NewError(connect.CodeFailedPrecondition, errors.New("this node's git endpoint is off, so it keeps no repository to deploy from"))
+	}
+	repo := quarantineGit{repo: filepath.Join(a.git.root, r.Project+"-"+r.Env+".git"), req: &hookRequest{}}
+	start := time.Now()
+	t, man, subject, err := inspectPush(repo, cur.Commit, a.cfg.GitMaxPushBytes*4)
+	if err != nil {
+		return connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("reading %s's commit %s: %w", corpusv1.ReleaseName(cur.Number), short(cur.Commit), err))
+	}
+	// The deploy runs to its end even if the caller goes away, as a push
+	// does; what it says is then lost, not the deploy.
+	d := &deploy{a: a, ctx: a.runCtx, guest: g, driver: drv, project: r.Project, env: env, tree: t, man: man,
+		out: out, log: &bytes.Buffer{}, known: m.Releases, prev: cur, only: r.Only}
+	if err := d.resolveUser(); err != nil {
+		return connect.NewError(connect.CodeFailedPrecondition, err)
+	}
+	if err := d.begin(cur.Commit, m.Author, subject, r.Trigger); err != nil {
+		return connect.NewError(connect.CodeUnavailable, fmt.Errorf("recording the release: %w", err))
+	}
+	what := "config change"
+	if r.Trigger == triggerDeploy {
+		what = "deploy"
+		if len(r.Only) > 0 {
+			what += " of " + strings.Join(r.Only, ", ") + " only"
+		}
+	}
+	d.say("-----> Deploying %s/%s %s (%s of %s, %s by %s)", r.Project, r.Env, d.name(), what, corpusv1.ReleaseName(cur.Number), short(cur.Commit), m.Author)
+	code := d.finish(d.run(repo, cur.Commit))
+	outcome := "succeeded"
+	if code != 0 {
+		outcome = "failed"
+	}
+	a.metrics.deployed(outcome, time.Since(start))
+	if code != 0 {
+		return connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("%s failed; %s still serves", d.name(), corpusv1.ReleaseName(cur.Number)))
+	}
+	return stream.Send(&corpusv1.DeployOutput{Done: true, Current: d.release.Number})
+}
+
+// restart rolls the serving release's processes (only those named, when
+// some are): new ones beside the old, web on the other port, then the old
+// ones stopped.
+func (a *Agent) restart(ctx context.Context, drv drivers.Driver, g *corpusv1.Guest, project string, env *corpusv1.ProjectEnv, cur *corpusv1.Release, only []string, out io.Writer) error {
+	say := func(format string, args ...any) { fmt.Fprintf(out, format+"\n", args...) }
+	rel := corpusv1.ReleaseName(cur.Number)
+	spec, ok, err := readRunSpec(ctx, drv, g.Name, project, rel)
+	if err != nil {
+		return connect.NewError(connect.CodeInternal, err)
+	}
+	if !ok {
+		return connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("%s of %s/%s runs no processes (a Procfile, or processes: in %s)", rel, project, env.Name, manifestFile))
+	}
+	if len(only) > 0 {
+		var keep []supervisor.Process
+		for _, name := range only {
+			i := slices.IndexFunc(spec.Processes, func(p supervisor.Process) bool { return p.Name == name })
+			if i < 0 {
+				return connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("%s has no process %s (it has %s)", rel, name, processNames(spec.Processes)))
+			}
+			keep = append(keep, spec.Processes[i])
+		}
+		spec.Processes = keep
+	}
+	running, err := a.runtime.Status(ctx, drv, g.Name, project)
+	if err != nil {
+		return connect.NewError(connect.CodeUnavailable, err)
+	}
+	gen := nextGeneration(rel, running)
+	say("-----> Restarting %s of %s/%s %s", processNames(spec.Processes), project, env.Name, rel)
+	r, err := a.startGeneration(ctx, drv, g, project, env, spec, gen, say)
+	if err != nil {
+		var es *errStart
+		if errors.As(err, &es) {
+			for _, l := range es.tail {
+				say("       | %s", l)
+			}
+		}
+		return connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("restarting: %w; the processes before keep running", err))
+	}
+	if err := r.switchTraffic(ctx); err != nil {
+		r.abort(context.WithoutCancel(ctx))
+		return connect.NewError(connect.CodeUnavailable, err)
+	}
+	r.names = only
+	r.retireOthers(context.WithoutCancel(ctx))
+	say("-----> %s restarted", processNames(spec.Processes))
+	return nil
+}
+
+func processNames(ps []supervisor.Process) string {
+	n := make([]string, len(ps))
+	for i, p := range ps {
+		n[i] = p.Name
+	}
+	return strings.Join(n, ", ")
+}
+
+// Processes says how a project environment's processes are.
+func (s *agentAPI) Processes(ctx context.Context, req *connect.Request[corpusv1.ListProcessesRequest]) (*connect.Response[corpusv1.ListProcessesResponse], error) {
+	a := s.a
+	if err := a.checkCaller(req.Header()); err != nil {
+		return nil, err
+	}
+	m := req.Msg
+	if err := checkEnvRequest(m.Project, m.Env); err != nil {
+		return nil, err
+	}
+	g, drv, err := a.guestForExec(projectGuest(m.Project, m.Env))
+	if err != nil {
+		return nil, connect.NewError(connect.CodeFailedPrecondition, err)
+	}
+	st, err := a.runtime.Status(ctx, drv, g.Name, m.Project)
+	if err != nil {
+		return nil, connect.NewError(connect.CodeUnavailable, err)
+	}
+	res := &corpusv1.ListProcessesResponse{}
+	for _, p := range st {
+		ps := &corpusv1.ProcessStatus{Name: p.Name, State: p.State, Pid: int32(p.PID), Restarts: int32(p.Restarts),
+			Release: p.Release, Port: int32(p.Port), LastExit: p.LastExit, Command: p.Command}
+		if !p.StartedAt.IsZero() {
+			ps.StartedAt = timestamppb.New(p.StartedAt)
+		}
+		res.Processes = append(res.Processes, ps)
+	}
+	return connect.NewResponse(res), nil
+}

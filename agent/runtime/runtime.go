@@ -1,0 +1,196 @@
+// Package runtime is the agent's side of the process supervisor
+// (agent/runtime/supervisor): it installs the supervisor into a guest,
+// starts it, hands it what to run and asks how it is, all through the
+// guest driver's exec, so it works the same in LXC containers and VMs.
+//
+// The agent's loops use it through Runtime's methods only: Ensure before a
+// deploy starts processes, Call to start, stop and list them, WriteEnv to
+// put a release's environment in the guest, and Revive from the reconcile
+// loop, so a guest that restarted runs its processes again.
+package runtime
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+
+	"corpus/agent/runtime/supervisor"
+	"corpus/drivers"
+)
+
+// Execer runs a command in a guest: what a driver with the exec ability
+// offers.
+type Execer interface {
+	Exec(ctx context.Context, guest string, req drivers.ExecRequest) (int, error)
+}
+
+// Runtime drives the supervisors of this node's guests.
+type Runtime struct {
+	// Binary is corpus-supervisor on this host, copied into guests.
+	Binary string
+
+	once sync.Once
+	hash string
+	err  error
+}
+
+// ErrNoBinary is returned (wrapped) when this host has no supervisor to
+// install.
+var ErrNoBinary = errors.New("corpus-supervisor is not installed beside corpus")
+
+// FindBinary looks for corpus-supervisor beside the running binary, then
+// where the package installs it.
+func FindBinary() string {
+	if self, err := os.Executable(); err == nil {
+		p := filepath.Join(filepath.Dir(self), "corpus-supervisor")
+		if _, err := os.Stat(p); err == nil {
+			return p
+		}
+	}
+	for _, p := range []string{"/usr/lib/corpus/corpus-supervisor", "/usr/local/lib/corpus/corpus-supervisor"} {
+		if _, err := os.Stat(p); err == nil {
+			return p
+		}
+	}
+	return ""
+}
+
+func (r *Runtime) binaryHash() (string, error) {
+	r.once.Do(func() {
+		if r.Binary == "" {
+			r.err = fmt.Errorf("%w (build it with make build, or install the corpus package)", ErrNoBinary)
+			return
+		}
+		f, err := os.Open(r.Binary)
+		if err != nil {
+			r.err = fmt.Errorf("%w: %v", ErrNoBinary, err)
+			return
+		}
+		defer f.Close()
+		h := sha256.New()
+		if _, err := io.Copy(h, f); err != nil {
+			r.err = err
+			return
+		}
+		r.hash = hex.EncodeToString(h.Sum(nil))
+	})
+	return r.hash, r.err
+}
+
+// run execs argv in the guest and returns its output; a non-zero exit is
+// an error with the output.
+func run(ctx context.Context, x Execer, guest string, stdin io.Reader, argv ...string) ([]byte, error) {
+	var out, errOut bytes.Buffer
+	code, err := x.Exec(ctx, guest, drivers.ExecRequest{Argv: argv, Stdin: stdin, Stdout: &out, Stderr: &errOut})
+	if err != nil {
+		return nil, err
+	}
+	if code != 0 {
+		msg := strings.TrimSpace(errOut.String())
+		if msg == "" {
+			msg = strings.TrimSpace(out.String())
+		}
+		return out.Bytes(), fmt.Errorf("exit status %d: %s", code, msg)
+	}
+	return out.Bytes(), nil
+}
+
+// Ensure installs the supervisor in the guest when it is missing or
+// another build, and starts it when it is not running.
+func (r *Runtime) Ensure(ctx context.Context, x Execer, guest string) error {
+	want, err := r.binaryHash()
+	if err != nil {
+		return err
+	}
+	out, err := run(ctx, x, guest, nil, "sh", "-c", `sha256sum "$1" 2>/dev/null || true`, "sh", supervisor.Binary)
+	if err != nil {
+		return fmt.Errorf("looking for the supervisor in guest %s: %w", guest, err)
+	}
+	if f := strings.Fields(string(out)); len(f) == 0 || f[0] != want {
+		bin, err := os.Open(r.Binary)
+		if err != nil {
+			return err
+		}
+		defer bin.Close()
+		if _, err := run(ctx, x, guest, bin, "sh", "-c",
+			`set -e; mkdir -p "${1%/*}"; cat > "$1.new"; chmod 755 "$1.new"; mv -f "$1.new" "$1"`, "sh", supervisor.Binary); err != nil {
+			return fmt.Errorf("installing the supervisor in guest %s: %w", guest, err)
+		}
+	}
+	if _, err := run(ctx, x, guest, nil, supervisor.Binary, "start"); err != nil {
+		return fmt.Errorf("starting the supervisor in guest %s: %w", guest, err)
+	}
+	return nil
+}
+
+// Revive starts the supervisor of a guest that has processes to run (a
+// state file) and whose supervisor is not running: after the guest
+// restarted. It does nothing in a guest without processes.
+func (r *Runtime) Revive(ctx context.Context, x Execer, guest string) error {
+	_, err := run(ctx, x, guest, nil, "sh", "-c",
+		`test -f "$1" || exit 0; test -x "$2" || exit 0; exec "$2" start`, "sh", supervisor.StateFile, supervisor.Binary)
+	return err
+}
+
+// Call sends one request to the guest's supervisor.
+func (r *Runtime) Call(ctx context.Context, x Execer, guest string, req supervisor.Request) (*supervisor.Response, error) {
+	b, err := json.Marshal(req)
+	if err != nil {
+		return nil, err
+	}
+	out, err := run(ctx, x, guest, bytes.NewReader(b), supervisor.Binary, "ctl")
+	if err != nil {
+		return nil, fmt.Errorf("the supervisor of guest %s: %w", guest, err)
+	}
+	var res supervisor.Response
+	if err := json.Unmarshal(out, &res); err != nil {
+		return nil, fmt.Errorf("the supervisor of guest %s answered %q: %w", guest, out, err)
+	}
+	return &res, nil
+}
+
+// Status lists a project's processes in the guest; none when the guest
+// runs no supervisor.
+func (r *Runtime) Status(ctx context.Context, x Execer, guest, project string) ([]supervisor.Status, error) {
+	out, err := run(ctx, x, guest, nil, "sh", "-c", `test -S "$1" && echo yes || true`, "sh", supervisor.Socket)
+	if err != nil {
+		return nil, err
+	}
+	if strings.TrimSpace(string(out)) != "yes" {
+		return nil, nil
+	}
+	res, err := r.Call(ctx, x, guest, supervisor.Request{Op: supervisor.OpStatus, Project: project})
+	if err != nil {
+		return nil, err
+	}
+	if res.Error != "" {
+		return nil, errors.New(res.Error)
+	}
+	return res.Processes, nil
+}
+
+// WriteEnv puts env in the guest at path as JSON, readable by uid only:
+// it travels on the exec's stdin, never on a command line.
+func (r *Runtime) WriteEnv(ctx context.Context, x Execer, guest, path string, uid, gid int, env map[string]string) error {
+	b, err := json.Marshal(env)
+	if err != nil {
+		return err
+	}
+	_, err = run(ctx, x, guest, bytes.NewReader(b), "sh", "-c",
+		`set -e; umask 077; mkdir -p "${1%/*}"; cat > "$1.tmp"; chown "$2:$3" "$1.tmp"; chmod 600 "$1.tmp"; mv -f "$1.tmp" "$1"`,
+		"sh", path, strconv.Itoa(uid), strconv.Itoa(gid))
+	if err != nil {
+		return fmt.Errorf("writing the environment in guest %s: %w", guest, err)
+	}
+	return nil
+}

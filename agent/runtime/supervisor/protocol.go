@@ -1,0 +1,144 @@
+// Package supervisor is the process supervisor corpus runs inside each
+// guest that has processes: a small static program (cmd/corpus-supervisor,
+// no cgo, no libraries) that the agent copies into the guest, so it runs
+// on any image, busybox included, and keeps the processes up when the
+// agent is away or restarting.
+//
+// It runs a project's processes (Procfile lines) as the project's user in
+// a release's folder with the release's environment, restarts them when
+// they exit (with backoff, counting restarts), captures their output into
+// capped, rotated log files, and stops them with SIGTERM and, after a
+// grace period, SIGKILL, to the whole process group. What it runs is kept
+// in a state file, so a restarted supervisor (a rebooted guest) runs the
+// same processes again.
+//
+// The agent speaks to it with one JSON request and one JSON answer over a
+// unix socket in the guest, through `corpus-supervisor ctl` run by the
+// driver's exec: nothing about it depends on the guest's network.
+//
+// Why not an existing supervisor: runit and s6 are not in every image
+// (busybox's runit applets are, Debian's minbase has none), supervisord
+// needs Python, and none of them starts a new generation beside the old
+// one on another port, which zero-downtime deploys need. This one is a
+// few hundred lines and ships with corpus.
+package supervisor
+
+import (
+	"encoding/json"
+	"fmt"
+	"time"
+)
+
+// Paths inside the guest.
+const (
+	Socket    = "/run/corpus-supervisor.sock"
+	LockFile  = "/run/corpus-supervisor.lock"
+	StateDir  = "/var/lib/corpus-supervisor"
+	StateFile = StateDir + "/state.json"
+	LogDir    = "/var/log/corpus"
+	// Binary is where the agent installs the supervisor in a guest.
+	Binary = "/usr/local/lib/corpus/corpus-supervisor"
+)
+
+// Operations.
+const (
+	OpPing   = "ping"
+	OpStart  = "start"
+	OpStop   = "stop"
+	OpStatus = "status"
+)
+
+// Process states.
+const (
+	StateStarting = "starting"
+	StateRunning  = "running"
+	StateBackoff  = "backoff"
+	StateStopping = "stopping"
+	StateStopped  = "stopped"
+)
+
+// Request is one call to the supervisor.
+type Request struct {
+	Op string `json:"op"`
+	// Start: a generation to run.
+	Generation *Generation `json:"generation,omitempty"`
+	// Stop: the generation of Project to stop (all of the project's when
+	// ID is empty), keeping the others.
+	Project string   `json:"project,omitempty"`
+	ID      string   `json:"id,omitempty"`
+	Names   []string `json:"names,omitempty"`
+}
+
+// Generation is a set of processes of one release of a project, started
+// together; a deploy starts the new generation beside the old one, then
+// stops the old.
+type Generation struct {
+	Project string `json:"project"`
+	// ID is unique among the project's generations ("r3", "r3.2").
+	ID      string `json:"id"`
+	Release string `json:"release"`
+	// Dir is where the processes run (the release's folder).
+	Dir string `json:"dir"`
+	UID int    `json:"uid"`
+	GID int    `json:"gid"`
+	// EnvFile is a JSON object of environment variables (the project's
+	// config, secrets included), readable by the project's user only.
+	EnvFile   string    `json:"env_file"`
+	Processes []Process `json:"processes"`
+	// Grace is how long a stopping process gets between SIGTERM and
+	// SIGKILL.
+	Grace Duration `json:"grace"`
+	// MinUptime is how long each process must stay up for the start to
+	// succeed; a process that exits sooner fails it with its last output.
+	MinUptime Duration `json:"min_uptime"`
+}
+
+// Process is one Procfile line.
+type Process struct {
+	Name    string `json:"name"`
+	Command string `json:"command"`
+	// Port is given as PORT (web).
+	Port int `json:"port,omitempty"`
+}
+
+// Response answers a Request.
+type Response struct {
+	Error     string   `json:"error,omitempty"`
+	Version   string   `json:"version,omitempty"`
+	Processes []Status `json:"processes,omitempty"`
+	// Output is the last lines of a process that failed a start.
+	Output []string `json:"output,omitempty"`
+}
+
+// Status is how one process is.
+type Status struct {
+	Project    string    `json:"project"`
+	Generation string    `json:"generation"`
+	Release    string    `json:"release"`
+	Name       string    `json:"name"`
+	Command    string    `json:"command"`
+	State      string    `json:"state"`
+	PID        int       `json:"pid,omitempty"`
+	Port       int       `json:"port,omitempty"`
+	Restarts   int       `json:"restarts"`
+	StartedAt  time.Time `json:"started_at,omitzero"`
+	LastExit   string    `json:"last_exit,omitempty"`
+}
+
+// Duration is a time.Duration written as "1.5s" in JSON.
+type Duration time.Duration
+
+func (d Duration) MarshalJSON() ([]byte, error) { return json.Marshal(time.Duration(d).String()) }
+
+func (d *Duration) UnmarshalJSON(b []byte) error {
+	var s string
+	if err := json.Unmarshal(b, &s); err != nil {
+		return err
+	}
+	v, err := time.ParseDuration(s)
+	if err != nil {
+		return fmt.Errorf("duration %q: %w", s, err)
+	}
+	*d = Duration(v)
+	return nil
+}

@@ -1,0 +1,135 @@
+package supervisor
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"syscall"
+	"time"
+)
+
+// maxRequest bounds one request (a generation's spec is small).
+const maxRequest = 1 << 20
+
+// Serve answers requests on the socket until ctx ends, then stops every
+// process. One supervisor runs per guest: a second one fails at once.
+func (s *Supervisor) Serve(ctx context.Context, socket, lockFile string) error {
+	lock, err := os.OpenFile(lockFile, os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return err
+	}
+	defer lock.Close()
+	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		return fmt.Errorf("another corpus-supervisor runs here (%s is locked)", lockFile)
+	}
+	os.Remove(socket)
+	ln, err := net.Listen("unix", socket)
+	if err != nil {
+		return err
+	}
+	if err := os.Chmod(socket, 0o600); err != nil {
+		ln.Close()
+		return err
+	}
+	if err := s.Restore(); err != nil {
+		s.Logger.Warn("restoring the processes of the state file", "error", err)
+	}
+	go func() {
+		<-ctx.Done()
+		ln.Close()
+	}()
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			if ctx.Err() != nil {
+				s.StopAll()
+				return nil
+			}
+			return err
+		}
+		go s.serveConn(c)
+	}
+}
+
+func (s *Supervisor) serveConn(c net.Conn) {
+	defer c.Close()
+	var req Request
+	if err := json.NewDecoder(io.LimitReader(c, maxRequest)).Decode(&req); err != nil {
+		json.NewEncoder(c).Encode(Response{Error: "bad request: " + err.Error()})
+		return
+	}
+	json.NewEncoder(c).Encode(s.Handle(req))
+}
+
+// Call sends one request to the supervisor on socket.
+func Call(ctx context.Context, socket string, req Request) (*Response, error) {
+	var d net.Dialer
+	c, err := d.DialContext(ctx, "unix", socket)
+	if err != nil {
+		return nil, fmt.Errorf("the supervisor does not answer: %w", err)
+	}
+	defer c.Close()
+	if dl, ok := ctx.Deadline(); ok {
+		c.SetDeadline(dl)
+	}
+	if err := json.NewEncoder(c).Encode(req); err != nil {
+		return nil, err
+	}
+	var res Response
+	if err := json.NewDecoder(bufio.NewReader(c)).Decode(&res); err != nil {
+		return nil, fmt.Errorf("reading the supervisor's answer: %w", err)
+	}
+	return &res, nil
+}
+
+// Detach starts `self daemon` in a session of its own, its output to
+// logPath, and waits until it answers on socket (or already did).
+func Detach(self, socket, logPath string, wait time.Duration) error {
+	ping := func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		_, err := Call(ctx, socket, Request{Op: OpPing})
+		return err == nil
+	}
+	if ping() {
+		return nil
+	}
+	if err := os.MkdirAll(LogDir, 0o750); err != nil {
+		return err
+	}
+	out, err := os.OpenFile(logPath, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o640)
+	if err != nil {
+		return err
+	}
+	defer out.Close()
+	cmd := exec.Command(self, "daemon")
+	cmd.Stdout, cmd.Stderr = out, out
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	cmd.Dir = "/"
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	deadline := time.Now().Add(wait)
+	for time.Now().Before(deadline) {
+		if ping() {
+			return nil
+		}
+		select {
+		case err := <-exited:
+			if ping() {
+				return nil // another one won the race and serves
+			}
+			return fmt.Errorf("the supervisor exited at once (%v); see %s", err, logPath)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	return errors.New("the supervisor did not answer within " + wait.String() + "; see " + logPath)
+}

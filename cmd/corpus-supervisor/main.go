@@ -1,0 +1,71 @@
+// Command corpus-supervisor runs a project's processes inside a guest; the
+// agent installs it there (see agent/runtime/supervisor). It is built
+// without cgo, so it runs on any Linux guest image.
+//
+//	corpus-supervisor daemon    serve in the foreground
+//	corpus-supervisor start     start the daemon in the background, once
+//	corpus-supervisor ctl       send the JSON request on stdin, print the answer
+//	corpus-supervisor version
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"corpus/agent/runtime/supervisor"
+	"corpus/internal/version"
+)
+
+func main() {
+	if len(os.Args) != 2 {
+		fmt.Fprintln(os.Stderr, "usage: corpus-supervisor daemon|start|ctl|version")
+		os.Exit(2)
+	}
+	switch os.Args[1] {
+	case "daemon":
+		logger := slog.New(slog.NewTextHandler(os.Stderr, nil))
+		s := &supervisor.Supervisor{StateFile: supervisor.StateFile, LogDir: supervisor.LogDir, Version: version.Version, Logger: logger}
+		ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+		defer stop()
+		logger.Info("corpus-supervisor serving", "version", version.Version, "socket", supervisor.Socket)
+		if err := s.Serve(ctx, supervisor.Socket, supervisor.LockFile); err != nil {
+			logger.Error("corpus-supervisor", "error", err)
+			os.Exit(1)
+		}
+	case "start":
+		self, err := os.Executable()
+		if err == nil {
+			err = supervisor.Detach(self, supervisor.Socket, supervisor.LogDir+"/supervisor.log", 10*time.Second)
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "corpus-supervisor:", err)
+			os.Exit(1)
+		}
+	case "ctl":
+		var req supervisor.Request
+		if err := json.NewDecoder(io.LimitReader(os.Stdin, 1<<20)).Decode(&req); err != nil {
+			fmt.Fprintln(os.Stderr, "corpus-supervisor: reading the request:", err)
+			os.Exit(2)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+		defer cancel()
+		res, err := supervisor.Call(ctx, supervisor.Socket, req)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "corpus-supervisor:", err)
+			os.Exit(3)
+		}
+		json.NewEncoder(os.Stdout).Encode(res)
+	case "version":
+		fmt.Println(version.Version)
+	default:
+		fmt.Fprintln(os.Stderr, "usage: corpus-supervisor daemon|start|ctl|version")
+		os.Exit(2)
+	}
+}

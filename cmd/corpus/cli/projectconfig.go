@@ -1,0 +1,243 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"connectrpc.com/connect"
+	"github.com/spf13/cobra"
+
+	corpusv1 "corpus/proto/corpus/v1"
+)
+
+// Project config, processes, restarts and redeploys.
+
+func newConfigCmd(g *globals) *cobra.Command {
+	cmd := &cobra.Command{Use: "config", Short: "A project environment's variables (config and secrets): set, unset, list, get"}
+	var env string
+	var noRestart, reveal bool
+	set := &cobra.Command{
+		Use:   "set PROJECT KEY=VALUE... [--env ENV] [--no-restart]",
+		Short: "Set variables; a new release of the current commit runs with them (VALUE - reads it from stdin)",
+		Example: `  corpus config set site DEBUG=0 WORKERS=4
+  printf %s "$PASSWORD" | corpus config set site --env prod DB_PASSWORD=-
+  corpus config set site FEATURE_X=on --no-restart`,
+		Args: cobra.MinimumNArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			vars := map[string]string{}
+			stdinUsed := false
+			for _, a := range args[1:] {
+				k, v, ok := strings.Cut(a, "=")
+				if !ok || k == "" {
+					return fmt.Errorf("%q is not KEY=VALUE", a)
+				}
+				if _, dup := vars[k]; dup {
+					return fmt.Errorf("%s is given twice", k)
+				}
+				if v == "-" {
+					if stdinUsed {
+						return errors.New("only one value can come from stdin")
+					}
+					stdinUsed = true
+					b, err := io.ReadAll(io.LimitReader(cmd.InOrStdin(), 1<<20))
+					if err != nil {
+						return fmt.Errorf("reading %s from stdin: %w", k, err)
+					}
+					v = strings.TrimSuffix(string(b), "\n")
+				}
+				vars[k] = v
+			}
+			return followDeploy(g, cmd.Context(), args[0], env, "config change", func(ctx context.Context, c *clients) (*connect.ServerStreamForClient[corpusv1.DeployOutput], error) {
+				return c.projects.SetConfig(ctx, connect.NewRequest(&corpusv1.SetConfigRequest{Project: args[0], Env: env, Set: vars, NoRestart: noRestart}))
+			})
+		},
+	}
+	unset := &cobra.Command{
+		Use:   "unset PROJECT KEY... [--env ENV] [--no-restart]",
+		Short: "Remove variables; a new release of the current commit runs without them",
+		Args:  cobra.MinimumNArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return followDeploy(g, cmd.Context(), args[0], env, "config change", func(ctx context.Context, c *clients) (*connect.ServerStreamForClient[corpusv1.DeployOutput], error) {
+				return c.projects.SetConfig(ctx, connect.NewRequest(&corpusv1.SetConfigRequest{Project: args[0], Env: env, Unset: args[1:], NoRestart: noRestart}))
+			})
+		},
+	}
+	for _, c := range []*cobra.Command{set, unset} {
+		c.Flags().BoolVar(&noRestart, "no-restart", false, "store the change for the next deploy instead of deploying now")
+	}
+	list := &cobra.Command{
+		Use:     "list PROJECT [--env ENV] [--reveal]",
+		Aliases: []string{"ls"},
+		Short:   "List the variables' names (and values with --reveal: ops, or a dev granted the project)",
+		Args:    cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return call(g, cmd.Context(), func(ctx context.Context, c *clients) (*connect.Response[corpusv1.GetConfigResponse], error) {
+				return c.projects.GetConfig(ctx, connect.NewRequest(&corpusv1.GetConfigRequest{Project: args[0], Env: env, Reveal: reveal}))
+			}, func(m *corpusv1.GetConfigResponse) error {
+				if len(m.Vars) == 0 {
+					fmt.Fprintf(g.stdout, "no config in %s\n", args[0])
+					return nil
+				}
+				w := tabwriter.NewWriter(g.stdout, 0, 4, 2, ' ', 0)
+				for _, v := range m.Vars {
+					val := fmt.Sprintf("(hidden, %d bytes)", v.Bytes)
+					if reveal {
+						val = v.Value
+					}
+					fmt.Fprintf(w, "%s\t%s\n", v.Key, val)
+				}
+				if err := w.Flush(); err != nil {
+					return err
+				}
+				if m.Pending {
+					fmt.Fprintf(g.stdout, "(changed since %s started: the next deploy or config change takes it)\n", releaseName(m.CurrentRelease))
+				}
+				return nil
+			})
+		},
+	}
+	list.Flags().BoolVar(&reveal, "reveal", false, "show the values too")
+	get := &cobra.Command{
+		Use:   "get PROJECT KEY [--env ENV]",
+		Short: "Print one variable's value (ops, or a dev granted the project)",
+		Args:  cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := g.clients()
+			if err != nil {
+				return err
+			}
+			res, err := c.projects.GetConfig(cmd.Context(), connect.NewRequest(&corpusv1.GetConfigRequest{Project: args[0], Env: env, Reveal: true}))
+			if err != nil {
+				return err
+			}
+			for _, v := range res.Msg.Vars {
+				if v.Key == args[1] {
+					if g.json {
+						return g.printJSON(v)
+					}
+					_, err := fmt.Fprintln(g.stdout, v.Value)
+					return err
+				}
+			}
+			return fmt.Errorf("%s has no config key %s (see `corpus config list %s`)", args[0], args[1], args[0])
+		},
+	}
+	cmd.PersistentFlags().StringVar(&env, "env", "", "the project's environment (needed when it has several)")
+	cmd.AddCommand(set, unset, list, get)
+	return cmd
+}
+
+// followDeploy prints a deploy's output as it streams and, with --json,
+// one object at the end.
+func followDeploy(g *globals, ctx context.Context, project, env, what string, start func(context.Context, *clients) (*connect.ServerStreamForClient[corpusv1.DeployOutput], error)) error {
+	c, err := g.clients()
+	if err != nil {
+		return err
+	}
+	stream, err := start(ctx, c)
+	if err != nil {
+		return err
+	}
+	defer stream.Close()
+	var out strings.Builder
+	for stream.Receive() {
+		m := stream.Msg()
+		if g.json {
+			out.Write(m.Output)
+		} else {
+			g.stdout.Write(m.Output)
+		}
+		if m.Done {
+			if g.json {
+				return g.printJSONValue(map[string]any{"project": project, "env": env, "current": m.Current, "output": out.String()})
+			}
+			return nil
+		}
+	}
+	if err := stream.Err(); err != nil {
+		if g.json && out.Len() > 0 {
+			fmt.Fprint(g.stderr, out.String())
+		}
+		return err
+	}
+	return fmt.Errorf("the %s of %s ended without saying it was done; see `corpus release list %s`", what, project, project)
+}
+
+func newPsCmd(g *globals) *cobra.Command {
+	var env string
+	cmd := &cobra.Command{
+		Use:   "ps PROJECT [--env ENV]",
+		Short: "List a project environment's processes: state, pid, restarts, uptime, release",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return call(g, cmd.Context(), func(ctx context.Context, c *clients) (*connect.Response[corpusv1.ListProcessesResponse], error) {
+				return c.projects.ListProcesses(ctx, connect.NewRequest(&corpusv1.ListProcessesRequest{Project: args[0], Env: env}))
+			}, func(m *corpusv1.ListProcessesResponse) error {
+				if len(m.Processes) == 0 {
+					fmt.Fprintf(g.stdout, "no processes run in %s (declare them in a Procfile or processes: in .corpus/corpus.yaml)\n", args[0])
+					return nil
+				}
+				w := tabwriter.NewWriter(g.stdout, 0, 4, 2, ' ', 0)
+				fmt.Fprintln(w, "PROCESS\tSTATE\tPID\tPORT\tRESTARTS\tUPTIME\tRELEASE\tLAST EXIT\tCOMMAND")
+				for _, p := range m.Processes {
+					up := "-"
+					if p.State == "running" && p.StartedAt != nil {
+						up = time.Since(p.StartedAt.AsTime()).Truncate(time.Second).String()
+					}
+					pid, port := "-", "-"
+					if p.Pid != 0 {
+						pid = fmt.Sprint(p.Pid)
+					}
+					if p.Port != 0 {
+						port = fmt.Sprint(p.Port)
+					}
+					fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\n", p.Name, p.State, pid, port, p.Restarts, up, p.Release, dash(p.LastExit), p.Command)
+				}
+				return w.Flush()
+			})
+		},
+	}
+	cmd.Flags().StringVar(&env, "env", "", "the project's environment (needed when it has several)")
+	return cmd
+}
+
+func newRestartCmd(g *globals) *cobra.Command {
+	var env string
+	cmd := &cobra.Command{
+		Use:   "restart PROJECT [PROCESS...] [--env ENV]",
+		Short: "Restart processes, rolling: new ones beside the old, web checked on its new port, then the old stopped",
+		Args:  cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return followDeploy(g, cmd.Context(), args[0], env, "restart", func(ctx context.Context, c *clients) (*connect.ServerStreamForClient[corpusv1.DeployOutput], error) {
+				return c.projects.Deploy(ctx, connect.NewRequest(&corpusv1.RedeployRequest{Project: args[0], Env: env, Trigger: "restart", Processes: args[1:]}))
+			})
+		},
+	}
+	cmd.Flags().StringVar(&env, "env", "", "the project's environment (needed when it has several)")
+	return cmd
+}
+
+func newDeployCmd(g *globals) *cobra.Command {
+	var env string
+	var only []string
+	cmd := &cobra.Command{
+		Use:   "deploy PROJECT [--env ENV] [--only STEP,...]",
+		Short: "Deploy the current commit again as a new release, through the pipeline (only the steps named, with --only)",
+		Example: `  corpus deploy site
+  corpus deploy site --env prod --only install,fixperms`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return followDeploy(g, cmd.Context(), args[0], env, "deploy", func(ctx context.Context, c *clients) (*connect.ServerStreamForClient[corpusv1.DeployOutput], error) {
+				return c.projects.Deploy(ctx, connect.NewRequest(&corpusv1.RedeployRequest{Project: args[0], Env: env, Trigger: "deploy", Only: only}))
+			})
+		},
+	}
+	cmd.Flags().StringVar(&env, "env", "", "the project's environment (needed when it has several)")
+	cmd.Flags().StringSliceVar(&only, "only", nil, "run only these steps: archive, install, fixperms, health, notify")
+	return cmd
+}

@@ -1,0 +1,285 @@
+package api
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+	"sort"
+	"strings"
+
+	"connectrpc.com/connect"
+
+	"corpus/coordinator/auth"
+	"corpus/coordinator/state"
+	corpusv1 "corpus/proto/corpus/v1"
+)
+
+// Project config: set, unset, list; a change makes a release of the
+// current commit through the node's pipeline.
+
+// checkConfigChange validates a change before anything is sealed or
+// written: the errors name keys, never values.
+func checkConfigChange(set map[string]string, unset []string) error {
+	if len(set) == 0 && len(unset) == 0 {
+		return invalidf("nothing to set or unset: give KEY=VALUE or KEY")
+	}
+	if len(set)+len(unset) > state.MaxConfigKeys {
+		return invalidf("%d keys in one change; the limit is %d", len(set)+len(unset), state.MaxConfigKeys)
+	}
+	for _, k := range slices.Sorted(maps.Keys(set)) {
+		if err := state.ValidConfigKey(k); err != nil {
+			return invalidf("%v", err)
+		}
+		v := set[k]
+		switch {
+		case strings.ContainsRune(v, 0):
+			return invalidf("the value of %s holds a NUL byte, which no environment variable can carry", k)
+		case len(v) > state.MaxConfigValueBytes:
+			return invalidf("the value of %s is %d bytes; the limit is %d", k, len(v), state.MaxConfigValueBytes)
+		}
+	}
+	for _, k := range unset {
+		if err := state.ValidConfigKey(k); err != nil {
+			return invalidf("%v", err)
+		}
+		if _, ok := set[k]; ok {
+			return invalidf("%s is both set and unset", k)
+		}
+	}
+	return nil
+}
+
+func (s *projectService) SetConfig(ctx context.Context, req *connect.Request[corpusv1.SetConfigRequest], stream *connect.ServerStream[corpusv1.DeployOutput]) error {
+	m := req.Msg
+	p, e, err := pickEnv(ctx, s.b.Store.Read(), m.Project, m.Env)
+	if err != nil {
+		return err
+	}
+	unset := slices.Compact(slices.Sorted(slices.Values(m.Unset)))
+	if err := checkConfigChange(m.Set, unset); err != nil {
+		return toConnect(err)
+	}
+	k, err := s.b.keyrings.ensure(ctx)
+	if err != nil {
+		return toConnect(err)
+	}
+	cmd := &corpusv1.SetConfig{Project: p.Name, Env: e.Name, Set: map[string][]byte{}, Unset: unset}
+	for key, v := range m.Set {
+		if cmd.Set[key], err = k.Seal([]byte(v), state.ConfigPlace(p.Name, e.Name, key)); err != nil {
+			return toConnect(err)
+		}
+	}
+	if _, err := s.b.write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_SetConfig{SetConfig: cmd}}); err != nil {
+		return err
+	}
+	keys := slices.Sorted(maps.Keys(m.Set))
+	what := state.ConfigChangeText(keys, unset)
+	say := func(format string, args ...any) error {
+		return stream.Send(&corpusv1.DeployOutput{Output: fmt.Appendf(nil, format+"\n", args...)})
+	}
+	view := s.b.Store.Read()
+	e = state.ProjectEnv(view.Project(p.Name), e.Name)
+	switch {
+	case m.NoRestart:
+		if err := say("config of %s/%s: %s; stored for the next deploy (--no-restart)", p.Name, e.Name, what); err != nil {
+			return err
+		}
+		return stream.Send(&corpusv1.DeployOutput{Done: true, Current: e.GetCurrentRelease()})
+	case e.GetCurrentRelease() == 0:
+		if err := say("config of %s/%s: %s; nothing is deployed yet: the first push runs with it", p.Name, e.Name, what); err != nil {
+			return err
+		}
+		return stream.Send(&corpusv1.DeployOutput{Done: true})
+	}
+	if err := say("config of %s/%s: %s; deploying it", p.Name, e.Name, what); err != nil {
+		return err
+	}
+	return s.redeploy(ctx, view, p, e, &corpusv1.RedeployRequest{Project: p.Name, Env: e.Name, Trigger: state.TriggerConfig}, stream)
+}
+
+// runningEnvNode is the node whose agent runs an environment's guest, for
+// the calls that act in a running guest.
+func runningEnvNode(view *state.Snap, p *corpusv1.Project, e *corpusv1.ProjectEnv) (*corpusv1.Node, error) {
+	g := view.Guest(e.GuestId)
+	if g == nil || guestStatus(view, g) != state.ObservedRunning {
+		return nil, connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("the guest of %s/%s is not running", p.Name, e.Name))
+	}
+	n := view.Node(g.NodeId)
+	if n == nil || n.AgentAddress == "" {
+		return nil, connect.NewError(connect.CodeUnavailable, fmt.Errorf("the node of %s/%s has no agent address", p.Name, e.Name))
+	}
+	return n, nil
+}
+
+// redeploy asks the environment's node for a release of its current
+// commit and relays the output.
+func (s *projectService) redeploy(ctx context.Context, view *state.Snap, p *corpusv1.Project, e *corpusv1.ProjectEnv, r *corpusv1.RedeployRequest, stream *connect.ServerStream[corpusv1.DeployOutput]) error {
+	n, err := runningEnvNode(view, p, e)
+	if err != nil {
+		return err
+	}
+	up, err := s.b.AgentClient(n).Redeploy(ctx, connect.NewRequest(&corpusv1.AgentRedeployRequest{
+		Request: r, Env: e, Releases: view.Releases(p.Name, e.Name), Author: auth.FromContext(ctx).String(),
+	}))
+	err = relayFromAgent(n, r.Trigger, up, err, stream.Send)
+	result := "ok"
+	if err != nil {
+		result = "failed: " + errorText(err)
+	}
+	if aerr := s.b.audit.record(ctx, auth.FromContext(ctx).String(), r.Trigger, p.Name+"/"+e.Name, result); aerr != nil {
+		s.b.Logger.Warn("recording a redeploy in the audit log", "project", p.Name, "env", e.Name, "error", aerr)
+	}
+	return err
+}
+
+func (s *projectService) GetConfig(ctx context.Context, req *connect.Request[corpusv1.GetConfigRequest]) (*connect.Response[corpusv1.GetConfigResponse], error) {
+	m := req.Msg
+	view := s.b.Store.Read()
+	p, e, err := pickEnv(ctx, view, m.Project, m.Env)
+	if err != nil {
+		return nil, err
+	}
+	if m.Reveal {
+		if pr := auth.FromContext(ctx); pr.Kind != auth.Operator && pr.Kind != auth.Dev {
+			return nil, connect.NewError(connect.CodePermissionDenied, fmt.Errorf("%s may see config keys, not values: revealing needs ops or a dev granted %s", pr, p.Name))
+		}
+	}
+	res := &corpusv1.GetConfigResponse{CurrentRelease: e.CurrentRelease}
+	k, err := s.b.keyrings.open(view)
+	if err != nil {
+		return nil, toConnect(err)
+	}
+	clear, err := openConfig(k, p.Name, e.Name, e.Config)
+	if err != nil {
+		return nil, toConnect(err)
+	}
+	for _, key := range slices.Sorted(maps.Keys(clear)) {
+		v := &corpusv1.ConfigVar{Key: key, Bytes: int32(len(clear[key]))}
+		if m.Reveal {
+			v.Value = clear[key]
+		}
+		res.Vars = append(res.Vars, v)
+	}
+	if cur := view.ReleaseByNumber(p.Name, e.Name, e.CurrentRelease); cur != nil {
+		running, err := openConfig(k, p.Name, e.Name, cur.Config)
+		if err != nil {
+			return nil, toConnect(err)
+		}
+		res.Pending = !maps.Equal(running, clear)
+	}
+	return connect.NewResponse(res), nil
+}
+
+// configChanges says how cfg differs from the config of the release
+// before, keys only: "+KEY" new, "~KEY" changed, "-KEY" gone.
+func configChanges(before, after map[string]string) []string {
+	var out []string
+	for k, v := range after {
+		old, ok := before[k]
+		switch {
+		case !ok:
+			out = append(out, "+"+k)
+		case old != v:
+			out = append(out, "~"+k)
+		}
+	}
+	for k := range before {
+		if _, ok := after[k]; !ok {
+			out = append(out, "-"+k)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i][1:] < out[j][1:] })
+	return out
+}
+
+// validSteps are the steps corpus deploy --only may name.
+var validSteps = []string{"archive", "install", "health", "fixperms", "notify"}
+
+func (s *projectService) Deploy(ctx context.Context, req *connect.Request[corpusv1.RedeployRequest], stream *connect.ServerStream[corpusv1.DeployOutput]) error {
+	m := req.Msg
+	view := s.b.Store.Read()
+	p, e, err := pickEnv(ctx, view, m.Project, m.Env)
+	if err != nil {
+		return err
+	}
+	switch m.Trigger {
+	case "", state.TriggerDeploy:
+		m.Trigger = state.TriggerDeploy
+		if len(m.Processes) > 0 {
+			return toConnect(invalidf("processes are named for a restart, not a deploy"))
+		}
+	case state.TriggerRestart:
+		if len(m.Only) > 0 {
+			return toConnect(invalidf("a restart runs no steps; --only is for corpus deploy"))
+		}
+	default:
+		return toConnect(invalidf("trigger %.40q: want deploy or restart", m.Trigger))
+	}
+	for _, st := range m.Only {
+		if !slices.Contains(validSteps, st) {
+			return toConnect(invalidf("step %.40q: corpus deploy --only takes %s", st, strings.Join(validSteps, ", ")))
+		}
+	}
+	for _, proc := range m.Processes {
+		if err := validProcessName(proc); err != nil {
+			return toConnect(err)
+		}
+	}
+	if e.CurrentRelease == 0 {
+		return connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("%s/%s has no release yet: push first", p.Name, e.Name))
+	}
+	return s.redeploy(ctx, view, p, e, &corpusv1.RedeployRequest{Project: p.Name, Env: e.Name, Trigger: m.Trigger, Only: m.Only, Processes: m.Processes}, stream)
+}
+
+// validProcessName: process types are short lowercase names (Procfile).
+func validProcessName(name string) error {
+	if name == "" || len(name) > 32 {
+		return invalidf("process name %.40q: want 1 to 32 characters", name)
+	}
+	for i, c := range name {
+		if !(c >= 'a' && c <= 'z' || c == '_' || c == '-' || (c >= '0' && c <= '9' && i > 0)) {
+			return invalidf("process name %.40q: want [a-z][a-z0-9_-]*", name)
+		}
+	}
+	return nil
+}
+
+func (s *projectService) ListProcesses(ctx context.Context, req *connect.Request[corpusv1.ListProcessesRequest]) (*connect.Response[corpusv1.ListProcessesResponse], error) {
+	view := s.b.Store.Read()
+	p, e, err := pickEnv(ctx, view, req.Msg.Project, req.Msg.Env)
+	if err != nil {
+		return nil, err
+	}
+	g := view.Guest(e.GuestId)
+	if g == nil || g.NodeId == "" {
+		return nil, connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("the guest of %s/%s is not placed", p.Name, e.Name))
+	}
+	n := view.Node(g.NodeId)
+	if n == nil || n.AgentAddress == "" {
+		return nil, connect.NewError(connect.CodeUnavailable, fmt.Errorf("the node of %s/%s has no agent address", p.Name, e.Name))
+	}
+	res, err := s.b.AgentClient(n).Processes(ctx, connect.NewRequest(&corpusv1.ListProcessesRequest{Project: p.Name, Env: e.Name}))
+	if err != nil {
+		return nil, fmt.Errorf("node %s: %w", n.Name, err)
+	}
+	return connect.NewResponse(res.Msg), nil
+}
+
+// Agent-side config calls.
+
+func (s *agentService) SetWebPort(ctx context.Context, req *connect.Request[corpusv1.SetWebPortRequest]) (*connect.Response[corpusv1.SetWebPortResponse], error) {
+	m := req.Msg
+	if err := validRelease(m.Project, m.Env); err != nil {
+		return nil, toConnect(err)
+	}
+	if err := validPort("web port", m.Port); err != nil {
+		return nil, toConnect(err)
+	}
+	if _, err := s.b.write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_SetWebPort{SetWebPort: &corpusv1.SetWebPort{
+		Project: m.Project, Env: m.Env, NodeId: auth.FromContext(ctx).NodeID, Port: m.Port,
+	}}}); err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(&corpusv1.SetWebPortResponse{}), nil
+}

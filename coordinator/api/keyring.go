@@ -1,0 +1,198 @@
+package api
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+
+	"connectrpc.com/connect"
+
+	"corpus/coordinator/state"
+	"corpus/internal/seal"
+	"corpus/internal/secret"
+	corpusv1 "corpus/proto/corpus/v1"
+)
+
+// keyrings opens the replicated keyring with the key-encryption key this
+// replica derives from the cluster CA, and remembers the opened keys
+// until the keyring changes.
+type keyrings struct {
+	b   *Backend
+	mu  sync.Mutex
+	idx uint64 // ModifyIndex of the keyring opened
+	k   *seal.Keyring
+}
+
+// errNoKEK says a replica cannot open sealed values.
+var errNoKEK = errors.New("this coordinator has no cluster CA key to open sealed values with")
+
+// open returns the keyring as of view, nil when the cluster has none yet.
+func (r *keyrings) open(view *state.Snap) (*seal.Keyring, error) {
+	kr := view.Keyring()
+	if kr == nil {
+		return nil, nil
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.k != nil && r.idx == kr.ModifyIndex {
+		return r.k, nil
+	}
+	kek, err := r.kek()
+	if err != nil {
+		return nil, err
+	}
+	keys := map[string][]byte{}
+	for _, k := range kr.Keys {
+		key, err := seal.Unwrap(kek, k.Wrapped, k.Id)
+		if err != nil {
+			return nil, fmt.Errorf("the cluster keyring does not open with this coordinator's CA key (%w): every replica must hold the same cluster CA", err)
+		}
+		keys[k.Id] = key
+	}
+	k, err := seal.NewKeyring(kr.Primary, keys)
+	if err != nil {
+		return nil, err
+	}
+	r.k, r.idx = k, kr.ModifyIndex
+	return k, nil
+}
+
+func (r *keyrings) kek() ([]byte, error) {
+	if r.b.CA == nil {
+		return nil, errNoKEK
+	}
+	return r.b.CA.SealKEK()
+}
+
+// ensure returns the keyring, making the cluster's first one if needed.
+func (r *keyrings) ensure(ctx context.Context) (*seal.Keyring, error) {
+	for range 3 {
+		k, err := r.open(r.b.Store.Read())
+		if err != nil || k != nil {
+			return k, err
+		}
+		kr, _, err := r.newKeyring()
+		if err != nil {
+			return nil, err
+		}
+		_, err = r.b.write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_SetKeyring{SetKeyring: &corpusv1.SetKeyring{Keyring: kr}}})
+		if err != nil && connect.CodeOf(err) != connect.CodeAborted && connect.CodeOf(err) != connect.CodeAlreadyExists {
+			return nil, err
+		}
+		// Made here or by a concurrent call: read it back.
+	}
+	return nil, connect.NewError(connect.CodeAborted, errors.New("the cluster keyring kept changing; try again"))
+}
+
+// newKeyring is a keyring of one fresh key, wrapped, and that key.
+func (r *keyrings) newKeyring() (*corpusv1.Keyring, map[string][]byte, error) {
+	kek, err := r.kek()
+	if err != nil {
+		return nil, nil, err
+	}
+	id := "k" + secret.Hex(6)
+	key := seal.NewKey()
+	w, err := seal.Wrap(kek, key, id)
+	if err != nil {
+		return nil, nil, err
+	}
+	return &corpusv1.Keyring{Primary: id, Keys: []*corpusv1.SealKey{{Id: id, Wrapped: w}}}, map[string][]byte{id: key}, nil
+}
+
+// openConfig opens an environment's (or release's) sealed config.
+func openConfig(k *seal.Keyring, project, env string, cfg map[string][]byte) (map[string]string, error) {
+	out := make(map[string]string, len(cfg))
+	if len(cfg) == 0 {
+		return out, nil
+	}
+	if k == nil {
+		return nil, errors.New("sealed config but no keyring")
+	}
+	for key, v := range cfg {
+		p, err := k.Open(v, state.ConfigPlace(project, env, key))
+		if err != nil {
+			return nil, err
+		}
+		out[key] = string(p)
+	}
+	return out, nil
+}
+
+// rotate makes a new key the keyring's only one and reseals every value.
+func (r *keyrings) rotate(ctx context.Context) (*corpusv1.RotateKeyringResponse, error) {
+	for range 3 {
+		view := r.b.Store.Read()
+		old, err := r.open(view)
+		if err != nil {
+			return nil, err
+		}
+		kr, keys, err := r.newKeyring()
+		if err != nil {
+			return nil, err
+		}
+		next, err := seal.NewKeyring(kr.Primary, keys)
+		if err != nil {
+			return nil, err
+		}
+		cmd := &corpusv1.SetKeyring{Keyring: kr}
+		res := &corpusv1.RotateKeyringResponse{Primary: kr.Primary}
+		if old != nil {
+			cmd.ExpectPrimary, res.Previous = old.Primary(), old.Primary()
+		}
+		reseal := func(project, env string, cfg map[string][]byte) (map[string][]byte, error) {
+			clear, err := openConfig(old, project, env, cfg)
+			if err != nil {
+				return nil, err
+			}
+			out := make(map[string][]byte, len(clear))
+			for k, v := range clear {
+				if out[k], err = next.Seal([]byte(v), state.ConfigPlace(project, env, k)); err != nil {
+					return nil, err
+				}
+				res.Resealed++
+			}
+			return out, nil
+		}
+		for _, p := range view.Projects() {
+			for _, e := range p.Envs {
+				if len(e.Config) == 0 {
+					continue
+				}
+				cfg, err := reseal(p.Name, e.Name, e.Config)
+				if err != nil {
+					return nil, err
+				}
+				cmd.Envs = append(cmd.Envs, &corpusv1.ResealedConfig{Project: p.Name, Env: e.Name, Config: cfg})
+			}
+			for _, e := range p.Envs {
+				for _, rel := range view.Releases(p.Name, e.Name) {
+					if len(rel.Config) == 0 {
+						continue
+					}
+					cfg, err := reseal(p.Name, e.Name, rel.Config)
+					if err != nil {
+						return nil, err
+					}
+					cmd.Releases = append(cmd.Releases, &corpusv1.ResealedConfig{Project: p.Name, Env: e.Name, ReleaseId: rel.Id, Config: cfg})
+				}
+			}
+		}
+		_, err = r.b.write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_SetKeyring{SetKeyring: cmd}})
+		if err == nil {
+			return res, nil
+		}
+		if connect.CodeOf(err) != connect.CodeAborted {
+			return nil, err
+		}
+	}
+	return nil, connect.NewError(connect.CodeAborted, errors.New("config kept changing while the keyring rotated; try again"))
+}
+
+func (s *clusterService) RotateKeyring(ctx context.Context, _ *connect.Request[corpusv1.RotateKeyringRequest]) (*connect.Response[corpusv1.RotateKeyringResponse], error) {
+	res, err := s.b.keyrings.rotate(ctx)
+	if err != nil {
+		return nil, toConnect(err)
+	}
+	return connect.NewResponse(res), nil
+}

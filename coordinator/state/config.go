@@ -1,0 +1,253 @@
+package state
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+	"sort"
+	"strings"
+
+	"google.golang.org/protobuf/proto"
+
+	"corpus/internal/names"
+	"corpus/internal/seal"
+	corpusv1 "corpus/proto/corpus/v1"
+)
+
+// Project config: an environment's variables, every value sealed with the
+// cluster keyring (internal/seal); the state only ever holds ciphertext,
+// so the raft log and its snapshots do too.
+
+const metaKeyring = "keyring"
+
+// Config bounds, on the values in clear (the API checks them) and, with
+// the seal's overhead, on what the state accepts.
+const (
+	MaxConfigValueBytes = 32 << 10
+	MaxConfigBytes      = 128 << 10
+	MaxConfigKeys       = 200
+	// sealOverhead is the most a sealed value adds to its clear length:
+	// a header with a key id of up to 255 bytes, a nonce and the tag.
+	sealOverhead = 2 + 255 + 12 + 16
+)
+
+// Release triggers.
+const (
+	TriggerPush    = "push"
+	TriggerConfig  = "config"
+	TriggerRestart = "restart"
+	TriggerDeploy  = "deploy"
+)
+
+// ConfigPlace is what a config value is sealed for: a value copied to
+// another key, environment or project does not open.
+func ConfigPlace(project, env, key string) string {
+	return "config/" + project + "/" + env + "/" + key
+}
+
+// ValidConfigKey says why key cannot be a config key, or nil: keys are
+// environment variable names, and PORT and CORPUS_* belong to corpus.
+func ValidConfigKey(key string) error {
+	switch {
+	case !names.EnvVar(key):
+		return fmt.Errorf("config key %q is not an environment variable name ([A-Za-z_][A-Za-z0-9_]*)", key)
+	case key == "PORT" || strings.HasPrefix(key, "CORPUS_"):
+		return fmt.Errorf("config key %s is reserved: corpus sets PORT and CORPUS_* itself", key)
+	}
+	return nil
+}
+
+// Keyring returns the cluster's keyring, nil before the first config
+// value was set.
+func (v *Snap) Keyring() *corpusv1.Keyring {
+	ch, raw, err := v.txn.FirstWatch(tableMeta, "id", metaKeyring)
+	if err != nil {
+		return nil
+	}
+	v.ws.Add(ch)
+	if raw == nil {
+		return nil
+	}
+	return raw.(*meta).Value.(*corpusv1.Keyring)
+}
+
+func (a *applier) setConfig(c *corpusv1.SetConfig) error {
+	p, err := a.project(c.Project)
+	if err != nil {
+		return err
+	}
+	env := ProjectEnv(p, c.Env)
+	if env == nil {
+		return fmt.Errorf("environment %s of project %s: %w", c.Env, c.Project, ErrNotFound)
+	}
+	if len(c.Set) == 0 && len(c.Unset) == 0 {
+		return fmt.Errorf("a config change that sets and unsets nothing: %w", ErrInvalid)
+	}
+	kr := a.view().Keyring()
+	for k, v := range c.Set {
+		if err := ValidConfigKey(k); err != nil {
+			return fmt.Errorf("%v: %w", err, ErrInvalid)
+		}
+		if slices.Contains(c.Unset, k) {
+			return fmt.Errorf("config key %s is both set and unset: %w", k, ErrInvalid)
+		}
+		id, err := seal.KeyID(v)
+		if err != nil || kr == nil || id != kr.Primary {
+			return fmt.Errorf("config %s is not sealed with the keyring's primary key: %w", k, ErrStale)
+		}
+		if len(v) > MaxConfigValueBytes+sealOverhead {
+			return fmt.Errorf("config %s is over %d bytes: %w", k, MaxConfigValueBytes, ErrInvalid)
+		}
+	}
+	cfg := maps.Clone(env.Config)
+	if cfg == nil {
+		cfg = map[string][]byte{}
+	}
+	for _, k := range c.Unset {
+		delete(cfg, k)
+	}
+	maps.Copy(cfg, c.Set)
+	if len(cfg) > MaxConfigKeys {
+		return fmt.Errorf("%s/%s would hold %d config keys; the limit is %d: %w", p.Name, env.Name, len(cfg), MaxConfigKeys, ErrInvalid)
+	}
+	total := 0
+	for k, v := range cfg {
+		total += len(k) + len(v) - sealOverhead
+	}
+	if total > MaxConfigBytes {
+		return fmt.Errorf("%s/%s's config would be over %d bytes: %w", p.Name, env.Name, MaxConfigBytes, ErrInvalid)
+	}
+	env.Config = cfg
+	a.putEnv(p, env)
+	return nil
+}
+
+// setKeyring installs or rotates the keyring with every sealed value
+// resealed, or changes nothing.
+func (a *applier) setKeyring(c *corpusv1.SetKeyring) error {
+	kr := c.Keyring
+	if kr == nil || len(kr.Keys) == 0 {
+		return fmt.Errorf("an empty keyring: %w", ErrInvalid)
+	}
+	ids := map[string]bool{}
+	for _, k := range kr.Keys {
+		if k.Id == "" || len(k.Wrapped) == 0 || ids[k.Id] {
+			return fmt.Errorf("keyring key %q without a wrapped key or twice: %w", k.Id, ErrInvalid)
+		}
+		ids[k.Id] = true
+	}
+	if !ids[kr.Primary] {
+		return fmt.Errorf("keyring primary %q is not one of its keys: %w", kr.Primary, ErrInvalid)
+	}
+	cur := ""
+	if old := a.view().Keyring(); old != nil {
+		cur = old.Primary
+	}
+	if cur != c.ExpectPrimary {
+		return fmt.Errorf("the keyring's primary key is %q, not %q: %w", cur, c.ExpectPrimary, ErrStale)
+	}
+	for _, r := range c.Envs {
+		p, err := a.project(r.Project)
+		if err != nil {
+			return fmt.Errorf("resealing: %w", err)
+		}
+		env := ProjectEnv(p, r.Env)
+		if env == nil || !slices.Equal(sortedKeys(env.Config), sortedKeys(r.Config)) {
+			return fmt.Errorf("resealing %s/%s: its config changed meanwhile: %w", r.Project, r.Env, ErrStale)
+		}
+		env.Config = r.Config
+		a.putEnv(p, env)
+	}
+	for _, r := range c.Releases {
+		rel, err := a.release(r.ReleaseId)
+		if err != nil {
+			return fmt.Errorf("resealing: %w", err)
+		}
+		if !slices.Equal(sortedKeys(rel.Config), sortedKeys(r.Config)) {
+			return fmt.Errorf("resealing release %s: its config differs: %w", r.ReleaseId, ErrStale)
+		}
+		rel.Config = r.Config
+		rel.ModifyIndex = a.index
+		a.put(tableReleases, rel)
+	}
+	// Every sealed value must now open with the new keyring.
+	v := a.view()
+	check := func(what string, cfg map[string][]byte) error {
+		for k, s := range cfg {
+			if id, err := seal.KeyID(s); err != nil || !ids[id] {
+				return fmt.Errorf("%s config %s is sealed by a key the new keyring lacks: %w", what, k, ErrStale)
+			}
+		}
+		return nil
+	}
+	for _, p := range v.Projects() {
+		for _, e := range p.Envs {
+			if err := check(p.Name+"/"+e.Name, e.Config); err != nil {
+				return err
+			}
+		}
+	}
+	for _, r := range v.allReleases() {
+		if err := check("release "+r.Id, r.Config); err != nil {
+			return err
+		}
+	}
+	kr = proto.Clone(kr).(*corpusv1.Keyring)
+	for _, k := range kr.Keys {
+		if k.CreatedAt == nil {
+			k.CreatedAt = a.now
+		}
+	}
+	kr.ModifyIndex = a.index
+	a.put(tableMeta, &meta{Key: metaKeyring, Value: kr})
+	return nil
+}
+
+func sortedKeys(m map[string][]byte) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
+
+// WebPort is the guest port an environment's domains route to.
+func WebPort(env *corpusv1.ProjectEnv) int32 {
+	if env.GetWebPort() != 0 {
+		return env.WebPort
+	}
+	return env.GetHttpPort()
+}
+
+// setWebPort points an environment's HTTP routes at the port its web
+// process now listens on.
+func (a *applier) setWebPort(c *corpusv1.SetWebPort) error {
+	if c.Port < 1 || c.Port > 65535 {
+		return fmt.Errorf("web port %d: %w", c.Port, ErrInvalid)
+	}
+	p, env, err := a.envOnNode(c.Project, c.Env, c.NodeId)
+	if err != nil {
+		return err
+	}
+	if env.WebPort == c.Port {
+		return nil
+	}
+	env.WebPort = c.Port
+	a.putEnv(p, env)
+	for _, d := range append(slices.Clone(env.Domains), env.ManifestDomains...) {
+		raw := a.get(tableRoutes, "domain", d)
+		if raw == nil {
+			continue
+		}
+		r := raw.(*corpusv1.Route)
+		if r.GuestId != env.GuestId || r.Kind != RouteHTTP || r.GuestPort == c.Port {
+			continue
+		}
+		r = proto.Clone(r).(*corpusv1.Route)
+		r.GuestPort = c.Port
+		r.ModifyIndex = a.index
+		a.put(tableRoutes, r)
+	}
+	return nil
+}
