@@ -4,12 +4,13 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
+	"strings"
 	"syscall"
 	"time"
 )
@@ -20,6 +21,12 @@ const maxRequest = 1 << 20
 // Serve answers requests on the socket until ctx ends, then stops every
 // process. One supervisor runs per guest: a second one fails at once.
 func (s *Supervisor) Serve(ctx context.Context, socket, lockFile string) error {
+	// Minimal images (busybox) may have no /run.
+	for _, p := range []string{lockFile, socket} {
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			return err
+		}
+	}
 	lock, err := os.OpenFile(lockFile, os.O_RDWR|os.O_CREATE, 0o600)
 	if err != nil {
 		return err
@@ -127,9 +134,22 @@ func Detach(self, socket, logPath string, wait time.Duration) error {
 			if ping() {
 				return nil // another one won the race and serves
 			}
-			return fmt.Errorf("the supervisor exited at once (%v); see %s", err, logPath)
+			return fmt.Errorf("the supervisor exited at once (%v): %s", err, lastLines(logPath, 5))
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
-	return errors.New("the supervisor did not answer within " + wait.String() + "; see " + logPath)
+	return fmt.Errorf("the supervisor did not answer within %s: %s", wait, lastLines(logPath, 5))
+}
+
+// lastLines is the end of a log file, for an error message.
+func lastLines(path string, n int) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "(no log: " + err.Error() + ")"
+	}
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, " | ") + " (" + path + ")"
 }
