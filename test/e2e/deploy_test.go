@@ -534,7 +534,8 @@ func TestDeployCrash(t *testing.T) {
 	l.wantPage("version one (r1)")
 	good := l.remoteHead()
 	args := l.a.proc.args
-	for i, step := range []string{"archive", "release-sync", "install", "fixperms", "start", "health", "switch", "switched", "notify"} {
+	steps := []string{"archive", "release-sync", "install", "fixperms", "start", "health", "switch", "switched", "notify"}
+	for i, step := range steps {
 		l.a.kill()
 		l.a.proc = startIn(t, l.a.node.ns, "agent n1 (failpoint)", []string{"CORPUS_FAILPOINTS=deploy-" + step}, args...)
 		eventually(t, 20*time.Second, "git endpoint up", func() error {
@@ -574,5 +575,5 @@ func TestDeployCrash(t *testing.T) {
 	// And a deploy works again afterwards.
 	l.commitSite("after")
 	l.mustPush()
-	l.wantPage("version after (r10)")
+	l.wantPage(fmt.Sprintf("version after (r%d)", len(steps)+2))
 }
