@@ -284,3 +284,51 @@ func TestProcesses(t *testing.T) {
 		t.Errorf("mode of r2's environment file = %s, want 600", got)
 	}
 }
+
+// TestProcessDeployCrash kills the agent during a deploy of a project
+// with processes: once its new processes started, and once the routes
+// already point at them. After the restart the old release serves, on
+// its processes and port, and the new processes are gone.
+func TestProcessDeployCrash(t *testing.T) {
+	l := newDeployLab(t)
+	l.commitProcSite("one")
+	l.mustPush()
+	l.wantPage("version one")
+	args := l.a.proc.args
+	for i, step := range []string{"health", "notify"} {
+		l.a.kill()
+		l.a.proc = startIn(t, l.a.node.ns, "agent n1 (failpoint)", []string{"CORPUS_FAILPOINTS=deploy-" + step}, args...)
+		eventually(t, 20*time.Second, "git endpoint up", func() error {
+			_, err := l.gitAs("alice", "ls-remote", "corpus")
+			return err
+		})
+		l.commitProcSite(fmt.Sprintf("crash-%d", i))
+		if out, err := l.push(); err == nil {
+			t.Fatalf("push with the agent dying at %s succeeded:\n%s", step, out)
+		}
+		<-l.a.proc.done
+		l.a.proc = startIn(t, l.a.node.ns, "agent n1", nil, args...)
+		eventually(t, 30*time.Second, "interrupted deploy resolved", func() error {
+			_, rels := l.releases()
+			if len(rels) == 0 || rels[0].Number != i+2 || rels[0].Status != "failed" {
+				return fmt.Errorf("releases: %+v", rels)
+			}
+			return nil
+		})
+		l.wantPage("version one")
+		eventually(t, 10*time.Second, "only r1's processes", func() error {
+			for _, p := range l.ps() {
+				if p.Release != "r1" || p.State != "running" {
+					return fmt.Errorf("after a crash at %s: %+v", step, l.ps())
+				}
+			}
+			return nil
+		})
+		if w := l.proc("web"); w.Port != 81 {
+			t.Errorf("after a crash at %s web is on port %d", step, w.Port)
+		}
+	}
+	l.commitProcSite("after")
+	l.mustPush()
+	l.wantPage("version after")
+}
