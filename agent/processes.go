@@ -29,8 +29,10 @@ import (
 // then stops the old generation: a push never returns a 502 for a web
 // process that honours PORT. Restarts and rollbacks roll the same way.
 
-// minUptime is how long a started process must stay up.
-const minUptime = 1500 * time.Millisecond
+// minUptime is how long a started process must stay up for its start to
+// count; web is checked meanwhile, so for a web process that takes longer
+// than this to answer it costs nothing.
+const minUptime = time.Second
 
 // envDir holds a project's release environments and run specs in its
 // guest: root-owned folder, files readable by the project's user only.
@@ -180,17 +182,6 @@ func (a *Agent) startGeneration(ctx context.Context, drv drivers.Driver, g *corp
 			procs[i].Port = r.port
 		}
 	}
-	res, err := a.runtime.Call(ctx, drv, g.Name, supervisor.Request{Op: supervisor.OpStart, Generation: &supervisor.Generation{
-		Project: project, ID: gen, Release: spec.Release, Dir: projectDir(project) + "/releases/" + spec.Release,
-		UID: spec.UID, GID: spec.GID, EnvFile: envFile(project, spec.Release), Processes: procs,
-		Grace: spec.Grace, MinUptime: supervisor.Duration(minUptime),
-	}})
-	if err != nil {
-		return nil, err
-	}
-	if res.Error != "" {
-		return nil, &errStart{msg: res.Error, tail: res.Output}
-	}
 	for _, p := range procs {
 		desc := p.Command
 		if p.Port != 0 {
@@ -198,11 +189,35 @@ func (a *Agent) startGeneration(ctx context.Context, drv drivers.Driver, g *corp
 		}
 		say("       %s: %s", p.Name, desc)
 	}
-	if r.port != 0 {
-		if err := r.checkWeb(ctx); err != nil {
-			r.abort(context.WithoutCancel(ctx))
-			return nil, err
+	// The supervisor answers once every process stayed up minUptime; web
+	// is asked meanwhile.
+	started := make(chan error, 1)
+	webCtx, cancelWeb := context.WithCancel(ctx)
+	defer cancelWeb()
+	go func() {
+		res, err := a.runtime.Call(ctx, drv, g.Name, supervisor.Request{Op: supervisor.OpStart, Generation: &supervisor.Generation{
+			Project: project, ID: gen, Release: spec.Release, Dir: projectDir(project) + "/releases/" + spec.Release,
+			UID: spec.UID, GID: spec.GID, EnvFile: envFile(project, spec.Release), Processes: procs,
+			Grace: spec.Grace, MinUptime: supervisor.Duration(minUptime),
+		}})
+		if err == nil && res.Error != "" {
+			err = &errStart{msg: res.Error, tail: res.Output}
 		}
+		if err != nil {
+			cancelWeb() // no use asking a web that did not start
+		}
+		started <- err
+	}()
+	var webErr error
+	if r.port != 0 {
+		webErr = r.checkWeb(webCtx)
+	}
+	if err := <-started; err != nil {
+		return nil, err
+	}
+	if webErr != nil {
+		r.abort(context.WithoutCancel(ctx))
+		return nil, webErr
 	}
 	return r, nil
 }
@@ -403,9 +418,12 @@ func nextGeneration(release string, running []supervisor.Status) string {
 
 // reviveLoop starts the supervisor again in project guests that
 // restarted (a new init PID): their processes run again without a deploy.
-// A guest is checked once per start.
+// A guest is checked once per start; one whose driver reports no PID (a
+// Kubernetes pod) every reviveEvery.
 func (a *Agent) reviveLoop(ctx context.Context) {
+	const reviveEvery = 30 * time.Second
 	revived := map[string]int64{} // guest id → init PID revived for
+	checked := map[string]time.Time{}
 	tick := time.NewTicker(2 * time.Second)
 	defer tick.Stop()
 	for {
@@ -422,7 +440,10 @@ func (a *Agent) reviveLoop(ctx context.Context) {
 		a.mu.Lock()
 		for id, g := range a.desired {
 			o := a.observed[id]
-			if _, ok := a.guestProjects[id]; !ok || o == nil || o.State != string(drivers.StateRunning) || o.Pid == 0 || revived[id] == o.Pid {
+			if _, ok := a.guestProjects[id]; !ok || o == nil || o.State != string(drivers.StateRunning) {
+				continue
+			}
+			if _, seen := revived[id]; seen && revived[id] == o.Pid && (o.Pid != 0 || time.Since(checked[id]) < reviveEvery) {
 				continue
 			}
 			todo = append(todo, target{g, o.Pid})
@@ -430,10 +451,12 @@ func (a *Agent) reviveLoop(ctx context.Context) {
 		for id := range revived {
 			if a.desired[id] == nil {
 				delete(revived, id)
+				delete(checked, id)
 			}
 		}
 		a.mu.Unlock()
 		for _, t := range todo {
+			checked[t.g.Id] = time.Now()
 			d, ok := a.drivers[t.g.Spec.GetDriver()]
 			if !ok || !d.Capabilities().Exec {
 				revived[t.g.Id] = t.pid

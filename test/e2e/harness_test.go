@@ -56,7 +56,7 @@ func runMain(m *testing.M) int {
 	}
 	// The process supervisor goes beside it, where the agent looks; it
 	// runs inside guests, so it is static (no cgo, hence no -race).
-	build = exec.Command("go", "build", "-o", filepath.Join(dir, "corpus-supervisor"), "corpus/cmd/corpus-supervisor")
+	build = exec.Command("go", "build", "-ldflags", "-s -w", "-o", filepath.Join(dir, "corpus-supervisor"), "corpus/cmd/corpus-supervisor")
 	build.Env = append(os.Environ(), "CGO_ENABLED=0")
 	build.Stdout, build.Stderr = os.Stderr, os.Stderr
 	if err := build.Run(); err != nil {

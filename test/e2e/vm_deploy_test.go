@@ -2,6 +2,8 @@ package e2e
 
 import (
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -71,4 +73,35 @@ func TestVMGitPushDeploy(t *testing.T) {
 	if cur, _ := l.releases(); cur != 1 {
 		t.Errorf("current release after rollback = r%d, want r1", cur)
 	}
+
+	// Processes and config in the VM: the supervisor goes in through the
+	// guest agent, web takes over from the install step's server on the
+	// other port, a config change reaches it, a crash is restarted.
+	os.Remove(filepath.Join(l.work, ".corpus/install.d/10-site"))
+	l.write("index.html", "version procs\n", 0o644)
+	l.write("Procfile", "web: echo \"greeting=$GREETING\" > greeting.txt; exec busybox httpd -f -p \"$PORT\" -h .\n", 0o644)
+	l.git("add", "-A")
+	l.git("commit", "-q", "-m", "procs")
+	start = time.Now()
+	out = l.mustPush()
+	t.Logf("push with a web process into the VM took %s", time.Since(start).Round(time.Millisecond))
+	if !strings.Contains(out, "routes -> port 81") {
+		t.Errorf("push output:\n%s", out)
+	}
+	l.wantPage("version procs")
+	ld := l.startLoad(2)
+	c.mustCLI("config", "set", "hello", "GREETING=from-config")
+	ld.end(t, "config set in the VM")
+	if got := l.pageAt("/greeting.txt"); got != "200 greeting=from-config" {
+		t.Errorf("greeting in the VM = %q", got)
+	}
+	web := l.proc("web")
+	l.guestSh(fmt.Sprintf("kill -9 %d", web.Pid))
+	eventually(t, 10*time.Second, "web restarted in the VM", func() error {
+		if w := l.proc("web"); w.Pid == web.Pid || w.State != "running" || w.Restarts != 1 {
+			return fmt.Errorf("web = %+v", w)
+		}
+		return nil
+	})
+	l.wantPage("version procs")
 }
