@@ -196,3 +196,23 @@ func (s *clusterService) RotateKeyring(ctx context.Context, _ *connect.Request[c
 	}
 	return connect.NewResponse(res), nil
 }
+
+// changes says how a sealed config differs from another, keys only.
+func (r *keyrings) changes(view *state.Snap, project, env string, before, after map[string][]byte) ([]string, error) {
+	if len(before) == 0 && len(after) == 0 {
+		return nil, nil
+	}
+	k, err := r.open(view)
+	if err != nil {
+		return nil, err
+	}
+	b, err := openConfig(k, project, env, before)
+	if err != nil {
+		return nil, err
+	}
+	a, err := openConfig(k, project, env, after)
+	if err != nil {
+		return nil, err
+	}
+	return configChanges(b, a), nil
+}

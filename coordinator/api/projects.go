@@ -454,7 +454,7 @@ func (s *projectService) GetRelease(ctx context.Context, req *connect.Request[co
 	if r == nil {
 		return nil, toConnect(notFound("release", corpusv1.ReleaseName(n), "corpus release list "+p.Name))
 	}
-	return connect.NewResponse(&corpusv1.GetReleaseResponse{Release: r, Current: n == e.CurrentRelease}), nil
+	return connect.NewResponse(&corpusv1.GetReleaseResponse{Release: forClients(r), Current: n == e.CurrentRelease}), nil
 }
 
 // rollbackTarget picks the release a rollback goes to: the one asked for,
@@ -575,11 +575,19 @@ func (s *agentService) GitAccess(ctx context.Context, req *connect.Request[corpu
 func withoutLogs(rels []*corpusv1.Release) []*corpusv1.Release {
 	out := make([]*corpusv1.Release, 0, len(rels))
 	for _, r := range rels {
-		c := proto.Clone(r).(*corpusv1.Release)
+		c := forClients(r)
 		c.Log = ""
 		out = append(out, c)
 	}
 	return out
+}
+
+// forClients is a release as clients see it: its sealed config stays in
+// the state (corpus config list shows what may be shown).
+func forClients(r *corpusv1.Release) *corpusv1.Release {
+	c := proto.Clone(r).(*corpusv1.Release)
+	c.Config = nil
+	return c
 }
 
 func (s *agentService) BeginRelease(ctx context.Context, req *connect.Request[corpusv1.BeginReleaseRequest]) (*connect.Response[corpusv1.BeginReleaseResponse], error) {
@@ -612,20 +620,20 @@ func (s *agentService) BeginRelease(ctx context.Context, req *connect.Request[co
 	}
 	r := &corpusv1.Release{Id: secret.Hex(8), Project: m.Project, Env: m.Env, Commit: m.Commit, Author: m.Author, Subject: m.Subject,
 		NodeId: auth.FromContext(ctx).NodeID, Trigger: m.Trigger, Processes: m.Processes}
-	// What changed in the config since the serving release, keys only.
+	// What the config changed since the serving release, keys only, for
+	// the record (the release takes the environment's config as it is).
 	view := s.b.Store.Read()
-	k, err := s.b.keyrings.open(view)
-	if err != nil {
-		return nil, toConnect(err)
-	}
-	var before map[string]string
 	if p := view.Project(m.Project); p != nil {
 		if e := state.ProjectEnv(p, m.Env); e != nil {
+			var before map[string][]byte
 			if cur := view.ReleaseByNumber(p.Name, e.Name, e.CurrentRelease); cur != nil {
-				if before, err = openConfig(k, p.Name, e.Name, cur.Config); err != nil {
-					return nil, toConnect(err)
-				}
+				before = cur.Config
 			}
+			changes, err := s.b.keyrings.changes(view, p.Name, e.Name, before, e.Config)
+			if err != nil {
+				return nil, toConnect(err)
+			}
+			r.ConfigChanges = changes
 		}
 	}
 	if _, err := s.b.write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_BeginRelease{BeginRelease: &corpusv1.BeginRelease{Release: r}}}); err != nil {
@@ -633,16 +641,15 @@ func (s *agentService) BeginRelease(ctx context.Context, req *connect.Request[co
 	}
 	view = s.b.Store.Read()
 	rel := view.Release(r.Id)
-	if k, err = s.b.keyrings.open(view); err != nil {
+	k, err := s.b.keyrings.open(view)
+	if err != nil {
 		return nil, toConnect(err)
 	}
 	cfg, err := openConfig(k, m.Project, m.Env, rel.GetConfig())
 	if err != nil {
 		return nil, toConnect(err)
 	}
-	rel = proto.Clone(rel).(*corpusv1.Release)
-	rel.ConfigChanges = configChanges(before, cfg)
-	return connect.NewResponse(&corpusv1.BeginReleaseResponse{Release: rel, Config: cfg}), nil
+	return connect.NewResponse(&corpusv1.BeginReleaseResponse{Release: forClients(rel), Config: cfg}), nil
 }
 
 func (s *agentService) FinishRelease(ctx context.Context, req *connect.Request[corpusv1.FinishReleaseRequest]) (*connect.Response[corpusv1.FinishReleaseResponse], error) {

@@ -207,7 +207,10 @@ type releaseView struct {
 	Message    string `json:"message"`
 	Pruned     bool   `json:"pruned"`
 	Log        string `json:"log"`
-	Steps      []struct {
+	Trigger    string `json:"trigger"`
+	// ConfigChanges are keys only: "+KEY", "~KEY", "-KEY".
+	ConfigChanges []string `json:"config_changes"`
+	Steps         []struct {
 		Name   string `json:"name"`
 		Status string `json:"status"`
 	} `json:"steps"`

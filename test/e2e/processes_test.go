@@ -174,6 +174,9 @@ func TestProcesses(t *testing.T) {
 	if cur != 2 || rels[0].Commit != rels[1].Commit {
 		t.Fatalf("after config set: current r%d, releases %+v", cur, rels)
 	}
+	if r := rels[0]; r.Trigger != "config" || strings.Join(r.ConfigChanges, " ") != "+GREETING +MODE" || rels[1].Trigger != "push" {
+		t.Errorf("the config release is recorded as %q %v (r1 as %q)", r.Trigger, r.ConfigChanges, rels[1].Trigger)
+	}
 	if w := l.proc("web"); w.Port != 80 || w.Release != "r2" {
 		t.Errorf("web after the config release = %+v", w)
 	}

@@ -27,14 +27,14 @@ func newReleaseCmd(g *globals) *cobra.Command {
 				return c.projects.ListReleases(ctx, connect.NewRequest(&corpusv1.ListReleasesRequest{Project: args[0], Env: env}))
 			}, func(msg *corpusv1.ListReleasesResponse) error {
 				w := tabwriter.NewWriter(g.stdout, 0, 4, 2, ' ', 0)
-				fmt.Fprintln(w, "ID\tCOMMIT\tAUTHOR\tSTARTED\tSTATUS\tDURATION\tSUBJECT")
+				fmt.Fprintln(w, "ID\tCOMMIT\tAUTHOR\tSTARTED\tSTATUS\tDURATION\tTRIGGER\tSUBJECT")
 				for _, r := range msg.Releases {
 					id := corpusv1.ReleaseName(r.Number)
 					if r.Number == msg.Current {
 						id += "*"
 					}
-					fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", id, dash(shortCommit(r.Commit)), dash(r.Author), localTime(r.StartedAt),
-						releaseStatus(r), releaseDuration(r), dash(r.Subject))
+					fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", id, dash(shortCommit(r.Commit)), dash(r.Author), localTime(r.StartedAt),
+						releaseStatus(r), releaseDuration(r), releaseTrigger(r), dash(r.Subject))
 				}
 				return w.Flush()
 			})
@@ -64,6 +64,10 @@ func newReleaseCmd(g *globals) *cobra.Command {
 				fmt.Fprintf(w, "Commit:\t%s\n", dash(r.Commit))
 				fmt.Fprintf(w, "Subject:\t%s\n", dash(r.Subject))
 				fmt.Fprintf(w, "Author:\t%s\n", dash(r.Author))
+				fmt.Fprintf(w, "Trigger:\t%s\n", releaseTrigger(r))
+				if len(r.Processes) > 0 {
+					fmt.Fprintf(w, "Processes:\t%s\n", strings.Join(r.Processes, ", "))
+				}
 				fmt.Fprintf(w, "Started:\t%s\n", localTime(r.StartedAt))
 				fmt.Fprintf(w, "Finished:\t%s (took %s)\n", localTime(r.FinishedAt), releaseDuration(r))
 				if r.FailedStep != "" {
@@ -207,4 +211,17 @@ func formatDuration(d time.Duration) string {
 		return d.Round(100 * time.Millisecond).String()
 	}
 	return d.Round(time.Second).String()
+}
+
+// releaseTrigger says what made a release, with its config changes (keys
+// only): "push", "config +DB ~MODE".
+func releaseTrigger(r *corpusv1.Release) string {
+	t := r.Trigger
+	if t == "" {
+		t = "push"
+	}
+	if len(r.ConfigChanges) > 0 {
+		t += " " + strings.Join(r.ConfigChanges, " ")
+	}
+	return t
 }
