@@ -24,7 +24,8 @@ import (
 // Processes: a release's Procfile lines, run by the supervisor in the
 // guest (agent/runtime). A deploy starts the new release's processes as a
 // generation beside the old one, web on the other of the environment's two
-// ports (http_port and http_port+1), checks that web answers, points the
+// ports (http_port and http_port+1; the next free one when something else
+// in the guest holds it), checks that web answers, points the
 // routes at the new port, lets the old web's requests finish, and only
 // then stops the old generation: a push never returns a 502 for a web
 // process that honours PORT. Restarts and rollbacks roll the same way.
@@ -142,8 +143,10 @@ type rollout struct {
 	names []string
 }
 
-// webPorts are the two ports web alternates between.
-func nextWebPort(env *corpusv1.ProjectEnv) (next int, current int32) {
+// webPorts are the ports a new web process may take, best first: the
+// environment's http_port and those after it, except the one web serves
+// on now. Two alternate, unless something else in the guest holds one.
+func webPorts(env *corpusv1.ProjectEnv) (candidates []int, current int32) {
 	p := env.GetHttpPort()
 	if p == 0 {
 		p = 80
@@ -152,10 +155,12 @@ func nextWebPort(env *corpusv1.ProjectEnv) (next int, current int32) {
 	if env.GetWebPort() != 0 {
 		current = env.WebPort
 	}
-	if current == p && p < 65535 {
-		return int(p) + 1, current
+	for port := int(p); port < int(p)+10 && port <= 65535; port++ {
+		if int32(port) != current {
+			candidates = append(candidates, port)
+		}
 	}
-	return int(p), current
+	return candidates, current
 }
 
 // errStart is a start that failed, with the process's last output.
@@ -175,7 +180,16 @@ func (a *Agent) startGeneration(ctx context.Context, drv drivers.Driver, g *corp
 	r := &rollout{a: a, drv: drv, guest: g, project: project, env: env.GetName(), gen: gen, spec: spec, say: say}
 	procs := append([]supervisor.Process(nil), spec.Processes...)
 	if spec.web() {
-		r.port, r.oldPort = nextWebPort(env)
+		var ports []int
+		ports, r.oldPort = webPorts(env)
+		res, err := a.runtime.Call(ctx, drv, g.Name, supervisor.Request{Op: supervisor.OpFreePort, Ports: ports})
+		if err == nil && res.Error != "" {
+			err = errors.New(res.Error)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("finding a port for web: %w", err)
+		}
+		r.port = res.Port
 	}
 	for i := range procs {
 		if procs[i].Name == "web" {

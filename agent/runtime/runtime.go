@@ -11,6 +11,7 @@ package runtime
 
 import (
 	"bytes"
+	"compress/gzip"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -42,6 +43,10 @@ type Runtime struct {
 	once sync.Once
 	hash string
 	err  error
+
+	gzOnce sync.Once
+	gz     []byte
+	gzErr  error
 }
 
 // ErrNoBinary is returned (wrapped) when this host has no supervisor to
@@ -117,13 +122,7 @@ func (r *Runtime) Ensure(ctx context.Context, x Execer, guest string) error {
 		return fmt.Errorf("looking for the supervisor in guest %s: %w", guest, err)
 	}
 	if f := strings.Fields(string(out)); len(f) == 0 || f[0] != want {
-		bin, err := os.Open(r.Binary)
-		if err != nil {
-			return err
-		}
-		defer bin.Close()
-		if _, err := run(ctx, x, guest, bin, "sh", "-c",
-			`set -e; mkdir -p "${1%/*}"; cat > "$1.new"; chmod 755 "$1.new"; mv -f "$1.new" "$1"`, "sh", supervisor.Binary); err != nil {
+		if err := r.install(ctx, x, guest, want); err != nil {
 			return fmt.Errorf("installing the supervisor in guest %s: %w", guest, err)
 		}
 	}
@@ -131,6 +130,58 @@ func (r *Runtime) Ensure(ctx context.Context, x Execer, guest string) error {
 		return fmt.Errorf("starting the supervisor in guest %s: %w", guest, err)
 	}
 	return nil
+}
+
+// installChunk is how much of the (gzipped) binary one exec carries: a
+// VM's guest agent takes a command's input in one JSON message, which it
+// parses slowly under emulation; small messages keep each call short.
+const installChunk = 64 << 10
+
+// gzipped is the supervisor binary, compressed once (about half its size:
+// fewer chunks to send).
+func (r *Runtime) gzipped() ([]byte, error) {
+	r.gzOnce.Do(func() {
+		raw, err := os.ReadFile(r.Binary)
+		if err != nil {
+			r.gzErr = err
+			return
+		}
+		var b bytes.Buffer
+		zw, _ := gzip.NewWriterLevel(&b, gzip.BestCompression)
+		zw.Write(raw)
+		if r.gzErr = zw.Close(); r.gzErr == nil {
+			r.gz = b.Bytes()
+		}
+	})
+	return r.gz, r.gzErr
+}
+
+// install copies the supervisor into the guest in chunks, checks what
+// arrived and only then puts it in place.
+func (r *Runtime) install(ctx context.Context, x Execer, guest, want string) error {
+	gz, err := r.gzipped()
+	if err != nil {
+		return err
+	}
+	tmp := supervisor.Binary + ".new"
+	if _, err := run(ctx, x, guest, nil, "sh", "-c", `set -e; mkdir -p "${1%/*}"; : > "$1.gz"`, "sh", tmp); err != nil {
+		return err
+	}
+	for off := 0; off < len(gz); off += installChunk {
+		chunk := gz[off:min(off+installChunk, len(gz))]
+		if _, err := run(ctx, x, guest, bytes.NewReader(chunk), "sh", "-c", `cat >> "$1.gz"`, "sh", tmp); err != nil {
+			return err
+		}
+	}
+	out, err := run(ctx, x, guest, nil, "sh", "-c", `set -e; gzip -dc "$1.gz" > "$1"; rm -f "$1.gz"; sha256sum "$1"`, "sh", tmp)
+	if err != nil {
+		return err
+	}
+	if f := strings.Fields(string(out)); len(f) == 0 || f[0] != want {
+		return fmt.Errorf("the copy in the guest does not match (sha256 %q, want %s)", strings.TrimSpace(string(out)), want)
+	}
+	_, err = run(ctx, x, guest, nil, "sh", "-c", `chmod 755 "$1" && mv -f "$1" "$2"`, "sh", tmp, supervisor.Binary)
+	return err
 }
 
 // Revive starts the supervisor of a guest that has processes to run (a

@@ -248,6 +248,29 @@ func TestProcesses(t *testing.T) {
 		t.Errorf("config after rolling back to r1:\n%s", out)
 	}
 
+	// A guest stopped and started again runs its processes by itself.
+	l.c.mustCLI("guest", "stop", "hello-dev")
+	l.c.mustCLI("guest", "start", "hello-dev")
+	eventually(t, 30*time.Second, "processes back after the guest restarted", func() error {
+		var res struct {
+			Processes []psView `json:"processes"`
+		}
+		if err := l.c.json(&res, "ps", "hello"); err != nil {
+			return err
+		}
+		running := 0
+		for _, p := range res.Processes {
+			if p.State == "running" && p.Release == "r1" {
+				running++
+			}
+		}
+		if running != 2 || len(res.Processes) != 2 {
+			return fmt.Errorf("processes: %+v", res.Processes)
+		}
+		return nil
+	})
+	l.wantPage("version one")
+
 	// The secret is nowhere in clear outside the guest: not in the
 	// coordinator's raft log and snapshots, the agent's cache, the
 	// daemons' logs, the release logs or the audit log.

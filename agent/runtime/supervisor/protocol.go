@@ -46,6 +46,8 @@ const (
 	OpStart  = "start"
 	OpStop   = "stop"
 	OpStatus = "status"
+	// OpFreePort answers the first of Ports nothing listens on.
+	OpFreePort = "free_port"
 )
 
 // Process states.
@@ -67,6 +69,8 @@ type Request struct {
 	Project string   `json:"project,omitempty"`
 	ID      string   `json:"id,omitempty"`
 	Names   []string `json:"names,omitempty"`
+	// Ports are the candidates of a free_port request, in order.
+	Ports []int `json:"ports,omitempty"`
 }
 
 // Generation is a set of processes of one release of a project, started
@@ -108,6 +112,8 @@ type Response struct {
 	Processes []Status `json:"processes,omitempty"`
 	// Output is the last lines of a process that failed a start.
 	Output []string `json:"output,omitempty"`
+	// Port answers free_port.
+	Port int `json:"port,omitempty"`
 }
 
 // Status is how one process is.

@@ -5,10 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
 	"path/filepath"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -104,6 +106,14 @@ func (s *Supervisor) Handle(req Request) Response {
 			return Response{Error: "start without a generation"}
 		}
 		return s.start(*req.Generation)
+	case OpFreePort:
+		for _, port := range req.Ports {
+			if ln, err := net.Listen("tcp", ":"+strconv.Itoa(port)); err == nil {
+				ln.Close()
+				return Response{Version: s.Version, Port: port}
+			}
+		}
+		return Response{Error: fmt.Sprintf("every port of %v is in use in the guest", req.Ports)}
 	case OpStop:
 		if req.Project == "" {
 			return Response{Error: "stop without a project"}

@@ -3,6 +3,7 @@ package supervisor
 import (
 	"context"
 	"encoding/json"
+	"net"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -240,4 +241,31 @@ func TestServeAndCall(t *testing.T) {
 	if st := s.status(""); len(st) != 0 && st[0].State != StateStopped {
 		t.Fatalf("processes after the supervisor stopped: %+v", st)
 	}
+}
+
+func TestFreePort(t *testing.T) {
+	s, _ := newTest(t)
+	busy, err := net.Listen("tcp", ":0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer busy.Close()
+	taken := busy.Addr().(*net.TCPAddr).Port
+	free := freePort(t)
+	if res := s.Handle(Request{Op: OpFreePort, Ports: []int{taken, free}}); res.Error != "" || res.Port != free {
+		t.Fatalf("free_port of a taken and a free port = %+v, want %d", res, free)
+	}
+	if res := s.Handle(Request{Op: OpFreePort, Ports: []int{taken}}); res.Error == "" {
+		t.Fatalf("free_port of a taken port alone = %+v, want an error", res)
+	}
+}
+
+func freePort(t *testing.T) int {
+	t.Helper()
+	ln, err := net.Listen("tcp", ":0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
 }
