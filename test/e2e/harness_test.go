@@ -502,24 +502,30 @@ func unmountUnder(t *testing.T, dir string) {
 }
 
 func detachVolumes(t *testing.T, dir string) {
-	images, _ := filepath.Glob(filepath.Join(dir, "*.img"))
-	for _, img := range images {
-		out, _ := exec.Command("losetup", "-j", img).Output()
-		for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
-			dev, _, ok := strings.Cut(line, ":")
-			if !ok {
-				continue
+	// Every loop device backed by a file under dir, the deleted ones too
+	// (an image removed while its device was still bound).
+	out, err := exec.Command("losetup", "--list", "--noheadings", "--output", "NAME,BACK-FILE").Output()
+	if err != nil {
+		t.Logf("cleanup: losetup --list: %v", err)
+		return
+	}
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 2 {
+			continue
+		}
+		dev, back := f[0], strings.TrimSuffix(strings.Join(f[1:], " "), " (deleted)")
+		if !strings.HasPrefix(back, dir+"/") {
+			continue
+		}
+		for range 50 { // the namespace holding the mount may take a moment to go
+			if err = exec.Command("losetup", "-d", dev).Run(); err == nil {
+				break
 			}
-			var err error
-			for range 50 { // the namespace holding the mount may take a moment to go
-				if err = exec.Command("losetup", "-d", dev).Run(); err == nil {
-					break
-				}
-				time.Sleep(100 * time.Millisecond)
-			}
-			if err != nil {
-				t.Logf("cleanup: losetup -d %s (%s): %v", dev, img, err)
-			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		if err != nil {
+			t.Logf("cleanup: losetup -d %s (%s): %v", dev, back, err)
 		}
 	}
 }
