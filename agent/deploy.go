@@ -177,7 +177,7 @@ func (a *Agent) deployPush(sess *pushSession, req *hookRequest, out io.Writer) i
 	if err := d.resolveUser(); err != nil {
 		return reject("%v", err)
 	}
-	if err := d.begin(upd.New, sess.user, subject, triggerPush); err != nil {
+	if err := d.begin(upd.New, sess.user, subject, corpusv1.TriggerPush); err != nil {
 		return reject("recording the release: %v", err)
 	}
 	d.say("-----> Deploying %s/%s %s (%s by %s)", sess.project, env.Name, d.name(), short(upd.New), sess.user)
@@ -190,14 +190,6 @@ func (a *Agent) deployPush(sess *pushSession, req *hookRequest, out io.Writer) i
 	a.metrics.deployed(outcome, time.Since(start))
 	return code
 }
-
-// Release triggers (as the coordinator's state names them).
-const (
-	triggerPush    = "push"
-	triggerConfig  = "config"
-	triggerRestart = "restart"
-	triggerDeploy  = "deploy"
-)
 
 // begin records the release and takes its config.
 func (d *deploy) begin(commit, author, subject, trigger string) error {

@@ -209,7 +209,7 @@ func (d *deploy) retire() {
 
 // what a failed deploy rejects: the push, or the release asked for.
 func (d *deploy) what() string {
-	if d.release != nil && d.release.Trigger != "" && d.release.Trigger != triggerPush {
+	if d.release != nil && d.release.Trigger != "" && d.release.Trigger != corpusv1.TriggerPush {
 		return "Release"
 	}
 	return "Push"

@@ -154,7 +154,7 @@ func checkProcesses(where string, procs map[string]string) error {
 		return fmt.Errorf("%s: %d processes; the limit is %d", where, len(procs), maxProcesses)
 	}
 	for _, name := range slices.Sorted(maps.Keys(procs)) {
-		if !validProcessName(name) {
+		if !names.Process(name) {
 			return fmt.Errorf("%s: process name %q: want [a-z][a-z0-9_-]*, up to 32 characters", where, name)
 		}
 		cmd := procs[name]
@@ -166,18 +166,6 @@ func checkProcesses(where string, procs map[string]string) error {
 		}
 	}
 	return nil
-}
-
-func validProcessName(s string) bool {
-	if s == "" || len(s) > 32 {
-		return false
-	}
-	for i, c := range s {
-		if !(c >= 'a' && c <= 'z' || (i > 0 && (c >= '0' && c <= '9' || c == '_' || c == '-'))) {
-			return false
-		}
-	}
-	return true
 }
 
 // parseProcfile reads a Procfile: "TYPE: command" lines, blank lines and
@@ -194,7 +182,7 @@ func parseProcfile(data []byte) (map[string]string, error) {
 		switch {
 		case !ok:
 			return nil, fmt.Errorf("%s line %d: %q is not \"TYPE: command\"", procfile, i+1, line)
-		case !validProcessName(name):
+		case !names.Process(name):
 			return nil, fmt.Errorf("%s line %d: process name %q: want [a-z][a-z0-9_-]*, up to 32 characters", procfile, i+1, name)
 		case cmd == "":
 			return nil, fmt.Errorf("%s line %d: process %s has no command", procfile, i+1, name)

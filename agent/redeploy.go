@@ -75,7 +75,7 @@ func (s *agentAPI) Redeploy(ctx context.Context, req *connect.Request[corpusv1.A
 		return connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("%s serves no release yet: push first", key))
 	}
 	out := streamWriter(func(p []byte) error { return stream.Send(&corpusv1.DeployOutput{Output: p}) })
-	if r.Trigger == triggerRestart {
+	if r.Trigger == corpusv1.TriggerRestart {
 		if err := a.restart(ctx, drv, g, r.Project, env, cur, r.Processes, out); err != nil {
 			return err
 		}
@@ -101,7 +101,7 @@ func (s *agentAPI) Redeploy(ctx context.Context, req *connect.Request[corpusv1.A
 		return connect.NewError(connect.CodeUnavailable, fmt.Errorf("recording the release: %w", err))
 	}
 	what := "config change"
-	if r.Trigger == triggerDeploy {
+	if r.Trigger == corpusv1.TriggerDeploy {
 		what = "deploy"
 		if len(r.Only) > 0 {
 			what += " of " + strings.Join(r.Only, ", ") + " only"

@@ -12,6 +12,7 @@ import (
 
 	"corpus/coordinator/auth"
 	"corpus/coordinator/state"
+	"corpus/internal/names"
 	corpusv1 "corpus/proto/corpus/v1"
 )
 
@@ -95,7 +96,7 @@ func (s *projectService) SetConfig(ctx context.Context, req *connect.Request[cor
 	if err := say("config of %s/%s: %s; deploying it", p.Name, e.Name, what); err != nil {
 		return err
 	}
-	return s.redeploy(ctx, view, p, e, &corpusv1.RedeployRequest{Project: p.Name, Env: e.Name, Trigger: state.TriggerConfig}, stream)
+	return s.redeploy(ctx, view, p, e, &corpusv1.RedeployRequest{Project: p.Name, Env: e.Name, Trigger: corpusv1.TriggerConfig}, stream)
 }
 
 // runningEnvNode is the node whose agent runs an environment's guest, for
@@ -204,12 +205,12 @@ func (s *projectService) Deploy(ctx context.Context, req *connect.Request[corpus
 		return err
 	}
 	switch m.Trigger {
-	case "", state.TriggerDeploy:
-		m.Trigger = state.TriggerDeploy
+	case "", corpusv1.TriggerDeploy:
+		m.Trigger = corpusv1.TriggerDeploy
 		if len(m.Processes) > 0 {
 			return toConnect(invalidf("processes are named for a restart, not a deploy"))
 		}
-	case state.TriggerRestart:
+	case corpusv1.TriggerRestart:
 		if len(m.Only) > 0 {
 			return toConnect(invalidf("a restart runs no steps; --only is for corpus deploy"))
 		}
@@ -234,13 +235,8 @@ func (s *projectService) Deploy(ctx context.Context, req *connect.Request[corpus
 
 // validProcessName: process types are short lowercase names (Procfile).
 func validProcessName(name string) error {
-	if name == "" || len(name) > 32 {
-		return invalidf("process name %.40q: want 1 to 32 characters", name)
-	}
-	for i, c := range name {
-		if !(c >= 'a' && c <= 'z' || c == '_' || c == '-' || (c >= '0' && c <= '9' && i > 0)) {
-			return invalidf("process name %.40q: want [a-z][a-z0-9_-]*", name)
-		}
+	if !names.Process(name) {
+		return invalidf("process name %.40q: want [a-z][a-z0-9_-]*, up to 32 characters", name)
 	}
 	return nil
 }

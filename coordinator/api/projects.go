@@ -608,8 +608,8 @@ func (s *agentService) BeginRelease(ctx context.Context, req *connect.Request[co
 	}
 	switch m.Trigger {
 	case "":
-		m.Trigger = state.TriggerPush
-	case state.TriggerPush, state.TriggerConfig, state.TriggerRestart, state.TriggerDeploy:
+		m.Trigger = corpusv1.TriggerPush
+	case corpusv1.TriggerPush, corpusv1.TriggerConfig, corpusv1.TriggerRestart, corpusv1.TriggerDeploy:
 	default:
 		return nil, toConnect(invalidf("trigger %.40q: want push, config, restart or deploy", m.Trigger))
 	}

@@ -31,14 +31,6 @@ const (
 	sealOverhead = 2 + 255 + 12 + 16
 )
 
-// Release triggers.
-const (
-	TriggerPush    = "push"
-	TriggerConfig  = "config"
-	TriggerRestart = "restart"
-	TriggerDeploy  = "deploy"
-)
-
 // ConfigPlace is what a config value is sealed for: a value copied to
 // another key, environment or project does not open.
 func ConfigPlace(project, env, key string) string {

@@ -104,7 +104,7 @@ func TestConfig(t *testing.T) {
 	r.must(setConfigCmd(map[string][]byte{"DB": sealed(t, k, "DB", "postgres://one"), "MODE": sealed(t, k, "MODE", "a")}))
 	r.must(beginCmd("rel1", nodeID), finishCmd("rel1", nodeID, corpusv1.ReleaseSucceeded))
 	r1 := r.store.Read().Release("rel1")
-	if got := openAll(t, k, r1.Config); got["DB"] != "postgres://one" || got["MODE"] != "a" || r1.Trigger != state.TriggerPush {
+	if got := openAll(t, k, r1.Config); got["DB"] != "postgres://one" || got["MODE"] != "a" || r1.Trigger != corpusv1.TriggerPush {
 		t.Fatalf("r1 runs with %v (trigger %q)", got, r1.Trigger)
 	}
 	// Nothing of a value is in the state in clear: not in the snapshot,
@@ -132,7 +132,7 @@ func TestConfig(t *testing.T) {
 	// A config change with its release failed is undone.
 	r.must(setConfigCmd(map[string][]byte{"MODE": sealed(t, k, "MODE", "b")}, "DB"))
 	cfgRel := beginCmd("rel2", nodeID)
-	cfgRel.GetBeginRelease().Release.Trigger = state.TriggerConfig
+	cfgRel.GetBeginRelease().Release.Trigger = corpusv1.TriggerConfig
 	r.must(cfgRel, finishCmd("rel2", nodeID, corpusv1.ReleaseFailed))
 	if got := envConfig(t, r, k); got["MODE"] != "a" || got["DB"] != "postgres://one" {
 		t.Fatalf("after a failed config release the config is %v, want r1's", got)
@@ -140,7 +140,7 @@ func TestConfig(t *testing.T) {
 	// One that succeeds stays; rolling back restores r1's config.
 	r.must(setConfigCmd(map[string][]byte{"MODE": sealed(t, k, "MODE", "c")}))
 	cfgRel = beginCmd("rel3", nodeID)
-	cfgRel.GetBeginRelease().Release.Trigger = state.TriggerConfig
+	cfgRel.GetBeginRelease().Release.Trigger = corpusv1.TriggerConfig
 	r.must(cfgRel, finishCmd("rel3", nodeID, corpusv1.ReleaseSucceeded))
 	if got := envConfig(t, r, k); got["MODE"] != "c" {
 		t.Fatalf("config after r3 = %v", got)

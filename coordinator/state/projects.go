@@ -276,7 +276,7 @@ func (a *applier) beginRelease(c *corpusv1.BeginRelease) error {
 	// The release runs with the config as it is now.
 	r.Config = env.Config
 	if r.Trigger == "" {
-		r.Trigger = TriggerPush
+		r.Trigger = corpusv1.TriggerPush
 	}
 	r.CreateIndex, r.ModifyIndex = a.index, a.index
 	a.put(tableReleases, r)
@@ -329,7 +329,7 @@ func (a *applier) finishRelease(c *corpusv1.FinishRelease) error {
 	r.FinishedAt = a.now
 	r.ModifyIndex = a.index
 	a.put(tableReleases, r)
-	if c.Status != corpusv1.ReleaseSucceeded && r.Trigger != TriggerConfig {
+	if c.Status != corpusv1.ReleaseSucceeded && r.Trigger != corpusv1.TriggerConfig {
 		return nil
 	}
 	p, env, err := a.envOnNode(r.Project, r.Env, c.NodeId)

@@ -83,3 +83,17 @@ func EnvVar(k string) bool {
 	}
 	return true
 }
+
+// Process says whether s is a process type name (a Procfile line's):
+// [a-z][a-z0-9_-]*, up to 32 characters.
+func Process(s string) bool {
+	if s == "" || len(s) > 32 {
+		return false
+	}
+	for i, c := range s {
+		if !(c >= 'a' && c <= 'z' || (i > 0 && (c >= '0' && c <= '9' || c == '_' || c == '-'))) {
+			return false
+		}
+	}
+	return true
+}

@@ -96,6 +96,14 @@ const (
 	StepSkipped = "skipped"
 )
 
+// What made a release (Release.trigger).
+const (
+	TriggerPush    = "push"
+	TriggerConfig  = "config"
+	TriggerRestart = "restart"
+	TriggerDeploy  = "deploy"
+)
+
 // ReleaseName is how users write a release number: "r3".
 func ReleaseName(n uint32) string {
 	return "r" + strconv.FormatUint(uint64(n), 10)
