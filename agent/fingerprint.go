@@ -89,7 +89,7 @@ func (a *Agent) driverInfo(ctx context.Context) []*corpusv1.DriverInfo {
 		_, keeper := d.(drivers.VolumeKeeper)
 		out = append(out, &corpusv1.DriverInfo{
 			Name: name, Healthy: fp.Healthy, Detail: fp.Detail, Attributes: fp.Attributes,
-			Exec: caps.Exec, Images: caps.Images, NoVolumes: !caps.HostVolumes && !caps.BlockVolumes && !keeper, OwnNetwork: !caps.HostNetwork,
+			Exec: caps.Exec, Images: caps.Images, PackageImages: caps.PackageImages, NoVolumes: !caps.HostVolumes && !caps.BlockVolumes && !keeper, OwnNetwork: !caps.HostNetwork,
 			Converge: caps.Converge,
 		})
 	}

@@ -366,7 +366,7 @@ func (w *worker) create(ctx context.Context, d drivers.Driver, g *corpusv1.Guest
 // volume for the driver to keep itself.
 func (a *Agent) driverSpec(ctx context.Context, d drivers.Driver, g *corpusv1.Guest) (drivers.GuestSpec, error) {
 	spec := drivers.GuestSpec{
-		ID: g.Id, Name: g.Name, Image: g.Spec.GetImage(),
+		ID: g.Id, Name: g.Name, Image: g.Spec.GetImage(), Packages: g.Spec.GetPackages(),
 		MemoryBytes: g.Spec.GetResources().GetMemoryBytes(),
 		CPUMillis:   g.Spec.GetResources().GetCpuMillis(),
 		DiskBytes:   g.Spec.GetResources().GetDiskBytes(),

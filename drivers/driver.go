@@ -80,6 +80,9 @@ type Capabilities struct {
 	Snapshot bool `json:"snapshot"`
 	// Images lists the image names the driver can build or fetch by itself.
 	Images []string `json:"images"`
+	// PackageImages lists the images whose guests may ask for
+	// GuestSpec.Packages.
+	PackageImages []string `json:"package_images,omitempty"`
 	// HostNetwork is true when guests join the agent's bridge and reach
 	// the outside through the node's NAT and proxy; an agent whose
 	// drivers all lack it runs no bridge, NAT, proxy or resolver.
@@ -202,6 +205,11 @@ type GuestSpec struct {
 	Name string
 	// Image names the root file system, e.g. "busybox" or "debian/bookworm".
 	Image string
+	// Packages are Debian packages installed into the image, for images
+	// in Capabilities.PackageImages only: the driver builds the image
+	// with them once and shares it between the guests asking for the
+	// same set. Sorted, without duplicates.
+	Packages []string
 	// MemoryBytes is the memory limit; 0 means no limit.
 	MemoryBytes int64
 	// CPUMillis is the CPU limit in thousandths of a core; 0 means no limit.

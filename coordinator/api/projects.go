@@ -229,7 +229,7 @@ func (s *projectService) CreateProject(ctx context.Context, req *connect.Request
 		domains = append(domains, d)
 	}
 	spec := &corpusv1.GuestSpec{
-		Driver: m.Driver, Image: m.Image, Resources: m.Resources,
+		Driver: m.Driver, Image: m.Image, Resources: m.Resources, Packages: m.Packages,
 		Volume: &corpusv1.VolumeSpec{SizeBytes: m.VolumeBytes, Path: ProjectsRoot + "/" + m.Name + "/data"},
 	}
 	// The data of an environment deleted with --keep-volumes (an unbound
@@ -245,7 +245,7 @@ func (s *projectService) CreateProject(ctx context.Context, req *connect.Request
 		if e := state.ProjectEnv(p, m.Env); e != nil {
 			// The same request again is a success.
 			g := s.b.Store.Read().Guest(e.GuestId)
-			if g != nil && g.Spec.GetImage() == spec.Image && slices.Equal(e.Domains, domains) && e.Branch == m.Branch && e.HttpPort == m.HttpPort {
+			if g != nil && g.Spec.GetImage() == spec.Image && slices.Equal(g.Spec.GetPackages(), spec.Packages) && slices.Equal(e.Domains, domains) && e.Branch == m.Branch && e.HttpPort == m.HttpPort {
 				return connect.NewResponse(&corpusv1.CreateProjectResponse{Project: p, GitRemote: s.remote(s.b.Store.Read(), p, e)}), nil
 			}
 			return nil, connect.NewError(connect.CodeAlreadyExists, fmt.Errorf("project %s already has a %s environment with other settings", m.Name, m.Env))

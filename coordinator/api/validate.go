@@ -5,6 +5,7 @@ import (
 	"net"
 	"path"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"unicode"
@@ -27,6 +28,8 @@ const (
 	// (the smallest loop volume).
 	minDiskBytes = 32 << 20
 	maxEnvVars   = 128
+	// maxPackages bounds the Debian packages a guest's image adds.
+	maxPackages = 64
 	// maxEnvNameBytes bounds an environment variable's name.
 	maxEnvNameBytes = 255
 )
@@ -79,6 +82,9 @@ func normalizeSpec(spec *corpusv1.GuestSpec) error {
 	if err := normalizeConstraints(spec); err != nil {
 		return err
 	}
+	if err := normalizePackages(spec); err != nil {
+		return err
+	}
 	if len(spec.Env) > maxEnvVars {
 		return invalidf("%d environment variables; the limit is %d", len(spec.Env), maxEnvVars)
 	}
@@ -90,6 +96,25 @@ func normalizeSpec(spec *corpusv1.GuestSpec) error {
 			return invalidf("environment variable %s has a NUL or newline in its value", k)
 		}
 	}
+	return nil
+}
+
+// normalizePackages checks a spec's Debian package names and sorts them,
+// without duplicates: the set, not its order, names the image.
+func normalizePackages(spec *corpusv1.GuestSpec) error {
+	if len(spec.Packages) == 0 {
+		return nil
+	}
+	if len(spec.Packages) > maxPackages {
+		return invalidf("%d packages; the limit is %d", len(spec.Packages), maxPackages)
+	}
+	for _, p := range spec.Packages {
+		if !names.DebianPackage(p) {
+			return invalidf("package %.110q is not a Debian package name (lowercase letters, digits, '+', '-', '.'; like python3 or postgresql-15)", p)
+		}
+	}
+	slices.Sort(spec.Packages)
+	spec.Packages = slices.Compact(spec.Packages)
 	return nil
 }
 

@@ -174,6 +174,16 @@ func TestPlace(t *testing.T) {
 			node:  "b",
 		},
 		{
+			name:   "packages where the image takes none",
+			cands:  []scheduler.Candidate{free(node("a", 8, drivers(&corpusv1.DriverInfo{Name: "lxc", Healthy: true, PackageImages: []string{"debian/bookworm"}})))},
+			reason: "no node fits (1 considered): 1 node without packages for image busybox",
+		},
+		{
+			name:  "packages where the image takes them",
+			cands: []scheduler.Candidate{free(node("a", 8)), free(node("b", 8, drivers(&corpusv1.DriverInfo{Name: "lxc", Healthy: true, PackageImages: []string{"busybox"}})))},
+			node:  "b",
+		},
+		{
 			name:   "constraint not met",
 			cands:  []scheduler.Candidate{free(node("a", 8, labels("zone", "b"))), free(node("b", 8))},
 			reason: "no node fits (2 considered): 2 nodes without label zone=a",
@@ -189,6 +199,9 @@ func TestPlace(t *testing.T) {
 			}
 			if strings.HasPrefix(tt.name, "constraint") {
 				g.Spec.Constraints = map[string]string{"zone": "a"}
+			}
+			if strings.HasPrefix(tt.name, "packages") {
+				g.Spec.Packages = []string{"python3"}
 			}
 			if strings.HasPrefix(tt.name, "volume") {
 				g.Spec.Volume = &corpusv1.VolumeSpec{Path: "/data"}

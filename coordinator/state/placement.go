@@ -60,6 +60,8 @@ func Unfit(n *corpusv1.Node, alloc *corpusv1.Resources, used map[int32]string, s
 		return "with driver " + spec.GetDriver() + " unhealthy"
 	case len(drv.Images) > 0 && !slices.Contains(drv.Images, spec.GetImage()):
 		return "without image " + spec.GetImage()
+	case len(spec.GetPackages()) > 0 && !slices.Contains(drv.PackageImages, spec.GetImage()):
+		return "without packages for image " + spec.GetImage()
 	case spec.GetVolume() != nil && drv.NoVolumes:
 		return "with driver " + spec.GetDriver() + " unable to give guests volumes"
 	}

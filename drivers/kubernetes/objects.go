@@ -51,6 +51,10 @@ func validate(spec drivers.GuestSpec) error {
 	if msgs := validation.IsValidLabelValue(spec.ID); spec.ID == "" || len(msgs) > 0 {
 		errs = append(errs, fmt.Sprintf("guest id %q cannot be a label value", spec.ID))
 	}
+	if len(spec.Packages) > 0 {
+		// The scheduler places none here (Capabilities.PackageImages).
+		errs = append(errs, "a container image takes no extra packages: build them into the image")
+	}
 	if err := validImage(spec.Image); err != nil {
 		errs = append(errs, err.Error())
 	}

@@ -38,6 +38,10 @@ func validateSpec(spec drivers.GuestSpec) (imageSpec, error) {
 	if spec.ID == "" {
 		return imageSpec{}, errors.New("empty guest id")
 	}
+	if len(spec.Packages) > 0 {
+		// The scheduler places none here (Capabilities.PackageImages).
+		return imageSpec{}, errors.New("VM images take no extra packages; install them in the project's install step")
+	}
 	img, ok := images[spec.Image]
 	if !ok {
 		return imageSpec{}, fmt.Errorf("image %q: %w", spec.Image, drivers.ErrUnknownImage)

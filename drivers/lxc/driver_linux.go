@@ -111,10 +111,11 @@ func (d *Driver) Name() string { return Name }
 // Capabilities reports exec support and the images the driver can build.
 func (d *Driver) Capabilities() drivers.Capabilities {
 	return drivers.Capabilities{
-		Exec:        true,
-		Images:      imageNames(),
-		HostNetwork: true,
-		HostVolumes: true,
+		Exec:          true,
+		Images:        imageNames(),
+		PackageImages: packageImages(),
+		HostNetwork:   true,
+		HostVolumes:   true,
 	}
 }
 

@@ -27,3 +27,8 @@ func New(cfg Config) (*Driver, error) {
 func (*Driver) EnsureImage(context.Context, string, drivers.ProgressFunc) error {
 	return errUnsupported
 }
+
+// EnsureImagePackages returns an error wrapping drivers.ErrNotSupported.
+func (*Driver) EnsureImagePackages(context.Context, string, []string, drivers.ProgressFunc) error {
+	return errUnsupported
+}

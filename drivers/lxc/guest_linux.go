@@ -58,9 +58,9 @@ func validateSpec(spec drivers.GuestSpec) (imageSpec, error) {
 	if spec.ID == "" {
 		return imageSpec{}, errors.New("empty guest id")
 	}
-	img, ok := images[spec.Image]
-	if !ok {
-		return imageSpec{}, fmt.Errorf("image %q: %w", spec.Image, drivers.ErrUnknownImage)
+	img, err := imageFor(spec.Image, spec.Packages)
+	if err != nil {
+		return imageSpec{}, err
 	}
 	if spec.MemoryBytes < 0 {
 		return imageSpec{}, fmt.Errorf("negative memory limit %d", spec.MemoryBytes)

@@ -36,16 +36,20 @@ type imageSpec struct {
 	// files shifted into idmap: the image of unprivileged guests.
 	from  string
 	idmap idmap
+	// packages are the Debian packages the template installs; the
+	// build checks they are (see packages_linux.go).
+	packages []string
 }
 
 // unprivileged is img's image for guests in the user namespace of m: a
 // copy of img's cache, made once, whose files belong to the guests' ids.
 func unprivileged(img imageSpec, m idmap) imageSpec {
 	return imageSpec{
-		name:  img.name + " (unprivileged)",
-		cache: fmt.Sprintf("%s-u%d-%d", img.cache, m.UID, m.GID),
-		from:  img.cache,
-		idmap: m,
+		name:     img.name + " (unprivileged)",
+		cache:    fmt.Sprintf("%s-u%d-%d", img.cache, m.UID, m.GID),
+		from:     img.cache,
+		idmap:    m,
+		packages: img.packages,
 	}
 }
 
@@ -216,9 +220,15 @@ func (b *imageBuild) report(format string, args ...any) {
 // already, reporting progress; Create does the same when it needs the
 // image. An image the driver does not know is drivers.ErrUnknownImage.
 func (d *Driver) EnsureImage(ctx context.Context, name string, progress drivers.ProgressFunc) error {
-	img, ok := images[name]
-	if !ok {
-		return fmt.Errorf("image %q: %w", name, drivers.ErrUnknownImage)
+	return d.EnsureImagePackages(ctx, name, nil, progress)
+}
+
+// EnsureImagePackages is EnsureImage for the image with packages
+// installed (drivers.GuestSpec.Packages).
+func (d *Driver) EnsureImagePackages(ctx context.Context, name string, packages []string, progress drivers.ProgressFunc) error {
+	img, err := imageFor(name, packages)
+	if err != nil {
+		return err
 	}
 	return d.ensureImage(ctx, img, progress)
 }
@@ -341,8 +351,12 @@ wait:
 		}
 	}
 
+	rootfs := filepath.Join(d.imgPath, img.cache, "rootfs")
+	if err := checkPackages(rootfs, img.packages); err != nil {
+		return fmt.Errorf("building image %s: %w", img.name, err)
+	}
 	if img.prepare != nil {
-		if err := img.prepare(filepath.Join(d.imgPath, img.cache, "rootfs")); err != nil {
+		if err := img.prepare(rootfs); err != nil {
 			return fmt.Errorf("building image %s: %w", img.name, err)
 		}
 	}

@@ -4,6 +4,7 @@ package lxc
 
 import (
 	"errors"
+	"slices"
 	"testing"
 
 	golxc "github.com/lxc/go-lxc"
@@ -48,6 +49,9 @@ func TestValidateSpec(t *testing.T) {
 		{"valid", func(*drivers.GuestSpec) {}, nil},
 		{"debian", func(s *drivers.GuestSpec) { s.Image = "debian/bookworm" }, nil},
 		{"limits", func(s *drivers.GuestSpec) { s.MemoryBytes, s.CPUMillis = 1<<30, 1500 }, nil},
+		{"debian with packages", func(s *drivers.GuestSpec) { s.Image, s.Packages = "debian/bookworm", []string{"python3", "libstdc++6"} }, nil},
+		{"busybox with packages", func(s *drivers.GuestSpec) { s.Packages = []string{"python3"} }, errAny},
+		{"package as an option", func(s *drivers.GuestSpec) { s.Image, s.Packages = "debian/bookworm", []string{"-oAPT::Get=x"} }, errAny},
 		{"unknown image", func(s *drivers.GuestSpec) { s.Image = "debian/sid" }, drivers.ErrUnknownImage},
 		{"no image", func(s *drivers.GuestSpec) { s.Image = "" }, drivers.ErrUnknownImage},
 		{"no id", func(s *drivers.GuestSpec) { s.ID = "" }, errAny},
@@ -73,6 +77,28 @@ func TestValidateSpec(t *testing.T) {
 				t.Errorf("validateSpec(%+v) = %v, want %v", spec, err, tc.want)
 			}
 		})
+	}
+}
+
+// TestImageForPackages checks that a set of packages, not its order,
+// names an image of its own.
+func TestImageForPackages(t *testing.T) {
+	t.Parallel()
+	base, _ := imageFor("debian/bookworm", nil)
+	a, errA := imageFor("debian/bookworm", []string{"python3", "curl"})
+	b, errB := imageFor("debian/bookworm", []string{"curl", "python3", "curl"})
+	c, errC := imageFor("debian/bookworm", []string{"python3"})
+	if errA != nil || errB != nil || errC != nil {
+		t.Fatal(errA, errB, errC)
+	}
+	if a.cache != b.cache || a.name != b.name || a.name != "debian/bookworm +curl,python3" {
+		t.Errorf("same set, different images: %q %q, %q %q", a.name, a.cache, b.name, b.cache)
+	}
+	if a.cache == c.cache || a.cache == base.cache || !slices.Contains(a.template.ExtraArgs, "--packages=curl,python3") {
+		t.Errorf("images %q, %q, %q; args %q", base.cache, a.cache, c.cache, a.template.ExtraArgs)
+	}
+	if len(base.template.ExtraArgs) != 0 {
+		t.Errorf("the base image's args changed: %q", base.template.ExtraArgs)
 	}
 }
 

@@ -97,3 +97,19 @@ func Process(s string) bool {
 	}
 	return true
 }
+
+// DebianPackage says whether s is a Debian package name (Debian policy
+// 5.6.1): lowercase letters, digits, '+', '-' and '.', at least two
+// characters, starting with a letter or digit, here at most 100. The
+// start rule also keeps a name from reading as an option to apt.
+func DebianPackage(s string) bool {
+	if len(s) < 2 || len(s) > 100 {
+		return false
+	}
+	for i, c := range s {
+		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || (i > 0 && (c == '+' || c == '-' || c == '.'))) {
+			return false
+		}
+	}
+	return true
+}

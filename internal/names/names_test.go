@@ -70,3 +70,16 @@ func TestValidateDomain(t *testing.T) {
 		}
 	}
 }
+
+func TestDebianPackage(t *testing.T) {
+	t.Parallel()
+	for s, ok := range map[string]bool{
+		"python3": true, "libstdc++6": true, "postgresql-15": true, "g++": true, "python3.11": true, "0ad": true,
+		"": false, "a": false, "-oAPT::x": false, "Python3": false, "python3 curl": false, "a;b": false,
+		"+x": false, ".x": false, "x_y": false, strings.Repeat("a", 101): false,
+	} {
+		if DebianPackage(s) != ok {
+			t.Errorf("DebianPackage(%q) = %v, want %v", s, !ok, ok)
+		}
+	}
+}

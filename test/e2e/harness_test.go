@@ -246,7 +246,12 @@ func tempDir(t *testing.T) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
+	t.Cleanup(func() {
+		// A loop device bound to an image under dir after the agents'
+		// own cleanup (a late attach) would outlive the folder.
+		detachVolumes(t, dir)
+		os.RemoveAll(dir)
+	})
 	return dir
 }
 

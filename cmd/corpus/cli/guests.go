@@ -34,7 +34,7 @@ func newGuestCreateCmd(g *globals) *cobra.Command {
 	var (
 		driver, image, memory, cpus, disk string
 		volSize, volPath, useVolume       string
-		env, ports, constraints           []string
+		env, ports, constraints, packages []string
 		stopped, noWait, privileged       bool
 		timeout                           time.Duration
 	)
@@ -43,10 +43,11 @@ func newGuestCreateCmd(g *globals) *cobra.Command {
 		Short: "Create a guest; the scheduler places it on a node that fits",
 		Example: `  corpus guest create web --image busybox --memory 256M --cpus 1
   corpus guest create db --image debian/bookworm --env TZ=UTC --stopped
+  corpus guest create py --image debian/bookworm --packages python3,python3-requests
   corpus guest create api --image busybox --constraint region=eu --constraint zone=a`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			spec := &corpusv1.GuestSpec{Driver: driver, Image: image, Resources: &corpusv1.Resources{}, Env: map[string]string{}, Privileged: privileged}
+			spec := &corpusv1.GuestSpec{Driver: driver, Image: image, Resources: &corpusv1.Resources{}, Env: map[string]string{}, Privileged: privileged, Packages: packages}
 			var err error
 			if memory != "" {
 				if spec.Resources.MemoryBytes, err = parseSize(memory); err != nil {
@@ -126,6 +127,7 @@ func newGuestCreateCmd(g *globals) *cobra.Command {
 	f := cmd.Flags()
 	f.StringVar(&driver, "driver", "lxc", "driver that runs the guest")
 	f.StringVar(&image, "image", "", "image (busybox, debian/bookworm)")
+	f.StringSliceVar(&packages, "packages", nil, "Debian packages installed into the guest's image (debian images; comma-separated or repeated)")
 	f.StringVar(&memory, "memory", "", "memory limit, e.g. 256M (default 256M)")
 	f.StringVar(&cpus, "cpus", "", "CPU limit in cores (0.5) or millicores (250m) (default 0.25)")
 	f.StringVar(&disk, "disk", "", "disk reserved on the node, e.g. 1G (default 1G)")
@@ -312,6 +314,9 @@ func newGuestShowCmd(g *globals) *cobra.Command {
 				}
 				fmt.Fprintf(w, "Driver:\t%s\n", gu.Spec.GetDriver())
 				fmt.Fprintf(w, "Image:\t%s\n", gu.Spec.GetImage())
+				if p := gu.Spec.GetPackages(); len(p) > 0 {
+					fmt.Fprintf(w, "Packages:\t%s\n", strings.Join(p, ", "))
+				}
 				if gu.Spec.GetPrivileged() {
 					fmt.Fprintf(w, "Privileged:\tyes: its root is the node's root\n")
 				}

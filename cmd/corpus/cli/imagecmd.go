@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -21,9 +22,16 @@ type imageBuilder interface {
 	EnsureImage(ctx context.Context, name string, progress drivers.ProgressFunc) error
 }
 
+// packageImageBuilder builds images with extra packages installed
+// (drivers.GuestSpec.Packages).
+type packageImageBuilder interface {
+	EnsureImagePackages(ctx context.Context, name string, packages []string, progress drivers.ProgressFunc) error
+}
+
 var (
-	_ imageBuilder = (*lxc.Driver)(nil)
-	_ imageBuilder = (*libvirt.Driver)(nil)
+	_ packageImageBuilder = (*lxc.Driver)(nil)
+	_ imageBuilder        = (*lxc.Driver)(nil)
+	_ imageBuilder        = (*libvirt.Driver)(nil)
 )
 
 // newImageCmd builds a node's guest images ahead of its guests: where the
@@ -32,12 +40,14 @@ var (
 func newImageCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{Use: "image", Short: "Guest images of this host"}
 	var dir, stateDir, driver string
+	var packages []string
 	build := &cobra.Command{
 		Use:   "build IMAGE [--driver libvirt|lxc]",
 		Short: "Build a guest image on this host (idempotent; waits for a build in progress)",
 		Example: `  corpus image build debian/bookworm
   CORPUS_LIBVIRT_IMAGES=/srv/images corpus image build debian/bookworm
-  corpus image build busybox --driver lxc --state-dir /var/lib/corpus/agent`,
+  corpus image build busybox --driver lxc --state-dir /var/lib/corpus/agent
+  corpus image build debian/bookworm --driver lxc --packages python3`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			b, where, err := newImageBuilder(driver, dir, stateDir)
@@ -45,10 +55,22 @@ func newImageCmd(g *globals) *cobra.Command {
 				return err
 			}
 			start := time.Now()
-			if err := b.EnsureImage(cmd.Context(), args[0], func(m string) { fmt.Fprintln(g.stderr, m) }); err != nil {
+			progress := func(m string) { fmt.Fprintln(g.stderr, m) }
+			name := args[0]
+			if len(packages) > 0 {
+				pb, ok := b.(packageImageBuilder)
+				if !ok {
+					return fmt.Errorf("--packages: the %s driver's images take no extra packages", driver)
+				}
+				name += " +" + strings.Join(packages, ",")
+				err = pb.EnsureImagePackages(cmd.Context(), args[0], packages, progress)
+			} else {
+				err = b.EnsureImage(cmd.Context(), args[0], progress)
+			}
+			if err != nil {
 				return err
 			}
-			fmt.Fprintf(g.stdout, "image %s ready in %s (%s)\n", args[0], where, time.Since(start).Round(time.Second))
+			fmt.Fprintf(g.stdout, "image %s ready in %s (%s)\n", name, where, time.Since(start).Round(time.Second))
 			return nil
 		},
 	}
@@ -59,6 +81,7 @@ func newImageCmd(g *globals) *cobra.Command {
 	f := build.Flags()
 	f.StringVar(&driver, "driver", "libvirt", "the driver whose image to build: libvirt or lxc")
 	f.StringVar(&dir, "image-dir", def, "libvirt: where the agents of this host find images (env CORPUS_LIBVIRT_IMAGES)")
+	f.StringSliceVar(&packages, "packages", nil, "lxc: build the image with these Debian packages installed, as guests created with --packages use it")
 	f.StringVar(&stateDir, "state-dir", "/var/lib/corpus/agent", "lxc: the state folder of the agent whose image cache to fill")
 	cmd.AddCommand(build)
 	return cmd

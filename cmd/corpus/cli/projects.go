@@ -112,7 +112,7 @@ func newProjectCreateCmd(g *globals) *cobra.Command {
 	var (
 		env, image, driver, branch string
 		volSize, memory, cpus      string
-		domains                    []string
+		domains, packages          []string
 		httpPort                   int
 		detach                     bool
 		timeout                    time.Duration
@@ -121,7 +121,8 @@ func newProjectCreateCmd(g *globals) *cobra.Command {
 		Use:   "create NAME [--env dev] [--image busybox] [--domain DOMAIN]...",
 		Short: "Create a project environment (its guest NAME-ENV, data volume and domain routes), then print its git remote",
 		Example: `  corpus project create hello --domain hello.example.test
-  corpus project create hello --env prod --memory 1G --cpus 2 --domain hello.example.com`,
+  corpus project create hello --env prod --memory 1G --cpus 2 --domain hello.example.com
+  corpus project create api --image debian/bookworm --packages python3,python3-flask --domain api.example.test`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if env == "" {
@@ -132,7 +133,7 @@ func newProjectCreateCmd(g *globals) *cobra.Command {
 			}
 			req := &corpusv1.CreateProjectRequest{
 				Name: args[0], Env: env, Image: image, Driver: driver, Domains: domains,
-				HttpPort: int32(httpPort), Branch: branch, Resources: &corpusv1.Resources{},
+				HttpPort: int32(httpPort), Branch: branch, Resources: &corpusv1.Resources{}, Packages: packages,
 			}
 			var err error
 			if req.VolumeBytes, err = parseSize(volSize); err != nil {
@@ -201,6 +202,7 @@ func newProjectCreateCmd(g *globals) *cobra.Command {
 	f := cmd.Flags()
 	f.StringVar(&env, "env", corpusv1.EnvDev, "environment: dev, staging or prod (its guest is NAME-ENV)")
 	f.StringVar(&image, "image", "busybox", "image of the guest (busybox, debian/bookworm)")
+	f.StringSliceVar(&packages, "packages", nil, "Debian packages installed into the guest's image (debian images; comma-separated or repeated)")
 	f.StringArrayVar(&domains, "domain", nil, "HTTP domain routed to the guest through the proxy (repeatable)")
 	f.IntVar(&httpPort, "http-port", 80, "guest port the domains route to")
 	f.StringVar(&volSize, "volume-size", "1G", "size of the project's data volume")

@@ -533,8 +533,11 @@ type CreateProjectRequest struct {
 	// http_port is the guest port the domains route to (80 by default).
 	HttpPort int32 `protobuf:"varint,7,opt,name=http_port,json=httpPort,proto3" json:"http_port,omitempty"`
 	// volume_bytes is the size of the data volume (1 GiB by default).
-	VolumeBytes   int64  `protobuf:"varint,8,opt,name=volume_bytes,json=volumeBytes,proto3" json:"volume_bytes,omitempty"`
-	Branch        string `protobuf:"bytes,9,opt,name=branch,proto3" json:"branch,omitempty"`
+	VolumeBytes int64  `protobuf:"varint,8,opt,name=volume_bytes,json=volumeBytes,proto3" json:"volume_bytes,omitempty"`
+	Branch      string `protobuf:"bytes,9,opt,name=branch,proto3" json:"branch,omitempty"`
+	// packages are Debian packages installed into the guest's image
+	// (GuestSpec.packages).
+	Packages      []string `protobuf:"bytes,10,rep,name=packages,proto3" json:"packages,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -630,6 +633,13 @@ func (x *CreateProjectRequest) GetBranch() string {
 		return x.Branch
 	}
 	return ""
+}
+
+func (x *CreateProjectRequest) GetPackages() []string {
+	if x != nil {
+		return x.Packages
+	}
+	return nil
 }
 
 type CreateProjectResponse struct {
@@ -1635,7 +1645,7 @@ const file_corpus_v1_projects_proto_rawDesc = "" +
 	"\aproject\x18\x01 \x01(\tR\aproject\x12\x10\n" +
 	"\x03env\x18\x02 \x01(\tR\x03env\"O\n" +
 	"\x15ListProcessesResponse\x126\n" +
-	"\tprocesses\x18\x01 \x03(\v2\x18.corpus.v1.ProcessStatusR\tprocesses\"\x90\x02\n" +
+	"\tprocesses\x18\x01 \x03(\v2\x18.corpus.v1.ProcessStatusR\tprocesses\"\xac\x02\n" +
 	"\x14CreateProjectRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x10\n" +
 	"\x03env\x18\x02 \x01(\tR\x03env\x12\x14\n" +
@@ -1645,7 +1655,9 @@ const file_corpus_v1_projects_proto_rawDesc = "" +
 	"\adomains\x18\x06 \x03(\tR\adomains\x12\x1b\n" +
 	"\thttp_port\x18\a \x01(\x05R\bhttpPort\x12!\n" +
 	"\fvolume_bytes\x18\b \x01(\x03R\vvolumeBytes\x12\x16\n" +
-	"\x06branch\x18\t \x01(\tR\x06branch\"~\n" +
+	"\x06branch\x18\t \x01(\tR\x06branch\x12\x1a\n" +
+	"\bpackages\x18\n" +
+	" \x03(\tR\bpackages\"~\n" +
 	"\x15CreateProjectResponse\x12,\n" +
 	"\aproject\x18\x01 \x01(\v2\x12.corpus.v1.ProjectR\aproject\x12\x18\n" +
 	"\acreated\x18\x02 \x01(\bR\acreated\x12\x1d\n" +

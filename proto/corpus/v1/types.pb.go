@@ -111,7 +111,10 @@ type DriverInfo struct {
 	// converge is true when the driver changes an existing guest to a new
 	// spec in place (drivers.Capabilities.Converge: a Kubernetes rollout);
 	// only then may a placed guest's image, limits, env or ports change.
-	Converge      bool `protobuf:"varint,160,opt,name=converge,proto3" json:"converge,omitempty"`
+	Converge bool `protobuf:"varint,160,opt,name=converge,proto3" json:"converge,omitempty"`
+	// package_images are the images whose guests may ask for packages
+	// (GuestSpec.packages); the scheduler places such a guest only there.
+	PackageImages []string `protobuf:"bytes,170,rep,name=package_images,json=packageImages,proto3" json:"package_images,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -207,6 +210,13 @@ func (x *DriverInfo) GetConverge() bool {
 		return x.Converge
 	}
 	return false
+}
+
+func (x *DriverInfo) GetPackageImages() []string {
+	if x != nil {
+		return x.PackageImages
+	}
+	return nil
 }
 
 // Node is a compute node enrolled in the cluster.
@@ -450,7 +460,12 @@ type GuestSpec struct {
 	// the node's root. Guests are unprivileged unless an operator asks;
 	// project guests never are. It cannot change after creation. Drivers
 	// whose guests are machines of their own (VMs, pods) ignore it.
-	Privileged    bool `protobuf:"varint,8,opt,name=privileged,proto3" json:"privileged,omitempty"`
+	Privileged bool `protobuf:"varint,8,opt,name=privileged,proto3" json:"privileged,omitempty"`
+	// packages are Debian packages installed into the guest's image: the
+	// node builds the image with them once (from its Debian mirror) and
+	// every guest asking for the same set shares it. Only images a driver
+	// lists in package_images take them. Sorted, without duplicates.
+	Packages      []string `protobuf:"bytes,9,rep,name=packages,proto3" json:"packages,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -539,6 +554,13 @@ func (x *GuestSpec) GetPrivileged() bool {
 		return x.Privileged
 	}
 	return false
+}
+
+func (x *GuestSpec) GetPackages() []string {
+	if x != nil {
+		return x.Packages
+	}
+	return nil
 }
 
 // VolumeSpec asks for a volume mounted inside the guest.
@@ -2850,7 +2872,7 @@ const file_corpus_v1_types_proto_rawDesc = "" +
 	"\n" +
 	"cpu_millis\x18\x02 \x01(\x03R\tcpuMillis\x12\x1d\n" +
 	"\n" +
-	"disk_bytes\x18\x03 \x01(\x03R\tdiskBytes\"\xe1\x02\n" +
+	"disk_bytes\x18\x03 \x01(\x03R\tdiskBytes\"\x89\x03\n" +
 	"\n" +
 	"DriverInfo\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
@@ -2865,7 +2887,8 @@ const file_corpus_v1_types_proto_rawDesc = "" +
 	"no_volumes\x18P \x01(\bR\tnoVolumes\x12\x1f\n" +
 	"\vown_network\x18d \x01(\bR\n" +
 	"ownNetwork\x12\x1b\n" +
-	"\bconverge\x18\xa0\x01 \x01(\bR\bconverge\x1a=\n" +
+	"\bconverge\x18\xa0\x01 \x01(\bR\bconverge\x12&\n" +
+	"\x0epackage_images\x18\xaa\x01 \x03(\tR\rpackageImages\x1a=\n" +
 	"\x0fAttributesEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xdb\x06\n" +
@@ -2898,7 +2921,7 @@ const file_corpus_v1_types_proto_rawDesc = "" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01J\x04\b\n" +
-	"\x10\vR\vsecret_hash\"\xd5\x03\n" +
+	"\x10\vR\vsecret_hash\"\xf1\x03\n" +
 	"\tGuestSpec\x12\x16\n" +
 	"\x06driver\x18\x01 \x01(\tR\x06driver\x12\x14\n" +
 	"\x05image\x18\x02 \x01(\tR\x05image\x122\n" +
@@ -2909,7 +2932,8 @@ const file_corpus_v1_types_proto_rawDesc = "" +
 	"\vconstraints\x18\a \x03(\v2%.corpus.v1.GuestSpec.ConstraintsEntryR\vconstraints\x12\x1e\n" +
 	"\n" +
 	"privileged\x18\b \x01(\bR\n" +
-	"privileged\x1a6\n" +
+	"privileged\x12\x1a\n" +
+	"\bpackages\x18\t \x03(\tR\bpackages\x1a6\n" +
 	"\bEnvEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a>\n" +
