@@ -20,6 +20,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"corpus/agent/cache"
+	"corpus/agent/logs"
 	"corpus/agent/runtime"
 	"corpus/drivers"
 	"corpus/drivers/catalog"
@@ -86,6 +87,10 @@ type Config struct {
 	// guests that run processes (default: beside this binary, or where
 	// the package puts it).
 	SupervisorBinary string
+	// LogMaxBytes caps each guest's log on the node (agent/logs; 0: 32
+	// MiB); LogRetention drops lines older (0: 7 days).
+	LogMaxBytes  int64
+	LogRetention time.Duration
 	// GossipAddr is where the node's gossip member listens (UDP and TCP);
 	// coordinators probe it to notice within seconds that the node is
 	// gone. It is advertised with the host of AdvertiseAddr (or APIAddr).
@@ -194,6 +199,7 @@ type Agent struct {
 	logger   *slog.Logger
 	cache    *cache.Cache
 	runtime  *runtime.Runtime // the guests' process supervisors
+	logs     *logs.Store      // the guests' logs on this node
 	drivers  map[string]drivers.Driver
 	listener net.Listener
 	http     *http.Server
@@ -262,11 +268,17 @@ func New(cfg Config) (*Agent, error) {
 	if cfg.SupervisorBinary == "" {
 		cfg.SupervisorBinary = runtime.FindBinary()
 	}
+	logStore, err := logs.Open(logs.Config{Dir: filepath.Join(cfg.StateDir, "logs"), MaxBytes: cfg.LogMaxBytes,
+		Retention: cfg.LogRetention, Logger: cfg.Logger.With("component", "logs")})
+	if err != nil {
+		return nil, err
+	}
 	a := &Agent{
 		cfg:      cfg,
 		logger:   cfg.Logger.With("component", "agent"),
 		cache:    c,
 		runtime:  &runtime.Runtime{Binary: cfg.SupervisorBinary},
+		logs:     logStore,
 		drivers:  map[string]drivers.Driver{},
 		desired:  map[string]*corpusv1.Guest{},
 		workers:  map[string]*worker{},
@@ -398,6 +410,7 @@ func (a *Agent) NodeID() string { return a.id.NodeID }
 // until ctx ends. Guests keep running when it returns.
 func (a *Agent) Run(ctx context.Context) error {
 	defer a.cache.Close()
+	defer a.logs.Close()
 	defer a.listener.Close()
 	a.runCtx = ctx
 	if err := a.enroll(ctx); err != nil {
@@ -458,6 +471,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	a.startGossip()
 	run(a.recoverDeploys)
 	run(a.reviveLoop)
+	run(a.logsLoop)
 	run(a.gossipLoop)
 	run(a.watchLoop)
 	run(a.reconcileLoop)

@@ -14,6 +14,7 @@ func (d *deploy) say(format string, args ...any) {
 }
 
 func (d *deploy) keep(s string) {
+	d.deployLine(s)
 	d.log.WriteString(s)
 	if d.log.Len() > maxLogBytes {
 		b := d.log.Bytes()

@@ -200,6 +200,12 @@ var authCalls = map[string]func(ctx context.Context, c clients) error{
 	corpusv1connect.GuestServiceExecGuestProcedure: func(ctx context.Context, c clients) error {
 		return firstMessage(c.guests.ExecGuest(ctx, connect.NewRequest(&corpusv1.ExecGuestRequest{Name: "nope", Argv: []string{"true"}})))
 	},
+	corpusv1connect.GuestServiceGuestLogsProcedure: func(ctx context.Context, c clients) error {
+		return firstMessage(c.guests.GuestLogs(ctx, connect.NewRequest(&corpusv1.GuestLogsRequest{Name: "nope"})))
+	},
+	corpusv1connect.ProjectServiceProjectLogsProcedure: func(ctx context.Context, c clients) error {
+		return firstMessage(c.project.ProjectLogs(ctx, connect.NewRequest(&corpusv1.ProjectLogsRequest{Project: "nope"})))
+	},
 	corpusv1connect.AgentServiceEnrollProcedure: func(ctx context.Context, c clients) error {
 		_, err := c.agent.Enroll(ctx, connect.NewRequest(&corpusv1.EnrollRequest{}))
 		return err

@@ -72,6 +72,15 @@ func TestUserRoles(t *testing.T) {
 	denied("val stops hello-dev", err)
 	_, err = val.project.GetProject(ctx, connect.NewRequest(&corpusv1.GetProjectRequest{Name: "hello"}))
 	allowed("val reads hello", err)
+	// Logs: devs of granted projects (the node then answers), viewers
+	// none.
+	projectLogs := func(c clients, project string) error {
+		return firstMessage(c.guests.GuestLogs(ctx, connect.NewRequest(&corpusv1.GuestLogsRequest{Name: project + "-dev"})))
+	}
+	allowed("alice reads hello-dev's logs", projectLogs(alice, "hello"))
+	denied("alice reads other-dev's logs", projectLogs(alice, "other"))
+	denied("val reads hello-dev's logs", projectLogs(val, "hello"))
+	denied("alice reads other's project logs", firstMessage(alice.project.ProjectLogs(ctx, connect.NewRequest(&corpusv1.ProjectLogsRequest{Project: "other"}))))
 	if v := s.Store().Read().GuestByName("other-dev"); v.DesiredState != "running" {
 		t.Errorf("a denied call changed other-dev: %s", v.DesiredState)
 	}

@@ -74,6 +74,10 @@ type ProgressFunc func(msg string)
 type Capabilities struct {
 	// Exec is true when Exec is supported.
 	Exec bool `json:"exec"`
+	// ExecStreams is true when Exec passes a command's output on while
+	// it runs; without it the output comes when the command ends (a VM's
+	// guest agent), so long-running readers run in short slices.
+	ExecStreams bool `json:"exec_streams,omitempty"`
 	// ResizeOnline is true when a guest's resources can change while it runs.
 	ResizeOnline bool `json:"resize_online"`
 	// Snapshot is true when the driver can snapshot a guest's root file system.

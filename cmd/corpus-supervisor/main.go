@@ -5,6 +5,7 @@
 //	corpus-supervisor daemon    serve in the foreground
 //	corpus-supervisor start     start the daemon in the background, once
 //	corpus-supervisor ctl       send the JSON request on stdin, print the answer
+//	corpus-supervisor follow    send the follow request on stdin, copy the stream
 //	corpus-supervisor version
 package main
 
@@ -25,7 +26,7 @@ import (
 
 func main() {
 	if len(os.Args) != 2 {
-		fmt.Fprintln(os.Stderr, "usage: corpus-supervisor daemon|start|ctl|version")
+		fmt.Fprintln(os.Stderr, "usage: corpus-supervisor daemon|start|ctl|follow|version")
 		os.Exit(2)
 	}
 	switch os.Args[1] {
@@ -62,10 +63,22 @@ func main() {
 			os.Exit(3)
 		}
 		json.NewEncoder(os.Stdout).Encode(res)
+	case "follow":
+		var req supervisor.Request
+		if err := json.NewDecoder(io.LimitReader(os.Stdin, 1<<20)).Decode(&req); err != nil {
+			fmt.Fprintln(os.Stderr, "corpus-supervisor: reading the request:", err)
+			os.Exit(2)
+		}
+		ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
+		defer stop()
+		if err := supervisor.Follow(ctx, supervisor.Socket, req, os.Stdout); err != nil {
+			fmt.Fprintln(os.Stderr, "corpus-supervisor:", err)
+			os.Exit(3)
+		}
 	case "version":
 		fmt.Println(version.Version)
 	default:
-		fmt.Fprintln(os.Stderr, "usage: corpus-supervisor daemon|start|ctl|version")
+		fmt.Fprintln(os.Stderr, "usage: corpus-supervisor daemon|start|ctl|follow|version")
 		os.Exit(2)
 	}
 }

@@ -112,6 +112,7 @@ func (d *Driver) Name() string { return Name }
 func (d *Driver) Capabilities() drivers.Capabilities {
 	return drivers.Capabilities{
 		Exec:          true,
+		ExecStreams:   true,
 		Images:        imageNames(),
 		PackageImages: packageImages(),
 		HostNetwork:   true,

@@ -252,7 +252,9 @@ const (
 )
 
 type logFile struct {
-	path string
+	path    string
+	project string
+	journal *journal
 
 	mu    sync.Mutex
 	f     *os.File
@@ -297,7 +299,11 @@ func (l *logFile) line(gen, name string, pid int, text string) {
 	if pid > 0 {
 		who = fmt.Sprintf("%s[%d]", name, pid)
 	}
-	rec := fmt.Sprintf("%s %s %s: %s\n", time.Now().UTC().Format("2006-01-02T15:04:05.000Z"), gen, who, text)
+	now := time.Now().UTC()
+	if l.journal != nil {
+		l.journal.add(Record{Time: now, Project: l.project, Gen: gen, Name: name, PID: pid, Line: text})
+	}
+	rec := fmt.Sprintf("%s %s %s: %s\n", now.Format("2006-01-02T15:04:05.000Z"), gen, who, text)
 	if err := l.open(); err != nil {
 		return
 	}

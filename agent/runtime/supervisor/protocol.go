@@ -48,6 +48,9 @@ const (
 	OpStatus = "status"
 	// OpFreePort answers the first of Ports nothing listens on.
 	OpFreePort = "free_port"
+	// OpFollow streams the processes' output (see journal.go): a
+	// FollowHeader line, then Record lines.
+	OpFollow = "follow"
 )
 
 // Process states.
@@ -71,6 +74,11 @@ type Request struct {
 	Names   []string `json:"names,omitempty"`
 	// Ports are the candidates of a free_port request, in order.
 	Ports []int `json:"ports,omitempty"`
+	// Follow: the records after After of the run Epoch, then new ones,
+	// for For (0: until the reader goes).
+	Epoch string   `json:"epoch,omitempty"`
+	After uint64   `json:"after,omitempty"`
+	For   Duration `json:"for,omitempty"`
 }
 
 // Generation is a set of processes of one release of a project, started

@@ -71,6 +71,13 @@ func (s *Supervisor) serveConn(c net.Conn) {
 		json.NewEncoder(c).Encode(Response{Error: "bad request: " + err.Error()})
 		return
 	}
+	if req.Op == OpFollow {
+		s.mu.Lock()
+		s.init()
+		s.mu.Unlock()
+		s.follow(c, req)
+		return
+	}
 	json.NewEncoder(c).Encode(s.Handle(req))
 }
 

@@ -29,6 +29,8 @@ type Supervisor struct {
 	mu   sync.Mutex
 	gens map[string]*generation // project/id → generation
 	logs map[string]*logFile    // project/name → its log
+	// journal carries every log line out of the guest (OpFollow).
+	journal *journal
 }
 
 type generation struct {
@@ -88,6 +90,7 @@ func (s *Supervisor) init() {
 	if s.gens == nil {
 		s.gens = map[string]*generation{}
 		s.logs = map[string]*logFile{}
+		s.journal = newJournal()
 	}
 	if s.Logger == nil {
 		s.Logger = slog.New(slog.DiscardHandler)
@@ -200,7 +203,7 @@ func (s *Supervisor) startLocked(spec Generation) *generation {
 		lk := spec.Project + "/" + ps.Name
 		lf := s.logs[lk]
 		if lf == nil {
-			lf = &logFile{path: filepath.Join(s.LogDir, spec.Project, ps.Name+".log")}
+			lf = &logFile{path: filepath.Join(s.LogDir, spec.Project, ps.Name+".log"), project: spec.Project, journal: s.journal}
 			s.logs[lk] = lf
 		}
 		p := &proc{s: s, gen: spec, spec: ps, log: lf, stopCh: make(chan struct{}), done: make(chan struct{}), state: StateStarting}

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
@@ -175,6 +176,8 @@ func newAgentCmd(g *globals) *cobra.Command {
 	f.StringVar(&cfg.GossipAddr, "gossip-addr", cfg.GossipAddr, "gossip listen address, UDP and TCP, advertised with the host of --advertise-addr (empty: off, heartbeats only)")
 	addNetworkFlags(f, &cfg)
 	addKubernetesFlags(f, &cfg.Kubernetes)
+	f.Int64Var(&cfg.LogMaxBytes, "log-max-bytes", 32<<20, "cap of each guest's log kept on the node (corpus logs)")
+	f.DurationVar(&cfg.LogRetention, "log-retention", 7*24*time.Hour, "how long the node keeps guests' log lines")
 	f.StringVar(&metricsAddr, "metrics-addr", defaultAgentMetricsAddr, metricsAddrUsage)
 	logs.add(f)
 	return cmd

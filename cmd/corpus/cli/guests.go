@@ -19,7 +19,7 @@ import (
 
 func newGuestCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{Use: "guest", Short: "Create, inspect and control guests"}
-	cmd.AddCommand(newGuestCreateCmd(g), newGuestListCmd(g), newGuestShowCmd(g), newGuestExecCmd(g), newGuestExposeCmd(g), newGuestUpdateCmd(g))
+	cmd.AddCommand(newGuestCreateCmd(g), newGuestListCmd(g), newGuestShowCmd(g), newGuestExecCmd(g), newGuestLogsCmd(g), newGuestExposeCmd(g), newGuestUpdateCmd(g))
 	for _, a := range []struct{ verb, desc, want string }{
 		{"start", "Start a stopped guest", "running"},
 		{"stop", "Stop a running guest (it keeps its place and files)", "stopped"},

@@ -123,6 +123,7 @@ func newRoot(g *globals) *cobra.Command {
 		newRollbackCmd(g),
 		newConfigCmd(g),
 		newPsCmd(g),
+		newLogsCmd(g),
 		newRestartCmd(g),
 		newDeployCmd(g),
 		newVersionCmd(g),

@@ -1947,7 +1947,7 @@ const file_corpus_v1_agent_proto_rawDesc = "" +
 	"\rPruneReleases\x12\x1f.corpus.v1.PruneReleasesRequest\x1a .corpus.v1.PruneReleasesResponse\x12a\n" +
 	"\x12SetManifestDomains\x12$.corpus.v1.SetManifestDomainsRequest\x1a%.corpus.v1.SetManifestDomainsResponse\x12I\n" +
 	"\n" +
-	"SetWebPort\x12\x1c.corpus.v1.SetWebPortRequest\x1a\x1d.corpus.v1.SetWebPortResponse2\x99\x04\n" +
+	"SetWebPort\x12\x1c.corpus.v1.SetWebPortRequest\x1a\x1d.corpus.v1.SetWebPortResponse2\xd4\x04\n" +
 	"\x10NodeAgentService\x12<\n" +
 	"\x04Exec\x12\x1b.corpus.v1.ExecGuestRequest\x1a\x15.corpus.v1.ExecOutput0\x01\x12H\n" +
 	"\fExportVolume\x12\x1e.corpus.v1.ExportVolumeRequest\x1a\x16.corpus.v1.VolumeChunk0\x01\x12I\n" +
@@ -1955,7 +1955,8 @@ const file_corpus_v1_agent_proto_rawDesc = "" +
 	"\x0eSnapshotVolume\x12 .corpus.v1.SnapshotVolumeRequest\x1a!.corpus.v1.SnapshotVolumeResponse\x12C\n" +
 	"\bRollback\x12\x1a.corpus.v1.RollbackRequest\x1a\x19.corpus.v1.RollbackOutput0\x01\x12F\n" +
 	"\bRedeploy\x12\x1f.corpus.v1.AgentRedeployRequest\x1a\x17.corpus.v1.DeployOutput0\x01\x12N\n" +
-	"\tProcesses\x12\x1f.corpus.v1.ListProcessesRequest\x1a .corpus.v1.ListProcessesResponseB!Z\x1fcorpus/proto/corpus/v1;corpusv1b\x06proto3"
+	"\tProcesses\x12\x1f.corpus.v1.ListProcessesRequest\x1a .corpus.v1.ListProcessesResponse\x129\n" +
+	"\x04Logs\x12\x1b.corpus.v1.GuestLogsRequest\x1a\x12.corpus.v1.LogLine0\x01B!Z\x1fcorpus/proto/corpus/v1;corpusv1b\x06proto3"
 
 var (
 	file_corpus_v1_agent_proto_rawDescOnce sync.Once
@@ -2019,11 +2020,13 @@ var file_corpus_v1_agent_proto_goTypes = []any{
 	(*SnapshotVolumeRequest)(nil),      // 45: corpus.v1.SnapshotVolumeRequest
 	(*RollbackRequest)(nil),            // 46: corpus.v1.RollbackRequest
 	(*ListProcessesRequest)(nil),       // 47: corpus.v1.ListProcessesRequest
-	(*ExecOutput)(nil),                 // 48: corpus.v1.ExecOutput
-	(*SnapshotVolumeResponse)(nil),     // 49: corpus.v1.SnapshotVolumeResponse
-	(*RollbackOutput)(nil),             // 50: corpus.v1.RollbackOutput
-	(*DeployOutput)(nil),               // 51: corpus.v1.DeployOutput
-	(*ListProcessesResponse)(nil),      // 52: corpus.v1.ListProcessesResponse
+	(*GuestLogsRequest)(nil),           // 48: corpus.v1.GuestLogsRequest
+	(*ExecOutput)(nil),                 // 49: corpus.v1.ExecOutput
+	(*SnapshotVolumeResponse)(nil),     // 50: corpus.v1.SnapshotVolumeResponse
+	(*RollbackOutput)(nil),             // 51: corpus.v1.RollbackOutput
+	(*DeployOutput)(nil),               // 52: corpus.v1.DeployOutput
+	(*ListProcessesResponse)(nil),      // 53: corpus.v1.ListProcessesResponse
+	(*LogLine)(nil),                    // 54: corpus.v1.LogLine
 }
 var file_corpus_v1_agent_proto_depIdxs = []int32{
 	31, // 0: corpus.v1.AgentRedeployRequest.request:type_name -> corpus.v1.RedeployRequest
@@ -2068,26 +2071,28 @@ var file_corpus_v1_agent_proto_depIdxs = []int32{
 	46, // 39: corpus.v1.NodeAgentService.Rollback:input_type -> corpus.v1.RollbackRequest
 	0,  // 40: corpus.v1.NodeAgentService.Redeploy:input_type -> corpus.v1.AgentRedeployRequest
 	47, // 41: corpus.v1.NodeAgentService.Processes:input_type -> corpus.v1.ListProcessesRequest
-	16, // 42: corpus.v1.AgentService.Enroll:output_type -> corpus.v1.EnrollResponse
-	18, // 43: corpus.v1.AgentService.RenewCertificate:output_type -> corpus.v1.RenewCertificateResponse
-	20, // 44: corpus.v1.AgentService.Watch:output_type -> corpus.v1.WatchResponse
-	24, // 45: corpus.v1.AgentService.Report:output_type -> corpus.v1.ReportResponse
-	6,  // 46: corpus.v1.AgentService.GitAccess:output_type -> corpus.v1.GitAccessResponse
-	8,  // 47: corpus.v1.AgentService.BeginRelease:output_type -> corpus.v1.BeginReleaseResponse
-	10, // 48: corpus.v1.AgentService.FinishRelease:output_type -> corpus.v1.FinishReleaseResponse
-	12, // 49: corpus.v1.AgentService.SetCurrentRelease:output_type -> corpus.v1.SetCurrentReleaseResponse
-	14, // 50: corpus.v1.AgentService.PruneReleases:output_type -> corpus.v1.PruneReleasesResponse
-	4,  // 51: corpus.v1.AgentService.SetManifestDomains:output_type -> corpus.v1.SetManifestDomainsResponse
-	2,  // 52: corpus.v1.AgentService.SetWebPort:output_type -> corpus.v1.SetWebPortResponse
-	48, // 53: corpus.v1.NodeAgentService.Exec:output_type -> corpus.v1.ExecOutput
-	26, // 54: corpus.v1.NodeAgentService.ExportVolume:output_type -> corpus.v1.VolumeChunk
-	27, // 55: corpus.v1.NodeAgentService.ImportVolume:output_type -> corpus.v1.ImportVolumeResponse
-	49, // 56: corpus.v1.NodeAgentService.SnapshotVolume:output_type -> corpus.v1.SnapshotVolumeResponse
-	50, // 57: corpus.v1.NodeAgentService.Rollback:output_type -> corpus.v1.RollbackOutput
-	51, // 58: corpus.v1.NodeAgentService.Redeploy:output_type -> corpus.v1.DeployOutput
-	52, // 59: corpus.v1.NodeAgentService.Processes:output_type -> corpus.v1.ListProcessesResponse
-	42, // [42:60] is the sub-list for method output_type
-	24, // [24:42] is the sub-list for method input_type
+	48, // 42: corpus.v1.NodeAgentService.Logs:input_type -> corpus.v1.GuestLogsRequest
+	16, // 43: corpus.v1.AgentService.Enroll:output_type -> corpus.v1.EnrollResponse
+	18, // 44: corpus.v1.AgentService.RenewCertificate:output_type -> corpus.v1.RenewCertificateResponse
+	20, // 45: corpus.v1.AgentService.Watch:output_type -> corpus.v1.WatchResponse
+	24, // 46: corpus.v1.AgentService.Report:output_type -> corpus.v1.ReportResponse
+	6,  // 47: corpus.v1.AgentService.GitAccess:output_type -> corpus.v1.GitAccessResponse
+	8,  // 48: corpus.v1.AgentService.BeginRelease:output_type -> corpus.v1.BeginReleaseResponse
+	10, // 49: corpus.v1.AgentService.FinishRelease:output_type -> corpus.v1.FinishReleaseResponse
+	12, // 50: corpus.v1.AgentService.SetCurrentRelease:output_type -> corpus.v1.SetCurrentReleaseResponse
+	14, // 51: corpus.v1.AgentService.PruneReleases:output_type -> corpus.v1.PruneReleasesResponse
+	4,  // 52: corpus.v1.AgentService.SetManifestDomains:output_type -> corpus.v1.SetManifestDomainsResponse
+	2,  // 53: corpus.v1.AgentService.SetWebPort:output_type -> corpus.v1.SetWebPortResponse
+	49, // 54: corpus.v1.NodeAgentService.Exec:output_type -> corpus.v1.ExecOutput
+	26, // 55: corpus.v1.NodeAgentService.ExportVolume:output_type -> corpus.v1.VolumeChunk
+	27, // 56: corpus.v1.NodeAgentService.ImportVolume:output_type -> corpus.v1.ImportVolumeResponse
+	50, // 57: corpus.v1.NodeAgentService.SnapshotVolume:output_type -> corpus.v1.SnapshotVolumeResponse
+	51, // 58: corpus.v1.NodeAgentService.Rollback:output_type -> corpus.v1.RollbackOutput
+	52, // 59: corpus.v1.NodeAgentService.Redeploy:output_type -> corpus.v1.DeployOutput
+	53, // 60: corpus.v1.NodeAgentService.Processes:output_type -> corpus.v1.ListProcessesResponse
+	54, // 61: corpus.v1.NodeAgentService.Logs:output_type -> corpus.v1.LogLine
+	43, // [43:62] is the sub-list for method output_type
+	24, // [24:43] is the sub-list for method input_type
 	24, // [24:24] is the sub-list for extension type_name
 	24, // [24:24] is the sub-list for extension extendee
 	0,  // [0:24] is the sub-list for field type_name

@@ -11,6 +11,7 @@ package corpusv1
 import (
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
+	timestamppb "google.golang.org/protobuf/types/known/timestamppb"
 	reflect "reflect"
 	sync "sync"
 	unsafe "unsafe"
@@ -22,6 +23,183 @@ const (
 	// Verify that runtime/protoimpl is sufficiently up-to-date.
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
+
+type GuestLogsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// sources: "app", "deploy", "system"; every one when empty.
+	Sources []string `protobuf:"bytes,2,rep,name=sources,proto3" json:"sources,omitempty"`
+	// process keeps the lines of one process type ("web").
+	Process string `protobuf:"bytes,3,opt,name=process,proto3" json:"process,omitempty"`
+	// since keeps the lines from that time on.
+	Since *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=since,proto3" json:"since,omitempty"`
+	// tail is how many of the last matching lines come first (0: every
+	// one kept).
+	Tail          int32 `protobuf:"varint,5,opt,name=tail,proto3" json:"tail,omitempty"`
+	Follow        bool  `protobuf:"varint,6,opt,name=follow,proto3" json:"follow,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GuestLogsRequest) Reset() {
+	*x = GuestLogsRequest{}
+	mi := &file_corpus_v1_guests_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GuestLogsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GuestLogsRequest) ProtoMessage() {}
+
+func (x *GuestLogsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_guests_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GuestLogsRequest.ProtoReflect.Descriptor instead.
+func (*GuestLogsRequest) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_guests_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *GuestLogsRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *GuestLogsRequest) GetSources() []string {
+	if x != nil {
+		return x.Sources
+	}
+	return nil
+}
+
+func (x *GuestLogsRequest) GetProcess() string {
+	if x != nil {
+		return x.Process
+	}
+	return ""
+}
+
+func (x *GuestLogsRequest) GetSince() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Since
+	}
+	return nil
+}
+
+func (x *GuestLogsRequest) GetTail() int32 {
+	if x != nil {
+		return x.Tail
+	}
+	return 0
+}
+
+func (x *GuestLogsRequest) GetFollow() bool {
+	if x != nil {
+		return x.Follow
+	}
+	return false
+}
+
+// LogLine is one line of a guest's log.
+type LogLine struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Time  *timestamppb.Timestamp `protobuf:"bytes,1,opt,name=time,proto3" json:"time,omitempty"`
+	Guest string                 `protobuf:"bytes,2,opt,name=guest,proto3" json:"guest,omitempty"`
+	// source: "app", "deploy" or "system".
+	Source string `protobuf:"bytes,3,opt,name=source,proto3" json:"source,omitempty"`
+	// process is the process type of an app line ("web").
+	Process string `protobuf:"bytes,4,opt,name=process,proto3" json:"process,omitempty"`
+	// release is the release whose process printed it ("r3").
+	Release       string `protobuf:"bytes,5,opt,name=release,proto3" json:"release,omitempty"`
+	Line          string `protobuf:"bytes,6,opt,name=line,proto3" json:"line,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LogLine) Reset() {
+	*x = LogLine{}
+	mi := &file_corpus_v1_guests_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LogLine) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LogLine) ProtoMessage() {}
+
+func (x *LogLine) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_guests_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LogLine.ProtoReflect.Descriptor instead.
+func (*LogLine) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_guests_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *LogLine) GetTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Time
+	}
+	return nil
+}
+
+func (x *LogLine) GetGuest() string {
+	if x != nil {
+		return x.Guest
+	}
+	return ""
+}
+
+func (x *LogLine) GetSource() string {
+	if x != nil {
+		return x.Source
+	}
+	return ""
+}
+
+func (x *LogLine) GetProcess() string {
+	if x != nil {
+		return x.Process
+	}
+	return ""
+}
+
+func (x *LogLine) GetRelease() string {
+	if x != nil {
+		return x.Release
+	}
+	return ""
+}
+
+func (x *LogLine) GetLine() string {
+	if x != nil {
+		return x.Line
+	}
+	return ""
+}
 
 type CreateGuestRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -35,7 +213,7 @@ type CreateGuestRequest struct {
 
 func (x *CreateGuestRequest) Reset() {
 	*x = CreateGuestRequest{}
-	mi := &file_corpus_v1_guests_proto_msgTypes[0]
+	mi := &file_corpus_v1_guests_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -47,7 +225,7 @@ func (x *CreateGuestRequest) String() string {
 func (*CreateGuestRequest) ProtoMessage() {}
 
 func (x *CreateGuestRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_guests_proto_msgTypes[0]
+	mi := &file_corpus_v1_guests_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -60,7 +238,7 @@ func (x *CreateGuestRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateGuestRequest.ProtoReflect.Descriptor instead.
 func (*CreateGuestRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_guests_proto_rawDescGZIP(), []int{0}
+	return file_corpus_v1_guests_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *CreateGuestRequest) GetName() string {
@@ -95,7 +273,7 @@ type CreateGuestResponse struct {
 
 func (x *CreateGuestResponse) Reset() {
 	*x = CreateGuestResponse{}
-	mi := &file_corpus_v1_guests_proto_msgTypes[1]
+	mi := &file_corpus_v1_guests_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -107,7 +285,7 @@ func (x *CreateGuestResponse) String() string {
 func (*CreateGuestResponse) ProtoMessage() {}
 
 func (x *CreateGuestResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_guests_proto_msgTypes[1]
+	mi := &file_corpus_v1_guests_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -120,7 +298,7 @@ func (x *CreateGuestResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateGuestResponse.ProtoReflect.Descriptor instead.
 func (*CreateGuestResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_guests_proto_rawDescGZIP(), []int{1}
+	return file_corpus_v1_guests_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *CreateGuestResponse) GetGuest() *Guest {
@@ -150,7 +328,7 @@ type GetGuestRequest struct {
 
 func (x *GetGuestRequest) Reset() {
 	*x = GetGuestRequest{}
-	mi := &file_corpus_v1_guests_proto_msgTypes[2]
+	mi := &file_corpus_v1_guests_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -162,7 +340,7 @@ func (x *GetGuestRequest) String() string {
 func (*GetGuestRequest) ProtoMessage() {}
 
 func (x *GetGuestRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_guests_proto_msgTypes[2]
+	mi := &file_corpus_v1_guests_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -175,7 +353,7 @@ func (x *GetGuestRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetGuestRequest.ProtoReflect.Descriptor instead.
 func (*GetGuestRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_guests_proto_rawDescGZIP(), []int{2}
+	return file_corpus_v1_guests_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *GetGuestRequest) GetName() string {
@@ -215,7 +393,7 @@ type GetGuestResponse struct {
 
 func (x *GetGuestResponse) Reset() {
 	*x = GetGuestResponse{}
-	mi := &file_corpus_v1_guests_proto_msgTypes[3]
+	mi := &file_corpus_v1_guests_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -227,7 +405,7 @@ func (x *GetGuestResponse) String() string {
 func (*GetGuestResponse) ProtoMessage() {}
 
 func (x *GetGuestResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_guests_proto_msgTypes[3]
+	mi := &file_corpus_v1_guests_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -240,7 +418,7 @@ func (x *GetGuestResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetGuestResponse.ProtoReflect.Descriptor instead.
 func (*GetGuestResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_guests_proto_rawDescGZIP(), []int{3}
+	return file_corpus_v1_guests_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *GetGuestResponse) GetGuest() *Guest {
@@ -281,7 +459,7 @@ type ListGuestsRequest struct {
 
 func (x *ListGuestsRequest) Reset() {
 	*x = ListGuestsRequest{}
-	mi := &file_corpus_v1_guests_proto_msgTypes[4]
+	mi := &file_corpus_v1_guests_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -293,7 +471,7 @@ func (x *ListGuestsRequest) String() string {
 func (*ListGuestsRequest) ProtoMessage() {}
 
 func (x *ListGuestsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_guests_proto_msgTypes[4]
+	mi := &file_corpus_v1_guests_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -306,7 +484,7 @@ func (x *ListGuestsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListGuestsRequest.ProtoReflect.Descriptor instead.
 func (*ListGuestsRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_guests_proto_rawDescGZIP(), []int{4}
+	return file_corpus_v1_guests_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *ListGuestsRequest) GetNode() string {
@@ -326,7 +504,7 @@ type ListGuestsResponse struct {
 
 func (x *ListGuestsResponse) Reset() {
 	*x = ListGuestsResponse{}
-	mi := &file_corpus_v1_guests_proto_msgTypes[5]
+	mi := &file_corpus_v1_guests_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -338,7 +516,7 @@ func (x *ListGuestsResponse) String() string {
 func (*ListGuestsResponse) ProtoMessage() {}
 
 func (x *ListGuestsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_guests_proto_msgTypes[5]
+	mi := &file_corpus_v1_guests_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -351,7 +529,7 @@ func (x *ListGuestsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListGuestsResponse.ProtoReflect.Descriptor instead.
 func (*ListGuestsResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_guests_proto_rawDescGZIP(), []int{5}
+	return file_corpus_v1_guests_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *ListGuestsResponse) GetGuests() []*GetGuestResponse {
@@ -379,7 +557,7 @@ type GuestActionRequest struct {
 
 func (x *GuestActionRequest) Reset() {
 	*x = GuestActionRequest{}
-	mi := &file_corpus_v1_guests_proto_msgTypes[6]
+	mi := &file_corpus_v1_guests_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -391,7 +569,7 @@ func (x *GuestActionRequest) String() string {
 func (*GuestActionRequest) ProtoMessage() {}
 
 func (x *GuestActionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_guests_proto_msgTypes[6]
+	mi := &file_corpus_v1_guests_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -404,7 +582,7 @@ func (x *GuestActionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GuestActionRequest.ProtoReflect.Descriptor instead.
 func (*GuestActionRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_guests_proto_rawDescGZIP(), []int{6}
+	return file_corpus_v1_guests_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *GuestActionRequest) GetName() string {
@@ -440,7 +618,7 @@ type UpdateGuestRequest struct {
 
 func (x *UpdateGuestRequest) Reset() {
 	*x = UpdateGuestRequest{}
-	mi := &file_corpus_v1_guests_proto_msgTypes[7]
+	mi := &file_corpus_v1_guests_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -452,7 +630,7 @@ func (x *UpdateGuestRequest) String() string {
 func (*UpdateGuestRequest) ProtoMessage() {}
 
 func (x *UpdateGuestRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_guests_proto_msgTypes[7]
+	mi := &file_corpus_v1_guests_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -465,7 +643,7 @@ func (x *UpdateGuestRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateGuestRequest.ProtoReflect.Descriptor instead.
 func (*UpdateGuestRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_guests_proto_rawDescGZIP(), []int{7}
+	return file_corpus_v1_guests_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *UpdateGuestRequest) GetName() string {
@@ -535,7 +713,7 @@ type GuestActionResponse struct {
 
 func (x *GuestActionResponse) Reset() {
 	*x = GuestActionResponse{}
-	mi := &file_corpus_v1_guests_proto_msgTypes[8]
+	mi := &file_corpus_v1_guests_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -547,7 +725,7 @@ func (x *GuestActionResponse) String() string {
 func (*GuestActionResponse) ProtoMessage() {}
 
 func (x *GuestActionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_guests_proto_msgTypes[8]
+	mi := &file_corpus_v1_guests_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -560,7 +738,7 @@ func (x *GuestActionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GuestActionResponse.ProtoReflect.Descriptor instead.
 func (*GuestActionResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_guests_proto_rawDescGZIP(), []int{8}
+	return file_corpus_v1_guests_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *GuestActionResponse) GetGuest() *Guest {
@@ -591,7 +769,7 @@ type ExecGuestRequest struct {
 
 func (x *ExecGuestRequest) Reset() {
 	*x = ExecGuestRequest{}
-	mi := &file_corpus_v1_guests_proto_msgTypes[9]
+	mi := &file_corpus_v1_guests_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -603,7 +781,7 @@ func (x *ExecGuestRequest) String() string {
 func (*ExecGuestRequest) ProtoMessage() {}
 
 func (x *ExecGuestRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_guests_proto_msgTypes[9]
+	mi := &file_corpus_v1_guests_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -616,7 +794,7 @@ func (x *ExecGuestRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecGuestRequest.ProtoReflect.Descriptor instead.
 func (*ExecGuestRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_guests_proto_rawDescGZIP(), []int{9}
+	return file_corpus_v1_guests_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ExecGuestRequest) GetName() string {
@@ -667,7 +845,7 @@ type ExecOutput struct {
 
 func (x *ExecOutput) Reset() {
 	*x = ExecOutput{}
-	mi := &file_corpus_v1_guests_proto_msgTypes[10]
+	mi := &file_corpus_v1_guests_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -679,7 +857,7 @@ func (x *ExecOutput) String() string {
 func (*ExecOutput) ProtoMessage() {}
 
 func (x *ExecOutput) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_guests_proto_msgTypes[10]
+	mi := &file_corpus_v1_guests_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -692,7 +870,7 @@ func (x *ExecOutput) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecOutput.ProtoReflect.Descriptor instead.
 func (*ExecOutput) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_guests_proto_rawDescGZIP(), []int{10}
+	return file_corpus_v1_guests_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ExecOutput) GetStdout() []byte {
@@ -727,7 +905,21 @@ var File_corpus_v1_guests_proto protoreflect.FileDescriptor
 
 const file_corpus_v1_guests_proto_rawDesc = "" +
 	"\n" +
-	"\x16corpus/v1/guests.proto\x12\tcorpus.v1\x1a\x15corpus/v1/types.proto\"l\n" +
+	"\x16corpus/v1/guests.proto\x12\tcorpus.v1\x1a\x15corpus/v1/types.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xb8\x01\n" +
+	"\x10GuestLogsRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
+	"\asources\x18\x02 \x03(\tR\asources\x12\x18\n" +
+	"\aprocess\x18\x03 \x01(\tR\aprocess\x120\n" +
+	"\x05since\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\x05since\x12\x12\n" +
+	"\x04tail\x18\x05 \x01(\x05R\x04tail\x12\x16\n" +
+	"\x06follow\x18\x06 \x01(\bR\x06follow\"\xaf\x01\n" +
+	"\aLogLine\x12.\n" +
+	"\x04time\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x12\x14\n" +
+	"\x05guest\x18\x02 \x01(\tR\x05guest\x12\x16\n" +
+	"\x06source\x18\x03 \x01(\tR\x06source\x12\x18\n" +
+	"\aprocess\x18\x04 \x01(\tR\aprocess\x12\x18\n" +
+	"\arelease\x18\x05 \x01(\tR\arelease\x12\x12\n" +
+	"\x04line\x18\x06 \x01(\tR\x04line\"l\n" +
 	"\x12CreateGuestRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12(\n" +
 	"\x04spec\x18\x02 \x01(\v2\x14.corpus.v1.GuestSpecR\x04spec\x12\x18\n" +
@@ -785,7 +977,7 @@ const file_corpus_v1_guests_proto_rawDesc = "" +
 	"\x06stdout\x18\x01 \x01(\fR\x06stdout\x12\x16\n" +
 	"\x06stderr\x18\x02 \x01(\fR\x06stderr\x12\x16\n" +
 	"\x06exited\x18\x03 \x01(\bR\x06exited\x12\x1b\n" +
-	"\texit_code\x18\x04 \x01(\x05R\bexitCode2\xee\x04\n" +
+	"\texit_code\x18\x04 \x01(\x05R\bexitCode2\xae\x05\n" +
 	"\fGuestService\x12L\n" +
 	"\vCreateGuest\x12\x1d.corpus.v1.CreateGuestRequest\x1a\x1e.corpus.v1.CreateGuestResponse\x12H\n" +
 	"\bGetGuest\x12\x1a.corpus.v1.GetGuestRequest\x1a\x1b.corpus.v1.GetGuestResponse\"\x03\x90\x02\x01\x12N\n" +
@@ -796,7 +988,8 @@ const file_corpus_v1_guests_proto_rawDesc = "" +
 	"\tStopGuest\x12\x1d.corpus.v1.GuestActionRequest\x1a\x1e.corpus.v1.GuestActionResponse\x12L\n" +
 	"\vDeleteGuest\x12\x1d.corpus.v1.GuestActionRequest\x1a\x1e.corpus.v1.GuestActionResponse\x12L\n" +
 	"\vUpdateGuest\x12\x1d.corpus.v1.UpdateGuestRequest\x1a\x1e.corpus.v1.GuestActionResponse\x12A\n" +
-	"\tExecGuest\x12\x1b.corpus.v1.ExecGuestRequest\x1a\x15.corpus.v1.ExecOutput0\x01B!Z\x1fcorpus/proto/corpus/v1;corpusv1b\x06proto3"
+	"\tExecGuest\x12\x1b.corpus.v1.ExecGuestRequest\x1a\x15.corpus.v1.ExecOutput0\x01\x12>\n" +
+	"\tGuestLogs\x12\x1b.corpus.v1.GuestLogsRequest\x1a\x12.corpus.v1.LogLine0\x01B!Z\x1fcorpus/proto/corpus/v1;corpusv1b\x06proto3"
 
 var (
 	file_corpus_v1_guests_proto_rawDescOnce sync.Once
@@ -810,55 +1003,62 @@ func file_corpus_v1_guests_proto_rawDescGZIP() []byte {
 	return file_corpus_v1_guests_proto_rawDescData
 }
 
-var file_corpus_v1_guests_proto_msgTypes = make([]protoimpl.MessageInfo, 13)
+var file_corpus_v1_guests_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
 var file_corpus_v1_guests_proto_goTypes = []any{
-	(*CreateGuestRequest)(nil),  // 0: corpus.v1.CreateGuestRequest
-	(*CreateGuestResponse)(nil), // 1: corpus.v1.CreateGuestResponse
-	(*GetGuestRequest)(nil),     // 2: corpus.v1.GetGuestRequest
-	(*GetGuestResponse)(nil),    // 3: corpus.v1.GetGuestResponse
-	(*ListGuestsRequest)(nil),   // 4: corpus.v1.ListGuestsRequest
-	(*ListGuestsResponse)(nil),  // 5: corpus.v1.ListGuestsResponse
-	(*GuestActionRequest)(nil),  // 6: corpus.v1.GuestActionRequest
-	(*UpdateGuestRequest)(nil),  // 7: corpus.v1.UpdateGuestRequest
-	(*GuestActionResponse)(nil), // 8: corpus.v1.GuestActionResponse
-	(*ExecGuestRequest)(nil),    // 9: corpus.v1.ExecGuestRequest
-	(*ExecOutput)(nil),          // 10: corpus.v1.ExecOutput
-	nil,                         // 11: corpus.v1.UpdateGuestRequest.SetEnvEntry
-	nil,                         // 12: corpus.v1.ExecGuestRequest.EnvEntry
-	(*GuestSpec)(nil),           // 13: corpus.v1.GuestSpec
-	(*Guest)(nil),               // 14: corpus.v1.Guest
-	(*Port)(nil),                // 15: corpus.v1.Port
+	(*GuestLogsRequest)(nil),      // 0: corpus.v1.GuestLogsRequest
+	(*LogLine)(nil),               // 1: corpus.v1.LogLine
+	(*CreateGuestRequest)(nil),    // 2: corpus.v1.CreateGuestRequest
+	(*CreateGuestResponse)(nil),   // 3: corpus.v1.CreateGuestResponse
+	(*GetGuestRequest)(nil),       // 4: corpus.v1.GetGuestRequest
+	(*GetGuestResponse)(nil),      // 5: corpus.v1.GetGuestResponse
+	(*ListGuestsRequest)(nil),     // 6: corpus.v1.ListGuestsRequest
+	(*ListGuestsResponse)(nil),    // 7: corpus.v1.ListGuestsResponse
+	(*GuestActionRequest)(nil),    // 8: corpus.v1.GuestActionRequest
+	(*UpdateGuestRequest)(nil),    // 9: corpus.v1.UpdateGuestRequest
+	(*GuestActionResponse)(nil),   // 10: corpus.v1.GuestActionResponse
+	(*ExecGuestRequest)(nil),      // 11: corpus.v1.ExecGuestRequest
+	(*ExecOutput)(nil),            // 12: corpus.v1.ExecOutput
+	nil,                           // 13: corpus.v1.UpdateGuestRequest.SetEnvEntry
+	nil,                           // 14: corpus.v1.ExecGuestRequest.EnvEntry
+	(*timestamppb.Timestamp)(nil), // 15: google.protobuf.Timestamp
+	(*GuestSpec)(nil),             // 16: corpus.v1.GuestSpec
+	(*Guest)(nil),                 // 17: corpus.v1.Guest
+	(*Port)(nil),                  // 18: corpus.v1.Port
 }
 var file_corpus_v1_guests_proto_depIdxs = []int32{
-	13, // 0: corpus.v1.CreateGuestRequest.spec:type_name -> corpus.v1.GuestSpec
-	14, // 1: corpus.v1.CreateGuestResponse.guest:type_name -> corpus.v1.Guest
-	14, // 2: corpus.v1.GetGuestResponse.guest:type_name -> corpus.v1.Guest
-	3,  // 3: corpus.v1.ListGuestsResponse.guests:type_name -> corpus.v1.GetGuestResponse
-	11, // 4: corpus.v1.UpdateGuestRequest.set_env:type_name -> corpus.v1.UpdateGuestRequest.SetEnvEntry
-	15, // 5: corpus.v1.UpdateGuestRequest.ports:type_name -> corpus.v1.Port
-	14, // 6: corpus.v1.GuestActionResponse.guest:type_name -> corpus.v1.Guest
-	12, // 7: corpus.v1.ExecGuestRequest.env:type_name -> corpus.v1.ExecGuestRequest.EnvEntry
-	0,  // 8: corpus.v1.GuestService.CreateGuest:input_type -> corpus.v1.CreateGuestRequest
-	2,  // 9: corpus.v1.GuestService.GetGuest:input_type -> corpus.v1.GetGuestRequest
-	4,  // 10: corpus.v1.GuestService.ListGuests:input_type -> corpus.v1.ListGuestsRequest
-	6,  // 11: corpus.v1.GuestService.StartGuest:input_type -> corpus.v1.GuestActionRequest
-	6,  // 12: corpus.v1.GuestService.StopGuest:input_type -> corpus.v1.GuestActionRequest
-	6,  // 13: corpus.v1.GuestService.DeleteGuest:input_type -> corpus.v1.GuestActionRequest
-	7,  // 14: corpus.v1.GuestService.UpdateGuest:input_type -> corpus.v1.UpdateGuestRequest
-	9,  // 15: corpus.v1.GuestService.ExecGuest:input_type -> corpus.v1.ExecGuestRequest
-	1,  // 16: corpus.v1.GuestService.CreateGuest:output_type -> corpus.v1.CreateGuestResponse
-	3,  // 17: corpus.v1.GuestService.GetGuest:output_type -> corpus.v1.GetGuestResponse
-	5,  // 18: corpus.v1.GuestService.ListGuests:output_type -> corpus.v1.ListGuestsResponse
-	8,  // 19: corpus.v1.GuestService.StartGuest:output_type -> corpus.v1.GuestActionResponse
-	8,  // 20: corpus.v1.GuestService.StopGuest:output_type -> corpus.v1.GuestActionResponse
-	8,  // 21: corpus.v1.GuestService.DeleteGuest:output_type -> corpus.v1.GuestActionResponse
-	8,  // 22: corpus.v1.GuestService.UpdateGuest:output_type -> corpus.v1.GuestActionResponse
-	10, // 23: corpus.v1.GuestService.ExecGuest:output_type -> corpus.v1.ExecOutput
-	16, // [16:24] is the sub-list for method output_type
-	8,  // [8:16] is the sub-list for method input_type
-	8,  // [8:8] is the sub-list for extension type_name
-	8,  // [8:8] is the sub-list for extension extendee
-	0,  // [0:8] is the sub-list for field type_name
+	15, // 0: corpus.v1.GuestLogsRequest.since:type_name -> google.protobuf.Timestamp
+	15, // 1: corpus.v1.LogLine.time:type_name -> google.protobuf.Timestamp
+	16, // 2: corpus.v1.CreateGuestRequest.spec:type_name -> corpus.v1.GuestSpec
+	17, // 3: corpus.v1.CreateGuestResponse.guest:type_name -> corpus.v1.Guest
+	17, // 4: corpus.v1.GetGuestResponse.guest:type_name -> corpus.v1.Guest
+	5,  // 5: corpus.v1.ListGuestsResponse.guests:type_name -> corpus.v1.GetGuestResponse
+	13, // 6: corpus.v1.UpdateGuestRequest.set_env:type_name -> corpus.v1.UpdateGuestRequest.SetEnvEntry
+	18, // 7: corpus.v1.UpdateGuestRequest.ports:type_name -> corpus.v1.Port
+	17, // 8: corpus.v1.GuestActionResponse.guest:type_name -> corpus.v1.Guest
+	14, // 9: corpus.v1.ExecGuestRequest.env:type_name -> corpus.v1.ExecGuestRequest.EnvEntry
+	2,  // 10: corpus.v1.GuestService.CreateGuest:input_type -> corpus.v1.CreateGuestRequest
+	4,  // 11: corpus.v1.GuestService.GetGuest:input_type -> corpus.v1.GetGuestRequest
+	6,  // 12: corpus.v1.GuestService.ListGuests:input_type -> corpus.v1.ListGuestsRequest
+	8,  // 13: corpus.v1.GuestService.StartGuest:input_type -> corpus.v1.GuestActionRequest
+	8,  // 14: corpus.v1.GuestService.StopGuest:input_type -> corpus.v1.GuestActionRequest
+	8,  // 15: corpus.v1.GuestService.DeleteGuest:input_type -> corpus.v1.GuestActionRequest
+	9,  // 16: corpus.v1.GuestService.UpdateGuest:input_type -> corpus.v1.UpdateGuestRequest
+	11, // 17: corpus.v1.GuestService.ExecGuest:input_type -> corpus.v1.ExecGuestRequest
+	0,  // 18: corpus.v1.GuestService.GuestLogs:input_type -> corpus.v1.GuestLogsRequest
+	3,  // 19: corpus.v1.GuestService.CreateGuest:output_type -> corpus.v1.CreateGuestResponse
+	5,  // 20: corpus.v1.GuestService.GetGuest:output_type -> corpus.v1.GetGuestResponse
+	7,  // 21: corpus.v1.GuestService.ListGuests:output_type -> corpus.v1.ListGuestsResponse
+	10, // 22: corpus.v1.GuestService.StartGuest:output_type -> corpus.v1.GuestActionResponse
+	10, // 23: corpus.v1.GuestService.StopGuest:output_type -> corpus.v1.GuestActionResponse
+	10, // 24: corpus.v1.GuestService.DeleteGuest:output_type -> corpus.v1.GuestActionResponse
+	10, // 25: corpus.v1.GuestService.UpdateGuest:output_type -> corpus.v1.GuestActionResponse
+	12, // 26: corpus.v1.GuestService.ExecGuest:output_type -> corpus.v1.ExecOutput
+	1,  // 27: corpus.v1.GuestService.GuestLogs:output_type -> corpus.v1.LogLine
+	19, // [19:28] is the sub-list for method output_type
+	10, // [10:19] is the sub-list for method input_type
+	10, // [10:10] is the sub-list for extension type_name
+	10, // [10:10] is the sub-list for extension extendee
+	0,  // [0:10] is the sub-list for field type_name
 }
 
 func init() { file_corpus_v1_guests_proto_init() }
@@ -867,14 +1067,14 @@ func file_corpus_v1_guests_proto_init() {
 		return
 	}
 	file_corpus_v1_types_proto_init()
-	file_corpus_v1_guests_proto_msgTypes[7].OneofWrappers = []any{}
+	file_corpus_v1_guests_proto_msgTypes[9].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_corpus_v1_guests_proto_rawDesc), len(file_corpus_v1_guests_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   13,
+			NumMessages:   15,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -23,6 +23,68 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+type ProjectLogsRequest struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Project string                 `protobuf:"bytes,1,opt,name=project,proto3" json:"project,omitempty"`
+	// env: the project's only environment when empty.
+	Env string `protobuf:"bytes,2,opt,name=env,proto3" json:"env,omitempty"`
+	// The filters of GuestLogsRequest; its name is ignored.
+	Filter        *GuestLogsRequest `protobuf:"bytes,3,opt,name=filter,proto3" json:"filter,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ProjectLogsRequest) Reset() {
+	*x = ProjectLogsRequest{}
+	mi := &file_corpus_v1_projects_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ProjectLogsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ProjectLogsRequest) ProtoMessage() {}
+
+func (x *ProjectLogsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_projects_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ProjectLogsRequest.ProtoReflect.Descriptor instead.
+func (*ProjectLogsRequest) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *ProjectLogsRequest) GetProject() string {
+	if x != nil {
+		return x.Project
+	}
+	return ""
+}
+
+func (x *ProjectLogsRequest) GetEnv() string {
+	if x != nil {
+		return x.Env
+	}
+	return ""
+}
+
+func (x *ProjectLogsRequest) GetFilter() *GuestLogsRequest {
+	if x != nil {
+		return x.Filter
+	}
+	return nil
+}
+
 type SetConfigRequest struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
 	Project string                 `protobuf:"bytes,1,opt,name=project,proto3" json:"project,omitempty"`
@@ -37,7 +99,7 @@ type SetConfigRequest struct {
 
 func (x *SetConfigRequest) Reset() {
 	*x = SetConfigRequest{}
-	mi := &file_corpus_v1_projects_proto_msgTypes[0]
+	mi := &file_corpus_v1_projects_proto_msgTypes[1]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -49,7 +111,7 @@ func (x *SetConfigRequest) String() string {
 func (*SetConfigRequest) ProtoMessage() {}
 
 func (x *SetConfigRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_projects_proto_msgTypes[0]
+	mi := &file_corpus_v1_projects_proto_msgTypes[1]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -62,7 +124,7 @@ func (x *SetConfigRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetConfigRequest.ProtoReflect.Descriptor instead.
 func (*SetConfigRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{0}
+	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{1}
 }
 
 func (x *SetConfigRequest) GetProject() string {
@@ -111,7 +173,7 @@ type GetConfigRequest struct {
 
 func (x *GetConfigRequest) Reset() {
 	*x = GetConfigRequest{}
-	mi := &file_corpus_v1_projects_proto_msgTypes[1]
+	mi := &file_corpus_v1_projects_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -123,7 +185,7 @@ func (x *GetConfigRequest) String() string {
 func (*GetConfigRequest) ProtoMessage() {}
 
 func (x *GetConfigRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_projects_proto_msgTypes[1]
+	mi := &file_corpus_v1_projects_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -136,7 +198,7 @@ func (x *GetConfigRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetConfigRequest.ProtoReflect.Descriptor instead.
 func (*GetConfigRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{1}
+	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *GetConfigRequest) GetProject() string {
@@ -173,7 +235,7 @@ type GetConfigResponse struct {
 
 func (x *GetConfigResponse) Reset() {
 	*x = GetConfigResponse{}
-	mi := &file_corpus_v1_projects_proto_msgTypes[2]
+	mi := &file_corpus_v1_projects_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -185,7 +247,7 @@ func (x *GetConfigResponse) String() string {
 func (*GetConfigResponse) ProtoMessage() {}
 
 func (x *GetConfigResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_projects_proto_msgTypes[2]
+	mi := &file_corpus_v1_projects_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -198,7 +260,7 @@ func (x *GetConfigResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetConfigResponse.ProtoReflect.Descriptor instead.
 func (*GetConfigResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{2}
+	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *GetConfigResponse) GetVars() []*ConfigVar {
@@ -235,7 +297,7 @@ type ConfigVar struct {
 
 func (x *ConfigVar) Reset() {
 	*x = ConfigVar{}
-	mi := &file_corpus_v1_projects_proto_msgTypes[3]
+	mi := &file_corpus_v1_projects_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -247,7 +309,7 @@ func (x *ConfigVar) String() string {
 func (*ConfigVar) ProtoMessage() {}
 
 func (x *ConfigVar) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_projects_proto_msgTypes[3]
+	mi := &file_corpus_v1_projects_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -260,7 +322,7 @@ func (x *ConfigVar) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConfigVar.ProtoReflect.Descriptor instead.
 func (*ConfigVar) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{3}
+	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *ConfigVar) GetKey() string {
@@ -301,7 +363,7 @@ type RedeployRequest struct {
 
 func (x *RedeployRequest) Reset() {
 	*x = RedeployRequest{}
-	mi := &file_corpus_v1_projects_proto_msgTypes[4]
+	mi := &file_corpus_v1_projects_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -313,7 +375,7 @@ func (x *RedeployRequest) String() string {
 func (*RedeployRequest) ProtoMessage() {}
 
 func (x *RedeployRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_projects_proto_msgTypes[4]
+	mi := &file_corpus_v1_projects_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -326,7 +388,7 @@ func (x *RedeployRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RedeployRequest.ProtoReflect.Descriptor instead.
 func (*RedeployRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{4}
+	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *RedeployRequest) GetProject() string {
@@ -376,7 +438,7 @@ type DeployOutput struct {
 
 func (x *DeployOutput) Reset() {
 	*x = DeployOutput{}
-	mi := &file_corpus_v1_projects_proto_msgTypes[5]
+	mi := &file_corpus_v1_projects_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -388,7 +450,7 @@ func (x *DeployOutput) String() string {
 func (*DeployOutput) ProtoMessage() {}
 
 func (x *DeployOutput) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_projects_proto_msgTypes[5]
+	mi := &file_corpus_v1_projects_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -401,7 +463,7 @@ func (x *DeployOutput) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeployOutput.ProtoReflect.Descriptor instead.
 func (*DeployOutput) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{5}
+	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *DeployOutput) GetOutput() []byte {
@@ -435,7 +497,7 @@ type ListProcessesRequest struct {
 
 func (x *ListProcessesRequest) Reset() {
 	*x = ListProcessesRequest{}
-	mi := &file_corpus_v1_projects_proto_msgTypes[6]
+	mi := &file_corpus_v1_projects_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -447,7 +509,7 @@ func (x *ListProcessesRequest) String() string {
 func (*ListProcessesRequest) ProtoMessage() {}
 
 func (x *ListProcessesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_projects_proto_msgTypes[6]
+	mi := &file_corpus_v1_projects_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -460,7 +522,7 @@ func (x *ListProcessesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListProcessesRequest.ProtoReflect.Descriptor instead.
 func (*ListProcessesRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{6}
+	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *ListProcessesRequest) GetProject() string {
@@ -486,7 +548,7 @@ type ListProcessesResponse struct {
 
 func (x *ListProcessesResponse) Reset() {
 	*x = ListProcessesResponse{}
-	mi := &file_corpus_v1_projects_proto_msgTypes[7]
+	mi := &file_corpus_v1_projects_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -498,7 +560,7 @@ func (x *ListProcessesResponse) String() string {
 func (*ListProcessesResponse) ProtoMessage() {}
 
 func (x *ListProcessesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_projects_proto_msgTypes[7]
+	mi := &file_corpus_v1_projects_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -511,7 +573,7 @@ func (x *ListProcessesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListProcessesResponse.ProtoReflect.Descriptor instead.
 func (*ListProcessesResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{7}
+	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *ListProcessesResponse) GetProcesses() []*ProcessStatus {
@@ -544,7 +606,7 @@ type CreateProjectRequest struct {
 
 func (x *CreateProjectRequest) Reset() {
 	*x = CreateProjectRequest{}
-	mi := &file_corpus_v1_projects_proto_msgTypes[8]
+	mi := &file_corpus_v1_projects_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -556,7 +618,7 @@ func (x *CreateProjectRequest) String() string {
 func (*CreateProjectRequest) ProtoMessage() {}
 
 func (x *CreateProjectRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_projects_proto_msgTypes[8]
+	mi := &file_corpus_v1_projects_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -569,7 +631,7 @@ func (x *CreateProjectRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateProjectRequest.ProtoReflect.Descriptor instead.
 func (*CreateProjectRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{8}
+	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *CreateProjectRequest) GetName() string {
@@ -654,7 +716,7 @@ type CreateProjectResponse struct {
 
 func (x *CreateProjectResponse) Reset() {
 	*x = CreateProjectResponse{}
-	mi := &file_corpus_v1_projects_proto_msgTypes[9]
+	mi := &file_corpus_v1_projects_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -666,7 +728,7 @@ func (x *CreateProjectResponse) String() string {
 func (*CreateProjectResponse) ProtoMessage() {}
 
 func (x *CreateProjectResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_projects_proto_msgTypes[9]
+	mi := &file_corpus_v1_projects_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -679,7 +741,7 @@ func (x *CreateProjectResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateProjectResponse.ProtoReflect.Descriptor instead.
 func (*CreateProjectResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{9}
+	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *CreateProjectResponse) GetProject() *Project {
@@ -711,7 +773,7 @@ type ListProjectsRequest struct {
 
 func (x *ListProjectsRequest) Reset() {
 	*x = ListProjectsRequest{}
-	mi := &file_corpus_v1_projects_proto_msgTypes[10]
+	mi := &file_corpus_v1_projects_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -723,7 +785,7 @@ func (x *ListProjectsRequest) String() string {
 func (*ListProjectsRequest) ProtoMessage() {}
 
 func (x *ListProjectsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_projects_proto_msgTypes[10]
+	mi := &file_corpus_v1_projects_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -736,7 +798,7 @@ func (x *ListProjectsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListProjectsRequest.ProtoReflect.Descriptor instead.
 func (*ListProjectsRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{10}
+	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{11}
 }
 
 type ListProjectsResponse struct {
@@ -748,7 +810,7 @@ type ListProjectsResponse struct {
 
 func (x *ListProjectsResponse) Reset() {
 	*x = ListProjectsResponse{}
-	mi := &file_corpus_v1_projects_proto_msgTypes[11]
+	mi := &file_corpus_v1_projects_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -760,7 +822,7 @@ func (x *ListProjectsResponse) String() string {
 func (*ListProjectsResponse) ProtoMessage() {}
 
 func (x *ListProjectsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_projects_proto_msgTypes[11]
+	mi := &file_corpus_v1_projects_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -773,7 +835,7 @@ func (x *ListProjectsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListProjectsResponse.ProtoReflect.Descriptor instead.
 func (*ListProjectsResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{11}
+	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ListProjectsResponse) GetProjects() []*ProjectView {
@@ -794,7 +856,7 @@ type ProjectView struct {
 
 func (x *ProjectView) Reset() {
 	*x = ProjectView{}
-	mi := &file_corpus_v1_projects_proto_msgTypes[12]
+	mi := &file_corpus_v1_projects_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -806,7 +868,7 @@ func (x *ProjectView) String() string {
 func (*ProjectView) ProtoMessage() {}
 
 func (x *ProjectView) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_projects_proto_msgTypes[12]
+	mi := &file_corpus_v1_projects_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -819,7 +881,7 @@ func (x *ProjectView) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProjectView.ProtoReflect.Descriptor instead.
 func (*ProjectView) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{12}
+	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ProjectView) GetProject() *Project {
@@ -852,7 +914,7 @@ type ProjectEnvView struct {
 
 func (x *ProjectEnvView) Reset() {
 	*x = ProjectEnvView{}
-	mi := &file_corpus_v1_projects_proto_msgTypes[13]
+	mi := &file_corpus_v1_projects_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -864,7 +926,7 @@ func (x *ProjectEnvView) String() string {
 func (*ProjectEnvView) ProtoMessage() {}
 
 func (x *ProjectEnvView) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_projects_proto_msgTypes[13]
+	mi := &file_corpus_v1_projects_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -877,7 +939,7 @@ func (x *ProjectEnvView) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProjectEnvView.ProtoReflect.Descriptor instead.
 func (*ProjectEnvView) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{13}
+	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ProjectEnvView) GetName() string {
@@ -941,7 +1003,7 @@ type GetProjectRequest struct {
 
 func (x *GetProjectRequest) Reset() {
 	*x = GetProjectRequest{}
-	mi := &file_corpus_v1_projects_proto_msgTypes[14]
+	mi := &file_corpus_v1_projects_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -953,7 +1015,7 @@ func (x *GetProjectRequest) String() string {
 func (*GetProjectRequest) ProtoMessage() {}
 
 func (x *GetProjectRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_projects_proto_msgTypes[14]
+	mi := &file_corpus_v1_projects_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -966,7 +1028,7 @@ func (x *GetProjectRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetProjectRequest.ProtoReflect.Descriptor instead.
 func (*GetProjectRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{14}
+	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *GetProjectRequest) GetName() string {
@@ -1000,7 +1062,7 @@ type GetProjectResponse struct {
 
 func (x *GetProjectResponse) Reset() {
 	*x = GetProjectResponse{}
-	mi := &file_corpus_v1_projects_proto_msgTypes[15]
+	mi := &file_corpus_v1_projects_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1012,7 +1074,7 @@ func (x *GetProjectResponse) String() string {
 func (*GetProjectResponse) ProtoMessage() {}
 
 func (x *GetProjectResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_projects_proto_msgTypes[15]
+	mi := &file_corpus_v1_projects_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1025,7 +1087,7 @@ func (x *GetProjectResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetProjectResponse.ProtoReflect.Descriptor instead.
 func (*GetProjectResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{15}
+	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *GetProjectResponse) GetProject() *ProjectView {
@@ -1056,7 +1118,7 @@ type DeleteProjectRequest struct {
 
 func (x *DeleteProjectRequest) Reset() {
 	*x = DeleteProjectRequest{}
-	mi := &file_corpus_v1_projects_proto_msgTypes[16]
+	mi := &file_corpus_v1_projects_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1068,7 +1130,7 @@ func (x *DeleteProjectRequest) String() string {
 func (*DeleteProjectRequest) ProtoMessage() {}
 
 func (x *DeleteProjectRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_projects_proto_msgTypes[16]
+	mi := &file_corpus_v1_projects_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1081,7 +1143,7 @@ func (x *DeleteProjectRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteProjectRequest.ProtoReflect.Descriptor instead.
 func (*DeleteProjectRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{16}
+	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *DeleteProjectRequest) GetName() string {
@@ -1113,7 +1175,7 @@ type DeleteProjectResponse struct {
 
 func (x *DeleteProjectResponse) Reset() {
 	*x = DeleteProjectResponse{}
-	mi := &file_corpus_v1_projects_proto_msgTypes[17]
+	mi := &file_corpus_v1_projects_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1125,7 +1187,7 @@ func (x *DeleteProjectResponse) String() string {
 func (*DeleteProjectResponse) ProtoMessage() {}
 
 func (x *DeleteProjectResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_projects_proto_msgTypes[17]
+	mi := &file_corpus_v1_projects_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1138,7 +1200,7 @@ func (x *DeleteProjectResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteProjectResponse.ProtoReflect.Descriptor instead.
 func (*DeleteProjectResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{17}
+	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{18}
 }
 
 type GrantProjectRequest struct {
@@ -1152,7 +1214,7 @@ type GrantProjectRequest struct {
 
 func (x *GrantProjectRequest) Reset() {
 	*x = GrantProjectRequest{}
-	mi := &file_corpus_v1_projects_proto_msgTypes[18]
+	mi := &file_corpus_v1_projects_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1164,7 +1226,7 @@ func (x *GrantProjectRequest) String() string {
 func (*GrantProjectRequest) ProtoMessage() {}
 
 func (x *GrantProjectRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_projects_proto_msgTypes[18]
+	mi := &file_corpus_v1_projects_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1177,7 +1239,7 @@ func (x *GrantProjectRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GrantProjectRequest.ProtoReflect.Descriptor instead.
 func (*GrantProjectRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{18}
+	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *GrantProjectRequest) GetName() string {
@@ -1210,7 +1272,7 @@ type GrantProjectResponse struct {
 
 func (x *GrantProjectResponse) Reset() {
 	*x = GrantProjectResponse{}
-	mi := &file_corpus_v1_projects_proto_msgTypes[19]
+	mi := &file_corpus_v1_projects_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1222,7 +1284,7 @@ func (x *GrantProjectResponse) String() string {
 func (*GrantProjectResponse) ProtoMessage() {}
 
 func (x *GrantProjectResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_projects_proto_msgTypes[19]
+	mi := &file_corpus_v1_projects_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1235,7 +1297,7 @@ func (x *GrantProjectResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GrantProjectResponse.ProtoReflect.Descriptor instead.
 func (*GrantProjectResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{19}
+	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *GrantProjectResponse) GetProject() *Project {
@@ -1255,7 +1317,7 @@ type ListReleasesRequest struct {
 
 func (x *ListReleasesRequest) Reset() {
 	*x = ListReleasesRequest{}
-	mi := &file_corpus_v1_projects_proto_msgTypes[20]
+	mi := &file_corpus_v1_projects_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1267,7 +1329,7 @@ func (x *ListReleasesRequest) String() string {
 func (*ListReleasesRequest) ProtoMessage() {}
 
 func (x *ListReleasesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_projects_proto_msgTypes[20]
+	mi := &file_corpus_v1_projects_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1280,7 +1342,7 @@ func (x *ListReleasesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListReleasesRequest.ProtoReflect.Descriptor instead.
 func (*ListReleasesRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{20}
+	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ListReleasesRequest) GetProject() string {
@@ -1309,7 +1371,7 @@ type ListReleasesResponse struct {
 
 func (x *ListReleasesResponse) Reset() {
 	*x = ListReleasesResponse{}
-	mi := &file_corpus_v1_projects_proto_msgTypes[21]
+	mi := &file_corpus_v1_projects_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1321,7 +1383,7 @@ func (x *ListReleasesResponse) String() string {
 func (*ListReleasesResponse) ProtoMessage() {}
 
 func (x *ListReleasesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_projects_proto_msgTypes[21]
+	mi := &file_corpus_v1_projects_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1334,7 +1396,7 @@ func (x *ListReleasesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListReleasesResponse.ProtoReflect.Descriptor instead.
 func (*ListReleasesResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{21}
+	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ListReleasesResponse) GetReleases() []*Release {
@@ -1370,7 +1432,7 @@ type GetReleaseRequest struct {
 
 func (x *GetReleaseRequest) Reset() {
 	*x = GetReleaseRequest{}
-	mi := &file_corpus_v1_projects_proto_msgTypes[22]
+	mi := &file_corpus_v1_projects_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1382,7 +1444,7 @@ func (x *GetReleaseRequest) String() string {
 func (*GetReleaseRequest) ProtoMessage() {}
 
 func (x *GetReleaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_projects_proto_msgTypes[22]
+	mi := &file_corpus_v1_projects_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1395,7 +1457,7 @@ func (x *GetReleaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetReleaseRequest.ProtoReflect.Descriptor instead.
 func (*GetReleaseRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{22}
+	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *GetReleaseRequest) GetProject() string {
@@ -1429,7 +1491,7 @@ type GetReleaseResponse struct {
 
 func (x *GetReleaseResponse) Reset() {
 	*x = GetReleaseResponse{}
-	mi := &file_corpus_v1_projects_proto_msgTypes[23]
+	mi := &file_corpus_v1_projects_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1441,7 +1503,7 @@ func (x *GetReleaseResponse) String() string {
 func (*GetReleaseResponse) ProtoMessage() {}
 
 func (x *GetReleaseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_projects_proto_msgTypes[23]
+	mi := &file_corpus_v1_projects_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1454,7 +1516,7 @@ func (x *GetReleaseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetReleaseResponse.ProtoReflect.Descriptor instead.
 func (*GetReleaseResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{23}
+	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *GetReleaseResponse) GetRelease() *Release {
@@ -1487,7 +1549,7 @@ type RollbackRequest struct {
 
 func (x *RollbackRequest) Reset() {
 	*x = RollbackRequest{}
-	mi := &file_corpus_v1_projects_proto_msgTypes[24]
+	mi := &file_corpus_v1_projects_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1499,7 +1561,7 @@ func (x *RollbackRequest) String() string {
 func (*RollbackRequest) ProtoMessage() {}
 
 func (x *RollbackRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_projects_proto_msgTypes[24]
+	mi := &file_corpus_v1_projects_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1512,7 +1574,7 @@ func (x *RollbackRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RollbackRequest.ProtoReflect.Descriptor instead.
 func (*RollbackRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{24}
+	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *RollbackRequest) GetProject() string {
@@ -1555,7 +1617,7 @@ type RollbackOutput struct {
 
 func (x *RollbackOutput) Reset() {
 	*x = RollbackOutput{}
-	mi := &file_corpus_v1_projects_proto_msgTypes[25]
+	mi := &file_corpus_v1_projects_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1567,7 +1629,7 @@ func (x *RollbackOutput) String() string {
 func (*RollbackOutput) ProtoMessage() {}
 
 func (x *RollbackOutput) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_projects_proto_msgTypes[25]
+	mi := &file_corpus_v1_projects_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1580,7 +1642,7 @@ func (x *RollbackOutput) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RollbackOutput.ProtoReflect.Descriptor instead.
 func (*RollbackOutput) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{25}
+	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *RollbackOutput) GetOutput() []byte {
@@ -1608,7 +1670,11 @@ var File_corpus_v1_projects_proto protoreflect.FileDescriptor
 
 const file_corpus_v1_projects_proto_rawDesc = "" +
 	"\n" +
-	"\x18corpus/v1/projects.proto\x12\tcorpus.v1\x1a\x15corpus/v1/types.proto\"\xe3\x01\n" +
+	"\x18corpus/v1/projects.proto\x12\tcorpus.v1\x1a\x16corpus/v1/guests.proto\x1a\x15corpus/v1/types.proto\"u\n" +
+	"\x12ProjectLogsRequest\x12\x18\n" +
+	"\aproject\x18\x01 \x01(\tR\aproject\x12\x10\n" +
+	"\x03env\x18\x02 \x01(\tR\x03env\x123\n" +
+	"\x06filter\x18\x03 \x01(\v2\x1b.corpus.v1.GuestLogsRequestR\x06filter\"\xe3\x01\n" +
 	"\x10SetConfigRequest\x12\x18\n" +
 	"\aproject\x18\x01 \x01(\tR\aproject\x12\x10\n" +
 	"\x03env\x18\x02 \x01(\tR\x03env\x126\n" +
@@ -1720,7 +1786,7 @@ const file_corpus_v1_projects_proto_rawDesc = "" +
 	"\x0eRollbackOutput\x12\x16\n" +
 	"\x06output\x18\x01 \x01(\fR\x06output\x12\x12\n" +
 	"\x04done\x18\x02 \x01(\bR\x04done\x12\x18\n" +
-	"\acurrent\x18\x03 \x01(\rR\acurrent2\xc6\a\n" +
+	"\acurrent\x18\x03 \x01(\rR\acurrent2\x8a\b\n" +
 	"\x0eProjectService\x12R\n" +
 	"\rCreateProject\x12\x1f.corpus.v1.CreateProjectRequest\x1a .corpus.v1.CreateProjectResponse\x12T\n" +
 	"\fListProjects\x12\x1e.corpus.v1.ListProjectsRequest\x1a\x1f.corpus.v1.ListProjectsResponse\"\x03\x90\x02\x01\x12N\n" +
@@ -1735,7 +1801,8 @@ const file_corpus_v1_projects_proto_rawDesc = "" +
 	"\tSetConfig\x12\x1b.corpus.v1.SetConfigRequest\x1a\x17.corpus.v1.DeployOutput0\x01\x12K\n" +
 	"\tGetConfig\x12\x1b.corpus.v1.GetConfigRequest\x1a\x1c.corpus.v1.GetConfigResponse\"\x03\x90\x02\x01\x12?\n" +
 	"\x06Deploy\x12\x1a.corpus.v1.RedeployRequest\x1a\x17.corpus.v1.DeployOutput0\x01\x12W\n" +
-	"\rListProcesses\x12\x1f.corpus.v1.ListProcessesRequest\x1a .corpus.v1.ListProcessesResponse\"\x03\x90\x02\x01B!Z\x1fcorpus/proto/corpus/v1;corpusv1b\x06proto3"
+	"\rListProcesses\x12\x1f.corpus.v1.ListProcessesRequest\x1a .corpus.v1.ListProcessesResponse\"\x03\x90\x02\x01\x12B\n" +
+	"\vProjectLogs\x12\x1d.corpus.v1.ProjectLogsRequest\x1a\x12.corpus.v1.LogLine0\x01B!Z\x1fcorpus/proto/corpus/v1;corpusv1b\x06proto3"
 
 var (
 	file_corpus_v1_projects_proto_rawDescOnce sync.Once
@@ -1749,84 +1816,90 @@ func file_corpus_v1_projects_proto_rawDescGZIP() []byte {
 	return file_corpus_v1_projects_proto_rawDescData
 }
 
-var file_corpus_v1_projects_proto_msgTypes = make([]protoimpl.MessageInfo, 27)
+var file_corpus_v1_projects_proto_msgTypes = make([]protoimpl.MessageInfo, 28)
 var file_corpus_v1_projects_proto_goTypes = []any{
-	(*SetConfigRequest)(nil),      // 0: corpus.v1.SetConfigRequest
-	(*GetConfigRequest)(nil),      // 1: corpus.v1.GetConfigRequest
-	(*GetConfigResponse)(nil),     // 2: corpus.v1.GetConfigResponse
-	(*ConfigVar)(nil),             // 3: corpus.v1.ConfigVar
-	(*RedeployRequest)(nil),       // 4: corpus.v1.RedeployRequest
-	(*DeployOutput)(nil),          // 5: corpus.v1.DeployOutput
-	(*ListProcessesRequest)(nil),  // 6: corpus.v1.ListProcessesRequest
-	(*ListProcessesResponse)(nil), // 7: corpus.v1.ListProcessesResponse
-	(*CreateProjectRequest)(nil),  // 8: corpus.v1.CreateProjectRequest
-	(*CreateProjectResponse)(nil), // 9: corpus.v1.CreateProjectResponse
-	(*ListProjectsRequest)(nil),   // 10: corpus.v1.ListProjectsRequest
-	(*ListProjectsResponse)(nil),  // 11: corpus.v1.ListProjectsResponse
-	(*ProjectView)(nil),           // 12: corpus.v1.ProjectView
-	(*ProjectEnvView)(nil),        // 13: corpus.v1.ProjectEnvView
-	(*GetProjectRequest)(nil),     // 14: corpus.v1.GetProjectRequest
-	(*GetProjectResponse)(nil),    // 15: corpus.v1.GetProjectResponse
-	(*DeleteProjectRequest)(nil),  // 16: corpus.v1.DeleteProjectRequest
-	(*DeleteProjectResponse)(nil), // 17: corpus.v1.DeleteProjectResponse
-	(*GrantProjectRequest)(nil),   // 18: corpus.v1.GrantProjectRequest
-	(*GrantProjectResponse)(nil),  // 19: corpus.v1.GrantProjectResponse
-	(*ListReleasesRequest)(nil),   // 20: corpus.v1.ListReleasesRequest
-	(*ListReleasesResponse)(nil),  // 21: corpus.v1.ListReleasesResponse
-	(*GetReleaseRequest)(nil),     // 22: corpus.v1.GetReleaseRequest
-	(*GetReleaseResponse)(nil),    // 23: corpus.v1.GetReleaseResponse
-	(*RollbackRequest)(nil),       // 24: corpus.v1.RollbackRequest
-	(*RollbackOutput)(nil),        // 25: corpus.v1.RollbackOutput
-	nil,                           // 26: corpus.v1.SetConfigRequest.SetEntry
-	(*ProcessStatus)(nil),         // 27: corpus.v1.ProcessStatus
-	(*Resources)(nil),             // 28: corpus.v1.Resources
-	(*Project)(nil),               // 29: corpus.v1.Project
-	(*Release)(nil),               // 30: corpus.v1.Release
-	(*ProjectEnv)(nil),            // 31: corpus.v1.ProjectEnv
+	(*ProjectLogsRequest)(nil),    // 0: corpus.v1.ProjectLogsRequest
+	(*SetConfigRequest)(nil),      // 1: corpus.v1.SetConfigRequest
+	(*GetConfigRequest)(nil),      // 2: corpus.v1.GetConfigRequest
+	(*GetConfigResponse)(nil),     // 3: corpus.v1.GetConfigResponse
+	(*ConfigVar)(nil),             // 4: corpus.v1.ConfigVar
+	(*RedeployRequest)(nil),       // 5: corpus.v1.RedeployRequest
+	(*DeployOutput)(nil),          // 6: corpus.v1.DeployOutput
+	(*ListProcessesRequest)(nil),  // 7: corpus.v1.ListProcessesRequest
+	(*ListProcessesResponse)(nil), // 8: corpus.v1.ListProcessesResponse
+	(*CreateProjectRequest)(nil),  // 9: corpus.v1.CreateProjectRequest
+	(*CreateProjectResponse)(nil), // 10: corpus.v1.CreateProjectResponse
+	(*ListProjectsRequest)(nil),   // 11: corpus.v1.ListProjectsRequest
+	(*ListProjectsResponse)(nil),  // 12: corpus.v1.ListProjectsResponse
+	(*ProjectView)(nil),           // 13: corpus.v1.ProjectView
+	(*ProjectEnvView)(nil),        // 14: corpus.v1.ProjectEnvView
+	(*GetProjectRequest)(nil),     // 15: corpus.v1.GetProjectRequest
+	(*GetProjectResponse)(nil),    // 16: corpus.v1.GetProjectResponse
+	(*DeleteProjectRequest)(nil),  // 17: corpus.v1.DeleteProjectRequest
+	(*DeleteProjectResponse)(nil), // 18: corpus.v1.DeleteProjectResponse
+	(*GrantProjectRequest)(nil),   // 19: corpus.v1.GrantProjectRequest
+	(*GrantProjectResponse)(nil),  // 20: corpus.v1.GrantProjectResponse
+	(*ListReleasesRequest)(nil),   // 21: corpus.v1.ListReleasesRequest
+	(*ListReleasesResponse)(nil),  // 22: corpus.v1.ListReleasesResponse
+	(*GetReleaseRequest)(nil),     // 23: corpus.v1.GetReleaseRequest
+	(*GetReleaseResponse)(nil),    // 24: corpus.v1.GetReleaseResponse
+	(*RollbackRequest)(nil),       // 25: corpus.v1.RollbackRequest
+	(*RollbackOutput)(nil),        // 26: corpus.v1.RollbackOutput
+	nil,                           // 27: corpus.v1.SetConfigRequest.SetEntry
+	(*GuestLogsRequest)(nil),      // 28: corpus.v1.GuestLogsRequest
+	(*ProcessStatus)(nil),         // 29: corpus.v1.ProcessStatus
+	(*Resources)(nil),             // 30: corpus.v1.Resources
+	(*Project)(nil),               // 31: corpus.v1.Project
+	(*Release)(nil),               // 32: corpus.v1.Release
+	(*ProjectEnv)(nil),            // 33: corpus.v1.ProjectEnv
+	(*LogLine)(nil),               // 34: corpus.v1.LogLine
 }
 var file_corpus_v1_projects_proto_depIdxs = []int32{
-	26, // 0: corpus.v1.SetConfigRequest.set:type_name -> corpus.v1.SetConfigRequest.SetEntry
-	3,  // 1: corpus.v1.GetConfigResponse.vars:type_name -> corpus.v1.ConfigVar
-	27, // 2: corpus.v1.ListProcessesResponse.processes:type_name -> corpus.v1.ProcessStatus
-	28, // 3: corpus.v1.CreateProjectRequest.resources:type_name -> corpus.v1.Resources
-	29, // 4: corpus.v1.CreateProjectResponse.project:type_name -> corpus.v1.Project
-	12, // 5: corpus.v1.ListProjectsResponse.projects:type_name -> corpus.v1.ProjectView
-	29, // 6: corpus.v1.ProjectView.project:type_name -> corpus.v1.Project
-	13, // 7: corpus.v1.ProjectView.envs:type_name -> corpus.v1.ProjectEnvView
-	12, // 8: corpus.v1.GetProjectResponse.project:type_name -> corpus.v1.ProjectView
-	29, // 9: corpus.v1.GrantProjectResponse.project:type_name -> corpus.v1.Project
-	30, // 10: corpus.v1.ListReleasesResponse.releases:type_name -> corpus.v1.Release
-	30, // 11: corpus.v1.GetReleaseResponse.release:type_name -> corpus.v1.Release
-	31, // 12: corpus.v1.RollbackRequest.project_env:type_name -> corpus.v1.ProjectEnv
-	8,  // 13: corpus.v1.ProjectService.CreateProject:input_type -> corpus.v1.CreateProjectRequest
-	10, // 14: corpus.v1.ProjectService.ListProjects:input_type -> corpus.v1.ListProjectsRequest
-	14, // 15: corpus.v1.ProjectService.GetProject:input_type -> corpus.v1.GetProjectRequest
-	16, // 16: corpus.v1.ProjectService.DeleteProject:input_type -> corpus.v1.DeleteProjectRequest
-	18, // 17: corpus.v1.ProjectService.GrantProject:input_type -> corpus.v1.GrantProjectRequest
-	20, // 18: corpus.v1.ProjectService.ListReleases:input_type -> corpus.v1.ListReleasesRequest
-	22, // 19: corpus.v1.ProjectService.GetRelease:input_type -> corpus.v1.GetReleaseRequest
-	24, // 20: corpus.v1.ProjectService.Rollback:input_type -> corpus.v1.RollbackRequest
-	0,  // 21: corpus.v1.ProjectService.SetConfig:input_type -> corpus.v1.SetConfigRequest
-	1,  // 22: corpus.v1.ProjectService.GetConfig:input_type -> corpus.v1.GetConfigRequest
-	4,  // 23: corpus.v1.ProjectService.Deploy:input_type -> corpus.v1.RedeployRequest
-	6,  // 24: corpus.v1.ProjectService.ListProcesses:input_type -> corpus.v1.ListProcessesRequest
-	9,  // 25: corpus.v1.ProjectService.CreateProject:output_type -> corpus.v1.CreateProjectResponse
-	11, // 26: corpus.v1.ProjectService.ListProjects:output_type -> corpus.v1.ListProjectsResponse
-	15, // 27: corpus.v1.ProjectService.GetProject:output_type -> corpus.v1.GetProjectResponse
-	17, // 28: corpus.v1.ProjectService.DeleteProject:output_type -> corpus.v1.DeleteProjectResponse
-	19, // 29: corpus.v1.ProjectService.GrantProject:output_type -> corpus.v1.GrantProjectResponse
-	21, // 30: corpus.v1.ProjectService.ListReleases:output_type -> corpus.v1.ListReleasesResponse
-	23, // 31: corpus.v1.ProjectService.GetRelease:output_type -> corpus.v1.GetReleaseResponse
-	25, // 32: corpus.v1.ProjectService.Rollback:output_type -> corpus.v1.RollbackOutput
-	5,  // 33: corpus.v1.ProjectService.SetConfig:output_type -> corpus.v1.DeployOutput
-	2,  // 34: corpus.v1.ProjectService.GetConfig:output_type -> corpus.v1.GetConfigResponse
-	5,  // 35: corpus.v1.ProjectService.Deploy:output_type -> corpus.v1.DeployOutput
-	7,  // 36: corpus.v1.ProjectService.ListProcesses:output_type -> corpus.v1.ListProcessesResponse
-	25, // [25:37] is the sub-list for method output_type
-	13, // [13:25] is the sub-list for method input_type
-	13, // [13:13] is the sub-list for extension type_name
-	13, // [13:13] is the sub-list for extension extendee
-	0,  // [0:13] is the sub-list for field type_name
+	28, // 0: corpus.v1.ProjectLogsRequest.filter:type_name -> corpus.v1.GuestLogsRequest
+	27, // 1: corpus.v1.SetConfigRequest.set:type_name -> corpus.v1.SetConfigRequest.SetEntry
+	4,  // 2: corpus.v1.GetConfigResponse.vars:type_name -> corpus.v1.ConfigVar
+	29, // 3: corpus.v1.ListProcessesResponse.processes:type_name -> corpus.v1.ProcessStatus
+	30, // 4: corpus.v1.CreateProjectRequest.resources:type_name -> corpus.v1.Resources
+	31, // 5: corpus.v1.CreateProjectResponse.project:type_name -> corpus.v1.Project
+	13, // 6: corpus.v1.ListProjectsResponse.projects:type_name -> corpus.v1.ProjectView
+	31, // 7: corpus.v1.ProjectView.project:type_name -> corpus.v1.Project
+	14, // 8: corpus.v1.ProjectView.envs:type_name -> corpus.v1.ProjectEnvView
+	13, // 9: corpus.v1.GetProjectResponse.project:type_name -> corpus.v1.ProjectView
+	31, // 10: corpus.v1.GrantProjectResponse.project:type_name -> corpus.v1.Project
+	32, // 11: corpus.v1.ListReleasesResponse.releases:type_name -> corpus.v1.Release
+	32, // 12: corpus.v1.GetReleaseResponse.release:type_name -> corpus.v1.Release
+	33, // 13: corpus.v1.RollbackRequest.project_env:type_name -> corpus.v1.ProjectEnv
+	9,  // 14: corpus.v1.ProjectService.CreateProject:input_type -> corpus.v1.CreateProjectRequest
+	11, // 15: corpus.v1.ProjectService.ListProjects:input_type -> corpus.v1.ListProjectsRequest
+	15, // 16: corpus.v1.ProjectService.GetProject:input_type -> corpus.v1.GetProjectRequest
+	17, // 17: corpus.v1.ProjectService.DeleteProject:input_type -> corpus.v1.DeleteProjectRequest
+	19, // 18: corpus.v1.ProjectService.GrantProject:input_type -> corpus.v1.GrantProjectRequest
+	21, // 19: corpus.v1.ProjectService.ListReleases:input_type -> corpus.v1.ListReleasesRequest
+	23, // 20: corpus.v1.ProjectService.GetRelease:input_type -> corpus.v1.GetReleaseRequest
+	25, // 21: corpus.v1.ProjectService.Rollback:input_type -> corpus.v1.RollbackRequest
+	1,  // 22: corpus.v1.ProjectService.SetConfig:input_type -> corpus.v1.SetConfigRequest
+	2,  // 23: corpus.v1.ProjectService.GetConfig:input_type -> corpus.v1.GetConfigRequest
+	5,  // 24: corpus.v1.ProjectService.Deploy:input_type -> corpus.v1.RedeployRequest
+	7,  // 25: corpus.v1.ProjectService.ListProcesses:input_type -> corpus.v1.ListProcessesRequest
+	0,  // 26: corpus.v1.ProjectService.ProjectLogs:input_type -> corpus.v1.ProjectLogsRequest
+	10, // 27: corpus.v1.ProjectService.CreateProject:output_type -> corpus.v1.CreateProjectResponse
+	12, // 28: corpus.v1.ProjectService.ListProjects:output_type -> corpus.v1.ListProjectsResponse
+	16, // 29: corpus.v1.ProjectService.GetProject:output_type -> corpus.v1.GetProjectResponse
+	18, // 30: corpus.v1.ProjectService.DeleteProject:output_type -> corpus.v1.DeleteProjectResponse
+	20, // 31: corpus.v1.ProjectService.GrantProject:output_type -> corpus.v1.GrantProjectResponse
+	22, // 32: corpus.v1.ProjectService.ListReleases:output_type -> corpus.v1.ListReleasesResponse
+	24, // 33: corpus.v1.ProjectService.GetRelease:output_type -> corpus.v1.GetReleaseResponse
+	26, // 34: corpus.v1.ProjectService.Rollback:output_type -> corpus.v1.RollbackOutput
+	6,  // 35: corpus.v1.ProjectService.SetConfig:output_type -> corpus.v1.DeployOutput
+	3,  // 36: corpus.v1.ProjectService.GetConfig:output_type -> corpus.v1.GetConfigResponse
+	6,  // 37: corpus.v1.ProjectService.Deploy:output_type -> corpus.v1.DeployOutput
+	8,  // 38: corpus.v1.ProjectService.ListProcesses:output_type -> corpus.v1.ListProcessesResponse
+	34, // 39: corpus.v1.ProjectService.ProjectLogs:output_type -> corpus.v1.LogLine
+	27, // [27:40] is the sub-list for method output_type
+	14, // [14:27] is the sub-list for method input_type
+	14, // [14:14] is the sub-list for extension type_name
+	14, // [14:14] is the sub-list for extension extendee
+	0,  // [0:14] is the sub-list for field type_name
 }
 
 func init() { file_corpus_v1_projects_proto_init() }
@@ -1834,6 +1907,7 @@ func file_corpus_v1_projects_proto_init() {
 	if File_corpus_v1_projects_proto != nil {
 		return
 	}
+	file_corpus_v1_guests_proto_init()
 	file_corpus_v1_types_proto_init()
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -1841,7 +1915,7 @@ func file_corpus_v1_projects_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_corpus_v1_projects_proto_rawDesc), len(file_corpus_v1_projects_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   27,
+			NumMessages:   28,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

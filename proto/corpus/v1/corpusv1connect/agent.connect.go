@@ -84,6 +84,8 @@ const (
 	// NodeAgentServiceProcessesProcedure is the fully-qualified name of the NodeAgentService's
 	// Processes RPC.
 	NodeAgentServiceProcessesProcedure = "/corpus.v1.NodeAgentService/Processes"
+	// NodeAgentServiceLogsProcedure is the fully-qualified name of the NodeAgentService's Logs RPC.
+	NodeAgentServiceLogsProcedure = "/corpus.v1.NodeAgentService/Logs"
 )
 
 // AgentServiceClient is a client for the corpus.v1.AgentService service.
@@ -466,6 +468,8 @@ type NodeAgentServiceClient interface {
 	Redeploy(context.Context, *connect.Request[v1.AgentRedeployRequest]) (*connect.ServerStreamForClient[v1.DeployOutput], error)
 	// Processes says how an environment's supervised processes are.
 	Processes(context.Context, *connect.Request[v1.ListProcessesRequest]) (*connect.Response[v1.ListProcessesResponse], error)
+	// Logs streams a guest's log lines from the node's log store.
+	Logs(context.Context, *connect.Request[v1.GuestLogsRequest]) (*connect.ServerStreamForClient[v1.LogLine], error)
 }
 
 // NewNodeAgentServiceClient constructs a client for the corpus.v1.NodeAgentService service. By
@@ -521,6 +525,12 @@ func NewNodeAgentServiceClient(httpClient connect.HTTPClient, baseURL string, op
 			connect.WithSchema(nodeAgentServiceMethods.ByName("Processes")),
 			connect.WithClientOptions(opts...),
 		),
+		logs: connect.NewClient[v1.GuestLogsRequest, v1.LogLine](
+			httpClient,
+			baseURL+NodeAgentServiceLogsProcedure,
+			connect.WithSchema(nodeAgentServiceMethods.ByName("Logs")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
@@ -533,6 +543,7 @@ type nodeAgentServiceClient struct {
 	rollback       *connect.Client[v1.RollbackRequest, v1.RollbackOutput]
 	redeploy       *connect.Client[v1.AgentRedeployRequest, v1.DeployOutput]
 	processes      *connect.Client[v1.ListProcessesRequest, v1.ListProcessesResponse]
+	logs           *connect.Client[v1.GuestLogsRequest, v1.LogLine]
 }
 
 // Exec calls corpus.v1.NodeAgentService.Exec.
@@ -570,6 +581,11 @@ func (c *nodeAgentServiceClient) Processes(ctx context.Context, req *connect.Req
 	return c.processes.CallUnary(ctx, req)
 }
 
+// Logs calls corpus.v1.NodeAgentService.Logs.
+func (c *nodeAgentServiceClient) Logs(ctx context.Context, req *connect.Request[v1.GuestLogsRequest]) (*connect.ServerStreamForClient[v1.LogLine], error) {
+	return c.logs.CallServerStream(ctx, req)
+}
+
 // NodeAgentServiceHandler is an implementation of the corpus.v1.NodeAgentService service.
 type NodeAgentServiceHandler interface {
 	Exec(context.Context, *connect.Request[v1.ExecGuestRequest], *connect.ServerStream[v1.ExecOutput]) error
@@ -588,6 +604,8 @@ type NodeAgentServiceHandler interface {
 	Redeploy(context.Context, *connect.Request[v1.AgentRedeployRequest], *connect.ServerStream[v1.DeployOutput]) error
 	// Processes says how an environment's supervised processes are.
 	Processes(context.Context, *connect.Request[v1.ListProcessesRequest]) (*connect.Response[v1.ListProcessesResponse], error)
+	// Logs streams a guest's log lines from the node's log store.
+	Logs(context.Context, *connect.Request[v1.GuestLogsRequest], *connect.ServerStream[v1.LogLine]) error
 }
 
 // NewNodeAgentServiceHandler builds an HTTP handler from the service implementation. It returns the
@@ -639,6 +657,12 @@ func NewNodeAgentServiceHandler(svc NodeAgentServiceHandler, opts ...connect.Han
 		connect.WithSchema(nodeAgentServiceMethods.ByName("Processes")),
 		connect.WithHandlerOptions(opts...),
 	)
+	nodeAgentServiceLogsHandler := connect.NewServerStreamHandler(
+		NodeAgentServiceLogsProcedure,
+		svc.Logs,
+		connect.WithSchema(nodeAgentServiceMethods.ByName("Logs")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/corpus.v1.NodeAgentService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case NodeAgentServiceExecProcedure:
@@ -655,6 +679,8 @@ func NewNodeAgentServiceHandler(svc NodeAgentServiceHandler, opts ...connect.Han
 			nodeAgentServiceRedeployHandler.ServeHTTP(w, r)
 		case NodeAgentServiceProcessesProcedure:
 			nodeAgentServiceProcessesHandler.ServeHTTP(w, r)
+		case NodeAgentServiceLogsProcedure:
+			nodeAgentServiceLogsHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -690,4 +716,8 @@ func (UnimplementedNodeAgentServiceHandler) Redeploy(context.Context, *connect.R
 
 func (UnimplementedNodeAgentServiceHandler) Processes(context.Context, *connect.Request[v1.ListProcessesRequest]) (*connect.Response[v1.ListProcessesResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("corpus.v1.NodeAgentService.Processes is not implemented"))
+}
+
+func (UnimplementedNodeAgentServiceHandler) Logs(context.Context, *connect.Request[v1.GuestLogsRequest], *connect.ServerStream[v1.LogLine]) error {
+	return connect.NewError(connect.CodeUnimplemented, errors.New("corpus.v1.NodeAgentService.Logs is not implemented"))
 }

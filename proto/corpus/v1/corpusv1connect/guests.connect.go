@@ -53,6 +53,8 @@ const (
 	GuestServiceUpdateGuestProcedure = "/corpus.v1.GuestService/UpdateGuest"
 	// GuestServiceExecGuestProcedure is the fully-qualified name of the GuestService's ExecGuest RPC.
 	GuestServiceExecGuestProcedure = "/corpus.v1.GuestService/ExecGuest"
+	// GuestServiceGuestLogsProcedure is the fully-qualified name of the GuestService's GuestLogs RPC.
+	GuestServiceGuestLogsProcedure = "/corpus.v1.GuestService/GuestLogs"
 )
 
 // GuestServiceClient is a client for the corpus.v1.GuestService service.
@@ -69,6 +71,10 @@ type GuestServiceClient interface {
 	// ExecGuest runs a command in a running guest and streams its output;
 	// the last message carries the exit code.
 	ExecGuest(context.Context, *connect.Request[v1.ExecGuestRequest]) (*connect.ServerStreamForClient[v1.ExecOutput], error)
+	// GuestLogs streams a guest's log lines kept on its node (processes'
+	// output, deploys, what corpus says), oldest first; with follow, new
+	// lines as they come until the guest is deleted or the caller goes.
+	GuestLogs(context.Context, *connect.Request[v1.GuestLogsRequest]) (*connect.ServerStreamForClient[v1.LogLine], error)
 }
 
 // NewGuestServiceClient constructs a client for the corpus.v1.GuestService service. By default, it
@@ -132,6 +138,12 @@ func NewGuestServiceClient(httpClient connect.HTTPClient, baseURL string, opts .
 			connect.WithSchema(guestServiceMethods.ByName("ExecGuest")),
 			connect.WithClientOptions(opts...),
 		),
+		guestLogs: connect.NewClient[v1.GuestLogsRequest, v1.LogLine](
+			httpClient,
+			baseURL+GuestServiceGuestLogsProcedure,
+			connect.WithSchema(guestServiceMethods.ByName("GuestLogs")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
@@ -145,6 +157,7 @@ type guestServiceClient struct {
 	deleteGuest *connect.Client[v1.GuestActionRequest, v1.GuestActionResponse]
 	updateGuest *connect.Client[v1.UpdateGuestRequest, v1.GuestActionResponse]
 	execGuest   *connect.Client[v1.ExecGuestRequest, v1.ExecOutput]
+	guestLogs   *connect.Client[v1.GuestLogsRequest, v1.LogLine]
 }
 
 // CreateGuest calls corpus.v1.GuestService.CreateGuest.
@@ -187,6 +200,11 @@ func (c *guestServiceClient) ExecGuest(ctx context.Context, req *connect.Request
 	return c.execGuest.CallServerStream(ctx, req)
 }
 
+// GuestLogs calls corpus.v1.GuestService.GuestLogs.
+func (c *guestServiceClient) GuestLogs(ctx context.Context, req *connect.Request[v1.GuestLogsRequest]) (*connect.ServerStreamForClient[v1.LogLine], error) {
+	return c.guestLogs.CallServerStream(ctx, req)
+}
+
 // GuestServiceHandler is an implementation of the corpus.v1.GuestService service.
 type GuestServiceHandler interface {
 	CreateGuest(context.Context, *connect.Request[v1.CreateGuestRequest]) (*connect.Response[v1.CreateGuestResponse], error)
@@ -201,6 +219,10 @@ type GuestServiceHandler interface {
 	// ExecGuest runs a command in a running guest and streams its output;
 	// the last message carries the exit code.
 	ExecGuest(context.Context, *connect.Request[v1.ExecGuestRequest], *connect.ServerStream[v1.ExecOutput]) error
+	// GuestLogs streams a guest's log lines kept on its node (processes'
+	// output, deploys, what corpus says), oldest first; with follow, new
+	// lines as they come until the guest is deleted or the caller goes.
+	GuestLogs(context.Context, *connect.Request[v1.GuestLogsRequest], *connect.ServerStream[v1.LogLine]) error
 }
 
 // NewGuestServiceHandler builds an HTTP handler from the service implementation. It returns the
@@ -260,6 +282,12 @@ func NewGuestServiceHandler(svc GuestServiceHandler, opts ...connect.HandlerOpti
 		connect.WithSchema(guestServiceMethods.ByName("ExecGuest")),
 		connect.WithHandlerOptions(opts...),
 	)
+	guestServiceGuestLogsHandler := connect.NewServerStreamHandler(
+		GuestServiceGuestLogsProcedure,
+		svc.GuestLogs,
+		connect.WithSchema(guestServiceMethods.ByName("GuestLogs")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/corpus.v1.GuestService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case GuestServiceCreateGuestProcedure:
@@ -278,6 +306,8 @@ func NewGuestServiceHandler(svc GuestServiceHandler, opts ...connect.HandlerOpti
 			guestServiceUpdateGuestHandler.ServeHTTP(w, r)
 		case GuestServiceExecGuestProcedure:
 			guestServiceExecGuestHandler.ServeHTTP(w, r)
+		case GuestServiceGuestLogsProcedure:
+			guestServiceGuestLogsHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -317,4 +347,8 @@ func (UnimplementedGuestServiceHandler) UpdateGuest(context.Context, *connect.Re
 
 func (UnimplementedGuestServiceHandler) ExecGuest(context.Context, *connect.Request[v1.ExecGuestRequest], *connect.ServerStream[v1.ExecOutput]) error {
 	return connect.NewError(connect.CodeUnimplemented, errors.New("corpus.v1.GuestService.ExecGuest is not implemented"))
+}
+
+func (UnimplementedGuestServiceHandler) GuestLogs(context.Context, *connect.Request[v1.GuestLogsRequest], *connect.ServerStream[v1.LogLine]) error {
+	return connect.NewError(connect.CodeUnimplemented, errors.New("corpus.v1.GuestService.GuestLogs is not implemented"))
 }

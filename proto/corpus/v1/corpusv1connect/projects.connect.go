@@ -68,6 +68,9 @@ const (
 	// ProjectServiceListProcessesProcedure is the fully-qualified name of the ProjectService's
 	// ListProcesses RPC.
 	ProjectServiceListProcessesProcedure = "/corpus.v1.ProjectService/ListProcesses"
+	// ProjectServiceProjectLogsProcedure is the fully-qualified name of the ProjectService's
+	// ProjectLogs RPC.
+	ProjectServiceProjectLogsProcedure = "/corpus.v1.ProjectService/ProjectLogs"
 )
 
 // ProjectServiceClient is a client for the corpus.v1.ProjectService service.
@@ -95,6 +98,9 @@ type ProjectServiceClient interface {
 	Deploy(context.Context, *connect.Request[v1.RedeployRequest]) (*connect.ServerStreamForClient[v1.DeployOutput], error)
 	// ListProcesses says how an environment's processes are, from its node.
 	ListProcesses(context.Context, *connect.Request[v1.ListProcessesRequest]) (*connect.Response[v1.ListProcessesResponse], error)
+	// ProjectLogs streams the log lines of an environment's guests, merged
+	// in time order (GuestLogs for each).
+	ProjectLogs(context.Context, *connect.Request[v1.ProjectLogsRequest]) (*connect.ServerStreamForClient[v1.LogLine], error)
 }
 
 // NewProjectServiceClient constructs a client for the corpus.v1.ProjectService service. By default,
@@ -186,6 +192,12 @@ func NewProjectServiceClient(httpClient connect.HTTPClient, baseURL string, opts
 			connect.WithIdempotency(connect.IdempotencyNoSideEffects),
 			connect.WithClientOptions(opts...),
 		),
+		projectLogs: connect.NewClient[v1.ProjectLogsRequest, v1.LogLine](
+			httpClient,
+			baseURL+ProjectServiceProjectLogsProcedure,
+			connect.WithSchema(projectServiceMethods.ByName("ProjectLogs")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
@@ -203,6 +215,7 @@ type projectServiceClient struct {
 	getConfig     *connect.Client[v1.GetConfigRequest, v1.GetConfigResponse]
 	deploy        *connect.Client[v1.RedeployRequest, v1.DeployOutput]
 	listProcesses *connect.Client[v1.ListProcessesRequest, v1.ListProcessesResponse]
+	projectLogs   *connect.Client[v1.ProjectLogsRequest, v1.LogLine]
 }
 
 // CreateProject calls corpus.v1.ProjectService.CreateProject.
@@ -265,6 +278,11 @@ func (c *projectServiceClient) ListProcesses(ctx context.Context, req *connect.R
 	return c.listProcesses.CallUnary(ctx, req)
 }
 
+// ProjectLogs calls corpus.v1.ProjectService.ProjectLogs.
+func (c *projectServiceClient) ProjectLogs(ctx context.Context, req *connect.Request[v1.ProjectLogsRequest]) (*connect.ServerStreamForClient[v1.LogLine], error) {
+	return c.projectLogs.CallServerStream(ctx, req)
+}
+
 // ProjectServiceHandler is an implementation of the corpus.v1.ProjectService service.
 type ProjectServiceHandler interface {
 	CreateProject(context.Context, *connect.Request[v1.CreateProjectRequest]) (*connect.Response[v1.CreateProjectResponse], error)
@@ -290,6 +308,9 @@ type ProjectServiceHandler interface {
 	Deploy(context.Context, *connect.Request[v1.RedeployRequest], *connect.ServerStream[v1.DeployOutput]) error
 	// ListProcesses says how an environment's processes are, from its node.
 	ListProcesses(context.Context, *connect.Request[v1.ListProcessesRequest]) (*connect.Response[v1.ListProcessesResponse], error)
+	// ProjectLogs streams the log lines of an environment's guests, merged
+	// in time order (GuestLogs for each).
+	ProjectLogs(context.Context, *connect.Request[v1.ProjectLogsRequest], *connect.ServerStream[v1.LogLine]) error
 }
 
 // NewProjectServiceHandler builds an HTTP handler from the service implementation. It returns the
@@ -377,6 +398,12 @@ func NewProjectServiceHandler(svc ProjectServiceHandler, opts ...connect.Handler
 		connect.WithIdempotency(connect.IdempotencyNoSideEffects),
 		connect.WithHandlerOptions(opts...),
 	)
+	projectServiceProjectLogsHandler := connect.NewServerStreamHandler(
+		ProjectServiceProjectLogsProcedure,
+		svc.ProjectLogs,
+		connect.WithSchema(projectServiceMethods.ByName("ProjectLogs")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/corpus.v1.ProjectService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case ProjectServiceCreateProjectProcedure:
@@ -403,6 +430,8 @@ func NewProjectServiceHandler(svc ProjectServiceHandler, opts ...connect.Handler
 			projectServiceDeployHandler.ServeHTTP(w, r)
 		case ProjectServiceListProcessesProcedure:
 			projectServiceListProcessesHandler.ServeHTTP(w, r)
+		case ProjectServiceProjectLogsProcedure:
+			projectServiceProjectLogsHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -458,4 +487,8 @@ func (UnimplementedProjectServiceHandler) Deploy(context.Context, *connect.Reque
 
 func (UnimplementedProjectServiceHandler) ListProcesses(context.Context, *connect.Request[v1.ListProcessesRequest]) (*connect.Response[v1.ListProcessesResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("corpus.v1.ProjectService.ListProcesses is not implemented"))
+}
+
+func (UnimplementedProjectServiceHandler) ProjectLogs(context.Context, *connect.Request[v1.ProjectLogsRequest], *connect.ServerStream[v1.LogLine]) error {
+	return connect.NewError(connect.CodeUnimplemented, errors.New("corpus.v1.ProjectService.ProjectLogs is not implemented"))
 }

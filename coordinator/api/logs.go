@@ -1,0 +1,142 @@
+package api
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"corpus/coordinator/state"
+	"corpus/internal/names"
+	corpusv1 "corpus/proto/corpus/v1"
+)
+
+// Logs are kept on the guests' nodes (agent/logs); these calls pass a
+// node's stream on. A follow outlives the node's stream: when it ends
+// (the guest moved, the agent restarted) it opens again where the guest
+// is now, from the last line passed on, and it ends when the guest is
+// deleted, saying so.
+
+// maxLogTail bounds a logs request's tail.
+const maxLogTail = 100000
+
+func (s *guestService) GuestLogs(ctx context.Context, req *connect.Request[corpusv1.GuestLogsRequest], stream *connect.ServerStream[corpusv1.LogLine]) error {
+	m := req.Msg
+	if err := names.Validate("guest", m.Name); err != nil {
+		return toConnect(err)
+	}
+	if err := validLogFilter(m); err != nil {
+		return err
+	}
+	view := s.b.Store.Read()
+	g := view.GuestByName(m.Name)
+	if g == nil {
+		return toConnect(notFound("guest", m.Name, "corpus guest list"))
+	}
+	if err := mayUseGuest(ctx, view, g); err != nil {
+		return err
+	}
+	return s.b.streamLogs(ctx, g.Id, m, stream.Send)
+}
+
+func (s *projectService) ProjectLogs(ctx context.Context, req *connect.Request[corpusv1.ProjectLogsRequest], stream *connect.ServerStream[corpusv1.LogLine]) error {
+	m := req.Msg
+	view := s.b.Store.Read()
+	_, e, err := pickEnv(ctx, view, m.Project, m.Env)
+	if err != nil {
+		return err
+	}
+	filter := proto.Clone(m.GetFilter()).(*corpusv1.GuestLogsRequest)
+	if m.Filter == nil {
+		filter = &corpusv1.GuestLogsRequest{}
+	}
+	if err := validLogFilter(filter); err != nil {
+		return err
+	}
+	// One guest per environment today; with several, their lines would
+	// be merged here.
+	return s.b.streamLogs(ctx, e.GuestId, filter, stream.Send)
+}
+
+func validLogFilter(m *corpusv1.GuestLogsRequest) error {
+	for _, src := range m.Sources {
+		switch src {
+		case "app", "deploy", "system":
+		default:
+			return toConnect(invalidf("log source %.40q: want app, deploy or system", src))
+		}
+	}
+	if m.Process != "" {
+		if err := validProcessName(m.Process); err != nil {
+			return toConnect(err)
+		}
+	}
+	if m.Tail < 0 || m.Tail > maxLogTail {
+		return toConnect(invalidf("tail %d: want 0 (every line kept) to %d", m.Tail, maxLogTail))
+	}
+	return nil
+}
+
+// streamLogs passes on the log lines of guest id from its node, and with
+// m.Follow goes on across the node's streams ending until the guest is
+// deleted or ctx ends.
+func (b *Backend) streamLogs(ctx context.Context, id string, m *corpusv1.GuestLogsRequest, send func(*corpusv1.LogLine) error) error {
+	req := proto.Clone(m).(*corpusv1.GuestLogsRequest)
+	var last time.Time
+	opened := false
+	name := ""
+	delay := 200 * time.Millisecond
+	for {
+		view := b.Store.Read()
+		g := view.Guest(id)
+		if opened && (g == nil || g.DesiredState == state.DesiredDeleted) {
+			return send(&corpusv1.LogLine{Time: timestamppb.Now(), Guest: name, Source: "system", Line: "[corpus] the guest was deleted; its log ends here"})
+		}
+		if g == nil {
+			return toConnect(fmt.Errorf("guest %s: %w", id, state.ErrNotFound))
+		}
+		opened, name = true, g.Name
+		n := view.Node(g.GetNodeId())
+		var err error
+		switch {
+		case n == nil || n.AgentAddress == "":
+			err = connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("guest %s is not placed on a node, so it has no log yet", g.Name))
+		default:
+			req.Name = g.Name
+			if !last.IsZero() {
+				// Again after a break: from the line after the last one.
+				req.Since, req.Tail = timestamppb.New(last.Add(time.Nanosecond)), 0
+			}
+			var up *connect.ServerStreamForClient[corpusv1.LogLine]
+			up, err = b.AgentClient(n).Logs(ctx, connect.NewRequest(req))
+			err = relayFromAgent(n, "log", up, err, func(l *corpusv1.LogLine) error {
+				last = l.Time.AsTime()
+				delay = 200 * time.Millisecond
+				return send(l)
+			})
+		}
+		if !m.Follow || ctx.Err() != nil {
+			return err
+		}
+		var ce *connect.Error
+		if err != nil && errors.As(err, &ce) && ce.Code() == connect.CodeInvalidArgument {
+			return err
+		}
+		if last.IsZero() {
+			last = time.Now().Add(-time.Nanosecond) // what the first stream had is passed on
+			if m.Since != nil && m.Since.AsTime().After(last) {
+				last = m.Since.AsTime()
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(delay):
+		}
+		delay = min(2*delay, 5*time.Second)
+	}
+}
