@@ -22,6 +22,7 @@ import (
 	"corpus/agent/cache"
 	"corpus/agent/logs"
 	"corpus/agent/runtime"
+	"corpus/agent/shell"
 	"corpus/drivers"
 	"corpus/drivers/catalog"
 	"corpus/internal/gossip"
@@ -91,6 +92,8 @@ type Config struct {
 	// MiB); LogRetention drops lines older (0: 7 days).
 	LogMaxBytes  int64
 	LogRetention time.Duration
+	// Shells bounds interactive sessions (agent/shell; zero: defaults).
+	Shells shell.Limits
 	// GossipAddr is where the node's gossip member listens (UDP and TCP);
 	// coordinators probe it to notice within seconds that the node is
 	// gone. It is advertised with the host of AdvertiseAddr (or APIAddr).
@@ -200,6 +203,7 @@ type Agent struct {
 	cache    *cache.Cache
 	runtime  *runtime.Runtime // the guests' process supervisors
 	logs     *logs.Store      // the guests' logs on this node
+	shells   *shell.Manager   // interactive sessions in guests
 	drivers  map[string]drivers.Driver
 	listener net.Listener
 	http     *http.Server
@@ -279,6 +283,7 @@ func New(cfg Config) (*Agent, error) {
 		cache:    c,
 		runtime:  &runtime.Runtime{Binary: cfg.SupervisorBinary},
 		logs:     logStore,
+		shells:   shell.New(cfg.Shells),
 		drivers:  map[string]drivers.Driver{},
 		desired:  map[string]*corpusv1.Guest{},
 		workers:  map[string]*worker{},

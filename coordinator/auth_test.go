@@ -200,6 +200,15 @@ var authCalls = map[string]func(ctx context.Context, c clients) error{
 	corpusv1connect.GuestServiceExecGuestProcedure: func(ctx context.Context, c clients) error {
 		return firstMessage(c.guests.ExecGuest(ctx, connect.NewRequest(&corpusv1.ExecGuestRequest{Name: "nope", Argv: []string{"true"}})))
 	},
+	corpusv1connect.GuestServiceShellProcedure: func(ctx context.Context, c clients) error {
+		st := c.guests.Shell(ctx)
+		defer st.CloseResponse()
+		if err := st.Send(&corpusv1.ShellInput{Open: &corpusv1.ExecGuestRequest{Name: "nope", Argv: []string{"true"}}}); err != nil {
+			return err
+		}
+		_, err := st.Receive()
+		return err
+	},
 	corpusv1connect.GuestServiceGuestLogsProcedure: func(ctx context.Context, c clients) error {
 		return firstMessage(c.guests.GuestLogs(ctx, connect.NewRequest(&corpusv1.GuestLogsRequest{Name: "nope"})))
 	},

@@ -13,6 +13,7 @@ import (
 	"context"
 	"io"
 	"net/netip"
+	"os"
 	"time"
 )
 
@@ -78,6 +79,8 @@ type Capabilities struct {
 	// it runs; without it the output comes when the command ends (a VM's
 	// guest agent), so long-running readers run in short slices.
 	ExecStreams bool `json:"exec_streams,omitempty"`
+	// ExecTerminal is true when Exec takes ExecRequest.Terminal.
+	ExecTerminal bool `json:"exec_terminal,omitempty"`
 	// ResizeOnline is true when a guest's resources can change while it runs.
 	ResizeOnline bool `json:"resize_online"`
 	// Snapshot is true when the driver can snapshot a guest's root file system.
@@ -333,6 +336,12 @@ type ExecRequest struct {
 	Stdin    io.Reader // nil means empty input
 	Stdout   io.Writer // nil discards
 	Stderr   io.Writer // nil discards
+	// Terminal, for drivers with Capabilities.ExecTerminal, is the
+	// follower end of a pseudo-terminal the caller opened: the command
+	// gets it as its standard input, output and error, and Stdin,
+	// Stdout and Stderr are ignored. Making it the command's controlling
+	// terminal is the command's business (corpus-supervisor tty does).
+	Terminal *os.File
 }
 
 // Route is a corpus route to a guest of a driver: outside traffic by

@@ -113,6 +113,19 @@ func run(ctx context.Context, x Execer, guest string, stdin io.Reader, argv ...s
 // Ensure installs the supervisor in the guest when it is missing or
 // another build, and starts it when it is not running.
 func (r *Runtime) Ensure(ctx context.Context, x Execer, guest string) error {
+	if err := r.Install(ctx, x, guest); err != nil {
+		return err
+	}
+	if _, err := run(ctx, x, guest, nil, supervisor.Binary, "start"); err != nil {
+		return fmt.Errorf("starting the supervisor in guest %s: %w", guest, err)
+	}
+	return nil
+}
+
+// Install puts the supervisor binary in the guest when it is missing or
+// another build, without starting it (corpus-supervisor tty needs only
+// the binary).
+func (r *Runtime) Install(ctx context.Context, x Execer, guest string) error {
 	want, err := r.binaryHash()
 	if err != nil {
 		return err
@@ -125,9 +138,6 @@ func (r *Runtime) Ensure(ctx context.Context, x Execer, guest string) error {
 		if err := r.install(ctx, x, guest, want); err != nil {
 			return fmt.Errorf("installing the supervisor in guest %s: %w", guest, err)
 		}
-	}
-	if _, err := run(ctx, x, guest, nil, supervisor.Binary, "start"); err != nil {
-		return fmt.Errorf("starting the supervisor in guest %s: %w", guest, err)
 	}
 	return nil
 }

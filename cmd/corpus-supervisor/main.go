@@ -6,6 +6,7 @@
 //	corpus-supervisor start     start the daemon in the background, once
 //	corpus-supervisor ctl       send the JSON request on stdin, print the answer
 //	corpus-supervisor follow    send the follow request on stdin, copy the stream
+//	corpus-supervisor tty CMD [ARGS...]  run CMD with stdin as its controlling terminal
 //	corpus-supervisor version
 package main
 
@@ -25,8 +26,15 @@ import (
 )
 
 func main() {
+	if len(os.Args) > 2 && os.Args[1] == "tty" {
+		code, err := supervisor.RunTTY(os.Args[2:])
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "corpus-supervisor:", err)
+		}
+		os.Exit(code)
+	}
 	if len(os.Args) != 2 {
-		fmt.Fprintln(os.Stderr, "usage: corpus-supervisor daemon|start|ctl|follow|version")
+		fmt.Fprintln(os.Stderr, "usage: corpus-supervisor daemon|start|ctl|follow|tty|version")
 		os.Exit(2)
 	}
 	switch os.Args[1] {
@@ -78,7 +86,7 @@ func main() {
 	case "version":
 		fmt.Println(version.Version)
 	default:
-		fmt.Fprintln(os.Stderr, "usage: corpus-supervisor daemon|start|ctl|follow|version")
+		fmt.Fprintln(os.Stderr, "usage: corpus-supervisor daemon|start|ctl|follow|tty|version")
 		os.Exit(2)
 	}
 }

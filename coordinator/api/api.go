@@ -90,6 +90,7 @@ var Policies = map[string]auth.Policy{
 	corpusv1connect.GuestServiceDeleteGuestProcedure:      {auth.Operator},
 	corpusv1connect.GuestServiceUpdateGuestProcedure:      {auth.Operator},
 	corpusv1connect.GuestServiceExecGuestProcedure:        {auth.Operator},
+	corpusv1connect.GuestServiceShellProcedure:            {auth.Operator},
 	// Logs: as exec (devs on their projects' guests), viewers none.
 	corpusv1connect.GuestServiceGuestLogsProcedure:          {auth.Operator, auth.Dev},
 	corpusv1connect.ProjectServiceProjectLogsProcedure:      {auth.Operator, auth.Dev},
@@ -172,6 +173,7 @@ var (
 		corpusv1connect.ProjectServiceSetConfigProcedure,
 		corpusv1connect.ProjectServiceDeployProcedure,
 		corpusv1connect.GuestServiceExecGuestProcedure,
+		corpusv1connect.GuestServiceShellProcedure,
 		corpusv1connect.GuestServiceStartGuestProcedure,
 		corpusv1connect.GuestServiceStopGuestProcedure,
 	}

@@ -113,6 +113,7 @@ func (d *Driver) Capabilities() drivers.Capabilities {
 	return drivers.Capabilities{
 		Exec:          true,
 		ExecStreams:   true,
+		ExecTerminal:  true,
 		Images:        imageNames(),
 		PackageImages: packageImages(),
 		HostNetwork:   true,

@@ -152,6 +152,9 @@ type streams struct {
 
 // openStreams opens pipes for the request's streams, /dev/null for absent ones.
 func openStreams(req drivers.ExecRequest) (s *streams, err error) {
+	if t := req.Terminal; t != nil {
+		return &streams{stdin: t, stdout: t, stderr: t}, nil // the caller's to close
+	}
 	s = &streams{}
 	defer func() {
 		if err != nil {

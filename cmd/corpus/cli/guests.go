@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"os"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -362,14 +360,22 @@ func newGuestShowCmd(g *globals) *cobra.Command {
 
 func newGuestExecCmd(g *globals) *cobra.Command {
 	var (
-		stdin bool
-		env   []string
-		dir   string
+		stdin, tty bool
+		env        []string
+		dir        string
 	)
 	cmd := &cobra.Command{
-		Use:   "exec NAME [-i] -- CMD [ARGS...]",
+		Use:   "exec NAME [-i] [-t] -- CMD [ARGS...]",
 		Short: "Run a command in a running guest; its output and exit code are passed through",
-		Args:  cobra.MinimumNArgs(2),
+		Long: `Run a command in a running guest. Its output and exit status are passed
+through. -i passes this process's stdin to it as it comes; -t runs it on a
+terminal (editors, top, Ctrl-C; the local terminal is restored however it
+ends). An interactive session is recorded in the audit log when it starts
+and ends, never what is typed.`,
+		Example: `  corpus guest exec web -- cat /etc/os-release
+  corpus guest exec -it web -- sh
+  tar c site | corpus guest exec -i web -- tar x -C /srv`,
+		Args: cobra.MinimumNArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			req := &corpusv1.ExecGuestRequest{Name: args[0], Argv: args[1:], Dir: dir, Env: map[string]string{}}
 			for _, kv := range env {
@@ -379,19 +385,31 @@ func newGuestExecCmd(g *globals) *cobra.Command {
 				}
 				req.Env[k] = v
 			}
-			if stdin {
-				in, err := io.ReadAll(io.LimitReader(os.Stdin, 1<<20+1))
-				if err != nil {
-					return fmt.Errorf("reading stdin: %w", err)
-				}
-				if len(in) > 1<<20 {
-					return errors.New("stdin is over the 1 MiB limit of exec")
-				}
-				req.Stdin = in
-			}
 			c, err := g.clients()
 			if err != nil {
 				return err
+			}
+			if stdin || tty {
+				if tty && g.json {
+					return errors.New("--json and -t do not go together: a terminal's output is one stream")
+				}
+				var keep *shellOut
+				if g.json {
+					keep = &shellOut{}
+				}
+				code, err := g.runShell(cmd.Context(), c, req, tty, keep)
+				if err != nil {
+					return err
+				}
+				if keep != nil {
+					if err := g.printJSONValue(map[string]any{"exit_code": code, "stdout": keep.stdout.String(), "stderr": keep.stderr.String()}); err != nil {
+						return err
+					}
+				}
+				if code != 0 {
+					return exitError{code}
+				}
+				return nil
 			}
 			stream, err := c.guests.ExecGuest(cmd.Context(), connect.NewRequest(req))
 			if err != nil {
@@ -432,7 +450,8 @@ func newGuestExecCmd(g *globals) *cobra.Command {
 			return nil
 		},
 	}
-	cmd.Flags().BoolVarP(&stdin, "stdin", "i", false, "send this command's stdin (up to 1 MiB) to the guest command")
+	cmd.Flags().BoolVarP(&stdin, "stdin", "i", false, "pass this command's stdin to the guest command as it comes")
+	cmd.Flags().BoolVarP(&tty, "tty", "t", false, "run the command on a terminal (stdin must be one)")
 	cmd.Flags().StringArrayVar(&env, "env", nil, "environment variable KEY=VALUE for the command (repeatable)")
 	cmd.Flags().StringVar(&dir, "dir", "", "working directory inside the guest")
 	return cmd

@@ -124,6 +124,7 @@ func newRoot(g *globals) *cobra.Command {
 		newConfigCmd(g),
 		newPsCmd(g),
 		newLogsCmd(g),
+		newShellCmd(g),
 		newRestartCmd(g),
 		newDeployCmd(g),
 		newVersionCmd(g),

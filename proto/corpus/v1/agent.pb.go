@@ -1947,7 +1947,7 @@ const file_corpus_v1_agent_proto_rawDesc = "" +
 	"\rPruneReleases\x12\x1f.corpus.v1.PruneReleasesRequest\x1a .corpus.v1.PruneReleasesResponse\x12a\n" +
 	"\x12SetManifestDomains\x12$.corpus.v1.SetManifestDomainsRequest\x1a%.corpus.v1.SetManifestDomainsResponse\x12I\n" +
 	"\n" +
-	"SetWebPort\x12\x1c.corpus.v1.SetWebPortRequest\x1a\x1d.corpus.v1.SetWebPortResponse2\xd4\x04\n" +
+	"SetWebPort\x12\x1c.corpus.v1.SetWebPortRequest\x1a\x1d.corpus.v1.SetWebPortResponse2\x8f\x05\n" +
 	"\x10NodeAgentService\x12<\n" +
 	"\x04Exec\x12\x1b.corpus.v1.ExecGuestRequest\x1a\x15.corpus.v1.ExecOutput0\x01\x12H\n" +
 	"\fExportVolume\x12\x1e.corpus.v1.ExportVolumeRequest\x1a\x16.corpus.v1.VolumeChunk0\x01\x12I\n" +
@@ -1956,7 +1956,8 @@ const file_corpus_v1_agent_proto_rawDesc = "" +
 	"\bRollback\x12\x1a.corpus.v1.RollbackRequest\x1a\x19.corpus.v1.RollbackOutput0\x01\x12F\n" +
 	"\bRedeploy\x12\x1f.corpus.v1.AgentRedeployRequest\x1a\x17.corpus.v1.DeployOutput0\x01\x12N\n" +
 	"\tProcesses\x12\x1f.corpus.v1.ListProcessesRequest\x1a .corpus.v1.ListProcessesResponse\x129\n" +
-	"\x04Logs\x12\x1b.corpus.v1.GuestLogsRequest\x1a\x12.corpus.v1.LogLine0\x01B!Z\x1fcorpus/proto/corpus/v1;corpusv1b\x06proto3"
+	"\x04Logs\x12\x1b.corpus.v1.GuestLogsRequest\x1a\x12.corpus.v1.LogLine0\x01\x129\n" +
+	"\x05Shell\x12\x15.corpus.v1.ShellInput\x1a\x15.corpus.v1.ExecOutput(\x010\x01B!Z\x1fcorpus/proto/corpus/v1;corpusv1b\x06proto3"
 
 var (
 	file_corpus_v1_agent_proto_rawDescOnce sync.Once
@@ -2021,12 +2022,13 @@ var file_corpus_v1_agent_proto_goTypes = []any{
 	(*RollbackRequest)(nil),            // 46: corpus.v1.RollbackRequest
 	(*ListProcessesRequest)(nil),       // 47: corpus.v1.ListProcessesRequest
 	(*GuestLogsRequest)(nil),           // 48: corpus.v1.GuestLogsRequest
-	(*ExecOutput)(nil),                 // 49: corpus.v1.ExecOutput
-	(*SnapshotVolumeResponse)(nil),     // 50: corpus.v1.SnapshotVolumeResponse
-	(*RollbackOutput)(nil),             // 51: corpus.v1.RollbackOutput
-	(*DeployOutput)(nil),               // 52: corpus.v1.DeployOutput
-	(*ListProcessesResponse)(nil),      // 53: corpus.v1.ListProcessesResponse
-	(*LogLine)(nil),                    // 54: corpus.v1.LogLine
+	(*ShellInput)(nil),                 // 49: corpus.v1.ShellInput
+	(*ExecOutput)(nil),                 // 50: corpus.v1.ExecOutput
+	(*SnapshotVolumeResponse)(nil),     // 51: corpus.v1.SnapshotVolumeResponse
+	(*RollbackOutput)(nil),             // 52: corpus.v1.RollbackOutput
+	(*DeployOutput)(nil),               // 53: corpus.v1.DeployOutput
+	(*ListProcessesResponse)(nil),      // 54: corpus.v1.ListProcessesResponse
+	(*LogLine)(nil),                    // 55: corpus.v1.LogLine
 }
 var file_corpus_v1_agent_proto_depIdxs = []int32{
 	31, // 0: corpus.v1.AgentRedeployRequest.request:type_name -> corpus.v1.RedeployRequest
@@ -2072,27 +2074,29 @@ var file_corpus_v1_agent_proto_depIdxs = []int32{
 	0,  // 40: corpus.v1.NodeAgentService.Redeploy:input_type -> corpus.v1.AgentRedeployRequest
 	47, // 41: corpus.v1.NodeAgentService.Processes:input_type -> corpus.v1.ListProcessesRequest
 	48, // 42: corpus.v1.NodeAgentService.Logs:input_type -> corpus.v1.GuestLogsRequest
-	16, // 43: corpus.v1.AgentService.Enroll:output_type -> corpus.v1.EnrollResponse
-	18, // 44: corpus.v1.AgentService.RenewCertificate:output_type -> corpus.v1.RenewCertificateResponse
-	20, // 45: corpus.v1.AgentService.Watch:output_type -> corpus.v1.WatchResponse
-	24, // 46: corpus.v1.AgentService.Report:output_type -> corpus.v1.ReportResponse
-	6,  // 47: corpus.v1.AgentService.GitAccess:output_type -> corpus.v1.GitAccessResponse
-	8,  // 48: corpus.v1.AgentService.BeginRelease:output_type -> corpus.v1.BeginReleaseResponse
-	10, // 49: corpus.v1.AgentService.FinishRelease:output_type -> corpus.v1.FinishReleaseResponse
-	12, // 50: corpus.v1.AgentService.SetCurrentRelease:output_type -> corpus.v1.SetCurrentReleaseResponse
-	14, // 51: corpus.v1.AgentService.PruneReleases:output_type -> corpus.v1.PruneReleasesResponse
-	4,  // 52: corpus.v1.AgentService.SetManifestDomains:output_type -> corpus.v1.SetManifestDomainsResponse
-	2,  // 53: corpus.v1.AgentService.SetWebPort:output_type -> corpus.v1.SetWebPortResponse
-	49, // 54: corpus.v1.NodeAgentService.Exec:output_type -> corpus.v1.ExecOutput
-	26, // 55: corpus.v1.NodeAgentService.ExportVolume:output_type -> corpus.v1.VolumeChunk
-	27, // 56: corpus.v1.NodeAgentService.ImportVolume:output_type -> corpus.v1.ImportVolumeResponse
-	50, // 57: corpus.v1.NodeAgentService.SnapshotVolume:output_type -> corpus.v1.SnapshotVolumeResponse
-	51, // 58: corpus.v1.NodeAgentService.Rollback:output_type -> corpus.v1.RollbackOutput
-	52, // 59: corpus.v1.NodeAgentService.Redeploy:output_type -> corpus.v1.DeployOutput
-	53, // 60: corpus.v1.NodeAgentService.Processes:output_type -> corpus.v1.ListProcessesResponse
-	54, // 61: corpus.v1.NodeAgentService.Logs:output_type -> corpus.v1.LogLine
-	43, // [43:62] is the sub-list for method output_type
-	24, // [24:43] is the sub-list for method input_type
+	49, // 43: corpus.v1.NodeAgentService.Shell:input_type -> corpus.v1.ShellInput
+	16, // 44: corpus.v1.AgentService.Enroll:output_type -> corpus.v1.EnrollResponse
+	18, // 45: corpus.v1.AgentService.RenewCertificate:output_type -> corpus.v1.RenewCertificateResponse
+	20, // 46: corpus.v1.AgentService.Watch:output_type -> corpus.v1.WatchResponse
+	24, // 47: corpus.v1.AgentService.Report:output_type -> corpus.v1.ReportResponse
+	6,  // 48: corpus.v1.AgentService.GitAccess:output_type -> corpus.v1.GitAccessResponse
+	8,  // 49: corpus.v1.AgentService.BeginRelease:output_type -> corpus.v1.BeginReleaseResponse
+	10, // 50: corpus.v1.AgentService.FinishRelease:output_type -> corpus.v1.FinishReleaseResponse
+	12, // 51: corpus.v1.AgentService.SetCurrentRelease:output_type -> corpus.v1.SetCurrentReleaseResponse
+	14, // 52: corpus.v1.AgentService.PruneReleases:output_type -> corpus.v1.PruneReleasesResponse
+	4,  // 53: corpus.v1.AgentService.SetManifestDomains:output_type -> corpus.v1.SetManifestDomainsResponse
+	2,  // 54: corpus.v1.AgentService.SetWebPort:output_type -> corpus.v1.SetWebPortResponse
+	50, // 55: corpus.v1.NodeAgentService.Exec:output_type -> corpus.v1.ExecOutput
+	26, // 56: corpus.v1.NodeAgentService.ExportVolume:output_type -> corpus.v1.VolumeChunk
+	27, // 57: corpus.v1.NodeAgentService.ImportVolume:output_type -> corpus.v1.ImportVolumeResponse
+	51, // 58: corpus.v1.NodeAgentService.SnapshotVolume:output_type -> corpus.v1.SnapshotVolumeResponse
+	52, // 59: corpus.v1.NodeAgentService.Rollback:output_type -> corpus.v1.RollbackOutput
+	53, // 60: corpus.v1.NodeAgentService.Redeploy:output_type -> corpus.v1.DeployOutput
+	54, // 61: corpus.v1.NodeAgentService.Processes:output_type -> corpus.v1.ListProcessesResponse
+	55, // 62: corpus.v1.NodeAgentService.Logs:output_type -> corpus.v1.LogLine
+	50, // 63: corpus.v1.NodeAgentService.Shell:output_type -> corpus.v1.ExecOutput
+	44, // [44:64] is the sub-list for method output_type
+	24, // [24:44] is the sub-list for method input_type
 	24, // [24:24] is the sub-list for extension type_name
 	24, // [24:24] is the sub-list for extension extendee
 	0,  // [0:24] is the sub-list for field type_name

@@ -24,6 +24,151 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+// ShellInput is one message from a shell's client.
+type ShellInput struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// open, on the first message only: the guest, command, env and folder
+	// (its stdin is not used).
+	Open *ExecGuestRequest `protobuf:"bytes,1,opt,name=open,proto3" json:"open,omitempty"`
+	// tty, on the first message: run the command on a pseudo-terminal
+	// (output then comes as stdout alone).
+	Tty bool `protobuf:"varint,2,opt,name=tty,proto3" json:"tty,omitempty"`
+	// term is the client's TERM, given to the command with tty.
+	Term string `protobuf:"bytes,3,opt,name=term,proto3" json:"term,omitempty"`
+	// size is the terminal's size: on the first message, and on every
+	// change.
+	Size  *TerminalSize `protobuf:"bytes,4,opt,name=size,proto3" json:"size,omitempty"`
+	Stdin []byte        `protobuf:"bytes,5,opt,name=stdin,proto3" json:"stdin,omitempty"`
+	// close_stdin ends the command's input (Ctrl-D without a terminal).
+	CloseStdin    bool `protobuf:"varint,6,opt,name=close_stdin,json=closeStdin,proto3" json:"close_stdin,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ShellInput) Reset() {
+	*x = ShellInput{}
+	mi := &file_corpus_v1_guests_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ShellInput) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ShellInput) ProtoMessage() {}
+
+func (x *ShellInput) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_guests_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ShellInput.ProtoReflect.Descriptor instead.
+func (*ShellInput) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_guests_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *ShellInput) GetOpen() *ExecGuestRequest {
+	if x != nil {
+		return x.Open
+	}
+	return nil
+}
+
+func (x *ShellInput) GetTty() bool {
+	if x != nil {
+		return x.Tty
+	}
+	return false
+}
+
+func (x *ShellInput) GetTerm() string {
+	if x != nil {
+		return x.Term
+	}
+	return ""
+}
+
+func (x *ShellInput) GetSize() *TerminalSize {
+	if x != nil {
+		return x.Size
+	}
+	return nil
+}
+
+func (x *ShellInput) GetStdin() []byte {
+	if x != nil {
+		return x.Stdin
+	}
+	return nil
+}
+
+func (x *ShellInput) GetCloseStdin() bool {
+	if x != nil {
+		return x.CloseStdin
+	}
+	return false
+}
+
+type TerminalSize struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Rows          uint32                 `protobuf:"varint,1,opt,name=rows,proto3" json:"rows,omitempty"`
+	Cols          uint32                 `protobuf:"varint,2,opt,name=cols,proto3" json:"cols,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TerminalSize) Reset() {
+	*x = TerminalSize{}
+	mi := &file_corpus_v1_guests_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TerminalSize) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TerminalSize) ProtoMessage() {}
+
+func (x *TerminalSize) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_guests_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TerminalSize.ProtoReflect.Descriptor instead.
+func (*TerminalSize) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_guests_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *TerminalSize) GetRows() uint32 {
+	if x != nil {
+		return x.Rows
+	}
+	return 0
+}
+
+func (x *TerminalSize) GetCols() uint32 {
+	if x != nil {
+		return x.Cols
+	}
+	return 0
+}
+
 type GuestLogsRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
@@ -43,7 +188,7 @@ type GuestLogsRequest struct {
 
 func (x *GuestLogsRequest) Reset() {
 	*x = GuestLogsRequest{}
-	mi := &file_corpus_v1_guests_proto_msgTypes[0]
+	mi := &file_corpus_v1_guests_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -55,7 +200,7 @@ func (x *GuestLogsRequest) String() string {
 func (*GuestLogsRequest) ProtoMessage() {}
 
 func (x *GuestLogsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_guests_proto_msgTypes[0]
+	mi := &file_corpus_v1_guests_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -68,7 +213,7 @@ func (x *GuestLogsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GuestLogsRequest.ProtoReflect.Descriptor instead.
 func (*GuestLogsRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_guests_proto_rawDescGZIP(), []int{0}
+	return file_corpus_v1_guests_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *GuestLogsRequest) GetName() string {
@@ -131,7 +276,7 @@ type LogLine struct {
 
 func (x *LogLine) Reset() {
 	*x = LogLine{}
-	mi := &file_corpus_v1_guests_proto_msgTypes[1]
+	mi := &file_corpus_v1_guests_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -143,7 +288,7 @@ func (x *LogLine) String() string {
 func (*LogLine) ProtoMessage() {}
 
 func (x *LogLine) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_guests_proto_msgTypes[1]
+	mi := &file_corpus_v1_guests_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -156,7 +301,7 @@ func (x *LogLine) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogLine.ProtoReflect.Descriptor instead.
 func (*LogLine) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_guests_proto_rawDescGZIP(), []int{1}
+	return file_corpus_v1_guests_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *LogLine) GetTime() *timestamppb.Timestamp {
@@ -213,7 +358,7 @@ type CreateGuestRequest struct {
 
 func (x *CreateGuestRequest) Reset() {
 	*x = CreateGuestRequest{}
-	mi := &file_corpus_v1_guests_proto_msgTypes[2]
+	mi := &file_corpus_v1_guests_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -225,7 +370,7 @@ func (x *CreateGuestRequest) String() string {
 func (*CreateGuestRequest) ProtoMessage() {}
 
 func (x *CreateGuestRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_guests_proto_msgTypes[2]
+	mi := &file_corpus_v1_guests_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -238,7 +383,7 @@ func (x *CreateGuestRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateGuestRequest.ProtoReflect.Descriptor instead.
 func (*CreateGuestRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_guests_proto_rawDescGZIP(), []int{2}
+	return file_corpus_v1_guests_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *CreateGuestRequest) GetName() string {
@@ -273,7 +418,7 @@ type CreateGuestResponse struct {
 
 func (x *CreateGuestResponse) Reset() {
 	*x = CreateGuestResponse{}
-	mi := &file_corpus_v1_guests_proto_msgTypes[3]
+	mi := &file_corpus_v1_guests_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -285,7 +430,7 @@ func (x *CreateGuestResponse) String() string {
 func (*CreateGuestResponse) ProtoMessage() {}
 
 func (x *CreateGuestResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_guests_proto_msgTypes[3]
+	mi := &file_corpus_v1_guests_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -298,7 +443,7 @@ func (x *CreateGuestResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateGuestResponse.ProtoReflect.Descriptor instead.
 func (*CreateGuestResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_guests_proto_rawDescGZIP(), []int{3}
+	return file_corpus_v1_guests_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *CreateGuestResponse) GetGuest() *Guest {
@@ -328,7 +473,7 @@ type GetGuestRequest struct {
 
 func (x *GetGuestRequest) Reset() {
 	*x = GetGuestRequest{}
-	mi := &file_corpus_v1_guests_proto_msgTypes[4]
+	mi := &file_corpus_v1_guests_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -340,7 +485,7 @@ func (x *GetGuestRequest) String() string {
 func (*GetGuestRequest) ProtoMessage() {}
 
 func (x *GetGuestRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_guests_proto_msgTypes[4]
+	mi := &file_corpus_v1_guests_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -353,7 +498,7 @@ func (x *GetGuestRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetGuestRequest.ProtoReflect.Descriptor instead.
 func (*GetGuestRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_guests_proto_rawDescGZIP(), []int{4}
+	return file_corpus_v1_guests_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *GetGuestRequest) GetName() string {
@@ -393,7 +538,7 @@ type GetGuestResponse struct {
 
 func (x *GetGuestResponse) Reset() {
 	*x = GetGuestResponse{}
-	mi := &file_corpus_v1_guests_proto_msgTypes[5]
+	mi := &file_corpus_v1_guests_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -405,7 +550,7 @@ func (x *GetGuestResponse) String() string {
 func (*GetGuestResponse) ProtoMessage() {}
 
 func (x *GetGuestResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_guests_proto_msgTypes[5]
+	mi := &file_corpus_v1_guests_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -418,7 +563,7 @@ func (x *GetGuestResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetGuestResponse.ProtoReflect.Descriptor instead.
 func (*GetGuestResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_guests_proto_rawDescGZIP(), []int{5}
+	return file_corpus_v1_guests_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *GetGuestResponse) GetGuest() *Guest {
@@ -459,7 +604,7 @@ type ListGuestsRequest struct {
 
 func (x *ListGuestsRequest) Reset() {
 	*x = ListGuestsRequest{}
-	mi := &file_corpus_v1_guests_proto_msgTypes[6]
+	mi := &file_corpus_v1_guests_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -471,7 +616,7 @@ func (x *ListGuestsRequest) String() string {
 func (*ListGuestsRequest) ProtoMessage() {}
 
 func (x *ListGuestsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_guests_proto_msgTypes[6]
+	mi := &file_corpus_v1_guests_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -484,7 +629,7 @@ func (x *ListGuestsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListGuestsRequest.ProtoReflect.Descriptor instead.
 func (*ListGuestsRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_guests_proto_rawDescGZIP(), []int{6}
+	return file_corpus_v1_guests_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *ListGuestsRequest) GetNode() string {
@@ -504,7 +649,7 @@ type ListGuestsResponse struct {
 
 func (x *ListGuestsResponse) Reset() {
 	*x = ListGuestsResponse{}
-	mi := &file_corpus_v1_guests_proto_msgTypes[7]
+	mi := &file_corpus_v1_guests_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -516,7 +661,7 @@ func (x *ListGuestsResponse) String() string {
 func (*ListGuestsResponse) ProtoMessage() {}
 
 func (x *ListGuestsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_guests_proto_msgTypes[7]
+	mi := &file_corpus_v1_guests_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -529,7 +674,7 @@ func (x *ListGuestsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListGuestsResponse.ProtoReflect.Descriptor instead.
 func (*ListGuestsResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_guests_proto_rawDescGZIP(), []int{7}
+	return file_corpus_v1_guests_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *ListGuestsResponse) GetGuests() []*GetGuestResponse {
@@ -557,7 +702,7 @@ type GuestActionRequest struct {
 
 func (x *GuestActionRequest) Reset() {
 	*x = GuestActionRequest{}
-	mi := &file_corpus_v1_guests_proto_msgTypes[8]
+	mi := &file_corpus_v1_guests_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -569,7 +714,7 @@ func (x *GuestActionRequest) String() string {
 func (*GuestActionRequest) ProtoMessage() {}
 
 func (x *GuestActionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_guests_proto_msgTypes[8]
+	mi := &file_corpus_v1_guests_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -582,7 +727,7 @@ func (x *GuestActionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GuestActionRequest.ProtoReflect.Descriptor instead.
 func (*GuestActionRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_guests_proto_rawDescGZIP(), []int{8}
+	return file_corpus_v1_guests_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *GuestActionRequest) GetName() string {
@@ -618,7 +763,7 @@ type UpdateGuestRequest struct {
 
 func (x *UpdateGuestRequest) Reset() {
 	*x = UpdateGuestRequest{}
-	mi := &file_corpus_v1_guests_proto_msgTypes[9]
+	mi := &file_corpus_v1_guests_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -630,7 +775,7 @@ func (x *UpdateGuestRequest) String() string {
 func (*UpdateGuestRequest) ProtoMessage() {}
 
 func (x *UpdateGuestRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_guests_proto_msgTypes[9]
+	mi := &file_corpus_v1_guests_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -643,7 +788,7 @@ func (x *UpdateGuestRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateGuestRequest.ProtoReflect.Descriptor instead.
 func (*UpdateGuestRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_guests_proto_rawDescGZIP(), []int{9}
+	return file_corpus_v1_guests_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *UpdateGuestRequest) GetName() string {
@@ -713,7 +858,7 @@ type GuestActionResponse struct {
 
 func (x *GuestActionResponse) Reset() {
 	*x = GuestActionResponse{}
-	mi := &file_corpus_v1_guests_proto_msgTypes[10]
+	mi := &file_corpus_v1_guests_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -725,7 +870,7 @@ func (x *GuestActionResponse) String() string {
 func (*GuestActionResponse) ProtoMessage() {}
 
 func (x *GuestActionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_guests_proto_msgTypes[10]
+	mi := &file_corpus_v1_guests_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -738,7 +883,7 @@ func (x *GuestActionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GuestActionResponse.ProtoReflect.Descriptor instead.
 func (*GuestActionResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_guests_proto_rawDescGZIP(), []int{10}
+	return file_corpus_v1_guests_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *GuestActionResponse) GetGuest() *Guest {
@@ -769,7 +914,7 @@ type ExecGuestRequest struct {
 
 func (x *ExecGuestRequest) Reset() {
 	*x = ExecGuestRequest{}
-	mi := &file_corpus_v1_guests_proto_msgTypes[11]
+	mi := &file_corpus_v1_guests_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -781,7 +926,7 @@ func (x *ExecGuestRequest) String() string {
 func (*ExecGuestRequest) ProtoMessage() {}
 
 func (x *ExecGuestRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_guests_proto_msgTypes[11]
+	mi := &file_corpus_v1_guests_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -794,7 +939,7 @@ func (x *ExecGuestRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecGuestRequest.ProtoReflect.Descriptor instead.
 func (*ExecGuestRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_guests_proto_rawDescGZIP(), []int{11}
+	return file_corpus_v1_guests_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ExecGuestRequest) GetName() string {
@@ -845,7 +990,7 @@ type ExecOutput struct {
 
 func (x *ExecOutput) Reset() {
 	*x = ExecOutput{}
-	mi := &file_corpus_v1_guests_proto_msgTypes[12]
+	mi := &file_corpus_v1_guests_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -857,7 +1002,7 @@ func (x *ExecOutput) String() string {
 func (*ExecOutput) ProtoMessage() {}
 
 func (x *ExecOutput) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_guests_proto_msgTypes[12]
+	mi := &file_corpus_v1_guests_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -870,7 +1015,7 @@ func (x *ExecOutput) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecOutput.ProtoReflect.Descriptor instead.
 func (*ExecOutput) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_guests_proto_rawDescGZIP(), []int{12}
+	return file_corpus_v1_guests_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ExecOutput) GetStdout() []byte {
@@ -905,7 +1050,19 @@ var File_corpus_v1_guests_proto protoreflect.FileDescriptor
 
 const file_corpus_v1_guests_proto_rawDesc = "" +
 	"\n" +
-	"\x16corpus/v1/guests.proto\x12\tcorpus.v1\x1a\x15corpus/v1/types.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xb8\x01\n" +
+	"\x16corpus/v1/guests.proto\x12\tcorpus.v1\x1a\x15corpus/v1/types.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xc7\x01\n" +
+	"\n" +
+	"ShellInput\x12/\n" +
+	"\x04open\x18\x01 \x01(\v2\x1b.corpus.v1.ExecGuestRequestR\x04open\x12\x10\n" +
+	"\x03tty\x18\x02 \x01(\bR\x03tty\x12\x12\n" +
+	"\x04term\x18\x03 \x01(\tR\x04term\x12+\n" +
+	"\x04size\x18\x04 \x01(\v2\x17.corpus.v1.TerminalSizeR\x04size\x12\x14\n" +
+	"\x05stdin\x18\x05 \x01(\fR\x05stdin\x12\x1f\n" +
+	"\vclose_stdin\x18\x06 \x01(\bR\n" +
+	"closeStdin\"6\n" +
+	"\fTerminalSize\x12\x12\n" +
+	"\x04rows\x18\x01 \x01(\rR\x04rows\x12\x12\n" +
+	"\x04cols\x18\x02 \x01(\rR\x04cols\"\xb8\x01\n" +
 	"\x10GuestLogsRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
 	"\asources\x18\x02 \x03(\tR\asources\x12\x18\n" +
@@ -977,7 +1134,7 @@ const file_corpus_v1_guests_proto_rawDesc = "" +
 	"\x06stdout\x18\x01 \x01(\fR\x06stdout\x12\x16\n" +
 	"\x06stderr\x18\x02 \x01(\fR\x06stderr\x12\x16\n" +
 	"\x06exited\x18\x03 \x01(\bR\x06exited\x12\x1b\n" +
-	"\texit_code\x18\x04 \x01(\x05R\bexitCode2\xae\x05\n" +
+	"\texit_code\x18\x04 \x01(\x05R\bexitCode2\xe9\x05\n" +
 	"\fGuestService\x12L\n" +
 	"\vCreateGuest\x12\x1d.corpus.v1.CreateGuestRequest\x1a\x1e.corpus.v1.CreateGuestResponse\x12H\n" +
 	"\bGetGuest\x12\x1a.corpus.v1.GetGuestRequest\x1a\x1b.corpus.v1.GetGuestResponse\"\x03\x90\x02\x01\x12N\n" +
@@ -989,7 +1146,8 @@ const file_corpus_v1_guests_proto_rawDesc = "" +
 	"\vDeleteGuest\x12\x1d.corpus.v1.GuestActionRequest\x1a\x1e.corpus.v1.GuestActionResponse\x12L\n" +
 	"\vUpdateGuest\x12\x1d.corpus.v1.UpdateGuestRequest\x1a\x1e.corpus.v1.GuestActionResponse\x12A\n" +
 	"\tExecGuest\x12\x1b.corpus.v1.ExecGuestRequest\x1a\x15.corpus.v1.ExecOutput0\x01\x12>\n" +
-	"\tGuestLogs\x12\x1b.corpus.v1.GuestLogsRequest\x1a\x12.corpus.v1.LogLine0\x01B!Z\x1fcorpus/proto/corpus/v1;corpusv1b\x06proto3"
+	"\tGuestLogs\x12\x1b.corpus.v1.GuestLogsRequest\x1a\x12.corpus.v1.LogLine0\x01\x129\n" +
+	"\x05Shell\x12\x15.corpus.v1.ShellInput\x1a\x15.corpus.v1.ExecOutput(\x010\x01B!Z\x1fcorpus/proto/corpus/v1;corpusv1b\x06proto3"
 
 var (
 	file_corpus_v1_guests_proto_rawDescOnce sync.Once
@@ -1003,62 +1161,68 @@ func file_corpus_v1_guests_proto_rawDescGZIP() []byte {
 	return file_corpus_v1_guests_proto_rawDescData
 }
 
-var file_corpus_v1_guests_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
+var file_corpus_v1_guests_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
 var file_corpus_v1_guests_proto_goTypes = []any{
-	(*GuestLogsRequest)(nil),      // 0: corpus.v1.GuestLogsRequest
-	(*LogLine)(nil),               // 1: corpus.v1.LogLine
-	(*CreateGuestRequest)(nil),    // 2: corpus.v1.CreateGuestRequest
-	(*CreateGuestResponse)(nil),   // 3: corpus.v1.CreateGuestResponse
-	(*GetGuestRequest)(nil),       // 4: corpus.v1.GetGuestRequest
-	(*GetGuestResponse)(nil),      // 5: corpus.v1.GetGuestResponse
-	(*ListGuestsRequest)(nil),     // 6: corpus.v1.ListGuestsRequest
-	(*ListGuestsResponse)(nil),    // 7: corpus.v1.ListGuestsResponse
-	(*GuestActionRequest)(nil),    // 8: corpus.v1.GuestActionRequest
-	(*UpdateGuestRequest)(nil),    // 9: corpus.v1.UpdateGuestRequest
-	(*GuestActionResponse)(nil),   // 10: corpus.v1.GuestActionResponse
-	(*ExecGuestRequest)(nil),      // 11: corpus.v1.ExecGuestRequest
-	(*ExecOutput)(nil),            // 12: corpus.v1.ExecOutput
-	nil,                           // 13: corpus.v1.UpdateGuestRequest.SetEnvEntry
-	nil,                           // 14: corpus.v1.ExecGuestRequest.EnvEntry
-	(*timestamppb.Timestamp)(nil), // 15: google.protobuf.Timestamp
-	(*GuestSpec)(nil),             // 16: corpus.v1.GuestSpec
-	(*Guest)(nil),                 // 17: corpus.v1.Guest
-	(*Port)(nil),                  // 18: corpus.v1.Port
+	(*ShellInput)(nil),            // 0: corpus.v1.ShellInput
+	(*TerminalSize)(nil),          // 1: corpus.v1.TerminalSize
+	(*GuestLogsRequest)(nil),      // 2: corpus.v1.GuestLogsRequest
+	(*LogLine)(nil),               // 3: corpus.v1.LogLine
+	(*CreateGuestRequest)(nil),    // 4: corpus.v1.CreateGuestRequest
+	(*CreateGuestResponse)(nil),   // 5: corpus.v1.CreateGuestResponse
+	(*GetGuestRequest)(nil),       // 6: corpus.v1.GetGuestRequest
+	(*GetGuestResponse)(nil),      // 7: corpus.v1.GetGuestResponse
+	(*ListGuestsRequest)(nil),     // 8: corpus.v1.ListGuestsRequest
+	(*ListGuestsResponse)(nil),    // 9: corpus.v1.ListGuestsResponse
+	(*GuestActionRequest)(nil),    // 10: corpus.v1.GuestActionRequest
+	(*UpdateGuestRequest)(nil),    // 11: corpus.v1.UpdateGuestRequest
+	(*GuestActionResponse)(nil),   // 12: corpus.v1.GuestActionResponse
+	(*ExecGuestRequest)(nil),      // 13: corpus.v1.ExecGuestRequest
+	(*ExecOutput)(nil),            // 14: corpus.v1.ExecOutput
+	nil,                           // 15: corpus.v1.UpdateGuestRequest.SetEnvEntry
+	nil,                           // 16: corpus.v1.ExecGuestRequest.EnvEntry
+	(*timestamppb.Timestamp)(nil), // 17: google.protobuf.Timestamp
+	(*GuestSpec)(nil),             // 18: corpus.v1.GuestSpec
+	(*Guest)(nil),                 // 19: corpus.v1.Guest
+	(*Port)(nil),                  // 20: corpus.v1.Port
 }
 var file_corpus_v1_guests_proto_depIdxs = []int32{
-	15, // 0: corpus.v1.GuestLogsRequest.since:type_name -> google.protobuf.Timestamp
-	15, // 1: corpus.v1.LogLine.time:type_name -> google.protobuf.Timestamp
-	16, // 2: corpus.v1.CreateGuestRequest.spec:type_name -> corpus.v1.GuestSpec
-	17, // 3: corpus.v1.CreateGuestResponse.guest:type_name -> corpus.v1.Guest
-	17, // 4: corpus.v1.GetGuestResponse.guest:type_name -> corpus.v1.Guest
-	5,  // 5: corpus.v1.ListGuestsResponse.guests:type_name -> corpus.v1.GetGuestResponse
-	13, // 6: corpus.v1.UpdateGuestRequest.set_env:type_name -> corpus.v1.UpdateGuestRequest.SetEnvEntry
-	18, // 7: corpus.v1.UpdateGuestRequest.ports:type_name -> corpus.v1.Port
-	17, // 8: corpus.v1.GuestActionResponse.guest:type_name -> corpus.v1.Guest
-	14, // 9: corpus.v1.ExecGuestRequest.env:type_name -> corpus.v1.ExecGuestRequest.EnvEntry
-	2,  // 10: corpus.v1.GuestService.CreateGuest:input_type -> corpus.v1.CreateGuestRequest
-	4,  // 11: corpus.v1.GuestService.GetGuest:input_type -> corpus.v1.GetGuestRequest
-	6,  // 12: corpus.v1.GuestService.ListGuests:input_type -> corpus.v1.ListGuestsRequest
-	8,  // 13: corpus.v1.GuestService.StartGuest:input_type -> corpus.v1.GuestActionRequest
-	8,  // 14: corpus.v1.GuestService.StopGuest:input_type -> corpus.v1.GuestActionRequest
-	8,  // 15: corpus.v1.GuestService.DeleteGuest:input_type -> corpus.v1.GuestActionRequest
-	9,  // 16: corpus.v1.GuestService.UpdateGuest:input_type -> corpus.v1.UpdateGuestRequest
-	11, // 17: corpus.v1.GuestService.ExecGuest:input_type -> corpus.v1.ExecGuestRequest
-	0,  // 18: corpus.v1.GuestService.GuestLogs:input_type -> corpus.v1.GuestLogsRequest
-	3,  // 19: corpus.v1.GuestService.CreateGuest:output_type -> corpus.v1.CreateGuestResponse
-	5,  // 20: corpus.v1.GuestService.GetGuest:output_type -> corpus.v1.GetGuestResponse
-	7,  // 21: corpus.v1.GuestService.ListGuests:output_type -> corpus.v1.ListGuestsResponse
-	10, // 22: corpus.v1.GuestService.StartGuest:output_type -> corpus.v1.GuestActionResponse
-	10, // 23: corpus.v1.GuestService.StopGuest:output_type -> corpus.v1.GuestActionResponse
-	10, // 24: corpus.v1.GuestService.DeleteGuest:output_type -> corpus.v1.GuestActionResponse
-	10, // 25: corpus.v1.GuestService.UpdateGuest:output_type -> corpus.v1.GuestActionResponse
-	12, // 26: corpus.v1.GuestService.ExecGuest:output_type -> corpus.v1.ExecOutput
-	1,  // 27: corpus.v1.GuestService.GuestLogs:output_type -> corpus.v1.LogLine
-	19, // [19:28] is the sub-list for method output_type
-	10, // [10:19] is the sub-list for method input_type
-	10, // [10:10] is the sub-list for extension type_name
-	10, // [10:10] is the sub-list for extension extendee
-	0,  // [0:10] is the sub-list for field type_name
+	13, // 0: corpus.v1.ShellInput.open:type_name -> corpus.v1.ExecGuestRequest
+	1,  // 1: corpus.v1.ShellInput.size:type_name -> corpus.v1.TerminalSize
+	17, // 2: corpus.v1.GuestLogsRequest.since:type_name -> google.protobuf.Timestamp
+	17, // 3: corpus.v1.LogLine.time:type_name -> google.protobuf.Timestamp
+	18, // 4: corpus.v1.CreateGuestRequest.spec:type_name -> corpus.v1.GuestSpec
+	19, // 5: corpus.v1.CreateGuestResponse.guest:type_name -> corpus.v1.Guest
+	19, // 6: corpus.v1.GetGuestResponse.guest:type_name -> corpus.v1.Guest
+	7,  // 7: corpus.v1.ListGuestsResponse.guests:type_name -> corpus.v1.GetGuestResponse
+	15, // 8: corpus.v1.UpdateGuestRequest.set_env:type_name -> corpus.v1.UpdateGuestRequest.SetEnvEntry
+	20, // 9: corpus.v1.UpdateGuestRequest.ports:type_name -> corpus.v1.Port
+	19, // 10: corpus.v1.GuestActionResponse.guest:type_name -> corpus.v1.Guest
+	16, // 11: corpus.v1.ExecGuestRequest.env:type_name -> corpus.v1.ExecGuestRequest.EnvEntry
+	4,  // 12: corpus.v1.GuestService.CreateGuest:input_type -> corpus.v1.CreateGuestRequest
+	6,  // 13: corpus.v1.GuestService.GetGuest:input_type -> corpus.v1.GetGuestRequest
+	8,  // 14: corpus.v1.GuestService.ListGuests:input_type -> corpus.v1.ListGuestsRequest
+	10, // 15: corpus.v1.GuestService.StartGuest:input_type -> corpus.v1.GuestActionRequest
+	10, // 16: corpus.v1.GuestService.StopGuest:input_type -> corpus.v1.GuestActionRequest
+	10, // 17: corpus.v1.GuestService.DeleteGuest:input_type -> corpus.v1.GuestActionRequest
+	11, // 18: corpus.v1.GuestService.UpdateGuest:input_type -> corpus.v1.UpdateGuestRequest
+	13, // 19: corpus.v1.GuestService.ExecGuest:input_type -> corpus.v1.ExecGuestRequest
+	2,  // 20: corpus.v1.GuestService.GuestLogs:input_type -> corpus.v1.GuestLogsRequest
+	0,  // 21: corpus.v1.GuestService.Shell:input_type -> corpus.v1.ShellInput
+	5,  // 22: corpus.v1.GuestService.CreateGuest:output_type -> corpus.v1.CreateGuestResponse
+	7,  // 23: corpus.v1.GuestService.GetGuest:output_type -> corpus.v1.GetGuestResponse
+	9,  // 24: corpus.v1.GuestService.ListGuests:output_type -> corpus.v1.ListGuestsResponse
+	12, // 25: corpus.v1.GuestService.StartGuest:output_type -> corpus.v1.GuestActionResponse
+	12, // 26: corpus.v1.GuestService.StopGuest:output_type -> corpus.v1.GuestActionResponse
+	12, // 27: corpus.v1.GuestService.DeleteGuest:output_type -> corpus.v1.GuestActionResponse
+	12, // 28: corpus.v1.GuestService.UpdateGuest:output_type -> corpus.v1.GuestActionResponse
+	14, // 29: corpus.v1.GuestService.ExecGuest:output_type -> corpus.v1.ExecOutput
+	3,  // 30: corpus.v1.GuestService.GuestLogs:output_type -> corpus.v1.LogLine
+	14, // 31: corpus.v1.GuestService.Shell:output_type -> corpus.v1.ExecOutput
+	22, // [22:32] is the sub-list for method output_type
+	12, // [12:22] is the sub-list for method input_type
+	12, // [12:12] is the sub-list for extension type_name
+	12, // [12:12] is the sub-list for extension extendee
+	0,  // [0:12] is the sub-list for field type_name
 }
 
 func init() { file_corpus_v1_guests_proto_init() }
@@ -1067,14 +1231,14 @@ func file_corpus_v1_guests_proto_init() {
 		return
 	}
 	file_corpus_v1_types_proto_init()
-	file_corpus_v1_guests_proto_msgTypes[9].OneofWrappers = []any{}
+	file_corpus_v1_guests_proto_msgTypes[11].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_corpus_v1_guests_proto_rawDesc), len(file_corpus_v1_guests_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   15,
+			NumMessages:   17,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -86,6 +86,8 @@ const (
 	NodeAgentServiceProcessesProcedure = "/corpus.v1.NodeAgentService/Processes"
 	// NodeAgentServiceLogsProcedure is the fully-qualified name of the NodeAgentService's Logs RPC.
 	NodeAgentServiceLogsProcedure = "/corpus.v1.NodeAgentService/Logs"
+	// NodeAgentServiceShellProcedure is the fully-qualified name of the NodeAgentService's Shell RPC.
+	NodeAgentServiceShellProcedure = "/corpus.v1.NodeAgentService/Shell"
 )
 
 // AgentServiceClient is a client for the corpus.v1.AgentService service.
@@ -470,6 +472,8 @@ type NodeAgentServiceClient interface {
 	Processes(context.Context, *connect.Request[v1.ListProcessesRequest]) (*connect.Response[v1.ListProcessesResponse], error)
 	// Logs streams a guest's log lines from the node's log store.
 	Logs(context.Context, *connect.Request[v1.GuestLogsRequest]) (*connect.ServerStreamForClient[v1.LogLine], error)
+	// Shell runs an interactive command in a guest (GuestService.Shell).
+	Shell(context.Context) *connect.BidiStreamForClient[v1.ShellInput, v1.ExecOutput]
 }
 
 // NewNodeAgentServiceClient constructs a client for the corpus.v1.NodeAgentService service. By
@@ -531,6 +535,12 @@ func NewNodeAgentServiceClient(httpClient connect.HTTPClient, baseURL string, op
 			connect.WithSchema(nodeAgentServiceMethods.ByName("Logs")),
 			connect.WithClientOptions(opts...),
 		),
+		shell: connect.NewClient[v1.ShellInput, v1.ExecOutput](
+			httpClient,
+			baseURL+NodeAgentServiceShellProcedure,
+			connect.WithSchema(nodeAgentServiceMethods.ByName("Shell")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
@@ -544,6 +554,7 @@ type nodeAgentServiceClient struct {
 	redeploy       *connect.Client[v1.AgentRedeployRequest, v1.DeployOutput]
 	processes      *connect.Client[v1.ListProcessesRequest, v1.ListProcessesResponse]
 	logs           *connect.Client[v1.GuestLogsRequest, v1.LogLine]
+	shell          *connect.Client[v1.ShellInput, v1.ExecOutput]
 }
 
 // Exec calls corpus.v1.NodeAgentService.Exec.
@@ -586,6 +597,11 @@ func (c *nodeAgentServiceClient) Logs(ctx context.Context, req *connect.Request[
 	return c.logs.CallServerStream(ctx, req)
 }
 
+// Shell calls corpus.v1.NodeAgentService.Shell.
+func (c *nodeAgentServiceClient) Shell(ctx context.Context) *connect.BidiStreamForClient[v1.ShellInput, v1.ExecOutput] {
+	return c.shell.CallBidiStream(ctx)
+}
+
 // NodeAgentServiceHandler is an implementation of the corpus.v1.NodeAgentService service.
 type NodeAgentServiceHandler interface {
 	Exec(context.Context, *connect.Request[v1.ExecGuestRequest], *connect.ServerStream[v1.ExecOutput]) error
@@ -606,6 +622,8 @@ type NodeAgentServiceHandler interface {
 	Processes(context.Context, *connect.Request[v1.ListProcessesRequest]) (*connect.Response[v1.ListProcessesResponse], error)
 	// Logs streams a guest's log lines from the node's log store.
 	Logs(context.Context, *connect.Request[v1.GuestLogsRequest], *connect.ServerStream[v1.LogLine]) error
+	// Shell runs an interactive command in a guest (GuestService.Shell).
+	Shell(context.Context, *connect.BidiStream[v1.ShellInput, v1.ExecOutput]) error
 }
 
 // NewNodeAgentServiceHandler builds an HTTP handler from the service implementation. It returns the
@@ -663,6 +681,12 @@ func NewNodeAgentServiceHandler(svc NodeAgentServiceHandler, opts ...connect.Han
 		connect.WithSchema(nodeAgentServiceMethods.ByName("Logs")),
 		connect.WithHandlerOptions(opts...),
 	)
+	nodeAgentServiceShellHandler := connect.NewBidiStreamHandler(
+		NodeAgentServiceShellProcedure,
+		svc.Shell,
+		connect.WithSchema(nodeAgentServiceMethods.ByName("Shell")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/corpus.v1.NodeAgentService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case NodeAgentServiceExecProcedure:
@@ -681,6 +705,8 @@ func NewNodeAgentServiceHandler(svc NodeAgentServiceHandler, opts ...connect.Han
 			nodeAgentServiceProcessesHandler.ServeHTTP(w, r)
 		case NodeAgentServiceLogsProcedure:
 			nodeAgentServiceLogsHandler.ServeHTTP(w, r)
+		case NodeAgentServiceShellProcedure:
+			nodeAgentServiceShellHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -720,4 +746,8 @@ func (UnimplementedNodeAgentServiceHandler) Processes(context.Context, *connect.
 
 func (UnimplementedNodeAgentServiceHandler) Logs(context.Context, *connect.Request[v1.GuestLogsRequest], *connect.ServerStream[v1.LogLine]) error {
 	return connect.NewError(connect.CodeUnimplemented, errors.New("corpus.v1.NodeAgentService.Logs is not implemented"))
+}
+
+func (UnimplementedNodeAgentServiceHandler) Shell(context.Context, *connect.BidiStream[v1.ShellInput, v1.ExecOutput]) error {
+	return connect.NewError(connect.CodeUnimplemented, errors.New("corpus.v1.NodeAgentService.Shell is not implemented"))
 }

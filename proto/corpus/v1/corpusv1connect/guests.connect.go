@@ -55,6 +55,8 @@ const (
 	GuestServiceExecGuestProcedure = "/corpus.v1.GuestService/ExecGuest"
 	// GuestServiceGuestLogsProcedure is the fully-qualified name of the GuestService's GuestLogs RPC.
 	GuestServiceGuestLogsProcedure = "/corpus.v1.GuestService/GuestLogs"
+	// GuestServiceShellProcedure is the fully-qualified name of the GuestService's Shell RPC.
+	GuestServiceShellProcedure = "/corpus.v1.GuestService/Shell"
 )
 
 // GuestServiceClient is a client for the corpus.v1.GuestService service.
@@ -75,6 +77,12 @@ type GuestServiceClient interface {
 	// output, deploys, what corpus says), oldest first; with follow, new
 	// lines as they come until the guest is deleted or the caller goes.
 	GuestLogs(context.Context, *connect.Request[v1.GuestLogsRequest]) (*connect.ServerStreamForClient[v1.LogLine], error)
+	// Shell runs a command in a running guest interactively, with a
+	// terminal when asked: the first message opens it, later ones carry
+	// input, window sizes and the end of input; output and, last, the
+	// exit code come back. Audited when it starts and when it ends (never
+	// what is typed).
+	Shell(context.Context) *connect.BidiStreamForClient[v1.ShellInput, v1.ExecOutput]
 }
 
 // NewGuestServiceClient constructs a client for the corpus.v1.GuestService service. By default, it
@@ -144,6 +152,12 @@ func NewGuestServiceClient(httpClient connect.HTTPClient, baseURL string, opts .
 			connect.WithSchema(guestServiceMethods.ByName("GuestLogs")),
 			connect.WithClientOptions(opts...),
 		),
+		shell: connect.NewClient[v1.ShellInput, v1.ExecOutput](
+			httpClient,
+			baseURL+GuestServiceShellProcedure,
+			connect.WithSchema(guestServiceMethods.ByName("Shell")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
@@ -158,6 +172,7 @@ type guestServiceClient struct {
 	updateGuest *connect.Client[v1.UpdateGuestRequest, v1.GuestActionResponse]
 	execGuest   *connect.Client[v1.ExecGuestRequest, v1.ExecOutput]
 	guestLogs   *connect.Client[v1.GuestLogsRequest, v1.LogLine]
+	shell       *connect.Client[v1.ShellInput, v1.ExecOutput]
 }
 
 // CreateGuest calls corpus.v1.GuestService.CreateGuest.
@@ -205,6 +220,11 @@ func (c *guestServiceClient) GuestLogs(ctx context.Context, req *connect.Request
 	return c.guestLogs.CallServerStream(ctx, req)
 }
 
+// Shell calls corpus.v1.GuestService.Shell.
+func (c *guestServiceClient) Shell(ctx context.Context) *connect.BidiStreamForClient[v1.ShellInput, v1.ExecOutput] {
+	return c.shell.CallBidiStream(ctx)
+}
+
 // GuestServiceHandler is an implementation of the corpus.v1.GuestService service.
 type GuestServiceHandler interface {
 	CreateGuest(context.Context, *connect.Request[v1.CreateGuestRequest]) (*connect.Response[v1.CreateGuestResponse], error)
@@ -223,6 +243,12 @@ type GuestServiceHandler interface {
 	// output, deploys, what corpus says), oldest first; with follow, new
 	// lines as they come until the guest is deleted or the caller goes.
 	GuestLogs(context.Context, *connect.Request[v1.GuestLogsRequest], *connect.ServerStream[v1.LogLine]) error
+	// Shell runs a command in a running guest interactively, with a
+	// terminal when asked: the first message opens it, later ones carry
+	// input, window sizes and the end of input; output and, last, the
+	// exit code come back. Audited when it starts and when it ends (never
+	// what is typed).
+	Shell(context.Context, *connect.BidiStream[v1.ShellInput, v1.ExecOutput]) error
 }
 
 // NewGuestServiceHandler builds an HTTP handler from the service implementation. It returns the
@@ -288,6 +314,12 @@ func NewGuestServiceHandler(svc GuestServiceHandler, opts ...connect.HandlerOpti
 		connect.WithSchema(guestServiceMethods.ByName("GuestLogs")),
 		connect.WithHandlerOptions(opts...),
 	)
+	guestServiceShellHandler := connect.NewBidiStreamHandler(
+		GuestServiceShellProcedure,
+		svc.Shell,
+		connect.WithSchema(guestServiceMethods.ByName("Shell")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/corpus.v1.GuestService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case GuestServiceCreateGuestProcedure:
@@ -308,6 +340,8 @@ func NewGuestServiceHandler(svc GuestServiceHandler, opts ...connect.HandlerOpti
 			guestServiceExecGuestHandler.ServeHTTP(w, r)
 		case GuestServiceGuestLogsProcedure:
 			guestServiceGuestLogsHandler.ServeHTTP(w, r)
+		case GuestServiceShellProcedure:
+			guestServiceShellHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -351,4 +385,8 @@ func (UnimplementedGuestServiceHandler) ExecGuest(context.Context, *connect.Requ
 
 func (UnimplementedGuestServiceHandler) GuestLogs(context.Context, *connect.Request[v1.GuestLogsRequest], *connect.ServerStream[v1.LogLine]) error {
 	return connect.NewError(connect.CodeUnimplemented, errors.New("corpus.v1.GuestService.GuestLogs is not implemented"))
+}
+
+func (UnimplementedGuestServiceHandler) Shell(context.Context, *connect.BidiStream[v1.ShellInput, v1.ExecOutput]) error {
+	return connect.NewError(connect.CodeUnimplemented, errors.New("corpus.v1.GuestService.Shell is not implemented"))
 }

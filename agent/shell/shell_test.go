@@ -1,0 +1,134 @@
+package shell
+
+import (
+	"context"
+	"errors"
+	"os/exec"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"corpus/drivers"
+)
+
+// hostExec runs commands on this host, as a driver runs them in a guest:
+// on the terminal it is given (as its controlling terminal), or on pipes.
+type hostExec struct{}
+
+func (hostExec) Exec(ctx context.Context, _ string, req drivers.ExecRequest) (int, error) {
+	cmd := exec.CommandContext(ctx, req.Argv[0], req.Argv[1:]...)
+	if req.Terminal != nil {
+		cmd.Stdin, cmd.Stdout, cmd.Stderr = req.Terminal, req.Terminal, req.Terminal
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: true}
+	} else {
+		cmd.Stdin, cmd.Stdout, cmd.Stderr = req.Stdin, req.Stdout, req.Stderr
+	}
+	cmd.WaitDelay = time.Second
+	err := cmd.Run()
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		return ee.ExitCode(), ctx.Err()
+	}
+	return 0, err
+}
+
+// client feeds inputs and keeps what the session printed.
+type client struct {
+	in   chan Input
+	mu   sync.Mutex
+	out  strings.Builder
+	gone chan struct{}
+}
+
+func newClient(inputs ...Input) *client {
+	c := &client{in: make(chan Input, len(inputs)+1), gone: make(chan struct{})}
+	for _, i := range inputs {
+		c.in <- i
+	}
+	return c
+}
+
+func (c *client) Recv() (Input, error) {
+	select {
+	case i := <-c.in:
+		return i, nil
+	case <-c.gone:
+		return Input{}, errors.New("client gone")
+	}
+}
+
+func (c *client) Send(stdout, stderr []byte) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.out.Write(stdout)
+	c.out.Write(stderr)
+	return nil
+}
+
+func (c *client) output() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.out.String()
+}
+
+func TestPipes(t *testing.T) {
+	t.Parallel()
+	m := New(Limits{})
+	c := newClient(Input{Stdin: []byte("hello\n")}, Input{CloseStdin: true})
+	code, err := m.Run(t.Context(), hostExec{}, Request{Argv: []string{"sh", "-c", "cat; echo err >&2; exit 5"}}, c)
+	if err != nil || code != 5 || c.output() != "hello\nerr\n" {
+		t.Errorf("Run = %d, %v, output %q", code, err, c.output())
+	}
+}
+
+func TestTerminal(t *testing.T) {
+	t.Parallel()
+	m := New(Limits{})
+	c := newClient(Input{Stdin: []byte("stty size; tty >/dev/null && echo on-a-tty; exit 7\n")})
+	code, err := m.Run(t.Context(), hostExec{}, Request{Argv: []string{"sh"}, TTY: true, Rows: 33, Cols: 99}, c)
+	if err != nil || code != 7 || !strings.Contains(c.output(), "33 99") || !strings.Contains(c.output(), "on-a-tty") {
+		t.Errorf("Run = %d, %v, output %q", code, err, c.output())
+	}
+}
+
+// TestLimits: an idle session ends and says why; a node at its cap of
+// sessions refuses another; a client that goes ends its session.
+func TestLimits(t *testing.T) {
+	t.Parallel()
+	m := New(Limits{Idle: 300 * time.Millisecond, Sessions: 1})
+	c := newClient()
+	start := time.Now()
+	done := make(chan struct{})
+	var code int
+	var err error
+	go func() {
+		code, err = m.Run(t.Context(), hostExec{}, Request{Argv: []string{"sleep", "30"}}, c)
+		close(done)
+	}()
+	for m.Active() == 0 {
+		time.Sleep(5 * time.Millisecond)
+	}
+	if _, err := m.Run(t.Context(), hostExec{}, Request{Argv: []string{"true"}}, newClient()); !errors.Is(err, ErrBusy) {
+		t.Errorf("a second session at a cap of 1 = %v, want ErrBusy", err)
+	}
+	<-done
+	if err != nil || code != 129 || !strings.Contains(c.output(), "idle") || time.Since(start) > 20*time.Second {
+		t.Errorf("idle session: %d, %v, %q after %s", code, err, c.output(), time.Since(start))
+	}
+
+	c = newClient()
+	done = make(chan struct{})
+	go func() {
+		_, err = m.Run(t.Context(), hostExec{}, Request{Argv: []string{"sh"}, TTY: true}, c)
+		close(done)
+	}()
+	time.Sleep(100 * time.Millisecond)
+	close(c.gone)
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("a session whose client went did not end")
+	}
+}

@@ -1,0 +1,117 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"connectrpc.com/connect"
+
+	"corpus/agent/runtime/supervisor"
+	"corpus/agent/shell"
+	"corpus/drivers"
+	"corpus/internal/names"
+	corpusv1 "corpus/proto/corpus/v1"
+)
+
+// shellClient is a Shell call's stream as agent/shell sees it.
+type shellClient struct {
+	stream *connect.BidiStream[corpusv1.ShellInput, corpusv1.ExecOutput]
+}
+
+func (c shellClient) Recv() (shell.Input, error) {
+	m, err := c.stream.Receive()
+	if err != nil {
+		return shell.Input{}, err
+	}
+	in := shell.Input{Stdin: m.Stdin, CloseStdin: m.CloseStdin}
+	if sz := m.GetSize(); sz != nil {
+		in.Rows, in.Cols = clampSize(sz.Rows), clampSize(sz.Cols)
+	}
+	return in, nil
+}
+
+func (c shellClient) Send(stdout, stderr []byte) error {
+	return c.stream.Send(&corpusv1.ExecOutput{Stdout: stdout, Stderr: stderr})
+}
+
+func clampSize(n uint32) uint16 { return uint16(min(n, 4096)) }
+
+// Shell runs an interactive command in a guest of this node.
+func (s *agentAPI) Shell(ctx context.Context, stream *connect.BidiStream[corpusv1.ShellInput, corpusv1.ExecOutput]) error {
+	a := s.a
+	if err := a.checkCaller(stream.RequestHeader()); err != nil {
+		return err
+	}
+	first, err := stream.Receive()
+	if err != nil {
+		return err
+	}
+	open := first.GetOpen()
+	if open == nil {
+		return connect.NewError(connect.CodeInvalidArgument, errors.New("the first message of a shell opens it"))
+	}
+	if err := names.Validate("guest", open.Name); err != nil {
+		return connect.NewError(connect.CodeInvalidArgument, err)
+	}
+	if len(open.Argv) == 0 {
+		return connect.NewError(connect.CodeInvalidArgument, errors.New("no command given"))
+	}
+	g := a.desiredByName(open.Name)
+	if g == nil {
+		return connect.NewError(connect.CodeNotFound, fmt.Errorf("guest %q is not on node %s", open.Name, a.id.NodeName))
+	}
+	d, ok := a.drivers[g.Spec.GetDriver()]
+	if !ok || !d.Capabilities().Exec {
+		return connect.NewError(connect.CodeUnimplemented, fmt.Errorf("driver %s cannot run commands in guest %s", g.Spec.GetDriver(), g.Name))
+	}
+	req := shell.Request{Guest: g.Name, Argv: open.Argv, Env: open.Env, Dir: open.Dir, TTY: first.Tty}
+	if first.Tty {
+		if !d.Capabilities().ExecTerminal {
+			return connect.NewError(connect.CodeUnimplemented, fmt.Errorf("driver %s gives guests no terminal (a VM's guest agent runs commands without one); run the command without -t", g.Spec.GetDriver()))
+		}
+		// corpus-supervisor tty makes the terminal the command's own.
+		if err := a.runtime.Install(ctx, d, g.Name); err != nil {
+			return connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("preparing the terminal in guest %s: %w", g.Name, err))
+		}
+		req.Wrap = func(argv []string) []string { return append([]string{supervisor.Binary, "tty"}, argv...) }
+		env := map[string]string{"TERM": "xterm"}
+		if validTerm(first.Term) {
+			env["TERM"] = first.Term
+		}
+		for k, v := range open.Env {
+			env[k] = v
+		}
+		req.Env = env
+		if sz := first.GetSize(); sz != nil {
+			req.Rows, req.Cols = clampSize(sz.Rows), clampSize(sz.Cols)
+		}
+	}
+	code, err := a.shells.Run(ctx, d, req, shellClient{stream})
+	switch {
+	case errors.Is(err, shell.ErrBusy):
+		return connect.NewError(connect.CodeResourceExhausted, err)
+	case errors.Is(err, drivers.ErrNotRunning):
+		return connect.NewError(connect.CodeFailedPrecondition, err)
+	case errors.Is(err, drivers.ErrNotFound):
+		return connect.NewError(connect.CodeNotFound, err)
+	case err != nil && ctx.Err() != nil:
+		return nil // the caller went away
+	case err != nil:
+		return connect.NewError(connect.CodeInternal, fmt.Errorf("shell in %s: %w", g.Name, err))
+	}
+	return stream.Send(&corpusv1.ExecOutput{Exited: true, ExitCode: int32(code)})
+}
+
+// validTerm: a terminal type name (xterm-256color, screen.xterm).
+func validTerm(t string) bool {
+	if t == "" || len(t) > 64 {
+		return false
+	}
+	for _, c := range t {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '.' || c == '_' || c == '+') {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,240 @@
+package e2e
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/creack/pty"
+	"golang.org/x/sys/unix"
+)
+
+// termSession is the corpus client running on a pseudo-terminal of the
+// test, as in a user's terminal emulator.
+type termSession struct {
+	t    *testing.T
+	cmd  *exec.Cmd
+	ptmx *os.File
+	tty  *os.File
+	mu   sync.Mutex
+	out  bytes.Buffer
+	done chan struct{}
+	code int
+}
+
+func (c *cluster) startTerminal(token string, rows, cols uint16, args ...string) *termSession {
+	c.t.Helper()
+	ptmx, tty, err := pty.Open()
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	pty.Setsize(ptmx, &pty.Winsize{Rows: rows, Cols: cols})
+	args = append([]string{"--net=/run/netns/" + c.lab.ctl, corpusBin, "--address", c.api, "--token", token, "--ca-cert", c.ca}, args...)
+	cmd := exec.Command("nsenter", args...)
+	cmd.Env = append(os.Environ(), "TERM=xterm", "XDG_CONFIG_HOME="+c.cfgHome, "CORPUS_ENV=", "CORPUS_ADDR=", "CORPUS_TOKEN=", "CORPUS_CA_CERT=")
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = tty, tty, tty
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: true, Ctty: 0}
+	if err := cmd.Start(); err != nil {
+		c.t.Fatal(err)
+	}
+	s := &termSession{t: c.t, cmd: cmd, ptmx: ptmx, tty: tty, done: make(chan struct{})}
+	go func() {
+		buf := make([]byte, 4096)
+		for {
+			n, err := ptmx.Read(buf)
+			s.mu.Lock()
+			s.out.Write(buf[:n])
+			s.mu.Unlock()
+			if err != nil {
+				return
+			}
+		}
+	}()
+	go func() {
+		cmd.Wait()
+		s.code = cmd.ProcessState.ExitCode()
+		close(s.done)
+	}()
+	c.t.Cleanup(func() {
+		cmd.Process.Kill()
+		<-s.done
+		ptmx.Close()
+		tty.Close()
+	})
+	return s
+}
+
+func (s *termSession) send(keys string) {
+	s.t.Helper()
+	if _, err := s.ptmx.Write([]byte(keys)); err != nil {
+		s.t.Fatal(err)
+	}
+}
+
+// expect waits for want in what the terminal showed after mark, and
+// returns the position after it.
+func (s *termSession) expect(mark int, want string) int {
+	s.t.Helper()
+	var at int
+	eventually(s.t, 15*time.Second, fmt.Sprintf("%q on the terminal", want), func() error {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if i := bytes.Index(s.out.Bytes()[mark:], []byte(want)); i >= 0 {
+			at = mark + i + len(want)
+			return nil
+		}
+		return fmt.Errorf("terminal so far: %q", s.out.String()[max(0, s.out.Len()-300):])
+	})
+	return at
+}
+
+func (s *termSession) exited(t *testing.T) int {
+	t.Helper()
+	select {
+	case <-s.done:
+		return s.code
+	case <-time.After(15 * time.Second):
+		t.Fatalf("the client did not exit; terminal: %q", s.out.String())
+		return -1
+	}
+}
+
+// TestShell: `guest exec -it` gives a real terminal end to end: its size
+// and changes of it, Ctrl-C ending a command, a full-screen editor, the
+// exit status back and the local terminal restored; a client that goes
+// away leaves nothing running in the guest; `corpus shell` opens in the
+// serving release; sessions are audited; another project's dev is
+// refused.
+func TestShell(t *testing.T) {
+	l := newDeployLab(t)
+	c := l.c
+	l.commitProcSite("one")
+	l.mustPush()
+
+	s := c.startTerminal(c.token, 40, 120, "guest", "exec", "-it", "hello-dev", "--", "sh")
+	initial, err := unix.IoctlGetTermios(int(s.tty.Fd()), unix.TCGETS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mark := 0
+	s.send("stty size\r")
+	mark = s.expect(mark, "40 120")
+	// A new window size reaches the guest's terminal.
+	pty.Setsize(s.ptmx, &pty.Winsize{Rows: 50, Cols: 100})
+	s.cmd.Process.Signal(syscall.SIGWINCH)
+	eventually(t, 10*time.Second, "the new size in the guest", func() error {
+		s.send("stty size\r")
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if !strings.Contains(s.out.String()[mark:], "50 100") {
+			return fmt.Errorf("no 50 100 yet")
+		}
+		return nil
+	})
+	mark = s.expect(mark, "50 100")
+	// Ctrl-C ends a running command, not the session.
+	s.send("sleep 100; echo slept-$((1+1))-through\r")
+	time.Sleep(500 * time.Millisecond)
+	start := time.Now()
+	s.send("\x03")
+	s.send("echo after-$((40+2))\r")
+	mark = s.expect(mark, "after-42")
+	if took := time.Since(start); took > 10*time.Second {
+		t.Errorf("Ctrl-C took %s to end sleep", took)
+	}
+	s.mu.Lock()
+	if strings.Contains(s.out.String(), "slept-2-through") {
+		t.Error("Ctrl-C did not reach sleep")
+	}
+	s.mu.Unlock()
+	// A full-screen editor opens and quits.
+	s.send("vi /tmp/shell-test.txt\r")
+	mark = s.expect(mark, "\x1b[")
+	time.Sleep(300 * time.Millisecond)
+	s.send("ihello from vi")
+	time.Sleep(300 * time.Millisecond)
+	s.send("\x1b") // alone: an escape followed at once by more reads as a key sequence
+	time.Sleep(300 * time.Millisecond)
+	s.send(":wq\r")
+	s.send("cat /tmp/shell-test.txt\r")
+	mark = s.expect(mark, "hello from vi")
+	// The exit status comes back; the local terminal is as it was.
+	s.send("exit 3\r")
+	if code := s.exited(t); code != 3 {
+		t.Errorf("exit status %d, want 3", code)
+	}
+	after, err := unix.IoctlGetTermios(int(s.tty.Fd()), unix.TCGETS)
+	if err != nil || after.Lflag != initial.Lflag || after.Iflag != initial.Iflag || after.Oflag != initial.Oflag {
+		t.Errorf("the terminal was not restored: lflag %#x iflag %#x oflag %#x, was %#x %#x %#x (%v)",
+			after.Lflag, after.Iflag, after.Oflag, initial.Lflag, initial.Iflag, initial.Oflag, err)
+	}
+
+	// A client that goes away (killed) leaves nothing in the guest.
+	gone := c.startTerminal(c.token, 24, 80, "guest", "exec", "-it", "hello-dev", "--", "sh", "-c", "sleep 4321 & sleep 4322")
+	eventually(t, 15*time.Second, "the session's commands running", func() error {
+		if out := l.guestSh("ps"); !strings.Contains(out, "sleep 4322") {
+			return fmt.Errorf("ps:\n%s", out)
+		}
+		return nil
+	})
+	gone.cmd.Process.Kill()
+	eventually(t, 15*time.Second, "the session's commands gone", func() error {
+		if out := l.guestSh("ps"); strings.Contains(out, "sleep 432") {
+			return fmt.Errorf("still running after the client went:\n%s", out)
+		}
+		return nil
+	})
+
+	// corpus shell opens in the serving release; with a command, runs it.
+	sh := c.startTerminal(c.token, 24, 80, "shell", "hello")
+	sh.send("pwd\r")
+	sh.expect(0, "/srv/projects/hello/current")
+	sh.send("exit\r")
+	if code := sh.exited(t); code != 0 {
+		t.Errorf("corpus shell exit status %d", code)
+	}
+	if out := c.mustCLI("shell", "hello", "--", "cat", "www/index.html"); strings.TrimSpace(out) != "version one" {
+		t.Errorf("corpus shell hello -- cat: %q", out)
+	}
+	// Without -t, stdin streams through a pipe, its end passed on.
+	piped := exec.Command("nsenter", "--net=/run/netns/"+c.lab.ctl, corpusBin, "--address", c.api, "--token", c.token, "--ca-cert", c.ca,
+		"guest", "exec", "-i", "hello-dev", "--", "sh")
+	piped.Env = append(os.Environ(), "XDG_CONFIG_HOME="+c.cfgHome, "CORPUS_ENV=", "CORPUS_ADDR=", "CORPUS_TOKEN=", "CORPUS_CA_CERT=")
+	piped.Stdin = strings.NewReader("echo piped-$((2+3))\nexit 4\n")
+	out, err := piped.Output()
+	if code := piped.ProcessState.ExitCode(); strings.TrimSpace(string(out)) != "piped-5" || code != 4 {
+		t.Errorf("exec -i with piped input: %q, exit %d, %v", out, code, err)
+	}
+
+	// Sessions are in the audit log, start and end.
+	audit := c.mustCLI("audit", "--json")
+	if !strings.Contains(audit, "shell_guest") || !strings.Contains(audit, "exit status 3") || !strings.Contains(audit, "on a terminal") {
+		t.Errorf("the audit log lacks the sessions:\n%s", grepLines(audit, "shell"))
+	}
+	if strings.Contains(audit, "hello from vi") {
+		t.Error("the audit log has what was typed")
+	}
+
+	// A dev without the grant is refused, and nothing runs.
+	c.mustCLI("user", "add", "carol", "--role", "dev")
+	var tok struct {
+		Token string `json:"token"`
+	}
+	if err := c.json(&tok, "user", "token", "create", "carol", "--ttl", "1h"); err != nil {
+		t.Fatal(err)
+	}
+	refused := c.startTerminal(tok.Token, 24, 80, "guest", "exec", "-it", "hello-dev", "--", "sh", "-c", "touch /tmp/carol-was-here")
+	if code := refused.exited(t); code == 0 {
+		t.Error("carol's session in hello-dev was accepted")
+	}
+	refused.expect(0, "may not use project hello")
+	if out := l.guestSh("ls /tmp"); strings.Contains(out, "carol-was-here") {
+		t.Error("carol's refused command ran")
+	}
+}
