@@ -20,6 +20,7 @@ import (
 	"connectrpc.com/connect"
 	"golang.org/x/crypto/ssh"
 
+	"corpus/agent/shell"
 	"corpus/internal/atomicfile"
 	"corpus/internal/names"
 	"corpus/internal/secret"
@@ -180,10 +181,18 @@ func (s *gitServer) handle(ctx context.Context, conn net.Conn) {
 	}
 	conn.SetDeadline(time.Time{})
 	defer sc.Close()
+	// Sessions end with the connection: a client that goes leaves
+	// nothing running.
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		sc.Wait()
+		cancel()
+	}()
 	go ssh.DiscardRequests(reqs)
 	for nc := range chans {
 		if nc.ChannelType() != "session" {
-			nc.Reject(ssh.UnknownChannelType, "corpus serves git only")
+			nc.Reject(ssh.UnknownChannelType, "corpus serves git and shells only: no forwarding")
 			continue
 		}
 		ch, creqs, err := nc.Accept()
@@ -194,31 +203,45 @@ func (s *gitServer) handle(ctx context.Context, conn net.Conn) {
 	}
 }
 
-// session serves one SSH session: a single exec of a git command.
+// session serves one SSH session: a single exec of a git command, or a
+// shell (sshshell.go).
 func (s *gitServer) session(ctx context.Context, sc *ssh.ServerConn, ch ssh.Channel, reqs <-chan *ssh.Request) {
 	defer ch.Close()
+	x := &sshSession{s: s, sc: sc, ch: ch, resize: make(chan shell.Input, 8)}
 	for req := range reqs {
-		switch req.Type {
-		case "env":
-			req.Reply(true, nil) // ignored: git's GIT_PROTOCOL is not needed
-		case "exec":
-			var payload struct{ Command string }
-			if err := ssh.Unmarshal(req.Payload, &payload); err != nil {
-				req.Reply(false, nil)
+		if req.Type != "exec" {
+			if x.request(req) {
 				return
 			}
-			req.Reply(true, nil)
-			code := s.exec(ctx, sc, ch, payload.Command)
-			ch.SendRequest("exit-status", false, ssh.Marshal(struct{ Status uint32 }{uint32(code)}))
-			return
-		default:
+			continue
+		}
+		var payload struct{ Command string }
+		if err := ssh.Unmarshal(req.Payload, &payload); err != nil {
 			req.Reply(false, nil)
-			if req.Type == "shell" || req.Type == "pty-req" {
-				fmt.Fprintf(ch.Stderr(), "corpus: this endpoint serves git only (git push / git fetch); use `corpus guest exec` for a shell\r\n")
-				ch.SendRequest("exit-status", false, ssh.Marshal(struct{ Status uint32 }{1}))
-				return
+			return
+		}
+		req.Reply(true, nil)
+		if project, env, argv, ok := shellCommand(payload.Command); ok {
+			// The shell runs while window changes keep coming.
+			done := make(chan int, 1)
+			go func() { done <- x.run(ctx, project, env, argv) }()
+			for {
+				select {
+				case code := <-done:
+					x.exit(code)
+					return
+				case req, ok := <-reqs:
+					if !ok {
+						x.exit(<-done)
+						return
+					}
+					x.request(req)
+				}
 			}
 		}
+		code := s.exec(ctx, sc, ch, payload.Command)
+		x.exit(code)
+		return
 	}
 }
 
@@ -231,7 +254,7 @@ func parseGitCommand(cmd string) (service, project, env string, err error) {
 		verb, arg = "git-"+verb2, rest
 	}
 	if !ok || (verb != "git-receive-pack" && verb != "git-upload-pack") {
-		return "", "", "", errors.New("this endpoint serves git-receive-pack and git-upload-pack only")
+		return "", "", "", errors.New("this endpoint serves git-receive-pack, git-upload-pack and shell PROJECT[/ENV] only")
 	}
 	arg = strings.TrimSpace(arg)
 	if len(arg) >= 2 && (arg[0] == '\'' || arg[0] == '"') && arg[len(arg)-1] == arg[0] {

@@ -37,6 +37,43 @@ func (c shellClient) Send(stdout, stderr []byte) error {
 
 func clampSize(n uint32) uint16 { return uint16(min(n, 4096)) }
 
+// shellRequest prepares a session in guest name of this node: with a
+// terminal, the supervisor binary goes into the guest first (its tty
+// command makes the terminal the command's own) and TERM is set.
+func (a *Agent) shellRequest(ctx context.Context, name string, argv []string, env map[string]string, dir string,
+	tty bool, term string, size *corpusv1.TerminalSize) (shell.Request, drivers.Driver, error) {
+	g := a.desiredByName(name)
+	if g == nil {
+		return shell.Request{}, nil, connect.NewError(connect.CodeNotFound, fmt.Errorf("guest %q is not on node %s", name, a.id.NodeName))
+	}
+	d, ok := a.drivers[g.Spec.GetDriver()]
+	if !ok || !d.Capabilities().Exec {
+		return shell.Request{}, nil, connect.NewError(connect.CodeUnimplemented, fmt.Errorf("driver %s cannot run commands in guest %s", g.Spec.GetDriver(), g.Name))
+	}
+	req := shell.Request{Guest: g.Name, Argv: argv, Env: env, Dir: dir, TTY: tty}
+	if !tty {
+		return req, d, nil
+	}
+	if !d.Capabilities().ExecTerminal {
+		return req, nil, connect.NewError(connect.CodeUnimplemented, fmt.Errorf("driver %s gives guests no terminal (a VM's guest agent runs commands without one); run the command without a terminal", g.Spec.GetDriver()))
+	}
+	if err := a.runtime.Install(ctx, d, g.Name); err != nil {
+		return req, nil, connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("preparing the terminal in guest %s: %w", g.Name, err))
+	}
+	req.Wrap = func(argv []string) []string { return append([]string{supervisor.Binary, "tty"}, argv...) }
+	req.Env = map[string]string{"TERM": "xterm"}
+	if validTerm(term) {
+		req.Env["TERM"] = term
+	}
+	for k, v := range env {
+		req.Env[k] = v
+	}
+	if size != nil {
+		req.Rows, req.Cols = clampSize(size.Rows), clampSize(size.Cols)
+	}
+	return req, d, nil
+}
+
 // Shell runs an interactive command in a guest of this node.
 func (s *agentAPI) Shell(ctx context.Context, stream *connect.BidiStream[corpusv1.ShellInput, corpusv1.ExecOutput]) error {
 	a := s.a
@@ -57,35 +94,9 @@ func (s *agentAPI) Shell(ctx context.Context, stream *connect.BidiStream[corpusv
 	if len(open.Argv) == 0 {
 		return connect.NewError(connect.CodeInvalidArgument, errors.New("no command given"))
 	}
-	g := a.desiredByName(open.Name)
-	if g == nil {
-		return connect.NewError(connect.CodeNotFound, fmt.Errorf("guest %q is not on node %s", open.Name, a.id.NodeName))
-	}
-	d, ok := a.drivers[g.Spec.GetDriver()]
-	if !ok || !d.Capabilities().Exec {
-		return connect.NewError(connect.CodeUnimplemented, fmt.Errorf("driver %s cannot run commands in guest %s", g.Spec.GetDriver(), g.Name))
-	}
-	req := shell.Request{Guest: g.Name, Argv: open.Argv, Env: open.Env, Dir: open.Dir, TTY: first.Tty}
-	if first.Tty {
-		if !d.Capabilities().ExecTerminal {
-			return connect.NewError(connect.CodeUnimplemented, fmt.Errorf("driver %s gives guests no terminal (a VM's guest agent runs commands without one); run the command without -t", g.Spec.GetDriver()))
-		}
-		// corpus-supervisor tty makes the terminal the command's own.
-		if err := a.runtime.Install(ctx, d, g.Name); err != nil {
-			return connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("preparing the terminal in guest %s: %w", g.Name, err))
-		}
-		req.Wrap = func(argv []string) []string { return append([]string{supervisor.Binary, "tty"}, argv...) }
-		env := map[string]string{"TERM": "xterm"}
-		if validTerm(first.Term) {
-			env["TERM"] = first.Term
-		}
-		for k, v := range open.Env {
-			env[k] = v
-		}
-		req.Env = env
-		if sz := first.GetSize(); sz != nil {
-			req.Rows, req.Cols = clampSize(sz.Rows), clampSize(sz.Cols)
-		}
+	req, d, err := a.shellRequest(ctx, open.Name, open.Argv, open.Env, open.Dir, first.Tty, first.Term, first.GetSize())
+	if err != nil {
+		return err
 	}
 	code, err := a.shells.Run(ctx, d, req, shellClient{stream})
 	switch {
@@ -98,7 +109,7 @@ func (s *agentAPI) Shell(ctx context.Context, stream *connect.BidiStream[corpusv
 	case err != nil && ctx.Err() != nil:
 		return nil // the caller went away
 	case err != nil:
-		return connect.NewError(connect.CodeInternal, fmt.Errorf("shell in %s: %w", g.Name, err))
+		return connect.NewError(connect.CodeInternal, fmt.Errorf("shell in %s: %w", req.Guest, err))
 	}
 	return stream.Send(&corpusv1.ExecOutput{Exited: true, ExitCode: int32(code)})
 }

@@ -264,6 +264,10 @@ var authCalls = map[string]func(ctx context.Context, c clients) error{
 		_, err := c.cluster.RotateKeyring(ctx, connect.NewRequest(&corpusv1.RotateKeyringRequest{}))
 		return err
 	},
+	corpusv1connect.AgentServiceRecordShellProcedure: func(ctx context.Context, c clients) error {
+		_, err := c.agent.RecordShell(ctx, connect.NewRequest(&corpusv1.RecordShellRequest{Fingerprint: "SHA256:nope", Guest: "nope", Result: "started"}))
+		return err
+	},
 	corpusv1connect.AgentServiceSetWebPortProcedure: func(ctx context.Context, c clients) error {
 		_, err := c.agent.SetWebPort(ctx, connect.NewRequest(&corpusv1.SetWebPortRequest{Project: "nope", Env: "dev", Port: 81}))
 		return err

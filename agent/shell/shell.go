@@ -168,16 +168,21 @@ func (s *session) ended() {
 	}
 }
 
-// input passes the client's input on until it ends; a receive error (the
+// input passes the client's input on until it ends: to stdin, whose end
+// closeIn marks (nil on a terminal, whose end is a key the user types),
+// and window sizes to resize. A receive error other than io.EOF (the
 // client went) ends the session.
-func (s *session) input(ctx context.Context, stdin io.WriteCloser, resize func(rows, cols uint16)) {
+func (s *session) input(ctx context.Context, stdin io.Writer, closeIn func(), resize func(rows, cols uint16)) {
+	end := func() {
+		if closeIn != nil {
+			closeIn()
+			closeIn = nil
+		}
+	}
 	for {
 		in, err := s.c.Recv()
 		if errors.Is(err, io.EOF) {
-			// The client sends no more (a gone client ends ctx instead).
-			if stdin != nil {
-				stdin.Close()
-			}
+			end() // the client sends no more; a gone client ends ctx instead
 			return
 		}
 		if err != nil {
@@ -193,9 +198,8 @@ func (s *session) input(ctx context.Context, stdin io.WriteCloser, resize func(r
 				stdin = nil
 			}
 		}
-		if in.CloseStdin && stdin != nil {
-			stdin.Close()
-			stdin = nil
+		if in.CloseStdin {
+			end()
 		}
 		if ctx.Err() != nil {
 			return
@@ -233,7 +237,7 @@ func (s *session) runTTY(ctx context.Context, x Execer, req Request) (int, error
 			}
 		}
 	}()
-	go s.input(ctx, ptmx, resize)
+	go s.input(ctx, ptmx, nil, resize)
 	code, err := x.Exec(ctx, req.Guest, drivers.ExecRequest{Argv: argv, Env: req.Env, Dir: req.Dir, Terminal: tty})
 	tty.Close()
 	// What the command printed last is still in the terminal; a
@@ -254,7 +258,7 @@ func (s *session) runTTY(ctx context.Context, x Execer, req Request) (int, error
 func (s *session) runPipes(ctx context.Context, x Execer, req Request) (int, error) {
 	pr, pw := io.Pipe()
 	defer pr.Close()
-	go s.input(ctx, pw, nil)
+	go s.input(ctx, pw, func() { pw.Close() }, nil)
 	go func() {
 		<-ctx.Done() // a limit or a gone client: no more input
 		pw.CloseWithError(io.EOF)

@@ -141,6 +141,7 @@ var Policies = map[string]auth.Policy{
 	corpusv1connect.ProjectServiceDeployProcedure:           {auth.Operator},
 	corpusv1connect.ProjectServiceListProcessesProcedure:    {auth.Operator},
 	corpusv1connect.AgentServiceSetWebPortProcedure:         {auth.Agent},
+	corpusv1connect.AgentServiceRecordShellProcedure:        {auth.Agent},
 }
 
 // users are every kind of user; handlers narrow what each may touch.

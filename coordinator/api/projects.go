@@ -558,7 +558,9 @@ func (s *agentService) GitAccess(ctx context.Context, req *connect.Request[corpu
 	switch {
 	case u.Role == corpusv1.RoleOps:
 	case u.Role == corpusv1.RoleDev && member:
-	case u.Role == corpusv1.RoleViewer && member && !m.Write:
+	case u.Role == corpusv1.RoleViewer && member && !m.Write && !m.Shell:
+	case u.Role == corpusv1.RoleViewer && member && m.Shell:
+		return deny("user %s is a viewer and may not open shells", u.Name)
 	case u.Role == corpusv1.RoleViewer && member:
 		return deny("user %s is a viewer and may not push", u.Name)
 	default:

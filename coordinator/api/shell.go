@@ -125,3 +125,24 @@ func (s *guestService) relayShell(ctx context.Context, n *corpusv1.Node, first *
 		}
 	}
 }
+
+// RecordShell records a shell session opened over a node's SSH endpoint,
+// as the user whose key opened it.
+func (s *agentService) RecordShell(ctx context.Context, req *connect.Request[corpusv1.RecordShellRequest]) (*connect.Response[corpusv1.RecordShellResponse], error) {
+	m := req.Msg
+	if err := names.Validate("guest", m.Guest); err != nil {
+		return nil, toConnect(err)
+	}
+	if len(m.Result) > 512 {
+		return nil, toConnect(invalidf("result of %d bytes; the limit is 512", len(m.Result)))
+	}
+	u := s.b.Store.Read().UserByFingerprint(m.Fingerprint)
+	if u == nil {
+		return nil, toConnect(invalidf("key %.80s belongs to no user", m.Fingerprint))
+	}
+	actor := fmt.Sprintf("user:%s (ssh via node %s)", u.Name, auth.FromContext(ctx).NodeID)
+	if err := s.b.audit.record(ctx, actor, "shell_guest", m.Guest, m.Result); err != nil {
+		return nil, connect.NewError(connect.CodeUnavailable, err)
+	}
+	return connect.NewResponse(&corpusv1.RecordShellResponse{}), nil
+}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
 	"syscall"
@@ -30,20 +31,34 @@ type termSession struct {
 
 func (c *cluster) startTerminal(token string, rows, cols uint16, args ...string) *termSession {
 	c.t.Helper()
+	args = append([]string{"--net=/run/netns/" + c.lab.ctl, corpusBin, "--address", c.api, "--token", token, "--ca-cert", c.ca}, args...)
+	return startOnTerminal(c.t, rows, cols, []string{"XDG_CONFIG_HOME=" + c.cfgHome, "CORPUS_ENV=", "CORPUS_ADDR=", "CORPUS_TOKEN=", "CORPUS_CA_CERT="}, "nsenter", args...)
+}
+
+// sshTerminal runs OpenSSH's client as user, from the client's
+// namespace, to the node's SSH endpoint, on a terminal.
+func (l *deployLab) sshTerminal(user string, args ...string) *termSession {
+	l.t.Helper()
+	args = append([]string{"--net=/run/netns/" + l.client, "ssh", "-i", l.keys[user], "-o", "IdentitiesOnly=yes", "-o", "StrictHostKeyChecking=no",
+		"-o", "UserKnownHostsFile=/dev/null", "-o", "LogLevel=ERROR", "-o", "BatchMode=yes", "-p", "2222"}, args...)
+	return startOnTerminal(l.t, 24, 80, []string{"HOME=" + filepath.Dir(l.keys[user])}, "nsenter", args...)
+}
+
+func startOnTerminal(t *testing.T, rows, cols uint16, env []string, name string, args ...string) *termSession {
+	t.Helper()
 	ptmx, tty, err := pty.Open()
 	if err != nil {
-		c.t.Fatal(err)
+		t.Fatal(err)
 	}
 	pty.Setsize(ptmx, &pty.Winsize{Rows: rows, Cols: cols})
-	args = append([]string{"--net=/run/netns/" + c.lab.ctl, corpusBin, "--address", c.api, "--token", token, "--ca-cert", c.ca}, args...)
-	cmd := exec.Command("nsenter", args...)
-	cmd.Env = append(os.Environ(), "TERM=xterm", "XDG_CONFIG_HOME="+c.cfgHome, "CORPUS_ENV=", "CORPUS_ADDR=", "CORPUS_TOKEN=", "CORPUS_CA_CERT=")
+	cmd := exec.Command(name, args...)
+	cmd.Env = append(append(os.Environ(), "TERM=xterm"), env...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = tty, tty, tty
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: true, Ctty: 0}
 	if err := cmd.Start(); err != nil {
-		c.t.Fatal(err)
+		t.Fatal(err)
 	}
-	s := &termSession{t: c.t, cmd: cmd, ptmx: ptmx, tty: tty, done: make(chan struct{})}
+	s := &termSession{t: t, cmd: cmd, ptmx: ptmx, tty: tty, done: make(chan struct{})}
 	go func() {
 		buf := make([]byte, 4096)
 		for {
@@ -61,7 +76,7 @@ func (c *cluster) startTerminal(token string, rows, cols uint16, args ...string)
 		s.code = cmd.ProcessState.ExitCode()
 		close(s.done)
 	}()
-	c.t.Cleanup(func() {
+	t.Cleanup(func() {
 		cmd.Process.Kill()
 		<-s.done
 		ptmx.Close()
@@ -219,6 +234,46 @@ func TestShell(t *testing.T) {
 	}
 	if strings.Contains(audit, "hello from vi") {
 		t.Error("the audit log has what was typed")
+	}
+
+	// SSH, with the keys and rights of git push: a shell on a terminal
+	// in the serving release, a command without one; refused for a dev
+	// without the grant, and for forwarding and sftp.
+	ssh := l.sshTerminal("alice", "-t", "git@"+l.nodeAddr, "shell", "hello")
+	ssh.send("pwd; stty size\r")
+	m := ssh.expect(0, "/srv/projects/hello/current")
+	ssh.expect(m, "24 80")
+	ssh.send("exit 6\r")
+	if code := ssh.exited(t); code != 6 {
+		t.Errorf("ssh shell exit status %d, want 6", code)
+	}
+	sshCmd := func(user string, args ...string) (string, int) {
+		cmd := exec.Command("nsenter", append([]string{"--net=/run/netns/" + l.client, "ssh", "-i", l.keys[user], "-o", "IdentitiesOnly=yes",
+			"-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null", "-o", "LogLevel=ERROR", "-o", "BatchMode=yes", "-p", "2222"}, args...)...)
+		cmd.Env = append(os.Environ(), "HOME="+filepath.Dir(l.keys[user]))
+		out, _ := cmd.CombinedOutput()
+		return string(out), cmd.ProcessState.ExitCode()
+	}
+	if out, code := sshCmd("alice", "git@"+l.nodeAddr, "shell", "hello/dev", "cat www/index.html; exit 2"); code != 2 || !strings.Contains(out, "version one") {
+		t.Errorf("ssh shell with a command: %d %q", code, out)
+	}
+	if out, code := sshCmd("bob", "git@"+l.nodeAddr, "shell", "hello", "touch /tmp/bob-was-here"); code == 0 || !strings.Contains(out, "may not use project hello") {
+		t.Errorf("bob's ssh shell: %d %q", code, out)
+	}
+	if out := l.guestSh("ls /tmp"); strings.Contains(out, "bob-was-here") {
+		t.Error("bob's refused command ran")
+	}
+	if out, code := sshCmd("alice", "-s", "git@"+l.nodeAddr, "sftp"); code == 0 {
+		t.Errorf("the sftp subsystem was accepted: %q", out)
+	}
+	if out, code := sshCmd("alice", "-o", "ExitOnForwardFailure=yes", "-R", "127.0.0.1:18080:127.0.0.1:80", "git@"+l.nodeAddr, "shell", "hello", "true"); code == 0 {
+		t.Errorf("a remote port forward was accepted: %q", out)
+	}
+	if out, code := sshCmd("alice", "-W", "127.0.0.1:80", "git@"+l.nodeAddr); code == 0 {
+		t.Errorf("a forwarded connection was accepted: %q", out)
+	}
+	if audit := c.mustCLI("audit", "--json"); !strings.Contains(audit, "over ssh on a terminal") || !strings.Contains(audit, "exit status 6") || !strings.Contains(audit, "user:alice") {
+		t.Errorf("the audit log lacks the ssh sessions:\n%s", grepLines(audit, "ssh"))
 	}
 
 	// A dev without the grant is refused, and nothing runs.

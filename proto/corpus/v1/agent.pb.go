@@ -296,7 +296,11 @@ type GitAccessRequest struct {
 	// env may be empty when the project has one environment on this node.
 	Env string `protobuf:"bytes,3,opt,name=env,proto3" json:"env,omitempty"`
 	// write is true for a push.
-	Write         bool `protobuf:"varint,4,opt,name=write,proto3" json:"write,omitempty"`
+	Write bool `protobuf:"varint,4,opt,name=write,proto3" json:"write,omitempty"`
+	// shell asks for an interactive session in the environment's guest
+	// (over the node's SSH endpoint): allowed as a push is, to ops and
+	// granted devs.
+	Shell         bool `protobuf:"varint,5,opt,name=shell,proto3" json:"shell,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -359,6 +363,111 @@ func (x *GitAccessRequest) GetWrite() bool {
 	return false
 }
 
+func (x *GitAccessRequest) GetShell() bool {
+	if x != nil {
+		return x.Shell
+	}
+	return false
+}
+
+type RecordShellRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// fingerprint of the key the session's user authenticated with.
+	Fingerprint string `protobuf:"bytes,1,opt,name=fingerprint,proto3" json:"fingerprint,omitempty"`
+	Guest       string `protobuf:"bytes,2,opt,name=guest,proto3" json:"guest,omitempty"`
+	// result: how the session started or ended, for the audit log.
+	Result        string `protobuf:"bytes,3,opt,name=result,proto3" json:"result,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RecordShellRequest) Reset() {
+	*x = RecordShellRequest{}
+	mi := &file_corpus_v1_agent_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RecordShellRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RecordShellRequest) ProtoMessage() {}
+
+func (x *RecordShellRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_agent_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RecordShellRequest.ProtoReflect.Descriptor instead.
+func (*RecordShellRequest) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *RecordShellRequest) GetFingerprint() string {
+	if x != nil {
+		return x.Fingerprint
+	}
+	return ""
+}
+
+func (x *RecordShellRequest) GetGuest() string {
+	if x != nil {
+		return x.Guest
+	}
+	return ""
+}
+
+func (x *RecordShellRequest) GetResult() string {
+	if x != nil {
+		return x.Result
+	}
+	return ""
+}
+
+type RecordShellResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RecordShellResponse) Reset() {
+	*x = RecordShellResponse{}
+	mi := &file_corpus_v1_agent_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RecordShellResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RecordShellResponse) ProtoMessage() {}
+
+func (x *RecordShellResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_agent_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RecordShellResponse.ProtoReflect.Descriptor instead.
+func (*RecordShellResponse) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{7}
+}
+
 type GitAccessResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	User  string                 `protobuf:"bytes,1,opt,name=user,proto3" json:"user,omitempty"`
@@ -377,7 +486,7 @@ type GitAccessResponse struct {
 
 func (x *GitAccessResponse) Reset() {
 	*x = GitAccessResponse{}
-	mi := &file_corpus_v1_agent_proto_msgTypes[6]
+	mi := &file_corpus_v1_agent_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -389,7 +498,7 @@ func (x *GitAccessResponse) String() string {
 func (*GitAccessResponse) ProtoMessage() {}
 
 func (x *GitAccessResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_agent_proto_msgTypes[6]
+	mi := &file_corpus_v1_agent_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -402,7 +511,7 @@ func (x *GitAccessResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GitAccessResponse.ProtoReflect.Descriptor instead.
 func (*GitAccessResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{6}
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *GitAccessResponse) GetUser() string {
@@ -471,7 +580,7 @@ type BeginReleaseRequest struct {
 
 func (x *BeginReleaseRequest) Reset() {
 	*x = BeginReleaseRequest{}
-	mi := &file_corpus_v1_agent_proto_msgTypes[7]
+	mi := &file_corpus_v1_agent_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -483,7 +592,7 @@ func (x *BeginReleaseRequest) String() string {
 func (*BeginReleaseRequest) ProtoMessage() {}
 
 func (x *BeginReleaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_agent_proto_msgTypes[7]
+	mi := &file_corpus_v1_agent_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -496,7 +605,7 @@ func (x *BeginReleaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BeginReleaseRequest.ProtoReflect.Descriptor instead.
 func (*BeginReleaseRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{7}
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *BeginReleaseRequest) GetProject() string {
@@ -560,7 +669,7 @@ type BeginReleaseResponse struct {
 
 func (x *BeginReleaseResponse) Reset() {
 	*x = BeginReleaseResponse{}
-	mi := &file_corpus_v1_agent_proto_msgTypes[8]
+	mi := &file_corpus_v1_agent_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -572,7 +681,7 @@ func (x *BeginReleaseResponse) String() string {
 func (*BeginReleaseResponse) ProtoMessage() {}
 
 func (x *BeginReleaseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_agent_proto_msgTypes[8]
+	mi := &file_corpus_v1_agent_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -585,7 +694,7 @@ func (x *BeginReleaseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BeginReleaseResponse.ProtoReflect.Descriptor instead.
 func (*BeginReleaseResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{8}
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *BeginReleaseResponse) GetRelease() *Release {
@@ -616,7 +725,7 @@ type FinishReleaseRequest struct {
 
 func (x *FinishReleaseRequest) Reset() {
 	*x = FinishReleaseRequest{}
-	mi := &file_corpus_v1_agent_proto_msgTypes[9]
+	mi := &file_corpus_v1_agent_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -628,7 +737,7 @@ func (x *FinishReleaseRequest) String() string {
 func (*FinishReleaseRequest) ProtoMessage() {}
 
 func (x *FinishReleaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_agent_proto_msgTypes[9]
+	mi := &file_corpus_v1_agent_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -641,7 +750,7 @@ func (x *FinishReleaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FinishReleaseRequest.ProtoReflect.Descriptor instead.
 func (*FinishReleaseRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{9}
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *FinishReleaseRequest) GetId() string {
@@ -695,7 +804,7 @@ type FinishReleaseResponse struct {
 
 func (x *FinishReleaseResponse) Reset() {
 	*x = FinishReleaseResponse{}
-	mi := &file_corpus_v1_agent_proto_msgTypes[10]
+	mi := &file_corpus_v1_agent_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -707,7 +816,7 @@ func (x *FinishReleaseResponse) String() string {
 func (*FinishReleaseResponse) ProtoMessage() {}
 
 func (x *FinishReleaseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_agent_proto_msgTypes[10]
+	mi := &file_corpus_v1_agent_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -720,7 +829,7 @@ func (x *FinishReleaseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FinishReleaseResponse.ProtoReflect.Descriptor instead.
 func (*FinishReleaseResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{10}
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *FinishReleaseResponse) GetRelease() *Release {
@@ -741,7 +850,7 @@ type SetCurrentReleaseRequest struct {
 
 func (x *SetCurrentReleaseRequest) Reset() {
 	*x = SetCurrentReleaseRequest{}
-	mi := &file_corpus_v1_agent_proto_msgTypes[11]
+	mi := &file_corpus_v1_agent_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -753,7 +862,7 @@ func (x *SetCurrentReleaseRequest) String() string {
 func (*SetCurrentReleaseRequest) ProtoMessage() {}
 
 func (x *SetCurrentReleaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_agent_proto_msgTypes[11]
+	mi := &file_corpus_v1_agent_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -766,7 +875,7 @@ func (x *SetCurrentReleaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetCurrentReleaseRequest.ProtoReflect.Descriptor instead.
 func (*SetCurrentReleaseRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{11}
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *SetCurrentReleaseRequest) GetProject() string {
@@ -798,7 +907,7 @@ type SetCurrentReleaseResponse struct {
 
 func (x *SetCurrentReleaseResponse) Reset() {
 	*x = SetCurrentReleaseResponse{}
-	mi := &file_corpus_v1_agent_proto_msgTypes[12]
+	mi := &file_corpus_v1_agent_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -810,7 +919,7 @@ func (x *SetCurrentReleaseResponse) String() string {
 func (*SetCurrentReleaseResponse) ProtoMessage() {}
 
 func (x *SetCurrentReleaseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_agent_proto_msgTypes[12]
+	mi := &file_corpus_v1_agent_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -823,7 +932,7 @@ func (x *SetCurrentReleaseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetCurrentReleaseResponse.ProtoReflect.Descriptor instead.
 func (*SetCurrentReleaseResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{12}
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{14}
 }
 
 type PruneReleasesRequest struct {
@@ -837,7 +946,7 @@ type PruneReleasesRequest struct {
 
 func (x *PruneReleasesRequest) Reset() {
 	*x = PruneReleasesRequest{}
-	mi := &file_corpus_v1_agent_proto_msgTypes[13]
+	mi := &file_corpus_v1_agent_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -849,7 +958,7 @@ func (x *PruneReleasesRequest) String() string {
 func (*PruneReleasesRequest) ProtoMessage() {}
 
 func (x *PruneReleasesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_agent_proto_msgTypes[13]
+	mi := &file_corpus_v1_agent_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -862,7 +971,7 @@ func (x *PruneReleasesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PruneReleasesRequest.ProtoReflect.Descriptor instead.
 func (*PruneReleasesRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{13}
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *PruneReleasesRequest) GetProject() string {
@@ -894,7 +1003,7 @@ type PruneReleasesResponse struct {
 
 func (x *PruneReleasesResponse) Reset() {
 	*x = PruneReleasesResponse{}
-	mi := &file_corpus_v1_agent_proto_msgTypes[14]
+	mi := &file_corpus_v1_agent_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -906,7 +1015,7 @@ func (x *PruneReleasesResponse) String() string {
 func (*PruneReleasesResponse) ProtoMessage() {}
 
 func (x *PruneReleasesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_agent_proto_msgTypes[14]
+	mi := &file_corpus_v1_agent_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -919,7 +1028,7 @@ func (x *PruneReleasesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PruneReleasesResponse.ProtoReflect.Descriptor instead.
 func (*PruneReleasesResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{14}
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{16}
 }
 
 type EnrollRequest struct {
@@ -942,7 +1051,7 @@ type EnrollRequest struct {
 
 func (x *EnrollRequest) Reset() {
 	*x = EnrollRequest{}
-	mi := &file_corpus_v1_agent_proto_msgTypes[15]
+	mi := &file_corpus_v1_agent_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -954,7 +1063,7 @@ func (x *EnrollRequest) String() string {
 func (*EnrollRequest) ProtoMessage() {}
 
 func (x *EnrollRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_agent_proto_msgTypes[15]
+	mi := &file_corpus_v1_agent_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -967,7 +1076,7 @@ func (x *EnrollRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EnrollRequest.ProtoReflect.Descriptor instead.
 func (*EnrollRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{15}
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *EnrollRequest) GetJoinToken() string {
@@ -1049,7 +1158,7 @@ type EnrollResponse struct {
 
 func (x *EnrollResponse) Reset() {
 	*x = EnrollResponse{}
-	mi := &file_corpus_v1_agent_proto_msgTypes[16]
+	mi := &file_corpus_v1_agent_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1061,7 +1170,7 @@ func (x *EnrollResponse) String() string {
 func (*EnrollResponse) ProtoMessage() {}
 
 func (x *EnrollResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_agent_proto_msgTypes[16]
+	mi := &file_corpus_v1_agent_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1074,7 +1183,7 @@ func (x *EnrollResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EnrollResponse.ProtoReflect.Descriptor instead.
 func (*EnrollResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{16}
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *EnrollResponse) GetNodeId() string {
@@ -1121,7 +1230,7 @@ type RenewCertificateRequest struct {
 
 func (x *RenewCertificateRequest) Reset() {
 	*x = RenewCertificateRequest{}
-	mi := &file_corpus_v1_agent_proto_msgTypes[17]
+	mi := &file_corpus_v1_agent_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1133,7 +1242,7 @@ func (x *RenewCertificateRequest) String() string {
 func (*RenewCertificateRequest) ProtoMessage() {}
 
 func (x *RenewCertificateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_agent_proto_msgTypes[17]
+	mi := &file_corpus_v1_agent_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1146,7 +1255,7 @@ func (x *RenewCertificateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenewCertificateRequest.ProtoReflect.Descriptor instead.
 func (*RenewCertificateRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{17}
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *RenewCertificateRequest) GetCsrPem() []byte {
@@ -1166,7 +1275,7 @@ type RenewCertificateResponse struct {
 
 func (x *RenewCertificateResponse) Reset() {
 	*x = RenewCertificateResponse{}
-	mi := &file_corpus_v1_agent_proto_msgTypes[18]
+	mi := &file_corpus_v1_agent_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1178,7 +1287,7 @@ func (x *RenewCertificateResponse) String() string {
 func (*RenewCertificateResponse) ProtoMessage() {}
 
 func (x *RenewCertificateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_agent_proto_msgTypes[18]
+	mi := &file_corpus_v1_agent_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1191,7 +1300,7 @@ func (x *RenewCertificateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenewCertificateResponse.ProtoReflect.Descriptor instead.
 func (*RenewCertificateResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{18}
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *RenewCertificateResponse) GetCertificatePem() []byte {
@@ -1216,7 +1325,7 @@ type WatchRequest struct {
 
 func (x *WatchRequest) Reset() {
 	*x = WatchRequest{}
-	mi := &file_corpus_v1_agent_proto_msgTypes[19]
+	mi := &file_corpus_v1_agent_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1228,7 +1337,7 @@ func (x *WatchRequest) String() string {
 func (*WatchRequest) ProtoMessage() {}
 
 func (x *WatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_agent_proto_msgTypes[19]
+	mi := &file_corpus_v1_agent_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1241,7 +1350,7 @@ func (x *WatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchRequest.ProtoReflect.Descriptor instead.
 func (*WatchRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{19}
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{21}
 }
 
 type WatchResponse struct {
@@ -1275,7 +1384,7 @@ type WatchResponse struct {
 
 func (x *WatchResponse) Reset() {
 	*x = WatchResponse{}
-	mi := &file_corpus_v1_agent_proto_msgTypes[20]
+	mi := &file_corpus_v1_agent_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1287,7 +1396,7 @@ func (x *WatchResponse) String() string {
 func (*WatchResponse) ProtoMessage() {}
 
 func (x *WatchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_agent_proto_msgTypes[20]
+	mi := &file_corpus_v1_agent_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1300,7 +1409,7 @@ func (x *WatchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchResponse.ProtoReflect.Descriptor instead.
 func (*WatchResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{20}
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *WatchResponse) GetIndex() uint64 {
@@ -1392,7 +1501,7 @@ type ReportRequest struct {
 
 func (x *ReportRequest) Reset() {
 	*x = ReportRequest{}
-	mi := &file_corpus_v1_agent_proto_msgTypes[21]
+	mi := &file_corpus_v1_agent_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1404,7 +1513,7 @@ func (x *ReportRequest) String() string {
 func (*ReportRequest) ProtoMessage() {}
 
 func (x *ReportRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_agent_proto_msgTypes[21]
+	mi := &file_corpus_v1_agent_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1417,7 +1526,7 @@ func (x *ReportRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportRequest.ProtoReflect.Descriptor instead.
 func (*ReportRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{21}
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ReportRequest) GetCapacity() *Resources {
@@ -1500,7 +1609,7 @@ type ReportedGuest struct {
 
 func (x *ReportedGuest) Reset() {
 	*x = ReportedGuest{}
-	mi := &file_corpus_v1_agent_proto_msgTypes[22]
+	mi := &file_corpus_v1_agent_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1512,7 +1621,7 @@ func (x *ReportedGuest) String() string {
 func (*ReportedGuest) ProtoMessage() {}
 
 func (x *ReportedGuest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_agent_proto_msgTypes[22]
+	mi := &file_corpus_v1_agent_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1525,7 +1634,7 @@ func (x *ReportedGuest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportedGuest.ProtoReflect.Descriptor instead.
 func (*ReportedGuest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{22}
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ReportedGuest) GetGuestId() string {
@@ -1555,7 +1664,7 @@ type ReportedVolume struct {
 
 func (x *ReportedVolume) Reset() {
 	*x = ReportedVolume{}
-	mi := &file_corpus_v1_agent_proto_msgTypes[23]
+	mi := &file_corpus_v1_agent_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1567,7 +1676,7 @@ func (x *ReportedVolume) String() string {
 func (*ReportedVolume) ProtoMessage() {}
 
 func (x *ReportedVolume) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_agent_proto_msgTypes[23]
+	mi := &file_corpus_v1_agent_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1580,7 +1689,7 @@ func (x *ReportedVolume) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportedVolume.ProtoReflect.Descriptor instead.
 func (*ReportedVolume) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{23}
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ReportedVolume) GetVolumeId() string {
@@ -1613,7 +1722,7 @@ type ReportResponse struct {
 
 func (x *ReportResponse) Reset() {
 	*x = ReportResponse{}
-	mi := &file_corpus_v1_agent_proto_msgTypes[24]
+	mi := &file_corpus_v1_agent_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1625,7 +1734,7 @@ func (x *ReportResponse) String() string {
 func (*ReportResponse) ProtoMessage() {}
 
 func (x *ReportResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_agent_proto_msgTypes[24]
+	mi := &file_corpus_v1_agent_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1638,7 +1747,7 @@ func (x *ReportResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportResponse.ProtoReflect.Descriptor instead.
 func (*ReportResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{24}
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ReportResponse) GetIndex() uint64 {
@@ -1657,7 +1766,7 @@ type ExportVolumeRequest struct {
 
 func (x *ExportVolumeRequest) Reset() {
 	*x = ExportVolumeRequest{}
-	mi := &file_corpus_v1_agent_proto_msgTypes[25]
+	mi := &file_corpus_v1_agent_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1669,7 +1778,7 @@ func (x *ExportVolumeRequest) String() string {
 func (*ExportVolumeRequest) ProtoMessage() {}
 
 func (x *ExportVolumeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_agent_proto_msgTypes[25]
+	mi := &file_corpus_v1_agent_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1682,7 +1791,7 @@ func (x *ExportVolumeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExportVolumeRequest.ProtoReflect.Descriptor instead.
 func (*ExportVolumeRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{25}
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *ExportVolumeRequest) GetName() string {
@@ -1703,7 +1812,7 @@ type VolumeChunk struct {
 
 func (x *VolumeChunk) Reset() {
 	*x = VolumeChunk{}
-	mi := &file_corpus_v1_agent_proto_msgTypes[26]
+	mi := &file_corpus_v1_agent_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1715,7 +1824,7 @@ func (x *VolumeChunk) String() string {
 func (*VolumeChunk) ProtoMessage() {}
 
 func (x *VolumeChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_agent_proto_msgTypes[26]
+	mi := &file_corpus_v1_agent_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1728,7 +1837,7 @@ func (x *VolumeChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VolumeChunk.ProtoReflect.Descriptor instead.
 func (*VolumeChunk) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{26}
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *VolumeChunk) GetName() string {
@@ -1761,7 +1870,7 @@ type ImportVolumeResponse struct {
 
 func (x *ImportVolumeResponse) Reset() {
 	*x = ImportVolumeResponse{}
-	mi := &file_corpus_v1_agent_proto_msgTypes[27]
+	mi := &file_corpus_v1_agent_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1773,7 +1882,7 @@ func (x *ImportVolumeResponse) String() string {
 func (*ImportVolumeResponse) ProtoMessage() {}
 
 func (x *ImportVolumeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_agent_proto_msgTypes[27]
+	mi := &file_corpus_v1_agent_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1786,7 +1895,7 @@ func (x *ImportVolumeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ImportVolumeResponse.ProtoReflect.Descriptor instead.
 func (*ImportVolumeResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{27}
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *ImportVolumeResponse) GetBytes() int64 {
@@ -1815,12 +1924,18 @@ const file_corpus_v1_agent_proto_rawDesc = "" +
 	"\aproject\x18\x01 \x01(\tR\aproject\x12\x10\n" +
 	"\x03env\x18\x02 \x01(\tR\x03env\x12\x18\n" +
 	"\adomains\x18\x03 \x03(\tR\adomains\"\x1c\n" +
-	"\x1aSetManifestDomainsResponse\"v\n" +
+	"\x1aSetManifestDomainsResponse\"\x8c\x01\n" +
 	"\x10GitAccessRequest\x12 \n" +
 	"\vfingerprint\x18\x01 \x01(\tR\vfingerprint\x12\x18\n" +
 	"\aproject\x18\x02 \x01(\tR\aproject\x12\x10\n" +
 	"\x03env\x18\x03 \x01(\tR\x03env\x12\x14\n" +
-	"\x05write\x18\x04 \x01(\bR\x05write\"\xf4\x01\n" +
+	"\x05write\x18\x04 \x01(\bR\x05write\x12\x14\n" +
+	"\x05shell\x18\x05 \x01(\bR\x05shell\"d\n" +
+	"\x12RecordShellRequest\x12 \n" +
+	"\vfingerprint\x18\x01 \x01(\tR\vfingerprint\x12\x14\n" +
+	"\x05guest\x18\x02 \x01(\tR\x05guest\x12\x16\n" +
+	"\x06result\x18\x03 \x01(\tR\x06result\"\x15\n" +
+	"\x13RecordShellResponse\"\xf4\x01\n" +
 	"\x11GitAccessResponse\x12\x12\n" +
 	"\x04user\x18\x01 \x01(\tR\x04user\x12\x12\n" +
 	"\x04role\x18\x02 \x01(\tR\x04role\x12\x18\n" +
@@ -1934,7 +2049,7 @@ const file_corpus_v1_agent_proto_rawDesc = "" +
 	"totalBytes\x12\x12\n" +
 	"\x04data\x18\x03 \x01(\fR\x04data\",\n" +
 	"\x14ImportVolumeResponse\x12\x14\n" +
-	"\x05bytes\x18\x01 \x01(\x03R\x05bytes2\xfb\x06\n" +
+	"\x05bytes\x18\x01 \x01(\x03R\x05bytes2\xc9\a\n" +
 	"\fAgentService\x12=\n" +
 	"\x06Enroll\x12\x18.corpus.v1.EnrollRequest\x1a\x19.corpus.v1.EnrollResponse\x12[\n" +
 	"\x10RenewCertificate\x12\".corpus.v1.RenewCertificateRequest\x1a#.corpus.v1.RenewCertificateResponse\x12<\n" +
@@ -1947,7 +2062,8 @@ const file_corpus_v1_agent_proto_rawDesc = "" +
 	"\rPruneReleases\x12\x1f.corpus.v1.PruneReleasesRequest\x1a .corpus.v1.PruneReleasesResponse\x12a\n" +
 	"\x12SetManifestDomains\x12$.corpus.v1.SetManifestDomainsRequest\x1a%.corpus.v1.SetManifestDomainsResponse\x12I\n" +
 	"\n" +
-	"SetWebPort\x12\x1c.corpus.v1.SetWebPortRequest\x1a\x1d.corpus.v1.SetWebPortResponse2\x8f\x05\n" +
+	"SetWebPort\x12\x1c.corpus.v1.SetWebPortRequest\x1a\x1d.corpus.v1.SetWebPortResponse\x12L\n" +
+	"\vRecordShell\x12\x1d.corpus.v1.RecordShellRequest\x1a\x1e.corpus.v1.RecordShellResponse2\x8f\x05\n" +
 	"\x10NodeAgentService\x12<\n" +
 	"\x04Exec\x12\x1b.corpus.v1.ExecGuestRequest\x1a\x15.corpus.v1.ExecOutput0\x01\x12H\n" +
 	"\fExportVolume\x12\x1e.corpus.v1.ExportVolumeRequest\x1a\x16.corpus.v1.VolumeChunk0\x01\x12I\n" +
@@ -1971,7 +2087,7 @@ func file_corpus_v1_agent_proto_rawDescGZIP() []byte {
 	return file_corpus_v1_agent_proto_rawDescData
 }
 
-var file_corpus_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 31)
+var file_corpus_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 33)
 var file_corpus_v1_agent_proto_goTypes = []any{
 	(*AgentRedeployRequest)(nil),       // 0: corpus.v1.AgentRedeployRequest
 	(*SetWebPortRequest)(nil),          // 1: corpus.v1.SetWebPortRequest
@@ -1979,124 +2095,128 @@ var file_corpus_v1_agent_proto_goTypes = []any{
 	(*SetManifestDomainsRequest)(nil),  // 3: corpus.v1.SetManifestDomainsRequest
 	(*SetManifestDomainsResponse)(nil), // 4: corpus.v1.SetManifestDomainsResponse
 	(*GitAccessRequest)(nil),           // 5: corpus.v1.GitAccessRequest
-	(*GitAccessResponse)(nil),          // 6: corpus.v1.GitAccessResponse
-	(*BeginReleaseRequest)(nil),        // 7: corpus.v1.BeginReleaseRequest
-	(*BeginReleaseResponse)(nil),       // 8: corpus.v1.BeginReleaseResponse
-	(*FinishReleaseRequest)(nil),       // 9: corpus.v1.FinishReleaseRequest
-	(*FinishReleaseResponse)(nil),      // 10: corpus.v1.FinishReleaseResponse
-	(*SetCurrentReleaseRequest)(nil),   // 11: corpus.v1.SetCurrentReleaseRequest
-	(*SetCurrentReleaseResponse)(nil),  // 12: corpus.v1.SetCurrentReleaseResponse
-	(*PruneReleasesRequest)(nil),       // 13: corpus.v1.PruneReleasesRequest
-	(*PruneReleasesResponse)(nil),      // 14: corpus.v1.PruneReleasesResponse
-	(*EnrollRequest)(nil),              // 15: corpus.v1.EnrollRequest
-	(*EnrollResponse)(nil),             // 16: corpus.v1.EnrollResponse
-	(*RenewCertificateRequest)(nil),    // 17: corpus.v1.RenewCertificateRequest
-	(*RenewCertificateResponse)(nil),   // 18: corpus.v1.RenewCertificateResponse
-	(*WatchRequest)(nil),               // 19: corpus.v1.WatchRequest
-	(*WatchResponse)(nil),              // 20: corpus.v1.WatchResponse
-	(*ReportRequest)(nil),              // 21: corpus.v1.ReportRequest
-	(*ReportedGuest)(nil),              // 22: corpus.v1.ReportedGuest
-	(*ReportedVolume)(nil),             // 23: corpus.v1.ReportedVolume
-	(*ReportResponse)(nil),             // 24: corpus.v1.ReportResponse
-	(*ExportVolumeRequest)(nil),        // 25: corpus.v1.ExportVolumeRequest
-	(*VolumeChunk)(nil),                // 26: corpus.v1.VolumeChunk
-	(*ImportVolumeResponse)(nil),       // 27: corpus.v1.ImportVolumeResponse
-	nil,                                // 28: corpus.v1.BeginReleaseResponse.ConfigEntry
-	nil,                                // 29: corpus.v1.EnrollRequest.LabelsEntry
-	nil,                                // 30: corpus.v1.WatchResponse.GuestProjectsEntry
-	(*RedeployRequest)(nil),            // 31: corpus.v1.RedeployRequest
-	(*ProjectEnv)(nil),                 // 32: corpus.v1.ProjectEnv
-	(*Release)(nil),                    // 33: corpus.v1.Release
-	(*Project)(nil),                    // 34: corpus.v1.Project
-	(*ReleaseStep)(nil),                // 35: corpus.v1.ReleaseStep
-	(*Resources)(nil),                  // 36: corpus.v1.Resources
-	(*DriverInfo)(nil),                 // 37: corpus.v1.DriverInfo
-	(*Node)(nil),                       // 38: corpus.v1.Node
-	(*Guest)(nil),                      // 39: corpus.v1.Guest
-	(*Route)(nil),                      // 40: corpus.v1.Route
-	(*Volume)(nil),                     // 41: corpus.v1.Volume
-	(*GuestObserved)(nil),              // 42: corpus.v1.GuestObserved
-	(*VolumeObserved)(nil),             // 43: corpus.v1.VolumeObserved
-	(*ExecGuestRequest)(nil),           // 44: corpus.v1.ExecGuestRequest
-	(*SnapshotVolumeRequest)(nil),      // 45: corpus.v1.SnapshotVolumeRequest
-	(*RollbackRequest)(nil),            // 46: corpus.v1.RollbackRequest
-	(*ListProcessesRequest)(nil),       // 47: corpus.v1.ListProcessesRequest
-	(*GuestLogsRequest)(nil),           // 48: corpus.v1.GuestLogsRequest
-	(*ShellInput)(nil),                 // 49: corpus.v1.ShellInput
-	(*ExecOutput)(nil),                 // 50: corpus.v1.ExecOutput
-	(*SnapshotVolumeResponse)(nil),     // 51: corpus.v1.SnapshotVolumeResponse
-	(*RollbackOutput)(nil),             // 52: corpus.v1.RollbackOutput
-	(*DeployOutput)(nil),               // 53: corpus.v1.DeployOutput
-	(*ListProcessesResponse)(nil),      // 54: corpus.v1.ListProcessesResponse
-	(*LogLine)(nil),                    // 55: corpus.v1.LogLine
+	(*RecordShellRequest)(nil),         // 6: corpus.v1.RecordShellRequest
+	(*RecordShellResponse)(nil),        // 7: corpus.v1.RecordShellResponse
+	(*GitAccessResponse)(nil),          // 8: corpus.v1.GitAccessResponse
+	(*BeginReleaseRequest)(nil),        // 9: corpus.v1.BeginReleaseRequest
+	(*BeginReleaseResponse)(nil),       // 10: corpus.v1.BeginReleaseResponse
+	(*FinishReleaseRequest)(nil),       // 11: corpus.v1.FinishReleaseRequest
+	(*FinishReleaseResponse)(nil),      // 12: corpus.v1.FinishReleaseResponse
+	(*SetCurrentReleaseRequest)(nil),   // 13: corpus.v1.SetCurrentReleaseRequest
+	(*SetCurrentReleaseResponse)(nil),  // 14: corpus.v1.SetCurrentReleaseResponse
+	(*PruneReleasesRequest)(nil),       // 15: corpus.v1.PruneReleasesRequest
+	(*PruneReleasesResponse)(nil),      // 16: corpus.v1.PruneReleasesResponse
+	(*EnrollRequest)(nil),              // 17: corpus.v1.EnrollRequest
+	(*EnrollResponse)(nil),             // 18: corpus.v1.EnrollResponse
+	(*RenewCertificateRequest)(nil),    // 19: corpus.v1.RenewCertificateRequest
+	(*RenewCertificateResponse)(nil),   // 20: corpus.v1.RenewCertificateResponse
+	(*WatchRequest)(nil),               // 21: corpus.v1.WatchRequest
+	(*WatchResponse)(nil),              // 22: corpus.v1.WatchResponse
+	(*ReportRequest)(nil),              // 23: corpus.v1.ReportRequest
+	(*ReportedGuest)(nil),              // 24: corpus.v1.ReportedGuest
+	(*ReportedVolume)(nil),             // 25: corpus.v1.ReportedVolume
+	(*ReportResponse)(nil),             // 26: corpus.v1.ReportResponse
+	(*ExportVolumeRequest)(nil),        // 27: corpus.v1.ExportVolumeRequest
+	(*VolumeChunk)(nil),                // 28: corpus.v1.VolumeChunk
+	(*ImportVolumeResponse)(nil),       // 29: corpus.v1.ImportVolumeResponse
+	nil,                                // 30: corpus.v1.BeginReleaseResponse.ConfigEntry
+	nil,                                // 31: corpus.v1.EnrollRequest.LabelsEntry
+	nil,                                // 32: corpus.v1.WatchResponse.GuestProjectsEntry
+	(*RedeployRequest)(nil),            // 33: corpus.v1.RedeployRequest
+	(*ProjectEnv)(nil),                 // 34: corpus.v1.ProjectEnv
+	(*Release)(nil),                    // 35: corpus.v1.Release
+	(*Project)(nil),                    // 36: corpus.v1.Project
+	(*ReleaseStep)(nil),                // 37: corpus.v1.ReleaseStep
+	(*Resources)(nil),                  // 38: corpus.v1.Resources
+	(*DriverInfo)(nil),                 // 39: corpus.v1.DriverInfo
+	(*Node)(nil),                       // 40: corpus.v1.Node
+	(*Guest)(nil),                      // 41: corpus.v1.Guest
+	(*Route)(nil),                      // 42: corpus.v1.Route
+	(*Volume)(nil),                     // 43: corpus.v1.Volume
+	(*GuestObserved)(nil),              // 44: corpus.v1.GuestObserved
+	(*VolumeObserved)(nil),             // 45: corpus.v1.VolumeObserved
+	(*ExecGuestRequest)(nil),           // 46: corpus.v1.ExecGuestRequest
+	(*SnapshotVolumeRequest)(nil),      // 47: corpus.v1.SnapshotVolumeRequest
+	(*RollbackRequest)(nil),            // 48: corpus.v1.RollbackRequest
+	(*ListProcessesRequest)(nil),       // 49: corpus.v1.ListProcessesRequest
+	(*GuestLogsRequest)(nil),           // 50: corpus.v1.GuestLogsRequest
+	(*ShellInput)(nil),                 // 51: corpus.v1.ShellInput
+	(*ExecOutput)(nil),                 // 52: corpus.v1.ExecOutput
+	(*SnapshotVolumeResponse)(nil),     // 53: corpus.v1.SnapshotVolumeResponse
+	(*RollbackOutput)(nil),             // 54: corpus.v1.RollbackOutput
+	(*DeployOutput)(nil),               // 55: corpus.v1.DeployOutput
+	(*ListProcessesResponse)(nil),      // 56: corpus.v1.ListProcessesResponse
+	(*LogLine)(nil),                    // 57: corpus.v1.LogLine
 }
 var file_corpus_v1_agent_proto_depIdxs = []int32{
-	31, // 0: corpus.v1.AgentRedeployRequest.request:type_name -> corpus.v1.RedeployRequest
-	32, // 1: corpus.v1.AgentRedeployRequest.env:type_name -> corpus.v1.ProjectEnv
-	33, // 2: corpus.v1.AgentRedeployRequest.releases:type_name -> corpus.v1.Release
-	34, // 3: corpus.v1.GitAccessResponse.project:type_name -> corpus.v1.Project
-	32, // 4: corpus.v1.GitAccessResponse.env:type_name -> corpus.v1.ProjectEnv
-	33, // 5: corpus.v1.GitAccessResponse.releases:type_name -> corpus.v1.Release
-	33, // 6: corpus.v1.BeginReleaseResponse.release:type_name -> corpus.v1.Release
-	28, // 7: corpus.v1.BeginReleaseResponse.config:type_name -> corpus.v1.BeginReleaseResponse.ConfigEntry
-	35, // 8: corpus.v1.FinishReleaseRequest.steps:type_name -> corpus.v1.ReleaseStep
-	33, // 9: corpus.v1.FinishReleaseResponse.release:type_name -> corpus.v1.Release
-	29, // 10: corpus.v1.EnrollRequest.labels:type_name -> corpus.v1.EnrollRequest.LabelsEntry
-	36, // 11: corpus.v1.EnrollRequest.capacity:type_name -> corpus.v1.Resources
-	37, // 12: corpus.v1.EnrollRequest.drivers:type_name -> corpus.v1.DriverInfo
-	38, // 13: corpus.v1.WatchResponse.node:type_name -> corpus.v1.Node
-	39, // 14: corpus.v1.WatchResponse.guests:type_name -> corpus.v1.Guest
-	40, // 15: corpus.v1.WatchResponse.routes:type_name -> corpus.v1.Route
-	41, // 16: corpus.v1.WatchResponse.volumes:type_name -> corpus.v1.Volume
-	30, // 17: corpus.v1.WatchResponse.guest_projects:type_name -> corpus.v1.WatchResponse.GuestProjectsEntry
-	36, // 18: corpus.v1.ReportRequest.capacity:type_name -> corpus.v1.Resources
-	37, // 19: corpus.v1.ReportRequest.drivers:type_name -> corpus.v1.DriverInfo
-	22, // 20: corpus.v1.ReportRequest.guests:type_name -> corpus.v1.ReportedGuest
-	23, // 21: corpus.v1.ReportRequest.volumes:type_name -> corpus.v1.ReportedVolume
-	42, // 22: corpus.v1.ReportedGuest.observed:type_name -> corpus.v1.GuestObserved
-	43, // 23: corpus.v1.ReportedVolume.observed:type_name -> corpus.v1.VolumeObserved
-	15, // 24: corpus.v1.AgentService.Enroll:input_type -> corpus.v1.EnrollRequest
-	17, // 25: corpus.v1.AgentService.RenewCertificate:input_type -> corpus.v1.RenewCertificateRequest
-	19, // 26: corpus.v1.AgentService.Watch:input_type -> corpus.v1.WatchRequest
-	21, // 27: corpus.v1.AgentService.Report:input_type -> corpus.v1.ReportRequest
+	33, // 0: corpus.v1.AgentRedeployRequest.request:type_name -> corpus.v1.RedeployRequest
+	34, // 1: corpus.v1.AgentRedeployRequest.env:type_name -> corpus.v1.ProjectEnv
+	35, // 2: corpus.v1.AgentRedeployRequest.releases:type_name -> corpus.v1.Release
+	36, // 3: corpus.v1.GitAccessResponse.project:type_name -> corpus.v1.Project
+	34, // 4: corpus.v1.GitAccessResponse.env:type_name -> corpus.v1.ProjectEnv
+	35, // 5: corpus.v1.GitAccessResponse.releases:type_name -> corpus.v1.Release
+	35, // 6: corpus.v1.BeginReleaseResponse.release:type_name -> corpus.v1.Release
+	30, // 7: corpus.v1.BeginReleaseResponse.config:type_name -> corpus.v1.BeginReleaseResponse.ConfigEntry
+	37, // 8: corpus.v1.FinishReleaseRequest.steps:type_name -> corpus.v1.ReleaseStep
+	35, // 9: corpus.v1.FinishReleaseResponse.release:type_name -> corpus.v1.Release
+	31, // 10: corpus.v1.EnrollRequest.labels:type_name -> corpus.v1.EnrollRequest.LabelsEntry
+	38, // 11: corpus.v1.EnrollRequest.capacity:type_name -> corpus.v1.Resources
+	39, // 12: corpus.v1.EnrollRequest.drivers:type_name -> corpus.v1.DriverInfo
+	40, // 13: corpus.v1.WatchResponse.node:type_name -> corpus.v1.Node
+	41, // 14: corpus.v1.WatchResponse.guests:type_name -> corpus.v1.Guest
+	42, // 15: corpus.v1.WatchResponse.routes:type_name -> corpus.v1.Route
+	43, // 16: corpus.v1.WatchResponse.volumes:type_name -> corpus.v1.Volume
+	32, // 17: corpus.v1.WatchResponse.guest_projects:type_name -> corpus.v1.WatchResponse.GuestProjectsEntry
+	38, // 18: corpus.v1.ReportRequest.capacity:type_name -> corpus.v1.Resources
+	39, // 19: corpus.v1.ReportRequest.drivers:type_name -> corpus.v1.DriverInfo
+	24, // 20: corpus.v1.ReportRequest.guests:type_name -> corpus.v1.ReportedGuest
+	25, // 21: corpus.v1.ReportRequest.volumes:type_name -> corpus.v1.ReportedVolume
+	44, // 22: corpus.v1.ReportedGuest.observed:type_name -> corpus.v1.GuestObserved
+	45, // 23: corpus.v1.ReportedVolume.observed:type_name -> corpus.v1.VolumeObserved
+	17, // 24: corpus.v1.AgentService.Enroll:input_type -> corpus.v1.EnrollRequest
+	19, // 25: corpus.v1.AgentService.RenewCertificate:input_type -> corpus.v1.RenewCertificateRequest
+	21, // 26: corpus.v1.AgentService.Watch:input_type -> corpus.v1.WatchRequest
+	23, // 27: corpus.v1.AgentService.Report:input_type -> corpus.v1.ReportRequest
 	5,  // 28: corpus.v1.AgentService.GitAccess:input_type -> corpus.v1.GitAccessRequest
-	7,  // 29: corpus.v1.AgentService.BeginRelease:input_type -> corpus.v1.BeginReleaseRequest
-	9,  // 30: corpus.v1.AgentService.FinishRelease:input_type -> corpus.v1.FinishReleaseRequest
-	11, // 31: corpus.v1.AgentService.SetCurrentRelease:input_type -> corpus.v1.SetCurrentReleaseRequest
-	13, // 32: corpus.v1.AgentService.PruneReleases:input_type -> corpus.v1.PruneReleasesRequest
+	9,  // 29: corpus.v1.AgentService.BeginRelease:input_type -> corpus.v1.BeginReleaseRequest
+	11, // 30: corpus.v1.AgentService.FinishRelease:input_type -> corpus.v1.FinishReleaseRequest
+	13, // 31: corpus.v1.AgentService.SetCurrentRelease:input_type -> corpus.v1.SetCurrentReleaseRequest
+	15, // 32: corpus.v1.AgentService.PruneReleases:input_type -> corpus.v1.PruneReleasesRequest
 	3,  // 33: corpus.v1.AgentService.SetManifestDomains:input_type -> corpus.v1.SetManifestDomainsRequest
 	1,  // 34: corpus.v1.AgentService.SetWebPort:input_type -> corpus.v1.SetWebPortRequest
-	44, // 35: corpus.v1.NodeAgentService.Exec:input_type -> corpus.v1.ExecGuestRequest
-	25, // 36: corpus.v1.NodeAgentService.ExportVolume:input_type -> corpus.v1.ExportVolumeRequest
-	26, // 37: corpus.v1.NodeAgentService.ImportVolume:input_type -> corpus.v1.VolumeChunk
-	45, // 38: corpus.v1.NodeAgentService.SnapshotVolume:input_type -> corpus.v1.SnapshotVolumeRequest
-	46, // 39: corpus.v1.NodeAgentService.Rollback:input_type -> corpus.v1.RollbackRequest
-	0,  // 40: corpus.v1.NodeAgentService.Redeploy:input_type -> corpus.v1.AgentRedeployRequest
-	47, // 41: corpus.v1.NodeAgentService.Processes:input_type -> corpus.v1.ListProcessesRequest
-	48, // 42: corpus.v1.NodeAgentService.Logs:input_type -> corpus.v1.GuestLogsRequest
-	49, // 43: corpus.v1.NodeAgentService.Shell:input_type -> corpus.v1.ShellInput
-	16, // 44: corpus.v1.AgentService.Enroll:output_type -> corpus.v1.EnrollResponse
-	18, // 45: corpus.v1.AgentService.RenewCertificate:output_type -> corpus.v1.RenewCertificateResponse
-	20, // 46: corpus.v1.AgentService.Watch:output_type -> corpus.v1.WatchResponse
-	24, // 47: corpus.v1.AgentService.Report:output_type -> corpus.v1.ReportResponse
-	6,  // 48: corpus.v1.AgentService.GitAccess:output_type -> corpus.v1.GitAccessResponse
-	8,  // 49: corpus.v1.AgentService.BeginRelease:output_type -> corpus.v1.BeginReleaseResponse
-	10, // 50: corpus.v1.AgentService.FinishRelease:output_type -> corpus.v1.FinishReleaseResponse
-	12, // 51: corpus.v1.AgentService.SetCurrentRelease:output_type -> corpus.v1.SetCurrentReleaseResponse
-	14, // 52: corpus.v1.AgentService.PruneReleases:output_type -> corpus.v1.PruneReleasesResponse
-	4,  // 53: corpus.v1.AgentService.SetManifestDomains:output_type -> corpus.v1.SetManifestDomainsResponse
-	2,  // 54: corpus.v1.AgentService.SetWebPort:output_type -> corpus.v1.SetWebPortResponse
-	50, // 55: corpus.v1.NodeAgentService.Exec:output_type -> corpus.v1.ExecOutput
-	26, // 56: corpus.v1.NodeAgentService.ExportVolume:output_type -> corpus.v1.VolumeChunk
-	27, // 57: corpus.v1.NodeAgentService.ImportVolume:output_type -> corpus.v1.ImportVolumeResponse
-	51, // 58: corpus.v1.NodeAgentService.SnapshotVolume:output_type -> corpus.v1.SnapshotVolumeResponse
-	52, // 59: corpus.v1.NodeAgentService.Rollback:output_type -> corpus.v1.RollbackOutput
-	53, // 60: corpus.v1.NodeAgentService.Redeploy:output_type -> corpus.v1.DeployOutput
-	54, // 61: corpus.v1.NodeAgentService.Processes:output_type -> corpus.v1.ListProcessesResponse
-	55, // 62: corpus.v1.NodeAgentService.Logs:output_type -> corpus.v1.LogLine
-	50, // 63: corpus.v1.NodeAgentService.Shell:output_type -> corpus.v1.ExecOutput
-	44, // [44:64] is the sub-list for method output_type
-	24, // [24:44] is the sub-list for method input_type
+	6,  // 35: corpus.v1.AgentService.RecordShell:input_type -> corpus.v1.RecordShellRequest
+	46, // 36: corpus.v1.NodeAgentService.Exec:input_type -> corpus.v1.ExecGuestRequest
+	27, // 37: corpus.v1.NodeAgentService.ExportVolume:input_type -> corpus.v1.ExportVolumeRequest
+	28, // 38: corpus.v1.NodeAgentService.ImportVolume:input_type -> corpus.v1.VolumeChunk
+	47, // 39: corpus.v1.NodeAgentService.SnapshotVolume:input_type -> corpus.v1.SnapshotVolumeRequest
+	48, // 40: corpus.v1.NodeAgentService.Rollback:input_type -> corpus.v1.RollbackRequest
+	0,  // 41: corpus.v1.NodeAgentService.Redeploy:input_type -> corpus.v1.AgentRedeployRequest
+	49, // 42: corpus.v1.NodeAgentService.Processes:input_type -> corpus.v1.ListProcessesRequest
+	50, // 43: corpus.v1.NodeAgentService.Logs:input_type -> corpus.v1.GuestLogsRequest
+	51, // 44: corpus.v1.NodeAgentService.Shell:input_type -> corpus.v1.ShellInput
+	18, // 45: corpus.v1.AgentService.Enroll:output_type -> corpus.v1.EnrollResponse
+	20, // 46: corpus.v1.AgentService.RenewCertificate:output_type -> corpus.v1.RenewCertificateResponse
+	22, // 47: corpus.v1.AgentService.Watch:output_type -> corpus.v1.WatchResponse
+	26, // 48: corpus.v1.AgentService.Report:output_type -> corpus.v1.ReportResponse
+	8,  // 49: corpus.v1.AgentService.GitAccess:output_type -> corpus.v1.GitAccessResponse
+	10, // 50: corpus.v1.AgentService.BeginRelease:output_type -> corpus.v1.BeginReleaseResponse
+	12, // 51: corpus.v1.AgentService.FinishRelease:output_type -> corpus.v1.FinishReleaseResponse
+	14, // 52: corpus.v1.AgentService.SetCurrentRelease:output_type -> corpus.v1.SetCurrentReleaseResponse
+	16, // 53: corpus.v1.AgentService.PruneReleases:output_type -> corpus.v1.PruneReleasesResponse
+	4,  // 54: corpus.v1.AgentService.SetManifestDomains:output_type -> corpus.v1.SetManifestDomainsResponse
+	2,  // 55: corpus.v1.AgentService.SetWebPort:output_type -> corpus.v1.SetWebPortResponse
+	7,  // 56: corpus.v1.AgentService.RecordShell:output_type -> corpus.v1.RecordShellResponse
+	52, // 57: corpus.v1.NodeAgentService.Exec:output_type -> corpus.v1.ExecOutput
+	28, // 58: corpus.v1.NodeAgentService.ExportVolume:output_type -> corpus.v1.VolumeChunk
+	29, // 59: corpus.v1.NodeAgentService.ImportVolume:output_type -> corpus.v1.ImportVolumeResponse
+	53, // 60: corpus.v1.NodeAgentService.SnapshotVolume:output_type -> corpus.v1.SnapshotVolumeResponse
+	54, // 61: corpus.v1.NodeAgentService.Rollback:output_type -> corpus.v1.RollbackOutput
+	55, // 62: corpus.v1.NodeAgentService.Redeploy:output_type -> corpus.v1.DeployOutput
+	56, // 63: corpus.v1.NodeAgentService.Processes:output_type -> corpus.v1.ListProcessesResponse
+	57, // 64: corpus.v1.NodeAgentService.Logs:output_type -> corpus.v1.LogLine
+	52, // 65: corpus.v1.NodeAgentService.Shell:output_type -> corpus.v1.ExecOutput
+	45, // [45:66] is the sub-list for method output_type
+	24, // [24:45] is the sub-list for method input_type
 	24, // [24:24] is the sub-list for extension type_name
 	24, // [24:24] is the sub-list for extension extendee
 	0,  // [0:24] is the sub-list for field type_name
@@ -2117,7 +2237,7 @@ func file_corpus_v1_agent_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_corpus_v1_agent_proto_rawDesc), len(file_corpus_v1_agent_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   31,
+			NumMessages:   33,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -64,6 +64,9 @@ const (
 	AgentServiceSetManifestDomainsProcedure = "/corpus.v1.AgentService/SetManifestDomains"
 	// AgentServiceSetWebPortProcedure is the fully-qualified name of the AgentService's SetWebPort RPC.
 	AgentServiceSetWebPortProcedure = "/corpus.v1.AgentService/SetWebPort"
+	// AgentServiceRecordShellProcedure is the fully-qualified name of the AgentService's RecordShell
+	// RPC.
+	AgentServiceRecordShellProcedure = "/corpus.v1.AgentService/RecordShell"
 	// NodeAgentServiceExecProcedure is the fully-qualified name of the NodeAgentService's Exec RPC.
 	NodeAgentServiceExecProcedure = "/corpus.v1.NodeAgentService/Exec"
 	// NodeAgentServiceExportVolumeProcedure is the fully-qualified name of the NodeAgentService's
@@ -118,6 +121,9 @@ type AgentServiceClient interface {
 	// SetWebPort points an environment's routes at the port its new web
 	// process listens on (the switch of a deploy with a web process).
 	SetWebPort(context.Context, *connect.Request[v1.SetWebPortRequest]) (*connect.Response[v1.SetWebPortResponse], error)
+	// RecordShell writes the start or end of a shell session opened over
+	// the node's SSH endpoint to the audit log, as the key's owner.
+	RecordShell(context.Context, *connect.Request[v1.RecordShellRequest]) (*connect.Response[v1.RecordShellResponse], error)
 }
 
 // NewAgentServiceClient constructs a client for the corpus.v1.AgentService service. By default, it
@@ -198,6 +204,12 @@ func NewAgentServiceClient(httpClient connect.HTTPClient, baseURL string, opts .
 			connect.WithSchema(agentServiceMethods.ByName("SetWebPort")),
 			connect.WithClientOptions(opts...),
 		),
+		recordShell: connect.NewClient[v1.RecordShellRequest, v1.RecordShellResponse](
+			httpClient,
+			baseURL+AgentServiceRecordShellProcedure,
+			connect.WithSchema(agentServiceMethods.ByName("RecordShell")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
@@ -214,6 +226,7 @@ type agentServiceClient struct {
 	pruneReleases      *connect.Client[v1.PruneReleasesRequest, v1.PruneReleasesResponse]
 	setManifestDomains *connect.Client[v1.SetManifestDomainsRequest, v1.SetManifestDomainsResponse]
 	setWebPort         *connect.Client[v1.SetWebPortRequest, v1.SetWebPortResponse]
+	recordShell        *connect.Client[v1.RecordShellRequest, v1.RecordShellResponse]
 }
 
 // Enroll calls corpus.v1.AgentService.Enroll.
@@ -271,6 +284,11 @@ func (c *agentServiceClient) SetWebPort(ctx context.Context, req *connect.Reques
 	return c.setWebPort.CallUnary(ctx, req)
 }
 
+// RecordShell calls corpus.v1.AgentService.RecordShell.
+func (c *agentServiceClient) RecordShell(ctx context.Context, req *connect.Request[v1.RecordShellRequest]) (*connect.Response[v1.RecordShellResponse], error) {
+	return c.recordShell.CallUnary(ctx, req)
+}
+
 // AgentServiceHandler is an implementation of the corpus.v1.AgentService service.
 type AgentServiceHandler interface {
 	// Enroll trades a one-time join token for a node identity. It is the one
@@ -299,6 +317,9 @@ type AgentServiceHandler interface {
 	// SetWebPort points an environment's routes at the port its new web
 	// process listens on (the switch of a deploy with a web process).
 	SetWebPort(context.Context, *connect.Request[v1.SetWebPortRequest]) (*connect.Response[v1.SetWebPortResponse], error)
+	// RecordShell writes the start or end of a shell session opened over
+	// the node's SSH endpoint to the audit log, as the key's owner.
+	RecordShell(context.Context, *connect.Request[v1.RecordShellRequest]) (*connect.Response[v1.RecordShellResponse], error)
 }
 
 // NewAgentServiceHandler builds an HTTP handler from the service implementation. It returns the
@@ -375,6 +396,12 @@ func NewAgentServiceHandler(svc AgentServiceHandler, opts ...connect.HandlerOpti
 		connect.WithSchema(agentServiceMethods.ByName("SetWebPort")),
 		connect.WithHandlerOptions(opts...),
 	)
+	agentServiceRecordShellHandler := connect.NewUnaryHandler(
+		AgentServiceRecordShellProcedure,
+		svc.RecordShell,
+		connect.WithSchema(agentServiceMethods.ByName("RecordShell")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/corpus.v1.AgentService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case AgentServiceEnrollProcedure:
@@ -399,6 +426,8 @@ func NewAgentServiceHandler(svc AgentServiceHandler, opts ...connect.HandlerOpti
 			agentServiceSetManifestDomainsHandler.ServeHTTP(w, r)
 		case AgentServiceSetWebPortProcedure:
 			agentServiceSetWebPortHandler.ServeHTTP(w, r)
+		case AgentServiceRecordShellProcedure:
+			agentServiceRecordShellHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -450,6 +479,10 @@ func (UnimplementedAgentServiceHandler) SetManifestDomains(context.Context, *con
 
 func (UnimplementedAgentServiceHandler) SetWebPort(context.Context, *connect.Request[v1.SetWebPortRequest]) (*connect.Response[v1.SetWebPortResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("corpus.v1.AgentService.SetWebPort is not implemented"))
+}
+
+func (UnimplementedAgentServiceHandler) RecordShell(context.Context, *connect.Request[v1.RecordShellRequest]) (*connect.Response[v1.RecordShellResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("corpus.v1.AgentService.RecordShell is not implemented"))
 }
 
 // NodeAgentServiceClient is a client for the corpus.v1.NodeAgentService service.
