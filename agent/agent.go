@@ -92,6 +92,9 @@ type Config struct {
 	// MiB); LogRetention drops lines older (0: 7 days).
 	LogMaxBytes  int64
 	LogRetention time.Duration
+	// LogShip sends the guests' log lines on as they are stored
+	// (agent/logs: a syslog receiver and/or a JSON lines file).
+	LogShip logs.ShipConfig
 	// Shells bounds interactive sessions (agent/shell; zero: defaults).
 	Shells shell.Limits
 	// GossipAddr is where the node's gossip member listens (UDP and TCP);
@@ -203,6 +206,7 @@ type Agent struct {
 	cache    *cache.Cache
 	runtime  *runtime.Runtime // the guests' process supervisors
 	logs     *logs.Store      // the guests' logs on this node
+	shipper  *logs.Shipper    // nil unless LogShip names a target
 	shells   *shell.Manager   // interactive sessions in guests
 	drivers  map[string]drivers.Driver
 	listener net.Listener
@@ -265,6 +269,18 @@ func New(cfg Config) (*Agent, error) {
 	if err := os.MkdirAll(cfg.StateDir, 0o700); err != nil {
 		return nil, fmt.Errorf("creating state dir: %w", err)
 	}
+	// A bad shipping target is refused before anything opens.
+	var shipper *logs.Shipper
+	var self *Agent
+	if cfg.LogShip.Syslog != "" || cfg.LogShip.File != "" {
+		ship := cfg.LogShip
+		ship.Node, ship.Logger = cfg.Name, cfg.Logger.With("component", "logship")
+		ship.Names = func(id string) (string, string) { return self.guestNames(id) }
+		var err error
+		if shipper, err = logs.NewShipper(ship); err != nil {
+			return nil, err
+		}
+	}
 	c, err := cache.Open(filepath.Join(cfg.StateDir, "agent.db"))
 	if err != nil {
 		return nil, err
@@ -275,6 +291,7 @@ func New(cfg Config) (*Agent, error) {
 	logStore, err := logs.Open(logs.Config{Dir: filepath.Join(cfg.StateDir, "logs"), MaxBytes: cfg.LogMaxBytes,
 		Retention: cfg.LogRetention, Logger: cfg.Logger.With("component", "logs")})
 	if err != nil {
+		c.Close()
 		return nil, err
 	}
 	a := &Agent{
@@ -298,6 +315,10 @@ func New(cfg Config) (*Agent, error) {
 		report:        make(chan struct{}, 1),
 		gossipKick:    make(chan struct{}, 1),
 		metrics:       newAgentMetrics(cfg.Metrics),
+	}
+	if shipper != nil {
+		self, a.shipper = a, shipper
+		a.logs.ShipTo(shipper)
 	}
 	hostNet, hostVols := false, false
 	for _, name := range cfg.Drivers {
@@ -477,6 +498,9 @@ func (a *Agent) Run(ctx context.Context) error {
 	run(a.recoverDeploys)
 	run(a.reviveLoop)
 	run(a.logsLoop)
+	if a.shipper != nil {
+		run(a.shipper.Run)
+	}
 	run(a.gossipLoop)
 	run(a.watchLoop)
 	run(a.reconcileLoop)

@@ -213,3 +213,13 @@ func (a *Agent) desiredByName(name string) *corpusv1.Guest {
 	}
 	return nil
 }
+
+// guestNames gives a guest id's name and project, for shipped lines.
+func (a *Agent) guestNames(id string) (guest, project string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if g := a.desired[id]; g != nil {
+		guest = g.Name
+	}
+	return guest, a.guestProjects[id]
+}

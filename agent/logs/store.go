@@ -74,6 +74,14 @@ type Store struct {
 
 	mu     sync.Mutex
 	guests map[string]*guestLog
+	ship   func(id string, es []Entry) // set by ShipTo
+}
+
+// ShipTo hands every line stored from now on to sh as well.
+func (s *Store) ShipTo(sh *Shipper) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.ship = sh.Ship
 }
 
 type guestLog struct {
@@ -156,6 +164,7 @@ func (s *Store) Append(id string, entries ...Entry) error {
 		return err
 	}
 	var buf bytes.Buffer
+	stored := make([]Entry, 0, len(entries))
 	for _, e := range entries {
 		if len(e.Line) > MaxLine {
 			e.Line = e.Line[:MaxLine] + " [line cut at 16 KiB]"
@@ -170,6 +179,13 @@ func (s *Store) Append(id string, entries ...Entry) error {
 		}
 		buf.Write(b)
 		buf.WriteByte('\n')
+		stored = append(stored, e)
+	}
+	s.mu.Lock()
+	ship := s.ship
+	s.mu.Unlock()
+	if ship != nil {
+		defer func() { ship(id, stored) }()
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()

@@ -100,7 +100,8 @@ ticker: i=0; while :; do i=$((i+1)); echo "tick `+version+` $i"; sleep 0.2; done
 // node's cap holds under a process printing as fast as it can; a
 // guest's follow ends when it is deleted.
 func TestLogs(t *testing.T) {
-	l := newDeployLab(t, "--log-max-bytes", strconv.Itoa(2<<20))
+	shipped := filepath.Join(tempDir(t), "guests.jsonl")
+	l := newDeployLab(t, "--log-max-bytes", strconv.Itoa(2<<20), "--log-ship-file", shipped)
 	c := l.c
 	l.commitLogSite("one")
 	l.mustPush()
@@ -140,6 +141,17 @@ func TestLogs(t *testing.T) {
 		}
 	}
 
+	// Every stored line is shipped too, here to a JSON lines file.
+	eventually(t, 10*time.Second, "lines shipped", func() error {
+		b, _ := os.ReadFile(shipped)
+		for _, want := range []string{`"guest":"hello-dev","project":"hello","source":"app","process":"web","release":"r1","line":"web of one on 81"`, `"source":"deploy"`} {
+			if !strings.Contains(string(b), want) {
+				return fmt.Errorf("%s lacks %s", shipped, want)
+			}
+		}
+		return nil
+	})
+
 	// Following: ticker lines arrive within about a second of being
 	// printed (the time a line shows is when the supervisor read it),
 	// and the follow goes on across a deploy, showing its steps.
@@ -171,6 +183,42 @@ func TestLogs(t *testing.T) {
 	f.waitLine(t, 10*time.Second, "deploy[r2]: -----> start")
 	f.waitLine(t, 10*time.Second, "r2 is live")
 	f.waitLine(t, 10*time.Second, "tick two")
+
+	// The agent restarts: the follow goes on, and the lines the guest
+	// printed meanwhile are stored once each.
+	args := l.a.proc.args
+	l.a.kill()
+	time.Sleep(2 * time.Second)
+	l.a.proc = startIn(t, l.a.node.ns, "agent n1", nil, args...)
+	f.mu.Lock()
+	seen := len(f.got)
+	f.mu.Unlock()
+	eventually(t, 30*time.Second, "lines after the agent restarted", func() error {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		for _, line := range f.got[seen:] {
+			if strings.Contains(line, "tick two") {
+				return nil
+			}
+		}
+		return fmt.Errorf("%d lines since the restart", len(f.got)-seen)
+	})
+	ticks := map[string]int{}
+	for _, line := range strings.Split(c.mustCLI("logs", "hello", "--process", "ticker", "--tail", "0"), "\n") {
+		if _, n, ok := strings.Cut(line, "tick two "); ok {
+			ticks[n]++
+		}
+	}
+	for n, k := range ticks {
+		if k != 1 {
+			t.Errorf("tick two %s is stored %d times", n, k)
+		}
+	}
+	for i := 1; i < len(ticks); i++ {
+		if ticks[strconv.Itoa(i)] == 0 {
+			t.Errorf("tick two %d is missing after the agent restarted (of %d)", i, len(ticks))
+		}
+	}
 
 	// A process printing as fast as it can: the node keeps at most its
 	// cap, and the agent keeps answering.

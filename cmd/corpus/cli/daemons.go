@@ -178,6 +178,9 @@ func newAgentCmd(g *globals) *cobra.Command {
 	addKubernetesFlags(f, &cfg.Kubernetes)
 	f.Int64Var(&cfg.LogMaxBytes, "log-max-bytes", 32<<20, "cap of each guest's log kept on the node (corpus logs)")
 	f.DurationVar(&cfg.LogRetention, "log-retention", 7*24*time.Hour, "how long the node keeps guests' log lines")
+	f.StringVar(&cfg.LogShip.Syslog, "log-ship-syslog", "", "send guests' log lines to a syslog receiver as RFC 5424 messages: tcp://HOST:PORT or tls://HOST:PORT")
+	f.StringVar(&cfg.LogShip.CAFile, "log-ship-ca", "", "CA certificate (PEM) that verifies a tls:// syslog receiver (default: the system's roots)")
+	f.StringVar(&cfg.LogShip.File, "log-ship-file", "", "append guests' log lines to this file as JSON lines (for journald, vector, promtail)")
 	f.StringVar(&metricsAddr, "metrics-addr", defaultAgentMetricsAddr, metricsAddrUsage)
 	logs.add(f)
 	return cmd
