@@ -32,8 +32,12 @@ const followSlice = 2 * time.Second
 // logs of guests no longer on this node.
 func (a *Agent) logsLoop(ctx context.Context) {
 	collecting := map[string]context.CancelFunc{}
+	consoles := map[string]context.CancelFunc{} // every running guest's console
 	defer func() {
 		for _, cancel := range collecting {
+			cancel()
+		}
+		for _, cancel := range consoles {
 			cancel()
 		}
 	}()
@@ -55,13 +59,20 @@ func (a *Agent) logsLoop(ctx context.Context) {
 			d drivers.Driver
 		}
 		want := map[string]target{}
+		console := map[string]string{} // guest id → its console file
 		present := map[string]bool{}
 		a.mu.Lock()
 		known := a.node != nil // the desired state came: absent guests are gone
 		for id, g := range a.desired {
 			present[id] = true
 			o := a.observed[id]
-			if _, ok := a.guestProjects[id]; !ok || o == nil || o.State != string(drivers.StateRunning) {
+			if o == nil || o.State != string(drivers.StateRunning) {
+				continue
+			}
+			if cl, ok := a.drivers[g.Spec.GetDriver()].(drivers.ConsoleLogger); ok {
+				console[id] = cl.ConsoleLog(g.Name)
+			}
+			if _, ok := a.guestProjects[id]; !ok {
 				continue
 			}
 			if d, ok := a.drivers[g.Spec.GetDriver()]; ok && d.Capabilities().Exec {
@@ -73,6 +84,19 @@ func (a *Agent) logsLoop(ctx context.Context) {
 			if _, ok := want[id]; !ok {
 				cancel()
 				delete(collecting, id)
+			}
+		}
+		for id, cancel := range consoles {
+			if _, ok := console[id]; !ok {
+				cancel()
+				delete(consoles, id)
+			}
+		}
+		for id, path := range console {
+			if consoles[id] == nil {
+				cctx, cancel := context.WithCancel(ctx)
+				consoles[id] = cancel
+				go a.logs.TailConsole(cctx, id, path)
 			}
 		}
 		for id, t := range want {

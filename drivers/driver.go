@@ -344,6 +344,14 @@ type ExecRequest struct {
 	Terminal *os.File
 }
 
+// ConsoleLogger is a driver that keeps what a guest's console shows (its
+// init and system's messages) in a file of the host, which the agent
+// reads into the guest's log (source "system"). The file may be rotated
+// or truncated (a VM's at each start): readers go on from its start then.
+type ConsoleLogger interface {
+	ConsoleLog(name string) string
+}
+
 // Route is a corpus route to a guest of a driver: outside traffic by
 // HTTP host name (Kind "http") or by node port (Kind "tcp") to one of
 // the guest's ports.

@@ -435,7 +435,11 @@ func readSeg(path string, off, limit int64, q Query) ([]Entry, int64, error) {
 
 // LastApp returns the newest app line of guest id that came from the
 // supervisor (with its Epoch and Seq): where collection goes on.
-func (s *Store) LastApp(id string) (Entry, bool) {
+func (s *Store) LastApp(id string) (Entry, bool) { return s.last(id, SourceApp, "") }
+
+// last returns the newest line of guest id from source whose Epoch is
+// set and starts with prefix.
+func (s *Store) last(id, source, prefix string) (Entry, bool) {
 	g, err := s.guest(id)
 	if err != nil {
 		return Entry{}, false
@@ -444,12 +448,12 @@ func (s *Store) LastApp(id string) (Entry, bool) {
 	segs := slices.Clone(g.segs)
 	g.mu.Unlock()
 	for i := len(segs) - 1; i >= 0; i-- {
-		es, _, err := readSeg(filepath.Join(g.dir, segName(segs[i])), 0, -1, Query{Sources: []string{SourceApp}})
+		es, _, err := readSeg(filepath.Join(g.dir, segName(segs[i])), 0, -1, Query{Sources: []string{source}})
 		if err != nil {
 			continue
 		}
 		for j := len(es) - 1; j >= 0; j-- {
-			if es[j].Epoch != "" {
+			if es[j].Epoch != "" && strings.HasPrefix(es[j].Epoch, prefix) {
 				return es[j], true
 			}
 		}

@@ -30,6 +30,10 @@ const minMemory = 128 << 20
 // guestDir is the folder holding one guest's disk and console log.
 func (d *Driver) guestDir(name string) string { return filepath.Join(d.dir, "guests", name) }
 
+// ConsoleLog is the file virtlogd writes the VM's serial console to
+// (started afresh at each boot).
+func (d *Driver) ConsoleLog(name string) string { return filepath.Join(d.guestDir(name), "console.log") }
+
 // validateSpec checks what Create needs before it touches the host.
 func validateSpec(spec drivers.GuestSpec) (imageSpec, error) {
 	if err := names.Validate("guest", spec.Name); err != nil {
@@ -183,7 +187,7 @@ func (d *Driver) Create(ctx context.Context, spec drivers.GuestSpec, progress dr
 		Initrd:      files.initrd,
 		Disk:        disk,
 		Volumes:     d.vmVolumes(spec.Name, spec.BlockVolumes),
-		ConsoleLog:  filepath.Join(dir, "console.log"),
+		ConsoleLog:  d.ConsoleLog(spec.Name),
 	}
 	if n := spec.Network; n != nil {
 		vs.MAC = guestMAC(spec)

@@ -748,3 +748,34 @@ func monitorCgroups(t *testing.T, name string) []string {
 	}
 	return found
 }
+
+// TestConsoleLog: what the guest's console shows (busybox init's prompt)
+// lands in the file ConsoleLog names.
+func TestConsoleLog(t *testing.T) {
+	t.Parallel()
+	d := newTestDriver(t)
+	spec := busybox(fmt.Sprintf("console-%d", os.Getpid()))
+	mustStart(t, d, spec)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		b, _ := os.ReadFile(d.ConsoleLog(spec.Name))
+		if strings.Contains(string(b), "activate this console") {
+			return
+		}
+		if time.Now().After(deadline) {
+			cfg, _ := os.ReadFile(filepath.Join(d.guestDir(spec.Name), "config"))
+			t.Fatalf("console log %q; config:\n%s", b, grepConfig(string(cfg), "console"))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+func grepConfig(cfg, word string) string {
+	var out []string
+	for _, l := range strings.Split(cfg, "\n") {
+		if strings.Contains(l, word) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
+}

@@ -135,6 +135,10 @@ func validEnv(k, v string) error {
 
 func (d *Driver) guestDir(name string) string { return filepath.Join(d.path, name) }
 
+// ConsoleLog is the file liblxc writes the guest's console to (1 MiB,
+// then rotated to .1).
+func (d *Driver) ConsoleLog(name string) string { return filepath.Join(d.guestDir(name), "console.log") }
+
 // readMetadata reads a guest's corpus.json; fs.ErrNotExist (wrapped) when
 // the container is not a guest.
 func (d *Driver) readMetadata(name string) (metadata, error) {

@@ -51,6 +51,10 @@ func (d *Driver) configure(c *golxc.Container, spec drivers.GuestSpec, logFile s
 	w := &configWriter{c: c}
 	w.clear("lxc.log.file")
 	w.set("lxc.log.file", logFile)
+	// The console's output, for the guest's log: capped, rotated once.
+	w.set("lxc.console.logfile", d.ConsoleLog(spec.Name))
+	w.set("lxc.console.size", "1MB")
+	w.set("lxc.console.rotate", "1")
 	configureNetwork(w, spec.Network)
 	if err := d.configureResolver(w, spec); err != nil {
 		return err

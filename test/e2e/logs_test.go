@@ -141,6 +141,15 @@ func TestLogs(t *testing.T) {
 		}
 	}
 
+	// The guest's console (what its init says) is its system source.
+	eventually(t, 10*time.Second, "console lines", func() error {
+		if out := c.mustCLI("guest", "logs", "hello-dev", "--source", "system", "--tail", "0"); !strings.Contains(out, "system: ") {
+			b, err := os.ReadFile(filepath.Join(l.a.stateDir, "lxc", "hello-dev", "console.log"))
+			return fmt.Errorf("no console lines:\n%s\nconsole.log: %q %v", out, b, err)
+		}
+		return nil
+	})
+
 	// Every stored line is shipped too, here to a JSON lines file.
 	eventually(t, 10*time.Second, "lines shipped", func() error {
 		b, _ := os.ReadFile(shipped)
