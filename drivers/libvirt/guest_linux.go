@@ -32,7 +32,9 @@ func (d *Driver) guestDir(name string) string { return filepath.Join(d.dir, "gue
 
 // ConsoleLog is the file virtlogd writes the VM's serial console to
 // (started afresh at each boot).
-func (d *Driver) ConsoleLog(name string) string { return filepath.Join(d.guestDir(name), "console.log") }
+func (d *Driver) ConsoleLog(name string) string {
+	return filepath.Join(d.guestDir(name), "console.log")
+}
 
 // validateSpec checks what Create needs before it touches the host.
 func validateSpec(spec drivers.GuestSpec) (imageSpec, error) {

@@ -137,7 +137,9 @@ func (d *Driver) guestDir(name string) string { return filepath.Join(d.path, nam
 
 // ConsoleLog is the file liblxc writes the guest's console to (1 MiB,
 // then rotated to .1).
-func (d *Driver) ConsoleLog(name string) string { return filepath.Join(d.guestDir(name), "console.log") }
+func (d *Driver) ConsoleLog(name string) string {
+	return filepath.Join(d.guestDir(name), "console.log")
+}
 
 // readMetadata reads a guest's corpus.json; fs.ErrNotExist (wrapped) when
 // the container is not a guest.
