@@ -88,6 +88,7 @@ bench: ## guest start vs raw LXC, agent memory, NAT, proxy vs nginx, DNS vs bind
 	./test/bench/k8s/run
 	./test/bench/placement/run
 	./test/bench/libvirt/run
+	./test/bench/shell/run
 	./test/bench/summary
 
 bench-summary: ## one table of the figures the bench scripts last wrote (test/bench/results/summary.md)

@@ -27,6 +27,7 @@ import (
 
 	"corpus/agent/runtime/supervisor"
 	"corpus/drivers"
+	"corpus/internal/keylock"
 )
 
 // Execer runs a command in a guest: what a driver with the exec ability
@@ -47,6 +48,10 @@ type Runtime struct {
 	gzOnce sync.Once
 	gz     []byte
 	gzErr  error
+
+	// installs serialises installs per guest: concurrent ones would
+	// write the same files (50 terminals opened at once, say).
+	installs keylock.Map
 }
 
 // ErrNoBinary is returned (wrapped) when this host has no supervisor to
@@ -126,6 +131,7 @@ func (r *Runtime) Ensure(ctx context.Context, x Execer, guest string) error {
 // another build, without starting it (corpus-supervisor tty needs only
 // the binary).
 func (r *Runtime) Install(ctx context.Context, x Execer, guest string) error {
+	defer r.installs.Lock(guest)()
 	want, err := r.binaryHash()
 	if err != nil {
 		return err
