@@ -54,13 +54,17 @@ func (a *Agent) shellRequest(ctx context.Context, name string, argv []string, en
 	if !tty {
 		return req, d, nil
 	}
-	if !d.Capabilities().ExecTerminal {
+	switch caps := d.Capabilities(); {
+	case caps.ExecTerminal:
+		if err := a.runtime.Install(ctx, d, g.Name); err != nil {
+			return req, nil, connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("preparing the terminal in guest %s: %w", g.Name, err))
+		}
+		req.Wrap = func(argv []string) []string { return append([]string{supervisor.Binary, "tty"}, argv...) }
+	case caps.ExecTTYStream:
+		req.TTYStream = true // the guest's side opens it (a pod's kubelet)
+	default:
 		return req, nil, connect.NewError(connect.CodeUnimplemented, fmt.Errorf("driver %s gives guests no terminal (a VM's guest agent runs commands without one); run the command without a terminal", g.Spec.GetDriver()))
 	}
-	if err := a.runtime.Install(ctx, d, g.Name); err != nil {
-		return req, nil, connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("preparing the terminal in guest %s: %w", g.Name, err))
-	}
-	req.Wrap = func(argv []string) []string { return append([]string{supervisor.Binary, "tty"}, argv...) }
 	req.Env = map[string]string{"TERM": "xterm"}
 	if validTerm(term) {
 		req.Env["TERM"] = term

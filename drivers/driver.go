@@ -81,6 +81,8 @@ type Capabilities struct {
 	ExecStreams bool `json:"exec_streams,omitempty"`
 	// ExecTerminal is true when Exec takes ExecRequest.Terminal.
 	ExecTerminal bool `json:"exec_terminal,omitempty"`
+	// ExecTTYStream is true when Exec takes ExecRequest.TTY.
+	ExecTTYStream bool `json:"exec_tty_stream,omitempty"`
 	// ResizeOnline is true when a guest's resources can change while it runs.
 	ResizeOnline bool `json:"resize_online"`
 	// Snapshot is true when the driver can snapshot a guest's root file system.
@@ -342,6 +344,17 @@ type ExecRequest struct {
 	// Stdout and Stderr are ignored. Making it the command's controlling
 	// terminal is the command's business (corpus-supervisor tty does).
 	Terminal *os.File
+	// TTY, for drivers with Capabilities.ExecTTYStream, asks the guest's
+	// side for a terminal of the first size TTY sends (then of every
+	// size it sends), passing its input and output through Stdin and
+	// Stdout (a Kubernetes exec with a TTY). The channel closes when the
+	// session ends.
+	TTY <-chan TerminalSize
+}
+
+// TerminalSize is a terminal's window size.
+type TerminalSize struct {
+	Rows, Cols uint16
 }
 
 // ConsoleLogger is a driver that keeps what a guest's console shows (its

@@ -43,6 +43,10 @@ type Request struct {
 	TTY        bool
 	Rows, Cols uint16
 	Wrap       func(argv []string) []string
+	// TTYStream asks the driver for the terminal on the guest's side
+	// (drivers.ExecRequest.TTY, a Kubernetes exec) instead of opening
+	// one on the node.
+	TTYStream bool
 }
 
 // Input is what the client sends after the request: bytes typed, a new
@@ -113,7 +117,10 @@ func (m *Manager) Run(ctx context.Context, x Execer, req Request, c Client) (int
 	s.touch()
 	go s.watchIdle(ctx, m.limits.Idle)
 	run := s.runPipes
-	if req.TTY {
+	switch {
+	case req.TTY && req.TTYStream:
+		run = s.runTTYStream
+	case req.TTY:
 		run = s.runTTY
 	}
 	code, err := run(ctx, x, req)
@@ -267,6 +274,49 @@ func (s *session) runPipes(ctx context.Context, x Execer, req Request) (int, err
 		Argv: req.Argv, Env: req.Env, Dir: req.Dir, Stdin: pr,
 		Stdout: writerFunc(func(p []byte) error { return s.send(append([]byte(nil), p...), nil) }),
 		Stderr: writerFunc(func(p []byte) error { return s.send(nil, append([]byte(nil), p...)) }),
+	})
+	s.ended()
+	if ctx.Err() != nil && err != nil {
+		return -1, ctx.Err()
+	}
+	return code, err
+}
+
+// runTTYStream runs the command on a terminal the driver gets on the
+// guest's side; input and output pass as streams, sizes on a channel.
+func (s *session) runTTYStream(ctx context.Context, x Execer, req Request) (int, error) {
+	pr, pw := io.Pipe()
+	defer pr.Close()
+	sizes := make(chan drivers.TerminalSize, 8)
+	sizes <- drivers.TerminalSize{Rows: max(req.Rows, 1), Cols: max(req.Cols, 1)}
+	var once sync.Once
+	var sizeMu sync.Mutex
+	closed := false
+	resize := func(rows, cols uint16) {
+		sizeMu.Lock()
+		defer sizeMu.Unlock()
+		if closed {
+			return
+		}
+		select {
+		case sizes <- drivers.TerminalSize{Rows: rows, Cols: cols}:
+		default: // a burst: the next change will do
+		}
+	}
+	defer once.Do(func() {
+		sizeMu.Lock()
+		closed = true
+		close(sizes)
+		sizeMu.Unlock()
+	})
+	go s.input(ctx, pw, nil, resize)
+	go func() {
+		<-ctx.Done()
+		pw.CloseWithError(io.EOF)
+	}()
+	code, err := x.Exec(ctx, req.Guest, drivers.ExecRequest{
+		Argv: req.Argv, Env: req.Env, Dir: req.Dir, Stdin: pr, TTY: sizes,
+		Stdout: writerFunc(func(p []byte) error { return s.send(append([]byte(nil), p...), nil) }),
 	})
 	s.ended()
 	if ctx.Err() != nil && err != nil {

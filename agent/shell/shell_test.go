@@ -3,12 +3,15 @@ package shell
 import (
 	"context"
 	"errors"
+	"io"
 	"os/exec"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/creack/pty"
 
 	"corpus/drivers"
 )
@@ -19,6 +22,53 @@ type hostExec struct{}
 
 func (hostExec) Exec(ctx context.Context, _ string, req drivers.ExecRequest) (int, error) {
 	cmd := exec.CommandContext(ctx, req.Argv[0], req.Argv[1:]...)
+	if req.TTY != nil {
+		// The guest's side opens the terminal (as a kubelet does).
+		sz := <-req.TTY
+		ptmx, err := pty.StartWithSize(cmd, &pty.Winsize{Rows: sz.Rows, Cols: sz.Cols})
+		if err != nil {
+			return -1, err
+		}
+		var mu sync.Mutex // ptmx is closed only when nothing else uses it
+		closed := false
+		use := func(f func()) {
+			mu.Lock()
+			defer mu.Unlock()
+			if !closed {
+				f()
+			}
+		}
+		defer func() {
+			mu.Lock()
+			closed = true
+			ptmx.Close()
+			mu.Unlock()
+		}()
+		go func() {
+			for sz := range req.TTY {
+				use(func() { pty.Setsize(ptmx, &pty.Winsize{Rows: sz.Rows, Cols: sz.Cols}) })
+			}
+		}()
+		go func() {
+			buf := make([]byte, 4096)
+			for {
+				n, err := req.Stdin.Read(buf)
+				use(func() { ptmx.Write(buf[:n]) })
+				if err != nil {
+					return
+				}
+			}
+		}()
+		out := make(chan struct{})
+		go func() { io.Copy(req.Stdout, ptmx); close(out) }() // ends at EIO once the command exits
+		err = cmd.Wait()
+		<-out
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			return ee.ExitCode(), ctx.Err()
+		}
+		return 0, err
+	}
 	if req.Terminal != nil {
 		cmd.Stdin, cmd.Stdout, cmd.Stderr = req.Terminal, req.Terminal, req.Terminal
 		cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: true}
@@ -89,6 +139,30 @@ func TestTerminal(t *testing.T) {
 	c := newClient(Input{Stdin: []byte("stty size; tty >/dev/null && echo on-a-tty; exit 7\n")})
 	code, err := m.Run(t.Context(), hostExec{}, Request{Argv: []string{"sh"}, TTY: true, Rows: 33, Cols: 99}, c)
 	if err != nil || code != 7 || !strings.Contains(c.output(), "33 99") || !strings.Contains(c.output(), "on-a-tty") {
+		t.Errorf("Run = %d, %v, output %q", code, err, c.output())
+	}
+}
+
+// TestTTYStream: a terminal on the guest's side follows the sizes the
+// client sends.
+func TestTTYStream(t *testing.T) {
+	t.Parallel()
+	m := New(Limits{})
+	c := newClient(Input{Stdin: []byte("stty size\n")})
+	var code int
+	var err error
+	done := make(chan struct{})
+	go func() {
+		code, err = m.Run(t.Context(), hostExec{}, Request{Argv: []string{"sh"}, TTY: true, TTYStream: true, Rows: 33, Cols: 99}, c)
+		close(done)
+	}()
+	for deadline := time.Now().Add(5 * time.Second); !strings.Contains(c.output(), "33 99") && time.Now().Before(deadline); {
+		time.Sleep(20 * time.Millisecond)
+	}
+	c.in <- Input{Rows: 44, Cols: 111}
+	c.in <- Input{Stdin: []byte("sleep 0.2; stty size; exit 3\n")}
+	<-done
+	if err != nil || code != 3 || !strings.Contains(c.output(), "33 99") || !strings.Contains(c.output(), "44 111") {
 		t.Errorf("Run = %d, %v, output %q", code, err, c.output())
 	}
 }

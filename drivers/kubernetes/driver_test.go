@@ -706,6 +706,29 @@ func TestExecArgv(t *testing.T) {
 	}
 }
 
+// TestExecTTY: with a terminal the exec asks the kubelet for one (one
+// stream, no stderr) and passes window sizes on until the session ends.
+// The exec itself needs a kubelet, which this machine has not.
+func TestExecTTY(t *testing.T) {
+	sizes := make(chan drivers.TerminalSize, 2)
+	o := execOptions(drivers.ExecRequest{Argv: []string{"sh"}, Stdin: strings.NewReader(""), TTY: sizes})
+	if !o.TTY || o.Stderr || !o.Stdin || !o.Stdout {
+		t.Errorf("exec options with a terminal: %+v", o)
+	}
+	if o := execOptions(drivers.ExecRequest{Argv: []string{"true"}}); o.TTY || !o.Stderr || o.Stdin {
+		t.Errorf("exec options without: %+v", o)
+	}
+	sizes <- drivers.TerminalSize{Rows: 40, Cols: 120}
+	close(sizes)
+	q := sizeQueue(sizes)
+	if sz := q.Next(); sz == nil || sz.Width != 120 || sz.Height != 40 {
+		t.Errorf("first size %+v", sz)
+	}
+	if sz := q.Next(); sz != nil {
+		t.Errorf("a size after the end: %+v", sz)
+	}
+}
+
 func TestConfigValidate(t *testing.T) {
 	for _, tc := range []struct {
 		cfg Config

@@ -48,12 +48,8 @@ func (d *Driver) Exec(ctx context.Context, name string, req drivers.ExecRequest)
 	if pod == nil {
 		return 0, fmt.Errorf("guest %s has no ready pod: %w", name, drivers.ErrNotRunning)
 	}
-	argv := execArgv(req)
 	u := d.client.CoreV1().RESTClient().Post().Resource("pods").Namespace(d.ns).Name(pod.Name).SubResource("exec").
-		VersionedParams(&corev1.PodExecOptions{
-			Container: containerName, Command: argv,
-			Stdin: req.Stdin != nil, Stdout: true, Stderr: true,
-		}, scheme.ParameterCodec).URL()
+		VersionedParams(execOptions(req), scheme.ParameterCodec).URL()
 	ws, err := remotecommand.NewWebSocketExecutor(d.rest, "GET", u.String())
 	if err != nil {
 		return 0, fmt.Errorf("exec in pod %s: %w", pod.Name, err)
@@ -65,9 +61,12 @@ func (d *Driver) Exec(ctx context.Context, name string, req drivers.ExecRequest)
 	ex, _ := remotecommand.NewFallbackExecutor(ws, spdy, func(err error) bool {
 		return httpstream.IsUpgradeFailure(err) || httpstream.IsHTTPSProxyError(err)
 	})
-	err = ex.StreamWithContext(ctx, remotecommand.StreamOptions{
-		Stdin: req.Stdin, Stdout: orDiscard(req.Stdout), Stderr: orDiscard(req.Stderr),
-	})
+	opts := remotecommand.StreamOptions{Stdin: req.Stdin, Stdout: orDiscard(req.Stdout), Stderr: orDiscard(req.Stderr)}
+	if req.TTY != nil {
+		// One stream on a terminal: the kubelet gives the container one.
+		opts.Stderr, opts.Tty, opts.TerminalSizeQueue = nil, true, sizeQueue(req.TTY)
+	}
+	err = ex.StreamWithContext(ctx, opts)
 	var exit utilexec.ExitError
 	switch {
 	case err == nil:
@@ -76,6 +75,25 @@ func (d *Driver) Exec(ctx context.Context, name string, req drivers.ExecRequest)
 		return exit.ExitStatus(), nil
 	}
 	return 0, fmt.Errorf("exec in pod %s: %w", pod.Name, err)
+}
+
+// execOptions are the exec subresource's parameters for req.
+func execOptions(req drivers.ExecRequest) *corev1.PodExecOptions {
+	return &corev1.PodExecOptions{
+		Container: containerName, Command: execArgv(req),
+		Stdin: req.Stdin != nil, Stdout: true, Stderr: req.TTY == nil, TTY: req.TTY != nil,
+	}
+}
+
+// sizeQueue passes window sizes on to the exec stream; nil ends it.
+type sizeQueue <-chan drivers.TerminalSize
+
+func (q sizeQueue) Next() *remotecommand.TerminalSize {
+	sz, ok := <-q
+	if !ok {
+		return nil
+	}
+	return &remotecommand.TerminalSize{Width: sz.Cols, Height: sz.Rows}
 }
 
 // execArgv wraps argv so the environment and folder of req apply:
