@@ -70,6 +70,9 @@ func TestNodeKilled(t *testing.T) {
 	}
 	// n2 has built its busybox image once, as a node that ran guests has.
 	c.createGuests([]string{"--constraint", "zone=b"}, "warm")
+	// A follow of web's log goes on across the move.
+	logs := c.follow("guest", "logs", "web", "-f", "--source", "system")
+	logs.waitLine(t, 15*time.Second, "activate this console")
 
 	killed := time.Now()
 	c.killNode(n1)
@@ -85,6 +88,20 @@ func TestNodeKilled(t *testing.T) {
 	if err := c.json(&web, "guest", "show", "web"); err != nil || !strings.HasPrefix(web.Guest.Address, "10.210.1.") {
 		t.Errorf("web on n2 has address %q (%v), want one of n2's subnet 10.210.1.0/24", web.Guest.Address, err)
 	}
+	eventually(t, 20*time.Second, "web's log followed onto n2", func() error {
+		logs.mu.Lock()
+		defer logs.mu.Unlock()
+		n := 0
+		for _, l := range logs.got {
+			if strings.Contains(l, "activate this console") {
+				n++
+			}
+		}
+		if n < 2 {
+			return fmt.Errorf("%d console prompts followed: %q", n, logs.got)
+		}
+		return nil
+	})
 	if v := c.guest("db"); v.Status != "lost" || v.NodeName != "n1" {
 		t.Errorf("db = %s on %s, want lost on n1 (its data is there)", v.Status, v.NodeName)
 	}
