@@ -50,14 +50,7 @@ func (s *agentAPI) Exec(ctx context.Context, req *connect.Request[corpusv1.ExecG
 	if len(m.Argv) == 0 {
 		return connect.NewError(connect.CodeInvalidArgument, errors.New("no command given"))
 	}
-	var g *corpusv1.Guest
-	a.mu.Lock()
-	for _, d := range a.desired {
-		if d.Name == m.Name {
-			g = d
-		}
-	}
-	a.mu.Unlock()
+	g := a.desiredByName(m.Name)
 	if g == nil {
 		return connect.NewError(connect.CodeNotFound, fmt.Errorf("guest %q is not on node %s", m.Name, a.id.NodeName))
 	}

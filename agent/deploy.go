@@ -231,14 +231,7 @@ func (d *deploy) prevNumber() uint32 {
 
 // guestForExec finds a guest of this node whose driver can exec.
 func (a *Agent) guestForExec(name string) (*corpusv1.Guest, drivers.Driver, error) {
-	a.mu.Lock()
-	var g *corpusv1.Guest
-	for _, d := range a.desired {
-		if d.Name == name {
-			g = d
-		}
-	}
-	a.mu.Unlock()
+	g := a.desiredByName(name)
 	if g == nil {
 		return nil, nil, fmt.Errorf("guest %s is not on this node", name)
 	}

@@ -174,21 +174,9 @@ func (s *guestService) ExecGuest(ctx context.Context, req *connect.Request[corpu
 	if len(m.Stdin) > maxStdin {
 		return toConnect(invalidf("stdin of %d bytes is over the %d byte limit", len(m.Stdin), maxStdin))
 	}
-	view := s.b.Store.Read()
-	g := view.GuestByName(m.Name)
-	if g == nil {
-		return toConnect(notFound("guest", m.Name, "corpus guest list"))
-	}
-	if err := mayUseGuest(ctx, view, g); err != nil {
+	g, n, err := s.execTarget(ctx, m.Name)
+	if err != nil {
 		return err
-	}
-	if st := guestStatus(view, g); st != state.ObservedRunning {
-		return connect.NewError(connect.CodeFailedPrecondition,
-			fmt.Errorf("guest %q is %s, not running; start it with `corpus guest start %s`", g.Name, st, g.Name))
-	}
-	n := view.Node(g.NodeId)
-	if n == nil || n.AgentAddress == "" {
-		return connect.NewError(connect.CodeUnavailable, fmt.Errorf("the node of guest %q has no agent address", g.Name))
 	}
 	// Audited before it runs: an exec the log cannot record does not run.
 	// The log names the program, not its arguments (they may hold
@@ -199,6 +187,28 @@ func (s *guestService) ExecGuest(ctx context.Context, req *connect.Request[corpu
 	}
 	up, err := s.b.AgentClient(n).Exec(ctx, connect.NewRequest(m))
 	return relayFromAgent(n, "exec", up, err, stream.Send)
+}
+
+// execTarget is a running guest the caller may use, and its node: where
+// exec and shells go.
+func (s *guestService) execTarget(ctx context.Context, name string) (*corpusv1.Guest, *corpusv1.Node, error) {
+	view := s.b.Store.Read()
+	g := view.GuestByName(name)
+	if g == nil {
+		return nil, nil, toConnect(notFound("guest", name, "corpus guest list"))
+	}
+	if err := mayUseGuest(ctx, view, g); err != nil {
+		return nil, nil, err
+	}
+	if st := guestStatus(view, g); st != state.ObservedRunning {
+		return nil, nil, connect.NewError(connect.CodeFailedPrecondition,
+			fmt.Errorf("guest %q is %s, not running; start it with `corpus guest start %s`", g.Name, st, g.Name))
+	}
+	n := view.Node(g.NodeId)
+	if n == nil || n.AgentAddress == "" {
+		return nil, nil, connect.NewError(connect.CodeUnavailable, fmt.Errorf("the node of guest %q has no agent address", g.Name))
+	}
+	return g, n, nil
 }
 
 // relayFromAgent passes a node agent's stream on to the caller. The

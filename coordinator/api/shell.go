@@ -10,7 +10,6 @@ import (
 	"connectrpc.com/connect"
 
 	"corpus/coordinator/auth"
-	"corpus/coordinator/state"
 	"corpus/internal/names"
 	corpusv1 "corpus/proto/corpus/v1"
 )
@@ -34,21 +33,9 @@ func (s *guestService) Shell(ctx context.Context, stream *connect.BidiStream[cor
 	if len(m.Argv) == 0 {
 		return toConnect(invalidf("no command given: corpus guest exec -it %s -- CMD ARGS", m.Name))
 	}
-	view := s.b.Store.Read()
-	g := view.GuestByName(m.Name)
-	if g == nil {
-		return toConnect(notFound("guest", m.Name, "corpus guest list"))
-	}
-	if err := mayUseGuest(ctx, view, g); err != nil {
+	g, n, err := s.execTarget(ctx, m.Name)
+	if err != nil {
 		return err
-	}
-	if st := guestStatus(view, g); st != state.ObservedRunning {
-		return connect.NewError(connect.CodeFailedPrecondition,
-			fmt.Errorf("guest %q is %s, not running; start it with `corpus guest start %s`", g.Name, st, g.Name))
-	}
-	n := view.Node(g.NodeId)
-	if n == nil || n.AgentAddress == "" {
-		return connect.NewError(connect.CodeUnavailable, fmt.Errorf("the node of guest %q has no agent address", g.Name))
 	}
 	actor := auth.FromContext(ctx).String()
 	kind := "without a terminal"

@@ -68,6 +68,15 @@ func httpIn(ns string) *http.Client {
 // namespace ns ("" for the test's own), trusting the cluster CA in caFile.
 func tlsIn(t *testing.T, ns, caFile string) *http.Client {
 	t.Helper()
+	tr := tlsTransport(t, ns, caFile)
+	tr.DisableKeepAlives = true
+	return &http.Client{Timeout: 5 * time.Second, Transport: tr}
+}
+
+// tlsTransport trusts the cluster CA in caFile and dials from namespace
+// ns ("" for the test's own).
+func tlsTransport(t *testing.T, ns, caFile string) *http.Transport {
+	t.Helper()
 	b, err := os.ReadFile(caFile)
 	if err != nil {
 		t.Fatal(err)
@@ -78,12 +87,11 @@ func tlsIn(t *testing.T, ns, caFile string) *http.Client {
 	}
 	pool := x509.NewCertPool()
 	pool.AddCert(ca)
-	tr := &http.Transport{DisableKeepAlives: true, ForceAttemptHTTP2: true,
-		TLSClientConfig: pki.ClientConfig(pool, nil, pki.RoleCoordinator, "")}
-	if ns != "" { // else the test's own namespace
+	tr := &http.Transport{ForceAttemptHTTP2: true, TLSClientConfig: pki.ClientConfig(pool, nil, pki.RoleCoordinator, "")}
+	if ns != "" {
 		tr.DialContext = dialIn(ns)
 	}
-	return &http.Client{Timeout: 5 * time.Second, Transport: tr}
+	return tr
 }
 
 // get fetches url with an optional Host header and returns status and body.

@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"context"
-	"crypto/x509"
 	"fmt"
 	"net/http"
 	"os"
@@ -15,7 +14,6 @@ import (
 
 	"connectrpc.com/connect"
 
-	"corpus/internal/pki"
 	"corpus/internal/rpc"
 	corpusv1 "corpus/proto/corpus/v1"
 	"corpus/proto/corpus/v1/corpusv1connect"
@@ -167,16 +165,5 @@ func TestShellScale(t *testing.T) {
 // streams (no overall timeout), dialing from the coordinator's namespace.
 func streamClient(t *testing.T, c *cluster) *http.Client {
 	t.Helper()
-	b, err := os.ReadFile(c.ca)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ca, err := pki.ParseCert(b)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pool := x509.NewCertPool()
-	pool.AddCert(ca)
-	tr := &http.Transport{ForceAttemptHTTP2: true, TLSClientConfig: pki.ClientConfig(pool, nil, pki.RoleCoordinator, ""), DialContext: dialIn(c.lab.ctl)}
-	return &http.Client{Transport: tr}
+	return &http.Client{Transport: tlsTransport(t, c.lab.ctl, c.ca)}
 }
