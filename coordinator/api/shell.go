@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"path/filepath"
 	"time"
 
@@ -70,7 +71,8 @@ func (s *guestService) relayShell(ctx context.Context, n *corpusv1.Node, first *
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	up := s.b.AgentClient(n).Shell(ctx)
-	if err := up.Send(first); err != nil {
+	// A stream the agent refused says io.EOF here, and why on Receive.
+	if err := up.Send(first); err != nil && !errors.Is(err, io.EOF) {
 		return -1, connect.NewError(connect.CodeUnavailable, fmt.Errorf("reaching agent of node %s: %w", n.Name, err))
 	}
 	go func() {

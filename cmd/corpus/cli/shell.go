@@ -67,7 +67,8 @@ func (g *globals) runShell(ctx context.Context, c *clients, open *corpusv1.ExecG
 			}
 		}()
 	}
-	if err := send(first); err != nil {
+	// A refused session's Send says io.EOF; Receive below says why.
+	if err := send(first); err != nil && !errors.Is(err, io.EOF) {
 		return -1, err
 	}
 	go func() {
