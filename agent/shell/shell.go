@@ -289,8 +289,7 @@ func (s *session) runTTYStream(ctx context.Context, x Execer, req Request) (int,
 	defer pr.Close()
 	sizes := make(chan drivers.TerminalSize, 8)
 	sizes <- drivers.TerminalSize{Rows: max(req.Rows, 1), Cols: max(req.Cols, 1)}
-	var once sync.Once
-	var sizeMu sync.Mutex
+	var sizeMu sync.Mutex // sizes is closed only when no resize sends
 	closed := false
 	resize := func(rows, cols uint16) {
 		sizeMu.Lock()
@@ -303,12 +302,12 @@ func (s *session) runTTYStream(ctx context.Context, x Execer, req Request) (int,
 		default: // a burst: the next change will do
 		}
 	}
-	defer once.Do(func() {
+	defer func() {
 		sizeMu.Lock()
 		closed = true
 		close(sizes)
 		sizeMu.Unlock()
-	})
+	}()
 	go s.input(ctx, pw, nil, resize)
 	go func() {
 		<-ctx.Done()

@@ -142,7 +142,6 @@ func TestShell(t *testing.T) {
 	mark = s.expect(mark, "40 120")
 	// A new window size reaches the guest's terminal.
 	pty.Setsize(s.ptmx, &pty.Winsize{Rows: 50, Cols: 100})
-	s.cmd.Process.Signal(syscall.SIGWINCH)
 	eventually(t, 10*time.Second, "the new size in the guest", func() error {
 		s.send("stty size\r")
 		s.mu.Lock()
