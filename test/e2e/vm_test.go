@@ -225,20 +225,37 @@ func startQEMUCluster(t *testing.T) qemuCluster {
 	return qemuCluster{c: c, a: a, hand: hand, client: client, nodeAddr: nodeAddr}
 }
 
-// TestVMBootsUnderQEMU boots a corpus-built debian/bookworm VM with real
-// QEMU (TCG when the host has no /dev/kvm): the VM gets its address on
-// the node's bridge, answers ping from the node and HTTP from outside
-// through the node's NAT port, and guest exec returns output and exit
-// codes through the QEMU guest agent. Slow: the first run builds the
-// image with debootstrap (minutes); CI runs it (CORPUS_TEST_DEBIAN=1).
-func TestVMBootsUnderQEMU(t *testing.T) {
+// TestVMUnderQEMU boots a corpus-built debian/bookworm VM with real QEMU
+// (TCG when the host has no /dev/kvm) and a data volume, and takes it
+// through what a VM guest lives through, on one boot where it can (each
+// one takes a minute or more under TCG):
+//
+//   - it gets its address on the node's bridge, answers ping from the
+//     node and HTTP from outside through the node's NAT port, and guest
+//     exec returns output and exit codes through the QEMU guest agent;
+//   - its volume is a virtio disk the guest mounts at the volume's path,
+//     never mounted by the host; enlarged while the VM runs, the guest's
+//     file system grows online and `volume enlarge` returns once the
+//     guest sees it;
+//   - an agent restart leaves it running with its disk; a snapshot of
+//     the running VM's volume is refused with what to do;
+//   - powered off behind the agent's back, it is started again, its new
+//     tap joins the bridge, NAT reaches it, the data and size are there;
+//   - a trim follows the rules of every volume: refused below the data,
+//     else the VM is stopped, shrunk offline and started again;
+//   - --purge deletes the volume with the guest.
+//
+// Slow: the first run builds the image with debootstrap (minutes); CI
+// runs it (CORPUS_TEST_DEBIAN=1).
+func TestVMUnderQEMU(t *testing.T) {
 	q := startQEMUCluster(t)
 	c, a, hand, client, nodeAddr := q.c, q.a, q.hand, q.client, q.nodeAddr
 	undefineOnCleanup(t, hand, "vm1")
 
 	start := time.Now()
 	c.mustCLI("guest", "create", "vm1", "--driver", "libvirt", "--image", "debian/bookworm",
-		"--memory", "512M", "--cpus", "1", "--port", "8080:80", "--detach")
+		"--memory", "512M", "--cpus", "1", "--port", "8080:80",
+		"--volume", "1G", "--volume-path", "/srv/data", "--detach")
 	eventually(t, 5*time.Minute, "vm1 running", func() error {
 		if v := c.guest("vm1"); v.Status != "running" {
 			return fmt.Errorf("status %s", v.Status)
@@ -284,6 +301,73 @@ func TestVMBootsUnderQEMU(t *testing.T) {
 	c.mustCLI(serve...)
 	eventually(t, 30*time.Second, "NAT to vm1", wantBody(httpIn(client), "http://"+nodeAddr+":8080/", "", "hello-vm"))
 
+	// The volume: a virtio disk mounted at its path in the guest.
+	dfSize := func() int64 {
+		t.Helper()
+		out := c.mustCLI("guest", "exec", "vm1", "--", "df", "-B1", "--output=size,target", "/srv/data")
+		lines := strings.Split(strings.TrimSpace(out), "\n")
+		f := strings.Fields(lines[len(lines)-1])
+		if len(f) != 2 || f[1] != "/srv/data" {
+			t.Fatalf("df in vm1 = %q, want the volume mounted at /srv/data", out)
+		}
+		n, _ := strconv.ParseInt(f[0], 10, 64)
+		return n
+	}
+	wantData := func(when string) {
+		t.Helper()
+		if got := strings.TrimSpace(c.mustCLI("guest", "exec", "vm1", "--", "cat", "/srv/data/file")); got != "keep" {
+			t.Errorf("file %s = %q, want keep", when, got)
+		}
+	}
+	hostMountsNothing := func(when string) {
+		t.Helper()
+		if m, err := os.ReadFile(fmt.Sprintf("/proc/%d/mountinfo", a.proc.cmd.Process.Pid)); err != nil || strings.Contains(string(m), "/volumes/mnt/vm1") {
+			t.Errorf("%s, the agent mounts volume vm1 while its VM runs (%v):\n%s", when, err, m)
+		}
+	}
+	if n := dfSize(); n < 900<<20 || n > 1<<30 {
+		t.Errorf("volume in vm1 has %d bytes, want about 1 GiB", n)
+	}
+	mounts := c.mustCLI("guest", "exec", "vm1", "--", "sh", "-c", "readlink -f /dev/disk/by-id/virtio-vm1; findmnt -n -o SOURCE /srv/data")
+	if f := strings.Fields(mounts); len(f) != 2 || f[0] != f[1] || !strings.HasPrefix(f[0], "/dev/vd") {
+		t.Errorf("in vm1, /dev/disk/by-id/virtio-vm1 and the mount of /srv/data = %q, want the same virtio disk", mounts)
+	}
+	c.mustCLI("guest", "exec", "vm1", "--", "sh", "-c", "echo keep > /srv/data/file && sync")
+	hostMountsNothing("at first")
+
+	// Online grow: the command returns when the guest sees the new size.
+	start = time.Now()
+	out = c.mustCLI("volume", "enlarge", "vm1", "2G")
+	enlarged := time.Since(start)
+	n := dfSize()
+	seen := time.Since(start)
+	t.Logf("volume enlarge 1G -> 2G of a running VM: command %s, guest df shows it %s after the command started (%q)",
+		enlarged.Round(time.Millisecond), seen.Round(time.Millisecond), strings.TrimSpace(out))
+	if n < 1900<<20 || n > 2<<30 {
+		t.Errorf("after volume enlarge, df in vm1 = %d bytes, want about 2 GiB", n)
+	}
+	wantData("after the grow")
+
+	// An agent restart leaves the VM running with its disk: the domain
+	// is not started again, the host mounts nothing, the data is there.
+	_, before, err := domainState(hand, "vm1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.kill()
+	a.proc = c.startAgent(a, "--address", nodeAddr)
+	time.Sleep(5 * time.Second) // two resync periods
+	if st, after, err := domainState(hand, "vm1"); err != nil || st != golibvirt.DomainRunning || after.ID != before.ID {
+		t.Errorf("after agent restart, domain vm1 = state %d, id %d, %v; want running with id %d", st, after.ID, err, before.ID)
+	}
+	wantData("after agent restart")
+	hostMountsNothing("after agent restart")
+
+	// A running VM's volume cannot be frozen from the host.
+	if _, errOut, code := c.cli("volume", "snapshot", "vm1"); code == 0 || !strings.Contains(errOut, "stop the guest") {
+		t.Errorf("snapshot of a running VM's volume = exit %d, %q; want a refusal saying what to do", code, errOut)
+	}
+
 	// Powered off by hand: the agent starts the VM again, and its new
 	// tap joins the node's bridge. (The page written above may not have
 	// reached the disk before the plug was pulled; it is written again.)
@@ -297,120 +381,17 @@ func TestVMBootsUnderQEMU(t *testing.T) {
 	eventually(t, 5*time.Minute, "hand-stopped VM restarted", execReady)
 	c.mustCLI(serve...)
 	eventually(t, 30*time.Second, "NAT to the restarted vm1", wantBody(httpIn(client), "http://"+nodeAddr+":8080/", "", "hello-vm"))
-
-	c.mustCLI("guest", "delete", "vm1")
-	eventually(t, time.Minute, "VM removed with its guest", func() error {
-		if _, _, err := domainState(hand, "vm1"); !golibvirt.IsNotFound(err) {
-			return errors.New("domain vm1 still defined")
-		}
-		return nil
-	})
-}
-
-// TestVMVolumeUnderQEMU: a VM's volume is a virtio disk the guest mounts
-// at the volume's path. Enlarged while the VM runs, the guest's file
-// system grows online, and `volume enlarge` returns once the guest sees
-// it; the data stays, across an agent restart (the VM keeps running
-// with its disk) and a stop and start too. A snapshot of the
-// running VM's volume is refused with what to do; a trim stops the VM,
-// shrinks offline and starts it again. --purge deletes the volume with
-// the guest. Slow like TestVMBootsUnderQEMU (CORPUS_TEST_DEBIAN=1).
-func TestVMVolumeUnderQEMU(t *testing.T) {
-	q := startQEMUCluster(t)
-	c, a, hand := q.c, q.a, q.hand
-	undefineOnCleanup(t, hand, "vmv")
-
-	c.mustCLI("guest", "create", "vmv", "--driver", "libvirt", "--image", "debian/bookworm",
-		"--memory", "512M", "--cpus", "1", "--volume", "1G", "--volume-path", "/srv/data", "--detach")
-	execReady := func() error {
-		out, errOut, code := c.cli("guest", "exec", "vmv", "--", "true")
-		if code != 0 {
-			return fmt.Errorf("exit %d: %s%s", code, out, errOut)
-		}
-		return nil
-	}
-	eventually(t, 5*time.Minute, "guest agent of vmv answers", execReady)
-
-	// df's size of the volume's file system in bytes, inside the guest.
-	dfSize := func() int64 {
-		t.Helper()
-		out := c.mustCLI("guest", "exec", "vmv", "--", "df", "-B1", "--output=size,target", "/srv/data")
-		lines := strings.Split(strings.TrimSpace(out), "\n")
-		f := strings.Fields(lines[len(lines)-1])
-		if len(f) != 2 || f[1] != "/srv/data" {
-			t.Fatalf("df in vmv = %q, want the volume mounted at /srv/data", out)
-		}
-		n, _ := strconv.ParseInt(f[0], 10, 64)
-		return n
-	}
-	if n := dfSize(); n < 900<<20 || n > 1<<30 {
-		t.Errorf("volume in vmv has %d bytes, want about 1 GiB", n)
-	}
-	mounts := c.mustCLI("guest", "exec", "vmv", "--", "sh", "-c", "readlink -f /dev/disk/by-id/virtio-vmv; findmnt -n -o SOURCE /srv/data")
-	if f := strings.Fields(mounts); len(f) != 2 || f[0] != f[1] || !strings.HasPrefix(f[0], "/dev/vd") {
-		t.Errorf("in vmv, /dev/disk/by-id/virtio-vmv and the mount of /srv/data = %q, want the same virtio disk", mounts)
-	}
-	c.mustCLI("guest", "exec", "vmv", "--", "sh", "-c", "echo keep > /srv/data/file && sync")
-	if m, err := os.ReadFile(fmt.Sprintf("/proc/%d/mountinfo", a.proc.cmd.Process.Pid)); err != nil || strings.Contains(string(m), "/volumes/mnt/vmv") {
-		t.Errorf("the host mounts volume vmv while its VM runs (%v):\n%s", err, m)
-	}
-
-	// Online grow: the command returns when the guest sees the new size.
-	start := time.Now()
-	out := c.mustCLI("volume", "enlarge", "vmv", "2G")
-	enlarged := time.Since(start)
-	n := dfSize()
-	seen := time.Since(start)
-	t.Logf("volume enlarge 1G -> 2G of a running VM: command %s, guest df shows it %s after the command started (%q)",
-		enlarged.Round(time.Millisecond), seen.Round(time.Millisecond), strings.TrimSpace(out))
-	if n < 1900<<20 || n > 2<<30 {
-		t.Errorf("after volume enlarge, df in vmv = %d bytes, want about 2 GiB", n)
-	}
-	if got := strings.TrimSpace(c.mustCLI("guest", "exec", "vmv", "--", "cat", "/srv/data/file")); got != "keep" {
-		t.Errorf("file after the grow = %q, want keep", got)
-	}
-
-	// An agent restart leaves the VM running with its disk: the domain
-	// is not started again, the host mounts nothing, the data is there.
-	_, before, err := domainState(hand, "vmv")
-	if err != nil {
-		t.Fatal(err)
-	}
-	a.kill()
-	a.proc = c.startAgent(a, "--address", q.nodeAddr)
-	time.Sleep(5 * time.Second) // two resync periods
-	if st, after, err := domainState(hand, "vmv"); err != nil || st != golibvirt.DomainRunning || after.ID != before.ID {
-		t.Errorf("after agent restart, domain vmv = state %d, id %d, %v; want running with id %d", st, after.ID, err, before.ID)
-	}
-	if got := strings.TrimSpace(c.mustCLI("guest", "exec", "vmv", "--", "cat", "/srv/data/file")); got != "keep" {
-		t.Errorf("file after agent restart = %q, want keep", got)
-	}
-	if m, err := os.ReadFile(fmt.Sprintf("/proc/%d/mountinfo", a.proc.cmd.Process.Pid)); err != nil || strings.Contains(string(m), "/volumes/mnt/vmv") {
-		t.Errorf("the restarted agent mounts volume vmv while its VM runs (%v):\n%s", err, m)
-	}
-
-	// A running VM's volume cannot be frozen from the host.
-	if _, errOut, code := c.cli("volume", "snapshot", "vmv"); code == 0 || !strings.Contains(errOut, "stop the guest") {
-		t.Errorf("snapshot of a running VM's volume = exit %d, %q; want a refusal saying what to do", code, errOut)
-	}
-
-	// Stopped and started again: the data is there at the new size.
-	c.mustCLI("guest", "stop", "vmv")
-	c.mustCLI("guest", "start", "vmv")
-	eventually(t, 5*time.Minute, "guest agent of restarted vmv answers", execReady)
-	if got := strings.TrimSpace(c.mustCLI("guest", "exec", "vmv", "--", "cat", "/srv/data/file")); got != "keep" {
-		t.Errorf("file after stop and start = %q, want keep", got)
-	}
+	wantData("after the power-off")
 	if n := dfSize(); n < 1900<<20 || n > 2<<30 {
-		t.Errorf("after stop and start, df in vmv = %d bytes, want about 2 GiB", n)
+		t.Errorf("after the power-off, df in vm1 = %d bytes, want about 2 GiB", n)
 	}
 
 	// What the volume uses is what the guest sees (the host's superblock
 	// lags behind a mounted file system), so trim follows the rules of
 	// every volume: refused below the data, else the VM is stopped for an
 	// offline shrink and started again.
-	c.mustCLI("guest", "exec", "vmv", "--", "sh", "-c", "dd if=/dev/zero of=/srv/data/big bs=1M count=200 2>/dev/null && sync")
-	eventually(t, 30*time.Second, "volume vmv shows 200M used", func() error {
+	c.mustCLI("guest", "exec", "vm1", "--", "sh", "-c", "dd if=/dev/zero of=/srv/data/big bs=1M count=200 2>/dev/null && sync")
+	eventually(t, 30*time.Second, "volume vm1 shows 200M used", func() error {
 		var l volumeList
 		if err := c.json(&l, "volume", "list"); err != nil {
 			return err
@@ -423,23 +404,21 @@ func TestVMVolumeUnderQEMU(t *testing.T) {
 		}
 		return nil
 	})
-	if _, errOut, code := c.cli("volume", "trim", "vmv", "240M"); code == 0 || !strings.Contains(errOut, "nothing changed") {
+	if _, errOut, code := c.cli("volume", "trim", "vm1", "240M"); code == 0 || !strings.Contains(errOut, "nothing changed") {
 		t.Errorf("trimming below used+margin = exit %d, %q; want a refusal", code, errOut)
 	}
-	c.mustCLI("guest", "exec", "vmv", "--", "rm", "/srv/data/big")
-	c.mustCLI("volume", "trim", "vmv", "1536M")
-	eventually(t, 5*time.Minute, "guest agent of vmv answers after the trim", execReady)
+	c.mustCLI("guest", "exec", "vm1", "--", "rm", "/srv/data/big")
+	c.mustCLI("volume", "trim", "vm1", "1536M")
+	eventually(t, 5*time.Minute, "guest agent of vm1 answers after the trim", execReady)
 	if n := dfSize(); n < 1400<<20 || n > 1536<<20 {
-		t.Errorf("after trimming to 1.5 GiB, df in vmv = %d bytes", n)
+		t.Errorf("after trimming to 1.5 GiB, df in vm1 = %d bytes", n)
 	}
-	if got := strings.TrimSpace(c.mustCLI("guest", "exec", "vmv", "--", "cat", "/srv/data/file")); got != "keep" {
-		t.Errorf("file after the trim = %q, want keep", got)
-	}
+	wantData("after the trim")
 
-	c.mustCLI("guest", "delete", "vmv", "--purge")
+	c.mustCLI("guest", "delete", "vm1", "--purge")
 	eventually(t, 2*time.Minute, "VM and volume removed", func() error {
-		if _, _, err := domainState(hand, "vmv"); !golibvirt.IsNotFound(err) {
-			return errors.New("domain vmv still defined")
+		if _, _, err := domainState(hand, "vm1"); !golibvirt.IsNotFound(err) {
+			return errors.New("domain vm1 still defined")
 		}
 		var l volumeList
 		if err := c.json(&l, "volume", "list"); err != nil {
