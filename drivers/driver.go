@@ -246,6 +246,26 @@ type GuestSpec struct {
 	// the host's root. Only for drivers that confine guests in one (LXC);
 	// the API grants it to ops alone.
 	Privileged bool
+	// Boot, for a guest that runs a project's processes, says how the
+	// process supervisor starts with the guest; nil for other guests.
+	// Drivers whose guests have an init of their own (system containers,
+	// VMs) ignore it: the agent starts the supervisor through exec. A
+	// driver whose guests run an image's command instead (Kubernetes)
+	// runs Boot.Command as the guest's main command.
+	Boot *Boot
+}
+
+// Boot is how a guest's process supervisor starts as the guest's main
+// command: the platform then restarts it when it dies, and counts the
+// restarts.
+type Boot struct {
+	// Command is the main command.
+	Command []string
+	// Keep are folders of the guest that outlive a restart of Command
+	// (a container's file system is new at each restart): the
+	// supervisor, its state and the project's tree. They do not outlive
+	// the guest's replacement.
+	Keep []string
 }
 
 // Volume is persistent storage a driver keeps for a guest. It outlives

@@ -200,6 +200,17 @@ func (r *Runtime) install(ctx context.Context, x Execer, guest, want string) err
 	return err
 }
 
+// Boot is how a guest whose driver runs an image's command starts its
+// supervisor (drivers.GuestSpec.Boot): BootScript as the main command,
+// the supervisor's binary, state and logs kept across its restarts,
+// with keep (the project's tree).
+func Boot(keep ...string) *drivers.Boot {
+	return &drivers.Boot{
+		Command: []string{"/bin/sh", "-c", supervisor.BootScript, "corpus-boot", supervisor.Binary, supervisor.BootMarker},
+		Keep:    append([]string{filepath.Dir(supervisor.Binary), supervisor.StateDir, supervisor.LogDir}, keep...),
+	}
+}
+
 // Revive starts the supervisor of a guest that has processes to run (a
 // state file) and whose supervisor is not running: after the guest
 // restarted. It does nothing in a guest without processes.

@@ -51,7 +51,7 @@ func main() {
 	case "start":
 		self, err := os.Executable()
 		if err == nil {
-			err = supervisor.Detach(self, supervisor.Socket, supervisor.LogDir+"/supervisor.log", 10*time.Second)
+			err = supervisor.Detach(self, supervisor.Socket, supervisor.BootMarker, supervisor.LogDir+"/supervisor.log", 10*time.Second)
 		}
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "corpus-supervisor:", err)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"maps"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -230,6 +231,37 @@ func TestDriver(t *testing.T) {
 		list, err := e.d.List(e.ctx)
 		if err != nil || len(list) != 1 || list[0].ID != s.ID || list[0].State != drivers.StateRunning {
 			t.Errorf("List = %+v, %v; want the one running guest", list, err)
+		}
+	})
+
+	t.Run("supervised", func(t *testing.T) {
+		t.Parallel()
+		e := newEnv(t, c, "supervised")
+		s := spec("abab000000000001", "proj")
+		s.Boot = &drivers.Boot{Command: []string{"/bin/sh", "-c", "exec sup daemon"}, Keep: []string{"/usr/local/lib/corpus", "/srv/projects"}}
+		e.create(s)
+		pod := e.deployment("proj").Spec.Template.Spec
+		ctr := pod.Containers[0]
+		if !slices.Equal(ctr.Command, s.Boot.Command) {
+			t.Errorf("container command = %q, want the supervisor's boot %q", ctr.Command, s.Boot.Command)
+		}
+		kept := map[string]bool{}
+		for _, m := range ctr.VolumeMounts {
+			for _, v := range pod.Volumes {
+				if v.Name == m.Name && v.EmptyDir != nil {
+					kept[m.MountPath] = true
+				}
+			}
+		}
+		if len(kept) != 2 || !kept["/usr/local/lib/corpus"] || !kept["/srv/projects"] {
+			t.Errorf("emptyDir mounts = %v, want the two kept folders", kept)
+		}
+		// A guest that stops running a project runs its image's command
+		// again.
+		s.Boot = nil
+		e.create(s)
+		if pod := e.deployment("proj").Spec.Template.Spec; len(pod.Containers[0].Command) != 0 || len(pod.Volumes) != 0 {
+			t.Errorf("without Boot: command %q, volumes %v; want the image's command and no volumes", pod.Containers[0].Command, pod.Volumes)
 		}
 	})
 

@@ -196,6 +196,18 @@ func desiredPodTemplate(spec drivers.GuestSpec) corev1.PodTemplateSpec {
 			PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: spec.Volume.Name},
 		}}}
 	}
+	if b := spec.Boot; b != nil {
+		// The process supervisor is the container's command: the
+		// kubelet restarts it, with back-off, when it dies, and counts
+		// the restarts; its folders are emptyDirs, which a restarted
+		// container finds as they were.
+		pod.Containers[0].Command = b.Command
+		for i, path := range b.Keep {
+			name := fmt.Sprintf("corpus-keep-%d", i)
+			pod.Containers[0].VolumeMounts = append(pod.Containers[0].VolumeMounts, corev1.VolumeMount{Name: name, MountPath: path})
+			pod.Volumes = append(pod.Volumes, corev1.Volume{Name: name, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}})
+		}
+	}
 	return corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: guestLabels(spec)}, Spec: pod}
 }
 

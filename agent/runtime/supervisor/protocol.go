@@ -38,7 +38,22 @@ const (
 	LogDir    = "/var/log/corpus"
 	// Binary is where the agent installs the supervisor in a guest.
 	Binary = "/usr/local/lib/corpus/corpus-supervisor"
+	// BootMarker is there when the guest's main command starts the
+	// supervisor (BootScript): start then waits for that one.
+	BootMarker = "/run/corpus-supervisor.boot"
 )
+
+// BootScript is the main command of a guest without an init of its own
+// (a Kubernetes pod), run by sh with the supervisor's path as $1 and
+// BootMarker as $2: it marks the guest as booting its supervisor, waits
+// for the agent to install it (a new guest has none; a restarted
+// container keeps it in a kept folder), then becomes the supervisor,
+// which starts again the processes its state file names.
+const BootScript = `mkdir -p "${2%/*}" && : > "$2"
+trap 'exit 0' TERM INT
+while [ ! -x "$1" ]; do sleep 1 & wait $!; done
+exec "$1" daemon
+`
 
 // Operations.
 const (

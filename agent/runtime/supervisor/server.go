@@ -103,8 +103,10 @@ func Call(ctx context.Context, socket string, req Request) (*Response, error) {
 }
 
 // Detach starts `self daemon` in a session of its own, its output to
-// logPath, and waits until it answers on socket (or already did).
-func Detach(self, socket, logPath string, wait time.Duration) error {
+// logPath, and waits until it answers on socket (or already did). When
+// bootMarker exists, the guest's main command starts the daemon
+// (BootScript), and Detach only waits for it.
+func Detach(self, socket, bootMarker, logPath string, wait time.Duration) error {
 	ping := func() bool {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		defer cancel()
@@ -113,6 +115,17 @@ func Detach(self, socket, logPath string, wait time.Duration) error {
 	}
 	if ping() {
 		return nil
+	}
+	if _, err := os.Stat(bootMarker); err == nil {
+		// The guest's main command becomes the supervisor once it is
+		// installed: a second one started here would lose the race for
+		// the lock or, winning it, end that command and the guest.
+		for deadline := time.Now().Add(wait); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+			if ping() {
+				return nil
+			}
+		}
+		return fmt.Errorf("the supervisor the guest's main command starts did not answer within %s", wait)
 	}
 	if err := os.MkdirAll(LogDir, 0o750); err != nil {
 		return err
