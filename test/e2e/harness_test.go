@@ -37,38 +37,57 @@ func runMain(m *testing.M) int {
 		// Still run, so each test reports its own skip.
 		return m.Run()
 	}
+	if dir := os.Getenv("CORPUS_E2E_BIN_DIR"); dir != "" {
+		// Built beforehand (test/run builds them once for all its
+		// test processes).
+		corpusBin = filepath.Join(dir, "corpus")
+		for _, f := range []string{corpusBin, filepath.Join(dir, "corpus-supervisor")} {
+			if _, err := os.Stat(f); err != nil {
+				fmt.Fprintln(os.Stderr, "e2e: CORPUS_E2E_BIN_DIR:", err)
+				return 1
+			}
+		}
+		return m.Run()
+	}
 	dir, err := os.MkdirTemp("", "corpus-e2e-bin")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
 	defer os.RemoveAll(dir)
-	corpusBin = filepath.Join(dir, "corpus")
-	args := []string{"build", "-o", corpusBin}
 	race, err := daemonRace()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "e2e:", err)
 		return 1
 	}
+	if err := buildBinaries(dir, race); err != nil {
+		fmt.Fprintln(os.Stderr, "e2e:", err)
+		return 1
+	}
+	corpusBin = filepath.Join(dir, "corpus")
+	return m.Run()
+}
+
+// buildBinaries builds corpus (with the race detector when race) and,
+// beside it where the agent looks, the process supervisor: static, as it
+// runs inside guests (no cgo, hence no -race).
+func buildBinaries(dir string, race bool) error {
+	args := []string{"build", "-o", filepath.Join(dir, "corpus")}
 	if race {
 		args = append(args, "-race")
 	}
 	build := exec.Command("go", append(args, "corpus/cmd/corpus")...)
 	build.Stdout, build.Stderr = os.Stderr, os.Stderr
 	if err := build.Run(); err != nil {
-		fmt.Fprintln(os.Stderr, "e2e: building corpus:", err)
-		return 1
+		return fmt.Errorf("building corpus: %w", err)
 	}
-	// The process supervisor goes beside it, where the agent looks; it
-	// runs inside guests, so it is static (no cgo, hence no -race).
 	build = exec.Command("go", "build", "-ldflags", "-s -w", "-o", filepath.Join(dir, "corpus-supervisor"), "corpus/cmd/corpus-supervisor")
 	build.Env = append(os.Environ(), "CGO_ENABLED=0")
 	build.Stdout, build.Stderr = os.Stderr, os.Stderr
 	if err := build.Run(); err != nil {
-		fmt.Fprintln(os.Stderr, "e2e: building corpus-supervisor:", err)
-		return 1
+		return fmt.Errorf("building corpus-supervisor: %w", err)
 	}
-	return m.Run()
+	return nil
 }
 
 // daemonRace says whether the corpus daemons under test are built with

@@ -1,22 +1,28 @@
 package supervisor
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"os/signal"
+	"path/filepath"
+	"strconv"
 	"syscall"
 
 	"golang.org/x/sys/unix"
 )
 
-// RunTTY runs argv in a session of its own whose controlling terminal is
-// the caller's standard input (a pseudo-terminal the agent opened on the
-// node), waits for it and returns its exit status (128+n when signal n
-// ended it): what an interactive exec needs for Ctrl-C, job control and
-// full-screen programs. A hangup or termination of RunTTY's caller is
-// passed on to the session as SIGHUP, as a terminal that goes away does.
+// RunTTY runs argv on the caller's standard input as its controlling
+// terminal (a pseudo-terminal the agent opened on the node), waits for it
+// and returns its exit status (128+n when signal n ended it): what an
+// interactive exec needs for Ctrl-C, job control and full-screen
+// programs. When the command ends, or the terminal or RunTTY's caller
+// goes away, every process left in the session is hung up (SIGHUP), not
+// only the one the kernel tells: background jobs end with the session
+// whatever the order of exits was (nohup and daemons, which make a
+// session of their own, stay).
 func RunTTY(argv []string) (int, error) {
 	if len(argv) == 0 {
 		return 2, errors.New("tty: no command")
@@ -25,31 +31,46 @@ func RunTTY(argv []string) (int, error) {
 	if err != nil {
 		return 127, err
 	}
-	// liblxc's attach may have made this process the terminal's session
-	// leader already: then the command takes its place, terminal and
-	// all, in the foreground.
-	if sid, err := unix.IoctlGetInt(0, unix.TIOCGSID); err == nil && sid == os.Getpid() {
-		unix.IoctlSetPointerInt(0, unix.TIOCSPGRP, os.Getpid())
-		return 126, fmt.Errorf("tty: %w", syscall.Exec(path, argv, os.Environ()))
-	}
 	cmd := exec.Command(path, argv[1:]...)
 	cmd.Args = argv
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: true, Ctty: 0}
+	var sid int
+	if s, err := unix.IoctlGetInt(0, unix.TIOCGSID); err == nil && s == os.Getpid() {
+		// liblxc's attach made this process the terminal's session
+		// leader already: the command runs in a process group of its
+		// own in the foreground, and this process, the leader, is told
+		// of the hangup.
+		sid = os.Getpid()
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Foreground: true, Ctty: 0}
+	} else {
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: true, Ctty: 0}
+	}
 	sigs := make(chan os.Signal, 4)
 	signal.Notify(sigs, syscall.SIGHUP, syscall.SIGTERM)
-	// Ctrl-C and Ctrl-\ reach the session through the terminal; here
-	// they are ignored so the wrapper outlives its command.
-	signal.Ignore(syscall.SIGINT, syscall.SIGQUIT, syscall.SIGTSTP, syscall.SIGTTIN, syscall.SIGTTOU)
+	// Ctrl-C and Ctrl-\ reach the command through the terminal; here
+	// they are caught and dropped so the wrapper outlives its command.
+	// So are the background-group signals: the command's group has the
+	// terminal. Caught, not ignored: an ignored signal stays ignored in
+	// the command and what it runs.
+	dropped := make(chan os.Signal, 4)
+	signal.Notify(dropped, syscall.SIGINT, syscall.SIGQUIT, syscall.SIGTSTP, syscall.SIGTTIN, syscall.SIGTTOU)
+	go func() {
+		for range dropped {
+		}
+	}()
 	if err := cmd.Start(); err != nil {
 		return 126, fmt.Errorf("tty: %w", err)
 	}
+	if sid == 0 {
+		sid = cmd.Process.Pid
+	}
 	go func() {
 		for range sigs {
-			syscall.Kill(-cmd.Process.Pid, syscall.SIGHUP)
+			signalSession(sid, syscall.SIGHUP)
 		}
 	}()
 	err = cmd.Wait()
+	endSession(sid)
 	var ee *exec.ExitError
 	if errors.As(err, &ee) {
 		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
@@ -61,4 +82,46 @@ func RunTTY(argv []string) (int, error) {
 		return 1, err
 	}
 	return 0, nil
+}
+
+// endSession hangs up what is left in session sid, as the end of a
+// login does; what ignores it (nohup) stays.
+func endSession(sid int) { signalSession(sid, syscall.SIGHUP) }
+
+// signalSession sends sig, and SIGCONT so a stopped job sees it, to
+// every process of session sid but this one.
+func signalSession(sid int, sig syscall.Signal) {
+	for _, pid := range sessionMembers(sid) {
+		syscall.Kill(pid, sig)
+		syscall.Kill(pid, syscall.SIGCONT)
+	}
+}
+
+// sessionMembers lists the processes of session sid but this one, from
+// /proc (zombies, which only wait to be reaped, left out).
+func sessionMembers(sid int) []int {
+	stats, _ := filepath.Glob("/proc/[0-9]*/stat")
+	self := os.Getpid()
+	var pids []int
+	for _, f := range stats {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			continue // gone meanwhile
+		}
+		// pid (comm) state ppid pgrp session ...; comm may hold spaces
+		// and parentheses, so the fields start after the last ')'.
+		i := bytes.LastIndexByte(b, ')')
+		if i < 0 {
+			continue
+		}
+		fields := bytes.Fields(b[i+1:])
+		if len(fields) < 4 || string(fields[0]) == "Z" {
+			continue
+		}
+		pid, _ := strconv.Atoi(filepath.Base(filepath.Dir(f)))
+		if s, _ := strconv.Atoi(string(fields[3])); s == sid && pid != self {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
 }
