@@ -20,6 +20,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"corpus/agent/cache"
+	"corpus/agent/deploy"
 	"corpus/agent/logs"
 	"corpus/agent/runtime"
 	"corpus/agent/shell"
@@ -217,9 +218,9 @@ type Agent struct {
 	vols     volume.Backend // nil when volumes cannot run here
 	id       cache.Identity
 	coords   *coordinators
-	git      *gitServer     // nil when the git endpoint is off
-	gossip   *gossip.Member // nil when gossip is off
-	envLocks envLocks
+	deploys  *deploy.Pipeline // releases of the projects whose guests are here
+	ssh      *sshServer       // nil when the git endpoint is off
+	gossip   *gossip.Member   // nil when gossip is off
 	runCtx   context.Context
 	metrics  *agentMetrics
 	tlsCerts atomic.Pointer[nodeCerts] // set once enrolled
@@ -372,8 +373,13 @@ func New(cfg Config) (*Agent, error) {
 			return nil, err
 		}
 	}
+	if a.deploys, err = a.newDeploys(); err != nil {
+		ln.Close()
+		c.Close()
+		return nil, err
+	}
 	if cfg.GitAddr != "" {
-		if a.git, err = newGitServer(a); err != nil {
+		if a.ssh, err = newSSHServer(a); err != nil {
 			ln.Close()
 			c.Close()
 			return nil, err
@@ -491,11 +497,11 @@ func (a *Agent) Run(ctx context.Context) error {
 			}
 		})
 	}
-	if a.git != nil {
-		run(a.git.serve)
+	if a.ssh != nil {
+		run(a.ssh.serve)
 	}
 	a.startGossip()
-	run(a.recoverDeploys)
+	run(a.deploys.Run)
 	run(a.reviveLoop)
 	run(a.logsLoop)
 	if a.shipper != nil {

@@ -13,6 +13,7 @@ import (
 
 	"corpus/drivers"
 	"corpus/internal/names"
+	"corpus/internal/rpc"
 	"corpus/internal/secret"
 	corpusv1 "corpus/proto/corpus/v1"
 	"corpus/proto/corpus/v1/corpusv1connect"
@@ -72,8 +73,8 @@ func (s *agentAPI) Exec(ctx context.Context, req *connect.Request[corpusv1.ExecG
 		Env:    m.Env,
 		Dir:    m.Dir,
 		Stdin:  bytes.NewReader(m.Stdin),
-		Stdout: streamWriter(func(p []byte) error { return send(&corpusv1.ExecOutput{Stdout: p}) }),
-		Stderr: streamWriter(func(p []byte) error { return send(&corpusv1.ExecOutput{Stderr: p}) }),
+		Stdout: rpc.StreamWriter(func(p []byte) error { return send(&corpusv1.ExecOutput{Stdout: p}) }),
+		Stderr: rpc.StreamWriter(func(p []byte) error { return send(&corpusv1.ExecOutput{Stderr: p}) }),
 	})
 	switch {
 	case errors.Is(err, drivers.ErrNotRunning):
@@ -84,15 +85,4 @@ func (s *agentAPI) Exec(ctx context.Context, req *connect.Request[corpusv1.ExecG
 		return connect.NewError(connect.CodeInternal, fmt.Errorf("exec in %s: %w", g.Name, err))
 	}
 	return send(&corpusv1.ExecOutput{Exited: true, ExitCode: int32(code)})
-}
-
-// streamWriter adapts a send function to io.Writer; it copies p, since
-// the message outlives the call.
-type streamWriter func([]byte) error
-
-func (w streamWriter) Write(p []byte) (int, error) {
-	if err := w(append([]byte(nil), p...)); err != nil {
-		return 0, err
-	}
-	return len(p), nil
 }

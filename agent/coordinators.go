@@ -101,19 +101,17 @@ func coordinatorList(configured []string, enrolled string) []string {
 	return out
 }
 
-// coordCall runs f against the current coordinator and, when that one
-// gave no answer, once more against the next.
-func coordCall[T any](a *Agent, f func(corpusv1connect.AgentServiceClient) (*connect.Response[T], error)) (*T, error) {
+// callCoordinator runs f against the current coordinator and, when that
+// one gave no answer, once more against the next; it returns f's last
+// error.
+func (a *Agent) callCoordinator(f func(corpusv1connect.AgentServiceClient) error) error {
 	addr, c := a.coords.current()
-	res, err := f(c)
+	err := f(c)
 	if err != nil && connect.CodeOf(err) == connect.CodeUnavailable {
 		if next := a.coords.failed(addr, err); next != addr {
 			_, c = a.coords.current()
-			res, err = f(c)
+			err = f(c)
 		}
 	}
-	if err != nil {
-		return nil, err
-	}
-	return res.Msg, nil
+	return err
 }

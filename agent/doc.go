@@ -6,6 +6,10 @@
 // back. Cut off from the coordinator, the agent keeps its guests as they
 // were last told (the desired state is cached in a local bbolt database).
 //
+// Its subsystems are packages of their own, wired in here: agent/deploy
+// (the release pipeline behind git pushes), agent/logs, agent/shell,
+// agent/runtime (the guests' process supervisors) and agent/cache.
+//
 // Guest worker, per reconcile:
 //
 //	desired  │ observed: absent      stopped        running

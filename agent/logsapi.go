@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
 	"time"
 
 	"connectrpc.com/connect"
@@ -20,7 +19,8 @@ import (
 
 // The node's guest logs (agent/logs): the processes' output comes from
 // each project guest's supervisor through one follow stream per guest,
-// the deploys' lines from the pipeline; the Logs call reads them.
+// the deploys' lines from the pipeline (agent/deploy); the Logs call
+// reads them.
 
 // followSlice is how long one follow lasts with a driver whose exec
 // passes output on only at the end (a VM's guest agent): a line reaches
@@ -121,25 +121,6 @@ func (a *Agent) logsLoop(ctx context.Context) {
 				}
 			}
 		}
-	}
-}
-
-// deployLine stores a line the deploy pipeline says in the guest's log.
-func (d *deploy) deployLine(s string) {
-	if d.a.logs == nil {
-		return
-	}
-	rel := ""
-	if d.release != nil {
-		rel = corpusv1.ReleaseName(d.release.Number)
-	}
-	var es []logs.Entry
-	now := time.Now()
-	for _, line := range strings.Split(strings.TrimRight(s, "\n"), "\n") {
-		es = append(es, logs.Entry{Time: now, Source: logs.SourceDeploy, Release: rel, Line: line})
-	}
-	if err := d.a.logs.Append(d.guest.Id, es...); err != nil {
-		d.a.logger.Warn("storing deploy output", "guest", d.guest.Name, "error", err)
 	}
 }
 

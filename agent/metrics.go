@@ -12,19 +12,13 @@ import (
 	corpusv1 "corpus/proto/corpus/v1"
 )
 
-// agentMetrics are the agent's own Prometheus metrics: guest reconciles
-// and deploys. Volumes and certificates are read at scrape time
-// (volumeCollector, pki.ExpiryCollector); the proxy keeps its own.
+// agentMetrics are the agent's own Prometheus metrics: guest reconciles.
+// Volumes and certificates are read at scrape time (volumeCollector,
+// pki.ExpiryCollector); the proxy and the deploy pipeline keep their own.
 type agentMetrics struct {
 	reconcile       *prometheus.HistogramVec
 	reconcileErrors *prometheus.CounterVec
-	deploys         *prometheus.CounterVec
-	deployDuration  *prometheus.HistogramVec
 }
-
-// deployOutcomes are the ends of a push: live, failed (rolled back), or
-// rejected before a release began (a bad ref, a lock held, a bad tree).
-var deployOutcomes = []string{"succeeded", "failed", "rejected"}
 
 func newAgentMetrics(reg prometheus.Registerer) *agentMetrics {
 	m := &agentMetrics{
@@ -37,20 +31,8 @@ func newAgentMetrics(reg prometheus.Registerer) *agentMetrics {
 			Namespace: metrics.Namespace, Subsystem: "agent", Name: "reconcile_errors_total",
 			Help: "Guest reconciles that failed, by driver and the step that failed.",
 		}, []string{"driver", "step"}),
-		deploys: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: metrics.Namespace, Name: "deploys_total",
-			Help: "git push deploys by outcome: succeeded (live), failed (rolled back), rejected (refused before a release began).",
-		}, []string{"outcome"}),
-		deployDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Namespace: metrics.Namespace, Name: "deploy_duration_seconds",
-			Help:    "Time from a push reaching the agent to its deploy's outcome, by outcome.",
-			Buckets: []float64{0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800},
-		}, []string{"outcome"}),
 	}
-	reg.MustRegister(m.reconcile, m.reconcileErrors, m.deploys, m.deployDuration)
-	for _, o := range deployOutcomes {
-		m.deploys.WithLabelValues(o)
-	}
+	reg.MustRegister(m.reconcile, m.reconcileErrors)
 	return m
 }
 
@@ -60,12 +42,6 @@ func (m *agentMetrics) reconciled(driver string, took time.Duration, err error) 
 	if err != nil {
 		m.reconcileErrors.WithLabelValues(driver, failedStep(err)).Inc()
 	}
-}
-
-// deployed records one push's outcome.
-func (m *agentMetrics) deployed(outcome string, took time.Duration) {
-	m.deploys.WithLabelValues(outcome).Inc()
-	m.deployDuration.WithLabelValues(outcome).Observe(took.Seconds())
 }
 
 // driverLabel is the driver of g when this node runs it, else "none"

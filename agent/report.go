@@ -51,8 +51,8 @@ func (a *Agent) sendReport(ctx context.Context) error {
 		AgentVersion: version.Version,
 		Address:      a.address(),
 	}
-	if a.git != nil {
-		req.GitPort = a.git.port()
+	if a.ssh != nil {
+		req.GitPort = a.ssh.port()
 	}
 	if a.net != nil {
 		req.MinHostPort = int32(a.cfg.MinHostPort)

@@ -42,7 +42,7 @@ type sshPTY struct {
 // sshSession is one SSH session channel: it takes requests until one
 // starts a command.
 type sshSession struct {
-	s      *gitServer
+	s      *sshServer
 	sc     *ssh.ServerConn
 	ch     ssh.Channel
 	pty    *sshPTY
@@ -180,10 +180,10 @@ func shellWhat(argv []string) string {
 func (a *Agent) recordShell(ctx context.Context, fp, guest, result string) error {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	_, err := coordCall(a, func(c corpusv1connect.AgentServiceClient) (*connect.Response[corpusv1.RecordShellResponse], error) {
-		return c.RecordShell(ctx, connect.NewRequest(&corpusv1.RecordShellRequest{Fingerprint: fp, Guest: guest, Result: result}))
+	return a.callCoordinator(func(c corpusv1connect.AgentServiceClient) error {
+		_, err := c.RecordShell(ctx, connect.NewRequest(&corpusv1.RecordShellRequest{Fingerprint: fp, Guest: guest, Result: result}))
+		return err
 	})
-	return err
 }
 
 // sshClient is an SSH session channel as agent/shell sees it: what the

@@ -1,5 +1,6 @@
 // Package rpc holds what every corpus API client and server shares: the
-// HTTP client and server settings and the bearer-token interceptor.
+// HTTP client and server settings, the bearer-token interceptor, and a
+// writer onto a stream's messages.
 package rpc
 
 import (
@@ -88,6 +89,17 @@ type slogWriter struct{ logger *slog.Logger }
 
 func (w slogWriter) Write(p []byte) (int, error) {
 	w.logger.Warn(strings.TrimSpace(string(p)))
+	return len(p), nil
+}
+
+// StreamWriter adapts a streaming call's send function to io.Writer,
+// one message a Write; it copies p, since the message outlives the call.
+type StreamWriter func([]byte) error
+
+func (w StreamWriter) Write(p []byte) (int, error) {
+	if err := w(append([]byte(nil), p...)); err != nil {
+		return 0, err
+	}
 	return len(p), nil
 }
 

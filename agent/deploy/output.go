@@ -1,9 +1,13 @@
-package agent
+package deploy
 
 import (
 	"bytes"
 	"fmt"
 	"strings"
+	"time"
+
+	"corpus/agent/logs"
+	corpusv1 "corpus/proto/corpus/v1"
 )
 
 // say writes a line of the pipeline's own to the client and the log.
@@ -22,6 +26,25 @@ func (d *deploy) keep(s string) {
 		rest := append([]byte("[... earlier output cut ...]\n"), b[cut:]...)
 		d.log.Reset()
 		d.log.Write(rest)
+	}
+}
+
+// deployLine stores a line the deploy pipeline says in the guest's log.
+func (d *deploy) deployLine(s string) {
+	if d.p.logs == nil {
+		return
+	}
+	rel := ""
+	if d.release != nil {
+		rel = corpusv1.ReleaseName(d.release.Number)
+	}
+	var es []logs.Entry
+	now := time.Now()
+	for _, line := range strings.Split(strings.TrimRight(s, "\n"), "\n") {
+		es = append(es, logs.Entry{Time: now, Source: logs.SourceDeploy, Release: rel, Line: line})
+	}
+	if err := d.p.logs.Append(d.guest.Id, es...); err != nil {
+		d.p.logger.Warn("storing deploy output", "guest", d.guest.Name, "error", err)
 	}
 }
 

@@ -1,4 +1,4 @@
-package agent
+package deploy
 
 import (
 	"bytes"
@@ -84,12 +84,12 @@ func (d *deploy) specOf() runSpec {
 // writeReleaseFiles puts a release's environment (config included) and
 // run spec in the guest; the environment travels on stdin, never on a
 // command line, and only the project's user and root can read it.
-func (a *Agent) writeReleaseFiles(ctx context.Context, drv drivers.Driver, guest, project string, env map[string]string, spec runSpec) error {
+func (p *Pipeline) writeReleaseFiles(ctx context.Context, drv drivers.Driver, guest, project string, env map[string]string, spec runSpec) error {
 	if _, err := runIn(ctx, drv, guest, nil, "sh", "-c", `set -e; mkdir -p "$1"; chown "$2:$3" "$1"; chmod 700 "$1"`,
 		"sh", envDir(project), strconv.Itoa(spec.UID), strconv.Itoa(spec.GID)); err != nil {
 		return fmt.Errorf("making %s: %w", envDir(project), err)
 	}
-	if err := a.runtime.WriteEnv(ctx, drv, guest, envFile(project, spec.Release), spec.UID, spec.GID, env); err != nil {
+	if err := p.runtime.WriteEnv(ctx, drv, guest, envFile(project, spec.Release), spec.UID, spec.GID, env); err != nil {
 		return err
 	}
 	b, err := json.Marshal(spec)
@@ -127,7 +127,7 @@ func runIn(ctx context.Context, drv drivers.Driver, guest string, stdin io.Reade
 // rollout is a generation started beside the serving one, not yet
 // taking traffic.
 type rollout struct {
-	a       *Agent
+	p       *Pipeline
 	drv     drivers.Driver
 	guest   *corpusv1.Guest
 	project string
@@ -173,16 +173,16 @@ func (e *errStart) Error() string { return e.msg }
 
 // startGeneration starts a release's processes as generation gen and,
 // when there is a web process, waits until it answers on its new port.
-func (a *Agent) startGeneration(ctx context.Context, drv drivers.Driver, g *corpusv1.Guest, project string, env *corpusv1.ProjectEnv, spec runSpec, gen string, say func(string, ...any)) (*rollout, error) {
-	if err := a.runtime.Ensure(ctx, drv, g.Name); err != nil {
+func (p *Pipeline) startGeneration(ctx context.Context, drv drivers.Driver, g *corpusv1.Guest, project string, env *corpusv1.ProjectEnv, spec runSpec, gen string, say func(string, ...any)) (*rollout, error) {
+	if err := p.runtime.Ensure(ctx, drv, g.Name); err != nil {
 		return nil, err
 	}
-	r := &rollout{a: a, drv: drv, guest: g, project: project, env: env.GetName(), gen: gen, spec: spec, say: say}
+	r := &rollout{p: p, drv: drv, guest: g, project: project, env: env.GetName(), gen: gen, spec: spec, say: say}
 	procs := append([]supervisor.Process(nil), spec.Processes...)
 	if spec.web() {
 		var ports []int
 		ports, r.oldPort = webPorts(env)
-		res, err := a.runtime.Call(ctx, drv, g.Name, supervisor.Request{Op: supervisor.OpFreePort, Ports: ports})
+		res, err := p.runtime.Call(ctx, drv, g.Name, supervisor.Request{Op: supervisor.OpFreePort, Ports: ports})
 		if err == nil && res.Error != "" {
 			err = errors.New(res.Error)
 		}
@@ -196,12 +196,12 @@ func (a *Agent) startGeneration(ctx context.Context, drv drivers.Driver, g *corp
 			procs[i].Port = r.port
 		}
 	}
-	for _, p := range procs {
-		desc := p.Command
-		if p.Port != 0 {
-			desc += " (PORT=" + strconv.Itoa(p.Port) + ")"
+	for _, proc := range procs {
+		desc := proc.Command
+		if proc.Port != 0 {
+			desc += " (PORT=" + strconv.Itoa(proc.Port) + ")"
 		}
-		say("       %s: %s", p.Name, desc)
+		say("       %s: %s", proc.Name, desc)
 	}
 	// The supervisor answers once every process stayed up minUptime; web
 	// is asked meanwhile.
@@ -209,7 +209,7 @@ func (a *Agent) startGeneration(ctx context.Context, drv drivers.Driver, g *corp
 	webCtx, cancelWeb := context.WithCancel(ctx)
 	defer cancelWeb()
 	go func() {
-		res, err := a.runtime.Call(ctx, drv, g.Name, supervisor.Request{Op: supervisor.OpStart, Generation: &supervisor.Generation{
+		res, err := p.runtime.Call(ctx, drv, g.Name, supervisor.Request{Op: supervisor.OpStart, Generation: &supervisor.Generation{
 			Project: project, ID: gen, Release: spec.Release, Dir: projectDir(project) + "/releases/" + spec.Release,
 			UID: spec.UID, GID: spec.GID, EnvFile: envFile(project, spec.Release), Processes: procs,
 			Grace: spec.Grace, MinUptime: supervisor.Duration(minUptime),
@@ -292,16 +292,16 @@ func (r *rollout) switchTraffic(ctx context.Context) error {
 	if r.port == 0 || int32(r.port) == r.oldPort {
 		return nil
 	}
-	if err := r.a.setWebPort(ctx, r.project, r.env, int32(r.port)); err != nil {
+	if err := r.p.setWebPort(ctx, r.project, r.env, int32(r.port)); err != nil {
 		return fmt.Errorf("pointing the routes at port %d: %w", r.port, err)
 	}
 	r.moved = true
 	old := net.JoinHostPort(r.guest.Address, strconv.Itoa(int(r.oldPort)))
-	if r.a.net == nil || r.a.net.proxy == nil || r.guest.Address == "" {
+	if r.p.proxy == nil || r.guest.Address == "" {
 		return nil
 	}
 	deadline := time.Now().Add(10 * time.Second)
-	for r.a.proxyTargets(old) {
+	for r.p.proxyTargets(old) {
 		if time.Now().After(deadline) {
 			return errors.New("this node's proxy did not take the new port within 10s")
 		}
@@ -311,8 +311,8 @@ func (r *rollout) switchTraffic(ctx context.Context) error {
 	return nil
 }
 
-func (a *Agent) setWebPort(ctx context.Context, project, env string, port int32) error {
-	_, err := coordCall(a, func(c corpusv1connect.AgentServiceClient) (*connect.Response[corpusv1.SetWebPortResponse], error) {
+func (p *Pipeline) setWebPort(ctx context.Context, project, env string, port int32) error {
+	_, err := coordCall(p, func(c corpusv1connect.AgentServiceClient) (*connect.Response[corpusv1.SetWebPortResponse], error) {
 		return c.SetWebPort(ctx, connect.NewRequest(&corpusv1.SetWebPortRequest{Project: project, Env: env, Port: port}))
 	})
 	return err
@@ -320,8 +320,8 @@ func (a *Agent) setWebPort(ctx context.Context, project, env string, port int32)
 
 // proxyTargets says whether a route of this node's proxy still sends
 // requests to target.
-func (a *Agent) proxyTargets(target string) bool {
-	for _, hr := range a.net.proxy.Routes().HTTP {
+func (p *Pipeline) proxyTargets(target string) bool {
+	for _, hr := range p.proxy.Routes().HTTP {
 		for _, t := range hr.Targets {
 			if t == target {
 				return true
@@ -334,14 +334,14 @@ func (a *Agent) proxyTargets(target string) bool {
 // retireOthers stops the project's other generations, once the requests
 // the old web was serving have finished (up to the grace period).
 func (r *rollout) retireOthers(ctx context.Context) {
-	if r.moved && r.a.net != nil && r.a.net.proxy != nil {
+	if r.moved && r.p.proxy != nil {
 		old := net.JoinHostPort(r.guest.Address, strconv.Itoa(int(r.oldPort)))
 		deadline := time.Now().Add(time.Duration(r.spec.Grace))
-		for r.a.net.proxy.InFlight(old) > 0 && time.Now().Before(deadline) {
+		for r.p.proxy.InFlight(old) > 0 && time.Now().Before(deadline) {
 			time.Sleep(20 * time.Millisecond)
 		}
 	}
-	st, err := r.a.runtime.Status(ctx, r.drv, r.guest.Name, r.project)
+	st, err := r.p.runtime.Status(ctx, r.drv, r.guest.Name, r.project)
 	if err != nil {
 		r.say("       warning: listing the old processes: %v", err)
 		return
@@ -352,7 +352,7 @@ func (r *rollout) retireOthers(ctx context.Context) {
 			continue
 		}
 		seen[p.Generation] = true
-		res, err := r.a.runtime.Call(ctx, r.drv, r.guest.Name, supervisor.Request{Op: supervisor.OpStop, Project: r.project, ID: p.Generation, Names: r.names})
+		res, err := r.p.runtime.Call(ctx, r.drv, r.guest.Name, supervisor.Request{Op: supervisor.OpStop, Project: r.project, ID: p.Generation, Names: r.names})
 		if err == nil && res.Error != "" {
 			err = errors.New(res.Error)
 		}
@@ -367,11 +367,11 @@ func (r *rollout) retireOthers(ctx context.Context) {
 // abort stops the new generation and points the routes back.
 func (r *rollout) abort(ctx context.Context) {
 	if r.moved && r.oldPort != 0 {
-		if err := r.a.setWebPort(ctx, r.project, r.env, r.oldPort); err != nil {
+		if err := r.p.setWebPort(ctx, r.project, r.env, r.oldPort); err != nil {
 			r.say("       warning: pointing the routes back at port %d: %v", r.oldPort, err)
 		}
 	}
-	res, err := r.a.runtime.Call(ctx, r.drv, r.guest.Name, supervisor.Request{Op: supervisor.OpStop, Project: r.project, ID: r.gen})
+	res, err := r.p.runtime.Call(ctx, r.drv, r.guest.Name, supervisor.Request{Op: supervisor.OpStop, Project: r.project, ID: r.gen})
 	if err == nil && res.Error != "" {
 		err = errors.New(res.Error)
 	}
@@ -382,12 +382,12 @@ func (r *rollout) abort(ctx context.Context) {
 
 // stopProcesses ends every process of a project in a guest (a project
 // that no longer declares any).
-func (a *Agent) stopProcesses(ctx context.Context, drv drivers.Driver, guest, project string) error {
-	st, err := a.runtime.Status(ctx, drv, guest, project)
+func (p *Pipeline) stopProcesses(ctx context.Context, drv drivers.Driver, guest, project string) error {
+	st, err := p.runtime.Status(ctx, drv, guest, project)
 	if err != nil || len(st) == 0 {
 		return err
 	}
-	res, err := a.runtime.Call(ctx, drv, guest, supervisor.Request{Op: supervisor.OpStop, Project: project})
+	res, err := p.runtime.Call(ctx, drv, guest, supervisor.Request{Op: supervisor.OpStop, Project: project})
 	if err == nil && res.Error != "" {
 		err = errors.New(res.Error)
 	}
@@ -396,14 +396,14 @@ func (a *Agent) stopProcesses(ctx context.Context, drv drivers.Driver, guest, pr
 
 // stopGeneration ends one generation of a project's processes, if the
 // guest runs it.
-func (a *Agent) stopGeneration(ctx context.Context, drv drivers.Driver, guest, project, gen string) error {
-	st, err := a.runtime.Status(ctx, drv, guest, project)
+func (p *Pipeline) stopGeneration(ctx context.Context, drv drivers.Driver, guest, project, gen string) error {
+	st, err := p.runtime.Status(ctx, drv, guest, project)
 	if err != nil {
 		return err
 	}
-	for _, p := range st {
-		if p.Generation == gen {
-			res, err := a.runtime.Call(ctx, drv, guest, supervisor.Request{Op: supervisor.OpStop, Project: project, ID: gen})
+	for _, proc := range st {
+		if proc.Generation == gen {
+			res, err := p.runtime.Call(ctx, drv, guest, supervisor.Request{Op: supervisor.OpStop, Project: project, ID: gen})
 			if err == nil && res.Error != "" {
 				err = errors.New(res.Error)
 			}
@@ -426,64 +426,6 @@ func nextGeneration(release string, running []supervisor.Status) string {
 	for n := 2; ; n++ {
 		if g := release + "." + strconv.Itoa(n); !used[g] {
 			return g
-		}
-	}
-}
-
-// reviveLoop starts the supervisor again in project guests that
-// restarted (a new init PID): their processes run again without a deploy.
-// A guest is checked once per start; one whose driver reports no PID (a
-// Kubernetes pod) every reviveEvery.
-func (a *Agent) reviveLoop(ctx context.Context) {
-	const reviveEvery = 30 * time.Second
-	revived := map[string]int64{} // guest id → init PID revived for
-	checked := map[string]time.Time{}
-	tick := time.NewTicker(2 * time.Second)
-	defer tick.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
-		}
-		type target struct {
-			g   *corpusv1.Guest
-			pid int64
-		}
-		var todo []target
-		a.mu.Lock()
-		for id, g := range a.desired {
-			o := a.observed[id]
-			if _, ok := a.guestProjects[id]; !ok || o == nil || o.State != string(drivers.StateRunning) {
-				continue
-			}
-			if _, seen := revived[id]; seen && revived[id] == o.Pid && (o.Pid != 0 || time.Since(checked[id]) < reviveEvery) {
-				continue
-			}
-			todo = append(todo, target{g, o.Pid})
-		}
-		for id := range revived {
-			if a.desired[id] == nil {
-				delete(revived, id)
-				delete(checked, id)
-			}
-		}
-		a.mu.Unlock()
-		for _, t := range todo {
-			checked[t.g.Id] = time.Now()
-			d, ok := a.drivers[t.g.Spec.GetDriver()]
-			if !ok || !d.Capabilities().Exec {
-				revived[t.g.Id] = t.pid
-				continue
-			}
-			cctx, cancel := context.WithTimeout(ctx, time.Minute)
-			err := a.runtime.Revive(cctx, d, t.g.Name)
-			cancel()
-			if err != nil {
-				a.logger.Warn("starting the process supervisor of a restarted guest; will retry", "guest", t.g.Name, "error", err)
-				continue
-			}
-			revived[t.g.Id] = t.pid
 		}
 	}
 }

@@ -1,4 +1,4 @@
-package agent
+package deploy
 
 import (
 	"bytes"
@@ -12,6 +12,7 @@ import (
 
 	"corpus/agent/cache"
 	"corpus/drivers"
+	"corpus/internal/rpc"
 	corpusv1 "corpus/proto/corpus/v1"
 	"corpus/proto/corpus/v1/corpusv1connect"
 )
@@ -21,13 +22,11 @@ import (
 func projectGuest(project, env string) string { return project + "-" + env }
 
 // Rollback makes a kept release current again: one rename of current, then
-// the release's own rollback hook with its archive, then the record.
-func (s *agentAPI) Rollback(ctx context.Context, req *connect.Request[corpusv1.RollbackRequest], stream *connect.ServerStream[corpusv1.RollbackOutput]) error {
-	a := s.a
-	if err := a.checkCaller(req.Header()); err != nil {
-		return err
-	}
-	m := req.Msg
+// the release's own rollback hook with its archive, then the record. It
+// serves the agent's API (NodeAgentService.Rollback, its caller checked):
+// what it says goes out through send, the last message says it is done.
+// Errors are connect errors.
+func (p *Pipeline) Rollback(ctx context.Context, m *corpusv1.RollbackRequest, send func(*corpusv1.RollbackOutput) error) error {
 	if err := checkEnvRequest(m.Project, m.Env); err != nil {
 		return err
 	}
@@ -35,29 +34,29 @@ func (s *agentAPI) Rollback(ctx context.Context, req *connect.Request[corpusv1.R
 		return connect.NewError(connect.CodeInvalidArgument, errors.New("no release to roll back to"))
 	}
 	key := m.Project + "/" + m.Env
-	if holder, ok := a.envLocks.tryLock(key, "a rollback since "+time.Now().Format(time.TimeOnly)); !ok {
+	if holder, ok := p.envLocks.tryLock(key, "a rollback since "+time.Now().Format(time.TimeOnly)); !ok {
 		return connect.NewError(connect.CodeAborted, fmt.Errorf("%s is busy (%s); try again when it ends", key, holder))
 	}
-	defer a.envLocks.unlock(key)
-	g, drv, err := a.guestForExec(projectGuest(m.Project, m.Env))
+	defer p.envLocks.unlock(key)
+	g, drv, err := p.guestForExec(projectGuest(m.Project, m.Env))
 	if err != nil {
 		return connect.NewError(connect.CodeFailedPrecondition, err)
 	}
-	out := streamWriter(func(p []byte) error { return stream.Send(&corpusv1.RollbackOutput{Output: p}) })
+	out := rpc.StreamWriter(func(b []byte) error { return send(&corpusv1.RollbackOutput{Output: b}) })
 	target := corpusv1.ReleaseName(m.To)
 	prev, err := currentRelease(ctx, drv, g.Name, m.Project)
 	if err != nil {
 		return connect.NewError(connect.CodeInternal, err)
 	}
 	j := cache.Deploy{Kind: "rollback", Project: m.Project, Env: m.Env, Guest: g.Name, Number: m.To, Previous: prev, Step: stepSwitch, Started: time.Now()}
-	if err := a.cache.SetDeploy(j); err != nil {
+	if err := p.cache.SetDeploy(j); err != nil {
 		return connect.NewError(connect.CodeInternal, err)
 	}
-	defer a.cache.EndDeploy(j)
+	defer p.cache.EndDeploy(j)
 	say := func(format string, args ...any) { fmt.Fprintf(out, format+"\n", args...) }
 	// The release's processes start first, beside the serving ones, with
 	// the environment (config) that release ran with.
-	gen, err := a.rollbackProcesses(ctx, drv, g, m, say)
+	gen, err := p.rollbackProcesses(ctx, drv, g, m, say)
 	if err != nil {
 		return err
 	}
@@ -72,7 +71,7 @@ func (s *agentAPI) Rollback(ctx context.Context, req *connect.Request[corpusv1.R
 		return connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("release %s is not in the guest: %w", target, err))
 	}
 	say("       current -> releases/%s", target)
-	if err := a.recordCurrent(ctx, m.Project, m.Env, m.To); err != nil {
+	if err := p.recordCurrent(ctx, m.Project, m.Env, m.To); err != nil {
 		// The record failed: go back, so the cluster's word stays true.
 		if prev != 0 {
 			switchCurrent(context.WithoutCancel(ctx), drv, g.Name, m.Project, corpusv1.ReleaseName(prev))
@@ -85,21 +84,21 @@ func (s *agentAPI) Rollback(ctx context.Context, req *connect.Request[corpusv1.R
 			say("       warning: %v", err)
 		}
 		gen.retireOthers(context.WithoutCancel(ctx))
-	} else if err := a.stopProcesses(context.WithoutCancel(ctx), drv, g.Name, m.Project); err != nil {
+	} else if err := p.stopProcesses(context.WithoutCancel(ctx), drv, g.Name, m.Project); err != nil {
 		say("       warning: stopping the processes of the release before: %v", err)
 	}
-	d := &deploy{a: a, ctx: ctx, guest: g, driver: drv, project: m.Project, env: &corpusv1.ProjectEnv{Name: m.Env},
+	d := &deploy{p: p, ctx: ctx, guest: g, driver: drv, project: m.Project, env: &corpusv1.ProjectEnv{Name: m.Env},
 		release: &corpusv1.Release{Number: m.To}, man: &Manifest{Timeout: defaultStepTimeout}, out: out, log: &bytes.Buffer{}}
 	fmt.Fprintf(out, "-----> rollback hook\n")
 	dir := projectDir(m.Project)
 	if err := d.hook(dir+"/releases/"+target, "rollback", map[string]string{"CORPUS_ARCHIVE": dir + "/archives/" + target}); err != nil {
 		fmt.Fprintf(out, "       warning: the rollback hook failed: %v\n", err)
 	}
-	return stream.Send(&corpusv1.RollbackOutput{Done: true, Current: m.To})
+	return send(&corpusv1.RollbackOutput{Done: true, Current: m.To})
 }
 
-func (a *Agent) recordCurrent(ctx context.Context, project, env string, n uint32) error {
-	_, err := coordCall(a, func(c corpusv1connect.AgentServiceClient) (*connect.Response[corpusv1.SetCurrentReleaseResponse], error) {
+func (p *Pipeline) recordCurrent(ctx context.Context, project, env string, n uint32) error {
+	_, err := coordCall(p, func(c corpusv1connect.AgentServiceClient) (*connect.Response[corpusv1.SetCurrentReleaseResponse], error) {
 		return c.SetCurrentRelease(ctx, connect.NewRequest(&corpusv1.SetCurrentReleaseRequest{Project: project, Env: env, Number: n}))
 	})
 	return err
@@ -132,22 +131,22 @@ func currentRelease(ctx context.Context, drv drivers.Driver, guest, project stri
 // retrying until each is resolved: a deploy that did not finish is rolled
 // back (its push was never accepted) and recorded as failed; a rollback
 // is recorded as whatever current now says.
-func (a *Agent) recoverDeploys(ctx context.Context) {
+func (p *Pipeline) recoverDeploys(ctx context.Context) {
 	for {
-		entries, err := a.cache.Deploys()
+		entries, err := p.cache.Deploys()
 		if err != nil {
-			a.logger.Error("reading the deploy journal", "error", err)
+			p.logger.Error("reading the deploy journal", "error", err)
 			return
 		}
 		if len(entries) == 0 {
 			return
 		}
 		for _, j := range entries {
-			if err := a.recoverDeploy(ctx, j); err != nil {
-				a.logger.Warn("resolving an interrupted deploy; will retry", "project", j.Project, "env", j.Env, "step", j.Step, "error", err)
+			if err := p.recoverDeploy(ctx, j); err != nil {
+				p.logger.Warn("resolving an interrupted deploy; will retry", "project", j.Project, "env", j.Env, "step", j.Step, "error", err)
 				continue
 			}
-			a.cache.EndDeploy(j)
+			p.cache.EndDeploy(j)
 		}
 		select {
 		case <-ctx.Done():
@@ -157,23 +156,20 @@ func (a *Agent) recoverDeploys(ctx context.Context) {
 	}
 }
 
-func (a *Agent) recoverDeploy(ctx context.Context, j cache.Deploy) error {
+func (p *Pipeline) recoverDeploy(ctx context.Context, j cache.Deploy) error {
 	key := j.Key()
-	if _, ok := a.envLocks.tryLock(key, "recovery"); !ok {
+	if _, ok := p.envLocks.tryLock(key, "recovery"); !ok {
 		return errors.New("busy")
 	}
-	defer a.envLocks.unlock(key)
-	_, drv, err := a.guestForExec(j.Guest)
+	defer p.envLocks.unlock(key)
+	_, drv, err := p.guestForExec(j.Guest)
 	if err != nil {
-		a.mu.Lock()
-		known := a.known
-		a.mu.Unlock()
-		if !known {
+		if !p.agent.DesiredKnown() {
 			return err // the desired state is not loaded yet
 		}
 		// The guest is gone: only the record is left to settle.
 		if j.Kind == "deploy" && j.Step != stepFinished {
-			return a.failRelease(ctx, j, "interrupted: the agent stopped during "+j.Step+" and the guest is gone")
+			return p.failRelease(ctx, j, "interrupted: the agent stopped during "+j.Step+" and the guest is gone")
 		}
 		return nil
 	}
@@ -185,35 +181,35 @@ func (a *Agent) recoverDeploy(ctx context.Context, j cache.Deploy) error {
 			return err
 		}
 		if cur == j.Number {
-			return a.recordCurrent(ctx, j.Project, j.Env, cur)
+			return p.recordCurrent(ctx, j.Project, j.Env, cur)
 		}
 		return nil
 	case j.Step == stepFinished:
 		return nil // recorded; only the journal entry was left
 	default:
 		// The deploy's processes go, and the routes back to the old ones.
-		if err := a.stopGeneration(ctx, drv, j.Guest, j.Project, name); err != nil {
+		if err := p.stopGeneration(ctx, drv, j.Guest, j.Project, name); err != nil {
 			return err
 		}
 		if j.OldWebPort != 0 {
-			if err := a.setWebPort(ctx, j.Project, j.Env, j.OldWebPort); err != nil {
+			if err := p.setWebPort(ctx, j.Project, j.Env, j.OldWebPort); err != nil {
 				return err
 			}
 		}
 		if err := restoreCurrent(ctx, drv, j.Guest, j.Project, name, j.Previous); err != nil {
 			return err
 		}
-		a.logger.Info("rolled back an interrupted deploy", "project", j.Project, "env", j.Env, "release", name, "step", j.Step)
+		p.logger.Info("rolled back an interrupted deploy", "project", j.Project, "env", j.Env, "release", name, "step", j.Step)
 		serving := "nothing"
 		if j.Previous != 0 {
 			serving = corpusv1.ReleaseName(j.Previous)
 		}
-		return a.failRelease(ctx, j, fmt.Sprintf("interrupted: the agent stopped during %s; rolled back, %s serves", j.Step, serving))
+		return p.failRelease(ctx, j, fmt.Sprintf("interrupted: the agent stopped during %s; rolled back, %s serves", j.Step, serving))
 	}
 }
 
-func (a *Agent) failRelease(ctx context.Context, j cache.Deploy, msg string) error {
-	_, err := coordCall(a, func(c corpusv1connect.AgentServiceClient) (*connect.Response[corpusv1.FinishReleaseResponse], error) {
+func (p *Pipeline) failRelease(ctx context.Context, j cache.Deploy, msg string) error {
+	_, err := coordCall(p, func(c corpusv1connect.AgentServiceClient) (*connect.Response[corpusv1.FinishReleaseResponse], error) {
 		return c.FinishRelease(ctx, connect.NewRequest(&corpusv1.FinishReleaseRequest{
 			Id: j.ReleaseID, Status: corpusv1.ReleaseFailed, FailedStep: j.Step, Message: msg,
 		}))
@@ -226,7 +222,7 @@ func (a *Agent) failRelease(ctx context.Context, j cache.Deploy, msg string) err
 
 // rollbackProcesses starts the processes of the release rolled back to,
 // when it has any: nil when it has none.
-func (a *Agent) rollbackProcesses(ctx context.Context, drv drivers.Driver, g *corpusv1.Guest, m *corpusv1.RollbackRequest, say func(string, ...any)) (*rollout, error) {
+func (p *Pipeline) rollbackProcesses(ctx context.Context, drv drivers.Driver, g *corpusv1.Guest, m *corpusv1.RollbackRequest, say func(string, ...any)) (*rollout, error) {
 	target := corpusv1.ReleaseName(m.To)
 	spec, ok, err := readRunSpec(ctx, drv, g.Name, m.Project, target)
 	if err != nil {
@@ -235,7 +231,7 @@ func (a *Agent) rollbackProcesses(ctx context.Context, drv drivers.Driver, g *co
 	if !ok {
 		return nil, nil
 	}
-	running, err := a.runtime.Status(ctx, drv, g.Name, m.Project)
+	running, err := p.runtime.Status(ctx, drv, g.Name, m.Project)
 	if err != nil {
 		return nil, connect.NewError(connect.CodeUnavailable, err)
 	}
@@ -244,7 +240,7 @@ func (a *Agent) rollbackProcesses(ctx context.Context, drv drivers.Driver, g *co
 		env = &corpusv1.ProjectEnv{Name: m.Env}
 	}
 	say("-----> start")
-	gen, err := a.startGeneration(ctx, drv, g, m.Project, env, spec, nextGeneration(target, running), say)
+	gen, err := p.startGeneration(ctx, drv, g, m.Project, env, spec, nextGeneration(target, running), say)
 	if err != nil {
 		var es *errStart
 		if errors.As(err, &es) {

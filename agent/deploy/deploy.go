@@ -1,4 +1,4 @@
-package agent
+package deploy
 
 import (
 	"bytes"
@@ -11,7 +11,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"connectrpc.com/connect"
@@ -22,32 +21,6 @@ import (
 	corpusv1 "corpus/proto/corpus/v1"
 	"corpus/proto/corpus/v1/corpusv1connect"
 )
-
-// The release pipeline. A push runs, inside the project's guest, in
-// /srv/projects/NAME:
-//
-//	archive       record the serving release in archives/rPREV and run its
-//	              .corpus/archive hook (dumps of data/)
-//	release-sync  unpack the pushed tree into releases/rN (via rN.tmp)
-//	install       run .corpus/install.d/* in order in releases/rN
-//	fixperms      .corpus/fixperms, or chown the release to corpus.yaml user:
-//	start         start the release's processes (Procfile) beside the old
-//	              ones, web on the environment's other port, and wait
-//	              until web answers there
-//	health        ask the guest's health URL (corpus.yaml health:), when
-//	              there is no web process
-//	switch        point current at releases/rN: one rename; then the
-//	              routes at the new web port
-//	notify        .corpus/notify, or say the release is live
-//
-// Once the release is recorded, the old processes get the requests they
-// serve finished and are stopped.
-//
-// Nothing the serving release uses changes before switch. When a step
-// fails, current is left as it was, the serving release's .corpus/rollback
-// hook runs, the failed tree stays for inspection, and the push is
-// rejected. Each step is written to the agent's journal first, so a crash
-// is resolved on restart: a deploy that did not finish is rolled back.
 
 // Pipeline step names, as output and recorded.
 const (
@@ -70,37 +43,12 @@ const (
 	tailLines = 10
 )
 
-// envLocks serialises deploys and rollbacks per project environment.
-type envLocks struct {
-	mu   sync.Mutex
-	busy map[string]string // key → what holds it
-}
-
-func (l *envLocks) tryLock(key, what string) (holder string, ok bool) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.busy == nil {
-		l.busy = map[string]string{}
-	}
-	if h, busy := l.busy[key]; busy {
-		return h, false
-	}
-	l.busy[key] = what
-	return "", true
-}
-
-func (l *envLocks) unlock(key string) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	delete(l.busy, key)
-}
-
 // projectDir is a project's folder inside its guest.
 func projectDir(project string) string { return "/srv/projects/" + project }
 
 // deploy is one run of the pipeline.
 type deploy struct {
-	a       *Agent
+	p       *Pipeline
 	ctx     context.Context
 	guest   *corpusv1.Guest
 	driver  drivers.Driver
@@ -128,14 +76,14 @@ type deploy struct {
 	tail  []string // the current step's last output lines
 }
 
-// deployPush runs the pipeline for a push and returns the hook's exit
-// status: 0 accepts the push, anything else rejects it.
-func (a *Agent) deployPush(sess *pushSession, req *hookRequest, out io.Writer) int {
+// push runs the pipeline for a push, under ctx, and returns the hook's
+// exit status: 0 accepts the push, anything else rejects it.
+func (p *Pipeline) push(ctx context.Context, sess *pushSession, req *hookRequest, out io.Writer) int {
 	env := sess.access.Env
 	start := time.Now()
 	reject := func(format string, args ...any) int {
 		fmt.Fprintf(out, "corpus: push rejected: "+format+"\n", args...)
-		a.metrics.deployed("rejected", time.Since(start))
+		p.metrics.deployed("rejected", time.Since(start))
 		return 1
 	}
 	branchRef := "refs/heads/" + env.Branch
@@ -153,19 +101,19 @@ func (a *Agent) deployPush(sess *pushSession, req *hookRequest, out io.Writer) i
 		return reject("deleting %s would leave %s/%s without source; it is not allowed", env.Branch, sess.project, env.Name)
 	}
 	key := sess.project + "/" + env.Name
-	if holder, ok := a.envLocks.tryLock(key, fmt.Sprintf("a push by %s since %s", sess.user, time.Now().Format(time.TimeOnly))); !ok {
+	if holder, ok := p.envLocks.tryLock(key, fmt.Sprintf("a push by %s since %s", sess.user, time.Now().Format(time.TimeOnly))); !ok {
 		return reject("another deploy of %s is running (%s); push again when it ends", key, holder)
 	}
-	defer a.envLocks.unlock(key)
+	defer p.envLocks.unlock(key)
 
-	repo := filepath.Join(a.git.root, sess.project+"-"+env.Name+".git")
+	repo := filepath.Join(p.git.root, sess.project+"-"+env.Name+".git")
 	g := quarantineGit{repo: repo, req: req}
-	t, man, subject, err := inspectPush(g, upd.New, a.cfg.GitMaxPushBytes*4)
+	t, man, subject, err := inspectPush(g, upd.New, p.maxPushBytes*4)
 	if err != nil {
 		return reject("%v", err)
 	}
-	d := &deploy{a: a, ctx: a.runCtx, project: sess.project, env: env, tree: t, man: man, out: out, log: &bytes.Buffer{}}
-	if d.guest, d.driver, err = a.guestForExec(env.GuestName); err != nil {
+	d := &deploy{p: p, ctx: ctx, project: sess.project, env: env, tree: t, man: man, out: out, log: &bytes.Buffer{}}
+	if d.guest, d.driver, err = p.guestForExec(env.GuestName); err != nil {
 		return reject("%v", err)
 	}
 	d.known = sess.access.Releases
@@ -187,13 +135,13 @@ func (a *Agent) deployPush(sess *pushSession, req *hookRequest, out io.Writer) i
 	if code != 0 {
 		outcome = "failed"
 	}
-	a.metrics.deployed(outcome, time.Since(start))
+	p.metrics.deployed(outcome, time.Since(start))
 	return code
 }
 
 // begin records the release and takes its config.
 func (d *deploy) begin(commit, author, subject, trigger string) error {
-	rel, err := coordCall(d.a, func(c corpusv1connect.AgentServiceClient) (*connect.Response[corpusv1.BeginReleaseResponse], error) {
+	rel, err := coordCall(d.p, func(c corpusv1connect.AgentServiceClient) (*connect.Response[corpusv1.BeginReleaseResponse], error) {
 		return c.BeginRelease(d.ctx, connect.NewRequest(&corpusv1.BeginReleaseRequest{
 			Project: d.project, Env: d.env.Name, Commit: commit, Author: author, Subject: subject,
 			Trigger: trigger, Processes: d.man.processOrder(),
@@ -227,19 +175,6 @@ func (d *deploy) prevNumber() uint32 {
 		return 0
 	}
 	return d.prev.Number
-}
-
-// guestForExec finds a guest of this node whose driver can exec.
-func (a *Agent) guestForExec(name string) (*corpusv1.Guest, drivers.Driver, error) {
-	g := a.desiredByName(name)
-	if g == nil {
-		return nil, nil, fmt.Errorf("guest %s is not on this node", name)
-	}
-	d, ok := a.drivers[g.Spec.GetDriver()]
-	if !ok || !d.Capabilities().Exec {
-		return nil, nil, fmt.Errorf("guest %s: driver %s cannot run commands in it", name, g.Spec.GetDriver())
-	}
-	return g, d, nil
 }
 
 // quarantineGit runs git on a push's objects before git accepts them.
@@ -424,7 +359,7 @@ func (d *deploy) sh(script string, args ...string) error {
 // step runs one named step, timing and journalling it.
 func (d *deploy) step(name string, f func() (skipped bool, err error)) error {
 	d.journal.Step = name
-	if err := d.a.cache.SetDeploy(d.journal); err != nil {
+	if err := d.p.cache.SetDeploy(d.journal); err != nil {
 		return &stepError{name, fmt.Errorf("journal: %w", err)}
 	}
 	failpoint.Hit("deploy-" + name)
@@ -497,7 +432,7 @@ func (d *deploy) run(g quarantineGit, commit string) error {
 			d.say("       %d files, %d bytes in %s", len(d.tree.Entries), d.tree.Size, rel)
 			// The release's environment (config included) and how its
 			// processes run, for the supervisor, restarts and rollbacks.
-			err = d.a.writeReleaseFiles(d.ctx, d.driver, d.guest.Name, d.project, d.stepEnv(nil), d.specOf())
+			err = d.p.writeReleaseFiles(d.ctx, d.driver, d.guest.Name, d.project, d.stepEnv(nil), d.specOf())
 		}
 		return false, err
 	})
@@ -545,7 +480,7 @@ func (d *deploy) run(g quarantineGit, commit string) error {
 			d.say("       no processes (a Procfile, or processes: in %s)", manifestFile)
 			return true, nil
 		}
-		gen, err := d.a.startGeneration(d.ctx, d.driver, d.guest, d.project, d.env, d.specOf(), d.name(), d.say)
+		gen, err := d.p.startGeneration(d.ctx, d.driver, d.guest, d.project, d.env, d.specOf(), d.name(), d.say)
 		var es *errStart
 		if errors.As(err, &es) {
 			d.tail = es.tail
@@ -600,7 +535,7 @@ func (d *deploy) run(g quarantineGit, commit string) error {
 		if d.gen != nil && d.gen.port != 0 {
 			// Journalled first: a crash from here on puts the routes back.
 			d.journal.OldWebPort = d.gen.oldPort
-			if err := d.a.cache.SetDeploy(d.journal); err != nil {
+			if err := d.p.cache.SetDeploy(d.journal); err != nil {
 				return false, fmt.Errorf("journal: %w", err)
 			}
 			return false, d.gen.switchTraffic(d.ctx)
@@ -616,7 +551,7 @@ func (d *deploy) runs(step string) bool {
 }
 
 func (d *deploy) setDomains(domains []string) error {
-	_, err := coordCall(d.a, func(c corpusv1connect.AgentServiceClient) (*connect.Response[corpusv1.SetManifestDomainsResponse], error) {
+	_, err := coordCall(d.p, func(c corpusv1connect.AgentServiceClient) (*connect.Response[corpusv1.SetManifestDomainsResponse], error) {
 		return c.SetManifestDomains(d.ctx, connect.NewRequest(&corpusv1.SetManifestDomainsRequest{Project: d.project, Env: d.env.Name, Domains: domains}))
 	})
 	return err

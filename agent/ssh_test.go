@@ -17,9 +17,9 @@ import (
 func TestGitEndpointLimits(t *testing.T) {
 	t.Parallel()
 	a := &Agent{cfg: Config{StateDir: t.TempDir(), GitAddr: "127.0.0.1:0"}, logger: slog.New(slog.DiscardHandler)}
-	s, err := newGitServer(a)
+	s, err := newSSHServer(a)
 	if err != nil {
-		t.Fatalf("newGitServer = %v", err)
+		t.Fatalf("newSSHServer = %v", err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()

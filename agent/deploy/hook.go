@@ -1,7 +1,8 @@
-package agent
+package deploy
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -144,13 +145,19 @@ func sameUser(conn net.Conn) bool {
 
 func (h *hookServer) close() { h.ln.Close() }
 
-func (h *hookServer) serve() {
+// serve answers hooks until ctx ends; the pushes they hand over deploy
+// under ctx.
+func (h *hookServer) serve(ctx context.Context) {
+	go func() {
+		<-ctx.Done()
+		h.close()
+	}()
 	for {
 		conn, err := h.ln.Accept()
 		if err != nil {
 			return
 		}
-		go h.handle(conn)
+		go h.handle(ctx, conn)
 	}
 }
 
@@ -172,7 +179,7 @@ func (o *hookOutput) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-func (h *hookServer) handle(conn net.Conn) {
+func (h *hookServer) handle(ctx context.Context, conn net.Conn) {
 	defer conn.Close()
 	if !sameUser(conn) {
 		return
@@ -190,7 +197,7 @@ func (h *hookServer) handle(conn net.Conn) {
 	if sess := h.git.lookup(req.Session); sess == nil {
 		fmt.Fprintln(out, "corpus: unknown push session")
 	} else {
-		code = h.git.a.deployPush(sess, &req, out)
+		code = h.git.p.push(ctx, sess, &req, out)
 	}
 	frame(conn, 'x', []byte{byte(code)})
 }

@@ -1,4 +1,4 @@
-package agent
+package deploy
 
 import (
 	"bytes"
@@ -49,7 +49,7 @@ func (d *deploy) finish(err error) int {
 	// The outcome must reach the coordinator; a short outage is waited out.
 	var rerr error
 	for i := 0; i < 10; i++ {
-		_, rerr = coordCall(d.a, func(c corpusv1connect.AgentServiceClient) (*connect.Response[corpusv1.FinishReleaseResponse], error) {
+		_, rerr = coordCall(d.p, func(c corpusv1connect.AgentServiceClient) (*connect.Response[corpusv1.FinishReleaseResponse], error) {
 			return c.FinishRelease(d.ctx, connect.NewRequest(&corpusv1.FinishReleaseRequest{
 				Id: d.release.Id, Status: status, Steps: d.steps, FailedStep: failedStep, Message: msg, Log: d.log.String(),
 			}))
@@ -67,17 +67,17 @@ func (d *deploy) finish(err error) int {
 		if d.gen != nil {
 			d.gen.abort(context.WithoutCancel(d.ctx))
 		}
-		d.a.cache.EndDeploy(d.journal)
+		d.p.cache.EndDeploy(d.journal)
 		return 1
 	}
 	d.journal.Step = stepFinished
-	d.a.cache.SetDeploy(d.journal)
+	d.p.cache.SetDeploy(d.journal)
 	if status == corpusv1.ReleaseSucceeded {
 		d.retire()
 		d.prune()
 		d.say("-----> %s/%s %s is live (%.1fs)", d.project, d.env.Name, d.name(), time.Since(d.journal.Started).Seconds())
 	}
-	d.a.cache.EndDeploy(d.journal)
+	d.p.cache.EndDeploy(d.journal)
 	if status != corpusv1.ReleaseSucceeded {
 		return 1
 	}
@@ -181,7 +181,7 @@ func (d *deploy) prune() {
 		d.say("       warning: pruning old releases: %v", err)
 		return
 	}
-	if _, err := coordCall(d.a, func(c corpusv1connect.AgentServiceClient) (*connect.Response[corpusv1.PruneReleasesResponse], error) {
+	if _, err := coordCall(d.p, func(c corpusv1connect.AgentServiceClient) (*connect.Response[corpusv1.PruneReleasesResponse], error) {
 		return c.PruneReleases(d.ctx, connect.NewRequest(&corpusv1.PruneReleasesRequest{Project: d.project, Env: d.env.Name, Numbers: drop}))
 	}); err != nil {
 		d.say("       warning: recording pruned releases: %v", err)
@@ -202,7 +202,7 @@ func (d *deploy) retire() {
 		d.gen.retireOthers(context.WithoutCancel(d.ctx))
 		return
 	}
-	if err := d.a.stopProcesses(context.WithoutCancel(d.ctx), d.driver, d.guest.Name, d.project); err != nil {
+	if err := d.p.stopProcesses(context.WithoutCancel(d.ctx), d.driver, d.guest.Name, d.project); err != nil {
 		d.say("       warning: stopping the processes of the releases before: %v", err)
 	}
 }

@@ -1,7 +1,8 @@
-package agent
+package deploy
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -40,7 +41,7 @@ func TestHookSocketIsOwnersOnly(t *testing.T) {
 		t.Fatalf("newHookServer = %v", err)
 	}
 	defer h.close()
-	go h.serve()
+	go h.serve(context.Background())
 	for path, want := range map[string]os.FileMode{dir: 0o700, sock: 0o600} {
 		if fi, err := os.Lstat(path); err != nil || fi.Mode().Perm() != want {
 			t.Errorf("mode of %s = %v, %v; want %v", path, fi.Mode().Perm(), err, want)
@@ -116,7 +117,7 @@ func asNobody(t *testing.T, sock string) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	bin := filepath.Join(filepath.Dir(filepath.Dir(filepath.Dir(sock))), "agent.test")
+	bin := filepath.Join(filepath.Dir(filepath.Dir(filepath.Dir(sock))), "deploy.test")
 	if err := os.WriteFile(bin, self, 0o755); err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package agent
+package deploy
 
 import (
 	"bytes"
@@ -17,6 +17,7 @@ import (
 	"corpus/agent/runtime/supervisor"
 	"corpus/drivers"
 	"corpus/internal/names"
+	"corpus/internal/rpc"
 	corpusv1 "corpus/proto/corpus/v1"
 )
 
@@ -48,12 +49,12 @@ func serving(env *corpusv1.ProjectEnv, rels []*corpusv1.Release) *corpusv1.Relea
 
 // Redeploy runs the pipeline on the serving release's commit (trigger
 // config or deploy), or rolls the serving release's processes (restart).
-func (s *agentAPI) Redeploy(ctx context.Context, req *connect.Request[corpusv1.AgentRedeployRequest], stream *connect.ServerStream[corpusv1.DeployOutput]) error {
-	a := s.a
-	if err := a.checkCaller(req.Header()); err != nil {
-		return err
-	}
-	m := req.Msg
+// It serves the agent's API (NodeAgentService.Redeploy, its caller
+// checked): what it says goes out through send, and the last message
+// says it is done. A restart runs under ctx, a release under life (the
+// agent's run), so it ends as a push does even if the caller goes away.
+// Errors are connect errors.
+func (p *Pipeline) Redeploy(ctx, life context.Context, m *corpusv1.AgentRedeployRequest, send func(*corpusv1.DeployOutput) error) error {
 	r, env := m.GetRequest(), m.GetEnv()
 	if r == nil || env == nil {
 		return connect.NewError(connect.CodeInvalidArgument, errors.New("a redeploy without its request or environment"))
@@ -62,11 +63,11 @@ func (s *agentAPI) Redeploy(ctx context.Context, req *connect.Request[corpusv1.A
 		return err
 	}
 	key := r.Project + "/" + r.Env
-	if holder, ok := a.envLocks.tryLock(key, fmt.Sprintf("a %s by %s since %s", r.Trigger, m.Author, time.Now().Format(time.TimeOnly))); !ok {
+	if holder, ok := p.envLocks.tryLock(key, fmt.Sprintf("a %s by %s since %s", r.Trigger, m.Author, time.Now().Format(time.TimeOnly))); !ok {
 		return connect.NewError(connect.CodeAborted, fmt.Errorf("%s is busy (%s); try again when it ends", key, holder))
 	}
-	defer a.envLocks.unlock(key)
-	g, drv, err := a.guestForExec(projectGuest(r.Project, r.Env))
+	defer p.envLocks.unlock(key)
+	g, drv, err := p.guestForExec(projectGuest(r.Project, r.Env))
 	if err != nil {
 		return connect.NewError(connect.CodeFailedPrecondition, err)
 	}
@@ -74,25 +75,25 @@ func (s *agentAPI) Redeploy(ctx context.Context, req *connect.Request[corpusv1.A
 	if cur == nil {
 		return connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("%s serves no release yet: push first", key))
 	}
-	out := streamWriter(func(p []byte) error { return stream.Send(&corpusv1.DeployOutput{Output: p}) })
+	out := rpc.StreamWriter(func(b []byte) error { return send(&corpusv1.DeployOutput{Output: b}) })
 	if r.Trigger == corpusv1.TriggerRestart {
-		if err := a.restart(ctx, drv, g, r.Project, env, cur, r.Processes, out); err != nil {
+		if err := p.restart(ctx, drv, g, r.Project, env, cur, r.Processes, out); err != nil {
 			return err
 		}
-		return stream.Send(&corpusv1.DeployOutput{Done: true, Current: cur.Number})
+		return send(&corpusv1.DeployOutput{Done: true, Current: cur.Number})
 	}
-	if a.git == nil {
+	if p.git == nil {
 		return connect.NewError(connect.CodeFailedPrecondition, errors.New("this node's git endpoint is off, so it keeps no repository to deploy from"))
 	}
-	repo := quarantineGit{repo: filepath.Join(a.git.root, r.Project+"-"+r.Env+".git"), req: &hookRequest{}}
+	repo := quarantineGit{repo: filepath.Join(p.git.root, r.Project+"-"+r.Env+".git"), req: &hookRequest{}}
 	start := time.Now()
-	t, man, subject, err := inspectPush(repo, cur.Commit, a.cfg.GitMaxPushBytes*4)
+	t, man, subject, err := inspectPush(repo, cur.Commit, p.maxPushBytes*4)
 	if err != nil {
 		return connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("reading %s's commit %s: %w", corpusv1.ReleaseName(cur.Number), short(cur.Commit), err))
 	}
 	// The deploy runs to its end even if the caller goes away, as a push
 	// does; what it says is then lost, not the deploy.
-	d := &deploy{a: a, ctx: a.runCtx, guest: g, driver: drv, project: r.Project, env: env, tree: t, man: man,
+	d := &deploy{p: p, ctx: life, guest: g, driver: drv, project: r.Project, env: env, tree: t, man: man,
 		out: out, log: &bytes.Buffer{}, known: m.Releases, prev: cur, only: r.Only}
 	if err := d.resolveUser(); err != nil {
 		return connect.NewError(connect.CodeFailedPrecondition, err)
@@ -113,17 +114,17 @@ func (s *agentAPI) Redeploy(ctx context.Context, req *connect.Request[corpusv1.A
 	if code != 0 {
 		outcome = "failed"
 	}
-	a.metrics.deployed(outcome, time.Since(start))
+	p.metrics.deployed(outcome, time.Since(start))
 	if code != 0 {
 		return connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("%s failed; %s still serves", d.name(), corpusv1.ReleaseName(cur.Number)))
 	}
-	return stream.Send(&corpusv1.DeployOutput{Done: true, Current: d.release.Number})
+	return send(&corpusv1.DeployOutput{Done: true, Current: d.release.Number})
 }
 
 // restart rolls the serving release's processes (only those named, when
 // some are): new ones beside the old, web on the other port, then the old
 // ones stopped.
-func (a *Agent) restart(ctx context.Context, drv drivers.Driver, g *corpusv1.Guest, project string, env *corpusv1.ProjectEnv, cur *corpusv1.Release, only []string, out io.Writer) error {
+func (p *Pipeline) restart(ctx context.Context, drv drivers.Driver, g *corpusv1.Guest, project string, env *corpusv1.ProjectEnv, cur *corpusv1.Release, only []string, out io.Writer) error {
 	say := func(format string, args ...any) { fmt.Fprintf(out, format+"\n", args...) }
 	rel := corpusv1.ReleaseName(cur.Number)
 	spec, ok, err := readRunSpec(ctx, drv, g.Name, project, rel)
@@ -144,13 +145,13 @@ func (a *Agent) restart(ctx context.Context, drv drivers.Driver, g *corpusv1.Gue
 		}
 		spec.Processes = keep
 	}
-	running, err := a.runtime.Status(ctx, drv, g.Name, project)
+	running, err := p.runtime.Status(ctx, drv, g.Name, project)
 	if err != nil {
 		return connect.NewError(connect.CodeUnavailable, err)
 	}
 	gen := nextGeneration(rel, running)
 	say("-----> Restarting %s of %s/%s %s", processNames(spec.Processes), project, env.Name, rel)
-	r, err := a.startGeneration(ctx, drv, g, project, env, spec, gen, say)
+	r, err := p.startGeneration(ctx, drv, g, project, env, spec, gen, say)
 	if err != nil {
 		var es *errStart
 		if errors.As(err, &es) {
@@ -178,32 +179,29 @@ func processNames(ps []supervisor.Process) string {
 	return strings.Join(n, ", ")
 }
 
-// Processes says how a project environment's processes are.
-func (s *agentAPI) Processes(ctx context.Context, req *connect.Request[corpusv1.ListProcessesRequest]) (*connect.Response[corpusv1.ListProcessesResponse], error) {
-	a := s.a
-	if err := a.checkCaller(req.Header()); err != nil {
-		return nil, err
-	}
-	m := req.Msg
+// Processes says how a project environment's processes are, for the
+// agent's API (NodeAgentService.Processes, its caller checked). Errors
+// are connect errors.
+func (p *Pipeline) Processes(ctx context.Context, m *corpusv1.ListProcessesRequest) (*corpusv1.ListProcessesResponse, error) {
 	if err := checkEnvRequest(m.Project, m.Env); err != nil {
 		return nil, err
 	}
-	g, drv, err := a.guestForExec(projectGuest(m.Project, m.Env))
+	g, drv, err := p.guestForExec(projectGuest(m.Project, m.Env))
 	if err != nil {
 		return nil, connect.NewError(connect.CodeFailedPrecondition, err)
 	}
-	st, err := a.runtime.Status(ctx, drv, g.Name, m.Project)
+	st, err := p.runtime.Status(ctx, drv, g.Name, m.Project)
 	if err != nil {
 		return nil, connect.NewError(connect.CodeUnavailable, err)
 	}
 	res := &corpusv1.ListProcessesResponse{}
-	for _, p := range st {
-		ps := &corpusv1.ProcessStatus{Name: p.Name, State: p.State, Pid: int32(p.PID), Restarts: int32(p.Restarts),
-			Release: p.Release, Port: int32(p.Port), LastExit: p.LastExit, Command: p.Command}
-		if !p.StartedAt.IsZero() {
-			ps.StartedAt = timestamppb.New(p.StartedAt)
+	for _, proc := range st {
+		ps := &corpusv1.ProcessStatus{Name: proc.Name, State: proc.State, Pid: int32(proc.PID), Restarts: int32(proc.Restarts),
+			Release: proc.Release, Port: int32(proc.Port), LastExit: proc.LastExit, Command: proc.Command}
+		if !proc.StartedAt.IsZero() {
+			ps.StartedAt = timestamppb.New(proc.StartedAt)
 		}
 		res.Processes = append(res.Processes, ps)
 	}
-	return connect.NewResponse(res), nil
+	return res, nil
 }
