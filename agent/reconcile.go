@@ -10,6 +10,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"corpus/agent/cache"
+	"corpus/agent/deploy"
 	"corpus/agent/runtime"
 	"corpus/drivers"
 	corpusv1 "corpus/proto/corpus/v1"
@@ -362,9 +363,6 @@ func (w *worker) create(ctx context.Context, d drivers.Driver, g *corpusv1.Guest
 	return a.cache.End(e)
 }
 
-// projectsRoot is the folder of the project trees in a guest.
-const projectsRoot = "/srv/projects"
-
 // driverSpec is what the guest's driver needs to make g: with the node's
 // network and host volume when the agent runs them, else with the
 // volume for the driver to keep itself.
@@ -386,7 +384,7 @@ func (a *Agent) driverSpec(ctx context.Context, d drivers.Driver, g *corpusv1.Gu
 	if project != "" {
 		// A project's guest runs its processes under the supervisor; a
 		// driver whose guests run an image's command runs it as that.
-		spec.Boot = runtime.Boot(projectsRoot)
+		spec.Boot = runtime.Boot(deploy.ProjectsRoot)
 	}
 	caps := d.Capabilities()
 	if a.net != nil && caps.HostNetwork {

@@ -11,6 +11,7 @@ import (
 	"connectrpc.com/connect"
 	"golang.org/x/crypto/ssh"
 
+	"corpus/agent/deploy"
 	"corpus/agent/shell"
 	corpusv1 "corpus/proto/corpus/v1"
 	"corpus/proto/corpus/v1/corpusv1connect"
@@ -125,10 +126,11 @@ func (x *sshSession) run(ctx context.Context, project, env string, argv []string
 		a.logger.Info("ssh: shell refused", "user", access.User, "project", project, "reason", access.Reason)
 		return fail(1, "%s", access.Reason)
 	}
+	current := deploy.ProjectsRoot + "/" + project + "/current"
 	if argv == nil {
-		argv = []string{"/bin/sh", "-c", `cd "/srv/projects/$1/current" 2>/dev/null || cd /
+		argv = []string{"/bin/sh", "-c", `cd "$1" 2>/dev/null || cd /
 if command -v bash >/dev/null 2>&1; then exec bash -l; fi
-exec sh -l`, "sh", project}
+exec sh -l`, "sh", current}
 	}
 	tty := x.pty != nil
 	var term string
@@ -137,7 +139,7 @@ exec sh -l`, "sh", project}
 		term, size = x.pty.Term, &corpusv1.TerminalSize{Rows: x.pty.Rows, Cols: x.pty.Cols}
 	}
 	guest := access.Env.GetGuestName()
-	req, d, err := a.shellRequest(ctx, guest, argv, nil, "/srv/projects/"+project+"/current", tty, term, size)
+	req, d, err := a.shellRequest(ctx, guest, argv, nil, current, tty, term, size)
 	if err != nil {
 		var ce *connect.Error
 		if errors.As(err, &ce) {

@@ -44,7 +44,10 @@ const (
 )
 
 // projectDir is a project's folder inside its guest.
-func projectDir(project string) string { return "/srv/projects/" + project }
+// ProjectsRoot is the folder of the project trees in a guest.
+const ProjectsRoot = "/srv/projects"
+
+func projectDir(project string) string { return ProjectsRoot + "/" + project }
 
 // deploy is one run of the pipeline.
 type deploy struct {

@@ -94,14 +94,14 @@ func TestRunTTYEndsTheSession(t *testing.T) {
 			// A command that ends by itself takes its background job along.
 			bg = fmt.Sprintf("sleep %d", n+3)
 			master, cmd, done := startRunTTY(t, leader, "sh", "-c", bg+" & sleep 0.3; exit 4")
-			go func() {
+			go func(master *os.File) {
 				buf := make([]byte, 512)
 				for {
 					if _, err := master.Read(buf); err != nil {
 						return
 					}
 				}
-			}()
+			}(master)
 			select {
 			case <-done:
 			case <-time.After(10 * time.Second):
