@@ -189,6 +189,9 @@ func setCapacity(path string) error {
 	return nil
 }
 
+// detachWait is how long a detach waits for the kernel to let go.
+const detachWait = 10 * time.Second
+
 // detachLoop unbinds the loop device at path and waits until the kernel
 // has let go of the backing file. The caller makes sure it is not mounted:
 // the kernel turns a detach of an open device into autoclear instead of
@@ -204,15 +207,20 @@ func detachLoop(path string) error {
 		return fmt.Errorf("detaching %s: %w", path, err)
 	}
 	name := filepath.Base(path)
-	for range 200 {
+	// A container that just stopped may still hold a copy of the mount
+	// in its mount namespace while the kernel tears it down: on a loaded
+	// host that takes seconds (a cold CI run saw more than one).
+	for deadline := time.Now().Add(detachWait); ; time.Sleep(5 * time.Millisecond) {
 		if _, err := os.Stat(filepath.Join(sysBlock, name, "loop", "backing_file")); errors.Is(err, os.ErrNotExist) {
 			return nil
 		}
-		time.Sleep(5 * time.Millisecond)
+		if time.Now().After(deadline) {
+			break
+		}
 	}
 	// Held open elsewhere (a copy of its mount in another mount
 	// namespace, say): the kernel frees it when that lets go (autoclear).
-	return fmt.Errorf("detaching %s: %w: still bound after 1s, held open elsewhere", path, volume.ErrInUse)
+	return fmt.Errorf("detaching %s: %w: still bound after %s, held open elsewhere", path, volume.ErrInUse, detachWait)
 }
 
 // waitIdle waits until nothing holds the block device at path open
