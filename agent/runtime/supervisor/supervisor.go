@@ -337,24 +337,30 @@ func (s *Supervisor) saved() {
 	}
 }
 
-// procStart is field 22 of /proc/PID/stat (start time in clock ticks),
-// "" when there is no such process.
-func procStart(pid int) string {
+// procStat is /proc/PID/stat from field 3 (state) on, nil when there is
+// no such process: f[0] the state, f[3] the session, f[19] the start time.
+func procStat(pid int) []string {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {
-		return ""
+		return nil
 	}
-	// The command name (field 2) may hold spaces; it ends at the last ')'.
+	// The command name (field 2) may hold spaces and parentheses; it ends
+	// at the last ')'.
 	s := string(b)
 	i := strings.LastIndexByte(s, ')')
 	if i < 0 {
-		return ""
+		return nil
 	}
-	f := strings.Fields(s[i+1:])
-	if len(f) < 20 {
-		return ""
+	return strings.Fields(s[i+1:])
+}
+
+// procStart is field 22 of /proc/PID/stat (start time in clock ticks),
+// "" when there is no such process.
+func procStart(pid int) string {
+	if f := procStat(pid); len(f) >= 20 {
+		return f[19]
 	}
-	return f[19]
+	return ""
 }
 
 func killGroup(pgid int, sig syscall.Signal) {

@@ -1,7 +1,6 @@
 package supervisor
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"os"
@@ -100,26 +99,16 @@ func signalSession(sid int, sig syscall.Signal) {
 // sessionMembers lists the processes of session sid but this one, from
 // /proc (zombies, which only wait to be reaped, left out).
 func sessionMembers(sid int) []int {
-	stats, _ := filepath.Glob("/proc/[0-9]*/stat")
+	dirs, _ := filepath.Glob("/proc/[0-9]*")
 	self := os.Getpid()
 	var pids []int
-	for _, f := range stats {
-		b, err := os.ReadFile(f)
-		if err != nil {
-			continue // gone meanwhile
-		}
-		// pid (comm) state ppid pgrp session ...; comm may hold spaces
-		// and parentheses, so the fields start after the last ')'.
-		i := bytes.LastIndexByte(b, ')')
-		if i < 0 {
+	for _, d := range dirs {
+		pid, _ := strconv.Atoi(filepath.Base(d))
+		f := procStat(pid) // nil when gone meanwhile
+		if len(f) < 4 || f[0] == "Z" || pid == self {
 			continue
 		}
-		fields := bytes.Fields(b[i+1:])
-		if len(fields) < 4 || string(fields[0]) == "Z" {
-			continue
-		}
-		pid, _ := strconv.Atoi(filepath.Base(filepath.Dir(f)))
-		if s, _ := strconv.Atoi(string(fields[3])); s == sid && pid != self {
+		if s, _ := strconv.Atoi(f[3]); s == sid {
 			pids = append(pids, pid)
 		}
 	}
