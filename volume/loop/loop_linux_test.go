@@ -6,10 +6,12 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"sync"
 	"syscall"
 	"testing"
+	"time"
 
 	"corpus/volume"
 )
@@ -455,4 +457,45 @@ func TestConcurrent(t *testing.T) {
 		}
 	}
 	must(t, "Delete shared", b.Delete(ctx, "shared", true))
+}
+
+// TestUnmountReachesLaterNamespaces: a mount namespace made while the
+// volume is mounted (a container starting, `ip netns exec`, a sandboxed
+// service: each makes its copies slaves) loses its copy of the mount when
+// Unmount unmounts it here, so the device detaches at once instead of
+// staying in use until that namespace ends.
+func TestUnmountReachesLaterNamespaces(t *testing.T) {
+	b, root := newTestBackend(t)
+	ctx := context.Background()
+	mnt := filepath.Join(root, "mnt")
+	must(t, "Create", b.Create(ctx, "held", 64*mb))
+	must(t, "Mount", b.Mount(ctx, "held", mnt))
+	info, err := b.Stat(ctx, "held")
+	must(t, "Stat", err)
+
+	// A process in a namespace of its own, made after the mount, which
+	// outlives the volume's unmount.
+	other := exec.Command("unshare", "--mount", "--propagation", "slave", "sleep", "60")
+	must(t, "starting a process in a new mount namespace", other.Start())
+	t.Cleanup(func() { other.Process.Kill(); other.Wait() })
+	mountinfo := fmt.Sprintf("/proc/%d/mountinfo", other.Process.Pid)
+	copied := func() bool {
+		points, err := mountsIn(mountinfo, info.Device)
+		must(t, "reading the new namespace's mounts", err)
+		return len(points) > 0
+	}
+	// unshare execs sleep once the namespace is made.
+	for deadline := time.Now().Add(5 * time.Second); !copied(); {
+		if time.Now().After(deadline) {
+			t.Fatal("the new namespace never had a copy of the volume's mount")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+
+	must(t, "Unmount", b.Unmount(ctx, "held"))
+	if copied() {
+		t.Error("the namespace made while the volume was mounted kept its copy after Unmount")
+	}
+	must(t, "Detach", b.Detach(ctx, "held"))
+	must(t, "Delete", b.Delete(ctx, "held", false))
 }

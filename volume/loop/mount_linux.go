@@ -16,12 +16,18 @@ import (
 // mountsOf returns the mount points in the caller's mount namespace of the
 // block device at dev (matched by major:minor), in mountinfo order.
 func mountsOf(dev string) ([]string, error) {
+	return mountsIn("/proc/self/mountinfo", dev)
+}
+
+// mountsIn returns the mount points of the block device at dev in the
+// mount table at mountinfo (a /proc/PID/mountinfo).
+func mountsIn(mountinfo, dev string) ([]string, error) {
 	var st unix.Stat_t
 	if err := unix.Stat(dev, &st); err != nil {
 		return nil, fmt.Errorf("reading %s: %w", dev, err)
 	}
 	want := fmt.Sprintf("%d:%d", unix.Major(st.Rdev), unix.Minor(st.Rdev))
-	data, err := os.ReadFile("/proc/self/mountinfo")
+	data, err := os.ReadFile(mountinfo)
 	if err != nil {
 		return nil, fmt.Errorf("reading mounts: %w", err)
 	}
@@ -45,6 +51,8 @@ type mountEntry struct {
 	point  string
 	// private: no shared: or master: propagation tags.
 	private bool
+	// bind: a bind mount of a folder of its file system (root not /).
+	bind bool
 }
 
 func parseMounts(data []byte) []mountEntry {
@@ -56,7 +64,7 @@ func parseMounts(data []byte) []mountEntry {
 		if len(f) < 7 {
 			continue
 		}
-		m := mountEntry{majmin: f[2], point: unescapeMount(f[4]), private: true}
+		m := mountEntry{majmin: f[2], point: unescapeMount(f[4]), private: true, bind: f[3] != "/"}
 		for _, opt := range f[6:] {
 			if opt == "-" {
 				break
@@ -71,12 +79,18 @@ func parseMounts(data []byte) []mountEntry {
 }
 
 // mountPrivate mounts the ext4 file system on dev at target so that the
-// mount does not propagate into other mount namespaces: target is first
-// bind-mounted onto itself and made private, and the file system goes on
-// top. Without this, on a host whose / is shared (systemd's default),
-// every namespace made from it (containers, sandboxes) receives a copy of
-// the mount that keeps the file system alive after Unmount, and offline
-// e2fsck and resize2fs then find the device in use.
+// mount does not propagate into other mount namespaces, while its unmount
+// does: target is first bind-mounted onto itself, made private (out of
+// any peer group it joined: on a host whose / is shared, systemd's
+// default, every namespace would otherwise receive the volume) and then
+// shared, a peer group of its own, and the file system goes on top.
+// A namespace made from this one later (a container's start, a sandboxed
+// service, `ip netns exec`) copies the volume's mount with it and, being
+// a slave as such tools make their copies, loses it when Unmount unmounts
+// it here; without that, its copy would keep the file system alive, and
+// offline e2fsck, resize2fs and detaching the device would find it in use
+// until that namespace ended. A namespace made private (unshare's
+// default) keeps its copy: nothing can reach it.
 func mountPrivate(dev, target string, flags uintptr, data string) error {
 	if err := unix.Mount(target, target, "", unix.MS_BIND, ""); err != nil {
 		return fmt.Errorf("binding mount point: %w", err)
@@ -85,6 +99,10 @@ func mountPrivate(dev, target string, flags uintptr, data string) error {
 		unix.Unmount(target, unix.MNT_DETACH)
 		return fmt.Errorf("making mount point private: %w", err)
 	}
+	if err := unix.Mount("", target, "", unix.MS_SHARED, ""); err != nil {
+		unix.Unmount(target, unix.MNT_DETACH)
+		return fmt.Errorf("making mount point shared: %w", err)
+	}
 	if err := unix.Mount(dev, target, "ext4", flags, data); err != nil {
 		unix.Unmount(target, unix.MNT_DETACH)
 		return err
@@ -92,9 +110,10 @@ func mountPrivate(dev, target string, flags uintptr, data string) error {
 	return nil
 }
 
-// unmountPrivateBind removes the private self-bind mountPrivate put under
-// a volume at point, once the volume is unmounted from it: the top mount
-// at point, if private and not a loop device.
+// unmountPrivateBind removes the self-bind mountPrivate put under a volume
+// at point, once the volume is unmounted from it: the top mount at point,
+// if a bind of a folder (or private: older versions made it so) and not
+// a loop device.
 func unmountPrivateBind(point string) error {
 	data, err := os.ReadFile("/proc/self/mountinfo")
 	if err != nil {
@@ -106,7 +125,7 @@ func unmountPrivateBind(point string) error {
 			top = &m
 		}
 	}
-	if top == nil || !top.private || strings.HasPrefix(top.majmin, strconv.Itoa(loopMajor)+":") {
+	if top == nil || !(top.private || top.bind) || strings.HasPrefix(top.majmin, strconv.Itoa(loopMajor)+":") {
 		return nil
 	}
 	if err := unmountBusyRetry(point); err != nil && !errors.Is(err, unix.EINVAL) {
