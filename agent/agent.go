@@ -19,10 +19,12 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"corpus/agent/backup"
 	"corpus/agent/cache"
 	"corpus/agent/deploy"
 	"corpus/agent/logs"
 	"corpus/agent/runtime"
+	"corpus/agent/services"
 	"corpus/agent/shell"
 	"corpus/drivers"
 	"corpus/drivers/catalog"
@@ -218,9 +220,11 @@ type Agent struct {
 	vols     volume.Backend // nil when volumes cannot run here
 	id       cache.Identity
 	coords   *coordinators
-	deploys  *deploy.Pipeline // releases of the projects whose guests are here
-	ssh      *sshServer       // nil when the git endpoint is off
-	gossip   *gossip.Member   // nil when gossip is off
+	deploys  *deploy.Pipeline  // releases of the projects whose guests are here
+	services *services.Manager // the services whose guests are here
+	backups  *backup.Store     // the backups this node keeps
+	ssh      *sshServer        // nil when the git endpoint is off
+	gossip   *gossip.Member    // nil when gossip is off
 	runCtx   context.Context
 	metrics  *agentMetrics
 	tlsCerts atomic.Pointer[nodeCerts] // set once enrolled
@@ -229,9 +233,16 @@ type Agent struct {
 	desired map[string]*corpusv1.Guest // by guest id
 	node    *corpusv1.Node             // this node as the coordinator last said
 	routes  []*corpusv1.Route          // proxy routes to this node's guests
-	// guestProjects names the project of the guests that run one.
+	// guestProjects names the project of the guests that run one;
+	// guestServices the service of those that run one, serviceReach
+	// who may reach them.
 	guestProjects map[string]string
-	netErr        error // the last network reconcile's error
+	guestServices map[string]string
+	serviceReach  map[string]*corpusv1.ServiceReach
+	// heldBackups are the backups the state says this node keeps (nil
+	// until the coordinator said).
+	heldBackups []*corpusv1.Backup
+	netErr      error // the last network reconcile's error
 	// routeErrs are the route problems last logged, by what they concern.
 	routeErrs map[string]string
 	cdns      clusterDNS         // where the cluster zone is answered
@@ -374,6 +385,11 @@ func New(cfg Config) (*Agent, error) {
 		}
 	}
 	if a.deploys, err = a.newDeploys(); err != nil {
+		ln.Close()
+		c.Close()
+		return nil, err
+	}
+	if err := a.newServices(); err != nil {
 		ln.Close()
 		c.Close()
 		return nil, err

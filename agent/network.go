@@ -231,6 +231,15 @@ func (n *network) reconcile(ctx context.Context, node *corpusv1.Node, guests []*
 		if p := policy.projects[g.Id]; p != "" {
 			groups[p] = append(groups[p], addr)
 		}
+		if r := policy.reach[g.Id]; r != nil && r.Port > 0 {
+			sg := nat.Sealed{Addr: addr, Port: int(r.Port)}
+			for _, f := range r.From {
+				if a, err := netip.ParseAddr(f); err == nil && a.Is4() {
+					sg.From = append(sg.From, a)
+				}
+			}
+			desired.Sealed = append(desired.Sealed, sg)
+		}
 		desired.Ports = append(desired.Ports, nat.GuestPort{Iface: hostInterface(g.Id), Addr: addr})
 		for _, p := range g.GetSpec().GetPorts() {
 			desired.Forwards = append(desired.Forwards, nat.Forward{
@@ -258,6 +267,9 @@ func (n *network) reconcile(ctx context.Context, node *corpusv1.Node, guests []*
 type guestPolicy struct {
 	projects map[string]string
 	control  []netip.AddrPort
+	// reach seals the service guests (by guest id): only their linked
+	// guests connect, on the service's port.
+	reach map[string]*corpusv1.ServiceReach
 }
 
 // controlEndpoints are the control plane's endpoints this agent knows

@@ -53,6 +53,7 @@ func (a *Agent) pass(ctx context.Context) {
 	// programming of this pass (its worker makes sure the bridge exists).
 	defer a.reconcileNetwork(ctx)
 	defer a.reconcileVolumes(ctx)
+	defer a.reconcileServices(ctx)
 	a.mu.Lock()
 	known := a.known
 	for id, g := range a.desired {
@@ -107,7 +108,7 @@ func (a *Agent) pass(ctx context.Context) {
 func (a *Agent) reconcileNetwork(ctx context.Context) {
 	a.mu.Lock()
 	node, routes, known, cdns := a.node, a.routes, a.known, a.cdns
-	policy := guestPolicy{projects: a.guestProjects, control: a.controlEndpoints()}
+	policy := guestPolicy{projects: a.guestProjects, control: a.controlEndpoints(), reach: a.serviceReach}
 	guests := make([]*corpusv1.Guest, 0, len(a.desired))
 	byID := make(map[string]*corpusv1.Guest, len(a.desired))
 	for _, g := range a.desired {

@@ -69,6 +69,7 @@ func (a *Agent) sendReport(ctx context.Context) error {
 		req.Volumes = append(req.Volumes, &corpusv1.ReportedVolume{VolumeId: id, OldCopyRemoved: true})
 	}
 	a.mu.Unlock()
+	req.Services = a.services.Report()
 	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	addr, client := a.coords.current()

@@ -71,19 +71,26 @@ func (s *agentAPI) ExportVolume(ctx context.Context, req *connect.Request[corpus
 	if !ok {
 		return connect.NewError(connect.CodeUnimplemented, errors.New("this node's volume backend cannot export"))
 	}
-	w := &chunkWriter{send: stream.Send, total: info.SizeBytes}
+	w := &chunkWriter{emit: func(data []byte, first bool) error {
+		c := &corpusv1.VolumeChunk{Data: data}
+		if first {
+			c.TotalBytes = info.SizeBytes
+		}
+		return stream.Send(c)
+	}}
 	if err := mover.Export(ctx, name, w, nil); err != nil {
 		return connect.NewError(connect.CodeInternal, fmt.Errorf("exporting volume %s: %w", name, err))
 	}
 	return w.flush()
 }
 
-// chunkWriter cuts the export into messages; the first carries the size.
+// chunkWriter cuts a stream (a volume's export, a backup) into messages
+// of chunkBytes, which emit sends; flush sends the rest (and one message,
+// empty, when nothing was written).
 type chunkWriter struct {
-	send  func(*corpusv1.VolumeChunk) error
-	total int64
-	buf   []byte
-	sent  bool
+	emit func(data []byte, first bool) error
+	buf  []byte
+	sent bool
 }
 
 func (w *chunkWriter) Write(p []byte) (int, error) {
@@ -105,12 +112,9 @@ func (w *chunkWriter) flush() error {
 	if len(w.buf) == 0 && w.sent {
 		return nil
 	}
-	c := &corpusv1.VolumeChunk{Data: w.buf}
-	if !w.sent {
-		c.TotalBytes = w.total
-	}
+	first := !w.sent
 	w.sent = true
-	err := w.send(c)
+	err := w.emit(w.buf, first)
 	w.buf = nil
 	return err
 }

@@ -99,6 +99,15 @@ func (a *Agent) setDesired(msg *corpusv1.WatchResponse) {
 	}
 	a.routes = msg.Routes
 	a.guestProjects = msg.GuestProjects
+	a.guestServices = msg.GuestServices
+	a.serviceReach = make(map[string]*corpusv1.ServiceReach, len(msg.ServiceReach))
+	for _, r := range msg.ServiceReach {
+		a.serviceReach[r.GuestId] = r
+	}
+	a.heldBackups = msg.Backups
+	if a.heldBackups == nil {
+		a.heldBackups = []*corpusv1.Backup{}
+	}
 	a.volumes = msg.Volumes
 	if msg.GossipAddr != "" {
 		a.gossipPeer = msg.GossipAddr

@@ -207,6 +207,7 @@ type clients struct {
 	users   corpusv1connect.UserServiceClient
 	project corpusv1connect.ProjectServiceClient
 	audit   corpusv1connect.AuditServiceClient
+	service corpusv1connect.ServiceServiceClient
 }
 
 // clients returns clients presenting token ("" for none).
@@ -237,6 +238,7 @@ func clientsAt(hc *http.Client, url, token string) clients {
 		project: corpusv1connect.NewProjectServiceClient(hc, url, opt),
 		audit:   corpusv1connect.NewAuditServiceClient(hc, url, opt),
 		agent:   corpusv1connect.NewAgentServiceClient(hc, url, opt),
+		service: corpusv1connect.NewServiceServiceClient(hc, url, opt),
 	}
 }
 

@@ -24,6 +24,7 @@ import (
 	"corpus/coordinator/ldapauth"
 	"corpus/coordinator/scheduler"
 	"corpus/coordinator/state"
+	"corpus/coordinator/templates"
 	"corpus/dns"
 	"corpus/internal/atomicfile"
 	"corpus/internal/gossip"
@@ -102,6 +103,11 @@ type Config struct {
 	// that issues work for LoginTokenTTL.
 	LDAP          ldapauth.Config
 	LoginTokenTTL time.Duration
+
+	// ServiceTemplates is the operators' folder of service templates,
+	// added to the built-in ones (coordinator/templates); missing is
+	// fine.
+	ServiceTemplates string
 }
 
 // Default returns the configuration of a one-replica coordinator.
@@ -121,6 +127,8 @@ func Default() Config {
 		DNS:            defaultDNS(),
 		DNSZone:        dns.DefaultZone,
 		LoginTokenTTL:  api.DefaultLoginTokenTTL,
+
+		ServiceTemplates: templates.DefaultDir,
 	}
 }
 
@@ -282,22 +290,23 @@ func New(cfg Config) (*Server, error) {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", s.healthz)
 	api.Mount(mux, &api.Backend{
-		Passwords:    passwords,
-		LoginTTL:     cfg.LoginTokenTTL,
-		Store:        s.store,
-		Propose:      s.propose,
-		ProposeLocal: r.propose,
-		Leader:       r.leaderAddr,
-		Seen:         s.seen,
-		Group:        s,
-		AgentClient:  s.agentClient,
-		Zone:         s.currentZone,
-		DNSAddr:      s.DNSAddr,
-		GossipAddr:   s.GossipAddr,
-		CA:           certs.auth,
-		CertTTL:      certs.ttl,
-		Logger:       logger,
-		Metrics:      api.NewMetrics(cfg.Metrics),
+		Passwords:        passwords,
+		LoginTTL:         cfg.LoginTokenTTL,
+		ServiceTemplates: cfg.ServiceTemplates,
+		Store:            s.store,
+		Propose:          s.propose,
+		ProposeLocal:     r.propose,
+		Leader:           r.leaderAddr,
+		Seen:             s.seen,
+		Group:            s,
+		AgentClient:      s.agentClient,
+		Zone:             s.currentZone,
+		DNSAddr:          s.DNSAddr,
+		GossipAddr:       s.GossipAddr,
+		CA:               certs.auth,
+		CertTTL:          certs.ttl,
+		Logger:           logger,
+		Metrics:          api.NewMetrics(cfg.Metrics),
 	})
 	s.sched = scheduler.NewMetrics(cfg.Metrics, s.store)
 	cfg.Metrics.MustRegister(newGuestsCollector(s.store), pki.NewExpiryCollector("coordinator", func() map[string]*x509.Certificate {

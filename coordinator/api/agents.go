@@ -151,6 +151,8 @@ func (s *agentService) Watch(ctx context.Context, _ *connect.Request[corpusv1.Wa
 		msg := &corpusv1.WatchResponse{Index: view.Index(), Node: n, Guests: desiredOn(view, p.NodeID), Routes: view.RoutesOnNode(p.NodeID)}
 		msg.Volumes = append(view.VolumesOnNode(p.NodeID), view.VolumesLeftOnNode(p.NodeID)...)
 		msg.GuestProjects = guestProjects(view, msg.Guests)
+		msg.GuestServices, msg.ServiceReach = guestServices(view, msg.Guests), serviceReach(view, msg.Guests)
+		msg.Backups = view.BackupsOnNode(p.NodeID)
 		s.dnsInfo(msg)
 		for _, c := range view.Coordinators() {
 			if c.ApiAddress != "" {
@@ -258,6 +260,11 @@ func (s *agentService) Report(ctx context.Context, req *connect.Request[corpusv1
 		if err != nil {
 			return nil, err
 		}
+		idx = i
+	}
+	if i, err := s.reportServices(ctx, view, p.NodeID, m.Services); err != nil {
+		return nil, err
+	} else if i > 0 {
 		idx = i
 	}
 	if idx == 0 {

@@ -65,6 +65,10 @@ type Backend struct {
 
 	// Metrics records every call (nil: none are).
 	Metrics *Metrics
+
+	// ServiceTemplates is the operator's folder of service templates,
+	// added to the built-in ones ("": none).
+	ServiceTemplates string
 }
 
 // Policies says who may call what.
@@ -142,6 +146,27 @@ var Policies = map[string]auth.Policy{
 	corpusv1connect.ProjectServiceListProcessesProcedure:    {auth.Operator},
 	corpusv1connect.AgentServiceSetWebPortProcedure:         {auth.Agent},
 	corpusv1connect.AgentServiceRecordShellProcedure:        {auth.Agent},
+	corpusv1connect.AgentServiceServiceRuntimeProcedure:     {auth.Agent},
+	// Services: every user sees the templates; ops and devs make
+	// services (a dev's are theirs) and act on those they may use, which
+	// the handlers check; viewers read those linked to their projects.
+	corpusv1connect.ServiceServiceListTemplatesProcedure:  users,
+	corpusv1connect.ServiceServiceCreateServiceProcedure:  {auth.Operator, auth.Dev},
+	corpusv1connect.ServiceServiceListServicesProcedure:   users,
+	corpusv1connect.ServiceServiceGetServiceProcedure:     users,
+	corpusv1connect.ServiceServiceListBackupsProcedure:    users,
+	corpusv1connect.ServiceServiceDeleteServiceProcedure:  {auth.Operator, auth.Dev},
+	corpusv1connect.ServiceServiceStartServiceProcedure:   {auth.Operator, auth.Dev},
+	corpusv1connect.ServiceServiceStopServiceProcedure:    {auth.Operator, auth.Dev},
+	corpusv1connect.ServiceServiceResizeServiceProcedure:  {auth.Operator, auth.Dev},
+	corpusv1connect.ServiceServiceUpdateServiceProcedure:  {auth.Operator, auth.Dev},
+	corpusv1connect.ServiceServiceLinkServiceProcedure:    {auth.Operator, auth.Dev},
+	corpusv1connect.ServiceServiceUnlinkServiceProcedure:  {auth.Operator, auth.Dev},
+	corpusv1connect.ServiceServiceBackupServiceProcedure:  {auth.Operator, auth.Dev},
+	corpusv1connect.ServiceServiceRestoreServiceProcedure: {auth.Operator, auth.Dev},
+	corpusv1connect.ServiceServiceExportBackupProcedure:   {auth.Operator, auth.Dev},
+	corpusv1connect.ServiceServiceImportBackupProcedure:   {auth.Operator, auth.Dev},
+	corpusv1connect.ServiceServiceDeleteBackupProcedure:   {auth.Operator, auth.Dev},
 }
 
 // users are every kind of user; handlers narrow what each may touch.
@@ -218,6 +243,7 @@ func Mount(mux *http.ServeMux, b *Backend) {
 	mux.Handle(corpusv1connect.NewUserServiceHandler(&userService{b: b, limiter: newLoginLimiter()}, opts...))
 	mux.Handle(corpusv1connect.NewProjectServiceHandler(&projectService{b}, opts...))
 	mux.Handle(corpusv1connect.NewAuditServiceHandler(&auditService{b}, opts...))
+	mux.Handle(corpusv1connect.NewServiceServiceHandler(&serviceService{b: b}, opts...))
 }
 
 // write proposes a command and maps its error to an API error.

@@ -75,14 +75,24 @@ func (s *projectService) SetConfig(ctx context.Context, req *connect.Request[cor
 		return err
 	}
 	keys := slices.Sorted(maps.Keys(m.Set))
-	what := state.ConfigChangeText(keys, unset)
+	return s.releaseConfig(ctx, p.Name, e.Name, state.ConfigChangeText(keys, unset), m.NoRestart, stream)
+}
+
+// releaseConfig makes a release of an environment's current commit with
+// its config as it now is (what says how it changed), unless noRestart
+// or nothing is deployed yet; the output streams back.
+func (s *projectService) releaseConfig(ctx context.Context, project, env, what string, noRestart bool, stream *connect.ServerStream[corpusv1.DeployOutput]) error {
 	say := func(format string, args ...any) error {
 		return stream.Send(&corpusv1.DeployOutput{Output: fmt.Appendf(nil, format+"\n", args...)})
 	}
 	view := s.b.Store.Read()
-	e = state.ProjectEnv(view.Project(p.Name), e.Name)
+	p := view.Project(project)
+	e := state.ProjectEnv(p, env)
+	if e == nil {
+		return connect.NewError(connect.CodeNotFound, fmt.Errorf("environment %s/%s is gone", project, env))
+	}
 	switch {
-	case m.NoRestart:
+	case noRestart:
 		if err := say("config of %s/%s: %s; stored for the next deploy (--no-restart)", p.Name, e.Name, what); err != nil {
 			return err
 		}

@@ -138,6 +138,10 @@ func (s *guestService) setDesired(ctx context.Context, name, desired string, pur
 		return nil, connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf(
 			"guest %s runs environment %s of project %s: delete the environment instead (corpus project delete %s --env %s)", name, e.Name, p.Name, p.Name, e.Name))
 	}
+	if svc := view.ServiceOfGuest(before.Id); svc != nil && desired == state.DesiredDeleted {
+		return nil, connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf(
+			"guest %s runs service %s: delete the service instead (corpus service delete %s)", name, svc.Name, svc.Name))
+	}
 	if before.DesiredState == desired && (!purge || before.PurgeVolume) {
 		return connect.NewResponse(&corpusv1.GuestActionResponse{Guest: before, Changed: false}), nil
 	}

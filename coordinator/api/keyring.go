@@ -102,19 +102,42 @@ func (r *keyrings) newKeyring() (*corpusv1.Keyring, map[string][]byte, error) {
 
 // openConfig opens an environment's (or release's) sealed config.
 func openConfig(k *seal.Keyring, project, env string, cfg map[string][]byte) (map[string]string, error) {
-	out := make(map[string]string, len(cfg))
-	if len(cfg) == 0 {
+	return openSealed(k, cfg, func(key string) string { return state.ConfigPlace(project, env, key) })
+}
+
+// openSecrets opens a service's sealed secrets.
+func openSecrets(k *seal.Keyring, service string, secrets map[string][]byte) (map[string]string, error) {
+	return openSealed(k, secrets, func(key string) string { return state.ServicePlace(service, key) })
+}
+
+// openSealed opens sealed values, each sealed for place(its key).
+func openSealed(k *seal.Keyring, values map[string][]byte, place func(key string) string) (map[string]string, error) {
+	out := make(map[string]string, len(values))
+	if len(values) == 0 {
 		return out, nil
 	}
 	if k == nil {
-		return nil, errors.New("sealed config but no keyring")
+		return nil, errors.New("sealed values but no keyring")
 	}
-	for key, v := range cfg {
-		p, err := k.Open(v, state.ConfigPlace(project, env, key))
+	for key, v := range values {
+		p, err := k.Open(v, place(key))
 		if err != nil {
 			return nil, err
 		}
 		out[key] = string(p)
+	}
+	return out, nil
+}
+
+// sealAll seals values, each for place(its key).
+func sealAll(k *seal.Keyring, values map[string]string, place func(key string) string) (map[string][]byte, error) {
+	out := make(map[string][]byte, len(values))
+	for key, v := range values {
+		s, err := k.Seal([]byte(v), place(key))
+		if err != nil {
+			return nil, err
+		}
+		out[key] = s
 	}
 	return out, nil
 }
@@ -140,19 +163,16 @@ func (r *keyrings) rotate(ctx context.Context) (*corpusv1.RotateKeyringResponse,
 		if old != nil {
 			cmd.ExpectPrimary, res.Previous = old.Primary(), old.Primary()
 		}
-		reseal := func(project, env string, cfg map[string][]byte) (map[string][]byte, error) {
-			clear, err := openConfig(old, project, env, cfg)
+		resealAt := func(values map[string][]byte, place func(string) string) (map[string][]byte, error) {
+			clear, err := openSealed(old, values, place)
 			if err != nil {
 				return nil, err
 			}
-			out := make(map[string][]byte, len(clear))
-			for k, v := range clear {
-				if out[k], err = next.Seal([]byte(v), state.ConfigPlace(project, env, k)); err != nil {
-					return nil, err
-				}
-				res.Resealed++
-			}
-			return out, nil
+			res.Resealed += int32(len(clear))
+			return sealAll(next, clear, place)
+		}
+		reseal := func(project, env string, cfg map[string][]byte) (map[string][]byte, error) {
+			return resealAt(cfg, func(k string) string { return state.ConfigPlace(project, env, k) })
 		}
 		for _, p := range view.Projects() {
 			for _, e := range p.Envs {
@@ -177,6 +197,16 @@ func (r *keyrings) rotate(ctx context.Context) (*corpusv1.RotateKeyringResponse,
 					cmd.Releases = append(cmd.Releases, &corpusv1.ResealedConfig{Project: p.Name, Env: e.Name, ReleaseId: rel.Id, Config: cfg})
 				}
 			}
+		}
+		for _, svc := range view.Services() {
+			if len(svc.Secrets) == 0 {
+				continue
+			}
+			secrets, err := resealAt(svc.Secrets, func(k string) string { return state.ServicePlace(svc.Name, k) })
+			if err != nil {
+				return nil, err
+			}
+			cmd.Envs = append(cmd.Envs, &corpusv1.ResealedConfig{Service: svc.Name, Config: secrets})
 		}
 		_, err = r.b.write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_SetKeyring{SetKeyring: cmd}})
 		if err == nil {

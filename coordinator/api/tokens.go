@@ -151,5 +151,8 @@ func mayUseGuest(ctx context.Context, view *state.Snap, g *corpusv1.Guest) error
 			}
 		}
 	}
-	return connect.NewError(connect.CodePermissionDenied, fmt.Errorf("%s may only act on the guests of projects granted to it; %s belongs to none", pr, g.Name))
+	if svc := view.ServiceOfGuest(g.Id); svc != nil {
+		return mayUseService(ctx, view, svc, pr.Kind == auth.Dev)
+	}
+	return connect.NewError(connect.CodePermissionDenied, fmt.Errorf("%s may only act on the guests of projects and services granted to it; %s belongs to none", pr, g.Name))
 }

@@ -139,6 +139,18 @@ func (a *applier) setKeyring(c *corpusv1.SetKeyring) error {
 		return fmt.Errorf("the keyring's primary key is %q, not %q: %w", cur, c.ExpectPrimary, ErrStale)
 	}
 	for _, r := range c.Envs {
+		if r.Service != "" {
+			svc, err := a.service(r.Service)
+			if err != nil {
+				return fmt.Errorf("resealing: %w", err)
+			}
+			if !slices.Equal(sortedKeys(svc.Secrets), sortedKeys(r.Config)) {
+				return fmt.Errorf("resealing service %s: its secrets changed meanwhile: %w", r.Service, ErrStale)
+			}
+			svc.Secrets = r.Config
+			a.putService(svc)
+			continue
+		}
 		p, err := a.project(r.Project)
 		if err != nil {
 			return fmt.Errorf("resealing: %w", err)
@@ -181,6 +193,11 @@ func (a *applier) setKeyring(c *corpusv1.SetKeyring) error {
 	}
 	for _, r := range v.allReleases() {
 		if err := check("release "+r.Id, r.Config); err != nil {
+			return err
+		}
+	}
+	for _, svc := range v.Services() {
+		if err := check("service "+svc.Name, svc.Secrets); err != nil {
 			return err
 		}
 	}

@@ -192,6 +192,24 @@ func (a *applier) apply(cmd *corpusv1.Command) error {
 		return a.setKeyring(c.SetKeyring)
 	case *corpusv1.Command_SetWebPort:
 		return a.setWebPort(c.SetWebPort)
+	case *corpusv1.Command_CreateService:
+		return a.createService(c.CreateService)
+	case *corpusv1.Command_SetServiceDesired:
+		return a.setServiceDesired(c.SetServiceDesired)
+	case *corpusv1.Command_LinkService:
+		return a.linkService(c.LinkService)
+	case *corpusv1.Command_UnlinkService:
+		return a.unlinkService(c.UnlinkService)
+	case *corpusv1.Command_UpdateService:
+		return a.updateService(c.UpdateService)
+	case *corpusv1.Command_ReportServices:
+		return a.reportServices(c.ReportServices)
+	case *corpusv1.Command_BeginBackup:
+		return a.beginBackup(c.BeginBackup)
+	case *corpusv1.Command_FinishBackup:
+		return a.finishBackup(c.FinishBackup)
+	case *corpusv1.Command_DeleteBackup:
+		return a.deleteBackup(c.DeleteBackup)
 	default:
 		panic(fmt.Sprintf("state: command %T has no apply function", c))
 	}
@@ -522,6 +540,8 @@ func (v *Snap) Dump() *corpusv1.Snapshot {
 	snap.Audit = v.Audit()
 	snap.UserTokens = v.UserTokens("")
 	snap.Keyring = v.Keyring()
+	snap.Services = v.Services()
+	snap.Backups = v.Backups("")
 	return snap
 }
 
@@ -621,6 +641,16 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 	}
 	for _, t := range snap.UserTokens {
 		if err := ins(tableUserTokens, t); err != nil {
+			return err
+		}
+	}
+	for _, s := range snap.Services {
+		if err := ins(tableServices, s); err != nil {
+			return err
+		}
+	}
+	for _, b := range snap.Backups {
+		if err := ins(tableBackups, b); err != nil {
 			return err
 		}
 	}

@@ -138,12 +138,18 @@ type ProjectRef struct {
 }
 
 // GuestProjects maps the ids of project guests to their project
-// environment.
+// environment, and those of service guests to "service:NAME" and the
+// service's environment (placed by node mode as projects are).
 func (v *Snap) GuestProjects() map[string]ProjectRef {
 	out := map[string]ProjectRef{}
 	for _, p := range v.Projects() {
 		for _, e := range p.Envs {
 			out[e.GuestId] = ProjectRef{Project: p.Name, Env: e.Name}
+		}
+	}
+	for _, s := range v.Services() {
+		if s.GuestId != "" {
+			out[s.GuestId] = ProjectRef{Project: "service:" + s.Name, Env: s.Env}
 		}
 	}
 	return out

@@ -189,6 +189,7 @@ func (a *applier) deleteProject(c *corpusv1.DeleteProject) error {
 		if _, err := a.txn.DeleteAll(tableReleases, "env", p.Name, env.Name); err != nil {
 			panic(fmt.Sprintf("state: deleting releases: %v", err))
 		}
+		a.dropLinks(p.Name, env.Name)
 	}
 	if len(keep) == 0 {
 		if err := a.txn.Delete(tableProjects, p); err != nil {

@@ -123,6 +123,22 @@ func schema() *memdb.DBSchema {
 				"id": {Name: "id", Unique: true, Indexer: &memdb.UintFieldIndex{Field: "Index"}},
 			},
 		},
+		tableServices: {
+			Name: tableServices,
+			Indexes: map[string]*memdb.IndexSchema{
+				"id":    {Name: "id", Unique: true, Indexer: &memdb.StringFieldIndex{Field: "Id"}},
+				"name":  {Name: "name", Unique: true, Indexer: &memdb.StringFieldIndex{Field: "Name"}},
+				"guest": {Name: "guest", AllowMissing: true, Indexer: &memdb.StringFieldIndex{Field: "GuestId"}},
+			},
+		},
+		tableBackups: {
+			Name: tableBackups,
+			Indexes: map[string]*memdb.IndexSchema{
+				"id":      {Name: "id", Unique: true, Indexer: &memdb.StringFieldIndex{Field: "Id"}},
+				"service": {Name: "service", Indexer: &memdb.StringFieldIndex{Field: "Service"}},
+				"node":    {Name: "node", AllowMissing: true, Indexer: &memdb.StringFieldIndex{Field: "NodeId"}},
+			},
+		},
 		tableMeta: {
 			Name: tableMeta,
 			Indexes: map[string]*memdb.IndexSchema{

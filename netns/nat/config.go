@@ -73,6 +73,18 @@ type Desired struct {
 	// Ports bind each guest's bridge port to its address: IPv4 from that
 	// port with another source (a guest spoofing) is dropped.
 	Ports []GuestPort
+	// Sealed are guests (a service's) that nothing reaches but the
+	// addresses each names, on its TCP port: not other guests of the
+	// bridge, other nodes, or the outside.
+	Sealed []Sealed
+}
+
+// Sealed is a guest only some addresses may reach, on one TCP port.
+type Sealed struct {
+	Addr netip.Addr
+	Port int
+	// From are the addresses that may connect.
+	From []netip.Addr
 }
 
 // GuestPort is a guest's port on the bridge and the one address it may
@@ -112,8 +124,8 @@ func anyAddr(a netip.Addr) bool { return !a.IsValid() || a.IsUnspecified() }
 // ErrConflict when two forwards claim the same host port (the same
 // protocol and port on the same address, or on every address and one).
 func (d Desired) Validate() error {
-	if (len(d.Subnets) > 0 || len(d.Forwards) > 0 || len(d.Groups) > 0 || len(d.NodePorts) > 0 || len(d.Blocked) > 0 || len(d.Ports) > 0) && d.Bridge == "" {
-		return fmt.Errorf("%w: a bridge is required with subnets, forwards, groups, node ports or blocked endpoints", ErrInvalid)
+	if (len(d.Subnets) > 0 || len(d.Forwards) > 0 || len(d.Groups) > 0 || len(d.NodePorts) > 0 || len(d.Blocked) > 0 || len(d.Ports) > 0 || len(d.Sealed) > 0) && d.Bridge == "" {
+		return fmt.Errorf("%w: a bridge is required with subnets, forwards, groups, node ports, blocked endpoints or sealed guests", ErrInvalid)
 	}
 	if d.Bridge != "" {
 		if err := validIfName(d.Bridge); err != nil {
@@ -152,6 +164,19 @@ func (d Desired) Validate() error {
 		for _, a := range g {
 			if !slices.ContainsFunc(d.Subnets, func(s netip.Prefix) bool { return s.Contains(a) }) {
 				return fmt.Errorf("%w: group member %v is in none of the subnets %v", ErrInvalid, a, d.Subnets)
+			}
+		}
+	}
+	for _, sg := range d.Sealed {
+		if !slices.ContainsFunc(d.Subnets, func(s netip.Prefix) bool { return s.Contains(sg.Addr) }) {
+			return fmt.Errorf("%w: sealed guest %v is in none of the subnets %v", ErrInvalid, sg.Addr, d.Subnets)
+		}
+		if sg.Port < 1 || sg.Port > 65535 {
+			return fmt.Errorf("%w: sealed guest %v: port %d is not 1 to 65535", ErrInvalid, sg.Addr, sg.Port)
+		}
+		for _, a := range sg.From {
+			if !a.Is4() {
+				return fmt.Errorf("%w: sealed guest %v: %v is not IPv4", ErrInvalid, sg.Addr, a)
 			}
 		}
 	}

@@ -105,3 +105,37 @@ wait:
 		t.Errorf("the node received %q, want only the real datagram", got)
 	}
 }
+
+// TestSealedGuest: a sealed guest (a service's) is reached on its port by
+// the addresses it names only: not by a guest of its own group, not
+// through a port published to it, and by a named guest only on that
+// port.
+func TestSealedGuest(t *testing.T) {
+	t.Parallel()
+	tp := newTopo(t)
+	d := tp.desired
+	d.Groups = [][]netip.Addr{{guest1, guest2}}
+	d.Sealed = []nat.Sealed{{Addr: guest2, Port: 80}}
+	tp.apply(t, d)
+	checkPaths(t, tp, []path{
+		{"a guest of its group, not named", (*topo).g1NS, "tcp4", "10.210.3.3:80", "", ""},
+		{"a client through its published port", (*topo).clientNS, "tcp4", node + ":8081", "", ""},
+		{"the sealed guest out to another guest of its group", (*topo).g2NS, "tcp4", "10.210.3.2:80", "guest1", "10.210.3.3"},
+		{"a client to another guest's published port", (*topo).clientNS, "tcp4", node + ":8080", "guest1", "10.99.0.2"},
+	})
+	d.Groups = nil
+	d.Sealed = []nat.Sealed{{Addr: guest2, Port: 80, From: []netip.Addr{guest1}}}
+	tp.apply(t, d)
+	checkPaths(t, tp, []path{
+		{"the named guest", (*topo).g1NS, "tcp4", "10.210.3.3:80", "guest2", "10.210.3.2"},
+		{"a client through its published port", (*topo).clientNS, "tcp4", node + ":8081", "", ""},
+	})
+	if p := tp.plan(t, d); !p.Empty() {
+		t.Errorf("Plan after applying sealed guests = %v\n%s\nwant empty: the rules differ from what iptables-save shows", p, p.Restore)
+	}
+	d.Sealed = []nat.Sealed{{Addr: guest2, Port: 81, From: []netip.Addr{guest1}}}
+	tp.apply(t, d)
+	checkPaths(t, tp, []path{
+		{"the named guest on another port", (*topo).g1NS, "tcp4", "10.210.3.3:80", "", ""},
+	})
+}

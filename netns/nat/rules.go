@@ -118,6 +118,22 @@ func (l layout) render(d Desired) map[Chain][]string {
 	var in []string
 	if d.Bridge != "" {
 		br := d.Bridge
+		// A sealed guest is reached by the addresses it names, on its
+		// port, and by nothing else (other guests, other nodes, the
+		// outside, a published port): before the rules that could let
+		// them in otherwise.
+		sealed := slices.Clone(d.Sealed)
+		slices.SortFunc(sealed, func(a, b Sealed) int { return a.Addr.Compare(b.Addr) })
+		var seal []string
+		for _, sg := range sealed {
+			from := slices.Clone(sg.From)
+			slices.SortFunc(from, netip.Addr.Compare)
+			for _, a := range slices.Compact(from) {
+				seal = append(seal, "-s "+a.String()+"/32 -d "+sg.Addr.String()+"/32 -o "+br+" -p tcp -m tcp --dport "+strconv.Itoa(sg.Port)+" -j ACCEPT")
+			}
+			seal = append(seal, "-d "+sg.Addr.String()+"/32 -o "+br+" -j DROP")
+		}
+		fwd = append(fwd, seal...)
 		fwd = append(fwd, "-o "+br+" -m conntrack --ctstate DNAT -j ACCEPT")
 		for _, ap := range sortedAddrPorts(d.Blocked) {
 			fwd = append(fwd, "-d "+ap.Addr().String()+"/32 -i "+br+" -p tcp -m tcp --dport "+strconv.Itoa(int(ap.Port()))+" -j DROP")

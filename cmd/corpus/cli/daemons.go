@@ -84,6 +84,7 @@ func newCoordinatorCmd(g *globals) *cobra.Command {
 	f.DurationVar(&cfg.CertTTL, "cert-ttl", coordinator.DefaultCertTTL, "lifetime of the certificates the CA issues to replicas and nodes (renewed after two thirds)")
 	addDNSFlags(f, &cfg)
 	addLDAPFlags(f, &cfg)
+	f.StringVar(&cfg.ServiceTemplates, "service-templates", cfg.ServiceTemplates, "folder of service templates added to the built-in ones (one folder each: service.yaml and its scripts)")
 	f.StringVar(&metricsAddr, "metrics-addr", defaultCoordinatorMetricsAddr, metricsAddrUsage)
 	logs.add(f)
 	return cmd

@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"corpus/internal/units"
 	corpusv1 "corpus/proto/corpus/v1"
 )
 
@@ -48,17 +49,17 @@ func newGuestCreateCmd(g *globals) *cobra.Command {
 			spec := &corpusv1.GuestSpec{Driver: driver, Image: image, Resources: &corpusv1.Resources{}, Env: map[string]string{}, Privileged: privileged, Packages: packages}
 			var err error
 			if memory != "" {
-				if spec.Resources.MemoryBytes, err = parseSize(memory); err != nil {
+				if spec.Resources.MemoryBytes, err = units.ParseSize(memory); err != nil {
 					return fmt.Errorf("--memory: %w", err)
 				}
 			}
 			if cpus != "" {
-				if spec.Resources.CpuMillis, err = parseCPUs(cpus); err != nil {
+				if spec.Resources.CpuMillis, err = units.ParseCPUs(cpus); err != nil {
 					return fmt.Errorf("--cpus: %w", err)
 				}
 			}
 			if disk != "" {
-				if spec.Resources.DiskBytes, err = parseSize(disk); err != nil {
+				if spec.Resources.DiskBytes, err = units.ParseSize(disk); err != nil {
 					return fmt.Errorf("--disk: %w", err)
 				}
 			}
@@ -89,7 +90,7 @@ func newGuestCreateCmd(g *globals) *cobra.Command {
 			if volSize != "" || useVolume != "" {
 				spec.Volume = &corpusv1.VolumeSpec{Path: volPath, UseVolume: useVolume}
 				if volSize != "" {
-					if spec.Volume.SizeBytes, err = parseSize(volSize); err != nil {
+					if spec.Volume.SizeBytes, err = units.ParseSize(volSize); err != nil {
 						return fmt.Errorf("--volume: %w", err)
 					}
 				}
@@ -276,8 +277,8 @@ func newGuestListCmd(g *globals) *cobra.Command {
 				for _, v := range msg.Guests {
 					gu := v.Guest
 					fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", gu.Name, v.Status, gu.DesiredState, dash(v.NodeName), dash(gu.Address),
-						gu.Spec.GetDriver(), gu.Spec.GetImage(), formatSize(gu.Spec.GetResources().GetMemoryBytes()),
-						formatCPUs(gu.Spec.GetResources().GetCpuMillis()), age(gu.CreatedAt.AsTime()))
+						gu.Spec.GetDriver(), gu.Spec.GetImage(), units.FormatSize(gu.Spec.GetResources().GetMemoryBytes()),
+						units.FormatCPUs(gu.Spec.GetResources().GetCpuMillis()), age(gu.CreatedAt.AsTime()))
 				}
 				return w.Flush()
 			})
@@ -319,7 +320,7 @@ func newGuestShowCmd(g *globals) *cobra.Command {
 					fmt.Fprintf(w, "Privileged:\tyes: its root is the node's root\n")
 				}
 				r := gu.Spec.GetResources()
-				fmt.Fprintf(w, "Resources:\tmemory %s, cpus %s, disk %s\n", formatSize(r.GetMemoryBytes()), formatCPUs(r.GetCpuMillis()), formatSize(r.GetDiskBytes()))
+				fmt.Fprintf(w, "Resources:\tmemory %s, cpus %s, disk %s\n", units.FormatSize(r.GetMemoryBytes()), units.FormatCPUs(r.GetCpuMillis()), units.FormatSize(r.GetDiskBytes()))
 				if len(gu.Spec.GetEnv()) > 0 {
 					fmt.Fprintf(w, "Env:\t%s\n", labelList(gu.Spec.GetEnv()))
 				}

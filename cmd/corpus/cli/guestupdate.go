@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"corpus/internal/units"
 	"fmt"
 	"strings"
 
@@ -35,14 +36,14 @@ by deleting it and creating it again. The same values again change nothing.`,
 				req.Image = &image
 			}
 			if f.Changed("memory") {
-				b, err := parseSize(memory)
+				b, err := units.ParseSize(memory)
 				if err != nil {
 					return fmt.Errorf("--memory: %w", err)
 				}
 				req.MemoryBytes = &b
 			}
 			if f.Changed("cpus") {
-				m, err := parseCPUs(cpus)
+				m, err := units.ParseCPUs(cpus)
 				if err != nil {
 					return fmt.Errorf("--cpus: %w", err)
 				}

@@ -18,6 +18,7 @@ import (
 	"corpus/drivers/catalog"
 	"corpus/drivers/kubernetes"
 	"corpus/internal/names"
+	"corpus/internal/units"
 	corpusv1 "corpus/proto/corpus/v1"
 )
 
@@ -52,11 +53,11 @@ func (f capacityFlag) Set(s string) error {
 		case !ok:
 			return fmt.Errorf("%q: want memory=SIZE,cpus=N,disk=SIZE", kv)
 		case k == "memory":
-			c.MemoryBytes, err = parseSize(v)
+			c.MemoryBytes, err = units.ParseSize(v)
 		case k == "cpus":
-			c.CPUMillis, err = parseCPUs(v)
+			c.CPUMillis, err = units.ParseCPUs(v)
 		case k == "disk":
-			c.DiskBytes, err = parseSize(v)
+			c.DiskBytes, err = units.ParseSize(v)
 		default:
 			return fmt.Errorf("%q: unknown resource %q (memory, cpus, disk)", kv, k)
 		}

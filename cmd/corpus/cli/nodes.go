@@ -11,6 +11,7 @@ import (
 	"connectrpc.com/connect"
 	"github.com/spf13/cobra"
 
+	"corpus/internal/units"
 	corpusv1 "corpus/proto/corpus/v1"
 )
 
@@ -66,8 +67,8 @@ func newNodeListCmd(g *globals, use string) *cobra.Command {
 				for _, v := range msg.Nodes {
 					n := v.Node
 					fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%s/%s\t%s/%s\t%s\t%s\t%s\n", n.Name, n.Status, nodeMode(n), v.Guests,
-						formatSize(v.Allocated.GetMemoryBytes()), formatSize(n.Capacity.GetMemoryBytes()),
-						formatCPUs(v.Allocated.GetCpuMillis()), formatCPUs(n.Capacity.GetCpuMillis()),
+						units.FormatSize(v.Allocated.GetMemoryBytes()), units.FormatSize(n.Capacity.GetMemoryBytes()),
+						units.FormatCPUs(v.Allocated.GetCpuMillis()), units.FormatCPUs(n.Capacity.GetCpuMillis()),
 						driverList(n.Drivers), dash(n.AgentVersion), labelList(n.Labels))
 				}
 				return w.Flush()
@@ -99,9 +100,9 @@ func newNodeShowCmd(g *globals, use string) *cobra.Command {
 					fmt.Fprintf(w, "Cert:\tserial %s, expires %s\n", n.CertSerial, n.CertExpiresAt.AsTime().Local().Format(time.RFC3339))
 				}
 				fmt.Fprintf(w, "Guests:\t%d\n", v.Guests)
-				fmt.Fprintf(w, "Memory:\t%s allocated of %s\n", formatSize(v.Allocated.GetMemoryBytes()), formatSize(n.Capacity.GetMemoryBytes()))
-				fmt.Fprintf(w, "CPUs:\t%s allocated of %s\n", formatCPUs(v.Allocated.GetCpuMillis()), formatCPUs(n.Capacity.GetCpuMillis()))
-				fmt.Fprintf(w, "Disk:\t%s allocated of %s\n", formatSize(v.Allocated.GetDiskBytes()), formatSize(n.Capacity.GetDiskBytes()))
+				fmt.Fprintf(w, "Memory:\t%s allocated of %s\n", units.FormatSize(v.Allocated.GetMemoryBytes()), units.FormatSize(n.Capacity.GetMemoryBytes()))
+				fmt.Fprintf(w, "CPUs:\t%s allocated of %s\n", units.FormatCPUs(v.Allocated.GetCpuMillis()), units.FormatCPUs(n.Capacity.GetCpuMillis()))
+				fmt.Fprintf(w, "Disk:\t%s allocated of %s\n", units.FormatSize(v.Allocated.GetDiskBytes()), units.FormatSize(n.Capacity.GetDiskBytes()))
 				fmt.Fprintln(w, "Drivers:")
 				for _, d := range n.Drivers {
 					health := "healthy"

@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"corpus/coordinator/state"
+	"corpus/internal/units"
 	corpusv1 "corpus/proto/corpus/v1"
 )
 
@@ -136,16 +137,16 @@ func newProjectCreateCmd(g *globals) *cobra.Command {
 				HttpPort: int32(httpPort), Branch: branch, Resources: &corpusv1.Resources{}, Packages: packages,
 			}
 			var err error
-			if req.VolumeBytes, err = parseSize(volSize); err != nil {
+			if req.VolumeBytes, err = units.ParseSize(volSize); err != nil {
 				return fmt.Errorf("--volume-size: %w", err)
 			}
 			if memory != "" {
-				if req.Resources.MemoryBytes, err = parseSize(memory); err != nil {
+				if req.Resources.MemoryBytes, err = units.ParseSize(memory); err != nil {
 					return fmt.Errorf("--memory: %w", err)
 				}
 			}
 			if cpus != "" {
-				if req.Resources.CpuMillis, err = parseCPUs(cpus); err != nil {
+				if req.Resources.CpuMillis, err = units.ParseCPUs(cpus); err != nil {
 					return fmt.Errorf("--cpus: %w", err)
 				}
 			}

@@ -122,6 +122,7 @@ func newRoot(g *globals) *cobra.Command {
 		newReleaseCmd(g),
 		newRollbackCmd(g),
 		newConfigCmd(g),
+		newServiceCmd(g),
 		newPsCmd(g),
 		newLogsCmd(g),
 		newShellCmd(g),
@@ -199,6 +200,7 @@ type clients struct {
 	users    corpusv1connect.UserServiceClient
 	projects corpusv1connect.ProjectServiceClient
 	audit    corpusv1connect.AuditServiceClient
+	services corpusv1connect.ServiceServiceClient
 }
 
 func (g *globals) clients() (*clients, error) {
@@ -230,6 +232,7 @@ func newClients(e Environment) (*clients, error) {
 		users:    corpusv1connect.NewUserServiceClient(hc, base, opt),
 		projects: corpusv1connect.NewProjectServiceClient(hc, base, opt),
 		audit:    corpusv1connect.NewAuditServiceClient(hc, base, opt),
+		services: corpusv1connect.NewServiceServiceClient(hc, base, opt),
 	}, nil
 }
 

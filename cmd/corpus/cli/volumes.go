@@ -10,6 +10,7 @@ import (
 	"connectrpc.com/connect"
 	"github.com/spf13/cobra"
 
+	"corpus/internal/units"
 	corpusv1 "corpus/proto/corpus/v1"
 )
 
@@ -88,11 +89,11 @@ func newVolumeCmd(g *globals) *cobra.Command {
 					if g.json {
 						return g.printJSON(p)
 					}
-					fmt.Fprintf(g.stdout, "volume %s moved to node %s (%s copied)\n", args[0], to, formatSize(p.DoneBytes))
+					fmt.Fprintf(g.stdout, "volume %s moved to node %s (%s copied)\n", args[0], to, units.FormatSize(p.DoneBytes))
 					return nil
 				}
 				if !g.json && p.TotalBytes > 0 {
-					fmt.Fprintf(g.stderr, "  %s  %s of %s (%d%%)\n", time.Now().Format("15:04:05"), formatSize(p.DoneBytes), formatSize(p.TotalBytes), p.DoneBytes*100/p.TotalBytes)
+					fmt.Fprintf(g.stderr, "  %s  %s of %s (%d%%)\n", time.Now().Format("15:04:05"), units.FormatSize(p.DoneBytes), units.FormatSize(p.TotalBytes), p.DoneBytes*100/p.TotalBytes)
 				}
 			}
 			if err := stream.Err(); err != nil {
@@ -110,7 +111,7 @@ func newVolumeCmd(g *globals) *cobra.Command {
 			return call(g, cmd.Context(), func(ctx context.Context, c *clients) (*connect.Response[corpusv1.SnapshotVolumeResponse], error) {
 				return c.volumes.SnapshotVolume(ctx, connect.NewRequest(&corpusv1.SnapshotVolumeRequest{Name: args[0]}))
 			}, func(msg *corpusv1.SnapshotVolumeResponse) error {
-				fmt.Fprintf(g.stdout, "%s:%s (%s)\n", msg.NodeName, msg.Path, formatSize(msg.SizeBytes))
+				fmt.Fprintf(g.stdout, "%s:%s (%s)\n", msg.NodeName, msg.Path, units.FormatSize(msg.SizeBytes))
 				return nil
 			})
 		},
@@ -142,7 +143,7 @@ func newVolumeResizeCmd(g *globals, verb string) *cobra.Command {
 			case strings.HasPrefix(arg, "-"):
 				sign, arg = -1, arg[1:]
 			}
-			n, err := parseSize(arg)
+			n, err := units.ParseSize(arg)
 			if err != nil {
 				return fmt.Errorf("size: %w", err)
 			}
@@ -165,7 +166,7 @@ func newVolumeResizeCmd(g *globals, verb string) *cobra.Command {
 			if req.SizeBytes != 0 {
 				cur := before.Msg.Volume.Volume.SizeBytes
 				if verb == "enlarge" && req.SizeBytes < cur || verb == "trim" && req.SizeBytes > cur {
-					return fmt.Errorf("volume %s is %s; `volume %s` cannot make it %s", args[0], formatSize(cur), verb, formatSize(req.SizeBytes))
+					return fmt.Errorf("volume %s is %s; `volume %s` cannot make it %s", args[0], units.FormatSize(cur), verb, units.FormatSize(req.SizeBytes))
 				}
 			}
 			res, err := c.volumes.ResizeVolume(cmd.Context(), connect.NewRequest(req))
@@ -196,7 +197,7 @@ func (g *globals) waitVolume(ctx context.Context, c *clients, want *corpusv1.Vol
 		}
 		v := res.Msg.Volume.Volume
 		o := v.GetObserved()
-		line := fmt.Sprintf("%s: %s of %s", o.GetState(), formatSize(o.GetSizeBytes()), formatSize(v.SizeBytes))
+		line := fmt.Sprintf("%s: %s of %s", o.GetState(), units.FormatSize(o.GetSizeBytes()), units.FormatSize(v.SizeBytes))
 		if o.GetMessage() != "" {
 			line += ": " + o.GetMessage()
 		}
@@ -209,7 +210,7 @@ func (g *globals) waitVolume(ctx context.Context, c *clients, want *corpusv1.Vol
 			if g.json {
 				return g.printJSON(res.Msg)
 			}
-			fmt.Fprintf(g.stdout, "volume %s is %s (%s used, %s free)\n", v.Name, formatSize(v.SizeBytes), formatSize(o.GetUsedBytes()), formatSize(o.GetFreeBytes()))
+			fmt.Fprintf(g.stdout, "volume %s is %s (%s used, %s free)\n", v.Name, units.FormatSize(v.SizeBytes), units.FormatSize(o.GetUsedBytes()), units.FormatSize(o.GetFreeBytes()))
 			return nil
 		case o.GetState() == "failed":
 			return fmt.Errorf("volume %s: %s", v.Name, o.GetMessage())
@@ -228,6 +229,6 @@ func printVolumeRow(w *tabwriter.Writer, vv *corpusv1.VolumeView) {
 	if v.DesiredState == corpusv1.VolumeDeleted {
 		state = "deleting"
 	}
-	fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", v.Name, formatSize(v.SizeBytes), formatSize(o.GetUsedBytes()),
-		formatSize(o.GetFreeBytes()), dash(vv.NodeName), dash(v.GuestName), dash(state))
+	fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", v.Name, units.FormatSize(v.SizeBytes), units.FormatSize(o.GetUsedBytes()),
+		units.FormatSize(o.GetFreeBytes()), dash(vv.NodeName), dash(v.GuestName), dash(state))
 }

@@ -1375,6 +1375,15 @@ type WatchResponse struct {
 	// other on their node's network; any other pair of guests reaches only
 	// what corpus publishes.
 	GuestProjects map[string]string `protobuf:"bytes,9,rep,name=guest_projects,json=guestProjects,proto3" json:"guest_projects,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// guest_services names the service each of guests runs, if any (guest
+	// id to service name): its agent runs the service's template there.
+	GuestServices map[string]string `protobuf:"bytes,10,rep,name=guest_services,json=guestServices,proto3" json:"guest_services,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// service_reach says who may reach each service guest of this node:
+	// the guests of the project environments linked to it, by address.
+	// Every other guest is refused.
+	ServiceReach []*ServiceReach `protobuf:"bytes,11,rep,name=service_reach,json=serviceReach,proto3" json:"service_reach,omitempty"`
+	// backups are those this node keeps; it removes the files of others.
+	Backups []*Backup `protobuf:"bytes,12,rep,name=backups,proto3" json:"backups,omitempty"`
 	// gossip_addr is host:port of the coordinator's gossip member (node
 	// liveness); agents join it. Empty when the coordinator gossips not.
 	GossipAddr    string `protobuf:"bytes,30,opt,name=gossip_addr,json=gossipAddr,proto3" json:"gossip_addr,omitempty"`
@@ -1475,6 +1484,27 @@ func (x *WatchResponse) GetGuestProjects() map[string]string {
 	return nil
 }
 
+func (x *WatchResponse) GetGuestServices() map[string]string {
+	if x != nil {
+		return x.GuestServices
+	}
+	return nil
+}
+
+func (x *WatchResponse) GetServiceReach() []*ServiceReach {
+	if x != nil {
+		return x.ServiceReach
+	}
+	return nil
+}
+
+func (x *WatchResponse) GetBackups() []*Backup {
+	if x != nil {
+		return x.Backups
+	}
+	return nil
+}
+
 func (x *WatchResponse) GetGossipAddr() string {
 	if x != nil {
 		return x.GossipAddr
@@ -1495,6 +1525,8 @@ type ReportRequest struct {
 	ReservedPorts []int32           `protobuf:"varint,8,rep,packed,name=reserved_ports,json=reservedPorts,proto3" json:"reserved_ports,omitempty"`
 	Volumes       []*ReportedVolume `protobuf:"bytes,9,rep,name=volumes,proto3" json:"volumes,omitempty"`
 	GitPort       int32             `protobuf:"varint,10,opt,name=git_port,json=gitPort,proto3" json:"git_port,omitempty"`
+	// services are how the services whose guests are on this node are.
+	Services      []*ReportedService `protobuf:"bytes,11,rep,name=services,proto3" json:"services,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1597,6 +1629,13 @@ func (x *ReportRequest) GetGitPort() int32 {
 		return x.GitPort
 	}
 	return 0
+}
+
+func (x *ReportRequest) GetServices() []*ReportedService {
+	if x != nil {
+		return x.Services
+	}
+	return nil
 }
 
 type ReportedGuest struct {
@@ -1713,6 +1752,166 @@ func (x *ReportedVolume) GetOldCopyRemoved() bool {
 	return false
 }
 
+type ServiceReach struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	GuestId string                 `protobuf:"bytes,1,opt,name=guest_id,json=guestId,proto3" json:"guest_id,omitempty"`
+	// from: the addresses of the linked guests.
+	From []string `protobuf:"bytes,2,rep,name=from,proto3" json:"from,omitempty"`
+	// port the service listens on in its guest.
+	Port          int32 `protobuf:"varint,3,opt,name=port,proto3" json:"port,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ServiceReach) Reset() {
+	*x = ServiceReach{}
+	mi := &file_corpus_v1_agent_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ServiceReach) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ServiceReach) ProtoMessage() {}
+
+func (x *ServiceReach) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_agent_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ServiceReach.ProtoReflect.Descriptor instead.
+func (*ServiceReach) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *ServiceReach) GetGuestId() string {
+	if x != nil {
+		return x.GuestId
+	}
+	return ""
+}
+
+func (x *ServiceReach) GetFrom() []string {
+	if x != nil {
+		return x.From
+	}
+	return nil
+}
+
+func (x *ServiceReach) GetPort() int32 {
+	if x != nil {
+		return x.Port
+	}
+	return 0
+}
+
+type ServiceRuntimeRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Service       string                 `protobuf:"bytes,1,opt,name=service,proto3" json:"service,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ServiceRuntimeRequest) Reset() {
+	*x = ServiceRuntimeRequest{}
+	mi := &file_corpus_v1_agent_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ServiceRuntimeRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ServiceRuntimeRequest) ProtoMessage() {}
+
+func (x *ServiceRuntimeRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_agent_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ServiceRuntimeRequest.ProtoReflect.Descriptor instead.
+func (*ServiceRuntimeRequest) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *ServiceRuntimeRequest) GetService() string {
+	if x != nil {
+		return x.Service
+	}
+	return ""
+}
+
+type ServiceRuntimeResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// service without its sealed secrets.
+	Service *Service `protobuf:"bytes,1,opt,name=service,proto3" json:"service,omitempty"`
+	// env: the scripts' variables (credentials, PORT, DATA, VERSION).
+	Env           map[string]string `protobuf:"bytes,2,rep,name=env,proto3" json:"env,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ServiceRuntimeResponse) Reset() {
+	*x = ServiceRuntimeResponse{}
+	mi := &file_corpus_v1_agent_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ServiceRuntimeResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ServiceRuntimeResponse) ProtoMessage() {}
+
+func (x *ServiceRuntimeResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_agent_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ServiceRuntimeResponse.ProtoReflect.Descriptor instead.
+func (*ServiceRuntimeResponse) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{28}
+}
+
+func (x *ServiceRuntimeResponse) GetService() *Service {
+	if x != nil {
+		return x.Service
+	}
+	return nil
+}
+
+func (x *ServiceRuntimeResponse) GetEnv() map[string]string {
+	if x != nil {
+		return x.Env
+	}
+	return nil
+}
+
 type ReportResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Index         uint64                 `protobuf:"varint,1,opt,name=index,proto3" json:"index,omitempty"`
@@ -1722,7 +1921,7 @@ type ReportResponse struct {
 
 func (x *ReportResponse) Reset() {
 	*x = ReportResponse{}
-	mi := &file_corpus_v1_agent_proto_msgTypes[26]
+	mi := &file_corpus_v1_agent_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1734,7 +1933,7 @@ func (x *ReportResponse) String() string {
 func (*ReportResponse) ProtoMessage() {}
 
 func (x *ReportResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_agent_proto_msgTypes[26]
+	mi := &file_corpus_v1_agent_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1747,7 +1946,7 @@ func (x *ReportResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportResponse.ProtoReflect.Descriptor instead.
 func (*ReportResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{26}
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *ReportResponse) GetIndex() uint64 {
@@ -1755,6 +1954,280 @@ func (x *ReportResponse) GetIndex() uint64 {
 		return x.Index
 	}
 	return 0
+}
+
+type DumpServiceRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// backup says which service (and its template) to dump.
+	Backup        *Backup `protobuf:"bytes,1,opt,name=backup,proto3" json:"backup,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DumpServiceRequest) Reset() {
+	*x = DumpServiceRequest{}
+	mi := &file_corpus_v1_agent_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DumpServiceRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DumpServiceRequest) ProtoMessage() {}
+
+func (x *DumpServiceRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_agent_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DumpServiceRequest.ProtoReflect.Descriptor instead.
+func (*DumpServiceRequest) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{30}
+}
+
+func (x *DumpServiceRequest) GetBackup() *Backup {
+	if x != nil {
+		return x.Backup
+	}
+	return nil
+}
+
+type StoreBackupResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	SizeBytes     int64                  `protobuf:"varint,1,opt,name=size_bytes,json=sizeBytes,proto3" json:"size_bytes,omitempty"`
+	Sha256        string                 `protobuf:"bytes,2,opt,name=sha256,proto3" json:"sha256,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StoreBackupResponse) Reset() {
+	*x = StoreBackupResponse{}
+	mi := &file_corpus_v1_agent_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StoreBackupResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StoreBackupResponse) ProtoMessage() {}
+
+func (x *StoreBackupResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_agent_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StoreBackupResponse.ProtoReflect.Descriptor instead.
+func (*StoreBackupResponse) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{31}
+}
+
+func (x *StoreBackupResponse) GetSizeBytes() int64 {
+	if x != nil {
+		return x.SizeBytes
+	}
+	return 0
+}
+
+func (x *StoreBackupResponse) GetSha256() string {
+	if x != nil {
+		return x.Sha256
+	}
+	return ""
+}
+
+type ReadBackupRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Backup        *Backup                `protobuf:"bytes,1,opt,name=backup,proto3" json:"backup,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReadBackupRequest) Reset() {
+	*x = ReadBackupRequest{}
+	mi := &file_corpus_v1_agent_proto_msgTypes[32]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReadBackupRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReadBackupRequest) ProtoMessage() {}
+
+func (x *ReadBackupRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_agent_proto_msgTypes[32]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReadBackupRequest.ProtoReflect.Descriptor instead.
+func (*ReadBackupRequest) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{32}
+}
+
+func (x *ReadBackupRequest) GetBackup() *Backup {
+	if x != nil {
+		return x.Backup
+	}
+	return nil
+}
+
+type LoadServiceResponse struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	SizeBytes int64                  `protobuf:"varint,1,opt,name=size_bytes,json=sizeBytes,proto3" json:"size_bytes,omitempty"`
+	// output: the restore script's last lines.
+	Output        string `protobuf:"bytes,2,opt,name=output,proto3" json:"output,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LoadServiceResponse) Reset() {
+	*x = LoadServiceResponse{}
+	mi := &file_corpus_v1_agent_proto_msgTypes[33]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LoadServiceResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LoadServiceResponse) ProtoMessage() {}
+
+func (x *LoadServiceResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_agent_proto_msgTypes[33]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LoadServiceResponse.ProtoReflect.Descriptor instead.
+func (*LoadServiceResponse) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{33}
+}
+
+func (x *LoadServiceResponse) GetSizeBytes() int64 {
+	if x != nil {
+		return x.SizeBytes
+	}
+	return 0
+}
+
+func (x *LoadServiceResponse) GetOutput() string {
+	if x != nil {
+		return x.Output
+	}
+	return ""
+}
+
+type RemoveBackupRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Backup        *Backup                `protobuf:"bytes,1,opt,name=backup,proto3" json:"backup,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RemoveBackupRequest) Reset() {
+	*x = RemoveBackupRequest{}
+	mi := &file_corpus_v1_agent_proto_msgTypes[34]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RemoveBackupRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RemoveBackupRequest) ProtoMessage() {}
+
+func (x *RemoveBackupRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_agent_proto_msgTypes[34]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RemoveBackupRequest.ProtoReflect.Descriptor instead.
+func (*RemoveBackupRequest) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{34}
+}
+
+func (x *RemoveBackupRequest) GetBackup() *Backup {
+	if x != nil {
+		return x.Backup
+	}
+	return nil
+}
+
+type RemoveBackupResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RemoveBackupResponse) Reset() {
+	*x = RemoveBackupResponse{}
+	mi := &file_corpus_v1_agent_proto_msgTypes[35]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RemoveBackupResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RemoveBackupResponse) ProtoMessage() {}
+
+func (x *RemoveBackupResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_agent_proto_msgTypes[35]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RemoveBackupResponse.ProtoReflect.Descriptor instead.
+func (*RemoveBackupResponse) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{35}
 }
 
 type ExportVolumeRequest struct {
@@ -1766,7 +2239,7 @@ type ExportVolumeRequest struct {
 
 func (x *ExportVolumeRequest) Reset() {
 	*x = ExportVolumeRequest{}
-	mi := &file_corpus_v1_agent_proto_msgTypes[27]
+	mi := &file_corpus_v1_agent_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1778,7 +2251,7 @@ func (x *ExportVolumeRequest) String() string {
 func (*ExportVolumeRequest) ProtoMessage() {}
 
 func (x *ExportVolumeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_agent_proto_msgTypes[27]
+	mi := &file_corpus_v1_agent_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1791,7 +2264,7 @@ func (x *ExportVolumeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExportVolumeRequest.ProtoReflect.Descriptor instead.
 func (*ExportVolumeRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{27}
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *ExportVolumeRequest) GetName() string {
@@ -1812,7 +2285,7 @@ type VolumeChunk struct {
 
 func (x *VolumeChunk) Reset() {
 	*x = VolumeChunk{}
-	mi := &file_corpus_v1_agent_proto_msgTypes[28]
+	mi := &file_corpus_v1_agent_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1824,7 +2297,7 @@ func (x *VolumeChunk) String() string {
 func (*VolumeChunk) ProtoMessage() {}
 
 func (x *VolumeChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_agent_proto_msgTypes[28]
+	mi := &file_corpus_v1_agent_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1837,7 +2310,7 @@ func (x *VolumeChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VolumeChunk.ProtoReflect.Descriptor instead.
 func (*VolumeChunk) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{28}
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *VolumeChunk) GetName() string {
@@ -1870,7 +2343,7 @@ type ImportVolumeResponse struct {
 
 func (x *ImportVolumeResponse) Reset() {
 	*x = ImportVolumeResponse{}
-	mi := &file_corpus_v1_agent_proto_msgTypes[29]
+	mi := &file_corpus_v1_agent_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1882,7 +2355,7 @@ func (x *ImportVolumeResponse) String() string {
 func (*ImportVolumeResponse) ProtoMessage() {}
 
 func (x *ImportVolumeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_agent_proto_msgTypes[29]
+	mi := &file_corpus_v1_agent_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1895,7 +2368,7 @@ func (x *ImportVolumeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ImportVolumeResponse.ProtoReflect.Descriptor instead.
 func (*ImportVolumeResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{29}
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *ImportVolumeResponse) GetBytes() int64 {
@@ -1909,7 +2382,7 @@ var File_corpus_v1_agent_proto protoreflect.FileDescriptor
 
 const file_corpus_v1_agent_proto_rawDesc = "" +
 	"\n" +
-	"\x15corpus/v1/agent.proto\x12\tcorpus.v1\x1a\x15corpus/v1/types.proto\x1a\x16corpus/v1/guests.proto\x1a\x17corpus/v1/volumes.proto\x1a\x18corpus/v1/projects.proto\"\xbd\x01\n" +
+	"\x15corpus/v1/agent.proto\x12\tcorpus.v1\x1a\x15corpus/v1/types.proto\x1a\x18corpus/v1/services.proto\x1a\x16corpus/v1/guests.proto\x1a\x17corpus/v1/volumes.proto\x1a\x18corpus/v1/projects.proto\"\xbd\x01\n" +
 	"\x14AgentRedeployRequest\x124\n" +
 	"\arequest\x18\x01 \x01(\v2\x1a.corpus.v1.RedeployRequestR\arequest\x12'\n" +
 	"\x03env\x18\x02 \x01(\v2\x15.corpus.v1.ProjectEnvR\x03env\x12.\n" +
@@ -2004,7 +2477,7 @@ const file_corpus_v1_agent_proto_rawDesc = "" +
 	"\x18RenewCertificateResponse\x12'\n" +
 	"\x0fcertificate_pem\x18\x01 \x01(\fR\x0ecertificatePem\x12\x15\n" +
 	"\x06ca_pem\x18\x02 \x01(\fR\x05caPem\"\x0e\n" +
-	"\fWatchRequest\"\xdc\x03\n" +
+	"\fWatchRequest\"\xdd\x05\n" +
 	"\rWatchResponse\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\x04R\x05index\x12#\n" +
 	"\x04node\x18\x02 \x01(\v2\x0f.corpus.v1.NodeR\x04node\x12(\n" +
@@ -2014,12 +2487,19 @@ const file_corpus_v1_agent_proto_rawDesc = "" +
 	"\bdns_zone\x18\x06 \x01(\tR\adnsZone\x12+\n" +
 	"\avolumes\x18\a \x03(\v2\x11.corpus.v1.VolumeR\avolumes\x12\"\n" +
 	"\fcoordinators\x18\b \x03(\tR\fcoordinators\x12R\n" +
-	"\x0eguest_projects\x18\t \x03(\v2+.corpus.v1.WatchResponse.GuestProjectsEntryR\rguestProjects\x12\x1f\n" +
+	"\x0eguest_projects\x18\t \x03(\v2+.corpus.v1.WatchResponse.GuestProjectsEntryR\rguestProjects\x12R\n" +
+	"\x0eguest_services\x18\n" +
+	" \x03(\v2+.corpus.v1.WatchResponse.GuestServicesEntryR\rguestServices\x12<\n" +
+	"\rservice_reach\x18\v \x03(\v2\x17.corpus.v1.ServiceReachR\fserviceReach\x12+\n" +
+	"\abackups\x18\f \x03(\v2\x11.corpus.v1.BackupR\abackups\x12\x1f\n" +
 	"\vgossip_addr\x18\x1e \x01(\tR\n" +
 	"gossipAddr\x1a@\n" +
 	"\x12GuestProjectsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xa3\x03\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a@\n" +
+	"\x12GuestServicesEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xdb\x03\n" +
 	"\rReportRequest\x120\n" +
 	"\bcapacity\x18\x01 \x01(\v2\x14.corpus.v1.ResourcesR\bcapacity\x12/\n" +
 	"\adrivers\x18\x02 \x03(\v2\x15.corpus.v1.DriverInfoR\adrivers\x12#\n" +
@@ -2031,16 +2511,44 @@ const file_corpus_v1_agent_proto_rawDesc = "" +
 	"\x0ereserved_ports\x18\b \x03(\x05R\rreservedPorts\x123\n" +
 	"\avolumes\x18\t \x03(\v2\x19.corpus.v1.ReportedVolumeR\avolumes\x12\x19\n" +
 	"\bgit_port\x18\n" +
-	" \x01(\x05R\agitPort\"`\n" +
+	" \x01(\x05R\agitPort\x126\n" +
+	"\bservices\x18\v \x03(\v2\x1a.corpus.v1.ReportedServiceR\bservices\"`\n" +
 	"\rReportedGuest\x12\x19\n" +
 	"\bguest_id\x18\x01 \x01(\tR\aguestId\x124\n" +
 	"\bobserved\x18\x02 \x01(\v2\x18.corpus.v1.GuestObservedR\bobserved\"\x8e\x01\n" +
 	"\x0eReportedVolume\x12\x1b\n" +
 	"\tvolume_id\x18\x01 \x01(\tR\bvolumeId\x125\n" +
 	"\bobserved\x18\x02 \x01(\v2\x19.corpus.v1.VolumeObservedR\bobserved\x12(\n" +
-	"\x10old_copy_removed\x18\x03 \x01(\bR\x0eoldCopyRemoved\"&\n" +
+	"\x10old_copy_removed\x18\x03 \x01(\bR\x0eoldCopyRemoved\"Q\n" +
+	"\fServiceReach\x12\x19\n" +
+	"\bguest_id\x18\x01 \x01(\tR\aguestId\x12\x12\n" +
+	"\x04from\x18\x02 \x03(\tR\x04from\x12\x12\n" +
+	"\x04port\x18\x03 \x01(\x05R\x04port\"1\n" +
+	"\x15ServiceRuntimeRequest\x12\x18\n" +
+	"\aservice\x18\x01 \x01(\tR\aservice\"\xbc\x01\n" +
+	"\x16ServiceRuntimeResponse\x12,\n" +
+	"\aservice\x18\x01 \x01(\v2\x12.corpus.v1.ServiceR\aservice\x12<\n" +
+	"\x03env\x18\x02 \x03(\v2*.corpus.v1.ServiceRuntimeResponse.EnvEntryR\x03env\x1a6\n" +
+	"\bEnvEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"&\n" +
 	"\x0eReportResponse\x12\x14\n" +
-	"\x05index\x18\x01 \x01(\x04R\x05index\")\n" +
+	"\x05index\x18\x01 \x01(\x04R\x05index\"?\n" +
+	"\x12DumpServiceRequest\x12)\n" +
+	"\x06backup\x18\x01 \x01(\v2\x11.corpus.v1.BackupR\x06backup\"L\n" +
+	"\x13StoreBackupResponse\x12\x1d\n" +
+	"\n" +
+	"size_bytes\x18\x01 \x01(\x03R\tsizeBytes\x12\x16\n" +
+	"\x06sha256\x18\x02 \x01(\tR\x06sha256\">\n" +
+	"\x11ReadBackupRequest\x12)\n" +
+	"\x06backup\x18\x01 \x01(\v2\x11.corpus.v1.BackupR\x06backup\"L\n" +
+	"\x13LoadServiceResponse\x12\x1d\n" +
+	"\n" +
+	"size_bytes\x18\x01 \x01(\x03R\tsizeBytes\x12\x16\n" +
+	"\x06output\x18\x02 \x01(\tR\x06output\"@\n" +
+	"\x13RemoveBackupRequest\x12)\n" +
+	"\x06backup\x18\x01 \x01(\v2\x11.corpus.v1.BackupR\x06backup\"\x16\n" +
+	"\x14RemoveBackupResponse\")\n" +
 	"\x13ExportVolumeRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\"V\n" +
 	"\vVolumeChunk\x12\x12\n" +
@@ -2049,7 +2557,7 @@ const file_corpus_v1_agent_proto_rawDesc = "" +
 	"totalBytes\x12\x12\n" +
 	"\x04data\x18\x03 \x01(\fR\x04data\",\n" +
 	"\x14ImportVolumeResponse\x12\x14\n" +
-	"\x05bytes\x18\x01 \x01(\x03R\x05bytes2\xc9\a\n" +
+	"\x05bytes\x18\x01 \x01(\x03R\x05bytes2\xa0\b\n" +
 	"\fAgentService\x12=\n" +
 	"\x06Enroll\x12\x18.corpus.v1.EnrollRequest\x1a\x19.corpus.v1.EnrollResponse\x12[\n" +
 	"\x10RenewCertificate\x12\".corpus.v1.RenewCertificateRequest\x1a#.corpus.v1.RenewCertificateResponse\x12<\n" +
@@ -2063,7 +2571,8 @@ const file_corpus_v1_agent_proto_rawDesc = "" +
 	"\x12SetManifestDomains\x12$.corpus.v1.SetManifestDomainsRequest\x1a%.corpus.v1.SetManifestDomainsResponse\x12I\n" +
 	"\n" +
 	"SetWebPort\x12\x1c.corpus.v1.SetWebPortRequest\x1a\x1d.corpus.v1.SetWebPortResponse\x12L\n" +
-	"\vRecordShell\x12\x1d.corpus.v1.RecordShellRequest\x1a\x1e.corpus.v1.RecordShellResponse2\x8f\x05\n" +
+	"\vRecordShell\x12\x1d.corpus.v1.RecordShellRequest\x1a\x1e.corpus.v1.RecordShellResponse\x12U\n" +
+	"\x0eServiceRuntime\x12 .corpus.v1.ServiceRuntimeRequest\x1a!.corpus.v1.ServiceRuntimeResponse2\x80\b\n" +
 	"\x10NodeAgentService\x12<\n" +
 	"\x04Exec\x12\x1b.corpus.v1.ExecGuestRequest\x1a\x15.corpus.v1.ExecOutput0\x01\x12H\n" +
 	"\fExportVolume\x12\x1e.corpus.v1.ExportVolumeRequest\x1a\x16.corpus.v1.VolumeChunk0\x01\x12I\n" +
@@ -2073,7 +2582,13 @@ const file_corpus_v1_agent_proto_rawDesc = "" +
 	"\bRedeploy\x12\x1f.corpus.v1.AgentRedeployRequest\x1a\x17.corpus.v1.DeployOutput0\x01\x12N\n" +
 	"\tProcesses\x12\x1f.corpus.v1.ListProcessesRequest\x1a .corpus.v1.ListProcessesResponse\x129\n" +
 	"\x04Logs\x12\x1b.corpus.v1.GuestLogsRequest\x1a\x12.corpus.v1.LogLine0\x01\x129\n" +
-	"\x05Shell\x12\x15.corpus.v1.ShellInput\x1a\x15.corpus.v1.ExecOutput(\x010\x01B!Z\x1fcorpus/proto/corpus/v1;corpusv1b\x06proto3"
+	"\x05Shell\x12\x15.corpus.v1.ShellInput\x1a\x15.corpus.v1.ExecOutput(\x010\x01\x12F\n" +
+	"\vDumpService\x12\x1d.corpus.v1.DumpServiceRequest\x1a\x16.corpus.v1.BackupChunk0\x01\x12G\n" +
+	"\vStoreBackup\x12\x16.corpus.v1.BackupChunk\x1a\x1e.corpus.v1.StoreBackupResponse(\x01\x12D\n" +
+	"\n" +
+	"ReadBackup\x12\x1c.corpus.v1.ReadBackupRequest\x1a\x16.corpus.v1.BackupChunk0\x01\x12G\n" +
+	"\vLoadService\x12\x16.corpus.v1.BackupChunk\x1a\x1e.corpus.v1.LoadServiceResponse(\x01\x12O\n" +
+	"\fRemoveBackup\x12\x1e.corpus.v1.RemoveBackupRequest\x1a\x1f.corpus.v1.RemoveBackupResponseB!Z\x1fcorpus/proto/corpus/v1;corpusv1b\x06proto3"
 
 var (
 	file_corpus_v1_agent_proto_rawDescOnce sync.Once
@@ -2087,7 +2602,7 @@ func file_corpus_v1_agent_proto_rawDescGZIP() []byte {
 	return file_corpus_v1_agent_proto_rawDescData
 }
 
-var file_corpus_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 33)
+var file_corpus_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 44)
 var file_corpus_v1_agent_proto_goTypes = []any{
 	(*AgentRedeployRequest)(nil),       // 0: corpus.v1.AgentRedeployRequest
 	(*SetWebPortRequest)(nil),          // 1: corpus.v1.SetWebPortRequest
@@ -2115,111 +2630,147 @@ var file_corpus_v1_agent_proto_goTypes = []any{
 	(*ReportRequest)(nil),              // 23: corpus.v1.ReportRequest
 	(*ReportedGuest)(nil),              // 24: corpus.v1.ReportedGuest
 	(*ReportedVolume)(nil),             // 25: corpus.v1.ReportedVolume
-	(*ReportResponse)(nil),             // 26: corpus.v1.ReportResponse
-	(*ExportVolumeRequest)(nil),        // 27: corpus.v1.ExportVolumeRequest
-	(*VolumeChunk)(nil),                // 28: corpus.v1.VolumeChunk
-	(*ImportVolumeResponse)(nil),       // 29: corpus.v1.ImportVolumeResponse
-	nil,                                // 30: corpus.v1.BeginReleaseResponse.ConfigEntry
-	nil,                                // 31: corpus.v1.EnrollRequest.LabelsEntry
-	nil,                                // 32: corpus.v1.WatchResponse.GuestProjectsEntry
-	(*RedeployRequest)(nil),            // 33: corpus.v1.RedeployRequest
-	(*ProjectEnv)(nil),                 // 34: corpus.v1.ProjectEnv
-	(*Release)(nil),                    // 35: corpus.v1.Release
-	(*Project)(nil),                    // 36: corpus.v1.Project
-	(*ReleaseStep)(nil),                // 37: corpus.v1.ReleaseStep
-	(*Resources)(nil),                  // 38: corpus.v1.Resources
-	(*DriverInfo)(nil),                 // 39: corpus.v1.DriverInfo
-	(*Node)(nil),                       // 40: corpus.v1.Node
-	(*Guest)(nil),                      // 41: corpus.v1.Guest
-	(*Route)(nil),                      // 42: corpus.v1.Route
-	(*Volume)(nil),                     // 43: corpus.v1.Volume
-	(*GuestObserved)(nil),              // 44: corpus.v1.GuestObserved
-	(*VolumeObserved)(nil),             // 45: corpus.v1.VolumeObserved
-	(*ExecGuestRequest)(nil),           // 46: corpus.v1.ExecGuestRequest
-	(*SnapshotVolumeRequest)(nil),      // 47: corpus.v1.SnapshotVolumeRequest
-	(*RollbackRequest)(nil),            // 48: corpus.v1.RollbackRequest
-	(*ListProcessesRequest)(nil),       // 49: corpus.v1.ListProcessesRequest
-	(*GuestLogsRequest)(nil),           // 50: corpus.v1.GuestLogsRequest
-	(*ShellInput)(nil),                 // 51: corpus.v1.ShellInput
-	(*ExecOutput)(nil),                 // 52: corpus.v1.ExecOutput
-	(*SnapshotVolumeResponse)(nil),     // 53: corpus.v1.SnapshotVolumeResponse
-	(*RollbackOutput)(nil),             // 54: corpus.v1.RollbackOutput
-	(*DeployOutput)(nil),               // 55: corpus.v1.DeployOutput
-	(*ListProcessesResponse)(nil),      // 56: corpus.v1.ListProcessesResponse
-	(*LogLine)(nil),                    // 57: corpus.v1.LogLine
+	(*ServiceReach)(nil),               // 26: corpus.v1.ServiceReach
+	(*ServiceRuntimeRequest)(nil),      // 27: corpus.v1.ServiceRuntimeRequest
+	(*ServiceRuntimeResponse)(nil),     // 28: corpus.v1.ServiceRuntimeResponse
+	(*ReportResponse)(nil),             // 29: corpus.v1.ReportResponse
+	(*DumpServiceRequest)(nil),         // 30: corpus.v1.DumpServiceRequest
+	(*StoreBackupResponse)(nil),        // 31: corpus.v1.StoreBackupResponse
+	(*ReadBackupRequest)(nil),          // 32: corpus.v1.ReadBackupRequest
+	(*LoadServiceResponse)(nil),        // 33: corpus.v1.LoadServiceResponse
+	(*RemoveBackupRequest)(nil),        // 34: corpus.v1.RemoveBackupRequest
+	(*RemoveBackupResponse)(nil),       // 35: corpus.v1.RemoveBackupResponse
+	(*ExportVolumeRequest)(nil),        // 36: corpus.v1.ExportVolumeRequest
+	(*VolumeChunk)(nil),                // 37: corpus.v1.VolumeChunk
+	(*ImportVolumeResponse)(nil),       // 38: corpus.v1.ImportVolumeResponse
+	nil,                                // 39: corpus.v1.BeginReleaseResponse.ConfigEntry
+	nil,                                // 40: corpus.v1.EnrollRequest.LabelsEntry
+	nil,                                // 41: corpus.v1.WatchResponse.GuestProjectsEntry
+	nil,                                // 42: corpus.v1.WatchResponse.GuestServicesEntry
+	nil,                                // 43: corpus.v1.ServiceRuntimeResponse.EnvEntry
+	(*RedeployRequest)(nil),            // 44: corpus.v1.RedeployRequest
+	(*ProjectEnv)(nil),                 // 45: corpus.v1.ProjectEnv
+	(*Release)(nil),                    // 46: corpus.v1.Release
+	(*Project)(nil),                    // 47: corpus.v1.Project
+	(*ReleaseStep)(nil),                // 48: corpus.v1.ReleaseStep
+	(*Resources)(nil),                  // 49: corpus.v1.Resources
+	(*DriverInfo)(nil),                 // 50: corpus.v1.DriverInfo
+	(*Node)(nil),                       // 51: corpus.v1.Node
+	(*Guest)(nil),                      // 52: corpus.v1.Guest
+	(*Route)(nil),                      // 53: corpus.v1.Route
+	(*Volume)(nil),                     // 54: corpus.v1.Volume
+	(*Backup)(nil),                     // 55: corpus.v1.Backup
+	(*ReportedService)(nil),            // 56: corpus.v1.ReportedService
+	(*GuestObserved)(nil),              // 57: corpus.v1.GuestObserved
+	(*VolumeObserved)(nil),             // 58: corpus.v1.VolumeObserved
+	(*Service)(nil),                    // 59: corpus.v1.Service
+	(*ExecGuestRequest)(nil),           // 60: corpus.v1.ExecGuestRequest
+	(*SnapshotVolumeRequest)(nil),      // 61: corpus.v1.SnapshotVolumeRequest
+	(*RollbackRequest)(nil),            // 62: corpus.v1.RollbackRequest
+	(*ListProcessesRequest)(nil),       // 63: corpus.v1.ListProcessesRequest
+	(*GuestLogsRequest)(nil),           // 64: corpus.v1.GuestLogsRequest
+	(*ShellInput)(nil),                 // 65: corpus.v1.ShellInput
+	(*BackupChunk)(nil),                // 66: corpus.v1.BackupChunk
+	(*ExecOutput)(nil),                 // 67: corpus.v1.ExecOutput
+	(*SnapshotVolumeResponse)(nil),     // 68: corpus.v1.SnapshotVolumeResponse
+	(*RollbackOutput)(nil),             // 69: corpus.v1.RollbackOutput
+	(*DeployOutput)(nil),               // 70: corpus.v1.DeployOutput
+	(*ListProcessesResponse)(nil),      // 71: corpus.v1.ListProcessesResponse
+	(*LogLine)(nil),                    // 72: corpus.v1.LogLine
 }
 var file_corpus_v1_agent_proto_depIdxs = []int32{
-	33, // 0: corpus.v1.AgentRedeployRequest.request:type_name -> corpus.v1.RedeployRequest
-	34, // 1: corpus.v1.AgentRedeployRequest.env:type_name -> corpus.v1.ProjectEnv
-	35, // 2: corpus.v1.AgentRedeployRequest.releases:type_name -> corpus.v1.Release
-	36, // 3: corpus.v1.GitAccessResponse.project:type_name -> corpus.v1.Project
-	34, // 4: corpus.v1.GitAccessResponse.env:type_name -> corpus.v1.ProjectEnv
-	35, // 5: corpus.v1.GitAccessResponse.releases:type_name -> corpus.v1.Release
-	35, // 6: corpus.v1.BeginReleaseResponse.release:type_name -> corpus.v1.Release
-	30, // 7: corpus.v1.BeginReleaseResponse.config:type_name -> corpus.v1.BeginReleaseResponse.ConfigEntry
-	37, // 8: corpus.v1.FinishReleaseRequest.steps:type_name -> corpus.v1.ReleaseStep
-	35, // 9: corpus.v1.FinishReleaseResponse.release:type_name -> corpus.v1.Release
-	31, // 10: corpus.v1.EnrollRequest.labels:type_name -> corpus.v1.EnrollRequest.LabelsEntry
-	38, // 11: corpus.v1.EnrollRequest.capacity:type_name -> corpus.v1.Resources
-	39, // 12: corpus.v1.EnrollRequest.drivers:type_name -> corpus.v1.DriverInfo
-	40, // 13: corpus.v1.WatchResponse.node:type_name -> corpus.v1.Node
-	41, // 14: corpus.v1.WatchResponse.guests:type_name -> corpus.v1.Guest
-	42, // 15: corpus.v1.WatchResponse.routes:type_name -> corpus.v1.Route
-	43, // 16: corpus.v1.WatchResponse.volumes:type_name -> corpus.v1.Volume
-	32, // 17: corpus.v1.WatchResponse.guest_projects:type_name -> corpus.v1.WatchResponse.GuestProjectsEntry
-	38, // 18: corpus.v1.ReportRequest.capacity:type_name -> corpus.v1.Resources
-	39, // 19: corpus.v1.ReportRequest.drivers:type_name -> corpus.v1.DriverInfo
-	24, // 20: corpus.v1.ReportRequest.guests:type_name -> corpus.v1.ReportedGuest
-	25, // 21: corpus.v1.ReportRequest.volumes:type_name -> corpus.v1.ReportedVolume
-	44, // 22: corpus.v1.ReportedGuest.observed:type_name -> corpus.v1.GuestObserved
-	45, // 23: corpus.v1.ReportedVolume.observed:type_name -> corpus.v1.VolumeObserved
-	17, // 24: corpus.v1.AgentService.Enroll:input_type -> corpus.v1.EnrollRequest
-	19, // 25: corpus.v1.AgentService.RenewCertificate:input_type -> corpus.v1.RenewCertificateRequest
-	21, // 26: corpus.v1.AgentService.Watch:input_type -> corpus.v1.WatchRequest
-	23, // 27: corpus.v1.AgentService.Report:input_type -> corpus.v1.ReportRequest
-	5,  // 28: corpus.v1.AgentService.GitAccess:input_type -> corpus.v1.GitAccessRequest
-	9,  // 29: corpus.v1.AgentService.BeginRelease:input_type -> corpus.v1.BeginReleaseRequest
-	11, // 30: corpus.v1.AgentService.FinishRelease:input_type -> corpus.v1.FinishReleaseRequest
-	13, // 31: corpus.v1.AgentService.SetCurrentRelease:input_type -> corpus.v1.SetCurrentReleaseRequest
-	15, // 32: corpus.v1.AgentService.PruneReleases:input_type -> corpus.v1.PruneReleasesRequest
-	3,  // 33: corpus.v1.AgentService.SetManifestDomains:input_type -> corpus.v1.SetManifestDomainsRequest
-	1,  // 34: corpus.v1.AgentService.SetWebPort:input_type -> corpus.v1.SetWebPortRequest
-	6,  // 35: corpus.v1.AgentService.RecordShell:input_type -> corpus.v1.RecordShellRequest
-	46, // 36: corpus.v1.NodeAgentService.Exec:input_type -> corpus.v1.ExecGuestRequest
-	27, // 37: corpus.v1.NodeAgentService.ExportVolume:input_type -> corpus.v1.ExportVolumeRequest
-	28, // 38: corpus.v1.NodeAgentService.ImportVolume:input_type -> corpus.v1.VolumeChunk
-	47, // 39: corpus.v1.NodeAgentService.SnapshotVolume:input_type -> corpus.v1.SnapshotVolumeRequest
-	48, // 40: corpus.v1.NodeAgentService.Rollback:input_type -> corpus.v1.RollbackRequest
-	0,  // 41: corpus.v1.NodeAgentService.Redeploy:input_type -> corpus.v1.AgentRedeployRequest
-	49, // 42: corpus.v1.NodeAgentService.Processes:input_type -> corpus.v1.ListProcessesRequest
-	50, // 43: corpus.v1.NodeAgentService.Logs:input_type -> corpus.v1.GuestLogsRequest
-	51, // 44: corpus.v1.NodeAgentService.Shell:input_type -> corpus.v1.ShellInput
-	18, // 45: corpus.v1.AgentService.Enroll:output_type -> corpus.v1.EnrollResponse
-	20, // 46: corpus.v1.AgentService.RenewCertificate:output_type -> corpus.v1.RenewCertificateResponse
-	22, // 47: corpus.v1.AgentService.Watch:output_type -> corpus.v1.WatchResponse
-	26, // 48: corpus.v1.AgentService.Report:output_type -> corpus.v1.ReportResponse
-	8,  // 49: corpus.v1.AgentService.GitAccess:output_type -> corpus.v1.GitAccessResponse
-	10, // 50: corpus.v1.AgentService.BeginRelease:output_type -> corpus.v1.BeginReleaseResponse
-	12, // 51: corpus.v1.AgentService.FinishRelease:output_type -> corpus.v1.FinishReleaseResponse
-	14, // 52: corpus.v1.AgentService.SetCurrentRelease:output_type -> corpus.v1.SetCurrentReleaseResponse
-	16, // 53: corpus.v1.AgentService.PruneReleases:output_type -> corpus.v1.PruneReleasesResponse
-	4,  // 54: corpus.v1.AgentService.SetManifestDomains:output_type -> corpus.v1.SetManifestDomainsResponse
-	2,  // 55: corpus.v1.AgentService.SetWebPort:output_type -> corpus.v1.SetWebPortResponse
-	7,  // 56: corpus.v1.AgentService.RecordShell:output_type -> corpus.v1.RecordShellResponse
-	52, // 57: corpus.v1.NodeAgentService.Exec:output_type -> corpus.v1.ExecOutput
-	28, // 58: corpus.v1.NodeAgentService.ExportVolume:output_type -> corpus.v1.VolumeChunk
-	29, // 59: corpus.v1.NodeAgentService.ImportVolume:output_type -> corpus.v1.ImportVolumeResponse
-	53, // 60: corpus.v1.NodeAgentService.SnapshotVolume:output_type -> corpus.v1.SnapshotVolumeResponse
-	54, // 61: corpus.v1.NodeAgentService.Rollback:output_type -> corpus.v1.RollbackOutput
-	55, // 62: corpus.v1.NodeAgentService.Redeploy:output_type -> corpus.v1.DeployOutput
-	56, // 63: corpus.v1.NodeAgentService.Processes:output_type -> corpus.v1.ListProcessesResponse
-	57, // 64: corpus.v1.NodeAgentService.Logs:output_type -> corpus.v1.LogLine
-	52, // 65: corpus.v1.NodeAgentService.Shell:output_type -> corpus.v1.ExecOutput
-	45, // [45:66] is the sub-list for method output_type
-	24, // [24:45] is the sub-list for method input_type
-	24, // [24:24] is the sub-list for extension type_name
-	24, // [24:24] is the sub-list for extension extendee
-	0,  // [0:24] is the sub-list for field type_name
+	44, // 0: corpus.v1.AgentRedeployRequest.request:type_name -> corpus.v1.RedeployRequest
+	45, // 1: corpus.v1.AgentRedeployRequest.env:type_name -> corpus.v1.ProjectEnv
+	46, // 2: corpus.v1.AgentRedeployRequest.releases:type_name -> corpus.v1.Release
+	47, // 3: corpus.v1.GitAccessResponse.project:type_name -> corpus.v1.Project
+	45, // 4: corpus.v1.GitAccessResponse.env:type_name -> corpus.v1.ProjectEnv
+	46, // 5: corpus.v1.GitAccessResponse.releases:type_name -> corpus.v1.Release
+	46, // 6: corpus.v1.BeginReleaseResponse.release:type_name -> corpus.v1.Release
+	39, // 7: corpus.v1.BeginReleaseResponse.config:type_name -> corpus.v1.BeginReleaseResponse.ConfigEntry
+	48, // 8: corpus.v1.FinishReleaseRequest.steps:type_name -> corpus.v1.ReleaseStep
+	46, // 9: corpus.v1.FinishReleaseResponse.release:type_name -> corpus.v1.Release
+	40, // 10: corpus.v1.EnrollRequest.labels:type_name -> corpus.v1.EnrollRequest.LabelsEntry
+	49, // 11: corpus.v1.EnrollRequest.capacity:type_name -> corpus.v1.Resources
+	50, // 12: corpus.v1.EnrollRequest.drivers:type_name -> corpus.v1.DriverInfo
+	51, // 13: corpus.v1.WatchResponse.node:type_name -> corpus.v1.Node
+	52, // 14: corpus.v1.WatchResponse.guests:type_name -> corpus.v1.Guest
+	53, // 15: corpus.v1.WatchResponse.routes:type_name -> corpus.v1.Route
+	54, // 16: corpus.v1.WatchResponse.volumes:type_name -> corpus.v1.Volume
+	41, // 17: corpus.v1.WatchResponse.guest_projects:type_name -> corpus.v1.WatchResponse.GuestProjectsEntry
+	42, // 18: corpus.v1.WatchResponse.guest_services:type_name -> corpus.v1.WatchResponse.GuestServicesEntry
+	26, // 19: corpus.v1.WatchResponse.service_reach:type_name -> corpus.v1.ServiceReach
+	55, // 20: corpus.v1.WatchResponse.backups:type_name -> corpus.v1.Backup
+	49, // 21: corpus.v1.ReportRequest.capacity:type_name -> corpus.v1.Resources
+	50, // 22: corpus.v1.ReportRequest.drivers:type_name -> corpus.v1.DriverInfo
+	24, // 23: corpus.v1.ReportRequest.guests:type_name -> corpus.v1.ReportedGuest
+	25, // 24: corpus.v1.ReportRequest.volumes:type_name -> corpus.v1.ReportedVolume
+	56, // 25: corpus.v1.ReportRequest.services:type_name -> corpus.v1.ReportedService
+	57, // 26: corpus.v1.ReportedGuest.observed:type_name -> corpus.v1.GuestObserved
+	58, // 27: corpus.v1.ReportedVolume.observed:type_name -> corpus.v1.VolumeObserved
+	59, // 28: corpus.v1.ServiceRuntimeResponse.service:type_name -> corpus.v1.Service
+	43, // 29: corpus.v1.ServiceRuntimeResponse.env:type_name -> corpus.v1.ServiceRuntimeResponse.EnvEntry
+	55, // 30: corpus.v1.DumpServiceRequest.backup:type_name -> corpus.v1.Backup
+	55, // 31: corpus.v1.ReadBackupRequest.backup:type_name -> corpus.v1.Backup
+	55, // 32: corpus.v1.RemoveBackupRequest.backup:type_name -> corpus.v1.Backup
+	17, // 33: corpus.v1.AgentService.Enroll:input_type -> corpus.v1.EnrollRequest
+	19, // 34: corpus.v1.AgentService.RenewCertificate:input_type -> corpus.v1.RenewCertificateRequest
+	21, // 35: corpus.v1.AgentService.Watch:input_type -> corpus.v1.WatchRequest
+	23, // 36: corpus.v1.AgentService.Report:input_type -> corpus.v1.ReportRequest
+	5,  // 37: corpus.v1.AgentService.GitAccess:input_type -> corpus.v1.GitAccessRequest
+	9,  // 38: corpus.v1.AgentService.BeginRelease:input_type -> corpus.v1.BeginReleaseRequest
+	11, // 39: corpus.v1.AgentService.FinishRelease:input_type -> corpus.v1.FinishReleaseRequest
+	13, // 40: corpus.v1.AgentService.SetCurrentRelease:input_type -> corpus.v1.SetCurrentReleaseRequest
+	15, // 41: corpus.v1.AgentService.PruneReleases:input_type -> corpus.v1.PruneReleasesRequest
+	3,  // 42: corpus.v1.AgentService.SetManifestDomains:input_type -> corpus.v1.SetManifestDomainsRequest
+	1,  // 43: corpus.v1.AgentService.SetWebPort:input_type -> corpus.v1.SetWebPortRequest
+	6,  // 44: corpus.v1.AgentService.RecordShell:input_type -> corpus.v1.RecordShellRequest
+	27, // 45: corpus.v1.AgentService.ServiceRuntime:input_type -> corpus.v1.ServiceRuntimeRequest
+	60, // 46: corpus.v1.NodeAgentService.Exec:input_type -> corpus.v1.ExecGuestRequest
+	36, // 47: corpus.v1.NodeAgentService.ExportVolume:input_type -> corpus.v1.ExportVolumeRequest
+	37, // 48: corpus.v1.NodeAgentService.ImportVolume:input_type -> corpus.v1.VolumeChunk
+	61, // 49: corpus.v1.NodeAgentService.SnapshotVolume:input_type -> corpus.v1.SnapshotVolumeRequest
+	62, // 50: corpus.v1.NodeAgentService.Rollback:input_type -> corpus.v1.RollbackRequest
+	0,  // 51: corpus.v1.NodeAgentService.Redeploy:input_type -> corpus.v1.AgentRedeployRequest
+	63, // 52: corpus.v1.NodeAgentService.Processes:input_type -> corpus.v1.ListProcessesRequest
+	64, // 53: corpus.v1.NodeAgentService.Logs:input_type -> corpus.v1.GuestLogsRequest
+	65, // 54: corpus.v1.NodeAgentService.Shell:input_type -> corpus.v1.ShellInput
+	30, // 55: corpus.v1.NodeAgentService.DumpService:input_type -> corpus.v1.DumpServiceRequest
+	66, // 56: corpus.v1.NodeAgentService.StoreBackup:input_type -> corpus.v1.BackupChunk
+	32, // 57: corpus.v1.NodeAgentService.ReadBackup:input_type -> corpus.v1.ReadBackupRequest
+	66, // 58: corpus.v1.NodeAgentService.LoadService:input_type -> corpus.v1.BackupChunk
+	34, // 59: corpus.v1.NodeAgentService.RemoveBackup:input_type -> corpus.v1.RemoveBackupRequest
+	18, // 60: corpus.v1.AgentService.Enroll:output_type -> corpus.v1.EnrollResponse
+	20, // 61: corpus.v1.AgentService.RenewCertificate:output_type -> corpus.v1.RenewCertificateResponse
+	22, // 62: corpus.v1.AgentService.Watch:output_type -> corpus.v1.WatchResponse
+	29, // 63: corpus.v1.AgentService.Report:output_type -> corpus.v1.ReportResponse
+	8,  // 64: corpus.v1.AgentService.GitAccess:output_type -> corpus.v1.GitAccessResponse
+	10, // 65: corpus.v1.AgentService.BeginRelease:output_type -> corpus.v1.BeginReleaseResponse
+	12, // 66: corpus.v1.AgentService.FinishRelease:output_type -> corpus.v1.FinishReleaseResponse
+	14, // 67: corpus.v1.AgentService.SetCurrentRelease:output_type -> corpus.v1.SetCurrentReleaseResponse
+	16, // 68: corpus.v1.AgentService.PruneReleases:output_type -> corpus.v1.PruneReleasesResponse
+	4,  // 69: corpus.v1.AgentService.SetManifestDomains:output_type -> corpus.v1.SetManifestDomainsResponse
+	2,  // 70: corpus.v1.AgentService.SetWebPort:output_type -> corpus.v1.SetWebPortResponse
+	7,  // 71: corpus.v1.AgentService.RecordShell:output_type -> corpus.v1.RecordShellResponse
+	28, // 72: corpus.v1.AgentService.ServiceRuntime:output_type -> corpus.v1.ServiceRuntimeResponse
+	67, // 73: corpus.v1.NodeAgentService.Exec:output_type -> corpus.v1.ExecOutput
+	37, // 74: corpus.v1.NodeAgentService.ExportVolume:output_type -> corpus.v1.VolumeChunk
+	38, // 75: corpus.v1.NodeAgentService.ImportVolume:output_type -> corpus.v1.ImportVolumeResponse
+	68, // 76: corpus.v1.NodeAgentService.SnapshotVolume:output_type -> corpus.v1.SnapshotVolumeResponse
+	69, // 77: corpus.v1.NodeAgentService.Rollback:output_type -> corpus.v1.RollbackOutput
+	70, // 78: corpus.v1.NodeAgentService.Redeploy:output_type -> corpus.v1.DeployOutput
+	71, // 79: corpus.v1.NodeAgentService.Processes:output_type -> corpus.v1.ListProcessesResponse
+	72, // 80: corpus.v1.NodeAgentService.Logs:output_type -> corpus.v1.LogLine
+	67, // 81: corpus.v1.NodeAgentService.Shell:output_type -> corpus.v1.ExecOutput
+	66, // 82: corpus.v1.NodeAgentService.DumpService:output_type -> corpus.v1.BackupChunk
+	31, // 83: corpus.v1.NodeAgentService.StoreBackup:output_type -> corpus.v1.StoreBackupResponse
+	66, // 84: corpus.v1.NodeAgentService.ReadBackup:output_type -> corpus.v1.BackupChunk
+	33, // 85: corpus.v1.NodeAgentService.LoadService:output_type -> corpus.v1.LoadServiceResponse
+	35, // 86: corpus.v1.NodeAgentService.RemoveBackup:output_type -> corpus.v1.RemoveBackupResponse
+	60, // [60:87] is the sub-list for method output_type
+	33, // [33:60] is the sub-list for method input_type
+	33, // [33:33] is the sub-list for extension type_name
+	33, // [33:33] is the sub-list for extension extendee
+	0,  // [0:33] is the sub-list for field type_name
 }
 
 func init() { file_corpus_v1_agent_proto_init() }
@@ -2228,6 +2779,7 @@ func file_corpus_v1_agent_proto_init() {
 		return
 	}
 	file_corpus_v1_types_proto_init()
+	file_corpus_v1_services_proto_init()
 	file_corpus_v1_guests_proto_init()
 	file_corpus_v1_volumes_proto_init()
 	file_corpus_v1_projects_proto_init()
@@ -2237,7 +2789,7 @@ func file_corpus_v1_agent_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_corpus_v1_agent_proto_rawDesc), len(file_corpus_v1_agent_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   33,
+			NumMessages:   44,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

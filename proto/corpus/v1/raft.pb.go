@@ -86,6 +86,15 @@ type Command struct {
 	//	*Command_SetConfig
 	//	*Command_SetKeyring
 	//	*Command_SetWebPort
+	//	*Command_CreateService
+	//	*Command_SetServiceDesired
+	//	*Command_LinkService
+	//	*Command_UnlinkService
+	//	*Command_UpdateService
+	//	*Command_ReportServices
+	//	*Command_BeginBackup
+	//	*Command_FinishBackup
+	//	*Command_DeleteBackup
 	Cmd           isCommand_Cmd `protobuf_oneof:"cmd"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -552,6 +561,87 @@ func (x *Command) GetSetWebPort() *SetWebPort {
 	return nil
 }
 
+func (x *Command) GetCreateService() *CreateService {
+	if x != nil {
+		if x, ok := x.Cmd.(*Command_CreateService); ok {
+			return x.CreateService
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetSetServiceDesired() *SetServiceDesired {
+	if x != nil {
+		if x, ok := x.Cmd.(*Command_SetServiceDesired); ok {
+			return x.SetServiceDesired
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetLinkService() *LinkService {
+	if x != nil {
+		if x, ok := x.Cmd.(*Command_LinkService); ok {
+			return x.LinkService
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetUnlinkService() *UnlinkService {
+	if x != nil {
+		if x, ok := x.Cmd.(*Command_UnlinkService); ok {
+			return x.UnlinkService
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetUpdateService() *UpdateService {
+	if x != nil {
+		if x, ok := x.Cmd.(*Command_UpdateService); ok {
+			return x.UpdateService
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetReportServices() *ReportServices {
+	if x != nil {
+		if x, ok := x.Cmd.(*Command_ReportServices); ok {
+			return x.ReportServices
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetBeginBackup() *BeginBackup {
+	if x != nil {
+		if x, ok := x.Cmd.(*Command_BeginBackup); ok {
+			return x.BeginBackup
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetFinishBackup() *FinishBackup {
+	if x != nil {
+		if x, ok := x.Cmd.(*Command_FinishBackup); ok {
+			return x.FinishBackup
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetDeleteBackup() *DeleteBackup {
+	if x != nil {
+		if x, ok := x.Cmd.(*Command_DeleteBackup); ok {
+			return x.DeleteBackup
+		}
+	}
+	return nil
+}
+
 type isCommand_Cmd interface {
 	isCommand_Cmd()
 }
@@ -732,6 +822,42 @@ type Command_SetWebPort struct {
 	SetWebPort *SetWebPort `protobuf:"bytes,182,opt,name=set_web_port,json=setWebPort,proto3,oneof"`
 }
 
+type Command_CreateService struct {
+	CreateService *CreateService `protobuf:"bytes,190,opt,name=create_service,json=createService,proto3,oneof"`
+}
+
+type Command_SetServiceDesired struct {
+	SetServiceDesired *SetServiceDesired `protobuf:"bytes,191,opt,name=set_service_desired,json=setServiceDesired,proto3,oneof"`
+}
+
+type Command_LinkService struct {
+	LinkService *LinkService `protobuf:"bytes,192,opt,name=link_service,json=linkService,proto3,oneof"`
+}
+
+type Command_UnlinkService struct {
+	UnlinkService *UnlinkService `protobuf:"bytes,193,opt,name=unlink_service,json=unlinkService,proto3,oneof"`
+}
+
+type Command_UpdateService struct {
+	UpdateService *UpdateService `protobuf:"bytes,194,opt,name=update_service,json=updateService,proto3,oneof"`
+}
+
+type Command_ReportServices struct {
+	ReportServices *ReportServices `protobuf:"bytes,195,opt,name=report_services,json=reportServices,proto3,oneof"`
+}
+
+type Command_BeginBackup struct {
+	BeginBackup *BeginBackup `protobuf:"bytes,196,opt,name=begin_backup,json=beginBackup,proto3,oneof"`
+}
+
+type Command_FinishBackup struct {
+	FinishBackup *FinishBackup `protobuf:"bytes,197,opt,name=finish_backup,json=finishBackup,proto3,oneof"`
+}
+
+type Command_DeleteBackup struct {
+	DeleteBackup *DeleteBackup `protobuf:"bytes,198,opt,name=delete_backup,json=deleteBackup,proto3,oneof"`
+}
+
 func (*Command_BootstrapCluster) isCommand_Cmd() {}
 
 func (*Command_CreateJoinToken) isCommand_Cmd() {}
@@ -819,6 +945,24 @@ func (*Command_SetConfig) isCommand_Cmd() {}
 func (*Command_SetKeyring) isCommand_Cmd() {}
 
 func (*Command_SetWebPort) isCommand_Cmd() {}
+
+func (*Command_CreateService) isCommand_Cmd() {}
+
+func (*Command_SetServiceDesired) isCommand_Cmd() {}
+
+func (*Command_LinkService) isCommand_Cmd() {}
+
+func (*Command_UnlinkService) isCommand_Cmd() {}
+
+func (*Command_UpdateService) isCommand_Cmd() {}
+
+func (*Command_ReportServices) isCommand_Cmd() {}
+
+func (*Command_BeginBackup) isCommand_Cmd() {}
+
+func (*Command_FinishBackup) isCommand_Cmd() {}
+
+func (*Command_DeleteBackup) isCommand_Cmd() {}
 
 // RecordAudit leaves an audit entry and changes nothing else: a call the
 // API refused (permission or validation), an exec into a guest (recorded
@@ -3255,6 +3399,8 @@ type Snapshot struct {
 	Audit         []*AuditEntry  `protobuf:"bytes,14,rep,name=audit,proto3" json:"audit,omitempty"`
 	UserTokens    []*UserToken   `protobuf:"bytes,15,rep,name=user_tokens,json=userTokens,proto3" json:"user_tokens,omitempty"`
 	Keyring       *Keyring       `protobuf:"bytes,16,opt,name=keyring,proto3" json:"keyring,omitempty"`
+	Services      []*Service     `protobuf:"bytes,17,rep,name=services,proto3" json:"services,omitempty"`
+	Backups       []*Backup      `protobuf:"bytes,18,rep,name=backups,proto3" json:"backups,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3397,6 +3543,20 @@ func (x *Snapshot) GetUserTokens() []*UserToken {
 func (x *Snapshot) GetKeyring() *Keyring {
 	if x != nil {
 		return x.Keyring
+	}
+	return nil
+}
+
+func (x *Snapshot) GetServices() []*Service {
+	if x != nil {
+		return x.Services
+	}
+	return nil
+}
+
+func (x *Snapshot) GetBackups() []*Backup {
+	if x != nil {
+		return x.Backups
 	}
 	return nil
 }
@@ -3550,8 +3710,11 @@ type ResealedConfig struct {
 	Project string                 `protobuf:"bytes,1,opt,name=project,proto3" json:"project,omitempty"`
 	Env     string                 `protobuf:"bytes,2,opt,name=env,proto3" json:"env,omitempty"`
 	// release_id is set for a release's config.
-	ReleaseId     string            `protobuf:"bytes,3,opt,name=release_id,json=releaseId,proto3" json:"release_id,omitempty"`
-	Config        map[string][]byte `protobuf:"bytes,4,rep,name=config,proto3" json:"config,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	ReleaseId string            `protobuf:"bytes,3,opt,name=release_id,json=releaseId,proto3" json:"release_id,omitempty"`
+	Config    map[string][]byte `protobuf:"bytes,4,rep,name=config,proto3" json:"config,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// service is set (and project and env are not) for a service's
+	// secrets.
+	Service       string `protobuf:"bytes,5,opt,name=service,proto3" json:"service,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3612,6 +3775,13 @@ func (x *ResealedConfig) GetConfig() map[string][]byte {
 		return x.Config
 	}
 	return nil
+}
+
+func (x *ResealedConfig) GetService() string {
+	if x != nil {
+		return x.Service
+	}
+	return ""
 }
 
 // SetWebPort records the port a node switched an environment's web
@@ -3739,11 +3909,533 @@ func (x *UpdateGuest) GetSpec() *GuestSpec {
 	return nil
 }
 
+// CreateService records a service and, unless it is external, its guest
+// (with a new volume), pending placement.
+type CreateService struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Service       *Service               `protobuf:"bytes,1,opt,name=service,proto3" json:"service,omitempty"`
+	Guest         *Guest                 `protobuf:"bytes,2,opt,name=guest,proto3" json:"guest,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CreateService) Reset() {
+	*x = CreateService{}
+	mi := &file_corpus_v1_raft_proto_msgTypes[49]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CreateService) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CreateService) ProtoMessage() {}
+
+func (x *CreateService) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_raft_proto_msgTypes[49]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CreateService.ProtoReflect.Descriptor instead.
+func (*CreateService) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{49}
+}
+
+func (x *CreateService) GetService() *Service {
+	if x != nil {
+		return x.Service
+	}
+	return nil
+}
+
+func (x *CreateService) GetGuest() *Guest {
+	if x != nil {
+		return x.Guest
+	}
+	return nil
+}
+
+// SetServiceDesired starts, stops or deletes a service (its guest with
+// it); deleting is refused while it is linked. purge deletes its volume
+// and backups with it.
+type SetServiceDesired struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	DesiredState  string                 `protobuf:"bytes,2,opt,name=desired_state,json=desiredState,proto3" json:"desired_state,omitempty"`
+	Purge         bool                   `protobuf:"varint,3,opt,name=purge,proto3" json:"purge,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetServiceDesired) Reset() {
+	*x = SetServiceDesired{}
+	mi := &file_corpus_v1_raft_proto_msgTypes[50]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetServiceDesired) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetServiceDesired) ProtoMessage() {}
+
+func (x *SetServiceDesired) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_raft_proto_msgTypes[50]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetServiceDesired.ProtoReflect.Descriptor instead.
+func (*SetServiceDesired) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{50}
+}
+
+func (x *SetServiceDesired) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *SetServiceDesired) GetDesiredState() string {
+	if x != nil {
+		return x.DesiredState
+	}
+	return ""
+}
+
+func (x *SetServiceDesired) GetPurge() bool {
+	if x != nil {
+		return x.Purge
+	}
+	return false
+}
+
+// LinkService records a link of a service to a project environment and
+// sets the link's config keys there (sealed by the leader), all at once.
+// A link that exists already is replaced (its old keys unset).
+type LinkService struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Service       string                 `protobuf:"bytes,1,opt,name=service,proto3" json:"service,omitempty"`
+	Link          *ServiceLink           `protobuf:"bytes,2,opt,name=link,proto3" json:"link,omitempty"`
+	Config        map[string][]byte      `protobuf:"bytes,3,rep,name=config,proto3" json:"config,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LinkService) Reset() {
+	*x = LinkService{}
+	mi := &file_corpus_v1_raft_proto_msgTypes[51]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LinkService) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LinkService) ProtoMessage() {}
+
+func (x *LinkService) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_raft_proto_msgTypes[51]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LinkService.ProtoReflect.Descriptor instead.
+func (*LinkService) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{51}
+}
+
+func (x *LinkService) GetService() string {
+	if x != nil {
+		return x.Service
+	}
+	return ""
+}
+
+func (x *LinkService) GetLink() *ServiceLink {
+	if x != nil {
+		return x.Link
+	}
+	return nil
+}
+
+func (x *LinkService) GetConfig() map[string][]byte {
+	if x != nil {
+		return x.Config
+	}
+	return nil
+}
+
+// UnlinkService removes a link and unsets the config keys it set.
+type UnlinkService struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Service       string                 `protobuf:"bytes,1,opt,name=service,proto3" json:"service,omitempty"`
+	Project       string                 `protobuf:"bytes,2,opt,name=project,proto3" json:"project,omitempty"`
+	Env           string                 `protobuf:"bytes,3,opt,name=env,proto3" json:"env,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UnlinkService) Reset() {
+	*x = UnlinkService{}
+	mi := &file_corpus_v1_raft_proto_msgTypes[52]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UnlinkService) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UnlinkService) ProtoMessage() {}
+
+func (x *UnlinkService) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_raft_proto_msgTypes[52]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UnlinkService.ProtoReflect.Descriptor instead.
+func (*UnlinkService) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{52}
+}
+
+func (x *UnlinkService) GetService() string {
+	if x != nil {
+		return x.Service
+	}
+	return ""
+}
+
+func (x *UnlinkService) GetProject() string {
+	if x != nil {
+		return x.Project
+	}
+	return ""
+}
+
+func (x *UnlinkService) GetEnv() string {
+	if x != nil {
+		return x.Env
+	}
+	return ""
+}
+
+// UpdateService changes a service's backup policy.
+type UpdateService struct {
+	state          protoimpl.MessageState `protogen:"open.v1"`
+	Name           string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	BackupSchedule string                 `protobuf:"bytes,2,opt,name=backup_schedule,json=backupSchedule,proto3" json:"backup_schedule,omitempty"`
+	BackupKeep     uint32                 `protobuf:"varint,3,opt,name=backup_keep,json=backupKeep,proto3" json:"backup_keep,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *UpdateService) Reset() {
+	*x = UpdateService{}
+	mi := &file_corpus_v1_raft_proto_msgTypes[53]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UpdateService) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UpdateService) ProtoMessage() {}
+
+func (x *UpdateService) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_raft_proto_msgTypes[53]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UpdateService.ProtoReflect.Descriptor instead.
+func (*UpdateService) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{53}
+}
+
+func (x *UpdateService) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *UpdateService) GetBackupSchedule() string {
+	if x != nil {
+		return x.BackupSchedule
+	}
+	return ""
+}
+
+func (x *UpdateService) GetBackupKeep() uint32 {
+	if x != nil {
+		return x.BackupKeep
+	}
+	return 0
+}
+
+// ReportServices records how a node's agent found its services.
+type ReportServices struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	NodeId        string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	Services      []*ReportedService     `protobuf:"bytes,2,rep,name=services,proto3" json:"services,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReportServices) Reset() {
+	*x = ReportServices{}
+	mi := &file_corpus_v1_raft_proto_msgTypes[54]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReportServices) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReportServices) ProtoMessage() {}
+
+func (x *ReportServices) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_raft_proto_msgTypes[54]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReportServices.ProtoReflect.Descriptor instead.
+func (*ReportServices) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{54}
+}
+
+func (x *ReportServices) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+func (x *ReportServices) GetServices() []*ReportedService {
+	if x != nil {
+		return x.Services
+	}
+	return nil
+}
+
+// BeginBackup records a backup in progress.
+type BeginBackup struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Backup        *Backup                `protobuf:"bytes,1,opt,name=backup,proto3" json:"backup,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BeginBackup) Reset() {
+	*x = BeginBackup{}
+	mi := &file_corpus_v1_raft_proto_msgTypes[55]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BeginBackup) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BeginBackup) ProtoMessage() {}
+
+func (x *BeginBackup) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_raft_proto_msgTypes[55]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BeginBackup.ProtoReflect.Descriptor instead.
+func (*BeginBackup) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{55}
+}
+
+func (x *BeginBackup) GetBackup() *Backup {
+	if x != nil {
+		return x.Backup
+	}
+	return nil
+}
+
+// FinishBackup records how a backup ended.
+type FinishBackup struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Status        string                 `protobuf:"bytes,2,opt,name=status,proto3" json:"status,omitempty"`
+	SizeBytes     int64                  `protobuf:"varint,3,opt,name=size_bytes,json=sizeBytes,proto3" json:"size_bytes,omitempty"`
+	Sha256        string                 `protobuf:"bytes,4,opt,name=sha256,proto3" json:"sha256,omitempty"`
+	Message       string                 `protobuf:"bytes,5,opt,name=message,proto3" json:"message,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FinishBackup) Reset() {
+	*x = FinishBackup{}
+	mi := &file_corpus_v1_raft_proto_msgTypes[56]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FinishBackup) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FinishBackup) ProtoMessage() {}
+
+func (x *FinishBackup) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_raft_proto_msgTypes[56]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FinishBackup.ProtoReflect.Descriptor instead.
+func (*FinishBackup) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{56}
+}
+
+func (x *FinishBackup) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *FinishBackup) GetStatus() string {
+	if x != nil {
+		return x.Status
+	}
+	return ""
+}
+
+func (x *FinishBackup) GetSizeBytes() int64 {
+	if x != nil {
+		return x.SizeBytes
+	}
+	return 0
+}
+
+func (x *FinishBackup) GetSha256() string {
+	if x != nil {
+		return x.Sha256
+	}
+	return ""
+}
+
+func (x *FinishBackup) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+// DeleteBackup forgets a backup (its holder removed the file).
+type DeleteBackup struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteBackup) Reset() {
+	*x = DeleteBackup{}
+	mi := &file_corpus_v1_raft_proto_msgTypes[57]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteBackup) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteBackup) ProtoMessage() {}
+
+func (x *DeleteBackup) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_raft_proto_msgTypes[57]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteBackup.ProtoReflect.Descriptor instead.
+func (*DeleteBackup) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{57}
+}
+
+func (x *DeleteBackup) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
 var File_corpus_v1_raft_proto protoreflect.FileDescriptor
 
 const file_corpus_v1_raft_proto_rawDesc = "" +
 	"\n" +
-	"\x14corpus/v1/raft.proto\x12\tcorpus.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x15corpus/v1/types.proto\"\xd2\x17\n" +
+	"\x14corpus/v1/raft.proto\x12\tcorpus.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x15corpus/v1/types.proto\x1a\x18corpus/v1/services.proto\"\xb4\x1c\n" +
 	"\aCommand\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x12\x1c\n" +
 	"\tignorable\x18\x02 \x01(\bR\tignorable\x12,\n" +
@@ -3805,7 +4497,16 @@ const file_corpus_v1_raft_proto_rawDesc = "" +
 	"\vset_keyring\x18\xb5\x01 \x01(\v2\x15.corpus.v1.SetKeyringH\x00R\n" +
 	"setKeyring\x12:\n" +
 	"\fset_web_port\x18\xb6\x01 \x01(\v2\x15.corpus.v1.SetWebPortH\x00R\n" +
-	"setWebPortB\x05\n" +
+	"setWebPort\x12B\n" +
+	"\x0ecreate_service\x18\xbe\x01 \x01(\v2\x18.corpus.v1.CreateServiceH\x00R\rcreateService\x12O\n" +
+	"\x13set_service_desired\x18\xbf\x01 \x01(\v2\x1c.corpus.v1.SetServiceDesiredH\x00R\x11setServiceDesired\x12<\n" +
+	"\flink_service\x18\xc0\x01 \x01(\v2\x16.corpus.v1.LinkServiceH\x00R\vlinkService\x12B\n" +
+	"\x0eunlink_service\x18\xc1\x01 \x01(\v2\x18.corpus.v1.UnlinkServiceH\x00R\runlinkService\x12B\n" +
+	"\x0eupdate_service\x18\xc2\x01 \x01(\v2\x18.corpus.v1.UpdateServiceH\x00R\rupdateService\x12E\n" +
+	"\x0freport_services\x18\xc3\x01 \x01(\v2\x19.corpus.v1.ReportServicesH\x00R\x0ereportServices\x12<\n" +
+	"\fbegin_backup\x18\xc4\x01 \x01(\v2\x16.corpus.v1.BeginBackupH\x00R\vbeginBackup\x12?\n" +
+	"\rfinish_backup\x18\xc5\x01 \x01(\v2\x17.corpus.v1.FinishBackupH\x00R\ffinishBackup\x12?\n" +
+	"\rdelete_backup\x18\xc6\x01 \x01(\v2\x17.corpus.v1.DeleteBackupH\x00R\fdeleteBackupB\x05\n" +
 	"\x03cmd\"U\n" +
 	"\vRecordAudit\x12\x16\n" +
 	"\x06action\x18\x01 \x01(\tR\x06action\x12\x16\n" +
@@ -3971,7 +4672,7 @@ const file_corpus_v1_raft_proto_rawDesc = "" +
 	"\x02id\x18\x01 \x01(\tR\x02id\"%\n" +
 	"\n" +
 	"RemoveNode\x12\x17\n" +
-	"\anode_id\x18\x01 \x01(\tR\x06nodeId\"\xd7\x05\n" +
+	"\anode_id\x18\x01 \x01(\tR\x06nodeId\"\xb4\x06\n" +
 	"\bSnapshot\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x120\n" +
 	"\x06config\x18\x02 \x01(\v2\x18.corpus.v1.ClusterConfigR\x06config\x12%\n" +
@@ -3992,7 +4693,9 @@ const file_corpus_v1_raft_proto_rawDesc = "" +
 	"\x05audit\x18\x0e \x03(\v2\x15.corpus.v1.AuditEntryR\x05audit\x125\n" +
 	"\vuser_tokens\x18\x0f \x03(\v2\x14.corpus.v1.UserTokenR\n" +
 	"userTokens\x12,\n" +
-	"\akeyring\x18\x10 \x01(\v2\x12.corpus.v1.KeyringR\akeyring\"\xb6\x01\n" +
+	"\akeyring\x18\x10 \x01(\v2\x12.corpus.v1.KeyringR\akeyring\x12.\n" +
+	"\bservices\x18\x11 \x03(\v2\x12.corpus.v1.ServiceR\bservices\x12+\n" +
+	"\abackups\x18\x12 \x03(\v2\x11.corpus.v1.BackupR\abackups\"\xb6\x01\n" +
 	"\tSetConfig\x12\x18\n" +
 	"\aproject\x18\x01 \x01(\tR\aproject\x12\x10\n" +
 	"\x03env\x18\x02 \x01(\tR\x03env\x12/\n" +
@@ -4006,13 +4709,14 @@ const file_corpus_v1_raft_proto_rawDesc = "" +
 	"\akeyring\x18\x01 \x01(\v2\x12.corpus.v1.KeyringR\akeyring\x12%\n" +
 	"\x0eexpect_primary\x18\x02 \x01(\tR\rexpectPrimary\x12-\n" +
 	"\x04envs\x18\x03 \x03(\v2\x19.corpus.v1.ResealedConfigR\x04envs\x125\n" +
-	"\breleases\x18\x04 \x03(\v2\x19.corpus.v1.ResealedConfigR\breleases\"\xd5\x01\n" +
+	"\breleases\x18\x04 \x03(\v2\x19.corpus.v1.ResealedConfigR\breleases\"\xef\x01\n" +
 	"\x0eResealedConfig\x12\x18\n" +
 	"\aproject\x18\x01 \x01(\tR\aproject\x12\x10\n" +
 	"\x03env\x18\x02 \x01(\tR\x03env\x12\x1d\n" +
 	"\n" +
 	"release_id\x18\x03 \x01(\tR\treleaseId\x12=\n" +
-	"\x06config\x18\x04 \x03(\v2%.corpus.v1.ResealedConfig.ConfigEntryR\x06config\x1a9\n" +
+	"\x06config\x18\x04 \x03(\v2%.corpus.v1.ResealedConfig.ConfigEntryR\x06config\x12\x18\n" +
+	"\aservice\x18\x05 \x01(\tR\aservice\x1a9\n" +
 	"\vConfigEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\fR\x05value:\x028\x01\"e\n" +
@@ -4024,7 +4728,44 @@ const file_corpus_v1_raft_proto_rawDesc = "" +
 	"\x04port\x18\x04 \x01(\x05R\x04port\"K\n" +
 	"\vUpdateGuest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12(\n" +
-	"\x04spec\x18\x02 \x01(\v2\x14.corpus.v1.GuestSpecR\x04specB!Z\x1fcorpus/proto/corpus/v1;corpusv1b\x06proto3"
+	"\x04spec\x18\x02 \x01(\v2\x14.corpus.v1.GuestSpecR\x04spec\"e\n" +
+	"\rCreateService\x12,\n" +
+	"\aservice\x18\x01 \x01(\v2\x12.corpus.v1.ServiceR\aservice\x12&\n" +
+	"\x05guest\x18\x02 \x01(\v2\x10.corpus.v1.GuestR\x05guest\"b\n" +
+	"\x11SetServiceDesired\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12#\n" +
+	"\rdesired_state\x18\x02 \x01(\tR\fdesiredState\x12\x14\n" +
+	"\x05purge\x18\x03 \x01(\bR\x05purge\"\xca\x01\n" +
+	"\vLinkService\x12\x18\n" +
+	"\aservice\x18\x01 \x01(\tR\aservice\x12*\n" +
+	"\x04link\x18\x02 \x01(\v2\x16.corpus.v1.ServiceLinkR\x04link\x12:\n" +
+	"\x06config\x18\x03 \x03(\v2\".corpus.v1.LinkService.ConfigEntryR\x06config\x1a9\n" +
+	"\vConfigEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\fR\x05value:\x028\x01\"U\n" +
+	"\rUnlinkService\x12\x18\n" +
+	"\aservice\x18\x01 \x01(\tR\aservice\x12\x18\n" +
+	"\aproject\x18\x02 \x01(\tR\aproject\x12\x10\n" +
+	"\x03env\x18\x03 \x01(\tR\x03env\"m\n" +
+	"\rUpdateService\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12'\n" +
+	"\x0fbackup_schedule\x18\x02 \x01(\tR\x0ebackupSchedule\x12\x1f\n" +
+	"\vbackup_keep\x18\x03 \x01(\rR\n" +
+	"backupKeep\"a\n" +
+	"\x0eReportServices\x12\x17\n" +
+	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x126\n" +
+	"\bservices\x18\x02 \x03(\v2\x1a.corpus.v1.ReportedServiceR\bservices\"8\n" +
+	"\vBeginBackup\x12)\n" +
+	"\x06backup\x18\x01 \x01(\v2\x11.corpus.v1.BackupR\x06backup\"\x87\x01\n" +
+	"\fFinishBackup\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x16\n" +
+	"\x06status\x18\x02 \x01(\tR\x06status\x12\x1d\n" +
+	"\n" +
+	"size_bytes\x18\x03 \x01(\x03R\tsizeBytes\x12\x16\n" +
+	"\x06sha256\x18\x04 \x01(\tR\x06sha256\x12\x18\n" +
+	"\amessage\x18\x05 \x01(\tR\amessage\"\x1e\n" +
+	"\fDeleteBackup\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02idB!Z\x1fcorpus/proto/corpus/v1;corpusv1b\x06proto3"
 
 var (
 	file_corpus_v1_raft_proto_rawDescOnce sync.Once
@@ -4038,7 +4779,7 @@ func file_corpus_v1_raft_proto_rawDescGZIP() []byte {
 	return file_corpus_v1_raft_proto_rawDescData
 }
 
-var file_corpus_v1_raft_proto_msgTypes = make([]protoimpl.MessageInfo, 52)
+var file_corpus_v1_raft_proto_msgTypes = make([]protoimpl.MessageInfo, 62)
 var file_corpus_v1_raft_proto_goTypes = []any{
 	(*Command)(nil),               // 0: corpus.v1.Command
 	(*RecordAudit)(nil),           // 1: corpus.v1.RecordAudit
@@ -4089,130 +4830,161 @@ var file_corpus_v1_raft_proto_goTypes = []any{
 	(*ResealedConfig)(nil),        // 46: corpus.v1.ResealedConfig
 	(*SetWebPort)(nil),            // 47: corpus.v1.SetWebPort
 	(*UpdateGuest)(nil),           // 48: corpus.v1.UpdateGuest
-	nil,                           // 49: corpus.v1.UpdateNode.LabelsEntry
-	nil,                           // 50: corpus.v1.SetConfig.SetEntry
-	nil,                           // 51: corpus.v1.ResealedConfig.ConfigEntry
-	(*timestamppb.Timestamp)(nil), // 52: google.protobuf.Timestamp
-	(*ClusterConfig)(nil),         // 53: corpus.v1.ClusterConfig
-	(*JoinToken)(nil),             // 54: corpus.v1.JoinToken
-	(*Node)(nil),                  // 55: corpus.v1.Node
-	(*Resources)(nil),             // 56: corpus.v1.Resources
-	(*DriverInfo)(nil),            // 57: corpus.v1.DriverInfo
-	(*Guest)(nil),                 // 58: corpus.v1.Guest
-	(*GuestObserved)(nil),         // 59: corpus.v1.GuestObserved
-	(*Route)(nil),                 // 60: corpus.v1.Route
-	(*DnsRecord)(nil),             // 61: corpus.v1.DnsRecord
-	(*VolumeObserved)(nil),        // 62: corpus.v1.VolumeObserved
-	(*User)(nil),                  // 63: corpus.v1.User
-	(*UserToken)(nil),             // 64: corpus.v1.UserToken
-	(*SshKey)(nil),                // 65: corpus.v1.SshKey
-	(*ProjectEnv)(nil),            // 66: corpus.v1.ProjectEnv
-	(*Release)(nil),               // 67: corpus.v1.Release
-	(*ReleaseStep)(nil),           // 68: corpus.v1.ReleaseStep
-	(*Coordinator)(nil),           // 69: corpus.v1.Coordinator
-	(*Volume)(nil),                // 70: corpus.v1.Volume
-	(*Project)(nil),               // 71: corpus.v1.Project
-	(*AuditEntry)(nil),            // 72: corpus.v1.AuditEntry
-	(*Keyring)(nil),               // 73: corpus.v1.Keyring
-	(*GuestSpec)(nil),             // 74: corpus.v1.GuestSpec
+	(*CreateService)(nil),         // 49: corpus.v1.CreateService
+	(*SetServiceDesired)(nil),     // 50: corpus.v1.SetServiceDesired
+	(*LinkService)(nil),           // 51: corpus.v1.LinkService
+	(*UnlinkService)(nil),         // 52: corpus.v1.UnlinkService
+	(*UpdateService)(nil),         // 53: corpus.v1.UpdateService
+	(*ReportServices)(nil),        // 54: corpus.v1.ReportServices
+	(*BeginBackup)(nil),           // 55: corpus.v1.BeginBackup
+	(*FinishBackup)(nil),          // 56: corpus.v1.FinishBackup
+	(*DeleteBackup)(nil),          // 57: corpus.v1.DeleteBackup
+	nil,                           // 58: corpus.v1.UpdateNode.LabelsEntry
+	nil,                           // 59: corpus.v1.SetConfig.SetEntry
+	nil,                           // 60: corpus.v1.ResealedConfig.ConfigEntry
+	nil,                           // 61: corpus.v1.LinkService.ConfigEntry
+	(*timestamppb.Timestamp)(nil), // 62: google.protobuf.Timestamp
+	(*ClusterConfig)(nil),         // 63: corpus.v1.ClusterConfig
+	(*JoinToken)(nil),             // 64: corpus.v1.JoinToken
+	(*Node)(nil),                  // 65: corpus.v1.Node
+	(*Resources)(nil),             // 66: corpus.v1.Resources
+	(*DriverInfo)(nil),            // 67: corpus.v1.DriverInfo
+	(*Guest)(nil),                 // 68: corpus.v1.Guest
+	(*GuestObserved)(nil),         // 69: corpus.v1.GuestObserved
+	(*Route)(nil),                 // 70: corpus.v1.Route
+	(*DnsRecord)(nil),             // 71: corpus.v1.DnsRecord
+	(*VolumeObserved)(nil),        // 72: corpus.v1.VolumeObserved
+	(*User)(nil),                  // 73: corpus.v1.User
+	(*UserToken)(nil),             // 74: corpus.v1.UserToken
+	(*SshKey)(nil),                // 75: corpus.v1.SshKey
+	(*ProjectEnv)(nil),            // 76: corpus.v1.ProjectEnv
+	(*Release)(nil),               // 77: corpus.v1.Release
+	(*ReleaseStep)(nil),           // 78: corpus.v1.ReleaseStep
+	(*Coordinator)(nil),           // 79: corpus.v1.Coordinator
+	(*Volume)(nil),                // 80: corpus.v1.Volume
+	(*Project)(nil),               // 81: corpus.v1.Project
+	(*AuditEntry)(nil),            // 82: corpus.v1.AuditEntry
+	(*Keyring)(nil),               // 83: corpus.v1.Keyring
+	(*Service)(nil),               // 84: corpus.v1.Service
+	(*Backup)(nil),                // 85: corpus.v1.Backup
+	(*GuestSpec)(nil),             // 86: corpus.v1.GuestSpec
+	(*ServiceLink)(nil),           // 87: corpus.v1.ServiceLink
+	(*ReportedService)(nil),       // 88: corpus.v1.ReportedService
 }
 var file_corpus_v1_raft_proto_depIdxs = []int32{
-	52, // 0: corpus.v1.Command.now:type_name -> google.protobuf.Timestamp
-	2,  // 1: corpus.v1.Command.bootstrap_cluster:type_name -> corpus.v1.BootstrapCluster
-	3,  // 2: corpus.v1.Command.create_join_token:type_name -> corpus.v1.CreateJoinToken
-	4,  // 3: corpus.v1.Command.enroll_node:type_name -> corpus.v1.EnrollNode
-	6,  // 4: corpus.v1.Command.update_node:type_name -> corpus.v1.UpdateNode
-	8,  // 5: corpus.v1.Command.create_guest:type_name -> corpus.v1.CreateGuest
-	9,  // 6: corpus.v1.Command.set_guest_desired:type_name -> corpus.v1.SetGuestDesired
-	10, // 7: corpus.v1.Command.place_guest:type_name -> corpus.v1.PlaceGuest
-	14, // 8: corpus.v1.Command.report_guests:type_name -> corpus.v1.ReportGuests
-	7,  // 9: corpus.v1.Command.set_node_status:type_name -> corpus.v1.SetNodeStatus
-	15, // 10: corpus.v1.Command.create_route:type_name -> corpus.v1.CreateRoute
-	16, // 11: corpus.v1.Command.delete_route:type_name -> corpus.v1.DeleteRoute
-	17, // 12: corpus.v1.Command.move_route:type_name -> corpus.v1.MoveRoute
-	18, // 13: corpus.v1.Command.add_dns_record:type_name -> corpus.v1.AddDnsRecord
-	19, // 14: corpus.v1.Command.delete_dns_record:type_name -> corpus.v1.DeleteDnsRecord
-	20, // 15: corpus.v1.Command.delete_volume:type_name -> corpus.v1.DeleteVolume
-	24, // 16: corpus.v1.Command.report_volumes:type_name -> corpus.v1.ReportVolumes
-	21, // 17: corpus.v1.Command.resize_volume:type_name -> corpus.v1.ResizeVolume
-	22, // 18: corpus.v1.Command.move_volume:type_name -> corpus.v1.MoveVolume
-	25, // 19: corpus.v1.Command.create_user:type_name -> corpus.v1.CreateUser
-	27, // 20: corpus.v1.Command.delete_user:type_name -> corpus.v1.DeleteUser
-	28, // 21: corpus.v1.Command.add_ssh_key:type_name -> corpus.v1.AddSshKey
-	29, // 22: corpus.v1.Command.delete_ssh_key:type_name -> corpus.v1.DeleteSshKey
-	30, // 23: corpus.v1.Command.create_project:type_name -> corpus.v1.CreateProject
-	31, // 24: corpus.v1.Command.delete_project:type_name -> corpus.v1.DeleteProject
-	32, // 25: corpus.v1.Command.grant_project:type_name -> corpus.v1.GrantProject
-	33, // 26: corpus.v1.Command.begin_release:type_name -> corpus.v1.BeginRelease
-	34, // 27: corpus.v1.Command.finish_release:type_name -> corpus.v1.FinishRelease
-	35, // 28: corpus.v1.Command.set_current_release:type_name -> corpus.v1.SetCurrentRelease
-	36, // 29: corpus.v1.Command.prune_releases:type_name -> corpus.v1.PruneReleases
-	37, // 30: corpus.v1.Command.set_manifest_domains:type_name -> corpus.v1.SetManifestDomains
-	38, // 31: corpus.v1.Command.upsert_coordinator:type_name -> corpus.v1.UpsertCoordinator
-	39, // 32: corpus.v1.Command.remove_coordinator:type_name -> corpus.v1.RemoveCoordinator
-	40, // 33: corpus.v1.Command.create_user_token:type_name -> corpus.v1.CreateUserToken
-	41, // 34: corpus.v1.Command.revoke_user_token:type_name -> corpus.v1.RevokeUserToken
-	42, // 35: corpus.v1.Command.remove_node:type_name -> corpus.v1.RemoveNode
-	11, // 36: corpus.v1.Command.place_guests:type_name -> corpus.v1.PlaceGuests
-	12, // 37: corpus.v1.Command.set_node_mode:type_name -> corpus.v1.SetNodeMode
-	5,  // 38: corpus.v1.Command.renew_node_certificate:type_name -> corpus.v1.RenewNodeCertificate
-	26, // 39: corpus.v1.Command.user_login:type_name -> corpus.v1.UserLogin
-	48, // 40: corpus.v1.Command.update_guest:type_name -> corpus.v1.UpdateGuest
-	1,  // 41: corpus.v1.Command.record_audit:type_name -> corpus.v1.RecordAudit
-	44, // 42: corpus.v1.Command.set_config:type_name -> corpus.v1.SetConfig
-	45, // 43: corpus.v1.Command.set_keyring:type_name -> corpus.v1.SetKeyring
-	47, // 44: corpus.v1.Command.set_web_port:type_name -> corpus.v1.SetWebPort
-	53, // 45: corpus.v1.BootstrapCluster.config:type_name -> corpus.v1.ClusterConfig
-	54, // 46: corpus.v1.CreateJoinToken.token:type_name -> corpus.v1.JoinToken
-	55, // 47: corpus.v1.EnrollNode.node:type_name -> corpus.v1.Node
-	52, // 48: corpus.v1.RenewNodeCertificate.expires_at:type_name -> google.protobuf.Timestamp
-	56, // 49: corpus.v1.UpdateNode.capacity:type_name -> corpus.v1.Resources
-	57, // 50: corpus.v1.UpdateNode.drivers:type_name -> corpus.v1.DriverInfo
-	49, // 51: corpus.v1.UpdateNode.labels:type_name -> corpus.v1.UpdateNode.LabelsEntry
-	58, // 52: corpus.v1.CreateGuest.guest:type_name -> corpus.v1.Guest
-	10, // 53: corpus.v1.PlaceGuests.placements:type_name -> corpus.v1.PlaceGuest
-	59, // 54: corpus.v1.ObservedGuest.observed:type_name -> corpus.v1.GuestObserved
-	13, // 55: corpus.v1.ReportGuests.guests:type_name -> corpus.v1.ObservedGuest
-	60, // 56: corpus.v1.CreateRoute.route:type_name -> corpus.v1.Route
-	61, // 57: corpus.v1.AddDnsRecord.record:type_name -> corpus.v1.DnsRecord
-	62, // 58: corpus.v1.ObservedVolume.observed:type_name -> corpus.v1.VolumeObserved
-	23, // 59: corpus.v1.ReportVolumes.volumes:type_name -> corpus.v1.ObservedVolume
-	63, // 60: corpus.v1.CreateUser.user:type_name -> corpus.v1.User
-	64, // 61: corpus.v1.UserLogin.token:type_name -> corpus.v1.UserToken
-	65, // 62: corpus.v1.AddSshKey.key:type_name -> corpus.v1.SshKey
-	66, // 63: corpus.v1.CreateProject.env:type_name -> corpus.v1.ProjectEnv
-	58, // 64: corpus.v1.CreateProject.guest:type_name -> corpus.v1.Guest
-	60, // 65: corpus.v1.CreateProject.routes:type_name -> corpus.v1.Route
-	67, // 66: corpus.v1.BeginRelease.release:type_name -> corpus.v1.Release
-	68, // 67: corpus.v1.FinishRelease.steps:type_name -> corpus.v1.ReleaseStep
-	60, // 68: corpus.v1.SetManifestDomains.routes:type_name -> corpus.v1.Route
-	69, // 69: corpus.v1.UpsertCoordinator.coordinator:type_name -> corpus.v1.Coordinator
-	64, // 70: corpus.v1.CreateUserToken.token:type_name -> corpus.v1.UserToken
-	53, // 71: corpus.v1.Snapshot.config:type_name -> corpus.v1.ClusterConfig
-	55, // 72: corpus.v1.Snapshot.nodes:type_name -> corpus.v1.Node
-	58, // 73: corpus.v1.Snapshot.guests:type_name -> corpus.v1.Guest
-	54, // 74: corpus.v1.Snapshot.join_tokens:type_name -> corpus.v1.JoinToken
-	60, // 75: corpus.v1.Snapshot.routes:type_name -> corpus.v1.Route
-	61, // 76: corpus.v1.Snapshot.dns_records:type_name -> corpus.v1.DnsRecord
-	70, // 77: corpus.v1.Snapshot.volumes:type_name -> corpus.v1.Volume
-	63, // 78: corpus.v1.Snapshot.users:type_name -> corpus.v1.User
-	71, // 79: corpus.v1.Snapshot.projects:type_name -> corpus.v1.Project
-	67, // 80: corpus.v1.Snapshot.releases:type_name -> corpus.v1.Release
-	69, // 81: corpus.v1.Snapshot.coordinators:type_name -> corpus.v1.Coordinator
-	72, // 82: corpus.v1.Snapshot.audit:type_name -> corpus.v1.AuditEntry
-	64, // 83: corpus.v1.Snapshot.user_tokens:type_name -> corpus.v1.UserToken
-	73, // 84: corpus.v1.Snapshot.keyring:type_name -> corpus.v1.Keyring
-	50, // 85: corpus.v1.SetConfig.set:type_name -> corpus.v1.SetConfig.SetEntry
-	73, // 86: corpus.v1.SetKeyring.keyring:type_name -> corpus.v1.Keyring
-	46, // 87: corpus.v1.SetKeyring.envs:type_name -> corpus.v1.ResealedConfig
-	46, // 88: corpus.v1.SetKeyring.releases:type_name -> corpus.v1.ResealedConfig
-	51, // 89: corpus.v1.ResealedConfig.config:type_name -> corpus.v1.ResealedConfig.ConfigEntry
-	74, // 90: corpus.v1.UpdateGuest.spec:type_name -> corpus.v1.GuestSpec
-	91, // [91:91] is the sub-list for method output_type
-	91, // [91:91] is the sub-list for method input_type
-	91, // [91:91] is the sub-list for extension type_name
-	91, // [91:91] is the sub-list for extension extendee
-	0,  // [0:91] is the sub-list for field type_name
+	62,  // 0: corpus.v1.Command.now:type_name -> google.protobuf.Timestamp
+	2,   // 1: corpus.v1.Command.bootstrap_cluster:type_name -> corpus.v1.BootstrapCluster
+	3,   // 2: corpus.v1.Command.create_join_token:type_name -> corpus.v1.CreateJoinToken
+	4,   // 3: corpus.v1.Command.enroll_node:type_name -> corpus.v1.EnrollNode
+	6,   // 4: corpus.v1.Command.update_node:type_name -> corpus.v1.UpdateNode
+	8,   // 5: corpus.v1.Command.create_guest:type_name -> corpus.v1.CreateGuest
+	9,   // 6: corpus.v1.Command.set_guest_desired:type_name -> corpus.v1.SetGuestDesired
+	10,  // 7: corpus.v1.Command.place_guest:type_name -> corpus.v1.PlaceGuest
+	14,  // 8: corpus.v1.Command.report_guests:type_name -> corpus.v1.ReportGuests
+	7,   // 9: corpus.v1.Command.set_node_status:type_name -> corpus.v1.SetNodeStatus
+	15,  // 10: corpus.v1.Command.create_route:type_name -> corpus.v1.CreateRoute
+	16,  // 11: corpus.v1.Command.delete_route:type_name -> corpus.v1.DeleteRoute
+	17,  // 12: corpus.v1.Command.move_route:type_name -> corpus.v1.MoveRoute
+	18,  // 13: corpus.v1.Command.add_dns_record:type_name -> corpus.v1.AddDnsRecord
+	19,  // 14: corpus.v1.Command.delete_dns_record:type_name -> corpus.v1.DeleteDnsRecord
+	20,  // 15: corpus.v1.Command.delete_volume:type_name -> corpus.v1.DeleteVolume
+	24,  // 16: corpus.v1.Command.report_volumes:type_name -> corpus.v1.ReportVolumes
+	21,  // 17: corpus.v1.Command.resize_volume:type_name -> corpus.v1.ResizeVolume
+	22,  // 18: corpus.v1.Command.move_volume:type_name -> corpus.v1.MoveVolume
+	25,  // 19: corpus.v1.Command.create_user:type_name -> corpus.v1.CreateUser
+	27,  // 20: corpus.v1.Command.delete_user:type_name -> corpus.v1.DeleteUser
+	28,  // 21: corpus.v1.Command.add_ssh_key:type_name -> corpus.v1.AddSshKey
+	29,  // 22: corpus.v1.Command.delete_ssh_key:type_name -> corpus.v1.DeleteSshKey
+	30,  // 23: corpus.v1.Command.create_project:type_name -> corpus.v1.CreateProject
+	31,  // 24: corpus.v1.Command.delete_project:type_name -> corpus.v1.DeleteProject
+	32,  // 25: corpus.v1.Command.grant_project:type_name -> corpus.v1.GrantProject
+	33,  // 26: corpus.v1.Command.begin_release:type_name -> corpus.v1.BeginRelease
+	34,  // 27: corpus.v1.Command.finish_release:type_name -> corpus.v1.FinishRelease
+	35,  // 28: corpus.v1.Command.set_current_release:type_name -> corpus.v1.SetCurrentRelease
+	36,  // 29: corpus.v1.Command.prune_releases:type_name -> corpus.v1.PruneReleases
+	37,  // 30: corpus.v1.Command.set_manifest_domains:type_name -> corpus.v1.SetManifestDomains
+	38,  // 31: corpus.v1.Command.upsert_coordinator:type_name -> corpus.v1.UpsertCoordinator
+	39,  // 32: corpus.v1.Command.remove_coordinator:type_name -> corpus.v1.RemoveCoordinator
+	40,  // 33: corpus.v1.Command.create_user_token:type_name -> corpus.v1.CreateUserToken
+	41,  // 34: corpus.v1.Command.revoke_user_token:type_name -> corpus.v1.RevokeUserToken
+	42,  // 35: corpus.v1.Command.remove_node:type_name -> corpus.v1.RemoveNode
+	11,  // 36: corpus.v1.Command.place_guests:type_name -> corpus.v1.PlaceGuests
+	12,  // 37: corpus.v1.Command.set_node_mode:type_name -> corpus.v1.SetNodeMode
+	5,   // 38: corpus.v1.Command.renew_node_certificate:type_name -> corpus.v1.RenewNodeCertificate
+	26,  // 39: corpus.v1.Command.user_login:type_name -> corpus.v1.UserLogin
+	48,  // 40: corpus.v1.Command.update_guest:type_name -> corpus.v1.UpdateGuest
+	1,   // 41: corpus.v1.Command.record_audit:type_name -> corpus.v1.RecordAudit
+	44,  // 42: corpus.v1.Command.set_config:type_name -> corpus.v1.SetConfig
+	45,  // 43: corpus.v1.Command.set_keyring:type_name -> corpus.v1.SetKeyring
+	47,  // 44: corpus.v1.Command.set_web_port:type_name -> corpus.v1.SetWebPort
+	49,  // 45: corpus.v1.Command.create_service:type_name -> corpus.v1.CreateService
+	50,  // 46: corpus.v1.Command.set_service_desired:type_name -> corpus.v1.SetServiceDesired
+	51,  // 47: corpus.v1.Command.link_service:type_name -> corpus.v1.LinkService
+	52,  // 48: corpus.v1.Command.unlink_service:type_name -> corpus.v1.UnlinkService
+	53,  // 49: corpus.v1.Command.update_service:type_name -> corpus.v1.UpdateService
+	54,  // 50: corpus.v1.Command.report_services:type_name -> corpus.v1.ReportServices
+	55,  // 51: corpus.v1.Command.begin_backup:type_name -> corpus.v1.BeginBackup
+	56,  // 52: corpus.v1.Command.finish_backup:type_name -> corpus.v1.FinishBackup
+	57,  // 53: corpus.v1.Command.delete_backup:type_name -> corpus.v1.DeleteBackup
+	63,  // 54: corpus.v1.BootstrapCluster.config:type_name -> corpus.v1.ClusterConfig
+	64,  // 55: corpus.v1.CreateJoinToken.token:type_name -> corpus.v1.JoinToken
+	65,  // 56: corpus.v1.EnrollNode.node:type_name -> corpus.v1.Node
+	62,  // 57: corpus.v1.RenewNodeCertificate.expires_at:type_name -> google.protobuf.Timestamp
+	66,  // 58: corpus.v1.UpdateNode.capacity:type_name -> corpus.v1.Resources
+	67,  // 59: corpus.v1.UpdateNode.drivers:type_name -> corpus.v1.DriverInfo
+	58,  // 60: corpus.v1.UpdateNode.labels:type_name -> corpus.v1.UpdateNode.LabelsEntry
+	68,  // 61: corpus.v1.CreateGuest.guest:type_name -> corpus.v1.Guest
+	10,  // 62: corpus.v1.PlaceGuests.placements:type_name -> corpus.v1.PlaceGuest
+	69,  // 63: corpus.v1.ObservedGuest.observed:type_name -> corpus.v1.GuestObserved
+	13,  // 64: corpus.v1.ReportGuests.guests:type_name -> corpus.v1.ObservedGuest
+	70,  // 65: corpus.v1.CreateRoute.route:type_name -> corpus.v1.Route
+	71,  // 66: corpus.v1.AddDnsRecord.record:type_name -> corpus.v1.DnsRecord
+	72,  // 67: corpus.v1.ObservedVolume.observed:type_name -> corpus.v1.VolumeObserved
+	23,  // 68: corpus.v1.ReportVolumes.volumes:type_name -> corpus.v1.ObservedVolume
+	73,  // 69: corpus.v1.CreateUser.user:type_name -> corpus.v1.User
+	74,  // 70: corpus.v1.UserLogin.token:type_name -> corpus.v1.UserToken
+	75,  // 71: corpus.v1.AddSshKey.key:type_name -> corpus.v1.SshKey
+	76,  // 72: corpus.v1.CreateProject.env:type_name -> corpus.v1.ProjectEnv
+	68,  // 73: corpus.v1.CreateProject.guest:type_name -> corpus.v1.Guest
+	70,  // 74: corpus.v1.CreateProject.routes:type_name -> corpus.v1.Route
+	77,  // 75: corpus.v1.BeginRelease.release:type_name -> corpus.v1.Release
+	78,  // 76: corpus.v1.FinishRelease.steps:type_name -> corpus.v1.ReleaseStep
+	70,  // 77: corpus.v1.SetManifestDomains.routes:type_name -> corpus.v1.Route
+	79,  // 78: corpus.v1.UpsertCoordinator.coordinator:type_name -> corpus.v1.Coordinator
+	74,  // 79: corpus.v1.CreateUserToken.token:type_name -> corpus.v1.UserToken
+	63,  // 80: corpus.v1.Snapshot.config:type_name -> corpus.v1.ClusterConfig
+	65,  // 81: corpus.v1.Snapshot.nodes:type_name -> corpus.v1.Node
+	68,  // 82: corpus.v1.Snapshot.guests:type_name -> corpus.v1.Guest
+	64,  // 83: corpus.v1.Snapshot.join_tokens:type_name -> corpus.v1.JoinToken
+	70,  // 84: corpus.v1.Snapshot.routes:type_name -> corpus.v1.Route
+	71,  // 85: corpus.v1.Snapshot.dns_records:type_name -> corpus.v1.DnsRecord
+	80,  // 86: corpus.v1.Snapshot.volumes:type_name -> corpus.v1.Volume
+	73,  // 87: corpus.v1.Snapshot.users:type_name -> corpus.v1.User
+	81,  // 88: corpus.v1.Snapshot.projects:type_name -> corpus.v1.Project
+	77,  // 89: corpus.v1.Snapshot.releases:type_name -> corpus.v1.Release
+	79,  // 90: corpus.v1.Snapshot.coordinators:type_name -> corpus.v1.Coordinator
+	82,  // 91: corpus.v1.Snapshot.audit:type_name -> corpus.v1.AuditEntry
+	74,  // 92: corpus.v1.Snapshot.user_tokens:type_name -> corpus.v1.UserToken
+	83,  // 93: corpus.v1.Snapshot.keyring:type_name -> corpus.v1.Keyring
+	84,  // 94: corpus.v1.Snapshot.services:type_name -> corpus.v1.Service
+	85,  // 95: corpus.v1.Snapshot.backups:type_name -> corpus.v1.Backup
+	59,  // 96: corpus.v1.SetConfig.set:type_name -> corpus.v1.SetConfig.SetEntry
+	83,  // 97: corpus.v1.SetKeyring.keyring:type_name -> corpus.v1.Keyring
+	46,  // 98: corpus.v1.SetKeyring.envs:type_name -> corpus.v1.ResealedConfig
+	46,  // 99: corpus.v1.SetKeyring.releases:type_name -> corpus.v1.ResealedConfig
+	60,  // 100: corpus.v1.ResealedConfig.config:type_name -> corpus.v1.ResealedConfig.ConfigEntry
+	86,  // 101: corpus.v1.UpdateGuest.spec:type_name -> corpus.v1.GuestSpec
+	84,  // 102: corpus.v1.CreateService.service:type_name -> corpus.v1.Service
+	68,  // 103: corpus.v1.CreateService.guest:type_name -> corpus.v1.Guest
+	87,  // 104: corpus.v1.LinkService.link:type_name -> corpus.v1.ServiceLink
+	61,  // 105: corpus.v1.LinkService.config:type_name -> corpus.v1.LinkService.ConfigEntry
+	88,  // 106: corpus.v1.ReportServices.services:type_name -> corpus.v1.ReportedService
+	85,  // 107: corpus.v1.BeginBackup.backup:type_name -> corpus.v1.Backup
+	108, // [108:108] is the sub-list for method output_type
+	108, // [108:108] is the sub-list for method input_type
+	108, // [108:108] is the sub-list for extension type_name
+	108, // [108:108] is the sub-list for extension extendee
+	0,   // [0:108] is the sub-list for field type_name
 }
 
 func init() { file_corpus_v1_raft_proto_init() }
@@ -4221,6 +4993,7 @@ func file_corpus_v1_raft_proto_init() {
 		return
 	}
 	file_corpus_v1_types_proto_init()
+	file_corpus_v1_services_proto_init()
 	file_corpus_v1_raft_proto_msgTypes[0].OneofWrappers = []any{
 		(*Command_BootstrapCluster)(nil),
 		(*Command_CreateJoinToken)(nil),
@@ -4266,6 +5039,15 @@ func file_corpus_v1_raft_proto_init() {
 		(*Command_SetConfig)(nil),
 		(*Command_SetKeyring)(nil),
 		(*Command_SetWebPort)(nil),
+		(*Command_CreateService)(nil),
+		(*Command_SetServiceDesired)(nil),
+		(*Command_LinkService)(nil),
+		(*Command_UnlinkService)(nil),
+		(*Command_UpdateService)(nil),
+		(*Command_ReportServices)(nil),
+		(*Command_BeginBackup)(nil),
+		(*Command_FinishBackup)(nil),
+		(*Command_DeleteBackup)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -4273,7 +5055,7 @@ func file_corpus_v1_raft_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_corpus_v1_raft_proto_rawDesc), len(file_corpus_v1_raft_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   52,
+			NumMessages:   62,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

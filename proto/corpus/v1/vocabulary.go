@@ -117,3 +117,35 @@ func ParseReleaseName(s string) (uint32, bool) {
 	n, err := strconv.ParseUint(s, 10, 32)
 	return uint32(n), err == nil && n > 0
 }
+
+// Service states (ServiceObserved.state), as agents and the coordinator
+// report them.
+const (
+	ServiceStarting  = "starting"
+	ServiceHealthy   = "healthy"
+	ServiceUnhealthy = "unhealthy"
+	ServiceStopped   = "stopped"
+	ServiceLost      = "lost"
+)
+
+// Backup statuses (Backup.status) and what made one (Backup.trigger).
+const (
+	BackupRunning   = "running"
+	BackupSucceeded = "succeeded"
+	BackupFailed    = "failed"
+
+	BackupManual   = "manual"
+	BackupSchedule = "schedule"
+	BackupImport   = "import"
+)
+
+// Backup schedules (Service.backup_schedule): every hour, day or week;
+// "" takes none.
+const (
+	ScheduleHourly = "hourly"
+	ScheduleDaily  = "daily"
+	ScheduleWeekly = "weekly"
+)
+
+// ServiceGuestName is the name of a service's guest.
+func ServiceGuestName(service string) string { return "svc-" + service }

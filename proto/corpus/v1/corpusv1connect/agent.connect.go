@@ -67,6 +67,9 @@ const (
 	// AgentServiceRecordShellProcedure is the fully-qualified name of the AgentService's RecordShell
 	// RPC.
 	AgentServiceRecordShellProcedure = "/corpus.v1.AgentService/RecordShell"
+	// AgentServiceServiceRuntimeProcedure is the fully-qualified name of the AgentService's
+	// ServiceRuntime RPC.
+	AgentServiceServiceRuntimeProcedure = "/corpus.v1.AgentService/ServiceRuntime"
 	// NodeAgentServiceExecProcedure is the fully-qualified name of the NodeAgentService's Exec RPC.
 	NodeAgentServiceExecProcedure = "/corpus.v1.NodeAgentService/Exec"
 	// NodeAgentServiceExportVolumeProcedure is the fully-qualified name of the NodeAgentService's
@@ -91,6 +94,21 @@ const (
 	NodeAgentServiceLogsProcedure = "/corpus.v1.NodeAgentService/Logs"
 	// NodeAgentServiceShellProcedure is the fully-qualified name of the NodeAgentService's Shell RPC.
 	NodeAgentServiceShellProcedure = "/corpus.v1.NodeAgentService/Shell"
+	// NodeAgentServiceDumpServiceProcedure is the fully-qualified name of the NodeAgentService's
+	// DumpService RPC.
+	NodeAgentServiceDumpServiceProcedure = "/corpus.v1.NodeAgentService/DumpService"
+	// NodeAgentServiceStoreBackupProcedure is the fully-qualified name of the NodeAgentService's
+	// StoreBackup RPC.
+	NodeAgentServiceStoreBackupProcedure = "/corpus.v1.NodeAgentService/StoreBackup"
+	// NodeAgentServiceReadBackupProcedure is the fully-qualified name of the NodeAgentService's
+	// ReadBackup RPC.
+	NodeAgentServiceReadBackupProcedure = "/corpus.v1.NodeAgentService/ReadBackup"
+	// NodeAgentServiceLoadServiceProcedure is the fully-qualified name of the NodeAgentService's
+	// LoadService RPC.
+	NodeAgentServiceLoadServiceProcedure = "/corpus.v1.NodeAgentService/LoadService"
+	// NodeAgentServiceRemoveBackupProcedure is the fully-qualified name of the NodeAgentService's
+	// RemoveBackup RPC.
+	NodeAgentServiceRemoveBackupProcedure = "/corpus.v1.NodeAgentService/RemoveBackup"
 )
 
 // AgentServiceClient is a client for the corpus.v1.AgentService service.
@@ -124,6 +142,10 @@ type AgentServiceClient interface {
 	// RecordShell writes the start or end of a shell session opened over
 	// the node's SSH endpoint to the audit log, as the key's owner.
 	RecordShell(context.Context, *connect.Request[v1.RecordShellRequest]) (*connect.Response[v1.RecordShellResponse], error)
+	// ServiceRuntime gives the agent of a service's guest what it runs
+	// there: the service (its template's scripts included) and the
+	// environment of its scripts, credentials opened.
+	ServiceRuntime(context.Context, *connect.Request[v1.ServiceRuntimeRequest]) (*connect.Response[v1.ServiceRuntimeResponse], error)
 }
 
 // NewAgentServiceClient constructs a client for the corpus.v1.AgentService service. By default, it
@@ -210,6 +232,12 @@ func NewAgentServiceClient(httpClient connect.HTTPClient, baseURL string, opts .
 			connect.WithSchema(agentServiceMethods.ByName("RecordShell")),
 			connect.WithClientOptions(opts...),
 		),
+		serviceRuntime: connect.NewClient[v1.ServiceRuntimeRequest, v1.ServiceRuntimeResponse](
+			httpClient,
+			baseURL+AgentServiceServiceRuntimeProcedure,
+			connect.WithSchema(agentServiceMethods.ByName("ServiceRuntime")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
@@ -227,6 +255,7 @@ type agentServiceClient struct {
 	setManifestDomains *connect.Client[v1.SetManifestDomainsRequest, v1.SetManifestDomainsResponse]
 	setWebPort         *connect.Client[v1.SetWebPortRequest, v1.SetWebPortResponse]
 	recordShell        *connect.Client[v1.RecordShellRequest, v1.RecordShellResponse]
+	serviceRuntime     *connect.Client[v1.ServiceRuntimeRequest, v1.ServiceRuntimeResponse]
 }
 
 // Enroll calls corpus.v1.AgentService.Enroll.
@@ -289,6 +318,11 @@ func (c *agentServiceClient) RecordShell(ctx context.Context, req *connect.Reque
 	return c.recordShell.CallUnary(ctx, req)
 }
 
+// ServiceRuntime calls corpus.v1.AgentService.ServiceRuntime.
+func (c *agentServiceClient) ServiceRuntime(ctx context.Context, req *connect.Request[v1.ServiceRuntimeRequest]) (*connect.Response[v1.ServiceRuntimeResponse], error) {
+	return c.serviceRuntime.CallUnary(ctx, req)
+}
+
 // AgentServiceHandler is an implementation of the corpus.v1.AgentService service.
 type AgentServiceHandler interface {
 	// Enroll trades a one-time join token for a node identity. It is the one
@@ -320,6 +354,10 @@ type AgentServiceHandler interface {
 	// RecordShell writes the start or end of a shell session opened over
 	// the node's SSH endpoint to the audit log, as the key's owner.
 	RecordShell(context.Context, *connect.Request[v1.RecordShellRequest]) (*connect.Response[v1.RecordShellResponse], error)
+	// ServiceRuntime gives the agent of a service's guest what it runs
+	// there: the service (its template's scripts included) and the
+	// environment of its scripts, credentials opened.
+	ServiceRuntime(context.Context, *connect.Request[v1.ServiceRuntimeRequest]) (*connect.Response[v1.ServiceRuntimeResponse], error)
 }
 
 // NewAgentServiceHandler builds an HTTP handler from the service implementation. It returns the
@@ -402,6 +440,12 @@ func NewAgentServiceHandler(svc AgentServiceHandler, opts ...connect.HandlerOpti
 		connect.WithSchema(agentServiceMethods.ByName("RecordShell")),
 		connect.WithHandlerOptions(opts...),
 	)
+	agentServiceServiceRuntimeHandler := connect.NewUnaryHandler(
+		AgentServiceServiceRuntimeProcedure,
+		svc.ServiceRuntime,
+		connect.WithSchema(agentServiceMethods.ByName("ServiceRuntime")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/corpus.v1.AgentService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case AgentServiceEnrollProcedure:
@@ -428,6 +472,8 @@ func NewAgentServiceHandler(svc AgentServiceHandler, opts ...connect.HandlerOpti
 			agentServiceSetWebPortHandler.ServeHTTP(w, r)
 		case AgentServiceRecordShellProcedure:
 			agentServiceRecordShellHandler.ServeHTTP(w, r)
+		case AgentServiceServiceRuntimeProcedure:
+			agentServiceServiceRuntimeHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -485,6 +531,10 @@ func (UnimplementedAgentServiceHandler) RecordShell(context.Context, *connect.Re
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("corpus.v1.AgentService.RecordShell is not implemented"))
 }
 
+func (UnimplementedAgentServiceHandler) ServiceRuntime(context.Context, *connect.Request[v1.ServiceRuntimeRequest]) (*connect.Response[v1.ServiceRuntimeResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("corpus.v1.AgentService.ServiceRuntime is not implemented"))
+}
+
 // NodeAgentServiceClient is a client for the corpus.v1.NodeAgentService service.
 type NodeAgentServiceClient interface {
 	Exec(context.Context, *connect.Request[v1.ExecGuestRequest]) (*connect.ServerStreamForClient[v1.ExecOutput], error)
@@ -507,6 +557,23 @@ type NodeAgentServiceClient interface {
 	Logs(context.Context, *connect.Request[v1.GuestLogsRequest]) (*connect.ServerStreamForClient[v1.LogLine], error)
 	// Shell runs an interactive command in a guest (GuestService.Shell).
 	Shell(context.Context) *connect.BidiStreamForClient[v1.ShellInput, v1.ExecOutput]
+	// DumpService runs the service's backup script in its guest and
+	// streams the dump; the last message carries its size and SHA-256.
+	DumpService(context.Context, *connect.Request[v1.DumpServiceRequest]) (*connect.ServerStreamForClient[v1.BackupChunk], error)
+	// StoreBackup keeps a streamed backup on this node (first message: the
+	// backup; then the data); it fails when the data does not match the
+	// backup's size and SHA-256 given last.
+	StoreBackup(context.Context) *connect.ClientStreamForClient[v1.BackupChunk, v1.StoreBackupResponse]
+	// ReadBackup streams a kept backup after checking its SHA-256; a
+	// mismatch fails before any data is sent.
+	ReadBackup(context.Context, *connect.Request[v1.ReadBackupRequest]) (*connect.ServerStreamForClient[v1.BackupChunk], error)
+	// LoadService restores a streamed backup into a service's guest (first
+	// message: the backup; then the data). The data is kept aside and
+	// checked against the backup's SHA-256 before the restore script
+	// sees any of it.
+	LoadService(context.Context) *connect.ClientStreamForClient[v1.BackupChunk, v1.LoadServiceResponse]
+	// RemoveBackup removes a kept backup's file.
+	RemoveBackup(context.Context, *connect.Request[v1.RemoveBackupRequest]) (*connect.Response[v1.RemoveBackupResponse], error)
 }
 
 // NewNodeAgentServiceClient constructs a client for the corpus.v1.NodeAgentService service. By
@@ -574,6 +641,36 @@ func NewNodeAgentServiceClient(httpClient connect.HTTPClient, baseURL string, op
 			connect.WithSchema(nodeAgentServiceMethods.ByName("Shell")),
 			connect.WithClientOptions(opts...),
 		),
+		dumpService: connect.NewClient[v1.DumpServiceRequest, v1.BackupChunk](
+			httpClient,
+			baseURL+NodeAgentServiceDumpServiceProcedure,
+			connect.WithSchema(nodeAgentServiceMethods.ByName("DumpService")),
+			connect.WithClientOptions(opts...),
+		),
+		storeBackup: connect.NewClient[v1.BackupChunk, v1.StoreBackupResponse](
+			httpClient,
+			baseURL+NodeAgentServiceStoreBackupProcedure,
+			connect.WithSchema(nodeAgentServiceMethods.ByName("StoreBackup")),
+			connect.WithClientOptions(opts...),
+		),
+		readBackup: connect.NewClient[v1.ReadBackupRequest, v1.BackupChunk](
+			httpClient,
+			baseURL+NodeAgentServiceReadBackupProcedure,
+			connect.WithSchema(nodeAgentServiceMethods.ByName("ReadBackup")),
+			connect.WithClientOptions(opts...),
+		),
+		loadService: connect.NewClient[v1.BackupChunk, v1.LoadServiceResponse](
+			httpClient,
+			baseURL+NodeAgentServiceLoadServiceProcedure,
+			connect.WithSchema(nodeAgentServiceMethods.ByName("LoadService")),
+			connect.WithClientOptions(opts...),
+		),
+		removeBackup: connect.NewClient[v1.RemoveBackupRequest, v1.RemoveBackupResponse](
+			httpClient,
+			baseURL+NodeAgentServiceRemoveBackupProcedure,
+			connect.WithSchema(nodeAgentServiceMethods.ByName("RemoveBackup")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
@@ -588,6 +685,11 @@ type nodeAgentServiceClient struct {
 	processes      *connect.Client[v1.ListProcessesRequest, v1.ListProcessesResponse]
 	logs           *connect.Client[v1.GuestLogsRequest, v1.LogLine]
 	shell          *connect.Client[v1.ShellInput, v1.ExecOutput]
+	dumpService    *connect.Client[v1.DumpServiceRequest, v1.BackupChunk]
+	storeBackup    *connect.Client[v1.BackupChunk, v1.StoreBackupResponse]
+	readBackup     *connect.Client[v1.ReadBackupRequest, v1.BackupChunk]
+	loadService    *connect.Client[v1.BackupChunk, v1.LoadServiceResponse]
+	removeBackup   *connect.Client[v1.RemoveBackupRequest, v1.RemoveBackupResponse]
 }
 
 // Exec calls corpus.v1.NodeAgentService.Exec.
@@ -635,6 +737,31 @@ func (c *nodeAgentServiceClient) Shell(ctx context.Context) *connect.BidiStreamF
 	return c.shell.CallBidiStream(ctx)
 }
 
+// DumpService calls corpus.v1.NodeAgentService.DumpService.
+func (c *nodeAgentServiceClient) DumpService(ctx context.Context, req *connect.Request[v1.DumpServiceRequest]) (*connect.ServerStreamForClient[v1.BackupChunk], error) {
+	return c.dumpService.CallServerStream(ctx, req)
+}
+
+// StoreBackup calls corpus.v1.NodeAgentService.StoreBackup.
+func (c *nodeAgentServiceClient) StoreBackup(ctx context.Context) *connect.ClientStreamForClient[v1.BackupChunk, v1.StoreBackupResponse] {
+	return c.storeBackup.CallClientStream(ctx)
+}
+
+// ReadBackup calls corpus.v1.NodeAgentService.ReadBackup.
+func (c *nodeAgentServiceClient) ReadBackup(ctx context.Context, req *connect.Request[v1.ReadBackupRequest]) (*connect.ServerStreamForClient[v1.BackupChunk], error) {
+	return c.readBackup.CallServerStream(ctx, req)
+}
+
+// LoadService calls corpus.v1.NodeAgentService.LoadService.
+func (c *nodeAgentServiceClient) LoadService(ctx context.Context) *connect.ClientStreamForClient[v1.BackupChunk, v1.LoadServiceResponse] {
+	return c.loadService.CallClientStream(ctx)
+}
+
+// RemoveBackup calls corpus.v1.NodeAgentService.RemoveBackup.
+func (c *nodeAgentServiceClient) RemoveBackup(ctx context.Context, req *connect.Request[v1.RemoveBackupRequest]) (*connect.Response[v1.RemoveBackupResponse], error) {
+	return c.removeBackup.CallUnary(ctx, req)
+}
+
 // NodeAgentServiceHandler is an implementation of the corpus.v1.NodeAgentService service.
 type NodeAgentServiceHandler interface {
 	Exec(context.Context, *connect.Request[v1.ExecGuestRequest], *connect.ServerStream[v1.ExecOutput]) error
@@ -657,6 +784,23 @@ type NodeAgentServiceHandler interface {
 	Logs(context.Context, *connect.Request[v1.GuestLogsRequest], *connect.ServerStream[v1.LogLine]) error
 	// Shell runs an interactive command in a guest (GuestService.Shell).
 	Shell(context.Context, *connect.BidiStream[v1.ShellInput, v1.ExecOutput]) error
+	// DumpService runs the service's backup script in its guest and
+	// streams the dump; the last message carries its size and SHA-256.
+	DumpService(context.Context, *connect.Request[v1.DumpServiceRequest], *connect.ServerStream[v1.BackupChunk]) error
+	// StoreBackup keeps a streamed backup on this node (first message: the
+	// backup; then the data); it fails when the data does not match the
+	// backup's size and SHA-256 given last.
+	StoreBackup(context.Context, *connect.ClientStream[v1.BackupChunk]) (*connect.Response[v1.StoreBackupResponse], error)
+	// ReadBackup streams a kept backup after checking its SHA-256; a
+	// mismatch fails before any data is sent.
+	ReadBackup(context.Context, *connect.Request[v1.ReadBackupRequest], *connect.ServerStream[v1.BackupChunk]) error
+	// LoadService restores a streamed backup into a service's guest (first
+	// message: the backup; then the data). The data is kept aside and
+	// checked against the backup's SHA-256 before the restore script
+	// sees any of it.
+	LoadService(context.Context, *connect.ClientStream[v1.BackupChunk]) (*connect.Response[v1.LoadServiceResponse], error)
+	// RemoveBackup removes a kept backup's file.
+	RemoveBackup(context.Context, *connect.Request[v1.RemoveBackupRequest]) (*connect.Response[v1.RemoveBackupResponse], error)
 }
 
 // NewNodeAgentServiceHandler builds an HTTP handler from the service implementation. It returns the
@@ -720,6 +864,36 @@ func NewNodeAgentServiceHandler(svc NodeAgentServiceHandler, opts ...connect.Han
 		connect.WithSchema(nodeAgentServiceMethods.ByName("Shell")),
 		connect.WithHandlerOptions(opts...),
 	)
+	nodeAgentServiceDumpServiceHandler := connect.NewServerStreamHandler(
+		NodeAgentServiceDumpServiceProcedure,
+		svc.DumpService,
+		connect.WithSchema(nodeAgentServiceMethods.ByName("DumpService")),
+		connect.WithHandlerOptions(opts...),
+	)
+	nodeAgentServiceStoreBackupHandler := connect.NewClientStreamHandler(
+		NodeAgentServiceStoreBackupProcedure,
+		svc.StoreBackup,
+		connect.WithSchema(nodeAgentServiceMethods.ByName("StoreBackup")),
+		connect.WithHandlerOptions(opts...),
+	)
+	nodeAgentServiceReadBackupHandler := connect.NewServerStreamHandler(
+		NodeAgentServiceReadBackupProcedure,
+		svc.ReadBackup,
+		connect.WithSchema(nodeAgentServiceMethods.ByName("ReadBackup")),
+		connect.WithHandlerOptions(opts...),
+	)
+	nodeAgentServiceLoadServiceHandler := connect.NewClientStreamHandler(
+		NodeAgentServiceLoadServiceProcedure,
+		svc.LoadService,
+		connect.WithSchema(nodeAgentServiceMethods.ByName("LoadService")),
+		connect.WithHandlerOptions(opts...),
+	)
+	nodeAgentServiceRemoveBackupHandler := connect.NewUnaryHandler(
+		NodeAgentServiceRemoveBackupProcedure,
+		svc.RemoveBackup,
+		connect.WithSchema(nodeAgentServiceMethods.ByName("RemoveBackup")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/corpus.v1.NodeAgentService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case NodeAgentServiceExecProcedure:
@@ -740,6 +914,16 @@ func NewNodeAgentServiceHandler(svc NodeAgentServiceHandler, opts ...connect.Han
 			nodeAgentServiceLogsHandler.ServeHTTP(w, r)
 		case NodeAgentServiceShellProcedure:
 			nodeAgentServiceShellHandler.ServeHTTP(w, r)
+		case NodeAgentServiceDumpServiceProcedure:
+			nodeAgentServiceDumpServiceHandler.ServeHTTP(w, r)
+		case NodeAgentServiceStoreBackupProcedure:
+			nodeAgentServiceStoreBackupHandler.ServeHTTP(w, r)
+		case NodeAgentServiceReadBackupProcedure:
+			nodeAgentServiceReadBackupHandler.ServeHTTP(w, r)
+		case NodeAgentServiceLoadServiceProcedure:
+			nodeAgentServiceLoadServiceHandler.ServeHTTP(w, r)
+		case NodeAgentServiceRemoveBackupProcedure:
+			nodeAgentServiceRemoveBackupHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -783,4 +967,24 @@ func (UnimplementedNodeAgentServiceHandler) Logs(context.Context, *connect.Reque
 
 func (UnimplementedNodeAgentServiceHandler) Shell(context.Context, *connect.BidiStream[v1.ShellInput, v1.ExecOutput]) error {
 	return connect.NewError(connect.CodeUnimplemented, errors.New("corpus.v1.NodeAgentService.Shell is not implemented"))
+}
+
+func (UnimplementedNodeAgentServiceHandler) DumpService(context.Context, *connect.Request[v1.DumpServiceRequest], *connect.ServerStream[v1.BackupChunk]) error {
+	return connect.NewError(connect.CodeUnimplemented, errors.New("corpus.v1.NodeAgentService.DumpService is not implemented"))
+}
+
+func (UnimplementedNodeAgentServiceHandler) StoreBackup(context.Context, *connect.ClientStream[v1.BackupChunk]) (*connect.Response[v1.StoreBackupResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("corpus.v1.NodeAgentService.StoreBackup is not implemented"))
+}
+
+func (UnimplementedNodeAgentServiceHandler) ReadBackup(context.Context, *connect.Request[v1.ReadBackupRequest], *connect.ServerStream[v1.BackupChunk]) error {
+	return connect.NewError(connect.CodeUnimplemented, errors.New("corpus.v1.NodeAgentService.ReadBackup is not implemented"))
+}
+
+func (UnimplementedNodeAgentServiceHandler) LoadService(context.Context, *connect.ClientStream[v1.BackupChunk]) (*connect.Response[v1.LoadServiceResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("corpus.v1.NodeAgentService.LoadService is not implemented"))
+}
+
+func (UnimplementedNodeAgentServiceHandler) RemoveBackup(context.Context, *connect.Request[v1.RemoveBackupRequest]) (*connect.Response[v1.RemoveBackupResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("corpus.v1.NodeAgentService.RemoveBackup is not implemented"))
 }

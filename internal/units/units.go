@@ -1,4 +1,6 @@
-package cli
+// Package units reads and writes the sizes and CPU amounts people type:
+// "256M", "1.5G", "0.5" cores, "250m".
+package units
 
 import (
 	"fmt"
@@ -7,10 +9,10 @@ import (
 	"strings"
 )
 
-// parseSize reads a byte size: a plain number of bytes, or a number with a
+// ParseSize reads a byte size: a plain number of bytes, or a number with a
 // binary unit K, M, G, T (also KiB, MiB, GiB, TiB, KB, MB, GB, TB — all
 // powers of 1024, as memory limits are).
-func parseSize(s string) (int64, error) {
+func ParseSize(s string) (int64, error) {
 	t := strings.TrimSpace(s)
 	if t == "" {
 		return 0, fmt.Errorf("size %q is empty", s)
@@ -37,8 +39,8 @@ func parseSize(s string) (int64, error) {
 	return int64(v), nil
 }
 
-// parseCPUs reads a CPU amount: cores ("1", "0.5") or millicores ("250m").
-func parseCPUs(s string) (int64, error) {
+// ParseCPUs reads a CPU amount: cores ("1", "0.5") or millicores ("250m").
+func ParseCPUs(s string) (int64, error) {
 	t := strings.TrimSpace(s)
 	if m, ok := strings.CutSuffix(t, "m"); ok {
 		v, err := strconv.ParseInt(m, 10, 64)
@@ -58,8 +60,8 @@ func parseCPUs(s string) (int64, error) {
 	return m, nil
 }
 
-// formatSize prints bytes with a binary unit.
-func formatSize(b int64) string {
+// FormatSize prints bytes with a binary unit.
+func FormatSize(b int64) string {
 	const unit = 1024
 	if b < unit {
 		return fmt.Sprintf("%dB", b)
@@ -75,7 +77,7 @@ func formatSize(b int64) string {
 	return s + string("KMGT"[exp]) + "i"
 }
 
-// formatCPUs prints millicores as cores.
-func formatCPUs(m int64) string {
+// FormatCPUs prints millicores as cores.
+func FormatCPUs(m int64) string {
 	return strings.TrimSuffix(strings.TrimRight(strconv.FormatFloat(float64(m)/1000, 'f', 3, 64), "0"), ".")
 }

@@ -1,4 +1,4 @@
-package cli
+package units
 
 import (
 	"fmt"
@@ -27,9 +27,9 @@ func TestParseSize(t *testing.T) {
 		{"99999999999T", 0, false},
 	}
 	for _, tt := range tests {
-		got, err := parseSize(tt.in)
+		got, err := ParseSize(tt.in)
 		if (err == nil) != tt.ok || (tt.ok && got != tt.want) {
-			t.Errorf("parseSize(%q) = %d, %v; want %d, ok=%v", tt.in, got, err, tt.want, tt.ok)
+			t.Errorf("ParseSize(%q) = %d, %v; want %d, ok=%v", tt.in, got, err, tt.want, tt.ok)
 		}
 	}
 }
@@ -52,9 +52,9 @@ func TestParseCPUs(t *testing.T) {
 		{"NaN", 0, false},
 	}
 	for _, tt := range tests {
-		got, err := parseCPUs(tt.in)
+		got, err := ParseCPUs(tt.in)
 		if (err == nil) != tt.ok || (tt.ok && got != tt.want) {
-			t.Errorf("parseCPUs(%q) = %d, %v; want %d, ok=%v", tt.in, got, err, tt.want, tt.ok)
+			t.Errorf("ParseCPUs(%q) = %d, %v; want %d, ok=%v", tt.in, got, err, tt.want, tt.ok)
 		}
 	}
 }
@@ -62,13 +62,13 @@ func TestParseCPUs(t *testing.T) {
 func TestFormat(t *testing.T) {
 	t.Parallel()
 	for in, want := range map[int64]string{512: "512B", 256 << 20: "256Mi", 3 << 29: "1.5Gi", 24 << 30: "24Gi"} {
-		if got := formatSize(in); got != want {
-			t.Errorf("formatSize(%d) = %q, want %q", in, got, want)
+		if got := FormatSize(in); got != want {
+			t.Errorf("FormatSize(%d) = %q, want %q", in, got, want)
 		}
 	}
 	for in, want := range map[int64]string{1000: "1", 250: "0.25", 2500: "2.5"} {
-		if got := formatCPUs(in); got != want {
-			t.Errorf("formatCPUs(%d) = %q, want %q", in, got, want)
+		if got := FormatCPUs(in); got != want {
+			t.Errorf("FormatCPUs(%d) = %q, want %q", in, got, want)
 		}
 	}
 }
@@ -78,9 +78,9 @@ func FuzzParseSize(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
-		v, err := parseSize(s)
+		v, err := ParseSize(s)
 		if err == nil && v < 0 {
-			t.Fatalf("parseSize(%q) = %d, a negative size", s, v)
+			t.Fatalf("ParseSize(%q) = %d, a negative size", s, v)
 		}
 	})
 }
@@ -117,14 +117,14 @@ func FuzzParseCPUs(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
-		if v, err := parseCPUs(s); err == nil && v <= 0 {
-			t.Fatalf("parseCPUs(%q) = %d, a non-positive amount", s, v)
+		if v, err := ParseCPUs(s); err == nil && v <= 0 {
+			t.Fatalf("ParseCPUs(%q) = %d, a non-positive amount", s, v)
 		}
 	})
 }
 
 func TestParseCPUsTiny(t *testing.T) {
-	if v, err := parseCPUs("0.0001"); err == nil {
-		t.Errorf("parseCPUs(0.0001) = %d, nil; want a refusal (below a millicore)", v)
+	if v, err := ParseCPUs("0.0001"); err == nil {
+		t.Errorf("ParseCPUs(0.0001) = %d, nil; want a refusal (below a millicore)", v)
 	}
 }

@@ -1,0 +1,103 @@
+package backup
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"io"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+)
+
+func sum(b []byte) string { h := sha256.Sum256(b); return hex.EncodeToString(h[:]) }
+
+func put(t *testing.T, s *Store, id string, data []byte) {
+	t.Helper()
+	w, err := s.Create(id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.Write(data)
+	if err := w.Commit(int64(len(data)), sum(data)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestKeepAndRead(t *testing.T) {
+	s, err := Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	data := bytes.Repeat([]byte("row\n"), 100000)
+	put(t, s, "ab12", data)
+	r, err := s.Read("ab12", int64(len(data)), sum(data))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, _ := io.ReadAll(r)
+	r.Close()
+	if !bytes.Equal(got, data) {
+		t.Fatal("read back other bytes than kept")
+	}
+	if _, err := s.Read("cd34", 1, sum([]byte("x"))); !errors.Is(err, ErrNotFound) {
+		t.Errorf("Read(a backup not kept) = %v, want ErrNotFound", err)
+	}
+	if _, err := s.Create("../escape"); err == nil {
+		t.Error("Create took an id that is a path")
+	}
+}
+
+// TestMismatchDropped: what does not match the sender's size and
+// checksum is never kept, and a kept backup that rots is refused before
+// any of it is read.
+func TestMismatchDropped(t *testing.T) {
+	dir := t.TempDir()
+	s, _ := Open(dir)
+	w, _ := s.Create("ab12")
+	w.Write([]byte("truncated"))
+	if err := w.Commit(100, sum([]byte("the whole dump"))); !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("Commit(wrong size) = %v, want ErrCorrupt", err)
+	}
+	if entries, _ := os.ReadDir(dir); len(entries) != 0 {
+		t.Fatalf("a refused backup left %d files", len(entries))
+	}
+	data := []byte("a good dump")
+	put(t, s, "ab12", data)
+	p := filepath.Join(dir, "ab12.backup")
+	os.WriteFile(p, []byte("a good dumq"), 0o600) // one bit off on disk
+	if _, err := s.Read("ab12", int64(len(data)), sum(data)); !errors.Is(err, ErrCorrupt) {
+		t.Errorf("Read(a rotten backup) = %v, want ErrCorrupt", err)
+	}
+}
+
+func TestPrune(t *testing.T) {
+	dir := t.TempDir()
+	s, _ := Open(dir)
+	put(t, s, "aa11", []byte("kept"))
+	put(t, s, "bb22", []byte("gone from the state"))
+	w, _ := s.Create("cc33") // a transfer in flight
+	w.Write([]byte("half"))
+	old, _ := s.Create("dd44") // one that died with its agent
+	old.Write([]byte("half"))
+	past := time.Now().Add(-time.Hour)
+	os.Chtimes(old.f.Name(), past, past)
+	removed, err := s.Prune(map[string]bool{"aa11": true}, time.Now().Add(-10*time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(removed) != 1 || removed[0] != "bb22" {
+		t.Errorf("Prune removed %v, want [bb22]", removed)
+	}
+	if _, err := os.Stat(w.f.Name()); err != nil {
+		t.Errorf("Prune removed a transfer in flight: %v", err)
+	}
+	if _, err := os.Stat(old.f.Name()); err == nil {
+		t.Error("Prune kept a stale partial file")
+	}
+	if err := s.Verify("aa11", 4, sum([]byte("kept"))); err != nil {
+		t.Errorf("the kept backup: %v", err)
+	}
+}

@@ -1,0 +1,402 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"connectrpc.com/connect"
+	"github.com/spf13/cobra"
+
+	"corpus/internal/units"
+	corpusv1 "corpus/proto/corpus/v1"
+)
+
+// Services: databases, caches and outside endpoints, linked to projects.
+
+func newServiceCmd(g *globals) *cobra.Command {
+	cmd := &cobra.Command{Use: "service", Aliases: []string{"services", "svc"},
+		Short: "Databases, caches and outside endpoints: create from a template, link to projects, back up"}
+	cmd.AddCommand(newServiceTemplatesCmd(g), newServiceCreateCmd(g), newServiceListCmd(g), newServiceShowCmd(g),
+		newServiceDeleteCmd(g), newServiceActionCmd(g, "start"), newServiceActionCmd(g, "stop"),
+		newServiceResizeCmd(g), newServiceUpdateCmd(g), newServiceLinkCmd(g, true), newServiceLinkCmd(g, false))
+	cmd.AddCommand(newBackupCmds(g)...)
+	return cmd
+}
+
+func newServiceTemplatesCmd(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:   "templates",
+		Short: "The templates services are made from (built in, and the operators' own)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return call(g, cmd.Context(), func(ctx context.Context, c *clients) (*connect.Response[corpusv1.ListTemplatesResponse], error) {
+				return c.services.ListTemplates(ctx, connect.NewRequest(&corpusv1.ListTemplatesRequest{}))
+			}, func(m *corpusv1.ListTemplatesResponse) error {
+				w := tabwriter.NewWriter(g.stdout, 0, 4, 2, ' ', 0)
+				fmt.Fprintln(w, "TEMPLATE\tVERSIONS\tPORT\tVOLUME\tMEMORY\tBACKUP\tSOURCE\tDESCRIPTION")
+				for _, t := range m.Templates {
+					backup := t.BackupFormat
+					if backup == "" {
+						backup = "-"
+					}
+					fmt.Fprintf(w, "%s\t%s\t%d\t%s (min %s)\t%s (min %s)\t%s\t%s\t%s\n", t.Name, strings.Join(t.Versions, ","), t.Port,
+						units.FormatSize(t.DefaultVolumeBytes), units.FormatSize(t.MinVolumeBytes),
+						units.FormatSize(t.DefaultMemoryBytes), units.FormatSize(t.MinMemoryBytes), backup, t.Source, t.Description)
+				}
+				return w.Flush()
+			})
+		},
+	}
+}
+
+func newServiceCreateCmd(g *globals) *cobra.Command {
+	var template, version, size, memory, env, driver, external, schedule string
+	var keep uint32
+	var secrets []string
+	cmd := &cobra.Command{
+		Use:   "create NAME (--template T [--version V] [--size 5G] [--memory 512M] | --external URL [--secret KEY=VALUE...])",
+		Short: "Make a service: a guest of its own with a volume and generated credentials, or an outside endpoint",
+		Example: `  corpus service create db --template postgresql --size 5G --env prod
+  corpus service create cache --template redis --backup-schedule daily --keep 7
+  corpus service create pay --external https://api.example.com --secret API_KEY=-`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			req := &corpusv1.CreateServiceRequest{Name: args[0], Template: template, Version: version, Env: env, Driver: driver,
+				ExternalUrl: external, BackupSchedule: schedule, BackupKeep: keep}
+			var err error
+			if size != "" {
+				if req.SizeBytes, err = units.ParseSize(size); err != nil {
+					return err
+				}
+			}
+			if memory != "" {
+				if req.MemoryBytes, err = units.ParseSize(memory); err != nil {
+					return err
+				}
+			}
+			if req.Secrets, err = readVars(cmd, secrets); err != nil {
+				return err
+			}
+			return call(g, cmd.Context(), func(ctx context.Context, c *clients) (*connect.Response[corpusv1.CreateServiceResponse], error) {
+				return c.services.CreateService(ctx, connect.NewRequest(req))
+			}, func(m *corpusv1.CreateServiceResponse) error {
+				verb := "exists already"
+				if m.Created {
+					verb = "created"
+				}
+				fmt.Fprintf(g.stdout, "service %s %s\n", args[0], verb)
+				printService(g, m.Service)
+				fmt.Fprintf(g.stdout, "link it to a project with: corpus service link %s PROJECT [--env ENV]\n", args[0])
+				return nil
+			})
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&template, "template", "", "the template (corpus service templates)")
+	f.StringVar(&version, "version", "", "the template's version (its default when empty)")
+	f.StringVar(&size, "size", "", "the volume's size (the template's default when empty)")
+	f.StringVar(&memory, "memory", "", "the memory limit (the template's default when empty)")
+	f.StringVar(&env, "env", "", "dev (default), staging or prod: the node mode it runs on")
+	f.StringVar(&driver, "driver", "", "the guest's driver (lxc, libvirt, kubernetes; the scheduler's choice when empty)")
+	f.StringVar(&external, "external", "", "an outside endpoint's URL: no guest, only the link")
+	f.StringArrayVar(&secrets, "secret", nil, "KEY=VALUE an external service gives its links (VALUE - reads stdin)")
+	f.StringVar(&schedule, "backup-schedule", "", "take backups hourly, daily or weekly")
+	f.Uint32Var(&keep, "keep", 0, "how many scheduled backups to keep (7 by default)")
+	return cmd
+}
+
+// readVars reads KEY=VALUE arguments; one VALUE may be - (stdin).
+func readVars(cmd *cobra.Command, args []string) (map[string]string, error) {
+	if len(args) == 0 {
+		return nil, nil
+	}
+	out := map[string]string{}
+	stdin := false
+	for _, a := range args {
+		k, v, ok := strings.Cut(a, "=")
+		if !ok || k == "" {
+			return nil, fmt.Errorf("%q is not KEY=VALUE", a)
+		}
+		if _, dup := out[k]; dup {
+			return nil, fmt.Errorf("%s is given twice", k)
+		}
+		if v == "-" {
+			if stdin {
+				return nil, fmt.Errorf("only one value can come from stdin")
+			}
+			stdin = true
+			b, err := readAllLimited(cmd.InOrStdin(), 1<<20)
+			if err != nil {
+				return nil, fmt.Errorf("reading %s from stdin: %w", k, err)
+			}
+			v = strings.TrimSuffix(string(b), "\n")
+		}
+		out[k] = v
+	}
+	return out, nil
+}
+
+// printService prints a service's view for people.
+func printService(g *globals, v *corpusv1.ServiceView) {
+	s := v.Service
+	w := tabwriter.NewWriter(g.stdout, 0, 4, 2, ' ', 0)
+	if s.ExternalUrl != "" {
+		fmt.Fprintf(w, "endpoint\t%s\n", s.ExternalUrl)
+	} else {
+		fmt.Fprintf(w, "template\t%s %s\n", s.Template, s.Version)
+		fmt.Fprintf(w, "guest\t%s (%s) on %s, address %s, port %d\n", s.GuestName, orDash(v.GuestStatus), orDash(v.NodeName), orDash(v.Address), s.TemplateSpec.GetPort())
+	}
+	state := s.Observed.GetState()
+	if state == "" {
+		state = "unknown"
+	}
+	if msg := s.Observed.GetMessage(); msg != "" {
+		state += ": " + msg
+	}
+	fmt.Fprintf(w, "state\t%s (desired %s)\n", state, s.DesiredState)
+	fmt.Fprintf(w, "env\t%s\n", s.Env)
+	if len(v.SecretKeys) > 0 {
+		fmt.Fprintf(w, "secrets\t%s (hidden)\n", strings.Join(v.SecretKeys, " "))
+	}
+	var links []string
+	for _, l := range s.Links {
+		links = append(links, fmt.Sprintf("%s/%s as %s", l.Project, l.Env, l.As))
+	}
+	if len(links) == 0 {
+		links = []string{"-"}
+	}
+	fmt.Fprintf(w, "linked to\t%s\n", strings.Join(links, ", "))
+	if s.GuestId != "" {
+		sched := s.BackupSchedule
+		if sched == "" {
+			sched = "none"
+		} else {
+			sched += fmt.Sprintf(", keeping %d", max(s.BackupKeep, 1))
+		}
+		last := "never"
+		if b := v.LastBackup; b != nil {
+			last = fmt.Sprintf("%s, %s ago (%s)", b.Id, age(b.FinishedAt.AsTime()), units.FormatSize(b.SizeBytes))
+		}
+		fmt.Fprintf(w, "backups\tschedule %s; last %s\n", sched, last)
+	}
+	w.Flush()
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+func newServiceListCmd(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:     "list",
+		Aliases: []string{"ls"},
+		Short:   "List the services you may use",
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return call(g, cmd.Context(), func(ctx context.Context, c *clients) (*connect.Response[corpusv1.ListServicesResponse], error) {
+				return c.services.ListServices(ctx, connect.NewRequest(&corpusv1.ListServicesRequest{}))
+			}, func(m *corpusv1.ListServicesResponse) error {
+				if len(m.Services) == 0 {
+					fmt.Fprintln(g.stdout, "no services (corpus service create NAME --template T)")
+					return nil
+				}
+				w := tabwriter.NewWriter(g.stdout, 0, 4, 2, ' ', 0)
+				fmt.Fprintln(w, "NAME\tKIND\tSTATE\tNODE\tADDRESS\tLINKS\tLAST BACKUP")
+				for _, v := range m.Services {
+					s := v.Service
+					kind := s.Template + " " + s.Version
+					if s.ExternalUrl != "" {
+						kind = "external"
+					}
+					last := "-"
+					if v.LastBackup != nil {
+						last = age(v.LastBackup.FinishedAt.AsTime()) + " ago"
+					}
+					fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%d\t%s\n", s.Name, kind, orDash(s.Observed.GetState()), orDash(v.NodeName), orDash(v.Address), len(s.Links), last)
+				}
+				return w.Flush()
+			})
+		},
+	}
+}
+
+func newServiceShowCmd(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:   "show NAME",
+		Short: "Show a service: where it runs, how it is, its links and backups",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return call(g, cmd.Context(), func(ctx context.Context, c *clients) (*connect.Response[corpusv1.GetServiceResponse], error) {
+				return c.services.GetService(ctx, connect.NewRequest(&corpusv1.GetServiceRequest{Name: args[0]}))
+			}, func(m *corpusv1.GetServiceResponse) error {
+				fmt.Fprintf(g.stdout, "service %s\n", args[0])
+				printService(g, m.Service)
+				return nil
+			})
+		},
+	}
+}
+
+func newServiceDeleteCmd(g *globals) *cobra.Command {
+	var purge bool
+	cmd := &cobra.Command{
+		Use:   "delete NAME [--purge]",
+		Short: "Delete a service (refused while linked); its volume and backups stay unless --purge",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return call(g, cmd.Context(), func(ctx context.Context, c *clients) (*connect.Response[corpusv1.DeleteServiceResponse], error) {
+				return c.services.DeleteService(ctx, connect.NewRequest(&corpusv1.DeleteServiceRequest{Name: args[0], Purge: purge}))
+			}, func(m *corpusv1.DeleteServiceResponse) error {
+				what := "its volume and backups are kept"
+				if purge {
+					what = "its volume and backups go with it"
+				}
+				_, err := fmt.Fprintf(g.stdout, "service %s deleted; %s\n", args[0], what)
+				return err
+			})
+		},
+	}
+	cmd.Flags().BoolVar(&purge, "purge", false, "delete its data volume and its backups too")
+	return cmd
+}
+
+func newServiceActionCmd(g *globals, verb string) *cobra.Command {
+	return &cobra.Command{
+		Use:   verb + " NAME",
+		Short: strings.ToUpper(verb[:1]) + verb[1:] + " a service's guest",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return call(g, cmd.Context(), func(ctx context.Context, c *clients) (*connect.Response[corpusv1.ServiceActionResponse], error) {
+				req := connect.NewRequest(&corpusv1.ServiceActionRequest{Name: args[0]})
+				if verb == "start" {
+					return c.services.StartService(ctx, req)
+				}
+				return c.services.StopService(ctx, req)
+			}, func(m *corpusv1.ServiceActionResponse) error {
+				state := map[string]string{"start": "running", "stop": "stopped"}[verb]
+				if !m.Changed {
+					_, err := fmt.Fprintf(g.stdout, "service %s is %s already\n", args[0], state)
+					return err
+				}
+				_, err := fmt.Fprintf(g.stdout, "service %s: desired %s\n", args[0], state)
+				return err
+			})
+		},
+	}
+}
+
+func newServiceResizeCmd(g *globals) *cobra.Command {
+	var size, memory string
+	cmd := &cobra.Command{
+		Use:   "resize NAME [--size 10G] [--memory 1G]",
+		Short: "Change a service's volume size (smaller only when its data fits) and memory",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			req := &corpusv1.ResizeServiceRequest{Name: args[0]}
+			var err error
+			if size != "" {
+				if req.SizeBytes, err = units.ParseSize(size); err != nil {
+					return err
+				}
+			}
+			if memory != "" {
+				if req.MemoryBytes, err = units.ParseSize(memory); err != nil {
+					return err
+				}
+			}
+			return call(g, cmd.Context(), func(ctx context.Context, c *clients) (*connect.Response[corpusv1.ServiceActionResponse], error) {
+				return c.services.ResizeService(ctx, connect.NewRequest(req))
+			}, func(m *corpusv1.ServiceActionResponse) error {
+				if !m.Changed {
+					_, err := fmt.Fprintf(g.stdout, "service %s has that size already\n", args[0])
+					return err
+				}
+				printService(g, m.Service)
+				return nil
+			})
+		},
+	}
+	cmd.Flags().StringVar(&size, "size", "", "the volume's new size")
+	cmd.Flags().StringVar(&memory, "memory", "", "the new memory limit")
+	return cmd
+}
+
+func newServiceUpdateCmd(g *globals) *cobra.Command {
+	var schedule string
+	var keep uint32
+	cmd := &cobra.Command{
+		Use:   "update NAME [--backup-schedule hourly|daily|weekly|none] [--keep N]",
+		Short: "Change when a service's backups are taken and how many are kept",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return call(g, cmd.Context(), func(ctx context.Context, c *clients) (*connect.Response[corpusv1.ServiceActionResponse], error) {
+				return c.services.UpdateService(ctx, connect.NewRequest(&corpusv1.UpdateServiceRequest{Name: args[0], BackupSchedule: schedule, BackupKeep: keep}))
+			}, func(m *corpusv1.ServiceActionResponse) error {
+				printService(g, m.Service)
+				return nil
+			})
+		},
+	}
+	cmd.Flags().StringVar(&schedule, "backup-schedule", "", "hourly, daily, weekly, or none")
+	cmd.Flags().Uint32Var(&keep, "keep", 0, "how many scheduled backups to keep")
+	return cmd
+}
+
+func newServiceLinkCmd(g *globals, link bool) *cobra.Command {
+	var env, as string
+	var noRestart bool
+	use, short := "link SERVICE PROJECT [--env ENV] [--as NAME]", "Give a project environment the service's variables (NAME_URL, ...) and network reach to it; a new release runs with them"
+	if !link {
+		use, short = "unlink SERVICE PROJECT [--env ENV]", "Take the service's variables and reach away from a project environment; a new release runs without them"
+	}
+	cmd := &cobra.Command{
+		Use:   use,
+		Short: short,
+		Args:  cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			what := "link"
+			if !link {
+				what = "unlink"
+			}
+			return followDeploy(g, cmd.Context(), args[1], env, what, func(ctx context.Context, c *clients) (*connect.ServerStreamForClient[corpusv1.DeployOutput], error) {
+				if link {
+					return c.services.LinkService(ctx, connect.NewRequest(&corpusv1.LinkServiceRequest{Service: args[0], Project: args[1], Env: env, As: as, NoRestart: noRestart}))
+				}
+				return c.services.UnlinkService(ctx, connect.NewRequest(&corpusv1.UnlinkServiceRequest{Service: args[0], Project: args[1], Env: env, NoRestart: noRestart}))
+			})
+		},
+	}
+	cmd.Flags().StringVar(&env, "env", "", "the project's environment (needed when it has several)")
+	cmd.Flags().BoolVar(&noRestart, "no-restart", false, "store the change for the next deploy instead of deploying now")
+	if link {
+		cmd.Flags().StringVar(&as, "as", "", "the variables' prefix (DATABASE gives DATABASE_URL; the template's name by default)")
+	}
+	return cmd
+}
+
+// backupLine is one backup for people.
+func backupLine(b *corpusv1.Backup, node string) string {
+	when := "-"
+	if b.FinishedAt != nil {
+		when = b.FinishedAt.AsTime().Local().Format(time.DateTime)
+	} else if b.StartedAt != nil {
+		when = b.StartedAt.AsTime().Local().Format(time.DateTime)
+	}
+	status := b.Status
+	if b.Message != "" {
+		status += ": " + b.Message
+	}
+	return fmt.Sprintf("%s\t%s\t%s\t%s\t%s\t%s\t%s", b.Id, b.Service, when, units.FormatSize(b.SizeBytes), orDash(node), b.Trigger, status)
+}
+
+// sortedBackups sorts backups newest first.
+func sortedBackups(bs []*corpusv1.BackupView) {
+	slices.SortStableFunc(bs, func(a, b *corpusv1.BackupView) int { return int(b.Backup.CreateIndex) - int(a.Backup.CreateIndex) })
+}

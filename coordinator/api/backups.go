@@ -1,0 +1,455 @@
+package api
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"time"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/proto"
+
+	"corpus/coordinator/auth"
+	"corpus/coordinator/state"
+	"corpus/internal/secret"
+	corpusv1 "corpus/proto/corpus/v1"
+)
+
+// Backups: the service's agent dumps it (the template's backup script,
+// in its guest), this replica relays the dump to the agent of another
+// node, which keeps it; a restore relays it back, checked against its
+// SHA-256 on both ends. A backup is recorded before it starts and
+// finished (succeeded with its size and checksum, or failed with why)
+// when it ends, so none is ever half there without saying so.
+
+// backupProgressEvery is how often backups report progress.
+const backupProgressEvery = 8 << 20
+
+// writeTimeout bounds the write that records how a backup ended, made
+// even when the caller went away.
+const writeTimeout = 30 * time.Second
+
+// backupHolder picks the node to keep a new backup of a service running
+// on source: the ready node other than source that holds the fewest
+// bytes of backups; source itself when it is the only one.
+func backupHolder(view *state.Snap, source *corpusv1.Node) *corpusv1.Node {
+	held := map[string]int64{}
+	for _, b := range view.Backups("") {
+		held[b.NodeId] += b.SizeBytes
+	}
+	var cands []*corpusv1.Node
+	for _, n := range view.Nodes() {
+		if n.Id != source.GetId() && n.Status == state.NodeReady && n.AgentAddress != "" {
+			cands = append(cands, n)
+		}
+	}
+	if len(cands) == 0 {
+		return source
+	}
+	sort.SliceStable(cands, func(i, j int) bool { return held[cands[i].Id] < held[cands[j].Id] })
+	return cands[0]
+}
+
+// serviceNode is the ready node running a service's guest.
+func serviceNode(view *state.Snap, svc *corpusv1.Service) (*corpusv1.Node, error) {
+	if svc.GuestId == "" {
+		return nil, connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("external service %s keeps no data here to back up or restore", svc.Name))
+	}
+	g := view.Guest(svc.GuestId)
+	if g == nil || guestStatus(view, g) != state.ObservedRunning {
+		return nil, connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("the guest of service %s is not running", svc.Name))
+	}
+	n := view.Node(g.NodeId)
+	if n == nil || n.AgentAddress == "" {
+		return nil, connect.NewError(connect.CodeUnavailable, fmt.Errorf("the node of service %s has no agent address", svc.Name))
+	}
+	return n, nil
+}
+
+// runBackup takes a backup of svc: recorded, dumped on the service's node,
+// kept on the holder's, finished. progress hears how far it is.
+func (b *Backend) runBackup(ctx context.Context, svc *corpusv1.Service, trigger string, progress func(*corpusv1.BackupProgress) error) (*corpusv1.Backup, error) {
+	view := b.Store.Read()
+	if _, ok := svc.TemplateSpec.GetFiles()["backup"]; !ok && svc.GuestId != "" {
+		return nil, connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("template %s has no backup script", svc.Template))
+	}
+	source, err := serviceNode(view, svc)
+	if err != nil {
+		return nil, err
+	}
+	holder := backupHolder(view, source)
+	bk := &corpusv1.Backup{Id: secret.Hex(8), Service: svc.Name, NodeId: holder.Id, SourceNodeId: source.Id,
+		Trigger: trigger, Template: svc.Template, Version: svc.Version}
+	if _, err := b.write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_BeginBackup{BeginBackup: &corpusv1.BeginBackup{Backup: bk}}}); err != nil {
+		return nil, err
+	}
+	if holder.Id == source.Id {
+		progress(&corpusv1.BackupProgress{Phase: "dumping", Message: "stored on the service's own node " + holder.Name + ": the cluster has no other ready node to keep it"})
+	}
+	size, sum, err := b.copyBackup(ctx, bk, source, holder, progress)
+	finish := &corpusv1.FinishBackup{Id: bk.Id, Status: corpusv1.BackupSucceeded, SizeBytes: size, Sha256: sum}
+	if err != nil {
+		finish = &corpusv1.FinishBackup{Id: bk.Id, Status: corpusv1.BackupFailed, Message: errorText(err)}
+	}
+	// Recorded even when the caller went away meanwhile.
+	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), writeTimeout)
+	defer cancel()
+	if _, werr := b.write(fctx, &corpusv1.Command{Cmd: &corpusv1.Command_FinishBackup{FinishBackup: finish}}); werr != nil {
+		return nil, errors.Join(err, werr)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return b.Store.Read().Backup(bk.Id), nil
+}
+
+// copyBackup relays the service node's dump to the holder.
+func (b *Backend) copyBackup(ctx context.Context, bk *corpusv1.Backup, source, holder *corpusv1.Node, progress func(*corpusv1.BackupProgress) error) (int64, string, error) {
+	dctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	dump, err := b.AgentClient(source).DumpService(dctx, connect.NewRequest(&corpusv1.DumpServiceRequest{Backup: bk}))
+	if err != nil {
+		return 0, "", connect.NewError(connect.CodeUnavailable, fmt.Errorf("dumping on node %s: %w", source.Name, err))
+	}
+	defer dump.Close()
+	store := b.AgentClient(holder).StoreBackup(dctx)
+	if err := store.Send(&corpusv1.BackupChunk{Backup: bk}); err != nil {
+		_, err = store.CloseAndReceive()
+		return 0, "", connect.NewError(connect.CodeUnavailable, fmt.Errorf("keeping the backup on node %s: %w", holder.Name, err))
+	}
+	var done, reported int64
+	var last *corpusv1.Backup
+	for dump.Receive() {
+		c := dump.Msg()
+		if c.Backup != nil {
+			last = c.Backup // the dump's size and checksum, last
+		}
+		if err := store.Send(c); err != nil {
+			break // the error comes with CloseAndReceive
+		}
+		done += int64(len(c.Data))
+		if done-reported >= backupProgressEvery {
+			reported = done
+			if err := progress(&corpusv1.BackupProgress{Phase: "dumping", DoneBytes: done}); err != nil {
+				return 0, "", err
+			}
+		}
+	}
+	if err := dump.Err(); err != nil {
+		cancel()
+		store.CloseAndReceive()
+		return 0, "", fmt.Errorf("dumping service %s on node %s: %w", bk.Service, source.Name, err)
+	}
+	if last == nil || last.Sha256 == "" {
+		cancel()
+		store.CloseAndReceive()
+		return 0, "", fmt.Errorf("node %s ended the dump without its checksum", source.Name)
+	}
+	res, err := store.CloseAndReceive()
+	if err != nil {
+		return 0, "", fmt.Errorf("keeping the backup on node %s: %w", holder.Name, err)
+	}
+	if res.Msg.Sha256 != last.Sha256 || res.Msg.SizeBytes != last.SizeBytes {
+		return 0, "", fmt.Errorf("node %s kept %d bytes (SHA-256 %s), node %s dumped %d (%s)", holder.Name, res.Msg.SizeBytes, res.Msg.Sha256, source.Name, last.SizeBytes, last.Sha256)
+	}
+	return last.SizeBytes, last.Sha256, nil
+}
+
+func (s *serviceService) BackupService(ctx context.Context, req *connect.Request[corpusv1.BackupServiceRequest], stream *connect.ServerStream[corpusv1.BackupProgress]) error {
+	svc, err := pickService(ctx, s.b.Store.Read(), req.Msg.Name, true)
+	if err != nil {
+		return err
+	}
+	bk, err := s.b.runBackup(ctx, svc, corpusv1.BackupManual, stream.Send)
+	if err != nil {
+		return toConnect(err)
+	}
+	return stream.Send(&corpusv1.BackupProgress{Phase: "done", DoneBytes: bk.SizeBytes, Backup: bk})
+}
+
+// pickBackup returns a backup whose service the caller may use; a
+// backup of a deleted service is for ops only.
+func pickBackup(ctx context.Context, view *state.Snap, id string) (*corpusv1.Backup, error) {
+	bk := view.Backup(id)
+	if bk == nil {
+		return nil, toConnect(notFound("backup", id, "corpus service backups"))
+	}
+	if svc := view.Service(bk.Service); svc != nil {
+		if err := mayUseService(ctx, view, svc, true); err != nil {
+			return nil, err
+		}
+	} else if pr := auth.FromContext(ctx); pr.Kind != auth.Operator {
+		return nil, connect.NewError(connect.CodePermissionDenied, fmt.Errorf("service %s is gone: only ops use its backups", bk.Service))
+	}
+	return bk, nil
+}
+
+func (s *serviceService) ListBackups(ctx context.Context, req *connect.Request[corpusv1.ListBackupsRequest]) (*connect.Response[corpusv1.ListBackupsResponse], error) {
+	view := s.b.Store.Read()
+	if req.Msg.Service != "" {
+		if _, err := pickService(ctx, view, req.Msg.Service, false); err != nil && view.Service(req.Msg.Service) != nil {
+			return nil, err
+		}
+	}
+	res := &corpusv1.ListBackupsResponse{}
+	for _, bk := range view.Backups(req.Msg.Service) {
+		svc := view.Service(bk.Service)
+		allowed := auth.FromContext(ctx).Kind == auth.Operator || (svc != nil && mayUseService(ctx, view, svc, false) == nil)
+		if !allowed {
+			continue
+		}
+		v := &corpusv1.BackupView{Backup: bk}
+		if n := view.Node(bk.NodeId); n != nil {
+			v.NodeName = n.Name
+		}
+		res.Backups = append(res.Backups, v)
+	}
+	return connect.NewResponse(res), nil
+}
+
+// holderOf is the ready node keeping a backup.
+func holderOf(view *state.Snap, bk *corpusv1.Backup) (*corpusv1.Node, error) {
+	if bk.Status != corpusv1.BackupSucceeded {
+		return nil, connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("backup %s %s: nothing to read", bk.Id, bk.Status))
+	}
+	n := view.Node(bk.NodeId)
+	if n == nil || n.Status != state.NodeReady || n.AgentAddress == "" {
+		return nil, connect.NewError(connect.CodeUnavailable, fmt.Errorf("the node keeping backup %s is not ready", bk.Id))
+	}
+	return n, nil
+}
+
+func (s *serviceService) RestoreService(ctx context.Context, req *connect.Request[corpusv1.RestoreServiceRequest], stream *connect.ServerStream[corpusv1.BackupProgress]) error {
+	m := req.Msg
+	view := s.b.Store.Read()
+	svc, err := pickService(ctx, view, m.Name, true)
+	if err != nil {
+		return err
+	}
+	if m.ToNode != "" {
+		return connect.NewError(connect.CodeUnimplemented, fmt.Errorf("restoring onto another node is not built yet: restore into the service where it runs"))
+	}
+	if _, ok := svc.TemplateSpec.GetFiles()["restore"]; !ok {
+		return connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("template %s has no restore script", svc.Template))
+	}
+	var bk *corpusv1.Backup
+	if m.From == "" {
+		for _, b := range view.Backups(svc.Name) {
+			if b.Status == corpusv1.BackupSucceeded {
+				bk = b
+				break
+			}
+		}
+		if bk == nil {
+			return connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("service %s has no backup to restore (corpus service backup %s)", svc.Name, svc.Name))
+		}
+	} else if bk, err = pickBackup(ctx, view, m.From); err != nil {
+		return err
+	}
+	if bk.Template != svc.Template {
+		return connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("backup %s is of a %s service; %s is %s", bk.Id, bk.Template, svc.Name, svc.Template))
+	}
+	holder, err := holderOf(view, bk)
+	if err != nil {
+		return err
+	}
+	target, err := serviceNode(view, svc)
+	if err != nil {
+		return err
+	}
+	if err := stream.Send(&corpusv1.BackupProgress{Phase: "restoring", Backup: bk, Message: fmt.Sprintf("restoring %s from backup %s of %s", svc.Name, bk.Id, bk.GetFinishedAt().AsTime().Format("2006-01-02 15:04:05 MST"))}); err != nil {
+		return err
+	}
+	target2 := proto.Clone(bk).(*corpusv1.Backup)
+	target2.Service = svc.Name
+	out, err := s.b.relayBackup(ctx, bk, holder, func(ctx context.Context) *connect.ClientStreamForClient[corpusv1.BackupChunk, corpusv1.LoadServiceResponse] {
+		return s.b.AgentClient(target).LoadService(ctx)
+	}, target2, stream.Send)
+	result := "ok"
+	if err != nil {
+		result = "failed: " + errorText(err)
+	}
+	if aerr := s.b.audit.record(ctx, auth.FromContext(ctx).String(), "restore", svc.Name+" from "+bk.Id, result); aerr != nil {
+		s.b.Logger.Warn("recording a restore in the audit log", "service", svc.Name, "error", aerr)
+	}
+	if err != nil {
+		return toConnect(err)
+	}
+	return stream.Send(&corpusv1.BackupProgress{Phase: "done", DoneBytes: out.SizeBytes, Backup: bk, Message: out.Output})
+}
+
+// relayBackup streams a kept backup from its holder into a load stream
+// (first message: head, then the data).
+func (b *Backend) relayBackup(ctx context.Context, bk *corpusv1.Backup, holder *corpusv1.Node,
+	open func(context.Context) *connect.ClientStreamForClient[corpusv1.BackupChunk, corpusv1.LoadServiceResponse],
+	head *corpusv1.Backup, progress func(*corpusv1.BackupProgress) error) (*corpusv1.LoadServiceResponse, error) {
+	rctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	rd, err := b.AgentClient(holder).ReadBackup(rctx, connect.NewRequest(&corpusv1.ReadBackupRequest{Backup: bk}))
+	if err != nil {
+		return nil, connect.NewError(connect.CodeUnavailable, fmt.Errorf("reading backup %s on node %s: %w", bk.Id, holder.Name, err))
+	}
+	defer rd.Close()
+	load := open(rctx)
+	if err := load.Send(&corpusv1.BackupChunk{Backup: head}); err != nil {
+		_, err = load.CloseAndReceive()
+		return nil, err
+	}
+	var done, reported int64
+	for rd.Receive() {
+		c := rd.Msg()
+		if err := load.Send(&corpusv1.BackupChunk{Data: c.Data}); err != nil {
+			break
+		}
+		done += int64(len(c.Data))
+		if done-reported >= backupProgressEvery {
+			reported = done
+			if err := progress(&corpusv1.BackupProgress{Phase: "restoring", DoneBytes: done}); err != nil {
+				return nil, err
+			}
+		}
+	}
+	if err := rd.Err(); err != nil {
+		cancel()
+		load.CloseAndReceive()
+		return nil, fmt.Errorf("reading backup %s on node %s: %w", bk.Id, holder.Name, err)
+	}
+	res, err := load.CloseAndReceive()
+	if err != nil {
+		return nil, err
+	}
+	return res.Msg, nil
+}
+
+func (s *serviceService) ExportBackup(ctx context.Context, req *connect.Request[corpusv1.ExportBackupRequest], stream *connect.ServerStream[corpusv1.BackupChunk]) error {
+	view := s.b.Store.Read()
+	bk, err := pickBackup(ctx, view, req.Msg.Id)
+	if err != nil {
+		return err
+	}
+	holder, err := holderOf(view, bk)
+	if err != nil {
+		return err
+	}
+	rd, err := s.b.AgentClient(holder).ReadBackup(ctx, connect.NewRequest(&corpusv1.ReadBackupRequest{Backup: bk}))
+	if err != nil {
+		return connect.NewError(connect.CodeUnavailable, fmt.Errorf("reading backup %s on node %s: %w", bk.Id, holder.Name, err))
+	}
+	defer rd.Close()
+	if err := stream.Send(&corpusv1.BackupChunk{Backup: bk}); err != nil {
+		return err
+	}
+	for rd.Receive() {
+		if err := stream.Send(&corpusv1.BackupChunk{Data: rd.Msg().Data}); err != nil {
+			return err
+		}
+	}
+	if err := rd.Err(); err != nil {
+		return connect.NewError(connect.CodeUnavailable, fmt.Errorf("reading backup %s on node %s: %w", bk.Id, holder.Name, err))
+	}
+	if auditErr := s.b.audit.record(ctx, auth.FromContext(ctx).String(), "export backup", bk.Service+" "+bk.Id, "ok"); auditErr != nil {
+		s.b.Logger.Warn("recording an export in the audit log", "backup", bk.Id, "error", auditErr)
+	}
+	return nil
+}
+
+func (s *serviceService) ImportBackup(ctx context.Context, stream *connect.ClientStream[corpusv1.BackupChunk]) (*connect.Response[corpusv1.ImportBackupResponse], error) {
+	if !stream.Receive() {
+		return nil, toConnect(invalidf("no backup header: the first message names the service and the data's SHA-256"))
+	}
+	head := stream.Msg().Backup
+	if head == nil || head.Service == "" || len(head.Sha256) != 64 {
+		return nil, toConnect(invalidf("the first message must name the service and give the data's SHA-256 (64 hex digits)"))
+	}
+	view := s.b.Store.Read()
+	svc, err := pickService(ctx, view, head.Service, true)
+	if err != nil {
+		return nil, err
+	}
+	if svc.GuestId == "" {
+		return nil, toConnect(invalidf("external service %s keeps no data here", svc.Name))
+	}
+	g := view.Guest(svc.GuestId)
+	holder := backupHolder(view, view.Node(g.GetNodeId()))
+	if holder == nil {
+		return nil, connect.NewError(connect.CodeUnavailable, errors.New("no ready node to keep the backup"))
+	}
+	bk := &corpusv1.Backup{Id: secret.Hex(8), Service: svc.Name, NodeId: holder.Id, Trigger: corpusv1.BackupImport,
+		Template: svc.Template, Version: svc.Version}
+	if _, err := s.b.write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_BeginBackup{BeginBackup: &corpusv1.BeginBackup{Backup: bk}}}); err != nil {
+		return nil, err
+	}
+	size, err := s.b.storeImport(ctx, bk, holder, head.Sha256, stream)
+	finish := &corpusv1.FinishBackup{Id: bk.Id, Status: corpusv1.BackupSucceeded, SizeBytes: size, Sha256: head.Sha256}
+	if err != nil {
+		finish = &corpusv1.FinishBackup{Id: bk.Id, Status: corpusv1.BackupFailed, Message: errorText(err)}
+	}
+	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), writeTimeout)
+	defer cancel()
+	if _, werr := s.b.write(fctx, &corpusv1.Command{Cmd: &corpusv1.Command_FinishBackup{FinishBackup: finish}}); werr != nil {
+		return nil, errors.Join(err, werr)
+	}
+	if err != nil {
+		return nil, toConnect(err)
+	}
+	return connect.NewResponse(&corpusv1.ImportBackupResponse{Backup: s.b.Store.Read().Backup(bk.Id)}), nil
+}
+
+// storeImport relays a client's backup to its holder, which checks it
+// against sum.
+func (b *Backend) storeImport(ctx context.Context, bk *corpusv1.Backup, holder *corpusv1.Node, sum string, in *connect.ClientStream[corpusv1.BackupChunk]) (int64, error) {
+	sctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	store := b.AgentClient(holder).StoreBackup(sctx)
+	if err := store.Send(&corpusv1.BackupChunk{Backup: bk}); err != nil {
+		_, err = store.CloseAndReceive()
+		return 0, err
+	}
+	var size int64
+	for in.Receive() {
+		data := in.Msg().Data
+		size += int64(len(data))
+		if err := store.Send(&corpusv1.BackupChunk{Data: data}); err != nil {
+			break
+		}
+	}
+	if err := in.Err(); err != nil {
+		cancel()
+		store.CloseAndReceive()
+		return 0, fmt.Errorf("receiving the backup: %w", err)
+	}
+	tail := proto.Clone(bk).(*corpusv1.Backup)
+	tail.SizeBytes, tail.Sha256 = size, sum
+	if err := store.Send(&corpusv1.BackupChunk{Backup: tail}); err != nil {
+		_, err = store.CloseAndReceive()
+		return 0, err
+	}
+	res, err := store.CloseAndReceive()
+	if err != nil {
+		return 0, err
+	}
+	return res.Msg.SizeBytes, nil
+}
+
+func (s *serviceService) DeleteBackup(ctx context.Context, req *connect.Request[corpusv1.DeleteBackupRequest]) (*connect.Response[corpusv1.DeleteBackupResponse], error) {
+	view := s.b.Store.Read()
+	bk, err := pickBackup(ctx, view, req.Msg.Id)
+	if err != nil {
+		return nil, err
+	}
+	if bk.Status == corpusv1.BackupRunning {
+		return nil, connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("backup %s is still running", bk.Id))
+	}
+	// The holder removes the file now when it can; otherwise when it
+	// next sees the backup gone from the state.
+	if n := view.Node(bk.NodeId); n != nil && n.AgentAddress != "" && n.Status == state.NodeReady {
+		if _, err := s.b.AgentClient(n).RemoveBackup(ctx, connect.NewRequest(&corpusv1.RemoveBackupRequest{Backup: bk})); err != nil {
+			s.b.Logger.Warn("removing a backup's file", "backup", bk.Id, "node", n.Name, "error", err)
+		}
+	}
+	if _, err := s.b.write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_DeleteBackup{DeleteBackup: &corpusv1.DeleteBackup{Id: bk.Id}}}); err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(&corpusv1.DeleteBackupResponse{Backup: bk}), nil
+}

@@ -1,0 +1,546 @@
+package api
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/proto"
+
+	"corpus/coordinator/auth"
+	"corpus/coordinator/state"
+	"corpus/coordinator/templates"
+	"corpus/internal/names"
+	"corpus/internal/secret"
+	"corpus/volume"
+	corpusv1 "corpus/proto/corpus/v1"
+)
+
+// Services: made from templates (a guest of their own with a volume) or
+// external endpoints, linked to project environments as config.
+
+type serviceService struct{ b *Backend }
+
+// templates reads the templates this coordinator offers now: the
+// built-in ones and the operator's folder, read again on every call so an
+// added template needs no restart.
+func (b *Backend) templates() (templates.Set, error) {
+	set, err := templates.Load(b.ServiceTemplates)
+	if err != nil {
+		return nil, connect.NewError(connect.CodeInternal, fmt.Errorf("reading the service templates: %w", err))
+	}
+	return set, nil
+}
+
+func (s *serviceService) ListTemplates(ctx context.Context, _ *connect.Request[corpusv1.ListTemplatesRequest]) (*connect.Response[corpusv1.ListTemplatesResponse], error) {
+	set, err := s.b.templates()
+	if err != nil {
+		return nil, err
+	}
+	res := &corpusv1.ListTemplatesResponse{}
+	for _, t := range set.Sorted() {
+		t = proto.Clone(t).(*corpusv1.ServiceTemplate)
+		t.Files = nil // the scripts are in the template's folder
+		res.Templates = append(res.Templates, t)
+	}
+	return connect.NewResponse(res), nil
+}
+
+// mayUseService checks the caller may use a service: ops, its members,
+// and (to read it) the members of projects linked to it.
+func mayUseService(ctx context.Context, view *state.Snap, svc *corpusv1.Service, write bool) error {
+	pr := auth.FromContext(ctx)
+	switch pr.Kind {
+	case auth.Operator, auth.Agent, auth.Coordinator:
+		return nil
+	}
+	if pr.User != "" && slices.Contains(svc.Members, pr.User) {
+		return nil
+	}
+	if !write {
+		for _, l := range svc.Links {
+			if p := view.Project(l.Project); p != nil && mayUseProject(ctx, p) == nil {
+				return nil
+			}
+		}
+	}
+	return connect.NewError(connect.CodePermissionDenied, fmt.Errorf("%s may not use service %s (%w)", pr, svc.Name, errNotMember))
+}
+
+// pickService returns a service the caller may use.
+func pickService(ctx context.Context, view *state.Snap, name string, write bool) (*corpusv1.Service, error) {
+	if err := names.Validate("service", name); err != nil {
+		return nil, toConnect(err)
+	}
+	svc := view.Service(name)
+	if svc == nil {
+		return nil, toConnect(notFound("service", name, "corpus service list"))
+	}
+	if err := mayUseService(ctx, view, svc, write); err != nil {
+		return nil, err
+	}
+	return svc, nil
+}
+
+// serviceView is a service as clients see it: secrets by name only.
+func serviceView(view *state.Snap, svc *corpusv1.Service) *corpusv1.ServiceView {
+	out := &corpusv1.ServiceView{}
+	svc = proto.Clone(svc).(*corpusv1.Service)
+	out.SecretKeys = slices.Sorted(maps.Keys(svc.Secrets))
+	svc.Secrets = nil
+	if t := svc.TemplateSpec; t != nil {
+		t.Files = nil
+	}
+	out.Service = svc
+	if g := view.Guest(svc.GuestId); g != nil {
+		out.GuestStatus, out.Address = guestStatus(view, g), g.Address
+		if n := view.Node(g.NodeId); n != nil {
+			out.NodeName = n.Name
+		}
+		if out.GuestStatus == corpusv1.GuestLost {
+			svc.Observed = &corpusv1.ServiceObserved{State: corpusv1.ServiceLost, Message: "its node is down: restore it from a backup onto another node (corpus service restore " + svc.Name + " --to-node NODE)"}
+		}
+	}
+	for _, b := range view.Backups(svc.Name) {
+		if b.Status == corpusv1.BackupSucceeded {
+			out.LastBackup = b
+			break
+		}
+	}
+	return out
+}
+
+// checkExternal validates an external service's endpoint and secrets.
+func checkExternal(m *corpusv1.CreateServiceRequest) error {
+	u, err := url.Parse(m.ExternalUrl)
+	if err != nil || u.Scheme == "" || u.Host == "" {
+		return invalidf("external endpoint %q is not a URL with a scheme and a host (https://api.example.com)", m.ExternalUrl)
+	}
+	if m.Template != "" || m.Version != "" || m.SizeBytes != 0 || m.MemoryBytes != 0 || m.BackupSchedule != "" {
+		return invalidf("an external service has no template, version, size, memory or backups")
+	}
+	if err := checkConfigChange(m.Secrets, nil); err != nil && len(m.Secrets) > 0 {
+		return err
+	}
+	if _, clash := m.Secrets["URL"]; clash {
+		return invalidf("URL is the endpoint's own variable; give the secret another name")
+	}
+	return nil
+}
+
+func (s *serviceService) CreateService(ctx context.Context, req *connect.Request[corpusv1.CreateServiceRequest]) (*connect.Response[corpusv1.CreateServiceResponse], error) {
+	m := req.Msg
+	if err := names.Validate("service", m.Name); err != nil {
+		return nil, toConnect(err)
+	}
+	guestName := corpusv1.ServiceGuestName(m.Name)
+	if err := names.Validate("guest", guestName); err != nil {
+		return nil, toConnect(invalidf("service name %q is too long for its guest name %q", m.Name, guestName))
+	}
+	if m.Env == "" {
+		m.Env = corpusv1.EnvDev
+	}
+	if err := validEnv(m.Env); err != nil {
+		return nil, toConnect(err)
+	}
+	if err := state.ValidSchedule(m.BackupSchedule); err != nil {
+		return nil, toConnect(err)
+	}
+	svc := &corpusv1.Service{Id: secret.Hex(8), Name: m.Name, Env: m.Env, DesiredState: state.DesiredRunning,
+		BackupSchedule: m.BackupSchedule, BackupKeep: m.BackupKeep}
+	if pr := auth.FromContext(ctx); pr.Kind == auth.Dev && pr.User != "" {
+		svc.Members = []string{pr.User}
+	}
+	var clear map[string]string
+	var g *corpusv1.Guest
+	if m.ExternalUrl != "" {
+		if err := checkExternal(m); err != nil {
+			return nil, toConnect(err)
+		}
+		svc.ExternalUrl, clear = m.ExternalUrl, m.Secrets
+	} else {
+		var err error
+		if g, clear, err = s.templateGuest(svc, m); err != nil {
+			return nil, err
+		}
+	}
+	view := s.b.Store.Read()
+	if old := view.Service(m.Name); old != nil {
+		if err := mayUseService(ctx, view, old, true); err != nil {
+			return nil, err
+		}
+		if sameService(view, old, svc, g) {
+			return connect.NewResponse(&corpusv1.CreateServiceResponse{Service: serviceView(view, old)}), nil
+		}
+		return nil, connect.NewError(connect.CodeAlreadyExists, fmt.Errorf("service %s exists with other settings (corpus service show %s)", m.Name, m.Name))
+	}
+	if g != nil && view.GuestByName(g.Name) != nil {
+		return nil, connect.NewError(connect.CodeAlreadyExists, fmt.Errorf("a guest named %s exists already; choose another service name", g.Name))
+	}
+	if len(clear) > 0 {
+		k, err := s.b.keyrings.ensure(ctx)
+		if err != nil {
+			return nil, toConnect(err)
+		}
+		if svc.Secrets, err = sealAll(k, clear, func(key string) string { return state.ServicePlace(svc.Name, key) }); err != nil {
+			return nil, toConnect(err)
+		}
+	}
+	if _, err := s.b.write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_CreateService{CreateService: &corpusv1.CreateService{Service: svc, Guest: g}}}); err != nil {
+		return nil, err
+	}
+	view = s.b.Store.Read()
+	return connect.NewResponse(&corpusv1.CreateServiceResponse{Service: serviceView(view, view.Service(m.Name)), Created: true}), nil
+}
+
+// templateGuest fills in a service made from a template and returns its
+// guest and its generated credentials.
+func (s *serviceService) templateGuest(svc *corpusv1.Service, m *corpusv1.CreateServiceRequest) (*corpusv1.Guest, map[string]string, error) {
+	if m.Template == "" {
+		return nil, nil, toConnect(invalidf("give a template (corpus service templates lists them) or an external endpoint"))
+	}
+	if len(m.Secrets) > 0 {
+		return nil, nil, toConnect(invalidf("secrets are for external services; a template's credentials are generated"))
+	}
+	set, err := s.b.templates()
+	if err != nil {
+		return nil, nil, err
+	}
+	t := set[m.Template]
+	if t == nil {
+		return nil, nil, toConnect(notFound("template", m.Template, "corpus service templates"))
+	}
+	version := m.Version
+	if version == "" {
+		version = t.Versions[0]
+	}
+	if !slices.Contains(t.Versions, version) {
+		return nil, nil, toConnect(invalidf("template %s offers versions %s, not %q", t.Name, strings.Join(t.Versions, ", "), version))
+	}
+	size, mem := m.SizeBytes, m.MemoryBytes
+	if size == 0 {
+		size = t.DefaultVolumeBytes
+	}
+	if mem == 0 {
+		mem = t.DefaultMemoryBytes
+	}
+	if size < t.MinVolumeBytes {
+		return nil, nil, toConnect(invalidf("a %s volume needs at least %d MiB, not %d MiB", t.Name, t.MinVolumeBytes>>20, size>>20))
+	}
+	if mem < t.MinMemoryBytes {
+		return nil, nil, toConnect(invalidf("%s needs at least %d MiB of memory, not %d MiB", t.Name, t.MinMemoryBytes>>20, mem>>20))
+	}
+	if size, err = volume.ValidateSize(size); err != nil {
+		return nil, nil, toConnect(invalidf("%v", err))
+	}
+	svc.Template, svc.Version, svc.TemplateSpec = t.Name, version, t
+	spec := &corpusv1.GuestSpec{
+		Driver: m.Driver, Image: t.Image, Packages: templates.Packages(t, version),
+		Resources: &corpusv1.Resources{MemoryBytes: mem},
+		Volume:    &corpusv1.VolumeSpec{SizeBytes: size, Path: t.VolumePath},
+	}
+	// The data of a service deleted without --purge (an unbound volume
+	// of its guest's name) comes back with it.
+	guestName := corpusv1.ServiceGuestName(svc.Name)
+	if v := s.b.Store.Read().Volume(guestName); v != nil && v.GuestId == "" && v.GetDesiredState() != state.DesiredDeleted {
+		spec.Volume = &corpusv1.VolumeSpec{UseVolume: guestName, Path: t.VolumePath}
+	}
+	if err := normalizeSpec(spec); err != nil {
+		return nil, nil, toConnect(err)
+	}
+	clear := map[string]string{}
+	for _, c := range t.Credentials {
+		clear[c] = secret.Hex(16)
+	}
+	g := &corpusv1.Guest{Id: secret.Hex(8), Name: guestName, Spec: spec, DesiredState: state.DesiredRunning}
+	return g, clear, nil
+}
+
+// sameService says whether a create asks for the service that exists.
+func sameService(view *state.Snap, old, want *corpusv1.Service, g *corpusv1.Guest) bool {
+	if old.Template != want.Template || old.Version != want.Version || old.ExternalUrl != want.ExternalUrl || old.Env != want.Env {
+		return false
+	}
+	if g == nil {
+		return true
+	}
+	og := view.Guest(old.GuestId)
+	return og != nil && og.Spec.GetResources().GetMemoryBytes() == g.Spec.Resources.MemoryBytes
+}
+
+func (s *serviceService) ListServices(ctx context.Context, _ *connect.Request[corpusv1.ListServicesRequest]) (*connect.Response[corpusv1.ListServicesResponse], error) {
+	view := s.b.Store.Read()
+	res := &corpusv1.ListServicesResponse{}
+	for _, svc := range view.Services() {
+		if mayUseService(ctx, view, svc, false) == nil {
+			res.Services = append(res.Services, serviceView(view, svc))
+		}
+	}
+	return connect.NewResponse(res), nil
+}
+
+func (s *serviceService) GetService(ctx context.Context, req *connect.Request[corpusv1.GetServiceRequest]) (*connect.Response[corpusv1.GetServiceResponse], error) {
+	m := req.Msg
+	wait := time.Duration(m.WaitSeconds) * time.Second
+	if wait <= 0 || wait > maxWait {
+		wait = defaultWait
+	}
+	ctx, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
+	for {
+		view := s.b.Store.Read()
+		svc, err := pickService(ctx, view, m.Name, false)
+		if err != nil {
+			return nil, err
+		}
+		idx := svc.ModifyIndex
+		if g := view.Guest(svc.GuestId); g != nil && g.ModifyIndex > idx {
+			idx = g.ModifyIndex
+		}
+		if m.MinIndex == 0 || idx > m.MinIndex || view.Wait(ctx) != nil {
+			return connect.NewResponse(&corpusv1.GetServiceResponse{Service: serviceView(view, svc), Index: idx}), nil
+		}
+	}
+}
+
+func (s *serviceService) setDesired(ctx context.Context, name, desired string, purge bool) (*corpusv1.ServiceView, bool, error) {
+	view := s.b.Store.Read()
+	svc, err := pickService(ctx, view, name, true)
+	if err != nil {
+		return nil, false, err
+	}
+	if desired != state.DesiredDeleted && svc.DesiredState == desired {
+		return serviceView(view, svc), false, nil
+	}
+	if desired == state.DesiredDeleted && len(svc.Links) > 0 {
+		var to []string
+		for _, l := range svc.Links {
+			to = append(to, l.Project+"/"+l.Env)
+		}
+		return nil, false, connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf(
+			"service %s is linked to %s: unlink it first (corpus service unlink %s PROJECT --env ENV)", svc.Name, strings.Join(to, ", "), svc.Name))
+	}
+	if _, err := s.b.write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_SetServiceDesired{SetServiceDesired: &corpusv1.SetServiceDesired{
+		Name: name, DesiredState: desired, Purge: purge,
+	}}}); err != nil {
+		return nil, false, err
+	}
+	view = s.b.Store.Read()
+	if after := view.Service(name); after != nil {
+		return serviceView(view, after), true, nil
+	}
+	return nil, true, nil
+}
+
+func (s *serviceService) DeleteService(ctx context.Context, req *connect.Request[corpusv1.DeleteServiceRequest]) (*connect.Response[corpusv1.DeleteServiceResponse], error) {
+	before := s.b.Store.Read().Service(req.Msg.Name)
+	if _, _, err := s.setDesired(ctx, req.Msg.Name, state.DesiredDeleted, req.Msg.Purge); err != nil {
+		return nil, err
+	}
+	before = proto.Clone(before).(*corpusv1.Service)
+	before.Secrets = nil
+	if before.TemplateSpec != nil {
+		before.TemplateSpec.Files = nil
+	}
+	return connect.NewResponse(&corpusv1.DeleteServiceResponse{Service: before}), nil
+}
+
+func (s *serviceService) StartService(ctx context.Context, req *connect.Request[corpusv1.ServiceActionRequest]) (*connect.Response[corpusv1.ServiceActionResponse], error) {
+	v, changed, err := s.setDesired(ctx, req.Msg.Name, state.DesiredRunning, false)
+	if err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(&corpusv1.ServiceActionResponse{Service: v, Changed: changed}), nil
+}
+
+func (s *serviceService) StopService(ctx context.Context, req *connect.Request[corpusv1.ServiceActionRequest]) (*connect.Response[corpusv1.ServiceActionResponse], error) {
+	v, changed, err := s.setDesired(ctx, req.Msg.Name, state.DesiredStopped, false)
+	if err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(&corpusv1.ServiceActionResponse{Service: v, Changed: changed}), nil
+}
+
+// ResizeService grows (or shrinks, when the data fits) the service's
+// volume and changes its memory, each through the same checks as the
+// volume and guest calls.
+func (s *serviceService) ResizeService(ctx context.Context, req *connect.Request[corpusv1.ResizeServiceRequest]) (*connect.Response[corpusv1.ServiceActionResponse], error) {
+	m := req.Msg
+	view := s.b.Store.Read()
+	svc, err := pickService(ctx, view, m.Name, true)
+	if err != nil {
+		return nil, err
+	}
+	if svc.GuestId == "" {
+		return nil, toConnect(invalidf("external service %s has no volume or memory", svc.Name))
+	}
+	if m.SizeBytes == 0 && m.MemoryBytes == 0 {
+		return nil, toConnect(invalidf("give a new --size or --memory"))
+	}
+	t := svc.TemplateSpec
+	if m.SizeBytes != 0 && m.SizeBytes < t.GetMinVolumeBytes() {
+		return nil, toConnect(invalidf("a %s volume needs at least %d MiB", svc.Template, t.GetMinVolumeBytes()>>20))
+	}
+	if m.MemoryBytes != 0 && m.MemoryBytes < t.GetMinMemoryBytes() {
+		return nil, toConnect(invalidf("%s needs at least %d MiB of memory", svc.Template, t.GetMinMemoryBytes()>>20))
+	}
+	g := view.Guest(svc.GuestId)
+	changed := false
+	if m.SizeBytes != 0 {
+		v := view.VolumeOfGuest(svc.GuestId)
+		if v == nil {
+			return nil, connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("service %s has no volume yet", svc.Name))
+		}
+		// Smaller only when the data fits with the volume package's margin.
+		res, err := (&volumeService{s.b}).ResizeVolume(ctx, connect.NewRequest(&corpusv1.ResizeVolumeRequest{Name: v.Name, SizeBytes: m.SizeBytes, AllowShrink: true}))
+		if err != nil {
+			return nil, err
+		}
+		changed = res.Msg.Changed
+	}
+	if m.MemoryBytes != 0 && g != nil && g.Spec.GetResources().GetMemoryBytes() != m.MemoryBytes {
+		mem := m.MemoryBytes
+		if _, err := (&guestService{s.b}).UpdateGuest(ctx, connect.NewRequest(&corpusv1.UpdateGuestRequest{Name: g.Name, MemoryBytes: &mem})); err != nil {
+			return nil, err
+		}
+		changed = true
+	}
+	view = s.b.Store.Read()
+	return connect.NewResponse(&corpusv1.ServiceActionResponse{Service: serviceView(view, view.Service(svc.Name)), Changed: changed}), nil
+}
+
+func (s *serviceService) UpdateService(ctx context.Context, req *connect.Request[corpusv1.UpdateServiceRequest]) (*connect.Response[corpusv1.ServiceActionResponse], error) {
+	m := req.Msg
+	view := s.b.Store.Read()
+	svc, err := pickService(ctx, view, m.Name, true)
+	if err != nil {
+		return nil, err
+	}
+	schedule, keep := svc.BackupSchedule, svc.BackupKeep
+	switch m.BackupSchedule {
+	case "":
+	case "none":
+		schedule = ""
+	default:
+		schedule = m.BackupSchedule
+	}
+	if m.BackupKeep != 0 {
+		keep = m.BackupKeep
+	}
+	if err := state.ValidSchedule(schedule); err != nil {
+		return nil, toConnect(err)
+	}
+	if schedule == svc.BackupSchedule && keep == svc.BackupKeep {
+		return connect.NewResponse(&corpusv1.ServiceActionResponse{Service: serviceView(view, svc)}), nil
+	}
+	if _, err := s.b.write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_UpdateService{UpdateService: &corpusv1.UpdateService{
+		Name: svc.Name, BackupSchedule: schedule, BackupKeep: keep,
+	}}}); err != nil {
+		return nil, err
+	}
+	view = s.b.Store.Read()
+	return connect.NewResponse(&corpusv1.ServiceActionResponse{Service: serviceView(view, view.Service(svc.Name)), Changed: true}), nil
+}
+
+// linkEnv is what a link named as gives a project: the template's link
+// variables filled in, or an external service's endpoint and secrets.
+func (s *serviceService) linkEnv(view *state.Snap, svc *corpusv1.Service, as string) (map[string]string, error) {
+	k, err := s.b.keyrings.open(view)
+	if err != nil {
+		return nil, toConnect(err)
+	}
+	secrets, err := openSecrets(k, svc.Name, svc.Secrets)
+	if err != nil {
+		return nil, toConnect(err)
+	}
+	if svc.ExternalUrl != "" {
+		out := map[string]string{as + "_URL": svc.ExternalUrl}
+		for key, v := range secrets {
+			out[as+"_"+key] = v
+		}
+		return out, nil
+	}
+	g := view.Guest(svc.GuestId)
+	if g == nil || g.Address == "" {
+		return nil, connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("service %s is not placed on a node yet; link it once `corpus service show %s` gives its address", svc.Name, svc.Name))
+	}
+	vars := map[string]string{"host": g.Address, "port": strconv.Itoa(int(svc.TemplateSpec.GetPort())), "name": svc.Name, "version": svc.Version}
+	maps.Copy(vars, secrets)
+	return templates.LinkEnv(svc.TemplateSpec, as, vars), nil
+}
+
+func (s *serviceService) LinkService(ctx context.Context, req *connect.Request[corpusv1.LinkServiceRequest], stream *connect.ServerStream[corpusv1.DeployOutput]) error {
+	m := req.Msg
+	view := s.b.Store.Read()
+	svc, err := pickService(ctx, view, m.Service, true)
+	if err != nil {
+		return err
+	}
+	p, e, err := pickEnv(ctx, view, m.Project, m.Env)
+	if err != nil {
+		return err
+	}
+	as := m.As
+	if as == "" {
+		as = templates.DefaultAs(svc.Template)
+		if svc.ExternalUrl != "" {
+			as = templates.DefaultAs(svc.Name)
+		}
+	}
+	if err := templates.ValidAs(as); err != nil {
+		return toConnect(invalidf("%v", err))
+	}
+	env, err := s.linkEnv(view, svc, as)
+	if err != nil {
+		return err
+	}
+	if err := checkConfigChange(env, nil); err != nil {
+		return toConnect(err)
+	}
+	k, err := s.b.keyrings.ensure(ctx)
+	if err != nil {
+		return toConnect(err)
+	}
+	sealed, err := sealAll(k, env, func(key string) string { return state.ConfigPlace(p.Name, e.Name, key) })
+	if err != nil {
+		return toConnect(err)
+	}
+	if _, err := s.b.write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_LinkService{LinkService: &corpusv1.LinkService{
+		Service: svc.Name, Link: &corpusv1.ServiceLink{Project: p.Name, Env: e.Name, As: as}, Config: sealed,
+	}}}); err != nil {
+		return err
+	}
+	what := fmt.Sprintf("service %s linked as %s (%s)", svc.Name, as, strings.Join(slices.Sorted(maps.Keys(env)), " "))
+	return (&projectService{s.b}).releaseConfig(ctx, p.Name, e.Name, what, m.NoRestart, stream)
+}
+
+func (s *serviceService) UnlinkService(ctx context.Context, req *connect.Request[corpusv1.UnlinkServiceRequest], stream *connect.ServerStream[corpusv1.DeployOutput]) error {
+	m := req.Msg
+	view := s.b.Store.Read()
+	svc, err := pickService(ctx, view, m.Service, true)
+	if err != nil {
+		return err
+	}
+	p, e, err := pickEnv(ctx, view, m.Project, m.Env)
+	if err != nil {
+		return err
+	}
+	i := slices.IndexFunc(svc.Links, func(l *corpusv1.ServiceLink) bool { return l.Project == p.Name && l.Env == e.Name })
+	if i < 0 {
+		return connect.NewError(connect.CodeNotFound, fmt.Errorf("service %s is not linked to %s/%s", svc.Name, p.Name, e.Name))
+	}
+	keys := svc.Links[i].Keys
+	if _, err := s.b.write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_UnlinkService{UnlinkService: &corpusv1.UnlinkService{
+		Service: svc.Name, Project: p.Name, Env: e.Name,
+	}}}); err != nil {
+		return err
+	}
+	what := fmt.Sprintf("service %s unlinked (%s removed)", svc.Name, strings.Join(keys, " "))
+	return (&projectService{s.b}).releaseConfig(ctx, p.Name, e.Name, what, m.NoRestart, stream)
+}

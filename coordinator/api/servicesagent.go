@@ -1,0 +1,111 @@
+package api
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"strconv"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/proto"
+
+	"corpus/coordinator/auth"
+	"corpus/coordinator/state"
+	corpusv1 "corpus/proto/corpus/v1"
+)
+
+// The agents' side of services: what a service's guest runs, who may
+// reach it, and how it is.
+
+// ServiceRuntime gives the agent of a service's guest the service (its
+// template's scripts included, its sealed secrets left out) and its
+// scripts' environment, credentials opened.
+func (s *agentService) ServiceRuntime(ctx context.Context, req *connect.Request[corpusv1.ServiceRuntimeRequest]) (*connect.Response[corpusv1.ServiceRuntimeResponse], error) {
+	p := auth.FromContext(ctx)
+	view := s.b.Store.Read()
+	svc := view.Service(req.Msg.Service)
+	if svc == nil {
+		return nil, toConnect(notFound("service", req.Msg.Service, "corpus service list"))
+	}
+	g := view.Guest(svc.GuestId)
+	if g == nil || g.NodeId != p.NodeID {
+		return nil, connect.NewError(connect.CodePermissionDenied, fmt.Errorf("service %s does not run on node %s", svc.Name, p.NodeName))
+	}
+	k, err := s.b.keyrings.open(view)
+	if err != nil {
+		return nil, toConnect(err)
+	}
+	secrets, err := openSecrets(k, svc.Name, svc.Secrets)
+	if err != nil {
+		return nil, toConnect(err)
+	}
+	env := map[string]string{
+		"NAME":    svc.Name,
+		"VERSION": svc.Version,
+		"PORT":    strconv.Itoa(int(svc.TemplateSpec.GetPort())),
+		"DATA":    svc.TemplateSpec.GetVolumePath(),
+	}
+	maps.Copy(env, secrets)
+	out := proto.Clone(svc).(*corpusv1.Service)
+	out.Secrets = nil
+	return connect.NewResponse(&corpusv1.ServiceRuntimeResponse{Service: out, Env: env}), nil
+}
+
+// guestServices maps those of guests that run a service to its name.
+func guestServices(view *state.Snap, guests []*corpusv1.Guest) map[string]string {
+	out := map[string]string{}
+	for _, g := range guests {
+		if svc := view.ServiceOfGuest(g.Id); svc != nil {
+			out[g.Id] = svc.Name
+		}
+	}
+	if len(out) == 0 {
+		return nil
+	}
+	return out
+}
+
+// serviceReach says, for each service guest among guests, the addresses
+// of the guests linked to it (the guests of its linked project
+// environments, wherever they run).
+func serviceReach(view *state.Snap, guests []*corpusv1.Guest) []*corpusv1.ServiceReach {
+	var out []*corpusv1.ServiceReach
+	for _, g := range guests {
+		svc := view.ServiceOfGuest(g.Id)
+		if svc == nil {
+			continue
+		}
+		r := &corpusv1.ServiceReach{GuestId: g.Id, Port: svc.TemplateSpec.GetPort()}
+		for _, l := range svc.Links {
+			e := state.ProjectEnv(view.Project(l.Project), l.Env)
+			if lg := view.Guest(e.GetGuestId()); lg != nil && lg.Address != "" {
+				r.From = append(r.From, lg.Address)
+			}
+		}
+		out = append(out, r)
+	}
+	return out
+}
+
+// reportServices records the changed observations of a node's services.
+func (s *agentService) reportServices(ctx context.Context, view *state.Snap, nodeID string, reported []*corpusv1.ReportedService) (uint64, error) {
+	var changed []*corpusv1.ReportedService
+	for _, r := range reported {
+		svc := view.ServiceByID(r.ServiceId)
+		if svc == nil || r.Observed == nil {
+			continue
+		}
+		if g := view.Guest(svc.GuestId); g == nil || g.NodeId != nodeID {
+			continue
+		}
+		if svc.Observed.GetState() != r.Observed.State || svc.Observed.GetMessage() != r.Observed.Message {
+			changed = append(changed, r)
+		}
+	}
+	if len(changed) == 0 {
+		return 0, nil
+	}
+	return s.b.write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_ReportServices{ReportServices: &corpusv1.ReportServices{
+		NodeId: nodeID, Services: changed,
+	}}})
+}

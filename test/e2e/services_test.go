@@ -1,0 +1,266 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// notesWorker is a project's app that keeps its data in the service it
+// is linked to: at start it writes a row through DATABASE_URL, then it
+// reads the rows back every half second into /tmp/notes (or the error).
+const notesWorker = `#!/bin/sh
+psql "$DATABASE_URL" -v ON_ERROR_STOP=1 -q \
+  -c "CREATE TABLE IF NOT EXISTS notes (id serial PRIMARY KEY, note text NOT NULL)" \
+  -c "INSERT INTO notes (note) SELECT 'hello from the app' WHERE NOT EXISTS (SELECT 1 FROM notes)" || exit 1
+while :; do
+  if out=$(psql "$DATABASE_URL" -tAc "SELECT note FROM notes ORDER BY id" 2>&1); then
+    printf '%s\n' "$out" >/tmp/notes.new
+  else
+    printf 'error: %s\n' "$out" >/tmp/notes.new
+  fi
+  mv /tmp/notes.new /tmp/notes
+  sleep 0.5
+done
+`
+
+// serviceView is what `corpus service show --json` says.
+type serviceView struct {
+	Service struct {
+		Service struct {
+			Name     string `json:"name"`
+			Observed struct {
+				State   string `json:"state"`
+				Message string `json:"message"`
+			} `json:"observed"`
+			Links []struct {
+				Project string   `json:"project"`
+				Env     string   `json:"env"`
+				Keys    []string `json:"keys"`
+			} `json:"links"`
+		} `json:"service"`
+		Address    string   `json:"address"`
+		SecretKeys []string `json:"secret_keys"`
+	} `json:"service"`
+}
+
+func (c *cluster) service(name string) serviceView {
+	c.t.Helper()
+	var v serviceView
+	if err := c.json(&v, "service", "show", name); err != nil {
+		c.t.Fatal(err)
+	}
+	return v
+}
+
+// waitHealthy waits for a service to pass its health check.
+func (c *cluster) waitHealthy(name string, within time.Duration) {
+	c.t.Helper()
+	eventually(c.t, within, "service "+name+" healthy", func() error {
+		if v := c.service(name); v.Service.Service.Observed.State != "healthy" {
+			return fmt.Errorf("service %s is %q: %s", name, v.Service.Service.Observed.State, v.Service.Service.Observed.Message)
+		}
+		return nil
+	})
+}
+
+// buildImage builds an image with packages into an agent's state folder
+// from the host: the agents' namespaces have no route to the Debian
+// mirror, as a node that is offline would not.
+func buildImage(t *testing.T, a *agentProc, packages string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+	defer cancel()
+	start := time.Now()
+	if out, err := exec.CommandContext(ctx, corpusBin, "image", "build", "debian/bookworm", "--driver", "lxc",
+		"--packages", packages, "--state-dir", a.stateDir).CombinedOutput(); err != nil {
+		t.Fatalf("image build: %v\n%s", err, out)
+	}
+	t.Logf("debian/bookworm +%s built in %s", packages, time.Since(start).Round(time.Second))
+}
+
+// TestServicePostgres: a PostgreSQL service from the built-in template,
+// in a guest of its own, linked to a project whose app writes and reads
+// a row through DATABASE_URL; a guest that is not linked cannot connect;
+// a backup kept off the guest, the table dropped, the restore brings the
+// row back; an export and an import go through a file here; an agent
+// restart keeps the data and the link; delete is refused while linked.
+func TestServicePostgres(t *testing.T) {
+	if os.Getenv("CORPUS_TEST_DEBIAN") == "" {
+		t.Skip("slow: builds the debian/bookworm image with PostgreSQL (apt); set CORPUS_TEST_DEBIAN=1 (CI does)")
+	}
+	c := newCluster(t)
+	a := c.addAgent("n1")
+	client, nodeAddr := c.lab.addClient(a.node)
+	a.kill()
+	buildImage(t, a, "postgresql-15")
+	a.proc = c.startAgent(a, "--address", nodeAddr)
+
+	if out := c.mustCLI("service", "templates"); !strings.Contains(out, "postgresql") || !strings.Contains(out, "redis") || !strings.Contains(out, "mariadb") {
+		t.Fatalf("service templates:\n%s", out)
+	}
+	for _, bad := range [][]string{
+		{"service", "create", "x", "--template", "oracle"},
+		{"service", "create", "x", "--template", "postgresql", "--size", "1M"},
+		{"service", "create", "x", "--template", "postgresql", "--version", "9"},
+		{"service", "create", "x", "--external", "not a url"},
+	} {
+		if out, _, code := c.cli(bad...); code == 0 {
+			t.Errorf("%s succeeded:\n%s", strings.Join(bad, " "), out)
+		}
+	}
+	if out := c.mustCLI("service", "list"); !strings.Contains(out, "no services") {
+		t.Errorf("bad creates left something:\n%s", out)
+	}
+
+	start := time.Now()
+	c.mustCLI("service", "create", "db", "--template", "postgresql", "--size", "256M", "--memory", "256M")
+	c.waitHealthy("db", 5*time.Minute)
+	t.Logf("service create to healthy: %s", time.Since(start).Round(100*time.Millisecond))
+	c.mustCLI("service", "create", "db", "--template", "postgresql", "--size", "256M", "--memory", "256M") // the same again: fine
+	if v := c.service("db"); len(v.Service.SecretKeys) != 1 || v.Service.SecretKeys[0] != "PASSWORD" {
+		t.Errorf("service show: secrets %v, want PASSWORD by name only", v.Service.SecretKeys)
+	}
+	if out := c.mustCLI("--json", "service", "show", "db"); strings.Contains(out, "CREATE ROLE") || strings.Contains(out, "\"files\"") {
+		t.Errorf("service show leaks the template's scripts:\n%s", out)
+	}
+
+	l := deployLabOn(t, c, a, client, nodeAddr, []string{"--image", "debian/bookworm", "--packages", "postgresql-15", "--memory", "256M", "--cpus", "0.5"})
+	out := c.mustCLI("service", "link", "db", "hello", "--as", "DATABASE")
+	if !strings.Contains(out, "DATABASE_URL") || !strings.Contains(out, "first push runs with it") {
+		t.Errorf("service link before the first push:\n%s", out)
+	}
+	l.write("worker.sh", notesWorker, 0o755)
+	l.write("Procfile", "worker: exec sh worker.sh\n", 0o644)
+	l.git("add", "-A")
+	l.git("commit", "-q", "-m", "notes app")
+	l.mustPush()
+	notes := func() string { return l.guestSh("cat /tmp/notes 2>/dev/null || true") }
+	eventually(t, time.Minute, "the app reads its row", func() error {
+		if got := notes(); got != "hello from the app" {
+			return fmt.Errorf("/tmp/notes = %q", got)
+		}
+		return nil
+	})
+
+	// Reach: the linked guest connects; a guest that is not linked
+	// (same node, same image) does not, with the right password even.
+	url := strings.TrimSpace(c.mustCLI("config", "get", "hello", "DATABASE_URL"))
+	if got := l.guestSh(fmt.Sprintf("psql '%s' -tAc 'SELECT 42'", url)); got != "42" {
+		t.Errorf("the linked guest's query = %q", got)
+	}
+	c.mustCLI("guest", "create", "stranger", "--image", "debian/bookworm", "--packages", "postgresql-15", "--memory", "128M", "--cpus", "0.2")
+	waitRunning(t, c, "stranger")
+	if out, errOut, code := c.cli("guest", "exec", "stranger", "--", "psql", url+"?connect_timeout=3", "-tAc", "SELECT 42"); code == 0 || strings.Contains(out, "42") {
+		t.Errorf("a guest not linked to db connected to it:\n%s%s", out, errOut)
+	}
+
+	// Backup, drop the table, restore: the row is back.
+	out = c.mustCLI("service", "backup", "db")
+	if !strings.Contains(out, "done: backup") {
+		t.Fatalf("service backup:\n%s", out)
+	}
+	var backups struct {
+		Backups []struct {
+			Backup struct {
+				Id     string `json:"id"`
+				Status string `json:"status"`
+				Sha256 string `json:"sha256"`
+			} `json:"backup"`
+		} `json:"backups"`
+	}
+	if err := c.json(&backups, "service", "backups", "db"); err != nil || len(backups.Backups) != 1 || backups.Backups[0].Backup.Status != "succeeded" {
+		t.Fatalf("service backups: %v, %+v", err, backups)
+	}
+	first := backups.Backups[0].Backup.Id
+	c.mustCLI("guest", "exec", "svc-db", "--", "sh", "-c", `su postgres -c "psql -d corpus -qc 'DROP TABLE notes'"`)
+	eventually(t, 10*time.Second, "the app sees the table gone", func() error {
+		if got := notes(); !strings.HasPrefix(got, "error:") {
+			return fmt.Errorf("/tmp/notes = %q", got)
+		}
+		return nil
+	})
+	c.mustCLI("service", "restore", "db", "--from", first)
+	eventually(t, 10*time.Second, "the row is back", func() error {
+		if got := notes(); got != "hello from the app" {
+			return fmt.Errorf("/tmp/notes = %q", got)
+		}
+		return nil
+	})
+
+	// Export to a file here and import it back as a backup of its own.
+	file := filepath.Join(tempDir(t), "db.pgdump")
+	c.mustCLI("service", "export", first, "-o", file)
+	if st, err := os.Stat(file); err != nil || st.Size() == 0 {
+		t.Fatalf("export wrote %v, %v", st, err)
+	}
+	out = c.mustCLI("service", "import", "db", file)
+	if !strings.Contains(out, "imported as backup") {
+		t.Errorf("service import:\n%s", out)
+	}
+	// A file that is not what it claims is refused whole.
+	if err := os.WriteFile(file, []byte("not a dump"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c.mustCLI("service", "import", "db", file) // stored: its checksum is its own
+	if err := c.json(&backups, "service", "backups", "db"); err != nil || len(backups.Backups) != 3 {
+		t.Fatalf("service backups after imports: %v, %d", err, len(backups.Backups))
+	}
+	if out, _, code := c.cli("service", "restore", "db", "--from", backups.Backups[0].Backup.Id); code == 0 {
+		t.Errorf("restoring garbage succeeded:\n%s", out)
+	}
+	eventually(t, 10*time.Second, "the data survived a failed restore", func() error {
+		if got := notes(); got != "hello from the app" {
+			return fmt.Errorf("/tmp/notes = %q", got)
+		}
+		return nil
+	})
+
+	// An agent restart keeps the data and the link.
+	a.kill()
+	a.proc = c.startAgent(a, "--address", nodeAddr)
+	c.waitHealthy("db", 2*time.Minute)
+	if got := strings.TrimSpace(c.mustCLI("config", "get", "hello", "DATABASE_URL")); got != url {
+		t.Errorf("DATABASE_URL after an agent restart = %q, want %q", got, url)
+	}
+	if got := notes(); got != "hello from the app" {
+		t.Errorf("/tmp/notes after an agent restart = %q", got)
+	}
+
+	// Deleting while linked is refused; unlink takes the variables away.
+	if _, errOut, code := c.cli("service", "delete", "db"); code == 0 || !strings.Contains(errOut, "linked to hello/dev") {
+		t.Errorf("service delete while linked: exit %d\n%s", code, errOut)
+	}
+	c.mustCLI("service", "unlink", "db", "hello")
+	if out, _, code := c.cli("config", "get", "hello", "DATABASE_URL"); code == 0 {
+		t.Errorf("DATABASE_URL after unlink: %s", out)
+	}
+	c.mustCLI("service", "delete", "db", "--purge")
+	eventually(t, time.Minute, "the service's guest gone", func() error {
+		if out, _, code := c.cli("guest", "show", "svc-db"); code == 0 {
+			return fmt.Errorf("guest svc-db still there:\n%s", out)
+		}
+		return nil
+	})
+	var all map[string]json.RawMessage
+	if err := c.json(&all, "service", "backups"); err != nil || len(all["backups"]) > 0 {
+		t.Errorf("backups after delete --purge: %v %s", err, all["backups"])
+	}
+}
+
+// waitRunning waits for a guest to run.
+func waitRunning(t *testing.T, c *cluster, name string) {
+	t.Helper()
+	eventually(t, 3*time.Minute, "guest "+name+" running", func() error {
+		if v := c.guest(name); v.Status != "running" {
+			return fmt.Errorf("guest %s is %q", name, v.Status)
+		}
+		return nil
+	})
+}
