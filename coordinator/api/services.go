@@ -18,8 +18,8 @@ import (
 	"corpus/coordinator/templates"
 	"corpus/internal/names"
 	"corpus/internal/secret"
-	"corpus/volume"
 	corpusv1 "corpus/proto/corpus/v1"
+	"corpus/volume"
 )
 
 // Services: made from templates (a guest of their own with a volume) or
