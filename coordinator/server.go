@@ -204,6 +204,7 @@ type Server struct {
 	http     *http.Server
 	logger   *slog.Logger
 	liveness *liveness
+	api      *api.Backend // the API's services, whose loops the leader runs
 	tokenMu  sync.Mutex
 	opsToken string
 	fwd      seenForwarder
@@ -289,7 +290,7 @@ func New(cfg Config) (*Server, error) {
 	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", s.healthz)
-	api.Mount(mux, &api.Backend{
+	s.api = &api.Backend{
 		Passwords:        passwords,
 		LoginTTL:         cfg.LoginTokenTTL,
 		ServiceTemplates: cfg.ServiceTemplates,
@@ -307,7 +308,8 @@ func New(cfg Config) (*Server, error) {
 		CertTTL:          certs.ttl,
 		Logger:           logger,
 		Metrics:          api.NewMetrics(cfg.Metrics),
-	})
+	}
+	api.Mount(mux, s.api)
 	s.sched = scheduler.NewMetrics(cfg.Metrics, s.store)
 	cfg.Metrics.MustRegister(newGuestsCollector(s.store), pki.NewExpiryCollector("coordinator", func() map[string]*x509.Certificate {
 		return map[string]*x509.Certificate{"cluster_ca": certs.auth.Cert, "replica": certs.keys.Get().Leaf}
@@ -490,7 +492,8 @@ func (s *Server) leaderLoop(ctx context.Context) {
 }
 
 // lead runs on the leader: it makes sure the cluster is bootstrapped, then
-// runs the scheduler and the liveness checker until leadership ends.
+// runs the scheduler, the liveness checker and the scheduled backups
+// until leadership ends.
 func (s *Server) lead(ctx context.Context) {
 	for ctx.Err() == nil {
 		err := s.replica.barrier(10 * time.Second)
@@ -509,7 +512,11 @@ func (s *Server) lead(ctx context.Context) {
 	}
 	s.liveness.reset()
 	var wg sync.WaitGroup
-	wg.Add(2)
+	wg.Add(3)
+	go func() {
+		defer wg.Done()
+		s.api.BackupLoop(ctx)
+	}()
 	go func() {
 		defer wg.Done()
 		scheduler.Loop(ctx, s.store, s.replica.propose, s.logger.With("component", "scheduler"), s.sched)

@@ -441,14 +441,7 @@ func (s *serviceService) DeleteBackup(ctx context.Context, req *connect.Request[
 	if bk.Status == corpusv1.BackupRunning {
 		return nil, connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("backup %s is still running", bk.Id))
 	}
-	// The holder removes the file now when it can; otherwise when it
-	// next sees the backup gone from the state.
-	if n := view.Node(bk.NodeId); n != nil && n.AgentAddress != "" && n.Status == state.NodeReady {
-		if _, err := s.b.AgentClient(n).RemoveBackup(ctx, connect.NewRequest(&corpusv1.RemoveBackupRequest{Backup: bk})); err != nil {
-			s.b.Logger.Warn("removing a backup's file", "backup", bk.Id, "node", n.Name, "error", err)
-		}
-	}
-	if _, err := s.b.write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_DeleteBackup{DeleteBackup: &corpusv1.DeleteBackup{Id: bk.Id}}}); err != nil {
+	if err := s.b.removeBackup(ctx, bk); err != nil {
 		return nil, err
 	}
 	return connect.NewResponse(&corpusv1.DeleteBackupResponse{Backup: bk}), nil
