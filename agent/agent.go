@@ -239,6 +239,9 @@ type Agent struct {
 	guestProjects map[string]string
 	guestServices map[string]string
 	serviceReach  map[string]*corpusv1.ServiceReach
+	// guestWaiting are the guests not to start yet, and why (the
+	// services their project links are not healthy).
+	guestWaiting map[string]string
 	// heldBackups are the backups the state says this node keeps (nil
 	// until the coordinator said).
 	heldBackups []*corpusv1.Backup

@@ -306,7 +306,15 @@ func (w *worker) converge(ctx context.Context, g *corpusv1.Guest) error {
 			return atStep("inspect", fmt.Errorf("inspecting new guest: %w", err))
 		}
 	}
+	a.mu.Lock()
+	waiting := a.guestWaiting[g.Id]
+	a.mu.Unlock()
 	switch {
+	case g.DesiredState == corpusv1.DesiredRunning && st.State != drivers.StateRunning && waiting != "":
+		// Started once the services it depends on are healthy (the
+		// watch says so, and wakes this worker).
+		a.setObserved(g.Id, &corpusv1.GuestObserved{State: corpusv1.ObservedStarting, Message: "waiting for " + waiting})
+		return nil
 	case g.DesiredState == corpusv1.DesiredRunning && st.State != drivers.StateRunning:
 		// The driver's message is kept: a guest that stays starting (a
 		// cluster pulling an image) does not flap between two reports.

@@ -153,6 +153,7 @@ func (s *agentService) Watch(ctx context.Context, _ *connect.Request[corpusv1.Wa
 		msg.GuestProjects = guestProjects(view, msg.Guests)
 		msg.GuestServices, msg.ServiceReach = guestServices(view, msg.Guests), serviceReach(view, msg.Guests)
 		msg.Backups = view.BackupsOnNode(p.NodeID)
+		msg.GuestWaiting = guestWaiting(view, msg.Guests)
 		s.dnsInfo(msg)
 		for _, c := range view.Coordinators() {
 			if c.ApiAddress != "" {

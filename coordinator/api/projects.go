@@ -290,7 +290,8 @@ func (s *projectService) remote(view *state.Snap, p *corpusv1.Project, e *corpus
 func (s *projectService) view(view *state.Snap, p *corpusv1.Project) *corpusv1.ProjectView {
 	out := &corpusv1.ProjectView{Project: p}
 	for _, e := range p.Envs {
-		ev := &corpusv1.ProjectEnvView{Name: e.Name, GuestName: e.GuestName, CurrentRelease: e.CurrentRelease, Domains: e.Domains, GitRemote: s.remote(view, p, e)}
+		ev := &corpusv1.ProjectEnvView{Name: e.Name, GuestName: e.GuestName, CurrentRelease: e.CurrentRelease, Domains: e.Domains, GitRemote: s.remote(view, p, e),
+			Services: linkedServices(view, p.Name, e.Name)}
 		if g := view.Guest(e.GuestId); g != nil {
 			ev.GuestStatus = guestStatus(view, g)
 			if n := view.Node(g.NodeId); n != nil {

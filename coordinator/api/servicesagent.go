@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"strconv"
+	"strings"
 
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/proto"
@@ -108,4 +109,51 @@ func (s *agentService) reportServices(ctx context.Context, view *state.Snap, nod
 	return s.b.write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_ReportServices{ReportServices: &corpusv1.ReportServices{
 		NodeId: nodeID, Services: changed,
 	}}})
+}
+
+// guestWaiting says which of guests wait for services: project guests
+// whose environment links a service (with a guest of its own, desired
+// running) that is not healthy.
+func guestWaiting(view *state.Snap, guests []*corpusv1.Guest) map[string]string {
+	out := map[string]string{}
+	for _, g := range guests {
+		p, e := view.ProjectOfGuest(g.Id)
+		if p == nil {
+			continue
+		}
+		var waits []string
+		for _, svc := range view.LinksOf(p.Name, e.Name) {
+			if svc.GuestId == "" || svc.DesiredState != state.DesiredRunning {
+				continue
+			}
+			if st := svc.Observed.GetState(); st != corpusv1.ServiceHealthy {
+				if st == "" {
+					st = "not started"
+				}
+				waits = append(waits, "service "+svc.Name+" ("+st+")")
+			}
+		}
+		if len(waits) > 0 {
+			out[g.Id] = strings.Join(waits, ", ")
+		}
+	}
+	if len(out) == 0 {
+		return nil
+	}
+	return out
+}
+
+// linkedServices is what project show says of an environment's services.
+func linkedServices(view *state.Snap, project, env string) []string {
+	var out []string
+	for _, svc := range view.LinksOf(project, env) {
+		st := svc.Observed.GetState()
+		if svc.ExternalUrl != "" {
+			st = "external"
+		} else if st == "" {
+			st = "not started"
+		}
+		out = append(out, svc.Name+" ("+st+")")
+	}
+	return out
 }

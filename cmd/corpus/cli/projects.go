@@ -75,6 +75,10 @@ func newProjectCmd(g *globals) *cobra.Command {
 					}
 					fmt.Fprintf(w, "  Domains:\t%s\n", domains)
 					fmt.Fprintf(w, "  Git remote:\t%s\n", dash(ev.GitRemote))
+					if len(ev.Services) > 0 {
+						// The environment's guest starts after these.
+						fmt.Fprintf(w, "  Depends on:\t%s\n", strings.Join(ev.Services, ", "))
+					}
 				}
 				return w.Flush()
 			})

@@ -1384,6 +1384,10 @@ type WatchResponse struct {
 	ServiceReach []*ServiceReach `protobuf:"bytes,11,rep,name=service_reach,json=serviceReach,proto3" json:"service_reach,omitempty"`
 	// backups are those this node keeps; it removes the files of others.
 	Backups []*Backup `protobuf:"bytes,12,rep,name=backups,proto3" json:"backups,omitempty"`
+	// guest_waiting says which guests wait for the services their project
+	// environment links to (guest id to why): they are not started until
+	// those are healthy.
+	GuestWaiting map[string]string `protobuf:"bytes,13,rep,name=guest_waiting,json=guestWaiting,proto3" json:"guest_waiting,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	// gossip_addr is host:port of the coordinator's gossip member (node
 	// liveness); agents join it. Empty when the coordinator gossips not.
 	GossipAddr    string `protobuf:"bytes,30,opt,name=gossip_addr,json=gossipAddr,proto3" json:"gossip_addr,omitempty"`
@@ -1501,6 +1505,13 @@ func (x *WatchResponse) GetServiceReach() []*ServiceReach {
 func (x *WatchResponse) GetBackups() []*Backup {
 	if x != nil {
 		return x.Backups
+	}
+	return nil
+}
+
+func (x *WatchResponse) GetGuestWaiting() map[string]string {
+	if x != nil {
+		return x.GuestWaiting
 	}
 	return nil
 }
@@ -2477,7 +2488,7 @@ const file_corpus_v1_agent_proto_rawDesc = "" +
 	"\x18RenewCertificateResponse\x12'\n" +
 	"\x0fcertificate_pem\x18\x01 \x01(\fR\x0ecertificatePem\x12\x15\n" +
 	"\x06ca_pem\x18\x02 \x01(\fR\x05caPem\"\x0e\n" +
-	"\fWatchRequest\"\xdd\x05\n" +
+	"\fWatchRequest\"\xef\x06\n" +
 	"\rWatchResponse\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\x04R\x05index\x12#\n" +
 	"\x04node\x18\x02 \x01(\v2\x0f.corpus.v1.NodeR\x04node\x12(\n" +
@@ -2491,13 +2502,17 @@ const file_corpus_v1_agent_proto_rawDesc = "" +
 	"\x0eguest_services\x18\n" +
 	" \x03(\v2+.corpus.v1.WatchResponse.GuestServicesEntryR\rguestServices\x12<\n" +
 	"\rservice_reach\x18\v \x03(\v2\x17.corpus.v1.ServiceReachR\fserviceReach\x12+\n" +
-	"\abackups\x18\f \x03(\v2\x11.corpus.v1.BackupR\abackups\x12\x1f\n" +
+	"\abackups\x18\f \x03(\v2\x11.corpus.v1.BackupR\abackups\x12O\n" +
+	"\rguest_waiting\x18\r \x03(\v2*.corpus.v1.WatchResponse.GuestWaitingEntryR\fguestWaiting\x12\x1f\n" +
 	"\vgossip_addr\x18\x1e \x01(\tR\n" +
 	"gossipAddr\x1a@\n" +
 	"\x12GuestProjectsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a@\n" +
 	"\x12GuestServicesEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a?\n" +
+	"\x11GuestWaitingEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xdb\x03\n" +
 	"\rReportRequest\x120\n" +
@@ -2602,7 +2617,7 @@ func file_corpus_v1_agent_proto_rawDescGZIP() []byte {
 	return file_corpus_v1_agent_proto_rawDescData
 }
 
-var file_corpus_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 44)
+var file_corpus_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 45)
 var file_corpus_v1_agent_proto_goTypes = []any{
 	(*AgentRedeployRequest)(nil),       // 0: corpus.v1.AgentRedeployRequest
 	(*SetWebPortRequest)(nil),          // 1: corpus.v1.SetWebPortRequest
@@ -2647,130 +2662,132 @@ var file_corpus_v1_agent_proto_goTypes = []any{
 	nil,                                // 40: corpus.v1.EnrollRequest.LabelsEntry
 	nil,                                // 41: corpus.v1.WatchResponse.GuestProjectsEntry
 	nil,                                // 42: corpus.v1.WatchResponse.GuestServicesEntry
-	nil,                                // 43: corpus.v1.ServiceRuntimeResponse.EnvEntry
-	(*RedeployRequest)(nil),            // 44: corpus.v1.RedeployRequest
-	(*ProjectEnv)(nil),                 // 45: corpus.v1.ProjectEnv
-	(*Release)(nil),                    // 46: corpus.v1.Release
-	(*Project)(nil),                    // 47: corpus.v1.Project
-	(*ReleaseStep)(nil),                // 48: corpus.v1.ReleaseStep
-	(*Resources)(nil),                  // 49: corpus.v1.Resources
-	(*DriverInfo)(nil),                 // 50: corpus.v1.DriverInfo
-	(*Node)(nil),                       // 51: corpus.v1.Node
-	(*Guest)(nil),                      // 52: corpus.v1.Guest
-	(*Route)(nil),                      // 53: corpus.v1.Route
-	(*Volume)(nil),                     // 54: corpus.v1.Volume
-	(*Backup)(nil),                     // 55: corpus.v1.Backup
-	(*ReportedService)(nil),            // 56: corpus.v1.ReportedService
-	(*GuestObserved)(nil),              // 57: corpus.v1.GuestObserved
-	(*VolumeObserved)(nil),             // 58: corpus.v1.VolumeObserved
-	(*Service)(nil),                    // 59: corpus.v1.Service
-	(*ExecGuestRequest)(nil),           // 60: corpus.v1.ExecGuestRequest
-	(*SnapshotVolumeRequest)(nil),      // 61: corpus.v1.SnapshotVolumeRequest
-	(*RollbackRequest)(nil),            // 62: corpus.v1.RollbackRequest
-	(*ListProcessesRequest)(nil),       // 63: corpus.v1.ListProcessesRequest
-	(*GuestLogsRequest)(nil),           // 64: corpus.v1.GuestLogsRequest
-	(*ShellInput)(nil),                 // 65: corpus.v1.ShellInput
-	(*BackupChunk)(nil),                // 66: corpus.v1.BackupChunk
-	(*ExecOutput)(nil),                 // 67: corpus.v1.ExecOutput
-	(*SnapshotVolumeResponse)(nil),     // 68: corpus.v1.SnapshotVolumeResponse
-	(*RollbackOutput)(nil),             // 69: corpus.v1.RollbackOutput
-	(*DeployOutput)(nil),               // 70: corpus.v1.DeployOutput
-	(*ListProcessesResponse)(nil),      // 71: corpus.v1.ListProcessesResponse
-	(*LogLine)(nil),                    // 72: corpus.v1.LogLine
+	nil,                                // 43: corpus.v1.WatchResponse.GuestWaitingEntry
+	nil,                                // 44: corpus.v1.ServiceRuntimeResponse.EnvEntry
+	(*RedeployRequest)(nil),            // 45: corpus.v1.RedeployRequest
+	(*ProjectEnv)(nil),                 // 46: corpus.v1.ProjectEnv
+	(*Release)(nil),                    // 47: corpus.v1.Release
+	(*Project)(nil),                    // 48: corpus.v1.Project
+	(*ReleaseStep)(nil),                // 49: corpus.v1.ReleaseStep
+	(*Resources)(nil),                  // 50: corpus.v1.Resources
+	(*DriverInfo)(nil),                 // 51: corpus.v1.DriverInfo
+	(*Node)(nil),                       // 52: corpus.v1.Node
+	(*Guest)(nil),                      // 53: corpus.v1.Guest
+	(*Route)(nil),                      // 54: corpus.v1.Route
+	(*Volume)(nil),                     // 55: corpus.v1.Volume
+	(*Backup)(nil),                     // 56: corpus.v1.Backup
+	(*ReportedService)(nil),            // 57: corpus.v1.ReportedService
+	(*GuestObserved)(nil),              // 58: corpus.v1.GuestObserved
+	(*VolumeObserved)(nil),             // 59: corpus.v1.VolumeObserved
+	(*Service)(nil),                    // 60: corpus.v1.Service
+	(*ExecGuestRequest)(nil),           // 61: corpus.v1.ExecGuestRequest
+	(*SnapshotVolumeRequest)(nil),      // 62: corpus.v1.SnapshotVolumeRequest
+	(*RollbackRequest)(nil),            // 63: corpus.v1.RollbackRequest
+	(*ListProcessesRequest)(nil),       // 64: corpus.v1.ListProcessesRequest
+	(*GuestLogsRequest)(nil),           // 65: corpus.v1.GuestLogsRequest
+	(*ShellInput)(nil),                 // 66: corpus.v1.ShellInput
+	(*BackupChunk)(nil),                // 67: corpus.v1.BackupChunk
+	(*ExecOutput)(nil),                 // 68: corpus.v1.ExecOutput
+	(*SnapshotVolumeResponse)(nil),     // 69: corpus.v1.SnapshotVolumeResponse
+	(*RollbackOutput)(nil),             // 70: corpus.v1.RollbackOutput
+	(*DeployOutput)(nil),               // 71: corpus.v1.DeployOutput
+	(*ListProcessesResponse)(nil),      // 72: corpus.v1.ListProcessesResponse
+	(*LogLine)(nil),                    // 73: corpus.v1.LogLine
 }
 var file_corpus_v1_agent_proto_depIdxs = []int32{
-	44, // 0: corpus.v1.AgentRedeployRequest.request:type_name -> corpus.v1.RedeployRequest
-	45, // 1: corpus.v1.AgentRedeployRequest.env:type_name -> corpus.v1.ProjectEnv
-	46, // 2: corpus.v1.AgentRedeployRequest.releases:type_name -> corpus.v1.Release
-	47, // 3: corpus.v1.GitAccessResponse.project:type_name -> corpus.v1.Project
-	45, // 4: corpus.v1.GitAccessResponse.env:type_name -> corpus.v1.ProjectEnv
-	46, // 5: corpus.v1.GitAccessResponse.releases:type_name -> corpus.v1.Release
-	46, // 6: corpus.v1.BeginReleaseResponse.release:type_name -> corpus.v1.Release
+	45, // 0: corpus.v1.AgentRedeployRequest.request:type_name -> corpus.v1.RedeployRequest
+	46, // 1: corpus.v1.AgentRedeployRequest.env:type_name -> corpus.v1.ProjectEnv
+	47, // 2: corpus.v1.AgentRedeployRequest.releases:type_name -> corpus.v1.Release
+	48, // 3: corpus.v1.GitAccessResponse.project:type_name -> corpus.v1.Project
+	46, // 4: corpus.v1.GitAccessResponse.env:type_name -> corpus.v1.ProjectEnv
+	47, // 5: corpus.v1.GitAccessResponse.releases:type_name -> corpus.v1.Release
+	47, // 6: corpus.v1.BeginReleaseResponse.release:type_name -> corpus.v1.Release
 	39, // 7: corpus.v1.BeginReleaseResponse.config:type_name -> corpus.v1.BeginReleaseResponse.ConfigEntry
-	48, // 8: corpus.v1.FinishReleaseRequest.steps:type_name -> corpus.v1.ReleaseStep
-	46, // 9: corpus.v1.FinishReleaseResponse.release:type_name -> corpus.v1.Release
+	49, // 8: corpus.v1.FinishReleaseRequest.steps:type_name -> corpus.v1.ReleaseStep
+	47, // 9: corpus.v1.FinishReleaseResponse.release:type_name -> corpus.v1.Release
 	40, // 10: corpus.v1.EnrollRequest.labels:type_name -> corpus.v1.EnrollRequest.LabelsEntry
-	49, // 11: corpus.v1.EnrollRequest.capacity:type_name -> corpus.v1.Resources
-	50, // 12: corpus.v1.EnrollRequest.drivers:type_name -> corpus.v1.DriverInfo
-	51, // 13: corpus.v1.WatchResponse.node:type_name -> corpus.v1.Node
-	52, // 14: corpus.v1.WatchResponse.guests:type_name -> corpus.v1.Guest
-	53, // 15: corpus.v1.WatchResponse.routes:type_name -> corpus.v1.Route
-	54, // 16: corpus.v1.WatchResponse.volumes:type_name -> corpus.v1.Volume
+	50, // 11: corpus.v1.EnrollRequest.capacity:type_name -> corpus.v1.Resources
+	51, // 12: corpus.v1.EnrollRequest.drivers:type_name -> corpus.v1.DriverInfo
+	52, // 13: corpus.v1.WatchResponse.node:type_name -> corpus.v1.Node
+	53, // 14: corpus.v1.WatchResponse.guests:type_name -> corpus.v1.Guest
+	54, // 15: corpus.v1.WatchResponse.routes:type_name -> corpus.v1.Route
+	55, // 16: corpus.v1.WatchResponse.volumes:type_name -> corpus.v1.Volume
 	41, // 17: corpus.v1.WatchResponse.guest_projects:type_name -> corpus.v1.WatchResponse.GuestProjectsEntry
 	42, // 18: corpus.v1.WatchResponse.guest_services:type_name -> corpus.v1.WatchResponse.GuestServicesEntry
 	26, // 19: corpus.v1.WatchResponse.service_reach:type_name -> corpus.v1.ServiceReach
-	55, // 20: corpus.v1.WatchResponse.backups:type_name -> corpus.v1.Backup
-	49, // 21: corpus.v1.ReportRequest.capacity:type_name -> corpus.v1.Resources
-	50, // 22: corpus.v1.ReportRequest.drivers:type_name -> corpus.v1.DriverInfo
-	24, // 23: corpus.v1.ReportRequest.guests:type_name -> corpus.v1.ReportedGuest
-	25, // 24: corpus.v1.ReportRequest.volumes:type_name -> corpus.v1.ReportedVolume
-	56, // 25: corpus.v1.ReportRequest.services:type_name -> corpus.v1.ReportedService
-	57, // 26: corpus.v1.ReportedGuest.observed:type_name -> corpus.v1.GuestObserved
-	58, // 27: corpus.v1.ReportedVolume.observed:type_name -> corpus.v1.VolumeObserved
-	59, // 28: corpus.v1.ServiceRuntimeResponse.service:type_name -> corpus.v1.Service
-	43, // 29: corpus.v1.ServiceRuntimeResponse.env:type_name -> corpus.v1.ServiceRuntimeResponse.EnvEntry
-	55, // 30: corpus.v1.DumpServiceRequest.backup:type_name -> corpus.v1.Backup
-	55, // 31: corpus.v1.ReadBackupRequest.backup:type_name -> corpus.v1.Backup
-	55, // 32: corpus.v1.RemoveBackupRequest.backup:type_name -> corpus.v1.Backup
-	17, // 33: corpus.v1.AgentService.Enroll:input_type -> corpus.v1.EnrollRequest
-	19, // 34: corpus.v1.AgentService.RenewCertificate:input_type -> corpus.v1.RenewCertificateRequest
-	21, // 35: corpus.v1.AgentService.Watch:input_type -> corpus.v1.WatchRequest
-	23, // 36: corpus.v1.AgentService.Report:input_type -> corpus.v1.ReportRequest
-	5,  // 37: corpus.v1.AgentService.GitAccess:input_type -> corpus.v1.GitAccessRequest
-	9,  // 38: corpus.v1.AgentService.BeginRelease:input_type -> corpus.v1.BeginReleaseRequest
-	11, // 39: corpus.v1.AgentService.FinishRelease:input_type -> corpus.v1.FinishReleaseRequest
-	13, // 40: corpus.v1.AgentService.SetCurrentRelease:input_type -> corpus.v1.SetCurrentReleaseRequest
-	15, // 41: corpus.v1.AgentService.PruneReleases:input_type -> corpus.v1.PruneReleasesRequest
-	3,  // 42: corpus.v1.AgentService.SetManifestDomains:input_type -> corpus.v1.SetManifestDomainsRequest
-	1,  // 43: corpus.v1.AgentService.SetWebPort:input_type -> corpus.v1.SetWebPortRequest
-	6,  // 44: corpus.v1.AgentService.RecordShell:input_type -> corpus.v1.RecordShellRequest
-	27, // 45: corpus.v1.AgentService.ServiceRuntime:input_type -> corpus.v1.ServiceRuntimeRequest
-	60, // 46: corpus.v1.NodeAgentService.Exec:input_type -> corpus.v1.ExecGuestRequest
-	36, // 47: corpus.v1.NodeAgentService.ExportVolume:input_type -> corpus.v1.ExportVolumeRequest
-	37, // 48: corpus.v1.NodeAgentService.ImportVolume:input_type -> corpus.v1.VolumeChunk
-	61, // 49: corpus.v1.NodeAgentService.SnapshotVolume:input_type -> corpus.v1.SnapshotVolumeRequest
-	62, // 50: corpus.v1.NodeAgentService.Rollback:input_type -> corpus.v1.RollbackRequest
-	0,  // 51: corpus.v1.NodeAgentService.Redeploy:input_type -> corpus.v1.AgentRedeployRequest
-	63, // 52: corpus.v1.NodeAgentService.Processes:input_type -> corpus.v1.ListProcessesRequest
-	64, // 53: corpus.v1.NodeAgentService.Logs:input_type -> corpus.v1.GuestLogsRequest
-	65, // 54: corpus.v1.NodeAgentService.Shell:input_type -> corpus.v1.ShellInput
-	30, // 55: corpus.v1.NodeAgentService.DumpService:input_type -> corpus.v1.DumpServiceRequest
-	66, // 56: corpus.v1.NodeAgentService.StoreBackup:input_type -> corpus.v1.BackupChunk
-	32, // 57: corpus.v1.NodeAgentService.ReadBackup:input_type -> corpus.v1.ReadBackupRequest
-	66, // 58: corpus.v1.NodeAgentService.LoadService:input_type -> corpus.v1.BackupChunk
-	34, // 59: corpus.v1.NodeAgentService.RemoveBackup:input_type -> corpus.v1.RemoveBackupRequest
-	18, // 60: corpus.v1.AgentService.Enroll:output_type -> corpus.v1.EnrollResponse
-	20, // 61: corpus.v1.AgentService.RenewCertificate:output_type -> corpus.v1.RenewCertificateResponse
-	22, // 62: corpus.v1.AgentService.Watch:output_type -> corpus.v1.WatchResponse
-	29, // 63: corpus.v1.AgentService.Report:output_type -> corpus.v1.ReportResponse
-	8,  // 64: corpus.v1.AgentService.GitAccess:output_type -> corpus.v1.GitAccessResponse
-	10, // 65: corpus.v1.AgentService.BeginRelease:output_type -> corpus.v1.BeginReleaseResponse
-	12, // 66: corpus.v1.AgentService.FinishRelease:output_type -> corpus.v1.FinishReleaseResponse
-	14, // 67: corpus.v1.AgentService.SetCurrentRelease:output_type -> corpus.v1.SetCurrentReleaseResponse
-	16, // 68: corpus.v1.AgentService.PruneReleases:output_type -> corpus.v1.PruneReleasesResponse
-	4,  // 69: corpus.v1.AgentService.SetManifestDomains:output_type -> corpus.v1.SetManifestDomainsResponse
-	2,  // 70: corpus.v1.AgentService.SetWebPort:output_type -> corpus.v1.SetWebPortResponse
-	7,  // 71: corpus.v1.AgentService.RecordShell:output_type -> corpus.v1.RecordShellResponse
-	28, // 72: corpus.v1.AgentService.ServiceRuntime:output_type -> corpus.v1.ServiceRuntimeResponse
-	67, // 73: corpus.v1.NodeAgentService.Exec:output_type -> corpus.v1.ExecOutput
-	37, // 74: corpus.v1.NodeAgentService.ExportVolume:output_type -> corpus.v1.VolumeChunk
-	38, // 75: corpus.v1.NodeAgentService.ImportVolume:output_type -> corpus.v1.ImportVolumeResponse
-	68, // 76: corpus.v1.NodeAgentService.SnapshotVolume:output_type -> corpus.v1.SnapshotVolumeResponse
-	69, // 77: corpus.v1.NodeAgentService.Rollback:output_type -> corpus.v1.RollbackOutput
-	70, // 78: corpus.v1.NodeAgentService.Redeploy:output_type -> corpus.v1.DeployOutput
-	71, // 79: corpus.v1.NodeAgentService.Processes:output_type -> corpus.v1.ListProcessesResponse
-	72, // 80: corpus.v1.NodeAgentService.Logs:output_type -> corpus.v1.LogLine
-	67, // 81: corpus.v1.NodeAgentService.Shell:output_type -> corpus.v1.ExecOutput
-	66, // 82: corpus.v1.NodeAgentService.DumpService:output_type -> corpus.v1.BackupChunk
-	31, // 83: corpus.v1.NodeAgentService.StoreBackup:output_type -> corpus.v1.StoreBackupResponse
-	66, // 84: corpus.v1.NodeAgentService.ReadBackup:output_type -> corpus.v1.BackupChunk
-	33, // 85: corpus.v1.NodeAgentService.LoadService:output_type -> corpus.v1.LoadServiceResponse
-	35, // 86: corpus.v1.NodeAgentService.RemoveBackup:output_type -> corpus.v1.RemoveBackupResponse
-	60, // [60:87] is the sub-list for method output_type
-	33, // [33:60] is the sub-list for method input_type
-	33, // [33:33] is the sub-list for extension type_name
-	33, // [33:33] is the sub-list for extension extendee
-	0,  // [0:33] is the sub-list for field type_name
+	56, // 20: corpus.v1.WatchResponse.backups:type_name -> corpus.v1.Backup
+	43, // 21: corpus.v1.WatchResponse.guest_waiting:type_name -> corpus.v1.WatchResponse.GuestWaitingEntry
+	50, // 22: corpus.v1.ReportRequest.capacity:type_name -> corpus.v1.Resources
+	51, // 23: corpus.v1.ReportRequest.drivers:type_name -> corpus.v1.DriverInfo
+	24, // 24: corpus.v1.ReportRequest.guests:type_name -> corpus.v1.ReportedGuest
+	25, // 25: corpus.v1.ReportRequest.volumes:type_name -> corpus.v1.ReportedVolume
+	57, // 26: corpus.v1.ReportRequest.services:type_name -> corpus.v1.ReportedService
+	58, // 27: corpus.v1.ReportedGuest.observed:type_name -> corpus.v1.GuestObserved
+	59, // 28: corpus.v1.ReportedVolume.observed:type_name -> corpus.v1.VolumeObserved
+	60, // 29: corpus.v1.ServiceRuntimeResponse.service:type_name -> corpus.v1.Service
+	44, // 30: corpus.v1.ServiceRuntimeResponse.env:type_name -> corpus.v1.ServiceRuntimeResponse.EnvEntry
+	56, // 31: corpus.v1.DumpServiceRequest.backup:type_name -> corpus.v1.Backup
+	56, // 32: corpus.v1.ReadBackupRequest.backup:type_name -> corpus.v1.Backup
+	56, // 33: corpus.v1.RemoveBackupRequest.backup:type_name -> corpus.v1.Backup
+	17, // 34: corpus.v1.AgentService.Enroll:input_type -> corpus.v1.EnrollRequest
+	19, // 35: corpus.v1.AgentService.RenewCertificate:input_type -> corpus.v1.RenewCertificateRequest
+	21, // 36: corpus.v1.AgentService.Watch:input_type -> corpus.v1.WatchRequest
+	23, // 37: corpus.v1.AgentService.Report:input_type -> corpus.v1.ReportRequest
+	5,  // 38: corpus.v1.AgentService.GitAccess:input_type -> corpus.v1.GitAccessRequest
+	9,  // 39: corpus.v1.AgentService.BeginRelease:input_type -> corpus.v1.BeginReleaseRequest
+	11, // 40: corpus.v1.AgentService.FinishRelease:input_type -> corpus.v1.FinishReleaseRequest
+	13, // 41: corpus.v1.AgentService.SetCurrentRelease:input_type -> corpus.v1.SetCurrentReleaseRequest
+	15, // 42: corpus.v1.AgentService.PruneReleases:input_type -> corpus.v1.PruneReleasesRequest
+	3,  // 43: corpus.v1.AgentService.SetManifestDomains:input_type -> corpus.v1.SetManifestDomainsRequest
+	1,  // 44: corpus.v1.AgentService.SetWebPort:input_type -> corpus.v1.SetWebPortRequest
+	6,  // 45: corpus.v1.AgentService.RecordShell:input_type -> corpus.v1.RecordShellRequest
+	27, // 46: corpus.v1.AgentService.ServiceRuntime:input_type -> corpus.v1.ServiceRuntimeRequest
+	61, // 47: corpus.v1.NodeAgentService.Exec:input_type -> corpus.v1.ExecGuestRequest
+	36, // 48: corpus.v1.NodeAgentService.ExportVolume:input_type -> corpus.v1.ExportVolumeRequest
+	37, // 49: corpus.v1.NodeAgentService.ImportVolume:input_type -> corpus.v1.VolumeChunk
+	62, // 50: corpus.v1.NodeAgentService.SnapshotVolume:input_type -> corpus.v1.SnapshotVolumeRequest
+	63, // 51: corpus.v1.NodeAgentService.Rollback:input_type -> corpus.v1.RollbackRequest
+	0,  // 52: corpus.v1.NodeAgentService.Redeploy:input_type -> corpus.v1.AgentRedeployRequest
+	64, // 53: corpus.v1.NodeAgentService.Processes:input_type -> corpus.v1.ListProcessesRequest
+	65, // 54: corpus.v1.NodeAgentService.Logs:input_type -> corpus.v1.GuestLogsRequest
+	66, // 55: corpus.v1.NodeAgentService.Shell:input_type -> corpus.v1.ShellInput
+	30, // 56: corpus.v1.NodeAgentService.DumpService:input_type -> corpus.v1.DumpServiceRequest
+	67, // 57: corpus.v1.NodeAgentService.StoreBackup:input_type -> corpus.v1.BackupChunk
+	32, // 58: corpus.v1.NodeAgentService.ReadBackup:input_type -> corpus.v1.ReadBackupRequest
+	67, // 59: corpus.v1.NodeAgentService.LoadService:input_type -> corpus.v1.BackupChunk
+	34, // 60: corpus.v1.NodeAgentService.RemoveBackup:input_type -> corpus.v1.RemoveBackupRequest
+	18, // 61: corpus.v1.AgentService.Enroll:output_type -> corpus.v1.EnrollResponse
+	20, // 62: corpus.v1.AgentService.RenewCertificate:output_type -> corpus.v1.RenewCertificateResponse
+	22, // 63: corpus.v1.AgentService.Watch:output_type -> corpus.v1.WatchResponse
+	29, // 64: corpus.v1.AgentService.Report:output_type -> corpus.v1.ReportResponse
+	8,  // 65: corpus.v1.AgentService.GitAccess:output_type -> corpus.v1.GitAccessResponse
+	10, // 66: corpus.v1.AgentService.BeginRelease:output_type -> corpus.v1.BeginReleaseResponse
+	12, // 67: corpus.v1.AgentService.FinishRelease:output_type -> corpus.v1.FinishReleaseResponse
+	14, // 68: corpus.v1.AgentService.SetCurrentRelease:output_type -> corpus.v1.SetCurrentReleaseResponse
+	16, // 69: corpus.v1.AgentService.PruneReleases:output_type -> corpus.v1.PruneReleasesResponse
+	4,  // 70: corpus.v1.AgentService.SetManifestDomains:output_type -> corpus.v1.SetManifestDomainsResponse
+	2,  // 71: corpus.v1.AgentService.SetWebPort:output_type -> corpus.v1.SetWebPortResponse
+	7,  // 72: corpus.v1.AgentService.RecordShell:output_type -> corpus.v1.RecordShellResponse
+	28, // 73: corpus.v1.AgentService.ServiceRuntime:output_type -> corpus.v1.ServiceRuntimeResponse
+	68, // 74: corpus.v1.NodeAgentService.Exec:output_type -> corpus.v1.ExecOutput
+	37, // 75: corpus.v1.NodeAgentService.ExportVolume:output_type -> corpus.v1.VolumeChunk
+	38, // 76: corpus.v1.NodeAgentService.ImportVolume:output_type -> corpus.v1.ImportVolumeResponse
+	69, // 77: corpus.v1.NodeAgentService.SnapshotVolume:output_type -> corpus.v1.SnapshotVolumeResponse
+	70, // 78: corpus.v1.NodeAgentService.Rollback:output_type -> corpus.v1.RollbackOutput
+	71, // 79: corpus.v1.NodeAgentService.Redeploy:output_type -> corpus.v1.DeployOutput
+	72, // 80: corpus.v1.NodeAgentService.Processes:output_type -> corpus.v1.ListProcessesResponse
+	73, // 81: corpus.v1.NodeAgentService.Logs:output_type -> corpus.v1.LogLine
+	68, // 82: corpus.v1.NodeAgentService.Shell:output_type -> corpus.v1.ExecOutput
+	67, // 83: corpus.v1.NodeAgentService.DumpService:output_type -> corpus.v1.BackupChunk
+	31, // 84: corpus.v1.NodeAgentService.StoreBackup:output_type -> corpus.v1.StoreBackupResponse
+	67, // 85: corpus.v1.NodeAgentService.ReadBackup:output_type -> corpus.v1.BackupChunk
+	33, // 86: corpus.v1.NodeAgentService.LoadService:output_type -> corpus.v1.LoadServiceResponse
+	35, // 87: corpus.v1.NodeAgentService.RemoveBackup:output_type -> corpus.v1.RemoveBackupResponse
+	61, // [61:88] is the sub-list for method output_type
+	34, // [34:61] is the sub-list for method input_type
+	34, // [34:34] is the sub-list for extension type_name
+	34, // [34:34] is the sub-list for extension extendee
+	0,  // [0:34] is the sub-list for field type_name
 }
 
 func init() { file_corpus_v1_agent_proto_init() }
@@ -2789,7 +2806,7 @@ func file_corpus_v1_agent_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_corpus_v1_agent_proto_rawDesc), len(file_corpus_v1_agent_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   44,
+			NumMessages:   45,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

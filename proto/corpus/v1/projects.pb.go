@@ -908,8 +908,11 @@ type ProjectEnvView struct {
 	GitRemote      string   `protobuf:"bytes,5,opt,name=git_remote,json=gitRemote,proto3" json:"git_remote,omitempty"`
 	CurrentRelease uint32   `protobuf:"varint,6,opt,name=current_release,json=currentRelease,proto3" json:"current_release,omitempty"`
 	Domains        []string `protobuf:"bytes,7,rep,name=domains,proto3" json:"domains,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// services are those linked to the environment, each "NAME (STATE)":
+	// its guest starts once they are healthy.
+	Services      []string `protobuf:"bytes,8,rep,name=services,proto3" json:"services,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ProjectEnvView) Reset() {
@@ -987,6 +990,13 @@ func (x *ProjectEnvView) GetCurrentRelease() uint32 {
 func (x *ProjectEnvView) GetDomains() []string {
 	if x != nil {
 		return x.Domains
+	}
+	return nil
+}
+
+func (x *ProjectEnvView) GetServices() []string {
+	if x != nil {
+		return x.Services
 	}
 	return nil
 }
@@ -1734,7 +1744,7 @@ const file_corpus_v1_projects_proto_rawDesc = "" +
 	"\bprojects\x18\x01 \x03(\v2\x16.corpus.v1.ProjectViewR\bprojects\"j\n" +
 	"\vProjectView\x12,\n" +
 	"\aproject\x18\x01 \x01(\v2\x12.corpus.v1.ProjectR\aproject\x12-\n" +
-	"\x04envs\x18\x02 \x03(\v2\x19.corpus.v1.ProjectEnvViewR\x04envs\"\xe5\x01\n" +
+	"\x04envs\x18\x02 \x03(\v2\x19.corpus.v1.ProjectEnvViewR\x04envs\"\x81\x02\n" +
 	"\x0eProjectEnvView\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1d\n" +
 	"\n" +
@@ -1744,7 +1754,8 @@ const file_corpus_v1_projects_proto_rawDesc = "" +
 	"\n" +
 	"git_remote\x18\x05 \x01(\tR\tgitRemote\x12'\n" +
 	"\x0fcurrent_release\x18\x06 \x01(\rR\x0ecurrentRelease\x12\x18\n" +
-	"\adomains\x18\a \x03(\tR\adomains\"g\n" +
+	"\adomains\x18\a \x03(\tR\adomains\x12\x1a\n" +
+	"\bservices\x18\b \x03(\tR\bservices\"g\n" +
 	"\x11GetProjectRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1b\n" +
 	"\tmin_index\x18\x02 \x01(\x04R\bminIndex\x12!\n" +
