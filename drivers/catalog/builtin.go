@@ -7,7 +7,6 @@ import (
 	"path/filepath"
 
 	"corpus/drivers"
-	"corpus/drivers/kubernetes"
 	"corpus/drivers/libvirt"
 	"corpus/drivers/lxc"
 )
@@ -18,13 +17,6 @@ func init() {
 		return lxc.New(lxc.Config{Path: filepath.Join(c.StateDir, "lxc"), Logger: c.Logger})
 	})
 	register("libvirt", newLibvirt)
-	registerOptIn("kubernetes", func(c Config) (drivers.Driver, error) {
-		k := c.Kubernetes
-		return kubernetes.New(kubernetes.Config{
-			Kubeconfig: k.Kubeconfig, NamespacePrefix: k.NamespacePrefix, Node: c.Node,
-			StorageClass: k.StorageClass, IngressClass: k.IngressClass, Capacity: k.Capacity, Logger: c.Logger,
-		})
-	})
 }
 
 // newLibvirt reads where libvirtd is from the environment:

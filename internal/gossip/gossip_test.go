@@ -80,8 +80,12 @@ func TestDeadMemberIsNoticed(t *testing.T) {
 	}
 	r.wait(t, gossip.NodeMember("n1"), true, 5*time.Second)
 	r.wait(t, gossip.NodeMember("n2"), true, 5*time.Second)
-	if got := n2.Alive(); !slices.Contains(got, gossip.NodeMember("n1")) {
-		t.Errorf("n2.Alive() = %v, want n1 there too (gossip spreads membership)", got)
+	// n2 hears of n1 from the others, a gossip round or two later.
+	for deadline := time.Now().Add(5 * time.Second); !slices.Contains(n2.Alive(), gossip.NodeMember("n1")); {
+		if time.Now().After(deadline) {
+			t.Fatalf("n2.Alive() = %v after 5s, want n1 there too (gossip spreads membership)", n2.Alive())
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 	n1.Close()
 	took := r.wait(t, gossip.NodeMember("n1"), false, 15*time.Second)

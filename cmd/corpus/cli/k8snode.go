@@ -16,7 +16,6 @@ import (
 
 	"corpus/drivers"
 	"corpus/drivers/catalog"
-	"corpus/drivers/kubernetes"
 	"corpus/internal/names"
 	"corpus/internal/units"
 	corpusv1 "corpus/proto/corpus/v1"
@@ -136,9 +135,18 @@ agent's proxy to the guests' Services (cluster IP and port). Start that agent wi
 			if err != nil {
 				return err
 			}
-			d, err := kubernetes.New(kubernetes.Config{Kubeconfig: kc, NamespacePrefix: k.NamespacePrefix, Node: name, Capacity: k.Capacity, IngressClass: k.IngressClass})
+			built, err := catalog.New("kubernetes", catalog.Config{Node: name, Kubernetes: catalog.KubernetesConfig{
+				Kubeconfig: kc, NamespacePrefix: k.NamespacePrefix, Capacity: k.Capacity, IngressClass: k.IngressClass}})
 			if err != nil {
 				return err
+			}
+			d, ok := built.(interface {
+				drivers.Driver
+				Namespace() string
+				Capacity(context.Context) (drivers.Capacity, error)
+			})
+			if !ok {
+				return fmt.Errorf("the kubernetes driver does not say its namespace")
 			}
 			ctx, cancel := context.WithTimeout(cmd.Context(), 30*time.Second)
 			defer cancel()
