@@ -260,7 +260,7 @@ func capacity() *corpusv1.Resources {
 }
 
 func drivers() []*corpusv1.DriverInfo {
-	return []*corpusv1.DriverInfo{{Name: "lxc", Healthy: true, Exec: true, Attributes: map[string]string{"version": "6"}}}
+	return []*corpusv1.DriverInfo{{Name: "lxc", Healthy: true, Exec: true, Attributes: map[string]string{"version": "6"}, PackageImages: []string{"debian/bookworm"}}}
 }
 
 // agent is an enrolled node as its agent sees it.

@@ -169,6 +169,10 @@ type worker struct {
 	// started; started is when it was started.
 	healthy, started time.Time
 	lastErr          string
+	loggedAt         time.Time
+	// failures counts the starts that failed in a row: the next waits
+	// longer, kicks or not.
+	failures int
 }
 
 func (w *worker) run(ctx context.Context) {
@@ -180,14 +184,22 @@ func (w *worker) run(ctx context.Context) {
 	for {
 		w.op.Lock()
 		interval := w.step(ctx)
+		backingOff := w.failures > 0
 		w.op.Unlock()
 		t := time.NewTimer(interval)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return
-		case <-w.kick:
-		case <-t.C:
+	wait:
+		for {
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return
+			case <-w.kick:
+				if !backingOff {
+					break wait
+				}
+			case <-t.C:
+				break wait
+			}
 		}
 		t.Stop()
 	}
@@ -219,9 +231,14 @@ func (w *worker) step(ctx context.Context) time.Duration {
 	}
 	if err := w.ensure(ctx, d); err != nil {
 		w.fail("starting the service", err)
-		w.m.observe(svc.Id, corpusv1.ServiceUnhealthy, err.Error())
-		return 5 * time.Second
+		// The first line says what failed without what changes from one
+		// try to the next (the server's own output, with its times): an
+		// unchanged report writes nothing.
+		w.m.observe(svc.Id, corpusv1.ServiceUnhealthy, firstLine(err.Error()))
+		w.failures++
+		return min(time.Duration(w.failures)*5*time.Second, time.Minute)
 	}
+	w.failures = 0
 	out, err := w.script(ctx, d, "health", nil, nil)
 	switch {
 	case err == nil:
@@ -249,11 +266,19 @@ func healthInterval(t *corpusv1.ServiceTemplate) time.Duration {
 	return d
 }
 
+// fail logs a failure when it is not the one logged last (compared by
+// its first line), or once a minute.
 func (w *worker) fail(what string, err error) {
-	if msg := err.Error(); msg != w.lastErr {
-		w.lastErr = msg
+	msg := firstLine(err.Error())
+	if msg != w.lastErr || time.Since(w.loggedAt) > time.Minute {
+		w.lastErr, w.loggedAt = msg, time.Now()
 		w.m.cfg.Logger.Warn(what, "service", w.service, "guest", w.guest, "error", err)
 	}
+}
+
+func firstLine(s string) string {
+	first, _, _ := strings.Cut(s, "\n")
+	return first
 }
 
 // fetch asks the coordinator for the service and its environment.
@@ -348,7 +373,7 @@ func (w *worker) startServer(ctx context.Context, d drivers.Driver) error {
 		return err
 	}
 	res, err := rt.Call(ctx, d, w.guest, supervisor.Request{Op: supervisor.OpStart, Generation: &supervisor.Generation{
-		Project: project, ID: "server", Release: w.rt.Service.Version, Dir: Dir, EnvFile: envFile,
+		Project: project, ID: "server", Release: w.rt.Service.Version, Dir: "/", EnvFile: envFile,
 		Processes: []supervisor.Process{{Name: "server", Command: "exec sh " + Dir + "/start"}},
 		Grace:     supervisor.Duration(30 * time.Second), MinUptime: supervisor.Duration(time.Second),
 	}})

@@ -237,7 +237,9 @@ func TestServicePostgres(t *testing.T) {
 	if _, errOut, code := c.cli("service", "delete", "db"); code == 0 || !strings.Contains(errOut, "linked to hello/dev") {
 		t.Errorf("service delete while linked: exit %d\n%s", code, errOut)
 	}
-	c.mustCLI("service", "unlink", "db", "hello")
+	// (The app cannot run without its database: the variables go with
+	// the next deploy.)
+	c.mustCLI("service", "unlink", "db", "hello", "--no-restart")
 	if out, _, code := c.cli("config", "get", "hello", "DATABASE_URL"); code == 0 {
 		t.Errorf("DATABASE_URL after unlink: %s", out)
 	}
@@ -263,4 +265,67 @@ func waitRunning(t *testing.T, c *cluster, name string) {
 		}
 		return nil
 	})
+}
+
+// guestPassword is the shell that reads a service's PASSWORD in its guest
+// (the environment the agent wrote there, readable by root only).
+const guestPassword = `PW=$(sed -n 's/.*"PASSWORD":"\([^"]*\)".*/\1/p' /usr/local/lib/corpus/service/env.json)`
+
+// TestServiceMariaDBAndRedis: the other built-in templates go through the
+// same path: healthy, a backup, the data changed, the restore brings it
+// back (redis's with its server stopped meanwhile, as its template says).
+func TestServiceMariaDBAndRedis(t *testing.T) {
+	if os.Getenv("CORPUS_TEST_DEBIAN") == "" {
+		t.Skip("slow: builds the debian/bookworm images with MariaDB and Redis (apt); set CORPUS_TEST_DEBIAN=1 (CI does)")
+	}
+	c := newCluster(t)
+	a := c.addAgent("n1")
+	a.kill()
+	buildImage(t, a, "mariadb-server")
+	buildImage(t, a, "redis-server,redis-tools")
+	a.proc = c.startAgent(a)
+	c.mustCLI("service", "create", "maria", "--template", "mariadb", "--size", "256M", "--memory", "256M")
+	c.mustCLI("service", "create", "cache", "--template", "redis", "--size", "64M", "--memory", "64M")
+	c.waitHealthy("maria", 5*time.Minute)
+	c.waitHealthy("cache", 5*time.Minute)
+	sh := func(guest, script string) string {
+		t.Helper()
+		return strings.TrimSpace(c.mustCLI("guest", "exec", guest, "--", "sh", "-c", script))
+	}
+	for _, tc := range []struct {
+		service, guest, write, change, read string
+	}{
+		{"maria", "svc-maria",
+			`mariadb -u root corpus -e "CREATE TABLE t (v text); INSERT INTO t VALUES ('kept')"`,
+			`mariadb -u root corpus -e "DROP TABLE t"`,
+			`mariadb -u root corpus -N -e "SELECT v FROM t" 2>&1`},
+		{"cache", "svc-cache",
+			guestPassword + `; REDISCLI_AUTH=$PW redis-cli -p 6379 set k kept`,
+			guestPassword + `; REDISCLI_AUTH=$PW redis-cli -p 6379 set k changed`,
+			guestPassword + `; REDISCLI_AUTH=$PW redis-cli -p 6379 get k`},
+	} {
+		sh(tc.guest, tc.write)
+		if got := sh(tc.guest, tc.read); got != "kept" {
+			t.Fatalf("%s: wrote kept, read %q", tc.service, got)
+		}
+		out := c.mustCLI("service", "backup", tc.service)
+		if !strings.Contains(out, "done: backup") {
+			t.Fatalf("%s backup:\n%s", tc.service, out)
+		}
+		sh(tc.guest, tc.change)
+		if got := sh(tc.guest, tc.read); got == "kept" {
+			t.Fatalf("%s: the change did not take", tc.service)
+		}
+		c.mustCLI("service", "restore", tc.service)
+		eventually(t, time.Minute, tc.service+" restored", func() error {
+			if _, _, code := c.cli("guest", "exec", tc.guest, "--", "sh", "-c", tc.read); code != 0 {
+				return fmt.Errorf("reading %s failed", tc.service)
+			}
+			if got := sh(tc.guest, tc.read); got != "kept" {
+				return fmt.Errorf("%s reads %q after the restore", tc.service, got)
+			}
+			return nil
+		})
+		c.waitHealthy(tc.service, time.Minute)
+	}
 }
