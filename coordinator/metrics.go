@@ -2,6 +2,7 @@ package coordinator
 
 import (
 	"strconv"
+	"time"
 
 	"github.com/hashicorp/raft"
 	"github.com/prometheus/client_golang/prometheus"
@@ -110,5 +111,73 @@ func (c *guestsCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	for k, n := range counts {
 		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, float64(n), k.state, k.driver)
+	}
+}
+
+// servicesCollector counts the cluster's services by template and state,
+// and its backups by status, with the bytes of those kept and the age of
+// each service's newest one, at scrape time.
+type servicesCollector struct {
+	store                                *state.Store
+	services, backups, backupBytes, ages *prometheus.Desc
+}
+
+func newServicesCollector(store *state.Store) *servicesCollector {
+	d := func(name, help string, labels ...string) *prometheus.Desc {
+		return prometheus.NewDesc(prometheus.BuildFQName(metrics.Namespace, "", name), help, labels, nil)
+	}
+	return &servicesCollector{store: store,
+		services:    d("services", "Services by template (external for an outside endpoint) and state (unknown before its agent reported it).", "template", "state"),
+		backups:     d("backups", "Backups by status.", "status"),
+		backupBytes: d("backups_kept_bytes", "Bytes of the backups that succeeded, as the nodes keep them."),
+		ages:        d("service_last_backup_age_seconds", "Seconds since each service's newest backup that succeeded (absent when it has none).", "service"),
+	}
+}
+
+func (c *servicesCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- c.services
+	ch <- c.backups
+	ch <- c.backupBytes
+	ch <- c.ages
+}
+
+func (c *servicesCollector) Collect(ch chan<- prometheus.Metric) {
+	view := c.store.Read()
+	type key struct{ template, state string }
+	counts := map[key]int{}
+	for _, s := range view.Services() {
+		k := key{s.Template, s.Observed.GetState()}
+		if s.ExternalUrl != "" {
+			k.template = "external"
+		}
+		if k.state == "" {
+			k.state = "unknown"
+		}
+		counts[k]++
+	}
+	for k, n := range counts {
+		ch <- prometheus.MustNewConstMetric(c.services, prometheus.GaugeValue, float64(n), k.template, k.state)
+	}
+	statuses := map[string]int{}
+	var kept int64
+	newest := map[string]time.Time{}
+	for _, b := range view.Backups("") {
+		statuses[b.Status]++
+		if b.Status != corpusv1.BackupSucceeded {
+			continue
+		}
+		kept += b.SizeBytes
+		if t := b.FinishedAt.AsTime(); t.After(newest[b.Service]) {
+			newest[b.Service] = t
+		}
+	}
+	for st, n := range statuses {
+		ch <- prometheus.MustNewConstMetric(c.backups, prometheus.GaugeValue, float64(n), st)
+	}
+	ch <- prometheus.MustNewConstMetric(c.backupBytes, prometheus.GaugeValue, float64(kept))
+	for svc, t := range newest {
+		if view.Service(svc) != nil {
+			ch <- prometheus.MustNewConstMetric(c.ages, prometheus.GaugeValue, time.Since(t).Seconds(), svc)
+		}
 	}
 }

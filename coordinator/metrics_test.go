@@ -77,6 +77,13 @@ func TestMetricsMove(t *testing.T) {
 	if get("corpus_certificate_expiry_seconds", "certificate", "cluster_ca") <= 0 {
 		t.Errorf("certificate_expiry_seconds{cluster_ca} is not positive")
 	}
+	// A service: counted by template and state before its agent said.
+	if _, err := ops.service.CreateService(ctx, connect.NewRequest(&corpusv1.CreateServiceRequest{Name: "pay", ExternalUrl: "https://pay.example.test"})); err != nil {
+		t.Fatal(err)
+	}
+	if got := get("corpus_services", "template", "external", "state", "unknown"); got != 1 {
+		t.Errorf("services{external, unknown} = %v, want 1", got)
+	}
 
 	// What a scrape serves passes Prometheus' own lint.
 	ms, err := metrics.Listen("127.0.0.1:0", reg, nil)

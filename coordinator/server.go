@@ -311,7 +311,7 @@ func New(cfg Config) (*Server, error) {
 	}
 	api.Mount(mux, s.api)
 	s.sched = scheduler.NewMetrics(cfg.Metrics, s.store)
-	cfg.Metrics.MustRegister(newGuestsCollector(s.store), pki.NewExpiryCollector("coordinator", func() map[string]*x509.Certificate {
+	cfg.Metrics.MustRegister(newGuestsCollector(s.store), newServicesCollector(s.store), pki.NewExpiryCollector("coordinator", func() map[string]*x509.Certificate {
 		return map[string]*x509.Certificate{"cluster_ca": certs.auth.Cert, "replica": certs.keys.Get().Leaf}
 	}))
 	s.http = rpc.NewServer(auth.PeerHTTP(mux), certs.server())

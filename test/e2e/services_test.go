@@ -233,6 +233,20 @@ func TestServicePostgres(t *testing.T) {
 		t.Errorf("/tmp/notes after an agent restart = %q", got)
 	}
 
+	// The guest destroyed by hand: made again empty, the service is
+	// installed again and serves its data from the volume.
+	lxcPath := filepath.Join(a.stateDir, "lxc")
+	if out, err := exec.Command("lxc-destroy", "-P", lxcPath, "-n", "svc-db", "-f").CombinedOutput(); err != nil {
+		t.Fatalf("lxc-destroy: %v\n%s", err, out)
+	}
+	eventually(t, 3*time.Minute, "the app reads its row from the remade guest", func() error {
+		if got := notes(); got != "hello from the app" {
+			return fmt.Errorf("/tmp/notes = %q", got)
+		}
+		return nil
+	})
+	c.waitHealthy("db", time.Minute)
+
 	// Deleting while linked is refused; unlink takes the variables away.
 	if _, errOut, code := c.cli("service", "delete", "db"); code == 0 || !strings.Contains(errOut, "linked to hello/dev") {
 		t.Errorf("service delete while linked: exit %d\n%s", code, errOut)
@@ -242,6 +256,21 @@ func TestServicePostgres(t *testing.T) {
 	c.mustCLI("service", "unlink", "db", "hello", "--no-restart")
 	if out, _, code := c.cli("config", "get", "hello", "DATABASE_URL"); code == 0 {
 		t.Errorf("DATABASE_URL after unlink: %s", out)
+	}
+	// Deleted without --purge, made again: the data is back (the role
+	// with the new password).
+	c.mustCLI("service", "delete", "db")
+	gone := func() error {
+		if out, _, code := c.cli("guest", "show", "svc-db"); code == 0 {
+			return fmt.Errorf("guest svc-db still there:\n%s", out)
+		}
+		return nil
+	}
+	eventually(t, time.Minute, "the service's guest gone", gone)
+	c.mustCLI("service", "create", "db", "--template", "postgresql", "--size", "256M", "--memory", "256M")
+	c.waitHealthy("db", 3*time.Minute)
+	if got := strings.TrimSpace(c.mustCLI("guest", "exec", "svc-db", "--", "sh", "-c", `su postgres -c "psql -d corpus -tAc 'SELECT note FROM notes'"`)); got != "hello from the app" {
+		t.Errorf("the service made again on its volume reads %q", got)
 	}
 	c.mustCLI("service", "delete", "db", "--purge")
 	eventually(t, time.Minute, "the service's guest gone", func() error {
