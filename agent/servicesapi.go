@@ -66,7 +66,8 @@ func (a *Agent) reconcileServices(ctx context.Context) {
 	if keep == nil {
 		keep = map[string]bool{}
 	}
-	// A transfer that has written nothing for this long died.
+	// A transfer that has written nothing for this long died; a backup
+	// the state has not named for this long is gone from it.
 	removed, err := a.backups.Prune(keep, time.Now().Add(-time.Hour))
 	if err != nil {
 		a.logger.Warn("removing backups no longer kept", "error", err)

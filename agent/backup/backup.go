@@ -171,9 +171,11 @@ func (s *Store) Remove(id string) error {
 	return nil
 }
 
-// Prune removes the kept backups whose ids keep does not name, and files
-// being received that were last written before staleBefore (a transfer
-// that died with its agent). It returns the ids it removed.
+// Prune removes the kept backups whose ids keep does not name and files
+// being received (a transfer that died with its agent), of both only
+// those last written before staleBefore: a list a little behind (the
+// agent's cached desired state, read before a backup it received) never
+// costs a backup. It returns the ids it removed.
 func (s *Store) Prune(keep map[string]bool, staleBefore time.Time) ([]string, error) {
 	entries, err := os.ReadDir(s.dir)
 	if err != nil {
@@ -191,6 +193,9 @@ func (s *Store) Prune(keep map[string]bool, staleBefore time.Time) ([]string, er
 		}
 		id, ok := strings.CutSuffix(name, ".backup")
 		if !ok || keep[id] {
+			continue
+		}
+		if info, err := e.Info(); err != nil || !info.ModTime().Before(staleBefore) {
 			continue
 		}
 		if err := os.Remove(filepath.Join(s.dir, name)); err != nil {

@@ -78,12 +78,14 @@ func TestPrune(t *testing.T) {
 	s, _ := Open(dir)
 	put(t, s, "aa11", []byte("kept"))
 	put(t, s, "bb22", []byte("gone from the state"))
+	put(t, s, "ee55", []byte("received just now, not listed yet"))
 	w, _ := s.Create("cc33") // a transfer in flight
 	w.Write([]byte("half"))
 	old, _ := s.Create("dd44") // one that died with its agent
 	old.Write([]byte("half"))
 	past := time.Now().Add(-time.Hour)
 	os.Chtimes(old.f.Name(), past, past)
+	os.Chtimes(filepath.Join(dir, "bb22.backup"), past, past)
 	removed, err := s.Prune(map[string]bool{"aa11": true}, time.Now().Add(-10*time.Minute))
 	if err != nil {
 		t.Fatal(err)
@@ -93,6 +95,9 @@ func TestPrune(t *testing.T) {
 	}
 	if _, err := os.Stat(w.f.Name()); err != nil {
 		t.Errorf("Prune removed a transfer in flight: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "ee55.backup")); err != nil {
+		t.Errorf("Prune removed a backup received a moment ago: %v", err)
 	}
 	if _, err := os.Stat(old.f.Name()); err == nil {
 		t.Error("Prune kept a stale partial file")
