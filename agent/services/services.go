@@ -432,17 +432,23 @@ func (w *worker) exec(ctx context.Context, d drivers.Driver, stdin io.Reader, ar
 	return out.Bytes(), nil
 }
 
-// lastLine is what to say of a script's run: its last line of output,
-// or the error.
+// lastLine is what to say of a script's run: the last line of its output
+// that says error (or fatal), else its last line, or the error.
 func lastLine(out []byte, err error) string {
 	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
-	if l := strings.TrimSpace(lines[len(lines)-1]); l != "" {
-		if err != nil {
-			return err.Error() + ": " + l
+	l := strings.TrimSpace(lines[len(lines)-1])
+	for i := len(lines) - 1; i >= 0; i-- {
+		if low := strings.ToLower(lines[i]); strings.Contains(low, "error") || strings.Contains(low, "fatal") {
+			l = strings.TrimSpace(lines[i])
+			break
 		}
-		return l
 	}
-	if err != nil {
+	switch {
+	case l != "" && err != nil:
+		return err.Error() + ": " + l
+	case l != "":
+		return l
+	case err != nil:
 		return err.Error()
 	}
 	return ""
