@@ -227,24 +227,11 @@ func (s *serviceService) RestoreService(ctx context.Context, req *connect.Reques
 	if err != nil {
 		return err
 	}
-	if m.ToNode != "" {
-		return connect.NewError(connect.CodeUnimplemented, fmt.Errorf("restoring onto another node is not built yet: restore into the service where it runs"))
-	}
 	if _, ok := svc.TemplateSpec.GetFiles()["restore"]; !ok {
 		return connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("template %s has no restore script", svc.Template))
 	}
-	var bk *corpusv1.Backup
-	if m.From == "" {
-		for _, b := range view.Backups(svc.Name) {
-			if b.Status == corpusv1.BackupSucceeded {
-				bk = b
-				break
-			}
-		}
-		if bk == nil {
-			return connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("service %s has no backup to restore (corpus service backup %s)", svc.Name, svc.Name))
-		}
-	} else if bk, err = pickBackup(ctx, view, m.From); err != nil {
+	bk, skipped, err := restoreSource(ctx, view, svc, m.From)
+	if err != nil {
 		return err
 	}
 	if bk.Template != svc.Template {
@@ -254,23 +241,39 @@ func (s *serviceService) RestoreService(ctx context.Context, req *connect.Reques
 	if err != nil {
 		return err
 	}
-	target, err := serviceNode(view, svc)
+	lost := serviceLost(view, svc)
+	if !lost && m.ToNode != "" {
+		return connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("service %s is not lost (its node is up): restore it in place, without --to-node, or move its data with corpus volume move", svc.Name))
+	}
+	if lost {
+		if svc, err = s.moveLost(ctx, view, svc, m.ToNode, stream.Send); err != nil {
+			return err
+		}
+	}
+	target, err := serviceNode(s.b.Store.Read(), svc)
 	if err != nil {
 		return err
 	}
-	if err := stream.Send(&corpusv1.BackupProgress{Phase: "restoring", Backup: bk, Message: fmt.Sprintf("restoring %s from backup %s of %s", svc.Name, bk.Id, bk.GetFinishedAt().AsTime().Format("2006-01-02 15:04:05 MST"))}); err != nil {
+	msg := fmt.Sprintf("restoring %s on node %s from backup %s of %s", svc.Name, target.Name, bk.Id, backupAge(bk, time.Now()))
+	if skipped > 0 {
+		msg += fmt.Sprintf(" (%d newer on nodes that are not ready)", skipped)
+	}
+	if err := stream.Send(&corpusv1.BackupProgress{Phase: "restoring", Backup: bk, Message: msg}); err != nil {
 		return err
 	}
-	target2 := proto.Clone(bk).(*corpusv1.Backup)
-	target2.Service = svc.Name
+	head := proto.Clone(bk).(*corpusv1.Backup)
+	head.Service = svc.Name
 	out, err := s.b.relayBackup(ctx, bk, holder, func(ctx context.Context) *connect.ClientStreamForClient[corpusv1.BackupChunk, corpusv1.LoadServiceResponse] {
 		return s.b.AgentClient(target).LoadService(ctx)
-	}, target2, stream.Send)
+	}, head, stream.Send)
+	if err == nil {
+		err = s.refreshLinks(ctx, svc.Name, stream.Send)
+	}
 	result := "ok"
 	if err != nil {
 		result = "failed: " + errorText(err)
 	}
-	if aerr := s.b.audit.record(ctx, auth.FromContext(ctx).String(), "restore", svc.Name+" from "+bk.Id, result); aerr != nil {
+	if aerr := s.b.audit.record(ctx, auth.FromContext(ctx).String(), "restore", svc.Name+" from "+bk.Id+" on "+target.Name, result); aerr != nil {
 		s.b.Logger.Warn("recording a restore in the audit log", "service", svc.Name, "error", aerr)
 	}
 	if err != nil {

@@ -15,11 +15,18 @@ import (
 	corpusv1 "corpus/proto/corpus/v1"
 )
 
-// snapOf is a state holding services and backups (restored from a
-// snapshot: the state machine's own way in).
+// snapOf is a state holding services and backups.
 func snapOf(t *testing.T, services []*corpusv1.Service, backups []*corpusv1.Backup) *state.Snap {
 	t.Helper()
-	b, err := proto.Marshal(&corpusv1.Snapshot{Version: state.CommandVersion, Services: services, Backups: backups})
+	return snapshotView(t, &corpusv1.Snapshot{Services: services, Backups: backups})
+}
+
+// snapshotView is the state a snapshot holds (restored from it: the
+// state machine's own way in).
+func snapshotView(t *testing.T, snap *corpusv1.Snapshot) *state.Snap {
+	t.Helper()
+	snap.Version = state.CommandVersion
+	b, err := proto.Marshal(snap)
 	if err != nil {
 		t.Fatal(err)
 	}

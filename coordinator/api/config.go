@@ -75,15 +75,15 @@ func (s *projectService) SetConfig(ctx context.Context, req *connect.Request[cor
 		return err
 	}
 	keys := slices.Sorted(maps.Keys(m.Set))
-	return s.releaseConfig(ctx, p.Name, e.Name, state.ConfigChangeText(keys, unset), m.NoRestart, stream)
+	return s.releaseConfig(ctx, p.Name, e.Name, state.ConfigChangeText(keys, unset), m.NoRestart, stream.Send)
 }
 
 // releaseConfig makes a release of an environment's current commit with
 // its config as it now is (what says how it changed), unless noRestart
 // or nothing is deployed yet; the output streams back.
-func (s *projectService) releaseConfig(ctx context.Context, project, env, what string, noRestart bool, stream *connect.ServerStream[corpusv1.DeployOutput]) error {
+func (s *projectService) releaseConfig(ctx context.Context, project, env, what string, noRestart bool, send func(*corpusv1.DeployOutput) error) error {
 	say := func(format string, args ...any) error {
-		return stream.Send(&corpusv1.DeployOutput{Output: fmt.Appendf(nil, format+"\n", args...)})
+		return send(&corpusv1.DeployOutput{Output: fmt.Appendf(nil, format+"\n", args...)})
 	}
 	view := s.b.Store.Read()
 	p := view.Project(project)
@@ -96,17 +96,17 @@ func (s *projectService) releaseConfig(ctx context.Context, project, env, what s
 		if err := say("config of %s/%s: %s; stored for the next deploy (--no-restart)", p.Name, e.Name, what); err != nil {
 			return err
 		}
-		return stream.Send(&corpusv1.DeployOutput{Done: true, Current: e.GetCurrentRelease()})
+		return send(&corpusv1.DeployOutput{Done: true, Current: e.GetCurrentRelease()})
 	case e.GetCurrentRelease() == 0:
 		if err := say("config of %s/%s: %s; nothing is deployed yet: the first push runs with it", p.Name, e.Name, what); err != nil {
 			return err
 		}
-		return stream.Send(&corpusv1.DeployOutput{Done: true})
+		return send(&corpusv1.DeployOutput{Done: true})
 	}
 	if err := say("config of %s/%s: %s; deploying it", p.Name, e.Name, what); err != nil {
 		return err
 	}
-	return s.redeploy(ctx, view, p, e, &corpusv1.RedeployRequest{Project: p.Name, Env: e.Name, Trigger: corpusv1.TriggerConfig}, stream)
+	return s.redeploy(ctx, view, p, e, &corpusv1.RedeployRequest{Project: p.Name, Env: e.Name, Trigger: corpusv1.TriggerConfig}, send)
 }
 
 // runningEnvNode is the node whose agent runs an environment's guest, for
@@ -125,7 +125,7 @@ func runningEnvNode(view *state.Snap, p *corpusv1.Project, e *corpusv1.ProjectEn
 
 // redeploy asks the environment's node for a release of its current
 // commit and relays the output.
-func (s *projectService) redeploy(ctx context.Context, view *state.Snap, p *corpusv1.Project, e *corpusv1.ProjectEnv, r *corpusv1.RedeployRequest, stream *connect.ServerStream[corpusv1.DeployOutput]) error {
+func (s *projectService) redeploy(ctx context.Context, view *state.Snap, p *corpusv1.Project, e *corpusv1.ProjectEnv, r *corpusv1.RedeployRequest, send func(*corpusv1.DeployOutput) error) error {
 	n, err := runningEnvNode(view, p, e)
 	if err != nil {
 		return err
@@ -133,7 +133,7 @@ func (s *projectService) redeploy(ctx context.Context, view *state.Snap, p *corp
 	up, err := s.b.AgentClient(n).Redeploy(ctx, connect.NewRequest(&corpusv1.AgentRedeployRequest{
 		Request: r, Env: e, Releases: view.Releases(p.Name, e.Name), Author: auth.FromContext(ctx).String(),
 	}))
-	err = relayFromAgent(n, r.Trigger, up, err, stream.Send)
+	err = relayFromAgent(n, r.Trigger, up, err, send)
 	result := "ok"
 	if err != nil {
 		result = "failed: " + errorText(err)
@@ -240,7 +240,7 @@ func (s *projectService) Deploy(ctx context.Context, req *connect.Request[corpus
 	if e.CurrentRelease == 0 {
 		return connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("%s/%s has no release yet: push first", p.Name, e.Name))
 	}
-	return s.redeploy(ctx, view, p, e, &corpusv1.RedeployRequest{Project: p.Name, Env: e.Name, Trigger: m.Trigger, Only: m.Only, Processes: m.Processes}, stream)
+	return s.redeploy(ctx, view, p, e, &corpusv1.RedeployRequest{Project: p.Name, Env: e.Name, Trigger: m.Trigger, Only: m.Only, Processes: m.Processes}, stream.Send)
 }
 
 // validProcessName: process types are short lowercase names (Procfile).

@@ -245,11 +245,9 @@ func (s *serviceService) templateGuest(svc *corpusv1.Service, m *corpusv1.Create
 		Resources: &corpusv1.Resources{MemoryBytes: mem},
 		Volume:    &corpusv1.VolumeSpec{SizeBytes: size, Path: t.VolumePath},
 	}
-	// The data of a service deleted without --purge (an unbound volume
-	// of its guest's name) comes back with it.
-	guestName := corpusv1.ServiceGuestName(svc.Name)
-	if v := s.b.Store.Read().Volume(guestName); v != nil && v.GuestId == "" && v.GetDesiredState() != state.DesiredDeleted {
-		spec.Volume = &corpusv1.VolumeSpec{UseVolume: guestName, Path: t.VolumePath}
+	// The data of a service deleted without --purge comes back with it.
+	if v := keptVolume(s.b.Store.Read(), svc.Name); v != nil {
+		spec.Volume = &corpusv1.VolumeSpec{UseVolume: v.Name, Path: t.VolumePath}
 	}
 	if err := normalizeSpec(spec); err != nil {
 		return nil, nil, toConnect(err)
@@ -258,8 +256,35 @@ func (s *serviceService) templateGuest(svc *corpusv1.Service, m *corpusv1.Create
 	for _, c := range t.Credentials {
 		clear[c] = secret.Hex(16)
 	}
-	g := &corpusv1.Guest{Id: secret.Hex(8), Name: guestName, Spec: spec, DesiredState: state.DesiredRunning}
+	g := &corpusv1.Guest{Id: secret.Hex(8), Name: corpusv1.ServiceGuestName(svc.Name), Spec: spec, DesiredState: state.DesiredRunning}
 	return g, clear, nil
+}
+
+// keptVolume is the volume a service deleted without --purge left: the
+// newest unbound volume of its guests' names (svc-NAME, or svc-NAME-N
+// after a restore onto another node) on a node that is not down.
+func keptVolume(view *state.Snap, service string) *corpusv1.Volume {
+	base := corpusv1.ServiceGuestName(service)
+	var kept *corpusv1.Volume
+	for _, v := range view.Volumes() {
+		suffix, ok := strings.CutPrefix(v.Name, base)
+		if !ok || (suffix != "" && !isReplacementSuffix(suffix)) {
+			continue
+		}
+		if v.GuestId != "" || v.DesiredState == state.VolumeDeleted || view.Node(v.NodeId).GetStatus() == state.NodeDown {
+			continue
+		}
+		if kept == nil || v.CreateIndex > kept.CreateIndex {
+			kept = v
+		}
+	}
+	return kept
+}
+
+// isReplacementSuffix says whether s is "-N", N a number from 2.
+func isReplacementSuffix(s string) bool {
+	n, err := strconv.Atoi(strings.TrimPrefix(s, "-"))
+	return strings.HasPrefix(s, "-") && err == nil && n >= 2 && strconv.Itoa(n) == s[1:]
 }
 
 // sameService says whether a create asks for the service that exists.
@@ -500,24 +525,31 @@ func (s *serviceService) LinkService(ctx context.Context, req *connect.Request[c
 	if err != nil {
 		return err
 	}
-	if err := checkConfigChange(env, nil); err != nil {
+	if err := s.writeLink(ctx, svc.Name, p.Name, e.Name, as, env); err != nil {
+		return err
+	}
+	what := fmt.Sprintf("service %s linked as %s (%s)", svc.Name, as, strings.Join(slices.Sorted(maps.Keys(env)), " "))
+	return (&projectService{s.b}).releaseConfig(ctx, p.Name, e.Name, what, m.NoRestart, stream.Send)
+}
+
+// writeLink records a link of a service with the variables env, sealed
+// for the environment.
+func (s *serviceService) writeLink(ctx context.Context, service, project, env, as string, vars map[string]string) error {
+	if err := checkConfigChange(vars, nil); err != nil {
 		return toConnect(err)
 	}
 	k, err := s.b.keyrings.ensure(ctx)
 	if err != nil {
 		return toConnect(err)
 	}
-	sealed, err := sealAll(k, env, func(key string) string { return state.ConfigPlace(p.Name, e.Name, key) })
+	sealed, err := sealAll(k, vars, func(key string) string { return state.ConfigPlace(project, env, key) })
 	if err != nil {
 		return toConnect(err)
 	}
-	if _, err := s.b.write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_LinkService{LinkService: &corpusv1.LinkService{
-		Service: svc.Name, Link: &corpusv1.ServiceLink{Project: p.Name, Env: e.Name, As: as}, Config: sealed,
-	}}}); err != nil {
-		return err
-	}
-	what := fmt.Sprintf("service %s linked as %s (%s)", svc.Name, as, strings.Join(slices.Sorted(maps.Keys(env)), " "))
-	return (&projectService{s.b}).releaseConfig(ctx, p.Name, e.Name, what, m.NoRestart, stream)
+	_, err = s.b.write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_LinkService{LinkService: &corpusv1.LinkService{
+		Service: service, Link: &corpusv1.ServiceLink{Project: project, Env: env, As: as}, Config: sealed,
+	}}})
+	return err
 }
 
 func (s *serviceService) UnlinkService(ctx context.Context, req *connect.Request[corpusv1.UnlinkServiceRequest], stream *connect.ServerStream[corpusv1.DeployOutput]) error {
@@ -542,5 +574,5 @@ func (s *serviceService) UnlinkService(ctx context.Context, req *connect.Request
 		return err
 	}
 	what := fmt.Sprintf("service %s unlinked (%s removed)", svc.Name, strings.Join(keys, " "))
-	return (&projectService{s.b}).releaseConfig(ctx, p.Name, e.Name, what, m.NoRestart, stream)
+	return (&projectService{s.b}).releaseConfig(ctx, p.Name, e.Name, what, m.NoRestart, stream.Send)
 }

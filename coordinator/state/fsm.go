@@ -210,6 +210,8 @@ func (a *applier) apply(cmd *corpusv1.Command) error {
 		return a.finishBackup(c.FinishBackup)
 	case *corpusv1.Command_DeleteBackup:
 		return a.deleteBackup(c.DeleteBackup)
+	case *corpusv1.Command_ReplaceServiceGuest:
+		return a.replaceServiceGuest(c.ReplaceServiceGuest)
 	default:
 		panic(fmt.Sprintf("state: command %T has no apply function", c))
 	}

@@ -125,6 +125,43 @@ func (a *applier) setServiceDesired(c *corpusv1.SetServiceDesired) error {
 	return nil
 }
 
+// replaceServiceGuest gives a lost service a new guest (and volume) in
+// place of the one on a node that is down or gone.
+func (a *applier) replaceServiceGuest(c *corpusv1.ReplaceServiceGuest) error {
+	s, err := a.service(c.Service)
+	if err != nil {
+		return err
+	}
+	if s.GuestId == "" {
+		return fmt.Errorf("external service %s has no guest: %w", s.Name, ErrInvalid)
+	}
+	if c.OldGuestId != s.GuestId {
+		return fmt.Errorf("service %s runs in another guest now: %w", s.Name, ErrStale)
+	}
+	if c.Guest == nil || c.Guest.GetSpec().GetVolume().GetSizeBytes() == 0 || c.Guest.GetSpec().GetVolume().GetUseVolume() != "" {
+		return fmt.Errorf("a replacement guest needs a new volume: %w", ErrInvalid)
+	}
+	if old, _ := a.get(tableGuests, "id", s.GuestId).(*corpusv1.Guest); old != nil {
+		if old.NodeId != "" && !a.nodeIsDown(old.NodeId) && a.get(tableNodes, "id", old.NodeId) != nil {
+			return fmt.Errorf("service %s runs on a node that is not down: restore it in place: %w", s.Name, ErrBadTransition)
+		}
+		a.deleteGuest(proto.Clone(old).(*corpusv1.Guest))
+	}
+	if err := a.createGuest(&corpusv1.CreateGuest{Guest: c.Guest}); err != nil {
+		return err
+	}
+	if c.NodeId != "" {
+		b := &placeBatch{alloc: map[string]*corpusv1.Resources{}, ports: map[string]map[int32]string{}}
+		if err := a.placeChecked(&corpusv1.PlaceGuest{GuestId: c.Guest.Id, NodeId: c.NodeId}, b); err != nil {
+			return err
+		}
+	}
+	s.GuestId, s.GuestName = c.Guest.Id, c.Guest.Name
+	s.Observed = nil
+	a.putService(s)
+	return nil
+}
+
 // linkService records a link and sets its config keys in the project
 // environment; a link of the same environment is replaced.
 func (a *applier) linkService(c *corpusv1.LinkService) error {

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"slices"
 	"testing"
+	"time"
 
 	"google.golang.org/protobuf/proto"
 
@@ -153,5 +154,54 @@ func TestServices(t *testing.T) {
 	// Never placed, the guest goes at once.
 	if v.Service("db") != nil || len(v.Backups("db")) != 0 || v.GuestByName("svc-db") != nil {
 		t.Errorf("after delete --purge: service %v, backups %v, guest %v", v.Service("db"), v.Backups("db"), v.GuestByName("svc-db"))
+	}
+}
+
+// TestReplaceServiceGuest: a lost service gets a new guest and volume on
+// another node in one step; its old volume stays on the dead node,
+// unbound; a service whose node is up is not replaced.
+func TestReplaceServiceGuest(t *testing.T) {
+	r := newReplica(t)
+	r.must(cluster()...)
+	r.must(tokenCmd("tok2", "h2", epoch.Add(time.Hour)), enrollCmd("tok2", "h2", "node-2", "n2"), updateNodeCmd("node-2", 8<<30))
+	k, kr := testRing(t, "k1")
+	r.must(keyringCmd(kr, "", nil, nil))
+	create := serviceCmd(t, k, "db")
+	create.GetCreateService().Guest.Spec.Volume = &corpusv1.VolumeSpec{SizeBytes: 64 << 20, Path: "/var/lib/postgresql"}
+	r.must(create)
+	old := r.store.Read().GuestByName("svc-db")
+	r.must(placeCmd(old.Id, nodeID, "", old.ModifyIndex))
+
+	replace := func(oldID string) *corpusv1.Command {
+		g := guestCmd("g-db-2", "svc-db-2").GetCreateGuest().Guest
+		g.Spec.Volume = &corpusv1.VolumeSpec{SizeBytes: 64 << 20, Path: "/var/lib/postgresql"}
+		return &corpusv1.Command{Cmd: &corpusv1.Command_ReplaceServiceGuest{ReplaceServiceGuest: &corpusv1.ReplaceServiceGuest{
+			Service: "db", OldGuestId: oldID, Guest: g, NodeId: "node-2"}}}
+	}
+	unchanged(t, r, "replacing a service whose node is up", replace(old.Id), state.ErrBadTransition)
+	r.must(nodeStatusCmd(nodeID, state.NodeDown))
+	unchanged(t, r, "replacing another guest than the service's", replace("g-other"), state.ErrStale)
+	onOld := replace(old.Id)
+	onOld.GetReplaceServiceGuest().NodeId = nodeID
+	if err := r.apply(onOld); err == nil {
+		t.Error("replacing onto the node that is down succeeded")
+	}
+	r.must(replace(old.Id))
+	v := r.store.Read()
+	svc, g := v.Service("db"), v.GuestByName("svc-db-2")
+	if svc.GuestId != "g-db-2" || svc.GuestName != "svc-db-2" || g == nil || g.NodeId != "node-2" || g.Address == "" {
+		t.Fatalf("after the replace: service on %s/%s, guest %v", svc.GuestId, svc.GuestName, g)
+	}
+	if v.GuestByName("svc-db") != nil {
+		t.Error("the lost guest's record is still there")
+	}
+	if vol := v.Volume("svc-db"); vol == nil || vol.GuestId != "" || vol.NodeId != nodeID || vol.DesiredState != state.VolumePresent {
+		t.Errorf("the lost guest's volume = %v, want kept unbound on n1", vol)
+	}
+	if vol := v.Volume("svc-db-2"); vol == nil || vol.NodeId != "node-2" || vol.GuestId != "g-db-2" {
+		t.Errorf("the new volume = %v", vol)
+	}
+	if v.ServiceOfGuest("g-db-2") == nil {
+		t.Error("the new guest is not the service's")
 	}
 }

@@ -7,6 +7,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -303,6 +305,10 @@ const guestPassword = `PW=$(sed -n 's/.*"PASSWORD":"\([^"]*\)".*/\1/p' /usr/loca
 // TestServiceMariaDBAndRedis: the other built-in templates go through the
 // same path: healthy, a backup, the data changed, the restore brings it
 // back (redis's with its server stopped meanwhile, as its template says).
+// Then redis's node dies: the service is lost, and a restore onto the
+// node that kept its backup brings it back with its data as the backup
+// had it, its link pointed at the new address; the dead node, back,
+// keeps the old volume (it may hold newer data) and drops the guest.
 func TestServiceMariaDBAndRedis(t *testing.T) {
 	if os.Getenv("CORPUS_TEST_DEBIAN") == "" {
 		t.Skip("slow: builds the debian/bookworm images with MariaDB and Redis (apt); set CORPUS_TEST_DEBIAN=1 (CI does)")
@@ -356,5 +362,68 @@ func TestServiceMariaDBAndRedis(t *testing.T) {
 			return nil
 		})
 		c.waitHealthy(tc.service, time.Minute)
+	}
+
+	// A second node keeps the next backup; n1 dies.
+	b := c.addAgent("n2")
+	b.kill()
+	buildImage(t, b, "redis-server,redis-tools")
+	b.proc = c.startAgent(b)
+	c.mustCLI("project", "create", "app", "--env", "dev", "--image", "busybox", "--memory", "32M", "--cpus", "0.1")
+	c.mustCLI("service", "link", "cache", "app")
+	oldURL := strings.TrimSpace(c.mustCLI("config", "get", "app", "REDIS_URL"))
+	if out, errOut, code := c.cli("service", "restore", "cache", "--to-node", "n2"); code == 0 || !strings.Contains(errOut, "not lost") {
+		t.Errorf("restore --to-node of a service that is not lost: exit %d\n%s%s", code, out, errOut)
+	}
+	if out := c.mustCLI("service", "backup", "cache"); !strings.Contains(out, "done: backup") {
+		t.Fatalf("cache backup:\n%s", out)
+	}
+	var kept struct {
+		Backups []struct {
+			NodeName string `json:"node_name"`
+		} `json:"backups"`
+	}
+	if err := c.json(&kept, "service", "backups", "cache"); err != nil || len(kept.Backups) == 0 || kept.Backups[0].NodeName != "n2" {
+		t.Fatalf("the newest backup of cache is kept on %+v (%v), want n2: off the service's node", kept, err)
+	}
+	sh("svc-cache", guestPassword+`; REDISCLI_AUTH=$PW redis-cli -p 6379 set k newer-than-the-backup`)
+	c.killNode(a)
+	eventually(t, time.Minute, "cache lost", func() error {
+		if v := c.service("cache"); v.Service.Service.Observed.State != "lost" {
+			return fmt.Errorf("cache is %q", v.Service.Service.Observed.State)
+		}
+		return nil
+	})
+	out, errOut, code := c.cli("service", "restore", "cache", "--to-node", "n2")
+	if code != 0 {
+		t.Fatalf("restore onto n2: exit %d\n%s%s", code, out, errOut)
+	}
+	out = errOut + out // progress on stderr, the result on stdout
+	t.Logf("restore of the lost service onto n2:\n%s", out)
+	for _, want := range []string{"svc-cache-2", "stays on node n1 as volume svc-cache", "s old", "done: restored cache from backup"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("restore onto n2 does not say %q:\n%s", want, out)
+		}
+	}
+	c.waitHealthy("cache", time.Minute)
+	if got := sh("svc-cache-2", guestPassword+`; REDISCLI_AUTH=$PW redis-cli -p 6379 get k`); got != "kept" {
+		t.Errorf("cache on n2 reads k = %q, want the backup's kept", got)
+	}
+	v := c.service("cache")
+	newURL := strings.TrimSpace(c.mustCLI("config", "get", "app", "REDIS_URL"))
+	if newURL == oldURL || !strings.Contains(newURL, "@"+v.Service.Address+":6379") {
+		t.Errorf("REDIS_URL after the restore = %q (was %q), want the new address %s", newURL, oldURL, v.Service.Address)
+	}
+
+	// n1 returns: the lost guest goes, its volume stays, unbound.
+	c.restartAgent(a)
+	eventually(t, time.Minute, "the lost guest removed from n1", func() error {
+		if got := guestContainers(a.lxc); slices.Contains(got, "svc-cache") {
+			return fmt.Errorf("containers on n1: %v", got)
+		}
+		return nil
+	})
+	if out := c.mustCLI("volume", "list"); !regexp.MustCompile(`svc-cache\s.*n1`).MatchString(out) {
+		t.Errorf("volume list after n1 returned:\n%s", out)
 	}
 }

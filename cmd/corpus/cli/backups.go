@@ -25,7 +25,7 @@ func newBackupCmds(g *globals) []*cobra.Command {
 		Short: "Take a consistent backup of a service now, kept on another node",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return followBackup(g, cmd.Context(), func(ctx context.Context, c *clients) (*connect.ServerStreamForClient[corpusv1.BackupProgress], error) {
+			return followBackup(g, cmd.Context(), false, func(ctx context.Context, c *clients) (*connect.ServerStreamForClient[corpusv1.BackupProgress], error) {
 				return c.services.BackupService(ctx, connect.NewRequest(&corpusv1.BackupServiceRequest{Name: args[0]}))
 			})
 		},
@@ -62,7 +62,7 @@ func newBackupCmds(g *globals) []*cobra.Command {
 		Short: "Load a backup into a service (its newest by default), once its checksum is verified",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return followBackup(g, cmd.Context(), func(ctx context.Context, c *clients) (*connect.ServerStreamForClient[corpusv1.BackupProgress], error) {
+			return followBackup(g, cmd.Context(), true, func(ctx context.Context, c *clients) (*connect.ServerStreamForClient[corpusv1.BackupProgress], error) {
 				return c.services.RestoreService(ctx, connect.NewRequest(&corpusv1.RestoreServiceRequest{Name: args[0], From: from, ToNode: toNode}))
 			})
 		},
@@ -105,7 +105,7 @@ func newBackupCmds(g *globals) []*cobra.Command {
 
 // followBackup prints a backup's or restore's progress and, with --json,
 // the backup at the end.
-func followBackup(g *globals, ctx context.Context, start func(context.Context, *clients) (*connect.ServerStreamForClient[corpusv1.BackupProgress], error)) error {
+func followBackup(g *globals, ctx context.Context, restore bool, start func(context.Context, *clients) (*connect.ServerStreamForClient[corpusv1.BackupProgress], error)) error {
 	c, err := g.clients()
 	if err != nil {
 		return err
@@ -124,6 +124,10 @@ func followBackup(g *globals, ctx context.Context, start func(context.Context, *
 			b := m.Backup
 			if m.Message != "" {
 				fmt.Fprintln(g.stdout, m.Message)
+			}
+			if restore {
+				_, err := fmt.Fprintf(g.stdout, "done: restored %s from backup %s (%s, SHA-256 %s)\n", b.Service, b.Id, units.FormatSize(b.SizeBytes), b.Sha256)
+				return err
 			}
 			_, err := fmt.Fprintf(g.stdout, "done: backup %s of %s, %s, SHA-256 %s\n", b.Id, b.Service, units.FormatSize(b.SizeBytes), b.Sha256)
 			return err
