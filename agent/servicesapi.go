@@ -77,8 +77,9 @@ func (a *Agent) reconcileServices(ctx context.Context) {
 	}
 }
 
-// DumpService streams the dump of a service whose guest is on this node;
-// the last message has its size and SHA-256.
+// DumpService streams the dump of a service whose guest is on this node,
+// or the backup of a volume here; the last message has its size and
+// SHA-256.
 func (s *agentAPI) DumpService(ctx context.Context, req *connect.Request[corpusv1.DumpServiceRequest], stream *connect.ServerStream[corpusv1.BackupChunk]) error {
 	if err := s.a.checkCaller(req.Header()); err != nil {
 		return err
@@ -88,18 +89,33 @@ func (s *agentAPI) DumpService(ctx context.Context, req *connect.Request[corpusv
 		return connect.NewError(connect.CodeInvalidArgument, errors.New("no backup named"))
 	}
 	w := backupWriter(stream.Send)
-	size, sum, err := s.a.services.Dump(ctx, bk.Service, w)
+	var size int64
+	var sum string
+	var err error
+	switch {
+	case bk.Volume != "":
+		size, sum, err = s.a.dumpVolume(ctx, bk.Volume, w)
+	case bk.Service != "":
+		size, sum, err = s.a.services.Dump(ctx, bk.Service, w)
+	default:
+		err = errNoSubject
+	}
 	if err == nil {
 		err = w.flush()
 	}
 	if err != nil {
 		return serviceError(err)
 	}
-	return stream.Send(&corpusv1.BackupChunk{Backup: &corpusv1.Backup{Id: bk.Id, Service: bk.Service, SizeBytes: size, Sha256: sum}})
+	return stream.Send(&corpusv1.BackupChunk{Backup: &corpusv1.Backup{Id: bk.Id, Service: bk.Service, Volume: bk.Volume, SizeBytes: size, Sha256: sum}})
 }
 
 func serviceError(err error) error {
+	var ce *connect.Error
 	switch {
+	case errors.As(err, &ce):
+		return ce
+	case errors.Is(err, errNoSubject):
+		return connect.NewError(connect.CodeInvalidArgument, err)
 	case errors.Is(err, services.ErrNotHere):
 		return connect.NewError(connect.CodeNotFound, err)
 	case errors.Is(err, backup.ErrNotFound):
@@ -178,7 +194,7 @@ func backupWriter(send func(*corpusv1.BackupChunk) error) *chunkWriter {
 }
 
 // LoadService restores a streamed backup into a service whose guest is on
-// this node.
+// this node, or into a volume here.
 func (s *agentAPI) LoadService(ctx context.Context, stream *connect.ClientStream[corpusv1.BackupChunk]) (*connect.Response[corpusv1.LoadServiceResponse], error) {
 	if err := s.a.checkCaller(stream.RequestHeader()); err != nil {
 		return nil, err
@@ -196,7 +212,16 @@ func (s *agentAPI) LoadService(ctx context.Context, stream *connect.ClientStream
 		}
 		pw.CloseWithError(stream.Err())
 	}()
-	out, err := s.a.services.Load(ctx, head.Service, pr, head.SizeBytes, head.Sha256)
+	var out string
+	var err error
+	switch {
+	case head.Volume != "":
+		err = s.a.loadVolume(ctx, head.Volume, pr, head.SizeBytes, head.Sha256)
+	case head.Service != "":
+		out, err = s.a.services.Load(ctx, head.Service, pr, head.SizeBytes, head.Sha256)
+	default:
+		err = errNoSubject
+	}
 	pr.Close()
 	if err != nil {
 		return nil, serviceError(err)

@@ -172,17 +172,27 @@ func (a *Agent) desiredVolumes() []*corpusv1.Volume {
 }
 
 func (s *agentAPI) SnapshotVolume(ctx context.Context, req *connect.Request[corpusv1.SnapshotVolumeRequest]) (*connect.Response[corpusv1.SnapshotVolumeResponse], error) {
-	a := s.a
-	if err := a.checkCaller(req.Header()); err != nil {
+	if err := s.a.checkCaller(req.Header()); err != nil {
 		return nil, err
 	}
 	name := req.Msg.Name
+	dest := filepath.Join(s.a.cfg.StateDir, "volumes", "snapshots", name+"-"+time.Now().UTC().Format("20060102T150405.000Z")+".img")
+	size, err := s.a.snapshotVolume(ctx, name, dest)
+	if err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(&corpusv1.SnapshotVolumeResponse{Path: dest, SizeBytes: size}), nil
+}
+
+// snapshotVolume copies a volume of this node consistently to dest (see
+// volume.Snapshotter); a running VM's disk is refused.
+func (a *Agent) snapshotVolume(ctx context.Context, name, dest string) (int64, error) {
 	if err := names.Validate("volume", name); err != nil || a.vols == nil {
-		return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("volume %q cannot be copied here", name))
+		return 0, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("volume %q cannot be copied here", name))
 	}
 	snap, ok := a.vols.(volume.Snapshotter)
 	if !ok {
-		return nil, connect.NewError(connect.CodeUnimplemented, errors.New("this node's volume backend cannot snapshot"))
+		return 0, connect.NewError(connect.CodeUnimplemented, errors.New("this node's volume backend cannot snapshot"))
 	}
 	for _, v := range a.desiredVolumes() {
 		if v.Name != name {
@@ -191,18 +201,17 @@ func (s *agentAPI) SnapshotVolume(ctx context.Context, req *connect.Request[corp
 		// The host cannot freeze a file system a VM has mounted.
 		if g, d := a.blockGuest(v); g != nil {
 			if st, err := d.Inspect(ctx, g.Name); err == nil && st.State != drivers.StateStopped {
-				return nil, connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("volume %s is a disk of guest %s, which is %s: a running VM's volume cannot be copied consistently from the host; stop the guest (`corpus guest stop %s`), snapshot, start it again", name, g.Name, st.State, g.Name))
+				return 0, connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("volume %s is a disk of guest %s, which is %s: a running VM's volume cannot be copied consistently from the host; stop the guest (`corpus guest stop %s`) first", name, g.Name, st.State, g.Name))
 			}
 		}
 	}
-	dest := filepath.Join(a.cfg.StateDir, "volumes", "snapshots", name+"-"+time.Now().UTC().Format("20060102T150405.000Z")+".img")
 	size, err := snap.Snapshot(ctx, name, dest)
 	if err != nil {
 		code := connect.CodeInternal
 		if errors.Is(err, volume.ErrNotFound) {
 			code = connect.CodeNotFound
 		}
-		return nil, connect.NewError(code, err)
+		return 0, connect.NewError(code, err)
 	}
-	return connect.NewResponse(&corpusv1.SnapshotVolumeResponse{Path: dest, SizeBytes: size}), nil
+	return size, nil
 }

@@ -44,6 +44,16 @@ var authCalls = map[string]func(ctx context.Context, c clients) error{
 		_, err := c.volumes.SnapshotVolume(ctx, connect.NewRequest(&corpusv1.SnapshotVolumeRequest{Name: "nope"}))
 		return err
 	},
+	corpusv1connect.VolumeServiceBackupVolumeProcedure: func(ctx context.Context, c clients) error {
+		return drain(c.volumes.BackupVolume(ctx, connect.NewRequest(&corpusv1.BackupVolumeRequest{Name: "nope"})))
+	},
+	corpusv1connect.VolumeServiceRestoreVolumeProcedure: func(ctx context.Context, c clients) error {
+		return drain(c.volumes.RestoreVolume(ctx, connect.NewRequest(&corpusv1.RestoreVolumeRequest{Name: "nope"})))
+	},
+	corpusv1connect.VolumeServiceUpdateVolumeProcedure: func(ctx context.Context, c clients) error {
+		_, err := c.volumes.UpdateVolume(ctx, connect.NewRequest(&corpusv1.UpdateVolumeRequest{Name: "nope", BackupSchedule: "daily"}))
+		return err
+	},
 	corpusv1connect.VolumeServiceMoveVolumeProcedure: func(ctx context.Context, c clients) error {
 		s, err := c.volumes.MoveVolume(ctx, connect.NewRequest(&corpusv1.MoveVolumeRequest{Name: "nope", ToNode: "n1"}))
 		if err != nil {

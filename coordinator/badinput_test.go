@@ -238,6 +238,16 @@ func TestBadInputCatalogue(t *testing.T) {
 			_, err := ops.volumes.SnapshotVolume(ctx, connect.NewRequest(&corpusv1.SnapshotVolumeRequest{Name: v}))
 			return err
 		}},
+		{"BackupVolume.name", badNames, func(ctx context.Context, v string) error {
+			return drain(ops.volumes.BackupVolume(ctx, connect.NewRequest(&corpusv1.BackupVolumeRequest{Name: v})))
+		}},
+		{"RestoreVolume.name", badNames, func(ctx context.Context, v string) error {
+			return drain(ops.volumes.RestoreVolume(ctx, connect.NewRequest(&corpusv1.RestoreVolumeRequest{Name: v})))
+		}},
+		{"UpdateVolume.backup_schedule", []string{"monthly", "Daily", "daily; rm"}, func(ctx context.Context, v string) error {
+			_, err := ops.volumes.UpdateVolume(ctx, connect.NewRequest(&corpusv1.UpdateVolumeRequest{Name: "g1", BackupSchedule: v}))
+			return err
+		}},
 		{"MoveVolume.name", badNames, func(ctx context.Context, v string) error {
 			return drain(ops.volumes.MoveVolume(ctx, connect.NewRequest(&corpusv1.MoveVolumeRequest{Name: v, ToNode: "n1"})))
 		}},
@@ -474,7 +484,8 @@ func TestBadInputCatalogue(t *testing.T) {
 		"DeleteRoute.guest_name": "nope", "MoveRoute.domain": "nope.example.org", "MoveRoute.from_guest": "nope",
 		"MoveRoute.to_guest": "g3", "AddRecord.name": "www", "AddRecord.type": "A", "AddRecord.data (A)": "10.0.0.6",
 		"AddRecord.data (CNAME)": "web.example.org.", "DeleteRecord.id": "abcdef", "DeleteVolume.name": "nope",
-		"ResizeVolume.name": "nope", "SnapshotVolume.name": "nope", "MoveVolume.name": "nope", "MoveVolume.to_node": "n1",
+		"ResizeVolume.name": "nope", "SnapshotVolume.name": "nope", "BackupVolume.name": "nope", "RestoreVolume.name": "nope",
+		"UpdateVolume.backup_schedule": "daily", "MoveVolume.name": "nope", "MoveVolume.to_node": "n1",
 		"RemoveNode.name": "nope", "SetNodeMode.name": "nope", "SetNodeMode.mode": "prod", "CreateUser.name": "bob",
 		"CreateUser.role": "dev", "CreateUser.auth": "ldap", "DeleteUser.name": "nope", "AddKey.user": "alice",
 		"DeleteKey.user": "alice", "DeleteKey.fingerprint": testFingerprint, "CreateToken.user": "alice",

@@ -118,8 +118,8 @@ func (c *guestsCollector) Collect(ch chan<- prometheus.Metric) {
 // and its backups by status, with the bytes of those kept and the age of
 // each service's newest one, at scrape time.
 type servicesCollector struct {
-	store                                *state.Store
-	services, backups, backupBytes, ages *prometheus.Desc
+	store                                            *state.Store
+	services, backups, backupBytes, ages, volumeAges *prometheus.Desc
 }
 
 func newServicesCollector(store *state.Store) *servicesCollector {
@@ -131,6 +131,7 @@ func newServicesCollector(store *state.Store) *servicesCollector {
 		backups:     d("backups", "Backups by status.", "status"),
 		backupBytes: d("backups_kept_bytes", "Bytes of the backups that succeeded, as the nodes keep them."),
 		ages:        d("service_last_backup_age_seconds", "Seconds since each service's newest backup that succeeded (absent when it has none).", "service"),
+		volumeAges:  d("volume_last_backup_age_seconds", "Seconds since each volume's newest backup that succeeded (absent when it has none).", "volume"),
 	}
 }
 
@@ -139,6 +140,7 @@ func (c *servicesCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.backups
 	ch <- c.backupBytes
 	ch <- c.ages
+	ch <- c.volumeAges
 }
 
 func (c *servicesCollector) Collect(ch chan<- prometheus.Metric) {
@@ -160,15 +162,19 @@ func (c *servicesCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	statuses := map[string]int{}
 	var kept int64
-	newest := map[string]time.Time{}
+	newest, newestVolume := map[string]time.Time{}, map[string]time.Time{}
 	for _, b := range view.Backups("") {
 		statuses[b.Status]++
 		if b.Status != corpusv1.BackupSucceeded {
 			continue
 		}
 		kept += b.SizeBytes
-		if t := b.FinishedAt.AsTime(); t.After(newest[b.Service]) {
-			newest[b.Service] = t
+		of := newest
+		if b.Volume != "" {
+			of = newestVolume
+		}
+		if t := b.FinishedAt.AsTime(); t.After(of[b.Service+b.Volume]) {
+			of[b.Service+b.Volume] = t
 		}
 	}
 	for st, n := range statuses {
@@ -178,6 +184,11 @@ func (c *servicesCollector) Collect(ch chan<- prometheus.Metric) {
 	for svc, t := range newest {
 		if view.Service(svc) != nil {
 			ch <- prometheus.MustNewConstMetric(c.ages, prometheus.GaugeValue, time.Since(t).Seconds(), svc)
+		}
+	}
+	for vol, t := range newestVolume {
+		if view.Volume(vol) != nil {
+			ch <- prometheus.MustNewConstMetric(c.volumeAges, prometheus.GaugeValue, time.Since(t).Seconds(), vol)
 		}
 	}
 }

@@ -2,14 +2,12 @@ package services
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"time"
 
+	"corpus/agent/backup"
 	"corpus/drivers"
 )
 
@@ -52,25 +50,6 @@ func (m *Manager) find(service string) (*worker, drivers.Driver, error) {
 	return w, d, nil
 }
 
-// countingHash is a writer that counts and hashes what goes through it.
-type countingHash struct {
-	w   io.Writer
-	n   int64
-	sum hashWriter
-}
-
-type hashWriter interface {
-	io.Writer
-	Sum([]byte) []byte
-}
-
-func (c *countingHash) Write(b []byte) (int, error) {
-	n, err := c.w.Write(b)
-	c.sum.Write(b[:n])
-	c.n += int64(n)
-	return n, err
-}
-
 // Dump runs the template's backup script in the service's guest, its
 // output to w; it returns the dump's size and SHA-256 (hex).
 func (m *Manager) Dump(ctx context.Context, service string, w io.Writer) (int64, string, error) {
@@ -83,13 +62,13 @@ func (m *Manager) Dump(ctx context.Context, service string, w io.Writer) (int64,
 		return 0, "", fmt.Errorf("template %s has no backup script", wk.rt.Service.Template)
 	}
 	start := time.Now()
-	c := &countingHash{w: w, sum: sha256.New()}
+	c := backup.NewCounter(w)
 	out, err := wk.script(ctx, d, "backup", nil, c)
 	if err != nil {
 		return 0, "", fmt.Errorf("backup of %s: %s", service, lastLine(out, err))
 	}
-	m.cfg.Logger.Info("service dumped", "service", service, "bytes", c.n, "duration", time.Since(start).Round(time.Millisecond))
-	return c.n, hex.EncodeToString(c.sum.Sum(nil)), nil
+	m.cfg.Logger.Info("service dumped", "service", service, "bytes", c.Size(), "duration", time.Since(start).Round(time.Millisecond))
+	return c.Size(), c.Sum(), nil
 }
 
 // Load restores a backup into the service: r is kept aside on the node
@@ -101,22 +80,11 @@ func (m *Manager) Load(ctx context.Context, service string, r io.Reader, size in
 	if _, _, err := m.find(service); err != nil {
 		return "", err
 	}
-	spool, err := os.CreateTemp(m.cfg.SpoolDir, "restore-"+service+"-")
+	spool, err := backup.Spool(m.cfg.SpoolDir, r, size, sum)
 	if err != nil {
-		return "", fmt.Errorf("keeping the backup aside: %w", err)
-	}
-	defer os.Remove(spool.Name())
-	defer spool.Close()
-	c := &countingHash{w: spool, sum: sha256.New()}
-	if _, err := io.Copy(c, r); err != nil {
-		return "", fmt.Errorf("receiving the backup: %w", err)
-	}
-	if got := hex.EncodeToString(c.sum.Sum(nil)); c.n != size || got != sum {
-		return "", fmt.Errorf("the backup received is %d bytes with SHA-256 %s; it was %d bytes with %s: nothing restored", c.n, got, size, sum)
-	}
-	if _, err := spool.Seek(0, io.SeekStart); err != nil {
 		return "", err
 	}
+	defer spool.Close()
 	wk, d, unlock, err := m.ready(ctx, service)
 	if err != nil {
 		return "", err

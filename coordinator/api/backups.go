@@ -67,25 +67,29 @@ func serviceNode(view *state.Snap, svc *corpusv1.Service) (*corpusv1.Node, error
 	return n, nil
 }
 
-// runBackup takes a backup of svc: recorded, dumped on the service's node,
-// kept on the holder's, finished. progress hears how far it is.
-func (b *Backend) runBackup(ctx context.Context, svc *corpusv1.Service, trigger string, progress func(*corpusv1.BackupProgress) error) (*corpusv1.Backup, error) {
-	view := b.Store.Read()
+// serviceBackup is a new backup of svc, and the node to take it on.
+func serviceBackup(view *state.Snap, svc *corpusv1.Service, trigger string) (*corpusv1.Backup, *corpusv1.Node, error) {
 	if _, ok := svc.TemplateSpec.GetFiles()["backup"]; !ok && svc.GuestId != "" {
-		return nil, connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("template %s has no backup script", svc.Template))
+		return nil, nil, connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("template %s has no backup script", svc.Template))
 	}
 	source, err := serviceNode(view, svc)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	holder := backupHolder(view, source)
-	bk := &corpusv1.Backup{Id: secret.Hex(8), Service: svc.Name, NodeId: holder.Id, SourceNodeId: source.Id,
-		Trigger: trigger, Template: svc.Template, Version: svc.Version}
+	return &corpusv1.Backup{Service: svc.Name, Trigger: trigger, Template: svc.Template, Version: svc.Version}, source, nil
+}
+
+// runBackup takes backup bk (of a service or a volume) on node source:
+// recorded, dumped there, kept on the holder's node, finished. progress
+// hears how far it is.
+func (b *Backend) runBackup(ctx context.Context, bk *corpusv1.Backup, source *corpusv1.Node, progress func(*corpusv1.BackupProgress) error) (*corpusv1.Backup, error) {
+	holder := backupHolder(b.Store.Read(), source)
+	bk.Id, bk.NodeId, bk.SourceNodeId = secret.Hex(8), holder.Id, source.Id
 	if _, err := b.write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_BeginBackup{BeginBackup: &corpusv1.BeginBackup{Backup: bk}}}); err != nil {
 		return nil, err
 	}
 	if holder.Id == source.Id {
-		progress(&corpusv1.BackupProgress{Phase: "dumping", Message: "stored on the service's own node " + holder.Name + ": the cluster has no other ready node to keep it"})
+		progress(&corpusv1.BackupProgress{Phase: "dumping", Message: "stored on its own node " + holder.Name + ": the cluster has no other ready node to keep it"})
 	}
 	size, sum, err := b.copyBackup(ctx, bk, source, holder, progress)
 	finish := &corpusv1.FinishBackup{Id: bk.Id, Status: corpusv1.BackupSucceeded, SizeBytes: size, Sha256: sum}
@@ -104,7 +108,7 @@ func (b *Backend) runBackup(ctx context.Context, svc *corpusv1.Service, trigger 
 	return b.Store.Read().Backup(bk.Id), nil
 }
 
-// copyBackup relays the service node's dump to the holder.
+// copyBackup relays the source node's dump to the holder.
 func (b *Backend) copyBackup(ctx context.Context, bk *corpusv1.Backup, source, holder *corpusv1.Node, progress func(*corpusv1.BackupProgress) error) (int64, string, error) {
 	dctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -157,12 +161,22 @@ func (b *Backend) copyBackup(ctx context.Context, bk *corpusv1.Backup, source, h
 }
 
 func (s *serviceService) BackupService(ctx context.Context, req *connect.Request[corpusv1.BackupServiceRequest], stream *connect.ServerStream[corpusv1.BackupProgress]) error {
-	svc, err := pickService(ctx, s.b.Store.Read(), req.Msg.Name, true)
+	view := s.b.Store.Read()
+	svc, err := pickService(ctx, view, req.Msg.Name, true)
 	if err != nil {
 		return err
 	}
-	bk, err := s.b.runBackup(ctx, svc, corpusv1.BackupManual, stream.Send)
+	bk, source, err := serviceBackup(view, svc, corpusv1.BackupManual)
+	return s.b.backupNow(ctx, bk, source, err, stream)
+}
+
+// backupNow takes the backup a caller asked for (bk on source, unless
+// err says why not) and sends it last.
+func (b *Backend) backupNow(ctx context.Context, bk *corpusv1.Backup, source *corpusv1.Node, err error, stream *connect.ServerStream[corpusv1.BackupProgress]) error {
 	if err != nil {
+		return err
+	}
+	if bk, err = b.runBackup(ctx, bk, source, stream.Send); err != nil {
 		return toConnect(err)
 	}
 	return stream.Send(&corpusv1.BackupProgress{Phase: "done", DoneBytes: bk.SizeBytes, Backup: bk})
@@ -174,6 +188,12 @@ func pickBackup(ctx context.Context, view *state.Snap, id string) (*corpusv1.Bac
 	bk := view.Backup(id)
 	if bk == nil {
 		return nil, toConnect(notFound("backup", id, "corpus service backups"))
+	}
+	if bk.Volume != "" {
+		if pr := auth.FromContext(ctx); pr.Kind != auth.Operator {
+			return nil, connect.NewError(connect.CodePermissionDenied, fmt.Errorf("backup %s is of volume %s: only ops use volumes' backups", bk.Id, bk.Volume))
+		}
+		return bk, nil
 	}
 	if svc := view.Service(bk.Service); svc != nil {
 		if err := mayUseService(ctx, view, svc, true); err != nil {
@@ -192,8 +212,15 @@ func (s *serviceService) ListBackups(ctx context.Context, req *connect.Request[c
 			return nil, err
 		}
 	}
+	if req.Msg.Service != "" && req.Msg.Volume != "" {
+		return nil, toConnect(invalidf("give a service or a volume, not both"))
+	}
 	res := &corpusv1.ListBackupsResponse{}
-	for _, bk := range view.Backups(req.Msg.Service) {
+	list := view.Backups(req.Msg.Service)
+	if req.Msg.Volume != "" {
+		list = view.VolumeBackups(req.Msg.Volume)
+	}
+	for _, bk := range list {
 		svc := view.Service(bk.Service)
 		allowed := auth.FromContext(ctx).Kind == auth.Operator || (svc != nil && mayUseService(ctx, view, svc, false) == nil)
 		if !allowed {
@@ -230,9 +257,12 @@ func (s *serviceService) RestoreService(ctx context.Context, req *connect.Reques
 	if _, ok := svc.TemplateSpec.GetFiles()["restore"]; !ok {
 		return connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("template %s has no restore script", svc.Template))
 	}
-	bk, skipped, err := restoreSource(ctx, view, svc, m.From)
+	bk, skipped, err := restoreSource(ctx, view, view.Backups(svc.Name), "service "+svc.Name, "corpus service backup "+svc.Name, m.From)
 	if err != nil {
 		return err
+	}
+	if bk.Service == "" {
+		return connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("backup %s is of volume %s: restore it with corpus volume restore", bk.Id, bk.Volume))
 	}
 	if bk.Template != svc.Template {
 		return connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("backup %s is of a %s service; %s is %s", bk.Id, bk.Template, svc.Name, svc.Template))

@@ -10,10 +10,10 @@ import (
 	corpusv1 "corpus/proto/corpus/v1"
 )
 
-// Scheduled backups: the leader takes each service's backup when its
-// schedule says one is due, one service at a time, and removes the
-// scheduled backups beyond the number the service keeps (manual and
-// imported ones stay until someone deletes them).
+// Scheduled backups: the leader takes each service's and volume's backup
+// when its schedule says one is due, one at a time, and removes the
+// scheduled backups beyond the number each keeps (manual and imported
+// ones stay until someone deletes them).
 
 // DefaultBackupKeep is how many scheduled backups a service keeps when
 // it does not say.
@@ -39,18 +39,78 @@ func schedulePeriod(s string) time.Duration {
 	return 0
 }
 
-// dueBackups are the services whose scheduled backup is due at now: the
+// backupSubject is what scheduled backups are taken of: a service or a
+// volume with a schedule.
+type backupSubject struct {
+	service *corpusv1.Service
+	volume  *corpusv1.Volume
+}
+
+func (s backupSubject) String() string {
+	if s.service != nil {
+		return "service " + s.service.Name
+	}
+	return "volume " + s.volume.Name
+}
+
+// policy is the subject's schedule and how many scheduled backups it keeps.
+func (s backupSubject) policy() (schedule string, keep int) {
+	if s.service != nil {
+		schedule, keep = s.service.BackupSchedule, int(s.service.BackupKeep)
+	} else {
+		schedule, keep = s.volume.BackupSchedule, int(s.volume.BackupKeep)
+	}
+	if keep == 0 {
+		keep = DefaultBackupKeep
+	}
+	return schedule, keep
+}
+
+// backups are the subject's backups, newest first.
+func (s backupSubject) backups(view *state.Snap) []*corpusv1.Backup {
+	if s.service != nil {
+		return view.Backups(s.service.Name)
+	}
+	return view.VolumeBackups(s.volume.Name)
+}
+
+// active says whether a backup of the subject can be taken: a service
+// meant to run in a guest, a volume that is on a node and not being
+// deleted.
+func (s backupSubject) active() bool {
+	if s.service != nil {
+		return s.service.GuestId != "" && s.service.DesiredState == state.DesiredRunning
+	}
+	return s.volume.NodeId != "" && s.volume.DesiredState != state.VolumeDeleted
+}
+
+// subjects are the services and the volumes with a backup schedule.
+func subjects(view *state.Snap) []backupSubject {
+	var out []backupSubject
+	for _, svc := range view.Services() {
+		out = append(out, backupSubject{service: svc})
+	}
+	for _, v := range view.Volumes() {
+		if v.BackupSchedule != "" {
+			out = append(out, backupSubject{volume: v})
+		}
+	}
+	return out
+}
+
+// dueBackups are the subjects whose scheduled backup is due at now: the
 // newest backup that succeeded (of any trigger) is older than the
 // schedule's period, and none of theirs is running.
-func dueBackups(view *state.Snap, now time.Time) []*corpusv1.Service {
-	var out []*corpusv1.Service
-	for _, svc := range view.Services() {
-		period := schedulePeriod(svc.BackupSchedule)
-		if period == 0 || svc.GuestId == "" || svc.DesiredState != state.DesiredRunning {
+func dueBackups(view *state.Snap, now time.Time) []backupSubject {
+	var out []backupSubject
+	for _, sub := range subjects(view) {
+		schedule, _ := sub.policy()
+		period := schedulePeriod(schedule)
+		if period == 0 || !sub.active() {
 			continue
 		}
 		due := true
-		for _, b := range view.Backups(svc.Name) {
+		for _, b := range sub.backups(view) {
 			if b.Status == corpusv1.BackupRunning {
 				due = false
 				break
@@ -61,24 +121,21 @@ func dueBackups(view *state.Snap, now time.Time) []*corpusv1.Service {
 			}
 		}
 		if due {
-			out = append(out, svc)
+			out = append(out, sub)
 		}
 	}
 	return out
 }
 
-// expiredBackups are the scheduled backups beyond what each service
+// expiredBackups are the scheduled backups beyond what each subject
 // keeps, oldest last: those that succeeded past the keep newest, and
 // those that failed once a newer one succeeded.
 func expiredBackups(view *state.Snap) []*corpusv1.Backup {
 	var out []*corpusv1.Backup
-	for _, svc := range view.Services() {
-		keep := int(svc.BackupKeep)
-		if keep == 0 {
-			keep = DefaultBackupKeep
-		}
+	for _, sub := range subjects(view) {
+		_, keep := sub.policy()
 		kept, succeeded := 0, false
-		for _, b := range view.Backups(svc.Name) { // newest first
+		for _, b := range sub.backups(view) { // newest first
 			if b.Trigger != corpusv1.BackupSchedule {
 				continue
 			}
@@ -99,33 +156,51 @@ func expiredBackups(view *state.Snap) []*corpusv1.Backup {
 	return out
 }
 
+// scheduledBackup takes the scheduled backup of a subject.
+func (b *Backend) scheduledBackup(ctx context.Context, sub backupSubject) (*corpusv1.Backup, error) {
+	view := b.Store.Read()
+	var bk *corpusv1.Backup
+	var source *corpusv1.Node
+	var err error
+	if sub.service != nil {
+		bk, source, err = serviceBackup(view, sub.service, corpusv1.BackupSchedule)
+	} else {
+		bk, source, err = volumeBackup(view, sub.volume, corpusv1.BackupSchedule)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return b.runBackup(ctx, bk, source, func(*corpusv1.BackupProgress) error { return nil })
+}
+
 // BackupLoop takes the scheduled backups while ctx lasts; the leader
 // runs it.
 func (b *Backend) BackupLoop(ctx context.Context) {
-	failed := map[string]time.Time{} // service: when its last try failed
+	failed := map[string]time.Time{} // subject: when its last try failed
 	t := time.NewTicker(backupCheckEvery)
 	defer t.Stop()
 	for {
 		now := time.Now()
-		for _, svc := range dueBackups(b.Store.Read(), now) {
-			if at, ok := failed[svc.Name]; ok && now.Sub(at) < backupRetry {
+		for _, sub := range dueBackups(b.Store.Read(), now) {
+			key := sub.String()
+			if at, ok := failed[key]; ok && now.Sub(at) < backupRetry {
 				continue
 			}
-			bk, err := b.runBackup(ctx, svc, corpusv1.BackupSchedule, func(*corpusv1.BackupProgress) error { return nil })
+			bk, err := b.scheduledBackup(ctx, sub)
 			if ctx.Err() != nil {
 				return
 			}
 			if err != nil {
-				failed[svc.Name] = time.Now()
-				b.Logger.Warn("scheduled backup failed", "service", svc.Name, "error", err, "retry_in", backupRetry)
+				failed[key] = time.Now()
+				b.Logger.Warn("scheduled backup failed", "of", key, "error", err, "retry_in", backupRetry)
 				continue
 			}
-			delete(failed, svc.Name)
-			b.Logger.Info("scheduled backup taken", "service", svc.Name, "backup", bk.Id, "bytes", bk.SizeBytes)
+			delete(failed, key)
+			b.Logger.Info("scheduled backup taken", "of", key, "backup", bk.Id, "bytes", bk.SizeBytes)
 		}
 		for _, bk := range expiredBackups(b.Store.Read()) {
 			if err := b.removeBackup(ctx, bk); err != nil {
-				b.Logger.Warn("removing an expired backup", "service", bk.Service, "backup", bk.Id, "error", err)
+				b.Logger.Warn("removing an expired backup", "service", bk.Service, "volume", bk.Volume, "backup", bk.Id, "error", err)
 			}
 		}
 		select {

@@ -68,22 +68,54 @@ func TestBackupSchedule(t *testing.T) {
 		bk("b08", "busy", corpusv1.BackupSchedule, corpusv1.BackupSucceeded, 3*time.Hour),
 		bk("b09", "busy", corpusv1.BackupSchedule, corpusv1.BackupRunning, 0),
 	})
+	// old keeps its 2 newest scheduled (b06, b04); b03 goes, and so do
+	// the failed ones older than a success; the manual one stays.
+	checkSchedule(t, view, now, []string{"service never", "service old"}, []string{"b01", "b03", "b05"})
+
+	// Volumes with a schedule are subjects too; those without are not.
+	index = 0
+	volBk := func(id, volume string, finished time.Duration) *corpusv1.Backup {
+		index++
+		return &corpusv1.Backup{Id: id, Volume: volume, NodeId: "n1", Trigger: corpusv1.BackupSchedule, Status: corpusv1.BackupSucceeded, FinishedAt: ago(finished), CreateIndex: index}
+	}
+	view = snapshotView(t, &corpusv1.Snapshot{
+		Services: []*corpusv1.Service{svc("old", corpusv1.ScheduleDaily, state.DesiredRunning, 2)},
+		Volumes: []*corpusv1.Volume{
+			{Id: "v1", Name: "data", NodeId: "n1", DesiredState: state.VolumePresent, BackupSchedule: corpusv1.ScheduleDaily, BackupKeep: 1},
+			{Id: "v2", Name: "fresh-data", NodeId: "n1", DesiredState: state.VolumePresent, BackupSchedule: corpusv1.ScheduleDaily},
+			{Id: "v3", Name: "unscheduled", NodeId: "n1", DesiredState: state.VolumePresent},
+			{Id: "v4", Name: "unplaced", DesiredState: state.VolumePresent, BackupSchedule: corpusv1.ScheduleHourly},
+		},
+		Backups: []*corpusv1.Backup{
+			bk("b01", "old", corpusv1.BackupSchedule, corpusv1.BackupFailed, 6*day),
+			bk("b02", "old", corpusv1.BackupManual, corpusv1.BackupSucceeded, 5*day),
+			bk("b03", "old", corpusv1.BackupSchedule, corpusv1.BackupSucceeded, 4*day),
+			bk("b04", "old", corpusv1.BackupSchedule, corpusv1.BackupSucceeded, 3*day),
+			bk("b05", "old", corpusv1.BackupSchedule, corpusv1.BackupFailed, 2*day+time.Hour),
+			bk("b06", "old", corpusv1.BackupSchedule, corpusv1.BackupSucceeded, 2*day),
+			volBk("v01", "data", 3*day), volBk("v02", "data", 2*day), volBk("v03", "fresh-data", time.Hour),
+		},
+	})
+	checkSchedule(t, view, now, []string{"service old", "volume data"}, []string{"b01", "b03", "b05", "v01"})
+}
+
+// checkSchedule checks which subjects are due and which backups expired.
+func checkSchedule(t *testing.T, view *state.Snap, now time.Time, wantDue, wantExpired []string) {
+	t.Helper()
 	var due []string
 	for _, s := range dueBackups(view, now) {
-		due = append(due, s.Name)
+		due = append(due, s.String())
 	}
 	slices.Sort(due)
-	if want := []string{"never", "old"}; !slices.Equal(due, want) {
-		t.Errorf("due = %v, want %v", due, want)
+	if !slices.Equal(due, wantDue) {
+		t.Errorf("due = %v, want %v", due, wantDue)
 	}
 	var expired []string
 	for _, b := range expiredBackups(view) {
 		expired = append(expired, b.Id)
 	}
 	slices.Sort(expired)
-	// old keeps its 2 newest scheduled (b06, b04); b03 goes, and so do
-	// the failed ones older than a success; the manual one stays.
-	if want := []string{"b01", "b03", "b05"}; !slices.Equal(expired, want) {
-		t.Errorf("expired = %v, want %v", expired, want)
+	if !slices.Equal(expired, wantExpired) {
+		t.Errorf("expired = %v, want %v", expired, wantExpired)
 	}
 }

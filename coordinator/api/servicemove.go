@@ -39,15 +39,16 @@ func serviceLost(view *state.Snap, svc *corpusv1.Service) bool {
 	return n == nil || n.Status == state.NodeDown
 }
 
-// restoreSource is the backup a restore loads: from, or the newest that
-// succeeded and is kept on a ready node. skipped counts newer ones whose
-// node is not ready.
-func restoreSource(ctx context.Context, view *state.Snap, svc *corpusv1.Service, from string) (bk *corpusv1.Backup, skipped int, err error) {
+// restoreSource is the backup a restore loads: from, or the newest of
+// backups (newest first) that succeeded and is kept on a ready node.
+// skipped counts newer ones whose node is not ready. what names their
+// subject ("service db"), backupCmd the command that takes one.
+func restoreSource(ctx context.Context, view *state.Snap, backups []*corpusv1.Backup, what, backupCmd, from string) (bk *corpusv1.Backup, skipped int, err error) {
 	if from != "" {
 		bk, err = pickBackup(ctx, view, from)
 		return bk, 0, err
 	}
-	for _, b := range view.Backups(svc.Name) {
+	for _, b := range backups {
 		if b.Status != corpusv1.BackupSucceeded {
 			continue
 		}
@@ -58,9 +59,9 @@ func restoreSource(ctx context.Context, view *state.Snap, svc *corpusv1.Service,
 		return b, skipped, nil
 	}
 	if skipped > 0 {
-		return nil, skipped, connect.NewError(connect.CodeUnavailable, fmt.Errorf("the %d backups of service %s are on nodes that are not ready", skipped, svc.Name))
+		return nil, skipped, connect.NewError(connect.CodeUnavailable, fmt.Errorf("the %d backups of %s are on nodes that are not ready", skipped, what))
 	}
-	return nil, 0, connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("service %s has no backup to restore (corpus service backup %s)", svc.Name, svc.Name))
+	return nil, 0, connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("%s has no backup to restore (%s)", what, backupCmd))
 }
 
 // backupAge says when a backup was taken and how long ago.

@@ -447,19 +447,9 @@ func (s *serviceService) UpdateService(ctx context.Context, req *connect.Request
 	if err != nil {
 		return nil, err
 	}
-	schedule, keep := svc.BackupSchedule, svc.BackupKeep
-	switch m.BackupSchedule {
-	case "":
-	case "none":
-		schedule = ""
-	default:
-		schedule = m.BackupSchedule
-	}
-	if m.BackupKeep != 0 {
-		keep = m.BackupKeep
-	}
-	if err := state.ValidSchedule(schedule); err != nil {
-		return nil, toConnect(err)
+	schedule, keep, err := backupPolicy(svc.BackupSchedule, svc.BackupKeep, m.BackupSchedule, m.BackupKeep)
+	if err != nil {
+		return nil, err
 	}
 	if schedule == svc.BackupSchedule && keep == svc.BackupKeep {
 		return connect.NewResponse(&corpusv1.ServiceActionResponse{Service: serviceView(view, svc)}), nil

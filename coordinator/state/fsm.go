@@ -212,6 +212,8 @@ func (a *applier) apply(cmd *corpusv1.Command) error {
 		return a.deleteBackup(c.DeleteBackup)
 	case *corpusv1.Command_ReplaceServiceGuest:
 		return a.replaceServiceGuest(c.ReplaceServiceGuest)
+	case *corpusv1.Command_UpdateVolume:
+		return a.updateVolume(c.UpdateVolume)
 	default:
 		panic(fmt.Sprintf("state: command %T has no apply function", c))
 	}

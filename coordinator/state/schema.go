@@ -135,7 +135,8 @@ func schema() *memdb.DBSchema {
 			Name: tableBackups,
 			Indexes: map[string]*memdb.IndexSchema{
 				"id":      {Name: "id", Unique: true, Indexer: &memdb.StringFieldIndex{Field: "Id"}},
-				"service": {Name: "service", Indexer: &memdb.StringFieldIndex{Field: "Service"}},
+				"service": {Name: "service", AllowMissing: true, Indexer: &memdb.StringFieldIndex{Field: "Service"}},
+				"volume":  {Name: "volume", AllowMissing: true, Indexer: &memdb.StringFieldIndex{Field: "Volume"}},
 				"node":    {Name: "node", AllowMissing: true, Indexer: &memdb.StringFieldIndex{Field: "NodeId"}},
 			},
 		},

@@ -338,14 +338,18 @@ func (a *applier) reportServices(c *corpusv1.ReportServices) error {
 
 func (a *applier) beginBackup(c *corpusv1.BeginBackup) error {
 	b := c.Backup
-	if b == nil || b.Id == "" || b.Service == "" || b.NodeId == "" {
-		return fmt.Errorf("backup without id, service or node: %w", ErrInvalid)
+	if b == nil || b.Id == "" || (b.Service == "") == (b.Volume == "") || b.NodeId == "" {
+		return fmt.Errorf("backup without id or node, or not of one service or one volume: %w", ErrInvalid)
 	}
 	if a.get(tableBackups, "id", b.Id) != nil {
 		return fmt.Errorf("backup %s: %w", b.Id, ErrExists)
 	}
-	if _, err := a.service(b.Service); err != nil {
-		return err
+	if b.Service != "" {
+		if _, err := a.service(b.Service); err != nil {
+			return err
+		}
+	} else if a.volume("name", b.Volume) == nil {
+		return fmt.Errorf("volume %s: %w", b.Volume, ErrNotFound)
 	}
 	if a.get(tableNodes, "id", b.NodeId) == nil {
 		return fmt.Errorf("node %s: %w", b.NodeId, ErrNotFound)
@@ -442,6 +446,13 @@ func (v *Snap) Backups(service string) []*corpusv1.Backup {
 	} else {
 		out = all[*corpusv1.Backup](v, tableBackups, "service", service)
 	}
+	sort.Slice(out, func(i, j int) bool { return out[i].CreateIndex > out[j].CreateIndex })
+	return out
+}
+
+// VolumeBackups returns a volume's backups, newest first.
+func (v *Snap) VolumeBackups(volume string) []*corpusv1.Backup {
+	out := all[*corpusv1.Backup](v, tableBackups, "volume", volume)
 	sort.Slice(out, func(i, j int) bool { return out[i].CreateIndex > out[j].CreateIndex })
 	return out
 }

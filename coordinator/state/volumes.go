@@ -99,6 +99,21 @@ func (a *applier) del(table string, obj any) {
 	}
 }
 
+// updateVolume sets a volume's backup schedule.
+func (a *applier) updateVolume(c *corpusv1.UpdateVolume) error {
+	v := a.volume("name", c.Name)
+	if v == nil {
+		return fmt.Errorf("volume %s: %w", c.Name, ErrNotFound)
+	}
+	if err := ValidSchedule(c.BackupSchedule); err != nil {
+		return err
+	}
+	v.BackupSchedule, v.BackupKeep = c.BackupSchedule, c.BackupKeep
+	v.ModifyIndex = a.index
+	a.put(tableVolumes, v)
+	return nil
+}
+
 func (a *applier) deleteVolume(c *corpusv1.DeleteVolume) error {
 	v := a.volume("name", c.Name)
 	if v == nil {

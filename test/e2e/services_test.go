@@ -400,7 +400,7 @@ func TestServiceMariaDBAndRedis(t *testing.T) {
 	}
 	out = errOut + out // progress on stderr, the result on stdout
 	t.Logf("restore of the lost service onto n2:\n%s", out)
-	for _, want := range []string{"svc-cache-2", "stays on node n1 as volume svc-cache", "s old", "done: restored cache from backup"} {
+	for _, want := range []string{"svc-cache-2", "stays on node n1 as volume svc-cache", "s old", "done: restored from backup"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("restore onto n2 does not say %q:\n%s", want, out)
 		}

@@ -197,6 +197,105 @@ func TestVolumeMove(t *testing.T) {
 	c.mustCLI("guest", "delete", "db2", "--purge")
 }
 
+// TestVolumeBackup: a volume's files are backed up while its guest
+// writes (the file system frozen only while the snapshot is copied on its
+// node: the writer's longest pause is logged), kept on the other node;
+// the backup exports as a tar.gz; a restore stops the guest, brings back
+// the files as they were (a file added since goes), starts it again; a
+// corrupt backup is refused and changes nothing; a schedule is set.
+func TestVolumeBackup(t *testing.T) {
+	c := newCluster(t)
+	c.addAgent("n1")
+	c.addAgent("n2")
+	c.mustCLI("guest", "create", "db", "--image", "busybox", "--memory", "64M", "--cpus", "0.2", "--volume", "64M")
+	from := c.guest("db").NodeName
+	other := map[string]string{"n1": "n2", "n2": "n1"}[from]
+	sh := func(script string) string {
+		t.Helper()
+		return strings.TrimSpace(c.mustCLI("guest", "exec", "db", "--", "sh", "-c", script))
+	}
+	sh("mkdir -p /srv/data/sub && echo kept > /srv/data/sub/file && chmod 600 /srv/data/sub/file && dd if=/dev/urandom of=/srv/data/blob bs=1M count=8 2>/dev/null")
+	sum := sh("md5sum /srv/data/blob | cut -d' ' -f1")
+	// A writer that notes the time every 10 ms while the backup runs.
+	// (Times from /proc/uptime: busybox's date has no nanoseconds.)
+	c.mustCLI("guest", "exec", "db", "--", "sh", "-c", "(while :; do cut -d' ' -f1 /proc/uptime >> /srv/data/ticks; usleep 10000; done) >/dev/null 2>&1 &")
+	time.Sleep(500 * time.Millisecond)
+	start := time.Now()
+	out, errOut, code := c.cli("volume", "backup", "db")
+	took := time.Since(start)
+	if code != 0 || !strings.Contains(out, "done: backup") {
+		t.Fatalf("volume backup: exit %d\n%s%s", code, out, errOut)
+	}
+	time.Sleep(300 * time.Millisecond)
+	ticks := strings.Fields(sh("cat /srv/data/ticks"))
+	uptime := func(s string) time.Duration {
+		f, err := strconv.ParseFloat(s, 64)
+		if err != nil {
+			t.Fatalf("tick %q: %v", s, err)
+		}
+		return time.Duration(f * float64(time.Second))
+	}
+	var maxGap time.Duration
+	for i := 1; i < len(ticks); i++ {
+		maxGap = max(maxGap, uptime(ticks[i])-uptime(ticks[i-1]))
+	}
+	t.Logf("volume backup of 8 MiB took %s; the writer's longest pause meanwhile %s (%d ticks)", took.Round(time.Millisecond), maxGap.Round(time.Millisecond), len(ticks))
+	now, err := os.ReadFile("/proc/uptime")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if since := uptime(strings.Fields(string(now))[0]) - uptime(ticks[len(ticks)-1]); since > 5*time.Second {
+		t.Errorf("the writer stopped during the backup (last tick %s ago): the file system stayed frozen?", since)
+	}
+	sh("pkill -f usleep; pkill -f ticks; true")
+	var list struct {
+		Backups []struct {
+			Backup struct {
+				Id     string `json:"id"`
+				Volume string `json:"volume"`
+			} `json:"backup"`
+			NodeName string `json:"node_name"`
+		} `json:"backups"`
+	}
+	if err := c.json(&list, "volume", "backups", "db"); err != nil || len(list.Backups) != 1 || list.Backups[0].NodeName != other || list.Backups[0].Backup.Volume != "db" {
+		t.Fatalf("volume backups: %v %+v; want one, kept on %s", err, list, other)
+	}
+	id := list.Backups[0].Backup.Id
+	file := filepath.Join(tempDir(t), "db.tar.gz")
+	c.mustCLI("service", "export", id, "-o", file)
+	if out, err := exec.Command("tar", "tzf", file).CombinedOutput(); err != nil || !strings.Contains(string(out), "./sub/file") {
+		t.Errorf("the exported backup: %v\n%s", err, out)
+	}
+
+	sh("echo changed > /srv/data/sub/file && echo new > /srv/data/added && rm /srv/data/blob")
+	out, errOut, code = c.cli("volume", "restore", "db")
+	if code != 0 || !strings.Contains(errOut, "stopping guest db") || !strings.Contains(out, "done: restored from backup "+id) {
+		t.Fatalf("volume restore: exit %d\n%s%s", code, out, errOut)
+	}
+	waitRunning(t, c, "db")
+	if got := sh("cat /srv/data/sub/file; stat -c %a /srv/data/sub/file; md5sum /srv/data/blob | cut -d' ' -f1; ls /srv/data/added 2>&1 || true"); !strings.HasPrefix(got, "kept\n600\n"+sum+"\n") || !strings.Contains(got, "No such file") {
+		t.Errorf("after the restore:\n%s\nwant kept, 600, %s, added gone", got, sum)
+	}
+	// A backup with another checksum than recorded is refused whole.
+	holder := c.agents[other]
+	kept := filepath.Join(holder.stateDir, "backups", id+".backup")
+	if err := os.WriteFile(kept, []byte("garbage"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	sh("echo after > /srv/data/sub/file")
+	if out, errOut, code := c.cli("volume", "restore", "db"); code == 0 {
+		t.Errorf("restoring a corrupt backup succeeded:\n%s%s", out, errOut)
+	}
+	waitRunning(t, c, "db")
+	if got := sh("cat /srv/data/sub/file"); got != "after" {
+		t.Errorf("a refused restore changed the files: %q", got)
+	}
+	c.mustCLI("volume", "update", "db", "--backup-schedule", "daily", "--keep", "3")
+	if out := c.mustCLI("volume", "update", "db", "--backup-schedule", "daily", "--keep", "3"); !strings.Contains(out, "daily, keeping 3 (unchanged)") {
+		t.Errorf("volume update again: %s", out)
+	}
+}
+
 // TestVolumeResizeCrash: an agent that dies in the middle of an enlarge or
 // a trim (a failpoint exits it as kill -9 would) finishes the resize after
 // its restart: the volume ends at the new size, mounted in the running

@@ -17,7 +17,8 @@ import (
 	corpusv1 "corpus/proto/corpus/v1"
 )
 
-// Backups of services: take, list, restore, export to a file, import one.
+// Backups of services and volumes: take, list, restore, export to a
+// file, import one.
 
 func newBackupCmds(g *globals) []*cobra.Command {
 	backup := &cobra.Command{
@@ -39,21 +40,7 @@ func newBackupCmds(g *globals) []*cobra.Command {
 			if len(args) == 1 {
 				req.Service = args[0]
 			}
-			return call(g, cmd.Context(), func(ctx context.Context, c *clients) (*connect.Response[corpusv1.ListBackupsResponse], error) {
-				return c.services.ListBackups(ctx, connect.NewRequest(req))
-			}, func(m *corpusv1.ListBackupsResponse) error {
-				if len(m.Backups) == 0 {
-					fmt.Fprintln(g.stdout, "no backups (corpus service backup NAME)")
-					return nil
-				}
-				sortedBackups(m.Backups)
-				w := tabwriter.NewWriter(g.stdout, 0, 4, 2, ' ', 0)
-				fmt.Fprintln(w, "ID\tSERVICE\tTAKEN\tSIZE\tKEPT ON\tTRIGGER\tSTATUS")
-				for _, b := range m.Backups {
-					fmt.Fprintln(w, backupLine(b.Backup, b.NodeName))
-				}
-				return w.Flush()
-			})
+			return listBackups(g, cmd.Context(), req, "corpus service backup NAME")
 		},
 	}
 	var from, toNode string
@@ -103,6 +90,26 @@ func newBackupCmds(g *globals) []*cobra.Command {
 	return []*cobra.Command{backup, list, restore, export, imp, del}
 }
 
+// listBackups prints the backups req asks for, newest first; hint says
+// how to take one.
+func listBackups(g *globals, ctx context.Context, req *corpusv1.ListBackupsRequest, hint string) error {
+	return call(g, ctx, func(ctx context.Context, c *clients) (*connect.Response[corpusv1.ListBackupsResponse], error) {
+		return c.services.ListBackups(ctx, connect.NewRequest(req))
+	}, func(m *corpusv1.ListBackupsResponse) error {
+		if len(m.Backups) == 0 {
+			fmt.Fprintf(g.stdout, "no backups (%s)\n", hint)
+			return nil
+		}
+		sortedBackups(m.Backups)
+		w := tabwriter.NewWriter(g.stdout, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(w, "ID\tOF\tTAKEN\tSIZE\tKEPT ON\tTRIGGER\tSTATUS")
+		for _, b := range m.Backups {
+			fmt.Fprintln(w, backupLine(b.Backup, b.NodeName))
+		}
+		return w.Flush()
+	})
+}
+
 // followBackup prints a backup's or restore's progress and, with --json,
 // the backup at the end.
 func followBackup(g *globals, ctx context.Context, restore bool, start func(context.Context, *clients) (*connect.ServerStreamForClient[corpusv1.BackupProgress], error)) error {
@@ -126,10 +133,10 @@ func followBackup(g *globals, ctx context.Context, restore bool, start func(cont
 				fmt.Fprintln(g.stdout, m.Message)
 			}
 			if restore {
-				_, err := fmt.Fprintf(g.stdout, "done: restored %s from backup %s (%s, SHA-256 %s)\n", b.Service, b.Id, units.FormatSize(b.SizeBytes), b.Sha256)
+				_, err := fmt.Fprintf(g.stdout, "done: restored from backup %s of %s (%s, SHA-256 %s)\n", b.Id, backupOf(b), units.FormatSize(b.SizeBytes), b.Sha256)
 				return err
 			}
-			_, err := fmt.Fprintf(g.stdout, "done: backup %s of %s, %s, SHA-256 %s\n", b.Id, b.Service, units.FormatSize(b.SizeBytes), b.Sha256)
+			_, err := fmt.Fprintf(g.stdout, "done: backup %s of %s, %s, SHA-256 %s\n", b.Id, backupOf(b), units.FormatSize(b.SizeBytes), b.Sha256)
 			return err
 		}
 		if g.json {

@@ -393,7 +393,15 @@ func backupLine(b *corpusv1.Backup, node string) string {
 	if b.Message != "" {
 		status += ": " + b.Message
 	}
-	return fmt.Sprintf("%s\t%s\t%s\t%s\t%s\t%s\t%s", b.Id, b.Service, when, units.FormatSize(b.SizeBytes), orDash(node), b.Trigger, status)
+	return fmt.Sprintf("%s\t%s\t%s\t%s\t%s\t%s\t%s", b.Id, backupOf(b), when, units.FormatSize(b.SizeBytes), orDash(node), b.Trigger, status)
+}
+
+// backupOf names what a backup is of: a service, or "volume NAME".
+func backupOf(b *corpusv1.Backup) string {
+	if b.Volume != "" {
+		return "volume " + b.Volume
+	}
+	return b.Service
 }
 
 // sortedBackups sorts backups newest first.

@@ -15,7 +15,7 @@ import (
 )
 
 func newVolumeCmd(g *globals) *cobra.Command {
-	cmd := &cobra.Command{Use: "volume", Short: "Show and delete guests' persistent volumes"}
+	cmd := &cobra.Command{Use: "volume", Short: "Show, move, back up and delete guests' persistent volumes"}
 	list := &cobra.Command{
 		Use:     "list",
 		Aliases: []string{"ls"},
@@ -117,6 +117,7 @@ func newVolumeCmd(g *globals) *cobra.Command {
 		},
 	}
 	cmd.AddCommand(list, show, del, move, snapshot, newVolumeResizeCmd(g, "enlarge"), newVolumeResizeCmd(g, "trim"))
+	cmd.AddCommand(newVolumeBackupCmds(g)...)
 	return cmd
 }
 

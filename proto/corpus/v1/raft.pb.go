@@ -96,6 +96,7 @@ type Command struct {
 	//	*Command_FinishBackup
 	//	*Command_DeleteBackup
 	//	*Command_ReplaceServiceGuest
+	//	*Command_UpdateVolume
 	Cmd           isCommand_Cmd `protobuf_oneof:"cmd"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -652,6 +653,15 @@ func (x *Command) GetReplaceServiceGuest() *ReplaceServiceGuest {
 	return nil
 }
 
+func (x *Command) GetUpdateVolume() *UpdateVolume {
+	if x != nil {
+		if x, ok := x.Cmd.(*Command_UpdateVolume); ok {
+			return x.UpdateVolume
+		}
+	}
+	return nil
+}
+
 type isCommand_Cmd interface {
 	isCommand_Cmd()
 }
@@ -872,6 +882,10 @@ type Command_ReplaceServiceGuest struct {
 	ReplaceServiceGuest *ReplaceServiceGuest `protobuf:"bytes,199,opt,name=replace_service_guest,json=replaceServiceGuest,proto3,oneof"`
 }
 
+type Command_UpdateVolume struct {
+	UpdateVolume *UpdateVolume `protobuf:"bytes,200,opt,name=update_volume,json=updateVolume,proto3,oneof"`
+}
+
 func (*Command_BootstrapCluster) isCommand_Cmd() {}
 
 func (*Command_CreateJoinToken) isCommand_Cmd() {}
@@ -979,6 +993,8 @@ func (*Command_FinishBackup) isCommand_Cmd() {}
 func (*Command_DeleteBackup) isCommand_Cmd() {}
 
 func (*Command_ReplaceServiceGuest) isCommand_Cmd() {}
+
+func (*Command_UpdateVolume) isCommand_Cmd() {}
 
 // RecordAudit leaves an audit entry and changes nothing else: a call the
 // API refused (permission or validation), an exec into a guest (recorded
@@ -4453,6 +4469,67 @@ func (x *DeleteBackup) GetId() string {
 // the new guest is made, placed on node_id when given (else the
 // scheduler places it), and the service points at it. Refused unless the
 // old guest's node is down or gone.
+// UpdateVolume sets a volume's backup schedule.
+type UpdateVolume struct {
+	state          protoimpl.MessageState `protogen:"open.v1"`
+	Name           string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	BackupSchedule string                 `protobuf:"bytes,2,opt,name=backup_schedule,json=backupSchedule,proto3" json:"backup_schedule,omitempty"`
+	BackupKeep     uint32                 `protobuf:"varint,3,opt,name=backup_keep,json=backupKeep,proto3" json:"backup_keep,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *UpdateVolume) Reset() {
+	*x = UpdateVolume{}
+	mi := &file_corpus_v1_raft_proto_msgTypes[58]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UpdateVolume) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UpdateVolume) ProtoMessage() {}
+
+func (x *UpdateVolume) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_raft_proto_msgTypes[58]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UpdateVolume.ProtoReflect.Descriptor instead.
+func (*UpdateVolume) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{58}
+}
+
+func (x *UpdateVolume) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *UpdateVolume) GetBackupSchedule() string {
+	if x != nil {
+		return x.BackupSchedule
+	}
+	return ""
+}
+
+func (x *UpdateVolume) GetBackupKeep() uint32 {
+	if x != nil {
+		return x.BackupKeep
+	}
+	return 0
+}
+
 type ReplaceServiceGuest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Service       string                 `protobuf:"bytes,1,opt,name=service,proto3" json:"service,omitempty"`
@@ -4465,7 +4542,7 @@ type ReplaceServiceGuest struct {
 
 func (x *ReplaceServiceGuest) Reset() {
 	*x = ReplaceServiceGuest{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[58]
+	mi := &file_corpus_v1_raft_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4477,7 +4554,7 @@ func (x *ReplaceServiceGuest) String() string {
 func (*ReplaceServiceGuest) ProtoMessage() {}
 
 func (x *ReplaceServiceGuest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[58]
+	mi := &file_corpus_v1_raft_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4490,7 +4567,7 @@ func (x *ReplaceServiceGuest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplaceServiceGuest.ProtoReflect.Descriptor instead.
 func (*ReplaceServiceGuest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{58}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *ReplaceServiceGuest) GetService() string {
@@ -4525,7 +4602,7 @@ var File_corpus_v1_raft_proto protoreflect.FileDescriptor
 
 const file_corpus_v1_raft_proto_rawDesc = "" +
 	"\n" +
-	"\x14corpus/v1/raft.proto\x12\tcorpus.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x15corpus/v1/types.proto\x1a\x18corpus/v1/services.proto\"\x8b\x1d\n" +
+	"\x14corpus/v1/raft.proto\x12\tcorpus.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x15corpus/v1/types.proto\x1a\x18corpus/v1/services.proto\"\xcc\x1d\n" +
 	"\aCommand\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x12\x1c\n" +
 	"\tignorable\x18\x02 \x01(\bR\tignorable\x12,\n" +
@@ -4597,7 +4674,8 @@ const file_corpus_v1_raft_proto_rawDesc = "" +
 	"\fbegin_backup\x18\xc4\x01 \x01(\v2\x16.corpus.v1.BeginBackupH\x00R\vbeginBackup\x12?\n" +
 	"\rfinish_backup\x18\xc5\x01 \x01(\v2\x17.corpus.v1.FinishBackupH\x00R\ffinishBackup\x12?\n" +
 	"\rdelete_backup\x18\xc6\x01 \x01(\v2\x17.corpus.v1.DeleteBackupH\x00R\fdeleteBackup\x12U\n" +
-	"\x15replace_service_guest\x18\xc7\x01 \x01(\v2\x1e.corpus.v1.ReplaceServiceGuestH\x00R\x13replaceServiceGuestB\x05\n" +
+	"\x15replace_service_guest\x18\xc7\x01 \x01(\v2\x1e.corpus.v1.ReplaceServiceGuestH\x00R\x13replaceServiceGuest\x12?\n" +
+	"\rupdate_volume\x18\xc8\x01 \x01(\v2\x17.corpus.v1.UpdateVolumeH\x00R\fupdateVolumeB\x05\n" +
 	"\x03cmd\"U\n" +
 	"\vRecordAudit\x12\x16\n" +
 	"\x06action\x18\x01 \x01(\tR\x06action\x12\x16\n" +
@@ -4856,7 +4934,12 @@ const file_corpus_v1_raft_proto_rawDesc = "" +
 	"\x06sha256\x18\x04 \x01(\tR\x06sha256\x12\x18\n" +
 	"\amessage\x18\x05 \x01(\tR\amessage\"\x1e\n" +
 	"\fDeleteBackup\x12\x0e\n" +
-	"\x02id\x18\x01 \x01(\tR\x02id\"\x92\x01\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\"l\n" +
+	"\fUpdateVolume\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12'\n" +
+	"\x0fbackup_schedule\x18\x02 \x01(\tR\x0ebackupSchedule\x12\x1f\n" +
+	"\vbackup_keep\x18\x03 \x01(\rR\n" +
+	"backupKeep\"\x92\x01\n" +
 	"\x13ReplaceServiceGuest\x12\x18\n" +
 	"\aservice\x18\x01 \x01(\tR\aservice\x12 \n" +
 	"\fold_guest_id\x18\x02 \x01(\tR\n" +
@@ -4876,7 +4959,7 @@ func file_corpus_v1_raft_proto_rawDescGZIP() []byte {
 	return file_corpus_v1_raft_proto_rawDescData
 }
 
-var file_corpus_v1_raft_proto_msgTypes = make([]protoimpl.MessageInfo, 63)
+var file_corpus_v1_raft_proto_msgTypes = make([]protoimpl.MessageInfo, 64)
 var file_corpus_v1_raft_proto_goTypes = []any{
 	(*Command)(nil),               // 0: corpus.v1.Command
 	(*RecordAudit)(nil),           // 1: corpus.v1.RecordAudit
@@ -4936,41 +5019,42 @@ var file_corpus_v1_raft_proto_goTypes = []any{
 	(*BeginBackup)(nil),           // 55: corpus.v1.BeginBackup
 	(*FinishBackup)(nil),          // 56: corpus.v1.FinishBackup
 	(*DeleteBackup)(nil),          // 57: corpus.v1.DeleteBackup
-	(*ReplaceServiceGuest)(nil),   // 58: corpus.v1.ReplaceServiceGuest
-	nil,                           // 59: corpus.v1.UpdateNode.LabelsEntry
-	nil,                           // 60: corpus.v1.SetConfig.SetEntry
-	nil,                           // 61: corpus.v1.ResealedConfig.ConfigEntry
-	nil,                           // 62: corpus.v1.LinkService.ConfigEntry
-	(*timestamppb.Timestamp)(nil), // 63: google.protobuf.Timestamp
-	(*ClusterConfig)(nil),         // 64: corpus.v1.ClusterConfig
-	(*JoinToken)(nil),             // 65: corpus.v1.JoinToken
-	(*Node)(nil),                  // 66: corpus.v1.Node
-	(*Resources)(nil),             // 67: corpus.v1.Resources
-	(*DriverInfo)(nil),            // 68: corpus.v1.DriverInfo
-	(*Guest)(nil),                 // 69: corpus.v1.Guest
-	(*GuestObserved)(nil),         // 70: corpus.v1.GuestObserved
-	(*Route)(nil),                 // 71: corpus.v1.Route
-	(*DnsRecord)(nil),             // 72: corpus.v1.DnsRecord
-	(*VolumeObserved)(nil),        // 73: corpus.v1.VolumeObserved
-	(*User)(nil),                  // 74: corpus.v1.User
-	(*UserToken)(nil),             // 75: corpus.v1.UserToken
-	(*SshKey)(nil),                // 76: corpus.v1.SshKey
-	(*ProjectEnv)(nil),            // 77: corpus.v1.ProjectEnv
-	(*Release)(nil),               // 78: corpus.v1.Release
-	(*ReleaseStep)(nil),           // 79: corpus.v1.ReleaseStep
-	(*Coordinator)(nil),           // 80: corpus.v1.Coordinator
-	(*Volume)(nil),                // 81: corpus.v1.Volume
-	(*Project)(nil),               // 82: corpus.v1.Project
-	(*AuditEntry)(nil),            // 83: corpus.v1.AuditEntry
-	(*Keyring)(nil),               // 84: corpus.v1.Keyring
-	(*Service)(nil),               // 85: corpus.v1.Service
-	(*Backup)(nil),                // 86: corpus.v1.Backup
-	(*GuestSpec)(nil),             // 87: corpus.v1.GuestSpec
-	(*ServiceLink)(nil),           // 88: corpus.v1.ServiceLink
-	(*ReportedService)(nil),       // 89: corpus.v1.ReportedService
+	(*UpdateVolume)(nil),          // 58: corpus.v1.UpdateVolume
+	(*ReplaceServiceGuest)(nil),   // 59: corpus.v1.ReplaceServiceGuest
+	nil,                           // 60: corpus.v1.UpdateNode.LabelsEntry
+	nil,                           // 61: corpus.v1.SetConfig.SetEntry
+	nil,                           // 62: corpus.v1.ResealedConfig.ConfigEntry
+	nil,                           // 63: corpus.v1.LinkService.ConfigEntry
+	(*timestamppb.Timestamp)(nil), // 64: google.protobuf.Timestamp
+	(*ClusterConfig)(nil),         // 65: corpus.v1.ClusterConfig
+	(*JoinToken)(nil),             // 66: corpus.v1.JoinToken
+	(*Node)(nil),                  // 67: corpus.v1.Node
+	(*Resources)(nil),             // 68: corpus.v1.Resources
+	(*DriverInfo)(nil),            // 69: corpus.v1.DriverInfo
+	(*Guest)(nil),                 // 70: corpus.v1.Guest
+	(*GuestObserved)(nil),         // 71: corpus.v1.GuestObserved
+	(*Route)(nil),                 // 72: corpus.v1.Route
+	(*DnsRecord)(nil),             // 73: corpus.v1.DnsRecord
+	(*VolumeObserved)(nil),        // 74: corpus.v1.VolumeObserved
+	(*User)(nil),                  // 75: corpus.v1.User
+	(*UserToken)(nil),             // 76: corpus.v1.UserToken
+	(*SshKey)(nil),                // 77: corpus.v1.SshKey
+	(*ProjectEnv)(nil),            // 78: corpus.v1.ProjectEnv
+	(*Release)(nil),               // 79: corpus.v1.Release
+	(*ReleaseStep)(nil),           // 80: corpus.v1.ReleaseStep
+	(*Coordinator)(nil),           // 81: corpus.v1.Coordinator
+	(*Volume)(nil),                // 82: corpus.v1.Volume
+	(*Project)(nil),               // 83: corpus.v1.Project
+	(*AuditEntry)(nil),            // 84: corpus.v1.AuditEntry
+	(*Keyring)(nil),               // 85: corpus.v1.Keyring
+	(*Service)(nil),               // 86: corpus.v1.Service
+	(*Backup)(nil),                // 87: corpus.v1.Backup
+	(*GuestSpec)(nil),             // 88: corpus.v1.GuestSpec
+	(*ServiceLink)(nil),           // 89: corpus.v1.ServiceLink
+	(*ReportedService)(nil),       // 90: corpus.v1.ReportedService
 }
 var file_corpus_v1_raft_proto_depIdxs = []int32{
-	63,  // 0: corpus.v1.Command.now:type_name -> google.protobuf.Timestamp
+	64,  // 0: corpus.v1.Command.now:type_name -> google.protobuf.Timestamp
 	2,   // 1: corpus.v1.Command.bootstrap_cluster:type_name -> corpus.v1.BootstrapCluster
 	3,   // 2: corpus.v1.Command.create_join_token:type_name -> corpus.v1.CreateJoinToken
 	4,   // 3: corpus.v1.Command.enroll_node:type_name -> corpus.v1.EnrollNode
@@ -5024,67 +5108,68 @@ var file_corpus_v1_raft_proto_depIdxs = []int32{
 	55,  // 51: corpus.v1.Command.begin_backup:type_name -> corpus.v1.BeginBackup
 	56,  // 52: corpus.v1.Command.finish_backup:type_name -> corpus.v1.FinishBackup
 	57,  // 53: corpus.v1.Command.delete_backup:type_name -> corpus.v1.DeleteBackup
-	58,  // 54: corpus.v1.Command.replace_service_guest:type_name -> corpus.v1.ReplaceServiceGuest
-	64,  // 55: corpus.v1.BootstrapCluster.config:type_name -> corpus.v1.ClusterConfig
-	65,  // 56: corpus.v1.CreateJoinToken.token:type_name -> corpus.v1.JoinToken
-	66,  // 57: corpus.v1.EnrollNode.node:type_name -> corpus.v1.Node
-	63,  // 58: corpus.v1.RenewNodeCertificate.expires_at:type_name -> google.protobuf.Timestamp
-	67,  // 59: corpus.v1.UpdateNode.capacity:type_name -> corpus.v1.Resources
-	68,  // 60: corpus.v1.UpdateNode.drivers:type_name -> corpus.v1.DriverInfo
-	59,  // 61: corpus.v1.UpdateNode.labels:type_name -> corpus.v1.UpdateNode.LabelsEntry
-	69,  // 62: corpus.v1.CreateGuest.guest:type_name -> corpus.v1.Guest
-	10,  // 63: corpus.v1.PlaceGuests.placements:type_name -> corpus.v1.PlaceGuest
-	70,  // 64: corpus.v1.ObservedGuest.observed:type_name -> corpus.v1.GuestObserved
-	13,  // 65: corpus.v1.ReportGuests.guests:type_name -> corpus.v1.ObservedGuest
-	71,  // 66: corpus.v1.CreateRoute.route:type_name -> corpus.v1.Route
-	72,  // 67: corpus.v1.AddDnsRecord.record:type_name -> corpus.v1.DnsRecord
-	73,  // 68: corpus.v1.ObservedVolume.observed:type_name -> corpus.v1.VolumeObserved
-	23,  // 69: corpus.v1.ReportVolumes.volumes:type_name -> corpus.v1.ObservedVolume
-	74,  // 70: corpus.v1.CreateUser.user:type_name -> corpus.v1.User
-	75,  // 71: corpus.v1.UserLogin.token:type_name -> corpus.v1.UserToken
-	76,  // 72: corpus.v1.AddSshKey.key:type_name -> corpus.v1.SshKey
-	77,  // 73: corpus.v1.CreateProject.env:type_name -> corpus.v1.ProjectEnv
-	69,  // 74: corpus.v1.CreateProject.guest:type_name -> corpus.v1.Guest
-	71,  // 75: corpus.v1.CreateProject.routes:type_name -> corpus.v1.Route
-	78,  // 76: corpus.v1.BeginRelease.release:type_name -> corpus.v1.Release
-	79,  // 77: corpus.v1.FinishRelease.steps:type_name -> corpus.v1.ReleaseStep
-	71,  // 78: corpus.v1.SetManifestDomains.routes:type_name -> corpus.v1.Route
-	80,  // 79: corpus.v1.UpsertCoordinator.coordinator:type_name -> corpus.v1.Coordinator
-	75,  // 80: corpus.v1.CreateUserToken.token:type_name -> corpus.v1.UserToken
-	64,  // 81: corpus.v1.Snapshot.config:type_name -> corpus.v1.ClusterConfig
-	66,  // 82: corpus.v1.Snapshot.nodes:type_name -> corpus.v1.Node
-	69,  // 83: corpus.v1.Snapshot.guests:type_name -> corpus.v1.Guest
-	65,  // 84: corpus.v1.Snapshot.join_tokens:type_name -> corpus.v1.JoinToken
-	71,  // 85: corpus.v1.Snapshot.routes:type_name -> corpus.v1.Route
-	72,  // 86: corpus.v1.Snapshot.dns_records:type_name -> corpus.v1.DnsRecord
-	81,  // 87: corpus.v1.Snapshot.volumes:type_name -> corpus.v1.Volume
-	74,  // 88: corpus.v1.Snapshot.users:type_name -> corpus.v1.User
-	82,  // 89: corpus.v1.Snapshot.projects:type_name -> corpus.v1.Project
-	78,  // 90: corpus.v1.Snapshot.releases:type_name -> corpus.v1.Release
-	80,  // 91: corpus.v1.Snapshot.coordinators:type_name -> corpus.v1.Coordinator
-	83,  // 92: corpus.v1.Snapshot.audit:type_name -> corpus.v1.AuditEntry
-	75,  // 93: corpus.v1.Snapshot.user_tokens:type_name -> corpus.v1.UserToken
-	84,  // 94: corpus.v1.Snapshot.keyring:type_name -> corpus.v1.Keyring
-	85,  // 95: corpus.v1.Snapshot.services:type_name -> corpus.v1.Service
-	86,  // 96: corpus.v1.Snapshot.backups:type_name -> corpus.v1.Backup
-	60,  // 97: corpus.v1.SetConfig.set:type_name -> corpus.v1.SetConfig.SetEntry
-	84,  // 98: corpus.v1.SetKeyring.keyring:type_name -> corpus.v1.Keyring
-	46,  // 99: corpus.v1.SetKeyring.envs:type_name -> corpus.v1.ResealedConfig
-	46,  // 100: corpus.v1.SetKeyring.releases:type_name -> corpus.v1.ResealedConfig
-	61,  // 101: corpus.v1.ResealedConfig.config:type_name -> corpus.v1.ResealedConfig.ConfigEntry
-	87,  // 102: corpus.v1.UpdateGuest.spec:type_name -> corpus.v1.GuestSpec
-	85,  // 103: corpus.v1.CreateService.service:type_name -> corpus.v1.Service
-	69,  // 104: corpus.v1.CreateService.guest:type_name -> corpus.v1.Guest
-	88,  // 105: corpus.v1.LinkService.link:type_name -> corpus.v1.ServiceLink
-	62,  // 106: corpus.v1.LinkService.config:type_name -> corpus.v1.LinkService.ConfigEntry
-	89,  // 107: corpus.v1.ReportServices.services:type_name -> corpus.v1.ReportedService
-	86,  // 108: corpus.v1.BeginBackup.backup:type_name -> corpus.v1.Backup
-	69,  // 109: corpus.v1.ReplaceServiceGuest.guest:type_name -> corpus.v1.Guest
-	110, // [110:110] is the sub-list for method output_type
-	110, // [110:110] is the sub-list for method input_type
-	110, // [110:110] is the sub-list for extension type_name
-	110, // [110:110] is the sub-list for extension extendee
-	0,   // [0:110] is the sub-list for field type_name
+	59,  // 54: corpus.v1.Command.replace_service_guest:type_name -> corpus.v1.ReplaceServiceGuest
+	58,  // 55: corpus.v1.Command.update_volume:type_name -> corpus.v1.UpdateVolume
+	65,  // 56: corpus.v1.BootstrapCluster.config:type_name -> corpus.v1.ClusterConfig
+	66,  // 57: corpus.v1.CreateJoinToken.token:type_name -> corpus.v1.JoinToken
+	67,  // 58: corpus.v1.EnrollNode.node:type_name -> corpus.v1.Node
+	64,  // 59: corpus.v1.RenewNodeCertificate.expires_at:type_name -> google.protobuf.Timestamp
+	68,  // 60: corpus.v1.UpdateNode.capacity:type_name -> corpus.v1.Resources
+	69,  // 61: corpus.v1.UpdateNode.drivers:type_name -> corpus.v1.DriverInfo
+	60,  // 62: corpus.v1.UpdateNode.labels:type_name -> corpus.v1.UpdateNode.LabelsEntry
+	70,  // 63: corpus.v1.CreateGuest.guest:type_name -> corpus.v1.Guest
+	10,  // 64: corpus.v1.PlaceGuests.placements:type_name -> corpus.v1.PlaceGuest
+	71,  // 65: corpus.v1.ObservedGuest.observed:type_name -> corpus.v1.GuestObserved
+	13,  // 66: corpus.v1.ReportGuests.guests:type_name -> corpus.v1.ObservedGuest
+	72,  // 67: corpus.v1.CreateRoute.route:type_name -> corpus.v1.Route
+	73,  // 68: corpus.v1.AddDnsRecord.record:type_name -> corpus.v1.DnsRecord
+	74,  // 69: corpus.v1.ObservedVolume.observed:type_name -> corpus.v1.VolumeObserved
+	23,  // 70: corpus.v1.ReportVolumes.volumes:type_name -> corpus.v1.ObservedVolume
+	75,  // 71: corpus.v1.CreateUser.user:type_name -> corpus.v1.User
+	76,  // 72: corpus.v1.UserLogin.token:type_name -> corpus.v1.UserToken
+	77,  // 73: corpus.v1.AddSshKey.key:type_name -> corpus.v1.SshKey
+	78,  // 74: corpus.v1.CreateProject.env:type_name -> corpus.v1.ProjectEnv
+	70,  // 75: corpus.v1.CreateProject.guest:type_name -> corpus.v1.Guest
+	72,  // 76: corpus.v1.CreateProject.routes:type_name -> corpus.v1.Route
+	79,  // 77: corpus.v1.BeginRelease.release:type_name -> corpus.v1.Release
+	80,  // 78: corpus.v1.FinishRelease.steps:type_name -> corpus.v1.ReleaseStep
+	72,  // 79: corpus.v1.SetManifestDomains.routes:type_name -> corpus.v1.Route
+	81,  // 80: corpus.v1.UpsertCoordinator.coordinator:type_name -> corpus.v1.Coordinator
+	76,  // 81: corpus.v1.CreateUserToken.token:type_name -> corpus.v1.UserToken
+	65,  // 82: corpus.v1.Snapshot.config:type_name -> corpus.v1.ClusterConfig
+	67,  // 83: corpus.v1.Snapshot.nodes:type_name -> corpus.v1.Node
+	70,  // 84: corpus.v1.Snapshot.guests:type_name -> corpus.v1.Guest
+	66,  // 85: corpus.v1.Snapshot.join_tokens:type_name -> corpus.v1.JoinToken
+	72,  // 86: corpus.v1.Snapshot.routes:type_name -> corpus.v1.Route
+	73,  // 87: corpus.v1.Snapshot.dns_records:type_name -> corpus.v1.DnsRecord
+	82,  // 88: corpus.v1.Snapshot.volumes:type_name -> corpus.v1.Volume
+	75,  // 89: corpus.v1.Snapshot.users:type_name -> corpus.v1.User
+	83,  // 90: corpus.v1.Snapshot.projects:type_name -> corpus.v1.Project
+	79,  // 91: corpus.v1.Snapshot.releases:type_name -> corpus.v1.Release
+	81,  // 92: corpus.v1.Snapshot.coordinators:type_name -> corpus.v1.Coordinator
+	84,  // 93: corpus.v1.Snapshot.audit:type_name -> corpus.v1.AuditEntry
+	76,  // 94: corpus.v1.Snapshot.user_tokens:type_name -> corpus.v1.UserToken
+	85,  // 95: corpus.v1.Snapshot.keyring:type_name -> corpus.v1.Keyring
+	86,  // 96: corpus.v1.Snapshot.services:type_name -> corpus.v1.Service
+	87,  // 97: corpus.v1.Snapshot.backups:type_name -> corpus.v1.Backup
+	61,  // 98: corpus.v1.SetConfig.set:type_name -> corpus.v1.SetConfig.SetEntry
+	85,  // 99: corpus.v1.SetKeyring.keyring:type_name -> corpus.v1.Keyring
+	46,  // 100: corpus.v1.SetKeyring.envs:type_name -> corpus.v1.ResealedConfig
+	46,  // 101: corpus.v1.SetKeyring.releases:type_name -> corpus.v1.ResealedConfig
+	62,  // 102: corpus.v1.ResealedConfig.config:type_name -> corpus.v1.ResealedConfig.ConfigEntry
+	88,  // 103: corpus.v1.UpdateGuest.spec:type_name -> corpus.v1.GuestSpec
+	86,  // 104: corpus.v1.CreateService.service:type_name -> corpus.v1.Service
+	70,  // 105: corpus.v1.CreateService.guest:type_name -> corpus.v1.Guest
+	89,  // 106: corpus.v1.LinkService.link:type_name -> corpus.v1.ServiceLink
+	63,  // 107: corpus.v1.LinkService.config:type_name -> corpus.v1.LinkService.ConfigEntry
+	90,  // 108: corpus.v1.ReportServices.services:type_name -> corpus.v1.ReportedService
+	87,  // 109: corpus.v1.BeginBackup.backup:type_name -> corpus.v1.Backup
+	70,  // 110: corpus.v1.ReplaceServiceGuest.guest:type_name -> corpus.v1.Guest
+	111, // [111:111] is the sub-list for method output_type
+	111, // [111:111] is the sub-list for method input_type
+	111, // [111:111] is the sub-list for extension type_name
+	111, // [111:111] is the sub-list for extension extendee
+	0,   // [0:111] is the sub-list for field type_name
 }
 
 func init() { file_corpus_v1_raft_proto_init() }
@@ -5149,6 +5234,7 @@ func file_corpus_v1_raft_proto_init() {
 		(*Command_FinishBackup)(nil),
 		(*Command_DeleteBackup)(nil),
 		(*Command_ReplaceServiceGuest)(nil),
+		(*Command_UpdateVolume)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -5156,7 +5242,7 @@ func file_corpus_v1_raft_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_corpus_v1_raft_proto_rawDesc), len(file_corpus_v1_raft_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   63,
+			NumMessages:   64,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

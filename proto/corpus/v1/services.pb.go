@@ -695,8 +695,11 @@ type Backup struct {
 	Trigger string `protobuf:"bytes,11,opt,name=trigger,proto3" json:"trigger,omitempty"`
 	// template and version of the service that made it; a restore needs
 	// the same template.
-	Template      string `protobuf:"bytes,12,opt,name=template,proto3" json:"template,omitempty"`
-	Version       string `protobuf:"bytes,13,opt,name=version,proto3" json:"version,omitempty"`
+	Template string `protobuf:"bytes,12,opt,name=template,proto3" json:"template,omitempty"`
+	Version  string `protobuf:"bytes,13,opt,name=version,proto3" json:"version,omitempty"`
+	// volume names the volume of a volume's backup (a gzip'd tar of its
+	// files); service is empty then.
+	Volume        string `protobuf:"bytes,14,opt,name=volume,proto3" json:"volume,omitempty"`
 	CreateIndex   uint64 `protobuf:"varint,20,opt,name=create_index,json=createIndex,proto3" json:"create_index,omitempty"`
 	ModifyIndex   uint64 `protobuf:"varint,21,opt,name=modify_index,json=modifyIndex,proto3" json:"modify_index,omitempty"`
 	unknownFields protoimpl.UnknownFields
@@ -820,6 +823,13 @@ func (x *Backup) GetTemplate() string {
 func (x *Backup) GetVersion() string {
 	if x != nil {
 		return x.Version
+	}
+	return ""
+}
+
+func (x *Backup) GetVolume() string {
+	if x != nil {
+		return x.Volume
 	}
 	return ""
 }
@@ -1955,8 +1965,9 @@ func (x *BackupProgress) GetMessage() string {
 
 type ListBackupsRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// service: every service's when empty.
+	// service, or volume: only theirs; every backup when both are empty.
 	Service       string `protobuf:"bytes,1,opt,name=service,proto3" json:"service,omitempty"`
+	Volume        string `protobuf:"bytes,2,opt,name=volume,proto3" json:"volume,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1994,6 +2005,13 @@ func (*ListBackupsRequest) Descriptor() ([]byte, []int) {
 func (x *ListBackupsRequest) GetService() string {
 	if x != nil {
 		return x.Service
+	}
+	return ""
+}
+
+func (x *ListBackupsRequest) GetVolume() string {
+	if x != nil {
+		return x.Volume
 	}
 	return ""
 }
@@ -2466,7 +2484,7 @@ const file_corpus_v1_services_proto_rawDesc = "" +
 	"\x0fReportedService\x12\x1d\n" +
 	"\n" +
 	"service_id\x18\x01 \x01(\tR\tserviceId\x126\n" +
-	"\bobserved\x18\x02 \x01(\v2\x1a.corpus.v1.ServiceObservedR\bobserved\"\xe8\x03\n" +
+	"\bobserved\x18\x02 \x01(\v2\x1a.corpus.v1.ServiceObservedR\bobserved\"\x80\x04\n" +
 	"\x06Backup\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x18\n" +
 	"\aservice\x18\x02 \x01(\tR\aservice\x12\x17\n" +
@@ -2484,7 +2502,8 @@ const file_corpus_v1_services_proto_rawDesc = "" +
 	" \x01(\tR\amessage\x12\x18\n" +
 	"\atrigger\x18\v \x01(\tR\atrigger\x12\x1a\n" +
 	"\btemplate\x18\f \x01(\tR\btemplate\x12\x18\n" +
-	"\aversion\x18\r \x01(\tR\aversion\x12!\n" +
+	"\aversion\x18\r \x01(\tR\aversion\x12\x16\n" +
+	"\x06volume\x18\x0e \x01(\tR\x06volume\x12!\n" +
 	"\fcreate_index\x18\x14 \x01(\x04R\vcreateIndex\x12!\n" +
 	"\fmodify_index\x18\x15 \x01(\x04R\vmodifyIndex\"\x16\n" +
 	"\x14ListTemplatesRequest\"Q\n" +
@@ -2570,9 +2589,10 @@ const file_corpus_v1_services_proto_rawDesc = "" +
 	"\n" +
 	"done_bytes\x18\x02 \x01(\x03R\tdoneBytes\x12)\n" +
 	"\x06backup\x18\x03 \x01(\v2\x11.corpus.v1.BackupR\x06backup\x12\x18\n" +
-	"\amessage\x18\x04 \x01(\tR\amessage\".\n" +
+	"\amessage\x18\x04 \x01(\tR\amessage\"F\n" +
 	"\x12ListBackupsRequest\x12\x18\n" +
-	"\aservice\x18\x01 \x01(\tR\aservice\"F\n" +
+	"\aservice\x18\x01 \x01(\tR\aservice\x12\x16\n" +
+	"\x06volume\x18\x02 \x01(\tR\x06volume\"F\n" +
 	"\x13ListBackupsResponse\x12/\n" +
 	"\abackups\x18\x01 \x03(\v2\x15.corpus.v1.BackupViewR\abackups\"T\n" +
 	"\n" +

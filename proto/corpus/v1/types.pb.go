@@ -645,6 +645,10 @@ type Volume struct {
 	// previous_node_id is the node a moved volume left; its agent removes
 	// the old copy and says so, which clears this.
 	PreviousNodeId string `protobuf:"bytes,10,opt,name=previous_node_id,json=previousNodeId,proto3" json:"previous_node_id,omitempty"`
+	// backup_schedule ("hourly", "daily", "weekly", or empty for none) and
+	// backup_keep (scheduled backups kept; 7 when 0).
+	BackupSchedule string `protobuf:"bytes,11,opt,name=backup_schedule,json=backupSchedule,proto3" json:"backup_schedule,omitempty"`
+	BackupKeep     uint32 `protobuf:"varint,12,opt,name=backup_keep,json=backupKeep,proto3" json:"backup_keep,omitempty"`
 	CreateIndex    uint64 `protobuf:"varint,20,opt,name=create_index,json=createIndex,proto3" json:"create_index,omitempty"`
 	ModifyIndex    uint64 `protobuf:"varint,21,opt,name=modify_index,json=modifyIndex,proto3" json:"modify_index,omitempty"`
 	unknownFields  protoimpl.UnknownFields
@@ -749,6 +753,20 @@ func (x *Volume) GetPreviousNodeId() string {
 		return x.PreviousNodeId
 	}
 	return ""
+}
+
+func (x *Volume) GetBackupSchedule() string {
+	if x != nil {
+		return x.BackupSchedule
+	}
+	return ""
+}
+
+func (x *Volume) GetBackupKeep() uint32 {
+	if x != nil {
+		return x.BackupKeep
+	}
+	return 0
 }
 
 func (x *Volume) GetCreateIndex() uint64 {
@@ -2946,7 +2964,7 @@ const file_corpus_v1_types_proto_rawDesc = "" +
 	"size_bytes\x18\x01 \x01(\x03R\tsizeBytes\x12\x12\n" +
 	"\x04path\x18\x02 \x01(\tR\x04path\x12\x1d\n" +
 	"\n" +
-	"use_volume\x18\x03 \x01(\tR\tuseVolume\"\xa5\x03\n" +
+	"use_volume\x18\x03 \x01(\tR\tuseVolume\"\xef\x03\n" +
 	"\x06Volume\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x17\n" +
@@ -2961,7 +2979,10 @@ const file_corpus_v1_types_proto_rawDesc = "" +
 	"\n" +
 	"created_at\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x12(\n" +
 	"\x10previous_node_id\x18\n" +
-	" \x01(\tR\x0epreviousNodeId\x12!\n" +
+	" \x01(\tR\x0epreviousNodeId\x12'\n" +
+	"\x0fbackup_schedule\x18\v \x01(\tR\x0ebackupSchedule\x12\x1f\n" +
+	"\vbackup_keep\x18\f \x01(\rR\n" +
+	"backupKeep\x12!\n" +
 	"\fcreate_index\x18\x14 \x01(\x04R\vcreateIndex\x12!\n" +
 	"\fmodify_index\x18\x15 \x01(\x04R\vmodifyIndex\"\x9d\x01\n" +
 	"\x0eVolumeObserved\x12\x14\n" +

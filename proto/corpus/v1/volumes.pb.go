@@ -23,6 +23,217 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+type BackupVolumeRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BackupVolumeRequest) Reset() {
+	*x = BackupVolumeRequest{}
+	mi := &file_corpus_v1_volumes_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BackupVolumeRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BackupVolumeRequest) ProtoMessage() {}
+
+func (x *BackupVolumeRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_volumes_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BackupVolumeRequest.ProtoReflect.Descriptor instead.
+func (*BackupVolumeRequest) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_volumes_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *BackupVolumeRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+type RestoreVolumeRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// from: a backup id; the newest that succeeded when empty.
+	From          string `protobuf:"bytes,2,opt,name=from,proto3" json:"from,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RestoreVolumeRequest) Reset() {
+	*x = RestoreVolumeRequest{}
+	mi := &file_corpus_v1_volumes_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RestoreVolumeRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RestoreVolumeRequest) ProtoMessage() {}
+
+func (x *RestoreVolumeRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_volumes_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RestoreVolumeRequest.ProtoReflect.Descriptor instead.
+func (*RestoreVolumeRequest) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_volumes_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *RestoreVolumeRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *RestoreVolumeRequest) GetFrom() string {
+	if x != nil {
+		return x.From
+	}
+	return ""
+}
+
+type UpdateVolumeRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// backup_schedule: "hourly", "daily", "weekly"; "none" turns scheduled
+	// backups off; "" leaves it.
+	BackupSchedule string `protobuf:"bytes,2,opt,name=backup_schedule,json=backupSchedule,proto3" json:"backup_schedule,omitempty"`
+	BackupKeep     uint32 `protobuf:"varint,3,opt,name=backup_keep,json=backupKeep,proto3" json:"backup_keep,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *UpdateVolumeRequest) Reset() {
+	*x = UpdateVolumeRequest{}
+	mi := &file_corpus_v1_volumes_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UpdateVolumeRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UpdateVolumeRequest) ProtoMessage() {}
+
+func (x *UpdateVolumeRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_volumes_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UpdateVolumeRequest.ProtoReflect.Descriptor instead.
+func (*UpdateVolumeRequest) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_volumes_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *UpdateVolumeRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *UpdateVolumeRequest) GetBackupSchedule() string {
+	if x != nil {
+		return x.BackupSchedule
+	}
+	return ""
+}
+
+func (x *UpdateVolumeRequest) GetBackupKeep() uint32 {
+	if x != nil {
+		return x.BackupKeep
+	}
+	return 0
+}
+
+type UpdateVolumeResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Volume        *VolumeView            `protobuf:"bytes,1,opt,name=volume,proto3" json:"volume,omitempty"`
+	Changed       bool                   `protobuf:"varint,2,opt,name=changed,proto3" json:"changed,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UpdateVolumeResponse) Reset() {
+	*x = UpdateVolumeResponse{}
+	mi := &file_corpus_v1_volumes_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UpdateVolumeResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UpdateVolumeResponse) ProtoMessage() {}
+
+func (x *UpdateVolumeResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_volumes_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UpdateVolumeResponse.ProtoReflect.Descriptor instead.
+func (*UpdateVolumeResponse) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_volumes_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *UpdateVolumeResponse) GetVolume() *VolumeView {
+	if x != nil {
+		return x.Volume
+	}
+	return nil
+}
+
+func (x *UpdateVolumeResponse) GetChanged() bool {
+	if x != nil {
+		return x.Changed
+	}
+	return false
+}
+
 type SnapshotVolumeRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
@@ -32,7 +243,7 @@ type SnapshotVolumeRequest struct {
 
 func (x *SnapshotVolumeRequest) Reset() {
 	*x = SnapshotVolumeRequest{}
-	mi := &file_corpus_v1_volumes_proto_msgTypes[0]
+	mi := &file_corpus_v1_volumes_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -44,7 +255,7 @@ func (x *SnapshotVolumeRequest) String() string {
 func (*SnapshotVolumeRequest) ProtoMessage() {}
 
 func (x *SnapshotVolumeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_volumes_proto_msgTypes[0]
+	mi := &file_corpus_v1_volumes_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -57,7 +268,7 @@ func (x *SnapshotVolumeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotVolumeRequest.ProtoReflect.Descriptor instead.
 func (*SnapshotVolumeRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_volumes_proto_rawDescGZIP(), []int{0}
+	return file_corpus_v1_volumes_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *SnapshotVolumeRequest) GetName() string {
@@ -79,7 +290,7 @@ type SnapshotVolumeResponse struct {
 
 func (x *SnapshotVolumeResponse) Reset() {
 	*x = SnapshotVolumeResponse{}
-	mi := &file_corpus_v1_volumes_proto_msgTypes[1]
+	mi := &file_corpus_v1_volumes_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -91,7 +302,7 @@ func (x *SnapshotVolumeResponse) String() string {
 func (*SnapshotVolumeResponse) ProtoMessage() {}
 
 func (x *SnapshotVolumeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_volumes_proto_msgTypes[1]
+	mi := &file_corpus_v1_volumes_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -104,7 +315,7 @@ func (x *SnapshotVolumeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotVolumeResponse.ProtoReflect.Descriptor instead.
 func (*SnapshotVolumeResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_volumes_proto_rawDescGZIP(), []int{1}
+	return file_corpus_v1_volumes_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *SnapshotVolumeResponse) GetPath() string {
@@ -139,7 +350,7 @@ type MoveVolumeRequest struct {
 
 func (x *MoveVolumeRequest) Reset() {
 	*x = MoveVolumeRequest{}
-	mi := &file_corpus_v1_volumes_proto_msgTypes[2]
+	mi := &file_corpus_v1_volumes_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -151,7 +362,7 @@ func (x *MoveVolumeRequest) String() string {
 func (*MoveVolumeRequest) ProtoMessage() {}
 
 func (x *MoveVolumeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_volumes_proto_msgTypes[2]
+	mi := &file_corpus_v1_volumes_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -164,7 +375,7 @@ func (x *MoveVolumeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MoveVolumeRequest.ProtoReflect.Descriptor instead.
 func (*MoveVolumeRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_volumes_proto_rawDescGZIP(), []int{2}
+	return file_corpus_v1_volumes_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *MoveVolumeRequest) GetName() string {
@@ -193,7 +404,7 @@ type MoveVolumeProgress struct {
 
 func (x *MoveVolumeProgress) Reset() {
 	*x = MoveVolumeProgress{}
-	mi := &file_corpus_v1_volumes_proto_msgTypes[3]
+	mi := &file_corpus_v1_volumes_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -205,7 +416,7 @@ func (x *MoveVolumeProgress) String() string {
 func (*MoveVolumeProgress) ProtoMessage() {}
 
 func (x *MoveVolumeProgress) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_volumes_proto_msgTypes[3]
+	mi := &file_corpus_v1_volumes_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -218,7 +429,7 @@ func (x *MoveVolumeProgress) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MoveVolumeProgress.ProtoReflect.Descriptor instead.
 func (*MoveVolumeProgress) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_volumes_proto_rawDescGZIP(), []int{3}
+	return file_corpus_v1_volumes_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *MoveVolumeProgress) GetDoneBytes() int64 {
@@ -262,7 +473,7 @@ type ResizeVolumeRequest struct {
 
 func (x *ResizeVolumeRequest) Reset() {
 	*x = ResizeVolumeRequest{}
-	mi := &file_corpus_v1_volumes_proto_msgTypes[4]
+	mi := &file_corpus_v1_volumes_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -274,7 +485,7 @@ func (x *ResizeVolumeRequest) String() string {
 func (*ResizeVolumeRequest) ProtoMessage() {}
 
 func (x *ResizeVolumeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_volumes_proto_msgTypes[4]
+	mi := &file_corpus_v1_volumes_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -287,7 +498,7 @@ func (x *ResizeVolumeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResizeVolumeRequest.ProtoReflect.Descriptor instead.
 func (*ResizeVolumeRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_volumes_proto_rawDescGZIP(), []int{4}
+	return file_corpus_v1_volumes_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *ResizeVolumeRequest) GetName() string {
@@ -328,7 +539,7 @@ type ResizeVolumeResponse struct {
 
 func (x *ResizeVolumeResponse) Reset() {
 	*x = ResizeVolumeResponse{}
-	mi := &file_corpus_v1_volumes_proto_msgTypes[5]
+	mi := &file_corpus_v1_volumes_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -340,7 +551,7 @@ func (x *ResizeVolumeResponse) String() string {
 func (*ResizeVolumeResponse) ProtoMessage() {}
 
 func (x *ResizeVolumeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_volumes_proto_msgTypes[5]
+	mi := &file_corpus_v1_volumes_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -353,7 +564,7 @@ func (x *ResizeVolumeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResizeVolumeResponse.ProtoReflect.Descriptor instead.
 func (*ResizeVolumeResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_volumes_proto_rawDescGZIP(), []int{5}
+	return file_corpus_v1_volumes_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *ResizeVolumeResponse) GetVolume() *Volume {
@@ -378,7 +589,7 @@ type ListVolumesRequest struct {
 
 func (x *ListVolumesRequest) Reset() {
 	*x = ListVolumesRequest{}
-	mi := &file_corpus_v1_volumes_proto_msgTypes[6]
+	mi := &file_corpus_v1_volumes_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -390,7 +601,7 @@ func (x *ListVolumesRequest) String() string {
 func (*ListVolumesRequest) ProtoMessage() {}
 
 func (x *ListVolumesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_volumes_proto_msgTypes[6]
+	mi := &file_corpus_v1_volumes_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -403,7 +614,7 @@ func (x *ListVolumesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListVolumesRequest.ProtoReflect.Descriptor instead.
 func (*ListVolumesRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_volumes_proto_rawDescGZIP(), []int{6}
+	return file_corpus_v1_volumes_proto_rawDescGZIP(), []int{10}
 }
 
 type VolumeView struct {
@@ -416,7 +627,7 @@ type VolumeView struct {
 
 func (x *VolumeView) Reset() {
 	*x = VolumeView{}
-	mi := &file_corpus_v1_volumes_proto_msgTypes[7]
+	mi := &file_corpus_v1_volumes_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -428,7 +639,7 @@ func (x *VolumeView) String() string {
 func (*VolumeView) ProtoMessage() {}
 
 func (x *VolumeView) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_volumes_proto_msgTypes[7]
+	mi := &file_corpus_v1_volumes_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -441,7 +652,7 @@ func (x *VolumeView) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VolumeView.ProtoReflect.Descriptor instead.
 func (*VolumeView) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_volumes_proto_rawDescGZIP(), []int{7}
+	return file_corpus_v1_volumes_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *VolumeView) GetVolume() *Volume {
@@ -467,7 +678,7 @@ type ListVolumesResponse struct {
 
 func (x *ListVolumesResponse) Reset() {
 	*x = ListVolumesResponse{}
-	mi := &file_corpus_v1_volumes_proto_msgTypes[8]
+	mi := &file_corpus_v1_volumes_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -479,7 +690,7 @@ func (x *ListVolumesResponse) String() string {
 func (*ListVolumesResponse) ProtoMessage() {}
 
 func (x *ListVolumesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_volumes_proto_msgTypes[8]
+	mi := &file_corpus_v1_volumes_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -492,7 +703,7 @@ func (x *ListVolumesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListVolumesResponse.ProtoReflect.Descriptor instead.
 func (*ListVolumesResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_volumes_proto_rawDescGZIP(), []int{8}
+	return file_corpus_v1_volumes_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ListVolumesResponse) GetVolumes() []*VolumeView {
@@ -511,7 +722,7 @@ type GetVolumeRequest struct {
 
 func (x *GetVolumeRequest) Reset() {
 	*x = GetVolumeRequest{}
-	mi := &file_corpus_v1_volumes_proto_msgTypes[9]
+	mi := &file_corpus_v1_volumes_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -523,7 +734,7 @@ func (x *GetVolumeRequest) String() string {
 func (*GetVolumeRequest) ProtoMessage() {}
 
 func (x *GetVolumeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_volumes_proto_msgTypes[9]
+	mi := &file_corpus_v1_volumes_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -536,7 +747,7 @@ func (x *GetVolumeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetVolumeRequest.ProtoReflect.Descriptor instead.
 func (*GetVolumeRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_volumes_proto_rawDescGZIP(), []int{9}
+	return file_corpus_v1_volumes_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *GetVolumeRequest) GetName() string {
@@ -555,7 +766,7 @@ type GetVolumeResponse struct {
 
 func (x *GetVolumeResponse) Reset() {
 	*x = GetVolumeResponse{}
-	mi := &file_corpus_v1_volumes_proto_msgTypes[10]
+	mi := &file_corpus_v1_volumes_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -567,7 +778,7 @@ func (x *GetVolumeResponse) String() string {
 func (*GetVolumeResponse) ProtoMessage() {}
 
 func (x *GetVolumeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_volumes_proto_msgTypes[10]
+	mi := &file_corpus_v1_volumes_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -580,7 +791,7 @@ func (x *GetVolumeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetVolumeResponse.ProtoReflect.Descriptor instead.
 func (*GetVolumeResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_volumes_proto_rawDescGZIP(), []int{10}
+	return file_corpus_v1_volumes_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *GetVolumeResponse) GetVolume() *VolumeView {
@@ -599,7 +810,7 @@ type DeleteVolumeRequest struct {
 
 func (x *DeleteVolumeRequest) Reset() {
 	*x = DeleteVolumeRequest{}
-	mi := &file_corpus_v1_volumes_proto_msgTypes[11]
+	mi := &file_corpus_v1_volumes_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -611,7 +822,7 @@ func (x *DeleteVolumeRequest) String() string {
 func (*DeleteVolumeRequest) ProtoMessage() {}
 
 func (x *DeleteVolumeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_volumes_proto_msgTypes[11]
+	mi := &file_corpus_v1_volumes_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -624,7 +835,7 @@ func (x *DeleteVolumeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteVolumeRequest.ProtoReflect.Descriptor instead.
 func (*DeleteVolumeRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_volumes_proto_rawDescGZIP(), []int{11}
+	return file_corpus_v1_volumes_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *DeleteVolumeRequest) GetName() string {
@@ -643,7 +854,7 @@ type DeleteVolumeResponse struct {
 
 func (x *DeleteVolumeResponse) Reset() {
 	*x = DeleteVolumeResponse{}
-	mi := &file_corpus_v1_volumes_proto_msgTypes[12]
+	mi := &file_corpus_v1_volumes_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -655,7 +866,7 @@ func (x *DeleteVolumeResponse) String() string {
 func (*DeleteVolumeResponse) ProtoMessage() {}
 
 func (x *DeleteVolumeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_volumes_proto_msgTypes[12]
+	mi := &file_corpus_v1_volumes_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -668,7 +879,7 @@ func (x *DeleteVolumeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteVolumeResponse.ProtoReflect.Descriptor instead.
 func (*DeleteVolumeResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_volumes_proto_rawDescGZIP(), []int{12}
+	return file_corpus_v1_volumes_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *DeleteVolumeResponse) GetVolume() *Volume {
@@ -682,7 +893,20 @@ var File_corpus_v1_volumes_proto protoreflect.FileDescriptor
 
 const file_corpus_v1_volumes_proto_rawDesc = "" +
 	"\n" +
-	"\x17corpus/v1/volumes.proto\x12\tcorpus.v1\x1a\x15corpus/v1/types.proto\"+\n" +
+	"\x17corpus/v1/volumes.proto\x12\tcorpus.v1\x1a\x18corpus/v1/services.proto\x1a\x15corpus/v1/types.proto\")\n" +
+	"\x13BackupVolumeRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\">\n" +
+	"\x14RestoreVolumeRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
+	"\x04from\x18\x02 \x01(\tR\x04from\"s\n" +
+	"\x13UpdateVolumeRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12'\n" +
+	"\x0fbackup_schedule\x18\x02 \x01(\tR\x0ebackupSchedule\x12\x1f\n" +
+	"\vbackup_keep\x18\x03 \x01(\rR\n" +
+	"backupKeep\"_\n" +
+	"\x14UpdateVolumeResponse\x12-\n" +
+	"\x06volume\x18\x01 \x01(\v2\x15.corpus.v1.VolumeViewR\x06volume\x12\x18\n" +
+	"\achanged\x18\x02 \x01(\bR\achanged\"+\n" +
 	"\x15SnapshotVolumeRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\"h\n" +
 	"\x16SnapshotVolumeResponse\x12\x12\n" +
@@ -724,7 +948,7 @@ const file_corpus_v1_volumes_proto_rawDesc = "" +
 	"\x13DeleteVolumeRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\"A\n" +
 	"\x14DeleteVolumeResponse\x12)\n" +
-	"\x06volume\x18\x01 \x01(\v2\x11.corpus.v1.VolumeR\x06volume2\xf5\x03\n" +
+	"\x06volume\x18\x01 \x01(\v2\x11.corpus.v1.VolumeR\x06volume2\xe2\x05\n" +
 	"\rVolumeService\x12Q\n" +
 	"\vListVolumes\x12\x1d.corpus.v1.ListVolumesRequest\x1a\x1e.corpus.v1.ListVolumesResponse\"\x03\x90\x02\x01\x12K\n" +
 	"\tGetVolume\x12\x1b.corpus.v1.GetVolumeRequest\x1a\x1c.corpus.v1.GetVolumeResponse\"\x03\x90\x02\x01\x12O\n" +
@@ -732,7 +956,10 @@ const file_corpus_v1_volumes_proto_rawDesc = "" +
 	"\fResizeVolume\x12\x1e.corpus.v1.ResizeVolumeRequest\x1a\x1f.corpus.v1.ResizeVolumeResponse\x12K\n" +
 	"\n" +
 	"MoveVolume\x12\x1c.corpus.v1.MoveVolumeRequest\x1a\x1d.corpus.v1.MoveVolumeProgress0\x01\x12U\n" +
-	"\x0eSnapshotVolume\x12 .corpus.v1.SnapshotVolumeRequest\x1a!.corpus.v1.SnapshotVolumeResponseB!Z\x1fcorpus/proto/corpus/v1;corpusv1b\x06proto3"
+	"\x0eSnapshotVolume\x12 .corpus.v1.SnapshotVolumeRequest\x1a!.corpus.v1.SnapshotVolumeResponse\x12K\n" +
+	"\fBackupVolume\x12\x1e.corpus.v1.BackupVolumeRequest\x1a\x19.corpus.v1.BackupProgress0\x01\x12M\n" +
+	"\rRestoreVolume\x12\x1f.corpus.v1.RestoreVolumeRequest\x1a\x19.corpus.v1.BackupProgress0\x01\x12O\n" +
+	"\fUpdateVolume\x12\x1e.corpus.v1.UpdateVolumeRequest\x1a\x1f.corpus.v1.UpdateVolumeResponseB!Z\x1fcorpus/proto/corpus/v1;corpusv1b\x06proto3"
 
 var (
 	file_corpus_v1_volumes_proto_rawDescOnce sync.Once
@@ -746,47 +973,59 @@ func file_corpus_v1_volumes_proto_rawDescGZIP() []byte {
 	return file_corpus_v1_volumes_proto_rawDescData
 }
 
-var file_corpus_v1_volumes_proto_msgTypes = make([]protoimpl.MessageInfo, 13)
+var file_corpus_v1_volumes_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
 var file_corpus_v1_volumes_proto_goTypes = []any{
-	(*SnapshotVolumeRequest)(nil),  // 0: corpus.v1.SnapshotVolumeRequest
-	(*SnapshotVolumeResponse)(nil), // 1: corpus.v1.SnapshotVolumeResponse
-	(*MoveVolumeRequest)(nil),      // 2: corpus.v1.MoveVolumeRequest
-	(*MoveVolumeProgress)(nil),     // 3: corpus.v1.MoveVolumeProgress
-	(*ResizeVolumeRequest)(nil),    // 4: corpus.v1.ResizeVolumeRequest
-	(*ResizeVolumeResponse)(nil),   // 5: corpus.v1.ResizeVolumeResponse
-	(*ListVolumesRequest)(nil),     // 6: corpus.v1.ListVolumesRequest
-	(*VolumeView)(nil),             // 7: corpus.v1.VolumeView
-	(*ListVolumesResponse)(nil),    // 8: corpus.v1.ListVolumesResponse
-	(*GetVolumeRequest)(nil),       // 9: corpus.v1.GetVolumeRequest
-	(*GetVolumeResponse)(nil),      // 10: corpus.v1.GetVolumeResponse
-	(*DeleteVolumeRequest)(nil),    // 11: corpus.v1.DeleteVolumeRequest
-	(*DeleteVolumeResponse)(nil),   // 12: corpus.v1.DeleteVolumeResponse
-	(*Volume)(nil),                 // 13: corpus.v1.Volume
+	(*BackupVolumeRequest)(nil),    // 0: corpus.v1.BackupVolumeRequest
+	(*RestoreVolumeRequest)(nil),   // 1: corpus.v1.RestoreVolumeRequest
+	(*UpdateVolumeRequest)(nil),    // 2: corpus.v1.UpdateVolumeRequest
+	(*UpdateVolumeResponse)(nil),   // 3: corpus.v1.UpdateVolumeResponse
+	(*SnapshotVolumeRequest)(nil),  // 4: corpus.v1.SnapshotVolumeRequest
+	(*SnapshotVolumeResponse)(nil), // 5: corpus.v1.SnapshotVolumeResponse
+	(*MoveVolumeRequest)(nil),      // 6: corpus.v1.MoveVolumeRequest
+	(*MoveVolumeProgress)(nil),     // 7: corpus.v1.MoveVolumeProgress
+	(*ResizeVolumeRequest)(nil),    // 8: corpus.v1.ResizeVolumeRequest
+	(*ResizeVolumeResponse)(nil),   // 9: corpus.v1.ResizeVolumeResponse
+	(*ListVolumesRequest)(nil),     // 10: corpus.v1.ListVolumesRequest
+	(*VolumeView)(nil),             // 11: corpus.v1.VolumeView
+	(*ListVolumesResponse)(nil),    // 12: corpus.v1.ListVolumesResponse
+	(*GetVolumeRequest)(nil),       // 13: corpus.v1.GetVolumeRequest
+	(*GetVolumeResponse)(nil),      // 14: corpus.v1.GetVolumeResponse
+	(*DeleteVolumeRequest)(nil),    // 15: corpus.v1.DeleteVolumeRequest
+	(*DeleteVolumeResponse)(nil),   // 16: corpus.v1.DeleteVolumeResponse
+	(*Volume)(nil),                 // 17: corpus.v1.Volume
+	(*BackupProgress)(nil),         // 18: corpus.v1.BackupProgress
 }
 var file_corpus_v1_volumes_proto_depIdxs = []int32{
-	13, // 0: corpus.v1.MoveVolumeProgress.volume:type_name -> corpus.v1.Volume
-	13, // 1: corpus.v1.ResizeVolumeResponse.volume:type_name -> corpus.v1.Volume
-	13, // 2: corpus.v1.VolumeView.volume:type_name -> corpus.v1.Volume
-	7,  // 3: corpus.v1.ListVolumesResponse.volumes:type_name -> corpus.v1.VolumeView
-	7,  // 4: corpus.v1.GetVolumeResponse.volume:type_name -> corpus.v1.VolumeView
-	13, // 5: corpus.v1.DeleteVolumeResponse.volume:type_name -> corpus.v1.Volume
-	6,  // 6: corpus.v1.VolumeService.ListVolumes:input_type -> corpus.v1.ListVolumesRequest
-	9,  // 7: corpus.v1.VolumeService.GetVolume:input_type -> corpus.v1.GetVolumeRequest
-	11, // 8: corpus.v1.VolumeService.DeleteVolume:input_type -> corpus.v1.DeleteVolumeRequest
-	4,  // 9: corpus.v1.VolumeService.ResizeVolume:input_type -> corpus.v1.ResizeVolumeRequest
-	2,  // 10: corpus.v1.VolumeService.MoveVolume:input_type -> corpus.v1.MoveVolumeRequest
-	0,  // 11: corpus.v1.VolumeService.SnapshotVolume:input_type -> corpus.v1.SnapshotVolumeRequest
-	8,  // 12: corpus.v1.VolumeService.ListVolumes:output_type -> corpus.v1.ListVolumesResponse
-	10, // 13: corpus.v1.VolumeService.GetVolume:output_type -> corpus.v1.GetVolumeResponse
-	12, // 14: corpus.v1.VolumeService.DeleteVolume:output_type -> corpus.v1.DeleteVolumeResponse
-	5,  // 15: corpus.v1.VolumeService.ResizeVolume:output_type -> corpus.v1.ResizeVolumeResponse
-	3,  // 16: corpus.v1.VolumeService.MoveVolume:output_type -> corpus.v1.MoveVolumeProgress
-	1,  // 17: corpus.v1.VolumeService.SnapshotVolume:output_type -> corpus.v1.SnapshotVolumeResponse
-	12, // [12:18] is the sub-list for method output_type
-	6,  // [6:12] is the sub-list for method input_type
-	6,  // [6:6] is the sub-list for extension type_name
-	6,  // [6:6] is the sub-list for extension extendee
-	0,  // [0:6] is the sub-list for field type_name
+	11, // 0: corpus.v1.UpdateVolumeResponse.volume:type_name -> corpus.v1.VolumeView
+	17, // 1: corpus.v1.MoveVolumeProgress.volume:type_name -> corpus.v1.Volume
+	17, // 2: corpus.v1.ResizeVolumeResponse.volume:type_name -> corpus.v1.Volume
+	17, // 3: corpus.v1.VolumeView.volume:type_name -> corpus.v1.Volume
+	11, // 4: corpus.v1.ListVolumesResponse.volumes:type_name -> corpus.v1.VolumeView
+	11, // 5: corpus.v1.GetVolumeResponse.volume:type_name -> corpus.v1.VolumeView
+	17, // 6: corpus.v1.DeleteVolumeResponse.volume:type_name -> corpus.v1.Volume
+	10, // 7: corpus.v1.VolumeService.ListVolumes:input_type -> corpus.v1.ListVolumesRequest
+	13, // 8: corpus.v1.VolumeService.GetVolume:input_type -> corpus.v1.GetVolumeRequest
+	15, // 9: corpus.v1.VolumeService.DeleteVolume:input_type -> corpus.v1.DeleteVolumeRequest
+	8,  // 10: corpus.v1.VolumeService.ResizeVolume:input_type -> corpus.v1.ResizeVolumeRequest
+	6,  // 11: corpus.v1.VolumeService.MoveVolume:input_type -> corpus.v1.MoveVolumeRequest
+	4,  // 12: corpus.v1.VolumeService.SnapshotVolume:input_type -> corpus.v1.SnapshotVolumeRequest
+	0,  // 13: corpus.v1.VolumeService.BackupVolume:input_type -> corpus.v1.BackupVolumeRequest
+	1,  // 14: corpus.v1.VolumeService.RestoreVolume:input_type -> corpus.v1.RestoreVolumeRequest
+	2,  // 15: corpus.v1.VolumeService.UpdateVolume:input_type -> corpus.v1.UpdateVolumeRequest
+	12, // 16: corpus.v1.VolumeService.ListVolumes:output_type -> corpus.v1.ListVolumesResponse
+	14, // 17: corpus.v1.VolumeService.GetVolume:output_type -> corpus.v1.GetVolumeResponse
+	16, // 18: corpus.v1.VolumeService.DeleteVolume:output_type -> corpus.v1.DeleteVolumeResponse
+	9,  // 19: corpus.v1.VolumeService.ResizeVolume:output_type -> corpus.v1.ResizeVolumeResponse
+	7,  // 20: corpus.v1.VolumeService.MoveVolume:output_type -> corpus.v1.MoveVolumeProgress
+	5,  // 21: corpus.v1.VolumeService.SnapshotVolume:output_type -> corpus.v1.SnapshotVolumeResponse
+	18, // 22: corpus.v1.VolumeService.BackupVolume:output_type -> corpus.v1.BackupProgress
+	18, // 23: corpus.v1.VolumeService.RestoreVolume:output_type -> corpus.v1.BackupProgress
+	3,  // 24: corpus.v1.VolumeService.UpdateVolume:output_type -> corpus.v1.UpdateVolumeResponse
+	16, // [16:25] is the sub-list for method output_type
+	7,  // [7:16] is the sub-list for method input_type
+	7,  // [7:7] is the sub-list for extension type_name
+	7,  // [7:7] is the sub-list for extension extendee
+	0,  // [0:7] is the sub-list for field type_name
 }
 
 func init() { file_corpus_v1_volumes_proto_init() }
@@ -794,6 +1033,7 @@ func file_corpus_v1_volumes_proto_init() {
 	if File_corpus_v1_volumes_proto != nil {
 		return
 	}
+	file_corpus_v1_services_proto_init()
 	file_corpus_v1_types_proto_init()
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -801,7 +1041,7 @@ func file_corpus_v1_volumes_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_corpus_v1_volumes_proto_rawDesc), len(file_corpus_v1_volumes_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   13,
+			NumMessages:   17,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

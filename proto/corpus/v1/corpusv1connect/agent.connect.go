@@ -558,7 +558,9 @@ type NodeAgentServiceClient interface {
 	// Shell runs an interactive command in a guest (GuestService.Shell).
 	Shell(context.Context) *connect.BidiStreamForClient[v1.ShellInput, v1.ExecOutput]
 	// DumpService runs the service's backup script in its guest and
-	// streams the dump; the last message carries its size and SHA-256.
+	// streams the dump (or, for a backup of a volume, a gzip'd tar of a
+	// snapshot of its files); the last message carries its size and
+	// SHA-256.
 	DumpService(context.Context, *connect.Request[v1.DumpServiceRequest]) (*connect.ServerStreamForClient[v1.BackupChunk], error)
 	// StoreBackup keeps a streamed backup on this node (first message: the
 	// backup; then the data); it fails when the data does not match the
@@ -567,10 +569,10 @@ type NodeAgentServiceClient interface {
 	// ReadBackup streams a kept backup after checking its SHA-256; a
 	// mismatch fails before any data is sent.
 	ReadBackup(context.Context, *connect.Request[v1.ReadBackupRequest]) (*connect.ServerStreamForClient[v1.BackupChunk], error)
-	// LoadService restores a streamed backup into a service's guest (first
-	// message: the backup; then the data). The data is kept aside and
-	// checked against the backup's SHA-256 before the restore script
-	// sees any of it.
+	// LoadService restores a streamed backup into a service's guest, or a
+	// volume's files (first message: the backup; then the data). The data
+	// is kept aside and checked against the backup's SHA-256 before the
+	// restore sees any of it.
 	LoadService(context.Context) *connect.ClientStreamForClient[v1.BackupChunk, v1.LoadServiceResponse]
 	// RemoveBackup removes a kept backup's file.
 	RemoveBackup(context.Context, *connect.Request[v1.RemoveBackupRequest]) (*connect.Response[v1.RemoveBackupResponse], error)
@@ -785,7 +787,9 @@ type NodeAgentServiceHandler interface {
 	// Shell runs an interactive command in a guest (GuestService.Shell).
 	Shell(context.Context, *connect.BidiStream[v1.ShellInput, v1.ExecOutput]) error
 	// DumpService runs the service's backup script in its guest and
-	// streams the dump; the last message carries its size and SHA-256.
+	// streams the dump (or, for a backup of a volume, a gzip'd tar of a
+	// snapshot of its files); the last message carries its size and
+	// SHA-256.
 	DumpService(context.Context, *connect.Request[v1.DumpServiceRequest], *connect.ServerStream[v1.BackupChunk]) error
 	// StoreBackup keeps a streamed backup on this node (first message: the
 	// backup; then the data); it fails when the data does not match the
@@ -794,10 +798,10 @@ type NodeAgentServiceHandler interface {
 	// ReadBackup streams a kept backup after checking its SHA-256; a
 	// mismatch fails before any data is sent.
 	ReadBackup(context.Context, *connect.Request[v1.ReadBackupRequest], *connect.ServerStream[v1.BackupChunk]) error
-	// LoadService restores a streamed backup into a service's guest (first
-	// message: the backup; then the data). The data is kept aside and
-	// checked against the backup's SHA-256 before the restore script
-	// sees any of it.
+	// LoadService restores a streamed backup into a service's guest, or a
+	// volume's files (first message: the backup; then the data). The data
+	// is kept aside and checked against the backup's SHA-256 before the
+	// restore sees any of it.
 	LoadService(context.Context, *connect.ClientStream[v1.BackupChunk]) (*connect.Response[v1.LoadServiceResponse], error)
 	// RemoveBackup removes a kept backup's file.
 	RemoveBackup(context.Context, *connect.Request[v1.RemoveBackupRequest]) (*connect.Response[v1.RemoveBackupResponse], error)

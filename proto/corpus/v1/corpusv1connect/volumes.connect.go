@@ -51,6 +51,15 @@ const (
 	// VolumeServiceSnapshotVolumeProcedure is the fully-qualified name of the VolumeService's
 	// SnapshotVolume RPC.
 	VolumeServiceSnapshotVolumeProcedure = "/corpus.v1.VolumeService/SnapshotVolume"
+	// VolumeServiceBackupVolumeProcedure is the fully-qualified name of the VolumeService's
+	// BackupVolume RPC.
+	VolumeServiceBackupVolumeProcedure = "/corpus.v1.VolumeService/BackupVolume"
+	// VolumeServiceRestoreVolumeProcedure is the fully-qualified name of the VolumeService's
+	// RestoreVolume RPC.
+	VolumeServiceRestoreVolumeProcedure = "/corpus.v1.VolumeService/RestoreVolume"
+	// VolumeServiceUpdateVolumeProcedure is the fully-qualified name of the VolumeService's
+	// UpdateVolume RPC.
+	VolumeServiceUpdateVolumeProcedure = "/corpus.v1.VolumeService/UpdateVolume"
 )
 
 // VolumeServiceClient is a client for the corpus.v1.VolumeService service.
@@ -68,6 +77,16 @@ type VolumeServiceClient interface {
 	// SnapshotVolume copies a volume's image sparsely to a file on its node,
 	// without stopping its guest (the file system is frozen meanwhile).
 	SnapshotVolume(context.Context, *connect.Request[v1.SnapshotVolumeRequest]) (*connect.Response[v1.SnapshotVolumeResponse], error)
+	// BackupVolume keeps a backup of a volume's files on another node: a
+	// gzip'd tar of a snapshot (the file system frozen only while the
+	// snapshot is copied on its node).
+	BackupVolume(context.Context, *connect.Request[v1.BackupVolumeRequest]) (*connect.ServerStreamForClient[v1.BackupProgress], error)
+	// RestoreVolume replaces a volume's files with a backup's, its guest
+	// stopped meanwhile and started again after; the files are swapped in
+	// only once all of the backup is extracted beside them.
+	RestoreVolume(context.Context, *connect.Request[v1.RestoreVolumeRequest]) (*connect.ServerStreamForClient[v1.BackupProgress], error)
+	// UpdateVolume sets a volume's backup schedule.
+	UpdateVolume(context.Context, *connect.Request[v1.UpdateVolumeRequest]) (*connect.Response[v1.UpdateVolumeResponse], error)
 }
 
 // NewVolumeServiceClient constructs a client for the corpus.v1.VolumeService service. By default,
@@ -119,6 +138,24 @@ func NewVolumeServiceClient(httpClient connect.HTTPClient, baseURL string, opts 
 			connect.WithSchema(volumeServiceMethods.ByName("SnapshotVolume")),
 			connect.WithClientOptions(opts...),
 		),
+		backupVolume: connect.NewClient[v1.BackupVolumeRequest, v1.BackupProgress](
+			httpClient,
+			baseURL+VolumeServiceBackupVolumeProcedure,
+			connect.WithSchema(volumeServiceMethods.ByName("BackupVolume")),
+			connect.WithClientOptions(opts...),
+		),
+		restoreVolume: connect.NewClient[v1.RestoreVolumeRequest, v1.BackupProgress](
+			httpClient,
+			baseURL+VolumeServiceRestoreVolumeProcedure,
+			connect.WithSchema(volumeServiceMethods.ByName("RestoreVolume")),
+			connect.WithClientOptions(opts...),
+		),
+		updateVolume: connect.NewClient[v1.UpdateVolumeRequest, v1.UpdateVolumeResponse](
+			httpClient,
+			baseURL+VolumeServiceUpdateVolumeProcedure,
+			connect.WithSchema(volumeServiceMethods.ByName("UpdateVolume")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
@@ -130,6 +167,9 @@ type volumeServiceClient struct {
 	resizeVolume   *connect.Client[v1.ResizeVolumeRequest, v1.ResizeVolumeResponse]
 	moveVolume     *connect.Client[v1.MoveVolumeRequest, v1.MoveVolumeProgress]
 	snapshotVolume *connect.Client[v1.SnapshotVolumeRequest, v1.SnapshotVolumeResponse]
+	backupVolume   *connect.Client[v1.BackupVolumeRequest, v1.BackupProgress]
+	restoreVolume  *connect.Client[v1.RestoreVolumeRequest, v1.BackupProgress]
+	updateVolume   *connect.Client[v1.UpdateVolumeRequest, v1.UpdateVolumeResponse]
 }
 
 // ListVolumes calls corpus.v1.VolumeService.ListVolumes.
@@ -162,6 +202,21 @@ func (c *volumeServiceClient) SnapshotVolume(ctx context.Context, req *connect.R
 	return c.snapshotVolume.CallUnary(ctx, req)
 }
 
+// BackupVolume calls corpus.v1.VolumeService.BackupVolume.
+func (c *volumeServiceClient) BackupVolume(ctx context.Context, req *connect.Request[v1.BackupVolumeRequest]) (*connect.ServerStreamForClient[v1.BackupProgress], error) {
+	return c.backupVolume.CallServerStream(ctx, req)
+}
+
+// RestoreVolume calls corpus.v1.VolumeService.RestoreVolume.
+func (c *volumeServiceClient) RestoreVolume(ctx context.Context, req *connect.Request[v1.RestoreVolumeRequest]) (*connect.ServerStreamForClient[v1.BackupProgress], error) {
+	return c.restoreVolume.CallServerStream(ctx, req)
+}
+
+// UpdateVolume calls corpus.v1.VolumeService.UpdateVolume.
+func (c *volumeServiceClient) UpdateVolume(ctx context.Context, req *connect.Request[v1.UpdateVolumeRequest]) (*connect.Response[v1.UpdateVolumeResponse], error) {
+	return c.updateVolume.CallUnary(ctx, req)
+}
+
 // VolumeServiceHandler is an implementation of the corpus.v1.VolumeService service.
 type VolumeServiceHandler interface {
 	ListVolumes(context.Context, *connect.Request[v1.ListVolumesRequest]) (*connect.Response[v1.ListVolumesResponse], error)
@@ -177,6 +232,16 @@ type VolumeServiceHandler interface {
 	// SnapshotVolume copies a volume's image sparsely to a file on its node,
 	// without stopping its guest (the file system is frozen meanwhile).
 	SnapshotVolume(context.Context, *connect.Request[v1.SnapshotVolumeRequest]) (*connect.Response[v1.SnapshotVolumeResponse], error)
+	// BackupVolume keeps a backup of a volume's files on another node: a
+	// gzip'd tar of a snapshot (the file system frozen only while the
+	// snapshot is copied on its node).
+	BackupVolume(context.Context, *connect.Request[v1.BackupVolumeRequest], *connect.ServerStream[v1.BackupProgress]) error
+	// RestoreVolume replaces a volume's files with a backup's, its guest
+	// stopped meanwhile and started again after; the files are swapped in
+	// only once all of the backup is extracted beside them.
+	RestoreVolume(context.Context, *connect.Request[v1.RestoreVolumeRequest], *connect.ServerStream[v1.BackupProgress]) error
+	// UpdateVolume sets a volume's backup schedule.
+	UpdateVolume(context.Context, *connect.Request[v1.UpdateVolumeRequest]) (*connect.Response[v1.UpdateVolumeResponse], error)
 }
 
 // NewVolumeServiceHandler builds an HTTP handler from the service implementation. It returns the
@@ -224,6 +289,24 @@ func NewVolumeServiceHandler(svc VolumeServiceHandler, opts ...connect.HandlerOp
 		connect.WithSchema(volumeServiceMethods.ByName("SnapshotVolume")),
 		connect.WithHandlerOptions(opts...),
 	)
+	volumeServiceBackupVolumeHandler := connect.NewServerStreamHandler(
+		VolumeServiceBackupVolumeProcedure,
+		svc.BackupVolume,
+		connect.WithSchema(volumeServiceMethods.ByName("BackupVolume")),
+		connect.WithHandlerOptions(opts...),
+	)
+	volumeServiceRestoreVolumeHandler := connect.NewServerStreamHandler(
+		VolumeServiceRestoreVolumeProcedure,
+		svc.RestoreVolume,
+		connect.WithSchema(volumeServiceMethods.ByName("RestoreVolume")),
+		connect.WithHandlerOptions(opts...),
+	)
+	volumeServiceUpdateVolumeHandler := connect.NewUnaryHandler(
+		VolumeServiceUpdateVolumeProcedure,
+		svc.UpdateVolume,
+		connect.WithSchema(volumeServiceMethods.ByName("UpdateVolume")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/corpus.v1.VolumeService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case VolumeServiceListVolumesProcedure:
@@ -238,6 +321,12 @@ func NewVolumeServiceHandler(svc VolumeServiceHandler, opts ...connect.HandlerOp
 			volumeServiceMoveVolumeHandler.ServeHTTP(w, r)
 		case VolumeServiceSnapshotVolumeProcedure:
 			volumeServiceSnapshotVolumeHandler.ServeHTTP(w, r)
+		case VolumeServiceBackupVolumeProcedure:
+			volumeServiceBackupVolumeHandler.ServeHTTP(w, r)
+		case VolumeServiceRestoreVolumeProcedure:
+			volumeServiceRestoreVolumeHandler.ServeHTTP(w, r)
+		case VolumeServiceUpdateVolumeProcedure:
+			volumeServiceUpdateVolumeHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -269,4 +358,16 @@ func (UnimplementedVolumeServiceHandler) MoveVolume(context.Context, *connect.Re
 
 func (UnimplementedVolumeServiceHandler) SnapshotVolume(context.Context, *connect.Request[v1.SnapshotVolumeRequest]) (*connect.Response[v1.SnapshotVolumeResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("corpus.v1.VolumeService.SnapshotVolume is not implemented"))
+}
+
+func (UnimplementedVolumeServiceHandler) BackupVolume(context.Context, *connect.Request[v1.BackupVolumeRequest], *connect.ServerStream[v1.BackupProgress]) error {
+	return connect.NewError(connect.CodeUnimplemented, errors.New("corpus.v1.VolumeService.BackupVolume is not implemented"))
+}
+
+func (UnimplementedVolumeServiceHandler) RestoreVolume(context.Context, *connect.Request[v1.RestoreVolumeRequest], *connect.ServerStream[v1.BackupProgress]) error {
+	return connect.NewError(connect.CodeUnimplemented, errors.New("corpus.v1.VolumeService.RestoreVolume is not implemented"))
+}
+
+func (UnimplementedVolumeServiceHandler) UpdateVolume(context.Context, *connect.Request[v1.UpdateVolumeRequest]) (*connect.Response[v1.UpdateVolumeResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("corpus.v1.VolumeService.UpdateVolume is not implemented"))
 }
