@@ -207,8 +207,10 @@ func pickBackup(ctx context.Context, view *state.Snap, id string) (*corpusv1.Bac
 
 func (s *serviceService) ListBackups(ctx context.Context, req *connect.Request[corpusv1.ListBackupsRequest]) (*connect.Response[corpusv1.ListBackupsResponse], error) {
 	view := s.b.Store.Read()
-	if req.Msg.Service != "" {
-		if _, err := pickService(ctx, view, req.Msg.Service, false); err != nil && view.Service(req.Msg.Service) != nil {
+	// A service's own backups are its users'; those of one that is gone,
+	// and volumes', ops'.
+	if svc := view.Service(req.Msg.Service); svc != nil {
+		if err := mayUseService(ctx, view, svc, false); err != nil {
 			return nil, err
 		}
 	}
@@ -293,9 +295,7 @@ func (s *serviceService) RestoreService(ctx context.Context, req *connect.Reques
 	}
 	head := proto.Clone(bk).(*corpusv1.Backup)
 	head.Service = svc.Name
-	out, err := s.b.relayBackup(ctx, bk, holder, func(ctx context.Context) *connect.ClientStreamForClient[corpusv1.BackupChunk, corpusv1.LoadServiceResponse] {
-		return s.b.AgentClient(target).LoadService(ctx)
-	}, head, stream.Send)
+	out, err := s.b.relayBackup(ctx, bk, holder, target, head, stream.Send)
 	if err == nil {
 		err = s.refreshLinks(ctx, svc.Name, stream.Send)
 	}
@@ -312,10 +312,9 @@ func (s *serviceService) RestoreService(ctx context.Context, req *connect.Reques
 	return stream.Send(&corpusv1.BackupProgress{Phase: "done", DoneBytes: out.SizeBytes, Backup: bk, Message: out.Output})
 }
 
-// relayBackup streams a kept backup from its holder into a load stream
-// (first message: head, then the data).
-func (b *Backend) relayBackup(ctx context.Context, bk *corpusv1.Backup, holder *corpusv1.Node,
-	open func(context.Context) *connect.ClientStreamForClient[corpusv1.BackupChunk, corpusv1.LoadServiceResponse],
+// relayBackup streams a kept backup from its holder into the target
+// node's LoadService (first message: head, then the data).
+func (b *Backend) relayBackup(ctx context.Context, bk *corpusv1.Backup, holder, target *corpusv1.Node,
 	head *corpusv1.Backup, progress func(*corpusv1.BackupProgress) error) (*corpusv1.LoadServiceResponse, error) {
 	rctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -324,7 +323,7 @@ func (b *Backend) relayBackup(ctx context.Context, bk *corpusv1.Backup, holder *
 		return nil, connect.NewError(connect.CodeUnavailable, fmt.Errorf("reading backup %s on node %s: %w", bk.Id, holder.Name, err))
 	}
 	defer rd.Close()
-	load := open(rctx)
+	load := b.AgentClient(target).LoadService(rctx)
 	if err := load.Send(&corpusv1.BackupChunk{Backup: head}); err != nil {
 		_, err = load.CloseAndReceive()
 		return nil, err

@@ -105,9 +105,7 @@ func (s *volumeService) RestoreVolume(ctx context.Context, req *connect.Request[
 		head := proto.Clone(bk).(*corpusv1.Backup)
 		head.Volume = v.Name
 		var err error
-		out, err = s.b.relayBackup(ctx, bk, holder, func(ctx context.Context) *connect.ClientStreamForClient[corpusv1.BackupChunk, corpusv1.LoadServiceResponse] {
-			return s.b.AgentClient(target).LoadService(ctx)
-		}, head, stream.Send)
+		out, err = s.b.relayBackup(ctx, bk, holder, target, head, stream.Send)
 		return err
 	})
 	result := "ok"

@@ -75,17 +75,15 @@ func (a *applier) setConfig(c *corpusv1.SetConfig) error {
 	if len(c.Set) == 0 && len(c.Unset) == 0 {
 		return fmt.Errorf("a config change that sets and unsets nothing: %w", ErrInvalid)
 	}
-	kr := a.view().Keyring()
+	if err := a.checkSealed("config", c.Set); err != nil {
+		return err
+	}
 	for k, v := range c.Set {
 		if err := ValidConfigKey(k); err != nil {
 			return fmt.Errorf("%v: %w", err, ErrInvalid)
 		}
 		if slices.Contains(c.Unset, k) {
 			return fmt.Errorf("config key %s is both set and unset: %w", k, ErrInvalid)
-		}
-		id, err := seal.KeyID(v)
-		if err != nil || kr == nil || id != kr.Primary {
-			return fmt.Errorf("config %s is not sealed with the keyring's primary key: %w", k, ErrStale)
 		}
 		if len(v) > MaxConfigValueBytes+sealOverhead {
 			return fmt.Errorf("config %s is over %d bytes: %w", k, MaxConfigValueBytes, ErrInvalid)
