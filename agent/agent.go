@@ -83,6 +83,16 @@ type Config struct {
 	ProxyHTTPAddr  string
 	ProxyHTTPSAddr string
 	ProxyCerts     []string
+	// ProxyProcess runs the proxy as a process of its own (`corpus
+	// proxy`, netns/proxy/proxyd) that outlives the agent: restarts and
+	// upgrades of the agent leave ingress serving. Off, the proxy runs
+	// in the agent. ProxyBinary is the corpus binary that runs it
+	// (default: this one).
+	ProxyProcess bool
+	ProxyBinary  string
+	// ProxyMetrics, when set, is given the proxy process's metrics, for
+	// the agent's endpoint.
+	ProxyMetrics func(prometheus.Gatherer)
 	// GitAddr is the SSH git endpoint's listen address (off when empty);
 	// GitMaxPushBytes bounds one push's pack.
 	GitAddr         string
@@ -445,13 +455,21 @@ func (a *Agent) ProxyAddr() string {
 	return a.net.proxy.HTTPAddr().String()
 }
 
-// RemoveNetwork removes the node's bridge and NAT rules (for `corpus dev
-// --cleanup` and uninstall). Guests still attached lose their network.
+// RemoveNetwork removes the node's bridge and NAT rules and stops its
+// proxy process (for `corpus dev --cleanup` and uninstall). Guests still
+// attached lose their network.
 func (a *Agent) RemoveNetwork(ctx context.Context) error {
-	if a.net == nil || a.net.proxyOnly {
+	if a.net == nil {
 		return nil
 	}
-	return errors.Join(a.net.nat.Remove(ctx), a.net.host.DeleteBridge(ctx, a.cfg.Bridge))
+	var errs []error
+	if p, ok := a.net.proxy.(interface{ Stop() error }); ok {
+		errs = append(errs, p.Stop()) // the proxy process, which outlives agents otherwise
+	}
+	if !a.net.proxyOnly {
+		errs = append(errs, a.net.nat.Remove(ctx), a.net.host.DeleteBridge(ctx, a.cfg.Bridge))
+	}
+	return errors.Join(errs...)
 }
 
 // NodeID is the enrolled node's id ("" before enrollment).

@@ -3,21 +3,28 @@ package agent
 import (
 	"context"
 	"crypto/sha256"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
 	"maps"
 	"net"
 	"net/netip"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"corpus/dns"
 	"corpus/drivers"
+	"corpus/internal/version"
 	"corpus/netns"
 	"corpus/netns/nat"
 	"corpus/netns/proxy"
+	"corpus/netns/proxy/proxyd"
 	corpusv1 "corpus/proto/corpus/v1"
 )
 
@@ -33,7 +40,7 @@ type network struct {
 	proxyOnly bool
 	host      *netns.Host
 	nat       *nat.NAT
-	proxy     *proxy.Proxy
+	proxy     ingress
 	logger    *slog.Logger
 
 	// resolver answers guests on the bridge address: the cluster zone by
@@ -41,6 +48,20 @@ type network struct {
 	// what it was started for; a change restarts it.
 	resolver    *dns.Resolver
 	resolverKey string
+}
+
+// ingress is the node's proxy: in the agent (*proxy.Proxy) or a process
+// of its own (*proxyd.Client).
+type ingress interface {
+	SetRoutes(proxy.Routes) error
+	Routes() proxy.Routes
+	InFlight(target string) int64
+	HTTPAddr() net.Addr
+	HTTPSAddr() net.Addr
+	Certificates() []*x509.Certificate
+	// Run serves (in the agent) or watches over the process until ctx
+	// ends.
+	Run(ctx context.Context) error
 }
 
 // clusterDNS is where the cluster zone is answered, as the watch said.
@@ -66,10 +87,46 @@ func newNetwork(cfg Config, proxyOnly bool) (*network, error) {
 		}
 		pc.Certs = append(pc.Certs, proxy.CertFiles{CertFile: cert, KeyFile: key})
 	}
+	if cfg.ProxyProcess {
+		if n.proxy, err = proxyProcess(cfg, pc); err != nil {
+			return nil, fmt.Errorf("the proxy process: %w", err)
+		}
+		return n, nil
+	}
 	if n.proxy, err = proxy.New(pc); err != nil {
 		return nil, fmt.Errorf("starting the proxy: %w", err)
 	}
 	return n, nil
+}
+
+// proxyProcess adopts the node's proxy process, or starts one (`corpus
+// proxy` with the agent's proxy settings), in <state>/proxy.
+func proxyProcess(cfg Config, pc proxy.Config) (*proxyd.Client, error) {
+	bin := cfg.ProxyBinary
+	if bin == "" {
+		var err error
+		if bin, err = os.Executable(); err != nil {
+			return nil, err
+		}
+	}
+	dir := filepath.Join(cfg.StateDir, "proxy")
+	args := []string{"proxy", "--dir", dir, "--http-addr", pc.HTTPAddr, "--https-addr", pc.HTTPSAddr}
+	for _, c := range pc.Certs {
+		args = append(args, "--cert", c.CertFile+":"+c.KeyFile)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	c, err := proxyd.NewClient(ctx, proxyd.ClientConfig{
+		Dir: dir, Binary: bin, Args: args, Version: version.Get().String(),
+		HTTPAddr: pc.HTTPAddr, HTTPSAddr: pc.HTTPSAddr, Certs: pc.Certs, Logger: cfg.Logger,
+	})
+	if err != nil {
+		return nil, err
+	}
+	if cfg.ProxyMetrics != nil {
+		cfg.ProxyMetrics(prometheus.GathererFunc(c.Gather))
+	}
+	return c, nil
 }
 
 // reservedPorts are the node ports the proxy listens on.

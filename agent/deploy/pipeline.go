@@ -39,6 +39,13 @@ type Agent interface {
 	CallCoordinator(f func(corpusv1connect.AgentServiceClient) error) error
 }
 
+// Ingress is what a deploy asks the node's proxy: its routes, and how
+// many requests a target still serves.
+type Ingress interface {
+	Routes() proxy.Routes
+	InFlight(target string) int64
+}
+
 // Config is what a Pipeline is built from. The components are the
 // agent's, shared: the pipeline uses them and closes none.
 type Config struct {
@@ -59,7 +66,7 @@ type Config struct {
 	Logs *logs.Store
 	// Proxy is this node's proxy, watched while web moves to its new port
 	// (nil when the node runs none).
-	Proxy *proxy.Proxy
+	Proxy Ingress
 	// Metrics receives the deploy metrics (required).
 	Metrics prometheus.Registerer
 	// Logger says what the pipeline does besides a deploy's own output
@@ -74,7 +81,7 @@ type Pipeline struct {
 	cache   *cache.Cache
 	runtime *runtime.Runtime
 	logs    *logs.Store
-	proxy   *proxy.Proxy
+	proxy   Ingress
 	logger  *slog.Logger
 	metrics *deployMetrics
 	// maxPushBytes bounds a push's pack; its tree may hold four times

@@ -12,11 +12,13 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	dto "github.com/prometheus/client_model/go"
 )
 
 // Namespace starts the name of every corpus metric.
@@ -118,3 +120,22 @@ func (s *Server) Serve(ctx context.Context) error {
 
 // Close stops a server that never served, releasing its listener.
 func (s *Server) Close() error { return s.ln.Close() }
+
+// Deferred is a Gatherer whose source is given later (Set); until then it
+// gathers nothing. A daemon serves it beside its registry for metrics of
+// a process it starts after its endpoint is up.
+type Deferred struct {
+	g atomic.Pointer[prometheus.Gatherer]
+}
+
+// Set gives d its source.
+func (d *Deferred) Set(g prometheus.Gatherer) { d.g.Store(&g) }
+
+// Gather gathers from the source, if any.
+func (d *Deferred) Gather() ([]*dto.MetricFamily, error) {
+	g := d.g.Load()
+	if g == nil {
+		return nil, nil
+	}
+	return (*g).Gather()
+}

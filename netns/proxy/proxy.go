@@ -7,9 +7,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
 	"net/netip"
+	"os"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -66,6 +69,12 @@ type Config struct {
 	// address is appended to X-Forwarded-For). From anyone else those
 	// headers are replaced.
 	TrustedProxies []netip.Prefix
+
+	// Inherited are listeners a predecessor handed over (see
+	// [Proxy.Listeners]), by name: "http", "https", "tcp:PORT". The
+	// proxy serves on them instead of binding its addresses anew, so no
+	// connection is refused while one process takes over from another.
+	Inherited map[string]net.Listener
 
 	// Logger receives the proxy's logs; nil discards them.
 	Logger *slog.Logger
@@ -149,6 +158,10 @@ func (c Config) Validate() error {
 	return errors.Join(errs...)
 }
 
+// drainSettle is how long a stopping proxy goes on reading requests from
+// the connections it has before it shuts them down.
+const drainSettle = 500 * time.Millisecond
+
 // Proxy is the node's proxy ingress. Create it with New, give it routes with
 // SetRoutes (before or while it runs) and serve with Run. All methods are
 // safe for concurrent use.
@@ -174,6 +187,7 @@ type Proxy struct {
 	running      bool
 	closed       bool
 	tcpListeners map[int]net.Listener
+	inherited    map[string]net.Listener // handed over, not yet in use
 	tcpConns     map[net.Conn]struct{}
 	tcpWG        sync.WaitGroup // accept loops and TCP connections
 	done         chan struct{}  // closed when the proxy stops
@@ -245,21 +259,96 @@ func New(cfg Config) (*Proxy, error) {
 	p.transport = p.newTransport()
 	p.table.Store(p.compile(Routes{}))
 
+	p.inherited = maps.Clone(cfg.Inherited)
 	var err error
-	if p.httpLn, err = net.Listen("tcp", cfg.HTTPAddr); err != nil {
+	if p.httpLn, err = p.listen("http", cfg.HTTPAddr); err != nil {
 		p.cancelBase()
+		p.closeInherited()
 		return nil, fmt.Errorf("http %s: %w: %w", cfg.HTTPAddr, ErrListen, err)
 	}
 	p.httpSrv = p.newServer(nil)
 	if cfg.HTTPSAddr != "" {
-		if p.httpsLn, err = net.Listen("tcp", cfg.HTTPSAddr); err != nil {
+		if p.httpsLn, err = p.listen("https", cfg.HTTPSAddr); err != nil {
 			p.httpLn.Close()
 			p.cancelBase()
+			p.closeInherited()
 			return nil, fmt.Errorf("https %s: %w: %w", cfg.HTTPSAddr, ErrListen, err)
 		}
 		p.httpsSrv = p.newServer(tlsConfig)
 	}
 	return p, nil
+}
+
+// listen is the inherited listener of that name when it listens on
+// addr, else a new one on addr.
+func (p *Proxy) listen(name, addr string) (net.Listener, error) {
+	if ln, ok := p.inherited[name]; ok {
+		delete(p.inherited, name)
+		if listensOn(ln, addr) {
+			p.log.Info("serving on an inherited listener", "listener", name, "addr", ln.Addr().String())
+			return ln, nil
+		}
+		p.log.Info("an inherited listener listens elsewhere: binding anew", "listener", name, "inherited", ln.Addr().String(), "addr", addr)
+		ln.Close()
+	}
+	return net.Listen("tcp", addr)
+}
+
+// listensOn says whether ln listens on addr (host:port; an empty or
+// unspecified host means every address, port 0 any port).
+func listensOn(ln net.Listener, addr string) bool {
+	ta, ok := ln.Addr().(*net.TCPAddr)
+	host, port, err := net.SplitHostPort(addr)
+	if !ok || err != nil || (port != "0" && strconv.Itoa(ta.Port) != port) {
+		return false
+	}
+	ip := net.ParseIP(host)
+	if host == "" || ip.IsUnspecified() {
+		return ta.IP.IsUnspecified()
+	}
+	return ta.IP.Equal(ip)
+}
+
+// closeInherited closes the inherited listeners no route took.
+func (p *Proxy) closeInherited() {
+	for name, ln := range p.inherited {
+		ln.Close()
+		delete(p.inherited, name)
+	}
+}
+
+// Listeners returns copies (new file descriptors) of the proxy's
+// listening sockets, by name ("http", "https", "tcp:PORT"), for a
+// successor to serve on: see Config.Inherited. The caller closes them.
+func (p *Proxy) Listeners() (map[string]*os.File, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return nil, ErrClosed
+	}
+	lns := map[string]net.Listener{"http": p.httpLn}
+	if p.httpsLn != nil {
+		lns["https"] = p.httpsLn
+	}
+	for port, ln := range p.tcpListeners {
+		lns["tcp:"+strconv.Itoa(port)] = ln
+	}
+	out := make(map[string]*os.File, len(lns))
+	for name, ln := range lns {
+		tl, ok := ln.(*net.TCPListener)
+		if !ok {
+			continue
+		}
+		f, err := tl.File()
+		if err != nil {
+			for _, f := range out {
+				f.Close()
+			}
+			return nil, fmt.Errorf("listener %s: %w", name, err)
+		}
+		out[name] = f
+	}
+	return out, nil
 }
 
 // Certificates returns the HTTPS certificates (leaves), in the order of
@@ -365,6 +454,7 @@ func (p *Proxy) shutdown(ctx context.Context) {
 	if !p.closed {
 		p.closed = true
 		close(p.done)
+		p.closeInherited()
 		for port, ln := range p.tcpListeners {
 			ln.Close()
 			delete(p.tcpListeners, port)
@@ -372,11 +462,32 @@ func (p *Proxy) shutdown(ctx context.Context) {
 	}
 	p.mu.Unlock()
 
-	// Shutdown closes the listeners of a running server; these closes cover
-	// a proxy that never ran.
+	// Stop accepting (Shutdown would too; these also cover a proxy that
+	// never ran), and answer what comes with Connection: close.
 	p.httpLn.Close()
 	if p.httpsLn != nil {
 		p.httpsLn.Close()
+	}
+	for _, srv := range []*http.Server{p.httpSrv, p.httpsSrv} {
+		if srv != nil {
+			srv.SetKeepAlivesEnabled(false)
+		}
+	}
+	// A connection accepted just before the listeners closed sends its
+	// request a moment later, and http.Server.Shutdown drops a request it
+	// reads once shutting down: give those time to arrive and be served
+	// (another process taking the listeners over serves the new ones).
+	settle := time.NewTimer(drainSettle)
+	select {
+	case <-settle.C:
+	case <-ctx.Done():
+		settle.Stop()
+	}
+	for p.counters.inFlight.Load() > 0 && ctx.Err() == nil {
+		select {
+		case <-ctx.Done():
+		case <-time.After(10 * time.Millisecond):
+		}
 	}
 	var wg sync.WaitGroup
 	for _, srv := range []*http.Server{p.httpSrv, p.httpsSrv} {

@@ -30,7 +30,7 @@ func (p *Proxy) syncTCPListeners(routes map[int]TCPRoute) error {
 			continue
 		}
 		addr := net.JoinHostPort(p.cfg.TCPHost, strconv.Itoa(port))
-		ln, err := net.Listen("tcp", addr)
+		ln, err := p.listen("tcp:"+strconv.Itoa(port), addr)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("tcp route %d: %w: %w", port, ErrListen, err))
 			continue

@@ -59,3 +59,14 @@ func (s *certSet) get(hello *tls.ClientHelloInfo) (*tls.Certificate, error) {
 	}
 	return s.first, nil
 }
+
+// LoadLeaves loads certificate files as New would and returns their
+// leaves, in order (for callers that report on a proxy's certificates
+// without running it).
+func LoadLeaves(files []CertFiles) ([]*x509.Certificate, error) {
+	s, err := loadCerts(files)
+	if err != nil {
+		return nil, err
+	}
+	return s.all, nil
+}

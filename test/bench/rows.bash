@@ -49,3 +49,14 @@ dur_ms() {
     printf "%.0f", ms
   }'
 }
+
+# stop_proxy AGENT_STATE_DIR: end the proxy process an agent started
+# there (it outlives the agent by design), by the PID it wrote.
+stop_proxy() {
+  local dir=$1/proxy pid
+  pid=$(cat "$dir/proxy.pid" 2>/dev/null) || return 0
+  [[ $pid =~ ^[0-9]+$ ]] || return 0
+  tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -q -- "proxy --dir $dir " || return 0
+  kill -9 "$pid" 2>/dev/null
+  for _ in $(seq 1 100); do kill -0 "$pid" 2>/dev/null || return 0; sleep 0.02; done
+}

@@ -179,6 +179,9 @@ func startIn(t *testing.T, ns, name string, env []string, args ...string) *proc 
 	go func() { p.cmd.Wait(); close(p.done) }()
 	t.Cleanup(func() {
 		p.kill()
+		if len(args) > 0 && args[0] == "agent" {
+			stopProxy(t, agentStateDir(args))
+		}
 		// A race-built daemon reports a data race on its stderr and
 		// goes on: the test fails on it here.
 		if log := p.log.String(); strings.Contains(log, "WARNING: DATA RACE") {
@@ -190,6 +193,56 @@ func startIn(t *testing.T, ns, name string, env []string, args ...string) *proc 
 		}
 	})
 	return p
+}
+
+// agentStateDir is the state folder of an agent started with args: its
+// --state-dir, or its --config file's state-dir.
+func agentStateDir(args []string) string {
+	for i, a := range args {
+		switch {
+		case a == "--state-dir" && i+1 < len(args):
+			return args[i+1]
+		case a == "--config" && i+1 < len(args):
+			b, _ := os.ReadFile(args[i+1])
+			for _, line := range strings.Split(string(b), "\n") {
+				if v, ok := strings.CutPrefix(strings.Replace(line, "state_dir:", "state-dir:", 1), "state-dir:"); ok {
+					return strings.Trim(strings.TrimSpace(v), `"'`)
+				}
+			}
+		}
+	}
+	return ""
+}
+
+// stopProxy ends the proxy process an agent started in stateDir, which
+// outlives the agent by design, by the PID it wrote (checked against
+// its command line).
+func stopProxy(t *testing.T, stateDir string) {
+	if stateDir == "" {
+		return
+	}
+	dir := filepath.Join(stateDir, "proxy")
+	b, err := os.ReadFile(filepath.Join(dir, "proxy.pid"))
+	if err != nil {
+		return
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil || pid <= 1 {
+		return
+	}
+	cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+	if err != nil || !strings.Contains(string(cmdline), "proxy\x00--dir\x00"+dir+"\x00") {
+		return
+	}
+	syscall.Kill(pid, syscall.SIGKILL)
+	for i := 0; i < 200; i++ {
+		stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		if err != nil || strings.Contains(string(stat), ") Z ") {
+			return // gone, or dead and waiting for its reaper
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Logf("proxy process %d of %s did not end", pid, stateDir)
 }
 
 func (p *proc) kill() {

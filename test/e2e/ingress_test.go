@@ -19,7 +19,9 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -266,22 +268,16 @@ func TestIngress(t *testing.T) {
 
 	// Kill -9 with a connection open through NAT: it survives, the rules
 	// are not duplicated, and the proxy comes back.
-	conn, err := dialIn(client)(context.Background(), "tcp", net.JoinHostPort(nodeAddr, "7001"))
-	if err != nil {
-		t.Fatalf("dialing NAT port 7001: %v", err)
-	}
-	defer conn.Close()
-	r := bufio.NewReader(conn)
-	roundTrip := func(msg string) error {
-		conn.SetDeadline(time.Now().Add(3 * time.Second))
-		fmt.Fprintln(conn, msg)
-		line, err := r.ReadString('\n')
-		if err != nil || line != msg+"\n" {
-			return fmt.Errorf("echo = %q, %v", line, err)
-		}
-		return nil
-	}
+	roundTrip := echoer(t, client, net.JoinHostPort(nodeAddr, "7001"))
 	if err := roundTrip("before"); err != nil {
+		t.Fatal(err)
+	}
+	// Requests through the proxy from here on, with and without
+	// keep-alive, and a TCP stream through it: none may fail across the
+	// agent's kill -9 and restart, and the proxy's own upgrade.
+	ld := proxyLoad(client, "http://"+nodeAddr+"/", "web.example.test")
+	streamTrip := echoer(t, client, net.JoinHostPort(nodeAddr, "7100"))
+	if err := streamTrip("before"); err != nil {
 		t.Fatal(err)
 	}
 	rules := ruleCount(t, a.node.ns)
@@ -289,12 +285,38 @@ func TestIngress(t *testing.T) {
 	if err := roundTrip("agent-dead"); err != nil {
 		t.Errorf("NAT connection with the agent dead: %v", err)
 	}
-	restarted := time.Now()
+	time.Sleep(time.Second) // the proxy serves alone meanwhile
 	a.proc = c.startAgent(a, agentArgs...)
-	eventually(t, 10*time.Second, "proxy back after restart", wantBody(hc, "http://"+nodeAddr+"/", "web.example.test", "two"))
-	t.Logf("proxy answered %s after the agent restarted", time.Since(restarted).Round(time.Millisecond))
+	eventually(t, 10*time.Second, "agent back", func() error {
+		if v := c.guest("web2"); v.Status != "running" {
+			return fmt.Errorf("web2 is %s", v.Status)
+		}
+		return nil
+	})
 	if err := roundTrip("after-restart"); err != nil {
 		t.Errorf("NAT connection after the agent restart: %v", err)
+	}
+	// The proxy itself upgraded in place: a new process takes the
+	// listeners over; the stream opened before stays on the old one.
+	proxyDir := filepath.Join(a.stateDir, "proxy")
+	old, _ := os.ReadFile(filepath.Join(proxyDir, "proxy.pid"))
+	up := startIn(t, a.node.ns, "proxy takeover", nil, "proxy", "--dir", proxyDir, "--http-addr", ":80",
+		"--https-addr", ":443", "--cert", certFile+":"+keyFile, "--takeover")
+	eventually(t, 10*time.Second, "the new proxy process serving", func() error {
+		b, _ := os.ReadFile(filepath.Join(proxyDir, "proxy.pid"))
+		if strings.TrimSpace(string(b)) != strconv.Itoa(up.cmd.Process.Pid) {
+			return fmt.Errorf("proxy.pid is %q (was %q), want %d", b, old, up.cmd.Process.Pid)
+		}
+		return nil
+	})
+	time.Sleep(time.Second)
+	if err := streamTrip("after-takeover"); err != nil {
+		t.Errorf("a TCP stream opened before the proxy's upgrade: %v", err)
+	}
+	ok, failed := ld.stop()
+	t.Logf("through the proxy across an agent kill -9, restart and a proxy upgrade: %d requests, %d failed", ok+len(failed), len(failed))
+	if len(failed) > 0 || ok == 0 {
+		t.Errorf("%d requests failed: %v", len(failed), failed[:min(len(failed), 5)])
 	}
 	time.Sleep(3 * time.Second) // a resync or two
 	if got := ruleCount(t, a.node.ns); got != rules {
@@ -313,6 +335,70 @@ func TestIngress(t *testing.T) {
 	nsRun("ip", "link", "del", "corpus0")
 	eventually(t, 15*time.Second, "bridge repaired", wantBody(hc, "http://"+nodeAddr+":8080/", "", "one"))
 	eventually(t, 15*time.Second, "proxy to web2 after bridge repair", wantBody(hc, "http://"+nodeAddr+"/", "web.example.test", "two"))
+}
+
+// echoer connects to an echo service at addr from namespace ns and
+// returns a round trip of one line over that one connection.
+func echoer(t *testing.T, ns, addr string) func(msg string) error {
+	t.Helper()
+	conn, err := dialIn(ns)(context.Background(), "tcp", addr)
+	if err != nil {
+		t.Fatalf("dialing %s: %v", addr, err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	r := bufio.NewReader(conn)
+	return func(msg string) error {
+		conn.SetDeadline(time.Now().Add(3 * time.Second))
+		fmt.Fprintln(conn, msg)
+		line, err := r.ReadString('\n')
+		if err != nil || line != msg+"\n" {
+			return fmt.Errorf("echo through %s = %q, %v", addr, line, err)
+		}
+		return nil
+	}
+}
+
+// ingressLoad is requests sent until stopped.
+type ingressLoad struct {
+	mu     sync.Mutex
+	ok     int
+	failed []string
+	done   chan struct{}
+	wg     sync.WaitGroup
+}
+
+// proxyLoad sends GET url (Host host) from namespace ns, over one
+// keep-alive client and one that connects per request, until stop.
+func proxyLoad(ns, url, host string) *ingressLoad {
+	l := &ingressLoad{done: make(chan struct{})}
+	for _, keepAlive := range []bool{true, false} {
+		hc := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DialContext: dialIn(ns), DisableKeepAlives: !keepAlive}}
+		l.wg.Go(func() {
+			for {
+				select {
+				case <-l.done:
+					return
+				case <-time.After(5 * time.Millisecond):
+				}
+				code, body, err := get(hc, url, host)
+				l.mu.Lock()
+				if err != nil || code != 200 {
+					l.failed = append(l.failed, fmt.Sprintf("keep-alive %v: %d %q %v", keepAlive, code, body, err))
+				} else {
+					l.ok++
+				}
+				l.mu.Unlock()
+			}
+		})
+	}
+	return l
+}
+
+// stop ends the load and says how it went.
+func (l *ingressLoad) stop() (ok int, failed []string) {
+	close(l.done)
+	l.wg.Wait()
+	return l.ok, l.failed
 }
 
 // selfSigned writes a self-signed certificate for host and returns the

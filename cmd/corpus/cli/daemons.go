@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
@@ -149,7 +150,10 @@ func newAgentCmd(g *globals) *cobra.Command {
 			cfg.Heart = notifier(cmd.Context(), logger).Heart("agent")
 			reg := metrics.NewRegistry()
 			cfg.Metrics = reg
-			return withMetrics(cmd.Context(), metricsAddr, reg, logger, func(ctx context.Context, url string) error {
+			// The proxy process's metrics, served here too.
+			proxyMetrics := &metrics.Deferred{}
+			cfg.ProxyMetrics = proxyMetrics.Set
+			return withMetrics(cmd.Context(), metricsAddr, prometheus.Gatherers{reg, proxyMetrics}, logger, func(ctx context.Context, url string) error {
 				a, err := agent.New(cfg)
 				if err != nil {
 					return err
@@ -196,6 +200,7 @@ func addNetworkFlags(f *pflag.FlagSet, cfg *agent.Config) {
 	f.StringVar(&cfg.ProxyHTTPAddr, "proxy-http-addr", cfg.ProxyHTTPAddr, "proxy HTTP listen address")
 	f.StringVar(&cfg.ProxyHTTPSAddr, "proxy-https-addr", cfg.ProxyHTTPSAddr, "proxy HTTPS listen address (off when empty)")
 	f.StringSliceVar(&cfg.ProxyCerts, "proxy-cert", nil, "HTTPS certificate CERT.pem:KEY.pem (repeatable)")
+	f.BoolVar(&cfg.ProxyProcess, "proxy-process", true, "run the proxy as a process of its own that outlives the agent (`corpus proxy`); false runs it in the agent")
 	f.StringVar(&cfg.GitAddr, "git-addr", cfg.GitAddr, "SSH git endpoint listen address for pushes (off when empty)")
 	f.Int64Var(&cfg.GitMaxPushBytes, "git-max-push-bytes", cfg.GitMaxPushBytes, "largest pack a push may send")
 }

@@ -75,7 +75,9 @@ second one on a --state-dir in use is refused.`,
 			// One registry holds the coordinator's and the agent's
 			// metrics: one process, one scrape target.
 			reg := metrics.NewRegistry()
-			return withMetrics(cmd.Context(), o.metrics, reg, logger, func(ctx context.Context, url string) error {
+			proxyMetrics := &metrics.Deferred{} // the proxy process's
+			o.agent.ProxyMetrics = proxyMetrics.Set
+			return withMetrics(cmd.Context(), o.metrics, prometheus.Gatherers{reg, proxyMetrics}, logger, func(ctx context.Context, url string) error {
 				return runDev(ctx, g, o, logger, reg, url)
 			})
 		},

@@ -24,7 +24,7 @@ const metricsAddrUsage = "Prometheus metrics listen address, served on /metrics 
 // empty), runs f, and stops the server once f returns. The server's URL
 // is handed to f ("" when off). A metrics listener that cannot be bound
 // stops the daemon before it starts, like its other listeners.
-func withMetrics(ctx context.Context, addr string, reg *prometheus.Registry, logger *slog.Logger, f func(ctx context.Context, url string) error) error {
+func withMetrics(ctx context.Context, addr string, reg prometheus.Gatherer, logger *slog.Logger, f func(ctx context.Context, url string) error) error {
 	if addr == "" {
 		return f(ctx, "")
 	}

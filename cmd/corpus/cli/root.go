@@ -103,6 +103,7 @@ func newRoot(g *globals) *cobra.Command {
 	root.AddCommand(
 		newCoordinatorCmd(g),
 		newAgentCmd(g),
+		newProxyCmd(g),
 		newDevCmd(g),
 		newStatusCmd(g),
 		newOperatorCmd(g),
