@@ -138,3 +138,30 @@ func TestNewCertificateErrors(t *testing.T) {
 		}
 	}
 }
+
+// TestHTTP2OverTLS: clients that offer HTTP/2 over TLS get it (ALPN h2),
+// routed by :authority and proxied to an HTTP/1.1 target.
+func TestHTTP2OverTLS(t *testing.T) {
+	t.Parallel()
+	files, cert := selfSigned(t, t.TempDir(), "a", "a.test")
+	roots := x509.NewCertPool()
+	roots.AddCert(cert)
+	be := startBackend(t, "h2", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintf(w, "target saw %s", r.Proto)
+	}))
+	p := startProxy(t, Config{HTTPSAddr: "127.0.0.1:0", Certs: []CertFiles{files}})
+	mustSetRoutes(t, p, httpRoutes("a.test", be.addr()))
+	tr := &http.Transport{ForceAttemptHTTP2: true, TLSClientConfig: &tls.Config{RootCAs: roots, ServerName: "a.test"}}
+	defer tr.CloseIdleConnections()
+	req, _ := http.NewRequest(http.MethodGet, "https://"+p.HTTPSAddr().String()+"/", nil)
+	req.Host = "a.test"
+	res, err := (&http.Client{Transport: tr, Timeout: 5 * time.Second}).Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	if res.Proto != "HTTP/2.0" || res.TLS.NegotiatedProtocol != "h2" || string(body) != "target saw HTTP/1.1" {
+		t.Errorf("over TLS: %s (ALPN %q) %q; want HTTP/2.0, h2, the target on HTTP/1.1", res.Proto, res.TLS.NegotiatedProtocol, body)
+	}
+}

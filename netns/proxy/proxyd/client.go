@@ -147,6 +147,7 @@ func (c *Client) start(ctx context.Context, takeover bool, old string) error {
 	// agent's mount namespace alive.
 	cmd := exec.Command(c.cfg.Binary, append(args, "--release-mounts")...)
 	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.Env = childEnv(os.Environ())
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Unshareflags: syscall.CLONE_NEWNS}
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("starting the proxy process: %w", err)
@@ -175,6 +176,22 @@ func (c *Client) start(ctx context.Context, takeover bool, old string) error {
 			return fmt.Errorf("the proxy process (pid %d) does not answer after %s; see %s", pid, startTimeout, filepath.Join(c.cfg.Dir, logFile))
 		}
 	}
+}
+
+// childEnv is the agent's environment without what its service manager
+// gave it alone (the notify socket, the watchdog, passed sockets): the
+// proxy process is not the unit's main process.
+func childEnv(env []string) []string {
+	out := env[:0:0]
+	for _, kv := range env {
+		name, _, _ := strings.Cut(kv, "=")
+		switch name {
+		case "NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID", "LISTEN_FDS", "LISTEN_PID", "LISTEN_FDNAMES":
+			continue
+		}
+		out = append(out, kv)
+	}
+	return out
 }
 
 // Status asks the proxy process how it is.

@@ -223,3 +223,10 @@ func TestTakeoverElsewhere(t *testing.T) {
 		t.Errorf("after a takeover to port %d: %+v, %v (before %+v)", port, st2, err, st1)
 	}
 }
+
+func TestChildEnv(t *testing.T) {
+	got := childEnv([]string{"PATH=/bin", "NOTIFY_SOCKET=/run/x", "WATCHDOG_USEC=1", "HOME=/root"})
+	if len(got) != 2 || got[0] != "PATH=/bin" || got[1] != "HOME=/root" {
+		t.Errorf("childEnv = %v", got)
+	}
+}
