@@ -252,6 +252,8 @@ type Agent struct {
 	// guestWaiting are the guests not to start yet, and why (the
 	// services their project links are not healthy).
 	guestWaiting map[string]string
+	// peers are the other nodes' guest subnets, routed to them.
+	peers []*corpusv1.PeerNode
 	// heldBackups are the backups the state says this node keeps (nil
 	// until the coordinator said).
 	heldBackups []*corpusv1.Backup
@@ -467,7 +469,8 @@ func (a *Agent) RemoveNetwork(ctx context.Context) error {
 		errs = append(errs, p.Stop()) // the proxy process, which outlives agents otherwise
 	}
 	if !a.net.proxyOnly {
-		errs = append(errs, a.net.nat.Remove(ctx), a.net.host.DeleteBridge(ctx, a.cfg.Bridge))
+		_, rerr := a.net.host.EnsureRoutes(ctx, nil) // the routes to other nodes' guests
+		errs = append(errs, a.net.nat.Remove(ctx), a.net.host.DeleteBridge(ctx, a.cfg.Bridge), rerr)
 	}
 	return errors.Join(errs...)
 }

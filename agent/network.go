@@ -274,7 +274,14 @@ func (n *network) reconcile(ctx context.Context, node *corpusv1.Node, guests []*
 			}
 		}
 	}
+	routes := peerRoutes(gw.Masked(), policy.peers)
+	if _, err := n.host.EnsureRoutes(ctx, routes); err != nil {
+		errs = append(errs, fmt.Errorf("routes to other nodes' guests: %w", err))
+	}
 	desired := nat.Desired{Subnets: []netip.Prefix{gw.Masked()}, Bridge: n.bridge, Blocked: policy.control}
+	for _, r := range routes {
+		desired.Peers = append(desired.Peers, r.Dst)
+	}
 	desired.NodePorts = []nat.NodePort{{Proto: "udp", Port: 53}, {Proto: "tcp", Port: 53}}
 	for _, p := range n.reservedPorts() {
 		desired.NodePorts = append(desired.NodePorts, nat.NodePort{Proto: "tcp", Port: int(p)})
@@ -327,6 +334,31 @@ type guestPolicy struct {
 	// reach seals the service guests (by guest id): only their linked
 	// guests connect, on the service's port.
 	reach map[string]*corpusv1.ServiceReach
+	// peers are the other nodes' guest subnets: routed to their nodes,
+	// not masqueraded, and let in only as reach says.
+	peers []*corpusv1.PeerNode
+}
+
+// peerRoutes are the routes to the other nodes' guest subnets (own
+// excluded, malformed ones skipped).
+func peerRoutes(own netip.Prefix, peers []*corpusv1.PeerNode) []netns.Route {
+	var out []netns.Route
+	for _, p := range peers {
+		sub, err := netip.ParsePrefix(p.GuestSubnet)
+		if err != nil || !sub.Addr().Is4() || sub.Masked() == own {
+			continue
+		}
+		host := p.Address
+		if h, _, err := net.SplitHostPort(p.Address); err == nil {
+			host = h
+		}
+		via, err := netip.ParseAddr(host)
+		if err != nil || !via.Is4() {
+			continue
+		}
+		out = append(out, netns.Route{Dst: sub.Masked(), Via: via})
+	}
+	return out
 }
 
 // controlEndpoints are the control plane's endpoints this agent knows

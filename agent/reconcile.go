@@ -108,7 +108,7 @@ func (a *Agent) pass(ctx context.Context) {
 func (a *Agent) reconcileNetwork(ctx context.Context) {
 	a.mu.Lock()
 	node, routes, known, cdns := a.node, a.routes, a.known, a.cdns
-	policy := guestPolicy{projects: a.guestProjects, control: a.controlEndpoints(), reach: a.serviceReach}
+	policy := guestPolicy{projects: a.guestProjects, control: a.controlEndpoints(), reach: a.serviceReach, peers: a.peers}
 	guests := make([]*corpusv1.Guest, 0, len(a.desired))
 	byID := make(map[string]*corpusv1.Guest, len(a.desired))
 	for _, g := range a.desired {

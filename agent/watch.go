@@ -101,6 +101,7 @@ func (a *Agent) setDesired(msg *corpusv1.WatchResponse) {
 	a.guestProjects = msg.GuestProjects
 	a.guestServices = msg.GuestServices
 	a.guestWaiting = msg.GuestWaiting
+	a.peers = msg.Peers
 	a.serviceReach = make(map[string]*corpusv1.ServiceReach, len(msg.ServiceReach))
 	for _, r := range msg.ServiceReach {
 		a.serviceReach[r.GuestId] = r

@@ -27,3 +27,7 @@ func (h *Host) DeleteLink(ctx context.Context, name string) error { return ErrNo
 func (h *Host) EnsurePort(ctx context.Context, bridge, name string) (bool, error) {
 	return false, ErrNotSupported
 }
+
+func (h *Host) EnsureRoutes(ctx context.Context, want []Route) (bool, error) {
+	return false, ErrNotSupported
+}

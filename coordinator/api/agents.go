@@ -154,6 +154,7 @@ func (s *agentService) Watch(ctx context.Context, _ *connect.Request[corpusv1.Wa
 		msg.GuestServices, msg.ServiceReach = guestServices(view, msg.Guests), serviceReach(view, msg.Guests)
 		msg.Backups = view.BackupsOnNode(p.NodeID)
 		msg.GuestWaiting = guestWaiting(view, msg.Guests)
+		msg.Peers = peerNodes(view, p.NodeID)
 		s.dnsInfo(msg)
 		for _, c := range view.Coordinators() {
 			if c.ApiAddress != "" {
@@ -316,6 +317,18 @@ func guestProjects(view *state.Snap, guests []*corpusv1.Guest) map[string]string
 			if on[e.GuestId] {
 				out[e.GuestId] = p.Name
 			}
+		}
+	}
+	return out
+}
+
+// peerNodes are the nodes other than self that have a guest subnet and
+// an address to route it to.
+func peerNodes(view *state.Snap, self string) []*corpusv1.PeerNode {
+	var out []*corpusv1.PeerNode
+	for _, n := range view.Nodes() {
+		if n.Id != self && n.GuestSubnet != "" && n.Address != "" {
+			out = append(out, &corpusv1.PeerNode{Name: n.Name, Address: n.Address, GuestSubnet: n.GuestSubnet})
 		}
 	}
 	return out

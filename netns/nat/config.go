@@ -77,6 +77,11 @@ type Desired struct {
 	// addresses each names, on its TCP port: not other guests of the
 	// bridge, other nodes, or the outside.
 	Sealed []Sealed
+	// Peers are other nodes' guest subnets, routed to them: guests'
+	// traffic to them keeps its source address (no masquerade), so the
+	// rules there know who sends; their guests reach this node's guests
+	// only where Sealed names them, and through published ports.
+	Peers []netip.Prefix
 }
 
 // Sealed is a guest only some addresses may reach, on one TCP port.
@@ -140,6 +145,11 @@ func (d Desired) Validate() error {
 			return fmt.Errorf("%w: subnet %v has host bits set; did you mean %v?", ErrInvalid, s, s.Masked())
 		case slices.Contains(d.Subnets[:i], s):
 			return fmt.Errorf("%w: subnet %v is listed twice", ErrInvalid, s)
+		}
+	}
+	for _, p := range d.Peers {
+		if !p.IsValid() || !p.Addr().Is4() || p != p.Masked() {
+			return fmt.Errorf("%w: peer subnet %v is not an IPv4 network prefix", ErrInvalid, p)
 		}
 	}
 	for _, np := range d.NodePorts {

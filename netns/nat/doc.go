@@ -14,11 +14,15 @@
 //	CORPUS-PREROUTING   -j CORPUS-DNAT                  (traffic arriving from outside and from guests)
 //	CORPUS-OUTPUT       ! -d 127.0.0.0/8 -j CORPUS-DNAT (traffic from the node to its own addresses)
 //	CORPUS-DNAT         one DNAT rule per Forward
-//	CORPUS-POSTROUTING  per subnet: MASQUERADE guest traffic that leaves by
-//	                    another interface than the bridge, and hairpin traffic
-//	                    (ctstate DNAT from the subnet to the subnet)
+//	CORPUS-POSTROUTING  per subnet: RETURN (keep the source) for traffic to
+//	                    other nodes' guest subnets (peers), MASQUERADE guest
+//	                    traffic that leaves by another interface than the
+//	                    bridge, and hairpin traffic (ctstate DNAT from the
+//	                    subnet to the subnet)
 //	CORPUS-FORWARD      ACCEPT established/related and DNATed traffic to the
-//	                    bridge (published ports); DROP guests' traffic to
+//	                    bridge (published ports); DROP peers' guests'
+//	                    traffic to the bridge (sealed guests' rules, before,
+//	                    let the linked ones in); DROP guests' traffic to
 //	                    blocked endpoints (the control plane); ACCEPT
 //	                    guest-to-guest traffic inside a group (a project),
 //	                    DROP any other; ACCEPT the rest from the bridge

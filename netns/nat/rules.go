@@ -73,7 +73,9 @@ func (l layout) chains() []Chain {
 
 // ordered reports whether the order of c's rules decides what they do
 // (the filter chains); the nat chains' rules match disjoint traffic.
-func (l layout) ordered(c Chain) bool { return c == l.forward || c == l.input }
+func (l layout) ordered(c Chain) bool {
+	return c == l.forward || c == l.input || c == l.postrouting
+}
 
 // owned reports whether a chain name is under corpus's prefix.
 func (l layout) owned(name string) bool {
@@ -98,8 +100,14 @@ func (l layout) render(d Desired) map[Chain][]string {
 	}
 	out[l.dnat] = dnat
 
-	post := make([]string, 0, 2*len(d.Subnets))
+	peers := slices.Clone(d.Peers)
+	slices.SortFunc(peers, func(a, b netip.Prefix) int { return a.Addr().Compare(b.Addr()) })
+	peers = slices.Compact(peers)
+	post := make([]string, 0, (2+len(peers))*len(d.Subnets))
 	for _, s := range d.Subnets {
+		for _, p := range peers {
+			post = append(post, "-s "+s.String()+" -d "+p.String()+" -j RETURN")
+		}
 		post = append(post,
 			"-s "+s.String()+" -d "+s.String()+" -m conntrack --ctstate DNAT -j MASQUERADE",
 			"-s "+s.String()+" ! -o "+d.Bridge+" -j MASQUERADE")
@@ -135,6 +143,11 @@ func (l layout) render(d Desired) map[Chain][]string {
 		}
 		fwd = append(fwd, seal...)
 		fwd = append(fwd, "-o "+br+" -m conntrack --ctstate DNAT -j ACCEPT")
+		// Other nodes' guests reach ours only as sealed above allows, or
+		// through published ports (DNAT, above).
+		for _, p := range peers {
+			fwd = append(fwd, "-s "+p.String()+" -o "+br+" -j DROP")
+		}
 		for _, ap := range sortedAddrPorts(d.Blocked) {
 			fwd = append(fwd, "-d "+ap.Addr().String()+"/32 -i "+br+" -p tcp -m tcp --dport "+strconv.Itoa(int(ap.Port()))+" -j DROP")
 		}

@@ -20,6 +20,7 @@ func TestRender(t *testing.T) {
 		Groups:    [][]netip.Addr{{g2, g1}, {netip.MustParseAddr("10.210.3.9")}},
 		NodePorts: []NodePort{{"udp", 53}, {"tcp", 80}, {"tcp", 53}},
 		Blocked:   []netip.AddrPort{netip.MustParseAddrPort("10.99.0.9:7400")},
+		Peers:     []netip.Prefix{netip.MustParsePrefix("10.210.4.0/24")},
 	}
 	got := l.render(d)
 	want := map[Chain][]string{
@@ -30,12 +31,14 @@ func TestRender(t *testing.T) {
 			"-p udp -m udp --dport 53 -j DNAT --to-destination 10.210.3.3:5353",
 		},
 		{"nat", "CORPUS-POSTROUTING"}: {
+			"-s 10.210.3.0/24 -d 10.210.4.0/24 -j RETURN",
 			"-s 10.210.3.0/24 -d 10.210.3.0/24 -m conntrack --ctstate DNAT -j MASQUERADE",
 			"-s 10.210.3.0/24 ! -o br0 -j MASQUERADE",
 		},
 		{"filter", "CORPUS-FORWARD"}: {
 			"-m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT",
 			"-o br0 -m conntrack --ctstate DNAT -j ACCEPT",
+			"-s 10.210.4.0/24 -o br0 -j DROP",
 			"-d 10.99.0.9/32 -i br0 -p tcp -m tcp --dport 7400 -j DROP",
 			"-s 10.210.3.2/32 -d 10.210.3.3/32 -i br0 -o br0 -j ACCEPT",
 			"-s 10.210.3.3/32 -d 10.210.3.2/32 -i br0 -o br0 -j ACCEPT",

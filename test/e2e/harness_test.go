@@ -374,6 +374,13 @@ func (c *cluster) addAgent(name string, extra ...string) *agentProc {
 	args := append([]string{"--join-token", tok}, extra...)
 	a.proc = c.startAgent(a, args...)
 	c.agents[name] = a
+	c.waitNodeReady(name)
+	return a
+}
+
+// waitNodeReady waits until the cluster has node name ready.
+func (c *cluster) waitNodeReady(name string) {
+	c.t.Helper()
 	eventually(c.t, 30*time.Second, "node "+name+" ready", func() error {
 		var n struct {
 			Node struct {
@@ -388,7 +395,6 @@ func (c *cluster) addAgent(name string, extra ...string) *agentProc {
 		}
 		return nil
 	})
-	return a
 }
 
 func (c *cluster) startAgent(a *agentProc, args ...string) *proc {

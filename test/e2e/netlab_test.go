@@ -143,3 +143,23 @@ func (l *netLab) veth(nsA, addrA, nsB, addrB, name string) {
 	l.ip("-n", nsA, "link", "set", name+"a", "up")
 	l.ip("-n", nsB, "link", "set", name+"b", "up")
 }
+
+// routeGuestSubnets routes each node's guest subnet to it in ctl, as the
+// network between real nodes would (nodes on one LAN need nothing: each
+// agent routes the others' subnets to their addresses).
+func (l *netLab) routeGuestSubnets(c *cluster) {
+	l.t.Helper()
+	for _, a := range c.agents {
+		var n struct {
+			Node struct {
+				Node struct {
+					GuestSubnet string `json:"guest_subnet"`
+				} `json:"node"`
+			} `json:"node"`
+		}
+		if err := c.json(&n, "node", "show", a.name); err != nil || n.Node.Node.GuestSubnet == "" {
+			l.t.Fatalf("node show %s: %v %+v", a.name, err, n)
+		}
+		l.ip("-n", l.ctl, "route", "replace", n.Node.Node.GuestSubnet, "via", a.node.addr)
+	}
+}

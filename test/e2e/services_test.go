@@ -364,14 +364,38 @@ func TestServiceMariaDBAndRedis(t *testing.T) {
 		c.waitHealthy(tc.service, time.Minute)
 	}
 
-	// A second node keeps the next backup; n1 dies.
-	b := c.addAgent("n2")
+	// A second node (staging mode: a staging project goes there) keeps
+	// the next backup. A project on n2 linked to redis on n1 reaches it
+	// across the nodes (guest subnets routed, sources kept); one that is
+	// not linked does not.
+	b := c.addAgent("n2", "--label", "mode=staging")
 	b.kill()
 	buildImage(t, b, "redis-server,redis-tools")
 	b.proc = c.startAgent(b)
-	c.mustCLI("project", "create", "app", "--env", "dev", "--image", "busybox", "--memory", "32M", "--cpus", "0.1")
-	c.mustCLI("service", "link", "cache", "app")
-	oldURL := strings.TrimSpace(c.mustCLI("config", "get", "app", "REDIS_URL"))
+	c.waitNodeReady("n2")
+	c.lab.routeGuestSubnets(c)
+	for _, p := range []string{"app", "other"} {
+		c.mustCLI("project", "create", p, "--env", "staging", "--image", "busybox", "--memory", "32M", "--cpus", "0.1")
+		waitRunning(t, c, p+"-staging")
+		if n := c.guest(p + "-staging").NodeName; n != "n2" {
+			t.Fatalf("%s-staging runs on %s, want n2", p, n)
+		}
+	}
+	c.mustCLI("service", "link", "cache", "app", "--env", "staging")
+	host := strings.TrimSpace(c.mustCLI("config", "get", "app", "REDIS_HOST", "--env", "staging"))
+	ping := "echo PING | nc -w 3 " + host + " 6379"
+	eventually(t, 30*time.Second, "app on n2 reaches redis on n1", func() error {
+		if out, _, _ := c.cli("guest", "exec", "app-staging", "--", "sh", "-c", ping); !strings.Contains(out, "NOAUTH") {
+			return fmt.Errorf("redis from n2 said %q", out)
+		}
+		return nil
+	})
+	if out, _, _ := c.cli("guest", "exec", "other-staging", "--", "sh", "-c", ping); strings.Contains(out, "NOAUTH") {
+		t.Errorf("a project on n2 not linked to cache reached it: %q", out)
+	}
+	c.mustCLI("node", "mode", "n2", "dev")                           // for the restore onto it below
+	c.mustCLI("service", "link", "cache", "app", "--env", "staging") // the same again: nothing changes
+	oldURL := strings.TrimSpace(c.mustCLI("config", "get", "app", "REDIS_URL", "--env", "staging"))
 	if out, errOut, code := c.cli("service", "restore", "cache", "--to-node", "n2"); code == 0 || !strings.Contains(errOut, "not lost") {
 		t.Errorf("restore --to-node of a service that is not lost: exit %d\n%s%s", code, out, errOut)
 	}
@@ -410,7 +434,7 @@ func TestServiceMariaDBAndRedis(t *testing.T) {
 		t.Errorf("cache on n2 reads k = %q, want the backup's kept", got)
 	}
 	v := c.service("cache")
-	newURL := strings.TrimSpace(c.mustCLI("config", "get", "app", "REDIS_URL"))
+	newURL := strings.TrimSpace(c.mustCLI("config", "get", "app", "REDIS_URL", "--env", "staging"))
 	if newURL == oldURL || !strings.Contains(newURL, "@"+v.Service.Address+":6379") {
 		t.Errorf("REDIS_URL after the restore = %q (was %q), want the new address %s", newURL, oldURL, v.Service.Address)
 	}

@@ -1388,6 +1388,10 @@ type WatchResponse struct {
 	// environment links to (guest id to why): they are not started until
 	// those are healthy.
 	GuestWaiting map[string]string `protobuf:"bytes,13,rep,name=guest_waiting,json=guestWaiting,proto3" json:"guest_waiting,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// peers are the other nodes with a guest subnet: the agent routes each
+	// subnet to its node's address, so linked guests on different nodes
+	// reach each other (the rules still decide who may).
+	Peers []*PeerNode `protobuf:"bytes,14,rep,name=peers,proto3" json:"peers,omitempty"`
 	// gossip_addr is host:port of the coordinator's gossip member (node
 	// liveness); agents join it. Empty when the coordinator gossips not.
 	GossipAddr    string `protobuf:"bytes,30,opt,name=gossip_addr,json=gossipAddr,proto3" json:"gossip_addr,omitempty"`
@@ -1516,9 +1520,78 @@ func (x *WatchResponse) GetGuestWaiting() map[string]string {
 	return nil
 }
 
+func (x *WatchResponse) GetPeers() []*PeerNode {
+	if x != nil {
+		return x.Peers
+	}
+	return nil
+}
+
 func (x *WatchResponse) GetGossipAddr() string {
 	if x != nil {
 		return x.GossipAddr
+	}
+	return ""
+}
+
+// PeerNode is another node's share of the guest network.
+type PeerNode struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// address is where the node is reached (its Node.address).
+	Address       string `protobuf:"bytes,2,opt,name=address,proto3" json:"address,omitempty"`
+	GuestSubnet   string `protobuf:"bytes,3,opt,name=guest_subnet,json=guestSubnet,proto3" json:"guest_subnet,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PeerNode) Reset() {
+	*x = PeerNode{}
+	mi := &file_corpus_v1_agent_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PeerNode) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PeerNode) ProtoMessage() {}
+
+func (x *PeerNode) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_agent_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PeerNode.ProtoReflect.Descriptor instead.
+func (*PeerNode) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *PeerNode) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *PeerNode) GetAddress() string {
+	if x != nil {
+		return x.Address
+	}
+	return ""
+}
+
+func (x *PeerNode) GetGuestSubnet() string {
+	if x != nil {
+		return x.GuestSubnet
 	}
 	return ""
 }
@@ -1544,7 +1617,7 @@ type ReportRequest struct {
 
 func (x *ReportRequest) Reset() {
 	*x = ReportRequest{}
-	mi := &file_corpus_v1_agent_proto_msgTypes[23]
+	mi := &file_corpus_v1_agent_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1556,7 +1629,7 @@ func (x *ReportRequest) String() string {
 func (*ReportRequest) ProtoMessage() {}
 
 func (x *ReportRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_agent_proto_msgTypes[23]
+	mi := &file_corpus_v1_agent_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1569,7 +1642,7 @@ func (x *ReportRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportRequest.ProtoReflect.Descriptor instead.
 func (*ReportRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{23}
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ReportRequest) GetCapacity() *Resources {
@@ -1659,7 +1732,7 @@ type ReportedGuest struct {
 
 func (x *ReportedGuest) Reset() {
 	*x = ReportedGuest{}
-	mi := &file_corpus_v1_agent_proto_msgTypes[24]
+	mi := &file_corpus_v1_agent_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1671,7 +1744,7 @@ func (x *ReportedGuest) String() string {
 func (*ReportedGuest) ProtoMessage() {}
 
 func (x *ReportedGuest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_agent_proto_msgTypes[24]
+	mi := &file_corpus_v1_agent_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1684,7 +1757,7 @@ func (x *ReportedGuest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportedGuest.ProtoReflect.Descriptor instead.
 func (*ReportedGuest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{24}
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ReportedGuest) GetGuestId() string {
@@ -1714,7 +1787,7 @@ type ReportedVolume struct {
 
 func (x *ReportedVolume) Reset() {
 	*x = ReportedVolume{}
-	mi := &file_corpus_v1_agent_proto_msgTypes[25]
+	mi := &file_corpus_v1_agent_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1726,7 +1799,7 @@ func (x *ReportedVolume) String() string {
 func (*ReportedVolume) ProtoMessage() {}
 
 func (x *ReportedVolume) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_agent_proto_msgTypes[25]
+	mi := &file_corpus_v1_agent_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1739,7 +1812,7 @@ func (x *ReportedVolume) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportedVolume.ProtoReflect.Descriptor instead.
 func (*ReportedVolume) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{25}
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ReportedVolume) GetVolumeId() string {
@@ -1776,7 +1849,7 @@ type ServiceReach struct {
 
 func (x *ServiceReach) Reset() {
 	*x = ServiceReach{}
-	mi := &file_corpus_v1_agent_proto_msgTypes[26]
+	mi := &file_corpus_v1_agent_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1788,7 +1861,7 @@ func (x *ServiceReach) String() string {
 func (*ServiceReach) ProtoMessage() {}
 
 func (x *ServiceReach) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_agent_proto_msgTypes[26]
+	mi := &file_corpus_v1_agent_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1801,7 +1874,7 @@ func (x *ServiceReach) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ServiceReach.ProtoReflect.Descriptor instead.
 func (*ServiceReach) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{26}
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *ServiceReach) GetGuestId() string {
@@ -1834,7 +1907,7 @@ type ServiceRuntimeRequest struct {
 
 func (x *ServiceRuntimeRequest) Reset() {
 	*x = ServiceRuntimeRequest{}
-	mi := &file_corpus_v1_agent_proto_msgTypes[27]
+	mi := &file_corpus_v1_agent_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1846,7 +1919,7 @@ func (x *ServiceRuntimeRequest) String() string {
 func (*ServiceRuntimeRequest) ProtoMessage() {}
 
 func (x *ServiceRuntimeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_agent_proto_msgTypes[27]
+	mi := &file_corpus_v1_agent_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1859,7 +1932,7 @@ func (x *ServiceRuntimeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ServiceRuntimeRequest.ProtoReflect.Descriptor instead.
 func (*ServiceRuntimeRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{27}
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *ServiceRuntimeRequest) GetService() string {
@@ -1881,7 +1954,7 @@ type ServiceRuntimeResponse struct {
 
 func (x *ServiceRuntimeResponse) Reset() {
 	*x = ServiceRuntimeResponse{}
-	mi := &file_corpus_v1_agent_proto_msgTypes[28]
+	mi := &file_corpus_v1_agent_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1893,7 +1966,7 @@ func (x *ServiceRuntimeResponse) String() string {
 func (*ServiceRuntimeResponse) ProtoMessage() {}
 
 func (x *ServiceRuntimeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_agent_proto_msgTypes[28]
+	mi := &file_corpus_v1_agent_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1906,7 +1979,7 @@ func (x *ServiceRuntimeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ServiceRuntimeResponse.ProtoReflect.Descriptor instead.
 func (*ServiceRuntimeResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{28}
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *ServiceRuntimeResponse) GetService() *Service {
@@ -1932,7 +2005,7 @@ type ReportResponse struct {
 
 func (x *ReportResponse) Reset() {
 	*x = ReportResponse{}
-	mi := &file_corpus_v1_agent_proto_msgTypes[29]
+	mi := &file_corpus_v1_agent_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1944,7 +2017,7 @@ func (x *ReportResponse) String() string {
 func (*ReportResponse) ProtoMessage() {}
 
 func (x *ReportResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_agent_proto_msgTypes[29]
+	mi := &file_corpus_v1_agent_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1957,7 +2030,7 @@ func (x *ReportResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportResponse.ProtoReflect.Descriptor instead.
 func (*ReportResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{29}
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *ReportResponse) GetIndex() uint64 {
@@ -1977,7 +2050,7 @@ type DumpServiceRequest struct {
 
 func (x *DumpServiceRequest) Reset() {
 	*x = DumpServiceRequest{}
-	mi := &file_corpus_v1_agent_proto_msgTypes[30]
+	mi := &file_corpus_v1_agent_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1989,7 +2062,7 @@ func (x *DumpServiceRequest) String() string {
 func (*DumpServiceRequest) ProtoMessage() {}
 
 func (x *DumpServiceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_agent_proto_msgTypes[30]
+	mi := &file_corpus_v1_agent_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2002,7 +2075,7 @@ func (x *DumpServiceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DumpServiceRequest.ProtoReflect.Descriptor instead.
 func (*DumpServiceRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{30}
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *DumpServiceRequest) GetBackup() *Backup {
@@ -2022,7 +2095,7 @@ type StoreBackupResponse struct {
 
 func (x *StoreBackupResponse) Reset() {
 	*x = StoreBackupResponse{}
-	mi := &file_corpus_v1_agent_proto_msgTypes[31]
+	mi := &file_corpus_v1_agent_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2034,7 +2107,7 @@ func (x *StoreBackupResponse) String() string {
 func (*StoreBackupResponse) ProtoMessage() {}
 
 func (x *StoreBackupResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_agent_proto_msgTypes[31]
+	mi := &file_corpus_v1_agent_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2047,7 +2120,7 @@ func (x *StoreBackupResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StoreBackupResponse.ProtoReflect.Descriptor instead.
 func (*StoreBackupResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{31}
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *StoreBackupResponse) GetSizeBytes() int64 {
@@ -2073,7 +2146,7 @@ type ReadBackupRequest struct {
 
 func (x *ReadBackupRequest) Reset() {
 	*x = ReadBackupRequest{}
-	mi := &file_corpus_v1_agent_proto_msgTypes[32]
+	mi := &file_corpus_v1_agent_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2085,7 +2158,7 @@ func (x *ReadBackupRequest) String() string {
 func (*ReadBackupRequest) ProtoMessage() {}
 
 func (x *ReadBackupRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_agent_proto_msgTypes[32]
+	mi := &file_corpus_v1_agent_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2098,7 +2171,7 @@ func (x *ReadBackupRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadBackupRequest.ProtoReflect.Descriptor instead.
 func (*ReadBackupRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{32}
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *ReadBackupRequest) GetBackup() *Backup {
@@ -2119,7 +2192,7 @@ type LoadServiceResponse struct {
 
 func (x *LoadServiceResponse) Reset() {
 	*x = LoadServiceResponse{}
-	mi := &file_corpus_v1_agent_proto_msgTypes[33]
+	mi := &file_corpus_v1_agent_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2131,7 +2204,7 @@ func (x *LoadServiceResponse) String() string {
 func (*LoadServiceResponse) ProtoMessage() {}
 
 func (x *LoadServiceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_agent_proto_msgTypes[33]
+	mi := &file_corpus_v1_agent_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2144,7 +2217,7 @@ func (x *LoadServiceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LoadServiceResponse.ProtoReflect.Descriptor instead.
 func (*LoadServiceResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{33}
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *LoadServiceResponse) GetSizeBytes() int64 {
@@ -2170,7 +2243,7 @@ type RemoveBackupRequest struct {
 
 func (x *RemoveBackupRequest) Reset() {
 	*x = RemoveBackupRequest{}
-	mi := &file_corpus_v1_agent_proto_msgTypes[34]
+	mi := &file_corpus_v1_agent_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2182,7 +2255,7 @@ func (x *RemoveBackupRequest) String() string {
 func (*RemoveBackupRequest) ProtoMessage() {}
 
 func (x *RemoveBackupRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_agent_proto_msgTypes[34]
+	mi := &file_corpus_v1_agent_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2195,7 +2268,7 @@ func (x *RemoveBackupRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveBackupRequest.ProtoReflect.Descriptor instead.
 func (*RemoveBackupRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{34}
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *RemoveBackupRequest) GetBackup() *Backup {
@@ -2213,7 +2286,7 @@ type RemoveBackupResponse struct {
 
 func (x *RemoveBackupResponse) Reset() {
 	*x = RemoveBackupResponse{}
-	mi := &file_corpus_v1_agent_proto_msgTypes[35]
+	mi := &file_corpus_v1_agent_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2225,7 +2298,7 @@ func (x *RemoveBackupResponse) String() string {
 func (*RemoveBackupResponse) ProtoMessage() {}
 
 func (x *RemoveBackupResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_agent_proto_msgTypes[35]
+	mi := &file_corpus_v1_agent_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2238,7 +2311,7 @@ func (x *RemoveBackupResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveBackupResponse.ProtoReflect.Descriptor instead.
 func (*RemoveBackupResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{35}
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{36}
 }
 
 type ExportVolumeRequest struct {
@@ -2250,7 +2323,7 @@ type ExportVolumeRequest struct {
 
 func (x *ExportVolumeRequest) Reset() {
 	*x = ExportVolumeRequest{}
-	mi := &file_corpus_v1_agent_proto_msgTypes[36]
+	mi := &file_corpus_v1_agent_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2262,7 +2335,7 @@ func (x *ExportVolumeRequest) String() string {
 func (*ExportVolumeRequest) ProtoMessage() {}
 
 func (x *ExportVolumeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_agent_proto_msgTypes[36]
+	mi := &file_corpus_v1_agent_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2275,7 +2348,7 @@ func (x *ExportVolumeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExportVolumeRequest.ProtoReflect.Descriptor instead.
 func (*ExportVolumeRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{36}
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *ExportVolumeRequest) GetName() string {
@@ -2296,7 +2369,7 @@ type VolumeChunk struct {
 
 func (x *VolumeChunk) Reset() {
 	*x = VolumeChunk{}
-	mi := &file_corpus_v1_agent_proto_msgTypes[37]
+	mi := &file_corpus_v1_agent_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2308,7 +2381,7 @@ func (x *VolumeChunk) String() string {
 func (*VolumeChunk) ProtoMessage() {}
 
 func (x *VolumeChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_agent_proto_msgTypes[37]
+	mi := &file_corpus_v1_agent_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2321,7 +2394,7 @@ func (x *VolumeChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VolumeChunk.ProtoReflect.Descriptor instead.
 func (*VolumeChunk) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{37}
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *VolumeChunk) GetName() string {
@@ -2354,7 +2427,7 @@ type ImportVolumeResponse struct {
 
 func (x *ImportVolumeResponse) Reset() {
 	*x = ImportVolumeResponse{}
-	mi := &file_corpus_v1_agent_proto_msgTypes[38]
+	mi := &file_corpus_v1_agent_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2366,7 +2439,7 @@ func (x *ImportVolumeResponse) String() string {
 func (*ImportVolumeResponse) ProtoMessage() {}
 
 func (x *ImportVolumeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_agent_proto_msgTypes[38]
+	mi := &file_corpus_v1_agent_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2379,7 +2452,7 @@ func (x *ImportVolumeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ImportVolumeResponse.ProtoReflect.Descriptor instead.
 func (*ImportVolumeResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{38}
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *ImportVolumeResponse) GetBytes() int64 {
@@ -2488,7 +2561,7 @@ const file_corpus_v1_agent_proto_rawDesc = "" +
 	"\x18RenewCertificateResponse\x12'\n" +
 	"\x0fcertificate_pem\x18\x01 \x01(\fR\x0ecertificatePem\x12\x15\n" +
 	"\x06ca_pem\x18\x02 \x01(\fR\x05caPem\"\x0e\n" +
-	"\fWatchRequest\"\xef\x06\n" +
+	"\fWatchRequest\"\x9a\a\n" +
 	"\rWatchResponse\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\x04R\x05index\x12#\n" +
 	"\x04node\x18\x02 \x01(\v2\x0f.corpus.v1.NodeR\x04node\x12(\n" +
@@ -2503,7 +2576,8 @@ const file_corpus_v1_agent_proto_rawDesc = "" +
 	" \x03(\v2+.corpus.v1.WatchResponse.GuestServicesEntryR\rguestServices\x12<\n" +
 	"\rservice_reach\x18\v \x03(\v2\x17.corpus.v1.ServiceReachR\fserviceReach\x12+\n" +
 	"\abackups\x18\f \x03(\v2\x11.corpus.v1.BackupR\abackups\x12O\n" +
-	"\rguest_waiting\x18\r \x03(\v2*.corpus.v1.WatchResponse.GuestWaitingEntryR\fguestWaiting\x12\x1f\n" +
+	"\rguest_waiting\x18\r \x03(\v2*.corpus.v1.WatchResponse.GuestWaitingEntryR\fguestWaiting\x12)\n" +
+	"\x05peers\x18\x0e \x03(\v2\x13.corpus.v1.PeerNodeR\x05peers\x12\x1f\n" +
 	"\vgossip_addr\x18\x1e \x01(\tR\n" +
 	"gossipAddr\x1a@\n" +
 	"\x12GuestProjectsEntry\x12\x10\n" +
@@ -2514,7 +2588,11 @@ const file_corpus_v1_agent_proto_rawDesc = "" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a?\n" +
 	"\x11GuestWaitingEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xdb\x03\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"[\n" +
+	"\bPeerNode\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
+	"\aaddress\x18\x02 \x01(\tR\aaddress\x12!\n" +
+	"\fguest_subnet\x18\x03 \x01(\tR\vguestSubnet\"\xdb\x03\n" +
 	"\rReportRequest\x120\n" +
 	"\bcapacity\x18\x01 \x01(\v2\x14.corpus.v1.ResourcesR\bcapacity\x12/\n" +
 	"\adrivers\x18\x02 \x03(\v2\x15.corpus.v1.DriverInfoR\adrivers\x12#\n" +
@@ -2617,7 +2695,7 @@ func file_corpus_v1_agent_proto_rawDescGZIP() []byte {
 	return file_corpus_v1_agent_proto_rawDescData
 }
 
-var file_corpus_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 45)
+var file_corpus_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 46)
 var file_corpus_v1_agent_proto_goTypes = []any{
 	(*AgentRedeployRequest)(nil),       // 0: corpus.v1.AgentRedeployRequest
 	(*SetWebPortRequest)(nil),          // 1: corpus.v1.SetWebPortRequest
@@ -2642,152 +2720,154 @@ var file_corpus_v1_agent_proto_goTypes = []any{
 	(*RenewCertificateResponse)(nil),   // 20: corpus.v1.RenewCertificateResponse
 	(*WatchRequest)(nil),               // 21: corpus.v1.WatchRequest
 	(*WatchResponse)(nil),              // 22: corpus.v1.WatchResponse
-	(*ReportRequest)(nil),              // 23: corpus.v1.ReportRequest
-	(*ReportedGuest)(nil),              // 24: corpus.v1.ReportedGuest
-	(*ReportedVolume)(nil),             // 25: corpus.v1.ReportedVolume
-	(*ServiceReach)(nil),               // 26: corpus.v1.ServiceReach
-	(*ServiceRuntimeRequest)(nil),      // 27: corpus.v1.ServiceRuntimeRequest
-	(*ServiceRuntimeResponse)(nil),     // 28: corpus.v1.ServiceRuntimeResponse
-	(*ReportResponse)(nil),             // 29: corpus.v1.ReportResponse
-	(*DumpServiceRequest)(nil),         // 30: corpus.v1.DumpServiceRequest
-	(*StoreBackupResponse)(nil),        // 31: corpus.v1.StoreBackupResponse
-	(*ReadBackupRequest)(nil),          // 32: corpus.v1.ReadBackupRequest
-	(*LoadServiceResponse)(nil),        // 33: corpus.v1.LoadServiceResponse
-	(*RemoveBackupRequest)(nil),        // 34: corpus.v1.RemoveBackupRequest
-	(*RemoveBackupResponse)(nil),       // 35: corpus.v1.RemoveBackupResponse
-	(*ExportVolumeRequest)(nil),        // 36: corpus.v1.ExportVolumeRequest
-	(*VolumeChunk)(nil),                // 37: corpus.v1.VolumeChunk
-	(*ImportVolumeResponse)(nil),       // 38: corpus.v1.ImportVolumeResponse
-	nil,                                // 39: corpus.v1.BeginReleaseResponse.ConfigEntry
-	nil,                                // 40: corpus.v1.EnrollRequest.LabelsEntry
-	nil,                                // 41: corpus.v1.WatchResponse.GuestProjectsEntry
-	nil,                                // 42: corpus.v1.WatchResponse.GuestServicesEntry
-	nil,                                // 43: corpus.v1.WatchResponse.GuestWaitingEntry
-	nil,                                // 44: corpus.v1.ServiceRuntimeResponse.EnvEntry
-	(*RedeployRequest)(nil),            // 45: corpus.v1.RedeployRequest
-	(*ProjectEnv)(nil),                 // 46: corpus.v1.ProjectEnv
-	(*Release)(nil),                    // 47: corpus.v1.Release
-	(*Project)(nil),                    // 48: corpus.v1.Project
-	(*ReleaseStep)(nil),                // 49: corpus.v1.ReleaseStep
-	(*Resources)(nil),                  // 50: corpus.v1.Resources
-	(*DriverInfo)(nil),                 // 51: corpus.v1.DriverInfo
-	(*Node)(nil),                       // 52: corpus.v1.Node
-	(*Guest)(nil),                      // 53: corpus.v1.Guest
-	(*Route)(nil),                      // 54: corpus.v1.Route
-	(*Volume)(nil),                     // 55: corpus.v1.Volume
-	(*Backup)(nil),                     // 56: corpus.v1.Backup
-	(*ReportedService)(nil),            // 57: corpus.v1.ReportedService
-	(*GuestObserved)(nil),              // 58: corpus.v1.GuestObserved
-	(*VolumeObserved)(nil),             // 59: corpus.v1.VolumeObserved
-	(*Service)(nil),                    // 60: corpus.v1.Service
-	(*ExecGuestRequest)(nil),           // 61: corpus.v1.ExecGuestRequest
-	(*SnapshotVolumeRequest)(nil),      // 62: corpus.v1.SnapshotVolumeRequest
-	(*RollbackRequest)(nil),            // 63: corpus.v1.RollbackRequest
-	(*ListProcessesRequest)(nil),       // 64: corpus.v1.ListProcessesRequest
-	(*GuestLogsRequest)(nil),           // 65: corpus.v1.GuestLogsRequest
-	(*ShellInput)(nil),                 // 66: corpus.v1.ShellInput
-	(*BackupChunk)(nil),                // 67: corpus.v1.BackupChunk
-	(*ExecOutput)(nil),                 // 68: corpus.v1.ExecOutput
-	(*SnapshotVolumeResponse)(nil),     // 69: corpus.v1.SnapshotVolumeResponse
-	(*RollbackOutput)(nil),             // 70: corpus.v1.RollbackOutput
-	(*DeployOutput)(nil),               // 71: corpus.v1.DeployOutput
-	(*ListProcessesResponse)(nil),      // 72: corpus.v1.ListProcessesResponse
-	(*LogLine)(nil),                    // 73: corpus.v1.LogLine
+	(*PeerNode)(nil),                   // 23: corpus.v1.PeerNode
+	(*ReportRequest)(nil),              // 24: corpus.v1.ReportRequest
+	(*ReportedGuest)(nil),              // 25: corpus.v1.ReportedGuest
+	(*ReportedVolume)(nil),             // 26: corpus.v1.ReportedVolume
+	(*ServiceReach)(nil),               // 27: corpus.v1.ServiceReach
+	(*ServiceRuntimeRequest)(nil),      // 28: corpus.v1.ServiceRuntimeRequest
+	(*ServiceRuntimeResponse)(nil),     // 29: corpus.v1.ServiceRuntimeResponse
+	(*ReportResponse)(nil),             // 30: corpus.v1.ReportResponse
+	(*DumpServiceRequest)(nil),         // 31: corpus.v1.DumpServiceRequest
+	(*StoreBackupResponse)(nil),        // 32: corpus.v1.StoreBackupResponse
+	(*ReadBackupRequest)(nil),          // 33: corpus.v1.ReadBackupRequest
+	(*LoadServiceResponse)(nil),        // 34: corpus.v1.LoadServiceResponse
+	(*RemoveBackupRequest)(nil),        // 35: corpus.v1.RemoveBackupRequest
+	(*RemoveBackupResponse)(nil),       // 36: corpus.v1.RemoveBackupResponse
+	(*ExportVolumeRequest)(nil),        // 37: corpus.v1.ExportVolumeRequest
+	(*VolumeChunk)(nil),                // 38: corpus.v1.VolumeChunk
+	(*ImportVolumeResponse)(nil),       // 39: corpus.v1.ImportVolumeResponse
+	nil,                                // 40: corpus.v1.BeginReleaseResponse.ConfigEntry
+	nil,                                // 41: corpus.v1.EnrollRequest.LabelsEntry
+	nil,                                // 42: corpus.v1.WatchResponse.GuestProjectsEntry
+	nil,                                // 43: corpus.v1.WatchResponse.GuestServicesEntry
+	nil,                                // 44: corpus.v1.WatchResponse.GuestWaitingEntry
+	nil,                                // 45: corpus.v1.ServiceRuntimeResponse.EnvEntry
+	(*RedeployRequest)(nil),            // 46: corpus.v1.RedeployRequest
+	(*ProjectEnv)(nil),                 // 47: corpus.v1.ProjectEnv
+	(*Release)(nil),                    // 48: corpus.v1.Release
+	(*Project)(nil),                    // 49: corpus.v1.Project
+	(*ReleaseStep)(nil),                // 50: corpus.v1.ReleaseStep
+	(*Resources)(nil),                  // 51: corpus.v1.Resources
+	(*DriverInfo)(nil),                 // 52: corpus.v1.DriverInfo
+	(*Node)(nil),                       // 53: corpus.v1.Node
+	(*Guest)(nil),                      // 54: corpus.v1.Guest
+	(*Route)(nil),                      // 55: corpus.v1.Route
+	(*Volume)(nil),                     // 56: corpus.v1.Volume
+	(*Backup)(nil),                     // 57: corpus.v1.Backup
+	(*ReportedService)(nil),            // 58: corpus.v1.ReportedService
+	(*GuestObserved)(nil),              // 59: corpus.v1.GuestObserved
+	(*VolumeObserved)(nil),             // 60: corpus.v1.VolumeObserved
+	(*Service)(nil),                    // 61: corpus.v1.Service
+	(*ExecGuestRequest)(nil),           // 62: corpus.v1.ExecGuestRequest
+	(*SnapshotVolumeRequest)(nil),      // 63: corpus.v1.SnapshotVolumeRequest
+	(*RollbackRequest)(nil),            // 64: corpus.v1.RollbackRequest
+	(*ListProcessesRequest)(nil),       // 65: corpus.v1.ListProcessesRequest
+	(*GuestLogsRequest)(nil),           // 66: corpus.v1.GuestLogsRequest
+	(*ShellInput)(nil),                 // 67: corpus.v1.ShellInput
+	(*BackupChunk)(nil),                // 68: corpus.v1.BackupChunk
+	(*ExecOutput)(nil),                 // 69: corpus.v1.ExecOutput
+	(*SnapshotVolumeResponse)(nil),     // 70: corpus.v1.SnapshotVolumeResponse
+	(*RollbackOutput)(nil),             // 71: corpus.v1.RollbackOutput
+	(*DeployOutput)(nil),               // 72: corpus.v1.DeployOutput
+	(*ListProcessesResponse)(nil),      // 73: corpus.v1.ListProcessesResponse
+	(*LogLine)(nil),                    // 74: corpus.v1.LogLine
 }
 var file_corpus_v1_agent_proto_depIdxs = []int32{
-	45, // 0: corpus.v1.AgentRedeployRequest.request:type_name -> corpus.v1.RedeployRequest
-	46, // 1: corpus.v1.AgentRedeployRequest.env:type_name -> corpus.v1.ProjectEnv
-	47, // 2: corpus.v1.AgentRedeployRequest.releases:type_name -> corpus.v1.Release
-	48, // 3: corpus.v1.GitAccessResponse.project:type_name -> corpus.v1.Project
-	46, // 4: corpus.v1.GitAccessResponse.env:type_name -> corpus.v1.ProjectEnv
-	47, // 5: corpus.v1.GitAccessResponse.releases:type_name -> corpus.v1.Release
-	47, // 6: corpus.v1.BeginReleaseResponse.release:type_name -> corpus.v1.Release
-	39, // 7: corpus.v1.BeginReleaseResponse.config:type_name -> corpus.v1.BeginReleaseResponse.ConfigEntry
-	49, // 8: corpus.v1.FinishReleaseRequest.steps:type_name -> corpus.v1.ReleaseStep
-	47, // 9: corpus.v1.FinishReleaseResponse.release:type_name -> corpus.v1.Release
-	40, // 10: corpus.v1.EnrollRequest.labels:type_name -> corpus.v1.EnrollRequest.LabelsEntry
-	50, // 11: corpus.v1.EnrollRequest.capacity:type_name -> corpus.v1.Resources
-	51, // 12: corpus.v1.EnrollRequest.drivers:type_name -> corpus.v1.DriverInfo
-	52, // 13: corpus.v1.WatchResponse.node:type_name -> corpus.v1.Node
-	53, // 14: corpus.v1.WatchResponse.guests:type_name -> corpus.v1.Guest
-	54, // 15: corpus.v1.WatchResponse.routes:type_name -> corpus.v1.Route
-	55, // 16: corpus.v1.WatchResponse.volumes:type_name -> corpus.v1.Volume
-	41, // 17: corpus.v1.WatchResponse.guest_projects:type_name -> corpus.v1.WatchResponse.GuestProjectsEntry
-	42, // 18: corpus.v1.WatchResponse.guest_services:type_name -> corpus.v1.WatchResponse.GuestServicesEntry
-	26, // 19: corpus.v1.WatchResponse.service_reach:type_name -> corpus.v1.ServiceReach
-	56, // 20: corpus.v1.WatchResponse.backups:type_name -> corpus.v1.Backup
-	43, // 21: corpus.v1.WatchResponse.guest_waiting:type_name -> corpus.v1.WatchResponse.GuestWaitingEntry
-	50, // 22: corpus.v1.ReportRequest.capacity:type_name -> corpus.v1.Resources
-	51, // 23: corpus.v1.ReportRequest.drivers:type_name -> corpus.v1.DriverInfo
-	24, // 24: corpus.v1.ReportRequest.guests:type_name -> corpus.v1.ReportedGuest
-	25, // 25: corpus.v1.ReportRequest.volumes:type_name -> corpus.v1.ReportedVolume
-	57, // 26: corpus.v1.ReportRequest.services:type_name -> corpus.v1.ReportedService
-	58, // 27: corpus.v1.ReportedGuest.observed:type_name -> corpus.v1.GuestObserved
-	59, // 28: corpus.v1.ReportedVolume.observed:type_name -> corpus.v1.VolumeObserved
-	60, // 29: corpus.v1.ServiceRuntimeResponse.service:type_name -> corpus.v1.Service
-	44, // 30: corpus.v1.ServiceRuntimeResponse.env:type_name -> corpus.v1.ServiceRuntimeResponse.EnvEntry
-	56, // 31: corpus.v1.DumpServiceRequest.backup:type_name -> corpus.v1.Backup
-	56, // 32: corpus.v1.ReadBackupRequest.backup:type_name -> corpus.v1.Backup
-	56, // 33: corpus.v1.RemoveBackupRequest.backup:type_name -> corpus.v1.Backup
-	17, // 34: corpus.v1.AgentService.Enroll:input_type -> corpus.v1.EnrollRequest
-	19, // 35: corpus.v1.AgentService.RenewCertificate:input_type -> corpus.v1.RenewCertificateRequest
-	21, // 36: corpus.v1.AgentService.Watch:input_type -> corpus.v1.WatchRequest
-	23, // 37: corpus.v1.AgentService.Report:input_type -> corpus.v1.ReportRequest
-	5,  // 38: corpus.v1.AgentService.GitAccess:input_type -> corpus.v1.GitAccessRequest
-	9,  // 39: corpus.v1.AgentService.BeginRelease:input_type -> corpus.v1.BeginReleaseRequest
-	11, // 40: corpus.v1.AgentService.FinishRelease:input_type -> corpus.v1.FinishReleaseRequest
-	13, // 41: corpus.v1.AgentService.SetCurrentRelease:input_type -> corpus.v1.SetCurrentReleaseRequest
-	15, // 42: corpus.v1.AgentService.PruneReleases:input_type -> corpus.v1.PruneReleasesRequest
-	3,  // 43: corpus.v1.AgentService.SetManifestDomains:input_type -> corpus.v1.SetManifestDomainsRequest
-	1,  // 44: corpus.v1.AgentService.SetWebPort:input_type -> corpus.v1.SetWebPortRequest
-	6,  // 45: corpus.v1.AgentService.RecordShell:input_type -> corpus.v1.RecordShellRequest
-	27, // 46: corpus.v1.AgentService.ServiceRuntime:input_type -> corpus.v1.ServiceRuntimeRequest
-	61, // 47: corpus.v1.NodeAgentService.Exec:input_type -> corpus.v1.ExecGuestRequest
-	36, // 48: corpus.v1.NodeAgentService.ExportVolume:input_type -> corpus.v1.ExportVolumeRequest
-	37, // 49: corpus.v1.NodeAgentService.ImportVolume:input_type -> corpus.v1.VolumeChunk
-	62, // 50: corpus.v1.NodeAgentService.SnapshotVolume:input_type -> corpus.v1.SnapshotVolumeRequest
-	63, // 51: corpus.v1.NodeAgentService.Rollback:input_type -> corpus.v1.RollbackRequest
-	0,  // 52: corpus.v1.NodeAgentService.Redeploy:input_type -> corpus.v1.AgentRedeployRequest
-	64, // 53: corpus.v1.NodeAgentService.Processes:input_type -> corpus.v1.ListProcessesRequest
-	65, // 54: corpus.v1.NodeAgentService.Logs:input_type -> corpus.v1.GuestLogsRequest
-	66, // 55: corpus.v1.NodeAgentService.Shell:input_type -> corpus.v1.ShellInput
-	30, // 56: corpus.v1.NodeAgentService.DumpService:input_type -> corpus.v1.DumpServiceRequest
-	67, // 57: corpus.v1.NodeAgentService.StoreBackup:input_type -> corpus.v1.BackupChunk
-	32, // 58: corpus.v1.NodeAgentService.ReadBackup:input_type -> corpus.v1.ReadBackupRequest
-	67, // 59: corpus.v1.NodeAgentService.LoadService:input_type -> corpus.v1.BackupChunk
-	34, // 60: corpus.v1.NodeAgentService.RemoveBackup:input_type -> corpus.v1.RemoveBackupRequest
-	18, // 61: corpus.v1.AgentService.Enroll:output_type -> corpus.v1.EnrollResponse
-	20, // 62: corpus.v1.AgentService.RenewCertificate:output_type -> corpus.v1.RenewCertificateResponse
-	22, // 63: corpus.v1.AgentService.Watch:output_type -> corpus.v1.WatchResponse
-	29, // 64: corpus.v1.AgentService.Report:output_type -> corpus.v1.ReportResponse
-	8,  // 65: corpus.v1.AgentService.GitAccess:output_type -> corpus.v1.GitAccessResponse
-	10, // 66: corpus.v1.AgentService.BeginRelease:output_type -> corpus.v1.BeginReleaseResponse
-	12, // 67: corpus.v1.AgentService.FinishRelease:output_type -> corpus.v1.FinishReleaseResponse
-	14, // 68: corpus.v1.AgentService.SetCurrentRelease:output_type -> corpus.v1.SetCurrentReleaseResponse
-	16, // 69: corpus.v1.AgentService.PruneReleases:output_type -> corpus.v1.PruneReleasesResponse
-	4,  // 70: corpus.v1.AgentService.SetManifestDomains:output_type -> corpus.v1.SetManifestDomainsResponse
-	2,  // 71: corpus.v1.AgentService.SetWebPort:output_type -> corpus.v1.SetWebPortResponse
-	7,  // 72: corpus.v1.AgentService.RecordShell:output_type -> corpus.v1.RecordShellResponse
-	28, // 73: corpus.v1.AgentService.ServiceRuntime:output_type -> corpus.v1.ServiceRuntimeResponse
-	68, // 74: corpus.v1.NodeAgentService.Exec:output_type -> corpus.v1.ExecOutput
-	37, // 75: corpus.v1.NodeAgentService.ExportVolume:output_type -> corpus.v1.VolumeChunk
-	38, // 76: corpus.v1.NodeAgentService.ImportVolume:output_type -> corpus.v1.ImportVolumeResponse
-	69, // 77: corpus.v1.NodeAgentService.SnapshotVolume:output_type -> corpus.v1.SnapshotVolumeResponse
-	70, // 78: corpus.v1.NodeAgentService.Rollback:output_type -> corpus.v1.RollbackOutput
-	71, // 79: corpus.v1.NodeAgentService.Redeploy:output_type -> corpus.v1.DeployOutput
-	72, // 80: corpus.v1.NodeAgentService.Processes:output_type -> corpus.v1.ListProcessesResponse
-	73, // 81: corpus.v1.NodeAgentService.Logs:output_type -> corpus.v1.LogLine
-	68, // 82: corpus.v1.NodeAgentService.Shell:output_type -> corpus.v1.ExecOutput
-	67, // 83: corpus.v1.NodeAgentService.DumpService:output_type -> corpus.v1.BackupChunk
-	31, // 84: corpus.v1.NodeAgentService.StoreBackup:output_type -> corpus.v1.StoreBackupResponse
-	67, // 85: corpus.v1.NodeAgentService.ReadBackup:output_type -> corpus.v1.BackupChunk
-	33, // 86: corpus.v1.NodeAgentService.LoadService:output_type -> corpus.v1.LoadServiceResponse
-	35, // 87: corpus.v1.NodeAgentService.RemoveBackup:output_type -> corpus.v1.RemoveBackupResponse
-	61, // [61:88] is the sub-list for method output_type
-	34, // [34:61] is the sub-list for method input_type
-	34, // [34:34] is the sub-list for extension type_name
-	34, // [34:34] is the sub-list for extension extendee
-	0,  // [0:34] is the sub-list for field type_name
+	46, // 0: corpus.v1.AgentRedeployRequest.request:type_name -> corpus.v1.RedeployRequest
+	47, // 1: corpus.v1.AgentRedeployRequest.env:type_name -> corpus.v1.ProjectEnv
+	48, // 2: corpus.v1.AgentRedeployRequest.releases:type_name -> corpus.v1.Release
+	49, // 3: corpus.v1.GitAccessResponse.project:type_name -> corpus.v1.Project
+	47, // 4: corpus.v1.GitAccessResponse.env:type_name -> corpus.v1.ProjectEnv
+	48, // 5: corpus.v1.GitAccessResponse.releases:type_name -> corpus.v1.Release
+	48, // 6: corpus.v1.BeginReleaseResponse.release:type_name -> corpus.v1.Release
+	40, // 7: corpus.v1.BeginReleaseResponse.config:type_name -> corpus.v1.BeginReleaseResponse.ConfigEntry
+	50, // 8: corpus.v1.FinishReleaseRequest.steps:type_name -> corpus.v1.ReleaseStep
+	48, // 9: corpus.v1.FinishReleaseResponse.release:type_name -> corpus.v1.Release
+	41, // 10: corpus.v1.EnrollRequest.labels:type_name -> corpus.v1.EnrollRequest.LabelsEntry
+	51, // 11: corpus.v1.EnrollRequest.capacity:type_name -> corpus.v1.Resources
+	52, // 12: corpus.v1.EnrollRequest.drivers:type_name -> corpus.v1.DriverInfo
+	53, // 13: corpus.v1.WatchResponse.node:type_name -> corpus.v1.Node
+	54, // 14: corpus.v1.WatchResponse.guests:type_name -> corpus.v1.Guest
+	55, // 15: corpus.v1.WatchResponse.routes:type_name -> corpus.v1.Route
+	56, // 16: corpus.v1.WatchResponse.volumes:type_name -> corpus.v1.Volume
+	42, // 17: corpus.v1.WatchResponse.guest_projects:type_name -> corpus.v1.WatchResponse.GuestProjectsEntry
+	43, // 18: corpus.v1.WatchResponse.guest_services:type_name -> corpus.v1.WatchResponse.GuestServicesEntry
+	27, // 19: corpus.v1.WatchResponse.service_reach:type_name -> corpus.v1.ServiceReach
+	57, // 20: corpus.v1.WatchResponse.backups:type_name -> corpus.v1.Backup
+	44, // 21: corpus.v1.WatchResponse.guest_waiting:type_name -> corpus.v1.WatchResponse.GuestWaitingEntry
+	23, // 22: corpus.v1.WatchResponse.peers:type_name -> corpus.v1.PeerNode
+	51, // 23: corpus.v1.ReportRequest.capacity:type_name -> corpus.v1.Resources
+	52, // 24: corpus.v1.ReportRequest.drivers:type_name -> corpus.v1.DriverInfo
+	25, // 25: corpus.v1.ReportRequest.guests:type_name -> corpus.v1.ReportedGuest
+	26, // 26: corpus.v1.ReportRequest.volumes:type_name -> corpus.v1.ReportedVolume
+	58, // 27: corpus.v1.ReportRequest.services:type_name -> corpus.v1.ReportedService
+	59, // 28: corpus.v1.ReportedGuest.observed:type_name -> corpus.v1.GuestObserved
+	60, // 29: corpus.v1.ReportedVolume.observed:type_name -> corpus.v1.VolumeObserved
+	61, // 30: corpus.v1.ServiceRuntimeResponse.service:type_name -> corpus.v1.Service
+	45, // 31: corpus.v1.ServiceRuntimeResponse.env:type_name -> corpus.v1.ServiceRuntimeResponse.EnvEntry
+	57, // 32: corpus.v1.DumpServiceRequest.backup:type_name -> corpus.v1.Backup
+	57, // 33: corpus.v1.ReadBackupRequest.backup:type_name -> corpus.v1.Backup
+	57, // 34: corpus.v1.RemoveBackupRequest.backup:type_name -> corpus.v1.Backup
+	17, // 35: corpus.v1.AgentService.Enroll:input_type -> corpus.v1.EnrollRequest
+	19, // 36: corpus.v1.AgentService.RenewCertificate:input_type -> corpus.v1.RenewCertificateRequest
+	21, // 37: corpus.v1.AgentService.Watch:input_type -> corpus.v1.WatchRequest
+	24, // 38: corpus.v1.AgentService.Report:input_type -> corpus.v1.ReportRequest
+	5,  // 39: corpus.v1.AgentService.GitAccess:input_type -> corpus.v1.GitAccessRequest
+	9,  // 40: corpus.v1.AgentService.BeginRelease:input_type -> corpus.v1.BeginReleaseRequest
+	11, // 41: corpus.v1.AgentService.FinishRelease:input_type -> corpus.v1.FinishReleaseRequest
+	13, // 42: corpus.v1.AgentService.SetCurrentRelease:input_type -> corpus.v1.SetCurrentReleaseRequest
+	15, // 43: corpus.v1.AgentService.PruneReleases:input_type -> corpus.v1.PruneReleasesRequest
+	3,  // 44: corpus.v1.AgentService.SetManifestDomains:input_type -> corpus.v1.SetManifestDomainsRequest
+	1,  // 45: corpus.v1.AgentService.SetWebPort:input_type -> corpus.v1.SetWebPortRequest
+	6,  // 46: corpus.v1.AgentService.RecordShell:input_type -> corpus.v1.RecordShellRequest
+	28, // 47: corpus.v1.AgentService.ServiceRuntime:input_type -> corpus.v1.ServiceRuntimeRequest
+	62, // 48: corpus.v1.NodeAgentService.Exec:input_type -> corpus.v1.ExecGuestRequest
+	37, // 49: corpus.v1.NodeAgentService.ExportVolume:input_type -> corpus.v1.ExportVolumeRequest
+	38, // 50: corpus.v1.NodeAgentService.ImportVolume:input_type -> corpus.v1.VolumeChunk
+	63, // 51: corpus.v1.NodeAgentService.SnapshotVolume:input_type -> corpus.v1.SnapshotVolumeRequest
+	64, // 52: corpus.v1.NodeAgentService.Rollback:input_type -> corpus.v1.RollbackRequest
+	0,  // 53: corpus.v1.NodeAgentService.Redeploy:input_type -> corpus.v1.AgentRedeployRequest
+	65, // 54: corpus.v1.NodeAgentService.Processes:input_type -> corpus.v1.ListProcessesRequest
+	66, // 55: corpus.v1.NodeAgentService.Logs:input_type -> corpus.v1.GuestLogsRequest
+	67, // 56: corpus.v1.NodeAgentService.Shell:input_type -> corpus.v1.ShellInput
+	31, // 57: corpus.v1.NodeAgentService.DumpService:input_type -> corpus.v1.DumpServiceRequest
+	68, // 58: corpus.v1.NodeAgentService.StoreBackup:input_type -> corpus.v1.BackupChunk
+	33, // 59: corpus.v1.NodeAgentService.ReadBackup:input_type -> corpus.v1.ReadBackupRequest
+	68, // 60: corpus.v1.NodeAgentService.LoadService:input_type -> corpus.v1.BackupChunk
+	35, // 61: corpus.v1.NodeAgentService.RemoveBackup:input_type -> corpus.v1.RemoveBackupRequest
+	18, // 62: corpus.v1.AgentService.Enroll:output_type -> corpus.v1.EnrollResponse
+	20, // 63: corpus.v1.AgentService.RenewCertificate:output_type -> corpus.v1.RenewCertificateResponse
+	22, // 64: corpus.v1.AgentService.Watch:output_type -> corpus.v1.WatchResponse
+	30, // 65: corpus.v1.AgentService.Report:output_type -> corpus.v1.ReportResponse
+	8,  // 66: corpus.v1.AgentService.GitAccess:output_type -> corpus.v1.GitAccessResponse
+	10, // 67: corpus.v1.AgentService.BeginRelease:output_type -> corpus.v1.BeginReleaseResponse
+	12, // 68: corpus.v1.AgentService.FinishRelease:output_type -> corpus.v1.FinishReleaseResponse
+	14, // 69: corpus.v1.AgentService.SetCurrentRelease:output_type -> corpus.v1.SetCurrentReleaseResponse
+	16, // 70: corpus.v1.AgentService.PruneReleases:output_type -> corpus.v1.PruneReleasesResponse
+	4,  // 71: corpus.v1.AgentService.SetManifestDomains:output_type -> corpus.v1.SetManifestDomainsResponse
+	2,  // 72: corpus.v1.AgentService.SetWebPort:output_type -> corpus.v1.SetWebPortResponse
+	7,  // 73: corpus.v1.AgentService.RecordShell:output_type -> corpus.v1.RecordShellResponse
+	29, // 74: corpus.v1.AgentService.ServiceRuntime:output_type -> corpus.v1.ServiceRuntimeResponse
+	69, // 75: corpus.v1.NodeAgentService.Exec:output_type -> corpus.v1.ExecOutput
+	38, // 76: corpus.v1.NodeAgentService.ExportVolume:output_type -> corpus.v1.VolumeChunk
+	39, // 77: corpus.v1.NodeAgentService.ImportVolume:output_type -> corpus.v1.ImportVolumeResponse
+	70, // 78: corpus.v1.NodeAgentService.SnapshotVolume:output_type -> corpus.v1.SnapshotVolumeResponse
+	71, // 79: corpus.v1.NodeAgentService.Rollback:output_type -> corpus.v1.RollbackOutput
+	72, // 80: corpus.v1.NodeAgentService.Redeploy:output_type -> corpus.v1.DeployOutput
+	73, // 81: corpus.v1.NodeAgentService.Processes:output_type -> corpus.v1.ListProcessesResponse
+	74, // 82: corpus.v1.NodeAgentService.Logs:output_type -> corpus.v1.LogLine
+	69, // 83: corpus.v1.NodeAgentService.Shell:output_type -> corpus.v1.ExecOutput
+	68, // 84: corpus.v1.NodeAgentService.DumpService:output_type -> corpus.v1.BackupChunk
+	32, // 85: corpus.v1.NodeAgentService.StoreBackup:output_type -> corpus.v1.StoreBackupResponse
+	68, // 86: corpus.v1.NodeAgentService.ReadBackup:output_type -> corpus.v1.BackupChunk
+	34, // 87: corpus.v1.NodeAgentService.LoadService:output_type -> corpus.v1.LoadServiceResponse
+	36, // 88: corpus.v1.NodeAgentService.RemoveBackup:output_type -> corpus.v1.RemoveBackupResponse
+	62, // [62:89] is the sub-list for method output_type
+	35, // [35:62] is the sub-list for method input_type
+	35, // [35:35] is the sub-list for extension type_name
+	35, // [35:35] is the sub-list for extension extendee
+	0,  // [0:35] is the sub-list for field type_name
 }
 
 func init() { file_corpus_v1_agent_proto_init() }
@@ -2806,7 +2886,7 @@ func file_corpus_v1_agent_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_corpus_v1_agent_proto_rawDesc), len(file_corpus_v1_agent_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   45,
+			NumMessages:   46,
 			NumExtensions: 0,
 			NumServices:   2,
 		},
