@@ -280,15 +280,18 @@ func waitReady(ctx context.Context, c *clients) error {
 func deleteNodeGuests(c *clients, node string, g *globals) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
+	// Projects and services first: their guests are deleted through
+	// them (a project deleted drops its links, so services go after).
+	errs := deleteProjectsAndServices(ctx, c, g)
 	res, err := c.guests.ListGuests(ctx, connect.NewRequest(&corpusv1.ListGuestsRequest{Node: node}))
 	if err != nil {
-		return err
+		return errors.Join(append(errs, err)...)
 	}
-	var errs []error
 	for _, v := range res.Msg.Guests {
 		name := v.Guest.Name
 		fmt.Fprintf(g.stderr, "deleting guest %s\n", name)
-		if _, err := c.guests.DeleteGuest(ctx, connect.NewRequest(&corpusv1.GuestActionRequest{Name: name, PurgeVolume: true})); err != nil {
+		_, err := c.guests.DeleteGuest(ctx, connect.NewRequest(&corpusv1.GuestActionRequest{Name: name, PurgeVolume: true}))
+		if err != nil && connect.CodeOf(err) != connect.CodeNotFound { // gone meanwhile: fine
 			errs = append(errs, err)
 			continue
 		}
@@ -297,6 +300,34 @@ func deleteNodeGuests(c *clients, node string, g *globals) error {
 		}
 	}
 	return errors.Join(append(errs, deleteNodeVolumes(ctx, c, node, g))...)
+}
+
+// deleteProjectsAndServices deletes every project (its environments'
+// guests and volumes with it) and then every service, purging its data:
+// the cluster of `corpus dev --cleanup` is this node's alone.
+func deleteProjectsAndServices(ctx context.Context, c *clients, g *globals) []error {
+	var errs []error
+	projects, err := c.projects.ListProjects(ctx, connect.NewRequest(&corpusv1.ListProjectsRequest{}))
+	if err != nil {
+		return []error{err}
+	}
+	for _, p := range projects.Msg.Projects {
+		fmt.Fprintf(g.stderr, "deleting project %s\n", p.Project.Name)
+		if _, err := c.projects.DeleteProject(ctx, connect.NewRequest(&corpusv1.DeleteProjectRequest{Name: p.Project.Name})); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	services, err := c.services.ListServices(ctx, connect.NewRequest(&corpusv1.ListServicesRequest{}))
+	if err != nil {
+		return append(errs, err)
+	}
+	for _, v := range services.Msg.Services {
+		fmt.Fprintf(g.stderr, "deleting service %s\n", v.Service.Name)
+		if _, err := c.services.DeleteService(ctx, connect.NewRequest(&corpusv1.DeleteServiceRequest{Name: v.Service.Name, Purge: true})); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errs
 }
 
 // deleteNodeVolumes deletes the volumes left on the node and waits until
