@@ -219,7 +219,14 @@ func (p *Proxy) InFlight(target string) int64 {
 // listeners, so HTTPAddr and HTTPSAddr are known before Run. The proxy
 // starts with no routes. Errors wrap ErrInvalidConfig, ErrCertificate or
 // ErrListen. A Proxy from New must be run with Run or released with Close.
-func New(cfg Config) (*Proxy, error) {
+func New(cfg Config) (_ *Proxy, err error) {
+	defer func() {
+		if err != nil { // the inherited listeners were given to it
+			for _, ln := range cfg.Inherited {
+				ln.Close()
+			}
+		}
+	}()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -260,10 +267,8 @@ func New(cfg Config) (*Proxy, error) {
 	p.table.Store(p.compile(Routes{}))
 
 	p.inherited = maps.Clone(cfg.Inherited)
-	var err error
 	if p.httpLn, err = p.listen("http", cfg.HTTPAddr); err != nil {
 		p.cancelBase()
-		p.closeInherited()
 		return nil, fmt.Errorf("http %s: %w: %w", cfg.HTTPAddr, ErrListen, err)
 	}
 	p.httpSrv = p.newServer(nil)
@@ -271,7 +276,6 @@ func New(cfg Config) (*Proxy, error) {
 		if p.httpsLn, err = p.listen("https", cfg.HTTPSAddr); err != nil {
 			p.httpLn.Close()
 			p.cancelBase()
-			p.closeInherited()
 			return nil, fmt.Errorf("https %s: %w: %w", cfg.HTTPSAddr, ErrListen, err)
 		}
 		p.httpsSrv = p.newServer(tlsConfig)

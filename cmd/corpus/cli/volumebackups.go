@@ -7,6 +7,7 @@ import (
 	"connectrpc.com/connect"
 	"github.com/spf13/cobra"
 
+	"corpus/coordinator/api"
 	corpusv1 "corpus/proto/corpus/v1"
 )
 
@@ -76,7 +77,7 @@ func newVolumeBackupCmds(g *globals) []*cobra.Command {
 // keepOrDefault is how many scheduled backups a keep setting keeps.
 func keepOrDefault(keep uint32) uint32 {
 	if keep == 0 {
-		return 7
+		return api.DefaultBackupKeep
 	}
 	return keep
 }

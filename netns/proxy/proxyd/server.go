@@ -25,6 +25,7 @@ import (
 
 	"corpus/internal/atomicfile"
 	"corpus/internal/metrics"
+	"corpus/internal/revert"
 	"corpus/netns/proxy"
 )
 
@@ -122,37 +123,35 @@ func Run(ctx context.Context, cfg Config) error {
 			log.Info("took over the listeners of the running proxy", "listeners", len(lns))
 		}
 	}
+	// Until it serves, a failure closes what it made and leaves a
+	// predecessor serving on.
+	r := revert.New()
+	defer r.Fail()
+	if pred != nil {
+		r.Add(func() { pred.Close() })
+	}
 	reg := metrics.NewRegistry()
 	cfg.Proxy.Logger, cfg.Proxy.Metrics = log, reg
 	cfg.Proxy.ShutdownTimeout = cfg.DrainTimeout
 	p, err := proxy.New(cfg.Proxy)
 	if err != nil {
-		if pred != nil {
-			pred.Close() // the old proxy goes on serving
-		}
 		return err
 	}
+	r.Add(func() { p.Close() })
 	if err := p.SetRoutes(routes); err != nil {
 		log.Warn("setting the kept routes", "error", err)
 	}
 	s := &server{cfg: cfg, log: log, p: p, reg: reg, started: time.Now(), id: rand.Text(), successor: make(chan struct{})}
 	ctl, err := listenUnix(sockPath(cfg.Dir, controlSock))
 	if err != nil {
-		p.Close()
-		if pred != nil {
-			pred.Close()
-		}
 		return err
 	}
+	r.Add(func() { ctl.Close() })
 	ho, err := listenUnix(sockPath(cfg.Dir, handoverSock))
 	if err != nil {
-		ctl.Close()
-		p.Close()
-		if pred != nil {
-			pred.Close()
-		}
 		return err
 	}
+	r.Success()
 	if err := atomicfile.Write(filepath.Join(cfg.Dir, pidFile), []byte(strconv.Itoa(os.Getpid())+"\n"), 0o644); err != nil {
 		log.Warn("writing the pid file", "error", err)
 	}
