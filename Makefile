@@ -5,6 +5,7 @@ TOOLS     ?= $(shell $(GO) env GOPATH)/bin
 PROTOC_GEN_GO_VERSION      := v1.36.12
 PROTOC_GEN_CONNECT_VERSION := v1.21.1
 STATICCHECK_VERSION        := v0.8.2
+PEBBLE_VERSION             := v2.10.1
 NFPM_VERSION               := v2.45.2
 VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 # GOFLAGS may hold -buildvcs=false, so the commit comes by -X as well.
@@ -58,6 +59,7 @@ test-tools:
 	GOBIN=$(TOOLS) $(GO) install google.golang.org/protobuf/cmd/protoc-gen-go@$(PROTOC_GEN_GO_VERSION)
 	GOBIN=$(TOOLS) $(GO) install connectrpc.com/connect/cmd/protoc-gen-connect-go@$(PROTOC_GEN_CONNECT_VERSION)
 	GOBIN=$(TOOLS) $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
+	GOBIN=$(TOOLS) $(GO) install github.com/letsencrypt/pebble/v2/cmd/pebble@$(PEBBLE_VERSION)
 
 proto: ## regenerate Go code from proto/
 	PATH="$(TOOLS):$$PATH" protoc -I proto -I /usr/include \

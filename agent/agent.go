@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"corpus/agent/certs"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
@@ -243,6 +244,10 @@ type Agent struct {
 	desired map[string]*corpusv1.Guest // by guest id
 	node    *corpusv1.Node             // this node as the coordinator last said
 	routes  []*corpusv1.Route          // proxy routes to this node's guests
+	// certificates are those of the https domains of routes; tls keeps
+	// their keys for the proxy.
+	httpsCerts []*corpusv1.Certificate
+	tls        *certs.Cache
 	// guestProjects names the project of the guests that run one;
 	// guestServices the service of those that run one, serviceReach
 	// who may reach them.
@@ -343,6 +348,7 @@ func New(cfg Config) (*Agent, error) {
 		gossipKick:    make(chan struct{}, 1),
 		metrics:       newAgentMetrics(cfg.Metrics),
 	}
+	a.tls = certs.New(a.fetchTLS)
 	if shipper != nil {
 		self, a.shipper = a, shipper
 		a.logs.ShipTo(shipper)

@@ -395,7 +395,7 @@ func proxyRoutes(routes []*corpusv1.Route, guests map[string]*corpusv1.Guest, se
 		}
 		switch r.Kind {
 		case "http":
-			out.HTTP[r.Domain] = proxy.HTTPRoute{Targets: []string{t}}
+			out.HTTP[r.Domain] = proxy.HTTPRoute{Targets: []string{t}, HTTPS: r.Https, RedirectHTTPS: r.RedirectHttps, HSTS: r.Hsts}
 		case "tcp":
 			out.TCP[int(r.ListenPort)] = proxy.TCPRoute{Target: t}
 		}

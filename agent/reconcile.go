@@ -107,7 +107,7 @@ func (a *Agent) pass(ctx context.Context) {
 // their network as it is meanwhile.
 func (a *Agent) reconcileNetwork(ctx context.Context) {
 	a.mu.Lock()
-	node, routes, known, cdns := a.node, a.routes, a.known, a.cdns
+	node, routes, known, cdns, httpsCerts := a.node, a.routes, a.known, a.cdns, a.httpsCerts
 	policy := guestPolicy{projects: a.guestProjects, control: a.controlEndpoints(), reach: a.serviceReach, peers: a.peers}
 	guests := make([]*corpusv1.Guest, 0, len(a.desired))
 	byID := make(map[string]*corpusv1.Guest, len(a.desired))
@@ -126,6 +126,9 @@ func (a *Agent) reconcileNetwork(ctx context.Context) {
 	table := proxyRoutes(routes, byID, served, func(r *corpusv1.Route, g *corpusv1.Guest) string {
 		return a.routeTarget(ctx, r, g)
 	})
+	var tlsErr error
+	table.TLS, table.Challenges, tlsErr = a.tls.Material(ctx, httpsCerts)
+	a.noteRouteErr("certificates", tlsErr)
 	err := a.net.reconcile(ctx, node, guests, table, cdns, policy)
 	a.mu.Lock()
 	changed := (err == nil) != (a.netErr == nil) || (err != nil && a.netErr != nil && err.Error() != a.netErr.Error())

@@ -98,6 +98,7 @@ func (a *Agent) setDesired(msg *corpusv1.WatchResponse) {
 		a.node = msg.Node
 	}
 	a.routes = msg.Routes
+	a.httpsCerts = msg.Certificates
 	a.guestProjects = msg.GuestProjects
 	a.guestServices = msg.GuestServices
 	a.guestWaiting = msg.GuestWaiting

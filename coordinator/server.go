@@ -492,8 +492,8 @@ func (s *Server) leaderLoop(ctx context.Context) {
 }
 
 // lead runs on the leader: it makes sure the cluster is bootstrapped, then
-// runs the scheduler, the liveness checker and the scheduled backups
-// until leadership ends.
+// runs the scheduler, the liveness checker, the scheduled backups and
+// the certificate orderer until leadership ends.
 func (s *Server) lead(ctx context.Context) {
 	for ctx.Err() == nil {
 		err := s.replica.barrier(10 * time.Second)
@@ -512,10 +512,14 @@ func (s *Server) lead(ctx context.Context) {
 	}
 	s.liveness.reset()
 	var wg sync.WaitGroup
-	wg.Add(3)
+	wg.Add(4)
 	go func() {
 		defer wg.Done()
 		s.api.BackupLoop(ctx)
+	}()
+	go func() {
+		defer wg.Done()
+		s.api.CertificateLoop(ctx)
 	}()
 	go func() {
 		defer wg.Done()

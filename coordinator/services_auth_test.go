@@ -83,6 +83,26 @@ func init() {
 			_, err := c.agent.ServiceRuntime(ctx, connect.NewRequest(&corpusv1.ServiceRuntimeRequest{Service: "nope"}))
 			return err
 		},
+		corpusv1connect.IngressServiceSetRouteTlsProcedure: func(ctx context.Context, c clients) error {
+			_, err := c.ingress.SetRouteTls(ctx, connect.NewRequest(&corpusv1.SetRouteTlsRequest{Domain: "nope.test", Https: true}))
+			return err
+		},
+		corpusv1connect.IngressServiceSetAcmeProcedure: func(ctx context.Context, c clients) error {
+			_, err := c.ingress.SetAcme(ctx, connect.NewRequest(&corpusv1.SetAcmeRequest{DirectoryUrl: "not a url"}))
+			return err
+		},
+		corpusv1connect.IngressServiceGetAcmeProcedure: func(ctx context.Context, c clients) error {
+			_, err := c.ingress.GetAcme(ctx, connect.NewRequest(&corpusv1.GetAcmeRequest{}))
+			return err
+		},
+		corpusv1connect.IngressServiceRenewCertificateProcedure: func(ctx context.Context, c clients) error {
+			_, err := c.ingress.RenewCertificate(ctx, connect.NewRequest(&corpusv1.RenewDomainCertificateRequest{Domain: "nope.test"}))
+			return err
+		},
+		corpusv1connect.AgentServiceTlsMaterialProcedure: func(ctx context.Context, c clients) error {
+			_, err := c.agent.TlsMaterial(ctx, connect.NewRequest(&corpusv1.TlsMaterialRequest{Domains: []string{"nope.test"}}))
+			return err
+		},
 	}
 	for proc, call := range calls {
 		authCalls[proc] = call

@@ -155,6 +155,7 @@ func (s *agentService) Watch(ctx context.Context, _ *connect.Request[corpusv1.Wa
 		msg.Backups = view.BackupsOnNode(p.NodeID)
 		msg.GuestWaiting = guestWaiting(view, msg.Guests)
 		msg.Peers = peerNodes(view, p.NodeID)
+		msg.Certificates = nodeCertificates(view, msg.Routes)
 		s.dnsInfo(msg)
 		for _, c := range view.Coordinators() {
 			if c.ApiAddress != "" {

@@ -48,6 +48,9 @@ func (s *ingressService) CreateRoute(ctx context.Context, req *connect.Request[c
 	if err := validPort("guest port", m.GuestPort); err != nil {
 		return nil, toConnect(err)
 	}
+	if err := validTLS(m.Kind, m.Https, m.RedirectHttps, m.Hsts); err != nil {
+		return nil, toConnect(err)
+	}
 	if err := names.Validate("guest", m.GuestName); err != nil {
 		return nil, toConnect(err)
 	}
@@ -58,11 +61,21 @@ func (s *ingressService) CreateRoute(ctx context.Context, req *connect.Request[c
 	}
 	// The same route again is a success that changes nothing.
 	for _, r := range view.RoutesOfGuest(g.Id) {
-		if r.Kind == m.Kind && r.Domain == domain && r.ListenPort == m.ListenPort && r.GuestPort == m.GuestPort {
+		if r.Kind == m.Kind && r.Domain == domain && r.ListenPort == m.ListenPort && r.GuestPort == m.GuestPort &&
+			r.Https == m.Https && r.RedirectHttps == m.RedirectHttps && r.Hsts == m.Hsts {
 			return connect.NewResponse(&corpusv1.CreateRouteResponse{Route: r}), nil
 		}
 	}
-	r := &corpusv1.Route{Id: secret.Hex(8), Kind: m.Kind, Domain: domain, ListenPort: m.ListenPort, GuestId: g.Id, GuestPort: m.GuestPort}
+	if r := view.RouteByDomain(domain); domain != "" && r != nil && r.GuestId == g.Id && r.GuestPort == m.GuestPort {
+		// The same route with other TLS settings: change those.
+		res, err := s.setTLS(ctx, r, m.Https, m.RedirectHttps, m.Hsts)
+		if err != nil {
+			return nil, err
+		}
+		return connect.NewResponse(&corpusv1.CreateRouteResponse{Route: res.Route}), nil
+	}
+	r := &corpusv1.Route{Id: secret.Hex(8), Kind: m.Kind, Domain: domain, ListenPort: m.ListenPort, GuestId: g.Id, GuestPort: m.GuestPort,
+		Https: m.Https, RedirectHttps: m.RedirectHttps, Hsts: m.Hsts}
 	if _, err := s.b.write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_CreateRoute{CreateRoute: &corpusv1.CreateRoute{Route: r}}}); err != nil {
 		return nil, err
 	}
@@ -82,6 +95,9 @@ func (s *ingressService) ListRoutes(ctx context.Context, _ *connect.Request[corp
 			if n := view.Node(g.NodeId); n != nil {
 				v.NodeName, v.NodeAddress = n.Name, n.Address
 			}
+		}
+		if r.Https {
+			v.Certificate = certificateView(view.Certificate(r.Domain))
 		}
 		res.Routes = append(res.Routes, v)
 	}

@@ -208,6 +208,11 @@ func (r *keyrings) rotate(ctx context.Context) (*corpusv1.RotateKeyringResponse,
 			}
 			cmd.Envs = append(cmd.Envs, &corpusv1.ResealedConfig{Service: svc.Name, Config: secrets})
 		}
+		tls, err := resealTLS(view, resealAt)
+		if err != nil {
+			return nil, err
+		}
+		cmd.Envs = append(cmd.Envs, tls...)
 		_, err = r.b.write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_SetKeyring{SetKeyring: cmd}})
 		if err == nil {
 			return res, nil

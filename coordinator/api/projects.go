@@ -240,12 +240,12 @@ func (s *projectService) CreateProject(ctx context.Context, req *connect.Request
 	if err := normalizeSpec(spec); err != nil {
 		return nil, toConnect(err)
 	}
-	env := &corpusv1.ProjectEnv{Name: m.Env, Domains: domains, HttpPort: m.HttpPort, Branch: m.Branch}
+	env := &corpusv1.ProjectEnv{Name: m.Env, Domains: domains, HttpPort: m.HttpPort, Branch: m.Branch, Https: m.Https}
 	if p := s.b.Store.Read().Project(m.Name); p != nil {
 		if e := state.ProjectEnv(p, m.Env); e != nil {
 			// The same request again is a success.
 			g := s.b.Store.Read().Guest(e.GuestId)
-			if g != nil && g.Spec.GetImage() == spec.Image && slices.Equal(g.Spec.GetPackages(), spec.Packages) && slices.Equal(e.Domains, domains) && e.Branch == m.Branch && e.HttpPort == m.HttpPort {
+			if g != nil && g.Spec.GetImage() == spec.Image && slices.Equal(g.Spec.GetPackages(), spec.Packages) && slices.Equal(e.Domains, domains) && e.Branch == m.Branch && e.HttpPort == m.HttpPort && e.Https == m.Https {
 				return connect.NewResponse(&corpusv1.CreateProjectResponse{Project: p, GitRemote: s.remote(s.b.Store.Read(), p, e)}), nil
 			}
 			return nil, connect.NewError(connect.CodeAlreadyExists, fmt.Errorf("project %s already has a %s environment with other settings", m.Name, m.Env))
@@ -254,7 +254,8 @@ func (s *projectService) CreateProject(ctx context.Context, req *connect.Request
 	g := &corpusv1.Guest{Id: secret.Hex(8), Name: guestName, Spec: spec, DesiredState: state.DesiredRunning}
 	var routes []*corpusv1.Route
 	for _, d := range domains {
-		routes = append(routes, &corpusv1.Route{Id: secret.Hex(8), Kind: state.RouteHTTP, Domain: d, GuestId: g.Id, GuestPort: m.HttpPort})
+		routes = append(routes, &corpusv1.Route{Id: secret.Hex(8), Kind: state.RouteHTTP, Domain: d, GuestId: g.Id, GuestPort: m.HttpPort,
+			Https: m.Https, RedirectHttps: m.Https})
 	}
 	if _, err := s.b.write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_CreateProject{CreateProject: &corpusv1.CreateProject{
 		ProjectId: secret.Hex(8), Name: m.Name, Env: env, Guest: g, Routes: routes,
@@ -732,7 +733,8 @@ func (s *agentService) SetManifestDomains(ctx context.Context, req *connect.Requ
 		if r := view.RouteByDomain(d); r != nil && r.GuestId == e.GuestId {
 			continue // routed here already
 		}
-		routes = append(routes, &corpusv1.Route{Id: secret.Hex(8), Kind: state.RouteHTTP, Domain: d, GuestId: e.GuestId, GuestPort: state.WebPort(e)})
+		routes = append(routes, &corpusv1.Route{Id: secret.Hex(8), Kind: state.RouteHTTP, Domain: d, GuestId: e.GuestId, GuestPort: state.WebPort(e),
+			Https: e.Https, RedirectHttps: e.Https})
 	}
 	if _, err := s.b.write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_SetManifestDomains{SetManifestDomains: &corpusv1.SetManifestDomains{
 		Project: m.Project, Env: m.Env, NodeId: auth.FromContext(ctx).NodeID, Domains: domains, Routes: routes,

@@ -137,6 +137,12 @@ func (a *applier) setKeyring(c *corpusv1.SetKeyring) error {
 		return fmt.Errorf("the keyring's primary key is %q, not %q: %w", cur, c.ExpectPrimary, ErrStale)
 	}
 	for _, r := range c.Envs {
+		if r.Certificate != "" || r.Acme {
+			if err := a.resealTLS(r); err != nil {
+				return err
+			}
+			continue
+		}
 		if r.Service != "" {
 			svc, err := a.service(r.Service)
 			if err != nil {
@@ -196,6 +202,16 @@ func (a *applier) setKeyring(c *corpusv1.SetKeyring) error {
 	}
 	for _, svc := range v.Services() {
 		if err := check("service "+svc.Name, svc.Secrets); err != nil {
+			return err
+		}
+	}
+	for _, crt := range v.Certificates() {
+		if err := check("certificate "+crt.Domain, certificateSealed(crt)); err != nil {
+			return err
+		}
+	}
+	if acme := v.Acme(); acme != nil && len(acme.AccountKey) > 0 {
+		if err := check("acme account", map[string][]byte{"key": acme.AccountKey}); err != nil {
 			return err
 		}
 	}

@@ -214,6 +214,14 @@ func (a *applier) apply(cmd *corpusv1.Command) error {
 		return a.replaceServiceGuest(c.ReplaceServiceGuest)
 	case *corpusv1.Command_UpdateVolume:
 		return a.updateVolume(c.UpdateVolume)
+	case *corpusv1.Command_SetAcmeConfig:
+		return a.setAcmeConfig(c.SetAcmeConfig)
+	case *corpusv1.Command_PutCertificate:
+		return a.putCertificate(c.PutCertificate)
+	case *corpusv1.Command_DeleteCertificate:
+		return a.deleteCertificate(c.DeleteCertificate)
+	case *corpusv1.Command_SetRouteTls:
+		return a.setRouteTLS(c.SetRouteTls)
 	default:
 		panic(fmt.Sprintf("state: command %T has no apply function", c))
 	}
@@ -546,6 +554,8 @@ func (v *Snap) Dump() *corpusv1.Snapshot {
 	snap.Keyring = v.Keyring()
 	snap.Services = v.Services()
 	snap.Backups = v.Backups("")
+	snap.Acme = v.Acme()
+	snap.Certificates = v.Certificates()
 	return snap
 }
 
@@ -582,6 +592,16 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 	}
 	if snap.Keyring != nil {
 		if err := ins(tableMeta, &meta{Key: metaKeyring, Value: snap.Keyring}); err != nil {
+			return err
+		}
+	}
+	if snap.Acme != nil {
+		if err := ins(tableMeta, &meta{Key: metaAcme, Value: snap.Acme}); err != nil {
+			return err
+		}
+	}
+	for _, c := range snap.Certificates {
+		if err := ins(tableCertificates, c); err != nil {
 			return err
 		}
 	}

@@ -140,6 +140,12 @@ func schema() *memdb.DBSchema {
 				"node":    {Name: "node", AllowMissing: true, Indexer: &memdb.StringFieldIndex{Field: "NodeId"}},
 			},
 		},
+		tableCertificates: {
+			Name: tableCertificates,
+			Indexes: map[string]*memdb.IndexSchema{
+				"id": {Name: "id", Unique: true, Indexer: &memdb.StringFieldIndex{Field: "Domain"}},
+			},
+		},
 		tableMeta: {
 			Name: tableMeta,
 			Indexes: map[string]*memdb.IndexSchema{

@@ -22,6 +22,7 @@ type table struct {
 	routes Routes // the copy given to SetRoutes, never changed
 	http   map[string]*httpRoute
 	tcp    map[int]string // listen port -> target
+	tls    *tlsTable
 }
 
 // httpRoute is the compiled form of one HTTPRoute. Only next changes.
@@ -43,9 +44,10 @@ func (rt *httpRoute) pick() string {
 }
 
 // compile builds the table for r; r must be valid and owned by the table.
-func (p *Proxy) compile(r Routes) *table {
+func (p *Proxy) compile(r Routes, tt *tlsTable) *table {
 	t := &table{
 		routes: r,
+		tls:    tt,
 		http:   make(map[string]*httpRoute, len(r.HTTP)),
 		tcp:    make(map[int]string, len(r.TCP)),
 	}
@@ -73,7 +75,11 @@ func (h handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	defer p.counters.inFlight.Add(-1)
 
 	host := matchHost(r.Host)
-	rt := p.table.Load().http[host]
+	t := p.table.Load()
+	if p.answerChallenge(w, r, t) {
+		return
+	}
+	rt := t.http[host]
 	if rt == nil {
 		p.counters.errors.add(http.StatusNotFound)
 		p.metrics.answered(noRoute, http.StatusNotFound)
@@ -81,6 +87,9 @@ func (h handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			host = "(none)"
 		}
 		http.Error(w, "no route for host "+host, http.StatusNotFound)
+		return
+	}
+	if p.secure(w, r, t, host) {
 		return
 	}
 	if r.ContentLength != 0 && r.ProtoMajor == 1 {

@@ -35,10 +35,10 @@ type Config struct {
 	// HTTPAddr is the plain HTTP listen address, ":80" by default. Port 0
 	// picks a free port; HTTPAddr() tells which.
 	HTTPAddr string
-	// HTTPSAddr is the HTTPS listen address; empty disables HTTPS. It needs
-	// at least one certificate.
+	// HTTPSAddr is the HTTPS listen address; empty disables HTTPS.
 	HTTPSAddr string
-	// Certs are the certificates HTTPS serves. A client's SNI name picks the
+	// Certs are certificate files HTTPS serves for the names no route's
+	// certificate (Routes.TLS) covers. A client's SNI name picks the
 	// certificate whose names match it (exactly, else by a *.parent
 	// wildcard in the certificate); without a match the first one is used.
 	Certs []CertFiles
@@ -144,9 +144,6 @@ func (c Config) Validate() error {
 	if c.MaxIdleConnsPerTarget < 0 {
 		bad("max_idle_conns_per_target %d is negative", c.MaxIdleConnsPerTarget)
 	}
-	if c.HTTPSAddr != "" && len(c.Certs) == 0 {
-		bad("https_addr %q needs at least one certificate", c.HTTPSAddr)
-	}
 	if c.HTTPSAddr == "" && len(c.Certs) > 0 {
 		bad("certificates given without https_addr")
 	}
@@ -172,7 +169,7 @@ type Proxy struct {
 	transport *http.Transport
 	counters  counters
 	metrics   *proxyMetrics
-	leaves    []*x509.Certificate // of the HTTPS certificates
+	static    *certSet // the configured certificate files, nil without any
 
 	httpLn, httpsLn   net.Listener
 	httpSrv, httpsSrv *http.Server
@@ -237,25 +234,16 @@ func New(cfg Config) (_ *Proxy, err error) {
 	}
 	log = log.With("component", "proxy")
 
-	var (
-		tlsConfig *tls.Config
-		leaves    []*x509.Certificate
-	)
-	if cfg.HTTPSAddr != "" {
-		certs, err := loadCerts(cfg.Certs)
-		if err != nil {
+	var static *certSet
+	if len(cfg.Certs) > 0 {
+		if static, err = loadCerts(cfg.Certs); err != nil {
 			return nil, err
-		}
-		leaves = certs.all
-		tlsConfig = &tls.Config{
-			MinVersion:     tls.VersionTLS12,
-			GetCertificate: certs.get,
 		}
 	}
 
 	p := &Proxy{
 		cfg:          cfg,
-		leaves:       leaves,
+		static:       static,
 		log:          log,
 		tcpListeners: map[int]net.Listener{},
 		tcpConns:     map[net.Conn]struct{}{},
@@ -264,7 +252,7 @@ func New(cfg Config) (_ *Proxy, err error) {
 	p.metrics = newProxyMetrics(metrics.Registerer(cfg.Metrics), &p.counters)
 	p.base, p.cancelBase = context.WithCancel(context.Background())
 	p.transport = p.newTransport()
-	p.table.Store(p.compile(Routes{}))
+	p.table.Store(p.compile(Routes{}, &tlsTable{}))
 
 	p.inherited = maps.Clone(cfg.Inherited)
 	if p.httpLn, err = p.listen("http", cfg.HTTPAddr); err != nil {
@@ -278,7 +266,12 @@ func New(cfg Config) (_ *Proxy, err error) {
 			p.cancelBase()
 			return nil, fmt.Errorf("https %s: %w: %w", cfg.HTTPSAddr, ErrListen, err)
 		}
-		p.httpsSrv = p.newServer(tlsConfig)
+		p.httpsSrv = p.newServer(&tls.Config{
+			MinVersion:     tls.VersionTLS12,
+			GetCertificate: p.getCertificate,
+			// net/http adds h2 and http/1.1; acme-tls/1 answers tls-alpn-01.
+			NextProtos: []string{acmeTLSProto},
+		})
 	}
 	return p, nil
 }
@@ -357,7 +350,12 @@ func (p *Proxy) Listeners() (map[string]*os.File, error) {
 
 // Certificates returns the HTTPS certificates (leaves), in the order of
 // Config.Certs; the caller must not change them.
-func (p *Proxy) Certificates() []*x509.Certificate { return p.leaves }
+func (p *Proxy) Certificates() []*x509.Certificate {
+	if p.static == nil {
+		return nil
+	}
+	return p.static.all
+}
 
 // HTTPAddr returns the address the HTTP listener is bound to.
 func (p *Proxy) HTTPAddr() net.Addr { return p.httpLn.Addr() }
@@ -392,10 +390,14 @@ func (p *Proxy) SetRoutes(r Routes) error {
 		return ErrClosed
 	}
 	r = r.clone()
-	t := p.compile(r)
+	tt, err := compileTLS(r)
+	if err != nil {
+		return fmt.Errorf("setting routes: %w", err)
+	}
+	t := p.compile(r, tt)
 	p.metrics.forget(p.table.Load().http, t.http)
 	p.table.Store(t)
-	err := p.syncTCPListeners(r.TCP)
+	err = p.syncTCPListeners(r.TCP)
 	p.log.Info("routes set", "http_routes", len(r.HTTP), "tcp_routes", len(r.TCP))
 	return err
 }

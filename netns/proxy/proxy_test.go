@@ -20,7 +20,7 @@ func TestConfigValidate(t *testing.T) {
 	}{
 		{"zero takes defaults", Config{}, true},
 		{"defaults", DefaultConfig(), true},
-		{"https without certs", Config{HTTPSAddr: ":443"}, false},
+		{"https serving route certificates only", Config{HTTPSAddr: ":443"}, true},
 		{"certs without https", Config{Certs: []CertFiles{{CertFile: "c", KeyFile: "k"}}}, false},
 		{"negative timeout", Config{DialTimeout: -time.Second}, false},
 		{"negative header limit", Config{MaxHeaderBytes: -1}, false},

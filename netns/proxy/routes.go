@@ -20,6 +20,12 @@ type Routes struct {
 	HTTP map[string]HTTPRoute `json:"http,omitempty"`
 	// TCP maps a listen port on the node to its route.
 	TCP map[int]TCPRoute `json:"tcp,omitempty"`
+	// TLS maps a domain to the certificate HTTPS serves for it (see
+	// TLSDomain); keys are never written to disk (WithoutKeys).
+	TLS map[string]TLSDomain `json:"tls,omitempty"`
+	// Challenges maps the token of an ACME http-01 challenge to its key
+	// authorization, answered on /.well-known/acme-challenge/TOKEN.
+	Challenges map[string]string `json:"challenges,omitempty"`
 }
 
 // HTTPRoute sends the requests of one host to its targets.
@@ -29,6 +35,12 @@ type HTTPRoute struct {
 	// method is idempotent moves on to the next target when one cannot be
 	// connected to.
 	Targets []string `json:"targets"`
+	// HTTPS marks a route whose domain has (or awaits) a certificate in
+	// Routes.TLS; RedirectHTTPS then redirects plain HTTP to HTTPS once
+	// the certificate serves, and HSTS adds Strict-Transport-Security.
+	HTTPS         bool `json:"https,omitempty"`
+	RedirectHTTPS bool `json:"redirect_https,omitempty"`
+	HSTS          bool `json:"hsts,omitempty"`
 }
 
 // TCPRoute sends the connections of one listen port to its target.
@@ -64,6 +76,7 @@ func (r Routes) Validate() error {
 			errs = append(errs, fmt.Errorf("tcp route %d: %w", port, err))
 		}
 	}
+	errs = append(errs, r.validTLS()...)
 	return errors.Join(errs...)
 }
 
@@ -74,12 +87,15 @@ func (r Routes) clone() Routes {
 	if r.HTTP != nil {
 		out.HTTP = make(map[string]HTTPRoute, len(r.HTTP))
 		for h, route := range r.HTTP {
-			out.HTTP[h] = HTTPRoute{Targets: slices.Clone(route.Targets)}
+			route.Targets = slices.Clone(route.Targets)
+			out.HTTP[h] = route
 		}
 	}
 	if r.TCP != nil {
 		out.TCP = maps.Clone(r.TCP)
 	}
+	out.TLS = maps.Clone(r.TLS) // values hold strings and a slice never written to
+	out.Challenges = maps.Clone(r.Challenges)
 	return out
 }
 

@@ -198,7 +198,10 @@ func addNetworkFlags(f *pflag.FlagSet, cfg *agent.Config) {
 	f.StringVar(&cfg.Address, "address", cfg.Address, "node address outside traffic reaches (default: host of --advertise-addr)")
 	f.IntVar(&cfg.MinHostPort, "min-host-port", cfg.MinHostPort, "lowest node port guests may publish")
 	f.StringVar(&cfg.ProxyHTTPAddr, "proxy-http-addr", cfg.ProxyHTTPAddr, "proxy HTTP listen address")
-	f.StringVar(&cfg.ProxyHTTPSAddr, "proxy-https-addr", cfg.ProxyHTTPSAddr, "proxy HTTPS listen address (off when empty)")
+	if cfg.ProxyHTTPSAddr == "" {
+		cfg.ProxyHTTPSAddr = ":443" // https routes need it; "" turns HTTPS off
+	}
+	f.StringVar(&cfg.ProxyHTTPSAddr, "proxy-https-addr", cfg.ProxyHTTPSAddr, "proxy HTTPS listen address, for https routes' certificates and --proxy-cert files (off when empty)")
 	f.StringSliceVar(&cfg.ProxyCerts, "proxy-cert", nil, "HTTPS certificate CERT.pem:KEY.pem (repeatable)")
 	f.BoolVar(&cfg.ProxyProcess, "proxy-process", true, "run the proxy as a process of its own that outlives the agent (`corpus proxy`); false runs it in the agent")
 	f.StringVar(&cfg.GitAddr, "git-addr", cfg.GitAddr, "SSH git endpoint listen address for pushes (off when empty)")

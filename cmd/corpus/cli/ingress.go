@@ -36,11 +36,13 @@ func newGuestExposeCmd(g *globals) *cobra.Command {
 		domain, tcp string
 		port        int
 		viaProxy    bool
+		tlsFlags    routeTLSFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "expose NAME (--proxy --domain DOMAIN --port PORT | --tcp NODEPORT[:GUESTPORT])",
 		Short: "Route outside traffic to a guest through its node's proxy",
 		Example: `  corpus guest expose web --proxy --domain web.example.test --port 80
+  corpus guest expose web --domain www.example.com --port 80 --https --redirect --hsts
   corpus guest expose db --tcp 5432`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -59,6 +61,7 @@ func newGuestExposeCmd(g *globals) *cobra.Command {
 					return fmt.Errorf("--port: say which guest port serves %s", domain)
 				}
 				req.Kind, req.Domain, req.GuestPort = "http", domain, int32(port)
+				req.Https, req.RedirectHttps, req.Hsts = tlsFlags.https, tlsFlags.redirect, tlsFlags.hsts
 			default:
 				return fmt.Errorf("give --proxy --domain DOMAIN --port PORT, or --tcp PORT")
 			}
@@ -83,10 +86,14 @@ func newGuestExposeCmd(g *globals) *cobra.Command {
 	f.StringVar(&domain, "domain", "", "HTTP host name to route")
 	f.IntVar(&port, "port", 0, "guest port serving the domain")
 	f.StringVar(&tcp, "tcp", "", "node port to route raw TCP from, NODEPORT[:GUESTPORT]")
+	tlsFlags.add(f)
 	return cmd
 }
 
 func routeName(r *corpusv1.Route) string {
+	if r.Kind == "http" && r.Https {
+		return "https://" + r.Domain
+	}
 	if r.Kind == "http" {
 		return "http://" + r.Domain
 	}
@@ -105,12 +112,12 @@ func newIngressCmd(g *globals) *cobra.Command {
 				return c.ingress.ListRoutes(ctx, connect.NewRequest(&corpusv1.ListRoutesRequest{}))
 			}, func(msg *corpusv1.ListRoutesResponse) error {
 				w := tabwriter.NewWriter(g.stdout, 0, 4, 2, ' ', 0)
-				fmt.Fprintln(w, "MODE\tFROM\tNODE\tGUEST\tTARGET")
+				fmt.Fprintln(w, "MODE\tFROM\tNODE\tGUEST\tTARGET\tCERTIFICATE")
 				for _, v := range msg.Routes {
-					fmt.Fprintf(w, "proxy\t%s\t%s\t%s\t%s\n", routeName(v.Route), nodeAt(v.NodeName, v.NodeAddress), v.Route.GuestName, dash(v.Target))
+					fmt.Fprintf(w, "proxy\t%s\t%s\t%s\t%s\t%s\n", routeName(v.Route), nodeAt(v.NodeName, v.NodeAddress), v.Route.GuestName, dash(v.Target), certSummary(v))
 				}
 				for _, v := range msg.Nat {
-					fmt.Fprintf(w, "nat\t%s/%d\t%s\t%s\t%s\n", v.Port.Protocol, v.Port.HostPort, nodeAt(v.NodeName, v.NodeAddress), v.GuestName, dash(v.Target))
+					fmt.Fprintf(w, "nat\t%s/%d\t%s\t%s\t%s\t-\n", v.Port.Protocol, v.Port.HostPort, nodeAt(v.NodeName, v.NodeAddress), v.GuestName, dash(v.Target))
 				}
 				return w.Flush()
 			})
@@ -154,7 +161,7 @@ func newIngressCmd(g *globals) *cobra.Command {
 	}
 	move.Flags().StringVar(&to, "to", "", "guest to point the route at")
 	move.Flags().IntVar(&toPort, "to-port", 0, "guest port on the new guest (default: the same)")
-	cmd.AddCommand(list, del, move)
+	cmd.AddCommand(list, del, move, newIngressTLSCmd(g), newIngressRenewCmd(g), newIngressACMECmd(g))
 	return cmd
 }
 

@@ -119,6 +119,7 @@ func newProjectCreateCmd(g *globals) *cobra.Command {
 		volSize, memory, cpus      string
 		domains, packages          []string
 		httpPort                   int
+		https                      bool
 		detach                     bool
 		timeout                    time.Duration
 	)
@@ -138,7 +139,7 @@ func newProjectCreateCmd(g *globals) *cobra.Command {
 			}
 			req := &corpusv1.CreateProjectRequest{
 				Name: args[0], Env: env, Image: image, Driver: driver, Domains: domains,
-				HttpPort: int32(httpPort), Branch: branch, Resources: &corpusv1.Resources{}, Packages: packages,
+				HttpPort: int32(httpPort), Branch: branch, Resources: &corpusv1.Resources{}, Packages: packages, Https: https,
 			}
 			var err error
 			if req.VolumeBytes, err = units.ParseSize(volSize); err != nil {
@@ -210,6 +211,7 @@ func newProjectCreateCmd(g *globals) *cobra.Command {
 	f.StringSliceVar(&packages, "packages", nil, "Debian packages installed into the guest's image (debian images; comma-separated or repeated)")
 	f.StringArrayVar(&domains, "domain", nil, "HTTP domain routed to the guest through the proxy (repeatable)")
 	f.IntVar(&httpPort, "http-port", 80, "guest port the domains route to")
+	f.BoolVar(&https, "https", false, "serve the domains over HTTPS with certificates ordered by ACME (corpus ingress acme set), plain HTTP redirected")
 	f.StringVar(&volSize, "volume-size", "1G", "size of the project's data volume")
 	f.StringVar(&memory, "memory", "", "memory limit of the guest, e.g. 256M (default 256M)")
 	f.StringVar(&cpus, "cpus", "", "CPU limit in cores (0.5) or millicores (500m) (default 0.25)")

@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -140,10 +141,11 @@ func TestTakeover(t *testing.T) {
 	l := startLoad(st1.HTTPAddr, "web.example.test", 8)
 	time.Sleep(300 * time.Millisecond)
 
-	// A successor whose proxy cannot start (HTTPS without certificates)
-	// leaves the old one serving.
+	// A successor whose proxy cannot start (a certificate file that is
+	// not there) leaves the old one serving.
 	bad := pc
 	bad.HTTPSAddr = "127.0.0.1:0"
+	bad.Certs = []proxy.CertFiles{{CertFile: filepath.Join(dir, "missing.pem"), KeyFile: filepath.Join(dir, "missing.key")}}
 	if err := Run(context.Background(), Config{Dir: dir, Proxy: bad, Takeover: true, Version: "bad"}); err == nil {
 		t.Error("a successor with a bad config ran")
 	}

@@ -267,7 +267,7 @@ func (s *server) handler() http.Handler {
 		writeJSON(w, st)
 	})
 	mux.HandleFunc("GET /routes", func(w http.ResponseWriter, r *http.Request) {
-		writeJSON(w, s.p.Routes())
+		writeJSON(w, s.p.Routes().WithoutKeys())
 	})
 	mux.HandleFunc("PUT /routes", func(w http.ResponseWriter, r *http.Request) {
 		var rt proxy.Routes
@@ -317,8 +317,11 @@ func loadRoutes(dir string) (proxy.Routes, error) {
 	return r, nil
 }
 
+// saveRoutes keeps the routes for the next process, without their TLS
+// material: keys stay in memory (a successor gets them in the handover;
+// after a restart the agent gives them again).
 func saveRoutes(dir string, r proxy.Routes) error {
-	b, err := json.Marshal(r)
+	b, err := json.Marshal(r.WithoutKeys())
 	if err != nil {
 		return err
 	}

@@ -23,6 +23,191 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+type TlsMaterialRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// domains asked for; those not routed to the calling node's guests
+	// are refused.
+	Domains       []string `protobuf:"bytes,1,rep,name=domains,proto3" json:"domains,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TlsMaterialRequest) Reset() {
+	*x = TlsMaterialRequest{}
+	mi := &file_corpus_v1_agent_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TlsMaterialRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TlsMaterialRequest) ProtoMessage() {}
+
+func (x *TlsMaterialRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_agent_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TlsMaterialRequest.ProtoReflect.Descriptor instead.
+func (*TlsMaterialRequest) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *TlsMaterialRequest) GetDomains() []string {
+	if x != nil {
+		return x.Domains
+	}
+	return nil
+}
+
+type TlsMaterialResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Domains       []*TlsDomain           `protobuf:"bytes,1,rep,name=domains,proto3" json:"domains,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TlsMaterialResponse) Reset() {
+	*x = TlsMaterialResponse{}
+	mi := &file_corpus_v1_agent_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TlsMaterialResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TlsMaterialResponse) ProtoMessage() {}
+
+func (x *TlsMaterialResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_agent_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TlsMaterialResponse.ProtoReflect.Descriptor instead.
+func (*TlsMaterialResponse) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *TlsMaterialResponse) GetDomains() []*TlsDomain {
+	if x != nil {
+		return x.Domains
+	}
+	return nil
+}
+
+// TlsDomain is what a proxy serves for a domain: its certificate and the
+// tls-alpn-01 challenge certificate of an order in progress.
+type TlsDomain struct {
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	Domain      string                 `protobuf:"bytes,1,opt,name=domain,proto3" json:"domain,omitempty"`
+	ChainPem    string                 `protobuf:"bytes,2,opt,name=chain_pem,json=chainPem,proto3" json:"chain_pem,omitempty"`
+	KeyPem      string                 `protobuf:"bytes,3,opt,name=key_pem,json=keyPem,proto3" json:"key_pem,omitempty"`
+	Ocsp        []byte                 `protobuf:"bytes,4,opt,name=ocsp,proto3" json:"ocsp,omitempty"`
+	AlpnCertPem string                 `protobuf:"bytes,5,opt,name=alpn_cert_pem,json=alpnCertPem,proto3" json:"alpn_cert_pem,omitempty"`
+	AlpnKeyPem  string                 `protobuf:"bytes,6,opt,name=alpn_key_pem,json=alpnKeyPem,proto3" json:"alpn_key_pem,omitempty"`
+	// modify_index of the certificate this was read from.
+	ModifyIndex   uint64 `protobuf:"varint,7,opt,name=modify_index,json=modifyIndex,proto3" json:"modify_index,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TlsDomain) Reset() {
+	*x = TlsDomain{}
+	mi := &file_corpus_v1_agent_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TlsDomain) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TlsDomain) ProtoMessage() {}
+
+func (x *TlsDomain) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_agent_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TlsDomain.ProtoReflect.Descriptor instead.
+func (*TlsDomain) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *TlsDomain) GetDomain() string {
+	if x != nil {
+		return x.Domain
+	}
+	return ""
+}
+
+func (x *TlsDomain) GetChainPem() string {
+	if x != nil {
+		return x.ChainPem
+	}
+	return ""
+}
+
+func (x *TlsDomain) GetKeyPem() string {
+	if x != nil {
+		return x.KeyPem
+	}
+	return ""
+}
+
+func (x *TlsDomain) GetOcsp() []byte {
+	if x != nil {
+		return x.Ocsp
+	}
+	return nil
+}
+
+func (x *TlsDomain) GetAlpnCertPem() string {
+	if x != nil {
+		return x.AlpnCertPem
+	}
+	return ""
+}
+
+func (x *TlsDomain) GetAlpnKeyPem() string {
+	if x != nil {
+		return x.AlpnKeyPem
+	}
+	return ""
+}
+
+func (x *TlsDomain) GetModifyIndex() uint64 {
+	if x != nil {
+		return x.ModifyIndex
+	}
+	return 0
+}
+
 // AgentRedeployRequest is a redeploy as the coordinator passes it on, with
 // what the node needs to know of the environment.
 type AgentRedeployRequest struct {
@@ -39,7 +224,7 @@ type AgentRedeployRequest struct {
 
 func (x *AgentRedeployRequest) Reset() {
 	*x = AgentRedeployRequest{}
-	mi := &file_corpus_v1_agent_proto_msgTypes[0]
+	mi := &file_corpus_v1_agent_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -51,7 +236,7 @@ func (x *AgentRedeployRequest) String() string {
 func (*AgentRedeployRequest) ProtoMessage() {}
 
 func (x *AgentRedeployRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_agent_proto_msgTypes[0]
+	mi := &file_corpus_v1_agent_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -64,7 +249,7 @@ func (x *AgentRedeployRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AgentRedeployRequest.ProtoReflect.Descriptor instead.
 func (*AgentRedeployRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{0}
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *AgentRedeployRequest) GetRequest() *RedeployRequest {
@@ -106,7 +291,7 @@ type SetWebPortRequest struct {
 
 func (x *SetWebPortRequest) Reset() {
 	*x = SetWebPortRequest{}
-	mi := &file_corpus_v1_agent_proto_msgTypes[1]
+	mi := &file_corpus_v1_agent_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -118,7 +303,7 @@ func (x *SetWebPortRequest) String() string {
 func (*SetWebPortRequest) ProtoMessage() {}
 
 func (x *SetWebPortRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_agent_proto_msgTypes[1]
+	mi := &file_corpus_v1_agent_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -131,7 +316,7 @@ func (x *SetWebPortRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetWebPortRequest.ProtoReflect.Descriptor instead.
 func (*SetWebPortRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{1}
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *SetWebPortRequest) GetProject() string {
@@ -163,7 +348,7 @@ type SetWebPortResponse struct {
 
 func (x *SetWebPortResponse) Reset() {
 	*x = SetWebPortResponse{}
-	mi := &file_corpus_v1_agent_proto_msgTypes[2]
+	mi := &file_corpus_v1_agent_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -175,7 +360,7 @@ func (x *SetWebPortResponse) String() string {
 func (*SetWebPortResponse) ProtoMessage() {}
 
 func (x *SetWebPortResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_agent_proto_msgTypes[2]
+	mi := &file_corpus_v1_agent_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -188,7 +373,7 @@ func (x *SetWebPortResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetWebPortResponse.ProtoReflect.Descriptor instead.
 func (*SetWebPortResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{2}
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{5}
 }
 
 type SetManifestDomainsRequest struct {
@@ -202,7 +387,7 @@ type SetManifestDomainsRequest struct {
 
 func (x *SetManifestDomainsRequest) Reset() {
 	*x = SetManifestDomainsRequest{}
-	mi := &file_corpus_v1_agent_proto_msgTypes[3]
+	mi := &file_corpus_v1_agent_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -214,7 +399,7 @@ func (x *SetManifestDomainsRequest) String() string {
 func (*SetManifestDomainsRequest) ProtoMessage() {}
 
 func (x *SetManifestDomainsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_agent_proto_msgTypes[3]
+	mi := &file_corpus_v1_agent_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -227,7 +412,7 @@ func (x *SetManifestDomainsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetManifestDomainsRequest.ProtoReflect.Descriptor instead.
 func (*SetManifestDomainsRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{3}
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *SetManifestDomainsRequest) GetProject() string {
@@ -259,7 +444,7 @@ type SetManifestDomainsResponse struct {
 
 func (x *SetManifestDomainsResponse) Reset() {
 	*x = SetManifestDomainsResponse{}
-	mi := &file_corpus_v1_agent_proto_msgTypes[4]
+	mi := &file_corpus_v1_agent_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -271,7 +456,7 @@ func (x *SetManifestDomainsResponse) String() string {
 func (*SetManifestDomainsResponse) ProtoMessage() {}
 
 func (x *SetManifestDomainsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_agent_proto_msgTypes[4]
+	mi := &file_corpus_v1_agent_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -284,7 +469,7 @@ func (x *SetManifestDomainsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetManifestDomainsResponse.ProtoReflect.Descriptor instead.
 func (*SetManifestDomainsResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{4}
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{7}
 }
 
 type GitAccessRequest struct {
@@ -307,7 +492,7 @@ type GitAccessRequest struct {
 
 func (x *GitAccessRequest) Reset() {
 	*x = GitAccessRequest{}
-	mi := &file_corpus_v1_agent_proto_msgTypes[5]
+	mi := &file_corpus_v1_agent_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -319,7 +504,7 @@ func (x *GitAccessRequest) String() string {
 func (*GitAccessRequest) ProtoMessage() {}
 
 func (x *GitAccessRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_agent_proto_msgTypes[5]
+	mi := &file_corpus_v1_agent_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -332,7 +517,7 @@ func (x *GitAccessRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GitAccessRequest.ProtoReflect.Descriptor instead.
 func (*GitAccessRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{5}
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *GitAccessRequest) GetFingerprint() string {
@@ -383,7 +568,7 @@ type RecordShellRequest struct {
 
 func (x *RecordShellRequest) Reset() {
 	*x = RecordShellRequest{}
-	mi := &file_corpus_v1_agent_proto_msgTypes[6]
+	mi := &file_corpus_v1_agent_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -395,7 +580,7 @@ func (x *RecordShellRequest) String() string {
 func (*RecordShellRequest) ProtoMessage() {}
 
 func (x *RecordShellRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_agent_proto_msgTypes[6]
+	mi := &file_corpus_v1_agent_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -408,7 +593,7 @@ func (x *RecordShellRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecordShellRequest.ProtoReflect.Descriptor instead.
 func (*RecordShellRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{6}
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *RecordShellRequest) GetFingerprint() string {
@@ -440,7 +625,7 @@ type RecordShellResponse struct {
 
 func (x *RecordShellResponse) Reset() {
 	*x = RecordShellResponse{}
-	mi := &file_corpus_v1_agent_proto_msgTypes[7]
+	mi := &file_corpus_v1_agent_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -452,7 +637,7 @@ func (x *RecordShellResponse) String() string {
 func (*RecordShellResponse) ProtoMessage() {}
 
 func (x *RecordShellResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_agent_proto_msgTypes[7]
+	mi := &file_corpus_v1_agent_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -465,7 +650,7 @@ func (x *RecordShellResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecordShellResponse.ProtoReflect.Descriptor instead.
 func (*RecordShellResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{7}
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{10}
 }
 
 type GitAccessResponse struct {
@@ -486,7 +671,7 @@ type GitAccessResponse struct {
 
 func (x *GitAccessResponse) Reset() {
 	*x = GitAccessResponse{}
-	mi := &file_corpus_v1_agent_proto_msgTypes[8]
+	mi := &file_corpus_v1_agent_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -498,7 +683,7 @@ func (x *GitAccessResponse) String() string {
 func (*GitAccessResponse) ProtoMessage() {}
 
 func (x *GitAccessResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_agent_proto_msgTypes[8]
+	mi := &file_corpus_v1_agent_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -511,7 +696,7 @@ func (x *GitAccessResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GitAccessResponse.ProtoReflect.Descriptor instead.
 func (*GitAccessResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{8}
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *GitAccessResponse) GetUser() string {
@@ -580,7 +765,7 @@ type BeginReleaseRequest struct {
 
 func (x *BeginReleaseRequest) Reset() {
 	*x = BeginReleaseRequest{}
-	mi := &file_corpus_v1_agent_proto_msgTypes[9]
+	mi := &file_corpus_v1_agent_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -592,7 +777,7 @@ func (x *BeginReleaseRequest) String() string {
 func (*BeginReleaseRequest) ProtoMessage() {}
 
 func (x *BeginReleaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_agent_proto_msgTypes[9]
+	mi := &file_corpus_v1_agent_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -605,7 +790,7 @@ func (x *BeginReleaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BeginReleaseRequest.ProtoReflect.Descriptor instead.
 func (*BeginReleaseRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{9}
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *BeginReleaseRequest) GetProject() string {
@@ -669,7 +854,7 @@ type BeginReleaseResponse struct {
 
 func (x *BeginReleaseResponse) Reset() {
 	*x = BeginReleaseResponse{}
-	mi := &file_corpus_v1_agent_proto_msgTypes[10]
+	mi := &file_corpus_v1_agent_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -681,7 +866,7 @@ func (x *BeginReleaseResponse) String() string {
 func (*BeginReleaseResponse) ProtoMessage() {}
 
 func (x *BeginReleaseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_agent_proto_msgTypes[10]
+	mi := &file_corpus_v1_agent_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -694,7 +879,7 @@ func (x *BeginReleaseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BeginReleaseResponse.ProtoReflect.Descriptor instead.
 func (*BeginReleaseResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{10}
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *BeginReleaseResponse) GetRelease() *Release {
@@ -725,7 +910,7 @@ type FinishReleaseRequest struct {
 
 func (x *FinishReleaseRequest) Reset() {
 	*x = FinishReleaseRequest{}
-	mi := &file_corpus_v1_agent_proto_msgTypes[11]
+	mi := &file_corpus_v1_agent_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -737,7 +922,7 @@ func (x *FinishReleaseRequest) String() string {
 func (*FinishReleaseRequest) ProtoMessage() {}
 
 func (x *FinishReleaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_agent_proto_msgTypes[11]
+	mi := &file_corpus_v1_agent_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -750,7 +935,7 @@ func (x *FinishReleaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FinishReleaseRequest.ProtoReflect.Descriptor instead.
 func (*FinishReleaseRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{11}
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *FinishReleaseRequest) GetId() string {
@@ -804,7 +989,7 @@ type FinishReleaseResponse struct {
 
 func (x *FinishReleaseResponse) Reset() {
 	*x = FinishReleaseResponse{}
-	mi := &file_corpus_v1_agent_proto_msgTypes[12]
+	mi := &file_corpus_v1_agent_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -816,7 +1001,7 @@ func (x *FinishReleaseResponse) String() string {
 func (*FinishReleaseResponse) ProtoMessage() {}
 
 func (x *FinishReleaseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_agent_proto_msgTypes[12]
+	mi := &file_corpus_v1_agent_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -829,7 +1014,7 @@ func (x *FinishReleaseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FinishReleaseResponse.ProtoReflect.Descriptor instead.
 func (*FinishReleaseResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{12}
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *FinishReleaseResponse) GetRelease() *Release {
@@ -850,7 +1035,7 @@ type SetCurrentReleaseRequest struct {
 
 func (x *SetCurrentReleaseRequest) Reset() {
 	*x = SetCurrentReleaseRequest{}
-	mi := &file_corpus_v1_agent_proto_msgTypes[13]
+	mi := &file_corpus_v1_agent_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -862,7 +1047,7 @@ func (x *SetCurrentReleaseRequest) String() string {
 func (*SetCurrentReleaseRequest) ProtoMessage() {}
 
 func (x *SetCurrentReleaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_agent_proto_msgTypes[13]
+	mi := &file_corpus_v1_agent_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -875,7 +1060,7 @@ func (x *SetCurrentReleaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetCurrentReleaseRequest.ProtoReflect.Descriptor instead.
 func (*SetCurrentReleaseRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{13}
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *SetCurrentReleaseRequest) GetProject() string {
@@ -907,7 +1092,7 @@ type SetCurrentReleaseResponse struct {
 
 func (x *SetCurrentReleaseResponse) Reset() {
 	*x = SetCurrentReleaseResponse{}
-	mi := &file_corpus_v1_agent_proto_msgTypes[14]
+	mi := &file_corpus_v1_agent_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -919,7 +1104,7 @@ func (x *SetCurrentReleaseResponse) String() string {
 func (*SetCurrentReleaseResponse) ProtoMessage() {}
 
 func (x *SetCurrentReleaseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_agent_proto_msgTypes[14]
+	mi := &file_corpus_v1_agent_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -932,7 +1117,7 @@ func (x *SetCurrentReleaseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetCurrentReleaseResponse.ProtoReflect.Descriptor instead.
 func (*SetCurrentReleaseResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{14}
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{17}
 }
 
 type PruneReleasesRequest struct {
@@ -946,7 +1131,7 @@ type PruneReleasesRequest struct {
 
 func (x *PruneReleasesRequest) Reset() {
 	*x = PruneReleasesRequest{}
-	mi := &file_corpus_v1_agent_proto_msgTypes[15]
+	mi := &file_corpus_v1_agent_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -958,7 +1143,7 @@ func (x *PruneReleasesRequest) String() string {
 func (*PruneReleasesRequest) ProtoMessage() {}
 
 func (x *PruneReleasesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_agent_proto_msgTypes[15]
+	mi := &file_corpus_v1_agent_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -971,7 +1156,7 @@ func (x *PruneReleasesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PruneReleasesRequest.ProtoReflect.Descriptor instead.
 func (*PruneReleasesRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{15}
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *PruneReleasesRequest) GetProject() string {
@@ -1003,7 +1188,7 @@ type PruneReleasesResponse struct {
 
 func (x *PruneReleasesResponse) Reset() {
 	*x = PruneReleasesResponse{}
-	mi := &file_corpus_v1_agent_proto_msgTypes[16]
+	mi := &file_corpus_v1_agent_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1015,7 +1200,7 @@ func (x *PruneReleasesResponse) String() string {
 func (*PruneReleasesResponse) ProtoMessage() {}
 
 func (x *PruneReleasesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_agent_proto_msgTypes[16]
+	mi := &file_corpus_v1_agent_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1028,7 +1213,7 @@ func (x *PruneReleasesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PruneReleasesResponse.ProtoReflect.Descriptor instead.
 func (*PruneReleasesResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{16}
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{19}
 }
 
 type EnrollRequest struct {
@@ -1051,7 +1236,7 @@ type EnrollRequest struct {
 
 func (x *EnrollRequest) Reset() {
 	*x = EnrollRequest{}
-	mi := &file_corpus_v1_agent_proto_msgTypes[17]
+	mi := &file_corpus_v1_agent_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1063,7 +1248,7 @@ func (x *EnrollRequest) String() string {
 func (*EnrollRequest) ProtoMessage() {}
 
 func (x *EnrollRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_agent_proto_msgTypes[17]
+	mi := &file_corpus_v1_agent_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1076,7 +1261,7 @@ func (x *EnrollRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EnrollRequest.ProtoReflect.Descriptor instead.
 func (*EnrollRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{17}
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *EnrollRequest) GetJoinToken() string {
@@ -1158,7 +1343,7 @@ type EnrollResponse struct {
 
 func (x *EnrollResponse) Reset() {
 	*x = EnrollResponse{}
-	mi := &file_corpus_v1_agent_proto_msgTypes[18]
+	mi := &file_corpus_v1_agent_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1170,7 +1355,7 @@ func (x *EnrollResponse) String() string {
 func (*EnrollResponse) ProtoMessage() {}
 
 func (x *EnrollResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_agent_proto_msgTypes[18]
+	mi := &file_corpus_v1_agent_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1183,7 +1368,7 @@ func (x *EnrollResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EnrollResponse.ProtoReflect.Descriptor instead.
 func (*EnrollResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{18}
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *EnrollResponse) GetNodeId() string {
@@ -1230,7 +1415,7 @@ type RenewCertificateRequest struct {
 
 func (x *RenewCertificateRequest) Reset() {
 	*x = RenewCertificateRequest{}
-	mi := &file_corpus_v1_agent_proto_msgTypes[19]
+	mi := &file_corpus_v1_agent_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1242,7 +1427,7 @@ func (x *RenewCertificateRequest) String() string {
 func (*RenewCertificateRequest) ProtoMessage() {}
 
 func (x *RenewCertificateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_agent_proto_msgTypes[19]
+	mi := &file_corpus_v1_agent_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1255,7 +1440,7 @@ func (x *RenewCertificateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenewCertificateRequest.ProtoReflect.Descriptor instead.
 func (*RenewCertificateRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{19}
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *RenewCertificateRequest) GetCsrPem() []byte {
@@ -1275,7 +1460,7 @@ type RenewCertificateResponse struct {
 
 func (x *RenewCertificateResponse) Reset() {
 	*x = RenewCertificateResponse{}
-	mi := &file_corpus_v1_agent_proto_msgTypes[20]
+	mi := &file_corpus_v1_agent_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1287,7 +1472,7 @@ func (x *RenewCertificateResponse) String() string {
 func (*RenewCertificateResponse) ProtoMessage() {}
 
 func (x *RenewCertificateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_agent_proto_msgTypes[20]
+	mi := &file_corpus_v1_agent_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1300,7 +1485,7 @@ func (x *RenewCertificateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenewCertificateResponse.ProtoReflect.Descriptor instead.
 func (*RenewCertificateResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{20}
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *RenewCertificateResponse) GetCertificatePem() []byte {
@@ -1325,7 +1510,7 @@ type WatchRequest struct {
 
 func (x *WatchRequest) Reset() {
 	*x = WatchRequest{}
-	mi := &file_corpus_v1_agent_proto_msgTypes[21]
+	mi := &file_corpus_v1_agent_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1337,7 +1522,7 @@ func (x *WatchRequest) String() string {
 func (*WatchRequest) ProtoMessage() {}
 
 func (x *WatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_agent_proto_msgTypes[21]
+	mi := &file_corpus_v1_agent_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1350,7 +1535,7 @@ func (x *WatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchRequest.ProtoReflect.Descriptor instead.
 func (*WatchRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{21}
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{24}
 }
 
 type WatchResponse struct {
@@ -1392,6 +1577,11 @@ type WatchResponse struct {
 	// subnet to its node's address, so linked guests on different nodes
 	// reach each other (the rules still decide who may).
 	Peers []*PeerNode `protobuf:"bytes,14,rep,name=peers,proto3" json:"peers,omitempty"`
+	// certificates are those of the https domains routed to this node's
+	// guests, keys sealed: the agent asks TlsMaterial for them when one's
+	// modify_index changes. An http-01 challenge in progress is answered
+	// from here.
+	Certificates []*Certificate `protobuf:"bytes,15,rep,name=certificates,proto3" json:"certificates,omitempty"`
 	// gossip_addr is host:port of the coordinator's gossip member (node
 	// liveness); agents join it. Empty when the coordinator gossips not.
 	GossipAddr    string `protobuf:"bytes,30,opt,name=gossip_addr,json=gossipAddr,proto3" json:"gossip_addr,omitempty"`
@@ -1401,7 +1591,7 @@ type WatchResponse struct {
 
 func (x *WatchResponse) Reset() {
 	*x = WatchResponse{}
-	mi := &file_corpus_v1_agent_proto_msgTypes[22]
+	mi := &file_corpus_v1_agent_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1413,7 +1603,7 @@ func (x *WatchResponse) String() string {
 func (*WatchResponse) ProtoMessage() {}
 
 func (x *WatchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_agent_proto_msgTypes[22]
+	mi := &file_corpus_v1_agent_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1426,7 +1616,7 @@ func (x *WatchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchResponse.ProtoReflect.Descriptor instead.
 func (*WatchResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{22}
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *WatchResponse) GetIndex() uint64 {
@@ -1527,6 +1717,13 @@ func (x *WatchResponse) GetPeers() []*PeerNode {
 	return nil
 }
 
+func (x *WatchResponse) GetCertificates() []*Certificate {
+	if x != nil {
+		return x.Certificates
+	}
+	return nil
+}
+
 func (x *WatchResponse) GetGossipAddr() string {
 	if x != nil {
 		return x.GossipAddr
@@ -1547,7 +1744,7 @@ type PeerNode struct {
 
 func (x *PeerNode) Reset() {
 	*x = PeerNode{}
-	mi := &file_corpus_v1_agent_proto_msgTypes[23]
+	mi := &file_corpus_v1_agent_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1559,7 +1756,7 @@ func (x *PeerNode) String() string {
 func (*PeerNode) ProtoMessage() {}
 
 func (x *PeerNode) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_agent_proto_msgTypes[23]
+	mi := &file_corpus_v1_agent_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1572,7 +1769,7 @@ func (x *PeerNode) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PeerNode.ProtoReflect.Descriptor instead.
 func (*PeerNode) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{23}
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *PeerNode) GetName() string {
@@ -1617,7 +1814,7 @@ type ReportRequest struct {
 
 func (x *ReportRequest) Reset() {
 	*x = ReportRequest{}
-	mi := &file_corpus_v1_agent_proto_msgTypes[24]
+	mi := &file_corpus_v1_agent_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1629,7 +1826,7 @@ func (x *ReportRequest) String() string {
 func (*ReportRequest) ProtoMessage() {}
 
 func (x *ReportRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_agent_proto_msgTypes[24]
+	mi := &file_corpus_v1_agent_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1642,7 +1839,7 @@ func (x *ReportRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportRequest.ProtoReflect.Descriptor instead.
 func (*ReportRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{24}
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *ReportRequest) GetCapacity() *Resources {
@@ -1732,7 +1929,7 @@ type ReportedGuest struct {
 
 func (x *ReportedGuest) Reset() {
 	*x = ReportedGuest{}
-	mi := &file_corpus_v1_agent_proto_msgTypes[25]
+	mi := &file_corpus_v1_agent_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1744,7 +1941,7 @@ func (x *ReportedGuest) String() string {
 func (*ReportedGuest) ProtoMessage() {}
 
 func (x *ReportedGuest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_agent_proto_msgTypes[25]
+	mi := &file_corpus_v1_agent_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1757,7 +1954,7 @@ func (x *ReportedGuest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportedGuest.ProtoReflect.Descriptor instead.
 func (*ReportedGuest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{25}
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *ReportedGuest) GetGuestId() string {
@@ -1787,7 +1984,7 @@ type ReportedVolume struct {
 
 func (x *ReportedVolume) Reset() {
 	*x = ReportedVolume{}
-	mi := &file_corpus_v1_agent_proto_msgTypes[26]
+	mi := &file_corpus_v1_agent_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1799,7 +1996,7 @@ func (x *ReportedVolume) String() string {
 func (*ReportedVolume) ProtoMessage() {}
 
 func (x *ReportedVolume) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_agent_proto_msgTypes[26]
+	mi := &file_corpus_v1_agent_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1812,7 +2009,7 @@ func (x *ReportedVolume) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportedVolume.ProtoReflect.Descriptor instead.
 func (*ReportedVolume) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{26}
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *ReportedVolume) GetVolumeId() string {
@@ -1849,7 +2046,7 @@ type ServiceReach struct {
 
 func (x *ServiceReach) Reset() {
 	*x = ServiceReach{}
-	mi := &file_corpus_v1_agent_proto_msgTypes[27]
+	mi := &file_corpus_v1_agent_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1861,7 +2058,7 @@ func (x *ServiceReach) String() string {
 func (*ServiceReach) ProtoMessage() {}
 
 func (x *ServiceReach) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_agent_proto_msgTypes[27]
+	mi := &file_corpus_v1_agent_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1874,7 +2071,7 @@ func (x *ServiceReach) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ServiceReach.ProtoReflect.Descriptor instead.
 func (*ServiceReach) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{27}
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *ServiceReach) GetGuestId() string {
@@ -1907,7 +2104,7 @@ type ServiceRuntimeRequest struct {
 
 func (x *ServiceRuntimeRequest) Reset() {
 	*x = ServiceRuntimeRequest{}
-	mi := &file_corpus_v1_agent_proto_msgTypes[28]
+	mi := &file_corpus_v1_agent_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1919,7 +2116,7 @@ func (x *ServiceRuntimeRequest) String() string {
 func (*ServiceRuntimeRequest) ProtoMessage() {}
 
 func (x *ServiceRuntimeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_agent_proto_msgTypes[28]
+	mi := &file_corpus_v1_agent_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1932,7 +2129,7 @@ func (x *ServiceRuntimeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ServiceRuntimeRequest.ProtoReflect.Descriptor instead.
 func (*ServiceRuntimeRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{28}
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *ServiceRuntimeRequest) GetService() string {
@@ -1954,7 +2151,7 @@ type ServiceRuntimeResponse struct {
 
 func (x *ServiceRuntimeResponse) Reset() {
 	*x = ServiceRuntimeResponse{}
-	mi := &file_corpus_v1_agent_proto_msgTypes[29]
+	mi := &file_corpus_v1_agent_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1966,7 +2163,7 @@ func (x *ServiceRuntimeResponse) String() string {
 func (*ServiceRuntimeResponse) ProtoMessage() {}
 
 func (x *ServiceRuntimeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_agent_proto_msgTypes[29]
+	mi := &file_corpus_v1_agent_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1979,7 +2176,7 @@ func (x *ServiceRuntimeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ServiceRuntimeResponse.ProtoReflect.Descriptor instead.
 func (*ServiceRuntimeResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{29}
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *ServiceRuntimeResponse) GetService() *Service {
@@ -2005,7 +2202,7 @@ type ReportResponse struct {
 
 func (x *ReportResponse) Reset() {
 	*x = ReportResponse{}
-	mi := &file_corpus_v1_agent_proto_msgTypes[30]
+	mi := &file_corpus_v1_agent_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2017,7 +2214,7 @@ func (x *ReportResponse) String() string {
 func (*ReportResponse) ProtoMessage() {}
 
 func (x *ReportResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_agent_proto_msgTypes[30]
+	mi := &file_corpus_v1_agent_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2030,7 +2227,7 @@ func (x *ReportResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportResponse.ProtoReflect.Descriptor instead.
 func (*ReportResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{30}
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *ReportResponse) GetIndex() uint64 {
@@ -2038,6 +2235,130 @@ func (x *ReportResponse) GetIndex() uint64 {
 		return x.Index
 	}
 	return 0
+}
+
+type CheckChallengeRequest struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Domain string                 `protobuf:"bytes,1,opt,name=domain,proto3" json:"domain,omitempty"`
+	// type: "http-01" or "tls-alpn-01".
+	Type  string `protobuf:"bytes,2,opt,name=type,proto3" json:"type,omitempty"`
+	Token string `protobuf:"bytes,3,opt,name=token,proto3" json:"token,omitempty"`
+	// expect is the http-01 key authorization, or the tls-alpn-01
+	// certificate's SHA-256 (hex).
+	Expect        string `protobuf:"bytes,4,opt,name=expect,proto3" json:"expect,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CheckChallengeRequest) Reset() {
+	*x = CheckChallengeRequest{}
+	mi := &file_corpus_v1_agent_proto_msgTypes[34]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CheckChallengeRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CheckChallengeRequest) ProtoMessage() {}
+
+func (x *CheckChallengeRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_agent_proto_msgTypes[34]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CheckChallengeRequest.ProtoReflect.Descriptor instead.
+func (*CheckChallengeRequest) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{34}
+}
+
+func (x *CheckChallengeRequest) GetDomain() string {
+	if x != nil {
+		return x.Domain
+	}
+	return ""
+}
+
+func (x *CheckChallengeRequest) GetType() string {
+	if x != nil {
+		return x.Type
+	}
+	return ""
+}
+
+func (x *CheckChallengeRequest) GetToken() string {
+	if x != nil {
+		return x.Token
+	}
+	return ""
+}
+
+func (x *CheckChallengeRequest) GetExpect() string {
+	if x != nil {
+		return x.Expect
+	}
+	return ""
+}
+
+type CheckChallengeResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Ready bool                   `protobuf:"varint,1,opt,name=ready,proto3" json:"ready,omitempty"`
+	// detail says what the proxy answered when not ready.
+	Detail        string `protobuf:"bytes,2,opt,name=detail,proto3" json:"detail,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CheckChallengeResponse) Reset() {
+	*x = CheckChallengeResponse{}
+	mi := &file_corpus_v1_agent_proto_msgTypes[35]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CheckChallengeResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CheckChallengeResponse) ProtoMessage() {}
+
+func (x *CheckChallengeResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_agent_proto_msgTypes[35]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CheckChallengeResponse.ProtoReflect.Descriptor instead.
+func (*CheckChallengeResponse) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{35}
+}
+
+func (x *CheckChallengeResponse) GetReady() bool {
+	if x != nil {
+		return x.Ready
+	}
+	return false
+}
+
+func (x *CheckChallengeResponse) GetDetail() string {
+	if x != nil {
+		return x.Detail
+	}
+	return ""
 }
 
 type DumpServiceRequest struct {
@@ -2050,7 +2371,7 @@ type DumpServiceRequest struct {
 
 func (x *DumpServiceRequest) Reset() {
 	*x = DumpServiceRequest{}
-	mi := &file_corpus_v1_agent_proto_msgTypes[31]
+	mi := &file_corpus_v1_agent_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2062,7 +2383,7 @@ func (x *DumpServiceRequest) String() string {
 func (*DumpServiceRequest) ProtoMessage() {}
 
 func (x *DumpServiceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_agent_proto_msgTypes[31]
+	mi := &file_corpus_v1_agent_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2075,7 +2396,7 @@ func (x *DumpServiceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DumpServiceRequest.ProtoReflect.Descriptor instead.
 func (*DumpServiceRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{31}
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *DumpServiceRequest) GetBackup() *Backup {
@@ -2095,7 +2416,7 @@ type StoreBackupResponse struct {
 
 func (x *StoreBackupResponse) Reset() {
 	*x = StoreBackupResponse{}
-	mi := &file_corpus_v1_agent_proto_msgTypes[32]
+	mi := &file_corpus_v1_agent_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2107,7 +2428,7 @@ func (x *StoreBackupResponse) String() string {
 func (*StoreBackupResponse) ProtoMessage() {}
 
 func (x *StoreBackupResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_agent_proto_msgTypes[32]
+	mi := &file_corpus_v1_agent_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2120,7 +2441,7 @@ func (x *StoreBackupResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StoreBackupResponse.ProtoReflect.Descriptor instead.
 func (*StoreBackupResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{32}
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *StoreBackupResponse) GetSizeBytes() int64 {
@@ -2146,7 +2467,7 @@ type ReadBackupRequest struct {
 
 func (x *ReadBackupRequest) Reset() {
 	*x = ReadBackupRequest{}
-	mi := &file_corpus_v1_agent_proto_msgTypes[33]
+	mi := &file_corpus_v1_agent_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2158,7 +2479,7 @@ func (x *ReadBackupRequest) String() string {
 func (*ReadBackupRequest) ProtoMessage() {}
 
 func (x *ReadBackupRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_agent_proto_msgTypes[33]
+	mi := &file_corpus_v1_agent_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2171,7 +2492,7 @@ func (x *ReadBackupRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadBackupRequest.ProtoReflect.Descriptor instead.
 func (*ReadBackupRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{33}
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *ReadBackupRequest) GetBackup() *Backup {
@@ -2192,7 +2513,7 @@ type LoadServiceResponse struct {
 
 func (x *LoadServiceResponse) Reset() {
 	*x = LoadServiceResponse{}
-	mi := &file_corpus_v1_agent_proto_msgTypes[34]
+	mi := &file_corpus_v1_agent_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2204,7 +2525,7 @@ func (x *LoadServiceResponse) String() string {
 func (*LoadServiceResponse) ProtoMessage() {}
 
 func (x *LoadServiceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_agent_proto_msgTypes[34]
+	mi := &file_corpus_v1_agent_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2217,7 +2538,7 @@ func (x *LoadServiceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LoadServiceResponse.ProtoReflect.Descriptor instead.
 func (*LoadServiceResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{34}
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *LoadServiceResponse) GetSizeBytes() int64 {
@@ -2243,7 +2564,7 @@ type RemoveBackupRequest struct {
 
 func (x *RemoveBackupRequest) Reset() {
 	*x = RemoveBackupRequest{}
-	mi := &file_corpus_v1_agent_proto_msgTypes[35]
+	mi := &file_corpus_v1_agent_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2255,7 +2576,7 @@ func (x *RemoveBackupRequest) String() string {
 func (*RemoveBackupRequest) ProtoMessage() {}
 
 func (x *RemoveBackupRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_agent_proto_msgTypes[35]
+	mi := &file_corpus_v1_agent_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2268,7 +2589,7 @@ func (x *RemoveBackupRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveBackupRequest.ProtoReflect.Descriptor instead.
 func (*RemoveBackupRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{35}
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *RemoveBackupRequest) GetBackup() *Backup {
@@ -2286,7 +2607,7 @@ type RemoveBackupResponse struct {
 
 func (x *RemoveBackupResponse) Reset() {
 	*x = RemoveBackupResponse{}
-	mi := &file_corpus_v1_agent_proto_msgTypes[36]
+	mi := &file_corpus_v1_agent_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2298,7 +2619,7 @@ func (x *RemoveBackupResponse) String() string {
 func (*RemoveBackupResponse) ProtoMessage() {}
 
 func (x *RemoveBackupResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_agent_proto_msgTypes[36]
+	mi := &file_corpus_v1_agent_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2311,7 +2632,7 @@ func (x *RemoveBackupResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveBackupResponse.ProtoReflect.Descriptor instead.
 func (*RemoveBackupResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{36}
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{41}
 }
 
 type ExportVolumeRequest struct {
@@ -2323,7 +2644,7 @@ type ExportVolumeRequest struct {
 
 func (x *ExportVolumeRequest) Reset() {
 	*x = ExportVolumeRequest{}
-	mi := &file_corpus_v1_agent_proto_msgTypes[37]
+	mi := &file_corpus_v1_agent_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2335,7 +2656,7 @@ func (x *ExportVolumeRequest) String() string {
 func (*ExportVolumeRequest) ProtoMessage() {}
 
 func (x *ExportVolumeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_agent_proto_msgTypes[37]
+	mi := &file_corpus_v1_agent_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2348,7 +2669,7 @@ func (x *ExportVolumeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExportVolumeRequest.ProtoReflect.Descriptor instead.
 func (*ExportVolumeRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{37}
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *ExportVolumeRequest) GetName() string {
@@ -2369,7 +2690,7 @@ type VolumeChunk struct {
 
 func (x *VolumeChunk) Reset() {
 	*x = VolumeChunk{}
-	mi := &file_corpus_v1_agent_proto_msgTypes[38]
+	mi := &file_corpus_v1_agent_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2381,7 +2702,7 @@ func (x *VolumeChunk) String() string {
 func (*VolumeChunk) ProtoMessage() {}
 
 func (x *VolumeChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_agent_proto_msgTypes[38]
+	mi := &file_corpus_v1_agent_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2394,7 +2715,7 @@ func (x *VolumeChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VolumeChunk.ProtoReflect.Descriptor instead.
 func (*VolumeChunk) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{38}
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *VolumeChunk) GetName() string {
@@ -2427,7 +2748,7 @@ type ImportVolumeResponse struct {
 
 func (x *ImportVolumeResponse) Reset() {
 	*x = ImportVolumeResponse{}
-	mi := &file_corpus_v1_agent_proto_msgTypes[39]
+	mi := &file_corpus_v1_agent_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2439,7 +2760,7 @@ func (x *ImportVolumeResponse) String() string {
 func (*ImportVolumeResponse) ProtoMessage() {}
 
 func (x *ImportVolumeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_agent_proto_msgTypes[39]
+	mi := &file_corpus_v1_agent_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2452,7 +2773,7 @@ func (x *ImportVolumeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ImportVolumeResponse.ProtoReflect.Descriptor instead.
 func (*ImportVolumeResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{39}
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *ImportVolumeResponse) GetBytes() int64 {
@@ -2466,7 +2787,20 @@ var File_corpus_v1_agent_proto protoreflect.FileDescriptor
 
 const file_corpus_v1_agent_proto_rawDesc = "" +
 	"\n" +
-	"\x15corpus/v1/agent.proto\x12\tcorpus.v1\x1a\x15corpus/v1/types.proto\x1a\x18corpus/v1/services.proto\x1a\x16corpus/v1/guests.proto\x1a\x17corpus/v1/volumes.proto\x1a\x18corpus/v1/projects.proto\"\xbd\x01\n" +
+	"\x15corpus/v1/agent.proto\x12\tcorpus.v1\x1a\x15corpus/v1/types.proto\x1a\x18corpus/v1/services.proto\x1a\x16corpus/v1/guests.proto\x1a\x17corpus/v1/volumes.proto\x1a\x18corpus/v1/projects.proto\".\n" +
+	"\x12TlsMaterialRequest\x12\x18\n" +
+	"\adomains\x18\x01 \x03(\tR\adomains\"E\n" +
+	"\x13TlsMaterialResponse\x12.\n" +
+	"\adomains\x18\x01 \x03(\v2\x14.corpus.v1.TlsDomainR\adomains\"\xd6\x01\n" +
+	"\tTlsDomain\x12\x16\n" +
+	"\x06domain\x18\x01 \x01(\tR\x06domain\x12\x1b\n" +
+	"\tchain_pem\x18\x02 \x01(\tR\bchainPem\x12\x17\n" +
+	"\akey_pem\x18\x03 \x01(\tR\x06keyPem\x12\x12\n" +
+	"\x04ocsp\x18\x04 \x01(\fR\x04ocsp\x12\"\n" +
+	"\ralpn_cert_pem\x18\x05 \x01(\tR\valpnCertPem\x12 \n" +
+	"\falpn_key_pem\x18\x06 \x01(\tR\n" +
+	"alpnKeyPem\x12!\n" +
+	"\fmodify_index\x18\a \x01(\x04R\vmodifyIndex\"\xbd\x01\n" +
 	"\x14AgentRedeployRequest\x124\n" +
 	"\arequest\x18\x01 \x01(\v2\x1a.corpus.v1.RedeployRequestR\arequest\x12'\n" +
 	"\x03env\x18\x02 \x01(\v2\x15.corpus.v1.ProjectEnvR\x03env\x12.\n" +
@@ -2561,7 +2895,7 @@ const file_corpus_v1_agent_proto_rawDesc = "" +
 	"\x18RenewCertificateResponse\x12'\n" +
 	"\x0fcertificate_pem\x18\x01 \x01(\fR\x0ecertificatePem\x12\x15\n" +
 	"\x06ca_pem\x18\x02 \x01(\fR\x05caPem\"\x0e\n" +
-	"\fWatchRequest\"\x9a\a\n" +
+	"\fWatchRequest\"\xd6\a\n" +
 	"\rWatchResponse\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\x04R\x05index\x12#\n" +
 	"\x04node\x18\x02 \x01(\v2\x0f.corpus.v1.NodeR\x04node\x12(\n" +
@@ -2577,7 +2911,8 @@ const file_corpus_v1_agent_proto_rawDesc = "" +
 	"\rservice_reach\x18\v \x03(\v2\x17.corpus.v1.ServiceReachR\fserviceReach\x12+\n" +
 	"\abackups\x18\f \x03(\v2\x11.corpus.v1.BackupR\abackups\x12O\n" +
 	"\rguest_waiting\x18\r \x03(\v2*.corpus.v1.WatchResponse.GuestWaitingEntryR\fguestWaiting\x12)\n" +
-	"\x05peers\x18\x0e \x03(\v2\x13.corpus.v1.PeerNodeR\x05peers\x12\x1f\n" +
+	"\x05peers\x18\x0e \x03(\v2\x13.corpus.v1.PeerNodeR\x05peers\x12:\n" +
+	"\fcertificates\x18\x0f \x03(\v2\x16.corpus.v1.CertificateR\fcertificates\x12\x1f\n" +
 	"\vgossip_addr\x18\x1e \x01(\tR\n" +
 	"gossipAddr\x1a@\n" +
 	"\x12GuestProjectsEntry\x12\x10\n" +
@@ -2626,7 +2961,15 @@ const file_corpus_v1_agent_proto_rawDesc = "" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"&\n" +
 	"\x0eReportResponse\x12\x14\n" +
-	"\x05index\x18\x01 \x01(\x04R\x05index\"?\n" +
+	"\x05index\x18\x01 \x01(\x04R\x05index\"q\n" +
+	"\x15CheckChallengeRequest\x12\x16\n" +
+	"\x06domain\x18\x01 \x01(\tR\x06domain\x12\x12\n" +
+	"\x04type\x18\x02 \x01(\tR\x04type\x12\x14\n" +
+	"\x05token\x18\x03 \x01(\tR\x05token\x12\x16\n" +
+	"\x06expect\x18\x04 \x01(\tR\x06expect\"F\n" +
+	"\x16CheckChallengeResponse\x12\x14\n" +
+	"\x05ready\x18\x01 \x01(\bR\x05ready\x12\x16\n" +
+	"\x06detail\x18\x02 \x01(\tR\x06detail\"?\n" +
 	"\x12DumpServiceRequest\x12)\n" +
 	"\x06backup\x18\x01 \x01(\v2\x11.corpus.v1.BackupR\x06backup\"L\n" +
 	"\x13StoreBackupResponse\x12\x1d\n" +
@@ -2650,7 +2993,7 @@ const file_corpus_v1_agent_proto_rawDesc = "" +
 	"totalBytes\x12\x12\n" +
 	"\x04data\x18\x03 \x01(\fR\x04data\",\n" +
 	"\x14ImportVolumeResponse\x12\x14\n" +
-	"\x05bytes\x18\x01 \x01(\x03R\x05bytes2\xa0\b\n" +
+	"\x05bytes\x18\x01 \x01(\x03R\x05bytes2\xf3\b\n" +
 	"\fAgentService\x12=\n" +
 	"\x06Enroll\x12\x18.corpus.v1.EnrollRequest\x1a\x19.corpus.v1.EnrollResponse\x12[\n" +
 	"\x10RenewCertificate\x12\".corpus.v1.RenewCertificateRequest\x1a#.corpus.v1.RenewCertificateResponse\x12<\n" +
@@ -2665,7 +3008,8 @@ const file_corpus_v1_agent_proto_rawDesc = "" +
 	"\n" +
 	"SetWebPort\x12\x1c.corpus.v1.SetWebPortRequest\x1a\x1d.corpus.v1.SetWebPortResponse\x12L\n" +
 	"\vRecordShell\x12\x1d.corpus.v1.RecordShellRequest\x1a\x1e.corpus.v1.RecordShellResponse\x12U\n" +
-	"\x0eServiceRuntime\x12 .corpus.v1.ServiceRuntimeRequest\x1a!.corpus.v1.ServiceRuntimeResponse2\x80\b\n" +
+	"\x0eServiceRuntime\x12 .corpus.v1.ServiceRuntimeRequest\x1a!.corpus.v1.ServiceRuntimeResponse\x12Q\n" +
+	"\vTlsMaterial\x12\x1d.corpus.v1.TlsMaterialRequest\x1a\x1e.corpus.v1.TlsMaterialResponse\"\x03\x90\x02\x012\xdc\b\n" +
 	"\x10NodeAgentService\x12<\n" +
 	"\x04Exec\x12\x1b.corpus.v1.ExecGuestRequest\x1a\x15.corpus.v1.ExecOutput0\x01\x12H\n" +
 	"\fExportVolume\x12\x1e.corpus.v1.ExportVolumeRequest\x1a\x16.corpus.v1.VolumeChunk0\x01\x12I\n" +
@@ -2681,7 +3025,8 @@ const file_corpus_v1_agent_proto_rawDesc = "" +
 	"\n" +
 	"ReadBackup\x12\x1c.corpus.v1.ReadBackupRequest\x1a\x16.corpus.v1.BackupChunk0\x01\x12G\n" +
 	"\vLoadService\x12\x16.corpus.v1.BackupChunk\x1a\x1e.corpus.v1.LoadServiceResponse(\x01\x12O\n" +
-	"\fRemoveBackup\x12\x1e.corpus.v1.RemoveBackupRequest\x1a\x1f.corpus.v1.RemoveBackupResponseB!Z\x1fcorpus/proto/corpus/v1;corpusv1b\x06proto3"
+	"\fRemoveBackup\x12\x1e.corpus.v1.RemoveBackupRequest\x1a\x1f.corpus.v1.RemoveBackupResponse\x12Z\n" +
+	"\x0eCheckChallenge\x12 .corpus.v1.CheckChallengeRequest\x1a!.corpus.v1.CheckChallengeResponse\"\x03\x90\x02\x01B!Z\x1fcorpus/proto/corpus/v1;corpusv1b\x06proto3"
 
 var (
 	file_corpus_v1_agent_proto_rawDescOnce sync.Once
@@ -2695,179 +3040,191 @@ func file_corpus_v1_agent_proto_rawDescGZIP() []byte {
 	return file_corpus_v1_agent_proto_rawDescData
 }
 
-var file_corpus_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 46)
+var file_corpus_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 51)
 var file_corpus_v1_agent_proto_goTypes = []any{
-	(*AgentRedeployRequest)(nil),       // 0: corpus.v1.AgentRedeployRequest
-	(*SetWebPortRequest)(nil),          // 1: corpus.v1.SetWebPortRequest
-	(*SetWebPortResponse)(nil),         // 2: corpus.v1.SetWebPortResponse
-	(*SetManifestDomainsRequest)(nil),  // 3: corpus.v1.SetManifestDomainsRequest
-	(*SetManifestDomainsResponse)(nil), // 4: corpus.v1.SetManifestDomainsResponse
-	(*GitAccessRequest)(nil),           // 5: corpus.v1.GitAccessRequest
-	(*RecordShellRequest)(nil),         // 6: corpus.v1.RecordShellRequest
-	(*RecordShellResponse)(nil),        // 7: corpus.v1.RecordShellResponse
-	(*GitAccessResponse)(nil),          // 8: corpus.v1.GitAccessResponse
-	(*BeginReleaseRequest)(nil),        // 9: corpus.v1.BeginReleaseRequest
-	(*BeginReleaseResponse)(nil),       // 10: corpus.v1.BeginReleaseResponse
-	(*FinishReleaseRequest)(nil),       // 11: corpus.v1.FinishReleaseRequest
-	(*FinishReleaseResponse)(nil),      // 12: corpus.v1.FinishReleaseResponse
-	(*SetCurrentReleaseRequest)(nil),   // 13: corpus.v1.SetCurrentReleaseRequest
-	(*SetCurrentReleaseResponse)(nil),  // 14: corpus.v1.SetCurrentReleaseResponse
-	(*PruneReleasesRequest)(nil),       // 15: corpus.v1.PruneReleasesRequest
-	(*PruneReleasesResponse)(nil),      // 16: corpus.v1.PruneReleasesResponse
-	(*EnrollRequest)(nil),              // 17: corpus.v1.EnrollRequest
-	(*EnrollResponse)(nil),             // 18: corpus.v1.EnrollResponse
-	(*RenewCertificateRequest)(nil),    // 19: corpus.v1.RenewCertificateRequest
-	(*RenewCertificateResponse)(nil),   // 20: corpus.v1.RenewCertificateResponse
-	(*WatchRequest)(nil),               // 21: corpus.v1.WatchRequest
-	(*WatchResponse)(nil),              // 22: corpus.v1.WatchResponse
-	(*PeerNode)(nil),                   // 23: corpus.v1.PeerNode
-	(*ReportRequest)(nil),              // 24: corpus.v1.ReportRequest
-	(*ReportedGuest)(nil),              // 25: corpus.v1.ReportedGuest
-	(*ReportedVolume)(nil),             // 26: corpus.v1.ReportedVolume
-	(*ServiceReach)(nil),               // 27: corpus.v1.ServiceReach
-	(*ServiceRuntimeRequest)(nil),      // 28: corpus.v1.ServiceRuntimeRequest
-	(*ServiceRuntimeResponse)(nil),     // 29: corpus.v1.ServiceRuntimeResponse
-	(*ReportResponse)(nil),             // 30: corpus.v1.ReportResponse
-	(*DumpServiceRequest)(nil),         // 31: corpus.v1.DumpServiceRequest
-	(*StoreBackupResponse)(nil),        // 32: corpus.v1.StoreBackupResponse
-	(*ReadBackupRequest)(nil),          // 33: corpus.v1.ReadBackupRequest
-	(*LoadServiceResponse)(nil),        // 34: corpus.v1.LoadServiceResponse
-	(*RemoveBackupRequest)(nil),        // 35: corpus.v1.RemoveBackupRequest
-	(*RemoveBackupResponse)(nil),       // 36: corpus.v1.RemoveBackupResponse
-	(*ExportVolumeRequest)(nil),        // 37: corpus.v1.ExportVolumeRequest
-	(*VolumeChunk)(nil),                // 38: corpus.v1.VolumeChunk
-	(*ImportVolumeResponse)(nil),       // 39: corpus.v1.ImportVolumeResponse
-	nil,                                // 40: corpus.v1.BeginReleaseResponse.ConfigEntry
-	nil,                                // 41: corpus.v1.EnrollRequest.LabelsEntry
-	nil,                                // 42: corpus.v1.WatchResponse.GuestProjectsEntry
-	nil,                                // 43: corpus.v1.WatchResponse.GuestServicesEntry
-	nil,                                // 44: corpus.v1.WatchResponse.GuestWaitingEntry
-	nil,                                // 45: corpus.v1.ServiceRuntimeResponse.EnvEntry
-	(*RedeployRequest)(nil),            // 46: corpus.v1.RedeployRequest
-	(*ProjectEnv)(nil),                 // 47: corpus.v1.ProjectEnv
-	(*Release)(nil),                    // 48: corpus.v1.Release
-	(*Project)(nil),                    // 49: corpus.v1.Project
-	(*ReleaseStep)(nil),                // 50: corpus.v1.ReleaseStep
-	(*Resources)(nil),                  // 51: corpus.v1.Resources
-	(*DriverInfo)(nil),                 // 52: corpus.v1.DriverInfo
-	(*Node)(nil),                       // 53: corpus.v1.Node
-	(*Guest)(nil),                      // 54: corpus.v1.Guest
-	(*Route)(nil),                      // 55: corpus.v1.Route
-	(*Volume)(nil),                     // 56: corpus.v1.Volume
-	(*Backup)(nil),                     // 57: corpus.v1.Backup
-	(*ReportedService)(nil),            // 58: corpus.v1.ReportedService
-	(*GuestObserved)(nil),              // 59: corpus.v1.GuestObserved
-	(*VolumeObserved)(nil),             // 60: corpus.v1.VolumeObserved
-	(*Service)(nil),                    // 61: corpus.v1.Service
-	(*ExecGuestRequest)(nil),           // 62: corpus.v1.ExecGuestRequest
-	(*SnapshotVolumeRequest)(nil),      // 63: corpus.v1.SnapshotVolumeRequest
-	(*RollbackRequest)(nil),            // 64: corpus.v1.RollbackRequest
-	(*ListProcessesRequest)(nil),       // 65: corpus.v1.ListProcessesRequest
-	(*GuestLogsRequest)(nil),           // 66: corpus.v1.GuestLogsRequest
-	(*ShellInput)(nil),                 // 67: corpus.v1.ShellInput
-	(*BackupChunk)(nil),                // 68: corpus.v1.BackupChunk
-	(*ExecOutput)(nil),                 // 69: corpus.v1.ExecOutput
-	(*SnapshotVolumeResponse)(nil),     // 70: corpus.v1.SnapshotVolumeResponse
-	(*RollbackOutput)(nil),             // 71: corpus.v1.RollbackOutput
-	(*DeployOutput)(nil),               // 72: corpus.v1.DeployOutput
-	(*ListProcessesResponse)(nil),      // 73: corpus.v1.ListProcessesResponse
-	(*LogLine)(nil),                    // 74: corpus.v1.LogLine
+	(*TlsMaterialRequest)(nil),         // 0: corpus.v1.TlsMaterialRequest
+	(*TlsMaterialResponse)(nil),        // 1: corpus.v1.TlsMaterialResponse
+	(*TlsDomain)(nil),                  // 2: corpus.v1.TlsDomain
+	(*AgentRedeployRequest)(nil),       // 3: corpus.v1.AgentRedeployRequest
+	(*SetWebPortRequest)(nil),          // 4: corpus.v1.SetWebPortRequest
+	(*SetWebPortResponse)(nil),         // 5: corpus.v1.SetWebPortResponse
+	(*SetManifestDomainsRequest)(nil),  // 6: corpus.v1.SetManifestDomainsRequest
+	(*SetManifestDomainsResponse)(nil), // 7: corpus.v1.SetManifestDomainsResponse
+	(*GitAccessRequest)(nil),           // 8: corpus.v1.GitAccessRequest
+	(*RecordShellRequest)(nil),         // 9: corpus.v1.RecordShellRequest
+	(*RecordShellResponse)(nil),        // 10: corpus.v1.RecordShellResponse
+	(*GitAccessResponse)(nil),          // 11: corpus.v1.GitAccessResponse
+	(*BeginReleaseRequest)(nil),        // 12: corpus.v1.BeginReleaseRequest
+	(*BeginReleaseResponse)(nil),       // 13: corpus.v1.BeginReleaseResponse
+	(*FinishReleaseRequest)(nil),       // 14: corpus.v1.FinishReleaseRequest
+	(*FinishReleaseResponse)(nil),      // 15: corpus.v1.FinishReleaseResponse
+	(*SetCurrentReleaseRequest)(nil),   // 16: corpus.v1.SetCurrentReleaseRequest
+	(*SetCurrentReleaseResponse)(nil),  // 17: corpus.v1.SetCurrentReleaseResponse
+	(*PruneReleasesRequest)(nil),       // 18: corpus.v1.PruneReleasesRequest
+	(*PruneReleasesResponse)(nil),      // 19: corpus.v1.PruneReleasesResponse
+	(*EnrollRequest)(nil),              // 20: corpus.v1.EnrollRequest
+	(*EnrollResponse)(nil),             // 21: corpus.v1.EnrollResponse
+	(*RenewCertificateRequest)(nil),    // 22: corpus.v1.RenewCertificateRequest
+	(*RenewCertificateResponse)(nil),   // 23: corpus.v1.RenewCertificateResponse
+	(*WatchRequest)(nil),               // 24: corpus.v1.WatchRequest
+	(*WatchResponse)(nil),              // 25: corpus.v1.WatchResponse
+	(*PeerNode)(nil),                   // 26: corpus.v1.PeerNode
+	(*ReportRequest)(nil),              // 27: corpus.v1.ReportRequest
+	(*ReportedGuest)(nil),              // 28: corpus.v1.ReportedGuest
+	(*ReportedVolume)(nil),             // 29: corpus.v1.ReportedVolume
+	(*ServiceReach)(nil),               // 30: corpus.v1.ServiceReach
+	(*ServiceRuntimeRequest)(nil),      // 31: corpus.v1.ServiceRuntimeRequest
+	(*ServiceRuntimeResponse)(nil),     // 32: corpus.v1.ServiceRuntimeResponse
+	(*ReportResponse)(nil),             // 33: corpus.v1.ReportResponse
+	(*CheckChallengeRequest)(nil),      // 34: corpus.v1.CheckChallengeRequest
+	(*CheckChallengeResponse)(nil),     // 35: corpus.v1.CheckChallengeResponse
+	(*DumpServiceRequest)(nil),         // 36: corpus.v1.DumpServiceRequest
+	(*StoreBackupResponse)(nil),        // 37: corpus.v1.StoreBackupResponse
+	(*ReadBackupRequest)(nil),          // 38: corpus.v1.ReadBackupRequest
+	(*LoadServiceResponse)(nil),        // 39: corpus.v1.LoadServiceResponse
+	(*RemoveBackupRequest)(nil),        // 40: corpus.v1.RemoveBackupRequest
+	(*RemoveBackupResponse)(nil),       // 41: corpus.v1.RemoveBackupResponse
+	(*ExportVolumeRequest)(nil),        // 42: corpus.v1.ExportVolumeRequest
+	(*VolumeChunk)(nil),                // 43: corpus.v1.VolumeChunk
+	(*ImportVolumeResponse)(nil),       // 44: corpus.v1.ImportVolumeResponse
+	nil,                                // 45: corpus.v1.BeginReleaseResponse.ConfigEntry
+	nil,                                // 46: corpus.v1.EnrollRequest.LabelsEntry
+	nil,                                // 47: corpus.v1.WatchResponse.GuestProjectsEntry
+	nil,                                // 48: corpus.v1.WatchResponse.GuestServicesEntry
+	nil,                                // 49: corpus.v1.WatchResponse.GuestWaitingEntry
+	nil,                                // 50: corpus.v1.ServiceRuntimeResponse.EnvEntry
+	(*RedeployRequest)(nil),            // 51: corpus.v1.RedeployRequest
+	(*ProjectEnv)(nil),                 // 52: corpus.v1.ProjectEnv
+	(*Release)(nil),                    // 53: corpus.v1.Release
+	(*Project)(nil),                    // 54: corpus.v1.Project
+	(*ReleaseStep)(nil),                // 55: corpus.v1.ReleaseStep
+	(*Resources)(nil),                  // 56: corpus.v1.Resources
+	(*DriverInfo)(nil),                 // 57: corpus.v1.DriverInfo
+	(*Node)(nil),                       // 58: corpus.v1.Node
+	(*Guest)(nil),                      // 59: corpus.v1.Guest
+	(*Route)(nil),                      // 60: corpus.v1.Route
+	(*Volume)(nil),                     // 61: corpus.v1.Volume
+	(*Backup)(nil),                     // 62: corpus.v1.Backup
+	(*Certificate)(nil),                // 63: corpus.v1.Certificate
+	(*ReportedService)(nil),            // 64: corpus.v1.ReportedService
+	(*GuestObserved)(nil),              // 65: corpus.v1.GuestObserved
+	(*VolumeObserved)(nil),             // 66: corpus.v1.VolumeObserved
+	(*Service)(nil),                    // 67: corpus.v1.Service
+	(*ExecGuestRequest)(nil),           // 68: corpus.v1.ExecGuestRequest
+	(*SnapshotVolumeRequest)(nil),      // 69: corpus.v1.SnapshotVolumeRequest
+	(*RollbackRequest)(nil),            // 70: corpus.v1.RollbackRequest
+	(*ListProcessesRequest)(nil),       // 71: corpus.v1.ListProcessesRequest
+	(*GuestLogsRequest)(nil),           // 72: corpus.v1.GuestLogsRequest
+	(*ShellInput)(nil),                 // 73: corpus.v1.ShellInput
+	(*BackupChunk)(nil),                // 74: corpus.v1.BackupChunk
+	(*ExecOutput)(nil),                 // 75: corpus.v1.ExecOutput
+	(*SnapshotVolumeResponse)(nil),     // 76: corpus.v1.SnapshotVolumeResponse
+	(*RollbackOutput)(nil),             // 77: corpus.v1.RollbackOutput
+	(*DeployOutput)(nil),               // 78: corpus.v1.DeployOutput
+	(*ListProcessesResponse)(nil),      // 79: corpus.v1.ListProcessesResponse
+	(*LogLine)(nil),                    // 80: corpus.v1.LogLine
 }
 var file_corpus_v1_agent_proto_depIdxs = []int32{
-	46, // 0: corpus.v1.AgentRedeployRequest.request:type_name -> corpus.v1.RedeployRequest
-	47, // 1: corpus.v1.AgentRedeployRequest.env:type_name -> corpus.v1.ProjectEnv
-	48, // 2: corpus.v1.AgentRedeployRequest.releases:type_name -> corpus.v1.Release
-	49, // 3: corpus.v1.GitAccessResponse.project:type_name -> corpus.v1.Project
-	47, // 4: corpus.v1.GitAccessResponse.env:type_name -> corpus.v1.ProjectEnv
-	48, // 5: corpus.v1.GitAccessResponse.releases:type_name -> corpus.v1.Release
-	48, // 6: corpus.v1.BeginReleaseResponse.release:type_name -> corpus.v1.Release
-	40, // 7: corpus.v1.BeginReleaseResponse.config:type_name -> corpus.v1.BeginReleaseResponse.ConfigEntry
-	50, // 8: corpus.v1.FinishReleaseRequest.steps:type_name -> corpus.v1.ReleaseStep
-	48, // 9: corpus.v1.FinishReleaseResponse.release:type_name -> corpus.v1.Release
-	41, // 10: corpus.v1.EnrollRequest.labels:type_name -> corpus.v1.EnrollRequest.LabelsEntry
-	51, // 11: corpus.v1.EnrollRequest.capacity:type_name -> corpus.v1.Resources
-	52, // 12: corpus.v1.EnrollRequest.drivers:type_name -> corpus.v1.DriverInfo
-	53, // 13: corpus.v1.WatchResponse.node:type_name -> corpus.v1.Node
-	54, // 14: corpus.v1.WatchResponse.guests:type_name -> corpus.v1.Guest
-	55, // 15: corpus.v1.WatchResponse.routes:type_name -> corpus.v1.Route
-	56, // 16: corpus.v1.WatchResponse.volumes:type_name -> corpus.v1.Volume
-	42, // 17: corpus.v1.WatchResponse.guest_projects:type_name -> corpus.v1.WatchResponse.GuestProjectsEntry
-	43, // 18: corpus.v1.WatchResponse.guest_services:type_name -> corpus.v1.WatchResponse.GuestServicesEntry
-	27, // 19: corpus.v1.WatchResponse.service_reach:type_name -> corpus.v1.ServiceReach
-	57, // 20: corpus.v1.WatchResponse.backups:type_name -> corpus.v1.Backup
-	44, // 21: corpus.v1.WatchResponse.guest_waiting:type_name -> corpus.v1.WatchResponse.GuestWaitingEntry
-	23, // 22: corpus.v1.WatchResponse.peers:type_name -> corpus.v1.PeerNode
-	51, // 23: corpus.v1.ReportRequest.capacity:type_name -> corpus.v1.Resources
-	52, // 24: corpus.v1.ReportRequest.drivers:type_name -> corpus.v1.DriverInfo
-	25, // 25: corpus.v1.ReportRequest.guests:type_name -> corpus.v1.ReportedGuest
-	26, // 26: corpus.v1.ReportRequest.volumes:type_name -> corpus.v1.ReportedVolume
-	58, // 27: corpus.v1.ReportRequest.services:type_name -> corpus.v1.ReportedService
-	59, // 28: corpus.v1.ReportedGuest.observed:type_name -> corpus.v1.GuestObserved
-	60, // 29: corpus.v1.ReportedVolume.observed:type_name -> corpus.v1.VolumeObserved
-	61, // 30: corpus.v1.ServiceRuntimeResponse.service:type_name -> corpus.v1.Service
-	45, // 31: corpus.v1.ServiceRuntimeResponse.env:type_name -> corpus.v1.ServiceRuntimeResponse.EnvEntry
-	57, // 32: corpus.v1.DumpServiceRequest.backup:type_name -> corpus.v1.Backup
-	57, // 33: corpus.v1.ReadBackupRequest.backup:type_name -> corpus.v1.Backup
-	57, // 34: corpus.v1.RemoveBackupRequest.backup:type_name -> corpus.v1.Backup
-	17, // 35: corpus.v1.AgentService.Enroll:input_type -> corpus.v1.EnrollRequest
-	19, // 36: corpus.v1.AgentService.RenewCertificate:input_type -> corpus.v1.RenewCertificateRequest
-	21, // 37: corpus.v1.AgentService.Watch:input_type -> corpus.v1.WatchRequest
-	24, // 38: corpus.v1.AgentService.Report:input_type -> corpus.v1.ReportRequest
-	5,  // 39: corpus.v1.AgentService.GitAccess:input_type -> corpus.v1.GitAccessRequest
-	9,  // 40: corpus.v1.AgentService.BeginRelease:input_type -> corpus.v1.BeginReleaseRequest
-	11, // 41: corpus.v1.AgentService.FinishRelease:input_type -> corpus.v1.FinishReleaseRequest
-	13, // 42: corpus.v1.AgentService.SetCurrentRelease:input_type -> corpus.v1.SetCurrentReleaseRequest
-	15, // 43: corpus.v1.AgentService.PruneReleases:input_type -> corpus.v1.PruneReleasesRequest
-	3,  // 44: corpus.v1.AgentService.SetManifestDomains:input_type -> corpus.v1.SetManifestDomainsRequest
-	1,  // 45: corpus.v1.AgentService.SetWebPort:input_type -> corpus.v1.SetWebPortRequest
-	6,  // 46: corpus.v1.AgentService.RecordShell:input_type -> corpus.v1.RecordShellRequest
-	28, // 47: corpus.v1.AgentService.ServiceRuntime:input_type -> corpus.v1.ServiceRuntimeRequest
-	62, // 48: corpus.v1.NodeAgentService.Exec:input_type -> corpus.v1.ExecGuestRequest
-	37, // 49: corpus.v1.NodeAgentService.ExportVolume:input_type -> corpus.v1.ExportVolumeRequest
-	38, // 50: corpus.v1.NodeAgentService.ImportVolume:input_type -> corpus.v1.VolumeChunk
-	63, // 51: corpus.v1.NodeAgentService.SnapshotVolume:input_type -> corpus.v1.SnapshotVolumeRequest
-	64, // 52: corpus.v1.NodeAgentService.Rollback:input_type -> corpus.v1.RollbackRequest
-	0,  // 53: corpus.v1.NodeAgentService.Redeploy:input_type -> corpus.v1.AgentRedeployRequest
-	65, // 54: corpus.v1.NodeAgentService.Processes:input_type -> corpus.v1.ListProcessesRequest
-	66, // 55: corpus.v1.NodeAgentService.Logs:input_type -> corpus.v1.GuestLogsRequest
-	67, // 56: corpus.v1.NodeAgentService.Shell:input_type -> corpus.v1.ShellInput
-	31, // 57: corpus.v1.NodeAgentService.DumpService:input_type -> corpus.v1.DumpServiceRequest
-	68, // 58: corpus.v1.NodeAgentService.StoreBackup:input_type -> corpus.v1.BackupChunk
-	33, // 59: corpus.v1.NodeAgentService.ReadBackup:input_type -> corpus.v1.ReadBackupRequest
-	68, // 60: corpus.v1.NodeAgentService.LoadService:input_type -> corpus.v1.BackupChunk
-	35, // 61: corpus.v1.NodeAgentService.RemoveBackup:input_type -> corpus.v1.RemoveBackupRequest
-	18, // 62: corpus.v1.AgentService.Enroll:output_type -> corpus.v1.EnrollResponse
-	20, // 63: corpus.v1.AgentService.RenewCertificate:output_type -> corpus.v1.RenewCertificateResponse
-	22, // 64: corpus.v1.AgentService.Watch:output_type -> corpus.v1.WatchResponse
-	30, // 65: corpus.v1.AgentService.Report:output_type -> corpus.v1.ReportResponse
-	8,  // 66: corpus.v1.AgentService.GitAccess:output_type -> corpus.v1.GitAccessResponse
-	10, // 67: corpus.v1.AgentService.BeginRelease:output_type -> corpus.v1.BeginReleaseResponse
-	12, // 68: corpus.v1.AgentService.FinishRelease:output_type -> corpus.v1.FinishReleaseResponse
-	14, // 69: corpus.v1.AgentService.SetCurrentRelease:output_type -> corpus.v1.SetCurrentReleaseResponse
-	16, // 70: corpus.v1.AgentService.PruneReleases:output_type -> corpus.v1.PruneReleasesResponse
-	4,  // 71: corpus.v1.AgentService.SetManifestDomains:output_type -> corpus.v1.SetManifestDomainsResponse
-	2,  // 72: corpus.v1.AgentService.SetWebPort:output_type -> corpus.v1.SetWebPortResponse
-	7,  // 73: corpus.v1.AgentService.RecordShell:output_type -> corpus.v1.RecordShellResponse
-	29, // 74: corpus.v1.AgentService.ServiceRuntime:output_type -> corpus.v1.ServiceRuntimeResponse
-	69, // 75: corpus.v1.NodeAgentService.Exec:output_type -> corpus.v1.ExecOutput
-	38, // 76: corpus.v1.NodeAgentService.ExportVolume:output_type -> corpus.v1.VolumeChunk
-	39, // 77: corpus.v1.NodeAgentService.ImportVolume:output_type -> corpus.v1.ImportVolumeResponse
-	70, // 78: corpus.v1.NodeAgentService.SnapshotVolume:output_type -> corpus.v1.SnapshotVolumeResponse
-	71, // 79: corpus.v1.NodeAgentService.Rollback:output_type -> corpus.v1.RollbackOutput
-	72, // 80: corpus.v1.NodeAgentService.Redeploy:output_type -> corpus.v1.DeployOutput
-	73, // 81: corpus.v1.NodeAgentService.Processes:output_type -> corpus.v1.ListProcessesResponse
-	74, // 82: corpus.v1.NodeAgentService.Logs:output_type -> corpus.v1.LogLine
-	69, // 83: corpus.v1.NodeAgentService.Shell:output_type -> corpus.v1.ExecOutput
-	68, // 84: corpus.v1.NodeAgentService.DumpService:output_type -> corpus.v1.BackupChunk
-	32, // 85: corpus.v1.NodeAgentService.StoreBackup:output_type -> corpus.v1.StoreBackupResponse
-	68, // 86: corpus.v1.NodeAgentService.ReadBackup:output_type -> corpus.v1.BackupChunk
-	34, // 87: corpus.v1.NodeAgentService.LoadService:output_type -> corpus.v1.LoadServiceResponse
-	36, // 88: corpus.v1.NodeAgentService.RemoveBackup:output_type -> corpus.v1.RemoveBackupResponse
-	62, // [62:89] is the sub-list for method output_type
-	35, // [35:62] is the sub-list for method input_type
-	35, // [35:35] is the sub-list for extension type_name
-	35, // [35:35] is the sub-list for extension extendee
-	0,  // [0:35] is the sub-list for field type_name
+	2,  // 0: corpus.v1.TlsMaterialResponse.domains:type_name -> corpus.v1.TlsDomain
+	51, // 1: corpus.v1.AgentRedeployRequest.request:type_name -> corpus.v1.RedeployRequest
+	52, // 2: corpus.v1.AgentRedeployRequest.env:type_name -> corpus.v1.ProjectEnv
+	53, // 3: corpus.v1.AgentRedeployRequest.releases:type_name -> corpus.v1.Release
+	54, // 4: corpus.v1.GitAccessResponse.project:type_name -> corpus.v1.Project
+	52, // 5: corpus.v1.GitAccessResponse.env:type_name -> corpus.v1.ProjectEnv
+	53, // 6: corpus.v1.GitAccessResponse.releases:type_name -> corpus.v1.Release
+	53, // 7: corpus.v1.BeginReleaseResponse.release:type_name -> corpus.v1.Release
+	45, // 8: corpus.v1.BeginReleaseResponse.config:type_name -> corpus.v1.BeginReleaseResponse.ConfigEntry
+	55, // 9: corpus.v1.FinishReleaseRequest.steps:type_name -> corpus.v1.ReleaseStep
+	53, // 10: corpus.v1.FinishReleaseResponse.release:type_name -> corpus.v1.Release
+	46, // 11: corpus.v1.EnrollRequest.labels:type_name -> corpus.v1.EnrollRequest.LabelsEntry
+	56, // 12: corpus.v1.EnrollRequest.capacity:type_name -> corpus.v1.Resources
+	57, // 13: corpus.v1.EnrollRequest.drivers:type_name -> corpus.v1.DriverInfo
+	58, // 14: corpus.v1.WatchResponse.node:type_name -> corpus.v1.Node
+	59, // 15: corpus.v1.WatchResponse.guests:type_name -> corpus.v1.Guest
+	60, // 16: corpus.v1.WatchResponse.routes:type_name -> corpus.v1.Route
+	61, // 17: corpus.v1.WatchResponse.volumes:type_name -> corpus.v1.Volume
+	47, // 18: corpus.v1.WatchResponse.guest_projects:type_name -> corpus.v1.WatchResponse.GuestProjectsEntry
+	48, // 19: corpus.v1.WatchResponse.guest_services:type_name -> corpus.v1.WatchResponse.GuestServicesEntry
+	30, // 20: corpus.v1.WatchResponse.service_reach:type_name -> corpus.v1.ServiceReach
+	62, // 21: corpus.v1.WatchResponse.backups:type_name -> corpus.v1.Backup
+	49, // 22: corpus.v1.WatchResponse.guest_waiting:type_name -> corpus.v1.WatchResponse.GuestWaitingEntry
+	26, // 23: corpus.v1.WatchResponse.peers:type_name -> corpus.v1.PeerNode
+	63, // 24: corpus.v1.WatchResponse.certificates:type_name -> corpus.v1.Certificate
+	56, // 25: corpus.v1.ReportRequest.capacity:type_name -> corpus.v1.Resources
+	57, // 26: corpus.v1.ReportRequest.drivers:type_name -> corpus.v1.DriverInfo
+	28, // 27: corpus.v1.ReportRequest.guests:type_name -> corpus.v1.ReportedGuest
+	29, // 28: corpus.v1.ReportRequest.volumes:type_name -> corpus.v1.ReportedVolume
+	64, // 29: corpus.v1.ReportRequest.services:type_name -> corpus.v1.ReportedService
+	65, // 30: corpus.v1.ReportedGuest.observed:type_name -> corpus.v1.GuestObserved
+	66, // 31: corpus.v1.ReportedVolume.observed:type_name -> corpus.v1.VolumeObserved
+	67, // 32: corpus.v1.ServiceRuntimeResponse.service:type_name -> corpus.v1.Service
+	50, // 33: corpus.v1.ServiceRuntimeResponse.env:type_name -> corpus.v1.ServiceRuntimeResponse.EnvEntry
+	62, // 34: corpus.v1.DumpServiceRequest.backup:type_name -> corpus.v1.Backup
+	62, // 35: corpus.v1.ReadBackupRequest.backup:type_name -> corpus.v1.Backup
+	62, // 36: corpus.v1.RemoveBackupRequest.backup:type_name -> corpus.v1.Backup
+	20, // 37: corpus.v1.AgentService.Enroll:input_type -> corpus.v1.EnrollRequest
+	22, // 38: corpus.v1.AgentService.RenewCertificate:input_type -> corpus.v1.RenewCertificateRequest
+	24, // 39: corpus.v1.AgentService.Watch:input_type -> corpus.v1.WatchRequest
+	27, // 40: corpus.v1.AgentService.Report:input_type -> corpus.v1.ReportRequest
+	8,  // 41: corpus.v1.AgentService.GitAccess:input_type -> corpus.v1.GitAccessRequest
+	12, // 42: corpus.v1.AgentService.BeginRelease:input_type -> corpus.v1.BeginReleaseRequest
+	14, // 43: corpus.v1.AgentService.FinishRelease:input_type -> corpus.v1.FinishReleaseRequest
+	16, // 44: corpus.v1.AgentService.SetCurrentRelease:input_type -> corpus.v1.SetCurrentReleaseRequest
+	18, // 45: corpus.v1.AgentService.PruneReleases:input_type -> corpus.v1.PruneReleasesRequest
+	6,  // 46: corpus.v1.AgentService.SetManifestDomains:input_type -> corpus.v1.SetManifestDomainsRequest
+	4,  // 47: corpus.v1.AgentService.SetWebPort:input_type -> corpus.v1.SetWebPortRequest
+	9,  // 48: corpus.v1.AgentService.RecordShell:input_type -> corpus.v1.RecordShellRequest
+	31, // 49: corpus.v1.AgentService.ServiceRuntime:input_type -> corpus.v1.ServiceRuntimeRequest
+	0,  // 50: corpus.v1.AgentService.TlsMaterial:input_type -> corpus.v1.TlsMaterialRequest
+	68, // 51: corpus.v1.NodeAgentService.Exec:input_type -> corpus.v1.ExecGuestRequest
+	42, // 52: corpus.v1.NodeAgentService.ExportVolume:input_type -> corpus.v1.ExportVolumeRequest
+	43, // 53: corpus.v1.NodeAgentService.ImportVolume:input_type -> corpus.v1.VolumeChunk
+	69, // 54: corpus.v1.NodeAgentService.SnapshotVolume:input_type -> corpus.v1.SnapshotVolumeRequest
+	70, // 55: corpus.v1.NodeAgentService.Rollback:input_type -> corpus.v1.RollbackRequest
+	3,  // 56: corpus.v1.NodeAgentService.Redeploy:input_type -> corpus.v1.AgentRedeployRequest
+	71, // 57: corpus.v1.NodeAgentService.Processes:input_type -> corpus.v1.ListProcessesRequest
+	72, // 58: corpus.v1.NodeAgentService.Logs:input_type -> corpus.v1.GuestLogsRequest
+	73, // 59: corpus.v1.NodeAgentService.Shell:input_type -> corpus.v1.ShellInput
+	36, // 60: corpus.v1.NodeAgentService.DumpService:input_type -> corpus.v1.DumpServiceRequest
+	74, // 61: corpus.v1.NodeAgentService.StoreBackup:input_type -> corpus.v1.BackupChunk
+	38, // 62: corpus.v1.NodeAgentService.ReadBackup:input_type -> corpus.v1.ReadBackupRequest
+	74, // 63: corpus.v1.NodeAgentService.LoadService:input_type -> corpus.v1.BackupChunk
+	40, // 64: corpus.v1.NodeAgentService.RemoveBackup:input_type -> corpus.v1.RemoveBackupRequest
+	34, // 65: corpus.v1.NodeAgentService.CheckChallenge:input_type -> corpus.v1.CheckChallengeRequest
+	21, // 66: corpus.v1.AgentService.Enroll:output_type -> corpus.v1.EnrollResponse
+	23, // 67: corpus.v1.AgentService.RenewCertificate:output_type -> corpus.v1.RenewCertificateResponse
+	25, // 68: corpus.v1.AgentService.Watch:output_type -> corpus.v1.WatchResponse
+	33, // 69: corpus.v1.AgentService.Report:output_type -> corpus.v1.ReportResponse
+	11, // 70: corpus.v1.AgentService.GitAccess:output_type -> corpus.v1.GitAccessResponse
+	13, // 71: corpus.v1.AgentService.BeginRelease:output_type -> corpus.v1.BeginReleaseResponse
+	15, // 72: corpus.v1.AgentService.FinishRelease:output_type -> corpus.v1.FinishReleaseResponse
+	17, // 73: corpus.v1.AgentService.SetCurrentRelease:output_type -> corpus.v1.SetCurrentReleaseResponse
+	19, // 74: corpus.v1.AgentService.PruneReleases:output_type -> corpus.v1.PruneReleasesResponse
+	7,  // 75: corpus.v1.AgentService.SetManifestDomains:output_type -> corpus.v1.SetManifestDomainsResponse
+	5,  // 76: corpus.v1.AgentService.SetWebPort:output_type -> corpus.v1.SetWebPortResponse
+	10, // 77: corpus.v1.AgentService.RecordShell:output_type -> corpus.v1.RecordShellResponse
+	32, // 78: corpus.v1.AgentService.ServiceRuntime:output_type -> corpus.v1.ServiceRuntimeResponse
+	1,  // 79: corpus.v1.AgentService.TlsMaterial:output_type -> corpus.v1.TlsMaterialResponse
+	75, // 80: corpus.v1.NodeAgentService.Exec:output_type -> corpus.v1.ExecOutput
+	43, // 81: corpus.v1.NodeAgentService.ExportVolume:output_type -> corpus.v1.VolumeChunk
+	44, // 82: corpus.v1.NodeAgentService.ImportVolume:output_type -> corpus.v1.ImportVolumeResponse
+	76, // 83: corpus.v1.NodeAgentService.SnapshotVolume:output_type -> corpus.v1.SnapshotVolumeResponse
+	77, // 84: corpus.v1.NodeAgentService.Rollback:output_type -> corpus.v1.RollbackOutput
+	78, // 85: corpus.v1.NodeAgentService.Redeploy:output_type -> corpus.v1.DeployOutput
+	79, // 86: corpus.v1.NodeAgentService.Processes:output_type -> corpus.v1.ListProcessesResponse
+	80, // 87: corpus.v1.NodeAgentService.Logs:output_type -> corpus.v1.LogLine
+	75, // 88: corpus.v1.NodeAgentService.Shell:output_type -> corpus.v1.ExecOutput
+	74, // 89: corpus.v1.NodeAgentService.DumpService:output_type -> corpus.v1.BackupChunk
+	37, // 90: corpus.v1.NodeAgentService.StoreBackup:output_type -> corpus.v1.StoreBackupResponse
+	74, // 91: corpus.v1.NodeAgentService.ReadBackup:output_type -> corpus.v1.BackupChunk
+	39, // 92: corpus.v1.NodeAgentService.LoadService:output_type -> corpus.v1.LoadServiceResponse
+	41, // 93: corpus.v1.NodeAgentService.RemoveBackup:output_type -> corpus.v1.RemoveBackupResponse
+	35, // 94: corpus.v1.NodeAgentService.CheckChallenge:output_type -> corpus.v1.CheckChallengeResponse
+	66, // [66:95] is the sub-list for method output_type
+	37, // [37:66] is the sub-list for method input_type
+	37, // [37:37] is the sub-list for extension type_name
+	37, // [37:37] is the sub-list for extension extendee
+	0,  // [0:37] is the sub-list for field type_name
 }
 
 func init() { file_corpus_v1_agent_proto_init() }
@@ -2886,7 +3243,7 @@ func file_corpus_v1_agent_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_corpus_v1_agent_proto_rawDesc), len(file_corpus_v1_agent_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   46,
+			NumMessages:   51,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -11,6 +11,7 @@ package corpusv1
 import (
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
+	timestamppb "google.golang.org/protobuf/types/known/timestamppb"
 	reflect "reflect"
 	sync "sync"
 	unsafe "unsafe"
@@ -23,22 +24,640 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+type SetRouteTlsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Domain        string                 `protobuf:"bytes,1,opt,name=domain,proto3" json:"domain,omitempty"`
+	Https         bool                   `protobuf:"varint,2,opt,name=https,proto3" json:"https,omitempty"`
+	RedirectHttps bool                   `protobuf:"varint,3,opt,name=redirect_https,json=redirectHttps,proto3" json:"redirect_https,omitempty"`
+	Hsts          bool                   `protobuf:"varint,4,opt,name=hsts,proto3" json:"hsts,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetRouteTlsRequest) Reset() {
+	*x = SetRouteTlsRequest{}
+	mi := &file_corpus_v1_ingress_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetRouteTlsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetRouteTlsRequest) ProtoMessage() {}
+
+func (x *SetRouteTlsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_ingress_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetRouteTlsRequest.ProtoReflect.Descriptor instead.
+func (*SetRouteTlsRequest) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_ingress_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *SetRouteTlsRequest) GetDomain() string {
+	if x != nil {
+		return x.Domain
+	}
+	return ""
+}
+
+func (x *SetRouteTlsRequest) GetHttps() bool {
+	if x != nil {
+		return x.Https
+	}
+	return false
+}
+
+func (x *SetRouteTlsRequest) GetRedirectHttps() bool {
+	if x != nil {
+		return x.RedirectHttps
+	}
+	return false
+}
+
+func (x *SetRouteTlsRequest) GetHsts() bool {
+	if x != nil {
+		return x.Hsts
+	}
+	return false
+}
+
+type SetRouteTlsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Route         *Route                 `protobuf:"bytes,1,opt,name=route,proto3" json:"route,omitempty"`
+	Changed       bool                   `protobuf:"varint,2,opt,name=changed,proto3" json:"changed,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetRouteTlsResponse) Reset() {
+	*x = SetRouteTlsResponse{}
+	mi := &file_corpus_v1_ingress_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetRouteTlsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetRouteTlsResponse) ProtoMessage() {}
+
+func (x *SetRouteTlsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_ingress_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetRouteTlsResponse.ProtoReflect.Descriptor instead.
+func (*SetRouteTlsResponse) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_ingress_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *SetRouteTlsResponse) GetRoute() *Route {
+	if x != nil {
+		return x.Route
+	}
+	return nil
+}
+
+func (x *SetRouteTlsResponse) GetChanged() bool {
+	if x != nil {
+		return x.Changed
+	}
+	return false
+}
+
+type SetAcmeRequest struct {
+	state        protoimpl.MessageState `protogen:"open.v1"`
+	DirectoryUrl string                 `protobuf:"bytes,1,opt,name=directory_url,json=directoryUrl,proto3" json:"directory_url,omitempty"`
+	Email        string                 `protobuf:"bytes,2,opt,name=email,proto3" json:"email,omitempty"`
+	// ca_pem: roots to trust for the directory's HTTPS besides the system's.
+	CaPem string `protobuf:"bytes,3,opt,name=ca_pem,json=caPem,proto3" json:"ca_pem,omitempty"`
+	// challenges in order; default http-01 then tls-alpn-01.
+	Challenges    []string `protobuf:"bytes,4,rep,name=challenges,proto3" json:"challenges,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetAcmeRequest) Reset() {
+	*x = SetAcmeRequest{}
+	mi := &file_corpus_v1_ingress_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetAcmeRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetAcmeRequest) ProtoMessage() {}
+
+func (x *SetAcmeRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_ingress_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetAcmeRequest.ProtoReflect.Descriptor instead.
+func (*SetAcmeRequest) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_ingress_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *SetAcmeRequest) GetDirectoryUrl() string {
+	if x != nil {
+		return x.DirectoryUrl
+	}
+	return ""
+}
+
+func (x *SetAcmeRequest) GetEmail() string {
+	if x != nil {
+		return x.Email
+	}
+	return ""
+}
+
+func (x *SetAcmeRequest) GetCaPem() string {
+	if x != nil {
+		return x.CaPem
+	}
+	return ""
+}
+
+func (x *SetAcmeRequest) GetChallenges() []string {
+	if x != nil {
+		return x.Challenges
+	}
+	return nil
+}
+
+type SetAcmeResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Acme          *AcmeView              `protobuf:"bytes,1,opt,name=acme,proto3" json:"acme,omitempty"`
+	Changed       bool                   `protobuf:"varint,2,opt,name=changed,proto3" json:"changed,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetAcmeResponse) Reset() {
+	*x = SetAcmeResponse{}
+	mi := &file_corpus_v1_ingress_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetAcmeResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetAcmeResponse) ProtoMessage() {}
+
+func (x *SetAcmeResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_ingress_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetAcmeResponse.ProtoReflect.Descriptor instead.
+func (*SetAcmeResponse) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_ingress_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *SetAcmeResponse) GetAcme() *AcmeView {
+	if x != nil {
+		return x.Acme
+	}
+	return nil
+}
+
+func (x *SetAcmeResponse) GetChanged() bool {
+	if x != nil {
+		return x.Changed
+	}
+	return false
+}
+
+type GetAcmeRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetAcmeRequest) Reset() {
+	*x = GetAcmeRequest{}
+	mi := &file_corpus_v1_ingress_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetAcmeRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetAcmeRequest) ProtoMessage() {}
+
+func (x *GetAcmeRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_ingress_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetAcmeRequest.ProtoReflect.Descriptor instead.
+func (*GetAcmeRequest) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_ingress_proto_rawDescGZIP(), []int{4}
+}
+
+type GetAcmeResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// acme is unset when no account is configured.
+	Acme          *AcmeView `protobuf:"bytes,1,opt,name=acme,proto3" json:"acme,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetAcmeResponse) Reset() {
+	*x = GetAcmeResponse{}
+	mi := &file_corpus_v1_ingress_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetAcmeResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetAcmeResponse) ProtoMessage() {}
+
+func (x *GetAcmeResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_ingress_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetAcmeResponse.ProtoReflect.Descriptor instead.
+func (*GetAcmeResponse) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_ingress_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *GetAcmeResponse) GetAcme() *AcmeView {
+	if x != nil {
+		return x.Acme
+	}
+	return nil
+}
+
+// AcmeView is the ACME configuration without its key.
+type AcmeView struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	DirectoryUrl  string                 `protobuf:"bytes,1,opt,name=directory_url,json=directoryUrl,proto3" json:"directory_url,omitempty"`
+	Email         string                 `protobuf:"bytes,2,opt,name=email,proto3" json:"email,omitempty"`
+	HasCa         bool                   `protobuf:"varint,3,opt,name=has_ca,json=hasCa,proto3" json:"has_ca,omitempty"`
+	Challenges    []string               `protobuf:"bytes,4,rep,name=challenges,proto3" json:"challenges,omitempty"`
+	AccountUrl    string                 `protobuf:"bytes,5,opt,name=account_url,json=accountUrl,proto3" json:"account_url,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AcmeView) Reset() {
+	*x = AcmeView{}
+	mi := &file_corpus_v1_ingress_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AcmeView) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AcmeView) ProtoMessage() {}
+
+func (x *AcmeView) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_ingress_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AcmeView.ProtoReflect.Descriptor instead.
+func (*AcmeView) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_ingress_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *AcmeView) GetDirectoryUrl() string {
+	if x != nil {
+		return x.DirectoryUrl
+	}
+	return ""
+}
+
+func (x *AcmeView) GetEmail() string {
+	if x != nil {
+		return x.Email
+	}
+	return ""
+}
+
+func (x *AcmeView) GetHasCa() bool {
+	if x != nil {
+		return x.HasCa
+	}
+	return false
+}
+
+func (x *AcmeView) GetChallenges() []string {
+	if x != nil {
+		return x.Challenges
+	}
+	return nil
+}
+
+func (x *AcmeView) GetAccountUrl() string {
+	if x != nil {
+		return x.AccountUrl
+	}
+	return ""
+}
+
+type RenewDomainCertificateRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Domain        string                 `protobuf:"bytes,1,opt,name=domain,proto3" json:"domain,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RenewDomainCertificateRequest) Reset() {
+	*x = RenewDomainCertificateRequest{}
+	mi := &file_corpus_v1_ingress_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RenewDomainCertificateRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RenewDomainCertificateRequest) ProtoMessage() {}
+
+func (x *RenewDomainCertificateRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_ingress_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RenewDomainCertificateRequest.ProtoReflect.Descriptor instead.
+func (*RenewDomainCertificateRequest) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_ingress_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *RenewDomainCertificateRequest) GetDomain() string {
+	if x != nil {
+		return x.Domain
+	}
+	return ""
+}
+
+type RenewDomainCertificateResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Certificate   *CertificateView       `protobuf:"bytes,1,opt,name=certificate,proto3" json:"certificate,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RenewDomainCertificateResponse) Reset() {
+	*x = RenewDomainCertificateResponse{}
+	mi := &file_corpus_v1_ingress_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RenewDomainCertificateResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RenewDomainCertificateResponse) ProtoMessage() {}
+
+func (x *RenewDomainCertificateResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_ingress_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RenewDomainCertificateResponse.ProtoReflect.Descriptor instead.
+func (*RenewDomainCertificateResponse) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_ingress_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *RenewDomainCertificateResponse) GetCertificate() *CertificateView {
+	if x != nil {
+		return x.Certificate
+	}
+	return nil
+}
+
+// CertificateView is a domain's certificate state, without its key.
+type CertificateView struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Domain        string                 `protobuf:"bytes,1,opt,name=domain,proto3" json:"domain,omitempty"`
+	State         string                 `protobuf:"bytes,2,opt,name=state,proto3" json:"state,omitempty"`
+	NotBefore     *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=not_before,json=notBefore,proto3" json:"not_before,omitempty"`
+	NotAfter      *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=not_after,json=notAfter,proto3" json:"not_after,omitempty"`
+	Serial        string                 `protobuf:"bytes,5,opt,name=serial,proto3" json:"serial,omitempty"`
+	Issuer        string                 `protobuf:"bytes,6,opt,name=issuer,proto3" json:"issuer,omitempty"`
+	LastError     string                 `protobuf:"bytes,7,opt,name=last_error,json=lastError,proto3" json:"last_error,omitempty"`
+	NextAttemptAt *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=next_attempt_at,json=nextAttemptAt,proto3" json:"next_attempt_at,omitempty"`
+	Failures      int32                  `protobuf:"varint,9,opt,name=failures,proto3" json:"failures,omitempty"`
+	OcspStapled   bool                   `protobuf:"varint,10,opt,name=ocsp_stapled,json=ocspStapled,proto3" json:"ocsp_stapled,omitempty"`
+	// challenge is the type of the challenge in progress, if any.
+	Challenge     string `protobuf:"bytes,11,opt,name=challenge,proto3" json:"challenge,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CertificateView) Reset() {
+	*x = CertificateView{}
+	mi := &file_corpus_v1_ingress_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CertificateView) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CertificateView) ProtoMessage() {}
+
+func (x *CertificateView) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_ingress_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CertificateView.ProtoReflect.Descriptor instead.
+func (*CertificateView) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_ingress_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *CertificateView) GetDomain() string {
+	if x != nil {
+		return x.Domain
+	}
+	return ""
+}
+
+func (x *CertificateView) GetState() string {
+	if x != nil {
+		return x.State
+	}
+	return ""
+}
+
+func (x *CertificateView) GetNotBefore() *timestamppb.Timestamp {
+	if x != nil {
+		return x.NotBefore
+	}
+	return nil
+}
+
+func (x *CertificateView) GetNotAfter() *timestamppb.Timestamp {
+	if x != nil {
+		return x.NotAfter
+	}
+	return nil
+}
+
+func (x *CertificateView) GetSerial() string {
+	if x != nil {
+		return x.Serial
+	}
+	return ""
+}
+
+func (x *CertificateView) GetIssuer() string {
+	if x != nil {
+		return x.Issuer
+	}
+	return ""
+}
+
+func (x *CertificateView) GetLastError() string {
+	if x != nil {
+		return x.LastError
+	}
+	return ""
+}
+
+func (x *CertificateView) GetNextAttemptAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.NextAttemptAt
+	}
+	return nil
+}
+
+func (x *CertificateView) GetFailures() int32 {
+	if x != nil {
+		return x.Failures
+	}
+	return 0
+}
+
+func (x *CertificateView) GetOcspStapled() bool {
+	if x != nil {
+		return x.OcspStapled
+	}
+	return false
+}
+
+func (x *CertificateView) GetChallenge() string {
+	if x != nil {
+		return x.Challenge
+	}
+	return ""
+}
+
 type CreateRouteRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// kind: "http" (by domain, through the proxy), "tcp" (a node port
 	// through the proxy).
-	Kind          string `protobuf:"bytes,1,opt,name=kind,proto3" json:"kind,omitempty"`
-	Domain        string `protobuf:"bytes,2,opt,name=domain,proto3" json:"domain,omitempty"`
-	ListenPort    int32  `protobuf:"varint,3,opt,name=listen_port,json=listenPort,proto3" json:"listen_port,omitempty"`
-	GuestName     string `protobuf:"bytes,4,opt,name=guest_name,json=guestName,proto3" json:"guest_name,omitempty"`
-	GuestPort     int32  `protobuf:"varint,5,opt,name=guest_port,json=guestPort,proto3" json:"guest_port,omitempty"`
+	Kind       string `protobuf:"bytes,1,opt,name=kind,proto3" json:"kind,omitempty"`
+	Domain     string `protobuf:"bytes,2,opt,name=domain,proto3" json:"domain,omitempty"`
+	ListenPort int32  `protobuf:"varint,3,opt,name=listen_port,json=listenPort,proto3" json:"listen_port,omitempty"`
+	GuestName  string `protobuf:"bytes,4,opt,name=guest_name,json=guestName,proto3" json:"guest_name,omitempty"`
+	GuestPort  int32  `protobuf:"varint,5,opt,name=guest_port,json=guestPort,proto3" json:"guest_port,omitempty"`
+	// https, redirect_https and hsts: see Route.
+	Https         bool `protobuf:"varint,6,opt,name=https,proto3" json:"https,omitempty"`
+	RedirectHttps bool `protobuf:"varint,7,opt,name=redirect_https,json=redirectHttps,proto3" json:"redirect_https,omitempty"`
+	Hsts          bool `protobuf:"varint,8,opt,name=hsts,proto3" json:"hsts,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *CreateRouteRequest) Reset() {
 	*x = CreateRouteRequest{}
-	mi := &file_corpus_v1_ingress_proto_msgTypes[0]
+	mi := &file_corpus_v1_ingress_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -50,7 +669,7 @@ func (x *CreateRouteRequest) String() string {
 func (*CreateRouteRequest) ProtoMessage() {}
 
 func (x *CreateRouteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_ingress_proto_msgTypes[0]
+	mi := &file_corpus_v1_ingress_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -63,7 +682,7 @@ func (x *CreateRouteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateRouteRequest.ProtoReflect.Descriptor instead.
 func (*CreateRouteRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_ingress_proto_rawDescGZIP(), []int{0}
+	return file_corpus_v1_ingress_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *CreateRouteRequest) GetKind() string {
@@ -101,6 +720,27 @@ func (x *CreateRouteRequest) GetGuestPort() int32 {
 	return 0
 }
 
+func (x *CreateRouteRequest) GetHttps() bool {
+	if x != nil {
+		return x.Https
+	}
+	return false
+}
+
+func (x *CreateRouteRequest) GetRedirectHttps() bool {
+	if x != nil {
+		return x.RedirectHttps
+	}
+	return false
+}
+
+func (x *CreateRouteRequest) GetHsts() bool {
+	if x != nil {
+		return x.Hsts
+	}
+	return false
+}
+
 type CreateRouteResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Route *Route                 `protobuf:"bytes,1,opt,name=route,proto3" json:"route,omitempty"`
@@ -112,7 +752,7 @@ type CreateRouteResponse struct {
 
 func (x *CreateRouteResponse) Reset() {
 	*x = CreateRouteResponse{}
-	mi := &file_corpus_v1_ingress_proto_msgTypes[1]
+	mi := &file_corpus_v1_ingress_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -124,7 +764,7 @@ func (x *CreateRouteResponse) String() string {
 func (*CreateRouteResponse) ProtoMessage() {}
 
 func (x *CreateRouteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_ingress_proto_msgTypes[1]
+	mi := &file_corpus_v1_ingress_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -137,7 +777,7 @@ func (x *CreateRouteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateRouteResponse.ProtoReflect.Descriptor instead.
 func (*CreateRouteResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_ingress_proto_rawDescGZIP(), []int{1}
+	return file_corpus_v1_ingress_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *CreateRouteResponse) GetRoute() *Route {
@@ -162,7 +802,7 @@ type ListRoutesRequest struct {
 
 func (x *ListRoutesRequest) Reset() {
 	*x = ListRoutesRequest{}
-	mi := &file_corpus_v1_ingress_proto_msgTypes[2]
+	mi := &file_corpus_v1_ingress_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -174,7 +814,7 @@ func (x *ListRoutesRequest) String() string {
 func (*ListRoutesRequest) ProtoMessage() {}
 
 func (x *ListRoutesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_ingress_proto_msgTypes[2]
+	mi := &file_corpus_v1_ingress_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -187,7 +827,7 @@ func (x *ListRoutesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRoutesRequest.ProtoReflect.Descriptor instead.
 func (*ListRoutesRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_ingress_proto_rawDescGZIP(), []int{2}
+	return file_corpus_v1_ingress_proto_rawDescGZIP(), []int{12}
 }
 
 // RouteView is a route with where it points now.
@@ -198,14 +838,16 @@ type RouteView struct {
 	NodeAddress  string                 `protobuf:"bytes,3,opt,name=node_address,json=nodeAddress,proto3" json:"node_address,omitempty"`
 	GuestAddress string                 `protobuf:"bytes,4,opt,name=guest_address,json=guestAddress,proto3" json:"guest_address,omitempty"`
 	// target is guest_address:guest_port, empty while the guest has none.
-	Target        string `protobuf:"bytes,5,opt,name=target,proto3" json:"target,omitempty"`
+	Target string `protobuf:"bytes,5,opt,name=target,proto3" json:"target,omitempty"`
+	// certificate of an https route's domain; unset before one is ordered.
+	Certificate   *CertificateView `protobuf:"bytes,6,opt,name=certificate,proto3" json:"certificate,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *RouteView) Reset() {
 	*x = RouteView{}
-	mi := &file_corpus_v1_ingress_proto_msgTypes[3]
+	mi := &file_corpus_v1_ingress_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -217,7 +859,7 @@ func (x *RouteView) String() string {
 func (*RouteView) ProtoMessage() {}
 
 func (x *RouteView) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_ingress_proto_msgTypes[3]
+	mi := &file_corpus_v1_ingress_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -230,7 +872,7 @@ func (x *RouteView) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RouteView.ProtoReflect.Descriptor instead.
 func (*RouteView) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_ingress_proto_rawDescGZIP(), []int{3}
+	return file_corpus_v1_ingress_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *RouteView) GetRoute() *Route {
@@ -268,6 +910,13 @@ func (x *RouteView) GetTarget() string {
 	return ""
 }
 
+func (x *RouteView) GetCertificate() *CertificateView {
+	if x != nil {
+		return x.Certificate
+	}
+	return nil
+}
+
 type ListRoutesResponse struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
 	Routes []*RouteView           `protobuf:"bytes,1,rep,name=routes,proto3" json:"routes,omitempty"`
@@ -279,7 +928,7 @@ type ListRoutesResponse struct {
 
 func (x *ListRoutesResponse) Reset() {
 	*x = ListRoutesResponse{}
-	mi := &file_corpus_v1_ingress_proto_msgTypes[4]
+	mi := &file_corpus_v1_ingress_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -291,7 +940,7 @@ func (x *ListRoutesResponse) String() string {
 func (*ListRoutesResponse) ProtoMessage() {}
 
 func (x *ListRoutesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_ingress_proto_msgTypes[4]
+	mi := &file_corpus_v1_ingress_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -304,7 +953,7 @@ func (x *ListRoutesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRoutesResponse.ProtoReflect.Descriptor instead.
 func (*ListRoutesResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_ingress_proto_rawDescGZIP(), []int{4}
+	return file_corpus_v1_ingress_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ListRoutesResponse) GetRoutes() []*RouteView {
@@ -334,7 +983,7 @@ type NatView struct {
 
 func (x *NatView) Reset() {
 	*x = NatView{}
-	mi := &file_corpus_v1_ingress_proto_msgTypes[5]
+	mi := &file_corpus_v1_ingress_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -346,7 +995,7 @@ func (x *NatView) String() string {
 func (*NatView) ProtoMessage() {}
 
 func (x *NatView) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_ingress_proto_msgTypes[5]
+	mi := &file_corpus_v1_ingress_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -359,7 +1008,7 @@ func (x *NatView) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NatView.ProtoReflect.Descriptor instead.
 func (*NatView) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_ingress_proto_rawDescGZIP(), []int{5}
+	return file_corpus_v1_ingress_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *NatView) GetGuestName() string {
@@ -409,7 +1058,7 @@ type DeleteRouteRequest struct {
 
 func (x *DeleteRouteRequest) Reset() {
 	*x = DeleteRouteRequest{}
-	mi := &file_corpus_v1_ingress_proto_msgTypes[6]
+	mi := &file_corpus_v1_ingress_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -421,7 +1070,7 @@ func (x *DeleteRouteRequest) String() string {
 func (*DeleteRouteRequest) ProtoMessage() {}
 
 func (x *DeleteRouteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_ingress_proto_msgTypes[6]
+	mi := &file_corpus_v1_ingress_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -434,7 +1083,7 @@ func (x *DeleteRouteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteRouteRequest.ProtoReflect.Descriptor instead.
 func (*DeleteRouteRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_ingress_proto_rawDescGZIP(), []int{6}
+	return file_corpus_v1_ingress_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *DeleteRouteRequest) GetDomain() string {
@@ -467,7 +1116,7 @@ type DeleteRouteResponse struct {
 
 func (x *DeleteRouteResponse) Reset() {
 	*x = DeleteRouteResponse{}
-	mi := &file_corpus_v1_ingress_proto_msgTypes[7]
+	mi := &file_corpus_v1_ingress_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -479,7 +1128,7 @@ func (x *DeleteRouteResponse) String() string {
 func (*DeleteRouteResponse) ProtoMessage() {}
 
 func (x *DeleteRouteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_ingress_proto_msgTypes[7]
+	mi := &file_corpus_v1_ingress_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -492,7 +1141,7 @@ func (x *DeleteRouteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteRouteResponse.ProtoReflect.Descriptor instead.
 func (*DeleteRouteResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_ingress_proto_rawDescGZIP(), []int{7}
+	return file_corpus_v1_ingress_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *DeleteRouteResponse) GetRoute() *Route {
@@ -516,7 +1165,7 @@ type MoveRouteRequest struct {
 
 func (x *MoveRouteRequest) Reset() {
 	*x = MoveRouteRequest{}
-	mi := &file_corpus_v1_ingress_proto_msgTypes[8]
+	mi := &file_corpus_v1_ingress_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -528,7 +1177,7 @@ func (x *MoveRouteRequest) String() string {
 func (*MoveRouteRequest) ProtoMessage() {}
 
 func (x *MoveRouteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_ingress_proto_msgTypes[8]
+	mi := &file_corpus_v1_ingress_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -541,7 +1190,7 @@ func (x *MoveRouteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MoveRouteRequest.ProtoReflect.Descriptor instead.
 func (*MoveRouteRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_ingress_proto_rawDescGZIP(), []int{8}
+	return file_corpus_v1_ingress_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *MoveRouteRequest) GetDomain() string {
@@ -588,7 +1237,7 @@ type MoveRouteResponse struct {
 
 func (x *MoveRouteResponse) Reset() {
 	*x = MoveRouteResponse{}
-	mi := &file_corpus_v1_ingress_proto_msgTypes[9]
+	mi := &file_corpus_v1_ingress_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -600,7 +1249,7 @@ func (x *MoveRouteResponse) String() string {
 func (*MoveRouteResponse) ProtoMessage() {}
 
 func (x *MoveRouteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_ingress_proto_msgTypes[9]
+	mi := &file_corpus_v1_ingress_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -613,7 +1262,7 @@ func (x *MoveRouteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MoveRouteResponse.ProtoReflect.Descriptor instead.
 func (*MoveRouteResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_ingress_proto_rawDescGZIP(), []int{9}
+	return file_corpus_v1_ingress_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *MoveRouteResponse) GetRoute() *Route {
@@ -627,7 +1276,56 @@ var File_corpus_v1_ingress_proto protoreflect.FileDescriptor
 
 const file_corpus_v1_ingress_proto_rawDesc = "" +
 	"\n" +
-	"\x17corpus/v1/ingress.proto\x12\tcorpus.v1\x1a\x15corpus/v1/types.proto\"\x9f\x01\n" +
+	"\x17corpus/v1/ingress.proto\x12\tcorpus.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x15corpus/v1/types.proto\"}\n" +
+	"\x12SetRouteTlsRequest\x12\x16\n" +
+	"\x06domain\x18\x01 \x01(\tR\x06domain\x12\x14\n" +
+	"\x05https\x18\x02 \x01(\bR\x05https\x12%\n" +
+	"\x0eredirect_https\x18\x03 \x01(\bR\rredirectHttps\x12\x12\n" +
+	"\x04hsts\x18\x04 \x01(\bR\x04hsts\"W\n" +
+	"\x13SetRouteTlsResponse\x12&\n" +
+	"\x05route\x18\x01 \x01(\v2\x10.corpus.v1.RouteR\x05route\x12\x18\n" +
+	"\achanged\x18\x02 \x01(\bR\achanged\"\x82\x01\n" +
+	"\x0eSetAcmeRequest\x12#\n" +
+	"\rdirectory_url\x18\x01 \x01(\tR\fdirectoryUrl\x12\x14\n" +
+	"\x05email\x18\x02 \x01(\tR\x05email\x12\x15\n" +
+	"\x06ca_pem\x18\x03 \x01(\tR\x05caPem\x12\x1e\n" +
+	"\n" +
+	"challenges\x18\x04 \x03(\tR\n" +
+	"challenges\"T\n" +
+	"\x0fSetAcmeResponse\x12'\n" +
+	"\x04acme\x18\x01 \x01(\v2\x13.corpus.v1.AcmeViewR\x04acme\x12\x18\n" +
+	"\achanged\x18\x02 \x01(\bR\achanged\"\x10\n" +
+	"\x0eGetAcmeRequest\":\n" +
+	"\x0fGetAcmeResponse\x12'\n" +
+	"\x04acme\x18\x01 \x01(\v2\x13.corpus.v1.AcmeViewR\x04acme\"\x9d\x01\n" +
+	"\bAcmeView\x12#\n" +
+	"\rdirectory_url\x18\x01 \x01(\tR\fdirectoryUrl\x12\x14\n" +
+	"\x05email\x18\x02 \x01(\tR\x05email\x12\x15\n" +
+	"\x06has_ca\x18\x03 \x01(\bR\x05hasCa\x12\x1e\n" +
+	"\n" +
+	"challenges\x18\x04 \x03(\tR\n" +
+	"challenges\x12\x1f\n" +
+	"\vaccount_url\x18\x05 \x01(\tR\n" +
+	"accountUrl\"7\n" +
+	"\x1dRenewDomainCertificateRequest\x12\x16\n" +
+	"\x06domain\x18\x01 \x01(\tR\x06domain\"^\n" +
+	"\x1eRenewDomainCertificateResponse\x12<\n" +
+	"\vcertificate\x18\x01 \x01(\v2\x1a.corpus.v1.CertificateViewR\vcertificate\"\xa3\x03\n" +
+	"\x0fCertificateView\x12\x16\n" +
+	"\x06domain\x18\x01 \x01(\tR\x06domain\x12\x14\n" +
+	"\x05state\x18\x02 \x01(\tR\x05state\x129\n" +
+	"\n" +
+	"not_before\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\tnotBefore\x127\n" +
+	"\tnot_after\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\bnotAfter\x12\x16\n" +
+	"\x06serial\x18\x05 \x01(\tR\x06serial\x12\x16\n" +
+	"\x06issuer\x18\x06 \x01(\tR\x06issuer\x12\x1d\n" +
+	"\n" +
+	"last_error\x18\a \x01(\tR\tlastError\x12B\n" +
+	"\x0fnext_attempt_at\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\rnextAttemptAt\x12\x1a\n" +
+	"\bfailures\x18\t \x01(\x05R\bfailures\x12!\n" +
+	"\focsp_stapled\x18\n" +
+	" \x01(\bR\vocspStapled\x12\x1c\n" +
+	"\tchallenge\x18\v \x01(\tR\tchallenge\"\xf0\x01\n" +
 	"\x12CreateRouteRequest\x12\x12\n" +
 	"\x04kind\x18\x01 \x01(\tR\x04kind\x12\x16\n" +
 	"\x06domain\x18\x02 \x01(\tR\x06domain\x12\x1f\n" +
@@ -636,17 +1334,21 @@ const file_corpus_v1_ingress_proto_rawDesc = "" +
 	"\n" +
 	"guest_name\x18\x04 \x01(\tR\tguestName\x12\x1d\n" +
 	"\n" +
-	"guest_port\x18\x05 \x01(\x05R\tguestPort\"W\n" +
+	"guest_port\x18\x05 \x01(\x05R\tguestPort\x12\x14\n" +
+	"\x05https\x18\x06 \x01(\bR\x05https\x12%\n" +
+	"\x0eredirect_https\x18\a \x01(\bR\rredirectHttps\x12\x12\n" +
+	"\x04hsts\x18\b \x01(\bR\x04hsts\"W\n" +
 	"\x13CreateRouteResponse\x12&\n" +
 	"\x05route\x18\x01 \x01(\v2\x10.corpus.v1.RouteR\x05route\x12\x18\n" +
 	"\acreated\x18\x02 \x01(\bR\acreated\"\x13\n" +
-	"\x11ListRoutesRequest\"\xb0\x01\n" +
+	"\x11ListRoutesRequest\"\xee\x01\n" +
 	"\tRouteView\x12&\n" +
 	"\x05route\x18\x01 \x01(\v2\x10.corpus.v1.RouteR\x05route\x12\x1b\n" +
 	"\tnode_name\x18\x02 \x01(\tR\bnodeName\x12!\n" +
 	"\fnode_address\x18\x03 \x01(\tR\vnodeAddress\x12#\n" +
 	"\rguest_address\x18\x04 \x01(\tR\fguestAddress\x12\x16\n" +
-	"\x06target\x18\x05 \x01(\tR\x06target\"h\n" +
+	"\x06target\x18\x05 \x01(\tR\x06target\x12<\n" +
+	"\vcertificate\x18\x06 \x01(\v2\x1a.corpus.v1.CertificateViewR\vcertificate\"h\n" +
 	"\x12ListRoutesResponse\x12,\n" +
 	"\x06routes\x18\x01 \x03(\v2\x14.corpus.v1.RouteViewR\x06routes\x12$\n" +
 	"\x03nat\x18\x02 \x03(\v2\x12.corpus.v1.NatViewR\x03nat\"\xa5\x01\n" +
@@ -675,13 +1377,17 @@ const file_corpus_v1_ingress_proto_rawDesc = "" +
 	"\n" +
 	"guest_port\x18\x05 \x01(\x05R\tguestPort\";\n" +
 	"\x11MoveRouteResponse\x12&\n" +
-	"\x05route\x18\x01 \x01(\v2\x10.corpus.v1.RouteR\x05route2\xc4\x02\n" +
+	"\x05route\x18\x01 \x01(\v2\x10.corpus.v1.RouteR\x05route2\x84\x05\n" +
 	"\x0eIngressService\x12L\n" +
 	"\vCreateRoute\x12\x1d.corpus.v1.CreateRouteRequest\x1a\x1e.corpus.v1.CreateRouteResponse\x12N\n" +
 	"\n" +
 	"ListRoutes\x12\x1c.corpus.v1.ListRoutesRequest\x1a\x1d.corpus.v1.ListRoutesResponse\"\x03\x90\x02\x01\x12L\n" +
 	"\vDeleteRoute\x12\x1d.corpus.v1.DeleteRouteRequest\x1a\x1e.corpus.v1.DeleteRouteResponse\x12F\n" +
-	"\tMoveRoute\x12\x1b.corpus.v1.MoveRouteRequest\x1a\x1c.corpus.v1.MoveRouteResponseB!Z\x1fcorpus/proto/corpus/v1;corpusv1b\x06proto3"
+	"\tMoveRoute\x12\x1b.corpus.v1.MoveRouteRequest\x1a\x1c.corpus.v1.MoveRouteResponse\x12L\n" +
+	"\vSetRouteTls\x12\x1d.corpus.v1.SetRouteTlsRequest\x1a\x1e.corpus.v1.SetRouteTlsResponse\x12@\n" +
+	"\aSetAcme\x12\x19.corpus.v1.SetAcmeRequest\x1a\x1a.corpus.v1.SetAcmeResponse\x12E\n" +
+	"\aGetAcme\x12\x19.corpus.v1.GetAcmeRequest\x1a\x1a.corpus.v1.GetAcmeResponse\"\x03\x90\x02\x01\x12g\n" +
+	"\x10RenewCertificate\x12(.corpus.v1.RenewDomainCertificateRequest\x1a).corpus.v1.RenewDomainCertificateResponseB!Z\x1fcorpus/proto/corpus/v1;corpusv1b\x06proto3"
 
 var (
 	file_corpus_v1_ingress_proto_rawDescOnce sync.Once
@@ -695,42 +1401,69 @@ func file_corpus_v1_ingress_proto_rawDescGZIP() []byte {
 	return file_corpus_v1_ingress_proto_rawDescData
 }
 
-var file_corpus_v1_ingress_proto_msgTypes = make([]protoimpl.MessageInfo, 10)
+var file_corpus_v1_ingress_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
 var file_corpus_v1_ingress_proto_goTypes = []any{
-	(*CreateRouteRequest)(nil),  // 0: corpus.v1.CreateRouteRequest
-	(*CreateRouteResponse)(nil), // 1: corpus.v1.CreateRouteResponse
-	(*ListRoutesRequest)(nil),   // 2: corpus.v1.ListRoutesRequest
-	(*RouteView)(nil),           // 3: corpus.v1.RouteView
-	(*ListRoutesResponse)(nil),  // 4: corpus.v1.ListRoutesResponse
-	(*NatView)(nil),             // 5: corpus.v1.NatView
-	(*DeleteRouteRequest)(nil),  // 6: corpus.v1.DeleteRouteRequest
-	(*DeleteRouteResponse)(nil), // 7: corpus.v1.DeleteRouteResponse
-	(*MoveRouteRequest)(nil),    // 8: corpus.v1.MoveRouteRequest
-	(*MoveRouteResponse)(nil),   // 9: corpus.v1.MoveRouteResponse
-	(*Route)(nil),               // 10: corpus.v1.Route
-	(*Port)(nil),                // 11: corpus.v1.Port
+	(*SetRouteTlsRequest)(nil),             // 0: corpus.v1.SetRouteTlsRequest
+	(*SetRouteTlsResponse)(nil),            // 1: corpus.v1.SetRouteTlsResponse
+	(*SetAcmeRequest)(nil),                 // 2: corpus.v1.SetAcmeRequest
+	(*SetAcmeResponse)(nil),                // 3: corpus.v1.SetAcmeResponse
+	(*GetAcmeRequest)(nil),                 // 4: corpus.v1.GetAcmeRequest
+	(*GetAcmeResponse)(nil),                // 5: corpus.v1.GetAcmeResponse
+	(*AcmeView)(nil),                       // 6: corpus.v1.AcmeView
+	(*RenewDomainCertificateRequest)(nil),  // 7: corpus.v1.RenewDomainCertificateRequest
+	(*RenewDomainCertificateResponse)(nil), // 8: corpus.v1.RenewDomainCertificateResponse
+	(*CertificateView)(nil),                // 9: corpus.v1.CertificateView
+	(*CreateRouteRequest)(nil),             // 10: corpus.v1.CreateRouteRequest
+	(*CreateRouteResponse)(nil),            // 11: corpus.v1.CreateRouteResponse
+	(*ListRoutesRequest)(nil),              // 12: corpus.v1.ListRoutesRequest
+	(*RouteView)(nil),                      // 13: corpus.v1.RouteView
+	(*ListRoutesResponse)(nil),             // 14: corpus.v1.ListRoutesResponse
+	(*NatView)(nil),                        // 15: corpus.v1.NatView
+	(*DeleteRouteRequest)(nil),             // 16: corpus.v1.DeleteRouteRequest
+	(*DeleteRouteResponse)(nil),            // 17: corpus.v1.DeleteRouteResponse
+	(*MoveRouteRequest)(nil),               // 18: corpus.v1.MoveRouteRequest
+	(*MoveRouteResponse)(nil),              // 19: corpus.v1.MoveRouteResponse
+	(*Route)(nil),                          // 20: corpus.v1.Route
+	(*timestamppb.Timestamp)(nil),          // 21: google.protobuf.Timestamp
+	(*Port)(nil),                           // 22: corpus.v1.Port
 }
 var file_corpus_v1_ingress_proto_depIdxs = []int32{
-	10, // 0: corpus.v1.CreateRouteResponse.route:type_name -> corpus.v1.Route
-	10, // 1: corpus.v1.RouteView.route:type_name -> corpus.v1.Route
-	3,  // 2: corpus.v1.ListRoutesResponse.routes:type_name -> corpus.v1.RouteView
-	5,  // 3: corpus.v1.ListRoutesResponse.nat:type_name -> corpus.v1.NatView
-	11, // 4: corpus.v1.NatView.port:type_name -> corpus.v1.Port
-	10, // 5: corpus.v1.DeleteRouteResponse.route:type_name -> corpus.v1.Route
-	10, // 6: corpus.v1.MoveRouteResponse.route:type_name -> corpus.v1.Route
-	0,  // 7: corpus.v1.IngressService.CreateRoute:input_type -> corpus.v1.CreateRouteRequest
-	2,  // 8: corpus.v1.IngressService.ListRoutes:input_type -> corpus.v1.ListRoutesRequest
-	6,  // 9: corpus.v1.IngressService.DeleteRoute:input_type -> corpus.v1.DeleteRouteRequest
-	8,  // 10: corpus.v1.IngressService.MoveRoute:input_type -> corpus.v1.MoveRouteRequest
-	1,  // 11: corpus.v1.IngressService.CreateRoute:output_type -> corpus.v1.CreateRouteResponse
-	4,  // 12: corpus.v1.IngressService.ListRoutes:output_type -> corpus.v1.ListRoutesResponse
-	7,  // 13: corpus.v1.IngressService.DeleteRoute:output_type -> corpus.v1.DeleteRouteResponse
-	9,  // 14: corpus.v1.IngressService.MoveRoute:output_type -> corpus.v1.MoveRouteResponse
-	11, // [11:15] is the sub-list for method output_type
-	7,  // [7:11] is the sub-list for method input_type
-	7,  // [7:7] is the sub-list for extension type_name
-	7,  // [7:7] is the sub-list for extension extendee
-	0,  // [0:7] is the sub-list for field type_name
+	20, // 0: corpus.v1.SetRouteTlsResponse.route:type_name -> corpus.v1.Route
+	6,  // 1: corpus.v1.SetAcmeResponse.acme:type_name -> corpus.v1.AcmeView
+	6,  // 2: corpus.v1.GetAcmeResponse.acme:type_name -> corpus.v1.AcmeView
+	9,  // 3: corpus.v1.RenewDomainCertificateResponse.certificate:type_name -> corpus.v1.CertificateView
+	21, // 4: corpus.v1.CertificateView.not_before:type_name -> google.protobuf.Timestamp
+	21, // 5: corpus.v1.CertificateView.not_after:type_name -> google.protobuf.Timestamp
+	21, // 6: corpus.v1.CertificateView.next_attempt_at:type_name -> google.protobuf.Timestamp
+	20, // 7: corpus.v1.CreateRouteResponse.route:type_name -> corpus.v1.Route
+	20, // 8: corpus.v1.RouteView.route:type_name -> corpus.v1.Route
+	9,  // 9: corpus.v1.RouteView.certificate:type_name -> corpus.v1.CertificateView
+	13, // 10: corpus.v1.ListRoutesResponse.routes:type_name -> corpus.v1.RouteView
+	15, // 11: corpus.v1.ListRoutesResponse.nat:type_name -> corpus.v1.NatView
+	22, // 12: corpus.v1.NatView.port:type_name -> corpus.v1.Port
+	20, // 13: corpus.v1.DeleteRouteResponse.route:type_name -> corpus.v1.Route
+	20, // 14: corpus.v1.MoveRouteResponse.route:type_name -> corpus.v1.Route
+	10, // 15: corpus.v1.IngressService.CreateRoute:input_type -> corpus.v1.CreateRouteRequest
+	12, // 16: corpus.v1.IngressService.ListRoutes:input_type -> corpus.v1.ListRoutesRequest
+	16, // 17: corpus.v1.IngressService.DeleteRoute:input_type -> corpus.v1.DeleteRouteRequest
+	18, // 18: corpus.v1.IngressService.MoveRoute:input_type -> corpus.v1.MoveRouteRequest
+	0,  // 19: corpus.v1.IngressService.SetRouteTls:input_type -> corpus.v1.SetRouteTlsRequest
+	2,  // 20: corpus.v1.IngressService.SetAcme:input_type -> corpus.v1.SetAcmeRequest
+	4,  // 21: corpus.v1.IngressService.GetAcme:input_type -> corpus.v1.GetAcmeRequest
+	7,  // 22: corpus.v1.IngressService.RenewCertificate:input_type -> corpus.v1.RenewDomainCertificateRequest
+	11, // 23: corpus.v1.IngressService.CreateRoute:output_type -> corpus.v1.CreateRouteResponse
+	14, // 24: corpus.v1.IngressService.ListRoutes:output_type -> corpus.v1.ListRoutesResponse
+	17, // 25: corpus.v1.IngressService.DeleteRoute:output_type -> corpus.v1.DeleteRouteResponse
+	19, // 26: corpus.v1.IngressService.MoveRoute:output_type -> corpus.v1.MoveRouteResponse
+	1,  // 27: corpus.v1.IngressService.SetRouteTls:output_type -> corpus.v1.SetRouteTlsResponse
+	3,  // 28: corpus.v1.IngressService.SetAcme:output_type -> corpus.v1.SetAcmeResponse
+	5,  // 29: corpus.v1.IngressService.GetAcme:output_type -> corpus.v1.GetAcmeResponse
+	8,  // 30: corpus.v1.IngressService.RenewCertificate:output_type -> corpus.v1.RenewDomainCertificateResponse
+	23, // [23:31] is the sub-list for method output_type
+	15, // [15:23] is the sub-list for method input_type
+	15, // [15:15] is the sub-list for extension type_name
+	15, // [15:15] is the sub-list for extension extendee
+	0,  // [0:15] is the sub-list for field type_name
 }
 
 func init() { file_corpus_v1_ingress_proto_init() }
@@ -745,7 +1478,7 @@ func file_corpus_v1_ingress_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_corpus_v1_ingress_proto_rawDesc), len(file_corpus_v1_ingress_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   10,
+			NumMessages:   20,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -599,7 +599,10 @@ type CreateProjectRequest struct {
 	Branch      string `protobuf:"bytes,9,opt,name=branch,proto3" json:"branch,omitempty"`
 	// packages are Debian packages installed into the guest's image
 	// (GuestSpec.packages).
-	Packages      []string `protobuf:"bytes,10,rep,name=packages,proto3" json:"packages,omitempty"`
+	Packages []string `protobuf:"bytes,10,rep,name=packages,proto3" json:"packages,omitempty"`
+	// https gives the domains certificates by ACME and redirects plain
+	// HTTP to HTTPS.
+	Https         bool `protobuf:"varint,11,opt,name=https,proto3" json:"https,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -702,6 +705,13 @@ func (x *CreateProjectRequest) GetPackages() []string {
 		return x.Packages
 	}
 	return nil
+}
+
+func (x *CreateProjectRequest) GetHttps() bool {
+	if x != nil {
+		return x.Https
+	}
+	return false
 }
 
 type CreateProjectResponse struct {
@@ -1721,7 +1731,7 @@ const file_corpus_v1_projects_proto_rawDesc = "" +
 	"\aproject\x18\x01 \x01(\tR\aproject\x12\x10\n" +
 	"\x03env\x18\x02 \x01(\tR\x03env\"O\n" +
 	"\x15ListProcessesResponse\x126\n" +
-	"\tprocesses\x18\x01 \x03(\v2\x18.corpus.v1.ProcessStatusR\tprocesses\"\xac\x02\n" +
+	"\tprocesses\x18\x01 \x03(\v2\x18.corpus.v1.ProcessStatusR\tprocesses\"\xc2\x02\n" +
 	"\x14CreateProjectRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x10\n" +
 	"\x03env\x18\x02 \x01(\tR\x03env\x12\x14\n" +
@@ -1733,7 +1743,8 @@ const file_corpus_v1_projects_proto_rawDesc = "" +
 	"\fvolume_bytes\x18\b \x01(\x03R\vvolumeBytes\x12\x16\n" +
 	"\x06branch\x18\t \x01(\tR\x06branch\x12\x1a\n" +
 	"\bpackages\x18\n" +
-	" \x03(\tR\bpackages\"~\n" +
+	" \x03(\tR\bpackages\x12\x14\n" +
+	"\x05https\x18\v \x01(\bR\x05https\"~\n" +
 	"\x15CreateProjectResponse\x12,\n" +
 	"\aproject\x18\x01 \x01(\v2\x12.corpus.v1.ProjectR\aproject\x12\x18\n" +
 	"\acreated\x18\x02 \x01(\bR\acreated\x12\x1d\n" +

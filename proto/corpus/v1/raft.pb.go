@@ -97,6 +97,10 @@ type Command struct {
 	//	*Command_DeleteBackup
 	//	*Command_ReplaceServiceGuest
 	//	*Command_UpdateVolume
+	//	*Command_SetAcmeConfig
+	//	*Command_PutCertificate
+	//	*Command_DeleteCertificate
+	//	*Command_SetRouteTls
 	Cmd           isCommand_Cmd `protobuf_oneof:"cmd"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -662,6 +666,42 @@ func (x *Command) GetUpdateVolume() *UpdateVolume {
 	return nil
 }
 
+func (x *Command) GetSetAcmeConfig() *SetAcmeConfig {
+	if x != nil {
+		if x, ok := x.Cmd.(*Command_SetAcmeConfig); ok {
+			return x.SetAcmeConfig
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetPutCertificate() *PutCertificate {
+	if x != nil {
+		if x, ok := x.Cmd.(*Command_PutCertificate); ok {
+			return x.PutCertificate
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetDeleteCertificate() *DeleteCertificate {
+	if x != nil {
+		if x, ok := x.Cmd.(*Command_DeleteCertificate); ok {
+			return x.DeleteCertificate
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetSetRouteTls() *SetRouteTls {
+	if x != nil {
+		if x, ok := x.Cmd.(*Command_SetRouteTls); ok {
+			return x.SetRouteTls
+		}
+	}
+	return nil
+}
+
 type isCommand_Cmd interface {
 	isCommand_Cmd()
 }
@@ -886,6 +926,22 @@ type Command_UpdateVolume struct {
 	UpdateVolume *UpdateVolume `protobuf:"bytes,200,opt,name=update_volume,json=updateVolume,proto3,oneof"`
 }
 
+type Command_SetAcmeConfig struct {
+	SetAcmeConfig *SetAcmeConfig `protobuf:"bytes,201,opt,name=set_acme_config,json=setAcmeConfig,proto3,oneof"`
+}
+
+type Command_PutCertificate struct {
+	PutCertificate *PutCertificate `protobuf:"bytes,202,opt,name=put_certificate,json=putCertificate,proto3,oneof"`
+}
+
+type Command_DeleteCertificate struct {
+	DeleteCertificate *DeleteCertificate `protobuf:"bytes,203,opt,name=delete_certificate,json=deleteCertificate,proto3,oneof"`
+}
+
+type Command_SetRouteTls struct {
+	SetRouteTls *SetRouteTls `protobuf:"bytes,204,opt,name=set_route_tls,json=setRouteTls,proto3,oneof"`
+}
+
 func (*Command_BootstrapCluster) isCommand_Cmd() {}
 
 func (*Command_CreateJoinToken) isCommand_Cmd() {}
@@ -995,6 +1051,14 @@ func (*Command_DeleteBackup) isCommand_Cmd() {}
 func (*Command_ReplaceServiceGuest) isCommand_Cmd() {}
 
 func (*Command_UpdateVolume) isCommand_Cmd() {}
+
+func (*Command_SetAcmeConfig) isCommand_Cmd() {}
+
+func (*Command_PutCertificate) isCommand_Cmd() {}
+
+func (*Command_DeleteCertificate) isCommand_Cmd() {}
+
+func (*Command_SetRouteTls) isCommand_Cmd() {}
 
 // RecordAudit leaves an audit entry and changes nothing else: a call the
 // API refused (permission or validation), an exec into a guest (recorded
@@ -3433,6 +3497,8 @@ type Snapshot struct {
 	Keyring       *Keyring       `protobuf:"bytes,16,opt,name=keyring,proto3" json:"keyring,omitempty"`
 	Services      []*Service     `protobuf:"bytes,17,rep,name=services,proto3" json:"services,omitempty"`
 	Backups       []*Backup      `protobuf:"bytes,18,rep,name=backups,proto3" json:"backups,omitempty"`
+	Acme          *AcmeConfig    `protobuf:"bytes,19,opt,name=acme,proto3" json:"acme,omitempty"`
+	Certificates  []*Certificate `protobuf:"bytes,20,rep,name=certificates,proto3" json:"certificates,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3593,6 +3659,20 @@ func (x *Snapshot) GetBackups() []*Backup {
 	return nil
 }
 
+func (x *Snapshot) GetAcme() *AcmeConfig {
+	if x != nil {
+		return x.Acme
+	}
+	return nil
+}
+
+func (x *Snapshot) GetCertificates() []*Certificate {
+	if x != nil {
+		return x.Certificates
+	}
+	return nil
+}
+
 // SetConfig changes a project environment's config: set values (sealed
 // by the leader with the keyring's primary key) and unset keys, together.
 type SetConfig struct {
@@ -3746,7 +3826,12 @@ type ResealedConfig struct {
 	Config    map[string][]byte `protobuf:"bytes,4,rep,name=config,proto3" json:"config,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	// service is set (and project and env are not) for a service's
 	// secrets.
-	Service       string `protobuf:"bytes,5,opt,name=service,proto3" json:"service,omitempty"`
+	Service string `protobuf:"bytes,5,opt,name=service,proto3" json:"service,omitempty"`
+	// certificate is set (alone) for a domain's certificate: config holds
+	// "key" and, during a tls-alpn-01 challenge, "challenge".
+	Certificate string `protobuf:"bytes,6,opt,name=certificate,proto3" json:"certificate,omitempty"`
+	// acme is set (alone) for the ACME account: config holds "key".
+	Acme          bool `protobuf:"varint,7,opt,name=acme,proto3" json:"acme,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3814,6 +3899,20 @@ func (x *ResealedConfig) GetService() string {
 		return x.Service
 	}
 	return ""
+}
+
+func (x *ResealedConfig) GetCertificate() string {
+	if x != nil {
+		return x.Certificate
+	}
+	return ""
+}
+
+func (x *ResealedConfig) GetAcme() bool {
+	if x != nil {
+		return x.Acme
+	}
+	return false
 }
 
 // SetWebPort records the port a node switched an environment's web
@@ -4598,11 +4697,236 @@ func (x *ReplaceServiceGuest) GetNodeId() string {
 	return ""
 }
 
+// SetAcmeConfig sets the cluster's ACME account (its key sealed by the
+// leader). An empty directory_url removes it; certificates stay.
+type SetAcmeConfig struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Config *AcmeConfig            `protobuf:"bytes,1,opt,name=config,proto3" json:"config,omitempty"`
+	// expect_modify_index makes the write conditional (0: unconditional).
+	ExpectModifyIndex uint64 `protobuf:"varint,2,opt,name=expect_modify_index,json=expectModifyIndex,proto3" json:"expect_modify_index,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
+}
+
+func (x *SetAcmeConfig) Reset() {
+	*x = SetAcmeConfig{}
+	mi := &file_corpus_v1_raft_proto_msgTypes[60]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetAcmeConfig) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetAcmeConfig) ProtoMessage() {}
+
+func (x *SetAcmeConfig) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_raft_proto_msgTypes[60]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetAcmeConfig.ProtoReflect.Descriptor instead.
+func (*SetAcmeConfig) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{60}
+}
+
+func (x *SetAcmeConfig) GetConfig() *AcmeConfig {
+	if x != nil {
+		return x.Config
+	}
+	return nil
+}
+
+func (x *SetAcmeConfig) GetExpectModifyIndex() uint64 {
+	if x != nil {
+		return x.ExpectModifyIndex
+	}
+	return 0
+}
+
+// PutCertificate records a domain's certificate and order state, written
+// by the leader's orderer only.
+type PutCertificate struct {
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	Certificate *Certificate           `protobuf:"bytes,1,opt,name=certificate,proto3" json:"certificate,omitempty"`
+	// expect_modify_index: the write applies only when the certificate is
+	// still at this index (0: it must not exist), so a deposed leader's
+	// late write never overwrites its successor's.
+	ExpectModifyIndex uint64 `protobuf:"varint,2,opt,name=expect_modify_index,json=expectModifyIndex,proto3" json:"expect_modify_index,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
+}
+
+func (x *PutCertificate) Reset() {
+	*x = PutCertificate{}
+	mi := &file_corpus_v1_raft_proto_msgTypes[61]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PutCertificate) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PutCertificate) ProtoMessage() {}
+
+func (x *PutCertificate) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_raft_proto_msgTypes[61]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PutCertificate.ProtoReflect.Descriptor instead.
+func (*PutCertificate) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{61}
+}
+
+func (x *PutCertificate) GetCertificate() *Certificate {
+	if x != nil {
+		return x.Certificate
+	}
+	return nil
+}
+
+func (x *PutCertificate) GetExpectModifyIndex() uint64 {
+	if x != nil {
+		return x.ExpectModifyIndex
+	}
+	return 0
+}
+
+type DeleteCertificate struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Domain        string                 `protobuf:"bytes,1,opt,name=domain,proto3" json:"domain,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteCertificate) Reset() {
+	*x = DeleteCertificate{}
+	mi := &file_corpus_v1_raft_proto_msgTypes[62]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteCertificate) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteCertificate) ProtoMessage() {}
+
+func (x *DeleteCertificate) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_raft_proto_msgTypes[62]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteCertificate.ProtoReflect.Descriptor instead.
+func (*DeleteCertificate) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{62}
+}
+
+func (x *DeleteCertificate) GetDomain() string {
+	if x != nil {
+		return x.Domain
+	}
+	return ""
+}
+
+// SetRouteTls changes how an http route serves HTTPS.
+type SetRouteTls struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Https         bool                   `protobuf:"varint,2,opt,name=https,proto3" json:"https,omitempty"`
+	RedirectHttps bool                   `protobuf:"varint,3,opt,name=redirect_https,json=redirectHttps,proto3" json:"redirect_https,omitempty"`
+	Hsts          bool                   `protobuf:"varint,4,opt,name=hsts,proto3" json:"hsts,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetRouteTls) Reset() {
+	*x = SetRouteTls{}
+	mi := &file_corpus_v1_raft_proto_msgTypes[63]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetRouteTls) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetRouteTls) ProtoMessage() {}
+
+func (x *SetRouteTls) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_raft_proto_msgTypes[63]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetRouteTls.ProtoReflect.Descriptor instead.
+func (*SetRouteTls) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{63}
+}
+
+func (x *SetRouteTls) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *SetRouteTls) GetHttps() bool {
+	if x != nil {
+		return x.Https
+	}
+	return false
+}
+
+func (x *SetRouteTls) GetRedirectHttps() bool {
+	if x != nil {
+		return x.RedirectHttps
+	}
+	return false
+}
+
+func (x *SetRouteTls) GetHsts() bool {
+	if x != nil {
+		return x.Hsts
+	}
+	return false
+}
+
 var File_corpus_v1_raft_proto protoreflect.FileDescriptor
 
 const file_corpus_v1_raft_proto_rawDesc = "" +
 	"\n" +
-	"\x14corpus/v1/raft.proto\x12\tcorpus.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x15corpus/v1/types.proto\x1a\x18corpus/v1/services.proto\"\xcc\x1d\n" +
+	"\x14corpus/v1/raft.proto\x12\tcorpus.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x15corpus/v1/types.proto\x1a\x18corpus/v1/services.proto\"\xe7\x1f\n" +
 	"\aCommand\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x12\x1c\n" +
 	"\tignorable\x18\x02 \x01(\bR\tignorable\x12,\n" +
@@ -4675,7 +4999,11 @@ const file_corpus_v1_raft_proto_rawDesc = "" +
 	"\rfinish_backup\x18\xc5\x01 \x01(\v2\x17.corpus.v1.FinishBackupH\x00R\ffinishBackup\x12?\n" +
 	"\rdelete_backup\x18\xc6\x01 \x01(\v2\x17.corpus.v1.DeleteBackupH\x00R\fdeleteBackup\x12U\n" +
 	"\x15replace_service_guest\x18\xc7\x01 \x01(\v2\x1e.corpus.v1.ReplaceServiceGuestH\x00R\x13replaceServiceGuest\x12?\n" +
-	"\rupdate_volume\x18\xc8\x01 \x01(\v2\x17.corpus.v1.UpdateVolumeH\x00R\fupdateVolumeB\x05\n" +
+	"\rupdate_volume\x18\xc8\x01 \x01(\v2\x17.corpus.v1.UpdateVolumeH\x00R\fupdateVolume\x12C\n" +
+	"\x0fset_acme_config\x18\xc9\x01 \x01(\v2\x18.corpus.v1.SetAcmeConfigH\x00R\rsetAcmeConfig\x12E\n" +
+	"\x0fput_certificate\x18\xca\x01 \x01(\v2\x19.corpus.v1.PutCertificateH\x00R\x0eputCertificate\x12N\n" +
+	"\x12delete_certificate\x18\xcb\x01 \x01(\v2\x1c.corpus.v1.DeleteCertificateH\x00R\x11deleteCertificate\x12=\n" +
+	"\rset_route_tls\x18\xcc\x01 \x01(\v2\x16.corpus.v1.SetRouteTlsH\x00R\vsetRouteTlsB\x05\n" +
 	"\x03cmd\"U\n" +
 	"\vRecordAudit\x12\x16\n" +
 	"\x06action\x18\x01 \x01(\tR\x06action\x12\x16\n" +
@@ -4841,7 +5169,7 @@ const file_corpus_v1_raft_proto_rawDesc = "" +
 	"\x02id\x18\x01 \x01(\tR\x02id\"%\n" +
 	"\n" +
 	"RemoveNode\x12\x17\n" +
-	"\anode_id\x18\x01 \x01(\tR\x06nodeId\"\xb4\x06\n" +
+	"\anode_id\x18\x01 \x01(\tR\x06nodeId\"\x9b\a\n" +
 	"\bSnapshot\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x120\n" +
 	"\x06config\x18\x02 \x01(\v2\x18.corpus.v1.ClusterConfigR\x06config\x12%\n" +
@@ -4864,7 +5192,9 @@ const file_corpus_v1_raft_proto_rawDesc = "" +
 	"userTokens\x12,\n" +
 	"\akeyring\x18\x10 \x01(\v2\x12.corpus.v1.KeyringR\akeyring\x12.\n" +
 	"\bservices\x18\x11 \x03(\v2\x12.corpus.v1.ServiceR\bservices\x12+\n" +
-	"\abackups\x18\x12 \x03(\v2\x11.corpus.v1.BackupR\abackups\"\xb6\x01\n" +
+	"\abackups\x18\x12 \x03(\v2\x11.corpus.v1.BackupR\abackups\x12)\n" +
+	"\x04acme\x18\x13 \x01(\v2\x15.corpus.v1.AcmeConfigR\x04acme\x12:\n" +
+	"\fcertificates\x18\x14 \x03(\v2\x16.corpus.v1.CertificateR\fcertificates\"\xb6\x01\n" +
 	"\tSetConfig\x12\x18\n" +
 	"\aproject\x18\x01 \x01(\tR\aproject\x12\x10\n" +
 	"\x03env\x18\x02 \x01(\tR\x03env\x12/\n" +
@@ -4878,14 +5208,16 @@ const file_corpus_v1_raft_proto_rawDesc = "" +
 	"\akeyring\x18\x01 \x01(\v2\x12.corpus.v1.KeyringR\akeyring\x12%\n" +
 	"\x0eexpect_primary\x18\x02 \x01(\tR\rexpectPrimary\x12-\n" +
 	"\x04envs\x18\x03 \x03(\v2\x19.corpus.v1.ResealedConfigR\x04envs\x125\n" +
-	"\breleases\x18\x04 \x03(\v2\x19.corpus.v1.ResealedConfigR\breleases\"\xef\x01\n" +
+	"\breleases\x18\x04 \x03(\v2\x19.corpus.v1.ResealedConfigR\breleases\"\xa5\x02\n" +
 	"\x0eResealedConfig\x12\x18\n" +
 	"\aproject\x18\x01 \x01(\tR\aproject\x12\x10\n" +
 	"\x03env\x18\x02 \x01(\tR\x03env\x12\x1d\n" +
 	"\n" +
 	"release_id\x18\x03 \x01(\tR\treleaseId\x12=\n" +
 	"\x06config\x18\x04 \x03(\v2%.corpus.v1.ResealedConfig.ConfigEntryR\x06config\x12\x18\n" +
-	"\aservice\x18\x05 \x01(\tR\aservice\x1a9\n" +
+	"\aservice\x18\x05 \x01(\tR\aservice\x12 \n" +
+	"\vcertificate\x18\x06 \x01(\tR\vcertificate\x12\x12\n" +
+	"\x04acme\x18\a \x01(\bR\x04acme\x1a9\n" +
 	"\vConfigEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\fR\x05value:\x028\x01\"e\n" +
@@ -4945,7 +5277,20 @@ const file_corpus_v1_raft_proto_rawDesc = "" +
 	"\fold_guest_id\x18\x02 \x01(\tR\n" +
 	"oldGuestId\x12&\n" +
 	"\x05guest\x18\x03 \x01(\v2\x10.corpus.v1.GuestR\x05guest\x12\x17\n" +
-	"\anode_id\x18\x04 \x01(\tR\x06nodeIdB!Z\x1fcorpus/proto/corpus/v1;corpusv1b\x06proto3"
+	"\anode_id\x18\x04 \x01(\tR\x06nodeId\"n\n" +
+	"\rSetAcmeConfig\x12-\n" +
+	"\x06config\x18\x01 \x01(\v2\x15.corpus.v1.AcmeConfigR\x06config\x12.\n" +
+	"\x13expect_modify_index\x18\x02 \x01(\x04R\x11expectModifyIndex\"z\n" +
+	"\x0ePutCertificate\x128\n" +
+	"\vcertificate\x18\x01 \x01(\v2\x16.corpus.v1.CertificateR\vcertificate\x12.\n" +
+	"\x13expect_modify_index\x18\x02 \x01(\x04R\x11expectModifyIndex\"+\n" +
+	"\x11DeleteCertificate\x12\x16\n" +
+	"\x06domain\x18\x01 \x01(\tR\x06domain\"n\n" +
+	"\vSetRouteTls\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x14\n" +
+	"\x05https\x18\x02 \x01(\bR\x05https\x12%\n" +
+	"\x0eredirect_https\x18\x03 \x01(\bR\rredirectHttps\x12\x12\n" +
+	"\x04hsts\x18\x04 \x01(\bR\x04hstsB!Z\x1fcorpus/proto/corpus/v1;corpusv1b\x06proto3"
 
 var (
 	file_corpus_v1_raft_proto_rawDescOnce sync.Once
@@ -4959,7 +5304,7 @@ func file_corpus_v1_raft_proto_rawDescGZIP() []byte {
 	return file_corpus_v1_raft_proto_rawDescData
 }
 
-var file_corpus_v1_raft_proto_msgTypes = make([]protoimpl.MessageInfo, 64)
+var file_corpus_v1_raft_proto_msgTypes = make([]protoimpl.MessageInfo, 68)
 var file_corpus_v1_raft_proto_goTypes = []any{
 	(*Command)(nil),               // 0: corpus.v1.Command
 	(*RecordAudit)(nil),           // 1: corpus.v1.RecordAudit
@@ -5021,40 +5366,46 @@ var file_corpus_v1_raft_proto_goTypes = []any{
 	(*DeleteBackup)(nil),          // 57: corpus.v1.DeleteBackup
 	(*UpdateVolume)(nil),          // 58: corpus.v1.UpdateVolume
 	(*ReplaceServiceGuest)(nil),   // 59: corpus.v1.ReplaceServiceGuest
-	nil,                           // 60: corpus.v1.UpdateNode.LabelsEntry
-	nil,                           // 61: corpus.v1.SetConfig.SetEntry
-	nil,                           // 62: corpus.v1.ResealedConfig.ConfigEntry
-	nil,                           // 63: corpus.v1.LinkService.ConfigEntry
-	(*timestamppb.Timestamp)(nil), // 64: google.protobuf.Timestamp
-	(*ClusterConfig)(nil),         // 65: corpus.v1.ClusterConfig
-	(*JoinToken)(nil),             // 66: corpus.v1.JoinToken
-	(*Node)(nil),                  // 67: corpus.v1.Node
-	(*Resources)(nil),             // 68: corpus.v1.Resources
-	(*DriverInfo)(nil),            // 69: corpus.v1.DriverInfo
-	(*Guest)(nil),                 // 70: corpus.v1.Guest
-	(*GuestObserved)(nil),         // 71: corpus.v1.GuestObserved
-	(*Route)(nil),                 // 72: corpus.v1.Route
-	(*DnsRecord)(nil),             // 73: corpus.v1.DnsRecord
-	(*VolumeObserved)(nil),        // 74: corpus.v1.VolumeObserved
-	(*User)(nil),                  // 75: corpus.v1.User
-	(*UserToken)(nil),             // 76: corpus.v1.UserToken
-	(*SshKey)(nil),                // 77: corpus.v1.SshKey
-	(*ProjectEnv)(nil),            // 78: corpus.v1.ProjectEnv
-	(*Release)(nil),               // 79: corpus.v1.Release
-	(*ReleaseStep)(nil),           // 80: corpus.v1.ReleaseStep
-	(*Coordinator)(nil),           // 81: corpus.v1.Coordinator
-	(*Volume)(nil),                // 82: corpus.v1.Volume
-	(*Project)(nil),               // 83: corpus.v1.Project
-	(*AuditEntry)(nil),            // 84: corpus.v1.AuditEntry
-	(*Keyring)(nil),               // 85: corpus.v1.Keyring
-	(*Service)(nil),               // 86: corpus.v1.Service
-	(*Backup)(nil),                // 87: corpus.v1.Backup
-	(*GuestSpec)(nil),             // 88: corpus.v1.GuestSpec
-	(*ServiceLink)(nil),           // 89: corpus.v1.ServiceLink
-	(*ReportedService)(nil),       // 90: corpus.v1.ReportedService
+	(*SetAcmeConfig)(nil),         // 60: corpus.v1.SetAcmeConfig
+	(*PutCertificate)(nil),        // 61: corpus.v1.PutCertificate
+	(*DeleteCertificate)(nil),     // 62: corpus.v1.DeleteCertificate
+	(*SetRouteTls)(nil),           // 63: corpus.v1.SetRouteTls
+	nil,                           // 64: corpus.v1.UpdateNode.LabelsEntry
+	nil,                           // 65: corpus.v1.SetConfig.SetEntry
+	nil,                           // 66: corpus.v1.ResealedConfig.ConfigEntry
+	nil,                           // 67: corpus.v1.LinkService.ConfigEntry
+	(*timestamppb.Timestamp)(nil), // 68: google.protobuf.Timestamp
+	(*ClusterConfig)(nil),         // 69: corpus.v1.ClusterConfig
+	(*JoinToken)(nil),             // 70: corpus.v1.JoinToken
+	(*Node)(nil),                  // 71: corpus.v1.Node
+	(*Resources)(nil),             // 72: corpus.v1.Resources
+	(*DriverInfo)(nil),            // 73: corpus.v1.DriverInfo
+	(*Guest)(nil),                 // 74: corpus.v1.Guest
+	(*GuestObserved)(nil),         // 75: corpus.v1.GuestObserved
+	(*Route)(nil),                 // 76: corpus.v1.Route
+	(*DnsRecord)(nil),             // 77: corpus.v1.DnsRecord
+	(*VolumeObserved)(nil),        // 78: corpus.v1.VolumeObserved
+	(*User)(nil),                  // 79: corpus.v1.User
+	(*UserToken)(nil),             // 80: corpus.v1.UserToken
+	(*SshKey)(nil),                // 81: corpus.v1.SshKey
+	(*ProjectEnv)(nil),            // 82: corpus.v1.ProjectEnv
+	(*Release)(nil),               // 83: corpus.v1.Release
+	(*ReleaseStep)(nil),           // 84: corpus.v1.ReleaseStep
+	(*Coordinator)(nil),           // 85: corpus.v1.Coordinator
+	(*Volume)(nil),                // 86: corpus.v1.Volume
+	(*Project)(nil),               // 87: corpus.v1.Project
+	(*AuditEntry)(nil),            // 88: corpus.v1.AuditEntry
+	(*Keyring)(nil),               // 89: corpus.v1.Keyring
+	(*Service)(nil),               // 90: corpus.v1.Service
+	(*Backup)(nil),                // 91: corpus.v1.Backup
+	(*AcmeConfig)(nil),            // 92: corpus.v1.AcmeConfig
+	(*Certificate)(nil),           // 93: corpus.v1.Certificate
+	(*GuestSpec)(nil),             // 94: corpus.v1.GuestSpec
+	(*ServiceLink)(nil),           // 95: corpus.v1.ServiceLink
+	(*ReportedService)(nil),       // 96: corpus.v1.ReportedService
 }
 var file_corpus_v1_raft_proto_depIdxs = []int32{
-	64,  // 0: corpus.v1.Command.now:type_name -> google.protobuf.Timestamp
+	68,  // 0: corpus.v1.Command.now:type_name -> google.protobuf.Timestamp
 	2,   // 1: corpus.v1.Command.bootstrap_cluster:type_name -> corpus.v1.BootstrapCluster
 	3,   // 2: corpus.v1.Command.create_join_token:type_name -> corpus.v1.CreateJoinToken
 	4,   // 3: corpus.v1.Command.enroll_node:type_name -> corpus.v1.EnrollNode
@@ -5110,66 +5461,74 @@ var file_corpus_v1_raft_proto_depIdxs = []int32{
 	57,  // 53: corpus.v1.Command.delete_backup:type_name -> corpus.v1.DeleteBackup
 	59,  // 54: corpus.v1.Command.replace_service_guest:type_name -> corpus.v1.ReplaceServiceGuest
 	58,  // 55: corpus.v1.Command.update_volume:type_name -> corpus.v1.UpdateVolume
-	65,  // 56: corpus.v1.BootstrapCluster.config:type_name -> corpus.v1.ClusterConfig
-	66,  // 57: corpus.v1.CreateJoinToken.token:type_name -> corpus.v1.JoinToken
-	67,  // 58: corpus.v1.EnrollNode.node:type_name -> corpus.v1.Node
-	64,  // 59: corpus.v1.RenewNodeCertificate.expires_at:type_name -> google.protobuf.Timestamp
-	68,  // 60: corpus.v1.UpdateNode.capacity:type_name -> corpus.v1.Resources
-	69,  // 61: corpus.v1.UpdateNode.drivers:type_name -> corpus.v1.DriverInfo
-	60,  // 62: corpus.v1.UpdateNode.labels:type_name -> corpus.v1.UpdateNode.LabelsEntry
-	70,  // 63: corpus.v1.CreateGuest.guest:type_name -> corpus.v1.Guest
-	10,  // 64: corpus.v1.PlaceGuests.placements:type_name -> corpus.v1.PlaceGuest
-	71,  // 65: corpus.v1.ObservedGuest.observed:type_name -> corpus.v1.GuestObserved
-	13,  // 66: corpus.v1.ReportGuests.guests:type_name -> corpus.v1.ObservedGuest
-	72,  // 67: corpus.v1.CreateRoute.route:type_name -> corpus.v1.Route
-	73,  // 68: corpus.v1.AddDnsRecord.record:type_name -> corpus.v1.DnsRecord
-	74,  // 69: corpus.v1.ObservedVolume.observed:type_name -> corpus.v1.VolumeObserved
-	23,  // 70: corpus.v1.ReportVolumes.volumes:type_name -> corpus.v1.ObservedVolume
-	75,  // 71: corpus.v1.CreateUser.user:type_name -> corpus.v1.User
-	76,  // 72: corpus.v1.UserLogin.token:type_name -> corpus.v1.UserToken
-	77,  // 73: corpus.v1.AddSshKey.key:type_name -> corpus.v1.SshKey
-	78,  // 74: corpus.v1.CreateProject.env:type_name -> corpus.v1.ProjectEnv
-	70,  // 75: corpus.v1.CreateProject.guest:type_name -> corpus.v1.Guest
-	72,  // 76: corpus.v1.CreateProject.routes:type_name -> corpus.v1.Route
-	79,  // 77: corpus.v1.BeginRelease.release:type_name -> corpus.v1.Release
-	80,  // 78: corpus.v1.FinishRelease.steps:type_name -> corpus.v1.ReleaseStep
-	72,  // 79: corpus.v1.SetManifestDomains.routes:type_name -> corpus.v1.Route
-	81,  // 80: corpus.v1.UpsertCoordinator.coordinator:type_name -> corpus.v1.Coordinator
-	76,  // 81: corpus.v1.CreateUserToken.token:type_name -> corpus.v1.UserToken
-	65,  // 82: corpus.v1.Snapshot.config:type_name -> corpus.v1.ClusterConfig
-	67,  // 83: corpus.v1.Snapshot.nodes:type_name -> corpus.v1.Node
-	70,  // 84: corpus.v1.Snapshot.guests:type_name -> corpus.v1.Guest
-	66,  // 85: corpus.v1.Snapshot.join_tokens:type_name -> corpus.v1.JoinToken
-	72,  // 86: corpus.v1.Snapshot.routes:type_name -> corpus.v1.Route
-	73,  // 87: corpus.v1.Snapshot.dns_records:type_name -> corpus.v1.DnsRecord
-	82,  // 88: corpus.v1.Snapshot.volumes:type_name -> corpus.v1.Volume
-	75,  // 89: corpus.v1.Snapshot.users:type_name -> corpus.v1.User
-	83,  // 90: corpus.v1.Snapshot.projects:type_name -> corpus.v1.Project
-	79,  // 91: corpus.v1.Snapshot.releases:type_name -> corpus.v1.Release
-	81,  // 92: corpus.v1.Snapshot.coordinators:type_name -> corpus.v1.Coordinator
-	84,  // 93: corpus.v1.Snapshot.audit:type_name -> corpus.v1.AuditEntry
-	76,  // 94: corpus.v1.Snapshot.user_tokens:type_name -> corpus.v1.UserToken
-	85,  // 95: corpus.v1.Snapshot.keyring:type_name -> corpus.v1.Keyring
-	86,  // 96: corpus.v1.Snapshot.services:type_name -> corpus.v1.Service
-	87,  // 97: corpus.v1.Snapshot.backups:type_name -> corpus.v1.Backup
-	61,  // 98: corpus.v1.SetConfig.set:type_name -> corpus.v1.SetConfig.SetEntry
-	85,  // 99: corpus.v1.SetKeyring.keyring:type_name -> corpus.v1.Keyring
-	46,  // 100: corpus.v1.SetKeyring.envs:type_name -> corpus.v1.ResealedConfig
-	46,  // 101: corpus.v1.SetKeyring.releases:type_name -> corpus.v1.ResealedConfig
-	62,  // 102: corpus.v1.ResealedConfig.config:type_name -> corpus.v1.ResealedConfig.ConfigEntry
-	88,  // 103: corpus.v1.UpdateGuest.spec:type_name -> corpus.v1.GuestSpec
-	86,  // 104: corpus.v1.CreateService.service:type_name -> corpus.v1.Service
-	70,  // 105: corpus.v1.CreateService.guest:type_name -> corpus.v1.Guest
-	89,  // 106: corpus.v1.LinkService.link:type_name -> corpus.v1.ServiceLink
-	63,  // 107: corpus.v1.LinkService.config:type_name -> corpus.v1.LinkService.ConfigEntry
-	90,  // 108: corpus.v1.ReportServices.services:type_name -> corpus.v1.ReportedService
-	87,  // 109: corpus.v1.BeginBackup.backup:type_name -> corpus.v1.Backup
-	70,  // 110: corpus.v1.ReplaceServiceGuest.guest:type_name -> corpus.v1.Guest
-	111, // [111:111] is the sub-list for method output_type
-	111, // [111:111] is the sub-list for method input_type
-	111, // [111:111] is the sub-list for extension type_name
-	111, // [111:111] is the sub-list for extension extendee
-	0,   // [0:111] is the sub-list for field type_name
+	60,  // 56: corpus.v1.Command.set_acme_config:type_name -> corpus.v1.SetAcmeConfig
+	61,  // 57: corpus.v1.Command.put_certificate:type_name -> corpus.v1.PutCertificate
+	62,  // 58: corpus.v1.Command.delete_certificate:type_name -> corpus.v1.DeleteCertificate
+	63,  // 59: corpus.v1.Command.set_route_tls:type_name -> corpus.v1.SetRouteTls
+	69,  // 60: corpus.v1.BootstrapCluster.config:type_name -> corpus.v1.ClusterConfig
+	70,  // 61: corpus.v1.CreateJoinToken.token:type_name -> corpus.v1.JoinToken
+	71,  // 62: corpus.v1.EnrollNode.node:type_name -> corpus.v1.Node
+	68,  // 63: corpus.v1.RenewNodeCertificate.expires_at:type_name -> google.protobuf.Timestamp
+	72,  // 64: corpus.v1.UpdateNode.capacity:type_name -> corpus.v1.Resources
+	73,  // 65: corpus.v1.UpdateNode.drivers:type_name -> corpus.v1.DriverInfo
+	64,  // 66: corpus.v1.UpdateNode.labels:type_name -> corpus.v1.UpdateNode.LabelsEntry
+	74,  // 67: corpus.v1.CreateGuest.guest:type_name -> corpus.v1.Guest
+	10,  // 68: corpus.v1.PlaceGuests.placements:type_name -> corpus.v1.PlaceGuest
+	75,  // 69: corpus.v1.ObservedGuest.observed:type_name -> corpus.v1.GuestObserved
+	13,  // 70: corpus.v1.ReportGuests.guests:type_name -> corpus.v1.ObservedGuest
+	76,  // 71: corpus.v1.CreateRoute.route:type_name -> corpus.v1.Route
+	77,  // 72: corpus.v1.AddDnsRecord.record:type_name -> corpus.v1.DnsRecord
+	78,  // 73: corpus.v1.ObservedVolume.observed:type_name -> corpus.v1.VolumeObserved
+	23,  // 74: corpus.v1.ReportVolumes.volumes:type_name -> corpus.v1.ObservedVolume
+	79,  // 75: corpus.v1.CreateUser.user:type_name -> corpus.v1.User
+	80,  // 76: corpus.v1.UserLogin.token:type_name -> corpus.v1.UserToken
+	81,  // 77: corpus.v1.AddSshKey.key:type_name -> corpus.v1.SshKey
+	82,  // 78: corpus.v1.CreateProject.env:type_name -> corpus.v1.ProjectEnv
+	74,  // 79: corpus.v1.CreateProject.guest:type_name -> corpus.v1.Guest
+	76,  // 80: corpus.v1.CreateProject.routes:type_name -> corpus.v1.Route
+	83,  // 81: corpus.v1.BeginRelease.release:type_name -> corpus.v1.Release
+	84,  // 82: corpus.v1.FinishRelease.steps:type_name -> corpus.v1.ReleaseStep
+	76,  // 83: corpus.v1.SetManifestDomains.routes:type_name -> corpus.v1.Route
+	85,  // 84: corpus.v1.UpsertCoordinator.coordinator:type_name -> corpus.v1.Coordinator
+	80,  // 85: corpus.v1.CreateUserToken.token:type_name -> corpus.v1.UserToken
+	69,  // 86: corpus.v1.Snapshot.config:type_name -> corpus.v1.ClusterConfig
+	71,  // 87: corpus.v1.Snapshot.nodes:type_name -> corpus.v1.Node
+	74,  // 88: corpus.v1.Snapshot.guests:type_name -> corpus.v1.Guest
+	70,  // 89: corpus.v1.Snapshot.join_tokens:type_name -> corpus.v1.JoinToken
+	76,  // 90: corpus.v1.Snapshot.routes:type_name -> corpus.v1.Route
+	77,  // 91: corpus.v1.Snapshot.dns_records:type_name -> corpus.v1.DnsRecord
+	86,  // 92: corpus.v1.Snapshot.volumes:type_name -> corpus.v1.Volume
+	79,  // 93: corpus.v1.Snapshot.users:type_name -> corpus.v1.User
+	87,  // 94: corpus.v1.Snapshot.projects:type_name -> corpus.v1.Project
+	83,  // 95: corpus.v1.Snapshot.releases:type_name -> corpus.v1.Release
+	85,  // 96: corpus.v1.Snapshot.coordinators:type_name -> corpus.v1.Coordinator
+	88,  // 97: corpus.v1.Snapshot.audit:type_name -> corpus.v1.AuditEntry
+	80,  // 98: corpus.v1.Snapshot.user_tokens:type_name -> corpus.v1.UserToken
+	89,  // 99: corpus.v1.Snapshot.keyring:type_name -> corpus.v1.Keyring
+	90,  // 100: corpus.v1.Snapshot.services:type_name -> corpus.v1.Service
+	91,  // 101: corpus.v1.Snapshot.backups:type_name -> corpus.v1.Backup
+	92,  // 102: corpus.v1.Snapshot.acme:type_name -> corpus.v1.AcmeConfig
+	93,  // 103: corpus.v1.Snapshot.certificates:type_name -> corpus.v1.Certificate
+	65,  // 104: corpus.v1.SetConfig.set:type_name -> corpus.v1.SetConfig.SetEntry
+	89,  // 105: corpus.v1.SetKeyring.keyring:type_name -> corpus.v1.Keyring
+	46,  // 106: corpus.v1.SetKeyring.envs:type_name -> corpus.v1.ResealedConfig
+	46,  // 107: corpus.v1.SetKeyring.releases:type_name -> corpus.v1.ResealedConfig
+	66,  // 108: corpus.v1.ResealedConfig.config:type_name -> corpus.v1.ResealedConfig.ConfigEntry
+	94,  // 109: corpus.v1.UpdateGuest.spec:type_name -> corpus.v1.GuestSpec
+	90,  // 110: corpus.v1.CreateService.service:type_name -> corpus.v1.Service
+	74,  // 111: corpus.v1.CreateService.guest:type_name -> corpus.v1.Guest
+	95,  // 112: corpus.v1.LinkService.link:type_name -> corpus.v1.ServiceLink
+	67,  // 113: corpus.v1.LinkService.config:type_name -> corpus.v1.LinkService.ConfigEntry
+	96,  // 114: corpus.v1.ReportServices.services:type_name -> corpus.v1.ReportedService
+	91,  // 115: corpus.v1.BeginBackup.backup:type_name -> corpus.v1.Backup
+	74,  // 116: corpus.v1.ReplaceServiceGuest.guest:type_name -> corpus.v1.Guest
+	92,  // 117: corpus.v1.SetAcmeConfig.config:type_name -> corpus.v1.AcmeConfig
+	93,  // 118: corpus.v1.PutCertificate.certificate:type_name -> corpus.v1.Certificate
+	119, // [119:119] is the sub-list for method output_type
+	119, // [119:119] is the sub-list for method input_type
+	119, // [119:119] is the sub-list for extension type_name
+	119, // [119:119] is the sub-list for extension extendee
+	0,   // [0:119] is the sub-list for field type_name
 }
 
 func init() { file_corpus_v1_raft_proto_init() }
@@ -5235,6 +5594,10 @@ func file_corpus_v1_raft_proto_init() {
 		(*Command_DeleteBackup)(nil),
 		(*Command_ReplaceServiceGuest)(nil),
 		(*Command_UpdateVolume)(nil),
+		(*Command_SetAcmeConfig)(nil),
+		(*Command_PutCertificate)(nil),
+		(*Command_DeleteCertificate)(nil),
+		(*Command_SetRouteTls)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -5242,7 +5605,7 @@ func file_corpus_v1_raft_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_corpus_v1_raft_proto_rawDesc), len(file_corpus_v1_raft_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   64,
+			NumMessages:   68,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -1232,13 +1232,21 @@ type Route struct {
 	// domain is the HTTP host name of an http route.
 	Domain string `protobuf:"bytes,3,opt,name=domain,proto3" json:"domain,omitempty"`
 	// listen_port is the node port of a tcp route.
-	ListenPort    int32                  `protobuf:"varint,4,opt,name=listen_port,json=listenPort,proto3" json:"listen_port,omitempty"`
-	GuestId       string                 `protobuf:"bytes,5,opt,name=guest_id,json=guestId,proto3" json:"guest_id,omitempty"`
-	GuestName     string                 `protobuf:"bytes,6,opt,name=guest_name,json=guestName,proto3" json:"guest_name,omitempty"`
-	GuestPort     int32                  `protobuf:"varint,7,opt,name=guest_port,json=guestPort,proto3" json:"guest_port,omitempty"`
-	CreatedAt     *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
-	CreateIndex   uint64                 `protobuf:"varint,20,opt,name=create_index,json=createIndex,proto3" json:"create_index,omitempty"`
-	ModifyIndex   uint64                 `protobuf:"varint,21,opt,name=modify_index,json=modifyIndex,proto3" json:"modify_index,omitempty"`
+	ListenPort int32                  `protobuf:"varint,4,opt,name=listen_port,json=listenPort,proto3" json:"listen_port,omitempty"`
+	GuestId    string                 `protobuf:"bytes,5,opt,name=guest_id,json=guestId,proto3" json:"guest_id,omitempty"`
+	GuestName  string                 `protobuf:"bytes,6,opt,name=guest_name,json=guestName,proto3" json:"guest_name,omitempty"`
+	GuestPort  int32                  `protobuf:"varint,7,opt,name=guest_port,json=guestPort,proto3" json:"guest_port,omitempty"`
+	CreatedAt  *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
+	// https (http routes) serves domain on the nodes' HTTPS port with a
+	// certificate the cluster orders by ACME and renews.
+	Https bool `protobuf:"varint,9,opt,name=https,proto3" json:"https,omitempty"`
+	// redirect_https answers plain HTTP with a permanent redirect to HTTPS
+	// once the domain's certificate serves (ACME challenges excepted).
+	RedirectHttps bool `protobuf:"varint,10,opt,name=redirect_https,json=redirectHttps,proto3" json:"redirect_https,omitempty"`
+	// hsts adds Strict-Transport-Security to the domain's HTTPS answers.
+	Hsts          bool   `protobuf:"varint,11,opt,name=hsts,proto3" json:"hsts,omitempty"`
+	CreateIndex   uint64 `protobuf:"varint,20,opt,name=create_index,json=createIndex,proto3" json:"create_index,omitempty"`
+	ModifyIndex   uint64 `protobuf:"varint,21,opt,name=modify_index,json=modifyIndex,proto3" json:"modify_index,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1327,6 +1335,27 @@ func (x *Route) GetCreatedAt() *timestamppb.Timestamp {
 		return x.CreatedAt
 	}
 	return nil
+}
+
+func (x *Route) GetHttps() bool {
+	if x != nil {
+		return x.Https
+	}
+	return false
+}
+
+func (x *Route) GetRedirectHttps() bool {
+	if x != nil {
+		return x.RedirectHttps
+	}
+	return false
+}
+
+func (x *Route) GetHsts() bool {
+	if x != nil {
+		return x.Hsts
+	}
+	return false
 }
 
 func (x *Route) GetCreateIndex() uint64 {
@@ -2038,7 +2067,10 @@ type ProjectEnv struct {
 	// web_port is the guest port the serving release's web process listens
 	// on (its PORT), which the domains route to; 0 before a release with a
 	// web process served, when they route to http_port.
-	WebPort       int32 `protobuf:"varint,11,opt,name=web_port,json=webPort,proto3" json:"web_port,omitempty"`
+	WebPort int32 `protobuf:"varint,11,opt,name=web_port,json=webPort,proto3" json:"web_port,omitempty"`
+	// https gives the environment's domains certificates (see Route.https),
+	// with plain HTTP redirected to HTTPS.
+	Https         bool `protobuf:"varint,12,opt,name=https,proto3" json:"https,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2148,6 +2180,13 @@ func (x *ProjectEnv) GetWebPort() int32 {
 		return x.WebPort
 	}
 	return 0
+}
+
+func (x *ProjectEnv) GetHttps() bool {
+	if x != nil {
+		return x.Https
+	}
+	return false
 }
 
 // Release is one deployment of one commit of a project environment.
@@ -2880,6 +2919,374 @@ func (x *ProcessStatus) GetCommand() string {
 	return ""
 }
 
+// AcmeConfig is the cluster's ACME account: the CA that certificates of
+// https routes are ordered from.
+type AcmeConfig struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// directory_url is the CA's ACME directory.
+	DirectoryUrl string `protobuf:"bytes,1,opt,name=directory_url,json=directoryUrl,proto3" json:"directory_url,omitempty"`
+	// email is the account's contact, if any.
+	Email string `protobuf:"bytes,2,opt,name=email,proto3" json:"email,omitempty"`
+	// ca_pem are roots trusted for the directory's HTTPS on top of the
+	// system's (a private CA's).
+	CaPem string `protobuf:"bytes,3,opt,name=ca_pem,json=caPem,proto3" json:"ca_pem,omitempty"`
+	// challenges are the challenge types tried, in order: "http-01",
+	// "tls-alpn-01".
+	Challenges []string `protobuf:"bytes,4,rep,name=challenges,proto3" json:"challenges,omitempty"`
+	// account_key is the account's private key (PKCS#8), sealed.
+	AccountKey []byte `protobuf:"bytes,5,opt,name=account_key,json=accountKey,proto3" json:"account_key,omitempty"`
+	// account_url is the account's URL at the CA once registered.
+	AccountUrl    string `protobuf:"bytes,6,opt,name=account_url,json=accountUrl,proto3" json:"account_url,omitempty"`
+	ModifyIndex   uint64 `protobuf:"varint,21,opt,name=modify_index,json=modifyIndex,proto3" json:"modify_index,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AcmeConfig) Reset() {
+	*x = AcmeConfig{}
+	mi := &file_corpus_v1_types_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AcmeConfig) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AcmeConfig) ProtoMessage() {}
+
+func (x *AcmeConfig) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_types_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AcmeConfig.ProtoReflect.Descriptor instead.
+func (*AcmeConfig) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_types_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *AcmeConfig) GetDirectoryUrl() string {
+	if x != nil {
+		return x.DirectoryUrl
+	}
+	return ""
+}
+
+func (x *AcmeConfig) GetEmail() string {
+	if x != nil {
+		return x.Email
+	}
+	return ""
+}
+
+func (x *AcmeConfig) GetCaPem() string {
+	if x != nil {
+		return x.CaPem
+	}
+	return ""
+}
+
+func (x *AcmeConfig) GetChallenges() []string {
+	if x != nil {
+		return x.Challenges
+	}
+	return nil
+}
+
+func (x *AcmeConfig) GetAccountKey() []byte {
+	if x != nil {
+		return x.AccountKey
+	}
+	return nil
+}
+
+func (x *AcmeConfig) GetAccountUrl() string {
+	if x != nil {
+		return x.AccountUrl
+	}
+	return ""
+}
+
+func (x *AcmeConfig) GetModifyIndex() uint64 {
+	if x != nil {
+		return x.ModifyIndex
+	}
+	return 0
+}
+
+// Certificate is the ACME certificate of one domain and the state of its
+// orders. A failed order keeps the certificate it had.
+type Certificate struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Domain string                 `protobuf:"bytes,1,opt,name=domain,proto3" json:"domain,omitempty"`
+	// state: "pending" (none yet), "valid", "failed" (the last order
+	// failed; an earlier certificate, if any, still serves).
+	State string `protobuf:"bytes,2,opt,name=state,proto3" json:"state,omitempty"`
+	// chain_pem is the leaf then its intermediates.
+	ChainPem string `protobuf:"bytes,3,opt,name=chain_pem,json=chainPem,proto3" json:"chain_pem,omitempty"`
+	// key is the certificate's private key (PKCS#8), sealed.
+	Key       []byte                 `protobuf:"bytes,4,opt,name=key,proto3" json:"key,omitempty"`
+	NotBefore *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=not_before,json=notBefore,proto3" json:"not_before,omitempty"`
+	NotAfter  *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=not_after,json=notAfter,proto3" json:"not_after,omitempty"`
+	// serial of the leaf, hex.
+	Serial string `protobuf:"bytes,7,opt,name=serial,proto3" json:"serial,omitempty"`
+	Issuer string `protobuf:"bytes,8,opt,name=issuer,proto3" json:"issuer,omitempty"`
+	// last_error is why the last order failed, as the CA said it.
+	LastError string `protobuf:"bytes,9,opt,name=last_error,json=lastError,proto3" json:"last_error,omitempty"`
+	// next_attempt_at is when the next order starts: the renewal time (a
+	// third of the certificate's life before it ends) or a retry's.
+	NextAttemptAt *timestamppb.Timestamp `protobuf:"bytes,10,opt,name=next_attempt_at,json=nextAttemptAt,proto3" json:"next_attempt_at,omitempty"`
+	// failures counts the orders failed in a row (retries back off).
+	Failures      int32                  `protobuf:"varint,11,opt,name=failures,proto3" json:"failures,omitempty"`
+	LastAttemptAt *timestamppb.Timestamp `protobuf:"bytes,12,opt,name=last_attempt_at,json=lastAttemptAt,proto3" json:"last_attempt_at,omitempty"`
+	// ocsp is the CA's OCSP response for the leaf, stapled by the proxies;
+	// empty when the CA offers none.
+	Ocsp           []byte                 `protobuf:"bytes,13,opt,name=ocsp,proto3" json:"ocsp,omitempty"`
+	OcspNextUpdate *timestamppb.Timestamp `protobuf:"bytes,14,opt,name=ocsp_next_update,json=ocspNextUpdate,proto3" json:"ocsp_next_update,omitempty"`
+	// challenge is the one the proxies answer while an order runs.
+	Challenge     *AcmeChallenge `protobuf:"bytes,15,opt,name=challenge,proto3" json:"challenge,omitempty"`
+	CreateIndex   uint64         `protobuf:"varint,20,opt,name=create_index,json=createIndex,proto3" json:"create_index,omitempty"`
+	ModifyIndex   uint64         `protobuf:"varint,21,opt,name=modify_index,json=modifyIndex,proto3" json:"modify_index,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Certificate) Reset() {
+	*x = Certificate{}
+	mi := &file_corpus_v1_types_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Certificate) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Certificate) ProtoMessage() {}
+
+func (x *Certificate) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_types_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Certificate.ProtoReflect.Descriptor instead.
+func (*Certificate) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_types_proto_rawDescGZIP(), []int{28}
+}
+
+func (x *Certificate) GetDomain() string {
+	if x != nil {
+		return x.Domain
+	}
+	return ""
+}
+
+func (x *Certificate) GetState() string {
+	if x != nil {
+		return x.State
+	}
+	return ""
+}
+
+func (x *Certificate) GetChainPem() string {
+	if x != nil {
+		return x.ChainPem
+	}
+	return ""
+}
+
+func (x *Certificate) GetKey() []byte {
+	if x != nil {
+		return x.Key
+	}
+	return nil
+}
+
+func (x *Certificate) GetNotBefore() *timestamppb.Timestamp {
+	if x != nil {
+		return x.NotBefore
+	}
+	return nil
+}
+
+func (x *Certificate) GetNotAfter() *timestamppb.Timestamp {
+	if x != nil {
+		return x.NotAfter
+	}
+	return nil
+}
+
+func (x *Certificate) GetSerial() string {
+	if x != nil {
+		return x.Serial
+	}
+	return ""
+}
+
+func (x *Certificate) GetIssuer() string {
+	if x != nil {
+		return x.Issuer
+	}
+	return ""
+}
+
+func (x *Certificate) GetLastError() string {
+	if x != nil {
+		return x.LastError
+	}
+	return ""
+}
+
+func (x *Certificate) GetNextAttemptAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.NextAttemptAt
+	}
+	return nil
+}
+
+func (x *Certificate) GetFailures() int32 {
+	if x != nil {
+		return x.Failures
+	}
+	return 0
+}
+
+func (x *Certificate) GetLastAttemptAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.LastAttemptAt
+	}
+	return nil
+}
+
+func (x *Certificate) GetOcsp() []byte {
+	if x != nil {
+		return x.Ocsp
+	}
+	return nil
+}
+
+func (x *Certificate) GetOcspNextUpdate() *timestamppb.Timestamp {
+	if x != nil {
+		return x.OcspNextUpdate
+	}
+	return nil
+}
+
+func (x *Certificate) GetChallenge() *AcmeChallenge {
+	if x != nil {
+		return x.Challenge
+	}
+	return nil
+}
+
+func (x *Certificate) GetCreateIndex() uint64 {
+	if x != nil {
+		return x.CreateIndex
+	}
+	return 0
+}
+
+func (x *Certificate) GetModifyIndex() uint64 {
+	if x != nil {
+		return x.ModifyIndex
+	}
+	return 0
+}
+
+// AcmeChallenge is a challenge of an order in progress.
+type AcmeChallenge struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// type: "http-01" or "tls-alpn-01".
+	Type  string `protobuf:"bytes,1,opt,name=type,proto3" json:"type,omitempty"`
+	Token string `protobuf:"bytes,2,opt,name=token,proto3" json:"token,omitempty"`
+	// key_authorization is what http-01 answers (public by design).
+	KeyAuthorization string `protobuf:"bytes,3,opt,name=key_authorization,json=keyAuthorization,proto3" json:"key_authorization,omitempty"`
+	// alpn_cert_pem and alpn_key (sealed) are the tls-alpn-01 certificate.
+	AlpnCertPem   string `protobuf:"bytes,4,opt,name=alpn_cert_pem,json=alpnCertPem,proto3" json:"alpn_cert_pem,omitempty"`
+	AlpnKey       []byte `protobuf:"bytes,5,opt,name=alpn_key,json=alpnKey,proto3" json:"alpn_key,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AcmeChallenge) Reset() {
+	*x = AcmeChallenge{}
+	mi := &file_corpus_v1_types_proto_msgTypes[29]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AcmeChallenge) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AcmeChallenge) ProtoMessage() {}
+
+func (x *AcmeChallenge) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_types_proto_msgTypes[29]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AcmeChallenge.ProtoReflect.Descriptor instead.
+func (*AcmeChallenge) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_types_proto_rawDescGZIP(), []int{29}
+}
+
+func (x *AcmeChallenge) GetType() string {
+	if x != nil {
+		return x.Type
+	}
+	return ""
+}
+
+func (x *AcmeChallenge) GetToken() string {
+	if x != nil {
+		return x.Token
+	}
+	return ""
+}
+
+func (x *AcmeChallenge) GetKeyAuthorization() string {
+	if x != nil {
+		return x.KeyAuthorization
+	}
+	return ""
+}
+
+func (x *AcmeChallenge) GetAlpnCertPem() string {
+	if x != nil {
+		return x.AlpnCertPem
+	}
+	return ""
+}
+
+func (x *AcmeChallenge) GetAlpnKey() []byte {
+	if x != nil {
+		return x.AlpnKey
+	}
+	return nil
+}
+
 var File_corpus_v1_types_proto protoreflect.FileDescriptor
 
 const file_corpus_v1_types_proto_rawDesc = "" +
@@ -3026,7 +3433,7 @@ const file_corpus_v1_types_proto_rawDesc = "" +
 	"\fcreate_index\x18\x14 \x01(\x04R\vcreateIndex\x12!\n" +
 	"\fmodify_index\x18\x15 \x01(\x04R\vmodifyIndex\x12(\n" +
 	"\x10previous_node_id\x18\x1e \x01(\tR\x0epreviousNodeId\x12)\n" +
-	"\x10previous_address\x18\x1f \x01(\tR\x0fpreviousAddress\"\xbe\x02\n" +
+	"\x10previous_address\x18\x1f \x01(\tR\x0fpreviousAddress\"\x8f\x03\n" +
 	"\x05Route\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04kind\x18\x02 \x01(\tR\x04kind\x12\x16\n" +
@@ -3039,7 +3446,11 @@ const file_corpus_v1_types_proto_rawDesc = "" +
 	"\n" +
 	"guest_port\x18\a \x01(\x05R\tguestPort\x129\n" +
 	"\n" +
-	"created_at\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x12!\n" +
+	"created_at\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x12\x14\n" +
+	"\x05https\x18\t \x01(\bR\x05https\x12%\n" +
+	"\x0eredirect_https\x18\n" +
+	" \x01(\bR\rredirectHttps\x12\x12\n" +
+	"\x04hsts\x18\v \x01(\bR\x04hsts\x12!\n" +
 	"\fcreate_index\x18\x14 \x01(\x04R\vcreateIndex\x12!\n" +
 	"\fmodify_index\x18\x15 \x01(\x04R\vmodifyIndex\"\xcb\x01\n" +
 	"\tJoinToken\x12\x0e\n" +
@@ -3106,7 +3517,7 @@ const file_corpus_v1_types_proto_rawDesc = "" +
 	"\n" +
 	"created_at\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x12!\n" +
 	"\fcreate_index\x18\x14 \x01(\x04R\vcreateIndex\x12!\n" +
-	"\fmodify_index\x18\x15 \x01(\x04R\vmodifyIndex\"\xb1\x03\n" +
+	"\fmodify_index\x18\x15 \x01(\x04R\vmodifyIndex\"\xc7\x03\n" +
 	"\n" +
 	"ProjectEnv\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x19\n" +
@@ -3121,7 +3532,8 @@ const file_corpus_v1_types_proto_rawDesc = "" +
 	"\x10manifest_domains\x18\t \x03(\tR\x0fmanifestDomains\x129\n" +
 	"\x06config\x18\n" +
 	" \x03(\v2!.corpus.v1.ProjectEnv.ConfigEntryR\x06config\x12\x19\n" +
-	"\bweb_port\x18\v \x01(\x05R\awebPort\x1a9\n" +
+	"\bweb_port\x18\v \x01(\x05R\awebPort\x12\x14\n" +
+	"\x05https\x18\f \x01(\bR\x05https\x1a9\n" +
 	"\vConfigEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\fR\x05value:\x028\x01\"\xfb\x05\n" +
@@ -3199,7 +3611,47 @@ const file_corpus_v1_types_proto_rawDesc = "" +
 	"\arelease\x18\x06 \x01(\tR\arelease\x12\x12\n" +
 	"\x04port\x18\a \x01(\x05R\x04port\x12\x1b\n" +
 	"\tlast_exit\x18\b \x01(\tR\blastExit\x12\x18\n" +
-	"\acommand\x18\t \x01(\tR\acommandB!Z\x1fcorpus/proto/corpus/v1;corpusv1b\x06proto3"
+	"\acommand\x18\t \x01(\tR\acommand\"\xe3\x01\n" +
+	"\n" +
+	"AcmeConfig\x12#\n" +
+	"\rdirectory_url\x18\x01 \x01(\tR\fdirectoryUrl\x12\x14\n" +
+	"\x05email\x18\x02 \x01(\tR\x05email\x12\x15\n" +
+	"\x06ca_pem\x18\x03 \x01(\tR\x05caPem\x12\x1e\n" +
+	"\n" +
+	"challenges\x18\x04 \x03(\tR\n" +
+	"challenges\x12\x1f\n" +
+	"\vaccount_key\x18\x05 \x01(\fR\n" +
+	"accountKey\x12\x1f\n" +
+	"\vaccount_url\x18\x06 \x01(\tR\n" +
+	"accountUrl\x12!\n" +
+	"\fmodify_index\x18\x15 \x01(\x04R\vmodifyIndex\"\xa9\x05\n" +
+	"\vCertificate\x12\x16\n" +
+	"\x06domain\x18\x01 \x01(\tR\x06domain\x12\x14\n" +
+	"\x05state\x18\x02 \x01(\tR\x05state\x12\x1b\n" +
+	"\tchain_pem\x18\x03 \x01(\tR\bchainPem\x12\x10\n" +
+	"\x03key\x18\x04 \x01(\fR\x03key\x129\n" +
+	"\n" +
+	"not_before\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\tnotBefore\x127\n" +
+	"\tnot_after\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\bnotAfter\x12\x16\n" +
+	"\x06serial\x18\a \x01(\tR\x06serial\x12\x16\n" +
+	"\x06issuer\x18\b \x01(\tR\x06issuer\x12\x1d\n" +
+	"\n" +
+	"last_error\x18\t \x01(\tR\tlastError\x12B\n" +
+	"\x0fnext_attempt_at\x18\n" +
+	" \x01(\v2\x1a.google.protobuf.TimestampR\rnextAttemptAt\x12\x1a\n" +
+	"\bfailures\x18\v \x01(\x05R\bfailures\x12B\n" +
+	"\x0flast_attempt_at\x18\f \x01(\v2\x1a.google.protobuf.TimestampR\rlastAttemptAt\x12\x12\n" +
+	"\x04ocsp\x18\r \x01(\fR\x04ocsp\x12D\n" +
+	"\x10ocsp_next_update\x18\x0e \x01(\v2\x1a.google.protobuf.TimestampR\x0eocspNextUpdate\x126\n" +
+	"\tchallenge\x18\x0f \x01(\v2\x18.corpus.v1.AcmeChallengeR\tchallenge\x12!\n" +
+	"\fcreate_index\x18\x14 \x01(\x04R\vcreateIndex\x12!\n" +
+	"\fmodify_index\x18\x15 \x01(\x04R\vmodifyIndex\"\xa5\x01\n" +
+	"\rAcmeChallenge\x12\x12\n" +
+	"\x04type\x18\x01 \x01(\tR\x04type\x12\x14\n" +
+	"\x05token\x18\x02 \x01(\tR\x05token\x12+\n" +
+	"\x11key_authorization\x18\x03 \x01(\tR\x10keyAuthorization\x12\"\n" +
+	"\ralpn_cert_pem\x18\x04 \x01(\tR\valpnCertPem\x12\x19\n" +
+	"\balpn_key\x18\x05 \x01(\fR\aalpnKeyB!Z\x1fcorpus/proto/corpus/v1;corpusv1b\x06proto3"
 
 var (
 	file_corpus_v1_types_proto_rawDescOnce sync.Once
@@ -3213,7 +3665,7 @@ func file_corpus_v1_types_proto_rawDescGZIP() []byte {
 	return file_corpus_v1_types_proto_rawDescData
 }
 
-var file_corpus_v1_types_proto_msgTypes = make([]protoimpl.MessageInfo, 33)
+var file_corpus_v1_types_proto_msgTypes = make([]protoimpl.MessageInfo, 36)
 var file_corpus_v1_types_proto_goTypes = []any{
 	(*Resources)(nil),             // 0: corpus.v1.Resources
 	(*DriverInfo)(nil),            // 1: corpus.v1.DriverInfo
@@ -3242,60 +3694,69 @@ var file_corpus_v1_types_proto_goTypes = []any{
 	(*Keyring)(nil),               // 24: corpus.v1.Keyring
 	(*SealKey)(nil),               // 25: corpus.v1.SealKey
 	(*ProcessStatus)(nil),         // 26: corpus.v1.ProcessStatus
-	nil,                           // 27: corpus.v1.DriverInfo.AttributesEntry
-	nil,                           // 28: corpus.v1.Node.LabelsEntry
-	nil,                           // 29: corpus.v1.GuestSpec.EnvEntry
-	nil,                           // 30: corpus.v1.GuestSpec.ConstraintsEntry
-	nil,                           // 31: corpus.v1.ProjectEnv.ConfigEntry
-	nil,                           // 32: corpus.v1.Release.ConfigEntry
-	(*timestamppb.Timestamp)(nil), // 33: google.protobuf.Timestamp
+	(*AcmeConfig)(nil),            // 27: corpus.v1.AcmeConfig
+	(*Certificate)(nil),           // 28: corpus.v1.Certificate
+	(*AcmeChallenge)(nil),         // 29: corpus.v1.AcmeChallenge
+	nil,                           // 30: corpus.v1.DriverInfo.AttributesEntry
+	nil,                           // 31: corpus.v1.Node.LabelsEntry
+	nil,                           // 32: corpus.v1.GuestSpec.EnvEntry
+	nil,                           // 33: corpus.v1.GuestSpec.ConstraintsEntry
+	nil,                           // 34: corpus.v1.ProjectEnv.ConfigEntry
+	nil,                           // 35: corpus.v1.Release.ConfigEntry
+	(*timestamppb.Timestamp)(nil), // 36: google.protobuf.Timestamp
 }
 var file_corpus_v1_types_proto_depIdxs = []int32{
-	27, // 0: corpus.v1.DriverInfo.attributes:type_name -> corpus.v1.DriverInfo.AttributesEntry
-	28, // 1: corpus.v1.Node.labels:type_name -> corpus.v1.Node.LabelsEntry
+	30, // 0: corpus.v1.DriverInfo.attributes:type_name -> corpus.v1.DriverInfo.AttributesEntry
+	31, // 1: corpus.v1.Node.labels:type_name -> corpus.v1.Node.LabelsEntry
 	0,  // 2: corpus.v1.Node.capacity:type_name -> corpus.v1.Resources
 	1,  // 3: corpus.v1.Node.drivers:type_name -> corpus.v1.DriverInfo
-	33, // 4: corpus.v1.Node.enrolled_at:type_name -> google.protobuf.Timestamp
-	33, // 5: corpus.v1.Node.cert_expires_at:type_name -> google.protobuf.Timestamp
+	36, // 4: corpus.v1.Node.enrolled_at:type_name -> google.protobuf.Timestamp
+	36, // 5: corpus.v1.Node.cert_expires_at:type_name -> google.protobuf.Timestamp
 	0,  // 6: corpus.v1.GuestSpec.resources:type_name -> corpus.v1.Resources
-	29, // 7: corpus.v1.GuestSpec.env:type_name -> corpus.v1.GuestSpec.EnvEntry
+	32, // 7: corpus.v1.GuestSpec.env:type_name -> corpus.v1.GuestSpec.EnvEntry
 	7,  // 8: corpus.v1.GuestSpec.ports:type_name -> corpus.v1.Port
 	4,  // 9: corpus.v1.GuestSpec.volume:type_name -> corpus.v1.VolumeSpec
-	30, // 10: corpus.v1.GuestSpec.constraints:type_name -> corpus.v1.GuestSpec.ConstraintsEntry
+	33, // 10: corpus.v1.GuestSpec.constraints:type_name -> corpus.v1.GuestSpec.ConstraintsEntry
 	6,  // 11: corpus.v1.Volume.observed:type_name -> corpus.v1.VolumeObserved
-	33, // 12: corpus.v1.Volume.created_at:type_name -> google.protobuf.Timestamp
-	33, // 13: corpus.v1.GuestObserved.updated_at:type_name -> google.protobuf.Timestamp
-	33, // 14: corpus.v1.Event.time:type_name -> google.protobuf.Timestamp
+	36, // 12: corpus.v1.Volume.created_at:type_name -> google.protobuf.Timestamp
+	36, // 13: corpus.v1.GuestObserved.updated_at:type_name -> google.protobuf.Timestamp
+	36, // 14: corpus.v1.Event.time:type_name -> google.protobuf.Timestamp
 	3,  // 15: corpus.v1.Guest.spec:type_name -> corpus.v1.GuestSpec
 	8,  // 16: corpus.v1.Guest.observed:type_name -> corpus.v1.GuestObserved
 	9,  // 17: corpus.v1.Guest.events:type_name -> corpus.v1.Event
-	33, // 18: corpus.v1.Guest.created_at:type_name -> google.protobuf.Timestamp
-	33, // 19: corpus.v1.Route.created_at:type_name -> google.protobuf.Timestamp
-	33, // 20: corpus.v1.JoinToken.expires_at:type_name -> google.protobuf.Timestamp
-	33, // 21: corpus.v1.JoinToken.created_at:type_name -> google.protobuf.Timestamp
-	33, // 22: corpus.v1.ClusterConfig.created_at:type_name -> google.protobuf.Timestamp
-	33, // 23: corpus.v1.DnsRecord.created_at:type_name -> google.protobuf.Timestamp
+	36, // 18: corpus.v1.Guest.created_at:type_name -> google.protobuf.Timestamp
+	36, // 19: corpus.v1.Route.created_at:type_name -> google.protobuf.Timestamp
+	36, // 20: corpus.v1.JoinToken.expires_at:type_name -> google.protobuf.Timestamp
+	36, // 21: corpus.v1.JoinToken.created_at:type_name -> google.protobuf.Timestamp
+	36, // 22: corpus.v1.ClusterConfig.created_at:type_name -> google.protobuf.Timestamp
+	36, // 23: corpus.v1.DnsRecord.created_at:type_name -> google.protobuf.Timestamp
 	17, // 24: corpus.v1.User.keys:type_name -> corpus.v1.SshKey
-	33, // 25: corpus.v1.User.created_at:type_name -> google.protobuf.Timestamp
-	33, // 26: corpus.v1.SshKey.added_at:type_name -> google.protobuf.Timestamp
+	36, // 25: corpus.v1.User.created_at:type_name -> google.protobuf.Timestamp
+	36, // 26: corpus.v1.SshKey.added_at:type_name -> google.protobuf.Timestamp
 	19, // 27: corpus.v1.Project.envs:type_name -> corpus.v1.ProjectEnv
-	33, // 28: corpus.v1.Project.created_at:type_name -> google.protobuf.Timestamp
-	31, // 29: corpus.v1.ProjectEnv.config:type_name -> corpus.v1.ProjectEnv.ConfigEntry
-	33, // 30: corpus.v1.Release.started_at:type_name -> google.protobuf.Timestamp
-	33, // 31: corpus.v1.Release.finished_at:type_name -> google.protobuf.Timestamp
+	36, // 28: corpus.v1.Project.created_at:type_name -> google.protobuf.Timestamp
+	34, // 29: corpus.v1.ProjectEnv.config:type_name -> corpus.v1.ProjectEnv.ConfigEntry
+	36, // 30: corpus.v1.Release.started_at:type_name -> google.protobuf.Timestamp
+	36, // 31: corpus.v1.Release.finished_at:type_name -> google.protobuf.Timestamp
 	21, // 32: corpus.v1.Release.steps:type_name -> corpus.v1.ReleaseStep
-	32, // 33: corpus.v1.Release.config:type_name -> corpus.v1.Release.ConfigEntry
-	33, // 34: corpus.v1.AuditEntry.time:type_name -> google.protobuf.Timestamp
-	33, // 35: corpus.v1.UserToken.created_at:type_name -> google.protobuf.Timestamp
-	33, // 36: corpus.v1.UserToken.expires_at:type_name -> google.protobuf.Timestamp
+	35, // 33: corpus.v1.Release.config:type_name -> corpus.v1.Release.ConfigEntry
+	36, // 34: corpus.v1.AuditEntry.time:type_name -> google.protobuf.Timestamp
+	36, // 35: corpus.v1.UserToken.created_at:type_name -> google.protobuf.Timestamp
+	36, // 36: corpus.v1.UserToken.expires_at:type_name -> google.protobuf.Timestamp
 	25, // 37: corpus.v1.Keyring.keys:type_name -> corpus.v1.SealKey
-	33, // 38: corpus.v1.SealKey.created_at:type_name -> google.protobuf.Timestamp
-	33, // 39: corpus.v1.ProcessStatus.started_at:type_name -> google.protobuf.Timestamp
-	40, // [40:40] is the sub-list for method output_type
-	40, // [40:40] is the sub-list for method input_type
-	40, // [40:40] is the sub-list for extension type_name
-	40, // [40:40] is the sub-list for extension extendee
-	0,  // [0:40] is the sub-list for field type_name
+	36, // 38: corpus.v1.SealKey.created_at:type_name -> google.protobuf.Timestamp
+	36, // 39: corpus.v1.ProcessStatus.started_at:type_name -> google.protobuf.Timestamp
+	36, // 40: corpus.v1.Certificate.not_before:type_name -> google.protobuf.Timestamp
+	36, // 41: corpus.v1.Certificate.not_after:type_name -> google.protobuf.Timestamp
+	36, // 42: corpus.v1.Certificate.next_attempt_at:type_name -> google.protobuf.Timestamp
+	36, // 43: corpus.v1.Certificate.last_attempt_at:type_name -> google.protobuf.Timestamp
+	36, // 44: corpus.v1.Certificate.ocsp_next_update:type_name -> google.protobuf.Timestamp
+	29, // 45: corpus.v1.Certificate.challenge:type_name -> corpus.v1.AcmeChallenge
+	46, // [46:46] is the sub-list for method output_type
+	46, // [46:46] is the sub-list for method input_type
+	46, // [46:46] is the sub-list for extension type_name
+	46, // [46:46] is the sub-list for extension extendee
+	0,  // [0:46] is the sub-list for field type_name
 }
 
 func init() { file_corpus_v1_types_proto_init() }
@@ -3309,7 +3770,7 @@ func file_corpus_v1_types_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_corpus_v1_types_proto_rawDesc), len(file_corpus_v1_types_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   33,
+			NumMessages:   36,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

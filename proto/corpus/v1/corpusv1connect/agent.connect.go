@@ -70,6 +70,9 @@ const (
 	// AgentServiceServiceRuntimeProcedure is the fully-qualified name of the AgentService's
 	// ServiceRuntime RPC.
 	AgentServiceServiceRuntimeProcedure = "/corpus.v1.AgentService/ServiceRuntime"
+	// AgentServiceTlsMaterialProcedure is the fully-qualified name of the AgentService's TlsMaterial
+	// RPC.
+	AgentServiceTlsMaterialProcedure = "/corpus.v1.AgentService/TlsMaterial"
 	// NodeAgentServiceExecProcedure is the fully-qualified name of the NodeAgentService's Exec RPC.
 	NodeAgentServiceExecProcedure = "/corpus.v1.NodeAgentService/Exec"
 	// NodeAgentServiceExportVolumeProcedure is the fully-qualified name of the NodeAgentService's
@@ -109,6 +112,9 @@ const (
 	// NodeAgentServiceRemoveBackupProcedure is the fully-qualified name of the NodeAgentService's
 	// RemoveBackup RPC.
 	NodeAgentServiceRemoveBackupProcedure = "/corpus.v1.NodeAgentService/RemoveBackup"
+	// NodeAgentServiceCheckChallengeProcedure is the fully-qualified name of the NodeAgentService's
+	// CheckChallenge RPC.
+	NodeAgentServiceCheckChallengeProcedure = "/corpus.v1.NodeAgentService/CheckChallenge"
 )
 
 // AgentServiceClient is a client for the corpus.v1.AgentService service.
@@ -146,6 +152,9 @@ type AgentServiceClient interface {
 	// there: the service (its template's scripts included) and the
 	// environment of its scripts, credentials opened.
 	ServiceRuntime(context.Context, *connect.Request[v1.ServiceRuntimeRequest]) (*connect.Response[v1.ServiceRuntimeResponse], error)
+	// TlsMaterial gives the agent the certificates (keys opened) and
+	// challenge certificates of the https domains routed to its guests.
+	TlsMaterial(context.Context, *connect.Request[v1.TlsMaterialRequest]) (*connect.Response[v1.TlsMaterialResponse], error)
 }
 
 // NewAgentServiceClient constructs a client for the corpus.v1.AgentService service. By default, it
@@ -238,6 +247,13 @@ func NewAgentServiceClient(httpClient connect.HTTPClient, baseURL string, opts .
 			connect.WithSchema(agentServiceMethods.ByName("ServiceRuntime")),
 			connect.WithClientOptions(opts...),
 		),
+		tlsMaterial: connect.NewClient[v1.TlsMaterialRequest, v1.TlsMaterialResponse](
+			httpClient,
+			baseURL+AgentServiceTlsMaterialProcedure,
+			connect.WithSchema(agentServiceMethods.ByName("TlsMaterial")),
+			connect.WithIdempotency(connect.IdempotencyNoSideEffects),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
@@ -256,6 +272,7 @@ type agentServiceClient struct {
 	setWebPort         *connect.Client[v1.SetWebPortRequest, v1.SetWebPortResponse]
 	recordShell        *connect.Client[v1.RecordShellRequest, v1.RecordShellResponse]
 	serviceRuntime     *connect.Client[v1.ServiceRuntimeRequest, v1.ServiceRuntimeResponse]
+	tlsMaterial        *connect.Client[v1.TlsMaterialRequest, v1.TlsMaterialResponse]
 }
 
 // Enroll calls corpus.v1.AgentService.Enroll.
@@ -323,6 +340,11 @@ func (c *agentServiceClient) ServiceRuntime(ctx context.Context, req *connect.Re
 	return c.serviceRuntime.CallUnary(ctx, req)
 }
 
+// TlsMaterial calls corpus.v1.AgentService.TlsMaterial.
+func (c *agentServiceClient) TlsMaterial(ctx context.Context, req *connect.Request[v1.TlsMaterialRequest]) (*connect.Response[v1.TlsMaterialResponse], error) {
+	return c.tlsMaterial.CallUnary(ctx, req)
+}
+
 // AgentServiceHandler is an implementation of the corpus.v1.AgentService service.
 type AgentServiceHandler interface {
 	// Enroll trades a one-time join token for a node identity. It is the one
@@ -358,6 +380,9 @@ type AgentServiceHandler interface {
 	// there: the service (its template's scripts included) and the
 	// environment of its scripts, credentials opened.
 	ServiceRuntime(context.Context, *connect.Request[v1.ServiceRuntimeRequest]) (*connect.Response[v1.ServiceRuntimeResponse], error)
+	// TlsMaterial gives the agent the certificates (keys opened) and
+	// challenge certificates of the https domains routed to its guests.
+	TlsMaterial(context.Context, *connect.Request[v1.TlsMaterialRequest]) (*connect.Response[v1.TlsMaterialResponse], error)
 }
 
 // NewAgentServiceHandler builds an HTTP handler from the service implementation. It returns the
@@ -446,6 +471,13 @@ func NewAgentServiceHandler(svc AgentServiceHandler, opts ...connect.HandlerOpti
 		connect.WithSchema(agentServiceMethods.ByName("ServiceRuntime")),
 		connect.WithHandlerOptions(opts...),
 	)
+	agentServiceTlsMaterialHandler := connect.NewUnaryHandler(
+		AgentServiceTlsMaterialProcedure,
+		svc.TlsMaterial,
+		connect.WithSchema(agentServiceMethods.ByName("TlsMaterial")),
+		connect.WithIdempotency(connect.IdempotencyNoSideEffects),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/corpus.v1.AgentService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case AgentServiceEnrollProcedure:
@@ -474,6 +506,8 @@ func NewAgentServiceHandler(svc AgentServiceHandler, opts ...connect.HandlerOpti
 			agentServiceRecordShellHandler.ServeHTTP(w, r)
 		case AgentServiceServiceRuntimeProcedure:
 			agentServiceServiceRuntimeHandler.ServeHTTP(w, r)
+		case AgentServiceTlsMaterialProcedure:
+			agentServiceTlsMaterialHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -535,6 +569,10 @@ func (UnimplementedAgentServiceHandler) ServiceRuntime(context.Context, *connect
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("corpus.v1.AgentService.ServiceRuntime is not implemented"))
 }
 
+func (UnimplementedAgentServiceHandler) TlsMaterial(context.Context, *connect.Request[v1.TlsMaterialRequest]) (*connect.Response[v1.TlsMaterialResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("corpus.v1.AgentService.TlsMaterial is not implemented"))
+}
+
 // NodeAgentServiceClient is a client for the corpus.v1.NodeAgentService service.
 type NodeAgentServiceClient interface {
 	Exec(context.Context, *connect.Request[v1.ExecGuestRequest]) (*connect.ServerStreamForClient[v1.ExecOutput], error)
@@ -576,6 +614,9 @@ type NodeAgentServiceClient interface {
 	LoadService(context.Context) *connect.ClientStreamForClient[v1.BackupChunk, v1.LoadServiceResponse]
 	// RemoveBackup removes a kept backup's file.
 	RemoveBackup(context.Context, *connect.Request[v1.RemoveBackupRequest]) (*connect.Response[v1.RemoveBackupResponse], error)
+	// CheckChallenge asks the node's proxy for an ACME challenge's answer,
+	// as the CA will, before the CA is told to validate it.
+	CheckChallenge(context.Context, *connect.Request[v1.CheckChallengeRequest]) (*connect.Response[v1.CheckChallengeResponse], error)
 }
 
 // NewNodeAgentServiceClient constructs a client for the corpus.v1.NodeAgentService service. By
@@ -673,6 +714,13 @@ func NewNodeAgentServiceClient(httpClient connect.HTTPClient, baseURL string, op
 			connect.WithSchema(nodeAgentServiceMethods.ByName("RemoveBackup")),
 			connect.WithClientOptions(opts...),
 		),
+		checkChallenge: connect.NewClient[v1.CheckChallengeRequest, v1.CheckChallengeResponse](
+			httpClient,
+			baseURL+NodeAgentServiceCheckChallengeProcedure,
+			connect.WithSchema(nodeAgentServiceMethods.ByName("CheckChallenge")),
+			connect.WithIdempotency(connect.IdempotencyNoSideEffects),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
@@ -692,6 +740,7 @@ type nodeAgentServiceClient struct {
 	readBackup     *connect.Client[v1.ReadBackupRequest, v1.BackupChunk]
 	loadService    *connect.Client[v1.BackupChunk, v1.LoadServiceResponse]
 	removeBackup   *connect.Client[v1.RemoveBackupRequest, v1.RemoveBackupResponse]
+	checkChallenge *connect.Client[v1.CheckChallengeRequest, v1.CheckChallengeResponse]
 }
 
 // Exec calls corpus.v1.NodeAgentService.Exec.
@@ -764,6 +813,11 @@ func (c *nodeAgentServiceClient) RemoveBackup(ctx context.Context, req *connect.
 	return c.removeBackup.CallUnary(ctx, req)
 }
 
+// CheckChallenge calls corpus.v1.NodeAgentService.CheckChallenge.
+func (c *nodeAgentServiceClient) CheckChallenge(ctx context.Context, req *connect.Request[v1.CheckChallengeRequest]) (*connect.Response[v1.CheckChallengeResponse], error) {
+	return c.checkChallenge.CallUnary(ctx, req)
+}
+
 // NodeAgentServiceHandler is an implementation of the corpus.v1.NodeAgentService service.
 type NodeAgentServiceHandler interface {
 	Exec(context.Context, *connect.Request[v1.ExecGuestRequest], *connect.ServerStream[v1.ExecOutput]) error
@@ -805,6 +859,9 @@ type NodeAgentServiceHandler interface {
 	LoadService(context.Context, *connect.ClientStream[v1.BackupChunk]) (*connect.Response[v1.LoadServiceResponse], error)
 	// RemoveBackup removes a kept backup's file.
 	RemoveBackup(context.Context, *connect.Request[v1.RemoveBackupRequest]) (*connect.Response[v1.RemoveBackupResponse], error)
+	// CheckChallenge asks the node's proxy for an ACME challenge's answer,
+	// as the CA will, before the CA is told to validate it.
+	CheckChallenge(context.Context, *connect.Request[v1.CheckChallengeRequest]) (*connect.Response[v1.CheckChallengeResponse], error)
 }
 
 // NewNodeAgentServiceHandler builds an HTTP handler from the service implementation. It returns the
@@ -898,6 +955,13 @@ func NewNodeAgentServiceHandler(svc NodeAgentServiceHandler, opts ...connect.Han
 		connect.WithSchema(nodeAgentServiceMethods.ByName("RemoveBackup")),
 		connect.WithHandlerOptions(opts...),
 	)
+	nodeAgentServiceCheckChallengeHandler := connect.NewUnaryHandler(
+		NodeAgentServiceCheckChallengeProcedure,
+		svc.CheckChallenge,
+		connect.WithSchema(nodeAgentServiceMethods.ByName("CheckChallenge")),
+		connect.WithIdempotency(connect.IdempotencyNoSideEffects),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/corpus.v1.NodeAgentService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case NodeAgentServiceExecProcedure:
@@ -928,6 +992,8 @@ func NewNodeAgentServiceHandler(svc NodeAgentServiceHandler, opts ...connect.Han
 			nodeAgentServiceLoadServiceHandler.ServeHTTP(w, r)
 		case NodeAgentServiceRemoveBackupProcedure:
 			nodeAgentServiceRemoveBackupHandler.ServeHTTP(w, r)
+		case NodeAgentServiceCheckChallengeProcedure:
+			nodeAgentServiceCheckChallengeHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -991,4 +1057,8 @@ func (UnimplementedNodeAgentServiceHandler) LoadService(context.Context, *connec
 
 func (UnimplementedNodeAgentServiceHandler) RemoveBackup(context.Context, *connect.Request[v1.RemoveBackupRequest]) (*connect.Response[v1.RemoveBackupResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("corpus.v1.NodeAgentService.RemoveBackup is not implemented"))
+}
+
+func (UnimplementedNodeAgentServiceHandler) CheckChallenge(context.Context, *connect.Request[v1.CheckChallengeRequest]) (*connect.Response[v1.CheckChallengeResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("corpus.v1.NodeAgentService.CheckChallenge is not implemented"))
 }

@@ -46,6 +46,16 @@ const (
 	// IngressServiceMoveRouteProcedure is the fully-qualified name of the IngressService's MoveRoute
 	// RPC.
 	IngressServiceMoveRouteProcedure = "/corpus.v1.IngressService/MoveRoute"
+	// IngressServiceSetRouteTlsProcedure is the fully-qualified name of the IngressService's
+	// SetRouteTls RPC.
+	IngressServiceSetRouteTlsProcedure = "/corpus.v1.IngressService/SetRouteTls"
+	// IngressServiceSetAcmeProcedure is the fully-qualified name of the IngressService's SetAcme RPC.
+	IngressServiceSetAcmeProcedure = "/corpus.v1.IngressService/SetAcme"
+	// IngressServiceGetAcmeProcedure is the fully-qualified name of the IngressService's GetAcme RPC.
+	IngressServiceGetAcmeProcedure = "/corpus.v1.IngressService/GetAcme"
+	// IngressServiceRenewCertificateProcedure is the fully-qualified name of the IngressService's
+	// RenewCertificate RPC.
+	IngressServiceRenewCertificateProcedure = "/corpus.v1.IngressService/RenewCertificate"
 )
 
 // IngressServiceClient is a client for the corpus.v1.IngressService service.
@@ -55,6 +65,15 @@ type IngressServiceClient interface {
 	DeleteRoute(context.Context, *connect.Request[v1.DeleteRouteRequest]) (*connect.Response[v1.DeleteRouteResponse], error)
 	// MoveRoute points a route at another guest atomically.
 	MoveRoute(context.Context, *connect.Request[v1.MoveRouteRequest]) (*connect.Response[v1.MoveRouteResponse], error)
+	// SetRouteTls turns HTTPS, the redirect to it and HSTS on or off for
+	// an http route.
+	SetRouteTls(context.Context, *connect.Request[v1.SetRouteTlsRequest]) (*connect.Response[v1.SetRouteTlsResponse], error)
+	// SetAcme configures the ACME account certificates are ordered with;
+	// an empty directory_url removes it (certificates keep serving).
+	SetAcme(context.Context, *connect.Request[v1.SetAcmeRequest]) (*connect.Response[v1.SetAcmeResponse], error)
+	GetAcme(context.Context, *connect.Request[v1.GetAcmeRequest]) (*connect.Response[v1.GetAcmeResponse], error)
+	// RenewCertificate orders a domain's certificate again now.
+	RenewCertificate(context.Context, *connect.Request[v1.RenewDomainCertificateRequest]) (*connect.Response[v1.RenewDomainCertificateResponse], error)
 }
 
 // NewIngressServiceClient constructs a client for the corpus.v1.IngressService service. By default,
@@ -93,15 +112,44 @@ func NewIngressServiceClient(httpClient connect.HTTPClient, baseURL string, opts
 			connect.WithSchema(ingressServiceMethods.ByName("MoveRoute")),
 			connect.WithClientOptions(opts...),
 		),
+		setRouteTls: connect.NewClient[v1.SetRouteTlsRequest, v1.SetRouteTlsResponse](
+			httpClient,
+			baseURL+IngressServiceSetRouteTlsProcedure,
+			connect.WithSchema(ingressServiceMethods.ByName("SetRouteTls")),
+			connect.WithClientOptions(opts...),
+		),
+		setAcme: connect.NewClient[v1.SetAcmeRequest, v1.SetAcmeResponse](
+			httpClient,
+			baseURL+IngressServiceSetAcmeProcedure,
+			connect.WithSchema(ingressServiceMethods.ByName("SetAcme")),
+			connect.WithClientOptions(opts...),
+		),
+		getAcme: connect.NewClient[v1.GetAcmeRequest, v1.GetAcmeResponse](
+			httpClient,
+			baseURL+IngressServiceGetAcmeProcedure,
+			connect.WithSchema(ingressServiceMethods.ByName("GetAcme")),
+			connect.WithIdempotency(connect.IdempotencyNoSideEffects),
+			connect.WithClientOptions(opts...),
+		),
+		renewCertificate: connect.NewClient[v1.RenewDomainCertificateRequest, v1.RenewDomainCertificateResponse](
+			httpClient,
+			baseURL+IngressServiceRenewCertificateProcedure,
+			connect.WithSchema(ingressServiceMethods.ByName("RenewCertificate")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
 // ingressServiceClient implements IngressServiceClient.
 type ingressServiceClient struct {
-	createRoute *connect.Client[v1.CreateRouteRequest, v1.CreateRouteResponse]
-	listRoutes  *connect.Client[v1.ListRoutesRequest, v1.ListRoutesResponse]
-	deleteRoute *connect.Client[v1.DeleteRouteRequest, v1.DeleteRouteResponse]
-	moveRoute   *connect.Client[v1.MoveRouteRequest, v1.MoveRouteResponse]
+	createRoute      *connect.Client[v1.CreateRouteRequest, v1.CreateRouteResponse]
+	listRoutes       *connect.Client[v1.ListRoutesRequest, v1.ListRoutesResponse]
+	deleteRoute      *connect.Client[v1.DeleteRouteRequest, v1.DeleteRouteResponse]
+	moveRoute        *connect.Client[v1.MoveRouteRequest, v1.MoveRouteResponse]
+	setRouteTls      *connect.Client[v1.SetRouteTlsRequest, v1.SetRouteTlsResponse]
+	setAcme          *connect.Client[v1.SetAcmeRequest, v1.SetAcmeResponse]
+	getAcme          *connect.Client[v1.GetAcmeRequest, v1.GetAcmeResponse]
+	renewCertificate *connect.Client[v1.RenewDomainCertificateRequest, v1.RenewDomainCertificateResponse]
 }
 
 // CreateRoute calls corpus.v1.IngressService.CreateRoute.
@@ -124,6 +172,26 @@ func (c *ingressServiceClient) MoveRoute(ctx context.Context, req *connect.Reque
 	return c.moveRoute.CallUnary(ctx, req)
 }
 
+// SetRouteTls calls corpus.v1.IngressService.SetRouteTls.
+func (c *ingressServiceClient) SetRouteTls(ctx context.Context, req *connect.Request[v1.SetRouteTlsRequest]) (*connect.Response[v1.SetRouteTlsResponse], error) {
+	return c.setRouteTls.CallUnary(ctx, req)
+}
+
+// SetAcme calls corpus.v1.IngressService.SetAcme.
+func (c *ingressServiceClient) SetAcme(ctx context.Context, req *connect.Request[v1.SetAcmeRequest]) (*connect.Response[v1.SetAcmeResponse], error) {
+	return c.setAcme.CallUnary(ctx, req)
+}
+
+// GetAcme calls corpus.v1.IngressService.GetAcme.
+func (c *ingressServiceClient) GetAcme(ctx context.Context, req *connect.Request[v1.GetAcmeRequest]) (*connect.Response[v1.GetAcmeResponse], error) {
+	return c.getAcme.CallUnary(ctx, req)
+}
+
+// RenewCertificate calls corpus.v1.IngressService.RenewCertificate.
+func (c *ingressServiceClient) RenewCertificate(ctx context.Context, req *connect.Request[v1.RenewDomainCertificateRequest]) (*connect.Response[v1.RenewDomainCertificateResponse], error) {
+	return c.renewCertificate.CallUnary(ctx, req)
+}
+
 // IngressServiceHandler is an implementation of the corpus.v1.IngressService service.
 type IngressServiceHandler interface {
 	CreateRoute(context.Context, *connect.Request[v1.CreateRouteRequest]) (*connect.Response[v1.CreateRouteResponse], error)
@@ -131,6 +199,15 @@ type IngressServiceHandler interface {
 	DeleteRoute(context.Context, *connect.Request[v1.DeleteRouteRequest]) (*connect.Response[v1.DeleteRouteResponse], error)
 	// MoveRoute points a route at another guest atomically.
 	MoveRoute(context.Context, *connect.Request[v1.MoveRouteRequest]) (*connect.Response[v1.MoveRouteResponse], error)
+	// SetRouteTls turns HTTPS, the redirect to it and HSTS on or off for
+	// an http route.
+	SetRouteTls(context.Context, *connect.Request[v1.SetRouteTlsRequest]) (*connect.Response[v1.SetRouteTlsResponse], error)
+	// SetAcme configures the ACME account certificates are ordered with;
+	// an empty directory_url removes it (certificates keep serving).
+	SetAcme(context.Context, *connect.Request[v1.SetAcmeRequest]) (*connect.Response[v1.SetAcmeResponse], error)
+	GetAcme(context.Context, *connect.Request[v1.GetAcmeRequest]) (*connect.Response[v1.GetAcmeResponse], error)
+	// RenewCertificate orders a domain's certificate again now.
+	RenewCertificate(context.Context, *connect.Request[v1.RenewDomainCertificateRequest]) (*connect.Response[v1.RenewDomainCertificateResponse], error)
 }
 
 // NewIngressServiceHandler builds an HTTP handler from the service implementation. It returns the
@@ -165,6 +242,31 @@ func NewIngressServiceHandler(svc IngressServiceHandler, opts ...connect.Handler
 		connect.WithSchema(ingressServiceMethods.ByName("MoveRoute")),
 		connect.WithHandlerOptions(opts...),
 	)
+	ingressServiceSetRouteTlsHandler := connect.NewUnaryHandler(
+		IngressServiceSetRouteTlsProcedure,
+		svc.SetRouteTls,
+		connect.WithSchema(ingressServiceMethods.ByName("SetRouteTls")),
+		connect.WithHandlerOptions(opts...),
+	)
+	ingressServiceSetAcmeHandler := connect.NewUnaryHandler(
+		IngressServiceSetAcmeProcedure,
+		svc.SetAcme,
+		connect.WithSchema(ingressServiceMethods.ByName("SetAcme")),
+		connect.WithHandlerOptions(opts...),
+	)
+	ingressServiceGetAcmeHandler := connect.NewUnaryHandler(
+		IngressServiceGetAcmeProcedure,
+		svc.GetAcme,
+		connect.WithSchema(ingressServiceMethods.ByName("GetAcme")),
+		connect.WithIdempotency(connect.IdempotencyNoSideEffects),
+		connect.WithHandlerOptions(opts...),
+	)
+	ingressServiceRenewCertificateHandler := connect.NewUnaryHandler(
+		IngressServiceRenewCertificateProcedure,
+		svc.RenewCertificate,
+		connect.WithSchema(ingressServiceMethods.ByName("RenewCertificate")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/corpus.v1.IngressService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case IngressServiceCreateRouteProcedure:
@@ -175,6 +277,14 @@ func NewIngressServiceHandler(svc IngressServiceHandler, opts ...connect.Handler
 			ingressServiceDeleteRouteHandler.ServeHTTP(w, r)
 		case IngressServiceMoveRouteProcedure:
 			ingressServiceMoveRouteHandler.ServeHTTP(w, r)
+		case IngressServiceSetRouteTlsProcedure:
+			ingressServiceSetRouteTlsHandler.ServeHTTP(w, r)
+		case IngressServiceSetAcmeProcedure:
+			ingressServiceSetAcmeHandler.ServeHTTP(w, r)
+		case IngressServiceGetAcmeProcedure:
+			ingressServiceGetAcmeHandler.ServeHTTP(w, r)
+		case IngressServiceRenewCertificateProcedure:
+			ingressServiceRenewCertificateHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -198,4 +308,20 @@ func (UnimplementedIngressServiceHandler) DeleteRoute(context.Context, *connect.
 
 func (UnimplementedIngressServiceHandler) MoveRoute(context.Context, *connect.Request[v1.MoveRouteRequest]) (*connect.Response[v1.MoveRouteResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("corpus.v1.IngressService.MoveRoute is not implemented"))
+}
+
+func (UnimplementedIngressServiceHandler) SetRouteTls(context.Context, *connect.Request[v1.SetRouteTlsRequest]) (*connect.Response[v1.SetRouteTlsResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("corpus.v1.IngressService.SetRouteTls is not implemented"))
+}
+
+func (UnimplementedIngressServiceHandler) SetAcme(context.Context, *connect.Request[v1.SetAcmeRequest]) (*connect.Response[v1.SetAcmeResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("corpus.v1.IngressService.SetAcme is not implemented"))
+}
+
+func (UnimplementedIngressServiceHandler) GetAcme(context.Context, *connect.Request[v1.GetAcmeRequest]) (*connect.Response[v1.GetAcmeResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("corpus.v1.IngressService.GetAcme is not implemented"))
+}
+
+func (UnimplementedIngressServiceHandler) RenewCertificate(context.Context, *connect.Request[v1.RenewDomainCertificateRequest]) (*connect.Response[v1.RenewDomainCertificateResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("corpus.v1.IngressService.RenewCertificate is not implemented"))
 }

@@ -1,0 +1,314 @@
+package api
+
+import (
+	"context"
+	"crypto/x509"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"net/url"
+	"slices"
+	"strings"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"corpus/coordinator/acme"
+	"corpus/coordinator/auth"
+	"corpus/coordinator/state"
+	"corpus/internal/names"
+	"corpus/internal/seal"
+	corpusv1 "corpus/proto/corpus/v1"
+)
+
+// HTTPS of http routes: their TLS settings, the cluster's ACME account,
+// the certificates' state, and what agents' proxies serve. The orderer
+// itself is coordinator/acme; the leader runs it (CertificateLoop).
+
+// validTLS checks a route's TLS settings.
+func validTLS(kind string, https, redirect, hsts bool) error {
+	if (https || redirect || hsts) && kind != state.RouteHTTP {
+		return invalidf("only http routes serve HTTPS")
+	}
+	if (redirect || hsts) && !https {
+		return invalidf("a redirect to HTTPS and HSTS need --https")
+	}
+	return nil
+}
+
+func (s *ingressService) SetRouteTls(ctx context.Context, req *connect.Request[corpusv1.SetRouteTlsRequest]) (*connect.Response[corpusv1.SetRouteTlsResponse], error) {
+	m := req.Msg
+	if err := validTLS(state.RouteHTTP, m.Https, m.RedirectHttps, m.Hsts); err != nil {
+		return nil, toConnect(err)
+	}
+	r, err := findRoute(s.b.Store.Read(), m.Domain, 0, "")
+	if err != nil {
+		return nil, toConnect(err)
+	}
+	if r.Kind != state.RouteHTTP {
+		return nil, toConnect(invalidf("route %s is a %s route; only http routes serve HTTPS", r.Domain, r.Kind))
+	}
+	res, err := s.setTLS(ctx, r, m.Https, m.RedirectHttps, m.Hsts)
+	if err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(res), nil
+}
+
+// setTLS writes a route's TLS settings when they differ.
+func (s *ingressService) setTLS(ctx context.Context, r *corpusv1.Route, https, redirect, hsts bool) (*corpusv1.SetRouteTlsResponse, error) {
+	if r.Https == https && r.RedirectHttps == redirect && r.Hsts == hsts {
+		return &corpusv1.SetRouteTlsResponse{Route: r}, nil
+	}
+	if _, err := s.b.write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_SetRouteTls{SetRouteTls: &corpusv1.SetRouteTls{
+		Id: r.Id, Https: https, RedirectHttps: redirect, Hsts: hsts}}}); err != nil {
+		return nil, err
+	}
+	return &corpusv1.SetRouteTlsResponse{Route: s.b.Store.Read().Route(r.Id), Changed: true}, nil
+}
+
+func (s *ingressService) SetAcme(ctx context.Context, req *connect.Request[corpusv1.SetAcmeRequest]) (*connect.Response[corpusv1.SetAcmeResponse], error) {
+	m := req.Msg
+	view := s.b.Store.Read()
+	cur := view.Acme()
+	if m.DirectoryUrl == "" {
+		if cur == nil {
+			return connect.NewResponse(&corpusv1.SetAcmeResponse{}), nil
+		}
+		if _, err := s.b.write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_SetAcmeConfig{SetAcmeConfig: &corpusv1.SetAcmeConfig{Config: &corpusv1.AcmeConfig{}}}}); err != nil {
+			return nil, err
+		}
+		return connect.NewResponse(&corpusv1.SetAcmeResponse{Changed: true}), nil
+	}
+	u, err := url.Parse(m.DirectoryUrl)
+	if err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" {
+		return nil, toConnect(invalidf("directory %q is not an http(s) URL", m.DirectoryUrl))
+	}
+	if m.Email != "" && (!strings.Contains(m.Email, "@") || strings.ContainsAny(m.Email, " \t\r\n<>")) {
+		return nil, toConnect(invalidf("email %q is not an address", m.Email))
+	}
+	if m.CaPem != "" {
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM([]byte(m.CaPem)) {
+			return nil, toConnect(invalidf("the CA file holds no PEM certificate"))
+		}
+	}
+	challenges := slices.Clone(m.Challenges)
+	if len(challenges) == 0 {
+		challenges = []string{state.ChallengeHTTP01, state.ChallengeTLSALPN01}
+	}
+	for _, c := range challenges {
+		if !state.ValidChallenge(c) {
+			return nil, toConnect(invalidf("challenge %q: use http-01 or tls-alpn-01", c))
+		}
+	}
+	next := &corpusv1.AcmeConfig{DirectoryUrl: m.DirectoryUrl, Email: m.Email, CaPem: m.CaPem, Challenges: challenges}
+	var expect uint64
+	if cur != nil {
+		expect = cur.ModifyIndex
+		if cur.DirectoryUrl == next.DirectoryUrl && cur.Email == next.Email && cur.CaPem == next.CaPem && slices.Equal(cur.Challenges, next.Challenges) {
+			return connect.NewResponse(&corpusv1.SetAcmeResponse{Acme: acmeView(cur)}), nil
+		}
+		if cur.DirectoryUrl == next.DirectoryUrl && cur.Email == next.Email {
+			// Same CA and contact: the account stays.
+			next.AccountKey, next.AccountUrl = cur.AccountKey, cur.AccountUrl
+		}
+	}
+	if _, err := s.b.write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_SetAcmeConfig{SetAcmeConfig: &corpusv1.SetAcmeConfig{Config: next, ExpectModifyIndex: expect}}}); err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(&corpusv1.SetAcmeResponse{Acme: acmeView(s.b.Store.Read().Acme()), Changed: true}), nil
+}
+
+func (s *ingressService) GetAcme(ctx context.Context, _ *connect.Request[corpusv1.GetAcmeRequest]) (*connect.Response[corpusv1.GetAcmeResponse], error) {
+	return connect.NewResponse(&corpusv1.GetAcmeResponse{Acme: acmeView(s.b.Store.Read().Acme())}), nil
+}
+
+func (s *ingressService) RenewCertificate(ctx context.Context, req *connect.Request[corpusv1.RenewDomainCertificateRequest]) (*connect.Response[corpusv1.RenewDomainCertificateResponse], error) {
+	domain := strings.ToLower(strings.TrimSuffix(req.Msg.Domain, "."))
+	if err := names.ValidateDomain(domain); err != nil {
+		return nil, toConnect(err)
+	}
+	view := s.b.Store.Read()
+	if view.Acme() == nil {
+		return nil, toConnect(fmt.Errorf("no ACME account is configured; set one with corpus ingress acme set: %w", state.ErrBadTransition))
+	}
+	if !slices.Contains(view.HTTPSDomains(), domain) {
+		return nil, toConnect(notFound("https route for domain", domain, "corpus ingress list"))
+	}
+	for range 3 {
+		cur := s.b.Store.Read().Certificate(domain)
+		crt := &corpusv1.Certificate{Domain: domain, State: state.CertPending}
+		var expect uint64
+		if cur != nil {
+			crt, expect = proto.Clone(cur).(*corpusv1.Certificate), cur.ModifyIndex
+		}
+		crt.NextAttemptAt = timestamppb.Now()
+		_, err := s.b.write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_PutCertificate{PutCertificate: &corpusv1.PutCertificate{Certificate: crt, ExpectModifyIndex: expect}}})
+		if err == nil {
+			return connect.NewResponse(&corpusv1.RenewDomainCertificateResponse{Certificate: certificateView(s.b.Store.Read().Certificate(domain))}), nil
+		}
+		if connect.CodeOf(err) != connect.CodeAborted {
+			return nil, err
+		}
+	}
+	return nil, connect.NewError(connect.CodeAborted, errors.New("the certificate kept changing; try again"))
+}
+
+func acmeView(c *corpusv1.AcmeConfig) *corpusv1.AcmeView {
+	if c == nil {
+		return nil
+	}
+	return &corpusv1.AcmeView{DirectoryUrl: c.DirectoryUrl, Email: c.Email, HasCa: c.CaPem != "", Challenges: c.Challenges, AccountUrl: c.AccountUrl}
+}
+
+func certificateView(c *corpusv1.Certificate) *corpusv1.CertificateView {
+	if c == nil {
+		return nil
+	}
+	return &corpusv1.CertificateView{Domain: c.Domain, State: c.State, NotBefore: c.NotBefore, NotAfter: c.NotAfter, Serial: c.Serial, Issuer: c.Issuer,
+		LastError: c.LastError, NextAttemptAt: c.NextAttemptAt, Failures: c.Failures, OcspStapled: len(c.Ocsp) > 0, Challenge: c.Challenge.GetType()}
+}
+
+// TlsMaterial gives an agent the certificates of the https domains routed
+// to its guests, keys opened.
+func (s *agentService) TlsMaterial(ctx context.Context, req *connect.Request[corpusv1.TlsMaterialRequest]) (*connect.Response[corpusv1.TlsMaterialResponse], error) {
+	p := auth.FromContext(ctx)
+	view := s.b.Store.Read()
+	if len(req.Msg.Domains) > 10000 {
+		return nil, toConnect(invalidf("%d domains in one call", len(req.Msg.Domains)))
+	}
+	var k *seal.Keyring
+	res := &corpusv1.TlsMaterialResponse{}
+	for _, domain := range req.Msg.Domains {
+		r := view.RouteByDomain(domain)
+		if r == nil || !r.Https {
+			return nil, toConnect(notFound("https route for domain", domain, "corpus ingress list"))
+		}
+		if g := view.Guest(r.GuestId); g == nil || g.NodeId != p.NodeID {
+			return nil, connect.NewError(connect.CodePermissionDenied, fmt.Errorf("domain %s is not routed to a guest of node %s", domain, p.NodeName))
+		}
+		c := view.Certificate(domain)
+		if c == nil {
+			continue
+		}
+		if k == nil {
+			var err error
+			if k, err = s.b.keyrings.open(view); err != nil {
+				return nil, toConnect(err)
+			}
+		}
+		td, err := tlsDomain(k, c)
+		if err != nil {
+			s.b.Logger.Warn("a certificate's key does not open; it will be ordered again", "domain", domain, "error", err)
+			continue
+		}
+		res.Domains = append(res.Domains, td)
+	}
+	return connect.NewResponse(res), nil
+}
+
+// tlsDomain opens a certificate's keys for a proxy.
+func tlsDomain(k *seal.Keyring, c *corpusv1.Certificate) (*corpusv1.TlsDomain, error) {
+	td := &corpusv1.TlsDomain{Domain: c.Domain, ModifyIndex: c.ModifyIndex}
+	if c.ChainPem != "" && len(c.Key) > 0 {
+		key, err := openPEMKey(k, c.Key, state.CertificateKeyPlace(c.Domain))
+		if err != nil {
+			return nil, err
+		}
+		td.ChainPem, td.KeyPem, td.Ocsp = c.ChainPem, key, c.Ocsp
+	}
+	if ch := c.Challenge; ch != nil && ch.Type == state.ChallengeTLSALPN01 {
+		key, err := openPEMKey(k, ch.AlpnKey, state.ChallengeKeyPlace(c.Domain))
+		if err != nil {
+			return nil, err
+		}
+		td.AlpnCertPem, td.AlpnKeyPem = ch.AlpnCertPem, key
+	}
+	return td, nil
+}
+
+func openPEMKey(k *seal.Keyring, sealed []byte, place string) (string, error) {
+	if k == nil {
+		return "", errors.New("no keyring")
+	}
+	der, err := k.Open(sealed, place)
+	if err != nil {
+		return "", err
+	}
+	return string(pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der})), nil
+}
+
+// nodeCertificates are the certificates of the https domains routed to
+// a node's guests, for its watch.
+func nodeCertificates(view *state.Snap, routes []*corpusv1.Route) []*corpusv1.Certificate {
+	var out []*corpusv1.Certificate
+	for _, r := range routes {
+		if !r.Https {
+			continue
+		}
+		if c := view.Certificate(r.Domain); c != nil {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// resealTLS reseals the certificates' keys and the ACME account key for
+// a keyring rotation.
+func resealTLS(view *state.Snap, resealAt func(map[string][]byte, func(string) string) (map[string][]byte, error)) ([]*corpusv1.ResealedConfig, error) {
+	var out []*corpusv1.ResealedConfig
+	for _, c := range view.Certificates() {
+		vals := map[string][]byte{}
+		if len(c.Key) > 0 {
+			vals["key"] = c.Key
+		}
+		if k := c.Challenge.GetAlpnKey(); len(k) > 0 {
+			vals["challenge"] = k
+		}
+		if len(vals) == 0 {
+			continue
+		}
+		domain := c.Domain
+		sealed, err := resealAt(vals, func(name string) string {
+			if name == "challenge" {
+				return state.ChallengeKeyPlace(domain)
+			}
+			return state.CertificateKeyPlace(domain)
+		})
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, &corpusv1.ResealedConfig{Certificate: domain, Config: sealed})
+	}
+	if a := view.Acme(); a != nil && len(a.AccountKey) > 0 {
+		sealed, err := resealAt(map[string][]byte{"key": a.AccountKey}, func(string) string { return state.AcmeKeyPlace })
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, &corpusv1.ResealedConfig{Acme: true, Config: sealed})
+	}
+	return out, nil
+}
+
+// CertificateLoop orders and renews the certificates of https routes
+// while ctx lasts; the leader runs it.
+func (b *Backend) CertificateLoop(ctx context.Context) {
+	acme.Run(ctx, acme.Deps{
+		Read: b.Store.Read,
+		Propose: func(ctx context.Context, cmd *corpusv1.Command) (uint64, error) {
+			cmd.Actor = "acme"
+			return b.Propose(ctx, cmd)
+		},
+		Keyring: b.keyrings.ensure,
+		Check: func(ctx context.Context, node *corpusv1.Node, req *corpusv1.CheckChallengeRequest) (*corpusv1.CheckChallengeResponse, error) {
+			res, err := b.AgentClient(node).CheckChallenge(ctx, connect.NewRequest(req))
+			if err != nil {
+				return nil, err
+			}
+			return res.Msg, nil
+		},
+		Logger: b.Logger.With("component", "acme"),
+	})
+}
