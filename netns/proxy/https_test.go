@@ -132,7 +132,7 @@ func TestACMEChallenges(t *testing.T) {
 	alpnCert, alpnKey, alpnLeaf := pemPair(t, "a.test")
 	mustSetRoutes(t, p, Routes{
 		HTTP:       map[string]HTTPRoute{"a.test": {Targets: []string{be.addr()}, HTTPS: true, RedirectHTTPS: true}},
-		TLS:        map[string]TLSDomain{"a.test": {CertPEM: cert, KeyPEM: key, ALPNCertPEM: alpnCert, ALPNKeyPEM: alpnKey}},
+		TLS:        map[string]TLSDomain{"a.test": {CertPEM: cert, KeyPEM: key, OCSP: []byte("ocsp response"), ALPNCertPEM: alpnCert, ALPNKeyPEM: alpnKey}},
 		Challenges: map[string]string{"tok1": "tok1.thumb"},
 	})
 	c := noRedirects(proxyClient(t, p.HTTPAddr().String(), nil))
@@ -142,12 +142,14 @@ func TestACMEChallenges(t *testing.T) {
 	if code, _, _ := do(t, c, "GET", "a.test", challengePrefix+"other", nil); code != http.StatusPermanentRedirect {
 		t.Errorf("unknown token = %d, want the route's own answer (a redirect)", code)
 	}
+	var staple []byte
 	served := func(protos []string) *x509.Certificate {
 		conn, err := tls.Dial("tcp", p.HTTPSAddr().String(), &tls.Config{ServerName: "a.test", NextProtos: protos, InsecureSkipVerify: true})
 		if err != nil {
 			t.Fatalf("handshake with %v: %v", protos, err)
 		}
 		defer conn.Close()
+		staple = conn.ConnectionState().OCSPResponse
 		return conn.ConnectionState().PeerCertificates[0]
 	}
 	if got := served([]string{acmeTLSProto}); !got.Equal(alpnLeaf) {
@@ -155,6 +157,9 @@ func TestACMEChallenges(t *testing.T) {
 	}
 	if got := served([]string{"h2", "http/1.1"}); !got.Equal(leaf) {
 		t.Error("a browser got something else than the domain's certificate")
+	}
+	if string(staple) != "ocsp response" {
+		t.Errorf("stapled OCSP = %q, want the route's", staple)
 	}
 	if err := p.SetRoutes(Routes{Challenges: map[string]string{"a/b": "x"}}); err == nil {
 		t.Error("a token with a slash was accepted")
