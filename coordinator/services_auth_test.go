@@ -99,6 +99,14 @@ func init() {
 			_, err := c.ingress.RenewCertificate(ctx, connect.NewRequest(&corpusv1.RenewDomainCertificateRequest{Domain: "nope.test"}))
 			return err
 		},
+		corpusv1connect.ProjectServiceExportProjectProcedure: func(ctx context.Context, c clients) error {
+			_, err := c.project.ExportProject(ctx, connect.NewRequest(&corpusv1.ExportProjectRequest{Name: "nope"}))
+			return err
+		},
+		corpusv1connect.ProjectServiceImportProjectProcedure: func(ctx context.Context, c clients) error {
+			_, err := c.project.ImportProject(ctx, connect.NewRequest(&corpusv1.ImportProjectRequest{Topology: &corpusv1.ProjectTopology{Version: "nope"}}))
+			return err
+		},
 		corpusv1connect.AgentServiceTlsMaterialProcedure: func(ctx context.Context, c clients) error {
 			_, err := c.agent.TlsMaterial(ctx, connect.NewRequest(&corpusv1.TlsMaterialRequest{Domains: []string{"nope.test"}}))
 			return err

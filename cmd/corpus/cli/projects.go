@@ -109,7 +109,8 @@ func newProjectCmd(g *globals) *cobra.Command {
 	}
 	del.Flags().StringVar(&delEnv, "env", "", "delete only this environment (dev, staging or prod)")
 	del.Flags().BoolVar(&keepVolumes, "keep-volumes", false, "keep the data volumes (unbound) instead of deleting them")
-	cmd.AddCommand(newProjectCreateCmd(g), list, show, del, newProjectGrantCmd(g, false), newProjectGrantCmd(g, true))
+	cmd.AddCommand(newProjectCreateCmd(g), list, show, del, newProjectGrantCmd(g, false), newProjectGrantCmd(g, true),
+		newProjectExportCmd(g), newProjectImportCmd(g), newProjectKeygenCmd(g))
 	return cmd
 }
 

@@ -1686,6 +1686,662 @@ func (x *RollbackOutput) GetCurrent() uint32 {
 	return 0
 }
 
+type ExportProjectRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// env limits the export to one environment.
+	Env           string `protobuf:"bytes,2,opt,name=env,proto3" json:"env,omitempty"`
+	WithSecrets   bool   `protobuf:"varint,3,opt,name=with_secrets,json=withSecrets,proto3" json:"with_secrets,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExportProjectRequest) Reset() {
+	*x = ExportProjectRequest{}
+	mi := &file_corpus_v1_projects_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExportProjectRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExportProjectRequest) ProtoMessage() {}
+
+func (x *ExportProjectRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_projects_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExportProjectRequest.ProtoReflect.Descriptor instead.
+func (*ExportProjectRequest) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *ExportProjectRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *ExportProjectRequest) GetEnv() string {
+	if x != nil {
+		return x.Env
+	}
+	return ""
+}
+
+func (x *ExportProjectRequest) GetWithSecrets() bool {
+	if x != nil {
+		return x.WithSecrets
+	}
+	return false
+}
+
+type ExportProjectResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Topology      *ProjectTopology       `protobuf:"bytes,1,opt,name=topology,proto3" json:"topology,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExportProjectResponse) Reset() {
+	*x = ExportProjectResponse{}
+	mi := &file_corpus_v1_projects_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExportProjectResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExportProjectResponse) ProtoMessage() {}
+
+func (x *ExportProjectResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_projects_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExportProjectResponse.ProtoReflect.Descriptor instead.
+func (*ExportProjectResponse) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{28}
+}
+
+func (x *ExportProjectResponse) GetTopology() *ProjectTopology {
+	if x != nil {
+		return x.Topology
+	}
+	return nil
+}
+
+// ProjectTopology is a project as export writes it and import reads it.
+type ProjectTopology struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// version is "corpus.project/v1".
+	Version      string         `protobuf:"bytes,1,opt,name=version,proto3" json:"version,omitempty"`
+	Name         string         `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	Environments []*EnvTopology `protobuf:"bytes,3,rep,name=environments,proto3" json:"environments,omitempty"`
+	// services are those linked to the environments.
+	Services []*ServiceTopology `protobuf:"bytes,4,rep,name=services,proto3" json:"services,omitempty"`
+	// sealed holds the config and secret values encrypted to the
+	// importer's key (HPKE, X25519): written and read by the CLI only.
+	Sealed        string `protobuf:"bytes,5,opt,name=sealed,proto3" json:"sealed,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ProjectTopology) Reset() {
+	*x = ProjectTopology{}
+	mi := &file_corpus_v1_projects_proto_msgTypes[29]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ProjectTopology) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ProjectTopology) ProtoMessage() {}
+
+func (x *ProjectTopology) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_projects_proto_msgTypes[29]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ProjectTopology.ProtoReflect.Descriptor instead.
+func (*ProjectTopology) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{29}
+}
+
+func (x *ProjectTopology) GetVersion() string {
+	if x != nil {
+		return x.Version
+	}
+	return ""
+}
+
+func (x *ProjectTopology) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *ProjectTopology) GetEnvironments() []*EnvTopology {
+	if x != nil {
+		return x.Environments
+	}
+	return nil
+}
+
+func (x *ProjectTopology) GetServices() []*ServiceTopology {
+	if x != nil {
+		return x.Services
+	}
+	return nil
+}
+
+func (x *ProjectTopology) GetSealed() string {
+	if x != nil {
+		return x.Sealed
+	}
+	return ""
+}
+
+type EnvTopology struct {
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	Name        string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Image       string                 `protobuf:"bytes,2,opt,name=image,proto3" json:"image,omitempty"`
+	Driver      string                 `protobuf:"bytes,3,opt,name=driver,proto3" json:"driver,omitempty"`
+	Packages    []string               `protobuf:"bytes,4,rep,name=packages,proto3" json:"packages,omitempty"`
+	Resources   *Resources             `protobuf:"bytes,5,opt,name=resources,proto3" json:"resources,omitempty"`
+	HttpPort    int32                  `protobuf:"varint,6,opt,name=http_port,json=httpPort,proto3" json:"http_port,omitempty"`
+	Domains     []string               `protobuf:"bytes,7,rep,name=domains,proto3" json:"domains,omitempty"`
+	Https       bool                   `protobuf:"varint,8,opt,name=https,proto3" json:"https,omitempty"`
+	Branch      string                 `protobuf:"bytes,9,opt,name=branch,proto3" json:"branch,omitempty"`
+	VolumeBytes int64                  `protobuf:"varint,10,opt,name=volume_bytes,json=volumeBytes,proto3" json:"volume_bytes,omitempty"`
+	// config_keys are the environment's own config keys (those a link
+	// sets are made again by the link); config their values, with secrets.
+	ConfigKeys    []string          `protobuf:"bytes,11,rep,name=config_keys,json=configKeys,proto3" json:"config_keys,omitempty"`
+	Config        map[string]string `protobuf:"bytes,12,rep,name=config,proto3" json:"config,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EnvTopology) Reset() {
+	*x = EnvTopology{}
+	mi := &file_corpus_v1_projects_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EnvTopology) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EnvTopology) ProtoMessage() {}
+
+func (x *EnvTopology) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_projects_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EnvTopology.ProtoReflect.Descriptor instead.
+func (*EnvTopology) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{30}
+}
+
+func (x *EnvTopology) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *EnvTopology) GetImage() string {
+	if x != nil {
+		return x.Image
+	}
+	return ""
+}
+
+func (x *EnvTopology) GetDriver() string {
+	if x != nil {
+		return x.Driver
+	}
+	return ""
+}
+
+func (x *EnvTopology) GetPackages() []string {
+	if x != nil {
+		return x.Packages
+	}
+	return nil
+}
+
+func (x *EnvTopology) GetResources() *Resources {
+	if x != nil {
+		return x.Resources
+	}
+	return nil
+}
+
+func (x *EnvTopology) GetHttpPort() int32 {
+	if x != nil {
+		return x.HttpPort
+	}
+	return 0
+}
+
+func (x *EnvTopology) GetDomains() []string {
+	if x != nil {
+		return x.Domains
+	}
+	return nil
+}
+
+func (x *EnvTopology) GetHttps() bool {
+	if x != nil {
+		return x.Https
+	}
+	return false
+}
+
+func (x *EnvTopology) GetBranch() string {
+	if x != nil {
+		return x.Branch
+	}
+	return ""
+}
+
+func (x *EnvTopology) GetVolumeBytes() int64 {
+	if x != nil {
+		return x.VolumeBytes
+	}
+	return 0
+}
+
+func (x *EnvTopology) GetConfigKeys() []string {
+	if x != nil {
+		return x.ConfigKeys
+	}
+	return nil
+}
+
+func (x *EnvTopology) GetConfig() map[string]string {
+	if x != nil {
+		return x.Config
+	}
+	return nil
+}
+
+type ServiceTopology struct {
+	state          protoimpl.MessageState `protogen:"open.v1"`
+	Name           string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Template       string                 `protobuf:"bytes,2,opt,name=template,proto3" json:"template,omitempty"`
+	Version        string                 `protobuf:"bytes,3,opt,name=version,proto3" json:"version,omitempty"`
+	SizeBytes      int64                  `protobuf:"varint,4,opt,name=size_bytes,json=sizeBytes,proto3" json:"size_bytes,omitempty"`
+	MemoryBytes    int64                  `protobuf:"varint,5,opt,name=memory_bytes,json=memoryBytes,proto3" json:"memory_bytes,omitempty"`
+	Env            string                 `protobuf:"bytes,6,opt,name=env,proto3" json:"env,omitempty"`
+	Driver         string                 `protobuf:"bytes,7,opt,name=driver,proto3" json:"driver,omitempty"`
+	ExternalUrl    string                 `protobuf:"bytes,8,opt,name=external_url,json=externalUrl,proto3" json:"external_url,omitempty"`
+	SecretKeys     []string               `protobuf:"bytes,9,rep,name=secret_keys,json=secretKeys,proto3" json:"secret_keys,omitempty"`
+	Secrets        map[string]string      `protobuf:"bytes,10,rep,name=secrets,proto3" json:"secrets,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	BackupSchedule string                 `protobuf:"bytes,11,opt,name=backup_schedule,json=backupSchedule,proto3" json:"backup_schedule,omitempty"`
+	BackupKeep     uint32                 `protobuf:"varint,12,opt,name=backup_keep,json=backupKeep,proto3" json:"backup_keep,omitempty"`
+	Links          []*ServiceLinkTopology `protobuf:"bytes,13,rep,name=links,proto3" json:"links,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *ServiceTopology) Reset() {
+	*x = ServiceTopology{}
+	mi := &file_corpus_v1_projects_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ServiceTopology) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ServiceTopology) ProtoMessage() {}
+
+func (x *ServiceTopology) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_projects_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ServiceTopology.ProtoReflect.Descriptor instead.
+func (*ServiceTopology) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{31}
+}
+
+func (x *ServiceTopology) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *ServiceTopology) GetTemplate() string {
+	if x != nil {
+		return x.Template
+	}
+	return ""
+}
+
+func (x *ServiceTopology) GetVersion() string {
+	if x != nil {
+		return x.Version
+	}
+	return ""
+}
+
+func (x *ServiceTopology) GetSizeBytes() int64 {
+	if x != nil {
+		return x.SizeBytes
+	}
+	return 0
+}
+
+func (x *ServiceTopology) GetMemoryBytes() int64 {
+	if x != nil {
+		return x.MemoryBytes
+	}
+	return 0
+}
+
+func (x *ServiceTopology) GetEnv() string {
+	if x != nil {
+		return x.Env
+	}
+	return ""
+}
+
+func (x *ServiceTopology) GetDriver() string {
+	if x != nil {
+		return x.Driver
+	}
+	return ""
+}
+
+func (x *ServiceTopology) GetExternalUrl() string {
+	if x != nil {
+		return x.ExternalUrl
+	}
+	return ""
+}
+
+func (x *ServiceTopology) GetSecretKeys() []string {
+	if x != nil {
+		return x.SecretKeys
+	}
+	return nil
+}
+
+func (x *ServiceTopology) GetSecrets() map[string]string {
+	if x != nil {
+		return x.Secrets
+	}
+	return nil
+}
+
+func (x *ServiceTopology) GetBackupSchedule() string {
+	if x != nil {
+		return x.BackupSchedule
+	}
+	return ""
+}
+
+func (x *ServiceTopology) GetBackupKeep() uint32 {
+	if x != nil {
+		return x.BackupKeep
+	}
+	return 0
+}
+
+func (x *ServiceTopology) GetLinks() []*ServiceLinkTopology {
+	if x != nil {
+		return x.Links
+	}
+	return nil
+}
+
+type ServiceLinkTopology struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Env           string                 `protobuf:"bytes,1,opt,name=env,proto3" json:"env,omitempty"`
+	As            string                 `protobuf:"bytes,2,opt,name=as,proto3" json:"as,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ServiceLinkTopology) Reset() {
+	*x = ServiceLinkTopology{}
+	mi := &file_corpus_v1_projects_proto_msgTypes[32]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ServiceLinkTopology) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ServiceLinkTopology) ProtoMessage() {}
+
+func (x *ServiceLinkTopology) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_projects_proto_msgTypes[32]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ServiceLinkTopology.ProtoReflect.Descriptor instead.
+func (*ServiceLinkTopology) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{32}
+}
+
+func (x *ServiceLinkTopology) GetEnv() string {
+	if x != nil {
+		return x.Env
+	}
+	return ""
+}
+
+func (x *ServiceLinkTopology) GetAs() string {
+	if x != nil {
+		return x.As
+	}
+	return ""
+}
+
+type ImportProjectRequest struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Topology *ProjectTopology       `protobuf:"bytes,1,opt,name=topology,proto3" json:"topology,omitempty"`
+	// as names the new project (default the topology's name); services
+	// named after the old project are renamed after it.
+	As string `protobuf:"bytes,2,opt,name=as,proto3" json:"as,omitempty"`
+	// env imports one environment under this name: the topology's only
+	// one, or from_env.
+	Env     string `protobuf:"bytes,3,opt,name=env,proto3" json:"env,omitempty"`
+	FromEnv string `protobuf:"bytes,4,opt,name=from_env,json=fromEnv,proto3" json:"from_env,omitempty"`
+	// without_domains leaves the domains out (a clone on the same cluster).
+	WithoutDomains bool `protobuf:"varint,5,opt,name=without_domains,json=withoutDomains,proto3" json:"without_domains,omitempty"`
+	// dry_run checks everything and creates nothing.
+	DryRun        bool `protobuf:"varint,6,opt,name=dry_run,json=dryRun,proto3" json:"dry_run,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ImportProjectRequest) Reset() {
+	*x = ImportProjectRequest{}
+	mi := &file_corpus_v1_projects_proto_msgTypes[33]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ImportProjectRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ImportProjectRequest) ProtoMessage() {}
+
+func (x *ImportProjectRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_projects_proto_msgTypes[33]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ImportProjectRequest.ProtoReflect.Descriptor instead.
+func (*ImportProjectRequest) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{33}
+}
+
+func (x *ImportProjectRequest) GetTopology() *ProjectTopology {
+	if x != nil {
+		return x.Topology
+	}
+	return nil
+}
+
+func (x *ImportProjectRequest) GetAs() string {
+	if x != nil {
+		return x.As
+	}
+	return ""
+}
+
+func (x *ImportProjectRequest) GetEnv() string {
+	if x != nil {
+		return x.Env
+	}
+	return ""
+}
+
+func (x *ImportProjectRequest) GetFromEnv() string {
+	if x != nil {
+		return x.FromEnv
+	}
+	return ""
+}
+
+func (x *ImportProjectRequest) GetWithoutDomains() bool {
+	if x != nil {
+		return x.WithoutDomains
+	}
+	return false
+}
+
+func (x *ImportProjectRequest) GetDryRun() bool {
+	if x != nil {
+		return x.DryRun
+	}
+	return false
+}
+
+type ImportProjectResponse struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Project string                 `protobuf:"bytes,1,opt,name=project,proto3" json:"project,omitempty"`
+	// created lists what was made: "service NAME", "environment P/E",
+	// "link S -> P/E".
+	Created       []string `protobuf:"bytes,2,rep,name=created,proto3" json:"created,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ImportProjectResponse) Reset() {
+	*x = ImportProjectResponse{}
+	mi := &file_corpus_v1_projects_proto_msgTypes[34]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ImportProjectResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ImportProjectResponse) ProtoMessage() {}
+
+func (x *ImportProjectResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_projects_proto_msgTypes[34]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ImportProjectResponse.ProtoReflect.Descriptor instead.
+func (*ImportProjectResponse) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{34}
+}
+
+func (x *ImportProjectResponse) GetProject() string {
+	if x != nil {
+		return x.Project
+	}
+	return ""
+}
+
+func (x *ImportProjectResponse) GetCreated() []string {
+	if x != nil {
+		return x.Created
+	}
+	return nil
+}
+
 var File_corpus_v1_projects_proto protoreflect.FileDescriptor
 
 const file_corpus_v1_projects_proto_rawDesc = "" +
@@ -1808,7 +2464,71 @@ const file_corpus_v1_projects_proto_rawDesc = "" +
 	"\x0eRollbackOutput\x12\x16\n" +
 	"\x06output\x18\x01 \x01(\fR\x06output\x12\x12\n" +
 	"\x04done\x18\x02 \x01(\bR\x04done\x12\x18\n" +
-	"\acurrent\x18\x03 \x01(\rR\acurrent2\x8a\b\n" +
+	"\acurrent\x18\x03 \x01(\rR\acurrent\"_\n" +
+	"\x14ExportProjectRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x10\n" +
+	"\x03env\x18\x02 \x01(\tR\x03env\x12!\n" +
+	"\fwith_secrets\x18\x03 \x01(\bR\vwithSecrets\"O\n" +
+	"\x15ExportProjectResponse\x126\n" +
+	"\btopology\x18\x01 \x01(\v2\x1a.corpus.v1.ProjectTopologyR\btopology\"\xcb\x01\n" +
+	"\x0fProjectTopology\x12\x18\n" +
+	"\aversion\x18\x01 \x01(\tR\aversion\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x12:\n" +
+	"\fenvironments\x18\x03 \x03(\v2\x16.corpus.v1.EnvTopologyR\fenvironments\x126\n" +
+	"\bservices\x18\x04 \x03(\v2\x1a.corpus.v1.ServiceTopologyR\bservices\x12\x16\n" +
+	"\x06sealed\x18\x05 \x01(\tR\x06sealed\"\xbf\x03\n" +
+	"\vEnvTopology\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
+	"\x05image\x18\x02 \x01(\tR\x05image\x12\x16\n" +
+	"\x06driver\x18\x03 \x01(\tR\x06driver\x12\x1a\n" +
+	"\bpackages\x18\x04 \x03(\tR\bpackages\x122\n" +
+	"\tresources\x18\x05 \x01(\v2\x14.corpus.v1.ResourcesR\tresources\x12\x1b\n" +
+	"\thttp_port\x18\x06 \x01(\x05R\bhttpPort\x12\x18\n" +
+	"\adomains\x18\a \x03(\tR\adomains\x12\x14\n" +
+	"\x05https\x18\b \x01(\bR\x05https\x12\x16\n" +
+	"\x06branch\x18\t \x01(\tR\x06branch\x12!\n" +
+	"\fvolume_bytes\x18\n" +
+	" \x01(\x03R\vvolumeBytes\x12\x1f\n" +
+	"\vconfig_keys\x18\v \x03(\tR\n" +
+	"configKeys\x12:\n" +
+	"\x06config\x18\f \x03(\v2\".corpus.v1.EnvTopology.ConfigEntryR\x06config\x1a9\n" +
+	"\vConfigEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x8a\x04\n" +
+	"\x0fServiceTopology\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1a\n" +
+	"\btemplate\x18\x02 \x01(\tR\btemplate\x12\x18\n" +
+	"\aversion\x18\x03 \x01(\tR\aversion\x12\x1d\n" +
+	"\n" +
+	"size_bytes\x18\x04 \x01(\x03R\tsizeBytes\x12!\n" +
+	"\fmemory_bytes\x18\x05 \x01(\x03R\vmemoryBytes\x12\x10\n" +
+	"\x03env\x18\x06 \x01(\tR\x03env\x12\x16\n" +
+	"\x06driver\x18\a \x01(\tR\x06driver\x12!\n" +
+	"\fexternal_url\x18\b \x01(\tR\vexternalUrl\x12\x1f\n" +
+	"\vsecret_keys\x18\t \x03(\tR\n" +
+	"secretKeys\x12A\n" +
+	"\asecrets\x18\n" +
+	" \x03(\v2'.corpus.v1.ServiceTopology.SecretsEntryR\asecrets\x12'\n" +
+	"\x0fbackup_schedule\x18\v \x01(\tR\x0ebackupSchedule\x12\x1f\n" +
+	"\vbackup_keep\x18\f \x01(\rR\n" +
+	"backupKeep\x124\n" +
+	"\x05links\x18\r \x03(\v2\x1e.corpus.v1.ServiceLinkTopologyR\x05links\x1a:\n" +
+	"\fSecretsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"7\n" +
+	"\x13ServiceLinkTopology\x12\x10\n" +
+	"\x03env\x18\x01 \x01(\tR\x03env\x12\x0e\n" +
+	"\x02as\x18\x02 \x01(\tR\x02as\"\xcd\x01\n" +
+	"\x14ImportProjectRequest\x126\n" +
+	"\btopology\x18\x01 \x01(\v2\x1a.corpus.v1.ProjectTopologyR\btopology\x12\x0e\n" +
+	"\x02as\x18\x02 \x01(\tR\x02as\x12\x10\n" +
+	"\x03env\x18\x03 \x01(\tR\x03env\x12\x19\n" +
+	"\bfrom_env\x18\x04 \x01(\tR\afromEnv\x12'\n" +
+	"\x0fwithout_domains\x18\x05 \x01(\bR\x0ewithoutDomains\x12\x17\n" +
+	"\adry_run\x18\x06 \x01(\bR\x06dryRun\"K\n" +
+	"\x15ImportProjectResponse\x12\x18\n" +
+	"\aproject\x18\x01 \x01(\tR\aproject\x12\x18\n" +
+	"\acreated\x18\x02 \x03(\tR\acreated2\xb7\t\n" +
 	"\x0eProjectService\x12R\n" +
 	"\rCreateProject\x12\x1f.corpus.v1.CreateProjectRequest\x1a .corpus.v1.CreateProjectResponse\x12T\n" +
 	"\fListProjects\x12\x1e.corpus.v1.ListProjectsRequest\x1a\x1f.corpus.v1.ListProjectsResponse\"\x03\x90\x02\x01\x12N\n" +
@@ -1824,7 +2544,9 @@ const file_corpus_v1_projects_proto_rawDesc = "" +
 	"\tGetConfig\x12\x1b.corpus.v1.GetConfigRequest\x1a\x1c.corpus.v1.GetConfigResponse\"\x03\x90\x02\x01\x12?\n" +
 	"\x06Deploy\x12\x1a.corpus.v1.RedeployRequest\x1a\x17.corpus.v1.DeployOutput0\x01\x12W\n" +
 	"\rListProcesses\x12\x1f.corpus.v1.ListProcessesRequest\x1a .corpus.v1.ListProcessesResponse\"\x03\x90\x02\x01\x12B\n" +
-	"\vProjectLogs\x12\x1d.corpus.v1.ProjectLogsRequest\x1a\x12.corpus.v1.LogLine0\x01B!Z\x1fcorpus/proto/corpus/v1;corpusv1b\x06proto3"
+	"\vProjectLogs\x12\x1d.corpus.v1.ProjectLogsRequest\x1a\x12.corpus.v1.LogLine0\x01\x12W\n" +
+	"\rExportProject\x12\x1f.corpus.v1.ExportProjectRequest\x1a .corpus.v1.ExportProjectResponse\"\x03\x90\x02\x01\x12R\n" +
+	"\rImportProject\x12\x1f.corpus.v1.ImportProjectRequest\x1a .corpus.v1.ImportProjectResponseB!Z\x1fcorpus/proto/corpus/v1;corpusv1b\x06proto3"
 
 var (
 	file_corpus_v1_projects_proto_rawDescOnce sync.Once
@@ -1838,7 +2560,7 @@ func file_corpus_v1_projects_proto_rawDescGZIP() []byte {
 	return file_corpus_v1_projects_proto_rawDescData
 }
 
-var file_corpus_v1_projects_proto_msgTypes = make([]protoimpl.MessageInfo, 28)
+var file_corpus_v1_projects_proto_msgTypes = make([]protoimpl.MessageInfo, 38)
 var file_corpus_v1_projects_proto_goTypes = []any{
 	(*ProjectLogsRequest)(nil),    // 0: corpus.v1.ProjectLogsRequest
 	(*SetConfigRequest)(nil),      // 1: corpus.v1.SetConfigRequest
@@ -1867,61 +2589,83 @@ var file_corpus_v1_projects_proto_goTypes = []any{
 	(*GetReleaseResponse)(nil),    // 24: corpus.v1.GetReleaseResponse
 	(*RollbackRequest)(nil),       // 25: corpus.v1.RollbackRequest
 	(*RollbackOutput)(nil),        // 26: corpus.v1.RollbackOutput
-	nil,                           // 27: corpus.v1.SetConfigRequest.SetEntry
-	(*GuestLogsRequest)(nil),      // 28: corpus.v1.GuestLogsRequest
-	(*ProcessStatus)(nil),         // 29: corpus.v1.ProcessStatus
-	(*Resources)(nil),             // 30: corpus.v1.Resources
-	(*Project)(nil),               // 31: corpus.v1.Project
-	(*Release)(nil),               // 32: corpus.v1.Release
-	(*ProjectEnv)(nil),            // 33: corpus.v1.ProjectEnv
-	(*LogLine)(nil),               // 34: corpus.v1.LogLine
+	(*ExportProjectRequest)(nil),  // 27: corpus.v1.ExportProjectRequest
+	(*ExportProjectResponse)(nil), // 28: corpus.v1.ExportProjectResponse
+	(*ProjectTopology)(nil),       // 29: corpus.v1.ProjectTopology
+	(*EnvTopology)(nil),           // 30: corpus.v1.EnvTopology
+	(*ServiceTopology)(nil),       // 31: corpus.v1.ServiceTopology
+	(*ServiceLinkTopology)(nil),   // 32: corpus.v1.ServiceLinkTopology
+	(*ImportProjectRequest)(nil),  // 33: corpus.v1.ImportProjectRequest
+	(*ImportProjectResponse)(nil), // 34: corpus.v1.ImportProjectResponse
+	nil,                           // 35: corpus.v1.SetConfigRequest.SetEntry
+	nil,                           // 36: corpus.v1.EnvTopology.ConfigEntry
+	nil,                           // 37: corpus.v1.ServiceTopology.SecretsEntry
+	(*GuestLogsRequest)(nil),      // 38: corpus.v1.GuestLogsRequest
+	(*ProcessStatus)(nil),         // 39: corpus.v1.ProcessStatus
+	(*Resources)(nil),             // 40: corpus.v1.Resources
+	(*Project)(nil),               // 41: corpus.v1.Project
+	(*Release)(nil),               // 42: corpus.v1.Release
+	(*ProjectEnv)(nil),            // 43: corpus.v1.ProjectEnv
+	(*LogLine)(nil),               // 44: corpus.v1.LogLine
 }
 var file_corpus_v1_projects_proto_depIdxs = []int32{
-	28, // 0: corpus.v1.ProjectLogsRequest.filter:type_name -> corpus.v1.GuestLogsRequest
-	27, // 1: corpus.v1.SetConfigRequest.set:type_name -> corpus.v1.SetConfigRequest.SetEntry
+	38, // 0: corpus.v1.ProjectLogsRequest.filter:type_name -> corpus.v1.GuestLogsRequest
+	35, // 1: corpus.v1.SetConfigRequest.set:type_name -> corpus.v1.SetConfigRequest.SetEntry
 	4,  // 2: corpus.v1.GetConfigResponse.vars:type_name -> corpus.v1.ConfigVar
-	29, // 3: corpus.v1.ListProcessesResponse.processes:type_name -> corpus.v1.ProcessStatus
-	30, // 4: corpus.v1.CreateProjectRequest.resources:type_name -> corpus.v1.Resources
-	31, // 5: corpus.v1.CreateProjectResponse.project:type_name -> corpus.v1.Project
+	39, // 3: corpus.v1.ListProcessesResponse.processes:type_name -> corpus.v1.ProcessStatus
+	40, // 4: corpus.v1.CreateProjectRequest.resources:type_name -> corpus.v1.Resources
+	41, // 5: corpus.v1.CreateProjectResponse.project:type_name -> corpus.v1.Project
 	13, // 6: corpus.v1.ListProjectsResponse.projects:type_name -> corpus.v1.ProjectView
-	31, // 7: corpus.v1.ProjectView.project:type_name -> corpus.v1.Project
+	41, // 7: corpus.v1.ProjectView.project:type_name -> corpus.v1.Project
 	14, // 8: corpus.v1.ProjectView.envs:type_name -> corpus.v1.ProjectEnvView
 	13, // 9: corpus.v1.GetProjectResponse.project:type_name -> corpus.v1.ProjectView
-	31, // 10: corpus.v1.GrantProjectResponse.project:type_name -> corpus.v1.Project
-	32, // 11: corpus.v1.ListReleasesResponse.releases:type_name -> corpus.v1.Release
-	32, // 12: corpus.v1.GetReleaseResponse.release:type_name -> corpus.v1.Release
-	33, // 13: corpus.v1.RollbackRequest.project_env:type_name -> corpus.v1.ProjectEnv
-	9,  // 14: corpus.v1.ProjectService.CreateProject:input_type -> corpus.v1.CreateProjectRequest
-	11, // 15: corpus.v1.ProjectService.ListProjects:input_type -> corpus.v1.ListProjectsRequest
-	15, // 16: corpus.v1.ProjectService.GetProject:input_type -> corpus.v1.GetProjectRequest
-	17, // 17: corpus.v1.ProjectService.DeleteProject:input_type -> corpus.v1.DeleteProjectRequest
-	19, // 18: corpus.v1.ProjectService.GrantProject:input_type -> corpus.v1.GrantProjectRequest
-	21, // 19: corpus.v1.ProjectService.ListReleases:input_type -> corpus.v1.ListReleasesRequest
-	23, // 20: corpus.v1.ProjectService.GetRelease:input_type -> corpus.v1.GetReleaseRequest
-	25, // 21: corpus.v1.ProjectService.Rollback:input_type -> corpus.v1.RollbackRequest
-	1,  // 22: corpus.v1.ProjectService.SetConfig:input_type -> corpus.v1.SetConfigRequest
-	2,  // 23: corpus.v1.ProjectService.GetConfig:input_type -> corpus.v1.GetConfigRequest
-	5,  // 24: corpus.v1.ProjectService.Deploy:input_type -> corpus.v1.RedeployRequest
-	7,  // 25: corpus.v1.ProjectService.ListProcesses:input_type -> corpus.v1.ListProcessesRequest
-	0,  // 26: corpus.v1.ProjectService.ProjectLogs:input_type -> corpus.v1.ProjectLogsRequest
-	10, // 27: corpus.v1.ProjectService.CreateProject:output_type -> corpus.v1.CreateProjectResponse
-	12, // 28: corpus.v1.ProjectService.ListProjects:output_type -> corpus.v1.ListProjectsResponse
-	16, // 29: corpus.v1.ProjectService.GetProject:output_type -> corpus.v1.GetProjectResponse
-	18, // 30: corpus.v1.ProjectService.DeleteProject:output_type -> corpus.v1.DeleteProjectResponse
-	20, // 31: corpus.v1.ProjectService.GrantProject:output_type -> corpus.v1.GrantProjectResponse
-	22, // 32: corpus.v1.ProjectService.ListReleases:output_type -> corpus.v1.ListReleasesResponse
-	24, // 33: corpus.v1.ProjectService.GetRelease:output_type -> corpus.v1.GetReleaseResponse
-	26, // 34: corpus.v1.ProjectService.Rollback:output_type -> corpus.v1.RollbackOutput
-	6,  // 35: corpus.v1.ProjectService.SetConfig:output_type -> corpus.v1.DeployOutput
-	3,  // 36: corpus.v1.ProjectService.GetConfig:output_type -> corpus.v1.GetConfigResponse
-	6,  // 37: corpus.v1.ProjectService.Deploy:output_type -> corpus.v1.DeployOutput
-	8,  // 38: corpus.v1.ProjectService.ListProcesses:output_type -> corpus.v1.ListProcessesResponse
-	34, // 39: corpus.v1.ProjectService.ProjectLogs:output_type -> corpus.v1.LogLine
-	27, // [27:40] is the sub-list for method output_type
-	14, // [14:27] is the sub-list for method input_type
-	14, // [14:14] is the sub-list for extension type_name
-	14, // [14:14] is the sub-list for extension extendee
-	0,  // [0:14] is the sub-list for field type_name
+	41, // 10: corpus.v1.GrantProjectResponse.project:type_name -> corpus.v1.Project
+	42, // 11: corpus.v1.ListReleasesResponse.releases:type_name -> corpus.v1.Release
+	42, // 12: corpus.v1.GetReleaseResponse.release:type_name -> corpus.v1.Release
+	43, // 13: corpus.v1.RollbackRequest.project_env:type_name -> corpus.v1.ProjectEnv
+	29, // 14: corpus.v1.ExportProjectResponse.topology:type_name -> corpus.v1.ProjectTopology
+	30, // 15: corpus.v1.ProjectTopology.environments:type_name -> corpus.v1.EnvTopology
+	31, // 16: corpus.v1.ProjectTopology.services:type_name -> corpus.v1.ServiceTopology
+	40, // 17: corpus.v1.EnvTopology.resources:type_name -> corpus.v1.Resources
+	36, // 18: corpus.v1.EnvTopology.config:type_name -> corpus.v1.EnvTopology.ConfigEntry
+	37, // 19: corpus.v1.ServiceTopology.secrets:type_name -> corpus.v1.ServiceTopology.SecretsEntry
+	32, // 20: corpus.v1.ServiceTopology.links:type_name -> corpus.v1.ServiceLinkTopology
+	29, // 21: corpus.v1.ImportProjectRequest.topology:type_name -> corpus.v1.ProjectTopology
+	9,  // 22: corpus.v1.ProjectService.CreateProject:input_type -> corpus.v1.CreateProjectRequest
+	11, // 23: corpus.v1.ProjectService.ListProjects:input_type -> corpus.v1.ListProjectsRequest
+	15, // 24: corpus.v1.ProjectService.GetProject:input_type -> corpus.v1.GetProjectRequest
+	17, // 25: corpus.v1.ProjectService.DeleteProject:input_type -> corpus.v1.DeleteProjectRequest
+	19, // 26: corpus.v1.ProjectService.GrantProject:input_type -> corpus.v1.GrantProjectRequest
+	21, // 27: corpus.v1.ProjectService.ListReleases:input_type -> corpus.v1.ListReleasesRequest
+	23, // 28: corpus.v1.ProjectService.GetRelease:input_type -> corpus.v1.GetReleaseRequest
+	25, // 29: corpus.v1.ProjectService.Rollback:input_type -> corpus.v1.RollbackRequest
+	1,  // 30: corpus.v1.ProjectService.SetConfig:input_type -> corpus.v1.SetConfigRequest
+	2,  // 31: corpus.v1.ProjectService.GetConfig:input_type -> corpus.v1.GetConfigRequest
+	5,  // 32: corpus.v1.ProjectService.Deploy:input_type -> corpus.v1.RedeployRequest
+	7,  // 33: corpus.v1.ProjectService.ListProcesses:input_type -> corpus.v1.ListProcessesRequest
+	0,  // 34: corpus.v1.ProjectService.ProjectLogs:input_type -> corpus.v1.ProjectLogsRequest
+	27, // 35: corpus.v1.ProjectService.ExportProject:input_type -> corpus.v1.ExportProjectRequest
+	33, // 36: corpus.v1.ProjectService.ImportProject:input_type -> corpus.v1.ImportProjectRequest
+	10, // 37: corpus.v1.ProjectService.CreateProject:output_type -> corpus.v1.CreateProjectResponse
+	12, // 38: corpus.v1.ProjectService.ListProjects:output_type -> corpus.v1.ListProjectsResponse
+	16, // 39: corpus.v1.ProjectService.GetProject:output_type -> corpus.v1.GetProjectResponse
+	18, // 40: corpus.v1.ProjectService.DeleteProject:output_type -> corpus.v1.DeleteProjectResponse
+	20, // 41: corpus.v1.ProjectService.GrantProject:output_type -> corpus.v1.GrantProjectResponse
+	22, // 42: corpus.v1.ProjectService.ListReleases:output_type -> corpus.v1.ListReleasesResponse
+	24, // 43: corpus.v1.ProjectService.GetRelease:output_type -> corpus.v1.GetReleaseResponse
+	26, // 44: corpus.v1.ProjectService.Rollback:output_type -> corpus.v1.RollbackOutput
+	6,  // 45: corpus.v1.ProjectService.SetConfig:output_type -> corpus.v1.DeployOutput
+	3,  // 46: corpus.v1.ProjectService.GetConfig:output_type -> corpus.v1.GetConfigResponse
+	6,  // 47: corpus.v1.ProjectService.Deploy:output_type -> corpus.v1.DeployOutput
+	8,  // 48: corpus.v1.ProjectService.ListProcesses:output_type -> corpus.v1.ListProcessesResponse
+	44, // 49: corpus.v1.ProjectService.ProjectLogs:output_type -> corpus.v1.LogLine
+	28, // 50: corpus.v1.ProjectService.ExportProject:output_type -> corpus.v1.ExportProjectResponse
+	34, // 51: corpus.v1.ProjectService.ImportProject:output_type -> corpus.v1.ImportProjectResponse
+	37, // [37:52] is the sub-list for method output_type
+	22, // [22:37] is the sub-list for method input_type
+	22, // [22:22] is the sub-list for extension type_name
+	22, // [22:22] is the sub-list for extension extendee
+	0,  // [0:22] is the sub-list for field type_name
 }
 
 func init() { file_corpus_v1_projects_proto_init() }
@@ -1937,7 +2681,7 @@ func file_corpus_v1_projects_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_corpus_v1_projects_proto_rawDesc), len(file_corpus_v1_projects_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   28,
+			NumMessages:   38,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

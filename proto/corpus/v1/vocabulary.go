@@ -149,3 +149,7 @@ const (
 
 // ServiceGuestName is the name of a service's guest.
 func ServiceGuestName(service string) string { return "svc-" + service }
+
+// TopologyVersion is the version of ProjectTopology that corpus writes
+// and reads (ProjectTopology.version).
+const TopologyVersion = "corpus.project/v1"

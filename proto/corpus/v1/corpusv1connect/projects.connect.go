@@ -71,6 +71,12 @@ const (
 	// ProjectServiceProjectLogsProcedure is the fully-qualified name of the ProjectService's
 	// ProjectLogs RPC.
 	ProjectServiceProjectLogsProcedure = "/corpus.v1.ProjectService/ProjectLogs"
+	// ProjectServiceExportProjectProcedure is the fully-qualified name of the ProjectService's
+	// ExportProject RPC.
+	ProjectServiceExportProjectProcedure = "/corpus.v1.ProjectService/ExportProject"
+	// ProjectServiceImportProjectProcedure is the fully-qualified name of the ProjectService's
+	// ImportProject RPC.
+	ProjectServiceImportProjectProcedure = "/corpus.v1.ProjectService/ImportProject"
 )
 
 // ProjectServiceClient is a client for the corpus.v1.ProjectService service.
@@ -101,6 +107,17 @@ type ProjectServiceClient interface {
 	// ProjectLogs streams the log lines of an environment's guests, merged
 	// in time order (GuestLogs for each).
 	ProjectLogs(context.Context, *connect.Request[v1.ProjectLogsRequest]) (*connect.ServerStreamForClient[v1.LogLine], error)
+	// ExportProject describes a project's topology (environments, domains,
+	// linked services and their templates, config keys, volume sizes); the
+	// config and secret values only with with_secrets, as GetConfig
+	// reveals them. `corpus project export` writes it as YAML, those
+	// values encrypted to the importer's key.
+	ExportProject(context.Context, *connect.Request[v1.ExportProjectRequest]) (*connect.Response[v1.ExportProjectResponse], error)
+	// ImportProject creates what a topology describes (renamed with as,
+	// one environment with env), after checking all of it: an unknown
+	// version, an invalid field or a name already taken changes nothing;
+	// a step that fails undoes those before it.
+	ImportProject(context.Context, *connect.Request[v1.ImportProjectRequest]) (*connect.Response[v1.ImportProjectResponse], error)
 }
 
 // NewProjectServiceClient constructs a client for the corpus.v1.ProjectService service. By default,
@@ -198,6 +215,19 @@ func NewProjectServiceClient(httpClient connect.HTTPClient, baseURL string, opts
 			connect.WithSchema(projectServiceMethods.ByName("ProjectLogs")),
 			connect.WithClientOptions(opts...),
 		),
+		exportProject: connect.NewClient[v1.ExportProjectRequest, v1.ExportProjectResponse](
+			httpClient,
+			baseURL+ProjectServiceExportProjectProcedure,
+			connect.WithSchema(projectServiceMethods.ByName("ExportProject")),
+			connect.WithIdempotency(connect.IdempotencyNoSideEffects),
+			connect.WithClientOptions(opts...),
+		),
+		importProject: connect.NewClient[v1.ImportProjectRequest, v1.ImportProjectResponse](
+			httpClient,
+			baseURL+ProjectServiceImportProjectProcedure,
+			connect.WithSchema(projectServiceMethods.ByName("ImportProject")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
@@ -216,6 +246,8 @@ type projectServiceClient struct {
 	deploy        *connect.Client[v1.RedeployRequest, v1.DeployOutput]
 	listProcesses *connect.Client[v1.ListProcessesRequest, v1.ListProcessesResponse]
 	projectLogs   *connect.Client[v1.ProjectLogsRequest, v1.LogLine]
+	exportProject *connect.Client[v1.ExportProjectRequest, v1.ExportProjectResponse]
+	importProject *connect.Client[v1.ImportProjectRequest, v1.ImportProjectResponse]
 }
 
 // CreateProject calls corpus.v1.ProjectService.CreateProject.
@@ -283,6 +315,16 @@ func (c *projectServiceClient) ProjectLogs(ctx context.Context, req *connect.Req
 	return c.projectLogs.CallServerStream(ctx, req)
 }
 
+// ExportProject calls corpus.v1.ProjectService.ExportProject.
+func (c *projectServiceClient) ExportProject(ctx context.Context, req *connect.Request[v1.ExportProjectRequest]) (*connect.Response[v1.ExportProjectResponse], error) {
+	return c.exportProject.CallUnary(ctx, req)
+}
+
+// ImportProject calls corpus.v1.ProjectService.ImportProject.
+func (c *projectServiceClient) ImportProject(ctx context.Context, req *connect.Request[v1.ImportProjectRequest]) (*connect.Response[v1.ImportProjectResponse], error) {
+	return c.importProject.CallUnary(ctx, req)
+}
+
 // ProjectServiceHandler is an implementation of the corpus.v1.ProjectService service.
 type ProjectServiceHandler interface {
 	CreateProject(context.Context, *connect.Request[v1.CreateProjectRequest]) (*connect.Response[v1.CreateProjectResponse], error)
@@ -311,6 +353,17 @@ type ProjectServiceHandler interface {
 	// ProjectLogs streams the log lines of an environment's guests, merged
 	// in time order (GuestLogs for each).
 	ProjectLogs(context.Context, *connect.Request[v1.ProjectLogsRequest], *connect.ServerStream[v1.LogLine]) error
+	// ExportProject describes a project's topology (environments, domains,
+	// linked services and their templates, config keys, volume sizes); the
+	// config and secret values only with with_secrets, as GetConfig
+	// reveals them. `corpus project export` writes it as YAML, those
+	// values encrypted to the importer's key.
+	ExportProject(context.Context, *connect.Request[v1.ExportProjectRequest]) (*connect.Response[v1.ExportProjectResponse], error)
+	// ImportProject creates what a topology describes (renamed with as,
+	// one environment with env), after checking all of it: an unknown
+	// version, an invalid field or a name already taken changes nothing;
+	// a step that fails undoes those before it.
+	ImportProject(context.Context, *connect.Request[v1.ImportProjectRequest]) (*connect.Response[v1.ImportProjectResponse], error)
 }
 
 // NewProjectServiceHandler builds an HTTP handler from the service implementation. It returns the
@@ -404,6 +457,19 @@ func NewProjectServiceHandler(svc ProjectServiceHandler, opts ...connect.Handler
 		connect.WithSchema(projectServiceMethods.ByName("ProjectLogs")),
 		connect.WithHandlerOptions(opts...),
 	)
+	projectServiceExportProjectHandler := connect.NewUnaryHandler(
+		ProjectServiceExportProjectProcedure,
+		svc.ExportProject,
+		connect.WithSchema(projectServiceMethods.ByName("ExportProject")),
+		connect.WithIdempotency(connect.IdempotencyNoSideEffects),
+		connect.WithHandlerOptions(opts...),
+	)
+	projectServiceImportProjectHandler := connect.NewUnaryHandler(
+		ProjectServiceImportProjectProcedure,
+		svc.ImportProject,
+		connect.WithSchema(projectServiceMethods.ByName("ImportProject")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/corpus.v1.ProjectService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case ProjectServiceCreateProjectProcedure:
@@ -432,6 +498,10 @@ func NewProjectServiceHandler(svc ProjectServiceHandler, opts ...connect.Handler
 			projectServiceListProcessesHandler.ServeHTTP(w, r)
 		case ProjectServiceProjectLogsProcedure:
 			projectServiceProjectLogsHandler.ServeHTTP(w, r)
+		case ProjectServiceExportProjectProcedure:
+			projectServiceExportProjectHandler.ServeHTTP(w, r)
+		case ProjectServiceImportProjectProcedure:
+			projectServiceImportProjectHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -491,4 +561,12 @@ func (UnimplementedProjectServiceHandler) ListProcesses(context.Context, *connec
 
 func (UnimplementedProjectServiceHandler) ProjectLogs(context.Context, *connect.Request[v1.ProjectLogsRequest], *connect.ServerStream[v1.LogLine]) error {
 	return connect.NewError(connect.CodeUnimplemented, errors.New("corpus.v1.ProjectService.ProjectLogs is not implemented"))
+}
+
+func (UnimplementedProjectServiceHandler) ExportProject(context.Context, *connect.Request[v1.ExportProjectRequest]) (*connect.Response[v1.ExportProjectResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("corpus.v1.ProjectService.ExportProject is not implemented"))
+}
+
+func (UnimplementedProjectServiceHandler) ImportProject(context.Context, *connect.Request[v1.ImportProjectRequest]) (*connect.Response[v1.ImportProjectResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("corpus.v1.ProjectService.ImportProject is not implemented"))
 }
