@@ -322,19 +322,30 @@ func (c *Client) Certificates() []*x509.Certificate { return c.certs }
 func (c *Client) Run(ctx context.Context) error {
 	t := time.NewTicker(c.cfg.CheckEvery)
 	defer t.Stop()
+	var (
+		failures int
+		next     time.Time // no start tried before then
+	)
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-t.C:
 		}
+		if time.Now().Before(next) {
+			continue
+		}
 		if err := c.ensure(ctx); err != nil {
 			if ctx.Err() != nil {
 				return nil
 			}
-			c.log.Warn("the proxy process", "error", err)
+			failures++
+			wait := retryWait(failures, c.cfg.CheckEvery)
+			next = time.Now().Add(wait)
+			c.log.Warn("the proxy process", "error", err, "failures", failures, "retry_in", wait)
 			continue
 		}
+		failures, next = 0, time.Time{}
 		c.mu.Lock()
 		r, pid, sent := c.routes, c.status.ID, c.sentTo
 		c.mu.Unlock()
@@ -344,6 +355,20 @@ func (c *Client) Run(ctx context.Context) error {
 			}
 		}
 	}
+}
+
+// maxRetryWait bounds the wait between tries to start a proxy process
+// that keeps failing (a port taken, a broken binary).
+const maxRetryWait = time.Minute
+
+// retryWait is the wait after the n-th failed try in a row: every check,
+// then doubling up to maxRetryWait.
+func retryWait(n int, every time.Duration) time.Duration {
+	wait := every
+	for i := 1; i < n && wait < maxRetryWait; i++ {
+		wait *= 2
+	}
+	return min(wait, maxRetryWait)
 }
 
 // Stop ends the proxy process (draining it): for a node taken down,

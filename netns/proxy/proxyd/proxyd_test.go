@@ -232,3 +232,12 @@ func TestChildEnv(t *testing.T) {
 		t.Errorf("childEnv = %v", got)
 	}
 }
+
+func TestRetryWaitBacksOff(t *testing.T) {
+	every := 2 * time.Second
+	for n, want := range map[int]time.Duration{1: every, 2: 2 * every, 3: 4 * every, 5: 16 * every, 6: maxRetryWait, 40: maxRetryWait} {
+		if got := retryWait(n, every); got != want {
+			t.Errorf("retryWait(%d) = %v, want %v", n, got, want)
+		}
+	}
+}
