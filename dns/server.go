@@ -207,10 +207,10 @@ func (s *Server) ServeDNS(w dns.ResponseWriter, r *dns.Msg) {
 	if udp && s.limit != nil {
 		switch s.limit.take(addrOf(w.RemoteAddr()), time.Now()) {
 		case verdictDrop:
-			s.metrics.rateLimited.WithLabelValues("drop").Inc()
+			s.metrics.dropped.Inc()
 			return
 		case verdictSlip:
-			s.metrics.rateLimited.WithLabelValues("slip").Inc()
+			s.metrics.slipped.Inc()
 			m := new(dns.Msg)
 			m.SetReply(r)
 			m.Truncated = true
