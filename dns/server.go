@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/netip"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/miekg/dns"
@@ -27,6 +28,9 @@ type Server struct {
 	allow   []netip.Prefix
 	xfrKey  map[string]bool
 	metrics *serverMetrics
+	// table holds the fast path's answers for the source's zone; see
+	// buildTables.
+	table atomic.Pointer[answerTable]
 
 	mu       sync.Mutex
 	started  bool
@@ -82,6 +86,16 @@ func (s *Server) Start() error {
 	if err != nil {
 		return err
 	}
+	ctx, cancel := context.WithCancel(context.Background())
+	s.cancel = cancel
+	zone, changed := s.src.Snapshot()
+	s.table.Store(buildTable(zone))
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		s.buildTables(ctx, changed)
+	}()
+
 	ln = &limitListener{Listener: ln, sem: make(chan struct{}, s.cfg.MaxTCPConns)}
 	idle := s.cfg.TCPIdleTimeout
 	common := func(d *dns.Server) *dns.Server {
@@ -113,8 +127,6 @@ func (s *Server) Start() error {
 		case <-exited:
 		}
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	s.cancel = cancel
 	if len(s.cfg.Transfer.Secondaries) > 0 {
 		n := newNotifier(s.cfg.Transfer, s.tsig, s.src, s.log)
 		s.wg.Add(1)
@@ -126,6 +138,23 @@ func (s *Server) Start() error {
 	s.started = true
 	s.log.Info("dns server listening", "udp", s.udpAddr.String(), "tcp", s.tcpAddr.String())
 	return nil
+}
+
+// buildTables rebuilds the fast path's table each time the source's zone
+// changes, until ctx ends. Builds are not queued: after a build it takes
+// the newest zone, however many came in between. Until a table is stored,
+// queries about the new zone take the full path.
+func (s *Server) buildTables(ctx context.Context, changed <-chan struct{}) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-changed:
+		}
+		var zone *Zone
+		zone, changed = s.src.Snapshot()
+		s.table.Store(buildTable(zone))
+	}
 }
 
 // listenBoth opens UDP and TCP on addr; with port 0 it retries until both
