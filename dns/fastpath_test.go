@@ -253,6 +253,98 @@ func FuzzFastPath(f *testing.F) {
 	})
 }
 
+// TestFastPathAllocs: answering over a socket on the fast path allocates
+// nothing.
+func TestFastPathAllocs(t *testing.T) {
+	s := fastServer(t, testConfig(), testZone(t, 1))
+	pc, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pc.Close()
+	u, err := newUDPSocket(s, pc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := net.DialUDP("udp", nil, pc.LocalAddr().(*net.UDPAddr))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(time.Minute))
+	edns := query("_http._tcp.hello.dev.corpus.test.", dns.TypeSRV)
+	edns.SetEdns0(1232, false)
+	buf := make([]byte, 1500)
+	for _, m := range []*dns.Msg{
+		query("web.guest.corpus.test.", dns.TypeA),
+		query("nope.corpus.test.", dns.TypeA),
+		query("web.guest.corpus.test.", dns.TypeMX),
+		query("WEB.guest.corpus.test.", dns.TypeA),
+		edns,
+	} {
+		pkt := pack(t, m)
+		allocs := testing.AllocsPerRun(200, func() {
+			if _, err := c.Write(pkt); err != nil {
+				t.Fatal(err)
+			}
+			if err := u.readBatch(); err != nil || len(u.pending) > 0 {
+				t.Fatalf("readBatch = %v with %d packets for the full path; want the fast path to answer", err, len(u.pending))
+			}
+			if _, err := c.Read(buf); err != nil {
+				t.Fatal(err)
+			}
+		})
+		if allocs != 0 {
+			t.Errorf("%s %s: %v allocations per query, want 0", m.Question[0].Name, dns.TypeToString[m.Question[0].Qtype], allocs)
+		}
+	}
+}
+
+// TestUDPSockets: a server with several sockets answers clients on all
+// of them.
+func TestUDPSockets(t *testing.T) {
+	t.Parallel()
+	cfg := testConfig()
+	cfg.UDPSockets = 4
+	s, addr := startServer(t, cfg, NewStaticSource(testZone(t, 1)))
+	if want := udpSockets(4); len(s.udp) != want {
+		t.Fatalf("UDP sockets = %d, want %d", len(s.udp), want)
+	}
+	for i := range 32 {
+		qname := "web.guest.corpus.test."
+		if i%2 == 1 {
+			qname = "corpus.test." // ANY: the full path
+		}
+		m := query(qname, dns.TypeA)
+		if i%2 == 1 {
+			m.Question[0].Qtype = dns.TypeANY
+		}
+		if r := exchange(t, "udp", addr, m); r.Rcode != dns.RcodeSuccess || len(r.Answer) != 1 {
+			t.Fatalf("query %d: %v", i, r)
+		}
+	}
+}
+
+// TestUnspecifiedAddress: bound to 0.0.0.0, the server answers from the
+// address each query was sent to, on both paths.
+func TestUnspecifiedAddress(t *testing.T) {
+	t.Parallel()
+	cfg := testConfig()
+	cfg.Addr = "0.0.0.0:0"
+	_, addr := startServer(t, cfg, NewStaticSource(testZone(t, 1)))
+	_, port, _ := net.SplitHostPort(addr)
+	for _, host := range []string{"127.0.0.1", "127.0.0.2"} {
+		for _, qtype := range []uint16{dns.TypeA, dns.TypeANY} {
+			// dns.Client's UDP socket is connected: it drops an answer
+			// from any other address.
+			r := exchange(t, "udp", net.JoinHostPort(host, port), query("web.guest.corpus.test.", qtype))
+			if len(r.Answer) != 1 {
+				t.Errorf("%s %s: answer = %v", host, dns.TypeToString[qtype], r.Answer)
+			}
+		}
+	}
+}
+
 // TestTableFollowsZone: the fast path's table is rebuilt for every new
 // zone, and answers from the old one are never given for the new.
 func TestTableFollowsZone(t *testing.T) {

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -32,13 +33,14 @@ type Server struct {
 	// buildTables.
 	table atomic.Pointer[answerTable]
 
-	mu       sync.Mutex
-	started  bool
-	udp, tcp *dns.Server
-	udpAddr  net.Addr
-	tcpAddr  net.Addr
-	cancel   context.CancelFunc
-	wg       sync.WaitGroup
+	mu      sync.Mutex
+	started bool
+	udp     []*dns.Server // one per UDP socket
+	tcp     *dns.Server
+	udpAddr net.Addr
+	tcpAddr net.Addr
+	cancel  context.CancelFunc
+	wg      sync.WaitGroup
 }
 
 var _ dns.Handler = (*Server)(nil)
@@ -74,17 +76,35 @@ func New(cfg Config, src RecordSource, logger *slog.Logger) (*Server, error) {
 }
 
 // Start binds the UDP and TCP sockets and serves in the background. It
-// returns ErrAlreadyStarted when called twice, and the bind error if either
+// returns ErrAlreadyStarted when called twice, and the bind error if a
 // socket cannot be opened.
+//
+// It binds Config.UDPSockets UDP sockets to the address (GOMAXPROCS when
+// 0; one where SO_REUSEPORT is missing), each read by its own goroutine
+// that answers what the fast path can on the spot. Before it returns, it
+// builds the fast path's table for the source's zone; a goroutine rebuilds
+// it whenever the zone changes.
 func (s *Server) Start() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.started {
 		return ErrAlreadyStarted
 	}
-	pc, ln, err := listenBoth(s.cfg.Addr)
+	pcs, ln, err := listenBoth(s.cfg.Addr, udpSockets(s.cfg.udpSockets()))
 	if err != nil {
 		return err
+	}
+	socks := make([]*udpSocket, 0, len(pcs))
+	for _, pc := range pcs {
+		u, err := newUDPSocket(s, pc)
+		if err != nil {
+			ln.Close()
+			for _, pc := range pcs {
+				pc.Close()
+			}
+			return err
+		}
+		socks = append(socks, u)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	s.cancel = cancel
@@ -106,12 +126,16 @@ func (s *Server) Start() error {
 		d.WriteTimeout = s.cfg.TCPReadTimeout
 		return d
 	}
-	s.udp = common(&dns.Server{PacketConn: pc, UDPSize: maxQuerySize})
+	s.udp = s.udp[:0]
+	for _, u := range socks {
+		s.udp = append(s.udp, common(&dns.Server{PacketConn: u, UDPSize: maxQuerySize,
+			DecorateReader: func(r dns.Reader) dns.Reader { return udpReader{Reader: r, u: u} }}))
+	}
 	s.tcp = common(&dns.Server{Listener: ln, IdleTimeout: func() time.Duration { return idle }})
-	s.udpAddr, s.tcpAddr = pc.LocalAddr(), ln.Addr()
-	// Start returns once both serve: a Shutdown before that would find
+	s.udpAddr, s.tcpAddr = pcs[0].LocalAddr(), ln.Addr()
+	// Start returns once all serve: a Shutdown before that would find
 	// a server "not started" that then serves forever.
-	for _, d := range []*dns.Server{s.udp, s.tcp} {
+	for _, d := range append(slices.Clone(s.udp), s.tcp) {
 		serving, exited := make(chan struct{}), make(chan struct{})
 		d.NotifyStartedFunc = func() { close(serving) }
 		s.wg.Add(1)
@@ -136,7 +160,7 @@ func (s *Server) Start() error {
 		}()
 	}
 	s.started = true
-	s.log.Info("dns server listening", "udp", s.udpAddr.String(), "tcp", s.tcpAddr.String())
+	s.log.Info("dns server listening", "udp", s.udpAddr.String(), "tcp", s.tcpAddr.String(), "udp_sockets", len(s.udp))
 	return nil
 }
 
@@ -157,9 +181,9 @@ func (s *Server) buildTables(ctx context.Context, changed <-chan struct{}) {
 	}
 }
 
-// listenBoth opens UDP and TCP on addr; with port 0 it retries until both
-// get the same port.
-func listenBoth(addr string) (net.PacketConn, net.Listener, error) {
+// listenBoth opens TCP and n UDP sockets on addr; with port 0 it retries
+// until all get the same port.
+func listenBoth(addr string, n int) ([]*net.UDPConn, net.Listener, error) {
 	host, port, err := net.SplitHostPort(addr)
 	if err != nil {
 		return nil, nil, fmt.Errorf("listening on %s: %w", addr, err)
@@ -171,9 +195,9 @@ func listenBoth(addr string) (net.PacketConn, net.Listener, error) {
 			return nil, nil, fmt.Errorf("listening on tcp %s: %w", addr, err)
 		}
 		_, p, _ := net.SplitHostPort(ln.Addr().String())
-		pc, err := net.ListenPacket("udp", net.JoinHostPort(host, p))
+		pcs, err := listenUDP(net.JoinHostPort(host, p), n)
 		if err == nil {
-			return pc, ln, nil
+			return pcs, ln, nil
 		}
 		ln.Close()
 		lastErr = err
@@ -208,9 +232,12 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	}
 	s.started = false
 	s.cancel()
-	udp, tcp := s.udp, s.tcp
+	servers := append(slices.Clone(s.udp), s.tcp)
 	s.mu.Unlock()
-	err := errors.Join(udp.ShutdownContext(ctx), tcp.ShutdownContext(ctx))
+	var err error
+	for _, d := range servers {
+		err = errors.Join(err, d.ShutdownContext(ctx))
+	}
 	done := make(chan struct{})
 	go func() { s.wg.Wait(); close(done) }()
 	select {
@@ -339,6 +366,8 @@ func isUDP(a net.Addr) bool {
 
 func addrOf(a net.Addr) netip.Addr {
 	switch a := a.(type) {
+	case *udpPeer:
+		return a.Addr().Unmap().WithZone("")
 	case *net.UDPAddr:
 		ip, _ := netip.AddrFromSlice(a.IP)
 		return ip.Unmap()
