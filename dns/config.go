@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"runtime"
 	"time"
 
 	"github.com/miekg/dns"
@@ -20,6 +21,10 @@ type Config struct {
 	// EDNS0; clients that advertise less get less, clients without EDNS0
 	// get 512 bytes.
 	MaxUDPSize uint16 `json:"max_udp_size"`
+	// UDPSockets is the number of UDP sockets bound to Addr, sharing it
+	// with SO_REUSEPORT, each read by its own goroutine; 0 means
+	// GOMAXPROCS. Where SO_REUSEPORT is missing there is one.
+	UDPSockets int `json:"udp_sockets"`
 	// RateLimit limits UDP responses per source address.
 	RateLimit RateLimit `json:"rate_limit"`
 	// MaxTCPConns bounds concurrent TCP connections; further ones are
@@ -106,6 +111,9 @@ func (c Config) Validate() error {
 	if c.MaxUDPSize < dns.MinMsgSize {
 		return bad("max_udp_size %d below %d", c.MaxUDPSize, dns.MinMsgSize)
 	}
+	if c.UDPSockets < 0 || c.UDPSockets > maxUDPSockets {
+		return bad("udp_sockets %d not in 0..%d", c.UDPSockets, maxUDPSockets)
+	}
 	if c.RateLimit.PerSecond < 0 || c.RateLimit.Burst < 0 || c.RateLimit.Slip < 0 {
 		return bad("rate_limit: negative value")
 	}
@@ -137,6 +145,17 @@ func (c Config) Validate() error {
 		return bad("notify timing")
 	}
 	return nil
+}
+
+// maxUDPSockets bounds Config.UDPSockets.
+const maxUDPSockets = 256
+
+// udpSockets returns the number of UDP sockets c asks for.
+func (c Config) udpSockets() int {
+	if c.UDPSockets > 0 {
+		return c.UDPSockets
+	}
+	return runtime.GOMAXPROCS(0)
 }
 
 // tsigSecrets returns the keys in the form miekg/dns wants: canonical

@@ -1,6 +1,8 @@
 package dns
 
 import (
+	"sync/atomic"
+
 	"github.com/miekg/dns"
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -9,45 +11,101 @@ import (
 
 // metricTypes are the query types counted by name; every other type is
 // "other", so odd queries never make new series.
-var metricTypes = map[uint16]bool{
-	dns.TypeA: true, dns.TypeAAAA: true, dns.TypeCNAME: true, dns.TypeMX: true, dns.TypeNS: true,
-	dns.TypeSOA: true, dns.TypeSRV: true, dns.TypeTXT: true, dns.TypePTR: true, dns.TypeCAA: true,
-	dns.TypeANY: true, dns.TypeAXFR: true, dns.TypeIXFR: true, dns.TypeHTTPS: true, dns.TypeSVCB: true,
+var metricTypes = [...]uint16{
+	dns.TypeA, dns.TypeAAAA, dns.TypeCNAME, dns.TypeMX, dns.TypeNS,
+	dns.TypeSOA, dns.TypeSRV, dns.TypeTXT, dns.TypePTR, dns.TypeCAA,
+	dns.TypeANY, dns.TypeAXFR, dns.TypeIXFR, dns.TypeHTTPS, dns.TypeSVCB,
 }
+
+// rcodeOther is the index of the response codes counted as "other": those
+// above BADCOOKIE and those without a name.
+const rcodeOther = dns.RcodeBadCookie + 1
+
+// rcodeNamed says which response codes below rcodeOther have a name.
+var rcodeNamed = func() (named [rcodeOther]bool) {
+	for r := range named {
+		_, named[r] = dns.RcodeToString[r]
+	}
+	return named
+}()
 
 // serverMetrics count what the server answers.
 type serverMetrics struct {
-	queries     *prometheus.CounterVec
+	queries     *queryCounter
 	rateLimited *prometheus.CounterVec
+	dropped     prometheus.Counter
+	slipped     prometheus.Counter
 }
 
 func newServerMetrics(reg prometheus.Registerer) *serverMetrics {
 	m := &serverMetrics{
-		queries: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: metrics.Namespace, Subsystem: "dns", Name: "queries_total",
-			Help: "DNS queries answered, by query type (common types by name, else other) and response code.",
-		}, []string{"type", "rcode"}),
+		queries: &queryCounter{desc: prometheus.NewDesc(
+			prometheus.BuildFQName(metrics.Namespace, "dns", "queries_total"),
+			"DNS queries answered, by query type (common types by name, else other) and response code.",
+			[]string{"type", "rcode"}, nil)},
 		rateLimited: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: metrics.Namespace, Subsystem: "dns", Name: "rate_limited_total",
 			Help: "UDP queries over their source's rate limit, by action: dropped, or slipped (an empty truncated answer).",
 		}, []string{"action"}),
 	}
 	reg.MustRegister(m.queries, m.rateLimited)
-	for _, a := range []string{"drop", "slip"} {
-		m.rateLimited.WithLabelValues(a)
-	}
+	m.dropped = m.rateLimited.WithLabelValues("drop")
+	m.slipped = m.rateLimited.WithLabelValues("slip")
 	return m
 }
 
 // answered counts an answer with rcode to the query r.
 func (m *serverMetrics) answered(r *dns.Msg, rcode int) {
-	typ := "other"
-	if len(r.Question) == 1 && metricTypes[r.Question[0].Qtype] {
-		typ = dns.TypeToString[r.Question[0].Qtype]
+	qtype := dns.TypeNone // counted as other
+	if len(r.Question) == 1 {
+		qtype = r.Question[0].Qtype
 	}
-	code := "other"
-	if s, ok := dns.RcodeToString[rcode]; ok && rcode <= dns.RcodeBadCookie {
-		code = s
+	m.queries.add(qtype, rcode)
+}
+
+// queryCounter counts answers by query type and response code in atomic
+// counters, so that counting costs no label lookup on the query path. It
+// is a prometheus.Collector exporting the counters that are not zero.
+type queryCounter struct {
+	desc *prometheus.Desc
+	n    [len(metricTypes) + 1][rcodeOther + 1]atomic.Uint64
+}
+
+func (c *queryCounter) add(qtype uint16, rcode int) {
+	t := len(metricTypes)
+	for i, mt := range metricTypes {
+		if mt == qtype {
+			t = i
+			break
+		}
 	}
-	m.queries.WithLabelValues(typ, code).Inc()
+	r := rcodeOther
+	if rcode >= 0 && rcode < rcodeOther && rcodeNamed[rcode] {
+		r = rcode
+	}
+	c.n[t][r].Add(1)
+}
+
+// Describe implements prometheus.Collector.
+func (c *queryCounter) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
+
+// Collect implements prometheus.Collector.
+func (c *queryCounter) Collect(ch chan<- prometheus.Metric) {
+	for t := range c.n {
+		typ := "other"
+		if t < len(metricTypes) {
+			typ = dns.TypeToString[metricTypes[t]]
+		}
+		for r := range c.n[t] {
+			v := c.n[t][r].Load()
+			if v == 0 {
+				continue
+			}
+			code := "other"
+			if r < rcodeOther {
+				code = dns.RcodeToString[r]
+			}
+			ch <- prometheus.MustNewConstMetric(c.desc, prometheus.CounterValue, float64(v), typ, code)
+		}
+	}
 }

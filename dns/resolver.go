@@ -109,10 +109,11 @@ func (r *Resolver) Start() error {
 	if r.udp != nil {
 		return ErrAlreadyStarted
 	}
-	pc, ln, err := listenBoth(r.addr)
+	pcs, ln, err := listenBoth(r.addr, 1)
 	if err != nil {
 		return err
 	}
+	pc := pcs[0]
 	r.udp = &dns.Server{PacketConn: pc, Handler: r, UDPSize: maxQuerySize}
 	r.tcp = &dns.Server{Listener: ln, Handler: r}
 	r.udpAddr, r.tcpAddr = pc.LocalAddr(), ln.Addr()

@@ -7,7 +7,9 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
+	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/miekg/dns"
@@ -27,14 +29,18 @@ type Server struct {
 	allow   []netip.Prefix
 	xfrKey  map[string]bool
 	metrics *serverMetrics
+	// table holds the fast path's answers for the source's zone; see
+	// buildTables.
+	table atomic.Pointer[answerTable]
 
-	mu       sync.Mutex
-	started  bool
-	udp, tcp *dns.Server
-	udpAddr  net.Addr
-	tcpAddr  net.Addr
-	cancel   context.CancelFunc
-	wg       sync.WaitGroup
+	mu      sync.Mutex
+	started bool
+	udp     []*dns.Server // one per UDP socket
+	tcp     *dns.Server
+	udpAddr net.Addr
+	tcpAddr net.Addr
+	cancel  context.CancelFunc
+	wg      sync.WaitGroup
 }
 
 var _ dns.Handler = (*Server)(nil)
@@ -70,18 +76,46 @@ func New(cfg Config, src RecordSource, logger *slog.Logger) (*Server, error) {
 }
 
 // Start binds the UDP and TCP sockets and serves in the background. It
-// returns ErrAlreadyStarted when called twice, and the bind error if either
+// returns ErrAlreadyStarted when called twice, and the bind error if a
 // socket cannot be opened.
+//
+// It binds Config.UDPSockets UDP sockets to the address (GOMAXPROCS when
+// 0; one where SO_REUSEPORT is missing), each read by its own goroutine
+// that answers what the fast path can on the spot. Before it returns, it
+// builds the fast path's table for the source's zone; a goroutine rebuilds
+// it whenever the zone changes.
 func (s *Server) Start() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.started {
 		return ErrAlreadyStarted
 	}
-	pc, ln, err := listenBoth(s.cfg.Addr)
+	pcs, ln, err := listenBoth(s.cfg.Addr, udpSockets(s.cfg.udpSockets()))
 	if err != nil {
 		return err
 	}
+	socks := make([]*udpSocket, 0, len(pcs))
+	for _, pc := range pcs {
+		u, err := newUDPSocket(s, pc)
+		if err != nil {
+			ln.Close()
+			for _, pc := range pcs {
+				pc.Close()
+			}
+			return err
+		}
+		socks = append(socks, u)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	s.cancel = cancel
+	zone, changed := s.src.Snapshot()
+	s.table.Store(buildTable(zone))
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		s.buildTables(ctx, changed)
+	}()
+
 	ln = &limitListener{Listener: ln, sem: make(chan struct{}, s.cfg.MaxTCPConns)}
 	idle := s.cfg.TCPIdleTimeout
 	common := func(d *dns.Server) *dns.Server {
@@ -92,12 +126,16 @@ func (s *Server) Start() error {
 		d.WriteTimeout = s.cfg.TCPReadTimeout
 		return d
 	}
-	s.udp = common(&dns.Server{PacketConn: pc, UDPSize: maxQuerySize})
+	s.udp = s.udp[:0]
+	for _, u := range socks {
+		s.udp = append(s.udp, common(&dns.Server{PacketConn: u, UDPSize: maxQuerySize,
+			DecorateReader: func(r dns.Reader) dns.Reader { return udpReader{Reader: r, u: u} }}))
+	}
 	s.tcp = common(&dns.Server{Listener: ln, IdleTimeout: func() time.Duration { return idle }})
-	s.udpAddr, s.tcpAddr = pc.LocalAddr(), ln.Addr()
-	// Start returns once both serve: a Shutdown before that would find
+	s.udpAddr, s.tcpAddr = pcs[0].LocalAddr(), ln.Addr()
+	// Start returns once all serve: a Shutdown before that would find
 	// a server "not started" that then serves forever.
-	for _, d := range []*dns.Server{s.udp, s.tcp} {
+	for _, d := range append(slices.Clone(s.udp), s.tcp) {
 		serving, exited := make(chan struct{}), make(chan struct{})
 		d.NotifyStartedFunc = func() { close(serving) }
 		s.wg.Add(1)
@@ -113,8 +151,6 @@ func (s *Server) Start() error {
 		case <-exited:
 		}
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	s.cancel = cancel
 	if len(s.cfg.Transfer.Secondaries) > 0 {
 		n := newNotifier(s.cfg.Transfer, s.tsig, s.src, s.log)
 		s.wg.Add(1)
@@ -124,13 +160,30 @@ func (s *Server) Start() error {
 		}()
 	}
 	s.started = true
-	s.log.Info("dns server listening", "udp", s.udpAddr.String(), "tcp", s.tcpAddr.String())
+	s.log.Info("dns server listening", "udp", s.udpAddr.String(), "tcp", s.tcpAddr.String(), "udp_sockets", len(s.udp))
 	return nil
 }
 
-// listenBoth opens UDP and TCP on addr; with port 0 it retries until both
-// get the same port.
-func listenBoth(addr string) (net.PacketConn, net.Listener, error) {
+// buildTables rebuilds the fast path's table each time the source's zone
+// changes, until ctx ends. Builds are not queued: after a build it takes
+// the newest zone, however many came in between. Until a table is stored,
+// queries about the new zone take the full path.
+func (s *Server) buildTables(ctx context.Context, changed <-chan struct{}) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-changed:
+		}
+		var zone *Zone
+		zone, changed = s.src.Snapshot()
+		s.table.Store(buildTable(zone))
+	}
+}
+
+// listenBoth opens TCP and n UDP sockets on addr; with port 0 it retries
+// until all get the same port.
+func listenBoth(addr string, n int) ([]*net.UDPConn, net.Listener, error) {
 	host, port, err := net.SplitHostPort(addr)
 	if err != nil {
 		return nil, nil, fmt.Errorf("listening on %s: %w", addr, err)
@@ -142,9 +195,9 @@ func listenBoth(addr string) (net.PacketConn, net.Listener, error) {
 			return nil, nil, fmt.Errorf("listening on tcp %s: %w", addr, err)
 		}
 		_, p, _ := net.SplitHostPort(ln.Addr().String())
-		pc, err := net.ListenPacket("udp", net.JoinHostPort(host, p))
+		pcs, err := listenUDP(net.JoinHostPort(host, p), n)
 		if err == nil {
-			return pc, ln, nil
+			return pcs, ln, nil
 		}
 		ln.Close()
 		lastErr = err
@@ -179,9 +232,12 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	}
 	s.started = false
 	s.cancel()
-	udp, tcp := s.udp, s.tcp
+	servers := append(slices.Clone(s.udp), s.tcp)
 	s.mu.Unlock()
-	err := errors.Join(udp.ShutdownContext(ctx), tcp.ShutdownContext(ctx))
+	var err error
+	for _, d := range servers {
+		err = errors.Join(err, d.ShutdownContext(ctx))
+	}
 	done := make(chan struct{})
 	go func() { s.wg.Wait(); close(done) }()
 	select {
@@ -207,10 +263,10 @@ func (s *Server) ServeDNS(w dns.ResponseWriter, r *dns.Msg) {
 	if udp && s.limit != nil {
 		switch s.limit.take(addrOf(w.RemoteAddr()), time.Now()) {
 		case verdictDrop:
-			s.metrics.rateLimited.WithLabelValues("drop").Inc()
+			s.metrics.dropped.Inc()
 			return
 		case verdictSlip:
-			s.metrics.rateLimited.WithLabelValues("slip").Inc()
+			s.metrics.slipped.Inc()
 			m := new(dns.Msg)
 			m.SetReply(r)
 			m.Truncated = true
@@ -310,6 +366,8 @@ func isUDP(a net.Addr) bool {
 
 func addrOf(a net.Addr) netip.Addr {
 	switch a := a.(type) {
+	case *udpPeer:
+		return a.Addr().Unmap().WithZone("")
 	case *net.UDPAddr:
 		ip, _ := netip.AddrFromSlice(a.IP)
 		return ip.Unmap()

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"strings"
 	"syscall"
 
@@ -21,14 +22,26 @@ func main() {
 	addr := flag.String("addr", "127.0.0.1:5300", "listen address")
 	file := flag.String("zone", "", "zone file")
 	origin := flag.String("origin", cdns.DefaultZone, "zone name")
+	profile := flag.String("cpuprofile", "", "write a CPU profile of the run to this file")
 	flag.Parse()
-	if err := run(*addr, *file, *origin); err != nil {
+	if err := run(*addr, *file, *origin, *profile); err != nil {
 		fmt.Fprintln(os.Stderr, "corpusdns:", err)
 		os.Exit(1)
 	}
 }
 
-func run(addr, file, origin string) error {
+func run(addr, file, origin, profile string) error {
+	if profile != "" {
+		p, err := os.Create(profile)
+		if err != nil {
+			return err
+		}
+		defer p.Close()
+		if err := pprof.StartCPUProfile(p); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
+	}
 	f, err := os.Open(file)
 	if err != nil {
 		return err
