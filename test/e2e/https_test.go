@@ -3,6 +3,7 @@ package e2e
 import (
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -181,7 +182,7 @@ func TestAutomaticHTTPS(t *testing.T) {
 		if res.StatusCode != 200 || strings.TrimSpace(string(body)) != "hello" || res.Header.Get("Strict-Transport-Security") == "" {
 			return "", fmt.Errorf("https = %d %q hsts %q", res.StatusCode, body, res.Header.Get("Strict-Transport-Security"))
 		}
-		return fmt.Sprintf("%x", res.TLS.PeerCertificates[0].SerialNumber), nil
+		return hex.EncodeToString(res.TLS.PeerCertificates[0].SerialNumber.Bytes()), nil
 	}
 	eventually(t, 20*time.Second, "https with the CA's certificate", func() error {
 		s, err := serial()
