@@ -1,0 +1,710 @@
+package proxy
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/tls"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// The lean HTTP/1.1 path serves the common case of both listeners itself:
+// keep-alive HTTP/1.1 requests with a plain path, proxied to keep-alive
+// connections of its own to the targets, one goroutine per client
+// connection, no allocation per request. It hands a connection over to
+// net/http's server (and httputil.ReverseProxy, handler.ServeHTTP) for good
+// at its first request that is anything else: HTTP/1.0, upgrades
+// (websockets), Expect, a header it does not fully understand, a host with
+// no route (the 404), an ACME challenge; and HTTP/2 (ALPN h2) at the
+// handshake. net/http then reads the request again from the bytes the lean
+// path had read.
+//
+//	accept ─> [TLS handshake] ─> h2? ─────────────────────────> net/http
+//	              │
+//	              └─> read head ─> unusual? ─────────────────────> net/http
+//	                     ^            │
+//	                     │            └─> route ─> target ─> answer ─┐
+//	                     └──────────────── keep-alive <──────────────┘
+
+// acmeChallengePrefix is the path of ACME HTTP-01 challenges: requests under
+// it always go to handler.ServeHTTP, so that a challenge answered there
+// before routing is never proxied.
+const acmeChallengePrefix = "/.well-known/acme-challenge/"
+
+// maxResponseHead bounds a target's response head (as the net/http
+// Transport's default does); a larger one gets the client a 502.
+const maxResponseHead = 1 << 20
+
+// States of a lean connection, for shutdown: idle connections (waiting for
+// a request) are closed, active ones finish their exchange.
+const (
+	stateIdle int32 = iota
+	stateActive
+	stateClosed
+)
+
+var (
+	errResponseHead = errors.New("malformed response head")
+	errHeadTooLarge = errors.New("response head too large")
+	errUpgrade      = errors.New("unrequested protocol switch")
+	errClientGone   = errors.New("client gone while sending the body")
+	errBodyCut      = errors.New("request body cut short")
+	aLongTimeAgo    = time.Unix(1, 0)
+)
+
+// h1Server serves one listener: its connections on the lean path, the rest
+// by srv, which serves handoff.
+type h1Server struct {
+	p       *Proxy
+	ln      net.Listener
+	tls     *tls.Config // nil: plain HTTP
+	srv     *http.Server
+	handoff *handoffListener
+
+	mu    sync.Mutex
+	conns map[*h1Conn]struct{}
+}
+
+func (p *Proxy) newH1Server(ln net.Listener, srv *http.Server, tlsConfig *tls.Config) *h1Server {
+	return &h1Server{
+		p: p, ln: ln, tls: tlsConfig, srv: srv,
+		handoff: newHandoffListener(ln.Addr()),
+		conns:   map[*h1Conn]struct{}{},
+	}
+}
+
+// serve accepts connections until the listener closes; then it returns
+// http.ErrServerClosed, or the listener's error if it failed otherwise.
+func (s *h1Server) serve() error {
+	var delay time.Duration
+	for {
+		c, err := s.ln.Accept()
+		if err != nil {
+			if errors.Is(err, net.ErrClosed) {
+				return http.ErrServerClosed
+			}
+			var te interface{ Temporary() bool }
+			if errors.As(err, &te) && te.Temporary() {
+				delay = min(max(2*delay, 5*time.Millisecond), time.Second)
+				s.p.log.Warn("accept failed, retrying", "err", err, "delay", delay)
+				time.Sleep(delay)
+				continue
+			}
+			return err
+		}
+		delay = 0
+		cc := &h1Conn{s: s, p: s.p, c: c, first: true}
+		s.p.counters.conns.Add(1)
+		s.mu.Lock()
+		s.conns[cc] = struct{}{}
+		s.mu.Unlock()
+		go cc.serve()
+	}
+}
+
+// closeConns closes the idle connections (all of them with all) and
+// returns how many are left.
+func (s *h1Server) closeConns(all bool) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for cc := range s.conns {
+		if all || cc.state.CompareAndSwap(stateIdle, stateClosed) {
+			cc.c.Close()
+		}
+	}
+	return len(s.conns)
+}
+
+// shutdown closes the idle connections until none is left (those serving
+// a request close after their answer, the proxy draining), and every one
+// left when ctx ends.
+func (s *h1Server) shutdown(ctx context.Context) {
+	for s.closeConns(false) > 0 {
+		select {
+		case <-ctx.Done():
+			s.closeConns(true)
+			return
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}
+
+// h1Conn is one client connection on the lean path.
+type h1Conn struct {
+	s     *h1Server
+	p     *Proxy
+	c     net.Conn
+	tls   *tls.ConnectionState
+	br    *bufio.Reader
+	bw    *bufio.Writer
+	state atomic.Int32
+	first bool // no request read yet
+
+	head    []byte // the request head read
+	req     h1Request
+	rhead   []byte // the target's response head
+	resp    h1Response
+	key     []byte // the route key of req
+	lastKey string // the previous request's route key
+	scratch []byte
+
+	clientIP string
+	trusted  bool
+
+	// A request body that is not all at hand streams to the target from a
+	// goroutine of its own while the answer streams back.
+	bodyDone chan error
+	bodyRead atomic.Bool // the body was read to its end
+	unread   bool        // a request body was left unread: linger at close
+
+	inFlight *httpRoute // the route of the request in flight
+	start    time.Time  // when it started
+}
+
+// landed ends the request in flight: it no longer counts as in flight
+// (before the client has the end of its answer, as with net/http, so a
+// client that saw its answer sees it counted out) and its duration is
+// recorded.
+func (cc *h1Conn) landed() {
+	rt := cc.inFlight
+	if rt == nil {
+		return
+	}
+	cc.inFlight = nil
+	cc.p.counters.inFlight.Add(-1)
+	if rt.flight != nil {
+		rt.flight.Add(-1)
+	}
+	rt.metrics.served(cc.start)
+}
+
+// untrack removes the connection from its server's count and set.
+func (cc *h1Conn) untrack() {
+	cc.s.mu.Lock()
+	delete(cc.s.conns, cc)
+	cc.s.mu.Unlock()
+	cc.p.counters.conns.Add(-1)
+}
+
+func (cc *h1Conn) release() {
+	putReader(cc.br)
+	putWriter(cc.bw)
+	cc.br, cc.bw = nil, nil
+}
+
+func (cc *h1Conn) serve() {
+	p := cc.p
+	if cc.s.tls != nil && !cc.handshake() {
+		return
+	}
+	if host, _, err := net.SplitHostPort(cc.c.RemoteAddr().String()); err == nil {
+		cc.clientIP = host
+	} else {
+		cc.clientIP = cc.c.RemoteAddr().String()
+	}
+	cc.trusted = p.trusts(cc.clientIP)
+	cc.br, cc.bw = getReader(cc.c), getWriter(cc.c)
+	for {
+		ok, tooLarge := cc.readHead()
+		if !ok {
+			break
+		}
+		if tooLarge || !parseRequest(cc.head, &cc.req) {
+			cc.handOver()
+			return
+		}
+		rt := cc.route()
+		if rt == nil {
+			cc.handOver()
+			return
+		}
+		if !cc.exchange(rt) || !cc.state.CompareAndSwap(stateActive, stateIdle) {
+			break
+		}
+	}
+	cc.untrack()
+	if cc.unread {
+		cc.bw.Flush()
+		if cw, ok := cc.c.(interface{ CloseWrite() error }); ok {
+			cw.CloseWrite()
+		}
+		// As net/http does: let the client read the answer before the
+		// close resets the connection over its unread upload.
+		time.Sleep(500 * time.Millisecond)
+	}
+	cc.c.Close()
+	cc.release()
+}
+
+// handshake runs the TLS handshake; an h2 connection goes to net/http
+// right away. It reports whether the lean path serves the connection.
+func (cc *h1Conn) handshake() bool {
+	p := cc.p
+	tc := tls.Server(cc.c, cc.s.tls)
+	tc.SetDeadline(time.Now().Add(p.cfg.ReadHeaderTimeout))
+	if err := tc.HandshakeContext(p.base); err != nil {
+		var re tls.RecordHeaderError
+		if errors.As(err, &re) && re.Conn != nil && looksLikeHTTP(re.RecordHeader) {
+			io.WriteString(re.Conn, "HTTP/1.0 400 Bad Request\r\n\r\nClient sent an HTTP request to an HTTPS server.\n")
+		}
+		p.log.Debug("TLS handshake failed", "remote", cc.c.RemoteAddr().String(), "err", err)
+		cc.untrack()
+		cc.c.Close()
+		return false
+	}
+	tc.SetDeadline(time.Time{})
+	cc.c = tc
+	cs := tc.ConnectionState()
+	cc.tls = &cs
+	if cs.NegotiatedProtocol == "h2" {
+		cc.untrack()
+		if !cc.s.handoff.handOver(tc) {
+			tc.Close()
+		}
+		return false
+	}
+	return true
+}
+
+func looksLikeHTTP(hdr [5]byte) bool {
+	switch string(hdr[:]) {
+	case "GET /", "HEAD ", "POST ", "PUT /", "OPTIO":
+		return true
+	}
+	return false
+}
+
+// readHead reads the next request head into cc.head. ok is false when the
+// connection is to be closed: it closed, timed out (idle, or its head was
+// not read in time) or the proxy is shutting down. tooLarge means the head
+// outgrew MaxHeaderBytes (net/http answers 431).
+func (cc *h1Conn) readHead() (ok, tooLarge bool) {
+	p := cc.p
+	if cc.br.Buffered() == 0 {
+		wait := p.cfg.IdleTimeout
+		if cc.first {
+			wait = p.cfg.ReadHeaderTimeout
+		}
+		cc.c.SetReadDeadline(time.Now().Add(wait))
+		if _, err := cc.br.Peek(1); err != nil {
+			return false, false
+		}
+	}
+	if !cc.state.CompareAndSwap(stateIdle, stateActive) {
+		return false, false
+	}
+	// The head is most often all here; else it must come in time.
+	if !cc.first {
+		if buf, _ := cc.br.Peek(cc.br.Buffered()); !bytes.Contains(buf, []byte("\r\n\r\n")) {
+			cc.c.SetReadDeadline(time.Now().Add(p.cfg.ReadHeaderTimeout))
+		}
+	}
+	cc.first = false
+	cc.head = cc.head[:0]
+	for {
+		line, err := cc.br.ReadSlice('\n')
+		cc.head = append(cc.head, line...)
+		if len(cc.head) > p.cfg.MaxHeaderBytes {
+			return true, true
+		}
+		switch {
+		case err == bufio.ErrBufferFull:
+		case err != nil:
+			return false, false
+		case len(line) == 1 || len(line) == 2 && line[0] == '\r':
+			return true, false
+		}
+	}
+}
+
+// route finds the request's route; nil sends it to net/http: a host with
+// no route (net/http answers 404) or an ACME challenge.
+func (cc *h1Conn) route() *httpRoute {
+	if bytes.HasPrefix(cc.req.path, []byte(acmeChallengePrefix)) {
+		return nil
+	}
+	cc.key = appendHostKey(cc.key[:0], cc.req.host)
+	if string(cc.key) != cc.lastKey {
+		cc.lastKey = string(cc.key)
+	}
+	return cc.p.table.Load().route(cc.lastKey)
+}
+
+// handOver gives the connection to net/http, with the bytes read of it.
+func (cc *h1Conn) handOver() {
+	rest, _ := cc.br.Peek(cc.br.Buffered())
+	prefix := make([]byte, 0, len(cc.head)+len(rest))
+	prefix = append(append(prefix, cc.head...), rest...)
+	pc := &prefixConn{Conn: cc.c, prefix: prefix, tls: cc.tls}
+	cc.c.SetReadDeadline(time.Time{})
+	cc.untrack()
+	cc.release()
+	if !cc.s.handoff.handOver(pc) {
+		pc.Close()
+	}
+}
+
+// exchange sends the request to a target of rt and forwards its answer. It
+// reports whether the connection goes on with another request.
+func (cc *h1Conn) exchange(rt *httpRoute) bool {
+	p, req := cc.p, &cc.req
+	p.counters.requests.Add(1)
+	p.counters.inFlight.Add(1)
+	if rt.flight != nil {
+		rt.flight.Add(1)
+	}
+	cc.inFlight, cc.start = rt, time.Now()
+	defer cc.landed()
+	cc.unread = false
+
+	// A body all at hand goes out with the head; any other streams.
+	var inline []byte
+	stream := req.chunked
+	if req.length > 0 {
+		if req.length <= int64(cc.br.Buffered()) {
+			inline, _ = cc.br.Peek(int(req.length))
+			cc.br.Discard(int(req.length)) // inline stays valid: cc.br is not read before the exchange ends
+		} else {
+			stream = true
+		}
+	}
+
+	uc, err := cc.connect(rt)
+	if err != nil {
+		cc.unread = stream
+		return cc.fail(rt, err)
+	}
+	for {
+		err = cc.send(uc, inline, stream)
+		if err == nil {
+			err = cc.readResponse(uc)
+		}
+		if err == nil {
+			break
+		}
+		if stream {
+			if berr := cc.waitBody(uc, false); errors.Is(berr, errClientGone) {
+				err = berr
+			}
+			cc.unread = !cc.bodyRead.Load()
+		}
+		// A kept-alive connection the target closed meanwhile: once more
+		// on a new one, if nothing came back and the request may be sent
+		// again, as the net/http Transport does.
+		if !uc.reused || stream || !req.retryable() || len(cc.rhead) > 0 || isTimeout(err) {
+			uc.close()
+			return cc.fail(rt, err)
+		}
+		pl := uc.pool
+		uc.close()
+		pl.closeIdle(time.Now().Add(time.Hour)) // its fellows are likely stale too
+		if uc, err = p.upstreams.dial(p.base, pl); err != nil {
+			return cc.fail(rt, err)
+		}
+	}
+	return cc.forward(rt, uc, stream)
+}
+
+// connect returns a connection to the route's next target, moving on to the
+// other targets when one cannot be connected to and the request may be sent
+// again (as failoverTransport does).
+func (cc *h1Conn) connect(rt *httpRoute) (*upstreamConn, error) {
+	p := cc.p
+	retry := cc.req.retryable()
+	first := rt.pickIndex()
+	uc, err := p.upstreams.connect(p.base, rt.pools[first], !retry)
+	for i := 1; err != nil && isDialError(err) && retry && i < len(rt.targets) && p.base.Err() == nil; i++ {
+		next := (first + i) % len(rt.targets)
+		p.log.Debug("target unreachable, trying the next", "host", rt.host, "target", rt.targets[(next+len(rt.targets)-1)%len(rt.targets)], "next", rt.targets[next], "err", err)
+		uc, err = p.upstreams.connect(p.base, rt.pools[next], !retry)
+	}
+	return uc, err
+}
+
+// send writes the request head (and an inline body) to the target; a
+// streamed body goes on from a goroutine of its own.
+func (cc *h1Conn) send(uc *upstreamConn, inline []byte, stream bool) error {
+	uc.bw.Write(cc.req.out)
+	cc.scratch = cc.appendForwarded(cc.scratch[:0])
+	uc.bw.Write(cc.scratch)
+	uc.bw.Write(inline)
+	if !stream {
+		return uc.bw.Flush()
+	}
+	if cc.bodyDone == nil {
+		cc.bodyDone = make(chan error, 1)
+	}
+	cc.bodyRead.Store(false)
+	cc.c.SetReadDeadline(time.Time{})
+	go func() { cc.bodyDone <- cc.sendBody(uc) }()
+	return nil
+}
+
+// sendBody streams the request body to the target. When reading it from
+// the client fails, the exchange is cut (the target's connection closed).
+func (cc *h1Conn) sendBody(uc *upstreamConn) error {
+	bc := bodyCopy{src: cc.br, srcConn: cc.c, dst: uc.bw, dstConn: uc.c}
+	var err error
+	if cc.req.chunked {
+		err = bc.chunked()
+	} else {
+		err = bc.copyN(cc.req.length)
+	}
+	if err == nil {
+		cc.bodyRead.Store(true)
+		return uc.bw.Flush()
+	}
+	if bc.srcFailed {
+		uc.c.Close()
+		return errClientGone
+	}
+	return err
+}
+
+// waitBody waits for the body goroutine and returns its error. A body read
+// to its end only has its last write to finish; any other is cut short
+// (errBodyCut when the goroutine had no error of its own).
+func (cc *h1Conn) waitBody(uc *upstreamConn, readAll bool) error {
+	select {
+	case err := <-cc.bodyDone:
+		return bodyResult(err, readAll)
+	default:
+	}
+	if readAll {
+		uc.c.SetWriteDeadline(time.Now().Add(time.Second))
+	} else {
+		uc.c.SetWriteDeadline(aLongTimeAgo)
+		cc.c.SetReadDeadline(aLongTimeAgo)
+	}
+	err := <-cc.bodyDone
+	uc.c.SetWriteDeadline(time.Time{})
+	return bodyResult(err, readAll)
+}
+
+func bodyResult(err error, readAll bool) error {
+	if err == nil && !readAll {
+		return errBodyCut
+	}
+	return err
+}
+
+// appendForwarded appends X-Forwarded-For, -Host and -Proto and the end of
+// the head, as setForwarded sets them.
+func (cc *h1Conn) appendForwarded(b []byte) []byte {
+	req := &cc.req
+	b = append(b, "X-Forwarded-For: "...)
+	if cc.trusted {
+		for _, v := range req.xff {
+			b = append(append(b, v...), ", "...)
+		}
+	}
+	b = append(b, cc.clientIP...)
+	b = append(b, "\r\nX-Forwarded-Host: "...)
+	if cc.trusted && len(req.xfh) > 0 {
+		b = append(b, req.xfh...)
+	} else {
+		b = append(b, req.host...)
+	}
+	b = append(b, "\r\nX-Forwarded-Proto: "...)
+	switch {
+	case cc.trusted && len(req.xfp) > 0:
+		b = append(b, req.xfp...)
+	case cc.tls != nil:
+		b = append(b, "https"...)
+	default:
+		b = append(b, "http"...)
+	}
+	return append(b, "\r\n\r\n"...)
+}
+
+// readResponse reads the target's final response head into cc.rhead and
+// cc.resp, forwarding informational (1xx) answers on the way.
+func (cc *h1Conn) readResponse(uc *upstreamConn) error {
+	uc.c.SetReadDeadline(time.Now().Add(cc.p.cfg.ResponseHeaderTimeout))
+	cc.rhead = cc.rhead[:0]
+	for informational := 0; ; informational++ {
+		start := len(cc.rhead)
+		for {
+			line, err := uc.br.ReadSlice('\n')
+			cc.rhead = append(cc.rhead, line...)
+			if len(cc.rhead) > maxResponseHead {
+				return errHeadTooLarge
+			}
+			if err == bufio.ErrBufferFull {
+				continue
+			}
+			if err != nil {
+				return err
+			}
+			if len(line) == 1 || len(line) == 2 && line[0] == '\r' {
+				break
+			}
+		}
+		if !parseResponse(cc.rhead[start:], &cc.resp) {
+			return errResponseHead
+		}
+		switch {
+		case cc.resp.status == http.StatusSwitchingProtocols:
+			return errUpgrade
+		case cc.resp.status >= 200:
+			cc.rhead = cc.rhead[start:]
+			return nil
+		case informational >= 5:
+			return errResponseHead
+		}
+		cc.writeHead(cc.rhead[start:], false)
+		if err := cc.bw.Flush(); err != nil {
+			return err
+		}
+	}
+}
+
+// forward sends the target's answer (its head read) on to the client, and
+// puts the target's connection back when the exchange ended cleanly.
+func (cc *h1Conn) forward(rt *httpRoute, uc *upstreamConn, stream bool) bool {
+	p, req, resp := cc.p, &cc.req, &cc.resp
+	p.counters.responses.add(resp.status)
+	rt.metrics.answered(resp.status)
+	noBody := resp.noBody(req.isHead())
+	readAll := !stream || cc.bodyRead.Load()
+	toEOF := !noBody && !resp.chunked && resp.length < 0
+	closeAfter := req.close || p.draining.Load() || !readAll || toEOF
+	cc.writeHead(cc.rhead, closeAfter)
+
+	var err error
+	if !noBody {
+		if !(resp.length >= 0 && resp.length <= int64(uc.br.Buffered())) {
+			uc.c.SetReadDeadline(time.Time{})
+		}
+		bc := bodyCopy{src: uc.br, srcConn: uc.c, dst: cc.bw, dstConn: cc.c}
+		switch {
+		case resp.chunked:
+			err = bc.chunked()
+		case resp.length >= 0:
+			err = bc.copyN(resp.length)
+		default:
+			err = bc.toEOF()
+		}
+	}
+	if err == nil {
+		cc.landed()
+		err = cc.bw.Flush()
+	}
+	reuse := err == nil && !resp.close && !toEOF
+	if stream && cc.waitBody(uc, readAll) != nil {
+		reuse = false
+	}
+	if reuse {
+		uc.pool.put(uc, time.Now())
+	} else {
+		uc.close()
+	}
+	if err != nil {
+		p.log.Debug("answer cut short", "host", rt.host, "err", err)
+	}
+	cc.unread = !readAll
+	return err == nil && !closeAfter
+}
+
+// writeHead writes a response head of the target to the client: the status
+// line, the end-to-end headers, the framing, a Date if there was none (as
+// a proxy must add) and Connection: close when the connection ends after
+// it.
+func (cc *h1Conn) writeHead(head []byte, closeAfter bool) {
+	resp, bw := &cc.resp, cc.bw
+	b := append(cc.scratch[:0], "HTTP/1.1 "...)
+	b = strconv.AppendInt(b, int64(resp.status), 10)
+	b = append(b, ' ')
+	if len(resp.reason) > 0 {
+		b = append(b, resp.reason...)
+	} else {
+		b = append(b, http.StatusText(resp.status)...)
+	}
+	b = append(b, "\r\n"...)
+	_, rest, _ := cutLine(head)
+	for {
+		line, more, ok := cutLine(rest)
+		if !ok || len(line) == 0 {
+			break
+		}
+		rest = more
+		if resp.keepHeader(line[:bytes.IndexByte(line, ':')]) {
+			b = append(append(b, line...), "\r\n"...)
+		}
+	}
+	if resp.status >= 200 {
+		switch {
+		case resp.chunked:
+			b = append(b, "Transfer-Encoding: chunked\r\n"...)
+		case resp.length >= 0:
+			b = append(b, "Content-Length: "...)
+			b = append(strconv.AppendInt(b, resp.length, 10), "\r\n"...)
+		}
+		if !resp.hasDate {
+			b = append(append(append(b, "Date: "...), httpDate(time.Now())...), "\r\n"...)
+		}
+		if closeAfter {
+			b = append(b, "Connection: close\r\n"...)
+		}
+	}
+	b = append(b, "\r\n"...)
+	bw.Write(b)
+	cc.scratch = b
+}
+
+// fail answers a request its target failed, as proxyError does.
+func (cc *h1Conn) fail(rt *httpRoute, err error) bool {
+	p := cc.p
+	if errors.Is(err, errClientGone) {
+		p.counters.errors.add(statusClientGone)
+		rt.metrics.answered(statusClientGone)
+		p.log.Debug("request abandoned", "host", rt.host, "err", err)
+		return false
+	}
+	code, msg, reason := upstreamFailure(rt.host, err)
+	p.counters.errors.add(code)
+	rt.metrics.answered(code)
+	p.metrics.upstreamErrors.WithLabelValues(rt.host, reason).Inc()
+	p.log.Warn("proxy error", "host", rt.host, "status", code, "err", err)
+	closeAfter := cc.req.close || p.draining.Load() || cc.unread
+	b := append(cc.scratch[:0], "HTTP/1.1 "...)
+	b = strconv.AppendInt(b, int64(code), 10)
+	b = append(append(append(b, ' '), http.StatusText(code)...), "\r\nContent-Type: text/plain; charset=utf-8\r\nX-Content-Type-Options: nosniff\r\nDate: "...)
+	b = append(append(b, httpDate(time.Now())...), "\r\nContent-Length: "...)
+	b = append(strconv.AppendInt(b, int64(len(msg)+1), 10), "\r\n"...)
+	if closeAfter {
+		b = append(b, "Connection: close\r\n"...)
+	}
+	b = append(append(append(b, "\r\n"...), msg...), '\n')
+	cc.scratch = b
+	cc.bw.Write(b)
+	cc.landed()
+	return cc.bw.Flush() == nil && !closeAfter
+}
+
+// dateCache holds the Date header value of the current second.
+var dateCache atomic.Pointer[dateValue]
+
+type dateValue struct {
+	sec int64
+	b   []byte
+}
+
+// httpDate is now as an HTTP Date header value; the caller must not change
+// it.
+func httpDate(now time.Time) []byte {
+	sec := now.Unix()
+	if d := dateCache.Load(); d != nil && d.sec == sec {
+		return d.b
+	}
+	d := &dateValue{sec: sec, b: now.UTC().AppendFormat(nil, http.TimeFormat)}
+	dateCache.Store(d)
+	return d.b
+}
