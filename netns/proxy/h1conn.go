@@ -265,6 +265,7 @@ func (cc *h1Conn) handshake() bool {
 	cc.tls = &cs
 	if cs.NegotiatedProtocol == "h2" {
 		cc.untrack()
+		p.counters.handovers.Add(1)
 		if !cc.s.handoff.handOver(tc) {
 			tc.Close()
 		}
@@ -346,6 +347,7 @@ func (cc *h1Conn) handOver() {
 	cc.c.SetReadDeadline(time.Time{})
 	cc.untrack()
 	cc.release()
+	cc.p.counters.handovers.Add(1)
 	if !cc.s.handoff.handOver(pc) {
 		pc.Close()
 	}
