@@ -449,3 +449,32 @@ func TestH1HTTPSHandover(t *testing.T) {
 		}
 	}
 }
+
+// TestH1ClientGoneWhileTargetSlow: a client that goes away while its target
+// takes its time cuts the exchange: the target sees its request end, and
+// the request counts as 499.
+func TestH1ClientGoneWhileTargetSlow(t *testing.T) {
+	t.Parallel()
+	started := make(chan struct{})
+	cancelled := make(chan struct{})
+	be := startBackend(t, "slow", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		close(started)
+		select {
+		case <-r.Context().Done():
+			close(cancelled)
+		case <-time.After(10 * time.Second):
+		}
+	}))
+	p := startProxy(t, Config{})
+	mustSetRoutes(t, p, httpRoutes("app.test", be.addr()))
+	c := dialRaw(t, p.HTTPAddr().String())
+	c.send("GET / HTTP/1.1\r\nHost: app.test\r\n\r\n")
+	<-started
+	c.Close()
+	select {
+	case <-cancelled:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the target's request went on after its client left")
+	}
+	waitFor(t, "the request to count as 499", func() bool { return p.Stats().Errors[statusClientGone] == 1 })
+}

@@ -162,7 +162,10 @@ type h1Conn struct {
 	// goroutine of its own while the answer streams back.
 	bodyDone chan error
 	bodyRead atomic.Bool // the body was read to its end
-	unread   bool        // a request body was left unread: linger at close
+	// clientGone is set when the client connection ended while the
+	// target was slow to answer.
+	clientGone atomic.Bool
+	unread     bool // a request body was left unread: linger at close
 
 	inFlight *httpRoute // the route of the request in flight
 	start    time.Time  // when it started
@@ -386,7 +389,7 @@ func (cc *h1Conn) exchange(rt *httpRoute) bool {
 	for {
 		err = cc.send(uc, inline, stream)
 		if err == nil {
-			err = cc.readResponse(uc)
+			err = cc.readResponse(uc, stream)
 		}
 		if err == nil {
 			break
@@ -528,8 +531,27 @@ func (cc *h1Conn) appendForwarded(b []byte) []byte {
 
 // readResponse reads the target's final response head into cc.rhead and
 // cc.resp, forwarding informational (1xx) answers on the way.
-func (cc *h1Conn) readResponse(uc *upstreamConn) error {
-	uc.c.SetReadDeadline(time.Now().Add(cc.p.cfg.ResponseHeaderTimeout))
+//
+// A target slower than watchAfter gets the client connection watched, so
+// that a client gone meanwhile (or the proxy closing it) cuts the exchange,
+// as net/http cancels a request whose client went away (it watches every
+// request; the lean path only slow ones). A streamed body's goroutine
+// watches its client itself.
+func (cc *h1Conn) readResponse(uc *upstreamConn, stream bool) error {
+	now := time.Now()
+	deadline := now.Add(cc.p.cfg.ResponseHeaderTimeout)
+	watch := !stream && cc.p.cfg.ResponseHeaderTimeout > watchAfter
+	if watch {
+		uc.c.SetReadDeadline(now.Add(watchAfter))
+	} else {
+		uc.c.SetReadDeadline(deadline)
+	}
+	var watching chan struct{}
+	defer func() {
+		if watching != nil {
+			cc.unwatch(watching)
+		}
+	}()
 	cc.rhead = cc.rhead[:0]
 	for informational := 0; ; informational++ {
 		start := len(cc.rhead)
@@ -542,7 +564,15 @@ func (cc *h1Conn) readResponse(uc *upstreamConn) error {
 			if err == bufio.ErrBufferFull {
 				continue
 			}
+			if err != nil && watch && watching == nil && isTimeout(err) && time.Now().Before(deadline) {
+				watching = cc.watch(uc)
+				uc.c.SetReadDeadline(deadline)
+				continue
+			}
 			if err != nil {
+				if cc.clientGone.Load() {
+					return errClientGone
+				}
 				return err
 			}
 			if len(line) == 1 || len(line) == 2 && line[0] == '\r' {
@@ -566,6 +596,31 @@ func (cc *h1Conn) readResponse(uc *upstreamConn) error {
 			return err
 		}
 	}
+}
+
+// watchAfter is how long a target may take to answer before the client
+// connection is watched.
+const watchAfter = time.Second
+
+// watch watches the client connection until unwatch: when it ends, the
+// wait for the target's answer is cut short.
+func (cc *h1Conn) watch(uc *upstreamConn) chan struct{} {
+	done := make(chan struct{})
+	cc.clientGone.Store(false)
+	cc.c.SetReadDeadline(time.Time{})
+	go func() {
+		defer close(done)
+		if _, err := cc.br.Peek(1); err != nil && !isTimeout(err) {
+			cc.clientGone.Store(true)
+			uc.c.SetReadDeadline(aLongTimeAgo)
+		}
+	}()
+	return done
+}
+
+func (cc *h1Conn) unwatch(done chan struct{}) {
+	cc.c.SetReadDeadline(aLongTimeAgo)
+	<-done
 }
 
 // forward sends the target's answer (its head read) on to the client, and
