@@ -3,6 +3,7 @@ package proxy
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"fmt"
@@ -477,4 +478,39 @@ func TestH1ClientGoneWhileTargetSlow(t *testing.T) {
 		t.Fatal("the target's request went on after its client left")
 	}
 	waitFor(t, "the request to count as 499", func() bool { return p.Stats().Errors[statusClientGone] == 1 })
+}
+
+// TestH1DrainAnswersThenCloses: a stopping proxy still serves a request that
+// comes on a kept-alive connection while it drains, tells the client to
+// close, and closes it; idle connections are closed.
+func TestH1DrainAnswersThenCloses(t *testing.T) {
+	t.Parallel()
+	be := pathBackend(t)
+	p, err := New(Config{HTTPAddr: "127.0.0.1:0", ShutdownTimeout: 5 * time.Second, Logger: testLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustSetRoutes(t, p, httpRoutes("app.test", be.addr()))
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- p.Run(ctx) }()
+	busy, idle := dialRaw(t, p.HTTPAddr().String()), dialRaw(t, p.HTTPAddr().String())
+	for _, c := range []*rawClient{busy, idle} {
+		c.send("GET /before HTTP/1.1\r\nHost: app.test\r\n\r\n")
+		if resp, _ := c.read("GET"); resp.StatusCode != 200 || resp.Close {
+			t.Fatalf("before the stop = %d close=%v, want 200 kept alive", resp.StatusCode, resp.Close)
+		}
+	}
+	cancel()
+	time.Sleep(100 * time.Millisecond)
+	busy.send("GET /during HTTP/1.1\r\nHost: app.test\r\n\r\n")
+	if resp, body := busy.read("GET"); resp.StatusCode != 200 || body != "GET /during " || !resp.Close {
+		t.Errorf("while draining = %d %q close=%v, want 200 and Connection: close", resp.StatusCode, body, resp.Close)
+	}
+	if !busy.closed() || !idle.closed() {
+		t.Error("connections left open by a stopped proxy")
+	}
+	if err := <-done; err != nil {
+		t.Errorf("Run = %v", err)
+	}
 }

@@ -100,7 +100,7 @@ func (s *h1Server) serve() error {
 			return err
 		}
 		delay = 0
-		cc := &h1Conn{s: s, p: s.p, c: c, first: true}
+		cc := &h1Conn{s: s, p: s.p, raw: c, c: c, first: true}
 		s.p.counters.conns.Add(1)
 		s.mu.Lock()
 		s.conns[cc] = struct{}{}
@@ -116,7 +116,7 @@ func (s *h1Server) closeConns(all bool) int {
 	defer s.mu.Unlock()
 	for cc := range s.conns {
 		if all || cc.state.CompareAndSwap(stateIdle, stateClosed) {
-			cc.c.Close()
+			cc.raw.Close()
 		}
 	}
 	return len(s.conns)
@@ -140,7 +140,8 @@ func (s *h1Server) shutdown(ctx context.Context) {
 type h1Conn struct {
 	s     *h1Server
 	p     *Proxy
-	c     net.Conn
+	raw   net.Conn // as accepted
+	c     net.Conn // raw, or the TLS connection over it
 	tls   *tls.ConnectionState
 	br    *bufio.Reader
 	bw    *bufio.Writer

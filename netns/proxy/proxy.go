@@ -289,7 +289,9 @@ func New(cfg Config) (_ *Proxy, err error) {
 			p.cancelBase()
 			return nil, fmt.Errorf("https %s: %w: %w", cfg.HTTPSAddr, ErrListen, err)
 		}
-		p.httpsSrv = p.newServer(tlsConfig)
+		// net/http's HTTP/2 set-up changes the configuration it is given:
+		// a copy of its own, the lean path's handshakes reading the other.
+		p.httpsSrv = p.newServer(tlsConfig.Clone())
 		p.httpsH1 = p.newH1Server(p.httpsLn, p.httpsSrv, tlsConfig)
 	}
 	return p, nil
