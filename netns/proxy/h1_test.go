@@ -514,3 +514,21 @@ func TestH1DrainAnswersThenCloses(t *testing.T) {
 		t.Errorf("Run = %v", err)
 	}
 }
+
+// TestH1ACMEChallengeGoesToHandler: a request under the ACME challenge path
+// is left to handler.ServeHTTP, where a challenge is answered before
+// routing (until then, it is proxied like any other).
+func TestH1ACMEChallengeGoesToHandler(t *testing.T) {
+	t.Parallel()
+	be := pathBackend(t)
+	p := startProxy(t, Config{})
+	mustSetRoutes(t, p, httpRoutes("app.test", be.addr()))
+	c := dialRaw(t, p.HTTPAddr().String())
+	c.send("GET /.well-known/acme-challenge/token HTTP/1.1\r\nHost: app.test\r\n\r\n")
+	if resp, body := c.read("GET"); resp.StatusCode != 200 || body != "GET /.well-known/acme-challenge/token " {
+		t.Errorf("challenge path = %d %q", resp.StatusCode, body)
+	}
+	if n := p.counters.handovers.Load(); n != 1 {
+		t.Errorf("%d connections handed over to net/http, want 1", n)
+	}
+}

@@ -150,7 +150,11 @@ func (u *upstreams) connect(ctx context.Context, pl *upstreamPool, mustBeLive bo
 		if uc == nil {
 			return u.dial(ctx, pl)
 		}
-		if !mustBeLive || connAlive(uc.c) {
+		if !mustBeLive {
+			return uc, nil
+		}
+		uc.c.SetReadDeadline(time.Time{}) // a past one would fail the peek
+		if connAlive(uc.c) {
 			return uc, nil
 		}
 		uc.close()
