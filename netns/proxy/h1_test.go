@@ -85,7 +85,8 @@ func TestH1Pipelined(t *testing.T) {
 		"POST /2?q=a%20b HTTP/1.1\r\nHost: app.test\r\nContent-Length: 4\r\n\r\nbody" +
 		"POST /3 HTTP/1.1\r\nHost: app.test\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nch\r\n3\r\nunk\r\n0\r\n\r\n" +
 		"GET /4 HTTP/1.1\r\nHost: app.test\r\n\r\n")
-	for _, want := range []string{"GET /1 ", "POST /2?q=a%20b body", "POST /3 chunk", "GET /4 "} {
+	c.send("GET /5 HTTP/1.1\r\nHost: app.test\r\nX-Big: " + strings.Repeat("b", 10<<10) + "\r\n\r\n")
+	for _, want := range []string{"GET /1 ", "POST /2?q=a%20b body", "POST /3 chunk", "GET /4 ", "GET /5 "} {
 		resp, body := c.read("GET")
 		if resp.StatusCode != 200 || body != want {
 			t.Errorf("pipelined answer = %d %q, want 200 %q", resp.StatusCode, body, want)
@@ -376,6 +377,13 @@ func TestH1AnswerHeaders(t *testing.T) {
 			func(t *testing.T, resp *http.Response, body string) {
 				if resp.StatusCode != 502 || !strings.Contains(body, "bad response") {
 					t.Errorf("answer = %d %q, want 502", resp.StatusCode, body)
+				}
+			}},
+		{"head larger than a buffer",
+			"HTTP/1.1 200 OK\r\nX-Big: " + strings.Repeat("b", 10<<10) + "\r\nContent-Length: 3\r\n\r\nbig",
+			func(t *testing.T, resp *http.Response, body string) {
+				if len(resp.Header.Get("X-Big")) != 10<<10 || body != "big" {
+					t.Errorf("answer = %d-byte X-Big, body %q; want 10 KiB and big", len(resp.Header.Get("X-Big")), body)
 				}
 			}},
 		{"early hints passed on",

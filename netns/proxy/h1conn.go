@@ -228,7 +228,9 @@ func (cc *h1Conn) serve() {
 			cc.handOver()
 			return
 		}
-		if !cc.exchange(rt) || !cc.state.CompareAndSwap(stateActive, stateIdle) {
+		ok = cc.exchange(rt)
+		cc.trim()
+		if !ok || !cc.state.CompareAndSwap(stateActive, stateIdle) {
 			break
 		}
 	}
@@ -244,6 +246,24 @@ func (cc *h1Conn) serve() {
 	}
 	cc.c.Close()
 	cc.release()
+}
+
+// trim lets go of head buffers an unusually large head grew, so that an
+// idle connection holds little.
+func (cc *h1Conn) trim() {
+	const keep = 16 << 10
+	if cap(cc.head) > keep {
+		cc.head = nil
+	}
+	if cap(cc.rhead) > keep {
+		cc.rhead = nil
+	}
+	if cap(cc.scratch) > keep {
+		cc.scratch = nil
+	}
+	if cap(cc.req.out) > keep {
+		cc.req.out = nil
+	}
 }
 
 // handshake runs the TLS handshake; an h2 connection goes to net/http
