@@ -540,3 +540,40 @@ func TestH1ACMEChallengeGoesToHandler(t *testing.T) {
 		t.Errorf("%d connections handed over to net/http, want 1", n)
 	}
 }
+
+// TestH1SlowUpload: an upload that takes longer than the response header
+// timeout is not cut: the timeout runs from the end of the body.
+func TestH1SlowUpload(t *testing.T) {
+	t.Parallel()
+	be := startBackend(t, "upload", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		fmt.Fprintf(w, "got %d bytes", len(b))
+	}))
+	p := startProxy(t, Config{ResponseHeaderTimeout: 200 * time.Millisecond})
+	mustSetRoutes(t, p, httpRoutes("app.test", be.addr()))
+	c := proxyClient(t, p.HTTPAddr().String(), nil)
+	for _, chunked := range []bool{true, false} {
+		pr, pw := io.Pipe()
+		go func() {
+			for range 6 {
+				time.Sleep(100 * time.Millisecond)
+				pw.Write([]byte("0123456789"))
+			}
+			pw.Close()
+		}()
+		req, _ := http.NewRequest("POST", "http://proxy.invalid/", pr)
+		req.Host = "app.test"
+		if !chunked {
+			req.ContentLength = 60
+		}
+		resp, err := c.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 || string(body) != "got 60 bytes" {
+			t.Errorf("600ms upload (chunked %v) = %d %q, want 200 got 60 bytes", chunked, resp.StatusCode, body)
+		}
+	}
+}

@@ -104,6 +104,9 @@ func (cc *h1Conn) send(uc *upstreamConn, inline []byte, stream bool) error {
 	}
 	cc.bodyRead.Store(false)
 	cc.c.SetReadDeadline(time.Time{})
+	// The wait for the answer's head is bounded from the end of the body
+	// on (as the net/http Transport bounds it): sendBody sets it.
+	uc.c.SetReadDeadline(time.Time{})
 	go func() { cc.bodyDone <- cc.sendBody(uc) }()
 	return nil
 }
@@ -120,7 +123,10 @@ func (cc *h1Conn) sendBody(uc *upstreamConn) error {
 	}
 	if err == nil {
 		cc.bodyRead.Store(true)
-		return uc.bw.Flush()
+		if err = uc.bw.Flush(); err == nil {
+			uc.c.SetReadDeadline(time.Now().Add(cc.p.cfg.ResponseHeaderTimeout))
+		}
+		return err
 	}
 	if bc.srcFailed {
 		uc.c.Close()
@@ -191,15 +197,18 @@ func (cc *h1Conn) appendForwarded(b []byte) []byte {
 // A target slower than watchAfter gets the client connection watched, so
 // that a client gone meanwhile (or the proxy closing it) cuts the exchange,
 // as net/http cancels a request whose client went away (it watches every
-// request; the lean path only slow ones). A streamed body's goroutine
-// watches its client itself.
+// request; the lean path only slow ones). With a streamed body the wait is
+// bounded from the end of the body on (sendBody sets the deadline), and
+// the body's goroutine watches the client while it reads from it.
 func (cc *h1Conn) readResponse(uc *upstreamConn, stream bool) error {
 	now := time.Now()
 	deadline := now.Add(cc.p.cfg.ResponseHeaderTimeout)
 	watch := !stream && cc.p.cfg.ResponseHeaderTimeout > watchAfter
-	if watch {
+	switch {
+	case stream: // set by sendBody
+	case watch:
 		uc.c.SetReadDeadline(now.Add(watchAfter))
-	} else {
+	default:
 		uc.c.SetReadDeadline(deadline)
 	}
 	var watching chan struct{}
