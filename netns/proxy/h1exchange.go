@@ -319,7 +319,7 @@ func (cc *h1Conn) forward(rt *httpRoute, uc *upstreamConn, stream bool) bool {
 		cc.landed()
 		err = cc.bw.Flush()
 	}
-	reuse := err == nil && !resp.close && !toEOF
+	reuse := err == nil && !resp.close && !toEOF && !p.draining.Load()
 	if stream && cc.waitBody(uc, readAll) != nil {
 		reuse = false
 	}
