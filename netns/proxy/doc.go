@@ -21,6 +21,14 @@
 //	request starts ──> table.Load() ──> route ──> target (fixed for the request)
 //	SetRoutes      ──> validate ──> copy ──> table.Store() ──> open/close TCP listeners
 //
+// Most HTTP/1.1 requests take a lean path of the proxy's own (h1conn.go):
+// one goroutine per client connection, keep-alive connection pools per
+// target, no allocation per request, bodies streamed (spliced between TCP
+// sockets when large). A connection whose request is anything else
+// (HTTP/1.0, an upgrade, Expect, an unusual header, a host with no route)
+// and every HTTP/2 connection is handed over to net/http's server and
+// httputil.ReverseProxy, with the same routes, headers and answers.
+//
 // The proxy answers by itself only in these cases: 404 when no route matches
 // the Host header, 502 when no target of the route could be connected to (or
 // a target broke the exchange), and 504 when a target accepted the request but

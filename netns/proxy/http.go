@@ -29,19 +29,31 @@ type table struct {
 type httpRoute struct {
 	host    string
 	targets []string
-	next    atomic.Uint64 // round-robin cursor
+	pools   []*upstreamPool // the lean path's connections, by target
+	next    atomic.Uint64   // round-robin cursor
 	rp      *httputil.ReverseProxy
 	// flight counts requests in flight to a route's one target.
-	flight *atomic.Int64
+	flight  *atomic.Int64
+	metrics *routeMetrics
+	// redirect and hsts are the route's HTTPS settings (see HTTPRoute).
+	redirect, hsts bool
 }
 
 // pick returns the target the next request starts with.
-func (rt *httpRoute) pick() string {
+func (rt *httpRoute) pick() string { return rt.targets[rt.pickIndex()] }
+
+// pickIndex is pick's index in targets.
+func (rt *httpRoute) pickIndex() int {
 	if len(rt.targets) == 1 {
-		return rt.targets[0]
+		return 0
 	}
-	return rt.targets[(rt.next.Add(1)-1)%uint64(len(rt.targets))]
+	return int((rt.next.Add(1) - 1) % uint64(len(rt.targets)))
 }
+
+// route returns the route of a host key (a Host header or TLS server name
+// made canonical by matchHost), nil when there is none. Every request, on
+// the lean path as on net/http's, finds its route here.
+func (t *table) route(key string) *httpRoute { return t.http[key] }
 
 // compile builds the table for r; r must be valid and owned by the table.
 func (p *Proxy) compile(r Routes, tt *tlsTable) *table {
@@ -52,9 +64,12 @@ func (p *Proxy) compile(r Routes, tt *tlsTable) *table {
 		tcp:    make(map[int]string, len(r.TCP)),
 	}
 	for host, hr := range r.HTTP {
-		rt := &httpRoute{host: host, targets: hr.Targets}
+		rt := &httpRoute{host: host, targets: hr.Targets, metrics: p.metrics.route(host), redirect: hr.RedirectHTTPS, hsts: hr.HSTS}
 		if len(rt.targets) == 1 {
 			rt.flight = p.flight(rt.targets[0])
+		}
+		for _, target := range rt.targets {
+			rt.pools = append(rt.pools, p.upstreams.pool(target))
 		}
 		rt.rp = p.reverseProxy(rt)
 		t.http[host] = rt
@@ -79,7 +94,7 @@ func (h handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if p.answerChallenge(w, r, t) {
 		return
 	}
-	rt := t.http[host]
+	rt := t.route(host)
 	if rt == nil {
 		p.counters.errors.add(http.StatusNotFound)
 		p.metrics.answered(noRoute, http.StatusNotFound)
@@ -88,6 +103,14 @@ func (h handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		http.Error(w, "no route for host "+host, http.StatusNotFound)
 		return
+	}
+	if r.TLS == nil {
+		// An HTTPS connection the lean path handed over.
+		if cs, ok := r.Context().Value(tlsStateKey{}).(*tls.ConnectionState); ok {
+			r2 := *r
+			r2.TLS = cs
+			r = &r2
+		}
 	}
 	if p.secure(w, r, t, host) {
 		return
@@ -101,8 +124,12 @@ func (h handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		defer rt.flight.Add(-1)
 	}
 	rt.rp.ServeHTTP(w, r)
-	p.metrics.served(rt.host, start)
+	rt.metrics.served(start)
 }
+
+// tlsStateKey is the context key of the TLS state of a connection the lean
+// path handed over to net/http.
+type tlsStateKey struct{}
 
 // fullDuplex lets the request body keep streaming to the target while the
 // target's answer streams back (an echo, or an early answer to an upload):
@@ -176,6 +203,12 @@ func (p *Proxy) newServer(tlsConfig *tls.Config) *http.Server {
 		DisableGeneralOptionsHandler: true,
 		ErrorLog:                     slog.NewLogLogger(p.log.Handler(), slog.LevelDebug),
 		BaseContext:                  func(net.Listener) context.Context { return p.base },
+		ConnContext: func(ctx context.Context, c net.Conn) context.Context {
+			if pc, ok := c.(*prefixConn); ok && pc.tls != nil {
+				return context.WithValue(ctx, tlsStateKey{}, pc.tls)
+			}
+			return ctx
+		},
 		ConnState: func(_ net.Conn, s http.ConnState) {
 			switch s {
 			case http.StateNew:
@@ -242,7 +275,7 @@ func (p *Proxy) reverseProxy(rt *httpRoute) *httputil.ReverseProxy {
 		},
 		ModifyResponse: func(resp *http.Response) error {
 			p.counters.responses.add(resp.StatusCode)
-			p.metrics.answered(rt.host, resp.StatusCode)
+			rt.metrics.answered(resp.StatusCode)
 			return nil
 		},
 	}
@@ -299,29 +332,35 @@ func (p *Proxy) trusts(ip string) bool {
 // target could not be connected to or broke the exchange, 504 when it timed
 // out. A request the client abandoned is counted as 499.
 func (p *Proxy) proxyError(w http.ResponseWriter, r *http.Request, rt *httpRoute, err error) {
-	var code int
-	var msg, reason string
-	switch {
-	case r.Context().Err() != nil:
+	if r.Context().Err() != nil {
 		p.counters.errors.add(statusClientGone)
-		p.metrics.answered(rt.host, statusClientGone)
+		rt.metrics.answered(statusClientGone)
 		p.log.Debug("request abandoned", "host", rt.host, "err", err)
 		// The client is gone (or the proxy is stopping): the answer is
 		// for the record only.
 		http.Error(w, "request cancelled", http.StatusBadGateway)
 		return
-	case isDialError(err):
-		code, msg, reason = http.StatusBadGateway, "502 bad gateway: the service for host "+rt.host+" cannot be reached", "dial"
-	case isTimeout(err):
-		code, msg, reason = http.StatusGatewayTimeout, "504 gateway timeout: the service for host "+rt.host+" did not answer in time", "timeout"
-	default:
-		code, msg, reason = http.StatusBadGateway, "502 bad gateway: the service for host "+rt.host+" closed the connection or sent a bad response", "broken"
 	}
+	code, msg, reason := upstreamFailure(rt.host, err)
 	p.counters.errors.add(code)
-	p.metrics.answered(rt.host, code)
+	rt.metrics.answered(code)
 	p.metrics.upstreamErrors.WithLabelValues(rt.host, reason).Inc()
 	p.log.Warn("proxy error", "host", rt.host, "status", code, "err", err)
 	http.Error(w, msg, code)
+}
+
+// upstreamFailure is the answer to a request whose target failed with err:
+// the status, the message (the body, with a newline added) and the reason
+// label of the upstream errors metric.
+func upstreamFailure(host string, err error) (code int, msg, reason string) {
+	switch {
+	case isDialError(err):
+		return http.StatusBadGateway, "502 bad gateway: the service for host " + host + " cannot be reached", "dial"
+	case isTimeout(err):
+		return http.StatusGatewayTimeout, "504 gateway timeout: the service for host " + host + " did not answer in time", "timeout"
+	default:
+		return http.StatusBadGateway, "502 bad gateway: the service for host " + host + " closed the connection or sent a bad response", "broken"
+	}
 }
 
 // isDialError reports whether err is a failure to connect (refused, no

@@ -22,9 +22,6 @@ import (
 // acmeTLSProto is the ALPN protocol of tls-alpn-01 (RFC 8737).
 const acmeTLSProto = "acme-tls/1"
 
-// challengePrefix is the path of http-01 answers (RFC 8555 8.3).
-const challengePrefix = "/.well-known/acme-challenge/"
-
 // hstsValue is the Strict-Transport-Security of routes that ask for it:
 // a year, as the HSTS preload list requires.
 const hstsValue = "max-age=31536000"
@@ -123,10 +120,10 @@ func (p *Proxy) getCertificate(hello *tls.ClientHelloInfo) (*tls.Certificate, er
 
 // answerChallenge answers an http-01 challenge the table knows of.
 func (p *Proxy) answerChallenge(w http.ResponseWriter, r *http.Request, t *table) bool {
-	if len(t.tls.challenges) == 0 || !strings.HasPrefix(r.URL.Path, challengePrefix) {
+	if len(t.tls.challenges) == 0 || !strings.HasPrefix(r.URL.Path, acmeChallengePrefix) {
 		return false
 	}
-	ka, ok := t.tls.challenges[strings.TrimPrefix(r.URL.Path, challengePrefix)]
+	ka, ok := t.tls.challenges[strings.TrimPrefix(r.URL.Path, acmeChallengePrefix)]
 	if !ok {
 		return false
 	}

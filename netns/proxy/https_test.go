@@ -136,10 +136,10 @@ func TestACMEChallenges(t *testing.T) {
 		Challenges: map[string]string{"tok1": "tok1.thumb"},
 	})
 	c := noRedirects(proxyClient(t, p.HTTPAddr().String(), nil))
-	if code, body, _ := do(t, c, "GET", "a.test", challengePrefix+"tok1", nil); code != 200 || body != "tok1.thumb" {
+	if code, body, _ := do(t, c, "GET", "a.test", acmeChallengePrefix+"tok1", nil); code != 200 || body != "tok1.thumb" {
 		t.Errorf("http-01 answer = %d %q, want 200 tok1.thumb (never redirected)", code, body)
 	}
-	if code, _, _ := do(t, c, "GET", "a.test", challengePrefix+"other", nil); code != http.StatusPermanentRedirect {
+	if code, _, _ := do(t, c, "GET", "a.test", acmeChallengePrefix+"other", nil); code != http.StatusPermanentRedirect {
 		t.Errorf("unknown token = %d, want the route's own answer (a redirect)", code)
 	}
 	var staple []byte

@@ -2,6 +2,8 @@ package proxy
 
 import (
 	"strconv"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -54,8 +56,52 @@ func (m *proxyMetrics) answered(route string, status int) {
 	m.requests.WithLabelValues(route, strconv.Itoa(status)).Inc()
 }
 
-func (m *proxyMetrics) served(route string, start time.Time) {
-	m.duration.WithLabelValues(route).Observe(time.Since(start).Seconds())
+// routeMetrics are the series of one route, looked up once per route and
+// status code rather than once per request.
+type routeMetrics struct {
+	route    string
+	requests *prometheus.CounterVec
+	duration prometheus.Observer
+
+	mu    sync.Mutex
+	codes atomic.Pointer[[]codeCounter] // copied on write
+}
+
+type codeCounter struct {
+	code int
+	c    prometheus.Counter
+}
+
+// route returns the series of a route.
+func (m *proxyMetrics) route(route string) *routeMetrics {
+	return &routeMetrics{route: route, requests: m.requests, duration: m.duration.WithLabelValues(route)}
+}
+
+// answered counts an answer of the route with status.
+func (rm *routeMetrics) answered(status int) {
+	if codes := rm.codes.Load(); codes != nil {
+		for _, cc := range *codes {
+			if cc.code == status {
+				cc.c.Inc()
+				return
+			}
+		}
+	}
+	rm.mu.Lock()
+	var codes []codeCounter
+	if old := rm.codes.Load(); old != nil {
+		codes = *old
+	}
+	c := rm.requests.WithLabelValues(rm.route, strconv.Itoa(status))
+	codes = append(codes[:len(codes):len(codes)], codeCounter{status, c})
+	rm.codes.Store(&codes)
+	rm.mu.Unlock()
+	c.Inc()
+}
+
+// served records the time a request of the route took.
+func (rm *routeMetrics) served(start time.Time) {
+	rm.duration.Observe(time.Since(start).Seconds())
 }
 
 // forget drops the series of routes no longer configured.

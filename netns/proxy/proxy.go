@@ -166,13 +166,18 @@ type Proxy struct {
 	cfg       Config
 	log       *slog.Logger
 	table     atomic.Pointer[table]
-	transport *http.Transport
+	transport *http.Transport // net/http's way to the targets
+	upstreams *upstreams      // the lean path's
 	counters  counters
 	metrics   *proxyMetrics
 	static    *certSet // the configured certificate files, nil without any
 
 	httpLn, httpsLn   net.Listener
 	httpSrv, httpsSrv *http.Server
+	httpH1, httpsH1   *h1Server // the lean path of each listener
+	// draining is set when the proxy stops: answers then close their
+	// connections.
+	draining atomic.Bool
 
 	// base is the context of every request and TCP connection; it is
 	// cancelled when a shutdown runs out of time, which ends upgraded
@@ -252,6 +257,10 @@ func New(cfg Config) (_ *Proxy, err error) {
 	p.metrics = newProxyMetrics(metrics.Registerer(cfg.Metrics), &p.counters)
 	p.base, p.cancelBase = context.WithCancel(context.Background())
 	p.transport = p.newTransport()
+	p.upstreams = &upstreams{
+		dialer: net.Dialer{Timeout: cfg.DialTimeout, KeepAlive: 30 * time.Second},
+		max:    cfg.MaxIdleConnsPerTarget,
+	}
 	p.table.Store(p.compile(Routes{}, &tlsTable{}))
 
 	p.inherited = maps.Clone(cfg.Inherited)
@@ -260,18 +269,24 @@ func New(cfg Config) (_ *Proxy, err error) {
 		return nil, fmt.Errorf("http %s: %w: %w", cfg.HTTPAddr, ErrListen, err)
 	}
 	p.httpSrv = p.newServer(nil)
+	p.httpH1 = p.newH1Server(p.httpLn, p.httpSrv, nil)
 	if cfg.HTTPSAddr != "" {
 		if p.httpsLn, err = p.listen("https", cfg.HTTPSAddr); err != nil {
 			p.httpLn.Close()
 			p.cancelBase()
 			return nil, fmt.Errorf("https %s: %w: %w", cfg.HTTPSAddr, ErrListen, err)
 		}
-		p.httpsSrv = p.newServer(&tls.Config{
+		tlsConfig := &tls.Config{
 			MinVersion:     tls.VersionTLS12,
 			GetCertificate: p.getCertificate,
-			// net/http adds h2 and http/1.1; acme-tls/1 answers tls-alpn-01.
-			NextProtos: []string{acmeTLSProto},
-		})
+			// acme-tls/1 answers tls-alpn-01 challenges (the handshake is
+			// all the CA wants).
+			NextProtos: []string{"h2", "http/1.1", acmeTLSProto},
+		}
+		// net/http's HTTP/2 set-up changes the configuration it is given:
+		// a copy of its own, the lean path's handshakes reading the other.
+		p.httpsSrv = p.newServer(tlsConfig.Clone())
+		p.httpsH1 = p.newH1Server(p.httpsLn, p.httpsSrv, tlsConfig)
 	}
 	return p, nil
 }
@@ -420,11 +435,14 @@ func (p *Proxy) Run(ctx context.Context) error {
 	p.running = true
 	p.mu.Unlock()
 
-	errc := make(chan error, 2)
-	go func() { errc <- p.httpSrv.Serve(p.httpLn) }()
-	if p.httpsSrv != nil {
-		go func() { errc <- p.httpsSrv.ServeTLS(p.httpsLn, "", "") }()
+	errc := make(chan error, 4)
+	for _, s := range p.h1Servers() {
+		go func() { errc <- s.serve() }()
+		go func() { errc <- s.srv.Serve(s.handoff) }()
 	}
+	janitorDone := make(chan struct{})
+	defer close(janitorDone)
+	go p.upstreamJanitor(janitorDone)
 	p.log.Info("proxy serving", "http_addr", p.HTTPAddr().String(), "https_addr", addrString(p.HTTPSAddr()))
 
 	var serveErr error
@@ -474,6 +492,7 @@ func (p *Proxy) shutdown(ctx context.Context) {
 	if p.httpsLn != nil {
 		p.httpsLn.Close()
 	}
+	p.draining.Store(true)
 	for _, srv := range []*http.Server{p.httpSrv, p.httpsSrv} {
 		if srv != nil {
 			srv.SetKeepAlivesEnabled(false)
@@ -496,15 +515,13 @@ func (p *Proxy) shutdown(ctx context.Context) {
 		}
 	}
 	var wg sync.WaitGroup
-	for _, srv := range []*http.Server{p.httpSrv, p.httpsSrv} {
-		if srv == nil {
-			continue
-		}
+	for _, s := range p.h1Servers() {
 		wg.Go(func() {
-			if err := srv.Shutdown(ctx); err != nil {
-				srv.Close()
+			if err := s.srv.Shutdown(ctx); err != nil {
+				s.srv.Close()
 			}
 		})
+		wg.Go(func() { s.shutdown(ctx) })
 	}
 	tcpDone := make(chan struct{})
 	go func() { p.tcpWG.Wait(); close(tcpDone) }()
@@ -530,6 +547,30 @@ func (p *Proxy) shutdown(ctx context.Context) {
 	p.mu.Unlock()
 	<-tcpDone
 	p.transport.CloseIdleConnections()
+	p.upstreams.closeIdle(time.Now().Add(time.Hour))
+}
+
+// h1Servers are the lean servers of the HTTP and HTTPS listeners.
+func (p *Proxy) h1Servers() []*h1Server {
+	if p.httpsH1 == nil {
+		return []*h1Server{p.httpH1}
+	}
+	return []*h1Server{p.httpH1, p.httpsH1}
+}
+
+// upstreamJanitor closes the lean path's idle target connections that
+// stayed unused too long, until done is closed.
+func (p *Proxy) upstreamJanitor(done <-chan struct{}) {
+	tick := time.NewTicker(upstreamIdleTimeout / 3)
+	defer tick.Stop()
+	for {
+		select {
+		case <-done:
+			return
+		case now := <-tick.C:
+			p.upstreams.closeIdle(now.Add(-upstreamIdleTimeout))
+		}
+	}
 }
 
 func addrString(a net.Addr) string {

@@ -49,6 +49,9 @@ type counters struct {
 	tcpConns      atomic.Uint64
 	tcpActive     atomic.Int64
 	tcpDialErrors atomic.Uint64
+	// handovers counts the client connections the lean HTTP/1.1 path left
+	// to net/http.
+	handovers atomic.Uint64
 }
 
 // codeCounts counts HTTP status codes 0-999 without a lock.
