@@ -276,6 +276,10 @@ func TestIngress(t *testing.T) {
 	// keep-alive, and a TCP stream through it: none may fail across the
 	// agent's kill -9 and restart, and the proxy's own upgrade.
 	ld := proxyLoad(client, "http://"+nodeAddr+"/", "web.example.test")
+	// And wrk, as a load tool counts: every non-2xx answer and socket
+	// error over the same window.
+	const wrkFor = 25 * time.Second
+	wrk, wrkStart := startWrk(t, client, "http://"+nodeAddr+"/", "web.example.test", wrkFor), time.Now()
 	streamTrip := echoer(t, client, net.JoinHostPort(nodeAddr, "7100"))
 	if err := streamTrip("before"); err != nil {
 		t.Fatal(err)
@@ -309,11 +313,19 @@ func TestIngress(t *testing.T) {
 		}
 		return nil
 	})
+	if time.Since(wrkStart) > wrkFor-2*time.Second {
+		t.Errorf("the proxy's upgrade came %v after wrk started, past its window of %v", time.Since(wrkStart), wrkFor)
+	}
 	time.Sleep(time.Second)
 	if err := streamTrip("after-takeover"); err != nil {
 		t.Errorf("a TCP stream opened before the proxy's upgrade: %v", err)
 	}
 	ok, failed := ld.stop()
+	if res := wrk.wait(t); res.requests == 0 || res.non2xx != 0 || res.socketErrors != "" {
+		t.Errorf("wrk across the agent's kill -9, restart and the proxy's upgrade: %d requests, %d non-2xx, socket errors %q\n%s", res.requests, res.non2xx, res.socketErrors, res.out)
+	} else {
+		t.Logf("wrk across the agent's kill -9, restart and the proxy's upgrade: %d requests, 0 non-2xx, no socket error", res.requests)
+	}
 	t.Logf("through the proxy across an agent kill -9, restart and a proxy upgrade: %d requests, %d failed", ok+len(failed), len(failed))
 	if len(failed) > 0 || ok == 0 {
 		t.Errorf("%d requests failed: %v", len(failed), failed[:min(len(failed), 5)])
@@ -515,4 +527,60 @@ func TestNodeSubnets(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// wrkRun is a wrk load started in a namespace.
+type wrkRun struct {
+	cmd *exec.Cmd
+	out *syncBuffer
+}
+
+type wrkResult struct {
+	requests, non2xx int
+	socketErrors     string // wrk's "Socket errors" line, "" without any
+	out              string
+}
+
+// startWrk loads url (Host host) from namespace ns with wrk for d: 2
+// threads, 8 keep-alive connections.
+func startWrk(t *testing.T, ns, url, host string, d time.Duration) *wrkRun {
+	t.Helper()
+	bin, err := exec.LookPath("wrk")
+	if err != nil {
+		t.Fatal("needs wrk (scripts/setup --test installs it)")
+	}
+	w := &wrkRun{out: &syncBuffer{}}
+	w.cmd = exec.Command("ip", "netns", "exec", ns, bin, "-t2", "-c8", "-d"+strconv.Itoa(int(d.Seconds()))+"s", "-H", "Host: "+host, url)
+	w.cmd.Stdout, w.cmd.Stderr = w.out, w.out
+	if err := w.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if w.cmd.ProcessState == nil {
+			w.cmd.Process.Kill()
+			w.cmd.Wait()
+		}
+	})
+	return w
+}
+
+// wait waits for wrk to end and reads its counts.
+func (w *wrkRun) wait(t *testing.T) wrkResult {
+	t.Helper()
+	if err := w.cmd.Wait(); err != nil {
+		t.Errorf("wrk: %v\n%s", err, w.out.String())
+	}
+	res := wrkResult{out: w.out.String()}
+	for _, line := range strings.Split(res.out, "\n") {
+		line = strings.TrimSpace(line)
+		switch {
+		case strings.Contains(line, "requests in"):
+			res.requests, _ = strconv.Atoi(strings.Fields(line)[0])
+		case strings.HasPrefix(line, "Non-2xx or 3xx responses:"):
+			res.non2xx, _ = strconv.Atoi(strings.TrimSpace(strings.TrimPrefix(line, "Non-2xx or 3xx responses:")))
+		case strings.HasPrefix(line, "Socket errors:"):
+			res.socketErrors = line
+		}
+	}
+	return res
 }
