@@ -54,7 +54,7 @@ func (c *Cache) Material(ctx context.Context, certs []*corpusv1.Certificate) (ma
 	challenges := map[string]string{}
 	for _, crt := range certs {
 		want[crt.Domain] = true
-		if ch := crt.Challenge; ch != nil && ch.Type == "http-01" && ch.Token != "" {
+		if ch := crt.Challenge; ch != nil && ch.Type == corpusv1.ChallengeHTTP01 && ch.Token != "" {
 			challenges[ch.Token] = ch.KeyAuthorization
 		}
 		if !needsMaterial(crt) {
@@ -92,7 +92,7 @@ func (c *Cache) Material(ctx context.Context, certs []*corpusv1.Certificate) (ma
 
 // needsMaterial says whether a certificate record has keys to fetch.
 func needsMaterial(c *corpusv1.Certificate) bool {
-	return c.ChainPem != "" || c.Challenge.GetType() == "tls-alpn-01"
+	return c.ChainPem != "" || c.Challenge.GetType() == corpusv1.ChallengeTLSALPN01
 }
 
 // Check says whether the proxy at httpAddr (http-01) or httpsAddr
@@ -102,7 +102,7 @@ func Check(ctx context.Context, httpAddr, httpsAddr net.Addr, req *corpusv1.Chec
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	switch req.Type {
-	case "http-01":
+	case corpusv1.ChallengeHTTP01:
 		if httpAddr == nil {
 			return false, "the proxy serves no HTTP"
 		}
@@ -114,7 +114,7 @@ func Check(ctx context.Context, httpAddr, httpsAddr net.Addr, req *corpusv1.Chec
 			return false, fmt.Sprintf("the proxy answers %.80q", body)
 		}
 		return true, ""
-	case "tls-alpn-01":
+	case corpusv1.ChallengeTLSALPN01:
 		if httpsAddr == nil {
 			return false, "the proxy serves no HTTPS"
 		}

@@ -174,17 +174,12 @@ func (o *orderer) order(ctx context.Context, c *client, domain string) error {
 			o.Logger.Warn("fetching the OCSP response", "domain", domain, "error", err)
 		}
 	}
-	for range 3 {
-		cur := o.Read().Certificate(domain)
-		var expect uint64
-		if cur != nil {
-			expect = cur.ModifyIndex
-			crt.CreateIndex = cur.CreateIndex
-		}
-		if _, err = o.put(ctx, crt, expect); err == nil || !errors.Is(err, state.ErrStale) {
-			break
-		}
-	}
+	err = o.update(ctx, domain, func(cur *corpusv1.Certificate) bool {
+		crt.CreateIndex = cur.CreateIndex
+		proto.Reset(cur) // the issued record replaces whatever was there
+		proto.Merge(cur, crt)
+		return true
+	})
 	if err != nil {
 		return fmt.Errorf("keeping the certificate: %w", err)
 	}
@@ -259,39 +254,26 @@ func (o *orderer) challenge(ctx context.Context, c *client, domain string, chal 
 		sum := sha256.Sum256(cert.Certificate[0])
 		expect = hex.EncodeToString(sum[:])
 	}
-	for range 3 {
-		cur := o.Read().Certificate(domain)
-		crt := &corpusv1.Certificate{Domain: domain, State: state.CertPending}
-		var expectIdx uint64
-		if cur != nil {
-			crt, expectIdx = cloneCert(cur), cur.ModifyIndex
-		}
+	err := o.update(ctx, domain, func(crt *corpusv1.Certificate) bool {
 		crt.Challenge = ac
 		crt.LastAttemptAt = timestamppb.New(o.Now())
-		_, err := o.put(ctx, crt, expectIdx)
-		if err == nil {
-			return ac, expect, nil
-		}
-		if !errors.Is(err, state.ErrStale) {
-			return nil, "", fmt.Errorf("publishing the challenge: %w", err)
-		}
+		return true
+	})
+	if err != nil {
+		return nil, "", fmt.Errorf("publishing the challenge: %w", err)
 	}
-	return nil, "", errors.New("publishing the challenge: the certificate kept changing")
+	return ac, expect, nil
 }
 
 // clearChallenge removes the challenge once answered (or given up).
 func (o *orderer) clearChallenge(ctx context.Context, domain, token string) {
-	for range 3 {
-		cur := o.Read().Certificate(domain)
-		if cur == nil || cur.Challenge.GetToken() != token {
-			return
+	o.update(ctx, domain, func(crt *corpusv1.Certificate) bool {
+		if crt.Challenge.GetToken() != token {
+			return false
 		}
-		crt := cloneCert(cur)
 		crt.Challenge = nil
-		if _, err := o.put(ctx, crt, cur.ModifyIndex); err == nil || !errors.Is(err, state.ErrStale) {
-			return
-		}
-	}
+		return true
+	})
 }
 
 // waitAnswered waits until the proxy of the domain's node answers the

@@ -201,13 +201,7 @@ func (o *orderer) put(ctx context.Context, crt *corpusv1.Certificate, expect uin
 // failed records a failed order: the certificate the domain has stays,
 // the CA's answer is kept and the next attempt backs off.
 func (o *orderer) failed(ctx context.Context, domain string, cause error) {
-	for range 3 {
-		cur := o.Read().Certificate(domain)
-		crt := &corpusv1.Certificate{Domain: domain}
-		var expect uint64
-		if cur != nil {
-			crt, expect = cloneCert(cur), cur.ModifyIndex
-		}
+	err := o.update(ctx, domain, func(crt *corpusv1.Certificate) bool {
 		crt.Challenge = nil
 		crt.State = state.CertFailed
 		crt.Failures++
@@ -218,12 +212,31 @@ func (o *orderer) failed(ctx context.Context, domain string, cause error) {
 			wait = after
 		}
 		crt.NextAttemptAt = timestamppb.New(o.Now().Add(wait))
-		_, err := o.put(ctx, crt, expect)
-		if err == nil || !errors.Is(err, state.ErrStale) {
-			if err != nil {
-				o.Logger.Warn("recording a failed order", "domain", domain, "error", err)
-			}
-			return
+		return true
+	})
+	if err != nil {
+		o.Logger.Warn("recording a failed order", "domain", domain, "error", err)
+	}
+}
+
+// update changes a domain's certificate record (a new pending one when
+// it has none) with change, written conditionally on the record read:
+// when another write came between, it reads and changes again. change
+// returning false writes nothing.
+func (o *orderer) update(ctx context.Context, domain string, change func(*corpusv1.Certificate) bool) error {
+	for range 3 {
+		cur := o.Read().Certificate(domain)
+		crt := &corpusv1.Certificate{Domain: domain, State: state.CertPending}
+		var expect uint64
+		if cur != nil {
+			crt, expect = cloneCert(cur), cur.ModifyIndex
+		}
+		if !change(crt) {
+			return nil
+		}
+		if _, err := o.put(ctx, crt, expect); err == nil || !errors.Is(err, state.ErrStale) {
+			return err
 		}
 	}
+	return errors.New("the certificate record kept changing")
 }

@@ -29,8 +29,8 @@ const (
 
 // ACME challenge types.
 const (
-	ChallengeHTTP01    = "http-01"
-	ChallengeTLSALPN01 = "tls-alpn-01"
+	ChallengeHTTP01    = corpusv1.ChallengeHTTP01
+	ChallengeTLSALPN01 = corpusv1.ChallengeTLSALPN01
 )
 
 // CertificateKeyPlace is what a certificate's key is sealed for.

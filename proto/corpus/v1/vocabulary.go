@@ -153,3 +153,9 @@ func ServiceGuestName(service string) string { return "svc-" + service }
 // TopologyVersion is the version of ProjectTopology that corpus writes
 // and reads (ProjectTopology.version).
 const TopologyVersion = "corpus.project/v1"
+
+// ACME challenge types corpus answers (AcmeChallenge.type).
+const (
+	ChallengeHTTP01    = "http-01"
+	ChallengeTLSALPN01 = "tls-alpn-01"
+)
