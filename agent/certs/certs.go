@@ -35,7 +35,13 @@ type Cache struct {
 
 	mu   sync.Mutex
 	have map[string]*corpusv1.TlsDomain // by domain, at ModifyIndex
+	// failedAt is when the last fetch failed: the next waits retryAfter,
+	// so that a coordinator out of reach does not hold up every pass.
+	failedAt time.Time
 }
+
+// retryAfter is the wait after a failed fetch.
+const retryAfter = 10 * time.Second
 
 // New returns an empty cache that fetches with fetch.
 func New(fetch Fetch) *Cache {
@@ -65,11 +71,16 @@ func (c *Cache) Material(ctx context.Context, certs []*corpusv1.Certificate) (ma
 		}
 	}
 	var err error
-	if len(stale) > 0 {
+	if len(stale) > 0 && time.Since(c.failedAt) < retryAfter {
+		err = fmt.Errorf("certificates of %d domains not fetched yet (the last try failed)", len(stale))
+	} else if len(stale) > 0 {
 		fctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		var got []*corpusv1.TlsDomain
 		got, err = c.fetch(fctx, stale)
 		cancel()
+		if err != nil {
+			c.failedAt = time.Now()
+		}
 		for _, td := range got {
 			if slices.Contains(stale, td.Domain) {
 				c.have[td.Domain] = td
