@@ -81,10 +81,16 @@ func (cc *h1Conn) connect(rt *httpRoute) (*upstreamConn, error) {
 	retry := cc.req.retryable()
 	first := rt.pickIndex()
 	uc, err := p.upstreams.connect(p.base, rt.pools[first], !retry)
+	last := first
 	for i := 1; err != nil && isDialError(err) && retry && i < len(rt.targets) && p.base.Err() == nil; i++ {
+		rt.markDown(last)
 		next := (first + i) % len(rt.targets)
-		p.log.Debug("target unreachable, trying the next", "host", rt.host, "target", rt.targets[(next+len(rt.targets)-1)%len(rt.targets)], "next", rt.targets[next], "err", err)
+		p.log.Debug("target unreachable, trying the next", "host", rt.host, "target", rt.targets[last], "next", rt.targets[next], "err", err)
 		uc, err = p.upstreams.connect(p.base, rt.pools[next], !retry)
+		last = next
+	}
+	if err != nil && isDialError(err) {
+		rt.markDown(last)
 	}
 	return uc, err
 }

@@ -37,6 +37,8 @@ type httpRoute struct {
 	metrics *routeMetrics
 	// redirect and hsts are the route's HTTPS settings (see HTTPRoute).
 	redirect, hsts bool
+	// health is its targets' health (health.go), by index; nil with one.
+	health []*targetHealth
 }
 
 // pick returns the target the next request starts with.
@@ -44,10 +46,20 @@ func (rt *httpRoute) pick() string { return rt.targets[rt.pickIndex()] }
 
 // pickIndex is pick's index in targets.
 func (rt *httpRoute) pickIndex() int {
-	if len(rt.targets) == 1 {
+	n := len(rt.targets)
+	if n == 1 {
 		return 0
 	}
-	return int((rt.next.Add(1) - 1) % uint64(len(rt.targets)))
+	start := int((rt.next.Add(1) - 1) % uint64(n))
+	if rt.health == nil {
+		return start
+	}
+	for i := range n { // the next in rotation (all out: start anyway)
+		if j := (start + i) % n; !rt.health[j].down.Load() {
+			return j
+		}
+	}
+	return start
 }
 
 // route returns the route of a host key (a Host header or TLS server name
@@ -72,6 +84,7 @@ func (p *Proxy) compile(r Routes, tt *tlsTable) *table {
 			rt.pools = append(rt.pools, p.upstreams.pool(target))
 		}
 		rt.rp = p.reverseProxy(rt)
+		p.acquireHealth(rt)
 		t.http[host] = rt
 	}
 	for port, tr := range r.TCP {
@@ -390,13 +403,8 @@ func (t *failoverTransport) RoundTrip(req *http.Request) (*http.Response, error)
 		return resp, err
 	}
 	targets := t.route.targets
-	first := 0
-	for i, target := range targets {
-		if target == req.URL.Host {
-			first = i
-			break
-		}
-	}
+	first := max(t.route.indexOf(req.URL.Host), 0)
+	t.route.markDown(first)
 	for i := 1; i < len(targets) && req.Context().Err() == nil; i++ {
 		next := targets[(first+i)%len(targets)]
 		t.log.Debug("target unreachable, trying the next", "host", t.route.host, "target", req.URL.Host, "next", next, "err", err)
@@ -406,6 +414,7 @@ func (t *failoverTransport) RoundTrip(req *http.Request) (*http.Response, error)
 		if err == nil || !isDialError(err) {
 			return resp, err
 		}
+		t.route.markDown((first + i) % len(targets))
 		req = retry
 	}
 	return resp, err

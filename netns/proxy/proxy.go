@@ -168,6 +168,7 @@ type Proxy struct {
 	table     atomic.Pointer[table]
 	transport *http.Transport // net/http's way to the targets
 	upstreams *upstreams      // the lean path's
+	health    *healthSet      // of the targets of routes with several
 	counters  counters
 	metrics   *proxyMetrics
 	static    *certSet // the configured certificate files, nil without any
@@ -256,6 +257,7 @@ func New(cfg Config) (_ *Proxy, err error) {
 	}
 	p.metrics = newProxyMetrics(metrics.Registerer(cfg.Metrics), &p.counters)
 	p.base, p.cancelBase = context.WithCancel(context.Background())
+	p.health = newHealthSet(p.base)
 	p.transport = p.newTransport()
 	p.upstreams = &upstreams{
 		dialer: net.Dialer{Timeout: cfg.DialTimeout, KeepAlive: 30 * time.Second},
@@ -410,8 +412,10 @@ func (p *Proxy) SetRoutes(r Routes) error {
 		return fmt.Errorf("setting routes: %w", err)
 	}
 	t := p.compile(r, tt)
-	p.metrics.forget(p.table.Load().http, t.http)
+	old := p.table.Load()
+	p.metrics.forget(old.http, t.http)
 	p.table.Store(t)
+	p.releaseHealth(old)
 	err = p.syncTCPListeners(r.TCP)
 	p.log.Info("routes set", "http_routes", len(r.HTTP), "tcp_routes", len(r.TCP))
 	return err
