@@ -86,15 +86,14 @@ func TestStartRestartStop(t *testing.T) {
 	if d := again.StartedAt.Sub(web.StartedAt); d > 5*time.Second {
 		t.Fatalf("restarted %s after the first start", d)
 	}
-	// The state file knows the generation and the process groups.
-	b, err := os.ReadFile(s.StateFile)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var st savedState
-	if err := json.Unmarshal(b, &st); err != nil || len(st.Generations) != 1 || len(st.Groups) != 2 {
-		t.Fatalf("state file = %s (%v)", b, err)
-	}
+	// The state file knows the generation and the process groups (the
+	// restarted one's written just after it shows running).
+	var b []byte
+	waitFor(t, "the state file with the generation and both process groups", func() bool {
+		b, _ = os.ReadFile(s.StateFile)
+		var st savedState
+		return json.Unmarshal(b, &st) == nil && len(st.Generations) == 1 && len(st.Groups) == 2
+	})
 	if fi, _ := os.Stat(s.StateFile); fi.Mode().Perm() != 0o600 {
 		t.Fatalf("state file mode %v", fi.Mode())
 	}
