@@ -133,6 +133,12 @@ func startCapture(t *testing.T, ports map[int]string) *capture {
 		syscall.Close(fd)
 		t.Fatalf("binding to lo: %v", err)
 	}
+	// A large buffer: the socket sees every loopback packet of the
+	// machine, and a busy CI run filled the default one, dropping the
+	// canary ("0 bytes captured").
+	if err := syscall.SetsockoptInt(fd, syscall.SOL_SOCKET, syscall.SO_RCVBUFFORCE, 64<<20); err != nil {
+		syscall.SetsockoptInt(fd, syscall.SOL_SOCKET, syscall.SO_RCVBUF, 64<<20)
+	}
 	// Reads wake up regularly so stop is noticed.
 	tv := syscall.Timeval{Usec: 100000}
 	syscall.SetsockoptTimeval(fd, syscall.SOL_SOCKET, syscall.SO_RCVTIMEO, &tv)

@@ -3,6 +3,7 @@ package coordinator_test
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"os"
 	"path/filepath"
@@ -19,14 +20,24 @@ import (
 )
 
 // freeAddr returns a loopback address with a port free right now.
+// freeAddr is a loopback address nothing listens on, with a port below
+// the kernel's ephemeral range (32768 on): a port the kernel picked for
+// "port 0" comes from that range, and between this call and the replica's
+// listen an outgoing connection of a parallel test could take it as its
+// own local port (CI saw "address already in use").
 func freeAddr(t *testing.T) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	for range 100 {
+		addr := fmt.Sprintf("127.0.0.1:%d", 20000+rand.IntN(12000))
+		ln, err := net.Listen("tcp", addr)
+		if err != nil {
+			continue
+		}
+		ln.Close()
+		return addr
 	}
-	defer ln.Close()
-	return ln.Addr().String()
+	t.Fatal("no free port below the ephemeral range")
+	return ""
 }
 
 // replicaSet is a group of coordinators in this process.
