@@ -354,12 +354,6 @@ func describe(err error) string {
 	return err.Error()
 }
 
-// rateLimited says whether the CA refused for a rate limit, and when to
-// come back.
-func rateLimited(err error) (time.Duration, bool) {
-	return acme.RateLimit(err)
-}
-
 // pemBlocks returns the DER bytes of every PEM block of b.
 func pemBlocks(b []byte) [][]byte {
 	var out [][]byte

@@ -25,6 +25,7 @@ import (
 	"log/slog"
 	"time"
 
+	"golang.org/x/crypto/acme"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"corpus/coordinator/state"
@@ -208,7 +209,7 @@ func (o *orderer) failed(ctx context.Context, domain string, cause error) {
 		crt.LastError = describe(cause)
 		crt.LastAttemptAt = timestamppb.New(o.Now())
 		wait := Backoff(crt.Failures)
-		if after, ok := rateLimited(cause); ok && after > 0 {
+		if after, ok := acme.RateLimit(cause); ok && after > 0 { // the CA's Retry-After
 			wait = after
 		}
 		crt.NextAttemptAt = timestamppb.New(o.Now().Add(wait))

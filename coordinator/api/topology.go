@@ -185,7 +185,7 @@ func (s *projectService) planImport(ctx context.Context, view *state.Snap, m *co
 	}
 	p := view.Project(plan.project)
 	for _, e := range envs {
-		c := cloneEnvTopology(e)
+		c := proto.Clone(e).(*corpusv1.EnvTopology)
 		if to, ok := rename[e.Name]; ok {
 			c.Name = to
 		}
@@ -241,7 +241,7 @@ func (s *projectService) planImport(ctx context.Context, view *state.Snap, m *co
 // planService renames a service for the import and checks it; nil when
 // it is linked to no imported environment.
 func (s *projectService) planService(ctx context.Context, view *state.Snap, oldProject string, plan *importPlan, st *corpusv1.ServiceTopology, rename map[string]string) (*corpusv1.ServiceTopology, error) {
-	c := cloneServiceTopology(st)
+	c := proto.Clone(st).(*corpusv1.ServiceTopology)
 	c.Links = nil
 	for _, l := range st.Links {
 		env := l.Env
@@ -397,12 +397,4 @@ func (s *projectService) importLink(ctx context.Context, service, project string
 			return fmt.Errorf("the service was not placed within a minute: %w", err)
 		}
 	}
-}
-
-func cloneEnvTopology(e *corpusv1.EnvTopology) *corpusv1.EnvTopology {
-	return proto.Clone(e).(*corpusv1.EnvTopology)
-}
-
-func cloneServiceTopology(st *corpusv1.ServiceTopology) *corpusv1.ServiceTopology {
-	return proto.Clone(st).(*corpusv1.ServiceTopology)
 }
