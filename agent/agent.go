@@ -252,6 +252,10 @@ type Agent struct {
 	// guestServices the service of those that run one, serviceReach
 	// who may reach them.
 	guestProjects map[string]string
+	// instances are the project instances past the first among the
+	// guests, and instState how each last synced (agent/instances.go).
+	instances     []*corpusv1.InstanceAssignment
+	instState     map[string]*instanceState
 	guestServices map[string]string
 	serviceReach  map[string]*corpusv1.ServiceReach
 	// guestWaiting are the guests not to start yet, and why (the
@@ -340,6 +344,7 @@ func New(cfg Config) (*Agent, error) {
 
 		volObserved:   map[string]*corpusv1.VolumeObserved{},
 		volBusy:       map[string]bool{},
+		instState:     map[string]*instanceState{},
 		volOldRemoved: map[string]bool{},
 		volGrowing:    map[string]int64{},
 		volGuestSize:  map[string]int64{},

@@ -68,6 +68,15 @@ func (s *agentAPI) Redeploy(ctx context.Context, req *connect.Request[corpusv1.A
 	return s.a.deploys.Redeploy(ctx, s.a.runCtx, req.Msg, stream.Send)
 }
 
+// ReleaseSource streams a commit's objects to the agent of another
+// instance (deploy.Pipeline.ReleaseSource).
+func (s *agentAPI) ReleaseSource(ctx context.Context, req *connect.Request[corpusv1.ReleaseSourceRequest], stream *connect.ServerStream[corpusv1.SourceChunk]) error {
+	if err := s.a.checkCaller(req.Header()); err != nil {
+		return err
+	}
+	return s.a.deploys.ReleaseSource(ctx, req.Msg, stream.Send)
+}
+
 // Rollback makes a kept release current again (deploy.Pipeline.Rollback).
 func (s *agentAPI) Rollback(ctx context.Context, req *connect.Request[corpusv1.RollbackRequest], stream *connect.ServerStream[corpusv1.RollbackOutput]) error {
 	if err := s.a.checkCaller(req.Header()); err != nil {

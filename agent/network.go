@@ -382,9 +382,16 @@ func (a *Agent) controlEndpoints() []netip.AddrPort {
 // out those published otherwise (served, by route id). A route goes to
 // the address target gives (a driver's, or the guest's own on the node's
 // network); routes with no target yet are left out until they have one.
+// The route of an environment with several instances carries its targets
+// (each instance's web, wherever it runs), balanced by the proxy.
 func proxyRoutes(routes []*corpusv1.Route, guests map[string]*corpusv1.Guest, served map[string]bool, target func(r *corpusv1.Route, g *corpusv1.Guest) string) proxy.Routes {
 	out := proxy.Routes{HTTP: map[string]proxy.HTTPRoute{}, TCP: map[int]proxy.TCPRoute{}}
 	for _, r := range routes {
+		if r.Kind == "http" && len(r.Targets) > 0 {
+			// An environment's instances, on this node and others.
+			out.HTTP[r.Domain] = proxy.HTTPRoute{Targets: r.Targets, HTTPS: r.Https, RedirectHTTPS: r.RedirectHttps, HSTS: r.Hsts}
+			continue
+		}
 		g := guests[r.GuestId]
 		if g == nil || served[r.Id] {
 			continue

@@ -54,6 +54,7 @@ func (a *Agent) pass(ctx context.Context) {
 	defer a.reconcileNetwork(ctx)
 	defer a.reconcileVolumes(ctx)
 	defer a.reconcileServices(ctx)
+	defer a.reconcileInstances(ctx)
 	a.mu.Lock()
 	known := a.known
 	for id, g := range a.desired {

@@ -100,6 +100,7 @@ func (a *Agent) setDesired(msg *corpusv1.WatchResponse) {
 	a.routes = msg.Routes
 	a.httpsCerts = msg.Certificates
 	a.guestProjects = msg.GuestProjects
+	a.instances = msg.Instances
 	a.guestServices = msg.GuestServices
 	a.guestWaiting = msg.GuestWaiting
 	a.peers = msg.Peers

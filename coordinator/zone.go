@@ -49,6 +49,15 @@ func clusterZone(v *state.Snap, zoneName, nsName string, nsAddr netip.Addr) (*dn
 				continue
 			}
 			r := dns.Route{Domain: p.Name, Env: e.Name, Nodes: []string{n.Name}}
+			// Every node with an instance serves the domains (its proxy
+			// balances over all of them).
+			for _, id := range v.EnvNodes(e) {
+				if o := v.Node(id); o != nil && o.Id != n.Id {
+					if _, published := c.Nodes[o.Name]; published {
+						r.Nodes = append(r.Nodes, o.Name)
+					}
+				}
+			}
 			for i, port := range n.ReservedPorts { // the proxy's: HTTP, then HTTPS
 				svc := []string{"http", "https"}[min(i, 1)]
 				r.Ports = append(r.Ports, dns.Port{Service: svc, Port: uint16(port)})

@@ -179,7 +179,7 @@ func (c *Cache) Journal() ([]Entry, error) {
 // environment, rewritten as it passes each step and removed when it is
 // resolved.
 type Deploy struct {
-	Kind      string    `json:"kind"` // "deploy" or "rollback"
+	Kind      string    `json:"kind"` // "deploy", "rollback" or "instance"
 	Project   string    `json:"project"`
 	Env       string    `json:"env"`
 	Guest     string    `json:"guest"`
@@ -191,10 +191,18 @@ type Deploy struct {
 	// OldWebPort is the port the routes pointed at before the deploy
 	// moved them to its new web process (0: not moved).
 	OldWebPort int32 `json:"old_web_port,omitempty"`
+	// Instance is the environment's instance an "instance" deploy is of.
+	Instance uint32 `json:"instance,omitempty"`
 }
 
-// Key identifies a deploy's environment in the journal.
-func (d Deploy) Key() string { return d.Project + "/" + d.Env }
+// Key identifies a deploy's environment (and instance past the first)
+// in the journal.
+func (d Deploy) Key() string {
+	if d.Instance > 1 {
+		return fmt.Sprintf("%s/%s#%d", d.Project, d.Env, d.Instance)
+	}
+	return d.Project + "/" + d.Env
+}
 
 // SetDeploy writes (or rewrites) a deploy's journal entry.
 func (c *Cache) SetDeploy(d Deploy) error {

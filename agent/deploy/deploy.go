@@ -31,6 +31,7 @@ const (
 	stepFixperms    = "fixperms"
 	stepStart       = "start"
 	stepSwitch      = "switch"
+	stepRoll        = "roll"
 	stepNotify      = "notify"
 	// stepFinished is journalled once the outcome is recorded.
 	stepFinished = "finished"
@@ -72,6 +73,9 @@ type deploy struct {
 	only []string
 	// gen is the release's processes, started beside the old ones.
 	gen *rollout
+	// instance is the environment's instance deployed (0: the first,
+	// which records the release and rolls the others).
+	instance uint32
 
 	out   io.Writer     // to the git client
 	log   *bytes.Buffer // everything said, to record
@@ -115,6 +119,8 @@ func (p *Pipeline) push(ctx context.Context, sess *pushSession, req *hookRequest
 	if err != nil {
 		return reject("%v", err)
 	}
+	p.sources.set(key, g)
+	defer p.sources.drop(key)
 	d := &deploy{p: p, ctx: ctx, project: sess.project, env: env, tree: t, man: man, out: out, log: &bytes.Buffer{}}
 	if d.guest, d.driver, err = p.guestForExec(env.GuestName); err != nil {
 		return reject("%v", err)
@@ -483,7 +489,7 @@ func (d *deploy) run(g quarantineGit, commit string) error {
 			d.say("       no processes (a Procfile, or processes: in %s)", manifestFile)
 			return true, nil
 		}
-		gen, err := d.p.startGeneration(d.ctx, d.driver, d.guest, d.project, d.env, d.specOf(), d.name(), d.say)
+		gen, err := d.p.startGeneration(d.ctx, d.driver, d.guest, d.project, d.env, d.instance, d.specOf(), d.name(), d.say)
 		var es *errStart
 		if errors.As(err, &es) {
 			d.tail = es.tail
@@ -519,8 +525,8 @@ func (d *deploy) run(g quarantineGit, commit string) error {
 	if err != nil {
 		return err
 	}
-	return d.step(stepSwitch, func() (bool, error) {
-		changed := !slices.Equal(d.man.Domains, d.env.ManifestDomains)
+	err = d.step(stepSwitch, func() (bool, error) {
+		changed := d.instance <= 1 && !slices.Equal(d.man.Domains, d.env.ManifestDomains)
 		if changed {
 			if err := d.setDomains(d.man.Domains); err != nil {
 				return false, fmt.Errorf("routing the domains of %s: %w", manifestFile, err)
@@ -545,6 +551,10 @@ func (d *deploy) run(g quarantineGit, commit string) error {
 		}
 		return false, nil
 	})
+	if err != nil {
+		return err
+	}
+	return d.roll()
 }
 
 // runs says whether a step runs: all do, unless corpus deploy --only

@@ -181,6 +181,9 @@ func (d *deploy) prune() {
 		d.say("       warning: pruning old releases: %v", err)
 		return
 	}
+	if d.instance > 1 {
+		return // the first instance records what is pruned
+	}
 	if _, err := coordCall(d.p, func(c corpusv1connect.AgentServiceClient) (*connect.Response[corpusv1.PruneReleasesResponse], error) {
 		return c.PruneReleases(d.ctx, connect.NewRequest(&corpusv1.PruneReleasesRequest{Project: d.project, Env: d.env.Name, Numbers: drop}))
 	}); err != nil {

@@ -89,6 +89,8 @@ type Pipeline struct {
 	maxPushBytes int64
 	git          *gitServer // nil when the git endpoint is off
 	envLocks     envLocks
+	// sources are the pushes deploying now (ReleaseSource reads them).
+	sources sources
 }
 
 // New builds the pipeline: with cfg.GitDir, it makes that folder and

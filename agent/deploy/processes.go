@@ -68,6 +68,19 @@ func (s runSpec) web() bool {
 	return false
 }
 
+// on is the spec with the processes instance runs when the environment
+// is scaled so (all for an environment never scaled).
+func (s runSpec) on(scale map[string]uint32, instance uint32) runSpec {
+	var keep []supervisor.Process
+	for _, p := range s.Processes {
+		if corpusv1.RunsOn(scale, instance, p.Name) {
+			keep = append(keep, p)
+		}
+	}
+	s.Processes = keep
+	return s
+}
+
 // specOf is the run spec of a deploy's release.
 func (d *deploy) specOf() runSpec {
 	s := runSpec{Release: d.name(), Grace: supervisor.Duration(d.man.Grace), UID: d.uid, GID: d.gid,
@@ -134,10 +147,13 @@ type rollout struct {
 	env     string
 	gen     string
 	spec    runSpec
-	port    int   // web's new port, 0 without web
-	oldPort int32 // the port the routes had
-	moved   bool  // the routes point at port
-	say     func(format string, args ...any)
+	// instance is the environment's instance the guest is (0 or 1: the
+	// first); its web port is its own.
+	instance uint32
+	port     int   // web's new port, 0 without web
+	oldPort  int32 // the port the routes had
+	moved    bool  // the routes point at port
+	say      func(format string, args ...any)
 	// names limits retireOthers to these process types (a restart of
 	// some); nil retires whole generations.
 	names []string
@@ -173,11 +189,12 @@ func (e *errStart) Error() string { return e.msg }
 
 // startGeneration starts a release's processes as generation gen and,
 // when there is a web process, waits until it answers on its new port.
-func (p *Pipeline) startGeneration(ctx context.Context, drv drivers.Driver, g *corpusv1.Guest, project string, env *corpusv1.ProjectEnv, spec runSpec, gen string, say func(string, ...any)) (*rollout, error) {
+func (p *Pipeline) startGeneration(ctx context.Context, drv drivers.Driver, g *corpusv1.Guest, project string, env *corpusv1.ProjectEnv, instance uint32, spec runSpec, gen string, say func(string, ...any)) (*rollout, error) {
 	if err := p.runtime.Ensure(ctx, drv, g.Name); err != nil {
 		return nil, err
 	}
-	r := &rollout{p: p, drv: drv, guest: g, project: project, env: env.GetName(), gen: gen, spec: spec, say: say}
+	spec = spec.on(env.GetScale(), instance)
+	r := &rollout{p: p, drv: drv, guest: g, project: project, env: env.GetName(), instance: instance, gen: gen, spec: spec, say: say}
 	procs := append([]supervisor.Process(nil), spec.Processes...)
 	if spec.web() {
 		var ports []int
@@ -292,7 +309,7 @@ func (r *rollout) switchTraffic(ctx context.Context) error {
 	if r.port == 0 || int32(r.port) == r.oldPort {
 		return nil
 	}
-	if err := r.p.setWebPort(ctx, r.project, r.env, int32(r.port)); err != nil {
+	if err := r.p.setWebPort(ctx, r.project, r.env, r.instance, int32(r.port)); err != nil {
 		return fmt.Errorf("pointing the routes at port %d: %w", r.port, err)
 	}
 	r.moved = true
@@ -311,9 +328,9 @@ func (r *rollout) switchTraffic(ctx context.Context) error {
 	return nil
 }
 
-func (p *Pipeline) setWebPort(ctx context.Context, project, env string, port int32) error {
+func (p *Pipeline) setWebPort(ctx context.Context, project, env string, instance uint32, port int32) error {
 	_, err := coordCall(p, func(c corpusv1connect.AgentServiceClient) (*connect.Response[corpusv1.SetWebPortResponse], error) {
-		return c.SetWebPort(ctx, connect.NewRequest(&corpusv1.SetWebPortRequest{Project: project, Env: env, Port: port}))
+		return c.SetWebPort(ctx, connect.NewRequest(&corpusv1.SetWebPortRequest{Project: project, Env: env, Port: port, Instance: instance}))
 	})
 	return err
 }
@@ -367,7 +384,7 @@ func (r *rollout) retireOthers(ctx context.Context) {
 // abort stops the new generation and points the routes back.
 func (r *rollout) abort(ctx context.Context) {
 	if r.moved && r.oldPort != 0 {
-		if err := r.p.setWebPort(ctx, r.project, r.env, r.oldPort); err != nil {
+		if err := r.p.setWebPort(ctx, r.project, r.env, r.instance, r.oldPort); err != nil {
 			r.say("       warning: pointing the routes back at port %d: %v", r.oldPort, err)
 		}
 	}

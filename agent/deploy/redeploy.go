@@ -151,7 +151,7 @@ func (p *Pipeline) restart(ctx context.Context, drv drivers.Driver, g *corpusv1.
 	}
 	gen := nextGeneration(rel, running)
 	say("-----> Restarting %s of %s/%s %s", processNames(spec.Processes), project, env.Name, rel)
-	r, err := p.startGeneration(ctx, drv, g, project, env, spec, gen, say)
+	r, err := p.startGeneration(ctx, drv, g, project, env, 1, spec, gen, say)
 	if err != nil {
 		var es *errStart
 		if errors.As(err, &es) {

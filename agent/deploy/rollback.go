@@ -192,7 +192,7 @@ func (p *Pipeline) recoverDeploy(ctx context.Context, j cache.Deploy) error {
 			return err
 		}
 		if j.OldWebPort != 0 {
-			if err := p.setWebPort(ctx, j.Project, j.Env, j.OldWebPort); err != nil {
+			if err := p.setWebPort(ctx, j.Project, j.Env, j.Instance, j.OldWebPort); err != nil {
 				return err
 			}
 		}
@@ -200,6 +200,9 @@ func (p *Pipeline) recoverDeploy(ctx context.Context, j cache.Deploy) error {
 			return err
 		}
 		p.logger.Info("rolled back an interrupted deploy", "project", j.Project, "env", j.Env, "release", name, "step", j.Step)
+		if j.Kind == "instance" {
+			return nil // the instance's agent tries again; the release is the first instance's to record
+		}
 		serving := "nothing"
 		if j.Previous != 0 {
 			serving = corpusv1.ReleaseName(j.Previous)
@@ -240,7 +243,7 @@ func (p *Pipeline) rollbackProcesses(ctx context.Context, drv drivers.Driver, g 
 		env = &corpusv1.ProjectEnv{Name: m.Env}
 	}
 	say("-----> start")
-	gen, err := p.startGeneration(ctx, drv, g, m.Project, env, spec, nextGeneration(target, running), say)
+	gen, err := p.startGeneration(ctx, drv, g, m.Project, env, 1, spec, nextGeneration(target, running), say)
 	if err != nil {
 		var es *errStart
 		if errors.As(err, &es) {

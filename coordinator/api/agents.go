@@ -151,6 +151,7 @@ func (s *agentService) Watch(ctx context.Context, _ *connect.Request[corpusv1.Wa
 		msg := &corpusv1.WatchResponse{Index: view.Index(), Node: n, Guests: desiredOn(view, p.NodeID), Routes: view.RoutesOnNode(p.NodeID)}
 		msg.Volumes = append(view.VolumesOnNode(p.NodeID), view.VolumesLeftOnNode(p.NodeID)...)
 		msg.GuestProjects = guestProjects(view, msg.Guests)
+		msg.Instances = instanceAssignments(view, msg.Guests)
 		msg.GuestServices, msg.ServiceReach = guestServices(view, msg.Guests), serviceReach(view, msg.Guests)
 		msg.Backups = view.BackupsOnNode(p.NodeID)
 		msg.GuestWaiting = guestWaiting(view, msg.Guests)
@@ -315,8 +316,30 @@ func guestProjects(view *state.Snap, guests []*corpusv1.Guest) map[string]string
 	out := map[string]string{}
 	for _, p := range view.Projects() {
 		for _, e := range p.GetEnvs() {
-			if on[e.GuestId] {
-				out[e.GuestId] = p.Name
+			for _, in := range state.Instances(e) {
+				if on[in.GuestID] {
+					out[in.GuestID] = p.Name
+				}
+			}
+		}
+	}
+	return out
+}
+
+// instanceAssignments say what each of guests that is a project instance
+// past the first should serve.
+func instanceAssignments(view *state.Snap, guests []*corpusv1.Guest) []*corpusv1.InstanceAssignment {
+	on := make(map[string]bool, len(guests))
+	for _, g := range guests {
+		on[g.Id] = true
+	}
+	var out []*corpusv1.InstanceAssignment
+	for _, p := range view.Projects() {
+		for _, e := range p.GetEnvs() {
+			for _, in := range e.Instances {
+				if on[in.GuestId] {
+					out = append(out, &corpusv1.InstanceAssignment{GuestId: in.GuestId, Project: p.Name, Env: e.Name, Index: in.Index, Release: in.Release, Scale: e.Scale})
+				}
 			}
 		}
 	}

@@ -159,6 +159,12 @@ var Policies = map[string]auth.Policy{
 	corpusv1connect.ProjectServiceDeployProcedure:        {auth.Operator},
 	corpusv1connect.ProjectServiceListProcessesProcedure: {auth.Operator},
 	corpusv1connect.AgentServiceSetWebPortProcedure:      {auth.Agent},
+	corpusv1connect.ProjectServiceScaleProcedure:         {auth.Operator},
+	// Instances: the agent of instance 1 rolls the others; their agents
+	// take the release and its source (each handler checks the node).
+	corpusv1connect.AgentServiceRollInstanceProcedure:    {auth.Agent},
+	corpusv1connect.AgentServiceInstanceReleaseProcedure: {auth.Agent},
+	corpusv1connect.AgentServiceReleaseSourceProcedure:   {auth.Agent},
 	corpusv1connect.AgentServiceRecordShellProcedure:     {auth.Agent},
 	corpusv1connect.AgentServiceServiceRuntimeProcedure:  {auth.Agent},
 	// Services: every user sees the templates; ops and devs make
@@ -212,6 +218,7 @@ var (
 		corpusv1connect.ProjectServiceRollbackProcedure,
 		corpusv1connect.ProjectServiceSetConfigProcedure,
 		corpusv1connect.ProjectServiceDeployProcedure,
+		corpusv1connect.ProjectServiceScaleProcedure,
 		corpusv1connect.GuestServiceExecGuestProcedure,
 		corpusv1connect.GuestServiceShellProcedure,
 		corpusv1connect.GuestServiceStartGuestProcedure,

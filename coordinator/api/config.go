@@ -283,7 +283,7 @@ func (s *agentService) SetWebPort(ctx context.Context, req *connect.Request[corp
 		return nil, toConnect(err)
 	}
 	if _, err := s.b.write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_SetWebPort{SetWebPort: &corpusv1.SetWebPort{
-		Project: m.Project, Env: m.Env, NodeId: auth.FromContext(ctx).NodeID, Port: m.Port,
+		Project: m.Project, Env: m.Env, NodeId: auth.FromContext(ctx).NodeID, Port: m.Port, Instance: m.Instance,
 	}}}); err != nil {
 		return nil, err
 	}

@@ -186,7 +186,7 @@ func (s *agentService) TlsMaterial(ctx context.Context, req *connect.Request[cor
 		if r == nil || !r.Https {
 			return nil, toConnect(notFound("https route for domain", domain, "corpus ingress list"))
 		}
-		if g := view.Guest(r.GuestId); g == nil || g.NodeId != p.NodeID {
+		if !slices.ContainsFunc(view.RoutesOnNode(p.NodeID), func(r *corpusv1.Route) bool { return r.Domain == domain }) {
 			return nil, connect.NewError(connect.CodePermissionDenied, fmt.Errorf("domain %s is not routed to a guest of node %s", domain, p.NodeName))
 		}
 		c := view.Certificate(domain)

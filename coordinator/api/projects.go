@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"connectrpc.com/connect"
@@ -292,7 +293,7 @@ func (s *projectService) view(view *state.Snap, p *corpusv1.Project) *corpusv1.P
 	out := &corpusv1.ProjectView{Project: p}
 	for _, e := range p.Envs {
 		ev := &corpusv1.ProjectEnvView{Name: e.Name, GuestName: e.GuestName, CurrentRelease: e.CurrentRelease, Domains: e.Domains, GitRemote: s.remote(view, p, e),
-			Services: linkedServices(view, p.Name, e.Name)}
+			Services: linkedServices(view, p.Name, e.Name), Scale: e.Scale, Instances: instanceViews(view, p, e)}
 		if g := view.Guest(e.GuestId); g != nil {
 			ev.GuestStatus = guestStatus(view, g)
 			if n := view.Node(g.NodeId); n != nil {
@@ -503,6 +504,14 @@ func (s *projectService) Rollback(ctx context.Context, req *connect.Request[corp
 	}
 	up, err := s.b.AgentClient(n).Rollback(ctx, connect.NewRequest(&corpusv1.RollbackRequest{Project: p.Name, Env: e.Name, To: to, ProjectEnv: e}))
 	err = relayFromAgent(n, "rollback", up, err, stream.Send)
+	if err == nil && len(e.Instances) > 0 {
+		var mu sync.Mutex
+		err = s.b.rollInstances(ctx, p, e, to, func(line string) {
+			mu.Lock()
+			defer mu.Unlock()
+			stream.Send(&corpusv1.RollbackOutput{Output: []byte(line)})
+		})
+	}
 	// The node records the new current release as its own write; who
 	// asked for it is recorded here.
 	result := "ok: " + corpusv1.ReleaseName(to) + " is current"

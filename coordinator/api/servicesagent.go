@@ -79,8 +79,13 @@ func serviceReach(view *state.Snap, guests []*corpusv1.Guest) []*corpusv1.Servic
 		r := &corpusv1.ServiceReach{GuestId: g.Id, Port: svc.TemplateSpec.GetPort()}
 		for _, l := range svc.Links {
 			e := state.ProjectEnv(view.Project(l.Project), l.Env)
-			if lg := view.Guest(e.GetGuestId()); lg != nil && lg.Address != "" {
-				r.From = append(r.From, lg.Address)
+			if e == nil {
+				continue
+			}
+			for _, in := range state.Instances(e) {
+				if lg := view.Guest(in.GuestID); lg != nil && lg.Address != "" {
+					r.From = append(r.From, lg.Address)
+				}
 			}
 		}
 		out = append(out, r)

@@ -31,6 +31,10 @@ type Ask struct {
 	// ZoneLoad counts, by zone, the guests of the guest's project already
 	// placed there: the guest goes to the least loaded zone that fits.
 	ZoneLoad map[string]int
+	// NodeLoad counts, by node id, the instances of the guest's project
+	// environment already there: among the nodes of a zone the guest goes
+	// to the one with fewest, so an environment's instances spread.
+	NodeLoad map[string]int
 }
 
 // Decision is the outcome of placing one guest: a node id, or a reason
@@ -45,7 +49,8 @@ type Decision struct {
 // carrying the labels it requires, driver present and healthy, image
 // offered, free memory/cpu/disk and ports). Of the nodes that fit, the
 // ones in the zone holding the fewest guests of the guest's project come
-// first (spread across failure domains); among those the guest is
+// first (spread across failure domains), then those holding the fewest
+// instances of its environment; among those the guest is
 // bin-packed: the node left with the smallest free share of memory and
 // cpu wins, ties broken by name so the choice is deterministic. When
 // nothing fits, Reason counts the nodes each filter rejected.
@@ -62,7 +67,7 @@ func Place(ask Ask, candidates []Candidate) Decision {
 			rejected[why]++
 			continue
 		}
-		r := rank{zoneLoad: ask.ZoneLoad[c.Node.Labels[state.LabelZone]], free: freeShare(c, spec.GetResources()), name: c.Node.Name}
+		r := rank{zoneLoad: ask.ZoneLoad[c.Node.Labels[state.LabelZone]], nodeLoad: ask.NodeLoad[c.Node.Id], free: freeShare(c, spec.GetResources()), name: c.Node.Name}
 		if best == nil || r.before(bestRank) {
 			best, bestRank = c, r
 		}
@@ -86,9 +91,11 @@ func Place(ask Ask, candidates []Candidate) Decision {
 }
 
 // rank orders the nodes that fit a guest: fewer guests of its project in
-// the node's zone, then less left free (bin-packing), then name.
+// the node's zone, then fewer instances of its environment on the node,
+// then less left free (bin-packing), then name.
 type rank struct {
 	zoneLoad int
+	nodeLoad int
 	free     float64
 	name     string
 }
@@ -97,6 +104,8 @@ func (r rank) before(o rank) bool {
 	switch {
 	case r.zoneLoad != o.zoneLoad:
 		return r.zoneLoad < o.zoneLoad
+	case r.nodeLoad != o.nodeLoad:
+		return r.nodeLoad < o.nodeLoad
 	case r.free != o.free:
 		return r.free < o.free
 	}

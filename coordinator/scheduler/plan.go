@@ -24,6 +24,18 @@ func Plan(view *state.Snap) []*corpusv1.PlaceGuest {
 	}
 	projects := view.GuestProjects()
 	load := zoneLoad(view, projects, byID)
+	envLoad := map[state.ProjectRef]map[string]int{}
+	envOf := func(ref state.ProjectRef) state.ProjectRef {
+		return state.ProjectRef{Project: ref.Project, Env: ref.Env}
+	}
+	for id, ref := range projects {
+		if g := view.Guest(id); g != nil && g.NodeId != "" && g.DesiredState != state.DesiredDeleted {
+			if envLoad[envOf(ref)] == nil {
+				envLoad[envOf(ref)] = map[string]int{}
+			}
+			envLoad[envOf(ref)][g.NodeId]++
+		}
+	}
 	var plan []*corpusv1.PlaceGuest
 	for _, g := range view.Guests() {
 		var from *Candidate
@@ -37,7 +49,7 @@ func Plan(view *state.Snap) []*corpusv1.PlaceGuest {
 			continue
 		}
 		ref := projects[g.Id]
-		ask := Ask{Guest: g, Env: ref.Env, ZoneLoad: load[ref.Project]}
+		ask := Ask{Guest: g, Env: ref.Env, ZoneLoad: load[ref.Project], NodeLoad: envLoad[envOf(ref)]}
 		if from != nil && ref.Project != "" {
 			ask.ZoneLoad = without(ask.ZoneLoad, zoneOf(from.Node))
 		}
@@ -68,6 +80,10 @@ func Plan(view *state.Snap) []*corpusv1.PlaceGuest {
 			c.UsedPorts = used
 		}
 		if ref.Project != "" {
+			if envLoad[envOf(ref)] == nil {
+				envLoad[envOf(ref)] = map[string]int{}
+			}
+			envLoad[envOf(ref)][d.NodeID]++
 			if load[ref.Project] == nil {
 				load[ref.Project] = map[string]int{}
 			}

@@ -56,6 +56,10 @@ func auditEntry(cmd *corpusv1.Command, index uint64, err error) *corpusv1.AuditE
 		}
 		sort.Strings(set)
 		e.Target += " (" + ConfigChangeText(set, c.SetConfig.Unset) + ")"
+	case *corpusv1.Command_ScaleEnv:
+		e.Target += "/" + c.ScaleEnv.Env + " (" + ScaleText(c.ScaleEnv.Scale) + ")"
+	case *corpusv1.Command_SetInstanceRelease:
+		e.Target += fmt.Sprintf("/%s instance %d -> %s", c.SetInstanceRelease.Env, c.SetInstanceRelease.Instance, corpusv1.ReleaseName(c.SetInstanceRelease.Release))
 	}
 	return e
 }

@@ -249,6 +249,9 @@ func (a *applier) setWebPort(c *corpusv1.SetWebPort) error {
 	if c.Port < 1 || c.Port > 65535 {
 		return fmt.Errorf("web port %d: %w", c.Port, ErrInvalid)
 	}
+	if c.Instance > 1 {
+		return a.setInstanceWebPort(c)
+	}
 	p, env, err := a.envOnNode(c.Project, c.Env, c.NodeId)
 	if err != nil {
 		return err

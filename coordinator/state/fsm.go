@@ -192,6 +192,10 @@ func (a *applier) apply(cmd *corpusv1.Command) error {
 		return a.setKeyring(c.SetKeyring)
 	case *corpusv1.Command_SetWebPort:
 		return a.setWebPort(c.SetWebPort)
+	case *corpusv1.Command_ScaleEnv:
+		return a.scaleEnv(c.ScaleEnv)
+	case *corpusv1.Command_SetInstanceRelease:
+		return a.setInstanceRelease(c.SetInstanceRelease)
 	case *corpusv1.Command_CreateService:
 		return a.createService(c.CreateService)
 	case *corpusv1.Command_SetServiceDesired:

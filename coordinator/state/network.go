@@ -175,11 +175,16 @@ func (v *Snap) RoutesOfGuest(guestID string) []*corpusv1.Route {
 // the old copies of guests migrating away from it (they serve until the
 // new copy runs).
 func (v *Snap) RoutesOnNode(nodeID string) []*corpusv1.Route {
+	multi := v.envRoutes(nodeID)
 	var out []*corpusv1.Route
 	for _, g := range append(v.GuestsOnNode(nodeID), v.GuestsLeaving(nodeID)...) {
-		out = append(out, v.RoutesOfGuest(g.Id)...)
+		for _, r := range v.RoutesOfGuest(g.Id) {
+			if !slices.ContainsFunc(multi, func(m *corpusv1.Route) bool { return m.Id == r.Id }) {
+				out = append(out, r)
+			}
+		}
 	}
-	return out
+	return append(out, multi...)
 }
 
 func cmpString(a, b string) int {

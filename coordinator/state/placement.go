@@ -135,6 +135,8 @@ func (v *Snap) NodeAllocated(nodeID string) *corpusv1.Resources {
 type ProjectRef struct {
 	Project string
 	Env     string
+	// Instance is the guest's index among its environment's instances.
+	Instance uint32
 }
 
 // GuestProjects maps the ids of project guests to their project
@@ -144,7 +146,9 @@ func (v *Snap) GuestProjects() map[string]ProjectRef {
 	out := map[string]ProjectRef{}
 	for _, p := range v.Projects() {
 		for _, e := range p.Envs {
-			out[e.GuestId] = ProjectRef{Project: p.Name, Env: e.Name}
+			for _, in := range Instances(e) {
+				out[in.GuestID] = ProjectRef{Project: p.Name, Env: e.Name, Instance: in.Index}
+			}
 		}
 	}
 	for _, s := range v.Services() {

@@ -181,9 +181,13 @@ func (a *applier) deleteProject(c *corpusv1.DeleteProject) error {
 			keep = append(keep, env)
 			continue
 		}
-		if g := a.get(tableGuests, "id", env.GuestId); g != nil && g.(*corpusv1.Guest).DesiredState != DesiredDeleted {
-			if err := a.setGuestDesired(&corpusv1.SetGuestDesired{Name: g.(*corpusv1.Guest).Name, DesiredState: DesiredDeleted, PurgeVolume: !c.KeepVolumes}); err != nil {
-				return err
+		for _, in := range Instances(env) {
+			if g := a.get(tableGuests, "id", in.GuestID); g != nil && g.(*corpusv1.Guest).DesiredState != DesiredDeleted {
+				// Only instance 1's data may be kept: the others' volumes
+				// hold nothing another instance needs.
+				if err := a.setGuestDesired(&corpusv1.SetGuestDesired{Name: g.(*corpusv1.Guest).Name, DesiredState: DesiredDeleted, PurgeVolume: !c.KeepVolumes || in.Index > 1}); err != nil {
+					return err
+				}
 			}
 		}
 		if _, err := a.txn.DeleteAll(tableReleases, "env", p.Name, env.Name); err != nil {
@@ -448,8 +452,10 @@ func (v *Snap) Project(name string) *corpusv1.Project {
 func (v *Snap) ProjectOfGuest(guestID string) (*corpusv1.Project, *corpusv1.ProjectEnv) {
 	for _, p := range v.Projects() {
 		for _, e := range p.GetEnvs() {
-			if e.GuestId == guestID {
-				return p, e
+			for _, in := range Instances(e) {
+				if in.GuestID == guestID {
+					return p, e
+				}
 			}
 		}
 	}

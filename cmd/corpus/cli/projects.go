@@ -75,6 +75,13 @@ func newProjectCmd(g *globals) *cobra.Command {
 					}
 					fmt.Fprintf(w, "  Domains:\t%s\n", domains)
 					fmt.Fprintf(w, "  Git remote:\t%s\n", dash(ev.GitRemote))
+					if len(ev.Instances) > 1 || len(ev.Scale) > 0 {
+						fmt.Fprintf(w, "  Scale:\t%s\n", scaleText(ev.Scale))
+						for _, in := range ev.Instances {
+							fmt.Fprintf(w, "  Instance %d:\t%s, %s on node %s, %s (%s)\n", in.Index, in.GuestName, dash(in.GuestStatus), dash(in.NodeName),
+								releaseName(in.Release), dash(strings.Join(in.Processes, ",")))
+						}
+					}
 					if len(ev.Services) > 0 {
 						// The environment's guest starts after these.
 						fmt.Fprintf(w, "  Depends on:\t%s\n", strings.Join(ev.Services, ", "))

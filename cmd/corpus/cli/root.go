@@ -129,6 +129,7 @@ func newRoot(g *globals) *cobra.Command {
 		newShellCmd(g),
 		newRestartCmd(g),
 		newDeployCmd(g),
+		newScaleCmd(g),
 		newVersionCmd(g),
 		newDocsCmd(g),
 	)

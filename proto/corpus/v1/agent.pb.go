@@ -281,10 +281,13 @@ func (x *AgentRedeployRequest) GetAuthor() string {
 }
 
 type SetWebPortRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Project       string                 `protobuf:"bytes,1,opt,name=project,proto3" json:"project,omitempty"`
-	Env           string                 `protobuf:"bytes,2,opt,name=env,proto3" json:"env,omitempty"`
-	Port          int32                  `protobuf:"varint,3,opt,name=port,proto3" json:"port,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Project string                 `protobuf:"bytes,1,opt,name=project,proto3" json:"project,omitempty"`
+	Env     string                 `protobuf:"bytes,2,opt,name=env,proto3" json:"env,omitempty"`
+	Port    int32                  `protobuf:"varint,3,opt,name=port,proto3" json:"port,omitempty"`
+	// instance is the index of the instance whose web moved (0 or 1: the
+	// environment's own guest).
+	Instance      uint32 `protobuf:"varint,4,opt,name=instance,proto3" json:"instance,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -340,6 +343,379 @@ func (x *SetWebPortRequest) GetPort() int32 {
 	return 0
 }
 
+func (x *SetWebPortRequest) GetInstance() uint32 {
+	if x != nil {
+		return x.Instance
+	}
+	return 0
+}
+
+type RollInstanceRequest struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Project  string                 `protobuf:"bytes,1,opt,name=project,proto3" json:"project,omitempty"`
+	Env      string                 `protobuf:"bytes,2,opt,name=env,proto3" json:"env,omitempty"`
+	Instance uint32                 `protobuf:"varint,3,opt,name=instance,proto3" json:"instance,omitempty"`
+	Release  uint32                 `protobuf:"varint,4,opt,name=release,proto3" json:"release,omitempty"`
+	// wait_seconds bounds the wait for the instance to serve it.
+	WaitSeconds   int64 `protobuf:"varint,5,opt,name=wait_seconds,json=waitSeconds,proto3" json:"wait_seconds,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RollInstanceRequest) Reset() {
+	*x = RollInstanceRequest{}
+	mi := &file_corpus_v1_agent_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RollInstanceRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RollInstanceRequest) ProtoMessage() {}
+
+func (x *RollInstanceRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_agent_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RollInstanceRequest.ProtoReflect.Descriptor instead.
+func (*RollInstanceRequest) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *RollInstanceRequest) GetProject() string {
+	if x != nil {
+		return x.Project
+	}
+	return ""
+}
+
+func (x *RollInstanceRequest) GetEnv() string {
+	if x != nil {
+		return x.Env
+	}
+	return ""
+}
+
+func (x *RollInstanceRequest) GetInstance() uint32 {
+	if x != nil {
+		return x.Instance
+	}
+	return 0
+}
+
+func (x *RollInstanceRequest) GetRelease() uint32 {
+	if x != nil {
+		return x.Release
+	}
+	return 0
+}
+
+func (x *RollInstanceRequest) GetWaitSeconds() int64 {
+	if x != nil {
+		return x.WaitSeconds
+	}
+	return 0
+}
+
+type RollInstanceResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// guest and node say where the instance runs.
+	Guest         string `protobuf:"bytes,1,opt,name=guest,proto3" json:"guest,omitempty"`
+	Node          string `protobuf:"bytes,2,opt,name=node,proto3" json:"node,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RollInstanceResponse) Reset() {
+	*x = RollInstanceResponse{}
+	mi := &file_corpus_v1_agent_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RollInstanceResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RollInstanceResponse) ProtoMessage() {}
+
+func (x *RollInstanceResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_agent_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RollInstanceResponse.ProtoReflect.Descriptor instead.
+func (*RollInstanceResponse) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *RollInstanceResponse) GetGuest() string {
+	if x != nil {
+		return x.Guest
+	}
+	return ""
+}
+
+func (x *RollInstanceResponse) GetNode() string {
+	if x != nil {
+		return x.Node
+	}
+	return ""
+}
+
+type InstanceReleaseRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Project       string                 `protobuf:"bytes,1,opt,name=project,proto3" json:"project,omitempty"`
+	Env           string                 `protobuf:"bytes,2,opt,name=env,proto3" json:"env,omitempty"`
+	Instance      uint32                 `protobuf:"varint,3,opt,name=instance,proto3" json:"instance,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *InstanceReleaseRequest) Reset() {
+	*x = InstanceReleaseRequest{}
+	mi := &file_corpus_v1_agent_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *InstanceReleaseRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*InstanceReleaseRequest) ProtoMessage() {}
+
+func (x *InstanceReleaseRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_agent_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use InstanceReleaseRequest.ProtoReflect.Descriptor instead.
+func (*InstanceReleaseRequest) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *InstanceReleaseRequest) GetProject() string {
+	if x != nil {
+		return x.Project
+	}
+	return ""
+}
+
+func (x *InstanceReleaseRequest) GetEnv() string {
+	if x != nil {
+		return x.Env
+	}
+	return ""
+}
+
+func (x *InstanceReleaseRequest) GetInstance() uint32 {
+	if x != nil {
+		return x.Instance
+	}
+	return 0
+}
+
+type InstanceReleaseResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Env   *ProjectEnv            `protobuf:"bytes,1,opt,name=env,proto3" json:"env,omitempty"`
+	// release is the one the instance should serve, and releases those the
+	// environment keeps (for the previous one).
+	Release  *Release   `protobuf:"bytes,2,opt,name=release,proto3" json:"release,omitempty"`
+	Releases []*Release `protobuf:"bytes,3,rep,name=releases,proto3" json:"releases,omitempty"`
+	// config is the environment's config, values opened, for the release's
+	// environment file in the guest.
+	Config        map[string]string `protobuf:"bytes,4,rep,name=config,proto3" json:"config,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *InstanceReleaseResponse) Reset() {
+	*x = InstanceReleaseResponse{}
+	mi := &file_corpus_v1_agent_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *InstanceReleaseResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*InstanceReleaseResponse) ProtoMessage() {}
+
+func (x *InstanceReleaseResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_agent_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use InstanceReleaseResponse.ProtoReflect.Descriptor instead.
+func (*InstanceReleaseResponse) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *InstanceReleaseResponse) GetEnv() *ProjectEnv {
+	if x != nil {
+		return x.Env
+	}
+	return nil
+}
+
+func (x *InstanceReleaseResponse) GetRelease() *Release {
+	if x != nil {
+		return x.Release
+	}
+	return nil
+}
+
+func (x *InstanceReleaseResponse) GetReleases() []*Release {
+	if x != nil {
+		return x.Releases
+	}
+	return nil
+}
+
+func (x *InstanceReleaseResponse) GetConfig() map[string]string {
+	if x != nil {
+		return x.Config
+	}
+	return nil
+}
+
+type ReleaseSourceRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Project       string                 `protobuf:"bytes,1,opt,name=project,proto3" json:"project,omitempty"`
+	Env           string                 `protobuf:"bytes,2,opt,name=env,proto3" json:"env,omitempty"`
+	Commit        string                 `protobuf:"bytes,3,opt,name=commit,proto3" json:"commit,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReleaseSourceRequest) Reset() {
+	*x = ReleaseSourceRequest{}
+	mi := &file_corpus_v1_agent_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReleaseSourceRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReleaseSourceRequest) ProtoMessage() {}
+
+func (x *ReleaseSourceRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_agent_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReleaseSourceRequest.ProtoReflect.Descriptor instead.
+func (*ReleaseSourceRequest) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *ReleaseSourceRequest) GetProject() string {
+	if x != nil {
+		return x.Project
+	}
+	return ""
+}
+
+func (x *ReleaseSourceRequest) GetEnv() string {
+	if x != nil {
+		return x.Env
+	}
+	return ""
+}
+
+func (x *ReleaseSourceRequest) GetCommit() string {
+	if x != nil {
+		return x.Commit
+	}
+	return ""
+}
+
+type SourceChunk struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Data          []byte                 `protobuf:"bytes,1,opt,name=data,proto3" json:"data,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SourceChunk) Reset() {
+	*x = SourceChunk{}
+	mi := &file_corpus_v1_agent_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SourceChunk) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SourceChunk) ProtoMessage() {}
+
+func (x *SourceChunk) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_agent_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SourceChunk.ProtoReflect.Descriptor instead.
+func (*SourceChunk) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *SourceChunk) GetData() []byte {
+	if x != nil {
+		return x.Data
+	}
+	return nil
+}
+
 type SetWebPortResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -348,7 +724,7 @@ type SetWebPortResponse struct {
 
 func (x *SetWebPortResponse) Reset() {
 	*x = SetWebPortResponse{}
-	mi := &file_corpus_v1_agent_proto_msgTypes[5]
+	mi := &file_corpus_v1_agent_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -360,7 +736,7 @@ func (x *SetWebPortResponse) String() string {
 func (*SetWebPortResponse) ProtoMessage() {}
 
 func (x *SetWebPortResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_agent_proto_msgTypes[5]
+	mi := &file_corpus_v1_agent_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -373,7 +749,7 @@ func (x *SetWebPortResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetWebPortResponse.ProtoReflect.Descriptor instead.
 func (*SetWebPortResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{5}
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{11}
 }
 
 type SetManifestDomainsRequest struct {
@@ -387,7 +763,7 @@ type SetManifestDomainsRequest struct {
 
 func (x *SetManifestDomainsRequest) Reset() {
 	*x = SetManifestDomainsRequest{}
-	mi := &file_corpus_v1_agent_proto_msgTypes[6]
+	mi := &file_corpus_v1_agent_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -399,7 +775,7 @@ func (x *SetManifestDomainsRequest) String() string {
 func (*SetManifestDomainsRequest) ProtoMessage() {}
 
 func (x *SetManifestDomainsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_agent_proto_msgTypes[6]
+	mi := &file_corpus_v1_agent_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -412,7 +788,7 @@ func (x *SetManifestDomainsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetManifestDomainsRequest.ProtoReflect.Descriptor instead.
 func (*SetManifestDomainsRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{6}
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *SetManifestDomainsRequest) GetProject() string {
@@ -444,7 +820,7 @@ type SetManifestDomainsResponse struct {
 
 func (x *SetManifestDomainsResponse) Reset() {
 	*x = SetManifestDomainsResponse{}
-	mi := &file_corpus_v1_agent_proto_msgTypes[7]
+	mi := &file_corpus_v1_agent_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -456,7 +832,7 @@ func (x *SetManifestDomainsResponse) String() string {
 func (*SetManifestDomainsResponse) ProtoMessage() {}
 
 func (x *SetManifestDomainsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_agent_proto_msgTypes[7]
+	mi := &file_corpus_v1_agent_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -469,7 +845,7 @@ func (x *SetManifestDomainsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetManifestDomainsResponse.ProtoReflect.Descriptor instead.
 func (*SetManifestDomainsResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{7}
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{13}
 }
 
 type GitAccessRequest struct {
@@ -492,7 +868,7 @@ type GitAccessRequest struct {
 
 func (x *GitAccessRequest) Reset() {
 	*x = GitAccessRequest{}
-	mi := &file_corpus_v1_agent_proto_msgTypes[8]
+	mi := &file_corpus_v1_agent_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -504,7 +880,7 @@ func (x *GitAccessRequest) String() string {
 func (*GitAccessRequest) ProtoMessage() {}
 
 func (x *GitAccessRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_agent_proto_msgTypes[8]
+	mi := &file_corpus_v1_agent_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -517,7 +893,7 @@ func (x *GitAccessRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GitAccessRequest.ProtoReflect.Descriptor instead.
 func (*GitAccessRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{8}
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *GitAccessRequest) GetFingerprint() string {
@@ -568,7 +944,7 @@ type RecordShellRequest struct {
 
 func (x *RecordShellRequest) Reset() {
 	*x = RecordShellRequest{}
-	mi := &file_corpus_v1_agent_proto_msgTypes[9]
+	mi := &file_corpus_v1_agent_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -580,7 +956,7 @@ func (x *RecordShellRequest) String() string {
 func (*RecordShellRequest) ProtoMessage() {}
 
 func (x *RecordShellRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_agent_proto_msgTypes[9]
+	mi := &file_corpus_v1_agent_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -593,7 +969,7 @@ func (x *RecordShellRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecordShellRequest.ProtoReflect.Descriptor instead.
 func (*RecordShellRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{9}
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *RecordShellRequest) GetFingerprint() string {
@@ -625,7 +1001,7 @@ type RecordShellResponse struct {
 
 func (x *RecordShellResponse) Reset() {
 	*x = RecordShellResponse{}
-	mi := &file_corpus_v1_agent_proto_msgTypes[10]
+	mi := &file_corpus_v1_agent_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -637,7 +1013,7 @@ func (x *RecordShellResponse) String() string {
 func (*RecordShellResponse) ProtoMessage() {}
 
 func (x *RecordShellResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_agent_proto_msgTypes[10]
+	mi := &file_corpus_v1_agent_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -650,7 +1026,7 @@ func (x *RecordShellResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecordShellResponse.ProtoReflect.Descriptor instead.
 func (*RecordShellResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{10}
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{16}
 }
 
 type GitAccessResponse struct {
@@ -671,7 +1047,7 @@ type GitAccessResponse struct {
 
 func (x *GitAccessResponse) Reset() {
 	*x = GitAccessResponse{}
-	mi := &file_corpus_v1_agent_proto_msgTypes[11]
+	mi := &file_corpus_v1_agent_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -683,7 +1059,7 @@ func (x *GitAccessResponse) String() string {
 func (*GitAccessResponse) ProtoMessage() {}
 
 func (x *GitAccessResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_agent_proto_msgTypes[11]
+	mi := &file_corpus_v1_agent_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -696,7 +1072,7 @@ func (x *GitAccessResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GitAccessResponse.ProtoReflect.Descriptor instead.
 func (*GitAccessResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{11}
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *GitAccessResponse) GetUser() string {
@@ -765,7 +1141,7 @@ type BeginReleaseRequest struct {
 
 func (x *BeginReleaseRequest) Reset() {
 	*x = BeginReleaseRequest{}
-	mi := &file_corpus_v1_agent_proto_msgTypes[12]
+	mi := &file_corpus_v1_agent_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -777,7 +1153,7 @@ func (x *BeginReleaseRequest) String() string {
 func (*BeginReleaseRequest) ProtoMessage() {}
 
 func (x *BeginReleaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_agent_proto_msgTypes[12]
+	mi := &file_corpus_v1_agent_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -790,7 +1166,7 @@ func (x *BeginReleaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BeginReleaseRequest.ProtoReflect.Descriptor instead.
 func (*BeginReleaseRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{12}
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *BeginReleaseRequest) GetProject() string {
@@ -854,7 +1230,7 @@ type BeginReleaseResponse struct {
 
 func (x *BeginReleaseResponse) Reset() {
 	*x = BeginReleaseResponse{}
-	mi := &file_corpus_v1_agent_proto_msgTypes[13]
+	mi := &file_corpus_v1_agent_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -866,7 +1242,7 @@ func (x *BeginReleaseResponse) String() string {
 func (*BeginReleaseResponse) ProtoMessage() {}
 
 func (x *BeginReleaseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_agent_proto_msgTypes[13]
+	mi := &file_corpus_v1_agent_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -879,7 +1255,7 @@ func (x *BeginReleaseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BeginReleaseResponse.ProtoReflect.Descriptor instead.
 func (*BeginReleaseResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{13}
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *BeginReleaseResponse) GetRelease() *Release {
@@ -910,7 +1286,7 @@ type FinishReleaseRequest struct {
 
 func (x *FinishReleaseRequest) Reset() {
 	*x = FinishReleaseRequest{}
-	mi := &file_corpus_v1_agent_proto_msgTypes[14]
+	mi := &file_corpus_v1_agent_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -922,7 +1298,7 @@ func (x *FinishReleaseRequest) String() string {
 func (*FinishReleaseRequest) ProtoMessage() {}
 
 func (x *FinishReleaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_agent_proto_msgTypes[14]
+	mi := &file_corpus_v1_agent_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -935,7 +1311,7 @@ func (x *FinishReleaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FinishReleaseRequest.ProtoReflect.Descriptor instead.
 func (*FinishReleaseRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{14}
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *FinishReleaseRequest) GetId() string {
@@ -989,7 +1365,7 @@ type FinishReleaseResponse struct {
 
 func (x *FinishReleaseResponse) Reset() {
 	*x = FinishReleaseResponse{}
-	mi := &file_corpus_v1_agent_proto_msgTypes[15]
+	mi := &file_corpus_v1_agent_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1001,7 +1377,7 @@ func (x *FinishReleaseResponse) String() string {
 func (*FinishReleaseResponse) ProtoMessage() {}
 
 func (x *FinishReleaseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_agent_proto_msgTypes[15]
+	mi := &file_corpus_v1_agent_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1014,7 +1390,7 @@ func (x *FinishReleaseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FinishReleaseResponse.ProtoReflect.Descriptor instead.
 func (*FinishReleaseResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{15}
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *FinishReleaseResponse) GetRelease() *Release {
@@ -1035,7 +1411,7 @@ type SetCurrentReleaseRequest struct {
 
 func (x *SetCurrentReleaseRequest) Reset() {
 	*x = SetCurrentReleaseRequest{}
-	mi := &file_corpus_v1_agent_proto_msgTypes[16]
+	mi := &file_corpus_v1_agent_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1047,7 +1423,7 @@ func (x *SetCurrentReleaseRequest) String() string {
 func (*SetCurrentReleaseRequest) ProtoMessage() {}
 
 func (x *SetCurrentReleaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_agent_proto_msgTypes[16]
+	mi := &file_corpus_v1_agent_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1060,7 +1436,7 @@ func (x *SetCurrentReleaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetCurrentReleaseRequest.ProtoReflect.Descriptor instead.
 func (*SetCurrentReleaseRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{16}
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *SetCurrentReleaseRequest) GetProject() string {
@@ -1092,7 +1468,7 @@ type SetCurrentReleaseResponse struct {
 
 func (x *SetCurrentReleaseResponse) Reset() {
 	*x = SetCurrentReleaseResponse{}
-	mi := &file_corpus_v1_agent_proto_msgTypes[17]
+	mi := &file_corpus_v1_agent_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1104,7 +1480,7 @@ func (x *SetCurrentReleaseResponse) String() string {
 func (*SetCurrentReleaseResponse) ProtoMessage() {}
 
 func (x *SetCurrentReleaseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_agent_proto_msgTypes[17]
+	mi := &file_corpus_v1_agent_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1117,7 +1493,7 @@ func (x *SetCurrentReleaseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetCurrentReleaseResponse.ProtoReflect.Descriptor instead.
 func (*SetCurrentReleaseResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{17}
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{23}
 }
 
 type PruneReleasesRequest struct {
@@ -1131,7 +1507,7 @@ type PruneReleasesRequest struct {
 
 func (x *PruneReleasesRequest) Reset() {
 	*x = PruneReleasesRequest{}
-	mi := &file_corpus_v1_agent_proto_msgTypes[18]
+	mi := &file_corpus_v1_agent_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1143,7 +1519,7 @@ func (x *PruneReleasesRequest) String() string {
 func (*PruneReleasesRequest) ProtoMessage() {}
 
 func (x *PruneReleasesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_agent_proto_msgTypes[18]
+	mi := &file_corpus_v1_agent_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1156,7 +1532,7 @@ func (x *PruneReleasesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PruneReleasesRequest.ProtoReflect.Descriptor instead.
 func (*PruneReleasesRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{18}
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *PruneReleasesRequest) GetProject() string {
@@ -1188,7 +1564,7 @@ type PruneReleasesResponse struct {
 
 func (x *PruneReleasesResponse) Reset() {
 	*x = PruneReleasesResponse{}
-	mi := &file_corpus_v1_agent_proto_msgTypes[19]
+	mi := &file_corpus_v1_agent_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1200,7 +1576,7 @@ func (x *PruneReleasesResponse) String() string {
 func (*PruneReleasesResponse) ProtoMessage() {}
 
 func (x *PruneReleasesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_agent_proto_msgTypes[19]
+	mi := &file_corpus_v1_agent_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1213,7 +1589,7 @@ func (x *PruneReleasesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PruneReleasesResponse.ProtoReflect.Descriptor instead.
 func (*PruneReleasesResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{19}
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{25}
 }
 
 type EnrollRequest struct {
@@ -1236,7 +1612,7 @@ type EnrollRequest struct {
 
 func (x *EnrollRequest) Reset() {
 	*x = EnrollRequest{}
-	mi := &file_corpus_v1_agent_proto_msgTypes[20]
+	mi := &file_corpus_v1_agent_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1248,7 +1624,7 @@ func (x *EnrollRequest) String() string {
 func (*EnrollRequest) ProtoMessage() {}
 
 func (x *EnrollRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_agent_proto_msgTypes[20]
+	mi := &file_corpus_v1_agent_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1261,7 +1637,7 @@ func (x *EnrollRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EnrollRequest.ProtoReflect.Descriptor instead.
 func (*EnrollRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{20}
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *EnrollRequest) GetJoinToken() string {
@@ -1343,7 +1719,7 @@ type EnrollResponse struct {
 
 func (x *EnrollResponse) Reset() {
 	*x = EnrollResponse{}
-	mi := &file_corpus_v1_agent_proto_msgTypes[21]
+	mi := &file_corpus_v1_agent_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1355,7 +1731,7 @@ func (x *EnrollResponse) String() string {
 func (*EnrollResponse) ProtoMessage() {}
 
 func (x *EnrollResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_agent_proto_msgTypes[21]
+	mi := &file_corpus_v1_agent_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1368,7 +1744,7 @@ func (x *EnrollResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EnrollResponse.ProtoReflect.Descriptor instead.
 func (*EnrollResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{21}
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *EnrollResponse) GetNodeId() string {
@@ -1415,7 +1791,7 @@ type RenewCertificateRequest struct {
 
 func (x *RenewCertificateRequest) Reset() {
 	*x = RenewCertificateRequest{}
-	mi := &file_corpus_v1_agent_proto_msgTypes[22]
+	mi := &file_corpus_v1_agent_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1427,7 +1803,7 @@ func (x *RenewCertificateRequest) String() string {
 func (*RenewCertificateRequest) ProtoMessage() {}
 
 func (x *RenewCertificateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_agent_proto_msgTypes[22]
+	mi := &file_corpus_v1_agent_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1440,7 +1816,7 @@ func (x *RenewCertificateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenewCertificateRequest.ProtoReflect.Descriptor instead.
 func (*RenewCertificateRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{22}
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *RenewCertificateRequest) GetCsrPem() []byte {
@@ -1460,7 +1836,7 @@ type RenewCertificateResponse struct {
 
 func (x *RenewCertificateResponse) Reset() {
 	*x = RenewCertificateResponse{}
-	mi := &file_corpus_v1_agent_proto_msgTypes[23]
+	mi := &file_corpus_v1_agent_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1472,7 +1848,7 @@ func (x *RenewCertificateResponse) String() string {
 func (*RenewCertificateResponse) ProtoMessage() {}
 
 func (x *RenewCertificateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_agent_proto_msgTypes[23]
+	mi := &file_corpus_v1_agent_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1485,7 +1861,7 @@ func (x *RenewCertificateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenewCertificateResponse.ProtoReflect.Descriptor instead.
 func (*RenewCertificateResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{23}
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *RenewCertificateResponse) GetCertificatePem() []byte {
@@ -1510,7 +1886,7 @@ type WatchRequest struct {
 
 func (x *WatchRequest) Reset() {
 	*x = WatchRequest{}
-	mi := &file_corpus_v1_agent_proto_msgTypes[24]
+	mi := &file_corpus_v1_agent_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1522,7 +1898,7 @@ func (x *WatchRequest) String() string {
 func (*WatchRequest) ProtoMessage() {}
 
 func (x *WatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_agent_proto_msgTypes[24]
+	mi := &file_corpus_v1_agent_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1535,7 +1911,7 @@ func (x *WatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchRequest.ProtoReflect.Descriptor instead.
 func (*WatchRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{24}
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{30}
 }
 
 type WatchResponse struct {
@@ -1582,6 +1958,11 @@ type WatchResponse struct {
 	// modify_index changes. An http-01 challenge in progress is answered
 	// from here.
 	Certificates []*Certificate `protobuf:"bytes,15,rep,name=certificates,proto3" json:"certificates,omitempty"`
+	// instances say, for each of guests that is a project instance past
+	// the first, what it should serve: its agent deploys that release there
+	// (taking it with InstanceRelease and ReleaseSource) and runs the
+	// process types its index runs.
+	Instances []*InstanceAssignment `protobuf:"bytes,16,rep,name=instances,proto3" json:"instances,omitempty"`
 	// gossip_addr is host:port of the coordinator's gossip member (node
 	// liveness); agents join it. Empty when the coordinator gossips not.
 	GossipAddr    string `protobuf:"bytes,30,opt,name=gossip_addr,json=gossipAddr,proto3" json:"gossip_addr,omitempty"`
@@ -1591,7 +1972,7 @@ type WatchResponse struct {
 
 func (x *WatchResponse) Reset() {
 	*x = WatchResponse{}
-	mi := &file_corpus_v1_agent_proto_msgTypes[25]
+	mi := &file_corpus_v1_agent_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1603,7 +1984,7 @@ func (x *WatchResponse) String() string {
 func (*WatchResponse) ProtoMessage() {}
 
 func (x *WatchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_agent_proto_msgTypes[25]
+	mi := &file_corpus_v1_agent_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1616,7 +1997,7 @@ func (x *WatchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchResponse.ProtoReflect.Descriptor instead.
 func (*WatchResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{25}
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *WatchResponse) GetIndex() uint64 {
@@ -1724,11 +2105,102 @@ func (x *WatchResponse) GetCertificates() []*Certificate {
 	return nil
 }
 
+func (x *WatchResponse) GetInstances() []*InstanceAssignment {
+	if x != nil {
+		return x.Instances
+	}
+	return nil
+}
+
 func (x *WatchResponse) GetGossipAddr() string {
 	if x != nil {
 		return x.GossipAddr
 	}
 	return ""
+}
+
+type InstanceAssignment struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	GuestId       string                 `protobuf:"bytes,1,opt,name=guest_id,json=guestId,proto3" json:"guest_id,omitempty"`
+	Project       string                 `protobuf:"bytes,2,opt,name=project,proto3" json:"project,omitempty"`
+	Env           string                 `protobuf:"bytes,3,opt,name=env,proto3" json:"env,omitempty"`
+	Index         uint32                 `protobuf:"varint,4,opt,name=index,proto3" json:"index,omitempty"`
+	Release       uint32                 `protobuf:"varint,5,opt,name=release,proto3" json:"release,omitempty"`
+	Scale         map[string]uint32      `protobuf:"bytes,6,rep,name=scale,proto3" json:"scale,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *InstanceAssignment) Reset() {
+	*x = InstanceAssignment{}
+	mi := &file_corpus_v1_agent_proto_msgTypes[32]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *InstanceAssignment) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*InstanceAssignment) ProtoMessage() {}
+
+func (x *InstanceAssignment) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_agent_proto_msgTypes[32]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use InstanceAssignment.ProtoReflect.Descriptor instead.
+func (*InstanceAssignment) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{32}
+}
+
+func (x *InstanceAssignment) GetGuestId() string {
+	if x != nil {
+		return x.GuestId
+	}
+	return ""
+}
+
+func (x *InstanceAssignment) GetProject() string {
+	if x != nil {
+		return x.Project
+	}
+	return ""
+}
+
+func (x *InstanceAssignment) GetEnv() string {
+	if x != nil {
+		return x.Env
+	}
+	return ""
+}
+
+func (x *InstanceAssignment) GetIndex() uint32 {
+	if x != nil {
+		return x.Index
+	}
+	return 0
+}
+
+func (x *InstanceAssignment) GetRelease() uint32 {
+	if x != nil {
+		return x.Release
+	}
+	return 0
+}
+
+func (x *InstanceAssignment) GetScale() map[string]uint32 {
+	if x != nil {
+		return x.Scale
+	}
+	return nil
 }
 
 // PeerNode is another node's share of the guest network.
@@ -1744,7 +2216,7 @@ type PeerNode struct {
 
 func (x *PeerNode) Reset() {
 	*x = PeerNode{}
-	mi := &file_corpus_v1_agent_proto_msgTypes[26]
+	mi := &file_corpus_v1_agent_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1756,7 +2228,7 @@ func (x *PeerNode) String() string {
 func (*PeerNode) ProtoMessage() {}
 
 func (x *PeerNode) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_agent_proto_msgTypes[26]
+	mi := &file_corpus_v1_agent_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1769,7 +2241,7 @@ func (x *PeerNode) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PeerNode.ProtoReflect.Descriptor instead.
 func (*PeerNode) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{26}
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *PeerNode) GetName() string {
@@ -1814,7 +2286,7 @@ type ReportRequest struct {
 
 func (x *ReportRequest) Reset() {
 	*x = ReportRequest{}
-	mi := &file_corpus_v1_agent_proto_msgTypes[27]
+	mi := &file_corpus_v1_agent_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1826,7 +2298,7 @@ func (x *ReportRequest) String() string {
 func (*ReportRequest) ProtoMessage() {}
 
 func (x *ReportRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_agent_proto_msgTypes[27]
+	mi := &file_corpus_v1_agent_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1839,7 +2311,7 @@ func (x *ReportRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportRequest.ProtoReflect.Descriptor instead.
 func (*ReportRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{27}
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *ReportRequest) GetCapacity() *Resources {
@@ -1929,7 +2401,7 @@ type ReportedGuest struct {
 
 func (x *ReportedGuest) Reset() {
 	*x = ReportedGuest{}
-	mi := &file_corpus_v1_agent_proto_msgTypes[28]
+	mi := &file_corpus_v1_agent_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1941,7 +2413,7 @@ func (x *ReportedGuest) String() string {
 func (*ReportedGuest) ProtoMessage() {}
 
 func (x *ReportedGuest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_agent_proto_msgTypes[28]
+	mi := &file_corpus_v1_agent_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1954,7 +2426,7 @@ func (x *ReportedGuest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportedGuest.ProtoReflect.Descriptor instead.
 func (*ReportedGuest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{28}
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *ReportedGuest) GetGuestId() string {
@@ -1984,7 +2456,7 @@ type ReportedVolume struct {
 
 func (x *ReportedVolume) Reset() {
 	*x = ReportedVolume{}
-	mi := &file_corpus_v1_agent_proto_msgTypes[29]
+	mi := &file_corpus_v1_agent_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1996,7 +2468,7 @@ func (x *ReportedVolume) String() string {
 func (*ReportedVolume) ProtoMessage() {}
 
 func (x *ReportedVolume) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_agent_proto_msgTypes[29]
+	mi := &file_corpus_v1_agent_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2009,7 +2481,7 @@ func (x *ReportedVolume) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportedVolume.ProtoReflect.Descriptor instead.
 func (*ReportedVolume) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{29}
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *ReportedVolume) GetVolumeId() string {
@@ -2046,7 +2518,7 @@ type ServiceReach struct {
 
 func (x *ServiceReach) Reset() {
 	*x = ServiceReach{}
-	mi := &file_corpus_v1_agent_proto_msgTypes[30]
+	mi := &file_corpus_v1_agent_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2058,7 +2530,7 @@ func (x *ServiceReach) String() string {
 func (*ServiceReach) ProtoMessage() {}
 
 func (x *ServiceReach) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_agent_proto_msgTypes[30]
+	mi := &file_corpus_v1_agent_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2071,7 +2543,7 @@ func (x *ServiceReach) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ServiceReach.ProtoReflect.Descriptor instead.
 func (*ServiceReach) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{30}
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *ServiceReach) GetGuestId() string {
@@ -2104,7 +2576,7 @@ type ServiceRuntimeRequest struct {
 
 func (x *ServiceRuntimeRequest) Reset() {
 	*x = ServiceRuntimeRequest{}
-	mi := &file_corpus_v1_agent_proto_msgTypes[31]
+	mi := &file_corpus_v1_agent_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2116,7 +2588,7 @@ func (x *ServiceRuntimeRequest) String() string {
 func (*ServiceRuntimeRequest) ProtoMessage() {}
 
 func (x *ServiceRuntimeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_agent_proto_msgTypes[31]
+	mi := &file_corpus_v1_agent_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2129,7 +2601,7 @@ func (x *ServiceRuntimeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ServiceRuntimeRequest.ProtoReflect.Descriptor instead.
 func (*ServiceRuntimeRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{31}
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *ServiceRuntimeRequest) GetService() string {
@@ -2151,7 +2623,7 @@ type ServiceRuntimeResponse struct {
 
 func (x *ServiceRuntimeResponse) Reset() {
 	*x = ServiceRuntimeResponse{}
-	mi := &file_corpus_v1_agent_proto_msgTypes[32]
+	mi := &file_corpus_v1_agent_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2163,7 +2635,7 @@ func (x *ServiceRuntimeResponse) String() string {
 func (*ServiceRuntimeResponse) ProtoMessage() {}
 
 func (x *ServiceRuntimeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_agent_proto_msgTypes[32]
+	mi := &file_corpus_v1_agent_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2176,7 +2648,7 @@ func (x *ServiceRuntimeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ServiceRuntimeResponse.ProtoReflect.Descriptor instead.
 func (*ServiceRuntimeResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{32}
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *ServiceRuntimeResponse) GetService() *Service {
@@ -2202,7 +2674,7 @@ type ReportResponse struct {
 
 func (x *ReportResponse) Reset() {
 	*x = ReportResponse{}
-	mi := &file_corpus_v1_agent_proto_msgTypes[33]
+	mi := &file_corpus_v1_agent_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2214,7 +2686,7 @@ func (x *ReportResponse) String() string {
 func (*ReportResponse) ProtoMessage() {}
 
 func (x *ReportResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_agent_proto_msgTypes[33]
+	mi := &file_corpus_v1_agent_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2227,7 +2699,7 @@ func (x *ReportResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportResponse.ProtoReflect.Descriptor instead.
 func (*ReportResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{33}
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *ReportResponse) GetIndex() uint64 {
@@ -2252,7 +2724,7 @@ type CheckChallengeRequest struct {
 
 func (x *CheckChallengeRequest) Reset() {
 	*x = CheckChallengeRequest{}
-	mi := &file_corpus_v1_agent_proto_msgTypes[34]
+	mi := &file_corpus_v1_agent_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2264,7 +2736,7 @@ func (x *CheckChallengeRequest) String() string {
 func (*CheckChallengeRequest) ProtoMessage() {}
 
 func (x *CheckChallengeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_agent_proto_msgTypes[34]
+	mi := &file_corpus_v1_agent_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2277,7 +2749,7 @@ func (x *CheckChallengeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckChallengeRequest.ProtoReflect.Descriptor instead.
 func (*CheckChallengeRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{34}
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *CheckChallengeRequest) GetDomain() string {
@@ -2319,7 +2791,7 @@ type CheckChallengeResponse struct {
 
 func (x *CheckChallengeResponse) Reset() {
 	*x = CheckChallengeResponse{}
-	mi := &file_corpus_v1_agent_proto_msgTypes[35]
+	mi := &file_corpus_v1_agent_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2331,7 +2803,7 @@ func (x *CheckChallengeResponse) String() string {
 func (*CheckChallengeResponse) ProtoMessage() {}
 
 func (x *CheckChallengeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_agent_proto_msgTypes[35]
+	mi := &file_corpus_v1_agent_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2344,7 +2816,7 @@ func (x *CheckChallengeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckChallengeResponse.ProtoReflect.Descriptor instead.
 func (*CheckChallengeResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{35}
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *CheckChallengeResponse) GetReady() bool {
@@ -2371,7 +2843,7 @@ type DumpServiceRequest struct {
 
 func (x *DumpServiceRequest) Reset() {
 	*x = DumpServiceRequest{}
-	mi := &file_corpus_v1_agent_proto_msgTypes[36]
+	mi := &file_corpus_v1_agent_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2383,7 +2855,7 @@ func (x *DumpServiceRequest) String() string {
 func (*DumpServiceRequest) ProtoMessage() {}
 
 func (x *DumpServiceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_agent_proto_msgTypes[36]
+	mi := &file_corpus_v1_agent_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2396,7 +2868,7 @@ func (x *DumpServiceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DumpServiceRequest.ProtoReflect.Descriptor instead.
 func (*DumpServiceRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{36}
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *DumpServiceRequest) GetBackup() *Backup {
@@ -2416,7 +2888,7 @@ type StoreBackupResponse struct {
 
 func (x *StoreBackupResponse) Reset() {
 	*x = StoreBackupResponse{}
-	mi := &file_corpus_v1_agent_proto_msgTypes[37]
+	mi := &file_corpus_v1_agent_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2428,7 +2900,7 @@ func (x *StoreBackupResponse) String() string {
 func (*StoreBackupResponse) ProtoMessage() {}
 
 func (x *StoreBackupResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_agent_proto_msgTypes[37]
+	mi := &file_corpus_v1_agent_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2441,7 +2913,7 @@ func (x *StoreBackupResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StoreBackupResponse.ProtoReflect.Descriptor instead.
 func (*StoreBackupResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{37}
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *StoreBackupResponse) GetSizeBytes() int64 {
@@ -2467,7 +2939,7 @@ type ReadBackupRequest struct {
 
 func (x *ReadBackupRequest) Reset() {
 	*x = ReadBackupRequest{}
-	mi := &file_corpus_v1_agent_proto_msgTypes[38]
+	mi := &file_corpus_v1_agent_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2479,7 +2951,7 @@ func (x *ReadBackupRequest) String() string {
 func (*ReadBackupRequest) ProtoMessage() {}
 
 func (x *ReadBackupRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_agent_proto_msgTypes[38]
+	mi := &file_corpus_v1_agent_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2492,7 +2964,7 @@ func (x *ReadBackupRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadBackupRequest.ProtoReflect.Descriptor instead.
 func (*ReadBackupRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{38}
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *ReadBackupRequest) GetBackup() *Backup {
@@ -2513,7 +2985,7 @@ type LoadServiceResponse struct {
 
 func (x *LoadServiceResponse) Reset() {
 	*x = LoadServiceResponse{}
-	mi := &file_corpus_v1_agent_proto_msgTypes[39]
+	mi := &file_corpus_v1_agent_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2525,7 +2997,7 @@ func (x *LoadServiceResponse) String() string {
 func (*LoadServiceResponse) ProtoMessage() {}
 
 func (x *LoadServiceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_agent_proto_msgTypes[39]
+	mi := &file_corpus_v1_agent_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2538,7 +3010,7 @@ func (x *LoadServiceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LoadServiceResponse.ProtoReflect.Descriptor instead.
 func (*LoadServiceResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{39}
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *LoadServiceResponse) GetSizeBytes() int64 {
@@ -2564,7 +3036,7 @@ type RemoveBackupRequest struct {
 
 func (x *RemoveBackupRequest) Reset() {
 	*x = RemoveBackupRequest{}
-	mi := &file_corpus_v1_agent_proto_msgTypes[40]
+	mi := &file_corpus_v1_agent_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2576,7 +3048,7 @@ func (x *RemoveBackupRequest) String() string {
 func (*RemoveBackupRequest) ProtoMessage() {}
 
 func (x *RemoveBackupRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_agent_proto_msgTypes[40]
+	mi := &file_corpus_v1_agent_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2589,7 +3061,7 @@ func (x *RemoveBackupRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveBackupRequest.ProtoReflect.Descriptor instead.
 func (*RemoveBackupRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{40}
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *RemoveBackupRequest) GetBackup() *Backup {
@@ -2607,7 +3079,7 @@ type RemoveBackupResponse struct {
 
 func (x *RemoveBackupResponse) Reset() {
 	*x = RemoveBackupResponse{}
-	mi := &file_corpus_v1_agent_proto_msgTypes[41]
+	mi := &file_corpus_v1_agent_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2619,7 +3091,7 @@ func (x *RemoveBackupResponse) String() string {
 func (*RemoveBackupResponse) ProtoMessage() {}
 
 func (x *RemoveBackupResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_agent_proto_msgTypes[41]
+	mi := &file_corpus_v1_agent_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2632,7 +3104,7 @@ func (x *RemoveBackupResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveBackupResponse.ProtoReflect.Descriptor instead.
 func (*RemoveBackupResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{41}
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{48}
 }
 
 type ExportVolumeRequest struct {
@@ -2644,7 +3116,7 @@ type ExportVolumeRequest struct {
 
 func (x *ExportVolumeRequest) Reset() {
 	*x = ExportVolumeRequest{}
-	mi := &file_corpus_v1_agent_proto_msgTypes[42]
+	mi := &file_corpus_v1_agent_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2656,7 +3128,7 @@ func (x *ExportVolumeRequest) String() string {
 func (*ExportVolumeRequest) ProtoMessage() {}
 
 func (x *ExportVolumeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_agent_proto_msgTypes[42]
+	mi := &file_corpus_v1_agent_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2669,7 +3141,7 @@ func (x *ExportVolumeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExportVolumeRequest.ProtoReflect.Descriptor instead.
 func (*ExportVolumeRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{42}
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *ExportVolumeRequest) GetName() string {
@@ -2690,7 +3162,7 @@ type VolumeChunk struct {
 
 func (x *VolumeChunk) Reset() {
 	*x = VolumeChunk{}
-	mi := &file_corpus_v1_agent_proto_msgTypes[43]
+	mi := &file_corpus_v1_agent_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2702,7 +3174,7 @@ func (x *VolumeChunk) String() string {
 func (*VolumeChunk) ProtoMessage() {}
 
 func (x *VolumeChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_agent_proto_msgTypes[43]
+	mi := &file_corpus_v1_agent_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2715,7 +3187,7 @@ func (x *VolumeChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VolumeChunk.ProtoReflect.Descriptor instead.
 func (*VolumeChunk) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{43}
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *VolumeChunk) GetName() string {
@@ -2748,7 +3220,7 @@ type ImportVolumeResponse struct {
 
 func (x *ImportVolumeResponse) Reset() {
 	*x = ImportVolumeResponse{}
-	mi := &file_corpus_v1_agent_proto_msgTypes[44]
+	mi := &file_corpus_v1_agent_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2760,7 +3232,7 @@ func (x *ImportVolumeResponse) String() string {
 func (*ImportVolumeResponse) ProtoMessage() {}
 
 func (x *ImportVolumeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_agent_proto_msgTypes[44]
+	mi := &file_corpus_v1_agent_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2773,7 +3245,7 @@ func (x *ImportVolumeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ImportVolumeResponse.ProtoReflect.Descriptor instead.
 func (*ImportVolumeResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{44}
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *ImportVolumeResponse) GetBytes() int64 {
@@ -2805,11 +3277,39 @@ const file_corpus_v1_agent_proto_rawDesc = "" +
 	"\arequest\x18\x01 \x01(\v2\x1a.corpus.v1.RedeployRequestR\arequest\x12'\n" +
 	"\x03env\x18\x02 \x01(\v2\x15.corpus.v1.ProjectEnvR\x03env\x12.\n" +
 	"\breleases\x18\x03 \x03(\v2\x12.corpus.v1.ReleaseR\breleases\x12\x16\n" +
-	"\x06author\x18\x04 \x01(\tR\x06author\"S\n" +
+	"\x06author\x18\x04 \x01(\tR\x06author\"o\n" +
 	"\x11SetWebPortRequest\x12\x18\n" +
 	"\aproject\x18\x01 \x01(\tR\aproject\x12\x10\n" +
 	"\x03env\x18\x02 \x01(\tR\x03env\x12\x12\n" +
-	"\x04port\x18\x03 \x01(\x05R\x04port\"\x14\n" +
+	"\x04port\x18\x03 \x01(\x05R\x04port\x12\x1a\n" +
+	"\binstance\x18\x04 \x01(\rR\binstance\"\x9a\x01\n" +
+	"\x13RollInstanceRequest\x12\x18\n" +
+	"\aproject\x18\x01 \x01(\tR\aproject\x12\x10\n" +
+	"\x03env\x18\x02 \x01(\tR\x03env\x12\x1a\n" +
+	"\binstance\x18\x03 \x01(\rR\binstance\x12\x18\n" +
+	"\arelease\x18\x04 \x01(\rR\arelease\x12!\n" +
+	"\fwait_seconds\x18\x05 \x01(\x03R\vwaitSeconds\"@\n" +
+	"\x14RollInstanceResponse\x12\x14\n" +
+	"\x05guest\x18\x01 \x01(\tR\x05guest\x12\x12\n" +
+	"\x04node\x18\x02 \x01(\tR\x04node\"`\n" +
+	"\x16InstanceReleaseRequest\x12\x18\n" +
+	"\aproject\x18\x01 \x01(\tR\aproject\x12\x10\n" +
+	"\x03env\x18\x02 \x01(\tR\x03env\x12\x1a\n" +
+	"\binstance\x18\x03 \x01(\rR\binstance\"\xa3\x02\n" +
+	"\x17InstanceReleaseResponse\x12'\n" +
+	"\x03env\x18\x01 \x01(\v2\x15.corpus.v1.ProjectEnvR\x03env\x12,\n" +
+	"\arelease\x18\x02 \x01(\v2\x12.corpus.v1.ReleaseR\arelease\x12.\n" +
+	"\breleases\x18\x03 \x03(\v2\x12.corpus.v1.ReleaseR\breleases\x12F\n" +
+	"\x06config\x18\x04 \x03(\v2..corpus.v1.InstanceReleaseResponse.ConfigEntryR\x06config\x1a9\n" +
+	"\vConfigEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"Z\n" +
+	"\x14ReleaseSourceRequest\x12\x18\n" +
+	"\aproject\x18\x01 \x01(\tR\aproject\x12\x10\n" +
+	"\x03env\x18\x02 \x01(\tR\x03env\x12\x16\n" +
+	"\x06commit\x18\x03 \x01(\tR\x06commit\"!\n" +
+	"\vSourceChunk\x12\x12\n" +
+	"\x04data\x18\x01 \x01(\fR\x04data\"\x14\n" +
 	"\x12SetWebPortResponse\"a\n" +
 	"\x19SetManifestDomainsRequest\x12\x18\n" +
 	"\aproject\x18\x01 \x01(\tR\aproject\x12\x10\n" +
@@ -2895,7 +3395,7 @@ const file_corpus_v1_agent_proto_rawDesc = "" +
 	"\x18RenewCertificateResponse\x12'\n" +
 	"\x0fcertificate_pem\x18\x01 \x01(\fR\x0ecertificatePem\x12\x15\n" +
 	"\x06ca_pem\x18\x02 \x01(\fR\x05caPem\"\x0e\n" +
-	"\fWatchRequest\"\xd6\a\n" +
+	"\fWatchRequest\"\x93\b\n" +
 	"\rWatchResponse\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\x04R\x05index\x12#\n" +
 	"\x04node\x18\x02 \x01(\v2\x0f.corpus.v1.NodeR\x04node\x12(\n" +
@@ -2912,7 +3412,8 @@ const file_corpus_v1_agent_proto_rawDesc = "" +
 	"\abackups\x18\f \x03(\v2\x11.corpus.v1.BackupR\abackups\x12O\n" +
 	"\rguest_waiting\x18\r \x03(\v2*.corpus.v1.WatchResponse.GuestWaitingEntryR\fguestWaiting\x12)\n" +
 	"\x05peers\x18\x0e \x03(\v2\x13.corpus.v1.PeerNodeR\x05peers\x12:\n" +
-	"\fcertificates\x18\x0f \x03(\v2\x16.corpus.v1.CertificateR\fcertificates\x12\x1f\n" +
+	"\fcertificates\x18\x0f \x03(\v2\x16.corpus.v1.CertificateR\fcertificates\x12;\n" +
+	"\tinstances\x18\x10 \x03(\v2\x1d.corpus.v1.InstanceAssignmentR\tinstances\x12\x1f\n" +
 	"\vgossip_addr\x18\x1e \x01(\tR\n" +
 	"gossipAddr\x1a@\n" +
 	"\x12GuestProjectsEntry\x12\x10\n" +
@@ -2923,7 +3424,18 @@ const file_corpus_v1_agent_proto_rawDesc = "" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a?\n" +
 	"\x11GuestWaitingEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"[\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x85\x02\n" +
+	"\x12InstanceAssignment\x12\x19\n" +
+	"\bguest_id\x18\x01 \x01(\tR\aguestId\x12\x18\n" +
+	"\aproject\x18\x02 \x01(\tR\aproject\x12\x10\n" +
+	"\x03env\x18\x03 \x01(\tR\x03env\x12\x14\n" +
+	"\x05index\x18\x04 \x01(\rR\x05index\x12\x18\n" +
+	"\arelease\x18\x05 \x01(\rR\arelease\x12>\n" +
+	"\x05scale\x18\x06 \x03(\v2(.corpus.v1.InstanceAssignment.ScaleEntryR\x05scale\x1a8\n" +
+	"\n" +
+	"ScaleEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\rR\x05value:\x028\x01\"[\n" +
 	"\bPeerNode\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
 	"\aaddress\x18\x02 \x01(\tR\aaddress\x12!\n" +
@@ -2993,7 +3505,8 @@ const file_corpus_v1_agent_proto_rawDesc = "" +
 	"totalBytes\x12\x12\n" +
 	"\x04data\x18\x03 \x01(\fR\x04data\",\n" +
 	"\x14ImportVolumeResponse\x12\x14\n" +
-	"\x05bytes\x18\x01 \x01(\x03R\x05bytes2\xf3\b\n" +
+	"\x05bytes\x18\x01 \x01(\x03R\x05bytes2\xea\n" +
+	"\n" +
 	"\fAgentService\x12=\n" +
 	"\x06Enroll\x12\x18.corpus.v1.EnrollRequest\x1a\x19.corpus.v1.EnrollResponse\x12[\n" +
 	"\x10RenewCertificate\x12\".corpus.v1.RenewCertificateRequest\x1a#.corpus.v1.RenewCertificateResponse\x12<\n" +
@@ -3006,16 +3519,20 @@ const file_corpus_v1_agent_proto_rawDesc = "" +
 	"\rPruneReleases\x12\x1f.corpus.v1.PruneReleasesRequest\x1a .corpus.v1.PruneReleasesResponse\x12a\n" +
 	"\x12SetManifestDomains\x12$.corpus.v1.SetManifestDomainsRequest\x1a%.corpus.v1.SetManifestDomainsResponse\x12I\n" +
 	"\n" +
-	"SetWebPort\x12\x1c.corpus.v1.SetWebPortRequest\x1a\x1d.corpus.v1.SetWebPortResponse\x12L\n" +
+	"SetWebPort\x12\x1c.corpus.v1.SetWebPortRequest\x1a\x1d.corpus.v1.SetWebPortResponse\x12O\n" +
+	"\fRollInstance\x12\x1e.corpus.v1.RollInstanceRequest\x1a\x1f.corpus.v1.RollInstanceResponse\x12X\n" +
+	"\x0fInstanceRelease\x12!.corpus.v1.InstanceReleaseRequest\x1a\".corpus.v1.InstanceReleaseResponse\x12J\n" +
+	"\rReleaseSource\x12\x1f.corpus.v1.ReleaseSourceRequest\x1a\x16.corpus.v1.SourceChunk0\x01\x12L\n" +
 	"\vRecordShell\x12\x1d.corpus.v1.RecordShellRequest\x1a\x1e.corpus.v1.RecordShellResponse\x12U\n" +
 	"\x0eServiceRuntime\x12 .corpus.v1.ServiceRuntimeRequest\x1a!.corpus.v1.ServiceRuntimeResponse\x12Q\n" +
-	"\vTlsMaterial\x12\x1d.corpus.v1.TlsMaterialRequest\x1a\x1e.corpus.v1.TlsMaterialResponse\"\x03\x90\x02\x012\xdc\b\n" +
+	"\vTlsMaterial\x12\x1d.corpus.v1.TlsMaterialRequest\x1a\x1e.corpus.v1.TlsMaterialResponse\"\x03\x90\x02\x012\xa8\t\n" +
 	"\x10NodeAgentService\x12<\n" +
 	"\x04Exec\x12\x1b.corpus.v1.ExecGuestRequest\x1a\x15.corpus.v1.ExecOutput0\x01\x12H\n" +
 	"\fExportVolume\x12\x1e.corpus.v1.ExportVolumeRequest\x1a\x16.corpus.v1.VolumeChunk0\x01\x12I\n" +
 	"\fImportVolume\x12\x16.corpus.v1.VolumeChunk\x1a\x1f.corpus.v1.ImportVolumeResponse(\x01\x12U\n" +
 	"\x0eSnapshotVolume\x12 .corpus.v1.SnapshotVolumeRequest\x1a!.corpus.v1.SnapshotVolumeResponse\x12C\n" +
-	"\bRollback\x12\x1a.corpus.v1.RollbackRequest\x1a\x19.corpus.v1.RollbackOutput0\x01\x12F\n" +
+	"\bRollback\x12\x1a.corpus.v1.RollbackRequest\x1a\x19.corpus.v1.RollbackOutput0\x01\x12J\n" +
+	"\rReleaseSource\x12\x1f.corpus.v1.ReleaseSourceRequest\x1a\x16.corpus.v1.SourceChunk0\x01\x12F\n" +
 	"\bRedeploy\x12\x1f.corpus.v1.AgentRedeployRequest\x1a\x17.corpus.v1.DeployOutput0\x01\x12N\n" +
 	"\tProcesses\x12\x1f.corpus.v1.ListProcessesRequest\x1a .corpus.v1.ListProcessesResponse\x129\n" +
 	"\x04Logs\x12\x1b.corpus.v1.GuestLogsRequest\x1a\x12.corpus.v1.LogLine0\x01\x129\n" +
@@ -3040,191 +3557,214 @@ func file_corpus_v1_agent_proto_rawDescGZIP() []byte {
 	return file_corpus_v1_agent_proto_rawDescData
 }
 
-var file_corpus_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 51)
+var file_corpus_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 60)
 var file_corpus_v1_agent_proto_goTypes = []any{
 	(*TlsMaterialRequest)(nil),         // 0: corpus.v1.TlsMaterialRequest
 	(*TlsMaterialResponse)(nil),        // 1: corpus.v1.TlsMaterialResponse
 	(*TlsDomain)(nil),                  // 2: corpus.v1.TlsDomain
 	(*AgentRedeployRequest)(nil),       // 3: corpus.v1.AgentRedeployRequest
 	(*SetWebPortRequest)(nil),          // 4: corpus.v1.SetWebPortRequest
-	(*SetWebPortResponse)(nil),         // 5: corpus.v1.SetWebPortResponse
-	(*SetManifestDomainsRequest)(nil),  // 6: corpus.v1.SetManifestDomainsRequest
-	(*SetManifestDomainsResponse)(nil), // 7: corpus.v1.SetManifestDomainsResponse
-	(*GitAccessRequest)(nil),           // 8: corpus.v1.GitAccessRequest
-	(*RecordShellRequest)(nil),         // 9: corpus.v1.RecordShellRequest
-	(*RecordShellResponse)(nil),        // 10: corpus.v1.RecordShellResponse
-	(*GitAccessResponse)(nil),          // 11: corpus.v1.GitAccessResponse
-	(*BeginReleaseRequest)(nil),        // 12: corpus.v1.BeginReleaseRequest
-	(*BeginReleaseResponse)(nil),       // 13: corpus.v1.BeginReleaseResponse
-	(*FinishReleaseRequest)(nil),       // 14: corpus.v1.FinishReleaseRequest
-	(*FinishReleaseResponse)(nil),      // 15: corpus.v1.FinishReleaseResponse
-	(*SetCurrentReleaseRequest)(nil),   // 16: corpus.v1.SetCurrentReleaseRequest
-	(*SetCurrentReleaseResponse)(nil),  // 17: corpus.v1.SetCurrentReleaseResponse
-	(*PruneReleasesRequest)(nil),       // 18: corpus.v1.PruneReleasesRequest
-	(*PruneReleasesResponse)(nil),      // 19: corpus.v1.PruneReleasesResponse
-	(*EnrollRequest)(nil),              // 20: corpus.v1.EnrollRequest
-	(*EnrollResponse)(nil),             // 21: corpus.v1.EnrollResponse
-	(*RenewCertificateRequest)(nil),    // 22: corpus.v1.RenewCertificateRequest
-	(*RenewCertificateResponse)(nil),   // 23: corpus.v1.RenewCertificateResponse
-	(*WatchRequest)(nil),               // 24: corpus.v1.WatchRequest
-	(*WatchResponse)(nil),              // 25: corpus.v1.WatchResponse
-	(*PeerNode)(nil),                   // 26: corpus.v1.PeerNode
-	(*ReportRequest)(nil),              // 27: corpus.v1.ReportRequest
-	(*ReportedGuest)(nil),              // 28: corpus.v1.ReportedGuest
-	(*ReportedVolume)(nil),             // 29: corpus.v1.ReportedVolume
-	(*ServiceReach)(nil),               // 30: corpus.v1.ServiceReach
-	(*ServiceRuntimeRequest)(nil),      // 31: corpus.v1.ServiceRuntimeRequest
-	(*ServiceRuntimeResponse)(nil),     // 32: corpus.v1.ServiceRuntimeResponse
-	(*ReportResponse)(nil),             // 33: corpus.v1.ReportResponse
-	(*CheckChallengeRequest)(nil),      // 34: corpus.v1.CheckChallengeRequest
-	(*CheckChallengeResponse)(nil),     // 35: corpus.v1.CheckChallengeResponse
-	(*DumpServiceRequest)(nil),         // 36: corpus.v1.DumpServiceRequest
-	(*StoreBackupResponse)(nil),        // 37: corpus.v1.StoreBackupResponse
-	(*ReadBackupRequest)(nil),          // 38: corpus.v1.ReadBackupRequest
-	(*LoadServiceResponse)(nil),        // 39: corpus.v1.LoadServiceResponse
-	(*RemoveBackupRequest)(nil),        // 40: corpus.v1.RemoveBackupRequest
-	(*RemoveBackupResponse)(nil),       // 41: corpus.v1.RemoveBackupResponse
-	(*ExportVolumeRequest)(nil),        // 42: corpus.v1.ExportVolumeRequest
-	(*VolumeChunk)(nil),                // 43: corpus.v1.VolumeChunk
-	(*ImportVolumeResponse)(nil),       // 44: corpus.v1.ImportVolumeResponse
-	nil,                                // 45: corpus.v1.BeginReleaseResponse.ConfigEntry
-	nil,                                // 46: corpus.v1.EnrollRequest.LabelsEntry
-	nil,                                // 47: corpus.v1.WatchResponse.GuestProjectsEntry
-	nil,                                // 48: corpus.v1.WatchResponse.GuestServicesEntry
-	nil,                                // 49: corpus.v1.WatchResponse.GuestWaitingEntry
-	nil,                                // 50: corpus.v1.ServiceRuntimeResponse.EnvEntry
-	(*RedeployRequest)(nil),            // 51: corpus.v1.RedeployRequest
-	(*ProjectEnv)(nil),                 // 52: corpus.v1.ProjectEnv
-	(*Release)(nil),                    // 53: corpus.v1.Release
-	(*Project)(nil),                    // 54: corpus.v1.Project
-	(*ReleaseStep)(nil),                // 55: corpus.v1.ReleaseStep
-	(*Resources)(nil),                  // 56: corpus.v1.Resources
-	(*DriverInfo)(nil),                 // 57: corpus.v1.DriverInfo
-	(*Node)(nil),                       // 58: corpus.v1.Node
-	(*Guest)(nil),                      // 59: corpus.v1.Guest
-	(*Route)(nil),                      // 60: corpus.v1.Route
-	(*Volume)(nil),                     // 61: corpus.v1.Volume
-	(*Backup)(nil),                     // 62: corpus.v1.Backup
-	(*Certificate)(nil),                // 63: corpus.v1.Certificate
-	(*ReportedService)(nil),            // 64: corpus.v1.ReportedService
-	(*GuestObserved)(nil),              // 65: corpus.v1.GuestObserved
-	(*VolumeObserved)(nil),             // 66: corpus.v1.VolumeObserved
-	(*Service)(nil),                    // 67: corpus.v1.Service
-	(*ExecGuestRequest)(nil),           // 68: corpus.v1.ExecGuestRequest
-	(*SnapshotVolumeRequest)(nil),      // 69: corpus.v1.SnapshotVolumeRequest
-	(*RollbackRequest)(nil),            // 70: corpus.v1.RollbackRequest
-	(*ListProcessesRequest)(nil),       // 71: corpus.v1.ListProcessesRequest
-	(*GuestLogsRequest)(nil),           // 72: corpus.v1.GuestLogsRequest
-	(*ShellInput)(nil),                 // 73: corpus.v1.ShellInput
-	(*BackupChunk)(nil),                // 74: corpus.v1.BackupChunk
-	(*ExecOutput)(nil),                 // 75: corpus.v1.ExecOutput
-	(*SnapshotVolumeResponse)(nil),     // 76: corpus.v1.SnapshotVolumeResponse
-	(*RollbackOutput)(nil),             // 77: corpus.v1.RollbackOutput
-	(*DeployOutput)(nil),               // 78: corpus.v1.DeployOutput
-	(*ListProcessesResponse)(nil),      // 79: corpus.v1.ListProcessesResponse
-	(*LogLine)(nil),                    // 80: corpus.v1.LogLine
+	(*RollInstanceRequest)(nil),        // 5: corpus.v1.RollInstanceRequest
+	(*RollInstanceResponse)(nil),       // 6: corpus.v1.RollInstanceResponse
+	(*InstanceReleaseRequest)(nil),     // 7: corpus.v1.InstanceReleaseRequest
+	(*InstanceReleaseResponse)(nil),    // 8: corpus.v1.InstanceReleaseResponse
+	(*ReleaseSourceRequest)(nil),       // 9: corpus.v1.ReleaseSourceRequest
+	(*SourceChunk)(nil),                // 10: corpus.v1.SourceChunk
+	(*SetWebPortResponse)(nil),         // 11: corpus.v1.SetWebPortResponse
+	(*SetManifestDomainsRequest)(nil),  // 12: corpus.v1.SetManifestDomainsRequest
+	(*SetManifestDomainsResponse)(nil), // 13: corpus.v1.SetManifestDomainsResponse
+	(*GitAccessRequest)(nil),           // 14: corpus.v1.GitAccessRequest
+	(*RecordShellRequest)(nil),         // 15: corpus.v1.RecordShellRequest
+	(*RecordShellResponse)(nil),        // 16: corpus.v1.RecordShellResponse
+	(*GitAccessResponse)(nil),          // 17: corpus.v1.GitAccessResponse
+	(*BeginReleaseRequest)(nil),        // 18: corpus.v1.BeginReleaseRequest
+	(*BeginReleaseResponse)(nil),       // 19: corpus.v1.BeginReleaseResponse
+	(*FinishReleaseRequest)(nil),       // 20: corpus.v1.FinishReleaseRequest
+	(*FinishReleaseResponse)(nil),      // 21: corpus.v1.FinishReleaseResponse
+	(*SetCurrentReleaseRequest)(nil),   // 22: corpus.v1.SetCurrentReleaseRequest
+	(*SetCurrentReleaseResponse)(nil),  // 23: corpus.v1.SetCurrentReleaseResponse
+	(*PruneReleasesRequest)(nil),       // 24: corpus.v1.PruneReleasesRequest
+	(*PruneReleasesResponse)(nil),      // 25: corpus.v1.PruneReleasesResponse
+	(*EnrollRequest)(nil),              // 26: corpus.v1.EnrollRequest
+	(*EnrollResponse)(nil),             // 27: corpus.v1.EnrollResponse
+	(*RenewCertificateRequest)(nil),    // 28: corpus.v1.RenewCertificateRequest
+	(*RenewCertificateResponse)(nil),   // 29: corpus.v1.RenewCertificateResponse
+	(*WatchRequest)(nil),               // 30: corpus.v1.WatchRequest
+	(*WatchResponse)(nil),              // 31: corpus.v1.WatchResponse
+	(*InstanceAssignment)(nil),         // 32: corpus.v1.InstanceAssignment
+	(*PeerNode)(nil),                   // 33: corpus.v1.PeerNode
+	(*ReportRequest)(nil),              // 34: corpus.v1.ReportRequest
+	(*ReportedGuest)(nil),              // 35: corpus.v1.ReportedGuest
+	(*ReportedVolume)(nil),             // 36: corpus.v1.ReportedVolume
+	(*ServiceReach)(nil),               // 37: corpus.v1.ServiceReach
+	(*ServiceRuntimeRequest)(nil),      // 38: corpus.v1.ServiceRuntimeRequest
+	(*ServiceRuntimeResponse)(nil),     // 39: corpus.v1.ServiceRuntimeResponse
+	(*ReportResponse)(nil),             // 40: corpus.v1.ReportResponse
+	(*CheckChallengeRequest)(nil),      // 41: corpus.v1.CheckChallengeRequest
+	(*CheckChallengeResponse)(nil),     // 42: corpus.v1.CheckChallengeResponse
+	(*DumpServiceRequest)(nil),         // 43: corpus.v1.DumpServiceRequest
+	(*StoreBackupResponse)(nil),        // 44: corpus.v1.StoreBackupResponse
+	(*ReadBackupRequest)(nil),          // 45: corpus.v1.ReadBackupRequest
+	(*LoadServiceResponse)(nil),        // 46: corpus.v1.LoadServiceResponse
+	(*RemoveBackupRequest)(nil),        // 47: corpus.v1.RemoveBackupRequest
+	(*RemoveBackupResponse)(nil),       // 48: corpus.v1.RemoveBackupResponse
+	(*ExportVolumeRequest)(nil),        // 49: corpus.v1.ExportVolumeRequest
+	(*VolumeChunk)(nil),                // 50: corpus.v1.VolumeChunk
+	(*ImportVolumeResponse)(nil),       // 51: corpus.v1.ImportVolumeResponse
+	nil,                                // 52: corpus.v1.InstanceReleaseResponse.ConfigEntry
+	nil,                                // 53: corpus.v1.BeginReleaseResponse.ConfigEntry
+	nil,                                // 54: corpus.v1.EnrollRequest.LabelsEntry
+	nil,                                // 55: corpus.v1.WatchResponse.GuestProjectsEntry
+	nil,                                // 56: corpus.v1.WatchResponse.GuestServicesEntry
+	nil,                                // 57: corpus.v1.WatchResponse.GuestWaitingEntry
+	nil,                                // 58: corpus.v1.InstanceAssignment.ScaleEntry
+	nil,                                // 59: corpus.v1.ServiceRuntimeResponse.EnvEntry
+	(*RedeployRequest)(nil),            // 60: corpus.v1.RedeployRequest
+	(*ProjectEnv)(nil),                 // 61: corpus.v1.ProjectEnv
+	(*Release)(nil),                    // 62: corpus.v1.Release
+	(*Project)(nil),                    // 63: corpus.v1.Project
+	(*ReleaseStep)(nil),                // 64: corpus.v1.ReleaseStep
+	(*Resources)(nil),                  // 65: corpus.v1.Resources
+	(*DriverInfo)(nil),                 // 66: corpus.v1.DriverInfo
+	(*Node)(nil),                       // 67: corpus.v1.Node
+	(*Guest)(nil),                      // 68: corpus.v1.Guest
+	(*Route)(nil),                      // 69: corpus.v1.Route
+	(*Volume)(nil),                     // 70: corpus.v1.Volume
+	(*Backup)(nil),                     // 71: corpus.v1.Backup
+	(*Certificate)(nil),                // 72: corpus.v1.Certificate
+	(*ReportedService)(nil),            // 73: corpus.v1.ReportedService
+	(*GuestObserved)(nil),              // 74: corpus.v1.GuestObserved
+	(*VolumeObserved)(nil),             // 75: corpus.v1.VolumeObserved
+	(*Service)(nil),                    // 76: corpus.v1.Service
+	(*ExecGuestRequest)(nil),           // 77: corpus.v1.ExecGuestRequest
+	(*SnapshotVolumeRequest)(nil),      // 78: corpus.v1.SnapshotVolumeRequest
+	(*RollbackRequest)(nil),            // 79: corpus.v1.RollbackRequest
+	(*ListProcessesRequest)(nil),       // 80: corpus.v1.ListProcessesRequest
+	(*GuestLogsRequest)(nil),           // 81: corpus.v1.GuestLogsRequest
+	(*ShellInput)(nil),                 // 82: corpus.v1.ShellInput
+	(*BackupChunk)(nil),                // 83: corpus.v1.BackupChunk
+	(*ExecOutput)(nil),                 // 84: corpus.v1.ExecOutput
+	(*SnapshotVolumeResponse)(nil),     // 85: corpus.v1.SnapshotVolumeResponse
+	(*RollbackOutput)(nil),             // 86: corpus.v1.RollbackOutput
+	(*DeployOutput)(nil),               // 87: corpus.v1.DeployOutput
+	(*ListProcessesResponse)(nil),      // 88: corpus.v1.ListProcessesResponse
+	(*LogLine)(nil),                    // 89: corpus.v1.LogLine
 }
 var file_corpus_v1_agent_proto_depIdxs = []int32{
 	2,  // 0: corpus.v1.TlsMaterialResponse.domains:type_name -> corpus.v1.TlsDomain
-	51, // 1: corpus.v1.AgentRedeployRequest.request:type_name -> corpus.v1.RedeployRequest
-	52, // 2: corpus.v1.AgentRedeployRequest.env:type_name -> corpus.v1.ProjectEnv
-	53, // 3: corpus.v1.AgentRedeployRequest.releases:type_name -> corpus.v1.Release
-	54, // 4: corpus.v1.GitAccessResponse.project:type_name -> corpus.v1.Project
-	52, // 5: corpus.v1.GitAccessResponse.env:type_name -> corpus.v1.ProjectEnv
-	53, // 6: corpus.v1.GitAccessResponse.releases:type_name -> corpus.v1.Release
-	53, // 7: corpus.v1.BeginReleaseResponse.release:type_name -> corpus.v1.Release
-	45, // 8: corpus.v1.BeginReleaseResponse.config:type_name -> corpus.v1.BeginReleaseResponse.ConfigEntry
-	55, // 9: corpus.v1.FinishReleaseRequest.steps:type_name -> corpus.v1.ReleaseStep
-	53, // 10: corpus.v1.FinishReleaseResponse.release:type_name -> corpus.v1.Release
-	46, // 11: corpus.v1.EnrollRequest.labels:type_name -> corpus.v1.EnrollRequest.LabelsEntry
-	56, // 12: corpus.v1.EnrollRequest.capacity:type_name -> corpus.v1.Resources
-	57, // 13: corpus.v1.EnrollRequest.drivers:type_name -> corpus.v1.DriverInfo
-	58, // 14: corpus.v1.WatchResponse.node:type_name -> corpus.v1.Node
-	59, // 15: corpus.v1.WatchResponse.guests:type_name -> corpus.v1.Guest
-	60, // 16: corpus.v1.WatchResponse.routes:type_name -> corpus.v1.Route
-	61, // 17: corpus.v1.WatchResponse.volumes:type_name -> corpus.v1.Volume
-	47, // 18: corpus.v1.WatchResponse.guest_projects:type_name -> corpus.v1.WatchResponse.GuestProjectsEntry
-	48, // 19: corpus.v1.WatchResponse.guest_services:type_name -> corpus.v1.WatchResponse.GuestServicesEntry
-	30, // 20: corpus.v1.WatchResponse.service_reach:type_name -> corpus.v1.ServiceReach
-	62, // 21: corpus.v1.WatchResponse.backups:type_name -> corpus.v1.Backup
-	49, // 22: corpus.v1.WatchResponse.guest_waiting:type_name -> corpus.v1.WatchResponse.GuestWaitingEntry
-	26, // 23: corpus.v1.WatchResponse.peers:type_name -> corpus.v1.PeerNode
-	63, // 24: corpus.v1.WatchResponse.certificates:type_name -> corpus.v1.Certificate
-	56, // 25: corpus.v1.ReportRequest.capacity:type_name -> corpus.v1.Resources
-	57, // 26: corpus.v1.ReportRequest.drivers:type_name -> corpus.v1.DriverInfo
-	28, // 27: corpus.v1.ReportRequest.guests:type_name -> corpus.v1.ReportedGuest
-	29, // 28: corpus.v1.ReportRequest.volumes:type_name -> corpus.v1.ReportedVolume
-	64, // 29: corpus.v1.ReportRequest.services:type_name -> corpus.v1.ReportedService
-	65, // 30: corpus.v1.ReportedGuest.observed:type_name -> corpus.v1.GuestObserved
-	66, // 31: corpus.v1.ReportedVolume.observed:type_name -> corpus.v1.VolumeObserved
-	67, // 32: corpus.v1.ServiceRuntimeResponse.service:type_name -> corpus.v1.Service
-	50, // 33: corpus.v1.ServiceRuntimeResponse.env:type_name -> corpus.v1.ServiceRuntimeResponse.EnvEntry
-	62, // 34: corpus.v1.DumpServiceRequest.backup:type_name -> corpus.v1.Backup
-	62, // 35: corpus.v1.ReadBackupRequest.backup:type_name -> corpus.v1.Backup
-	62, // 36: corpus.v1.RemoveBackupRequest.backup:type_name -> corpus.v1.Backup
-	20, // 37: corpus.v1.AgentService.Enroll:input_type -> corpus.v1.EnrollRequest
-	22, // 38: corpus.v1.AgentService.RenewCertificate:input_type -> corpus.v1.RenewCertificateRequest
-	24, // 39: corpus.v1.AgentService.Watch:input_type -> corpus.v1.WatchRequest
-	27, // 40: corpus.v1.AgentService.Report:input_type -> corpus.v1.ReportRequest
-	8,  // 41: corpus.v1.AgentService.GitAccess:input_type -> corpus.v1.GitAccessRequest
-	12, // 42: corpus.v1.AgentService.BeginRelease:input_type -> corpus.v1.BeginReleaseRequest
-	14, // 43: corpus.v1.AgentService.FinishRelease:input_type -> corpus.v1.FinishReleaseRequest
-	16, // 44: corpus.v1.AgentService.SetCurrentRelease:input_type -> corpus.v1.SetCurrentReleaseRequest
-	18, // 45: corpus.v1.AgentService.PruneReleases:input_type -> corpus.v1.PruneReleasesRequest
-	6,  // 46: corpus.v1.AgentService.SetManifestDomains:input_type -> corpus.v1.SetManifestDomainsRequest
-	4,  // 47: corpus.v1.AgentService.SetWebPort:input_type -> corpus.v1.SetWebPortRequest
-	9,  // 48: corpus.v1.AgentService.RecordShell:input_type -> corpus.v1.RecordShellRequest
-	31, // 49: corpus.v1.AgentService.ServiceRuntime:input_type -> corpus.v1.ServiceRuntimeRequest
-	0,  // 50: corpus.v1.AgentService.TlsMaterial:input_type -> corpus.v1.TlsMaterialRequest
-	68, // 51: corpus.v1.NodeAgentService.Exec:input_type -> corpus.v1.ExecGuestRequest
-	42, // 52: corpus.v1.NodeAgentService.ExportVolume:input_type -> corpus.v1.ExportVolumeRequest
-	43, // 53: corpus.v1.NodeAgentService.ImportVolume:input_type -> corpus.v1.VolumeChunk
-	69, // 54: corpus.v1.NodeAgentService.SnapshotVolume:input_type -> corpus.v1.SnapshotVolumeRequest
-	70, // 55: corpus.v1.NodeAgentService.Rollback:input_type -> corpus.v1.RollbackRequest
-	3,  // 56: corpus.v1.NodeAgentService.Redeploy:input_type -> corpus.v1.AgentRedeployRequest
-	71, // 57: corpus.v1.NodeAgentService.Processes:input_type -> corpus.v1.ListProcessesRequest
-	72, // 58: corpus.v1.NodeAgentService.Logs:input_type -> corpus.v1.GuestLogsRequest
-	73, // 59: corpus.v1.NodeAgentService.Shell:input_type -> corpus.v1.ShellInput
-	36, // 60: corpus.v1.NodeAgentService.DumpService:input_type -> corpus.v1.DumpServiceRequest
-	74, // 61: corpus.v1.NodeAgentService.StoreBackup:input_type -> corpus.v1.BackupChunk
-	38, // 62: corpus.v1.NodeAgentService.ReadBackup:input_type -> corpus.v1.ReadBackupRequest
-	74, // 63: corpus.v1.NodeAgentService.LoadService:input_type -> corpus.v1.BackupChunk
-	40, // 64: corpus.v1.NodeAgentService.RemoveBackup:input_type -> corpus.v1.RemoveBackupRequest
-	34, // 65: corpus.v1.NodeAgentService.CheckChallenge:input_type -> corpus.v1.CheckChallengeRequest
-	21, // 66: corpus.v1.AgentService.Enroll:output_type -> corpus.v1.EnrollResponse
-	23, // 67: corpus.v1.AgentService.RenewCertificate:output_type -> corpus.v1.RenewCertificateResponse
-	25, // 68: corpus.v1.AgentService.Watch:output_type -> corpus.v1.WatchResponse
-	33, // 69: corpus.v1.AgentService.Report:output_type -> corpus.v1.ReportResponse
-	11, // 70: corpus.v1.AgentService.GitAccess:output_type -> corpus.v1.GitAccessResponse
-	13, // 71: corpus.v1.AgentService.BeginRelease:output_type -> corpus.v1.BeginReleaseResponse
-	15, // 72: corpus.v1.AgentService.FinishRelease:output_type -> corpus.v1.FinishReleaseResponse
-	17, // 73: corpus.v1.AgentService.SetCurrentRelease:output_type -> corpus.v1.SetCurrentReleaseResponse
-	19, // 74: corpus.v1.AgentService.PruneReleases:output_type -> corpus.v1.PruneReleasesResponse
-	7,  // 75: corpus.v1.AgentService.SetManifestDomains:output_type -> corpus.v1.SetManifestDomainsResponse
-	5,  // 76: corpus.v1.AgentService.SetWebPort:output_type -> corpus.v1.SetWebPortResponse
-	10, // 77: corpus.v1.AgentService.RecordShell:output_type -> corpus.v1.RecordShellResponse
-	32, // 78: corpus.v1.AgentService.ServiceRuntime:output_type -> corpus.v1.ServiceRuntimeResponse
-	1,  // 79: corpus.v1.AgentService.TlsMaterial:output_type -> corpus.v1.TlsMaterialResponse
-	75, // 80: corpus.v1.NodeAgentService.Exec:output_type -> corpus.v1.ExecOutput
-	43, // 81: corpus.v1.NodeAgentService.ExportVolume:output_type -> corpus.v1.VolumeChunk
-	44, // 82: corpus.v1.NodeAgentService.ImportVolume:output_type -> corpus.v1.ImportVolumeResponse
-	76, // 83: corpus.v1.NodeAgentService.SnapshotVolume:output_type -> corpus.v1.SnapshotVolumeResponse
-	77, // 84: corpus.v1.NodeAgentService.Rollback:output_type -> corpus.v1.RollbackOutput
-	78, // 85: corpus.v1.NodeAgentService.Redeploy:output_type -> corpus.v1.DeployOutput
-	79, // 86: corpus.v1.NodeAgentService.Processes:output_type -> corpus.v1.ListProcessesResponse
-	80, // 87: corpus.v1.NodeAgentService.Logs:output_type -> corpus.v1.LogLine
-	75, // 88: corpus.v1.NodeAgentService.Shell:output_type -> corpus.v1.ExecOutput
-	74, // 89: corpus.v1.NodeAgentService.DumpService:output_type -> corpus.v1.BackupChunk
-	37, // 90: corpus.v1.NodeAgentService.StoreBackup:output_type -> corpus.v1.StoreBackupResponse
-	74, // 91: corpus.v1.NodeAgentService.ReadBackup:output_type -> corpus.v1.BackupChunk
-	39, // 92: corpus.v1.NodeAgentService.LoadService:output_type -> corpus.v1.LoadServiceResponse
-	41, // 93: corpus.v1.NodeAgentService.RemoveBackup:output_type -> corpus.v1.RemoveBackupResponse
-	35, // 94: corpus.v1.NodeAgentService.CheckChallenge:output_type -> corpus.v1.CheckChallengeResponse
-	66, // [66:95] is the sub-list for method output_type
-	37, // [37:66] is the sub-list for method input_type
-	37, // [37:37] is the sub-list for extension type_name
-	37, // [37:37] is the sub-list for extension extendee
-	0,  // [0:37] is the sub-list for field type_name
+	60, // 1: corpus.v1.AgentRedeployRequest.request:type_name -> corpus.v1.RedeployRequest
+	61, // 2: corpus.v1.AgentRedeployRequest.env:type_name -> corpus.v1.ProjectEnv
+	62, // 3: corpus.v1.AgentRedeployRequest.releases:type_name -> corpus.v1.Release
+	61, // 4: corpus.v1.InstanceReleaseResponse.env:type_name -> corpus.v1.ProjectEnv
+	62, // 5: corpus.v1.InstanceReleaseResponse.release:type_name -> corpus.v1.Release
+	62, // 6: corpus.v1.InstanceReleaseResponse.releases:type_name -> corpus.v1.Release
+	52, // 7: corpus.v1.InstanceReleaseResponse.config:type_name -> corpus.v1.InstanceReleaseResponse.ConfigEntry
+	63, // 8: corpus.v1.GitAccessResponse.project:type_name -> corpus.v1.Project
+	61, // 9: corpus.v1.GitAccessResponse.env:type_name -> corpus.v1.ProjectEnv
+	62, // 10: corpus.v1.GitAccessResponse.releases:type_name -> corpus.v1.Release
+	62, // 11: corpus.v1.BeginReleaseResponse.release:type_name -> corpus.v1.Release
+	53, // 12: corpus.v1.BeginReleaseResponse.config:type_name -> corpus.v1.BeginReleaseResponse.ConfigEntry
+	64, // 13: corpus.v1.FinishReleaseRequest.steps:type_name -> corpus.v1.ReleaseStep
+	62, // 14: corpus.v1.FinishReleaseResponse.release:type_name -> corpus.v1.Release
+	54, // 15: corpus.v1.EnrollRequest.labels:type_name -> corpus.v1.EnrollRequest.LabelsEntry
+	65, // 16: corpus.v1.EnrollRequest.capacity:type_name -> corpus.v1.Resources
+	66, // 17: corpus.v1.EnrollRequest.drivers:type_name -> corpus.v1.DriverInfo
+	67, // 18: corpus.v1.WatchResponse.node:type_name -> corpus.v1.Node
+	68, // 19: corpus.v1.WatchResponse.guests:type_name -> corpus.v1.Guest
+	69, // 20: corpus.v1.WatchResponse.routes:type_name -> corpus.v1.Route
+	70, // 21: corpus.v1.WatchResponse.volumes:type_name -> corpus.v1.Volume
+	55, // 22: corpus.v1.WatchResponse.guest_projects:type_name -> corpus.v1.WatchResponse.GuestProjectsEntry
+	56, // 23: corpus.v1.WatchResponse.guest_services:type_name -> corpus.v1.WatchResponse.GuestServicesEntry
+	37, // 24: corpus.v1.WatchResponse.service_reach:type_name -> corpus.v1.ServiceReach
+	71, // 25: corpus.v1.WatchResponse.backups:type_name -> corpus.v1.Backup
+	57, // 26: corpus.v1.WatchResponse.guest_waiting:type_name -> corpus.v1.WatchResponse.GuestWaitingEntry
+	33, // 27: corpus.v1.WatchResponse.peers:type_name -> corpus.v1.PeerNode
+	72, // 28: corpus.v1.WatchResponse.certificates:type_name -> corpus.v1.Certificate
+	32, // 29: corpus.v1.WatchResponse.instances:type_name -> corpus.v1.InstanceAssignment
+	58, // 30: corpus.v1.InstanceAssignment.scale:type_name -> corpus.v1.InstanceAssignment.ScaleEntry
+	65, // 31: corpus.v1.ReportRequest.capacity:type_name -> corpus.v1.Resources
+	66, // 32: corpus.v1.ReportRequest.drivers:type_name -> corpus.v1.DriverInfo
+	35, // 33: corpus.v1.ReportRequest.guests:type_name -> corpus.v1.ReportedGuest
+	36, // 34: corpus.v1.ReportRequest.volumes:type_name -> corpus.v1.ReportedVolume
+	73, // 35: corpus.v1.ReportRequest.services:type_name -> corpus.v1.ReportedService
+	74, // 36: corpus.v1.ReportedGuest.observed:type_name -> corpus.v1.GuestObserved
+	75, // 37: corpus.v1.ReportedVolume.observed:type_name -> corpus.v1.VolumeObserved
+	76, // 38: corpus.v1.ServiceRuntimeResponse.service:type_name -> corpus.v1.Service
+	59, // 39: corpus.v1.ServiceRuntimeResponse.env:type_name -> corpus.v1.ServiceRuntimeResponse.EnvEntry
+	71, // 40: corpus.v1.DumpServiceRequest.backup:type_name -> corpus.v1.Backup
+	71, // 41: corpus.v1.ReadBackupRequest.backup:type_name -> corpus.v1.Backup
+	71, // 42: corpus.v1.RemoveBackupRequest.backup:type_name -> corpus.v1.Backup
+	26, // 43: corpus.v1.AgentService.Enroll:input_type -> corpus.v1.EnrollRequest
+	28, // 44: corpus.v1.AgentService.RenewCertificate:input_type -> corpus.v1.RenewCertificateRequest
+	30, // 45: corpus.v1.AgentService.Watch:input_type -> corpus.v1.WatchRequest
+	34, // 46: corpus.v1.AgentService.Report:input_type -> corpus.v1.ReportRequest
+	14, // 47: corpus.v1.AgentService.GitAccess:input_type -> corpus.v1.GitAccessRequest
+	18, // 48: corpus.v1.AgentService.BeginRelease:input_type -> corpus.v1.BeginReleaseRequest
+	20, // 49: corpus.v1.AgentService.FinishRelease:input_type -> corpus.v1.FinishReleaseRequest
+	22, // 50: corpus.v1.AgentService.SetCurrentRelease:input_type -> corpus.v1.SetCurrentReleaseRequest
+	24, // 51: corpus.v1.AgentService.PruneReleases:input_type -> corpus.v1.PruneReleasesRequest
+	12, // 52: corpus.v1.AgentService.SetManifestDomains:input_type -> corpus.v1.SetManifestDomainsRequest
+	4,  // 53: corpus.v1.AgentService.SetWebPort:input_type -> corpus.v1.SetWebPortRequest
+	5,  // 54: corpus.v1.AgentService.RollInstance:input_type -> corpus.v1.RollInstanceRequest
+	7,  // 55: corpus.v1.AgentService.InstanceRelease:input_type -> corpus.v1.InstanceReleaseRequest
+	9,  // 56: corpus.v1.AgentService.ReleaseSource:input_type -> corpus.v1.ReleaseSourceRequest
+	15, // 57: corpus.v1.AgentService.RecordShell:input_type -> corpus.v1.RecordShellRequest
+	38, // 58: corpus.v1.AgentService.ServiceRuntime:input_type -> corpus.v1.ServiceRuntimeRequest
+	0,  // 59: corpus.v1.AgentService.TlsMaterial:input_type -> corpus.v1.TlsMaterialRequest
+	77, // 60: corpus.v1.NodeAgentService.Exec:input_type -> corpus.v1.ExecGuestRequest
+	49, // 61: corpus.v1.NodeAgentService.ExportVolume:input_type -> corpus.v1.ExportVolumeRequest
+	50, // 62: corpus.v1.NodeAgentService.ImportVolume:input_type -> corpus.v1.VolumeChunk
+	78, // 63: corpus.v1.NodeAgentService.SnapshotVolume:input_type -> corpus.v1.SnapshotVolumeRequest
+	79, // 64: corpus.v1.NodeAgentService.Rollback:input_type -> corpus.v1.RollbackRequest
+	9,  // 65: corpus.v1.NodeAgentService.ReleaseSource:input_type -> corpus.v1.ReleaseSourceRequest
+	3,  // 66: corpus.v1.NodeAgentService.Redeploy:input_type -> corpus.v1.AgentRedeployRequest
+	80, // 67: corpus.v1.NodeAgentService.Processes:input_type -> corpus.v1.ListProcessesRequest
+	81, // 68: corpus.v1.NodeAgentService.Logs:input_type -> corpus.v1.GuestLogsRequest
+	82, // 69: corpus.v1.NodeAgentService.Shell:input_type -> corpus.v1.ShellInput
+	43, // 70: corpus.v1.NodeAgentService.DumpService:input_type -> corpus.v1.DumpServiceRequest
+	83, // 71: corpus.v1.NodeAgentService.StoreBackup:input_type -> corpus.v1.BackupChunk
+	45, // 72: corpus.v1.NodeAgentService.ReadBackup:input_type -> corpus.v1.ReadBackupRequest
+	83, // 73: corpus.v1.NodeAgentService.LoadService:input_type -> corpus.v1.BackupChunk
+	47, // 74: corpus.v1.NodeAgentService.RemoveBackup:input_type -> corpus.v1.RemoveBackupRequest
+	41, // 75: corpus.v1.NodeAgentService.CheckChallenge:input_type -> corpus.v1.CheckChallengeRequest
+	27, // 76: corpus.v1.AgentService.Enroll:output_type -> corpus.v1.EnrollResponse
+	29, // 77: corpus.v1.AgentService.RenewCertificate:output_type -> corpus.v1.RenewCertificateResponse
+	31, // 78: corpus.v1.AgentService.Watch:output_type -> corpus.v1.WatchResponse
+	40, // 79: corpus.v1.AgentService.Report:output_type -> corpus.v1.ReportResponse
+	17, // 80: corpus.v1.AgentService.GitAccess:output_type -> corpus.v1.GitAccessResponse
+	19, // 81: corpus.v1.AgentService.BeginRelease:output_type -> corpus.v1.BeginReleaseResponse
+	21, // 82: corpus.v1.AgentService.FinishRelease:output_type -> corpus.v1.FinishReleaseResponse
+	23, // 83: corpus.v1.AgentService.SetCurrentRelease:output_type -> corpus.v1.SetCurrentReleaseResponse
+	25, // 84: corpus.v1.AgentService.PruneReleases:output_type -> corpus.v1.PruneReleasesResponse
+	13, // 85: corpus.v1.AgentService.SetManifestDomains:output_type -> corpus.v1.SetManifestDomainsResponse
+	11, // 86: corpus.v1.AgentService.SetWebPort:output_type -> corpus.v1.SetWebPortResponse
+	6,  // 87: corpus.v1.AgentService.RollInstance:output_type -> corpus.v1.RollInstanceResponse
+	8,  // 88: corpus.v1.AgentService.InstanceRelease:output_type -> corpus.v1.InstanceReleaseResponse
+	10, // 89: corpus.v1.AgentService.ReleaseSource:output_type -> corpus.v1.SourceChunk
+	16, // 90: corpus.v1.AgentService.RecordShell:output_type -> corpus.v1.RecordShellResponse
+	39, // 91: corpus.v1.AgentService.ServiceRuntime:output_type -> corpus.v1.ServiceRuntimeResponse
+	1,  // 92: corpus.v1.AgentService.TlsMaterial:output_type -> corpus.v1.TlsMaterialResponse
+	84, // 93: corpus.v1.NodeAgentService.Exec:output_type -> corpus.v1.ExecOutput
+	50, // 94: corpus.v1.NodeAgentService.ExportVolume:output_type -> corpus.v1.VolumeChunk
+	51, // 95: corpus.v1.NodeAgentService.ImportVolume:output_type -> corpus.v1.ImportVolumeResponse
+	85, // 96: corpus.v1.NodeAgentService.SnapshotVolume:output_type -> corpus.v1.SnapshotVolumeResponse
+	86, // 97: corpus.v1.NodeAgentService.Rollback:output_type -> corpus.v1.RollbackOutput
+	10, // 98: corpus.v1.NodeAgentService.ReleaseSource:output_type -> corpus.v1.SourceChunk
+	87, // 99: corpus.v1.NodeAgentService.Redeploy:output_type -> corpus.v1.DeployOutput
+	88, // 100: corpus.v1.NodeAgentService.Processes:output_type -> corpus.v1.ListProcessesResponse
+	89, // 101: corpus.v1.NodeAgentService.Logs:output_type -> corpus.v1.LogLine
+	84, // 102: corpus.v1.NodeAgentService.Shell:output_type -> corpus.v1.ExecOutput
+	83, // 103: corpus.v1.NodeAgentService.DumpService:output_type -> corpus.v1.BackupChunk
+	44, // 104: corpus.v1.NodeAgentService.StoreBackup:output_type -> corpus.v1.StoreBackupResponse
+	83, // 105: corpus.v1.NodeAgentService.ReadBackup:output_type -> corpus.v1.BackupChunk
+	46, // 106: corpus.v1.NodeAgentService.LoadService:output_type -> corpus.v1.LoadServiceResponse
+	48, // 107: corpus.v1.NodeAgentService.RemoveBackup:output_type -> corpus.v1.RemoveBackupResponse
+	42, // 108: corpus.v1.NodeAgentService.CheckChallenge:output_type -> corpus.v1.CheckChallengeResponse
+	76, // [76:109] is the sub-list for method output_type
+	43, // [43:76] is the sub-list for method input_type
+	43, // [43:43] is the sub-list for extension type_name
+	43, // [43:43] is the sub-list for extension extendee
+	0,  // [0:43] is the sub-list for field type_name
 }
 
 func init() { file_corpus_v1_agent_proto_init() }
@@ -3243,7 +3783,7 @@ func file_corpus_v1_agent_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_corpus_v1_agent_proto_rawDesc), len(file_corpus_v1_agent_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   51,
+			NumMessages:   60,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -23,6 +23,149 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+type ScaleRequest struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Project string                 `protobuf:"bytes,1,opt,name=project,proto3" json:"project,omitempty"`
+	// env: the project's only environment when empty.
+	Env string `protobuf:"bytes,2,opt,name=env,proto3" json:"env,omitempty"`
+	// counts by process type; a type not named keeps its count.
+	Counts map[string]uint32 `protobuf:"bytes,3,rep,name=counts,proto3" json:"counts,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
+	// shared_nothing allows more than one instance of an environment that
+	// keeps data on a volume: each instance gets an empty volume.
+	SharedNothing bool `protobuf:"varint,4,opt,name=shared_nothing,json=sharedNothing,proto3" json:"shared_nothing,omitempty"`
+	// max_parallel sets how many instances a deploy rolls at once (0
+	// keeps it).
+	MaxParallel   uint32 `protobuf:"varint,5,opt,name=max_parallel,json=maxParallel,proto3" json:"max_parallel,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ScaleRequest) Reset() {
+	*x = ScaleRequest{}
+	mi := &file_corpus_v1_projects_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ScaleRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ScaleRequest) ProtoMessage() {}
+
+func (x *ScaleRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_projects_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ScaleRequest.ProtoReflect.Descriptor instead.
+func (*ScaleRequest) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *ScaleRequest) GetProject() string {
+	if x != nil {
+		return x.Project
+	}
+	return ""
+}
+
+func (x *ScaleRequest) GetEnv() string {
+	if x != nil {
+		return x.Env
+	}
+	return ""
+}
+
+func (x *ScaleRequest) GetCounts() map[string]uint32 {
+	if x != nil {
+		return x.Counts
+	}
+	return nil
+}
+
+func (x *ScaleRequest) GetSharedNothing() bool {
+	if x != nil {
+		return x.SharedNothing
+	}
+	return false
+}
+
+func (x *ScaleRequest) GetMaxParallel() uint32 {
+	if x != nil {
+		return x.MaxParallel
+	}
+	return 0
+}
+
+type ScaleResponse struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Project *ProjectView           `protobuf:"bytes,1,opt,name=project,proto3" json:"project,omitempty"`
+	// instances is the environment's guest count now.
+	Instances     uint32 `protobuf:"varint,2,opt,name=instances,proto3" json:"instances,omitempty"`
+	Changed       bool   `protobuf:"varint,3,opt,name=changed,proto3" json:"changed,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ScaleResponse) Reset() {
+	*x = ScaleResponse{}
+	mi := &file_corpus_v1_projects_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ScaleResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ScaleResponse) ProtoMessage() {}
+
+func (x *ScaleResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_projects_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ScaleResponse.ProtoReflect.Descriptor instead.
+func (*ScaleResponse) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *ScaleResponse) GetProject() *ProjectView {
+	if x != nil {
+		return x.Project
+	}
+	return nil
+}
+
+func (x *ScaleResponse) GetInstances() uint32 {
+	if x != nil {
+		return x.Instances
+	}
+	return 0
+}
+
+func (x *ScaleResponse) GetChanged() bool {
+	if x != nil {
+		return x.Changed
+	}
+	return false
+}
+
 type ProjectLogsRequest struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
 	Project string                 `protobuf:"bytes,1,opt,name=project,proto3" json:"project,omitempty"`
@@ -36,7 +179,7 @@ type ProjectLogsRequest struct {
 
 func (x *ProjectLogsRequest) Reset() {
 	*x = ProjectLogsRequest{}
-	mi := &file_corpus_v1_projects_proto_msgTypes[0]
+	mi := &file_corpus_v1_projects_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -48,7 +191,7 @@ func (x *ProjectLogsRequest) String() string {
 func (*ProjectLogsRequest) ProtoMessage() {}
 
 func (x *ProjectLogsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_projects_proto_msgTypes[0]
+	mi := &file_corpus_v1_projects_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -61,7 +204,7 @@ func (x *ProjectLogsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProjectLogsRequest.ProtoReflect.Descriptor instead.
 func (*ProjectLogsRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{0}
+	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *ProjectLogsRequest) GetProject() string {
@@ -99,7 +242,7 @@ type SetConfigRequest struct {
 
 func (x *SetConfigRequest) Reset() {
 	*x = SetConfigRequest{}
-	mi := &file_corpus_v1_projects_proto_msgTypes[1]
+	mi := &file_corpus_v1_projects_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -111,7 +254,7 @@ func (x *SetConfigRequest) String() string {
 func (*SetConfigRequest) ProtoMessage() {}
 
 func (x *SetConfigRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_projects_proto_msgTypes[1]
+	mi := &file_corpus_v1_projects_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -124,7 +267,7 @@ func (x *SetConfigRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetConfigRequest.ProtoReflect.Descriptor instead.
 func (*SetConfigRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{1}
+	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *SetConfigRequest) GetProject() string {
@@ -173,7 +316,7 @@ type GetConfigRequest struct {
 
 func (x *GetConfigRequest) Reset() {
 	*x = GetConfigRequest{}
-	mi := &file_corpus_v1_projects_proto_msgTypes[2]
+	mi := &file_corpus_v1_projects_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -185,7 +328,7 @@ func (x *GetConfigRequest) String() string {
 func (*GetConfigRequest) ProtoMessage() {}
 
 func (x *GetConfigRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_projects_proto_msgTypes[2]
+	mi := &file_corpus_v1_projects_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -198,7 +341,7 @@ func (x *GetConfigRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetConfigRequest.ProtoReflect.Descriptor instead.
 func (*GetConfigRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{2}
+	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *GetConfigRequest) GetProject() string {
@@ -235,7 +378,7 @@ type GetConfigResponse struct {
 
 func (x *GetConfigResponse) Reset() {
 	*x = GetConfigResponse{}
-	mi := &file_corpus_v1_projects_proto_msgTypes[3]
+	mi := &file_corpus_v1_projects_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -247,7 +390,7 @@ func (x *GetConfigResponse) String() string {
 func (*GetConfigResponse) ProtoMessage() {}
 
 func (x *GetConfigResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_projects_proto_msgTypes[3]
+	mi := &file_corpus_v1_projects_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -260,7 +403,7 @@ func (x *GetConfigResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetConfigResponse.ProtoReflect.Descriptor instead.
 func (*GetConfigResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{3}
+	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *GetConfigResponse) GetVars() []*ConfigVar {
@@ -297,7 +440,7 @@ type ConfigVar struct {
 
 func (x *ConfigVar) Reset() {
 	*x = ConfigVar{}
-	mi := &file_corpus_v1_projects_proto_msgTypes[4]
+	mi := &file_corpus_v1_projects_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -309,7 +452,7 @@ func (x *ConfigVar) String() string {
 func (*ConfigVar) ProtoMessage() {}
 
 func (x *ConfigVar) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_projects_proto_msgTypes[4]
+	mi := &file_corpus_v1_projects_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -322,7 +465,7 @@ func (x *ConfigVar) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConfigVar.ProtoReflect.Descriptor instead.
 func (*ConfigVar) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{4}
+	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *ConfigVar) GetKey() string {
@@ -363,7 +506,7 @@ type RedeployRequest struct {
 
 func (x *RedeployRequest) Reset() {
 	*x = RedeployRequest{}
-	mi := &file_corpus_v1_projects_proto_msgTypes[5]
+	mi := &file_corpus_v1_projects_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -375,7 +518,7 @@ func (x *RedeployRequest) String() string {
 func (*RedeployRequest) ProtoMessage() {}
 
 func (x *RedeployRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_projects_proto_msgTypes[5]
+	mi := &file_corpus_v1_projects_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -388,7 +531,7 @@ func (x *RedeployRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RedeployRequest.ProtoReflect.Descriptor instead.
 func (*RedeployRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{5}
+	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *RedeployRequest) GetProject() string {
@@ -438,7 +581,7 @@ type DeployOutput struct {
 
 func (x *DeployOutput) Reset() {
 	*x = DeployOutput{}
-	mi := &file_corpus_v1_projects_proto_msgTypes[6]
+	mi := &file_corpus_v1_projects_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -450,7 +593,7 @@ func (x *DeployOutput) String() string {
 func (*DeployOutput) ProtoMessage() {}
 
 func (x *DeployOutput) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_projects_proto_msgTypes[6]
+	mi := &file_corpus_v1_projects_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -463,7 +606,7 @@ func (x *DeployOutput) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeployOutput.ProtoReflect.Descriptor instead.
 func (*DeployOutput) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{6}
+	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *DeployOutput) GetOutput() []byte {
@@ -497,7 +640,7 @@ type ListProcessesRequest struct {
 
 func (x *ListProcessesRequest) Reset() {
 	*x = ListProcessesRequest{}
-	mi := &file_corpus_v1_projects_proto_msgTypes[7]
+	mi := &file_corpus_v1_projects_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -509,7 +652,7 @@ func (x *ListProcessesRequest) String() string {
 func (*ListProcessesRequest) ProtoMessage() {}
 
 func (x *ListProcessesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_projects_proto_msgTypes[7]
+	mi := &file_corpus_v1_projects_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -522,7 +665,7 @@ func (x *ListProcessesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListProcessesRequest.ProtoReflect.Descriptor instead.
 func (*ListProcessesRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{7}
+	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *ListProcessesRequest) GetProject() string {
@@ -548,7 +691,7 @@ type ListProcessesResponse struct {
 
 func (x *ListProcessesResponse) Reset() {
 	*x = ListProcessesResponse{}
-	mi := &file_corpus_v1_projects_proto_msgTypes[8]
+	mi := &file_corpus_v1_projects_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -560,7 +703,7 @@ func (x *ListProcessesResponse) String() string {
 func (*ListProcessesResponse) ProtoMessage() {}
 
 func (x *ListProcessesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_projects_proto_msgTypes[8]
+	mi := &file_corpus_v1_projects_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -573,7 +716,7 @@ func (x *ListProcessesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListProcessesResponse.ProtoReflect.Descriptor instead.
 func (*ListProcessesResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{8}
+	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *ListProcessesResponse) GetProcesses() []*ProcessStatus {
@@ -609,7 +752,7 @@ type CreateProjectRequest struct {
 
 func (x *CreateProjectRequest) Reset() {
 	*x = CreateProjectRequest{}
-	mi := &file_corpus_v1_projects_proto_msgTypes[9]
+	mi := &file_corpus_v1_projects_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -621,7 +764,7 @@ func (x *CreateProjectRequest) String() string {
 func (*CreateProjectRequest) ProtoMessage() {}
 
 func (x *CreateProjectRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_projects_proto_msgTypes[9]
+	mi := &file_corpus_v1_projects_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -634,7 +777,7 @@ func (x *CreateProjectRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateProjectRequest.ProtoReflect.Descriptor instead.
 func (*CreateProjectRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{9}
+	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *CreateProjectRequest) GetName() string {
@@ -726,7 +869,7 @@ type CreateProjectResponse struct {
 
 func (x *CreateProjectResponse) Reset() {
 	*x = CreateProjectResponse{}
-	mi := &file_corpus_v1_projects_proto_msgTypes[10]
+	mi := &file_corpus_v1_projects_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -738,7 +881,7 @@ func (x *CreateProjectResponse) String() string {
 func (*CreateProjectResponse) ProtoMessage() {}
 
 func (x *CreateProjectResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_projects_proto_msgTypes[10]
+	mi := &file_corpus_v1_projects_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -751,7 +894,7 @@ func (x *CreateProjectResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateProjectResponse.ProtoReflect.Descriptor instead.
 func (*CreateProjectResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{10}
+	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *CreateProjectResponse) GetProject() *Project {
@@ -783,7 +926,7 @@ type ListProjectsRequest struct {
 
 func (x *ListProjectsRequest) Reset() {
 	*x = ListProjectsRequest{}
-	mi := &file_corpus_v1_projects_proto_msgTypes[11]
+	mi := &file_corpus_v1_projects_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -795,7 +938,7 @@ func (x *ListProjectsRequest) String() string {
 func (*ListProjectsRequest) ProtoMessage() {}
 
 func (x *ListProjectsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_projects_proto_msgTypes[11]
+	mi := &file_corpus_v1_projects_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -808,7 +951,7 @@ func (x *ListProjectsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListProjectsRequest.ProtoReflect.Descriptor instead.
 func (*ListProjectsRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{11}
+	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{13}
 }
 
 type ListProjectsResponse struct {
@@ -820,7 +963,7 @@ type ListProjectsResponse struct {
 
 func (x *ListProjectsResponse) Reset() {
 	*x = ListProjectsResponse{}
-	mi := &file_corpus_v1_projects_proto_msgTypes[12]
+	mi := &file_corpus_v1_projects_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -832,7 +975,7 @@ func (x *ListProjectsResponse) String() string {
 func (*ListProjectsResponse) ProtoMessage() {}
 
 func (x *ListProjectsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_projects_proto_msgTypes[12]
+	mi := &file_corpus_v1_projects_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -845,7 +988,7 @@ func (x *ListProjectsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListProjectsResponse.ProtoReflect.Descriptor instead.
 func (*ListProjectsResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{12}
+	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ListProjectsResponse) GetProjects() []*ProjectView {
@@ -866,7 +1009,7 @@ type ProjectView struct {
 
 func (x *ProjectView) Reset() {
 	*x = ProjectView{}
-	mi := &file_corpus_v1_projects_proto_msgTypes[13]
+	mi := &file_corpus_v1_projects_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -878,7 +1021,7 @@ func (x *ProjectView) String() string {
 func (*ProjectView) ProtoMessage() {}
 
 func (x *ProjectView) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_projects_proto_msgTypes[13]
+	mi := &file_corpus_v1_projects_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -891,7 +1034,7 @@ func (x *ProjectView) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProjectView.ProtoReflect.Descriptor instead.
 func (*ProjectView) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{13}
+	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ProjectView) GetProject() *Project {
@@ -920,14 +1063,18 @@ type ProjectEnvView struct {
 	Domains        []string `protobuf:"bytes,7,rep,name=domains,proto3" json:"domains,omitempty"`
 	// services are those linked to the environment, each "NAME (STATE)":
 	// its guest starts once they are healthy.
-	Services      []string `protobuf:"bytes,8,rep,name=services,proto3" json:"services,omitempty"`
+	Services []string `protobuf:"bytes,8,rep,name=services,proto3" json:"services,omitempty"`
+	// scale is the process count per type, and instances every guest of
+	// the environment (instance 1 first).
+	Scale         map[string]uint32 `protobuf:"bytes,9,rep,name=scale,proto3" json:"scale,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
+	Instances     []*InstanceView   `protobuf:"bytes,10,rep,name=instances,proto3" json:"instances,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ProjectEnvView) Reset() {
 	*x = ProjectEnvView{}
-	mi := &file_corpus_v1_projects_proto_msgTypes[14]
+	mi := &file_corpus_v1_projects_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -939,7 +1086,7 @@ func (x *ProjectEnvView) String() string {
 func (*ProjectEnvView) ProtoMessage() {}
 
 func (x *ProjectEnvView) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_projects_proto_msgTypes[14]
+	mi := &file_corpus_v1_projects_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -952,7 +1099,7 @@ func (x *ProjectEnvView) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProjectEnvView.ProtoReflect.Descriptor instead.
 func (*ProjectEnvView) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{14}
+	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ProjectEnvView) GetName() string {
@@ -1011,6 +1158,122 @@ func (x *ProjectEnvView) GetServices() []string {
 	return nil
 }
 
+func (x *ProjectEnvView) GetScale() map[string]uint32 {
+	if x != nil {
+		return x.Scale
+	}
+	return nil
+}
+
+func (x *ProjectEnvView) GetInstances() []*InstanceView {
+	if x != nil {
+		return x.Instances
+	}
+	return nil
+}
+
+type InstanceView struct {
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	Index       uint32                 `protobuf:"varint,1,opt,name=index,proto3" json:"index,omitempty"`
+	GuestName   string                 `protobuf:"bytes,2,opt,name=guest_name,json=guestName,proto3" json:"guest_name,omitempty"`
+	GuestStatus string                 `protobuf:"bytes,3,opt,name=guest_status,json=guestStatus,proto3" json:"guest_status,omitempty"`
+	NodeName    string                 `protobuf:"bytes,4,opt,name=node_name,json=nodeName,proto3" json:"node_name,omitempty"`
+	Address     string                 `protobuf:"bytes,5,opt,name=address,proto3" json:"address,omitempty"`
+	// release serves there now; error says why the desired one does not.
+	Release uint32 `protobuf:"varint,6,opt,name=release,proto3" json:"release,omitempty"`
+	Error   string `protobuf:"bytes,7,opt,name=error,proto3" json:"error,omitempty"`
+	// processes are the types it runs.
+	Processes     []string `protobuf:"bytes,8,rep,name=processes,proto3" json:"processes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *InstanceView) Reset() {
+	*x = InstanceView{}
+	mi := &file_corpus_v1_projects_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *InstanceView) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*InstanceView) ProtoMessage() {}
+
+func (x *InstanceView) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_projects_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use InstanceView.ProtoReflect.Descriptor instead.
+func (*InstanceView) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *InstanceView) GetIndex() uint32 {
+	if x != nil {
+		return x.Index
+	}
+	return 0
+}
+
+func (x *InstanceView) GetGuestName() string {
+	if x != nil {
+		return x.GuestName
+	}
+	return ""
+}
+
+func (x *InstanceView) GetGuestStatus() string {
+	if x != nil {
+		return x.GuestStatus
+	}
+	return ""
+}
+
+func (x *InstanceView) GetNodeName() string {
+	if x != nil {
+		return x.NodeName
+	}
+	return ""
+}
+
+func (x *InstanceView) GetAddress() string {
+	if x != nil {
+		return x.Address
+	}
+	return ""
+}
+
+func (x *InstanceView) GetRelease() uint32 {
+	if x != nil {
+		return x.Release
+	}
+	return 0
+}
+
+func (x *InstanceView) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
+func (x *InstanceView) GetProcesses() []string {
+	if x != nil {
+		return x.Processes
+	}
+	return nil
+}
+
 type GetProjectRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
@@ -1023,7 +1286,7 @@ type GetProjectRequest struct {
 
 func (x *GetProjectRequest) Reset() {
 	*x = GetProjectRequest{}
-	mi := &file_corpus_v1_projects_proto_msgTypes[15]
+	mi := &file_corpus_v1_projects_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1035,7 +1298,7 @@ func (x *GetProjectRequest) String() string {
 func (*GetProjectRequest) ProtoMessage() {}
 
 func (x *GetProjectRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_projects_proto_msgTypes[15]
+	mi := &file_corpus_v1_projects_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1048,7 +1311,7 @@ func (x *GetProjectRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetProjectRequest.ProtoReflect.Descriptor instead.
 func (*GetProjectRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{15}
+	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *GetProjectRequest) GetName() string {
@@ -1082,7 +1345,7 @@ type GetProjectResponse struct {
 
 func (x *GetProjectResponse) Reset() {
 	*x = GetProjectResponse{}
-	mi := &file_corpus_v1_projects_proto_msgTypes[16]
+	mi := &file_corpus_v1_projects_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1094,7 +1357,7 @@ func (x *GetProjectResponse) String() string {
 func (*GetProjectResponse) ProtoMessage() {}
 
 func (x *GetProjectResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_projects_proto_msgTypes[16]
+	mi := &file_corpus_v1_projects_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1107,7 +1370,7 @@ func (x *GetProjectResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetProjectResponse.ProtoReflect.Descriptor instead.
 func (*GetProjectResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{16}
+	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *GetProjectResponse) GetProject() *ProjectView {
@@ -1138,7 +1401,7 @@ type DeleteProjectRequest struct {
 
 func (x *DeleteProjectRequest) Reset() {
 	*x = DeleteProjectRequest{}
-	mi := &file_corpus_v1_projects_proto_msgTypes[17]
+	mi := &file_corpus_v1_projects_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1150,7 +1413,7 @@ func (x *DeleteProjectRequest) String() string {
 func (*DeleteProjectRequest) ProtoMessage() {}
 
 func (x *DeleteProjectRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_projects_proto_msgTypes[17]
+	mi := &file_corpus_v1_projects_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1163,7 +1426,7 @@ func (x *DeleteProjectRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteProjectRequest.ProtoReflect.Descriptor instead.
 func (*DeleteProjectRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{17}
+	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *DeleteProjectRequest) GetName() string {
@@ -1195,7 +1458,7 @@ type DeleteProjectResponse struct {
 
 func (x *DeleteProjectResponse) Reset() {
 	*x = DeleteProjectResponse{}
-	mi := &file_corpus_v1_projects_proto_msgTypes[18]
+	mi := &file_corpus_v1_projects_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1207,7 +1470,7 @@ func (x *DeleteProjectResponse) String() string {
 func (*DeleteProjectResponse) ProtoMessage() {}
 
 func (x *DeleteProjectResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_projects_proto_msgTypes[18]
+	mi := &file_corpus_v1_projects_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1220,7 +1483,7 @@ func (x *DeleteProjectResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteProjectResponse.ProtoReflect.Descriptor instead.
 func (*DeleteProjectResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{18}
+	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{21}
 }
 
 type GrantProjectRequest struct {
@@ -1234,7 +1497,7 @@ type GrantProjectRequest struct {
 
 func (x *GrantProjectRequest) Reset() {
 	*x = GrantProjectRequest{}
-	mi := &file_corpus_v1_projects_proto_msgTypes[19]
+	mi := &file_corpus_v1_projects_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1246,7 +1509,7 @@ func (x *GrantProjectRequest) String() string {
 func (*GrantProjectRequest) ProtoMessage() {}
 
 func (x *GrantProjectRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_projects_proto_msgTypes[19]
+	mi := &file_corpus_v1_projects_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1259,7 +1522,7 @@ func (x *GrantProjectRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GrantProjectRequest.ProtoReflect.Descriptor instead.
 func (*GrantProjectRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{19}
+	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *GrantProjectRequest) GetName() string {
@@ -1292,7 +1555,7 @@ type GrantProjectResponse struct {
 
 func (x *GrantProjectResponse) Reset() {
 	*x = GrantProjectResponse{}
-	mi := &file_corpus_v1_projects_proto_msgTypes[20]
+	mi := &file_corpus_v1_projects_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1304,7 +1567,7 @@ func (x *GrantProjectResponse) String() string {
 func (*GrantProjectResponse) ProtoMessage() {}
 
 func (x *GrantProjectResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_projects_proto_msgTypes[20]
+	mi := &file_corpus_v1_projects_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1317,7 +1580,7 @@ func (x *GrantProjectResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GrantProjectResponse.ProtoReflect.Descriptor instead.
 func (*GrantProjectResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{20}
+	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *GrantProjectResponse) GetProject() *Project {
@@ -1337,7 +1600,7 @@ type ListReleasesRequest struct {
 
 func (x *ListReleasesRequest) Reset() {
 	*x = ListReleasesRequest{}
-	mi := &file_corpus_v1_projects_proto_msgTypes[21]
+	mi := &file_corpus_v1_projects_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1349,7 +1612,7 @@ func (x *ListReleasesRequest) String() string {
 func (*ListReleasesRequest) ProtoMessage() {}
 
 func (x *ListReleasesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_projects_proto_msgTypes[21]
+	mi := &file_corpus_v1_projects_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1362,7 +1625,7 @@ func (x *ListReleasesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListReleasesRequest.ProtoReflect.Descriptor instead.
 func (*ListReleasesRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{21}
+	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ListReleasesRequest) GetProject() string {
@@ -1391,7 +1654,7 @@ type ListReleasesResponse struct {
 
 func (x *ListReleasesResponse) Reset() {
 	*x = ListReleasesResponse{}
-	mi := &file_corpus_v1_projects_proto_msgTypes[22]
+	mi := &file_corpus_v1_projects_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1403,7 +1666,7 @@ func (x *ListReleasesResponse) String() string {
 func (*ListReleasesResponse) ProtoMessage() {}
 
 func (x *ListReleasesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_projects_proto_msgTypes[22]
+	mi := &file_corpus_v1_projects_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1416,7 +1679,7 @@ func (x *ListReleasesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListReleasesResponse.ProtoReflect.Descriptor instead.
 func (*ListReleasesResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{22}
+	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ListReleasesResponse) GetReleases() []*Release {
@@ -1452,7 +1715,7 @@ type GetReleaseRequest struct {
 
 func (x *GetReleaseRequest) Reset() {
 	*x = GetReleaseRequest{}
-	mi := &file_corpus_v1_projects_proto_msgTypes[23]
+	mi := &file_corpus_v1_projects_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1464,7 +1727,7 @@ func (x *GetReleaseRequest) String() string {
 func (*GetReleaseRequest) ProtoMessage() {}
 
 func (x *GetReleaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_projects_proto_msgTypes[23]
+	mi := &file_corpus_v1_projects_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1477,7 +1740,7 @@ func (x *GetReleaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetReleaseRequest.ProtoReflect.Descriptor instead.
 func (*GetReleaseRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{23}
+	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *GetReleaseRequest) GetProject() string {
@@ -1511,7 +1774,7 @@ type GetReleaseResponse struct {
 
 func (x *GetReleaseResponse) Reset() {
 	*x = GetReleaseResponse{}
-	mi := &file_corpus_v1_projects_proto_msgTypes[24]
+	mi := &file_corpus_v1_projects_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1523,7 +1786,7 @@ func (x *GetReleaseResponse) String() string {
 func (*GetReleaseResponse) ProtoMessage() {}
 
 func (x *GetReleaseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_projects_proto_msgTypes[24]
+	mi := &file_corpus_v1_projects_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1536,7 +1799,7 @@ func (x *GetReleaseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetReleaseResponse.ProtoReflect.Descriptor instead.
 func (*GetReleaseResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{24}
+	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *GetReleaseResponse) GetRelease() *Release {
@@ -1569,7 +1832,7 @@ type RollbackRequest struct {
 
 func (x *RollbackRequest) Reset() {
 	*x = RollbackRequest{}
-	mi := &file_corpus_v1_projects_proto_msgTypes[25]
+	mi := &file_corpus_v1_projects_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1581,7 +1844,7 @@ func (x *RollbackRequest) String() string {
 func (*RollbackRequest) ProtoMessage() {}
 
 func (x *RollbackRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_projects_proto_msgTypes[25]
+	mi := &file_corpus_v1_projects_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1594,7 +1857,7 @@ func (x *RollbackRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RollbackRequest.ProtoReflect.Descriptor instead.
 func (*RollbackRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{25}
+	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *RollbackRequest) GetProject() string {
@@ -1637,7 +1900,7 @@ type RollbackOutput struct {
 
 func (x *RollbackOutput) Reset() {
 	*x = RollbackOutput{}
-	mi := &file_corpus_v1_projects_proto_msgTypes[26]
+	mi := &file_corpus_v1_projects_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1649,7 +1912,7 @@ func (x *RollbackOutput) String() string {
 func (*RollbackOutput) ProtoMessage() {}
 
 func (x *RollbackOutput) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_projects_proto_msgTypes[26]
+	mi := &file_corpus_v1_projects_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1662,7 +1925,7 @@ func (x *RollbackOutput) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RollbackOutput.ProtoReflect.Descriptor instead.
 func (*RollbackOutput) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{26}
+	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *RollbackOutput) GetOutput() []byte {
@@ -1698,7 +1961,7 @@ type ExportProjectRequest struct {
 
 func (x *ExportProjectRequest) Reset() {
 	*x = ExportProjectRequest{}
-	mi := &file_corpus_v1_projects_proto_msgTypes[27]
+	mi := &file_corpus_v1_projects_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1710,7 +1973,7 @@ func (x *ExportProjectRequest) String() string {
 func (*ExportProjectRequest) ProtoMessage() {}
 
 func (x *ExportProjectRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_projects_proto_msgTypes[27]
+	mi := &file_corpus_v1_projects_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1723,7 +1986,7 @@ func (x *ExportProjectRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExportProjectRequest.ProtoReflect.Descriptor instead.
 func (*ExportProjectRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{27}
+	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *ExportProjectRequest) GetName() string {
@@ -1756,7 +2019,7 @@ type ExportProjectResponse struct {
 
 func (x *ExportProjectResponse) Reset() {
 	*x = ExportProjectResponse{}
-	mi := &file_corpus_v1_projects_proto_msgTypes[28]
+	mi := &file_corpus_v1_projects_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1768,7 +2031,7 @@ func (x *ExportProjectResponse) String() string {
 func (*ExportProjectResponse) ProtoMessage() {}
 
 func (x *ExportProjectResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_projects_proto_msgTypes[28]
+	mi := &file_corpus_v1_projects_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1781,7 +2044,7 @@ func (x *ExportProjectResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExportProjectResponse.ProtoReflect.Descriptor instead.
 func (*ExportProjectResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{28}
+	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *ExportProjectResponse) GetTopology() *ProjectTopology {
@@ -1809,7 +2072,7 @@ type ProjectTopology struct {
 
 func (x *ProjectTopology) Reset() {
 	*x = ProjectTopology{}
-	mi := &file_corpus_v1_projects_proto_msgTypes[29]
+	mi := &file_corpus_v1_projects_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1821,7 +2084,7 @@ func (x *ProjectTopology) String() string {
 func (*ProjectTopology) ProtoMessage() {}
 
 func (x *ProjectTopology) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_projects_proto_msgTypes[29]
+	mi := &file_corpus_v1_projects_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1834,7 +2097,7 @@ func (x *ProjectTopology) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProjectTopology.ProtoReflect.Descriptor instead.
 func (*ProjectTopology) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{29}
+	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *ProjectTopology) GetVersion() string {
@@ -1894,7 +2157,7 @@ type EnvTopology struct {
 
 func (x *EnvTopology) Reset() {
 	*x = EnvTopology{}
-	mi := &file_corpus_v1_projects_proto_msgTypes[30]
+	mi := &file_corpus_v1_projects_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1906,7 +2169,7 @@ func (x *EnvTopology) String() string {
 func (*EnvTopology) ProtoMessage() {}
 
 func (x *EnvTopology) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_projects_proto_msgTypes[30]
+	mi := &file_corpus_v1_projects_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1919,7 +2182,7 @@ func (x *EnvTopology) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EnvTopology.ProtoReflect.Descriptor instead.
 func (*EnvTopology) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{30}
+	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *EnvTopology) GetName() string {
@@ -2027,7 +2290,7 @@ type ServiceTopology struct {
 
 func (x *ServiceTopology) Reset() {
 	*x = ServiceTopology{}
-	mi := &file_corpus_v1_projects_proto_msgTypes[31]
+	mi := &file_corpus_v1_projects_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2039,7 +2302,7 @@ func (x *ServiceTopology) String() string {
 func (*ServiceTopology) ProtoMessage() {}
 
 func (x *ServiceTopology) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_projects_proto_msgTypes[31]
+	mi := &file_corpus_v1_projects_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2052,7 +2315,7 @@ func (x *ServiceTopology) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ServiceTopology.ProtoReflect.Descriptor instead.
 func (*ServiceTopology) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{31}
+	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *ServiceTopology) GetName() string {
@@ -2156,7 +2419,7 @@ type ServiceLinkTopology struct {
 
 func (x *ServiceLinkTopology) Reset() {
 	*x = ServiceLinkTopology{}
-	mi := &file_corpus_v1_projects_proto_msgTypes[32]
+	mi := &file_corpus_v1_projects_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2168,7 +2431,7 @@ func (x *ServiceLinkTopology) String() string {
 func (*ServiceLinkTopology) ProtoMessage() {}
 
 func (x *ServiceLinkTopology) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_projects_proto_msgTypes[32]
+	mi := &file_corpus_v1_projects_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2181,7 +2444,7 @@ func (x *ServiceLinkTopology) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ServiceLinkTopology.ProtoReflect.Descriptor instead.
 func (*ServiceLinkTopology) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{32}
+	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *ServiceLinkTopology) GetEnv() string {
@@ -2218,7 +2481,7 @@ type ImportProjectRequest struct {
 
 func (x *ImportProjectRequest) Reset() {
 	*x = ImportProjectRequest{}
-	mi := &file_corpus_v1_projects_proto_msgTypes[33]
+	mi := &file_corpus_v1_projects_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2230,7 +2493,7 @@ func (x *ImportProjectRequest) String() string {
 func (*ImportProjectRequest) ProtoMessage() {}
 
 func (x *ImportProjectRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_projects_proto_msgTypes[33]
+	mi := &file_corpus_v1_projects_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2243,7 +2506,7 @@ func (x *ImportProjectRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ImportProjectRequest.ProtoReflect.Descriptor instead.
 func (*ImportProjectRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{33}
+	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *ImportProjectRequest) GetTopology() *ProjectTopology {
@@ -2300,7 +2563,7 @@ type ImportProjectResponse struct {
 
 func (x *ImportProjectResponse) Reset() {
 	*x = ImportProjectResponse{}
-	mi := &file_corpus_v1_projects_proto_msgTypes[34]
+	mi := &file_corpus_v1_projects_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2312,7 +2575,7 @@ func (x *ImportProjectResponse) String() string {
 func (*ImportProjectResponse) ProtoMessage() {}
 
 func (x *ImportProjectResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_projects_proto_msgTypes[34]
+	mi := &file_corpus_v1_projects_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2325,7 +2588,7 @@ func (x *ImportProjectResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ImportProjectResponse.ProtoReflect.Descriptor instead.
 func (*ImportProjectResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{34}
+	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *ImportProjectResponse) GetProject() string {
@@ -2346,7 +2609,20 @@ var File_corpus_v1_projects_proto protoreflect.FileDescriptor
 
 const file_corpus_v1_projects_proto_rawDesc = "" +
 	"\n" +
-	"\x18corpus/v1/projects.proto\x12\tcorpus.v1\x1a\x16corpus/v1/guests.proto\x1a\x15corpus/v1/types.proto\"u\n" +
+	"\x18corpus/v1/projects.proto\x12\tcorpus.v1\x1a\x16corpus/v1/guests.proto\x1a\x15corpus/v1/types.proto\"\xfc\x01\n" +
+	"\fScaleRequest\x12\x18\n" +
+	"\aproject\x18\x01 \x01(\tR\aproject\x12\x10\n" +
+	"\x03env\x18\x02 \x01(\tR\x03env\x12;\n" +
+	"\x06counts\x18\x03 \x03(\v2#.corpus.v1.ScaleRequest.CountsEntryR\x06counts\x12%\n" +
+	"\x0eshared_nothing\x18\x04 \x01(\bR\rsharedNothing\x12!\n" +
+	"\fmax_parallel\x18\x05 \x01(\rR\vmaxParallel\x1a9\n" +
+	"\vCountsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\rR\x05value:\x028\x01\"y\n" +
+	"\rScaleResponse\x120\n" +
+	"\aproject\x18\x01 \x01(\v2\x16.corpus.v1.ProjectViewR\aproject\x12\x1c\n" +
+	"\tinstances\x18\x02 \x01(\rR\tinstances\x12\x18\n" +
+	"\achanged\x18\x03 \x01(\bR\achanged\"u\n" +
 	"\x12ProjectLogsRequest\x12\x18\n" +
 	"\aproject\x18\x01 \x01(\tR\aproject\x12\x10\n" +
 	"\x03env\x18\x02 \x01(\tR\x03env\x123\n" +
@@ -2411,7 +2687,7 @@ const file_corpus_v1_projects_proto_rawDesc = "" +
 	"\bprojects\x18\x01 \x03(\v2\x16.corpus.v1.ProjectViewR\bprojects\"j\n" +
 	"\vProjectView\x12,\n" +
 	"\aproject\x18\x01 \x01(\v2\x12.corpus.v1.ProjectR\aproject\x12-\n" +
-	"\x04envs\x18\x02 \x03(\v2\x19.corpus.v1.ProjectEnvViewR\x04envs\"\x81\x02\n" +
+	"\x04envs\x18\x02 \x03(\v2\x19.corpus.v1.ProjectEnvViewR\x04envs\"\xae\x03\n" +
 	"\x0eProjectEnvView\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1d\n" +
 	"\n" +
@@ -2422,7 +2698,24 @@ const file_corpus_v1_projects_proto_rawDesc = "" +
 	"git_remote\x18\x05 \x01(\tR\tgitRemote\x12'\n" +
 	"\x0fcurrent_release\x18\x06 \x01(\rR\x0ecurrentRelease\x12\x18\n" +
 	"\adomains\x18\a \x03(\tR\adomains\x12\x1a\n" +
-	"\bservices\x18\b \x03(\tR\bservices\"g\n" +
+	"\bservices\x18\b \x03(\tR\bservices\x12:\n" +
+	"\x05scale\x18\t \x03(\v2$.corpus.v1.ProjectEnvView.ScaleEntryR\x05scale\x125\n" +
+	"\tinstances\x18\n" +
+	" \x03(\v2\x17.corpus.v1.InstanceViewR\tinstances\x1a8\n" +
+	"\n" +
+	"ScaleEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\rR\x05value:\x028\x01\"\xeb\x01\n" +
+	"\fInstanceView\x12\x14\n" +
+	"\x05index\x18\x01 \x01(\rR\x05index\x12\x1d\n" +
+	"\n" +
+	"guest_name\x18\x02 \x01(\tR\tguestName\x12!\n" +
+	"\fguest_status\x18\x03 \x01(\tR\vguestStatus\x12\x1b\n" +
+	"\tnode_name\x18\x04 \x01(\tR\bnodeName\x12\x18\n" +
+	"\aaddress\x18\x05 \x01(\tR\aaddress\x12\x18\n" +
+	"\arelease\x18\x06 \x01(\rR\arelease\x12\x14\n" +
+	"\x05error\x18\a \x01(\tR\x05error\x12\x1c\n" +
+	"\tprocesses\x18\b \x03(\tR\tprocesses\"g\n" +
 	"\x11GetProjectRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1b\n" +
 	"\tmin_index\x18\x02 \x01(\x04R\bminIndex\x12!\n" +
@@ -2528,7 +2821,7 @@ const file_corpus_v1_projects_proto_rawDesc = "" +
 	"\adry_run\x18\x06 \x01(\bR\x06dryRun\"K\n" +
 	"\x15ImportProjectResponse\x12\x18\n" +
 	"\aproject\x18\x01 \x01(\tR\aproject\x12\x18\n" +
-	"\acreated\x18\x02 \x03(\tR\acreated2\xb7\t\n" +
+	"\acreated\x18\x02 \x03(\tR\acreated2\xf3\t\n" +
 	"\x0eProjectService\x12R\n" +
 	"\rCreateProject\x12\x1f.corpus.v1.CreateProjectRequest\x1a .corpus.v1.CreateProjectResponse\x12T\n" +
 	"\fListProjects\x12\x1e.corpus.v1.ListProjectsRequest\x1a\x1f.corpus.v1.ListProjectsResponse\"\x03\x90\x02\x01\x12N\n" +
@@ -2546,7 +2839,8 @@ const file_corpus_v1_projects_proto_rawDesc = "" +
 	"\rListProcesses\x12\x1f.corpus.v1.ListProcessesRequest\x1a .corpus.v1.ListProcessesResponse\"\x03\x90\x02\x01\x12B\n" +
 	"\vProjectLogs\x12\x1d.corpus.v1.ProjectLogsRequest\x1a\x12.corpus.v1.LogLine0\x01\x12W\n" +
 	"\rExportProject\x12\x1f.corpus.v1.ExportProjectRequest\x1a .corpus.v1.ExportProjectResponse\"\x03\x90\x02\x01\x12R\n" +
-	"\rImportProject\x12\x1f.corpus.v1.ImportProjectRequest\x1a .corpus.v1.ImportProjectResponseB!Z\x1fcorpus/proto/corpus/v1;corpusv1b\x06proto3"
+	"\rImportProject\x12\x1f.corpus.v1.ImportProjectRequest\x1a .corpus.v1.ImportProjectResponse\x12:\n" +
+	"\x05Scale\x12\x17.corpus.v1.ScaleRequest\x1a\x18.corpus.v1.ScaleResponseB!Z\x1fcorpus/proto/corpus/v1;corpusv1b\x06proto3"
 
 var (
 	file_corpus_v1_projects_proto_rawDescOnce sync.Once
@@ -2560,112 +2854,123 @@ func file_corpus_v1_projects_proto_rawDescGZIP() []byte {
 	return file_corpus_v1_projects_proto_rawDescData
 }
 
-var file_corpus_v1_projects_proto_msgTypes = make([]protoimpl.MessageInfo, 38)
+var file_corpus_v1_projects_proto_msgTypes = make([]protoimpl.MessageInfo, 43)
 var file_corpus_v1_projects_proto_goTypes = []any{
-	(*ProjectLogsRequest)(nil),    // 0: corpus.v1.ProjectLogsRequest
-	(*SetConfigRequest)(nil),      // 1: corpus.v1.SetConfigRequest
-	(*GetConfigRequest)(nil),      // 2: corpus.v1.GetConfigRequest
-	(*GetConfigResponse)(nil),     // 3: corpus.v1.GetConfigResponse
-	(*ConfigVar)(nil),             // 4: corpus.v1.ConfigVar
-	(*RedeployRequest)(nil),       // 5: corpus.v1.RedeployRequest
-	(*DeployOutput)(nil),          // 6: corpus.v1.DeployOutput
-	(*ListProcessesRequest)(nil),  // 7: corpus.v1.ListProcessesRequest
-	(*ListProcessesResponse)(nil), // 8: corpus.v1.ListProcessesResponse
-	(*CreateProjectRequest)(nil),  // 9: corpus.v1.CreateProjectRequest
-	(*CreateProjectResponse)(nil), // 10: corpus.v1.CreateProjectResponse
-	(*ListProjectsRequest)(nil),   // 11: corpus.v1.ListProjectsRequest
-	(*ListProjectsResponse)(nil),  // 12: corpus.v1.ListProjectsResponse
-	(*ProjectView)(nil),           // 13: corpus.v1.ProjectView
-	(*ProjectEnvView)(nil),        // 14: corpus.v1.ProjectEnvView
-	(*GetProjectRequest)(nil),     // 15: corpus.v1.GetProjectRequest
-	(*GetProjectResponse)(nil),    // 16: corpus.v1.GetProjectResponse
-	(*DeleteProjectRequest)(nil),  // 17: corpus.v1.DeleteProjectRequest
-	(*DeleteProjectResponse)(nil), // 18: corpus.v1.DeleteProjectResponse
-	(*GrantProjectRequest)(nil),   // 19: corpus.v1.GrantProjectRequest
-	(*GrantProjectResponse)(nil),  // 20: corpus.v1.GrantProjectResponse
-	(*ListReleasesRequest)(nil),   // 21: corpus.v1.ListReleasesRequest
-	(*ListReleasesResponse)(nil),  // 22: corpus.v1.ListReleasesResponse
-	(*GetReleaseRequest)(nil),     // 23: corpus.v1.GetReleaseRequest
-	(*GetReleaseResponse)(nil),    // 24: corpus.v1.GetReleaseResponse
-	(*RollbackRequest)(nil),       // 25: corpus.v1.RollbackRequest
-	(*RollbackOutput)(nil),        // 26: corpus.v1.RollbackOutput
-	(*ExportProjectRequest)(nil),  // 27: corpus.v1.ExportProjectRequest
-	(*ExportProjectResponse)(nil), // 28: corpus.v1.ExportProjectResponse
-	(*ProjectTopology)(nil),       // 29: corpus.v1.ProjectTopology
-	(*EnvTopology)(nil),           // 30: corpus.v1.EnvTopology
-	(*ServiceTopology)(nil),       // 31: corpus.v1.ServiceTopology
-	(*ServiceLinkTopology)(nil),   // 32: corpus.v1.ServiceLinkTopology
-	(*ImportProjectRequest)(nil),  // 33: corpus.v1.ImportProjectRequest
-	(*ImportProjectResponse)(nil), // 34: corpus.v1.ImportProjectResponse
-	nil,                           // 35: corpus.v1.SetConfigRequest.SetEntry
-	nil,                           // 36: corpus.v1.EnvTopology.ConfigEntry
-	nil,                           // 37: corpus.v1.ServiceTopology.SecretsEntry
-	(*GuestLogsRequest)(nil),      // 38: corpus.v1.GuestLogsRequest
-	(*ProcessStatus)(nil),         // 39: corpus.v1.ProcessStatus
-	(*Resources)(nil),             // 40: corpus.v1.Resources
-	(*Project)(nil),               // 41: corpus.v1.Project
-	(*Release)(nil),               // 42: corpus.v1.Release
-	(*ProjectEnv)(nil),            // 43: corpus.v1.ProjectEnv
-	(*LogLine)(nil),               // 44: corpus.v1.LogLine
+	(*ScaleRequest)(nil),          // 0: corpus.v1.ScaleRequest
+	(*ScaleResponse)(nil),         // 1: corpus.v1.ScaleResponse
+	(*ProjectLogsRequest)(nil),    // 2: corpus.v1.ProjectLogsRequest
+	(*SetConfigRequest)(nil),      // 3: corpus.v1.SetConfigRequest
+	(*GetConfigRequest)(nil),      // 4: corpus.v1.GetConfigRequest
+	(*GetConfigResponse)(nil),     // 5: corpus.v1.GetConfigResponse
+	(*ConfigVar)(nil),             // 6: corpus.v1.ConfigVar
+	(*RedeployRequest)(nil),       // 7: corpus.v1.RedeployRequest
+	(*DeployOutput)(nil),          // 8: corpus.v1.DeployOutput
+	(*ListProcessesRequest)(nil),  // 9: corpus.v1.ListProcessesRequest
+	(*ListProcessesResponse)(nil), // 10: corpus.v1.ListProcessesResponse
+	(*CreateProjectRequest)(nil),  // 11: corpus.v1.CreateProjectRequest
+	(*CreateProjectResponse)(nil), // 12: corpus.v1.CreateProjectResponse
+	(*ListProjectsRequest)(nil),   // 13: corpus.v1.ListProjectsRequest
+	(*ListProjectsResponse)(nil),  // 14: corpus.v1.ListProjectsResponse
+	(*ProjectView)(nil),           // 15: corpus.v1.ProjectView
+	(*ProjectEnvView)(nil),        // 16: corpus.v1.ProjectEnvView
+	(*InstanceView)(nil),          // 17: corpus.v1.InstanceView
+	(*GetProjectRequest)(nil),     // 18: corpus.v1.GetProjectRequest
+	(*GetProjectResponse)(nil),    // 19: corpus.v1.GetProjectResponse
+	(*DeleteProjectRequest)(nil),  // 20: corpus.v1.DeleteProjectRequest
+	(*DeleteProjectResponse)(nil), // 21: corpus.v1.DeleteProjectResponse
+	(*GrantProjectRequest)(nil),   // 22: corpus.v1.GrantProjectRequest
+	(*GrantProjectResponse)(nil),  // 23: corpus.v1.GrantProjectResponse
+	(*ListReleasesRequest)(nil),   // 24: corpus.v1.ListReleasesRequest
+	(*ListReleasesResponse)(nil),  // 25: corpus.v1.ListReleasesResponse
+	(*GetReleaseRequest)(nil),     // 26: corpus.v1.GetReleaseRequest
+	(*GetReleaseResponse)(nil),    // 27: corpus.v1.GetReleaseResponse
+	(*RollbackRequest)(nil),       // 28: corpus.v1.RollbackRequest
+	(*RollbackOutput)(nil),        // 29: corpus.v1.RollbackOutput
+	(*ExportProjectRequest)(nil),  // 30: corpus.v1.ExportProjectRequest
+	(*ExportProjectResponse)(nil), // 31: corpus.v1.ExportProjectResponse
+	(*ProjectTopology)(nil),       // 32: corpus.v1.ProjectTopology
+	(*EnvTopology)(nil),           // 33: corpus.v1.EnvTopology
+	(*ServiceTopology)(nil),       // 34: corpus.v1.ServiceTopology
+	(*ServiceLinkTopology)(nil),   // 35: corpus.v1.ServiceLinkTopology
+	(*ImportProjectRequest)(nil),  // 36: corpus.v1.ImportProjectRequest
+	(*ImportProjectResponse)(nil), // 37: corpus.v1.ImportProjectResponse
+	nil,                           // 38: corpus.v1.ScaleRequest.CountsEntry
+	nil,                           // 39: corpus.v1.SetConfigRequest.SetEntry
+	nil,                           // 40: corpus.v1.ProjectEnvView.ScaleEntry
+	nil,                           // 41: corpus.v1.EnvTopology.ConfigEntry
+	nil,                           // 42: corpus.v1.ServiceTopology.SecretsEntry
+	(*GuestLogsRequest)(nil),      // 43: corpus.v1.GuestLogsRequest
+	(*ProcessStatus)(nil),         // 44: corpus.v1.ProcessStatus
+	(*Resources)(nil),             // 45: corpus.v1.Resources
+	(*Project)(nil),               // 46: corpus.v1.Project
+	(*Release)(nil),               // 47: corpus.v1.Release
+	(*ProjectEnv)(nil),            // 48: corpus.v1.ProjectEnv
+	(*LogLine)(nil),               // 49: corpus.v1.LogLine
 }
 var file_corpus_v1_projects_proto_depIdxs = []int32{
-	38, // 0: corpus.v1.ProjectLogsRequest.filter:type_name -> corpus.v1.GuestLogsRequest
-	35, // 1: corpus.v1.SetConfigRequest.set:type_name -> corpus.v1.SetConfigRequest.SetEntry
-	4,  // 2: corpus.v1.GetConfigResponse.vars:type_name -> corpus.v1.ConfigVar
-	39, // 3: corpus.v1.ListProcessesResponse.processes:type_name -> corpus.v1.ProcessStatus
-	40, // 4: corpus.v1.CreateProjectRequest.resources:type_name -> corpus.v1.Resources
-	41, // 5: corpus.v1.CreateProjectResponse.project:type_name -> corpus.v1.Project
-	13, // 6: corpus.v1.ListProjectsResponse.projects:type_name -> corpus.v1.ProjectView
-	41, // 7: corpus.v1.ProjectView.project:type_name -> corpus.v1.Project
-	14, // 8: corpus.v1.ProjectView.envs:type_name -> corpus.v1.ProjectEnvView
-	13, // 9: corpus.v1.GetProjectResponse.project:type_name -> corpus.v1.ProjectView
-	41, // 10: corpus.v1.GrantProjectResponse.project:type_name -> corpus.v1.Project
-	42, // 11: corpus.v1.ListReleasesResponse.releases:type_name -> corpus.v1.Release
-	42, // 12: corpus.v1.GetReleaseResponse.release:type_name -> corpus.v1.Release
-	43, // 13: corpus.v1.RollbackRequest.project_env:type_name -> corpus.v1.ProjectEnv
-	29, // 14: corpus.v1.ExportProjectResponse.topology:type_name -> corpus.v1.ProjectTopology
-	30, // 15: corpus.v1.ProjectTopology.environments:type_name -> corpus.v1.EnvTopology
-	31, // 16: corpus.v1.ProjectTopology.services:type_name -> corpus.v1.ServiceTopology
-	40, // 17: corpus.v1.EnvTopology.resources:type_name -> corpus.v1.Resources
-	36, // 18: corpus.v1.EnvTopology.config:type_name -> corpus.v1.EnvTopology.ConfigEntry
-	37, // 19: corpus.v1.ServiceTopology.secrets:type_name -> corpus.v1.ServiceTopology.SecretsEntry
-	32, // 20: corpus.v1.ServiceTopology.links:type_name -> corpus.v1.ServiceLinkTopology
-	29, // 21: corpus.v1.ImportProjectRequest.topology:type_name -> corpus.v1.ProjectTopology
-	9,  // 22: corpus.v1.ProjectService.CreateProject:input_type -> corpus.v1.CreateProjectRequest
-	11, // 23: corpus.v1.ProjectService.ListProjects:input_type -> corpus.v1.ListProjectsRequest
-	15, // 24: corpus.v1.ProjectService.GetProject:input_type -> corpus.v1.GetProjectRequest
-	17, // 25: corpus.v1.ProjectService.DeleteProject:input_type -> corpus.v1.DeleteProjectRequest
-	19, // 26: corpus.v1.ProjectService.GrantProject:input_type -> corpus.v1.GrantProjectRequest
-	21, // 27: corpus.v1.ProjectService.ListReleases:input_type -> corpus.v1.ListReleasesRequest
-	23, // 28: corpus.v1.ProjectService.GetRelease:input_type -> corpus.v1.GetReleaseRequest
-	25, // 29: corpus.v1.ProjectService.Rollback:input_type -> corpus.v1.RollbackRequest
-	1,  // 30: corpus.v1.ProjectService.SetConfig:input_type -> corpus.v1.SetConfigRequest
-	2,  // 31: corpus.v1.ProjectService.GetConfig:input_type -> corpus.v1.GetConfigRequest
-	5,  // 32: corpus.v1.ProjectService.Deploy:input_type -> corpus.v1.RedeployRequest
-	7,  // 33: corpus.v1.ProjectService.ListProcesses:input_type -> corpus.v1.ListProcessesRequest
-	0,  // 34: corpus.v1.ProjectService.ProjectLogs:input_type -> corpus.v1.ProjectLogsRequest
-	27, // 35: corpus.v1.ProjectService.ExportProject:input_type -> corpus.v1.ExportProjectRequest
-	33, // 36: corpus.v1.ProjectService.ImportProject:input_type -> corpus.v1.ImportProjectRequest
-	10, // 37: corpus.v1.ProjectService.CreateProject:output_type -> corpus.v1.CreateProjectResponse
-	12, // 38: corpus.v1.ProjectService.ListProjects:output_type -> corpus.v1.ListProjectsResponse
-	16, // 39: corpus.v1.ProjectService.GetProject:output_type -> corpus.v1.GetProjectResponse
-	18, // 40: corpus.v1.ProjectService.DeleteProject:output_type -> corpus.v1.DeleteProjectResponse
-	20, // 41: corpus.v1.ProjectService.GrantProject:output_type -> corpus.v1.GrantProjectResponse
-	22, // 42: corpus.v1.ProjectService.ListReleases:output_type -> corpus.v1.ListReleasesResponse
-	24, // 43: corpus.v1.ProjectService.GetRelease:output_type -> corpus.v1.GetReleaseResponse
-	26, // 44: corpus.v1.ProjectService.Rollback:output_type -> corpus.v1.RollbackOutput
-	6,  // 45: corpus.v1.ProjectService.SetConfig:output_type -> corpus.v1.DeployOutput
-	3,  // 46: corpus.v1.ProjectService.GetConfig:output_type -> corpus.v1.GetConfigResponse
-	6,  // 47: corpus.v1.ProjectService.Deploy:output_type -> corpus.v1.DeployOutput
-	8,  // 48: corpus.v1.ProjectService.ListProcesses:output_type -> corpus.v1.ListProcessesResponse
-	44, // 49: corpus.v1.ProjectService.ProjectLogs:output_type -> corpus.v1.LogLine
-	28, // 50: corpus.v1.ProjectService.ExportProject:output_type -> corpus.v1.ExportProjectResponse
-	34, // 51: corpus.v1.ProjectService.ImportProject:output_type -> corpus.v1.ImportProjectResponse
-	37, // [37:52] is the sub-list for method output_type
-	22, // [22:37] is the sub-list for method input_type
-	22, // [22:22] is the sub-list for extension type_name
-	22, // [22:22] is the sub-list for extension extendee
-	0,  // [0:22] is the sub-list for field type_name
+	38, // 0: corpus.v1.ScaleRequest.counts:type_name -> corpus.v1.ScaleRequest.CountsEntry
+	15, // 1: corpus.v1.ScaleResponse.project:type_name -> corpus.v1.ProjectView
+	43, // 2: corpus.v1.ProjectLogsRequest.filter:type_name -> corpus.v1.GuestLogsRequest
+	39, // 3: corpus.v1.SetConfigRequest.set:type_name -> corpus.v1.SetConfigRequest.SetEntry
+	6,  // 4: corpus.v1.GetConfigResponse.vars:type_name -> corpus.v1.ConfigVar
+	44, // 5: corpus.v1.ListProcessesResponse.processes:type_name -> corpus.v1.ProcessStatus
+	45, // 6: corpus.v1.CreateProjectRequest.resources:type_name -> corpus.v1.Resources
+	46, // 7: corpus.v1.CreateProjectResponse.project:type_name -> corpus.v1.Project
+	15, // 8: corpus.v1.ListProjectsResponse.projects:type_name -> corpus.v1.ProjectView
+	46, // 9: corpus.v1.ProjectView.project:type_name -> corpus.v1.Project
+	16, // 10: corpus.v1.ProjectView.envs:type_name -> corpus.v1.ProjectEnvView
+	40, // 11: corpus.v1.ProjectEnvView.scale:type_name -> corpus.v1.ProjectEnvView.ScaleEntry
+	17, // 12: corpus.v1.ProjectEnvView.instances:type_name -> corpus.v1.InstanceView
+	15, // 13: corpus.v1.GetProjectResponse.project:type_name -> corpus.v1.ProjectView
+	46, // 14: corpus.v1.GrantProjectResponse.project:type_name -> corpus.v1.Project
+	47, // 15: corpus.v1.ListReleasesResponse.releases:type_name -> corpus.v1.Release
+	47, // 16: corpus.v1.GetReleaseResponse.release:type_name -> corpus.v1.Release
+	48, // 17: corpus.v1.RollbackRequest.project_env:type_name -> corpus.v1.ProjectEnv
+	32, // 18: corpus.v1.ExportProjectResponse.topology:type_name -> corpus.v1.ProjectTopology
+	33, // 19: corpus.v1.ProjectTopology.environments:type_name -> corpus.v1.EnvTopology
+	34, // 20: corpus.v1.ProjectTopology.services:type_name -> corpus.v1.ServiceTopology
+	45, // 21: corpus.v1.EnvTopology.resources:type_name -> corpus.v1.Resources
+	41, // 22: corpus.v1.EnvTopology.config:type_name -> corpus.v1.EnvTopology.ConfigEntry
+	42, // 23: corpus.v1.ServiceTopology.secrets:type_name -> corpus.v1.ServiceTopology.SecretsEntry
+	35, // 24: corpus.v1.ServiceTopology.links:type_name -> corpus.v1.ServiceLinkTopology
+	32, // 25: corpus.v1.ImportProjectRequest.topology:type_name -> corpus.v1.ProjectTopology
+	11, // 26: corpus.v1.ProjectService.CreateProject:input_type -> corpus.v1.CreateProjectRequest
+	13, // 27: corpus.v1.ProjectService.ListProjects:input_type -> corpus.v1.ListProjectsRequest
+	18, // 28: corpus.v1.ProjectService.GetProject:input_type -> corpus.v1.GetProjectRequest
+	20, // 29: corpus.v1.ProjectService.DeleteProject:input_type -> corpus.v1.DeleteProjectRequest
+	22, // 30: corpus.v1.ProjectService.GrantProject:input_type -> corpus.v1.GrantProjectRequest
+	24, // 31: corpus.v1.ProjectService.ListReleases:input_type -> corpus.v1.ListReleasesRequest
+	26, // 32: corpus.v1.ProjectService.GetRelease:input_type -> corpus.v1.GetReleaseRequest
+	28, // 33: corpus.v1.ProjectService.Rollback:input_type -> corpus.v1.RollbackRequest
+	3,  // 34: corpus.v1.ProjectService.SetConfig:input_type -> corpus.v1.SetConfigRequest
+	4,  // 35: corpus.v1.ProjectService.GetConfig:input_type -> corpus.v1.GetConfigRequest
+	7,  // 36: corpus.v1.ProjectService.Deploy:input_type -> corpus.v1.RedeployRequest
+	9,  // 37: corpus.v1.ProjectService.ListProcesses:input_type -> corpus.v1.ListProcessesRequest
+	2,  // 38: corpus.v1.ProjectService.ProjectLogs:input_type -> corpus.v1.ProjectLogsRequest
+	30, // 39: corpus.v1.ProjectService.ExportProject:input_type -> corpus.v1.ExportProjectRequest
+	36, // 40: corpus.v1.ProjectService.ImportProject:input_type -> corpus.v1.ImportProjectRequest
+	0,  // 41: corpus.v1.ProjectService.Scale:input_type -> corpus.v1.ScaleRequest
+	12, // 42: corpus.v1.ProjectService.CreateProject:output_type -> corpus.v1.CreateProjectResponse
+	14, // 43: corpus.v1.ProjectService.ListProjects:output_type -> corpus.v1.ListProjectsResponse
+	19, // 44: corpus.v1.ProjectService.GetProject:output_type -> corpus.v1.GetProjectResponse
+	21, // 45: corpus.v1.ProjectService.DeleteProject:output_type -> corpus.v1.DeleteProjectResponse
+	23, // 46: corpus.v1.ProjectService.GrantProject:output_type -> corpus.v1.GrantProjectResponse
+	25, // 47: corpus.v1.ProjectService.ListReleases:output_type -> corpus.v1.ListReleasesResponse
+	27, // 48: corpus.v1.ProjectService.GetRelease:output_type -> corpus.v1.GetReleaseResponse
+	29, // 49: corpus.v1.ProjectService.Rollback:output_type -> corpus.v1.RollbackOutput
+	8,  // 50: corpus.v1.ProjectService.SetConfig:output_type -> corpus.v1.DeployOutput
+	5,  // 51: corpus.v1.ProjectService.GetConfig:output_type -> corpus.v1.GetConfigResponse
+	8,  // 52: corpus.v1.ProjectService.Deploy:output_type -> corpus.v1.DeployOutput
+	10, // 53: corpus.v1.ProjectService.ListProcesses:output_type -> corpus.v1.ListProcessesResponse
+	49, // 54: corpus.v1.ProjectService.ProjectLogs:output_type -> corpus.v1.LogLine
+	31, // 55: corpus.v1.ProjectService.ExportProject:output_type -> corpus.v1.ExportProjectResponse
+	37, // 56: corpus.v1.ProjectService.ImportProject:output_type -> corpus.v1.ImportProjectResponse
+	1,  // 57: corpus.v1.ProjectService.Scale:output_type -> corpus.v1.ScaleResponse
+	42, // [42:58] is the sub-list for method output_type
+	26, // [26:42] is the sub-list for method input_type
+	26, // [26:26] is the sub-list for extension type_name
+	26, // [26:26] is the sub-list for extension extendee
+	0,  // [0:26] is the sub-list for field type_name
 }
 
 func init() { file_corpus_v1_projects_proto_init() }
@@ -2681,7 +2986,7 @@ func file_corpus_v1_projects_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_corpus_v1_projects_proto_rawDesc), len(file_corpus_v1_projects_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   38,
+			NumMessages:   43,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -101,6 +101,8 @@ type Command struct {
 	//	*Command_PutCertificate
 	//	*Command_DeleteCertificate
 	//	*Command_SetRouteTls
+	//	*Command_ScaleEnv
+	//	*Command_SetInstanceRelease
 	Cmd           isCommand_Cmd `protobuf_oneof:"cmd"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -702,6 +704,24 @@ func (x *Command) GetSetRouteTls() *SetRouteTls {
 	return nil
 }
 
+func (x *Command) GetScaleEnv() *ScaleEnv {
+	if x != nil {
+		if x, ok := x.Cmd.(*Command_ScaleEnv); ok {
+			return x.ScaleEnv
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetSetInstanceRelease() *SetInstanceRelease {
+	if x != nil {
+		if x, ok := x.Cmd.(*Command_SetInstanceRelease); ok {
+			return x.SetInstanceRelease
+		}
+	}
+	return nil
+}
+
 type isCommand_Cmd interface {
 	isCommand_Cmd()
 }
@@ -942,6 +962,14 @@ type Command_SetRouteTls struct {
 	SetRouteTls *SetRouteTls `protobuf:"bytes,204,opt,name=set_route_tls,json=setRouteTls,proto3,oneof"`
 }
 
+type Command_ScaleEnv struct {
+	ScaleEnv *ScaleEnv `protobuf:"bytes,205,opt,name=scale_env,json=scaleEnv,proto3,oneof"`
+}
+
+type Command_SetInstanceRelease struct {
+	SetInstanceRelease *SetInstanceRelease `protobuf:"bytes,206,opt,name=set_instance_release,json=setInstanceRelease,proto3,oneof"`
+}
+
 func (*Command_BootstrapCluster) isCommand_Cmd() {}
 
 func (*Command_CreateJoinToken) isCommand_Cmd() {}
@@ -1059,6 +1087,10 @@ func (*Command_PutCertificate) isCommand_Cmd() {}
 func (*Command_DeleteCertificate) isCommand_Cmd() {}
 
 func (*Command_SetRouteTls) isCommand_Cmd() {}
+
+func (*Command_ScaleEnv) isCommand_Cmd() {}
+
+func (*Command_SetInstanceRelease) isCommand_Cmd() {}
 
 // RecordAudit leaves an audit entry and changes nothing else: a call the
 // API refused (permission or validation), an exec into a guest (recorded
@@ -3918,11 +3950,13 @@ func (x *ResealedConfig) GetAcme() bool {
 // SetWebPort records the port a node switched an environment's web
 // process to, and points the environment's routes at it.
 type SetWebPort struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Project       string                 `protobuf:"bytes,1,opt,name=project,proto3" json:"project,omitempty"`
-	Env           string                 `protobuf:"bytes,2,opt,name=env,proto3" json:"env,omitempty"`
-	NodeId        string                 `protobuf:"bytes,3,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
-	Port          int32                  `protobuf:"varint,4,opt,name=port,proto3" json:"port,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Project string                 `protobuf:"bytes,1,opt,name=project,proto3" json:"project,omitempty"`
+	Env     string                 `protobuf:"bytes,2,opt,name=env,proto3" json:"env,omitempty"`
+	NodeId  string                 `protobuf:"bytes,3,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	Port    int32                  `protobuf:"varint,4,opt,name=port,proto3" json:"port,omitempty"`
+	// instance: 0 or 1 is the environment's own guest.
+	Instance      uint32 `protobuf:"varint,5,opt,name=instance,proto3" json:"instance,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3985,6 +4019,187 @@ func (x *SetWebPort) GetPort() int32 {
 	return 0
 }
 
+func (x *SetWebPort) GetInstance() uint32 {
+	if x != nil {
+		return x.Instance
+	}
+	return 0
+}
+
+// ScaleEnv sets an environment's process counts and its instances: add
+// are new guests (instances in index order after the last), remove the
+// indexes whose guests are deleted (the highest ones).
+type ScaleEnv struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Project       string                 `protobuf:"bytes,1,opt,name=project,proto3" json:"project,omitempty"`
+	Env           string                 `protobuf:"bytes,2,opt,name=env,proto3" json:"env,omitempty"`
+	Scale         map[string]uint32      `protobuf:"bytes,3,rep,name=scale,proto3" json:"scale,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
+	SharedNothing bool                   `protobuf:"varint,4,opt,name=shared_nothing,json=sharedNothing,proto3" json:"shared_nothing,omitempty"`
+	MaxParallel   uint32                 `protobuf:"varint,5,opt,name=max_parallel,json=maxParallel,proto3" json:"max_parallel,omitempty"`
+	Add           []*Guest               `protobuf:"bytes,6,rep,name=add,proto3" json:"add,omitempty"`
+	Remove        []uint32               `protobuf:"varint,7,rep,packed,name=remove,proto3" json:"remove,omitempty"`
+	// expect_instances is the instance count the request was made against:
+	// another scale in between refuses it.
+	ExpectInstances uint32 `protobuf:"varint,8,opt,name=expect_instances,json=expectInstances,proto3" json:"expect_instances,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *ScaleEnv) Reset() {
+	*x = ScaleEnv{}
+	mi := &file_corpus_v1_raft_proto_msgTypes[48]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ScaleEnv) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ScaleEnv) ProtoMessage() {}
+
+func (x *ScaleEnv) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_raft_proto_msgTypes[48]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ScaleEnv.ProtoReflect.Descriptor instead.
+func (*ScaleEnv) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{48}
+}
+
+func (x *ScaleEnv) GetProject() string {
+	if x != nil {
+		return x.Project
+	}
+	return ""
+}
+
+func (x *ScaleEnv) GetEnv() string {
+	if x != nil {
+		return x.Env
+	}
+	return ""
+}
+
+func (x *ScaleEnv) GetScale() map[string]uint32 {
+	if x != nil {
+		return x.Scale
+	}
+	return nil
+}
+
+func (x *ScaleEnv) GetSharedNothing() bool {
+	if x != nil {
+		return x.SharedNothing
+	}
+	return false
+}
+
+func (x *ScaleEnv) GetMaxParallel() uint32 {
+	if x != nil {
+		return x.MaxParallel
+	}
+	return 0
+}
+
+func (x *ScaleEnv) GetAdd() []*Guest {
+	if x != nil {
+		return x.Add
+	}
+	return nil
+}
+
+func (x *ScaleEnv) GetRemove() []uint32 {
+	if x != nil {
+		return x.Remove
+	}
+	return nil
+}
+
+func (x *ScaleEnv) GetExpectInstances() uint32 {
+	if x != nil {
+		return x.ExpectInstances
+	}
+	return 0
+}
+
+// SetInstanceRelease sets the release an instance should serve.
+type SetInstanceRelease struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Project       string                 `protobuf:"bytes,1,opt,name=project,proto3" json:"project,omitempty"`
+	Env           string                 `protobuf:"bytes,2,opt,name=env,proto3" json:"env,omitempty"`
+	Instance      uint32                 `protobuf:"varint,3,opt,name=instance,proto3" json:"instance,omitempty"`
+	Release       uint32                 `protobuf:"varint,4,opt,name=release,proto3" json:"release,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetInstanceRelease) Reset() {
+	*x = SetInstanceRelease{}
+	mi := &file_corpus_v1_raft_proto_msgTypes[49]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetInstanceRelease) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetInstanceRelease) ProtoMessage() {}
+
+func (x *SetInstanceRelease) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_raft_proto_msgTypes[49]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetInstanceRelease.ProtoReflect.Descriptor instead.
+func (*SetInstanceRelease) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{49}
+}
+
+func (x *SetInstanceRelease) GetProject() string {
+	if x != nil {
+		return x.Project
+	}
+	return ""
+}
+
+func (x *SetInstanceRelease) GetEnv() string {
+	if x != nil {
+		return x.Env
+	}
+	return ""
+}
+
+func (x *SetInstanceRelease) GetInstance() uint32 {
+	if x != nil {
+		return x.Instance
+	}
+	return 0
+}
+
+func (x *SetInstanceRelease) GetRelease() uint32 {
+	if x != nil {
+		return x.Release
+	}
+	return 0
+}
+
 // UpdateGuest replaces a guest's spec. Only the image, resources, env
 // and ports may differ from the current spec; a guest placed on a node
 // whose driver cannot converge in place is refused.
@@ -3998,7 +4213,7 @@ type UpdateGuest struct {
 
 func (x *UpdateGuest) Reset() {
 	*x = UpdateGuest{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[48]
+	mi := &file_corpus_v1_raft_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4010,7 +4225,7 @@ func (x *UpdateGuest) String() string {
 func (*UpdateGuest) ProtoMessage() {}
 
 func (x *UpdateGuest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[48]
+	mi := &file_corpus_v1_raft_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4023,7 +4238,7 @@ func (x *UpdateGuest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateGuest.ProtoReflect.Descriptor instead.
 func (*UpdateGuest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{48}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *UpdateGuest) GetName() string {
@@ -4052,7 +4267,7 @@ type CreateService struct {
 
 func (x *CreateService) Reset() {
 	*x = CreateService{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[49]
+	mi := &file_corpus_v1_raft_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4064,7 +4279,7 @@ func (x *CreateService) String() string {
 func (*CreateService) ProtoMessage() {}
 
 func (x *CreateService) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[49]
+	mi := &file_corpus_v1_raft_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4077,7 +4292,7 @@ func (x *CreateService) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateService.ProtoReflect.Descriptor instead.
 func (*CreateService) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{49}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *CreateService) GetService() *Service {
@@ -4108,7 +4323,7 @@ type SetServiceDesired struct {
 
 func (x *SetServiceDesired) Reset() {
 	*x = SetServiceDesired{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[50]
+	mi := &file_corpus_v1_raft_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4120,7 +4335,7 @@ func (x *SetServiceDesired) String() string {
 func (*SetServiceDesired) ProtoMessage() {}
 
 func (x *SetServiceDesired) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[50]
+	mi := &file_corpus_v1_raft_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4133,7 +4348,7 @@ func (x *SetServiceDesired) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetServiceDesired.ProtoReflect.Descriptor instead.
 func (*SetServiceDesired) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{50}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *SetServiceDesired) GetName() string {
@@ -4171,7 +4386,7 @@ type LinkService struct {
 
 func (x *LinkService) Reset() {
 	*x = LinkService{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[51]
+	mi := &file_corpus_v1_raft_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4183,7 +4398,7 @@ func (x *LinkService) String() string {
 func (*LinkService) ProtoMessage() {}
 
 func (x *LinkService) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[51]
+	mi := &file_corpus_v1_raft_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4196,7 +4411,7 @@ func (x *LinkService) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LinkService.ProtoReflect.Descriptor instead.
 func (*LinkService) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{51}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *LinkService) GetService() string {
@@ -4232,7 +4447,7 @@ type UnlinkService struct {
 
 func (x *UnlinkService) Reset() {
 	*x = UnlinkService{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[52]
+	mi := &file_corpus_v1_raft_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4244,7 +4459,7 @@ func (x *UnlinkService) String() string {
 func (*UnlinkService) ProtoMessage() {}
 
 func (x *UnlinkService) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[52]
+	mi := &file_corpus_v1_raft_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4257,7 +4472,7 @@ func (x *UnlinkService) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnlinkService.ProtoReflect.Descriptor instead.
 func (*UnlinkService) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{52}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *UnlinkService) GetService() string {
@@ -4293,7 +4508,7 @@ type UpdateService struct {
 
 func (x *UpdateService) Reset() {
 	*x = UpdateService{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[53]
+	mi := &file_corpus_v1_raft_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4305,7 +4520,7 @@ func (x *UpdateService) String() string {
 func (*UpdateService) ProtoMessage() {}
 
 func (x *UpdateService) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[53]
+	mi := &file_corpus_v1_raft_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4318,7 +4533,7 @@ func (x *UpdateService) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateService.ProtoReflect.Descriptor instead.
 func (*UpdateService) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{53}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *UpdateService) GetName() string {
@@ -4353,7 +4568,7 @@ type ReportServices struct {
 
 func (x *ReportServices) Reset() {
 	*x = ReportServices{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[54]
+	mi := &file_corpus_v1_raft_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4365,7 +4580,7 @@ func (x *ReportServices) String() string {
 func (*ReportServices) ProtoMessage() {}
 
 func (x *ReportServices) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[54]
+	mi := &file_corpus_v1_raft_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4378,7 +4593,7 @@ func (x *ReportServices) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportServices.ProtoReflect.Descriptor instead.
 func (*ReportServices) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{54}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *ReportServices) GetNodeId() string {
@@ -4405,7 +4620,7 @@ type BeginBackup struct {
 
 func (x *BeginBackup) Reset() {
 	*x = BeginBackup{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[55]
+	mi := &file_corpus_v1_raft_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4417,7 +4632,7 @@ func (x *BeginBackup) String() string {
 func (*BeginBackup) ProtoMessage() {}
 
 func (x *BeginBackup) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[55]
+	mi := &file_corpus_v1_raft_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4430,7 +4645,7 @@ func (x *BeginBackup) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BeginBackup.ProtoReflect.Descriptor instead.
 func (*BeginBackup) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{55}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *BeginBackup) GetBackup() *Backup {
@@ -4454,7 +4669,7 @@ type FinishBackup struct {
 
 func (x *FinishBackup) Reset() {
 	*x = FinishBackup{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[56]
+	mi := &file_corpus_v1_raft_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4466,7 +4681,7 @@ func (x *FinishBackup) String() string {
 func (*FinishBackup) ProtoMessage() {}
 
 func (x *FinishBackup) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[56]
+	mi := &file_corpus_v1_raft_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4479,7 +4694,7 @@ func (x *FinishBackup) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FinishBackup.ProtoReflect.Descriptor instead.
 func (*FinishBackup) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{56}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *FinishBackup) GetId() string {
@@ -4527,7 +4742,7 @@ type DeleteBackup struct {
 
 func (x *DeleteBackup) Reset() {
 	*x = DeleteBackup{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[57]
+	mi := &file_corpus_v1_raft_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4539,7 +4754,7 @@ func (x *DeleteBackup) String() string {
 func (*DeleteBackup) ProtoMessage() {}
 
 func (x *DeleteBackup) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[57]
+	mi := &file_corpus_v1_raft_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4552,7 +4767,7 @@ func (x *DeleteBackup) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteBackup.ProtoReflect.Descriptor instead.
 func (*DeleteBackup) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{57}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *DeleteBackup) GetId() string {
@@ -4580,7 +4795,7 @@ type UpdateVolume struct {
 
 func (x *UpdateVolume) Reset() {
 	*x = UpdateVolume{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[58]
+	mi := &file_corpus_v1_raft_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4592,7 +4807,7 @@ func (x *UpdateVolume) String() string {
 func (*UpdateVolume) ProtoMessage() {}
 
 func (x *UpdateVolume) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[58]
+	mi := &file_corpus_v1_raft_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4605,7 +4820,7 @@ func (x *UpdateVolume) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateVolume.ProtoReflect.Descriptor instead.
 func (*UpdateVolume) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{58}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *UpdateVolume) GetName() string {
@@ -4641,7 +4856,7 @@ type ReplaceServiceGuest struct {
 
 func (x *ReplaceServiceGuest) Reset() {
 	*x = ReplaceServiceGuest{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[59]
+	mi := &file_corpus_v1_raft_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4653,7 +4868,7 @@ func (x *ReplaceServiceGuest) String() string {
 func (*ReplaceServiceGuest) ProtoMessage() {}
 
 func (x *ReplaceServiceGuest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[59]
+	mi := &file_corpus_v1_raft_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4666,7 +4881,7 @@ func (x *ReplaceServiceGuest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplaceServiceGuest.ProtoReflect.Descriptor instead.
 func (*ReplaceServiceGuest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{59}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *ReplaceServiceGuest) GetService() string {
@@ -4710,7 +4925,7 @@ type SetAcmeConfig struct {
 
 func (x *SetAcmeConfig) Reset() {
 	*x = SetAcmeConfig{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[60]
+	mi := &file_corpus_v1_raft_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4722,7 +4937,7 @@ func (x *SetAcmeConfig) String() string {
 func (*SetAcmeConfig) ProtoMessage() {}
 
 func (x *SetAcmeConfig) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[60]
+	mi := &file_corpus_v1_raft_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4735,7 +4950,7 @@ func (x *SetAcmeConfig) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetAcmeConfig.ProtoReflect.Descriptor instead.
 func (*SetAcmeConfig) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{60}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *SetAcmeConfig) GetConfig() *AcmeConfig {
@@ -4767,7 +4982,7 @@ type PutCertificate struct {
 
 func (x *PutCertificate) Reset() {
 	*x = PutCertificate{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[61]
+	mi := &file_corpus_v1_raft_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4779,7 +4994,7 @@ func (x *PutCertificate) String() string {
 func (*PutCertificate) ProtoMessage() {}
 
 func (x *PutCertificate) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[61]
+	mi := &file_corpus_v1_raft_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4792,7 +5007,7 @@ func (x *PutCertificate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutCertificate.ProtoReflect.Descriptor instead.
 func (*PutCertificate) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{61}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *PutCertificate) GetCertificate() *Certificate {
@@ -4818,7 +5033,7 @@ type DeleteCertificate struct {
 
 func (x *DeleteCertificate) Reset() {
 	*x = DeleteCertificate{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[62]
+	mi := &file_corpus_v1_raft_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4830,7 +5045,7 @@ func (x *DeleteCertificate) String() string {
 func (*DeleteCertificate) ProtoMessage() {}
 
 func (x *DeleteCertificate) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[62]
+	mi := &file_corpus_v1_raft_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4843,7 +5058,7 @@ func (x *DeleteCertificate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteCertificate.ProtoReflect.Descriptor instead.
 func (*DeleteCertificate) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{62}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *DeleteCertificate) GetDomain() string {
@@ -4866,7 +5081,7 @@ type SetRouteTls struct {
 
 func (x *SetRouteTls) Reset() {
 	*x = SetRouteTls{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[63]
+	mi := &file_corpus_v1_raft_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4878,7 +5093,7 @@ func (x *SetRouteTls) String() string {
 func (*SetRouteTls) ProtoMessage() {}
 
 func (x *SetRouteTls) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[63]
+	mi := &file_corpus_v1_raft_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4891,7 +5106,7 @@ func (x *SetRouteTls) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetRouteTls.ProtoReflect.Descriptor instead.
 func (*SetRouteTls) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{63}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *SetRouteTls) GetId() string {
@@ -4926,7 +5141,7 @@ var File_corpus_v1_raft_proto protoreflect.FileDescriptor
 
 const file_corpus_v1_raft_proto_rawDesc = "" +
 	"\n" +
-	"\x14corpus/v1/raft.proto\x12\tcorpus.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x15corpus/v1/types.proto\x1a\x18corpus/v1/services.proto\"\xe7\x1f\n" +
+	"\x14corpus/v1/raft.proto\x12\tcorpus.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x15corpus/v1/types.proto\x1a\x18corpus/v1/services.proto\"\xf0 \n" +
 	"\aCommand\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x12\x1c\n" +
 	"\tignorable\x18\x02 \x01(\bR\tignorable\x12,\n" +
@@ -5003,7 +5218,9 @@ const file_corpus_v1_raft_proto_rawDesc = "" +
 	"\x0fset_acme_config\x18\xc9\x01 \x01(\v2\x18.corpus.v1.SetAcmeConfigH\x00R\rsetAcmeConfig\x12E\n" +
 	"\x0fput_certificate\x18\xca\x01 \x01(\v2\x19.corpus.v1.PutCertificateH\x00R\x0eputCertificate\x12N\n" +
 	"\x12delete_certificate\x18\xcb\x01 \x01(\v2\x1c.corpus.v1.DeleteCertificateH\x00R\x11deleteCertificate\x12=\n" +
-	"\rset_route_tls\x18\xcc\x01 \x01(\v2\x16.corpus.v1.SetRouteTlsH\x00R\vsetRouteTlsB\x05\n" +
+	"\rset_route_tls\x18\xcc\x01 \x01(\v2\x16.corpus.v1.SetRouteTlsH\x00R\vsetRouteTls\x123\n" +
+	"\tscale_env\x18\xcd\x01 \x01(\v2\x13.corpus.v1.ScaleEnvH\x00R\bscaleEnv\x12R\n" +
+	"\x14set_instance_release\x18\xce\x01 \x01(\v2\x1d.corpus.v1.SetInstanceReleaseH\x00R\x12setInstanceReleaseB\x05\n" +
 	"\x03cmd\"U\n" +
 	"\vRecordAudit\x12\x16\n" +
 	"\x06action\x18\x01 \x01(\tR\x06action\x12\x16\n" +
@@ -5220,13 +5437,32 @@ const file_corpus_v1_raft_proto_rawDesc = "" +
 	"\x04acme\x18\a \x01(\bR\x04acme\x1a9\n" +
 	"\vConfigEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\fR\x05value:\x028\x01\"e\n" +
+	"\x05value\x18\x02 \x01(\fR\x05value:\x028\x01\"\x81\x01\n" +
 	"\n" +
 	"SetWebPort\x12\x18\n" +
 	"\aproject\x18\x01 \x01(\tR\aproject\x12\x10\n" +
 	"\x03env\x18\x02 \x01(\tR\x03env\x12\x17\n" +
 	"\anode_id\x18\x03 \x01(\tR\x06nodeId\x12\x12\n" +
-	"\x04port\x18\x04 \x01(\x05R\x04port\"K\n" +
+	"\x04port\x18\x04 \x01(\x05R\x04port\x12\x1a\n" +
+	"\binstance\x18\x05 \x01(\rR\binstance\"\xd7\x02\n" +
+	"\bScaleEnv\x12\x18\n" +
+	"\aproject\x18\x01 \x01(\tR\aproject\x12\x10\n" +
+	"\x03env\x18\x02 \x01(\tR\x03env\x124\n" +
+	"\x05scale\x18\x03 \x03(\v2\x1e.corpus.v1.ScaleEnv.ScaleEntryR\x05scale\x12%\n" +
+	"\x0eshared_nothing\x18\x04 \x01(\bR\rsharedNothing\x12!\n" +
+	"\fmax_parallel\x18\x05 \x01(\rR\vmaxParallel\x12\"\n" +
+	"\x03add\x18\x06 \x03(\v2\x10.corpus.v1.GuestR\x03add\x12\x16\n" +
+	"\x06remove\x18\a \x03(\rR\x06remove\x12)\n" +
+	"\x10expect_instances\x18\b \x01(\rR\x0fexpectInstances\x1a8\n" +
+	"\n" +
+	"ScaleEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\rR\x05value:\x028\x01\"v\n" +
+	"\x12SetInstanceRelease\x12\x18\n" +
+	"\aproject\x18\x01 \x01(\tR\aproject\x12\x10\n" +
+	"\x03env\x18\x02 \x01(\tR\x03env\x12\x1a\n" +
+	"\binstance\x18\x03 \x01(\rR\binstance\x12\x18\n" +
+	"\arelease\x18\x04 \x01(\rR\arelease\"K\n" +
 	"\vUpdateGuest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12(\n" +
 	"\x04spec\x18\x02 \x01(\v2\x14.corpus.v1.GuestSpecR\x04spec\"e\n" +
@@ -5304,7 +5540,7 @@ func file_corpus_v1_raft_proto_rawDescGZIP() []byte {
 	return file_corpus_v1_raft_proto_rawDescData
 }
 
-var file_corpus_v1_raft_proto_msgTypes = make([]protoimpl.MessageInfo, 68)
+var file_corpus_v1_raft_proto_msgTypes = make([]protoimpl.MessageInfo, 71)
 var file_corpus_v1_raft_proto_goTypes = []any{
 	(*Command)(nil),               // 0: corpus.v1.Command
 	(*RecordAudit)(nil),           // 1: corpus.v1.RecordAudit
@@ -5354,58 +5590,61 @@ var file_corpus_v1_raft_proto_goTypes = []any{
 	(*SetKeyring)(nil),            // 45: corpus.v1.SetKeyring
 	(*ResealedConfig)(nil),        // 46: corpus.v1.ResealedConfig
 	(*SetWebPort)(nil),            // 47: corpus.v1.SetWebPort
-	(*UpdateGuest)(nil),           // 48: corpus.v1.UpdateGuest
-	(*CreateService)(nil),         // 49: corpus.v1.CreateService
-	(*SetServiceDesired)(nil),     // 50: corpus.v1.SetServiceDesired
-	(*LinkService)(nil),           // 51: corpus.v1.LinkService
-	(*UnlinkService)(nil),         // 52: corpus.v1.UnlinkService
-	(*UpdateService)(nil),         // 53: corpus.v1.UpdateService
-	(*ReportServices)(nil),        // 54: corpus.v1.ReportServices
-	(*BeginBackup)(nil),           // 55: corpus.v1.BeginBackup
-	(*FinishBackup)(nil),          // 56: corpus.v1.FinishBackup
-	(*DeleteBackup)(nil),          // 57: corpus.v1.DeleteBackup
-	(*UpdateVolume)(nil),          // 58: corpus.v1.UpdateVolume
-	(*ReplaceServiceGuest)(nil),   // 59: corpus.v1.ReplaceServiceGuest
-	(*SetAcmeConfig)(nil),         // 60: corpus.v1.SetAcmeConfig
-	(*PutCertificate)(nil),        // 61: corpus.v1.PutCertificate
-	(*DeleteCertificate)(nil),     // 62: corpus.v1.DeleteCertificate
-	(*SetRouteTls)(nil),           // 63: corpus.v1.SetRouteTls
-	nil,                           // 64: corpus.v1.UpdateNode.LabelsEntry
-	nil,                           // 65: corpus.v1.SetConfig.SetEntry
-	nil,                           // 66: corpus.v1.ResealedConfig.ConfigEntry
-	nil,                           // 67: corpus.v1.LinkService.ConfigEntry
-	(*timestamppb.Timestamp)(nil), // 68: google.protobuf.Timestamp
-	(*ClusterConfig)(nil),         // 69: corpus.v1.ClusterConfig
-	(*JoinToken)(nil),             // 70: corpus.v1.JoinToken
-	(*Node)(nil),                  // 71: corpus.v1.Node
-	(*Resources)(nil),             // 72: corpus.v1.Resources
-	(*DriverInfo)(nil),            // 73: corpus.v1.DriverInfo
-	(*Guest)(nil),                 // 74: corpus.v1.Guest
-	(*GuestObserved)(nil),         // 75: corpus.v1.GuestObserved
-	(*Route)(nil),                 // 76: corpus.v1.Route
-	(*DnsRecord)(nil),             // 77: corpus.v1.DnsRecord
-	(*VolumeObserved)(nil),        // 78: corpus.v1.VolumeObserved
-	(*User)(nil),                  // 79: corpus.v1.User
-	(*UserToken)(nil),             // 80: corpus.v1.UserToken
-	(*SshKey)(nil),                // 81: corpus.v1.SshKey
-	(*ProjectEnv)(nil),            // 82: corpus.v1.ProjectEnv
-	(*Release)(nil),               // 83: corpus.v1.Release
-	(*ReleaseStep)(nil),           // 84: corpus.v1.ReleaseStep
-	(*Coordinator)(nil),           // 85: corpus.v1.Coordinator
-	(*Volume)(nil),                // 86: corpus.v1.Volume
-	(*Project)(nil),               // 87: corpus.v1.Project
-	(*AuditEntry)(nil),            // 88: corpus.v1.AuditEntry
-	(*Keyring)(nil),               // 89: corpus.v1.Keyring
-	(*Service)(nil),               // 90: corpus.v1.Service
-	(*Backup)(nil),                // 91: corpus.v1.Backup
-	(*AcmeConfig)(nil),            // 92: corpus.v1.AcmeConfig
-	(*Certificate)(nil),           // 93: corpus.v1.Certificate
-	(*GuestSpec)(nil),             // 94: corpus.v1.GuestSpec
-	(*ServiceLink)(nil),           // 95: corpus.v1.ServiceLink
-	(*ReportedService)(nil),       // 96: corpus.v1.ReportedService
+	(*ScaleEnv)(nil),              // 48: corpus.v1.ScaleEnv
+	(*SetInstanceRelease)(nil),    // 49: corpus.v1.SetInstanceRelease
+	(*UpdateGuest)(nil),           // 50: corpus.v1.UpdateGuest
+	(*CreateService)(nil),         // 51: corpus.v1.CreateService
+	(*SetServiceDesired)(nil),     // 52: corpus.v1.SetServiceDesired
+	(*LinkService)(nil),           // 53: corpus.v1.LinkService
+	(*UnlinkService)(nil),         // 54: corpus.v1.UnlinkService
+	(*UpdateService)(nil),         // 55: corpus.v1.UpdateService
+	(*ReportServices)(nil),        // 56: corpus.v1.ReportServices
+	(*BeginBackup)(nil),           // 57: corpus.v1.BeginBackup
+	(*FinishBackup)(nil),          // 58: corpus.v1.FinishBackup
+	(*DeleteBackup)(nil),          // 59: corpus.v1.DeleteBackup
+	(*UpdateVolume)(nil),          // 60: corpus.v1.UpdateVolume
+	(*ReplaceServiceGuest)(nil),   // 61: corpus.v1.ReplaceServiceGuest
+	(*SetAcmeConfig)(nil),         // 62: corpus.v1.SetAcmeConfig
+	(*PutCertificate)(nil),        // 63: corpus.v1.PutCertificate
+	(*DeleteCertificate)(nil),     // 64: corpus.v1.DeleteCertificate
+	(*SetRouteTls)(nil),           // 65: corpus.v1.SetRouteTls
+	nil,                           // 66: corpus.v1.UpdateNode.LabelsEntry
+	nil,                           // 67: corpus.v1.SetConfig.SetEntry
+	nil,                           // 68: corpus.v1.ResealedConfig.ConfigEntry
+	nil,                           // 69: corpus.v1.ScaleEnv.ScaleEntry
+	nil,                           // 70: corpus.v1.LinkService.ConfigEntry
+	(*timestamppb.Timestamp)(nil), // 71: google.protobuf.Timestamp
+	(*ClusterConfig)(nil),         // 72: corpus.v1.ClusterConfig
+	(*JoinToken)(nil),             // 73: corpus.v1.JoinToken
+	(*Node)(nil),                  // 74: corpus.v1.Node
+	(*Resources)(nil),             // 75: corpus.v1.Resources
+	(*DriverInfo)(nil),            // 76: corpus.v1.DriverInfo
+	(*Guest)(nil),                 // 77: corpus.v1.Guest
+	(*GuestObserved)(nil),         // 78: corpus.v1.GuestObserved
+	(*Route)(nil),                 // 79: corpus.v1.Route
+	(*DnsRecord)(nil),             // 80: corpus.v1.DnsRecord
+	(*VolumeObserved)(nil),        // 81: corpus.v1.VolumeObserved
+	(*User)(nil),                  // 82: corpus.v1.User
+	(*UserToken)(nil),             // 83: corpus.v1.UserToken
+	(*SshKey)(nil),                // 84: corpus.v1.SshKey
+	(*ProjectEnv)(nil),            // 85: corpus.v1.ProjectEnv
+	(*Release)(nil),               // 86: corpus.v1.Release
+	(*ReleaseStep)(nil),           // 87: corpus.v1.ReleaseStep
+	(*Coordinator)(nil),           // 88: corpus.v1.Coordinator
+	(*Volume)(nil),                // 89: corpus.v1.Volume
+	(*Project)(nil),               // 90: corpus.v1.Project
+	(*AuditEntry)(nil),            // 91: corpus.v1.AuditEntry
+	(*Keyring)(nil),               // 92: corpus.v1.Keyring
+	(*Service)(nil),               // 93: corpus.v1.Service
+	(*Backup)(nil),                // 94: corpus.v1.Backup
+	(*AcmeConfig)(nil),            // 95: corpus.v1.AcmeConfig
+	(*Certificate)(nil),           // 96: corpus.v1.Certificate
+	(*GuestSpec)(nil),             // 97: corpus.v1.GuestSpec
+	(*ServiceLink)(nil),           // 98: corpus.v1.ServiceLink
+	(*ReportedService)(nil),       // 99: corpus.v1.ReportedService
 }
 var file_corpus_v1_raft_proto_depIdxs = []int32{
-	68,  // 0: corpus.v1.Command.now:type_name -> google.protobuf.Timestamp
+	71,  // 0: corpus.v1.Command.now:type_name -> google.protobuf.Timestamp
 	2,   // 1: corpus.v1.Command.bootstrap_cluster:type_name -> corpus.v1.BootstrapCluster
 	3,   // 2: corpus.v1.Command.create_join_token:type_name -> corpus.v1.CreateJoinToken
 	4,   // 3: corpus.v1.Command.enroll_node:type_name -> corpus.v1.EnrollNode
@@ -5445,90 +5684,94 @@ var file_corpus_v1_raft_proto_depIdxs = []int32{
 	12,  // 37: corpus.v1.Command.set_node_mode:type_name -> corpus.v1.SetNodeMode
 	5,   // 38: corpus.v1.Command.renew_node_certificate:type_name -> corpus.v1.RenewNodeCertificate
 	26,  // 39: corpus.v1.Command.user_login:type_name -> corpus.v1.UserLogin
-	48,  // 40: corpus.v1.Command.update_guest:type_name -> corpus.v1.UpdateGuest
+	50,  // 40: corpus.v1.Command.update_guest:type_name -> corpus.v1.UpdateGuest
 	1,   // 41: corpus.v1.Command.record_audit:type_name -> corpus.v1.RecordAudit
 	44,  // 42: corpus.v1.Command.set_config:type_name -> corpus.v1.SetConfig
 	45,  // 43: corpus.v1.Command.set_keyring:type_name -> corpus.v1.SetKeyring
 	47,  // 44: corpus.v1.Command.set_web_port:type_name -> corpus.v1.SetWebPort
-	49,  // 45: corpus.v1.Command.create_service:type_name -> corpus.v1.CreateService
-	50,  // 46: corpus.v1.Command.set_service_desired:type_name -> corpus.v1.SetServiceDesired
-	51,  // 47: corpus.v1.Command.link_service:type_name -> corpus.v1.LinkService
-	52,  // 48: corpus.v1.Command.unlink_service:type_name -> corpus.v1.UnlinkService
-	53,  // 49: corpus.v1.Command.update_service:type_name -> corpus.v1.UpdateService
-	54,  // 50: corpus.v1.Command.report_services:type_name -> corpus.v1.ReportServices
-	55,  // 51: corpus.v1.Command.begin_backup:type_name -> corpus.v1.BeginBackup
-	56,  // 52: corpus.v1.Command.finish_backup:type_name -> corpus.v1.FinishBackup
-	57,  // 53: corpus.v1.Command.delete_backup:type_name -> corpus.v1.DeleteBackup
-	59,  // 54: corpus.v1.Command.replace_service_guest:type_name -> corpus.v1.ReplaceServiceGuest
-	58,  // 55: corpus.v1.Command.update_volume:type_name -> corpus.v1.UpdateVolume
-	60,  // 56: corpus.v1.Command.set_acme_config:type_name -> corpus.v1.SetAcmeConfig
-	61,  // 57: corpus.v1.Command.put_certificate:type_name -> corpus.v1.PutCertificate
-	62,  // 58: corpus.v1.Command.delete_certificate:type_name -> corpus.v1.DeleteCertificate
-	63,  // 59: corpus.v1.Command.set_route_tls:type_name -> corpus.v1.SetRouteTls
-	69,  // 60: corpus.v1.BootstrapCluster.config:type_name -> corpus.v1.ClusterConfig
-	70,  // 61: corpus.v1.CreateJoinToken.token:type_name -> corpus.v1.JoinToken
-	71,  // 62: corpus.v1.EnrollNode.node:type_name -> corpus.v1.Node
-	68,  // 63: corpus.v1.RenewNodeCertificate.expires_at:type_name -> google.protobuf.Timestamp
-	72,  // 64: corpus.v1.UpdateNode.capacity:type_name -> corpus.v1.Resources
-	73,  // 65: corpus.v1.UpdateNode.drivers:type_name -> corpus.v1.DriverInfo
-	64,  // 66: corpus.v1.UpdateNode.labels:type_name -> corpus.v1.UpdateNode.LabelsEntry
-	74,  // 67: corpus.v1.CreateGuest.guest:type_name -> corpus.v1.Guest
-	10,  // 68: corpus.v1.PlaceGuests.placements:type_name -> corpus.v1.PlaceGuest
-	75,  // 69: corpus.v1.ObservedGuest.observed:type_name -> corpus.v1.GuestObserved
-	13,  // 70: corpus.v1.ReportGuests.guests:type_name -> corpus.v1.ObservedGuest
-	76,  // 71: corpus.v1.CreateRoute.route:type_name -> corpus.v1.Route
-	77,  // 72: corpus.v1.AddDnsRecord.record:type_name -> corpus.v1.DnsRecord
-	78,  // 73: corpus.v1.ObservedVolume.observed:type_name -> corpus.v1.VolumeObserved
-	23,  // 74: corpus.v1.ReportVolumes.volumes:type_name -> corpus.v1.ObservedVolume
-	79,  // 75: corpus.v1.CreateUser.user:type_name -> corpus.v1.User
-	80,  // 76: corpus.v1.UserLogin.token:type_name -> corpus.v1.UserToken
-	81,  // 77: corpus.v1.AddSshKey.key:type_name -> corpus.v1.SshKey
-	82,  // 78: corpus.v1.CreateProject.env:type_name -> corpus.v1.ProjectEnv
-	74,  // 79: corpus.v1.CreateProject.guest:type_name -> corpus.v1.Guest
-	76,  // 80: corpus.v1.CreateProject.routes:type_name -> corpus.v1.Route
-	83,  // 81: corpus.v1.BeginRelease.release:type_name -> corpus.v1.Release
-	84,  // 82: corpus.v1.FinishRelease.steps:type_name -> corpus.v1.ReleaseStep
-	76,  // 83: corpus.v1.SetManifestDomains.routes:type_name -> corpus.v1.Route
-	85,  // 84: corpus.v1.UpsertCoordinator.coordinator:type_name -> corpus.v1.Coordinator
-	80,  // 85: corpus.v1.CreateUserToken.token:type_name -> corpus.v1.UserToken
-	69,  // 86: corpus.v1.Snapshot.config:type_name -> corpus.v1.ClusterConfig
-	71,  // 87: corpus.v1.Snapshot.nodes:type_name -> corpus.v1.Node
-	74,  // 88: corpus.v1.Snapshot.guests:type_name -> corpus.v1.Guest
-	70,  // 89: corpus.v1.Snapshot.join_tokens:type_name -> corpus.v1.JoinToken
-	76,  // 90: corpus.v1.Snapshot.routes:type_name -> corpus.v1.Route
-	77,  // 91: corpus.v1.Snapshot.dns_records:type_name -> corpus.v1.DnsRecord
-	86,  // 92: corpus.v1.Snapshot.volumes:type_name -> corpus.v1.Volume
-	79,  // 93: corpus.v1.Snapshot.users:type_name -> corpus.v1.User
-	87,  // 94: corpus.v1.Snapshot.projects:type_name -> corpus.v1.Project
-	83,  // 95: corpus.v1.Snapshot.releases:type_name -> corpus.v1.Release
-	85,  // 96: corpus.v1.Snapshot.coordinators:type_name -> corpus.v1.Coordinator
-	88,  // 97: corpus.v1.Snapshot.audit:type_name -> corpus.v1.AuditEntry
-	80,  // 98: corpus.v1.Snapshot.user_tokens:type_name -> corpus.v1.UserToken
-	89,  // 99: corpus.v1.Snapshot.keyring:type_name -> corpus.v1.Keyring
-	90,  // 100: corpus.v1.Snapshot.services:type_name -> corpus.v1.Service
-	91,  // 101: corpus.v1.Snapshot.backups:type_name -> corpus.v1.Backup
-	92,  // 102: corpus.v1.Snapshot.acme:type_name -> corpus.v1.AcmeConfig
-	93,  // 103: corpus.v1.Snapshot.certificates:type_name -> corpus.v1.Certificate
-	65,  // 104: corpus.v1.SetConfig.set:type_name -> corpus.v1.SetConfig.SetEntry
-	89,  // 105: corpus.v1.SetKeyring.keyring:type_name -> corpus.v1.Keyring
-	46,  // 106: corpus.v1.SetKeyring.envs:type_name -> corpus.v1.ResealedConfig
-	46,  // 107: corpus.v1.SetKeyring.releases:type_name -> corpus.v1.ResealedConfig
-	66,  // 108: corpus.v1.ResealedConfig.config:type_name -> corpus.v1.ResealedConfig.ConfigEntry
-	94,  // 109: corpus.v1.UpdateGuest.spec:type_name -> corpus.v1.GuestSpec
-	90,  // 110: corpus.v1.CreateService.service:type_name -> corpus.v1.Service
-	74,  // 111: corpus.v1.CreateService.guest:type_name -> corpus.v1.Guest
-	95,  // 112: corpus.v1.LinkService.link:type_name -> corpus.v1.ServiceLink
-	67,  // 113: corpus.v1.LinkService.config:type_name -> corpus.v1.LinkService.ConfigEntry
-	96,  // 114: corpus.v1.ReportServices.services:type_name -> corpus.v1.ReportedService
-	91,  // 115: corpus.v1.BeginBackup.backup:type_name -> corpus.v1.Backup
-	74,  // 116: corpus.v1.ReplaceServiceGuest.guest:type_name -> corpus.v1.Guest
-	92,  // 117: corpus.v1.SetAcmeConfig.config:type_name -> corpus.v1.AcmeConfig
-	93,  // 118: corpus.v1.PutCertificate.certificate:type_name -> corpus.v1.Certificate
-	119, // [119:119] is the sub-list for method output_type
-	119, // [119:119] is the sub-list for method input_type
-	119, // [119:119] is the sub-list for extension type_name
-	119, // [119:119] is the sub-list for extension extendee
-	0,   // [0:119] is the sub-list for field type_name
+	51,  // 45: corpus.v1.Command.create_service:type_name -> corpus.v1.CreateService
+	52,  // 46: corpus.v1.Command.set_service_desired:type_name -> corpus.v1.SetServiceDesired
+	53,  // 47: corpus.v1.Command.link_service:type_name -> corpus.v1.LinkService
+	54,  // 48: corpus.v1.Command.unlink_service:type_name -> corpus.v1.UnlinkService
+	55,  // 49: corpus.v1.Command.update_service:type_name -> corpus.v1.UpdateService
+	56,  // 50: corpus.v1.Command.report_services:type_name -> corpus.v1.ReportServices
+	57,  // 51: corpus.v1.Command.begin_backup:type_name -> corpus.v1.BeginBackup
+	58,  // 52: corpus.v1.Command.finish_backup:type_name -> corpus.v1.FinishBackup
+	59,  // 53: corpus.v1.Command.delete_backup:type_name -> corpus.v1.DeleteBackup
+	61,  // 54: corpus.v1.Command.replace_service_guest:type_name -> corpus.v1.ReplaceServiceGuest
+	60,  // 55: corpus.v1.Command.update_volume:type_name -> corpus.v1.UpdateVolume
+	62,  // 56: corpus.v1.Command.set_acme_config:type_name -> corpus.v1.SetAcmeConfig
+	63,  // 57: corpus.v1.Command.put_certificate:type_name -> corpus.v1.PutCertificate
+	64,  // 58: corpus.v1.Command.delete_certificate:type_name -> corpus.v1.DeleteCertificate
+	65,  // 59: corpus.v1.Command.set_route_tls:type_name -> corpus.v1.SetRouteTls
+	48,  // 60: corpus.v1.Command.scale_env:type_name -> corpus.v1.ScaleEnv
+	49,  // 61: corpus.v1.Command.set_instance_release:type_name -> corpus.v1.SetInstanceRelease
+	72,  // 62: corpus.v1.BootstrapCluster.config:type_name -> corpus.v1.ClusterConfig
+	73,  // 63: corpus.v1.CreateJoinToken.token:type_name -> corpus.v1.JoinToken
+	74,  // 64: corpus.v1.EnrollNode.node:type_name -> corpus.v1.Node
+	71,  // 65: corpus.v1.RenewNodeCertificate.expires_at:type_name -> google.protobuf.Timestamp
+	75,  // 66: corpus.v1.UpdateNode.capacity:type_name -> corpus.v1.Resources
+	76,  // 67: corpus.v1.UpdateNode.drivers:type_name -> corpus.v1.DriverInfo
+	66,  // 68: corpus.v1.UpdateNode.labels:type_name -> corpus.v1.UpdateNode.LabelsEntry
+	77,  // 69: corpus.v1.CreateGuest.guest:type_name -> corpus.v1.Guest
+	10,  // 70: corpus.v1.PlaceGuests.placements:type_name -> corpus.v1.PlaceGuest
+	78,  // 71: corpus.v1.ObservedGuest.observed:type_name -> corpus.v1.GuestObserved
+	13,  // 72: corpus.v1.ReportGuests.guests:type_name -> corpus.v1.ObservedGuest
+	79,  // 73: corpus.v1.CreateRoute.route:type_name -> corpus.v1.Route
+	80,  // 74: corpus.v1.AddDnsRecord.record:type_name -> corpus.v1.DnsRecord
+	81,  // 75: corpus.v1.ObservedVolume.observed:type_name -> corpus.v1.VolumeObserved
+	23,  // 76: corpus.v1.ReportVolumes.volumes:type_name -> corpus.v1.ObservedVolume
+	82,  // 77: corpus.v1.CreateUser.user:type_name -> corpus.v1.User
+	83,  // 78: corpus.v1.UserLogin.token:type_name -> corpus.v1.UserToken
+	84,  // 79: corpus.v1.AddSshKey.key:type_name -> corpus.v1.SshKey
+	85,  // 80: corpus.v1.CreateProject.env:type_name -> corpus.v1.ProjectEnv
+	77,  // 81: corpus.v1.CreateProject.guest:type_name -> corpus.v1.Guest
+	79,  // 82: corpus.v1.CreateProject.routes:type_name -> corpus.v1.Route
+	86,  // 83: corpus.v1.BeginRelease.release:type_name -> corpus.v1.Release
+	87,  // 84: corpus.v1.FinishRelease.steps:type_name -> corpus.v1.ReleaseStep
+	79,  // 85: corpus.v1.SetManifestDomains.routes:type_name -> corpus.v1.Route
+	88,  // 86: corpus.v1.UpsertCoordinator.coordinator:type_name -> corpus.v1.Coordinator
+	83,  // 87: corpus.v1.CreateUserToken.token:type_name -> corpus.v1.UserToken
+	72,  // 88: corpus.v1.Snapshot.config:type_name -> corpus.v1.ClusterConfig
+	74,  // 89: corpus.v1.Snapshot.nodes:type_name -> corpus.v1.Node
+	77,  // 90: corpus.v1.Snapshot.guests:type_name -> corpus.v1.Guest
+	73,  // 91: corpus.v1.Snapshot.join_tokens:type_name -> corpus.v1.JoinToken
+	79,  // 92: corpus.v1.Snapshot.routes:type_name -> corpus.v1.Route
+	80,  // 93: corpus.v1.Snapshot.dns_records:type_name -> corpus.v1.DnsRecord
+	89,  // 94: corpus.v1.Snapshot.volumes:type_name -> corpus.v1.Volume
+	82,  // 95: corpus.v1.Snapshot.users:type_name -> corpus.v1.User
+	90,  // 96: corpus.v1.Snapshot.projects:type_name -> corpus.v1.Project
+	86,  // 97: corpus.v1.Snapshot.releases:type_name -> corpus.v1.Release
+	88,  // 98: corpus.v1.Snapshot.coordinators:type_name -> corpus.v1.Coordinator
+	91,  // 99: corpus.v1.Snapshot.audit:type_name -> corpus.v1.AuditEntry
+	83,  // 100: corpus.v1.Snapshot.user_tokens:type_name -> corpus.v1.UserToken
+	92,  // 101: corpus.v1.Snapshot.keyring:type_name -> corpus.v1.Keyring
+	93,  // 102: corpus.v1.Snapshot.services:type_name -> corpus.v1.Service
+	94,  // 103: corpus.v1.Snapshot.backups:type_name -> corpus.v1.Backup
+	95,  // 104: corpus.v1.Snapshot.acme:type_name -> corpus.v1.AcmeConfig
+	96,  // 105: corpus.v1.Snapshot.certificates:type_name -> corpus.v1.Certificate
+	67,  // 106: corpus.v1.SetConfig.set:type_name -> corpus.v1.SetConfig.SetEntry
+	92,  // 107: corpus.v1.SetKeyring.keyring:type_name -> corpus.v1.Keyring
+	46,  // 108: corpus.v1.SetKeyring.envs:type_name -> corpus.v1.ResealedConfig
+	46,  // 109: corpus.v1.SetKeyring.releases:type_name -> corpus.v1.ResealedConfig
+	68,  // 110: corpus.v1.ResealedConfig.config:type_name -> corpus.v1.ResealedConfig.ConfigEntry
+	69,  // 111: corpus.v1.ScaleEnv.scale:type_name -> corpus.v1.ScaleEnv.ScaleEntry
+	77,  // 112: corpus.v1.ScaleEnv.add:type_name -> corpus.v1.Guest
+	97,  // 113: corpus.v1.UpdateGuest.spec:type_name -> corpus.v1.GuestSpec
+	93,  // 114: corpus.v1.CreateService.service:type_name -> corpus.v1.Service
+	77,  // 115: corpus.v1.CreateService.guest:type_name -> corpus.v1.Guest
+	98,  // 116: corpus.v1.LinkService.link:type_name -> corpus.v1.ServiceLink
+	70,  // 117: corpus.v1.LinkService.config:type_name -> corpus.v1.LinkService.ConfigEntry
+	99,  // 118: corpus.v1.ReportServices.services:type_name -> corpus.v1.ReportedService
+	94,  // 119: corpus.v1.BeginBackup.backup:type_name -> corpus.v1.Backup
+	77,  // 120: corpus.v1.ReplaceServiceGuest.guest:type_name -> corpus.v1.Guest
+	95,  // 121: corpus.v1.SetAcmeConfig.config:type_name -> corpus.v1.AcmeConfig
+	96,  // 122: corpus.v1.PutCertificate.certificate:type_name -> corpus.v1.Certificate
+	123, // [123:123] is the sub-list for method output_type
+	123, // [123:123] is the sub-list for method input_type
+	123, // [123:123] is the sub-list for extension type_name
+	123, // [123:123] is the sub-list for extension extendee
+	0,   // [0:123] is the sub-list for field type_name
 }
 
 func init() { file_corpus_v1_raft_proto_init() }
@@ -5598,6 +5841,8 @@ func file_corpus_v1_raft_proto_init() {
 		(*Command_PutCertificate)(nil),
 		(*Command_DeleteCertificate)(nil),
 		(*Command_SetRouteTls)(nil),
+		(*Command_ScaleEnv)(nil),
+		(*Command_SetInstanceRelease)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -5605,7 +5850,7 @@ func file_corpus_v1_raft_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_corpus_v1_raft_proto_rawDesc), len(file_corpus_v1_raft_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   68,
+			NumMessages:   71,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

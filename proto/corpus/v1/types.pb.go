@@ -930,8 +930,13 @@ type GuestObserved struct {
 	State string `protobuf:"bytes,1,opt,name=state,proto3" json:"state,omitempty"`
 	Pid   int64  `protobuf:"varint,2,opt,name=pid,proto3" json:"pid,omitempty"`
 	// message explains a failed or unusual state.
-	Message       string                 `protobuf:"bytes,3,opt,name=message,proto3" json:"message,omitempty"`
-	UpdatedAt     *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=updated_at,json=updatedAt,proto3" json:"updated_at,omitempty"`
+	Message   string                 `protobuf:"bytes,3,opt,name=message,proto3" json:"message,omitempty"`
+	UpdatedAt *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=updated_at,json=updatedAt,proto3" json:"updated_at,omitempty"`
+	// release is the release a project instance's guest serves (its agent
+	// reads it from the guest), and release_error why the last try to
+	// serve its desired release failed.
+	Release       uint32 `protobuf:"varint,5,opt,name=release,proto3" json:"release,omitempty"`
+	ReleaseError  string `protobuf:"bytes,6,opt,name=release_error,json=releaseError,proto3" json:"release_error,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -992,6 +997,20 @@ func (x *GuestObserved) GetUpdatedAt() *timestamppb.Timestamp {
 		return x.UpdatedAt
 	}
 	return nil
+}
+
+func (x *GuestObserved) GetRelease() uint32 {
+	if x != nil {
+		return x.Release
+	}
+	return 0
+}
+
+func (x *GuestObserved) GetReleaseError() string {
+	if x != nil {
+		return x.ReleaseError
+	}
+	return ""
 }
 
 // Event is one line in a guest's history.
@@ -1244,9 +1263,13 @@ type Route struct {
 	// once the domain's certificate serves (ACME challenges excepted).
 	RedirectHttps bool `protobuf:"varint,10,opt,name=redirect_https,json=redirectHttps,proto3" json:"redirect_https,omitempty"`
 	// hsts adds Strict-Transport-Security to the domain's HTTPS answers.
-	Hsts          bool   `protobuf:"varint,11,opt,name=hsts,proto3" json:"hsts,omitempty"`
-	CreateIndex   uint64 `protobuf:"varint,20,opt,name=create_index,json=createIndex,proto3" json:"create_index,omitempty"`
-	ModifyIndex   uint64 `protobuf:"varint,21,opt,name=modify_index,json=modifyIndex,proto3" json:"modify_index,omitempty"`
+	Hsts bool `protobuf:"varint,11,opt,name=hsts,proto3" json:"hsts,omitempty"`
+	// targets are where the route's traffic goes when it is an
+	// environment's with several instances (guest address:web port of
+	// each running web); filled in for the agents, never stored.
+	Targets       []string `protobuf:"bytes,12,rep,name=targets,proto3" json:"targets,omitempty"`
+	CreateIndex   uint64   `protobuf:"varint,20,opt,name=create_index,json=createIndex,proto3" json:"create_index,omitempty"`
+	ModifyIndex   uint64   `protobuf:"varint,21,opt,name=modify_index,json=modifyIndex,proto3" json:"modify_index,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1356,6 +1379,13 @@ func (x *Route) GetHsts() bool {
 		return x.Hsts
 	}
 	return false
+}
+
+func (x *Route) GetTargets() []string {
+	if x != nil {
+		return x.Targets
+	}
+	return nil
 }
 
 func (x *Route) GetCreateIndex() uint64 {
@@ -2070,7 +2100,20 @@ type ProjectEnv struct {
 	WebPort int32 `protobuf:"varint,11,opt,name=web_port,json=webPort,proto3" json:"web_port,omitempty"`
 	// https gives the environment's domains certificates (see Route.https),
 	// with plain HTTP redirected to HTTPS.
-	Https         bool `protobuf:"varint,12,opt,name=https,proto3" json:"https,omitempty"`
+	Https bool `protobuf:"varint,12,opt,name=https,proto3" json:"https,omitempty"`
+	// scale is how many instances run each process type (corpus scale);
+	// a type not named runs on one. Instance i runs the types scaled to i
+	// or more: the environment has as many guests as the largest count.
+	Scale map[string]uint32 `protobuf:"bytes,13,rep,name=scale,proto3" json:"scale,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
+	// instances are the environment's guests besides guest_id (which is
+	// instance 1), by index.
+	Instances []*ProjectInstance `protobuf:"bytes,14,rep,name=instances,proto3" json:"instances,omitempty"`
+	// shared_nothing lets the environment run more than one instance
+	// although it keeps data on a volume: each instance gets an empty
+	// volume of its own.
+	SharedNothing bool `protobuf:"varint,15,opt,name=shared_nothing,json=sharedNothing,proto3" json:"shared_nothing,omitempty"`
+	// max_parallel is how many instances a deploy rolls at once (1 when 0).
+	MaxParallel   uint32 `protobuf:"varint,16,opt,name=max_parallel,json=maxParallel,proto3" json:"max_parallel,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2189,6 +2232,118 @@ func (x *ProjectEnv) GetHttps() bool {
 	return false
 }
 
+func (x *ProjectEnv) GetScale() map[string]uint32 {
+	if x != nil {
+		return x.Scale
+	}
+	return nil
+}
+
+func (x *ProjectEnv) GetInstances() []*ProjectInstance {
+	if x != nil {
+		return x.Instances
+	}
+	return nil
+}
+
+func (x *ProjectEnv) GetSharedNothing() bool {
+	if x != nil {
+		return x.SharedNothing
+	}
+	return false
+}
+
+func (x *ProjectEnv) GetMaxParallel() uint32 {
+	if x != nil {
+		return x.MaxParallel
+	}
+	return 0
+}
+
+// ProjectInstance is one more guest of a project environment, serving the
+// same release as the others.
+type ProjectInstance struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// index counts from 2 (instance 1 is the environment's guest_id).
+	Index     uint32 `protobuf:"varint,1,opt,name=index,proto3" json:"index,omitempty"`
+	GuestId   string `protobuf:"bytes,2,opt,name=guest_id,json=guestId,proto3" json:"guest_id,omitempty"`
+	GuestName string `protobuf:"bytes,3,opt,name=guest_name,json=guestName,proto3" json:"guest_name,omitempty"`
+	// release is the number of the release the instance should serve; 0
+	// while the environment serves none. A deploy rolls it forward one
+	// instance at a time; its agent makes it so.
+	Release uint32 `protobuf:"varint,4,opt,name=release,proto3" json:"release,omitempty"`
+	// web_port is the guest port its web process listens on now (0: the
+	// environment's http_port).
+	WebPort       int32 `protobuf:"varint,5,opt,name=web_port,json=webPort,proto3" json:"web_port,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ProjectInstance) Reset() {
+	*x = ProjectInstance{}
+	mi := &file_corpus_v1_types_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ProjectInstance) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ProjectInstance) ProtoMessage() {}
+
+func (x *ProjectInstance) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_types_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ProjectInstance.ProtoReflect.Descriptor instead.
+func (*ProjectInstance) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_types_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *ProjectInstance) GetIndex() uint32 {
+	if x != nil {
+		return x.Index
+	}
+	return 0
+}
+
+func (x *ProjectInstance) GetGuestId() string {
+	if x != nil {
+		return x.GuestId
+	}
+	return ""
+}
+
+func (x *ProjectInstance) GetGuestName() string {
+	if x != nil {
+		return x.GuestName
+	}
+	return ""
+}
+
+func (x *ProjectInstance) GetRelease() uint32 {
+	if x != nil {
+		return x.Release
+	}
+	return 0
+}
+
+func (x *ProjectInstance) GetWebPort() int32 {
+	if x != nil {
+		return x.WebPort
+	}
+	return 0
+}
+
 // Release is one deployment of one commit of a project environment.
 type Release struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -2237,7 +2392,7 @@ type Release struct {
 
 func (x *Release) Reset() {
 	*x = Release{}
-	mi := &file_corpus_v1_types_proto_msgTypes[20]
+	mi := &file_corpus_v1_types_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2249,7 +2404,7 @@ func (x *Release) String() string {
 func (*Release) ProtoMessage() {}
 
 func (x *Release) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_types_proto_msgTypes[20]
+	mi := &file_corpus_v1_types_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2262,7 +2417,7 @@ func (x *Release) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Release.ProtoReflect.Descriptor instead.
 func (*Release) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_types_proto_rawDescGZIP(), []int{20}
+	return file_corpus_v1_types_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *Release) GetId() string {
@@ -2432,7 +2587,7 @@ type ReleaseStep struct {
 
 func (x *ReleaseStep) Reset() {
 	*x = ReleaseStep{}
-	mi := &file_corpus_v1_types_proto_msgTypes[21]
+	mi := &file_corpus_v1_types_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2444,7 +2599,7 @@ func (x *ReleaseStep) String() string {
 func (*ReleaseStep) ProtoMessage() {}
 
 func (x *ReleaseStep) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_types_proto_msgTypes[21]
+	mi := &file_corpus_v1_types_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2457,7 +2612,7 @@ func (x *ReleaseStep) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseStep.ProtoReflect.Descriptor instead.
 func (*ReleaseStep) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_types_proto_rawDescGZIP(), []int{21}
+	return file_corpus_v1_types_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ReleaseStep) GetName() string {
@@ -2503,7 +2658,7 @@ type AuditEntry struct {
 
 func (x *AuditEntry) Reset() {
 	*x = AuditEntry{}
-	mi := &file_corpus_v1_types_proto_msgTypes[22]
+	mi := &file_corpus_v1_types_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2515,7 +2670,7 @@ func (x *AuditEntry) String() string {
 func (*AuditEntry) ProtoMessage() {}
 
 func (x *AuditEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_types_proto_msgTypes[22]
+	mi := &file_corpus_v1_types_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2528,7 +2683,7 @@ func (x *AuditEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuditEntry.ProtoReflect.Descriptor instead.
 func (*AuditEntry) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_types_proto_rawDescGZIP(), []int{22}
+	return file_corpus_v1_types_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *AuditEntry) GetIndex() uint64 {
@@ -2595,7 +2750,7 @@ type UserToken struct {
 
 func (x *UserToken) Reset() {
 	*x = UserToken{}
-	mi := &file_corpus_v1_types_proto_msgTypes[23]
+	mi := &file_corpus_v1_types_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2607,7 +2762,7 @@ func (x *UserToken) String() string {
 func (*UserToken) ProtoMessage() {}
 
 func (x *UserToken) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_types_proto_msgTypes[23]
+	mi := &file_corpus_v1_types_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2620,7 +2775,7 @@ func (x *UserToken) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UserToken.ProtoReflect.Descriptor instead.
 func (*UserToken) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_types_proto_rawDescGZIP(), []int{23}
+	return file_corpus_v1_types_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *UserToken) GetId() string {
@@ -2693,7 +2848,7 @@ type Keyring struct {
 
 func (x *Keyring) Reset() {
 	*x = Keyring{}
-	mi := &file_corpus_v1_types_proto_msgTypes[24]
+	mi := &file_corpus_v1_types_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2705,7 +2860,7 @@ func (x *Keyring) String() string {
 func (*Keyring) ProtoMessage() {}
 
 func (x *Keyring) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_types_proto_msgTypes[24]
+	mi := &file_corpus_v1_types_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2718,7 +2873,7 @@ func (x *Keyring) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Keyring.ProtoReflect.Descriptor instead.
 func (*Keyring) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_types_proto_rawDescGZIP(), []int{24}
+	return file_corpus_v1_types_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *Keyring) GetKeys() []*SealKey {
@@ -2753,7 +2908,7 @@ type SealKey struct {
 
 func (x *SealKey) Reset() {
 	*x = SealKey{}
-	mi := &file_corpus_v1_types_proto_msgTypes[25]
+	mi := &file_corpus_v1_types_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2765,7 +2920,7 @@ func (x *SealKey) String() string {
 func (*SealKey) ProtoMessage() {}
 
 func (x *SealKey) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_types_proto_msgTypes[25]
+	mi := &file_corpus_v1_types_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2778,7 +2933,7 @@ func (x *SealKey) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SealKey.ProtoReflect.Descriptor instead.
 func (*SealKey) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_types_proto_rawDescGZIP(), []int{25}
+	return file_corpus_v1_types_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *SealKey) GetId() string {
@@ -2828,7 +2983,7 @@ type ProcessStatus struct {
 
 func (x *ProcessStatus) Reset() {
 	*x = ProcessStatus{}
-	mi := &file_corpus_v1_types_proto_msgTypes[26]
+	mi := &file_corpus_v1_types_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2840,7 +2995,7 @@ func (x *ProcessStatus) String() string {
 func (*ProcessStatus) ProtoMessage() {}
 
 func (x *ProcessStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_types_proto_msgTypes[26]
+	mi := &file_corpus_v1_types_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2853,7 +3008,7 @@ func (x *ProcessStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProcessStatus.ProtoReflect.Descriptor instead.
 func (*ProcessStatus) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_types_proto_rawDescGZIP(), []int{26}
+	return file_corpus_v1_types_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *ProcessStatus) GetName() string {
@@ -2944,7 +3099,7 @@ type AcmeConfig struct {
 
 func (x *AcmeConfig) Reset() {
 	*x = AcmeConfig{}
-	mi := &file_corpus_v1_types_proto_msgTypes[27]
+	mi := &file_corpus_v1_types_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2956,7 +3111,7 @@ func (x *AcmeConfig) String() string {
 func (*AcmeConfig) ProtoMessage() {}
 
 func (x *AcmeConfig) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_types_proto_msgTypes[27]
+	mi := &file_corpus_v1_types_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2969,7 +3124,7 @@ func (x *AcmeConfig) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcmeConfig.ProtoReflect.Descriptor instead.
 func (*AcmeConfig) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_types_proto_rawDescGZIP(), []int{27}
+	return file_corpus_v1_types_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *AcmeConfig) GetDirectoryUrl() string {
@@ -3060,7 +3215,7 @@ type Certificate struct {
 
 func (x *Certificate) Reset() {
 	*x = Certificate{}
-	mi := &file_corpus_v1_types_proto_msgTypes[28]
+	mi := &file_corpus_v1_types_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3072,7 +3227,7 @@ func (x *Certificate) String() string {
 func (*Certificate) ProtoMessage() {}
 
 func (x *Certificate) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_types_proto_msgTypes[28]
+	mi := &file_corpus_v1_types_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3085,7 +3240,7 @@ func (x *Certificate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Certificate.ProtoReflect.Descriptor instead.
 func (*Certificate) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_types_proto_rawDescGZIP(), []int{28}
+	return file_corpus_v1_types_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *Certificate) GetDomain() string {
@@ -3224,7 +3379,7 @@ type AcmeChallenge struct {
 
 func (x *AcmeChallenge) Reset() {
 	*x = AcmeChallenge{}
-	mi := &file_corpus_v1_types_proto_msgTypes[29]
+	mi := &file_corpus_v1_types_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3236,7 +3391,7 @@ func (x *AcmeChallenge) String() string {
 func (*AcmeChallenge) ProtoMessage() {}
 
 func (x *AcmeChallenge) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_types_proto_msgTypes[29]
+	mi := &file_corpus_v1_types_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3249,7 +3404,7 @@ func (x *AcmeChallenge) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcmeChallenge.ProtoReflect.Descriptor instead.
 func (*AcmeChallenge) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_types_proto_rawDescGZIP(), []int{29}
+	return file_corpus_v1_types_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *AcmeChallenge) GetType() string {
@@ -3405,13 +3560,15 @@ const file_corpus_v1_types_proto_rawDesc = "" +
 	"\thost_port\x18\x01 \x01(\x05R\bhostPort\x12\x1d\n" +
 	"\n" +
 	"guest_port\x18\x02 \x01(\x05R\tguestPort\x12\x1a\n" +
-	"\bprotocol\x18\x03 \x01(\tR\bprotocol\"\x8c\x01\n" +
+	"\bprotocol\x18\x03 \x01(\tR\bprotocol\"\xcb\x01\n" +
 	"\rGuestObserved\x12\x14\n" +
 	"\x05state\x18\x01 \x01(\tR\x05state\x12\x10\n" +
 	"\x03pid\x18\x02 \x01(\x03R\x03pid\x12\x18\n" +
 	"\amessage\x18\x03 \x01(\tR\amessage\x129\n" +
 	"\n" +
-	"updated_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\tupdatedAt\"e\n" +
+	"updated_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\tupdatedAt\x12\x18\n" +
+	"\arelease\x18\x05 \x01(\rR\arelease\x12#\n" +
+	"\rrelease_error\x18\x06 \x01(\tR\freleaseError\"e\n" +
 	"\x05Event\x12.\n" +
 	"\x04time\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x12\x12\n" +
 	"\x04type\x18\x02 \x01(\tR\x04type\x12\x18\n" +
@@ -3433,7 +3590,7 @@ const file_corpus_v1_types_proto_rawDesc = "" +
 	"\fcreate_index\x18\x14 \x01(\x04R\vcreateIndex\x12!\n" +
 	"\fmodify_index\x18\x15 \x01(\x04R\vmodifyIndex\x12(\n" +
 	"\x10previous_node_id\x18\x1e \x01(\tR\x0epreviousNodeId\x12)\n" +
-	"\x10previous_address\x18\x1f \x01(\tR\x0fpreviousAddress\"\x8f\x03\n" +
+	"\x10previous_address\x18\x1f \x01(\tR\x0fpreviousAddress\"\xa9\x03\n" +
 	"\x05Route\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04kind\x18\x02 \x01(\tR\x04kind\x12\x16\n" +
@@ -3450,7 +3607,8 @@ const file_corpus_v1_types_proto_rawDesc = "" +
 	"\x05https\x18\t \x01(\bR\x05https\x12%\n" +
 	"\x0eredirect_https\x18\n" +
 	" \x01(\bR\rredirectHttps\x12\x12\n" +
-	"\x04hsts\x18\v \x01(\bR\x04hsts\x12!\n" +
+	"\x04hsts\x18\v \x01(\bR\x04hsts\x12\x18\n" +
+	"\atargets\x18\f \x03(\tR\atargets\x12!\n" +
 	"\fcreate_index\x18\x14 \x01(\x04R\vcreateIndex\x12!\n" +
 	"\fmodify_index\x18\x15 \x01(\x04R\vmodifyIndex\"\xcb\x01\n" +
 	"\tJoinToken\x12\x0e\n" +
@@ -3517,7 +3675,7 @@ const file_corpus_v1_types_proto_rawDesc = "" +
 	"\n" +
 	"created_at\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x12!\n" +
 	"\fcreate_index\x18\x14 \x01(\x04R\vcreateIndex\x12!\n" +
-	"\fmodify_index\x18\x15 \x01(\x04R\vmodifyIndex\"\xc7\x03\n" +
+	"\fmodify_index\x18\x15 \x01(\x04R\vmodifyIndex\"\xbd\x05\n" +
 	"\n" +
 	"ProjectEnv\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x19\n" +
@@ -3533,10 +3691,25 @@ const file_corpus_v1_types_proto_rawDesc = "" +
 	"\x06config\x18\n" +
 	" \x03(\v2!.corpus.v1.ProjectEnv.ConfigEntryR\x06config\x12\x19\n" +
 	"\bweb_port\x18\v \x01(\x05R\awebPort\x12\x14\n" +
-	"\x05https\x18\f \x01(\bR\x05https\x1a9\n" +
+	"\x05https\x18\f \x01(\bR\x05https\x126\n" +
+	"\x05scale\x18\r \x03(\v2 .corpus.v1.ProjectEnv.ScaleEntryR\x05scale\x128\n" +
+	"\tinstances\x18\x0e \x03(\v2\x1a.corpus.v1.ProjectInstanceR\tinstances\x12%\n" +
+	"\x0eshared_nothing\x18\x0f \x01(\bR\rsharedNothing\x12!\n" +
+	"\fmax_parallel\x18\x10 \x01(\rR\vmaxParallel\x1a9\n" +
 	"\vConfigEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\fR\x05value:\x028\x01\"\xfb\x05\n" +
+	"\x05value\x18\x02 \x01(\fR\x05value:\x028\x01\x1a8\n" +
+	"\n" +
+	"ScaleEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\rR\x05value:\x028\x01\"\x96\x01\n" +
+	"\x0fProjectInstance\x12\x14\n" +
+	"\x05index\x18\x01 \x01(\rR\x05index\x12\x19\n" +
+	"\bguest_id\x18\x02 \x01(\tR\aguestId\x12\x1d\n" +
+	"\n" +
+	"guest_name\x18\x03 \x01(\tR\tguestName\x12\x18\n" +
+	"\arelease\x18\x04 \x01(\rR\arelease\x12\x19\n" +
+	"\bweb_port\x18\x05 \x01(\x05R\awebPort\"\xfb\x05\n" +
 	"\aRelease\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x18\n" +
 	"\aproject\x18\x02 \x01(\tR\aproject\x12\x10\n" +
@@ -3665,7 +3838,7 @@ func file_corpus_v1_types_proto_rawDescGZIP() []byte {
 	return file_corpus_v1_types_proto_rawDescData
 }
 
-var file_corpus_v1_types_proto_msgTypes = make([]protoimpl.MessageInfo, 36)
+var file_corpus_v1_types_proto_msgTypes = make([]protoimpl.MessageInfo, 38)
 var file_corpus_v1_types_proto_goTypes = []any{
 	(*Resources)(nil),             // 0: corpus.v1.Resources
 	(*DriverInfo)(nil),            // 1: corpus.v1.DriverInfo
@@ -3687,76 +3860,80 @@ var file_corpus_v1_types_proto_goTypes = []any{
 	(*SshKey)(nil),                // 17: corpus.v1.SshKey
 	(*Project)(nil),               // 18: corpus.v1.Project
 	(*ProjectEnv)(nil),            // 19: corpus.v1.ProjectEnv
-	(*Release)(nil),               // 20: corpus.v1.Release
-	(*ReleaseStep)(nil),           // 21: corpus.v1.ReleaseStep
-	(*AuditEntry)(nil),            // 22: corpus.v1.AuditEntry
-	(*UserToken)(nil),             // 23: corpus.v1.UserToken
-	(*Keyring)(nil),               // 24: corpus.v1.Keyring
-	(*SealKey)(nil),               // 25: corpus.v1.SealKey
-	(*ProcessStatus)(nil),         // 26: corpus.v1.ProcessStatus
-	(*AcmeConfig)(nil),            // 27: corpus.v1.AcmeConfig
-	(*Certificate)(nil),           // 28: corpus.v1.Certificate
-	(*AcmeChallenge)(nil),         // 29: corpus.v1.AcmeChallenge
-	nil,                           // 30: corpus.v1.DriverInfo.AttributesEntry
-	nil,                           // 31: corpus.v1.Node.LabelsEntry
-	nil,                           // 32: corpus.v1.GuestSpec.EnvEntry
-	nil,                           // 33: corpus.v1.GuestSpec.ConstraintsEntry
-	nil,                           // 34: corpus.v1.ProjectEnv.ConfigEntry
-	nil,                           // 35: corpus.v1.Release.ConfigEntry
-	(*timestamppb.Timestamp)(nil), // 36: google.protobuf.Timestamp
+	(*ProjectInstance)(nil),       // 20: corpus.v1.ProjectInstance
+	(*Release)(nil),               // 21: corpus.v1.Release
+	(*ReleaseStep)(nil),           // 22: corpus.v1.ReleaseStep
+	(*AuditEntry)(nil),            // 23: corpus.v1.AuditEntry
+	(*UserToken)(nil),             // 24: corpus.v1.UserToken
+	(*Keyring)(nil),               // 25: corpus.v1.Keyring
+	(*SealKey)(nil),               // 26: corpus.v1.SealKey
+	(*ProcessStatus)(nil),         // 27: corpus.v1.ProcessStatus
+	(*AcmeConfig)(nil),            // 28: corpus.v1.AcmeConfig
+	(*Certificate)(nil),           // 29: corpus.v1.Certificate
+	(*AcmeChallenge)(nil),         // 30: corpus.v1.AcmeChallenge
+	nil,                           // 31: corpus.v1.DriverInfo.AttributesEntry
+	nil,                           // 32: corpus.v1.Node.LabelsEntry
+	nil,                           // 33: corpus.v1.GuestSpec.EnvEntry
+	nil,                           // 34: corpus.v1.GuestSpec.ConstraintsEntry
+	nil,                           // 35: corpus.v1.ProjectEnv.ConfigEntry
+	nil,                           // 36: corpus.v1.ProjectEnv.ScaleEntry
+	nil,                           // 37: corpus.v1.Release.ConfigEntry
+	(*timestamppb.Timestamp)(nil), // 38: google.protobuf.Timestamp
 }
 var file_corpus_v1_types_proto_depIdxs = []int32{
-	30, // 0: corpus.v1.DriverInfo.attributes:type_name -> corpus.v1.DriverInfo.AttributesEntry
-	31, // 1: corpus.v1.Node.labels:type_name -> corpus.v1.Node.LabelsEntry
+	31, // 0: corpus.v1.DriverInfo.attributes:type_name -> corpus.v1.DriverInfo.AttributesEntry
+	32, // 1: corpus.v1.Node.labels:type_name -> corpus.v1.Node.LabelsEntry
 	0,  // 2: corpus.v1.Node.capacity:type_name -> corpus.v1.Resources
 	1,  // 3: corpus.v1.Node.drivers:type_name -> corpus.v1.DriverInfo
-	36, // 4: corpus.v1.Node.enrolled_at:type_name -> google.protobuf.Timestamp
-	36, // 5: corpus.v1.Node.cert_expires_at:type_name -> google.protobuf.Timestamp
+	38, // 4: corpus.v1.Node.enrolled_at:type_name -> google.protobuf.Timestamp
+	38, // 5: corpus.v1.Node.cert_expires_at:type_name -> google.protobuf.Timestamp
 	0,  // 6: corpus.v1.GuestSpec.resources:type_name -> corpus.v1.Resources
-	32, // 7: corpus.v1.GuestSpec.env:type_name -> corpus.v1.GuestSpec.EnvEntry
+	33, // 7: corpus.v1.GuestSpec.env:type_name -> corpus.v1.GuestSpec.EnvEntry
 	7,  // 8: corpus.v1.GuestSpec.ports:type_name -> corpus.v1.Port
 	4,  // 9: corpus.v1.GuestSpec.volume:type_name -> corpus.v1.VolumeSpec
-	33, // 10: corpus.v1.GuestSpec.constraints:type_name -> corpus.v1.GuestSpec.ConstraintsEntry
+	34, // 10: corpus.v1.GuestSpec.constraints:type_name -> corpus.v1.GuestSpec.ConstraintsEntry
 	6,  // 11: corpus.v1.Volume.observed:type_name -> corpus.v1.VolumeObserved
-	36, // 12: corpus.v1.Volume.created_at:type_name -> google.protobuf.Timestamp
-	36, // 13: corpus.v1.GuestObserved.updated_at:type_name -> google.protobuf.Timestamp
-	36, // 14: corpus.v1.Event.time:type_name -> google.protobuf.Timestamp
+	38, // 12: corpus.v1.Volume.created_at:type_name -> google.protobuf.Timestamp
+	38, // 13: corpus.v1.GuestObserved.updated_at:type_name -> google.protobuf.Timestamp
+	38, // 14: corpus.v1.Event.time:type_name -> google.protobuf.Timestamp
 	3,  // 15: corpus.v1.Guest.spec:type_name -> corpus.v1.GuestSpec
 	8,  // 16: corpus.v1.Guest.observed:type_name -> corpus.v1.GuestObserved
 	9,  // 17: corpus.v1.Guest.events:type_name -> corpus.v1.Event
-	36, // 18: corpus.v1.Guest.created_at:type_name -> google.protobuf.Timestamp
-	36, // 19: corpus.v1.Route.created_at:type_name -> google.protobuf.Timestamp
-	36, // 20: corpus.v1.JoinToken.expires_at:type_name -> google.protobuf.Timestamp
-	36, // 21: corpus.v1.JoinToken.created_at:type_name -> google.protobuf.Timestamp
-	36, // 22: corpus.v1.ClusterConfig.created_at:type_name -> google.protobuf.Timestamp
-	36, // 23: corpus.v1.DnsRecord.created_at:type_name -> google.protobuf.Timestamp
+	38, // 18: corpus.v1.Guest.created_at:type_name -> google.protobuf.Timestamp
+	38, // 19: corpus.v1.Route.created_at:type_name -> google.protobuf.Timestamp
+	38, // 20: corpus.v1.JoinToken.expires_at:type_name -> google.protobuf.Timestamp
+	38, // 21: corpus.v1.JoinToken.created_at:type_name -> google.protobuf.Timestamp
+	38, // 22: corpus.v1.ClusterConfig.created_at:type_name -> google.protobuf.Timestamp
+	38, // 23: corpus.v1.DnsRecord.created_at:type_name -> google.protobuf.Timestamp
 	17, // 24: corpus.v1.User.keys:type_name -> corpus.v1.SshKey
-	36, // 25: corpus.v1.User.created_at:type_name -> google.protobuf.Timestamp
-	36, // 26: corpus.v1.SshKey.added_at:type_name -> google.protobuf.Timestamp
+	38, // 25: corpus.v1.User.created_at:type_name -> google.protobuf.Timestamp
+	38, // 26: corpus.v1.SshKey.added_at:type_name -> google.protobuf.Timestamp
 	19, // 27: corpus.v1.Project.envs:type_name -> corpus.v1.ProjectEnv
-	36, // 28: corpus.v1.Project.created_at:type_name -> google.protobuf.Timestamp
-	34, // 29: corpus.v1.ProjectEnv.config:type_name -> corpus.v1.ProjectEnv.ConfigEntry
-	36, // 30: corpus.v1.Release.started_at:type_name -> google.protobuf.Timestamp
-	36, // 31: corpus.v1.Release.finished_at:type_name -> google.protobuf.Timestamp
-	21, // 32: corpus.v1.Release.steps:type_name -> corpus.v1.ReleaseStep
-	35, // 33: corpus.v1.Release.config:type_name -> corpus.v1.Release.ConfigEntry
-	36, // 34: corpus.v1.AuditEntry.time:type_name -> google.protobuf.Timestamp
-	36, // 35: corpus.v1.UserToken.created_at:type_name -> google.protobuf.Timestamp
-	36, // 36: corpus.v1.UserToken.expires_at:type_name -> google.protobuf.Timestamp
-	25, // 37: corpus.v1.Keyring.keys:type_name -> corpus.v1.SealKey
-	36, // 38: corpus.v1.SealKey.created_at:type_name -> google.protobuf.Timestamp
-	36, // 39: corpus.v1.ProcessStatus.started_at:type_name -> google.protobuf.Timestamp
-	36, // 40: corpus.v1.Certificate.not_before:type_name -> google.protobuf.Timestamp
-	36, // 41: corpus.v1.Certificate.not_after:type_name -> google.protobuf.Timestamp
-	36, // 42: corpus.v1.Certificate.next_attempt_at:type_name -> google.protobuf.Timestamp
-	36, // 43: corpus.v1.Certificate.last_attempt_at:type_name -> google.protobuf.Timestamp
-	36, // 44: corpus.v1.Certificate.ocsp_next_update:type_name -> google.protobuf.Timestamp
-	29, // 45: corpus.v1.Certificate.challenge:type_name -> corpus.v1.AcmeChallenge
-	46, // [46:46] is the sub-list for method output_type
-	46, // [46:46] is the sub-list for method input_type
-	46, // [46:46] is the sub-list for extension type_name
-	46, // [46:46] is the sub-list for extension extendee
-	0,  // [0:46] is the sub-list for field type_name
+	38, // 28: corpus.v1.Project.created_at:type_name -> google.protobuf.Timestamp
+	35, // 29: corpus.v1.ProjectEnv.config:type_name -> corpus.v1.ProjectEnv.ConfigEntry
+	36, // 30: corpus.v1.ProjectEnv.scale:type_name -> corpus.v1.ProjectEnv.ScaleEntry
+	20, // 31: corpus.v1.ProjectEnv.instances:type_name -> corpus.v1.ProjectInstance
+	38, // 32: corpus.v1.Release.started_at:type_name -> google.protobuf.Timestamp
+	38, // 33: corpus.v1.Release.finished_at:type_name -> google.protobuf.Timestamp
+	22, // 34: corpus.v1.Release.steps:type_name -> corpus.v1.ReleaseStep
+	37, // 35: corpus.v1.Release.config:type_name -> corpus.v1.Release.ConfigEntry
+	38, // 36: corpus.v1.AuditEntry.time:type_name -> google.protobuf.Timestamp
+	38, // 37: corpus.v1.UserToken.created_at:type_name -> google.protobuf.Timestamp
+	38, // 38: corpus.v1.UserToken.expires_at:type_name -> google.protobuf.Timestamp
+	26, // 39: corpus.v1.Keyring.keys:type_name -> corpus.v1.SealKey
+	38, // 40: corpus.v1.SealKey.created_at:type_name -> google.protobuf.Timestamp
+	38, // 41: corpus.v1.ProcessStatus.started_at:type_name -> google.protobuf.Timestamp
+	38, // 42: corpus.v1.Certificate.not_before:type_name -> google.protobuf.Timestamp
+	38, // 43: corpus.v1.Certificate.not_after:type_name -> google.protobuf.Timestamp
+	38, // 44: corpus.v1.Certificate.next_attempt_at:type_name -> google.protobuf.Timestamp
+	38, // 45: corpus.v1.Certificate.last_attempt_at:type_name -> google.protobuf.Timestamp
+	38, // 46: corpus.v1.Certificate.ocsp_next_update:type_name -> google.protobuf.Timestamp
+	30, // 47: corpus.v1.Certificate.challenge:type_name -> corpus.v1.AcmeChallenge
+	48, // [48:48] is the sub-list for method output_type
+	48, // [48:48] is the sub-list for method input_type
+	48, // [48:48] is the sub-list for extension type_name
+	48, // [48:48] is the sub-list for extension extendee
+	0,  // [0:48] is the sub-list for field type_name
 }
 
 func init() { file_corpus_v1_types_proto_init() }
@@ -3770,7 +3947,7 @@ func file_corpus_v1_types_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_corpus_v1_types_proto_rawDesc), len(file_corpus_v1_types_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   36,
+			NumMessages:   38,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

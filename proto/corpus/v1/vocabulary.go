@@ -63,7 +63,8 @@ const (
 // SameObserved reports whether two observations say the same thing,
 // ignoring when they were made, so unchanged reports write nothing.
 func SameObserved(a, b *GuestObserved) bool {
-	return a.GetState() == b.GetState() && a.GetPid() == b.GetPid() && a.GetMessage() == b.GetMessage()
+	return a.GetState() == b.GetState() && a.GetPid() == b.GetPid() && a.GetMessage() == b.GetMessage() &&
+		a.GetRelease() == b.GetRelease() && a.GetReleaseError() == b.GetReleaseError()
 }
 
 // User roles (User.role).
@@ -159,3 +160,25 @@ const (
 	ChallengeHTTP01    = "http-01"
 	ChallengeTLSALPN01 = "tls-alpn-01"
 )
+
+// InstanceCount is how many guests an environment's process counts ask
+// for: the largest count, at least one (instance 1 stays, running
+// nothing, when every count is 0).
+func InstanceCount(scale map[string]uint32) uint32 {
+	n := uint32(1)
+	for _, c := range scale {
+		n = max(n, c)
+	}
+	return n
+}
+
+// RunsOn says whether instance index (from 1) of an environment runs
+// process type name: a type runs on the instances up to its count, and a
+// type not scaled on instance 1 only.
+func RunsOn(scale map[string]uint32, index uint32, name string) bool {
+	c, ok := scale[name]
+	if !ok {
+		c = 1
+	}
+	return max(index, 1) <= c
+}

@@ -64,6 +64,15 @@ const (
 	AgentServiceSetManifestDomainsProcedure = "/corpus.v1.AgentService/SetManifestDomains"
 	// AgentServiceSetWebPortProcedure is the fully-qualified name of the AgentService's SetWebPort RPC.
 	AgentServiceSetWebPortProcedure = "/corpus.v1.AgentService/SetWebPort"
+	// AgentServiceRollInstanceProcedure is the fully-qualified name of the AgentService's RollInstance
+	// RPC.
+	AgentServiceRollInstanceProcedure = "/corpus.v1.AgentService/RollInstance"
+	// AgentServiceInstanceReleaseProcedure is the fully-qualified name of the AgentService's
+	// InstanceRelease RPC.
+	AgentServiceInstanceReleaseProcedure = "/corpus.v1.AgentService/InstanceRelease"
+	// AgentServiceReleaseSourceProcedure is the fully-qualified name of the AgentService's
+	// ReleaseSource RPC.
+	AgentServiceReleaseSourceProcedure = "/corpus.v1.AgentService/ReleaseSource"
 	// AgentServiceRecordShellProcedure is the fully-qualified name of the AgentService's RecordShell
 	// RPC.
 	AgentServiceRecordShellProcedure = "/corpus.v1.AgentService/RecordShell"
@@ -87,6 +96,9 @@ const (
 	// NodeAgentServiceRollbackProcedure is the fully-qualified name of the NodeAgentService's Rollback
 	// RPC.
 	NodeAgentServiceRollbackProcedure = "/corpus.v1.NodeAgentService/Rollback"
+	// NodeAgentServiceReleaseSourceProcedure is the fully-qualified name of the NodeAgentService's
+	// ReleaseSource RPC.
+	NodeAgentServiceReleaseSourceProcedure = "/corpus.v1.NodeAgentService/ReleaseSource"
 	// NodeAgentServiceRedeployProcedure is the fully-qualified name of the NodeAgentService's Redeploy
 	// RPC.
 	NodeAgentServiceRedeployProcedure = "/corpus.v1.NodeAgentService/Redeploy"
@@ -145,6 +157,16 @@ type AgentServiceClient interface {
 	// SetWebPort points an environment's routes at the port its new web
 	// process listens on (the switch of a deploy with a web process).
 	SetWebPort(context.Context, *connect.Request[v1.SetWebPortRequest]) (*connect.Response[v1.SetWebPortResponse], error)
+	// RollInstance, from the agent that deploys an environment, makes
+	// instance serve release and waits until its agent says it does (or
+	// why it cannot).
+	RollInstance(context.Context, *connect.Request[v1.RollInstanceRequest]) (*connect.Response[v1.RollInstanceResponse], error)
+	// InstanceRelease gives the agent of an instance what it deploys: the
+	// environment, the release, the config opened.
+	InstanceRelease(context.Context, *connect.Request[v1.InstanceReleaseRequest]) (*connect.Response[v1.InstanceReleaseResponse], error)
+	// ReleaseSource streams a release's tree (tar) from the node that built
+	// it to the agent of an instance.
+	ReleaseSource(context.Context, *connect.Request[v1.ReleaseSourceRequest]) (*connect.ServerStreamForClient[v1.SourceChunk], error)
 	// RecordShell writes the start or end of a shell session opened over
 	// the node's SSH endpoint to the audit log, as the key's owner.
 	RecordShell(context.Context, *connect.Request[v1.RecordShellRequest]) (*connect.Response[v1.RecordShellResponse], error)
@@ -235,6 +257,24 @@ func NewAgentServiceClient(httpClient connect.HTTPClient, baseURL string, opts .
 			connect.WithSchema(agentServiceMethods.ByName("SetWebPort")),
 			connect.WithClientOptions(opts...),
 		),
+		rollInstance: connect.NewClient[v1.RollInstanceRequest, v1.RollInstanceResponse](
+			httpClient,
+			baseURL+AgentServiceRollInstanceProcedure,
+			connect.WithSchema(agentServiceMethods.ByName("RollInstance")),
+			connect.WithClientOptions(opts...),
+		),
+		instanceRelease: connect.NewClient[v1.InstanceReleaseRequest, v1.InstanceReleaseResponse](
+			httpClient,
+			baseURL+AgentServiceInstanceReleaseProcedure,
+			connect.WithSchema(agentServiceMethods.ByName("InstanceRelease")),
+			connect.WithClientOptions(opts...),
+		),
+		releaseSource: connect.NewClient[v1.ReleaseSourceRequest, v1.SourceChunk](
+			httpClient,
+			baseURL+AgentServiceReleaseSourceProcedure,
+			connect.WithSchema(agentServiceMethods.ByName("ReleaseSource")),
+			connect.WithClientOptions(opts...),
+		),
 		recordShell: connect.NewClient[v1.RecordShellRequest, v1.RecordShellResponse](
 			httpClient,
 			baseURL+AgentServiceRecordShellProcedure,
@@ -270,6 +310,9 @@ type agentServiceClient struct {
 	pruneReleases      *connect.Client[v1.PruneReleasesRequest, v1.PruneReleasesResponse]
 	setManifestDomains *connect.Client[v1.SetManifestDomainsRequest, v1.SetManifestDomainsResponse]
 	setWebPort         *connect.Client[v1.SetWebPortRequest, v1.SetWebPortResponse]
+	rollInstance       *connect.Client[v1.RollInstanceRequest, v1.RollInstanceResponse]
+	instanceRelease    *connect.Client[v1.InstanceReleaseRequest, v1.InstanceReleaseResponse]
+	releaseSource      *connect.Client[v1.ReleaseSourceRequest, v1.SourceChunk]
 	recordShell        *connect.Client[v1.RecordShellRequest, v1.RecordShellResponse]
 	serviceRuntime     *connect.Client[v1.ServiceRuntimeRequest, v1.ServiceRuntimeResponse]
 	tlsMaterial        *connect.Client[v1.TlsMaterialRequest, v1.TlsMaterialResponse]
@@ -330,6 +373,21 @@ func (c *agentServiceClient) SetWebPort(ctx context.Context, req *connect.Reques
 	return c.setWebPort.CallUnary(ctx, req)
 }
 
+// RollInstance calls corpus.v1.AgentService.RollInstance.
+func (c *agentServiceClient) RollInstance(ctx context.Context, req *connect.Request[v1.RollInstanceRequest]) (*connect.Response[v1.RollInstanceResponse], error) {
+	return c.rollInstance.CallUnary(ctx, req)
+}
+
+// InstanceRelease calls corpus.v1.AgentService.InstanceRelease.
+func (c *agentServiceClient) InstanceRelease(ctx context.Context, req *connect.Request[v1.InstanceReleaseRequest]) (*connect.Response[v1.InstanceReleaseResponse], error) {
+	return c.instanceRelease.CallUnary(ctx, req)
+}
+
+// ReleaseSource calls corpus.v1.AgentService.ReleaseSource.
+func (c *agentServiceClient) ReleaseSource(ctx context.Context, req *connect.Request[v1.ReleaseSourceRequest]) (*connect.ServerStreamForClient[v1.SourceChunk], error) {
+	return c.releaseSource.CallServerStream(ctx, req)
+}
+
 // RecordShell calls corpus.v1.AgentService.RecordShell.
 func (c *agentServiceClient) RecordShell(ctx context.Context, req *connect.Request[v1.RecordShellRequest]) (*connect.Response[v1.RecordShellResponse], error) {
 	return c.recordShell.CallUnary(ctx, req)
@@ -373,6 +431,16 @@ type AgentServiceHandler interface {
 	// SetWebPort points an environment's routes at the port its new web
 	// process listens on (the switch of a deploy with a web process).
 	SetWebPort(context.Context, *connect.Request[v1.SetWebPortRequest]) (*connect.Response[v1.SetWebPortResponse], error)
+	// RollInstance, from the agent that deploys an environment, makes
+	// instance serve release and waits until its agent says it does (or
+	// why it cannot).
+	RollInstance(context.Context, *connect.Request[v1.RollInstanceRequest]) (*connect.Response[v1.RollInstanceResponse], error)
+	// InstanceRelease gives the agent of an instance what it deploys: the
+	// environment, the release, the config opened.
+	InstanceRelease(context.Context, *connect.Request[v1.InstanceReleaseRequest]) (*connect.Response[v1.InstanceReleaseResponse], error)
+	// ReleaseSource streams a release's tree (tar) from the node that built
+	// it to the agent of an instance.
+	ReleaseSource(context.Context, *connect.Request[v1.ReleaseSourceRequest], *connect.ServerStream[v1.SourceChunk]) error
 	// RecordShell writes the start or end of a shell session opened over
 	// the node's SSH endpoint to the audit log, as the key's owner.
 	RecordShell(context.Context, *connect.Request[v1.RecordShellRequest]) (*connect.Response[v1.RecordShellResponse], error)
@@ -459,6 +527,24 @@ func NewAgentServiceHandler(svc AgentServiceHandler, opts ...connect.HandlerOpti
 		connect.WithSchema(agentServiceMethods.ByName("SetWebPort")),
 		connect.WithHandlerOptions(opts...),
 	)
+	agentServiceRollInstanceHandler := connect.NewUnaryHandler(
+		AgentServiceRollInstanceProcedure,
+		svc.RollInstance,
+		connect.WithSchema(agentServiceMethods.ByName("RollInstance")),
+		connect.WithHandlerOptions(opts...),
+	)
+	agentServiceInstanceReleaseHandler := connect.NewUnaryHandler(
+		AgentServiceInstanceReleaseProcedure,
+		svc.InstanceRelease,
+		connect.WithSchema(agentServiceMethods.ByName("InstanceRelease")),
+		connect.WithHandlerOptions(opts...),
+	)
+	agentServiceReleaseSourceHandler := connect.NewServerStreamHandler(
+		AgentServiceReleaseSourceProcedure,
+		svc.ReleaseSource,
+		connect.WithSchema(agentServiceMethods.ByName("ReleaseSource")),
+		connect.WithHandlerOptions(opts...),
+	)
 	agentServiceRecordShellHandler := connect.NewUnaryHandler(
 		AgentServiceRecordShellProcedure,
 		svc.RecordShell,
@@ -502,6 +588,12 @@ func NewAgentServiceHandler(svc AgentServiceHandler, opts ...connect.HandlerOpti
 			agentServiceSetManifestDomainsHandler.ServeHTTP(w, r)
 		case AgentServiceSetWebPortProcedure:
 			agentServiceSetWebPortHandler.ServeHTTP(w, r)
+		case AgentServiceRollInstanceProcedure:
+			agentServiceRollInstanceHandler.ServeHTTP(w, r)
+		case AgentServiceInstanceReleaseProcedure:
+			agentServiceInstanceReleaseHandler.ServeHTTP(w, r)
+		case AgentServiceReleaseSourceProcedure:
+			agentServiceReleaseSourceHandler.ServeHTTP(w, r)
 		case AgentServiceRecordShellProcedure:
 			agentServiceRecordShellHandler.ServeHTTP(w, r)
 		case AgentServiceServiceRuntimeProcedure:
@@ -561,6 +653,18 @@ func (UnimplementedAgentServiceHandler) SetWebPort(context.Context, *connect.Req
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("corpus.v1.AgentService.SetWebPort is not implemented"))
 }
 
+func (UnimplementedAgentServiceHandler) RollInstance(context.Context, *connect.Request[v1.RollInstanceRequest]) (*connect.Response[v1.RollInstanceResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("corpus.v1.AgentService.RollInstance is not implemented"))
+}
+
+func (UnimplementedAgentServiceHandler) InstanceRelease(context.Context, *connect.Request[v1.InstanceReleaseRequest]) (*connect.Response[v1.InstanceReleaseResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("corpus.v1.AgentService.InstanceRelease is not implemented"))
+}
+
+func (UnimplementedAgentServiceHandler) ReleaseSource(context.Context, *connect.Request[v1.ReleaseSourceRequest], *connect.ServerStream[v1.SourceChunk]) error {
+	return connect.NewError(connect.CodeUnimplemented, errors.New("corpus.v1.AgentService.ReleaseSource is not implemented"))
+}
+
 func (UnimplementedAgentServiceHandler) RecordShell(context.Context, *connect.Request[v1.RecordShellRequest]) (*connect.Response[v1.RecordShellResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("corpus.v1.AgentService.RecordShell is not implemented"))
 }
@@ -586,6 +690,9 @@ type NodeAgentServiceClient interface {
 	// Rollback makes a kept release of a project environment current again
 	// and runs its rollback hook; the output streams back.
 	Rollback(context.Context, *connect.Request[v1.RollbackRequest]) (*connect.ServerStreamForClient[v1.RollbackOutput], error)
+	// ReleaseSource streams the tree of a commit this node's repository of
+	// the environment holds (tar).
+	ReleaseSource(context.Context, *connect.Request[v1.ReleaseSourceRequest]) (*connect.ServerStreamForClient[v1.SourceChunk], error)
 	// Redeploy makes a new release of an environment's current commit (a
 	// config change, a restart, corpus deploy) through the pipeline.
 	Redeploy(context.Context, *connect.Request[v1.AgentRedeployRequest]) (*connect.ServerStreamForClient[v1.DeployOutput], error)
@@ -660,6 +767,12 @@ func NewNodeAgentServiceClient(httpClient connect.HTTPClient, baseURL string, op
 			connect.WithSchema(nodeAgentServiceMethods.ByName("Rollback")),
 			connect.WithClientOptions(opts...),
 		),
+		releaseSource: connect.NewClient[v1.ReleaseSourceRequest, v1.SourceChunk](
+			httpClient,
+			baseURL+NodeAgentServiceReleaseSourceProcedure,
+			connect.WithSchema(nodeAgentServiceMethods.ByName("ReleaseSource")),
+			connect.WithClientOptions(opts...),
+		),
 		redeploy: connect.NewClient[v1.AgentRedeployRequest, v1.DeployOutput](
 			httpClient,
 			baseURL+NodeAgentServiceRedeployProcedure,
@@ -731,6 +844,7 @@ type nodeAgentServiceClient struct {
 	importVolume   *connect.Client[v1.VolumeChunk, v1.ImportVolumeResponse]
 	snapshotVolume *connect.Client[v1.SnapshotVolumeRequest, v1.SnapshotVolumeResponse]
 	rollback       *connect.Client[v1.RollbackRequest, v1.RollbackOutput]
+	releaseSource  *connect.Client[v1.ReleaseSourceRequest, v1.SourceChunk]
 	redeploy       *connect.Client[v1.AgentRedeployRequest, v1.DeployOutput]
 	processes      *connect.Client[v1.ListProcessesRequest, v1.ListProcessesResponse]
 	logs           *connect.Client[v1.GuestLogsRequest, v1.LogLine]
@@ -766,6 +880,11 @@ func (c *nodeAgentServiceClient) SnapshotVolume(ctx context.Context, req *connec
 // Rollback calls corpus.v1.NodeAgentService.Rollback.
 func (c *nodeAgentServiceClient) Rollback(ctx context.Context, req *connect.Request[v1.RollbackRequest]) (*connect.ServerStreamForClient[v1.RollbackOutput], error) {
 	return c.rollback.CallServerStream(ctx, req)
+}
+
+// ReleaseSource calls corpus.v1.NodeAgentService.ReleaseSource.
+func (c *nodeAgentServiceClient) ReleaseSource(ctx context.Context, req *connect.Request[v1.ReleaseSourceRequest]) (*connect.ServerStreamForClient[v1.SourceChunk], error) {
+	return c.releaseSource.CallServerStream(ctx, req)
 }
 
 // Redeploy calls corpus.v1.NodeAgentService.Redeploy.
@@ -831,6 +950,9 @@ type NodeAgentServiceHandler interface {
 	// Rollback makes a kept release of a project environment current again
 	// and runs its rollback hook; the output streams back.
 	Rollback(context.Context, *connect.Request[v1.RollbackRequest], *connect.ServerStream[v1.RollbackOutput]) error
+	// ReleaseSource streams the tree of a commit this node's repository of
+	// the environment holds (tar).
+	ReleaseSource(context.Context, *connect.Request[v1.ReleaseSourceRequest], *connect.ServerStream[v1.SourceChunk]) error
 	// Redeploy makes a new release of an environment's current commit (a
 	// config change, a restart, corpus deploy) through the pipeline.
 	Redeploy(context.Context, *connect.Request[v1.AgentRedeployRequest], *connect.ServerStream[v1.DeployOutput]) error
@@ -899,6 +1021,12 @@ func NewNodeAgentServiceHandler(svc NodeAgentServiceHandler, opts ...connect.Han
 		NodeAgentServiceRollbackProcedure,
 		svc.Rollback,
 		connect.WithSchema(nodeAgentServiceMethods.ByName("Rollback")),
+		connect.WithHandlerOptions(opts...),
+	)
+	nodeAgentServiceReleaseSourceHandler := connect.NewServerStreamHandler(
+		NodeAgentServiceReleaseSourceProcedure,
+		svc.ReleaseSource,
+		connect.WithSchema(nodeAgentServiceMethods.ByName("ReleaseSource")),
 		connect.WithHandlerOptions(opts...),
 	)
 	nodeAgentServiceRedeployHandler := connect.NewServerStreamHandler(
@@ -974,6 +1102,8 @@ func NewNodeAgentServiceHandler(svc NodeAgentServiceHandler, opts ...connect.Han
 			nodeAgentServiceSnapshotVolumeHandler.ServeHTTP(w, r)
 		case NodeAgentServiceRollbackProcedure:
 			nodeAgentServiceRollbackHandler.ServeHTTP(w, r)
+		case NodeAgentServiceReleaseSourceProcedure:
+			nodeAgentServiceReleaseSourceHandler.ServeHTTP(w, r)
 		case NodeAgentServiceRedeployProcedure:
 			nodeAgentServiceRedeployHandler.ServeHTTP(w, r)
 		case NodeAgentServiceProcessesProcedure:
@@ -1021,6 +1151,10 @@ func (UnimplementedNodeAgentServiceHandler) SnapshotVolume(context.Context, *con
 
 func (UnimplementedNodeAgentServiceHandler) Rollback(context.Context, *connect.Request[v1.RollbackRequest], *connect.ServerStream[v1.RollbackOutput]) error {
 	return connect.NewError(connect.CodeUnimplemented, errors.New("corpus.v1.NodeAgentService.Rollback is not implemented"))
+}
+
+func (UnimplementedNodeAgentServiceHandler) ReleaseSource(context.Context, *connect.Request[v1.ReleaseSourceRequest], *connect.ServerStream[v1.SourceChunk]) error {
+	return connect.NewError(connect.CodeUnimplemented, errors.New("corpus.v1.NodeAgentService.ReleaseSource is not implemented"))
 }
 
 func (UnimplementedNodeAgentServiceHandler) Redeploy(context.Context, *connect.Request[v1.AgentRedeployRequest], *connect.ServerStream[v1.DeployOutput]) error {

@@ -77,6 +77,8 @@ const (
 	// ProjectServiceImportProjectProcedure is the fully-qualified name of the ProjectService's
 	// ImportProject RPC.
 	ProjectServiceImportProjectProcedure = "/corpus.v1.ProjectService/ImportProject"
+	// ProjectServiceScaleProcedure is the fully-qualified name of the ProjectService's Scale RPC.
+	ProjectServiceScaleProcedure = "/corpus.v1.ProjectService/Scale"
 )
 
 // ProjectServiceClient is a client for the corpus.v1.ProjectService service.
@@ -118,6 +120,10 @@ type ProjectServiceClient interface {
 	// version, an invalid field or a name already taken changes nothing;
 	// a step that fails undoes those before it.
 	ImportProject(context.Context, *connect.Request[v1.ImportProjectRequest]) (*connect.Response[v1.ImportProjectResponse], error)
+	// Scale sets how many instances run each process type of an
+	// environment: guests are added (placed apart, given the serving
+	// release) or removed (the highest first).
+	Scale(context.Context, *connect.Request[v1.ScaleRequest]) (*connect.Response[v1.ScaleResponse], error)
 }
 
 // NewProjectServiceClient constructs a client for the corpus.v1.ProjectService service. By default,
@@ -228,6 +234,12 @@ func NewProjectServiceClient(httpClient connect.HTTPClient, baseURL string, opts
 			connect.WithSchema(projectServiceMethods.ByName("ImportProject")),
 			connect.WithClientOptions(opts...),
 		),
+		scale: connect.NewClient[v1.ScaleRequest, v1.ScaleResponse](
+			httpClient,
+			baseURL+ProjectServiceScaleProcedure,
+			connect.WithSchema(projectServiceMethods.ByName("Scale")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
@@ -248,6 +260,7 @@ type projectServiceClient struct {
 	projectLogs   *connect.Client[v1.ProjectLogsRequest, v1.LogLine]
 	exportProject *connect.Client[v1.ExportProjectRequest, v1.ExportProjectResponse]
 	importProject *connect.Client[v1.ImportProjectRequest, v1.ImportProjectResponse]
+	scale         *connect.Client[v1.ScaleRequest, v1.ScaleResponse]
 }
 
 // CreateProject calls corpus.v1.ProjectService.CreateProject.
@@ -325,6 +338,11 @@ func (c *projectServiceClient) ImportProject(ctx context.Context, req *connect.R
 	return c.importProject.CallUnary(ctx, req)
 }
 
+// Scale calls corpus.v1.ProjectService.Scale.
+func (c *projectServiceClient) Scale(ctx context.Context, req *connect.Request[v1.ScaleRequest]) (*connect.Response[v1.ScaleResponse], error) {
+	return c.scale.CallUnary(ctx, req)
+}
+
 // ProjectServiceHandler is an implementation of the corpus.v1.ProjectService service.
 type ProjectServiceHandler interface {
 	CreateProject(context.Context, *connect.Request[v1.CreateProjectRequest]) (*connect.Response[v1.CreateProjectResponse], error)
@@ -364,6 +382,10 @@ type ProjectServiceHandler interface {
 	// version, an invalid field or a name already taken changes nothing;
 	// a step that fails undoes those before it.
 	ImportProject(context.Context, *connect.Request[v1.ImportProjectRequest]) (*connect.Response[v1.ImportProjectResponse], error)
+	// Scale sets how many instances run each process type of an
+	// environment: guests are added (placed apart, given the serving
+	// release) or removed (the highest first).
+	Scale(context.Context, *connect.Request[v1.ScaleRequest]) (*connect.Response[v1.ScaleResponse], error)
 }
 
 // NewProjectServiceHandler builds an HTTP handler from the service implementation. It returns the
@@ -470,6 +492,12 @@ func NewProjectServiceHandler(svc ProjectServiceHandler, opts ...connect.Handler
 		connect.WithSchema(projectServiceMethods.ByName("ImportProject")),
 		connect.WithHandlerOptions(opts...),
 	)
+	projectServiceScaleHandler := connect.NewUnaryHandler(
+		ProjectServiceScaleProcedure,
+		svc.Scale,
+		connect.WithSchema(projectServiceMethods.ByName("Scale")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/corpus.v1.ProjectService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case ProjectServiceCreateProjectProcedure:
@@ -502,6 +530,8 @@ func NewProjectServiceHandler(svc ProjectServiceHandler, opts ...connect.Handler
 			projectServiceExportProjectHandler.ServeHTTP(w, r)
 		case ProjectServiceImportProjectProcedure:
 			projectServiceImportProjectHandler.ServeHTTP(w, r)
+		case ProjectServiceScaleProcedure:
+			projectServiceScaleHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -569,4 +599,8 @@ func (UnimplementedProjectServiceHandler) ExportProject(context.Context, *connec
 
 func (UnimplementedProjectServiceHandler) ImportProject(context.Context, *connect.Request[v1.ImportProjectRequest]) (*connect.Response[v1.ImportProjectResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("corpus.v1.ProjectService.ImportProject is not implemented"))
+}
+
+func (UnimplementedProjectServiceHandler) Scale(context.Context, *connect.Request[v1.ScaleRequest]) (*connect.Response[v1.ScaleResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("corpus.v1.ProjectService.Scale is not implemented"))
 }

@@ -1,0 +1,312 @@
+package deploy
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/proto"
+
+	"corpus/agent/cache"
+	"corpus/drivers"
+	"corpus/internal/rpc"
+	corpusv1 "corpus/proto/corpus/v1"
+	"corpus/proto/corpus/v1/corpusv1connect"
+)
+
+// Instances past the first. A push (or a redeploy) runs on the node of
+// the environment's first instance, which records the release; once it
+// serves there, the "roll" step sets each other instance's release in
+// the state, a few at a time (max_parallel), and waits until that
+// instance's agent says it serves it. That agent (SyncInstance, run by
+// the agent whenever the desired state changes) fetches the commit's
+// objects from the first node's repository (ReleaseSource, relayed by the
+// coordinator) into its own, and runs the same pipeline on its guest as
+// a redeploy does, with the release and config the coordinator gives
+// (InstanceRelease): build, start beside the old processes, check, switch,
+// point its share of the routes at the new port. A release the guest
+// already holds (a rollback) only starts and switches. Each instance runs
+// the process types its index runs (corpusv1.RunsOn). Every instance
+// builds for itself: install steps may change the guest beyond the
+// release's folder, and each guest then holds what a restart or a
+// rollback needs without its first instance.
+
+// Instance is a project instance past the first on this node, as the
+// watch says.
+type Instance struct {
+	GuestID string
+	Guest   string
+	Project string
+	Env     string
+	Index   uint32
+	// Release is what it should serve (0: nothing yet).
+	Release uint32
+	Scale   map[string]uint32
+}
+
+func (in Instance) key() string { return fmt.Sprintf("%s/%s#%d", in.Project, in.Env, in.Index) }
+
+// ErrBusy: the instance is being deployed already.
+var ErrBusy = errors.New("the instance is being deployed already")
+
+// SyncInstance makes an instance serve its release with the processes
+// its index runs. It returns the release serving there afterwards; an
+// error says why not its own (prefixed with the release's name).
+func (p *Pipeline) SyncInstance(ctx context.Context, in Instance) (uint32, error) {
+	if _, ok := p.envLocks.tryLock(in.key(), "an instance deploy"); !ok {
+		return 0, ErrBusy
+	}
+	defer p.envLocks.unlock(in.key())
+	g, drv, err := p.guestForExec(in.Guest)
+	if err != nil {
+		return 0, err
+	}
+	cur, err := currentRelease(ctx, drv, g.Name, in.Project)
+	if err != nil || in.Release == 0 {
+		return cur, err
+	}
+	want := corpusv1.ReleaseName(in.Release)
+	fail := func(err error) (uint32, error) { return cur, fmt.Errorf("%s: %w", want, err) }
+	if cur == in.Release {
+		ok, err := p.runsAsScaled(ctx, drv, g.Name, in)
+		if err != nil || ok {
+			return cur, err
+		}
+	}
+	res, err := coordCall(p, func(c corpusv1connect.AgentServiceClient) (*connect.Response[corpusv1.InstanceReleaseResponse], error) {
+		return c.InstanceRelease(ctx, connect.NewRequest(&corpusv1.InstanceReleaseRequest{Project: in.Project, Env: in.Env, Instance: in.Index}))
+	})
+	if err != nil {
+		return cur, err
+	}
+	if res.Release.GetNumber() != in.Release {
+		return cur, nil // changed meanwhile: the next pass takes the new one
+	}
+	env := instanceEnv(res.Env, in.Index)
+	spec, held, err := readRunSpec(ctx, drv, g.Name, in.Project, want)
+	if err != nil {
+		return fail(err)
+	}
+	if held || (cur == in.Release && !held) {
+		// The guest has the release (a rollback, a scale change): its
+		// processes start beside the others and take over.
+		return p.activate(ctx, drv, g, in, env, spec, held, cur)
+	}
+	if p.git == nil {
+		return fail(errors.New("this node's git endpoint is off, so it keeps no repository to deploy from"))
+	}
+	repo, err := p.git.ensureRepo(in.Project, env)
+	if err != nil {
+		return fail(err)
+	}
+	if err := p.fetchSource(ctx, in, repo, res.Release.Commit); err != nil {
+		return fail(fmt.Errorf("fetching the source: %w", err))
+	}
+	src := quarantineGit{repo: repo, req: &hookRequest{}}
+	t, man, _, err := inspectPush(src, res.Release.Commit, p.maxPushBytes*4)
+	if err != nil {
+		return fail(err)
+	}
+	d := &deploy{p: p, ctx: context.WithoutCancel(ctx), guest: g, driver: drv, project: in.Project, env: env, tree: t, man: man,
+		out: io.Discard, log: &bytes.Buffer{}, known: res.Releases, release: res.Release, config: res.Config, instance: in.Index}
+	for _, r := range res.Releases {
+		if r.Number == cur && cur != 0 {
+			d.prev = r
+		}
+	}
+	if err := d.resolveUser(); err != nil {
+		return fail(err)
+	}
+	d.journal = cache.Deploy{Kind: "instance", Project: in.Project, Env: in.Env, Guest: g.Name, Instance: in.Index,
+		Number: in.Release, Previous: cur, Started: time.Now()}
+	d.say("-----> Deploying %s/%s %s on instance %d (%s)", in.Project, in.Env, want, in.Index, short(res.Release.Commit))
+	if err := d.run(src, res.Release.Commit); err != nil {
+		d.say("-----> %v", err)
+		d.rollback()
+		p.cache.EndDeploy(d.journal)
+		return fail(err)
+	}
+	d.retire()
+	d.prune()
+	d.journal.Step = stepFinished
+	p.cache.EndDeploy(d.journal)
+	d.say("-----> %s serves on instance %d (%.1fs)", want, in.Index, time.Since(d.journal.Started).Seconds())
+	return in.Release, nil
+}
+
+// instanceEnv is env as instance index sees it: its web port is its own.
+func instanceEnv(env *corpusv1.ProjectEnv, index uint32) *corpusv1.ProjectEnv {
+	env = proto.Clone(env).(*corpusv1.ProjectEnv)
+	env.WebPort = 0
+	for _, in := range env.Instances {
+		if in.Index == index {
+			env.WebPort = in.WebPort
+		}
+	}
+	return env
+}
+
+// runsAsScaled says whether the guest's processes of its release are
+// those its index runs.
+func (p *Pipeline) runsAsScaled(ctx context.Context, drv drivers.Driver, guest string, in Instance) (bool, error) {
+	rel := corpusv1.ReleaseName(in.Release)
+	spec, ok, err := readRunSpec(ctx, drv, guest, in.Project, rel)
+	if err != nil || !ok {
+		return !ok, err
+	}
+	running, err := p.runtime.Status(ctx, drv, guest, in.Project)
+	if err != nil {
+		return false, err
+	}
+	var want, have []string
+	for _, proc := range spec.on(in.Scale, in.Index).Processes {
+		want = append(want, proc.Name)
+	}
+	for _, st := range running {
+		if st.Release == rel {
+			have = append(have, st.Name)
+		}
+	}
+	slices.Sort(want)
+	slices.Sort(have)
+	return slices.Equal(want, slices.Compact(have)), nil
+}
+
+// activate starts the processes of a release the guest holds and makes
+// it current there.
+func (p *Pipeline) activate(ctx context.Context, drv drivers.Driver, g *corpusv1.Guest, in Instance, env *corpusv1.ProjectEnv, spec runSpec, held bool, cur uint32) (uint32, error) {
+	rel := corpusv1.ReleaseName(in.Release)
+	say := func(format string, args ...any) { p.logger.Debug(fmt.Sprintf(format, args...), "guest", g.Name) }
+	if held {
+		running, err := p.runtime.Status(ctx, drv, g.Name, in.Project)
+		if err != nil {
+			return cur, fmt.Errorf("%s: %w", rel, err)
+		}
+		r, err := p.startGeneration(ctx, drv, g, in.Project, env, in.Index, spec, nextGeneration(rel, running), say)
+		if err != nil {
+			return cur, fmt.Errorf("%s: starting its processes: %w", rel, err)
+		}
+		if err := switchCurrent(ctx, drv, g.Name, in.Project, rel); err != nil {
+			r.abort(context.WithoutCancel(ctx))
+			return cur, fmt.Errorf("%s: %w", rel, err)
+		}
+		if err := r.switchTraffic(ctx); err != nil {
+			r.abort(context.WithoutCancel(ctx))
+			restoreCurrent(context.WithoutCancel(ctx), drv, g.Name, in.Project, rel, cur)
+			return cur, fmt.Errorf("%s: %w", rel, err)
+		}
+		r.retireOthers(context.WithoutCancel(ctx))
+		return in.Release, nil
+	}
+	// Current, but its run spec is gone: nothing to run.
+	return in.Release, p.stopProcesses(ctx, drv, g.Name, in.Project)
+}
+
+// The source of a release: the objects of its commit (its tree, not its
+// history), packed on the first instance's node from the environment's
+// repository, or from a push's quarantine while that push deploys.
+
+// sources are the pushes deploying now, by environment: their objects
+// are not in the repository until they succeed.
+type sources struct {
+	mu     sync.Mutex
+	active map[string]quarantineGit
+}
+
+func (s *sources) set(key string, g quarantineGit) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.active == nil {
+		s.active = map[string]quarantineGit{}
+	}
+	s.active[key] = g
+}
+
+func (s *sources) drop(key string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.active, key)
+}
+
+func (s *sources) get(key string) (quarantineGit, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	g, ok := s.active[key]
+	return g, ok
+}
+
+// ReleaseSource streams a pack of commit's objects (the commit and its
+// tree) from this node's repository of the environment.
+func (p *Pipeline) ReleaseSource(ctx context.Context, m *corpusv1.ReleaseSourceRequest, send func(*corpusv1.SourceChunk) error) error {
+	if err := checkEnvRequest(m.Project, m.Env); err != nil {
+		return err
+	}
+	if len(m.Commit) != 40 || strings.Trim(m.Commit, "0123456789abcdef") != "" {
+		return connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("commit %.50q is not a full hex object name", m.Commit))
+	}
+	if p.git == nil {
+		return connect.NewError(connect.CodeFailedPrecondition, errors.New("this node's git endpoint is off: it keeps no repository"))
+	}
+	g, ok := p.sources.get(m.Project + "/" + m.Env)
+	if !ok {
+		g = quarantineGit{repo: filepath.Join(p.git.root, m.Project+"-"+m.Env+".git"), req: &hookRequest{}}
+	}
+	list, err := g.output("rev-list", "--objects", "--no-walk", m.Commit)
+	if err != nil {
+		return connect.NewError(connect.CodeNotFound, err)
+	}
+	cmd := g.cmd(ctx, "pack-objects", "--stdout", "-q")
+	cmd.Stdin = bytes.NewReader(list)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	cmd.Stdout = rpc.StreamWriter(func(b []byte) error { return send(&corpusv1.SourceChunk{Data: b}) })
+	if err := cmd.Run(); err != nil {
+		return connect.NewError(connect.CodeInternal, fmt.Errorf("git pack-objects: %v: %s", err, strings.TrimSpace(stderr.String())))
+	}
+	return nil
+}
+
+// fetchSource brings a commit's objects into repo, unless it has them.
+func (p *Pipeline) fetchSource(ctx context.Context, in Instance, repo, commit string) error {
+	local := quarantineGit{repo: repo, req: &hookRequest{}}
+	if _, err := local.output("cat-file", "-e", commit+"^{tree}"); err == nil {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Minute)
+	defer cancel()
+	var pack bytes.Buffer
+	err := p.agent.CallCoordinator(func(c corpusv1connect.AgentServiceClient) error {
+		pack.Reset()
+		st, err := c.ReleaseSource(ctx, connect.NewRequest(&corpusv1.ReleaseSourceRequest{Project: in.Project, Env: in.Env, Commit: commit}))
+		if err != nil {
+			return err
+		}
+		defer st.Close()
+		for st.Receive() {
+			if int64(pack.Len()+len(st.Msg().Data)) > p.maxPushBytes*4 {
+				return fmt.Errorf("the source is larger than %d bytes", p.maxPushBytes*4)
+			}
+			pack.Write(st.Msg().Data)
+		}
+		return st.Err()
+	})
+	if err != nil {
+		return err
+	}
+	cmd := exec.CommandContext(ctx, "git", "--git-dir", repo, "index-pack", "--stdin", "--fix-thin")
+	cmd.Env = local.cmd(ctx).Env
+	cmd.Stdin = &pack
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("git index-pack: %v: %s", err, strings.TrimSpace(string(out)))
+	}
+	return nil
+}

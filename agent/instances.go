@@ -1,0 +1,101 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"corpus/agent/deploy"
+	"corpus/drivers"
+	corpusv1 "corpus/proto/corpus/v1"
+)
+
+// Project instances past the first (deploy.SyncInstance): on every pass
+// the agent starts a sync of each instance guest of its node whose
+// release, process counts or init process changed since its last good
+// sync, one at a time per guest, and reports what each serves with the
+// guest's observed state (GuestObserved.release, release_error). A sync
+// that failed is tried again after instanceRetry.
+
+const instanceRetry = 10 * time.Second
+
+// instanceState is the last sync of an instance guest.
+type instanceState struct {
+	key     string // what it was made for: release, scale, init PID
+	busy    bool
+	release uint32
+	err     string
+	at      time.Time
+}
+
+func (a *Agent) reconcileInstances(ctx context.Context) {
+	if a.deploys == nil {
+		return
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if !a.known {
+		return
+	}
+	seen := map[string]bool{}
+	for _, as := range a.instances {
+		g := a.desired[as.GuestId]
+		o := a.observed[as.GuestId]
+		seen[as.GuestId] = true
+		if g == nil || g.DesiredState != corpusv1.DesiredRunning || o == nil || o.State != string(drivers.StateRunning) {
+			continue
+		}
+		if _, waiting := a.guestWaiting[g.Id]; waiting {
+			continue
+		}
+		key := fmt.Sprintf("%d %v %d", as.Release, as.Scale, o.Pid)
+		st := a.instState[g.Id]
+		if st == nil {
+			st = &instanceState{}
+			a.instState[g.Id] = st
+		}
+		if st.busy || (st.key == key && (st.err == "" || time.Since(st.at) < instanceRetry)) {
+			continue
+		}
+		st.busy, st.key = true, key
+		in := deploy.Instance{GuestID: g.Id, Guest: g.Name, Project: as.Project, Env: as.Env, Index: as.Index, Release: as.Release, Scale: as.Scale}
+		go a.syncInstance(ctx, in, st)
+	}
+	for id := range a.instState {
+		if !seen[id] {
+			delete(a.instState, id)
+		}
+	}
+}
+
+func (a *Agent) syncInstance(ctx context.Context, in deploy.Instance, st *instanceState) {
+	serving, err := a.deploys.SyncInstance(ctx, in)
+	a.mu.Lock()
+	st.busy, st.at = false, time.Now()
+	prev := *st
+	if errors.Is(err, deploy.ErrBusy) {
+		st.key = "" // try again on the next pass
+		a.mu.Unlock()
+		return
+	}
+	st.release, st.err = serving, ""
+	if err != nil {
+		st.err = err.Error()
+		a.logger.Warn("project instance does not serve its release; will retry", "guest", in.Guest, "release", corpusv1.ReleaseName(in.Release), "error", err)
+	}
+	changed := prev.release != st.release || prev.err != st.err
+	a.mu.Unlock()
+	if changed {
+		a.poke(a.report)
+	}
+}
+
+// withInstance adds what an instance guest serves to its observed state
+// (a copy); a.mu is held.
+func (a *Agent) withInstance(id string, o *corpusv1.GuestObserved) *corpusv1.GuestObserved {
+	if st := a.instState[id]; st != nil {
+		o.Release, o.ReleaseError = st.release, st.err
+	}
+	return o
+}

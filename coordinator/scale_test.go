@@ -1,0 +1,176 @@
+package coordinator_test
+
+import (
+	"context"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+
+	"corpus/coordinator/state"
+	corpusv1 "corpus/proto/corpus/v1"
+	"corpus/proto/corpus/v1/corpusv1connect"
+)
+
+func init() {
+	for proc, call := range map[string]func(context.Context, clients) error{
+		corpusv1connect.ProjectServiceScaleProcedure: func(ctx context.Context, c clients) error {
+			_, err := c.project.Scale(ctx, connect.NewRequest(&corpusv1.ScaleRequest{Project: "nope", Counts: map[string]uint32{"web": 2}}))
+			return err
+		},
+		corpusv1connect.AgentServiceRollInstanceProcedure: func(ctx context.Context, c clients) error {
+			_, err := c.agent.RollInstance(ctx, connect.NewRequest(&corpusv1.RollInstanceRequest{Project: "nope", Env: "dev", Instance: 2, Release: 1}))
+			return err
+		},
+		corpusv1connect.AgentServiceInstanceReleaseProcedure: func(ctx context.Context, c clients) error {
+			_, err := c.agent.InstanceRelease(ctx, connect.NewRequest(&corpusv1.InstanceReleaseRequest{Project: "nope", Env: "dev", Instance: 2}))
+			return err
+		},
+		corpusv1connect.AgentServiceReleaseSourceProcedure: func(ctx context.Context, c clients) error {
+			return firstMessage(c.agent.ReleaseSource(ctx, connect.NewRequest(&corpusv1.ReleaseSourceRequest{Project: "nope", Env: "dev", Commit: testCommit})))
+		},
+	} {
+		authCalls[proc] = call
+	}
+}
+
+// TestScale: an environment scaled to three instances gets two more
+// guests, spread over the nodes, its domains routed to every instance's
+// web on each of their nodes; a data volume needs --shared-nothing; the
+// first instance's node rolls the others and hears how each did; scaling
+// down removes the highest instances.
+func TestScale(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := start(t, t.TempDir())
+	nodes := map[string]*agent{}
+	for _, n := range []string{"n1", "n2", "n3"} {
+		nodes[n] = s.enroll(n)
+		nodes[n].report(t)
+	}
+	ops := s.ops()
+	if _, err := ops.project.CreateProject(ctx, connect.NewRequest(&corpusv1.CreateProjectRequest{Name: "site", Env: "dev", Domains: []string{"site.example.test"}})); err != nil {
+		t.Fatal(err)
+	}
+	s.waitFor("the first instance placed", func(v *state.Snap) bool { return v.GuestByName("site-dev").GetAddress() != "" })
+	before := s.Store().Read().Index()
+	_, err := ops.project.Scale(ctx, connect.NewRequest(&corpusv1.ScaleRequest{Project: "site", Counts: map[string]uint32{"web": 3}}))
+	if codeOf(err) != connect.CodeFailedPrecondition || !strings.Contains(err.Error(), "--shared-nothing") {
+		t.Fatalf("scaling an environment with a data volume = %v; want FailedPrecondition naming --shared-nothing", err)
+	}
+	if p := s.Store().Read().Project("site"); len(p.Envs[0].Instances) != 0 || len(p.Envs[0].Scale) != 0 {
+		t.Fatalf("a refused scale changed the environment: %v (index %d before)", p.Envs[0], before)
+	}
+	for _, bad := range []map[string]uint32{{"Web": 2}, {"web": state.MaxInstances + 1}} {
+		if _, err := ops.project.Scale(ctx, connect.NewRequest(&corpusv1.ScaleRequest{Project: "site", Counts: bad, SharedNothing: true})); codeOf(err) != connect.CodeInvalidArgument {
+			t.Errorf("Scale(%v) = %v; want InvalidArgument", bad, err)
+		}
+	}
+
+	res, err := ops.project.Scale(ctx, connect.NewRequest(&corpusv1.ScaleRequest{Project: "site", Counts: map[string]uint32{"web": 3, "worker": 1}, SharedNothing: true, MaxParallel: 2}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !res.Msg.Changed || res.Msg.Instances != 3 {
+		t.Fatalf("Scale = %v", res.Msg)
+	}
+	s.waitFor("three instances placed on three nodes", func(v *state.Snap) bool {
+		e := state.ProjectEnv(v.Project("site"), "dev")
+		on := map[string]bool{}
+		for _, in := range state.Instances(e) {
+			if g := v.Guest(in.GuestID); g.GetAddress() != "" {
+				on[g.NodeId] = true
+			}
+		}
+		return len(on) == 3
+	})
+	again, err := ops.project.Scale(ctx, connect.NewRequest(&corpusv1.ScaleRequest{Project: "site", Counts: map[string]uint32{"web": 3}}))
+	if err != nil || again.Msg.Changed {
+		t.Errorf("the same scale again = %v, %v; want no change", again, err)
+	}
+	v := s.Store().Read()
+	e := state.ProjectEnv(v.Project("site"), "dev")
+	if e.MaxParallel != 2 || !e.SharedNothing || e.Instances[0].GuestName != "site-dev-2" || e.Instances[1].GuestName != "site-dev-3" {
+		t.Errorf("environment = %v", e)
+	}
+	if vol := v.VolumeOfGuest(e.Instances[0].GuestId); vol == nil {
+		t.Errorf("instance 2 has no volume of its own")
+	}
+	views := res.Msg.Project.Envs[0].Instances
+	if len(views) != 3 || views[1].GuestName != "site-dev-2" {
+		t.Errorf("instances shown = %v", views)
+	}
+
+	// The first instance's node rolls the others to a release.
+	first := nodes[v.Node(v.GuestByName("site-dev").NodeId).Name]
+	second := nodes[v.Node(v.GuestByName("site-dev-2").NodeId).Name]
+	rel, err := first.agent.BeginRelease(ctx, connect.NewRequest(&corpusv1.BeginReleaseRequest{Project: "site", Env: "dev", Commit: testCommit}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := rel.Msg.Release.Number
+	if _, err := second.agent.RollInstance(ctx, connect.NewRequest(&corpusv1.RollInstanceRequest{Project: "site", Env: "dev", Instance: 2, Release: n})); codeOf(err) != connect.CodePermissionDenied {
+		t.Errorf("another node rolls an instance: %v; want PermissionDenied", err)
+	}
+	if _, err := first.agent.InstanceRelease(ctx, connect.NewRequest(&corpusv1.InstanceReleaseRequest{Project: "site", Env: "dev", Instance: 2})); codeOf(err) != connect.CodePermissionDenied {
+		t.Errorf("a node without the instance takes its release: %v; want PermissionDenied", err)
+	}
+	g2 := v.GuestByName("site-dev-2")
+	done := make(chan error, 1)
+	go func() {
+		_, err := first.agent.RollInstance(ctx, connect.NewRequest(&corpusv1.RollInstanceRequest{Project: "site", Env: "dev", Instance: 2, Release: n, WaitSeconds: 30}))
+		done <- err
+	}()
+	s.waitFor("instance 2 asked for the release", func(v *state.Snap) bool {
+		return state.ProjectEnv(v.Project("site"), "dev").Instances[0].Release == n
+	})
+	ir, err := second.agent.InstanceRelease(ctx, connect.NewRequest(&corpusv1.InstanceReleaseRequest{Project: "site", Env: "dev", Instance: 2}))
+	if err != nil || ir.Msg.Release.Number != n {
+		t.Fatalf("InstanceRelease = %v, %v", ir, err)
+	}
+	second.report(t, &corpusv1.ReportedGuest{GuestId: g2.Id, Observed: &corpusv1.GuestObserved{State: "running", Pid: 7, Release: n}})
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("RollInstance = %v", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("RollInstance did not hear the instance serve")
+	}
+	// Every node with an instance routes the domain to the instances that
+	// serve something: the first, and the second now.
+	v = s.Store().Read()
+	for _, n := range nodes {
+		var route *corpusv1.Route
+		for _, r := range v.RoutesOnNode(n.id) {
+			if r.Domain == "site.example.test" {
+				route = r
+			}
+		}
+		want := []string{v.GuestByName("site-dev").Address + ":80", g2.Address + ":80"}
+		if route == nil || !slices.Equal(route.Targets, want) {
+			t.Errorf("node %s routes the domain as %v; want targets %v", n.name, route, want)
+		}
+	}
+	// A failure comes back with the agent's words.
+	second.report(t, &corpusv1.ReportedGuest{GuestId: g2.Id, Observed: &corpusv1.GuestObserved{State: "running", Pid: 7, Release: n - 1, ReleaseError: corpusv1.ReleaseName(n) + ": install: boom"}})
+	if _, err := first.agent.RollInstance(ctx, connect.NewRequest(&corpusv1.RollInstanceRequest{Project: "site", Env: "dev", Instance: 2, Release: n, WaitSeconds: 30})); codeOf(err) != connect.CodeFailedPrecondition || !strings.Contains(err.Error(), "install: boom") {
+		t.Errorf("RollInstance of a failing instance = %v", err)
+	}
+
+	// Scale down: the highest instances go.
+	if _, err := ops.project.Scale(ctx, connect.NewRequest(&corpusv1.ScaleRequest{Project: "site", Counts: map[string]uint32{"web": 1, "worker": 1}})); err != nil {
+		t.Fatal(err)
+	}
+	v = s.Store().Read()
+	e = state.ProjectEnv(v.Project("site"), "dev")
+	if len(e.Instances) != 0 || v.GuestByName("site-dev-2").GetDesiredState() != state.DesiredDeleted || v.GuestByName("site-dev-3").GetDesiredState() != state.DesiredDeleted {
+		t.Errorf("after scaling down: %v, %v", e, v.GuestByName("site-dev-2"))
+	}
+	audit, err := ops.audit.ListAudit(ctx, connect.NewRequest(&corpusv1.ListAuditRequest{Action: "scale_env"}))
+	if err != nil || len(audit.Msg.Entries) < 2 || !strings.Contains(audit.Msg.Entries[len(audit.Msg.Entries)-1].Target+audit.Msg.Entries[0].Target, "web=3 worker=1") {
+		t.Errorf("audit of scale_env = %v, %v", audit, err)
+	}
+}

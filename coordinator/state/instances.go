@@ -1,0 +1,285 @@
+package state
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+
+	"google.golang.org/protobuf/proto"
+
+	corpusv1 "corpus/proto/corpus/v1"
+)
+
+// Instances: an environment runs as many guests as its largest process
+// count (corpus scale). Instance 1 is the environment's own guest, the one
+// pushes go to and releases are built on; instances 2… are guests of the
+// same spec, each serving the release its record names (rolled forward one
+// by one by a deploy), each with its own web port. The proxy balances an
+// environment's domains over the web of every instance.
+
+// Instance is one guest of an environment as the rest of corpus sees it.
+type Instance struct {
+	Index     uint32
+	GuestID   string
+	GuestName string
+	// Release is the release it should serve (the environment's current
+	// one for instance 1).
+	Release uint32
+	WebPort int32
+}
+
+// Instances lists every guest of an environment, instance 1 first.
+func Instances(e *corpusv1.ProjectEnv) []Instance {
+	out := []Instance{{Index: 1, GuestID: e.GetGuestId(), GuestName: e.GetGuestName(), Release: e.GetCurrentRelease(), WebPort: WebPort(e)}}
+	for _, in := range e.GetInstances() {
+		port := in.WebPort
+		if port == 0 {
+			port = e.GetHttpPort()
+		}
+		out = append(out, Instance{Index: in.Index, GuestID: in.GuestId, GuestName: in.GuestName, Release: in.Release, WebPort: port})
+	}
+	return out
+}
+
+// InstanceCount is how many guests scale asks for (corpusv1.InstanceCount).
+func InstanceCount(scale map[string]uint32) uint32 { return corpusv1.InstanceCount(scale) }
+
+// Runs says whether instance index runs process type name
+// (corpusv1.RunsOn).
+func Runs(scale map[string]uint32, index uint32, name string) bool {
+	return corpusv1.RunsOn(scale, index, name)
+}
+
+// InstanceName is the guest name of an environment's instance.
+func InstanceName(project, env string, index uint32) string {
+	if index <= 1 {
+		return project + "-" + env
+	}
+	return fmt.Sprintf("%s-%s-%d", project, env, index)
+}
+
+// ScaleText writes process counts as corpus scale takes them: "web=3
+// worker=1", sorted by type.
+func ScaleText(scale map[string]uint32) string {
+	var parts []string
+	for _, k := range slices.Sorted(maps.Keys(scale)) {
+		parts = append(parts, fmt.Sprintf("%s=%d", k, scale[k]))
+	}
+	if parts == nil {
+		return "one instance"
+	}
+	return strings.Join(parts, " ")
+}
+
+// MaxInstances bounds an environment's instances.
+const MaxInstances = 100
+
+func (a *applier) scaleEnv(c *corpusv1.ScaleEnv) error {
+	p, err := a.project(c.Project)
+	if err != nil {
+		return err
+	}
+	env := ProjectEnv(p, c.Env)
+	if env == nil {
+		return fmt.Errorf("environment %s of project %s: %w", c.Env, c.Project, ErrNotFound)
+	}
+	if have := uint32(len(env.Instances)) + 1; have != c.ExpectInstances {
+		return fmt.Errorf("%s/%s has %d instances now, not %d (scaled meanwhile): %w", c.Project, c.Env, have, c.ExpectInstances, ErrStale)
+	}
+	want := InstanceCount(c.Scale)
+	if want > MaxInstances {
+		return fmt.Errorf("%d instances (at most %d): %w", want, MaxInstances, ErrInvalid)
+	}
+	if uint32(len(env.Instances))+1+uint32(len(c.Add))-uint32(len(c.Remove)) != want {
+		return fmt.Errorf("scaling %s/%s to %d instances: %d added and %d removed do not add up: %w", c.Project, c.Env, want, len(c.Add), len(c.Remove), ErrInvalid)
+	}
+	if want > 1 && !c.SharedNothing && a.keepsData(env) {
+		return fmt.Errorf("%s/%s keeps its data on a volume, which only one instance may write: %w", c.Project, c.Env, ErrBadTransition)
+	}
+	for _, idx := range c.Remove {
+		i := slices.IndexFunc(env.Instances, func(in *corpusv1.ProjectInstance) bool { return in.Index == idx })
+		if i < 0 || idx <= want {
+			return fmt.Errorf("removing instance %d of %s/%s: %w", idx, c.Project, c.Env, ErrInvalid)
+		}
+		in := env.Instances[i]
+		if raw := a.get(tableGuests, "id", in.GuestId); raw != nil && raw.(*corpusv1.Guest).DesiredState != DesiredDeleted {
+			if err := a.setGuestDesired(&corpusv1.SetGuestDesired{Name: in.GuestName, DesiredState: DesiredDeleted, PurgeVolume: true}); err != nil {
+				return err
+			}
+		}
+		env.Instances = slices.Delete(env.Instances, i, i+1)
+	}
+	next := uint32(len(env.Instances)) + 2
+	for _, g := range c.Add {
+		if g.GetName() != InstanceName(c.Project, c.Env, next) {
+			return fmt.Errorf("instance %d of %s/%s must be guest %s, not %s: %w", next, c.Project, c.Env, InstanceName(c.Project, c.Env, next), g.GetName(), ErrInvalid)
+		}
+		if err := a.createGuest(&corpusv1.CreateGuest{Guest: g}); err != nil {
+			return err
+		}
+		env.Instances = append(env.Instances, &corpusv1.ProjectInstance{Index: next, GuestId: g.Id, GuestName: g.Name, Release: env.CurrentRelease})
+		next++
+	}
+	env.Scale = maps.Clone(c.Scale)
+	env.SharedNothing = c.SharedNothing
+	if c.MaxParallel > 0 {
+		env.MaxParallel = c.MaxParallel
+	}
+	a.putEnv(p, env)
+	return nil
+}
+
+// keepsData says whether an environment's guest has a data volume.
+func (a *applier) keepsData(env *corpusv1.ProjectEnv) bool {
+	raw := a.get(tableGuests, "id", env.GuestId)
+	if raw == nil {
+		return false
+	}
+	g := raw.(*corpusv1.Guest)
+	return g.GetSpec().GetVolume() != nil || a.view().VolumeOfGuest(g.Id) != nil
+}
+
+func (a *applier) setInstanceRelease(c *corpusv1.SetInstanceRelease) error {
+	p, err := a.project(c.Project)
+	if err != nil {
+		return err
+	}
+	env := ProjectEnv(p, c.Env)
+	if env == nil {
+		return fmt.Errorf("environment %s of project %s: %w", c.Env, c.Project, ErrNotFound)
+	}
+	in := instance(env, c.Instance)
+	if in == nil {
+		return fmt.Errorf("instance %d of %s/%s: %w", c.Instance, c.Project, c.Env, ErrNotFound)
+	}
+	if c.Release != 0 && a.view().ReleaseByNumber(c.Project, c.Env, c.Release) == nil {
+		return fmt.Errorf("release %s of %s/%s: %w", corpusv1.ReleaseName(c.Release), c.Project, c.Env, ErrNotFound)
+	}
+	if in.Release == c.Release {
+		return nil
+	}
+	in.Release = c.Release
+	a.putEnv(p, env)
+	return nil
+}
+
+// setInstanceWebPort records where an instance's web listens now; the
+// routes' targets follow.
+func (a *applier) setInstanceWebPort(c *corpusv1.SetWebPort) error {
+	p, err := a.project(c.Project)
+	if err != nil {
+		return err
+	}
+	env := ProjectEnv(p, c.Env)
+	in := instance(env, c.Instance)
+	if in == nil {
+		return fmt.Errorf("instance %d of %s/%s: %w", c.Instance, c.Project, c.Env, ErrNotFound)
+	}
+	if raw := a.get(tableGuests, "id", in.GuestId); raw == nil || raw.(*corpusv1.Guest).NodeId != c.NodeId {
+		return fmt.Errorf("instance %d of %s/%s is not on this node: %w", c.Instance, c.Project, c.Env, ErrBadTransition)
+	}
+	if in.WebPort == c.Port {
+		return nil
+	}
+	in.WebPort = c.Port
+	a.putEnv(p, env)
+	return nil
+}
+
+// instance returns instance index (2…) of env, nil when there is none.
+func instance(env *corpusv1.ProjectEnv, index uint32) *corpusv1.ProjectInstance {
+	for _, in := range env.GetInstances() {
+		if in.Index == index {
+			return in
+		}
+	}
+	return nil
+}
+
+// EnvOfGuest returns the project environment a guest is an instance of
+// and its index (1 for the environment's own guest).
+func (v *Snap) EnvOfGuest(guestID string) (*corpusv1.Project, *corpusv1.ProjectEnv, uint32) {
+	for _, p := range v.Projects() {
+		for _, e := range p.GetEnvs() {
+			for _, in := range Instances(e) {
+				if in.GuestID == guestID {
+					return p, e, in.Index
+				}
+			}
+		}
+	}
+	return nil, nil, 0
+}
+
+// envTargets are where an environment's web traffic goes: each instance
+// that runs web, placed, addressed and (past the first) serving a
+// release, at its web port; nil for an environment of one instance (its
+// routes name their guest).
+func (v *Snap) envTargets(e *corpusv1.ProjectEnv) []string {
+	if len(e.GetInstances()) == 0 {
+		return nil
+	}
+	var out []string
+	for _, in := range Instances(e) {
+		if !Runs(e.Scale, in.Index, "web") {
+			continue
+		}
+		g := v.Guest(in.GuestID)
+		if g == nil || g.Address == "" || g.NodeId == "" || g.DesiredState == DesiredDeleted {
+			continue
+		}
+		if in.Index > 1 && g.GetObserved().GetRelease() == 0 {
+			continue // its agent has not deployed anything there yet
+		}
+		out = append(out, fmt.Sprintf("%s:%d", g.Address, in.WebPort))
+	}
+	if out == nil {
+		out = []string{} // routed, but to nothing: the proxy answers 503
+	}
+	return out
+}
+
+// envRoutes returns, for each node with an instance of an environment of
+// several, that environment's http routes carrying their targets.
+func (v *Snap) envRoutes(nodeID string) []*corpusv1.Route {
+	var out []*corpusv1.Route
+	for _, p := range v.Projects() {
+		for _, e := range p.Envs {
+			if len(e.Instances) == 0 || !v.envOnNode(e, nodeID) {
+				continue
+			}
+			targets := v.envTargets(e)
+			for _, r := range v.RoutesOfGuest(e.GuestId) {
+				if r.Kind != RouteHTTP {
+					continue
+				}
+				r = proto.Clone(r).(*corpusv1.Route)
+				r.Targets = targets
+				out = append(out, r)
+			}
+		}
+	}
+	return out
+}
+
+// envOnNode says whether any instance of e runs on the node.
+func (v *Snap) envOnNode(e *corpusv1.ProjectEnv, nodeID string) bool {
+	for _, in := range Instances(e) {
+		if g := v.Guest(in.GuestID); g != nil && g.NodeId == nodeID && g.DesiredState != DesiredDeleted {
+			return true
+		}
+	}
+	return false
+}
+
+// EnvNodes are the nodes running an instance of e, by id.
+func (v *Snap) EnvNodes(e *corpusv1.ProjectEnv) []string {
+	var out []string
+	for _, in := range Instances(e) {
+		if g := v.Guest(in.GuestID); g != nil && g.NodeId != "" && g.DesiredState != DesiredDeleted && !slices.Contains(out, g.NodeId) {
+			out = append(out, g.NodeId)
+		}
+	}
+	return out
+}
