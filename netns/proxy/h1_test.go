@@ -577,3 +577,33 @@ func TestH1SlowUpload(t *testing.T) {
 		}
 	}
 }
+
+// TestH1TargetGoneWhileKeptAlive: a target that goes away entirely (a
+// killed instance) while the proxy keeps connections to it open: an
+// idempotent request sent on one of them goes to another target, not
+// back as a 502.
+func TestH1TargetGoneWhileKeptAlive(t *testing.T) {
+	t.Parallel()
+	a, b := startBackend(t, "a", nil), startBackend(t, "b", nil)
+	p := startProxy(t, Config{})
+	mustSetRoutes(t, p, Routes{HTTP: map[string]HTTPRoute{"app.test": {Targets: []string{a.addr(), b.addr()}}}})
+	c := proxyClient(t, p.HTTPAddr().String(), nil)
+	seen := map[string]bool{}
+	for range 4 {
+		status, got, _ := do(t, c, "GET", "app.test", "/", nil)
+		if status != 200 {
+			t.Fatalf("GET = %d %q", status, got)
+		}
+		seen[got] = true
+	}
+	if !seen["a"] || !seen["b"] {
+		t.Fatalf("answers before = %v, want both targets", seen)
+	}
+	a.CloseClientConnections()
+	a.Close()
+	for i := range 6 {
+		if status, got, _ := do(t, c, "GET", "app.test", "/", nil); status != 200 || got != "b" {
+			t.Errorf("GET %d after target a went away = %d %q, want b's answer", i, status, got)
+		}
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"strconv"
 	"sync/atomic"
+	"slices"
 	"time"
 )
 
@@ -66,7 +67,15 @@ func (cc *h1Conn) exchange(rt *httpRoute) bool {
 		pl := uc.pool
 		uc.close()
 		pl.closeIdle(time.Now().Add(time.Hour)) // its fellows are likely stale too
-		if uc, err = p.upstreams.dial(p.base, pl); err != nil {
+		uc, err = p.upstreams.dial(p.base, pl)
+		if err != nil && isDialError(err) && len(rt.targets) > 1 {
+			// The target went away (a killed instance): the others.
+			if i := slices.Index(rt.pools, pl); i >= 0 {
+				rt.markDown(i)
+			}
+			uc, err = cc.connect(rt)
+		}
+		if err != nil {
 			return cc.fail(rt, err)
 		}
 	}

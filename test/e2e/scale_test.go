@@ -1,0 +1,223 @@
+package e2e
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+)
+
+// scaleSite is a project whose web says which guest answered.
+func (l *deployLab) commitScaleSite(version, install string) {
+	l.t.Helper()
+	l.write("www/index.html", "version "+version+"\n", 0o644)
+	l.write("Procfile", `web: hostname > www/host.txt; exec httpd -f -p "$PORT" -h www
+worker: while :; do sleep 1; done
+`, 0o644)
+	if install != "" {
+		l.write(".corpus/install.d/10-check", "#!/bin/sh\n"+install+"\n", 0o755)
+	}
+	l.git("add", "-A")
+	l.git("commit", "-q", "-m", "scale site "+version)
+}
+
+type instanceView struct {
+	Index      uint32   `json:"index"`
+	GuestName  string   `json:"guest_name"`
+	NodeName   string   `json:"node_name"`
+	Release    uint32   `json:"release"`
+	Error      string   `json:"error"`
+	Processes  []string `json:"processes"`
+	GuestState string   `json:"guest_status"`
+}
+
+func (l *deployLab) instances() []instanceView {
+	l.t.Helper()
+	var res struct {
+		Project struct {
+			Envs []struct {
+				Instances []instanceView `json:"instances"`
+			} `json:"envs"`
+		} `json:"project"`
+	}
+	if err := l.c.json(&res, "project", "show", "hello"); err != nil {
+		l.t.Fatal(err)
+	}
+	return res.Project.Envs[0].Instances
+}
+
+// waitInstances waits until n instances serve release rel.
+func (l *deployLab) waitInstances(n int, rel uint32, within time.Duration) []instanceView {
+	l.t.Helper()
+	var ins []instanceView
+	eventually(l.t, within, fmt.Sprintf("%d instances serving r%d", n, rel), func() error {
+		ins = l.instances()
+		if len(ins) != n {
+			return fmt.Errorf("%d instances: %+v", len(ins), ins)
+		}
+		for _, in := range ins[1:] {
+			if in.Release != rel || in.Error != "" {
+				return fmt.Errorf("instance %d: %+v", in.Index, in)
+			}
+		}
+		return nil
+	})
+	return ins
+}
+
+// hosts asks the site n times which guest answers, counting non-200s.
+func (l *deployLab) hosts(n int) (map[string]int, int) {
+	count, bad := map[string]int{}, 0
+	for range n {
+		code, body, err := get(l.hc, "http://"+l.nodeAddr+"/host.txt", deployDomain)
+		if err != nil || code != 200 {
+			bad++
+			continue
+		}
+		count[strings.TrimSpace(body)]++
+	}
+	return count, bad
+}
+
+// TestScale: a project scaled to three instances over two nodes (one
+// guest on the other node), balanced by the proxy; an instance's guest
+// killed by hand is out of rotation without an error and back once the
+// agent repairs it; a push rolls through the instances under load with
+// no answer but 200; a push one instance refuses is rolled back on all;
+// scaling down leaves the first instance alone.
+func TestScale(t *testing.T) {
+	l := newDeployLab(t)
+	c := l.c
+	c.addAgent("n2")
+	c.lab.routeGuestSubnets(c)
+	l.commitScaleSite("one", "")
+	l.mustPush()
+	l.wantPage("version one")
+
+	if _, stderr, code := c.cli("scale", "hello", "web=3"); code == 0 || !strings.Contains(stderr, "--shared-nothing") {
+		t.Fatalf("scaling a project with a data volume: exit %d: %s", code, stderr)
+	}
+	start := time.Now()
+	out := c.mustCLI("scale", "hello", "web=3", "--shared-nothing")
+	if !strings.Contains(out, "hello-dev-3") {
+		t.Errorf("scale output:\n%s", out)
+	}
+	ins := l.waitInstances(3, 1, 3*time.Minute)
+	t.Logf("scale 1->3: all serving r1 after %s", time.Since(start).Round(100*time.Millisecond))
+	nodes := map[string]bool{}
+	for _, in := range ins {
+		nodes[in.NodeName] = true
+	}
+	if !nodes["n2"] || !nodes["n1"] {
+		t.Errorf("instances not spread over both nodes: %+v", ins)
+	}
+	if strings.Join(ins[0].Processes, ",") != "web,worker" || strings.Join(ins[1].Processes, ",") != "web" {
+		t.Errorf("processes per instance: %+v", ins)
+	}
+	var count map[string]int
+	eventually(t, 20*time.Second, "traffic over the three instances", func() error {
+		var bad int
+		count, bad = l.hosts(60)
+		if len(count) != 3 || bad > 0 {
+			return fmt.Errorf("answers by guest %v, %d failed", count, bad)
+		}
+		return nil
+	})
+	for h, n := range count {
+		if n < 10 {
+			t.Errorf("guest %s answered %d of 60 (round robin over three)", h, n)
+		}
+	}
+	t.Logf("answers by guest: %v", count)
+
+	// Kill instance 2's guest by hand: out of rotation, no error seen,
+	// then repaired and back.
+	var victim instanceView
+	for _, in := range ins {
+		if in.Index == 2 {
+			victim = in
+		}
+	}
+	host := c.agents[victim.NodeName].lxc
+	ld := l.startLoad(4)
+	if out, err := host.command("lxc-stop", "-n", victim.GuestName, "-k").CombinedOutput(); err != nil {
+		t.Fatalf("lxc-stop: %v: %s", err, out)
+	}
+	killed := time.Now()
+	eventually(t, 10*time.Second, "the killed instance out of rotation", func() error {
+		count, _ := l.hosts(12)
+		if count[victim.GuestName] > 0 {
+			return fmt.Errorf("still answering: %v", count)
+		}
+		return nil
+	})
+	t.Logf("instance %s out of rotation within %s of the kill", victim.GuestName, time.Since(killed).Round(100*time.Millisecond))
+	eventually(t, 2*time.Minute, "the killed instance repaired and back", func() error {
+		count, _ := l.hosts(30)
+		if count[victim.GuestName] == 0 {
+			return fmt.Errorf("not answering yet: %v", count)
+		}
+		return nil
+	})
+	t.Logf("instance %s back in rotation %s after the kill", victim.GuestName, time.Since(killed).Round(100*time.Millisecond))
+	ld.end(t, "an instance killed")
+
+	// A rolling deploy under load.
+	l.commitScaleSite("two", "")
+	ld = l.startLoad(4)
+	start = time.Now()
+	out = l.mustPush()
+	took := time.Since(start)
+	ld.end(t, "rolling push")
+	for _, want := range []string{"-----> roll", "instance 2 (hello-dev-2 on", "instance 3 (hello-dev-3 on", "r2 is live"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("push output lacks %q:\n%s", want, out)
+		}
+	}
+	t.Logf("rolling deploy of 3 instances: %s", took.Round(100*time.Millisecond))
+	l.waitInstances(3, 2, 30*time.Second)
+	for range 9 {
+		if got := l.page(); got != "200 version two" {
+			t.Fatalf("after the rolling push: %q", got)
+		}
+	}
+
+	// A release instance 3 cannot install: the push is refused, every
+	// instance serves r2 again.
+	l.commitScaleSite("three", `[ "$(hostname)" != hello-dev-3 ] || { echo "no room on this one"; exit 1; }`)
+	out, err := l.push()
+	if err == nil || !strings.Contains(out, "no room on this one") && !strings.Contains(out, "instance 3") {
+		t.Fatalf("a push instance 3 refuses: %v\n%s", err, out)
+	}
+	if !strings.Contains(out, "serves r2 again") {
+		t.Errorf("push output does not say the instances went back:\n%s", out)
+	}
+	l.waitInstances(3, 2, 30*time.Second)
+	for range 9 {
+		if got := l.page(); got != "200 version two" {
+			t.Fatalf("after the refused push: %q", got)
+		}
+	}
+
+	// Down to one: the others go, the first serves alone.
+	c.mustCLI("scale", "hello", "web=1")
+	eventually(t, time.Minute, "one instance left", func() error {
+		count, bad := l.hosts(10)
+		if len(count) != 1 || count["hello-dev"] != 10 || bad > 0 {
+			return fmt.Errorf("answers %v, %d failed", count, bad)
+		}
+		if len(c.running("hello-dev-2")) > 0 || len(c.running("hello-dev-3")) > 0 {
+			return fmt.Errorf("instances still running: %v %v", c.running("hello-dev-2"), c.running("hello-dev-3"))
+		}
+		return nil
+	})
+	var left []string
+	for _, in := range l.instances() {
+		left = append(left, in.GuestName)
+	}
+	sort.Strings(left)
+	if strings.Join(left, ",") != "hello-dev" {
+		t.Errorf("instances after scaling down: %v", left)
+	}
+}
