@@ -5,9 +5,9 @@ import (
 	"bytes"
 	"errors"
 	"net/http"
+	"slices"
 	"strconv"
 	"sync/atomic"
-	"slices"
 	"time"
 )
 
