@@ -56,6 +56,8 @@ type ingress interface {
 	SetRoutes(proxy.Routes) error
 	Routes() proxy.Routes
 	InFlight(target string) int64
+	// Requests counts the requests answered by route host.
+	Requests() map[string]uint64
 	HTTPAddr() net.Addr
 	HTTPSAddr() net.Addr
 	Certificates() []*x509.Certificate

@@ -20,6 +20,10 @@ func init() {
 			_, err := c.project.Scale(ctx, connect.NewRequest(&corpusv1.ScaleRequest{Project: "nope", Counts: map[string]uint32{"web": 2}}))
 			return err
 		},
+		corpusv1connect.ProjectServiceAutoscaleProcedure: func(ctx context.Context, c clients) error {
+			_, err := c.project.Autoscale(ctx, connect.NewRequest(&corpusv1.AutoscaleRequest{Project: "nope", Process: "web", Min: 1, Max: 2, TargetRps: 10}))
+			return err
+		},
 		corpusv1connect.AgentServiceRollInstanceProcedure: func(ctx context.Context, c clients) error {
 			_, err := c.agent.RollInstance(ctx, connect.NewRequest(&corpusv1.RollInstanceRequest{Project: "nope", Env: "dev", Instance: 2, Release: 1}))
 			return err
@@ -62,6 +66,22 @@ func TestScale(t *testing.T) {
 	}
 	if p := s.Store().Read().Project("site"); len(p.Envs[0].Instances) != 0 || len(p.Envs[0].Scale) != 0 {
 		t.Fatalf("a refused scale changed the environment: %v (index %d before)", p.Envs[0], before)
+	}
+	if _, err := ops.project.Autoscale(ctx, connect.NewRequest(&corpusv1.AutoscaleRequest{Project: "site", Process: "web", Min: 1, Max: 3, TargetRps: 50})); codeOf(err) != connect.CodeFailedPrecondition {
+		t.Errorf("autoscaling an environment with a data volume past one = %v; want FailedPrecondition", err)
+	}
+	for _, bad := range []*corpusv1.AutoscaleRequest{
+		{Process: "web", Min: 0, Max: 3, TargetRps: 50},
+		{Process: "web", Min: 3, Max: 2, TargetRps: 50},
+		{Process: "web", Min: 1, Max: 3},
+		{Process: "web", Min: 1, Max: 3, TargetRps: 5, TargetCpuPercent: 50},
+		{Process: "web", Min: 1, Max: 3, TargetCpuPercent: 150},
+		{Process: "Web", Min: 1, Max: 3, TargetRps: 5},
+	} {
+		bad.Project = "site"
+		if _, err := ops.project.Autoscale(ctx, connect.NewRequest(bad)); codeOf(err) != connect.CodeInvalidArgument {
+			t.Errorf("Autoscale(%v) = %v; want InvalidArgument", bad, err)
+		}
 	}
 	for _, bad := range []map[string]uint32{{"Web": 2}, {"web": state.MaxInstances + 1}} {
 		if _, err := ops.project.Scale(ctx, connect.NewRequest(&corpusv1.ScaleRequest{Project: "site", Counts: bad, SharedNothing: true})); codeOf(err) != connect.CodeInvalidArgument {
@@ -158,6 +178,20 @@ func TestScale(t *testing.T) {
 	second.report(t, &corpusv1.ReportedGuest{GuestId: g2.Id, Observed: &corpusv1.GuestObserved{State: "running", Pid: 7, Release: n - 1, ReleaseError: corpusv1.ReleaseName(n) + ": install: boom"}})
 	if _, err := first.agent.RollInstance(ctx, connect.NewRequest(&corpusv1.RollInstanceRequest{Project: "site", Env: "dev", Instance: 2, Release: n, WaitSeconds: 30})); codeOf(err) != connect.CodeFailedPrecondition || !strings.Contains(err.Error(), "install: boom") {
 		t.Errorf("RollInstance of a failing instance = %v", err)
+	}
+
+	// An autoscale policy is kept with the environment, and removed.
+	if _, err := ops.project.Autoscale(ctx, connect.NewRequest(&corpusv1.AutoscaleRequest{Project: "site", Process: "web", Min: 2, Max: 5, TargetCpuPercent: 60, ScaleDownWindowSeconds: 30})); err != nil {
+		t.Fatal(err)
+	}
+	if pol := state.ProjectEnv(s.Store().Read().Project("site"), "dev").Autoscale["web"]; pol.GetMax() != 5 || pol.GetTargetCpuPercent() != 60 {
+		t.Errorf("policy = %v", pol)
+	}
+	if _, err := ops.project.Autoscale(ctx, connect.NewRequest(&corpusv1.AutoscaleRequest{Project: "site", Process: "web", Off: true})); err != nil {
+		t.Fatal(err)
+	}
+	if pols := state.ProjectEnv(s.Store().Read().Project("site"), "dev").Autoscale; len(pols) != 0 {
+		t.Errorf("policies after off = %v", pols)
 	}
 
 	// Scale down: the highest instances go.

@@ -103,6 +103,9 @@ type Config struct {
 	// that issues work for LoginTokenTTL.
 	LDAP          ldapauth.Config
 	LoginTokenTTL time.Duration
+	// AutoscaleInterval is how often the leader samples the load of
+	// autoscaled environments and decides.
+	AutoscaleInterval time.Duration
 
 	// ServiceTemplates is the operators' folder of service templates,
 	// added to the built-in ones (coordinator/templates); missing is
@@ -122,11 +125,12 @@ func Default() Config {
 		NodeTimeout:     15 * time.Second,
 		GossipAddr:      "127.0.0.1:7403",
 
-		GuestNetwork:   state.DefaultGuestNetwork,
-		NodeSubnetBits: state.DefaultNodeSubnetBits,
-		DNS:            defaultDNS(),
-		DNSZone:        dns.DefaultZone,
-		LoginTokenTTL:  api.DefaultLoginTokenTTL,
+		GuestNetwork:      state.DefaultGuestNetwork,
+		NodeSubnetBits:    state.DefaultNodeSubnetBits,
+		DNS:               defaultDNS(),
+		DNSZone:           dns.DefaultZone,
+		LoginTokenTTL:     api.DefaultLoginTokenTTL,
+		AutoscaleInterval: api.DefaultAutoscaleInterval,
 
 		ServiceTemplates: templates.DefaultDir,
 	}
@@ -185,6 +189,9 @@ func (c Config) Validate() error {
 		if err := c.LDAP.Validate(); err != nil {
 			errs = append(errs, err)
 		}
+	}
+	if c.AutoscaleInterval < 100*time.Millisecond || c.AutoscaleInterval > 10*time.Minute {
+		errs = append(errs, fmt.Errorf("autoscale interval %s: between 100ms and 10m", c.AutoscaleInterval))
 	}
 	if c.LoginTokenTTL < time.Minute {
 		errs = append(errs, fmt.Errorf("login token ttl %s is below the minimum of 1m", c.LoginTokenTTL))
@@ -291,23 +298,24 @@ func New(cfg Config) (*Server, error) {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", s.healthz)
 	s.api = &api.Backend{
-		Passwords:        passwords,
-		LoginTTL:         cfg.LoginTokenTTL,
-		ServiceTemplates: cfg.ServiceTemplates,
-		Store:            s.store,
-		Propose:          s.propose,
-		ProposeLocal:     r.propose,
-		Leader:           r.leaderAddr,
-		Seen:             s.seen,
-		Group:            s,
-		AgentClient:      s.agentClient,
-		Zone:             s.currentZone,
-		DNSAddr:          s.DNSAddr,
-		GossipAddr:       s.GossipAddr,
-		CA:               certs.auth,
-		CertTTL:          certs.ttl,
-		Logger:           logger,
-		Metrics:          api.NewMetrics(cfg.Metrics),
+		Passwords:         passwords,
+		LoginTTL:          cfg.LoginTokenTTL,
+		AutoscaleInterval: cfg.AutoscaleInterval,
+		ServiceTemplates:  cfg.ServiceTemplates,
+		Store:             s.store,
+		Propose:           s.propose,
+		ProposeLocal:      r.propose,
+		Leader:            r.leaderAddr,
+		Seen:              s.seen,
+		Group:             s,
+		AgentClient:       s.agentClient,
+		Zone:              s.currentZone,
+		DNSAddr:           s.DNSAddr,
+		GossipAddr:        s.GossipAddr,
+		CA:                certs.auth,
+		CertTTL:           certs.ttl,
+		Logger:            logger,
+		Metrics:           api.NewMetrics(cfg.Metrics),
 	}
 	api.Mount(mux, s.api)
 	s.sched = scheduler.NewMetrics(cfg.Metrics, s.store)
@@ -512,10 +520,14 @@ func (s *Server) lead(ctx context.Context) {
 	}
 	s.liveness.reset()
 	var wg sync.WaitGroup
-	wg.Add(4)
+	wg.Add(5)
 	go func() {
 		defer wg.Done()
 		s.api.BackupLoop(ctx)
+	}()
+	go func() {
+		defer wg.Done()
+		s.api.AutoscaleLoop(ctx)
 	}()
 	go func() {
 		defer wg.Done()

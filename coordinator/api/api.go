@@ -66,6 +66,10 @@ type Backend struct {
 	// Metrics records every call (nil: none are).
 	Metrics *Metrics
 
+	// AutoscaleInterval is how often the leader samples the load of
+	// autoscaled environments (0: DefaultAutoscaleInterval).
+	AutoscaleInterval time.Duration
+
 	// ServiceTemplates is the operator's folder of service templates,
 	// added to the built-in ones ("": none).
 	ServiceTemplates string
@@ -160,6 +164,7 @@ var Policies = map[string]auth.Policy{
 	corpusv1connect.ProjectServiceListProcessesProcedure: {auth.Operator},
 	corpusv1connect.AgentServiceSetWebPortProcedure:      {auth.Agent},
 	corpusv1connect.ProjectServiceScaleProcedure:         {auth.Operator},
+	corpusv1connect.ProjectServiceAutoscaleProcedure:     {auth.Operator},
 	// Instances: the agent of instance 1 rolls the others; their agents
 	// take the release and its source (each handler checks the node).
 	corpusv1connect.AgentServiceRollInstanceProcedure:    {auth.Agent},
@@ -219,6 +224,7 @@ var (
 		corpusv1connect.ProjectServiceSetConfigProcedure,
 		corpusv1connect.ProjectServiceDeployProcedure,
 		corpusv1connect.ProjectServiceScaleProcedure,
+		corpusv1connect.ProjectServiceAutoscaleProcedure,
 		corpusv1connect.GuestServiceExecGuestProcedure,
 		corpusv1connect.GuestServiceShellProcedure,
 		corpusv1connect.GuestServiceStartGuestProcedure,

@@ -33,10 +33,6 @@ func (s *projectService) Scale(ctx context.Context, req *connect.Request[corpusv
 	if len(m.Counts) == 0 && m.MaxParallel == 0 && !m.SharedNothing {
 		return nil, toConnect(invalidf("nothing to scale: name process counts (web=3 worker=1)"))
 	}
-	scale := maps.Clone(e.Scale)
-	if scale == nil {
-		scale = map[string]uint32{}
-	}
 	for name, n := range m.Counts {
 		if err := validProcessName(name); err != nil {
 			return nil, toConnect(err)
@@ -44,16 +40,55 @@ func (s *projectService) Scale(ctx context.Context, req *connect.Request[corpusv
 		if n > state.MaxInstances {
 			return nil, toConnect(invalidf("%s=%d: at most %d instances", name, n, state.MaxInstances))
 		}
-		scale[name] = n
 	}
 	if m.MaxParallel > state.MaxInstances {
 		return nil, toConnect(invalidf("--max-parallel %d: at most %d", m.MaxParallel, state.MaxInstances))
 	}
-	shared := m.SharedNothing || e.SharedNothing
+	cmd, changed, err := scaleCommand(view, p, e, m.Counts, m.SharedNothing, m.MaxParallel)
+	if err != nil {
+		return nil, err
+	}
+	if changed {
+		if _, err := s.b.write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_ScaleEnv{ScaleEnv: cmd}}); err != nil {
+			return nil, err
+		}
+	}
+	// Instance 1 is restarted when a type starts or stops there; the
+	// others' agents see what they run from the state.
+	restart := false
+	for t := range cmd.Scale {
+		if state.Runs(cmd.Scale, 1, t) != state.Runs(e.Scale, 1, t) {
+			restart = true
+		}
+	}
+	if changed && restart && e.CurrentRelease != 0 {
+		view := s.b.Store.Read()
+		p := view.Project(p.Name)
+		e := state.ProjectEnv(p, e.Name)
+		err := s.redeploy(ctx, view, p, e, &corpusv1.RedeployRequest{Project: p.Name, Env: e.Name, Trigger: corpusv1.TriggerRestart},
+			func(*corpusv1.DeployOutput) error { return nil })
+		if err != nil {
+			return nil, connect.NewError(connect.CodeOf(err), fmt.Errorf("scaled to %s, but restarting instance 1 with its new processes failed: %w", state.ScaleText(cmd.Scale), err))
+		}
+	}
+	view = s.b.Store.Read()
+	return connect.NewResponse(&corpusv1.ScaleResponse{Project: s.view(view, view.Project(p.Name)), Instances: state.InstanceCount(cmd.Scale), Changed: changed}), nil
+}
+
+// scaleCommand is the write that scales an environment to counts (types
+// not named keep theirs): the new guests named and specified, the
+// highest instances removed. changed is false when it is so already.
+func scaleCommand(view *state.Snap, p *corpusv1.Project, e *corpusv1.ProjectEnv, counts map[string]uint32, sharedNothing bool, maxParallel uint32) (*corpusv1.ScaleEnv, bool, error) {
+	scale := maps.Clone(e.Scale)
+	if scale == nil {
+		scale = map[string]uint32{}
+	}
+	maps.Copy(scale, counts)
+	shared := sharedNothing || e.SharedNothing
 	have, want := uint32(len(e.Instances))+1, state.InstanceCount(scale)
 	primary := view.Guest(e.GuestId)
 	if primary == nil {
-		return nil, connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("%s/%s has no guest", p.Name, e.Name))
+		return nil, false, connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("%s/%s has no guest", p.Name, e.Name))
 	}
 	vol := view.VolumeOfGuest(primary.Id)
 	if want > 1 && !shared && (vol != nil || primary.GetSpec().GetVolume() != nil) {
@@ -61,18 +96,18 @@ func (s *projectService) Scale(ctx context.Context, req *connect.Request[corpusv
 		if vol != nil {
 			where = "volume " + vol.Name
 		}
-		return nil, connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf(
+		return nil, false, connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf(
 			"%s/%s keeps its data on %s, which only one instance may write; to run %d instances, each with an empty volume of its own (nothing shared between them), scale with --shared-nothing",
 			p.Name, e.Name, where, want))
 	}
-	cmd := &corpusv1.ScaleEnv{Project: p.Name, Env: e.Name, Scale: scale, SharedNothing: shared, MaxParallel: m.MaxParallel, ExpectInstances: have}
+	cmd := &corpusv1.ScaleEnv{Project: p.Name, Env: e.Name, Scale: scale, SharedNothing: shared, MaxParallel: maxParallel, ExpectInstances: have}
 	for i := have + 1; i <= want; i++ {
 		name := state.InstanceName(p.Name, e.Name, i)
 		if err := names.Validate("guest", name); err != nil {
-			return nil, toConnect(invalidf("project name %q is too long for its instance's guest name %q", p.Name, name))
+			return nil, false, toConnect(invalidf("project name %q is too long for its instance's guest name %q", p.Name, name))
 		}
 		if view.Guest(name) != nil {
-			return nil, connect.NewError(connect.CodeAlreadyExists, fmt.Errorf("guest %s exists (not an instance of %s/%s): delete it or rename it first", name, p.Name, e.Name))
+			return nil, false, connect.NewError(connect.CodeAlreadyExists, fmt.Errorf("guest %s exists (not an instance of %s/%s): delete it or rename it first", name, p.Name, e.Name))
 		}
 		spec := proto.Clone(primary.Spec).(*corpusv1.GuestSpec)
 		if v := spec.GetVolume(); v != nil || vol != nil {
@@ -88,33 +123,8 @@ func (s *projectService) Scale(ctx context.Context, req *connect.Request[corpusv
 		cmd.Remove = append(cmd.Remove, i)
 	}
 	changed := len(cmd.Add) > 0 || len(cmd.Remove) > 0 || !maps.Equal(scale, e.Scale) || shared != e.SharedNothing ||
-		(m.MaxParallel != 0 && m.MaxParallel != e.MaxParallel)
-	if changed {
-		if _, err := s.b.write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_ScaleEnv{ScaleEnv: cmd}}); err != nil {
-			return nil, err
-		}
-	}
-	// Instance 1 is restarted when a type starts or stops there; the
-	// others' agents see what they run from the state.
-	restart := false
-	for _, t := range slices.Collect(maps.Keys(scale)) {
-		if state.Runs(scale, 1, t) != state.Runs(e.Scale, 1, t) {
-			restart = true
-		}
-	}
-	if changed && restart && e.CurrentRelease != 0 {
-		view := s.b.Store.Read()
-		p := view.Project(p.Name)
-		e := state.ProjectEnv(p, e.Name)
-		var out strings.Builder
-		err := s.redeploy(ctx, view, p, e, &corpusv1.RedeployRequest{Project: p.Name, Env: e.Name, Trigger: corpusv1.TriggerRestart},
-			func(o *corpusv1.DeployOutput) error { out.Write(o.Output); return nil })
-		if err != nil {
-			return nil, connect.NewError(connect.CodeOf(err), fmt.Errorf("scaled to %s, but restarting instance 1 with its new processes failed: %w", state.ScaleText(scale), err))
-		}
-	}
-	view = s.b.Store.Read()
-	return connect.NewResponse(&corpusv1.ScaleResponse{Project: s.view(view, view.Project(p.Name)), Instances: want, Changed: changed}), nil
+		(maxParallel != 0 && maxParallel != e.MaxParallel)
+	return cmd, changed, nil
 }
 
 // instanceViews describes every guest of an environment.

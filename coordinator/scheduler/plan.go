@@ -171,3 +171,28 @@ func Explain(view *state.Snap, g *corpusv1.Guest) Decision {
 	ref := projects[g.Id]
 	return Place(Ask{Guest: g, Env: ref.Env}, cands)
 }
+
+// Room says how many of k more guests like g (for project environment
+// env, "" outside projects) the nodes can take now, placed one after
+// another, and why the next one could not be placed ("" when all fit).
+// The autoscaler asks it before scaling out, so a scale-out that cannot
+// be placed is capped and said so instead of leaving guests pending.
+func Room(view *state.Snap, g *corpusv1.Guest, env string, k int) (int, string) {
+	nodes := view.Nodes()
+	cands := make([]Candidate, len(nodes))
+	for i, n := range nodes {
+		cands[i] = Candidate{Node: n, Allocated: view.NodeAllocated(n.Id), UsedPorts: view.UsedPorts(n)}
+	}
+	for i := range k {
+		d := Place(Ask{Guest: g, Env: env}, cands)
+		if d.NodeID == "" {
+			return i, d.Reason
+		}
+		for j := range cands {
+			if cands[j].Node.Id == d.NodeID {
+				cands[j].Allocated = state.Allocated([]*corpusv1.Guest{{Spec: &corpusv1.GuestSpec{Resources: cands[j].Allocated}}, g})
+			}
+		}
+	}
+	return k, ""
+}

@@ -215,3 +215,20 @@ func inSubnet(addr, subnet string) bool {
 	a, aerr := netip.ParseAddr(addr)
 	return err == nil && aerr == nil && p.Contains(a)
 }
+
+// TestRoom: how many more copies of a guest fit, each counted against its
+// node before the next, and why the next does not.
+func TestRoom(t *testing.T) {
+	t.Parallel()
+	r := newReplica(t)
+	r.enroll("a", 3, true)
+	r.enroll("b", 2, true)
+	g := &corpusv1.Guest{Name: "web", Spec: &corpusv1.GuestSpec{Driver: "lxc", Image: "busybox", Resources: &corpusv1.Resources{MemoryBytes: gib}}}
+	view := r.store.Read()
+	if n, why := scheduler.Room(view, g, "", 4); n != 4 || why != "" {
+		t.Errorf("Room for 4 of 1 GiB in 5 GiB = %d (%s)", n, why)
+	}
+	if n, why := scheduler.Room(view, g, "", 7); n != 5 || why == "" {
+		t.Errorf("Room for 7 of 1 GiB in 5 GiB = %d (%q), want 5 and a reason", n, why)
+	}
+}

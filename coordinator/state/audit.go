@@ -57,9 +57,14 @@ func auditEntry(cmd *corpusv1.Command, index uint64, err error) *corpusv1.AuditE
 		sort.Strings(set)
 		e.Target += " (" + ConfigChangeText(set, c.SetConfig.Unset) + ")"
 	case *corpusv1.Command_ScaleEnv:
-		e.Target += "/" + c.ScaleEnv.Env + " (" + ScaleText(c.ScaleEnv.Scale) + ")"
+		e.Target += " (" + ScaleText(c.ScaleEnv.Scale) + ")"
+		if c.ScaleEnv.Reason != "" {
+			e.Target += ": " + c.ScaleEnv.Autoscaled + " " + c.ScaleEnv.Reason
+		}
+	case *corpusv1.Command_SetAutoscale:
+		e.Target += " " + c.SetAutoscale.Process
 	case *corpusv1.Command_SetInstanceRelease:
-		e.Target += fmt.Sprintf("/%s instance %d -> %s", c.SetInstanceRelease.Env, c.SetInstanceRelease.Instance, corpusv1.ReleaseName(c.SetInstanceRelease.Release))
+		e.Target += fmt.Sprintf(" instance %d -> %s", c.SetInstanceRelease.Instance, corpusv1.ReleaseName(c.SetInstanceRelease.Release))
 	}
 	return e
 }

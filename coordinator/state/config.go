@@ -64,13 +64,9 @@ func (v *Snap) Keyring() *corpusv1.Keyring {
 }
 
 func (a *applier) setConfig(c *corpusv1.SetConfig) error {
-	p, err := a.project(c.Project)
+	p, env, err := a.projectEnv(c.Project, c.Env)
 	if err != nil {
 		return err
-	}
-	env := ProjectEnv(p, c.Env)
-	if env == nil {
-		return fmt.Errorf("environment %s of project %s: %w", c.Env, c.Project, ErrNotFound)
 	}
 	if len(c.Set) == 0 && len(c.Unset) == 0 {
 		return fmt.Errorf("a config change that sets and unsets nothing: %w", ErrInvalid)

@@ -196,6 +196,8 @@ func (a *applier) apply(cmd *corpusv1.Command) error {
 		return a.scaleEnv(c.ScaleEnv)
 	case *corpusv1.Command_SetInstanceRelease:
 		return a.setInstanceRelease(c.SetInstanceRelease)
+	case *corpusv1.Command_SetAutoscale:
+		return a.setAutoscale(c.SetAutoscale)
 	case *corpusv1.Command_CreateService:
 		return a.createService(c.CreateService)
 	case *corpusv1.Command_SetServiceDesired:

@@ -76,13 +76,9 @@ func ScaleText(scale map[string]uint32) string {
 const MaxInstances = 100
 
 func (a *applier) scaleEnv(c *corpusv1.ScaleEnv) error {
-	p, err := a.project(c.Project)
+	p, env, err := a.projectEnv(c.Project, c.Env)
 	if err != nil {
 		return err
-	}
-	env := ProjectEnv(p, c.Env)
-	if env == nil {
-		return fmt.Errorf("environment %s of project %s: %w", c.Env, c.Project, ErrNotFound)
 	}
 	if have := uint32(len(env.Instances)) + 1; have != c.ExpectInstances {
 		return fmt.Errorf("%s/%s has %d instances now, not %d (scaled meanwhile): %w", c.Project, c.Env, have, c.ExpectInstances, ErrStale)
@@ -126,6 +122,69 @@ func (a *applier) scaleEnv(c *corpusv1.ScaleEnv) error {
 	if c.MaxParallel > 0 {
 		env.MaxParallel = c.MaxParallel
 	}
+	if pol := env.Autoscale[c.Autoscaled]; pol != nil {
+		pol.LastDecision, pol.LastDecisionAt = c.Reason, a.now
+	}
+	a.putEnv(p, env)
+	return nil
+}
+
+// projectEnv returns a project (a copy to change) and its environment.
+func (a *applier) projectEnv(project, env string) (*corpusv1.Project, *corpusv1.ProjectEnv, error) {
+	p, err := a.project(project)
+	if err != nil {
+		return nil, nil, err
+	}
+	e := ProjectEnv(p, env)
+	if e == nil {
+		return nil, nil, fmt.Errorf("environment %s of project %s: %w", env, project, ErrNotFound)
+	}
+	return p, e, nil
+}
+
+// ValidAutoscale says what is wrong with a policy, "" when nothing.
+func ValidAutoscale(p *corpusv1.AutoscalePolicy) string {
+	switch {
+	case p.GetMin() < 1:
+		return "--min must be 1 or more"
+	case p.GetMax() < p.GetMin():
+		return fmt.Sprintf("--max %d is below --min %d", p.GetMax(), p.GetMin())
+	case p.GetMax() > MaxInstances:
+		return fmt.Sprintf("--max %d: at most %d instances", p.GetMax(), MaxInstances)
+	case (p.GetTargetCpuPercent() > 0) == (p.GetTargetRps() > 0):
+		return "give one target: --target-cpu or --target-rps"
+	case p.GetTargetCpuPercent() > 100:
+		return fmt.Sprintf("--target-cpu %d%%: at most 100%%", p.GetTargetCpuPercent())
+	case p.GetScaleDownWindowSeconds() > 3600:
+		return "--scale-down-window: at most 1h"
+	}
+	return ""
+}
+
+func (a *applier) setAutoscale(c *corpusv1.SetAutoscale) error {
+	p, env, err := a.projectEnv(c.Project, c.Env)
+	if err != nil {
+		return err
+	}
+	if c.Policy == nil {
+		if env.Autoscale[c.Process] == nil {
+			return nil
+		}
+		delete(env.Autoscale, c.Process)
+	} else {
+		if why := ValidAutoscale(c.Policy); why != "" {
+			return fmt.Errorf("autoscale %s: %s: %w", c.Process, why, ErrInvalid)
+		}
+		if env.Autoscale == nil {
+			env.Autoscale = map[string]*corpusv1.AutoscalePolicy{}
+		}
+		pol := proto.Clone(c.Policy).(*corpusv1.AutoscalePolicy)
+		pol.LastDecision, pol.LastDecisionAt = "", nil
+		if old := env.Autoscale[c.Process]; old != nil {
+			pol.LastDecision, pol.LastDecisionAt = old.LastDecision, old.LastDecisionAt
+		}
+		env.Autoscale[c.Process] = pol
+	}
 	a.putEnv(p, env)
 	return nil
 }
@@ -141,13 +200,9 @@ func (a *applier) keepsData(env *corpusv1.ProjectEnv) bool {
 }
 
 func (a *applier) setInstanceRelease(c *corpusv1.SetInstanceRelease) error {
-	p, err := a.project(c.Project)
+	p, env, err := a.projectEnv(c.Project, c.Env)
 	if err != nil {
 		return err
-	}
-	env := ProjectEnv(p, c.Env)
-	if env == nil {
-		return fmt.Errorf("environment %s of project %s: %w", c.Env, c.Project, ErrNotFound)
 	}
 	in := instance(env, c.Instance)
 	if in == nil {
@@ -167,11 +222,10 @@ func (a *applier) setInstanceRelease(c *corpusv1.SetInstanceRelease) error {
 // setInstanceWebPort records where an instance's web listens now; the
 // routes' targets follow.
 func (a *applier) setInstanceWebPort(c *corpusv1.SetWebPort) error {
-	p, err := a.project(c.Project)
+	p, env, err := a.projectEnv(c.Project, c.Env)
 	if err != nil {
 		return err
 	}
-	env := ProjectEnv(p, c.Env)
 	in := instance(env, c.Instance)
 	if in == nil {
 		return fmt.Errorf("instance %d of %s/%s: %w", c.Instance, c.Project, c.Env, ErrNotFound)

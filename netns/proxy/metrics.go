@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 
 	"corpus/internal/metrics"
 )
@@ -114,4 +115,32 @@ func (m *proxyMetrics) forget(old, now map[string]*httpRoute) {
 			m.duration.DeletePartialMatch(l)
 		}
 	}
+}
+
+// Requests returns the requests answered so far, by route host (those of
+// hosts with no route left out): what a load sampler takes rates from.
+// A route's count starts again from 0 when the route goes and comes back.
+func (p *Proxy) Requests() map[string]uint64 {
+	out := map[string]uint64{}
+	ch := make(chan prometheus.Metric, 64)
+	go func() {
+		p.metrics.requests.Collect(ch)
+		close(ch)
+	}()
+	for m := range ch {
+		var d dto.Metric
+		if m.Write(&d) != nil {
+			continue
+		}
+		route := ""
+		for _, l := range d.GetLabel() {
+			if l.GetName() == "route" {
+				route = l.GetValue()
+			}
+		}
+		if route != "" && route != noRoute {
+			out[route] += uint64(d.GetCounter().GetValue())
+		}
+	}
+	return out
 }

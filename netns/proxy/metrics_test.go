@@ -43,6 +43,9 @@ corpus_proxy_requests_total{route="web.example",status="200"} 3
 # TYPE corpus_proxy_upstream_errors_total counter
 corpus_proxy_upstream_errors_total{reason="dial",route="down.example"} 1
 `
+	if got := p.Requests(); len(got) != 3 || got["web.example"] != 3 || got["tea.example"] != 1 || got["down.example"] != 1 {
+		t.Errorf("Requests() = %v; want the routed hosts' counts, every status", got)
+	}
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "corpus_proxy_requests_total", "corpus_proxy_upstream_errors_total"); err != nil {
 		t.Error(err)
 	}

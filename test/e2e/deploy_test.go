@@ -39,10 +39,17 @@ func newDeployLab(t *testing.T, agentArgs ...string) *deployLab {
 // guestArgs (image, driver, resources).
 func newDeployLabFor(t *testing.T, guestArgs []string, agentArgs ...string) *deployLab {
 	t.Helper()
+	return newDeployLabCoord(t, nil, guestArgs, agentArgs...)
+}
+
+// newDeployLabCoord is newDeployLabFor with the coordinator started with
+// coordArgs.
+func newDeployLabCoord(t *testing.T, coordArgs, guestArgs []string, agentArgs ...string) *deployLab {
+	t.Helper()
 	if _, err := exec.LookPath("ssh"); err != nil {
 		t.Skip("needs the OpenSSH client (apt-get install openssh-client)")
 	}
-	c := newCluster(t)
+	c := newCluster(t, coordArgs...)
 	a := c.addAgent("n1")
 	client, nodeAddr := c.lab.addClient(a.node)
 	a.kill()

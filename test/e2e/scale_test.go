@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -219,5 +221,128 @@ func TestScale(t *testing.T) {
 	sort.Strings(left)
 	if strings.Join(left, ",") != "hello-dev" {
 		t.Errorf("instances after scaling down: %v", left)
+	}
+}
+
+// pacedLoad asks the site rps times a second until stopped.
+type pacedLoad struct {
+	stop chan struct{}
+	wg   sync.WaitGroup
+	bad  atomic.Int64
+	all  atomic.Int64
+}
+
+func (l *deployLab) pace(rps int) *pacedLoad {
+	pl := &pacedLoad{stop: make(chan struct{})}
+	pl.wg.Add(1)
+	go func() {
+		defer pl.wg.Done()
+		t := time.NewTicker(time.Second / time.Duration(rps))
+		defer t.Stop()
+		for {
+			select {
+			case <-pl.stop:
+				return
+			case <-t.C:
+			}
+			pl.wg.Add(1)
+			go func() {
+				defer pl.wg.Done()
+				code, _, err := get(l.hc, "http://"+l.nodeAddr+"/", deployDomain)
+				pl.all.Add(1)
+				if err != nil || code != 200 {
+					pl.bad.Add(1)
+				}
+			}()
+		}
+	}()
+	return pl
+}
+
+func (pl *pacedLoad) end() (all, bad int64) {
+	close(pl.stop)
+	pl.wg.Wait()
+	return pl.all.Load(), pl.bad.Load()
+}
+
+// autoscaleEntries are the autoscaler's scale decisions so far.
+func (l *deployLab) autoscaleEntries() []string {
+	l.t.Helper()
+	var res struct {
+		Entries []struct {
+			Actor  string `json:"actor"`
+			Target string `json:"target"`
+		} `json:"entries"`
+	}
+	if err := l.c.json(&res, "audit", "--action", "scale_env"); err != nil {
+		l.t.Fatal(err)
+	}
+	var out []string
+	for _, e := range res.Entries {
+		if e.Actor == "autoscaler" {
+			out = append(out, e.Target)
+		}
+	}
+	return out
+}
+
+// TestAutoscale: web scaled by request rate: up to the max under a load
+// step, held under a steady load (no flapping), down to the min once the
+// load ends and the window passed; every decision in the audit log with
+// its reason.
+func TestAutoscale(t *testing.T) {
+	l := newDeployLabCoord(t, []string{"--autoscale-interval", "1s"}, []string{"--image", "busybox", "--memory", "64M", "--cpus", "0.2"})
+	c := l.c
+	l.commitScaleSite("one", "")
+	l.mustPush()
+	l.wantPage("version one")
+	c.mustCLI("scale", "hello", "web=1", "--shared-nothing")
+	out := c.mustCLI("autoscale", "hello", "web", "--min", "1", "--max", "3", "--target-rps", "15", "--scale-down-window", "8s")
+	if !strings.Contains(out, "1 to 3 instances at 15 requests/s") {
+		t.Errorf("autoscale output: %s", out)
+	}
+	// Steady: 10 requests a second is within one instance's target.
+	pl := l.pace(10)
+	time.Sleep(6 * time.Second)
+	if got := l.autoscaleEntries(); len(got) != 0 {
+		t.Errorf("decisions under a load one instance carries: %v", got)
+	}
+	pl.end()
+
+	// A step to 40 requests a second: three instances.
+	step := time.Now()
+	pl = l.pace(40)
+	l.waitInstances(3, 1, 2*time.Minute)
+	t.Logf("autoscaler reaction to a load step (10 -> 40 req/s, target 15 per instance): 3 instances serving %s after the step", time.Since(step).Round(100*time.Millisecond))
+	settled := len(l.autoscaleEntries())
+	time.Sleep(12 * time.Second) // beyond the window: the steady 40 holds 3
+	if got := l.autoscaleEntries(); len(got) != settled {
+		t.Errorf("flapping under a steady load: %v", got[settled:])
+	}
+	all, bad := pl.end()
+	t.Logf("under the step: %d requests, %d not 200", all, bad)
+	if bad > 0 {
+		t.Errorf("%d of %d requests failed while scaling out", bad, all)
+	}
+
+	// The load ends: down to the min after the window.
+	ended := time.Now()
+	eventually(t, time.Minute, "scaled down to one", func() error {
+		if ins := l.instances(); len(ins) != 1 {
+			return fmt.Errorf("%d instances", len(ins))
+		}
+		return nil
+	})
+	t.Logf("scaled down to 1 instance %s after the load ended (window 8s)", time.Since(ended).Round(100*time.Millisecond))
+	got := l.autoscaleEntries()
+	if len(got) < 2 || !strings.Contains(strings.Join(got, "\n"), "rps") {
+		t.Errorf("audit of the autoscaler: %v", got)
+	}
+	for _, e := range got {
+		t.Logf("audit: %s", e)
+	}
+	show := c.mustCLI("autoscale", "hello", "web")
+	if !strings.Contains(show, "last decision") {
+		t.Errorf("autoscale show:\n%s", show)
 	}
 }

@@ -113,6 +113,7 @@ func addLDAPFlags(f *pflag.FlagSet, cfg *coordinator.Config) {
 	f.StringVar(&l.CAFile, "ldap-ca-file", "", "PEM CA certificates of the directory's TLS certificate (default: the system's)")
 	f.DurationVar(&l.Timeout, "ldap-timeout", ldapauth.DefaultTimeout, "bound on dialing and each LDAP operation")
 	f.DurationVar(&cfg.LoginTokenTTL, "login-token-ttl", cfg.LoginTokenTTL, "lifetime of the tokens a password login issues (also the longest a client may ask for)")
+	f.DurationVar(&cfg.AutoscaleInterval, "autoscale-interval", cfg.AutoscaleInterval, "how often the leader samples the load of autoscaled environments and decides")
 }
 
 func newAgentCmd(g *globals) *cobra.Command {

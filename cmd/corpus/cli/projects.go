@@ -3,6 +3,8 @@ package cli
 import (
 	"context"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -77,6 +79,9 @@ func newProjectCmd(g *globals) *cobra.Command {
 					fmt.Fprintf(w, "  Git remote:\t%s\n", dash(ev.GitRemote))
 					if len(ev.Instances) > 1 || len(ev.Scale) > 0 {
 						fmt.Fprintf(w, "  Scale:\t%s\n", scaleText(ev.Scale))
+						for _, t := range slices.Sorted(maps.Keys(e.GetAutoscale())) {
+							fmt.Fprintf(w, "  Autoscale %s:\t%s\n", t, policyText(e.Autoscale[t]))
+						}
 						for _, in := range ev.Instances {
 							fmt.Fprintf(w, "  Instance %d:\t%s, %s on node %s, %s (%s)\n", in.Index, in.GuestName, dash(in.GuestStatus), dash(in.NodeName),
 								releaseName(in.Release), dash(strings.Join(in.Processes, ",")))

@@ -130,6 +130,7 @@ func newRoot(g *globals) *cobra.Command {
 		newRestartCmd(g),
 		newDeployCmd(g),
 		newScaleCmd(g),
+		newAutoscaleCmd(g),
 		newVersionCmd(g),
 		newDocsCmd(g),
 	)

@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"text/tabwriter"
+	"time"
 
 	"connectrpc.com/connect"
 	"github.com/spf13/cobra"
@@ -104,4 +105,96 @@ func scaleText(scale map[string]uint32) string {
 		return "every process type on one instance"
 	}
 	return state.ScaleText(scale)
+}
+
+func newAutoscaleCmd(g *globals) *cobra.Command {
+	var env, targetCPU string
+	var minN, maxN uint32
+	var targetRPS float64
+	var window time.Duration
+	var off bool
+	cmd := &cobra.Command{
+		Use:   "autoscale PROJECT PROCESS --min N --max N (--target-cpu P% | --target-rps R) [--scale-down-window D] | --off",
+		Short: "Scale a process type by load, between --min and --max; without flags, show the policy",
+		Long: `Scale a process type by load, as the Kubernetes HPA does: every interval
+the leader samples the agents (CPU time of the instances' guests, requests
+per second of the environment's domains at the proxies) and sets the count
+that brings the per-instance figure to the target: ceil(count x load /
+target), nothing within 10%. Scale-ups apply at once (at most doubling, or
++4, per step), scale-downs only to the highest count the --scale-down-window
+asked for (5m by default), so a steady load does not flap. A scale-out the
+nodes cannot take is capped and said so. Every change is in the audit log
+(actor autoscaler) with its reason, and the last one in the policy.`,
+		Example: `  corpus autoscale site web --env prod --min 2 --max 10 --target-cpu 60%
+  corpus autoscale site web --min 1 --max 4 --target-rps 200 --scale-down-window 2m
+  corpus autoscale site web --off
+  corpus autoscale site web`,
+		Args: cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			project, process := args[0], args[1]
+			set := cmd.Flags().Changed("min") || cmd.Flags().Changed("max") || targetCPU != "" || targetRPS != 0
+			if !set && !off {
+				return call(g, cmd.Context(), func(ctx context.Context, c *clients) (*connect.Response[corpusv1.GetProjectResponse], error) {
+					return c.projects.GetProject(ctx, connect.NewRequest(&corpusv1.GetProjectRequest{Name: project}))
+				}, func(m *corpusv1.GetProjectResponse) error {
+					for _, e := range m.Project.GetProject().GetEnvs() {
+						if env != "" && e.Name != env {
+							continue
+						}
+						pol := e.Autoscale[process]
+						if pol == nil {
+							fmt.Fprintf(g.stdout, "%s/%s %s: not autoscaled\n", project, e.Name, process)
+							continue
+						}
+						fmt.Fprintf(g.stdout, "%s/%s %s: %s\n", project, e.Name, process, policyText(pol))
+						if pol.LastDecision != "" {
+							fmt.Fprintf(g.stdout, "  last decision (%s): %s\n", localTime(pol.LastDecisionAt), pol.LastDecision)
+						}
+					}
+					return nil
+				})
+			}
+			req := &corpusv1.AutoscaleRequest{Project: project, Env: env, Process: process, Min: minN, Max: maxN, TargetRps: targetRPS,
+				ScaleDownWindowSeconds: uint32(window / time.Second), Off: off}
+			if targetCPU != "" {
+				n, err := strconv.ParseUint(strings.TrimSuffix(targetCPU, "%"), 10, 32)
+				if err != nil {
+					return fmt.Errorf("--target-cpu %q: want a percentage (60%%)", targetCPU)
+				}
+				req.TargetCpuPercent = uint32(n)
+			}
+			return call(g, cmd.Context(), func(ctx context.Context, c *clients) (*connect.Response[corpusv1.AutoscaleResponse], error) {
+				return c.projects.Autoscale(ctx, connect.NewRequest(req))
+			}, func(*corpusv1.AutoscaleResponse) error {
+				if off {
+					fmt.Fprintf(g.stdout, "%s %s is no longer autoscaled; its count stays as it is\n", project, process)
+					return nil
+				}
+				fmt.Fprintf(g.stdout, "%s %s autoscaled: %s\n", project, process, policyText(&corpusv1.AutoscalePolicy{Min: req.Min, Max: req.Max,
+					TargetCpuPercent: req.TargetCpuPercent, TargetRps: req.TargetRps, ScaleDownWindowSeconds: req.ScaleDownWindowSeconds}))
+				return nil
+			})
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&env, "env", "", "the project's environment (needed when it has several)")
+	f.Uint32Var(&minN, "min", 1, "fewest instances")
+	f.Uint32Var(&maxN, "max", 0, "most instances")
+	f.StringVar(&targetCPU, "target-cpu", "", "mean CPU use of the instances to keep, in percent of each guest's cpus (60%)")
+	f.Float64Var(&targetRPS, "target-rps", 0, "requests per second per instance to keep")
+	f.DurationVar(&window, "scale-down-window", 0, "how long a lower count must be enough before scaling down (5m when 0)")
+	f.BoolVar(&off, "off", false, "stop autoscaling the process type")
+	return cmd
+}
+
+func policyText(p *corpusv1.AutoscalePolicy) string {
+	target := fmt.Sprintf("%d%% cpu", p.TargetCpuPercent)
+	if p.TargetRps > 0 {
+		target = fmt.Sprintf("%g requests/s", p.TargetRps)
+	}
+	window := time.Duration(p.ScaleDownWindowSeconds) * time.Second
+	if window == 0 {
+		window = 5 * time.Minute
+	}
+	return fmt.Sprintf("%d to %d instances at %s per instance (scale-down window %s)", p.Min, p.Max, target, window)
 }

@@ -286,6 +286,14 @@ func (c *Client) InFlight(target string) int64 {
 	return n
 }
 
+// Requests is the proxy's count of requests answered, by route host
+// (Proxy.Requests); empty when the proxy does not answer.
+func (c *Client) Requests() map[string]uint64 {
+	n := map[string]uint64{}
+	c.get(context.Background(), "/requests", &n)
+	return n
+}
+
 // HTTPAddr is the proxy's HTTP listen address.
 func (c *Client) HTTPAddr() net.Addr {
 	return c.addr(c.cfg.HTTPAddr, func(s Status) string { return s.HTTPAddr })

@@ -290,6 +290,9 @@ func (s *server) handler() http.Handler {
 		}
 		w.WriteHeader(http.StatusNoContent)
 	})
+	mux.HandleFunc("GET /requests", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, s.p.Requests())
+	})
 	mux.HandleFunc("GET /inflight", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, s.p.InFlight(r.URL.Query().Get("target")))
 	})

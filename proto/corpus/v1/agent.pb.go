@@ -716,6 +716,175 @@ func (x *SourceChunk) GetData() []byte {
 	return nil
 }
 
+type LoadRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// guest_ids limits the guests sampled (all of the node's when empty).
+	GuestIds      []string `protobuf:"bytes,1,rep,name=guest_ids,json=guestIds,proto3" json:"guest_ids,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LoadRequest) Reset() {
+	*x = LoadRequest{}
+	mi := &file_corpus_v1_agent_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LoadRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LoadRequest) ProtoMessage() {}
+
+func (x *LoadRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_agent_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LoadRequest.ProtoReflect.Descriptor instead.
+func (*LoadRequest) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *LoadRequest) GetGuestIds() []string {
+	if x != nil {
+		return x.GuestIds
+	}
+	return nil
+}
+
+type LoadResponse struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Guests []*GuestLoad           `protobuf:"bytes,1,rep,name=guests,proto3" json:"guests,omitempty"`
+	// requests answered by the node's proxy, by route host.
+	Requests      map[string]uint64 `protobuf:"bytes,2,rep,name=requests,proto3" json:"requests,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LoadResponse) Reset() {
+	*x = LoadResponse{}
+	mi := &file_corpus_v1_agent_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LoadResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LoadResponse) ProtoMessage() {}
+
+func (x *LoadResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_agent_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LoadResponse.ProtoReflect.Descriptor instead.
+func (*LoadResponse) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *LoadResponse) GetGuests() []*GuestLoad {
+	if x != nil {
+		return x.Guests
+	}
+	return nil
+}
+
+func (x *LoadResponse) GetRequests() map[string]uint64 {
+	if x != nil {
+		return x.Requests
+	}
+	return nil
+}
+
+type GuestLoad struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	GuestId string                 `protobuf:"bytes,1,opt,name=guest_id,json=guestId,proto3" json:"guest_id,omitempty"`
+	// cpu_seconds is CPU time the guest used since it started; pid names
+	// the start (a restarted guest counts again from 0).
+	CpuSeconds float64 `protobuf:"fixed64,2,opt,name=cpu_seconds,json=cpuSeconds,proto3" json:"cpu_seconds,omitempty"`
+	Pid        int64   `protobuf:"varint,3,opt,name=pid,proto3" json:"pid,omitempty"`
+	// cpus is the guest's CPU allowance (0: unlimited).
+	Cpus          float64 `protobuf:"fixed64,4,opt,name=cpus,proto3" json:"cpus,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GuestLoad) Reset() {
+	*x = GuestLoad{}
+	mi := &file_corpus_v1_agent_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GuestLoad) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GuestLoad) ProtoMessage() {}
+
+func (x *GuestLoad) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_agent_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GuestLoad.ProtoReflect.Descriptor instead.
+func (*GuestLoad) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *GuestLoad) GetGuestId() string {
+	if x != nil {
+		return x.GuestId
+	}
+	return ""
+}
+
+func (x *GuestLoad) GetCpuSeconds() float64 {
+	if x != nil {
+		return x.CpuSeconds
+	}
+	return 0
+}
+
+func (x *GuestLoad) GetPid() int64 {
+	if x != nil {
+		return x.Pid
+	}
+	return 0
+}
+
+func (x *GuestLoad) GetCpus() float64 {
+	if x != nil {
+		return x.Cpus
+	}
+	return 0
+}
+
 type SetWebPortResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -724,7 +893,7 @@ type SetWebPortResponse struct {
 
 func (x *SetWebPortResponse) Reset() {
 	*x = SetWebPortResponse{}
-	mi := &file_corpus_v1_agent_proto_msgTypes[11]
+	mi := &file_corpus_v1_agent_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -736,7 +905,7 @@ func (x *SetWebPortResponse) String() string {
 func (*SetWebPortResponse) ProtoMessage() {}
 
 func (x *SetWebPortResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_agent_proto_msgTypes[11]
+	mi := &file_corpus_v1_agent_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -749,7 +918,7 @@ func (x *SetWebPortResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetWebPortResponse.ProtoReflect.Descriptor instead.
 func (*SetWebPortResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{11}
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{14}
 }
 
 type SetManifestDomainsRequest struct {
@@ -763,7 +932,7 @@ type SetManifestDomainsRequest struct {
 
 func (x *SetManifestDomainsRequest) Reset() {
 	*x = SetManifestDomainsRequest{}
-	mi := &file_corpus_v1_agent_proto_msgTypes[12]
+	mi := &file_corpus_v1_agent_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -775,7 +944,7 @@ func (x *SetManifestDomainsRequest) String() string {
 func (*SetManifestDomainsRequest) ProtoMessage() {}
 
 func (x *SetManifestDomainsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_agent_proto_msgTypes[12]
+	mi := &file_corpus_v1_agent_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -788,7 +957,7 @@ func (x *SetManifestDomainsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetManifestDomainsRequest.ProtoReflect.Descriptor instead.
 func (*SetManifestDomainsRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{12}
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *SetManifestDomainsRequest) GetProject() string {
@@ -820,7 +989,7 @@ type SetManifestDomainsResponse struct {
 
 func (x *SetManifestDomainsResponse) Reset() {
 	*x = SetManifestDomainsResponse{}
-	mi := &file_corpus_v1_agent_proto_msgTypes[13]
+	mi := &file_corpus_v1_agent_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -832,7 +1001,7 @@ func (x *SetManifestDomainsResponse) String() string {
 func (*SetManifestDomainsResponse) ProtoMessage() {}
 
 func (x *SetManifestDomainsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_agent_proto_msgTypes[13]
+	mi := &file_corpus_v1_agent_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -845,7 +1014,7 @@ func (x *SetManifestDomainsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetManifestDomainsResponse.ProtoReflect.Descriptor instead.
 func (*SetManifestDomainsResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{13}
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{16}
 }
 
 type GitAccessRequest struct {
@@ -868,7 +1037,7 @@ type GitAccessRequest struct {
 
 func (x *GitAccessRequest) Reset() {
 	*x = GitAccessRequest{}
-	mi := &file_corpus_v1_agent_proto_msgTypes[14]
+	mi := &file_corpus_v1_agent_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -880,7 +1049,7 @@ func (x *GitAccessRequest) String() string {
 func (*GitAccessRequest) ProtoMessage() {}
 
 func (x *GitAccessRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_agent_proto_msgTypes[14]
+	mi := &file_corpus_v1_agent_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -893,7 +1062,7 @@ func (x *GitAccessRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GitAccessRequest.ProtoReflect.Descriptor instead.
 func (*GitAccessRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{14}
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *GitAccessRequest) GetFingerprint() string {
@@ -944,7 +1113,7 @@ type RecordShellRequest struct {
 
 func (x *RecordShellRequest) Reset() {
 	*x = RecordShellRequest{}
-	mi := &file_corpus_v1_agent_proto_msgTypes[15]
+	mi := &file_corpus_v1_agent_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -956,7 +1125,7 @@ func (x *RecordShellRequest) String() string {
 func (*RecordShellRequest) ProtoMessage() {}
 
 func (x *RecordShellRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_agent_proto_msgTypes[15]
+	mi := &file_corpus_v1_agent_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -969,7 +1138,7 @@ func (x *RecordShellRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecordShellRequest.ProtoReflect.Descriptor instead.
 func (*RecordShellRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{15}
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *RecordShellRequest) GetFingerprint() string {
@@ -1001,7 +1170,7 @@ type RecordShellResponse struct {
 
 func (x *RecordShellResponse) Reset() {
 	*x = RecordShellResponse{}
-	mi := &file_corpus_v1_agent_proto_msgTypes[16]
+	mi := &file_corpus_v1_agent_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1013,7 +1182,7 @@ func (x *RecordShellResponse) String() string {
 func (*RecordShellResponse) ProtoMessage() {}
 
 func (x *RecordShellResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_agent_proto_msgTypes[16]
+	mi := &file_corpus_v1_agent_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1026,7 +1195,7 @@ func (x *RecordShellResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecordShellResponse.ProtoReflect.Descriptor instead.
 func (*RecordShellResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{16}
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{19}
 }
 
 type GitAccessResponse struct {
@@ -1047,7 +1216,7 @@ type GitAccessResponse struct {
 
 func (x *GitAccessResponse) Reset() {
 	*x = GitAccessResponse{}
-	mi := &file_corpus_v1_agent_proto_msgTypes[17]
+	mi := &file_corpus_v1_agent_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1059,7 +1228,7 @@ func (x *GitAccessResponse) String() string {
 func (*GitAccessResponse) ProtoMessage() {}
 
 func (x *GitAccessResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_agent_proto_msgTypes[17]
+	mi := &file_corpus_v1_agent_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1072,7 +1241,7 @@ func (x *GitAccessResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GitAccessResponse.ProtoReflect.Descriptor instead.
 func (*GitAccessResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{17}
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *GitAccessResponse) GetUser() string {
@@ -1141,7 +1310,7 @@ type BeginReleaseRequest struct {
 
 func (x *BeginReleaseRequest) Reset() {
 	*x = BeginReleaseRequest{}
-	mi := &file_corpus_v1_agent_proto_msgTypes[18]
+	mi := &file_corpus_v1_agent_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1153,7 +1322,7 @@ func (x *BeginReleaseRequest) String() string {
 func (*BeginReleaseRequest) ProtoMessage() {}
 
 func (x *BeginReleaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_agent_proto_msgTypes[18]
+	mi := &file_corpus_v1_agent_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1166,7 +1335,7 @@ func (x *BeginReleaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BeginReleaseRequest.ProtoReflect.Descriptor instead.
 func (*BeginReleaseRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{18}
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *BeginReleaseRequest) GetProject() string {
@@ -1230,7 +1399,7 @@ type BeginReleaseResponse struct {
 
 func (x *BeginReleaseResponse) Reset() {
 	*x = BeginReleaseResponse{}
-	mi := &file_corpus_v1_agent_proto_msgTypes[19]
+	mi := &file_corpus_v1_agent_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1242,7 +1411,7 @@ func (x *BeginReleaseResponse) String() string {
 func (*BeginReleaseResponse) ProtoMessage() {}
 
 func (x *BeginReleaseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_agent_proto_msgTypes[19]
+	mi := &file_corpus_v1_agent_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1255,7 +1424,7 @@ func (x *BeginReleaseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BeginReleaseResponse.ProtoReflect.Descriptor instead.
 func (*BeginReleaseResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{19}
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *BeginReleaseResponse) GetRelease() *Release {
@@ -1286,7 +1455,7 @@ type FinishReleaseRequest struct {
 
 func (x *FinishReleaseRequest) Reset() {
 	*x = FinishReleaseRequest{}
-	mi := &file_corpus_v1_agent_proto_msgTypes[20]
+	mi := &file_corpus_v1_agent_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1298,7 +1467,7 @@ func (x *FinishReleaseRequest) String() string {
 func (*FinishReleaseRequest) ProtoMessage() {}
 
 func (x *FinishReleaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_agent_proto_msgTypes[20]
+	mi := &file_corpus_v1_agent_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1311,7 +1480,7 @@ func (x *FinishReleaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FinishReleaseRequest.ProtoReflect.Descriptor instead.
 func (*FinishReleaseRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{20}
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *FinishReleaseRequest) GetId() string {
@@ -1365,7 +1534,7 @@ type FinishReleaseResponse struct {
 
 func (x *FinishReleaseResponse) Reset() {
 	*x = FinishReleaseResponse{}
-	mi := &file_corpus_v1_agent_proto_msgTypes[21]
+	mi := &file_corpus_v1_agent_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1377,7 +1546,7 @@ func (x *FinishReleaseResponse) String() string {
 func (*FinishReleaseResponse) ProtoMessage() {}
 
 func (x *FinishReleaseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_agent_proto_msgTypes[21]
+	mi := &file_corpus_v1_agent_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1390,7 +1559,7 @@ func (x *FinishReleaseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FinishReleaseResponse.ProtoReflect.Descriptor instead.
 func (*FinishReleaseResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{21}
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *FinishReleaseResponse) GetRelease() *Release {
@@ -1411,7 +1580,7 @@ type SetCurrentReleaseRequest struct {
 
 func (x *SetCurrentReleaseRequest) Reset() {
 	*x = SetCurrentReleaseRequest{}
-	mi := &file_corpus_v1_agent_proto_msgTypes[22]
+	mi := &file_corpus_v1_agent_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1423,7 +1592,7 @@ func (x *SetCurrentReleaseRequest) String() string {
 func (*SetCurrentReleaseRequest) ProtoMessage() {}
 
 func (x *SetCurrentReleaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_agent_proto_msgTypes[22]
+	mi := &file_corpus_v1_agent_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1436,7 +1605,7 @@ func (x *SetCurrentReleaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetCurrentReleaseRequest.ProtoReflect.Descriptor instead.
 func (*SetCurrentReleaseRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{22}
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *SetCurrentReleaseRequest) GetProject() string {
@@ -1468,7 +1637,7 @@ type SetCurrentReleaseResponse struct {
 
 func (x *SetCurrentReleaseResponse) Reset() {
 	*x = SetCurrentReleaseResponse{}
-	mi := &file_corpus_v1_agent_proto_msgTypes[23]
+	mi := &file_corpus_v1_agent_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1480,7 +1649,7 @@ func (x *SetCurrentReleaseResponse) String() string {
 func (*SetCurrentReleaseResponse) ProtoMessage() {}
 
 func (x *SetCurrentReleaseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_agent_proto_msgTypes[23]
+	mi := &file_corpus_v1_agent_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1493,7 +1662,7 @@ func (x *SetCurrentReleaseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetCurrentReleaseResponse.ProtoReflect.Descriptor instead.
 func (*SetCurrentReleaseResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{23}
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{26}
 }
 
 type PruneReleasesRequest struct {
@@ -1507,7 +1676,7 @@ type PruneReleasesRequest struct {
 
 func (x *PruneReleasesRequest) Reset() {
 	*x = PruneReleasesRequest{}
-	mi := &file_corpus_v1_agent_proto_msgTypes[24]
+	mi := &file_corpus_v1_agent_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1519,7 +1688,7 @@ func (x *PruneReleasesRequest) String() string {
 func (*PruneReleasesRequest) ProtoMessage() {}
 
 func (x *PruneReleasesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_agent_proto_msgTypes[24]
+	mi := &file_corpus_v1_agent_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1532,7 +1701,7 @@ func (x *PruneReleasesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PruneReleasesRequest.ProtoReflect.Descriptor instead.
 func (*PruneReleasesRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{24}
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *PruneReleasesRequest) GetProject() string {
@@ -1564,7 +1733,7 @@ type PruneReleasesResponse struct {
 
 func (x *PruneReleasesResponse) Reset() {
 	*x = PruneReleasesResponse{}
-	mi := &file_corpus_v1_agent_proto_msgTypes[25]
+	mi := &file_corpus_v1_agent_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1576,7 +1745,7 @@ func (x *PruneReleasesResponse) String() string {
 func (*PruneReleasesResponse) ProtoMessage() {}
 
 func (x *PruneReleasesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_agent_proto_msgTypes[25]
+	mi := &file_corpus_v1_agent_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1589,7 +1758,7 @@ func (x *PruneReleasesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PruneReleasesResponse.ProtoReflect.Descriptor instead.
 func (*PruneReleasesResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{25}
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{28}
 }
 
 type EnrollRequest struct {
@@ -1612,7 +1781,7 @@ type EnrollRequest struct {
 
 func (x *EnrollRequest) Reset() {
 	*x = EnrollRequest{}
-	mi := &file_corpus_v1_agent_proto_msgTypes[26]
+	mi := &file_corpus_v1_agent_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1624,7 +1793,7 @@ func (x *EnrollRequest) String() string {
 func (*EnrollRequest) ProtoMessage() {}
 
 func (x *EnrollRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_agent_proto_msgTypes[26]
+	mi := &file_corpus_v1_agent_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1637,7 +1806,7 @@ func (x *EnrollRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EnrollRequest.ProtoReflect.Descriptor instead.
 func (*EnrollRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{26}
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *EnrollRequest) GetJoinToken() string {
@@ -1719,7 +1888,7 @@ type EnrollResponse struct {
 
 func (x *EnrollResponse) Reset() {
 	*x = EnrollResponse{}
-	mi := &file_corpus_v1_agent_proto_msgTypes[27]
+	mi := &file_corpus_v1_agent_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1731,7 +1900,7 @@ func (x *EnrollResponse) String() string {
 func (*EnrollResponse) ProtoMessage() {}
 
 func (x *EnrollResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_agent_proto_msgTypes[27]
+	mi := &file_corpus_v1_agent_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1744,7 +1913,7 @@ func (x *EnrollResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EnrollResponse.ProtoReflect.Descriptor instead.
 func (*EnrollResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{27}
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *EnrollResponse) GetNodeId() string {
@@ -1791,7 +1960,7 @@ type RenewCertificateRequest struct {
 
 func (x *RenewCertificateRequest) Reset() {
 	*x = RenewCertificateRequest{}
-	mi := &file_corpus_v1_agent_proto_msgTypes[28]
+	mi := &file_corpus_v1_agent_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1803,7 +1972,7 @@ func (x *RenewCertificateRequest) String() string {
 func (*RenewCertificateRequest) ProtoMessage() {}
 
 func (x *RenewCertificateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_agent_proto_msgTypes[28]
+	mi := &file_corpus_v1_agent_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1816,7 +1985,7 @@ func (x *RenewCertificateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenewCertificateRequest.ProtoReflect.Descriptor instead.
 func (*RenewCertificateRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{28}
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *RenewCertificateRequest) GetCsrPem() []byte {
@@ -1836,7 +2005,7 @@ type RenewCertificateResponse struct {
 
 func (x *RenewCertificateResponse) Reset() {
 	*x = RenewCertificateResponse{}
-	mi := &file_corpus_v1_agent_proto_msgTypes[29]
+	mi := &file_corpus_v1_agent_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1848,7 +2017,7 @@ func (x *RenewCertificateResponse) String() string {
 func (*RenewCertificateResponse) ProtoMessage() {}
 
 func (x *RenewCertificateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_agent_proto_msgTypes[29]
+	mi := &file_corpus_v1_agent_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1861,7 +2030,7 @@ func (x *RenewCertificateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenewCertificateResponse.ProtoReflect.Descriptor instead.
 func (*RenewCertificateResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{29}
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *RenewCertificateResponse) GetCertificatePem() []byte {
@@ -1886,7 +2055,7 @@ type WatchRequest struct {
 
 func (x *WatchRequest) Reset() {
 	*x = WatchRequest{}
-	mi := &file_corpus_v1_agent_proto_msgTypes[30]
+	mi := &file_corpus_v1_agent_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1898,7 +2067,7 @@ func (x *WatchRequest) String() string {
 func (*WatchRequest) ProtoMessage() {}
 
 func (x *WatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_agent_proto_msgTypes[30]
+	mi := &file_corpus_v1_agent_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1911,7 +2080,7 @@ func (x *WatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchRequest.ProtoReflect.Descriptor instead.
 func (*WatchRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{30}
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{33}
 }
 
 type WatchResponse struct {
@@ -1972,7 +2141,7 @@ type WatchResponse struct {
 
 func (x *WatchResponse) Reset() {
 	*x = WatchResponse{}
-	mi := &file_corpus_v1_agent_proto_msgTypes[31]
+	mi := &file_corpus_v1_agent_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1984,7 +2153,7 @@ func (x *WatchResponse) String() string {
 func (*WatchResponse) ProtoMessage() {}
 
 func (x *WatchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_agent_proto_msgTypes[31]
+	mi := &file_corpus_v1_agent_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1997,7 +2166,7 @@ func (x *WatchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchResponse.ProtoReflect.Descriptor instead.
 func (*WatchResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{31}
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *WatchResponse) GetIndex() uint64 {
@@ -2133,7 +2302,7 @@ type InstanceAssignment struct {
 
 func (x *InstanceAssignment) Reset() {
 	*x = InstanceAssignment{}
-	mi := &file_corpus_v1_agent_proto_msgTypes[32]
+	mi := &file_corpus_v1_agent_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2145,7 +2314,7 @@ func (x *InstanceAssignment) String() string {
 func (*InstanceAssignment) ProtoMessage() {}
 
 func (x *InstanceAssignment) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_agent_proto_msgTypes[32]
+	mi := &file_corpus_v1_agent_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2158,7 +2327,7 @@ func (x *InstanceAssignment) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InstanceAssignment.ProtoReflect.Descriptor instead.
 func (*InstanceAssignment) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{32}
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *InstanceAssignment) GetGuestId() string {
@@ -2216,7 +2385,7 @@ type PeerNode struct {
 
 func (x *PeerNode) Reset() {
 	*x = PeerNode{}
-	mi := &file_corpus_v1_agent_proto_msgTypes[33]
+	mi := &file_corpus_v1_agent_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2228,7 +2397,7 @@ func (x *PeerNode) String() string {
 func (*PeerNode) ProtoMessage() {}
 
 func (x *PeerNode) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_agent_proto_msgTypes[33]
+	mi := &file_corpus_v1_agent_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2241,7 +2410,7 @@ func (x *PeerNode) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PeerNode.ProtoReflect.Descriptor instead.
 func (*PeerNode) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{33}
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *PeerNode) GetName() string {
@@ -2286,7 +2455,7 @@ type ReportRequest struct {
 
 func (x *ReportRequest) Reset() {
 	*x = ReportRequest{}
-	mi := &file_corpus_v1_agent_proto_msgTypes[34]
+	mi := &file_corpus_v1_agent_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2298,7 +2467,7 @@ func (x *ReportRequest) String() string {
 func (*ReportRequest) ProtoMessage() {}
 
 func (x *ReportRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_agent_proto_msgTypes[34]
+	mi := &file_corpus_v1_agent_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2311,7 +2480,7 @@ func (x *ReportRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportRequest.ProtoReflect.Descriptor instead.
 func (*ReportRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{34}
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *ReportRequest) GetCapacity() *Resources {
@@ -2401,7 +2570,7 @@ type ReportedGuest struct {
 
 func (x *ReportedGuest) Reset() {
 	*x = ReportedGuest{}
-	mi := &file_corpus_v1_agent_proto_msgTypes[35]
+	mi := &file_corpus_v1_agent_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2413,7 +2582,7 @@ func (x *ReportedGuest) String() string {
 func (*ReportedGuest) ProtoMessage() {}
 
 func (x *ReportedGuest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_agent_proto_msgTypes[35]
+	mi := &file_corpus_v1_agent_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2426,7 +2595,7 @@ func (x *ReportedGuest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportedGuest.ProtoReflect.Descriptor instead.
 func (*ReportedGuest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{35}
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *ReportedGuest) GetGuestId() string {
@@ -2456,7 +2625,7 @@ type ReportedVolume struct {
 
 func (x *ReportedVolume) Reset() {
 	*x = ReportedVolume{}
-	mi := &file_corpus_v1_agent_proto_msgTypes[36]
+	mi := &file_corpus_v1_agent_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2468,7 +2637,7 @@ func (x *ReportedVolume) String() string {
 func (*ReportedVolume) ProtoMessage() {}
 
 func (x *ReportedVolume) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_agent_proto_msgTypes[36]
+	mi := &file_corpus_v1_agent_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2481,7 +2650,7 @@ func (x *ReportedVolume) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportedVolume.ProtoReflect.Descriptor instead.
 func (*ReportedVolume) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{36}
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *ReportedVolume) GetVolumeId() string {
@@ -2518,7 +2687,7 @@ type ServiceReach struct {
 
 func (x *ServiceReach) Reset() {
 	*x = ServiceReach{}
-	mi := &file_corpus_v1_agent_proto_msgTypes[37]
+	mi := &file_corpus_v1_agent_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2530,7 +2699,7 @@ func (x *ServiceReach) String() string {
 func (*ServiceReach) ProtoMessage() {}
 
 func (x *ServiceReach) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_agent_proto_msgTypes[37]
+	mi := &file_corpus_v1_agent_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2543,7 +2712,7 @@ func (x *ServiceReach) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ServiceReach.ProtoReflect.Descriptor instead.
 func (*ServiceReach) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{37}
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *ServiceReach) GetGuestId() string {
@@ -2576,7 +2745,7 @@ type ServiceRuntimeRequest struct {
 
 func (x *ServiceRuntimeRequest) Reset() {
 	*x = ServiceRuntimeRequest{}
-	mi := &file_corpus_v1_agent_proto_msgTypes[38]
+	mi := &file_corpus_v1_agent_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2588,7 +2757,7 @@ func (x *ServiceRuntimeRequest) String() string {
 func (*ServiceRuntimeRequest) ProtoMessage() {}
 
 func (x *ServiceRuntimeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_agent_proto_msgTypes[38]
+	mi := &file_corpus_v1_agent_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2601,7 +2770,7 @@ func (x *ServiceRuntimeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ServiceRuntimeRequest.ProtoReflect.Descriptor instead.
 func (*ServiceRuntimeRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{38}
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *ServiceRuntimeRequest) GetService() string {
@@ -2623,7 +2792,7 @@ type ServiceRuntimeResponse struct {
 
 func (x *ServiceRuntimeResponse) Reset() {
 	*x = ServiceRuntimeResponse{}
-	mi := &file_corpus_v1_agent_proto_msgTypes[39]
+	mi := &file_corpus_v1_agent_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2635,7 +2804,7 @@ func (x *ServiceRuntimeResponse) String() string {
 func (*ServiceRuntimeResponse) ProtoMessage() {}
 
 func (x *ServiceRuntimeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_agent_proto_msgTypes[39]
+	mi := &file_corpus_v1_agent_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2648,7 +2817,7 @@ func (x *ServiceRuntimeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ServiceRuntimeResponse.ProtoReflect.Descriptor instead.
 func (*ServiceRuntimeResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{39}
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *ServiceRuntimeResponse) GetService() *Service {
@@ -2674,7 +2843,7 @@ type ReportResponse struct {
 
 func (x *ReportResponse) Reset() {
 	*x = ReportResponse{}
-	mi := &file_corpus_v1_agent_proto_msgTypes[40]
+	mi := &file_corpus_v1_agent_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2686,7 +2855,7 @@ func (x *ReportResponse) String() string {
 func (*ReportResponse) ProtoMessage() {}
 
 func (x *ReportResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_agent_proto_msgTypes[40]
+	mi := &file_corpus_v1_agent_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2699,7 +2868,7 @@ func (x *ReportResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportResponse.ProtoReflect.Descriptor instead.
 func (*ReportResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{40}
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *ReportResponse) GetIndex() uint64 {
@@ -2724,7 +2893,7 @@ type CheckChallengeRequest struct {
 
 func (x *CheckChallengeRequest) Reset() {
 	*x = CheckChallengeRequest{}
-	mi := &file_corpus_v1_agent_proto_msgTypes[41]
+	mi := &file_corpus_v1_agent_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2736,7 +2905,7 @@ func (x *CheckChallengeRequest) String() string {
 func (*CheckChallengeRequest) ProtoMessage() {}
 
 func (x *CheckChallengeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_agent_proto_msgTypes[41]
+	mi := &file_corpus_v1_agent_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2749,7 +2918,7 @@ func (x *CheckChallengeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckChallengeRequest.ProtoReflect.Descriptor instead.
 func (*CheckChallengeRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{41}
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *CheckChallengeRequest) GetDomain() string {
@@ -2791,7 +2960,7 @@ type CheckChallengeResponse struct {
 
 func (x *CheckChallengeResponse) Reset() {
 	*x = CheckChallengeResponse{}
-	mi := &file_corpus_v1_agent_proto_msgTypes[42]
+	mi := &file_corpus_v1_agent_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2803,7 +2972,7 @@ func (x *CheckChallengeResponse) String() string {
 func (*CheckChallengeResponse) ProtoMessage() {}
 
 func (x *CheckChallengeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_agent_proto_msgTypes[42]
+	mi := &file_corpus_v1_agent_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2816,7 +2985,7 @@ func (x *CheckChallengeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckChallengeResponse.ProtoReflect.Descriptor instead.
 func (*CheckChallengeResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{42}
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *CheckChallengeResponse) GetReady() bool {
@@ -2843,7 +3012,7 @@ type DumpServiceRequest struct {
 
 func (x *DumpServiceRequest) Reset() {
 	*x = DumpServiceRequest{}
-	mi := &file_corpus_v1_agent_proto_msgTypes[43]
+	mi := &file_corpus_v1_agent_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2855,7 +3024,7 @@ func (x *DumpServiceRequest) String() string {
 func (*DumpServiceRequest) ProtoMessage() {}
 
 func (x *DumpServiceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_agent_proto_msgTypes[43]
+	mi := &file_corpus_v1_agent_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2868,7 +3037,7 @@ func (x *DumpServiceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DumpServiceRequest.ProtoReflect.Descriptor instead.
 func (*DumpServiceRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{43}
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *DumpServiceRequest) GetBackup() *Backup {
@@ -2888,7 +3057,7 @@ type StoreBackupResponse struct {
 
 func (x *StoreBackupResponse) Reset() {
 	*x = StoreBackupResponse{}
-	mi := &file_corpus_v1_agent_proto_msgTypes[44]
+	mi := &file_corpus_v1_agent_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2900,7 +3069,7 @@ func (x *StoreBackupResponse) String() string {
 func (*StoreBackupResponse) ProtoMessage() {}
 
 func (x *StoreBackupResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_agent_proto_msgTypes[44]
+	mi := &file_corpus_v1_agent_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2913,7 +3082,7 @@ func (x *StoreBackupResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StoreBackupResponse.ProtoReflect.Descriptor instead.
 func (*StoreBackupResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{44}
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *StoreBackupResponse) GetSizeBytes() int64 {
@@ -2939,7 +3108,7 @@ type ReadBackupRequest struct {
 
 func (x *ReadBackupRequest) Reset() {
 	*x = ReadBackupRequest{}
-	mi := &file_corpus_v1_agent_proto_msgTypes[45]
+	mi := &file_corpus_v1_agent_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2951,7 +3120,7 @@ func (x *ReadBackupRequest) String() string {
 func (*ReadBackupRequest) ProtoMessage() {}
 
 func (x *ReadBackupRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_agent_proto_msgTypes[45]
+	mi := &file_corpus_v1_agent_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2964,7 +3133,7 @@ func (x *ReadBackupRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadBackupRequest.ProtoReflect.Descriptor instead.
 func (*ReadBackupRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{45}
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *ReadBackupRequest) GetBackup() *Backup {
@@ -2985,7 +3154,7 @@ type LoadServiceResponse struct {
 
 func (x *LoadServiceResponse) Reset() {
 	*x = LoadServiceResponse{}
-	mi := &file_corpus_v1_agent_proto_msgTypes[46]
+	mi := &file_corpus_v1_agent_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2997,7 +3166,7 @@ func (x *LoadServiceResponse) String() string {
 func (*LoadServiceResponse) ProtoMessage() {}
 
 func (x *LoadServiceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_agent_proto_msgTypes[46]
+	mi := &file_corpus_v1_agent_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3010,7 +3179,7 @@ func (x *LoadServiceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LoadServiceResponse.ProtoReflect.Descriptor instead.
 func (*LoadServiceResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{46}
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *LoadServiceResponse) GetSizeBytes() int64 {
@@ -3036,7 +3205,7 @@ type RemoveBackupRequest struct {
 
 func (x *RemoveBackupRequest) Reset() {
 	*x = RemoveBackupRequest{}
-	mi := &file_corpus_v1_agent_proto_msgTypes[47]
+	mi := &file_corpus_v1_agent_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3048,7 +3217,7 @@ func (x *RemoveBackupRequest) String() string {
 func (*RemoveBackupRequest) ProtoMessage() {}
 
 func (x *RemoveBackupRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_agent_proto_msgTypes[47]
+	mi := &file_corpus_v1_agent_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3061,7 +3230,7 @@ func (x *RemoveBackupRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveBackupRequest.ProtoReflect.Descriptor instead.
 func (*RemoveBackupRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{47}
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *RemoveBackupRequest) GetBackup() *Backup {
@@ -3079,7 +3248,7 @@ type RemoveBackupResponse struct {
 
 func (x *RemoveBackupResponse) Reset() {
 	*x = RemoveBackupResponse{}
-	mi := &file_corpus_v1_agent_proto_msgTypes[48]
+	mi := &file_corpus_v1_agent_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3091,7 +3260,7 @@ func (x *RemoveBackupResponse) String() string {
 func (*RemoveBackupResponse) ProtoMessage() {}
 
 func (x *RemoveBackupResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_agent_proto_msgTypes[48]
+	mi := &file_corpus_v1_agent_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3104,7 +3273,7 @@ func (x *RemoveBackupResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveBackupResponse.ProtoReflect.Descriptor instead.
 func (*RemoveBackupResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{48}
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{51}
 }
 
 type ExportVolumeRequest struct {
@@ -3116,7 +3285,7 @@ type ExportVolumeRequest struct {
 
 func (x *ExportVolumeRequest) Reset() {
 	*x = ExportVolumeRequest{}
-	mi := &file_corpus_v1_agent_proto_msgTypes[49]
+	mi := &file_corpus_v1_agent_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3128,7 +3297,7 @@ func (x *ExportVolumeRequest) String() string {
 func (*ExportVolumeRequest) ProtoMessage() {}
 
 func (x *ExportVolumeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_agent_proto_msgTypes[49]
+	mi := &file_corpus_v1_agent_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3141,7 +3310,7 @@ func (x *ExportVolumeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExportVolumeRequest.ProtoReflect.Descriptor instead.
 func (*ExportVolumeRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{49}
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *ExportVolumeRequest) GetName() string {
@@ -3162,7 +3331,7 @@ type VolumeChunk struct {
 
 func (x *VolumeChunk) Reset() {
 	*x = VolumeChunk{}
-	mi := &file_corpus_v1_agent_proto_msgTypes[50]
+	mi := &file_corpus_v1_agent_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3174,7 +3343,7 @@ func (x *VolumeChunk) String() string {
 func (*VolumeChunk) ProtoMessage() {}
 
 func (x *VolumeChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_agent_proto_msgTypes[50]
+	mi := &file_corpus_v1_agent_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3187,7 +3356,7 @@ func (x *VolumeChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VolumeChunk.ProtoReflect.Descriptor instead.
 func (*VolumeChunk) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{50}
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *VolumeChunk) GetName() string {
@@ -3220,7 +3389,7 @@ type ImportVolumeResponse struct {
 
 func (x *ImportVolumeResponse) Reset() {
 	*x = ImportVolumeResponse{}
-	mi := &file_corpus_v1_agent_proto_msgTypes[51]
+	mi := &file_corpus_v1_agent_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3232,7 +3401,7 @@ func (x *ImportVolumeResponse) String() string {
 func (*ImportVolumeResponse) ProtoMessage() {}
 
 func (x *ImportVolumeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_agent_proto_msgTypes[51]
+	mi := &file_corpus_v1_agent_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3245,7 +3414,7 @@ func (x *ImportVolumeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ImportVolumeResponse.ProtoReflect.Descriptor instead.
 func (*ImportVolumeResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{51}
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *ImportVolumeResponse) GetBytes() int64 {
@@ -3309,7 +3478,21 @@ const file_corpus_v1_agent_proto_rawDesc = "" +
 	"\x03env\x18\x02 \x01(\tR\x03env\x12\x16\n" +
 	"\x06commit\x18\x03 \x01(\tR\x06commit\"!\n" +
 	"\vSourceChunk\x12\x12\n" +
-	"\x04data\x18\x01 \x01(\fR\x04data\"\x14\n" +
+	"\x04data\x18\x01 \x01(\fR\x04data\"*\n" +
+	"\vLoadRequest\x12\x1b\n" +
+	"\tguest_ids\x18\x01 \x03(\tR\bguestIds\"\xbc\x01\n" +
+	"\fLoadResponse\x12,\n" +
+	"\x06guests\x18\x01 \x03(\v2\x14.corpus.v1.GuestLoadR\x06guests\x12A\n" +
+	"\brequests\x18\x02 \x03(\v2%.corpus.v1.LoadResponse.RequestsEntryR\brequests\x1a;\n" +
+	"\rRequestsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\x04R\x05value:\x028\x01\"m\n" +
+	"\tGuestLoad\x12\x19\n" +
+	"\bguest_id\x18\x01 \x01(\tR\aguestId\x12\x1f\n" +
+	"\vcpu_seconds\x18\x02 \x01(\x01R\n" +
+	"cpuSeconds\x12\x10\n" +
+	"\x03pid\x18\x03 \x01(\x03R\x03pid\x12\x12\n" +
+	"\x04cpus\x18\x04 \x01(\x01R\x04cpus\"\x14\n" +
 	"\x12SetWebPortResponse\"a\n" +
 	"\x19SetManifestDomainsRequest\x12\x18\n" +
 	"\aproject\x18\x01 \x01(\tR\aproject\x12\x10\n" +
@@ -3525,14 +3708,15 @@ const file_corpus_v1_agent_proto_rawDesc = "" +
 	"\rReleaseSource\x12\x1f.corpus.v1.ReleaseSourceRequest\x1a\x16.corpus.v1.SourceChunk0\x01\x12L\n" +
 	"\vRecordShell\x12\x1d.corpus.v1.RecordShellRequest\x1a\x1e.corpus.v1.RecordShellResponse\x12U\n" +
 	"\x0eServiceRuntime\x12 .corpus.v1.ServiceRuntimeRequest\x1a!.corpus.v1.ServiceRuntimeResponse\x12Q\n" +
-	"\vTlsMaterial\x12\x1d.corpus.v1.TlsMaterialRequest\x1a\x1e.corpus.v1.TlsMaterialResponse\"\x03\x90\x02\x012\xa8\t\n" +
+	"\vTlsMaterial\x12\x1d.corpus.v1.TlsMaterialRequest\x1a\x1e.corpus.v1.TlsMaterialResponse\"\x03\x90\x02\x012\xe6\t\n" +
 	"\x10NodeAgentService\x12<\n" +
 	"\x04Exec\x12\x1b.corpus.v1.ExecGuestRequest\x1a\x15.corpus.v1.ExecOutput0\x01\x12H\n" +
 	"\fExportVolume\x12\x1e.corpus.v1.ExportVolumeRequest\x1a\x16.corpus.v1.VolumeChunk0\x01\x12I\n" +
 	"\fImportVolume\x12\x16.corpus.v1.VolumeChunk\x1a\x1f.corpus.v1.ImportVolumeResponse(\x01\x12U\n" +
 	"\x0eSnapshotVolume\x12 .corpus.v1.SnapshotVolumeRequest\x1a!.corpus.v1.SnapshotVolumeResponse\x12C\n" +
 	"\bRollback\x12\x1a.corpus.v1.RollbackRequest\x1a\x19.corpus.v1.RollbackOutput0\x01\x12J\n" +
-	"\rReleaseSource\x12\x1f.corpus.v1.ReleaseSourceRequest\x1a\x16.corpus.v1.SourceChunk0\x01\x12F\n" +
+	"\rReleaseSource\x12\x1f.corpus.v1.ReleaseSourceRequest\x1a\x16.corpus.v1.SourceChunk0\x01\x12<\n" +
+	"\x04Load\x12\x16.corpus.v1.LoadRequest\x1a\x17.corpus.v1.LoadResponse\"\x03\x90\x02\x01\x12F\n" +
 	"\bRedeploy\x12\x1f.corpus.v1.AgentRedeployRequest\x1a\x17.corpus.v1.DeployOutput0\x01\x12N\n" +
 	"\tProcesses\x12\x1f.corpus.v1.ListProcessesRequest\x1a .corpus.v1.ListProcessesResponse\x129\n" +
 	"\x04Logs\x12\x1b.corpus.v1.GuestLogsRequest\x1a\x12.corpus.v1.LogLine0\x01\x129\n" +
@@ -3557,7 +3741,7 @@ func file_corpus_v1_agent_proto_rawDescGZIP() []byte {
 	return file_corpus_v1_agent_proto_rawDescData
 }
 
-var file_corpus_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 60)
+var file_corpus_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 64)
 var file_corpus_v1_agent_proto_goTypes = []any{
 	(*TlsMaterialRequest)(nil),         // 0: corpus.v1.TlsMaterialRequest
 	(*TlsMaterialResponse)(nil),        // 1: corpus.v1.TlsMaterialResponse
@@ -3570,201 +3754,209 @@ var file_corpus_v1_agent_proto_goTypes = []any{
 	(*InstanceReleaseResponse)(nil),    // 8: corpus.v1.InstanceReleaseResponse
 	(*ReleaseSourceRequest)(nil),       // 9: corpus.v1.ReleaseSourceRequest
 	(*SourceChunk)(nil),                // 10: corpus.v1.SourceChunk
-	(*SetWebPortResponse)(nil),         // 11: corpus.v1.SetWebPortResponse
-	(*SetManifestDomainsRequest)(nil),  // 12: corpus.v1.SetManifestDomainsRequest
-	(*SetManifestDomainsResponse)(nil), // 13: corpus.v1.SetManifestDomainsResponse
-	(*GitAccessRequest)(nil),           // 14: corpus.v1.GitAccessRequest
-	(*RecordShellRequest)(nil),         // 15: corpus.v1.RecordShellRequest
-	(*RecordShellResponse)(nil),        // 16: corpus.v1.RecordShellResponse
-	(*GitAccessResponse)(nil),          // 17: corpus.v1.GitAccessResponse
-	(*BeginReleaseRequest)(nil),        // 18: corpus.v1.BeginReleaseRequest
-	(*BeginReleaseResponse)(nil),       // 19: corpus.v1.BeginReleaseResponse
-	(*FinishReleaseRequest)(nil),       // 20: corpus.v1.FinishReleaseRequest
-	(*FinishReleaseResponse)(nil),      // 21: corpus.v1.FinishReleaseResponse
-	(*SetCurrentReleaseRequest)(nil),   // 22: corpus.v1.SetCurrentReleaseRequest
-	(*SetCurrentReleaseResponse)(nil),  // 23: corpus.v1.SetCurrentReleaseResponse
-	(*PruneReleasesRequest)(nil),       // 24: corpus.v1.PruneReleasesRequest
-	(*PruneReleasesResponse)(nil),      // 25: corpus.v1.PruneReleasesResponse
-	(*EnrollRequest)(nil),              // 26: corpus.v1.EnrollRequest
-	(*EnrollResponse)(nil),             // 27: corpus.v1.EnrollResponse
-	(*RenewCertificateRequest)(nil),    // 28: corpus.v1.RenewCertificateRequest
-	(*RenewCertificateResponse)(nil),   // 29: corpus.v1.RenewCertificateResponse
-	(*WatchRequest)(nil),               // 30: corpus.v1.WatchRequest
-	(*WatchResponse)(nil),              // 31: corpus.v1.WatchResponse
-	(*InstanceAssignment)(nil),         // 32: corpus.v1.InstanceAssignment
-	(*PeerNode)(nil),                   // 33: corpus.v1.PeerNode
-	(*ReportRequest)(nil),              // 34: corpus.v1.ReportRequest
-	(*ReportedGuest)(nil),              // 35: corpus.v1.ReportedGuest
-	(*ReportedVolume)(nil),             // 36: corpus.v1.ReportedVolume
-	(*ServiceReach)(nil),               // 37: corpus.v1.ServiceReach
-	(*ServiceRuntimeRequest)(nil),      // 38: corpus.v1.ServiceRuntimeRequest
-	(*ServiceRuntimeResponse)(nil),     // 39: corpus.v1.ServiceRuntimeResponse
-	(*ReportResponse)(nil),             // 40: corpus.v1.ReportResponse
-	(*CheckChallengeRequest)(nil),      // 41: corpus.v1.CheckChallengeRequest
-	(*CheckChallengeResponse)(nil),     // 42: corpus.v1.CheckChallengeResponse
-	(*DumpServiceRequest)(nil),         // 43: corpus.v1.DumpServiceRequest
-	(*StoreBackupResponse)(nil),        // 44: corpus.v1.StoreBackupResponse
-	(*ReadBackupRequest)(nil),          // 45: corpus.v1.ReadBackupRequest
-	(*LoadServiceResponse)(nil),        // 46: corpus.v1.LoadServiceResponse
-	(*RemoveBackupRequest)(nil),        // 47: corpus.v1.RemoveBackupRequest
-	(*RemoveBackupResponse)(nil),       // 48: corpus.v1.RemoveBackupResponse
-	(*ExportVolumeRequest)(nil),        // 49: corpus.v1.ExportVolumeRequest
-	(*VolumeChunk)(nil),                // 50: corpus.v1.VolumeChunk
-	(*ImportVolumeResponse)(nil),       // 51: corpus.v1.ImportVolumeResponse
-	nil,                                // 52: corpus.v1.InstanceReleaseResponse.ConfigEntry
-	nil,                                // 53: corpus.v1.BeginReleaseResponse.ConfigEntry
-	nil,                                // 54: corpus.v1.EnrollRequest.LabelsEntry
-	nil,                                // 55: corpus.v1.WatchResponse.GuestProjectsEntry
-	nil,                                // 56: corpus.v1.WatchResponse.GuestServicesEntry
-	nil,                                // 57: corpus.v1.WatchResponse.GuestWaitingEntry
-	nil,                                // 58: corpus.v1.InstanceAssignment.ScaleEntry
-	nil,                                // 59: corpus.v1.ServiceRuntimeResponse.EnvEntry
-	(*RedeployRequest)(nil),            // 60: corpus.v1.RedeployRequest
-	(*ProjectEnv)(nil),                 // 61: corpus.v1.ProjectEnv
-	(*Release)(nil),                    // 62: corpus.v1.Release
-	(*Project)(nil),                    // 63: corpus.v1.Project
-	(*ReleaseStep)(nil),                // 64: corpus.v1.ReleaseStep
-	(*Resources)(nil),                  // 65: corpus.v1.Resources
-	(*DriverInfo)(nil),                 // 66: corpus.v1.DriverInfo
-	(*Node)(nil),                       // 67: corpus.v1.Node
-	(*Guest)(nil),                      // 68: corpus.v1.Guest
-	(*Route)(nil),                      // 69: corpus.v1.Route
-	(*Volume)(nil),                     // 70: corpus.v1.Volume
-	(*Backup)(nil),                     // 71: corpus.v1.Backup
-	(*Certificate)(nil),                // 72: corpus.v1.Certificate
-	(*ReportedService)(nil),            // 73: corpus.v1.ReportedService
-	(*GuestObserved)(nil),              // 74: corpus.v1.GuestObserved
-	(*VolumeObserved)(nil),             // 75: corpus.v1.VolumeObserved
-	(*Service)(nil),                    // 76: corpus.v1.Service
-	(*ExecGuestRequest)(nil),           // 77: corpus.v1.ExecGuestRequest
-	(*SnapshotVolumeRequest)(nil),      // 78: corpus.v1.SnapshotVolumeRequest
-	(*RollbackRequest)(nil),            // 79: corpus.v1.RollbackRequest
-	(*ListProcessesRequest)(nil),       // 80: corpus.v1.ListProcessesRequest
-	(*GuestLogsRequest)(nil),           // 81: corpus.v1.GuestLogsRequest
-	(*ShellInput)(nil),                 // 82: corpus.v1.ShellInput
-	(*BackupChunk)(nil),                // 83: corpus.v1.BackupChunk
-	(*ExecOutput)(nil),                 // 84: corpus.v1.ExecOutput
-	(*SnapshotVolumeResponse)(nil),     // 85: corpus.v1.SnapshotVolumeResponse
-	(*RollbackOutput)(nil),             // 86: corpus.v1.RollbackOutput
-	(*DeployOutput)(nil),               // 87: corpus.v1.DeployOutput
-	(*ListProcessesResponse)(nil),      // 88: corpus.v1.ListProcessesResponse
-	(*LogLine)(nil),                    // 89: corpus.v1.LogLine
+	(*LoadRequest)(nil),                // 11: corpus.v1.LoadRequest
+	(*LoadResponse)(nil),               // 12: corpus.v1.LoadResponse
+	(*GuestLoad)(nil),                  // 13: corpus.v1.GuestLoad
+	(*SetWebPortResponse)(nil),         // 14: corpus.v1.SetWebPortResponse
+	(*SetManifestDomainsRequest)(nil),  // 15: corpus.v1.SetManifestDomainsRequest
+	(*SetManifestDomainsResponse)(nil), // 16: corpus.v1.SetManifestDomainsResponse
+	(*GitAccessRequest)(nil),           // 17: corpus.v1.GitAccessRequest
+	(*RecordShellRequest)(nil),         // 18: corpus.v1.RecordShellRequest
+	(*RecordShellResponse)(nil),        // 19: corpus.v1.RecordShellResponse
+	(*GitAccessResponse)(nil),          // 20: corpus.v1.GitAccessResponse
+	(*BeginReleaseRequest)(nil),        // 21: corpus.v1.BeginReleaseRequest
+	(*BeginReleaseResponse)(nil),       // 22: corpus.v1.BeginReleaseResponse
+	(*FinishReleaseRequest)(nil),       // 23: corpus.v1.FinishReleaseRequest
+	(*FinishReleaseResponse)(nil),      // 24: corpus.v1.FinishReleaseResponse
+	(*SetCurrentReleaseRequest)(nil),   // 25: corpus.v1.SetCurrentReleaseRequest
+	(*SetCurrentReleaseResponse)(nil),  // 26: corpus.v1.SetCurrentReleaseResponse
+	(*PruneReleasesRequest)(nil),       // 27: corpus.v1.PruneReleasesRequest
+	(*PruneReleasesResponse)(nil),      // 28: corpus.v1.PruneReleasesResponse
+	(*EnrollRequest)(nil),              // 29: corpus.v1.EnrollRequest
+	(*EnrollResponse)(nil),             // 30: corpus.v1.EnrollResponse
+	(*RenewCertificateRequest)(nil),    // 31: corpus.v1.RenewCertificateRequest
+	(*RenewCertificateResponse)(nil),   // 32: corpus.v1.RenewCertificateResponse
+	(*WatchRequest)(nil),               // 33: corpus.v1.WatchRequest
+	(*WatchResponse)(nil),              // 34: corpus.v1.WatchResponse
+	(*InstanceAssignment)(nil),         // 35: corpus.v1.InstanceAssignment
+	(*PeerNode)(nil),                   // 36: corpus.v1.PeerNode
+	(*ReportRequest)(nil),              // 37: corpus.v1.ReportRequest
+	(*ReportedGuest)(nil),              // 38: corpus.v1.ReportedGuest
+	(*ReportedVolume)(nil),             // 39: corpus.v1.ReportedVolume
+	(*ServiceReach)(nil),               // 40: corpus.v1.ServiceReach
+	(*ServiceRuntimeRequest)(nil),      // 41: corpus.v1.ServiceRuntimeRequest
+	(*ServiceRuntimeResponse)(nil),     // 42: corpus.v1.ServiceRuntimeResponse
+	(*ReportResponse)(nil),             // 43: corpus.v1.ReportResponse
+	(*CheckChallengeRequest)(nil),      // 44: corpus.v1.CheckChallengeRequest
+	(*CheckChallengeResponse)(nil),     // 45: corpus.v1.CheckChallengeResponse
+	(*DumpServiceRequest)(nil),         // 46: corpus.v1.DumpServiceRequest
+	(*StoreBackupResponse)(nil),        // 47: corpus.v1.StoreBackupResponse
+	(*ReadBackupRequest)(nil),          // 48: corpus.v1.ReadBackupRequest
+	(*LoadServiceResponse)(nil),        // 49: corpus.v1.LoadServiceResponse
+	(*RemoveBackupRequest)(nil),        // 50: corpus.v1.RemoveBackupRequest
+	(*RemoveBackupResponse)(nil),       // 51: corpus.v1.RemoveBackupResponse
+	(*ExportVolumeRequest)(nil),        // 52: corpus.v1.ExportVolumeRequest
+	(*VolumeChunk)(nil),                // 53: corpus.v1.VolumeChunk
+	(*ImportVolumeResponse)(nil),       // 54: corpus.v1.ImportVolumeResponse
+	nil,                                // 55: corpus.v1.InstanceReleaseResponse.ConfigEntry
+	nil,                                // 56: corpus.v1.LoadResponse.RequestsEntry
+	nil,                                // 57: corpus.v1.BeginReleaseResponse.ConfigEntry
+	nil,                                // 58: corpus.v1.EnrollRequest.LabelsEntry
+	nil,                                // 59: corpus.v1.WatchResponse.GuestProjectsEntry
+	nil,                                // 60: corpus.v1.WatchResponse.GuestServicesEntry
+	nil,                                // 61: corpus.v1.WatchResponse.GuestWaitingEntry
+	nil,                                // 62: corpus.v1.InstanceAssignment.ScaleEntry
+	nil,                                // 63: corpus.v1.ServiceRuntimeResponse.EnvEntry
+	(*RedeployRequest)(nil),            // 64: corpus.v1.RedeployRequest
+	(*ProjectEnv)(nil),                 // 65: corpus.v1.ProjectEnv
+	(*Release)(nil),                    // 66: corpus.v1.Release
+	(*Project)(nil),                    // 67: corpus.v1.Project
+	(*ReleaseStep)(nil),                // 68: corpus.v1.ReleaseStep
+	(*Resources)(nil),                  // 69: corpus.v1.Resources
+	(*DriverInfo)(nil),                 // 70: corpus.v1.DriverInfo
+	(*Node)(nil),                       // 71: corpus.v1.Node
+	(*Guest)(nil),                      // 72: corpus.v1.Guest
+	(*Route)(nil),                      // 73: corpus.v1.Route
+	(*Volume)(nil),                     // 74: corpus.v1.Volume
+	(*Backup)(nil),                     // 75: corpus.v1.Backup
+	(*Certificate)(nil),                // 76: corpus.v1.Certificate
+	(*ReportedService)(nil),            // 77: corpus.v1.ReportedService
+	(*GuestObserved)(nil),              // 78: corpus.v1.GuestObserved
+	(*VolumeObserved)(nil),             // 79: corpus.v1.VolumeObserved
+	(*Service)(nil),                    // 80: corpus.v1.Service
+	(*ExecGuestRequest)(nil),           // 81: corpus.v1.ExecGuestRequest
+	(*SnapshotVolumeRequest)(nil),      // 82: corpus.v1.SnapshotVolumeRequest
+	(*RollbackRequest)(nil),            // 83: corpus.v1.RollbackRequest
+	(*ListProcessesRequest)(nil),       // 84: corpus.v1.ListProcessesRequest
+	(*GuestLogsRequest)(nil),           // 85: corpus.v1.GuestLogsRequest
+	(*ShellInput)(nil),                 // 86: corpus.v1.ShellInput
+	(*BackupChunk)(nil),                // 87: corpus.v1.BackupChunk
+	(*ExecOutput)(nil),                 // 88: corpus.v1.ExecOutput
+	(*SnapshotVolumeResponse)(nil),     // 89: corpus.v1.SnapshotVolumeResponse
+	(*RollbackOutput)(nil),             // 90: corpus.v1.RollbackOutput
+	(*DeployOutput)(nil),               // 91: corpus.v1.DeployOutput
+	(*ListProcessesResponse)(nil),      // 92: corpus.v1.ListProcessesResponse
+	(*LogLine)(nil),                    // 93: corpus.v1.LogLine
 }
 var file_corpus_v1_agent_proto_depIdxs = []int32{
 	2,  // 0: corpus.v1.TlsMaterialResponse.domains:type_name -> corpus.v1.TlsDomain
-	60, // 1: corpus.v1.AgentRedeployRequest.request:type_name -> corpus.v1.RedeployRequest
-	61, // 2: corpus.v1.AgentRedeployRequest.env:type_name -> corpus.v1.ProjectEnv
-	62, // 3: corpus.v1.AgentRedeployRequest.releases:type_name -> corpus.v1.Release
-	61, // 4: corpus.v1.InstanceReleaseResponse.env:type_name -> corpus.v1.ProjectEnv
-	62, // 5: corpus.v1.InstanceReleaseResponse.release:type_name -> corpus.v1.Release
-	62, // 6: corpus.v1.InstanceReleaseResponse.releases:type_name -> corpus.v1.Release
-	52, // 7: corpus.v1.InstanceReleaseResponse.config:type_name -> corpus.v1.InstanceReleaseResponse.ConfigEntry
-	63, // 8: corpus.v1.GitAccessResponse.project:type_name -> corpus.v1.Project
-	61, // 9: corpus.v1.GitAccessResponse.env:type_name -> corpus.v1.ProjectEnv
-	62, // 10: corpus.v1.GitAccessResponse.releases:type_name -> corpus.v1.Release
-	62, // 11: corpus.v1.BeginReleaseResponse.release:type_name -> corpus.v1.Release
-	53, // 12: corpus.v1.BeginReleaseResponse.config:type_name -> corpus.v1.BeginReleaseResponse.ConfigEntry
-	64, // 13: corpus.v1.FinishReleaseRequest.steps:type_name -> corpus.v1.ReleaseStep
-	62, // 14: corpus.v1.FinishReleaseResponse.release:type_name -> corpus.v1.Release
-	54, // 15: corpus.v1.EnrollRequest.labels:type_name -> corpus.v1.EnrollRequest.LabelsEntry
-	65, // 16: corpus.v1.EnrollRequest.capacity:type_name -> corpus.v1.Resources
-	66, // 17: corpus.v1.EnrollRequest.drivers:type_name -> corpus.v1.DriverInfo
-	67, // 18: corpus.v1.WatchResponse.node:type_name -> corpus.v1.Node
-	68, // 19: corpus.v1.WatchResponse.guests:type_name -> corpus.v1.Guest
-	69, // 20: corpus.v1.WatchResponse.routes:type_name -> corpus.v1.Route
-	70, // 21: corpus.v1.WatchResponse.volumes:type_name -> corpus.v1.Volume
-	55, // 22: corpus.v1.WatchResponse.guest_projects:type_name -> corpus.v1.WatchResponse.GuestProjectsEntry
-	56, // 23: corpus.v1.WatchResponse.guest_services:type_name -> corpus.v1.WatchResponse.GuestServicesEntry
-	37, // 24: corpus.v1.WatchResponse.service_reach:type_name -> corpus.v1.ServiceReach
-	71, // 25: corpus.v1.WatchResponse.backups:type_name -> corpus.v1.Backup
-	57, // 26: corpus.v1.WatchResponse.guest_waiting:type_name -> corpus.v1.WatchResponse.GuestWaitingEntry
-	33, // 27: corpus.v1.WatchResponse.peers:type_name -> corpus.v1.PeerNode
-	72, // 28: corpus.v1.WatchResponse.certificates:type_name -> corpus.v1.Certificate
-	32, // 29: corpus.v1.WatchResponse.instances:type_name -> corpus.v1.InstanceAssignment
-	58, // 30: corpus.v1.InstanceAssignment.scale:type_name -> corpus.v1.InstanceAssignment.ScaleEntry
-	65, // 31: corpus.v1.ReportRequest.capacity:type_name -> corpus.v1.Resources
-	66, // 32: corpus.v1.ReportRequest.drivers:type_name -> corpus.v1.DriverInfo
-	35, // 33: corpus.v1.ReportRequest.guests:type_name -> corpus.v1.ReportedGuest
-	36, // 34: corpus.v1.ReportRequest.volumes:type_name -> corpus.v1.ReportedVolume
-	73, // 35: corpus.v1.ReportRequest.services:type_name -> corpus.v1.ReportedService
-	74, // 36: corpus.v1.ReportedGuest.observed:type_name -> corpus.v1.GuestObserved
-	75, // 37: corpus.v1.ReportedVolume.observed:type_name -> corpus.v1.VolumeObserved
-	76, // 38: corpus.v1.ServiceRuntimeResponse.service:type_name -> corpus.v1.Service
-	59, // 39: corpus.v1.ServiceRuntimeResponse.env:type_name -> corpus.v1.ServiceRuntimeResponse.EnvEntry
-	71, // 40: corpus.v1.DumpServiceRequest.backup:type_name -> corpus.v1.Backup
-	71, // 41: corpus.v1.ReadBackupRequest.backup:type_name -> corpus.v1.Backup
-	71, // 42: corpus.v1.RemoveBackupRequest.backup:type_name -> corpus.v1.Backup
-	26, // 43: corpus.v1.AgentService.Enroll:input_type -> corpus.v1.EnrollRequest
-	28, // 44: corpus.v1.AgentService.RenewCertificate:input_type -> corpus.v1.RenewCertificateRequest
-	30, // 45: corpus.v1.AgentService.Watch:input_type -> corpus.v1.WatchRequest
-	34, // 46: corpus.v1.AgentService.Report:input_type -> corpus.v1.ReportRequest
-	14, // 47: corpus.v1.AgentService.GitAccess:input_type -> corpus.v1.GitAccessRequest
-	18, // 48: corpus.v1.AgentService.BeginRelease:input_type -> corpus.v1.BeginReleaseRequest
-	20, // 49: corpus.v1.AgentService.FinishRelease:input_type -> corpus.v1.FinishReleaseRequest
-	22, // 50: corpus.v1.AgentService.SetCurrentRelease:input_type -> corpus.v1.SetCurrentReleaseRequest
-	24, // 51: corpus.v1.AgentService.PruneReleases:input_type -> corpus.v1.PruneReleasesRequest
-	12, // 52: corpus.v1.AgentService.SetManifestDomains:input_type -> corpus.v1.SetManifestDomainsRequest
-	4,  // 53: corpus.v1.AgentService.SetWebPort:input_type -> corpus.v1.SetWebPortRequest
-	5,  // 54: corpus.v1.AgentService.RollInstance:input_type -> corpus.v1.RollInstanceRequest
-	7,  // 55: corpus.v1.AgentService.InstanceRelease:input_type -> corpus.v1.InstanceReleaseRequest
-	9,  // 56: corpus.v1.AgentService.ReleaseSource:input_type -> corpus.v1.ReleaseSourceRequest
-	15, // 57: corpus.v1.AgentService.RecordShell:input_type -> corpus.v1.RecordShellRequest
-	38, // 58: corpus.v1.AgentService.ServiceRuntime:input_type -> corpus.v1.ServiceRuntimeRequest
-	0,  // 59: corpus.v1.AgentService.TlsMaterial:input_type -> corpus.v1.TlsMaterialRequest
-	77, // 60: corpus.v1.NodeAgentService.Exec:input_type -> corpus.v1.ExecGuestRequest
-	49, // 61: corpus.v1.NodeAgentService.ExportVolume:input_type -> corpus.v1.ExportVolumeRequest
-	50, // 62: corpus.v1.NodeAgentService.ImportVolume:input_type -> corpus.v1.VolumeChunk
-	78, // 63: corpus.v1.NodeAgentService.SnapshotVolume:input_type -> corpus.v1.SnapshotVolumeRequest
-	79, // 64: corpus.v1.NodeAgentService.Rollback:input_type -> corpus.v1.RollbackRequest
-	9,  // 65: corpus.v1.NodeAgentService.ReleaseSource:input_type -> corpus.v1.ReleaseSourceRequest
-	3,  // 66: corpus.v1.NodeAgentService.Redeploy:input_type -> corpus.v1.AgentRedeployRequest
-	80, // 67: corpus.v1.NodeAgentService.Processes:input_type -> corpus.v1.ListProcessesRequest
-	81, // 68: corpus.v1.NodeAgentService.Logs:input_type -> corpus.v1.GuestLogsRequest
-	82, // 69: corpus.v1.NodeAgentService.Shell:input_type -> corpus.v1.ShellInput
-	43, // 70: corpus.v1.NodeAgentService.DumpService:input_type -> corpus.v1.DumpServiceRequest
-	83, // 71: corpus.v1.NodeAgentService.StoreBackup:input_type -> corpus.v1.BackupChunk
-	45, // 72: corpus.v1.NodeAgentService.ReadBackup:input_type -> corpus.v1.ReadBackupRequest
-	83, // 73: corpus.v1.NodeAgentService.LoadService:input_type -> corpus.v1.BackupChunk
-	47, // 74: corpus.v1.NodeAgentService.RemoveBackup:input_type -> corpus.v1.RemoveBackupRequest
-	41, // 75: corpus.v1.NodeAgentService.CheckChallenge:input_type -> corpus.v1.CheckChallengeRequest
-	27, // 76: corpus.v1.AgentService.Enroll:output_type -> corpus.v1.EnrollResponse
-	29, // 77: corpus.v1.AgentService.RenewCertificate:output_type -> corpus.v1.RenewCertificateResponse
-	31, // 78: corpus.v1.AgentService.Watch:output_type -> corpus.v1.WatchResponse
-	40, // 79: corpus.v1.AgentService.Report:output_type -> corpus.v1.ReportResponse
-	17, // 80: corpus.v1.AgentService.GitAccess:output_type -> corpus.v1.GitAccessResponse
-	19, // 81: corpus.v1.AgentService.BeginRelease:output_type -> corpus.v1.BeginReleaseResponse
-	21, // 82: corpus.v1.AgentService.FinishRelease:output_type -> corpus.v1.FinishReleaseResponse
-	23, // 83: corpus.v1.AgentService.SetCurrentRelease:output_type -> corpus.v1.SetCurrentReleaseResponse
-	25, // 84: corpus.v1.AgentService.PruneReleases:output_type -> corpus.v1.PruneReleasesResponse
-	13, // 85: corpus.v1.AgentService.SetManifestDomains:output_type -> corpus.v1.SetManifestDomainsResponse
-	11, // 86: corpus.v1.AgentService.SetWebPort:output_type -> corpus.v1.SetWebPortResponse
-	6,  // 87: corpus.v1.AgentService.RollInstance:output_type -> corpus.v1.RollInstanceResponse
-	8,  // 88: corpus.v1.AgentService.InstanceRelease:output_type -> corpus.v1.InstanceReleaseResponse
-	10, // 89: corpus.v1.AgentService.ReleaseSource:output_type -> corpus.v1.SourceChunk
-	16, // 90: corpus.v1.AgentService.RecordShell:output_type -> corpus.v1.RecordShellResponse
-	39, // 91: corpus.v1.AgentService.ServiceRuntime:output_type -> corpus.v1.ServiceRuntimeResponse
-	1,  // 92: corpus.v1.AgentService.TlsMaterial:output_type -> corpus.v1.TlsMaterialResponse
-	84, // 93: corpus.v1.NodeAgentService.Exec:output_type -> corpus.v1.ExecOutput
-	50, // 94: corpus.v1.NodeAgentService.ExportVolume:output_type -> corpus.v1.VolumeChunk
-	51, // 95: corpus.v1.NodeAgentService.ImportVolume:output_type -> corpus.v1.ImportVolumeResponse
-	85, // 96: corpus.v1.NodeAgentService.SnapshotVolume:output_type -> corpus.v1.SnapshotVolumeResponse
-	86, // 97: corpus.v1.NodeAgentService.Rollback:output_type -> corpus.v1.RollbackOutput
-	10, // 98: corpus.v1.NodeAgentService.ReleaseSource:output_type -> corpus.v1.SourceChunk
-	87, // 99: corpus.v1.NodeAgentService.Redeploy:output_type -> corpus.v1.DeployOutput
-	88, // 100: corpus.v1.NodeAgentService.Processes:output_type -> corpus.v1.ListProcessesResponse
-	89, // 101: corpus.v1.NodeAgentService.Logs:output_type -> corpus.v1.LogLine
-	84, // 102: corpus.v1.NodeAgentService.Shell:output_type -> corpus.v1.ExecOutput
-	83, // 103: corpus.v1.NodeAgentService.DumpService:output_type -> corpus.v1.BackupChunk
-	44, // 104: corpus.v1.NodeAgentService.StoreBackup:output_type -> corpus.v1.StoreBackupResponse
-	83, // 105: corpus.v1.NodeAgentService.ReadBackup:output_type -> corpus.v1.BackupChunk
-	46, // 106: corpus.v1.NodeAgentService.LoadService:output_type -> corpus.v1.LoadServiceResponse
-	48, // 107: corpus.v1.NodeAgentService.RemoveBackup:output_type -> corpus.v1.RemoveBackupResponse
-	42, // 108: corpus.v1.NodeAgentService.CheckChallenge:output_type -> corpus.v1.CheckChallengeResponse
-	76, // [76:109] is the sub-list for method output_type
-	43, // [43:76] is the sub-list for method input_type
-	43, // [43:43] is the sub-list for extension type_name
-	43, // [43:43] is the sub-list for extension extendee
-	0,  // [0:43] is the sub-list for field type_name
+	64, // 1: corpus.v1.AgentRedeployRequest.request:type_name -> corpus.v1.RedeployRequest
+	65, // 2: corpus.v1.AgentRedeployRequest.env:type_name -> corpus.v1.ProjectEnv
+	66, // 3: corpus.v1.AgentRedeployRequest.releases:type_name -> corpus.v1.Release
+	65, // 4: corpus.v1.InstanceReleaseResponse.env:type_name -> corpus.v1.ProjectEnv
+	66, // 5: corpus.v1.InstanceReleaseResponse.release:type_name -> corpus.v1.Release
+	66, // 6: corpus.v1.InstanceReleaseResponse.releases:type_name -> corpus.v1.Release
+	55, // 7: corpus.v1.InstanceReleaseResponse.config:type_name -> corpus.v1.InstanceReleaseResponse.ConfigEntry
+	13, // 8: corpus.v1.LoadResponse.guests:type_name -> corpus.v1.GuestLoad
+	56, // 9: corpus.v1.LoadResponse.requests:type_name -> corpus.v1.LoadResponse.RequestsEntry
+	67, // 10: corpus.v1.GitAccessResponse.project:type_name -> corpus.v1.Project
+	65, // 11: corpus.v1.GitAccessResponse.env:type_name -> corpus.v1.ProjectEnv
+	66, // 12: corpus.v1.GitAccessResponse.releases:type_name -> corpus.v1.Release
+	66, // 13: corpus.v1.BeginReleaseResponse.release:type_name -> corpus.v1.Release
+	57, // 14: corpus.v1.BeginReleaseResponse.config:type_name -> corpus.v1.BeginReleaseResponse.ConfigEntry
+	68, // 15: corpus.v1.FinishReleaseRequest.steps:type_name -> corpus.v1.ReleaseStep
+	66, // 16: corpus.v1.FinishReleaseResponse.release:type_name -> corpus.v1.Release
+	58, // 17: corpus.v1.EnrollRequest.labels:type_name -> corpus.v1.EnrollRequest.LabelsEntry
+	69, // 18: corpus.v1.EnrollRequest.capacity:type_name -> corpus.v1.Resources
+	70, // 19: corpus.v1.EnrollRequest.drivers:type_name -> corpus.v1.DriverInfo
+	71, // 20: corpus.v1.WatchResponse.node:type_name -> corpus.v1.Node
+	72, // 21: corpus.v1.WatchResponse.guests:type_name -> corpus.v1.Guest
+	73, // 22: corpus.v1.WatchResponse.routes:type_name -> corpus.v1.Route
+	74, // 23: corpus.v1.WatchResponse.volumes:type_name -> corpus.v1.Volume
+	59, // 24: corpus.v1.WatchResponse.guest_projects:type_name -> corpus.v1.WatchResponse.GuestProjectsEntry
+	60, // 25: corpus.v1.WatchResponse.guest_services:type_name -> corpus.v1.WatchResponse.GuestServicesEntry
+	40, // 26: corpus.v1.WatchResponse.service_reach:type_name -> corpus.v1.ServiceReach
+	75, // 27: corpus.v1.WatchResponse.backups:type_name -> corpus.v1.Backup
+	61, // 28: corpus.v1.WatchResponse.guest_waiting:type_name -> corpus.v1.WatchResponse.GuestWaitingEntry
+	36, // 29: corpus.v1.WatchResponse.peers:type_name -> corpus.v1.PeerNode
+	76, // 30: corpus.v1.WatchResponse.certificates:type_name -> corpus.v1.Certificate
+	35, // 31: corpus.v1.WatchResponse.instances:type_name -> corpus.v1.InstanceAssignment
+	62, // 32: corpus.v1.InstanceAssignment.scale:type_name -> corpus.v1.InstanceAssignment.ScaleEntry
+	69, // 33: corpus.v1.ReportRequest.capacity:type_name -> corpus.v1.Resources
+	70, // 34: corpus.v1.ReportRequest.drivers:type_name -> corpus.v1.DriverInfo
+	38, // 35: corpus.v1.ReportRequest.guests:type_name -> corpus.v1.ReportedGuest
+	39, // 36: corpus.v1.ReportRequest.volumes:type_name -> corpus.v1.ReportedVolume
+	77, // 37: corpus.v1.ReportRequest.services:type_name -> corpus.v1.ReportedService
+	78, // 38: corpus.v1.ReportedGuest.observed:type_name -> corpus.v1.GuestObserved
+	79, // 39: corpus.v1.ReportedVolume.observed:type_name -> corpus.v1.VolumeObserved
+	80, // 40: corpus.v1.ServiceRuntimeResponse.service:type_name -> corpus.v1.Service
+	63, // 41: corpus.v1.ServiceRuntimeResponse.env:type_name -> corpus.v1.ServiceRuntimeResponse.EnvEntry
+	75, // 42: corpus.v1.DumpServiceRequest.backup:type_name -> corpus.v1.Backup
+	75, // 43: corpus.v1.ReadBackupRequest.backup:type_name -> corpus.v1.Backup
+	75, // 44: corpus.v1.RemoveBackupRequest.backup:type_name -> corpus.v1.Backup
+	29, // 45: corpus.v1.AgentService.Enroll:input_type -> corpus.v1.EnrollRequest
+	31, // 46: corpus.v1.AgentService.RenewCertificate:input_type -> corpus.v1.RenewCertificateRequest
+	33, // 47: corpus.v1.AgentService.Watch:input_type -> corpus.v1.WatchRequest
+	37, // 48: corpus.v1.AgentService.Report:input_type -> corpus.v1.ReportRequest
+	17, // 49: corpus.v1.AgentService.GitAccess:input_type -> corpus.v1.GitAccessRequest
+	21, // 50: corpus.v1.AgentService.BeginRelease:input_type -> corpus.v1.BeginReleaseRequest
+	23, // 51: corpus.v1.AgentService.FinishRelease:input_type -> corpus.v1.FinishReleaseRequest
+	25, // 52: corpus.v1.AgentService.SetCurrentRelease:input_type -> corpus.v1.SetCurrentReleaseRequest
+	27, // 53: corpus.v1.AgentService.PruneReleases:input_type -> corpus.v1.PruneReleasesRequest
+	15, // 54: corpus.v1.AgentService.SetManifestDomains:input_type -> corpus.v1.SetManifestDomainsRequest
+	4,  // 55: corpus.v1.AgentService.SetWebPort:input_type -> corpus.v1.SetWebPortRequest
+	5,  // 56: corpus.v1.AgentService.RollInstance:input_type -> corpus.v1.RollInstanceRequest
+	7,  // 57: corpus.v1.AgentService.InstanceRelease:input_type -> corpus.v1.InstanceReleaseRequest
+	9,  // 58: corpus.v1.AgentService.ReleaseSource:input_type -> corpus.v1.ReleaseSourceRequest
+	18, // 59: corpus.v1.AgentService.RecordShell:input_type -> corpus.v1.RecordShellRequest
+	41, // 60: corpus.v1.AgentService.ServiceRuntime:input_type -> corpus.v1.ServiceRuntimeRequest
+	0,  // 61: corpus.v1.AgentService.TlsMaterial:input_type -> corpus.v1.TlsMaterialRequest
+	81, // 62: corpus.v1.NodeAgentService.Exec:input_type -> corpus.v1.ExecGuestRequest
+	52, // 63: corpus.v1.NodeAgentService.ExportVolume:input_type -> corpus.v1.ExportVolumeRequest
+	53, // 64: corpus.v1.NodeAgentService.ImportVolume:input_type -> corpus.v1.VolumeChunk
+	82, // 65: corpus.v1.NodeAgentService.SnapshotVolume:input_type -> corpus.v1.SnapshotVolumeRequest
+	83, // 66: corpus.v1.NodeAgentService.Rollback:input_type -> corpus.v1.RollbackRequest
+	9,  // 67: corpus.v1.NodeAgentService.ReleaseSource:input_type -> corpus.v1.ReleaseSourceRequest
+	11, // 68: corpus.v1.NodeAgentService.Load:input_type -> corpus.v1.LoadRequest
+	3,  // 69: corpus.v1.NodeAgentService.Redeploy:input_type -> corpus.v1.AgentRedeployRequest
+	84, // 70: corpus.v1.NodeAgentService.Processes:input_type -> corpus.v1.ListProcessesRequest
+	85, // 71: corpus.v1.NodeAgentService.Logs:input_type -> corpus.v1.GuestLogsRequest
+	86, // 72: corpus.v1.NodeAgentService.Shell:input_type -> corpus.v1.ShellInput
+	46, // 73: corpus.v1.NodeAgentService.DumpService:input_type -> corpus.v1.DumpServiceRequest
+	87, // 74: corpus.v1.NodeAgentService.StoreBackup:input_type -> corpus.v1.BackupChunk
+	48, // 75: corpus.v1.NodeAgentService.ReadBackup:input_type -> corpus.v1.ReadBackupRequest
+	87, // 76: corpus.v1.NodeAgentService.LoadService:input_type -> corpus.v1.BackupChunk
+	50, // 77: corpus.v1.NodeAgentService.RemoveBackup:input_type -> corpus.v1.RemoveBackupRequest
+	44, // 78: corpus.v1.NodeAgentService.CheckChallenge:input_type -> corpus.v1.CheckChallengeRequest
+	30, // 79: corpus.v1.AgentService.Enroll:output_type -> corpus.v1.EnrollResponse
+	32, // 80: corpus.v1.AgentService.RenewCertificate:output_type -> corpus.v1.RenewCertificateResponse
+	34, // 81: corpus.v1.AgentService.Watch:output_type -> corpus.v1.WatchResponse
+	43, // 82: corpus.v1.AgentService.Report:output_type -> corpus.v1.ReportResponse
+	20, // 83: corpus.v1.AgentService.GitAccess:output_type -> corpus.v1.GitAccessResponse
+	22, // 84: corpus.v1.AgentService.BeginRelease:output_type -> corpus.v1.BeginReleaseResponse
+	24, // 85: corpus.v1.AgentService.FinishRelease:output_type -> corpus.v1.FinishReleaseResponse
+	26, // 86: corpus.v1.AgentService.SetCurrentRelease:output_type -> corpus.v1.SetCurrentReleaseResponse
+	28, // 87: corpus.v1.AgentService.PruneReleases:output_type -> corpus.v1.PruneReleasesResponse
+	16, // 88: corpus.v1.AgentService.SetManifestDomains:output_type -> corpus.v1.SetManifestDomainsResponse
+	14, // 89: corpus.v1.AgentService.SetWebPort:output_type -> corpus.v1.SetWebPortResponse
+	6,  // 90: corpus.v1.AgentService.RollInstance:output_type -> corpus.v1.RollInstanceResponse
+	8,  // 91: corpus.v1.AgentService.InstanceRelease:output_type -> corpus.v1.InstanceReleaseResponse
+	10, // 92: corpus.v1.AgentService.ReleaseSource:output_type -> corpus.v1.SourceChunk
+	19, // 93: corpus.v1.AgentService.RecordShell:output_type -> corpus.v1.RecordShellResponse
+	42, // 94: corpus.v1.AgentService.ServiceRuntime:output_type -> corpus.v1.ServiceRuntimeResponse
+	1,  // 95: corpus.v1.AgentService.TlsMaterial:output_type -> corpus.v1.TlsMaterialResponse
+	88, // 96: corpus.v1.NodeAgentService.Exec:output_type -> corpus.v1.ExecOutput
+	53, // 97: corpus.v1.NodeAgentService.ExportVolume:output_type -> corpus.v1.VolumeChunk
+	54, // 98: corpus.v1.NodeAgentService.ImportVolume:output_type -> corpus.v1.ImportVolumeResponse
+	89, // 99: corpus.v1.NodeAgentService.SnapshotVolume:output_type -> corpus.v1.SnapshotVolumeResponse
+	90, // 100: corpus.v1.NodeAgentService.Rollback:output_type -> corpus.v1.RollbackOutput
+	10, // 101: corpus.v1.NodeAgentService.ReleaseSource:output_type -> corpus.v1.SourceChunk
+	12, // 102: corpus.v1.NodeAgentService.Load:output_type -> corpus.v1.LoadResponse
+	91, // 103: corpus.v1.NodeAgentService.Redeploy:output_type -> corpus.v1.DeployOutput
+	92, // 104: corpus.v1.NodeAgentService.Processes:output_type -> corpus.v1.ListProcessesResponse
+	93, // 105: corpus.v1.NodeAgentService.Logs:output_type -> corpus.v1.LogLine
+	88, // 106: corpus.v1.NodeAgentService.Shell:output_type -> corpus.v1.ExecOutput
+	87, // 107: corpus.v1.NodeAgentService.DumpService:output_type -> corpus.v1.BackupChunk
+	47, // 108: corpus.v1.NodeAgentService.StoreBackup:output_type -> corpus.v1.StoreBackupResponse
+	87, // 109: corpus.v1.NodeAgentService.ReadBackup:output_type -> corpus.v1.BackupChunk
+	49, // 110: corpus.v1.NodeAgentService.LoadService:output_type -> corpus.v1.LoadServiceResponse
+	51, // 111: corpus.v1.NodeAgentService.RemoveBackup:output_type -> corpus.v1.RemoveBackupResponse
+	45, // 112: corpus.v1.NodeAgentService.CheckChallenge:output_type -> corpus.v1.CheckChallengeResponse
+	79, // [79:113] is the sub-list for method output_type
+	45, // [45:79] is the sub-list for method input_type
+	45, // [45:45] is the sub-list for extension type_name
+	45, // [45:45] is the sub-list for extension extendee
+	0,  // [0:45] is the sub-list for field type_name
 }
 
 func init() { file_corpus_v1_agent_proto_init() }
@@ -3783,7 +3975,7 @@ func file_corpus_v1_agent_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_corpus_v1_agent_proto_rawDesc), len(file_corpus_v1_agent_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   60,
+			NumMessages:   64,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

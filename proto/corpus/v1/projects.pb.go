@@ -23,6 +23,158 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+type AutoscaleRequest struct {
+	state                  protoimpl.MessageState `protogen:"open.v1"`
+	Project                string                 `protobuf:"bytes,1,opt,name=project,proto3" json:"project,omitempty"`
+	Env                    string                 `protobuf:"bytes,2,opt,name=env,proto3" json:"env,omitempty"`
+	Process                string                 `protobuf:"bytes,3,opt,name=process,proto3" json:"process,omitempty"`
+	Min                    uint32                 `protobuf:"varint,4,opt,name=min,proto3" json:"min,omitempty"`
+	Max                    uint32                 `protobuf:"varint,5,opt,name=max,proto3" json:"max,omitempty"`
+	TargetCpuPercent       uint32                 `protobuf:"varint,6,opt,name=target_cpu_percent,json=targetCpuPercent,proto3" json:"target_cpu_percent,omitempty"`
+	TargetRps              float64                `protobuf:"fixed64,7,opt,name=target_rps,json=targetRps,proto3" json:"target_rps,omitempty"`
+	ScaleDownWindowSeconds uint32                 `protobuf:"varint,8,opt,name=scale_down_window_seconds,json=scaleDownWindowSeconds,proto3" json:"scale_down_window_seconds,omitempty"`
+	Off                    bool                   `protobuf:"varint,9,opt,name=off,proto3" json:"off,omitempty"`
+	unknownFields          protoimpl.UnknownFields
+	sizeCache              protoimpl.SizeCache
+}
+
+func (x *AutoscaleRequest) Reset() {
+	*x = AutoscaleRequest{}
+	mi := &file_corpus_v1_projects_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AutoscaleRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AutoscaleRequest) ProtoMessage() {}
+
+func (x *AutoscaleRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_projects_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AutoscaleRequest.ProtoReflect.Descriptor instead.
+func (*AutoscaleRequest) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *AutoscaleRequest) GetProject() string {
+	if x != nil {
+		return x.Project
+	}
+	return ""
+}
+
+func (x *AutoscaleRequest) GetEnv() string {
+	if x != nil {
+		return x.Env
+	}
+	return ""
+}
+
+func (x *AutoscaleRequest) GetProcess() string {
+	if x != nil {
+		return x.Process
+	}
+	return ""
+}
+
+func (x *AutoscaleRequest) GetMin() uint32 {
+	if x != nil {
+		return x.Min
+	}
+	return 0
+}
+
+func (x *AutoscaleRequest) GetMax() uint32 {
+	if x != nil {
+		return x.Max
+	}
+	return 0
+}
+
+func (x *AutoscaleRequest) GetTargetCpuPercent() uint32 {
+	if x != nil {
+		return x.TargetCpuPercent
+	}
+	return 0
+}
+
+func (x *AutoscaleRequest) GetTargetRps() float64 {
+	if x != nil {
+		return x.TargetRps
+	}
+	return 0
+}
+
+func (x *AutoscaleRequest) GetScaleDownWindowSeconds() uint32 {
+	if x != nil {
+		return x.ScaleDownWindowSeconds
+	}
+	return 0
+}
+
+func (x *AutoscaleRequest) GetOff() bool {
+	if x != nil {
+		return x.Off
+	}
+	return false
+}
+
+type AutoscaleResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Project       *ProjectView           `protobuf:"bytes,1,opt,name=project,proto3" json:"project,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AutoscaleResponse) Reset() {
+	*x = AutoscaleResponse{}
+	mi := &file_corpus_v1_projects_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AutoscaleResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AutoscaleResponse) ProtoMessage() {}
+
+func (x *AutoscaleResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_projects_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AutoscaleResponse.ProtoReflect.Descriptor instead.
+func (*AutoscaleResponse) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *AutoscaleResponse) GetProject() *ProjectView {
+	if x != nil {
+		return x.Project
+	}
+	return nil
+}
+
 type ScaleRequest struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
 	Project string                 `protobuf:"bytes,1,opt,name=project,proto3" json:"project,omitempty"`
@@ -42,7 +194,7 @@ type ScaleRequest struct {
 
 func (x *ScaleRequest) Reset() {
 	*x = ScaleRequest{}
-	mi := &file_corpus_v1_projects_proto_msgTypes[0]
+	mi := &file_corpus_v1_projects_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -54,7 +206,7 @@ func (x *ScaleRequest) String() string {
 func (*ScaleRequest) ProtoMessage() {}
 
 func (x *ScaleRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_projects_proto_msgTypes[0]
+	mi := &file_corpus_v1_projects_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -67,7 +219,7 @@ func (x *ScaleRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScaleRequest.ProtoReflect.Descriptor instead.
 func (*ScaleRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{0}
+	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *ScaleRequest) GetProject() string {
@@ -117,7 +269,7 @@ type ScaleResponse struct {
 
 func (x *ScaleResponse) Reset() {
 	*x = ScaleResponse{}
-	mi := &file_corpus_v1_projects_proto_msgTypes[1]
+	mi := &file_corpus_v1_projects_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -129,7 +281,7 @@ func (x *ScaleResponse) String() string {
 func (*ScaleResponse) ProtoMessage() {}
 
 func (x *ScaleResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_projects_proto_msgTypes[1]
+	mi := &file_corpus_v1_projects_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -142,7 +294,7 @@ func (x *ScaleResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScaleResponse.ProtoReflect.Descriptor instead.
 func (*ScaleResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{1}
+	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *ScaleResponse) GetProject() *ProjectView {
@@ -179,7 +331,7 @@ type ProjectLogsRequest struct {
 
 func (x *ProjectLogsRequest) Reset() {
 	*x = ProjectLogsRequest{}
-	mi := &file_corpus_v1_projects_proto_msgTypes[2]
+	mi := &file_corpus_v1_projects_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -191,7 +343,7 @@ func (x *ProjectLogsRequest) String() string {
 func (*ProjectLogsRequest) ProtoMessage() {}
 
 func (x *ProjectLogsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_projects_proto_msgTypes[2]
+	mi := &file_corpus_v1_projects_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -204,7 +356,7 @@ func (x *ProjectLogsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProjectLogsRequest.ProtoReflect.Descriptor instead.
 func (*ProjectLogsRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{2}
+	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *ProjectLogsRequest) GetProject() string {
@@ -242,7 +394,7 @@ type SetConfigRequest struct {
 
 func (x *SetConfigRequest) Reset() {
 	*x = SetConfigRequest{}
-	mi := &file_corpus_v1_projects_proto_msgTypes[3]
+	mi := &file_corpus_v1_projects_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -254,7 +406,7 @@ func (x *SetConfigRequest) String() string {
 func (*SetConfigRequest) ProtoMessage() {}
 
 func (x *SetConfigRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_projects_proto_msgTypes[3]
+	mi := &file_corpus_v1_projects_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -267,7 +419,7 @@ func (x *SetConfigRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetConfigRequest.ProtoReflect.Descriptor instead.
 func (*SetConfigRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{3}
+	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *SetConfigRequest) GetProject() string {
@@ -316,7 +468,7 @@ type GetConfigRequest struct {
 
 func (x *GetConfigRequest) Reset() {
 	*x = GetConfigRequest{}
-	mi := &file_corpus_v1_projects_proto_msgTypes[4]
+	mi := &file_corpus_v1_projects_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -328,7 +480,7 @@ func (x *GetConfigRequest) String() string {
 func (*GetConfigRequest) ProtoMessage() {}
 
 func (x *GetConfigRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_projects_proto_msgTypes[4]
+	mi := &file_corpus_v1_projects_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -341,7 +493,7 @@ func (x *GetConfigRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetConfigRequest.ProtoReflect.Descriptor instead.
 func (*GetConfigRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{4}
+	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *GetConfigRequest) GetProject() string {
@@ -378,7 +530,7 @@ type GetConfigResponse struct {
 
 func (x *GetConfigResponse) Reset() {
 	*x = GetConfigResponse{}
-	mi := &file_corpus_v1_projects_proto_msgTypes[5]
+	mi := &file_corpus_v1_projects_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -390,7 +542,7 @@ func (x *GetConfigResponse) String() string {
 func (*GetConfigResponse) ProtoMessage() {}
 
 func (x *GetConfigResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_projects_proto_msgTypes[5]
+	mi := &file_corpus_v1_projects_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -403,7 +555,7 @@ func (x *GetConfigResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetConfigResponse.ProtoReflect.Descriptor instead.
 func (*GetConfigResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{5}
+	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *GetConfigResponse) GetVars() []*ConfigVar {
@@ -440,7 +592,7 @@ type ConfigVar struct {
 
 func (x *ConfigVar) Reset() {
 	*x = ConfigVar{}
-	mi := &file_corpus_v1_projects_proto_msgTypes[6]
+	mi := &file_corpus_v1_projects_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -452,7 +604,7 @@ func (x *ConfigVar) String() string {
 func (*ConfigVar) ProtoMessage() {}
 
 func (x *ConfigVar) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_projects_proto_msgTypes[6]
+	mi := &file_corpus_v1_projects_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -465,7 +617,7 @@ func (x *ConfigVar) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConfigVar.ProtoReflect.Descriptor instead.
 func (*ConfigVar) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{6}
+	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *ConfigVar) GetKey() string {
@@ -506,7 +658,7 @@ type RedeployRequest struct {
 
 func (x *RedeployRequest) Reset() {
 	*x = RedeployRequest{}
-	mi := &file_corpus_v1_projects_proto_msgTypes[7]
+	mi := &file_corpus_v1_projects_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -518,7 +670,7 @@ func (x *RedeployRequest) String() string {
 func (*RedeployRequest) ProtoMessage() {}
 
 func (x *RedeployRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_projects_proto_msgTypes[7]
+	mi := &file_corpus_v1_projects_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -531,7 +683,7 @@ func (x *RedeployRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RedeployRequest.ProtoReflect.Descriptor instead.
 func (*RedeployRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{7}
+	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *RedeployRequest) GetProject() string {
@@ -581,7 +733,7 @@ type DeployOutput struct {
 
 func (x *DeployOutput) Reset() {
 	*x = DeployOutput{}
-	mi := &file_corpus_v1_projects_proto_msgTypes[8]
+	mi := &file_corpus_v1_projects_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -593,7 +745,7 @@ func (x *DeployOutput) String() string {
 func (*DeployOutput) ProtoMessage() {}
 
 func (x *DeployOutput) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_projects_proto_msgTypes[8]
+	mi := &file_corpus_v1_projects_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -606,7 +758,7 @@ func (x *DeployOutput) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeployOutput.ProtoReflect.Descriptor instead.
 func (*DeployOutput) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{8}
+	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *DeployOutput) GetOutput() []byte {
@@ -640,7 +792,7 @@ type ListProcessesRequest struct {
 
 func (x *ListProcessesRequest) Reset() {
 	*x = ListProcessesRequest{}
-	mi := &file_corpus_v1_projects_proto_msgTypes[9]
+	mi := &file_corpus_v1_projects_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -652,7 +804,7 @@ func (x *ListProcessesRequest) String() string {
 func (*ListProcessesRequest) ProtoMessage() {}
 
 func (x *ListProcessesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_projects_proto_msgTypes[9]
+	mi := &file_corpus_v1_projects_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -665,7 +817,7 @@ func (x *ListProcessesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListProcessesRequest.ProtoReflect.Descriptor instead.
 func (*ListProcessesRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{9}
+	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ListProcessesRequest) GetProject() string {
@@ -691,7 +843,7 @@ type ListProcessesResponse struct {
 
 func (x *ListProcessesResponse) Reset() {
 	*x = ListProcessesResponse{}
-	mi := &file_corpus_v1_projects_proto_msgTypes[10]
+	mi := &file_corpus_v1_projects_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -703,7 +855,7 @@ func (x *ListProcessesResponse) String() string {
 func (*ListProcessesResponse) ProtoMessage() {}
 
 func (x *ListProcessesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_projects_proto_msgTypes[10]
+	mi := &file_corpus_v1_projects_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -716,7 +868,7 @@ func (x *ListProcessesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListProcessesResponse.ProtoReflect.Descriptor instead.
 func (*ListProcessesResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{10}
+	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ListProcessesResponse) GetProcesses() []*ProcessStatus {
@@ -752,7 +904,7 @@ type CreateProjectRequest struct {
 
 func (x *CreateProjectRequest) Reset() {
 	*x = CreateProjectRequest{}
-	mi := &file_corpus_v1_projects_proto_msgTypes[11]
+	mi := &file_corpus_v1_projects_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -764,7 +916,7 @@ func (x *CreateProjectRequest) String() string {
 func (*CreateProjectRequest) ProtoMessage() {}
 
 func (x *CreateProjectRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_projects_proto_msgTypes[11]
+	mi := &file_corpus_v1_projects_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -777,7 +929,7 @@ func (x *CreateProjectRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateProjectRequest.ProtoReflect.Descriptor instead.
 func (*CreateProjectRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{11}
+	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *CreateProjectRequest) GetName() string {
@@ -869,7 +1021,7 @@ type CreateProjectResponse struct {
 
 func (x *CreateProjectResponse) Reset() {
 	*x = CreateProjectResponse{}
-	mi := &file_corpus_v1_projects_proto_msgTypes[12]
+	mi := &file_corpus_v1_projects_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -881,7 +1033,7 @@ func (x *CreateProjectResponse) String() string {
 func (*CreateProjectResponse) ProtoMessage() {}
 
 func (x *CreateProjectResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_projects_proto_msgTypes[12]
+	mi := &file_corpus_v1_projects_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -894,7 +1046,7 @@ func (x *CreateProjectResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateProjectResponse.ProtoReflect.Descriptor instead.
 func (*CreateProjectResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{12}
+	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *CreateProjectResponse) GetProject() *Project {
@@ -926,7 +1078,7 @@ type ListProjectsRequest struct {
 
 func (x *ListProjectsRequest) Reset() {
 	*x = ListProjectsRequest{}
-	mi := &file_corpus_v1_projects_proto_msgTypes[13]
+	mi := &file_corpus_v1_projects_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -938,7 +1090,7 @@ func (x *ListProjectsRequest) String() string {
 func (*ListProjectsRequest) ProtoMessage() {}
 
 func (x *ListProjectsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_projects_proto_msgTypes[13]
+	mi := &file_corpus_v1_projects_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -951,7 +1103,7 @@ func (x *ListProjectsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListProjectsRequest.ProtoReflect.Descriptor instead.
 func (*ListProjectsRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{13}
+	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{15}
 }
 
 type ListProjectsResponse struct {
@@ -963,7 +1115,7 @@ type ListProjectsResponse struct {
 
 func (x *ListProjectsResponse) Reset() {
 	*x = ListProjectsResponse{}
-	mi := &file_corpus_v1_projects_proto_msgTypes[14]
+	mi := &file_corpus_v1_projects_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -975,7 +1127,7 @@ func (x *ListProjectsResponse) String() string {
 func (*ListProjectsResponse) ProtoMessage() {}
 
 func (x *ListProjectsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_projects_proto_msgTypes[14]
+	mi := &file_corpus_v1_projects_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -988,7 +1140,7 @@ func (x *ListProjectsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListProjectsResponse.ProtoReflect.Descriptor instead.
 func (*ListProjectsResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{14}
+	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ListProjectsResponse) GetProjects() []*ProjectView {
@@ -1009,7 +1161,7 @@ type ProjectView struct {
 
 func (x *ProjectView) Reset() {
 	*x = ProjectView{}
-	mi := &file_corpus_v1_projects_proto_msgTypes[15]
+	mi := &file_corpus_v1_projects_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1021,7 +1173,7 @@ func (x *ProjectView) String() string {
 func (*ProjectView) ProtoMessage() {}
 
 func (x *ProjectView) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_projects_proto_msgTypes[15]
+	mi := &file_corpus_v1_projects_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1034,7 +1186,7 @@ func (x *ProjectView) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProjectView.ProtoReflect.Descriptor instead.
 func (*ProjectView) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{15}
+	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ProjectView) GetProject() *Project {
@@ -1074,7 +1226,7 @@ type ProjectEnvView struct {
 
 func (x *ProjectEnvView) Reset() {
 	*x = ProjectEnvView{}
-	mi := &file_corpus_v1_projects_proto_msgTypes[16]
+	mi := &file_corpus_v1_projects_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1086,7 +1238,7 @@ func (x *ProjectEnvView) String() string {
 func (*ProjectEnvView) ProtoMessage() {}
 
 func (x *ProjectEnvView) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_projects_proto_msgTypes[16]
+	mi := &file_corpus_v1_projects_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1099,7 +1251,7 @@ func (x *ProjectEnvView) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProjectEnvView.ProtoReflect.Descriptor instead.
 func (*ProjectEnvView) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{16}
+	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ProjectEnvView) GetName() string {
@@ -1190,7 +1342,7 @@ type InstanceView struct {
 
 func (x *InstanceView) Reset() {
 	*x = InstanceView{}
-	mi := &file_corpus_v1_projects_proto_msgTypes[17]
+	mi := &file_corpus_v1_projects_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1202,7 +1354,7 @@ func (x *InstanceView) String() string {
 func (*InstanceView) ProtoMessage() {}
 
 func (x *InstanceView) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_projects_proto_msgTypes[17]
+	mi := &file_corpus_v1_projects_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1215,7 +1367,7 @@ func (x *InstanceView) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InstanceView.ProtoReflect.Descriptor instead.
 func (*InstanceView) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{17}
+	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *InstanceView) GetIndex() uint32 {
@@ -1286,7 +1438,7 @@ type GetProjectRequest struct {
 
 func (x *GetProjectRequest) Reset() {
 	*x = GetProjectRequest{}
-	mi := &file_corpus_v1_projects_proto_msgTypes[18]
+	mi := &file_corpus_v1_projects_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1298,7 +1450,7 @@ func (x *GetProjectRequest) String() string {
 func (*GetProjectRequest) ProtoMessage() {}
 
 func (x *GetProjectRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_projects_proto_msgTypes[18]
+	mi := &file_corpus_v1_projects_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1311,7 +1463,7 @@ func (x *GetProjectRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetProjectRequest.ProtoReflect.Descriptor instead.
 func (*GetProjectRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{18}
+	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *GetProjectRequest) GetName() string {
@@ -1345,7 +1497,7 @@ type GetProjectResponse struct {
 
 func (x *GetProjectResponse) Reset() {
 	*x = GetProjectResponse{}
-	mi := &file_corpus_v1_projects_proto_msgTypes[19]
+	mi := &file_corpus_v1_projects_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1357,7 +1509,7 @@ func (x *GetProjectResponse) String() string {
 func (*GetProjectResponse) ProtoMessage() {}
 
 func (x *GetProjectResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_projects_proto_msgTypes[19]
+	mi := &file_corpus_v1_projects_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1370,7 +1522,7 @@ func (x *GetProjectResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetProjectResponse.ProtoReflect.Descriptor instead.
 func (*GetProjectResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{19}
+	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *GetProjectResponse) GetProject() *ProjectView {
@@ -1401,7 +1553,7 @@ type DeleteProjectRequest struct {
 
 func (x *DeleteProjectRequest) Reset() {
 	*x = DeleteProjectRequest{}
-	mi := &file_corpus_v1_projects_proto_msgTypes[20]
+	mi := &file_corpus_v1_projects_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1413,7 +1565,7 @@ func (x *DeleteProjectRequest) String() string {
 func (*DeleteProjectRequest) ProtoMessage() {}
 
 func (x *DeleteProjectRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_projects_proto_msgTypes[20]
+	mi := &file_corpus_v1_projects_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1426,7 +1578,7 @@ func (x *DeleteProjectRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteProjectRequest.ProtoReflect.Descriptor instead.
 func (*DeleteProjectRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{20}
+	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *DeleteProjectRequest) GetName() string {
@@ -1458,7 +1610,7 @@ type DeleteProjectResponse struct {
 
 func (x *DeleteProjectResponse) Reset() {
 	*x = DeleteProjectResponse{}
-	mi := &file_corpus_v1_projects_proto_msgTypes[21]
+	mi := &file_corpus_v1_projects_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1470,7 +1622,7 @@ func (x *DeleteProjectResponse) String() string {
 func (*DeleteProjectResponse) ProtoMessage() {}
 
 func (x *DeleteProjectResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_projects_proto_msgTypes[21]
+	mi := &file_corpus_v1_projects_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1483,7 +1635,7 @@ func (x *DeleteProjectResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteProjectResponse.ProtoReflect.Descriptor instead.
 func (*DeleteProjectResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{21}
+	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{23}
 }
 
 type GrantProjectRequest struct {
@@ -1497,7 +1649,7 @@ type GrantProjectRequest struct {
 
 func (x *GrantProjectRequest) Reset() {
 	*x = GrantProjectRequest{}
-	mi := &file_corpus_v1_projects_proto_msgTypes[22]
+	mi := &file_corpus_v1_projects_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1509,7 +1661,7 @@ func (x *GrantProjectRequest) String() string {
 func (*GrantProjectRequest) ProtoMessage() {}
 
 func (x *GrantProjectRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_projects_proto_msgTypes[22]
+	mi := &file_corpus_v1_projects_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1522,7 +1674,7 @@ func (x *GrantProjectRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GrantProjectRequest.ProtoReflect.Descriptor instead.
 func (*GrantProjectRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{22}
+	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *GrantProjectRequest) GetName() string {
@@ -1555,7 +1707,7 @@ type GrantProjectResponse struct {
 
 func (x *GrantProjectResponse) Reset() {
 	*x = GrantProjectResponse{}
-	mi := &file_corpus_v1_projects_proto_msgTypes[23]
+	mi := &file_corpus_v1_projects_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1567,7 +1719,7 @@ func (x *GrantProjectResponse) String() string {
 func (*GrantProjectResponse) ProtoMessage() {}
 
 func (x *GrantProjectResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_projects_proto_msgTypes[23]
+	mi := &file_corpus_v1_projects_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1580,7 +1732,7 @@ func (x *GrantProjectResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GrantProjectResponse.ProtoReflect.Descriptor instead.
 func (*GrantProjectResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{23}
+	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *GrantProjectResponse) GetProject() *Project {
@@ -1600,7 +1752,7 @@ type ListReleasesRequest struct {
 
 func (x *ListReleasesRequest) Reset() {
 	*x = ListReleasesRequest{}
-	mi := &file_corpus_v1_projects_proto_msgTypes[24]
+	mi := &file_corpus_v1_projects_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1612,7 +1764,7 @@ func (x *ListReleasesRequest) String() string {
 func (*ListReleasesRequest) ProtoMessage() {}
 
 func (x *ListReleasesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_projects_proto_msgTypes[24]
+	mi := &file_corpus_v1_projects_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1625,7 +1777,7 @@ func (x *ListReleasesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListReleasesRequest.ProtoReflect.Descriptor instead.
 func (*ListReleasesRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{24}
+	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ListReleasesRequest) GetProject() string {
@@ -1654,7 +1806,7 @@ type ListReleasesResponse struct {
 
 func (x *ListReleasesResponse) Reset() {
 	*x = ListReleasesResponse{}
-	mi := &file_corpus_v1_projects_proto_msgTypes[25]
+	mi := &file_corpus_v1_projects_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1666,7 +1818,7 @@ func (x *ListReleasesResponse) String() string {
 func (*ListReleasesResponse) ProtoMessage() {}
 
 func (x *ListReleasesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_projects_proto_msgTypes[25]
+	mi := &file_corpus_v1_projects_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1679,7 +1831,7 @@ func (x *ListReleasesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListReleasesResponse.ProtoReflect.Descriptor instead.
 func (*ListReleasesResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{25}
+	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *ListReleasesResponse) GetReleases() []*Release {
@@ -1715,7 +1867,7 @@ type GetReleaseRequest struct {
 
 func (x *GetReleaseRequest) Reset() {
 	*x = GetReleaseRequest{}
-	mi := &file_corpus_v1_projects_proto_msgTypes[26]
+	mi := &file_corpus_v1_projects_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1727,7 +1879,7 @@ func (x *GetReleaseRequest) String() string {
 func (*GetReleaseRequest) ProtoMessage() {}
 
 func (x *GetReleaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_projects_proto_msgTypes[26]
+	mi := &file_corpus_v1_projects_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1740,7 +1892,7 @@ func (x *GetReleaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetReleaseRequest.ProtoReflect.Descriptor instead.
 func (*GetReleaseRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{26}
+	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *GetReleaseRequest) GetProject() string {
@@ -1774,7 +1926,7 @@ type GetReleaseResponse struct {
 
 func (x *GetReleaseResponse) Reset() {
 	*x = GetReleaseResponse{}
-	mi := &file_corpus_v1_projects_proto_msgTypes[27]
+	mi := &file_corpus_v1_projects_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1786,7 +1938,7 @@ func (x *GetReleaseResponse) String() string {
 func (*GetReleaseResponse) ProtoMessage() {}
 
 func (x *GetReleaseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_projects_proto_msgTypes[27]
+	mi := &file_corpus_v1_projects_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1799,7 +1951,7 @@ func (x *GetReleaseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetReleaseResponse.ProtoReflect.Descriptor instead.
 func (*GetReleaseResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{27}
+	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *GetReleaseResponse) GetRelease() *Release {
@@ -1832,7 +1984,7 @@ type RollbackRequest struct {
 
 func (x *RollbackRequest) Reset() {
 	*x = RollbackRequest{}
-	mi := &file_corpus_v1_projects_proto_msgTypes[28]
+	mi := &file_corpus_v1_projects_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1844,7 +1996,7 @@ func (x *RollbackRequest) String() string {
 func (*RollbackRequest) ProtoMessage() {}
 
 func (x *RollbackRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_projects_proto_msgTypes[28]
+	mi := &file_corpus_v1_projects_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1857,7 +2009,7 @@ func (x *RollbackRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RollbackRequest.ProtoReflect.Descriptor instead.
 func (*RollbackRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{28}
+	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *RollbackRequest) GetProject() string {
@@ -1900,7 +2052,7 @@ type RollbackOutput struct {
 
 func (x *RollbackOutput) Reset() {
 	*x = RollbackOutput{}
-	mi := &file_corpus_v1_projects_proto_msgTypes[29]
+	mi := &file_corpus_v1_projects_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1912,7 +2064,7 @@ func (x *RollbackOutput) String() string {
 func (*RollbackOutput) ProtoMessage() {}
 
 func (x *RollbackOutput) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_projects_proto_msgTypes[29]
+	mi := &file_corpus_v1_projects_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1925,7 +2077,7 @@ func (x *RollbackOutput) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RollbackOutput.ProtoReflect.Descriptor instead.
 func (*RollbackOutput) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{29}
+	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *RollbackOutput) GetOutput() []byte {
@@ -1961,7 +2113,7 @@ type ExportProjectRequest struct {
 
 func (x *ExportProjectRequest) Reset() {
 	*x = ExportProjectRequest{}
-	mi := &file_corpus_v1_projects_proto_msgTypes[30]
+	mi := &file_corpus_v1_projects_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1973,7 +2125,7 @@ func (x *ExportProjectRequest) String() string {
 func (*ExportProjectRequest) ProtoMessage() {}
 
 func (x *ExportProjectRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_projects_proto_msgTypes[30]
+	mi := &file_corpus_v1_projects_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1986,7 +2138,7 @@ func (x *ExportProjectRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExportProjectRequest.ProtoReflect.Descriptor instead.
 func (*ExportProjectRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{30}
+	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *ExportProjectRequest) GetName() string {
@@ -2019,7 +2171,7 @@ type ExportProjectResponse struct {
 
 func (x *ExportProjectResponse) Reset() {
 	*x = ExportProjectResponse{}
-	mi := &file_corpus_v1_projects_proto_msgTypes[31]
+	mi := &file_corpus_v1_projects_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2031,7 +2183,7 @@ func (x *ExportProjectResponse) String() string {
 func (*ExportProjectResponse) ProtoMessage() {}
 
 func (x *ExportProjectResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_projects_proto_msgTypes[31]
+	mi := &file_corpus_v1_projects_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2044,7 +2196,7 @@ func (x *ExportProjectResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExportProjectResponse.ProtoReflect.Descriptor instead.
 func (*ExportProjectResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{31}
+	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *ExportProjectResponse) GetTopology() *ProjectTopology {
@@ -2072,7 +2224,7 @@ type ProjectTopology struct {
 
 func (x *ProjectTopology) Reset() {
 	*x = ProjectTopology{}
-	mi := &file_corpus_v1_projects_proto_msgTypes[32]
+	mi := &file_corpus_v1_projects_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2084,7 +2236,7 @@ func (x *ProjectTopology) String() string {
 func (*ProjectTopology) ProtoMessage() {}
 
 func (x *ProjectTopology) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_projects_proto_msgTypes[32]
+	mi := &file_corpus_v1_projects_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2097,7 +2249,7 @@ func (x *ProjectTopology) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProjectTopology.ProtoReflect.Descriptor instead.
 func (*ProjectTopology) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{32}
+	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *ProjectTopology) GetVersion() string {
@@ -2157,7 +2309,7 @@ type EnvTopology struct {
 
 func (x *EnvTopology) Reset() {
 	*x = EnvTopology{}
-	mi := &file_corpus_v1_projects_proto_msgTypes[33]
+	mi := &file_corpus_v1_projects_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2169,7 +2321,7 @@ func (x *EnvTopology) String() string {
 func (*EnvTopology) ProtoMessage() {}
 
 func (x *EnvTopology) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_projects_proto_msgTypes[33]
+	mi := &file_corpus_v1_projects_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2182,7 +2334,7 @@ func (x *EnvTopology) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EnvTopology.ProtoReflect.Descriptor instead.
 func (*EnvTopology) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{33}
+	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *EnvTopology) GetName() string {
@@ -2290,7 +2442,7 @@ type ServiceTopology struct {
 
 func (x *ServiceTopology) Reset() {
 	*x = ServiceTopology{}
-	mi := &file_corpus_v1_projects_proto_msgTypes[34]
+	mi := &file_corpus_v1_projects_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2302,7 +2454,7 @@ func (x *ServiceTopology) String() string {
 func (*ServiceTopology) ProtoMessage() {}
 
 func (x *ServiceTopology) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_projects_proto_msgTypes[34]
+	mi := &file_corpus_v1_projects_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2315,7 +2467,7 @@ func (x *ServiceTopology) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ServiceTopology.ProtoReflect.Descriptor instead.
 func (*ServiceTopology) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{34}
+	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *ServiceTopology) GetName() string {
@@ -2419,7 +2571,7 @@ type ServiceLinkTopology struct {
 
 func (x *ServiceLinkTopology) Reset() {
 	*x = ServiceLinkTopology{}
-	mi := &file_corpus_v1_projects_proto_msgTypes[35]
+	mi := &file_corpus_v1_projects_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2431,7 +2583,7 @@ func (x *ServiceLinkTopology) String() string {
 func (*ServiceLinkTopology) ProtoMessage() {}
 
 func (x *ServiceLinkTopology) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_projects_proto_msgTypes[35]
+	mi := &file_corpus_v1_projects_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2444,7 +2596,7 @@ func (x *ServiceLinkTopology) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ServiceLinkTopology.ProtoReflect.Descriptor instead.
 func (*ServiceLinkTopology) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{35}
+	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *ServiceLinkTopology) GetEnv() string {
@@ -2481,7 +2633,7 @@ type ImportProjectRequest struct {
 
 func (x *ImportProjectRequest) Reset() {
 	*x = ImportProjectRequest{}
-	mi := &file_corpus_v1_projects_proto_msgTypes[36]
+	mi := &file_corpus_v1_projects_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2493,7 +2645,7 @@ func (x *ImportProjectRequest) String() string {
 func (*ImportProjectRequest) ProtoMessage() {}
 
 func (x *ImportProjectRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_projects_proto_msgTypes[36]
+	mi := &file_corpus_v1_projects_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2506,7 +2658,7 @@ func (x *ImportProjectRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ImportProjectRequest.ProtoReflect.Descriptor instead.
 func (*ImportProjectRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{36}
+	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *ImportProjectRequest) GetTopology() *ProjectTopology {
@@ -2563,7 +2715,7 @@ type ImportProjectResponse struct {
 
 func (x *ImportProjectResponse) Reset() {
 	*x = ImportProjectResponse{}
-	mi := &file_corpus_v1_projects_proto_msgTypes[37]
+	mi := &file_corpus_v1_projects_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2575,7 +2727,7 @@ func (x *ImportProjectResponse) String() string {
 func (*ImportProjectResponse) ProtoMessage() {}
 
 func (x *ImportProjectResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_projects_proto_msgTypes[37]
+	mi := &file_corpus_v1_projects_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2588,7 +2740,7 @@ func (x *ImportProjectResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ImportProjectResponse.ProtoReflect.Descriptor instead.
 func (*ImportProjectResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{37}
+	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *ImportProjectResponse) GetProject() string {
@@ -2609,7 +2761,20 @@ var File_corpus_v1_projects_proto protoreflect.FileDescriptor
 
 const file_corpus_v1_projects_proto_rawDesc = "" +
 	"\n" +
-	"\x18corpus/v1/projects.proto\x12\tcorpus.v1\x1a\x16corpus/v1/guests.proto\x1a\x15corpus/v1/types.proto\"\xfc\x01\n" +
+	"\x18corpus/v1/projects.proto\x12\tcorpus.v1\x1a\x16corpus/v1/guests.proto\x1a\x15corpus/v1/types.proto\"\x96\x02\n" +
+	"\x10AutoscaleRequest\x12\x18\n" +
+	"\aproject\x18\x01 \x01(\tR\aproject\x12\x10\n" +
+	"\x03env\x18\x02 \x01(\tR\x03env\x12\x18\n" +
+	"\aprocess\x18\x03 \x01(\tR\aprocess\x12\x10\n" +
+	"\x03min\x18\x04 \x01(\rR\x03min\x12\x10\n" +
+	"\x03max\x18\x05 \x01(\rR\x03max\x12,\n" +
+	"\x12target_cpu_percent\x18\x06 \x01(\rR\x10targetCpuPercent\x12\x1d\n" +
+	"\n" +
+	"target_rps\x18\a \x01(\x01R\ttargetRps\x129\n" +
+	"\x19scale_down_window_seconds\x18\b \x01(\rR\x16scaleDownWindowSeconds\x12\x10\n" +
+	"\x03off\x18\t \x01(\bR\x03off\"E\n" +
+	"\x11AutoscaleResponse\x120\n" +
+	"\aproject\x18\x01 \x01(\v2\x16.corpus.v1.ProjectViewR\aproject\"\xfc\x01\n" +
 	"\fScaleRequest\x12\x18\n" +
 	"\aproject\x18\x01 \x01(\tR\aproject\x12\x10\n" +
 	"\x03env\x18\x02 \x01(\tR\x03env\x12;\n" +
@@ -2821,7 +2986,8 @@ const file_corpus_v1_projects_proto_rawDesc = "" +
 	"\adry_run\x18\x06 \x01(\bR\x06dryRun\"K\n" +
 	"\x15ImportProjectResponse\x12\x18\n" +
 	"\aproject\x18\x01 \x01(\tR\aproject\x12\x18\n" +
-	"\acreated\x18\x02 \x03(\tR\acreated2\xf3\t\n" +
+	"\acreated\x18\x02 \x03(\tR\acreated2\xbb\n" +
+	"\n" +
 	"\x0eProjectService\x12R\n" +
 	"\rCreateProject\x12\x1f.corpus.v1.CreateProjectRequest\x1a .corpus.v1.CreateProjectResponse\x12T\n" +
 	"\fListProjects\x12\x1e.corpus.v1.ListProjectsRequest\x1a\x1f.corpus.v1.ListProjectsResponse\"\x03\x90\x02\x01\x12N\n" +
@@ -2840,7 +3006,8 @@ const file_corpus_v1_projects_proto_rawDesc = "" +
 	"\vProjectLogs\x12\x1d.corpus.v1.ProjectLogsRequest\x1a\x12.corpus.v1.LogLine0\x01\x12W\n" +
 	"\rExportProject\x12\x1f.corpus.v1.ExportProjectRequest\x1a .corpus.v1.ExportProjectResponse\"\x03\x90\x02\x01\x12R\n" +
 	"\rImportProject\x12\x1f.corpus.v1.ImportProjectRequest\x1a .corpus.v1.ImportProjectResponse\x12:\n" +
-	"\x05Scale\x12\x17.corpus.v1.ScaleRequest\x1a\x18.corpus.v1.ScaleResponseB!Z\x1fcorpus/proto/corpus/v1;corpusv1b\x06proto3"
+	"\x05Scale\x12\x17.corpus.v1.ScaleRequest\x1a\x18.corpus.v1.ScaleResponse\x12F\n" +
+	"\tAutoscale\x12\x1b.corpus.v1.AutoscaleRequest\x1a\x1c.corpus.v1.AutoscaleResponseB!Z\x1fcorpus/proto/corpus/v1;corpusv1b\x06proto3"
 
 var (
 	file_corpus_v1_projects_proto_rawDescOnce sync.Once
@@ -2854,123 +3021,128 @@ func file_corpus_v1_projects_proto_rawDescGZIP() []byte {
 	return file_corpus_v1_projects_proto_rawDescData
 }
 
-var file_corpus_v1_projects_proto_msgTypes = make([]protoimpl.MessageInfo, 43)
+var file_corpus_v1_projects_proto_msgTypes = make([]protoimpl.MessageInfo, 45)
 var file_corpus_v1_projects_proto_goTypes = []any{
-	(*ScaleRequest)(nil),          // 0: corpus.v1.ScaleRequest
-	(*ScaleResponse)(nil),         // 1: corpus.v1.ScaleResponse
-	(*ProjectLogsRequest)(nil),    // 2: corpus.v1.ProjectLogsRequest
-	(*SetConfigRequest)(nil),      // 3: corpus.v1.SetConfigRequest
-	(*GetConfigRequest)(nil),      // 4: corpus.v1.GetConfigRequest
-	(*GetConfigResponse)(nil),     // 5: corpus.v1.GetConfigResponse
-	(*ConfigVar)(nil),             // 6: corpus.v1.ConfigVar
-	(*RedeployRequest)(nil),       // 7: corpus.v1.RedeployRequest
-	(*DeployOutput)(nil),          // 8: corpus.v1.DeployOutput
-	(*ListProcessesRequest)(nil),  // 9: corpus.v1.ListProcessesRequest
-	(*ListProcessesResponse)(nil), // 10: corpus.v1.ListProcessesResponse
-	(*CreateProjectRequest)(nil),  // 11: corpus.v1.CreateProjectRequest
-	(*CreateProjectResponse)(nil), // 12: corpus.v1.CreateProjectResponse
-	(*ListProjectsRequest)(nil),   // 13: corpus.v1.ListProjectsRequest
-	(*ListProjectsResponse)(nil),  // 14: corpus.v1.ListProjectsResponse
-	(*ProjectView)(nil),           // 15: corpus.v1.ProjectView
-	(*ProjectEnvView)(nil),        // 16: corpus.v1.ProjectEnvView
-	(*InstanceView)(nil),          // 17: corpus.v1.InstanceView
-	(*GetProjectRequest)(nil),     // 18: corpus.v1.GetProjectRequest
-	(*GetProjectResponse)(nil),    // 19: corpus.v1.GetProjectResponse
-	(*DeleteProjectRequest)(nil),  // 20: corpus.v1.DeleteProjectRequest
-	(*DeleteProjectResponse)(nil), // 21: corpus.v1.DeleteProjectResponse
-	(*GrantProjectRequest)(nil),   // 22: corpus.v1.GrantProjectRequest
-	(*GrantProjectResponse)(nil),  // 23: corpus.v1.GrantProjectResponse
-	(*ListReleasesRequest)(nil),   // 24: corpus.v1.ListReleasesRequest
-	(*ListReleasesResponse)(nil),  // 25: corpus.v1.ListReleasesResponse
-	(*GetReleaseRequest)(nil),     // 26: corpus.v1.GetReleaseRequest
-	(*GetReleaseResponse)(nil),    // 27: corpus.v1.GetReleaseResponse
-	(*RollbackRequest)(nil),       // 28: corpus.v1.RollbackRequest
-	(*RollbackOutput)(nil),        // 29: corpus.v1.RollbackOutput
-	(*ExportProjectRequest)(nil),  // 30: corpus.v1.ExportProjectRequest
-	(*ExportProjectResponse)(nil), // 31: corpus.v1.ExportProjectResponse
-	(*ProjectTopology)(nil),       // 32: corpus.v1.ProjectTopology
-	(*EnvTopology)(nil),           // 33: corpus.v1.EnvTopology
-	(*ServiceTopology)(nil),       // 34: corpus.v1.ServiceTopology
-	(*ServiceLinkTopology)(nil),   // 35: corpus.v1.ServiceLinkTopology
-	(*ImportProjectRequest)(nil),  // 36: corpus.v1.ImportProjectRequest
-	(*ImportProjectResponse)(nil), // 37: corpus.v1.ImportProjectResponse
-	nil,                           // 38: corpus.v1.ScaleRequest.CountsEntry
-	nil,                           // 39: corpus.v1.SetConfigRequest.SetEntry
-	nil,                           // 40: corpus.v1.ProjectEnvView.ScaleEntry
-	nil,                           // 41: corpus.v1.EnvTopology.ConfigEntry
-	nil,                           // 42: corpus.v1.ServiceTopology.SecretsEntry
-	(*GuestLogsRequest)(nil),      // 43: corpus.v1.GuestLogsRequest
-	(*ProcessStatus)(nil),         // 44: corpus.v1.ProcessStatus
-	(*Resources)(nil),             // 45: corpus.v1.Resources
-	(*Project)(nil),               // 46: corpus.v1.Project
-	(*Release)(nil),               // 47: corpus.v1.Release
-	(*ProjectEnv)(nil),            // 48: corpus.v1.ProjectEnv
-	(*LogLine)(nil),               // 49: corpus.v1.LogLine
+	(*AutoscaleRequest)(nil),      // 0: corpus.v1.AutoscaleRequest
+	(*AutoscaleResponse)(nil),     // 1: corpus.v1.AutoscaleResponse
+	(*ScaleRequest)(nil),          // 2: corpus.v1.ScaleRequest
+	(*ScaleResponse)(nil),         // 3: corpus.v1.ScaleResponse
+	(*ProjectLogsRequest)(nil),    // 4: corpus.v1.ProjectLogsRequest
+	(*SetConfigRequest)(nil),      // 5: corpus.v1.SetConfigRequest
+	(*GetConfigRequest)(nil),      // 6: corpus.v1.GetConfigRequest
+	(*GetConfigResponse)(nil),     // 7: corpus.v1.GetConfigResponse
+	(*ConfigVar)(nil),             // 8: corpus.v1.ConfigVar
+	(*RedeployRequest)(nil),       // 9: corpus.v1.RedeployRequest
+	(*DeployOutput)(nil),          // 10: corpus.v1.DeployOutput
+	(*ListProcessesRequest)(nil),  // 11: corpus.v1.ListProcessesRequest
+	(*ListProcessesResponse)(nil), // 12: corpus.v1.ListProcessesResponse
+	(*CreateProjectRequest)(nil),  // 13: corpus.v1.CreateProjectRequest
+	(*CreateProjectResponse)(nil), // 14: corpus.v1.CreateProjectResponse
+	(*ListProjectsRequest)(nil),   // 15: corpus.v1.ListProjectsRequest
+	(*ListProjectsResponse)(nil),  // 16: corpus.v1.ListProjectsResponse
+	(*ProjectView)(nil),           // 17: corpus.v1.ProjectView
+	(*ProjectEnvView)(nil),        // 18: corpus.v1.ProjectEnvView
+	(*InstanceView)(nil),          // 19: corpus.v1.InstanceView
+	(*GetProjectRequest)(nil),     // 20: corpus.v1.GetProjectRequest
+	(*GetProjectResponse)(nil),    // 21: corpus.v1.GetProjectResponse
+	(*DeleteProjectRequest)(nil),  // 22: corpus.v1.DeleteProjectRequest
+	(*DeleteProjectResponse)(nil), // 23: corpus.v1.DeleteProjectResponse
+	(*GrantProjectRequest)(nil),   // 24: corpus.v1.GrantProjectRequest
+	(*GrantProjectResponse)(nil),  // 25: corpus.v1.GrantProjectResponse
+	(*ListReleasesRequest)(nil),   // 26: corpus.v1.ListReleasesRequest
+	(*ListReleasesResponse)(nil),  // 27: corpus.v1.ListReleasesResponse
+	(*GetReleaseRequest)(nil),     // 28: corpus.v1.GetReleaseRequest
+	(*GetReleaseResponse)(nil),    // 29: corpus.v1.GetReleaseResponse
+	(*RollbackRequest)(nil),       // 30: corpus.v1.RollbackRequest
+	(*RollbackOutput)(nil),        // 31: corpus.v1.RollbackOutput
+	(*ExportProjectRequest)(nil),  // 32: corpus.v1.ExportProjectRequest
+	(*ExportProjectResponse)(nil), // 33: corpus.v1.ExportProjectResponse
+	(*ProjectTopology)(nil),       // 34: corpus.v1.ProjectTopology
+	(*EnvTopology)(nil),           // 35: corpus.v1.EnvTopology
+	(*ServiceTopology)(nil),       // 36: corpus.v1.ServiceTopology
+	(*ServiceLinkTopology)(nil),   // 37: corpus.v1.ServiceLinkTopology
+	(*ImportProjectRequest)(nil),  // 38: corpus.v1.ImportProjectRequest
+	(*ImportProjectResponse)(nil), // 39: corpus.v1.ImportProjectResponse
+	nil,                           // 40: corpus.v1.ScaleRequest.CountsEntry
+	nil,                           // 41: corpus.v1.SetConfigRequest.SetEntry
+	nil,                           // 42: corpus.v1.ProjectEnvView.ScaleEntry
+	nil,                           // 43: corpus.v1.EnvTopology.ConfigEntry
+	nil,                           // 44: corpus.v1.ServiceTopology.SecretsEntry
+	(*GuestLogsRequest)(nil),      // 45: corpus.v1.GuestLogsRequest
+	(*ProcessStatus)(nil),         // 46: corpus.v1.ProcessStatus
+	(*Resources)(nil),             // 47: corpus.v1.Resources
+	(*Project)(nil),               // 48: corpus.v1.Project
+	(*Release)(nil),               // 49: corpus.v1.Release
+	(*ProjectEnv)(nil),            // 50: corpus.v1.ProjectEnv
+	(*LogLine)(nil),               // 51: corpus.v1.LogLine
 }
 var file_corpus_v1_projects_proto_depIdxs = []int32{
-	38, // 0: corpus.v1.ScaleRequest.counts:type_name -> corpus.v1.ScaleRequest.CountsEntry
-	15, // 1: corpus.v1.ScaleResponse.project:type_name -> corpus.v1.ProjectView
-	43, // 2: corpus.v1.ProjectLogsRequest.filter:type_name -> corpus.v1.GuestLogsRequest
-	39, // 3: corpus.v1.SetConfigRequest.set:type_name -> corpus.v1.SetConfigRequest.SetEntry
-	6,  // 4: corpus.v1.GetConfigResponse.vars:type_name -> corpus.v1.ConfigVar
-	44, // 5: corpus.v1.ListProcessesResponse.processes:type_name -> corpus.v1.ProcessStatus
-	45, // 6: corpus.v1.CreateProjectRequest.resources:type_name -> corpus.v1.Resources
-	46, // 7: corpus.v1.CreateProjectResponse.project:type_name -> corpus.v1.Project
-	15, // 8: corpus.v1.ListProjectsResponse.projects:type_name -> corpus.v1.ProjectView
-	46, // 9: corpus.v1.ProjectView.project:type_name -> corpus.v1.Project
-	16, // 10: corpus.v1.ProjectView.envs:type_name -> corpus.v1.ProjectEnvView
-	40, // 11: corpus.v1.ProjectEnvView.scale:type_name -> corpus.v1.ProjectEnvView.ScaleEntry
-	17, // 12: corpus.v1.ProjectEnvView.instances:type_name -> corpus.v1.InstanceView
-	15, // 13: corpus.v1.GetProjectResponse.project:type_name -> corpus.v1.ProjectView
-	46, // 14: corpus.v1.GrantProjectResponse.project:type_name -> corpus.v1.Project
-	47, // 15: corpus.v1.ListReleasesResponse.releases:type_name -> corpus.v1.Release
-	47, // 16: corpus.v1.GetReleaseResponse.release:type_name -> corpus.v1.Release
-	48, // 17: corpus.v1.RollbackRequest.project_env:type_name -> corpus.v1.ProjectEnv
-	32, // 18: corpus.v1.ExportProjectResponse.topology:type_name -> corpus.v1.ProjectTopology
-	33, // 19: corpus.v1.ProjectTopology.environments:type_name -> corpus.v1.EnvTopology
-	34, // 20: corpus.v1.ProjectTopology.services:type_name -> corpus.v1.ServiceTopology
-	45, // 21: corpus.v1.EnvTopology.resources:type_name -> corpus.v1.Resources
-	41, // 22: corpus.v1.EnvTopology.config:type_name -> corpus.v1.EnvTopology.ConfigEntry
-	42, // 23: corpus.v1.ServiceTopology.secrets:type_name -> corpus.v1.ServiceTopology.SecretsEntry
-	35, // 24: corpus.v1.ServiceTopology.links:type_name -> corpus.v1.ServiceLinkTopology
-	32, // 25: corpus.v1.ImportProjectRequest.topology:type_name -> corpus.v1.ProjectTopology
-	11, // 26: corpus.v1.ProjectService.CreateProject:input_type -> corpus.v1.CreateProjectRequest
-	13, // 27: corpus.v1.ProjectService.ListProjects:input_type -> corpus.v1.ListProjectsRequest
-	18, // 28: corpus.v1.ProjectService.GetProject:input_type -> corpus.v1.GetProjectRequest
-	20, // 29: corpus.v1.ProjectService.DeleteProject:input_type -> corpus.v1.DeleteProjectRequest
-	22, // 30: corpus.v1.ProjectService.GrantProject:input_type -> corpus.v1.GrantProjectRequest
-	24, // 31: corpus.v1.ProjectService.ListReleases:input_type -> corpus.v1.ListReleasesRequest
-	26, // 32: corpus.v1.ProjectService.GetRelease:input_type -> corpus.v1.GetReleaseRequest
-	28, // 33: corpus.v1.ProjectService.Rollback:input_type -> corpus.v1.RollbackRequest
-	3,  // 34: corpus.v1.ProjectService.SetConfig:input_type -> corpus.v1.SetConfigRequest
-	4,  // 35: corpus.v1.ProjectService.GetConfig:input_type -> corpus.v1.GetConfigRequest
-	7,  // 36: corpus.v1.ProjectService.Deploy:input_type -> corpus.v1.RedeployRequest
-	9,  // 37: corpus.v1.ProjectService.ListProcesses:input_type -> corpus.v1.ListProcessesRequest
-	2,  // 38: corpus.v1.ProjectService.ProjectLogs:input_type -> corpus.v1.ProjectLogsRequest
-	30, // 39: corpus.v1.ProjectService.ExportProject:input_type -> corpus.v1.ExportProjectRequest
-	36, // 40: corpus.v1.ProjectService.ImportProject:input_type -> corpus.v1.ImportProjectRequest
-	0,  // 41: corpus.v1.ProjectService.Scale:input_type -> corpus.v1.ScaleRequest
-	12, // 42: corpus.v1.ProjectService.CreateProject:output_type -> corpus.v1.CreateProjectResponse
-	14, // 43: corpus.v1.ProjectService.ListProjects:output_type -> corpus.v1.ListProjectsResponse
-	19, // 44: corpus.v1.ProjectService.GetProject:output_type -> corpus.v1.GetProjectResponse
-	21, // 45: corpus.v1.ProjectService.DeleteProject:output_type -> corpus.v1.DeleteProjectResponse
-	23, // 46: corpus.v1.ProjectService.GrantProject:output_type -> corpus.v1.GrantProjectResponse
-	25, // 47: corpus.v1.ProjectService.ListReleases:output_type -> corpus.v1.ListReleasesResponse
-	27, // 48: corpus.v1.ProjectService.GetRelease:output_type -> corpus.v1.GetReleaseResponse
-	29, // 49: corpus.v1.ProjectService.Rollback:output_type -> corpus.v1.RollbackOutput
-	8,  // 50: corpus.v1.ProjectService.SetConfig:output_type -> corpus.v1.DeployOutput
-	5,  // 51: corpus.v1.ProjectService.GetConfig:output_type -> corpus.v1.GetConfigResponse
-	8,  // 52: corpus.v1.ProjectService.Deploy:output_type -> corpus.v1.DeployOutput
-	10, // 53: corpus.v1.ProjectService.ListProcesses:output_type -> corpus.v1.ListProcessesResponse
-	49, // 54: corpus.v1.ProjectService.ProjectLogs:output_type -> corpus.v1.LogLine
-	31, // 55: corpus.v1.ProjectService.ExportProject:output_type -> corpus.v1.ExportProjectResponse
-	37, // 56: corpus.v1.ProjectService.ImportProject:output_type -> corpus.v1.ImportProjectResponse
-	1,  // 57: corpus.v1.ProjectService.Scale:output_type -> corpus.v1.ScaleResponse
-	42, // [42:58] is the sub-list for method output_type
-	26, // [26:42] is the sub-list for method input_type
-	26, // [26:26] is the sub-list for extension type_name
-	26, // [26:26] is the sub-list for extension extendee
-	0,  // [0:26] is the sub-list for field type_name
+	17, // 0: corpus.v1.AutoscaleResponse.project:type_name -> corpus.v1.ProjectView
+	40, // 1: corpus.v1.ScaleRequest.counts:type_name -> corpus.v1.ScaleRequest.CountsEntry
+	17, // 2: corpus.v1.ScaleResponse.project:type_name -> corpus.v1.ProjectView
+	45, // 3: corpus.v1.ProjectLogsRequest.filter:type_name -> corpus.v1.GuestLogsRequest
+	41, // 4: corpus.v1.SetConfigRequest.set:type_name -> corpus.v1.SetConfigRequest.SetEntry
+	8,  // 5: corpus.v1.GetConfigResponse.vars:type_name -> corpus.v1.ConfigVar
+	46, // 6: corpus.v1.ListProcessesResponse.processes:type_name -> corpus.v1.ProcessStatus
+	47, // 7: corpus.v1.CreateProjectRequest.resources:type_name -> corpus.v1.Resources
+	48, // 8: corpus.v1.CreateProjectResponse.project:type_name -> corpus.v1.Project
+	17, // 9: corpus.v1.ListProjectsResponse.projects:type_name -> corpus.v1.ProjectView
+	48, // 10: corpus.v1.ProjectView.project:type_name -> corpus.v1.Project
+	18, // 11: corpus.v1.ProjectView.envs:type_name -> corpus.v1.ProjectEnvView
+	42, // 12: corpus.v1.ProjectEnvView.scale:type_name -> corpus.v1.ProjectEnvView.ScaleEntry
+	19, // 13: corpus.v1.ProjectEnvView.instances:type_name -> corpus.v1.InstanceView
+	17, // 14: corpus.v1.GetProjectResponse.project:type_name -> corpus.v1.ProjectView
+	48, // 15: corpus.v1.GrantProjectResponse.project:type_name -> corpus.v1.Project
+	49, // 16: corpus.v1.ListReleasesResponse.releases:type_name -> corpus.v1.Release
+	49, // 17: corpus.v1.GetReleaseResponse.release:type_name -> corpus.v1.Release
+	50, // 18: corpus.v1.RollbackRequest.project_env:type_name -> corpus.v1.ProjectEnv
+	34, // 19: corpus.v1.ExportProjectResponse.topology:type_name -> corpus.v1.ProjectTopology
+	35, // 20: corpus.v1.ProjectTopology.environments:type_name -> corpus.v1.EnvTopology
+	36, // 21: corpus.v1.ProjectTopology.services:type_name -> corpus.v1.ServiceTopology
+	47, // 22: corpus.v1.EnvTopology.resources:type_name -> corpus.v1.Resources
+	43, // 23: corpus.v1.EnvTopology.config:type_name -> corpus.v1.EnvTopology.ConfigEntry
+	44, // 24: corpus.v1.ServiceTopology.secrets:type_name -> corpus.v1.ServiceTopology.SecretsEntry
+	37, // 25: corpus.v1.ServiceTopology.links:type_name -> corpus.v1.ServiceLinkTopology
+	34, // 26: corpus.v1.ImportProjectRequest.topology:type_name -> corpus.v1.ProjectTopology
+	13, // 27: corpus.v1.ProjectService.CreateProject:input_type -> corpus.v1.CreateProjectRequest
+	15, // 28: corpus.v1.ProjectService.ListProjects:input_type -> corpus.v1.ListProjectsRequest
+	20, // 29: corpus.v1.ProjectService.GetProject:input_type -> corpus.v1.GetProjectRequest
+	22, // 30: corpus.v1.ProjectService.DeleteProject:input_type -> corpus.v1.DeleteProjectRequest
+	24, // 31: corpus.v1.ProjectService.GrantProject:input_type -> corpus.v1.GrantProjectRequest
+	26, // 32: corpus.v1.ProjectService.ListReleases:input_type -> corpus.v1.ListReleasesRequest
+	28, // 33: corpus.v1.ProjectService.GetRelease:input_type -> corpus.v1.GetReleaseRequest
+	30, // 34: corpus.v1.ProjectService.Rollback:input_type -> corpus.v1.RollbackRequest
+	5,  // 35: corpus.v1.ProjectService.SetConfig:input_type -> corpus.v1.SetConfigRequest
+	6,  // 36: corpus.v1.ProjectService.GetConfig:input_type -> corpus.v1.GetConfigRequest
+	9,  // 37: corpus.v1.ProjectService.Deploy:input_type -> corpus.v1.RedeployRequest
+	11, // 38: corpus.v1.ProjectService.ListProcesses:input_type -> corpus.v1.ListProcessesRequest
+	4,  // 39: corpus.v1.ProjectService.ProjectLogs:input_type -> corpus.v1.ProjectLogsRequest
+	32, // 40: corpus.v1.ProjectService.ExportProject:input_type -> corpus.v1.ExportProjectRequest
+	38, // 41: corpus.v1.ProjectService.ImportProject:input_type -> corpus.v1.ImportProjectRequest
+	2,  // 42: corpus.v1.ProjectService.Scale:input_type -> corpus.v1.ScaleRequest
+	0,  // 43: corpus.v1.ProjectService.Autoscale:input_type -> corpus.v1.AutoscaleRequest
+	14, // 44: corpus.v1.ProjectService.CreateProject:output_type -> corpus.v1.CreateProjectResponse
+	16, // 45: corpus.v1.ProjectService.ListProjects:output_type -> corpus.v1.ListProjectsResponse
+	21, // 46: corpus.v1.ProjectService.GetProject:output_type -> corpus.v1.GetProjectResponse
+	23, // 47: corpus.v1.ProjectService.DeleteProject:output_type -> corpus.v1.DeleteProjectResponse
+	25, // 48: corpus.v1.ProjectService.GrantProject:output_type -> corpus.v1.GrantProjectResponse
+	27, // 49: corpus.v1.ProjectService.ListReleases:output_type -> corpus.v1.ListReleasesResponse
+	29, // 50: corpus.v1.ProjectService.GetRelease:output_type -> corpus.v1.GetReleaseResponse
+	31, // 51: corpus.v1.ProjectService.Rollback:output_type -> corpus.v1.RollbackOutput
+	10, // 52: corpus.v1.ProjectService.SetConfig:output_type -> corpus.v1.DeployOutput
+	7,  // 53: corpus.v1.ProjectService.GetConfig:output_type -> corpus.v1.GetConfigResponse
+	10, // 54: corpus.v1.ProjectService.Deploy:output_type -> corpus.v1.DeployOutput
+	12, // 55: corpus.v1.ProjectService.ListProcesses:output_type -> corpus.v1.ListProcessesResponse
+	51, // 56: corpus.v1.ProjectService.ProjectLogs:output_type -> corpus.v1.LogLine
+	33, // 57: corpus.v1.ProjectService.ExportProject:output_type -> corpus.v1.ExportProjectResponse
+	39, // 58: corpus.v1.ProjectService.ImportProject:output_type -> corpus.v1.ImportProjectResponse
+	3,  // 59: corpus.v1.ProjectService.Scale:output_type -> corpus.v1.ScaleResponse
+	1,  // 60: corpus.v1.ProjectService.Autoscale:output_type -> corpus.v1.AutoscaleResponse
+	44, // [44:61] is the sub-list for method output_type
+	27, // [27:44] is the sub-list for method input_type
+	27, // [27:27] is the sub-list for extension type_name
+	27, // [27:27] is the sub-list for extension extendee
+	0,  // [0:27] is the sub-list for field type_name
 }
 
 func init() { file_corpus_v1_projects_proto_init() }
@@ -2986,7 +3158,7 @@ func file_corpus_v1_projects_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_corpus_v1_projects_proto_rawDesc), len(file_corpus_v1_projects_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   43,
+			NumMessages:   45,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -103,6 +103,7 @@ type Command struct {
 	//	*Command_SetRouteTls
 	//	*Command_ScaleEnv
 	//	*Command_SetInstanceRelease
+	//	*Command_SetAutoscale
 	Cmd           isCommand_Cmd `protobuf_oneof:"cmd"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -722,6 +723,15 @@ func (x *Command) GetSetInstanceRelease() *SetInstanceRelease {
 	return nil
 }
 
+func (x *Command) GetSetAutoscale() *SetAutoscale {
+	if x != nil {
+		if x, ok := x.Cmd.(*Command_SetAutoscale); ok {
+			return x.SetAutoscale
+		}
+	}
+	return nil
+}
+
 type isCommand_Cmd interface {
 	isCommand_Cmd()
 }
@@ -970,6 +980,10 @@ type Command_SetInstanceRelease struct {
 	SetInstanceRelease *SetInstanceRelease `protobuf:"bytes,206,opt,name=set_instance_release,json=setInstanceRelease,proto3,oneof"`
 }
 
+type Command_SetAutoscale struct {
+	SetAutoscale *SetAutoscale `protobuf:"bytes,207,opt,name=set_autoscale,json=setAutoscale,proto3,oneof"`
+}
+
 func (*Command_BootstrapCluster) isCommand_Cmd() {}
 
 func (*Command_CreateJoinToken) isCommand_Cmd() {}
@@ -1091,6 +1105,8 @@ func (*Command_SetRouteTls) isCommand_Cmd() {}
 func (*Command_ScaleEnv) isCommand_Cmd() {}
 
 func (*Command_SetInstanceRelease) isCommand_Cmd() {}
+
+func (*Command_SetAutoscale) isCommand_Cmd() {}
 
 // RecordAudit leaves an audit entry and changes nothing else: a call the
 // API refused (permission or validation), an exec into a guest (recorded
@@ -4041,8 +4057,12 @@ type ScaleEnv struct {
 	// expect_instances is the instance count the request was made against:
 	// another scale in between refuses it.
 	ExpectInstances uint32 `protobuf:"varint,8,opt,name=expect_instances,json=expectInstances,proto3" json:"expect_instances,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// autoscaled names the process type the autoscaler scaled, and reason
+	// why (kept as the policy's last decision).
+	Autoscaled    string `protobuf:"bytes,9,opt,name=autoscaled,proto3" json:"autoscaled,omitempty"`
+	Reason        string `protobuf:"bytes,10,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ScaleEnv) Reset() {
@@ -4131,6 +4151,90 @@ func (x *ScaleEnv) GetExpectInstances() uint32 {
 	return 0
 }
 
+func (x *ScaleEnv) GetAutoscaled() string {
+	if x != nil {
+		return x.Autoscaled
+	}
+	return ""
+}
+
+func (x *ScaleEnv) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+// SetAutoscale sets (or with no policy removes) a process type's
+// autoscale policy.
+type SetAutoscale struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Project       string                 `protobuf:"bytes,1,opt,name=project,proto3" json:"project,omitempty"`
+	Env           string                 `protobuf:"bytes,2,opt,name=env,proto3" json:"env,omitempty"`
+	Process       string                 `protobuf:"bytes,3,opt,name=process,proto3" json:"process,omitempty"`
+	Policy        *AutoscalePolicy       `protobuf:"bytes,4,opt,name=policy,proto3" json:"policy,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetAutoscale) Reset() {
+	*x = SetAutoscale{}
+	mi := &file_corpus_v1_raft_proto_msgTypes[49]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetAutoscale) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetAutoscale) ProtoMessage() {}
+
+func (x *SetAutoscale) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_raft_proto_msgTypes[49]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetAutoscale.ProtoReflect.Descriptor instead.
+func (*SetAutoscale) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{49}
+}
+
+func (x *SetAutoscale) GetProject() string {
+	if x != nil {
+		return x.Project
+	}
+	return ""
+}
+
+func (x *SetAutoscale) GetEnv() string {
+	if x != nil {
+		return x.Env
+	}
+	return ""
+}
+
+func (x *SetAutoscale) GetProcess() string {
+	if x != nil {
+		return x.Process
+	}
+	return ""
+}
+
+func (x *SetAutoscale) GetPolicy() *AutoscalePolicy {
+	if x != nil {
+		return x.Policy
+	}
+	return nil
+}
+
 // SetInstanceRelease sets the release an instance should serve.
 type SetInstanceRelease struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -4144,7 +4248,7 @@ type SetInstanceRelease struct {
 
 func (x *SetInstanceRelease) Reset() {
 	*x = SetInstanceRelease{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[49]
+	mi := &file_corpus_v1_raft_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4156,7 +4260,7 @@ func (x *SetInstanceRelease) String() string {
 func (*SetInstanceRelease) ProtoMessage() {}
 
 func (x *SetInstanceRelease) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[49]
+	mi := &file_corpus_v1_raft_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4169,7 +4273,7 @@ func (x *SetInstanceRelease) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetInstanceRelease.ProtoReflect.Descriptor instead.
 func (*SetInstanceRelease) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{49}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *SetInstanceRelease) GetProject() string {
@@ -4213,7 +4317,7 @@ type UpdateGuest struct {
 
 func (x *UpdateGuest) Reset() {
 	*x = UpdateGuest{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[50]
+	mi := &file_corpus_v1_raft_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4225,7 +4329,7 @@ func (x *UpdateGuest) String() string {
 func (*UpdateGuest) ProtoMessage() {}
 
 func (x *UpdateGuest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[50]
+	mi := &file_corpus_v1_raft_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4238,7 +4342,7 @@ func (x *UpdateGuest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateGuest.ProtoReflect.Descriptor instead.
 func (*UpdateGuest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{50}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *UpdateGuest) GetName() string {
@@ -4267,7 +4371,7 @@ type CreateService struct {
 
 func (x *CreateService) Reset() {
 	*x = CreateService{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[51]
+	mi := &file_corpus_v1_raft_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4279,7 +4383,7 @@ func (x *CreateService) String() string {
 func (*CreateService) ProtoMessage() {}
 
 func (x *CreateService) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[51]
+	mi := &file_corpus_v1_raft_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4292,7 +4396,7 @@ func (x *CreateService) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateService.ProtoReflect.Descriptor instead.
 func (*CreateService) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{51}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *CreateService) GetService() *Service {
@@ -4323,7 +4427,7 @@ type SetServiceDesired struct {
 
 func (x *SetServiceDesired) Reset() {
 	*x = SetServiceDesired{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[52]
+	mi := &file_corpus_v1_raft_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4335,7 +4439,7 @@ func (x *SetServiceDesired) String() string {
 func (*SetServiceDesired) ProtoMessage() {}
 
 func (x *SetServiceDesired) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[52]
+	mi := &file_corpus_v1_raft_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4348,7 +4452,7 @@ func (x *SetServiceDesired) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetServiceDesired.ProtoReflect.Descriptor instead.
 func (*SetServiceDesired) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{52}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *SetServiceDesired) GetName() string {
@@ -4386,7 +4490,7 @@ type LinkService struct {
 
 func (x *LinkService) Reset() {
 	*x = LinkService{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[53]
+	mi := &file_corpus_v1_raft_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4398,7 +4502,7 @@ func (x *LinkService) String() string {
 func (*LinkService) ProtoMessage() {}
 
 func (x *LinkService) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[53]
+	mi := &file_corpus_v1_raft_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4411,7 +4515,7 @@ func (x *LinkService) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LinkService.ProtoReflect.Descriptor instead.
 func (*LinkService) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{53}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *LinkService) GetService() string {
@@ -4447,7 +4551,7 @@ type UnlinkService struct {
 
 func (x *UnlinkService) Reset() {
 	*x = UnlinkService{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[54]
+	mi := &file_corpus_v1_raft_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4459,7 +4563,7 @@ func (x *UnlinkService) String() string {
 func (*UnlinkService) ProtoMessage() {}
 
 func (x *UnlinkService) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[54]
+	mi := &file_corpus_v1_raft_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4472,7 +4576,7 @@ func (x *UnlinkService) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnlinkService.ProtoReflect.Descriptor instead.
 func (*UnlinkService) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{54}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *UnlinkService) GetService() string {
@@ -4508,7 +4612,7 @@ type UpdateService struct {
 
 func (x *UpdateService) Reset() {
 	*x = UpdateService{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[55]
+	mi := &file_corpus_v1_raft_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4520,7 +4624,7 @@ func (x *UpdateService) String() string {
 func (*UpdateService) ProtoMessage() {}
 
 func (x *UpdateService) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[55]
+	mi := &file_corpus_v1_raft_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4533,7 +4637,7 @@ func (x *UpdateService) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateService.ProtoReflect.Descriptor instead.
 func (*UpdateService) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{55}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *UpdateService) GetName() string {
@@ -4568,7 +4672,7 @@ type ReportServices struct {
 
 func (x *ReportServices) Reset() {
 	*x = ReportServices{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[56]
+	mi := &file_corpus_v1_raft_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4580,7 +4684,7 @@ func (x *ReportServices) String() string {
 func (*ReportServices) ProtoMessage() {}
 
 func (x *ReportServices) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[56]
+	mi := &file_corpus_v1_raft_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4593,7 +4697,7 @@ func (x *ReportServices) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportServices.ProtoReflect.Descriptor instead.
 func (*ReportServices) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{56}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *ReportServices) GetNodeId() string {
@@ -4620,7 +4724,7 @@ type BeginBackup struct {
 
 func (x *BeginBackup) Reset() {
 	*x = BeginBackup{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[57]
+	mi := &file_corpus_v1_raft_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4632,7 +4736,7 @@ func (x *BeginBackup) String() string {
 func (*BeginBackup) ProtoMessage() {}
 
 func (x *BeginBackup) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[57]
+	mi := &file_corpus_v1_raft_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4645,7 +4749,7 @@ func (x *BeginBackup) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BeginBackup.ProtoReflect.Descriptor instead.
 func (*BeginBackup) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{57}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *BeginBackup) GetBackup() *Backup {
@@ -4669,7 +4773,7 @@ type FinishBackup struct {
 
 func (x *FinishBackup) Reset() {
 	*x = FinishBackup{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[58]
+	mi := &file_corpus_v1_raft_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4681,7 +4785,7 @@ func (x *FinishBackup) String() string {
 func (*FinishBackup) ProtoMessage() {}
 
 func (x *FinishBackup) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[58]
+	mi := &file_corpus_v1_raft_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4694,7 +4798,7 @@ func (x *FinishBackup) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FinishBackup.ProtoReflect.Descriptor instead.
 func (*FinishBackup) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{58}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *FinishBackup) GetId() string {
@@ -4742,7 +4846,7 @@ type DeleteBackup struct {
 
 func (x *DeleteBackup) Reset() {
 	*x = DeleteBackup{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[59]
+	mi := &file_corpus_v1_raft_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4754,7 +4858,7 @@ func (x *DeleteBackup) String() string {
 func (*DeleteBackup) ProtoMessage() {}
 
 func (x *DeleteBackup) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[59]
+	mi := &file_corpus_v1_raft_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4767,7 +4871,7 @@ func (x *DeleteBackup) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteBackup.ProtoReflect.Descriptor instead.
 func (*DeleteBackup) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{59}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *DeleteBackup) GetId() string {
@@ -4795,7 +4899,7 @@ type UpdateVolume struct {
 
 func (x *UpdateVolume) Reset() {
 	*x = UpdateVolume{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[60]
+	mi := &file_corpus_v1_raft_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4807,7 +4911,7 @@ func (x *UpdateVolume) String() string {
 func (*UpdateVolume) ProtoMessage() {}
 
 func (x *UpdateVolume) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[60]
+	mi := &file_corpus_v1_raft_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4820,7 +4924,7 @@ func (x *UpdateVolume) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateVolume.ProtoReflect.Descriptor instead.
 func (*UpdateVolume) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{60}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *UpdateVolume) GetName() string {
@@ -4856,7 +4960,7 @@ type ReplaceServiceGuest struct {
 
 func (x *ReplaceServiceGuest) Reset() {
 	*x = ReplaceServiceGuest{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[61]
+	mi := &file_corpus_v1_raft_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4868,7 +4972,7 @@ func (x *ReplaceServiceGuest) String() string {
 func (*ReplaceServiceGuest) ProtoMessage() {}
 
 func (x *ReplaceServiceGuest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[61]
+	mi := &file_corpus_v1_raft_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4881,7 +4985,7 @@ func (x *ReplaceServiceGuest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplaceServiceGuest.ProtoReflect.Descriptor instead.
 func (*ReplaceServiceGuest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{61}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *ReplaceServiceGuest) GetService() string {
@@ -4925,7 +5029,7 @@ type SetAcmeConfig struct {
 
 func (x *SetAcmeConfig) Reset() {
 	*x = SetAcmeConfig{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[62]
+	mi := &file_corpus_v1_raft_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4937,7 +5041,7 @@ func (x *SetAcmeConfig) String() string {
 func (*SetAcmeConfig) ProtoMessage() {}
 
 func (x *SetAcmeConfig) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[62]
+	mi := &file_corpus_v1_raft_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4950,7 +5054,7 @@ func (x *SetAcmeConfig) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetAcmeConfig.ProtoReflect.Descriptor instead.
 func (*SetAcmeConfig) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{62}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *SetAcmeConfig) GetConfig() *AcmeConfig {
@@ -4982,7 +5086,7 @@ type PutCertificate struct {
 
 func (x *PutCertificate) Reset() {
 	*x = PutCertificate{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[63]
+	mi := &file_corpus_v1_raft_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4994,7 +5098,7 @@ func (x *PutCertificate) String() string {
 func (*PutCertificate) ProtoMessage() {}
 
 func (x *PutCertificate) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[63]
+	mi := &file_corpus_v1_raft_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5007,7 +5111,7 @@ func (x *PutCertificate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutCertificate.ProtoReflect.Descriptor instead.
 func (*PutCertificate) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{63}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *PutCertificate) GetCertificate() *Certificate {
@@ -5033,7 +5137,7 @@ type DeleteCertificate struct {
 
 func (x *DeleteCertificate) Reset() {
 	*x = DeleteCertificate{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[64]
+	mi := &file_corpus_v1_raft_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5045,7 +5149,7 @@ func (x *DeleteCertificate) String() string {
 func (*DeleteCertificate) ProtoMessage() {}
 
 func (x *DeleteCertificate) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[64]
+	mi := &file_corpus_v1_raft_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5058,7 +5162,7 @@ func (x *DeleteCertificate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteCertificate.ProtoReflect.Descriptor instead.
 func (*DeleteCertificate) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{64}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *DeleteCertificate) GetDomain() string {
@@ -5081,7 +5185,7 @@ type SetRouteTls struct {
 
 func (x *SetRouteTls) Reset() {
 	*x = SetRouteTls{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[65]
+	mi := &file_corpus_v1_raft_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5093,7 +5197,7 @@ func (x *SetRouteTls) String() string {
 func (*SetRouteTls) ProtoMessage() {}
 
 func (x *SetRouteTls) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[65]
+	mi := &file_corpus_v1_raft_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5106,7 +5210,7 @@ func (x *SetRouteTls) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetRouteTls.ProtoReflect.Descriptor instead.
 func (*SetRouteTls) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{65}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *SetRouteTls) GetId() string {
@@ -5141,7 +5245,7 @@ var File_corpus_v1_raft_proto protoreflect.FileDescriptor
 
 const file_corpus_v1_raft_proto_rawDesc = "" +
 	"\n" +
-	"\x14corpus/v1/raft.proto\x12\tcorpus.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x15corpus/v1/types.proto\x1a\x18corpus/v1/services.proto\"\xf0 \n" +
+	"\x14corpus/v1/raft.proto\x12\tcorpus.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x15corpus/v1/types.proto\x1a\x18corpus/v1/services.proto\"\xb1!\n" +
 	"\aCommand\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x12\x1c\n" +
 	"\tignorable\x18\x02 \x01(\bR\tignorable\x12,\n" +
@@ -5220,7 +5324,8 @@ const file_corpus_v1_raft_proto_rawDesc = "" +
 	"\x12delete_certificate\x18\xcb\x01 \x01(\v2\x1c.corpus.v1.DeleteCertificateH\x00R\x11deleteCertificate\x12=\n" +
 	"\rset_route_tls\x18\xcc\x01 \x01(\v2\x16.corpus.v1.SetRouteTlsH\x00R\vsetRouteTls\x123\n" +
 	"\tscale_env\x18\xcd\x01 \x01(\v2\x13.corpus.v1.ScaleEnvH\x00R\bscaleEnv\x12R\n" +
-	"\x14set_instance_release\x18\xce\x01 \x01(\v2\x1d.corpus.v1.SetInstanceReleaseH\x00R\x12setInstanceReleaseB\x05\n" +
+	"\x14set_instance_release\x18\xce\x01 \x01(\v2\x1d.corpus.v1.SetInstanceReleaseH\x00R\x12setInstanceRelease\x12?\n" +
+	"\rset_autoscale\x18\xcf\x01 \x01(\v2\x17.corpus.v1.SetAutoscaleH\x00R\fsetAutoscaleB\x05\n" +
 	"\x03cmd\"U\n" +
 	"\vRecordAudit\x12\x16\n" +
 	"\x06action\x18\x01 \x01(\tR\x06action\x12\x16\n" +
@@ -5444,7 +5549,7 @@ const file_corpus_v1_raft_proto_rawDesc = "" +
 	"\x03env\x18\x02 \x01(\tR\x03env\x12\x17\n" +
 	"\anode_id\x18\x03 \x01(\tR\x06nodeId\x12\x12\n" +
 	"\x04port\x18\x04 \x01(\x05R\x04port\x12\x1a\n" +
-	"\binstance\x18\x05 \x01(\rR\binstance\"\xd7\x02\n" +
+	"\binstance\x18\x05 \x01(\rR\binstance\"\x8f\x03\n" +
 	"\bScaleEnv\x12\x18\n" +
 	"\aproject\x18\x01 \x01(\tR\aproject\x12\x10\n" +
 	"\x03env\x18\x02 \x01(\tR\x03env\x124\n" +
@@ -5453,11 +5558,21 @@ const file_corpus_v1_raft_proto_rawDesc = "" +
 	"\fmax_parallel\x18\x05 \x01(\rR\vmaxParallel\x12\"\n" +
 	"\x03add\x18\x06 \x03(\v2\x10.corpus.v1.GuestR\x03add\x12\x16\n" +
 	"\x06remove\x18\a \x03(\rR\x06remove\x12)\n" +
-	"\x10expect_instances\x18\b \x01(\rR\x0fexpectInstances\x1a8\n" +
+	"\x10expect_instances\x18\b \x01(\rR\x0fexpectInstances\x12\x1e\n" +
+	"\n" +
+	"autoscaled\x18\t \x01(\tR\n" +
+	"autoscaled\x12\x16\n" +
+	"\x06reason\x18\n" +
+	" \x01(\tR\x06reason\x1a8\n" +
 	"\n" +
 	"ScaleEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\rR\x05value:\x028\x01\"v\n" +
+	"\x05value\x18\x02 \x01(\rR\x05value:\x028\x01\"\x88\x01\n" +
+	"\fSetAutoscale\x12\x18\n" +
+	"\aproject\x18\x01 \x01(\tR\aproject\x12\x10\n" +
+	"\x03env\x18\x02 \x01(\tR\x03env\x12\x18\n" +
+	"\aprocess\x18\x03 \x01(\tR\aprocess\x122\n" +
+	"\x06policy\x18\x04 \x01(\v2\x1a.corpus.v1.AutoscalePolicyR\x06policy\"v\n" +
 	"\x12SetInstanceRelease\x12\x18\n" +
 	"\aproject\x18\x01 \x01(\tR\aproject\x12\x10\n" +
 	"\x03env\x18\x02 \x01(\tR\x03env\x12\x1a\n" +
@@ -5540,7 +5655,7 @@ func file_corpus_v1_raft_proto_rawDescGZIP() []byte {
 	return file_corpus_v1_raft_proto_rawDescData
 }
 
-var file_corpus_v1_raft_proto_msgTypes = make([]protoimpl.MessageInfo, 71)
+var file_corpus_v1_raft_proto_msgTypes = make([]protoimpl.MessageInfo, 72)
 var file_corpus_v1_raft_proto_goTypes = []any{
 	(*Command)(nil),               // 0: corpus.v1.Command
 	(*RecordAudit)(nil),           // 1: corpus.v1.RecordAudit
@@ -5591,60 +5706,62 @@ var file_corpus_v1_raft_proto_goTypes = []any{
 	(*ResealedConfig)(nil),        // 46: corpus.v1.ResealedConfig
 	(*SetWebPort)(nil),            // 47: corpus.v1.SetWebPort
 	(*ScaleEnv)(nil),              // 48: corpus.v1.ScaleEnv
-	(*SetInstanceRelease)(nil),    // 49: corpus.v1.SetInstanceRelease
-	(*UpdateGuest)(nil),           // 50: corpus.v1.UpdateGuest
-	(*CreateService)(nil),         // 51: corpus.v1.CreateService
-	(*SetServiceDesired)(nil),     // 52: corpus.v1.SetServiceDesired
-	(*LinkService)(nil),           // 53: corpus.v1.LinkService
-	(*UnlinkService)(nil),         // 54: corpus.v1.UnlinkService
-	(*UpdateService)(nil),         // 55: corpus.v1.UpdateService
-	(*ReportServices)(nil),        // 56: corpus.v1.ReportServices
-	(*BeginBackup)(nil),           // 57: corpus.v1.BeginBackup
-	(*FinishBackup)(nil),          // 58: corpus.v1.FinishBackup
-	(*DeleteBackup)(nil),          // 59: corpus.v1.DeleteBackup
-	(*UpdateVolume)(nil),          // 60: corpus.v1.UpdateVolume
-	(*ReplaceServiceGuest)(nil),   // 61: corpus.v1.ReplaceServiceGuest
-	(*SetAcmeConfig)(nil),         // 62: corpus.v1.SetAcmeConfig
-	(*PutCertificate)(nil),        // 63: corpus.v1.PutCertificate
-	(*DeleteCertificate)(nil),     // 64: corpus.v1.DeleteCertificate
-	(*SetRouteTls)(nil),           // 65: corpus.v1.SetRouteTls
-	nil,                           // 66: corpus.v1.UpdateNode.LabelsEntry
-	nil,                           // 67: corpus.v1.SetConfig.SetEntry
-	nil,                           // 68: corpus.v1.ResealedConfig.ConfigEntry
-	nil,                           // 69: corpus.v1.ScaleEnv.ScaleEntry
-	nil,                           // 70: corpus.v1.LinkService.ConfigEntry
-	(*timestamppb.Timestamp)(nil), // 71: google.protobuf.Timestamp
-	(*ClusterConfig)(nil),         // 72: corpus.v1.ClusterConfig
-	(*JoinToken)(nil),             // 73: corpus.v1.JoinToken
-	(*Node)(nil),                  // 74: corpus.v1.Node
-	(*Resources)(nil),             // 75: corpus.v1.Resources
-	(*DriverInfo)(nil),            // 76: corpus.v1.DriverInfo
-	(*Guest)(nil),                 // 77: corpus.v1.Guest
-	(*GuestObserved)(nil),         // 78: corpus.v1.GuestObserved
-	(*Route)(nil),                 // 79: corpus.v1.Route
-	(*DnsRecord)(nil),             // 80: corpus.v1.DnsRecord
-	(*VolumeObserved)(nil),        // 81: corpus.v1.VolumeObserved
-	(*User)(nil),                  // 82: corpus.v1.User
-	(*UserToken)(nil),             // 83: corpus.v1.UserToken
-	(*SshKey)(nil),                // 84: corpus.v1.SshKey
-	(*ProjectEnv)(nil),            // 85: corpus.v1.ProjectEnv
-	(*Release)(nil),               // 86: corpus.v1.Release
-	(*ReleaseStep)(nil),           // 87: corpus.v1.ReleaseStep
-	(*Coordinator)(nil),           // 88: corpus.v1.Coordinator
-	(*Volume)(nil),                // 89: corpus.v1.Volume
-	(*Project)(nil),               // 90: corpus.v1.Project
-	(*AuditEntry)(nil),            // 91: corpus.v1.AuditEntry
-	(*Keyring)(nil),               // 92: corpus.v1.Keyring
-	(*Service)(nil),               // 93: corpus.v1.Service
-	(*Backup)(nil),                // 94: corpus.v1.Backup
-	(*AcmeConfig)(nil),            // 95: corpus.v1.AcmeConfig
-	(*Certificate)(nil),           // 96: corpus.v1.Certificate
-	(*GuestSpec)(nil),             // 97: corpus.v1.GuestSpec
-	(*ServiceLink)(nil),           // 98: corpus.v1.ServiceLink
-	(*ReportedService)(nil),       // 99: corpus.v1.ReportedService
+	(*SetAutoscale)(nil),          // 49: corpus.v1.SetAutoscale
+	(*SetInstanceRelease)(nil),    // 50: corpus.v1.SetInstanceRelease
+	(*UpdateGuest)(nil),           // 51: corpus.v1.UpdateGuest
+	(*CreateService)(nil),         // 52: corpus.v1.CreateService
+	(*SetServiceDesired)(nil),     // 53: corpus.v1.SetServiceDesired
+	(*LinkService)(nil),           // 54: corpus.v1.LinkService
+	(*UnlinkService)(nil),         // 55: corpus.v1.UnlinkService
+	(*UpdateService)(nil),         // 56: corpus.v1.UpdateService
+	(*ReportServices)(nil),        // 57: corpus.v1.ReportServices
+	(*BeginBackup)(nil),           // 58: corpus.v1.BeginBackup
+	(*FinishBackup)(nil),          // 59: corpus.v1.FinishBackup
+	(*DeleteBackup)(nil),          // 60: corpus.v1.DeleteBackup
+	(*UpdateVolume)(nil),          // 61: corpus.v1.UpdateVolume
+	(*ReplaceServiceGuest)(nil),   // 62: corpus.v1.ReplaceServiceGuest
+	(*SetAcmeConfig)(nil),         // 63: corpus.v1.SetAcmeConfig
+	(*PutCertificate)(nil),        // 64: corpus.v1.PutCertificate
+	(*DeleteCertificate)(nil),     // 65: corpus.v1.DeleteCertificate
+	(*SetRouteTls)(nil),           // 66: corpus.v1.SetRouteTls
+	nil,                           // 67: corpus.v1.UpdateNode.LabelsEntry
+	nil,                           // 68: corpus.v1.SetConfig.SetEntry
+	nil,                           // 69: corpus.v1.ResealedConfig.ConfigEntry
+	nil,                           // 70: corpus.v1.ScaleEnv.ScaleEntry
+	nil,                           // 71: corpus.v1.LinkService.ConfigEntry
+	(*timestamppb.Timestamp)(nil), // 72: google.protobuf.Timestamp
+	(*ClusterConfig)(nil),         // 73: corpus.v1.ClusterConfig
+	(*JoinToken)(nil),             // 74: corpus.v1.JoinToken
+	(*Node)(nil),                  // 75: corpus.v1.Node
+	(*Resources)(nil),             // 76: corpus.v1.Resources
+	(*DriverInfo)(nil),            // 77: corpus.v1.DriverInfo
+	(*Guest)(nil),                 // 78: corpus.v1.Guest
+	(*GuestObserved)(nil),         // 79: corpus.v1.GuestObserved
+	(*Route)(nil),                 // 80: corpus.v1.Route
+	(*DnsRecord)(nil),             // 81: corpus.v1.DnsRecord
+	(*VolumeObserved)(nil),        // 82: corpus.v1.VolumeObserved
+	(*User)(nil),                  // 83: corpus.v1.User
+	(*UserToken)(nil),             // 84: corpus.v1.UserToken
+	(*SshKey)(nil),                // 85: corpus.v1.SshKey
+	(*ProjectEnv)(nil),            // 86: corpus.v1.ProjectEnv
+	(*Release)(nil),               // 87: corpus.v1.Release
+	(*ReleaseStep)(nil),           // 88: corpus.v1.ReleaseStep
+	(*Coordinator)(nil),           // 89: corpus.v1.Coordinator
+	(*Volume)(nil),                // 90: corpus.v1.Volume
+	(*Project)(nil),               // 91: corpus.v1.Project
+	(*AuditEntry)(nil),            // 92: corpus.v1.AuditEntry
+	(*Keyring)(nil),               // 93: corpus.v1.Keyring
+	(*Service)(nil),               // 94: corpus.v1.Service
+	(*Backup)(nil),                // 95: corpus.v1.Backup
+	(*AcmeConfig)(nil),            // 96: corpus.v1.AcmeConfig
+	(*Certificate)(nil),           // 97: corpus.v1.Certificate
+	(*AutoscalePolicy)(nil),       // 98: corpus.v1.AutoscalePolicy
+	(*GuestSpec)(nil),             // 99: corpus.v1.GuestSpec
+	(*ServiceLink)(nil),           // 100: corpus.v1.ServiceLink
+	(*ReportedService)(nil),       // 101: corpus.v1.ReportedService
 }
 var file_corpus_v1_raft_proto_depIdxs = []int32{
-	71,  // 0: corpus.v1.Command.now:type_name -> google.protobuf.Timestamp
+	72,  // 0: corpus.v1.Command.now:type_name -> google.protobuf.Timestamp
 	2,   // 1: corpus.v1.Command.bootstrap_cluster:type_name -> corpus.v1.BootstrapCluster
 	3,   // 2: corpus.v1.Command.create_join_token:type_name -> corpus.v1.CreateJoinToken
 	4,   // 3: corpus.v1.Command.enroll_node:type_name -> corpus.v1.EnrollNode
@@ -5684,94 +5801,96 @@ var file_corpus_v1_raft_proto_depIdxs = []int32{
 	12,  // 37: corpus.v1.Command.set_node_mode:type_name -> corpus.v1.SetNodeMode
 	5,   // 38: corpus.v1.Command.renew_node_certificate:type_name -> corpus.v1.RenewNodeCertificate
 	26,  // 39: corpus.v1.Command.user_login:type_name -> corpus.v1.UserLogin
-	50,  // 40: corpus.v1.Command.update_guest:type_name -> corpus.v1.UpdateGuest
+	51,  // 40: corpus.v1.Command.update_guest:type_name -> corpus.v1.UpdateGuest
 	1,   // 41: corpus.v1.Command.record_audit:type_name -> corpus.v1.RecordAudit
 	44,  // 42: corpus.v1.Command.set_config:type_name -> corpus.v1.SetConfig
 	45,  // 43: corpus.v1.Command.set_keyring:type_name -> corpus.v1.SetKeyring
 	47,  // 44: corpus.v1.Command.set_web_port:type_name -> corpus.v1.SetWebPort
-	51,  // 45: corpus.v1.Command.create_service:type_name -> corpus.v1.CreateService
-	52,  // 46: corpus.v1.Command.set_service_desired:type_name -> corpus.v1.SetServiceDesired
-	53,  // 47: corpus.v1.Command.link_service:type_name -> corpus.v1.LinkService
-	54,  // 48: corpus.v1.Command.unlink_service:type_name -> corpus.v1.UnlinkService
-	55,  // 49: corpus.v1.Command.update_service:type_name -> corpus.v1.UpdateService
-	56,  // 50: corpus.v1.Command.report_services:type_name -> corpus.v1.ReportServices
-	57,  // 51: corpus.v1.Command.begin_backup:type_name -> corpus.v1.BeginBackup
-	58,  // 52: corpus.v1.Command.finish_backup:type_name -> corpus.v1.FinishBackup
-	59,  // 53: corpus.v1.Command.delete_backup:type_name -> corpus.v1.DeleteBackup
-	61,  // 54: corpus.v1.Command.replace_service_guest:type_name -> corpus.v1.ReplaceServiceGuest
-	60,  // 55: corpus.v1.Command.update_volume:type_name -> corpus.v1.UpdateVolume
-	62,  // 56: corpus.v1.Command.set_acme_config:type_name -> corpus.v1.SetAcmeConfig
-	63,  // 57: corpus.v1.Command.put_certificate:type_name -> corpus.v1.PutCertificate
-	64,  // 58: corpus.v1.Command.delete_certificate:type_name -> corpus.v1.DeleteCertificate
-	65,  // 59: corpus.v1.Command.set_route_tls:type_name -> corpus.v1.SetRouteTls
+	52,  // 45: corpus.v1.Command.create_service:type_name -> corpus.v1.CreateService
+	53,  // 46: corpus.v1.Command.set_service_desired:type_name -> corpus.v1.SetServiceDesired
+	54,  // 47: corpus.v1.Command.link_service:type_name -> corpus.v1.LinkService
+	55,  // 48: corpus.v1.Command.unlink_service:type_name -> corpus.v1.UnlinkService
+	56,  // 49: corpus.v1.Command.update_service:type_name -> corpus.v1.UpdateService
+	57,  // 50: corpus.v1.Command.report_services:type_name -> corpus.v1.ReportServices
+	58,  // 51: corpus.v1.Command.begin_backup:type_name -> corpus.v1.BeginBackup
+	59,  // 52: corpus.v1.Command.finish_backup:type_name -> corpus.v1.FinishBackup
+	60,  // 53: corpus.v1.Command.delete_backup:type_name -> corpus.v1.DeleteBackup
+	62,  // 54: corpus.v1.Command.replace_service_guest:type_name -> corpus.v1.ReplaceServiceGuest
+	61,  // 55: corpus.v1.Command.update_volume:type_name -> corpus.v1.UpdateVolume
+	63,  // 56: corpus.v1.Command.set_acme_config:type_name -> corpus.v1.SetAcmeConfig
+	64,  // 57: corpus.v1.Command.put_certificate:type_name -> corpus.v1.PutCertificate
+	65,  // 58: corpus.v1.Command.delete_certificate:type_name -> corpus.v1.DeleteCertificate
+	66,  // 59: corpus.v1.Command.set_route_tls:type_name -> corpus.v1.SetRouteTls
 	48,  // 60: corpus.v1.Command.scale_env:type_name -> corpus.v1.ScaleEnv
-	49,  // 61: corpus.v1.Command.set_instance_release:type_name -> corpus.v1.SetInstanceRelease
-	72,  // 62: corpus.v1.BootstrapCluster.config:type_name -> corpus.v1.ClusterConfig
-	73,  // 63: corpus.v1.CreateJoinToken.token:type_name -> corpus.v1.JoinToken
-	74,  // 64: corpus.v1.EnrollNode.node:type_name -> corpus.v1.Node
-	71,  // 65: corpus.v1.RenewNodeCertificate.expires_at:type_name -> google.protobuf.Timestamp
-	75,  // 66: corpus.v1.UpdateNode.capacity:type_name -> corpus.v1.Resources
-	76,  // 67: corpus.v1.UpdateNode.drivers:type_name -> corpus.v1.DriverInfo
-	66,  // 68: corpus.v1.UpdateNode.labels:type_name -> corpus.v1.UpdateNode.LabelsEntry
-	77,  // 69: corpus.v1.CreateGuest.guest:type_name -> corpus.v1.Guest
-	10,  // 70: corpus.v1.PlaceGuests.placements:type_name -> corpus.v1.PlaceGuest
-	78,  // 71: corpus.v1.ObservedGuest.observed:type_name -> corpus.v1.GuestObserved
-	13,  // 72: corpus.v1.ReportGuests.guests:type_name -> corpus.v1.ObservedGuest
-	79,  // 73: corpus.v1.CreateRoute.route:type_name -> corpus.v1.Route
-	80,  // 74: corpus.v1.AddDnsRecord.record:type_name -> corpus.v1.DnsRecord
-	81,  // 75: corpus.v1.ObservedVolume.observed:type_name -> corpus.v1.VolumeObserved
-	23,  // 76: corpus.v1.ReportVolumes.volumes:type_name -> corpus.v1.ObservedVolume
-	82,  // 77: corpus.v1.CreateUser.user:type_name -> corpus.v1.User
-	83,  // 78: corpus.v1.UserLogin.token:type_name -> corpus.v1.UserToken
-	84,  // 79: corpus.v1.AddSshKey.key:type_name -> corpus.v1.SshKey
-	85,  // 80: corpus.v1.CreateProject.env:type_name -> corpus.v1.ProjectEnv
-	77,  // 81: corpus.v1.CreateProject.guest:type_name -> corpus.v1.Guest
-	79,  // 82: corpus.v1.CreateProject.routes:type_name -> corpus.v1.Route
-	86,  // 83: corpus.v1.BeginRelease.release:type_name -> corpus.v1.Release
-	87,  // 84: corpus.v1.FinishRelease.steps:type_name -> corpus.v1.ReleaseStep
-	79,  // 85: corpus.v1.SetManifestDomains.routes:type_name -> corpus.v1.Route
-	88,  // 86: corpus.v1.UpsertCoordinator.coordinator:type_name -> corpus.v1.Coordinator
-	83,  // 87: corpus.v1.CreateUserToken.token:type_name -> corpus.v1.UserToken
-	72,  // 88: corpus.v1.Snapshot.config:type_name -> corpus.v1.ClusterConfig
-	74,  // 89: corpus.v1.Snapshot.nodes:type_name -> corpus.v1.Node
-	77,  // 90: corpus.v1.Snapshot.guests:type_name -> corpus.v1.Guest
-	73,  // 91: corpus.v1.Snapshot.join_tokens:type_name -> corpus.v1.JoinToken
-	79,  // 92: corpus.v1.Snapshot.routes:type_name -> corpus.v1.Route
-	80,  // 93: corpus.v1.Snapshot.dns_records:type_name -> corpus.v1.DnsRecord
-	89,  // 94: corpus.v1.Snapshot.volumes:type_name -> corpus.v1.Volume
-	82,  // 95: corpus.v1.Snapshot.users:type_name -> corpus.v1.User
-	90,  // 96: corpus.v1.Snapshot.projects:type_name -> corpus.v1.Project
-	86,  // 97: corpus.v1.Snapshot.releases:type_name -> corpus.v1.Release
-	88,  // 98: corpus.v1.Snapshot.coordinators:type_name -> corpus.v1.Coordinator
-	91,  // 99: corpus.v1.Snapshot.audit:type_name -> corpus.v1.AuditEntry
-	83,  // 100: corpus.v1.Snapshot.user_tokens:type_name -> corpus.v1.UserToken
-	92,  // 101: corpus.v1.Snapshot.keyring:type_name -> corpus.v1.Keyring
-	93,  // 102: corpus.v1.Snapshot.services:type_name -> corpus.v1.Service
-	94,  // 103: corpus.v1.Snapshot.backups:type_name -> corpus.v1.Backup
-	95,  // 104: corpus.v1.Snapshot.acme:type_name -> corpus.v1.AcmeConfig
-	96,  // 105: corpus.v1.Snapshot.certificates:type_name -> corpus.v1.Certificate
-	67,  // 106: corpus.v1.SetConfig.set:type_name -> corpus.v1.SetConfig.SetEntry
-	92,  // 107: corpus.v1.SetKeyring.keyring:type_name -> corpus.v1.Keyring
-	46,  // 108: corpus.v1.SetKeyring.envs:type_name -> corpus.v1.ResealedConfig
-	46,  // 109: corpus.v1.SetKeyring.releases:type_name -> corpus.v1.ResealedConfig
-	68,  // 110: corpus.v1.ResealedConfig.config:type_name -> corpus.v1.ResealedConfig.ConfigEntry
-	69,  // 111: corpus.v1.ScaleEnv.scale:type_name -> corpus.v1.ScaleEnv.ScaleEntry
-	77,  // 112: corpus.v1.ScaleEnv.add:type_name -> corpus.v1.Guest
-	97,  // 113: corpus.v1.UpdateGuest.spec:type_name -> corpus.v1.GuestSpec
-	93,  // 114: corpus.v1.CreateService.service:type_name -> corpus.v1.Service
-	77,  // 115: corpus.v1.CreateService.guest:type_name -> corpus.v1.Guest
-	98,  // 116: corpus.v1.LinkService.link:type_name -> corpus.v1.ServiceLink
-	70,  // 117: corpus.v1.LinkService.config:type_name -> corpus.v1.LinkService.ConfigEntry
-	99,  // 118: corpus.v1.ReportServices.services:type_name -> corpus.v1.ReportedService
-	94,  // 119: corpus.v1.BeginBackup.backup:type_name -> corpus.v1.Backup
-	77,  // 120: corpus.v1.ReplaceServiceGuest.guest:type_name -> corpus.v1.Guest
-	95,  // 121: corpus.v1.SetAcmeConfig.config:type_name -> corpus.v1.AcmeConfig
-	96,  // 122: corpus.v1.PutCertificate.certificate:type_name -> corpus.v1.Certificate
-	123, // [123:123] is the sub-list for method output_type
-	123, // [123:123] is the sub-list for method input_type
-	123, // [123:123] is the sub-list for extension type_name
-	123, // [123:123] is the sub-list for extension extendee
-	0,   // [0:123] is the sub-list for field type_name
+	50,  // 61: corpus.v1.Command.set_instance_release:type_name -> corpus.v1.SetInstanceRelease
+	49,  // 62: corpus.v1.Command.set_autoscale:type_name -> corpus.v1.SetAutoscale
+	73,  // 63: corpus.v1.BootstrapCluster.config:type_name -> corpus.v1.ClusterConfig
+	74,  // 64: corpus.v1.CreateJoinToken.token:type_name -> corpus.v1.JoinToken
+	75,  // 65: corpus.v1.EnrollNode.node:type_name -> corpus.v1.Node
+	72,  // 66: corpus.v1.RenewNodeCertificate.expires_at:type_name -> google.protobuf.Timestamp
+	76,  // 67: corpus.v1.UpdateNode.capacity:type_name -> corpus.v1.Resources
+	77,  // 68: corpus.v1.UpdateNode.drivers:type_name -> corpus.v1.DriverInfo
+	67,  // 69: corpus.v1.UpdateNode.labels:type_name -> corpus.v1.UpdateNode.LabelsEntry
+	78,  // 70: corpus.v1.CreateGuest.guest:type_name -> corpus.v1.Guest
+	10,  // 71: corpus.v1.PlaceGuests.placements:type_name -> corpus.v1.PlaceGuest
+	79,  // 72: corpus.v1.ObservedGuest.observed:type_name -> corpus.v1.GuestObserved
+	13,  // 73: corpus.v1.ReportGuests.guests:type_name -> corpus.v1.ObservedGuest
+	80,  // 74: corpus.v1.CreateRoute.route:type_name -> corpus.v1.Route
+	81,  // 75: corpus.v1.AddDnsRecord.record:type_name -> corpus.v1.DnsRecord
+	82,  // 76: corpus.v1.ObservedVolume.observed:type_name -> corpus.v1.VolumeObserved
+	23,  // 77: corpus.v1.ReportVolumes.volumes:type_name -> corpus.v1.ObservedVolume
+	83,  // 78: corpus.v1.CreateUser.user:type_name -> corpus.v1.User
+	84,  // 79: corpus.v1.UserLogin.token:type_name -> corpus.v1.UserToken
+	85,  // 80: corpus.v1.AddSshKey.key:type_name -> corpus.v1.SshKey
+	86,  // 81: corpus.v1.CreateProject.env:type_name -> corpus.v1.ProjectEnv
+	78,  // 82: corpus.v1.CreateProject.guest:type_name -> corpus.v1.Guest
+	80,  // 83: corpus.v1.CreateProject.routes:type_name -> corpus.v1.Route
+	87,  // 84: corpus.v1.BeginRelease.release:type_name -> corpus.v1.Release
+	88,  // 85: corpus.v1.FinishRelease.steps:type_name -> corpus.v1.ReleaseStep
+	80,  // 86: corpus.v1.SetManifestDomains.routes:type_name -> corpus.v1.Route
+	89,  // 87: corpus.v1.UpsertCoordinator.coordinator:type_name -> corpus.v1.Coordinator
+	84,  // 88: corpus.v1.CreateUserToken.token:type_name -> corpus.v1.UserToken
+	73,  // 89: corpus.v1.Snapshot.config:type_name -> corpus.v1.ClusterConfig
+	75,  // 90: corpus.v1.Snapshot.nodes:type_name -> corpus.v1.Node
+	78,  // 91: corpus.v1.Snapshot.guests:type_name -> corpus.v1.Guest
+	74,  // 92: corpus.v1.Snapshot.join_tokens:type_name -> corpus.v1.JoinToken
+	80,  // 93: corpus.v1.Snapshot.routes:type_name -> corpus.v1.Route
+	81,  // 94: corpus.v1.Snapshot.dns_records:type_name -> corpus.v1.DnsRecord
+	90,  // 95: corpus.v1.Snapshot.volumes:type_name -> corpus.v1.Volume
+	83,  // 96: corpus.v1.Snapshot.users:type_name -> corpus.v1.User
+	91,  // 97: corpus.v1.Snapshot.projects:type_name -> corpus.v1.Project
+	87,  // 98: corpus.v1.Snapshot.releases:type_name -> corpus.v1.Release
+	89,  // 99: corpus.v1.Snapshot.coordinators:type_name -> corpus.v1.Coordinator
+	92,  // 100: corpus.v1.Snapshot.audit:type_name -> corpus.v1.AuditEntry
+	84,  // 101: corpus.v1.Snapshot.user_tokens:type_name -> corpus.v1.UserToken
+	93,  // 102: corpus.v1.Snapshot.keyring:type_name -> corpus.v1.Keyring
+	94,  // 103: corpus.v1.Snapshot.services:type_name -> corpus.v1.Service
+	95,  // 104: corpus.v1.Snapshot.backups:type_name -> corpus.v1.Backup
+	96,  // 105: corpus.v1.Snapshot.acme:type_name -> corpus.v1.AcmeConfig
+	97,  // 106: corpus.v1.Snapshot.certificates:type_name -> corpus.v1.Certificate
+	68,  // 107: corpus.v1.SetConfig.set:type_name -> corpus.v1.SetConfig.SetEntry
+	93,  // 108: corpus.v1.SetKeyring.keyring:type_name -> corpus.v1.Keyring
+	46,  // 109: corpus.v1.SetKeyring.envs:type_name -> corpus.v1.ResealedConfig
+	46,  // 110: corpus.v1.SetKeyring.releases:type_name -> corpus.v1.ResealedConfig
+	69,  // 111: corpus.v1.ResealedConfig.config:type_name -> corpus.v1.ResealedConfig.ConfigEntry
+	70,  // 112: corpus.v1.ScaleEnv.scale:type_name -> corpus.v1.ScaleEnv.ScaleEntry
+	78,  // 113: corpus.v1.ScaleEnv.add:type_name -> corpus.v1.Guest
+	98,  // 114: corpus.v1.SetAutoscale.policy:type_name -> corpus.v1.AutoscalePolicy
+	99,  // 115: corpus.v1.UpdateGuest.spec:type_name -> corpus.v1.GuestSpec
+	94,  // 116: corpus.v1.CreateService.service:type_name -> corpus.v1.Service
+	78,  // 117: corpus.v1.CreateService.guest:type_name -> corpus.v1.Guest
+	100, // 118: corpus.v1.LinkService.link:type_name -> corpus.v1.ServiceLink
+	71,  // 119: corpus.v1.LinkService.config:type_name -> corpus.v1.LinkService.ConfigEntry
+	101, // 120: corpus.v1.ReportServices.services:type_name -> corpus.v1.ReportedService
+	95,  // 121: corpus.v1.BeginBackup.backup:type_name -> corpus.v1.Backup
+	78,  // 122: corpus.v1.ReplaceServiceGuest.guest:type_name -> corpus.v1.Guest
+	96,  // 123: corpus.v1.SetAcmeConfig.config:type_name -> corpus.v1.AcmeConfig
+	97,  // 124: corpus.v1.PutCertificate.certificate:type_name -> corpus.v1.Certificate
+	125, // [125:125] is the sub-list for method output_type
+	125, // [125:125] is the sub-list for method input_type
+	125, // [125:125] is the sub-list for extension type_name
+	125, // [125:125] is the sub-list for extension extendee
+	0,   // [0:125] is the sub-list for field type_name
 }
 
 func init() { file_corpus_v1_raft_proto_init() }
@@ -5843,6 +5962,7 @@ func file_corpus_v1_raft_proto_init() {
 		(*Command_SetRouteTls)(nil),
 		(*Command_ScaleEnv)(nil),
 		(*Command_SetInstanceRelease)(nil),
+		(*Command_SetAutoscale)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -5850,7 +5970,7 @@ func file_corpus_v1_raft_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_corpus_v1_raft_proto_rawDesc), len(file_corpus_v1_raft_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   71,
+			NumMessages:   72,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

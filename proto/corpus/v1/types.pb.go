@@ -2113,7 +2113,10 @@ type ProjectEnv struct {
 	// volume of its own.
 	SharedNothing bool `protobuf:"varint,15,opt,name=shared_nothing,json=sharedNothing,proto3" json:"shared_nothing,omitempty"`
 	// max_parallel is how many instances a deploy rolls at once (1 when 0).
-	MaxParallel   uint32 `protobuf:"varint,16,opt,name=max_parallel,json=maxParallel,proto3" json:"max_parallel,omitempty"`
+	MaxParallel uint32 `protobuf:"varint,16,opt,name=max_parallel,json=maxParallel,proto3" json:"max_parallel,omitempty"`
+	// autoscale holds the policy of each process type the cluster scales
+	// by load (corpus autoscale).
+	Autoscale     map[string]*AutoscalePolicy `protobuf:"bytes,17,rep,name=autoscale,proto3" json:"autoscale,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2260,6 +2263,114 @@ func (x *ProjectEnv) GetMaxParallel() uint32 {
 	return 0
 }
 
+func (x *ProjectEnv) GetAutoscale() map[string]*AutoscalePolicy {
+	if x != nil {
+		return x.Autoscale
+	}
+	return nil
+}
+
+// AutoscalePolicy keeps a process type's count between min and max so
+// that its instances' mean CPU use (percent of the guest's cpus) or
+// requests per second stays near the target, as the Kubernetes HPA does:
+// desired = ceil(count * load / target), a 10% tolerance, scale-ups at
+// once (at most doubling), scale-downs to the highest recommendation of
+// the stabilization window.
+type AutoscalePolicy struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Min   uint32                 `protobuf:"varint,1,opt,name=min,proto3" json:"min,omitempty"`
+	Max   uint32                 `protobuf:"varint,2,opt,name=max,proto3" json:"max,omitempty"`
+	// One target: target_cpu_percent (1–100) or target_rps (> 0).
+	TargetCpuPercent uint32  `protobuf:"varint,3,opt,name=target_cpu_percent,json=targetCpuPercent,proto3" json:"target_cpu_percent,omitempty"`
+	TargetRps        float64 `protobuf:"fixed64,4,opt,name=target_rps,json=targetRps,proto3" json:"target_rps,omitempty"`
+	// scale_down_window_seconds: 300 when 0.
+	ScaleDownWindowSeconds uint32 `protobuf:"varint,5,opt,name=scale_down_window_seconds,json=scaleDownWindowSeconds,proto3" json:"scale_down_window_seconds,omitempty"`
+	// last_decision says what the autoscaler last did and why.
+	LastDecision   string                 `protobuf:"bytes,6,opt,name=last_decision,json=lastDecision,proto3" json:"last_decision,omitempty"`
+	LastDecisionAt *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=last_decision_at,json=lastDecisionAt,proto3" json:"last_decision_at,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *AutoscalePolicy) Reset() {
+	*x = AutoscalePolicy{}
+	mi := &file_corpus_v1_types_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AutoscalePolicy) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AutoscalePolicy) ProtoMessage() {}
+
+func (x *AutoscalePolicy) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_types_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AutoscalePolicy.ProtoReflect.Descriptor instead.
+func (*AutoscalePolicy) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_types_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *AutoscalePolicy) GetMin() uint32 {
+	if x != nil {
+		return x.Min
+	}
+	return 0
+}
+
+func (x *AutoscalePolicy) GetMax() uint32 {
+	if x != nil {
+		return x.Max
+	}
+	return 0
+}
+
+func (x *AutoscalePolicy) GetTargetCpuPercent() uint32 {
+	if x != nil {
+		return x.TargetCpuPercent
+	}
+	return 0
+}
+
+func (x *AutoscalePolicy) GetTargetRps() float64 {
+	if x != nil {
+		return x.TargetRps
+	}
+	return 0
+}
+
+func (x *AutoscalePolicy) GetScaleDownWindowSeconds() uint32 {
+	if x != nil {
+		return x.ScaleDownWindowSeconds
+	}
+	return 0
+}
+
+func (x *AutoscalePolicy) GetLastDecision() string {
+	if x != nil {
+		return x.LastDecision
+	}
+	return ""
+}
+
+func (x *AutoscalePolicy) GetLastDecisionAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.LastDecisionAt
+	}
+	return nil
+}
+
 // ProjectInstance is one more guest of a project environment, serving the
 // same release as the others.
 type ProjectInstance struct {
@@ -2281,7 +2392,7 @@ type ProjectInstance struct {
 
 func (x *ProjectInstance) Reset() {
 	*x = ProjectInstance{}
-	mi := &file_corpus_v1_types_proto_msgTypes[20]
+	mi := &file_corpus_v1_types_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2293,7 +2404,7 @@ func (x *ProjectInstance) String() string {
 func (*ProjectInstance) ProtoMessage() {}
 
 func (x *ProjectInstance) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_types_proto_msgTypes[20]
+	mi := &file_corpus_v1_types_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2306,7 +2417,7 @@ func (x *ProjectInstance) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProjectInstance.ProtoReflect.Descriptor instead.
 func (*ProjectInstance) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_types_proto_rawDescGZIP(), []int{20}
+	return file_corpus_v1_types_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ProjectInstance) GetIndex() uint32 {
@@ -2392,7 +2503,7 @@ type Release struct {
 
 func (x *Release) Reset() {
 	*x = Release{}
-	mi := &file_corpus_v1_types_proto_msgTypes[21]
+	mi := &file_corpus_v1_types_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2404,7 +2515,7 @@ func (x *Release) String() string {
 func (*Release) ProtoMessage() {}
 
 func (x *Release) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_types_proto_msgTypes[21]
+	mi := &file_corpus_v1_types_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2417,7 +2528,7 @@ func (x *Release) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Release.ProtoReflect.Descriptor instead.
 func (*Release) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_types_proto_rawDescGZIP(), []int{21}
+	return file_corpus_v1_types_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *Release) GetId() string {
@@ -2587,7 +2698,7 @@ type ReleaseStep struct {
 
 func (x *ReleaseStep) Reset() {
 	*x = ReleaseStep{}
-	mi := &file_corpus_v1_types_proto_msgTypes[22]
+	mi := &file_corpus_v1_types_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2599,7 +2710,7 @@ func (x *ReleaseStep) String() string {
 func (*ReleaseStep) ProtoMessage() {}
 
 func (x *ReleaseStep) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_types_proto_msgTypes[22]
+	mi := &file_corpus_v1_types_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2612,7 +2723,7 @@ func (x *ReleaseStep) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseStep.ProtoReflect.Descriptor instead.
 func (*ReleaseStep) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_types_proto_rawDescGZIP(), []int{22}
+	return file_corpus_v1_types_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ReleaseStep) GetName() string {
@@ -2658,7 +2769,7 @@ type AuditEntry struct {
 
 func (x *AuditEntry) Reset() {
 	*x = AuditEntry{}
-	mi := &file_corpus_v1_types_proto_msgTypes[23]
+	mi := &file_corpus_v1_types_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2670,7 +2781,7 @@ func (x *AuditEntry) String() string {
 func (*AuditEntry) ProtoMessage() {}
 
 func (x *AuditEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_types_proto_msgTypes[23]
+	mi := &file_corpus_v1_types_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2683,7 +2794,7 @@ func (x *AuditEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuditEntry.ProtoReflect.Descriptor instead.
 func (*AuditEntry) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_types_proto_rawDescGZIP(), []int{23}
+	return file_corpus_v1_types_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *AuditEntry) GetIndex() uint64 {
@@ -2750,7 +2861,7 @@ type UserToken struct {
 
 func (x *UserToken) Reset() {
 	*x = UserToken{}
-	mi := &file_corpus_v1_types_proto_msgTypes[24]
+	mi := &file_corpus_v1_types_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2762,7 +2873,7 @@ func (x *UserToken) String() string {
 func (*UserToken) ProtoMessage() {}
 
 func (x *UserToken) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_types_proto_msgTypes[24]
+	mi := &file_corpus_v1_types_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2775,7 +2886,7 @@ func (x *UserToken) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UserToken.ProtoReflect.Descriptor instead.
 func (*UserToken) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_types_proto_rawDescGZIP(), []int{24}
+	return file_corpus_v1_types_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *UserToken) GetId() string {
@@ -2848,7 +2959,7 @@ type Keyring struct {
 
 func (x *Keyring) Reset() {
 	*x = Keyring{}
-	mi := &file_corpus_v1_types_proto_msgTypes[25]
+	mi := &file_corpus_v1_types_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2860,7 +2971,7 @@ func (x *Keyring) String() string {
 func (*Keyring) ProtoMessage() {}
 
 func (x *Keyring) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_types_proto_msgTypes[25]
+	mi := &file_corpus_v1_types_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2873,7 +2984,7 @@ func (x *Keyring) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Keyring.ProtoReflect.Descriptor instead.
 func (*Keyring) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_types_proto_rawDescGZIP(), []int{25}
+	return file_corpus_v1_types_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *Keyring) GetKeys() []*SealKey {
@@ -2908,7 +3019,7 @@ type SealKey struct {
 
 func (x *SealKey) Reset() {
 	*x = SealKey{}
-	mi := &file_corpus_v1_types_proto_msgTypes[26]
+	mi := &file_corpus_v1_types_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2920,7 +3031,7 @@ func (x *SealKey) String() string {
 func (*SealKey) ProtoMessage() {}
 
 func (x *SealKey) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_types_proto_msgTypes[26]
+	mi := &file_corpus_v1_types_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2933,7 +3044,7 @@ func (x *SealKey) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SealKey.ProtoReflect.Descriptor instead.
 func (*SealKey) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_types_proto_rawDescGZIP(), []int{26}
+	return file_corpus_v1_types_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *SealKey) GetId() string {
@@ -2983,7 +3094,7 @@ type ProcessStatus struct {
 
 func (x *ProcessStatus) Reset() {
 	*x = ProcessStatus{}
-	mi := &file_corpus_v1_types_proto_msgTypes[27]
+	mi := &file_corpus_v1_types_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2995,7 +3106,7 @@ func (x *ProcessStatus) String() string {
 func (*ProcessStatus) ProtoMessage() {}
 
 func (x *ProcessStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_types_proto_msgTypes[27]
+	mi := &file_corpus_v1_types_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3008,7 +3119,7 @@ func (x *ProcessStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProcessStatus.ProtoReflect.Descriptor instead.
 func (*ProcessStatus) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_types_proto_rawDescGZIP(), []int{27}
+	return file_corpus_v1_types_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *ProcessStatus) GetName() string {
@@ -3099,7 +3210,7 @@ type AcmeConfig struct {
 
 func (x *AcmeConfig) Reset() {
 	*x = AcmeConfig{}
-	mi := &file_corpus_v1_types_proto_msgTypes[28]
+	mi := &file_corpus_v1_types_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3111,7 +3222,7 @@ func (x *AcmeConfig) String() string {
 func (*AcmeConfig) ProtoMessage() {}
 
 func (x *AcmeConfig) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_types_proto_msgTypes[28]
+	mi := &file_corpus_v1_types_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3124,7 +3235,7 @@ func (x *AcmeConfig) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcmeConfig.ProtoReflect.Descriptor instead.
 func (*AcmeConfig) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_types_proto_rawDescGZIP(), []int{28}
+	return file_corpus_v1_types_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *AcmeConfig) GetDirectoryUrl() string {
@@ -3215,7 +3326,7 @@ type Certificate struct {
 
 func (x *Certificate) Reset() {
 	*x = Certificate{}
-	mi := &file_corpus_v1_types_proto_msgTypes[29]
+	mi := &file_corpus_v1_types_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3227,7 +3338,7 @@ func (x *Certificate) String() string {
 func (*Certificate) ProtoMessage() {}
 
 func (x *Certificate) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_types_proto_msgTypes[29]
+	mi := &file_corpus_v1_types_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3240,7 +3351,7 @@ func (x *Certificate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Certificate.ProtoReflect.Descriptor instead.
 func (*Certificate) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_types_proto_rawDescGZIP(), []int{29}
+	return file_corpus_v1_types_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *Certificate) GetDomain() string {
@@ -3379,7 +3490,7 @@ type AcmeChallenge struct {
 
 func (x *AcmeChallenge) Reset() {
 	*x = AcmeChallenge{}
-	mi := &file_corpus_v1_types_proto_msgTypes[30]
+	mi := &file_corpus_v1_types_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3391,7 +3502,7 @@ func (x *AcmeChallenge) String() string {
 func (*AcmeChallenge) ProtoMessage() {}
 
 func (x *AcmeChallenge) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_types_proto_msgTypes[30]
+	mi := &file_corpus_v1_types_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3404,7 +3515,7 @@ func (x *AcmeChallenge) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcmeChallenge.ProtoReflect.Descriptor instead.
 func (*AcmeChallenge) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_types_proto_rawDescGZIP(), []int{30}
+	return file_corpus_v1_types_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *AcmeChallenge) GetType() string {
@@ -3675,7 +3786,7 @@ const file_corpus_v1_types_proto_rawDesc = "" +
 	"\n" +
 	"created_at\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x12!\n" +
 	"\fcreate_index\x18\x14 \x01(\x04R\vcreateIndex\x12!\n" +
-	"\fmodify_index\x18\x15 \x01(\x04R\vmodifyIndex\"\xbd\x05\n" +
+	"\fmodify_index\x18\x15 \x01(\x04R\vmodifyIndex\"\xdb\x06\n" +
 	"\n" +
 	"ProjectEnv\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x19\n" +
@@ -3695,14 +3806,27 @@ const file_corpus_v1_types_proto_rawDesc = "" +
 	"\x05scale\x18\r \x03(\v2 .corpus.v1.ProjectEnv.ScaleEntryR\x05scale\x128\n" +
 	"\tinstances\x18\x0e \x03(\v2\x1a.corpus.v1.ProjectInstanceR\tinstances\x12%\n" +
 	"\x0eshared_nothing\x18\x0f \x01(\bR\rsharedNothing\x12!\n" +
-	"\fmax_parallel\x18\x10 \x01(\rR\vmaxParallel\x1a9\n" +
+	"\fmax_parallel\x18\x10 \x01(\rR\vmaxParallel\x12B\n" +
+	"\tautoscale\x18\x11 \x03(\v2$.corpus.v1.ProjectEnv.AutoscaleEntryR\tautoscale\x1a9\n" +
 	"\vConfigEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\fR\x05value:\x028\x01\x1a8\n" +
 	"\n" +
 	"ScaleEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\rR\x05value:\x028\x01\"\x96\x01\n" +
+	"\x05value\x18\x02 \x01(\rR\x05value:\x028\x01\x1aX\n" +
+	"\x0eAutoscaleEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x120\n" +
+	"\x05value\x18\x02 \x01(\v2\x1a.corpus.v1.AutoscalePolicyR\x05value:\x028\x01\"\xa8\x02\n" +
+	"\x0fAutoscalePolicy\x12\x10\n" +
+	"\x03min\x18\x01 \x01(\rR\x03min\x12\x10\n" +
+	"\x03max\x18\x02 \x01(\rR\x03max\x12,\n" +
+	"\x12target_cpu_percent\x18\x03 \x01(\rR\x10targetCpuPercent\x12\x1d\n" +
+	"\n" +
+	"target_rps\x18\x04 \x01(\x01R\ttargetRps\x129\n" +
+	"\x19scale_down_window_seconds\x18\x05 \x01(\rR\x16scaleDownWindowSeconds\x12#\n" +
+	"\rlast_decision\x18\x06 \x01(\tR\flastDecision\x12D\n" +
+	"\x10last_decision_at\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\x0elastDecisionAt\"\x96\x01\n" +
 	"\x0fProjectInstance\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\rR\x05index\x12\x19\n" +
 	"\bguest_id\x18\x02 \x01(\tR\aguestId\x12\x1d\n" +
@@ -3838,7 +3962,7 @@ func file_corpus_v1_types_proto_rawDescGZIP() []byte {
 	return file_corpus_v1_types_proto_rawDescData
 }
 
-var file_corpus_v1_types_proto_msgTypes = make([]protoimpl.MessageInfo, 38)
+var file_corpus_v1_types_proto_msgTypes = make([]protoimpl.MessageInfo, 40)
 var file_corpus_v1_types_proto_goTypes = []any{
 	(*Resources)(nil),             // 0: corpus.v1.Resources
 	(*DriverInfo)(nil),            // 1: corpus.v1.DriverInfo
@@ -3860,80 +3984,85 @@ var file_corpus_v1_types_proto_goTypes = []any{
 	(*SshKey)(nil),                // 17: corpus.v1.SshKey
 	(*Project)(nil),               // 18: corpus.v1.Project
 	(*ProjectEnv)(nil),            // 19: corpus.v1.ProjectEnv
-	(*ProjectInstance)(nil),       // 20: corpus.v1.ProjectInstance
-	(*Release)(nil),               // 21: corpus.v1.Release
-	(*ReleaseStep)(nil),           // 22: corpus.v1.ReleaseStep
-	(*AuditEntry)(nil),            // 23: corpus.v1.AuditEntry
-	(*UserToken)(nil),             // 24: corpus.v1.UserToken
-	(*Keyring)(nil),               // 25: corpus.v1.Keyring
-	(*SealKey)(nil),               // 26: corpus.v1.SealKey
-	(*ProcessStatus)(nil),         // 27: corpus.v1.ProcessStatus
-	(*AcmeConfig)(nil),            // 28: corpus.v1.AcmeConfig
-	(*Certificate)(nil),           // 29: corpus.v1.Certificate
-	(*AcmeChallenge)(nil),         // 30: corpus.v1.AcmeChallenge
-	nil,                           // 31: corpus.v1.DriverInfo.AttributesEntry
-	nil,                           // 32: corpus.v1.Node.LabelsEntry
-	nil,                           // 33: corpus.v1.GuestSpec.EnvEntry
-	nil,                           // 34: corpus.v1.GuestSpec.ConstraintsEntry
-	nil,                           // 35: corpus.v1.ProjectEnv.ConfigEntry
-	nil,                           // 36: corpus.v1.ProjectEnv.ScaleEntry
-	nil,                           // 37: corpus.v1.Release.ConfigEntry
-	(*timestamppb.Timestamp)(nil), // 38: google.protobuf.Timestamp
+	(*AutoscalePolicy)(nil),       // 20: corpus.v1.AutoscalePolicy
+	(*ProjectInstance)(nil),       // 21: corpus.v1.ProjectInstance
+	(*Release)(nil),               // 22: corpus.v1.Release
+	(*ReleaseStep)(nil),           // 23: corpus.v1.ReleaseStep
+	(*AuditEntry)(nil),            // 24: corpus.v1.AuditEntry
+	(*UserToken)(nil),             // 25: corpus.v1.UserToken
+	(*Keyring)(nil),               // 26: corpus.v1.Keyring
+	(*SealKey)(nil),               // 27: corpus.v1.SealKey
+	(*ProcessStatus)(nil),         // 28: corpus.v1.ProcessStatus
+	(*AcmeConfig)(nil),            // 29: corpus.v1.AcmeConfig
+	(*Certificate)(nil),           // 30: corpus.v1.Certificate
+	(*AcmeChallenge)(nil),         // 31: corpus.v1.AcmeChallenge
+	nil,                           // 32: corpus.v1.DriverInfo.AttributesEntry
+	nil,                           // 33: corpus.v1.Node.LabelsEntry
+	nil,                           // 34: corpus.v1.GuestSpec.EnvEntry
+	nil,                           // 35: corpus.v1.GuestSpec.ConstraintsEntry
+	nil,                           // 36: corpus.v1.ProjectEnv.ConfigEntry
+	nil,                           // 37: corpus.v1.ProjectEnv.ScaleEntry
+	nil,                           // 38: corpus.v1.ProjectEnv.AutoscaleEntry
+	nil,                           // 39: corpus.v1.Release.ConfigEntry
+	(*timestamppb.Timestamp)(nil), // 40: google.protobuf.Timestamp
 }
 var file_corpus_v1_types_proto_depIdxs = []int32{
-	31, // 0: corpus.v1.DriverInfo.attributes:type_name -> corpus.v1.DriverInfo.AttributesEntry
-	32, // 1: corpus.v1.Node.labels:type_name -> corpus.v1.Node.LabelsEntry
+	32, // 0: corpus.v1.DriverInfo.attributes:type_name -> corpus.v1.DriverInfo.AttributesEntry
+	33, // 1: corpus.v1.Node.labels:type_name -> corpus.v1.Node.LabelsEntry
 	0,  // 2: corpus.v1.Node.capacity:type_name -> corpus.v1.Resources
 	1,  // 3: corpus.v1.Node.drivers:type_name -> corpus.v1.DriverInfo
-	38, // 4: corpus.v1.Node.enrolled_at:type_name -> google.protobuf.Timestamp
-	38, // 5: corpus.v1.Node.cert_expires_at:type_name -> google.protobuf.Timestamp
+	40, // 4: corpus.v1.Node.enrolled_at:type_name -> google.protobuf.Timestamp
+	40, // 5: corpus.v1.Node.cert_expires_at:type_name -> google.protobuf.Timestamp
 	0,  // 6: corpus.v1.GuestSpec.resources:type_name -> corpus.v1.Resources
-	33, // 7: corpus.v1.GuestSpec.env:type_name -> corpus.v1.GuestSpec.EnvEntry
+	34, // 7: corpus.v1.GuestSpec.env:type_name -> corpus.v1.GuestSpec.EnvEntry
 	7,  // 8: corpus.v1.GuestSpec.ports:type_name -> corpus.v1.Port
 	4,  // 9: corpus.v1.GuestSpec.volume:type_name -> corpus.v1.VolumeSpec
-	34, // 10: corpus.v1.GuestSpec.constraints:type_name -> corpus.v1.GuestSpec.ConstraintsEntry
+	35, // 10: corpus.v1.GuestSpec.constraints:type_name -> corpus.v1.GuestSpec.ConstraintsEntry
 	6,  // 11: corpus.v1.Volume.observed:type_name -> corpus.v1.VolumeObserved
-	38, // 12: corpus.v1.Volume.created_at:type_name -> google.protobuf.Timestamp
-	38, // 13: corpus.v1.GuestObserved.updated_at:type_name -> google.protobuf.Timestamp
-	38, // 14: corpus.v1.Event.time:type_name -> google.protobuf.Timestamp
+	40, // 12: corpus.v1.Volume.created_at:type_name -> google.protobuf.Timestamp
+	40, // 13: corpus.v1.GuestObserved.updated_at:type_name -> google.protobuf.Timestamp
+	40, // 14: corpus.v1.Event.time:type_name -> google.protobuf.Timestamp
 	3,  // 15: corpus.v1.Guest.spec:type_name -> corpus.v1.GuestSpec
 	8,  // 16: corpus.v1.Guest.observed:type_name -> corpus.v1.GuestObserved
 	9,  // 17: corpus.v1.Guest.events:type_name -> corpus.v1.Event
-	38, // 18: corpus.v1.Guest.created_at:type_name -> google.protobuf.Timestamp
-	38, // 19: corpus.v1.Route.created_at:type_name -> google.protobuf.Timestamp
-	38, // 20: corpus.v1.JoinToken.expires_at:type_name -> google.protobuf.Timestamp
-	38, // 21: corpus.v1.JoinToken.created_at:type_name -> google.protobuf.Timestamp
-	38, // 22: corpus.v1.ClusterConfig.created_at:type_name -> google.protobuf.Timestamp
-	38, // 23: corpus.v1.DnsRecord.created_at:type_name -> google.protobuf.Timestamp
+	40, // 18: corpus.v1.Guest.created_at:type_name -> google.protobuf.Timestamp
+	40, // 19: corpus.v1.Route.created_at:type_name -> google.protobuf.Timestamp
+	40, // 20: corpus.v1.JoinToken.expires_at:type_name -> google.protobuf.Timestamp
+	40, // 21: corpus.v1.JoinToken.created_at:type_name -> google.protobuf.Timestamp
+	40, // 22: corpus.v1.ClusterConfig.created_at:type_name -> google.protobuf.Timestamp
+	40, // 23: corpus.v1.DnsRecord.created_at:type_name -> google.protobuf.Timestamp
 	17, // 24: corpus.v1.User.keys:type_name -> corpus.v1.SshKey
-	38, // 25: corpus.v1.User.created_at:type_name -> google.protobuf.Timestamp
-	38, // 26: corpus.v1.SshKey.added_at:type_name -> google.protobuf.Timestamp
+	40, // 25: corpus.v1.User.created_at:type_name -> google.protobuf.Timestamp
+	40, // 26: corpus.v1.SshKey.added_at:type_name -> google.protobuf.Timestamp
 	19, // 27: corpus.v1.Project.envs:type_name -> corpus.v1.ProjectEnv
-	38, // 28: corpus.v1.Project.created_at:type_name -> google.protobuf.Timestamp
-	35, // 29: corpus.v1.ProjectEnv.config:type_name -> corpus.v1.ProjectEnv.ConfigEntry
-	36, // 30: corpus.v1.ProjectEnv.scale:type_name -> corpus.v1.ProjectEnv.ScaleEntry
-	20, // 31: corpus.v1.ProjectEnv.instances:type_name -> corpus.v1.ProjectInstance
-	38, // 32: corpus.v1.Release.started_at:type_name -> google.protobuf.Timestamp
-	38, // 33: corpus.v1.Release.finished_at:type_name -> google.protobuf.Timestamp
-	22, // 34: corpus.v1.Release.steps:type_name -> corpus.v1.ReleaseStep
-	37, // 35: corpus.v1.Release.config:type_name -> corpus.v1.Release.ConfigEntry
-	38, // 36: corpus.v1.AuditEntry.time:type_name -> google.protobuf.Timestamp
-	38, // 37: corpus.v1.UserToken.created_at:type_name -> google.protobuf.Timestamp
-	38, // 38: corpus.v1.UserToken.expires_at:type_name -> google.protobuf.Timestamp
-	26, // 39: corpus.v1.Keyring.keys:type_name -> corpus.v1.SealKey
-	38, // 40: corpus.v1.SealKey.created_at:type_name -> google.protobuf.Timestamp
-	38, // 41: corpus.v1.ProcessStatus.started_at:type_name -> google.protobuf.Timestamp
-	38, // 42: corpus.v1.Certificate.not_before:type_name -> google.protobuf.Timestamp
-	38, // 43: corpus.v1.Certificate.not_after:type_name -> google.protobuf.Timestamp
-	38, // 44: corpus.v1.Certificate.next_attempt_at:type_name -> google.protobuf.Timestamp
-	38, // 45: corpus.v1.Certificate.last_attempt_at:type_name -> google.protobuf.Timestamp
-	38, // 46: corpus.v1.Certificate.ocsp_next_update:type_name -> google.protobuf.Timestamp
-	30, // 47: corpus.v1.Certificate.challenge:type_name -> corpus.v1.AcmeChallenge
-	48, // [48:48] is the sub-list for method output_type
-	48, // [48:48] is the sub-list for method input_type
-	48, // [48:48] is the sub-list for extension type_name
-	48, // [48:48] is the sub-list for extension extendee
-	0,  // [0:48] is the sub-list for field type_name
+	40, // 28: corpus.v1.Project.created_at:type_name -> google.protobuf.Timestamp
+	36, // 29: corpus.v1.ProjectEnv.config:type_name -> corpus.v1.ProjectEnv.ConfigEntry
+	37, // 30: corpus.v1.ProjectEnv.scale:type_name -> corpus.v1.ProjectEnv.ScaleEntry
+	21, // 31: corpus.v1.ProjectEnv.instances:type_name -> corpus.v1.ProjectInstance
+	38, // 32: corpus.v1.ProjectEnv.autoscale:type_name -> corpus.v1.ProjectEnv.AutoscaleEntry
+	40, // 33: corpus.v1.AutoscalePolicy.last_decision_at:type_name -> google.protobuf.Timestamp
+	40, // 34: corpus.v1.Release.started_at:type_name -> google.protobuf.Timestamp
+	40, // 35: corpus.v1.Release.finished_at:type_name -> google.protobuf.Timestamp
+	23, // 36: corpus.v1.Release.steps:type_name -> corpus.v1.ReleaseStep
+	39, // 37: corpus.v1.Release.config:type_name -> corpus.v1.Release.ConfigEntry
+	40, // 38: corpus.v1.AuditEntry.time:type_name -> google.protobuf.Timestamp
+	40, // 39: corpus.v1.UserToken.created_at:type_name -> google.protobuf.Timestamp
+	40, // 40: corpus.v1.UserToken.expires_at:type_name -> google.protobuf.Timestamp
+	27, // 41: corpus.v1.Keyring.keys:type_name -> corpus.v1.SealKey
+	40, // 42: corpus.v1.SealKey.created_at:type_name -> google.protobuf.Timestamp
+	40, // 43: corpus.v1.ProcessStatus.started_at:type_name -> google.protobuf.Timestamp
+	40, // 44: corpus.v1.Certificate.not_before:type_name -> google.protobuf.Timestamp
+	40, // 45: corpus.v1.Certificate.not_after:type_name -> google.protobuf.Timestamp
+	40, // 46: corpus.v1.Certificate.next_attempt_at:type_name -> google.protobuf.Timestamp
+	40, // 47: corpus.v1.Certificate.last_attempt_at:type_name -> google.protobuf.Timestamp
+	40, // 48: corpus.v1.Certificate.ocsp_next_update:type_name -> google.protobuf.Timestamp
+	31, // 49: corpus.v1.Certificate.challenge:type_name -> corpus.v1.AcmeChallenge
+	20, // 50: corpus.v1.ProjectEnv.AutoscaleEntry.value:type_name -> corpus.v1.AutoscalePolicy
+	51, // [51:51] is the sub-list for method output_type
+	51, // [51:51] is the sub-list for method input_type
+	51, // [51:51] is the sub-list for extension type_name
+	51, // [51:51] is the sub-list for extension extendee
+	0,  // [0:51] is the sub-list for field type_name
 }
 
 func init() { file_corpus_v1_types_proto_init() }
@@ -3947,7 +4076,7 @@ func file_corpus_v1_types_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_corpus_v1_types_proto_rawDesc), len(file_corpus_v1_types_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   38,
+			NumMessages:   40,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -99,6 +99,8 @@ const (
 	// NodeAgentServiceReleaseSourceProcedure is the fully-qualified name of the NodeAgentService's
 	// ReleaseSource RPC.
 	NodeAgentServiceReleaseSourceProcedure = "/corpus.v1.NodeAgentService/ReleaseSource"
+	// NodeAgentServiceLoadProcedure is the fully-qualified name of the NodeAgentService's Load RPC.
+	NodeAgentServiceLoadProcedure = "/corpus.v1.NodeAgentService/Load"
 	// NodeAgentServiceRedeployProcedure is the fully-qualified name of the NodeAgentService's Redeploy
 	// RPC.
 	NodeAgentServiceRedeployProcedure = "/corpus.v1.NodeAgentService/Redeploy"
@@ -164,8 +166,8 @@ type AgentServiceClient interface {
 	// InstanceRelease gives the agent of an instance what it deploys: the
 	// environment, the release, the config opened.
 	InstanceRelease(context.Context, *connect.Request[v1.InstanceReleaseRequest]) (*connect.Response[v1.InstanceReleaseResponse], error)
-	// ReleaseSource streams a release's tree (tar) from the node that built
-	// it to the agent of an instance.
+	// ReleaseSource relays the objects of a release's commit (a git pack)
+	// from the node that built it to the agent of an instance.
 	ReleaseSource(context.Context, *connect.Request[v1.ReleaseSourceRequest]) (*connect.ServerStreamForClient[v1.SourceChunk], error)
 	// RecordShell writes the start or end of a shell session opened over
 	// the node's SSH endpoint to the audit log, as the key's owner.
@@ -438,8 +440,8 @@ type AgentServiceHandler interface {
 	// InstanceRelease gives the agent of an instance what it deploys: the
 	// environment, the release, the config opened.
 	InstanceRelease(context.Context, *connect.Request[v1.InstanceReleaseRequest]) (*connect.Response[v1.InstanceReleaseResponse], error)
-	// ReleaseSource streams a release's tree (tar) from the node that built
-	// it to the agent of an instance.
+	// ReleaseSource relays the objects of a release's commit (a git pack)
+	// from the node that built it to the agent of an instance.
 	ReleaseSource(context.Context, *connect.Request[v1.ReleaseSourceRequest], *connect.ServerStream[v1.SourceChunk]) error
 	// RecordShell writes the start or end of a shell session opened over
 	// the node's SSH endpoint to the audit log, as the key's owner.
@@ -690,9 +692,13 @@ type NodeAgentServiceClient interface {
 	// Rollback makes a kept release of a project environment current again
 	// and runs its rollback hook; the output streams back.
 	Rollback(context.Context, *connect.Request[v1.RollbackRequest]) (*connect.ServerStreamForClient[v1.RollbackOutput], error)
-	// ReleaseSource streams the tree of a commit this node's repository of
-	// the environment holds (tar).
+	// ReleaseSource streams the objects of a commit this node's repository
+	// of the environment holds (a git pack of the commit and its tree).
 	ReleaseSource(context.Context, *connect.Request[v1.ReleaseSourceRequest]) (*connect.ServerStreamForClient[v1.SourceChunk], error)
+	// Load says how busy the node's guests and routes are: CPU time used by
+	// each guest and requests answered per route host, totals since they
+	// started counting (the caller takes rates from two samples).
+	Load(context.Context, *connect.Request[v1.LoadRequest]) (*connect.Response[v1.LoadResponse], error)
 	// Redeploy makes a new release of an environment's current commit (a
 	// config change, a restart, corpus deploy) through the pipeline.
 	Redeploy(context.Context, *connect.Request[v1.AgentRedeployRequest]) (*connect.ServerStreamForClient[v1.DeployOutput], error)
@@ -773,6 +779,13 @@ func NewNodeAgentServiceClient(httpClient connect.HTTPClient, baseURL string, op
 			connect.WithSchema(nodeAgentServiceMethods.ByName("ReleaseSource")),
 			connect.WithClientOptions(opts...),
 		),
+		load: connect.NewClient[v1.LoadRequest, v1.LoadResponse](
+			httpClient,
+			baseURL+NodeAgentServiceLoadProcedure,
+			connect.WithSchema(nodeAgentServiceMethods.ByName("Load")),
+			connect.WithIdempotency(connect.IdempotencyNoSideEffects),
+			connect.WithClientOptions(opts...),
+		),
 		redeploy: connect.NewClient[v1.AgentRedeployRequest, v1.DeployOutput](
 			httpClient,
 			baseURL+NodeAgentServiceRedeployProcedure,
@@ -845,6 +858,7 @@ type nodeAgentServiceClient struct {
 	snapshotVolume *connect.Client[v1.SnapshotVolumeRequest, v1.SnapshotVolumeResponse]
 	rollback       *connect.Client[v1.RollbackRequest, v1.RollbackOutput]
 	releaseSource  *connect.Client[v1.ReleaseSourceRequest, v1.SourceChunk]
+	load           *connect.Client[v1.LoadRequest, v1.LoadResponse]
 	redeploy       *connect.Client[v1.AgentRedeployRequest, v1.DeployOutput]
 	processes      *connect.Client[v1.ListProcessesRequest, v1.ListProcessesResponse]
 	logs           *connect.Client[v1.GuestLogsRequest, v1.LogLine]
@@ -885,6 +899,11 @@ func (c *nodeAgentServiceClient) Rollback(ctx context.Context, req *connect.Requ
 // ReleaseSource calls corpus.v1.NodeAgentService.ReleaseSource.
 func (c *nodeAgentServiceClient) ReleaseSource(ctx context.Context, req *connect.Request[v1.ReleaseSourceRequest]) (*connect.ServerStreamForClient[v1.SourceChunk], error) {
 	return c.releaseSource.CallServerStream(ctx, req)
+}
+
+// Load calls corpus.v1.NodeAgentService.Load.
+func (c *nodeAgentServiceClient) Load(ctx context.Context, req *connect.Request[v1.LoadRequest]) (*connect.Response[v1.LoadResponse], error) {
+	return c.load.CallUnary(ctx, req)
 }
 
 // Redeploy calls corpus.v1.NodeAgentService.Redeploy.
@@ -950,9 +969,13 @@ type NodeAgentServiceHandler interface {
 	// Rollback makes a kept release of a project environment current again
 	// and runs its rollback hook; the output streams back.
 	Rollback(context.Context, *connect.Request[v1.RollbackRequest], *connect.ServerStream[v1.RollbackOutput]) error
-	// ReleaseSource streams the tree of a commit this node's repository of
-	// the environment holds (tar).
+	// ReleaseSource streams the objects of a commit this node's repository
+	// of the environment holds (a git pack of the commit and its tree).
 	ReleaseSource(context.Context, *connect.Request[v1.ReleaseSourceRequest], *connect.ServerStream[v1.SourceChunk]) error
+	// Load says how busy the node's guests and routes are: CPU time used by
+	// each guest and requests answered per route host, totals since they
+	// started counting (the caller takes rates from two samples).
+	Load(context.Context, *connect.Request[v1.LoadRequest]) (*connect.Response[v1.LoadResponse], error)
 	// Redeploy makes a new release of an environment's current commit (a
 	// config change, a restart, corpus deploy) through the pipeline.
 	Redeploy(context.Context, *connect.Request[v1.AgentRedeployRequest], *connect.ServerStream[v1.DeployOutput]) error
@@ -1027,6 +1050,13 @@ func NewNodeAgentServiceHandler(svc NodeAgentServiceHandler, opts ...connect.Han
 		NodeAgentServiceReleaseSourceProcedure,
 		svc.ReleaseSource,
 		connect.WithSchema(nodeAgentServiceMethods.ByName("ReleaseSource")),
+		connect.WithHandlerOptions(opts...),
+	)
+	nodeAgentServiceLoadHandler := connect.NewUnaryHandler(
+		NodeAgentServiceLoadProcedure,
+		svc.Load,
+		connect.WithSchema(nodeAgentServiceMethods.ByName("Load")),
+		connect.WithIdempotency(connect.IdempotencyNoSideEffects),
 		connect.WithHandlerOptions(opts...),
 	)
 	nodeAgentServiceRedeployHandler := connect.NewServerStreamHandler(
@@ -1104,6 +1134,8 @@ func NewNodeAgentServiceHandler(svc NodeAgentServiceHandler, opts ...connect.Han
 			nodeAgentServiceRollbackHandler.ServeHTTP(w, r)
 		case NodeAgentServiceReleaseSourceProcedure:
 			nodeAgentServiceReleaseSourceHandler.ServeHTTP(w, r)
+		case NodeAgentServiceLoadProcedure:
+			nodeAgentServiceLoadHandler.ServeHTTP(w, r)
 		case NodeAgentServiceRedeployProcedure:
 			nodeAgentServiceRedeployHandler.ServeHTTP(w, r)
 		case NodeAgentServiceProcessesProcedure:
@@ -1155,6 +1187,10 @@ func (UnimplementedNodeAgentServiceHandler) Rollback(context.Context, *connect.R
 
 func (UnimplementedNodeAgentServiceHandler) ReleaseSource(context.Context, *connect.Request[v1.ReleaseSourceRequest], *connect.ServerStream[v1.SourceChunk]) error {
 	return connect.NewError(connect.CodeUnimplemented, errors.New("corpus.v1.NodeAgentService.ReleaseSource is not implemented"))
+}
+
+func (UnimplementedNodeAgentServiceHandler) Load(context.Context, *connect.Request[v1.LoadRequest]) (*connect.Response[v1.LoadResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("corpus.v1.NodeAgentService.Load is not implemented"))
 }
 
 func (UnimplementedNodeAgentServiceHandler) Redeploy(context.Context, *connect.Request[v1.AgentRedeployRequest], *connect.ServerStream[v1.DeployOutput]) error {

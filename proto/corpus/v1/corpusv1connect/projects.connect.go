@@ -79,6 +79,9 @@ const (
 	ProjectServiceImportProjectProcedure = "/corpus.v1.ProjectService/ImportProject"
 	// ProjectServiceScaleProcedure is the fully-qualified name of the ProjectService's Scale RPC.
 	ProjectServiceScaleProcedure = "/corpus.v1.ProjectService/Scale"
+	// ProjectServiceAutoscaleProcedure is the fully-qualified name of the ProjectService's Autoscale
+	// RPC.
+	ProjectServiceAutoscaleProcedure = "/corpus.v1.ProjectService/Autoscale"
 )
 
 // ProjectServiceClient is a client for the corpus.v1.ProjectService service.
@@ -124,6 +127,9 @@ type ProjectServiceClient interface {
 	// environment: guests are added (placed apart, given the serving
 	// release) or removed (the highest first).
 	Scale(context.Context, *connect.Request[v1.ScaleRequest]) (*connect.Response[v1.ScaleResponse], error)
+	// Autoscale sets (or with off removes) the autoscale policy of a
+	// process type; the leader applies it from the agents' load.
+	Autoscale(context.Context, *connect.Request[v1.AutoscaleRequest]) (*connect.Response[v1.AutoscaleResponse], error)
 }
 
 // NewProjectServiceClient constructs a client for the corpus.v1.ProjectService service. By default,
@@ -240,6 +246,12 @@ func NewProjectServiceClient(httpClient connect.HTTPClient, baseURL string, opts
 			connect.WithSchema(projectServiceMethods.ByName("Scale")),
 			connect.WithClientOptions(opts...),
 		),
+		autoscale: connect.NewClient[v1.AutoscaleRequest, v1.AutoscaleResponse](
+			httpClient,
+			baseURL+ProjectServiceAutoscaleProcedure,
+			connect.WithSchema(projectServiceMethods.ByName("Autoscale")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
@@ -261,6 +273,7 @@ type projectServiceClient struct {
 	exportProject *connect.Client[v1.ExportProjectRequest, v1.ExportProjectResponse]
 	importProject *connect.Client[v1.ImportProjectRequest, v1.ImportProjectResponse]
 	scale         *connect.Client[v1.ScaleRequest, v1.ScaleResponse]
+	autoscale     *connect.Client[v1.AutoscaleRequest, v1.AutoscaleResponse]
 }
 
 // CreateProject calls corpus.v1.ProjectService.CreateProject.
@@ -343,6 +356,11 @@ func (c *projectServiceClient) Scale(ctx context.Context, req *connect.Request[v
 	return c.scale.CallUnary(ctx, req)
 }
 
+// Autoscale calls corpus.v1.ProjectService.Autoscale.
+func (c *projectServiceClient) Autoscale(ctx context.Context, req *connect.Request[v1.AutoscaleRequest]) (*connect.Response[v1.AutoscaleResponse], error) {
+	return c.autoscale.CallUnary(ctx, req)
+}
+
 // ProjectServiceHandler is an implementation of the corpus.v1.ProjectService service.
 type ProjectServiceHandler interface {
 	CreateProject(context.Context, *connect.Request[v1.CreateProjectRequest]) (*connect.Response[v1.CreateProjectResponse], error)
@@ -386,6 +404,9 @@ type ProjectServiceHandler interface {
 	// environment: guests are added (placed apart, given the serving
 	// release) or removed (the highest first).
 	Scale(context.Context, *connect.Request[v1.ScaleRequest]) (*connect.Response[v1.ScaleResponse], error)
+	// Autoscale sets (or with off removes) the autoscale policy of a
+	// process type; the leader applies it from the agents' load.
+	Autoscale(context.Context, *connect.Request[v1.AutoscaleRequest]) (*connect.Response[v1.AutoscaleResponse], error)
 }
 
 // NewProjectServiceHandler builds an HTTP handler from the service implementation. It returns the
@@ -498,6 +519,12 @@ func NewProjectServiceHandler(svc ProjectServiceHandler, opts ...connect.Handler
 		connect.WithSchema(projectServiceMethods.ByName("Scale")),
 		connect.WithHandlerOptions(opts...),
 	)
+	projectServiceAutoscaleHandler := connect.NewUnaryHandler(
+		ProjectServiceAutoscaleProcedure,
+		svc.Autoscale,
+		connect.WithSchema(projectServiceMethods.ByName("Autoscale")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/corpus.v1.ProjectService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case ProjectServiceCreateProjectProcedure:
@@ -532,6 +559,8 @@ func NewProjectServiceHandler(svc ProjectServiceHandler, opts ...connect.Handler
 			projectServiceImportProjectHandler.ServeHTTP(w, r)
 		case ProjectServiceScaleProcedure:
 			projectServiceScaleHandler.ServeHTTP(w, r)
+		case ProjectServiceAutoscaleProcedure:
+			projectServiceAutoscaleHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -603,4 +632,8 @@ func (UnimplementedProjectServiceHandler) ImportProject(context.Context, *connec
 
 func (UnimplementedProjectServiceHandler) Scale(context.Context, *connect.Request[v1.ScaleRequest]) (*connect.Response[v1.ScaleResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("corpus.v1.ProjectService.Scale is not implemented"))
+}
+
+func (UnimplementedProjectServiceHandler) Autoscale(context.Context, *connect.Request[v1.AutoscaleRequest]) (*connect.Response[v1.AutoscaleResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("corpus.v1.ProjectService.Autoscale is not implemented"))
 }
