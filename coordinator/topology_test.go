@@ -41,6 +41,12 @@ func TestProjectExportImport(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	if _, err := ops.project.Scale(ctx, connect.NewRequest(&corpusv1.ScaleRequest{Project: "site", Counts: map[string]uint32{"web": 2, "worker": 1}, SharedNothing: true, MaxParallel: 2})); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ops.project.Autoscale(ctx, connect.NewRequest(&corpusv1.AutoscaleRequest{Project: "site", Process: "web", Min: 2, Max: 4, TargetRps: 100})); err != nil {
+		t.Fatal(err)
+	}
 	plain, err := ops.project.ExportProject(ctx, connect.NewRequest(&corpusv1.ExportProjectRequest{Name: "site"}))
 	if err != nil {
 		t.Fatal(err)
@@ -50,6 +56,9 @@ func TestProjectExportImport(t *testing.T) {
 		t.Fatalf("export = %v", top)
 	}
 	e := top.Environments[0]
+	if e.Scale["web"] != 2 || !e.SharedNothing || e.MaxParallel != 2 || e.Autoscale["web"].GetMax() != 4 {
+		t.Errorf("exported scale = %v %v %v %v", e.Scale, e.SharedNothing, e.MaxParallel, e.Autoscale)
+	}
 	if e.Name != "dev" || !slices.Equal(e.Domains, []string{"site.example.test"}) || !e.Https || e.VolumeBytes != 2<<30 || !slices.Equal(e.ConfigKeys, []string{"FOO"}) || e.Config != nil {
 		t.Errorf("exported environment = %v; want its shape, its own config key and no values", e)
 	}
@@ -92,6 +101,9 @@ func TestProjectExportImport(t *testing.T) {
 	bad = proto.Clone(top).(*corpusv1.ProjectTopology)
 	bad.Services[1].Template, bad.Services[1].ExternalUrl = "nosuchdb", ""
 	refused("a half-valid file (its last service's template unknown)", &corpusv1.ImportProjectRequest{Topology: bad, As: "site2", WithoutDomains: true}, connect.CodeNotFound)
+	bad = proto.Clone(top).(*corpusv1.ProjectTopology)
+	bad.Environments[0].SharedNothing = false
+	refused("several instances on one volume", &corpusv1.ImportProjectRequest{Topology: bad, As: "site2", WithoutDomains: true}, connect.CodeInvalidArgument)
 	dry, err := ops.project.ImportProject(ctx, connect.NewRequest(&corpusv1.ImportProjectRequest{Topology: top, As: "site2", WithoutDomains: true, DryRun: true}))
 	if err != nil || len(dry.Msg.Created) != 3 || count() != before {
 		t.Errorf("dry run = %v, %v (%d objects, had %d)", dry, err, count(), before)
@@ -118,7 +130,7 @@ func TestProjectExportImport(t *testing.T) {
 		t.Errorf("the clone's config = %v; want FOO, the external service's secret and its own database", got)
 	}
 	p := s.Store().Read().Project("site2")
-	if e := state.ProjectEnv(p, "dev"); e == nil || len(e.Domains) != 0 || !e.Https {
+	if e := state.ProjectEnv(p, "dev"); e == nil || len(e.Domains) != 0 || !e.Https || len(e.Instances) != 1 || e.Scale["web"] != 2 || e.Autoscale["web"].GetTargetRps() != 100 {
 		t.Errorf("the clone's environment = %v", e)
 	}
 

@@ -60,7 +60,14 @@ func (s *projectService) ExportProject(ctx context.Context, req *connect.Request
 	top := &corpusv1.ProjectTopology{Version: corpusv1.TopologyVersion, Name: p.Name}
 	seen := map[string]*corpusv1.ServiceTopology{}
 	for _, e := range envs {
-		et := &corpusv1.EnvTopology{Name: e.Name, HttpPort: e.HttpPort, Domains: e.Domains, Https: e.Https, Branch: e.Branch}
+		et := &corpusv1.EnvTopology{Name: e.Name, HttpPort: e.HttpPort, Domains: e.Domains, Https: e.Https, Branch: e.Branch,
+			Scale: e.Scale, SharedNothing: e.SharedNothing, MaxParallel: e.MaxParallel}
+		for t, pol := range e.Autoscale {
+			if et.Autoscale == nil {
+				et.Autoscale = map[string]*corpusv1.AutoscalePolicy{}
+			}
+			et.Autoscale[t] = &corpusv1.AutoscalePolicy{Min: pol.Min, Max: pol.Max, TargetCpuPercent: pol.TargetCpuPercent, TargetRps: pol.TargetRps, ScaleDownWindowSeconds: pol.ScaleDownWindowSeconds}
+		}
 		if g := view.Guest(e.GuestId); g != nil {
 			et.Image, et.Driver, et.Packages, et.Resources = g.Spec.GetImage(), g.Spec.GetDriver(), g.Spec.GetPackages(), g.Spec.GetResources()
 			et.VolumeBytes = g.Spec.GetVolume().GetSizeBytes()
@@ -224,6 +231,9 @@ func (s *projectService) planImport(ctx context.Context, view *state.Snap, m *co
 				return nil, err
 			}
 		}
+		if err := checkTopologyScale(c); err != nil {
+			return nil, err
+		}
 		plan.envs = append(plan.envs, c)
 	}
 	for _, st := range top.Services {
@@ -347,6 +357,9 @@ func (s *projectService) ImportProject(ctx context.Context, req *connect.Request
 				return nil, err
 			}
 		}
+		if err := s.importScale(ctx, plan.project, e); err != nil {
+			return nil, err
+		}
 	}
 	for _, st := range plan.services {
 		for _, l := range st.Links {
@@ -358,6 +371,59 @@ func (s *projectService) ImportProject(ctx context.Context, req *connect.Request
 	}
 	undo.Success()
 	return connect.NewResponse(res), nil
+}
+
+// checkTopologyScale checks an environment's scale and autoscale policies
+// as corpus scale and corpus autoscale would.
+func checkTopologyScale(e *corpusv1.EnvTopology) error {
+	for t, n := range e.Scale {
+		if err := validProcessName(t); err != nil {
+			return err
+		}
+		if n > state.MaxInstances {
+			return invalidf("environment %s: %s=%d: at most %d instances", e.Name, t, n, state.MaxInstances)
+		}
+	}
+	if state.InstanceCount(e.Scale) > 1 && e.VolumeBytes > 0 && !e.SharedNothing {
+		return invalidf("environment %s runs %d instances but keeps data on a volume without shared_nothing", e.Name, state.InstanceCount(e.Scale))
+	}
+	for t, pol := range e.Autoscale {
+		if err := validProcessName(t); err != nil {
+			return err
+		}
+		if why := state.ValidAutoscale(pol); why != "" {
+			return invalidf("environment %s: autoscale %s: %s", e.Name, t, why)
+		}
+		if pol.Max > 1 && e.VolumeBytes > 0 && !e.SharedNothing {
+			return invalidf("environment %s: autoscale %s up to %d instances needs shared_nothing (it keeps data on a volume)", e.Name, t, pol.Max)
+		}
+	}
+	return nil
+}
+
+// importScale gives a new environment its scale and autoscale policies.
+func (s *projectService) importScale(ctx context.Context, project string, e *corpusv1.EnvTopology) error {
+	if len(e.Scale) > 0 || e.SharedNothing || e.MaxParallel > 0 {
+		view := s.b.Store.Read()
+		p := view.Project(project)
+		cmd, changed, err := scaleCommand(view, p, state.ProjectEnv(p, e.Name), e.Scale, e.SharedNothing, e.MaxParallel)
+		if err != nil {
+			return err
+		}
+		if changed {
+			if _, err := s.b.write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_ScaleEnv{ScaleEnv: cmd}}); err != nil {
+				return err
+			}
+		}
+	}
+	for _, t := range slices.Sorted(maps.Keys(e.Autoscale)) {
+		if _, err := s.b.write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_SetAutoscale{SetAutoscale: &corpusv1.SetAutoscale{
+			Project: project, Env: e.Name, Process: t, Policy: e.Autoscale[t],
+		}}}); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // importConfig sets a new environment's config (it has no release yet:

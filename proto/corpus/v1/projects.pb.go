@@ -2301,8 +2301,14 @@ type EnvTopology struct {
 	VolumeBytes int64                  `protobuf:"varint,10,opt,name=volume_bytes,json=volumeBytes,proto3" json:"volume_bytes,omitempty"`
 	// config_keys are the environment's own config keys (those a link
 	// sets are made again by the link); config their values, with secrets.
-	ConfigKeys    []string          `protobuf:"bytes,11,rep,name=config_keys,json=configKeys,proto3" json:"config_keys,omitempty"`
-	Config        map[string]string `protobuf:"bytes,12,rep,name=config,proto3" json:"config,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	ConfigKeys []string          `protobuf:"bytes,11,rep,name=config_keys,json=configKeys,proto3" json:"config_keys,omitempty"`
+	Config     map[string]string `protobuf:"bytes,12,rep,name=config,proto3" json:"config,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// scale, shared_nothing, max_parallel and autoscale are those of the
+	// environment (corpus scale, corpus autoscale).
+	Scale         map[string]uint32           `protobuf:"bytes,13,rep,name=scale,proto3" json:"scale,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
+	SharedNothing bool                        `protobuf:"varint,14,opt,name=shared_nothing,json=sharedNothing,proto3" json:"shared_nothing,omitempty"`
+	MaxParallel   uint32                      `protobuf:"varint,15,opt,name=max_parallel,json=maxParallel,proto3" json:"max_parallel,omitempty"`
+	Autoscale     map[string]*AutoscalePolicy `protobuf:"bytes,16,rep,name=autoscale,proto3" json:"autoscale,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2417,6 +2423,34 @@ func (x *EnvTopology) GetConfigKeys() []string {
 func (x *EnvTopology) GetConfig() map[string]string {
 	if x != nil {
 		return x.Config
+	}
+	return nil
+}
+
+func (x *EnvTopology) GetScale() map[string]uint32 {
+	if x != nil {
+		return x.Scale
+	}
+	return nil
+}
+
+func (x *EnvTopology) GetSharedNothing() bool {
+	if x != nil {
+		return x.SharedNothing
+	}
+	return false
+}
+
+func (x *EnvTopology) GetMaxParallel() uint32 {
+	if x != nil {
+		return x.MaxParallel
+	}
+	return 0
+}
+
+func (x *EnvTopology) GetAutoscale() map[string]*AutoscalePolicy {
+	if x != nil {
+		return x.Autoscale
 	}
 	return nil
 }
@@ -2934,7 +2968,7 @@ const file_corpus_v1_projects_proto_rawDesc = "" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12:\n" +
 	"\fenvironments\x18\x03 \x03(\v2\x16.corpus.v1.EnvTopologyR\fenvironments\x126\n" +
 	"\bservices\x18\x04 \x03(\v2\x1a.corpus.v1.ServiceTopologyR\bservices\x12\x16\n" +
-	"\x06sealed\x18\x05 \x01(\tR\x06sealed\"\xbf\x03\n" +
+	"\x06sealed\x18\x05 \x01(\tR\x06sealed\"\x9b\x06\n" +
 	"\vEnvTopology\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05image\x18\x02 \x01(\tR\x05image\x12\x16\n" +
@@ -2949,10 +2983,21 @@ const file_corpus_v1_projects_proto_rawDesc = "" +
 	" \x01(\x03R\vvolumeBytes\x12\x1f\n" +
 	"\vconfig_keys\x18\v \x03(\tR\n" +
 	"configKeys\x12:\n" +
-	"\x06config\x18\f \x03(\v2\".corpus.v1.EnvTopology.ConfigEntryR\x06config\x1a9\n" +
+	"\x06config\x18\f \x03(\v2\".corpus.v1.EnvTopology.ConfigEntryR\x06config\x127\n" +
+	"\x05scale\x18\r \x03(\v2!.corpus.v1.EnvTopology.ScaleEntryR\x05scale\x12%\n" +
+	"\x0eshared_nothing\x18\x0e \x01(\bR\rsharedNothing\x12!\n" +
+	"\fmax_parallel\x18\x0f \x01(\rR\vmaxParallel\x12C\n" +
+	"\tautoscale\x18\x10 \x03(\v2%.corpus.v1.EnvTopology.AutoscaleEntryR\tautoscale\x1a9\n" +
 	"\vConfigEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x8a\x04\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a8\n" +
+	"\n" +
+	"ScaleEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\rR\x05value:\x028\x01\x1aX\n" +
+	"\x0eAutoscaleEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x120\n" +
+	"\x05value\x18\x02 \x01(\v2\x1a.corpus.v1.AutoscalePolicyR\x05value:\x028\x01\"\x8a\x04\n" +
 	"\x0fServiceTopology\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1a\n" +
 	"\btemplate\x18\x02 \x01(\tR\btemplate\x12\x18\n" +
@@ -3021,7 +3066,7 @@ func file_corpus_v1_projects_proto_rawDescGZIP() []byte {
 	return file_corpus_v1_projects_proto_rawDescData
 }
 
-var file_corpus_v1_projects_proto_msgTypes = make([]protoimpl.MessageInfo, 45)
+var file_corpus_v1_projects_proto_msgTypes = make([]protoimpl.MessageInfo, 47)
 var file_corpus_v1_projects_proto_goTypes = []any{
 	(*AutoscaleRequest)(nil),      // 0: corpus.v1.AutoscaleRequest
 	(*AutoscaleResponse)(nil),     // 1: corpus.v1.AutoscaleResponse
@@ -3067,82 +3112,88 @@ var file_corpus_v1_projects_proto_goTypes = []any{
 	nil,                           // 41: corpus.v1.SetConfigRequest.SetEntry
 	nil,                           // 42: corpus.v1.ProjectEnvView.ScaleEntry
 	nil,                           // 43: corpus.v1.EnvTopology.ConfigEntry
-	nil,                           // 44: corpus.v1.ServiceTopology.SecretsEntry
-	(*GuestLogsRequest)(nil),      // 45: corpus.v1.GuestLogsRequest
-	(*ProcessStatus)(nil),         // 46: corpus.v1.ProcessStatus
-	(*Resources)(nil),             // 47: corpus.v1.Resources
-	(*Project)(nil),               // 48: corpus.v1.Project
-	(*Release)(nil),               // 49: corpus.v1.Release
-	(*ProjectEnv)(nil),            // 50: corpus.v1.ProjectEnv
-	(*LogLine)(nil),               // 51: corpus.v1.LogLine
+	nil,                           // 44: corpus.v1.EnvTopology.ScaleEntry
+	nil,                           // 45: corpus.v1.EnvTopology.AutoscaleEntry
+	nil,                           // 46: corpus.v1.ServiceTopology.SecretsEntry
+	(*GuestLogsRequest)(nil),      // 47: corpus.v1.GuestLogsRequest
+	(*ProcessStatus)(nil),         // 48: corpus.v1.ProcessStatus
+	(*Resources)(nil),             // 49: corpus.v1.Resources
+	(*Project)(nil),               // 50: corpus.v1.Project
+	(*Release)(nil),               // 51: corpus.v1.Release
+	(*ProjectEnv)(nil),            // 52: corpus.v1.ProjectEnv
+	(*AutoscalePolicy)(nil),       // 53: corpus.v1.AutoscalePolicy
+	(*LogLine)(nil),               // 54: corpus.v1.LogLine
 }
 var file_corpus_v1_projects_proto_depIdxs = []int32{
 	17, // 0: corpus.v1.AutoscaleResponse.project:type_name -> corpus.v1.ProjectView
 	40, // 1: corpus.v1.ScaleRequest.counts:type_name -> corpus.v1.ScaleRequest.CountsEntry
 	17, // 2: corpus.v1.ScaleResponse.project:type_name -> corpus.v1.ProjectView
-	45, // 3: corpus.v1.ProjectLogsRequest.filter:type_name -> corpus.v1.GuestLogsRequest
+	47, // 3: corpus.v1.ProjectLogsRequest.filter:type_name -> corpus.v1.GuestLogsRequest
 	41, // 4: corpus.v1.SetConfigRequest.set:type_name -> corpus.v1.SetConfigRequest.SetEntry
 	8,  // 5: corpus.v1.GetConfigResponse.vars:type_name -> corpus.v1.ConfigVar
-	46, // 6: corpus.v1.ListProcessesResponse.processes:type_name -> corpus.v1.ProcessStatus
-	47, // 7: corpus.v1.CreateProjectRequest.resources:type_name -> corpus.v1.Resources
-	48, // 8: corpus.v1.CreateProjectResponse.project:type_name -> corpus.v1.Project
+	48, // 6: corpus.v1.ListProcessesResponse.processes:type_name -> corpus.v1.ProcessStatus
+	49, // 7: corpus.v1.CreateProjectRequest.resources:type_name -> corpus.v1.Resources
+	50, // 8: corpus.v1.CreateProjectResponse.project:type_name -> corpus.v1.Project
 	17, // 9: corpus.v1.ListProjectsResponse.projects:type_name -> corpus.v1.ProjectView
-	48, // 10: corpus.v1.ProjectView.project:type_name -> corpus.v1.Project
+	50, // 10: corpus.v1.ProjectView.project:type_name -> corpus.v1.Project
 	18, // 11: corpus.v1.ProjectView.envs:type_name -> corpus.v1.ProjectEnvView
 	42, // 12: corpus.v1.ProjectEnvView.scale:type_name -> corpus.v1.ProjectEnvView.ScaleEntry
 	19, // 13: corpus.v1.ProjectEnvView.instances:type_name -> corpus.v1.InstanceView
 	17, // 14: corpus.v1.GetProjectResponse.project:type_name -> corpus.v1.ProjectView
-	48, // 15: corpus.v1.GrantProjectResponse.project:type_name -> corpus.v1.Project
-	49, // 16: corpus.v1.ListReleasesResponse.releases:type_name -> corpus.v1.Release
-	49, // 17: corpus.v1.GetReleaseResponse.release:type_name -> corpus.v1.Release
-	50, // 18: corpus.v1.RollbackRequest.project_env:type_name -> corpus.v1.ProjectEnv
+	50, // 15: corpus.v1.GrantProjectResponse.project:type_name -> corpus.v1.Project
+	51, // 16: corpus.v1.ListReleasesResponse.releases:type_name -> corpus.v1.Release
+	51, // 17: corpus.v1.GetReleaseResponse.release:type_name -> corpus.v1.Release
+	52, // 18: corpus.v1.RollbackRequest.project_env:type_name -> corpus.v1.ProjectEnv
 	34, // 19: corpus.v1.ExportProjectResponse.topology:type_name -> corpus.v1.ProjectTopology
 	35, // 20: corpus.v1.ProjectTopology.environments:type_name -> corpus.v1.EnvTopology
 	36, // 21: corpus.v1.ProjectTopology.services:type_name -> corpus.v1.ServiceTopology
-	47, // 22: corpus.v1.EnvTopology.resources:type_name -> corpus.v1.Resources
+	49, // 22: corpus.v1.EnvTopology.resources:type_name -> corpus.v1.Resources
 	43, // 23: corpus.v1.EnvTopology.config:type_name -> corpus.v1.EnvTopology.ConfigEntry
-	44, // 24: corpus.v1.ServiceTopology.secrets:type_name -> corpus.v1.ServiceTopology.SecretsEntry
-	37, // 25: corpus.v1.ServiceTopology.links:type_name -> corpus.v1.ServiceLinkTopology
-	34, // 26: corpus.v1.ImportProjectRequest.topology:type_name -> corpus.v1.ProjectTopology
-	13, // 27: corpus.v1.ProjectService.CreateProject:input_type -> corpus.v1.CreateProjectRequest
-	15, // 28: corpus.v1.ProjectService.ListProjects:input_type -> corpus.v1.ListProjectsRequest
-	20, // 29: corpus.v1.ProjectService.GetProject:input_type -> corpus.v1.GetProjectRequest
-	22, // 30: corpus.v1.ProjectService.DeleteProject:input_type -> corpus.v1.DeleteProjectRequest
-	24, // 31: corpus.v1.ProjectService.GrantProject:input_type -> corpus.v1.GrantProjectRequest
-	26, // 32: corpus.v1.ProjectService.ListReleases:input_type -> corpus.v1.ListReleasesRequest
-	28, // 33: corpus.v1.ProjectService.GetRelease:input_type -> corpus.v1.GetReleaseRequest
-	30, // 34: corpus.v1.ProjectService.Rollback:input_type -> corpus.v1.RollbackRequest
-	5,  // 35: corpus.v1.ProjectService.SetConfig:input_type -> corpus.v1.SetConfigRequest
-	6,  // 36: corpus.v1.ProjectService.GetConfig:input_type -> corpus.v1.GetConfigRequest
-	9,  // 37: corpus.v1.ProjectService.Deploy:input_type -> corpus.v1.RedeployRequest
-	11, // 38: corpus.v1.ProjectService.ListProcesses:input_type -> corpus.v1.ListProcessesRequest
-	4,  // 39: corpus.v1.ProjectService.ProjectLogs:input_type -> corpus.v1.ProjectLogsRequest
-	32, // 40: corpus.v1.ProjectService.ExportProject:input_type -> corpus.v1.ExportProjectRequest
-	38, // 41: corpus.v1.ProjectService.ImportProject:input_type -> corpus.v1.ImportProjectRequest
-	2,  // 42: corpus.v1.ProjectService.Scale:input_type -> corpus.v1.ScaleRequest
-	0,  // 43: corpus.v1.ProjectService.Autoscale:input_type -> corpus.v1.AutoscaleRequest
-	14, // 44: corpus.v1.ProjectService.CreateProject:output_type -> corpus.v1.CreateProjectResponse
-	16, // 45: corpus.v1.ProjectService.ListProjects:output_type -> corpus.v1.ListProjectsResponse
-	21, // 46: corpus.v1.ProjectService.GetProject:output_type -> corpus.v1.GetProjectResponse
-	23, // 47: corpus.v1.ProjectService.DeleteProject:output_type -> corpus.v1.DeleteProjectResponse
-	25, // 48: corpus.v1.ProjectService.GrantProject:output_type -> corpus.v1.GrantProjectResponse
-	27, // 49: corpus.v1.ProjectService.ListReleases:output_type -> corpus.v1.ListReleasesResponse
-	29, // 50: corpus.v1.ProjectService.GetRelease:output_type -> corpus.v1.GetReleaseResponse
-	31, // 51: corpus.v1.ProjectService.Rollback:output_type -> corpus.v1.RollbackOutput
-	10, // 52: corpus.v1.ProjectService.SetConfig:output_type -> corpus.v1.DeployOutput
-	7,  // 53: corpus.v1.ProjectService.GetConfig:output_type -> corpus.v1.GetConfigResponse
-	10, // 54: corpus.v1.ProjectService.Deploy:output_type -> corpus.v1.DeployOutput
-	12, // 55: corpus.v1.ProjectService.ListProcesses:output_type -> corpus.v1.ListProcessesResponse
-	51, // 56: corpus.v1.ProjectService.ProjectLogs:output_type -> corpus.v1.LogLine
-	33, // 57: corpus.v1.ProjectService.ExportProject:output_type -> corpus.v1.ExportProjectResponse
-	39, // 58: corpus.v1.ProjectService.ImportProject:output_type -> corpus.v1.ImportProjectResponse
-	3,  // 59: corpus.v1.ProjectService.Scale:output_type -> corpus.v1.ScaleResponse
-	1,  // 60: corpus.v1.ProjectService.Autoscale:output_type -> corpus.v1.AutoscaleResponse
-	44, // [44:61] is the sub-list for method output_type
-	27, // [27:44] is the sub-list for method input_type
-	27, // [27:27] is the sub-list for extension type_name
-	27, // [27:27] is the sub-list for extension extendee
-	0,  // [0:27] is the sub-list for field type_name
+	44, // 24: corpus.v1.EnvTopology.scale:type_name -> corpus.v1.EnvTopology.ScaleEntry
+	45, // 25: corpus.v1.EnvTopology.autoscale:type_name -> corpus.v1.EnvTopology.AutoscaleEntry
+	46, // 26: corpus.v1.ServiceTopology.secrets:type_name -> corpus.v1.ServiceTopology.SecretsEntry
+	37, // 27: corpus.v1.ServiceTopology.links:type_name -> corpus.v1.ServiceLinkTopology
+	34, // 28: corpus.v1.ImportProjectRequest.topology:type_name -> corpus.v1.ProjectTopology
+	53, // 29: corpus.v1.EnvTopology.AutoscaleEntry.value:type_name -> corpus.v1.AutoscalePolicy
+	13, // 30: corpus.v1.ProjectService.CreateProject:input_type -> corpus.v1.CreateProjectRequest
+	15, // 31: corpus.v1.ProjectService.ListProjects:input_type -> corpus.v1.ListProjectsRequest
+	20, // 32: corpus.v1.ProjectService.GetProject:input_type -> corpus.v1.GetProjectRequest
+	22, // 33: corpus.v1.ProjectService.DeleteProject:input_type -> corpus.v1.DeleteProjectRequest
+	24, // 34: corpus.v1.ProjectService.GrantProject:input_type -> corpus.v1.GrantProjectRequest
+	26, // 35: corpus.v1.ProjectService.ListReleases:input_type -> corpus.v1.ListReleasesRequest
+	28, // 36: corpus.v1.ProjectService.GetRelease:input_type -> corpus.v1.GetReleaseRequest
+	30, // 37: corpus.v1.ProjectService.Rollback:input_type -> corpus.v1.RollbackRequest
+	5,  // 38: corpus.v1.ProjectService.SetConfig:input_type -> corpus.v1.SetConfigRequest
+	6,  // 39: corpus.v1.ProjectService.GetConfig:input_type -> corpus.v1.GetConfigRequest
+	9,  // 40: corpus.v1.ProjectService.Deploy:input_type -> corpus.v1.RedeployRequest
+	11, // 41: corpus.v1.ProjectService.ListProcesses:input_type -> corpus.v1.ListProcessesRequest
+	4,  // 42: corpus.v1.ProjectService.ProjectLogs:input_type -> corpus.v1.ProjectLogsRequest
+	32, // 43: corpus.v1.ProjectService.ExportProject:input_type -> corpus.v1.ExportProjectRequest
+	38, // 44: corpus.v1.ProjectService.ImportProject:input_type -> corpus.v1.ImportProjectRequest
+	2,  // 45: corpus.v1.ProjectService.Scale:input_type -> corpus.v1.ScaleRequest
+	0,  // 46: corpus.v1.ProjectService.Autoscale:input_type -> corpus.v1.AutoscaleRequest
+	14, // 47: corpus.v1.ProjectService.CreateProject:output_type -> corpus.v1.CreateProjectResponse
+	16, // 48: corpus.v1.ProjectService.ListProjects:output_type -> corpus.v1.ListProjectsResponse
+	21, // 49: corpus.v1.ProjectService.GetProject:output_type -> corpus.v1.GetProjectResponse
+	23, // 50: corpus.v1.ProjectService.DeleteProject:output_type -> corpus.v1.DeleteProjectResponse
+	25, // 51: corpus.v1.ProjectService.GrantProject:output_type -> corpus.v1.GrantProjectResponse
+	27, // 52: corpus.v1.ProjectService.ListReleases:output_type -> corpus.v1.ListReleasesResponse
+	29, // 53: corpus.v1.ProjectService.GetRelease:output_type -> corpus.v1.GetReleaseResponse
+	31, // 54: corpus.v1.ProjectService.Rollback:output_type -> corpus.v1.RollbackOutput
+	10, // 55: corpus.v1.ProjectService.SetConfig:output_type -> corpus.v1.DeployOutput
+	7,  // 56: corpus.v1.ProjectService.GetConfig:output_type -> corpus.v1.GetConfigResponse
+	10, // 57: corpus.v1.ProjectService.Deploy:output_type -> corpus.v1.DeployOutput
+	12, // 58: corpus.v1.ProjectService.ListProcesses:output_type -> corpus.v1.ListProcessesResponse
+	54, // 59: corpus.v1.ProjectService.ProjectLogs:output_type -> corpus.v1.LogLine
+	33, // 60: corpus.v1.ProjectService.ExportProject:output_type -> corpus.v1.ExportProjectResponse
+	39, // 61: corpus.v1.ProjectService.ImportProject:output_type -> corpus.v1.ImportProjectResponse
+	3,  // 62: corpus.v1.ProjectService.Scale:output_type -> corpus.v1.ScaleResponse
+	1,  // 63: corpus.v1.ProjectService.Autoscale:output_type -> corpus.v1.AutoscaleResponse
+	47, // [47:64] is the sub-list for method output_type
+	30, // [30:47] is the sub-list for method input_type
+	30, // [30:30] is the sub-list for extension type_name
+	30, // [30:30] is the sub-list for extension extendee
+	0,  // [0:30] is the sub-list for field type_name
 }
 
 func init() { file_corpus_v1_projects_proto_init() }
@@ -3158,7 +3209,7 @@ func file_corpus_v1_projects_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_corpus_v1_projects_proto_rawDesc), len(file_corpus_v1_projects_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   45,
+			NumMessages:   47,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
