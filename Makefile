@@ -79,7 +79,7 @@ demo-stop: ## stop the cluster started by make demo (guests keep running)
 demo-clean: ## stop it and remove its guests, network and state
 	./scripts/demo clean
 
-bench: ## guest start vs raw LXC, agent memory, NAT, proxy vs nginx, DNS vs bind9, volumes, push-to-serving, placement, VM start, kubernetes, services
+bench: ## guest start vs raw LXC, agent memory, NAT, proxy vs nginx, DNS vs bind9, volumes, push-to-serving, placement, VM start, kubernetes, services, scaling
 	./scripts/setup --bench
 	./test/bench/run
 	./test/bench/nat/run
@@ -92,6 +92,7 @@ bench: ## guest start vs raw LXC, agent memory, NAT, proxy vs nginx, DNS vs bind
 	./test/bench/libvirt/run
 	./test/bench/shell/run
 	./test/bench/services/run
+	./test/bench/scale/run
 	./test/bench/summary
 
 bench-summary: ## one table of the figures the bench scripts last wrote (test/bench/results/summary.md)

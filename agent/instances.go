@@ -70,19 +70,29 @@ func (a *Agent) reconcileInstances(ctx context.Context) {
 }
 
 func (a *Agent) syncInstance(ctx context.Context, in deploy.Instance, st *instanceState) {
-	serving, err := a.deploys.SyncInstance(ctx, in)
+	serving, err := a.deploys.SyncInstance(ctx, in, func(rel uint32) {
+		a.mu.Lock()
+		changed := st.release != rel || st.err != ""
+		st.release, st.err = rel, ""
+		a.mu.Unlock()
+		if changed {
+			a.poke(a.report)
+		}
+	})
 	a.mu.Lock()
 	st.busy, st.at = false, time.Now()
 	prev := *st
 	if errors.Is(err, deploy.ErrBusy) {
 		st.key = "" // try again on the next pass
 		a.mu.Unlock()
+		time.AfterFunc(time.Second, func() { a.poke(a.kick) })
 		return
 	}
 	st.release, st.err = serving, ""
 	if err != nil {
 		st.err = err.Error()
 		a.logger.Warn("project instance does not serve its release; will retry", "guest", in.Guest, "release", corpusv1.ReleaseName(in.Release), "error", err)
+		time.AfterFunc(instanceRetry, func() { a.poke(a.kick) })
 	}
 	changed := prev.release != st.release || prev.err != st.err
 	a.mu.Unlock()

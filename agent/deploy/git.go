@@ -16,6 +16,7 @@ import (
 	"connectrpc.com/connect"
 
 	"corpus/internal/atomicfile"
+	"corpus/internal/keylock"
 	"corpus/internal/names"
 	"corpus/internal/secret"
 	corpusv1 "corpus/proto/corpus/v1"
@@ -42,6 +43,10 @@ type gitServer struct {
 	p     *Pipeline
 	root  string // bare repositories
 	hooks *hookServer
+	// repos serializes the set-up of a repository (git config takes a
+	// lock of its own and fails rather than wait): a push and the
+	// instances of its environment on this node may all ask at once.
+	repos keylock.Map
 
 	mu       sync.Mutex
 	sessions map[string]*pushSession // by hook session token
@@ -161,6 +166,7 @@ const preReceiveHook = "#!/bin/sh\n# Written by the corpus agent: deploys before
 // creating it and (re)writing its settings and hook.
 func (s *gitServer) ensureRepo(project string, env *corpusv1.ProjectEnv) (string, error) {
 	repo := filepath.Join(s.root, project+"-"+env.GetName()+".git")
+	defer s.repos.Lock(repo)()
 	if _, err := os.Stat(filepath.Join(repo, "HEAD")); errors.Is(err, os.ErrNotExist) {
 		tmp := repo + ".new"
 		os.RemoveAll(tmp)

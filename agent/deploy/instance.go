@@ -60,8 +60,11 @@ var ErrBusy = errors.New("the instance is being deployed already")
 
 // SyncInstance makes an instance serve its release with the processes
 // its index runs. It returns the release serving there afterwards; an
-// error says why not its own (prefixed with the release's name).
-func (p *Pipeline) SyncInstance(ctx context.Context, in Instance) (uint32, error) {
+// error says why not its own (prefixed with the release's name). serving
+// hears of the release as soon as it takes the traffic, before the old
+// processes are drained and stopped (which the deploy rolling through the
+// instances need not wait for).
+func (p *Pipeline) SyncInstance(ctx context.Context, in Instance, serving func(uint32)) (uint32, error) {
 	if _, ok := p.envLocks.tryLock(in.key(), "an instance deploy"); !ok {
 		return 0, ErrBusy
 	}
@@ -99,7 +102,7 @@ func (p *Pipeline) SyncInstance(ctx context.Context, in Instance) (uint32, error
 	if held || (cur == in.Release && !held) {
 		// The guest has the release (a rollback, a scale change): its
 		// processes start beside the others and take over.
-		return p.activate(ctx, drv, g, in, env, spec, held, cur)
+		return p.activate(ctx, drv, g, in, env, spec, held, cur, serving)
 	}
 	if p.git == nil {
 		return fail(errors.New("this node's git endpoint is off, so it keeps no repository to deploy from"))
@@ -135,6 +138,7 @@ func (p *Pipeline) SyncInstance(ctx context.Context, in Instance) (uint32, error
 		p.cache.EndDeploy(d.journal)
 		return fail(err)
 	}
+	serving(in.Release)
 	d.retire()
 	d.prune()
 	d.journal.Step = stepFinished
@@ -183,7 +187,7 @@ func (p *Pipeline) runsAsScaled(ctx context.Context, drv drivers.Driver, guest s
 
 // activate starts the processes of a release the guest holds and makes
 // it current there.
-func (p *Pipeline) activate(ctx context.Context, drv drivers.Driver, g *corpusv1.Guest, in Instance, env *corpusv1.ProjectEnv, spec runSpec, held bool, cur uint32) (uint32, error) {
+func (p *Pipeline) activate(ctx context.Context, drv drivers.Driver, g *corpusv1.Guest, in Instance, env *corpusv1.ProjectEnv, spec runSpec, held bool, cur uint32, serving func(uint32)) (uint32, error) {
 	rel := corpusv1.ReleaseName(in.Release)
 	say := func(format string, args ...any) { p.logger.Debug(fmt.Sprintf(format, args...), "guest", g.Name) }
 	if held {
@@ -204,6 +208,7 @@ func (p *Pipeline) activate(ctx context.Context, drv drivers.Driver, g *corpusv1
 			restoreCurrent(context.WithoutCancel(ctx), drv, g.Name, in.Project, rel, cur)
 			return cur, fmt.Errorf("%s: %w", rel, err)
 		}
+		serving(in.Release)
 		r.retireOthers(context.WithoutCancel(ctx))
 		return in.Release, nil
 	}
@@ -276,7 +281,10 @@ func (p *Pipeline) ReleaseSource(ctx context.Context, m *corpusv1.ReleaseSourceR
 }
 
 // fetchSource brings a commit's objects into repo, unless it has them.
+// Instances of one environment on one node share the repository: one
+// fetches at a time, the others find the objects there.
 func (p *Pipeline) fetchSource(ctx context.Context, in Instance, repo, commit string) error {
+	defer p.fetches.Lock(repo)()
 	local := quarantineGit{repo: repo, req: &hookRequest{}}
 	if _, err := local.output("cat-file", "-e", commit+"^{tree}"); err == nil {
 		return nil

@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"corpus/agent/cache"
+	"corpus/internal/keylock"
 	"corpus/agent/logs"
 	"corpus/agent/runtime"
 	"corpus/drivers"
@@ -89,8 +90,10 @@ type Pipeline struct {
 	maxPushBytes int64
 	git          *gitServer // nil when the git endpoint is off
 	envLocks     envLocks
-	// sources are the pushes deploying now (ReleaseSource reads them).
+	// sources are the pushes deploying now (ReleaseSource reads them);
+	// fetches serializes fetching them into a repository.
 	sources sources
+	fetches keylock.Map
 }
 
 // New builds the pipeline: with cfg.GitDir, it makes that folder and

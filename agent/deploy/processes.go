@@ -30,6 +30,11 @@ import (
 // then stops the old generation: a push never returns a 502 for a web
 // process that honours PORT. Restarts and rollbacks roll the same way.
 
+// settleOthers is how long an environment of several instances keeps an
+// old web after its routes moved, before draining it: the watch reaches
+// every node well within it.
+const settleOthers = time.Second
+
 // minUptime is how long a started process must stay up for its start to
 // count; web is checked meanwhile, so for a web process that takes longer
 // than this to answer it costs nothing.
@@ -150,6 +155,11 @@ type rollout struct {
 	// instance is the environment's instance the guest is (0 or 1: the
 	// first); its web port is its own.
 	instance uint32
+	// settle is how long the old web keeps getting nothing new before it
+	// is retired: other nodes' proxies balance over the environment's
+	// instances too, and hear of the new port a moment later than this
+	// node's.
+	settle time.Duration
 	port     int   // web's new port, 0 without web
 	oldPort  int32 // the port the routes had
 	moved    bool  // the routes point at port
@@ -195,6 +205,9 @@ func (p *Pipeline) startGeneration(ctx context.Context, drv drivers.Driver, g *c
 	}
 	spec = spec.on(env.GetScale(), instance)
 	r := &rollout{p: p, drv: drv, guest: g, project: project, env: env.GetName(), instance: instance, gen: gen, spec: spec, say: say}
+	if len(env.GetInstances()) > 0 {
+		r.settle = settleOthers
+	}
 	procs := append([]supervisor.Process(nil), spec.Processes...)
 	if spec.web() {
 		var ports []int
@@ -351,6 +364,9 @@ func (p *Pipeline) proxyTargets(target string) bool {
 // retireOthers stops the project's other generations, once the requests
 // the old web was serving have finished (up to the grace period).
 func (r *rollout) retireOthers(ctx context.Context) {
+	if r.moved && r.settle > 0 {
+		time.Sleep(r.settle)
+	}
 	if r.moved && r.p.proxy != nil {
 		old := net.JoinHostPort(r.guest.Address, strconv.Itoa(int(r.oldPort)))
 		deadline := time.Now().Add(time.Duration(r.spec.Grace))

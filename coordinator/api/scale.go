@@ -141,8 +141,9 @@ func instanceViews(view *state.Snap, p *corpusv1.Project, e *corpusv1.ProjectEnv
 			if n := view.Node(g.NodeId); n != nil {
 				iv.NodeName = n.Name
 			}
-			if o := g.GetObserved(); o != nil && in.Index > 1 {
-				iv.Release, iv.Error = o.Release, o.ReleaseError
+			if in.Index > 1 {
+				// What its agent says serves there, not what should.
+				iv.Release, iv.Error = g.GetObserved().GetRelease(), g.GetObserved().GetReleaseError()
 			}
 		}
 		for _, t := range procs {
