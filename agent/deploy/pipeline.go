@@ -12,10 +12,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"corpus/agent/cache"
-	"corpus/internal/keylock"
 	"corpus/agent/logs"
 	"corpus/agent/runtime"
 	"corpus/drivers"
+	"corpus/internal/keylock"
 	"corpus/netns/proxy"
 	corpusv1 "corpus/proto/corpus/v1"
 	"corpus/proto/corpus/v1/corpusv1connect"

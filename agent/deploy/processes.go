@@ -159,11 +159,11 @@ type rollout struct {
 	// is retired: other nodes' proxies balance over the environment's
 	// instances too, and hear of the new port a moment later than this
 	// node's.
-	settle time.Duration
-	port     int   // web's new port, 0 without web
-	oldPort  int32 // the port the routes had
-	moved    bool  // the routes point at port
-	say      func(format string, args ...any)
+	settle  time.Duration
+	port    int   // web's new port, 0 without web
+	oldPort int32 // the port the routes had
+	moved   bool  // the routes point at port
+	say     func(format string, args ...any)
 	// names limits retireOthers to these process types (a restart of
 	// some); nil retires whole generations.
 	names []string
