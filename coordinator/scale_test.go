@@ -24,6 +24,14 @@ func init() {
 			_, err := c.project.Autoscale(ctx, connect.NewRequest(&corpusv1.AutoscaleRequest{Project: "nope", Process: "web", Min: 1, Max: 2, TargetRps: 10}))
 			return err
 		},
+		corpusv1connect.ProjectServiceSwitchBackProcedure: func(ctx context.Context, c clients) error {
+			_, err := c.project.SwitchBack(ctx, connect.NewRequest(&corpusv1.SwitchBackRequest{Project: "nope"}))
+			return err
+		},
+		corpusv1connect.AgentServiceSwitchEnvProcedure: func(ctx context.Context, c clients) error {
+			_, err := c.agent.SwitchEnv(ctx, connect.NewRequest(&corpusv1.SwitchEnvRequest{Project: "nope", Env: "dev", Release: 1, WebPort: 81}))
+			return err
+		},
 		corpusv1connect.AgentServiceRollInstanceProcedure: func(ctx context.Context, c clients) error {
 			_, err := c.agent.RollInstance(ctx, connect.NewRequest(&corpusv1.RollInstanceRequest{Project: "nope", Env: "dev", Instance: 2, Release: 1}))
 			return err
@@ -192,6 +200,51 @@ func TestScale(t *testing.T) {
 	}
 	if pols := state.ProjectEnv(s.Store().Read().Project("site"), "dev").Autoscale; len(pols) != 0 {
 		t.Errorf("policies after off = %v", pols)
+	}
+
+	// Blue-green: the switch needs every instance staged; then every
+	// instance's port moves in one write, and back.
+	if _, err := ops.project.SwitchBack(ctx, connect.NewRequest(&corpusv1.SwitchBackRequest{Project: "site"})); codeOf(err) != connect.CodeFailedPrecondition {
+		t.Errorf("switch back without a standby = %v; want FailedPrecondition", err)
+	}
+	if _, err := first.agent.FinishRelease(ctx, connect.NewRequest(&corpusv1.FinishReleaseRequest{Id: rel.Msg.Release.Id, Status: corpusv1.ReleaseSucceeded})); err != nil {
+		t.Fatal(err)
+	}
+	rel2, err := first.agent.BeginRelease(ctx, connect.NewRequest(&corpusv1.BeginReleaseRequest{Project: "site", Env: "dev", Commit: testCommit}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	n2 := rel2.Msg.Release.Number
+	if _, err := first.agent.SwitchEnv(ctx, connect.NewRequest(&corpusv1.SwitchEnvRequest{Project: "site", Env: "dev", Release: n2, WebPort: 81})); codeOf(err) != connect.CodeFailedPrecondition {
+		t.Errorf("a switch before the instances staged = %v; want FailedPrecondition", err)
+	}
+	v = s.Store().Read()
+	var staged []*corpusv1.ReportedGuest
+	for _, in := range state.ProjectEnv(v.Project("site"), "dev").Instances {
+		go first.agent.RollInstance(ctx, connect.NewRequest(&corpusv1.RollInstanceRequest{Project: "site", Env: "dev", Instance: in.Index, Release: n2, Stage: true, WaitSeconds: 30}))
+		staged = append(staged, &corpusv1.ReportedGuest{GuestId: in.GuestId, Observed: &corpusv1.GuestObserved{State: "running", Pid: 7, Release: n, StagedRelease: n2, StagedPort: 81}})
+	}
+	s.waitFor("both instances asked to stage", func(v *state.Snap) bool {
+		ins := state.ProjectEnv(v.Project("site"), "dev").Instances
+		return ins[0].StagedRelease == n2 && ins[1].StagedRelease == n2
+	})
+	for _, r := range staged {
+		g := v.Guest(r.GuestId)
+		nodes[v.Node(g.NodeId).Name].report(t, r)
+	}
+	if _, err := first.agent.SwitchEnv(ctx, connect.NewRequest(&corpusv1.SwitchEnvRequest{Project: "site", Env: "dev", Release: n2, WebPort: 81, KeepSeconds: 600})); err != nil {
+		t.Fatalf("SwitchEnv = %v", err)
+	}
+	e = state.ProjectEnv(s.Store().Read().Project("site"), "dev")
+	if e.CurrentRelease != n2 || e.StandbyRelease == n2 || e.WebPort != 81 || e.StandbyWebPort != 80 || e.Instances[0].WebPort != 81 || e.Instances[0].StandbyWebPort != 80 || e.Instances[1].Release != n2 {
+		t.Errorf("after the switch: %v", e)
+	}
+	if _, err := ops.project.SwitchBack(ctx, connect.NewRequest(&corpusv1.SwitchBackRequest{Project: "site"})); err != nil {
+		t.Fatal(err)
+	}
+	e = state.ProjectEnv(s.Store().Read().Project("site"), "dev")
+	if e.CurrentRelease == n2 || e.StandbyRelease != n2 || e.WebPort != 80 || e.Instances[0].WebPort != 80 || e.Instances[0].StandbyWebPort != 81 {
+		t.Errorf("after switching back: %v", e)
 	}
 
 	// Scale down: the highest instances go.

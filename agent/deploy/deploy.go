@@ -32,6 +32,7 @@ const (
 	stepStart       = "start"
 	stepSwitch      = "switch"
 	stepRoll        = "roll"
+	stepStage       = "stage"
 	stepNotify      = "notify"
 	// stepFinished is journalled once the outcome is recorded.
 	stepFinished = "finished"
@@ -76,6 +77,13 @@ type deploy struct {
 	// instance is the environment's instance deployed (0: the first,
 	// which records the release and rolls the others).
 	instance uint32
+	// stage (an instance's part of a blue-green deploy) ends the run once
+	// the release's web answers: nothing switches. strategy is the
+	// deploy's ("blue-green", or rolling), keepFor how long a blue-green
+	// one keeps the release before standing by (seconds, 0: the default).
+	stage    bool
+	strategy string
+	keepFor  int64
 
 	out   io.Writer     // to the git client
 	log   *bytes.Buffer // everything said, to record
@@ -524,6 +532,12 @@ func (d *deploy) run(g quarantineGit, commit string) error {
 	})
 	if err != nil {
 		return err
+	}
+	switch {
+	case d.stage:
+		return nil
+	case d.strategy == strategyBlueGreen:
+		return d.blueGreen()
 	}
 	err = d.step(stepSwitch, func() (bool, error) {
 		changed := d.instance <= 1 && !slices.Equal(d.man.Domains, d.env.ManifestDomains)

@@ -201,6 +201,9 @@ func (d *deploy) prune() {
 // retire stops the processes of the releases before, once the new ones
 // serve: those of a project that no longer declares any, too.
 func (d *deploy) retire() {
+	if d.strategy == strategyBlueGreen {
+		return // the processes before stand by (tidy stops them later)
+	}
 	if d.gen != nil {
 		d.gen.retireOthers(context.WithoutCancel(d.ctx))
 		return

@@ -51,6 +51,11 @@ type Instance struct {
 	// Release is what it should serve (0: nothing yet).
 	Release uint32
 	Scale   map[string]uint32
+	// Staged is started beside Release (a blue-green deploy); Standby
+	// keeps running until StandbyUntil.
+	Staged       uint32
+	Standby      uint32
+	StandbyUntil time.Time
 }
 
 func (in Instance) key() string { return fmt.Sprintf("%s/%s#%d", in.Project, in.Env, in.Index) }
@@ -58,51 +63,107 @@ func (in Instance) key() string { return fmt.Sprintf("%s/%s#%d", in.Project, in.
 // ErrBusy: the instance is being deployed already.
 var ErrBusy = errors.New("the instance is being deployed already")
 
+// Outcome is what an instance serves and stages after a sync.
+type Outcome struct {
+	Serving uint32
+	// Staged runs beside (a blue-green deploy), web on StagedPort.
+	Staged     uint32
+	StagedPort int32
+}
+
 // SyncInstance makes an instance serve its release with the processes
-// its index runs. It returns the release serving there afterwards; an
-// error says why not its own (prefixed with the release's name). serving
-// hears of the release as soon as it takes the traffic, before the old
-// processes are drained and stopped (which the deploy rolling through the
-// instances need not wait for).
-func (p *Pipeline) SyncInstance(ctx context.Context, in Instance, serving func(uint32)) (uint32, error) {
-	if _, ok := p.envLocks.tryLock(in.key(), "an instance deploy"); !ok {
-		return 0, ErrBusy
+// its index runs, and start its staged release beside. It returns what
+// serves and stands staged there afterwards; an error says why not what
+// it should (prefixed with the release's name). serving hears of the
+// release as soon as it takes the traffic, before the old processes are
+// drained and stopped (which the deploy rolling through the instances
+// need not wait for). The first instance only follows a switch (back) and
+// retires a standby that expired: its deploys are the pipeline's.
+func (p *Pipeline) SyncInstance(ctx context.Context, in Instance, serving func(uint32)) (Outcome, error) {
+	key := in.key()
+	if in.Index <= 1 {
+		key = in.Project + "/" + in.Env // the pipeline's own lock
 	}
-	defer p.envLocks.unlock(in.key())
+	if _, ok := p.envLocks.tryLock(key, "an instance deploy"); !ok {
+		return Outcome{}, ErrBusy
+	}
+	defer p.envLocks.unlock(key)
 	g, drv, err := p.guestForExec(in.Guest)
 	if err != nil {
-		return 0, err
+		return Outcome{}, err
 	}
 	cur, err := currentRelease(ctx, drv, g.Name, in.Project)
-	if err != nil || in.Release == 0 {
-		return cur, err
+	if err != nil {
+		return Outcome{}, err
 	}
-	want := corpusv1.ReleaseName(in.Release)
-	fail := func(err error) (uint32, error) { return cur, fmt.Errorf("%s: %w", want, err) }
-	if cur == in.Release {
-		ok, err := p.runsAsScaled(ctx, drv, g.Name, in)
-		if err != nil || ok {
-			return cur, err
+	out := Outcome{Serving: cur}
+	running, err := p.runtime.Status(ctx, drv, g.Name, in.Project)
+	if err != nil {
+		return out, err
+	}
+	if in.Index <= 1 || in.Release != 0 && cur != in.Release && runs(running, in.Release) {
+		// A switch: the release's processes run already (staged, or
+		// standing by); only current moves.
+		if in.Release != 0 && cur != in.Release && runs(running, in.Release) {
+			if err := switchCurrent(ctx, drv, g.Name, in.Project, corpusv1.ReleaseName(in.Release)); err != nil {
+				return out, err
+			}
+			out.Serving = in.Release
+			serving(in.Release)
+		}
+	} else if in.Release != 0 {
+		ok := false
+		if cur == in.Release {
+			if ok, err = p.runsAsScaled(ctx, drv, g.Name, in); err != nil {
+				return out, err
+			}
+		}
+		if !ok {
+			out.Serving, _, err = p.serveRelease(ctx, g, drv, in, in.Release, cur, serving)
+			if err != nil {
+				return out, err
+			}
 		}
 	}
+	if in.Staged != 0 && in.Index > 1 {
+		out.Staged = in.Staged
+		if out.StagedPort = webPort(running, in.Staged); out.StagedPort == 0 {
+			if _, out.StagedPort, err = p.serveRelease(ctx, g, drv, in, in.Staged, out.Serving, nil); err != nil {
+				out.Staged = 0
+				return out, err
+			}
+		}
+	}
+	return out, p.tidy(ctx, drv, g.Name, in, out)
+}
+
+// serveRelease deploys release rel on an instance (cur serving): it
+// starts the release's processes beside the others from the tree the
+// guest holds, or builds that tree first from the commit's source. With
+// serving nil it stages: the processes start, their web answers, nothing
+// else moves (the port is returned). Otherwise rel takes the traffic and
+// the others are retired.
+func (p *Pipeline) serveRelease(ctx context.Context, g *corpusv1.Guest, drv drivers.Driver, in Instance, rel, cur uint32, serving func(uint32)) (uint32, int32, error) {
+	want := corpusv1.ReleaseName(rel)
+	fail := func(err error) (uint32, int32, error) { return cur, 0, fmt.Errorf("%s: %w", want, err) }
 	res, err := coordCall(p, func(c corpusv1connect.AgentServiceClient) (*connect.Response[corpusv1.InstanceReleaseResponse], error) {
-		return c.InstanceRelease(ctx, connect.NewRequest(&corpusv1.InstanceReleaseRequest{Project: in.Project, Env: in.Env, Instance: in.Index}))
+		return c.InstanceRelease(ctx, connect.NewRequest(&corpusv1.InstanceReleaseRequest{Project: in.Project, Env: in.Env, Instance: in.Index, Staged: serving == nil}))
 	})
 	if err != nil {
-		return cur, err
+		return cur, 0, err
 	}
-	if res.Release.GetNumber() != in.Release {
-		return cur, nil // changed meanwhile: the next pass takes the new one
+	if res.Release.GetNumber() != rel {
+		return cur, 0, nil // changed meanwhile: the next pass takes the new one
 	}
 	env := instanceEnv(res.Env, in.Index)
 	spec, held, err := readRunSpec(ctx, drv, g.Name, in.Project, want)
 	if err != nil {
 		return fail(err)
 	}
-	if held || (cur == in.Release && !held) {
+	if held || (cur == rel && !held) {
 		// The guest has the release (a rollback, a scale change): its
 		// processes start beside the others and take over.
-		return p.activate(ctx, drv, g, in, env, spec, held, cur, serving)
+		return p.activate(ctx, drv, g, in, env, spec, held, rel, cur, serving)
 	}
 	if p.git == nil {
 		return fail(errors.New("this node's git endpoint is off, so it keeps no repository to deploy from"))
@@ -120,7 +181,7 @@ func (p *Pipeline) SyncInstance(ctx context.Context, in Instance, serving func(u
 		return fail(err)
 	}
 	d := &deploy{p: p, ctx: context.WithoutCancel(ctx), guest: g, driver: drv, project: in.Project, env: env, tree: t, man: man,
-		out: io.Discard, log: &bytes.Buffer{}, known: res.Releases, release: res.Release, config: res.Config, instance: in.Index}
+		out: io.Discard, log: &bytes.Buffer{}, known: res.Releases, release: res.Release, config: res.Config, instance: in.Index, stage: serving == nil}
 	for _, r := range res.Releases {
 		if r.Number == cur && cur != 0 {
 			d.prev = r
@@ -130,7 +191,7 @@ func (p *Pipeline) SyncInstance(ctx context.Context, in Instance, serving func(u
 		return fail(err)
 	}
 	d.journal = cache.Deploy{Kind: "instance", Project: in.Project, Env: in.Env, Guest: g.Name, Instance: in.Index,
-		Number: in.Release, Previous: cur, Started: time.Now()}
+		Number: rel, Previous: cur, Started: time.Now()}
 	d.say("-----> Deploying %s/%s %s on instance %d (%s)", in.Project, in.Env, want, in.Index, short(res.Release.Commit))
 	if err := d.run(src, res.Release.Commit); err != nil {
 		d.say("-----> %v", err)
@@ -138,13 +199,17 @@ func (p *Pipeline) SyncInstance(ctx context.Context, in Instance, serving func(u
 		p.cache.EndDeploy(d.journal)
 		return fail(err)
 	}
-	serving(in.Release)
-	d.retire()
-	d.prune()
 	d.journal.Step = stepFinished
 	p.cache.EndDeploy(d.journal)
+	if serving == nil {
+		d.say("-----> %s staged on instance %d, web on port %d (%.1fs)", want, in.Index, d.gen.webPort(), time.Since(d.journal.Started).Seconds())
+		return cur, d.gen.webPort(), nil
+	}
+	serving(rel)
+	d.retire()
+	d.prune()
 	d.say("-----> %s serves on instance %d (%.1fs)", want, in.Index, time.Since(d.journal.Started).Seconds())
-	return in.Release, nil
+	return rel, 0, nil
 }
 
 // instanceEnv is env as instance index sees it: its web port is its own.
@@ -187,33 +252,36 @@ func (p *Pipeline) runsAsScaled(ctx context.Context, drv drivers.Driver, guest s
 
 // activate starts the processes of a release the guest holds and makes
 // it current there.
-func (p *Pipeline) activate(ctx context.Context, drv drivers.Driver, g *corpusv1.Guest, in Instance, env *corpusv1.ProjectEnv, spec runSpec, held bool, cur uint32, serving func(uint32)) (uint32, error) {
-	rel := corpusv1.ReleaseName(in.Release)
+func (p *Pipeline) activate(ctx context.Context, drv drivers.Driver, g *corpusv1.Guest, in Instance, env *corpusv1.ProjectEnv, spec runSpec, held bool, number, cur uint32, serving func(uint32)) (uint32, int32, error) {
+	rel := corpusv1.ReleaseName(number)
 	say := func(format string, args ...any) { p.logger.Debug(fmt.Sprintf(format, args...), "guest", g.Name) }
 	if held {
 		running, err := p.runtime.Status(ctx, drv, g.Name, in.Project)
 		if err != nil {
-			return cur, fmt.Errorf("%s: %w", rel, err)
+			return cur, 0, fmt.Errorf("%s: %w", rel, err)
 		}
 		r, err := p.startGeneration(ctx, drv, g, in.Project, env, in.Index, spec, nextGeneration(rel, running), say)
 		if err != nil {
-			return cur, fmt.Errorf("%s: starting its processes: %w", rel, err)
+			return cur, 0, fmt.Errorf("%s: starting its processes: %w", rel, err)
+		}
+		if serving == nil {
+			return cur, int32(r.port), nil // staged
 		}
 		if err := switchCurrent(ctx, drv, g.Name, in.Project, rel); err != nil {
 			r.abort(context.WithoutCancel(ctx))
-			return cur, fmt.Errorf("%s: %w", rel, err)
+			return cur, 0, fmt.Errorf("%s: %w", rel, err)
 		}
 		if err := r.switchTraffic(ctx); err != nil {
 			r.abort(context.WithoutCancel(ctx))
 			restoreCurrent(context.WithoutCancel(ctx), drv, g.Name, in.Project, rel, cur)
-			return cur, fmt.Errorf("%s: %w", rel, err)
+			return cur, 0, fmt.Errorf("%s: %w", rel, err)
 		}
-		serving(in.Release)
+		serving(number)
 		r.retireOthers(context.WithoutCancel(ctx))
-		return in.Release, nil
+		return number, 0, nil
 	}
 	// Current, but its run spec is gone: nothing to run.
-	return in.Release, p.stopProcesses(ctx, drv, g.Name, in.Project)
+	return number, 0, p.stopProcesses(ctx, drv, g.Name, in.Project)
 }
 
 // The source of a release: the objects of its commit (its tree, not its

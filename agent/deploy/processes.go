@@ -326,6 +326,12 @@ func (r *rollout) switchTraffic(ctx context.Context) error {
 		return fmt.Errorf("pointing the routes at port %d: %w", r.port, err)
 	}
 	r.moved = true
+	return r.waitMoved()
+}
+
+// waitMoved waits until this node's proxy sends new requests to the new
+// web port rather than the old one.
+func (r *rollout) waitMoved() error {
 	old := net.JoinHostPort(r.guest.Address, strconv.Itoa(int(r.oldPort)))
 	if r.p.proxy == nil || r.guest.Address == "" {
 		return nil

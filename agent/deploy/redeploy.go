@@ -94,7 +94,7 @@ func (p *Pipeline) Redeploy(ctx, life context.Context, m *corpusv1.AgentRedeploy
 	// The deploy runs to its end even if the caller goes away, as a push
 	// does; what it says is then lost, not the deploy.
 	d := &deploy{p: p, ctx: life, guest: g, driver: drv, project: r.Project, env: env, tree: t, man: man,
-		out: out, log: &bytes.Buffer{}, known: m.Releases, prev: cur, only: r.Only}
+		out: out, log: &bytes.Buffer{}, known: m.Releases, prev: cur, only: r.Only, strategy: r.Strategy, keepFor: r.KeepSeconds}
 	if err := d.resolveUser(); err != nil {
 		return connect.NewError(connect.CodeFailedPrecondition, err)
 	}
@@ -104,6 +104,9 @@ func (p *Pipeline) Redeploy(ctx, life context.Context, m *corpusv1.AgentRedeploy
 	what := "config change"
 	if r.Trigger == corpusv1.TriggerDeploy {
 		what = "deploy"
+		if r.Strategy == strategyBlueGreen {
+			what = "blue-green deploy"
+		}
 		if len(r.Only) > 0 {
 			what += " of " + strings.Join(r.Only, ", ") + " only"
 		}

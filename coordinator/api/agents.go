@@ -336,9 +336,16 @@ func instanceAssignments(view *state.Snap, guests []*corpusv1.Guest) []*corpusv1
 	var out []*corpusv1.InstanceAssignment
 	for _, p := range view.Projects() {
 		for _, e := range p.GetEnvs() {
+			if on[e.GuestId] && e.StandbyRelease != 0 {
+				// The first instance follows a switch (back) and retires
+				// the standby once it expires; its deploys are its own.
+				out = append(out, &corpusv1.InstanceAssignment{GuestId: e.GuestId, Project: p.Name, Env: e.Name, Index: 1, Release: e.CurrentRelease, Scale: e.Scale,
+					StandbyRelease: e.StandbyRelease, StandbyUntil: e.StandbyUntil})
+			}
 			for _, in := range e.Instances {
 				if on[in.GuestId] {
-					out = append(out, &corpusv1.InstanceAssignment{GuestId: in.GuestId, Project: p.Name, Env: e.Name, Index: in.Index, Release: in.Release, Scale: e.Scale})
+					out = append(out, &corpusv1.InstanceAssignment{GuestId: in.GuestId, Project: p.Name, Env: e.Name, Index: in.Index, Release: in.Release, Scale: e.Scale,
+						StagedRelease: in.StagedRelease, StandbyRelease: e.StandbyRelease, StandbyUntil: e.StandbyUntil})
 				}
 			}
 		}

@@ -165,6 +165,8 @@ var Policies = map[string]auth.Policy{
 	corpusv1connect.AgentServiceSetWebPortProcedure:      {auth.Agent},
 	corpusv1connect.ProjectServiceScaleProcedure:         {auth.Operator},
 	corpusv1connect.ProjectServiceAutoscaleProcedure:     {auth.Operator},
+	corpusv1connect.ProjectServiceSwitchBackProcedure:    {auth.Operator},
+	corpusv1connect.AgentServiceSwitchEnvProcedure:       {auth.Agent},
 	// Instances: the agent of instance 1 rolls the others; their agents
 	// take the release and its source (each handler checks the node).
 	corpusv1connect.AgentServiceRollInstanceProcedure:    {auth.Agent},
@@ -225,6 +227,7 @@ var (
 		corpusv1connect.ProjectServiceDeployProcedure,
 		corpusv1connect.ProjectServiceScaleProcedure,
 		corpusv1connect.ProjectServiceAutoscaleProcedure,
+		corpusv1connect.ProjectServiceSwitchBackProcedure,
 		corpusv1connect.GuestServiceExecGuestProcedure,
 		corpusv1connect.GuestServiceShellProcedure,
 		corpusv1connect.GuestServiceStartGuestProcedure,

@@ -237,10 +237,17 @@ func (s *projectService) Deploy(ctx context.Context, req *connect.Request[corpus
 			return toConnect(err)
 		}
 	}
+	if err := validStrategy(m.Strategy, m.KeepSeconds); err != nil {
+		return toConnect(err)
+	}
+	if m.Strategy == StrategyBlueGreen && m.Trigger != corpusv1.TriggerDeploy {
+		return toConnect(invalidf("a restart is not blue-green: deploy with --strategy blue-green"))
+	}
 	if e.CurrentRelease == 0 {
 		return connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("%s/%s has no release yet: push first", p.Name, e.Name))
 	}
-	return s.redeploy(ctx, view, p, e, &corpusv1.RedeployRequest{Project: p.Name, Env: e.Name, Trigger: m.Trigger, Only: m.Only, Processes: m.Processes}, stream.Send)
+	return s.redeploy(ctx, view, p, e, &corpusv1.RedeployRequest{Project: p.Name, Env: e.Name, Trigger: m.Trigger, Only: m.Only, Processes: m.Processes,
+		Strategy: m.Strategy, KeepSeconds: m.KeepSeconds}, stream.Send)
 }
 
 // validProcessName: process types are short lowercase names (Procfile).

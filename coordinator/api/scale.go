@@ -194,7 +194,7 @@ func (s *agentService) RollInstance(ctx context.Context, req *connect.Request[co
 	if m.Release != 0 && view.ReleaseByNumber(p.Name, e.Name, m.Release) == nil {
 		return nil, toConnect(notFound("release", corpusv1.ReleaseName(m.Release), "corpus releases "+p.Name))
 	}
-	res, err := s.b.rollInstance(ctx, p, e, g, m.Instance, m.Release, time.Duration(m.WaitSeconds)*time.Second)
+	res, err := s.b.rollInstance(ctx, p, e, g, m.Instance, m.Release, m.Stage, time.Duration(m.WaitSeconds)*time.Second)
 	if err != nil {
 		return nil, err
 	}
@@ -203,9 +203,9 @@ func (s *agentService) RollInstance(ctx context.Context, req *connect.Request[co
 
 // rollInstance sets the release an instance (guest g) should serve and
 // waits until its agent says it does, or why not.
-func (b *Backend) rollInstance(ctx context.Context, p *corpusv1.Project, e *corpusv1.ProjectEnv, g *corpusv1.Guest, index, release uint32, wait time.Duration) (*corpusv1.RollInstanceResponse, error) {
+func (b *Backend) rollInstance(ctx context.Context, p *corpusv1.Project, e *corpusv1.ProjectEnv, g *corpusv1.Guest, index, release uint32, stage bool, wait time.Duration) (*corpusv1.RollInstanceResponse, error) {
 	if _, err := b.write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_SetInstanceRelease{SetInstanceRelease: &corpusv1.SetInstanceRelease{
-		Project: p.Name, Env: e.Name, Instance: index, Release: release,
+		Project: p.Name, Env: e.Name, Instance: index, Release: release, Stage: stage,
 	}}}); err != nil {
 		return nil, err
 	}
@@ -230,7 +230,9 @@ func (b *Backend) rollInstance(ctx context.Context, p *corpusv1.Project, e *corp
 		}
 		o := g.GetObserved()
 		switch {
-		case o.GetRelease() == release && o.GetReleaseError() == "":
+		case !stage && o.GetRelease() == release && o.GetReleaseError() == "":
+			return res, nil
+		case stage && o.GetStagedRelease() == release && o.GetReleaseError() == "":
 			return res, nil
 		case strings.HasPrefix(o.GetReleaseError(), prefix):
 			return nil, connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("instance %d (%s on %s): %s", index, g.Name, res.Node, strings.TrimPrefix(o.ReleaseError, prefix)))
@@ -254,7 +256,7 @@ func (b *Backend) rollInstances(ctx context.Context, p *corpusv1.Project, e *cor
 	for i, in := range e.Instances {
 		go func() {
 			defer func() { done <- struct{}{} }()
-			res, err := b.rollInstance(ctx, p, e, view.Guest(in.GuestId), in.Index, release, 5*time.Minute)
+			res, err := b.rollInstance(ctx, p, e, view.Guest(in.GuestId), in.Index, release, false, 5*time.Minute)
 			if err != nil {
 				errs[i] = err
 				return
@@ -280,9 +282,12 @@ func (s *agentService) InstanceRelease(ctx context.Context, req *connect.Request
 		return nil, connect.NewError(connect.CodePermissionDenied, fmt.Errorf("instance %d of %s/%s is not on this node", m.Instance, p.Name, e.Name))
 	}
 	var want uint32
-	for _, in := range state.Instances(e) {
+	for _, in := range e.Instances {
 		if in.Index == m.Instance {
 			want = in.Release
+			if m.Staged {
+				want = in.StagedRelease
+			}
 		}
 	}
 	res := &corpusv1.InstanceReleaseResponse{Env: e, Releases: withoutLogs(view.Releases(p.Name, e.Name))}

@@ -257,19 +257,6 @@ func (a *applier) setWebPort(c *corpusv1.SetWebPort) error {
 	}
 	env.WebPort = c.Port
 	a.putEnv(p, env)
-	for _, d := range append(slices.Clone(env.Domains), env.ManifestDomains...) {
-		raw := a.get(tableRoutes, "domain", d)
-		if raw == nil {
-			continue
-		}
-		r := raw.(*corpusv1.Route)
-		if r.GuestId != env.GuestId || r.Kind != RouteHTTP || r.GuestPort == c.Port {
-			continue
-		}
-		r = proto.Clone(r).(*corpusv1.Route)
-		r.GuestPort = c.Port
-		r.ModifyIndex = a.index
-		a.put(tableRoutes, r)
-	}
+	a.pointRoutes(env)
 	return nil
 }

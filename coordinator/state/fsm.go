@@ -198,6 +198,8 @@ func (a *applier) apply(cmd *corpusv1.Command) error {
 		return a.setInstanceRelease(c.SetInstanceRelease)
 	case *corpusv1.Command_SetAutoscale:
 		return a.setAutoscale(c.SetAutoscale)
+	case *corpusv1.Command_SwitchEnv:
+		return a.switchEnv(c.SwitchEnv)
 	case *corpusv1.Command_CreateService:
 		return a.createService(c.CreateService)
 	case *corpusv1.Command_SetServiceDesired:

@@ -211,10 +211,17 @@ func (a *applier) setInstanceRelease(c *corpusv1.SetInstanceRelease) error {
 	if c.Release != 0 && a.view().ReleaseByNumber(c.Project, c.Env, c.Release) == nil {
 		return fmt.Errorf("release %s of %s/%s: %w", corpusv1.ReleaseName(c.Release), c.Project, c.Env, ErrNotFound)
 	}
-	if in.Release == c.Release {
-		return nil
+	if c.Stage {
+		if in.StagedRelease == c.Release {
+			return nil
+		}
+		in.StagedRelease = c.Release
+	} else {
+		if in.Release == c.Release {
+			return nil
+		}
+		in.Release = c.Release
 	}
-	in.Release = c.Release
 	a.putEnv(p, env)
 	return nil
 }

@@ -272,6 +272,7 @@ func (a *applier) beginRelease(c *corpusv1.BeginRelease) error {
 		}
 	}
 	env.LastRelease++
+	endStandby(env)
 	r = proto.Clone(r).(*corpusv1.Release)
 	r.Number = env.LastRelease
 	r.Status = corpusv1.ReleaseDeploying
@@ -369,6 +370,9 @@ func (a *applier) setCurrentRelease(c *corpusv1.SetCurrentRelease) error {
 	}
 	if r.Status != corpusv1.ReleaseSucceeded || r.Pruned {
 		return fmt.Errorf("release %s is %s%s and cannot serve: %w", corpusv1.ReleaseName(c.Number), r.Status, map[bool]string{true: " and pruned"}[r.Pruned], ErrBadTransition)
+	}
+	if env.CurrentRelease != c.Number {
+		endStandby(env) // a rollback replaces the processes: nothing stands by
 	}
 	if env.CurrentRelease == c.Number {
 		return nil

@@ -14,7 +14,7 @@ import (
 func (l *deployLab) commitScaleSite(version, install string) {
 	l.t.Helper()
 	l.write("www/index.html", "version "+version+"\n", 0o644)
-	l.write("Procfile", `web: hostname > www/host.txt; exec httpd -f -p "$PORT" -h www
+	l.write("Procfile", `web: hostname > www/host.txt; echo "$CORPUS_RELEASE" > www/release.txt; exec httpd -f -p "$PORT" -h www
 worker: while :; do sleep 1; done
 `, 0o644)
 	if install != "" {
@@ -200,6 +200,62 @@ func TestScale(t *testing.T) {
 		if got := l.page(); got != "200 version two" {
 			t.Fatalf("after the refused push: %q", got)
 		}
+	}
+
+	// Blue-green under load: every instance starts r4 beside r2, then
+	// every answer is r4 at once; switch back: every answer r2 at once.
+	releases := func(n int) map[string]int {
+		count := map[string]int{}
+		for range n {
+			code, body, err := get(l.hc, "http://"+l.nodeAddr+"/release.txt", deployDomain)
+			if err != nil || code != 200 {
+				count[fmt.Sprintf("error %d %v", code, err)]++
+				continue
+			}
+			count[strings.TrimSpace(body)]++
+		}
+		return count
+	}
+	if got := releases(9); got["r2"] != 9 {
+		t.Fatalf("before blue-green: %v", got)
+	}
+	ld = l.startLoad(4)
+	start = time.Now()
+	out = c.mustCLI("deploy", "hello", "--strategy", "blue-green", "--keep", "20s")
+	t.Logf("blue-green deploy of 3 instances: %s", time.Since(start).Round(100*time.Millisecond))
+	for _, want := range []string{"-----> stage", "instance 2 (hello-dev-2 on", "staged r4", "every domain -> r4; r2 stands by", "r4 is live"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("blue-green output lacks %q:\n%s", want, out)
+		}
+	}
+	if got := releases(30); got["r4"] != 30 {
+		t.Errorf("after the blue-green switch: %v", got)
+	}
+	start = time.Now()
+	c.mustCLI("switch", "back", "hello")
+	eventually(t, 5*time.Second, "every answer from r2 again", func() error {
+		if got := releases(12); got["r2"] != 12 {
+			return fmt.Errorf("answers %v", got)
+		}
+		return nil
+	})
+	t.Logf("switch back: every answer from r2 %s after the command", time.Since(start).Round(10*time.Millisecond))
+	ld.end(t, "blue-green deploy and switch back")
+	// The standby expires: its processes stop, and switching is refused.
+	time.Sleep(21 * time.Second)
+	if _, stderr, code := c.cli("switch", "back", "hello"); code == 0 || !strings.Contains(stderr, "expired") {
+		t.Errorf("switch back after --keep: exit %d: %s", code, stderr)
+	}
+	eventually(t, 20*time.Second, "the standby's processes stopped", func() error {
+		for _, p := range l.ps() {
+			if p.Release == "r4" {
+				return fmt.Errorf("still running: %+v", p)
+			}
+		}
+		return nil
+	})
+	if got := releases(9); got["r2"] != 9 {
+		t.Errorf("after the standby expired: %v", got)
 	}
 
 	// Down to one: the others go, the first serves alone.

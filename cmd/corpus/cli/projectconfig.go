@@ -223,21 +223,55 @@ func newRestartCmd(g *globals) *cobra.Command {
 }
 
 func newDeployCmd(g *globals) *cobra.Command {
-	var env string
+	var env, strategy string
 	var only []string
+	var keep time.Duration
 	cmd := &cobra.Command{
-		Use:   "deploy PROJECT [--env ENV] [--only STEP,...]",
+		Use:   "deploy PROJECT [--env ENV] [--only STEP,...] [--strategy rolling|blue-green [--keep D]]",
 		Short: "Deploy the current commit again as a new release, through the pipeline (only the steps named, with --only)",
+		Long: `Deploy the current commit again as a new release, through the pipeline.
+
+With several instances (corpus scale) the release rolls through them one at
+a time by default. --strategy blue-green starts it beside the serving one on
+every instance first, then moves every domain to the new set at once; the
+set before keeps running for --keep (1h) so that corpus switch back moves
+every domain back at once, with no rebuild.`,
 		Example: `  corpus deploy site
-  corpus deploy site --env prod --only install,fixperms`,
+  corpus deploy site --env prod --only install,fixperms
+  corpus deploy site --env prod --strategy blue-green --keep 30m
+  corpus switch back site --env prod`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return followDeploy(g, cmd.Context(), args[0], env, "deploy", func(ctx context.Context, c *clients) (*connect.ServerStreamForClient[corpusv1.DeployOutput], error) {
-				return c.projects.Deploy(ctx, connect.NewRequest(&corpusv1.RedeployRequest{Project: args[0], Env: env, Trigger: "deploy", Only: only}))
+				return c.projects.Deploy(ctx, connect.NewRequest(&corpusv1.RedeployRequest{Project: args[0], Env: env, Trigger: "deploy", Only: only,
+					Strategy: strategy, KeepSeconds: int64(keep / time.Second)}))
 			})
 		},
 	}
 	cmd.Flags().StringVar(&env, "env", "", "the project's environment (needed when it has several)")
 	cmd.Flags().StringSliceVar(&only, "only", nil, "run only these steps: archive, install, fixperms, health, notify")
+	cmd.Flags().StringVar(&strategy, "strategy", "", "rolling (the default) or blue-green")
+	cmd.Flags().DurationVar(&keep, "keep", 0, "blue-green: how long the release before stands by for corpus switch back (1h when 0)")
+	return cmd
+}
+
+func newSwitchCmd(g *globals) *cobra.Command {
+	cmd := &cobra.Command{Use: "switch", Short: "Move an environment's domains between the sets a blue-green deploy left"}
+	var env string
+	back := &cobra.Command{
+		Use:   "back PROJECT [--env ENV]",
+		Short: "Move every domain back to the release a blue-green deploy switched away from, at once, while it stands by",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return call(g, cmd.Context(), func(ctx context.Context, c *clients) (*connect.Response[corpusv1.SwitchBackResponse], error) {
+				return c.projects.SwitchBack(ctx, connect.NewRequest(&corpusv1.SwitchBackRequest{Project: args[0], Env: env}))
+			}, func(m *corpusv1.SwitchBackResponse) error {
+				fmt.Fprintf(g.stdout, "every domain of %s -> %s (the release before stands by: corpus switch back %s moves them again)\n", args[0], releaseName(m.Current), args[0])
+				return nil
+			})
+		},
+	}
+	back.Flags().StringVar(&env, "env", "", "the project's environment (needed when it has several)")
+	cmd.AddCommand(back)
 	return cmd
 }

@@ -70,6 +70,9 @@ func newProjectCmd(g *globals) *cobra.Command {
 						release += " (newest " + corpusv1.ReleaseName(last) + ")"
 					}
 					fmt.Fprintf(w, "  Release:\t%s\n", release)
+					if sb := e.GetStandbyRelease(); sb != 0 {
+						fmt.Fprintf(w, "  Standing by:\t%s until %s (corpus switch back %s)\n", corpusv1.ReleaseName(sb), localTime(e.GetStandbyUntil()), p.GetName())
+					}
 					fmt.Fprintf(w, "  Branch:\t%s\n", e.GetBranch())
 					domains := "-"
 					if len(ev.Domains) > 0 {

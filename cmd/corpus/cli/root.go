@@ -131,6 +131,7 @@ func newRoot(g *globals) *cobra.Command {
 		newDeployCmd(g),
 		newScaleCmd(g),
 		newAutoscaleCmd(g),
+		newSwitchCmd(g),
 		newVersionCmd(g),
 		newDocsCmd(g),
 	)

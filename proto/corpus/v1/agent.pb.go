@@ -11,6 +11,7 @@ package corpusv1
 import (
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
+	timestamppb "google.golang.org/protobuf/types/known/timestamppb"
 	reflect "reflect"
 	sync "sync"
 	unsafe "unsafe"
@@ -357,7 +358,10 @@ type RollInstanceRequest struct {
 	Instance uint32                 `protobuf:"varint,3,opt,name=instance,proto3" json:"instance,omitempty"`
 	Release  uint32                 `protobuf:"varint,4,opt,name=release,proto3" json:"release,omitempty"`
 	// wait_seconds bounds the wait for the instance to serve it.
-	WaitSeconds   int64 `protobuf:"varint,5,opt,name=wait_seconds,json=waitSeconds,proto3" json:"wait_seconds,omitempty"`
+	WaitSeconds int64 `protobuf:"varint,5,opt,name=wait_seconds,json=waitSeconds,proto3" json:"wait_seconds,omitempty"`
+	// stage starts the release beside the serving one without routing to it
+	// (a blue-green deploy); 0 with stage stops what was staged.
+	Stage         bool `protobuf:"varint,6,opt,name=stage,proto3" json:"stage,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -427,6 +431,129 @@ func (x *RollInstanceRequest) GetWaitSeconds() int64 {
 	return 0
 }
 
+func (x *RollInstanceRequest) GetStage() bool {
+	if x != nil {
+		return x.Stage
+	}
+	return false
+}
+
+type SwitchEnvRequest struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Project string                 `protobuf:"bytes,1,opt,name=project,proto3" json:"project,omitempty"`
+	Env     string                 `protobuf:"bytes,2,opt,name=env,proto3" json:"env,omitempty"`
+	// release is the one every instance staged; web_port is where the
+	// first instance's web of it listens.
+	Release uint32 `protobuf:"varint,3,opt,name=release,proto3" json:"release,omitempty"`
+	WebPort int32  `protobuf:"varint,4,opt,name=web_port,json=webPort,proto3" json:"web_port,omitempty"`
+	// keep_seconds is how long the release switched away from stays
+	// standing by.
+	KeepSeconds   int64 `protobuf:"varint,5,opt,name=keep_seconds,json=keepSeconds,proto3" json:"keep_seconds,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SwitchEnvRequest) Reset() {
+	*x = SwitchEnvRequest{}
+	mi := &file_corpus_v1_agent_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SwitchEnvRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SwitchEnvRequest) ProtoMessage() {}
+
+func (x *SwitchEnvRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_agent_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SwitchEnvRequest.ProtoReflect.Descriptor instead.
+func (*SwitchEnvRequest) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *SwitchEnvRequest) GetProject() string {
+	if x != nil {
+		return x.Project
+	}
+	return ""
+}
+
+func (x *SwitchEnvRequest) GetEnv() string {
+	if x != nil {
+		return x.Env
+	}
+	return ""
+}
+
+func (x *SwitchEnvRequest) GetRelease() uint32 {
+	if x != nil {
+		return x.Release
+	}
+	return 0
+}
+
+func (x *SwitchEnvRequest) GetWebPort() int32 {
+	if x != nil {
+		return x.WebPort
+	}
+	return 0
+}
+
+func (x *SwitchEnvRequest) GetKeepSeconds() int64 {
+	if x != nil {
+		return x.KeepSeconds
+	}
+	return 0
+}
+
+type SwitchEnvResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SwitchEnvResponse) Reset() {
+	*x = SwitchEnvResponse{}
+	mi := &file_corpus_v1_agent_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SwitchEnvResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SwitchEnvResponse) ProtoMessage() {}
+
+func (x *SwitchEnvResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_agent_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SwitchEnvResponse.ProtoReflect.Descriptor instead.
+func (*SwitchEnvResponse) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{7}
+}
+
 type RollInstanceResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// guest and node say where the instance runs.
@@ -438,7 +565,7 @@ type RollInstanceResponse struct {
 
 func (x *RollInstanceResponse) Reset() {
 	*x = RollInstanceResponse{}
-	mi := &file_corpus_v1_agent_proto_msgTypes[6]
+	mi := &file_corpus_v1_agent_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -450,7 +577,7 @@ func (x *RollInstanceResponse) String() string {
 func (*RollInstanceResponse) ProtoMessage() {}
 
 func (x *RollInstanceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_agent_proto_msgTypes[6]
+	mi := &file_corpus_v1_agent_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -463,7 +590,7 @@ func (x *RollInstanceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RollInstanceResponse.ProtoReflect.Descriptor instead.
 func (*RollInstanceResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{6}
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *RollInstanceResponse) GetGuest() string {
@@ -481,17 +608,19 @@ func (x *RollInstanceResponse) GetNode() string {
 }
 
 type InstanceReleaseRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Project       string                 `protobuf:"bytes,1,opt,name=project,proto3" json:"project,omitempty"`
-	Env           string                 `protobuf:"bytes,2,opt,name=env,proto3" json:"env,omitempty"`
-	Instance      uint32                 `protobuf:"varint,3,opt,name=instance,proto3" json:"instance,omitempty"`
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Project  string                 `protobuf:"bytes,1,opt,name=project,proto3" json:"project,omitempty"`
+	Env      string                 `protobuf:"bytes,2,opt,name=env,proto3" json:"env,omitempty"`
+	Instance uint32                 `protobuf:"varint,3,opt,name=instance,proto3" json:"instance,omitempty"`
+	// staged asks for the release to stage rather than to serve.
+	Staged        bool `protobuf:"varint,4,opt,name=staged,proto3" json:"staged,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *InstanceReleaseRequest) Reset() {
 	*x = InstanceReleaseRequest{}
-	mi := &file_corpus_v1_agent_proto_msgTypes[7]
+	mi := &file_corpus_v1_agent_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -503,7 +632,7 @@ func (x *InstanceReleaseRequest) String() string {
 func (*InstanceReleaseRequest) ProtoMessage() {}
 
 func (x *InstanceReleaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_agent_proto_msgTypes[7]
+	mi := &file_corpus_v1_agent_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -516,7 +645,7 @@ func (x *InstanceReleaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InstanceReleaseRequest.ProtoReflect.Descriptor instead.
 func (*InstanceReleaseRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{7}
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *InstanceReleaseRequest) GetProject() string {
@@ -540,6 +669,13 @@ func (x *InstanceReleaseRequest) GetInstance() uint32 {
 	return 0
 }
 
+func (x *InstanceReleaseRequest) GetStaged() bool {
+	if x != nil {
+		return x.Staged
+	}
+	return false
+}
+
 type InstanceReleaseResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Env   *ProjectEnv            `protobuf:"bytes,1,opt,name=env,proto3" json:"env,omitempty"`
@@ -556,7 +692,7 @@ type InstanceReleaseResponse struct {
 
 func (x *InstanceReleaseResponse) Reset() {
 	*x = InstanceReleaseResponse{}
-	mi := &file_corpus_v1_agent_proto_msgTypes[8]
+	mi := &file_corpus_v1_agent_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -568,7 +704,7 @@ func (x *InstanceReleaseResponse) String() string {
 func (*InstanceReleaseResponse) ProtoMessage() {}
 
 func (x *InstanceReleaseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_agent_proto_msgTypes[8]
+	mi := &file_corpus_v1_agent_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -581,7 +717,7 @@ func (x *InstanceReleaseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InstanceReleaseResponse.ProtoReflect.Descriptor instead.
 func (*InstanceReleaseResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{8}
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *InstanceReleaseResponse) GetEnv() *ProjectEnv {
@@ -623,7 +759,7 @@ type ReleaseSourceRequest struct {
 
 func (x *ReleaseSourceRequest) Reset() {
 	*x = ReleaseSourceRequest{}
-	mi := &file_corpus_v1_agent_proto_msgTypes[9]
+	mi := &file_corpus_v1_agent_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -635,7 +771,7 @@ func (x *ReleaseSourceRequest) String() string {
 func (*ReleaseSourceRequest) ProtoMessage() {}
 
 func (x *ReleaseSourceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_agent_proto_msgTypes[9]
+	mi := &file_corpus_v1_agent_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -648,7 +784,7 @@ func (x *ReleaseSourceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseSourceRequest.ProtoReflect.Descriptor instead.
 func (*ReleaseSourceRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{9}
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ReleaseSourceRequest) GetProject() string {
@@ -681,7 +817,7 @@ type SourceChunk struct {
 
 func (x *SourceChunk) Reset() {
 	*x = SourceChunk{}
-	mi := &file_corpus_v1_agent_proto_msgTypes[10]
+	mi := &file_corpus_v1_agent_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -693,7 +829,7 @@ func (x *SourceChunk) String() string {
 func (*SourceChunk) ProtoMessage() {}
 
 func (x *SourceChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_agent_proto_msgTypes[10]
+	mi := &file_corpus_v1_agent_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -706,7 +842,7 @@ func (x *SourceChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SourceChunk.ProtoReflect.Descriptor instead.
 func (*SourceChunk) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{10}
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *SourceChunk) GetData() []byte {
@@ -726,7 +862,7 @@ type LoadRequest struct {
 
 func (x *LoadRequest) Reset() {
 	*x = LoadRequest{}
-	mi := &file_corpus_v1_agent_proto_msgTypes[11]
+	mi := &file_corpus_v1_agent_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -738,7 +874,7 @@ func (x *LoadRequest) String() string {
 func (*LoadRequest) ProtoMessage() {}
 
 func (x *LoadRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_agent_proto_msgTypes[11]
+	mi := &file_corpus_v1_agent_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -751,7 +887,7 @@ func (x *LoadRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LoadRequest.ProtoReflect.Descriptor instead.
 func (*LoadRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{11}
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *LoadRequest) GetGuestIds() []string {
@@ -772,7 +908,7 @@ type LoadResponse struct {
 
 func (x *LoadResponse) Reset() {
 	*x = LoadResponse{}
-	mi := &file_corpus_v1_agent_proto_msgTypes[12]
+	mi := &file_corpus_v1_agent_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -784,7 +920,7 @@ func (x *LoadResponse) String() string {
 func (*LoadResponse) ProtoMessage() {}
 
 func (x *LoadResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_agent_proto_msgTypes[12]
+	mi := &file_corpus_v1_agent_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -797,7 +933,7 @@ func (x *LoadResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LoadResponse.ProtoReflect.Descriptor instead.
 func (*LoadResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{12}
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *LoadResponse) GetGuests() []*GuestLoad {
@@ -829,7 +965,7 @@ type GuestLoad struct {
 
 func (x *GuestLoad) Reset() {
 	*x = GuestLoad{}
-	mi := &file_corpus_v1_agent_proto_msgTypes[13]
+	mi := &file_corpus_v1_agent_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -841,7 +977,7 @@ func (x *GuestLoad) String() string {
 func (*GuestLoad) ProtoMessage() {}
 
 func (x *GuestLoad) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_agent_proto_msgTypes[13]
+	mi := &file_corpus_v1_agent_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -854,7 +990,7 @@ func (x *GuestLoad) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GuestLoad.ProtoReflect.Descriptor instead.
 func (*GuestLoad) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{13}
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *GuestLoad) GetGuestId() string {
@@ -893,7 +1029,7 @@ type SetWebPortResponse struct {
 
 func (x *SetWebPortResponse) Reset() {
 	*x = SetWebPortResponse{}
-	mi := &file_corpus_v1_agent_proto_msgTypes[14]
+	mi := &file_corpus_v1_agent_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -905,7 +1041,7 @@ func (x *SetWebPortResponse) String() string {
 func (*SetWebPortResponse) ProtoMessage() {}
 
 func (x *SetWebPortResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_agent_proto_msgTypes[14]
+	mi := &file_corpus_v1_agent_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -918,7 +1054,7 @@ func (x *SetWebPortResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetWebPortResponse.ProtoReflect.Descriptor instead.
 func (*SetWebPortResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{14}
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{16}
 }
 
 type SetManifestDomainsRequest struct {
@@ -932,7 +1068,7 @@ type SetManifestDomainsRequest struct {
 
 func (x *SetManifestDomainsRequest) Reset() {
 	*x = SetManifestDomainsRequest{}
-	mi := &file_corpus_v1_agent_proto_msgTypes[15]
+	mi := &file_corpus_v1_agent_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -944,7 +1080,7 @@ func (x *SetManifestDomainsRequest) String() string {
 func (*SetManifestDomainsRequest) ProtoMessage() {}
 
 func (x *SetManifestDomainsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_agent_proto_msgTypes[15]
+	mi := &file_corpus_v1_agent_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -957,7 +1093,7 @@ func (x *SetManifestDomainsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetManifestDomainsRequest.ProtoReflect.Descriptor instead.
 func (*SetManifestDomainsRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{15}
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *SetManifestDomainsRequest) GetProject() string {
@@ -989,7 +1125,7 @@ type SetManifestDomainsResponse struct {
 
 func (x *SetManifestDomainsResponse) Reset() {
 	*x = SetManifestDomainsResponse{}
-	mi := &file_corpus_v1_agent_proto_msgTypes[16]
+	mi := &file_corpus_v1_agent_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1001,7 +1137,7 @@ func (x *SetManifestDomainsResponse) String() string {
 func (*SetManifestDomainsResponse) ProtoMessage() {}
 
 func (x *SetManifestDomainsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_agent_proto_msgTypes[16]
+	mi := &file_corpus_v1_agent_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1014,7 +1150,7 @@ func (x *SetManifestDomainsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetManifestDomainsResponse.ProtoReflect.Descriptor instead.
 func (*SetManifestDomainsResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{16}
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{18}
 }
 
 type GitAccessRequest struct {
@@ -1037,7 +1173,7 @@ type GitAccessRequest struct {
 
 func (x *GitAccessRequest) Reset() {
 	*x = GitAccessRequest{}
-	mi := &file_corpus_v1_agent_proto_msgTypes[17]
+	mi := &file_corpus_v1_agent_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1049,7 +1185,7 @@ func (x *GitAccessRequest) String() string {
 func (*GitAccessRequest) ProtoMessage() {}
 
 func (x *GitAccessRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_agent_proto_msgTypes[17]
+	mi := &file_corpus_v1_agent_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1062,7 +1198,7 @@ func (x *GitAccessRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GitAccessRequest.ProtoReflect.Descriptor instead.
 func (*GitAccessRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{17}
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *GitAccessRequest) GetFingerprint() string {
@@ -1113,7 +1249,7 @@ type RecordShellRequest struct {
 
 func (x *RecordShellRequest) Reset() {
 	*x = RecordShellRequest{}
-	mi := &file_corpus_v1_agent_proto_msgTypes[18]
+	mi := &file_corpus_v1_agent_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1125,7 +1261,7 @@ func (x *RecordShellRequest) String() string {
 func (*RecordShellRequest) ProtoMessage() {}
 
 func (x *RecordShellRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_agent_proto_msgTypes[18]
+	mi := &file_corpus_v1_agent_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1138,7 +1274,7 @@ func (x *RecordShellRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecordShellRequest.ProtoReflect.Descriptor instead.
 func (*RecordShellRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{18}
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *RecordShellRequest) GetFingerprint() string {
@@ -1170,7 +1306,7 @@ type RecordShellResponse struct {
 
 func (x *RecordShellResponse) Reset() {
 	*x = RecordShellResponse{}
-	mi := &file_corpus_v1_agent_proto_msgTypes[19]
+	mi := &file_corpus_v1_agent_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1182,7 +1318,7 @@ func (x *RecordShellResponse) String() string {
 func (*RecordShellResponse) ProtoMessage() {}
 
 func (x *RecordShellResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_agent_proto_msgTypes[19]
+	mi := &file_corpus_v1_agent_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1195,7 +1331,7 @@ func (x *RecordShellResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecordShellResponse.ProtoReflect.Descriptor instead.
 func (*RecordShellResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{19}
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{21}
 }
 
 type GitAccessResponse struct {
@@ -1216,7 +1352,7 @@ type GitAccessResponse struct {
 
 func (x *GitAccessResponse) Reset() {
 	*x = GitAccessResponse{}
-	mi := &file_corpus_v1_agent_proto_msgTypes[20]
+	mi := &file_corpus_v1_agent_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1228,7 +1364,7 @@ func (x *GitAccessResponse) String() string {
 func (*GitAccessResponse) ProtoMessage() {}
 
 func (x *GitAccessResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_agent_proto_msgTypes[20]
+	mi := &file_corpus_v1_agent_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1241,7 +1377,7 @@ func (x *GitAccessResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GitAccessResponse.ProtoReflect.Descriptor instead.
 func (*GitAccessResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{20}
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *GitAccessResponse) GetUser() string {
@@ -1310,7 +1446,7 @@ type BeginReleaseRequest struct {
 
 func (x *BeginReleaseRequest) Reset() {
 	*x = BeginReleaseRequest{}
-	mi := &file_corpus_v1_agent_proto_msgTypes[21]
+	mi := &file_corpus_v1_agent_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1322,7 +1458,7 @@ func (x *BeginReleaseRequest) String() string {
 func (*BeginReleaseRequest) ProtoMessage() {}
 
 func (x *BeginReleaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_agent_proto_msgTypes[21]
+	mi := &file_corpus_v1_agent_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1335,7 +1471,7 @@ func (x *BeginReleaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BeginReleaseRequest.ProtoReflect.Descriptor instead.
 func (*BeginReleaseRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{21}
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *BeginReleaseRequest) GetProject() string {
@@ -1399,7 +1535,7 @@ type BeginReleaseResponse struct {
 
 func (x *BeginReleaseResponse) Reset() {
 	*x = BeginReleaseResponse{}
-	mi := &file_corpus_v1_agent_proto_msgTypes[22]
+	mi := &file_corpus_v1_agent_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1411,7 +1547,7 @@ func (x *BeginReleaseResponse) String() string {
 func (*BeginReleaseResponse) ProtoMessage() {}
 
 func (x *BeginReleaseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_agent_proto_msgTypes[22]
+	mi := &file_corpus_v1_agent_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1424,7 +1560,7 @@ func (x *BeginReleaseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BeginReleaseResponse.ProtoReflect.Descriptor instead.
 func (*BeginReleaseResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{22}
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *BeginReleaseResponse) GetRelease() *Release {
@@ -1455,7 +1591,7 @@ type FinishReleaseRequest struct {
 
 func (x *FinishReleaseRequest) Reset() {
 	*x = FinishReleaseRequest{}
-	mi := &file_corpus_v1_agent_proto_msgTypes[23]
+	mi := &file_corpus_v1_agent_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1467,7 +1603,7 @@ func (x *FinishReleaseRequest) String() string {
 func (*FinishReleaseRequest) ProtoMessage() {}
 
 func (x *FinishReleaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_agent_proto_msgTypes[23]
+	mi := &file_corpus_v1_agent_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1480,7 +1616,7 @@ func (x *FinishReleaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FinishReleaseRequest.ProtoReflect.Descriptor instead.
 func (*FinishReleaseRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{23}
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *FinishReleaseRequest) GetId() string {
@@ -1534,7 +1670,7 @@ type FinishReleaseResponse struct {
 
 func (x *FinishReleaseResponse) Reset() {
 	*x = FinishReleaseResponse{}
-	mi := &file_corpus_v1_agent_proto_msgTypes[24]
+	mi := &file_corpus_v1_agent_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1546,7 +1682,7 @@ func (x *FinishReleaseResponse) String() string {
 func (*FinishReleaseResponse) ProtoMessage() {}
 
 func (x *FinishReleaseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_agent_proto_msgTypes[24]
+	mi := &file_corpus_v1_agent_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1559,7 +1695,7 @@ func (x *FinishReleaseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FinishReleaseResponse.ProtoReflect.Descriptor instead.
 func (*FinishReleaseResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{24}
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *FinishReleaseResponse) GetRelease() *Release {
@@ -1580,7 +1716,7 @@ type SetCurrentReleaseRequest struct {
 
 func (x *SetCurrentReleaseRequest) Reset() {
 	*x = SetCurrentReleaseRequest{}
-	mi := &file_corpus_v1_agent_proto_msgTypes[25]
+	mi := &file_corpus_v1_agent_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1592,7 +1728,7 @@ func (x *SetCurrentReleaseRequest) String() string {
 func (*SetCurrentReleaseRequest) ProtoMessage() {}
 
 func (x *SetCurrentReleaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_agent_proto_msgTypes[25]
+	mi := &file_corpus_v1_agent_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1605,7 +1741,7 @@ func (x *SetCurrentReleaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetCurrentReleaseRequest.ProtoReflect.Descriptor instead.
 func (*SetCurrentReleaseRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{25}
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *SetCurrentReleaseRequest) GetProject() string {
@@ -1637,7 +1773,7 @@ type SetCurrentReleaseResponse struct {
 
 func (x *SetCurrentReleaseResponse) Reset() {
 	*x = SetCurrentReleaseResponse{}
-	mi := &file_corpus_v1_agent_proto_msgTypes[26]
+	mi := &file_corpus_v1_agent_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1649,7 +1785,7 @@ func (x *SetCurrentReleaseResponse) String() string {
 func (*SetCurrentReleaseResponse) ProtoMessage() {}
 
 func (x *SetCurrentReleaseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_agent_proto_msgTypes[26]
+	mi := &file_corpus_v1_agent_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1662,7 +1798,7 @@ func (x *SetCurrentReleaseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetCurrentReleaseResponse.ProtoReflect.Descriptor instead.
 func (*SetCurrentReleaseResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{26}
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{28}
 }
 
 type PruneReleasesRequest struct {
@@ -1676,7 +1812,7 @@ type PruneReleasesRequest struct {
 
 func (x *PruneReleasesRequest) Reset() {
 	*x = PruneReleasesRequest{}
-	mi := &file_corpus_v1_agent_proto_msgTypes[27]
+	mi := &file_corpus_v1_agent_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1688,7 +1824,7 @@ func (x *PruneReleasesRequest) String() string {
 func (*PruneReleasesRequest) ProtoMessage() {}
 
 func (x *PruneReleasesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_agent_proto_msgTypes[27]
+	mi := &file_corpus_v1_agent_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1701,7 +1837,7 @@ func (x *PruneReleasesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PruneReleasesRequest.ProtoReflect.Descriptor instead.
 func (*PruneReleasesRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{27}
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *PruneReleasesRequest) GetProject() string {
@@ -1733,7 +1869,7 @@ type PruneReleasesResponse struct {
 
 func (x *PruneReleasesResponse) Reset() {
 	*x = PruneReleasesResponse{}
-	mi := &file_corpus_v1_agent_proto_msgTypes[28]
+	mi := &file_corpus_v1_agent_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1745,7 +1881,7 @@ func (x *PruneReleasesResponse) String() string {
 func (*PruneReleasesResponse) ProtoMessage() {}
 
 func (x *PruneReleasesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_agent_proto_msgTypes[28]
+	mi := &file_corpus_v1_agent_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1758,7 +1894,7 @@ func (x *PruneReleasesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PruneReleasesResponse.ProtoReflect.Descriptor instead.
 func (*PruneReleasesResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{28}
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{30}
 }
 
 type EnrollRequest struct {
@@ -1781,7 +1917,7 @@ type EnrollRequest struct {
 
 func (x *EnrollRequest) Reset() {
 	*x = EnrollRequest{}
-	mi := &file_corpus_v1_agent_proto_msgTypes[29]
+	mi := &file_corpus_v1_agent_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1793,7 +1929,7 @@ func (x *EnrollRequest) String() string {
 func (*EnrollRequest) ProtoMessage() {}
 
 func (x *EnrollRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_agent_proto_msgTypes[29]
+	mi := &file_corpus_v1_agent_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1806,7 +1942,7 @@ func (x *EnrollRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EnrollRequest.ProtoReflect.Descriptor instead.
 func (*EnrollRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{29}
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *EnrollRequest) GetJoinToken() string {
@@ -1888,7 +2024,7 @@ type EnrollResponse struct {
 
 func (x *EnrollResponse) Reset() {
 	*x = EnrollResponse{}
-	mi := &file_corpus_v1_agent_proto_msgTypes[30]
+	mi := &file_corpus_v1_agent_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1900,7 +2036,7 @@ func (x *EnrollResponse) String() string {
 func (*EnrollResponse) ProtoMessage() {}
 
 func (x *EnrollResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_agent_proto_msgTypes[30]
+	mi := &file_corpus_v1_agent_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1913,7 +2049,7 @@ func (x *EnrollResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EnrollResponse.ProtoReflect.Descriptor instead.
 func (*EnrollResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{30}
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *EnrollResponse) GetNodeId() string {
@@ -1960,7 +2096,7 @@ type RenewCertificateRequest struct {
 
 func (x *RenewCertificateRequest) Reset() {
 	*x = RenewCertificateRequest{}
-	mi := &file_corpus_v1_agent_proto_msgTypes[31]
+	mi := &file_corpus_v1_agent_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1972,7 +2108,7 @@ func (x *RenewCertificateRequest) String() string {
 func (*RenewCertificateRequest) ProtoMessage() {}
 
 func (x *RenewCertificateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_agent_proto_msgTypes[31]
+	mi := &file_corpus_v1_agent_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1985,7 +2121,7 @@ func (x *RenewCertificateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenewCertificateRequest.ProtoReflect.Descriptor instead.
 func (*RenewCertificateRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{31}
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *RenewCertificateRequest) GetCsrPem() []byte {
@@ -2005,7 +2141,7 @@ type RenewCertificateResponse struct {
 
 func (x *RenewCertificateResponse) Reset() {
 	*x = RenewCertificateResponse{}
-	mi := &file_corpus_v1_agent_proto_msgTypes[32]
+	mi := &file_corpus_v1_agent_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2017,7 +2153,7 @@ func (x *RenewCertificateResponse) String() string {
 func (*RenewCertificateResponse) ProtoMessage() {}
 
 func (x *RenewCertificateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_agent_proto_msgTypes[32]
+	mi := &file_corpus_v1_agent_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2030,7 +2166,7 @@ func (x *RenewCertificateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenewCertificateResponse.ProtoReflect.Descriptor instead.
 func (*RenewCertificateResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{32}
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *RenewCertificateResponse) GetCertificatePem() []byte {
@@ -2055,7 +2191,7 @@ type WatchRequest struct {
 
 func (x *WatchRequest) Reset() {
 	*x = WatchRequest{}
-	mi := &file_corpus_v1_agent_proto_msgTypes[33]
+	mi := &file_corpus_v1_agent_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2067,7 +2203,7 @@ func (x *WatchRequest) String() string {
 func (*WatchRequest) ProtoMessage() {}
 
 func (x *WatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_agent_proto_msgTypes[33]
+	mi := &file_corpus_v1_agent_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2080,7 +2216,7 @@ func (x *WatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchRequest.ProtoReflect.Descriptor instead.
 func (*WatchRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{33}
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{35}
 }
 
 type WatchResponse struct {
@@ -2141,7 +2277,7 @@ type WatchResponse struct {
 
 func (x *WatchResponse) Reset() {
 	*x = WatchResponse{}
-	mi := &file_corpus_v1_agent_proto_msgTypes[34]
+	mi := &file_corpus_v1_agent_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2153,7 +2289,7 @@ func (x *WatchResponse) String() string {
 func (*WatchResponse) ProtoMessage() {}
 
 func (x *WatchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_agent_proto_msgTypes[34]
+	mi := &file_corpus_v1_agent_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2166,7 +2302,7 @@ func (x *WatchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchResponse.ProtoReflect.Descriptor instead.
 func (*WatchResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{34}
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *WatchResponse) GetIndex() uint64 {
@@ -2289,20 +2425,26 @@ func (x *WatchResponse) GetGossipAddr() string {
 }
 
 type InstanceAssignment struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	GuestId       string                 `protobuf:"bytes,1,opt,name=guest_id,json=guestId,proto3" json:"guest_id,omitempty"`
-	Project       string                 `protobuf:"bytes,2,opt,name=project,proto3" json:"project,omitempty"`
-	Env           string                 `protobuf:"bytes,3,opt,name=env,proto3" json:"env,omitempty"`
-	Index         uint32                 `protobuf:"varint,4,opt,name=index,proto3" json:"index,omitempty"`
-	Release       uint32                 `protobuf:"varint,5,opt,name=release,proto3" json:"release,omitempty"`
-	Scale         map[string]uint32      `protobuf:"bytes,6,rep,name=scale,proto3" json:"scale,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	GuestId string                 `protobuf:"bytes,1,opt,name=guest_id,json=guestId,proto3" json:"guest_id,omitempty"`
+	Project string                 `protobuf:"bytes,2,opt,name=project,proto3" json:"project,omitempty"`
+	Env     string                 `protobuf:"bytes,3,opt,name=env,proto3" json:"env,omitempty"`
+	Index   uint32                 `protobuf:"varint,4,opt,name=index,proto3" json:"index,omitempty"`
+	Release uint32                 `protobuf:"varint,5,opt,name=release,proto3" json:"release,omitempty"`
+	Scale   map[string]uint32      `protobuf:"bytes,6,rep,name=scale,proto3" json:"scale,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
+	// staged_release is to be started beside (blue-green); standby_release
+	// keeps its processes running (not retired) while it stands by.
+	StagedRelease  uint32 `protobuf:"varint,7,opt,name=staged_release,json=stagedRelease,proto3" json:"staged_release,omitempty"`
+	StandbyRelease uint32 `protobuf:"varint,8,opt,name=standby_release,json=standbyRelease,proto3" json:"standby_release,omitempty"`
+	// standby_until: the standby's processes are retired after it.
+	StandbyUntil  *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=standby_until,json=standbyUntil,proto3" json:"standby_until,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *InstanceAssignment) Reset() {
 	*x = InstanceAssignment{}
-	mi := &file_corpus_v1_agent_proto_msgTypes[35]
+	mi := &file_corpus_v1_agent_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2314,7 +2456,7 @@ func (x *InstanceAssignment) String() string {
 func (*InstanceAssignment) ProtoMessage() {}
 
 func (x *InstanceAssignment) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_agent_proto_msgTypes[35]
+	mi := &file_corpus_v1_agent_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2327,7 +2469,7 @@ func (x *InstanceAssignment) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InstanceAssignment.ProtoReflect.Descriptor instead.
 func (*InstanceAssignment) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{35}
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *InstanceAssignment) GetGuestId() string {
@@ -2372,6 +2514,27 @@ func (x *InstanceAssignment) GetScale() map[string]uint32 {
 	return nil
 }
 
+func (x *InstanceAssignment) GetStagedRelease() uint32 {
+	if x != nil {
+		return x.StagedRelease
+	}
+	return 0
+}
+
+func (x *InstanceAssignment) GetStandbyRelease() uint32 {
+	if x != nil {
+		return x.StandbyRelease
+	}
+	return 0
+}
+
+func (x *InstanceAssignment) GetStandbyUntil() *timestamppb.Timestamp {
+	if x != nil {
+		return x.StandbyUntil
+	}
+	return nil
+}
+
 // PeerNode is another node's share of the guest network.
 type PeerNode struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -2385,7 +2548,7 @@ type PeerNode struct {
 
 func (x *PeerNode) Reset() {
 	*x = PeerNode{}
-	mi := &file_corpus_v1_agent_proto_msgTypes[36]
+	mi := &file_corpus_v1_agent_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2397,7 +2560,7 @@ func (x *PeerNode) String() string {
 func (*PeerNode) ProtoMessage() {}
 
 func (x *PeerNode) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_agent_proto_msgTypes[36]
+	mi := &file_corpus_v1_agent_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2410,7 +2573,7 @@ func (x *PeerNode) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PeerNode.ProtoReflect.Descriptor instead.
 func (*PeerNode) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{36}
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *PeerNode) GetName() string {
@@ -2455,7 +2618,7 @@ type ReportRequest struct {
 
 func (x *ReportRequest) Reset() {
 	*x = ReportRequest{}
-	mi := &file_corpus_v1_agent_proto_msgTypes[37]
+	mi := &file_corpus_v1_agent_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2467,7 +2630,7 @@ func (x *ReportRequest) String() string {
 func (*ReportRequest) ProtoMessage() {}
 
 func (x *ReportRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_agent_proto_msgTypes[37]
+	mi := &file_corpus_v1_agent_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2480,7 +2643,7 @@ func (x *ReportRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportRequest.ProtoReflect.Descriptor instead.
 func (*ReportRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{37}
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *ReportRequest) GetCapacity() *Resources {
@@ -2570,7 +2733,7 @@ type ReportedGuest struct {
 
 func (x *ReportedGuest) Reset() {
 	*x = ReportedGuest{}
-	mi := &file_corpus_v1_agent_proto_msgTypes[38]
+	mi := &file_corpus_v1_agent_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2582,7 +2745,7 @@ func (x *ReportedGuest) String() string {
 func (*ReportedGuest) ProtoMessage() {}
 
 func (x *ReportedGuest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_agent_proto_msgTypes[38]
+	mi := &file_corpus_v1_agent_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2595,7 +2758,7 @@ func (x *ReportedGuest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportedGuest.ProtoReflect.Descriptor instead.
 func (*ReportedGuest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{38}
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *ReportedGuest) GetGuestId() string {
@@ -2625,7 +2788,7 @@ type ReportedVolume struct {
 
 func (x *ReportedVolume) Reset() {
 	*x = ReportedVolume{}
-	mi := &file_corpus_v1_agent_proto_msgTypes[39]
+	mi := &file_corpus_v1_agent_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2637,7 +2800,7 @@ func (x *ReportedVolume) String() string {
 func (*ReportedVolume) ProtoMessage() {}
 
 func (x *ReportedVolume) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_agent_proto_msgTypes[39]
+	mi := &file_corpus_v1_agent_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2650,7 +2813,7 @@ func (x *ReportedVolume) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportedVolume.ProtoReflect.Descriptor instead.
 func (*ReportedVolume) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{39}
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *ReportedVolume) GetVolumeId() string {
@@ -2687,7 +2850,7 @@ type ServiceReach struct {
 
 func (x *ServiceReach) Reset() {
 	*x = ServiceReach{}
-	mi := &file_corpus_v1_agent_proto_msgTypes[40]
+	mi := &file_corpus_v1_agent_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2699,7 +2862,7 @@ func (x *ServiceReach) String() string {
 func (*ServiceReach) ProtoMessage() {}
 
 func (x *ServiceReach) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_agent_proto_msgTypes[40]
+	mi := &file_corpus_v1_agent_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2712,7 +2875,7 @@ func (x *ServiceReach) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ServiceReach.ProtoReflect.Descriptor instead.
 func (*ServiceReach) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{40}
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *ServiceReach) GetGuestId() string {
@@ -2745,7 +2908,7 @@ type ServiceRuntimeRequest struct {
 
 func (x *ServiceRuntimeRequest) Reset() {
 	*x = ServiceRuntimeRequest{}
-	mi := &file_corpus_v1_agent_proto_msgTypes[41]
+	mi := &file_corpus_v1_agent_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2757,7 +2920,7 @@ func (x *ServiceRuntimeRequest) String() string {
 func (*ServiceRuntimeRequest) ProtoMessage() {}
 
 func (x *ServiceRuntimeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_agent_proto_msgTypes[41]
+	mi := &file_corpus_v1_agent_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2770,7 +2933,7 @@ func (x *ServiceRuntimeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ServiceRuntimeRequest.ProtoReflect.Descriptor instead.
 func (*ServiceRuntimeRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{41}
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *ServiceRuntimeRequest) GetService() string {
@@ -2792,7 +2955,7 @@ type ServiceRuntimeResponse struct {
 
 func (x *ServiceRuntimeResponse) Reset() {
 	*x = ServiceRuntimeResponse{}
-	mi := &file_corpus_v1_agent_proto_msgTypes[42]
+	mi := &file_corpus_v1_agent_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2804,7 +2967,7 @@ func (x *ServiceRuntimeResponse) String() string {
 func (*ServiceRuntimeResponse) ProtoMessage() {}
 
 func (x *ServiceRuntimeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_agent_proto_msgTypes[42]
+	mi := &file_corpus_v1_agent_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2817,7 +2980,7 @@ func (x *ServiceRuntimeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ServiceRuntimeResponse.ProtoReflect.Descriptor instead.
 func (*ServiceRuntimeResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{42}
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *ServiceRuntimeResponse) GetService() *Service {
@@ -2843,7 +3006,7 @@ type ReportResponse struct {
 
 func (x *ReportResponse) Reset() {
 	*x = ReportResponse{}
-	mi := &file_corpus_v1_agent_proto_msgTypes[43]
+	mi := &file_corpus_v1_agent_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2855,7 +3018,7 @@ func (x *ReportResponse) String() string {
 func (*ReportResponse) ProtoMessage() {}
 
 func (x *ReportResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_agent_proto_msgTypes[43]
+	mi := &file_corpus_v1_agent_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2868,7 +3031,7 @@ func (x *ReportResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportResponse.ProtoReflect.Descriptor instead.
 func (*ReportResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{43}
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *ReportResponse) GetIndex() uint64 {
@@ -2893,7 +3056,7 @@ type CheckChallengeRequest struct {
 
 func (x *CheckChallengeRequest) Reset() {
 	*x = CheckChallengeRequest{}
-	mi := &file_corpus_v1_agent_proto_msgTypes[44]
+	mi := &file_corpus_v1_agent_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2905,7 +3068,7 @@ func (x *CheckChallengeRequest) String() string {
 func (*CheckChallengeRequest) ProtoMessage() {}
 
 func (x *CheckChallengeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_agent_proto_msgTypes[44]
+	mi := &file_corpus_v1_agent_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2918,7 +3081,7 @@ func (x *CheckChallengeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckChallengeRequest.ProtoReflect.Descriptor instead.
 func (*CheckChallengeRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{44}
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *CheckChallengeRequest) GetDomain() string {
@@ -2960,7 +3123,7 @@ type CheckChallengeResponse struct {
 
 func (x *CheckChallengeResponse) Reset() {
 	*x = CheckChallengeResponse{}
-	mi := &file_corpus_v1_agent_proto_msgTypes[45]
+	mi := &file_corpus_v1_agent_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2972,7 +3135,7 @@ func (x *CheckChallengeResponse) String() string {
 func (*CheckChallengeResponse) ProtoMessage() {}
 
 func (x *CheckChallengeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_agent_proto_msgTypes[45]
+	mi := &file_corpus_v1_agent_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2985,7 +3148,7 @@ func (x *CheckChallengeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckChallengeResponse.ProtoReflect.Descriptor instead.
 func (*CheckChallengeResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{45}
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *CheckChallengeResponse) GetReady() bool {
@@ -3012,7 +3175,7 @@ type DumpServiceRequest struct {
 
 func (x *DumpServiceRequest) Reset() {
 	*x = DumpServiceRequest{}
-	mi := &file_corpus_v1_agent_proto_msgTypes[46]
+	mi := &file_corpus_v1_agent_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3024,7 +3187,7 @@ func (x *DumpServiceRequest) String() string {
 func (*DumpServiceRequest) ProtoMessage() {}
 
 func (x *DumpServiceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_agent_proto_msgTypes[46]
+	mi := &file_corpus_v1_agent_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3037,7 +3200,7 @@ func (x *DumpServiceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DumpServiceRequest.ProtoReflect.Descriptor instead.
 func (*DumpServiceRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{46}
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *DumpServiceRequest) GetBackup() *Backup {
@@ -3057,7 +3220,7 @@ type StoreBackupResponse struct {
 
 func (x *StoreBackupResponse) Reset() {
 	*x = StoreBackupResponse{}
-	mi := &file_corpus_v1_agent_proto_msgTypes[47]
+	mi := &file_corpus_v1_agent_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3069,7 +3232,7 @@ func (x *StoreBackupResponse) String() string {
 func (*StoreBackupResponse) ProtoMessage() {}
 
 func (x *StoreBackupResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_agent_proto_msgTypes[47]
+	mi := &file_corpus_v1_agent_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3082,7 +3245,7 @@ func (x *StoreBackupResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StoreBackupResponse.ProtoReflect.Descriptor instead.
 func (*StoreBackupResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{47}
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *StoreBackupResponse) GetSizeBytes() int64 {
@@ -3108,7 +3271,7 @@ type ReadBackupRequest struct {
 
 func (x *ReadBackupRequest) Reset() {
 	*x = ReadBackupRequest{}
-	mi := &file_corpus_v1_agent_proto_msgTypes[48]
+	mi := &file_corpus_v1_agent_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3120,7 +3283,7 @@ func (x *ReadBackupRequest) String() string {
 func (*ReadBackupRequest) ProtoMessage() {}
 
 func (x *ReadBackupRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_agent_proto_msgTypes[48]
+	mi := &file_corpus_v1_agent_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3133,7 +3296,7 @@ func (x *ReadBackupRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadBackupRequest.ProtoReflect.Descriptor instead.
 func (*ReadBackupRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{48}
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *ReadBackupRequest) GetBackup() *Backup {
@@ -3154,7 +3317,7 @@ type LoadServiceResponse struct {
 
 func (x *LoadServiceResponse) Reset() {
 	*x = LoadServiceResponse{}
-	mi := &file_corpus_v1_agent_proto_msgTypes[49]
+	mi := &file_corpus_v1_agent_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3166,7 +3329,7 @@ func (x *LoadServiceResponse) String() string {
 func (*LoadServiceResponse) ProtoMessage() {}
 
 func (x *LoadServiceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_agent_proto_msgTypes[49]
+	mi := &file_corpus_v1_agent_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3179,7 +3342,7 @@ func (x *LoadServiceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LoadServiceResponse.ProtoReflect.Descriptor instead.
 func (*LoadServiceResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{49}
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *LoadServiceResponse) GetSizeBytes() int64 {
@@ -3205,7 +3368,7 @@ type RemoveBackupRequest struct {
 
 func (x *RemoveBackupRequest) Reset() {
 	*x = RemoveBackupRequest{}
-	mi := &file_corpus_v1_agent_proto_msgTypes[50]
+	mi := &file_corpus_v1_agent_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3217,7 +3380,7 @@ func (x *RemoveBackupRequest) String() string {
 func (*RemoveBackupRequest) ProtoMessage() {}
 
 func (x *RemoveBackupRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_agent_proto_msgTypes[50]
+	mi := &file_corpus_v1_agent_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3230,7 +3393,7 @@ func (x *RemoveBackupRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveBackupRequest.ProtoReflect.Descriptor instead.
 func (*RemoveBackupRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{50}
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *RemoveBackupRequest) GetBackup() *Backup {
@@ -3248,7 +3411,7 @@ type RemoveBackupResponse struct {
 
 func (x *RemoveBackupResponse) Reset() {
 	*x = RemoveBackupResponse{}
-	mi := &file_corpus_v1_agent_proto_msgTypes[51]
+	mi := &file_corpus_v1_agent_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3260,7 +3423,7 @@ func (x *RemoveBackupResponse) String() string {
 func (*RemoveBackupResponse) ProtoMessage() {}
 
 func (x *RemoveBackupResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_agent_proto_msgTypes[51]
+	mi := &file_corpus_v1_agent_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3273,7 +3436,7 @@ func (x *RemoveBackupResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveBackupResponse.ProtoReflect.Descriptor instead.
 func (*RemoveBackupResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{51}
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{53}
 }
 
 type ExportVolumeRequest struct {
@@ -3285,7 +3448,7 @@ type ExportVolumeRequest struct {
 
 func (x *ExportVolumeRequest) Reset() {
 	*x = ExportVolumeRequest{}
-	mi := &file_corpus_v1_agent_proto_msgTypes[52]
+	mi := &file_corpus_v1_agent_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3297,7 +3460,7 @@ func (x *ExportVolumeRequest) String() string {
 func (*ExportVolumeRequest) ProtoMessage() {}
 
 func (x *ExportVolumeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_agent_proto_msgTypes[52]
+	mi := &file_corpus_v1_agent_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3310,7 +3473,7 @@ func (x *ExportVolumeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExportVolumeRequest.ProtoReflect.Descriptor instead.
 func (*ExportVolumeRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{52}
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *ExportVolumeRequest) GetName() string {
@@ -3331,7 +3494,7 @@ type VolumeChunk struct {
 
 func (x *VolumeChunk) Reset() {
 	*x = VolumeChunk{}
-	mi := &file_corpus_v1_agent_proto_msgTypes[53]
+	mi := &file_corpus_v1_agent_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3343,7 +3506,7 @@ func (x *VolumeChunk) String() string {
 func (*VolumeChunk) ProtoMessage() {}
 
 func (x *VolumeChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_agent_proto_msgTypes[53]
+	mi := &file_corpus_v1_agent_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3356,7 +3519,7 @@ func (x *VolumeChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VolumeChunk.ProtoReflect.Descriptor instead.
 func (*VolumeChunk) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{53}
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *VolumeChunk) GetName() string {
@@ -3389,7 +3552,7 @@ type ImportVolumeResponse struct {
 
 func (x *ImportVolumeResponse) Reset() {
 	*x = ImportVolumeResponse{}
-	mi := &file_corpus_v1_agent_proto_msgTypes[54]
+	mi := &file_corpus_v1_agent_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3401,7 +3564,7 @@ func (x *ImportVolumeResponse) String() string {
 func (*ImportVolumeResponse) ProtoMessage() {}
 
 func (x *ImportVolumeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_agent_proto_msgTypes[54]
+	mi := &file_corpus_v1_agent_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3414,7 +3577,7 @@ func (x *ImportVolumeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ImportVolumeResponse.ProtoReflect.Descriptor instead.
 func (*ImportVolumeResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{54}
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *ImportVolumeResponse) GetBytes() int64 {
@@ -3428,7 +3591,7 @@ var File_corpus_v1_agent_proto protoreflect.FileDescriptor
 
 const file_corpus_v1_agent_proto_rawDesc = "" +
 	"\n" +
-	"\x15corpus/v1/agent.proto\x12\tcorpus.v1\x1a\x15corpus/v1/types.proto\x1a\x18corpus/v1/services.proto\x1a\x16corpus/v1/guests.proto\x1a\x17corpus/v1/volumes.proto\x1a\x18corpus/v1/projects.proto\".\n" +
+	"\x15corpus/v1/agent.proto\x12\tcorpus.v1\x1a\x15corpus/v1/types.proto\x1a\x18corpus/v1/services.proto\x1a\x16corpus/v1/guests.proto\x1a\x17corpus/v1/volumes.proto\x1a\x18corpus/v1/projects.proto\x1a\x1fgoogle/protobuf/timestamp.proto\".\n" +
 	"\x12TlsMaterialRequest\x12\x18\n" +
 	"\adomains\x18\x01 \x03(\tR\adomains\"E\n" +
 	"\x13TlsMaterialResponse\x12.\n" +
@@ -3451,20 +3614,29 @@ const file_corpus_v1_agent_proto_rawDesc = "" +
 	"\aproject\x18\x01 \x01(\tR\aproject\x12\x10\n" +
 	"\x03env\x18\x02 \x01(\tR\x03env\x12\x12\n" +
 	"\x04port\x18\x03 \x01(\x05R\x04port\x12\x1a\n" +
-	"\binstance\x18\x04 \x01(\rR\binstance\"\x9a\x01\n" +
+	"\binstance\x18\x04 \x01(\rR\binstance\"\xb0\x01\n" +
 	"\x13RollInstanceRequest\x12\x18\n" +
 	"\aproject\x18\x01 \x01(\tR\aproject\x12\x10\n" +
 	"\x03env\x18\x02 \x01(\tR\x03env\x12\x1a\n" +
 	"\binstance\x18\x03 \x01(\rR\binstance\x12\x18\n" +
 	"\arelease\x18\x04 \x01(\rR\arelease\x12!\n" +
-	"\fwait_seconds\x18\x05 \x01(\x03R\vwaitSeconds\"@\n" +
+	"\fwait_seconds\x18\x05 \x01(\x03R\vwaitSeconds\x12\x14\n" +
+	"\x05stage\x18\x06 \x01(\bR\x05stage\"\x96\x01\n" +
+	"\x10SwitchEnvRequest\x12\x18\n" +
+	"\aproject\x18\x01 \x01(\tR\aproject\x12\x10\n" +
+	"\x03env\x18\x02 \x01(\tR\x03env\x12\x18\n" +
+	"\arelease\x18\x03 \x01(\rR\arelease\x12\x19\n" +
+	"\bweb_port\x18\x04 \x01(\x05R\awebPort\x12!\n" +
+	"\fkeep_seconds\x18\x05 \x01(\x03R\vkeepSeconds\"\x13\n" +
+	"\x11SwitchEnvResponse\"@\n" +
 	"\x14RollInstanceResponse\x12\x14\n" +
 	"\x05guest\x18\x01 \x01(\tR\x05guest\x12\x12\n" +
-	"\x04node\x18\x02 \x01(\tR\x04node\"`\n" +
+	"\x04node\x18\x02 \x01(\tR\x04node\"x\n" +
 	"\x16InstanceReleaseRequest\x12\x18\n" +
 	"\aproject\x18\x01 \x01(\tR\aproject\x12\x10\n" +
 	"\x03env\x18\x02 \x01(\tR\x03env\x12\x1a\n" +
-	"\binstance\x18\x03 \x01(\rR\binstance\"\xa3\x02\n" +
+	"\binstance\x18\x03 \x01(\rR\binstance\x12\x16\n" +
+	"\x06staged\x18\x04 \x01(\bR\x06staged\"\xa3\x02\n" +
 	"\x17InstanceReleaseResponse\x12'\n" +
 	"\x03env\x18\x01 \x01(\v2\x15.corpus.v1.ProjectEnvR\x03env\x12,\n" +
 	"\arelease\x18\x02 \x01(\v2\x12.corpus.v1.ReleaseR\arelease\x12.\n" +
@@ -3607,14 +3779,17 @@ const file_corpus_v1_agent_proto_rawDesc = "" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a?\n" +
 	"\x11GuestWaitingEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x85\x02\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x96\x03\n" +
 	"\x12InstanceAssignment\x12\x19\n" +
 	"\bguest_id\x18\x01 \x01(\tR\aguestId\x12\x18\n" +
 	"\aproject\x18\x02 \x01(\tR\aproject\x12\x10\n" +
 	"\x03env\x18\x03 \x01(\tR\x03env\x12\x14\n" +
 	"\x05index\x18\x04 \x01(\rR\x05index\x12\x18\n" +
 	"\arelease\x18\x05 \x01(\rR\arelease\x12>\n" +
-	"\x05scale\x18\x06 \x03(\v2(.corpus.v1.InstanceAssignment.ScaleEntryR\x05scale\x1a8\n" +
+	"\x05scale\x18\x06 \x03(\v2(.corpus.v1.InstanceAssignment.ScaleEntryR\x05scale\x12%\n" +
+	"\x0estaged_release\x18\a \x01(\rR\rstagedRelease\x12'\n" +
+	"\x0fstandby_release\x18\b \x01(\rR\x0estandbyRelease\x12?\n" +
+	"\rstandby_until\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\fstandbyUntil\x1a8\n" +
 	"\n" +
 	"ScaleEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
@@ -3688,8 +3863,7 @@ const file_corpus_v1_agent_proto_rawDesc = "" +
 	"totalBytes\x12\x12\n" +
 	"\x04data\x18\x03 \x01(\fR\x04data\",\n" +
 	"\x14ImportVolumeResponse\x12\x14\n" +
-	"\x05bytes\x18\x01 \x01(\x03R\x05bytes2\xea\n" +
-	"\n" +
+	"\x05bytes\x18\x01 \x01(\x03R\x05bytes2\xb2\v\n" +
 	"\fAgentService\x12=\n" +
 	"\x06Enroll\x12\x18.corpus.v1.EnrollRequest\x1a\x19.corpus.v1.EnrollResponse\x12[\n" +
 	"\x10RenewCertificate\x12\".corpus.v1.RenewCertificateRequest\x1a#.corpus.v1.RenewCertificateResponse\x12<\n" +
@@ -3703,7 +3877,8 @@ const file_corpus_v1_agent_proto_rawDesc = "" +
 	"\x12SetManifestDomains\x12$.corpus.v1.SetManifestDomainsRequest\x1a%.corpus.v1.SetManifestDomainsResponse\x12I\n" +
 	"\n" +
 	"SetWebPort\x12\x1c.corpus.v1.SetWebPortRequest\x1a\x1d.corpus.v1.SetWebPortResponse\x12O\n" +
-	"\fRollInstance\x12\x1e.corpus.v1.RollInstanceRequest\x1a\x1f.corpus.v1.RollInstanceResponse\x12X\n" +
+	"\fRollInstance\x12\x1e.corpus.v1.RollInstanceRequest\x1a\x1f.corpus.v1.RollInstanceResponse\x12F\n" +
+	"\tSwitchEnv\x12\x1b.corpus.v1.SwitchEnvRequest\x1a\x1c.corpus.v1.SwitchEnvResponse\x12X\n" +
 	"\x0fInstanceRelease\x12!.corpus.v1.InstanceReleaseRequest\x1a\".corpus.v1.InstanceReleaseResponse\x12J\n" +
 	"\rReleaseSource\x12\x1f.corpus.v1.ReleaseSourceRequest\x1a\x16.corpus.v1.SourceChunk0\x01\x12L\n" +
 	"\vRecordShell\x12\x1d.corpus.v1.RecordShellRequest\x1a\x1e.corpus.v1.RecordShellResponse\x12U\n" +
@@ -3741,7 +3916,7 @@ func file_corpus_v1_agent_proto_rawDescGZIP() []byte {
 	return file_corpus_v1_agent_proto_rawDescData
 }
 
-var file_corpus_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 64)
+var file_corpus_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 66)
 var file_corpus_v1_agent_proto_goTypes = []any{
 	(*TlsMaterialRequest)(nil),         // 0: corpus.v1.TlsMaterialRequest
 	(*TlsMaterialResponse)(nil),        // 1: corpus.v1.TlsMaterialResponse
@@ -3749,214 +3924,220 @@ var file_corpus_v1_agent_proto_goTypes = []any{
 	(*AgentRedeployRequest)(nil),       // 3: corpus.v1.AgentRedeployRequest
 	(*SetWebPortRequest)(nil),          // 4: corpus.v1.SetWebPortRequest
 	(*RollInstanceRequest)(nil),        // 5: corpus.v1.RollInstanceRequest
-	(*RollInstanceResponse)(nil),       // 6: corpus.v1.RollInstanceResponse
-	(*InstanceReleaseRequest)(nil),     // 7: corpus.v1.InstanceReleaseRequest
-	(*InstanceReleaseResponse)(nil),    // 8: corpus.v1.InstanceReleaseResponse
-	(*ReleaseSourceRequest)(nil),       // 9: corpus.v1.ReleaseSourceRequest
-	(*SourceChunk)(nil),                // 10: corpus.v1.SourceChunk
-	(*LoadRequest)(nil),                // 11: corpus.v1.LoadRequest
-	(*LoadResponse)(nil),               // 12: corpus.v1.LoadResponse
-	(*GuestLoad)(nil),                  // 13: corpus.v1.GuestLoad
-	(*SetWebPortResponse)(nil),         // 14: corpus.v1.SetWebPortResponse
-	(*SetManifestDomainsRequest)(nil),  // 15: corpus.v1.SetManifestDomainsRequest
-	(*SetManifestDomainsResponse)(nil), // 16: corpus.v1.SetManifestDomainsResponse
-	(*GitAccessRequest)(nil),           // 17: corpus.v1.GitAccessRequest
-	(*RecordShellRequest)(nil),         // 18: corpus.v1.RecordShellRequest
-	(*RecordShellResponse)(nil),        // 19: corpus.v1.RecordShellResponse
-	(*GitAccessResponse)(nil),          // 20: corpus.v1.GitAccessResponse
-	(*BeginReleaseRequest)(nil),        // 21: corpus.v1.BeginReleaseRequest
-	(*BeginReleaseResponse)(nil),       // 22: corpus.v1.BeginReleaseResponse
-	(*FinishReleaseRequest)(nil),       // 23: corpus.v1.FinishReleaseRequest
-	(*FinishReleaseResponse)(nil),      // 24: corpus.v1.FinishReleaseResponse
-	(*SetCurrentReleaseRequest)(nil),   // 25: corpus.v1.SetCurrentReleaseRequest
-	(*SetCurrentReleaseResponse)(nil),  // 26: corpus.v1.SetCurrentReleaseResponse
-	(*PruneReleasesRequest)(nil),       // 27: corpus.v1.PruneReleasesRequest
-	(*PruneReleasesResponse)(nil),      // 28: corpus.v1.PruneReleasesResponse
-	(*EnrollRequest)(nil),              // 29: corpus.v1.EnrollRequest
-	(*EnrollResponse)(nil),             // 30: corpus.v1.EnrollResponse
-	(*RenewCertificateRequest)(nil),    // 31: corpus.v1.RenewCertificateRequest
-	(*RenewCertificateResponse)(nil),   // 32: corpus.v1.RenewCertificateResponse
-	(*WatchRequest)(nil),               // 33: corpus.v1.WatchRequest
-	(*WatchResponse)(nil),              // 34: corpus.v1.WatchResponse
-	(*InstanceAssignment)(nil),         // 35: corpus.v1.InstanceAssignment
-	(*PeerNode)(nil),                   // 36: corpus.v1.PeerNode
-	(*ReportRequest)(nil),              // 37: corpus.v1.ReportRequest
-	(*ReportedGuest)(nil),              // 38: corpus.v1.ReportedGuest
-	(*ReportedVolume)(nil),             // 39: corpus.v1.ReportedVolume
-	(*ServiceReach)(nil),               // 40: corpus.v1.ServiceReach
-	(*ServiceRuntimeRequest)(nil),      // 41: corpus.v1.ServiceRuntimeRequest
-	(*ServiceRuntimeResponse)(nil),     // 42: corpus.v1.ServiceRuntimeResponse
-	(*ReportResponse)(nil),             // 43: corpus.v1.ReportResponse
-	(*CheckChallengeRequest)(nil),      // 44: corpus.v1.CheckChallengeRequest
-	(*CheckChallengeResponse)(nil),     // 45: corpus.v1.CheckChallengeResponse
-	(*DumpServiceRequest)(nil),         // 46: corpus.v1.DumpServiceRequest
-	(*StoreBackupResponse)(nil),        // 47: corpus.v1.StoreBackupResponse
-	(*ReadBackupRequest)(nil),          // 48: corpus.v1.ReadBackupRequest
-	(*LoadServiceResponse)(nil),        // 49: corpus.v1.LoadServiceResponse
-	(*RemoveBackupRequest)(nil),        // 50: corpus.v1.RemoveBackupRequest
-	(*RemoveBackupResponse)(nil),       // 51: corpus.v1.RemoveBackupResponse
-	(*ExportVolumeRequest)(nil),        // 52: corpus.v1.ExportVolumeRequest
-	(*VolumeChunk)(nil),                // 53: corpus.v1.VolumeChunk
-	(*ImportVolumeResponse)(nil),       // 54: corpus.v1.ImportVolumeResponse
-	nil,                                // 55: corpus.v1.InstanceReleaseResponse.ConfigEntry
-	nil,                                // 56: corpus.v1.LoadResponse.RequestsEntry
-	nil,                                // 57: corpus.v1.BeginReleaseResponse.ConfigEntry
-	nil,                                // 58: corpus.v1.EnrollRequest.LabelsEntry
-	nil,                                // 59: corpus.v1.WatchResponse.GuestProjectsEntry
-	nil,                                // 60: corpus.v1.WatchResponse.GuestServicesEntry
-	nil,                                // 61: corpus.v1.WatchResponse.GuestWaitingEntry
-	nil,                                // 62: corpus.v1.InstanceAssignment.ScaleEntry
-	nil,                                // 63: corpus.v1.ServiceRuntimeResponse.EnvEntry
-	(*RedeployRequest)(nil),            // 64: corpus.v1.RedeployRequest
-	(*ProjectEnv)(nil),                 // 65: corpus.v1.ProjectEnv
-	(*Release)(nil),                    // 66: corpus.v1.Release
-	(*Project)(nil),                    // 67: corpus.v1.Project
-	(*ReleaseStep)(nil),                // 68: corpus.v1.ReleaseStep
-	(*Resources)(nil),                  // 69: corpus.v1.Resources
-	(*DriverInfo)(nil),                 // 70: corpus.v1.DriverInfo
-	(*Node)(nil),                       // 71: corpus.v1.Node
-	(*Guest)(nil),                      // 72: corpus.v1.Guest
-	(*Route)(nil),                      // 73: corpus.v1.Route
-	(*Volume)(nil),                     // 74: corpus.v1.Volume
-	(*Backup)(nil),                     // 75: corpus.v1.Backup
-	(*Certificate)(nil),                // 76: corpus.v1.Certificate
-	(*ReportedService)(nil),            // 77: corpus.v1.ReportedService
-	(*GuestObserved)(nil),              // 78: corpus.v1.GuestObserved
-	(*VolumeObserved)(nil),             // 79: corpus.v1.VolumeObserved
-	(*Service)(nil),                    // 80: corpus.v1.Service
-	(*ExecGuestRequest)(nil),           // 81: corpus.v1.ExecGuestRequest
-	(*SnapshotVolumeRequest)(nil),      // 82: corpus.v1.SnapshotVolumeRequest
-	(*RollbackRequest)(nil),            // 83: corpus.v1.RollbackRequest
-	(*ListProcessesRequest)(nil),       // 84: corpus.v1.ListProcessesRequest
-	(*GuestLogsRequest)(nil),           // 85: corpus.v1.GuestLogsRequest
-	(*ShellInput)(nil),                 // 86: corpus.v1.ShellInput
-	(*BackupChunk)(nil),                // 87: corpus.v1.BackupChunk
-	(*ExecOutput)(nil),                 // 88: corpus.v1.ExecOutput
-	(*SnapshotVolumeResponse)(nil),     // 89: corpus.v1.SnapshotVolumeResponse
-	(*RollbackOutput)(nil),             // 90: corpus.v1.RollbackOutput
-	(*DeployOutput)(nil),               // 91: corpus.v1.DeployOutput
-	(*ListProcessesResponse)(nil),      // 92: corpus.v1.ListProcessesResponse
-	(*LogLine)(nil),                    // 93: corpus.v1.LogLine
+	(*SwitchEnvRequest)(nil),           // 6: corpus.v1.SwitchEnvRequest
+	(*SwitchEnvResponse)(nil),          // 7: corpus.v1.SwitchEnvResponse
+	(*RollInstanceResponse)(nil),       // 8: corpus.v1.RollInstanceResponse
+	(*InstanceReleaseRequest)(nil),     // 9: corpus.v1.InstanceReleaseRequest
+	(*InstanceReleaseResponse)(nil),    // 10: corpus.v1.InstanceReleaseResponse
+	(*ReleaseSourceRequest)(nil),       // 11: corpus.v1.ReleaseSourceRequest
+	(*SourceChunk)(nil),                // 12: corpus.v1.SourceChunk
+	(*LoadRequest)(nil),                // 13: corpus.v1.LoadRequest
+	(*LoadResponse)(nil),               // 14: corpus.v1.LoadResponse
+	(*GuestLoad)(nil),                  // 15: corpus.v1.GuestLoad
+	(*SetWebPortResponse)(nil),         // 16: corpus.v1.SetWebPortResponse
+	(*SetManifestDomainsRequest)(nil),  // 17: corpus.v1.SetManifestDomainsRequest
+	(*SetManifestDomainsResponse)(nil), // 18: corpus.v1.SetManifestDomainsResponse
+	(*GitAccessRequest)(nil),           // 19: corpus.v1.GitAccessRequest
+	(*RecordShellRequest)(nil),         // 20: corpus.v1.RecordShellRequest
+	(*RecordShellResponse)(nil),        // 21: corpus.v1.RecordShellResponse
+	(*GitAccessResponse)(nil),          // 22: corpus.v1.GitAccessResponse
+	(*BeginReleaseRequest)(nil),        // 23: corpus.v1.BeginReleaseRequest
+	(*BeginReleaseResponse)(nil),       // 24: corpus.v1.BeginReleaseResponse
+	(*FinishReleaseRequest)(nil),       // 25: corpus.v1.FinishReleaseRequest
+	(*FinishReleaseResponse)(nil),      // 26: corpus.v1.FinishReleaseResponse
+	(*SetCurrentReleaseRequest)(nil),   // 27: corpus.v1.SetCurrentReleaseRequest
+	(*SetCurrentReleaseResponse)(nil),  // 28: corpus.v1.SetCurrentReleaseResponse
+	(*PruneReleasesRequest)(nil),       // 29: corpus.v1.PruneReleasesRequest
+	(*PruneReleasesResponse)(nil),      // 30: corpus.v1.PruneReleasesResponse
+	(*EnrollRequest)(nil),              // 31: corpus.v1.EnrollRequest
+	(*EnrollResponse)(nil),             // 32: corpus.v1.EnrollResponse
+	(*RenewCertificateRequest)(nil),    // 33: corpus.v1.RenewCertificateRequest
+	(*RenewCertificateResponse)(nil),   // 34: corpus.v1.RenewCertificateResponse
+	(*WatchRequest)(nil),               // 35: corpus.v1.WatchRequest
+	(*WatchResponse)(nil),              // 36: corpus.v1.WatchResponse
+	(*InstanceAssignment)(nil),         // 37: corpus.v1.InstanceAssignment
+	(*PeerNode)(nil),                   // 38: corpus.v1.PeerNode
+	(*ReportRequest)(nil),              // 39: corpus.v1.ReportRequest
+	(*ReportedGuest)(nil),              // 40: corpus.v1.ReportedGuest
+	(*ReportedVolume)(nil),             // 41: corpus.v1.ReportedVolume
+	(*ServiceReach)(nil),               // 42: corpus.v1.ServiceReach
+	(*ServiceRuntimeRequest)(nil),      // 43: corpus.v1.ServiceRuntimeRequest
+	(*ServiceRuntimeResponse)(nil),     // 44: corpus.v1.ServiceRuntimeResponse
+	(*ReportResponse)(nil),             // 45: corpus.v1.ReportResponse
+	(*CheckChallengeRequest)(nil),      // 46: corpus.v1.CheckChallengeRequest
+	(*CheckChallengeResponse)(nil),     // 47: corpus.v1.CheckChallengeResponse
+	(*DumpServiceRequest)(nil),         // 48: corpus.v1.DumpServiceRequest
+	(*StoreBackupResponse)(nil),        // 49: corpus.v1.StoreBackupResponse
+	(*ReadBackupRequest)(nil),          // 50: corpus.v1.ReadBackupRequest
+	(*LoadServiceResponse)(nil),        // 51: corpus.v1.LoadServiceResponse
+	(*RemoveBackupRequest)(nil),        // 52: corpus.v1.RemoveBackupRequest
+	(*RemoveBackupResponse)(nil),       // 53: corpus.v1.RemoveBackupResponse
+	(*ExportVolumeRequest)(nil),        // 54: corpus.v1.ExportVolumeRequest
+	(*VolumeChunk)(nil),                // 55: corpus.v1.VolumeChunk
+	(*ImportVolumeResponse)(nil),       // 56: corpus.v1.ImportVolumeResponse
+	nil,                                // 57: corpus.v1.InstanceReleaseResponse.ConfigEntry
+	nil,                                // 58: corpus.v1.LoadResponse.RequestsEntry
+	nil,                                // 59: corpus.v1.BeginReleaseResponse.ConfigEntry
+	nil,                                // 60: corpus.v1.EnrollRequest.LabelsEntry
+	nil,                                // 61: corpus.v1.WatchResponse.GuestProjectsEntry
+	nil,                                // 62: corpus.v1.WatchResponse.GuestServicesEntry
+	nil,                                // 63: corpus.v1.WatchResponse.GuestWaitingEntry
+	nil,                                // 64: corpus.v1.InstanceAssignment.ScaleEntry
+	nil,                                // 65: corpus.v1.ServiceRuntimeResponse.EnvEntry
+	(*RedeployRequest)(nil),            // 66: corpus.v1.RedeployRequest
+	(*ProjectEnv)(nil),                 // 67: corpus.v1.ProjectEnv
+	(*Release)(nil),                    // 68: corpus.v1.Release
+	(*Project)(nil),                    // 69: corpus.v1.Project
+	(*ReleaseStep)(nil),                // 70: corpus.v1.ReleaseStep
+	(*Resources)(nil),                  // 71: corpus.v1.Resources
+	(*DriverInfo)(nil),                 // 72: corpus.v1.DriverInfo
+	(*Node)(nil),                       // 73: corpus.v1.Node
+	(*Guest)(nil),                      // 74: corpus.v1.Guest
+	(*Route)(nil),                      // 75: corpus.v1.Route
+	(*Volume)(nil),                     // 76: corpus.v1.Volume
+	(*Backup)(nil),                     // 77: corpus.v1.Backup
+	(*Certificate)(nil),                // 78: corpus.v1.Certificate
+	(*timestamppb.Timestamp)(nil),      // 79: google.protobuf.Timestamp
+	(*ReportedService)(nil),            // 80: corpus.v1.ReportedService
+	(*GuestObserved)(nil),              // 81: corpus.v1.GuestObserved
+	(*VolumeObserved)(nil),             // 82: corpus.v1.VolumeObserved
+	(*Service)(nil),                    // 83: corpus.v1.Service
+	(*ExecGuestRequest)(nil),           // 84: corpus.v1.ExecGuestRequest
+	(*SnapshotVolumeRequest)(nil),      // 85: corpus.v1.SnapshotVolumeRequest
+	(*RollbackRequest)(nil),            // 86: corpus.v1.RollbackRequest
+	(*ListProcessesRequest)(nil),       // 87: corpus.v1.ListProcessesRequest
+	(*GuestLogsRequest)(nil),           // 88: corpus.v1.GuestLogsRequest
+	(*ShellInput)(nil),                 // 89: corpus.v1.ShellInput
+	(*BackupChunk)(nil),                // 90: corpus.v1.BackupChunk
+	(*ExecOutput)(nil),                 // 91: corpus.v1.ExecOutput
+	(*SnapshotVolumeResponse)(nil),     // 92: corpus.v1.SnapshotVolumeResponse
+	(*RollbackOutput)(nil),             // 93: corpus.v1.RollbackOutput
+	(*DeployOutput)(nil),               // 94: corpus.v1.DeployOutput
+	(*ListProcessesResponse)(nil),      // 95: corpus.v1.ListProcessesResponse
+	(*LogLine)(nil),                    // 96: corpus.v1.LogLine
 }
 var file_corpus_v1_agent_proto_depIdxs = []int32{
 	2,  // 0: corpus.v1.TlsMaterialResponse.domains:type_name -> corpus.v1.TlsDomain
-	64, // 1: corpus.v1.AgentRedeployRequest.request:type_name -> corpus.v1.RedeployRequest
-	65, // 2: corpus.v1.AgentRedeployRequest.env:type_name -> corpus.v1.ProjectEnv
-	66, // 3: corpus.v1.AgentRedeployRequest.releases:type_name -> corpus.v1.Release
-	65, // 4: corpus.v1.InstanceReleaseResponse.env:type_name -> corpus.v1.ProjectEnv
-	66, // 5: corpus.v1.InstanceReleaseResponse.release:type_name -> corpus.v1.Release
-	66, // 6: corpus.v1.InstanceReleaseResponse.releases:type_name -> corpus.v1.Release
-	55, // 7: corpus.v1.InstanceReleaseResponse.config:type_name -> corpus.v1.InstanceReleaseResponse.ConfigEntry
-	13, // 8: corpus.v1.LoadResponse.guests:type_name -> corpus.v1.GuestLoad
-	56, // 9: corpus.v1.LoadResponse.requests:type_name -> corpus.v1.LoadResponse.RequestsEntry
-	67, // 10: corpus.v1.GitAccessResponse.project:type_name -> corpus.v1.Project
-	65, // 11: corpus.v1.GitAccessResponse.env:type_name -> corpus.v1.ProjectEnv
-	66, // 12: corpus.v1.GitAccessResponse.releases:type_name -> corpus.v1.Release
-	66, // 13: corpus.v1.BeginReleaseResponse.release:type_name -> corpus.v1.Release
-	57, // 14: corpus.v1.BeginReleaseResponse.config:type_name -> corpus.v1.BeginReleaseResponse.ConfigEntry
-	68, // 15: corpus.v1.FinishReleaseRequest.steps:type_name -> corpus.v1.ReleaseStep
-	66, // 16: corpus.v1.FinishReleaseResponse.release:type_name -> corpus.v1.Release
-	58, // 17: corpus.v1.EnrollRequest.labels:type_name -> corpus.v1.EnrollRequest.LabelsEntry
-	69, // 18: corpus.v1.EnrollRequest.capacity:type_name -> corpus.v1.Resources
-	70, // 19: corpus.v1.EnrollRequest.drivers:type_name -> corpus.v1.DriverInfo
-	71, // 20: corpus.v1.WatchResponse.node:type_name -> corpus.v1.Node
-	72, // 21: corpus.v1.WatchResponse.guests:type_name -> corpus.v1.Guest
-	73, // 22: corpus.v1.WatchResponse.routes:type_name -> corpus.v1.Route
-	74, // 23: corpus.v1.WatchResponse.volumes:type_name -> corpus.v1.Volume
-	59, // 24: corpus.v1.WatchResponse.guest_projects:type_name -> corpus.v1.WatchResponse.GuestProjectsEntry
-	60, // 25: corpus.v1.WatchResponse.guest_services:type_name -> corpus.v1.WatchResponse.GuestServicesEntry
-	40, // 26: corpus.v1.WatchResponse.service_reach:type_name -> corpus.v1.ServiceReach
-	75, // 27: corpus.v1.WatchResponse.backups:type_name -> corpus.v1.Backup
-	61, // 28: corpus.v1.WatchResponse.guest_waiting:type_name -> corpus.v1.WatchResponse.GuestWaitingEntry
-	36, // 29: corpus.v1.WatchResponse.peers:type_name -> corpus.v1.PeerNode
-	76, // 30: corpus.v1.WatchResponse.certificates:type_name -> corpus.v1.Certificate
-	35, // 31: corpus.v1.WatchResponse.instances:type_name -> corpus.v1.InstanceAssignment
-	62, // 32: corpus.v1.InstanceAssignment.scale:type_name -> corpus.v1.InstanceAssignment.ScaleEntry
-	69, // 33: corpus.v1.ReportRequest.capacity:type_name -> corpus.v1.Resources
-	70, // 34: corpus.v1.ReportRequest.drivers:type_name -> corpus.v1.DriverInfo
-	38, // 35: corpus.v1.ReportRequest.guests:type_name -> corpus.v1.ReportedGuest
-	39, // 36: corpus.v1.ReportRequest.volumes:type_name -> corpus.v1.ReportedVolume
-	77, // 37: corpus.v1.ReportRequest.services:type_name -> corpus.v1.ReportedService
-	78, // 38: corpus.v1.ReportedGuest.observed:type_name -> corpus.v1.GuestObserved
-	79, // 39: corpus.v1.ReportedVolume.observed:type_name -> corpus.v1.VolumeObserved
-	80, // 40: corpus.v1.ServiceRuntimeResponse.service:type_name -> corpus.v1.Service
-	63, // 41: corpus.v1.ServiceRuntimeResponse.env:type_name -> corpus.v1.ServiceRuntimeResponse.EnvEntry
-	75, // 42: corpus.v1.DumpServiceRequest.backup:type_name -> corpus.v1.Backup
-	75, // 43: corpus.v1.ReadBackupRequest.backup:type_name -> corpus.v1.Backup
-	75, // 44: corpus.v1.RemoveBackupRequest.backup:type_name -> corpus.v1.Backup
-	29, // 45: corpus.v1.AgentService.Enroll:input_type -> corpus.v1.EnrollRequest
-	31, // 46: corpus.v1.AgentService.RenewCertificate:input_type -> corpus.v1.RenewCertificateRequest
-	33, // 47: corpus.v1.AgentService.Watch:input_type -> corpus.v1.WatchRequest
-	37, // 48: corpus.v1.AgentService.Report:input_type -> corpus.v1.ReportRequest
-	17, // 49: corpus.v1.AgentService.GitAccess:input_type -> corpus.v1.GitAccessRequest
-	21, // 50: corpus.v1.AgentService.BeginRelease:input_type -> corpus.v1.BeginReleaseRequest
-	23, // 51: corpus.v1.AgentService.FinishRelease:input_type -> corpus.v1.FinishReleaseRequest
-	25, // 52: corpus.v1.AgentService.SetCurrentRelease:input_type -> corpus.v1.SetCurrentReleaseRequest
-	27, // 53: corpus.v1.AgentService.PruneReleases:input_type -> corpus.v1.PruneReleasesRequest
-	15, // 54: corpus.v1.AgentService.SetManifestDomains:input_type -> corpus.v1.SetManifestDomainsRequest
-	4,  // 55: corpus.v1.AgentService.SetWebPort:input_type -> corpus.v1.SetWebPortRequest
-	5,  // 56: corpus.v1.AgentService.RollInstance:input_type -> corpus.v1.RollInstanceRequest
-	7,  // 57: corpus.v1.AgentService.InstanceRelease:input_type -> corpus.v1.InstanceReleaseRequest
-	9,  // 58: corpus.v1.AgentService.ReleaseSource:input_type -> corpus.v1.ReleaseSourceRequest
-	18, // 59: corpus.v1.AgentService.RecordShell:input_type -> corpus.v1.RecordShellRequest
-	41, // 60: corpus.v1.AgentService.ServiceRuntime:input_type -> corpus.v1.ServiceRuntimeRequest
-	0,  // 61: corpus.v1.AgentService.TlsMaterial:input_type -> corpus.v1.TlsMaterialRequest
-	81, // 62: corpus.v1.NodeAgentService.Exec:input_type -> corpus.v1.ExecGuestRequest
-	52, // 63: corpus.v1.NodeAgentService.ExportVolume:input_type -> corpus.v1.ExportVolumeRequest
-	53, // 64: corpus.v1.NodeAgentService.ImportVolume:input_type -> corpus.v1.VolumeChunk
-	82, // 65: corpus.v1.NodeAgentService.SnapshotVolume:input_type -> corpus.v1.SnapshotVolumeRequest
-	83, // 66: corpus.v1.NodeAgentService.Rollback:input_type -> corpus.v1.RollbackRequest
-	9,  // 67: corpus.v1.NodeAgentService.ReleaseSource:input_type -> corpus.v1.ReleaseSourceRequest
-	11, // 68: corpus.v1.NodeAgentService.Load:input_type -> corpus.v1.LoadRequest
-	3,  // 69: corpus.v1.NodeAgentService.Redeploy:input_type -> corpus.v1.AgentRedeployRequest
-	84, // 70: corpus.v1.NodeAgentService.Processes:input_type -> corpus.v1.ListProcessesRequest
-	85, // 71: corpus.v1.NodeAgentService.Logs:input_type -> corpus.v1.GuestLogsRequest
-	86, // 72: corpus.v1.NodeAgentService.Shell:input_type -> corpus.v1.ShellInput
-	46, // 73: corpus.v1.NodeAgentService.DumpService:input_type -> corpus.v1.DumpServiceRequest
-	87, // 74: corpus.v1.NodeAgentService.StoreBackup:input_type -> corpus.v1.BackupChunk
-	48, // 75: corpus.v1.NodeAgentService.ReadBackup:input_type -> corpus.v1.ReadBackupRequest
-	87, // 76: corpus.v1.NodeAgentService.LoadService:input_type -> corpus.v1.BackupChunk
-	50, // 77: corpus.v1.NodeAgentService.RemoveBackup:input_type -> corpus.v1.RemoveBackupRequest
-	44, // 78: corpus.v1.NodeAgentService.CheckChallenge:input_type -> corpus.v1.CheckChallengeRequest
-	30, // 79: corpus.v1.AgentService.Enroll:output_type -> corpus.v1.EnrollResponse
-	32, // 80: corpus.v1.AgentService.RenewCertificate:output_type -> corpus.v1.RenewCertificateResponse
-	34, // 81: corpus.v1.AgentService.Watch:output_type -> corpus.v1.WatchResponse
-	43, // 82: corpus.v1.AgentService.Report:output_type -> corpus.v1.ReportResponse
-	20, // 83: corpus.v1.AgentService.GitAccess:output_type -> corpus.v1.GitAccessResponse
-	22, // 84: corpus.v1.AgentService.BeginRelease:output_type -> corpus.v1.BeginReleaseResponse
-	24, // 85: corpus.v1.AgentService.FinishRelease:output_type -> corpus.v1.FinishReleaseResponse
-	26, // 86: corpus.v1.AgentService.SetCurrentRelease:output_type -> corpus.v1.SetCurrentReleaseResponse
-	28, // 87: corpus.v1.AgentService.PruneReleases:output_type -> corpus.v1.PruneReleasesResponse
-	16, // 88: corpus.v1.AgentService.SetManifestDomains:output_type -> corpus.v1.SetManifestDomainsResponse
-	14, // 89: corpus.v1.AgentService.SetWebPort:output_type -> corpus.v1.SetWebPortResponse
-	6,  // 90: corpus.v1.AgentService.RollInstance:output_type -> corpus.v1.RollInstanceResponse
-	8,  // 91: corpus.v1.AgentService.InstanceRelease:output_type -> corpus.v1.InstanceReleaseResponse
-	10, // 92: corpus.v1.AgentService.ReleaseSource:output_type -> corpus.v1.SourceChunk
-	19, // 93: corpus.v1.AgentService.RecordShell:output_type -> corpus.v1.RecordShellResponse
-	42, // 94: corpus.v1.AgentService.ServiceRuntime:output_type -> corpus.v1.ServiceRuntimeResponse
-	1,  // 95: corpus.v1.AgentService.TlsMaterial:output_type -> corpus.v1.TlsMaterialResponse
-	88, // 96: corpus.v1.NodeAgentService.Exec:output_type -> corpus.v1.ExecOutput
-	53, // 97: corpus.v1.NodeAgentService.ExportVolume:output_type -> corpus.v1.VolumeChunk
-	54, // 98: corpus.v1.NodeAgentService.ImportVolume:output_type -> corpus.v1.ImportVolumeResponse
-	89, // 99: corpus.v1.NodeAgentService.SnapshotVolume:output_type -> corpus.v1.SnapshotVolumeResponse
-	90, // 100: corpus.v1.NodeAgentService.Rollback:output_type -> corpus.v1.RollbackOutput
-	10, // 101: corpus.v1.NodeAgentService.ReleaseSource:output_type -> corpus.v1.SourceChunk
-	12, // 102: corpus.v1.NodeAgentService.Load:output_type -> corpus.v1.LoadResponse
-	91, // 103: corpus.v1.NodeAgentService.Redeploy:output_type -> corpus.v1.DeployOutput
-	92, // 104: corpus.v1.NodeAgentService.Processes:output_type -> corpus.v1.ListProcessesResponse
-	93, // 105: corpus.v1.NodeAgentService.Logs:output_type -> corpus.v1.LogLine
-	88, // 106: corpus.v1.NodeAgentService.Shell:output_type -> corpus.v1.ExecOutput
-	87, // 107: corpus.v1.NodeAgentService.DumpService:output_type -> corpus.v1.BackupChunk
-	47, // 108: corpus.v1.NodeAgentService.StoreBackup:output_type -> corpus.v1.StoreBackupResponse
-	87, // 109: corpus.v1.NodeAgentService.ReadBackup:output_type -> corpus.v1.BackupChunk
-	49, // 110: corpus.v1.NodeAgentService.LoadService:output_type -> corpus.v1.LoadServiceResponse
-	51, // 111: corpus.v1.NodeAgentService.RemoveBackup:output_type -> corpus.v1.RemoveBackupResponse
-	45, // 112: corpus.v1.NodeAgentService.CheckChallenge:output_type -> corpus.v1.CheckChallengeResponse
-	79, // [79:113] is the sub-list for method output_type
-	45, // [45:79] is the sub-list for method input_type
-	45, // [45:45] is the sub-list for extension type_name
-	45, // [45:45] is the sub-list for extension extendee
-	0,  // [0:45] is the sub-list for field type_name
+	66, // 1: corpus.v1.AgentRedeployRequest.request:type_name -> corpus.v1.RedeployRequest
+	67, // 2: corpus.v1.AgentRedeployRequest.env:type_name -> corpus.v1.ProjectEnv
+	68, // 3: corpus.v1.AgentRedeployRequest.releases:type_name -> corpus.v1.Release
+	67, // 4: corpus.v1.InstanceReleaseResponse.env:type_name -> corpus.v1.ProjectEnv
+	68, // 5: corpus.v1.InstanceReleaseResponse.release:type_name -> corpus.v1.Release
+	68, // 6: corpus.v1.InstanceReleaseResponse.releases:type_name -> corpus.v1.Release
+	57, // 7: corpus.v1.InstanceReleaseResponse.config:type_name -> corpus.v1.InstanceReleaseResponse.ConfigEntry
+	15, // 8: corpus.v1.LoadResponse.guests:type_name -> corpus.v1.GuestLoad
+	58, // 9: corpus.v1.LoadResponse.requests:type_name -> corpus.v1.LoadResponse.RequestsEntry
+	69, // 10: corpus.v1.GitAccessResponse.project:type_name -> corpus.v1.Project
+	67, // 11: corpus.v1.GitAccessResponse.env:type_name -> corpus.v1.ProjectEnv
+	68, // 12: corpus.v1.GitAccessResponse.releases:type_name -> corpus.v1.Release
+	68, // 13: corpus.v1.BeginReleaseResponse.release:type_name -> corpus.v1.Release
+	59, // 14: corpus.v1.BeginReleaseResponse.config:type_name -> corpus.v1.BeginReleaseResponse.ConfigEntry
+	70, // 15: corpus.v1.FinishReleaseRequest.steps:type_name -> corpus.v1.ReleaseStep
+	68, // 16: corpus.v1.FinishReleaseResponse.release:type_name -> corpus.v1.Release
+	60, // 17: corpus.v1.EnrollRequest.labels:type_name -> corpus.v1.EnrollRequest.LabelsEntry
+	71, // 18: corpus.v1.EnrollRequest.capacity:type_name -> corpus.v1.Resources
+	72, // 19: corpus.v1.EnrollRequest.drivers:type_name -> corpus.v1.DriverInfo
+	73, // 20: corpus.v1.WatchResponse.node:type_name -> corpus.v1.Node
+	74, // 21: corpus.v1.WatchResponse.guests:type_name -> corpus.v1.Guest
+	75, // 22: corpus.v1.WatchResponse.routes:type_name -> corpus.v1.Route
+	76, // 23: corpus.v1.WatchResponse.volumes:type_name -> corpus.v1.Volume
+	61, // 24: corpus.v1.WatchResponse.guest_projects:type_name -> corpus.v1.WatchResponse.GuestProjectsEntry
+	62, // 25: corpus.v1.WatchResponse.guest_services:type_name -> corpus.v1.WatchResponse.GuestServicesEntry
+	42, // 26: corpus.v1.WatchResponse.service_reach:type_name -> corpus.v1.ServiceReach
+	77, // 27: corpus.v1.WatchResponse.backups:type_name -> corpus.v1.Backup
+	63, // 28: corpus.v1.WatchResponse.guest_waiting:type_name -> corpus.v1.WatchResponse.GuestWaitingEntry
+	38, // 29: corpus.v1.WatchResponse.peers:type_name -> corpus.v1.PeerNode
+	78, // 30: corpus.v1.WatchResponse.certificates:type_name -> corpus.v1.Certificate
+	37, // 31: corpus.v1.WatchResponse.instances:type_name -> corpus.v1.InstanceAssignment
+	64, // 32: corpus.v1.InstanceAssignment.scale:type_name -> corpus.v1.InstanceAssignment.ScaleEntry
+	79, // 33: corpus.v1.InstanceAssignment.standby_until:type_name -> google.protobuf.Timestamp
+	71, // 34: corpus.v1.ReportRequest.capacity:type_name -> corpus.v1.Resources
+	72, // 35: corpus.v1.ReportRequest.drivers:type_name -> corpus.v1.DriverInfo
+	40, // 36: corpus.v1.ReportRequest.guests:type_name -> corpus.v1.ReportedGuest
+	41, // 37: corpus.v1.ReportRequest.volumes:type_name -> corpus.v1.ReportedVolume
+	80, // 38: corpus.v1.ReportRequest.services:type_name -> corpus.v1.ReportedService
+	81, // 39: corpus.v1.ReportedGuest.observed:type_name -> corpus.v1.GuestObserved
+	82, // 40: corpus.v1.ReportedVolume.observed:type_name -> corpus.v1.VolumeObserved
+	83, // 41: corpus.v1.ServiceRuntimeResponse.service:type_name -> corpus.v1.Service
+	65, // 42: corpus.v1.ServiceRuntimeResponse.env:type_name -> corpus.v1.ServiceRuntimeResponse.EnvEntry
+	77, // 43: corpus.v1.DumpServiceRequest.backup:type_name -> corpus.v1.Backup
+	77, // 44: corpus.v1.ReadBackupRequest.backup:type_name -> corpus.v1.Backup
+	77, // 45: corpus.v1.RemoveBackupRequest.backup:type_name -> corpus.v1.Backup
+	31, // 46: corpus.v1.AgentService.Enroll:input_type -> corpus.v1.EnrollRequest
+	33, // 47: corpus.v1.AgentService.RenewCertificate:input_type -> corpus.v1.RenewCertificateRequest
+	35, // 48: corpus.v1.AgentService.Watch:input_type -> corpus.v1.WatchRequest
+	39, // 49: corpus.v1.AgentService.Report:input_type -> corpus.v1.ReportRequest
+	19, // 50: corpus.v1.AgentService.GitAccess:input_type -> corpus.v1.GitAccessRequest
+	23, // 51: corpus.v1.AgentService.BeginRelease:input_type -> corpus.v1.BeginReleaseRequest
+	25, // 52: corpus.v1.AgentService.FinishRelease:input_type -> corpus.v1.FinishReleaseRequest
+	27, // 53: corpus.v1.AgentService.SetCurrentRelease:input_type -> corpus.v1.SetCurrentReleaseRequest
+	29, // 54: corpus.v1.AgentService.PruneReleases:input_type -> corpus.v1.PruneReleasesRequest
+	17, // 55: corpus.v1.AgentService.SetManifestDomains:input_type -> corpus.v1.SetManifestDomainsRequest
+	4,  // 56: corpus.v1.AgentService.SetWebPort:input_type -> corpus.v1.SetWebPortRequest
+	5,  // 57: corpus.v1.AgentService.RollInstance:input_type -> corpus.v1.RollInstanceRequest
+	6,  // 58: corpus.v1.AgentService.SwitchEnv:input_type -> corpus.v1.SwitchEnvRequest
+	9,  // 59: corpus.v1.AgentService.InstanceRelease:input_type -> corpus.v1.InstanceReleaseRequest
+	11, // 60: corpus.v1.AgentService.ReleaseSource:input_type -> corpus.v1.ReleaseSourceRequest
+	20, // 61: corpus.v1.AgentService.RecordShell:input_type -> corpus.v1.RecordShellRequest
+	43, // 62: corpus.v1.AgentService.ServiceRuntime:input_type -> corpus.v1.ServiceRuntimeRequest
+	0,  // 63: corpus.v1.AgentService.TlsMaterial:input_type -> corpus.v1.TlsMaterialRequest
+	84, // 64: corpus.v1.NodeAgentService.Exec:input_type -> corpus.v1.ExecGuestRequest
+	54, // 65: corpus.v1.NodeAgentService.ExportVolume:input_type -> corpus.v1.ExportVolumeRequest
+	55, // 66: corpus.v1.NodeAgentService.ImportVolume:input_type -> corpus.v1.VolumeChunk
+	85, // 67: corpus.v1.NodeAgentService.SnapshotVolume:input_type -> corpus.v1.SnapshotVolumeRequest
+	86, // 68: corpus.v1.NodeAgentService.Rollback:input_type -> corpus.v1.RollbackRequest
+	11, // 69: corpus.v1.NodeAgentService.ReleaseSource:input_type -> corpus.v1.ReleaseSourceRequest
+	13, // 70: corpus.v1.NodeAgentService.Load:input_type -> corpus.v1.LoadRequest
+	3,  // 71: corpus.v1.NodeAgentService.Redeploy:input_type -> corpus.v1.AgentRedeployRequest
+	87, // 72: corpus.v1.NodeAgentService.Processes:input_type -> corpus.v1.ListProcessesRequest
+	88, // 73: corpus.v1.NodeAgentService.Logs:input_type -> corpus.v1.GuestLogsRequest
+	89, // 74: corpus.v1.NodeAgentService.Shell:input_type -> corpus.v1.ShellInput
+	48, // 75: corpus.v1.NodeAgentService.DumpService:input_type -> corpus.v1.DumpServiceRequest
+	90, // 76: corpus.v1.NodeAgentService.StoreBackup:input_type -> corpus.v1.BackupChunk
+	50, // 77: corpus.v1.NodeAgentService.ReadBackup:input_type -> corpus.v1.ReadBackupRequest
+	90, // 78: corpus.v1.NodeAgentService.LoadService:input_type -> corpus.v1.BackupChunk
+	52, // 79: corpus.v1.NodeAgentService.RemoveBackup:input_type -> corpus.v1.RemoveBackupRequest
+	46, // 80: corpus.v1.NodeAgentService.CheckChallenge:input_type -> corpus.v1.CheckChallengeRequest
+	32, // 81: corpus.v1.AgentService.Enroll:output_type -> corpus.v1.EnrollResponse
+	34, // 82: corpus.v1.AgentService.RenewCertificate:output_type -> corpus.v1.RenewCertificateResponse
+	36, // 83: corpus.v1.AgentService.Watch:output_type -> corpus.v1.WatchResponse
+	45, // 84: corpus.v1.AgentService.Report:output_type -> corpus.v1.ReportResponse
+	22, // 85: corpus.v1.AgentService.GitAccess:output_type -> corpus.v1.GitAccessResponse
+	24, // 86: corpus.v1.AgentService.BeginRelease:output_type -> corpus.v1.BeginReleaseResponse
+	26, // 87: corpus.v1.AgentService.FinishRelease:output_type -> corpus.v1.FinishReleaseResponse
+	28, // 88: corpus.v1.AgentService.SetCurrentRelease:output_type -> corpus.v1.SetCurrentReleaseResponse
+	30, // 89: corpus.v1.AgentService.PruneReleases:output_type -> corpus.v1.PruneReleasesResponse
+	18, // 90: corpus.v1.AgentService.SetManifestDomains:output_type -> corpus.v1.SetManifestDomainsResponse
+	16, // 91: corpus.v1.AgentService.SetWebPort:output_type -> corpus.v1.SetWebPortResponse
+	8,  // 92: corpus.v1.AgentService.RollInstance:output_type -> corpus.v1.RollInstanceResponse
+	7,  // 93: corpus.v1.AgentService.SwitchEnv:output_type -> corpus.v1.SwitchEnvResponse
+	10, // 94: corpus.v1.AgentService.InstanceRelease:output_type -> corpus.v1.InstanceReleaseResponse
+	12, // 95: corpus.v1.AgentService.ReleaseSource:output_type -> corpus.v1.SourceChunk
+	21, // 96: corpus.v1.AgentService.RecordShell:output_type -> corpus.v1.RecordShellResponse
+	44, // 97: corpus.v1.AgentService.ServiceRuntime:output_type -> corpus.v1.ServiceRuntimeResponse
+	1,  // 98: corpus.v1.AgentService.TlsMaterial:output_type -> corpus.v1.TlsMaterialResponse
+	91, // 99: corpus.v1.NodeAgentService.Exec:output_type -> corpus.v1.ExecOutput
+	55, // 100: corpus.v1.NodeAgentService.ExportVolume:output_type -> corpus.v1.VolumeChunk
+	56, // 101: corpus.v1.NodeAgentService.ImportVolume:output_type -> corpus.v1.ImportVolumeResponse
+	92, // 102: corpus.v1.NodeAgentService.SnapshotVolume:output_type -> corpus.v1.SnapshotVolumeResponse
+	93, // 103: corpus.v1.NodeAgentService.Rollback:output_type -> corpus.v1.RollbackOutput
+	12, // 104: corpus.v1.NodeAgentService.ReleaseSource:output_type -> corpus.v1.SourceChunk
+	14, // 105: corpus.v1.NodeAgentService.Load:output_type -> corpus.v1.LoadResponse
+	94, // 106: corpus.v1.NodeAgentService.Redeploy:output_type -> corpus.v1.DeployOutput
+	95, // 107: corpus.v1.NodeAgentService.Processes:output_type -> corpus.v1.ListProcessesResponse
+	96, // 108: corpus.v1.NodeAgentService.Logs:output_type -> corpus.v1.LogLine
+	91, // 109: corpus.v1.NodeAgentService.Shell:output_type -> corpus.v1.ExecOutput
+	90, // 110: corpus.v1.NodeAgentService.DumpService:output_type -> corpus.v1.BackupChunk
+	49, // 111: corpus.v1.NodeAgentService.StoreBackup:output_type -> corpus.v1.StoreBackupResponse
+	90, // 112: corpus.v1.NodeAgentService.ReadBackup:output_type -> corpus.v1.BackupChunk
+	51, // 113: corpus.v1.NodeAgentService.LoadService:output_type -> corpus.v1.LoadServiceResponse
+	53, // 114: corpus.v1.NodeAgentService.RemoveBackup:output_type -> corpus.v1.RemoveBackupResponse
+	47, // 115: corpus.v1.NodeAgentService.CheckChallenge:output_type -> corpus.v1.CheckChallengeResponse
+	81, // [81:116] is the sub-list for method output_type
+	46, // [46:81] is the sub-list for method input_type
+	46, // [46:46] is the sub-list for extension type_name
+	46, // [46:46] is the sub-list for extension extendee
+	0,  // [0:46] is the sub-list for field type_name
 }
 
 func init() { file_corpus_v1_agent_proto_init() }
@@ -3975,7 +4156,7 @@ func file_corpus_v1_agent_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_corpus_v1_agent_proto_rawDesc), len(file_corpus_v1_agent_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   64,
+			NumMessages:   66,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

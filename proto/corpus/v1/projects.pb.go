@@ -23,6 +23,110 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+type SwitchBackRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Project       string                 `protobuf:"bytes,1,opt,name=project,proto3" json:"project,omitempty"`
+	Env           string                 `protobuf:"bytes,2,opt,name=env,proto3" json:"env,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SwitchBackRequest) Reset() {
+	*x = SwitchBackRequest{}
+	mi := &file_corpus_v1_projects_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SwitchBackRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SwitchBackRequest) ProtoMessage() {}
+
+func (x *SwitchBackRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_projects_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SwitchBackRequest.ProtoReflect.Descriptor instead.
+func (*SwitchBackRequest) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *SwitchBackRequest) GetProject() string {
+	if x != nil {
+		return x.Project
+	}
+	return ""
+}
+
+func (x *SwitchBackRequest) GetEnv() string {
+	if x != nil {
+		return x.Env
+	}
+	return ""
+}
+
+type SwitchBackResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Project       *ProjectView           `protobuf:"bytes,1,opt,name=project,proto3" json:"project,omitempty"`
+	Current       uint32                 `protobuf:"varint,2,opt,name=current,proto3" json:"current,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SwitchBackResponse) Reset() {
+	*x = SwitchBackResponse{}
+	mi := &file_corpus_v1_projects_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SwitchBackResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SwitchBackResponse) ProtoMessage() {}
+
+func (x *SwitchBackResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_projects_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SwitchBackResponse.ProtoReflect.Descriptor instead.
+func (*SwitchBackResponse) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *SwitchBackResponse) GetProject() *ProjectView {
+	if x != nil {
+		return x.Project
+	}
+	return nil
+}
+
+func (x *SwitchBackResponse) GetCurrent() uint32 {
+	if x != nil {
+		return x.Current
+	}
+	return 0
+}
+
 type AutoscaleRequest struct {
 	state                  protoimpl.MessageState `protogen:"open.v1"`
 	Project                string                 `protobuf:"bytes,1,opt,name=project,proto3" json:"project,omitempty"`
@@ -40,7 +144,7 @@ type AutoscaleRequest struct {
 
 func (x *AutoscaleRequest) Reset() {
 	*x = AutoscaleRequest{}
-	mi := &file_corpus_v1_projects_proto_msgTypes[0]
+	mi := &file_corpus_v1_projects_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -52,7 +156,7 @@ func (x *AutoscaleRequest) String() string {
 func (*AutoscaleRequest) ProtoMessage() {}
 
 func (x *AutoscaleRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_projects_proto_msgTypes[0]
+	mi := &file_corpus_v1_projects_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -65,7 +169,7 @@ func (x *AutoscaleRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AutoscaleRequest.ProtoReflect.Descriptor instead.
 func (*AutoscaleRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{0}
+	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *AutoscaleRequest) GetProject() string {
@@ -140,7 +244,7 @@ type AutoscaleResponse struct {
 
 func (x *AutoscaleResponse) Reset() {
 	*x = AutoscaleResponse{}
-	mi := &file_corpus_v1_projects_proto_msgTypes[1]
+	mi := &file_corpus_v1_projects_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -152,7 +256,7 @@ func (x *AutoscaleResponse) String() string {
 func (*AutoscaleResponse) ProtoMessage() {}
 
 func (x *AutoscaleResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_projects_proto_msgTypes[1]
+	mi := &file_corpus_v1_projects_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -165,7 +269,7 @@ func (x *AutoscaleResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AutoscaleResponse.ProtoReflect.Descriptor instead.
 func (*AutoscaleResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{1}
+	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *AutoscaleResponse) GetProject() *ProjectView {
@@ -194,7 +298,7 @@ type ScaleRequest struct {
 
 func (x *ScaleRequest) Reset() {
 	*x = ScaleRequest{}
-	mi := &file_corpus_v1_projects_proto_msgTypes[2]
+	mi := &file_corpus_v1_projects_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -206,7 +310,7 @@ func (x *ScaleRequest) String() string {
 func (*ScaleRequest) ProtoMessage() {}
 
 func (x *ScaleRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_projects_proto_msgTypes[2]
+	mi := &file_corpus_v1_projects_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -219,7 +323,7 @@ func (x *ScaleRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScaleRequest.ProtoReflect.Descriptor instead.
 func (*ScaleRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{2}
+	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *ScaleRequest) GetProject() string {
@@ -269,7 +373,7 @@ type ScaleResponse struct {
 
 func (x *ScaleResponse) Reset() {
 	*x = ScaleResponse{}
-	mi := &file_corpus_v1_projects_proto_msgTypes[3]
+	mi := &file_corpus_v1_projects_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -281,7 +385,7 @@ func (x *ScaleResponse) String() string {
 func (*ScaleResponse) ProtoMessage() {}
 
 func (x *ScaleResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_projects_proto_msgTypes[3]
+	mi := &file_corpus_v1_projects_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -294,7 +398,7 @@ func (x *ScaleResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScaleResponse.ProtoReflect.Descriptor instead.
 func (*ScaleResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{3}
+	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *ScaleResponse) GetProject() *ProjectView {
@@ -331,7 +435,7 @@ type ProjectLogsRequest struct {
 
 func (x *ProjectLogsRequest) Reset() {
 	*x = ProjectLogsRequest{}
-	mi := &file_corpus_v1_projects_proto_msgTypes[4]
+	mi := &file_corpus_v1_projects_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -343,7 +447,7 @@ func (x *ProjectLogsRequest) String() string {
 func (*ProjectLogsRequest) ProtoMessage() {}
 
 func (x *ProjectLogsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_projects_proto_msgTypes[4]
+	mi := &file_corpus_v1_projects_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -356,7 +460,7 @@ func (x *ProjectLogsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProjectLogsRequest.ProtoReflect.Descriptor instead.
 func (*ProjectLogsRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{4}
+	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *ProjectLogsRequest) GetProject() string {
@@ -394,7 +498,7 @@ type SetConfigRequest struct {
 
 func (x *SetConfigRequest) Reset() {
 	*x = SetConfigRequest{}
-	mi := &file_corpus_v1_projects_proto_msgTypes[5]
+	mi := &file_corpus_v1_projects_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -406,7 +510,7 @@ func (x *SetConfigRequest) String() string {
 func (*SetConfigRequest) ProtoMessage() {}
 
 func (x *SetConfigRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_projects_proto_msgTypes[5]
+	mi := &file_corpus_v1_projects_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -419,7 +523,7 @@ func (x *SetConfigRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetConfigRequest.ProtoReflect.Descriptor instead.
 func (*SetConfigRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{5}
+	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *SetConfigRequest) GetProject() string {
@@ -468,7 +572,7 @@ type GetConfigRequest struct {
 
 func (x *GetConfigRequest) Reset() {
 	*x = GetConfigRequest{}
-	mi := &file_corpus_v1_projects_proto_msgTypes[6]
+	mi := &file_corpus_v1_projects_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -480,7 +584,7 @@ func (x *GetConfigRequest) String() string {
 func (*GetConfigRequest) ProtoMessage() {}
 
 func (x *GetConfigRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_projects_proto_msgTypes[6]
+	mi := &file_corpus_v1_projects_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -493,7 +597,7 @@ func (x *GetConfigRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetConfigRequest.ProtoReflect.Descriptor instead.
 func (*GetConfigRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{6}
+	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *GetConfigRequest) GetProject() string {
@@ -530,7 +634,7 @@ type GetConfigResponse struct {
 
 func (x *GetConfigResponse) Reset() {
 	*x = GetConfigResponse{}
-	mi := &file_corpus_v1_projects_proto_msgTypes[7]
+	mi := &file_corpus_v1_projects_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -542,7 +646,7 @@ func (x *GetConfigResponse) String() string {
 func (*GetConfigResponse) ProtoMessage() {}
 
 func (x *GetConfigResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_projects_proto_msgTypes[7]
+	mi := &file_corpus_v1_projects_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -555,7 +659,7 @@ func (x *GetConfigResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetConfigResponse.ProtoReflect.Descriptor instead.
 func (*GetConfigResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{7}
+	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *GetConfigResponse) GetVars() []*ConfigVar {
@@ -592,7 +696,7 @@ type ConfigVar struct {
 
 func (x *ConfigVar) Reset() {
 	*x = ConfigVar{}
-	mi := &file_corpus_v1_projects_proto_msgTypes[8]
+	mi := &file_corpus_v1_projects_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -604,7 +708,7 @@ func (x *ConfigVar) String() string {
 func (*ConfigVar) ProtoMessage() {}
 
 func (x *ConfigVar) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_projects_proto_msgTypes[8]
+	mi := &file_corpus_v1_projects_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -617,7 +721,7 @@ func (x *ConfigVar) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConfigVar.ProtoReflect.Descriptor instead.
 func (*ConfigVar) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{8}
+	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *ConfigVar) GetKey() string {
@@ -651,14 +755,19 @@ type RedeployRequest struct {
 	// others are skipped. Empty runs them all.
 	Only []string `protobuf:"bytes,4,rep,name=only,proto3" json:"only,omitempty"`
 	// processes restart only these process types (trigger "restart").
-	Processes     []string `protobuf:"bytes,5,rep,name=processes,proto3" json:"processes,omitempty"`
+	Processes []string `protobuf:"bytes,5,rep,name=processes,proto3" json:"processes,omitempty"`
+	// strategy: "rolling" (default) or "blue-green": every instance starts
+	// the release beside the serving one, then every domain moves at once
+	// and the release before stands by for keep_seconds (1h when 0).
+	Strategy      string `protobuf:"bytes,6,opt,name=strategy,proto3" json:"strategy,omitempty"`
+	KeepSeconds   int64  `protobuf:"varint,7,opt,name=keep_seconds,json=keepSeconds,proto3" json:"keep_seconds,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *RedeployRequest) Reset() {
 	*x = RedeployRequest{}
-	mi := &file_corpus_v1_projects_proto_msgTypes[9]
+	mi := &file_corpus_v1_projects_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -670,7 +779,7 @@ func (x *RedeployRequest) String() string {
 func (*RedeployRequest) ProtoMessage() {}
 
 func (x *RedeployRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_projects_proto_msgTypes[9]
+	mi := &file_corpus_v1_projects_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -683,7 +792,7 @@ func (x *RedeployRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RedeployRequest.ProtoReflect.Descriptor instead.
 func (*RedeployRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{9}
+	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *RedeployRequest) GetProject() string {
@@ -721,6 +830,20 @@ func (x *RedeployRequest) GetProcesses() []string {
 	return nil
 }
 
+func (x *RedeployRequest) GetStrategy() string {
+	if x != nil {
+		return x.Strategy
+	}
+	return ""
+}
+
+func (x *RedeployRequest) GetKeepSeconds() int64 {
+	if x != nil {
+		return x.KeepSeconds
+	}
+	return 0
+}
+
 type DeployOutput struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
 	Output []byte                 `protobuf:"bytes,1,opt,name=output,proto3" json:"output,omitempty"`
@@ -733,7 +856,7 @@ type DeployOutput struct {
 
 func (x *DeployOutput) Reset() {
 	*x = DeployOutput{}
-	mi := &file_corpus_v1_projects_proto_msgTypes[10]
+	mi := &file_corpus_v1_projects_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -745,7 +868,7 @@ func (x *DeployOutput) String() string {
 func (*DeployOutput) ProtoMessage() {}
 
 func (x *DeployOutput) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_projects_proto_msgTypes[10]
+	mi := &file_corpus_v1_projects_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -758,7 +881,7 @@ func (x *DeployOutput) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeployOutput.ProtoReflect.Descriptor instead.
 func (*DeployOutput) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{10}
+	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *DeployOutput) GetOutput() []byte {
@@ -792,7 +915,7 @@ type ListProcessesRequest struct {
 
 func (x *ListProcessesRequest) Reset() {
 	*x = ListProcessesRequest{}
-	mi := &file_corpus_v1_projects_proto_msgTypes[11]
+	mi := &file_corpus_v1_projects_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -804,7 +927,7 @@ func (x *ListProcessesRequest) String() string {
 func (*ListProcessesRequest) ProtoMessage() {}
 
 func (x *ListProcessesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_projects_proto_msgTypes[11]
+	mi := &file_corpus_v1_projects_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -817,7 +940,7 @@ func (x *ListProcessesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListProcessesRequest.ProtoReflect.Descriptor instead.
 func (*ListProcessesRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{11}
+	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ListProcessesRequest) GetProject() string {
@@ -843,7 +966,7 @@ type ListProcessesResponse struct {
 
 func (x *ListProcessesResponse) Reset() {
 	*x = ListProcessesResponse{}
-	mi := &file_corpus_v1_projects_proto_msgTypes[12]
+	mi := &file_corpus_v1_projects_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -855,7 +978,7 @@ func (x *ListProcessesResponse) String() string {
 func (*ListProcessesResponse) ProtoMessage() {}
 
 func (x *ListProcessesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_projects_proto_msgTypes[12]
+	mi := &file_corpus_v1_projects_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -868,7 +991,7 @@ func (x *ListProcessesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListProcessesResponse.ProtoReflect.Descriptor instead.
 func (*ListProcessesResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{12}
+	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ListProcessesResponse) GetProcesses() []*ProcessStatus {
@@ -904,7 +1027,7 @@ type CreateProjectRequest struct {
 
 func (x *CreateProjectRequest) Reset() {
 	*x = CreateProjectRequest{}
-	mi := &file_corpus_v1_projects_proto_msgTypes[13]
+	mi := &file_corpus_v1_projects_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -916,7 +1039,7 @@ func (x *CreateProjectRequest) String() string {
 func (*CreateProjectRequest) ProtoMessage() {}
 
 func (x *CreateProjectRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_projects_proto_msgTypes[13]
+	mi := &file_corpus_v1_projects_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -929,7 +1052,7 @@ func (x *CreateProjectRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateProjectRequest.ProtoReflect.Descriptor instead.
 func (*CreateProjectRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{13}
+	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *CreateProjectRequest) GetName() string {
@@ -1021,7 +1144,7 @@ type CreateProjectResponse struct {
 
 func (x *CreateProjectResponse) Reset() {
 	*x = CreateProjectResponse{}
-	mi := &file_corpus_v1_projects_proto_msgTypes[14]
+	mi := &file_corpus_v1_projects_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1033,7 +1156,7 @@ func (x *CreateProjectResponse) String() string {
 func (*CreateProjectResponse) ProtoMessage() {}
 
 func (x *CreateProjectResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_projects_proto_msgTypes[14]
+	mi := &file_corpus_v1_projects_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1046,7 +1169,7 @@ func (x *CreateProjectResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateProjectResponse.ProtoReflect.Descriptor instead.
 func (*CreateProjectResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{14}
+	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *CreateProjectResponse) GetProject() *Project {
@@ -1078,7 +1201,7 @@ type ListProjectsRequest struct {
 
 func (x *ListProjectsRequest) Reset() {
 	*x = ListProjectsRequest{}
-	mi := &file_corpus_v1_projects_proto_msgTypes[15]
+	mi := &file_corpus_v1_projects_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1090,7 +1213,7 @@ func (x *ListProjectsRequest) String() string {
 func (*ListProjectsRequest) ProtoMessage() {}
 
 func (x *ListProjectsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_projects_proto_msgTypes[15]
+	mi := &file_corpus_v1_projects_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1103,7 +1226,7 @@ func (x *ListProjectsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListProjectsRequest.ProtoReflect.Descriptor instead.
 func (*ListProjectsRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{15}
+	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{17}
 }
 
 type ListProjectsResponse struct {
@@ -1115,7 +1238,7 @@ type ListProjectsResponse struct {
 
 func (x *ListProjectsResponse) Reset() {
 	*x = ListProjectsResponse{}
-	mi := &file_corpus_v1_projects_proto_msgTypes[16]
+	mi := &file_corpus_v1_projects_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1127,7 +1250,7 @@ func (x *ListProjectsResponse) String() string {
 func (*ListProjectsResponse) ProtoMessage() {}
 
 func (x *ListProjectsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_projects_proto_msgTypes[16]
+	mi := &file_corpus_v1_projects_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1140,7 +1263,7 @@ func (x *ListProjectsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListProjectsResponse.ProtoReflect.Descriptor instead.
 func (*ListProjectsResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{16}
+	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ListProjectsResponse) GetProjects() []*ProjectView {
@@ -1161,7 +1284,7 @@ type ProjectView struct {
 
 func (x *ProjectView) Reset() {
 	*x = ProjectView{}
-	mi := &file_corpus_v1_projects_proto_msgTypes[17]
+	mi := &file_corpus_v1_projects_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1173,7 +1296,7 @@ func (x *ProjectView) String() string {
 func (*ProjectView) ProtoMessage() {}
 
 func (x *ProjectView) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_projects_proto_msgTypes[17]
+	mi := &file_corpus_v1_projects_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1186,7 +1309,7 @@ func (x *ProjectView) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProjectView.ProtoReflect.Descriptor instead.
 func (*ProjectView) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{17}
+	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ProjectView) GetProject() *Project {
@@ -1226,7 +1349,7 @@ type ProjectEnvView struct {
 
 func (x *ProjectEnvView) Reset() {
 	*x = ProjectEnvView{}
-	mi := &file_corpus_v1_projects_proto_msgTypes[18]
+	mi := &file_corpus_v1_projects_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1238,7 +1361,7 @@ func (x *ProjectEnvView) String() string {
 func (*ProjectEnvView) ProtoMessage() {}
 
 func (x *ProjectEnvView) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_projects_proto_msgTypes[18]
+	mi := &file_corpus_v1_projects_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1251,7 +1374,7 @@ func (x *ProjectEnvView) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProjectEnvView.ProtoReflect.Descriptor instead.
 func (*ProjectEnvView) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{18}
+	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ProjectEnvView) GetName() string {
@@ -1342,7 +1465,7 @@ type InstanceView struct {
 
 func (x *InstanceView) Reset() {
 	*x = InstanceView{}
-	mi := &file_corpus_v1_projects_proto_msgTypes[19]
+	mi := &file_corpus_v1_projects_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1354,7 +1477,7 @@ func (x *InstanceView) String() string {
 func (*InstanceView) ProtoMessage() {}
 
 func (x *InstanceView) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_projects_proto_msgTypes[19]
+	mi := &file_corpus_v1_projects_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1367,7 +1490,7 @@ func (x *InstanceView) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InstanceView.ProtoReflect.Descriptor instead.
 func (*InstanceView) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{19}
+	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *InstanceView) GetIndex() uint32 {
@@ -1438,7 +1561,7 @@ type GetProjectRequest struct {
 
 func (x *GetProjectRequest) Reset() {
 	*x = GetProjectRequest{}
-	mi := &file_corpus_v1_projects_proto_msgTypes[20]
+	mi := &file_corpus_v1_projects_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1450,7 +1573,7 @@ func (x *GetProjectRequest) String() string {
 func (*GetProjectRequest) ProtoMessage() {}
 
 func (x *GetProjectRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_projects_proto_msgTypes[20]
+	mi := &file_corpus_v1_projects_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1463,7 +1586,7 @@ func (x *GetProjectRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetProjectRequest.ProtoReflect.Descriptor instead.
 func (*GetProjectRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{20}
+	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *GetProjectRequest) GetName() string {
@@ -1497,7 +1620,7 @@ type GetProjectResponse struct {
 
 func (x *GetProjectResponse) Reset() {
 	*x = GetProjectResponse{}
-	mi := &file_corpus_v1_projects_proto_msgTypes[21]
+	mi := &file_corpus_v1_projects_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1509,7 +1632,7 @@ func (x *GetProjectResponse) String() string {
 func (*GetProjectResponse) ProtoMessage() {}
 
 func (x *GetProjectResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_projects_proto_msgTypes[21]
+	mi := &file_corpus_v1_projects_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1522,7 +1645,7 @@ func (x *GetProjectResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetProjectResponse.ProtoReflect.Descriptor instead.
 func (*GetProjectResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{21}
+	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *GetProjectResponse) GetProject() *ProjectView {
@@ -1553,7 +1676,7 @@ type DeleteProjectRequest struct {
 
 func (x *DeleteProjectRequest) Reset() {
 	*x = DeleteProjectRequest{}
-	mi := &file_corpus_v1_projects_proto_msgTypes[22]
+	mi := &file_corpus_v1_projects_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1565,7 +1688,7 @@ func (x *DeleteProjectRequest) String() string {
 func (*DeleteProjectRequest) ProtoMessage() {}
 
 func (x *DeleteProjectRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_projects_proto_msgTypes[22]
+	mi := &file_corpus_v1_projects_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1578,7 +1701,7 @@ func (x *DeleteProjectRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteProjectRequest.ProtoReflect.Descriptor instead.
 func (*DeleteProjectRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{22}
+	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *DeleteProjectRequest) GetName() string {
@@ -1610,7 +1733,7 @@ type DeleteProjectResponse struct {
 
 func (x *DeleteProjectResponse) Reset() {
 	*x = DeleteProjectResponse{}
-	mi := &file_corpus_v1_projects_proto_msgTypes[23]
+	mi := &file_corpus_v1_projects_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1622,7 +1745,7 @@ func (x *DeleteProjectResponse) String() string {
 func (*DeleteProjectResponse) ProtoMessage() {}
 
 func (x *DeleteProjectResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_projects_proto_msgTypes[23]
+	mi := &file_corpus_v1_projects_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1635,7 +1758,7 @@ func (x *DeleteProjectResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteProjectResponse.ProtoReflect.Descriptor instead.
 func (*DeleteProjectResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{23}
+	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{25}
 }
 
 type GrantProjectRequest struct {
@@ -1649,7 +1772,7 @@ type GrantProjectRequest struct {
 
 func (x *GrantProjectRequest) Reset() {
 	*x = GrantProjectRequest{}
-	mi := &file_corpus_v1_projects_proto_msgTypes[24]
+	mi := &file_corpus_v1_projects_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1661,7 +1784,7 @@ func (x *GrantProjectRequest) String() string {
 func (*GrantProjectRequest) ProtoMessage() {}
 
 func (x *GrantProjectRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_projects_proto_msgTypes[24]
+	mi := &file_corpus_v1_projects_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1674,7 +1797,7 @@ func (x *GrantProjectRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GrantProjectRequest.ProtoReflect.Descriptor instead.
 func (*GrantProjectRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{24}
+	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *GrantProjectRequest) GetName() string {
@@ -1707,7 +1830,7 @@ type GrantProjectResponse struct {
 
 func (x *GrantProjectResponse) Reset() {
 	*x = GrantProjectResponse{}
-	mi := &file_corpus_v1_projects_proto_msgTypes[25]
+	mi := &file_corpus_v1_projects_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1719,7 +1842,7 @@ func (x *GrantProjectResponse) String() string {
 func (*GrantProjectResponse) ProtoMessage() {}
 
 func (x *GrantProjectResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_projects_proto_msgTypes[25]
+	mi := &file_corpus_v1_projects_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1732,7 +1855,7 @@ func (x *GrantProjectResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GrantProjectResponse.ProtoReflect.Descriptor instead.
 func (*GrantProjectResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{25}
+	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *GrantProjectResponse) GetProject() *Project {
@@ -1752,7 +1875,7 @@ type ListReleasesRequest struct {
 
 func (x *ListReleasesRequest) Reset() {
 	*x = ListReleasesRequest{}
-	mi := &file_corpus_v1_projects_proto_msgTypes[26]
+	mi := &file_corpus_v1_projects_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1764,7 +1887,7 @@ func (x *ListReleasesRequest) String() string {
 func (*ListReleasesRequest) ProtoMessage() {}
 
 func (x *ListReleasesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_projects_proto_msgTypes[26]
+	mi := &file_corpus_v1_projects_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1777,7 +1900,7 @@ func (x *ListReleasesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListReleasesRequest.ProtoReflect.Descriptor instead.
 func (*ListReleasesRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{26}
+	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *ListReleasesRequest) GetProject() string {
@@ -1806,7 +1929,7 @@ type ListReleasesResponse struct {
 
 func (x *ListReleasesResponse) Reset() {
 	*x = ListReleasesResponse{}
-	mi := &file_corpus_v1_projects_proto_msgTypes[27]
+	mi := &file_corpus_v1_projects_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1818,7 +1941,7 @@ func (x *ListReleasesResponse) String() string {
 func (*ListReleasesResponse) ProtoMessage() {}
 
 func (x *ListReleasesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_projects_proto_msgTypes[27]
+	mi := &file_corpus_v1_projects_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1831,7 +1954,7 @@ func (x *ListReleasesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListReleasesResponse.ProtoReflect.Descriptor instead.
 func (*ListReleasesResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{27}
+	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *ListReleasesResponse) GetReleases() []*Release {
@@ -1867,7 +1990,7 @@ type GetReleaseRequest struct {
 
 func (x *GetReleaseRequest) Reset() {
 	*x = GetReleaseRequest{}
-	mi := &file_corpus_v1_projects_proto_msgTypes[28]
+	mi := &file_corpus_v1_projects_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1879,7 +2002,7 @@ func (x *GetReleaseRequest) String() string {
 func (*GetReleaseRequest) ProtoMessage() {}
 
 func (x *GetReleaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_projects_proto_msgTypes[28]
+	mi := &file_corpus_v1_projects_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1892,7 +2015,7 @@ func (x *GetReleaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetReleaseRequest.ProtoReflect.Descriptor instead.
 func (*GetReleaseRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{28}
+	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *GetReleaseRequest) GetProject() string {
@@ -1926,7 +2049,7 @@ type GetReleaseResponse struct {
 
 func (x *GetReleaseResponse) Reset() {
 	*x = GetReleaseResponse{}
-	mi := &file_corpus_v1_projects_proto_msgTypes[29]
+	mi := &file_corpus_v1_projects_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1938,7 +2061,7 @@ func (x *GetReleaseResponse) String() string {
 func (*GetReleaseResponse) ProtoMessage() {}
 
 func (x *GetReleaseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_projects_proto_msgTypes[29]
+	mi := &file_corpus_v1_projects_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1951,7 +2074,7 @@ func (x *GetReleaseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetReleaseResponse.ProtoReflect.Descriptor instead.
 func (*GetReleaseResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{29}
+	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *GetReleaseResponse) GetRelease() *Release {
@@ -1984,7 +2107,7 @@ type RollbackRequest struct {
 
 func (x *RollbackRequest) Reset() {
 	*x = RollbackRequest{}
-	mi := &file_corpus_v1_projects_proto_msgTypes[30]
+	mi := &file_corpus_v1_projects_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1996,7 +2119,7 @@ func (x *RollbackRequest) String() string {
 func (*RollbackRequest) ProtoMessage() {}
 
 func (x *RollbackRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_projects_proto_msgTypes[30]
+	mi := &file_corpus_v1_projects_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2009,7 +2132,7 @@ func (x *RollbackRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RollbackRequest.ProtoReflect.Descriptor instead.
 func (*RollbackRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{30}
+	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *RollbackRequest) GetProject() string {
@@ -2052,7 +2175,7 @@ type RollbackOutput struct {
 
 func (x *RollbackOutput) Reset() {
 	*x = RollbackOutput{}
-	mi := &file_corpus_v1_projects_proto_msgTypes[31]
+	mi := &file_corpus_v1_projects_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2064,7 +2187,7 @@ func (x *RollbackOutput) String() string {
 func (*RollbackOutput) ProtoMessage() {}
 
 func (x *RollbackOutput) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_projects_proto_msgTypes[31]
+	mi := &file_corpus_v1_projects_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2077,7 +2200,7 @@ func (x *RollbackOutput) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RollbackOutput.ProtoReflect.Descriptor instead.
 func (*RollbackOutput) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{31}
+	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *RollbackOutput) GetOutput() []byte {
@@ -2113,7 +2236,7 @@ type ExportProjectRequest struct {
 
 func (x *ExportProjectRequest) Reset() {
 	*x = ExportProjectRequest{}
-	mi := &file_corpus_v1_projects_proto_msgTypes[32]
+	mi := &file_corpus_v1_projects_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2125,7 +2248,7 @@ func (x *ExportProjectRequest) String() string {
 func (*ExportProjectRequest) ProtoMessage() {}
 
 func (x *ExportProjectRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_projects_proto_msgTypes[32]
+	mi := &file_corpus_v1_projects_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2138,7 +2261,7 @@ func (x *ExportProjectRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExportProjectRequest.ProtoReflect.Descriptor instead.
 func (*ExportProjectRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{32}
+	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *ExportProjectRequest) GetName() string {
@@ -2171,7 +2294,7 @@ type ExportProjectResponse struct {
 
 func (x *ExportProjectResponse) Reset() {
 	*x = ExportProjectResponse{}
-	mi := &file_corpus_v1_projects_proto_msgTypes[33]
+	mi := &file_corpus_v1_projects_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2183,7 +2306,7 @@ func (x *ExportProjectResponse) String() string {
 func (*ExportProjectResponse) ProtoMessage() {}
 
 func (x *ExportProjectResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_projects_proto_msgTypes[33]
+	mi := &file_corpus_v1_projects_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2196,7 +2319,7 @@ func (x *ExportProjectResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExportProjectResponse.ProtoReflect.Descriptor instead.
 func (*ExportProjectResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{33}
+	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *ExportProjectResponse) GetTopology() *ProjectTopology {
@@ -2224,7 +2347,7 @@ type ProjectTopology struct {
 
 func (x *ProjectTopology) Reset() {
 	*x = ProjectTopology{}
-	mi := &file_corpus_v1_projects_proto_msgTypes[34]
+	mi := &file_corpus_v1_projects_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2236,7 +2359,7 @@ func (x *ProjectTopology) String() string {
 func (*ProjectTopology) ProtoMessage() {}
 
 func (x *ProjectTopology) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_projects_proto_msgTypes[34]
+	mi := &file_corpus_v1_projects_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2249,7 +2372,7 @@ func (x *ProjectTopology) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProjectTopology.ProtoReflect.Descriptor instead.
 func (*ProjectTopology) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{34}
+	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *ProjectTopology) GetVersion() string {
@@ -2315,7 +2438,7 @@ type EnvTopology struct {
 
 func (x *EnvTopology) Reset() {
 	*x = EnvTopology{}
-	mi := &file_corpus_v1_projects_proto_msgTypes[35]
+	mi := &file_corpus_v1_projects_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2327,7 +2450,7 @@ func (x *EnvTopology) String() string {
 func (*EnvTopology) ProtoMessage() {}
 
 func (x *EnvTopology) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_projects_proto_msgTypes[35]
+	mi := &file_corpus_v1_projects_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2340,7 +2463,7 @@ func (x *EnvTopology) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EnvTopology.ProtoReflect.Descriptor instead.
 func (*EnvTopology) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{35}
+	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *EnvTopology) GetName() string {
@@ -2476,7 +2599,7 @@ type ServiceTopology struct {
 
 func (x *ServiceTopology) Reset() {
 	*x = ServiceTopology{}
-	mi := &file_corpus_v1_projects_proto_msgTypes[36]
+	mi := &file_corpus_v1_projects_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2488,7 +2611,7 @@ func (x *ServiceTopology) String() string {
 func (*ServiceTopology) ProtoMessage() {}
 
 func (x *ServiceTopology) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_projects_proto_msgTypes[36]
+	mi := &file_corpus_v1_projects_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2501,7 +2624,7 @@ func (x *ServiceTopology) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ServiceTopology.ProtoReflect.Descriptor instead.
 func (*ServiceTopology) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{36}
+	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *ServiceTopology) GetName() string {
@@ -2605,7 +2728,7 @@ type ServiceLinkTopology struct {
 
 func (x *ServiceLinkTopology) Reset() {
 	*x = ServiceLinkTopology{}
-	mi := &file_corpus_v1_projects_proto_msgTypes[37]
+	mi := &file_corpus_v1_projects_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2617,7 +2740,7 @@ func (x *ServiceLinkTopology) String() string {
 func (*ServiceLinkTopology) ProtoMessage() {}
 
 func (x *ServiceLinkTopology) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_projects_proto_msgTypes[37]
+	mi := &file_corpus_v1_projects_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2630,7 +2753,7 @@ func (x *ServiceLinkTopology) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ServiceLinkTopology.ProtoReflect.Descriptor instead.
 func (*ServiceLinkTopology) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{37}
+	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *ServiceLinkTopology) GetEnv() string {
@@ -2667,7 +2790,7 @@ type ImportProjectRequest struct {
 
 func (x *ImportProjectRequest) Reset() {
 	*x = ImportProjectRequest{}
-	mi := &file_corpus_v1_projects_proto_msgTypes[38]
+	mi := &file_corpus_v1_projects_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2679,7 +2802,7 @@ func (x *ImportProjectRequest) String() string {
 func (*ImportProjectRequest) ProtoMessage() {}
 
 func (x *ImportProjectRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_projects_proto_msgTypes[38]
+	mi := &file_corpus_v1_projects_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2692,7 +2815,7 @@ func (x *ImportProjectRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ImportProjectRequest.ProtoReflect.Descriptor instead.
 func (*ImportProjectRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{38}
+	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *ImportProjectRequest) GetTopology() *ProjectTopology {
@@ -2749,7 +2872,7 @@ type ImportProjectResponse struct {
 
 func (x *ImportProjectResponse) Reset() {
 	*x = ImportProjectResponse{}
-	mi := &file_corpus_v1_projects_proto_msgTypes[39]
+	mi := &file_corpus_v1_projects_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2761,7 +2884,7 @@ func (x *ImportProjectResponse) String() string {
 func (*ImportProjectResponse) ProtoMessage() {}
 
 func (x *ImportProjectResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_projects_proto_msgTypes[39]
+	mi := &file_corpus_v1_projects_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2774,7 +2897,7 @@ func (x *ImportProjectResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ImportProjectResponse.ProtoReflect.Descriptor instead.
 func (*ImportProjectResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{39}
+	return file_corpus_v1_projects_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *ImportProjectResponse) GetProject() string {
@@ -2795,7 +2918,13 @@ var File_corpus_v1_projects_proto protoreflect.FileDescriptor
 
 const file_corpus_v1_projects_proto_rawDesc = "" +
 	"\n" +
-	"\x18corpus/v1/projects.proto\x12\tcorpus.v1\x1a\x16corpus/v1/guests.proto\x1a\x15corpus/v1/types.proto\"\x96\x02\n" +
+	"\x18corpus/v1/projects.proto\x12\tcorpus.v1\x1a\x16corpus/v1/guests.proto\x1a\x15corpus/v1/types.proto\"?\n" +
+	"\x11SwitchBackRequest\x12\x18\n" +
+	"\aproject\x18\x01 \x01(\tR\aproject\x12\x10\n" +
+	"\x03env\x18\x02 \x01(\tR\x03env\"`\n" +
+	"\x12SwitchBackResponse\x120\n" +
+	"\aproject\x18\x01 \x01(\v2\x16.corpus.v1.ProjectViewR\aproject\x12\x18\n" +
+	"\acurrent\x18\x02 \x01(\rR\acurrent\"\x96\x02\n" +
 	"\x10AutoscaleRequest\x12\x18\n" +
 	"\aproject\x18\x01 \x01(\tR\aproject\x12\x10\n" +
 	"\x03env\x18\x02 \x01(\tR\x03env\x12\x18\n" +
@@ -2847,13 +2976,15 @@ const file_corpus_v1_projects_proto_rawDesc = "" +
 	"\tConfigVar\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value\x12\x14\n" +
-	"\x05bytes\x18\x03 \x01(\x05R\x05bytes\"\x89\x01\n" +
+	"\x05bytes\x18\x03 \x01(\x05R\x05bytes\"\xc8\x01\n" +
 	"\x0fRedeployRequest\x12\x18\n" +
 	"\aproject\x18\x01 \x01(\tR\aproject\x12\x10\n" +
 	"\x03env\x18\x02 \x01(\tR\x03env\x12\x18\n" +
 	"\atrigger\x18\x03 \x01(\tR\atrigger\x12\x12\n" +
 	"\x04only\x18\x04 \x03(\tR\x04only\x12\x1c\n" +
-	"\tprocesses\x18\x05 \x03(\tR\tprocesses\"T\n" +
+	"\tprocesses\x18\x05 \x03(\tR\tprocesses\x12\x1a\n" +
+	"\bstrategy\x18\x06 \x01(\tR\bstrategy\x12!\n" +
+	"\fkeep_seconds\x18\a \x01(\x03R\vkeepSeconds\"T\n" +
 	"\fDeployOutput\x12\x16\n" +
 	"\x06output\x18\x01 \x01(\fR\x06output\x12\x12\n" +
 	"\x04done\x18\x02 \x01(\bR\x04done\x12\x18\n" +
@@ -3031,8 +3162,7 @@ const file_corpus_v1_projects_proto_rawDesc = "" +
 	"\adry_run\x18\x06 \x01(\bR\x06dryRun\"K\n" +
 	"\x15ImportProjectResponse\x12\x18\n" +
 	"\aproject\x18\x01 \x01(\tR\aproject\x12\x18\n" +
-	"\acreated\x18\x02 \x03(\tR\acreated2\xbb\n" +
-	"\n" +
+	"\acreated\x18\x02 \x03(\tR\acreated2\x86\v\n" +
 	"\x0eProjectService\x12R\n" +
 	"\rCreateProject\x12\x1f.corpus.v1.CreateProjectRequest\x1a .corpus.v1.CreateProjectResponse\x12T\n" +
 	"\fListProjects\x12\x1e.corpus.v1.ListProjectsRequest\x1a\x1f.corpus.v1.ListProjectsResponse\"\x03\x90\x02\x01\x12N\n" +
@@ -3052,7 +3182,9 @@ const file_corpus_v1_projects_proto_rawDesc = "" +
 	"\rExportProject\x12\x1f.corpus.v1.ExportProjectRequest\x1a .corpus.v1.ExportProjectResponse\"\x03\x90\x02\x01\x12R\n" +
 	"\rImportProject\x12\x1f.corpus.v1.ImportProjectRequest\x1a .corpus.v1.ImportProjectResponse\x12:\n" +
 	"\x05Scale\x12\x17.corpus.v1.ScaleRequest\x1a\x18.corpus.v1.ScaleResponse\x12F\n" +
-	"\tAutoscale\x12\x1b.corpus.v1.AutoscaleRequest\x1a\x1c.corpus.v1.AutoscaleResponseB!Z\x1fcorpus/proto/corpus/v1;corpusv1b\x06proto3"
+	"\tAutoscale\x12\x1b.corpus.v1.AutoscaleRequest\x1a\x1c.corpus.v1.AutoscaleResponse\x12I\n" +
+	"\n" +
+	"SwitchBack\x12\x1c.corpus.v1.SwitchBackRequest\x1a\x1d.corpus.v1.SwitchBackResponseB!Z\x1fcorpus/proto/corpus/v1;corpusv1b\x06proto3"
 
 var (
 	file_corpus_v1_projects_proto_rawDescOnce sync.Once
@@ -3066,134 +3198,139 @@ func file_corpus_v1_projects_proto_rawDescGZIP() []byte {
 	return file_corpus_v1_projects_proto_rawDescData
 }
 
-var file_corpus_v1_projects_proto_msgTypes = make([]protoimpl.MessageInfo, 47)
+var file_corpus_v1_projects_proto_msgTypes = make([]protoimpl.MessageInfo, 49)
 var file_corpus_v1_projects_proto_goTypes = []any{
-	(*AutoscaleRequest)(nil),      // 0: corpus.v1.AutoscaleRequest
-	(*AutoscaleResponse)(nil),     // 1: corpus.v1.AutoscaleResponse
-	(*ScaleRequest)(nil),          // 2: corpus.v1.ScaleRequest
-	(*ScaleResponse)(nil),         // 3: corpus.v1.ScaleResponse
-	(*ProjectLogsRequest)(nil),    // 4: corpus.v1.ProjectLogsRequest
-	(*SetConfigRequest)(nil),      // 5: corpus.v1.SetConfigRequest
-	(*GetConfigRequest)(nil),      // 6: corpus.v1.GetConfigRequest
-	(*GetConfigResponse)(nil),     // 7: corpus.v1.GetConfigResponse
-	(*ConfigVar)(nil),             // 8: corpus.v1.ConfigVar
-	(*RedeployRequest)(nil),       // 9: corpus.v1.RedeployRequest
-	(*DeployOutput)(nil),          // 10: corpus.v1.DeployOutput
-	(*ListProcessesRequest)(nil),  // 11: corpus.v1.ListProcessesRequest
-	(*ListProcessesResponse)(nil), // 12: corpus.v1.ListProcessesResponse
-	(*CreateProjectRequest)(nil),  // 13: corpus.v1.CreateProjectRequest
-	(*CreateProjectResponse)(nil), // 14: corpus.v1.CreateProjectResponse
-	(*ListProjectsRequest)(nil),   // 15: corpus.v1.ListProjectsRequest
-	(*ListProjectsResponse)(nil),  // 16: corpus.v1.ListProjectsResponse
-	(*ProjectView)(nil),           // 17: corpus.v1.ProjectView
-	(*ProjectEnvView)(nil),        // 18: corpus.v1.ProjectEnvView
-	(*InstanceView)(nil),          // 19: corpus.v1.InstanceView
-	(*GetProjectRequest)(nil),     // 20: corpus.v1.GetProjectRequest
-	(*GetProjectResponse)(nil),    // 21: corpus.v1.GetProjectResponse
-	(*DeleteProjectRequest)(nil),  // 22: corpus.v1.DeleteProjectRequest
-	(*DeleteProjectResponse)(nil), // 23: corpus.v1.DeleteProjectResponse
-	(*GrantProjectRequest)(nil),   // 24: corpus.v1.GrantProjectRequest
-	(*GrantProjectResponse)(nil),  // 25: corpus.v1.GrantProjectResponse
-	(*ListReleasesRequest)(nil),   // 26: corpus.v1.ListReleasesRequest
-	(*ListReleasesResponse)(nil),  // 27: corpus.v1.ListReleasesResponse
-	(*GetReleaseRequest)(nil),     // 28: corpus.v1.GetReleaseRequest
-	(*GetReleaseResponse)(nil),    // 29: corpus.v1.GetReleaseResponse
-	(*RollbackRequest)(nil),       // 30: corpus.v1.RollbackRequest
-	(*RollbackOutput)(nil),        // 31: corpus.v1.RollbackOutput
-	(*ExportProjectRequest)(nil),  // 32: corpus.v1.ExportProjectRequest
-	(*ExportProjectResponse)(nil), // 33: corpus.v1.ExportProjectResponse
-	(*ProjectTopology)(nil),       // 34: corpus.v1.ProjectTopology
-	(*EnvTopology)(nil),           // 35: corpus.v1.EnvTopology
-	(*ServiceTopology)(nil),       // 36: corpus.v1.ServiceTopology
-	(*ServiceLinkTopology)(nil),   // 37: corpus.v1.ServiceLinkTopology
-	(*ImportProjectRequest)(nil),  // 38: corpus.v1.ImportProjectRequest
-	(*ImportProjectResponse)(nil), // 39: corpus.v1.ImportProjectResponse
-	nil,                           // 40: corpus.v1.ScaleRequest.CountsEntry
-	nil,                           // 41: corpus.v1.SetConfigRequest.SetEntry
-	nil,                           // 42: corpus.v1.ProjectEnvView.ScaleEntry
-	nil,                           // 43: corpus.v1.EnvTopology.ConfigEntry
-	nil,                           // 44: corpus.v1.EnvTopology.ScaleEntry
-	nil,                           // 45: corpus.v1.EnvTopology.AutoscaleEntry
-	nil,                           // 46: corpus.v1.ServiceTopology.SecretsEntry
-	(*GuestLogsRequest)(nil),      // 47: corpus.v1.GuestLogsRequest
-	(*ProcessStatus)(nil),         // 48: corpus.v1.ProcessStatus
-	(*Resources)(nil),             // 49: corpus.v1.Resources
-	(*Project)(nil),               // 50: corpus.v1.Project
-	(*Release)(nil),               // 51: corpus.v1.Release
-	(*ProjectEnv)(nil),            // 52: corpus.v1.ProjectEnv
-	(*AutoscalePolicy)(nil),       // 53: corpus.v1.AutoscalePolicy
-	(*LogLine)(nil),               // 54: corpus.v1.LogLine
+	(*SwitchBackRequest)(nil),     // 0: corpus.v1.SwitchBackRequest
+	(*SwitchBackResponse)(nil),    // 1: corpus.v1.SwitchBackResponse
+	(*AutoscaleRequest)(nil),      // 2: corpus.v1.AutoscaleRequest
+	(*AutoscaleResponse)(nil),     // 3: corpus.v1.AutoscaleResponse
+	(*ScaleRequest)(nil),          // 4: corpus.v1.ScaleRequest
+	(*ScaleResponse)(nil),         // 5: corpus.v1.ScaleResponse
+	(*ProjectLogsRequest)(nil),    // 6: corpus.v1.ProjectLogsRequest
+	(*SetConfigRequest)(nil),      // 7: corpus.v1.SetConfigRequest
+	(*GetConfigRequest)(nil),      // 8: corpus.v1.GetConfigRequest
+	(*GetConfigResponse)(nil),     // 9: corpus.v1.GetConfigResponse
+	(*ConfigVar)(nil),             // 10: corpus.v1.ConfigVar
+	(*RedeployRequest)(nil),       // 11: corpus.v1.RedeployRequest
+	(*DeployOutput)(nil),          // 12: corpus.v1.DeployOutput
+	(*ListProcessesRequest)(nil),  // 13: corpus.v1.ListProcessesRequest
+	(*ListProcessesResponse)(nil), // 14: corpus.v1.ListProcessesResponse
+	(*CreateProjectRequest)(nil),  // 15: corpus.v1.CreateProjectRequest
+	(*CreateProjectResponse)(nil), // 16: corpus.v1.CreateProjectResponse
+	(*ListProjectsRequest)(nil),   // 17: corpus.v1.ListProjectsRequest
+	(*ListProjectsResponse)(nil),  // 18: corpus.v1.ListProjectsResponse
+	(*ProjectView)(nil),           // 19: corpus.v1.ProjectView
+	(*ProjectEnvView)(nil),        // 20: corpus.v1.ProjectEnvView
+	(*InstanceView)(nil),          // 21: corpus.v1.InstanceView
+	(*GetProjectRequest)(nil),     // 22: corpus.v1.GetProjectRequest
+	(*GetProjectResponse)(nil),    // 23: corpus.v1.GetProjectResponse
+	(*DeleteProjectRequest)(nil),  // 24: corpus.v1.DeleteProjectRequest
+	(*DeleteProjectResponse)(nil), // 25: corpus.v1.DeleteProjectResponse
+	(*GrantProjectRequest)(nil),   // 26: corpus.v1.GrantProjectRequest
+	(*GrantProjectResponse)(nil),  // 27: corpus.v1.GrantProjectResponse
+	(*ListReleasesRequest)(nil),   // 28: corpus.v1.ListReleasesRequest
+	(*ListReleasesResponse)(nil),  // 29: corpus.v1.ListReleasesResponse
+	(*GetReleaseRequest)(nil),     // 30: corpus.v1.GetReleaseRequest
+	(*GetReleaseResponse)(nil),    // 31: corpus.v1.GetReleaseResponse
+	(*RollbackRequest)(nil),       // 32: corpus.v1.RollbackRequest
+	(*RollbackOutput)(nil),        // 33: corpus.v1.RollbackOutput
+	(*ExportProjectRequest)(nil),  // 34: corpus.v1.ExportProjectRequest
+	(*ExportProjectResponse)(nil), // 35: corpus.v1.ExportProjectResponse
+	(*ProjectTopology)(nil),       // 36: corpus.v1.ProjectTopology
+	(*EnvTopology)(nil),           // 37: corpus.v1.EnvTopology
+	(*ServiceTopology)(nil),       // 38: corpus.v1.ServiceTopology
+	(*ServiceLinkTopology)(nil),   // 39: corpus.v1.ServiceLinkTopology
+	(*ImportProjectRequest)(nil),  // 40: corpus.v1.ImportProjectRequest
+	(*ImportProjectResponse)(nil), // 41: corpus.v1.ImportProjectResponse
+	nil,                           // 42: corpus.v1.ScaleRequest.CountsEntry
+	nil,                           // 43: corpus.v1.SetConfigRequest.SetEntry
+	nil,                           // 44: corpus.v1.ProjectEnvView.ScaleEntry
+	nil,                           // 45: corpus.v1.EnvTopology.ConfigEntry
+	nil,                           // 46: corpus.v1.EnvTopology.ScaleEntry
+	nil,                           // 47: corpus.v1.EnvTopology.AutoscaleEntry
+	nil,                           // 48: corpus.v1.ServiceTopology.SecretsEntry
+	(*GuestLogsRequest)(nil),      // 49: corpus.v1.GuestLogsRequest
+	(*ProcessStatus)(nil),         // 50: corpus.v1.ProcessStatus
+	(*Resources)(nil),             // 51: corpus.v1.Resources
+	(*Project)(nil),               // 52: corpus.v1.Project
+	(*Release)(nil),               // 53: corpus.v1.Release
+	(*ProjectEnv)(nil),            // 54: corpus.v1.ProjectEnv
+	(*AutoscalePolicy)(nil),       // 55: corpus.v1.AutoscalePolicy
+	(*LogLine)(nil),               // 56: corpus.v1.LogLine
 }
 var file_corpus_v1_projects_proto_depIdxs = []int32{
-	17, // 0: corpus.v1.AutoscaleResponse.project:type_name -> corpus.v1.ProjectView
-	40, // 1: corpus.v1.ScaleRequest.counts:type_name -> corpus.v1.ScaleRequest.CountsEntry
-	17, // 2: corpus.v1.ScaleResponse.project:type_name -> corpus.v1.ProjectView
-	47, // 3: corpus.v1.ProjectLogsRequest.filter:type_name -> corpus.v1.GuestLogsRequest
-	41, // 4: corpus.v1.SetConfigRequest.set:type_name -> corpus.v1.SetConfigRequest.SetEntry
-	8,  // 5: corpus.v1.GetConfigResponse.vars:type_name -> corpus.v1.ConfigVar
-	48, // 6: corpus.v1.ListProcessesResponse.processes:type_name -> corpus.v1.ProcessStatus
-	49, // 7: corpus.v1.CreateProjectRequest.resources:type_name -> corpus.v1.Resources
-	50, // 8: corpus.v1.CreateProjectResponse.project:type_name -> corpus.v1.Project
-	17, // 9: corpus.v1.ListProjectsResponse.projects:type_name -> corpus.v1.ProjectView
-	50, // 10: corpus.v1.ProjectView.project:type_name -> corpus.v1.Project
-	18, // 11: corpus.v1.ProjectView.envs:type_name -> corpus.v1.ProjectEnvView
-	42, // 12: corpus.v1.ProjectEnvView.scale:type_name -> corpus.v1.ProjectEnvView.ScaleEntry
-	19, // 13: corpus.v1.ProjectEnvView.instances:type_name -> corpus.v1.InstanceView
-	17, // 14: corpus.v1.GetProjectResponse.project:type_name -> corpus.v1.ProjectView
-	50, // 15: corpus.v1.GrantProjectResponse.project:type_name -> corpus.v1.Project
-	51, // 16: corpus.v1.ListReleasesResponse.releases:type_name -> corpus.v1.Release
-	51, // 17: corpus.v1.GetReleaseResponse.release:type_name -> corpus.v1.Release
-	52, // 18: corpus.v1.RollbackRequest.project_env:type_name -> corpus.v1.ProjectEnv
-	34, // 19: corpus.v1.ExportProjectResponse.topology:type_name -> corpus.v1.ProjectTopology
-	35, // 20: corpus.v1.ProjectTopology.environments:type_name -> corpus.v1.EnvTopology
-	36, // 21: corpus.v1.ProjectTopology.services:type_name -> corpus.v1.ServiceTopology
-	49, // 22: corpus.v1.EnvTopology.resources:type_name -> corpus.v1.Resources
-	43, // 23: corpus.v1.EnvTopology.config:type_name -> corpus.v1.EnvTopology.ConfigEntry
-	44, // 24: corpus.v1.EnvTopology.scale:type_name -> corpus.v1.EnvTopology.ScaleEntry
-	45, // 25: corpus.v1.EnvTopology.autoscale:type_name -> corpus.v1.EnvTopology.AutoscaleEntry
-	46, // 26: corpus.v1.ServiceTopology.secrets:type_name -> corpus.v1.ServiceTopology.SecretsEntry
-	37, // 27: corpus.v1.ServiceTopology.links:type_name -> corpus.v1.ServiceLinkTopology
-	34, // 28: corpus.v1.ImportProjectRequest.topology:type_name -> corpus.v1.ProjectTopology
-	53, // 29: corpus.v1.EnvTopology.AutoscaleEntry.value:type_name -> corpus.v1.AutoscalePolicy
-	13, // 30: corpus.v1.ProjectService.CreateProject:input_type -> corpus.v1.CreateProjectRequest
-	15, // 31: corpus.v1.ProjectService.ListProjects:input_type -> corpus.v1.ListProjectsRequest
-	20, // 32: corpus.v1.ProjectService.GetProject:input_type -> corpus.v1.GetProjectRequest
-	22, // 33: corpus.v1.ProjectService.DeleteProject:input_type -> corpus.v1.DeleteProjectRequest
-	24, // 34: corpus.v1.ProjectService.GrantProject:input_type -> corpus.v1.GrantProjectRequest
-	26, // 35: corpus.v1.ProjectService.ListReleases:input_type -> corpus.v1.ListReleasesRequest
-	28, // 36: corpus.v1.ProjectService.GetRelease:input_type -> corpus.v1.GetReleaseRequest
-	30, // 37: corpus.v1.ProjectService.Rollback:input_type -> corpus.v1.RollbackRequest
-	5,  // 38: corpus.v1.ProjectService.SetConfig:input_type -> corpus.v1.SetConfigRequest
-	6,  // 39: corpus.v1.ProjectService.GetConfig:input_type -> corpus.v1.GetConfigRequest
-	9,  // 40: corpus.v1.ProjectService.Deploy:input_type -> corpus.v1.RedeployRequest
-	11, // 41: corpus.v1.ProjectService.ListProcesses:input_type -> corpus.v1.ListProcessesRequest
-	4,  // 42: corpus.v1.ProjectService.ProjectLogs:input_type -> corpus.v1.ProjectLogsRequest
-	32, // 43: corpus.v1.ProjectService.ExportProject:input_type -> corpus.v1.ExportProjectRequest
-	38, // 44: corpus.v1.ProjectService.ImportProject:input_type -> corpus.v1.ImportProjectRequest
-	2,  // 45: corpus.v1.ProjectService.Scale:input_type -> corpus.v1.ScaleRequest
-	0,  // 46: corpus.v1.ProjectService.Autoscale:input_type -> corpus.v1.AutoscaleRequest
-	14, // 47: corpus.v1.ProjectService.CreateProject:output_type -> corpus.v1.CreateProjectResponse
-	16, // 48: corpus.v1.ProjectService.ListProjects:output_type -> corpus.v1.ListProjectsResponse
-	21, // 49: corpus.v1.ProjectService.GetProject:output_type -> corpus.v1.GetProjectResponse
-	23, // 50: corpus.v1.ProjectService.DeleteProject:output_type -> corpus.v1.DeleteProjectResponse
-	25, // 51: corpus.v1.ProjectService.GrantProject:output_type -> corpus.v1.GrantProjectResponse
-	27, // 52: corpus.v1.ProjectService.ListReleases:output_type -> corpus.v1.ListReleasesResponse
-	29, // 53: corpus.v1.ProjectService.GetRelease:output_type -> corpus.v1.GetReleaseResponse
-	31, // 54: corpus.v1.ProjectService.Rollback:output_type -> corpus.v1.RollbackOutput
-	10, // 55: corpus.v1.ProjectService.SetConfig:output_type -> corpus.v1.DeployOutput
-	7,  // 56: corpus.v1.ProjectService.GetConfig:output_type -> corpus.v1.GetConfigResponse
-	10, // 57: corpus.v1.ProjectService.Deploy:output_type -> corpus.v1.DeployOutput
-	12, // 58: corpus.v1.ProjectService.ListProcesses:output_type -> corpus.v1.ListProcessesResponse
-	54, // 59: corpus.v1.ProjectService.ProjectLogs:output_type -> corpus.v1.LogLine
-	33, // 60: corpus.v1.ProjectService.ExportProject:output_type -> corpus.v1.ExportProjectResponse
-	39, // 61: corpus.v1.ProjectService.ImportProject:output_type -> corpus.v1.ImportProjectResponse
-	3,  // 62: corpus.v1.ProjectService.Scale:output_type -> corpus.v1.ScaleResponse
-	1,  // 63: corpus.v1.ProjectService.Autoscale:output_type -> corpus.v1.AutoscaleResponse
-	47, // [47:64] is the sub-list for method output_type
-	30, // [30:47] is the sub-list for method input_type
-	30, // [30:30] is the sub-list for extension type_name
-	30, // [30:30] is the sub-list for extension extendee
-	0,  // [0:30] is the sub-list for field type_name
+	19, // 0: corpus.v1.SwitchBackResponse.project:type_name -> corpus.v1.ProjectView
+	19, // 1: corpus.v1.AutoscaleResponse.project:type_name -> corpus.v1.ProjectView
+	42, // 2: corpus.v1.ScaleRequest.counts:type_name -> corpus.v1.ScaleRequest.CountsEntry
+	19, // 3: corpus.v1.ScaleResponse.project:type_name -> corpus.v1.ProjectView
+	49, // 4: corpus.v1.ProjectLogsRequest.filter:type_name -> corpus.v1.GuestLogsRequest
+	43, // 5: corpus.v1.SetConfigRequest.set:type_name -> corpus.v1.SetConfigRequest.SetEntry
+	10, // 6: corpus.v1.GetConfigResponse.vars:type_name -> corpus.v1.ConfigVar
+	50, // 7: corpus.v1.ListProcessesResponse.processes:type_name -> corpus.v1.ProcessStatus
+	51, // 8: corpus.v1.CreateProjectRequest.resources:type_name -> corpus.v1.Resources
+	52, // 9: corpus.v1.CreateProjectResponse.project:type_name -> corpus.v1.Project
+	19, // 10: corpus.v1.ListProjectsResponse.projects:type_name -> corpus.v1.ProjectView
+	52, // 11: corpus.v1.ProjectView.project:type_name -> corpus.v1.Project
+	20, // 12: corpus.v1.ProjectView.envs:type_name -> corpus.v1.ProjectEnvView
+	44, // 13: corpus.v1.ProjectEnvView.scale:type_name -> corpus.v1.ProjectEnvView.ScaleEntry
+	21, // 14: corpus.v1.ProjectEnvView.instances:type_name -> corpus.v1.InstanceView
+	19, // 15: corpus.v1.GetProjectResponse.project:type_name -> corpus.v1.ProjectView
+	52, // 16: corpus.v1.GrantProjectResponse.project:type_name -> corpus.v1.Project
+	53, // 17: corpus.v1.ListReleasesResponse.releases:type_name -> corpus.v1.Release
+	53, // 18: corpus.v1.GetReleaseResponse.release:type_name -> corpus.v1.Release
+	54, // 19: corpus.v1.RollbackRequest.project_env:type_name -> corpus.v1.ProjectEnv
+	36, // 20: corpus.v1.ExportProjectResponse.topology:type_name -> corpus.v1.ProjectTopology
+	37, // 21: corpus.v1.ProjectTopology.environments:type_name -> corpus.v1.EnvTopology
+	38, // 22: corpus.v1.ProjectTopology.services:type_name -> corpus.v1.ServiceTopology
+	51, // 23: corpus.v1.EnvTopology.resources:type_name -> corpus.v1.Resources
+	45, // 24: corpus.v1.EnvTopology.config:type_name -> corpus.v1.EnvTopology.ConfigEntry
+	46, // 25: corpus.v1.EnvTopology.scale:type_name -> corpus.v1.EnvTopology.ScaleEntry
+	47, // 26: corpus.v1.EnvTopology.autoscale:type_name -> corpus.v1.EnvTopology.AutoscaleEntry
+	48, // 27: corpus.v1.ServiceTopology.secrets:type_name -> corpus.v1.ServiceTopology.SecretsEntry
+	39, // 28: corpus.v1.ServiceTopology.links:type_name -> corpus.v1.ServiceLinkTopology
+	36, // 29: corpus.v1.ImportProjectRequest.topology:type_name -> corpus.v1.ProjectTopology
+	55, // 30: corpus.v1.EnvTopology.AutoscaleEntry.value:type_name -> corpus.v1.AutoscalePolicy
+	15, // 31: corpus.v1.ProjectService.CreateProject:input_type -> corpus.v1.CreateProjectRequest
+	17, // 32: corpus.v1.ProjectService.ListProjects:input_type -> corpus.v1.ListProjectsRequest
+	22, // 33: corpus.v1.ProjectService.GetProject:input_type -> corpus.v1.GetProjectRequest
+	24, // 34: corpus.v1.ProjectService.DeleteProject:input_type -> corpus.v1.DeleteProjectRequest
+	26, // 35: corpus.v1.ProjectService.GrantProject:input_type -> corpus.v1.GrantProjectRequest
+	28, // 36: corpus.v1.ProjectService.ListReleases:input_type -> corpus.v1.ListReleasesRequest
+	30, // 37: corpus.v1.ProjectService.GetRelease:input_type -> corpus.v1.GetReleaseRequest
+	32, // 38: corpus.v1.ProjectService.Rollback:input_type -> corpus.v1.RollbackRequest
+	7,  // 39: corpus.v1.ProjectService.SetConfig:input_type -> corpus.v1.SetConfigRequest
+	8,  // 40: corpus.v1.ProjectService.GetConfig:input_type -> corpus.v1.GetConfigRequest
+	11, // 41: corpus.v1.ProjectService.Deploy:input_type -> corpus.v1.RedeployRequest
+	13, // 42: corpus.v1.ProjectService.ListProcesses:input_type -> corpus.v1.ListProcessesRequest
+	6,  // 43: corpus.v1.ProjectService.ProjectLogs:input_type -> corpus.v1.ProjectLogsRequest
+	34, // 44: corpus.v1.ProjectService.ExportProject:input_type -> corpus.v1.ExportProjectRequest
+	40, // 45: corpus.v1.ProjectService.ImportProject:input_type -> corpus.v1.ImportProjectRequest
+	4,  // 46: corpus.v1.ProjectService.Scale:input_type -> corpus.v1.ScaleRequest
+	2,  // 47: corpus.v1.ProjectService.Autoscale:input_type -> corpus.v1.AutoscaleRequest
+	0,  // 48: corpus.v1.ProjectService.SwitchBack:input_type -> corpus.v1.SwitchBackRequest
+	16, // 49: corpus.v1.ProjectService.CreateProject:output_type -> corpus.v1.CreateProjectResponse
+	18, // 50: corpus.v1.ProjectService.ListProjects:output_type -> corpus.v1.ListProjectsResponse
+	23, // 51: corpus.v1.ProjectService.GetProject:output_type -> corpus.v1.GetProjectResponse
+	25, // 52: corpus.v1.ProjectService.DeleteProject:output_type -> corpus.v1.DeleteProjectResponse
+	27, // 53: corpus.v1.ProjectService.GrantProject:output_type -> corpus.v1.GrantProjectResponse
+	29, // 54: corpus.v1.ProjectService.ListReleases:output_type -> corpus.v1.ListReleasesResponse
+	31, // 55: corpus.v1.ProjectService.GetRelease:output_type -> corpus.v1.GetReleaseResponse
+	33, // 56: corpus.v1.ProjectService.Rollback:output_type -> corpus.v1.RollbackOutput
+	12, // 57: corpus.v1.ProjectService.SetConfig:output_type -> corpus.v1.DeployOutput
+	9,  // 58: corpus.v1.ProjectService.GetConfig:output_type -> corpus.v1.GetConfigResponse
+	12, // 59: corpus.v1.ProjectService.Deploy:output_type -> corpus.v1.DeployOutput
+	14, // 60: corpus.v1.ProjectService.ListProcesses:output_type -> corpus.v1.ListProcessesResponse
+	56, // 61: corpus.v1.ProjectService.ProjectLogs:output_type -> corpus.v1.LogLine
+	35, // 62: corpus.v1.ProjectService.ExportProject:output_type -> corpus.v1.ExportProjectResponse
+	41, // 63: corpus.v1.ProjectService.ImportProject:output_type -> corpus.v1.ImportProjectResponse
+	5,  // 64: corpus.v1.ProjectService.Scale:output_type -> corpus.v1.ScaleResponse
+	3,  // 65: corpus.v1.ProjectService.Autoscale:output_type -> corpus.v1.AutoscaleResponse
+	1,  // 66: corpus.v1.ProjectService.SwitchBack:output_type -> corpus.v1.SwitchBackResponse
+	49, // [49:67] is the sub-list for method output_type
+	31, // [31:49] is the sub-list for method input_type
+	31, // [31:31] is the sub-list for extension type_name
+	31, // [31:31] is the sub-list for extension extendee
+	0,  // [0:31] is the sub-list for field type_name
 }
 
 func init() { file_corpus_v1_projects_proto_init() }
@@ -3209,7 +3346,7 @@ func file_corpus_v1_projects_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_corpus_v1_projects_proto_rawDesc), len(file_corpus_v1_projects_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   47,
+			NumMessages:   49,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

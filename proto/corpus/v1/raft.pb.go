@@ -104,6 +104,7 @@ type Command struct {
 	//	*Command_ScaleEnv
 	//	*Command_SetInstanceRelease
 	//	*Command_SetAutoscale
+	//	*Command_SwitchEnv
 	Cmd           isCommand_Cmd `protobuf_oneof:"cmd"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -732,6 +733,15 @@ func (x *Command) GetSetAutoscale() *SetAutoscale {
 	return nil
 }
 
+func (x *Command) GetSwitchEnv() *SwitchEnv {
+	if x != nil {
+		if x, ok := x.Cmd.(*Command_SwitchEnv); ok {
+			return x.SwitchEnv
+		}
+	}
+	return nil
+}
+
 type isCommand_Cmd interface {
 	isCommand_Cmd()
 }
@@ -984,6 +994,10 @@ type Command_SetAutoscale struct {
 	SetAutoscale *SetAutoscale `protobuf:"bytes,207,opt,name=set_autoscale,json=setAutoscale,proto3,oneof"`
 }
 
+type Command_SwitchEnv struct {
+	SwitchEnv *SwitchEnv `protobuf:"bytes,208,opt,name=switch_env,json=switchEnv,proto3,oneof"`
+}
+
 func (*Command_BootstrapCluster) isCommand_Cmd() {}
 
 func (*Command_CreateJoinToken) isCommand_Cmd() {}
@@ -1107,6 +1121,8 @@ func (*Command_ScaleEnv) isCommand_Cmd() {}
 func (*Command_SetInstanceRelease) isCommand_Cmd() {}
 
 func (*Command_SetAutoscale) isCommand_Cmd() {}
+
+func (*Command_SwitchEnv) isCommand_Cmd() {}
 
 // RecordAudit leaves an audit entry and changes nothing else: a call the
 // API refused (permission or validation), an exec into a guest (recorded
@@ -4235,13 +4251,15 @@ func (x *SetAutoscale) GetPolicy() *AutoscalePolicy {
 	return nil
 }
 
-// SetInstanceRelease sets the release an instance should serve.
+// SetInstanceRelease sets the release an instance should serve (or,
+// with stage, start beside).
 type SetInstanceRelease struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Project       string                 `protobuf:"bytes,1,opt,name=project,proto3" json:"project,omitempty"`
 	Env           string                 `protobuf:"bytes,2,opt,name=env,proto3" json:"env,omitempty"`
 	Instance      uint32                 `protobuf:"varint,3,opt,name=instance,proto3" json:"instance,omitempty"`
 	Release       uint32                 `protobuf:"varint,4,opt,name=release,proto3" json:"release,omitempty"`
+	Stage         bool                   `protobuf:"varint,5,opt,name=stage,proto3" json:"stage,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -4304,6 +4322,127 @@ func (x *SetInstanceRelease) GetRelease() uint32 {
 	return 0
 }
 
+func (x *SetInstanceRelease) GetStage() bool {
+	if x != nil {
+		return x.Stage
+	}
+	return false
+}
+
+// SwitchEnv moves every domain of an environment at once: forward to a
+// release every instance staged (the one serving stands by until
+// keep_until), or back to the standby release (back). drop is unused.
+type SwitchEnv struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Project string                 `protobuf:"bytes,1,opt,name=project,proto3" json:"project,omitempty"`
+	Env     string                 `protobuf:"bytes,2,opt,name=env,proto3" json:"env,omitempty"`
+	Release uint32                 `protobuf:"varint,3,opt,name=release,proto3" json:"release,omitempty"`
+	// web_port of the first instance, and instance_ports of the others by
+	// index: where the release's web listens.
+	WebPort       int32                  `protobuf:"varint,4,opt,name=web_port,json=webPort,proto3" json:"web_port,omitempty"`
+	InstancePorts map[uint32]int32       `protobuf:"bytes,5,rep,name=instance_ports,json=instancePorts,proto3" json:"instance_ports,omitempty" protobuf_key:"varint,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
+	KeepUntil     *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=keep_until,json=keepUntil,proto3" json:"keep_until,omitempty"`
+	Back          bool                   `protobuf:"varint,7,opt,name=back,proto3" json:"back,omitempty"`
+	Drop          bool                   `protobuf:"varint,8,opt,name=drop,proto3" json:"drop,omitempty"`
+	// node_id is the caller's (forward: the first instance's node).
+	NodeId        string `protobuf:"bytes,9,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SwitchEnv) Reset() {
+	*x = SwitchEnv{}
+	mi := &file_corpus_v1_raft_proto_msgTypes[51]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SwitchEnv) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SwitchEnv) ProtoMessage() {}
+
+func (x *SwitchEnv) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_raft_proto_msgTypes[51]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SwitchEnv.ProtoReflect.Descriptor instead.
+func (*SwitchEnv) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{51}
+}
+
+func (x *SwitchEnv) GetProject() string {
+	if x != nil {
+		return x.Project
+	}
+	return ""
+}
+
+func (x *SwitchEnv) GetEnv() string {
+	if x != nil {
+		return x.Env
+	}
+	return ""
+}
+
+func (x *SwitchEnv) GetRelease() uint32 {
+	if x != nil {
+		return x.Release
+	}
+	return 0
+}
+
+func (x *SwitchEnv) GetWebPort() int32 {
+	if x != nil {
+		return x.WebPort
+	}
+	return 0
+}
+
+func (x *SwitchEnv) GetInstancePorts() map[uint32]int32 {
+	if x != nil {
+		return x.InstancePorts
+	}
+	return nil
+}
+
+func (x *SwitchEnv) GetKeepUntil() *timestamppb.Timestamp {
+	if x != nil {
+		return x.KeepUntil
+	}
+	return nil
+}
+
+func (x *SwitchEnv) GetBack() bool {
+	if x != nil {
+		return x.Back
+	}
+	return false
+}
+
+func (x *SwitchEnv) GetDrop() bool {
+	if x != nil {
+		return x.Drop
+	}
+	return false
+}
+
+func (x *SwitchEnv) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
 // UpdateGuest replaces a guest's spec. Only the image, resources, env
 // and ports may differ from the current spec; a guest placed on a node
 // whose driver cannot converge in place is refused.
@@ -4317,7 +4456,7 @@ type UpdateGuest struct {
 
 func (x *UpdateGuest) Reset() {
 	*x = UpdateGuest{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[51]
+	mi := &file_corpus_v1_raft_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4329,7 +4468,7 @@ func (x *UpdateGuest) String() string {
 func (*UpdateGuest) ProtoMessage() {}
 
 func (x *UpdateGuest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[51]
+	mi := &file_corpus_v1_raft_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4342,7 +4481,7 @@ func (x *UpdateGuest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateGuest.ProtoReflect.Descriptor instead.
 func (*UpdateGuest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{51}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *UpdateGuest) GetName() string {
@@ -4371,7 +4510,7 @@ type CreateService struct {
 
 func (x *CreateService) Reset() {
 	*x = CreateService{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[52]
+	mi := &file_corpus_v1_raft_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4383,7 +4522,7 @@ func (x *CreateService) String() string {
 func (*CreateService) ProtoMessage() {}
 
 func (x *CreateService) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[52]
+	mi := &file_corpus_v1_raft_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4396,7 +4535,7 @@ func (x *CreateService) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateService.ProtoReflect.Descriptor instead.
 func (*CreateService) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{52}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *CreateService) GetService() *Service {
@@ -4427,7 +4566,7 @@ type SetServiceDesired struct {
 
 func (x *SetServiceDesired) Reset() {
 	*x = SetServiceDesired{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[53]
+	mi := &file_corpus_v1_raft_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4439,7 +4578,7 @@ func (x *SetServiceDesired) String() string {
 func (*SetServiceDesired) ProtoMessage() {}
 
 func (x *SetServiceDesired) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[53]
+	mi := &file_corpus_v1_raft_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4452,7 +4591,7 @@ func (x *SetServiceDesired) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetServiceDesired.ProtoReflect.Descriptor instead.
 func (*SetServiceDesired) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{53}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *SetServiceDesired) GetName() string {
@@ -4490,7 +4629,7 @@ type LinkService struct {
 
 func (x *LinkService) Reset() {
 	*x = LinkService{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[54]
+	mi := &file_corpus_v1_raft_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4502,7 +4641,7 @@ func (x *LinkService) String() string {
 func (*LinkService) ProtoMessage() {}
 
 func (x *LinkService) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[54]
+	mi := &file_corpus_v1_raft_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4515,7 +4654,7 @@ func (x *LinkService) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LinkService.ProtoReflect.Descriptor instead.
 func (*LinkService) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{54}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *LinkService) GetService() string {
@@ -4551,7 +4690,7 @@ type UnlinkService struct {
 
 func (x *UnlinkService) Reset() {
 	*x = UnlinkService{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[55]
+	mi := &file_corpus_v1_raft_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4563,7 +4702,7 @@ func (x *UnlinkService) String() string {
 func (*UnlinkService) ProtoMessage() {}
 
 func (x *UnlinkService) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[55]
+	mi := &file_corpus_v1_raft_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4576,7 +4715,7 @@ func (x *UnlinkService) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnlinkService.ProtoReflect.Descriptor instead.
 func (*UnlinkService) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{55}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *UnlinkService) GetService() string {
@@ -4612,7 +4751,7 @@ type UpdateService struct {
 
 func (x *UpdateService) Reset() {
 	*x = UpdateService{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[56]
+	mi := &file_corpus_v1_raft_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4624,7 +4763,7 @@ func (x *UpdateService) String() string {
 func (*UpdateService) ProtoMessage() {}
 
 func (x *UpdateService) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[56]
+	mi := &file_corpus_v1_raft_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4637,7 +4776,7 @@ func (x *UpdateService) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateService.ProtoReflect.Descriptor instead.
 func (*UpdateService) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{56}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *UpdateService) GetName() string {
@@ -4672,7 +4811,7 @@ type ReportServices struct {
 
 func (x *ReportServices) Reset() {
 	*x = ReportServices{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[57]
+	mi := &file_corpus_v1_raft_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4684,7 +4823,7 @@ func (x *ReportServices) String() string {
 func (*ReportServices) ProtoMessage() {}
 
 func (x *ReportServices) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[57]
+	mi := &file_corpus_v1_raft_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4697,7 +4836,7 @@ func (x *ReportServices) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportServices.ProtoReflect.Descriptor instead.
 func (*ReportServices) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{57}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *ReportServices) GetNodeId() string {
@@ -4724,7 +4863,7 @@ type BeginBackup struct {
 
 func (x *BeginBackup) Reset() {
 	*x = BeginBackup{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[58]
+	mi := &file_corpus_v1_raft_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4736,7 +4875,7 @@ func (x *BeginBackup) String() string {
 func (*BeginBackup) ProtoMessage() {}
 
 func (x *BeginBackup) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[58]
+	mi := &file_corpus_v1_raft_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4749,7 +4888,7 @@ func (x *BeginBackup) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BeginBackup.ProtoReflect.Descriptor instead.
 func (*BeginBackup) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{58}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *BeginBackup) GetBackup() *Backup {
@@ -4773,7 +4912,7 @@ type FinishBackup struct {
 
 func (x *FinishBackup) Reset() {
 	*x = FinishBackup{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[59]
+	mi := &file_corpus_v1_raft_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4785,7 +4924,7 @@ func (x *FinishBackup) String() string {
 func (*FinishBackup) ProtoMessage() {}
 
 func (x *FinishBackup) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[59]
+	mi := &file_corpus_v1_raft_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4798,7 +4937,7 @@ func (x *FinishBackup) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FinishBackup.ProtoReflect.Descriptor instead.
 func (*FinishBackup) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{59}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *FinishBackup) GetId() string {
@@ -4846,7 +4985,7 @@ type DeleteBackup struct {
 
 func (x *DeleteBackup) Reset() {
 	*x = DeleteBackup{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[60]
+	mi := &file_corpus_v1_raft_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4858,7 +4997,7 @@ func (x *DeleteBackup) String() string {
 func (*DeleteBackup) ProtoMessage() {}
 
 func (x *DeleteBackup) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[60]
+	mi := &file_corpus_v1_raft_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4871,7 +5010,7 @@ func (x *DeleteBackup) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteBackup.ProtoReflect.Descriptor instead.
 func (*DeleteBackup) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{60}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *DeleteBackup) GetId() string {
@@ -4899,7 +5038,7 @@ type UpdateVolume struct {
 
 func (x *UpdateVolume) Reset() {
 	*x = UpdateVolume{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[61]
+	mi := &file_corpus_v1_raft_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4911,7 +5050,7 @@ func (x *UpdateVolume) String() string {
 func (*UpdateVolume) ProtoMessage() {}
 
 func (x *UpdateVolume) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[61]
+	mi := &file_corpus_v1_raft_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4924,7 +5063,7 @@ func (x *UpdateVolume) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateVolume.ProtoReflect.Descriptor instead.
 func (*UpdateVolume) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{61}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *UpdateVolume) GetName() string {
@@ -4960,7 +5099,7 @@ type ReplaceServiceGuest struct {
 
 func (x *ReplaceServiceGuest) Reset() {
 	*x = ReplaceServiceGuest{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[62]
+	mi := &file_corpus_v1_raft_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4972,7 +5111,7 @@ func (x *ReplaceServiceGuest) String() string {
 func (*ReplaceServiceGuest) ProtoMessage() {}
 
 func (x *ReplaceServiceGuest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[62]
+	mi := &file_corpus_v1_raft_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4985,7 +5124,7 @@ func (x *ReplaceServiceGuest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplaceServiceGuest.ProtoReflect.Descriptor instead.
 func (*ReplaceServiceGuest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{62}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *ReplaceServiceGuest) GetService() string {
@@ -5029,7 +5168,7 @@ type SetAcmeConfig struct {
 
 func (x *SetAcmeConfig) Reset() {
 	*x = SetAcmeConfig{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[63]
+	mi := &file_corpus_v1_raft_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5041,7 +5180,7 @@ func (x *SetAcmeConfig) String() string {
 func (*SetAcmeConfig) ProtoMessage() {}
 
 func (x *SetAcmeConfig) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[63]
+	mi := &file_corpus_v1_raft_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5054,7 +5193,7 @@ func (x *SetAcmeConfig) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetAcmeConfig.ProtoReflect.Descriptor instead.
 func (*SetAcmeConfig) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{63}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *SetAcmeConfig) GetConfig() *AcmeConfig {
@@ -5086,7 +5225,7 @@ type PutCertificate struct {
 
 func (x *PutCertificate) Reset() {
 	*x = PutCertificate{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[64]
+	mi := &file_corpus_v1_raft_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5098,7 +5237,7 @@ func (x *PutCertificate) String() string {
 func (*PutCertificate) ProtoMessage() {}
 
 func (x *PutCertificate) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[64]
+	mi := &file_corpus_v1_raft_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5111,7 +5250,7 @@ func (x *PutCertificate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutCertificate.ProtoReflect.Descriptor instead.
 func (*PutCertificate) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{64}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *PutCertificate) GetCertificate() *Certificate {
@@ -5137,7 +5276,7 @@ type DeleteCertificate struct {
 
 func (x *DeleteCertificate) Reset() {
 	*x = DeleteCertificate{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[65]
+	mi := &file_corpus_v1_raft_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5149,7 +5288,7 @@ func (x *DeleteCertificate) String() string {
 func (*DeleteCertificate) ProtoMessage() {}
 
 func (x *DeleteCertificate) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[65]
+	mi := &file_corpus_v1_raft_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5162,7 +5301,7 @@ func (x *DeleteCertificate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteCertificate.ProtoReflect.Descriptor instead.
 func (*DeleteCertificate) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{65}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *DeleteCertificate) GetDomain() string {
@@ -5185,7 +5324,7 @@ type SetRouteTls struct {
 
 func (x *SetRouteTls) Reset() {
 	*x = SetRouteTls{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[66]
+	mi := &file_corpus_v1_raft_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5197,7 +5336,7 @@ func (x *SetRouteTls) String() string {
 func (*SetRouteTls) ProtoMessage() {}
 
 func (x *SetRouteTls) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[66]
+	mi := &file_corpus_v1_raft_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5210,7 +5349,7 @@ func (x *SetRouteTls) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetRouteTls.ProtoReflect.Descriptor instead.
 func (*SetRouteTls) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{66}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *SetRouteTls) GetId() string {
@@ -5245,7 +5384,7 @@ var File_corpus_v1_raft_proto protoreflect.FileDescriptor
 
 const file_corpus_v1_raft_proto_rawDesc = "" +
 	"\n" +
-	"\x14corpus/v1/raft.proto\x12\tcorpus.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x15corpus/v1/types.proto\x1a\x18corpus/v1/services.proto\"\xb1!\n" +
+	"\x14corpus/v1/raft.proto\x12\tcorpus.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x15corpus/v1/types.proto\x1a\x18corpus/v1/services.proto\"\xe9!\n" +
 	"\aCommand\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x12\x1c\n" +
 	"\tignorable\x18\x02 \x01(\bR\tignorable\x12,\n" +
@@ -5325,7 +5464,9 @@ const file_corpus_v1_raft_proto_rawDesc = "" +
 	"\rset_route_tls\x18\xcc\x01 \x01(\v2\x16.corpus.v1.SetRouteTlsH\x00R\vsetRouteTls\x123\n" +
 	"\tscale_env\x18\xcd\x01 \x01(\v2\x13.corpus.v1.ScaleEnvH\x00R\bscaleEnv\x12R\n" +
 	"\x14set_instance_release\x18\xce\x01 \x01(\v2\x1d.corpus.v1.SetInstanceReleaseH\x00R\x12setInstanceRelease\x12?\n" +
-	"\rset_autoscale\x18\xcf\x01 \x01(\v2\x17.corpus.v1.SetAutoscaleH\x00R\fsetAutoscaleB\x05\n" +
+	"\rset_autoscale\x18\xcf\x01 \x01(\v2\x17.corpus.v1.SetAutoscaleH\x00R\fsetAutoscale\x126\n" +
+	"\n" +
+	"switch_env\x18\xd0\x01 \x01(\v2\x14.corpus.v1.SwitchEnvH\x00R\tswitchEnvB\x05\n" +
 	"\x03cmd\"U\n" +
 	"\vRecordAudit\x12\x16\n" +
 	"\x06action\x18\x01 \x01(\tR\x06action\x12\x16\n" +
@@ -5572,12 +5713,27 @@ const file_corpus_v1_raft_proto_rawDesc = "" +
 	"\aproject\x18\x01 \x01(\tR\aproject\x12\x10\n" +
 	"\x03env\x18\x02 \x01(\tR\x03env\x12\x18\n" +
 	"\aprocess\x18\x03 \x01(\tR\aprocess\x122\n" +
-	"\x06policy\x18\x04 \x01(\v2\x1a.corpus.v1.AutoscalePolicyR\x06policy\"v\n" +
+	"\x06policy\x18\x04 \x01(\v2\x1a.corpus.v1.AutoscalePolicyR\x06policy\"\x8c\x01\n" +
 	"\x12SetInstanceRelease\x12\x18\n" +
 	"\aproject\x18\x01 \x01(\tR\aproject\x12\x10\n" +
 	"\x03env\x18\x02 \x01(\tR\x03env\x12\x1a\n" +
 	"\binstance\x18\x03 \x01(\rR\binstance\x12\x18\n" +
-	"\arelease\x18\x04 \x01(\rR\arelease\"K\n" +
+	"\arelease\x18\x04 \x01(\rR\arelease\x12\x14\n" +
+	"\x05stage\x18\x05 \x01(\bR\x05stage\"\xfa\x02\n" +
+	"\tSwitchEnv\x12\x18\n" +
+	"\aproject\x18\x01 \x01(\tR\aproject\x12\x10\n" +
+	"\x03env\x18\x02 \x01(\tR\x03env\x12\x18\n" +
+	"\arelease\x18\x03 \x01(\rR\arelease\x12\x19\n" +
+	"\bweb_port\x18\x04 \x01(\x05R\awebPort\x12N\n" +
+	"\x0einstance_ports\x18\x05 \x03(\v2'.corpus.v1.SwitchEnv.InstancePortsEntryR\rinstancePorts\x129\n" +
+	"\n" +
+	"keep_until\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\tkeepUntil\x12\x12\n" +
+	"\x04back\x18\a \x01(\bR\x04back\x12\x12\n" +
+	"\x04drop\x18\b \x01(\bR\x04drop\x12\x17\n" +
+	"\anode_id\x18\t \x01(\tR\x06nodeId\x1a@\n" +
+	"\x12InstancePortsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\rR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\x05R\x05value:\x028\x01\"K\n" +
 	"\vUpdateGuest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12(\n" +
 	"\x04spec\x18\x02 \x01(\v2\x14.corpus.v1.GuestSpecR\x04spec\"e\n" +
@@ -5655,7 +5811,7 @@ func file_corpus_v1_raft_proto_rawDescGZIP() []byte {
 	return file_corpus_v1_raft_proto_rawDescData
 }
 
-var file_corpus_v1_raft_proto_msgTypes = make([]protoimpl.MessageInfo, 72)
+var file_corpus_v1_raft_proto_msgTypes = make([]protoimpl.MessageInfo, 74)
 var file_corpus_v1_raft_proto_goTypes = []any{
 	(*Command)(nil),               // 0: corpus.v1.Command
 	(*RecordAudit)(nil),           // 1: corpus.v1.RecordAudit
@@ -5708,60 +5864,62 @@ var file_corpus_v1_raft_proto_goTypes = []any{
 	(*ScaleEnv)(nil),              // 48: corpus.v1.ScaleEnv
 	(*SetAutoscale)(nil),          // 49: corpus.v1.SetAutoscale
 	(*SetInstanceRelease)(nil),    // 50: corpus.v1.SetInstanceRelease
-	(*UpdateGuest)(nil),           // 51: corpus.v1.UpdateGuest
-	(*CreateService)(nil),         // 52: corpus.v1.CreateService
-	(*SetServiceDesired)(nil),     // 53: corpus.v1.SetServiceDesired
-	(*LinkService)(nil),           // 54: corpus.v1.LinkService
-	(*UnlinkService)(nil),         // 55: corpus.v1.UnlinkService
-	(*UpdateService)(nil),         // 56: corpus.v1.UpdateService
-	(*ReportServices)(nil),        // 57: corpus.v1.ReportServices
-	(*BeginBackup)(nil),           // 58: corpus.v1.BeginBackup
-	(*FinishBackup)(nil),          // 59: corpus.v1.FinishBackup
-	(*DeleteBackup)(nil),          // 60: corpus.v1.DeleteBackup
-	(*UpdateVolume)(nil),          // 61: corpus.v1.UpdateVolume
-	(*ReplaceServiceGuest)(nil),   // 62: corpus.v1.ReplaceServiceGuest
-	(*SetAcmeConfig)(nil),         // 63: corpus.v1.SetAcmeConfig
-	(*PutCertificate)(nil),        // 64: corpus.v1.PutCertificate
-	(*DeleteCertificate)(nil),     // 65: corpus.v1.DeleteCertificate
-	(*SetRouteTls)(nil),           // 66: corpus.v1.SetRouteTls
-	nil,                           // 67: corpus.v1.UpdateNode.LabelsEntry
-	nil,                           // 68: corpus.v1.SetConfig.SetEntry
-	nil,                           // 69: corpus.v1.ResealedConfig.ConfigEntry
-	nil,                           // 70: corpus.v1.ScaleEnv.ScaleEntry
-	nil,                           // 71: corpus.v1.LinkService.ConfigEntry
-	(*timestamppb.Timestamp)(nil), // 72: google.protobuf.Timestamp
-	(*ClusterConfig)(nil),         // 73: corpus.v1.ClusterConfig
-	(*JoinToken)(nil),             // 74: corpus.v1.JoinToken
-	(*Node)(nil),                  // 75: corpus.v1.Node
-	(*Resources)(nil),             // 76: corpus.v1.Resources
-	(*DriverInfo)(nil),            // 77: corpus.v1.DriverInfo
-	(*Guest)(nil),                 // 78: corpus.v1.Guest
-	(*GuestObserved)(nil),         // 79: corpus.v1.GuestObserved
-	(*Route)(nil),                 // 80: corpus.v1.Route
-	(*DnsRecord)(nil),             // 81: corpus.v1.DnsRecord
-	(*VolumeObserved)(nil),        // 82: corpus.v1.VolumeObserved
-	(*User)(nil),                  // 83: corpus.v1.User
-	(*UserToken)(nil),             // 84: corpus.v1.UserToken
-	(*SshKey)(nil),                // 85: corpus.v1.SshKey
-	(*ProjectEnv)(nil),            // 86: corpus.v1.ProjectEnv
-	(*Release)(nil),               // 87: corpus.v1.Release
-	(*ReleaseStep)(nil),           // 88: corpus.v1.ReleaseStep
-	(*Coordinator)(nil),           // 89: corpus.v1.Coordinator
-	(*Volume)(nil),                // 90: corpus.v1.Volume
-	(*Project)(nil),               // 91: corpus.v1.Project
-	(*AuditEntry)(nil),            // 92: corpus.v1.AuditEntry
-	(*Keyring)(nil),               // 93: corpus.v1.Keyring
-	(*Service)(nil),               // 94: corpus.v1.Service
-	(*Backup)(nil),                // 95: corpus.v1.Backup
-	(*AcmeConfig)(nil),            // 96: corpus.v1.AcmeConfig
-	(*Certificate)(nil),           // 97: corpus.v1.Certificate
-	(*AutoscalePolicy)(nil),       // 98: corpus.v1.AutoscalePolicy
-	(*GuestSpec)(nil),             // 99: corpus.v1.GuestSpec
-	(*ServiceLink)(nil),           // 100: corpus.v1.ServiceLink
-	(*ReportedService)(nil),       // 101: corpus.v1.ReportedService
+	(*SwitchEnv)(nil),             // 51: corpus.v1.SwitchEnv
+	(*UpdateGuest)(nil),           // 52: corpus.v1.UpdateGuest
+	(*CreateService)(nil),         // 53: corpus.v1.CreateService
+	(*SetServiceDesired)(nil),     // 54: corpus.v1.SetServiceDesired
+	(*LinkService)(nil),           // 55: corpus.v1.LinkService
+	(*UnlinkService)(nil),         // 56: corpus.v1.UnlinkService
+	(*UpdateService)(nil),         // 57: corpus.v1.UpdateService
+	(*ReportServices)(nil),        // 58: corpus.v1.ReportServices
+	(*BeginBackup)(nil),           // 59: corpus.v1.BeginBackup
+	(*FinishBackup)(nil),          // 60: corpus.v1.FinishBackup
+	(*DeleteBackup)(nil),          // 61: corpus.v1.DeleteBackup
+	(*UpdateVolume)(nil),          // 62: corpus.v1.UpdateVolume
+	(*ReplaceServiceGuest)(nil),   // 63: corpus.v1.ReplaceServiceGuest
+	(*SetAcmeConfig)(nil),         // 64: corpus.v1.SetAcmeConfig
+	(*PutCertificate)(nil),        // 65: corpus.v1.PutCertificate
+	(*DeleteCertificate)(nil),     // 66: corpus.v1.DeleteCertificate
+	(*SetRouteTls)(nil),           // 67: corpus.v1.SetRouteTls
+	nil,                           // 68: corpus.v1.UpdateNode.LabelsEntry
+	nil,                           // 69: corpus.v1.SetConfig.SetEntry
+	nil,                           // 70: corpus.v1.ResealedConfig.ConfigEntry
+	nil,                           // 71: corpus.v1.ScaleEnv.ScaleEntry
+	nil,                           // 72: corpus.v1.SwitchEnv.InstancePortsEntry
+	nil,                           // 73: corpus.v1.LinkService.ConfigEntry
+	(*timestamppb.Timestamp)(nil), // 74: google.protobuf.Timestamp
+	(*ClusterConfig)(nil),         // 75: corpus.v1.ClusterConfig
+	(*JoinToken)(nil),             // 76: corpus.v1.JoinToken
+	(*Node)(nil),                  // 77: corpus.v1.Node
+	(*Resources)(nil),             // 78: corpus.v1.Resources
+	(*DriverInfo)(nil),            // 79: corpus.v1.DriverInfo
+	(*Guest)(nil),                 // 80: corpus.v1.Guest
+	(*GuestObserved)(nil),         // 81: corpus.v1.GuestObserved
+	(*Route)(nil),                 // 82: corpus.v1.Route
+	(*DnsRecord)(nil),             // 83: corpus.v1.DnsRecord
+	(*VolumeObserved)(nil),        // 84: corpus.v1.VolumeObserved
+	(*User)(nil),                  // 85: corpus.v1.User
+	(*UserToken)(nil),             // 86: corpus.v1.UserToken
+	(*SshKey)(nil),                // 87: corpus.v1.SshKey
+	(*ProjectEnv)(nil),            // 88: corpus.v1.ProjectEnv
+	(*Release)(nil),               // 89: corpus.v1.Release
+	(*ReleaseStep)(nil),           // 90: corpus.v1.ReleaseStep
+	(*Coordinator)(nil),           // 91: corpus.v1.Coordinator
+	(*Volume)(nil),                // 92: corpus.v1.Volume
+	(*Project)(nil),               // 93: corpus.v1.Project
+	(*AuditEntry)(nil),            // 94: corpus.v1.AuditEntry
+	(*Keyring)(nil),               // 95: corpus.v1.Keyring
+	(*Service)(nil),               // 96: corpus.v1.Service
+	(*Backup)(nil),                // 97: corpus.v1.Backup
+	(*AcmeConfig)(nil),            // 98: corpus.v1.AcmeConfig
+	(*Certificate)(nil),           // 99: corpus.v1.Certificate
+	(*AutoscalePolicy)(nil),       // 100: corpus.v1.AutoscalePolicy
+	(*GuestSpec)(nil),             // 101: corpus.v1.GuestSpec
+	(*ServiceLink)(nil),           // 102: corpus.v1.ServiceLink
+	(*ReportedService)(nil),       // 103: corpus.v1.ReportedService
 }
 var file_corpus_v1_raft_proto_depIdxs = []int32{
-	72,  // 0: corpus.v1.Command.now:type_name -> google.protobuf.Timestamp
+	74,  // 0: corpus.v1.Command.now:type_name -> google.protobuf.Timestamp
 	2,   // 1: corpus.v1.Command.bootstrap_cluster:type_name -> corpus.v1.BootstrapCluster
 	3,   // 2: corpus.v1.Command.create_join_token:type_name -> corpus.v1.CreateJoinToken
 	4,   // 3: corpus.v1.Command.enroll_node:type_name -> corpus.v1.EnrollNode
@@ -5801,96 +5959,99 @@ var file_corpus_v1_raft_proto_depIdxs = []int32{
 	12,  // 37: corpus.v1.Command.set_node_mode:type_name -> corpus.v1.SetNodeMode
 	5,   // 38: corpus.v1.Command.renew_node_certificate:type_name -> corpus.v1.RenewNodeCertificate
 	26,  // 39: corpus.v1.Command.user_login:type_name -> corpus.v1.UserLogin
-	51,  // 40: corpus.v1.Command.update_guest:type_name -> corpus.v1.UpdateGuest
+	52,  // 40: corpus.v1.Command.update_guest:type_name -> corpus.v1.UpdateGuest
 	1,   // 41: corpus.v1.Command.record_audit:type_name -> corpus.v1.RecordAudit
 	44,  // 42: corpus.v1.Command.set_config:type_name -> corpus.v1.SetConfig
 	45,  // 43: corpus.v1.Command.set_keyring:type_name -> corpus.v1.SetKeyring
 	47,  // 44: corpus.v1.Command.set_web_port:type_name -> corpus.v1.SetWebPort
-	52,  // 45: corpus.v1.Command.create_service:type_name -> corpus.v1.CreateService
-	53,  // 46: corpus.v1.Command.set_service_desired:type_name -> corpus.v1.SetServiceDesired
-	54,  // 47: corpus.v1.Command.link_service:type_name -> corpus.v1.LinkService
-	55,  // 48: corpus.v1.Command.unlink_service:type_name -> corpus.v1.UnlinkService
-	56,  // 49: corpus.v1.Command.update_service:type_name -> corpus.v1.UpdateService
-	57,  // 50: corpus.v1.Command.report_services:type_name -> corpus.v1.ReportServices
-	58,  // 51: corpus.v1.Command.begin_backup:type_name -> corpus.v1.BeginBackup
-	59,  // 52: corpus.v1.Command.finish_backup:type_name -> corpus.v1.FinishBackup
-	60,  // 53: corpus.v1.Command.delete_backup:type_name -> corpus.v1.DeleteBackup
-	62,  // 54: corpus.v1.Command.replace_service_guest:type_name -> corpus.v1.ReplaceServiceGuest
-	61,  // 55: corpus.v1.Command.update_volume:type_name -> corpus.v1.UpdateVolume
-	63,  // 56: corpus.v1.Command.set_acme_config:type_name -> corpus.v1.SetAcmeConfig
-	64,  // 57: corpus.v1.Command.put_certificate:type_name -> corpus.v1.PutCertificate
-	65,  // 58: corpus.v1.Command.delete_certificate:type_name -> corpus.v1.DeleteCertificate
-	66,  // 59: corpus.v1.Command.set_route_tls:type_name -> corpus.v1.SetRouteTls
+	53,  // 45: corpus.v1.Command.create_service:type_name -> corpus.v1.CreateService
+	54,  // 46: corpus.v1.Command.set_service_desired:type_name -> corpus.v1.SetServiceDesired
+	55,  // 47: corpus.v1.Command.link_service:type_name -> corpus.v1.LinkService
+	56,  // 48: corpus.v1.Command.unlink_service:type_name -> corpus.v1.UnlinkService
+	57,  // 49: corpus.v1.Command.update_service:type_name -> corpus.v1.UpdateService
+	58,  // 50: corpus.v1.Command.report_services:type_name -> corpus.v1.ReportServices
+	59,  // 51: corpus.v1.Command.begin_backup:type_name -> corpus.v1.BeginBackup
+	60,  // 52: corpus.v1.Command.finish_backup:type_name -> corpus.v1.FinishBackup
+	61,  // 53: corpus.v1.Command.delete_backup:type_name -> corpus.v1.DeleteBackup
+	63,  // 54: corpus.v1.Command.replace_service_guest:type_name -> corpus.v1.ReplaceServiceGuest
+	62,  // 55: corpus.v1.Command.update_volume:type_name -> corpus.v1.UpdateVolume
+	64,  // 56: corpus.v1.Command.set_acme_config:type_name -> corpus.v1.SetAcmeConfig
+	65,  // 57: corpus.v1.Command.put_certificate:type_name -> corpus.v1.PutCertificate
+	66,  // 58: corpus.v1.Command.delete_certificate:type_name -> corpus.v1.DeleteCertificate
+	67,  // 59: corpus.v1.Command.set_route_tls:type_name -> corpus.v1.SetRouteTls
 	48,  // 60: corpus.v1.Command.scale_env:type_name -> corpus.v1.ScaleEnv
 	50,  // 61: corpus.v1.Command.set_instance_release:type_name -> corpus.v1.SetInstanceRelease
 	49,  // 62: corpus.v1.Command.set_autoscale:type_name -> corpus.v1.SetAutoscale
-	73,  // 63: corpus.v1.BootstrapCluster.config:type_name -> corpus.v1.ClusterConfig
-	74,  // 64: corpus.v1.CreateJoinToken.token:type_name -> corpus.v1.JoinToken
-	75,  // 65: corpus.v1.EnrollNode.node:type_name -> corpus.v1.Node
-	72,  // 66: corpus.v1.RenewNodeCertificate.expires_at:type_name -> google.protobuf.Timestamp
-	76,  // 67: corpus.v1.UpdateNode.capacity:type_name -> corpus.v1.Resources
-	77,  // 68: corpus.v1.UpdateNode.drivers:type_name -> corpus.v1.DriverInfo
-	67,  // 69: corpus.v1.UpdateNode.labels:type_name -> corpus.v1.UpdateNode.LabelsEntry
-	78,  // 70: corpus.v1.CreateGuest.guest:type_name -> corpus.v1.Guest
-	10,  // 71: corpus.v1.PlaceGuests.placements:type_name -> corpus.v1.PlaceGuest
-	79,  // 72: corpus.v1.ObservedGuest.observed:type_name -> corpus.v1.GuestObserved
-	13,  // 73: corpus.v1.ReportGuests.guests:type_name -> corpus.v1.ObservedGuest
-	80,  // 74: corpus.v1.CreateRoute.route:type_name -> corpus.v1.Route
-	81,  // 75: corpus.v1.AddDnsRecord.record:type_name -> corpus.v1.DnsRecord
-	82,  // 76: corpus.v1.ObservedVolume.observed:type_name -> corpus.v1.VolumeObserved
-	23,  // 77: corpus.v1.ReportVolumes.volumes:type_name -> corpus.v1.ObservedVolume
-	83,  // 78: corpus.v1.CreateUser.user:type_name -> corpus.v1.User
-	84,  // 79: corpus.v1.UserLogin.token:type_name -> corpus.v1.UserToken
-	85,  // 80: corpus.v1.AddSshKey.key:type_name -> corpus.v1.SshKey
-	86,  // 81: corpus.v1.CreateProject.env:type_name -> corpus.v1.ProjectEnv
-	78,  // 82: corpus.v1.CreateProject.guest:type_name -> corpus.v1.Guest
-	80,  // 83: corpus.v1.CreateProject.routes:type_name -> corpus.v1.Route
-	87,  // 84: corpus.v1.BeginRelease.release:type_name -> corpus.v1.Release
-	88,  // 85: corpus.v1.FinishRelease.steps:type_name -> corpus.v1.ReleaseStep
-	80,  // 86: corpus.v1.SetManifestDomains.routes:type_name -> corpus.v1.Route
-	89,  // 87: corpus.v1.UpsertCoordinator.coordinator:type_name -> corpus.v1.Coordinator
-	84,  // 88: corpus.v1.CreateUserToken.token:type_name -> corpus.v1.UserToken
-	73,  // 89: corpus.v1.Snapshot.config:type_name -> corpus.v1.ClusterConfig
-	75,  // 90: corpus.v1.Snapshot.nodes:type_name -> corpus.v1.Node
-	78,  // 91: corpus.v1.Snapshot.guests:type_name -> corpus.v1.Guest
-	74,  // 92: corpus.v1.Snapshot.join_tokens:type_name -> corpus.v1.JoinToken
-	80,  // 93: corpus.v1.Snapshot.routes:type_name -> corpus.v1.Route
-	81,  // 94: corpus.v1.Snapshot.dns_records:type_name -> corpus.v1.DnsRecord
-	90,  // 95: corpus.v1.Snapshot.volumes:type_name -> corpus.v1.Volume
-	83,  // 96: corpus.v1.Snapshot.users:type_name -> corpus.v1.User
-	91,  // 97: corpus.v1.Snapshot.projects:type_name -> corpus.v1.Project
-	87,  // 98: corpus.v1.Snapshot.releases:type_name -> corpus.v1.Release
-	89,  // 99: corpus.v1.Snapshot.coordinators:type_name -> corpus.v1.Coordinator
-	92,  // 100: corpus.v1.Snapshot.audit:type_name -> corpus.v1.AuditEntry
-	84,  // 101: corpus.v1.Snapshot.user_tokens:type_name -> corpus.v1.UserToken
-	93,  // 102: corpus.v1.Snapshot.keyring:type_name -> corpus.v1.Keyring
-	94,  // 103: corpus.v1.Snapshot.services:type_name -> corpus.v1.Service
-	95,  // 104: corpus.v1.Snapshot.backups:type_name -> corpus.v1.Backup
-	96,  // 105: corpus.v1.Snapshot.acme:type_name -> corpus.v1.AcmeConfig
-	97,  // 106: corpus.v1.Snapshot.certificates:type_name -> corpus.v1.Certificate
-	68,  // 107: corpus.v1.SetConfig.set:type_name -> corpus.v1.SetConfig.SetEntry
-	93,  // 108: corpus.v1.SetKeyring.keyring:type_name -> corpus.v1.Keyring
-	46,  // 109: corpus.v1.SetKeyring.envs:type_name -> corpus.v1.ResealedConfig
-	46,  // 110: corpus.v1.SetKeyring.releases:type_name -> corpus.v1.ResealedConfig
-	69,  // 111: corpus.v1.ResealedConfig.config:type_name -> corpus.v1.ResealedConfig.ConfigEntry
-	70,  // 112: corpus.v1.ScaleEnv.scale:type_name -> corpus.v1.ScaleEnv.ScaleEntry
-	78,  // 113: corpus.v1.ScaleEnv.add:type_name -> corpus.v1.Guest
-	98,  // 114: corpus.v1.SetAutoscale.policy:type_name -> corpus.v1.AutoscalePolicy
-	99,  // 115: corpus.v1.UpdateGuest.spec:type_name -> corpus.v1.GuestSpec
-	94,  // 116: corpus.v1.CreateService.service:type_name -> corpus.v1.Service
-	78,  // 117: corpus.v1.CreateService.guest:type_name -> corpus.v1.Guest
-	100, // 118: corpus.v1.LinkService.link:type_name -> corpus.v1.ServiceLink
-	71,  // 119: corpus.v1.LinkService.config:type_name -> corpus.v1.LinkService.ConfigEntry
-	101, // 120: corpus.v1.ReportServices.services:type_name -> corpus.v1.ReportedService
-	95,  // 121: corpus.v1.BeginBackup.backup:type_name -> corpus.v1.Backup
-	78,  // 122: corpus.v1.ReplaceServiceGuest.guest:type_name -> corpus.v1.Guest
-	96,  // 123: corpus.v1.SetAcmeConfig.config:type_name -> corpus.v1.AcmeConfig
-	97,  // 124: corpus.v1.PutCertificate.certificate:type_name -> corpus.v1.Certificate
-	125, // [125:125] is the sub-list for method output_type
-	125, // [125:125] is the sub-list for method input_type
-	125, // [125:125] is the sub-list for extension type_name
-	125, // [125:125] is the sub-list for extension extendee
-	0,   // [0:125] is the sub-list for field type_name
+	51,  // 63: corpus.v1.Command.switch_env:type_name -> corpus.v1.SwitchEnv
+	75,  // 64: corpus.v1.BootstrapCluster.config:type_name -> corpus.v1.ClusterConfig
+	76,  // 65: corpus.v1.CreateJoinToken.token:type_name -> corpus.v1.JoinToken
+	77,  // 66: corpus.v1.EnrollNode.node:type_name -> corpus.v1.Node
+	74,  // 67: corpus.v1.RenewNodeCertificate.expires_at:type_name -> google.protobuf.Timestamp
+	78,  // 68: corpus.v1.UpdateNode.capacity:type_name -> corpus.v1.Resources
+	79,  // 69: corpus.v1.UpdateNode.drivers:type_name -> corpus.v1.DriverInfo
+	68,  // 70: corpus.v1.UpdateNode.labels:type_name -> corpus.v1.UpdateNode.LabelsEntry
+	80,  // 71: corpus.v1.CreateGuest.guest:type_name -> corpus.v1.Guest
+	10,  // 72: corpus.v1.PlaceGuests.placements:type_name -> corpus.v1.PlaceGuest
+	81,  // 73: corpus.v1.ObservedGuest.observed:type_name -> corpus.v1.GuestObserved
+	13,  // 74: corpus.v1.ReportGuests.guests:type_name -> corpus.v1.ObservedGuest
+	82,  // 75: corpus.v1.CreateRoute.route:type_name -> corpus.v1.Route
+	83,  // 76: corpus.v1.AddDnsRecord.record:type_name -> corpus.v1.DnsRecord
+	84,  // 77: corpus.v1.ObservedVolume.observed:type_name -> corpus.v1.VolumeObserved
+	23,  // 78: corpus.v1.ReportVolumes.volumes:type_name -> corpus.v1.ObservedVolume
+	85,  // 79: corpus.v1.CreateUser.user:type_name -> corpus.v1.User
+	86,  // 80: corpus.v1.UserLogin.token:type_name -> corpus.v1.UserToken
+	87,  // 81: corpus.v1.AddSshKey.key:type_name -> corpus.v1.SshKey
+	88,  // 82: corpus.v1.CreateProject.env:type_name -> corpus.v1.ProjectEnv
+	80,  // 83: corpus.v1.CreateProject.guest:type_name -> corpus.v1.Guest
+	82,  // 84: corpus.v1.CreateProject.routes:type_name -> corpus.v1.Route
+	89,  // 85: corpus.v1.BeginRelease.release:type_name -> corpus.v1.Release
+	90,  // 86: corpus.v1.FinishRelease.steps:type_name -> corpus.v1.ReleaseStep
+	82,  // 87: corpus.v1.SetManifestDomains.routes:type_name -> corpus.v1.Route
+	91,  // 88: corpus.v1.UpsertCoordinator.coordinator:type_name -> corpus.v1.Coordinator
+	86,  // 89: corpus.v1.CreateUserToken.token:type_name -> corpus.v1.UserToken
+	75,  // 90: corpus.v1.Snapshot.config:type_name -> corpus.v1.ClusterConfig
+	77,  // 91: corpus.v1.Snapshot.nodes:type_name -> corpus.v1.Node
+	80,  // 92: corpus.v1.Snapshot.guests:type_name -> corpus.v1.Guest
+	76,  // 93: corpus.v1.Snapshot.join_tokens:type_name -> corpus.v1.JoinToken
+	82,  // 94: corpus.v1.Snapshot.routes:type_name -> corpus.v1.Route
+	83,  // 95: corpus.v1.Snapshot.dns_records:type_name -> corpus.v1.DnsRecord
+	92,  // 96: corpus.v1.Snapshot.volumes:type_name -> corpus.v1.Volume
+	85,  // 97: corpus.v1.Snapshot.users:type_name -> corpus.v1.User
+	93,  // 98: corpus.v1.Snapshot.projects:type_name -> corpus.v1.Project
+	89,  // 99: corpus.v1.Snapshot.releases:type_name -> corpus.v1.Release
+	91,  // 100: corpus.v1.Snapshot.coordinators:type_name -> corpus.v1.Coordinator
+	94,  // 101: corpus.v1.Snapshot.audit:type_name -> corpus.v1.AuditEntry
+	86,  // 102: corpus.v1.Snapshot.user_tokens:type_name -> corpus.v1.UserToken
+	95,  // 103: corpus.v1.Snapshot.keyring:type_name -> corpus.v1.Keyring
+	96,  // 104: corpus.v1.Snapshot.services:type_name -> corpus.v1.Service
+	97,  // 105: corpus.v1.Snapshot.backups:type_name -> corpus.v1.Backup
+	98,  // 106: corpus.v1.Snapshot.acme:type_name -> corpus.v1.AcmeConfig
+	99,  // 107: corpus.v1.Snapshot.certificates:type_name -> corpus.v1.Certificate
+	69,  // 108: corpus.v1.SetConfig.set:type_name -> corpus.v1.SetConfig.SetEntry
+	95,  // 109: corpus.v1.SetKeyring.keyring:type_name -> corpus.v1.Keyring
+	46,  // 110: corpus.v1.SetKeyring.envs:type_name -> corpus.v1.ResealedConfig
+	46,  // 111: corpus.v1.SetKeyring.releases:type_name -> corpus.v1.ResealedConfig
+	70,  // 112: corpus.v1.ResealedConfig.config:type_name -> corpus.v1.ResealedConfig.ConfigEntry
+	71,  // 113: corpus.v1.ScaleEnv.scale:type_name -> corpus.v1.ScaleEnv.ScaleEntry
+	80,  // 114: corpus.v1.ScaleEnv.add:type_name -> corpus.v1.Guest
+	100, // 115: corpus.v1.SetAutoscale.policy:type_name -> corpus.v1.AutoscalePolicy
+	72,  // 116: corpus.v1.SwitchEnv.instance_ports:type_name -> corpus.v1.SwitchEnv.InstancePortsEntry
+	74,  // 117: corpus.v1.SwitchEnv.keep_until:type_name -> google.protobuf.Timestamp
+	101, // 118: corpus.v1.UpdateGuest.spec:type_name -> corpus.v1.GuestSpec
+	96,  // 119: corpus.v1.CreateService.service:type_name -> corpus.v1.Service
+	80,  // 120: corpus.v1.CreateService.guest:type_name -> corpus.v1.Guest
+	102, // 121: corpus.v1.LinkService.link:type_name -> corpus.v1.ServiceLink
+	73,  // 122: corpus.v1.LinkService.config:type_name -> corpus.v1.LinkService.ConfigEntry
+	103, // 123: corpus.v1.ReportServices.services:type_name -> corpus.v1.ReportedService
+	97,  // 124: corpus.v1.BeginBackup.backup:type_name -> corpus.v1.Backup
+	80,  // 125: corpus.v1.ReplaceServiceGuest.guest:type_name -> corpus.v1.Guest
+	98,  // 126: corpus.v1.SetAcmeConfig.config:type_name -> corpus.v1.AcmeConfig
+	99,  // 127: corpus.v1.PutCertificate.certificate:type_name -> corpus.v1.Certificate
+	128, // [128:128] is the sub-list for method output_type
+	128, // [128:128] is the sub-list for method input_type
+	128, // [128:128] is the sub-list for extension type_name
+	128, // [128:128] is the sub-list for extension extendee
+	0,   // [0:128] is the sub-list for field type_name
 }
 
 func init() { file_corpus_v1_raft_proto_init() }
@@ -5963,6 +6124,7 @@ func file_corpus_v1_raft_proto_init() {
 		(*Command_ScaleEnv)(nil),
 		(*Command_SetInstanceRelease)(nil),
 		(*Command_SetAutoscale)(nil),
+		(*Command_SwitchEnv)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -5970,7 +6132,7 @@ func file_corpus_v1_raft_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_corpus_v1_raft_proto_rawDesc), len(file_corpus_v1_raft_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   72,
+			NumMessages:   74,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

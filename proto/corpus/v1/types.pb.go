@@ -935,8 +935,12 @@ type GuestObserved struct {
 	// release is the release a project instance's guest serves (its agent
 	// reads it from the guest), and release_error why the last try to
 	// serve its desired release failed.
-	Release       uint32 `protobuf:"varint,5,opt,name=release,proto3" json:"release,omitempty"`
-	ReleaseError  string `protobuf:"bytes,6,opt,name=release_error,json=releaseError,proto3" json:"release_error,omitempty"`
+	Release      uint32 `protobuf:"varint,5,opt,name=release,proto3" json:"release,omitempty"`
+	ReleaseError string `protobuf:"bytes,6,opt,name=release_error,json=releaseError,proto3" json:"release_error,omitempty"`
+	// staged_release runs beside the serving one, web on staged_port (a
+	// blue-green deploy before its switch).
+	StagedRelease uint32 `protobuf:"varint,7,opt,name=staged_release,json=stagedRelease,proto3" json:"staged_release,omitempty"`
+	StagedPort    int32  `protobuf:"varint,8,opt,name=staged_port,json=stagedPort,proto3" json:"staged_port,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1011,6 +1015,20 @@ func (x *GuestObserved) GetReleaseError() string {
 		return x.ReleaseError
 	}
 	return ""
+}
+
+func (x *GuestObserved) GetStagedRelease() uint32 {
+	if x != nil {
+		return x.StagedRelease
+	}
+	return 0
+}
+
+func (x *GuestObserved) GetStagedPort() int32 {
+	if x != nil {
+		return x.StagedPort
+	}
+	return 0
 }
 
 // Event is one line in a guest's history.
@@ -2116,9 +2134,16 @@ type ProjectEnv struct {
 	MaxParallel uint32 `protobuf:"varint,16,opt,name=max_parallel,json=maxParallel,proto3" json:"max_parallel,omitempty"`
 	// autoscale holds the policy of each process type the cluster scales
 	// by load (corpus autoscale).
-	Autoscale     map[string]*AutoscalePolicy `protobuf:"bytes,17,rep,name=autoscale,proto3" json:"autoscale,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Autoscale map[string]*AutoscalePolicy `protobuf:"bytes,17,rep,name=autoscale,proto3" json:"autoscale,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// standby_release is the release a blue-green deploy switched away
+	// from: its processes keep running on every instance (web on
+	// standby_web_port here, and on each instance's) until standby_until,
+	// so `corpus switch back` moves every domain back at once. 0: none.
+	StandbyRelease uint32                 `protobuf:"varint,18,opt,name=standby_release,json=standbyRelease,proto3" json:"standby_release,omitempty"`
+	StandbyWebPort int32                  `protobuf:"varint,19,opt,name=standby_web_port,json=standbyWebPort,proto3" json:"standby_web_port,omitempty"`
+	StandbyUntil   *timestamppb.Timestamp `protobuf:"bytes,20,opt,name=standby_until,json=standbyUntil,proto3" json:"standby_until,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *ProjectEnv) Reset() {
@@ -2270,6 +2295,27 @@ func (x *ProjectEnv) GetAutoscale() map[string]*AutoscalePolicy {
 	return nil
 }
 
+func (x *ProjectEnv) GetStandbyRelease() uint32 {
+	if x != nil {
+		return x.StandbyRelease
+	}
+	return 0
+}
+
+func (x *ProjectEnv) GetStandbyWebPort() int32 {
+	if x != nil {
+		return x.StandbyWebPort
+	}
+	return 0
+}
+
+func (x *ProjectEnv) GetStandbyUntil() *timestamppb.Timestamp {
+	if x != nil {
+		return x.StandbyUntil
+	}
+	return nil
+}
+
 // AutoscalePolicy keeps a process type's count between min and max so
 // that its instances' mean CPU use (percent of the guest's cpus) or
 // requests per second stays near the target, as the Kubernetes HPA does:
@@ -2385,9 +2431,14 @@ type ProjectInstance struct {
 	Release uint32 `protobuf:"varint,4,opt,name=release,proto3" json:"release,omitempty"`
 	// web_port is the guest port its web process listens on now (0: the
 	// environment's http_port).
-	WebPort       int32 `protobuf:"varint,5,opt,name=web_port,json=webPort,proto3" json:"web_port,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	WebPort int32 `protobuf:"varint,5,opt,name=web_port,json=webPort,proto3" json:"web_port,omitempty"`
+	// staged_release is a release a blue-green deploy starts beside the
+	// serving one, not routed to until the switch.
+	StagedRelease uint32 `protobuf:"varint,6,opt,name=staged_release,json=stagedRelease,proto3" json:"staged_release,omitempty"`
+	// standby_web_port is where the standby release's web listens.
+	StandbyWebPort int32 `protobuf:"varint,7,opt,name=standby_web_port,json=standbyWebPort,proto3" json:"standby_web_port,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *ProjectInstance) Reset() {
@@ -2451,6 +2502,20 @@ func (x *ProjectInstance) GetRelease() uint32 {
 func (x *ProjectInstance) GetWebPort() int32 {
 	if x != nil {
 		return x.WebPort
+	}
+	return 0
+}
+
+func (x *ProjectInstance) GetStagedRelease() uint32 {
+	if x != nil {
+		return x.StagedRelease
+	}
+	return 0
+}
+
+func (x *ProjectInstance) GetStandbyWebPort() int32 {
+	if x != nil {
+		return x.StandbyWebPort
 	}
 	return 0
 }
@@ -3671,7 +3736,7 @@ const file_corpus_v1_types_proto_rawDesc = "" +
 	"\thost_port\x18\x01 \x01(\x05R\bhostPort\x12\x1d\n" +
 	"\n" +
 	"guest_port\x18\x02 \x01(\x05R\tguestPort\x12\x1a\n" +
-	"\bprotocol\x18\x03 \x01(\tR\bprotocol\"\xcb\x01\n" +
+	"\bprotocol\x18\x03 \x01(\tR\bprotocol\"\x93\x02\n" +
 	"\rGuestObserved\x12\x14\n" +
 	"\x05state\x18\x01 \x01(\tR\x05state\x12\x10\n" +
 	"\x03pid\x18\x02 \x01(\x03R\x03pid\x12\x18\n" +
@@ -3679,7 +3744,10 @@ const file_corpus_v1_types_proto_rawDesc = "" +
 	"\n" +
 	"updated_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\tupdatedAt\x12\x18\n" +
 	"\arelease\x18\x05 \x01(\rR\arelease\x12#\n" +
-	"\rrelease_error\x18\x06 \x01(\tR\freleaseError\"e\n" +
+	"\rrelease_error\x18\x06 \x01(\tR\freleaseError\x12%\n" +
+	"\x0estaged_release\x18\a \x01(\rR\rstagedRelease\x12\x1f\n" +
+	"\vstaged_port\x18\b \x01(\x05R\n" +
+	"stagedPort\"e\n" +
 	"\x05Event\x12.\n" +
 	"\x04time\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x12\x12\n" +
 	"\x04type\x18\x02 \x01(\tR\x04type\x12\x18\n" +
@@ -3786,7 +3854,7 @@ const file_corpus_v1_types_proto_rawDesc = "" +
 	"\n" +
 	"created_at\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x12!\n" +
 	"\fcreate_index\x18\x14 \x01(\x04R\vcreateIndex\x12!\n" +
-	"\fmodify_index\x18\x15 \x01(\x04R\vmodifyIndex\"\xdb\x06\n" +
+	"\fmodify_index\x18\x15 \x01(\x04R\vmodifyIndex\"\xef\a\n" +
 	"\n" +
 	"ProjectEnv\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x19\n" +
@@ -3807,7 +3875,10 @@ const file_corpus_v1_types_proto_rawDesc = "" +
 	"\tinstances\x18\x0e \x03(\v2\x1a.corpus.v1.ProjectInstanceR\tinstances\x12%\n" +
 	"\x0eshared_nothing\x18\x0f \x01(\bR\rsharedNothing\x12!\n" +
 	"\fmax_parallel\x18\x10 \x01(\rR\vmaxParallel\x12B\n" +
-	"\tautoscale\x18\x11 \x03(\v2$.corpus.v1.ProjectEnv.AutoscaleEntryR\tautoscale\x1a9\n" +
+	"\tautoscale\x18\x11 \x03(\v2$.corpus.v1.ProjectEnv.AutoscaleEntryR\tautoscale\x12'\n" +
+	"\x0fstandby_release\x18\x12 \x01(\rR\x0estandbyRelease\x12(\n" +
+	"\x10standby_web_port\x18\x13 \x01(\x05R\x0estandbyWebPort\x12?\n" +
+	"\rstandby_until\x18\x14 \x01(\v2\x1a.google.protobuf.TimestampR\fstandbyUntil\x1a9\n" +
 	"\vConfigEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\fR\x05value:\x028\x01\x1a8\n" +
@@ -3826,14 +3897,16 @@ const file_corpus_v1_types_proto_rawDesc = "" +
 	"target_rps\x18\x04 \x01(\x01R\ttargetRps\x129\n" +
 	"\x19scale_down_window_seconds\x18\x05 \x01(\rR\x16scaleDownWindowSeconds\x12#\n" +
 	"\rlast_decision\x18\x06 \x01(\tR\flastDecision\x12D\n" +
-	"\x10last_decision_at\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\x0elastDecisionAt\"\x96\x01\n" +
+	"\x10last_decision_at\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\x0elastDecisionAt\"\xe7\x01\n" +
 	"\x0fProjectInstance\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\rR\x05index\x12\x19\n" +
 	"\bguest_id\x18\x02 \x01(\tR\aguestId\x12\x1d\n" +
 	"\n" +
 	"guest_name\x18\x03 \x01(\tR\tguestName\x12\x18\n" +
 	"\arelease\x18\x04 \x01(\rR\arelease\x12\x19\n" +
-	"\bweb_port\x18\x05 \x01(\x05R\awebPort\"\xfb\x05\n" +
+	"\bweb_port\x18\x05 \x01(\x05R\awebPort\x12%\n" +
+	"\x0estaged_release\x18\x06 \x01(\rR\rstagedRelease\x12(\n" +
+	"\x10standby_web_port\x18\a \x01(\x05R\x0estandbyWebPort\"\xfb\x05\n" +
 	"\aRelease\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x18\n" +
 	"\aproject\x18\x02 \x01(\tR\aproject\x12\x10\n" +
@@ -4040,29 +4113,30 @@ var file_corpus_v1_types_proto_depIdxs = []int32{
 	37, // 30: corpus.v1.ProjectEnv.scale:type_name -> corpus.v1.ProjectEnv.ScaleEntry
 	21, // 31: corpus.v1.ProjectEnv.instances:type_name -> corpus.v1.ProjectInstance
 	38, // 32: corpus.v1.ProjectEnv.autoscale:type_name -> corpus.v1.ProjectEnv.AutoscaleEntry
-	40, // 33: corpus.v1.AutoscalePolicy.last_decision_at:type_name -> google.protobuf.Timestamp
-	40, // 34: corpus.v1.Release.started_at:type_name -> google.protobuf.Timestamp
-	40, // 35: corpus.v1.Release.finished_at:type_name -> google.protobuf.Timestamp
-	23, // 36: corpus.v1.Release.steps:type_name -> corpus.v1.ReleaseStep
-	39, // 37: corpus.v1.Release.config:type_name -> corpus.v1.Release.ConfigEntry
-	40, // 38: corpus.v1.AuditEntry.time:type_name -> google.protobuf.Timestamp
-	40, // 39: corpus.v1.UserToken.created_at:type_name -> google.protobuf.Timestamp
-	40, // 40: corpus.v1.UserToken.expires_at:type_name -> google.protobuf.Timestamp
-	27, // 41: corpus.v1.Keyring.keys:type_name -> corpus.v1.SealKey
-	40, // 42: corpus.v1.SealKey.created_at:type_name -> google.protobuf.Timestamp
-	40, // 43: corpus.v1.ProcessStatus.started_at:type_name -> google.protobuf.Timestamp
-	40, // 44: corpus.v1.Certificate.not_before:type_name -> google.protobuf.Timestamp
-	40, // 45: corpus.v1.Certificate.not_after:type_name -> google.protobuf.Timestamp
-	40, // 46: corpus.v1.Certificate.next_attempt_at:type_name -> google.protobuf.Timestamp
-	40, // 47: corpus.v1.Certificate.last_attempt_at:type_name -> google.protobuf.Timestamp
-	40, // 48: corpus.v1.Certificate.ocsp_next_update:type_name -> google.protobuf.Timestamp
-	31, // 49: corpus.v1.Certificate.challenge:type_name -> corpus.v1.AcmeChallenge
-	20, // 50: corpus.v1.ProjectEnv.AutoscaleEntry.value:type_name -> corpus.v1.AutoscalePolicy
-	51, // [51:51] is the sub-list for method output_type
-	51, // [51:51] is the sub-list for method input_type
-	51, // [51:51] is the sub-list for extension type_name
-	51, // [51:51] is the sub-list for extension extendee
-	0,  // [0:51] is the sub-list for field type_name
+	40, // 33: corpus.v1.ProjectEnv.standby_until:type_name -> google.protobuf.Timestamp
+	40, // 34: corpus.v1.AutoscalePolicy.last_decision_at:type_name -> google.protobuf.Timestamp
+	40, // 35: corpus.v1.Release.started_at:type_name -> google.protobuf.Timestamp
+	40, // 36: corpus.v1.Release.finished_at:type_name -> google.protobuf.Timestamp
+	23, // 37: corpus.v1.Release.steps:type_name -> corpus.v1.ReleaseStep
+	39, // 38: corpus.v1.Release.config:type_name -> corpus.v1.Release.ConfigEntry
+	40, // 39: corpus.v1.AuditEntry.time:type_name -> google.protobuf.Timestamp
+	40, // 40: corpus.v1.UserToken.created_at:type_name -> google.protobuf.Timestamp
+	40, // 41: corpus.v1.UserToken.expires_at:type_name -> google.protobuf.Timestamp
+	27, // 42: corpus.v1.Keyring.keys:type_name -> corpus.v1.SealKey
+	40, // 43: corpus.v1.SealKey.created_at:type_name -> google.protobuf.Timestamp
+	40, // 44: corpus.v1.ProcessStatus.started_at:type_name -> google.protobuf.Timestamp
+	40, // 45: corpus.v1.Certificate.not_before:type_name -> google.protobuf.Timestamp
+	40, // 46: corpus.v1.Certificate.not_after:type_name -> google.protobuf.Timestamp
+	40, // 47: corpus.v1.Certificate.next_attempt_at:type_name -> google.protobuf.Timestamp
+	40, // 48: corpus.v1.Certificate.last_attempt_at:type_name -> google.protobuf.Timestamp
+	40, // 49: corpus.v1.Certificate.ocsp_next_update:type_name -> google.protobuf.Timestamp
+	31, // 50: corpus.v1.Certificate.challenge:type_name -> corpus.v1.AcmeChallenge
+	20, // 51: corpus.v1.ProjectEnv.AutoscaleEntry.value:type_name -> corpus.v1.AutoscalePolicy
+	52, // [52:52] is the sub-list for method output_type
+	52, // [52:52] is the sub-list for method input_type
+	52, // [52:52] is the sub-list for extension type_name
+	52, // [52:52] is the sub-list for extension extendee
+	0,  // [0:52] is the sub-list for field type_name
 }
 
 func init() { file_corpus_v1_types_proto_init() }

@@ -64,7 +64,8 @@ const (
 // ignoring when they were made, so unchanged reports write nothing.
 func SameObserved(a, b *GuestObserved) bool {
 	return a.GetState() == b.GetState() && a.GetPid() == b.GetPid() && a.GetMessage() == b.GetMessage() &&
-		a.GetRelease() == b.GetRelease() && a.GetReleaseError() == b.GetReleaseError()
+		a.GetRelease() == b.GetRelease() && a.GetReleaseError() == b.GetReleaseError() &&
+		a.GetStagedRelease() == b.GetStagedRelease() && a.GetStagedPort() == b.GetStagedPort()
 }
 
 // User roles (User.role).

@@ -67,6 +67,8 @@ const (
 	// AgentServiceRollInstanceProcedure is the fully-qualified name of the AgentService's RollInstance
 	// RPC.
 	AgentServiceRollInstanceProcedure = "/corpus.v1.AgentService/RollInstance"
+	// AgentServiceSwitchEnvProcedure is the fully-qualified name of the AgentService's SwitchEnv RPC.
+	AgentServiceSwitchEnvProcedure = "/corpus.v1.AgentService/SwitchEnv"
 	// AgentServiceInstanceReleaseProcedure is the fully-qualified name of the AgentService's
 	// InstanceRelease RPC.
 	AgentServiceInstanceReleaseProcedure = "/corpus.v1.AgentService/InstanceRelease"
@@ -163,6 +165,10 @@ type AgentServiceClient interface {
 	// instance serve release and waits until its agent says it does (or
 	// why it cannot).
 	RollInstance(context.Context, *connect.Request[v1.RollInstanceRequest]) (*connect.Response[v1.RollInstanceResponse], error)
+	// SwitchEnv, from the agent of the first instance, moves every domain of
+	// the environment to a release every instance staged, in one write; the
+	// release before stands by.
+	SwitchEnv(context.Context, *connect.Request[v1.SwitchEnvRequest]) (*connect.Response[v1.SwitchEnvResponse], error)
 	// InstanceRelease gives the agent of an instance what it deploys: the
 	// environment, the release, the config opened.
 	InstanceRelease(context.Context, *connect.Request[v1.InstanceReleaseRequest]) (*connect.Response[v1.InstanceReleaseResponse], error)
@@ -265,6 +271,12 @@ func NewAgentServiceClient(httpClient connect.HTTPClient, baseURL string, opts .
 			connect.WithSchema(agentServiceMethods.ByName("RollInstance")),
 			connect.WithClientOptions(opts...),
 		),
+		switchEnv: connect.NewClient[v1.SwitchEnvRequest, v1.SwitchEnvResponse](
+			httpClient,
+			baseURL+AgentServiceSwitchEnvProcedure,
+			connect.WithSchema(agentServiceMethods.ByName("SwitchEnv")),
+			connect.WithClientOptions(opts...),
+		),
 		instanceRelease: connect.NewClient[v1.InstanceReleaseRequest, v1.InstanceReleaseResponse](
 			httpClient,
 			baseURL+AgentServiceInstanceReleaseProcedure,
@@ -313,6 +325,7 @@ type agentServiceClient struct {
 	setManifestDomains *connect.Client[v1.SetManifestDomainsRequest, v1.SetManifestDomainsResponse]
 	setWebPort         *connect.Client[v1.SetWebPortRequest, v1.SetWebPortResponse]
 	rollInstance       *connect.Client[v1.RollInstanceRequest, v1.RollInstanceResponse]
+	switchEnv          *connect.Client[v1.SwitchEnvRequest, v1.SwitchEnvResponse]
 	instanceRelease    *connect.Client[v1.InstanceReleaseRequest, v1.InstanceReleaseResponse]
 	releaseSource      *connect.Client[v1.ReleaseSourceRequest, v1.SourceChunk]
 	recordShell        *connect.Client[v1.RecordShellRequest, v1.RecordShellResponse]
@@ -380,6 +393,11 @@ func (c *agentServiceClient) RollInstance(ctx context.Context, req *connect.Requ
 	return c.rollInstance.CallUnary(ctx, req)
 }
 
+// SwitchEnv calls corpus.v1.AgentService.SwitchEnv.
+func (c *agentServiceClient) SwitchEnv(ctx context.Context, req *connect.Request[v1.SwitchEnvRequest]) (*connect.Response[v1.SwitchEnvResponse], error) {
+	return c.switchEnv.CallUnary(ctx, req)
+}
+
 // InstanceRelease calls corpus.v1.AgentService.InstanceRelease.
 func (c *agentServiceClient) InstanceRelease(ctx context.Context, req *connect.Request[v1.InstanceReleaseRequest]) (*connect.Response[v1.InstanceReleaseResponse], error) {
 	return c.instanceRelease.CallUnary(ctx, req)
@@ -437,6 +455,10 @@ type AgentServiceHandler interface {
 	// instance serve release and waits until its agent says it does (or
 	// why it cannot).
 	RollInstance(context.Context, *connect.Request[v1.RollInstanceRequest]) (*connect.Response[v1.RollInstanceResponse], error)
+	// SwitchEnv, from the agent of the first instance, moves every domain of
+	// the environment to a release every instance staged, in one write; the
+	// release before stands by.
+	SwitchEnv(context.Context, *connect.Request[v1.SwitchEnvRequest]) (*connect.Response[v1.SwitchEnvResponse], error)
 	// InstanceRelease gives the agent of an instance what it deploys: the
 	// environment, the release, the config opened.
 	InstanceRelease(context.Context, *connect.Request[v1.InstanceReleaseRequest]) (*connect.Response[v1.InstanceReleaseResponse], error)
@@ -535,6 +557,12 @@ func NewAgentServiceHandler(svc AgentServiceHandler, opts ...connect.HandlerOpti
 		connect.WithSchema(agentServiceMethods.ByName("RollInstance")),
 		connect.WithHandlerOptions(opts...),
 	)
+	agentServiceSwitchEnvHandler := connect.NewUnaryHandler(
+		AgentServiceSwitchEnvProcedure,
+		svc.SwitchEnv,
+		connect.WithSchema(agentServiceMethods.ByName("SwitchEnv")),
+		connect.WithHandlerOptions(opts...),
+	)
 	agentServiceInstanceReleaseHandler := connect.NewUnaryHandler(
 		AgentServiceInstanceReleaseProcedure,
 		svc.InstanceRelease,
@@ -592,6 +620,8 @@ func NewAgentServiceHandler(svc AgentServiceHandler, opts ...connect.HandlerOpti
 			agentServiceSetWebPortHandler.ServeHTTP(w, r)
 		case AgentServiceRollInstanceProcedure:
 			agentServiceRollInstanceHandler.ServeHTTP(w, r)
+		case AgentServiceSwitchEnvProcedure:
+			agentServiceSwitchEnvHandler.ServeHTTP(w, r)
 		case AgentServiceInstanceReleaseProcedure:
 			agentServiceInstanceReleaseHandler.ServeHTTP(w, r)
 		case AgentServiceReleaseSourceProcedure:
@@ -657,6 +687,10 @@ func (UnimplementedAgentServiceHandler) SetWebPort(context.Context, *connect.Req
 
 func (UnimplementedAgentServiceHandler) RollInstance(context.Context, *connect.Request[v1.RollInstanceRequest]) (*connect.Response[v1.RollInstanceResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("corpus.v1.AgentService.RollInstance is not implemented"))
+}
+
+func (UnimplementedAgentServiceHandler) SwitchEnv(context.Context, *connect.Request[v1.SwitchEnvRequest]) (*connect.Response[v1.SwitchEnvResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("corpus.v1.AgentService.SwitchEnv is not implemented"))
 }
 
 func (UnimplementedAgentServiceHandler) InstanceRelease(context.Context, *connect.Request[v1.InstanceReleaseRequest]) (*connect.Response[v1.InstanceReleaseResponse], error) {

@@ -82,6 +82,9 @@ const (
 	// ProjectServiceAutoscaleProcedure is the fully-qualified name of the ProjectService's Autoscale
 	// RPC.
 	ProjectServiceAutoscaleProcedure = "/corpus.v1.ProjectService/Autoscale"
+	// ProjectServiceSwitchBackProcedure is the fully-qualified name of the ProjectService's SwitchBack
+	// RPC.
+	ProjectServiceSwitchBackProcedure = "/corpus.v1.ProjectService/SwitchBack"
 )
 
 // ProjectServiceClient is a client for the corpus.v1.ProjectService service.
@@ -130,6 +133,10 @@ type ProjectServiceClient interface {
 	// Autoscale sets (or with off removes) the autoscale policy of a
 	// process type; the leader applies it from the agents' load.
 	Autoscale(context.Context, *connect.Request[v1.AutoscaleRequest]) (*connect.Response[v1.AutoscaleResponse], error)
+	// SwitchBack moves every domain of an environment back to the release
+	// a blue-green deploy switched away from, at once, while it stands by
+	// (no rebuild, no start: its processes still run).
+	SwitchBack(context.Context, *connect.Request[v1.SwitchBackRequest]) (*connect.Response[v1.SwitchBackResponse], error)
 }
 
 // NewProjectServiceClient constructs a client for the corpus.v1.ProjectService service. By default,
@@ -252,6 +259,12 @@ func NewProjectServiceClient(httpClient connect.HTTPClient, baseURL string, opts
 			connect.WithSchema(projectServiceMethods.ByName("Autoscale")),
 			connect.WithClientOptions(opts...),
 		),
+		switchBack: connect.NewClient[v1.SwitchBackRequest, v1.SwitchBackResponse](
+			httpClient,
+			baseURL+ProjectServiceSwitchBackProcedure,
+			connect.WithSchema(projectServiceMethods.ByName("SwitchBack")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
@@ -274,6 +287,7 @@ type projectServiceClient struct {
 	importProject *connect.Client[v1.ImportProjectRequest, v1.ImportProjectResponse]
 	scale         *connect.Client[v1.ScaleRequest, v1.ScaleResponse]
 	autoscale     *connect.Client[v1.AutoscaleRequest, v1.AutoscaleResponse]
+	switchBack    *connect.Client[v1.SwitchBackRequest, v1.SwitchBackResponse]
 }
 
 // CreateProject calls corpus.v1.ProjectService.CreateProject.
@@ -361,6 +375,11 @@ func (c *projectServiceClient) Autoscale(ctx context.Context, req *connect.Reque
 	return c.autoscale.CallUnary(ctx, req)
 }
 
+// SwitchBack calls corpus.v1.ProjectService.SwitchBack.
+func (c *projectServiceClient) SwitchBack(ctx context.Context, req *connect.Request[v1.SwitchBackRequest]) (*connect.Response[v1.SwitchBackResponse], error) {
+	return c.switchBack.CallUnary(ctx, req)
+}
+
 // ProjectServiceHandler is an implementation of the corpus.v1.ProjectService service.
 type ProjectServiceHandler interface {
 	CreateProject(context.Context, *connect.Request[v1.CreateProjectRequest]) (*connect.Response[v1.CreateProjectResponse], error)
@@ -407,6 +426,10 @@ type ProjectServiceHandler interface {
 	// Autoscale sets (or with off removes) the autoscale policy of a
 	// process type; the leader applies it from the agents' load.
 	Autoscale(context.Context, *connect.Request[v1.AutoscaleRequest]) (*connect.Response[v1.AutoscaleResponse], error)
+	// SwitchBack moves every domain of an environment back to the release
+	// a blue-green deploy switched away from, at once, while it stands by
+	// (no rebuild, no start: its processes still run).
+	SwitchBack(context.Context, *connect.Request[v1.SwitchBackRequest]) (*connect.Response[v1.SwitchBackResponse], error)
 }
 
 // NewProjectServiceHandler builds an HTTP handler from the service implementation. It returns the
@@ -525,6 +548,12 @@ func NewProjectServiceHandler(svc ProjectServiceHandler, opts ...connect.Handler
 		connect.WithSchema(projectServiceMethods.ByName("Autoscale")),
 		connect.WithHandlerOptions(opts...),
 	)
+	projectServiceSwitchBackHandler := connect.NewUnaryHandler(
+		ProjectServiceSwitchBackProcedure,
+		svc.SwitchBack,
+		connect.WithSchema(projectServiceMethods.ByName("SwitchBack")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/corpus.v1.ProjectService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case ProjectServiceCreateProjectProcedure:
@@ -561,6 +590,8 @@ func NewProjectServiceHandler(svc ProjectServiceHandler, opts ...connect.Handler
 			projectServiceScaleHandler.ServeHTTP(w, r)
 		case ProjectServiceAutoscaleProcedure:
 			projectServiceAutoscaleHandler.ServeHTTP(w, r)
+		case ProjectServiceSwitchBackProcedure:
+			projectServiceSwitchBackHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -636,4 +667,8 @@ func (UnimplementedProjectServiceHandler) Scale(context.Context, *connect.Reques
 
 func (UnimplementedProjectServiceHandler) Autoscale(context.Context, *connect.Request[v1.AutoscaleRequest]) (*connect.Response[v1.AutoscaleResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("corpus.v1.ProjectService.Autoscale is not implemented"))
+}
+
+func (UnimplementedProjectServiceHandler) SwitchBack(context.Context, *connect.Request[v1.SwitchBackRequest]) (*connect.Response[v1.SwitchBackResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("corpus.v1.ProjectService.SwitchBack is not implemented"))
 }

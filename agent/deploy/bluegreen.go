@@ -1,0 +1,159 @@
+package deploy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"connectrpc.com/connect"
+
+	"corpus/agent/runtime/supervisor"
+	"corpus/drivers"
+	corpusv1 "corpus/proto/corpus/v1"
+	"corpus/proto/corpus/v1/corpusv1connect"
+)
+
+// Blue-green deploys (corpus deploy --strategy blue-green). The first
+// instance builds and starts the release beside the serving one as a
+// rolling deploy does, then every other instance stages it (starts it
+// beside, web checked, routes untouched), then one SwitchEnv write moves
+// every instance's web port at once: every domain goes to the new set
+// together. The set that served keeps running as the standby until
+// --keep expires, so `corpus switch back` is one write too; each agent
+// then stops the standby's processes (tidy).
+
+// strategyBlueGreen is RedeployRequest.strategy's blue-green.
+const strategyBlueGreen = "blue-green"
+
+// runs says whether processes of release number run.
+func runs(running []supervisor.Status, number uint32) bool {
+	name := corpusv1.ReleaseName(number)
+	for _, st := range running {
+		if st.Release == name && st.State == "running" {
+			return true
+		}
+	}
+	return false
+}
+
+// webPort is the port the web process of release number listens on, 0
+// when none runs.
+func webPort(running []supervisor.Status, number uint32) int32 {
+	name := corpusv1.ReleaseName(number)
+	for _, st := range running {
+		if st.Release == name && st.Name == "web" && st.State == "running" {
+			return int32(st.Port)
+		}
+	}
+	return 0
+}
+
+func (r *rollout) webPort() int32 {
+	if r == nil {
+		return 0
+	}
+	return int32(r.port)
+}
+
+// tidy stops the generations of releases an instance no longer needs:
+// neither serving, nor staged, nor a standby that has not expired.
+func (p *Pipeline) tidy(ctx context.Context, drv drivers.Driver, guest string, in Instance, out Outcome) error {
+	keep := map[string]bool{corpusv1.ReleaseName(out.Serving): true}
+	if out.Staged != 0 {
+		keep[corpusv1.ReleaseName(out.Staged)] = true
+	}
+	if in.Standby != 0 && time.Now().Before(in.StandbyUntil) {
+		keep[corpusv1.ReleaseName(in.Standby)] = true
+	}
+	running, err := p.runtime.Status(ctx, drv, guest, in.Project)
+	if err != nil || out.Serving == 0 {
+		return err
+	}
+	stopped := map[string]bool{}
+	for _, st := range running {
+		if keep[st.Release] || stopped[st.Generation] {
+			continue
+		}
+		stopped[st.Generation] = true
+		if err := p.stopGeneration(ctx, drv, guest, in.Project, st.Generation); err != nil {
+			return fmt.Errorf("stopping the processes of %s: %w", st.Generation, err)
+		}
+	}
+	return nil
+}
+
+// blueGreen stages the release on every other instance, then moves every
+// domain to it at once: the first instance's new web (already checked)
+// and each instance's staged one. When an instance cannot stage it, the
+// others' staged processes stop and nothing moved.
+func (d *deploy) blueGreen() error {
+	if err := d.step(stepStage, func() (bool, error) {
+		if d.gen == nil || d.gen.port == 0 {
+			return false, errors.New("a blue-green deploy needs a web process (Procfile web:) to switch")
+		}
+		ins := d.env.GetInstances()
+		if len(ins) == 0 {
+			d.say("       one instance: the new web runs beside the old one")
+			return true, nil
+		}
+		errs := make([]error, len(ins))
+		var wg sync.WaitGroup
+		for i, in := range ins {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				start := time.Now()
+				res, err := d.stageInstance(in.Index, d.release.Number)
+				if err != nil {
+					errs[i] = err
+					return
+				}
+				d.say("       instance %d (%s on %s) staged %s (%.1fs)", in.Index, res.Guest, res.Node, d.name(), time.Since(start).Seconds())
+			}()
+		}
+		wg.Wait()
+		if err := errors.Join(errs...); err != nil {
+			for _, in := range ins {
+				if _, uerr := d.stageInstance(in.Index, 0); uerr != nil {
+					d.say("       warning: instance %d: %v", in.Index, uerr)
+				}
+			}
+			return false, err
+		}
+		return false, nil
+	}); err != nil {
+		return err
+	}
+	return d.step(stepSwitch, func() (bool, error) {
+		if err := d.switchTo(d.name()); err != nil {
+			return false, err
+		}
+		// Journalled first: a crash from here on puts the first
+		// instance's routes back.
+		d.journal.OldWebPort = d.gen.oldPort
+		if err := d.p.cache.SetDeploy(d.journal); err != nil {
+			return false, fmt.Errorf("journal: %w", err)
+		}
+		_, err := coordCall(d.p, func(c corpusv1connect.AgentServiceClient) (*connect.Response[corpusv1.SwitchEnvResponse], error) {
+			return c.SwitchEnv(d.ctx, connect.NewRequest(&corpusv1.SwitchEnvRequest{
+				Project: d.project, Env: d.env.Name, Release: d.release.Number, WebPort: int32(d.gen.port), KeepSeconds: d.keepFor,
+			}))
+		})
+		if err != nil {
+			return false, fmt.Errorf("moving the domains: %w", err)
+		}
+		d.gen.moved = true
+		d.say("       every domain -> %s; %s stands by (corpus switch back %s)", d.name(), d.serving(), d.project)
+		return false, d.gen.waitMoved()
+	})
+}
+
+func (d *deploy) stageInstance(index, release uint32) (*corpusv1.RollInstanceResponse, error) {
+	return coordCall(d.p, func(c corpusv1connect.AgentServiceClient) (*connect.Response[corpusv1.RollInstanceResponse], error) {
+		return c.RollInstance(d.ctx, connect.NewRequest(&corpusv1.RollInstanceRequest{
+			Project: d.project, Env: d.env.Name, Instance: index, Release: release, Stage: true, WaitSeconds: int64(rollWait / time.Second),
+		}))
+	})
+}
