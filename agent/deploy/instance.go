@@ -101,17 +101,24 @@ func (p *Pipeline) SyncInstance(ctx context.Context, in Instance, serving func(u
 	if err != nil {
 		return out, err
 	}
-	if in.Index <= 1 || in.Release != 0 && cur != in.Release && runs(running, in.Release) {
-		// A switch: the release's processes run already (staged, or
-		// standing by); only current moves.
-		if in.Release != 0 && cur != in.Release && runs(running, in.Release) {
-			if err := switchCurrent(ctx, drv, g.Name, in.Project, corpusv1.ReleaseName(in.Release)); err != nil {
+	switch {
+	case in.Release != 0 && cur != in.Release && runs(running, in.Release):
+		// A switch (back): the release's processes run already, staged
+		// or standing by; current moves, and the routes if they are not
+		// at its web yet (a switch moved them already).
+		if err := switchCurrent(ctx, drv, g.Name, in.Project, corpusv1.ReleaseName(in.Release)); err != nil {
+			return out, err
+		}
+		if port := webPort(running, in.Release); port != 0 {
+			if err := p.setWebPort(ctx, in.Project, in.Env, in.Index, port); err != nil {
 				return out, err
 			}
-			out.Serving = in.Release
-			serving(in.Release)
 		}
-	} else if in.Release != 0 {
+		out.Serving = in.Release
+		serving(in.Release)
+	case in.Index <= 1 || in.Release == 0:
+		// The first instance's deploys are the pipeline's.
+	default:
 		ok := false
 		if cur == in.Release {
 			if ok, err = p.runsAsScaled(ctx, drv, g.Name, in); err != nil {
@@ -119,8 +126,7 @@ func (p *Pipeline) SyncInstance(ctx context.Context, in Instance, serving func(u
 			}
 		}
 		if !ok {
-			out.Serving, _, err = p.serveRelease(ctx, g, drv, in, in.Release, cur, serving)
-			if err != nil {
+			if out.Serving, _, err = p.serveRelease(ctx, g, drv, in, in.Release, cur, serving); err != nil {
 				return out, err
 			}
 		}

@@ -158,7 +158,7 @@ func (as *autoscaler) decide(ctx context.Context, view *state.Snap, p *corpusv1.
 	}
 	want, why := rec.Decide(time.Now(), pol, current, l)
 	if want > current {
-		need := int(state.InstanceCount(withCount(e.Scale, process, want))) - len(e.Instances) - 1
+		need := int(corpusv1.InstanceCount(withCount(e.Scale, process, want))) - len(e.Instances) - 1
 		if need > 0 {
 			primary := view.Guest(e.GuestId)
 			if fits, reason := scheduler.Room(view, primary, e.Name, need); fits < need {

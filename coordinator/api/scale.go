@@ -57,7 +57,7 @@ func (s *projectService) Scale(ctx context.Context, req *connect.Request[corpusv
 	// others' agents see what they run from the state.
 	restart := false
 	for t := range cmd.Scale {
-		if state.Runs(cmd.Scale, 1, t) != state.Runs(e.Scale, 1, t) {
+		if corpusv1.RunsOn(cmd.Scale, 1, t) != corpusv1.RunsOn(e.Scale, 1, t) {
 			restart = true
 		}
 	}
@@ -72,7 +72,7 @@ func (s *projectService) Scale(ctx context.Context, req *connect.Request[corpusv
 		}
 	}
 	view = s.b.Store.Read()
-	return connect.NewResponse(&corpusv1.ScaleResponse{Project: s.view(view, view.Project(p.Name)), Instances: state.InstanceCount(cmd.Scale), Changed: changed}), nil
+	return connect.NewResponse(&corpusv1.ScaleResponse{Project: s.view(view, view.Project(p.Name)), Instances: corpusv1.InstanceCount(cmd.Scale), Changed: changed}), nil
 }
 
 // scaleCommand is the write that scales an environment to counts (types
@@ -85,7 +85,7 @@ func scaleCommand(view *state.Snap, p *corpusv1.Project, e *corpusv1.ProjectEnv,
 	}
 	maps.Copy(scale, counts)
 	shared := sharedNothing || e.SharedNothing
-	have, want := uint32(len(e.Instances))+1, state.InstanceCount(scale)
+	have, want := uint32(len(e.Instances))+1, corpusv1.InstanceCount(scale)
 	primary := view.Guest(e.GuestId)
 	if primary == nil {
 		return nil, false, connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("%s/%s has no guest", p.Name, e.Name))
@@ -147,7 +147,7 @@ func instanceViews(view *state.Snap, p *corpusv1.Project, e *corpusv1.ProjectEnv
 			}
 		}
 		for _, t := range procs {
-			if state.Runs(e.Scale, in.Index, t) {
+			if corpusv1.RunsOn(e.Scale, in.Index, t) {
 				iv.Processes = append(iv.Processes, t)
 			}
 		}

@@ -384,8 +384,8 @@ func checkTopologyScale(e *corpusv1.EnvTopology) error {
 			return invalidf("environment %s: %s=%d: at most %d instances", e.Name, t, n, state.MaxInstances)
 		}
 	}
-	if state.InstanceCount(e.Scale) > 1 && e.VolumeBytes > 0 && !e.SharedNothing {
-		return invalidf("environment %s runs %d instances but keeps data on a volume without shared_nothing", e.Name, state.InstanceCount(e.Scale))
+	if corpusv1.InstanceCount(e.Scale) > 1 && e.VolumeBytes > 0 && !e.SharedNothing {
+		return invalidf("environment %s runs %d instances but keeps data on a volume without shared_nothing", e.Name, corpusv1.InstanceCount(e.Scale))
 	}
 	for t, pol := range e.Autoscale {
 		if err := validProcessName(t); err != nil {

@@ -42,15 +42,6 @@ func Instances(e *corpusv1.ProjectEnv) []Instance {
 	return out
 }
 
-// InstanceCount is how many guests scale asks for (corpusv1.InstanceCount).
-func InstanceCount(scale map[string]uint32) uint32 { return corpusv1.InstanceCount(scale) }
-
-// Runs says whether instance index runs process type name
-// (corpusv1.RunsOn).
-func Runs(scale map[string]uint32, index uint32, name string) bool {
-	return corpusv1.RunsOn(scale, index, name)
-}
-
 // InstanceName is the guest name of an environment's instance.
 func InstanceName(project, env string, index uint32) string {
 	if index <= 1 {
@@ -83,7 +74,7 @@ func (a *applier) scaleEnv(c *corpusv1.ScaleEnv) error {
 	if have := uint32(len(env.Instances)) + 1; have != c.ExpectInstances {
 		return fmt.Errorf("%s/%s has %d instances now, not %d (scaled meanwhile): %w", c.Project, c.Env, have, c.ExpectInstances, ErrStale)
 	}
-	want := InstanceCount(c.Scale)
+	want := corpusv1.InstanceCount(c.Scale)
 	if want > MaxInstances {
 		return fmt.Errorf("%d instances (at most %d): %w", want, MaxInstances, ErrInvalid)
 	}
@@ -283,7 +274,7 @@ func (v *Snap) envTargets(e *corpusv1.ProjectEnv) []string {
 	}
 	var out []string
 	for _, in := range Instances(e) {
-		if !Runs(e.Scale, in.Index, "web") {
+		if !corpusv1.RunsOn(e.Scale, in.Index, "web") {
 			continue
 		}
 		g := v.Guest(in.GuestID)
