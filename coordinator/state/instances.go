@@ -191,13 +191,9 @@ func (a *applier) keepsData(env *corpusv1.ProjectEnv) bool {
 }
 
 func (a *applier) setInstanceRelease(c *corpusv1.SetInstanceRelease) error {
-	p, env, err := a.projectEnv(c.Project, c.Env)
+	p, env, in, err := a.instance(c.Project, c.Env, c.Instance)
 	if err != nil {
 		return err
-	}
-	in := instance(env, c.Instance)
-	if in == nil {
-		return fmt.Errorf("instance %d of %s/%s: %w", c.Instance, c.Project, c.Env, ErrNotFound)
 	}
 	if c.Release != 0 && a.view().ReleaseByNumber(c.Project, c.Env, c.Release) == nil {
 		return fmt.Errorf("release %s of %s/%s: %w", corpusv1.ReleaseName(c.Release), c.Project, c.Env, ErrNotFound)
@@ -220,13 +216,9 @@ func (a *applier) setInstanceRelease(c *corpusv1.SetInstanceRelease) error {
 // setInstanceWebPort records where an instance's web listens now; the
 // routes' targets follow.
 func (a *applier) setInstanceWebPort(c *corpusv1.SetWebPort) error {
-	p, env, err := a.projectEnv(c.Project, c.Env)
+	p, env, in, err := a.instance(c.Project, c.Env, c.Instance)
 	if err != nil {
 		return err
-	}
-	in := instance(env, c.Instance)
-	if in == nil {
-		return fmt.Errorf("instance %d of %s/%s: %w", c.Instance, c.Project, c.Env, ErrNotFound)
 	}
 	if raw := a.get(tableGuests, "id", in.GuestId); raw == nil || raw.(*corpusv1.Guest).NodeId != c.NodeId {
 		return fmt.Errorf("instance %d of %s/%s is not on this node: %w", c.Instance, c.Project, c.Env, ErrBadTransition)
@@ -239,14 +231,19 @@ func (a *applier) setInstanceWebPort(c *corpusv1.SetWebPort) error {
 	return nil
 }
 
-// instance returns instance index (2…) of env, nil when there is none.
-func instance(env *corpusv1.ProjectEnv, index uint32) *corpusv1.ProjectInstance {
-	for _, in := range env.GetInstances() {
+// instance returns a project (a copy to change), its environment and
+// the environment's instance index (2…).
+func (a *applier) instance(project, env string, index uint32) (*corpusv1.Project, *corpusv1.ProjectEnv, *corpusv1.ProjectInstance, error) {
+	p, e, err := a.projectEnv(project, env)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	for _, in := range e.Instances {
 		if in.Index == index {
-			return in
+			return p, e, in, nil
 		}
 	}
-	return nil
+	return nil, nil, nil, fmt.Errorf("instance %d of %s/%s: %w", index, project, env, ErrNotFound)
 }
 
 // EnvOfGuest returns the project environment a guest is an instance of

@@ -9,7 +9,8 @@ import (
 
 // TestProjectExportImport: a project exported from one cluster, values
 // encrypted to a key made on the other side, is imported into a fresh
-// cluster with the same shape and values; the file shows no value.
+// cluster with the same shape (scale and autoscale included) and values;
+// the file shows no value.
 func TestProjectExportImport(t *testing.T) {
 	a := newCluster(t)
 	b := newCluster(t)
@@ -17,6 +18,8 @@ func TestProjectExportImport(t *testing.T) {
 	a.mustCLI("service", "create", "pay", "--external", "https://pay.example.test", "--secret", "API_KEY=k3y-in-clear")
 	a.mustCLI("service", "link", "pay", "site", "--no-restart")
 	a.mustCLI("config", "set", "site", "GREETING=hello-world", "--no-restart")
+	a.mustCLI("scale", "site", "web=2", "worker=1", "--shared-nothing", "--max-parallel", "2")
+	a.mustCLI("autoscale", "site", "web", "--min", "2", "--max", "4", "--target-rps", "100")
 
 	dir := t.TempDir()
 	keyFile := filepath.Join(dir, "site.key")
@@ -27,7 +30,7 @@ func TestProjectExportImport(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if strings.Contains(string(doc), "k3y-in-clear") || strings.Contains(string(doc), "hello-world") || !strings.Contains(string(doc), "site.example.test") {
+	if strings.Contains(string(doc), "k3y-in-clear") || strings.Contains(string(doc), "hello-world") || !containsAll(string(doc), "site.example.test", "scale:", "autoscale:", "target_rps: 100") {
 		t.Fatalf("the exported file:\n%s", doc)
 	}
 	if _, errOut, code := b.cli("project", "import", file); code == 0 || !strings.Contains(errOut, "--key") {
