@@ -126,6 +126,12 @@ func TestScale(t *testing.T) {
 	if vol := v.VolumeOfGuest(e.Instances[0].GuestId); vol == nil {
 		t.Errorf("instance 2 has no volume of its own")
 	}
+	// ps asks every instance's agent; these test agents answer nothing, so
+	// each instance shows as unknown, with why, rather than failing all.
+	ps, err := ops.project.ListProcesses(ctx, connect.NewRequest(&corpusv1.ListProcessesRequest{Project: "site"}))
+	if err != nil || len(ps.Msg.Processes) != 3 || ps.Msg.Processes[2].Guest != "site-dev-3" || ps.Msg.Processes[2].State != "unknown" || ps.Msg.Processes[2].LastExit == "" {
+		t.Errorf("ps of three instances without agents = %v, %v", ps, err)
+	}
 	views := res.Msg.Project.Envs[0].Instances
 	if len(views) != 3 || views[1].GuestName != "site-dev-2" {
 		t.Errorf("instances shown = %v", views)

@@ -63,11 +63,18 @@ func (p *Pipeline) Redeploy(ctx, life context.Context, m *corpusv1.AgentRedeploy
 		return err
 	}
 	key := r.Project + "/" + r.Env
+	if m.Instance > 1 {
+		if r.Trigger != corpusv1.TriggerRestart {
+			return connect.NewError(connect.CodeInvalidArgument, errors.New("an instance past the first is only restarted: its releases come from the first"))
+		}
+		key = Instance{Project: r.Project, Env: r.Env, Index: m.Instance}.key()
+		env = instanceEnv(env, m.Instance)
+	}
 	if holder, ok := p.envLocks.tryLock(key, fmt.Sprintf("a %s by %s since %s", r.Trigger, m.Author, time.Now().Format(time.TimeOnly))); !ok {
 		return connect.NewError(connect.CodeAborted, fmt.Errorf("%s is busy (%s); try again when it ends", key, holder))
 	}
 	defer p.envLocks.unlock(key)
-	g, drv, err := p.guestForExec(projectGuest(r.Project, r.Env))
+	g, drv, err := p.guestForExec(corpusv1.InstanceGuestName(r.Project, r.Env, m.Instance))
 	if err != nil {
 		return connect.NewError(connect.CodeFailedPrecondition, err)
 	}
@@ -77,7 +84,7 @@ func (p *Pipeline) Redeploy(ctx, life context.Context, m *corpusv1.AgentRedeploy
 	}
 	out := rpc.StreamWriter(func(b []byte) error { return send(&corpusv1.DeployOutput{Output: b}) })
 	if r.Trigger == corpusv1.TriggerRestart {
-		if err := p.restart(ctx, drv, g, r.Project, env, cur, r.Processes, out); err != nil {
+		if err := p.restart(ctx, drv, g, r.Project, env, max(m.Instance, 1), cur, r.Processes, out); err != nil {
 			return err
 		}
 		return send(&corpusv1.DeployOutput{Done: true, Current: cur.Number})
@@ -127,7 +134,7 @@ func (p *Pipeline) Redeploy(ctx, life context.Context, m *corpusv1.AgentRedeploy
 // restart rolls the serving release's processes (only those named, when
 // some are): new ones beside the old, web on the other port, then the old
 // ones stopped.
-func (p *Pipeline) restart(ctx context.Context, drv drivers.Driver, g *corpusv1.Guest, project string, env *corpusv1.ProjectEnv, cur *corpusv1.Release, only []string, out io.Writer) error {
+func (p *Pipeline) restart(ctx context.Context, drv drivers.Driver, g *corpusv1.Guest, project string, env *corpusv1.ProjectEnv, instance uint32, cur *corpusv1.Release, only []string, out io.Writer) error {
 	say := func(format string, args ...any) { fmt.Fprintf(out, format+"\n", args...) }
 	rel := corpusv1.ReleaseName(cur.Number)
 	spec, ok, err := readRunSpec(ctx, drv, g.Name, project, rel)
@@ -153,8 +160,8 @@ func (p *Pipeline) restart(ctx context.Context, drv drivers.Driver, g *corpusv1.
 		return connect.NewError(connect.CodeUnavailable, err)
 	}
 	gen := nextGeneration(rel, running)
-	say("-----> Restarting %s of %s/%s %s", processNames(spec.Processes), project, env.Name, rel)
-	r, err := p.startGeneration(ctx, drv, g, project, env, 1, spec, gen, say)
+	say("-----> Restarting %s of %s/%s %s on %s", processNames(spec.on(env.GetScale(), instance).Processes), project, env.Name, rel, g.Name)
+	r, err := p.startGeneration(ctx, drv, g, project, env, instance, spec, gen, say)
 	if err != nil {
 		var es *errStart
 		if errors.As(err, &es) {
@@ -189,7 +196,7 @@ func (p *Pipeline) Processes(ctx context.Context, m *corpusv1.ListProcessesReque
 	if err := checkEnvRequest(m.Project, m.Env); err != nil {
 		return nil, err
 	}
-	g, drv, err := p.guestForExec(projectGuest(m.Project, m.Env))
+	g, drv, err := p.guestForExec(corpusv1.InstanceGuestName(m.Project, m.Env, m.Instance))
 	if err != nil {
 		return nil, connect.NewError(connect.CodeFailedPrecondition, err)
 	}
@@ -200,7 +207,7 @@ func (p *Pipeline) Processes(ctx context.Context, m *corpusv1.ListProcessesReque
 	res := &corpusv1.ListProcessesResponse{}
 	for _, proc := range st {
 		ps := &corpusv1.ProcessStatus{Name: proc.Name, State: proc.State, Pid: int32(proc.PID), Restarts: int32(proc.Restarts),
-			Release: proc.Release, Port: int32(proc.Port), LastExit: proc.LastExit, Command: proc.Command}
+			Release: proc.Release, Port: int32(proc.Port), LastExit: proc.LastExit, Command: proc.Command, Instance: max(m.Instance, 1), Guest: g.Name}
 		if !proc.StartedAt.IsZero() {
 			ps.StartedAt = timestamppb.New(proc.StartedAt)
 		}

@@ -123,6 +123,30 @@ func runningEnvNode(view *state.Snap, p *corpusv1.Project, e *corpusv1.ProjectEn
 	return n, nil
 }
 
+// restartInstances restarts the processes of an environment's instances
+// past the first, one after another, relaying what each agent says.
+func (s *projectService) restartInstances(ctx context.Context, view *state.Snap, p *corpusv1.Project, e *corpusv1.ProjectEnv, r *corpusv1.RedeployRequest, send func(*corpusv1.DeployOutput) error) error {
+	for _, in := range e.Instances {
+		g := view.Guest(in.GuestId)
+		n := view.Node(g.GetNodeId())
+		if g == nil || n == nil || n.AgentAddress == "" || guestStatus(view, g) != state.ObservedRunning {
+			return connect.NewError(connect.CodeUnavailable, fmt.Errorf("instance %d (%s) is not running: the others were restarted", in.Index, in.GuestName))
+		}
+		up, err := s.b.AgentClient(n).Redeploy(ctx, connect.NewRequest(&corpusv1.AgentRedeployRequest{
+			Request: r, Env: e, Releases: view.Releases(p.Name, e.Name), Author: auth.FromContext(ctx).String(), Instance: in.Index,
+		}))
+		if err := relayFromAgent(n, r.Trigger, up, err, func(o *corpusv1.DeployOutput) error {
+			if o.Done {
+				return nil // the first instance's says it, at the end
+			}
+			return send(o)
+		}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // redeploy asks the environment's node for a release of its current
 // commit and relays the output.
 func (s *projectService) redeploy(ctx context.Context, view *state.Snap, p *corpusv1.Project, e *corpusv1.ProjectEnv, r *corpusv1.RedeployRequest, send func(*corpusv1.DeployOutput) error) error {
@@ -133,7 +157,20 @@ func (s *projectService) redeploy(ctx context.Context, view *state.Snap, p *corp
 	up, err := s.b.AgentClient(n).Redeploy(ctx, connect.NewRequest(&corpusv1.AgentRedeployRequest{
 		Request: r, Env: e, Releases: view.Releases(p.Name, e.Name), Author: auth.FromContext(ctx).String(),
 	}))
-	err = relayFromAgent(n, r.Trigger, up, err, send)
+	var done *corpusv1.DeployOutput
+	err = relayFromAgent(n, r.Trigger, up, err, func(o *corpusv1.DeployOutput) error {
+		if o.Done && r.Trigger == corpusv1.TriggerRestart && len(e.Instances) > 0 {
+			done = o // said once every instance restarted
+			return nil
+		}
+		return send(o)
+	})
+	if err == nil && done != nil {
+		// The other instances restart in turn, as a deploy rolls.
+		if err = s.restartInstances(ctx, view, p, e, r, send); err == nil {
+			err = send(done)
+		}
+	}
 	result := "ok"
 	if err != nil {
 		result = "failed: " + errorText(err)
@@ -264,19 +301,32 @@ func (s *projectService) ListProcesses(ctx context.Context, req *connect.Request
 	if err != nil {
 		return nil, err
 	}
-	g := view.Guest(e.GuestId)
-	if g == nil || g.NodeId == "" {
-		return nil, connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("the guest of %s/%s is not placed", p.Name, e.Name))
+	out := &corpusv1.ListProcessesResponse{}
+	for _, in := range state.Instances(e) {
+		g := view.Guest(in.GuestID)
+		n := view.Node(g.GetNodeId())
+		var err error
+		switch {
+		case g == nil || g.NodeId == "":
+			err = fmt.Errorf("guest %s is not placed", in.GuestName)
+		case n == nil || n.AgentAddress == "":
+			err = fmt.Errorf("the node of guest %s has no agent address", in.GuestName)
+		default:
+			var res *connect.Response[corpusv1.ListProcessesResponse]
+			res, err = s.b.AgentClient(n).Processes(ctx, connect.NewRequest(&corpusv1.ListProcessesRequest{Project: p.Name, Env: e.Name, Instance: in.Index}))
+			if err == nil {
+				out.Processes = append(out.Processes, res.Msg.Processes...)
+				continue
+			}
+			err = fmt.Errorf("node %s: %w", n.Name, err)
+		}
+		if len(e.Instances) == 0 {
+			return nil, connect.NewError(connect.CodeOf(err), err)
+		}
+		// One instance unreachable: the others' processes still show.
+		out.Processes = append(out.Processes, &corpusv1.ProcessStatus{Instance: in.Index, Guest: in.GuestName, State: "unknown", LastExit: err.Error()})
 	}
-	n := view.Node(g.NodeId)
-	if n == nil || n.AgentAddress == "" {
-		return nil, connect.NewError(connect.CodeUnavailable, fmt.Errorf("the node of %s/%s has no agent address", p.Name, e.Name))
-	}
-	res, err := s.b.AgentClient(n).Processes(ctx, connect.NewRequest(&corpusv1.ListProcessesRequest{Project: p.Name, Env: e.Name}))
-	if err != nil {
-		return nil, fmt.Errorf("node %s: %w", n.Name, err)
-	}
-	return connect.NewResponse(res.Msg), nil
+	return connect.NewResponse(out), nil
 }
 
 // Agent-side config calls.

@@ -102,7 +102,7 @@ func scaleCommand(view *state.Snap, p *corpusv1.Project, e *corpusv1.ProjectEnv,
 	}
 	cmd := &corpusv1.ScaleEnv{Project: p.Name, Env: e.Name, Scale: scale, SharedNothing: shared, MaxParallel: maxParallel, ExpectInstances: have}
 	for i := have + 1; i <= want; i++ {
-		name := state.InstanceName(p.Name, e.Name, i)
+		name := corpusv1.InstanceGuestName(p.Name, e.Name, i)
 		if err := names.Validate("guest", name); err != nil {
 			return nil, false, toConnect(invalidf("project name %q is too long for its instance's guest name %q", p.Name, name))
 		}

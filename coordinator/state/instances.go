@@ -42,13 +42,6 @@ func Instances(e *corpusv1.ProjectEnv) []Instance {
 	return out
 }
 
-// InstanceName is the guest name of an environment's instance.
-func InstanceName(project, env string, index uint32) string {
-	if index <= 1 {
-		return project + "-" + env
-	}
-	return fmt.Sprintf("%s-%s-%d", project, env, index)
-}
 
 // ScaleText writes process counts as corpus scale takes them: "web=3
 // worker=1", sorted by type.
@@ -99,8 +92,8 @@ func (a *applier) scaleEnv(c *corpusv1.ScaleEnv) error {
 	}
 	next := uint32(len(env.Instances)) + 2
 	for _, g := range c.Add {
-		if g.GetName() != InstanceName(c.Project, c.Env, next) {
-			return fmt.Errorf("instance %d of %s/%s must be guest %s, not %s: %w", next, c.Project, c.Env, InstanceName(c.Project, c.Env, next), g.GetName(), ErrInvalid)
+		if g.GetName() != corpusv1.InstanceGuestName(c.Project, c.Env, next) {
+			return fmt.Errorf("instance %d of %s/%s must be guest %s, not %s: %w", next, c.Project, c.Env, corpusv1.InstanceGuestName(c.Project, c.Env, next), g.GetName(), ErrInvalid)
 		}
 		if err := a.createGuest(&corpusv1.CreateGuest{Guest: g}); err != nil {
 			return err

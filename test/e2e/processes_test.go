@@ -42,6 +42,8 @@ type psView struct {
 	Port     int    `json:"port"`
 	Restarts int    `json:"restarts"`
 	Release  string `json:"release"`
+	Instance uint32 `json:"instance"`
+	Guest    string `json:"guest"`
 }
 
 func (l *deployLab) ps() []psView {

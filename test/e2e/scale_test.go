@@ -133,6 +133,32 @@ func TestScale(t *testing.T) {
 	}
 	t.Logf("answers by guest: %v", count)
 
+	// ps and restart reach every instance.
+	webPids := func() map[string]int {
+		pids := map[string]int{}
+		for _, p := range l.ps() {
+			if p.Name == "web" && p.State == "running" {
+				pids[p.Guest] = p.Pid
+			}
+		}
+		return pids
+	}
+	pids := webPids()
+	if len(pids) != 3 || pids["hello-dev-3"] == 0 {
+		t.Errorf("web processes listed: %v (%+v)", pids, l.ps())
+	}
+	restartLoad := l.startLoad(4)
+	out = c.mustCLI("restart", "hello")
+	restartLoad.end(t, "a restart of every instance")
+	if !containsAll(out, "on hello-dev-2", "on hello-dev-3") {
+		t.Errorf("restart output:\n%s", out)
+	}
+	for guest, pid := range webPids() {
+		if pid == pids[guest] {
+			t.Errorf("web of %s not restarted (pid %d)", guest, pid)
+		}
+	}
+
 	// Kill instance 2's guest by hand: out of rotation, no error seen,
 	// then repaired and back.
 	var victim instanceView

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -183,8 +184,15 @@ func newPsCmd(g *globals) *cobra.Command {
 					return nil
 				}
 				w := tabwriter.NewWriter(g.stdout, 0, 4, 2, ' ', 0)
+				several := slices.ContainsFunc(m.Processes, func(p *corpusv1.ProcessStatus) bool { return p.Instance > 1 })
+				if several {
+					fmt.Fprint(w, "INSTANCE\t")
+				}
 				fmt.Fprintln(w, "PROCESS\tSTATE\tPID\tPORT\tRESTARTS\tUPTIME\tRELEASE\tLAST EXIT\tCOMMAND")
 				for _, p := range m.Processes {
+					if several {
+						fmt.Fprintf(w, "%d (%s)\t", p.Instance, p.Guest)
+					}
 					up := "-"
 					if p.State == "running" && p.StartedAt != nil {
 						up = time.Since(p.StartedAt.AsTime()).Truncate(time.Second).String()

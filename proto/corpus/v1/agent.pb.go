@@ -218,7 +218,10 @@ type AgentRedeployRequest struct {
 	// releases of the environment, newest first.
 	Releases []*Release `protobuf:"bytes,3,rep,name=releases,proto3" json:"releases,omitempty"`
 	// author is who asked ("user:alice", "ops").
-	Author        string `protobuf:"bytes,4,opt,name=author,proto3" json:"author,omitempty"`
+	Author string `protobuf:"bytes,4,opt,name=author,proto3" json:"author,omitempty"`
+	// instance past the first restarts that instance's processes (a
+	// restart only: its releases are the instance's agent's own).
+	Instance      uint32 `protobuf:"varint,5,opt,name=instance,proto3" json:"instance,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -279,6 +282,13 @@ func (x *AgentRedeployRequest) GetAuthor() string {
 		return x.Author
 	}
 	return ""
+}
+
+func (x *AgentRedeployRequest) GetInstance() uint32 {
+	if x != nil {
+		return x.Instance
+	}
+	return 0
 }
 
 type SetWebPortRequest struct {
@@ -3604,12 +3614,13 @@ const file_corpus_v1_agent_proto_rawDesc = "" +
 	"\ralpn_cert_pem\x18\x05 \x01(\tR\valpnCertPem\x12 \n" +
 	"\falpn_key_pem\x18\x06 \x01(\tR\n" +
 	"alpnKeyPem\x12!\n" +
-	"\fmodify_index\x18\a \x01(\x04R\vmodifyIndex\"\xbd\x01\n" +
+	"\fmodify_index\x18\a \x01(\x04R\vmodifyIndex\"\xd9\x01\n" +
 	"\x14AgentRedeployRequest\x124\n" +
 	"\arequest\x18\x01 \x01(\v2\x1a.corpus.v1.RedeployRequestR\arequest\x12'\n" +
 	"\x03env\x18\x02 \x01(\v2\x15.corpus.v1.ProjectEnvR\x03env\x12.\n" +
 	"\breleases\x18\x03 \x03(\v2\x12.corpus.v1.ReleaseR\breleases\x12\x16\n" +
-	"\x06author\x18\x04 \x01(\tR\x06author\"o\n" +
+	"\x06author\x18\x04 \x01(\tR\x06author\x12\x1a\n" +
+	"\binstance\x18\x05 \x01(\rR\binstance\"o\n" +
 	"\x11SetWebPortRequest\x12\x18\n" +
 	"\aproject\x18\x01 \x01(\tR\aproject\x12\x10\n" +
 	"\x03env\x18\x02 \x01(\tR\x03env\x12\x12\n" +

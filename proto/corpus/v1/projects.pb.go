@@ -906,9 +906,11 @@ func (x *DeployOutput) GetCurrent() uint32 {
 }
 
 type ListProcessesRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Project       string                 `protobuf:"bytes,1,opt,name=project,proto3" json:"project,omitempty"`
-	Env           string                 `protobuf:"bytes,2,opt,name=env,proto3" json:"env,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Project string                 `protobuf:"bytes,1,opt,name=project,proto3" json:"project,omitempty"`
+	Env     string                 `protobuf:"bytes,2,opt,name=env,proto3" json:"env,omitempty"`
+	// instance (coordinator to agent): whose processes; 0 or 1 the first.
+	Instance      uint32 `protobuf:"varint,3,opt,name=instance,proto3" json:"instance,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -955,6 +957,13 @@ func (x *ListProcessesRequest) GetEnv() string {
 		return x.Env
 	}
 	return ""
+}
+
+func (x *ListProcessesRequest) GetInstance() uint32 {
+	if x != nil {
+		return x.Instance
+	}
+	return 0
 }
 
 type ListProcessesResponse struct {
@@ -2988,10 +2997,11 @@ const file_corpus_v1_projects_proto_rawDesc = "" +
 	"\fDeployOutput\x12\x16\n" +
 	"\x06output\x18\x01 \x01(\fR\x06output\x12\x12\n" +
 	"\x04done\x18\x02 \x01(\bR\x04done\x12\x18\n" +
-	"\acurrent\x18\x03 \x01(\rR\acurrent\"B\n" +
+	"\acurrent\x18\x03 \x01(\rR\acurrent\"^\n" +
 	"\x14ListProcessesRequest\x12\x18\n" +
 	"\aproject\x18\x01 \x01(\tR\aproject\x12\x10\n" +
-	"\x03env\x18\x02 \x01(\tR\x03env\"O\n" +
+	"\x03env\x18\x02 \x01(\tR\x03env\x12\x1a\n" +
+	"\binstance\x18\x03 \x01(\rR\binstance\"O\n" +
 	"\x15ListProcessesResponse\x126\n" +
 	"\tprocesses\x18\x01 \x03(\v2\x18.corpus.v1.ProcessStatusR\tprocesses\"\xc2\x02\n" +
 	"\x14CreateProjectRequest\x12\x12\n" +

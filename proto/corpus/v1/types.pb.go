@@ -3151,8 +3151,12 @@ type ProcessStatus struct {
 	Port int32 `protobuf:"varint,7,opt,name=port,proto3" json:"port,omitempty"`
 	// last_exit says how the previous run ended ("exit status 1",
 	// "signal: killed"), when there was one.
-	LastExit      string `protobuf:"bytes,8,opt,name=last_exit,json=lastExit,proto3" json:"last_exit,omitempty"`
-	Command       string `protobuf:"bytes,9,opt,name=command,proto3" json:"command,omitempty"`
+	LastExit string `protobuf:"bytes,8,opt,name=last_exit,json=lastExit,proto3" json:"last_exit,omitempty"`
+	Command  string `protobuf:"bytes,9,opt,name=command,proto3" json:"command,omitempty"`
+	// instance and guest say where it runs (an environment of several
+	// instances).
+	Instance      uint32 `protobuf:"varint,10,opt,name=instance,proto3" json:"instance,omitempty"`
+	Guest         string `protobuf:"bytes,11,opt,name=guest,proto3" json:"guest,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3246,6 +3250,20 @@ func (x *ProcessStatus) GetLastExit() string {
 func (x *ProcessStatus) GetCommand() string {
 	if x != nil {
 		return x.Command
+	}
+	return ""
+}
+
+func (x *ProcessStatus) GetInstance() uint32 {
+	if x != nil {
+		return x.Instance
+	}
+	return 0
+}
+
+func (x *ProcessStatus) GetGuest() string {
+	if x != nil {
+		return x.Guest
 	}
 	return ""
 }
@@ -3970,7 +3988,7 @@ const file_corpus_v1_types_proto_rawDesc = "" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x18\n" +
 	"\awrapped\x18\x02 \x01(\fR\awrapped\x129\n" +
 	"\n" +
-	"created_at\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\"\x87\x02\n" +
+	"created_at\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\"\xb9\x02\n" +
 	"\rProcessStatus\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05state\x18\x02 \x01(\tR\x05state\x12\x10\n" +
@@ -3981,7 +3999,10 @@ const file_corpus_v1_types_proto_rawDesc = "" +
 	"\arelease\x18\x06 \x01(\tR\arelease\x12\x12\n" +
 	"\x04port\x18\a \x01(\x05R\x04port\x12\x1b\n" +
 	"\tlast_exit\x18\b \x01(\tR\blastExit\x12\x18\n" +
-	"\acommand\x18\t \x01(\tR\acommand\"\xe3\x01\n" +
+	"\acommand\x18\t \x01(\tR\acommand\x12\x1a\n" +
+	"\binstance\x18\n" +
+	" \x01(\rR\binstance\x12\x14\n" +
+	"\x05guest\x18\v \x01(\tR\x05guest\"\xe3\x01\n" +
 	"\n" +
 	"AcmeConfig\x12#\n" +
 	"\rdirectory_url\x18\x01 \x01(\tR\fdirectoryUrl\x12\x14\n" +

@@ -183,3 +183,12 @@ func RunsOn(scale map[string]uint32, index uint32, name string) bool {
 	}
 	return max(index, 1) <= c
 }
+
+// InstanceGuestName is the guest name of an environment's instance: the
+// environment's own guest for the first, PROJECT-ENV-N for the others.
+func InstanceGuestName(project, env string, index uint32) string {
+	if index <= 1 {
+		return project + "-" + env
+	}
+	return project + "-" + env + "-" + strconv.FormatUint(uint64(index), 10)
+}
