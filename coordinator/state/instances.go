@@ -42,7 +42,6 @@ func Instances(e *corpusv1.ProjectEnv) []Instance {
 	return out
 }
 
-
 // ScaleText writes process counts as corpus scale takes them: "web=3
 // worker=1", sorted by type.
 func ScaleText(scale map[string]uint32) string {
