@@ -130,6 +130,7 @@ func (p *Pipeline) push(ctx context.Context, sess *pushSession, req *hookRequest
 	p.sources.set(key, g)
 	defer p.sources.drop(key)
 	d := &deploy{p: p, ctx: ctx, project: sess.project, env: env, tree: t, man: man, out: out, log: &bytes.Buffer{}}
+	d.strategy, d.keepFor = man.strategy("", 0)
 	if d.guest, d.driver, err = p.guestForExec(env.GuestName); err != nil {
 		return reject("%v", err)
 	}

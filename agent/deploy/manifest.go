@@ -50,6 +50,18 @@ type Manifest struct {
 	// Grace is how long a stopping process gets between SIGTERM and
 	// SIGKILL (default 10s).
 	Grace time.Duration `yaml:"grace"`
+	// Deploy says how a release reaches the environment's instances.
+	Deploy *DeployPolicy `yaml:"deploy"`
+}
+
+// DeployPolicy is how a release goes live: strategy "rolling" (the
+// default: instance after instance) or "blue-green" (every instance
+// starts it beside, then every domain moves at once; the release before
+// stands by for keep, 1h by default). corpus deploy --strategy overrides
+// it.
+type DeployPolicy struct {
+	Strategy string        `yaml:"strategy"`
+	Keep     time.Duration `yaml:"keep"`
 }
 
 // Health is a release's health check.
@@ -72,10 +84,20 @@ const (
 	defaultHealthTimeout = 30 * time.Second
 	maxManifestBytes     = 64 << 10
 	defaultGrace         = 10 * time.Second
+	maxStandby           = 7 * 24 * time.Hour
 	maxGrace             = 5 * time.Minute
 	maxProcesses         = 20
 	procfile             = "Procfile"
 )
+
+// strategy is the deploy strategy and standby time (seconds) of a
+// release: those asked for, else the manifest's.
+func (m *Manifest) strategy(asked string, keep int64) (string, int64) {
+	if asked != "" || m.Deploy == nil {
+		return asked, keep
+	}
+	return m.Deploy.Strategy, int64(m.Deploy.Keep / time.Second)
+}
 
 // parseManifest reads corpus.yaml strictly (unknown keys are errors, so a
 // typo does not silently do nothing) and fills defaults.
@@ -129,6 +151,20 @@ func parseManifest(data []byte) (*Manifest, error) {
 	}
 	if m.Grace < 0 || m.Grace > maxGrace {
 		return nil, fmt.Errorf("%s: grace %s: want up to %s", manifestFile, m.Grace, maxGrace)
+	}
+	if d := m.Deploy; d != nil {
+		switch d.Strategy {
+		case "", "rolling":
+			if d.Keep != 0 {
+				return nil, fmt.Errorf("%s: deploy keep is for strategy blue-green", manifestFile)
+			}
+		case strategyBlueGreen:
+			if d.Keep < 0 || d.Keep > maxStandby {
+				return nil, fmt.Errorf("%s: deploy keep %s: want up to %s", manifestFile, d.Keep, maxStandby)
+			}
+		default:
+			return nil, fmt.Errorf("%s: deploy strategy %q: want rolling or blue-green", manifestFile, d.Strategy)
+		}
 	}
 	if h := m.Health; h != nil && h.HTTP != nil {
 		c := h.HTTP

@@ -16,7 +16,17 @@ func TestParseManifest(t *testing.T) {
 		m.Health.HTTP.Path != "/" || m.Health.HTTP.Timeout != defaultHealthTimeout {
 		t.Fatalf("manifest = %+v, %v", m, err)
 	}
+	m, err = parseManifest([]byte("deploy: {strategy: blue-green, keep: 30m}\n"))
+	if s, keep := m.strategy("", 0); err != nil || s != strategyBlueGreen || keep != 1800 {
+		t.Errorf("deploy policy = %q %d, %v", s, keep, err)
+	}
+	if s, keep := m.strategy("rolling", 0); s != "rolling" || keep != 0 {
+		t.Errorf("an asked strategy = %q %d; want it over the manifest's", s, keep)
+	}
 	for _, bad := range []string{
+		"deploy: {strategy: canary}",
+		"deploy: {strategy: rolling, keep: 1m}",
+		"deploy: {strategy: blue-green, keep: 800h}",
 		"keeep: 3",
 		"keep: 0\nkeep: -1",
 		"keep: 1000",

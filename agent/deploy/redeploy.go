@@ -101,7 +101,8 @@ func (p *Pipeline) Redeploy(ctx, life context.Context, m *corpusv1.AgentRedeploy
 	// The deploy runs to its end even if the caller goes away, as a push
 	// does; what it says is then lost, not the deploy.
 	d := &deploy{p: p, ctx: life, guest: g, driver: drv, project: r.Project, env: env, tree: t, man: man,
-		out: out, log: &bytes.Buffer{}, known: m.Releases, prev: cur, only: r.Only, strategy: r.Strategy, keepFor: r.KeepSeconds}
+		out: out, log: &bytes.Buffer{}, known: m.Releases, prev: cur, only: r.Only}
+	d.strategy, d.keepFor = man.strategy(r.Strategy, r.KeepSeconds)
 	if err := d.resolveUser(); err != nil {
 		return connect.NewError(connect.CodeFailedPrecondition, err)
 	}
@@ -111,7 +112,7 @@ func (p *Pipeline) Redeploy(ctx, life context.Context, m *corpusv1.AgentRedeploy
 	what := "config change"
 	if r.Trigger == corpusv1.TriggerDeploy {
 		what = "deploy"
-		if r.Strategy == strategyBlueGreen {
+		if d.strategy == strategyBlueGreen {
 			what = "blue-green deploy"
 		}
 		if len(r.Only) > 0 {

@@ -2,6 +2,8 @@ package e2e
 
 import (
 	"fmt"
+	"os"
+	"path/filepath"
 	"sort"
 	"strings"
 	"sync"
@@ -282,6 +284,20 @@ func TestScale(t *testing.T) {
 	})
 	if got := releases(9); got["r2"] != 9 {
 		t.Errorf("after the standby expired: %v", got)
+	}
+
+	// A push whose corpus.yaml asks for blue-green goes live so too.
+	l.write(".corpus/corpus.yaml", "deploy: {strategy: blue-green, keep: 10m}\n", 0o644)
+	os.Remove(filepath.Join(l.work, ".corpus/install.d/10-check"))
+	l.commitScaleSite("five", "")
+	ld = l.startLoad(4)
+	out = l.mustPush()
+	ld.end(t, "a blue-green push")
+	if !containsAll(out, "-----> stage", "staged r", "stands by") {
+		t.Errorf("blue-green push output:\n%s", out)
+	}
+	if got := l.page(); got != "200 version five" {
+		t.Errorf("after the blue-green push: %q", got)
 	}
 
 	// Down to one: the others go, the first serves alone.

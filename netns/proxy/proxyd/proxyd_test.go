@@ -167,6 +167,11 @@ func TestTakeover(t *testing.T) {
 	}
 	time.Sleep(300 * time.Millisecond)
 	l.finish(t)
+	// The successor counts the requests it answered (the autoscaler's
+	// request rates come from here).
+	if got := c.Requests()["web.example.test"]; got == 0 {
+		t.Errorf("requests counted by the successor = %v", c.Requests())
+	}
 
 	// Routes set later are the new process's; a fresh start keeps them.
 	routes.HTTP["api.example.test"] = routes.HTTP["web.example.test"]
