@@ -232,13 +232,9 @@ func (a *applier) grantProject(c *corpusv1.GrantProject) error {
 
 // envOnNode returns a project environment whose guest the node hosts.
 func (a *applier) envOnNode(project, env, nodeID string) (*corpusv1.Project, *corpusv1.ProjectEnv, error) {
-	p, err := a.project(project)
+	p, e, err := a.projectEnv(project, env)
 	if err != nil {
 		return nil, nil, err
-	}
-	e := ProjectEnv(p, env)
-	if e == nil {
-		return nil, nil, fmt.Errorf("environment %s of project %s: %w", env, project, ErrNotFound)
 	}
 	g := a.get(tableGuests, "id", e.GuestId)
 	if g == nil || g.(*corpusv1.Guest).NodeId != nodeID {
