@@ -15,7 +15,6 @@ import (
 
 	"connectrpc.com/connect"
 
-	"corpus/internal/atomicfile"
 	"corpus/internal/keylock"
 	"corpus/internal/names"
 	"corpus/internal/secret"
@@ -182,18 +181,19 @@ func (s *gitServer) ensureRepo(project string, env *corpusv1.ProjectEnv) (string
 		{"receive.denyNonFastForwards", "false"},
 		{"receive.maxInputSize", fmt.Sprint(s.p.maxPushBytes)},
 		{"receive.fsckObjects", "true"},
-		{"core.hooksPath", "hooks"},
+		{"core.hooksPath", filepath.Dir(s.hookPath())},
 	}
 	for _, kv := range settings {
 		if out, err := exec.Command("git", "--git-dir", repo, "config", kv[0], kv[1]).CombinedOutput(); err != nil {
 			return "", fmt.Errorf("git config %s: %v: %s", kv[0], err, out)
 		}
 	}
-	if err := atomicfile.Write(filepath.Join(repo, "hooks", "pre-receive"), []byte(preReceiveHook), 0o755); err != nil {
-		return "", err
-	}
 	return repo, nil
 }
+
+// hookPath is the pre-receive hook every repository runs (written once,
+// when the pipeline starts).
+func (s *gitServer) hookPath() string { return filepath.Join(s.root, ".hooks", "pre-receive") }
 
 // lookup finds a push by its hook token.
 func (s *gitServer) lookup(token string) *pushSession {

@@ -15,6 +15,7 @@ import (
 	"corpus/agent/logs"
 	"corpus/agent/runtime"
 	"corpus/drivers"
+	"corpus/internal/atomicfile"
 	"corpus/internal/keylock"
 	"corpus/netns/proxy"
 	corpusv1 "corpus/proto/corpus/v1"
@@ -114,6 +115,13 @@ func New(cfg Config, agent Agent) (*Pipeline, error) {
 			return nil, err
 		}
 		s := &gitServer{p: p, root: cfg.GitDir, sessions: map[string]*pushSession{}}
+		// One pre-receive hook for every repository, written before any
+		// push: rewritten per push, a git exec of it could meet a
+		// process forked meanwhile still holding it open for writing
+		// ("Text file busy").
+		if err := atomicfile.Write(s.hookPath(), []byte(preReceiveHook), 0o755); err != nil {
+			return nil, err
+		}
 		hooks, err := newHookServer(filepath.Join(cfg.GitDir, "hook.sock"), s)
 		if err != nil {
 			return nil, err

@@ -443,4 +443,32 @@ func TestAutoscale(t *testing.T) {
 	if !strings.Contains(show, "last decision") {
 		t.Errorf("autoscale show:\n%s", show)
 	}
+
+	// By CPU: a busy loop in the guest (0.2 cpus) is 100% of its
+	// allowance, twice the target: a second instance; once it ends,
+	// back to one.
+	c.mustCLI("autoscale", "hello", "web", "--min", "1", "--max", "2", "--target-cpu", "50%", "--scale-down-window", "6s")
+	busy := make(chan struct{})
+	go func() {
+		defer close(busy)
+		c.cli("guest", "exec", "hello-dev", "--", "timeout", "15", "sh", "-c", "while :; do :; done")
+	}()
+	step = time.Now()
+	eventually(t, time.Minute, "a second instance for the CPU load", func() error {
+		if ins := l.instances(); len(ins) != 2 {
+			return fmt.Errorf("%d instances", len(ins))
+		}
+		return nil
+	})
+	t.Logf("autoscaler by CPU: a second instance %s after the busy loop started", time.Since(step).Round(100*time.Millisecond))
+	<-busy
+	eventually(t, time.Minute, "back to one instance after the CPU load", func() error {
+		if ins := l.instances(); len(ins) != 1 {
+			return fmt.Errorf("%d instances", len(ins))
+		}
+		return nil
+	})
+	if got := strings.Join(l.autoscaleEntries(), "\n"); !strings.Contains(got, "cpu% ") {
+		t.Errorf("no CPU decision in the audit log:\n%s", got)
+	}
 }
