@@ -245,8 +245,10 @@ func (cc *h1Conn) readResponse(uc *upstreamConn, stream bool) error {
 				continue
 			}
 			if err != nil && watch && watching == nil && isTimeout(err) && time.Now().Before(deadline) {
-				watching = cc.watch(uc)
+				// The deadline first: a client already gone cuts it
+				// short from the watch, which must not be undone.
 				uc.c.SetReadDeadline(deadline)
+				watching = cc.watch(uc)
 				continue
 			}
 			if err != nil {
