@@ -179,8 +179,12 @@ func startIn(t *testing.T, ns, name string, env []string, args ...string) *proc 
 	go func() { p.cmd.Wait(); close(p.done) }()
 	t.Cleanup(func() {
 		p.kill()
-		if len(args) > 0 && args[0] == "agent" {
+		switch {
+		case len(args) > 0 && args[0] == "agent":
 			stopProxy(t, agentStateDir(args))
+		case len(args) > 0 && args[0] == "dev" && agentStateDir(args) != "":
+			// corpus dev's agent keeps its state in STATE/agent.
+			stopProxy(t, filepath.Join(agentStateDir(args), "agent"))
 		}
 		// A race-built daemon reports a data race on its stderr and
 		// goes on: the test fails on it here.
