@@ -55,48 +55,58 @@ func serving(env *corpusv1.ProjectEnv, rels []*corpusv1.Release) *corpusv1.Relea
 // agent's run), so it ends as a push does even if the caller goes away.
 // Errors are connect errors.
 func (p *Pipeline) Redeploy(ctx, life context.Context, m *corpusv1.AgentRedeployRequest, send func(*corpusv1.DeployOutput) error) error {
+	current, err := p.redeploy(ctx, life, m, send)
+	if err != nil {
+		return err
+	}
+	// Said once the environment is free again: a caller that goes on at
+	// once finds it so.
+	return send(&corpusv1.DeployOutput{Done: true, Current: current})
+}
+
+func (p *Pipeline) redeploy(ctx, life context.Context, m *corpusv1.AgentRedeployRequest, send func(*corpusv1.DeployOutput) error) (uint32, error) {
 	r, env := m.GetRequest(), m.GetEnv()
 	if r == nil || env == nil {
-		return connect.NewError(connect.CodeInvalidArgument, errors.New("a redeploy without its request or environment"))
+		return 0, connect.NewError(connect.CodeInvalidArgument, errors.New("a redeploy without its request or environment"))
 	}
 	if err := checkEnvRequest(r.Project, r.Env); err != nil {
-		return err
+		return 0, err
 	}
 	key := r.Project + "/" + r.Env
 	if m.Instance > 1 {
 		if r.Trigger != corpusv1.TriggerRestart {
-			return connect.NewError(connect.CodeInvalidArgument, errors.New("an instance past the first is only restarted: its releases come from the first"))
+			return 0, connect.NewError(connect.CodeInvalidArgument, errors.New("an instance past the first is only restarted: its releases come from the first"))
 		}
 		key = Instance{Project: r.Project, Env: r.Env, Index: m.Instance}.key()
 		env = instanceEnv(env, m.Instance)
 	}
 	if holder, ok := p.envLocks.tryLock(key, fmt.Sprintf("a %s by %s since %s", r.Trigger, m.Author, time.Now().Format(time.TimeOnly))); !ok {
-		return connect.NewError(connect.CodeAborted, fmt.Errorf("%s is busy (%s); try again when it ends", key, holder))
+		return 0, connect.NewError(connect.CodeAborted, fmt.Errorf("%s is busy (%s); try again when it ends", key, holder))
 	}
 	defer p.envLocks.unlock(key)
 	g, drv, err := p.guestForExec(corpusv1.InstanceGuestName(r.Project, r.Env, m.Instance))
 	if err != nil {
-		return connect.NewError(connect.CodeFailedPrecondition, err)
+		return 0, connect.NewError(connect.CodeFailedPrecondition, err)
 	}
 	cur := serving(env, m.Releases)
 	if cur == nil {
-		return connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("%s serves no release yet: push first", key))
+		return 0, connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("%s serves no release yet: push first", key))
 	}
 	out := rpc.StreamWriter(func(b []byte) error { return send(&corpusv1.DeployOutput{Output: b}) })
 	if r.Trigger == corpusv1.TriggerRestart {
 		if err := p.restart(ctx, drv, g, r.Project, env, max(m.Instance, 1), cur, r.Processes, out); err != nil {
-			return err
+			return 0, err
 		}
-		return send(&corpusv1.DeployOutput{Done: true, Current: cur.Number})
+		return cur.Number, nil
 	}
 	if p.git == nil {
-		return connect.NewError(connect.CodeFailedPrecondition, errors.New("this node's git endpoint is off, so it keeps no repository to deploy from"))
+		return 0, connect.NewError(connect.CodeFailedPrecondition, errors.New("this node's git endpoint is off, so it keeps no repository to deploy from"))
 	}
 	repo := quarantineGit{repo: filepath.Join(p.git.root, r.Project+"-"+r.Env+".git"), req: &hookRequest{}}
 	start := time.Now()
 	t, man, subject, err := inspectPush(repo, cur.Commit, p.maxPushBytes*4)
 	if err != nil {
-		return connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("reading %s's commit %s: %w", corpusv1.ReleaseName(cur.Number), short(cur.Commit), err))
+		return 0, connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("reading %s's commit %s: %w", corpusv1.ReleaseName(cur.Number), short(cur.Commit), err))
 	}
 	// The deploy runs to its end even if the caller goes away, as a push
 	// does; what it says is then lost, not the deploy.
@@ -104,10 +114,10 @@ func (p *Pipeline) Redeploy(ctx, life context.Context, m *corpusv1.AgentRedeploy
 		out: out, log: &bytes.Buffer{}, known: m.Releases, prev: cur, only: r.Only}
 	d.strategy, d.keepFor = man.strategy(r.Strategy, r.KeepSeconds)
 	if err := d.resolveUser(); err != nil {
-		return connect.NewError(connect.CodeFailedPrecondition, err)
+		return 0, connect.NewError(connect.CodeFailedPrecondition, err)
 	}
 	if err := d.begin(cur.Commit, m.Author, subject, r.Trigger); err != nil {
-		return connect.NewError(connect.CodeUnavailable, fmt.Errorf("recording the release: %w", err))
+		return 0, connect.NewError(connect.CodeUnavailable, fmt.Errorf("recording the release: %w", err))
 	}
 	what := "config change"
 	if r.Trigger == corpusv1.TriggerDeploy {
@@ -127,9 +137,9 @@ func (p *Pipeline) Redeploy(ctx, life context.Context, m *corpusv1.AgentRedeploy
 	}
 	p.metrics.deployed(outcome, time.Since(start))
 	if code != 0 {
-		return connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("%s failed; %s still serves", d.name(), corpusv1.ReleaseName(cur.Number)))
+		return 0, connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("%s failed; %s still serves", d.name(), corpusv1.ReleaseName(cur.Number)))
 	}
-	return send(&corpusv1.DeployOutput{Done: true, Current: d.release.Number})
+	return d.release.Number, nil
 }
 
 // restart rolls the serving release's processes (only those named, when

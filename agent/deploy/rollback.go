@@ -27,6 +27,15 @@ func projectGuest(project, env string) string { return project + "-" + env }
 // what it says goes out through send, the last message says it is done.
 // Errors are connect errors.
 func (p *Pipeline) Rollback(ctx context.Context, m *corpusv1.RollbackRequest, send func(*corpusv1.RollbackOutput) error) error {
+	if err := p.rollback(ctx, m, send); err != nil {
+		return err
+	}
+	// Said once the environment is free again: a caller that goes on at
+	// once finds it so.
+	return send(&corpusv1.RollbackOutput{Done: true, Current: m.To})
+}
+
+func (p *Pipeline) rollback(ctx context.Context, m *corpusv1.RollbackRequest, send func(*corpusv1.RollbackOutput) error) error {
 	if err := checkEnvRequest(m.Project, m.Env); err != nil {
 		return err
 	}
@@ -94,7 +103,7 @@ func (p *Pipeline) Rollback(ctx context.Context, m *corpusv1.RollbackRequest, se
 	if err := d.hook(dir+"/releases/"+target, "rollback", map[string]string{"CORPUS_ARCHIVE": dir + "/archives/" + target}); err != nil {
 		fmt.Fprintf(out, "       warning: the rollback hook failed: %v\n", err)
 	}
-	return send(&corpusv1.RollbackOutput{Done: true, Current: m.To})
+	return nil
 }
 
 func (p *Pipeline) recordCurrent(ctx context.Context, project, env string, n uint32) error {
