@@ -42,7 +42,7 @@ func (s *agentAPI) Load(ctx context.Context, req *connect.Request[corpusv1.LoadR
 		res.Guests = append(res.Guests, &corpusv1.GuestLoad{GuestId: t.id, CpuSeconds: cpu, Pid: t.pid, Cpus: t.cpus})
 	}
 	if a.net != nil && a.net.proxy != nil {
-		res.Requests = a.net.proxy.Requests()
+		res.Requests, res.Errors = a.net.proxy.Requests(), a.net.proxy.Errors()
 	}
 	return connect.NewResponse(res), nil
 }

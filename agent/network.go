@@ -58,6 +58,7 @@ type ingress interface {
 	InFlight(target string) int64
 	// Requests counts the requests answered by route host.
 	Requests() map[string]uint64
+	Errors() map[string]uint64
 	HTTPAddr() net.Addr
 	HTTPSAddr() net.Addr
 	Certificates() []*x509.Certificate

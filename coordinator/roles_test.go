@@ -119,6 +119,19 @@ func TestUserRoles(t *testing.T) {
 	denied("val reveals hello's config", err)
 	_, err = reveal(alice, "other", false)
 	denied("alice lists other's config", err)
+	// The dashboard's reads: every user waits on the index and reads
+	// the plots; nobody without a credential does.
+	for who, c := range map[string]clients{"alice": alice, "val": val} {
+		w, err := c.cluster.Wait(ctx, connect.NewRequest(&corpusv1.WaitRequest{AfterIndex: 0}))
+		if err != nil || w.Msg.Index == 0 {
+			t.Errorf("%s waits on the index = %v, %v", who, w, err)
+		}
+		_, err = c.cluster.Series(ctx, connect.NewRequest(&corpusv1.SeriesRequest{}))
+		allowed(who+" reads the series", err)
+	}
+	if _, err := s.clients("").cluster.Wait(ctx, connect.NewRequest(&corpusv1.WaitRequest{})); codeOf(err) != connect.CodeUnauthenticated {
+		t.Errorf("Wait without a credential = %v, want Unauthenticated", err)
+	}
 	_, err = alice.cluster.RotateKeyring(ctx, connect.NewRequest(&corpusv1.RotateKeyringRequest{}))
 	denied("alice rotates the keyring", err)
 	rot, err := ops.cluster.RotateKeyring(ctx, connect.NewRequest(&corpusv1.RotateKeyringRequest{}))

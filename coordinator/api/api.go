@@ -16,6 +16,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"corpus/coordinator/auth"
+	"corpus/coordinator/series"
 	"corpus/coordinator/state"
 	"corpus/dns"
 	"corpus/internal/names"
@@ -69,6 +70,11 @@ type Backend struct {
 	// AutoscaleInterval is how often the leader samples the load of
 	// autoscaled environments (0: DefaultAutoscaleInterval).
 	AutoscaleInterval time.Duration
+
+	// Series keeps what SeriesLoop samples every SeriesInterval (0:
+	// DefaultSeriesInterval) for the dashboard (nil: nothing is).
+	Series         *series.Store
+	SeriesInterval time.Duration
 
 	// ServiceTemplates is the operator's folder of service templates,
 	// added to the built-in ones ("": none).
@@ -158,6 +164,11 @@ var Policies = map[string]auth.Policy{
 	corpusv1connect.ProjectServiceRollbackProcedure:      {auth.Operator},
 	corpusv1connect.AuditServiceListAuditProcedure:       {auth.Operator},
 	corpusv1connect.ClusterServiceRotateKeyringProcedure: {auth.Operator},
+	// The dashboard's blocking read of the index and its plots: the index
+	// and the allocation and rates (of nodes and routes every user may
+	// list) tell nothing a user may not read otherwise.
+	corpusv1connect.ClusterServiceWaitProcedure:          users,
+	corpusv1connect.ClusterServiceSeriesProcedure:        users,
 	corpusv1connect.ProjectServiceSetConfigProcedure:     {auth.Operator},
 	corpusv1connect.ProjectServiceGetConfigProcedure:     {auth.Operator},
 	corpusv1connect.ProjectServiceDeployProcedure:        {auth.Operator},

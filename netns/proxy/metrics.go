@@ -120,7 +120,14 @@ func (m *proxyMetrics) forget(old, now map[string]*httpRoute) {
 // Requests returns the requests answered so far, by route host (those of
 // hosts with no route left out): what a load sampler takes rates from.
 // A route's count starts again from 0 when the route goes and comes back.
-func (p *Proxy) Requests() map[string]uint64 {
+func (p *Proxy) Requests() map[string]uint64 { return p.answers(0) }
+
+// Errors returns those of Requests answered with a status of 500 or above
+// (the target's, or the proxy's own 502 and 504).
+func (p *Proxy) Errors() map[string]uint64 { return p.answers(500) }
+
+// answers counts the answers of status minStatus or above by route host.
+func (p *Proxy) answers(minStatus int) map[string]uint64 {
 	out := map[string]uint64{}
 	ch := make(chan prometheus.Metric, 64)
 	go func() {
@@ -132,13 +139,16 @@ func (p *Proxy) Requests() map[string]uint64 {
 		if m.Write(&d) != nil {
 			continue
 		}
-		route := ""
+		route, status := "", 0
 		for _, l := range d.GetLabel() {
-			if l.GetName() == "route" {
+			switch l.GetName() {
+			case "route":
 				route = l.GetValue()
+			case "status":
+				status, _ = strconv.Atoi(l.GetValue())
 			}
 		}
-		if route != "" && route != noRoute {
+		if route != "" && route != noRoute && status >= minStatus {
 			out[route] += uint64(d.GetCounter().GetValue())
 		}
 	}

@@ -294,6 +294,14 @@ func (c *Client) Requests() map[string]uint64 {
 	return n
 }
 
+// Errors is the proxy's count of answers of status 500 or above, by
+// route host (Proxy.Errors); empty when the proxy does not answer.
+func (c *Client) Errors() map[string]uint64 {
+	n := map[string]uint64{}
+	c.get(context.Background(), "/errors", &n)
+	return n
+}
+
 // HTTPAddr is the proxy's HTTP listen address.
 func (c *Client) HTTPAddr() net.Addr {
 	return c.addr(c.cfg.HTTPAddr, func(s Status) string { return s.HTTPAddr })

@@ -293,6 +293,9 @@ func (s *server) handler() http.Handler {
 	mux.HandleFunc("GET /requests", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, s.p.Requests())
 	})
+	mux.HandleFunc("GET /errors", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, s.p.Errors())
+	})
 	mux.HandleFunc("GET /inflight", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, s.p.InFlight(r.URL.Query().Get("target")))
 	})

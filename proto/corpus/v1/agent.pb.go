@@ -911,7 +911,9 @@ type LoadResponse struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
 	Guests []*GuestLoad           `protobuf:"bytes,1,rep,name=guests,proto3" json:"guests,omitempty"`
 	// requests answered by the node's proxy, by route host.
-	Requests      map[string]uint64 `protobuf:"bytes,2,rep,name=requests,proto3" json:"requests,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
+	Requests map[string]uint64 `protobuf:"bytes,2,rep,name=requests,proto3" json:"requests,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
+	// errors are those of them answered with a status of 500 or above.
+	Errors        map[string]uint64 `protobuf:"bytes,3,rep,name=errors,proto3" json:"errors,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -956,6 +958,13 @@ func (x *LoadResponse) GetGuests() []*GuestLoad {
 func (x *LoadResponse) GetRequests() map[string]uint64 {
 	if x != nil {
 		return x.Requests
+	}
+	return nil
+}
+
+func (x *LoadResponse) GetErrors() map[string]uint64 {
+	if x != nil {
+		return x.Errors
 	}
 	return nil
 }
@@ -3663,11 +3672,15 @@ const file_corpus_v1_agent_proto_rawDesc = "" +
 	"\vSourceChunk\x12\x12\n" +
 	"\x04data\x18\x01 \x01(\fR\x04data\"*\n" +
 	"\vLoadRequest\x12\x1b\n" +
-	"\tguest_ids\x18\x01 \x03(\tR\bguestIds\"\xbc\x01\n" +
+	"\tguest_ids\x18\x01 \x03(\tR\bguestIds\"\xb4\x02\n" +
 	"\fLoadResponse\x12,\n" +
 	"\x06guests\x18\x01 \x03(\v2\x14.corpus.v1.GuestLoadR\x06guests\x12A\n" +
-	"\brequests\x18\x02 \x03(\v2%.corpus.v1.LoadResponse.RequestsEntryR\brequests\x1a;\n" +
+	"\brequests\x18\x02 \x03(\v2%.corpus.v1.LoadResponse.RequestsEntryR\brequests\x12;\n" +
+	"\x06errors\x18\x03 \x03(\v2#.corpus.v1.LoadResponse.ErrorsEntryR\x06errors\x1a;\n" +
 	"\rRequestsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\x04R\x05value:\x028\x01\x1a9\n" +
+	"\vErrorsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\x04R\x05value:\x028\x01\"m\n" +
 	"\tGuestLoad\x12\x19\n" +
@@ -3927,7 +3940,7 @@ func file_corpus_v1_agent_proto_rawDescGZIP() []byte {
 	return file_corpus_v1_agent_proto_rawDescData
 }
 
-var file_corpus_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 66)
+var file_corpus_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 67)
 var file_corpus_v1_agent_proto_goTypes = []any{
 	(*TlsMaterialRequest)(nil),         // 0: corpus.v1.TlsMaterialRequest
 	(*TlsMaterialResponse)(nil),        // 1: corpus.v1.TlsMaterialResponse
@@ -3988,167 +4001,169 @@ var file_corpus_v1_agent_proto_goTypes = []any{
 	(*ImportVolumeResponse)(nil),       // 56: corpus.v1.ImportVolumeResponse
 	nil,                                // 57: corpus.v1.InstanceReleaseResponse.ConfigEntry
 	nil,                                // 58: corpus.v1.LoadResponse.RequestsEntry
-	nil,                                // 59: corpus.v1.BeginReleaseResponse.ConfigEntry
-	nil,                                // 60: corpus.v1.EnrollRequest.LabelsEntry
-	nil,                                // 61: corpus.v1.WatchResponse.GuestProjectsEntry
-	nil,                                // 62: corpus.v1.WatchResponse.GuestServicesEntry
-	nil,                                // 63: corpus.v1.WatchResponse.GuestWaitingEntry
-	nil,                                // 64: corpus.v1.InstanceAssignment.ScaleEntry
-	nil,                                // 65: corpus.v1.ServiceRuntimeResponse.EnvEntry
-	(*RedeployRequest)(nil),            // 66: corpus.v1.RedeployRequest
-	(*ProjectEnv)(nil),                 // 67: corpus.v1.ProjectEnv
-	(*Release)(nil),                    // 68: corpus.v1.Release
-	(*Project)(nil),                    // 69: corpus.v1.Project
-	(*ReleaseStep)(nil),                // 70: corpus.v1.ReleaseStep
-	(*Resources)(nil),                  // 71: corpus.v1.Resources
-	(*DriverInfo)(nil),                 // 72: corpus.v1.DriverInfo
-	(*Node)(nil),                       // 73: corpus.v1.Node
-	(*Guest)(nil),                      // 74: corpus.v1.Guest
-	(*Route)(nil),                      // 75: corpus.v1.Route
-	(*Volume)(nil),                     // 76: corpus.v1.Volume
-	(*Backup)(nil),                     // 77: corpus.v1.Backup
-	(*Certificate)(nil),                // 78: corpus.v1.Certificate
-	(*timestamppb.Timestamp)(nil),      // 79: google.protobuf.Timestamp
-	(*ReportedService)(nil),            // 80: corpus.v1.ReportedService
-	(*GuestObserved)(nil),              // 81: corpus.v1.GuestObserved
-	(*VolumeObserved)(nil),             // 82: corpus.v1.VolumeObserved
-	(*Service)(nil),                    // 83: corpus.v1.Service
-	(*ExecGuestRequest)(nil),           // 84: corpus.v1.ExecGuestRequest
-	(*SnapshotVolumeRequest)(nil),      // 85: corpus.v1.SnapshotVolumeRequest
-	(*RollbackRequest)(nil),            // 86: corpus.v1.RollbackRequest
-	(*ListProcessesRequest)(nil),       // 87: corpus.v1.ListProcessesRequest
-	(*GuestLogsRequest)(nil),           // 88: corpus.v1.GuestLogsRequest
-	(*ShellInput)(nil),                 // 89: corpus.v1.ShellInput
-	(*BackupChunk)(nil),                // 90: corpus.v1.BackupChunk
-	(*ExecOutput)(nil),                 // 91: corpus.v1.ExecOutput
-	(*SnapshotVolumeResponse)(nil),     // 92: corpus.v1.SnapshotVolumeResponse
-	(*RollbackOutput)(nil),             // 93: corpus.v1.RollbackOutput
-	(*DeployOutput)(nil),               // 94: corpus.v1.DeployOutput
-	(*ListProcessesResponse)(nil),      // 95: corpus.v1.ListProcessesResponse
-	(*LogLine)(nil),                    // 96: corpus.v1.LogLine
+	nil,                                // 59: corpus.v1.LoadResponse.ErrorsEntry
+	nil,                                // 60: corpus.v1.BeginReleaseResponse.ConfigEntry
+	nil,                                // 61: corpus.v1.EnrollRequest.LabelsEntry
+	nil,                                // 62: corpus.v1.WatchResponse.GuestProjectsEntry
+	nil,                                // 63: corpus.v1.WatchResponse.GuestServicesEntry
+	nil,                                // 64: corpus.v1.WatchResponse.GuestWaitingEntry
+	nil,                                // 65: corpus.v1.InstanceAssignment.ScaleEntry
+	nil,                                // 66: corpus.v1.ServiceRuntimeResponse.EnvEntry
+	(*RedeployRequest)(nil),            // 67: corpus.v1.RedeployRequest
+	(*ProjectEnv)(nil),                 // 68: corpus.v1.ProjectEnv
+	(*Release)(nil),                    // 69: corpus.v1.Release
+	(*Project)(nil),                    // 70: corpus.v1.Project
+	(*ReleaseStep)(nil),                // 71: corpus.v1.ReleaseStep
+	(*Resources)(nil),                  // 72: corpus.v1.Resources
+	(*DriverInfo)(nil),                 // 73: corpus.v1.DriverInfo
+	(*Node)(nil),                       // 74: corpus.v1.Node
+	(*Guest)(nil),                      // 75: corpus.v1.Guest
+	(*Route)(nil),                      // 76: corpus.v1.Route
+	(*Volume)(nil),                     // 77: corpus.v1.Volume
+	(*Backup)(nil),                     // 78: corpus.v1.Backup
+	(*Certificate)(nil),                // 79: corpus.v1.Certificate
+	(*timestamppb.Timestamp)(nil),      // 80: google.protobuf.Timestamp
+	(*ReportedService)(nil),            // 81: corpus.v1.ReportedService
+	(*GuestObserved)(nil),              // 82: corpus.v1.GuestObserved
+	(*VolumeObserved)(nil),             // 83: corpus.v1.VolumeObserved
+	(*Service)(nil),                    // 84: corpus.v1.Service
+	(*ExecGuestRequest)(nil),           // 85: corpus.v1.ExecGuestRequest
+	(*SnapshotVolumeRequest)(nil),      // 86: corpus.v1.SnapshotVolumeRequest
+	(*RollbackRequest)(nil),            // 87: corpus.v1.RollbackRequest
+	(*ListProcessesRequest)(nil),       // 88: corpus.v1.ListProcessesRequest
+	(*GuestLogsRequest)(nil),           // 89: corpus.v1.GuestLogsRequest
+	(*ShellInput)(nil),                 // 90: corpus.v1.ShellInput
+	(*BackupChunk)(nil),                // 91: corpus.v1.BackupChunk
+	(*ExecOutput)(nil),                 // 92: corpus.v1.ExecOutput
+	(*SnapshotVolumeResponse)(nil),     // 93: corpus.v1.SnapshotVolumeResponse
+	(*RollbackOutput)(nil),             // 94: corpus.v1.RollbackOutput
+	(*DeployOutput)(nil),               // 95: corpus.v1.DeployOutput
+	(*ListProcessesResponse)(nil),      // 96: corpus.v1.ListProcessesResponse
+	(*LogLine)(nil),                    // 97: corpus.v1.LogLine
 }
 var file_corpus_v1_agent_proto_depIdxs = []int32{
 	2,  // 0: corpus.v1.TlsMaterialResponse.domains:type_name -> corpus.v1.TlsDomain
-	66, // 1: corpus.v1.AgentRedeployRequest.request:type_name -> corpus.v1.RedeployRequest
-	67, // 2: corpus.v1.AgentRedeployRequest.env:type_name -> corpus.v1.ProjectEnv
-	68, // 3: corpus.v1.AgentRedeployRequest.releases:type_name -> corpus.v1.Release
-	67, // 4: corpus.v1.InstanceReleaseResponse.env:type_name -> corpus.v1.ProjectEnv
-	68, // 5: corpus.v1.InstanceReleaseResponse.release:type_name -> corpus.v1.Release
-	68, // 6: corpus.v1.InstanceReleaseResponse.releases:type_name -> corpus.v1.Release
+	67, // 1: corpus.v1.AgentRedeployRequest.request:type_name -> corpus.v1.RedeployRequest
+	68, // 2: corpus.v1.AgentRedeployRequest.env:type_name -> corpus.v1.ProjectEnv
+	69, // 3: corpus.v1.AgentRedeployRequest.releases:type_name -> corpus.v1.Release
+	68, // 4: corpus.v1.InstanceReleaseResponse.env:type_name -> corpus.v1.ProjectEnv
+	69, // 5: corpus.v1.InstanceReleaseResponse.release:type_name -> corpus.v1.Release
+	69, // 6: corpus.v1.InstanceReleaseResponse.releases:type_name -> corpus.v1.Release
 	57, // 7: corpus.v1.InstanceReleaseResponse.config:type_name -> corpus.v1.InstanceReleaseResponse.ConfigEntry
 	15, // 8: corpus.v1.LoadResponse.guests:type_name -> corpus.v1.GuestLoad
 	58, // 9: corpus.v1.LoadResponse.requests:type_name -> corpus.v1.LoadResponse.RequestsEntry
-	69, // 10: corpus.v1.GitAccessResponse.project:type_name -> corpus.v1.Project
-	67, // 11: corpus.v1.GitAccessResponse.env:type_name -> corpus.v1.ProjectEnv
-	68, // 12: corpus.v1.GitAccessResponse.releases:type_name -> corpus.v1.Release
-	68, // 13: corpus.v1.BeginReleaseResponse.release:type_name -> corpus.v1.Release
-	59, // 14: corpus.v1.BeginReleaseResponse.config:type_name -> corpus.v1.BeginReleaseResponse.ConfigEntry
-	70, // 15: corpus.v1.FinishReleaseRequest.steps:type_name -> corpus.v1.ReleaseStep
-	68, // 16: corpus.v1.FinishReleaseResponse.release:type_name -> corpus.v1.Release
-	60, // 17: corpus.v1.EnrollRequest.labels:type_name -> corpus.v1.EnrollRequest.LabelsEntry
-	71, // 18: corpus.v1.EnrollRequest.capacity:type_name -> corpus.v1.Resources
-	72, // 19: corpus.v1.EnrollRequest.drivers:type_name -> corpus.v1.DriverInfo
-	73, // 20: corpus.v1.WatchResponse.node:type_name -> corpus.v1.Node
-	74, // 21: corpus.v1.WatchResponse.guests:type_name -> corpus.v1.Guest
-	75, // 22: corpus.v1.WatchResponse.routes:type_name -> corpus.v1.Route
-	76, // 23: corpus.v1.WatchResponse.volumes:type_name -> corpus.v1.Volume
-	61, // 24: corpus.v1.WatchResponse.guest_projects:type_name -> corpus.v1.WatchResponse.GuestProjectsEntry
-	62, // 25: corpus.v1.WatchResponse.guest_services:type_name -> corpus.v1.WatchResponse.GuestServicesEntry
-	42, // 26: corpus.v1.WatchResponse.service_reach:type_name -> corpus.v1.ServiceReach
-	77, // 27: corpus.v1.WatchResponse.backups:type_name -> corpus.v1.Backup
-	63, // 28: corpus.v1.WatchResponse.guest_waiting:type_name -> corpus.v1.WatchResponse.GuestWaitingEntry
-	38, // 29: corpus.v1.WatchResponse.peers:type_name -> corpus.v1.PeerNode
-	78, // 30: corpus.v1.WatchResponse.certificates:type_name -> corpus.v1.Certificate
-	37, // 31: corpus.v1.WatchResponse.instances:type_name -> corpus.v1.InstanceAssignment
-	64, // 32: corpus.v1.InstanceAssignment.scale:type_name -> corpus.v1.InstanceAssignment.ScaleEntry
-	79, // 33: corpus.v1.InstanceAssignment.standby_until:type_name -> google.protobuf.Timestamp
-	71, // 34: corpus.v1.ReportRequest.capacity:type_name -> corpus.v1.Resources
-	72, // 35: corpus.v1.ReportRequest.drivers:type_name -> corpus.v1.DriverInfo
-	40, // 36: corpus.v1.ReportRequest.guests:type_name -> corpus.v1.ReportedGuest
-	41, // 37: corpus.v1.ReportRequest.volumes:type_name -> corpus.v1.ReportedVolume
-	80, // 38: corpus.v1.ReportRequest.services:type_name -> corpus.v1.ReportedService
-	81, // 39: corpus.v1.ReportedGuest.observed:type_name -> corpus.v1.GuestObserved
-	82, // 40: corpus.v1.ReportedVolume.observed:type_name -> corpus.v1.VolumeObserved
-	83, // 41: corpus.v1.ServiceRuntimeResponse.service:type_name -> corpus.v1.Service
-	65, // 42: corpus.v1.ServiceRuntimeResponse.env:type_name -> corpus.v1.ServiceRuntimeResponse.EnvEntry
-	77, // 43: corpus.v1.DumpServiceRequest.backup:type_name -> corpus.v1.Backup
-	77, // 44: corpus.v1.ReadBackupRequest.backup:type_name -> corpus.v1.Backup
-	77, // 45: corpus.v1.RemoveBackupRequest.backup:type_name -> corpus.v1.Backup
-	31, // 46: corpus.v1.AgentService.Enroll:input_type -> corpus.v1.EnrollRequest
-	33, // 47: corpus.v1.AgentService.RenewCertificate:input_type -> corpus.v1.RenewCertificateRequest
-	35, // 48: corpus.v1.AgentService.Watch:input_type -> corpus.v1.WatchRequest
-	39, // 49: corpus.v1.AgentService.Report:input_type -> corpus.v1.ReportRequest
-	19, // 50: corpus.v1.AgentService.GitAccess:input_type -> corpus.v1.GitAccessRequest
-	23, // 51: corpus.v1.AgentService.BeginRelease:input_type -> corpus.v1.BeginReleaseRequest
-	25, // 52: corpus.v1.AgentService.FinishRelease:input_type -> corpus.v1.FinishReleaseRequest
-	27, // 53: corpus.v1.AgentService.SetCurrentRelease:input_type -> corpus.v1.SetCurrentReleaseRequest
-	29, // 54: corpus.v1.AgentService.PruneReleases:input_type -> corpus.v1.PruneReleasesRequest
-	17, // 55: corpus.v1.AgentService.SetManifestDomains:input_type -> corpus.v1.SetManifestDomainsRequest
-	4,  // 56: corpus.v1.AgentService.SetWebPort:input_type -> corpus.v1.SetWebPortRequest
-	5,  // 57: corpus.v1.AgentService.RollInstance:input_type -> corpus.v1.RollInstanceRequest
-	6,  // 58: corpus.v1.AgentService.SwitchEnv:input_type -> corpus.v1.SwitchEnvRequest
-	9,  // 59: corpus.v1.AgentService.InstanceRelease:input_type -> corpus.v1.InstanceReleaseRequest
-	11, // 60: corpus.v1.AgentService.ReleaseSource:input_type -> corpus.v1.ReleaseSourceRequest
-	20, // 61: corpus.v1.AgentService.RecordShell:input_type -> corpus.v1.RecordShellRequest
-	43, // 62: corpus.v1.AgentService.ServiceRuntime:input_type -> corpus.v1.ServiceRuntimeRequest
-	0,  // 63: corpus.v1.AgentService.TlsMaterial:input_type -> corpus.v1.TlsMaterialRequest
-	84, // 64: corpus.v1.NodeAgentService.Exec:input_type -> corpus.v1.ExecGuestRequest
-	54, // 65: corpus.v1.NodeAgentService.ExportVolume:input_type -> corpus.v1.ExportVolumeRequest
-	55, // 66: corpus.v1.NodeAgentService.ImportVolume:input_type -> corpus.v1.VolumeChunk
-	85, // 67: corpus.v1.NodeAgentService.SnapshotVolume:input_type -> corpus.v1.SnapshotVolumeRequest
-	86, // 68: corpus.v1.NodeAgentService.Rollback:input_type -> corpus.v1.RollbackRequest
-	11, // 69: corpus.v1.NodeAgentService.ReleaseSource:input_type -> corpus.v1.ReleaseSourceRequest
-	13, // 70: corpus.v1.NodeAgentService.Load:input_type -> corpus.v1.LoadRequest
-	3,  // 71: corpus.v1.NodeAgentService.Redeploy:input_type -> corpus.v1.AgentRedeployRequest
-	87, // 72: corpus.v1.NodeAgentService.Processes:input_type -> corpus.v1.ListProcessesRequest
-	88, // 73: corpus.v1.NodeAgentService.Logs:input_type -> corpus.v1.GuestLogsRequest
-	89, // 74: corpus.v1.NodeAgentService.Shell:input_type -> corpus.v1.ShellInput
-	48, // 75: corpus.v1.NodeAgentService.DumpService:input_type -> corpus.v1.DumpServiceRequest
-	90, // 76: corpus.v1.NodeAgentService.StoreBackup:input_type -> corpus.v1.BackupChunk
-	50, // 77: corpus.v1.NodeAgentService.ReadBackup:input_type -> corpus.v1.ReadBackupRequest
-	90, // 78: corpus.v1.NodeAgentService.LoadService:input_type -> corpus.v1.BackupChunk
-	52, // 79: corpus.v1.NodeAgentService.RemoveBackup:input_type -> corpus.v1.RemoveBackupRequest
-	46, // 80: corpus.v1.NodeAgentService.CheckChallenge:input_type -> corpus.v1.CheckChallengeRequest
-	32, // 81: corpus.v1.AgentService.Enroll:output_type -> corpus.v1.EnrollResponse
-	34, // 82: corpus.v1.AgentService.RenewCertificate:output_type -> corpus.v1.RenewCertificateResponse
-	36, // 83: corpus.v1.AgentService.Watch:output_type -> corpus.v1.WatchResponse
-	45, // 84: corpus.v1.AgentService.Report:output_type -> corpus.v1.ReportResponse
-	22, // 85: corpus.v1.AgentService.GitAccess:output_type -> corpus.v1.GitAccessResponse
-	24, // 86: corpus.v1.AgentService.BeginRelease:output_type -> corpus.v1.BeginReleaseResponse
-	26, // 87: corpus.v1.AgentService.FinishRelease:output_type -> corpus.v1.FinishReleaseResponse
-	28, // 88: corpus.v1.AgentService.SetCurrentRelease:output_type -> corpus.v1.SetCurrentReleaseResponse
-	30, // 89: corpus.v1.AgentService.PruneReleases:output_type -> corpus.v1.PruneReleasesResponse
-	18, // 90: corpus.v1.AgentService.SetManifestDomains:output_type -> corpus.v1.SetManifestDomainsResponse
-	16, // 91: corpus.v1.AgentService.SetWebPort:output_type -> corpus.v1.SetWebPortResponse
-	8,  // 92: corpus.v1.AgentService.RollInstance:output_type -> corpus.v1.RollInstanceResponse
-	7,  // 93: corpus.v1.AgentService.SwitchEnv:output_type -> corpus.v1.SwitchEnvResponse
-	10, // 94: corpus.v1.AgentService.InstanceRelease:output_type -> corpus.v1.InstanceReleaseResponse
-	12, // 95: corpus.v1.AgentService.ReleaseSource:output_type -> corpus.v1.SourceChunk
-	21, // 96: corpus.v1.AgentService.RecordShell:output_type -> corpus.v1.RecordShellResponse
-	44, // 97: corpus.v1.AgentService.ServiceRuntime:output_type -> corpus.v1.ServiceRuntimeResponse
-	1,  // 98: corpus.v1.AgentService.TlsMaterial:output_type -> corpus.v1.TlsMaterialResponse
-	91, // 99: corpus.v1.NodeAgentService.Exec:output_type -> corpus.v1.ExecOutput
-	55, // 100: corpus.v1.NodeAgentService.ExportVolume:output_type -> corpus.v1.VolumeChunk
-	56, // 101: corpus.v1.NodeAgentService.ImportVolume:output_type -> corpus.v1.ImportVolumeResponse
-	92, // 102: corpus.v1.NodeAgentService.SnapshotVolume:output_type -> corpus.v1.SnapshotVolumeResponse
-	93, // 103: corpus.v1.NodeAgentService.Rollback:output_type -> corpus.v1.RollbackOutput
-	12, // 104: corpus.v1.NodeAgentService.ReleaseSource:output_type -> corpus.v1.SourceChunk
-	14, // 105: corpus.v1.NodeAgentService.Load:output_type -> corpus.v1.LoadResponse
-	94, // 106: corpus.v1.NodeAgentService.Redeploy:output_type -> corpus.v1.DeployOutput
-	95, // 107: corpus.v1.NodeAgentService.Processes:output_type -> corpus.v1.ListProcessesResponse
-	96, // 108: corpus.v1.NodeAgentService.Logs:output_type -> corpus.v1.LogLine
-	91, // 109: corpus.v1.NodeAgentService.Shell:output_type -> corpus.v1.ExecOutput
-	90, // 110: corpus.v1.NodeAgentService.DumpService:output_type -> corpus.v1.BackupChunk
-	49, // 111: corpus.v1.NodeAgentService.StoreBackup:output_type -> corpus.v1.StoreBackupResponse
-	90, // 112: corpus.v1.NodeAgentService.ReadBackup:output_type -> corpus.v1.BackupChunk
-	51, // 113: corpus.v1.NodeAgentService.LoadService:output_type -> corpus.v1.LoadServiceResponse
-	53, // 114: corpus.v1.NodeAgentService.RemoveBackup:output_type -> corpus.v1.RemoveBackupResponse
-	47, // 115: corpus.v1.NodeAgentService.CheckChallenge:output_type -> corpus.v1.CheckChallengeResponse
-	81, // [81:116] is the sub-list for method output_type
-	46, // [46:81] is the sub-list for method input_type
-	46, // [46:46] is the sub-list for extension type_name
-	46, // [46:46] is the sub-list for extension extendee
-	0,  // [0:46] is the sub-list for field type_name
+	59, // 10: corpus.v1.LoadResponse.errors:type_name -> corpus.v1.LoadResponse.ErrorsEntry
+	70, // 11: corpus.v1.GitAccessResponse.project:type_name -> corpus.v1.Project
+	68, // 12: corpus.v1.GitAccessResponse.env:type_name -> corpus.v1.ProjectEnv
+	69, // 13: corpus.v1.GitAccessResponse.releases:type_name -> corpus.v1.Release
+	69, // 14: corpus.v1.BeginReleaseResponse.release:type_name -> corpus.v1.Release
+	60, // 15: corpus.v1.BeginReleaseResponse.config:type_name -> corpus.v1.BeginReleaseResponse.ConfigEntry
+	71, // 16: corpus.v1.FinishReleaseRequest.steps:type_name -> corpus.v1.ReleaseStep
+	69, // 17: corpus.v1.FinishReleaseResponse.release:type_name -> corpus.v1.Release
+	61, // 18: corpus.v1.EnrollRequest.labels:type_name -> corpus.v1.EnrollRequest.LabelsEntry
+	72, // 19: corpus.v1.EnrollRequest.capacity:type_name -> corpus.v1.Resources
+	73, // 20: corpus.v1.EnrollRequest.drivers:type_name -> corpus.v1.DriverInfo
+	74, // 21: corpus.v1.WatchResponse.node:type_name -> corpus.v1.Node
+	75, // 22: corpus.v1.WatchResponse.guests:type_name -> corpus.v1.Guest
+	76, // 23: corpus.v1.WatchResponse.routes:type_name -> corpus.v1.Route
+	77, // 24: corpus.v1.WatchResponse.volumes:type_name -> corpus.v1.Volume
+	62, // 25: corpus.v1.WatchResponse.guest_projects:type_name -> corpus.v1.WatchResponse.GuestProjectsEntry
+	63, // 26: corpus.v1.WatchResponse.guest_services:type_name -> corpus.v1.WatchResponse.GuestServicesEntry
+	42, // 27: corpus.v1.WatchResponse.service_reach:type_name -> corpus.v1.ServiceReach
+	78, // 28: corpus.v1.WatchResponse.backups:type_name -> corpus.v1.Backup
+	64, // 29: corpus.v1.WatchResponse.guest_waiting:type_name -> corpus.v1.WatchResponse.GuestWaitingEntry
+	38, // 30: corpus.v1.WatchResponse.peers:type_name -> corpus.v1.PeerNode
+	79, // 31: corpus.v1.WatchResponse.certificates:type_name -> corpus.v1.Certificate
+	37, // 32: corpus.v1.WatchResponse.instances:type_name -> corpus.v1.InstanceAssignment
+	65, // 33: corpus.v1.InstanceAssignment.scale:type_name -> corpus.v1.InstanceAssignment.ScaleEntry
+	80, // 34: corpus.v1.InstanceAssignment.standby_until:type_name -> google.protobuf.Timestamp
+	72, // 35: corpus.v1.ReportRequest.capacity:type_name -> corpus.v1.Resources
+	73, // 36: corpus.v1.ReportRequest.drivers:type_name -> corpus.v1.DriverInfo
+	40, // 37: corpus.v1.ReportRequest.guests:type_name -> corpus.v1.ReportedGuest
+	41, // 38: corpus.v1.ReportRequest.volumes:type_name -> corpus.v1.ReportedVolume
+	81, // 39: corpus.v1.ReportRequest.services:type_name -> corpus.v1.ReportedService
+	82, // 40: corpus.v1.ReportedGuest.observed:type_name -> corpus.v1.GuestObserved
+	83, // 41: corpus.v1.ReportedVolume.observed:type_name -> corpus.v1.VolumeObserved
+	84, // 42: corpus.v1.ServiceRuntimeResponse.service:type_name -> corpus.v1.Service
+	66, // 43: corpus.v1.ServiceRuntimeResponse.env:type_name -> corpus.v1.ServiceRuntimeResponse.EnvEntry
+	78, // 44: corpus.v1.DumpServiceRequest.backup:type_name -> corpus.v1.Backup
+	78, // 45: corpus.v1.ReadBackupRequest.backup:type_name -> corpus.v1.Backup
+	78, // 46: corpus.v1.RemoveBackupRequest.backup:type_name -> corpus.v1.Backup
+	31, // 47: corpus.v1.AgentService.Enroll:input_type -> corpus.v1.EnrollRequest
+	33, // 48: corpus.v1.AgentService.RenewCertificate:input_type -> corpus.v1.RenewCertificateRequest
+	35, // 49: corpus.v1.AgentService.Watch:input_type -> corpus.v1.WatchRequest
+	39, // 50: corpus.v1.AgentService.Report:input_type -> corpus.v1.ReportRequest
+	19, // 51: corpus.v1.AgentService.GitAccess:input_type -> corpus.v1.GitAccessRequest
+	23, // 52: corpus.v1.AgentService.BeginRelease:input_type -> corpus.v1.BeginReleaseRequest
+	25, // 53: corpus.v1.AgentService.FinishRelease:input_type -> corpus.v1.FinishReleaseRequest
+	27, // 54: corpus.v1.AgentService.SetCurrentRelease:input_type -> corpus.v1.SetCurrentReleaseRequest
+	29, // 55: corpus.v1.AgentService.PruneReleases:input_type -> corpus.v1.PruneReleasesRequest
+	17, // 56: corpus.v1.AgentService.SetManifestDomains:input_type -> corpus.v1.SetManifestDomainsRequest
+	4,  // 57: corpus.v1.AgentService.SetWebPort:input_type -> corpus.v1.SetWebPortRequest
+	5,  // 58: corpus.v1.AgentService.RollInstance:input_type -> corpus.v1.RollInstanceRequest
+	6,  // 59: corpus.v1.AgentService.SwitchEnv:input_type -> corpus.v1.SwitchEnvRequest
+	9,  // 60: corpus.v1.AgentService.InstanceRelease:input_type -> corpus.v1.InstanceReleaseRequest
+	11, // 61: corpus.v1.AgentService.ReleaseSource:input_type -> corpus.v1.ReleaseSourceRequest
+	20, // 62: corpus.v1.AgentService.RecordShell:input_type -> corpus.v1.RecordShellRequest
+	43, // 63: corpus.v1.AgentService.ServiceRuntime:input_type -> corpus.v1.ServiceRuntimeRequest
+	0,  // 64: corpus.v1.AgentService.TlsMaterial:input_type -> corpus.v1.TlsMaterialRequest
+	85, // 65: corpus.v1.NodeAgentService.Exec:input_type -> corpus.v1.ExecGuestRequest
+	54, // 66: corpus.v1.NodeAgentService.ExportVolume:input_type -> corpus.v1.ExportVolumeRequest
+	55, // 67: corpus.v1.NodeAgentService.ImportVolume:input_type -> corpus.v1.VolumeChunk
+	86, // 68: corpus.v1.NodeAgentService.SnapshotVolume:input_type -> corpus.v1.SnapshotVolumeRequest
+	87, // 69: corpus.v1.NodeAgentService.Rollback:input_type -> corpus.v1.RollbackRequest
+	11, // 70: corpus.v1.NodeAgentService.ReleaseSource:input_type -> corpus.v1.ReleaseSourceRequest
+	13, // 71: corpus.v1.NodeAgentService.Load:input_type -> corpus.v1.LoadRequest
+	3,  // 72: corpus.v1.NodeAgentService.Redeploy:input_type -> corpus.v1.AgentRedeployRequest
+	88, // 73: corpus.v1.NodeAgentService.Processes:input_type -> corpus.v1.ListProcessesRequest
+	89, // 74: corpus.v1.NodeAgentService.Logs:input_type -> corpus.v1.GuestLogsRequest
+	90, // 75: corpus.v1.NodeAgentService.Shell:input_type -> corpus.v1.ShellInput
+	48, // 76: corpus.v1.NodeAgentService.DumpService:input_type -> corpus.v1.DumpServiceRequest
+	91, // 77: corpus.v1.NodeAgentService.StoreBackup:input_type -> corpus.v1.BackupChunk
+	50, // 78: corpus.v1.NodeAgentService.ReadBackup:input_type -> corpus.v1.ReadBackupRequest
+	91, // 79: corpus.v1.NodeAgentService.LoadService:input_type -> corpus.v1.BackupChunk
+	52, // 80: corpus.v1.NodeAgentService.RemoveBackup:input_type -> corpus.v1.RemoveBackupRequest
+	46, // 81: corpus.v1.NodeAgentService.CheckChallenge:input_type -> corpus.v1.CheckChallengeRequest
+	32, // 82: corpus.v1.AgentService.Enroll:output_type -> corpus.v1.EnrollResponse
+	34, // 83: corpus.v1.AgentService.RenewCertificate:output_type -> corpus.v1.RenewCertificateResponse
+	36, // 84: corpus.v1.AgentService.Watch:output_type -> corpus.v1.WatchResponse
+	45, // 85: corpus.v1.AgentService.Report:output_type -> corpus.v1.ReportResponse
+	22, // 86: corpus.v1.AgentService.GitAccess:output_type -> corpus.v1.GitAccessResponse
+	24, // 87: corpus.v1.AgentService.BeginRelease:output_type -> corpus.v1.BeginReleaseResponse
+	26, // 88: corpus.v1.AgentService.FinishRelease:output_type -> corpus.v1.FinishReleaseResponse
+	28, // 89: corpus.v1.AgentService.SetCurrentRelease:output_type -> corpus.v1.SetCurrentReleaseResponse
+	30, // 90: corpus.v1.AgentService.PruneReleases:output_type -> corpus.v1.PruneReleasesResponse
+	18, // 91: corpus.v1.AgentService.SetManifestDomains:output_type -> corpus.v1.SetManifestDomainsResponse
+	16, // 92: corpus.v1.AgentService.SetWebPort:output_type -> corpus.v1.SetWebPortResponse
+	8,  // 93: corpus.v1.AgentService.RollInstance:output_type -> corpus.v1.RollInstanceResponse
+	7,  // 94: corpus.v1.AgentService.SwitchEnv:output_type -> corpus.v1.SwitchEnvResponse
+	10, // 95: corpus.v1.AgentService.InstanceRelease:output_type -> corpus.v1.InstanceReleaseResponse
+	12, // 96: corpus.v1.AgentService.ReleaseSource:output_type -> corpus.v1.SourceChunk
+	21, // 97: corpus.v1.AgentService.RecordShell:output_type -> corpus.v1.RecordShellResponse
+	44, // 98: corpus.v1.AgentService.ServiceRuntime:output_type -> corpus.v1.ServiceRuntimeResponse
+	1,  // 99: corpus.v1.AgentService.TlsMaterial:output_type -> corpus.v1.TlsMaterialResponse
+	92, // 100: corpus.v1.NodeAgentService.Exec:output_type -> corpus.v1.ExecOutput
+	55, // 101: corpus.v1.NodeAgentService.ExportVolume:output_type -> corpus.v1.VolumeChunk
+	56, // 102: corpus.v1.NodeAgentService.ImportVolume:output_type -> corpus.v1.ImportVolumeResponse
+	93, // 103: corpus.v1.NodeAgentService.SnapshotVolume:output_type -> corpus.v1.SnapshotVolumeResponse
+	94, // 104: corpus.v1.NodeAgentService.Rollback:output_type -> corpus.v1.RollbackOutput
+	12, // 105: corpus.v1.NodeAgentService.ReleaseSource:output_type -> corpus.v1.SourceChunk
+	14, // 106: corpus.v1.NodeAgentService.Load:output_type -> corpus.v1.LoadResponse
+	95, // 107: corpus.v1.NodeAgentService.Redeploy:output_type -> corpus.v1.DeployOutput
+	96, // 108: corpus.v1.NodeAgentService.Processes:output_type -> corpus.v1.ListProcessesResponse
+	97, // 109: corpus.v1.NodeAgentService.Logs:output_type -> corpus.v1.LogLine
+	92, // 110: corpus.v1.NodeAgentService.Shell:output_type -> corpus.v1.ExecOutput
+	91, // 111: corpus.v1.NodeAgentService.DumpService:output_type -> corpus.v1.BackupChunk
+	49, // 112: corpus.v1.NodeAgentService.StoreBackup:output_type -> corpus.v1.StoreBackupResponse
+	91, // 113: corpus.v1.NodeAgentService.ReadBackup:output_type -> corpus.v1.BackupChunk
+	51, // 114: corpus.v1.NodeAgentService.LoadService:output_type -> corpus.v1.LoadServiceResponse
+	53, // 115: corpus.v1.NodeAgentService.RemoveBackup:output_type -> corpus.v1.RemoveBackupResponse
+	47, // 116: corpus.v1.NodeAgentService.CheckChallenge:output_type -> corpus.v1.CheckChallengeResponse
+	82, // [82:117] is the sub-list for method output_type
+	47, // [47:82] is the sub-list for method input_type
+	47, // [47:47] is the sub-list for extension type_name
+	47, // [47:47] is the sub-list for extension extendee
+	0,  // [0:47] is the sub-list for field type_name
 }
 
 func init() { file_corpus_v1_agent_proto_init() }
@@ -4167,7 +4182,7 @@ func file_corpus_v1_agent_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_corpus_v1_agent_proto_rawDesc), len(file_corpus_v1_agent_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   66,
+			NumMessages:   67,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -26,6 +26,318 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+type WaitRequest struct {
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	AfterIndex uint64                 `protobuf:"varint,1,opt,name=after_index,json=afterIndex,proto3" json:"after_index,omitempty"`
+	// wait_seconds bounds the wait (0: 60 s; at most 300 s).
+	WaitSeconds   int64 `protobuf:"varint,2,opt,name=wait_seconds,json=waitSeconds,proto3" json:"wait_seconds,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WaitRequest) Reset() {
+	*x = WaitRequest{}
+	mi := &file_corpus_v1_cluster_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WaitRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WaitRequest) ProtoMessage() {}
+
+func (x *WaitRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_cluster_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WaitRequest.ProtoReflect.Descriptor instead.
+func (*WaitRequest) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_cluster_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *WaitRequest) GetAfterIndex() uint64 {
+	if x != nil {
+		return x.AfterIndex
+	}
+	return 0
+}
+
+func (x *WaitRequest) GetWaitSeconds() int64 {
+	if x != nil {
+		return x.WaitSeconds
+	}
+	return 0
+}
+
+type WaitResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// index is the replica's applied index when it answered.
+	Index         uint64 `protobuf:"varint,1,opt,name=index,proto3" json:"index,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WaitResponse) Reset() {
+	*x = WaitResponse{}
+	mi := &file_corpus_v1_cluster_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WaitResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WaitResponse) ProtoMessage() {}
+
+func (x *WaitResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_cluster_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WaitResponse.ProtoReflect.Descriptor instead.
+func (*WaitResponse) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_cluster_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *WaitResponse) GetIndex() uint64 {
+	if x != nil {
+		return x.Index
+	}
+	return 0
+}
+
+type SeriesRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// names selects series by name (empty: all).
+	Names         []string `protobuf:"bytes,1,rep,name=names,proto3" json:"names,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SeriesRequest) Reset() {
+	*x = SeriesRequest{}
+	mi := &file_corpus_v1_cluster_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SeriesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SeriesRequest) ProtoMessage() {}
+
+func (x *SeriesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_cluster_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SeriesRequest.ProtoReflect.Descriptor instead.
+func (*SeriesRequest) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_cluster_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *SeriesRequest) GetNames() []string {
+	if x != nil {
+		return x.Names
+	}
+	return nil
+}
+
+type SeriesResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// step_seconds is the sampling interval.
+	StepSeconds   int64     `protobuf:"varint,1,opt,name=step_seconds,json=stepSeconds,proto3" json:"step_seconds,omitempty"`
+	Series        []*Series `protobuf:"bytes,2,rep,name=series,proto3" json:"series,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SeriesResponse) Reset() {
+	*x = SeriesResponse{}
+	mi := &file_corpus_v1_cluster_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SeriesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SeriesResponse) ProtoMessage() {}
+
+func (x *SeriesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_cluster_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SeriesResponse.ProtoReflect.Descriptor instead.
+func (*SeriesResponse) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_cluster_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *SeriesResponse) GetStepSeconds() int64 {
+	if x != nil {
+		return x.StepSeconds
+	}
+	return 0
+}
+
+func (x *SeriesResponse) GetSeries() []*Series {
+	if x != nil {
+		return x.Series
+	}
+	return nil
+}
+
+// Series is one metric's recent values, oldest first. Names:
+// node_cpu_allocated_ratio and node_memory_allocated_ratio (label node),
+// domain_requests_per_second and domain_errors_per_second (label domain;
+// errors are answers of status 500 and above).
+type Series struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Labels        map[string]string      `protobuf:"bytes,2,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	Points        []*SeriesPoint         `protobuf:"bytes,3,rep,name=points,proto3" json:"points,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Series) Reset() {
+	*x = Series{}
+	mi := &file_corpus_v1_cluster_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Series) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Series) ProtoMessage() {}
+
+func (x *Series) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_cluster_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Series.ProtoReflect.Descriptor instead.
+func (*Series) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_cluster_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *Series) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *Series) GetLabels() map[string]string {
+	if x != nil {
+		return x.Labels
+	}
+	return nil
+}
+
+func (x *Series) GetPoints() []*SeriesPoint {
+	if x != nil {
+		return x.Points
+	}
+	return nil
+}
+
+type SeriesPoint struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Unix          int64                  `protobuf:"varint,1,opt,name=unix,proto3" json:"unix,omitempty"`
+	Value         float64                `protobuf:"fixed64,2,opt,name=value,proto3" json:"value,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SeriesPoint) Reset() {
+	*x = SeriesPoint{}
+	mi := &file_corpus_v1_cluster_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SeriesPoint) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SeriesPoint) ProtoMessage() {}
+
+func (x *SeriesPoint) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_cluster_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SeriesPoint.ProtoReflect.Descriptor instead.
+func (*SeriesPoint) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_cluster_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *SeriesPoint) GetUnix() int64 {
+	if x != nil {
+		return x.Unix
+	}
+	return 0
+}
+
+func (x *SeriesPoint) GetValue() float64 {
+	if x != nil {
+		return x.Value
+	}
+	return 0
+}
+
 type PeerRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -34,7 +346,7 @@ type PeerRequest struct {
 
 func (x *PeerRequest) Reset() {
 	*x = PeerRequest{}
-	mi := &file_corpus_v1_cluster_proto_msgTypes[0]
+	mi := &file_corpus_v1_cluster_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -46,7 +358,7 @@ func (x *PeerRequest) String() string {
 func (*PeerRequest) ProtoMessage() {}
 
 func (x *PeerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_cluster_proto_msgTypes[0]
+	mi := &file_corpus_v1_cluster_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -59,7 +371,7 @@ func (x *PeerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PeerRequest.ProtoReflect.Descriptor instead.
 func (*PeerRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_cluster_proto_rawDescGZIP(), []int{0}
+	return file_corpus_v1_cluster_proto_rawDescGZIP(), []int{6}
 }
 
 type PeerResponse struct {
@@ -79,7 +391,7 @@ type PeerResponse struct {
 
 func (x *PeerResponse) Reset() {
 	*x = PeerResponse{}
-	mi := &file_corpus_v1_cluster_proto_msgTypes[1]
+	mi := &file_corpus_v1_cluster_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -91,7 +403,7 @@ func (x *PeerResponse) String() string {
 func (*PeerResponse) ProtoMessage() {}
 
 func (x *PeerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_cluster_proto_msgTypes[1]
+	mi := &file_corpus_v1_cluster_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -104,7 +416,7 @@ func (x *PeerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PeerResponse.ProtoReflect.Descriptor instead.
 func (*PeerResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_cluster_proto_rawDescGZIP(), []int{1}
+	return file_corpus_v1_cluster_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *PeerResponse) GetId() string {
@@ -160,7 +472,7 @@ type ApplyRequest struct {
 
 func (x *ApplyRequest) Reset() {
 	*x = ApplyRequest{}
-	mi := &file_corpus_v1_cluster_proto_msgTypes[2]
+	mi := &file_corpus_v1_cluster_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -172,7 +484,7 @@ func (x *ApplyRequest) String() string {
 func (*ApplyRequest) ProtoMessage() {}
 
 func (x *ApplyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_cluster_proto_msgTypes[2]
+	mi := &file_corpus_v1_cluster_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -185,7 +497,7 @@ func (x *ApplyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApplyRequest.ProtoReflect.Descriptor instead.
 func (*ApplyRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_cluster_proto_rawDescGZIP(), []int{2}
+	return file_corpus_v1_cluster_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *ApplyRequest) GetCommand() []byte {
@@ -208,7 +520,7 @@ type ApplyResponse struct {
 
 func (x *ApplyResponse) Reset() {
 	*x = ApplyResponse{}
-	mi := &file_corpus_v1_cluster_proto_msgTypes[3]
+	mi := &file_corpus_v1_cluster_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -220,7 +532,7 @@ func (x *ApplyResponse) String() string {
 func (*ApplyResponse) ProtoMessage() {}
 
 func (x *ApplyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_cluster_proto_msgTypes[3]
+	mi := &file_corpus_v1_cluster_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -233,7 +545,7 @@ func (x *ApplyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApplyResponse.ProtoReflect.Descriptor instead.
 func (*ApplyResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_cluster_proto_rawDescGZIP(), []int{3}
+	return file_corpus_v1_cluster_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *ApplyResponse) GetIndex() uint64 {
@@ -266,7 +578,7 @@ type SeenRequest struct {
 
 func (x *SeenRequest) Reset() {
 	*x = SeenRequest{}
-	mi := &file_corpus_v1_cluster_proto_msgTypes[4]
+	mi := &file_corpus_v1_cluster_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -278,7 +590,7 @@ func (x *SeenRequest) String() string {
 func (*SeenRequest) ProtoMessage() {}
 
 func (x *SeenRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_cluster_proto_msgTypes[4]
+	mi := &file_corpus_v1_cluster_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -291,7 +603,7 @@ func (x *SeenRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SeenRequest.ProtoReflect.Descriptor instead.
 func (*SeenRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_cluster_proto_rawDescGZIP(), []int{4}
+	return file_corpus_v1_cluster_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *SeenRequest) GetNodeIds() []string {
@@ -309,7 +621,7 @@ type SeenResponse struct {
 
 func (x *SeenResponse) Reset() {
 	*x = SeenResponse{}
-	mi := &file_corpus_v1_cluster_proto_msgTypes[5]
+	mi := &file_corpus_v1_cluster_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -321,7 +633,7 @@ func (x *SeenResponse) String() string {
 func (*SeenResponse) ProtoMessage() {}
 
 func (x *SeenResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_cluster_proto_msgTypes[5]
+	mi := &file_corpus_v1_cluster_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -334,7 +646,7 @@ func (x *SeenResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SeenResponse.ProtoReflect.Descriptor instead.
 func (*SeenResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_cluster_proto_rawDescGZIP(), []int{5}
+	return file_corpus_v1_cluster_proto_rawDescGZIP(), []int{11}
 }
 
 type RaftPeersRequest struct {
@@ -345,7 +657,7 @@ type RaftPeersRequest struct {
 
 func (x *RaftPeersRequest) Reset() {
 	*x = RaftPeersRequest{}
-	mi := &file_corpus_v1_cluster_proto_msgTypes[6]
+	mi := &file_corpus_v1_cluster_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -357,7 +669,7 @@ func (x *RaftPeersRequest) String() string {
 func (*RaftPeersRequest) ProtoMessage() {}
 
 func (x *RaftPeersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_cluster_proto_msgTypes[6]
+	mi := &file_corpus_v1_cluster_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -370,7 +682,7 @@ func (x *RaftPeersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftPeersRequest.ProtoReflect.Descriptor instead.
 func (*RaftPeersRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_cluster_proto_rawDescGZIP(), []int{6}
+	return file_corpus_v1_cluster_proto_rawDescGZIP(), []int{12}
 }
 
 type RaftPeer struct {
@@ -389,7 +701,7 @@ type RaftPeer struct {
 
 func (x *RaftPeer) Reset() {
 	*x = RaftPeer{}
-	mi := &file_corpus_v1_cluster_proto_msgTypes[7]
+	mi := &file_corpus_v1_cluster_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -401,7 +713,7 @@ func (x *RaftPeer) String() string {
 func (*RaftPeer) ProtoMessage() {}
 
 func (x *RaftPeer) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_cluster_proto_msgTypes[7]
+	mi := &file_corpus_v1_cluster_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -414,7 +726,7 @@ func (x *RaftPeer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftPeer.ProtoReflect.Descriptor instead.
 func (*RaftPeer) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_cluster_proto_rawDescGZIP(), []int{7}
+	return file_corpus_v1_cluster_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *RaftPeer) GetId() string {
@@ -469,7 +781,7 @@ type RaftPeersResponse struct {
 
 func (x *RaftPeersResponse) Reset() {
 	*x = RaftPeersResponse{}
-	mi := &file_corpus_v1_cluster_proto_msgTypes[8]
+	mi := &file_corpus_v1_cluster_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -481,7 +793,7 @@ func (x *RaftPeersResponse) String() string {
 func (*RaftPeersResponse) ProtoMessage() {}
 
 func (x *RaftPeersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_cluster_proto_msgTypes[8]
+	mi := &file_corpus_v1_cluster_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -494,7 +806,7 @@ func (x *RaftPeersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftPeersResponse.ProtoReflect.Descriptor instead.
 func (*RaftPeersResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_cluster_proto_rawDescGZIP(), []int{8}
+	return file_corpus_v1_cluster_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *RaftPeersResponse) GetPeers() []*RaftPeer {
@@ -522,7 +834,7 @@ type AddRaftPeerRequest struct {
 
 func (x *AddRaftPeerRequest) Reset() {
 	*x = AddRaftPeerRequest{}
-	mi := &file_corpus_v1_cluster_proto_msgTypes[9]
+	mi := &file_corpus_v1_cluster_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -534,7 +846,7 @@ func (x *AddRaftPeerRequest) String() string {
 func (*AddRaftPeerRequest) ProtoMessage() {}
 
 func (x *AddRaftPeerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_cluster_proto_msgTypes[9]
+	mi := &file_corpus_v1_cluster_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -547,7 +859,7 @@ func (x *AddRaftPeerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddRaftPeerRequest.ProtoReflect.Descriptor instead.
 func (*AddRaftPeerRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_cluster_proto_rawDescGZIP(), []int{9}
+	return file_corpus_v1_cluster_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *AddRaftPeerRequest) GetId() string {
@@ -579,7 +891,7 @@ type AddRaftPeerResponse struct {
 
 func (x *AddRaftPeerResponse) Reset() {
 	*x = AddRaftPeerResponse{}
-	mi := &file_corpus_v1_cluster_proto_msgTypes[10]
+	mi := &file_corpus_v1_cluster_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -591,7 +903,7 @@ func (x *AddRaftPeerResponse) String() string {
 func (*AddRaftPeerResponse) ProtoMessage() {}
 
 func (x *AddRaftPeerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_cluster_proto_msgTypes[10]
+	mi := &file_corpus_v1_cluster_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -604,7 +916,7 @@ func (x *AddRaftPeerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddRaftPeerResponse.ProtoReflect.Descriptor instead.
 func (*AddRaftPeerResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_cluster_proto_rawDescGZIP(), []int{10}
+	return file_corpus_v1_cluster_proto_rawDescGZIP(), []int{16}
 }
 
 type RemoveRaftPeerRequest struct {
@@ -616,7 +928,7 @@ type RemoveRaftPeerRequest struct {
 
 func (x *RemoveRaftPeerRequest) Reset() {
 	*x = RemoveRaftPeerRequest{}
-	mi := &file_corpus_v1_cluster_proto_msgTypes[11]
+	mi := &file_corpus_v1_cluster_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -628,7 +940,7 @@ func (x *RemoveRaftPeerRequest) String() string {
 func (*RemoveRaftPeerRequest) ProtoMessage() {}
 
 func (x *RemoveRaftPeerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_cluster_proto_msgTypes[11]
+	mi := &file_corpus_v1_cluster_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -641,7 +953,7 @@ func (x *RemoveRaftPeerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveRaftPeerRequest.ProtoReflect.Descriptor instead.
 func (*RemoveRaftPeerRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_cluster_proto_rawDescGZIP(), []int{11}
+	return file_corpus_v1_cluster_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *RemoveRaftPeerRequest) GetId() string {
@@ -659,7 +971,7 @@ type RemoveRaftPeerResponse struct {
 
 func (x *RemoveRaftPeerResponse) Reset() {
 	*x = RemoveRaftPeerResponse{}
-	mi := &file_corpus_v1_cluster_proto_msgTypes[12]
+	mi := &file_corpus_v1_cluster_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -671,7 +983,7 @@ func (x *RemoveRaftPeerResponse) String() string {
 func (*RemoveRaftPeerResponse) ProtoMessage() {}
 
 func (x *RemoveRaftPeerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_cluster_proto_msgTypes[12]
+	mi := &file_corpus_v1_cluster_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -684,7 +996,7 @@ func (x *RemoveRaftPeerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveRaftPeerResponse.ProtoReflect.Descriptor instead.
 func (*RemoveRaftPeerResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_cluster_proto_rawDescGZIP(), []int{12}
+	return file_corpus_v1_cluster_proto_rawDescGZIP(), []int{18}
 }
 
 type StatusRequest struct {
@@ -695,7 +1007,7 @@ type StatusRequest struct {
 
 func (x *StatusRequest) Reset() {
 	*x = StatusRequest{}
-	mi := &file_corpus_v1_cluster_proto_msgTypes[13]
+	mi := &file_corpus_v1_cluster_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -707,7 +1019,7 @@ func (x *StatusRequest) String() string {
 func (*StatusRequest) ProtoMessage() {}
 
 func (x *StatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_cluster_proto_msgTypes[13]
+	mi := &file_corpus_v1_cluster_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -720,7 +1032,7 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_cluster_proto_rawDescGZIP(), []int{13}
+	return file_corpus_v1_cluster_proto_rawDescGZIP(), []int{19}
 }
 
 type StatusResponse struct {
@@ -743,7 +1055,7 @@ type StatusResponse struct {
 
 func (x *StatusResponse) Reset() {
 	*x = StatusResponse{}
-	mi := &file_corpus_v1_cluster_proto_msgTypes[14]
+	mi := &file_corpus_v1_cluster_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -755,7 +1067,7 @@ func (x *StatusResponse) String() string {
 func (*StatusResponse) ProtoMessage() {}
 
 func (x *StatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_cluster_proto_msgTypes[14]
+	mi := &file_corpus_v1_cluster_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -768,7 +1080,7 @@ func (x *StatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusResponse.ProtoReflect.Descriptor instead.
 func (*StatusResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_cluster_proto_rawDescGZIP(), []int{14}
+	return file_corpus_v1_cluster_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *StatusResponse) GetClusterId() string {
@@ -842,7 +1154,7 @@ type RotateKeyringRequest struct {
 
 func (x *RotateKeyringRequest) Reset() {
 	*x = RotateKeyringRequest{}
-	mi := &file_corpus_v1_cluster_proto_msgTypes[15]
+	mi := &file_corpus_v1_cluster_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -854,7 +1166,7 @@ func (x *RotateKeyringRequest) String() string {
 func (*RotateKeyringRequest) ProtoMessage() {}
 
 func (x *RotateKeyringRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_cluster_proto_msgTypes[15]
+	mi := &file_corpus_v1_cluster_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -867,7 +1179,7 @@ func (x *RotateKeyringRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RotateKeyringRequest.ProtoReflect.Descriptor instead.
 func (*RotateKeyringRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_cluster_proto_rawDescGZIP(), []int{15}
+	return file_corpus_v1_cluster_proto_rawDescGZIP(), []int{21}
 }
 
 type RotateKeyringResponse struct {
@@ -884,7 +1196,7 @@ type RotateKeyringResponse struct {
 
 func (x *RotateKeyringResponse) Reset() {
 	*x = RotateKeyringResponse{}
-	mi := &file_corpus_v1_cluster_proto_msgTypes[16]
+	mi := &file_corpus_v1_cluster_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -896,7 +1208,7 @@ func (x *RotateKeyringResponse) String() string {
 func (*RotateKeyringResponse) ProtoMessage() {}
 
 func (x *RotateKeyringResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_cluster_proto_msgTypes[16]
+	mi := &file_corpus_v1_cluster_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -909,7 +1221,7 @@ func (x *RotateKeyringResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RotateKeyringResponse.ProtoReflect.Descriptor instead.
 func (*RotateKeyringResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_cluster_proto_rawDescGZIP(), []int{16}
+	return file_corpus_v1_cluster_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *RotateKeyringResponse) GetPrimary() string {
@@ -937,7 +1249,28 @@ var File_corpus_v1_cluster_proto protoreflect.FileDescriptor
 
 const file_corpus_v1_cluster_proto_rawDesc = "" +
 	"\n" +
-	"\x17corpus/v1/cluster.proto\x12\tcorpus.v1\"\r\n" +
+	"\x17corpus/v1/cluster.proto\x12\tcorpus.v1\"Q\n" +
+	"\vWaitRequest\x12\x1f\n" +
+	"\vafter_index\x18\x01 \x01(\x04R\n" +
+	"afterIndex\x12!\n" +
+	"\fwait_seconds\x18\x02 \x01(\x03R\vwaitSeconds\"$\n" +
+	"\fWaitResponse\x12\x14\n" +
+	"\x05index\x18\x01 \x01(\x04R\x05index\"%\n" +
+	"\rSeriesRequest\x12\x14\n" +
+	"\x05names\x18\x01 \x03(\tR\x05names\"^\n" +
+	"\x0eSeriesResponse\x12!\n" +
+	"\fstep_seconds\x18\x01 \x01(\x03R\vstepSeconds\x12)\n" +
+	"\x06series\x18\x02 \x03(\v2\x11.corpus.v1.SeriesR\x06series\"\xbe\x01\n" +
+	"\x06Series\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x125\n" +
+	"\x06labels\x18\x02 \x03(\v2\x1d.corpus.v1.Series.LabelsEntryR\x06labels\x12.\n" +
+	"\x06points\x18\x03 \x03(\v2\x16.corpus.v1.SeriesPointR\x06points\x1a9\n" +
+	"\vLabelsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"7\n" +
+	"\vSeriesPoint\x12\x12\n" +
+	"\x04unix\x18\x01 \x01(\x03R\x04unix\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\x01R\x05value\"\r\n" +
 	"\vPeerRequest\"\xc0\x01\n" +
 	"\fPeerResponse\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12!\n" +
@@ -995,7 +1328,7 @@ const file_corpus_v1_cluster_proto_rawDesc = "" +
 	"\x15RotateKeyringResponse\x12\x18\n" +
 	"\aprimary\x18\x01 \x01(\tR\aprimary\x12\x1a\n" +
 	"\bprevious\x18\x02 \x01(\tR\bprevious\x12\x1a\n" +
-	"\bresealed\x18\x03 \x01(\x05R\bresealed2\xcd\x04\n" +
+	"\bresealed\x18\x03 \x01(\x05R\bresealed2\xcf\x05\n" +
 	"\x0eClusterService\x12B\n" +
 	"\x06Status\x12\x18.corpus.v1.StatusRequest\x1a\x19.corpus.v1.StatusResponse\"\x03\x90\x02\x01\x12<\n" +
 	"\x04Peer\x12\x16.corpus.v1.PeerRequest\x1a\x17.corpus.v1.PeerResponse\"\x03\x90\x02\x01\x12:\n" +
@@ -1004,7 +1337,9 @@ const file_corpus_v1_cluster_proto_rawDesc = "" +
 	"\tRaftPeers\x12\x1b.corpus.v1.RaftPeersRequest\x1a\x1c.corpus.v1.RaftPeersResponse\"\x03\x90\x02\x01\x12L\n" +
 	"\vAddRaftPeer\x12\x1d.corpus.v1.AddRaftPeerRequest\x1a\x1e.corpus.v1.AddRaftPeerResponse\x12U\n" +
 	"\x0eRemoveRaftPeer\x12 .corpus.v1.RemoveRaftPeerRequest\x1a!.corpus.v1.RemoveRaftPeerResponse\x12R\n" +
-	"\rRotateKeyring\x12\x1f.corpus.v1.RotateKeyringRequest\x1a .corpus.v1.RotateKeyringResponseB!Z\x1fcorpus/proto/corpus/v1;corpusv1b\x06proto3"
+	"\rRotateKeyring\x12\x1f.corpus.v1.RotateKeyringRequest\x1a .corpus.v1.RotateKeyringResponse\x12<\n" +
+	"\x04Wait\x12\x16.corpus.v1.WaitRequest\x1a\x17.corpus.v1.WaitResponse\"\x03\x90\x02\x01\x12B\n" +
+	"\x06Series\x12\x18.corpus.v1.SeriesRequest\x1a\x19.corpus.v1.SeriesResponse\"\x03\x90\x02\x01B!Z\x1fcorpus/proto/corpus/v1;corpusv1b\x06proto3"
 
 var (
 	file_corpus_v1_cluster_proto_rawDescOnce sync.Once
@@ -1018,49 +1353,63 @@ func file_corpus_v1_cluster_proto_rawDescGZIP() []byte {
 	return file_corpus_v1_cluster_proto_rawDescData
 }
 
-var file_corpus_v1_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
+var file_corpus_v1_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 24)
 var file_corpus_v1_cluster_proto_goTypes = []any{
-	(*PeerRequest)(nil),            // 0: corpus.v1.PeerRequest
-	(*PeerResponse)(nil),           // 1: corpus.v1.PeerResponse
-	(*ApplyRequest)(nil),           // 2: corpus.v1.ApplyRequest
-	(*ApplyResponse)(nil),          // 3: corpus.v1.ApplyResponse
-	(*SeenRequest)(nil),            // 4: corpus.v1.SeenRequest
-	(*SeenResponse)(nil),           // 5: corpus.v1.SeenResponse
-	(*RaftPeersRequest)(nil),       // 6: corpus.v1.RaftPeersRequest
-	(*RaftPeer)(nil),               // 7: corpus.v1.RaftPeer
-	(*RaftPeersResponse)(nil),      // 8: corpus.v1.RaftPeersResponse
-	(*AddRaftPeerRequest)(nil),     // 9: corpus.v1.AddRaftPeerRequest
-	(*AddRaftPeerResponse)(nil),    // 10: corpus.v1.AddRaftPeerResponse
-	(*RemoveRaftPeerRequest)(nil),  // 11: corpus.v1.RemoveRaftPeerRequest
-	(*RemoveRaftPeerResponse)(nil), // 12: corpus.v1.RemoveRaftPeerResponse
-	(*StatusRequest)(nil),          // 13: corpus.v1.StatusRequest
-	(*StatusResponse)(nil),         // 14: corpus.v1.StatusResponse
-	(*RotateKeyringRequest)(nil),   // 15: corpus.v1.RotateKeyringRequest
-	(*RotateKeyringResponse)(nil),  // 16: corpus.v1.RotateKeyringResponse
+	(*WaitRequest)(nil),            // 0: corpus.v1.WaitRequest
+	(*WaitResponse)(nil),           // 1: corpus.v1.WaitResponse
+	(*SeriesRequest)(nil),          // 2: corpus.v1.SeriesRequest
+	(*SeriesResponse)(nil),         // 3: corpus.v1.SeriesResponse
+	(*Series)(nil),                 // 4: corpus.v1.Series
+	(*SeriesPoint)(nil),            // 5: corpus.v1.SeriesPoint
+	(*PeerRequest)(nil),            // 6: corpus.v1.PeerRequest
+	(*PeerResponse)(nil),           // 7: corpus.v1.PeerResponse
+	(*ApplyRequest)(nil),           // 8: corpus.v1.ApplyRequest
+	(*ApplyResponse)(nil),          // 9: corpus.v1.ApplyResponse
+	(*SeenRequest)(nil),            // 10: corpus.v1.SeenRequest
+	(*SeenResponse)(nil),           // 11: corpus.v1.SeenResponse
+	(*RaftPeersRequest)(nil),       // 12: corpus.v1.RaftPeersRequest
+	(*RaftPeer)(nil),               // 13: corpus.v1.RaftPeer
+	(*RaftPeersResponse)(nil),      // 14: corpus.v1.RaftPeersResponse
+	(*AddRaftPeerRequest)(nil),     // 15: corpus.v1.AddRaftPeerRequest
+	(*AddRaftPeerResponse)(nil),    // 16: corpus.v1.AddRaftPeerResponse
+	(*RemoveRaftPeerRequest)(nil),  // 17: corpus.v1.RemoveRaftPeerRequest
+	(*RemoveRaftPeerResponse)(nil), // 18: corpus.v1.RemoveRaftPeerResponse
+	(*StatusRequest)(nil),          // 19: corpus.v1.StatusRequest
+	(*StatusResponse)(nil),         // 20: corpus.v1.StatusResponse
+	(*RotateKeyringRequest)(nil),   // 21: corpus.v1.RotateKeyringRequest
+	(*RotateKeyringResponse)(nil),  // 22: corpus.v1.RotateKeyringResponse
+	nil,                            // 23: corpus.v1.Series.LabelsEntry
 }
 var file_corpus_v1_cluster_proto_depIdxs = []int32{
-	7,  // 0: corpus.v1.RaftPeersResponse.peers:type_name -> corpus.v1.RaftPeer
-	13, // 1: corpus.v1.ClusterService.Status:input_type -> corpus.v1.StatusRequest
-	0,  // 2: corpus.v1.ClusterService.Peer:input_type -> corpus.v1.PeerRequest
-	2,  // 3: corpus.v1.ClusterService.Apply:input_type -> corpus.v1.ApplyRequest
-	4,  // 4: corpus.v1.ClusterService.Seen:input_type -> corpus.v1.SeenRequest
-	6,  // 5: corpus.v1.ClusterService.RaftPeers:input_type -> corpus.v1.RaftPeersRequest
-	9,  // 6: corpus.v1.ClusterService.AddRaftPeer:input_type -> corpus.v1.AddRaftPeerRequest
-	11, // 7: corpus.v1.ClusterService.RemoveRaftPeer:input_type -> corpus.v1.RemoveRaftPeerRequest
-	15, // 8: corpus.v1.ClusterService.RotateKeyring:input_type -> corpus.v1.RotateKeyringRequest
-	14, // 9: corpus.v1.ClusterService.Status:output_type -> corpus.v1.StatusResponse
-	1,  // 10: corpus.v1.ClusterService.Peer:output_type -> corpus.v1.PeerResponse
-	3,  // 11: corpus.v1.ClusterService.Apply:output_type -> corpus.v1.ApplyResponse
-	5,  // 12: corpus.v1.ClusterService.Seen:output_type -> corpus.v1.SeenResponse
-	8,  // 13: corpus.v1.ClusterService.RaftPeers:output_type -> corpus.v1.RaftPeersResponse
-	10, // 14: corpus.v1.ClusterService.AddRaftPeer:output_type -> corpus.v1.AddRaftPeerResponse
-	12, // 15: corpus.v1.ClusterService.RemoveRaftPeer:output_type -> corpus.v1.RemoveRaftPeerResponse
-	16, // 16: corpus.v1.ClusterService.RotateKeyring:output_type -> corpus.v1.RotateKeyringResponse
-	9,  // [9:17] is the sub-list for method output_type
-	1,  // [1:9] is the sub-list for method input_type
-	1,  // [1:1] is the sub-list for extension type_name
-	1,  // [1:1] is the sub-list for extension extendee
-	0,  // [0:1] is the sub-list for field type_name
+	4,  // 0: corpus.v1.SeriesResponse.series:type_name -> corpus.v1.Series
+	23, // 1: corpus.v1.Series.labels:type_name -> corpus.v1.Series.LabelsEntry
+	5,  // 2: corpus.v1.Series.points:type_name -> corpus.v1.SeriesPoint
+	13, // 3: corpus.v1.RaftPeersResponse.peers:type_name -> corpus.v1.RaftPeer
+	19, // 4: corpus.v1.ClusterService.Status:input_type -> corpus.v1.StatusRequest
+	6,  // 5: corpus.v1.ClusterService.Peer:input_type -> corpus.v1.PeerRequest
+	8,  // 6: corpus.v1.ClusterService.Apply:input_type -> corpus.v1.ApplyRequest
+	10, // 7: corpus.v1.ClusterService.Seen:input_type -> corpus.v1.SeenRequest
+	12, // 8: corpus.v1.ClusterService.RaftPeers:input_type -> corpus.v1.RaftPeersRequest
+	15, // 9: corpus.v1.ClusterService.AddRaftPeer:input_type -> corpus.v1.AddRaftPeerRequest
+	17, // 10: corpus.v1.ClusterService.RemoveRaftPeer:input_type -> corpus.v1.RemoveRaftPeerRequest
+	21, // 11: corpus.v1.ClusterService.RotateKeyring:input_type -> corpus.v1.RotateKeyringRequest
+	0,  // 12: corpus.v1.ClusterService.Wait:input_type -> corpus.v1.WaitRequest
+	2,  // 13: corpus.v1.ClusterService.Series:input_type -> corpus.v1.SeriesRequest
+	20, // 14: corpus.v1.ClusterService.Status:output_type -> corpus.v1.StatusResponse
+	7,  // 15: corpus.v1.ClusterService.Peer:output_type -> corpus.v1.PeerResponse
+	9,  // 16: corpus.v1.ClusterService.Apply:output_type -> corpus.v1.ApplyResponse
+	11, // 17: corpus.v1.ClusterService.Seen:output_type -> corpus.v1.SeenResponse
+	14, // 18: corpus.v1.ClusterService.RaftPeers:output_type -> corpus.v1.RaftPeersResponse
+	16, // 19: corpus.v1.ClusterService.AddRaftPeer:output_type -> corpus.v1.AddRaftPeerResponse
+	18, // 20: corpus.v1.ClusterService.RemoveRaftPeer:output_type -> corpus.v1.RemoveRaftPeerResponse
+	22, // 21: corpus.v1.ClusterService.RotateKeyring:output_type -> corpus.v1.RotateKeyringResponse
+	1,  // 22: corpus.v1.ClusterService.Wait:output_type -> corpus.v1.WaitResponse
+	3,  // 23: corpus.v1.ClusterService.Series:output_type -> corpus.v1.SeriesResponse
+	14, // [14:24] is the sub-list for method output_type
+	4,  // [4:14] is the sub-list for method input_type
+	4,  // [4:4] is the sub-list for extension type_name
+	4,  // [4:4] is the sub-list for extension extendee
+	0,  // [0:4] is the sub-list for field type_name
 }
 
 func init() { file_corpus_v1_cluster_proto_init() }
@@ -1074,7 +1423,7 @@ func file_corpus_v1_cluster_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_corpus_v1_cluster_proto_rawDesc), len(file_corpus_v1_cluster_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   17,
+			NumMessages:   24,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -57,6 +57,10 @@ const (
 	// ClusterServiceRotateKeyringProcedure is the fully-qualified name of the ClusterService's
 	// RotateKeyring RPC.
 	ClusterServiceRotateKeyringProcedure = "/corpus.v1.ClusterService/RotateKeyring"
+	// ClusterServiceWaitProcedure is the fully-qualified name of the ClusterService's Wait RPC.
+	ClusterServiceWaitProcedure = "/corpus.v1.ClusterService/Wait"
+	// ClusterServiceSeriesProcedure is the fully-qualified name of the ClusterService's Series RPC.
+	ClusterServiceSeriesProcedure = "/corpus.v1.ClusterService/Series"
 )
 
 // ClusterServiceClient is a client for the corpus.v1.ClusterService service.
@@ -79,6 +83,13 @@ type ClusterServiceClient interface {
 	// RotateKeyring makes a new data key the keyring's only one, every
 	// sealed value sealed again with it, in one replicated write.
 	RotateKeyring(context.Context, *connect.Request[v1.RotateKeyringRequest]) (*connect.Response[v1.RotateKeyringResponse], error)
+	// Wait is a blocking read of the state's index: it answers once the
+	// replica has applied a write past after_index, or wait_seconds pass.
+	// Clients (the web dashboard) read again when the index moved.
+	Wait(context.Context, *connect.Request[v1.WaitRequest]) (*connect.Response[v1.WaitResponse], error)
+	// Series returns the recent values this replica sampled: node
+	// allocation and, per domain, request and error rates.
+	Series(context.Context, *connect.Request[v1.SeriesRequest]) (*connect.Response[v1.SeriesResponse], error)
 }
 
 // NewClusterServiceClient constructs a client for the corpus.v1.ClusterService service. By default,
@@ -143,6 +154,20 @@ func NewClusterServiceClient(httpClient connect.HTTPClient, baseURL string, opts
 			connect.WithSchema(clusterServiceMethods.ByName("RotateKeyring")),
 			connect.WithClientOptions(opts...),
 		),
+		wait: connect.NewClient[v1.WaitRequest, v1.WaitResponse](
+			httpClient,
+			baseURL+ClusterServiceWaitProcedure,
+			connect.WithSchema(clusterServiceMethods.ByName("Wait")),
+			connect.WithIdempotency(connect.IdempotencyNoSideEffects),
+			connect.WithClientOptions(opts...),
+		),
+		series: connect.NewClient[v1.SeriesRequest, v1.SeriesResponse](
+			httpClient,
+			baseURL+ClusterServiceSeriesProcedure,
+			connect.WithSchema(clusterServiceMethods.ByName("Series")),
+			connect.WithIdempotency(connect.IdempotencyNoSideEffects),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
@@ -156,6 +181,8 @@ type clusterServiceClient struct {
 	addRaftPeer    *connect.Client[v1.AddRaftPeerRequest, v1.AddRaftPeerResponse]
 	removeRaftPeer *connect.Client[v1.RemoveRaftPeerRequest, v1.RemoveRaftPeerResponse]
 	rotateKeyring  *connect.Client[v1.RotateKeyringRequest, v1.RotateKeyringResponse]
+	wait           *connect.Client[v1.WaitRequest, v1.WaitResponse]
+	series         *connect.Client[v1.SeriesRequest, v1.SeriesResponse]
 }
 
 // Status calls corpus.v1.ClusterService.Status.
@@ -198,6 +225,16 @@ func (c *clusterServiceClient) RotateKeyring(ctx context.Context, req *connect.R
 	return c.rotateKeyring.CallUnary(ctx, req)
 }
 
+// Wait calls corpus.v1.ClusterService.Wait.
+func (c *clusterServiceClient) Wait(ctx context.Context, req *connect.Request[v1.WaitRequest]) (*connect.Response[v1.WaitResponse], error) {
+	return c.wait.CallUnary(ctx, req)
+}
+
+// Series calls corpus.v1.ClusterService.Series.
+func (c *clusterServiceClient) Series(ctx context.Context, req *connect.Request[v1.SeriesRequest]) (*connect.Response[v1.SeriesResponse], error) {
+	return c.series.CallUnary(ctx, req)
+}
+
 // ClusterServiceHandler is an implementation of the corpus.v1.ClusterService service.
 type ClusterServiceHandler interface {
 	Status(context.Context, *connect.Request[v1.StatusRequest]) (*connect.Response[v1.StatusResponse], error)
@@ -218,6 +255,13 @@ type ClusterServiceHandler interface {
 	// RotateKeyring makes a new data key the keyring's only one, every
 	// sealed value sealed again with it, in one replicated write.
 	RotateKeyring(context.Context, *connect.Request[v1.RotateKeyringRequest]) (*connect.Response[v1.RotateKeyringResponse], error)
+	// Wait is a blocking read of the state's index: it answers once the
+	// replica has applied a write past after_index, or wait_seconds pass.
+	// Clients (the web dashboard) read again when the index moved.
+	Wait(context.Context, *connect.Request[v1.WaitRequest]) (*connect.Response[v1.WaitResponse], error)
+	// Series returns the recent values this replica sampled: node
+	// allocation and, per domain, request and error rates.
+	Series(context.Context, *connect.Request[v1.SeriesRequest]) (*connect.Response[v1.SeriesResponse], error)
 }
 
 // NewClusterServiceHandler builds an HTTP handler from the service implementation. It returns the
@@ -278,6 +322,20 @@ func NewClusterServiceHandler(svc ClusterServiceHandler, opts ...connect.Handler
 		connect.WithSchema(clusterServiceMethods.ByName("RotateKeyring")),
 		connect.WithHandlerOptions(opts...),
 	)
+	clusterServiceWaitHandler := connect.NewUnaryHandler(
+		ClusterServiceWaitProcedure,
+		svc.Wait,
+		connect.WithSchema(clusterServiceMethods.ByName("Wait")),
+		connect.WithIdempotency(connect.IdempotencyNoSideEffects),
+		connect.WithHandlerOptions(opts...),
+	)
+	clusterServiceSeriesHandler := connect.NewUnaryHandler(
+		ClusterServiceSeriesProcedure,
+		svc.Series,
+		connect.WithSchema(clusterServiceMethods.ByName("Series")),
+		connect.WithIdempotency(connect.IdempotencyNoSideEffects),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/corpus.v1.ClusterService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case ClusterServiceStatusProcedure:
@@ -296,6 +354,10 @@ func NewClusterServiceHandler(svc ClusterServiceHandler, opts ...connect.Handler
 			clusterServiceRemoveRaftPeerHandler.ServeHTTP(w, r)
 		case ClusterServiceRotateKeyringProcedure:
 			clusterServiceRotateKeyringHandler.ServeHTTP(w, r)
+		case ClusterServiceWaitProcedure:
+			clusterServiceWaitHandler.ServeHTTP(w, r)
+		case ClusterServiceSeriesProcedure:
+			clusterServiceSeriesHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -335,4 +397,12 @@ func (UnimplementedClusterServiceHandler) RemoveRaftPeer(context.Context, *conne
 
 func (UnimplementedClusterServiceHandler) RotateKeyring(context.Context, *connect.Request[v1.RotateKeyringRequest]) (*connect.Response[v1.RotateKeyringResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("corpus.v1.ClusterService.RotateKeyring is not implemented"))
+}
+
+func (UnimplementedClusterServiceHandler) Wait(context.Context, *connect.Request[v1.WaitRequest]) (*connect.Response[v1.WaitResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("corpus.v1.ClusterService.Wait is not implemented"))
+}
+
+func (UnimplementedClusterServiceHandler) Series(context.Context, *connect.Request[v1.SeriesRequest]) (*connect.Response[v1.SeriesResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("corpus.v1.ClusterService.Series is not implemented"))
 }
