@@ -12,7 +12,7 @@ VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo de
 COMMIT    ?= $(shell git rev-parse --short HEAD 2>/dev/null)
 LDFLAGS   := -X corpus/internal/version.Version=$(VERSION) -X corpus/internal/version.Commit=$(COMMIT)
 
-.PHONY: help build deb test test-unit lint vet fmt-check staticcheck proto proto-check demo demo-stop demo-clean bench bench-summary tools test-tools clean
+.PHONY: help build deb test test-unit lint vet fmt-check staticcheck proto proto-check ui ui-check screenshots demo demo-stop demo-clean bench bench-summary tools test-tools clean
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -69,6 +69,22 @@ proto: ## regenerate Go code from proto/
 
 proto-check: proto ## fail when the committed generated code is stale
 	@git diff --exit-code -- proto || (echo "generated code in proto/ is stale: run make proto and commit"; exit 1)
+
+# The dashboard's app: web/ built by the pinned esbuild (package-lock.json)
+# into coordinator/ui/dist, which is committed and embedded in the binary,
+# so building corpus needs no Node.js.
+ui: ## rebuild the web dashboard (web/ -> coordinator/ui/dist)
+	cd web && npm ci --no-audit --no-fund --loglevel=error && node build.mjs
+
+ui-check: ui ## fail when the committed dashboard build is stale
+	@git diff --exit-code -- coordinator/ui/dist && [ -z "$$(git status --porcelain -- coordinator/ui/dist)" ] || \
+	  (echo "the dashboard build in coordinator/ui/dist is stale: run make ui and commit"; exit 1)
+
+# The README's pictures, taken by the dashboard's browser test (as root,
+# with LXC and Chromium: scripts/setup --test).
+screenshots: ## retake docs/ui/*.png from the dashboard's browser test
+	mkdir -p docs/ui
+	cd test/e2e && CORPUS_UI_SCREENSHOTS=$(CURDIR)/docs/ui $(GO) test -count=1 -run '^TestDashboard$$' -v .
 
 demo: ## set up this host and run a one-machine cluster with a guest
 	./scripts/demo

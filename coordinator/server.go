@@ -11,6 +11,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -23,8 +24,10 @@ import (
 	"corpus/coordinator/auth"
 	"corpus/coordinator/ldapauth"
 	"corpus/coordinator/scheduler"
+	"corpus/coordinator/series"
 	"corpus/coordinator/state"
 	"corpus/coordinator/templates"
+	"corpus/coordinator/ui"
 	"corpus/dns"
 	"corpus/internal/atomicfile"
 	"corpus/internal/gossip"
@@ -106,6 +109,9 @@ type Config struct {
 	// AutoscaleInterval is how often the leader samples the load of
 	// autoscaled environments and decides.
 	AutoscaleInterval time.Duration
+	// SeriesInterval is how often each replica samples the values the
+	// dashboard plots (node allocation, domain request and error rates).
+	SeriesInterval time.Duration
 
 	// ServiceTemplates is the operators' folder of service templates,
 	// added to the built-in ones (coordinator/templates); missing is
@@ -131,6 +137,7 @@ func Default() Config {
 		DNSZone:           dns.DefaultZone,
 		LoginTokenTTL:     api.DefaultLoginTokenTTL,
 		AutoscaleInterval: api.DefaultAutoscaleInterval,
+		SeriesInterval:    api.DefaultSeriesInterval,
 
 		ServiceTemplates: templates.DefaultDir,
 	}
@@ -192,6 +199,9 @@ func (c Config) Validate() error {
 	}
 	if c.AutoscaleInterval < 100*time.Millisecond || c.AutoscaleInterval > 10*time.Minute {
 		errs = append(errs, fmt.Errorf("autoscale interval %s: between 100ms and 10m", c.AutoscaleInterval))
+	}
+	if c.SeriesInterval < 100*time.Millisecond || c.SeriesInterval > 10*time.Minute {
+		errs = append(errs, fmt.Errorf("series interval %s: between 100ms and 10m", c.SeriesInterval))
 	}
 	if c.LoginTokenTTL < time.Minute {
 		errs = append(errs, fmt.Errorf("login token ttl %s is below the minimum of 1m", c.LoginTokenTTL))
@@ -301,6 +311,8 @@ func New(cfg Config) (*Server, error) {
 		Passwords:         passwords,
 		LoginTTL:          cfg.LoginTokenTTL,
 		AutoscaleInterval: cfg.AutoscaleInterval,
+		Series:            series.New(api.SeriesPoints),
+		SeriesInterval:    cfg.SeriesInterval,
 		ServiceTemplates:  cfg.ServiceTemplates,
 		Store:             s.store,
 		Propose:           s.propose,
@@ -318,13 +330,33 @@ func New(cfg Config) (*Server, error) {
 		Metrics:           api.NewMetrics(cfg.Metrics),
 	}
 	api.Mount(mux, s.api)
+	dash := ui.New(ui.Config{Store: s.store, API: mux, Dial: s.selfClient(certs)})
+	dash.Mount(mux)
 	s.sched = scheduler.NewMetrics(cfg.Metrics, s.store)
 	cfg.Metrics.MustRegister(newGuestsCollector(s.store), newServicesCollector(s.store), pki.NewExpiryCollector("coordinator", func() map[string]*x509.Certificate {
 		return map[string]*x509.Certificate{"cluster_ca": certs.auth.Cert, "replica": certs.keys.Get().Leaf}
 	}))
-	s.http = rpc.NewServer(auth.PeerHTTP(mux), certs.server())
+	s.http = rpc.NewServer(auth.PeerHTTP(dash.Credentials(mux)), certs.server())
 	s.http.ErrorLog = rpc.ErrorLog(logger.With("component", "api"))
 	return s, nil
+}
+
+// selfClient returns a client of this replica's own API, as a user (no
+// certificate: the caller's token speaks), over loopback when the API
+// listens on every address.
+func (s *Server) selfClient(c *certs) func() (*http.Client, string) {
+	client := rpc.HTTPClient(pki.ClientConfig(c.pool, nil, pki.RoleCoordinator, ""))
+	return func() (*http.Client, string) {
+		addr := s.listener.Addr().(*net.TCPAddr)
+		host := addr.IP
+		if host.IsUnspecified() {
+			host = net.IPv6loopback
+			if addr.IP.To4() != nil {
+				host = net.IPv4(127, 0, 0, 1)
+			}
+		}
+		return client, rpc.BaseURL(net.JoinHostPort(host.String(), strconv.Itoa(addr.Port)))
+	}
 }
 
 // startDNS binds the DNS server over an initially empty zone.
@@ -414,6 +446,7 @@ func (s *Server) Serve(ctx context.Context) error {
 	run(s.registerLoop)
 	run(s.aliveLoop)
 	run(s.forwardSeen)
+	run(s.api.SeriesLoop)
 	run(func(ctx context.Context) { s.certs.renewLoop(ctx, s.logger.With("component", "tls")) })
 	if s.cfg.Bootstrap && s.cfg.BootstrapExpect > 1 {
 		run(s.formGroup)

@@ -114,6 +114,7 @@ func addLDAPFlags(f *pflag.FlagSet, cfg *coordinator.Config) {
 	f.DurationVar(&l.Timeout, "ldap-timeout", ldapauth.DefaultTimeout, "bound on dialing and each LDAP operation")
 	f.DurationVar(&cfg.LoginTokenTTL, "login-token-ttl", cfg.LoginTokenTTL, "lifetime of the tokens a password login issues (also the longest a client may ask for)")
 	f.DurationVar(&cfg.AutoscaleInterval, "autoscale-interval", cfg.AutoscaleInterval, "how often the leader samples the load of autoscaled environments and decides")
+	f.DurationVar(&cfg.SeriesInterval, "series-interval", cfg.SeriesInterval, "how often each replica samples what the dashboard plots (node allocation, request and error rates per domain)")
 }
 
 func newAgentCmd(g *globals) *cobra.Command {

@@ -374,6 +374,7 @@ func (b devBanner) write(w io.Writer) {
 	fmt.Fprintf(w, `
 corpus dev is running (state in %s)
   coordinator API   https://%s   (raft %s, mutual TLS)
+  dashboard         https://%s/ui/   (log in with the operator token)
   agent API         https://%s   node %q
   proxy (ingress)   %s
   dns               %s   (zone %s; dig @HOST -p PORT web.guest.%s)
@@ -390,5 +391,5 @@ Try:
   corpus guest list
 
 Ctrl-C stops the cluster; guests keep running unless --cleanup is given.
-`, b.StateDir, b.API, b.Raft, b.AgentAPI, b.Node, b.Proxy, b.DNS, b.Zone, b.Zone, b.Metrics, b.OpsToken, b.OpsTokenFile, b.CA, b.Env, b.ConfigPath)
+`, b.StateDir, b.API, b.Raft, b.API, b.AgentAPI, b.Node, b.Proxy, b.DNS, b.Zone, b.Zone, b.Metrics, b.OpsToken, b.OpsTokenFile, b.CA, b.Env, b.ConfigPath)
 }

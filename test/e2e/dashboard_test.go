@@ -1,0 +1,411 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/chromedp/cdproto/input"
+	"github.com/chromedp/chromedp"
+	"github.com/chromedp/chromedp/kb"
+)
+
+// TestDashboard drives the web dashboard in headless Chromium against a
+// real cluster: an operator logs in with a token, sees a guest the CLI
+// creates appear without a reload, follows a guest's log and runs a
+// command in its terminal; a dev rolls a release back; a viewer sees no
+// write button and a write forged from the page is refused; commit
+// messages and log lines holding markup show as text. With
+// CORPUS_UI_SCREENSHOTS=DIR it saves the main pages there (the README's
+// pictures: make screenshots).
+func TestDashboard(t *testing.T) {
+	chromium, err := exec.LookPath("chromium")
+	if err != nil {
+		t.Skip("needs Chromium (apt-get install chromium)")
+	}
+	// Series every second, so the plots have points within the test.
+	l := newDeployLabCoord(t, []string{"--series-interval", "1s"}, []string{"--image", "busybox", "--memory", "64M", "--cpus", "0.2"})
+	c := l.c
+	l.commitDashboardSite("one", `<img src=x onerror="window.__xss=1"> one`)
+	l.mustPush()
+	l.commitDashboardSite("two", "site two")
+	l.mustPush()
+	if cur, _ := l.releases(); cur != 2 {
+		t.Fatalf("current release %d after two pushes", cur)
+	}
+	c.mustCLI("user", "add", "val", "--role", "viewer")
+	c.mustCLI("project", "grant", "hello", "val")
+	token := func(user string) string {
+		var tok struct {
+			Token string `json:"token"`
+		}
+		if err := c.json(&tok, "user", "token", "create", user, "--ttl", "1h"); err != nil {
+			t.Fatal(err)
+		}
+		return tok.Token
+	}
+	aliceTok, valTok := token("alice"), token("val")
+	base := forwardFrom(t, c.lab.ctl, "127.0.0.1:7400")
+	shots := os.Getenv("CORPUS_UI_SCREENSHOTS")
+
+	// The operator.
+	ops := openPage(t, chromium, base, shots)
+	ops.login(c.token)
+	ops.waitText("the cluster page", "Leader")
+	ops.shot("cluster")
+	ops.go_("#/guests")
+	ops.wait("hello-dev listed", `document.querySelector('[data-testid=guest-row][data-name="hello-dev"]')`)
+	c.mustCLI("guest", "create", "late", "--image", "busybox", "--memory", "32M", "--cpus", "0.1")
+	start := time.Now()
+	ops.wait("the guest the CLI created, without a reload", `document.querySelector('[data-testid=guest-row][data-name="late"]')`)
+	t.Logf("a guest created by the CLI showed after %s", time.Since(start).Round(time.Millisecond))
+	ops.shot("guests")
+	ops.go_("#/nodes")
+	ops.wait("a drain button for ops", `document.querySelector('[data-testid=drain][data-node="n1"]')`)
+	ops.shot("nodes")
+
+	ops.go_("#/guests/hello-dev")
+	ops.click("log-follow")
+	ops.wait("followed log lines", `(document.querySelector('[data-testid=guest-log]')||{}).textContent?.includes('tick two')`)
+	ops.wantText("a log line's markup, as text", "<script>window.__xss=2</script> tick two")
+	ops.click("open-terminal")
+	ops.wait("the terminal", `document.querySelector('[data-testid=terminal] .xterm-helper-textarea')`)
+	ops.wait("the shell's prompt", `document.querySelector('[data-testid=terminal] .xterm-rows')?.textContent.trim().length > 0`)
+	ops.typeIn(`[data-testid=terminal] .xterm-helper-textarea`, "echo dash-$((6*7)) > /tmp/from-the-browser; cat /tmp/from-the-browser")
+	ops.wait("the command's output in the terminal", `document.querySelector('[data-testid=terminal] .xterm-rows')?.textContent.includes('dash-42')`)
+	if out := l.guestSh("cat /tmp/from-the-browser"); strings.TrimSpace(out) != "dash-42" {
+		t.Errorf("the terminal's command left %q in the guest", out)
+	}
+	ops.shot("guest")
+	ops.go_("#/projects/hello")
+	ops.waitText("the releases", "site two")
+	ops.wantText("a commit subject's markup, as text", `<img src=x onerror="window.__xss=1"> one`)
+	ops.shot("project")
+	ops.noXSS()
+
+	// Requests to the project's domain are plotted from what the
+	// coordinator sampled off the node's proxy.
+	stop := make(chan struct{})
+	var load sync.WaitGroup
+	load.Add(1)
+	go func() {
+		defer load.Done()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(50 * time.Millisecond):
+				l.page()
+			}
+		}
+	}()
+	ops.go_("#/metrics")
+	ops.wait("the domain's request rate plotted", `[...document.querySelectorAll('svg')].some(s => s.textContent.includes(`+jsString(deployDomain)+`) || (s.getAttribute('aria-label')||'').includes(`+jsString(deployDomain)+`))`)
+	close(stop)
+	load.Wait()
+	ops.shot("metrics")
+	ops.logout()
+
+	// A dev rolls back.
+	alice := openPage(t, chromium, base, "")
+	alice.login(aliceTok)
+	alice.go_("#/projects/hello")
+	alice.wait("rollback to r1", `document.querySelector('[data-testid=rollback][data-release="1"]')`)
+	alice.click("rollback", `[data-release="1"]`)
+	alice.wait("the confirmation", `document.querySelector('[data-testid=confirm]')`)
+	alice.click("confirm")
+	eventually(t, 90*time.Second, "the rollback to r1 from the page", func() error {
+		if cur, _ := l.releases(); cur != 1 {
+			return fmt.Errorf("current release %d", cur)
+		}
+		return nil
+	})
+	l.wantPage("version one")
+	alice.logout()
+	var toks struct {
+		Tokens []struct {
+			Description string `json:"description"`
+		} `json:"tokens"`
+	}
+	if err := c.json(&toks, "user", "token", "list", "alice"); err != nil {
+		t.Fatal(err)
+	}
+	for _, tk := range toks.Tokens {
+		if strings.HasPrefix(tk.Description, "dashboard session") {
+			t.Errorf("alice's dashboard session outlived her logout: %+v", toks.Tokens)
+		}
+	}
+
+	// A viewer sees no write button, and a forged write is refused.
+	val := openPage(t, chromium, base, "")
+	val.login(valTok)
+	val.go_("#/projects/hello")
+	val.waitText("the releases", "site two")
+	if n := val.count(`[data-testid=rollback]`); n != 0 {
+		t.Errorf("the viewer sees %d rollback buttons", n)
+	}
+	val.go_("#/guests/hello-dev")
+	val.waitText("the guest page", "hello-dev")
+	if n := val.count(`[data-testid=open-terminal]`); n != 0 {
+		t.Errorf("the viewer sees the terminal button")
+	}
+	forged := val.evalString(`(async () => {
+		const s = await (await fetch('/ui/session')).json();
+		const r = await fetch('/corpus.v1.GuestService/StopGuest', {method: 'POST', credentials: 'same-origin',
+			headers: {'Content-Type': 'application/json', 'Corpus-CSRF': s.csrf}, body: JSON.stringify({name: 'hello-dev'})});
+		return r.status + ' ' + await r.text();
+	})()`)
+	if !strings.HasPrefix(forged, "403 ") || !strings.Contains(forged, "permission_denied") {
+		t.Errorf("the viewer's forged StopGuest: %s", forged)
+	}
+	if g := c.guest("hello-dev"); g.Guest.Observed.State != "running" {
+		t.Errorf("hello-dev after the viewer's forged stop: %+v", g)
+	}
+	val.logout()
+}
+
+// commitDashboardSite commits a site whose ticker prints a line holding
+// markup, with the commit message subject.
+func (l *deployLab) commitDashboardSite(version, subject string) {
+	l.t.Helper()
+	l.write("www/index.html", "version "+version+"\n", 0o644)
+	l.write("Procfile", `web: exec httpd -f -p "$PORT" -h www
+ticker: i=0; while :; do i=$((i+1)); echo "<script>window.__xss=2</script> tick `+version+` $i"; sleep 0.5; done
+`, 0o644)
+	l.git("add", "-A")
+	l.git("commit", "-q", "-m", subject)
+}
+
+// forwardFrom listens on the test's loopback and forwards each
+// connection to addr dialed in namespace ns: how the browser, which runs
+// here, reaches the coordinator of the lab. It returns the base URL.
+func forwardFrom(t *testing.T, ns, addr string) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	t.Cleanup(func() { ln.Close(); wg.Wait() })
+	dial := dialIn(ns)
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			in, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				defer in.Close()
+				out, err := dial(context.Background(), "tcp", addr)
+				if err != nil {
+					return
+				}
+				defer out.Close()
+				done := make(chan struct{}, 2)
+				pipe := func(dst, src net.Conn) {
+					io.Copy(dst, src)
+					if tc, ok := dst.(*net.TCPConn); ok {
+						tc.CloseWrite()
+					}
+					done <- struct{}{}
+				}
+				go pipe(out, in)
+				go pipe(in, out)
+				<-done
+				<-done
+			}()
+		}
+	}()
+	return "https://" + ln.Addr().String()
+}
+
+// page is a browser of its own (its own cookies) on the dashboard at
+// base.
+type page struct {
+	t     *testing.T
+	ctx   context.Context
+	base  string
+	shots string
+}
+
+func openPage(t *testing.T, chromium, base, shots string) *page {
+	t.Helper()
+	alloc, cancelAlloc := chromedp.NewExecAllocator(context.Background(), append(chromedp.DefaultExecAllocatorOptions[:],
+		chromedp.ExecPath(chromium), chromedp.NoSandbox, chromedp.IgnoreCertErrors, chromedp.WindowSize(1280, 860),
+		chromedp.UserDataDir(tempDir(t)))...)
+	ctx, cancel := chromedp.NewContext(alloc)
+	t.Cleanup(func() { cancel(); cancelAlloc() })
+	// The browser starts with the context's first action, and ends with
+	// the context that action ran in: this one, not a step's timeout.
+	if err := chromedp.Do(ctx); err != nil {
+		t.Fatalf("starting %s: %v", chromium, err)
+	}
+	p := &page{t: t, ctx: ctx, base: base, shots: shots}
+	p.do(chromedp.Navigate(base + "/ui/"))
+	return p
+}
+
+func (p *page) do(steps ...chromedp.Action[chromedp.Void]) {
+	p.t.Helper()
+	ctx, cancel := context.WithTimeout(p.ctx, 30*time.Second)
+	defer cancel()
+	if err := chromedp.Do(ctx, steps...); err != nil {
+		p.t.Fatalf("browser: %v\n%s", err, p.dump())
+	}
+}
+
+// dump is the page's text, for failures.
+func (p *page) dump() string {
+	ctx, cancel := context.WithTimeout(p.ctx, 5*time.Second)
+	defer cancel()
+	s, err := chromedp.Run(ctx, chromedp.Evaluate[string](`location.href + '\n' + document.body.innerText`))
+	if err != nil {
+		return "(page text unavailable: " + err.Error() + ")"
+	}
+	return s
+}
+
+func (p *page) eval(js string) {
+	p.t.Helper()
+	ctx, cancel := context.WithTimeout(p.ctx, 30*time.Second)
+	defer cancel()
+	if _, err := chromedp.Run(ctx, chromedp.Evaluate[any](js)); err != nil {
+		p.t.Fatalf("evaluating %s: %v", js, err)
+	}
+}
+
+func (p *page) evalString(js string) string {
+	p.t.Helper()
+	ctx, cancel := context.WithTimeout(p.ctx, 30*time.Second)
+	defer cancel()
+	s, err := chromedp.Run(ctx, chromedp.Evaluate[string](js, chromedp.EvalAwaitPromise))
+	if err != nil {
+		p.t.Fatalf("evaluating %s: %v", js, err)
+	}
+	return s
+}
+
+func (p *page) count(sel string) int {
+	p.t.Helper()
+	ctx, cancel := context.WithTimeout(p.ctx, 30*time.Second)
+	defer cancel()
+	n, err := chromedp.Run(ctx, chromedp.Evaluate[int](`document.querySelectorAll('`+sel+`').length`))
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	return n
+}
+
+// typeIn types text into the element as a user would (the text as
+// one input, as a paste or an input method gives it), then Enter.
+func (p *page) typeIn(sel, text string) {
+	p.t.Helper()
+	p.do(chromedp.Focus(sel), chromedp.Func(func(ctx context.Context, _ *chromedp.Target) error {
+		_, err := chromedp.Call(ctx, input.InsertText, input.InsertTextParams{Text: text})
+		return err
+	}), chromedp.KeyEvent(kb.Enter))
+}
+
+// wait waits until the JavaScript expression is true.
+func (p *page) wait(what, js string) {
+	p.t.Helper()
+	ctx, cancel := context.WithTimeout(p.ctx, 40*time.Second)
+	defer cancel()
+	if _, err := chromedp.Run(ctx, chromedp.Poll[any]("!!("+js+")", chromedp.WithPollingInterval(100*time.Millisecond))); err != nil {
+		p.t.Fatalf("waiting for %s: %v\n%s", what, err, p.dump())
+	}
+}
+
+func (p *page) waitText(what, text string) {
+	p.t.Helper()
+	p.wait(what, "document.body.innerText.includes("+jsString(text)+")")
+}
+
+// wantText checks the page shows text as it is (markup not run).
+func (p *page) wantText(what, text string) {
+	p.t.Helper()
+	p.waitText(what, text)
+	p.noXSS()
+}
+
+func (p *page) noXSS() {
+	p.t.Helper()
+	if s := p.evalString(`String(window.__xss)`); s != "undefined" {
+		p.t.Errorf("markup from the cluster ran in the page: window.__xss = %s", s)
+	}
+}
+
+// click clicks the element of the test id (and more of the selector).
+func (p *page) click(testid string, more ...string) {
+	p.t.Helper()
+	p.eval(`document.querySelector('[data-testid="` + testid + `"]` + strings.Join(more, "") + `').click()`)
+}
+
+func (p *page) go_(hash string) {
+	p.t.Helper()
+	p.eval(`location.hash = ` + jsString(hash))
+}
+
+func (p *page) login(token string) {
+	p.t.Helper()
+	p.wait("the login form", `document.querySelector('[data-testid=login-token]')`)
+	p.do(chromedp.SendKeys(`[data-testid=login-token]`, token))
+	p.click("login-submit")
+	p.wait("logged in", `document.querySelector('[data-testid=logout]')`)
+}
+
+func (p *page) logout() {
+	p.t.Helper()
+	p.click("logout")
+	p.wait("the login form after logout", `document.querySelector('[data-testid=login-token]')`)
+	if s := p.evalString(`fetch('/ui/session').then(r => String(r.status))`); s != "401" {
+		p.t.Errorf("GET /ui/session after logout: %s", s)
+	}
+}
+
+// shot saves a screenshot of the page as NAME.png, when asked to.
+func (p *page) shot(name string) {
+	p.t.Helper()
+	if p.shots == "" {
+		return
+	}
+	time.Sleep(500 * time.Millisecond) // plots and fonts settle
+	ctx, cancel := context.WithTimeout(p.ctx, 30*time.Second)
+	defer cancel()
+	png, err := chromedp.Run(ctx, chromedp.CaptureScreenshot())
+	if err != nil {
+		p.t.Fatalf("screenshot %s: %v", name, err)
+	}
+	if err := os.WriteFile(filepath.Join(p.shots, name+".png"), png, 0o644); err != nil {
+		p.t.Fatal(err)
+	}
+}
+
+func jsString(s string) string {
+	var b strings.Builder
+	b.WriteByte('"')
+	for _, r := range s {
+		switch {
+		case r == '"' || r == '\\':
+			b.WriteString(`\` + string(r))
+		case r < 0x20 || r == '<' || r == '>':
+			fmt.Fprintf(&b, `\u%04x`, r)
+		default:
+			b.WriteRune(r)
+		}
+	}
+	b.WriteByte('"')
+	return b.String()
+}
