@@ -41,6 +41,7 @@ func TestDashboard(t *testing.T) {
 	if cur, _ := l.releases(); cur != 2 {
 		t.Fatalf("current release %d after two pushes", cur)
 	}
+	c.mustCLI("project", "create", "other", "--env", "dev", "--image", "busybox", "--memory", "32M", "--cpus", "0.1")
 	c.mustCLI("user", "add", "val", "--role", "viewer")
 	c.mustCLI("project", "grant", "hello", "val")
 	token := func(user string) string {
@@ -60,6 +61,7 @@ func TestDashboard(t *testing.T) {
 	ops := openPage(t, chromium, base, shots)
 	ops.login(c.token)
 	ops.waitText("the cluster page", "Leader")
+	ops.accessible()
 	ops.shot("cluster")
 	ops.go_("#/guests")
 	ops.wait("hello-dev listed", `document.querySelector('[data-testid=guest-row][data-name="hello-dev"]')`)
@@ -88,8 +90,40 @@ func TestDashboard(t *testing.T) {
 	ops.go_("#/projects/hello")
 	ops.waitText("the releases", "site two")
 	ops.wantText("a commit subject's markup, as text", `<img src=x onerror="window.__xss=1"> one`)
+	ops.accessible()
 	ops.shot("project")
 	ops.noXSS()
+	// Each release's deploy log, expanded from the timeline.
+	ops.click("release-log-toggle", `[data-release="2"]`)
+	ops.wait("r2's deploy log", `document.querySelector('[data-testid=release-log]')?.textContent.includes('----->')`)
+	for _, pg := range []struct{ hash, text string }{
+		{"#/services", "Services"}, {"#/volumes", "hello-dev"}, {"#/dns", "SOA"}, {"#/audit", "create_project"},
+	} {
+		ops.go_(pg.hash)
+		ops.waitText(pg.hash, pg.text)
+		if n := ops.count(`[data-testid=error]`); n != 0 {
+			t.Errorf("%s shows an error: %s", pg.hash, ops.dump())
+		}
+		ops.accessible()
+	}
+	// Readable on a phone: no page is wider than the screen (tables
+	// scroll within their own box).
+	ops.do(chromedp.EmulateViewport(390, 844, chromedp.EmulateMobile))
+	for _, hash := range []string{"#/", "#/guests", "#/nodes", "#/projects/hello", "#/guests/hello-dev"} {
+		ops.go_(hash)
+		time.Sleep(300 * time.Millisecond)
+		if w := ops.evalString(`document.documentElement.scrollWidth + ' ' + window.innerWidth`); func() bool {
+			var sw, iw int
+			fmt.Sscan(w, &sw, &iw)
+			return sw > iw
+		}() {
+			t.Errorf("%s on a phone: page width %s (content, screen)", hash, w)
+		}
+	}
+	ops.go_("#/projects/hello")
+	ops.waitText("the releases on a phone", "site two")
+	ops.shot("phone")
+	ops.do(chromedp.EmulateViewport(1280, 860))
 
 	// Requests to the project's domain are plotted from what the
 	// coordinator sampled off the node's proxy.
@@ -117,6 +151,11 @@ func TestDashboard(t *testing.T) {
 	// A dev rolls back.
 	alice := openPage(t, chromium, base, "")
 	alice.login(aliceTok)
+	alice.go_("#/projects")
+	alice.wait("alice's projects", `document.querySelector('[data-testid=project-row][data-name="hello"]')`)
+	if n := alice.count(`[data-testid=project-row][data-name="other"]`); n != 0 {
+		t.Error("alice, a dev of hello only, sees the project other")
+	}
 	alice.go_("#/projects/hello")
 	alice.wait("rollback to r1", `document.querySelector('[data-testid=rollback][data-release="1"]')`)
 	alice.click("rollback", `[data-release="1"]`)
@@ -170,6 +209,43 @@ func TestDashboard(t *testing.T) {
 		t.Errorf("hello-dev after the viewer's forged stop: %+v", g)
 	}
 	val.logout()
+
+	// An operator drains the node from the page, and activates it again.
+	ops = openPage(t, chromium, base, "")
+	ops.login(c.token)
+	ops.go_("#/nodes")
+	nodeMode := func() string {
+		var n struct {
+			Node struct {
+				Node struct {
+					Mode string `json:"mode"`
+				} `json:"node"`
+			} `json:"node"`
+		}
+		if err := c.json(&n, "node", "show", "n1"); err != nil {
+			t.Fatal(err)
+		}
+		return n.Node.Node.Mode
+	}
+	ops.click("drain", `[data-node="n1"]`)
+	ops.click("confirm")
+	eventually(t, 10*time.Second, "n1 drained from the page", func() error {
+		if m := nodeMode(); m != "drain" {
+			return fmt.Errorf("mode %s", m)
+		}
+		return nil
+	})
+	ops.wait("the activate button", `document.querySelector('[data-testid=activate][data-node="n1"]')`)
+	ops.click("activate", `[data-node="n1"]`)
+	ops.eval(`(s => { s.value = 'dev'; s.dispatchEvent(new Event('change', {bubbles: true})); s.dispatchEvent(new Event('input', {bubbles: true})); })(document.querySelector('[data-testid=activate-mode]'))`)
+	ops.click("confirm")
+	eventually(t, 10*time.Second, "n1 active again from the page", func() error {
+		if m := nodeMode(); m != "dev" {
+			return fmt.Errorf("mode %s", m)
+		}
+		return nil
+	})
+	ops.logout()
 }
 
 // commitDashboardSite commits a site whose ticker prints a line holding
@@ -308,6 +384,26 @@ func (p *page) count(sel string) int {
 	return n
 }
 
+// accessible checks that every form control has a label and every
+// button and link a name (what a screen reader announces).
+func (p *page) accessible() {
+	p.t.Helper()
+	bad := p.evalString(`(() => {
+		const bad = [];
+		for (const el of document.querySelectorAll('input, select, textarea')) {
+			if (el.type === 'hidden' || el.closest('.xterm')) continue;
+			if (!(el.labels && el.labels.length) && !el.getAttribute('aria-label') && !el.getAttribute('aria-labelledby') && !el.title) bad.push(el.outerHTML.slice(0, 100));
+		}
+		for (const el of document.querySelectorAll('button, a[href]')) {
+			if (!(el.textContent || '').trim() && !el.getAttribute('aria-label') && !el.title) bad.push(el.outerHTML.slice(0, 100));
+		}
+		return bad.join('\n');
+	})()`)
+	if bad != "" {
+		p.t.Errorf("%s: controls without a name:\n%s", p.evalString(`location.hash`), bad)
+	}
+}
+
 // typeIn types text into the element as a user would (the text as
 // one input, as a paste or an input method gives it), then Enter.
 func (p *page) typeIn(sel, text string) {
@@ -350,7 +446,9 @@ func (p *page) noXSS() {
 // click clicks the element of the test id (and more of the selector).
 func (p *page) click(testid string, more ...string) {
 	p.t.Helper()
-	p.eval(`document.querySelector('[data-testid="` + testid + `"]` + strings.Join(more, "") + `').click()`)
+	sel := `document.querySelector('[data-testid="` + testid + `"]` + strings.Join(more, "") + `')`
+	p.wait(testid+strings.Join(more, ""), sel)
+	p.eval(sel + `.click()`)
 }
 
 func (p *page) go_(hash string) {
@@ -361,8 +459,8 @@ func (p *page) go_(hash string) {
 func (p *page) login(token string) {
 	p.t.Helper()
 	p.wait("the login form", `document.querySelector('[data-testid=login-token]')`)
-	p.do(chromedp.SendKeys(`[data-testid=login-token]`, token))
-	p.click("login-submit")
+	// Typed, and sent with Enter as a keyboard user does.
+	p.do(chromedp.SendKeys(`[data-testid=login-token]`, token), chromedp.KeyEvent(kb.Enter))
 	p.wait("logged in", `document.querySelector('[data-testid=logout]')`)
 }
 
