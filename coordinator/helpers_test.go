@@ -208,6 +208,7 @@ type clients struct {
 	project corpusv1connect.ProjectServiceClient
 	audit   corpusv1connect.AuditServiceClient
 	service corpusv1connect.ServiceServiceClient
+	ext     corpusv1connect.ExtensionServiceClient
 }
 
 // clients returns clients presenting token ("" for none).
@@ -238,6 +239,7 @@ func clientsAt(hc *http.Client, url, token string) clients {
 		project: corpusv1connect.NewProjectServiceClient(hc, url, opt),
 		audit:   corpusv1connect.NewAuditServiceClient(hc, url, opt),
 		agent:   corpusv1connect.NewAgentServiceClient(hc, url, opt),
+		ext:     corpusv1connect.NewExtensionServiceClient(hc, url, opt),
 		service: corpusv1connect.NewServiceServiceClient(hc, url, opt),
 	}
 }

@@ -119,6 +119,25 @@ func TestUserRoles(t *testing.T) {
 	denied("val reveals hello's config", err)
 	_, err = reveal(alice, "other", false)
 	denied("alice lists other's config", err)
+	// Extensions are the operators' alone; linting a push is an agent's.
+	ext := &corpusv1.Extension{Name: "mine", Url: "https://hooks.example/x", Kind: "validate", On: []string{"guest.create"}}
+	for who, c := range map[string]clients{"alice": alice, "val": val} {
+		_, err := c.ext.AddExtension(ctx, connect.NewRequest(&corpusv1.AddExtensionRequest{Extension: ext}))
+		denied(who+" adds an extension", err)
+		_, err = c.ext.ListExtensions(ctx, connect.NewRequest(&corpusv1.ListExtensionsRequest{}))
+		denied(who+" lists extensions", err)
+		_, err = c.ext.DeleteExtension(ctx, connect.NewRequest(&corpusv1.DeleteExtensionRequest{Name: "mine"}))
+		denied(who+" deletes an extension", err)
+		_, err = c.agent.LintPush(ctx, connect.NewRequest(&corpusv1.LintPushRequest{Project: "hello", Env: "dev"}))
+		denied(who+" lints a push", err)
+	}
+	_, err = ops.agent.LintPush(ctx, connect.NewRequest(&corpusv1.LintPushRequest{Project: "hello", Env: "dev"}))
+	denied("ops lints a push as if an agent", err)
+	_, err = ops.ext.AddExtension(ctx, connect.NewRequest(&corpusv1.AddExtensionRequest{Extension: ext}))
+	allowed("ops adds an extension", err)
+	_, err = ops.ext.DeleteExtension(ctx, connect.NewRequest(&corpusv1.DeleteExtensionRequest{Name: "mine"}))
+	allowed("ops deletes it", err)
+
 	// The dashboard's reads: every user waits on the index and reads
 	// the plots; nobody without a credential does.
 	for who, c := range map[string]clients{"alice": alice, "val": val} {

@@ -22,6 +22,7 @@ import (
 
 	"corpus/coordinator/api"
 	"corpus/coordinator/auth"
+	"corpus/coordinator/extensions"
 	"corpus/coordinator/ldapauth"
 	"corpus/coordinator/scheduler"
 	"corpus/coordinator/series"
@@ -312,6 +313,7 @@ func New(cfg Config) (*Server, error) {
 		LoginTTL:          cfg.LoginTokenTTL,
 		AutoscaleInterval: cfg.AutoscaleInterval,
 		Series:            series.New(api.SeriesPoints),
+		Extensions:        extensions.NewCaller(cfg.Metrics, certs.keys.Get),
 		SeriesInterval:    cfg.SeriesInterval,
 		ServiceTemplates:  cfg.ServiceTemplates,
 		Store:             s.store,

@@ -143,6 +143,11 @@ func (p *Pipeline) push(ctx context.Context, sess *pushSession, req *hookRequest
 	if err := d.resolveUser(); err != nil {
 		return reject("%v", err)
 	}
+	if refused, err := d.lint(g, upd.Old, upd.New, sess.user, subject); err != nil {
+		return reject("asking the lint extensions: %v", err)
+	} else if refused != "" {
+		return reject("%v", errLintRefused(refused))
+	}
 	if err := d.begin(upd.New, sess.user, subject, corpusv1.TriggerPush); err != nil {
 		return reject("recording the release: %v", err)
 	}

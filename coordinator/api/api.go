@@ -16,6 +16,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"corpus/coordinator/auth"
+	"corpus/coordinator/extensions"
 	"corpus/coordinator/series"
 	"corpus/coordinator/state"
 	"corpus/dns"
@@ -70,6 +71,10 @@ type Backend struct {
 	// AutoscaleInterval is how often the leader samples the load of
 	// autoscaled environments (0: DefaultAutoscaleInterval).
 	AutoscaleInterval time.Duration
+
+	// Extensions calls the operators' admission extensions (nil: writes
+	// an extension is for are refused).
+	Extensions *extensions.Caller
 
 	// Series keeps what SeriesLoop samples every SeriesInterval (0:
 	// DefaultSeriesInterval) for the dashboard (nil: nothing is).
@@ -164,6 +169,13 @@ var Policies = map[string]auth.Policy{
 	corpusv1connect.ProjectServiceRollbackProcedure:      {auth.Operator},
 	corpusv1connect.AuditServiceListAuditProcedure:       {auth.Operator},
 	corpusv1connect.ClusterServiceRotateKeyringProcedure: {auth.Operator},
+	// Extensions: operators only; agents lint the pushes they receive.
+	corpusv1connect.ExtensionServiceAddExtensionProcedure:         {auth.Operator},
+	corpusv1connect.ExtensionServiceListExtensionsProcedure:       {auth.Operator},
+	corpusv1connect.ExtensionServiceGetExtensionProcedure:         {auth.Operator},
+	corpusv1connect.ExtensionServiceSetExtensionDisabledProcedure: {auth.Operator},
+	corpusv1connect.ExtensionServiceDeleteExtensionProcedure:      {auth.Operator},
+	corpusv1connect.AgentServiceLintPushProcedure:                 {auth.Agent},
 	// The dashboard's blocking read of the index and its plots: the index
 	// and the allocation and rates (of nodes and routes every user may
 	// list) tell nothing a user may not read otherwise.
@@ -285,6 +297,7 @@ func Mount(mux *http.ServeMux, b *Backend) {
 	mux.Handle(corpusv1connect.NewProjectServiceHandler(&projectService{b}, opts...))
 	mux.Handle(corpusv1connect.NewAuditServiceHandler(&auditService{b}, opts...))
 	mux.Handle(corpusv1connect.NewServiceServiceHandler(&serviceService{b: b}, opts...))
+	mux.Handle(corpusv1connect.NewExtensionServiceHandler(&extensionService{b}, opts...))
 }
 
 // write proposes a command and maps its error to an API error.

@@ -11,6 +11,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"corpus/coordinator/auth"
+	"corpus/coordinator/extensions"
 	"corpus/coordinator/state"
 	"corpus/internal/names"
 	"corpus/internal/secret"
@@ -26,23 +27,31 @@ const (
 type guestService struct{ b *Backend }
 
 func (s *guestService) CreateGuest(ctx context.Context, req *connect.Request[corpusv1.CreateGuestRequest]) (*connect.Response[corpusv1.CreateGuestResponse], error) {
-	m := req.Msg
-	if err := names.Validate("guest", m.Name); err != nil {
+	m := proto.Clone(req.Msg).(*corpusv1.CreateGuestRequest)
+	var spec *corpusv1.GuestSpec
+	check := func() error {
+		if err := names.Validate("guest", m.Name); err != nil {
+			return err
+		}
+		spec = &corpusv1.GuestSpec{}
+		if m.Spec != nil {
+			spec = proto.Clone(m.Spec).(*corpusv1.GuestSpec)
+		}
+		return normalizeSpec(spec)
+	}
+	if err := check(); err != nil {
 		return nil, toConnect(err)
 	}
-	spec := &corpusv1.GuestSpec{}
-	if m.Spec != nil {
-		spec = proto.Clone(m.Spec).(*corpusv1.GuestSpec)
-	}
-	if err := normalizeSpec(spec); err != nil {
-		return nil, toConnect(err)
+	admitted, err := s.b.admit(ctx, extensions.GuestCreate, m, check)
+	if err != nil {
+		return nil, err
 	}
 	desired := state.DesiredRunning
 	if m.Stopped {
 		desired = state.DesiredStopped
 	}
-	g := &corpusv1.Guest{Id: secret.Hex(8), Name: m.Name, Spec: spec, DesiredState: desired}
-	_, err := s.b.write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_CreateGuest{CreateGuest: &corpusv1.CreateGuest{Guest: g}}})
+	g := &corpusv1.Guest{Id: secret.Hex(8), Name: m.Name, Spec: spec, DesiredState: desired, Admission: admitted}
+	_, err = s.b.write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_CreateGuest{CreateGuest: &corpusv1.CreateGuest{Guest: g}}})
 	if errors.Is(err, state.ErrExists) {
 		// Idempotent create: the same request again is a success.
 		old := s.b.Store.Read().GuestByName(m.Name)

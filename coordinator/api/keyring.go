@@ -213,6 +213,17 @@ func (r *keyrings) rotate(ctx context.Context) (*corpusv1.RotateKeyringResponse,
 			return nil, err
 		}
 		cmd.Envs = append(cmd.Envs, tls...)
+		for _, e := range view.Extensions() {
+			if len(e.Secret) == 0 {
+				continue
+			}
+			name := e.Name
+			sealed, err := resealAt(map[string][]byte{"secret": e.Secret}, func(string) string { return state.ExtensionPlace(name) })
+			if err != nil {
+				return nil, err
+			}
+			cmd.Envs = append(cmd.Envs, &corpusv1.ResealedConfig{Extension: name, Config: sealed})
+		}
 		_, err = r.b.write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_SetKeyring{SetKeyring: cmd}})
 		if err == nil {
 			return res, nil

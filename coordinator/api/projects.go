@@ -17,6 +17,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"corpus/coordinator/auth"
+	"corpus/coordinator/extensions"
 	"corpus/coordinator/state"
 	"corpus/internal/names"
 	"corpus/internal/secret"
@@ -189,57 +190,72 @@ func validEnv(env string) error {
 }
 
 func (s *projectService) CreateProject(ctx context.Context, req *connect.Request[corpusv1.CreateProjectRequest]) (*connect.Response[corpusv1.CreateProjectResponse], error) {
-	m := req.Msg
-	if err := names.Validate("project", m.Name); err != nil {
-		return nil, toConnect(err)
-	}
-	if m.Env == "" {
-		m.Env = corpusv1.EnvDev
-	}
-	if err := validEnv(m.Env); err != nil {
-		return nil, toConnect(err)
-	}
-	guestName := m.Name + "-" + m.Env
-	if err := names.Validate("guest", guestName); err != nil {
-		return nil, toConnect(invalidf("project name %q is too long for its guest name %q", m.Name, guestName))
-	}
-	if m.Image == "" {
-		m.Image = DefaultProjectImage
-	}
-	if m.Branch == "" {
-		m.Branch = DefaultProjectBranch
-	}
-	if err := validBranch(m.Branch); err != nil {
-		return nil, toConnect(err)
-	}
-	if m.HttpPort == 0 {
-		m.HttpPort = DefaultHTTPPort
-	}
-	if err := validPort("http port", m.HttpPort); err != nil {
-		return nil, toConnect(err)
-	}
-	if m.VolumeBytes == 0 {
-		m.VolumeBytes = DefaultVolumeBytes
-	}
-	var domains []string
-	for _, d := range m.Domains {
-		d = strings.ToLower(strings.TrimSuffix(d, "."))
-		if err := names.ValidateDomain(d); err != nil {
-			return nil, toConnect(err)
+	m := proto.Clone(req.Msg).(*corpusv1.CreateProjectRequest)
+	var (
+		guestName string
+		domains   []string
+		spec      *corpusv1.GuestSpec
+	)
+	check := func() error {
+		if err := names.Validate("project", m.Name); err != nil {
+			return err
 		}
-		domains = append(domains, d)
+		if m.Env == "" {
+			m.Env = corpusv1.EnvDev
+		}
+		if err := validEnv(m.Env); err != nil {
+			return err
+		}
+		guestName = m.Name + "-" + m.Env
+		if err := names.Validate("guest", guestName); err != nil {
+			return invalidf("project name %q is too long for its guest name %q", m.Name, guestName)
+		}
+		if m.Image == "" {
+			m.Image = DefaultProjectImage
+		}
+		if m.Branch == "" {
+			m.Branch = DefaultProjectBranch
+		}
+		if err := validBranch(m.Branch); err != nil {
+			return err
+		}
+		if m.HttpPort == 0 {
+			m.HttpPort = DefaultHTTPPort
+		}
+		if err := validPort("http port", m.HttpPort); err != nil {
+			return err
+		}
+		if m.VolumeBytes == 0 {
+			m.VolumeBytes = DefaultVolumeBytes
+		}
+		domains = nil
+		for _, d := range m.Domains {
+			d = strings.ToLower(strings.TrimSuffix(d, "."))
+			if err := names.ValidateDomain(d); err != nil {
+				return err
+			}
+			domains = append(domains, d)
+		}
+		spec = &corpusv1.GuestSpec{
+			Driver: m.Driver, Image: m.Image, Resources: m.Resources, Packages: m.Packages,
+			Volume: &corpusv1.VolumeSpec{SizeBytes: m.VolumeBytes, Path: ProjectsRoot + "/" + m.Name + "/data"},
+		}
+		// The data of an environment deleted with --keep-volumes (an unbound
+		// volume of the environment's guest's name) comes back with it.
+		if v := s.b.Store.Read().Volume(guestName); v != nil && v.GuestId == "" && v.GetDesiredState() != state.DesiredDeleted {
+			spec.Volume = &corpusv1.VolumeSpec{UseVolume: guestName, Path: spec.Volume.Path}
+		}
+		if err := normalizeSpec(spec); err != nil {
+			return err
+		}
+		return nil
 	}
-	spec := &corpusv1.GuestSpec{
-		Driver: m.Driver, Image: m.Image, Resources: m.Resources, Packages: m.Packages,
-		Volume: &corpusv1.VolumeSpec{SizeBytes: m.VolumeBytes, Path: ProjectsRoot + "/" + m.Name + "/data"},
-	}
-	// The data of an environment deleted with --keep-volumes (an unbound
-	// volume of the environment's guest's name) comes back with it.
-	if v := s.b.Store.Read().Volume(guestName); v != nil && v.GuestId == "" && v.GetDesiredState() != state.DesiredDeleted {
-		spec.Volume = &corpusv1.VolumeSpec{UseVolume: guestName, Path: spec.Volume.Path}
-	}
-	if err := normalizeSpec(spec); err != nil {
+	if err := check(); err != nil {
 		return nil, toConnect(err)
+	}
+	admitted, err := s.b.admit(ctx, extensions.ProjectCreate, m, check)
+	if err != nil {
+		return nil, err
 	}
 	env := &corpusv1.ProjectEnv{Name: m.Env, Domains: domains, HttpPort: m.HttpPort, Branch: m.Branch, Https: m.Https}
 	if p := s.b.Store.Read().Project(m.Name); p != nil {
@@ -252,14 +268,14 @@ func (s *projectService) CreateProject(ctx context.Context, req *connect.Request
 			return nil, connect.NewError(connect.CodeAlreadyExists, fmt.Errorf("project %s already has a %s environment with other settings", m.Name, m.Env))
 		}
 	}
-	g := &corpusv1.Guest{Id: secret.Hex(8), Name: guestName, Spec: spec, DesiredState: state.DesiredRunning}
+	g := &corpusv1.Guest{Id: secret.Hex(8), Name: guestName, Spec: spec, DesiredState: state.DesiredRunning, Admission: admitted}
 	var routes []*corpusv1.Route
 	for _, d := range domains {
 		routes = append(routes, &corpusv1.Route{Id: secret.Hex(8), Kind: state.RouteHTTP, Domain: d, GuestId: g.Id, GuestPort: m.HttpPort,
 			Https: m.Https, RedirectHttps: m.Https})
 	}
 	if _, err := s.b.write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_CreateProject{CreateProject: &corpusv1.CreateProject{
-		ProjectId: secret.Hex(8), Name: m.Name, Env: env, Guest: g, Routes: routes,
+		ProjectId: secret.Hex(8), Name: m.Name, Env: env, Guest: g, Routes: routes, Admission: admitted,
 	}}}); err != nil {
 		return nil, err
 	}

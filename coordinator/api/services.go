@@ -14,6 +14,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"corpus/coordinator/auth"
+	"corpus/coordinator/extensions"
 	"corpus/coordinator/state"
 	"corpus/coordinator/templates"
 	"corpus/internal/names"
@@ -135,41 +136,64 @@ func checkExternal(m *corpusv1.CreateServiceRequest) error {
 }
 
 func (s *serviceService) CreateService(ctx context.Context, req *connect.Request[corpusv1.CreateServiceRequest]) (*connect.Response[corpusv1.CreateServiceResponse], error) {
-	m := req.Msg
-	if err := names.Validate("service", m.Name); err != nil {
-		return nil, toConnect(err)
+	m := proto.Clone(req.Msg).(*corpusv1.CreateServiceRequest)
+	// Extensions see the secrets' names, never their values, and cannot
+	// change them.
+	secrets := m.Secrets
+	redacted := map[string]string{}
+	for k := range secrets {
+		redacted[k] = ""
 	}
-	guestName := corpusv1.ServiceGuestName(m.Name)
-	if err := names.Validate("guest", guestName); err != nil {
-		return nil, toConnect(invalidf("service name %q is too long for its guest name %q", m.Name, guestName))
-	}
-	if m.Env == "" {
-		m.Env = corpusv1.EnvDev
-	}
-	if err := validEnv(m.Env); err != nil {
-		return nil, toConnect(err)
-	}
-	if err := state.ValidSchedule(m.BackupSchedule); err != nil {
-		return nil, toConnect(err)
-	}
-	svc := &corpusv1.Service{Id: secret.Hex(8), Name: m.Name, Env: m.Env, DesiredState: state.DesiredRunning,
-		BackupSchedule: m.BackupSchedule, BackupKeep: m.BackupKeep}
-	if pr := auth.FromContext(ctx); pr.Kind == auth.Dev && pr.User != "" {
-		svc.Members = []string{pr.User}
-	}
-	var clear map[string]string
-	var g *corpusv1.Guest
-	if m.ExternalUrl != "" {
-		if err := checkExternal(m); err != nil {
-			return nil, toConnect(err)
+	var (
+		svc   *corpusv1.Service
+		clear map[string]string
+		g     *corpusv1.Guest
+	)
+	check := func() error {
+		m.Secrets = secrets
+		defer func() { m.Secrets = redacted }()
+		if err := names.Validate("service", m.Name); err != nil {
+			return err
 		}
-		svc.ExternalUrl, clear = m.ExternalUrl, m.Secrets
-	} else {
+		guestName := corpusv1.ServiceGuestName(m.Name)
+		if err := names.Validate("guest", guestName); err != nil {
+			return invalidf("service name %q is too long for its guest name %q", m.Name, guestName)
+		}
+		if m.Env == "" {
+			m.Env = corpusv1.EnvDev
+		}
+		if err := validEnv(m.Env); err != nil {
+			return err
+		}
+		if err := state.ValidSchedule(m.BackupSchedule); err != nil {
+			return err
+		}
+		svc = &corpusv1.Service{Id: secret.Hex(8), Name: m.Name, Env: m.Env, DesiredState: state.DesiredRunning,
+			BackupSchedule: m.BackupSchedule, BackupKeep: m.BackupKeep}
+		if pr := auth.FromContext(ctx); pr.Kind == auth.Dev && pr.User != "" {
+			svc.Members = []string{pr.User}
+		}
+		clear, g = nil, nil
+		if m.ExternalUrl != "" {
+			if err := checkExternal(m); err != nil {
+				return err
+			}
+			svc.ExternalUrl, clear = m.ExternalUrl, m.Secrets
+			return nil
+		}
 		var err error
-		if g, clear, err = s.templateGuest(svc, m); err != nil {
-			return nil, err
-		}
+		g, clear, err = s.templateGuest(svc, m)
+		return err
 	}
+	if err := check(); err != nil {
+		return nil, toConnect(err)
+	}
+	admitted, err := s.b.admit(ctx, extensions.ServiceCreate, m, check)
+	if err != nil {
+		return nil, err
+	}
+	m.Secrets = secrets
+	svc.Admission = admitted
 	view := s.b.Store.Read()
 	if old := view.Service(m.Name); old != nil {
 		if err := mayUseService(ctx, view, old, true); err != nil {

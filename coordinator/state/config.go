@@ -133,6 +133,12 @@ func (a *applier) setKeyring(c *corpusv1.SetKeyring) error {
 		return fmt.Errorf("the keyring's primary key is %q, not %q: %w", cur, c.ExpectPrimary, ErrStale)
 	}
 	for _, r := range c.Envs {
+		if r.Extension != "" {
+			if err := a.resealExtension(r); err != nil {
+				return err
+			}
+			continue
+		}
 		if r.Certificate != "" || r.Acme {
 			if err := a.resealTLS(r); err != nil {
 				return err
@@ -209,6 +215,13 @@ func (a *applier) setKeyring(c *corpusv1.SetKeyring) error {
 	if acme := v.Acme(); acme != nil && len(acme.AccountKey) > 0 {
 		if err := check("acme account", map[string][]byte{"key": acme.AccountKey}); err != nil {
 			return err
+		}
+	}
+	for _, e := range v.Extensions() {
+		if len(e.Secret) > 0 {
+			if err := check("extension "+e.Name, map[string][]byte{"secret": e.Secret}); err != nil {
+				return err
+			}
 		}
 	}
 	kr = proto.Clone(kr).(*corpusv1.Keyring)

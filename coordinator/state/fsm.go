@@ -200,6 +200,10 @@ func (a *applier) apply(cmd *corpusv1.Command) error {
 		return a.setAutoscale(c.SetAutoscale)
 	case *corpusv1.Command_SwitchEnv:
 		return a.switchEnv(c.SwitchEnv)
+	case *corpusv1.Command_PutExtension:
+		return a.putExtension(c.PutExtension)
+	case *corpusv1.Command_DeleteExtension:
+		return a.deleteExtension(c.DeleteExtension)
 	case *corpusv1.Command_CreateService:
 		return a.createService(c.CreateService)
 	case *corpusv1.Command_SetServiceDesired:
@@ -564,6 +568,7 @@ func (v *Snap) Dump() *corpusv1.Snapshot {
 	snap.Backups = v.Backups("")
 	snap.Acme = v.Acme()
 	snap.Certificates = v.Certificates()
+	snap.Extensions = v.Extensions()
 	return snap
 }
 
@@ -610,6 +615,11 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 	}
 	for _, c := range snap.Certificates {
 		if err := ins(tableCertificates, c); err != nil {
+			return err
+		}
+	}
+	for _, e := range snap.Extensions {
+		if err := ins(tableExtensions, e); err != nil {
 			return err
 		}
 	}

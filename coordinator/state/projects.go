@@ -147,6 +147,7 @@ func (a *applier) createProject(c *corpusv1.CreateProject) error {
 	env.CurrentRelease, env.LastRelease = 0, 0
 	p.Envs = append(p.Envs, env)
 	sort.Slice(p.Envs, func(i, j int) bool { return envOrder(p.Envs[i].Name) < envOrder(p.Envs[j].Name) })
+	p.Admission = append(p.Admission, c.Admission...)
 	p.ModifyIndex = a.index
 	a.put(tableProjects, p)
 	return nil

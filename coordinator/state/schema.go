@@ -146,6 +146,12 @@ func schema() *memdb.DBSchema {
 				"id": {Name: "id", Unique: true, Indexer: &memdb.StringFieldIndex{Field: "Domain"}},
 			},
 		},
+		tableExtensions: {
+			Name: tableExtensions,
+			Indexes: map[string]*memdb.IndexSchema{
+				"id": {Name: "id", Unique: true, Indexer: &memdb.StringFieldIndex{Field: "Name"}},
+			},
+		},
 		tableMeta: {
 			Name: tableMeta,
 			Indexes: map[string]*memdb.IndexSchema{

@@ -339,6 +339,7 @@ func newGuestShowCmd(g *globals) *cobra.Command {
 					fmt.Fprintf(w, "Port:\tnode %d/%s -> guest %d (nat)\n", p.HostPort, p.Protocol, p.GuestPort)
 				}
 				fmt.Fprintf(w, "Created:\t%s (%s ago)\n", gu.CreatedAt.AsTime().Local().Format(time.RFC3339), age(gu.CreatedAt.AsTime()))
+				printAdmission(w, "", gu.Admission)
 				if o := gu.Observed; o != nil {
 					fmt.Fprintf(w, "Observed:\t%s", o.State)
 					if o.Pid != 0 {

@@ -57,6 +57,7 @@ func newProjectCmd(g *globals) *cobra.Command {
 				fmt.Fprintf(w, "ID:\t%s\n", p.GetId())
 				fmt.Fprintf(w, "Members:\t%s (ops users use every project)\n", dash(strings.Join(p.GetMembers(), ", ")))
 				fmt.Fprintf(w, "Created:\t%s\n", localTime(p.GetCreatedAt()))
+				printAdmission(w, "", p.GetAdmission())
 				for _, ev := range msg.Project.GetEnvs() {
 					e := state.ProjectEnv(p, ev.Name)
 					fmt.Fprintf(w, "Env %s:\n", ev.Name)

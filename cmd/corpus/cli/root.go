@@ -124,6 +124,7 @@ func newRoot(g *globals) *cobra.Command {
 		newRollbackCmd(g),
 		newConfigCmd(g),
 		newServiceCmd(g),
+		newExtensionCmd(g),
 		newPsCmd(g),
 		newLogsCmd(g),
 		newShellCmd(g),
@@ -205,6 +206,8 @@ type clients struct {
 	projects corpusv1connect.ProjectServiceClient
 	audit    corpusv1connect.AuditServiceClient
 	services corpusv1connect.ServiceServiceClient
+	// extensions is the admission extensions' service.
+	extensions corpusv1connect.ExtensionServiceClient
 }
 
 func (g *globals) clients() (*clients, error) {
@@ -237,6 +240,8 @@ func newClients(e Environment) (*clients, error) {
 		projects: corpusv1connect.NewProjectServiceClient(hc, base, opt),
 		audit:    corpusv1connect.NewAuditServiceClient(hc, base, opt),
 		services: corpusv1connect.NewServiceServiceClient(hc, base, opt),
+
+		extensions: corpusv1connect.NewExtensionServiceClient(hc, base, opt),
 	}, nil
 }
 

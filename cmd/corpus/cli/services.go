@@ -183,6 +183,9 @@ func printService(g *globals, v *corpusv1.ServiceView) {
 		}
 		fmt.Fprintf(w, "backups\tschedule %s; last %s\n", sched, last)
 	}
+	for _, c := range v.Service.GetAdmission() {
+		fmt.Fprintf(w, "set by %s\t%s = %s\n", c.Extension, c.Field, dash(c.Value))
+	}
 	w.Flush()
 }
 

@@ -3606,6 +3606,164 @@ func (x *ImportVolumeResponse) GetBytes() int64 {
 	return 0
 }
 
+type LintPushRequest struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Project string                 `protobuf:"bytes,1,opt,name=project,proto3" json:"project,omitempty"`
+	Env     string                 `protobuf:"bytes,2,opt,name=env,proto3" json:"env,omitempty"`
+	Commit  string                 `protobuf:"bytes,3,opt,name=commit,proto3" json:"commit,omitempty"`
+	Author  string                 `protobuf:"bytes,4,opt,name=author,proto3" json:"author,omitempty"`
+	Subject string                 `protobuf:"bytes,5,opt,name=subject,proto3" json:"subject,omitempty"`
+	// changed_files are the paths the push changes against the serving
+	// commit (every file on a first push).
+	ChangedFiles []string `protobuf:"bytes,6,rep,name=changed_files,json=changedFiles,proto3" json:"changed_files,omitempty"`
+	// manifest is .corpus/corpus.yaml as pushed, procfile the Procfile
+	// ("" when absent).
+	Manifest      string `protobuf:"bytes,7,opt,name=manifest,proto3" json:"manifest,omitempty"`
+	Procfile      string `protobuf:"bytes,8,opt,name=procfile,proto3" json:"procfile,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LintPushRequest) Reset() {
+	*x = LintPushRequest{}
+	mi := &file_corpus_v1_agent_proto_msgTypes[57]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LintPushRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LintPushRequest) ProtoMessage() {}
+
+func (x *LintPushRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_agent_proto_msgTypes[57]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LintPushRequest.ProtoReflect.Descriptor instead.
+func (*LintPushRequest) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{57}
+}
+
+func (x *LintPushRequest) GetProject() string {
+	if x != nil {
+		return x.Project
+	}
+	return ""
+}
+
+func (x *LintPushRequest) GetEnv() string {
+	if x != nil {
+		return x.Env
+	}
+	return ""
+}
+
+func (x *LintPushRequest) GetCommit() string {
+	if x != nil {
+		return x.Commit
+	}
+	return ""
+}
+
+func (x *LintPushRequest) GetAuthor() string {
+	if x != nil {
+		return x.Author
+	}
+	return ""
+}
+
+func (x *LintPushRequest) GetSubject() string {
+	if x != nil {
+		return x.Subject
+	}
+	return ""
+}
+
+func (x *LintPushRequest) GetChangedFiles() []string {
+	if x != nil {
+		return x.ChangedFiles
+	}
+	return nil
+}
+
+func (x *LintPushRequest) GetManifest() string {
+	if x != nil {
+		return x.Manifest
+	}
+	return ""
+}
+
+func (x *LintPushRequest) GetProcfile() string {
+	if x != nil {
+		return x.Procfile
+	}
+	return ""
+}
+
+type LintPushResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// refused names the extension that refused the push ("" when none
+	// did); lines are what the extensions said, for the push's output.
+	Refused       string   `protobuf:"bytes,1,opt,name=refused,proto3" json:"refused,omitempty"`
+	Lines         []string `protobuf:"bytes,2,rep,name=lines,proto3" json:"lines,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LintPushResponse) Reset() {
+	*x = LintPushResponse{}
+	mi := &file_corpus_v1_agent_proto_msgTypes[58]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LintPushResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LintPushResponse) ProtoMessage() {}
+
+func (x *LintPushResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_agent_proto_msgTypes[58]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LintPushResponse.ProtoReflect.Descriptor instead.
+func (*LintPushResponse) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{58}
+}
+
+func (x *LintPushResponse) GetRefused() string {
+	if x != nil {
+		return x.Refused
+	}
+	return ""
+}
+
+func (x *LintPushResponse) GetLines() []string {
+	if x != nil {
+		return x.Lines
+	}
+	return nil
+}
+
 var File_corpus_v1_agent_proto protoreflect.FileDescriptor
 
 const file_corpus_v1_agent_proto_rawDesc = "" +
@@ -3887,7 +4045,19 @@ const file_corpus_v1_agent_proto_rawDesc = "" +
 	"totalBytes\x12\x12\n" +
 	"\x04data\x18\x03 \x01(\fR\x04data\",\n" +
 	"\x14ImportVolumeResponse\x12\x14\n" +
-	"\x05bytes\x18\x01 \x01(\x03R\x05bytes2\xb2\v\n" +
+	"\x05bytes\x18\x01 \x01(\x03R\x05bytes\"\xe4\x01\n" +
+	"\x0fLintPushRequest\x12\x18\n" +
+	"\aproject\x18\x01 \x01(\tR\aproject\x12\x10\n" +
+	"\x03env\x18\x02 \x01(\tR\x03env\x12\x16\n" +
+	"\x06commit\x18\x03 \x01(\tR\x06commit\x12\x16\n" +
+	"\x06author\x18\x04 \x01(\tR\x06author\x12\x18\n" +
+	"\asubject\x18\x05 \x01(\tR\asubject\x12#\n" +
+	"\rchanged_files\x18\x06 \x03(\tR\fchangedFiles\x12\x1a\n" +
+	"\bmanifest\x18\a \x01(\tR\bmanifest\x12\x1a\n" +
+	"\bprocfile\x18\b \x01(\tR\bprocfile\"B\n" +
+	"\x10LintPushResponse\x12\x18\n" +
+	"\arefused\x18\x01 \x01(\tR\arefused\x12\x14\n" +
+	"\x05lines\x18\x02 \x03(\tR\x05lines2\xf7\v\n" +
 	"\fAgentService\x12=\n" +
 	"\x06Enroll\x12\x18.corpus.v1.EnrollRequest\x1a\x19.corpus.v1.EnrollResponse\x12[\n" +
 	"\x10RenewCertificate\x12\".corpus.v1.RenewCertificateRequest\x1a#.corpus.v1.RenewCertificateResponse\x12<\n" +
@@ -3905,7 +4075,8 @@ const file_corpus_v1_agent_proto_rawDesc = "" +
 	"\tSwitchEnv\x12\x1b.corpus.v1.SwitchEnvRequest\x1a\x1c.corpus.v1.SwitchEnvResponse\x12X\n" +
 	"\x0fInstanceRelease\x12!.corpus.v1.InstanceReleaseRequest\x1a\".corpus.v1.InstanceReleaseResponse\x12J\n" +
 	"\rReleaseSource\x12\x1f.corpus.v1.ReleaseSourceRequest\x1a\x16.corpus.v1.SourceChunk0\x01\x12L\n" +
-	"\vRecordShell\x12\x1d.corpus.v1.RecordShellRequest\x1a\x1e.corpus.v1.RecordShellResponse\x12U\n" +
+	"\vRecordShell\x12\x1d.corpus.v1.RecordShellRequest\x1a\x1e.corpus.v1.RecordShellResponse\x12C\n" +
+	"\bLintPush\x12\x1a.corpus.v1.LintPushRequest\x1a\x1b.corpus.v1.LintPushResponse\x12U\n" +
 	"\x0eServiceRuntime\x12 .corpus.v1.ServiceRuntimeRequest\x1a!.corpus.v1.ServiceRuntimeResponse\x12Q\n" +
 	"\vTlsMaterial\x12\x1d.corpus.v1.TlsMaterialRequest\x1a\x1e.corpus.v1.TlsMaterialResponse\"\x03\x90\x02\x012\xe6\t\n" +
 	"\x10NodeAgentService\x12<\n" +
@@ -3940,7 +4111,7 @@ func file_corpus_v1_agent_proto_rawDescGZIP() []byte {
 	return file_corpus_v1_agent_proto_rawDescData
 }
 
-var file_corpus_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 67)
+var file_corpus_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 69)
 var file_corpus_v1_agent_proto_goTypes = []any{
 	(*TlsMaterialRequest)(nil),         // 0: corpus.v1.TlsMaterialRequest
 	(*TlsMaterialResponse)(nil),        // 1: corpus.v1.TlsMaterialResponse
@@ -3999,96 +4170,98 @@ var file_corpus_v1_agent_proto_goTypes = []any{
 	(*ExportVolumeRequest)(nil),        // 54: corpus.v1.ExportVolumeRequest
 	(*VolumeChunk)(nil),                // 55: corpus.v1.VolumeChunk
 	(*ImportVolumeResponse)(nil),       // 56: corpus.v1.ImportVolumeResponse
-	nil,                                // 57: corpus.v1.InstanceReleaseResponse.ConfigEntry
-	nil,                                // 58: corpus.v1.LoadResponse.RequestsEntry
-	nil,                                // 59: corpus.v1.LoadResponse.ErrorsEntry
-	nil,                                // 60: corpus.v1.BeginReleaseResponse.ConfigEntry
-	nil,                                // 61: corpus.v1.EnrollRequest.LabelsEntry
-	nil,                                // 62: corpus.v1.WatchResponse.GuestProjectsEntry
-	nil,                                // 63: corpus.v1.WatchResponse.GuestServicesEntry
-	nil,                                // 64: corpus.v1.WatchResponse.GuestWaitingEntry
-	nil,                                // 65: corpus.v1.InstanceAssignment.ScaleEntry
-	nil,                                // 66: corpus.v1.ServiceRuntimeResponse.EnvEntry
-	(*RedeployRequest)(nil),            // 67: corpus.v1.RedeployRequest
-	(*ProjectEnv)(nil),                 // 68: corpus.v1.ProjectEnv
-	(*Release)(nil),                    // 69: corpus.v1.Release
-	(*Project)(nil),                    // 70: corpus.v1.Project
-	(*ReleaseStep)(nil),                // 71: corpus.v1.ReleaseStep
-	(*Resources)(nil),                  // 72: corpus.v1.Resources
-	(*DriverInfo)(nil),                 // 73: corpus.v1.DriverInfo
-	(*Node)(nil),                       // 74: corpus.v1.Node
-	(*Guest)(nil),                      // 75: corpus.v1.Guest
-	(*Route)(nil),                      // 76: corpus.v1.Route
-	(*Volume)(nil),                     // 77: corpus.v1.Volume
-	(*Backup)(nil),                     // 78: corpus.v1.Backup
-	(*Certificate)(nil),                // 79: corpus.v1.Certificate
-	(*timestamppb.Timestamp)(nil),      // 80: google.protobuf.Timestamp
-	(*ReportedService)(nil),            // 81: corpus.v1.ReportedService
-	(*GuestObserved)(nil),              // 82: corpus.v1.GuestObserved
-	(*VolumeObserved)(nil),             // 83: corpus.v1.VolumeObserved
-	(*Service)(nil),                    // 84: corpus.v1.Service
-	(*ExecGuestRequest)(nil),           // 85: corpus.v1.ExecGuestRequest
-	(*SnapshotVolumeRequest)(nil),      // 86: corpus.v1.SnapshotVolumeRequest
-	(*RollbackRequest)(nil),            // 87: corpus.v1.RollbackRequest
-	(*ListProcessesRequest)(nil),       // 88: corpus.v1.ListProcessesRequest
-	(*GuestLogsRequest)(nil),           // 89: corpus.v1.GuestLogsRequest
-	(*ShellInput)(nil),                 // 90: corpus.v1.ShellInput
-	(*BackupChunk)(nil),                // 91: corpus.v1.BackupChunk
-	(*ExecOutput)(nil),                 // 92: corpus.v1.ExecOutput
-	(*SnapshotVolumeResponse)(nil),     // 93: corpus.v1.SnapshotVolumeResponse
-	(*RollbackOutput)(nil),             // 94: corpus.v1.RollbackOutput
-	(*DeployOutput)(nil),               // 95: corpus.v1.DeployOutput
-	(*ListProcessesResponse)(nil),      // 96: corpus.v1.ListProcessesResponse
-	(*LogLine)(nil),                    // 97: corpus.v1.LogLine
+	(*LintPushRequest)(nil),            // 57: corpus.v1.LintPushRequest
+	(*LintPushResponse)(nil),           // 58: corpus.v1.LintPushResponse
+	nil,                                // 59: corpus.v1.InstanceReleaseResponse.ConfigEntry
+	nil,                                // 60: corpus.v1.LoadResponse.RequestsEntry
+	nil,                                // 61: corpus.v1.LoadResponse.ErrorsEntry
+	nil,                                // 62: corpus.v1.BeginReleaseResponse.ConfigEntry
+	nil,                                // 63: corpus.v1.EnrollRequest.LabelsEntry
+	nil,                                // 64: corpus.v1.WatchResponse.GuestProjectsEntry
+	nil,                                // 65: corpus.v1.WatchResponse.GuestServicesEntry
+	nil,                                // 66: corpus.v1.WatchResponse.GuestWaitingEntry
+	nil,                                // 67: corpus.v1.InstanceAssignment.ScaleEntry
+	nil,                                // 68: corpus.v1.ServiceRuntimeResponse.EnvEntry
+	(*RedeployRequest)(nil),            // 69: corpus.v1.RedeployRequest
+	(*ProjectEnv)(nil),                 // 70: corpus.v1.ProjectEnv
+	(*Release)(nil),                    // 71: corpus.v1.Release
+	(*Project)(nil),                    // 72: corpus.v1.Project
+	(*ReleaseStep)(nil),                // 73: corpus.v1.ReleaseStep
+	(*Resources)(nil),                  // 74: corpus.v1.Resources
+	(*DriverInfo)(nil),                 // 75: corpus.v1.DriverInfo
+	(*Node)(nil),                       // 76: corpus.v1.Node
+	(*Guest)(nil),                      // 77: corpus.v1.Guest
+	(*Route)(nil),                      // 78: corpus.v1.Route
+	(*Volume)(nil),                     // 79: corpus.v1.Volume
+	(*Backup)(nil),                     // 80: corpus.v1.Backup
+	(*Certificate)(nil),                // 81: corpus.v1.Certificate
+	(*timestamppb.Timestamp)(nil),      // 82: google.protobuf.Timestamp
+	(*ReportedService)(nil),            // 83: corpus.v1.ReportedService
+	(*GuestObserved)(nil),              // 84: corpus.v1.GuestObserved
+	(*VolumeObserved)(nil),             // 85: corpus.v1.VolumeObserved
+	(*Service)(nil),                    // 86: corpus.v1.Service
+	(*ExecGuestRequest)(nil),           // 87: corpus.v1.ExecGuestRequest
+	(*SnapshotVolumeRequest)(nil),      // 88: corpus.v1.SnapshotVolumeRequest
+	(*RollbackRequest)(nil),            // 89: corpus.v1.RollbackRequest
+	(*ListProcessesRequest)(nil),       // 90: corpus.v1.ListProcessesRequest
+	(*GuestLogsRequest)(nil),           // 91: corpus.v1.GuestLogsRequest
+	(*ShellInput)(nil),                 // 92: corpus.v1.ShellInput
+	(*BackupChunk)(nil),                // 93: corpus.v1.BackupChunk
+	(*ExecOutput)(nil),                 // 94: corpus.v1.ExecOutput
+	(*SnapshotVolumeResponse)(nil),     // 95: corpus.v1.SnapshotVolumeResponse
+	(*RollbackOutput)(nil),             // 96: corpus.v1.RollbackOutput
+	(*DeployOutput)(nil),               // 97: corpus.v1.DeployOutput
+	(*ListProcessesResponse)(nil),      // 98: corpus.v1.ListProcessesResponse
+	(*LogLine)(nil),                    // 99: corpus.v1.LogLine
 }
 var file_corpus_v1_agent_proto_depIdxs = []int32{
 	2,  // 0: corpus.v1.TlsMaterialResponse.domains:type_name -> corpus.v1.TlsDomain
-	67, // 1: corpus.v1.AgentRedeployRequest.request:type_name -> corpus.v1.RedeployRequest
-	68, // 2: corpus.v1.AgentRedeployRequest.env:type_name -> corpus.v1.ProjectEnv
-	69, // 3: corpus.v1.AgentRedeployRequest.releases:type_name -> corpus.v1.Release
-	68, // 4: corpus.v1.InstanceReleaseResponse.env:type_name -> corpus.v1.ProjectEnv
-	69, // 5: corpus.v1.InstanceReleaseResponse.release:type_name -> corpus.v1.Release
-	69, // 6: corpus.v1.InstanceReleaseResponse.releases:type_name -> corpus.v1.Release
-	57, // 7: corpus.v1.InstanceReleaseResponse.config:type_name -> corpus.v1.InstanceReleaseResponse.ConfigEntry
+	69, // 1: corpus.v1.AgentRedeployRequest.request:type_name -> corpus.v1.RedeployRequest
+	70, // 2: corpus.v1.AgentRedeployRequest.env:type_name -> corpus.v1.ProjectEnv
+	71, // 3: corpus.v1.AgentRedeployRequest.releases:type_name -> corpus.v1.Release
+	70, // 4: corpus.v1.InstanceReleaseResponse.env:type_name -> corpus.v1.ProjectEnv
+	71, // 5: corpus.v1.InstanceReleaseResponse.release:type_name -> corpus.v1.Release
+	71, // 6: corpus.v1.InstanceReleaseResponse.releases:type_name -> corpus.v1.Release
+	59, // 7: corpus.v1.InstanceReleaseResponse.config:type_name -> corpus.v1.InstanceReleaseResponse.ConfigEntry
 	15, // 8: corpus.v1.LoadResponse.guests:type_name -> corpus.v1.GuestLoad
-	58, // 9: corpus.v1.LoadResponse.requests:type_name -> corpus.v1.LoadResponse.RequestsEntry
-	59, // 10: corpus.v1.LoadResponse.errors:type_name -> corpus.v1.LoadResponse.ErrorsEntry
-	70, // 11: corpus.v1.GitAccessResponse.project:type_name -> corpus.v1.Project
-	68, // 12: corpus.v1.GitAccessResponse.env:type_name -> corpus.v1.ProjectEnv
-	69, // 13: corpus.v1.GitAccessResponse.releases:type_name -> corpus.v1.Release
-	69, // 14: corpus.v1.BeginReleaseResponse.release:type_name -> corpus.v1.Release
-	60, // 15: corpus.v1.BeginReleaseResponse.config:type_name -> corpus.v1.BeginReleaseResponse.ConfigEntry
-	71, // 16: corpus.v1.FinishReleaseRequest.steps:type_name -> corpus.v1.ReleaseStep
-	69, // 17: corpus.v1.FinishReleaseResponse.release:type_name -> corpus.v1.Release
-	61, // 18: corpus.v1.EnrollRequest.labels:type_name -> corpus.v1.EnrollRequest.LabelsEntry
-	72, // 19: corpus.v1.EnrollRequest.capacity:type_name -> corpus.v1.Resources
-	73, // 20: corpus.v1.EnrollRequest.drivers:type_name -> corpus.v1.DriverInfo
-	74, // 21: corpus.v1.WatchResponse.node:type_name -> corpus.v1.Node
-	75, // 22: corpus.v1.WatchResponse.guests:type_name -> corpus.v1.Guest
-	76, // 23: corpus.v1.WatchResponse.routes:type_name -> corpus.v1.Route
-	77, // 24: corpus.v1.WatchResponse.volumes:type_name -> corpus.v1.Volume
-	62, // 25: corpus.v1.WatchResponse.guest_projects:type_name -> corpus.v1.WatchResponse.GuestProjectsEntry
-	63, // 26: corpus.v1.WatchResponse.guest_services:type_name -> corpus.v1.WatchResponse.GuestServicesEntry
+	60, // 9: corpus.v1.LoadResponse.requests:type_name -> corpus.v1.LoadResponse.RequestsEntry
+	61, // 10: corpus.v1.LoadResponse.errors:type_name -> corpus.v1.LoadResponse.ErrorsEntry
+	72, // 11: corpus.v1.GitAccessResponse.project:type_name -> corpus.v1.Project
+	70, // 12: corpus.v1.GitAccessResponse.env:type_name -> corpus.v1.ProjectEnv
+	71, // 13: corpus.v1.GitAccessResponse.releases:type_name -> corpus.v1.Release
+	71, // 14: corpus.v1.BeginReleaseResponse.release:type_name -> corpus.v1.Release
+	62, // 15: corpus.v1.BeginReleaseResponse.config:type_name -> corpus.v1.BeginReleaseResponse.ConfigEntry
+	73, // 16: corpus.v1.FinishReleaseRequest.steps:type_name -> corpus.v1.ReleaseStep
+	71, // 17: corpus.v1.FinishReleaseResponse.release:type_name -> corpus.v1.Release
+	63, // 18: corpus.v1.EnrollRequest.labels:type_name -> corpus.v1.EnrollRequest.LabelsEntry
+	74, // 19: corpus.v1.EnrollRequest.capacity:type_name -> corpus.v1.Resources
+	75, // 20: corpus.v1.EnrollRequest.drivers:type_name -> corpus.v1.DriverInfo
+	76, // 21: corpus.v1.WatchResponse.node:type_name -> corpus.v1.Node
+	77, // 22: corpus.v1.WatchResponse.guests:type_name -> corpus.v1.Guest
+	78, // 23: corpus.v1.WatchResponse.routes:type_name -> corpus.v1.Route
+	79, // 24: corpus.v1.WatchResponse.volumes:type_name -> corpus.v1.Volume
+	64, // 25: corpus.v1.WatchResponse.guest_projects:type_name -> corpus.v1.WatchResponse.GuestProjectsEntry
+	65, // 26: corpus.v1.WatchResponse.guest_services:type_name -> corpus.v1.WatchResponse.GuestServicesEntry
 	42, // 27: corpus.v1.WatchResponse.service_reach:type_name -> corpus.v1.ServiceReach
-	78, // 28: corpus.v1.WatchResponse.backups:type_name -> corpus.v1.Backup
-	64, // 29: corpus.v1.WatchResponse.guest_waiting:type_name -> corpus.v1.WatchResponse.GuestWaitingEntry
+	80, // 28: corpus.v1.WatchResponse.backups:type_name -> corpus.v1.Backup
+	66, // 29: corpus.v1.WatchResponse.guest_waiting:type_name -> corpus.v1.WatchResponse.GuestWaitingEntry
 	38, // 30: corpus.v1.WatchResponse.peers:type_name -> corpus.v1.PeerNode
-	79, // 31: corpus.v1.WatchResponse.certificates:type_name -> corpus.v1.Certificate
+	81, // 31: corpus.v1.WatchResponse.certificates:type_name -> corpus.v1.Certificate
 	37, // 32: corpus.v1.WatchResponse.instances:type_name -> corpus.v1.InstanceAssignment
-	65, // 33: corpus.v1.InstanceAssignment.scale:type_name -> corpus.v1.InstanceAssignment.ScaleEntry
-	80, // 34: corpus.v1.InstanceAssignment.standby_until:type_name -> google.protobuf.Timestamp
-	72, // 35: corpus.v1.ReportRequest.capacity:type_name -> corpus.v1.Resources
-	73, // 36: corpus.v1.ReportRequest.drivers:type_name -> corpus.v1.DriverInfo
+	67, // 33: corpus.v1.InstanceAssignment.scale:type_name -> corpus.v1.InstanceAssignment.ScaleEntry
+	82, // 34: corpus.v1.InstanceAssignment.standby_until:type_name -> google.protobuf.Timestamp
+	74, // 35: corpus.v1.ReportRequest.capacity:type_name -> corpus.v1.Resources
+	75, // 36: corpus.v1.ReportRequest.drivers:type_name -> corpus.v1.DriverInfo
 	40, // 37: corpus.v1.ReportRequest.guests:type_name -> corpus.v1.ReportedGuest
 	41, // 38: corpus.v1.ReportRequest.volumes:type_name -> corpus.v1.ReportedVolume
-	81, // 39: corpus.v1.ReportRequest.services:type_name -> corpus.v1.ReportedService
-	82, // 40: corpus.v1.ReportedGuest.observed:type_name -> corpus.v1.GuestObserved
-	83, // 41: corpus.v1.ReportedVolume.observed:type_name -> corpus.v1.VolumeObserved
-	84, // 42: corpus.v1.ServiceRuntimeResponse.service:type_name -> corpus.v1.Service
-	66, // 43: corpus.v1.ServiceRuntimeResponse.env:type_name -> corpus.v1.ServiceRuntimeResponse.EnvEntry
-	78, // 44: corpus.v1.DumpServiceRequest.backup:type_name -> corpus.v1.Backup
-	78, // 45: corpus.v1.ReadBackupRequest.backup:type_name -> corpus.v1.Backup
-	78, // 46: corpus.v1.RemoveBackupRequest.backup:type_name -> corpus.v1.Backup
+	83, // 39: corpus.v1.ReportRequest.services:type_name -> corpus.v1.ReportedService
+	84, // 40: corpus.v1.ReportedGuest.observed:type_name -> corpus.v1.GuestObserved
+	85, // 41: corpus.v1.ReportedVolume.observed:type_name -> corpus.v1.VolumeObserved
+	86, // 42: corpus.v1.ServiceRuntimeResponse.service:type_name -> corpus.v1.Service
+	68, // 43: corpus.v1.ServiceRuntimeResponse.env:type_name -> corpus.v1.ServiceRuntimeResponse.EnvEntry
+	80, // 44: corpus.v1.DumpServiceRequest.backup:type_name -> corpus.v1.Backup
+	80, // 45: corpus.v1.ReadBackupRequest.backup:type_name -> corpus.v1.Backup
+	80, // 46: corpus.v1.RemoveBackupRequest.backup:type_name -> corpus.v1.Backup
 	31, // 47: corpus.v1.AgentService.Enroll:input_type -> corpus.v1.EnrollRequest
 	33, // 48: corpus.v1.AgentService.RenewCertificate:input_type -> corpus.v1.RenewCertificateRequest
 	35, // 49: corpus.v1.AgentService.Watch:input_type -> corpus.v1.WatchRequest
@@ -4105,62 +4278,64 @@ var file_corpus_v1_agent_proto_depIdxs = []int32{
 	9,  // 60: corpus.v1.AgentService.InstanceRelease:input_type -> corpus.v1.InstanceReleaseRequest
 	11, // 61: corpus.v1.AgentService.ReleaseSource:input_type -> corpus.v1.ReleaseSourceRequest
 	20, // 62: corpus.v1.AgentService.RecordShell:input_type -> corpus.v1.RecordShellRequest
-	43, // 63: corpus.v1.AgentService.ServiceRuntime:input_type -> corpus.v1.ServiceRuntimeRequest
-	0,  // 64: corpus.v1.AgentService.TlsMaterial:input_type -> corpus.v1.TlsMaterialRequest
-	85, // 65: corpus.v1.NodeAgentService.Exec:input_type -> corpus.v1.ExecGuestRequest
-	54, // 66: corpus.v1.NodeAgentService.ExportVolume:input_type -> corpus.v1.ExportVolumeRequest
-	55, // 67: corpus.v1.NodeAgentService.ImportVolume:input_type -> corpus.v1.VolumeChunk
-	86, // 68: corpus.v1.NodeAgentService.SnapshotVolume:input_type -> corpus.v1.SnapshotVolumeRequest
-	87, // 69: corpus.v1.NodeAgentService.Rollback:input_type -> corpus.v1.RollbackRequest
-	11, // 70: corpus.v1.NodeAgentService.ReleaseSource:input_type -> corpus.v1.ReleaseSourceRequest
-	13, // 71: corpus.v1.NodeAgentService.Load:input_type -> corpus.v1.LoadRequest
-	3,  // 72: corpus.v1.NodeAgentService.Redeploy:input_type -> corpus.v1.AgentRedeployRequest
-	88, // 73: corpus.v1.NodeAgentService.Processes:input_type -> corpus.v1.ListProcessesRequest
-	89, // 74: corpus.v1.NodeAgentService.Logs:input_type -> corpus.v1.GuestLogsRequest
-	90, // 75: corpus.v1.NodeAgentService.Shell:input_type -> corpus.v1.ShellInput
-	48, // 76: corpus.v1.NodeAgentService.DumpService:input_type -> corpus.v1.DumpServiceRequest
-	91, // 77: corpus.v1.NodeAgentService.StoreBackup:input_type -> corpus.v1.BackupChunk
-	50, // 78: corpus.v1.NodeAgentService.ReadBackup:input_type -> corpus.v1.ReadBackupRequest
-	91, // 79: corpus.v1.NodeAgentService.LoadService:input_type -> corpus.v1.BackupChunk
-	52, // 80: corpus.v1.NodeAgentService.RemoveBackup:input_type -> corpus.v1.RemoveBackupRequest
-	46, // 81: corpus.v1.NodeAgentService.CheckChallenge:input_type -> corpus.v1.CheckChallengeRequest
-	32, // 82: corpus.v1.AgentService.Enroll:output_type -> corpus.v1.EnrollResponse
-	34, // 83: corpus.v1.AgentService.RenewCertificate:output_type -> corpus.v1.RenewCertificateResponse
-	36, // 84: corpus.v1.AgentService.Watch:output_type -> corpus.v1.WatchResponse
-	45, // 85: corpus.v1.AgentService.Report:output_type -> corpus.v1.ReportResponse
-	22, // 86: corpus.v1.AgentService.GitAccess:output_type -> corpus.v1.GitAccessResponse
-	24, // 87: corpus.v1.AgentService.BeginRelease:output_type -> corpus.v1.BeginReleaseResponse
-	26, // 88: corpus.v1.AgentService.FinishRelease:output_type -> corpus.v1.FinishReleaseResponse
-	28, // 89: corpus.v1.AgentService.SetCurrentRelease:output_type -> corpus.v1.SetCurrentReleaseResponse
-	30, // 90: corpus.v1.AgentService.PruneReleases:output_type -> corpus.v1.PruneReleasesResponse
-	18, // 91: corpus.v1.AgentService.SetManifestDomains:output_type -> corpus.v1.SetManifestDomainsResponse
-	16, // 92: corpus.v1.AgentService.SetWebPort:output_type -> corpus.v1.SetWebPortResponse
-	8,  // 93: corpus.v1.AgentService.RollInstance:output_type -> corpus.v1.RollInstanceResponse
-	7,  // 94: corpus.v1.AgentService.SwitchEnv:output_type -> corpus.v1.SwitchEnvResponse
-	10, // 95: corpus.v1.AgentService.InstanceRelease:output_type -> corpus.v1.InstanceReleaseResponse
-	12, // 96: corpus.v1.AgentService.ReleaseSource:output_type -> corpus.v1.SourceChunk
-	21, // 97: corpus.v1.AgentService.RecordShell:output_type -> corpus.v1.RecordShellResponse
-	44, // 98: corpus.v1.AgentService.ServiceRuntime:output_type -> corpus.v1.ServiceRuntimeResponse
-	1,  // 99: corpus.v1.AgentService.TlsMaterial:output_type -> corpus.v1.TlsMaterialResponse
-	92, // 100: corpus.v1.NodeAgentService.Exec:output_type -> corpus.v1.ExecOutput
-	55, // 101: corpus.v1.NodeAgentService.ExportVolume:output_type -> corpus.v1.VolumeChunk
-	56, // 102: corpus.v1.NodeAgentService.ImportVolume:output_type -> corpus.v1.ImportVolumeResponse
-	93, // 103: corpus.v1.NodeAgentService.SnapshotVolume:output_type -> corpus.v1.SnapshotVolumeResponse
-	94, // 104: corpus.v1.NodeAgentService.Rollback:output_type -> corpus.v1.RollbackOutput
-	12, // 105: corpus.v1.NodeAgentService.ReleaseSource:output_type -> corpus.v1.SourceChunk
-	14, // 106: corpus.v1.NodeAgentService.Load:output_type -> corpus.v1.LoadResponse
-	95, // 107: corpus.v1.NodeAgentService.Redeploy:output_type -> corpus.v1.DeployOutput
-	96, // 108: corpus.v1.NodeAgentService.Processes:output_type -> corpus.v1.ListProcessesResponse
-	97, // 109: corpus.v1.NodeAgentService.Logs:output_type -> corpus.v1.LogLine
-	92, // 110: corpus.v1.NodeAgentService.Shell:output_type -> corpus.v1.ExecOutput
-	91, // 111: corpus.v1.NodeAgentService.DumpService:output_type -> corpus.v1.BackupChunk
-	49, // 112: corpus.v1.NodeAgentService.StoreBackup:output_type -> corpus.v1.StoreBackupResponse
-	91, // 113: corpus.v1.NodeAgentService.ReadBackup:output_type -> corpus.v1.BackupChunk
-	51, // 114: corpus.v1.NodeAgentService.LoadService:output_type -> corpus.v1.LoadServiceResponse
-	53, // 115: corpus.v1.NodeAgentService.RemoveBackup:output_type -> corpus.v1.RemoveBackupResponse
-	47, // 116: corpus.v1.NodeAgentService.CheckChallenge:output_type -> corpus.v1.CheckChallengeResponse
-	82, // [82:117] is the sub-list for method output_type
-	47, // [47:82] is the sub-list for method input_type
+	57, // 63: corpus.v1.AgentService.LintPush:input_type -> corpus.v1.LintPushRequest
+	43, // 64: corpus.v1.AgentService.ServiceRuntime:input_type -> corpus.v1.ServiceRuntimeRequest
+	0,  // 65: corpus.v1.AgentService.TlsMaterial:input_type -> corpus.v1.TlsMaterialRequest
+	87, // 66: corpus.v1.NodeAgentService.Exec:input_type -> corpus.v1.ExecGuestRequest
+	54, // 67: corpus.v1.NodeAgentService.ExportVolume:input_type -> corpus.v1.ExportVolumeRequest
+	55, // 68: corpus.v1.NodeAgentService.ImportVolume:input_type -> corpus.v1.VolumeChunk
+	88, // 69: corpus.v1.NodeAgentService.SnapshotVolume:input_type -> corpus.v1.SnapshotVolumeRequest
+	89, // 70: corpus.v1.NodeAgentService.Rollback:input_type -> corpus.v1.RollbackRequest
+	11, // 71: corpus.v1.NodeAgentService.ReleaseSource:input_type -> corpus.v1.ReleaseSourceRequest
+	13, // 72: corpus.v1.NodeAgentService.Load:input_type -> corpus.v1.LoadRequest
+	3,  // 73: corpus.v1.NodeAgentService.Redeploy:input_type -> corpus.v1.AgentRedeployRequest
+	90, // 74: corpus.v1.NodeAgentService.Processes:input_type -> corpus.v1.ListProcessesRequest
+	91, // 75: corpus.v1.NodeAgentService.Logs:input_type -> corpus.v1.GuestLogsRequest
+	92, // 76: corpus.v1.NodeAgentService.Shell:input_type -> corpus.v1.ShellInput
+	48, // 77: corpus.v1.NodeAgentService.DumpService:input_type -> corpus.v1.DumpServiceRequest
+	93, // 78: corpus.v1.NodeAgentService.StoreBackup:input_type -> corpus.v1.BackupChunk
+	50, // 79: corpus.v1.NodeAgentService.ReadBackup:input_type -> corpus.v1.ReadBackupRequest
+	93, // 80: corpus.v1.NodeAgentService.LoadService:input_type -> corpus.v1.BackupChunk
+	52, // 81: corpus.v1.NodeAgentService.RemoveBackup:input_type -> corpus.v1.RemoveBackupRequest
+	46, // 82: corpus.v1.NodeAgentService.CheckChallenge:input_type -> corpus.v1.CheckChallengeRequest
+	32, // 83: corpus.v1.AgentService.Enroll:output_type -> corpus.v1.EnrollResponse
+	34, // 84: corpus.v1.AgentService.RenewCertificate:output_type -> corpus.v1.RenewCertificateResponse
+	36, // 85: corpus.v1.AgentService.Watch:output_type -> corpus.v1.WatchResponse
+	45, // 86: corpus.v1.AgentService.Report:output_type -> corpus.v1.ReportResponse
+	22, // 87: corpus.v1.AgentService.GitAccess:output_type -> corpus.v1.GitAccessResponse
+	24, // 88: corpus.v1.AgentService.BeginRelease:output_type -> corpus.v1.BeginReleaseResponse
+	26, // 89: corpus.v1.AgentService.FinishRelease:output_type -> corpus.v1.FinishReleaseResponse
+	28, // 90: corpus.v1.AgentService.SetCurrentRelease:output_type -> corpus.v1.SetCurrentReleaseResponse
+	30, // 91: corpus.v1.AgentService.PruneReleases:output_type -> corpus.v1.PruneReleasesResponse
+	18, // 92: corpus.v1.AgentService.SetManifestDomains:output_type -> corpus.v1.SetManifestDomainsResponse
+	16, // 93: corpus.v1.AgentService.SetWebPort:output_type -> corpus.v1.SetWebPortResponse
+	8,  // 94: corpus.v1.AgentService.RollInstance:output_type -> corpus.v1.RollInstanceResponse
+	7,  // 95: corpus.v1.AgentService.SwitchEnv:output_type -> corpus.v1.SwitchEnvResponse
+	10, // 96: corpus.v1.AgentService.InstanceRelease:output_type -> corpus.v1.InstanceReleaseResponse
+	12, // 97: corpus.v1.AgentService.ReleaseSource:output_type -> corpus.v1.SourceChunk
+	21, // 98: corpus.v1.AgentService.RecordShell:output_type -> corpus.v1.RecordShellResponse
+	58, // 99: corpus.v1.AgentService.LintPush:output_type -> corpus.v1.LintPushResponse
+	44, // 100: corpus.v1.AgentService.ServiceRuntime:output_type -> corpus.v1.ServiceRuntimeResponse
+	1,  // 101: corpus.v1.AgentService.TlsMaterial:output_type -> corpus.v1.TlsMaterialResponse
+	94, // 102: corpus.v1.NodeAgentService.Exec:output_type -> corpus.v1.ExecOutput
+	55, // 103: corpus.v1.NodeAgentService.ExportVolume:output_type -> corpus.v1.VolumeChunk
+	56, // 104: corpus.v1.NodeAgentService.ImportVolume:output_type -> corpus.v1.ImportVolumeResponse
+	95, // 105: corpus.v1.NodeAgentService.SnapshotVolume:output_type -> corpus.v1.SnapshotVolumeResponse
+	96, // 106: corpus.v1.NodeAgentService.Rollback:output_type -> corpus.v1.RollbackOutput
+	12, // 107: corpus.v1.NodeAgentService.ReleaseSource:output_type -> corpus.v1.SourceChunk
+	14, // 108: corpus.v1.NodeAgentService.Load:output_type -> corpus.v1.LoadResponse
+	97, // 109: corpus.v1.NodeAgentService.Redeploy:output_type -> corpus.v1.DeployOutput
+	98, // 110: corpus.v1.NodeAgentService.Processes:output_type -> corpus.v1.ListProcessesResponse
+	99, // 111: corpus.v1.NodeAgentService.Logs:output_type -> corpus.v1.LogLine
+	94, // 112: corpus.v1.NodeAgentService.Shell:output_type -> corpus.v1.ExecOutput
+	93, // 113: corpus.v1.NodeAgentService.DumpService:output_type -> corpus.v1.BackupChunk
+	49, // 114: corpus.v1.NodeAgentService.StoreBackup:output_type -> corpus.v1.StoreBackupResponse
+	93, // 115: corpus.v1.NodeAgentService.ReadBackup:output_type -> corpus.v1.BackupChunk
+	51, // 116: corpus.v1.NodeAgentService.LoadService:output_type -> corpus.v1.LoadServiceResponse
+	53, // 117: corpus.v1.NodeAgentService.RemoveBackup:output_type -> corpus.v1.RemoveBackupResponse
+	47, // 118: corpus.v1.NodeAgentService.CheckChallenge:output_type -> corpus.v1.CheckChallengeResponse
+	83, // [83:119] is the sub-list for method output_type
+	47, // [47:83] is the sub-list for method input_type
 	47, // [47:47] is the sub-list for extension type_name
 	47, // [47:47] is the sub-list for extension extendee
 	0,  // [0:47] is the sub-list for field type_name
@@ -4182,7 +4357,7 @@ func file_corpus_v1_agent_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_corpus_v1_agent_proto_rawDesc), len(file_corpus_v1_agent_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   67,
+			NumMessages:   69,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

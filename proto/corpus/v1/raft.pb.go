@@ -105,6 +105,8 @@ type Command struct {
 	//	*Command_SetInstanceRelease
 	//	*Command_SetAutoscale
 	//	*Command_SwitchEnv
+	//	*Command_PutExtension
+	//	*Command_DeleteExtension
 	Cmd           isCommand_Cmd `protobuf_oneof:"cmd"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -742,6 +744,24 @@ func (x *Command) GetSwitchEnv() *SwitchEnv {
 	return nil
 }
 
+func (x *Command) GetPutExtension() *PutExtension {
+	if x != nil {
+		if x, ok := x.Cmd.(*Command_PutExtension); ok {
+			return x.PutExtension
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetDeleteExtension() *DeleteExtension {
+	if x != nil {
+		if x, ok := x.Cmd.(*Command_DeleteExtension); ok {
+			return x.DeleteExtension
+		}
+	}
+	return nil
+}
+
 type isCommand_Cmd interface {
 	isCommand_Cmd()
 }
@@ -998,6 +1018,14 @@ type Command_SwitchEnv struct {
 	SwitchEnv *SwitchEnv `protobuf:"bytes,208,opt,name=switch_env,json=switchEnv,proto3,oneof"`
 }
 
+type Command_PutExtension struct {
+	PutExtension *PutExtension `protobuf:"bytes,209,opt,name=put_extension,json=putExtension,proto3,oneof"`
+}
+
+type Command_DeleteExtension struct {
+	DeleteExtension *DeleteExtension `protobuf:"bytes,210,opt,name=delete_extension,json=deleteExtension,proto3,oneof"`
+}
+
 func (*Command_BootstrapCluster) isCommand_Cmd() {}
 
 func (*Command_CreateJoinToken) isCommand_Cmd() {}
@@ -1123,6 +1151,10 @@ func (*Command_SetInstanceRelease) isCommand_Cmd() {}
 func (*Command_SetAutoscale) isCommand_Cmd() {}
 
 func (*Command_SwitchEnv) isCommand_Cmd() {}
+
+func (*Command_PutExtension) isCommand_Cmd() {}
+
+func (*Command_DeleteExtension) isCommand_Cmd() {}
 
 // RecordAudit leaves an audit entry and changes nothing else: a call the
 // API refused (permission or validation), an exec into a guest (recorded
@@ -2754,11 +2786,13 @@ func (x *DeleteSshKey) GetFingerprint() string {
 type CreateProject struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// project_id is used when the project is new.
-	ProjectId     string      `protobuf:"bytes,1,opt,name=project_id,json=projectId,proto3" json:"project_id,omitempty"`
-	Name          string      `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
-	Env           *ProjectEnv `protobuf:"bytes,3,opt,name=env,proto3" json:"env,omitempty"`
-	Guest         *Guest      `protobuf:"bytes,4,opt,name=guest,proto3" json:"guest,omitempty"`
-	Routes        []*Route    `protobuf:"bytes,5,rep,name=routes,proto3" json:"routes,omitempty"`
+	ProjectId string      `protobuf:"bytes,1,opt,name=project_id,json=projectId,proto3" json:"project_id,omitempty"`
+	Name      string      `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	Env       *ProjectEnv `protobuf:"bytes,3,opt,name=env,proto3" json:"env,omitempty"`
+	Guest     *Guest      `protobuf:"bytes,4,opt,name=guest,proto3" json:"guest,omitempty"`
+	Routes    []*Route    `protobuf:"bytes,5,rep,name=routes,proto3" json:"routes,omitempty"`
+	// admission is what extensions changed in the request.
+	Admission     []*AdmissionChange `protobuf:"bytes,6,rep,name=admission,proto3" json:"admission,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2824,6 +2858,13 @@ func (x *CreateProject) GetGuest() *Guest {
 func (x *CreateProject) GetRoutes() []*Route {
 	if x != nil {
 		return x.Routes
+	}
+	return nil
+}
+
+func (x *CreateProject) GetAdmission() []*AdmissionChange {
+	if x != nil {
+		return x.Admission
 	}
 	return nil
 }
@@ -3563,6 +3604,7 @@ type Snapshot struct {
 	Backups       []*Backup      `protobuf:"bytes,18,rep,name=backups,proto3" json:"backups,omitempty"`
 	Acme          *AcmeConfig    `protobuf:"bytes,19,opt,name=acme,proto3" json:"acme,omitempty"`
 	Certificates  []*Certificate `protobuf:"bytes,20,rep,name=certificates,proto3" json:"certificates,omitempty"`
+	Extensions    []*Extension   `protobuf:"bytes,21,rep,name=extensions,proto3" json:"extensions,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3737,6 +3779,112 @@ func (x *Snapshot) GetCertificates() []*Certificate {
 	return nil
 }
 
+func (x *Snapshot) GetExtensions() []*Extension {
+	if x != nil {
+		return x.Extensions
+	}
+	return nil
+}
+
+// PutExtension adds or replaces an extension (its secret sealed by the
+// leader); the order of all extensions must stay free of cycles.
+type PutExtension struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Extension *Extension             `protobuf:"bytes,1,opt,name=extension,proto3" json:"extension,omitempty"`
+	// replace allows an extension of that name to be replaced.
+	Replace       bool `protobuf:"varint,2,opt,name=replace,proto3" json:"replace,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PutExtension) Reset() {
+	*x = PutExtension{}
+	mi := &file_corpus_v1_raft_proto_msgTypes[44]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PutExtension) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PutExtension) ProtoMessage() {}
+
+func (x *PutExtension) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_raft_proto_msgTypes[44]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PutExtension.ProtoReflect.Descriptor instead.
+func (*PutExtension) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{44}
+}
+
+func (x *PutExtension) GetExtension() *Extension {
+	if x != nil {
+		return x.Extension
+	}
+	return nil
+}
+
+func (x *PutExtension) GetReplace() bool {
+	if x != nil {
+		return x.Replace
+	}
+	return false
+}
+
+type DeleteExtension struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteExtension) Reset() {
+	*x = DeleteExtension{}
+	mi := &file_corpus_v1_raft_proto_msgTypes[45]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteExtension) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteExtension) ProtoMessage() {}
+
+func (x *DeleteExtension) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_raft_proto_msgTypes[45]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteExtension.ProtoReflect.Descriptor instead.
+func (*DeleteExtension) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{45}
+}
+
+func (x *DeleteExtension) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
 // SetConfig changes a project environment's config: set values (sealed
 // by the leader with the keyring's primary key) and unset keys, together.
 type SetConfig struct {
@@ -3751,7 +3899,7 @@ type SetConfig struct {
 
 func (x *SetConfig) Reset() {
 	*x = SetConfig{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[44]
+	mi := &file_corpus_v1_raft_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3763,7 +3911,7 @@ func (x *SetConfig) String() string {
 func (*SetConfig) ProtoMessage() {}
 
 func (x *SetConfig) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[44]
+	mi := &file_corpus_v1_raft_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3776,7 +3924,7 @@ func (x *SetConfig) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetConfig.ProtoReflect.Descriptor instead.
 func (*SetConfig) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{44}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *SetConfig) GetProject() string {
@@ -3824,7 +3972,7 @@ type SetKeyring struct {
 
 func (x *SetKeyring) Reset() {
 	*x = SetKeyring{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[45]
+	mi := &file_corpus_v1_raft_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3836,7 +3984,7 @@ func (x *SetKeyring) String() string {
 func (*SetKeyring) ProtoMessage() {}
 
 func (x *SetKeyring) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[45]
+	mi := &file_corpus_v1_raft_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3849,7 +3997,7 @@ func (x *SetKeyring) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetKeyring.ProtoReflect.Descriptor instead.
 func (*SetKeyring) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{45}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *SetKeyring) GetKeyring() *Keyring {
@@ -3895,14 +4043,17 @@ type ResealedConfig struct {
 	// "key" and, during a tls-alpn-01 challenge, "challenge".
 	Certificate string `protobuf:"bytes,6,opt,name=certificate,proto3" json:"certificate,omitempty"`
 	// acme is set (alone) for the ACME account: config holds "key".
-	Acme          bool `protobuf:"varint,7,opt,name=acme,proto3" json:"acme,omitempty"`
+	Acme bool `protobuf:"varint,7,opt,name=acme,proto3" json:"acme,omitempty"`
+	// extension is set (alone) for an extension's secret: config holds
+	// "secret".
+	Extension     string `protobuf:"bytes,8,opt,name=extension,proto3" json:"extension,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ResealedConfig) Reset() {
 	*x = ResealedConfig{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[46]
+	mi := &file_corpus_v1_raft_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3914,7 +4065,7 @@ func (x *ResealedConfig) String() string {
 func (*ResealedConfig) ProtoMessage() {}
 
 func (x *ResealedConfig) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[46]
+	mi := &file_corpus_v1_raft_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3927,7 +4078,7 @@ func (x *ResealedConfig) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResealedConfig.ProtoReflect.Descriptor instead.
 func (*ResealedConfig) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{46}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *ResealedConfig) GetProject() string {
@@ -3979,6 +4130,13 @@ func (x *ResealedConfig) GetAcme() bool {
 	return false
 }
 
+func (x *ResealedConfig) GetExtension() string {
+	if x != nil {
+		return x.Extension
+	}
+	return ""
+}
+
 // SetWebPort records the port a node switched an environment's web
 // process to, and points the environment's routes at it.
 type SetWebPort struct {
@@ -3995,7 +4153,7 @@ type SetWebPort struct {
 
 func (x *SetWebPort) Reset() {
 	*x = SetWebPort{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[47]
+	mi := &file_corpus_v1_raft_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4007,7 +4165,7 @@ func (x *SetWebPort) String() string {
 func (*SetWebPort) ProtoMessage() {}
 
 func (x *SetWebPort) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[47]
+	mi := &file_corpus_v1_raft_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4020,7 +4178,7 @@ func (x *SetWebPort) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetWebPort.ProtoReflect.Descriptor instead.
 func (*SetWebPort) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{47}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *SetWebPort) GetProject() string {
@@ -4083,7 +4241,7 @@ type ScaleEnv struct {
 
 func (x *ScaleEnv) Reset() {
 	*x = ScaleEnv{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[48]
+	mi := &file_corpus_v1_raft_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4095,7 +4253,7 @@ func (x *ScaleEnv) String() string {
 func (*ScaleEnv) ProtoMessage() {}
 
 func (x *ScaleEnv) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[48]
+	mi := &file_corpus_v1_raft_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4108,7 +4266,7 @@ func (x *ScaleEnv) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScaleEnv.ProtoReflect.Descriptor instead.
 func (*ScaleEnv) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{48}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *ScaleEnv) GetProject() string {
@@ -4195,7 +4353,7 @@ type SetAutoscale struct {
 
 func (x *SetAutoscale) Reset() {
 	*x = SetAutoscale{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[49]
+	mi := &file_corpus_v1_raft_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4207,7 +4365,7 @@ func (x *SetAutoscale) String() string {
 func (*SetAutoscale) ProtoMessage() {}
 
 func (x *SetAutoscale) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[49]
+	mi := &file_corpus_v1_raft_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4220,7 +4378,7 @@ func (x *SetAutoscale) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetAutoscale.ProtoReflect.Descriptor instead.
 func (*SetAutoscale) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{49}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *SetAutoscale) GetProject() string {
@@ -4266,7 +4424,7 @@ type SetInstanceRelease struct {
 
 func (x *SetInstanceRelease) Reset() {
 	*x = SetInstanceRelease{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[50]
+	mi := &file_corpus_v1_raft_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4278,7 +4436,7 @@ func (x *SetInstanceRelease) String() string {
 func (*SetInstanceRelease) ProtoMessage() {}
 
 func (x *SetInstanceRelease) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[50]
+	mi := &file_corpus_v1_raft_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4291,7 +4449,7 @@ func (x *SetInstanceRelease) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetInstanceRelease.ProtoReflect.Descriptor instead.
 func (*SetInstanceRelease) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{50}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *SetInstanceRelease) GetProject() string {
@@ -4352,7 +4510,7 @@ type SwitchEnv struct {
 
 func (x *SwitchEnv) Reset() {
 	*x = SwitchEnv{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[51]
+	mi := &file_corpus_v1_raft_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4364,7 +4522,7 @@ func (x *SwitchEnv) String() string {
 func (*SwitchEnv) ProtoMessage() {}
 
 func (x *SwitchEnv) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[51]
+	mi := &file_corpus_v1_raft_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4377,7 +4535,7 @@ func (x *SwitchEnv) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SwitchEnv.ProtoReflect.Descriptor instead.
 func (*SwitchEnv) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{51}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *SwitchEnv) GetProject() string {
@@ -4456,7 +4614,7 @@ type UpdateGuest struct {
 
 func (x *UpdateGuest) Reset() {
 	*x = UpdateGuest{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[52]
+	mi := &file_corpus_v1_raft_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4468,7 +4626,7 @@ func (x *UpdateGuest) String() string {
 func (*UpdateGuest) ProtoMessage() {}
 
 func (x *UpdateGuest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[52]
+	mi := &file_corpus_v1_raft_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4481,7 +4639,7 @@ func (x *UpdateGuest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateGuest.ProtoReflect.Descriptor instead.
 func (*UpdateGuest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{52}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *UpdateGuest) GetName() string {
@@ -4510,7 +4668,7 @@ type CreateService struct {
 
 func (x *CreateService) Reset() {
 	*x = CreateService{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[53]
+	mi := &file_corpus_v1_raft_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4522,7 +4680,7 @@ func (x *CreateService) String() string {
 func (*CreateService) ProtoMessage() {}
 
 func (x *CreateService) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[53]
+	mi := &file_corpus_v1_raft_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4535,7 +4693,7 @@ func (x *CreateService) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateService.ProtoReflect.Descriptor instead.
 func (*CreateService) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{53}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *CreateService) GetService() *Service {
@@ -4566,7 +4724,7 @@ type SetServiceDesired struct {
 
 func (x *SetServiceDesired) Reset() {
 	*x = SetServiceDesired{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[54]
+	mi := &file_corpus_v1_raft_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4578,7 +4736,7 @@ func (x *SetServiceDesired) String() string {
 func (*SetServiceDesired) ProtoMessage() {}
 
 func (x *SetServiceDesired) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[54]
+	mi := &file_corpus_v1_raft_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4591,7 +4749,7 @@ func (x *SetServiceDesired) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetServiceDesired.ProtoReflect.Descriptor instead.
 func (*SetServiceDesired) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{54}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *SetServiceDesired) GetName() string {
@@ -4629,7 +4787,7 @@ type LinkService struct {
 
 func (x *LinkService) Reset() {
 	*x = LinkService{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[55]
+	mi := &file_corpus_v1_raft_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4641,7 +4799,7 @@ func (x *LinkService) String() string {
 func (*LinkService) ProtoMessage() {}
 
 func (x *LinkService) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[55]
+	mi := &file_corpus_v1_raft_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4654,7 +4812,7 @@ func (x *LinkService) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LinkService.ProtoReflect.Descriptor instead.
 func (*LinkService) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{55}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *LinkService) GetService() string {
@@ -4690,7 +4848,7 @@ type UnlinkService struct {
 
 func (x *UnlinkService) Reset() {
 	*x = UnlinkService{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[56]
+	mi := &file_corpus_v1_raft_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4702,7 +4860,7 @@ func (x *UnlinkService) String() string {
 func (*UnlinkService) ProtoMessage() {}
 
 func (x *UnlinkService) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[56]
+	mi := &file_corpus_v1_raft_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4715,7 +4873,7 @@ func (x *UnlinkService) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnlinkService.ProtoReflect.Descriptor instead.
 func (*UnlinkService) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{56}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *UnlinkService) GetService() string {
@@ -4751,7 +4909,7 @@ type UpdateService struct {
 
 func (x *UpdateService) Reset() {
 	*x = UpdateService{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[57]
+	mi := &file_corpus_v1_raft_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4763,7 +4921,7 @@ func (x *UpdateService) String() string {
 func (*UpdateService) ProtoMessage() {}
 
 func (x *UpdateService) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[57]
+	mi := &file_corpus_v1_raft_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4776,7 +4934,7 @@ func (x *UpdateService) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateService.ProtoReflect.Descriptor instead.
 func (*UpdateService) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{57}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *UpdateService) GetName() string {
@@ -4811,7 +4969,7 @@ type ReportServices struct {
 
 func (x *ReportServices) Reset() {
 	*x = ReportServices{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[58]
+	mi := &file_corpus_v1_raft_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4823,7 +4981,7 @@ func (x *ReportServices) String() string {
 func (*ReportServices) ProtoMessage() {}
 
 func (x *ReportServices) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[58]
+	mi := &file_corpus_v1_raft_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4836,7 +4994,7 @@ func (x *ReportServices) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportServices.ProtoReflect.Descriptor instead.
 func (*ReportServices) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{58}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *ReportServices) GetNodeId() string {
@@ -4863,7 +5021,7 @@ type BeginBackup struct {
 
 func (x *BeginBackup) Reset() {
 	*x = BeginBackup{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[59]
+	mi := &file_corpus_v1_raft_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4875,7 +5033,7 @@ func (x *BeginBackup) String() string {
 func (*BeginBackup) ProtoMessage() {}
 
 func (x *BeginBackup) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[59]
+	mi := &file_corpus_v1_raft_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4888,7 +5046,7 @@ func (x *BeginBackup) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BeginBackup.ProtoReflect.Descriptor instead.
 func (*BeginBackup) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{59}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *BeginBackup) GetBackup() *Backup {
@@ -4912,7 +5070,7 @@ type FinishBackup struct {
 
 func (x *FinishBackup) Reset() {
 	*x = FinishBackup{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[60]
+	mi := &file_corpus_v1_raft_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4924,7 +5082,7 @@ func (x *FinishBackup) String() string {
 func (*FinishBackup) ProtoMessage() {}
 
 func (x *FinishBackup) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[60]
+	mi := &file_corpus_v1_raft_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4937,7 +5095,7 @@ func (x *FinishBackup) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FinishBackup.ProtoReflect.Descriptor instead.
 func (*FinishBackup) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{60}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *FinishBackup) GetId() string {
@@ -4985,7 +5143,7 @@ type DeleteBackup struct {
 
 func (x *DeleteBackup) Reset() {
 	*x = DeleteBackup{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[61]
+	mi := &file_corpus_v1_raft_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4997,7 +5155,7 @@ func (x *DeleteBackup) String() string {
 func (*DeleteBackup) ProtoMessage() {}
 
 func (x *DeleteBackup) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[61]
+	mi := &file_corpus_v1_raft_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5010,7 +5168,7 @@ func (x *DeleteBackup) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteBackup.ProtoReflect.Descriptor instead.
 func (*DeleteBackup) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{61}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *DeleteBackup) GetId() string {
@@ -5038,7 +5196,7 @@ type UpdateVolume struct {
 
 func (x *UpdateVolume) Reset() {
 	*x = UpdateVolume{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[62]
+	mi := &file_corpus_v1_raft_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5050,7 +5208,7 @@ func (x *UpdateVolume) String() string {
 func (*UpdateVolume) ProtoMessage() {}
 
 func (x *UpdateVolume) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[62]
+	mi := &file_corpus_v1_raft_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5063,7 +5221,7 @@ func (x *UpdateVolume) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateVolume.ProtoReflect.Descriptor instead.
 func (*UpdateVolume) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{62}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *UpdateVolume) GetName() string {
@@ -5099,7 +5257,7 @@ type ReplaceServiceGuest struct {
 
 func (x *ReplaceServiceGuest) Reset() {
 	*x = ReplaceServiceGuest{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[63]
+	mi := &file_corpus_v1_raft_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5111,7 +5269,7 @@ func (x *ReplaceServiceGuest) String() string {
 func (*ReplaceServiceGuest) ProtoMessage() {}
 
 func (x *ReplaceServiceGuest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[63]
+	mi := &file_corpus_v1_raft_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5124,7 +5282,7 @@ func (x *ReplaceServiceGuest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplaceServiceGuest.ProtoReflect.Descriptor instead.
 func (*ReplaceServiceGuest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{63}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *ReplaceServiceGuest) GetService() string {
@@ -5168,7 +5326,7 @@ type SetAcmeConfig struct {
 
 func (x *SetAcmeConfig) Reset() {
 	*x = SetAcmeConfig{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[64]
+	mi := &file_corpus_v1_raft_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5180,7 +5338,7 @@ func (x *SetAcmeConfig) String() string {
 func (*SetAcmeConfig) ProtoMessage() {}
 
 func (x *SetAcmeConfig) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[64]
+	mi := &file_corpus_v1_raft_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5193,7 +5351,7 @@ func (x *SetAcmeConfig) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetAcmeConfig.ProtoReflect.Descriptor instead.
 func (*SetAcmeConfig) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{64}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *SetAcmeConfig) GetConfig() *AcmeConfig {
@@ -5225,7 +5383,7 @@ type PutCertificate struct {
 
 func (x *PutCertificate) Reset() {
 	*x = PutCertificate{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[65]
+	mi := &file_corpus_v1_raft_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5237,7 +5395,7 @@ func (x *PutCertificate) String() string {
 func (*PutCertificate) ProtoMessage() {}
 
 func (x *PutCertificate) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[65]
+	mi := &file_corpus_v1_raft_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5250,7 +5408,7 @@ func (x *PutCertificate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutCertificate.ProtoReflect.Descriptor instead.
 func (*PutCertificate) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{65}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *PutCertificate) GetCertificate() *Certificate {
@@ -5276,7 +5434,7 @@ type DeleteCertificate struct {
 
 func (x *DeleteCertificate) Reset() {
 	*x = DeleteCertificate{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[66]
+	mi := &file_corpus_v1_raft_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5288,7 +5446,7 @@ func (x *DeleteCertificate) String() string {
 func (*DeleteCertificate) ProtoMessage() {}
 
 func (x *DeleteCertificate) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[66]
+	mi := &file_corpus_v1_raft_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5301,7 +5459,7 @@ func (x *DeleteCertificate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteCertificate.ProtoReflect.Descriptor instead.
 func (*DeleteCertificate) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{66}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *DeleteCertificate) GetDomain() string {
@@ -5324,7 +5482,7 @@ type SetRouteTls struct {
 
 func (x *SetRouteTls) Reset() {
 	*x = SetRouteTls{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[67]
+	mi := &file_corpus_v1_raft_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5336,7 +5494,7 @@ func (x *SetRouteTls) String() string {
 func (*SetRouteTls) ProtoMessage() {}
 
 func (x *SetRouteTls) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[67]
+	mi := &file_corpus_v1_raft_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5349,7 +5507,7 @@ func (x *SetRouteTls) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetRouteTls.ProtoReflect.Descriptor instead.
 func (*SetRouteTls) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{67}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *SetRouteTls) GetId() string {
@@ -5384,7 +5542,7 @@ var File_corpus_v1_raft_proto protoreflect.FileDescriptor
 
 const file_corpus_v1_raft_proto_rawDesc = "" +
 	"\n" +
-	"\x14corpus/v1/raft.proto\x12\tcorpus.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x15corpus/v1/types.proto\x1a\x18corpus/v1/services.proto\"\xe9!\n" +
+	"\x14corpus/v1/raft.proto\x12\tcorpus.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x15corpus/v1/types.proto\x1a\x1acorpus/v1/extensions.proto\x1a\x18corpus/v1/services.proto\"\xf4\"\n" +
 	"\aCommand\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x12\x1c\n" +
 	"\tignorable\x18\x02 \x01(\bR\tignorable\x12,\n" +
@@ -5466,7 +5624,9 @@ const file_corpus_v1_raft_proto_rawDesc = "" +
 	"\x14set_instance_release\x18\xce\x01 \x01(\v2\x1d.corpus.v1.SetInstanceReleaseH\x00R\x12setInstanceRelease\x12?\n" +
 	"\rset_autoscale\x18\xcf\x01 \x01(\v2\x17.corpus.v1.SetAutoscaleH\x00R\fsetAutoscale\x126\n" +
 	"\n" +
-	"switch_env\x18\xd0\x01 \x01(\v2\x14.corpus.v1.SwitchEnvH\x00R\tswitchEnvB\x05\n" +
+	"switch_env\x18\xd0\x01 \x01(\v2\x14.corpus.v1.SwitchEnvH\x00R\tswitchEnv\x12?\n" +
+	"\rput_extension\x18\xd1\x01 \x01(\v2\x17.corpus.v1.PutExtensionH\x00R\fputExtension\x12H\n" +
+	"\x10delete_extension\x18\xd2\x01 \x01(\v2\x1a.corpus.v1.DeleteExtensionH\x00R\x0fdeleteExtensionB\x05\n" +
 	"\x03cmd\"U\n" +
 	"\vRecordAudit\x12\x16\n" +
 	"\x06action\x18\x01 \x01(\tR\x06action\x12\x16\n" +
@@ -5579,14 +5739,15 @@ const file_corpus_v1_raft_proto_rawDesc = "" +
 	"\x03key\x18\x02 \x01(\v2\x11.corpus.v1.SshKeyR\x03key\"D\n" +
 	"\fDeleteSshKey\x12\x12\n" +
 	"\x04user\x18\x01 \x01(\tR\x04user\x12 \n" +
-	"\vfingerprint\x18\x02 \x01(\tR\vfingerprint\"\xbd\x01\n" +
+	"\vfingerprint\x18\x02 \x01(\tR\vfingerprint\"\xf7\x01\n" +
 	"\rCreateProject\x12\x1d\n" +
 	"\n" +
 	"project_id\x18\x01 \x01(\tR\tprojectId\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12'\n" +
 	"\x03env\x18\x03 \x01(\v2\x15.corpus.v1.ProjectEnvR\x03env\x12&\n" +
 	"\x05guest\x18\x04 \x01(\v2\x10.corpus.v1.GuestR\x05guest\x12(\n" +
-	"\x06routes\x18\x05 \x03(\v2\x10.corpus.v1.RouteR\x06routes\"X\n" +
+	"\x06routes\x18\x05 \x03(\v2\x10.corpus.v1.RouteR\x06routes\x128\n" +
+	"\tadmission\x18\x06 \x03(\v2\x1a.corpus.v1.AdmissionChangeR\tadmission\"X\n" +
 	"\rDeleteProject\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x10\n" +
 	"\x03env\x18\x02 \x01(\tR\x03env\x12!\n" +
@@ -5632,7 +5793,7 @@ const file_corpus_v1_raft_proto_rawDesc = "" +
 	"\x02id\x18\x01 \x01(\tR\x02id\"%\n" +
 	"\n" +
 	"RemoveNode\x12\x17\n" +
-	"\anode_id\x18\x01 \x01(\tR\x06nodeId\"\x9b\a\n" +
+	"\anode_id\x18\x01 \x01(\tR\x06nodeId\"\xd1\a\n" +
 	"\bSnapshot\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x120\n" +
 	"\x06config\x18\x02 \x01(\v2\x18.corpus.v1.ClusterConfigR\x06config\x12%\n" +
@@ -5657,7 +5818,15 @@ const file_corpus_v1_raft_proto_rawDesc = "" +
 	"\bservices\x18\x11 \x03(\v2\x12.corpus.v1.ServiceR\bservices\x12+\n" +
 	"\abackups\x18\x12 \x03(\v2\x11.corpus.v1.BackupR\abackups\x12)\n" +
 	"\x04acme\x18\x13 \x01(\v2\x15.corpus.v1.AcmeConfigR\x04acme\x12:\n" +
-	"\fcertificates\x18\x14 \x03(\v2\x16.corpus.v1.CertificateR\fcertificates\"\xb6\x01\n" +
+	"\fcertificates\x18\x14 \x03(\v2\x16.corpus.v1.CertificateR\fcertificates\x124\n" +
+	"\n" +
+	"extensions\x18\x15 \x03(\v2\x14.corpus.v1.ExtensionR\n" +
+	"extensions\"\\\n" +
+	"\fPutExtension\x122\n" +
+	"\textension\x18\x01 \x01(\v2\x14.corpus.v1.ExtensionR\textension\x12\x18\n" +
+	"\areplace\x18\x02 \x01(\bR\areplace\"%\n" +
+	"\x0fDeleteExtension\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\"\xb6\x01\n" +
 	"\tSetConfig\x12\x18\n" +
 	"\aproject\x18\x01 \x01(\tR\aproject\x12\x10\n" +
 	"\x03env\x18\x02 \x01(\tR\x03env\x12/\n" +
@@ -5671,7 +5840,7 @@ const file_corpus_v1_raft_proto_rawDesc = "" +
 	"\akeyring\x18\x01 \x01(\v2\x12.corpus.v1.KeyringR\akeyring\x12%\n" +
 	"\x0eexpect_primary\x18\x02 \x01(\tR\rexpectPrimary\x12-\n" +
 	"\x04envs\x18\x03 \x03(\v2\x19.corpus.v1.ResealedConfigR\x04envs\x125\n" +
-	"\breleases\x18\x04 \x03(\v2\x19.corpus.v1.ResealedConfigR\breleases\"\xa5\x02\n" +
+	"\breleases\x18\x04 \x03(\v2\x19.corpus.v1.ResealedConfigR\breleases\"\xc3\x02\n" +
 	"\x0eResealedConfig\x12\x18\n" +
 	"\aproject\x18\x01 \x01(\tR\aproject\x12\x10\n" +
 	"\x03env\x18\x02 \x01(\tR\x03env\x12\x1d\n" +
@@ -5680,7 +5849,8 @@ const file_corpus_v1_raft_proto_rawDesc = "" +
 	"\x06config\x18\x04 \x03(\v2%.corpus.v1.ResealedConfig.ConfigEntryR\x06config\x12\x18\n" +
 	"\aservice\x18\x05 \x01(\tR\aservice\x12 \n" +
 	"\vcertificate\x18\x06 \x01(\tR\vcertificate\x12\x12\n" +
-	"\x04acme\x18\a \x01(\bR\x04acme\x1a9\n" +
+	"\x04acme\x18\a \x01(\bR\x04acme\x12\x1c\n" +
+	"\textension\x18\b \x01(\tR\textension\x1a9\n" +
 	"\vConfigEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\fR\x05value:\x028\x01\"\x81\x01\n" +
@@ -5811,7 +5981,7 @@ func file_corpus_v1_raft_proto_rawDescGZIP() []byte {
 	return file_corpus_v1_raft_proto_rawDescData
 }
 
-var file_corpus_v1_raft_proto_msgTypes = make([]protoimpl.MessageInfo, 74)
+var file_corpus_v1_raft_proto_msgTypes = make([]protoimpl.MessageInfo, 76)
 var file_corpus_v1_raft_proto_goTypes = []any{
 	(*Command)(nil),               // 0: corpus.v1.Command
 	(*RecordAudit)(nil),           // 1: corpus.v1.RecordAudit
@@ -5857,69 +6027,73 @@ var file_corpus_v1_raft_proto_goTypes = []any{
 	(*RevokeUserToken)(nil),       // 41: corpus.v1.RevokeUserToken
 	(*RemoveNode)(nil),            // 42: corpus.v1.RemoveNode
 	(*Snapshot)(nil),              // 43: corpus.v1.Snapshot
-	(*SetConfig)(nil),             // 44: corpus.v1.SetConfig
-	(*SetKeyring)(nil),            // 45: corpus.v1.SetKeyring
-	(*ResealedConfig)(nil),        // 46: corpus.v1.ResealedConfig
-	(*SetWebPort)(nil),            // 47: corpus.v1.SetWebPort
-	(*ScaleEnv)(nil),              // 48: corpus.v1.ScaleEnv
-	(*SetAutoscale)(nil),          // 49: corpus.v1.SetAutoscale
-	(*SetInstanceRelease)(nil),    // 50: corpus.v1.SetInstanceRelease
-	(*SwitchEnv)(nil),             // 51: corpus.v1.SwitchEnv
-	(*UpdateGuest)(nil),           // 52: corpus.v1.UpdateGuest
-	(*CreateService)(nil),         // 53: corpus.v1.CreateService
-	(*SetServiceDesired)(nil),     // 54: corpus.v1.SetServiceDesired
-	(*LinkService)(nil),           // 55: corpus.v1.LinkService
-	(*UnlinkService)(nil),         // 56: corpus.v1.UnlinkService
-	(*UpdateService)(nil),         // 57: corpus.v1.UpdateService
-	(*ReportServices)(nil),        // 58: corpus.v1.ReportServices
-	(*BeginBackup)(nil),           // 59: corpus.v1.BeginBackup
-	(*FinishBackup)(nil),          // 60: corpus.v1.FinishBackup
-	(*DeleteBackup)(nil),          // 61: corpus.v1.DeleteBackup
-	(*UpdateVolume)(nil),          // 62: corpus.v1.UpdateVolume
-	(*ReplaceServiceGuest)(nil),   // 63: corpus.v1.ReplaceServiceGuest
-	(*SetAcmeConfig)(nil),         // 64: corpus.v1.SetAcmeConfig
-	(*PutCertificate)(nil),        // 65: corpus.v1.PutCertificate
-	(*DeleteCertificate)(nil),     // 66: corpus.v1.DeleteCertificate
-	(*SetRouteTls)(nil),           // 67: corpus.v1.SetRouteTls
-	nil,                           // 68: corpus.v1.UpdateNode.LabelsEntry
-	nil,                           // 69: corpus.v1.SetConfig.SetEntry
-	nil,                           // 70: corpus.v1.ResealedConfig.ConfigEntry
-	nil,                           // 71: corpus.v1.ScaleEnv.ScaleEntry
-	nil,                           // 72: corpus.v1.SwitchEnv.InstancePortsEntry
-	nil,                           // 73: corpus.v1.LinkService.ConfigEntry
-	(*timestamppb.Timestamp)(nil), // 74: google.protobuf.Timestamp
-	(*ClusterConfig)(nil),         // 75: corpus.v1.ClusterConfig
-	(*JoinToken)(nil),             // 76: corpus.v1.JoinToken
-	(*Node)(nil),                  // 77: corpus.v1.Node
-	(*Resources)(nil),             // 78: corpus.v1.Resources
-	(*DriverInfo)(nil),            // 79: corpus.v1.DriverInfo
-	(*Guest)(nil),                 // 80: corpus.v1.Guest
-	(*GuestObserved)(nil),         // 81: corpus.v1.GuestObserved
-	(*Route)(nil),                 // 82: corpus.v1.Route
-	(*DnsRecord)(nil),             // 83: corpus.v1.DnsRecord
-	(*VolumeObserved)(nil),        // 84: corpus.v1.VolumeObserved
-	(*User)(nil),                  // 85: corpus.v1.User
-	(*UserToken)(nil),             // 86: corpus.v1.UserToken
-	(*SshKey)(nil),                // 87: corpus.v1.SshKey
-	(*ProjectEnv)(nil),            // 88: corpus.v1.ProjectEnv
-	(*Release)(nil),               // 89: corpus.v1.Release
-	(*ReleaseStep)(nil),           // 90: corpus.v1.ReleaseStep
-	(*Coordinator)(nil),           // 91: corpus.v1.Coordinator
-	(*Volume)(nil),                // 92: corpus.v1.Volume
-	(*Project)(nil),               // 93: corpus.v1.Project
-	(*AuditEntry)(nil),            // 94: corpus.v1.AuditEntry
-	(*Keyring)(nil),               // 95: corpus.v1.Keyring
-	(*Service)(nil),               // 96: corpus.v1.Service
-	(*Backup)(nil),                // 97: corpus.v1.Backup
-	(*AcmeConfig)(nil),            // 98: corpus.v1.AcmeConfig
-	(*Certificate)(nil),           // 99: corpus.v1.Certificate
-	(*AutoscalePolicy)(nil),       // 100: corpus.v1.AutoscalePolicy
-	(*GuestSpec)(nil),             // 101: corpus.v1.GuestSpec
-	(*ServiceLink)(nil),           // 102: corpus.v1.ServiceLink
-	(*ReportedService)(nil),       // 103: corpus.v1.ReportedService
+	(*PutExtension)(nil),          // 44: corpus.v1.PutExtension
+	(*DeleteExtension)(nil),       // 45: corpus.v1.DeleteExtension
+	(*SetConfig)(nil),             // 46: corpus.v1.SetConfig
+	(*SetKeyring)(nil),            // 47: corpus.v1.SetKeyring
+	(*ResealedConfig)(nil),        // 48: corpus.v1.ResealedConfig
+	(*SetWebPort)(nil),            // 49: corpus.v1.SetWebPort
+	(*ScaleEnv)(nil),              // 50: corpus.v1.ScaleEnv
+	(*SetAutoscale)(nil),          // 51: corpus.v1.SetAutoscale
+	(*SetInstanceRelease)(nil),    // 52: corpus.v1.SetInstanceRelease
+	(*SwitchEnv)(nil),             // 53: corpus.v1.SwitchEnv
+	(*UpdateGuest)(nil),           // 54: corpus.v1.UpdateGuest
+	(*CreateService)(nil),         // 55: corpus.v1.CreateService
+	(*SetServiceDesired)(nil),     // 56: corpus.v1.SetServiceDesired
+	(*LinkService)(nil),           // 57: corpus.v1.LinkService
+	(*UnlinkService)(nil),         // 58: corpus.v1.UnlinkService
+	(*UpdateService)(nil),         // 59: corpus.v1.UpdateService
+	(*ReportServices)(nil),        // 60: corpus.v1.ReportServices
+	(*BeginBackup)(nil),           // 61: corpus.v1.BeginBackup
+	(*FinishBackup)(nil),          // 62: corpus.v1.FinishBackup
+	(*DeleteBackup)(nil),          // 63: corpus.v1.DeleteBackup
+	(*UpdateVolume)(nil),          // 64: corpus.v1.UpdateVolume
+	(*ReplaceServiceGuest)(nil),   // 65: corpus.v1.ReplaceServiceGuest
+	(*SetAcmeConfig)(nil),         // 66: corpus.v1.SetAcmeConfig
+	(*PutCertificate)(nil),        // 67: corpus.v1.PutCertificate
+	(*DeleteCertificate)(nil),     // 68: corpus.v1.DeleteCertificate
+	(*SetRouteTls)(nil),           // 69: corpus.v1.SetRouteTls
+	nil,                           // 70: corpus.v1.UpdateNode.LabelsEntry
+	nil,                           // 71: corpus.v1.SetConfig.SetEntry
+	nil,                           // 72: corpus.v1.ResealedConfig.ConfigEntry
+	nil,                           // 73: corpus.v1.ScaleEnv.ScaleEntry
+	nil,                           // 74: corpus.v1.SwitchEnv.InstancePortsEntry
+	nil,                           // 75: corpus.v1.LinkService.ConfigEntry
+	(*timestamppb.Timestamp)(nil), // 76: google.protobuf.Timestamp
+	(*ClusterConfig)(nil),         // 77: corpus.v1.ClusterConfig
+	(*JoinToken)(nil),             // 78: corpus.v1.JoinToken
+	(*Node)(nil),                  // 79: corpus.v1.Node
+	(*Resources)(nil),             // 80: corpus.v1.Resources
+	(*DriverInfo)(nil),            // 81: corpus.v1.DriverInfo
+	(*Guest)(nil),                 // 82: corpus.v1.Guest
+	(*GuestObserved)(nil),         // 83: corpus.v1.GuestObserved
+	(*Route)(nil),                 // 84: corpus.v1.Route
+	(*DnsRecord)(nil),             // 85: corpus.v1.DnsRecord
+	(*VolumeObserved)(nil),        // 86: corpus.v1.VolumeObserved
+	(*User)(nil),                  // 87: corpus.v1.User
+	(*UserToken)(nil),             // 88: corpus.v1.UserToken
+	(*SshKey)(nil),                // 89: corpus.v1.SshKey
+	(*ProjectEnv)(nil),            // 90: corpus.v1.ProjectEnv
+	(*AdmissionChange)(nil),       // 91: corpus.v1.AdmissionChange
+	(*Release)(nil),               // 92: corpus.v1.Release
+	(*ReleaseStep)(nil),           // 93: corpus.v1.ReleaseStep
+	(*Coordinator)(nil),           // 94: corpus.v1.Coordinator
+	(*Volume)(nil),                // 95: corpus.v1.Volume
+	(*Project)(nil),               // 96: corpus.v1.Project
+	(*AuditEntry)(nil),            // 97: corpus.v1.AuditEntry
+	(*Keyring)(nil),               // 98: corpus.v1.Keyring
+	(*Service)(nil),               // 99: corpus.v1.Service
+	(*Backup)(nil),                // 100: corpus.v1.Backup
+	(*AcmeConfig)(nil),            // 101: corpus.v1.AcmeConfig
+	(*Certificate)(nil),           // 102: corpus.v1.Certificate
+	(*Extension)(nil),             // 103: corpus.v1.Extension
+	(*AutoscalePolicy)(nil),       // 104: corpus.v1.AutoscalePolicy
+	(*GuestSpec)(nil),             // 105: corpus.v1.GuestSpec
+	(*ServiceLink)(nil),           // 106: corpus.v1.ServiceLink
+	(*ReportedService)(nil),       // 107: corpus.v1.ReportedService
 }
 var file_corpus_v1_raft_proto_depIdxs = []int32{
-	74,  // 0: corpus.v1.Command.now:type_name -> google.protobuf.Timestamp
+	76,  // 0: corpus.v1.Command.now:type_name -> google.protobuf.Timestamp
 	2,   // 1: corpus.v1.Command.bootstrap_cluster:type_name -> corpus.v1.BootstrapCluster
 	3,   // 2: corpus.v1.Command.create_join_token:type_name -> corpus.v1.CreateJoinToken
 	4,   // 3: corpus.v1.Command.enroll_node:type_name -> corpus.v1.EnrollNode
@@ -5959,99 +6133,104 @@ var file_corpus_v1_raft_proto_depIdxs = []int32{
 	12,  // 37: corpus.v1.Command.set_node_mode:type_name -> corpus.v1.SetNodeMode
 	5,   // 38: corpus.v1.Command.renew_node_certificate:type_name -> corpus.v1.RenewNodeCertificate
 	26,  // 39: corpus.v1.Command.user_login:type_name -> corpus.v1.UserLogin
-	52,  // 40: corpus.v1.Command.update_guest:type_name -> corpus.v1.UpdateGuest
+	54,  // 40: corpus.v1.Command.update_guest:type_name -> corpus.v1.UpdateGuest
 	1,   // 41: corpus.v1.Command.record_audit:type_name -> corpus.v1.RecordAudit
-	44,  // 42: corpus.v1.Command.set_config:type_name -> corpus.v1.SetConfig
-	45,  // 43: corpus.v1.Command.set_keyring:type_name -> corpus.v1.SetKeyring
-	47,  // 44: corpus.v1.Command.set_web_port:type_name -> corpus.v1.SetWebPort
-	53,  // 45: corpus.v1.Command.create_service:type_name -> corpus.v1.CreateService
-	54,  // 46: corpus.v1.Command.set_service_desired:type_name -> corpus.v1.SetServiceDesired
-	55,  // 47: corpus.v1.Command.link_service:type_name -> corpus.v1.LinkService
-	56,  // 48: corpus.v1.Command.unlink_service:type_name -> corpus.v1.UnlinkService
-	57,  // 49: corpus.v1.Command.update_service:type_name -> corpus.v1.UpdateService
-	58,  // 50: corpus.v1.Command.report_services:type_name -> corpus.v1.ReportServices
-	59,  // 51: corpus.v1.Command.begin_backup:type_name -> corpus.v1.BeginBackup
-	60,  // 52: corpus.v1.Command.finish_backup:type_name -> corpus.v1.FinishBackup
-	61,  // 53: corpus.v1.Command.delete_backup:type_name -> corpus.v1.DeleteBackup
-	63,  // 54: corpus.v1.Command.replace_service_guest:type_name -> corpus.v1.ReplaceServiceGuest
-	62,  // 55: corpus.v1.Command.update_volume:type_name -> corpus.v1.UpdateVolume
-	64,  // 56: corpus.v1.Command.set_acme_config:type_name -> corpus.v1.SetAcmeConfig
-	65,  // 57: corpus.v1.Command.put_certificate:type_name -> corpus.v1.PutCertificate
-	66,  // 58: corpus.v1.Command.delete_certificate:type_name -> corpus.v1.DeleteCertificate
-	67,  // 59: corpus.v1.Command.set_route_tls:type_name -> corpus.v1.SetRouteTls
-	48,  // 60: corpus.v1.Command.scale_env:type_name -> corpus.v1.ScaleEnv
-	50,  // 61: corpus.v1.Command.set_instance_release:type_name -> corpus.v1.SetInstanceRelease
-	49,  // 62: corpus.v1.Command.set_autoscale:type_name -> corpus.v1.SetAutoscale
-	51,  // 63: corpus.v1.Command.switch_env:type_name -> corpus.v1.SwitchEnv
-	75,  // 64: corpus.v1.BootstrapCluster.config:type_name -> corpus.v1.ClusterConfig
-	76,  // 65: corpus.v1.CreateJoinToken.token:type_name -> corpus.v1.JoinToken
-	77,  // 66: corpus.v1.EnrollNode.node:type_name -> corpus.v1.Node
-	74,  // 67: corpus.v1.RenewNodeCertificate.expires_at:type_name -> google.protobuf.Timestamp
-	78,  // 68: corpus.v1.UpdateNode.capacity:type_name -> corpus.v1.Resources
-	79,  // 69: corpus.v1.UpdateNode.drivers:type_name -> corpus.v1.DriverInfo
-	68,  // 70: corpus.v1.UpdateNode.labels:type_name -> corpus.v1.UpdateNode.LabelsEntry
-	80,  // 71: corpus.v1.CreateGuest.guest:type_name -> corpus.v1.Guest
-	10,  // 72: corpus.v1.PlaceGuests.placements:type_name -> corpus.v1.PlaceGuest
-	81,  // 73: corpus.v1.ObservedGuest.observed:type_name -> corpus.v1.GuestObserved
-	13,  // 74: corpus.v1.ReportGuests.guests:type_name -> corpus.v1.ObservedGuest
-	82,  // 75: corpus.v1.CreateRoute.route:type_name -> corpus.v1.Route
-	83,  // 76: corpus.v1.AddDnsRecord.record:type_name -> corpus.v1.DnsRecord
-	84,  // 77: corpus.v1.ObservedVolume.observed:type_name -> corpus.v1.VolumeObserved
-	23,  // 78: corpus.v1.ReportVolumes.volumes:type_name -> corpus.v1.ObservedVolume
-	85,  // 79: corpus.v1.CreateUser.user:type_name -> corpus.v1.User
-	86,  // 80: corpus.v1.UserLogin.token:type_name -> corpus.v1.UserToken
-	87,  // 81: corpus.v1.AddSshKey.key:type_name -> corpus.v1.SshKey
-	88,  // 82: corpus.v1.CreateProject.env:type_name -> corpus.v1.ProjectEnv
-	80,  // 83: corpus.v1.CreateProject.guest:type_name -> corpus.v1.Guest
-	82,  // 84: corpus.v1.CreateProject.routes:type_name -> corpus.v1.Route
-	89,  // 85: corpus.v1.BeginRelease.release:type_name -> corpus.v1.Release
-	90,  // 86: corpus.v1.FinishRelease.steps:type_name -> corpus.v1.ReleaseStep
-	82,  // 87: corpus.v1.SetManifestDomains.routes:type_name -> corpus.v1.Route
-	91,  // 88: corpus.v1.UpsertCoordinator.coordinator:type_name -> corpus.v1.Coordinator
-	86,  // 89: corpus.v1.CreateUserToken.token:type_name -> corpus.v1.UserToken
-	75,  // 90: corpus.v1.Snapshot.config:type_name -> corpus.v1.ClusterConfig
-	77,  // 91: corpus.v1.Snapshot.nodes:type_name -> corpus.v1.Node
-	80,  // 92: corpus.v1.Snapshot.guests:type_name -> corpus.v1.Guest
-	76,  // 93: corpus.v1.Snapshot.join_tokens:type_name -> corpus.v1.JoinToken
-	82,  // 94: corpus.v1.Snapshot.routes:type_name -> corpus.v1.Route
-	83,  // 95: corpus.v1.Snapshot.dns_records:type_name -> corpus.v1.DnsRecord
-	92,  // 96: corpus.v1.Snapshot.volumes:type_name -> corpus.v1.Volume
-	85,  // 97: corpus.v1.Snapshot.users:type_name -> corpus.v1.User
-	93,  // 98: corpus.v1.Snapshot.projects:type_name -> corpus.v1.Project
-	89,  // 99: corpus.v1.Snapshot.releases:type_name -> corpus.v1.Release
-	91,  // 100: corpus.v1.Snapshot.coordinators:type_name -> corpus.v1.Coordinator
-	94,  // 101: corpus.v1.Snapshot.audit:type_name -> corpus.v1.AuditEntry
-	86,  // 102: corpus.v1.Snapshot.user_tokens:type_name -> corpus.v1.UserToken
-	95,  // 103: corpus.v1.Snapshot.keyring:type_name -> corpus.v1.Keyring
-	96,  // 104: corpus.v1.Snapshot.services:type_name -> corpus.v1.Service
-	97,  // 105: corpus.v1.Snapshot.backups:type_name -> corpus.v1.Backup
-	98,  // 106: corpus.v1.Snapshot.acme:type_name -> corpus.v1.AcmeConfig
-	99,  // 107: corpus.v1.Snapshot.certificates:type_name -> corpus.v1.Certificate
-	69,  // 108: corpus.v1.SetConfig.set:type_name -> corpus.v1.SetConfig.SetEntry
-	95,  // 109: corpus.v1.SetKeyring.keyring:type_name -> corpus.v1.Keyring
-	46,  // 110: corpus.v1.SetKeyring.envs:type_name -> corpus.v1.ResealedConfig
-	46,  // 111: corpus.v1.SetKeyring.releases:type_name -> corpus.v1.ResealedConfig
-	70,  // 112: corpus.v1.ResealedConfig.config:type_name -> corpus.v1.ResealedConfig.ConfigEntry
-	71,  // 113: corpus.v1.ScaleEnv.scale:type_name -> corpus.v1.ScaleEnv.ScaleEntry
-	80,  // 114: corpus.v1.ScaleEnv.add:type_name -> corpus.v1.Guest
-	100, // 115: corpus.v1.SetAutoscale.policy:type_name -> corpus.v1.AutoscalePolicy
-	72,  // 116: corpus.v1.SwitchEnv.instance_ports:type_name -> corpus.v1.SwitchEnv.InstancePortsEntry
-	74,  // 117: corpus.v1.SwitchEnv.keep_until:type_name -> google.protobuf.Timestamp
-	101, // 118: corpus.v1.UpdateGuest.spec:type_name -> corpus.v1.GuestSpec
-	96,  // 119: corpus.v1.CreateService.service:type_name -> corpus.v1.Service
-	80,  // 120: corpus.v1.CreateService.guest:type_name -> corpus.v1.Guest
-	102, // 121: corpus.v1.LinkService.link:type_name -> corpus.v1.ServiceLink
-	73,  // 122: corpus.v1.LinkService.config:type_name -> corpus.v1.LinkService.ConfigEntry
-	103, // 123: corpus.v1.ReportServices.services:type_name -> corpus.v1.ReportedService
-	97,  // 124: corpus.v1.BeginBackup.backup:type_name -> corpus.v1.Backup
-	80,  // 125: corpus.v1.ReplaceServiceGuest.guest:type_name -> corpus.v1.Guest
-	98,  // 126: corpus.v1.SetAcmeConfig.config:type_name -> corpus.v1.AcmeConfig
-	99,  // 127: corpus.v1.PutCertificate.certificate:type_name -> corpus.v1.Certificate
-	128, // [128:128] is the sub-list for method output_type
-	128, // [128:128] is the sub-list for method input_type
-	128, // [128:128] is the sub-list for extension type_name
-	128, // [128:128] is the sub-list for extension extendee
-	0,   // [0:128] is the sub-list for field type_name
+	46,  // 42: corpus.v1.Command.set_config:type_name -> corpus.v1.SetConfig
+	47,  // 43: corpus.v1.Command.set_keyring:type_name -> corpus.v1.SetKeyring
+	49,  // 44: corpus.v1.Command.set_web_port:type_name -> corpus.v1.SetWebPort
+	55,  // 45: corpus.v1.Command.create_service:type_name -> corpus.v1.CreateService
+	56,  // 46: corpus.v1.Command.set_service_desired:type_name -> corpus.v1.SetServiceDesired
+	57,  // 47: corpus.v1.Command.link_service:type_name -> corpus.v1.LinkService
+	58,  // 48: corpus.v1.Command.unlink_service:type_name -> corpus.v1.UnlinkService
+	59,  // 49: corpus.v1.Command.update_service:type_name -> corpus.v1.UpdateService
+	60,  // 50: corpus.v1.Command.report_services:type_name -> corpus.v1.ReportServices
+	61,  // 51: corpus.v1.Command.begin_backup:type_name -> corpus.v1.BeginBackup
+	62,  // 52: corpus.v1.Command.finish_backup:type_name -> corpus.v1.FinishBackup
+	63,  // 53: corpus.v1.Command.delete_backup:type_name -> corpus.v1.DeleteBackup
+	65,  // 54: corpus.v1.Command.replace_service_guest:type_name -> corpus.v1.ReplaceServiceGuest
+	64,  // 55: corpus.v1.Command.update_volume:type_name -> corpus.v1.UpdateVolume
+	66,  // 56: corpus.v1.Command.set_acme_config:type_name -> corpus.v1.SetAcmeConfig
+	67,  // 57: corpus.v1.Command.put_certificate:type_name -> corpus.v1.PutCertificate
+	68,  // 58: corpus.v1.Command.delete_certificate:type_name -> corpus.v1.DeleteCertificate
+	69,  // 59: corpus.v1.Command.set_route_tls:type_name -> corpus.v1.SetRouteTls
+	50,  // 60: corpus.v1.Command.scale_env:type_name -> corpus.v1.ScaleEnv
+	52,  // 61: corpus.v1.Command.set_instance_release:type_name -> corpus.v1.SetInstanceRelease
+	51,  // 62: corpus.v1.Command.set_autoscale:type_name -> corpus.v1.SetAutoscale
+	53,  // 63: corpus.v1.Command.switch_env:type_name -> corpus.v1.SwitchEnv
+	44,  // 64: corpus.v1.Command.put_extension:type_name -> corpus.v1.PutExtension
+	45,  // 65: corpus.v1.Command.delete_extension:type_name -> corpus.v1.DeleteExtension
+	77,  // 66: corpus.v1.BootstrapCluster.config:type_name -> corpus.v1.ClusterConfig
+	78,  // 67: corpus.v1.CreateJoinToken.token:type_name -> corpus.v1.JoinToken
+	79,  // 68: corpus.v1.EnrollNode.node:type_name -> corpus.v1.Node
+	76,  // 69: corpus.v1.RenewNodeCertificate.expires_at:type_name -> google.protobuf.Timestamp
+	80,  // 70: corpus.v1.UpdateNode.capacity:type_name -> corpus.v1.Resources
+	81,  // 71: corpus.v1.UpdateNode.drivers:type_name -> corpus.v1.DriverInfo
+	70,  // 72: corpus.v1.UpdateNode.labels:type_name -> corpus.v1.UpdateNode.LabelsEntry
+	82,  // 73: corpus.v1.CreateGuest.guest:type_name -> corpus.v1.Guest
+	10,  // 74: corpus.v1.PlaceGuests.placements:type_name -> corpus.v1.PlaceGuest
+	83,  // 75: corpus.v1.ObservedGuest.observed:type_name -> corpus.v1.GuestObserved
+	13,  // 76: corpus.v1.ReportGuests.guests:type_name -> corpus.v1.ObservedGuest
+	84,  // 77: corpus.v1.CreateRoute.route:type_name -> corpus.v1.Route
+	85,  // 78: corpus.v1.AddDnsRecord.record:type_name -> corpus.v1.DnsRecord
+	86,  // 79: corpus.v1.ObservedVolume.observed:type_name -> corpus.v1.VolumeObserved
+	23,  // 80: corpus.v1.ReportVolumes.volumes:type_name -> corpus.v1.ObservedVolume
+	87,  // 81: corpus.v1.CreateUser.user:type_name -> corpus.v1.User
+	88,  // 82: corpus.v1.UserLogin.token:type_name -> corpus.v1.UserToken
+	89,  // 83: corpus.v1.AddSshKey.key:type_name -> corpus.v1.SshKey
+	90,  // 84: corpus.v1.CreateProject.env:type_name -> corpus.v1.ProjectEnv
+	82,  // 85: corpus.v1.CreateProject.guest:type_name -> corpus.v1.Guest
+	84,  // 86: corpus.v1.CreateProject.routes:type_name -> corpus.v1.Route
+	91,  // 87: corpus.v1.CreateProject.admission:type_name -> corpus.v1.AdmissionChange
+	92,  // 88: corpus.v1.BeginRelease.release:type_name -> corpus.v1.Release
+	93,  // 89: corpus.v1.FinishRelease.steps:type_name -> corpus.v1.ReleaseStep
+	84,  // 90: corpus.v1.SetManifestDomains.routes:type_name -> corpus.v1.Route
+	94,  // 91: corpus.v1.UpsertCoordinator.coordinator:type_name -> corpus.v1.Coordinator
+	88,  // 92: corpus.v1.CreateUserToken.token:type_name -> corpus.v1.UserToken
+	77,  // 93: corpus.v1.Snapshot.config:type_name -> corpus.v1.ClusterConfig
+	79,  // 94: corpus.v1.Snapshot.nodes:type_name -> corpus.v1.Node
+	82,  // 95: corpus.v1.Snapshot.guests:type_name -> corpus.v1.Guest
+	78,  // 96: corpus.v1.Snapshot.join_tokens:type_name -> corpus.v1.JoinToken
+	84,  // 97: corpus.v1.Snapshot.routes:type_name -> corpus.v1.Route
+	85,  // 98: corpus.v1.Snapshot.dns_records:type_name -> corpus.v1.DnsRecord
+	95,  // 99: corpus.v1.Snapshot.volumes:type_name -> corpus.v1.Volume
+	87,  // 100: corpus.v1.Snapshot.users:type_name -> corpus.v1.User
+	96,  // 101: corpus.v1.Snapshot.projects:type_name -> corpus.v1.Project
+	92,  // 102: corpus.v1.Snapshot.releases:type_name -> corpus.v1.Release
+	94,  // 103: corpus.v1.Snapshot.coordinators:type_name -> corpus.v1.Coordinator
+	97,  // 104: corpus.v1.Snapshot.audit:type_name -> corpus.v1.AuditEntry
+	88,  // 105: corpus.v1.Snapshot.user_tokens:type_name -> corpus.v1.UserToken
+	98,  // 106: corpus.v1.Snapshot.keyring:type_name -> corpus.v1.Keyring
+	99,  // 107: corpus.v1.Snapshot.services:type_name -> corpus.v1.Service
+	100, // 108: corpus.v1.Snapshot.backups:type_name -> corpus.v1.Backup
+	101, // 109: corpus.v1.Snapshot.acme:type_name -> corpus.v1.AcmeConfig
+	102, // 110: corpus.v1.Snapshot.certificates:type_name -> corpus.v1.Certificate
+	103, // 111: corpus.v1.Snapshot.extensions:type_name -> corpus.v1.Extension
+	103, // 112: corpus.v1.PutExtension.extension:type_name -> corpus.v1.Extension
+	71,  // 113: corpus.v1.SetConfig.set:type_name -> corpus.v1.SetConfig.SetEntry
+	98,  // 114: corpus.v1.SetKeyring.keyring:type_name -> corpus.v1.Keyring
+	48,  // 115: corpus.v1.SetKeyring.envs:type_name -> corpus.v1.ResealedConfig
+	48,  // 116: corpus.v1.SetKeyring.releases:type_name -> corpus.v1.ResealedConfig
+	72,  // 117: corpus.v1.ResealedConfig.config:type_name -> corpus.v1.ResealedConfig.ConfigEntry
+	73,  // 118: corpus.v1.ScaleEnv.scale:type_name -> corpus.v1.ScaleEnv.ScaleEntry
+	82,  // 119: corpus.v1.ScaleEnv.add:type_name -> corpus.v1.Guest
+	104, // 120: corpus.v1.SetAutoscale.policy:type_name -> corpus.v1.AutoscalePolicy
+	74,  // 121: corpus.v1.SwitchEnv.instance_ports:type_name -> corpus.v1.SwitchEnv.InstancePortsEntry
+	76,  // 122: corpus.v1.SwitchEnv.keep_until:type_name -> google.protobuf.Timestamp
+	105, // 123: corpus.v1.UpdateGuest.spec:type_name -> corpus.v1.GuestSpec
+	99,  // 124: corpus.v1.CreateService.service:type_name -> corpus.v1.Service
+	82,  // 125: corpus.v1.CreateService.guest:type_name -> corpus.v1.Guest
+	106, // 126: corpus.v1.LinkService.link:type_name -> corpus.v1.ServiceLink
+	75,  // 127: corpus.v1.LinkService.config:type_name -> corpus.v1.LinkService.ConfigEntry
+	107, // 128: corpus.v1.ReportServices.services:type_name -> corpus.v1.ReportedService
+	100, // 129: corpus.v1.BeginBackup.backup:type_name -> corpus.v1.Backup
+	82,  // 130: corpus.v1.ReplaceServiceGuest.guest:type_name -> corpus.v1.Guest
+	101, // 131: corpus.v1.SetAcmeConfig.config:type_name -> corpus.v1.AcmeConfig
+	102, // 132: corpus.v1.PutCertificate.certificate:type_name -> corpus.v1.Certificate
+	133, // [133:133] is the sub-list for method output_type
+	133, // [133:133] is the sub-list for method input_type
+	133, // [133:133] is the sub-list for extension type_name
+	133, // [133:133] is the sub-list for extension extendee
+	0,   // [0:133] is the sub-list for field type_name
 }
 
 func init() { file_corpus_v1_raft_proto_init() }
@@ -6060,6 +6239,7 @@ func file_corpus_v1_raft_proto_init() {
 		return
 	}
 	file_corpus_v1_types_proto_init()
+	file_corpus_v1_extensions_proto_init()
 	file_corpus_v1_services_proto_init()
 	file_corpus_v1_raft_proto_msgTypes[0].OneofWrappers = []any{
 		(*Command_BootstrapCluster)(nil),
@@ -6125,6 +6305,8 @@ func file_corpus_v1_raft_proto_init() {
 		(*Command_SetInstanceRelease)(nil),
 		(*Command_SetAutoscale)(nil),
 		(*Command_SwitchEnv)(nil),
+		(*Command_PutExtension)(nil),
+		(*Command_DeleteExtension)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -6132,7 +6314,7 @@ func file_corpus_v1_raft_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_corpus_v1_raft_proto_rawDesc), len(file_corpus_v1_raft_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   74,
+			NumMessages:   76,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -301,9 +301,11 @@ type Service struct {
 	BackupKeep     uint32                 `protobuf:"varint,16,opt,name=backup_keep,json=backupKeep,proto3" json:"backup_keep,omitempty"`
 	CreatedAt      *timestamppb.Timestamp `protobuf:"bytes,17,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
 	// purge deletes the service's volume and backups with it.
-	Purge         bool   `protobuf:"varint,18,opt,name=purge,proto3" json:"purge,omitempty"`
-	CreateIndex   uint64 `protobuf:"varint,20,opt,name=create_index,json=createIndex,proto3" json:"create_index,omitempty"`
-	ModifyIndex   uint64 `protobuf:"varint,21,opt,name=modify_index,json=modifyIndex,proto3" json:"modify_index,omitempty"`
+	Purge bool `protobuf:"varint,18,opt,name=purge,proto3" json:"purge,omitempty"`
+	// admission lists what extensions changed when it was created.
+	Admission     []*AdmissionChange `protobuf:"bytes,19,rep,name=admission,proto3" json:"admission,omitempty"`
+	CreateIndex   uint64             `protobuf:"varint,20,opt,name=create_index,json=createIndex,proto3" json:"create_index,omitempty"`
+	ModifyIndex   uint64             `protobuf:"varint,21,opt,name=modify_index,json=modifyIndex,proto3" json:"modify_index,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -462,6 +464,13 @@ func (x *Service) GetPurge() bool {
 		return x.Purge
 	}
 	return false
+}
+
+func (x *Service) GetAdmission() []*AdmissionChange {
+	if x != nil {
+		return x.Admission
+	}
+	return nil
 }
 
 func (x *Service) GetCreateIndex() uint64 {
@@ -2409,7 +2418,7 @@ var File_corpus_v1_services_proto protoreflect.FileDescriptor
 
 const file_corpus_v1_services_proto_rawDesc = "" +
 	"\n" +
-	"\x18corpus/v1/services.proto\x12\tcorpus.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x18corpus/v1/projects.proto\"\xaf\a\n" +
+	"\x18corpus/v1/services.proto\x12\tcorpus.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x18corpus/v1/projects.proto\x1a\x1acorpus/v1/extensions.proto\"\xaf\a\n" +
 	"\x0fServiceTemplate\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12 \n" +
 	"\vdescription\x18\x02 \x01(\tR\vdescription\x12\x1a\n" +
@@ -2441,7 +2450,7 @@ const file_corpus_v1_services_proto_rawDesc = "" +
 	"\n" +
 	"FilesEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\fR\x05value:\x028\x01\"\x90\x06\n" +
+	"\x05value\x18\x02 \x01(\fR\x05value:\x028\x01\"\xca\x06\n" +
 	"\aService\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x1a\n" +
@@ -2464,7 +2473,8 @@ const file_corpus_v1_services_proto_rawDesc = "" +
 	"backupKeep\x129\n" +
 	"\n" +
 	"created_at\x18\x11 \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x12\x14\n" +
-	"\x05purge\x18\x12 \x01(\bR\x05purge\x12!\n" +
+	"\x05purge\x18\x12 \x01(\bR\x05purge\x128\n" +
+	"\tadmission\x18\x13 \x03(\v2\x1a.corpus.v1.AdmissionChangeR\tadmission\x12!\n" +
 	"\fcreate_index\x18\x14 \x01(\x04R\vcreateIndex\x12!\n" +
 	"\fmodify_index\x18\x15 \x01(\x04R\vmodifyIndex\x1a:\n" +
 	"\fSecretsEntry\x12\x10\n" +
@@ -2688,7 +2698,8 @@ var file_corpus_v1_services_proto_goTypes = []any{
 	nil,                           // 36: corpus.v1.Service.SecretsEntry
 	nil,                           // 37: corpus.v1.CreateServiceRequest.SecretsEntry
 	(*timestamppb.Timestamp)(nil), // 38: google.protobuf.Timestamp
-	(*DeployOutput)(nil),          // 39: corpus.v1.DeployOutput
+	(*AdmissionChange)(nil),       // 39: corpus.v1.AdmissionChange
+	(*DeployOutput)(nil),          // 40: corpus.v1.DeployOutput
 }
 var file_corpus_v1_services_proto_depIdxs = []int32{
 	34, // 0: corpus.v1.ServiceTemplate.link_env:type_name -> corpus.v1.ServiceTemplate.LinkEnvEntry
@@ -2698,65 +2709,66 @@ var file_corpus_v1_services_proto_depIdxs = []int32{
 	2,  // 4: corpus.v1.Service.links:type_name -> corpus.v1.ServiceLink
 	3,  // 5: corpus.v1.Service.observed:type_name -> corpus.v1.ServiceObserved
 	38, // 6: corpus.v1.Service.created_at:type_name -> google.protobuf.Timestamp
-	38, // 7: corpus.v1.ServiceLink.created_at:type_name -> google.protobuf.Timestamp
-	38, // 8: corpus.v1.ServiceObserved.since:type_name -> google.protobuf.Timestamp
-	3,  // 9: corpus.v1.ReportedService.observed:type_name -> corpus.v1.ServiceObserved
-	38, // 10: corpus.v1.Backup.started_at:type_name -> google.protobuf.Timestamp
-	38, // 11: corpus.v1.Backup.finished_at:type_name -> google.protobuf.Timestamp
-	0,  // 12: corpus.v1.ListTemplatesResponse.templates:type_name -> corpus.v1.ServiceTemplate
-	37, // 13: corpus.v1.CreateServiceRequest.secrets:type_name -> corpus.v1.CreateServiceRequest.SecretsEntry
-	10, // 14: corpus.v1.CreateServiceResponse.service:type_name -> corpus.v1.ServiceView
-	1,  // 15: corpus.v1.ServiceView.service:type_name -> corpus.v1.Service
-	5,  // 16: corpus.v1.ServiceView.last_backup:type_name -> corpus.v1.Backup
-	10, // 17: corpus.v1.ListServicesResponse.services:type_name -> corpus.v1.ServiceView
-	10, // 18: corpus.v1.GetServiceResponse.service:type_name -> corpus.v1.ServiceView
-	1,  // 19: corpus.v1.DeleteServiceResponse.service:type_name -> corpus.v1.Service
-	10, // 20: corpus.v1.ServiceActionResponse.service:type_name -> corpus.v1.ServiceView
-	5,  // 21: corpus.v1.BackupProgress.backup:type_name -> corpus.v1.Backup
-	27, // 22: corpus.v1.ListBackupsResponse.backups:type_name -> corpus.v1.BackupView
-	5,  // 23: corpus.v1.BackupView.backup:type_name -> corpus.v1.Backup
-	5,  // 24: corpus.v1.BackupChunk.backup:type_name -> corpus.v1.Backup
-	5,  // 25: corpus.v1.ImportBackupResponse.backup:type_name -> corpus.v1.Backup
-	5,  // 26: corpus.v1.DeleteBackupResponse.backup:type_name -> corpus.v1.Backup
-	6,  // 27: corpus.v1.ServiceService.ListTemplates:input_type -> corpus.v1.ListTemplatesRequest
-	8,  // 28: corpus.v1.ServiceService.CreateService:input_type -> corpus.v1.CreateServiceRequest
-	11, // 29: corpus.v1.ServiceService.ListServices:input_type -> corpus.v1.ListServicesRequest
-	13, // 30: corpus.v1.ServiceService.GetService:input_type -> corpus.v1.GetServiceRequest
-	15, // 31: corpus.v1.ServiceService.DeleteService:input_type -> corpus.v1.DeleteServiceRequest
-	17, // 32: corpus.v1.ServiceService.StartService:input_type -> corpus.v1.ServiceActionRequest
-	17, // 33: corpus.v1.ServiceService.StopService:input_type -> corpus.v1.ServiceActionRequest
-	19, // 34: corpus.v1.ServiceService.ResizeService:input_type -> corpus.v1.ResizeServiceRequest
-	20, // 35: corpus.v1.ServiceService.UpdateService:input_type -> corpus.v1.UpdateServiceRequest
-	21, // 36: corpus.v1.ServiceService.LinkService:input_type -> corpus.v1.LinkServiceRequest
-	22, // 37: corpus.v1.ServiceService.UnlinkService:input_type -> corpus.v1.UnlinkServiceRequest
-	23, // 38: corpus.v1.ServiceService.BackupService:input_type -> corpus.v1.BackupServiceRequest
-	25, // 39: corpus.v1.ServiceService.ListBackups:input_type -> corpus.v1.ListBackupsRequest
-	28, // 40: corpus.v1.ServiceService.RestoreService:input_type -> corpus.v1.RestoreServiceRequest
-	29, // 41: corpus.v1.ServiceService.ExportBackup:input_type -> corpus.v1.ExportBackupRequest
-	30, // 42: corpus.v1.ServiceService.ImportBackup:input_type -> corpus.v1.BackupChunk
-	32, // 43: corpus.v1.ServiceService.DeleteBackup:input_type -> corpus.v1.DeleteBackupRequest
-	7,  // 44: corpus.v1.ServiceService.ListTemplates:output_type -> corpus.v1.ListTemplatesResponse
-	9,  // 45: corpus.v1.ServiceService.CreateService:output_type -> corpus.v1.CreateServiceResponse
-	12, // 46: corpus.v1.ServiceService.ListServices:output_type -> corpus.v1.ListServicesResponse
-	14, // 47: corpus.v1.ServiceService.GetService:output_type -> corpus.v1.GetServiceResponse
-	16, // 48: corpus.v1.ServiceService.DeleteService:output_type -> corpus.v1.DeleteServiceResponse
-	18, // 49: corpus.v1.ServiceService.StartService:output_type -> corpus.v1.ServiceActionResponse
-	18, // 50: corpus.v1.ServiceService.StopService:output_type -> corpus.v1.ServiceActionResponse
-	18, // 51: corpus.v1.ServiceService.ResizeService:output_type -> corpus.v1.ServiceActionResponse
-	18, // 52: corpus.v1.ServiceService.UpdateService:output_type -> corpus.v1.ServiceActionResponse
-	39, // 53: corpus.v1.ServiceService.LinkService:output_type -> corpus.v1.DeployOutput
-	39, // 54: corpus.v1.ServiceService.UnlinkService:output_type -> corpus.v1.DeployOutput
-	24, // 55: corpus.v1.ServiceService.BackupService:output_type -> corpus.v1.BackupProgress
-	26, // 56: corpus.v1.ServiceService.ListBackups:output_type -> corpus.v1.ListBackupsResponse
-	24, // 57: corpus.v1.ServiceService.RestoreService:output_type -> corpus.v1.BackupProgress
-	30, // 58: corpus.v1.ServiceService.ExportBackup:output_type -> corpus.v1.BackupChunk
-	31, // 59: corpus.v1.ServiceService.ImportBackup:output_type -> corpus.v1.ImportBackupResponse
-	33, // 60: corpus.v1.ServiceService.DeleteBackup:output_type -> corpus.v1.DeleteBackupResponse
-	44, // [44:61] is the sub-list for method output_type
-	27, // [27:44] is the sub-list for method input_type
-	27, // [27:27] is the sub-list for extension type_name
-	27, // [27:27] is the sub-list for extension extendee
-	0,  // [0:27] is the sub-list for field type_name
+	39, // 7: corpus.v1.Service.admission:type_name -> corpus.v1.AdmissionChange
+	38, // 8: corpus.v1.ServiceLink.created_at:type_name -> google.protobuf.Timestamp
+	38, // 9: corpus.v1.ServiceObserved.since:type_name -> google.protobuf.Timestamp
+	3,  // 10: corpus.v1.ReportedService.observed:type_name -> corpus.v1.ServiceObserved
+	38, // 11: corpus.v1.Backup.started_at:type_name -> google.protobuf.Timestamp
+	38, // 12: corpus.v1.Backup.finished_at:type_name -> google.protobuf.Timestamp
+	0,  // 13: corpus.v1.ListTemplatesResponse.templates:type_name -> corpus.v1.ServiceTemplate
+	37, // 14: corpus.v1.CreateServiceRequest.secrets:type_name -> corpus.v1.CreateServiceRequest.SecretsEntry
+	10, // 15: corpus.v1.CreateServiceResponse.service:type_name -> corpus.v1.ServiceView
+	1,  // 16: corpus.v1.ServiceView.service:type_name -> corpus.v1.Service
+	5,  // 17: corpus.v1.ServiceView.last_backup:type_name -> corpus.v1.Backup
+	10, // 18: corpus.v1.ListServicesResponse.services:type_name -> corpus.v1.ServiceView
+	10, // 19: corpus.v1.GetServiceResponse.service:type_name -> corpus.v1.ServiceView
+	1,  // 20: corpus.v1.DeleteServiceResponse.service:type_name -> corpus.v1.Service
+	10, // 21: corpus.v1.ServiceActionResponse.service:type_name -> corpus.v1.ServiceView
+	5,  // 22: corpus.v1.BackupProgress.backup:type_name -> corpus.v1.Backup
+	27, // 23: corpus.v1.ListBackupsResponse.backups:type_name -> corpus.v1.BackupView
+	5,  // 24: corpus.v1.BackupView.backup:type_name -> corpus.v1.Backup
+	5,  // 25: corpus.v1.BackupChunk.backup:type_name -> corpus.v1.Backup
+	5,  // 26: corpus.v1.ImportBackupResponse.backup:type_name -> corpus.v1.Backup
+	5,  // 27: corpus.v1.DeleteBackupResponse.backup:type_name -> corpus.v1.Backup
+	6,  // 28: corpus.v1.ServiceService.ListTemplates:input_type -> corpus.v1.ListTemplatesRequest
+	8,  // 29: corpus.v1.ServiceService.CreateService:input_type -> corpus.v1.CreateServiceRequest
+	11, // 30: corpus.v1.ServiceService.ListServices:input_type -> corpus.v1.ListServicesRequest
+	13, // 31: corpus.v1.ServiceService.GetService:input_type -> corpus.v1.GetServiceRequest
+	15, // 32: corpus.v1.ServiceService.DeleteService:input_type -> corpus.v1.DeleteServiceRequest
+	17, // 33: corpus.v1.ServiceService.StartService:input_type -> corpus.v1.ServiceActionRequest
+	17, // 34: corpus.v1.ServiceService.StopService:input_type -> corpus.v1.ServiceActionRequest
+	19, // 35: corpus.v1.ServiceService.ResizeService:input_type -> corpus.v1.ResizeServiceRequest
+	20, // 36: corpus.v1.ServiceService.UpdateService:input_type -> corpus.v1.UpdateServiceRequest
+	21, // 37: corpus.v1.ServiceService.LinkService:input_type -> corpus.v1.LinkServiceRequest
+	22, // 38: corpus.v1.ServiceService.UnlinkService:input_type -> corpus.v1.UnlinkServiceRequest
+	23, // 39: corpus.v1.ServiceService.BackupService:input_type -> corpus.v1.BackupServiceRequest
+	25, // 40: corpus.v1.ServiceService.ListBackups:input_type -> corpus.v1.ListBackupsRequest
+	28, // 41: corpus.v1.ServiceService.RestoreService:input_type -> corpus.v1.RestoreServiceRequest
+	29, // 42: corpus.v1.ServiceService.ExportBackup:input_type -> corpus.v1.ExportBackupRequest
+	30, // 43: corpus.v1.ServiceService.ImportBackup:input_type -> corpus.v1.BackupChunk
+	32, // 44: corpus.v1.ServiceService.DeleteBackup:input_type -> corpus.v1.DeleteBackupRequest
+	7,  // 45: corpus.v1.ServiceService.ListTemplates:output_type -> corpus.v1.ListTemplatesResponse
+	9,  // 46: corpus.v1.ServiceService.CreateService:output_type -> corpus.v1.CreateServiceResponse
+	12, // 47: corpus.v1.ServiceService.ListServices:output_type -> corpus.v1.ListServicesResponse
+	14, // 48: corpus.v1.ServiceService.GetService:output_type -> corpus.v1.GetServiceResponse
+	16, // 49: corpus.v1.ServiceService.DeleteService:output_type -> corpus.v1.DeleteServiceResponse
+	18, // 50: corpus.v1.ServiceService.StartService:output_type -> corpus.v1.ServiceActionResponse
+	18, // 51: corpus.v1.ServiceService.StopService:output_type -> corpus.v1.ServiceActionResponse
+	18, // 52: corpus.v1.ServiceService.ResizeService:output_type -> corpus.v1.ServiceActionResponse
+	18, // 53: corpus.v1.ServiceService.UpdateService:output_type -> corpus.v1.ServiceActionResponse
+	40, // 54: corpus.v1.ServiceService.LinkService:output_type -> corpus.v1.DeployOutput
+	40, // 55: corpus.v1.ServiceService.UnlinkService:output_type -> corpus.v1.DeployOutput
+	24, // 56: corpus.v1.ServiceService.BackupService:output_type -> corpus.v1.BackupProgress
+	26, // 57: corpus.v1.ServiceService.ListBackups:output_type -> corpus.v1.ListBackupsResponse
+	24, // 58: corpus.v1.ServiceService.RestoreService:output_type -> corpus.v1.BackupProgress
+	30, // 59: corpus.v1.ServiceService.ExportBackup:output_type -> corpus.v1.BackupChunk
+	31, // 60: corpus.v1.ServiceService.ImportBackup:output_type -> corpus.v1.ImportBackupResponse
+	33, // 61: corpus.v1.ServiceService.DeleteBackup:output_type -> corpus.v1.DeleteBackupResponse
+	45, // [45:62] is the sub-list for method output_type
+	28, // [28:45] is the sub-list for method input_type
+	28, // [28:28] is the sub-list for extension type_name
+	28, // [28:28] is the sub-list for extension extendee
+	0,  // [0:28] is the sub-list for field type_name
 }
 
 func init() { file_corpus_v1_services_proto_init() }
@@ -2765,6 +2777,7 @@ func file_corpus_v1_services_proto_init() {
 		return
 	}
 	file_corpus_v1_projects_proto_init()
+	file_corpus_v1_extensions_proto_init()
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{

@@ -1121,8 +1121,11 @@ type Guest struct {
 	// node_id; then they are cleared and the old node removes its copy.
 	PreviousNodeId  string `protobuf:"bytes,30,opt,name=previous_node_id,json=previousNodeId,proto3" json:"previous_node_id,omitempty"`
 	PreviousAddress string `protobuf:"bytes,31,opt,name=previous_address,json=previousAddress,proto3" json:"previous_address,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// admission lists what extensions changed when it was created or
+	// updated.
+	Admission     []*AdmissionChange `protobuf:"bytes,32,rep,name=admission,proto3" json:"admission,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Guest) Reset() {
@@ -1258,6 +1261,13 @@ func (x *Guest) GetPreviousAddress() string {
 		return x.PreviousAddress
 	}
 	return ""
+}
+
+func (x *Guest) GetAdmission() []*AdmissionChange {
+	if x != nil {
+		return x.Admission
+	}
+	return nil
 }
 
 // Route sends outside traffic to a guest port through the proxy of the
@@ -2000,10 +2010,12 @@ type Project struct {
 	Envs []*ProjectEnv `protobuf:"bytes,3,rep,name=envs,proto3" json:"envs,omitempty"`
 	// members are the users (role dev or viewer) granted the project; ops
 	// users may use every project.
-	Members       []string               `protobuf:"bytes,4,rep,name=members,proto3" json:"members,omitempty"`
-	CreatedAt     *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
-	CreateIndex   uint64                 `protobuf:"varint,20,opt,name=create_index,json=createIndex,proto3" json:"create_index,omitempty"`
-	ModifyIndex   uint64                 `protobuf:"varint,21,opt,name=modify_index,json=modifyIndex,proto3" json:"modify_index,omitempty"`
+	Members   []string               `protobuf:"bytes,4,rep,name=members,proto3" json:"members,omitempty"`
+	CreatedAt *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
+	// admission lists what extensions changed when it was created.
+	Admission     []*AdmissionChange `protobuf:"bytes,6,rep,name=admission,proto3" json:"admission,omitempty"`
+	CreateIndex   uint64             `protobuf:"varint,20,opt,name=create_index,json=createIndex,proto3" json:"create_index,omitempty"`
+	ModifyIndex   uint64             `protobuf:"varint,21,opt,name=modify_index,json=modifyIndex,proto3" json:"modify_index,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2069,6 +2081,13 @@ func (x *Project) GetMembers() []string {
 func (x *Project) GetCreatedAt() *timestamppb.Timestamp {
 	if x != nil {
 		return x.CreatedAt
+	}
+	return nil
+}
+
+func (x *Project) GetAdmission() []*AdmissionChange {
+	if x != nil {
+		return x.Admission
 	}
 	return nil
 }
@@ -3640,7 +3659,7 @@ var File_corpus_v1_types_proto protoreflect.FileDescriptor
 
 const file_corpus_v1_types_proto_rawDesc = "" +
 	"\n" +
-	"\x15corpus/v1/types.proto\x12\tcorpus.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"l\n" +
+	"\x15corpus/v1/types.proto\x12\tcorpus.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1acorpus/v1/extensions.proto\"l\n" +
 	"\tResources\x12!\n" +
 	"\fmemory_bytes\x18\x01 \x01(\x03R\vmemoryBytes\x12\x1d\n" +
 	"\n" +
@@ -3769,7 +3788,7 @@ const file_corpus_v1_types_proto_rawDesc = "" +
 	"\x05Event\x12.\n" +
 	"\x04time\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x12\x12\n" +
 	"\x04type\x18\x02 \x01(\tR\x04type\x12\x18\n" +
-	"\amessage\x18\x03 \x01(\tR\amessage\"\xad\x04\n" +
+	"\amessage\x18\x03 \x01(\tR\amessage\"\xe7\x04\n" +
 	"\x05Guest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12(\n" +
@@ -3787,7 +3806,8 @@ const file_corpus_v1_types_proto_rawDesc = "" +
 	"\fcreate_index\x18\x14 \x01(\x04R\vcreateIndex\x12!\n" +
 	"\fmodify_index\x18\x15 \x01(\x04R\vmodifyIndex\x12(\n" +
 	"\x10previous_node_id\x18\x1e \x01(\tR\x0epreviousNodeId\x12)\n" +
-	"\x10previous_address\x18\x1f \x01(\tR\x0fpreviousAddress\"\xa9\x03\n" +
+	"\x10previous_address\x18\x1f \x01(\tR\x0fpreviousAddress\x128\n" +
+	"\tadmission\x18  \x03(\v2\x1a.corpus.v1.AdmissionChangeR\tadmission\"\xa9\x03\n" +
 	"\x05Route\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04kind\x18\x02 \x01(\tR\x04kind\x12\x16\n" +
@@ -3863,14 +3883,15 @@ const file_corpus_v1_types_proto_rawDesc = "" +
 	"\n" +
 	"public_key\x18\x02 \x01(\tR\tpublicKey\x12\x18\n" +
 	"\acomment\x18\x03 \x01(\tR\acomment\x125\n" +
-	"\badded_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\aaddedAt\"\xf3\x01\n" +
+	"\badded_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\aaddedAt\"\xad\x02\n" +
 	"\aProject\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12)\n" +
 	"\x04envs\x18\x03 \x03(\v2\x15.corpus.v1.ProjectEnvR\x04envs\x12\x18\n" +
 	"\amembers\x18\x04 \x03(\tR\amembers\x129\n" +
 	"\n" +
-	"created_at\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x12!\n" +
+	"created_at\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x128\n" +
+	"\tadmission\x18\x06 \x03(\v2\x1a.corpus.v1.AdmissionChangeR\tadmission\x12!\n" +
 	"\fcreate_index\x18\x14 \x01(\x04R\vcreateIndex\x12!\n" +
 	"\fmodify_index\x18\x15 \x01(\x04R\vmodifyIndex\"\xef\a\n" +
 	"\n" +
@@ -4099,6 +4120,7 @@ var file_corpus_v1_types_proto_goTypes = []any{
 	nil,                           // 38: corpus.v1.ProjectEnv.AutoscaleEntry
 	nil,                           // 39: corpus.v1.Release.ConfigEntry
 	(*timestamppb.Timestamp)(nil), // 40: google.protobuf.Timestamp
+	(*AdmissionChange)(nil),       // 41: corpus.v1.AdmissionChange
 }
 var file_corpus_v1_types_proto_depIdxs = []int32{
 	32, // 0: corpus.v1.DriverInfo.attributes:type_name -> corpus.v1.DriverInfo.AttributesEntry
@@ -4120,44 +4142,46 @@ var file_corpus_v1_types_proto_depIdxs = []int32{
 	8,  // 16: corpus.v1.Guest.observed:type_name -> corpus.v1.GuestObserved
 	9,  // 17: corpus.v1.Guest.events:type_name -> corpus.v1.Event
 	40, // 18: corpus.v1.Guest.created_at:type_name -> google.protobuf.Timestamp
-	40, // 19: corpus.v1.Route.created_at:type_name -> google.protobuf.Timestamp
-	40, // 20: corpus.v1.JoinToken.expires_at:type_name -> google.protobuf.Timestamp
-	40, // 21: corpus.v1.JoinToken.created_at:type_name -> google.protobuf.Timestamp
-	40, // 22: corpus.v1.ClusterConfig.created_at:type_name -> google.protobuf.Timestamp
-	40, // 23: corpus.v1.DnsRecord.created_at:type_name -> google.protobuf.Timestamp
-	17, // 24: corpus.v1.User.keys:type_name -> corpus.v1.SshKey
-	40, // 25: corpus.v1.User.created_at:type_name -> google.protobuf.Timestamp
-	40, // 26: corpus.v1.SshKey.added_at:type_name -> google.protobuf.Timestamp
-	19, // 27: corpus.v1.Project.envs:type_name -> corpus.v1.ProjectEnv
-	40, // 28: corpus.v1.Project.created_at:type_name -> google.protobuf.Timestamp
-	36, // 29: corpus.v1.ProjectEnv.config:type_name -> corpus.v1.ProjectEnv.ConfigEntry
-	37, // 30: corpus.v1.ProjectEnv.scale:type_name -> corpus.v1.ProjectEnv.ScaleEntry
-	21, // 31: corpus.v1.ProjectEnv.instances:type_name -> corpus.v1.ProjectInstance
-	38, // 32: corpus.v1.ProjectEnv.autoscale:type_name -> corpus.v1.ProjectEnv.AutoscaleEntry
-	40, // 33: corpus.v1.ProjectEnv.standby_until:type_name -> google.protobuf.Timestamp
-	40, // 34: corpus.v1.AutoscalePolicy.last_decision_at:type_name -> google.protobuf.Timestamp
-	40, // 35: corpus.v1.Release.started_at:type_name -> google.protobuf.Timestamp
-	40, // 36: corpus.v1.Release.finished_at:type_name -> google.protobuf.Timestamp
-	23, // 37: corpus.v1.Release.steps:type_name -> corpus.v1.ReleaseStep
-	39, // 38: corpus.v1.Release.config:type_name -> corpus.v1.Release.ConfigEntry
-	40, // 39: corpus.v1.AuditEntry.time:type_name -> google.protobuf.Timestamp
-	40, // 40: corpus.v1.UserToken.created_at:type_name -> google.protobuf.Timestamp
-	40, // 41: corpus.v1.UserToken.expires_at:type_name -> google.protobuf.Timestamp
-	27, // 42: corpus.v1.Keyring.keys:type_name -> corpus.v1.SealKey
-	40, // 43: corpus.v1.SealKey.created_at:type_name -> google.protobuf.Timestamp
-	40, // 44: corpus.v1.ProcessStatus.started_at:type_name -> google.protobuf.Timestamp
-	40, // 45: corpus.v1.Certificate.not_before:type_name -> google.protobuf.Timestamp
-	40, // 46: corpus.v1.Certificate.not_after:type_name -> google.protobuf.Timestamp
-	40, // 47: corpus.v1.Certificate.next_attempt_at:type_name -> google.protobuf.Timestamp
-	40, // 48: corpus.v1.Certificate.last_attempt_at:type_name -> google.protobuf.Timestamp
-	40, // 49: corpus.v1.Certificate.ocsp_next_update:type_name -> google.protobuf.Timestamp
-	31, // 50: corpus.v1.Certificate.challenge:type_name -> corpus.v1.AcmeChallenge
-	20, // 51: corpus.v1.ProjectEnv.AutoscaleEntry.value:type_name -> corpus.v1.AutoscalePolicy
-	52, // [52:52] is the sub-list for method output_type
-	52, // [52:52] is the sub-list for method input_type
-	52, // [52:52] is the sub-list for extension type_name
-	52, // [52:52] is the sub-list for extension extendee
-	0,  // [0:52] is the sub-list for field type_name
+	41, // 19: corpus.v1.Guest.admission:type_name -> corpus.v1.AdmissionChange
+	40, // 20: corpus.v1.Route.created_at:type_name -> google.protobuf.Timestamp
+	40, // 21: corpus.v1.JoinToken.expires_at:type_name -> google.protobuf.Timestamp
+	40, // 22: corpus.v1.JoinToken.created_at:type_name -> google.protobuf.Timestamp
+	40, // 23: corpus.v1.ClusterConfig.created_at:type_name -> google.protobuf.Timestamp
+	40, // 24: corpus.v1.DnsRecord.created_at:type_name -> google.protobuf.Timestamp
+	17, // 25: corpus.v1.User.keys:type_name -> corpus.v1.SshKey
+	40, // 26: corpus.v1.User.created_at:type_name -> google.protobuf.Timestamp
+	40, // 27: corpus.v1.SshKey.added_at:type_name -> google.protobuf.Timestamp
+	19, // 28: corpus.v1.Project.envs:type_name -> corpus.v1.ProjectEnv
+	40, // 29: corpus.v1.Project.created_at:type_name -> google.protobuf.Timestamp
+	41, // 30: corpus.v1.Project.admission:type_name -> corpus.v1.AdmissionChange
+	36, // 31: corpus.v1.ProjectEnv.config:type_name -> corpus.v1.ProjectEnv.ConfigEntry
+	37, // 32: corpus.v1.ProjectEnv.scale:type_name -> corpus.v1.ProjectEnv.ScaleEntry
+	21, // 33: corpus.v1.ProjectEnv.instances:type_name -> corpus.v1.ProjectInstance
+	38, // 34: corpus.v1.ProjectEnv.autoscale:type_name -> corpus.v1.ProjectEnv.AutoscaleEntry
+	40, // 35: corpus.v1.ProjectEnv.standby_until:type_name -> google.protobuf.Timestamp
+	40, // 36: corpus.v1.AutoscalePolicy.last_decision_at:type_name -> google.protobuf.Timestamp
+	40, // 37: corpus.v1.Release.started_at:type_name -> google.protobuf.Timestamp
+	40, // 38: corpus.v1.Release.finished_at:type_name -> google.protobuf.Timestamp
+	23, // 39: corpus.v1.Release.steps:type_name -> corpus.v1.ReleaseStep
+	39, // 40: corpus.v1.Release.config:type_name -> corpus.v1.Release.ConfigEntry
+	40, // 41: corpus.v1.AuditEntry.time:type_name -> google.protobuf.Timestamp
+	40, // 42: corpus.v1.UserToken.created_at:type_name -> google.protobuf.Timestamp
+	40, // 43: corpus.v1.UserToken.expires_at:type_name -> google.protobuf.Timestamp
+	27, // 44: corpus.v1.Keyring.keys:type_name -> corpus.v1.SealKey
+	40, // 45: corpus.v1.SealKey.created_at:type_name -> google.protobuf.Timestamp
+	40, // 46: corpus.v1.ProcessStatus.started_at:type_name -> google.protobuf.Timestamp
+	40, // 47: corpus.v1.Certificate.not_before:type_name -> google.protobuf.Timestamp
+	40, // 48: corpus.v1.Certificate.not_after:type_name -> google.protobuf.Timestamp
+	40, // 49: corpus.v1.Certificate.next_attempt_at:type_name -> google.protobuf.Timestamp
+	40, // 50: corpus.v1.Certificate.last_attempt_at:type_name -> google.protobuf.Timestamp
+	40, // 51: corpus.v1.Certificate.ocsp_next_update:type_name -> google.protobuf.Timestamp
+	31, // 52: corpus.v1.Certificate.challenge:type_name -> corpus.v1.AcmeChallenge
+	20, // 53: corpus.v1.ProjectEnv.AutoscaleEntry.value:type_name -> corpus.v1.AutoscalePolicy
+	54, // [54:54] is the sub-list for method output_type
+	54, // [54:54] is the sub-list for method input_type
+	54, // [54:54] is the sub-list for extension type_name
+	54, // [54:54] is the sub-list for extension extendee
+	0,  // [0:54] is the sub-list for field type_name
 }
 
 func init() { file_corpus_v1_types_proto_init() }
@@ -4165,6 +4189,7 @@ func file_corpus_v1_types_proto_init() {
 	if File_corpus_v1_types_proto != nil {
 		return
 	}
+	file_corpus_v1_extensions_proto_init()
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{

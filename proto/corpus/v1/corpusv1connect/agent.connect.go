@@ -78,6 +78,8 @@ const (
 	// AgentServiceRecordShellProcedure is the fully-qualified name of the AgentService's RecordShell
 	// RPC.
 	AgentServiceRecordShellProcedure = "/corpus.v1.AgentService/RecordShell"
+	// AgentServiceLintPushProcedure is the fully-qualified name of the AgentService's LintPush RPC.
+	AgentServiceLintPushProcedure = "/corpus.v1.AgentService/LintPush"
 	// AgentServiceServiceRuntimeProcedure is the fully-qualified name of the AgentService's
 	// ServiceRuntime RPC.
 	AgentServiceServiceRuntimeProcedure = "/corpus.v1.AgentService/ServiceRuntime"
@@ -178,6 +180,9 @@ type AgentServiceClient interface {
 	// RecordShell writes the start or end of a shell session opened over
 	// the node's SSH endpoint to the audit log, as the key's owner.
 	RecordShell(context.Context, *connect.Request[v1.RecordShellRequest]) (*connect.Response[v1.RecordShellResponse], error)
+	// LintPush runs the lint extensions on a push before its deploy; an
+	// agent asks for environments whose guests are on its node.
+	LintPush(context.Context, *connect.Request[v1.LintPushRequest]) (*connect.Response[v1.LintPushResponse], error)
 	// ServiceRuntime gives the agent of a service's guest what it runs
 	// there: the service (its template's scripts included) and the
 	// environment of its scripts, credentials opened.
@@ -295,6 +300,12 @@ func NewAgentServiceClient(httpClient connect.HTTPClient, baseURL string, opts .
 			connect.WithSchema(agentServiceMethods.ByName("RecordShell")),
 			connect.WithClientOptions(opts...),
 		),
+		lintPush: connect.NewClient[v1.LintPushRequest, v1.LintPushResponse](
+			httpClient,
+			baseURL+AgentServiceLintPushProcedure,
+			connect.WithSchema(agentServiceMethods.ByName("LintPush")),
+			connect.WithClientOptions(opts...),
+		),
 		serviceRuntime: connect.NewClient[v1.ServiceRuntimeRequest, v1.ServiceRuntimeResponse](
 			httpClient,
 			baseURL+AgentServiceServiceRuntimeProcedure,
@@ -329,6 +340,7 @@ type agentServiceClient struct {
 	instanceRelease    *connect.Client[v1.InstanceReleaseRequest, v1.InstanceReleaseResponse]
 	releaseSource      *connect.Client[v1.ReleaseSourceRequest, v1.SourceChunk]
 	recordShell        *connect.Client[v1.RecordShellRequest, v1.RecordShellResponse]
+	lintPush           *connect.Client[v1.LintPushRequest, v1.LintPushResponse]
 	serviceRuntime     *connect.Client[v1.ServiceRuntimeRequest, v1.ServiceRuntimeResponse]
 	tlsMaterial        *connect.Client[v1.TlsMaterialRequest, v1.TlsMaterialResponse]
 }
@@ -413,6 +425,11 @@ func (c *agentServiceClient) RecordShell(ctx context.Context, req *connect.Reque
 	return c.recordShell.CallUnary(ctx, req)
 }
 
+// LintPush calls corpus.v1.AgentService.LintPush.
+func (c *agentServiceClient) LintPush(ctx context.Context, req *connect.Request[v1.LintPushRequest]) (*connect.Response[v1.LintPushResponse], error) {
+	return c.lintPush.CallUnary(ctx, req)
+}
+
 // ServiceRuntime calls corpus.v1.AgentService.ServiceRuntime.
 func (c *agentServiceClient) ServiceRuntime(ctx context.Context, req *connect.Request[v1.ServiceRuntimeRequest]) (*connect.Response[v1.ServiceRuntimeResponse], error) {
 	return c.serviceRuntime.CallUnary(ctx, req)
@@ -468,6 +485,9 @@ type AgentServiceHandler interface {
 	// RecordShell writes the start or end of a shell session opened over
 	// the node's SSH endpoint to the audit log, as the key's owner.
 	RecordShell(context.Context, *connect.Request[v1.RecordShellRequest]) (*connect.Response[v1.RecordShellResponse], error)
+	// LintPush runs the lint extensions on a push before its deploy; an
+	// agent asks for environments whose guests are on its node.
+	LintPush(context.Context, *connect.Request[v1.LintPushRequest]) (*connect.Response[v1.LintPushResponse], error)
 	// ServiceRuntime gives the agent of a service's guest what it runs
 	// there: the service (its template's scripts included) and the
 	// environment of its scripts, credentials opened.
@@ -581,6 +601,12 @@ func NewAgentServiceHandler(svc AgentServiceHandler, opts ...connect.HandlerOpti
 		connect.WithSchema(agentServiceMethods.ByName("RecordShell")),
 		connect.WithHandlerOptions(opts...),
 	)
+	agentServiceLintPushHandler := connect.NewUnaryHandler(
+		AgentServiceLintPushProcedure,
+		svc.LintPush,
+		connect.WithSchema(agentServiceMethods.ByName("LintPush")),
+		connect.WithHandlerOptions(opts...),
+	)
 	agentServiceServiceRuntimeHandler := connect.NewUnaryHandler(
 		AgentServiceServiceRuntimeProcedure,
 		svc.ServiceRuntime,
@@ -628,6 +654,8 @@ func NewAgentServiceHandler(svc AgentServiceHandler, opts ...connect.HandlerOpti
 			agentServiceReleaseSourceHandler.ServeHTTP(w, r)
 		case AgentServiceRecordShellProcedure:
 			agentServiceRecordShellHandler.ServeHTTP(w, r)
+		case AgentServiceLintPushProcedure:
+			agentServiceLintPushHandler.ServeHTTP(w, r)
 		case AgentServiceServiceRuntimeProcedure:
 			agentServiceServiceRuntimeHandler.ServeHTTP(w, r)
 		case AgentServiceTlsMaterialProcedure:
@@ -703,6 +731,10 @@ func (UnimplementedAgentServiceHandler) ReleaseSource(context.Context, *connect.
 
 func (UnimplementedAgentServiceHandler) RecordShell(context.Context, *connect.Request[v1.RecordShellRequest]) (*connect.Response[v1.RecordShellResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("corpus.v1.AgentService.RecordShell is not implemented"))
+}
+
+func (UnimplementedAgentServiceHandler) LintPush(context.Context, *connect.Request[v1.LintPushRequest]) (*connect.Response[v1.LintPushResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("corpus.v1.AgentService.LintPush is not implemented"))
 }
 
 func (UnimplementedAgentServiceHandler) ServiceRuntime(context.Context, *connect.Request[v1.ServiceRuntimeRequest]) (*connect.Response[v1.ServiceRuntimeResponse], error) {

@@ -1,0 +1,248 @@
+package api
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"sync"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+
+	"corpus/coordinator/auth"
+	"corpus/coordinator/extensions"
+	"corpus/coordinator/state"
+	corpusv1 "corpus/proto/corpus/v1"
+)
+
+// admit runs the extensions called for event on obj, a request about to
+// be written, and returns what the mutating ones changed in it (obj is
+// changed in place). check validates obj as the handler does; it runs
+// again after each change, so an extension that makes the request
+// invalid is refused as any invalid input. A refusal names the
+// extension and its message; a failed call refuses the write when the
+// extension's failure policy is fail, and is recorded and passed over
+// when it is ignore. Nothing is proposed here: the handler writes after.
+func (b *Backend) admit(ctx context.Context, event string, obj proto.Message, check func() error) ([]*corpusv1.AdmissionChange, error) {
+	view := b.Store.Read()
+	all := view.Extensions()
+	mutators := extensions.For(all, extensions.Mutate, event)
+	validators := extensions.For(all, extensions.Validate, event)
+	if len(mutators)+len(validators) == 0 {
+		return nil, nil
+	}
+	if b.Extensions == nil {
+		return nil, connect.NewError(connect.CodeUnavailable, errors.New("extensions are configured but this coordinator cannot call them"))
+	}
+	user := auth.FromContext(ctx).String()
+	var changes []*corpusv1.AdmissionChange
+	for _, e := range mutators {
+		before, err := protojson.Marshal(obj)
+		if err != nil {
+			return nil, toConnect(err)
+		}
+		ans, err := b.callExtension(ctx, view, e, extensions.Request{Kind: event, User: user, Object: before})
+		if err != nil {
+			if err := b.extensionFailed(ctx, e, event, err); err != nil {
+				return nil, err
+			}
+			continue
+		}
+		if !*ans.Allowed {
+			return nil, refusedBy(e, event, ans.Message)
+		}
+		if len(ans.Object) == 0 || bytes.Equal(bytes.TrimSpace(ans.Object), []byte("null")) {
+			continue
+		}
+		next := obj.ProtoReflect().New().Interface()
+		if err := protojson.Unmarshal(ans.Object, next); err != nil {
+			return nil, connect.NewError(connect.CodeInvalidArgument,
+				fmt.Errorf("extension %s answered an object that is not a %s request: %v", e.Name, event, err))
+		}
+		old := proto.Clone(obj)
+		proto.Reset(obj)
+		proto.Merge(obj, next)
+		if err := check(); err != nil {
+			return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("extension %s made the %s invalid: %v", e.Name, event, errorText(toConnect(err))))
+		}
+		after, _ := protojson.Marshal(obj)
+		beforeJSON, _ := protojson.Marshal(old)
+		changes = append(changes, diffJSON(e.Name, beforeJSON, after)...)
+	}
+	if len(validators) == 0 {
+		return changes, nil
+	}
+	final, err := protojson.Marshal(obj)
+	if err != nil {
+		return nil, toConnect(err)
+	}
+	type result struct {
+		ans *extensions.Answer
+		err error
+	}
+	results := make([]result, len(validators))
+	var wg sync.WaitGroup
+	for i, e := range validators {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ans, err := b.callExtension(ctx, view, e, extensions.Request{Kind: event, User: user, Object: final})
+			results[i] = result{ans, err}
+		}()
+	}
+	wg.Wait()
+	for i, e := range validators {
+		r := results[i]
+		if r.err != nil {
+			if err := b.extensionFailed(ctx, e, event, r.err); err != nil {
+				return nil, err
+			}
+			continue
+		}
+		if !*r.ans.Allowed {
+			return nil, refusedBy(e, event, r.ans.Message)
+		}
+	}
+	return changes, nil
+}
+
+// callExtension calls e with its secret opened.
+func (b *Backend) callExtension(ctx context.Context, view *state.Snap, e *corpusv1.Extension, req extensions.Request) (*extensions.Answer, error) {
+	var secret []byte
+	if len(e.Secret) > 0 {
+		k, err := b.keyrings.open(view)
+		if err != nil {
+			return nil, &extensions.CallError{Extension: e.Name, Reason: "error", Err: fmt.Errorf("opening its secret: %w", err)}
+		}
+		opened, err := openSealed(k, map[string][]byte{"secret": e.Secret}, func(string) string { return state.ExtensionPlace(e.Name) })
+		if err != nil {
+			return nil, &extensions.CallError{Extension: e.Name, Reason: "error", Err: fmt.Errorf("opening its secret: %w", err)}
+		}
+		secret = []byte(opened["secret"])
+	}
+	return b.Extensions.Call(ctx, e, secret, req)
+}
+
+// refusedBy is an extension's refusal of a write.
+func refusedBy(e *corpusv1.Extension, event, msg string) error {
+	if msg == "" {
+		msg = "no reason given"
+	}
+	return connect.NewError(connect.CodePermissionDenied, fmt.Errorf("%s refused by extension %s: %s", event, e.Name, msg))
+}
+
+// extensionFailed applies e's failure policy to a failed call: the
+// write's error under fail; under ignore, nil once the failure is logged
+// and audited.
+func (b *Backend) extensionFailed(ctx context.Context, e *corpusv1.Extension, event string, err error) error {
+	if e.FailurePolicy == extensions.Ignore {
+		b.Logger.Warn("extension failed; its failure policy is ignore, so the write goes on", "extension", e.Name, "event", event, "error", err)
+		if b.audit != nil {
+			if aerr := b.audit.record(ctx, auth.FromContext(ctx).String(), "extension_failed", e.Name,
+				fmt.Sprintf("ignored for %s: %v", event, err)); aerr != nil {
+				b.Logger.Warn("recording an ignored extension failure", "error", aerr)
+			}
+		}
+		return nil
+	}
+	return connect.NewError(connect.CodeUnavailable, fmt.Errorf("%v; the %s was not made: the extension's failure policy is fail (corpus extension disable %s goes on without it)", err, event, e.Name))
+}
+
+// diffJSON lists the values that differ between two JSON objects, by
+// path, as changes made by extension.
+func diffJSON(extension string, before, after []byte) []*corpusv1.AdmissionChange {
+	flat := func(b []byte) map[string]string {
+		var v any
+		json.Unmarshal(b, &v)
+		out := map[string]string{}
+		var walk func(prefix string, v any)
+		walk = func(prefix string, v any) {
+			if m, ok := v.(map[string]any); ok && len(m) > 0 {
+				for k, x := range m {
+					p := k
+					if prefix != "" {
+						p = prefix + "." + k
+					}
+					walk(p, x)
+				}
+				return
+			}
+			raw, _ := json.Marshal(v)
+			out[prefix] = string(raw)
+		}
+		walk("", v)
+		return out
+	}
+	a, z := flat(before), flat(after)
+	var out []*corpusv1.AdmissionChange
+	for _, k := range slices.Sorted(maps.Keys(z)) {
+		if a[k] != z[k] {
+			out = append(out, &corpusv1.AdmissionChange{Extension: extension, Field: k, Value: z[k]})
+		}
+	}
+	for _, k := range slices.Sorted(maps.Keys(a)) {
+		if _, ok := z[k]; !ok {
+			out = append(out, &corpusv1.AdmissionChange{Extension: extension, Field: k})
+		}
+	}
+	return out
+}
+
+// LintPush runs the lint extensions on a push to an environment whose
+// guest is on the calling agent's node, in order; the first refusal
+// ends it.
+func (s *agentService) LintPush(ctx context.Context, req *connect.Request[corpusv1.LintPushRequest]) (*connect.Response[corpusv1.LintPushResponse], error) {
+	m := req.Msg
+	if err := validRelease(m.Project, m.Env); err != nil {
+		return nil, toConnect(err)
+	}
+	view := s.b.Store.Read()
+	p := view.Project(m.Project)
+	e := state.ProjectEnv(p, m.Env)
+	if e == nil || !slices.Contains(view.EnvNodes(e), auth.FromContext(ctx).NodeID) {
+		return nil, connect.NewError(connect.CodePermissionDenied, fmt.Errorf("%s/%s has no guest on this node", m.Project, m.Env))
+	}
+	linters := extensions.For(view.Extensions(), extensions.Lint, extensions.Deploy)
+	res := &corpusv1.LintPushResponse{}
+	if len(linters) == 0 {
+		return connect.NewResponse(res), nil
+	}
+	if s.b.Extensions == nil {
+		return nil, connect.NewError(connect.CodeUnavailable, errors.New("extensions are configured but this coordinator cannot call them"))
+	}
+	obj, err := protojson.Marshal(m)
+	if err != nil {
+		return nil, toConnect(err)
+	}
+	for _, x := range linters {
+		ans, err := s.b.callExtension(ctx, view, x, extensions.Request{Kind: extensions.Deploy, User: "user:" + m.Author, Object: obj})
+		if err != nil {
+			if ferr := s.b.extensionFailed(ctx, x, "push", err); ferr != nil {
+				res.Refused = x.Name
+				res.Lines = append(res.Lines, errorText(ferr))
+				return connect.NewResponse(res), nil
+			}
+			res.Lines = append(res.Lines, fmt.Sprintf("extension %s failed (its failure policy is ignore): %v", x.Name, err))
+			continue
+		}
+		for _, l := range ans.Lines {
+			res.Lines = append(res.Lines, x.Name+": "+strings.TrimRight(l, "\r\n"))
+		}
+		if !*ans.Allowed {
+			res.Refused = x.Name
+			msg := ans.Message
+			if msg == "" {
+				msg = "no reason given"
+			}
+			res.Lines = append(res.Lines, fmt.Sprintf("push refused by extension %s: %s", x.Name, msg))
+			return connect.NewResponse(res), nil
+		}
+	}
+	return connect.NewResponse(res), nil
+}
