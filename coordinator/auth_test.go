@@ -273,6 +273,38 @@ var authCalls = map[string]func(ctx context.Context, c clients) error{
 		_, err := c.project.ListProcesses(ctx, connect.NewRequest(&corpusv1.ListProcessesRequest{Project: "nope"}))
 		return err
 	},
+	corpusv1connect.ClusterServiceWaitProcedure: func(ctx context.Context, c clients) error {
+		_, err := c.cluster.Wait(ctx, connect.NewRequest(&corpusv1.WaitRequest{}))
+		return err
+	},
+	corpusv1connect.ClusterServiceSeriesProcedure: func(ctx context.Context, c clients) error {
+		_, err := c.cluster.Series(ctx, connect.NewRequest(&corpusv1.SeriesRequest{}))
+		return err
+	},
+	corpusv1connect.ExtensionServiceAddExtensionProcedure: func(ctx context.Context, c clients) error {
+		_, err := c.ext.AddExtension(ctx, connect.NewRequest(&corpusv1.AddExtensionRequest{Extension: &corpusv1.Extension{Name: "nope", Url: "http://plain/"}}))
+		return err
+	},
+	corpusv1connect.ExtensionServiceListExtensionsProcedure: func(ctx context.Context, c clients) error {
+		_, err := c.ext.ListExtensions(ctx, connect.NewRequest(&corpusv1.ListExtensionsRequest{}))
+		return err
+	},
+	corpusv1connect.ExtensionServiceGetExtensionProcedure: func(ctx context.Context, c clients) error {
+		_, err := c.ext.GetExtension(ctx, connect.NewRequest(&corpusv1.GetExtensionRequest{Name: "nope"}))
+		return err
+	},
+	corpusv1connect.ExtensionServiceSetExtensionDisabledProcedure: func(ctx context.Context, c clients) error {
+		_, err := c.ext.SetExtensionDisabled(ctx, connect.NewRequest(&corpusv1.SetExtensionDisabledRequest{Name: "nope", Disabled: true}))
+		return err
+	},
+	corpusv1connect.ExtensionServiceDeleteExtensionProcedure: func(ctx context.Context, c clients) error {
+		_, err := c.ext.DeleteExtension(ctx, connect.NewRequest(&corpusv1.DeleteExtensionRequest{Name: "nope"}))
+		return err
+	},
+	corpusv1connect.AgentServiceLintPushProcedure: func(ctx context.Context, c clients) error {
+		_, err := c.agent.LintPush(ctx, connect.NewRequest(&corpusv1.LintPushRequest{Project: "nope", Env: "dev"}))
+		return err
+	},
 	corpusv1connect.ClusterServiceRotateKeyringProcedure: func(ctx context.Context, c clients) error {
 		_, err := c.cluster.RotateKeyring(ctx, connect.NewRequest(&corpusv1.RotateKeyringRequest{}))
 		return err

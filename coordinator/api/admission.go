@@ -205,7 +205,10 @@ func (s *agentService) LintPush(ctx context.Context, req *connect.Request[corpus
 	view := s.b.Store.Read()
 	p := view.Project(m.Project)
 	e := state.ProjectEnv(p, m.Env)
-	if e == nil || !slices.Contains(view.EnvNodes(e), auth.FromContext(ctx).NodeID) {
+	if e == nil {
+		return nil, toConnect(notFound("environment", m.Project+"/"+m.Env, "corpus project list"))
+	}
+	if !slices.Contains(view.EnvNodes(e), auth.FromContext(ctx).NodeID) {
 		return nil, connect.NewError(connect.CodePermissionDenied, fmt.Errorf("%s/%s has no guest on this node", m.Project, m.Env))
 	}
 	linters := extensions.For(view.Extensions(), extensions.Lint, extensions.Deploy)
