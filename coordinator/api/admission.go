@@ -163,7 +163,9 @@ func diffJSON(extension string, before, after []byte) []*corpusv1.AdmissionChang
 		out := map[string]string{}
 		var walk func(prefix string, v any)
 		walk = func(prefix string, v any) {
-			if m, ok := v.(map[string]any); ok && len(m) > 0 {
+			// An empty object is no value: it reads as its fields
+			// absent, so filling it in is not a removal.
+			if m, ok := v.(map[string]any); ok {
 				for k, x := range m {
 					p := k
 					if prefix != "" {

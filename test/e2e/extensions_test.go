@@ -120,16 +120,16 @@ func TestExtensionsEndToEnd(t *testing.T) {
 	if !strings.Contains(out, "lint: passed") {
 		t.Errorf("the fixed push's output:\n%s", out)
 	}
-	l.wantPage("version one")
+	l.wantPage("version one (r1)")
 
 	// A guest created by the CLI gets the extension's memory, and says
 	// who set it.
 	c.mustCLI("guest", "create", "small", "--image", "busybox")
 	show := c.mustCLI("guest", "show", "small")
-	if !strings.Contains(show, "memory 48.0 MiB") && !strings.Contains(show, "memory 48 MiB") {
+	if !strings.Contains(show, "memory 48Mi,") {
 		t.Errorf("guest show after the memory extension:\n%s", show)
 	}
-	if !strings.Contains(show, "Set by memory:") || !strings.Contains(show, "spec.resources.memoryBytes") {
+	if !strings.Contains(show, "Set by memory:") || !strings.Contains(show, `spec.resources.memoryBytes = "50331648"`) || strings.Contains(show, "(removed)") {
 		t.Errorf("guest show does not say who set the memory:\n%s", show)
 	}
 	c.mustCLI("extension", "disable", "memory")
