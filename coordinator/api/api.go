@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net/http"
 	"slices"
+	"sync/atomic"
 	"time"
 
 	"connectrpc.com/connect"
@@ -80,6 +81,8 @@ type Backend struct {
 	// DefaultSeriesInterval) for the dashboard (nil: nothing is).
 	Series         *series.Store
 	SeriesInterval time.Duration
+	// seriesAsked is when the series were last read (unix nanoseconds).
+	seriesAsked atomic.Int64
 
 	// ServiceTemplates is the operator's folder of service templates,
 	// added to the built-in ones ("": none).

@@ -17,6 +17,10 @@ import (
 const (
 	DefaultSeriesInterval = 15 * time.Second
 	SeriesPoints          = 240
+	// seriesIdle is how long after the last read of the series the
+	// proxies are still sampled; seriesParallel how many at once.
+	seriesIdle     = 10 * time.Minute
+	seriesParallel = 16
 )
 
 // Series names (see corpusv1.Series).
@@ -49,6 +53,7 @@ func (s *clusterService) Wait(ctx context.Context, req *connect.Request[corpusv1
 
 // Series returns the recent values this replica sampled.
 func (s *clusterService) Series(ctx context.Context, req *connect.Request[corpusv1.SeriesRequest]) (*connect.Response[corpusv1.SeriesResponse], error) {
+	s.b.seriesAsked.Store(time.Now().UnixNano())
 	res := &corpusv1.SeriesResponse{StepSeconds: int64(s.b.seriesInterval() / time.Second)}
 	if s.b.Series == nil {
 		return connect.NewResponse(res), nil
@@ -72,8 +77,11 @@ func (b *Backend) seriesInterval() time.Duration {
 
 // SeriesLoop samples, every interval, the allocation of every node (from
 // the state) and the request and error rates of every domain (from the
-// proxies of ready nodes, in parallel) into b.Series. Every replica runs
-// it, so the dashboard plots whichever replica it talks to.
+// proxies of ready nodes, a few at a time) into b.Series. Every replica
+// runs it, so the dashboard plots whichever replica it talks to; the
+// proxies are asked only while someone reads the series (a dashboard
+// open in the last seriesIdle), so a cluster nobody watches is not
+// polled.
 func (b *Backend) SeriesLoop(ctx context.Context) {
 	if b.Series == nil {
 		return
@@ -117,12 +125,17 @@ func (b *Backend) sampleSeries(ctx context.Context, prev map[string]loadCounters
 		}
 	}
 	next := map[string]loadCounters{}
+	if time.Since(time.Unix(0, b.seriesAsked.Load())) > seriesIdle {
+		ready = nil
+	}
 	var mu sync.Mutex
 	var wg sync.WaitGroup
+	slots := make(chan struct{}, seriesParallel)
 	for _, n := range ready {
 		wg.Add(1)
+		slots <- struct{}{}
 		go func() {
-			defer wg.Done()
+			defer func() { <-slots; wg.Done() }()
 			cctx, cancel := context.WithTimeout(ctx, b.seriesInterval()/2)
 			defer cancel()
 			res, err := b.AgentClient(n).Load(cctx, connect.NewRequest(&corpusv1.LoadRequest{}))
