@@ -10,6 +10,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -108,6 +109,17 @@ func (h *hooks) serve(w http.ResponseWriter, r *http.Request) {
 			answer(false, "prod guests need an OWNER label", nil)
 			return
 		}
+		answer(true, "", nil)
+	case "/env-memory": // a default memory per environment
+		mem := map[string]string{"dev": "67108864", "prod": "536870912"}[obj["env"].(string)]
+		res, _ := obj["resources"].(map[string]any)
+		if res == nil {
+			res = map[string]any{}
+			obj["resources"] = res
+		}
+		res["memoryBytes"] = mem
+		answer(true, "", obj)
+	case "/seen":
 		answer(true, "", nil)
 	case "/breaks-name":
 		obj["name"] = "Not A Name!"
@@ -353,6 +365,41 @@ func TestExtensions(t *testing.T) {
 	if res, err := plain.Post(h.srv.URL+"/noop", "application/json", strings.NewReader("{}")); err == nil {
 		res.Body.Close()
 		t.Error("the test's extension answered a client without a certificate")
+	}
+
+	// Projects and services: a default memory per environment; a
+	// service's secrets reach extensions as names alone.
+	mustAdd(h.ext("env-memory", extensions.Mutate, "/env-memory", func(e *corpusv1.Extension) { e.On = []string{extensions.ProjectCreate} }))
+	mustAdd(h.ext("seen", extensions.Validate, "/seen", func(e *corpusv1.Extension) { e.On = []string{extensions.ServiceCreate} }))
+	for env, want := range map[string]int64{"dev": 64 << 20, "prod": 512 << 20} {
+		res, err := ops.project.CreateProject(ctx, connect.NewRequest(&corpusv1.CreateProjectRequest{Name: "shop", Env: env, Image: "busybox"}))
+		if err != nil {
+			t.Fatalf("creating shop/%s: %v", env, err)
+		}
+		g := leader.Store().Read().GuestByName("shop-" + env)
+		if g.Spec.GetResources().GetMemoryBytes() != want || len(g.Admission) == 0 || g.Admission[0].Extension != "env-memory" {
+			t.Errorf("shop-%s: memory %d, admission %v", env, g.Spec.GetResources().GetMemoryBytes(), g.Admission)
+		}
+		if len(res.Msg.Project.Admission) == 0 {
+			t.Errorf("shop's project record lacks who set what: %v", res.Msg.Project)
+		}
+	}
+	if _, err := ops.service.CreateService(ctx, connect.NewRequest(&corpusv1.CreateServiceRequest{Name: "mail", ExternalUrl: "https://mail.example", Secrets: map[string]string{"API_KEY": "s3cret-planted"}})); err != nil {
+		t.Fatalf("an external service: %v", err)
+	}
+	h.mu.Lock()
+	sent := string(h.bodies["/seen"])
+	h.mu.Unlock()
+	if strings.Contains(sent, "s3cret-planted") || !strings.Contains(sent, "API_KEY") {
+		t.Errorf("what service.create's extension saw: %s", sent)
+	}
+	if v, err := ops.service.GetService(ctx, connect.NewRequest(&corpusv1.GetServiceRequest{Name: "mail"})); err != nil || !slices.Equal(v.Msg.Service.GetSecretKeys(), []string{"API_KEY"}) {
+		t.Errorf("the service's secrets after admission: %v, %v", v, err)
+	}
+	for _, n := range []string{"env-memory", "seen"} {
+		if _, err := ops.ext.DeleteExtension(ctx, connect.NewRequest(&corpusv1.DeleteExtensionRequest{Name: n})); err != nil {
+			t.Fatal(err)
+		}
 	}
 
 	// Disabled and deleted extensions are not called.
