@@ -194,7 +194,9 @@ func TestExtensions(t *testing.T) {
 	mustAdd(h.ext("memory", extensions.Mutate, "/memory", func(e *corpusv1.Extension) { e.Priority = 10 }))
 	mustAdd(h.ext("team", extensions.Mutate, "/team", func(e *corpusv1.Extension) { e.Priority = 99; e.After = []string{"noop"} }))
 	mustAdd(h.ext("images", extensions.Validate, "/images"))
-	mustAdd(h.ext("prod-owner", extensions.Validate, "/prod-owner"))
+	mustAdd(h.ext("prod-owner", extensions.Validate, "/prod-owner", func(e *corpusv1.Extension) {
+		e.On = []string{extensions.GuestCreate, extensions.GuestUpdate}
+	}))
 	// A cycle is refused, named, and changes nothing.
 	err := add(h.ext("loop", extensions.Mutate, "/noop", func(e *corpusv1.Extension) { e.After = []string{"team"}; e.Before = []string{"noop"} }), "")
 	if codeOf(err) != connect.CodeInvalidArgument || !strings.Contains(err.Error(), "loop -> noop -> team -> loop") {
@@ -252,6 +254,17 @@ func TestExtensions(t *testing.T) {
 	}
 	if _, err := create(ops, "prod-api", "busybox", map[string]string{"OWNER": "kim"}); err != nil {
 		t.Errorf("a prod guest with an owner: %v", err)
+	}
+	// Nor can an update take the owner away.
+	_, err = ops.guests.UpdateGuest(ctx, connect.NewRequest(&corpusv1.UpdateGuestRequest{Name: "prod-api", UnsetEnv: []string{"OWNER"}}))
+	if codeOf(err) != connect.CodePermissionDenied || !strings.Contains(err.Error(), "guest.update refused by extension prod-owner") {
+		t.Errorf("an update dropping the owner: %v", err)
+	}
+	if env := leader.Store().Read().GuestByName("prod-api").GetSpec().GetEnv(); env["OWNER"] != "kim" {
+		t.Errorf("prod-api's env after a refused update: %v", env)
+	}
+	if _, err := ops.guests.UpdateGuest(ctx, connect.NewRequest(&corpusv1.UpdateGuestRequest{Name: "prod-api", SetEnv: map[string]string{"LOG": "debug"}})); err != nil {
+		t.Errorf("an update keeping the owner: %v", err)
 	}
 	// An invalid mutation is refused as invalid input.
 	mustAdd(h.ext("breaks-name", extensions.Mutate, "/breaks-name", func(e *corpusv1.Extension) { e.Priority = -1 }))

@@ -7,6 +7,7 @@ import (
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/proto"
 
+	"corpus/coordinator/extensions"
 	"corpus/coordinator/state"
 	"corpus/internal/names"
 	corpusv1 "corpus/proto/corpus/v1"
@@ -81,13 +82,28 @@ func (s *guestService) UpdateGuest(ctx context.Context, req *connect.Request[cor
 	if err := normalizeSpec(spec); err != nil {
 		return nil, toConnect(err)
 	}
+	// Extensions see the guest as it would be, and may change it.
+	upd := &corpusv1.UpdateGuest{Name: g.Name, Spec: spec}
+	admitted, err := s.b.admit(ctx, extensions.GuestUpdate, upd, func() error {
+		if upd.Name != g.Name {
+			return invalidf("the guest's name cannot change (%s, not %s)", upd.Name, g.Name)
+		}
+		if upd.Spec == nil {
+			return invalidf("no spec")
+		}
+		return normalizeSpec(upd.Spec)
+	})
+	if err != nil {
+		return nil, err
+	}
+	spec = upd.Spec
 	if proto.Equal(g.GetSpec(), spec) {
 		return connect.NewResponse(&corpusv1.GuestActionResponse{Guest: g, Changed: false}), nil
 	}
 	if g.DesiredState == state.DesiredDeleted {
 		return nil, connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("guest %q is being deleted; create it again under a new name", g.Name))
 	}
-	_, err := s.b.write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_UpdateGuest{UpdateGuest: &corpusv1.UpdateGuest{Name: g.Name, Spec: spec}}})
+	_, err = s.b.write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_UpdateGuest{UpdateGuest: &corpusv1.UpdateGuest{Name: g.Name, Spec: spec, Admission: admitted}}})
 	if err != nil {
 		return nil, err
 	}

@@ -29,13 +29,14 @@ const APIVersion = "corpus.dev/v1"
 // The writes extensions are called for.
 const (
 	GuestCreate   = "guest.create"
+	GuestUpdate   = "guest.update"
 	ProjectCreate = "project.create"
 	ServiceCreate = "service.create"
 	Deploy        = "deploy"
 )
 
 // Events are the kinds of writes, in the order the docs list them.
-var Events = []string{GuestCreate, ProjectCreate, ServiceCreate, Deploy}
+var Events = []string{GuestCreate, GuestUpdate, ProjectCreate, ServiceCreate, Deploy}
 
 // Kinds of extensions.
 const (

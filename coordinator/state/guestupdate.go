@@ -38,6 +38,9 @@ func (a *applier) updateGuest(c *corpusv1.UpdateGuest) error {
 		}
 	}
 	g.Spec = proto.Clone(spec).(*corpusv1.GuestSpec)
+	if len(c.Admission) > 0 {
+		g.Admission = c.Admission
+	}
 	a.event(g, "updated", "spec updated: image "+spec.GetImage())
 	g.ModifyIndex = a.index
 	a.put(tableGuests, g)

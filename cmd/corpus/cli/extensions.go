@@ -21,8 +21,9 @@ func newExtensionCmd(g *globals) *cobra.Command {
 		Use:   "extension",
 		Short: "Manage admission extensions: HTTPS endpoints that check or change writes before they are accepted",
 		Long: `Extensions are HTTPS endpoints the coordinators call before they accept a
-write of the kinds each is for (--on): guest.create, project.create,
-service.create, and deploy (a git push, before its pipeline).
+write of the kinds each is for (--on): guest.create, guest.update (the
+guest's name and spec as they would be), project.create, service.create,
+and deploy (a git push, before its pipeline).
 
   mutate     may change the object; called one after another in order
              (--after/--before, then the higher --priority, then the

@@ -36,7 +36,8 @@ type Extension struct {
 	// roots).
 	CaPem string `protobuf:"bytes,3,opt,name=ca_pem,json=caPem,proto3" json:"ca_pem,omitempty"`
 	// on are the kinds of writes it is called for: guest.create,
-	// project.create, service.create, deploy (a push).
+	// guest.update (the object: the guest's name and spec as they would
+	// be), project.create, service.create, deploy (a push).
 	On []string `protobuf:"bytes,4,rep,name=on,proto3" json:"on,omitempty"`
 	// kind: "mutate", "validate" or "lint".
 	Kind string `protobuf:"bytes,5,opt,name=kind,proto3" json:"kind,omitempty"`

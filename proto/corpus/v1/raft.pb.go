@@ -4605,9 +4605,12 @@ func (x *SwitchEnv) GetNodeId() string {
 // and ports may differ from the current spec; a guest placed on a node
 // whose driver cannot converge in place is refused.
 type UpdateGuest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
-	Spec          *GuestSpec             `protobuf:"bytes,2,opt,name=spec,proto3" json:"spec,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Spec  *GuestSpec             `protobuf:"bytes,2,opt,name=spec,proto3" json:"spec,omitempty"`
+	// admission is what extensions changed in the update; it replaces the
+	// guest's record of who set what.
+	Admission     []*AdmissionChange `protobuf:"bytes,3,rep,name=admission,proto3" json:"admission,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -4652,6 +4655,13 @@ func (x *UpdateGuest) GetName() string {
 func (x *UpdateGuest) GetSpec() *GuestSpec {
 	if x != nil {
 		return x.Spec
+	}
+	return nil
+}
+
+func (x *UpdateGuest) GetAdmission() []*AdmissionChange {
+	if x != nil {
+		return x.Admission
 	}
 	return nil
 }
@@ -5903,10 +5913,11 @@ const file_corpus_v1_raft_proto_rawDesc = "" +
 	"\anode_id\x18\t \x01(\tR\x06nodeId\x1a@\n" +
 	"\x12InstancePortsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\rR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\x05R\x05value:\x028\x01\"K\n" +
+	"\x05value\x18\x02 \x01(\x05R\x05value:\x028\x01\"\x85\x01\n" +
 	"\vUpdateGuest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12(\n" +
-	"\x04spec\x18\x02 \x01(\v2\x14.corpus.v1.GuestSpecR\x04spec\"e\n" +
+	"\x04spec\x18\x02 \x01(\v2\x14.corpus.v1.GuestSpecR\x04spec\x128\n" +
+	"\tadmission\x18\x03 \x03(\v2\x1a.corpus.v1.AdmissionChangeR\tadmission\"e\n" +
 	"\rCreateService\x12,\n" +
 	"\aservice\x18\x01 \x01(\v2\x12.corpus.v1.ServiceR\aservice\x12&\n" +
 	"\x05guest\x18\x02 \x01(\v2\x10.corpus.v1.GuestR\x05guest\"b\n" +
@@ -6217,20 +6228,21 @@ var file_corpus_v1_raft_proto_depIdxs = []int32{
 	74,  // 121: corpus.v1.SwitchEnv.instance_ports:type_name -> corpus.v1.SwitchEnv.InstancePortsEntry
 	76,  // 122: corpus.v1.SwitchEnv.keep_until:type_name -> google.protobuf.Timestamp
 	105, // 123: corpus.v1.UpdateGuest.spec:type_name -> corpus.v1.GuestSpec
-	99,  // 124: corpus.v1.CreateService.service:type_name -> corpus.v1.Service
-	82,  // 125: corpus.v1.CreateService.guest:type_name -> corpus.v1.Guest
-	106, // 126: corpus.v1.LinkService.link:type_name -> corpus.v1.ServiceLink
-	75,  // 127: corpus.v1.LinkService.config:type_name -> corpus.v1.LinkService.ConfigEntry
-	107, // 128: corpus.v1.ReportServices.services:type_name -> corpus.v1.ReportedService
-	100, // 129: corpus.v1.BeginBackup.backup:type_name -> corpus.v1.Backup
-	82,  // 130: corpus.v1.ReplaceServiceGuest.guest:type_name -> corpus.v1.Guest
-	101, // 131: corpus.v1.SetAcmeConfig.config:type_name -> corpus.v1.AcmeConfig
-	102, // 132: corpus.v1.PutCertificate.certificate:type_name -> corpus.v1.Certificate
-	133, // [133:133] is the sub-list for method output_type
-	133, // [133:133] is the sub-list for method input_type
-	133, // [133:133] is the sub-list for extension type_name
-	133, // [133:133] is the sub-list for extension extendee
-	0,   // [0:133] is the sub-list for field type_name
+	91,  // 124: corpus.v1.UpdateGuest.admission:type_name -> corpus.v1.AdmissionChange
+	99,  // 125: corpus.v1.CreateService.service:type_name -> corpus.v1.Service
+	82,  // 126: corpus.v1.CreateService.guest:type_name -> corpus.v1.Guest
+	106, // 127: corpus.v1.LinkService.link:type_name -> corpus.v1.ServiceLink
+	75,  // 128: corpus.v1.LinkService.config:type_name -> corpus.v1.LinkService.ConfigEntry
+	107, // 129: corpus.v1.ReportServices.services:type_name -> corpus.v1.ReportedService
+	100, // 130: corpus.v1.BeginBackup.backup:type_name -> corpus.v1.Backup
+	82,  // 131: corpus.v1.ReplaceServiceGuest.guest:type_name -> corpus.v1.Guest
+	101, // 132: corpus.v1.SetAcmeConfig.config:type_name -> corpus.v1.AcmeConfig
+	102, // 133: corpus.v1.PutCertificate.certificate:type_name -> corpus.v1.Certificate
+	134, // [134:134] is the sub-list for method output_type
+	134, // [134:134] is the sub-list for method input_type
+	134, // [134:134] is the sub-list for extension type_name
+	134, // [134:134] is the sub-list for extension extendee
+	0,   // [0:134] is the sub-list for field type_name
 }
 
 func init() { file_corpus_v1_raft_proto_init() }
