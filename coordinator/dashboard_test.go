@@ -204,6 +204,15 @@ func TestDashboardSessions(t *testing.T) {
 		t.Errorf("the logged-out session's cookie replayed: %d %s", res.StatusCode, out)
 	}
 
+	// A session lives no longer than the token it was opened with.
+	shortTok := s.userToken("shorty", "viewer", 10*time.Minute)
+	b4 := s.browser(t)
+	if res, info := b4.login(map[string]string{"token": shortTok}); res.StatusCode != 200 {
+		t.Errorf("shorty's login: %d", res.StatusCode)
+	} else if exp, err := time.Parse(time.RFC3339, info["expiresAt"]); err != nil || time.Until(exp) > 10*time.Minute {
+		t.Errorf("a session from a 10-minute token expires %q", info["expiresAt"])
+	}
+
 	// A directory password opens a session through Login.
 	b2 := s.browser(t)
 	res, info = b2.login(map[string]string{"user": "lou", "password": "lou-pw"})

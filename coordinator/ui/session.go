@@ -146,9 +146,18 @@ func (d *Dashboard) postSession(w http.ResponseWriter, r *http.Request) {
 		}
 		tok, expires = strings.TrimSpace(in.Token), time.Now().Add(SessionTTL)
 		if p.User != "" {
+			// The session lives no longer than the token it came from.
+			ttl := SessionTTL
+			if t := d.cfg.Store.Read().UserToken(p.TokenID); t != nil && t.ExpiresAt != nil {
+				ttl = min(ttl, time.Until(t.ExpiresAt.AsTime()).Truncate(time.Second))
+			}
+			if ttl < time.Second {
+				writeError(w, http.StatusUnauthorized, "the token expires now: make a new one")
+				return
+			}
 			var res corpusv1.CreateTokenResponse
 			err := d.call(r, tok, corpusv1connect.UserServiceCreateTokenProcedure, &corpusv1.CreateTokenRequest{
-				User: p.User, TtlSeconds: int64(SessionTTL / time.Second), Description: "dashboard session from " + remoteHost(r.RemoteAddr),
+				User: p.User, TtlSeconds: int64(ttl / time.Second), Description: "dashboard session from " + remoteHost(r.RemoteAddr),
 			}, &res)
 			if err != nil {
 				writeCallError(w, err)
