@@ -61,6 +61,9 @@ func (d *Dashboard) shell(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	size := &corpusv1.TerminalSize{Cols: queryUint(q.Get("cols"), 80), Rows: queryUint(q.Get("rows"), 24)}
+	if !sensible(size.Cols, size.Rows) {
+		size.Cols, size.Rows = 80, 24
+	}
 	ws, err := upgrader.Upgrade(w, r, nil)
 	if err != nil {
 		return // the upgrader answered
@@ -111,7 +114,7 @@ func (d *Dashboard) shell(w http.ResponseWriter, r *http.Request) {
 				in.Stdin = p
 			case websocket.TextMessage:
 				var c shellControl
-				if json.Unmarshal(p, &c) != nil || c.Resize == nil {
+				if json.Unmarshal(p, &c) != nil || c.Resize == nil || !sensible(c.Resize.Cols, c.Resize.Rows) {
 					continue
 				}
 				in.Size = &corpusv1.TerminalSize{Cols: c.Resize.Cols, Rows: c.Resize.Rows}
@@ -163,4 +166,9 @@ func queryUint(s string, def uint32) uint32 {
 		return def
 	}
 	return uint32(n)
+}
+
+// sensible reports whether a terminal size is one a screen could show.
+func sensible(cols, rows uint32) bool {
+	return cols > 0 && rows > 0 && cols <= 1000 && rows <= 1000
 }
