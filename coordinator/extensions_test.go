@@ -289,7 +289,7 @@ func TestExtensions(t *testing.T) {
 		return nil
 	})
 	g2, err := create(rs.ops(followerID), "via-follower", "busybox", nil)
-	if err != nil || g2.Spec.GetEnv()["TEAM"] != "platform" || len(g2.Admission) != 2 {
+	if err != nil || g2.GetSpec().GetEnv()["TEAM"] != "platform" || len(g2.GetAdmission()) != 2 {
 		t.Errorf("a create through follower %s: %v, %v", followerID, g2, err)
 	}
 	if _, err := create(rs.ops(followerID), "evil2", "evil/miner", nil); codeOf(err) != connect.CodePermissionDenied {

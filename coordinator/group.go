@@ -204,12 +204,15 @@ func (s *Server) propose(ctx context.Context, cmd *corpusv1.Command) (uint64, er
 	return res.Index, nil
 }
 
-// waitApplied waits (a few seconds at most) until this replica applied
-// idx. It asks Raft, not the state's index: a command that failed with a
-// business error leaves the state, and its index, as they were.
+// waitApplied waits (a few seconds at most) until this replica's state
+// machine applied idx, so a write forwarded to the leader reads back
+// here. It asks the store for the last entry applied, whatever its
+// outcome: a command that failed with a business error leaves the
+// state's own index as it was; and Raft's applied index may run ahead
+// of the state machine.
 func (s *Server) waitApplied(ctx context.Context, idx uint64) {
 	deadline := time.Now().Add(5 * time.Second)
-	for s.replica.raft.AppliedIndex() < idx && time.Now().Before(deadline) && ctx.Err() == nil {
+	for s.store.Applied() < idx && time.Now().Before(deadline) && ctx.Err() == nil {
 		time.Sleep(2 * time.Millisecond)
 	}
 }

@@ -52,6 +52,7 @@ func Encode(cmd *corpusv1.Command, now time.Time) ([]byte, error) {
 // is not marked ignorable is a bug or a version skew that must not be
 // papered over: it panics, stopping the replica loudly.
 func (f *FSM) Apply(l *raft.Log) any {
+	defer f.store.applied.Store(l.Index)
 	if l.Type != raft.LogCommand {
 		return nil
 	}
@@ -540,7 +541,9 @@ func (a *applier) event(g *corpusv1.Guest, typ, msg string) {
 // Snapshot captures the state for Raft. The read transaction is a
 // point-in-time view, so Apply can go on while Persist writes.
 func (f *FSM) Snapshot() (raft.FSMSnapshot, error) {
-	return &fsmSnapshot{snap: f.store.Read().Dump()}, nil
+	snap := f.store.Read().Dump()
+	snap.AppliedIndex = f.store.Applied()
+	return &fsmSnapshot{snap: snap}, nil
 }
 
 // Dump is the whole state as of v, as a snapshot holds it. The messages
@@ -698,6 +701,7 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 	}
 	txn.Commit()
 	f.store.replace(db)
+	f.store.applied.Store(max(snap.AppliedIndex, snap.Index))
 	return nil
 }
 

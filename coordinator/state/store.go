@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sort"
 	"sync"
+	"sync/atomic"
 
 	"github.com/hashicorp/go-memdb"
 
@@ -17,7 +18,17 @@ type Store struct {
 	mu      sync.RWMutex
 	db      *memdb.MemDB
 	abandon chan struct{}
+	// applied is the Raft index of the last log entry the state machine
+	// applied, whatever its outcome (the state's own index moves only
+	// with successful writes).
+	applied atomic.Uint64
 }
+
+// Applied is the Raft index of the last entry applied to the store:
+// once it reaches a write's index, reads here see that write. Raft's own
+// applied index may run ahead of it (entries are handed to the state
+// machine before they are applied).
+func (s *Store) Applied() uint64 { return s.applied.Load() }
 
 // NewStore returns an empty store.
 func NewStore() *Store {

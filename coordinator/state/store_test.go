@@ -305,3 +305,25 @@ func TestSnapWaitCancel(t *testing.T) {
 		t.Errorf("Wait(cancelled) = %v, want %v", err, context.Canceled)
 	}
 }
+
+// TestStoreApplied: the store's applied index follows every entry, a
+// refused write included (the state's own index does not), and a
+// snapshot carries it.
+func TestStoreApplied(t *testing.T) {
+	r := newReplica(t)
+	r.must(cluster()...)
+	ok := r.index
+	if err := r.apply(&corpusv1.Command{Cmd: &corpusv1.Command_DeleteExtension{DeleteExtension: &corpusv1.DeleteExtension{Name: "none"}}}); err == nil {
+		t.Fatal("deleting an extension that is not there succeeded")
+	}
+	if got := r.store.Applied(); got != r.index || r.store.Read().Index() != ok {
+		t.Errorf("after a refused write: applied %d (want %d), state index %d (want %d)", got, r.index, r.store.Read().Index(), ok)
+	}
+	other := newReplica(t)
+	if err := other.fsm.Restore(persistToFile(t, r.fsm, r.index)); err != nil {
+		t.Fatal(err)
+	}
+	if got := other.store.Applied(); got != r.index {
+		t.Errorf("applied after a restore: %d, want %d", got, r.index)
+	}
+}

@@ -3589,22 +3589,25 @@ type Snapshot struct {
 	Guests     []*Guest               `protobuf:"bytes,4,rep,name=guests,proto3" json:"guests,omitempty"`
 	JoinTokens []*JoinToken           `protobuf:"bytes,5,rep,name=join_tokens,json=joinTokens,proto3" json:"join_tokens,omitempty"`
 	// index is the last applied Raft index in the snapshot.
-	Index         uint64         `protobuf:"varint,6,opt,name=index,proto3" json:"index,omitempty"`
-	Routes        []*Route       `protobuf:"bytes,7,rep,name=routes,proto3" json:"routes,omitempty"`
-	DnsRecords    []*DnsRecord   `protobuf:"bytes,8,rep,name=dns_records,json=dnsRecords,proto3" json:"dns_records,omitempty"`
-	Volumes       []*Volume      `protobuf:"bytes,9,rep,name=volumes,proto3" json:"volumes,omitempty"`
-	Users         []*User        `protobuf:"bytes,10,rep,name=users,proto3" json:"users,omitempty"`
-	Projects      []*Project     `protobuf:"bytes,11,rep,name=projects,proto3" json:"projects,omitempty"`
-	Releases      []*Release     `protobuf:"bytes,12,rep,name=releases,proto3" json:"releases,omitempty"`
-	Coordinators  []*Coordinator `protobuf:"bytes,13,rep,name=coordinators,proto3" json:"coordinators,omitempty"`
-	Audit         []*AuditEntry  `protobuf:"bytes,14,rep,name=audit,proto3" json:"audit,omitempty"`
-	UserTokens    []*UserToken   `protobuf:"bytes,15,rep,name=user_tokens,json=userTokens,proto3" json:"user_tokens,omitempty"`
-	Keyring       *Keyring       `protobuf:"bytes,16,opt,name=keyring,proto3" json:"keyring,omitempty"`
-	Services      []*Service     `protobuf:"bytes,17,rep,name=services,proto3" json:"services,omitempty"`
-	Backups       []*Backup      `protobuf:"bytes,18,rep,name=backups,proto3" json:"backups,omitempty"`
-	Acme          *AcmeConfig    `protobuf:"bytes,19,opt,name=acme,proto3" json:"acme,omitempty"`
-	Certificates  []*Certificate `protobuf:"bytes,20,rep,name=certificates,proto3" json:"certificates,omitempty"`
-	Extensions    []*Extension   `protobuf:"bytes,21,rep,name=extensions,proto3" json:"extensions,omitempty"`
+	Index        uint64         `protobuf:"varint,6,opt,name=index,proto3" json:"index,omitempty"`
+	Routes       []*Route       `protobuf:"bytes,7,rep,name=routes,proto3" json:"routes,omitempty"`
+	DnsRecords   []*DnsRecord   `protobuf:"bytes,8,rep,name=dns_records,json=dnsRecords,proto3" json:"dns_records,omitempty"`
+	Volumes      []*Volume      `protobuf:"bytes,9,rep,name=volumes,proto3" json:"volumes,omitempty"`
+	Users        []*User        `protobuf:"bytes,10,rep,name=users,proto3" json:"users,omitempty"`
+	Projects     []*Project     `protobuf:"bytes,11,rep,name=projects,proto3" json:"projects,omitempty"`
+	Releases     []*Release     `protobuf:"bytes,12,rep,name=releases,proto3" json:"releases,omitempty"`
+	Coordinators []*Coordinator `protobuf:"bytes,13,rep,name=coordinators,proto3" json:"coordinators,omitempty"`
+	Audit        []*AuditEntry  `protobuf:"bytes,14,rep,name=audit,proto3" json:"audit,omitempty"`
+	UserTokens   []*UserToken   `protobuf:"bytes,15,rep,name=user_tokens,json=userTokens,proto3" json:"user_tokens,omitempty"`
+	Keyring      *Keyring       `protobuf:"bytes,16,opt,name=keyring,proto3" json:"keyring,omitempty"`
+	Services     []*Service     `protobuf:"bytes,17,rep,name=services,proto3" json:"services,omitempty"`
+	Backups      []*Backup      `protobuf:"bytes,18,rep,name=backups,proto3" json:"backups,omitempty"`
+	Acme         *AcmeConfig    `protobuf:"bytes,19,opt,name=acme,proto3" json:"acme,omitempty"`
+	Certificates []*Certificate `protobuf:"bytes,20,rep,name=certificates,proto3" json:"certificates,omitempty"`
+	Extensions   []*Extension   `protobuf:"bytes,21,rep,name=extensions,proto3" json:"extensions,omitempty"`
+	// applied_index is the Raft index of the last entry applied when the
+	// snapshot was taken (index is that of the last successful write).
+	AppliedIndex  uint64 `protobuf:"varint,22,opt,name=applied_index,json=appliedIndex,proto3" json:"applied_index,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3784,6 +3787,13 @@ func (x *Snapshot) GetExtensions() []*Extension {
 		return x.Extensions
 	}
 	return nil
+}
+
+func (x *Snapshot) GetAppliedIndex() uint64 {
+	if x != nil {
+		return x.AppliedIndex
+	}
+	return 0
 }
 
 // PutExtension adds or replaces an extension (its secret sealed by the
@@ -5803,7 +5813,7 @@ const file_corpus_v1_raft_proto_rawDesc = "" +
 	"\x02id\x18\x01 \x01(\tR\x02id\"%\n" +
 	"\n" +
 	"RemoveNode\x12\x17\n" +
-	"\anode_id\x18\x01 \x01(\tR\x06nodeId\"\xd1\a\n" +
+	"\anode_id\x18\x01 \x01(\tR\x06nodeId\"\xf6\a\n" +
 	"\bSnapshot\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x120\n" +
 	"\x06config\x18\x02 \x01(\v2\x18.corpus.v1.ClusterConfigR\x06config\x12%\n" +
@@ -5831,7 +5841,8 @@ const file_corpus_v1_raft_proto_rawDesc = "" +
 	"\fcertificates\x18\x14 \x03(\v2\x16.corpus.v1.CertificateR\fcertificates\x124\n" +
 	"\n" +
 	"extensions\x18\x15 \x03(\v2\x14.corpus.v1.ExtensionR\n" +
-	"extensions\"\\\n" +
+	"extensions\x12#\n" +
+	"\rapplied_index\x18\x16 \x01(\x04R\fappliedIndex\"\\\n" +
 	"\fPutExtension\x122\n" +
 	"\textension\x18\x01 \x01(\v2\x14.corpus.v1.ExtensionR\textension\x12\x18\n" +
 	"\areplace\x18\x02 \x01(\bR\areplace\"%\n" +
