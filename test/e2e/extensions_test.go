@@ -5,16 +5,19 @@ import (
 	"crypto/x509"
 	"encoding/json"
 	"encoding/pem"
+	"errors"
 	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"runtime"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/vishvananda/netns"
 )
@@ -132,6 +135,28 @@ func TestExtensionsEndToEnd(t *testing.T) {
 	if !strings.Contains(show, "Set by memory:") || !strings.Contains(show, `spec.resources.memoryBytes = "50331648"`) || strings.Contains(show, "(removed)") {
 		t.Errorf("guest show does not say who set the memory:\n%s", show)
 	}
+	// The dashboard shows the extensions and who set what.
+	chromium, err := exec.LookPath("chromium")
+	if err != nil {
+		t.Skip("needs Chromium for the dashboard's part (apt-get install chromium)")
+	}
+	ops := openPage(t, chromium, forwardFrom(t, c.lab.ctl, "127.0.0.1:7400"), "")
+	ops.login(c.token)
+	ops.go_("#/extensions")
+	ops.wait("the extensions in order", `[...document.querySelectorAll('[data-testid=extension-row]')].map(r => r.dataset.name).join(' ') === 'memory no-secrets'`)
+	ops.accessible()
+	ops.go_("#/guests/small")
+	ops.wait("who set the memory", `document.querySelector('[data-testid=admission]')?.textContent.includes('spec.resources.memoryBytes')`)
+	ops.go_("#/extensions")
+	ops.click("extension-toggle", `[data-name="memory"]`)
+	eventually(t, 10*time.Second, "memory disabled from the page", func() error {
+		if show := c.mustCLI("extension", "show", "memory"); !strings.Contains(show, "disabled") {
+			return errors.New(show)
+		}
+		return nil
+	})
+	ops.logout()
+	c.mustCLI("extension", "enable", "memory")
 	c.mustCLI("extension", "disable", "memory")
 	c.mustCLI("guest", "create", "plain", "--image", "busybox")
 	if show := c.mustCLI("guest", "show", "plain"); strings.Contains(show, "Set by") {

@@ -5,6 +5,7 @@ import { byName, bytes, cpu, time } from './format.js';
 import { useAction, useApi, useRole } from './state.js';
 import { Terminal } from './terminal.jsx';
 import { ConfirmButton, DataTable, Fields, ListTable, Loading, Status, href } from './ui.jsx';
+import { Admission } from './extensions.jsx';
 
 // useGuestProjects maps guest names to "project/env" from ListProjects.
 function useGuestProjects() {
@@ -132,6 +133,7 @@ export function GuestPage({ name }) {
           </div>
           {terminal ? <Terminal guest={name} onClose={() => setTerminal(false)} /> : null}
           <GuestDetails view={res.data} />
+          <Admission changes={g.admission} what={name} />
           <Events events={g.events || []} />
         </>
       )}

@@ -5,6 +5,7 @@ import { render } from 'preact';
 import { useCallback, useEffect, useMemo, useState } from 'preact/hooks';
 import { AuditPage, DnsPage, VolumesPage } from './volumes.jsx';
 import { ClusterPage, MetricsPage } from './cluster.jsx';
+import { ExtensionsPage } from './extensions.jsx';
 import { getSession, login, logout, setCsrf, setUnauthenticatedHandler, unary } from './connect.js';
 import { GuestPage, GuestsPage } from './guests.jsx';
 import { NodesPage } from './nodes.jsx';
@@ -88,6 +89,7 @@ const navItems = [
   ['volumes', 'Volumes'],
   ['dns', 'DNS'],
   ['metrics', 'Metrics'],
+  ['extensions', 'Extensions', 'ops'],
   ['audit', 'Audit', 'ops'],
 ];
 
@@ -112,6 +114,8 @@ function Page({ route, role }) {
       return <MetricsPage />;
     case 'audit':
       return role === 'ops' ? <AuditPage /> : <p>The audit log is for operators.</p>;
+    case 'extensions':
+      return role === 'ops' ? <ExtensionsPage /> : <p>Extensions are for operators.</p>;
     default:
       return (
         <>

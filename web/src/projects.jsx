@@ -5,6 +5,7 @@ import { DurationChart } from './charts.jsx';
 import { byName, duration, releaseDuration, shortCommit, time } from './format.js';
 import { useAction, useApi, useApp, useRole } from './state.js';
 import { ConfirmButton, DataTable, Empty, Fields, ListTable, Listing, Loading, Status, href } from './ui.jsx';
+import { Admission } from './extensions.jsx';
 
 export function ProjectsPage() {
   const res = useApi('corpus.v1.ProjectService/ListProjects', {});
@@ -70,6 +71,7 @@ export function ProjectPage({ name }) {
               ['Created', time(p.createdAt)],
             ]}
           />
+          <Admission changes={p.admission} what={name} />
           {(pv.envs || []).length ? null : <Empty>No environments.</Empty>}
           {(pv.envs || []).map((e) => (
             <EnvSection key={e.name} project={name} env={e} certs={certs} raw={(p.envs || []).find((x) => x.name === e.name)} />
