@@ -241,11 +241,7 @@ func (s *agentService) LintPush(ctx context.Context, req *connect.Request[corpus
 		}
 		if !*ans.Allowed {
 			res.Refused = x.Name
-			msg := ans.Message
-			if msg == "" {
-				msg = "no reason given"
-			}
-			res.Lines = append(res.Lines, fmt.Sprintf("push refused by extension %s: %s", x.Name, msg))
+			res.Lines = append(res.Lines, errorText(refusedBy(x, "push", ans.Message)))
 			return connect.NewResponse(res), nil
 		}
 	}

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
 	"strings"
@@ -157,7 +158,7 @@ func (d *Dashboard) postSession(w http.ResponseWriter, r *http.Request) {
 			}
 			var res corpusv1.CreateTokenResponse
 			err := d.call(r, tok, corpusv1connect.UserServiceCreateTokenProcedure, &corpusv1.CreateTokenRequest{
-				User: p.User, TtlSeconds: int64(ttl / time.Second), Description: "dashboard session from " + remoteHost(r.RemoteAddr),
+				User: p.User, TtlSeconds: int64(ttl / time.Second), Description: "dashboard session from " + clientHost(r),
 			}, &res)
 			if err != nil {
 				writeCallError(w, err)
@@ -273,9 +274,10 @@ func writeCallError(w http.ResponseWriter, err error) {
 	writeError(w, status, err.Error())
 }
 
-func remoteHost(addr string) string {
-	if i := strings.LastIndexByte(addr, ':'); i > 0 {
-		return strings.Trim(addr[:i], "[]")
+// clientHost is the browser's address without its port.
+func clientHost(r *http.Request) string {
+	if h, _, err := net.SplitHostPort(r.RemoteAddr); err == nil {
+		return h
 	}
-	return addr
+	return r.RemoteAddr
 }

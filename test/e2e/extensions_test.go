@@ -13,13 +13,10 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/vishvananda/netns"
 )
 
 // TestExtensionsEndToEnd: an operator adds extensions with the CLI; a
@@ -179,29 +176,9 @@ func TestExtensionsEndToEnd(t *testing.T) {
 // listenIn listens on a loopback port of namespace ns.
 func listenIn(t *testing.T, ns string) net.Listener {
 	t.Helper()
-	type result struct {
-		ln  net.Listener
-		err error
+	ln, err := inNamespace(ns, func() (net.Listener, error) { return net.Listen("tcp", "127.0.0.1:0") })
+	if err != nil {
+		t.Fatal(err)
 	}
-	ch := make(chan result, 1)
-	go func() {
-		runtime.LockOSThread() // the thread ends with the goroutine
-		target, err := netns.GetFromName(ns)
-		if err != nil {
-			ch <- result{nil, err}
-			return
-		}
-		defer target.Close()
-		if err := netns.Set(target); err != nil {
-			ch <- result{nil, err}
-			return
-		}
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		ch <- result{ln, err}
-	}()
-	r := <-ch
-	if r.err != nil {
-		t.Fatal(r.err)
-	}
-	return r.ln
+	return ln
 }

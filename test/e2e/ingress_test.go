@@ -34,31 +34,43 @@ import (
 // on a thread switched into ns and keeps belonging to ns afterwards.
 func dialIn(ns string) func(ctx context.Context, network, addr string) (net.Conn, error) {
 	return func(ctx context.Context, network, addr string) (net.Conn, error) {
-		type result struct {
-			c   net.Conn
-			err error
-		}
-		ch := make(chan result, 1)
-		go func() {
-			runtime.LockOSThread()
-			// The thread is not unlocked: it ends with the goroutine, so a
-			// thread in a foreign namespace is never reused.
-			target, err := netns.GetFromName(ns)
-			if err != nil {
-				ch <- result{nil, err}
-				return
-			}
-			defer target.Close()
-			if err := netns.Set(target); err != nil {
-				ch <- result{nil, err}
-				return
-			}
-			c, err := (&net.Dialer{Timeout: 3 * time.Second}).DialContext(ctx, network, addr)
-			ch <- result{c, err}
-		}()
-		r := <-ch
-		return r.c, r.err
+		return inNamespace(ns, func() (net.Conn, error) {
+			return (&net.Dialer{Timeout: 3 * time.Second}).DialContext(ctx, network, addr)
+		})
 	}
+}
+
+// inNamespace runs f on an OS thread in namespace ns ("" for the test's
+// own): sockets it opens belong to ns. The thread is never unlocked: it
+// ends with its goroutine, so a thread in a foreign namespace is never
+// reused.
+func inNamespace[T any](ns string, f func() (T, error)) (T, error) {
+	if ns == "" {
+		return f()
+	}
+	type result struct {
+		v   T
+		err error
+	}
+	ch := make(chan result, 1)
+	go func() {
+		runtime.LockOSThread()
+		var zero T
+		target, err := netns.GetFromName(ns)
+		if err != nil {
+			ch <- result{zero, err}
+			return
+		}
+		defer target.Close()
+		if err := netns.Set(target); err != nil {
+			ch <- result{zero, err}
+			return
+		}
+		v, err := f()
+		ch <- result{v, err}
+	}()
+	r := <-ch
+	return r.v, r.err
 }
 
 // httpIn returns a client whose connections start in namespace ns.

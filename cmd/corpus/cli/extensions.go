@@ -44,10 +44,11 @@ have opened its circuit for 30 s) refuses the write with
 --failure-policy fail, and is audited and passed over with ignore.`,
 	}
 	var (
-		url, caFile, on, kind, after, before, policy, secretFile string
-		priority                                                 int32
-		timeout                                                  time.Duration
-		replace                                                  bool
+		url, caFile, kind, policy, secretFile string
+		on, after, before                     []string
+		priority                              int32
+		timeout                               time.Duration
+		replace                               bool
 	)
 	add := &cobra.Command{
 		Use:   "add NAME --url https://... --on EVENTS --kind mutate|validate|lint",
@@ -60,7 +61,7 @@ have opened its circuit for 30 s) refuses the write with
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			e := &corpusv1.Extension{Name: args[0], Url: url, Kind: kind, Priority: priority,
-				After: splitList(after), Before: splitList(before), On: splitList(on), FailurePolicy: policy,
+				After: after, Before: before, On: on, FailurePolicy: policy,
 				TimeoutMs: timeout.Milliseconds()}
 			if caFile != "" {
 				b, err := os.ReadFile(caFile)
@@ -71,7 +72,7 @@ have opened its circuit for 30 s) refuses the write with
 			}
 			var secret string
 			if secretFile != "" {
-				b, err := readSecret(secretFile)
+				b, err := readSecret(cmd.InOrStdin(), secretFile)
 				if err != nil {
 					return fmt.Errorf("--secret-file: %w", err)
 				}
@@ -90,11 +91,11 @@ have opened its circuit for 30 s) refuses the write with
 	f := add.Flags()
 	f.StringVar(&url, "url", "", "where it is called (https://)")
 	f.StringVar(&caFile, "ca", "", "PEM file of the CA that signed its certificate (default: the system's roots)")
-	f.StringVar(&on, "on", "", "writes it is called for, comma-separated: "+strings.Join(extensions.Events, ","))
+	f.StringSliceVar(&on, "on", nil, "writes it is called for (comma-separated or repeated): "+strings.Join(extensions.Events, ","))
 	f.StringVar(&kind, "kind", "", "mutate, validate or lint")
 	f.Int32Var(&priority, "priority", 0, "among extensions after/before leave free, the higher runs first")
-	f.StringVar(&after, "after", "", "extensions it runs after, comma-separated")
-	f.StringVar(&before, "before", "", "extensions it runs before, comma-separated")
+	f.StringSliceVar(&after, "after", nil, "extensions it runs after (comma-separated or repeated)")
+	f.StringSliceVar(&before, "before", nil, "extensions it runs before (comma-separated or repeated)")
 	f.DurationVar(&timeout, "timeout", extensions.DefaultTimeout, "how long a call may take (at most 30s)")
 	f.StringVar(&policy, "failure-policy", extensions.Fail, "when a call fails: fail (refuse the write) or ignore (audit it and go on)")
 	f.StringVar(&secretFile, "secret-file", "", "file holding the shared secret that signs each call (16 bytes or more; - reads stdin); it is stored sealed")
@@ -112,13 +113,9 @@ have opened its circuit for 30 s) refuses the write with
 				fmt.Fprintln(w, "NAME\tKIND\tORDER\tON\tPRIORITY\tAFTER\tBEFORE\tTIMEOUT\tON FAILURE\tSTATE\tURL")
 				for _, v := range msg.Extensions {
 					e := v.Extension
-					state := "enabled"
-					if e.Disabled {
-						state = "disabled"
-					}
 					fmt.Fprintf(w, "%s\t%s\t%d\t%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\n", e.Name, e.Kind, v.Order, strings.Join(e.On, ","), e.Priority,
 						dash(strings.Join(e.After, ",")), dash(strings.Join(e.Before, ",")), time.Duration(e.TimeoutMs)*time.Millisecond,
-						e.FailurePolicy, state, e.Url)
+						e.FailurePolicy, enabledText(e), e.Url)
 				}
 				return w.Flush()
 			})
@@ -135,16 +132,12 @@ have opened its circuit for 30 s) refuses the write with
 				v := msg.Extension
 				e := v.Extension
 				w := tabwriter.NewWriter(g.stdout, 0, 4, 2, ' ', 0)
-				state := "enabled"
-				if e.Disabled {
-					state = "disabled"
-				}
 				for _, kv := range [][2]string{
 					{"name", e.Name}, {"kind", e.Kind}, {"on", strings.Join(e.On, ", ")}, {"url", e.Url},
 					{"order", fmt.Sprintf("%d among %s extensions", v.Order, e.Kind)}, {"priority", fmt.Sprint(e.Priority)},
 					{"after", dash(strings.Join(e.After, ", "))}, {"before", dash(strings.Join(e.Before, ", "))},
 					{"timeout", (time.Duration(e.TimeoutMs) * time.Millisecond).String()}, {"on failure", e.FailurePolicy},
-					{"calls", callWay(v)}, {"ca", caSummary(e.CaPem)}, {"state", state},
+					{"calls", callWay(v)}, {"ca", caSummary(e.CaPem)}, {"state", enabledText(e)},
 				} {
 					fmt.Fprintf(w, "%s:\t%s\n", kv[0], kv[1])
 				}
@@ -199,26 +192,20 @@ func caSummary(pemText string) string {
 }
 
 // readSecret reads a secret from a file ("-": stdin), trimmed.
-func readSecret(path string) (string, error) {
-	var b []byte
-	var err error
-	if path == "-" {
-		b, err = io.ReadAll(io.LimitReader(os.Stdin, 4096))
-	} else {
-		b, err = os.ReadFile(path)
+func readSecret(stdin io.Reader, path string) (string, error) {
+	if path != "-" {
+		b, err := os.ReadFile(path)
+		return strings.TrimSpace(string(b)), err
 	}
+	b, err := readAllLimited(stdin, 4096)
 	return strings.TrimSpace(string(b)), err
 }
 
-// splitList splits a comma-separated flag, dropping empty items.
-func splitList(s string) []string {
-	var out []string
-	for _, p := range strings.Split(s, ",") {
-		if p = strings.TrimSpace(p); p != "" {
-			out = append(out, p)
-		}
+func enabledText(e *corpusv1.Extension) string {
+	if e.Disabled {
+		return "disabled"
 	}
-	return out
+	return "enabled"
 }
 
 // printAdmission prints who set what in an object, when extensions did,
