@@ -165,16 +165,44 @@ func accel() string {
 	return a
 }
 
-// kvm says whether QEMU can use /dev/kvm, and if not, why. libvirt runs
-// QEMU as an unprivileged user (libvirt-qemu, in group kvm on Debian), so
-// the agent opening the node as root proves nothing: the node must be open
-// to its group kvm or to all, as udev's rule makes it (root:kvm 0660).
+// kvm says whether QEMU can use /dev/kvm and whether it is worth it, and
+// if not, why. libvirt runs QEMU as an unprivileged user (libvirt-qemu,
+// in group kvm on Debian), so the agent opening the node as root proves
+// nothing: the node must be open to its group kvm or to all, as udev's
+// rule makes it (root:kvm 0660). And a node that opens may still run
+// guests slower than QEMU emulates them (kvmSpeed), so KVM is timed once
+// per process.
 func kvm() (accel, why string) {
 	gid := ""
 	if g, err := user.LookupGroup("kvm"); err == nil {
 		gid = g.Gid
 	}
-	return kvmAt("/dev/kvm", gid)
+	if accel, why := kvmAt("/dev/kvm", gid); accel != "kvm" {
+		return accel, why
+	}
+	return kvmFastEnough()
+}
+
+// kvmFastEnough is kvmVerdict for this host's /dev/kvm, probed once.
+var kvmFastEnough = sync.OnceValues(func() (string, string) {
+	took, err := kvmSpeed("/dev/kvm", probeDeadline)
+	accel, why := kvmVerdict(took, err)
+	slog.Info("kvm probed", "component", "libvirt", "accel", accel, "took", took, "reason", why)
+	return accel, why
+})
+
+// kvmVerdict turns a kvmSpeed result into an accel and its reason.
+func kvmVerdict(took time.Duration, err error) (accel, why string) {
+	switch {
+	case errors.Is(err, errNotProbed):
+		return "kvm", ""
+	case errors.Is(err, errTooSlow):
+		return "tcg", fmt.Sprintf("/dev/kvm runs guest code slower than QEMU emulates it (a test loop had not finished after %s; "+
+			"a CPU running it natively needs a few milliseconds): this host is probably a VM whose hypervisor emulates nested guests", probeDeadline)
+	case err != nil:
+		return "tcg", fmt.Sprintf("/dev/kvm cannot run a test guest: %v", err)
+	}
+	return "kvm", ""
 }
 
 // kvmAt is kvm for the node at path and the kvm group's id (empty when

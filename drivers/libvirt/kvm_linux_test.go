@@ -1,11 +1,13 @@
 package libvirt
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 )
 
 // TestKVMUsableByQEMUsUser: /dev/kvm counts only when QEMU's unprivileged
@@ -62,5 +64,42 @@ func TestNestedHostCPU(t *testing.T) {
 	}
 	if !strings.Contains(x, `<cpu mode="host-passthrough">`) || !strings.Contains(x, `<feature policy="disable" name="arch-capabilities"></feature>`) {
 		t.Errorf("kvm domain on a nested host:\n%s", x)
+	}
+}
+
+// TestKVMSpeedProbe runs the probe's guest for real: given time, it runs
+// its loop to the end (the probe checks the registers it leaves); cut
+// short, it reports too slow. It says what this host's KVM is worth.
+func TestKVMSpeedProbe(t *testing.T) {
+	if _, err := kvmSpeed("/dev/kvm", time.Minute); errors.Is(err, errNotProbed) {
+		t.Skip(err)
+	} else if errors.Is(err, os.ErrNotExist) || errors.Is(err, os.ErrPermission) {
+		t.Skipf("no usable /dev/kvm here: %v", err)
+	} else if err != nil {
+		t.Fatalf("probe given a minute: %v", err)
+	}
+	if _, err := kvmSpeed("/dev/kvm", time.Nanosecond); !errors.Is(err, errTooSlow) {
+		t.Errorf("probe given a nanosecond: %v, want too slow", err)
+	}
+	took, err := kvmSpeed("/dev/kvm", probeDeadline)
+	accel, why := kvmVerdict(took, err)
+	t.Logf("this host: %d loops took %s (err %v): %s %s", probeLoops, took, err, accel, why)
+}
+
+func TestKVMVerdict(t *testing.T) {
+	for _, c := range []struct {
+		err   error
+		accel string
+		why   string
+	}{
+		{nil, "kvm", ""},
+		{errNotProbed, "kvm", ""},
+		{errTooSlow, "tcg", "slower than QEMU emulates it"},
+		{errors.New("creating a virtual machine: bad"), "tcg", "cannot run a test guest: creating a virtual machine"},
+	} {
+		accel, why := kvmVerdict(time.Millisecond, c.err)
+		if accel != c.accel || !strings.Contains(why, c.why) || (c.why == "") != (why == "") {
+			t.Errorf("%v: %s (%q), want %s (%q)", c.err, accel, why, c.accel, c.why)
+		}
 	}
 }
