@@ -140,6 +140,10 @@ var authCalls = map[string]func(ctx context.Context, c clients) error{
 		_, err := c.cluster.Seen(ctx, connect.NewRequest(&corpusv1.SeenRequest{}))
 		return err
 	},
+	corpusv1connect.ClusterServiceReadIndexProcedure: func(ctx context.Context, c clients) error {
+		_, err := c.cluster.ReadIndex(ctx, connect.NewRequest(&corpusv1.ReadIndexRequest{}))
+		return err
+	},
 	corpusv1connect.ClusterServiceRaftPeersProcedure: func(ctx context.Context, c clients) error {
 		_, err := c.cluster.RaftPeers(ctx, connect.NewRequest(&corpusv1.RaftPeersRequest{}))
 		return err

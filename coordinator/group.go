@@ -204,17 +204,52 @@ func (s *Server) propose(ctx context.Context, cmd *corpusv1.Command) (uint64, er
 	return res.Index, nil
 }
 
+// ReadIndex makes this replica's state at least as new as every write
+// acknowledged before the call. The leader commits a Raft barrier (which
+// only a leader a majority still follows can), after which its state
+// machine has applied every earlier entry; a follower asks the leader for
+// that index and applies up to it.
+func (s *Server) ReadIndex(ctx context.Context) (uint64, error) {
+	if s.replica.isLeader() {
+		timeout := 5 * time.Second
+		if d, ok := ctx.Deadline(); ok {
+			timeout = min(timeout, time.Until(d))
+		}
+		if err := s.replica.barrier(timeout); err != nil {
+			return 0, fmt.Errorf("%w (confirming leadership for a linearizable read: %v)", api.ErrNotLeader, err)
+		}
+		return s.store.Applied(), nil
+	}
+	var idx uint64
+	err := s.onLeader(ctx, func(c corpusv1connect.ClusterServiceClient) error {
+		r, err := c.ReadIndex(ctx, connect.NewRequest(&corpusv1.ReadIndexRequest{}))
+		if err != nil {
+			return err
+		}
+		idx = r.Msg.Index
+		return nil
+	})
+	if err != nil {
+		return 0, err
+	}
+	if !s.waitApplied(ctx, idx) {
+		return 0, fmt.Errorf("%w (this replica has not applied index %d, which a linearizable read needs, within 5s; it applied %d)", api.ErrNotLeader, idx, s.store.Applied())
+	}
+	return idx, nil
+}
+
 // waitApplied waits (a few seconds at most) until this replica's state
 // machine applied idx, so a write forwarded to the leader reads back
 // here. It asks the store for the last entry applied, whatever its
 // outcome: a command that failed with a business error leaves the
 // state's own index as it was; and Raft's applied index may run ahead
-// of the state machine.
-func (s *Server) waitApplied(ctx context.Context, idx uint64) {
+// of the state machine. It says whether the replica got there.
+func (s *Server) waitApplied(ctx context.Context, idx uint64) bool {
 	deadline := time.Now().Add(5 * time.Second)
 	for s.store.Applied() < idx && time.Now().Before(deadline) && ctx.Err() == nil {
 		time.Sleep(2 * time.Millisecond)
 	}
+	return s.store.Applied() >= idx
 }
 
 // seenForwarder passes heartbeats received on a follower to the leader,

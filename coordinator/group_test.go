@@ -14,6 +14,7 @@ import (
 	"connectrpc.com/connect"
 
 	"corpus/coordinator"
+	"corpus/coordinator/api"
 	"corpus/coordinator/state"
 	"corpus/internal/pki"
 	corpusv1 "corpus/proto/corpus/v1"
@@ -160,6 +161,18 @@ func eventuallyT(t *testing.T, what string, f func() error) {
 }
 
 // leader returns the id of the replica that leads now.
+// follower is a replica that does not lead.
+func (rs *replicaSet) follower() string {
+	lead := rs.leader()
+	for id := range rs.reps {
+		if id != lead {
+			return id
+		}
+	}
+	rs.t.Fatal("no follower")
+	return ""
+}
+
 func (rs *replicaSet) leader() string {
 	rs.t.Helper()
 	var id string
@@ -185,14 +198,7 @@ func TestGroup(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	rs := startGroup(t, 3)
-	lead := rs.leader()
-	var follower string
-	for id := range rs.reps {
-		if id != lead {
-			follower = id
-			break
-		}
-	}
+	lead, follower := rs.leader(), rs.follower()
 	// A write through a follower, read back there at once.
 	f := rs.ops(follower)
 	res, err := f.guests.CreateGuest(ctx, connect.NewRequest(&corpusv1.CreateGuestRequest{Name: "web", Spec: &corpusv1.GuestSpec{Image: "busybox"}}))
@@ -293,5 +299,40 @@ func TestGroup(t *testing.T) {
 	}
 	if _, err := rs.ops("c4").cluster.RemoveRaftPeer(ctx, connect.NewRequest(&corpusv1.RemoveRaftPeerRequest{Id: "nope"})); codeOf(err) != connect.CodeNotFound {
 		t.Errorf("removing an unknown replica = %v, want NotFound", err)
+	}
+}
+
+// TestLinearizableReads: with Corpus-Consistency: linearizable, a read on
+// a follower sees every write the leader acknowledged before it, however
+// far behind the follower applies; a consistency the API does not serve
+// is refused.
+func TestLinearizableReads(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	rs := startGroup(t, 3)
+	lead, follower := rs.leader(), rs.follower()
+	consistent := func(name string) (*connect.Response[corpusv1.GetGuestResponse], error) {
+		req := connect.NewRequest(&corpusv1.GetGuestRequest{Name: name})
+		req.Header().Set(api.ConsistencyHeader, "linearizable")
+		return rs.ops(follower).guests.GetGuest(ctx, req)
+	}
+	for i := 0; i < 40; i++ {
+		name := fmt.Sprintf("g%d", i)
+		if _, err := rs.ops(lead).guests.CreateGuest(ctx, connect.NewRequest(&corpusv1.CreateGuestRequest{Name: name, Spec: &corpusv1.GuestSpec{Image: "busybox"}})); err != nil {
+			t.Fatalf("CreateGuest %s on the leader: %v", name, err)
+		}
+		if _, err := consistent(name); err != nil {
+			t.Fatalf("a linearizable read of %s on follower %s right after the leader acknowledged it: %v", name, follower, err)
+		}
+	}
+	req := connect.NewRequest(&corpusv1.GetGuestRequest{Name: "g0"})
+	req.Header().Set(api.ConsistencyHeader, "eventual-ish")
+	if _, err := rs.ops(follower).guests.GetGuest(ctx, req); codeOf(err) != connect.CodeInvalidArgument || !strings.Contains(err.Error(), "linearizable") {
+		t.Errorf("an unknown consistency = %v, want InvalidArgument naming what is served", err)
+	}
+	req = connect.NewRequest(&corpusv1.GetGuestRequest{Name: "g0"})
+	req.Header().Set(api.ConsistencyHeader, "linearizable")
+	if _, err := rs.ops(lead).guests.GetGuest(ctx, req); err != nil {
+		t.Errorf("a linearizable read on the leader: %v", err)
 	}
 }

@@ -95,6 +95,7 @@ var Policies = map[string]auth.Policy{
 	corpusv1connect.ClusterServicePeerProcedure:           {auth.Replica, auth.Coordinator, auth.Operator},
 	corpusv1connect.ClusterServiceApplyProcedure:          {auth.Coordinator},
 	corpusv1connect.ClusterServiceSeenProcedure:           {auth.Coordinator},
+	corpusv1connect.ClusterServiceReadIndexProcedure:      {auth.Coordinator},
 	corpusv1connect.ClusterServiceRaftPeersProcedure:      {auth.Operator},
 	corpusv1connect.ClusterServiceAddRaftPeerProcedure:    {auth.Operator, auth.Coordinator},
 	corpusv1connect.ClusterServiceRemoveRaftPeerProcedure: {auth.Operator, auth.Coordinator},
@@ -281,7 +282,7 @@ func Mount(mux *http.ServeMux, b *Backend) {
 		m, _ := req.(proto.Message)
 		b.audit.refused(ctx, p, procedure, m, err)
 	}}
-	interceptors := []connect.Interceptor{authn.Interceptor(), b.audit.interceptor()}
+	interceptors := []connect.Interceptor{authn.Interceptor(), b.audit.interceptor(), consistentReads{b.Group}}
 	if b.Metrics != nil {
 		interceptors = append([]connect.Interceptor{b.Metrics.Interceptor()}, interceptors...)
 	}

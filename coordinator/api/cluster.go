@@ -26,6 +26,10 @@ type Group interface {
 	RemovePeer(ctx context.Context, id string) error
 	// Seen records heartbeats a follower passed on.
 	Seen(nodeIDs []string)
+	// ReadIndex makes this replica's state at least as new as every
+	// write acknowledged before the call, for a linearizable read, and
+	// returns the index it waited for.
+	ReadIndex(ctx context.Context) (uint64, error)
 }
 
 // Business errors travel between replicas by name.
@@ -95,6 +99,19 @@ func (s *clusterService) Apply(ctx context.Context, req *connect.Request[corpusv
 		res.Error, res.ErrorKind = err.Error(), kind
 	}
 	return connect.NewResponse(res), nil
+}
+
+// ReadIndex answers a follower's question before a linearizable read;
+// only the leader takes it.
+func (s *clusterService) ReadIndex(ctx context.Context, _ *connect.Request[corpusv1.ReadIndexRequest]) (*connect.Response[corpusv1.ReadIndexResponse], error) {
+	if _, self := s.b.Group.Leader(); !self {
+		return nil, toConnect(ErrNotLeader)
+	}
+	idx, err := s.b.Group.ReadIndex(ctx)
+	if err != nil {
+		return nil, toConnect(err)
+	}
+	return connect.NewResponse(&corpusv1.ReadIndexResponse{Index: idx}), nil
 }
 
 func (s *clusterService) Seen(ctx context.Context, req *connect.Request[corpusv1.SeenRequest]) (*connect.Response[corpusv1.SeenResponse], error) {

@@ -141,6 +141,33 @@ const CoordinatorCredentialPrefix = "coord."
 // Bearer returns a client interceptor that sends token as the credential.
 func Bearer(token string) connect.Interceptor { return bearer(token) }
 
+// ConsistencyHeader asks a coordinator for a linearizable read (value
+// "linearizable"): see the API's consistentReads.
+const ConsistencyHeader = "Corpus-Consistency"
+
+// Linearizable asks for linearizable reads: it sets ConsistencyHeader on
+// every unary call without side effects (writes are linearizable anyway).
+func Linearizable() connect.Interceptor { return linearizable{} }
+
+type linearizable struct{}
+
+func (linearizable) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
+	return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
+		if req.Spec().IsClient && req.Spec().IdempotencyLevel == connect.IdempotencyNoSideEffects {
+			req.Header().Set(ConsistencyHeader, "linearizable")
+		}
+		return next(ctx, req)
+	}
+}
+
+func (linearizable) WrapStreamingClient(next connect.StreamingClientFunc) connect.StreamingClientFunc {
+	return next
+}
+
+func (linearizable) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
+	return next
+}
+
 type bearer string
 
 func (b bearer) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {

@@ -42,6 +42,8 @@ type globals struct {
 	caFile     string
 	configPath string
 	json       bool
+	// consistent asks for linearizable reads (--consistent).
+	consistent bool
 	stdout     io.Writer
 	stderr     io.Writer
 }
@@ -100,6 +102,7 @@ func newRoot(g *globals) *cobra.Command {
 	pf.StringVar(&g.caFile, "ca-cert", os.Getenv("CORPUS_CA_CERT"), "cluster CA certificate file to trust, overriding the environment's (env CORPUS_CA_CERT; on a coordinator: DATA_DIR/tls/ca.crt)")
 	pf.StringVar(&g.configPath, "config-file", defaultConfigPath(), "CLI config file")
 	pf.BoolVar(&g.json, "json", false, "print machine-readable JSON")
+	pf.BoolVar(&g.consistent, "consistent", false, "linearizable reads: the replica asked first confirms with the leader that it has every acknowledged write (a round trip more)")
 	root.AddCommand(
 		newCoordinatorCmd(g),
 		newAgentCmd(g),
@@ -215,12 +218,13 @@ func (g *globals) clients() (*clients, error) {
 	if err != nil {
 		return nil, err
 	}
-	return newClients(e)
+	return newClients(e, g.consistent)
 }
 
 // newClients returns clients of the API an environment names, trusting
-// its CA and presenting its token ("" for none).
-func newClients(e Environment) (*clients, error) {
+// its CA and presenting its token ("" for none); consistent asks for
+// linearizable reads.
+func newClients(e Environment, consistent bool) (*clients, error) {
 	tc, err := trust(e)
 	if err != nil {
 		return nil, err
@@ -228,7 +232,11 @@ func newClients(e Environment) (*clients, error) {
 	base := rpc.BaseURL(e.Address)
 	hc := rpc.HTTPClient(tc)
 	// An election takes about a second: calls wait it out.
-	opt := connect.WithInterceptors(rpc.Bearer(e.Token), rpc.RetryWithoutLeader(10*time.Second))
+	interceptors := []connect.Interceptor{rpc.Bearer(e.Token), rpc.RetryWithoutLeader(10 * time.Second)}
+	if consistent {
+		interceptors = append(interceptors, rpc.Linearizable())
+	}
+	opt := connect.WithInterceptors(interceptors...)
 	return &clients{
 		cluster:  corpusv1connect.NewClusterServiceClient(hc, base, opt),
 		nodes:    corpusv1connect.NewNodeServiceClient(hc, base, opt),

@@ -132,7 +132,7 @@ func newLoginCmd(g *globals) *cobra.Command {
 				if err != nil {
 					return err
 				}
-				anon, err := newClients(Environment{Address: addr, CACert: e.CACert})
+				anon, err := newClients(Environment{Address: addr, CACert: e.CACert}, false)
 				if err != nil {
 					return err
 				}
@@ -143,7 +143,7 @@ func newLoginCmd(g *globals) *cobra.Command {
 				}
 				token = res.Msg.Token
 			}
-			c, err := newClients(Environment{Address: addr, Token: token, CACert: e.CACert})
+			c, err := newClients(Environment{Address: addr, Token: token, CACert: e.CACert}, false)
 			if err != nil {
 				return err
 			}

@@ -569,6 +569,86 @@ func (x *ApplyResponse) GetErrorKind() string {
 	return ""
 }
 
+type ReadIndexRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReadIndexRequest) Reset() {
+	*x = ReadIndexRequest{}
+	mi := &file_corpus_v1_cluster_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReadIndexRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReadIndexRequest) ProtoMessage() {}
+
+func (x *ReadIndexRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_cluster_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReadIndexRequest.ProtoReflect.Descriptor instead.
+func (*ReadIndexRequest) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_cluster_proto_rawDescGZIP(), []int{10}
+}
+
+type ReadIndexResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Index         uint64                 `protobuf:"varint,1,opt,name=index,proto3" json:"index,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReadIndexResponse) Reset() {
+	*x = ReadIndexResponse{}
+	mi := &file_corpus_v1_cluster_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReadIndexResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReadIndexResponse) ProtoMessage() {}
+
+func (x *ReadIndexResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_cluster_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReadIndexResponse.ProtoReflect.Descriptor instead.
+func (*ReadIndexResponse) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_cluster_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *ReadIndexResponse) GetIndex() uint64 {
+	if x != nil {
+		return x.Index
+	}
+	return 0
+}
+
 type SeenRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	NodeIds       []string               `protobuf:"bytes,1,rep,name=node_ids,json=nodeIds,proto3" json:"node_ids,omitempty"`
@@ -578,7 +658,7 @@ type SeenRequest struct {
 
 func (x *SeenRequest) Reset() {
 	*x = SeenRequest{}
-	mi := &file_corpus_v1_cluster_proto_msgTypes[10]
+	mi := &file_corpus_v1_cluster_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -590,7 +670,7 @@ func (x *SeenRequest) String() string {
 func (*SeenRequest) ProtoMessage() {}
 
 func (x *SeenRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_cluster_proto_msgTypes[10]
+	mi := &file_corpus_v1_cluster_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -603,7 +683,7 @@ func (x *SeenRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SeenRequest.ProtoReflect.Descriptor instead.
 func (*SeenRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_cluster_proto_rawDescGZIP(), []int{10}
+	return file_corpus_v1_cluster_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *SeenRequest) GetNodeIds() []string {
@@ -621,7 +701,7 @@ type SeenResponse struct {
 
 func (x *SeenResponse) Reset() {
 	*x = SeenResponse{}
-	mi := &file_corpus_v1_cluster_proto_msgTypes[11]
+	mi := &file_corpus_v1_cluster_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -633,7 +713,7 @@ func (x *SeenResponse) String() string {
 func (*SeenResponse) ProtoMessage() {}
 
 func (x *SeenResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_cluster_proto_msgTypes[11]
+	mi := &file_corpus_v1_cluster_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -646,7 +726,7 @@ func (x *SeenResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SeenResponse.ProtoReflect.Descriptor instead.
 func (*SeenResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_cluster_proto_rawDescGZIP(), []int{11}
+	return file_corpus_v1_cluster_proto_rawDescGZIP(), []int{13}
 }
 
 type RaftPeersRequest struct {
@@ -657,7 +737,7 @@ type RaftPeersRequest struct {
 
 func (x *RaftPeersRequest) Reset() {
 	*x = RaftPeersRequest{}
-	mi := &file_corpus_v1_cluster_proto_msgTypes[12]
+	mi := &file_corpus_v1_cluster_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -669,7 +749,7 @@ func (x *RaftPeersRequest) String() string {
 func (*RaftPeersRequest) ProtoMessage() {}
 
 func (x *RaftPeersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_cluster_proto_msgTypes[12]
+	mi := &file_corpus_v1_cluster_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -682,7 +762,7 @@ func (x *RaftPeersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftPeersRequest.ProtoReflect.Descriptor instead.
 func (*RaftPeersRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_cluster_proto_rawDescGZIP(), []int{12}
+	return file_corpus_v1_cluster_proto_rawDescGZIP(), []int{14}
 }
 
 type RaftPeer struct {
@@ -701,7 +781,7 @@ type RaftPeer struct {
 
 func (x *RaftPeer) Reset() {
 	*x = RaftPeer{}
-	mi := &file_corpus_v1_cluster_proto_msgTypes[13]
+	mi := &file_corpus_v1_cluster_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -713,7 +793,7 @@ func (x *RaftPeer) String() string {
 func (*RaftPeer) ProtoMessage() {}
 
 func (x *RaftPeer) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_cluster_proto_msgTypes[13]
+	mi := &file_corpus_v1_cluster_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -726,7 +806,7 @@ func (x *RaftPeer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftPeer.ProtoReflect.Descriptor instead.
 func (*RaftPeer) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_cluster_proto_rawDescGZIP(), []int{13}
+	return file_corpus_v1_cluster_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *RaftPeer) GetId() string {
@@ -781,7 +861,7 @@ type RaftPeersResponse struct {
 
 func (x *RaftPeersResponse) Reset() {
 	*x = RaftPeersResponse{}
-	mi := &file_corpus_v1_cluster_proto_msgTypes[14]
+	mi := &file_corpus_v1_cluster_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -793,7 +873,7 @@ func (x *RaftPeersResponse) String() string {
 func (*RaftPeersResponse) ProtoMessage() {}
 
 func (x *RaftPeersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_cluster_proto_msgTypes[14]
+	mi := &file_corpus_v1_cluster_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -806,7 +886,7 @@ func (x *RaftPeersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftPeersResponse.ProtoReflect.Descriptor instead.
 func (*RaftPeersResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_cluster_proto_rawDescGZIP(), []int{14}
+	return file_corpus_v1_cluster_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *RaftPeersResponse) GetPeers() []*RaftPeer {
@@ -834,7 +914,7 @@ type AddRaftPeerRequest struct {
 
 func (x *AddRaftPeerRequest) Reset() {
 	*x = AddRaftPeerRequest{}
-	mi := &file_corpus_v1_cluster_proto_msgTypes[15]
+	mi := &file_corpus_v1_cluster_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -846,7 +926,7 @@ func (x *AddRaftPeerRequest) String() string {
 func (*AddRaftPeerRequest) ProtoMessage() {}
 
 func (x *AddRaftPeerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_cluster_proto_msgTypes[15]
+	mi := &file_corpus_v1_cluster_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -859,7 +939,7 @@ func (x *AddRaftPeerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddRaftPeerRequest.ProtoReflect.Descriptor instead.
 func (*AddRaftPeerRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_cluster_proto_rawDescGZIP(), []int{15}
+	return file_corpus_v1_cluster_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *AddRaftPeerRequest) GetId() string {
@@ -891,7 +971,7 @@ type AddRaftPeerResponse struct {
 
 func (x *AddRaftPeerResponse) Reset() {
 	*x = AddRaftPeerResponse{}
-	mi := &file_corpus_v1_cluster_proto_msgTypes[16]
+	mi := &file_corpus_v1_cluster_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -903,7 +983,7 @@ func (x *AddRaftPeerResponse) String() string {
 func (*AddRaftPeerResponse) ProtoMessage() {}
 
 func (x *AddRaftPeerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_cluster_proto_msgTypes[16]
+	mi := &file_corpus_v1_cluster_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -916,7 +996,7 @@ func (x *AddRaftPeerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddRaftPeerResponse.ProtoReflect.Descriptor instead.
 func (*AddRaftPeerResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_cluster_proto_rawDescGZIP(), []int{16}
+	return file_corpus_v1_cluster_proto_rawDescGZIP(), []int{18}
 }
 
 type RemoveRaftPeerRequest struct {
@@ -928,7 +1008,7 @@ type RemoveRaftPeerRequest struct {
 
 func (x *RemoveRaftPeerRequest) Reset() {
 	*x = RemoveRaftPeerRequest{}
-	mi := &file_corpus_v1_cluster_proto_msgTypes[17]
+	mi := &file_corpus_v1_cluster_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -940,7 +1020,7 @@ func (x *RemoveRaftPeerRequest) String() string {
 func (*RemoveRaftPeerRequest) ProtoMessage() {}
 
 func (x *RemoveRaftPeerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_cluster_proto_msgTypes[17]
+	mi := &file_corpus_v1_cluster_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -953,7 +1033,7 @@ func (x *RemoveRaftPeerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveRaftPeerRequest.ProtoReflect.Descriptor instead.
 func (*RemoveRaftPeerRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_cluster_proto_rawDescGZIP(), []int{17}
+	return file_corpus_v1_cluster_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *RemoveRaftPeerRequest) GetId() string {
@@ -971,7 +1051,7 @@ type RemoveRaftPeerResponse struct {
 
 func (x *RemoveRaftPeerResponse) Reset() {
 	*x = RemoveRaftPeerResponse{}
-	mi := &file_corpus_v1_cluster_proto_msgTypes[18]
+	mi := &file_corpus_v1_cluster_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -983,7 +1063,7 @@ func (x *RemoveRaftPeerResponse) String() string {
 func (*RemoveRaftPeerResponse) ProtoMessage() {}
 
 func (x *RemoveRaftPeerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_cluster_proto_msgTypes[18]
+	mi := &file_corpus_v1_cluster_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -996,7 +1076,7 @@ func (x *RemoveRaftPeerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveRaftPeerResponse.ProtoReflect.Descriptor instead.
 func (*RemoveRaftPeerResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_cluster_proto_rawDescGZIP(), []int{18}
+	return file_corpus_v1_cluster_proto_rawDescGZIP(), []int{20}
 }
 
 type StatusRequest struct {
@@ -1007,7 +1087,7 @@ type StatusRequest struct {
 
 func (x *StatusRequest) Reset() {
 	*x = StatusRequest{}
-	mi := &file_corpus_v1_cluster_proto_msgTypes[19]
+	mi := &file_corpus_v1_cluster_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1019,7 +1099,7 @@ func (x *StatusRequest) String() string {
 func (*StatusRequest) ProtoMessage() {}
 
 func (x *StatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_cluster_proto_msgTypes[19]
+	mi := &file_corpus_v1_cluster_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1032,7 +1112,7 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_cluster_proto_rawDescGZIP(), []int{19}
+	return file_corpus_v1_cluster_proto_rawDescGZIP(), []int{21}
 }
 
 type StatusResponse struct {
@@ -1055,7 +1135,7 @@ type StatusResponse struct {
 
 func (x *StatusResponse) Reset() {
 	*x = StatusResponse{}
-	mi := &file_corpus_v1_cluster_proto_msgTypes[20]
+	mi := &file_corpus_v1_cluster_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1067,7 +1147,7 @@ func (x *StatusResponse) String() string {
 func (*StatusResponse) ProtoMessage() {}
 
 func (x *StatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_cluster_proto_msgTypes[20]
+	mi := &file_corpus_v1_cluster_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1080,7 +1160,7 @@ func (x *StatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusResponse.ProtoReflect.Descriptor instead.
 func (*StatusResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_cluster_proto_rawDescGZIP(), []int{20}
+	return file_corpus_v1_cluster_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *StatusResponse) GetClusterId() string {
@@ -1154,7 +1234,7 @@ type RotateKeyringRequest struct {
 
 func (x *RotateKeyringRequest) Reset() {
 	*x = RotateKeyringRequest{}
-	mi := &file_corpus_v1_cluster_proto_msgTypes[21]
+	mi := &file_corpus_v1_cluster_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1166,7 +1246,7 @@ func (x *RotateKeyringRequest) String() string {
 func (*RotateKeyringRequest) ProtoMessage() {}
 
 func (x *RotateKeyringRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_cluster_proto_msgTypes[21]
+	mi := &file_corpus_v1_cluster_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1179,7 +1259,7 @@ func (x *RotateKeyringRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RotateKeyringRequest.ProtoReflect.Descriptor instead.
 func (*RotateKeyringRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_cluster_proto_rawDescGZIP(), []int{21}
+	return file_corpus_v1_cluster_proto_rawDescGZIP(), []int{23}
 }
 
 type RotateKeyringResponse struct {
@@ -1196,7 +1276,7 @@ type RotateKeyringResponse struct {
 
 func (x *RotateKeyringResponse) Reset() {
 	*x = RotateKeyringResponse{}
-	mi := &file_corpus_v1_cluster_proto_msgTypes[22]
+	mi := &file_corpus_v1_cluster_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1208,7 +1288,7 @@ func (x *RotateKeyringResponse) String() string {
 func (*RotateKeyringResponse) ProtoMessage() {}
 
 func (x *RotateKeyringResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_cluster_proto_msgTypes[22]
+	mi := &file_corpus_v1_cluster_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1221,7 +1301,7 @@ func (x *RotateKeyringResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RotateKeyringResponse.ProtoReflect.Descriptor instead.
 func (*RotateKeyringResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_cluster_proto_rawDescGZIP(), []int{22}
+	return file_corpus_v1_cluster_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *RotateKeyringResponse) GetPrimary() string {
@@ -1286,7 +1366,10 @@ const file_corpus_v1_cluster_proto_rawDesc = "" +
 	"\x05index\x18\x01 \x01(\x04R\x05index\x12\x14\n" +
 	"\x05error\x18\x02 \x01(\tR\x05error\x12\x1d\n" +
 	"\n" +
-	"error_kind\x18\x03 \x01(\tR\terrorKind\"(\n" +
+	"error_kind\x18\x03 \x01(\tR\terrorKind\"\x12\n" +
+	"\x10ReadIndexRequest\")\n" +
+	"\x11ReadIndexResponse\x12\x14\n" +
+	"\x05index\x18\x01 \x01(\x04R\x05index\"(\n" +
 	"\vSeenRequest\x12\x19\n" +
 	"\bnode_ids\x18\x01 \x03(\tR\anodeIds\"\x0e\n" +
 	"\fSeenResponse\"\x12\n" +
@@ -1328,12 +1411,13 @@ const file_corpus_v1_cluster_proto_rawDesc = "" +
 	"\x15RotateKeyringResponse\x12\x18\n" +
 	"\aprimary\x18\x01 \x01(\tR\aprimary\x12\x1a\n" +
 	"\bprevious\x18\x02 \x01(\tR\bprevious\x12\x1a\n" +
-	"\bresealed\x18\x03 \x01(\x05R\bresealed2\xcf\x05\n" +
+	"\bresealed\x18\x03 \x01(\x05R\bresealed2\x97\x06\n" +
 	"\x0eClusterService\x12B\n" +
 	"\x06Status\x12\x18.corpus.v1.StatusRequest\x1a\x19.corpus.v1.StatusResponse\"\x03\x90\x02\x01\x12<\n" +
 	"\x04Peer\x12\x16.corpus.v1.PeerRequest\x1a\x17.corpus.v1.PeerResponse\"\x03\x90\x02\x01\x12:\n" +
 	"\x05Apply\x12\x17.corpus.v1.ApplyRequest\x1a\x18.corpus.v1.ApplyResponse\x127\n" +
-	"\x04Seen\x12\x16.corpus.v1.SeenRequest\x1a\x17.corpus.v1.SeenResponse\x12K\n" +
+	"\x04Seen\x12\x16.corpus.v1.SeenRequest\x1a\x17.corpus.v1.SeenResponse\x12F\n" +
+	"\tReadIndex\x12\x1b.corpus.v1.ReadIndexRequest\x1a\x1c.corpus.v1.ReadIndexResponse\x12K\n" +
 	"\tRaftPeers\x12\x1b.corpus.v1.RaftPeersRequest\x1a\x1c.corpus.v1.RaftPeersResponse\"\x03\x90\x02\x01\x12L\n" +
 	"\vAddRaftPeer\x12\x1d.corpus.v1.AddRaftPeerRequest\x1a\x1e.corpus.v1.AddRaftPeerResponse\x12U\n" +
 	"\x0eRemoveRaftPeer\x12 .corpus.v1.RemoveRaftPeerRequest\x1a!.corpus.v1.RemoveRaftPeerResponse\x12R\n" +
@@ -1353,7 +1437,7 @@ func file_corpus_v1_cluster_proto_rawDescGZIP() []byte {
 	return file_corpus_v1_cluster_proto_rawDescData
 }
 
-var file_corpus_v1_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 24)
+var file_corpus_v1_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 26)
 var file_corpus_v1_cluster_proto_goTypes = []any{
 	(*WaitRequest)(nil),            // 0: corpus.v1.WaitRequest
 	(*WaitResponse)(nil),           // 1: corpus.v1.WaitResponse
@@ -1365,48 +1449,52 @@ var file_corpus_v1_cluster_proto_goTypes = []any{
 	(*PeerResponse)(nil),           // 7: corpus.v1.PeerResponse
 	(*ApplyRequest)(nil),           // 8: corpus.v1.ApplyRequest
 	(*ApplyResponse)(nil),          // 9: corpus.v1.ApplyResponse
-	(*SeenRequest)(nil),            // 10: corpus.v1.SeenRequest
-	(*SeenResponse)(nil),           // 11: corpus.v1.SeenResponse
-	(*RaftPeersRequest)(nil),       // 12: corpus.v1.RaftPeersRequest
-	(*RaftPeer)(nil),               // 13: corpus.v1.RaftPeer
-	(*RaftPeersResponse)(nil),      // 14: corpus.v1.RaftPeersResponse
-	(*AddRaftPeerRequest)(nil),     // 15: corpus.v1.AddRaftPeerRequest
-	(*AddRaftPeerResponse)(nil),    // 16: corpus.v1.AddRaftPeerResponse
-	(*RemoveRaftPeerRequest)(nil),  // 17: corpus.v1.RemoveRaftPeerRequest
-	(*RemoveRaftPeerResponse)(nil), // 18: corpus.v1.RemoveRaftPeerResponse
-	(*StatusRequest)(nil),          // 19: corpus.v1.StatusRequest
-	(*StatusResponse)(nil),         // 20: corpus.v1.StatusResponse
-	(*RotateKeyringRequest)(nil),   // 21: corpus.v1.RotateKeyringRequest
-	(*RotateKeyringResponse)(nil),  // 22: corpus.v1.RotateKeyringResponse
-	nil,                            // 23: corpus.v1.Series.LabelsEntry
+	(*ReadIndexRequest)(nil),       // 10: corpus.v1.ReadIndexRequest
+	(*ReadIndexResponse)(nil),      // 11: corpus.v1.ReadIndexResponse
+	(*SeenRequest)(nil),            // 12: corpus.v1.SeenRequest
+	(*SeenResponse)(nil),           // 13: corpus.v1.SeenResponse
+	(*RaftPeersRequest)(nil),       // 14: corpus.v1.RaftPeersRequest
+	(*RaftPeer)(nil),               // 15: corpus.v1.RaftPeer
+	(*RaftPeersResponse)(nil),      // 16: corpus.v1.RaftPeersResponse
+	(*AddRaftPeerRequest)(nil),     // 17: corpus.v1.AddRaftPeerRequest
+	(*AddRaftPeerResponse)(nil),    // 18: corpus.v1.AddRaftPeerResponse
+	(*RemoveRaftPeerRequest)(nil),  // 19: corpus.v1.RemoveRaftPeerRequest
+	(*RemoveRaftPeerResponse)(nil), // 20: corpus.v1.RemoveRaftPeerResponse
+	(*StatusRequest)(nil),          // 21: corpus.v1.StatusRequest
+	(*StatusResponse)(nil),         // 22: corpus.v1.StatusResponse
+	(*RotateKeyringRequest)(nil),   // 23: corpus.v1.RotateKeyringRequest
+	(*RotateKeyringResponse)(nil),  // 24: corpus.v1.RotateKeyringResponse
+	nil,                            // 25: corpus.v1.Series.LabelsEntry
 }
 var file_corpus_v1_cluster_proto_depIdxs = []int32{
 	4,  // 0: corpus.v1.SeriesResponse.series:type_name -> corpus.v1.Series
-	23, // 1: corpus.v1.Series.labels:type_name -> corpus.v1.Series.LabelsEntry
+	25, // 1: corpus.v1.Series.labels:type_name -> corpus.v1.Series.LabelsEntry
 	5,  // 2: corpus.v1.Series.points:type_name -> corpus.v1.SeriesPoint
-	13, // 3: corpus.v1.RaftPeersResponse.peers:type_name -> corpus.v1.RaftPeer
-	19, // 4: corpus.v1.ClusterService.Status:input_type -> corpus.v1.StatusRequest
+	15, // 3: corpus.v1.RaftPeersResponse.peers:type_name -> corpus.v1.RaftPeer
+	21, // 4: corpus.v1.ClusterService.Status:input_type -> corpus.v1.StatusRequest
 	6,  // 5: corpus.v1.ClusterService.Peer:input_type -> corpus.v1.PeerRequest
 	8,  // 6: corpus.v1.ClusterService.Apply:input_type -> corpus.v1.ApplyRequest
-	10, // 7: corpus.v1.ClusterService.Seen:input_type -> corpus.v1.SeenRequest
-	12, // 8: corpus.v1.ClusterService.RaftPeers:input_type -> corpus.v1.RaftPeersRequest
-	15, // 9: corpus.v1.ClusterService.AddRaftPeer:input_type -> corpus.v1.AddRaftPeerRequest
-	17, // 10: corpus.v1.ClusterService.RemoveRaftPeer:input_type -> corpus.v1.RemoveRaftPeerRequest
-	21, // 11: corpus.v1.ClusterService.RotateKeyring:input_type -> corpus.v1.RotateKeyringRequest
-	0,  // 12: corpus.v1.ClusterService.Wait:input_type -> corpus.v1.WaitRequest
-	2,  // 13: corpus.v1.ClusterService.Series:input_type -> corpus.v1.SeriesRequest
-	20, // 14: corpus.v1.ClusterService.Status:output_type -> corpus.v1.StatusResponse
-	7,  // 15: corpus.v1.ClusterService.Peer:output_type -> corpus.v1.PeerResponse
-	9,  // 16: corpus.v1.ClusterService.Apply:output_type -> corpus.v1.ApplyResponse
-	11, // 17: corpus.v1.ClusterService.Seen:output_type -> corpus.v1.SeenResponse
-	14, // 18: corpus.v1.ClusterService.RaftPeers:output_type -> corpus.v1.RaftPeersResponse
-	16, // 19: corpus.v1.ClusterService.AddRaftPeer:output_type -> corpus.v1.AddRaftPeerResponse
-	18, // 20: corpus.v1.ClusterService.RemoveRaftPeer:output_type -> corpus.v1.RemoveRaftPeerResponse
-	22, // 21: corpus.v1.ClusterService.RotateKeyring:output_type -> corpus.v1.RotateKeyringResponse
-	1,  // 22: corpus.v1.ClusterService.Wait:output_type -> corpus.v1.WaitResponse
-	3,  // 23: corpus.v1.ClusterService.Series:output_type -> corpus.v1.SeriesResponse
-	14, // [14:24] is the sub-list for method output_type
-	4,  // [4:14] is the sub-list for method input_type
+	12, // 7: corpus.v1.ClusterService.Seen:input_type -> corpus.v1.SeenRequest
+	10, // 8: corpus.v1.ClusterService.ReadIndex:input_type -> corpus.v1.ReadIndexRequest
+	14, // 9: corpus.v1.ClusterService.RaftPeers:input_type -> corpus.v1.RaftPeersRequest
+	17, // 10: corpus.v1.ClusterService.AddRaftPeer:input_type -> corpus.v1.AddRaftPeerRequest
+	19, // 11: corpus.v1.ClusterService.RemoveRaftPeer:input_type -> corpus.v1.RemoveRaftPeerRequest
+	23, // 12: corpus.v1.ClusterService.RotateKeyring:input_type -> corpus.v1.RotateKeyringRequest
+	0,  // 13: corpus.v1.ClusterService.Wait:input_type -> corpus.v1.WaitRequest
+	2,  // 14: corpus.v1.ClusterService.Series:input_type -> corpus.v1.SeriesRequest
+	22, // 15: corpus.v1.ClusterService.Status:output_type -> corpus.v1.StatusResponse
+	7,  // 16: corpus.v1.ClusterService.Peer:output_type -> corpus.v1.PeerResponse
+	9,  // 17: corpus.v1.ClusterService.Apply:output_type -> corpus.v1.ApplyResponse
+	13, // 18: corpus.v1.ClusterService.Seen:output_type -> corpus.v1.SeenResponse
+	11, // 19: corpus.v1.ClusterService.ReadIndex:output_type -> corpus.v1.ReadIndexResponse
+	16, // 20: corpus.v1.ClusterService.RaftPeers:output_type -> corpus.v1.RaftPeersResponse
+	18, // 21: corpus.v1.ClusterService.AddRaftPeer:output_type -> corpus.v1.AddRaftPeerResponse
+	20, // 22: corpus.v1.ClusterService.RemoveRaftPeer:output_type -> corpus.v1.RemoveRaftPeerResponse
+	24, // 23: corpus.v1.ClusterService.RotateKeyring:output_type -> corpus.v1.RotateKeyringResponse
+	1,  // 24: corpus.v1.ClusterService.Wait:output_type -> corpus.v1.WaitResponse
+	3,  // 25: corpus.v1.ClusterService.Series:output_type -> corpus.v1.SeriesResponse
+	15, // [15:26] is the sub-list for method output_type
+	4,  // [4:15] is the sub-list for method input_type
 	4,  // [4:4] is the sub-list for extension type_name
 	4,  // [4:4] is the sub-list for extension extendee
 	0,  // [0:4] is the sub-list for field type_name
@@ -1423,7 +1511,7 @@ func file_corpus_v1_cluster_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_corpus_v1_cluster_proto_rawDesc), len(file_corpus_v1_cluster_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   24,
+			NumMessages:   26,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

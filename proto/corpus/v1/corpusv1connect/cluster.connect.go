@@ -45,6 +45,9 @@ const (
 	ClusterServiceApplyProcedure = "/corpus.v1.ClusterService/Apply"
 	// ClusterServiceSeenProcedure is the fully-qualified name of the ClusterService's Seen RPC.
 	ClusterServiceSeenProcedure = "/corpus.v1.ClusterService/Seen"
+	// ClusterServiceReadIndexProcedure is the fully-qualified name of the ClusterService's ReadIndex
+	// RPC.
+	ClusterServiceReadIndexProcedure = "/corpus.v1.ClusterService/ReadIndex"
 	// ClusterServiceRaftPeersProcedure is the fully-qualified name of the ClusterService's RaftPeers
 	// RPC.
 	ClusterServiceRaftPeersProcedure = "/corpus.v1.ClusterService/RaftPeers"
@@ -74,6 +77,12 @@ type ClusterServiceClient interface {
 	Apply(context.Context, *connect.Request[v1.ApplyRequest]) (*connect.Response[v1.ApplyResponse], error)
 	// Seen tells the leader which nodes reported to a follower.
 	Seen(context.Context, *connect.Request[v1.SeenRequest]) (*connect.Response[v1.SeenResponse], error)
+	// ReadIndex is what a follower asks the leader before a linearizable
+	// read (a request with the header Corpus-Consistency: linearizable):
+	// the leader commits a barrier, which proves it still leads and that
+	// every earlier write is applied, and answers its applied index; the
+	// follower applies up to it, then reads.
+	ReadIndex(context.Context, *connect.Request[v1.ReadIndexRequest]) (*connect.Response[v1.ReadIndexResponse], error)
 	// RaftPeers lists the Raft group.
 	RaftPeers(context.Context, *connect.Request[v1.RaftPeersRequest]) (*connect.Response[v1.RaftPeersResponse], error)
 	// AddRaftPeer adds a replica to the group as a voter; RemoveRaftPeer
@@ -129,6 +138,12 @@ func NewClusterServiceClient(httpClient connect.HTTPClient, baseURL string, opts
 			connect.WithSchema(clusterServiceMethods.ByName("Seen")),
 			connect.WithClientOptions(opts...),
 		),
+		readIndex: connect.NewClient[v1.ReadIndexRequest, v1.ReadIndexResponse](
+			httpClient,
+			baseURL+ClusterServiceReadIndexProcedure,
+			connect.WithSchema(clusterServiceMethods.ByName("ReadIndex")),
+			connect.WithClientOptions(opts...),
+		),
 		raftPeers: connect.NewClient[v1.RaftPeersRequest, v1.RaftPeersResponse](
 			httpClient,
 			baseURL+ClusterServiceRaftPeersProcedure,
@@ -177,6 +192,7 @@ type clusterServiceClient struct {
 	peer           *connect.Client[v1.PeerRequest, v1.PeerResponse]
 	apply          *connect.Client[v1.ApplyRequest, v1.ApplyResponse]
 	seen           *connect.Client[v1.SeenRequest, v1.SeenResponse]
+	readIndex      *connect.Client[v1.ReadIndexRequest, v1.ReadIndexResponse]
 	raftPeers      *connect.Client[v1.RaftPeersRequest, v1.RaftPeersResponse]
 	addRaftPeer    *connect.Client[v1.AddRaftPeerRequest, v1.AddRaftPeerResponse]
 	removeRaftPeer *connect.Client[v1.RemoveRaftPeerRequest, v1.RemoveRaftPeerResponse]
@@ -203,6 +219,11 @@ func (c *clusterServiceClient) Apply(ctx context.Context, req *connect.Request[v
 // Seen calls corpus.v1.ClusterService.Seen.
 func (c *clusterServiceClient) Seen(ctx context.Context, req *connect.Request[v1.SeenRequest]) (*connect.Response[v1.SeenResponse], error) {
 	return c.seen.CallUnary(ctx, req)
+}
+
+// ReadIndex calls corpus.v1.ClusterService.ReadIndex.
+func (c *clusterServiceClient) ReadIndex(ctx context.Context, req *connect.Request[v1.ReadIndexRequest]) (*connect.Response[v1.ReadIndexResponse], error) {
+	return c.readIndex.CallUnary(ctx, req)
 }
 
 // RaftPeers calls corpus.v1.ClusterService.RaftPeers.
@@ -246,6 +267,12 @@ type ClusterServiceHandler interface {
 	Apply(context.Context, *connect.Request[v1.ApplyRequest]) (*connect.Response[v1.ApplyResponse], error)
 	// Seen tells the leader which nodes reported to a follower.
 	Seen(context.Context, *connect.Request[v1.SeenRequest]) (*connect.Response[v1.SeenResponse], error)
+	// ReadIndex is what a follower asks the leader before a linearizable
+	// read (a request with the header Corpus-Consistency: linearizable):
+	// the leader commits a barrier, which proves it still leads and that
+	// every earlier write is applied, and answers its applied index; the
+	// follower applies up to it, then reads.
+	ReadIndex(context.Context, *connect.Request[v1.ReadIndexRequest]) (*connect.Response[v1.ReadIndexResponse], error)
 	// RaftPeers lists the Raft group.
 	RaftPeers(context.Context, *connect.Request[v1.RaftPeersRequest]) (*connect.Response[v1.RaftPeersResponse], error)
 	// AddRaftPeer adds a replica to the group as a voter; RemoveRaftPeer
@@ -297,6 +324,12 @@ func NewClusterServiceHandler(svc ClusterServiceHandler, opts ...connect.Handler
 		connect.WithSchema(clusterServiceMethods.ByName("Seen")),
 		connect.WithHandlerOptions(opts...),
 	)
+	clusterServiceReadIndexHandler := connect.NewUnaryHandler(
+		ClusterServiceReadIndexProcedure,
+		svc.ReadIndex,
+		connect.WithSchema(clusterServiceMethods.ByName("ReadIndex")),
+		connect.WithHandlerOptions(opts...),
+	)
 	clusterServiceRaftPeersHandler := connect.NewUnaryHandler(
 		ClusterServiceRaftPeersProcedure,
 		svc.RaftPeers,
@@ -346,6 +379,8 @@ func NewClusterServiceHandler(svc ClusterServiceHandler, opts ...connect.Handler
 			clusterServiceApplyHandler.ServeHTTP(w, r)
 		case ClusterServiceSeenProcedure:
 			clusterServiceSeenHandler.ServeHTTP(w, r)
+		case ClusterServiceReadIndexProcedure:
+			clusterServiceReadIndexHandler.ServeHTTP(w, r)
 		case ClusterServiceRaftPeersProcedure:
 			clusterServiceRaftPeersHandler.ServeHTTP(w, r)
 		case ClusterServiceAddRaftPeerProcedure:
@@ -381,6 +416,10 @@ func (UnimplementedClusterServiceHandler) Apply(context.Context, *connect.Reques
 
 func (UnimplementedClusterServiceHandler) Seen(context.Context, *connect.Request[v1.SeenRequest]) (*connect.Response[v1.SeenResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("corpus.v1.ClusterService.Seen is not implemented"))
+}
+
+func (UnimplementedClusterServiceHandler) ReadIndex(context.Context, *connect.Request[v1.ReadIndexRequest]) (*connect.Response[v1.ReadIndexResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("corpus.v1.ClusterService.ReadIndex is not implemented"))
 }
 
 func (UnimplementedClusterServiceHandler) RaftPeers(context.Context, *connect.Request[v1.RaftPeersRequest]) (*connect.Response[v1.RaftPeersResponse], error) {
