@@ -12,7 +12,7 @@ VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo de
 COMMIT    ?= $(shell git rev-parse --short HEAD 2>/dev/null)
 LDFLAGS   := -X corpus/internal/version.Version=$(VERSION) -X corpus/internal/version.Commit=$(COMMIT)
 
-.PHONY: help build deb test test-unit lint vet fmt-check staticcheck proto proto-check ui ui-check screenshots demo demo-stop demo-clean bench bench-summary tools test-tools clean
+.PHONY: help build deb test test-unit lint vet fmt-check staticcheck proto proto-check ui ui-check screenshots demo demo-stop demo-clean bench bench-summary robustness tools test-tools clean
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -110,6 +110,14 @@ bench: ## guest start vs raw LXC, agent memory, NAT, proxy vs nginx, DNS vs bind
 	./test/bench/services/run
 	./test/bench/scale/run
 	./test/bench/summary
+
+RUNS ?= 50
+FAULTS ?= 4
+robustness: ## RUNS randomised fault runs against a 3-replica group (SEED=N replays; results in test/robustness/results/latest.md)
+	./scripts/setup --test
+	cd test/robustness && CORPUS_ROBUSTNESS_RUNS=$(RUNS) CORPUS_ROBUSTNESS_FAULTS=$(FAULTS) CORPUS_ROBUSTNESS_SEED=$(SEED) \
+		CORPUS_ROBUSTNESS_OUT=$(CURDIR)/test/robustness/results/latest.md \
+		go test -count=1 -timeout 0 -run 'TestRobustness$$' -v .
 
 bench-summary: ## one table of the figures the bench scripts last wrote (test/bench/results/summary.md)
 	./test/bench/summary

@@ -1,0 +1,98 @@
+package robustness
+
+import (
+	"fmt"
+	"runtime"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/anishathalye/porcupine"
+
+	"corpus/internal/version"
+)
+
+// resultsTable is the Markdown report of a set of runs.
+func resultsTable(results []runResult, faultsPerRun int, took time.Duration) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "# Robustness results\n\n")
+	fmt.Fprintf(&b, "`make robustness RUNS=%d` on %s: %d CPUs, %s, corpus %s; %d faults per run; %s in all.\n\n",
+		len(results), time.Now().UTC().Format("2006-01-02"), runtime.NumCPU(), runtime.Version(), version.Get().Commit, faultsPerRun, took.Round(time.Second))
+	b.WriteString("Three coordinator replicas, each in its own network namespace, linked through a routing namespace where partitions are iptables rules; " +
+		"six clients add DNS records and guests (create-once) and read them back linearizably (`Corpus-Consistency: linearizable`) through any replica. " +
+		"Histories checked with porcupine per key; acknowledged writes read back from every replica after the last heal. " +
+		"Recovery: from the fault being in place to the first acknowledged write sent after it by a prober (one per replica, a write every 20 ms, 1 s timeout).\n\n")
+	var (
+		ops, unknown, reads, lost, bad, problems int
+		byKind                                   = map[string][]faultEvent{}
+	)
+	for _, r := range results {
+		ops += r.ops
+		unknown += r.unknown
+		reads += r.reads
+		lost += len(r.lost)
+		if r.linearizable != porcupine.Ok {
+			bad++
+		}
+		if r.problem != "" {
+			problems++
+		}
+		for _, f := range r.faults {
+			byKind[f.kind] = append(byKind[f.kind], f)
+		}
+	}
+	b.WriteString("| runs | faults | operations | reads | unknown outcome | linearizable | acknowledged writes lost | runs that did not recover |\n")
+	b.WriteString("|---:|---:|---:|---:|---:|---|---:|---:|\n")
+	lin := "yes, every run"
+	if bad > 0 {
+		lin = fmt.Sprintf("**no, %d runs**", bad)
+	}
+	fmt.Fprintf(&b, "| %d | %d | %d | %d | %d | %s | %d | %d |\n\n", len(results), len(results)*faultsPerRun, ops, reads, unknown, lin, lost, problems)
+
+	b.WriteString("## Per fault kind\n\n| fault | times | recovery median | recovery max | never recovered in hold + 10 s | replicas crashed |\n|---|---:|---:|---:|---:|---:|\n")
+	for _, k := range faultKinds {
+		evs := byKind[k.name]
+		if len(evs) == 0 {
+			fmt.Fprintf(&b, "| %s | 0 | | | | |\n", k.name)
+			continue
+		}
+		var rec []time.Duration
+		never, crashed := 0, 0
+		for _, e := range evs {
+			crashed += len(e.crashed)
+			if e.recovered < 0 {
+				never++
+				continue
+			}
+			rec = append(rec, e.recovered)
+		}
+		slices.Sort(rec)
+		med, worst := "", ""
+		if len(rec) > 0 {
+			med, worst = ms(rec[len(rec)/2]), ms(rec[len(rec)-1])
+		}
+		fmt.Fprintf(&b, "| %s | %d | %s | %s | %d | %d |\n", k.name, len(evs), med, worst, never, crashed)
+	}
+	b.WriteString("\n## Runs\n\n| seed | faults (leader at the time) | operations | unknown | linearizable | lost | time |\n|---:|---|---:|---:|---|---:|---:|\n")
+	for _, r := range results {
+		var fs []string
+		for _, f := range r.faults {
+			s := fmt.Sprintf("%s (%s, %s)", f.kind, f.leader, f.held.Round(100*time.Millisecond))
+			if len(f.crashed) > 0 {
+				s += fmt.Sprintf(" crashed %v", f.crashed)
+			}
+			fs = append(fs, s)
+		}
+		linText := "yes"
+		if r.linearizable != porcupine.Ok {
+			linText = "**" + string(r.linearizable) + "**"
+		}
+		if r.problem != "" {
+			linText += "; " + r.problem
+		}
+		fmt.Fprintf(&b, "| %d | %s | %d | %d | %s | %d | %s |\n", r.seed, strings.Join(fs, "; "), r.ops, r.unknown, linText, len(r.lost), r.took.Round(time.Second))
+	}
+	return b.String()
+}
+
+func ms(d time.Duration) string { return fmt.Sprintf("%d ms", d.Milliseconds()) }

@@ -1,0 +1,258 @@
+package robustness
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/anishathalye/porcupine"
+)
+
+// corpusBin is the corpus binary the replicas run.
+var corpusBin string
+
+func TestMain(m *testing.M) {
+	os.Exit(runMain(m))
+}
+
+func runMain(m *testing.M) int {
+	if os.Geteuid() != 0 {
+		return m.Run() // the tests that need root say so
+	}
+	if dir := os.Getenv("CORPUS_E2E_BIN_DIR"); dir != "" {
+		corpusBin = filepath.Join(dir, "corpus") // built beforehand (test/run)
+		return m.Run()
+	}
+	dir, err := os.MkdirTemp("", "corpus-robustness-bin")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	corpusBin = filepath.Join(dir, "corpus")
+	build := exec.Command("go", "build", "-tags", "nokubernetes", "-o", corpusBin, "corpus/cmd/corpus")
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "robustness: building corpus:", err)
+		return 1
+	}
+	return m.Run()
+}
+
+func requireRoot(t *testing.T) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: network namespaces, iptables and loop mounts (CI runs it as root)")
+	}
+	for _, tool := range []string{"ip", "iptables", "nsenter", "mkfs.ext4"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Skipf("needs %s", tool)
+		}
+	}
+}
+
+// runResult is what one run saw.
+type runResult struct {
+	seed         uint64
+	took         time.Duration
+	faults       []faultEvent
+	ops, unknown int
+	reads        int
+	refused      int
+	linearizable porcupine.CheckResult
+	lost         []string
+	// problem is why the run failed other than by its history.
+	problem string
+	// visualization is porcupine's HTML of a history that failed.
+	visualization string
+}
+
+func (r runResult) failed() bool {
+	return r.linearizable != porcupine.Ok || len(r.lost) > 0 || r.problem != ""
+}
+
+// Knobs, from the environment (make robustness sets them).
+func envInt(name string, def int) int {
+	if v, err := strconv.Atoi(os.Getenv(name)); err == nil && v > 0 {
+		return v
+	}
+	return def
+}
+
+// runSeed runs the group through the faults seed schedules, under load.
+func runSeed(t *testing.T, seed uint64, faults int) runResult {
+	t.Helper()
+	begin := time.Now()
+	dir := t.TempDir()
+	l := newLab(t, dir, 3)
+	g := startGroup(t, l, dir)
+	res := runResult{seed: seed}
+	w := newWorkload(g, envInt("CORPUS_ROBUSTNESS_CLIENTS", 6), 60)
+	w.run(seed)
+	w.probe()
+	time.Sleep(time.Second)
+	for _, s := range schedule(seed, faults) {
+		lead := g.leader(10 * time.Second)
+		ev := faultEvent{kind: s.kind.name, recovered: -1}
+		follower := (max(lead, 0) + 1) % len(g.reps)
+		if lead >= 0 {
+			ev.leader = g.reps[lead].id
+		} else {
+			lead = 0 // no leader: the fault hits replica 0 as if it led
+		}
+		alive := map[string]bool{}
+		for _, r := range g.reps {
+			alive[r.id] = r.alive()
+		}
+		s.kind.inject(g, lead, follower)
+		// From when the fault is in place (a partition is several rules).
+		ev.at = time.Since(w.start)
+		time.Sleep(s.hold)
+		for _, r := range g.reps {
+			if alive[r.id] && !r.alive() && !slices.Contains([]string{"kill -9 leader", "kill -9 follower"}, s.kind.name) {
+				ev.crashed = append(ev.crashed, r.id)
+			}
+		}
+		s.kind.heal(g, lead, follower)
+		ev.held = time.Since(w.start) - ev.at
+		t.Logf("seed %d: %s (leader %s) for %s%s", seed, ev.kind, ev.leader, s.hold, crashedText(ev.crashed))
+		res.faults = append(res.faults, ev)
+		time.Sleep(s.gap)
+	}
+	// Everything healed: the group must serve again.
+	deadline := time.Now().Add(30 * time.Second)
+	for err := g.ready(); err != nil; err = g.ready() {
+		if time.Now().After(deadline) {
+			res.problem = fmt.Sprintf("the group did not serve again within 30s of the last heal: %v", err)
+			break
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	time.Sleep(2 * time.Second)
+	w.halt()
+
+	w.mu.Lock()
+	history := slices.Clone(w.history)
+	res.refused = w.refused
+	w.mu.Unlock()
+	for _, op := range history {
+		switch {
+		case op.Output == outUnknown:
+			res.unknown++
+		case op.Input.(opInput).Kind == "read":
+			res.reads++
+		}
+	}
+	res.ops = len(history)
+	for i := range res.faults {
+		res.faults[i].recovered = recovery(history, res.faults[i])
+	}
+	var info porcupine.LinearizationInfo
+	res.linearizable, info = porcupine.CheckOperationsVerbose(createOnceModel, history, 2*time.Minute)
+	if res.linearizable != porcupine.Ok {
+		res.visualization = filepath.Join(os.TempDir(), fmt.Sprintf("corpus-robustness-%d.html", seed))
+		if err := porcupine.VisualizePath(createOnceModel, info, res.visualization); err != nil {
+			res.visualization = ""
+		}
+	}
+	// Nothing acknowledged is missing, on any replica.
+	if res.problem == "" {
+		for _, r := range g.reps {
+			lost, err := w.lost(r)
+			if err != nil {
+				res.problem = fmt.Sprintf("reading back from %s: %v", r.id, err)
+				break
+			}
+			for _, k := range lost {
+				res.lost = append(res.lost, r.id+":"+k)
+			}
+		}
+	}
+	res.took = time.Since(begin)
+	if res.failed() {
+		g.dumpLogs()
+	}
+	return res
+}
+
+func crashedText(ids []string) string {
+	if len(ids) == 0 {
+		return ""
+	}
+	return fmt.Sprintf("; crashed: %v", ids)
+}
+
+// recovery is how long after ev began the group acknowledged the first
+// probe write sent after it began; -1 if none was within its hold and
+// 10 s.
+func recovery(history []porcupine.Operation, ev faultEvent) time.Duration {
+	at, until := ev.at.Nanoseconds(), (ev.at + ev.held + 10*time.Second).Nanoseconds()
+	first := int64(-1)
+	for _, op := range history {
+		if op.ClientId < proberID || op.Output == outUnknown || op.Call < at || op.Call > until {
+			continue
+		}
+		if first < 0 || op.Return < first {
+			first = op.Return
+		}
+	}
+	if first < 0 {
+		return -1
+	}
+	return time.Duration(first - at)
+}
+
+// TestRobustness runs CORPUS_ROBUSTNESS_RUNS randomised runs (default 2)
+// of CORPUS_ROBUSTNESS_FAULTS faults each (default 4), from
+// CORPUS_ROBUSTNESS_SEED (default: the time), and fails on any
+// non-linearizable history, lost acknowledged write or group that did
+// not come back. With CORPUS_ROBUSTNESS_OUT it writes the results table
+// there.
+func TestRobustness(t *testing.T) {
+	requireRoot(t)
+	runs := envInt("CORPUS_ROBUSTNESS_RUNS", 2)
+	faults := envInt("CORPUS_ROBUSTNESS_FAULTS", 4)
+	first := uint64(time.Now().UnixNano() % 1_000_000)
+	if v, err := strconv.ParseUint(os.Getenv("CORPUS_ROBUSTNESS_SEED"), 10, 64); err == nil {
+		first = v
+	}
+	t.Logf("seeds %d..%d (replay one: CORPUS_ROBUSTNESS_SEED=N CORPUS_ROBUSTNESS_RUNS=1)", first, first+uint64(runs)-1)
+	begin := time.Now()
+	var results []runResult
+	for i := 0; i < runs; i++ {
+		seed := first + uint64(i)
+		var res runResult
+		t.Run(fmt.Sprintf("seed-%d", seed), func(t *testing.T) {
+			res = runSeed(t, seed, faults)
+			reportRun(t, res)
+		})
+		results = append(results, res)
+	}
+	if out := os.Getenv("CORPUS_ROBUSTNESS_OUT"); out != "" {
+		if err := os.WriteFile(out, []byte(resultsTable(results, faults, time.Since(begin))), 0o644); err != nil {
+			t.Error(err)
+		}
+		t.Logf("results: %s", out)
+	}
+}
+
+// reportRun logs a run and fails the test on what it found.
+func reportRun(t *testing.T, res runResult) {
+	t.Helper()
+	t.Logf("seed %d: %d operations (%d reads, %d unknown, %d refused), %s, %d acknowledged writes lost, in %s",
+		res.seed, res.ops, res.reads, res.unknown, res.refused, res.linearizable, len(res.lost), res.took.Round(time.Second))
+	if res.linearizable != porcupine.Ok {
+		t.Errorf("seed %d: the history is not linearizable (%s); visualization: %s", res.seed, res.linearizable, res.visualization)
+	}
+	if len(res.lost) > 0 {
+		t.Errorf("seed %d: acknowledged writes lost: %v", res.seed, res.lost)
+	}
+	if res.problem != "" {
+		t.Errorf("seed %d: %s", res.seed, res.problem)
+	}
+}

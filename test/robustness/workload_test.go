@@ -1,0 +1,225 @@
+package robustness
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"sync"
+	"time"
+
+	"connectrpc.com/connect"
+	"github.com/anishathalye/porcupine"
+
+	"corpus/internal/rpc"
+	corpusv1 "corpus/proto/corpus/v1"
+)
+
+// workload is several clients calling the public API, each on a replica
+// of its choice per call, recording what they saw.
+type workload struct {
+	g       *group
+	start   time.Time
+	keys    int
+	clients int
+
+	mu      sync.Mutex
+	history []porcupine.Operation
+	// acked are the keys of adds the API acknowledged.
+	acked map[string]bool
+	// refused counts calls a replica refused before doing anything (no
+	// leader yet, connection refused): not in the history.
+	refused int
+
+	stop chan struct{}
+	wg   sync.WaitGroup
+}
+
+const (
+	callTimeout = 3 * time.Second
+	// never is the return time of an operation whose outcome is unknown.
+	never = int64(1) << 62
+)
+
+func newWorkload(g *group, clients, keys int) *workload {
+	return &workload{g: g, start: time.Now(), keys: keys, clients: clients, acked: map[string]bool{}, stop: make(chan struct{})}
+}
+
+// run starts the clients; each has its own random source from seed.
+func (w *workload) run(seed uint64) {
+	for c := 0; c < w.clients; c++ {
+		w.wg.Add(1)
+		go func(c int) {
+			defer w.wg.Done()
+			rng := rand.New(rand.NewPCG(seed, uint64(c)))
+			for {
+				select {
+				case <-w.stop:
+					return
+				default:
+				}
+				kind := []string{"dns", "guest"}[rng.IntN(2)]
+				in := opInput{Kind: "add", Key: fmt.Sprintf("%s/k%d", kind, rng.IntN(w.keys))}
+				if rng.IntN(10) < 4 {
+					in.Kind = "read"
+				}
+				r := w.g.reps[rng.IntN(len(w.g.reps))]
+				w.do(c, r, in, callTimeout)
+			}
+		}(c)
+	}
+}
+
+// proberID is the first client id of the probers: one per replica,
+// each adding a record of its own every probeEvery with a short
+// timeout, so that when the group takes writes again one is there to
+// see it, whatever the workload's clients are stuck on.
+const (
+	proberID     = 1000
+	probeEvery   = 20 * time.Millisecond
+	probeTimeout = time.Second
+)
+
+func (w *workload) probe() {
+	for i, r := range w.g.reps {
+		w.wg.Add(1)
+		go func() {
+			defer w.wg.Done()
+			for n := 0; ; n++ {
+				select {
+				case <-w.stop:
+					return
+				case <-time.After(probeEvery):
+				}
+				w.do(proberID+i, r, opInput{Kind: "add", Key: fmt.Sprintf("dns/p%d-%d", i, n)}, probeTimeout)
+			}
+		}()
+	}
+}
+
+func (w *workload) halt() {
+	close(w.stop)
+	w.wg.Wait()
+}
+
+func (w *workload) now() int64 { return time.Since(w.start).Nanoseconds() }
+
+// do calls the API once and records the outcome.
+func (w *workload) do(c int, r *replica, in opInput, timeout time.Duration) {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	call := w.now()
+	out, err := w.call(ctx, r, in)
+	ret := w.now()
+	if err != nil {
+		if in.Kind == "read" || notSent(err) {
+			// A failed read changed nothing; a refused add never left.
+			w.mu.Lock()
+			w.refused++
+			w.mu.Unlock()
+			time.Sleep(20 * time.Millisecond)
+			return
+		}
+		out, ret = outUnknown, never
+	}
+	w.mu.Lock()
+	w.history = append(w.history, porcupine.Operation{ClientId: c, Input: in, Call: call, Output: out, Return: ret})
+	if out == outCreated || out == outExisted {
+		w.acked[in.Key] = true
+	}
+	w.mu.Unlock()
+}
+
+// notSent says whether err proves the call had no effect: the replica
+// refused it before proposing anything, or was never reached.
+func notSent(err error) bool {
+	msg := err.Error()
+	return strings.Contains(msg, "no leader is elected yet") || strings.Contains(msg, "connection refused") ||
+		strings.Contains(msg, "has not said where it answers yet")
+}
+
+func (w *workload) call(ctx context.Context, r *replica, in opInput) (string, error) {
+	kind, name, _ := strings.Cut(in.Key, "/")
+	switch {
+	case kind == "dns" && in.Kind == "add":
+		res, err := w.g.dns(r).AddRecord(ctx, connect.NewRequest(&corpusv1.AddRecordRequest{Name: name, Type: "TXT", Data: "v"}))
+		if err != nil {
+			return "", err
+		}
+		return createdOr(res.Msg.Created), nil
+	case kind == "guest" && in.Kind == "add":
+		res, err := w.g.guests(r).CreateGuest(ctx, connect.NewRequest(&corpusv1.CreateGuestRequest{Name: name,
+			Spec: &corpusv1.GuestSpec{Image: "busybox"}}))
+		if err != nil {
+			return "", err
+		}
+		return createdOr(res.Msg.Created), nil
+	case kind == "dns":
+		res, err := w.g.dns(r, rpc.Linearizable()).ListRecords(ctx, connect.NewRequest(&corpusv1.ListRecordsRequest{}))
+		if err != nil {
+			return "", err
+		}
+		return presentOr(hasRecord(res.Msg, name)), nil
+	default:
+		_, err := w.g.guests(r, rpc.Linearizable()).GetGuest(ctx, connect.NewRequest(&corpusv1.GetGuestRequest{Name: name}))
+		if connect.CodeOf(err) == connect.CodeNotFound {
+			return outAbsent, nil
+		}
+		if err != nil {
+			return "", err
+		}
+		return outPresent, nil
+	}
+}
+
+func hasRecord(res *corpusv1.ListRecordsResponse, name string) bool {
+	for _, rec := range res.Records {
+		if rec.Name == name+"."+res.Zone || strings.HasPrefix(rec.Name, name+".") && rec.Type == "TXT" {
+			return true
+		}
+	}
+	return false
+}
+
+func createdOr(created bool) string {
+	if created {
+		return outCreated
+	}
+	return outExisted
+}
+
+func presentOr(present bool) string {
+	if present {
+		return outPresent
+	}
+	return outAbsent
+}
+
+// lost returns the acknowledged keys replica r does not have, by a
+// linearizable read there.
+func (w *workload) lost(r *replica) ([]string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	recs, err := w.g.dns(r, rpc.Linearizable()).ListRecords(ctx, connect.NewRequest(&corpusv1.ListRecordsRequest{}))
+	if err != nil {
+		return nil, err
+	}
+	guests, err := w.g.guests(r, rpc.Linearizable()).ListGuests(ctx, connect.NewRequest(&corpusv1.ListGuestsRequest{}))
+	if err != nil {
+		return nil, err
+	}
+	have := map[string]bool{}
+	for _, g := range guests.Msg.Guests {
+		have["guest/"+g.GetGuest().GetName()] = true
+	}
+	var lost []string
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for k := range w.acked {
+		kind, name, _ := strings.Cut(k, "/")
+		if kind == "dns" && !hasRecord(recs.Msg, name) || kind == "guest" && !have[k] {
+			lost = append(lost, k)
+		}
+	}
+	return lost, nil
+}
