@@ -3,6 +3,8 @@ package coordinator_test
 import (
 	"context"
 	"net/netip"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -225,4 +227,39 @@ func TestDNSNodeDown(t *testing.T) {
 	eventuallyAnswers(t, s, "n1.node.corpus.test", "") // no reports: down
 	report()
 	eventuallyAnswers(t, s, "n1.node.corpus.test", "192.0.2.10")
+}
+
+// TestDNSAddIsIdempotentUnderRace: the same record added by many callers
+// at once is created once; every other caller is told it existed, none
+// gets an error.
+func TestDNSAddIsIdempotentUnderRace(t *testing.T) {
+	t.Parallel()
+	s := start(t, t.TempDir())
+	var (
+		wg      sync.WaitGroup
+		created atomic.Int32
+		errs    = make(chan error, 16)
+	)
+	for i := 0; i < 16; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			res, err := s.ops().dns.AddRecord(context.Background(), connect.NewRequest(&corpusv1.AddRecordRequest{Name: "same", Type: "TXT", Data: "v"}))
+			if err != nil {
+				errs <- err
+				return
+			}
+			if res.Msg.Created {
+				created.Add(1)
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Errorf("a concurrent add of the same record: %v", err)
+	}
+	if n := created.Load(); n != 1 {
+		t.Errorf("%d adds say they created the record, want 1", n)
+	}
 }

@@ -7,6 +7,7 @@ import (
 
 	"connectrpc.com/connect"
 
+	"corpus/coordinator/state"
 	"corpus/dns"
 	"corpus/internal/secret"
 	corpusv1 "corpus/proto/corpus/v1"
@@ -117,7 +118,14 @@ func (s *dnsService) AddRecord(ctx context.Context, req *connect.Request[corpusv
 		ttl = dns.DefaultTTL
 	}
 	r := &corpusv1.DnsRecord{Id: secret.Hex(6), Name: rec.Name, Type: rec.Type, Ttl: ttl, Data: rec.Data, Key: key}
-	if _, err := s.b.write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_AddDnsRecord{AddDnsRecord: &corpusv1.AddDnsRecord{Record: r}}}); err != nil {
+	_, err = s.b.write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_AddDnsRecord{AddDnsRecord: &corpusv1.AddDnsRecord{Record: r}}})
+	if errors.Is(err, state.ErrExists) {
+		// A concurrent add of the same record won: adding is idempotent.
+		if old := s.b.Store.Read().DNSRecordByKey(key); old != nil {
+			return connect.NewResponse(&corpusv1.AddRecordResponse{Record: old}), nil
+		}
+	}
+	if err != nil {
 		return nil, err
 	}
 	return connect.NewResponse(&corpusv1.AddRecordResponse{Record: s.b.Store.Read().DNSRecord(r.Id), Created: true}), nil
