@@ -392,12 +392,25 @@ func (s *Server) DNSAddr() string {
 	return s.dns.UDPAddr().String()
 }
 
+// currentZone is the zone as of this replica's state now: the zone it
+// serves when that is current, else one built from the state at once.
+// zoneLoop rebuilds the served zone at most every zoneRebuildEvery, so
+// under a stream of writes it may lag; an API answer must not (a
+// linearizable ListRecords would otherwise miss a record it must show).
 func (s *Server) currentZone() *dns.Zone {
 	if s.zone == nil {
 		return nil
 	}
 	z, _ := s.zone.Snapshot()
-	return z
+	v := s.store.Read()
+	if z != nil && z.Serial() == uint32(v.Index()) {
+		return z
+	}
+	fresh, err := clusterZone(v, s.cfg.DNSZone, s.cfg.ReplicaID, nameServerAddr(s.DNSAddr(), s.cfg.RaftAddr))
+	if err != nil {
+		return z
+	}
+	return fresh
 }
 
 // APIAddr is the address the API listens on.

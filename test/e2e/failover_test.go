@@ -2,6 +2,8 @@ package e2e
 
 import (
 	"fmt"
+	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -123,16 +125,34 @@ func TestNodeKilled(t *testing.T) {
 	}
 }
 
-// TestPartitionHeal: a node cut off from the network keeps running its
-// guests as last told (also across an agent restart, from its cached
-// desired state) while the cluster runs its stateless guests elsewhere;
-// once the network is back, its stale copies go, and no guest runs twice.
+// TestPartitionHeal: a node cut off from the network for longer than the
+// node timeout keeps running its guests as last told (also across an
+// agent restart, from its cached desired state) while the cluster runs
+// its stateless guests elsewhere and marks its guest with a volume lost
+// (its data is on the node); once the network is back, its stale copies
+// go, the guest with the volume runs there again, no guest runs twice
+// and the volume is attached on one node only (its loop devices are
+// counted, not assumed).
 func TestPartitionHeal(t *testing.T) {
 	c := newCluster(t)
 	n1 := c.addAgent("n1")
-	c.addAgent("n2")
+	n2 := c.addAgent("n2")
 	c.createGuests(nil, "web", "api")
-	if err := c.runsOnlyOn("n1", "web", "api"); err != nil {
+	c.mustCLI("guest", "create", "db", "--image", "busybox", "--memory", "32M", "--cpus", "0.05", "--volume", "32M")
+	if err := c.runsOnlyOn("n1", "web", "api", "db"); err != nil {
+		t.Fatalf("before the partition: %v", err)
+	}
+	attachedOnce := func() error {
+		on := map[string]int{}
+		for _, a := range []*agentProc{n1, n2} {
+			on[a.name] = loopAttachments(t, filepath.Join(a.stateDir, "volumes", "images", "db.img"))
+		}
+		if on["n1"] != 1 || on["n2"] != 0 {
+			return fmt.Errorf("volume db attached by loop devices %v times per node, want once on n1", on)
+		}
+		return nil
+	}
+	if err := attachedOnce(); err != nil {
 		t.Fatalf("before the partition: %v", err)
 	}
 
@@ -147,21 +167,33 @@ func TestPartitionHeal(t *testing.T) {
 		return nil
 	})
 	t.Logf("node partitioned -> its guests running on another node: %s", time.Since(cut).Round(100*time.Millisecond))
+	eventually(t, 30*time.Second, "db lost on n1", func() error {
+		if v := c.guest("db"); v.Status != "lost" || v.NodeName != "n1" {
+			return fmt.Errorf("db is %s on %q, want lost on n1 (its data is there)", v.Status, v.NodeName)
+		}
+		return nil
+	})
 	// Cut off, n1 keeps its copies: it cannot know it was replaced.
 	n1.kill()
 	c.restartAgent(n1)
 	time.Sleep(3 * time.Second)
-	for _, g := range []string{"web", "api"} {
+	for _, g := range []string{"web", "api", "db"} {
 		if st, _, err := n1.lxc.info(g); err != nil || st != "RUNNING" {
 			t.Errorf("guest %s on the partitioned n1 = %s, %v; want RUNNING as last told", g, st, err)
 		}
 	}
+	if err := attachedOnce(); err != nil {
+		t.Errorf("during the partition: %v", err)
+	}
 
 	c.lab.heal(n1.node)
 	healed := time.Now()
-	eventually(t, 60*time.Second, "one copy of each guest, on n2", func() error {
-		if got := guestContainers(n1.lxc); len(got) != 0 {
-			return fmt.Errorf("containers on n1 = %v", got)
+	eventually(t, 60*time.Second, "one copy of each guest: web and api on n2, db on n1", func() error {
+		if got := guestContainers(n1.lxc); !slices.Equal(got, []string{"db"}) {
+			return fmt.Errorf("containers on n1 = %v, want db alone", got)
+		}
+		if err := c.runsOnlyOn("n1", "db"); err != nil {
+			return err
 		}
 		return c.runsOnlyOn("n2", "web", "api")
 	})
@@ -177,7 +209,29 @@ func TestPartitionHeal(t *testing.T) {
 		if err := c.runsOnlyOn("n2", "web", "api"); err != nil {
 			t.Fatal(err)
 		}
+		if err := c.runsOnlyOn("n1", "db"); err != nil {
+			t.Fatal(err)
+		}
+		if err := attachedOnce(); err != nil {
+			t.Fatal(err)
+		}
 	}
+}
+
+// loopAttachments counts the loop devices backed by the file img.
+func loopAttachments(t *testing.T, img string) int {
+	t.Helper()
+	out, err := exec.Command("losetup", "--list", "--noheadings", "--output", "BACK-FILE").Output()
+	if err != nil {
+		t.Fatalf("losetup --list: %v", err)
+	}
+	n := 0
+	for _, line := range strings.Split(string(out), "\n") {
+		if strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(line), "(deleted)")) == img {
+			n++
+		}
+	}
+	return n
 }
 
 // TestDrain: draining a node moves every stateless guest to another node,

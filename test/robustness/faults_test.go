@@ -4,6 +4,8 @@ import (
 	"math/rand/v2"
 	"syscall"
 	"time"
+
+	toxiclient "github.com/Shopify/toxiproxy/v2/client"
 )
 
 // A fault kind: what it does to the group, given the leader and a
@@ -63,6 +65,23 @@ var faultKinds = []faultKind{
 			}
 		},
 		heal: func(g *group, _, _ int) { g.lab.heal() }},
+	// Through toxiproxy: what the leader sends its followers, and they
+	// answer, on Raft and on API forwarding.
+	{name: "latency 300±100 ms on the leader's links",
+		inject: func(g *group, l, _ int) {
+			g.lab.throughProxies(l, "latency", toxiclient.Attributes{"latency": 300, "jitter": 100})
+		},
+		heal: func(g *group, l, _ int) { g.lab.direct(l) }},
+	{name: "leader's links slowed to 16 KB/s",
+		inject: func(g *group, l, _ int) {
+			g.lab.throughProxies(l, "bandwidth", toxiclient.Attributes{"rate": 16})
+		},
+		heal: func(g *group, l, _ int) { g.lab.direct(l) }},
+	{name: "leader's connections reset",
+		inject: func(g *group, l, _ int) {
+			g.lab.throughProxies(l, "reset_peer", toxiclient.Attributes{"timeout": 0})
+		},
+		heal: func(g *group, l, _ int) { g.lab.direct(l) }},
 	{name: "disk full leader",
 		inject: func(g *group, l, _ int) { g.lab.fill(l) },
 		heal:   func(g *group, l, _ int) { g.lab.unfill(l); g.restartDead() }},
@@ -79,6 +98,9 @@ type faultEvent struct {
 	// crashed names replicas that were not running when the fault was
 	// healed, though the fault itself kills nothing (disk full).
 	crashed []string
+	// enospc counts the replicas' log lines that say "no space left on
+	// device" while the fault held.
+	enospc int
 	// recovered is how long after the fault began the group first
 	// acknowledged a write sent after it began (-1: not before heal + 10s).
 	recovered time.Duration

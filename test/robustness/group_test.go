@@ -223,6 +223,16 @@ func (g *group) restartDead() {
 	}
 }
 
+// logCount counts the lines of every replica's log that contain s.
+func (g *group) logCount(s string) int {
+	n := 0
+	for _, r := range g.reps {
+		b, _ := os.ReadFile(r.log.Name())
+		n += strings.Count(string(b), s)
+	}
+	return n
+}
+
 // dumpLogs prints the tail of every replica's log.
 func (g *group) dumpLogs() {
 	for _, r := range g.reps {

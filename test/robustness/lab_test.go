@@ -8,6 +8,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	toxiclient "github.com/Shopify/toxiproxy/v2/client"
 )
 
 // lab is one run's network and disks:
@@ -17,6 +19,8 @@ import (
 //	r3 10.250.3.2 ─┤
 //	this process ──┘ 10.250.100.2 (the clients)
 //
+// sw also runs toxiproxy, with a proxy for each replica's Raft and API
+// ports that faults route the leader's connections through.
 // Every replica's data folder is a small ext4 file system on a loop
 // device, so that one can fill up. Cleanup deletes the namespaces (and
 // with them links, routes and rules) and unmounts the file systems,
@@ -28,6 +32,8 @@ type lab struct {
 	ns     []string // the replicas' namespaces
 	addr   []string // the replicas' addresses
 	data   []string // the replicas' data folders (mount points)
+	// toxi controls the toxiproxy server in sw (toxics_test.go).
+	toxi *toxiclient.Client
 }
 
 const (
@@ -41,6 +47,7 @@ const (
 func newLab(t *testing.T, dir string, replicas int) *lab {
 	t.Helper()
 	l := &lab{t: t, prefix: fmt.Sprintf("crb%d", os.Getpid()%100000)}
+	sweep(t)
 	l.sw = l.addNS("sw")
 	l.run("ip", "netns", "exec", l.sw, "sysctl", "-qw", "net.ipv4.ip_forward=1")
 	for i := 1; i <= replicas; i++ {
@@ -62,12 +69,41 @@ func newLab(t *testing.T, dir string, replicas int) *lab {
 	l.linkUp("", host+"a", clientAddr+"/24")
 	l.linkUp(l.sw, host+"b", labNet+".100.1/24")
 	l.run("ip", "route", "add", labNet+".0.0/16", "via", labNet+".100.1")
+	l.startToxiproxy()
 	return l
+}
+
+// sweep removes what a run killed before its cleanup left (namespaces,
+// this process's link and route, loop-mounted data folders): one run at
+// a time holds this subnet and these names.
+func sweep(t *testing.T) {
+	out, _ := exec.Command("ip", "netns", "list").Output()
+	for _, line := range strings.Split(string(out), "\n") {
+		if f := strings.Fields(line); len(f) > 0 && strings.HasPrefix(f[0], "crb") {
+			t.Logf("removing namespace %s, left by an interrupted run", f[0])
+			exec.Command("ip", "netns", "del", f[0]).Run()
+		}
+	}
+	links, _ := exec.Command("ip", "-o", "link", "show").Output()
+	for _, line := range strings.Split(string(links), "\n") {
+		if f := strings.Fields(line); len(f) > 1 && strings.HasPrefix(f[1], "crb") {
+			exec.Command("ip", "link", "del", strings.Split(strings.TrimSuffix(f[1], ":"), "@")[0]).Run()
+		}
+	}
+	exec.Command("ip", "route", "del", labNet+".0.0/16").Run()
+	mounts, _ := os.ReadFile("/proc/self/mountinfo")
+	for _, line := range strings.Split(string(mounts), "\n") {
+		if f := strings.Fields(line); len(f) > 4 && strings.Contains(f[4], "/TestRobustness") && filepath.Dir(f[4]) != "" {
+			if b, err := filepath.Match("r[0-9]", filepath.Base(f[4])); err == nil && b {
+				t.Logf("unmounting %s, left by an interrupted run", f[4])
+				exec.Command("umount", "-l", f[4]).Run()
+			}
+		}
+	}
 }
 
 func (l *lab) addNS(name string) string {
 	ns := l.prefix + "-" + name
-	exec.Command("ip", "netns", "del", ns).Run() // a leftover of a killed run
 	l.run("ip", "netns", "add", ns)
 	l.t.Cleanup(func() { exec.Command("ip", "netns", "del", ns).Run() })
 	l.run("ip", "-n", ns, "link", "set", "lo", "up")

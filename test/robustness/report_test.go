@@ -49,17 +49,18 @@ func resultsTable(results []runResult, faultsPerRun int, took time.Duration) str
 	}
 	fmt.Fprintf(&b, "| %d | %d | %d | %d | %d | %s | %d | %d |\n\n", len(results), len(results)*faultsPerRun, ops, reads, unknown, lin, lost, problems)
 
-	b.WriteString("## Per fault kind\n\n| fault | times | recovery median | recovery max | never recovered in hold + 10 s | replicas crashed |\n|---|---:|---:|---:|---:|---:|\n")
+	b.WriteString("## Per fault kind\n\n| fault | times | recovery median | recovery max | never recovered in hold + 10 s | replicas crashed | log lines \"no space left\" |\n|---|---:|---:|---:|---:|---:|---:|\n")
 	for _, k := range faultKinds {
 		evs := byKind[k.name]
 		if len(evs) == 0 {
-			fmt.Fprintf(&b, "| %s | 0 | | | | |\n", k.name)
+			fmt.Fprintf(&b, "| %s | 0 | | | | | |\n", k.name)
 			continue
 		}
 		var rec []time.Duration
-		never, crashed := 0, 0
+		never, crashed, enospc := 0, 0, 0
 		for _, e := range evs {
 			crashed += len(e.crashed)
+			enospc += e.enospc
 			if e.recovered < 0 {
 				never++
 				continue
@@ -71,7 +72,7 @@ func resultsTable(results []runResult, faultsPerRun int, took time.Duration) str
 		if len(rec) > 0 {
 			med, worst = ms(rec[len(rec)/2]), ms(rec[len(rec)-1])
 		}
-		fmt.Fprintf(&b, "| %s | %d | %s | %s | %d | %d |\n", k.name, len(evs), med, worst, never, crashed)
+		fmt.Fprintf(&b, "| %s | %d | %s | %s | %d | %d | %d |\n", k.name, len(evs), med, worst, never, crashed, enospc)
 	}
 	b.WriteString("\n## Runs\n\n| seed | faults (leader at the time) | operations | unknown | linearizable | lost | time |\n|---:|---|---:|---:|---|---:|---:|\n")
 	for _, r := range results {

@@ -21,6 +21,10 @@ func TestMain(m *testing.M) {
 }
 
 func runMain(m *testing.M) int {
+	if addr := os.Getenv(toxiproxyEnv); addr != "" {
+		serveToxiproxy(addr) // this binary, re-run in the switch namespace
+		return 0
+	}
 	if os.Geteuid() != 0 {
 		return m.Run() // the tests that need root say so
 	}
@@ -109,6 +113,7 @@ func runSeed(t *testing.T, seed uint64, faults int) runResult {
 		for _, r := range g.reps {
 			alive[r.id] = r.alive()
 		}
+		enospc := g.logCount("no space left on device")
 		s.kind.inject(g, lead, follower)
 		// From when the fault is in place (a partition is several rules).
 		ev.at = time.Since(w.start)
@@ -118,9 +123,10 @@ func runSeed(t *testing.T, seed uint64, faults int) runResult {
 				ev.crashed = append(ev.crashed, r.id)
 			}
 		}
+		ev.enospc = g.logCount("no space left on device") - enospc
 		s.kind.heal(g, lead, follower)
 		ev.held = time.Since(w.start) - ev.at
-		t.Logf("seed %d: %s (leader %s) for %s%s", seed, ev.kind, ev.leader, s.hold, crashedText(ev.crashed))
+		t.Logf("seed %d: %s (leader %s) for %s%s; %d log lines said no space left", seed, ev.kind, ev.leader, s.hold, crashedText(ev.crashed), ev.enospc)
 		res.faults = append(res.faults, ev)
 		time.Sleep(s.gap)
 	}
