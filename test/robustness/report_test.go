@@ -2,14 +2,13 @@ package robustness
 
 import (
 	"fmt"
+	"os/exec"
 	"runtime"
 	"slices"
 	"strings"
 	"time"
 
 	"github.com/anishathalye/porcupine"
-
-	"corpus/internal/version"
 )
 
 // resultsTable is the Markdown report of a set of runs.
@@ -17,7 +16,7 @@ func resultsTable(results []runResult, faultsPerRun int, took time.Duration) str
 	var b strings.Builder
 	fmt.Fprintf(&b, "# Robustness results\n\n")
 	fmt.Fprintf(&b, "`make robustness RUNS=%d` on %s: %d CPUs, %s, corpus %s; %d faults per run; %s in all.\n\n",
-		len(results), time.Now().UTC().Format("2006-01-02"), runtime.NumCPU(), runtime.Version(), version.Get().Commit, faultsPerRun, took.Round(time.Second))
+		len(results), time.Now().UTC().Format("2006-01-02"), runtime.NumCPU(), runtime.Version(), commit(), faultsPerRun, took.Round(time.Second))
 	b.WriteString("Three coordinator replicas, each in its own network namespace, linked through a routing namespace where partitions are iptables rules; " +
 		"six clients add DNS records and guests (create-once) and read them back linearizably (`Corpus-Consistency: linearizable`) through any replica. " +
 		"Histories checked with porcupine per key; acknowledged writes read back from every replica after the last heal. " +
@@ -94,6 +93,15 @@ func resultsTable(results []runResult, faultsPerRun int, took time.Duration) str
 		fmt.Fprintf(&b, "| %d | %s | %d | %d | %s | %d | %s |\n", r.seed, strings.Join(fs, "; "), r.ops, r.unknown, linText, len(r.lost), r.took.Round(time.Second))
 	}
 	return b.String()
+}
+
+// commit names the tree the run's binary was built from.
+func commit() string {
+	out, err := exec.Command("git", "describe", "--always", "--dirty").Output()
+	if err != nil {
+		return "unknown"
+	}
+	return strings.TrimSpace(string(out))
 }
 
 func ms(d time.Duration) string { return fmt.Sprintf("%d ms", d.Milliseconds()) }

@@ -53,7 +53,7 @@ func requireRoot(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root: network namespaces, iptables and loop mounts (CI runs it as root)")
 	}
-	for _, tool := range []string{"ip", "iptables", "nsenter", "mkfs.ext4"} {
+	for _, tool := range []string{"ip", "iptables", "nsenter", "mkfs.ext4", "conntrack"} {
 		if _, err := exec.LookPath(tool); err != nil {
 			t.Skipf("needs %s", tool)
 		}

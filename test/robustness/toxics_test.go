@@ -36,7 +36,7 @@ const (
 
 // serveToxiproxy runs toxiproxy's API server until killed.
 func serveToxiproxy(addr string) {
-	logger := zerolog.New(os.Stderr).Level(zerolog.WarnLevel)
+	logger := zerolog.New(os.Stderr).Level(zerolog.ErrorLevel)
 	server := toxiproxy.NewServer(toxiproxy.NewMetricsContainer(prometheus.NewRegistry()), logger)
 	host, port, err := net.SplitHostPort(addr)
 	if err != nil {
