@@ -77,6 +77,11 @@ func New(cfg Config) (*Driver, error) {
 		d.log = slog.New(slog.DiscardHandler)
 	}
 	d.log = d.log.With("component", "libvirt")
+	if a, why := kvm(); a == "kvm" {
+		d.log.Info("VMs run under KVM")
+	} else {
+		d.log.Info("VMs run under QEMU TCG (software emulation)", "reason", why)
+	}
 	return d, nil
 }
 
@@ -185,10 +190,7 @@ func kvm() (accel, why string) {
 
 // kvmFastEnough is kvmVerdict for this host's /dev/kvm, probed once.
 var kvmFastEnough = sync.OnceValues(func() (string, string) {
-	took, err := kvmSpeed("/dev/kvm", probeDeadline)
-	accel, why := kvmVerdict(took, err)
-	slog.Info("kvm probed", "component", "libvirt", "accel", accel, "took", took, "reason", why)
-	return accel, why
+	return kvmVerdict(kvmSpeed("/dev/kvm", probeDeadline))
 })
 
 // kvmVerdict turns a kvmSpeed result into an accel and its reason.
