@@ -323,7 +323,8 @@ func New(cfg Config) (*Server, error) {
 		Seen:              s.seen,
 		Group:             s,
 		AgentClient:       s.agentClient,
-		Zone:              s.currentZone,
+		Zone:              s.servedZone,
+		ZoneNow:           s.currentZone,
 		DNSAddr:           s.DNSAddr,
 		GossipAddr:        s.GossipAddr,
 		CA:                certs.auth,
@@ -392,6 +393,15 @@ func (s *Server) DNSAddr() string {
 	return s.dns.UDPAddr().String()
 }
 
+// servedZone is the zone this replica's DNS server answers from.
+func (s *Server) servedZone() *dns.Zone {
+	if s.zone == nil {
+		return nil
+	}
+	z, _ := s.zone.Snapshot()
+	return z
+}
+
 // currentZone is the zone as of this replica's state now: the zone it
 // serves when that is current, else one built from the state at once.
 // zoneLoop rebuilds the served zone at most every zoneRebuildEvery, so
@@ -401,7 +411,7 @@ func (s *Server) currentZone() *dns.Zone {
 	if s.zone == nil {
 		return nil
 	}
-	z, _ := s.zone.Snapshot()
+	z := s.servedZone()
 	v := s.store.Read()
 	if z != nil && z.Serial() == uint32(v.Index()) {
 		return z

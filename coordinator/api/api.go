@@ -42,8 +42,11 @@ type Backend struct {
 	// AgentClient dials a node agent's API.
 	AgentClient func(node *corpusv1.Node) corpusv1connect.NodeAgentServiceClient
 	// Zone returns the DNS zone this replica serves (nil when DNS is off),
-	// DNSAddr where it answers.
+	// DNSAddr where it answers. The served zone may lag the state a
+	// little while writes stream in; ZoneNow is the zone as of the state
+	// now (built on the spot when the served one lags: for listings).
 	Zone    func() *dns.Zone
+	ZoneNow func() *dns.Zone
 	DNSAddr func() string
 	// Group is the replica's Raft group.
 	Group Group

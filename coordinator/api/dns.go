@@ -33,10 +33,12 @@ func (s *dnsService) zone() (*dns.Zone, error) {
 }
 
 func (s *dnsService) ListRecords(ctx context.Context, _ *connect.Request[corpusv1.ListRecordsRequest]) (*connect.Response[corpusv1.ListRecordsResponse], error) {
-	z, err := s.zone()
-	if err != nil {
+	if _, err := s.zone(); err != nil {
 		return nil, err
 	}
+	// As of the state, not the served zone, which may lag: the listing
+	// must show every record this replica has applied.
+	z := s.b.ZoneNow()
 	static := map[string]string{} // canonical key -> id
 	for _, r := range s.b.Store.Read().DNSRecords() {
 		static[r.Key] = r.Id
