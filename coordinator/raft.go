@@ -102,9 +102,9 @@ func openReplica(cfg raftConfig, store *state.Store) (*replica, error) {
 	// against 95 through the leader (test/bench/raft). Idle
 	// AppendEntries carry no entries and cost no fsync.
 	rc.CommitTimeout = 5 * time.Millisecond
-	// Callers of Apply queue instead of taking turns with the leader
-	// loop, which commits what is queued as one batch.
-	rc.BatchApplyCh = true
+	// Not BatchApplyCh: a future left in its buffer when Raft shuts down
+	// is never answered, and a caller waiting on it (the scheduler) kept
+	// a replica from stopping (TestLinearizableReads in CI).
 
 	fsm := state.NewFSM(store, cfg.Logger.With("component", "fsm"))
 	existing, err := raft.HasExistingState(logs, logs, snaps)
