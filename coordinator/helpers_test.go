@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"runtime/pprof"
 	"strings"
 	"sync"
 	"testing"
@@ -84,6 +85,10 @@ func (s *server) stop() error {
 		select {
 		case s.err = <-s.done:
 		case <-time.After(waitTimeout):
+			// What every goroutine was doing says which part hung.
+			var stacks strings.Builder
+			pprof.Lookup("goroutine").WriteTo(&stacks, 2)
+			s.t.Logf("goroutines when Serve did not return:\n%s", stacks.String())
 			s.err = errors.New("Serve did not return")
 		}
 	})
