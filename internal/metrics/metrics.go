@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"sync/atomic"
 	"time"
 
@@ -60,6 +61,7 @@ func Handler(g prometheus.Gatherer, logger *slog.Logger) http.Handler {
 type Server struct {
 	ln     net.Listener
 	http   *http.Server
+	mux    *http.ServeMux
 	logger *slog.Logger
 }
 
@@ -82,13 +84,26 @@ func Listen(addr string, g prometheus.Gatherer, logger *slog.Logger) (*Server, e
 	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, _ *http.Request) {
 		fmt.Fprintln(w, "corpus metrics are at /metrics")
 	})
-	return &Server{ln: ln, logger: logger, http: &http.Server{
+	return &Server{ln: ln, logger: logger, mux: mux, http: &http.Server{
 		Handler:           mux,
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       2 * time.Minute,
 		MaxHeaderBytes:    16 << 10,
 		ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelDebug),
 	}}, nil
+}
+
+// ServeProfiles adds Go's runtime profiles (CPU, heap, goroutines,
+// execution trace) under /debug/pprof/, for an operator chasing where a
+// daemon spends its time. Off unless asked for: they say how the daemon
+// works inside (never what its memory holds), and a CPU profile costs
+// while it runs. Call it before Serve.
+func (s *Server) ServeProfiles() {
+	s.mux.HandleFunc("GET /debug/pprof/", pprof.Index)
+	s.mux.HandleFunc("GET /debug/pprof/cmdline", pprof.Cmdline)
+	s.mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
+	s.mux.HandleFunc("GET /debug/pprof/symbol", pprof.Symbol)
+	s.mux.HandleFunc("GET /debug/pprof/trace", pprof.Trace)
 }
 
 // Addr is the address the server listens on.

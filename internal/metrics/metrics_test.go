@@ -3,6 +3,7 @@ package metrics_test
 import (
 	"bytes"
 	"context"
+	"io"
 	"net/http"
 	"testing"
 
@@ -43,5 +44,36 @@ func TestServer(t *testing.T) {
 	}
 	if _, err := metrics.Listen("no-port", reg, nil); err == nil {
 		t.Errorf("Listen(no-port) = nil error")
+	}
+}
+
+// TestProfiles: Go's runtime profiles are served only when asked for.
+func TestProfiles(t *testing.T) {
+	t.Parallel()
+	for _, profiles := range []bool{false, true} {
+		s, err := metrics.Listen("127.0.0.1:0", metrics.NewRegistry(), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if profiles {
+			s.ServeProfiles()
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- s.Serve(ctx) }()
+		res, err := http.Get("http://" + s.Addr() + "/debug/pprof/goroutine?debug=1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(res.Body)
+		res.Body.Close()
+		cancel()
+		<-done
+		switch {
+		case profiles && (res.StatusCode != http.StatusOK || !bytes.Contains(body, []byte("goroutine profile:"))):
+			t.Errorf("with profiles: GET /debug/pprof/goroutine = %s\n%s", res.Status, body)
+		case !profiles && res.StatusCode != http.StatusNotFound:
+			t.Errorf("without profiles: GET /debug/pprof/goroutine = %s, want 404", res.Status)
+		}
 	}
 }

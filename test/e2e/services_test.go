@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -227,6 +228,14 @@ func TestServicePostgres(t *testing.T) {
 	// An agent restart keeps the data and the link.
 	a.kill()
 	a.proc = c.startAgent(a, "--address", nodeAddr)
+	// The service's state is the one reported before the kill until the
+	// new agent reports; what follows asks the new agent itself.
+	eventually(t, time.Minute, "the restarted agent serves exec", func() error {
+		if _, errOut, code := c.cli("guest", "exec", "svc-db", "--", "true"); code != 0 {
+			return errors.New(strings.TrimSpace(errOut))
+		}
+		return nil
+	})
 	c.waitHealthy("db", 2*time.Minute)
 	if got := strings.TrimSpace(c.mustCLI("config", "get", "hello", "DATABASE_URL")); got != url {
 		t.Errorf("DATABASE_URL after an agent restart = %q, want %q", got, url)

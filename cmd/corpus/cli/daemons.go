@@ -26,9 +26,9 @@ import (
 func newCoordinatorCmd(g *globals) *cobra.Command {
 	cfg := coordinator.Default()
 	var (
-		file        string
-		logs        logFlags
-		metricsAddr string
+		file   string
+		logs   logFlags
+		mflags metricsFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "coordinator",
@@ -51,7 +51,7 @@ func newCoordinatorCmd(g *globals) *cobra.Command {
 			cfg.Heart = notifier(cmd.Context(), logger).Heart("coordinator")
 			reg := metrics.NewRegistry()
 			cfg.Metrics = reg
-			return withMetrics(cmd.Context(), metricsAddr, reg, logger, func(ctx context.Context, url string) error {
+			return withMetrics(cmd.Context(), mflags, reg, logger, func(ctx context.Context, url string) error {
 				srv, err := coordinator.New(cfg)
 				if err != nil {
 					return err
@@ -86,7 +86,8 @@ func newCoordinatorCmd(g *globals) *cobra.Command {
 	addDNSFlags(f, &cfg)
 	addLDAPFlags(f, &cfg)
 	f.StringVar(&cfg.ServiceTemplates, "service-templates", cfg.ServiceTemplates, "folder of service templates added to the built-in ones (one folder each: service.yaml and its scripts)")
-	f.StringVar(&metricsAddr, "metrics-addr", defaultCoordinatorMetricsAddr, metricsAddrUsage)
+	mflags.addr = defaultCoordinatorMetricsAddr
+	mflags.add(f, metricsAddrUsage)
 	logs.add(f)
 	return cmd
 }
@@ -120,9 +121,9 @@ func addLDAPFlags(f *pflag.FlagSet, cfg *coordinator.Config) {
 func newAgentCmd(g *globals) *cobra.Command {
 	cfg := agent.Default()
 	var (
-		file        string
-		logs        logFlags
-		metricsAddr string
+		file   string
+		logs   logFlags
+		mflags metricsFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "agent",
@@ -155,7 +156,7 @@ func newAgentCmd(g *globals) *cobra.Command {
 			// The proxy process's metrics, served here too.
 			proxyMetrics := &metrics.Deferred{}
 			cfg.ProxyMetrics = proxyMetrics.Set
-			return withMetrics(cmd.Context(), metricsAddr, prometheus.Gatherers{reg, proxyMetrics}, logger, func(ctx context.Context, url string) error {
+			return withMetrics(cmd.Context(), mflags, prometheus.Gatherers{reg, proxyMetrics}, logger, func(ctx context.Context, url string) error {
 				a, err := agent.New(cfg)
 				if err != nil {
 					return err
@@ -188,7 +189,8 @@ func newAgentCmd(g *globals) *cobra.Command {
 	f.StringVar(&cfg.LogShip.Syslog, "log-ship-syslog", "", "send guests' log lines to a syslog receiver as RFC 5424 messages: tcp://HOST:PORT or tls://HOST:PORT")
 	f.StringVar(&cfg.LogShip.CAFile, "log-ship-ca", "", "CA certificate (PEM) that verifies a tls:// syslog receiver (default: the system's roots)")
 	f.StringVar(&cfg.LogShip.File, "log-ship-file", "", "append guests' log lines to this file as JSON lines (for journald, vector, promtail)")
-	f.StringVar(&metricsAddr, "metrics-addr", defaultAgentMetricsAddr, metricsAddrUsage)
+	mflags.addr = defaultAgentMetricsAddr
+	mflags.add(f, metricsAddrUsage)
 	logs.add(f)
 	return cmd
 }

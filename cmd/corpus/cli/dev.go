@@ -31,7 +31,7 @@ type devOptions struct {
 	raftAddr  string
 	agentAddr string
 	dnsAddr   string
-	metrics   string
+	metrics   metricsFlags
 	name      string
 	envName   string
 	cleanup   bool
@@ -46,7 +46,7 @@ func newDevCmd(g *globals) *cobra.Command {
 		raftAddr:  "127.0.0.1:7401",
 		agentAddr: "127.0.0.1:7402",
 		dnsAddr:   coordinator.Default().DNS.Addr,
-		metrics:   defaultCoordinatorMetricsAddr,
+		metrics:   metricsFlags{addr: defaultCoordinatorMetricsAddr},
 		name:      agent.Default().Name,
 		envName:   "dev",
 		agent:     agent.Default(),
@@ -88,7 +88,7 @@ second one on a --state-dir in use is refused.`,
 	f.StringVar(&o.raftAddr, "raft-addr", o.raftAddr, "Raft listen address")
 	f.StringVar(&o.agentAddr, "agent-addr", o.agentAddr, "agent API listen address")
 	f.StringVar(&o.dnsAddr, "dns-addr", o.dnsAddr, "DNS listen address (empty: off)")
-	f.StringVar(&o.metrics, "metrics-addr", o.metrics, "Prometheus metrics listen address of the coordinator and the agent, on /metrics (empty: off)")
+	o.metrics.add(f, "Prometheus metrics listen address of the coordinator and the agent, on /metrics (empty: off)")
 	f.StringVar(&o.name, "name", o.name, "name of this node")
 	f.StringVar(&o.envName, "env-name", o.envName, "name of the environment written to the CLI config")
 	f.BoolVar(&o.cleanup, "cleanup", false, "on exit, delete every guest and volume of this node, then its network (exit 1 when something is left)")

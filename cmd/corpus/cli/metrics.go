@@ -2,10 +2,12 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/spf13/pflag"
 
 	"corpus/internal/metrics"
 )
@@ -20,17 +22,34 @@ const (
 
 const metricsAddrUsage = "Prometheus metrics listen address, served on /metrics (empty: off)"
 
-// withMetrics binds the metrics server of reg on addr (none when addr is
+// metricsFlags are a daemon's metrics listener and what it serves.
+type metricsFlags struct {
+	addr     string
+	profiles bool
+}
+
+func (m *metricsFlags) add(f *pflag.FlagSet, usage string) {
+	f.StringVar(&m.addr, "metrics-addr", m.addr, usage)
+	f.BoolVar(&m.profiles, "debug-profiles", false, "also serve Go's runtime profiles on the metrics address, under /debug/pprof/ (go tool pprof)")
+}
+
+// withMetrics binds the metrics server of reg on m.addr (none when it is
 // empty), runs f, and stops the server once f returns. The server's URL
 // is handed to f ("" when off). A metrics listener that cannot be bound
 // stops the daemon before it starts, like its other listeners.
-func withMetrics(ctx context.Context, addr string, reg prometheus.Gatherer, logger *slog.Logger, f func(ctx context.Context, url string) error) error {
-	if addr == "" {
+func withMetrics(ctx context.Context, m metricsFlags, reg prometheus.Gatherer, logger *slog.Logger, f func(ctx context.Context, url string) error) error {
+	if m.addr == "" {
+		if m.profiles {
+			return errors.New("--debug-profiles needs --metrics-addr")
+		}
 		return f(ctx, "")
 	}
-	ms, err := metrics.Listen(addr, reg, logger)
+	ms, err := metrics.Listen(m.addr, reg, logger)
 	if err != nil {
 		return err
+	}
+	if m.profiles {
+		ms.ServeProfiles()
 	}
 	mctx, stop := context.WithCancel(ctx)
 	var wg sync.WaitGroup
