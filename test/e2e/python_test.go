@@ -75,6 +75,7 @@ func TestProcessesPython(t *testing.T) {
 	}
 	t.Logf("debian/bookworm +python3 built in %s", time.Since(start).Round(time.Second))
 	a.proc = c.startAgent(a, "--address", nodeAddr)
+	c.waitNodeReady(a.name) // down while the image built
 	l := deployLabOn(t, c, a, client, nodeAddr, []string{"--image", "debian/bookworm", "--packages", "python3", "--memory", "256M", "--cpus", "0.5"})
 
 	var show struct {

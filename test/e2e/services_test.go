@@ -104,6 +104,7 @@ func TestServicePostgres(t *testing.T) {
 	a.kill()
 	buildImage(t, a, "postgresql-15")
 	a.proc = c.startAgent(a, "--address", nodeAddr)
+	c.waitNodeReady(a.name) // down while the image built
 
 	if out := c.mustCLI("service", "templates"); !strings.Contains(out, "postgresql") || !strings.Contains(out, "redis") || !strings.Contains(out, "mariadb") {
 		t.Fatalf("service templates:\n%s", out)
@@ -328,6 +329,7 @@ func TestServiceMariaDBAndRedis(t *testing.T) {
 	buildImage(t, a, "mariadb-server")
 	buildImage(t, a, "redis-server,redis-tools")
 	a.proc = c.startAgent(a)
+	c.waitNodeReady(a.name) // down while the image built
 	c.mustCLI("service", "create", "maria", "--template", "mariadb", "--size", "256M", "--memory", "256M")
 	c.mustCLI("service", "create", "cache", "--template", "redis", "--size", "64M", "--memory", "64M")
 	c.waitHealthy("maria", 5*time.Minute)
