@@ -2,13 +2,11 @@ package api
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net"
 	"slices"
 	"strconv"
 	"strings"
-	"time"
 
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/proto"
@@ -22,11 +20,10 @@ import (
 	corpusv1 "corpus/proto/corpus/v1"
 )
 
-// watchRefresh is how often Watch resends the desired state even when
-// nothing changed: a keepalive, and a level-based safety net.
-const watchRefresh = 30 * time.Second
-
-type agentService struct{ b *Backend }
+type agentService struct {
+	b     *Backend
+	peers peerList
+}
 
 func (s *agentService) Enroll(ctx context.Context, req *connect.Request[corpusv1.EnrollRequest]) (*connect.Response[corpusv1.EnrollResponse], error) {
 	m := req.Msg
@@ -132,50 +129,6 @@ func validLabel(k, v string) error {
 		return invalidf("label %s=%.80q: values are up to 63 letters, digits, '-', '_' and '.', starting and ending with a letter or digit", k, v)
 	}
 	return nil
-}
-
-func (s *agentService) Watch(ctx context.Context, _ *connect.Request[corpusv1.WatchRequest], stream *connect.ServerStream[corpusv1.WatchResponse]) error {
-	p := auth.FromContext(ctx)
-	for {
-		view := s.b.Store.Read()
-		n := view.Node(p.NodeID)
-		if n == nil {
-			return connect.NewError(connect.CodeNotFound, fmt.Errorf("node %s is no longer enrolled", p.NodeName))
-		}
-		// A stream opened with a certificate that went out of use (two
-		// renewals since) ends: the agent reconnects with its current one.
-		if p.CertSerial != "" && p.CertSerial != n.CertSerial && p.CertSerial != n.PrevCertSerial {
-			return connect.NewError(connect.CodeUnauthenticated, errors.New("the certificate this stream was opened with is no longer in use: reconnect with the current one"))
-		}
-		n = proto.Clone(n).(*corpusv1.Node)
-		msg := &corpusv1.WatchResponse{Index: view.Index(), Node: n, Guests: desiredOn(view, p.NodeID), Routes: view.RoutesOnNode(p.NodeID)}
-		msg.Volumes = append(view.VolumesOnNode(p.NodeID), view.VolumesLeftOnNode(p.NodeID)...)
-		msg.GuestProjects = guestProjects(view, msg.Guests)
-		msg.Instances = instanceAssignments(view, msg.Guests)
-		msg.GuestServices, msg.ServiceReach = guestServices(view, msg.Guests), serviceReach(view, msg.Guests)
-		msg.Backups = view.BackupsOnNode(p.NodeID)
-		msg.GuestWaiting = guestWaiting(view, msg.Guests)
-		msg.Peers = peerNodes(view, p.NodeID)
-		msg.Certificates = nodeCertificates(view, msg.Routes)
-		s.dnsInfo(msg)
-		for _, c := range view.Coordinators() {
-			if c.ApiAddress != "" {
-				msg.Coordinators = append(msg.Coordinators, c.ApiAddress)
-			}
-		}
-		if s.b.GossipAddr != nil {
-			msg.GossipAddr = s.b.GossipAddr()
-		}
-		if err := stream.Send(msg); err != nil {
-			return err
-		}
-		wctx, cancel := context.WithTimeout(ctx, watchRefresh)
-		err := view.Wait(wctx)
-		cancel()
-		if err != nil && ctx.Err() != nil {
-			return nil // the agent went away
-		}
-	}
 }
 
 // desiredOn is the desired state of a node's guests: those placed on it,
@@ -348,18 +301,6 @@ func instanceAssignments(view *state.Snap, guests []*corpusv1.Guest) []*corpusv1
 						StagedRelease: in.StagedRelease, StandbyRelease: e.StandbyRelease, StandbyUntil: e.StandbyUntil})
 				}
 			}
-		}
-	}
-	return out
-}
-
-// peerNodes are the nodes other than self that have a guest subnet and
-// an address to route it to.
-func peerNodes(view *state.Snap, self string) []*corpusv1.PeerNode {
-	var out []*corpusv1.PeerNode
-	for _, n := range view.Nodes() {
-		if n.Id != self && n.GuestSubnet != "" && n.Address != "" {
-			out = append(out, &corpusv1.PeerNode{Name: n.Name, Address: n.Address, GuestSubnet: n.GuestSubnet})
 		}
 	}
 	return out

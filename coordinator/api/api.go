@@ -299,7 +299,7 @@ func Mount(mux *http.ServeMux, b *Backend) {
 	mux.Handle(corpusv1connect.NewIngressServiceHandler(&ingressService{b}, opts...))
 	mux.Handle(corpusv1connect.NewDnsServiceHandler(&dnsService{b}, opts...))
 	mux.Handle(corpusv1connect.NewVolumeServiceHandler(&volumeService{b}, opts...))
-	mux.Handle(corpusv1connect.NewAgentServiceHandler(&agentService{b}, opts...))
+	mux.Handle(corpusv1connect.NewAgentServiceHandler(&agentService{b: b}, opts...))
 	mux.Handle(corpusv1connect.NewUserServiceHandler(&userService{b: b, limiter: newLoginLimiter()}, opts...))
 	mux.Handle(corpusv1connect.NewProjectServiceHandler(&projectService{b}, opts...))
 	mux.Handle(corpusv1connect.NewAuditServiceHandler(&auditService{b}, opts...))

@@ -134,6 +134,15 @@ func (v *Snap) Nodes() []*corpusv1.Node {
 	return out
 }
 
+// WatchNodes makes Wait return when any node changes, without reading
+// them, and returns the view's index.
+func (v *Snap) WatchNodes() uint64 {
+	if it, err := v.txn.Get(tableNodes, "id"); err == nil {
+		v.ws.Add(it.WatchCh())
+	}
+	return v.Index()
+}
+
 // Guest returns the guest with that id, or nil.
 func (v *Snap) Guest(id string) *corpusv1.Guest {
 	return first[*corpusv1.Guest](v, tableGuests, "id", id)

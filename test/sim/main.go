@@ -90,6 +90,7 @@ type simNode struct {
 	served      atomic.Int64
 	streamBreak atomic.Int64 // unix nanos of the last break, 0 when serving
 	lastServe   atomic.Int64 // unix nanos of the last response
+	reports     atomic.Int64 // heartbeats answered
 }
 
 type sim struct {
@@ -144,7 +145,18 @@ func run(c config) error {
 		go n.watch(nctx)
 		go n.heartbeat(nctx, c.reportEvery)
 	}
-	// Steady state: heartbeats only, for two intervals.
+	// Steady state: heartbeats only, for two intervals, once every node
+	// reported (a node's first report marks it ready: a write).
+	if err := waitFor(5*time.Minute, func() bool {
+		for _, n := range s.nodes {
+			if n.reports.Load() == 0 {
+				return false
+			}
+		}
+		return true
+	}); err != nil {
+		return fmt.Errorf("first reports: %w", err)
+	}
 	lead, leadPID := s.leader(ctx)
 	cpu0, idx0, t0 := procCPU(leadPID), s.index(ctx, lead), time.Now()
 	time.Sleep(2 * c.reportEvery)
@@ -393,6 +405,8 @@ func (n *simNode) heartbeat(ctx context.Context, every time.Duration) {
 		cancel()
 		if connect.CodeOf(err) == connect.CodeUnavailable || connect.CodeOf(err) == connect.CodeDeadlineExceeded {
 			n.next()
+		} else if err == nil {
+			n.reports.Add(1)
 		}
 		select {
 		case <-ctx.Done():
