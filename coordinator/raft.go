@@ -185,6 +185,10 @@ func (r *replica) propose(ctx context.Context, cmd *corpusv1.Command) (uint64, e
 			// not take it as not done.
 			return 0, fmt.Errorf("%w (leadership was lost while the write was being committed; it may still be applied)", api.ErrNotLeader)
 		}
+		if errors.Is(err, raft.ErrEnqueueTimeout) {
+			// Refused before it was logged, too.
+			return 0, fmt.Errorf("%w (retry shortly)", api.ErrBusy)
+		}
 		return 0, fmt.Errorf("replicating command: %w", err)
 	}
 	res, ok := f.Response().(*state.Result)

@@ -342,7 +342,7 @@ func toConnect(err error) error {
 		return connect.NewError(connect.CodeFailedPrecondition, err)
 	case errors.Is(err, state.ErrStale):
 		return connect.NewError(connect.CodeAborted, err)
-	case errors.Is(err, ErrNotLeader):
+	case errors.Is(err, ErrNotLeader), errors.Is(err, ErrBusy):
 		return connect.NewError(connect.CodeUnavailable, err)
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		return connect.NewError(connect.CodeDeadlineExceeded, err)
@@ -356,6 +356,11 @@ var errInvalid = errors.New("invalid argument")
 // ErrNotLeader is what Backend.Propose should wrap when this replica
 // cannot write; the API answers Unavailable.
 var ErrNotLeader = errors.New("this coordinator is not the raft leader")
+
+// ErrBusy is what Backend.Propose should wrap when the leader refused a
+// write before logging it, for want of room in its queue; the API
+// answers Unavailable, and the write did not happen.
+var ErrBusy = errors.New("the raft leader is busy: its write queue stayed full")
 
 func invalidf(format string, args ...any) error {
 	return fmt.Errorf("%w: "+format, append([]any{errInvalid}, args...)...)

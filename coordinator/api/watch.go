@@ -19,14 +19,21 @@ import (
 // nothing changed: a keepalive, and a level-based safety net.
 const watchRefresh = 30 * time.Second
 
-// Watch streams a node's desired state. Every stream wakes on every
-// change to what it read, and part of that is the table of nodes (the
-// peers a node routes guest subnets to), so one node's change wakes all
-// of them. What keeps that from costing nodes² per change: the peer
-// list is built once per state index for all streams, and a stream
-// sends only when its node's message differs from the one it sent last
-// (or watchRefresh passed), so a change elsewhere costs each stream a
-// comparison of its own part, not an encoding and a send.
+// peerEvery is the most often a stream looks at the peer list again
+// after nodes changed: routes to other nodes' guest subnets may follow a
+// second late, and a fleet enrolling does not wake every stream per node.
+const peerEvery = time.Second
+
+// Watch streams a node's desired state. Two things wake a stream: what
+// its node's own message reads (its record, guests, routes, ...), and
+// the table of nodes, from which the peers a node routes guest subnets
+// to come. The second changes with every node's report that says
+// something new, so it must not cost nodes² per change: the peer list is
+// built once per change of the table for all streams, with a version
+// that moves only when the list does; a stream woken by the table alone
+// compares that version, at most every peerEvery, and rebuilds nothing
+// of its own. A stream sends only what differs from what it sent last
+// (or everything again after watchRefresh).
 func (s *agentService) Watch(ctx context.Context, _ *connect.Request[corpusv1.WatchRequest], stream *connect.ServerStream[corpusv1.WatchResponse]) error {
 	p := auth.FromContext(ctx)
 	var (
@@ -34,6 +41,13 @@ func (s *agentService) Watch(ctx context.Context, _ *connect.Request[corpusv1.Wa
 		lastPeer uint64 // the peer list's version in last
 		sentAt   time.Time
 	)
+	send := func(msg *corpusv1.WatchResponse, version uint64) error {
+		if err := stream.Send(msg); err != nil {
+			return err
+		}
+		last, lastPeer, sentAt = msg, version, time.Now()
+		return nil
+	}
 	for {
 		view := s.b.Store.Read()
 		n := view.Node(p.NodeID)
@@ -46,23 +60,59 @@ func (s *agentService) Watch(ctx context.Context, _ *connect.Request[corpusv1.Wa
 			return connect.NewError(connect.CodeUnauthenticated, errors.New("the certificate this stream was opened with is no longer in use: reconnect with the current one"))
 		}
 		msg := s.watchMessage(view, p.NodeID, n)
-		peers, version := s.peers.of(view)
+		peers, version, nodesCh := s.peers.of(s.b.Store.Read())
 		if last != nil && version == lastPeer {
 			msg.Peers = last.Peers // the same list, filtered already
 		} else {
 			msg.Peers = without(peers, p.NodeID)
 		}
 		if last == nil || version != lastPeer || time.Since(sentAt) >= watchRefresh || !sameWatch(last, msg) {
-			if err := stream.Send(msg); err != nil {
+			if err := send(msg, version); err != nil {
 				return err
 			}
-			last, lastPeer, sentAt = msg, version, time.Now()
 		}
 		wctx, cancel := context.WithTimeout(ctx, watchRefresh-time.Since(sentAt))
-		err := view.Wait(wctx)
+		own := view.WatchCh(wctx)
+		err := s.watchPeers(wctx, own, nodesCh, func(peers []peer, version uint64) error {
+			if version == lastPeer {
+				return nil
+			}
+			msg := proto.CloneOf(last)
+			msg.Peers = without(peers, p.NodeID)
+			return send(msg, version)
+		})
 		cancel()
-		if err != nil && ctx.Err() != nil {
+		if err != nil {
+			return err
+		}
+		if ctx.Err() != nil {
 			return nil // the agent went away
+		}
+	}
+}
+
+// watchPeers waits until own fires (the stream's own part changed, or
+// ctx ended), handing the peer list to changed whenever the table of
+// nodes changes meanwhile, at most every peerEvery.
+func (s *agentService) watchPeers(ctx context.Context, own <-chan error, nodesCh <-chan struct{}, changed func([]peer, uint64) error) error {
+	for {
+		select {
+		case <-own:
+			return nil
+		case <-nodesCh:
+		}
+		select {
+		case <-own:
+			return nil // the full pass reads the peers too
+		case <-time.After(peerEvery):
+		}
+		peers, version, ch := s.peers.of(s.b.Store.Read())
+		nodesCh = ch
+		if err := changed(peers, version); err != nil {
+			return err
+		}
+		if ctx.Err() != nil {
+			return nil
 		}
 	}
 }
@@ -101,11 +151,11 @@ func sameWatch(a, b *corpusv1.WatchResponse) bool {
 }
 
 // peerList is the nodes that have a guest subnet and an address to
-// route it to, built once per state index for every Watch stream, with
-// a version that moves only when the list does.
+// route it to, built once for every Watch stream each time the table of
+// nodes changes, with a version that moves only when the list does.
 type peerList struct {
 	mu      sync.Mutex
-	index   uint64
+	table   <-chan struct{} // the nodes table's watch channel when built
 	version uint64
 	peers   []peer
 }
@@ -115,17 +165,18 @@ type peer struct {
 	p      *corpusv1.PeerNode
 }
 
-// of returns the list for view and its version. view keeps watching the
-// nodes, as a read of them would.
-func (l *peerList) of(view *state.Snap) ([]peer, uint64) {
-	idx := view.WatchNodes()
+// of returns the list in view, its version, and the channel that closes
+// when the table of nodes changes after view.
+func (l *peerList) of(view *state.Snap) ([]peer, uint64, <-chan struct{}) {
+	table := view.WatchNodes()
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.version != 0 && idx <= l.index {
-		// Built at this index or after: a stream on an older view gets
-		// the newer list, and its watch wakes it for the rest.
-		return l.peers, l.version
+	if table == l.table {
+		return l.peers, l.version, table
 	}
+	// A stream on an older view may rebuild from it after a newer one
+	// did: the version moves back and forth with the content, and its
+	// watch wakes it for the newer state.
 	var peers []peer
 	for _, n := range view.Nodes() {
 		if n.GuestSubnet != "" && n.Address != "" {
@@ -134,10 +185,10 @@ func (l *peerList) of(view *state.Snap) ([]peer, uint64) {
 	}
 	if l.version == 0 || !samePeers(l.peers, peers) {
 		l.peers = peers
-		l.version = idx
+		l.version++
 	}
-	l.index = idx
-	return l.peers, l.version
+	l.table = table
+	return l.peers, l.version, table
 }
 
 func samePeers(a, b []peer) bool {

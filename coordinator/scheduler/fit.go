@@ -55,16 +55,25 @@ type Decision struct {
 // cpu wins, ties broken by name so the choice is deterministic. When
 // nothing fits, Reason counts the nodes each filter rejected.
 func Place(ask Ask, candidates []Candidate) Decision {
+	return place(ask, candidates, kindIn(candidates, ask.Guest.GetSpec(), ask.Env))
+}
+
+// place is Place with the candidates that take the guest's kind worked
+// out already.
+func place(ask Ask, candidates []Candidate, k *kind) Decision {
 	spec := ask.Guest.GetSpec()
 	var (
-		rejected = map[string]int{}
+		short    map[string]int // rejected for want of room
 		best     *Candidate
 		bestRank rank
 	)
-	for i := range candidates {
+	for j, i := range k.fit {
 		c := &candidates[i]
-		if why := state.Unfit(c.Node, c.Allocated, c.UsedPorts, spec, ask.Env); why != "" {
-			rejected[why]++
+		if why := state.RoomUnfit(c.Node, k.drivers[j], c.Allocated, c.UsedPorts, spec); why != "" {
+			if short == nil {
+				short = map[string]int{}
+			}
+			short[why]++
 			continue
 		}
 		r := rank{zoneLoad: ask.ZoneLoad[c.Node.Labels[state.LabelZone]], nodeLoad: ask.NodeLoad[c.Node.Id], free: freeShare(c, spec.GetResources()), name: c.Node.Name}
@@ -78,16 +87,75 @@ func Place(ask Ask, candidates []Candidate) Decision {
 	if len(candidates) == 0 {
 		return Decision{Reason: "no nodes are enrolled; enroll one with `corpus node token` and `corpus agent --join-token`"}
 	}
-	reasons := make([]string, 0, len(rejected))
-	for why, n := range rejected {
-		noun := "nodes"
-		if n == 1 {
-			noun = "node"
+	reasons := make([]string, 0, len(k.rejected)+len(short))
+	for _, rejected := range []map[string]int{k.rejected, short} {
+		for why, n := range rejected {
+			noun := "nodes"
+			if n == 1 {
+				noun = "node"
+			}
+			reasons = append(reasons, fmt.Sprintf("%d %s %s", n, noun, why))
 		}
-		reasons = append(reasons, fmt.Sprintf("%d %s %s", n, noun, why))
 	}
 	sort.Strings(reasons)
 	return Decision{Reason: fmt.Sprintf("no node fits (%d considered): %s", len(candidates), strings.Join(reasons, "; "))}
+}
+
+// kind is what a set of candidates says of one kind of guest whatever
+// the nodes hold (state.KindUnfit): those that take it, with their
+// driver for it, and why the others do not.
+type kind struct {
+	fit      []int // indices of candidates
+	drivers  []*corpusv1.DriverInfo
+	rejected map[string]int
+}
+
+func kindIn(candidates []Candidate, spec *corpusv1.GuestSpec, env string) *kind {
+	k := &kind{rejected: map[string]int{}}
+	for i := range candidates {
+		drv, why := state.KindUnfit(candidates[i].Node, spec, env)
+		if why != "" {
+			k.rejected[why]++
+			continue
+		}
+		k.fit = append(k.fit, i)
+		k.drivers = append(k.drivers, drv)
+	}
+	return k
+}
+
+// kinds remembers the kinds of guest one pass met, over the pass's
+// candidates: nodes change only in what they hold during a pass, so a
+// pass placing many guests of one kind checks each node's kind once and
+// then only its room.
+type kinds struct {
+	cands []Candidate
+	seen  map[string]*kind
+}
+
+func (ks *kinds) of(spec *corpusv1.GuestSpec, env string) *kind {
+	key := kindKey(spec, env)
+	k := ks.seen[key]
+	if k == nil {
+		k = kindIn(ks.cands, spec, env)
+		ks.seen[key] = k
+	}
+	return k
+}
+
+// kindKey is what state.KindUnfit reads of a guest.
+func kindKey(spec *corpusv1.GuestSpec, env string) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%q %q %q %t %t", env, spec.GetDriver(), spec.GetImage(), len(spec.GetPackages()) > 0, spec.GetVolume() != nil)
+	keys := make([]string, 0, len(spec.GetConstraints()))
+	for k := range spec.GetConstraints() {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		fmt.Fprintf(&b, " %q=%q", k, spec.GetConstraints()[k])
+	}
+	return b.String()
 }
 
 // rank orders the nodes that fit a guest: fewer guests of its project in

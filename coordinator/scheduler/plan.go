@@ -37,6 +37,7 @@ func Plan(view *state.Snap) []*corpusv1.PlaceGuest {
 		}
 	}
 	var plan []*corpusv1.PlaceGuest
+	ks := &kinds{cands: cands, seen: map[string]*kind{}}
 	for _, g := range view.Guests() {
 		var from *Candidate
 		if g.NodeId != "" {
@@ -54,7 +55,10 @@ func Plan(view *state.Snap) []*corpusv1.PlaceGuest {
 			ask.ZoneLoad = without(ask.ZoneLoad, zoneOf(from.Node))
 		}
 		d := Decision{Reason: "its volume is on a node that is no longer enrolled"}
-		if cs := volumeNode(view, g, cands); cs != nil {
+		switch cs := volumeNode(view, g, cands); {
+		case cs != nil && len(cs) == len(cands):
+			d = place(ask, cands, ks.of(g.GetSpec(), ask.Env))
+		case cs != nil:
 			d = Place(ask, cs)
 		}
 		if d.NodeID == "" {

@@ -34,18 +34,30 @@ const (
 // applies, so both decide alike. Reasons are short phrases that read after
 // a count: "2 nodes short of memory".
 func Unfit(n *corpusv1.Node, alloc *corpusv1.Resources, used map[int32]string, spec *corpusv1.GuestSpec, env string) string {
+	drv, why := KindUnfit(n, spec, env)
+	if why != "" {
+		return why
+	}
+	return RoomUnfit(n, drv, alloc, used, spec)
+}
+
+// KindUnfit is the half of Unfit that depends on the node and the kind
+// of guest, not on what the node holds: its status, mode and labels, and
+// its driver for the guest (returned when it fits), whose image,
+// packages and volumes it must offer.
+func KindUnfit(n *corpusv1.Node, spec *corpusv1.GuestSpec, env string) (*corpusv1.DriverInfo, string) {
 	switch {
 	case n.Status != NodeReady:
-		return "not ready (" + n.Status + ")"
+		return nil, "not ready (" + n.Status + ")"
 	case n.Mode == ModeDrain:
-		return "draining"
+		return nil, "draining"
 	case n.Ineligible:
-		return "ineligible"
+		return nil, "ineligible"
 	case env != "" && n.Mode != env:
-		return "in mode " + n.Mode + ", not " + env
+		return nil, "in mode " + n.Mode + ", not " + env
 	}
 	if why := missingLabel(n.Labels, spec.GetConstraints()); why != "" {
-		return why
+		return nil, why
 	}
 	var drv *corpusv1.DriverInfo
 	for _, d := range n.Drivers {
@@ -55,16 +67,23 @@ func Unfit(n *corpusv1.Node, alloc *corpusv1.Resources, used map[int32]string, s
 	}
 	switch {
 	case drv == nil:
-		return "without driver " + spec.GetDriver()
+		return nil, "without driver " + spec.GetDriver()
 	case !drv.Healthy:
-		return "with driver " + spec.GetDriver() + " unhealthy"
+		return nil, "with driver " + spec.GetDriver() + " unhealthy"
 	case len(drv.Images) > 0 && !slices.Contains(drv.Images, spec.GetImage()):
-		return "without image " + spec.GetImage()
+		return nil, "without image " + spec.GetImage()
 	case len(spec.GetPackages()) > 0 && !slices.Contains(drv.PackageImages, spec.GetImage()):
-		return "without packages for image " + spec.GetImage()
+		return nil, "without packages for image " + spec.GetImage()
 	case spec.GetVolume() != nil && drv.NoVolumes:
-		return "with driver " + spec.GetDriver() + " unable to give guests volumes"
+		return nil, "with driver " + spec.GetDriver() + " unable to give guests volumes"
 	}
+	return drv, ""
+}
+
+// RoomUnfit is the other half of Unfit, for a node whose driver drv
+// takes the kind of guest: room for its resources and its node ports
+// beside what the node holds.
+func RoomUnfit(n *corpusv1.Node, drv *corpusv1.DriverInfo, alloc *corpusv1.Resources, used map[int32]string, spec *corpusv1.GuestSpec) string {
 	need, capy := spec.GetResources(), n.GetCapacity()
 	switch {
 	case need.GetMemoryBytes() > capy.GetMemoryBytes()-alloc.GetMemoryBytes():

@@ -83,6 +83,11 @@ func (v *Snap) Wait(ctx context.Context) error {
 	return v.ws.WatchCtx(ctx)
 }
 
+// WatchCh is Wait in the background: the channel gets Wait's result.
+func (v *Snap) WatchCh(ctx context.Context) <-chan error {
+	return v.ws.WatchCh(ctx)
+}
+
 // Index is the Raft index of the last applied command.
 func (v *Snap) Index() uint64 {
 	raw, err := v.txn.First(tableMeta, "id", metaIndex)
@@ -135,12 +140,15 @@ func (v *Snap) Nodes() []*corpusv1.Node {
 }
 
 // WatchNodes makes Wait return when any node changes, without reading
-// them, and returns the view's index.
-func (v *Snap) WatchNodes() uint64 {
-	if it, err := v.txn.Get(tableNodes, "id"); err == nil {
-		v.ws.Add(it.WatchCh())
+// them, and returns that watch channel: the same one as long as no node
+// changed, a key for what is derived from all nodes.
+func (v *Snap) WatchNodes() <-chan struct{} {
+	it, err := v.txn.Get(tableNodes, "id")
+	if err != nil {
+		return nil
 	}
-	return v.Index()
+	v.ws.Add(it.WatchCh())
+	return it.WatchCh()
 }
 
 // Guest returns the guest with that id, or nil.

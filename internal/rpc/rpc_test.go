@@ -14,6 +14,7 @@ import (
 
 func TestRetryWithoutLeader(t *testing.T) {
 	noLeader := connect.NewError(connect.CodeUnavailable, errors.New("this coordinator is not the raft leader (no leader is elected yet)"))
+	busy := connect.NewError(connect.CodeUnavailable, errors.New("the raft leader is busy: its write queue stayed full (retry shortly)"))
 	other := connect.NewError(connect.CodeUnavailable, errors.New("connection refused"))
 	for _, tc := range []struct {
 		name  string
@@ -22,6 +23,7 @@ func TestRetryWithoutLeader(t *testing.T) {
 		ok    bool
 	}{
 		{"election then success", []error{noLeader, noLeader, nil}, 3, true},
+		{"a busy leader then success", []error{busy, nil}, 2, true},
 		{"other unavailability is not retried", []error{other, nil}, 1, false},
 		{"business errors are not retried", []error{connect.NewError(connect.CodeAlreadyExists, errors.New("x")), nil}, 1, false},
 	} {
