@@ -197,7 +197,12 @@ func (s *Server) propose(ctx context.Context, cmd *corpusv1.Command) (uint64, er
 	if err != nil {
 		return 0, err
 	}
-	s.waitApplied(ctx, res.Index)
+	if !s.waitApplied(ctx, res.Index) {
+		// Done, but not readable here yet: answering success would let
+		// the caller read its write back as missing, and an idempotent
+		// retry's comparison with what exists would see nothing.
+		return res.Index, fmt.Errorf("%w: the write is at index %d and this replica has applied only %d; it is done, retry to read it back", api.ErrBusy, res.Index, s.store.Applied())
+	}
 	if res.Error != "" {
 		return res.Index, api.ErrorFromKind(res.ErrorKind, res.Error)
 	}
@@ -233,19 +238,19 @@ func (s *Server) ReadIndex(ctx context.Context) (uint64, error) {
 		return 0, err
 	}
 	if !s.waitApplied(ctx, idx) {
-		return 0, fmt.Errorf("%w (this replica has not applied index %d, which a linearizable read needs, within 5s; it applied %d)", api.ErrNotLeader, idx, s.store.Applied())
+		return 0, fmt.Errorf("%w: this replica has not applied index %d, which a linearizable read needs, in time; it applied %d", api.ErrBusy, idx, s.store.Applied())
 	}
 	return idx, nil
 }
 
-// waitApplied waits (a few seconds at most) until this replica's state
-// machine applied idx, so a write forwarded to the leader reads back
-// here. It asks the store for the last entry applied, whatever its
-// outcome: a command that failed with a business error leaves the
+// waitApplied waits until this replica's state machine applied idx, so
+// a write forwarded to the leader reads back here: while ctx lasts, and
+// 30 s at most. It asks the store for the last entry applied, whatever
+// its outcome: a command that failed with a business error leaves the
 // state's own index as it was; and Raft's applied index may run ahead
 // of the state machine. It says whether the replica got there.
 func (s *Server) waitApplied(ctx context.Context, idx uint64) bool {
-	deadline := time.Now().Add(5 * time.Second)
+	deadline := time.Now().Add(30 * time.Second)
 	for s.store.Applied() < idx && time.Now().Before(deadline) && ctx.Err() == nil {
 		time.Sleep(2 * time.Millisecond)
 	}

@@ -187,7 +187,7 @@ func (r *replica) propose(ctx context.Context, cmd *corpusv1.Command) (uint64, e
 		}
 		if errors.Is(err, raft.ErrEnqueueTimeout) {
 			// Refused before it was logged, too.
-			return 0, fmt.Errorf("%w (retry shortly)", api.ErrBusy)
+			return 0, fmt.Errorf("%w: the leader's write queue stayed full, the write was not taken (retry shortly)", api.ErrBusy)
 		}
 		return 0, fmt.Errorf("replicating command: %w", err)
 	}

@@ -357,10 +357,11 @@ var errInvalid = errors.New("invalid argument")
 // cannot write; the API answers Unavailable.
 var ErrNotLeader = errors.New("this coordinator is not the raft leader")
 
-// ErrBusy is what Backend.Propose should wrap when the leader refused a
-// write before logging it, for want of room in its queue; the API
-// answers Unavailable, and the write did not happen.
-var ErrBusy = errors.New("the raft leader is busy: its write queue stayed full")
+// ErrBusy is what Backend.Propose should wrap when the group is too busy
+// to answer now, though a retry will do: the leader's write queue stayed
+// full (the write did not happen), or this replica has not applied a
+// write it passed on (it happened). The API answers Unavailable.
+var ErrBusy = errors.New("the coordinators are busy")
 
 func invalidf(format string, args ...any) error {
 	return fmt.Errorf("%w: "+format, append([]any{errInvalid}, args...)...)

@@ -14,8 +14,9 @@ import (
 type Proposer func(ctx context.Context, cmd *corpusv1.Command) (uint64, error)
 
 // Loop places guests until ctx ends. Each pass plans on a snapshot of the
-// state and commits the whole plan as one PlaceGuests entry, then blocks
-// until the nodes or guests change (a watch, not a poll). Errors are
+// state and commits its plan (maxPlan entries at most) as one
+// PlaceGuests entry, then blocks until the nodes or guests change (a
+// watch, not a poll; its own commit is such a change). Errors are
 // logged and retried with backoff; a bad guest never stops the loop.
 // m, which may be nil, records the passes.
 func Loop(ctx context.Context, store *state.Store, propose Proposer, logger *slog.Logger, m *Metrics) {
@@ -42,7 +43,7 @@ func Loop(ctx context.Context, store *state.Store, propose Proposer, logger *slo
 // pass commits the plan for view and logs what it did.
 func pass(ctx context.Context, store *state.Store, view *state.Snap, propose Proposer, logger *slog.Logger, m *Metrics) error {
 	start := time.Now()
-	plan := Plan(view)
+	plan := planUpTo(view, maxPlan)
 	if len(plan) == 0 {
 		return nil
 	}

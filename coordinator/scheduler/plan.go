@@ -14,7 +14,19 @@ import (
 // against its node before the next guest is placed, so one pass never
 // overfills a node; PlaceGuests checks every placement again when the
 // plan is committed, and skips those the state no longer allows.
-func Plan(view *state.Snap) []*corpusv1.PlaceGuest {
+func Plan(view *state.Snap) []*corpusv1.PlaceGuest { return planUpTo(view, 0) }
+
+// maxPlan bounds the placements (and new pending reasons) of one pass on
+// the leader: a pass over tens of thousands of waiting guests would hold
+// the leader's CPU for seconds and make one Raft entry of megabytes,
+// followers would time out on it, and a new leader would start the
+// whole pass again. The loop commits this many and runs the next pass
+// at once.
+const maxPlan = 1000
+
+// planUpTo is Plan, stopping at limit entries when limit > 0; guests are
+// taken in name order.
+func planUpTo(view *state.Snap, limit int) []*corpusv1.PlaceGuest {
 	nodes := view.Nodes()
 	cands := make([]Candidate, len(nodes))
 	byID := make(map[string]*Candidate, len(nodes))
@@ -39,6 +51,9 @@ func Plan(view *state.Snap) []*corpusv1.PlaceGuest {
 	var plan []*corpusv1.PlaceGuest
 	ks := &kinds{cands: cands, seen: map[string]*kind{}}
 	for _, g := range view.Guests() {
+		if limit > 0 && len(plan) >= limit {
+			break
+		}
 		var from *Candidate
 		if g.NodeId != "" {
 			from = byID[g.NodeId]

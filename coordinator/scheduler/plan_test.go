@@ -210,6 +210,39 @@ func TestPlanIsOneEntryForManyGuests(t *testing.T) {
 	}
 }
 
+// TestPlanUpTo: a pass limited to n entries places the first n waiting
+// guests by name; passes one after the other place them all.
+func TestPlanUpTo(t *testing.T) {
+	t.Parallel()
+	r := newReplica(t)
+	for _, n := range []string{"a", "b", "c"} {
+		r.enroll(n, 64, true)
+	}
+	names := make([]string, 70)
+	for i := range names {
+		names[i] = "g" + string(rune('a'+i/26)) + string(rune('a'+i%26))
+		r.createSmallGuest(names[i])
+	}
+	for pass := 0; ; pass++ {
+		plan := scheduler.PlanUpTo(r.store.Read(), 30)
+		if len(plan) == 0 {
+			break
+		}
+		if want := min(30, len(names)-30*pass); len(plan) != want || pass > 2 {
+			t.Fatalf("pass %d: %d placements, want %d", pass, len(plan), want)
+		}
+		if first := r.store.Read().Guest(plan[0].GuestId).Name; first != names[30*pass] {
+			t.Errorf("pass %d starts with %s, want %s", pass, first, names[30*pass])
+		}
+		r.must(&corpusv1.Command{Cmd: &corpusv1.Command_PlaceGuests{PlaceGuests: &corpusv1.PlaceGuests{Placements: plan}}})
+	}
+	for _, g := range r.store.Read().Guests() {
+		if g.NodeId == "" {
+			t.Errorf("guest %s not placed after the passes", g.Name)
+		}
+	}
+}
+
 func inSubnet(addr, subnet string) bool {
 	p, err := netip.ParsePrefix(subnet)
 	a, aerr := netip.ParseAddr(addr)

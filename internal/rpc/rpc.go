@@ -194,8 +194,9 @@ func (b bearer) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.
 }
 
 // RetryWithoutLeader retries unary calls a coordinator refused for want
-// of a Raft leader (an election in progress), or because the leader's
-// write queue was full, for up to max, with backoff.
+// of a Raft leader (an election in progress), or because they were
+// busy (a full write queue, a replica behind), for up to max, with
+// backoff.
 // corpus writes are idempotent, so a write whose first answer was lost
 // is safe to send again.
 func RetryWithoutLeader(max time.Duration) connect.UnaryInterceptorFunc {
@@ -206,7 +207,7 @@ func RetryWithoutLeader(max time.Duration) connect.UnaryInterceptorFunc {
 			for {
 				res, err := next(ctx, req)
 				if err == nil || connect.CodeOf(err) != connect.CodeUnavailable ||
-					!strings.Contains(err.Error(), "not the raft leader") && !strings.Contains(err.Error(), "raft leader is busy") ||
+					!strings.Contains(err.Error(), "not the raft leader") && !strings.Contains(err.Error(), "coordinators are busy") ||
 					time.Now().Add(wait).After(deadline) {
 					return res, err
 				}

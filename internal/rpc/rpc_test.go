@@ -14,7 +14,7 @@ import (
 
 func TestRetryWithoutLeader(t *testing.T) {
 	noLeader := connect.NewError(connect.CodeUnavailable, errors.New("this coordinator is not the raft leader (no leader is elected yet)"))
-	busy := connect.NewError(connect.CodeUnavailable, errors.New("the raft leader is busy: its write queue stayed full (retry shortly)"))
+	busy := connect.NewError(connect.CodeUnavailable, errors.New("the coordinators are busy: the leader's write queue stayed full, the write was not taken (retry shortly)"))
 	other := connect.NewError(connect.CodeUnavailable, errors.New("connection refused"))
 	for _, tc := range []struct {
 		name  string
