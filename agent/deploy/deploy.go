@@ -18,6 +18,7 @@ import (
 	"corpus/agent/cache"
 	"corpus/drivers"
 	"corpus/internal/failpoint"
+	"corpus/internal/secret"
 	corpusv1 "corpus/proto/corpus/v1"
 	"corpus/proto/corpus/v1/corpusv1connect"
 )
@@ -34,6 +35,11 @@ const (
 	stepRoll        = "roll"
 	stepStage       = "stage"
 	stepNotify      = "notify"
+	// stepBegin is journalled before the release is recorded.
+	stepBegin = "begin"
+	// stepRecord is journalled once every step passed, before the success
+	// is recorded: from there on the new release stays.
+	stepRecord = "record"
 	// stepFinished is journalled once the outcome is recorded.
 	stepFinished = "finished"
 )
@@ -162,22 +168,35 @@ func (p *Pipeline) push(ctx context.Context, sess *pushSession, req *hookRequest
 	return code
 }
 
-// begin records the release and takes its config.
+// begin records the release and takes its config. The journal names
+// the release before the coordinators hear of it (the agent picks its
+// id), so an agent killed while asking finds it on restart and settles
+// it, instead of leaving a release "deploying" that nothing ends.
 func (d *deploy) begin(commit, author, subject, trigger string) error {
+	d.journal = cache.Deploy{
+		Kind: "deploy", Project: d.project, Env: d.env.Name, Guest: d.guest.Name,
+		ReleaseID: secret.Hex(8), Step: stepBegin, Previous: d.prevNumber(), Started: time.Now(),
+	}
+	if err := d.p.cache.SetDeploy(d.journal); err != nil {
+		return fmt.Errorf("journal: %w", err)
+	}
+	failpoint.Hit("deploy-" + stepBegin)
 	rel, err := coordCall(d.p, func(c corpusv1connect.AgentServiceClient) (*connect.Response[corpusv1.BeginReleaseResponse], error) {
 		return c.BeginRelease(d.ctx, connect.NewRequest(&corpusv1.BeginReleaseRequest{
 			Project: d.project, Env: d.env.Name, Commit: commit, Author: author, Subject: subject,
-			Trigger: trigger, Processes: d.man.processOrder(),
+			Trigger: trigger, Processes: d.man.processOrder(), ReleaseId: d.journal.ReleaseID,
 		}))
 	})
 	if err != nil {
+		// It may have been recorded all the same (the answer lost):
+		// settle it now, or on restart if that fails too.
+		if ferr := d.p.failRelease(d.ctx, d.journal, "the agent could not begin the deploy: "+err.Error()); ferr == nil {
+			d.p.cache.EndDeploy(d.journal)
+		}
 		return err
 	}
 	d.release, d.config = rel.Release, rel.Config
-	d.journal = cache.Deploy{
-		Kind: "deploy", Project: d.project, Env: d.env.Name, Guest: d.guest.Name,
-		ReleaseID: d.release.Id, Number: d.release.Number, Previous: d.prevNumber(), Started: time.Now(),
-	}
+	d.journal.Number = d.release.Number
 	if len(d.release.ConfigChanges) > 0 {
 		d.say("       config changes: %s", strings.Join(d.release.ConfigChanges, " "))
 	}

@@ -45,6 +45,11 @@ func (d *deploy) finish(err error) int {
 		}
 	} else {
 		d.notify(status)
+		d.journal.Step = stepRecord
+		if err := d.p.cache.SetDeploy(d.journal); err != nil {
+			d.say("       journal: %v", err)
+		}
+		failpoint.Hit("deploy-" + stepRecord)
 	}
 	// The outcome must reach the coordinator; a short outage is waited out.
 	var rerr error
@@ -63,6 +68,8 @@ func (d *deploy) finish(err error) int {
 		// Unrecorded, a live release would be invisible to the cluster:
 		// go back to the previous one and refuse the push.
 		d.say("-----> recording the release failed (%v); rolling back", rerr)
+		d.journal.Step = stepNotify // a crash now rolls back too
+		d.p.cache.SetDeploy(d.journal)
 		d.restorePrevious()
 		if d.gen != nil {
 			d.gen.abort(context.WithoutCancel(d.ctx))

@@ -195,6 +195,20 @@ func (p *Pipeline) recoverDeploy(ctx context.Context, j cache.Deploy) error {
 		return nil
 	case j.Step == stepFinished:
 		return nil // recorded; only the journal entry was left
+	case j.Step == stepRecord:
+		// Every step passed and the new release serves: its success was
+		// being recorded. It stays; the record is made again (a second
+		// one is refused as settled).
+		p.logger.Info("recording an interrupted deploy's success", "project", j.Project, "env", j.Env, "release", name)
+		return p.settleRelease(ctx, j, corpusv1.ReleaseSucceeded, "succeeded; recorded when the agent restarted")
+	case j.Step == stepBegin:
+		// Nothing ran in the guest; the release, if it was recorded at
+		// all, is failed (NotFound if not: nothing to settle).
+		serving := "nothing"
+		if j.Previous != 0 {
+			serving = corpusv1.ReleaseName(j.Previous)
+		}
+		return p.failRelease(ctx, j, "interrupted: the agent stopped as the deploy began; "+serving+" serves")
 	default:
 		// The deploy's processes go, and the routes back to the old ones.
 		if err := p.stopGeneration(ctx, drv, j.Guest, j.Project, name); err != nil {
@@ -221,9 +235,19 @@ func (p *Pipeline) recoverDeploy(ctx context.Context, j cache.Deploy) error {
 }
 
 func (p *Pipeline) failRelease(ctx context.Context, j cache.Deploy, msg string) error {
+	return p.settleRelease(ctx, j, corpusv1.ReleaseFailed, msg)
+}
+
+// settleRelease records a journalled release's outcome; one settled
+// already (or forgotten with its project) is left as it is.
+func (p *Pipeline) settleRelease(ctx context.Context, j cache.Deploy, status, msg string) error {
+	failed := ""
+	if status == corpusv1.ReleaseFailed {
+		failed = j.Step
+	}
 	_, err := coordCall(p, func(c corpusv1connect.AgentServiceClient) (*connect.Response[corpusv1.FinishReleaseResponse], error) {
 		return c.FinishRelease(ctx, connect.NewRequest(&corpusv1.FinishReleaseRequest{
-			Id: j.ReleaseID, Status: corpusv1.ReleaseFailed, FailedStep: j.Step, Message: msg,
+			Id: j.ReleaseID, Status: status, FailedStep: failed, Message: msg,
 		}))
 	})
 	if connect.CodeOf(err) == connect.CodeFailedPrecondition || connect.CodeOf(err) == connect.CodeNotFound {

@@ -647,7 +647,13 @@ func (s *agentService) BeginRelease(ctx context.Context, req *connect.Request[co
 			return nil, toConnect(err)
 		}
 	}
-	r := &corpusv1.Release{Id: secret.Hex(8), Project: m.Project, Env: m.Env, Commit: m.Commit, Author: m.Author, Subject: m.Subject,
+	id := m.ReleaseId
+	if id == "" {
+		id = secret.Hex(8)
+	} else if err := validID("release", id, "corpus release list"); err != nil {
+		return nil, toConnect(err)
+	}
+	r := &corpusv1.Release{Id: id, Project: m.Project, Env: m.Env, Commit: m.Commit, Author: m.Author, Subject: m.Subject,
 		NodeId: auth.FromContext(ctx).NodeID, Trigger: m.Trigger, Processes: m.Processes}
 	// What the config changed since the serving release, keys only, for
 	// the record (the release takes the environment's config as it is).
@@ -665,11 +671,16 @@ func (s *agentService) BeginRelease(ctx context.Context, req *connect.Request[co
 			r.ConfigChanges = changes
 		}
 	}
-	if _, err := s.b.write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_BeginRelease{BeginRelease: &corpusv1.BeginRelease{Release: r}}}); err != nil {
-		return nil, err
-	}
+	_, err := s.b.write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_BeginRelease{BeginRelease: &corpusv1.BeginRelease{Release: r}}})
 	view = s.b.Store.Read()
 	rel := view.Release(r.Id)
+	if errors.Is(err, state.ErrExists) && m.ReleaseId != "" && rel.GetNodeId() == r.NodeId &&
+		rel.GetProject() == m.Project && rel.GetEnv() == m.Env && rel.GetCommit() == m.Commit {
+		err = nil // asked again: the release it made
+	}
+	if err != nil {
+		return nil, err
+	}
 	k, err := s.b.keyrings.open(view)
 	if err != nil {
 		return nil, toConnect(err)

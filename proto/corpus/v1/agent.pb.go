@@ -1458,7 +1458,12 @@ type BeginReleaseRequest struct {
 	// trigger: "push" (the default), "config", "restart" or "deploy".
 	Trigger string `protobuf:"bytes,6,opt,name=trigger,proto3" json:"trigger,omitempty"`
 	// processes are the release's process types.
-	Processes     []string `protobuf:"bytes,7,rep,name=processes,proto3" json:"processes,omitempty"`
+	Processes []string `protobuf:"bytes,7,rep,name=processes,proto3" json:"processes,omitempty"`
+	// release_id, when set, is the id the new release gets (lowercase
+	// hex): the agent picks it and journals it before it asks, so a crash
+	// between the two leaves a release it can still find and settle. The
+	// same request again answers the release it made.
+	ReleaseId     string `protobuf:"bytes,8,opt,name=release_id,json=releaseId,proto3" json:"release_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1540,6 +1545,13 @@ func (x *BeginReleaseRequest) GetProcesses() []string {
 		return x.Processes
 	}
 	return nil
+}
+
+func (x *BeginReleaseRequest) GetReleaseId() string {
+	if x != nil {
+		return x.ReleaseId
+	}
+	return ""
 }
 
 type BeginReleaseResponse struct {
@@ -3871,7 +3883,7 @@ const file_corpus_v1_agent_proto_rawDesc = "" +
 	"\x06reason\x18\x04 \x01(\tR\x06reason\x12,\n" +
 	"\aproject\x18\x05 \x01(\v2\x12.corpus.v1.ProjectR\aproject\x12'\n" +
 	"\x03env\x18\x06 \x01(\v2\x15.corpus.v1.ProjectEnvR\x03env\x12.\n" +
-	"\breleases\x18\a \x03(\v2\x12.corpus.v1.ReleaseR\breleases\"\xc3\x01\n" +
+	"\breleases\x18\a \x03(\v2\x12.corpus.v1.ReleaseR\breleases\"\xe2\x01\n" +
 	"\x13BeginReleaseRequest\x12\x18\n" +
 	"\aproject\x18\x01 \x01(\tR\aproject\x12\x10\n" +
 	"\x03env\x18\x02 \x01(\tR\x03env\x12\x16\n" +
@@ -3879,7 +3891,9 @@ const file_corpus_v1_agent_proto_rawDesc = "" +
 	"\x06author\x18\x04 \x01(\tR\x06author\x12\x18\n" +
 	"\asubject\x18\x05 \x01(\tR\asubject\x12\x18\n" +
 	"\atrigger\x18\x06 \x01(\tR\atrigger\x12\x1c\n" +
-	"\tprocesses\x18\a \x03(\tR\tprocesses\"\xc4\x01\n" +
+	"\tprocesses\x18\a \x03(\tR\tprocesses\x12\x1d\n" +
+	"\n" +
+	"release_id\x18\b \x01(\tR\treleaseId\"\xc4\x01\n" +
 	"\x14BeginReleaseResponse\x12,\n" +
 	"\arelease\x18\x01 \x01(\v2\x12.corpus.v1.ReleaseR\arelease\x12C\n" +
 	"\x06config\x18\x02 \x03(\v2+.corpus.v1.BeginReleaseResponse.ConfigEntryR\x06config\x1a9\n" +
