@@ -40,6 +40,8 @@ type raftConfig struct {
 	// TrailingLogs the entries kept after one.
 	SnapshotThreshold uint64
 	TrailingLogs      uint64
+	// Multiplier scales Raft's timeouts (0 or 1: as below).
+	Multiplier int
 	// Certs secure the transport (mutual TLS between replicas).
 	Certs  *certs
 	Logger *slog.Logger
@@ -106,10 +108,14 @@ func openReplica(cfg raftConfig, store *state.Store) (*replica, error) {
 	}
 	leaderCh := make(chan bool, 8)
 	rc.NotifyCh = leaderCh
-	// One replica elects itself quickly; the defaults suit a LAN group.
-	rc.HeartbeatTimeout = 500 * time.Millisecond
-	rc.ElectionTimeout = 500 * time.Millisecond
-	rc.LeaderLeaseTimeout = 250 * time.Millisecond
+	// One replica elects itself quickly, and a LAN group fails over in
+	// about a second. A busy or slow host scales these up, as Consul's
+	// and Nomad's raft_multiplier do: a leader whose CPU is saturated
+	// misses its 250 ms lease and steps down, again and again.
+	mult := time.Duration(max(cfg.Multiplier, 1))
+	rc.HeartbeatTimeout = mult * 500 * time.Millisecond
+	rc.ElectionTimeout = mult * 500 * time.Millisecond
+	rc.LeaderLeaseTimeout = mult * 250 * time.Millisecond
 	// A follower learns that an entry committed from the leader's next
 	// AppendEntries; when no write follows, that is the one CommitTimeout
 	// sends (50 ms by default, up to twice that with its jitter). A write

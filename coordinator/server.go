@@ -68,6 +68,9 @@ type Config struct {
 	// defaults.
 	RaftSnapshotThreshold uint64
 	RaftTrailingLogs      uint64
+	// RaftMultiplier scales the Raft heartbeat, election and leader lease
+	// timeouts (500, 500 and 250 ms at 1) for busy or slow hosts; 1 to 10.
+	RaftMultiplier int
 	// GuestNetwork is the cluster range nodes get guest subnets of
 	// NodeSubnetBits from; both are fixed when the cluster bootstraps.
 	GuestNetwork   string
@@ -210,6 +213,9 @@ func (c Config) Validate() error {
 	if c.NodeTimeout < time.Second {
 		errs = append(errs, fmt.Errorf("node timeout %s is below the minimum of 1s", c.NodeTimeout))
 	}
+	if c.RaftMultiplier < 0 || c.RaftMultiplier > 10 {
+		errs = append(errs, fmt.Errorf("raft multiplier %d is outside 1 to 10", c.RaftMultiplier))
+	}
 	return errors.Join(errs...)
 }
 
@@ -288,7 +294,7 @@ func New(cfg Config) (*Server, error) {
 	r, err := openReplica(raftConfig{
 		ID: cfg.ReplicaID, Dir: filepath.Join(cfg.DataDir, "raft"), BindAddr: cfg.RaftAddr,
 		Bootstrap: alone, Logger: cfg.Logger,
-		SnapshotThreshold: cfg.RaftSnapshotThreshold, TrailingLogs: cfg.RaftTrailingLogs,
+		SnapshotThreshold: cfg.RaftSnapshotThreshold, TrailingLogs: cfg.RaftTrailingLogs, Multiplier: cfg.RaftMultiplier,
 		Certs: certs, Metrics: cfg.Metrics,
 	}, s.store)
 	if err != nil {

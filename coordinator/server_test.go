@@ -34,6 +34,8 @@ func TestConfigValidate(t *testing.T) {
 		{"raft address without port", func(c *coordinator.Config) { c.RaftAddr = "localhost" }, false},
 		{"no replica id", func(c *coordinator.Config) { c.ReplicaID = "" }, false},
 		{"zero node timeout", func(c *coordinator.Config) { c.NodeTimeout = 0 }, false},
+		{"raft multiplier 11", func(c *coordinator.Config) { c.RaftMultiplier = 11 }, false},
+		{"raft multiplier 5", func(c *coordinator.Config) { c.RaftMultiplier = 5 }, true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -76,6 +76,7 @@ func newCoordinatorCmd(g *globals) *cobra.Command {
 	f.StringVar(&cfg.AdvertiseAPI, "advertise-addr", "", "API address other replicas and clients use (default: --api-addr)")
 	f.Uint64Var(&cfg.RaftSnapshotThreshold, "raft-snapshot-threshold", 0, "log entries between snapshots (0: Raft's default, 8192)")
 	f.Uint64Var(&cfg.RaftTrailingLogs, "raft-trailing-logs", 0, "log entries kept after a snapshot (0: Raft's default, 10240)")
+	f.IntVar(&cfg.RaftMultiplier, "raft-multiplier", 1, "scale Raft's heartbeat, election and leader lease timeouts (500, 500, 250 ms) by this, 1 to 10, for busy or slow hosts; every replica of a group should use the same")
 	f.DurationVar(&cfg.NodeTimeout, "node-timeout", cfg.NodeTimeout, "mark a node down after this long without a report")
 	f.StringVar(&cfg.GossipAddr, "gossip-addr", cfg.GossipAddr, "gossip listen address, UDP and TCP: nodes found dead there are marked down at once (empty: off, heartbeats only)")
 	f.StringVar(&cfg.GuestNetwork, "guest-network", cfg.GuestNetwork, "cluster range node guest subnets come from (fixed at bootstrap)")
