@@ -40,6 +40,10 @@ const (
 	// stepRecord is journalled once every step passed, before the success
 	// is recorded: from there on the new release stays.
 	stepRecord = "record"
+	// stepUnrecorded is journalled when the success could not be
+	// recorded: the deploy is being undone, and recovery undoes it as it
+	// does one stopped before record.
+	stepUnrecorded = "unrecorded"
 	// stepFinished is journalled once the outcome is recorded.
 	stepFinished = "finished"
 )

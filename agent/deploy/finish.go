@@ -68,7 +68,7 @@ func (d *deploy) finish(err error) int {
 		// Unrecorded, a live release would be invisible to the cluster:
 		// go back to the previous one and refuse the push.
 		d.say("-----> recording the release failed (%v); rolling back", rerr)
-		d.journal.Step = stepNotify // a crash now rolls back too
+		d.journal.Step = stepUnrecorded // a crash now rolls back too
 		d.p.cache.SetDeploy(d.journal)
 		d.restorePrevious()
 		if d.gen != nil {

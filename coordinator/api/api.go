@@ -23,6 +23,7 @@ import (
 	"corpus/dns"
 	"corpus/internal/names"
 	"corpus/internal/pki"
+	"corpus/internal/rpc"
 	corpusv1 "corpus/proto/corpus/v1"
 	"corpus/proto/corpus/v1/corpusv1connect"
 )
@@ -355,13 +356,13 @@ var errInvalid = errors.New("invalid argument")
 
 // ErrNotLeader is what Backend.Propose should wrap when this replica
 // cannot write; the API answers Unavailable.
-var ErrNotLeader = errors.New("this coordinator is not the raft leader")
+var ErrNotLeader = errors.New("this coordinator is " + rpc.NotLeaderPhrase)
 
 // ErrBusy is what Backend.Propose should wrap when the group is too busy
 // to answer now, though a retry will do: the leader's write queue stayed
 // full (the write did not happen), or this replica has not applied a
 // write it passed on (it happened). The API answers Unavailable.
-var ErrBusy = errors.New("the coordinators are busy")
+var ErrBusy = errors.New("the " + rpc.BusyPhrase)
 
 func invalidf(format string, args ...any) error {
 	return fmt.Errorf("%w: "+format, append([]any{errInvalid}, args...)...)

@@ -134,28 +134,13 @@ type kinds struct {
 }
 
 func (ks *kinds) of(spec *corpusv1.GuestSpec, env string) *kind {
-	key := kindKey(spec, env)
+	key := state.KindKey(spec, env)
 	k := ks.seen[key]
 	if k == nil {
 		k = kindIn(ks.cands, spec, env)
 		ks.seen[key] = k
 	}
 	return k
-}
-
-// kindKey is what state.KindUnfit reads of a guest.
-func kindKey(spec *corpusv1.GuestSpec, env string) string {
-	var b strings.Builder
-	fmt.Fprintf(&b, "%q %q %q %t %t", env, spec.GetDriver(), spec.GetImage(), len(spec.GetPackages()) > 0, spec.GetVolume() != nil)
-	keys := make([]string, 0, len(spec.GetConstraints()))
-	for k := range spec.GetConstraints() {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	for _, k := range keys {
-		fmt.Fprintf(&b, " %q=%q", k, spec.GetConstraints()[k])
-	}
-	return b.String()
 }
 
 // rank orders the nodes that fit a guest: fewer guests of its project in

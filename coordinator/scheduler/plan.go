@@ -69,12 +69,14 @@ func planUpTo(view *state.Snap, limit int) []*corpusv1.PlaceGuest {
 		if from != nil && ref.Project != "" {
 			ask.ZoneLoad = without(ask.ZoneLoad, zoneOf(from.Node))
 		}
-		d := Decision{Reason: "its volume is on a node that is no longer enrolled"}
-		switch cs := volumeNode(view, g, cands); {
-		case cs != nil && len(cs) == len(cands):
+		var d Decision
+		if v := view.VolumeOfGuest(g.Id); v == nil || v.NodeId == "" {
 			d = place(ask, cands, ks.of(g.GetSpec(), ask.Env))
-		case cs != nil:
-			d = Place(ask, cs)
+		} else if c := byID[v.NodeId]; c != nil {
+			// A volume that lives on a node keeps its guest there.
+			d = Place(ask, []Candidate{*c})
+		} else {
+			d = Decision{Reason: "its volume is on a node that is no longer enrolled"}
 		}
 		if d.NodeID == "" {
 			// Reasons are kept for guests without a running node; a
@@ -157,22 +159,6 @@ func without(load map[string]int, zone string) map[string]int {
 	}
 	out[zone]--
 	return out
-}
-
-// volumeNode narrows the candidates of a guest whose volume already lives
-// on a node to that node: its data is there. It returns nil when that node
-// is gone.
-func volumeNode(view *state.Snap, g *corpusv1.Guest, cands []Candidate) []Candidate {
-	v := view.VolumeOfGuest(g.Id)
-	if v == nil || v.NodeId == "" {
-		return cands
-	}
-	for _, c := range cands {
-		if c.Node.Id == v.NodeId {
-			return []Candidate{c}
-		}
-	}
-	return nil
 }
 
 // Explain decides for one guest on the state as it is, outside a pass:

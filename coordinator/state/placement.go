@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"sort"
+	"strings"
 
 	"google.golang.org/protobuf/proto"
 
@@ -78,6 +79,23 @@ func KindUnfit(n *corpusv1.Node, spec *corpusv1.GuestSpec, env string) (*corpusv
 		return nil, "with driver " + spec.GetDriver() + " unable to give guests volumes"
 	}
 	return drv, ""
+}
+
+// KindKey names a kind of guest as KindUnfit sees it: two guests with
+// one key fit the same nodes (what KindUnfit reads, and nothing else;
+// change both together).
+func KindKey(spec *corpusv1.GuestSpec, env string) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%q %q %q %t %t", env, spec.GetDriver(), spec.GetImage(), len(spec.GetPackages()) > 0, spec.GetVolume() != nil)
+	keys := make([]string, 0, len(spec.GetConstraints()))
+	for k := range spec.GetConstraints() {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		fmt.Fprintf(&b, " %q=%q", k, spec.GetConstraints()[k])
+	}
+	return b.String()
 }
 
 // RoomUnfit is the other half of Unfit, for a node whose driver drv

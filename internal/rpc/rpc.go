@@ -193,6 +193,14 @@ func (b bearer) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.
 	return next
 }
 
+// The phrases of the coordinator's two retryable Unavailable answers: the
+// API's errors are built from them, and RetryWithoutLeader knows them by
+// them (a connect error carries no Go error chain across the wire).
+const (
+	NotLeaderPhrase = "not the raft leader"
+	BusyPhrase      = "coordinators are busy"
+)
+
 // RetryWithoutLeader retries unary calls a coordinator refused for want
 // of a Raft leader (an election in progress), or because they were
 // busy (a full write queue, a replica behind), for up to max, with
@@ -207,7 +215,7 @@ func RetryWithoutLeader(max time.Duration) connect.UnaryInterceptorFunc {
 			for {
 				res, err := next(ctx, req)
 				if err == nil || connect.CodeOf(err) != connect.CodeUnavailable ||
-					!strings.Contains(err.Error(), "not the raft leader") && !strings.Contains(err.Error(), "coordinators are busy") ||
+					!strings.Contains(err.Error(), NotLeaderPhrase) && !strings.Contains(err.Error(), BusyPhrase) ||
 					time.Now().Add(wait).After(deadline) {
 					return res, err
 				}
