@@ -11,6 +11,7 @@ import (
 
 	"connectrpc.com/connect"
 
+	"corpus/internal/clock"
 	"corpus/agent/cache"
 	"corpus/internal/pki"
 	"corpus/internal/rpc"
@@ -70,7 +71,7 @@ func (a *Agent) enroll(ctx context.Context) error {
 			if err == nil {
 				id := cache.Identity{
 					NodeID: res.Msg.NodeId, NodeName: a.cfg.Name,
-					ClusterID: res.Msg.ClusterId, AgentKey: res.Msg.AgentKey, Coordinator: addr, EnrolledAt: time.Now(),
+					ClusterID: res.Msg.ClusterId, AgentKey: res.Msg.AgentKey, Coordinator: addr, EnrolledAt: clock.System.Now(),
 					KeyPEM: keyPEM, CertPEM: res.Msg.CertificatePem, CAPEM: res.Msg.CaPem,
 				}
 				if err := checkIssued(id, pin); err != nil {
@@ -157,7 +158,7 @@ func (a *Agent) renewLoop(ctx context.Context) {
 			return
 		case <-time.After(wait):
 		}
-		if !a.keys.RenewDue(time.Now()) {
+		if !a.keys.RenewDue(clock.System.Now()) {
 			continue
 		}
 		if err := a.renewCert(ctx); err != nil {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"corpus/internal/clock"
 	"corpus/agent/deploy"
 	"corpus/drivers"
 	corpusv1 "corpus/proto/corpus/v1"
@@ -54,7 +55,7 @@ func (a *Agent) reconcileInstances(ctx context.Context) {
 			continue
 		}
 		until := as.GetStandbyUntil().AsTime()
-		expired := as.StandbyRelease != 0 && !time.Now().Before(until)
+		expired := as.StandbyRelease != 0 && !clock.System.Now().Before(until)
 		key := fmt.Sprintf("%d %v %d %d/%d %v", as.Release, as.Scale, o.Pid, as.StagedRelease, as.StandbyRelease, expired)
 		st := a.instState[g.Id]
 		if st == nil {

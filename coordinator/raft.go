@@ -16,6 +16,7 @@ import (
 
 	"corpus/coordinator/api"
 	"corpus/coordinator/state"
+	"corpus/internal/clock"
 	corpusv1 "corpus/proto/corpus/v1"
 )
 
@@ -28,6 +29,8 @@ type replica struct {
 	leaderCh  chan bool
 	logger    *slog.Logger
 	apply     prometheus.Histogram
+	// clock stamps the entries this replica proposes as leader.
+	clock clock.Clock
 }
 
 // raftConfig is what openReplica needs.
@@ -42,6 +45,8 @@ type raftConfig struct {
 	TrailingLogs      uint64
 	// Multiplier scales Raft's timeouts (0 or 1: as below).
 	Multiplier int
+	// Clock stamps entries (nil: clock.System).
+	Clock clock.Clock
 	// Certs secure the transport (mutual TLS between replicas).
 	Certs  *certs
 	Logger *slog.Logger
@@ -149,7 +154,7 @@ func openReplica(cfg raftConfig, store *state.Store) (*replica, error) {
 			return nil, fmt.Errorf("bootstrapping raft: %w", err)
 		}
 	}
-	rep := &replica{raft: r, transport: transport, logs: logs, fsm: fsm, leaderCh: leaderCh, logger: cfg.Logger, apply: newApplyHistogram()}
+	rep := &replica{raft: r, transport: transport, logs: logs, fsm: fsm, leaderCh: leaderCh, logger: cfg.Logger, apply: newApplyHistogram(), clock: clock.Or(cfg.Clock)}
 	if cfg.Metrics != nil {
 		cfg.Metrics.MustRegister(newRaftCollector(rep), rep.apply)
 	}
@@ -163,7 +168,7 @@ func (r *replica) propose(ctx context.Context, cmd *corpusv1.Command) (uint64, e
 	if r.raft.State() != raft.Leader {
 		return 0, r.notLeader()
 	}
-	data, err := state.Encode(cmd, time.Now())
+	data, err := state.Encode(cmd, r.clock.Now())
 	if err != nil {
 		return 0, fmt.Errorf("encoding command: %w", err)
 	}

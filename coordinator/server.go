@@ -31,6 +31,7 @@ import (
 	"corpus/coordinator/ui"
 	"corpus/dns"
 	"corpus/internal/atomicfile"
+	"corpus/internal/clock"
 	"corpus/internal/gossip"
 	"corpus/internal/metrics"
 	"corpus/internal/names"
@@ -46,6 +47,10 @@ import (
 type Config struct {
 	// DataDir holds the Raft log, snapshots and the bootstrap token.
 	DataDir string
+	// Clock is the time of day the replica stamps Raft entries, dates
+	// tokens and certificates and checks their expiry by (nil:
+	// clock.System). TLS handshakes check certificates by clock.System.
+	Clock clock.Clock
 	// APIAddr is where the API listens (host:port; port 0 picks one).
 	APIAddr string
 	// RaftAddr is where the Raft transport listens.
@@ -261,6 +266,7 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
+	cfg.Clock = clock.Or(cfg.Clock)
 	cfg.Metrics = metrics.Registerer(cfg.Metrics)
 	logger := cfg.Logger.With("component", "coordinator")
 	var passwords api.PasswordChecker
@@ -295,7 +301,7 @@ func New(cfg Config) (*Server, error) {
 		ID: cfg.ReplicaID, Dir: filepath.Join(cfg.DataDir, "raft"), BindAddr: cfg.RaftAddr,
 		Bootstrap: alone, Logger: cfg.Logger,
 		SnapshotThreshold: cfg.RaftSnapshotThreshold, TrailingLogs: cfg.RaftTrailingLogs, Multiplier: cfg.RaftMultiplier,
-		Certs: certs, Metrics: cfg.Metrics,
+		Certs: certs, Metrics: cfg.Metrics, Clock: cfg.Clock,
 	}, s.store)
 	if err != nil {
 		return nil, err
@@ -315,6 +321,7 @@ func New(cfg Config) (*Server, error) {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", s.healthz)
 	s.api = &api.Backend{
+		Clock:             cfg.Clock,
 		Passwords:         passwords,
 		LoginTTL:          cfg.LoginTokenTTL,
 		AutoscaleInterval: cfg.AutoscaleInterval,

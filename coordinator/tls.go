@@ -17,6 +17,7 @@ import (
 	"golang.org/x/net/netutil"
 
 	"corpus/internal/atomicfile"
+	"corpus/internal/clock"
 	"corpus/internal/pki"
 )
 
@@ -105,9 +106,10 @@ func loadCerts(cfg Config, alone bool) (*certs, error) {
 	if ttl == 0 {
 		ttl = DefaultCertTTL
 	}
+	ca.Clock = cfg.Clock
 	c := &certs{auth: ca, pool: ca.Pool(), dir: dir, id: cfg.ReplicaID, ttl: ttl}
 	own, err := c.loadOwn()
-	if err != nil || pki.RenewDue(own.Leaf, time.Now()) {
+	if err != nil || pki.RenewDue(own.Leaf, c.now()) {
 		if own, err = c.issueOwn(); err != nil {
 			return nil, err
 		}
@@ -129,6 +131,9 @@ func writeCA(dir string, certPEM, keyPEM []byte) error {
 	return nil
 }
 
+// now is the time of day by the replica's clock (the CA's).
+func (c *certs) now() time.Time { return clock.Or(c.auth.Clock).Now() }
+
 // loadOwn reads this replica's certificate, checking it is from the CA
 // and names this replica.
 func (c *certs) loadOwn() (*tls.Certificate, error) {
@@ -144,7 +149,7 @@ func (c *certs) loadOwn() (*tls.Certificate, error) {
 	if err != nil {
 		return nil, err
 	}
-	if _, err := kp.Leaf.Verify(x509.VerifyOptions{Roots: c.pool, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageAny}}); err != nil {
+	if _, err := kp.Leaf.Verify(x509.VerifyOptions{Roots: c.pool, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageAny}, CurrentTime: c.now()}); err != nil {
 		return nil, err
 	}
 	if id, ok := pki.IdentityOf(kp.Leaf); !ok || id.Role != pki.RoleCoordinator || id.ID != c.id {
@@ -177,7 +182,7 @@ func (c *certs) renewLoop(ctx context.Context, logger *slog.Logger) {
 			return
 		case <-time.After(every):
 		}
-		if !c.keys.RenewDue(time.Now()) {
+		if !c.keys.RenewDue(c.now()) {
 			continue
 		}
 		kp, err := c.issueOwn()

@@ -29,6 +29,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"corpus/coordinator/state"
+	"corpus/internal/clock"
 	"corpus/internal/seal"
 	corpusv1 "corpus/proto/corpus/v1"
 )
@@ -45,7 +46,7 @@ type Deps struct {
 	Check func(ctx context.Context, node *corpusv1.Node, req *corpusv1.CheckChallengeRequest) (*corpusv1.CheckChallengeResponse, error)
 	// Logger receives the orderer's logs (nil: discarded).
 	Logger *slog.Logger
-	// Now is the clock (nil: time.Now); tests move it.
+	// Now is the clock (nil: clock.System); tests move it.
 	Now func() time.Time
 	// Every is how often due certificates are looked for (0: 5 s).
 	Every time.Duration
@@ -82,7 +83,7 @@ func Run(ctx context.Context, d Deps) {
 		d.Logger = slog.New(slog.DiscardHandler)
 	}
 	if d.Now == nil {
-		d.Now = time.Now
+		d.Now = clock.System.Now
 	}
 	if d.Every == 0 {
 		d.Every = 5 * time.Second

@@ -21,6 +21,7 @@ import (
 	"corpus/coordinator/series"
 	"corpus/coordinator/state"
 	"corpus/dns"
+	"corpus/internal/clock"
 	"corpus/internal/names"
 	"corpus/internal/pki"
 	"corpus/internal/rpc"
@@ -31,6 +32,9 @@ import (
 // Backend is what the services need from the coordinator.
 type Backend struct {
 	Store *state.Store
+	// Clock is the time of day tokens are dated and backups fall due by
+	// (nil: clock.System).
+	Clock clock.Clock
 	// Propose commits a command through Raft (see coordinator.Server),
 	// on a follower by passing it to the leader; ProposeLocal only on
 	// this replica (forwarded commands).
@@ -279,10 +283,14 @@ func init() {
 const maxRequestBytes = 4 << 20
 
 // Mount registers every service on mux behind the auth interceptor.
+// now is the time of day by the backend's clock, never before the
+// cluster's (see state.Store.Now).
+func (b *Backend) now() time.Time { return b.Store.Now(b.Clock) }
+
 func Mount(mux *http.ServeMux, b *Backend) {
 	b.audit = newAuditor(b)
 	b.keyrings = &keyrings{b: b}
-	authn := &auth.Authenticator{Store: b.Store, Policies: Policies, Refused: func(ctx context.Context, p auth.Principal, procedure string, req any, err error) {
+	authn := &auth.Authenticator{Store: b.Store, Policies: Policies, Clock: b.Clock, Refused: func(ctx context.Context, p auth.Principal, procedure string, req any, err error) {
 		m, _ := req.(proto.Message)
 		b.audit.refused(ctx, p, procedure, m, err)
 	}}

@@ -180,8 +180,9 @@ func (b *Backend) BackupLoop(ctx context.Context) {
 	t := time.NewTicker(backupCheckEvery)
 	defer t.Stop()
 	for {
+		// Due by the time of day; retries wait by the monotonic clock.
 		now := time.Now()
-		for _, sub := range dueBackups(b.Store.Read(), now) {
+		for _, sub := range dueBackups(b.Store.Read(), b.now()) {
 			key := sub.String()
 			if at, ok := failed[key]; ok && now.Sub(at) < backupRetry {
 				continue

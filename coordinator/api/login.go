@@ -103,7 +103,7 @@ func (s *userService) Login(ctx context.Context, req *connect.Request[corpusv1.L
 	s.limiter.reset(user.key)
 	s.limiter.giveBack(from.key, now)
 	t, plain := newUserToken(m.User, "ldap login from "+addr)
-	t.ExpiresAt, t.Login = timestamppb.New(now.Add(ttl)), true
+	t.ExpiresAt, t.Login = timestamppb.New(s.b.now().Add(ttl)), true
 	cmd := &corpusv1.Command{Actor: "user:" + m.User, Cmd: &corpusv1.Command_UserLogin{UserLogin: &corpusv1.UserLogin{
 		User: m.User, Method: corpusv1.AuthLDAP, Remote: addr, Token: t}}}
 	if _, err := s.b.Propose(ctx, cmd); err != nil {

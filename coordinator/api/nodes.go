@@ -34,7 +34,7 @@ func (s *nodeService) CreateJoinToken(ctx context.Context, req *connect.Request[
 		ttl = defaultTokenTTL
 	}
 	id, tokSecret := secret.Hex(6), secret.Hex(24)
-	now := time.Now()
+	now := s.b.now()
 	tok := &corpusv1.JoinToken{
 		Id:         id,
 		SecretHash: secret.Hash(tokSecret),

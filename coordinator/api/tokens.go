@@ -58,7 +58,7 @@ func (s *userService) CreateToken(ctx context.Context, req *connect.Request[corp
 	}
 	t, plain := newUserToken(m.User, m.Description)
 	if ttl > 0 {
-		t.ExpiresAt = timestamppb.New(time.Now().Add(ttl))
+		t.ExpiresAt = timestamppb.New(s.b.now().Add(ttl))
 	}
 	if _, err := s.b.write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_CreateUserToken{CreateUserToken: &corpusv1.CreateUserToken{Token: t}}}); err != nil {
 		return nil, err

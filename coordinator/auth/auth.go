@@ -26,6 +26,7 @@ import (
 	"connectrpc.com/connect"
 
 	"corpus/coordinator/state"
+	"corpus/internal/clock"
 	"corpus/internal/pki"
 	"corpus/internal/rpc"
 	"corpus/internal/secret"
@@ -121,6 +122,9 @@ type Authenticator struct {
 	// Refused, when set, hears of every call a policy or a credential
 	// refused (with the request when it is known), for the audit log.
 	Refused func(ctx context.Context, p Principal, procedure string, req any, err error)
+	// Clock decides whether tokens have expired, with the cluster's time
+	// (nil: clock.System; see state.Store.Now).
+	Clock clock.Clock
 }
 
 // Authenticate returns the principal for a request's verified peer
@@ -160,7 +164,7 @@ func (a *Authenticator) Authenticate(peer *pki.Identity, header string) (Princip
 		return Principal{Kind: Anonymous}, nil
 	}
 	if rest, ok := strings.CutPrefix(tok, UserTokenPrefix); ok {
-		return userPrincipal(view, rest)
+		return userPrincipal(view, rest, a.Store.Now(a.Clock))
 	}
 	if strings.HasPrefix(tok, rpc.CoordinatorCredentialPrefix) {
 		return Principal{}, errNoCertificate
@@ -200,7 +204,7 @@ func peerFrom(ctx context.Context) *pki.Identity {
 }
 
 // userPrincipal resolves "ID_SECRET" of a user token.
-func userPrincipal(view *state.Snap, rest string) (Principal, error) {
+func userPrincipal(view *state.Snap, rest string, now time.Time) (Principal, error) {
 	id, sec, ok := strings.Cut(rest, "_")
 	if !ok {
 		return Principal{}, errBadCredential
@@ -209,7 +213,7 @@ func userPrincipal(view *state.Snap, rest string) (Principal, error) {
 	if t == nil || !secret.Equal(sec, t.SecretHash) {
 		return Principal{}, errBadCredential
 	}
-	if t.ExpiresAt != nil && !time.Now().Before(t.ExpiresAt.AsTime()) {
+	if t.ExpiresAt != nil && !now.Before(t.ExpiresAt.AsTime()) {
 		return Principal{}, errExpired
 	}
 	u := view.User(t.User)

@@ -19,6 +19,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"corpus/internal/clock"
 	"corpus/internal/metrics"
 	corpusv1 "corpus/proto/corpus/v1"
 )
@@ -72,7 +73,7 @@ type Caller struct {
 	// Certificate returns the certificate presented for mutual TLS (nil:
 	// none).
 	Certificate func() *tls.Certificate
-	// Now is the clock signatures are dated by (nil: time.Now).
+	// Now is the clock signatures are dated by (nil: clock.System).
 	Now func() time.Time
 
 	calls    *prometheus.CounterVec
@@ -198,7 +199,7 @@ func (c *Caller) now() time.Time {
 	if c.Now != nil {
 		return c.Now()
 	}
-	return time.Now()
+	return clock.System.Now()
 }
 
 // client returns the HTTP client for an extension, made anew when its

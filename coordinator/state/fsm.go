@@ -32,6 +32,9 @@ type Result struct {
 type FSM struct {
 	store  *Store
 	logger *slog.Logger
+	// clampWarned is when an entry stamped before the cluster's time was
+	// last logged.
+	clampWarned time.Time
 }
 
 var _ raft.FSM = (*FSM)(nil)
@@ -67,9 +70,10 @@ func (f *FSM) Apply(l *raft.Log) any {
 		}
 		panic(fmt.Sprintf("state: unknown command at index %d (version %d); upgrade this replica", l.Index, cmd.Version))
 	}
+	now := f.clusterTime(cmd.Now)
 	txn := f.store.memdb().Txn(true)
 	defer txn.Abort()
-	a := applier{txn: txn, index: l.Index, now: cmd.Now}
+	a := applier{txn: txn, index: l.Index, now: now}
 	err := a.apply(&cmd)
 	_, auditOnly := cmd.Cmd.(*corpusv1.Command_RecordAudit)
 	if err != nil || auditOnly {
@@ -78,7 +82,7 @@ func (f *FSM) Apply(l *raft.Log) any {
 		// of the state are not woken for nothing.
 		txn.Abort()
 		atxn := f.store.memdb().Txn(true)
-		aa := applier{txn: atxn, index: l.Index, now: cmd.Now}
+		aa := applier{txn: atxn, index: l.Index, now: now}
 		aa.put(tableAudit, auditEntry(&cmd, l.Index, err))
 		if l.Index%100 == 0 {
 			aa.trimAudit()
@@ -95,6 +99,27 @@ func (f *FSM) Apply(l *raft.Log) any {
 	}
 	txn.Commit()
 	return &Result{Index: l.Index}
+}
+
+// clusterTime is the time an entry stamped by its leader at stamp
+// applies at: the stamp, unless an entry before it was stamped later (a
+// leader whose clock stepped back, or runs behind the one before it);
+// then that later time. The cluster's time never goes back, the same on
+// every replica.
+func (f *FSM) clusterTime(stamp *timestamppb.Timestamp) *timestamppb.Timestamp {
+	if stamp == nil {
+		return f.store.appliedTime.Load()
+	}
+	if last := f.store.appliedTime.Load(); last != nil && stamp.AsTime().Before(last.AsTime()) {
+		if behind := last.AsTime().Sub(stamp.AsTime()); behind > time.Second && time.Since(f.clampWarned) > time.Minute {
+			f.clampWarned = time.Now()
+			f.logger.Warn("an entry's leader stamped it before the cluster's time; it applies at the cluster's time (a leader's clock is behind, or another's was ahead)",
+				"behind", behind.Round(time.Millisecond), "cluster_time", last.AsTime())
+		}
+		return last
+	}
+	f.store.appliedTime.Store(stamp)
+	return stamp
 }
 
 type applier struct {
@@ -543,6 +568,7 @@ func (a *applier) event(g *corpusv1.Guest, typ, msg string) {
 func (f *FSM) Snapshot() (raft.FSMSnapshot, error) {
 	snap := f.store.Read().Dump()
 	snap.AppliedIndex = f.store.Applied()
+	snap.AppliedTime = f.store.appliedTime.Load()
 	return &fsmSnapshot{snap: snap}, nil
 }
 
@@ -702,6 +728,7 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 	txn.Commit()
 	f.store.replace(db)
 	f.store.applied.Store(max(snap.AppliedIndex, snap.Index))
+	f.store.appliedTime.Store(snap.AppliedTime)
 	return nil
 }
 

@@ -87,9 +87,10 @@ func dump(t testing.TB, fsm *state.FSM) *corpusv1.Snapshot {
 		t.Fatalf("decoding persisted snapshot: %v", err)
 	}
 	// The audit log records refused commands too, and the applied index
-	// counts them; tests of "nothing changed" compare the rest (TestAudit
-	// and TestStoreApplied check those).
-	out.Audit, out.AppliedIndex = nil, 0
+	// and time count them; tests of "nothing changed" compare the rest
+	// (TestAudit, TestStoreApplied and TestClusterTimeNeverGoesBack check
+	// those).
+	out.Audit, out.AppliedIndex, out.AppliedTime = nil, 0, nil
 	return &out
 }
 

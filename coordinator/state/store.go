@@ -6,9 +6,12 @@ import (
 	"sort"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/hashicorp/go-memdb"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"corpus/internal/clock"
 	corpusv1 "corpus/proto/corpus/v1"
 )
 
@@ -22,6 +25,30 @@ type Store struct {
 	// applied, whatever its outcome (the state's own index moves only
 	// with successful writes).
 	applied atomic.Uint64
+	// appliedTime is the cluster's time: the latest stamp of an applied
+	// entry (see FSM.clusterTime).
+	appliedTime atomic.Pointer[timestamppb.Timestamp]
+}
+
+// Now is the time of day by c, but never before the cluster's time: what
+// the API dates (expiries) and judges expiry by, so that it agrees with
+// the state machine, which judges by the cluster's time. A replica whose
+// clock runs behind the latest leader's takes the leader's.
+func (s *Store) Now(c clock.Clock) time.Time {
+	now := clock.Or(c).Now()
+	if ct := s.AppliedTime(); ct.After(now) {
+		return ct
+	}
+	return now
+}
+
+// AppliedTime is the cluster's time as of the last applied entry (the
+// latest stamp a leader gave one); zero before any.
+func (s *Store) AppliedTime() time.Time {
+	if t := s.appliedTime.Load(); t != nil {
+		return t.AsTime()
+	}
+	return time.Time{}
 }
 
 // Applied is the Raft index of the last entry applied to the store:

@@ -327,3 +327,44 @@ func TestStoreApplied(t *testing.T) {
 		t.Errorf("applied after a restore: %d, want %d", got, r.index)
 	}
 }
+
+// TestClusterTimeNeverGoesBack: an entry stamped by a leader whose clock
+// stepped back applies at the latest time applied before it, on every
+// replica, restored ones too; so an expired join token stays expired.
+func TestClusterTimeNeverGoesBack(t *testing.T) {
+	r := newReplica(t)
+	r.must(bootstrapCmd("c1"), tokenCmd(tokenID, tokenHash, epoch.Add(time.Hour)))
+	r.now = epoch.Add(2 * time.Hour)
+	r.must(guestCmd("g0id", "ahead"))
+	if got := r.store.AppliedTime(); !got.Equal(r.now) {
+		t.Fatalf("AppliedTime = %s, want %s", got, r.now)
+	}
+	// The next leader's clock is two hours behind: the token looks valid
+	// to it, not to the cluster.
+	r.now = epoch
+	if err := r.apply(enrollCmd(tokenID, tokenHash, nodeID, nodeName)); !errors.Is(err, state.ErrInvalidToken) {
+		t.Fatalf("enrolling with a token expired by the cluster's time = %v, want %v", err, state.ErrInvalidToken)
+	}
+	r.must(guestCmd("g1id", "behind"))
+	if got, want := r.store.Read().GuestByName("behind").CreatedAt.AsTime(), epoch.Add(2*time.Hour); !got.Equal(want) {
+		t.Fatalf("a guest created by the slow leader is dated %s, want %s (the latest time applied)", got, want)
+	}
+
+	restored := newReplica(t)
+	if err := restored.fsm.Restore(persistToFile(t, r.fsm, r.index)); err != nil {
+		t.Fatalf("Restore() = %v", err)
+	}
+	if got, want := restored.store.AppliedTime(), epoch.Add(2*time.Hour); !got.Equal(want) {
+		t.Fatalf("restored AppliedTime = %s, want %s", got, want)
+	}
+	restored.index, restored.now = r.index, epoch
+	if err := restored.apply(enrollCmd(tokenID, tokenHash, nodeID, nodeName)); !errors.Is(err, state.ErrInvalidToken) {
+		t.Fatalf("restored replica: enrolling with the expired token = %v, want %v", err, state.ErrInvalidToken)
+	}
+	// Time moves on when a leader's clock passes the cluster's.
+	restored.now = epoch.Add(3 * time.Hour)
+	restored.must(guestCmd("g2id", "later"))
+	if got := restored.store.AppliedTime(); !got.Equal(restored.now) {
+		t.Fatalf("AppliedTime = %s, want %s", got, restored.now)
+	}
+}

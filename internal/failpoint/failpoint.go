@@ -2,7 +2,8 @@
 // that what a crash leaves behind is repaired. A process whose
 // CORPUS_FAILPOINTS environment variable lists a name (comma-separated)
 // exits at once, without cleanup, as kill -9 would, when it reaches Hit
-// with that name. Unset, Hit costs one map lookup.
+// with that name. Unset, Hit costs one map lookup. (The process's clock
+// has a failpoint of its own: CORPUS_FAILPOINT_CLOCK, see package clock.)
 package failpoint
 
 import (

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"corpus/internal/clock"
 	"corpus/internal/pki"
 )
 
@@ -215,5 +216,32 @@ func TestPinnedAndMutualTLS(t *testing.T) {
 	}
 	if err := talk(open, pki.PinnedConfig(other.Pin())); !errors.Is(err, pki.ErrPinMismatch) {
 		t.Errorf("host pinning another CA: %v, want ErrPinMismatch", err)
+	}
+}
+
+// TestSkewedSignerIssuesUsableCerts: a CA whose clock runs up to an hour
+// ahead of (or behind) its peers' issues certificates they accept at
+// once; beyond an hour ahead they are not valid yet.
+func TestSkewedSignerIssuesUsableCerts(t *testing.T) {
+	for _, tc := range []struct {
+		skew  time.Duration
+		valid bool
+	}{{50 * time.Minute, true}, {-50 * time.Minute, true}, {-24 * time.Hour, true}, {2 * time.Hour, false}} {
+		ca := newCA(t)
+		var clk clock.Offset
+		clk.Set(tc.skew)
+		ca.Clock = &clk
+		c, k, _, err := ca.IssueKeyPair(pki.Request{Role: pki.RoleNode, ID: "n1", TTL: 30 * 24 * time.Hour})
+		if err != nil {
+			t.Fatal(err)
+		}
+		kp, err := pki.KeyPair(c, k, ca.CertPEM)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = kp.Leaf.Verify(x509.VerifyOptions{Roots: ca.Pool(), KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}})
+		if (err == nil) != tc.valid {
+			t.Errorf("signer %s off: verifying its certificate now = %v, want valid %t", tc.skew, err, tc.valid)
+		}
 	}
 }

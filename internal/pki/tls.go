@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"sync/atomic"
 	"time"
+
+	"corpus/internal/clock"
 )
 
 // Keys holds the certificate a component presents. It can be replaced at
@@ -42,6 +44,9 @@ func RenewDue(c *x509.Certificate, now time.Time) bool {
 	return now.After(c.NotBefore.Add(life * 2 / 3))
 }
 
+// now is the time certificates are checked at: the process's clock.
+func now() time.Time { return clock.System.Now() }
+
 // ServerConfig is the TLS configuration of a corpus listener: it presents
 // keys and verifies client certificates against the CA. With
 // requireClient every client must present one (agent API, Raft); else
@@ -54,6 +59,7 @@ func ServerConfig(pool *x509.CertPool, keys *Keys, requireClient bool) *tls.Conf
 	}
 	return &tls.Config{
 		MinVersion:     tls.VersionTLS13,
+		Time:           now,
 		ClientAuth:     auth,
 		ClientCAs:      pool,
 		GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) { return keys.Get(), nil },
@@ -66,6 +72,7 @@ func ServerConfig(pool *x509.CertPool, keys *Keys, requireClient bool) *tls.Conf
 func ClientConfig(pool *x509.CertPool, keys *Keys, role, id string) *tls.Config {
 	c := &tls.Config{
 		MinVersion: tls.VersionTLS13,
+		Time:       now,
 		RootCAs:    pool,
 		ServerName: ServerName,
 		VerifyConnection: func(cs tls.ConnectionState) error {
@@ -109,7 +116,7 @@ func PinnedConfig(pin string) *tls.Config {
 			pool := x509.NewCertPool()
 			pool.AddCert(ca)
 			chains, err := cs.PeerCertificates[0].Verify(x509.VerifyOptions{
-				Roots: pool, DNSName: ServerName, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+				Roots: pool, DNSName: ServerName, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}, CurrentTime: now(),
 			})
 			if err != nil {
 				return fmt.Errorf("coordinator certificate: %w", err)

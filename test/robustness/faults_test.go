@@ -85,6 +85,23 @@ var faultKinds = []faultKind{
 	{name: "disk full leader",
 		inject: func(g *group, l, _ int) { g.lab.fill(l) },
 		heal:   func(g *group, l, _ int) { g.lab.unfill(l); g.restartDead() }},
+	// Wall clocks stepped (heartbeat deadlines and Raft's timers run on
+	// the monotonic clock; token expiry, certificate checks and the
+	// entries' dates on the stepped one). Behind by less than the hour
+	// certificates are backdated by; a day ahead moves the cluster's
+	// time with the leader's, for the rest of the run.
+	{name: "leader's clock a day ahead",
+		inject: func(g *group, l, _ int) { g.stepClock(l, 24*time.Hour) },
+		heal:   func(g *group, _, _ int) { g.resetClocks() }},
+	{name: "leader's clock 45 min behind",
+		inject: func(g *group, l, _ int) { g.stepClock(l, -45*time.Minute) },
+		heal:   func(g *group, _, _ int) { g.resetClocks() }},
+	{name: "follower's clock a day ahead",
+		inject: func(g *group, _, f int) { g.stepClock(f, 24*time.Hour) },
+		heal:   func(g *group, _, _ int) { g.resetClocks() }},
+	{name: "follower's clock 45 min behind",
+		inject: func(g *group, _, f int) { g.stepClock(f, -45*time.Minute) },
+		heal:   func(g *group, _, _ int) { g.resetClocks() }},
 	{name: "disk full follower",
 		inject: func(g *group, _, f int) { g.lab.fill(f) },
 		heal:   func(g *group, _, f int) { g.lab.unfill(f); g.restartDead() }},

@@ -135,6 +135,8 @@ func (g *group) ready() error {
 
 func (g *group) start(r *replica) {
 	r.cmd = exec.Command("nsenter", append([]string{"--net=/run/netns/" + r.ns, corpusBin}, r.args...)...)
+	// The replica's time of day follows its clock file (stepClock).
+	r.cmd.Env = append(os.Environ(), "CORPUS_FAILPOINT_CLOCK="+g.clockFile(r))
 	r.cmd.Stdout, r.cmd.Stderr = r.log, r.log
 	r.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	fmt.Fprintf(r.log, "--- start %s ---\n", time.Now().Format(time.RFC3339Nano))
@@ -144,6 +146,28 @@ func (g *group) start(r *replica) {
 	r.done = make(chan struct{})
 	r.paused = false
 	go func(cmd *exec.Cmd, done chan struct{}) { cmd.Wait(); close(done) }(r.cmd, r.done)
+}
+
+func (g *group) clockFile(r *replica) string { return filepath.Join(g.dir, r.id+".clock") }
+
+// stepClock steps replica i's time of day to d from the host's (0: back
+// to the host's), as NTP or an operator would; the replica reads its
+// clock file within 100 ms (clock.System).
+func (g *group) stepClock(i int, d time.Duration) {
+	path := g.clockFile(g.reps[i])
+	if err := os.WriteFile(path+".new", []byte(d.String()), 0o644); err != nil {
+		g.t.Fatal(err)
+	}
+	if err := os.Rename(path+".new", path); err != nil {
+		g.t.Fatal(err)
+	}
+}
+
+// resetClocks puts every replica's clock back on the host's.
+func (g *group) resetClocks() {
+	for i := range g.reps {
+		g.stepClock(i, 0)
+	}
 }
 
 // kill sends SIGKILL (to a paused process too) and waits for the end.

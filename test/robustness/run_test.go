@@ -262,3 +262,12 @@ func reportRun(t *testing.T, res runResult) {
 		t.Errorf("seed %d: %s", res.seed, res.problem)
 	}
 }
+
+// TestSeed8108 replays seed 8108: its leader's clock steps 45 minutes
+// back twice, then a day ahead twice. Before entries applied at the
+// cluster's time (never earlier than the last), guests created under the
+// slow leader were dated 45 minutes before guests created ahead of them.
+func TestSeed8108(t *testing.T) {
+	requireRoot(t)
+	reportRun(t, runSeed(t, 8108, 4))
+}

@@ -1,9 +1,11 @@
 package robustness
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -212,6 +214,9 @@ func (w *workload) lost(r *replica) ([]string, error) {
 	for _, g := range guests.Msg.Guests {
 		have["guest/"+g.GetGuest().GetName()] = true
 	}
+	if err := datedInOrder(guests.Msg.Guests); err != nil {
+		return nil, err
+	}
 	var lost []string
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -222,4 +227,22 @@ func (w *workload) lost(r *replica) ([]string, error) {
 		}
 	}
 	return lost, nil
+}
+
+// datedInOrder checks that the cluster's time never went back: a guest
+// created later (by Raft index) is not dated earlier, whatever the clock
+// of the leader that wrote it said.
+func datedInOrder(views []*corpusv1.GetGuestResponse) error {
+	gs := make([]*corpusv1.Guest, 0, len(views))
+	for _, v := range views {
+		gs = append(gs, v.GetGuest())
+	}
+	slices.SortFunc(gs, func(a, b *corpusv1.Guest) int { return cmp.Compare(a.GetCreateIndex(), b.GetCreateIndex()) })
+	for i := 1; i < len(gs); i++ {
+		if a, b := gs[i-1], gs[i]; b.GetCreatedAt().AsTime().Before(a.GetCreatedAt().AsTime()) {
+			return fmt.Errorf("the cluster's time went back: guest %s (index %d) is dated %s, before guest %s (index %d, %s)",
+				b.GetName(), b.GetCreateIndex(), b.GetCreatedAt().AsTime(), a.GetName(), a.GetCreateIndex(), a.GetCreatedAt().AsTime())
+		}
+	}
+	return nil
 }

@@ -3607,7 +3607,11 @@ type Snapshot struct {
 	Extensions   []*Extension   `protobuf:"bytes,21,rep,name=extensions,proto3" json:"extensions,omitempty"`
 	// applied_index is the Raft index of the last entry applied when the
 	// snapshot was taken (index is that of the last successful write).
-	AppliedIndex  uint64 `protobuf:"varint,22,opt,name=applied_index,json=appliedIndex,proto3" json:"applied_index,omitempty"`
+	AppliedIndex uint64 `protobuf:"varint,22,opt,name=applied_index,json=appliedIndex,proto3" json:"applied_index,omitempty"`
+	// applied_time is the cluster's time as of applied_index: the latest
+	// time any applied entry was stamped with (entries apply at no earlier
+	// time, whatever their leader's clock said).
+	AppliedTime   *timestamppb.Timestamp `protobuf:"bytes,23,opt,name=applied_time,json=appliedTime,proto3" json:"applied_time,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3794,6 +3798,13 @@ func (x *Snapshot) GetAppliedIndex() uint64 {
 		return x.AppliedIndex
 	}
 	return 0
+}
+
+func (x *Snapshot) GetAppliedTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.AppliedTime
+	}
+	return nil
 }
 
 // PutExtension adds or replaces an extension (its secret sealed by the
@@ -5813,7 +5824,7 @@ const file_corpus_v1_raft_proto_rawDesc = "" +
 	"\x02id\x18\x01 \x01(\tR\x02id\"%\n" +
 	"\n" +
 	"RemoveNode\x12\x17\n" +
-	"\anode_id\x18\x01 \x01(\tR\x06nodeId\"\xf6\a\n" +
+	"\anode_id\x18\x01 \x01(\tR\x06nodeId\"\xb5\b\n" +
 	"\bSnapshot\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x120\n" +
 	"\x06config\x18\x02 \x01(\v2\x18.corpus.v1.ClusterConfigR\x06config\x12%\n" +
@@ -5842,7 +5853,8 @@ const file_corpus_v1_raft_proto_rawDesc = "" +
 	"\n" +
 	"extensions\x18\x15 \x03(\v2\x14.corpus.v1.ExtensionR\n" +
 	"extensions\x12#\n" +
-	"\rapplied_index\x18\x16 \x01(\x04R\fappliedIndex\"\\\n" +
+	"\rapplied_index\x18\x16 \x01(\x04R\fappliedIndex\x12=\n" +
+	"\fapplied_time\x18\x17 \x01(\v2\x1a.google.protobuf.TimestampR\vappliedTime\"\\\n" +
 	"\fPutExtension\x122\n" +
 	"\textension\x18\x01 \x01(\v2\x14.corpus.v1.ExtensionR\textension\x12\x18\n" +
 	"\areplace\x18\x02 \x01(\bR\areplace\"%\n" +
@@ -6227,33 +6239,34 @@ var file_corpus_v1_raft_proto_depIdxs = []int32{
 	101, // 109: corpus.v1.Snapshot.acme:type_name -> corpus.v1.AcmeConfig
 	102, // 110: corpus.v1.Snapshot.certificates:type_name -> corpus.v1.Certificate
 	103, // 111: corpus.v1.Snapshot.extensions:type_name -> corpus.v1.Extension
-	103, // 112: corpus.v1.PutExtension.extension:type_name -> corpus.v1.Extension
-	71,  // 113: corpus.v1.SetConfig.set:type_name -> corpus.v1.SetConfig.SetEntry
-	98,  // 114: corpus.v1.SetKeyring.keyring:type_name -> corpus.v1.Keyring
-	48,  // 115: corpus.v1.SetKeyring.envs:type_name -> corpus.v1.ResealedConfig
-	48,  // 116: corpus.v1.SetKeyring.releases:type_name -> corpus.v1.ResealedConfig
-	72,  // 117: corpus.v1.ResealedConfig.config:type_name -> corpus.v1.ResealedConfig.ConfigEntry
-	73,  // 118: corpus.v1.ScaleEnv.scale:type_name -> corpus.v1.ScaleEnv.ScaleEntry
-	82,  // 119: corpus.v1.ScaleEnv.add:type_name -> corpus.v1.Guest
-	104, // 120: corpus.v1.SetAutoscale.policy:type_name -> corpus.v1.AutoscalePolicy
-	74,  // 121: corpus.v1.SwitchEnv.instance_ports:type_name -> corpus.v1.SwitchEnv.InstancePortsEntry
-	76,  // 122: corpus.v1.SwitchEnv.keep_until:type_name -> google.protobuf.Timestamp
-	105, // 123: corpus.v1.UpdateGuest.spec:type_name -> corpus.v1.GuestSpec
-	91,  // 124: corpus.v1.UpdateGuest.admission:type_name -> corpus.v1.AdmissionChange
-	99,  // 125: corpus.v1.CreateService.service:type_name -> corpus.v1.Service
-	82,  // 126: corpus.v1.CreateService.guest:type_name -> corpus.v1.Guest
-	106, // 127: corpus.v1.LinkService.link:type_name -> corpus.v1.ServiceLink
-	75,  // 128: corpus.v1.LinkService.config:type_name -> corpus.v1.LinkService.ConfigEntry
-	107, // 129: corpus.v1.ReportServices.services:type_name -> corpus.v1.ReportedService
-	100, // 130: corpus.v1.BeginBackup.backup:type_name -> corpus.v1.Backup
-	82,  // 131: corpus.v1.ReplaceServiceGuest.guest:type_name -> corpus.v1.Guest
-	101, // 132: corpus.v1.SetAcmeConfig.config:type_name -> corpus.v1.AcmeConfig
-	102, // 133: corpus.v1.PutCertificate.certificate:type_name -> corpus.v1.Certificate
-	134, // [134:134] is the sub-list for method output_type
-	134, // [134:134] is the sub-list for method input_type
-	134, // [134:134] is the sub-list for extension type_name
-	134, // [134:134] is the sub-list for extension extendee
-	0,   // [0:134] is the sub-list for field type_name
+	76,  // 112: corpus.v1.Snapshot.applied_time:type_name -> google.protobuf.Timestamp
+	103, // 113: corpus.v1.PutExtension.extension:type_name -> corpus.v1.Extension
+	71,  // 114: corpus.v1.SetConfig.set:type_name -> corpus.v1.SetConfig.SetEntry
+	98,  // 115: corpus.v1.SetKeyring.keyring:type_name -> corpus.v1.Keyring
+	48,  // 116: corpus.v1.SetKeyring.envs:type_name -> corpus.v1.ResealedConfig
+	48,  // 117: corpus.v1.SetKeyring.releases:type_name -> corpus.v1.ResealedConfig
+	72,  // 118: corpus.v1.ResealedConfig.config:type_name -> corpus.v1.ResealedConfig.ConfigEntry
+	73,  // 119: corpus.v1.ScaleEnv.scale:type_name -> corpus.v1.ScaleEnv.ScaleEntry
+	82,  // 120: corpus.v1.ScaleEnv.add:type_name -> corpus.v1.Guest
+	104, // 121: corpus.v1.SetAutoscale.policy:type_name -> corpus.v1.AutoscalePolicy
+	74,  // 122: corpus.v1.SwitchEnv.instance_ports:type_name -> corpus.v1.SwitchEnv.InstancePortsEntry
+	76,  // 123: corpus.v1.SwitchEnv.keep_until:type_name -> google.protobuf.Timestamp
+	105, // 124: corpus.v1.UpdateGuest.spec:type_name -> corpus.v1.GuestSpec
+	91,  // 125: corpus.v1.UpdateGuest.admission:type_name -> corpus.v1.AdmissionChange
+	99,  // 126: corpus.v1.CreateService.service:type_name -> corpus.v1.Service
+	82,  // 127: corpus.v1.CreateService.guest:type_name -> corpus.v1.Guest
+	106, // 128: corpus.v1.LinkService.link:type_name -> corpus.v1.ServiceLink
+	75,  // 129: corpus.v1.LinkService.config:type_name -> corpus.v1.LinkService.ConfigEntry
+	107, // 130: corpus.v1.ReportServices.services:type_name -> corpus.v1.ReportedService
+	100, // 131: corpus.v1.BeginBackup.backup:type_name -> corpus.v1.Backup
+	82,  // 132: corpus.v1.ReplaceServiceGuest.guest:type_name -> corpus.v1.Guest
+	101, // 133: corpus.v1.SetAcmeConfig.config:type_name -> corpus.v1.AcmeConfig
+	102, // 134: corpus.v1.PutCertificate.certificate:type_name -> corpus.v1.Certificate
+	135, // [135:135] is the sub-list for method output_type
+	135, // [135:135] is the sub-list for method input_type
+	135, // [135:135] is the sub-list for extension type_name
+	135, // [135:135] is the sub-list for extension extendee
+	0,   // [0:135] is the sub-list for field type_name
 }
 
 func init() { file_corpus_v1_raft_proto_init() }
