@@ -37,12 +37,15 @@ type replica struct {
 }
 
 func newReplica(t testing.TB) *replica {
+	return newReplicaOf(t, &corpusv1.ClusterConfig{ClusterId: "c1"})
+}
+
+// newReplicaOf is a replica of a cluster bootstrapped with cfg.
+func newReplicaOf(t testing.TB, cfg *corpusv1.ClusterConfig) *replica {
 	store := state.NewStore()
 	r := &replica{t: t, store: store, fsm: state.NewFSM(store, slog.New(slog.DiscardHandler)), reg: prometheus.NewRegistry()}
 	r.metrics = scheduler.NewMetrics(r.reg, store)
-	r.must(&corpusv1.Command{Cmd: &corpusv1.Command_BootstrapCluster{BootstrapCluster: &corpusv1.BootstrapCluster{
-		Config: &corpusv1.ClusterConfig{ClusterId: "c1"},
-	}}})
+	r.must(&corpusv1.Command{Cmd: &corpusv1.Command_BootstrapCluster{BootstrapCluster: &corpusv1.BootstrapCluster{Config: cfg}}})
 	return r
 }
 
