@@ -11,8 +11,8 @@ import (
 
 	"connectrpc.com/connect"
 
-	"corpus/internal/clock"
 	"corpus/agent/cache"
+	"corpus/internal/clock"
 	"corpus/internal/pki"
 	"corpus/internal/rpc"
 	"corpus/internal/version"

@@ -6,9 +6,9 @@ import (
 	"fmt"
 	"time"
 
-	"corpus/internal/clock"
 	"corpus/agent/deploy"
 	"corpus/drivers"
+	"corpus/internal/clock"
 	corpusv1 "corpus/proto/corpus/v1"
 )
 

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"corpus/drivers/libvirt/libvirttest"
+	"corpus/internal/procfs"
 )
 
 // corpusBin is the binary under test, built once in TestMain.
@@ -240,8 +241,7 @@ func stopProxy(t *testing.T, stateDir string) {
 	}
 	syscall.Kill(pid, syscall.SIGKILL)
 	for i := 0; i < 200; i++ {
-		stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-		if err != nil || strings.Contains(string(stat), ") Z ") {
+		if !procfs.Running(pid) {
 			return // gone, or dead and waiting for its reaper
 		}
 		time.Sleep(10 * time.Millisecond)

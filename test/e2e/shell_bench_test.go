@@ -14,6 +14,7 @@ import (
 
 	"connectrpc.com/connect"
 
+	"corpus/internal/procfs"
 	"corpus/internal/rpc"
 	corpusv1 "corpus/proto/corpus/v1"
 	"corpus/proto/corpus/v1/corpusv1connect"
@@ -58,18 +59,7 @@ func TestShellScale(t *testing.T) {
 	}
 	agentCPU := func() (cpu time.Duration, rss int64) {
 		pid := a.proc.cmd.Process.Pid
-		stat, _ := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-		f := strings.Fields(string(stat)[strings.LastIndexByte(string(stat), ')')+2:])
-		ut, _ := strconv.ParseInt(f[11], 10, 64)
-		st, _ := strconv.ParseInt(f[12], 10, 64)
-		status, _ := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-		for _, line := range strings.Split(string(status), "\n") {
-			if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
-				kb, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
-				rss = kb << 10
-			}
-		}
-		return time.Duration(ut+st) * 10 * time.Millisecond, rss
+		return procfs.CPU(pid), procfs.RSS(pid)
 	}
 	cpuOver := func(d time.Duration) (float64, int64) {
 		c0, _ := agentCPU()

@@ -31,6 +31,7 @@ import (
 	"connectrpc.com/connect"
 
 	"corpus/internal/pki"
+	"corpus/internal/procfs"
 	"corpus/internal/rpc"
 	corpusv1 "corpus/proto/corpus/v1"
 	"corpus/proto/corpus/v1/corpusv1connect"
@@ -158,11 +159,11 @@ func run(c config) error {
 		return fmt.Errorf("first reports: %w", err)
 	}
 	lead, leadPID := s.leader(ctx)
-	cpu0, idx0, t0 := procCPU(leadPID), s.index(ctx, lead), time.Now()
+	cpu0, idx0, t0 := procfs.CPU(leadPID).Seconds(), s.index(ctx, lead), time.Now()
 	time.Sleep(2 * c.reportEvery)
-	cpu1, idx1, dt := procCPU(leadPID), s.index(ctx, lead), time.Since(t0)
+	cpu1, idx1, dt := procfs.CPU(leadPID).Seconds(), s.index(ctx, lead), time.Since(t0)
 	row("leader CPU while nodes heartbeat (cores)", fmt.Sprintf("%.2f", (cpu1-cpu0)/dt.Seconds()))
-	row("leader memory (RSS MiB)", procRSS(leadPID)>>20)
+	row("leader memory (RSS MiB)", procfs.RSS(leadPID)>>20)
 	row("Raft entries/s while nodes heartbeat", fmt.Sprintf("%.1f", float64(idx1-idx0)/dt.Seconds()))
 
 	// Placements.
@@ -178,7 +179,7 @@ func run(c config) error {
 	row("guests", c.guests)
 	row("guest creates/s through the API (64 clients)", fmt.Sprintf("%.0f", float64(c.guests)/created.Seconds()))
 	row("placements/s (create to the node's watch stream)", fmt.Sprintf("%.0f", float64(c.guests)/took.Seconds()))
-	row("leader memory with the guests (RSS MiB)", procRSS(leadPID)>>20)
+	row("leader memory with the guests (RSS MiB)", procfs.RSS(leadPID)>>20)
 
 	row("leader changes so far, under load alone", changes.Load())
 
@@ -472,28 +473,4 @@ func waitFor(limit time.Duration, ok func() bool) error {
 		time.Sleep(20 * time.Millisecond)
 	}
 	return nil
-}
-
-// procCPU is a process's CPU time in seconds (user + system).
-func procCPU(pid int) float64 {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0
-	}
-	f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+2:]))
-	var u, s float64
-	fmt.Sscan(f[11], &u)
-	fmt.Sscan(f[12], &s)
-	return (u + s) / 100 // USER_HZ
-}
-
-// procRSS is a process's resident memory in bytes.
-func procRSS(pid int) int64 {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/statm", pid))
-	if err != nil {
-		return 0
-	}
-	var size, rss int64
-	fmt.Sscan(string(b), &size, &rss)
-	return rss * int64(os.Getpagesize())
 }

@@ -15,6 +15,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"corpus/internal/procfs"
 )
 
 // Restart backoff: the first restart after a quick exit waits
@@ -146,7 +148,7 @@ func (p *proc) runOnce() error {
 		return err
 	}
 	p.pid = cmd.Process.Pid
-	p.pstart = procStart(p.pid)
+	p.pstart = procfs.Start(p.pid)
 	p.started = time.Now()
 	p.state = StateRunning
 	p.mu.Unlock()

@@ -15,6 +15,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"corpus/internal/procfs"
 )
 
 // Supervisor runs generations of processes.
@@ -72,7 +74,7 @@ func (s *Supervisor) Restore() error {
 		return fmt.Errorf("state file %s: %w", s.StateFile, err)
 	}
 	for _, g := range st.Groups {
-		if procStart(g.PID) == g.Start && g.Start != "" {
+		if procfs.Start(g.PID) == g.Start && g.Start != "" {
 			s.Logger.Info("ending a process group an earlier supervisor left", "pgid", g.PID)
 			killGroup(g.PID, syscall.SIGTERM)
 			time.Sleep(200 * time.Millisecond)
@@ -335,32 +337,6 @@ func (s *Supervisor) saved() {
 	if err := s.saveLocked(); err != nil {
 		s.Logger.Warn("saving state", "error", err)
 	}
-}
-
-// procStat is /proc/PID/stat from field 3 (state) on, nil when there is
-// no such process: f[0] the state, f[3] the session, f[19] the start time.
-func procStat(pid int) []string {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return nil
-	}
-	// The command name (field 2) may hold spaces and parentheses; it ends
-	// at the last ')'.
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
-	if i < 0 {
-		return nil
-	}
-	return strings.Fields(s[i+1:])
-}
-
-// procStart is field 22 of /proc/PID/stat (start time in clock ticks),
-// "" when there is no such process.
-func procStart(pid int) string {
-	if f := procStat(pid); len(f) >= 20 {
-		return f[19]
-	}
-	return ""
 }
 
 func killGroup(pgid int, sig syscall.Signal) {

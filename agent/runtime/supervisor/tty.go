@@ -11,6 +11,8 @@ import (
 	"syscall"
 
 	"golang.org/x/sys/unix"
+
+	"corpus/internal/procfs"
 )
 
 // RunTTY runs argv on the caller's standard input as its controlling
@@ -104,7 +106,7 @@ func sessionMembers(sid int) []int {
 	var pids []int
 	for _, d := range dirs {
 		pid, _ := strconv.Atoi(filepath.Base(d))
-		f := procStat(pid) // nil when gone meanwhile
+		f := procfs.Stat(pid) // nil when gone meanwhile
 		if len(f) < 4 || f[0] == "Z" || pid == self {
 			continue
 		}

@@ -1,0 +1,54 @@
+package procfs
+
+import (
+	"os"
+	"os/exec"
+	"strconv"
+	"testing"
+	"time"
+)
+
+func TestSelf(t *testing.T) {
+	pid := os.Getpid()
+	f := Stat(pid)
+	if len(f) < 20 || f[0] != "R" && f[0] != "S" {
+		t.Fatalf("Stat(self) = %q, want a running or sleeping process's fields", f)
+	}
+	if sid, _ := strconv.Atoi(f[3]); sid <= 0 {
+		t.Errorf("session %q", f[3])
+	}
+	if Start(pid) == "" || !Running(pid) {
+		t.Errorf("Start(self) = %q, Running(self) = %t", Start(pid), Running(pid))
+	}
+	before := CPU(pid)
+	for end := time.Now().Add(150 * time.Millisecond); time.Now().Before(end); {
+	}
+	if got := CPU(pid) - before; got < 50*time.Millisecond {
+		t.Errorf("150 ms of spinning counted as %s of CPU", got)
+	}
+	if rss := RSS(pid); rss < 1<<20 {
+		t.Errorf("RSS(self) = %d bytes", rss)
+	}
+}
+
+// TestZombieAndGone: a child that exited and is not reaped is not
+// running; once reaped, nothing is known of it.
+func TestZombieAndGone(t *testing.T) {
+	cmd := exec.Command("true")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	pid := cmd.Process.Pid
+	for deadline := time.Now().Add(5 * time.Second); Running(pid); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("an exited child still counts as running")
+		}
+	}
+	if f := Stat(pid); len(f) == 0 || f[0] != "Z" {
+		t.Fatalf("unreaped child's state = %q, want Z", f)
+	}
+	cmd.Wait()
+	if Stat(pid) != nil || Start(pid) != "" || CPU(pid) != 0 || RSS(pid) != 0 {
+		t.Fatal("a reaped child still has /proc entries")
+	}
+}
