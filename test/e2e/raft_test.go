@@ -21,6 +21,7 @@ import (
 	"corpus/internal/version"
 	corpusv1 "corpus/proto/corpus/v1"
 	"corpus/proto/corpus/v1/corpusv1connect"
+	"corpus/test/linearizable"
 )
 
 // coordGroup is three coordinator processes in one namespace, formed with
@@ -127,41 +128,6 @@ func (g *coordGroup) leader() string {
 	return lead
 }
 
-// setModel is the history's model: per key, a record that is created once.
-// add(k) answers created=true when it made it, false when it existed;
-// an add whose answer was lost may or may not have happened.
-var setModel = porcupine.Model{
-	Partition: func(history []porcupine.Operation) [][]porcupine.Operation {
-		by := map[string][]porcupine.Operation{}
-		var keys []string
-		for _, op := range history {
-			k := op.Input.(string)
-			if _, ok := by[k]; !ok {
-				keys = append(keys, k)
-			}
-			by[k] = append(by[k], op)
-		}
-		out := make([][]porcupine.Operation, 0, len(keys))
-		for _, k := range keys {
-			out = append(out, by[k])
-		}
-		return out
-	},
-	Init: func() any { return false },
-	Step: func(state, _, output any) (bool, any) {
-		exists := state.(bool)
-		switch output.(string) {
-		case "created":
-			return !exists, true
-		case "existed":
-			return exists, true
-		default: // unknown outcome
-			return true, true
-		}
-	},
-	DescribeOperation: func(input, output any) string { return fmt.Sprintf("add(%s) -> %s", input, output) },
-}
-
 // TestCoordinatorGroup: three coordinator processes form a group by
 // themselves; under a concurrent write load the leader is killed (-9),
 // a follower is paused (SIGSTOP) and killed, over several rounds. Writes
@@ -205,25 +171,25 @@ func TestCoordinatorGroup(t *testing.T) {
 				res, err := g.dns(id).AddRecord(ctx, connect.NewRequest(&corpusv1.AddRecordRequest{Name: k, Type: "TXT", Data: "v"}))
 				cancel()
 				ret := time.Since(start).Nanoseconds()
-				out := "unknown"
+				out := linearizable.Unknown
 				switch {
 				case err == nil && res.Msg.Created:
-					out = "created"
+					out = linearizable.Created
 				case err == nil:
-					out = "existed"
+					out = linearizable.Existed
 				case strings.Contains(err.Error(), "no leader is elected yet"), strings.Contains(err.Error(), "connection refused"):
 					// Refused before anything was sent on: it did not happen.
 					time.Sleep(50 * time.Millisecond)
 					continue
 				}
 				mu.Lock()
-				op := porcupine.Operation{ClientId: c, Input: k, Call: call, Output: out, Return: ret}
-				if out == "unknown" {
-					op.Return = 1 << 62 // may take effect any time later
+				op := porcupine.Operation{ClientId: c, Input: linearizable.Input{Kind: linearizable.Add, Key: k}, Call: call, Output: out, Return: ret}
+				if out == linearizable.Unknown {
+					op.Return = linearizable.Never // may take effect any time later
 				} else {
 					acked[k] = true
 				}
-				if out == "created" && firstCreated.IsZero() && sent.After(faultAt) {
+				if out == linearizable.Created && firstCreated.IsZero() && sent.After(faultAt) {
 					// A write sent after the fault and committed.
 					firstCreated = time.Now()
 				}
@@ -303,10 +269,10 @@ func TestCoordinatorGroup(t *testing.T) {
 	// Linearizable.
 	mu.Lock()
 	defer mu.Unlock()
-	res, info := porcupine.CheckOperationsVerbose(setModel, history, time.Minute)
+	res, info := porcupine.CheckOperationsVerbose(linearizable.CreateOnce, history, time.Minute)
 	if res != porcupine.Ok {
 		file := filepath.Join(os.TempDir(), "corpus-linearizability.html")
-		if err := porcupine.VisualizePath(setModel, info, file); err == nil {
+		if err := porcupine.VisualizePath(linearizable.CreateOnce, info, file); err == nil {
 			t.Logf("visualization: %s", file)
 		}
 		t.Fatalf("the client history (%d operations) is not linearizable: %v", len(history), res)
@@ -352,27 +318,6 @@ func TestCoordinatorGroup(t *testing.T) {
 func cliAt(g *coordGroup, args ...string) (string, string, int) {
 	c := &cluster{t: g.t, lab: &netLab{ctl: g.ns}, api: g.api["c1"], token: g.token, ca: g.ca, cfgHome: filepath.Join(g.dir, "cfg")}
 	return c.cli(args...)
-}
-
-// TestSetModelCatchesAnomalies: the checker is not vacuous.
-func TestSetModelCatchesAnomalies(t *testing.T) {
-	op := func(c int, call, ret int64, out string) porcupine.Operation {
-		return porcupine.Operation{ClientId: c, Input: "k", Call: call, Output: out, Return: ret}
-	}
-	for _, tc := range []struct {
-		name string
-		h    []porcupine.Operation
-		ok   bool
-	}{
-		{"create then exists", []porcupine.Operation{op(0, 0, 1, "created"), op(1, 2, 3, "existed")}, true},
-		{"created twice", []porcupine.Operation{op(0, 0, 1, "created"), op(1, 2, 3, "created")}, false},
-		{"existed before any create", []porcupine.Operation{op(0, 0, 1, "existed"), op(1, 2, 3, "created")}, false},
-		{"an unknown add explains existed", []porcupine.Operation{op(0, 0, 1<<62, "unknown"), op(1, 2, 3, "existed")}, true},
-	} {
-		if got := porcupine.CheckOperations(setModel, tc.h); got != tc.ok {
-			t.Errorf("%s: linearizable = %v, want %v", tc.name, got, tc.ok)
-		}
-	}
 }
 
 // TestAgentWithCoordinatorGroup: an agent told of one replica learns the

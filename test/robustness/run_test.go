@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/anishathalye/porcupine"
+
+	"corpus/test/linearizable"
 )
 
 // corpusBin is the corpus binary the replicas run.
@@ -148,9 +150,9 @@ func runSeed(t *testing.T, seed uint64, faults int) runResult {
 	w.mu.Unlock()
 	for _, op := range history {
 		switch {
-		case op.Output == outUnknown:
+		case op.Output == linearizable.Unknown:
 			res.unknown++
-		case op.Input.(opInput).Kind == "read":
+		case op.Input.(linearizable.Input).Kind == linearizable.Read:
 			res.reads++
 		}
 	}
@@ -159,10 +161,10 @@ func runSeed(t *testing.T, seed uint64, faults int) runResult {
 		res.faults[i].recovered = recovery(history, res.faults[i])
 	}
 	var info porcupine.LinearizationInfo
-	res.linearizable, info = porcupine.CheckOperationsVerbose(createOnceModel, history, 2*time.Minute)
+	res.linearizable, info = porcupine.CheckOperationsVerbose(linearizable.CreateOnce, history, 2*time.Minute)
 	if res.linearizable != porcupine.Ok {
 		res.visualization = filepath.Join(os.TempDir(), fmt.Sprintf("corpus-robustness-%d.html", seed))
-		if err := porcupine.VisualizePath(createOnceModel, info, res.visualization); err != nil {
+		if err := porcupine.VisualizePath(linearizable.CreateOnce, info, res.visualization); err != nil {
 			res.visualization = ""
 		}
 	}
@@ -200,7 +202,7 @@ func recovery(history []porcupine.Operation, ev faultEvent) time.Duration {
 	at, until := ev.at.Nanoseconds(), (ev.at + ev.held + 10*time.Second).Nanoseconds()
 	first := int64(-1)
 	for _, op := range history {
-		if op.ClientId < proberID || op.Output == outUnknown || op.Call < at || op.Call > until {
+		if op.ClientId < proberID || op.Output == linearizable.Unknown || op.Call < at || op.Call > until {
 			continue
 		}
 		if first < 0 || op.Return < first {

@@ -15,6 +15,7 @@ import (
 
 	"corpus/internal/rpc"
 	corpusv1 "corpus/proto/corpus/v1"
+	"corpus/test/linearizable"
 )
 
 // workload is several clients calling the public API, each on a replica
@@ -37,11 +38,7 @@ type workload struct {
 	wg   sync.WaitGroup
 }
 
-const (
-	callTimeout = 3 * time.Second
-	// never is the return time of an operation whose outcome is unknown.
-	never = int64(1) << 62
-)
+const callTimeout = 3 * time.Second
 
 func newWorkload(g *group, clients, keys int) *workload {
 	return &workload{g: g, start: time.Now(), keys: keys, clients: clients, acked: map[string]bool{}, stop: make(chan struct{})}
@@ -61,9 +58,9 @@ func (w *workload) run(seed uint64) {
 				default:
 				}
 				kind := []string{"dns", "guest"}[rng.IntN(2)]
-				in := opInput{Kind: "add", Key: fmt.Sprintf("%s/k%d", kind, rng.IntN(w.keys))}
+				in := linearizable.Input{Kind: linearizable.Add, Key: fmt.Sprintf("%s/k%d", kind, rng.IntN(w.keys))}
 				if rng.IntN(10) < 4 {
-					in.Kind = "read"
+					in.Kind = linearizable.Read
 				}
 				r := w.g.reps[rng.IntN(len(w.g.reps))]
 				w.do(c, r, in, callTimeout)
@@ -93,7 +90,7 @@ func (w *workload) probe() {
 					return
 				case <-time.After(probeEvery):
 				}
-				w.do(proberID+i, r, opInput{Kind: "add", Key: fmt.Sprintf("dns/p%d-%d", i, n)}, probeTimeout)
+				w.do(proberID+i, r, linearizable.Input{Kind: linearizable.Add, Key: fmt.Sprintf("dns/p%d-%d", i, n)}, probeTimeout)
 			}
 		}()
 	}
@@ -107,14 +104,14 @@ func (w *workload) halt() {
 func (w *workload) now() int64 { return time.Since(w.start).Nanoseconds() }
 
 // do calls the API once and records the outcome.
-func (w *workload) do(c int, r *replica, in opInput, timeout time.Duration) {
+func (w *workload) do(c int, r *replica, in linearizable.Input, timeout time.Duration) {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	call := w.now()
 	out, err := w.call(ctx, r, in)
 	ret := w.now()
 	if err != nil {
-		if in.Kind == "read" || notSent(err) {
+		if in.Kind == linearizable.Read || notSent(err) {
 			// A failed read changed nothing; a refused add never left.
 			w.mu.Lock()
 			w.refused++
@@ -122,11 +119,11 @@ func (w *workload) do(c int, r *replica, in opInput, timeout time.Duration) {
 			time.Sleep(20 * time.Millisecond)
 			return
 		}
-		out, ret = outUnknown, never
+		out, ret = linearizable.Unknown, linearizable.Never
 	}
 	w.mu.Lock()
 	w.history = append(w.history, porcupine.Operation{ClientId: c, Input: in, Call: call, Output: out, Return: ret})
-	if out == outCreated || out == outExisted {
+	if out == linearizable.Created || out == linearizable.Existed {
 		w.acked[in.Key] = true
 	}
 	w.mu.Unlock()
@@ -140,16 +137,16 @@ func notSent(err error) bool {
 		strings.Contains(msg, "has not said where it answers yet")
 }
 
-func (w *workload) call(ctx context.Context, r *replica, in opInput) (string, error) {
+func (w *workload) call(ctx context.Context, r *replica, in linearizable.Input) (string, error) {
 	kind, name, _ := strings.Cut(in.Key, "/")
 	switch {
-	case kind == "dns" && in.Kind == "add":
+	case kind == "dns" && in.Kind == linearizable.Add:
 		res, err := w.g.dns(r).AddRecord(ctx, connect.NewRequest(&corpusv1.AddRecordRequest{Name: name, Type: "TXT", Data: "v"}))
 		if err != nil {
 			return "", err
 		}
 		return createdOr(res.Msg.Created), nil
-	case kind == "guest" && in.Kind == "add":
+	case kind == "guest" && in.Kind == linearizable.Add:
 		res, err := w.g.guests(r).CreateGuest(ctx, connect.NewRequest(&corpusv1.CreateGuestRequest{Name: name,
 			Spec: &corpusv1.GuestSpec{Image: "busybox"}}))
 		if err != nil {
@@ -165,12 +162,12 @@ func (w *workload) call(ctx context.Context, r *replica, in opInput) (string, er
 	default:
 		_, err := w.g.guests(r, rpc.Linearizable()).GetGuest(ctx, connect.NewRequest(&corpusv1.GetGuestRequest{Name: name}))
 		if connect.CodeOf(err) == connect.CodeNotFound {
-			return outAbsent, nil
+			return linearizable.Absent, nil
 		}
 		if err != nil {
 			return "", err
 		}
-		return outPresent, nil
+		return linearizable.Present, nil
 	}
 }
 
@@ -185,16 +182,16 @@ func hasRecord(res *corpusv1.ListRecordsResponse, name string) bool {
 
 func createdOr(created bool) string {
 	if created {
-		return outCreated
+		return linearizable.Created
 	}
-	return outExisted
+	return linearizable.Existed
 }
 
 func presentOr(present bool) string {
 	if present {
-		return outPresent
+		return linearizable.Present
 	}
-	return outAbsent
+	return linearizable.Absent
 }
 
 // lost returns the acknowledged keys replica r does not have, by a
