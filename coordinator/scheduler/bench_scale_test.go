@@ -13,7 +13,8 @@ import (
 // only, up to the 1,000 entries a pass commits) where test/sim's 5,000
 // nodes run 100,000 guests and a tenth of the nodes just died: the guests
 // of the dead nodes (bin-packed, so most of them) wait for a new node.
-// Nodes of 4 GiB, guests of 32 MiB, as test/sim's.
+// Nodes of 4 GiB, guests of 32 MiB, as test/sim's. by-shape is the
+// scheduler, by-scan what it did before (every node ranked per guest).
 //
 //	go test -run '^$' -bench PassAtScale -benchtime 5x ./coordinator/scheduler
 func BenchmarkPassAtScale(b *testing.B) {
@@ -51,11 +52,16 @@ func BenchmarkPassAtScale(b *testing.B) {
 				r.nodeStatus(fmt.Sprintf("n%05d", i), state.NodeDown)
 			}
 			view := r.store.Read()
-			planned := 0
-			for b.Loop() {
-				planned += len(scheduler.PlanUpTo(view, 1000))
+			for _, mode := range []string{"by-shape", "by-scan"} {
+				b.Run(mode, func(b *testing.B) {
+					defer scheduler.ByShape(mode == "by-shape")()
+					planned := 0
+					for b.Loop() {
+						planned += len(scheduler.PlanUpTo(view, 1000))
+					}
+					b.ReportMetric(float64(planned)/b.Elapsed().Seconds(), "placements/s")
+				})
 			}
-			b.ReportMetric(float64(planned)/b.Elapsed().Seconds(), "placements/s")
 		})
 	}
 }

@@ -61,25 +61,12 @@ func Place(ask Ask, candidates []Candidate) Decision {
 // place is Place with the candidates that take the guest's kind worked
 // out already.
 func place(ask Ask, candidates []Candidate, k *kind) Decision {
-	spec := ask.Guest.GetSpec()
-	var (
-		short    map[string]int // rejected for want of room
-		best     *Candidate
-		bestRank rank
-	)
-	for j, i := range k.fit {
-		c := &candidates[i]
-		if why := state.RoomUnfit(c.Node, k.drivers[j], c.Allocated, c.UsedPorts, spec); why != "" {
-			if short == nil {
-				short = map[string]int{}
-			}
-			short[why]++
-			continue
-		}
-		r := rank{zoneLoad: ask.ZoneLoad[c.Node.Labels[state.LabelZone]], nodeLoad: ask.NodeLoad[c.Node.Id], free: freeShare(c, spec.GetResources()), name: c.Node.Name}
-		if best == nil || r.before(bestRank) {
-			best, bestRank = c, r
-		}
+	var best *Candidate
+	var short map[string]int // rejected for want of room
+	if k.pass && shapeFits(ask) {
+		best, short = placeByShape(ask, candidates, k)
+	} else {
+		best, short = placeByScan(ask, candidates, k)
 	}
 	if best != nil {
 		return Decision{NodeID: best.Node.Id}
@@ -101,6 +88,27 @@ func place(ask Ask, candidates []Candidate, k *kind) Decision {
 	return Decision{Reason: fmt.Sprintf("no node fits (%d considered): %s", len(candidates), strings.Join(reasons, "; "))}
 }
 
+// placeByScan ranks every candidate of the kind that has room.
+func placeByScan(ask Ask, candidates []Candidate, k *kind) (best *Candidate, short map[string]int) {
+	spec := ask.Guest.GetSpec()
+	var bestRank rank
+	for j, i := range k.fit {
+		c := &candidates[i]
+		if why := state.RoomUnfit(c.Node, k.drivers[j], c.Allocated, c.UsedPorts, spec); why != "" {
+			if short == nil {
+				short = map[string]int{}
+			}
+			short[why]++
+			continue
+		}
+		r := rank{zoneLoad: ask.ZoneLoad[c.Node.Labels[state.LabelZone]], nodeLoad: ask.NodeLoad[c.Node.Id], free: freeShare(c, spec.GetResources()), name: c.Node.Name}
+		if best == nil || r.before(bestRank) {
+			best, bestRank = c, r
+		}
+	}
+	return best, short
+}
+
 // kind is what a set of candidates says of one kind of guest whatever
 // the nodes hold (state.KindUnfit): those that take it, with their
 // driver for it, and why the others do not.
@@ -108,6 +116,11 @@ type kind struct {
 	fit      []int // indices of candidates
 	drivers  []*corpusv1.DriverInfo
 	rejected map[string]int
+	// pass is set on the kinds a pass keeps (kinds.of): they may be
+	// placed by shape, byShape grouping their candidates (built on first
+	// use, kept up to date by kinds.moving).
+	pass    bool
+	byShape shapes
 }
 
 func kindIn(candidates []Candidate, spec *corpusv1.GuestSpec, env string) *kind {
@@ -138,6 +151,7 @@ func (ks *kinds) of(spec *corpusv1.GuestSpec, env string) *kind {
 	k := ks.seen[key]
 	if k == nil {
 		k = kindIn(ks.cands, spec, env)
+		k.pass = true
 		ks.seen[key] = k
 	}
 	return k

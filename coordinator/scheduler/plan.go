@@ -30,10 +30,14 @@ func planUpTo(view *state.Snap, limit int) []*corpusv1.PlaceGuest {
 	nodes := view.Nodes()
 	cands := make([]Candidate, len(nodes))
 	byID := make(map[string]*Candidate, len(nodes))
+	at := make(map[string]int, len(nodes))
 	for i, n := range nodes {
-		cands[i] = Candidate{Node: n, Allocated: view.NodeAllocated(n.Id), UsedPorts: view.UsedPorts(n)}
-		byID[n.Id] = &cands[i]
+		cands[i] = Candidate{Node: n, Allocated: view.NodeAllocated(n.Id)}
+		byID[n.Id], at[n.Id] = &cands[i], i
 	}
+	// The ports the nodes publish matter only to guests that publish
+	// some: worked out when the pass meets the first.
+	portsKnown := false
 	projects := view.GuestProjects()
 	load := zoneLoad(view, projects, byID)
 	envLoad := map[state.ProjectRef]map[string]int{}
@@ -64,6 +68,12 @@ func planUpTo(view *state.Snap, limit int) []*corpusv1.PlaceGuest {
 		if g.DesiredState == state.DesiredDeleted {
 			continue
 		}
+		if !portsKnown && len(g.GetSpec().GetPorts()) > 0 {
+			for i := range cands {
+				cands[i].UsedPorts = view.UsedPorts(cands[i].Node)
+			}
+			portsKnown = true
+		}
 		ref := projects[g.Id]
 		ask := Ask{Guest: g, Env: ref.Env, ZoneLoad: load[ref.Project], NodeLoad: envLoad[envOf(ref)]}
 		if from != nil && ref.Project != "" {
@@ -89,7 +99,9 @@ func planUpTo(view *state.Snap, limit int) []*corpusv1.PlaceGuest {
 		}
 		plan = append(plan, &corpusv1.PlaceGuest{GuestId: g.Id, NodeId: d.NodeID, ModifyIndex: g.ModifyIndex})
 		c := byID[d.NodeID]
+		moved := ks.moving(at[d.NodeID])
 		c.Allocated = state.Allocated([]*corpusv1.Guest{{Spec: &corpusv1.GuestSpec{Resources: c.Allocated}}, g})
+		moved()
 		if ports := g.GetSpec().GetPorts(); len(ports) > 0 {
 			used := make(map[int32]string, len(c.UsedPorts)+len(ports))
 			for p, owner := range c.UsedPorts {

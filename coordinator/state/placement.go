@@ -165,7 +165,8 @@ func (v *Snap) GuestsLeaving(nodeID string) []*corpusv1.Guest {
 // NodeAllocated is what a node holds: its guests and the old copies of
 // guests migrating away from it.
 func (v *Snap) NodeAllocated(nodeID string) *corpusv1.Resources {
-	return Allocated(v.GuestsOnNode(nodeID), v.GuestsLeaving(nodeID))
+	// Sums need no order: the indexes as they come.
+	return Allocated(all[*corpusv1.Guest](v, tableGuests, "node", nodeID), all[*corpusv1.Guest](v, tableGuests, "prev", nodeID))
 }
 
 // ProjectRef names the project environment a guest runs.
