@@ -16,7 +16,7 @@ func resultsTable(results []runResult, faultsPerRun int, took time.Duration) str
 	var b strings.Builder
 	fmt.Fprintf(&b, "# Robustness results\n\n")
 	fmt.Fprintf(&b, "`make robustness RUNS=%d` on %s: %d CPUs, %s, corpus %s; %d faults per run; %s in all.\n\n",
-		len(results), time.Now().UTC().Format("2006-01-02"), runtime.NumCPU(), runtime.Version(), commit(), faultsPerRun, took.Round(time.Second))
+		len(results), time.Now().UTC().Format("2006-01-02"), runtime.NumCPU(), runtime.Version(), builtFrom, faultsPerRun, took.Round(time.Second))
 	b.WriteString("Three coordinator replicas, each in its own network namespace, linked through a routing namespace where partitions are iptables rules; " +
 		"six clients add DNS records and guests (create-once) and read them back linearizably (`Corpus-Consistency: linearizable`) through any replica. " +
 		"Histories checked with porcupine per key; acknowledged writes read back from every replica after the last heal. " +
@@ -95,7 +95,11 @@ func resultsTable(results []runResult, faultsPerRun int, took time.Duration) str
 	return b.String()
 }
 
-// commit names the tree the run's binary was built from.
+// builtFrom names the tree the runs' binary was built from: read when the
+// test process starts, just before TestMain builds it (the tree may
+// change while long runs go on).
+var builtFrom = commit()
+
 func commit() string {
 	out, err := exec.Command("git", "describe", "--always", "--dirty").Output()
 	if err != nil {

@@ -158,7 +158,10 @@ func runSeed(t *testing.T, seed uint64, faults int) runResult {
 	}
 	res.ops = len(history)
 	for i := range res.faults {
-		res.faults[i].recovered = recovery(history, res.faults[i])
+		ev := &res.faults[i]
+		ev.recovered = recovery(history, *ev)
+		t.Logf("seed %d: fault %d, %s: a write acknowledged again %s after it was in place (-1: not within its hold and 10 s)",
+			seed, i+1, ev.kind, ev.recovered.Round(time.Millisecond))
 	}
 	var info porcupine.LinearizationInfo
 	res.linearizable, info = porcupine.CheckOperationsVerbose(linearizable.CreateOnce, history, 2*time.Minute)
