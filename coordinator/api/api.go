@@ -282,11 +282,11 @@ func init() {
 // maxRequestBytes bounds every request body.
 const maxRequestBytes = 4 << 20
 
-// Mount registers every service on mux behind the auth interceptor.
 // now is the time of day by the backend's clock, never before the
 // cluster's (see state.Store.Now).
 func (b *Backend) now() time.Time { return b.Store.Now(b.Clock) }
 
+// Mount registers every service on mux behind the auth interceptor.
 func Mount(mux *http.ServeMux, b *Backend) {
 	b.audit = newAuditor(b)
 	b.keyrings = &keyrings{b: b}
