@@ -151,7 +151,7 @@ func (a *Agent) coordinatorHTTP() *http.Client {
 // expires.
 func (a *Agent) renewLoop(ctx context.Context) {
 	for {
-		life := a.keys.NotAfter().Sub(a.keys.Get().Leaf.NotBefore)
+		life := pki.Lifetime(a.keys.Get().Leaf)
 		wait := min(max(life/20, time.Second), time.Minute)
 		select {
 		case <-ctx.Done():

@@ -162,6 +162,12 @@ func (ca *CA) Sign(csrPEM []byte, r Request) (Issued, error) {
 	return ca.issue(csr.PublicKey, r)
 }
 
+// Backdate is how long before its issue a certificate is valid from, as
+// public CAs date theirs: a signer whose clock runs up to that much ahead
+// of its peers' still issues certificates they accept at once. Renewal
+// counts a certificate's life from its issue (IssuedAt), not from then.
+const Backdate = time.Hour
+
 func (ca *CA) issue(pub crypto.PublicKey, r Request) (Issued, error) {
 	if r.Role != RoleCoordinator && r.Role != RoleNode {
 		return Issued{}, fmt.Errorf("role %q: not a certificate role", r.Role)
@@ -182,16 +188,13 @@ func (ca *CA) issue(pub crypto.PublicKey, r Request) (Issued, error) {
 	tmpl := &x509.Certificate{
 		SerialNumber: sn,
 		Subject:      pkix.Name{CommonName: r.Role + " " + r.ID, Organization: []string{"corpus"}, OrganizationalUnit: []string{r.Role}},
-		// Valid from an hour back, as public CAs date theirs: a signer
-		// whose clock runs up to an hour ahead of its peers' still issues
-		// certificates they accept at once.
-		NotBefore:   now.Add(-time.Hour),
-		NotAfter:    notAfter,
-		KeyUsage:    x509.KeyUsageDigitalSignature,
-		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
-		DNSNames:    names,
-		IPAddresses: r.IPs,
-		URIs:        []*url.URL{IdentityURI(r.Role, r.ID)},
+		NotBefore:    now.Add(-Backdate),
+		NotAfter:     notAfter,
+		KeyUsage:     x509.KeyUsageDigitalSignature,
+		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
+		DNSNames:     names,
+		IPAddresses:  r.IPs,
+		URIs:         []*url.URL{IdentityURI(r.Role, r.ID)},
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.Cert, pub, ca.key)
 	if err != nil {

@@ -116,20 +116,25 @@ func TestLoadCARefusesAMismatchedKey(t *testing.T) {
 
 func TestRenewDue(t *testing.T) {
 	ca := newCA(t)
-	c, k, _, err := ca.IssueKeyPair(pki.Request{Role: pki.RoleCoordinator, ID: "c1", TTL: 3 * time.Hour})
-	if err != nil {
-		t.Fatal(err)
-	}
-	kp, _ := pki.KeyPair(c, k, ca.CertPEM)
-	keys := pki.NewKeys(kp)
-	// The certificate starts 5 minutes in the past (clock skew).
-	start := kp.Leaf.NotBefore
-	life := kp.Leaf.NotAfter.Sub(start)
-	if keys.RenewDue(start.Add(life / 2)) {
-		t.Errorf("RenewDue at half its life = true")
-	}
-	if !keys.RenewDue(start.Add(life*2/3 + time.Second)) {
-		t.Errorf("RenewDue past two thirds of its life = false")
+	// Certificates are valid from Backdate before their issue; their
+	// life counts from the issue, also when it is shorter than that.
+	for _, ttl := range []time.Duration{30 * time.Second, 3 * time.Hour, 30 * 24 * time.Hour} {
+		issued := time.Now()
+		c, k, _, err := ca.IssueKeyPair(pki.Request{Role: pki.RoleCoordinator, ID: "c1", TTL: ttl})
+		if err != nil {
+			t.Fatal(err)
+		}
+		kp, _ := pki.KeyPair(c, k, ca.CertPEM)
+		keys := pki.NewKeys(kp)
+		if got := pki.Lifetime(kp.Leaf); got < ttl-2*time.Second || got > ttl+time.Second {
+			t.Errorf("ttl %s: Lifetime = %s", ttl, got)
+		}
+		if keys.RenewDue(issued.Add(ttl / 2)) {
+			t.Errorf("ttl %s: RenewDue at half its life = true", ttl)
+		}
+		if !keys.RenewDue(issued.Add(ttl*2/3 + 2*time.Second)) {
+			t.Errorf("ttl %s: RenewDue past two thirds of its life = false", ttl)
+		}
 	}
 }
 

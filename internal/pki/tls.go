@@ -40,9 +40,22 @@ func (k *Keys) RenewDue(now time.Time) bool { return RenewDue(k.Get().Leaf, now)
 
 // RenewDue reports whether two thirds of c's lifetime have passed.
 func RenewDue(c *x509.Certificate, now time.Time) bool {
-	life := c.NotAfter.Sub(c.NotBefore)
-	return now.After(c.NotBefore.Add(life * 2 / 3))
+	issued := IssuedAt(c)
+	return now.After(issued.Add(c.NotAfter.Sub(issued) * 2 / 3))
 }
+
+// IssuedAt is when c was issued: Backdate after its NotBefore (a
+// certificate valid for less than that was issued before this CA
+// backdated by so much: its NotBefore).
+func IssuedAt(c *x509.Certificate) time.Time {
+	if c.NotAfter.Sub(c.NotBefore) > Backdate {
+		return c.NotBefore.Add(Backdate)
+	}
+	return c.NotBefore
+}
+
+// Lifetime is how long c was issued for (from IssuedAt to NotAfter).
+func Lifetime(c *x509.Certificate) time.Duration { return c.NotAfter.Sub(IssuedAt(c)) }
 
 // now is the time certificates are checked at: the process's clock.
 func now() time.Time { return clock.System.Now() }
