@@ -286,6 +286,22 @@ const maxRequestBytes = 4 << 20
 // cluster's (see state.Store.Now).
 func (b *Backend) now() time.Time { return b.Store.Now(b.Clock) }
 
+// current is the state once this replica has caught up with every write
+// acknowledged before the call (Group.ReadIndex, as a linearizable read
+// does). A write handler about to answer from the state alone (not
+// found, nothing to change, already there) asks it first, so that the
+// answer is as linearizable as the writes: a follower that has not yet
+// applied a write another client saw acknowledged must not answer as if
+// it had not happened.
+func (b *Backend) current(ctx context.Context) (*state.Snap, error) {
+	if b.Group != nil {
+		if _, err := b.Group.ReadIndex(ctx); err != nil {
+			return nil, toConnect(err)
+		}
+	}
+	return b.Store.Read(), nil
+}
+
 // Mount registers every service on mux behind the auth interceptor.
 func Mount(mux *http.ServeMux, b *Backend) {
 	b.audit = newAuditor(b)

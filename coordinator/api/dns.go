@@ -113,7 +113,14 @@ func (s *dnsService) AddRecord(ctx context.Context, req *connect.Request[corpusv
 	}
 	key := recordKey(rec)
 	if old := s.b.Store.Read().DNSRecordByKey(key); old != nil {
-		return connect.NewResponse(&corpusv1.AddRecordResponse{Record: old}), nil
+		// An answer from the state alone: from the current state.
+		view, err := s.b.current(ctx)
+		if err != nil {
+			return nil, err
+		}
+		if old := view.DNSRecordByKey(key); old != nil {
+			return connect.NewResponse(&corpusv1.AddRecordResponse{Record: old}), nil
+		}
 	}
 	ttl := m.Ttl
 	if ttl == 0 {
@@ -139,7 +146,14 @@ func (s *dnsService) DeleteRecord(ctx context.Context, req *connect.Request[corp
 	}
 	r := s.b.Store.Read().DNSRecord(req.Msg.Id)
 	if r == nil {
-		return nil, toConnect(notFound("dns record", req.Msg.Id, "corpus dns records"))
+		// An answer from the state alone: from the current state.
+		view, err := s.b.current(ctx)
+		if err != nil {
+			return nil, err
+		}
+		if r = view.DNSRecord(req.Msg.Id); r == nil {
+			return nil, toConnect(notFound("dns record", req.Msg.Id, "corpus dns records"))
+		}
 	}
 	if _, err := s.b.write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_DeleteDnsRecord{DeleteDnsRecord: &corpusv1.DeleteDnsRecord{Id: r.Id}}}); err != nil {
 		return nil, err

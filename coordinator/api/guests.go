@@ -135,6 +135,14 @@ func (s *guestService) setDesired(ctx context.Context, name, desired string, pur
 	}
 	view := s.b.Store.Read()
 	before := view.GuestByName(name)
+	if before == nil || before.DesiredState == desired && (!purge || before.PurgeVolume) {
+		// An answer from the state alone: from the current state.
+		var err error
+		if view, err = s.b.current(ctx); err != nil {
+			return nil, err
+		}
+		before = view.GuestByName(name)
+	}
 	if before != nil {
 		if err := mayUseGuest(ctx, view, before); err != nil {
 			return nil, err

@@ -269,10 +269,10 @@ func TestCoordinatorGroup(t *testing.T) {
 	// Linearizable.
 	mu.Lock()
 	defer mu.Unlock()
-	res, info := porcupine.CheckOperationsVerbose(linearizable.CreateOnce, history, time.Minute)
+	res, info := porcupine.CheckOperationsVerbose(linearizable.Model, history, time.Minute)
 	if res != porcupine.Ok {
 		file := filepath.Join(os.TempDir(), "corpus-linearizability.html")
-		if err := porcupine.VisualizePath(linearizable.CreateOnce, info, file); err == nil {
+		if err := porcupine.VisualizePath(linearizable.Model, info, file); err == nil {
 			t.Logf("visualization: %s", file)
 		}
 		t.Fatalf("the client history (%d operations) is not linearizable: %v", len(history), res)

@@ -1,6 +1,7 @@
 // Package linearizable is the model the control plane's histories are
-// checked against with porcupine (test/robustness, test/e2e): objects
-// created once and read, per key.
+// checked against with porcupine (test/robustness, test/e2e), per key:
+// objects that are created and deleted (DNS records, guests), and
+// registers written and read (an environment's config keys).
 package linearizable
 
 import (
@@ -9,28 +10,36 @@ import (
 	"github.com/anishathalye/porcupine"
 )
 
-// Input is an operation on one key of one kind of object (a DNS record,
-// a guest): Add creates it once (the API answers created, or that it
-// existed: both are acknowledgements), Read asks whether it exists,
-// linearizably (Corpus-Consistency).
+// Input is an operation on one key. On an object: Add creates it (the
+// API answers created, or that it existed: both are acknowledgements),
+// Delete removes it (deleted, or that there was none), Read asks
+// whether it exists. On a register: Set writes Value, Get reads it.
+// Reads are linearizable reads (Corpus-Consistency).
 type Input struct {
-	Kind string // Add or Read
-	Key  string // "dns/NAME", "guest/NAME", ...
+	Kind  string // Add, Delete, Read, Set or Get
+	Key   string // "dns/NAME", "guest/NAME", "config/KEY", ...
+	Value string // what Set writes
 }
 
 // Kinds of operation.
 const (
-	Add  = "add"
-	Read = "read"
+	Add    = "add"
+	Delete = "delete"
+	Read   = "read"
+	Set    = "set"
+	Get    = "get"
 )
 
-// Outputs.
+// Outputs. A Get's output is the value read ("" for none).
 const (
-	Created = "created"
-	Existed = "existed"
-	Present = "present"
-	Absent  = "absent"
-	// Unknown: an add whose answer was lost (timeout, connection cut
+	Created  = "created"
+	Existed  = "existed"
+	Deleted  = "deleted"
+	NotFound = "not found"
+	Present  = "present"
+	Absent   = "absent"
+	Written  = "written"
+	// Unknown: a write whose answer was lost (timeout, connection cut
 	// after sending, a leader that lost its term): it may take effect
 	// at any time, or never. Its return time is Never.
 	Unknown = "unknown"
@@ -39,12 +48,13 @@ const (
 // Never is the return time of an operation whose outcome is unknown.
 const Never = int64(1) << 62
 
-// CreateOnce is the model: per key, whether the object exists. An add that
-// created it must find it absent; one that says it existed, and a read
-// that finds it, must find it present; a read that does not, absent. An
-// unknown add is linearized wherever it fits (porcupine places it after
-// everything when it never took effect as far as anyone saw).
-var CreateOnce = porcupine.Model{
+// present is an object's state when it exists ("" when it does not); a
+// register's state is its value.
+const present = "\x00present"
+
+// Model checks histories per key: each key's operations are linearized
+// on their own (porcupine's partitions), its state a string.
+var Model = porcupine.Model{
 	Partition: func(history []porcupine.Operation) [][]porcupine.Operation {
 		by := map[string][]porcupine.Operation{}
 		var keys []string
@@ -61,25 +71,51 @@ var CreateOnce = porcupine.Model{
 		}
 		return out
 	},
-	Init: func() any { return false },
+	Init: func() any { return "" },
 	Step: func(state, input, output any) (bool, any) {
-		exists := state.(bool)
-		switch output.(string) {
-		case Created:
-			return !exists, true
-		case Existed:
-			return exists, true
-		case Present:
-			return exists, exists
-		case Absent:
-			return !exists, exists
-		default: // an unknown add
-			return true, true
+		st, in, out := state.(string), input.(Input), output.(string)
+		exists := st != ""
+		switch in.Kind {
+		case Add:
+			switch out {
+			case Created:
+				return !exists, present
+			case Existed:
+				return exists, st
+			case Unknown: // done now, or never (then linearized last)
+				return true, present
+			}
+		case Delete:
+			switch out {
+			case Deleted:
+				return exists, ""
+			case NotFound:
+				return !exists, ""
+			case Unknown:
+				return true, ""
+			}
+		case Read:
+			switch out {
+			case Present:
+				return exists, st
+			case Absent:
+				return !exists, st
+			}
+		case Set:
+			if out == Written || out == Unknown {
+				return true, in.Value
+			}
+		case Get:
+			return out == st, st
 		}
+		return false, st
 	},
-	Equal: func(a, b any) bool { return a.(bool) == b.(bool) },
+	Equal: func(a, b any) bool { return a.(string) == b.(string) },
 	DescribeOperation: func(input, output any) string {
 		in := input.(Input)
-		return fmt.Sprintf("%s(%s) -> %s", in.Kind, in.Key, output)
+		if in.Kind == Set {
+			return fmt.Sprintf("set(%s, %q) -> %s", in.Key, in.Value, output)
+		}
+		return fmt.Sprintf("%s(%s) -> %q", in.Kind, in.Key, output)
 	},
 }

@@ -10,7 +10,10 @@
 // replica sees both sides that cannot see each other) and one-way loss.
 // Besides the network: kill -9 and restart, SIGSTOP and SIGCONT, and a
 // replica's data folder full (each data folder is a small loop-mounted
-// file system). A run is a seeded random schedule of such faults; its
+// file system), and a replica's wall clock stepped (CORPUS_FAILPOINT_CLOCK,
+// package clock). The workload adds DNS records and guests, creates and
+// deletes other guests, and writes an environment's config keys, reading
+// all of it back (test/linearizable's model). A run is a seeded random schedule of such faults; its
 // seed replays it (CORPUS_ROBUSTNESS_SEED). `make robustness RUNS=50`
 // runs many and writes results/latest.md.
 //

@@ -207,6 +207,30 @@ func (g *group) dns(r *replica, opts ...connect.Interceptor) corpusv1connect.Dns
 	return corpusv1connect.NewDnsServiceClient(g.http, "https://"+r.api, connect.WithInterceptors(append([]connect.Interceptor{rpc.Bearer(g.token)}, opts...)...))
 }
 
+func (g *group) projects(r *replica, opts ...connect.Interceptor) corpusv1connect.ProjectServiceClient {
+	return corpusv1connect.NewProjectServiceClient(g.http, "https://"+r.api, connect.WithInterceptors(append([]connect.Interceptor{rpc.Bearer(g.token)}, opts...)...))
+}
+
+// labProject is the project whose dev environment's config the workload
+// writes and reads.
+const labProject = "lab"
+
+// createProject creates labProject (its guest waits: the lab has no
+// nodes), through any replica, waiting out elections.
+func (g *group) createProject() {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for _, r := range g.reps {
+		c := corpusv1connect.NewProjectServiceClient(g.http, "https://"+r.api, connect.WithInterceptors(rpc.Bearer(g.token), rpc.RetryWithoutLeader(20*time.Second)))
+		_, err := c.CreateProject(ctx, connect.NewRequest(&corpusv1.CreateProjectRequest{Name: labProject, Env: corpusv1.EnvDev}))
+		if err == nil || connect.CodeOf(err) == connect.CodeAlreadyExists {
+			return
+		}
+		g.t.Logf("creating project %s through %s: %v", labProject, r.id, err)
+	}
+	g.t.Fatalf("project %s could not be created", labProject)
+}
+
 func (g *group) guests(r *replica, opts ...connect.Interceptor) corpusv1connect.GuestServiceClient {
 	return corpusv1connect.NewGuestServiceClient(g.http, "https://"+r.api, connect.WithInterceptors(append([]connect.Interceptor{rpc.Bearer(g.token)}, opts...)...))
 }

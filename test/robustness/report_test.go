@@ -18,8 +18,8 @@ func resultsTable(results []runResult, faultsPerRun int, took time.Duration) str
 	fmt.Fprintf(&b, "`make robustness RUNS=%d` on %s: %d CPUs, %s, corpus %s; %d faults per run; %s in all.\n\n",
 		len(results), time.Now().UTC().Format("2006-01-02"), runtime.NumCPU(), runtime.Version(), builtFrom, faultsPerRun, took.Round(time.Second))
 	b.WriteString("Three coordinator replicas, each in its own network namespace, linked through a routing namespace where partitions are iptables rules; " +
-		"six clients add DNS records and guests (create-once) and read them back linearizably (`Corpus-Consistency: linearizable`) through any replica. " +
-		"Histories checked with porcupine per key; acknowledged writes read back from every replica after the last heal. " +
+		"six clients add DNS records and guests (create-once), create and delete other guests, write an environment's config keys, and read all of it back linearizably (`Corpus-Consistency: linearizable`) through any replica. " +
+		"Histories checked with porcupine per key (objects added and deleted, config keys as registers); acknowledged adds of the create-once keys read back from every replica after the last heal; guests' dates must follow their Raft order. " +
 		"Recovery: from the fault being in place to the first acknowledged write sent after it by a prober (one per replica, a write every 20 ms, 1 s timeout).\n\n")
 	var (
 		ops, unknown, reads, lost, bad, problems int

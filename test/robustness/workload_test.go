@@ -33,6 +33,8 @@ type workload struct {
 	// refused counts calls a replica refused before doing anything (no
 	// leader yet, connection refused): not in the history.
 	refused int
+	// seq numbers the values config writes write.
+	seq int
 
 	stop chan struct{}
 	wg   sync.WaitGroup
@@ -57,15 +59,40 @@ func (w *workload) run(seed uint64) {
 					return
 				default:
 				}
-				kind := []string{"dns", "guest"}[rng.IntN(2)]
-				in := linearizable.Input{Kind: linearizable.Add, Key: fmt.Sprintf("%s/k%d", kind, rng.IntN(w.keys))}
-				if rng.IntN(10) < 4 {
-					in.Kind = linearizable.Read
-				}
 				r := w.g.reps[rng.IntN(len(w.g.reps))]
-				w.do(c, r, in, callTimeout)
+				w.do(c, r, w.next(rng, c), callTimeout)
 			}
 		}(c)
+	}
+}
+
+// next is a client's next operation: on DNS records and guests that are
+// only added (each acknowledged add is read back from every replica at
+// the end), on guests added and deleted again, or on an environment's
+// config keys, written and read; keys drawn from a few, so clients
+// contend.
+func (w *workload) next(rng *rand.Rand, c int) linearizable.Input {
+	w.mu.Lock()
+	w.seq++
+	n := w.seq
+	w.mu.Unlock()
+	switch x := rng.IntN(10); {
+	case x < 6:
+		kind := []string{"dns", "guest"}[rng.IntN(2)]
+		in := linearizable.Input{Kind: linearizable.Add, Key: fmt.Sprintf("%s/k%d", kind, rng.IntN(w.keys))}
+		if rng.IntN(10) < 4 {
+			in.Kind = linearizable.Read
+		}
+		return in
+	case x < 8:
+		kinds := []string{linearizable.Add, linearizable.Delete, linearizable.Read}
+		return linearizable.Input{Kind: kinds[rng.IntN(len(kinds))], Key: fmt.Sprintf("gdel/k%d", rng.IntN(8))}
+	default:
+		in := linearizable.Input{Kind: linearizable.Get, Key: fmt.Sprintf("config/K%d", rng.IntN(4))}
+		if rng.IntN(2) == 0 {
+			in.Kind, in.Value = linearizable.Set, fmt.Sprintf("c%d-%d", c, n)
+		}
+		return in
 	}
 }
 
@@ -111,7 +138,7 @@ func (w *workload) do(c int, r *replica, in linearizable.Input, timeout time.Dur
 	out, err := w.call(ctx, r, in)
 	ret := w.now()
 	if err != nil {
-		if in.Kind == linearizable.Read || notSent(err) {
+		if in.Kind == linearizable.Read || in.Kind == linearizable.Get || notSent(err) {
 			// A failed read changed nothing; a refused add never left.
 			w.mu.Lock()
 			w.refused++
@@ -123,7 +150,7 @@ func (w *workload) do(c int, r *replica, in linearizable.Input, timeout time.Dur
 	}
 	w.mu.Lock()
 	w.history = append(w.history, porcupine.Operation{ClientId: c, Input: in, Call: call, Output: out, Return: ret})
-	if out == linearizable.Created || out == linearizable.Existed {
+	if kind, _, _ := strings.Cut(in.Key, "/"); (kind == "dns" || kind == "guest") && (out == linearizable.Created || out == linearizable.Existed) {
 		w.acked[in.Key] = true
 	}
 	w.mu.Unlock()
@@ -153,6 +180,50 @@ func (w *workload) call(ctx context.Context, r *replica, in linearizable.Input) 
 			return "", err
 		}
 		return createdOr(res.Msg.Created), nil
+	case kind == "gdel" && in.Kind == linearizable.Add:
+		res, err := w.g.guests(r).CreateGuest(ctx, connect.NewRequest(&corpusv1.CreateGuestRequest{Name: "d-" + name,
+			Spec: &corpusv1.GuestSpec{Image: "busybox"}}))
+		if err != nil {
+			return "", err
+		}
+		return createdOr(res.Msg.Created), nil
+	case kind == "gdel" && in.Kind == linearizable.Delete:
+		// Guests on no node (the lab has none) go at once.
+		_, err := w.g.guests(r).DeleteGuest(ctx, connect.NewRequest(&corpusv1.GuestActionRequest{Name: "d-" + name}))
+		if connect.CodeOf(err) == connect.CodeNotFound {
+			return linearizable.NotFound, nil
+		}
+		if err != nil {
+			return "", err
+		}
+		return linearizable.Deleted, nil
+	case kind == "gdel":
+		return w.guestRead(ctx, r, "d-"+name)
+	case kind == "config" && in.Kind == linearizable.Set:
+		stream, err := w.g.projects(r).SetConfig(ctx, connect.NewRequest(&corpusv1.SetConfigRequest{
+			Project: labProject, Env: corpusv1.EnvDev, Set: map[string]string{name: in.Value}, NoRestart: true}))
+		if err != nil {
+			return "", err
+		}
+		defer stream.Close()
+		for stream.Receive() {
+		}
+		if err := stream.Err(); err != nil {
+			return "", err
+		}
+		return linearizable.Written, nil
+	case kind == "config":
+		res, err := w.g.projects(r, rpc.Linearizable()).GetConfig(ctx, connect.NewRequest(&corpusv1.GetConfigRequest{
+			Project: labProject, Env: corpusv1.EnvDev, Reveal: true}))
+		if err != nil {
+			return "", err
+		}
+		for _, v := range res.Msg.Vars {
+			if v.Key == name {
+				return v.Value, nil
+			}
+		}
+		return "", nil
 	case kind == "dns":
 		res, err := w.g.dns(r, rpc.Linearizable()).ListRecords(ctx, connect.NewRequest(&corpusv1.ListRecordsRequest{}))
 		if err != nil {
@@ -160,15 +231,20 @@ func (w *workload) call(ctx context.Context, r *replica, in linearizable.Input) 
 		}
 		return presentOr(hasRecord(res.Msg, name)), nil
 	default:
-		_, err := w.g.guests(r, rpc.Linearizable()).GetGuest(ctx, connect.NewRequest(&corpusv1.GetGuestRequest{Name: name}))
-		if connect.CodeOf(err) == connect.CodeNotFound {
-			return linearizable.Absent, nil
-		}
-		if err != nil {
-			return "", err
-		}
-		return linearizable.Present, nil
+		return w.guestRead(ctx, r, name)
 	}
+}
+
+// guestRead says whether guest name exists, by a linearizable read.
+func (w *workload) guestRead(ctx context.Context, r *replica, name string) (string, error) {
+	_, err := w.g.guests(r, rpc.Linearizable()).GetGuest(ctx, connect.NewRequest(&corpusv1.GetGuestRequest{Name: name}))
+	if connect.CodeOf(err) == connect.CodeNotFound {
+		return linearizable.Absent, nil
+	}
+	if err != nil {
+		return "", err
+	}
+	return linearizable.Present, nil
 }
 
 func hasRecord(res *corpusv1.ListRecordsResponse, name string) bool {
