@@ -288,11 +288,11 @@ func (b *Backend) now() time.Time { return b.Store.Now(b.Clock) }
 
 // current is the state once this replica has caught up with every write
 // acknowledged before the call (Group.ReadIndex, as a linearizable read
-// does). A write handler about to answer from the state alone (not
-// found, nothing to change, already there) asks it first, so that the
-// answer is as linearizable as the writes: a follower that has not yet
-// applied a write another client saw acknowledged must not answer as if
-// it had not happened.
+// does). A write handler about to succeed from the state alone (nothing
+// to change, already there) asks it first, so that the answer is as
+// linearizable as the writes: a follower that has not yet applied a
+// write another client saw acknowledged must not answer as if it had
+// not happened. (A NotFound is run again by currentNotFound.)
 func (b *Backend) current(ctx context.Context) (*state.Snap, error) {
 	if b.Group != nil {
 		if _, err := b.Group.ReadIndex(ctx); err != nil {
@@ -310,7 +310,7 @@ func Mount(mux *http.ServeMux, b *Backend) {
 		m, _ := req.(proto.Message)
 		b.audit.refused(ctx, p, procedure, m, err)
 	}}
-	interceptors := []connect.Interceptor{authn.Interceptor(), b.audit.interceptor(), consistentReads{b.Group}}
+	interceptors := []connect.Interceptor{authn.Interceptor(), b.audit.interceptor(), consistentReads{group: b.Group}, currentNotFound{group: b.Group}}
 	if b.Metrics != nil {
 		interceptors = append([]connect.Interceptor{b.Metrics.Interceptor()}, interceptors...)
 	}

@@ -22,7 +22,10 @@ const ConsistencyHeader = rpc.ConsistencyHeader
 // consistentReads is the interceptor that honours ConsistencyHeader on
 // unary calls; it runs after authentication, so only callers allowed the
 // procedure make replicas commit barriers.
-type consistentReads struct{ group Group }
+type consistentReads struct {
+	unaryOnly
+	group Group
+}
 
 func (c consistentReads) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
 	return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
@@ -38,10 +41,44 @@ func (c consistentReads) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
 	}
 }
 
-func (c consistentReads) WrapStreamingClient(next connect.StreamingClientFunc) connect.StreamingClientFunc {
+// currentNotFound is the interceptor that runs a call that changes
+// something once more when it answered NotFound, after this replica
+// caught up with the leader (Group.ReadIndex): handlers look up what a
+// call names in the replica's own state before they write, and a
+// follower that has not yet applied a create another client saw
+// acknowledged would otherwise answer that it does not exist. corpus
+// writes are idempotent, so a second run is safe; a NotFound the state
+// machine decided comes back the same, or the create has happened since.
+// A replica that cannot catch up (no leader, cut off) answers that,
+// not NotFound.
+type currentNotFound struct {
+	unaryOnly
+	group Group
+}
+
+func (c currentNotFound) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
+	return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
+		res, err := next(ctx, req)
+		if err == nil || c.group == nil || connect.CodeOf(err) != connect.CodeNotFound ||
+			req.Spec().IdempotencyLevel == connect.IdempotencyNoSideEffects {
+			return res, err
+		}
+		if _, err := c.group.ReadIndex(ctx); err != nil {
+			// Not known to be missing: this replica cannot tell now.
+			return nil, toConnect(err)
+		}
+		return next(ctx, req)
+	}
+}
+
+// unaryOnly gives an interceptor of unary calls the streaming half of
+// connect.Interceptor: streams pass through.
+type unaryOnly struct{}
+
+func (unaryOnly) WrapStreamingClient(next connect.StreamingClientFunc) connect.StreamingClientFunc {
 	return next
 }
 
-func (c consistentReads) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
+func (unaryOnly) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
 	return next
 }

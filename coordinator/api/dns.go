@@ -146,14 +146,7 @@ func (s *dnsService) DeleteRecord(ctx context.Context, req *connect.Request[corp
 	}
 	r := s.b.Store.Read().DNSRecord(req.Msg.Id)
 	if r == nil {
-		// An answer from the state alone: from the current state.
-		view, err := s.b.current(ctx)
-		if err != nil {
-			return nil, err
-		}
-		if r = view.DNSRecord(req.Msg.Id); r == nil {
-			return nil, toConnect(notFound("dns record", req.Msg.Id, "corpus dns records"))
-		}
+		return nil, toConnect(notFound("dns record", req.Msg.Id, "corpus dns records"))
 	}
 	if _, err := s.b.write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_DeleteDnsRecord{DeleteDnsRecord: &corpusv1.DeleteDnsRecord{Id: r.Id}}}); err != nil {
 		return nil, err

@@ -135,8 +135,9 @@ func (s *guestService) setDesired(ctx context.Context, name, desired string, pur
 	}
 	view := s.b.Store.Read()
 	before := view.GuestByName(name)
-	if before == nil || before.DesiredState == desired && (!purge || before.PurgeVolume) {
-		// An answer from the state alone: from the current state.
+	if before != nil && before.DesiredState == desired && (!purge || before.PurgeVolume) {
+		// "Nothing to change" is an answer from the state alone: from
+		// the current state (a NotFound is run again by currentNotFound).
 		var err error
 		if view, err = s.b.current(ctx); err != nil {
 			return nil, err

@@ -19,6 +19,9 @@ type Input struct {
 	Kind  string // Add, Delete, Read, Set or Get
 	Key   string // "dns/NAME", "guest/NAME", "config/KEY", ...
 	Value string // what Set writes
+	// Via names the replica that took the call (for the reader of a
+	// failed check; the model ignores it).
+	Via string
 }
 
 // Kinds of operation.
@@ -113,9 +116,13 @@ var Model = porcupine.Model{
 	Equal: func(a, b any) bool { return a.(string) == b.(string) },
 	DescribeOperation: func(input, output any) string {
 		in := input.(Input)
-		if in.Kind == Set {
-			return fmt.Sprintf("set(%s, %q) -> %s", in.Key, in.Value, output)
+		via := ""
+		if in.Via != "" {
+			via = " via " + in.Via
 		}
-		return fmt.Sprintf("%s(%s) -> %q", in.Kind, in.Key, output)
+		if in.Kind == Set {
+			return fmt.Sprintf("set(%s, %q)%s -> %s", in.Key, in.Value, via, output)
+		}
+		return fmt.Sprintf("%s(%s)%s -> %q", in.Kind, in.Key, via, output)
 	},
 }

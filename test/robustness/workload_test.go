@@ -134,6 +134,7 @@ func (w *workload) now() int64 { return time.Since(w.start).Nanoseconds() }
 func (w *workload) do(c int, r *replica, in linearizable.Input, timeout time.Duration) {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
+	in.Via = r.id
 	call := w.now()
 	out, err := w.call(ctx, r, in)
 	ret := w.now()
