@@ -351,8 +351,10 @@ func TestWritesSeeAcknowledgedWrites(t *testing.T) {
 		if _, err := rs.ops(lead).guests.CreateGuest(ctx, connect.NewRequest(&corpusv1.CreateGuestRequest{Name: name, Spec: &corpusv1.GuestSpec{Image: "busybox"}})); err != nil {
 			t.Fatalf("CreateGuest %s on the leader: %v", name, err)
 		}
-		if _, err := rs.ops(follower).guests.DeleteGuest(ctx, connect.NewRequest(&corpusv1.GuestActionRequest{Name: name})); err != nil {
-			t.Fatalf("DeleteGuest %s on follower %s right after the leader acknowledged its create: %v", name, follower, err)
+		// Stop, not delete: the clients retry calls an election
+		// interrupted, and a stop done twice still succeeds.
+		if _, err := rs.ops(follower).guests.StopGuest(ctx, connect.NewRequest(&corpusv1.GuestActionRequest{Name: name})); err != nil {
+			t.Fatalf("StopGuest %s on follower %s right after the leader acknowledged its create: %v", name, follower, err)
 		}
 	}
 }
