@@ -52,17 +52,20 @@ func (s shapes) add(cands []Candidate, i int) {
 	s[key] = append(g[:at], append([]int{i}, g[at:]...)...)
 }
 
-func (s shapes) remove(cands []Candidate, i int, key shape) {
+// remove takes candidate i out of the group of shape key, and says
+// whether it was in it.
+func (s shapes) remove(cands []Candidate, i int, key shape) bool {
 	g := s[key]
 	at := sort.Search(len(g), func(j int) bool { return cands[g[j]].Node.Name >= cands[i].Node.Name })
-	if at < len(g) && g[at] == i {
-		g = append(g[:at], g[at+1:]...)
+	if at == len(g) || g[at] != i {
+		return false
 	}
-	if len(g) == 0 {
+	if g = append(g[:at], g[at+1:]...); len(g) == 0 {
 		delete(s, key)
-		return
+	} else {
+		s[key] = g
 	}
-	s[key] = g
+	return true
 }
 
 // shapeFits says whether placing by shape decides for this guest.
@@ -102,12 +105,7 @@ func (ks *kinds) moving(i int) func() {
 			if k.byShape == nil {
 				continue
 			}
-			if _, ok := k.byShape[before]; !ok {
-				continue // not a candidate of this kind
-			}
-			n := len(k.byShape[before])
-			k.byShape.remove(ks.cands, i, before)
-			if n != len(k.byShape[before]) {
+			if k.byShape.remove(ks.cands, i, before) { // else not a candidate of this kind
 				k.byShape.add(ks.cands, i)
 			}
 		}
