@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 func TestSelf(t *testing.T) {
@@ -14,8 +16,10 @@ func TestSelf(t *testing.T) {
 	if len(f) < 20 || f[0] != "R" && f[0] != "S" {
 		t.Fatalf("Stat(self) = %q, want a running or sleeping process's fields", f)
 	}
-	if sid, _ := strconv.Atoi(f[3]); sid <= 0 {
-		t.Errorf("session %q", f[3])
+	// The session as this process's namespace sees it: 0 where the
+	// session's leader lives outside it (as under a container's init).
+	if sid, err := strconv.Atoi(f[3]); err != nil || sid != getsid() {
+		t.Errorf("session %q, want %d", f[3], getsid())
 	}
 	if Start(pid) == "" || !Running(pid) {
 		t.Errorf("Start(self) = %q, Running(self) = %t", Start(pid), Running(pid))
@@ -51,4 +55,9 @@ func TestZombieAndGone(t *testing.T) {
 	if Stat(pid) != nil || Start(pid) != "" || CPU(pid) != 0 || RSS(pid) != 0 {
 		t.Fatal("a reaped child still has /proc entries")
 	}
+}
+
+func getsid() int {
+	sid, _ := unix.Getsid(0)
+	return sid
 }
