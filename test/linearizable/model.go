@@ -42,6 +42,9 @@ const (
 	Present  = "present"
 	Absent   = "absent"
 	Written  = "written"
+	// Made answers an add asked again after an earlier try's answer
+	// was lost: it exists, made by this call or by that try.
+	Made = "made"
 	// Unknown: a write whose answer was lost (timeout, connection cut
 	// after sending, a leader that lost its term): it may take effect
 	// at any time, or never. Its return time is Never.
@@ -85,6 +88,8 @@ var Model = porcupine.Model{
 				return !exists, present
 			case Existed:
 				return exists, st
+			case Made:
+				return true, present
 			case Unknown: // done now, or never (then linearized last)
 				return true, present
 			}

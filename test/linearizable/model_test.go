@@ -33,6 +33,8 @@ func TestModelCatchesAnomalies(t *testing.T) {
 		{"present before any add", []porcupine.Operation{op(0, Read, 0, 1, Present), op(1, Add, 2, 3, Created)}, false},
 		{"present, then absent, while the create is in flight", []porcupine.Operation{op(0, Add, 0, 10, Created), op(1, Read, 1, 2, Present), op(2, Read, 3, 4, Absent)}, false},
 		{"an unknown add explains a later present", []porcupine.Operation{op(0, Add, 0, Never, Unknown), op(1, Read, 2, 3, Present)}, true},
+		{"an add asked again after a lost answer, then read", []porcupine.Operation{op(0, Add, 0, Never, Unknown), op(0, Add, 2, 3, Made), op(1, Read, 4, 5, Present)}, true},
+		{"made, then read absent", []porcupine.Operation{op(0, Add, 0, 1, Made), op(1, Read, 2, 3, Absent)}, false},
 		{"an unknown add that never happened", []porcupine.Operation{op(0, Add, 0, Never, Unknown), op(1, Read, 2, 3, Absent)}, true},
 		{"create, delete, create again", []porcupine.Operation{op(0, Add, 0, 1, Created), op(1, Delete, 2, 3, Deleted), op(0, Add, 4, 5, Created), op(1, Read, 6, 7, Present)}, true},
 		{"deleted, then read present (resurrected)", []porcupine.Operation{op(0, Add, 0, 1, Created), op(1, Delete, 2, 3, Deleted), op(2, Read, 4, 5, Present)}, false},

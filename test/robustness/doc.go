@@ -12,9 +12,15 @@
 // replica's data folder full (each data folder is a small loop-mounted
 // file system), and a replica's wall clock stepped (CORPUS_FAILPOINT_CLOCK,
 // package clock). The workload adds DNS records and guests, creates and
-// deletes other guests, and writes an environment's config keys, reading
-// all of it back (test/linearizable's model). A run is a seeded random schedule of such faults; its
-// seed replays it (CORPUS_ROBUSTNESS_SEED). `make robustness RUNS=50`
+// deletes other guests, and writes an environment's config keys; a node
+// enrolled with a join token and a CSR (no agent behind it: the
+// workload speaks for it with its certificate) reports its guest every
+// 100 ms and records deploys (BeginRelease, FinishRelease) one after
+// another, as its agent would. Clients read all of it back
+// (test/linearizable's model); release numbers must follow the order
+// the deploys began in, and the node is never marked down. A run is a
+// seeded random schedule of such faults; its seed replays it
+// (CORPUS_ROBUSTNESS_SEED). `make robustness RUNS=50`
 // runs many and writes results/latest.md.
 //
 // It needs root (namespaces, iptables, loop mounts) and skips elsewhere.

@@ -28,6 +28,7 @@ type group struct {
 	dir   string
 	ca    string
 	token string
+	pool  *x509.CertPool
 	http  *http.Client
 	reps  []*replica
 }
@@ -94,6 +95,7 @@ func startGroup(t *testing.T, l *lab, dir string) *group {
 	}
 	pool := x509.NewCertPool()
 	pool.AddCert(ca)
+	g.pool = pool
 	g.http = &http.Client{Transport: &http.Transport{ForceAttemptHTTP2: true, TLSClientConfig: pki.ClientConfig(pool, nil, pki.RoleCoordinator, ""),
 		MaxIdleConnsPerHost: 32}}
 	deadline := time.Now().Add(60 * time.Second)
@@ -212,17 +214,22 @@ func (g *group) projects(r *replica, opts ...connect.Interceptor) corpusv1connec
 }
 
 // labProject is the project whose dev environment's config the workload
-// writes and reads.
-const labProject = "lab"
+// writes and reads, and whose deploys the lab's node records. Its image
+// is one only the lab's node takes, so the workload's other guests (of
+// busybox) are placed nowhere.
+const (
+	labProject = "lab"
+	labImage   = "lab-app"
+)
 
-// createProject creates labProject (its guest waits: the lab has no
-// nodes), through any replica, waiting out elections.
+// createProject creates labProject, through any replica, waiting out
+// elections.
 func (g *group) createProject() {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	for _, r := range g.reps {
-		c := corpusv1connect.NewProjectServiceClient(g.http, "https://"+r.api, connect.WithInterceptors(rpc.Bearer(g.token), rpc.RetryWithoutLeader(20*time.Second)))
-		_, err := c.CreateProject(ctx, connect.NewRequest(&corpusv1.CreateProjectRequest{Name: labProject, Env: corpusv1.EnvDev}))
+		_, err := g.projects(r, rpc.RetryWithoutLeader(20*time.Second)).CreateProject(ctx, connect.NewRequest(&corpusv1.CreateProjectRequest{
+			Name: labProject, Env: corpusv1.EnvDev, Image: labImage}))
 		if err == nil || connect.CodeOf(err) == connect.CodeAlreadyExists {
 			return
 		}

@@ -3,6 +3,7 @@ package robustness
 import (
 	"cmp"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -73,6 +74,9 @@ type runResult struct {
 	ops, unknown int
 	reads        int
 	refused      int
+	// byKind counts the operations on each kind of key ("dns", "guest",
+	// "release", ...), and the reads among them.
+	byKind       map[string][2]int
 	linearizable porcupine.CheckResult
 	lost         []string
 	// problem is why the run failed other than by its history.
@@ -103,8 +107,11 @@ func runSeed(t *testing.T, seed uint64, faults int) runResult {
 	res := runResult{seed: seed}
 	g.createProject()
 	w := newWorkload(g, envInt("CORPUS_ROBUSTNESS_CLIENTS", 6), 60)
+	w.node = g.enrollNode()
 	w.run(seed)
 	w.probe()
+	w.heartbeats(w.node, seed)
+	w.deploys(w.node, seed)
 	time.Sleep(time.Second)
 	for _, s := range schedule(seed, faults) {
 		lead := g.leader(10 * time.Second)
@@ -151,8 +158,26 @@ func runSeed(t *testing.T, seed uint64, faults int) runResult {
 	w.mu.Lock()
 	history := slices.Clone(w.history)
 	res.refused = w.refused
+	if err := numberedInOrder(w.begun); err != nil {
+		res.problem = err.Error()
+	}
+	// The lab's node reported every 100 ms throughout: no fault of the
+	// control plane is a reason to mark it down. (A leader that said so
+	// but could not record it, deposed meanwhile, is not counted.)
+	if n := g.logCount(`"node is down"`) - g.logCount(`"marking node down"`); n > 0 && res.problem == "" {
+		res.problem = fmt.Sprintf("the lab's node, reporting every 100 ms, was marked down (%d log lines say so)", n)
+	}
 	w.mu.Unlock()
+	res.byKind = map[string][2]int{}
 	for _, op := range history {
+		in := op.Input.(linearizable.Input)
+		kind, _, _ := strings.Cut(in.Key, "/")
+		c := res.byKind[kind]
+		c[0]++
+		if in.Kind == linearizable.Read || in.Kind == linearizable.Get {
+			c[1]++
+		}
+		res.byKind[kind] = c
 		switch {
 		case op.Output == linearizable.Unknown:
 			res.unknown++
@@ -262,6 +287,11 @@ func reportRun(t *testing.T, res runResult) {
 	t.Helper()
 	t.Logf("seed %d: %d operations (%d reads, %d unknown, %d refused), %s, %d acknowledged writes lost, in %s",
 		res.seed, res.ops, res.reads, res.unknown, res.refused, res.linearizable, len(res.lost), res.took.Round(time.Second))
+	var kinds []string
+	for _, k := range slices.Sorted(maps.Keys(res.byKind)) {
+		kinds = append(kinds, fmt.Sprintf("%s %d (%d reads)", k, res.byKind[k][0], res.byKind[k][1]))
+	}
+	t.Logf("seed %d: operations by key: %s", res.seed, strings.Join(kinds, ", "))
 	if res.linearizable != porcupine.Ok {
 		t.Errorf("seed %d: the history is not linearizable (%s); visualization: %s", res.seed, res.linearizable, res.visualization)
 	}

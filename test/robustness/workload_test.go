@@ -35,6 +35,10 @@ type workload struct {
 	refused int
 	// seq numbers the values config writes write.
 	seq int
+	// node is the lab's node (nil before it enrolled); begun are the
+	// BeginRelease calls of its deploys that were answered.
+	node  *labNode
+	begun []begun
 
 	stop chan struct{}
 	wg   sync.WaitGroup
@@ -49,20 +53,33 @@ func newWorkload(g *group, clients, keys int) *workload {
 // run starts the clients; each has its own random source from seed.
 func (w *workload) run(seed uint64) {
 	for c := 0; c < w.clients; c++ {
-		w.wg.Add(1)
-		go func(c int) {
-			defer w.wg.Done()
-			rng := rand.New(rand.NewPCG(seed, uint64(c)))
-			for {
-				select {
-				case <-w.stop:
-					return
-				default:
-				}
-				r := w.g.reps[rng.IntN(len(w.g.reps))]
-				w.do(c, r, w.next(rng, c), callTimeout)
-			}
-		}(c)
+		w.loop(seed, c, func(rng *rand.Rand, _ int) {
+			r := w.g.reps[rng.IntN(len(w.g.reps))]
+			in := w.next(rng, c)
+			w.do(c, r, in, callTimeout, func(ctx context.Context) (string, error) { return w.call(ctx, r, in) })
+		})
+	}
+}
+
+// loop runs step (with the step's number) until the workload halts, in
+// a goroutine of client c, with its own random source from seed.
+func (w *workload) loop(seed uint64, c int, step func(rng *rand.Rand, i int)) {
+	w.wg.Add(1)
+	go func() {
+		defer w.wg.Done()
+		rng := rand.New(rand.NewPCG(seed, uint64(c)))
+		for i := 0; !w.stopped(); i++ {
+			step(rng, i)
+		}
+	}()
+}
+
+func (w *workload) stopped() bool {
+	select {
+	case <-w.stop:
+		return true
+	default:
+		return false
 	}
 }
 
@@ -87,12 +104,26 @@ func (w *workload) next(rng *rand.Rand, c int) linearizable.Input {
 	case x < 8:
 		kinds := []string{linearizable.Add, linearizable.Delete, linearizable.Read}
 		return linearizable.Input{Kind: kinds[rng.IntN(len(kinds))], Key: fmt.Sprintf("gdel/k%d", rng.IntN(8))}
-	default:
+	case x < 9 || w.node == nil:
 		in := linearizable.Input{Kind: linearizable.Get, Key: fmt.Sprintf("config/K%d", rng.IntN(4))}
 		if rng.IntN(2) == 0 {
 			in.Kind, in.Value = linearizable.Set, fmt.Sprintf("c%d-%d", c, n)
 		}
 		return in
+	default:
+		// What the lab's node wrote: its guest's observed state, the
+		// current release, and a release begun lately (or about to be).
+		w.mu.Lock()
+		last := len(w.begun)
+		w.mu.Unlock()
+		switch rng.IntN(3) {
+		case 0:
+			return linearizable.Input{Kind: linearizable.Get, Key: keyObserved}
+		case 1:
+			return linearizable.Input{Kind: linearizable.Get, Key: keyCurrent}
+		default:
+			return linearizable.Input{Kind: linearizable.Read, Key: releaseKey(fmt.Sprintf("%016x", max(1, last-rng.IntN(3)+1)))}
+		}
 	}
 }
 
@@ -108,18 +139,11 @@ const (
 
 func (w *workload) probe() {
 	for i, r := range w.g.reps {
-		w.wg.Add(1)
-		go func() {
-			defer w.wg.Done()
-			for n := 0; ; n++ {
-				select {
-				case <-w.stop:
-					return
-				case <-time.After(probeEvery):
-				}
-				w.do(proberID+i, r, linearizable.Input{Kind: linearizable.Add, Key: fmt.Sprintf("dns/p%d-%d", i, n)}, probeTimeout)
-			}
-		}()
+		w.loop(0, proberID+i, func(_ *rand.Rand, n int) {
+			time.Sleep(probeEvery)
+			in := linearizable.Input{Kind: linearizable.Add, Key: fmt.Sprintf("dns/p%d-%d", i, n)}
+			w.do(proberID+i, r, in, probeTimeout, func(ctx context.Context) (string, error) { return w.call(ctx, r, in) })
+		})
 	}
 }
 
@@ -130,13 +154,14 @@ func (w *workload) halt() {
 
 func (w *workload) now() int64 { return time.Since(w.start).Nanoseconds() }
 
-// do calls the API once and records the outcome.
-func (w *workload) do(c int, r *replica, in linearizable.Input, timeout time.Duration) {
+// do calls the API once (through replica r, by call) and records the
+// outcome.
+func (w *workload) do(c int, r *replica, in linearizable.Input, timeout time.Duration, call func(context.Context) (string, error)) {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	in.Via = r.id
-	call := w.now()
-	out, err := w.call(ctx, r, in)
+	start := w.now()
+	out, err := call(ctx)
 	ret := w.now()
 	if err != nil {
 		if in.Kind == linearizable.Read || in.Kind == linearizable.Get || notSent(err) {
@@ -150,8 +175,9 @@ func (w *workload) do(c int, r *replica, in linearizable.Input, timeout time.Dur
 		out, ret = linearizable.Unknown, linearizable.Never
 	}
 	w.mu.Lock()
-	w.history = append(w.history, porcupine.Operation{ClientId: c, Input: in, Call: call, Output: out, Return: ret})
-	if kind, _, _ := strings.Cut(in.Key, "/"); (kind == "dns" || kind == "guest") && (out == linearizable.Created || out == linearizable.Existed) {
+	w.history = append(w.history, porcupine.Operation{ClientId: c, Input: in, Call: start, Output: out, Return: ret})
+	if kind, _, _ := strings.Cut(in.Key, "/"); (kind == "dns" || kind == "guest" || kind == "release") &&
+		(out == linearizable.Created || out == linearizable.Existed || out == linearizable.Made) {
 		w.acked[in.Key] = true
 	}
 	w.mu.Unlock()
@@ -225,6 +251,16 @@ func (w *workload) call(ctx context.Context, r *replica, in linearizable.Input) 
 			}
 		}
 		return "", nil
+	case kind == "release":
+		return w.releaseRead(ctx, r, name)
+	case kind == "current":
+		return w.releaseRead(ctx, r, "")
+	case kind == "observed":
+		res, err := w.g.guests(r, rpc.Linearizable()).GetGuest(ctx, connect.NewRequest(&corpusv1.GetGuestRequest{Name: name}))
+		if err != nil {
+			return "", err
+		}
+		return res.Msg.GetGuest().GetObserved().GetMessage(), nil
 	case kind == "dns":
 		res, err := w.g.dns(r, rpc.Linearizable()).ListRecords(ctx, connect.NewRequest(&corpusv1.ListRecordsRequest{}))
 		if err != nil {
@@ -271,8 +307,8 @@ func presentOr(present bool) string {
 	return linearizable.Absent
 }
 
-// lost returns the acknowledged keys replica r does not have, by a
-// linearizable read there.
+// lost returns the acknowledged keys (DNS records, guests, releases)
+// replica r does not have, by a linearizable read there.
 func (w *workload) lost(r *replica) ([]string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -284,9 +320,16 @@ func (w *workload) lost(r *replica) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
+	rels, err := w.g.projects(r, rpc.Linearizable()).ListReleases(ctx, connect.NewRequest(&corpusv1.ListReleasesRequest{Project: labProject, Env: corpusv1.EnvDev}))
+	if err != nil {
+		return nil, err
+	}
 	have := map[string]bool{}
 	for _, g := range guests.Msg.Guests {
 		have["guest/"+g.GetGuest().GetName()] = true
+	}
+	for _, rel := range rels.Msg.Releases {
+		have[releaseKey(rel.Id)] = true
 	}
 	if err := datedInOrder(guests.Msg.Guests); err != nil {
 		return nil, err
@@ -296,7 +339,7 @@ func (w *workload) lost(r *replica) ([]string, error) {
 	defer w.mu.Unlock()
 	for k := range w.acked {
 		kind, name, _ := strings.Cut(k, "/")
-		if kind == "dns" && !hasRecord(recs.Msg, name) || kind == "guest" && !have[k] {
+		if kind == "dns" && !hasRecord(recs.Msg, name) || kind != "dns" && !have[k] {
 			lost = append(lost, k)
 		}
 	}
