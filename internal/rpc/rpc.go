@@ -7,6 +7,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/tls"
+	"errors"
 	"io"
 	"log"
 	"log/slog"
@@ -199,6 +200,10 @@ func (b bearer) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.
 const (
 	NotLeaderPhrase = "not the raft leader"
 	BusyPhrase      = "coordinators are busy"
+	// MaybeDonePhrase is in those answers whose write may have taken
+	// effect all the same: logged before its leader was deposed, or done
+	// and not yet applied by the replica that answered.
+	MaybeDonePhrase = "the write may have taken effect"
 )
 
 // RetryWithoutLeader retries unary calls a coordinator refused for want
@@ -206,19 +211,29 @@ const (
 // busy (a full write queue, a replica behind), for up to max, with
 // backoff.
 // corpus writes are idempotent, so a write whose first answer was lost
-// is safe to send again.
+// is safe to send again. A removal asked again that way may find
+// nothing to remove because its earlier try removed it: its "not found"
+// then carries the GoneHeader (see Gone).
 func RetryWithoutLeader(max time.Duration) connect.UnaryInterceptorFunc {
 	return func(next connect.UnaryFunc) connect.UnaryFunc {
 		return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
 			deadline := time.Now().Add(max)
 			wait := 100 * time.Millisecond
+			maybeDone := false
 			for {
 				res, err := next(ctx, req)
+				if maybeDone && connect.CodeOf(err) == connect.CodeNotFound && removal(req.Spec().Procedure) {
+					var ce *connect.Error
+					if errors.As(err, &ce) {
+						ce.Meta().Set(GoneHeader, "1")
+					}
+				}
 				if err == nil || connect.CodeOf(err) != connect.CodeUnavailable ||
 					!strings.Contains(err.Error(), NotLeaderPhrase) && !strings.Contains(err.Error(), BusyPhrase) ||
 					time.Now().Add(wait).After(deadline) {
 					return res, err
 				}
+				maybeDone = maybeDone || strings.Contains(err.Error(), MaybeDonePhrase)
 				select {
 				case <-ctx.Done():
 					return res, err
@@ -228,4 +243,23 @@ func RetryWithoutLeader(max time.Duration) connect.UnaryInterceptorFunc {
 			}
 		}
 	}
+}
+
+// GoneHeader marks, in the metadata of a "not found" answer, a removal
+// that RetryWithoutLeader asked again after an earlier try's answer said
+// the write may have taken effect.
+const GoneHeader = "Corpus-Gone-Already"
+
+// removal says whether procedure removes something (Delete..., Remove...).
+func removal(procedure string) bool {
+	method := procedure[strings.LastIndex(procedure, "/")+1:]
+	return strings.HasPrefix(method, "Delete") || strings.HasPrefix(method, "Remove")
+}
+
+// Gone says whether err is the "not found" of a removal whose earlier
+// try, cut short by a leader change, may have removed the thing: what
+// the caller asked for holds either way.
+func Gone(err error) bool {
+	var ce *connect.Error
+	return connect.CodeOf(err) == connect.CodeNotFound && errors.As(err, &ce) && ce.Meta().Get(GoneHeader) != ""
 }

@@ -5,11 +5,16 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
 
 	"connectrpc.com/connect"
+
+	corpusv1 "corpus/proto/corpus/v1"
+	"corpus/proto/corpus/v1/corpusv1connect"
 )
 
 func TestRetryWithoutLeader(t *testing.T) {
@@ -59,5 +64,48 @@ func TestErrorLog(t *testing.T) {
 	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
 	if len(lines) != 1 || !strings.Contains(lines[0], `"level":"WARN"`) || !strings.Contains(lines[0], `too many open files\nretrying`) {
 		t.Errorf("logged %q, want one JSON event for the accept error", out.String())
+	}
+}
+
+// deleter answers DeleteRecord with errs in turn, then "not found".
+type deleter struct {
+	corpusv1connect.UnimplementedDnsServiceHandler
+	errs []error
+}
+
+func (d *deleter) DeleteRecord(context.Context, *connect.Request[corpusv1.DeleteRecordRequest]) (*connect.Response[corpusv1.DeleteRecordResponse], error) {
+	if len(d.errs) > 0 {
+		err := d.errs[0]
+		d.errs = d.errs[1:]
+		return nil, err
+	}
+	return nil, connect.NewError(connect.CodeNotFound, errors.New("record r1 not found"))
+}
+
+// TestGone: a removal asked again after an answer that says the write
+// may have taken effect, and then not found, is Gone; not found after
+// a try that surely did nothing (no leader yet) is not, nor at once.
+func TestGone(t *testing.T) {
+	maybe := connect.NewError(connect.CodeUnavailable, errors.New("this coordinator is "+NotLeaderPhrase+" (leadership was lost while the write was being committed: "+MaybeDonePhrase+")"))
+	noLeader := connect.NewError(connect.CodeUnavailable, errors.New("this coordinator is "+NotLeaderPhrase+" (no leader is elected yet)"))
+	for _, tc := range []struct {
+		name string
+		errs []error
+		gone bool
+	}{
+		{"cut short, then not found", []error{maybe}, true},
+		{"cut short, no leader, then not found", []error{maybe, noLeader}, true},
+		{"no leader, then not found", []error{noLeader}, false},
+		{"not found at once", nil, false},
+	} {
+		mux := http.NewServeMux()
+		mux.Handle(corpusv1connect.NewDnsServiceHandler(&deleter{errs: tc.errs}))
+		srv := httptest.NewServer(mux)
+		c := corpusv1connect.NewDnsServiceClient(srv.Client(), srv.URL, connect.WithInterceptors(RetryWithoutLeader(5*time.Second)))
+		_, err := c.DeleteRecord(context.Background(), connect.NewRequest(&corpusv1.DeleteRecordRequest{Id: "r1"}))
+		srv.Close()
+		if connect.CodeOf(err) != connect.CodeNotFound || Gone(err) != tc.gone {
+			t.Errorf("%s: %v, Gone %t; want not found, Gone %t", tc.name, err, Gone(err), tc.gone)
+		}
 	}
 }

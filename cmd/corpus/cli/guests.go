@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"corpus/internal/rpc"
 	"corpus/internal/units"
 	corpusv1 "corpus/proto/corpus/v1"
 )
@@ -233,6 +234,9 @@ func newGuestActionCmd(g *globals, verb, desc, want string) *cobra.Command {
 				res, err = c.guests.StopGuest(cmd.Context(), req)
 			default:
 				res, err = c.guests.DeleteGuest(cmd.Context(), req)
+				if rpc.Gone(err) {
+					return g.goneAlready()
+				}
 			}
 			if err != nil {
 				return err

@@ -261,6 +261,9 @@ func call[T any](g *globals, ctx context.Context, do func(context.Context, *clie
 		return err
 	}
 	res, err := do(ctx, c)
+	if rpc.Gone(err) {
+		return g.goneAlready()
+	}
 	if err != nil {
 		return err
 	}
@@ -268,6 +271,17 @@ func call[T any](g *globals, ctx context.Context, do func(context.Context, *clie
 		return g.printJSON(m)
 	}
 	return human(res.Msg)
+}
+
+// goneAlready answers a removal whose retry found nothing to remove
+// after its earlier try was cut short by a leader change (rpc.Gone):
+// what was asked for holds, so the command succeeds, saying so.
+func (g *globals) goneAlready() error {
+	if g.json {
+		return g.printJSONValue(map[string]bool{"already_gone": true})
+	}
+	_, err := fmt.Fprintln(g.stdout, "already gone: an earlier try of this call, cut short by a leader change, may have removed it")
+	return err
 }
 
 var jsonOut = protojson.MarshalOptions{Multiline: true, Indent: "  ", UseProtoNames: true}
