@@ -2,6 +2,7 @@ package robustness
 
 import (
 	"fmt"
+	"maps"
 	"os/exec"
 	"runtime"
 	"slices"
@@ -18,14 +19,19 @@ func resultsTable(results []runResult, faultsPerRun int, took time.Duration) str
 	fmt.Fprintf(&b, "`make robustness RUNS=%d` on %s: %d CPUs, %s, corpus %s; %d faults per run; %s in all.\n\n",
 		len(results), time.Now().UTC().Format("2006-01-02"), runtime.NumCPU(), runtime.Version(), builtFrom, faultsPerRun, took.Round(time.Second))
 	b.WriteString("Three coordinator replicas, each in its own network namespace, linked through a routing namespace where partitions are iptables rules; " +
-		"six clients add DNS records and guests (create-once), create and delete other guests, write an environment's config keys, and read all of it back linearizably (`Corpus-Consistency: linearizable`) through any replica. " +
-		"Histories checked with porcupine per key (objects added and deleted, config keys as registers); acknowledged adds of the create-once keys read back from every replica after the last heal; guests' dates must follow their Raft order. " +
+		"six clients add DNS records and guests (create-once), create and delete other guests, write an environment's config keys, and read all of it back linearizably (`Corpus-Consistency: linearizable`) through any replica; " +
+		"a node enrolled with a join token and a CSR (the lab speaks for its agent, with its certificate) reports its guest every 100 ms and records deploys one after another (BeginRelease, FinishRelease, each asked again until answered). " +
+		"Histories checked with porcupine per key (objects added and deleted; config keys, the guest's observed state and the current release as registers); acknowledged adds of the create-once keys and releases read back from every replica after the last heal; guests' dates must follow their Raft order, release numbers the order deploys began in; the node must never be marked down. " +
 		"Recovery: from the fault being in place to the first acknowledged write sent after it by a prober (one per replica, a write every 20 ms, 1 s timeout).\n\n")
 	var (
 		ops, unknown, reads, lost, bad, problems int
 		byKind                                   = map[string][]faultEvent{}
+		kinds                                    = map[string][2]int{}
 	)
 	for _, r := range results {
+		for k, c := range r.byKind {
+			kinds[k] = [2]int{kinds[k][0] + c[0], kinds[k][1] + c[1]}
+		}
 		ops += r.ops
 		unknown += r.unknown
 		reads += r.reads
@@ -47,6 +53,12 @@ func resultsTable(results []runResult, faultsPerRun int, took time.Duration) str
 		lin = fmt.Sprintf("**no, %d runs**", bad)
 	}
 	fmt.Fprintf(&b, "| %d | %d | %d | %d | %d | %s | %d | %d |\n\n", len(results), len(results)*faultsPerRun, ops, reads, unknown, lin, lost, problems)
+
+	b.WriteString("| operations on | all | reads among them |\n|---|---:|---:|\n")
+	for _, k := range slices.Sorted(maps.Keys(kinds)) {
+		fmt.Fprintf(&b, "| %s | %d | %d |\n", keyKinds[k], kinds[k][0], kinds[k][1])
+	}
+	b.WriteString("\n")
 
 	b.WriteString("## Per fault kind\n\n| fault | times | recovery median | recovery max | never recovered in hold + 10 s | replicas crashed | log lines \"no space left\" |\n|---|---:|---:|---:|---:|---:|---:|\n")
 	for _, k := range faultKinds {
@@ -93,6 +105,17 @@ func resultsTable(results []runResult, faultsPerRun int, took time.Duration) str
 		fmt.Fprintf(&b, "| %d | %s | %d | %d | %s | %d | %s |\n", r.seed, strings.Join(fs, "; "), r.ops, r.unknown, linText, len(r.lost), r.took.Round(time.Second))
 	}
 	return b.String()
+}
+
+// keyKinds says what each kind of key in a history stands for.
+var keyKinds = map[string]string{
+	"dns":      "DNS records (create-once; probers' included)",
+	"guest":    "guests (create-once)",
+	"gdel":     "guests created and deleted",
+	"config":   "config keys (registers)",
+	"observed": "the node's guest's observed state (heartbeats; a register)",
+	"release":  "releases begun (deploys)",
+	"current":  "the current release (deploys finished; a register)",
 }
 
 // builtFrom names the tree the runs' binary was built from: read when the

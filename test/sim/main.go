@@ -194,18 +194,27 @@ func run(c config) error {
 		p, _ := os.FindProcess(leadPID)
 		killed := time.Now()
 		p.Kill()
+		// How many streams wait, every second, to see where the time goes.
+		var waiting []int
+		next := killed
 		err := waitFor(5*time.Minute, func() bool {
+			left := 0
 			for _, n := range s.nodes {
 				if n.streamBreak.Load() != 0 || onLeader[n] && n.lastServe.Load() < killed.UnixNano() {
-					return false
+					left++
 				}
 			}
-			return true
+			if time.Now().After(next) {
+				waiting = append(waiting, left)
+				next = next.Add(time.Second)
+			}
+			return left == 0
 		})
 		if err != nil {
 			return fmt.Errorf("watch streams after the leader's kill: %w", err)
 		}
 		row("every watch stream served again after the leader's kill -9", time.Since(killed).Round(10*time.Millisecond))
+		row("streams not yet served again, each second after the kill", strings.Trim(fmt.Sprint(waiting), "[]"))
 	}
 
 	// A tenth of the nodes die at once.
