@@ -25,9 +25,14 @@ import (
 // A new leader has no heartbeat history: reset starts every node's
 // deadline afresh (the grace period), and gossip deaths heard before it
 // count only through the deadline, so a failover does not mark the
-// fleet down.
+// fleet down. So does a checker that did not run for half the timeout
+// (its process paused or starved): what it missed meanwhile it cannot
+// tell from silence, and a leader resumed from a pause would otherwise
+// mark every node down before it learns it was deposed.
 type liveness struct {
 	timeout time.Duration
+	// checked is when the checker last looked (zero before it ran).
+	checked time.Time
 
 	mu   sync.Mutex
 	last map[string]time.Time // last heartbeat (or grace start), by node id
@@ -75,6 +80,18 @@ func (l *liveness) reset() {
 	l.mu.Unlock()
 }
 
+// stalled says whether the checker, looking at now, did not look for
+// half the timeout or more; it then resets every deadline.
+func (l *liveness) stalled(now time.Time) (bool, time.Duration) {
+	gap := now.Sub(l.checked)
+	l.checked = now
+	if gap < l.timeout/2 {
+		return false, 0
+	}
+	l.reset()
+	return true, gap
+}
+
 // verdict says why a ready node is down now, or "".
 func (l *liveness) verdict(nodeID string, now time.Time) string {
 	l.mu.Lock()
@@ -96,6 +113,7 @@ func (l *liveness) verdict(nodeID string, now time.Time) string {
 func (l *liveness) run(ctx context.Context, store *state.Store, propose func(context.Context, *corpusv1.Command) (uint64, error), logger *slog.Logger) {
 	tick := time.NewTicker(l.timeout / 5)
 	defer tick.Stop()
+	l.checked = time.Now()
 	for {
 		select {
 		case <-ctx.Done():
@@ -104,17 +122,23 @@ func (l *liveness) run(ctx context.Context, store *state.Store, propose func(con
 		case <-l.wake:
 		}
 		now := time.Now()
+		if stalled, gap := l.stalled(now); stalled {
+			logger.Warn("heartbeats went unchecked (this process paused or starved): every node's deadline starts afresh", "for", gap.Round(time.Millisecond))
+			continue
+		}
 		for _, n := range store.Read().Nodes() {
 			why := l.verdict(n.Id, now)
 			if why == "" || n.Status != state.NodeReady {
 				continue
 			}
-			logger.Warn("node is down", "node", n.Name, "why", why)
 			_, err := propose(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_SetNodeStatus{SetNodeStatus: &corpusv1.SetNodeStatus{
 				NodeId: n.Id, Status: state.NodeDown,
 			}}})
-			if err != nil && ctx.Err() == nil {
-				logger.Warn("marking node down", "node", n.Name, "error", err)
+			switch {
+			case err == nil:
+				logger.Warn("node marked down", "node", n.Name, "why", why)
+			case ctx.Err() == nil:
+				logger.Warn("marking node down", "node", n.Name, "why", why, "error", err)
 			}
 		}
 	}

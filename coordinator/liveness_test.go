@@ -42,6 +42,33 @@ func TestLivenessVerdict(t *testing.T) {
 	}
 }
 
+// TestLivenessStalled: a checker that did not look for half the timeout
+// (its process paused) gives every node a fresh deadline instead of
+// marking them down for heartbeats it could not count.
+func TestLivenessStalled(t *testing.T) {
+	t.Parallel()
+	const timeout = 10 * time.Second
+	t0 := time.Now()
+	l := newLiveness(timeout)
+	l.checked = t0
+	l.verdict("n1", t0) // first sight
+	for at := 2 * time.Second; at <= 8*time.Second; at += 2 * time.Second {
+		if stalled, _ := l.stalled(t0.Add(at)); stalled {
+			t.Fatalf("checking every 2s counted as a stall at t0+%s", at)
+		}
+	}
+	// Paused from t0+8s to t0+20s: n1's last heartbeat is 20s old.
+	if stalled, gap := l.stalled(t0.Add(20 * time.Second)); !stalled || gap != 12*time.Second {
+		t.Fatalf("a 12s gap: stalled %t, %s; want a stall of 12s", stalled, gap)
+	}
+	if got := l.verdict("n1", t0.Add(20*time.Second)); got != "" {
+		t.Errorf("right after the stall: %q, want a fresh deadline", got)
+	}
+	if got := l.verdict("n1", t0.Add(30*time.Second)); got != "missed its heartbeat deadline" {
+		t.Errorf("a timeout after the stall, still silent: %q, want the deadline missed", got)
+	}
+}
+
 func TestLivenessGossipEvents(t *testing.T) {
 	t.Parallel()
 	l := newLiveness(time.Minute)
