@@ -288,13 +288,24 @@ func (g *group) logCount(s string) int {
 	return n
 }
 
-// dumpLogs prints the tail of every replica's log.
+// dumpLogs prints, of every replica's log, the lines on leadership and
+// node liveness, and the tail.
 func (g *group) dumpLogs() {
 	for _, r := range g.reps {
 		b, _ := os.ReadFile(r.log.Name())
+		var marks []string
+		for _, line := range strings.Split(string(b), "\n") {
+			for _, m := range []string{"leadership changed", "node marked down", "marking node down", "went unchecked", "entering leader state"} {
+				if strings.Contains(line, m) {
+					marks = append(marks, line)
+					break
+				}
+			}
+		}
+		g.t.Logf("--- %s (%s), its leadership and liveness lines ---\n%s", r.id, r.log.Name(), strings.Join(marks, "\n"))
 		if len(b) > 6000 {
 			b = b[len(b)-6000:]
 		}
-		g.t.Logf("--- %s (%s), its log's end ---\n%s", r.id, r.log.Name(), b)
+		g.t.Logf("--- %s, its log's end ---\n%s", r.id, b)
 	}
 }

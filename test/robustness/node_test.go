@@ -115,11 +115,14 @@ const (
 // heartbeats reports the node's guest running, every 100 ms through a
 // replica drawn at random, each report with a message of its own: each
 // is a write of the guest's observed state, read back by the clients.
+// A report gives up after a second, as an agent's gives up well within
+// the node timeout (10 s of 15 by default; here 1 s of 4, a second
+// left for followers to pass heartbeats on to the leader).
 func (w *workload) heartbeats(n *labNode, seed uint64) {
 	w.loop(seed, heartbeatID, func(rng *rand.Rand, i int) {
 		r := rng.IntN(len(w.g.reps))
 		in := linearizable.Input{Kind: linearizable.Set, Key: keyObserved, Value: fmt.Sprintf("hb%d", i)}
-		w.do(heartbeatID, w.g.reps[r], in, callTimeout, func(ctx context.Context) (string, error) {
+		w.do(heartbeatID, w.g.reps[r], in, time.Second, func(ctx context.Context) (string, error) {
 			_, err := n.agents[r].Report(ctx, connect.NewRequest(&corpusv1.ReportRequest{
 				Capacity: labCapacity, Drivers: labDrivers, AgentAddress: labAgentAddr, AgentVersion: "lab",
 				Guests: []*corpusv1.ReportedGuest{{GuestId: n.guest, Observed: &corpusv1.GuestObserved{State: "running", Message: in.Value}}},
