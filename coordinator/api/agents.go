@@ -157,6 +157,17 @@ func (s *agentService) Report(ctx context.Context, req *connect.Request[corpusv1
 		s.b.Seen(p.NodeID)
 	}
 	view := s.b.Store.Read()
+	if unplaced(view, p.NodeID, m) {
+		// A guest this replica does not know on the node: a placement it
+		// has not applied yet, most likely (the node learnt it from a
+		// replica ahead of this one). Catch up before deciding, or the
+		// report would be acknowledged without what it said.
+		v, err := s.b.current(ctx)
+		if err != nil {
+			return nil, err
+		}
+		view = v
+	}
 	n := view.Node(p.NodeID)
 	if n == nil {
 		return nil, connect.NewError(connect.CodeNotFound, fmt.Errorf("node %s is no longer enrolled", p.NodeName))
@@ -228,6 +239,17 @@ func (s *agentService) Report(ctx context.Context, req *connect.Request[corpusv1
 		idx = view.Index()
 	}
 	return connect.NewResponse(&corpusv1.ReportResponse{Index: idx}), nil
+}
+
+// unplaced says whether a report names a guest that view has neither on
+// the node nor leaving it.
+func unplaced(view *state.Snap, nodeID string, m *corpusv1.ReportRequest) bool {
+	for _, r := range m.Guests {
+		if g := view.Guest(r.GuestId); r.Observed != nil && (g == nil || g.NodeId != nodeID && g.PreviousNodeId != nodeID) {
+			return true
+		}
+	}
+	return false
 }
 
 func sameDrivers(a, b []*corpusv1.DriverInfo) bool {
