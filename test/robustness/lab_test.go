@@ -32,8 +32,10 @@ type lab struct {
 	ns     []string // the replicas' namespaces
 	addr   []string // the replicas' addresses
 	data   []string // the replicas' data folders (mount points)
-	// toxi controls the toxiproxy server in sw (toxics_test.go).
-	toxi *toxiclient.Client
+	// toxi controls the toxiproxy server in sw (toxics_test.go), the
+	// process toxiCmd.
+	toxi    *toxiclient.Client
+	toxiCmd *exec.Cmd
 }
 
 const (

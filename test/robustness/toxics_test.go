@@ -56,7 +56,8 @@ func (l *lab) startToxiproxy() {
 	if err := cmd.Start(); err != nil {
 		l.t.Fatalf("starting toxiproxy: %v", err)
 	}
-	l.t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	l.toxiCmd = cmd
+	l.t.Cleanup(l.stopToxiproxy)
 	l.toxi = toxiclient.NewClient(toxiproxyAPI)
 	deadline := time.Now().Add(10 * time.Second)
 	for {
@@ -76,6 +77,15 @@ func (l *lab) startToxiproxy() {
 				l.t.Fatalf("toxiproxy: proxy for %s:%d: %v", addr, port, err)
 			}
 		}
+	}
+}
+
+// stopToxiproxy ends the toxiproxy process, once.
+func (l *lab) stopToxiproxy() {
+	if l.toxiCmd != nil {
+		l.toxiCmd.Process.Kill()
+		l.toxiCmd.Wait()
+		l.toxiCmd = nil
 	}
 }
 
@@ -108,14 +118,23 @@ func (l *lab) throughProxies(from int, typ string, attrs toxiclient.Attributes) 
 	l.breakConnections(from)
 }
 
-// direct undoes throughProxies: no DNAT, no toxics, connections broken
-// again so that they are made directly.
+// direct undoes throughProxies: no DNAT, connections broken again so
+// that they are made directly, no toxics. Toxiproxy may fail to remove a
+// toxic whose link is stuck writing (seed 42012: "could not write to
+// output"); it is asked again, and restarted if it still fails.
 func (l *lab) direct(from int) {
 	l.run("ip", "netns", "exec", l.sw, "iptables", "-w", "-t", "nat", "-F", "PREROUTING")
-	if err := l.toxi.ResetState(); err != nil {
-		l.t.Fatalf("toxiproxy: removing the toxics: %v", err)
-	}
 	l.breakConnections(from)
+	var err error
+	for try := 0; try < 3; try++ {
+		if err = l.toxi.ResetState(); err == nil {
+			return
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	l.t.Logf("toxiproxy: removing the toxics: %v; restarting it", err)
+	l.stopToxiproxy()
+	l.startToxiproxy()
 }
 
 // breakConnections deletes the conntrack entries of what replica i
