@@ -83,6 +83,9 @@ type simNode struct {
 	// agent moves on.
 	clients []corpusv1connect.AgentServiceClient
 	cur     atomic.Int32
+	// watchOn is the coordinator the watch stream is open on: a report
+	// that failed may have moved cur since.
+	watchOn atomic.Int32
 
 	mu     sync.Mutex
 	guests map[string]bool // guest ids placed here, from the watch stream
@@ -189,7 +192,7 @@ func run(c config) error {
 	if leadPID > 0 {
 		onLeader := map[*simNode]bool{}
 		for _, n := range s.nodes {
-			onLeader[n] = s.cfg.coordinators[n.cur.Load()] == lead
+			onLeader[n] = s.cfg.coordinators[n.watchOn.Load()] == lead
 		}
 		p, _ := os.FindProcess(leadPID)
 		killed := time.Now()
@@ -363,7 +366,9 @@ var (
 // watch holds the node's watch stream, reconnecting as an agent does.
 func (n *simNode) watch(ctx context.Context) {
 	for ctx.Err() == nil {
-		stream, err := n.client().Watch(ctx, connect.NewRequest(&corpusv1.WatchRequest{}))
+		on := n.cur.Load()
+		n.watchOn.Store(on)
+		stream, err := n.clients[on].Watch(ctx, connect.NewRequest(&corpusv1.WatchRequest{}))
 		if err == nil {
 			for stream.Receive() {
 				msg := stream.Msg()
