@@ -359,3 +359,22 @@ func TestSeed9104(t *testing.T) {
 	requireRoot(t)
 	reportRun(t, runSeed(t, 9104, 4))
 }
+
+// TestSeed42001 replays seed 42001: a report through a follower that had
+// not yet applied the guest's placement was acknowledged and its
+// observation dropped (the node's heartbeats read back empty). Reports
+// naming a guest the replica does not know on the node now catch up
+// first (coordinator TestReportsSeePlacements).
+func TestSeed42001(t *testing.T) {
+	requireRoot(t)
+	reportRun(t, runSeed(t, 42001, 4))
+}
+
+// TestSeed42016 replays seed 42016: a leader paused for longer than the
+// node timeout, resumed, marked the lab's node down before it learnt it
+// had been deposed. A checker that did not run for half the timeout now
+// restarts every deadline (coordinator TestLivenessStalled).
+func TestSeed42016(t *testing.T) {
+	requireRoot(t)
+	reportRun(t, runSeed(t, 42016, 4))
+}
