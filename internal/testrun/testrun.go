@@ -1,0 +1,161 @@
+// Package testrun is what a test learns from the runner that started it
+// (test/run): how much slower than a quiet machine this one is (Scale),
+// how to wait for a condition rather than a clock (Wait), and where to
+// record what it makes outside its temporary folders (Made), so that the
+// runner can sweep it away when a test binary dies before its cleanups
+// run.
+//
+// The runner sets CORPUS_TEST_SCALE from the machine (its cores and load,
+// cold caches) and CORPUS_TEST_LEDGER to a file of its own per test
+// process. Outside the runner both are unset: the scale is 1 and nothing
+// is recorded.
+package testrun
+
+import (
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+// scaleEnv is the variable the runner sets the scale with.
+const scaleEnv = "CORPUS_TEST_SCALE"
+
+var scale = parseScale(os.Getenv(scaleEnv))
+
+func parseScale(s string) float64 {
+	f, err := strconv.ParseFloat(strings.TrimSpace(s), 64)
+	if err != nil || f < 1 {
+		return 1
+	}
+	return min(f, 20)
+}
+
+// Scale is the factor every fixed deadline of a test is multiplied by:
+// 1 on a quiet machine, more where the runner found fewer cores, a loaded
+// machine or cold caches. It is never below 1.
+func Scale() float64 { return scale }
+
+// D is d multiplied by Scale: the form every fixed deadline of a test
+// takes.
+func D(d time.Duration) time.Duration { return time.Duration(float64(d) * scale) }
+
+// TB is the part of testing.TB that Wait uses.
+type TB interface {
+	Helper()
+	Logf(format string, args ...any)
+	Fatalf(format string, args ...any)
+}
+
+// progressNote is how often a wait says what it is waiting for.
+const progressNote = 30 * time.Second
+
+// Wait calls f until it returns nil, every poll, and fails t when it did
+// not within d. f's error says where its subject stands ("guest web is
+// creating: building image debian/bookworm (2m10s)"); a message Wait has
+// not seen before during this wait is progress and gives f d more from
+// then, so a subject that is visibly moving (an image building, a deploy
+// streaming) is waited for, while one that is stuck fails after d. Every
+// wait ends within patience times d from its start, progress or not.
+// d (and so the bound) is scaled by Scale. Every 30 s Wait logs what it
+// waits for and f's last answer, so a long wait is never silent.
+func Wait(t TB, d time.Duration, what string, f func() error) {
+	t.Helper()
+	if err := wait(d, what, f, t.Logf); err != nil {
+		t.Fatalf("%v", err)
+	}
+}
+
+// patience is how many times its deadline a wait may last while its
+// subject makes progress.
+const patience = 10
+
+// poll is the longest a wait sleeps between calls (a tenth of its
+// deadline when that is shorter).
+const poll = 200 * time.Millisecond
+
+// seenCap bounds the messages a wait remembers.
+const seenCap = 4096
+
+func wait(d time.Duration, what string, f func() error, logf func(string, ...any)) error {
+	d = D(d)
+	start := time.Now()
+	bound := start.Add(patience * d)
+	deadline := start.Add(d)
+	seen := map[string]bool{}
+	lastNote := start
+	sleep := min(poll, d/10)
+	for {
+		err := f()
+		if err == nil {
+			return nil
+		}
+		now := time.Now()
+		if msg := err.Error(); !seen[msg] && len(seen) < seenCap {
+			if len(seen) > 0 {
+				deadline = now.Add(d) // progress: a state not seen before
+			}
+			seen[msg] = true
+		}
+		if now.After(deadline) || now.After(bound) {
+			return fmt.Errorf("%s: not reached within %s (%s without progress): %v",
+				what, now.Sub(start).Round(time.Second), d, err)
+		}
+		if now.Sub(lastNote) >= progressNote {
+			logf("waiting for %s (%s): %v", what, now.Sub(start).Round(time.Second), err)
+			lastNote = now
+		}
+		time.Sleep(sleep)
+	}
+}
+
+// Until is Wait for a condition that has nothing to say while it does
+// not hold.
+func Until(t TB, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	Wait(t, d, what, func() error {
+		if cond() {
+			return nil
+		}
+		return errNotYet
+	})
+}
+
+var errNotYet = notYet{}
+
+type notYet struct{}
+
+func (notYet) Error() string { return "not yet" }
+
+// ledgerEnv names the file the runner reads what tests made from.
+const ledgerEnv = "CORPUS_TEST_LEDGER"
+
+var ledgerMu sync.Mutex
+
+// Made records that the test made something the runner should remove if
+// the test binary dies before its own cleanup does: kind is "netns"
+// (a network namespace's name), "dir" (a folder whose mounts, loop
+// devices, containers and processes go with it) or "pid" (a process
+// that outlives its parent by design). Outside the runner it does
+// nothing. A record that cannot be written is reported to stderr: the
+// sweep is a safety net, not the test's own cleanup.
+func Made(kind, what string) {
+	path := os.Getenv(ledgerEnv)
+	if path == "" {
+		return
+	}
+	ledgerMu.Lock()
+	defer ledgerMu.Unlock()
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
+	if err == nil {
+		_, err = fmt.Fprintf(f, "%s %s\n", kind, what)
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "testrun: recording %s %s: %v\n", kind, what, err)
+	}
+}
