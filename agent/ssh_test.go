@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"corpus/internal/testrun"
 )
 
 // TestGitEndpointLimits: connections that never finish the SSH handshake
@@ -33,7 +35,7 @@ func TestGitEndpointLimits(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		c.SetReadDeadline(time.Now().Add(testrun.D(5 * time.Second)))
 		r := bufio.NewReader(c)
 		line, _ := r.ReadString('\n')
 		return c, r, strings.TrimSpace(line)
@@ -62,7 +64,7 @@ func TestGitEndpointLimits(t *testing.T) {
 		t.Errorf("connection %d beyond the limit got %q after %s, want it closed at once", maxSSHConns+1, line, time.Since(start))
 	}
 	for i, h := range held {
-		h.c.SetReadDeadline(time.Now().Add(sshHandshakeTimeout + 5*time.Second))
+		h.c.SetReadDeadline(time.Now().Add(testrun.D(sshHandshakeTimeout + 5*time.Second)))
 		if _, err := io.Copy(io.Discard, h.r); err != nil {
 			t.Fatalf("slow connection %d still open %s after the handshake timeout: %v", i+1, time.Since(start), err)
 		}
@@ -72,7 +74,7 @@ func TestGitEndpointLimits(t *testing.T) {
 	}
 	// A new client is served again. The slots free as the handlers end,
 	// just after their connections close.
-	deadline := time.Now().Add(5 * time.Second)
+	deadline := time.Now().Add(testrun.D(5 * time.Second))
 	for {
 		c, _, line := banner()
 		c.Close()

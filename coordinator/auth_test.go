@@ -19,6 +19,7 @@ import (
 	"corpus/coordinator/auth"
 	"corpus/internal/pki"
 	"corpus/internal/rpc"
+	"corpus/internal/testrun"
 	corpusv1 "corpus/proto/corpus/v1"
 	"corpus/proto/corpus/v1/corpusv1connect"
 )
@@ -496,7 +497,7 @@ func TestAuth(t *testing.T) {
 		for _, c := range callers {
 			t.Run(proc+"/"+c.name, func(t *testing.T) {
 				t.Parallel()
-				ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+				ctx, cancel := context.WithTimeout(context.Background(), testrun.D(waitTimeout))
 				defer cancel()
 				err := call(ctx, c.c)
 				got := codeOf(err)

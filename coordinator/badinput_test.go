@@ -11,6 +11,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"corpus/coordinator"
+	"corpus/internal/testrun"
 	corpusv1 "corpus/proto/corpus/v1"
 )
 
@@ -509,7 +510,7 @@ func TestBadInputCatalogue(t *testing.T) {
 		var example error
 		for _, v := range f.values {
 			before := s.Store().Read().Dump()
-			cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			cctx, cancel := context.WithTimeout(ctx, testrun.D(5*time.Second))
 			err := f.call(cctx, v)
 			cancel()
 			calls++
@@ -544,7 +545,7 @@ func TestBadInputCatalogue(t *testing.T) {
 		case !ok:
 			t.Errorf("%s has no valid control value", f.field)
 		case g != "":
-			cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			cctx, cancel := context.WithTimeout(ctx, testrun.D(5*time.Second))
 			if err := f.call(cctx, g); connect.CodeOf(err) == connect.CodeInvalidArgument {
 				t.Errorf("%s = %q (valid) = %v; want it past validation, or the refusals above prove nothing", f.field, g, err)
 			}
@@ -559,7 +560,7 @@ func TestBadInputCatalogue(t *testing.T) {
 func (s *server) settle() {
 	s.t.Helper()
 	last, since := s.Store().Read().Index(), time.Now()
-	for deadline := time.Now().Add(waitTimeout); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+	for deadline := time.Now().Add(testrun.D(waitTimeout)); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
 		if i := s.Store().Read().Index(); i != last {
 			last, since = i, time.Now()
 		} else if time.Since(since) > 300*time.Millisecond {

@@ -16,6 +16,7 @@ import (
 	"connectrpc.com/connect"
 
 	"corpus/coordinator/state"
+	"corpus/internal/testrun"
 	corpusv1 "corpus/proto/corpus/v1"
 )
 
@@ -68,7 +69,7 @@ func TestReplicationTrafficIsEncrypted(t *testing.T) {
 		}
 	}()
 	if c, err := control.Accept(); err == nil {
-		c.SetReadDeadline(time.Now().Add(2 * time.Second))
+		c.SetReadDeadline(time.Now().Add(testrun.D(2 * time.Second)))
 		b := make([]byte, 64)
 		c.Read(b)
 		c.Close()

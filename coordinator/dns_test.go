@@ -14,6 +14,7 @@ import (
 
 	"corpus/coordinator"
 	"corpus/coordinator/state"
+	"corpus/internal/testrun"
 	corpusv1 "corpus/proto/corpus/v1"
 )
 
@@ -34,7 +35,7 @@ func query(t *testing.T, s *server, name string, qtype uint16) *mdns.Msg {
 // want "", until it is NXDOMAIN).
 func eventuallyAnswers(t *testing.T, s *server, name, want string) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
+	deadline := time.Now().Add(testrun.D(5 * time.Second))
 	for {
 		r := query(t, s, name, mdns.TypeA)
 		got := ""

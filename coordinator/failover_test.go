@@ -12,6 +12,7 @@ import (
 	"corpus/coordinator"
 	"corpus/coordinator/state"
 	"corpus/internal/gossip"
+	"corpus/internal/testrun"
 	corpusv1 "corpus/proto/corpus/v1"
 )
 
@@ -180,7 +181,7 @@ func TestDrain(t *testing.T) {
 
 	// The new copy runs: the migration ends and n1 lets go of web.
 	n2.report(t, observed(web.Id, state.ObservedRunning))
-	ctx2, cancel := context.WithTimeout(ctx, waitTimeout)
+	ctx2, cancel := context.WithTimeout(ctx, testrun.D(waitTimeout))
 	defer cancel()
 	index := st.Msg.Index
 	for {

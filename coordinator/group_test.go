@@ -17,6 +17,7 @@ import (
 	"corpus/coordinator/api"
 	"corpus/coordinator/state"
 	"corpus/internal/pki"
+	"corpus/internal/testrun"
 	corpusv1 "corpus/proto/corpus/v1"
 )
 
@@ -147,7 +148,7 @@ func startGroupNamed(t *testing.T, prefix string, n int) *replicaSet {
 
 func eventuallyT(t *testing.T, what string, f func() error) {
 	t.Helper()
-	deadline := time.Now().Add(waitTimeout)
+	deadline := time.Now().Add(testrun.D(waitTimeout))
 	for {
 		err := f()
 		if err == nil {

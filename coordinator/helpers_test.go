@@ -22,12 +22,13 @@ import (
 	"corpus/coordinator/state"
 	"corpus/internal/pki"
 	"corpus/internal/rpc"
+	"corpus/internal/testrun"
 	corpusv1 "corpus/proto/corpus/v1"
 	"corpus/proto/corpus/v1/corpusv1connect"
 )
 
 // waitTimeout bounds every wait on a condition.
-const waitTimeout = 15 * time.Second
+var waitTimeout = testrun.D(15 * time.Second)
 
 // server is a coordinator running in this process.
 type server struct {
@@ -84,7 +85,7 @@ func (s *server) stop() error {
 		s.cancel()
 		select {
 		case s.err = <-s.done:
-		case <-time.After(waitTimeout):
+		case <-time.After(testrun.D(waitTimeout)):
 			// What every goroutine was doing says which part hung.
 			var stacks strings.Builder
 			pprof.Lookup("goroutine").WriteTo(&stacks, 2)
@@ -145,7 +146,7 @@ func issueFrom(t *testing.T, dir, role, id string, ttl time.Duration) *tls.Certi
 // the cluster config is applied (the operator token works).
 func (s *server) waitLeader() {
 	s.t.Helper()
-	deadline := time.Now().Add(waitTimeout)
+	deadline := time.Now().Add(testrun.D(waitTimeout))
 	hc := rpc.HTTPClient(pki.ClientConfig(s.caPool(), nil, pki.RoleCoordinator, ""))
 	ops := s.clients(s.OpsToken())
 	var last string
@@ -187,7 +188,7 @@ func errString(err error) string {
 // watched and no polling is needed.
 func (s *server) waitFor(what string, cond func(v *state.Snap) bool) {
 	s.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), testrun.D(waitTimeout))
 	defer cancel()
 	for {
 		v := s.Store().Read()

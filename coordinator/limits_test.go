@@ -15,6 +15,7 @@ import (
 
 	"corpus/internal/pki"
 	"corpus/internal/rpc"
+	"corpus/internal/testrun"
 	corpusv1 "corpus/proto/corpus/v1"
 )
 
@@ -61,7 +62,7 @@ func TestSlowClientsAndBigBodies(t *testing.T) {
 	// passes.
 	for i, what := range []string{"its TLS handshake", "its headers"} {
 		c := conns[i]
-		c.SetReadDeadline(time.Now().Add(15 * time.Second))
+		c.SetReadDeadline(time.Now().Add(testrun.D(15 * time.Second)))
 		buf := make([]byte, 512)
 		n, err := c.Read(buf)
 		if err == nil && !strings.Contains(string(buf[:n]), "408") {

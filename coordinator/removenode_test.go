@@ -12,6 +12,7 @@ import (
 
 	"corpus/coordinator"
 	"corpus/coordinator/state"
+	"corpus/internal/testrun"
 	corpusv1 "corpus/proto/corpus/v1"
 )
 
@@ -51,7 +52,7 @@ func TestRemoveNode(t *testing.T) {
 		if codeOf(err) != connect.CodeNotFound {
 			t.Errorf("the removed node's watch ended with %v, want NotFound", err)
 		}
-	case <-time.After(5 * time.Second):
+	case <-time.After(testrun.D(5 * time.Second)):
 		t.Fatalf("the removed node's watch stream did not end")
 	}
 	if _, err := n1.agent.Report(ctx, connect.NewRequest(&corpusv1.ReportRequest{Capacity: capacity(), Drivers: drivers()})); codeOf(err) != connect.CodeUnauthenticated {
@@ -89,7 +90,7 @@ func TestRenewedCertificates(t *testing.T) {
 		if codeOf(err) != connect.CodeUnauthenticated {
 			t.Errorf("the old certificate's watch ended with %v, want Unauthenticated", err)
 		}
-	case <-time.After(5 * time.Second):
+	case <-time.After(testrun.D(5 * time.Second)):
 		t.Fatalf("the watch stream of a certificate out of use did not end")
 	}
 	if _, err := first.agent.Report(ctx, connect.NewRequest(&corpusv1.ReportRequest{Capacity: capacity(), Drivers: drivers()})); codeOf(err) != connect.CodeUnauthenticated {
@@ -104,7 +105,7 @@ func TestRenewedCertificates(t *testing.T) {
 // the stream's error when it ends (it is cancelled when the test ends).
 func watchUntilEnd(t *testing.T, c clients) <-chan error {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), testrun.D(20*time.Second))
 	t.Cleanup(cancel)
 	stream, err := c.agent.Watch(ctx, connect.NewRequest(&corpusv1.WatchRequest{}))
 	if err != nil || !stream.Receive() {

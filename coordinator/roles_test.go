@@ -9,6 +9,7 @@ import (
 	"connectrpc.com/connect"
 
 	"corpus/coordinator/state"
+	"corpus/internal/testrun"
 	corpusv1 "corpus/proto/corpus/v1"
 )
 
@@ -198,7 +199,7 @@ func TestUserRoles(t *testing.T) {
 		if err == nil {
 			t.Errorf("a blocking read with a revoked token answered normally")
 		}
-	case <-time.After(5 * time.Second):
+	case <-time.After(testrun.D(5 * time.Second)):
 		t.Errorf("a blocking read with a revoked token did not end")
 	}
 	if _, err := s.clients(extra.Msg.Token).cluster.Status(ctx, connect.NewRequest(&corpusv1.StatusRequest{})); codeOf(err) != connect.CodeUnauthenticated {

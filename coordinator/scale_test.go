@@ -10,6 +10,7 @@ import (
 	"connectrpc.com/connect"
 
 	"corpus/coordinator/state"
+	"corpus/internal/testrun"
 	corpusv1 "corpus/proto/corpus/v1"
 	"corpus/proto/corpus/v1/corpusv1connect"
 )
@@ -170,7 +171,7 @@ func TestScale(t *testing.T) {
 		if err != nil {
 			t.Fatalf("RollInstance = %v", err)
 		}
-	case <-time.After(20 * time.Second):
+	case <-time.After(testrun.D(20 * time.Second)):
 		t.Fatal("RollInstance did not hear the instance serve")
 	}
 	// Every node with an instance routes the domain to the instances that

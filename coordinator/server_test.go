@@ -18,6 +18,7 @@ import (
 	"corpus/coordinator"
 	"corpus/coordinator/state"
 	"corpus/internal/pki"
+	"corpus/internal/testrun"
 	corpusv1 "corpus/proto/corpus/v1"
 )
 
@@ -222,7 +223,7 @@ func waitGuest(t *testing.T, s *server, name string, what string, cond func(*cor
 // min > 0 it also sees the guest's deletion.
 func waitGuestFrom(t *testing.T, s *server, name string, min uint64, what string, cond func(*corpusv1.GetGuestResponse) bool) *corpusv1.GetGuestResponse {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), testrun.D(waitTimeout))
 	defer cancel()
 	for {
 		res, err := s.ops().guests.GetGuest(ctx, connect.NewRequest(&corpusv1.GetGuestRequest{Name: name, MinIndex: min, WaitSeconds: 5}))
@@ -248,7 +249,7 @@ type watcher struct {
 
 func (a *agent) watch(t *testing.T) *watcher {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 4*waitTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), testrun.D(4*waitTimeout))
 	t.Cleanup(cancel)
 	stream, err := a.agent.Watch(ctx, connect.NewRequest(&corpusv1.WatchRequest{}))
 	if err != nil {
@@ -541,7 +542,7 @@ func TestServeEndsStreams(t *testing.T) {
 		if errors.Is(err, context.DeadlineExceeded) {
 			t.Errorf("Watch() after Serve returned ended by the client's deadline, want the server to end it")
 		}
-	case <-time.After(waitTimeout):
+	case <-time.After(testrun.D(waitTimeout)):
 		t.Errorf("Watch() still open %v after Serve returned", waitTimeout)
 	}
 }

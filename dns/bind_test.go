@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/miekg/dns"
+
+	"corpus/internal/testrun"
 )
 
 // TestBindSecondary runs a real bind9 as a secondary of the server: it
@@ -97,7 +99,7 @@ zone "corpus.test" {
 	// waitSerial polls the secondary until it serves serial.
 	waitSerial := func(serial uint32, within time.Duration) {
 		t.Helper()
-		deadline := time.Now().Add(within)
+		deadline := time.Now().Add(testrun.D(within))
 		c := &dns.Client{Net: "udp", Timeout: 300 * time.Millisecond}
 		var last string
 		for time.Now().Before(deadline) {

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"corpus/internal/testrun"
 )
 
 // TestDig queries the real server with the real dig.
@@ -37,7 +39,7 @@ func TestDig(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			ctx, cancel := context.WithTimeout(context.Background(), testrun.D(10*time.Second))
 			defer cancel()
 			args := append([]string{"@127.0.0.1", "-p", port, "+norecurse", "+tries=1", "+time=2"}, tt.args...)
 			out, err := exec.CommandContext(ctx, dig, args...).CombinedOutput()

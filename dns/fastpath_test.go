@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/miekg/dns"
+
+	"corpus/internal/testrun"
 )
 
 // fastServer returns a server, not started, whose fast path answers from
@@ -271,7 +273,7 @@ func TestFastPathAllocs(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	_ = c.SetDeadline(time.Now().Add(time.Minute))
+	_ = c.SetDeadline(time.Now().Add(testrun.D(time.Minute)))
 	edns := query("_http._tcp.hello.dev.corpus.test.", dns.TypeSRV)
 	edns.SetEdns0(1232, false)
 	buf := make([]byte, 1500)
@@ -354,7 +356,7 @@ func TestTableFollowsZone(t *testing.T) {
 	z := testZone(t, 2, Record{Name: "late", Type: "A", Data: "10.9.9.9"})
 	src.Set(z)
 	pkt := pack(t, query("late.corpus.test.", dns.TypeA))
-	deadline := time.Now().Add(5 * time.Second)
+	deadline := time.Now().Add(testrun.D(5 * time.Second))
 	for s.table.Load().zone != z {
 		if _, ok := fastPath(s, pkt); ok {
 			t.Fatal("fast path answered from a table of an older zone")

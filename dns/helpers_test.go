@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/miekg/dns"
+
+	"corpus/internal/testrun"
 )
 
 // testRecords is the zone most tests serve.
@@ -87,7 +89,7 @@ func startServer(t testing.TB, cfg Config, src RecordSource) (*Server, string) {
 		t.Fatalf("Start: %v", err)
 	}
 	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), testrun.D(5*time.Second))
 		defer cancel()
 		if err := s.Shutdown(ctx); err != nil {
 			t.Errorf("Shutdown: %v", err)

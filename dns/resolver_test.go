@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/miekg/dns"
+
+	"corpus/internal/testrun"
 )
 
 func TestResolver(t *testing.T) {
@@ -27,7 +29,7 @@ func TestResolver(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), testrun.D(5*time.Second))
 		defer cancel()
 		_ = r.Shutdown(ctx)
 	})

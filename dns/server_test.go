@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/miekg/dns"
+
+	"corpus/internal/testrun"
 )
 
 func TestQueries(t *testing.T) {
@@ -387,14 +389,14 @@ func TestTCPLimits(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer third.Close()
-	_ = third.SetDeadline(time.Now().Add(time.Second))
+	_ = third.SetDeadline(time.Now().Add(testrun.D(time.Second)))
 	_ = third.WriteMsg(query("web.guest.corpus.test.", dns.TypeA))
 	if _, err := third.ReadMsg(); err == nil {
 		t.Errorf("third connection answered, want it closed")
 	}
 	// Idle connections are closed, which frees the slots.
 	time.Sleep(600 * time.Millisecond)
-	_ = conns[0].SetDeadline(time.Now().Add(time.Second))
+	_ = conns[0].SetDeadline(time.Now().Add(testrun.D(time.Second)))
 	_ = conns[0].WriteMsg(query("web.guest.corpus.test.", dns.TypeA))
 	if _, err := conns[0].ReadMsg(); err == nil {
 		t.Errorf("idle connection still open")

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/miekg/dns"
+
+	"corpus/internal/testrun"
 )
 
 const (
@@ -146,7 +148,7 @@ func TestNotify(t *testing.T) {
 
 	wait := func(want uint32) {
 		t.Helper()
-		timeout := time.After(3 * time.Second)
+		timeout := time.After(testrun.D(3 * time.Second))
 		for {
 			select {
 			case s := <-got:
@@ -187,7 +189,7 @@ func TestNotifyRetries(t *testing.T) {
 	// Never answer: the NOTIFY arrives 1 + NotifyRetries times.
 	buf := make([]byte, 1024)
 	n := 0
-	_ = pc.SetReadDeadline(time.Now().Add(2 * time.Second))
+	_ = pc.SetReadDeadline(time.Now().Add(testrun.D(2 * time.Second)))
 	for {
 		if _, _, err := pc.ReadFrom(buf); err != nil {
 			break
@@ -206,7 +208,7 @@ func TestDigTransfer(t *testing.T) {
 	_, port, _ := net.SplitHostPort(addr)
 	key := "hmac-sha256:" + strings.TrimSuffix(testKeyName, ".") + ":" + testKeySecret
 
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), testrun.D(20*time.Second))
 	defer cancel()
 	out, _ := exec.CommandContext(ctx, dig, "@127.0.0.1", "-p", port, "-y", key, "corpus.test.", "AXFR").CombinedOutput()
 	if !strings.Contains(string(out), "web.guest.corpus.test.\t60\tIN\tA\t10.0.0.5") ||

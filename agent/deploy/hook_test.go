@@ -15,6 +15,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"corpus/internal/testrun"
 )
 
 // TestHookSocketIsOwnersOnly: the hook socket's folder is 0700 even when
@@ -80,7 +82,7 @@ func askHook(sock string) string {
 		return "dial: " + err.Error()
 	}
 	defer conn.Close()
-	conn.SetDeadline(time.Now().Add(10 * time.Second))
+	conn.SetDeadline(time.Now().Add(testrun.D(10 * time.Second)))
 	raw, _ := json.Marshal(hookRequest{Session: "nope"})
 	if err := frame(conn, 'r', raw); err != nil {
 		if errors.Is(err, syscall.EPIPE) || errors.Is(err, syscall.ECONNRESET) {

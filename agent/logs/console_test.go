@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"corpus/internal/testrun"
 )
 
 func lines(t *testing.T, s *Store, id string) []string {
@@ -25,7 +27,7 @@ func lines(t *testing.T, s *Store, id string) []string {
 
 func waitLines(t *testing.T, s *Store, id string, want ...string) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
+	deadline := time.Now().Add(testrun.D(5 * time.Second))
 	for {
 		got := lines(t, s, id)
 		if strings.Join(got, "|") == strings.Join(want, "|") {

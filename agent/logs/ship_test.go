@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"corpus/internal/pki"
+	"corpus/internal/testrun"
 )
 
 func TestSyslogMessage(t *testing.T) {
@@ -79,7 +80,7 @@ action(type="omfile" file="%[3]s" template="fields")
 		}
 	})
 	addr = fmt.Sprintf("127.0.0.1:%d", port)
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(testrun.D(10 * time.Second))
 	for {
 		if c, err := net.Dial("tcp", addr); err == nil {
 			c.Close()
@@ -138,7 +139,7 @@ func TestShipToRsyslog(t *testing.T) {
 			}
 			s.Append("g1", Entry{Source: SourceDeploy, Release: "r3", Line: "-----> start"})
 			var got []string
-			deadline := time.Now().Add(15 * time.Second)
+			deadline := time.Now().Add(testrun.D(15 * time.Second))
 			for len(got) < 101 && time.Now().Before(deadline) {
 				time.Sleep(100 * time.Millisecond)
 				b, _ := os.ReadFile(out)

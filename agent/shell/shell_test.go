@@ -14,6 +14,7 @@ import (
 	"github.com/creack/pty"
 
 	"corpus/drivers"
+	"corpus/internal/testrun"
 )
 
 // hostExec runs commands on this host, as a driver runs them in a guest:
@@ -157,7 +158,7 @@ func TestTTYStream(t *testing.T) {
 		code, err = m.Run(t.Context(), hostExec{}, Request{Argv: []string{"sh"}, TTY: true, TTYStream: true, Rows: 33, Cols: 99}, c)
 		close(done)
 	}()
-	for deadline := time.Now().Add(5 * time.Second); !strings.Contains(c.output(), "33 99") && time.Now().Before(deadline); {
+	for deadline := time.Now().Add(testrun.D(5 * time.Second)); !strings.Contains(c.output(), "33 99") && time.Now().Before(deadline); {
 		time.Sleep(20 * time.Millisecond)
 	}
 	c.in <- Input{Rows: 44, Cols: 111}
@@ -203,7 +204,7 @@ func TestLimits(t *testing.T) {
 	close(c.gone)
 	select {
 	case <-done:
-	case <-time.After(10 * time.Second):
+	case <-time.After(testrun.D(10 * time.Second)):
 		t.Fatal("a session whose client went did not end")
 	}
 }

@@ -10,6 +10,7 @@ import (
 
 	"corpus/coordinator/ldapauth"
 	"corpus/internal/slapdtest"
+	"corpus/internal/testrun"
 )
 
 // users of the test directory; "a,b" and "x*" need escaping in a DN and
@@ -99,7 +100,7 @@ func TestAuthenticateUnavailable(t *testing.T) {
 			if err != nil {
 				t.Fatalf("New(%+v) = %v", cfg, err)
 			}
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			ctx, cancel := context.WithTimeout(context.Background(), testrun.D(10*time.Second))
 			defer cancel()
 			if err := d.Authenticate(ctx, "alice", "wonderland"); !errors.Is(err, ldapauth.ErrUnavailable) {
 				t.Errorf("Authenticate(alice) = %v, want %v", err, ldapauth.ErrUnavailable)

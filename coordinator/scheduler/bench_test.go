@@ -13,6 +13,7 @@ import (
 
 	"corpus/coordinator/scheduler"
 	"corpus/coordinator/state"
+	"corpus/internal/testrun"
 	corpusv1 "corpus/proto/corpus/v1"
 )
 
@@ -129,7 +130,7 @@ func newRaftLog(b *testing.B) (*state.Store, applier) {
 	if err := r.BootstrapCluster(raft.Configuration{Servers: []raft.Server{{ID: cfg.LocalID, Address: addr}}}).Error(); err != nil {
 		b.Fatal(err)
 	}
-	for deadline := time.Now().Add(10 * time.Second); r.State() != raft.Leader; time.Sleep(10 * time.Millisecond) {
+	for deadline := time.Now().Add(testrun.D(10 * time.Second)); r.State() != raft.Leader; time.Sleep(10 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			b.Fatal("the benchmark's Raft member did not become leader")
 		}

@@ -16,6 +16,7 @@ import (
 
 	"corpus/coordinator/scheduler"
 	"corpus/coordinator/state"
+	"corpus/internal/testrun"
 	corpusv1 "corpus/proto/corpus/v1"
 )
 
@@ -119,7 +120,7 @@ func (r *replica) run() (stop func()) {
 // a deadline. cond reads through the view, so its reads are watched.
 func (r *replica) waitFor(what string, cond func(v *state.Snap) bool) {
 	r.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), testrun.D(10*time.Second))
 	defer cancel()
 	for {
 		v := r.store.Read()
@@ -239,7 +240,7 @@ corpus_scheduler_placements_total{result="pending"} 0
 corpus_scheduler_placements_total{result="placed"} 1
 `
 	var err error
-	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+	for deadline := time.Now().Add(testrun.D(5 * time.Second)); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
 		if err = testutil.GatherAndCompare(r.reg, strings.NewReader(want), "corpus_scheduler_placements_total"); err == nil {
 			break
 		}

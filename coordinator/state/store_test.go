@@ -11,6 +11,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"corpus/coordinator/state"
+	"corpus/internal/testrun"
 	corpusv1 "corpus/proto/corpus/v1"
 )
 
@@ -142,7 +143,7 @@ func TestRestoreWakesWatchers(t *testing.T) {
 	v.Guest(guestID)
 	woke := make(chan error, 1)
 	go func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), testrun.D(10*time.Second))
 		defer cancel()
 		woke <- v.Wait(ctx)
 	}()
@@ -278,7 +279,7 @@ func TestSnapWait(t *testing.T) {
 				timeout = 50 * time.Millisecond
 			}
 			go func() {
-				ctx, cancel := context.WithTimeout(context.Background(), timeout)
+				ctx, cancel := context.WithTimeout(context.Background(), testrun.D(timeout))
 				defer cancel()
 				woke <- v.Wait(ctx)
 			}()

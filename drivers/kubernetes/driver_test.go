@@ -21,6 +21,7 @@ import (
 
 	"corpus/drivers"
 	"corpus/internal/k8stest"
+	"corpus/internal/testrun"
 )
 
 // These tests run against a real kube-apiserver and etcd (envtest). No
@@ -41,7 +42,7 @@ func newEnv(t *testing.T, c *k8stest.Cluster, node string) *env {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { d.Close() })
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), testrun.D(2*time.Minute))
 	t.Cleanup(cancel)
 	return &env{t: t, ctx: ctx, client: c.Client, d: d}
 }
@@ -59,7 +60,7 @@ func settle(t *testing.T, ctx context.Context, client k8s.Interface, d *Driver) 
 	}
 	opts := metav1.ListOptions{LabelSelector: managedSelector}
 	ns := d.Namespace()
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(testrun.D(10 * time.Second))
 	for {
 		live, seen := map[string]string{}, map[string]string{}
 		deps, err1 := client.AppsV1().Deployments(ns).List(ctx, opts)
@@ -555,7 +556,7 @@ func TestDriver(t *testing.T) {
 			t.Fatal(err)
 		}
 		e.settle()
-		ctx, cancel := context.WithTimeout(e.ctx, 20*time.Second)
+		ctx, cancel := context.WithTimeout(e.ctx, testrun.D(20*time.Second))
 		defer cancel()
 		code, err := e.d.Exec(ctx, "sh", drivers.ExecRequest{Argv: []string{"true"}})
 		if err == nil {

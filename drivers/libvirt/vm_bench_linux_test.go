@@ -17,6 +17,7 @@ import (
 
 	"corpus/drivers"
 	"corpus/drivers/libvirt/libvirttest"
+	"corpus/internal/testrun"
 )
 
 // TestVMStartTimes measures, under real QEMU, how long the driver takes
@@ -64,7 +65,7 @@ func TestVMStartTimes(t *testing.T) {
 		return err
 	}
 	waitFor := func(f func() error) error {
-		deadline := time.Now().Add(5 * time.Minute)
+		deadline := time.Now().Add(testrun.D(5 * time.Minute))
 		for {
 			err := f()
 			if err == nil || time.Now().After(deadline) {

@@ -22,6 +22,7 @@ import (
 	golxc "github.com/lxc/go-lxc"
 
 	"corpus/drivers"
+	"corpus/internal/testrun"
 )
 
 func TestLifecycle(t *testing.T) {
@@ -419,7 +420,7 @@ func TestSurvivesStarter(t *testing.T) {
 	go func() { done <- cmd.Wait() }()
 	select {
 	case <-done:
-	case <-time.After(10 * time.Second):
+	case <-time.After(testrun.D(10 * time.Second)):
 		t.Fatal("helper output stayed open after SIGKILL: the guest holds the starter's files")
 	}
 
@@ -756,7 +757,7 @@ func TestConsoleLog(t *testing.T) {
 	d := newTestDriver(t)
 	spec := busybox(fmt.Sprintf("console-%d", os.Getpid()))
 	mustStart(t, d, spec)
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(testrun.D(10 * time.Second))
 	for {
 		b, _ := os.ReadFile(d.ConsoleLog(spec.Name))
 		if strings.Contains(string(b), "activate this console") {

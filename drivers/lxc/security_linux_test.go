@@ -17,6 +17,7 @@ import (
 
 	"corpus/drivers"
 	"corpus/internal/cgroupfile"
+	"corpus/internal/testrun"
 	"corpus/volume"
 )
 
@@ -372,7 +373,7 @@ func TestLegacyGuestConfined(t *testing.T) {
 // minute.
 func retryInUse(t *testing.T, what string, f func() error) {
 	t.Helper()
-	deadline := time.Now().Add(time.Minute)
+	deadline := time.Now().Add(testrun.D(time.Minute))
 	for {
 		err := f()
 		if err == nil {

@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"testing"
 	"time"
+
+	"corpus/internal/testrun"
 )
 
 func TestOffset(t *testing.T) {
@@ -59,7 +61,7 @@ func childFollows(t *testing.T, path string) {
 	}
 	wait := func(want time.Duration) {
 		t.Helper()
-		for deadline := time.Now().Add(3 * time.Second); o.Get() != want; {
+		for deadline := time.Now().Add(testrun.D(3 * time.Second)); o.Get() != want; {
 			if time.Now().After(deadline) {
 				t.Fatalf("offset %s, want %s", o.Get(), want)
 			}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"corpus/internal/gossip"
+	"corpus/internal/testrun"
 )
 
 // recorder keeps the last change heard about each member.
@@ -35,7 +36,7 @@ func (r *recorder) change(member string, alive bool) {
 func (r *recorder) wait(t *testing.T, member string, alive bool, within time.Duration) time.Duration {
 	t.Helper()
 	start := time.Now()
-	deadline := time.After(within)
+	deadline := time.After(testrun.D(within))
 	for {
 		r.mu.Lock()
 		got, ok := r.alive[member]
@@ -81,7 +82,7 @@ func TestDeadMemberIsNoticed(t *testing.T) {
 	r.wait(t, gossip.NodeMember("n1"), true, 5*time.Second)
 	r.wait(t, gossip.NodeMember("n2"), true, 5*time.Second)
 	// n2 hears of n1 from the others, a gossip round or two later.
-	for deadline := time.Now().Add(5 * time.Second); !slices.Contains(n2.Alive(), gossip.NodeMember("n1")); {
+	for deadline := time.Now().Add(testrun.D(5 * time.Second)); !slices.Contains(n2.Alive(), gossip.NodeMember("n1")); {
 		if time.Now().After(deadline) {
 			t.Fatalf("n2.Alive() = %v after 5s, want n1 there too (gossip spreads membership)", n2.Alive())
 		}

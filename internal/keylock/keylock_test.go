@@ -3,6 +3,8 @@ package keylock
 import (
 	"testing"
 	"time"
+
+	"corpus/internal/testrun"
 )
 
 func TestLock(t *testing.T) {
@@ -23,7 +25,7 @@ func TestLock(t *testing.T) {
 	unlockA()
 	select {
 	case <-got:
-	case <-time.After(5 * time.Second):
+	case <-time.After(testrun.D(5 * time.Second)):
 		t.Fatal("Lock(a) still waits after the unlock")
 	}
 }

@@ -15,6 +15,7 @@ import (
 
 	"corpus/internal/clock"
 	"corpus/internal/pki"
+	"corpus/internal/testrun"
 )
 
 func newCA(t *testing.T) *pki.CA {
@@ -181,7 +182,7 @@ func TestPinnedAndMutualTLS(t *testing.T) {
 			return err
 		}
 		defer c.Close()
-		c.SetDeadline(time.Now().Add(5 * time.Second))
+		c.SetDeadline(time.Now().Add(testrun.D(5 * time.Second)))
 		b := make([]byte, 2)
 		_, err = c.Read(b) // a refused client certificate shows here in TLS 1.3
 		if err == nil && string(b) != "ok" {

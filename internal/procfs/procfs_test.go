@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"corpus/internal/testrun"
 )
 
 func TestSelf(t *testing.T) {
@@ -43,7 +45,7 @@ func TestZombieAndGone(t *testing.T) {
 		t.Fatal(err)
 	}
 	pid := cmd.Process.Pid
-	for deadline := time.Now().Add(5 * time.Second); Running(pid); time.Sleep(10 * time.Millisecond) {
+	for deadline := time.Now().Add(testrun.D(5 * time.Second)); Running(pid); time.Sleep(10 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatal("an exited child still counts as running")
 		}

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"corpus/internal/testrun"
 	"corpus/netns/nat"
 )
 
@@ -90,7 +91,7 @@ func TestGuestSpoofing(t *testing.T) {
 	}
 	send("10.210.3.3", "spoofed")
 	send("10.210.3.2", "real")
-	deadline := time.After(2 * time.Second)
+	deadline := time.After(testrun.D(2 * time.Second))
 	var got []string
 wait:
 	for {

@@ -16,6 +16,7 @@ import (
 
 	"github.com/vishvananda/netlink"
 
+	"corpus/internal/testrun"
 	"corpus/netns"
 	"corpus/netns/internal/nstest"
 	"corpus/netns/nat"
@@ -159,7 +160,7 @@ func ask(ns *nstest.NS, network, addr string) (who, seen string, err error) {
 		return "", "", err
 	}
 	defer c.Close()
-	c.SetDeadline(time.Now().Add(2 * time.Second))
+	c.SetDeadline(time.Now().Add(testrun.D(2 * time.Second)))
 	if network == "udp4" {
 		if _, err := c.Write([]byte("hi")); err != nil {
 			return "", "", err

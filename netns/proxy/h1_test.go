@@ -17,6 +17,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"corpus/internal/testrun"
 )
 
 // rawClient is a client connection to the proxy that writes requests by
@@ -34,7 +36,7 @@ func dialRaw(t testing.TB, addr string) *rawClient {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { c.Close() })
-	c.SetDeadline(time.Now().Add(10 * time.Second))
+	c.SetDeadline(time.Now().Add(testrun.D(10 * time.Second)))
 	return &rawClient{t: t, Conn: c, r: bufio.NewReader(c)}
 }
 
@@ -62,7 +64,7 @@ func (c *rawClient) read(method string) (*http.Response, string) {
 
 // closed reports whether the proxy closed the connection (no more bytes).
 func (c *rawClient) closed() bool {
-	c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	c.SetReadDeadline(time.Now().Add(testrun.D(5 * time.Second)))
 	_, err := c.r.ReadByte()
 	return err == io.EOF
 }
@@ -445,7 +447,7 @@ func TestH1HTTPSHandover(t *testing.T) {
 			t.Fatal(err)
 		}
 		c := &rawClient{t: t, Conn: tc0, r: bufio.NewReader(tc0)}
-		c.SetDeadline(time.Now().Add(10 * time.Second))
+		c.SetDeadline(time.Now().Add(testrun.D(10 * time.Second)))
 		for range 2 {
 			c.send("GET / HTTP/1.1\r\nHost: app.test\r\n" + tc.header + "\r\n")
 			if resp, body := c.read("GET"); resp.StatusCode != 200 || body != "https" {
@@ -471,7 +473,7 @@ func TestH1ClientGoneWhileTargetSlow(t *testing.T) {
 		select {
 		case <-r.Context().Done():
 			close(cancelled)
-		case <-time.After(10 * time.Second):
+		case <-time.After(testrun.D(10 * time.Second)):
 		}
 	}))
 	p := startProxy(t, Config{})
@@ -482,7 +484,7 @@ func TestH1ClientGoneWhileTargetSlow(t *testing.T) {
 	c.Close()
 	select {
 	case <-cancelled:
-	case <-time.After(5 * time.Second):
+	case <-time.After(testrun.D(5 * time.Second)):
 		t.Fatal("the target's request went on after its client left")
 	}
 	waitFor(t, "the request to count as 499", func() bool { return p.Stats().Errors[statusClientGone] == 1 })

@@ -15,6 +15,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"corpus/internal/testrun"
 )
 
 // testLogger discards logs unless CORPUS_TEST_LOG is set, since proxy logs
@@ -213,7 +215,7 @@ func dialLine(t testing.TB, port int) *lineConn {
 // roundTrip sends one line and returns the answer line.
 func (c *lineConn) roundTrip(t testing.TB, line string) string {
 	t.Helper()
-	c.SetDeadline(time.Now().Add(5 * time.Second))
+	c.SetDeadline(time.Now().Add(testrun.D(5 * time.Second)))
 	if _, err := io.WriteString(c, line+"\n"); err != nil {
 		t.Fatalf("writing %q: %v", line, err)
 	}
@@ -227,7 +229,7 @@ func (c *lineConn) roundTrip(t testing.TB, line string) string {
 // waitFor polls cond until it holds or 5 s pass.
 func waitFor(t testing.TB, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
+	deadline := time.Now().Add(testrun.D(5 * time.Second))
 	for !cond() {
 		if time.Now().After(deadline) {
 			t.Fatalf("timed out waiting for %s", what)

@@ -14,6 +14,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"corpus/internal/testrun"
 )
 
 func TestHTTPRoutingByHost(t *testing.T) {
@@ -294,7 +296,7 @@ func TestHTTPStreamingResponse(t *testing.T) {
 				if line != "chunk1\n" {
 					t.Errorf("first chunk = %q, want chunk1", line)
 				}
-			case <-time.After(5 * time.Second):
+			case <-time.After(testrun.D(5 * time.Second)):
 				t.Error("first chunk did not arrive while the target held the rest: the proxy buffers")
 			}
 			close(release)
@@ -349,7 +351,7 @@ func TestHTTPStreamingRequest(t *testing.T) {
 			if got != want {
 				t.Fatalf("target read %q, want %q", got, want)
 			}
-		case <-time.After(5 * time.Second):
+		case <-time.After(testrun.D(5 * time.Second)):
 			pw.CloseWithError(io.ErrUnexpectedEOF)
 			t.Fatalf("target did not get %q before the client sent more: the proxy buffers request bodies", want)
 		}
@@ -446,7 +448,7 @@ func TestHTTPServerLimits(t *testing.T) {
 		}
 		defer conn.Close()
 		io.WriteString(conn, "GET / HTTP/1.1\r\nHost: app.test\r\n") // never finished
-		conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+		conn.SetReadDeadline(time.Now().Add(testrun.D(5 * time.Second)))
 		start := time.Now()
 		_, err = io.ReadAll(conn)
 		if err != nil {

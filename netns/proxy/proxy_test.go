@@ -9,6 +9,8 @@ import (
 	"net/netip"
 	"testing"
 	"time"
+
+	"corpus/internal/testrun"
 )
 
 func TestConfigValidate(t *testing.T) {
@@ -106,7 +108,7 @@ func TestGracefulShutdown(t *testing.T) {
 		if err != nil {
 			t.Errorf("Run = %v, want nil", err)
 		}
-	case <-time.After(10 * time.Second):
+	case <-time.After(testrun.D(10 * time.Second)):
 		t.Fatal("Run did not return after the last connection ended")
 	}
 	if err := p.SetRoutes(Routes{}); !errors.Is(err, ErrClosed) {
@@ -142,7 +144,7 @@ func TestShutdownTimeoutCutsLongConnections(t *testing.T) {
 	}
 	defer ws.Close()
 	io.WriteString(ws, "GET / HTTP/1.1\r\nHost: ws.test\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n")
-	ws.SetReadDeadline(time.Now().Add(5 * time.Second))
+	ws.SetReadDeadline(time.Now().Add(testrun.D(5 * time.Second)))
 	buf := make([]byte, 12)
 	if _, err := io.ReadFull(ws, buf); err != nil || string(buf) != "HTTP/1.1 101" {
 		t.Fatalf("upgrade answer = %q, %v", buf, err)
@@ -156,17 +158,17 @@ func TestShutdownTimeoutCutsLongConnections(t *testing.T) {
 		if err != nil {
 			t.Errorf("Run = %v, want nil", err)
 		}
-	case <-time.After(10 * time.Second):
+	case <-time.After(testrun.D(10 * time.Second)):
 		t.Fatal("Run did not return after its shutdown timeout")
 	}
 	if d := time.Since(start); d < 250*time.Millisecond {
 		t.Errorf("Run returned after %v, want it to wait for the 300ms shutdown timeout", d)
 	}
-	ws.SetReadDeadline(time.Now().Add(5 * time.Second))
+	ws.SetReadDeadline(time.Now().Add(testrun.D(5 * time.Second)))
 	if _, err := io.ReadAll(ws); err != nil {
 		t.Errorf("upgraded connection after the shutdown timeout: %v, want closed", err)
 	}
-	tcp.SetReadDeadline(time.Now().Add(5 * time.Second))
+	tcp.SetReadDeadline(time.Now().Add(testrun.D(5 * time.Second)))
 	if _, err := io.ReadAll(tcp); err != nil {
 		t.Errorf("tcp connection after the shutdown timeout: %v, want closed", err)
 	}

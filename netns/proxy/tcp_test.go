@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"testing"
 	"time"
+
+	"corpus/internal/testrun"
 )
 
 func TestTCPEcho(t *testing.T) {
@@ -23,7 +25,7 @@ func TestTCPEcho(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	c.SetDeadline(time.Now().Add(10 * time.Second))
+	c.SetDeadline(time.Now().Add(testrun.D(10 * time.Second)))
 	payload := bytes.Repeat([]byte("tcp through the proxy\n"), 1<<16) // ~1.4 MiB
 	go func() {
 		c.Write(payload)
@@ -99,7 +101,7 @@ func TestTCPDeadTarget(t *testing.T) {
 	port := freePort(t)
 	mustSetRoutes(t, p, Routes{TCP: map[int]TCPRoute{port: {Target: closedAddr(t)}}})
 	c := dialLine(t, port)
-	c.SetDeadline(time.Now().Add(5 * time.Second))
+	c.SetDeadline(time.Now().Add(testrun.D(5 * time.Second)))
 	if _, err := c.r.ReadByte(); err != io.EOF {
 		t.Errorf("reading from a route with a dead target = %v, want EOF", err)
 	}

@@ -13,6 +13,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"corpus/internal/testrun"
 )
 
 // The websocket side of these tests is a minimal RFC 6455 implementation:
@@ -132,7 +134,7 @@ func TestWebsocketUpgradeEcho(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Close()
-	conn.SetDeadline(time.Now().Add(10 * time.Second))
+	conn.SetDeadline(time.Now().Add(testrun.D(10 * time.Second)))
 	var keyBytes [16]byte
 	rand.Read(keyBytes[:])
 	key := base64.StdEncoding.EncodeToString(keyBytes[:])

@@ -16,6 +16,8 @@ import (
 	"github.com/chromedp/cdproto/input"
 	"github.com/chromedp/chromedp"
 	"github.com/chromedp/chromedp/kb"
+
+	"corpus/internal/testrun"
 )
 
 // TestDashboard drives the web dashboard in headless Chromium against a
@@ -335,7 +337,7 @@ func openPage(t *testing.T, chromium, base, shots string) *page {
 
 func (p *page) do(steps ...chromedp.Action[chromedp.Void]) {
 	p.t.Helper()
-	ctx, cancel := context.WithTimeout(p.ctx, 30*time.Second)
+	ctx, cancel := context.WithTimeout(p.ctx, testrun.D(30*time.Second))
 	defer cancel()
 	if err := chromedp.Do(ctx, steps...); err != nil {
 		p.t.Fatalf("browser: %v\n%s", err, p.dump())
@@ -344,7 +346,7 @@ func (p *page) do(steps ...chromedp.Action[chromedp.Void]) {
 
 // dump is the page's text, for failures.
 func (p *page) dump() string {
-	ctx, cancel := context.WithTimeout(p.ctx, 5*time.Second)
+	ctx, cancel := context.WithTimeout(p.ctx, testrun.D(5*time.Second))
 	defer cancel()
 	s, err := chromedp.Run(ctx, chromedp.Evaluate[string](`location.href + '\n' + document.body.innerText`))
 	if err != nil {
@@ -355,7 +357,7 @@ func (p *page) dump() string {
 
 func (p *page) eval(js string) {
 	p.t.Helper()
-	ctx, cancel := context.WithTimeout(p.ctx, 30*time.Second)
+	ctx, cancel := context.WithTimeout(p.ctx, testrun.D(30*time.Second))
 	defer cancel()
 	if _, err := chromedp.Run(ctx, chromedp.Evaluate[any](js)); err != nil {
 		p.t.Fatalf("evaluating %s: %v", js, err)
@@ -364,7 +366,7 @@ func (p *page) eval(js string) {
 
 func (p *page) evalString(js string) string {
 	p.t.Helper()
-	ctx, cancel := context.WithTimeout(p.ctx, 30*time.Second)
+	ctx, cancel := context.WithTimeout(p.ctx, testrun.D(30*time.Second))
 	defer cancel()
 	s, err := chromedp.Run(ctx, chromedp.Evaluate[string](js, chromedp.EvalAwaitPromise))
 	if err != nil {
@@ -375,7 +377,7 @@ func (p *page) evalString(js string) string {
 
 func (p *page) count(sel string) int {
 	p.t.Helper()
-	ctx, cancel := context.WithTimeout(p.ctx, 30*time.Second)
+	ctx, cancel := context.WithTimeout(p.ctx, testrun.D(30*time.Second))
 	defer cancel()
 	n, err := chromedp.Run(ctx, chromedp.Evaluate[int](`document.querySelectorAll('`+sel+`').length`))
 	if err != nil {
@@ -417,7 +419,7 @@ func (p *page) typeIn(sel, text string) {
 // wait waits until the JavaScript expression is true.
 func (p *page) wait(what, js string) {
 	p.t.Helper()
-	ctx, cancel := context.WithTimeout(p.ctx, 40*time.Second)
+	ctx, cancel := context.WithTimeout(p.ctx, testrun.D(40*time.Second))
 	defer cancel()
 	if _, err := chromedp.Run(ctx, chromedp.Poll[any]("!!("+js+")", chromedp.WithPollingInterval(100*time.Millisecond))); err != nil {
 		p.t.Fatalf("waiting for %s: %v\n%s", what, err, p.dump())
@@ -480,7 +482,7 @@ func (p *page) shot(name string) {
 		return
 	}
 	time.Sleep(500 * time.Millisecond) // plots and fonts settle
-	ctx, cancel := context.WithTimeout(p.ctx, 30*time.Second)
+	ctx, cancel := context.WithTimeout(p.ctx, testrun.D(30*time.Second))
 	defer cancel()
 	png, err := chromedp.Run(ctx, chromedp.CaptureScreenshot())
 	if err != nil {

@@ -12,6 +12,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"corpus/internal/testrun"
 )
 
 // deployLab is a cluster with one node, a client namespace outside it, a
@@ -103,7 +105,7 @@ func (l *deployLab) git(args ...string) string {
 }
 
 func (l *deployLab) gitAs(user string, args ...string) (string, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), testrun.D(3*time.Minute))
 	defer cancel()
 	if l.work != "" && args[0] != "init" {
 		args = append([]string{"-C", l.work}, args...)

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"corpus/internal/testrun"
 )
 
 // TestEnrollment: a join token works once; reused, wrong or garbage tokens
@@ -21,7 +23,7 @@ func TestEnrollment(t *testing.T) {
 		select {
 		case <-p.done:
 			return p.log.String(), p.cmd.ProcessState.ExitCode()
-		case <-time.After(10 * time.Second):
+		case <-time.After(testrun.D(10 * time.Second)):
 			return p.log.String(), -1 // still running: enrolled
 		}
 	}
@@ -169,7 +171,7 @@ func TestCertificateRotation(t *testing.T) {
 		t.Fatal("node n1 has no certificate serial")
 	}
 	// Renewal is due after 20 s of the 30 s: poll through it.
-	deadline := time.Now().Add(40 * time.Second)
+	deadline := time.Now().Add(testrun.D(40 * time.Second))
 	for {
 		cur, prev := serials()
 		if cur != first {

@@ -31,7 +31,7 @@ func (c *cluster) runsOnlyOn(node string, guests ...string) error {
 			return fmt.Errorf("guest %s runs on %v, want only %s", g, on, node)
 		}
 		if v := c.guest(g); v.NodeName != node || v.Status != "running" {
-			return fmt.Errorf("guest %s is %s on %q, want running on %s", g, v.Status, v.NodeName, node)
+			return fmt.Errorf("guest %s is %v, want running on %s", g, v, node)
 		}
 	}
 	return nil
@@ -161,7 +161,7 @@ func TestPartitionHeal(t *testing.T) {
 	eventually(t, 30*time.Second, "web and api running on n2", func() error {
 		for _, g := range []string{"web", "api"} {
 			if v := c.guest(g); v.NodeName != "n2" || v.Status != "running" {
-				return fmt.Errorf("guest %s is %s on %q", g, v.Status, v.NodeName)
+				return fmt.Errorf("guest %s is %v", g, v)
 			}
 		}
 		return nil
@@ -169,7 +169,7 @@ func TestPartitionHeal(t *testing.T) {
 	t.Logf("node partitioned -> its guests running on another node: %s", time.Since(cut).Round(100*time.Millisecond))
 	eventually(t, 30*time.Second, "db lost on n1", func() error {
 		if v := c.guest("db"); v.Status != "lost" || v.NodeName != "n1" {
-			return fmt.Errorf("db is %s on %q, want lost on n1 (its data is there)", v.Status, v.NodeName)
+			return fmt.Errorf("db is %v, want lost on n1 (its data is there)", v)
 		}
 		return nil
 	})

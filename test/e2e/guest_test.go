@@ -149,7 +149,7 @@ func TestDriftRepaired(t *testing.T) {
 	})
 	eventually(t, 10*time.Second, "status back to running", func() error {
 		if v := c.guest("drift"); v.Status != "running" {
-			return fmt.Errorf("status %s", v.Status)
+			return fmt.Errorf("guest is %v", v)
 		}
 		return nil
 	})

@@ -19,6 +19,7 @@ import (
 
 	"corpus/drivers/libvirt/libvirttest"
 	"corpus/internal/procfs"
+	"corpus/internal/testrun"
 )
 
 // corpusBin is the binary under test, built once in TestMain.
@@ -271,7 +272,7 @@ func (p *proc) stop(t *testing.T) {
 	p.cmd.Process.Signal(os.Interrupt)
 	select {
 	case <-p.done:
-	case <-time.After(30 * time.Second):
+	case <-time.After(testrun.D(30 * time.Second)):
 		t.Fatalf("%s did not stop within 30s of SIGINT", p.name)
 	}
 }
@@ -436,7 +437,7 @@ func (c *cluster) cli(args ...string) (stdout, stderr string, code int) {
 // cliIn runs a client command in namespace ns with extra environment
 // variables.
 func (c *cluster) cliIn(ns string, env []string, args ...string) (stdout, stderr string, code int) {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), testrun.D(5*time.Minute))
 	defer cancel()
 	cmd := exec.CommandContext(ctx, corpusBin, args...)
 	if ns != "" {
@@ -492,6 +493,18 @@ type guestView struct {
 	Status   string `json:"status"`
 }
 
+// String is where the guest stands, as a wait reports it: its status,
+// node and the agent's last message, which changes while the guest is
+// made (an image building, a rootfs copying): the progress
+// testrun.Wait waits on.
+func (v guestView) String() string {
+	s := fmt.Sprintf("%s on %q", v.Status, v.NodeName)
+	if m := v.Guest.Observed.Message; m != "" {
+		s += ": " + m
+	}
+	return s
+}
+
 func (c *cluster) guest(name string) guestView {
 	c.t.Helper()
 	var v guestView
@@ -501,20 +514,12 @@ func (c *cluster) guest(name string) guestView {
 	return v
 }
 
-// eventually retries f until it returns nil or the timeout passes.
+// eventually retries f until it returns nil: see testrun.Wait, which
+// scales timeout by the runner's factor and keeps waiting while f's
+// error shows progress.
 func eventually(t *testing.T, timeout time.Duration, what string, f func() error) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		err := f()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not reached within %s: %v", what, timeout, err)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+	testrun.Wait(t, timeout, what, f)
 }
 
 // lxcHost is an lxcpath seen from the network namespace its agent runs

@@ -28,6 +28,7 @@ import (
 	"github.com/vishvananda/netns"
 
 	"corpus/internal/pki"
+	"corpus/internal/testrun"
 )
 
 // dialIn dials from inside network namespace ns: the socket is created
@@ -202,7 +203,7 @@ func TestIngress(t *testing.T) {
 			return err
 		}
 		defer conn.Close()
-		conn.SetDeadline(time.Now().Add(3 * time.Second))
+		conn.SetDeadline(time.Now().Add(testrun.D(3 * time.Second)))
 		fmt.Fprintln(conn, "ping")
 		line, err := bufio.NewReader(conn).ReadString('\n')
 		if err != nil || line != "ping\n" {
@@ -305,7 +306,7 @@ func TestIngress(t *testing.T) {
 	a.proc = c.startAgent(a, agentArgs...)
 	eventually(t, 10*time.Second, "agent back", func() error {
 		if v := c.guest("web2"); v.Status != "running" {
-			return fmt.Errorf("web2 is %s", v.Status)
+			return fmt.Errorf("web2 is %v", v)
 		}
 		return nil
 	})
@@ -372,7 +373,7 @@ func echoer(t *testing.T, ns, addr string) func(msg string) error {
 	t.Cleanup(func() { conn.Close() })
 	r := bufio.NewReader(conn)
 	return func(msg string) error {
-		conn.SetDeadline(time.Now().Add(3 * time.Second))
+		conn.SetDeadline(time.Now().Add(testrun.D(3 * time.Second)))
 		fmt.Fprintln(conn, msg)
 		line, err := r.ReadString('\n')
 		if err != nil || line != msg+"\n" {

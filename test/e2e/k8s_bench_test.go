@@ -14,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"corpus/internal/rpc"
+	"corpus/internal/testrun"
 	corpusv1 "corpus/proto/corpus/v1"
 	"corpus/proto/corpus/v1/corpusv1connect"
 )
@@ -40,7 +41,7 @@ func TestKubernetesScale(t *testing.T) {
 		n = v
 	}
 	c := newK8sCluster(t, "bench", "memory=1T,cpus=1000,disk=1T")
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), testrun.D(20*time.Minute))
 	defer cancel()
 	services := c.kube.Client.CoreV1().Services(c.ns)
 

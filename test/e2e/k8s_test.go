@@ -19,6 +19,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"corpus/internal/k8stest"
+	"corpus/internal/testrun"
 )
 
 // k8sCluster is a coordinator and one agent serving a real kube-apiserver
@@ -138,7 +139,7 @@ func TestKubernetesNode(t *testing.T) {
 	if err := c.json(&n, "node", "show", "k8s1"); err != nil || n.Node.Node.Capacity.MemoryBytes != fmt.Sprint(8<<30) {
 		t.Errorf("capacity of k8s1 = %+v, %v; want the 8 GiB --capacity gave", n, err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), testrun.D(5*time.Minute))
 	defer cancel()
 
 	start := time.Now()

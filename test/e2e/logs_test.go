@@ -15,6 +15,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"corpus/internal/testrun"
 )
 
 // follower is a running `corpus ... -f`, its lines collected.
@@ -267,7 +269,7 @@ func TestLogs(t *testing.T) {
 			t.Errorf("guest logs -f of a deleted guest: %v", err)
 		}
 		g.waitLine(t, time.Second, "the guest was deleted")
-	case <-time.After(30 * time.Second):
+	case <-time.After(testrun.D(30 * time.Second)):
 		t.Error("guest logs -f did not end when the guest was deleted")
 	}
 }

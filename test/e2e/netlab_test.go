@@ -7,6 +7,8 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+
+	"corpus/internal/testrun"
 )
 
 // netLab is the network of one test, made of namespaces it creates:
@@ -63,6 +65,7 @@ func (l *netLab) addNS(suffix string) string {
 	l.t.Helper()
 	ns := l.prefix + "-" + suffix
 	l.ip("netns", "add", ns)
+	testrun.Made("netns", ns)
 	l.t.Cleanup(func() { exec.Command("ip", "netns", "del", ns).Run() })
 	l.ip("-n", ns, "link", "set", "lo", "up")
 	return ns

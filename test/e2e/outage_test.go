@@ -10,6 +10,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"corpus/internal/testrun"
 )
 
 // TestCoordinatorOutage: with the coordinator gone, the agent keeps its
@@ -87,7 +89,7 @@ func TestDevRestartAndCleanup(t *testing.T) {
 	second := startIn(t, ns, "corpus dev (second)", env, args...)
 	select {
 	case <-second.done:
-	case <-time.After(10 * time.Second):
+	case <-time.After(testrun.D(10 * time.Second)):
 		t.Fatalf("a second corpus dev on %s still runs after 10s:\n%s", state, second.log.String())
 	}
 	want := fmt.Sprintf("state folder %s is in use by process %d", state, dev.cmd.Process.Pid)
@@ -116,7 +118,7 @@ func TestDevRestartAndCleanup(t *testing.T) {
 	dev.cmd.Process.Signal(syscall.SIGINT)
 	select {
 	case <-dev.done:
-	case <-time.After(90 * time.Second):
+	case <-time.After(testrun.D(90 * time.Second)):
 		t.Fatal("corpus dev --cleanup did not exit within 90s")
 	}
 	if _, err := os.Stat(filepath.Join(h.path, "web")); err == nil {

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"corpus/internal/testrun"
 )
 
 // pyApp is a small real web application: Python's standard library
@@ -66,7 +68,7 @@ func TestProcessesPython(t *testing.T) {
 	// The node's agent lives in a network namespace without a route to
 	// the Debian mirror: the image is built from the host beforehand,
 	// as an operator of such a node does.
-	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), testrun.D(15*time.Minute))
 	defer cancel()
 	start := time.Now()
 	if out, err := exec.CommandContext(ctx, corpusBin, "image", "build", "debian/bookworm", "--driver", "lxc",

@@ -18,6 +18,7 @@ import (
 	"github.com/anishathalye/porcupine"
 
 	"corpus/internal/rpc"
+	"corpus/internal/testrun"
 	"corpus/internal/version"
 	corpusv1 "corpus/proto/corpus/v1"
 	"corpus/proto/corpus/v1/corpusv1connect"
@@ -166,7 +167,7 @@ func TestCoordinatorGroup(t *testing.T) {
 				mu.Unlock()
 				id := g.ids[rand.IntN(len(g.ids))]
 				sent := time.Now()
-				ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+				ctx, cancel := context.WithTimeout(context.Background(), testrun.D(3*time.Second))
 				call := time.Since(start).Nanoseconds()
 				res, err := g.dns(id).AddRecord(ctx, connect.NewRequest(&corpusv1.AddRecordRequest{Name: k, Type: "TXT", Data: "v"}))
 				cancel()

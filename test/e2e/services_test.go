@@ -13,6 +13,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"corpus/internal/testrun"
 )
 
 // notesWorker is a project's app that keeps its data in the service it
@@ -78,7 +80,7 @@ func (c *cluster) waitHealthy(name string, within time.Duration) {
 // mirror, as a node that is offline would not.
 func buildImage(t *testing.T, a *agentProc, packages string) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), testrun.D(15*time.Minute))
 	defer cancel()
 	start := time.Now()
 	if out, err := exec.CommandContext(ctx, corpusBin, "image", "build", "debian/bookworm", "--driver", "lxc",
@@ -302,7 +304,7 @@ func waitRunning(t *testing.T, c *cluster, name string) {
 	t.Helper()
 	eventually(t, 3*time.Minute, "guest "+name+" running", func() error {
 		if v := c.guest(name); v.Status != "running" {
-			return fmt.Errorf("guest %s is %q", name, v.Status)
+			return fmt.Errorf("guest %s is %v", name, v)
 		}
 		return nil
 	})

@@ -14,6 +14,8 @@ import (
 
 	"github.com/creack/pty"
 	"golang.org/x/sys/unix"
+
+	"corpus/internal/testrun"
 )
 
 // termSession is the corpus client running on a pseudo-terminal of the
@@ -114,7 +116,7 @@ func (s *termSession) exited(t *testing.T) int {
 	select {
 	case <-s.done:
 		return s.code
-	case <-time.After(15 * time.Second):
+	case <-time.After(testrun.D(15 * time.Second)):
 		t.Fatalf("the client did not exit; terminal: %q", s.out.String())
 		return -1
 	}

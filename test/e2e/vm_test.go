@@ -98,7 +98,7 @@ func TestVMGuestOnTestHypervisor(t *testing.T) {
 	eventually(t, 30*time.Second, "hand-deleted VM recreated", running)
 	eventually(t, 10*time.Second, "status back to running", func() error {
 		if v := c.guest("tvm1"); v.Status != "running" {
-			return fmt.Errorf("status %s", v.Status)
+			return fmt.Errorf("guest is %v", v)
 		}
 		return nil
 	})
@@ -258,7 +258,7 @@ func TestVMUnderQEMU(t *testing.T) {
 		"--volume", "1G", "--volume-path", "/srv/data", "--detach")
 	eventually(t, 5*time.Minute, "vm1 running", func() error {
 		if v := c.guest("vm1"); v.Status != "running" {
-			return fmt.Errorf("status %s", v.Status)
+			return fmt.Errorf("guest is %v", v)
 		}
 		return nil
 	})

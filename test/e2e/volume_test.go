@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"corpus/internal/testrun"
 )
 
 type volumeList struct {
@@ -322,7 +324,7 @@ func TestVolumeResizeCrash(t *testing.T) {
 			c.cli(step.resize...) // times out: the agent dies on the way
 			select {
 			case <-a.done:
-			case <-time.After(30 * time.Second):
+			case <-time.After(testrun.D(30 * time.Second)):
 				t.Fatalf("agent did not hit failpoint %s", step.failpoint)
 			}
 			a.proc = c.startAgent(a)

@@ -17,6 +17,7 @@ import (
 
 	"corpus/internal/pki"
 	"corpus/internal/rpc"
+	"corpus/internal/testrun"
 	corpusv1 "corpus/proto/corpus/v1"
 	"corpus/proto/corpus/v1/corpusv1connect"
 )
@@ -98,7 +99,7 @@ func startGroup(t *testing.T, l *lab, dir string) *group {
 	g.pool = pool
 	g.http = &http.Client{Transport: &http.Transport{ForceAttemptHTTP2: true, TLSClientConfig: pki.ClientConfig(pool, nil, pki.RoleCoordinator, ""),
 		MaxIdleConnsPerHost: 32}}
-	deadline := time.Now().Add(60 * time.Second)
+	deadline := time.Now().Add(testrun.D(60 * time.Second))
 	for {
 		err := g.ready()
 		if err == nil {
@@ -122,7 +123,7 @@ func (g *group) ready() error {
 		g.token = strings.TrimSpace(string(b))
 	}
 	for _, r := range g.reps {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), testrun.D(2*time.Second))
 		st, err := g.cluster(r).Status(ctx, connect.NewRequest(&corpusv1.StatusRequest{}))
 		cancel()
 		if err != nil {
@@ -225,7 +226,7 @@ const (
 // createProject creates labProject, through any replica, waiting out
 // elections.
 func (g *group) createProject() {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), testrun.D(30*time.Second))
 	defer cancel()
 	for _, r := range g.reps {
 		_, err := g.projects(r, rpc.RetryWithoutLeader(20*time.Second)).CreateProject(ctx, connect.NewRequest(&corpusv1.CreateProjectRequest{
@@ -245,13 +246,13 @@ func (g *group) guests(r *replica, opts ...connect.Interceptor) corpusv1connect.
 // leader is the replica that says it leads, by its own word; -1 when
 // none does within timeout.
 func (g *group) leader(timeout time.Duration) int {
-	deadline := time.Now().Add(timeout)
+	deadline := time.Now().Add(testrun.D(timeout))
 	for {
 		for i, r := range g.reps {
 			if !r.alive() || r.paused {
 				continue
 			}
-			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			ctx, cancel := context.WithTimeout(context.Background(), testrun.D(time.Second))
 			p, err := g.cluster(r).Peer(ctx, connect.NewRequest(&corpusv1.PeerRequest{}))
 			cancel()
 			if err == nil && p.Msg.Leader == r.id {

@@ -10,6 +10,8 @@ import (
 	"testing"
 
 	toxiclient "github.com/Shopify/toxiproxy/v2/client"
+
+	"corpus/internal/testrun"
 )
 
 // lab is one run's network and disks:
@@ -107,6 +109,7 @@ func sweep(t *testing.T) {
 func (l *lab) addNS(name string) string {
 	ns := l.prefix + "-" + name
 	l.run("ip", "netns", "add", ns)
+	testrun.Made("netns", ns)
 	l.t.Cleanup(func() { exec.Command("ip", "netns", "del", ns).Run() })
 	l.run("ip", "-n", ns, "link", "set", "lo", "up")
 	return ns

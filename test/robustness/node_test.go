@@ -14,6 +14,7 @@ import (
 
 	"corpus/internal/pki"
 	"corpus/internal/rpc"
+	"corpus/internal/testrun"
 	corpusv1 "corpus/proto/corpus/v1"
 	"corpus/proto/corpus/v1/corpusv1connect"
 	"corpus/test/linearizable"
@@ -43,7 +44,7 @@ const labAgentAddr = "127.0.0.2:7402"
 // enrollNode enrolls the lab's node with a join token and a CSR, and
 // waits until the lab project's guest is placed on it.
 func (g *group) enrollNode() *labNode {
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), testrun.D(60*time.Second))
 	defer cancel()
 	retry := rpc.RetryWithoutLeader(20 * time.Second)
 	r := g.reps[0]

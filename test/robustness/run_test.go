@@ -16,6 +16,7 @@ import (
 
 	"github.com/anishathalye/porcupine"
 
+	"corpus/internal/testrun"
 	"corpus/test/linearizable"
 )
 
@@ -144,7 +145,7 @@ func runSeed(t *testing.T, seed uint64, faults int) runResult {
 		time.Sleep(s.gap)
 	}
 	// Everything healed: the group must serve again.
-	deadline := time.Now().Add(30 * time.Second)
+	deadline := time.Now().Add(testrun.D(30 * time.Second))
 	for err := g.ready(); err != nil; err = g.ready() {
 		if time.Now().After(deadline) {
 			res.problem = fmt.Sprintf("the group did not serve again within 30s of the last heal: %v", err)

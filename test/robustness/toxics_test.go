@@ -12,6 +12,8 @@ import (
 	toxiclient "github.com/Shopify/toxiproxy/v2/client"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
+
+	"corpus/internal/testrun"
 )
 
 // Slow links, latency and cut connections come from toxiproxy (the
@@ -59,7 +61,7 @@ func (l *lab) startToxiproxy() {
 	l.toxiCmd = cmd
 	l.t.Cleanup(l.stopToxiproxy)
 	l.toxi = toxiclient.NewClient(toxiproxyAPI)
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(testrun.D(10 * time.Second))
 	for {
 		_, err := l.toxi.Proxies()
 		if err == nil {

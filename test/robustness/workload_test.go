@@ -14,6 +14,7 @@ import (
 	"github.com/anishathalye/porcupine"
 
 	"corpus/internal/rpc"
+	"corpus/internal/testrun"
 	corpusv1 "corpus/proto/corpus/v1"
 	"corpus/test/linearizable"
 )
@@ -157,7 +158,7 @@ func (w *workload) now() int64 { return time.Since(w.start).Nanoseconds() }
 // do calls the API once (through replica r, by call) and records the
 // outcome.
 func (w *workload) do(c int, r *replica, in linearizable.Input, timeout time.Duration, call func(context.Context) (string, error)) {
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	ctx, cancel := context.WithTimeout(context.Background(), testrun.D(timeout))
 	defer cancel()
 	in.Via = r.id
 	start := w.now()
@@ -310,7 +311,7 @@ func presentOr(present bool) string {
 // lost returns the acknowledged keys (DNS records, guests, releases)
 // replica r does not have, by a linearizable read there.
 func (w *workload) lost(r *replica) ([]string, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), testrun.D(10*time.Second))
 	defer cancel()
 	recs, err := w.g.dns(r, rpc.Linearizable()).ListRecords(ctx, connect.NewRequest(&corpusv1.ListRecordsRequest{}))
 	if err != nil {

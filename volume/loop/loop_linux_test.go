@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"corpus/internal/testrun"
 	"corpus/volume"
 )
 
@@ -485,7 +486,7 @@ func TestUnmountReachesLaterNamespaces(t *testing.T) {
 		return len(points) > 0
 	}
 	// unshare execs sleep once the namespace is made.
-	for deadline := time.Now().Add(5 * time.Second); !copied(); {
+	for deadline := time.Now().Add(testrun.D(5 * time.Second)); !copied(); {
 		if time.Now().After(deadline) {
 			t.Fatal("the new namespace never had a copy of the volume's mount")
 		}

@@ -10,6 +10,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"corpus/internal/testrun"
 )
 
 // bootCommand runs BootScript as a guest's main command would, with the
@@ -56,7 +58,7 @@ func TestBootScript(t *testing.T) {
 		if err != nil {
 			t.Fatalf("boot command: %v", err)
 		}
-	case <-time.After(10 * time.Second):
+	case <-time.After(testrun.D(10 * time.Second)):
 		t.Fatal("the boot command did not run the supervisor")
 	}
 	b, _ := os.ReadFile(out)
@@ -79,7 +81,7 @@ func TestBootScriptStops(t *testing.T) {
 		if err != nil {
 			t.Errorf("after SIGTERM: %v, want exit 0", err)
 		}
-	case <-time.After(5 * time.Second):
+	case <-time.After(testrun.D(5 * time.Second)):
 		t.Fatal("the boot command ignored SIGTERM")
 	}
 	if d := time.Since(start); d > 2*time.Second {

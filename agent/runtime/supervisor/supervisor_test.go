@@ -11,6 +11,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"corpus/internal/testrun"
 )
 
 func newTest(t *testing.T) (*Supervisor, string) {
@@ -28,7 +30,7 @@ func gen(dir, id string, procs ...Process) Generation {
 
 func waitFor(t *testing.T, what string, f func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(testrun.D(10 * time.Second))
 	for !f() {
 		if time.Now().After(deadline) {
 			t.Fatalf("timed out waiting for %s", what)

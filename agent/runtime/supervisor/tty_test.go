@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/creack/pty"
+
+	"corpus/internal/testrun"
 )
 
 // TestMain runs RunTTY itself when asked (the command in
@@ -86,7 +88,7 @@ func TestRunTTYEndsTheSession(t *testing.T) {
 			master.Close() // the client went away
 			select {
 			case <-done:
-			case <-time.After(10 * time.Second):
+			case <-time.After(testrun.D(10 * time.Second)):
 				t.Fatal("RunTTY went on after its terminal went away")
 			}
 			waitFor(t, "nothing left", func() bool { return !running(bg) && !running(fg) })
@@ -104,7 +106,7 @@ func TestRunTTYEndsTheSession(t *testing.T) {
 			}(master)
 			select {
 			case <-done:
-			case <-time.After(10 * time.Second):
+			case <-time.After(testrun.D(10 * time.Second)):
 				t.Fatal("RunTTY did not end with its command")
 			}
 			if code := cmd.ProcessState.ExitCode(); code != 4 {
@@ -120,7 +122,7 @@ func TestRunTTYEndsTheSession(t *testing.T) {
 			master.Write([]byte{3})
 			select {
 			case <-done:
-			case <-time.After(10 * time.Second):
+			case <-time.After(testrun.D(10 * time.Second)):
 				t.Fatal("Ctrl-C did not end the command")
 			}
 			if code := cmd.ProcessState.ExitCode(); code != 128+int(syscall.SIGINT) {

@@ -21,6 +21,7 @@ import (
 	"corpus/coordinator"
 	"corpus/internal/pki"
 	"corpus/internal/rpc"
+	"corpus/internal/testrun"
 	corpusv1 "corpus/proto/corpus/v1"
 	"corpus/proto/corpus/v1/corpusv1connect"
 )
@@ -80,7 +81,7 @@ func (c *cliTarget) run(stdin string, args ...string) (string, error) {
 	root := newRoot(&globals{stdout: &stdout, stderr: &stderr})
 	root.SetArgs(append(append([]string{}, c.flags...), args...))
 	root.SetIn(strings.NewReader(stdin))
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), testrun.D(30*time.Second))
 	defer cancel()
 	err := root.ExecuteContext(ctx)
 	return stdout.String(), err

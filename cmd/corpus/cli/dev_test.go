@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"corpus/internal/metrics/metricstest"
+	"corpus/internal/testrun"
 )
 
 // TestDevBannerPrintsTheOpsToken: `corpus dev` hands the operator token
@@ -49,7 +50,7 @@ func TestDevServesOneRegistry(t *testing.T) {
 	}()
 	re := regexp.MustCompile(`metrics +(http://\S+/metrics)`)
 	var url string
-	for deadline := time.Now().Add(60 * time.Second); url == "" && time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+	for deadline := time.Now().Add(testrun.D(60 * time.Second)); url == "" && time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
 		if m := re.FindStringSubmatch(out.String()); m != nil {
 			url = m[1]
 		}
@@ -71,7 +72,7 @@ func TestDevServesOneRegistry(t *testing.T) {
 	}
 	var body []byte
 	var missing []string
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+	for deadline := time.Now().Add(testrun.D(30 * time.Second)); ; time.Sleep(100 * time.Millisecond) {
 		body, missing = metricstest.Scrape(t, url), nil
 		for _, want := range wants {
 			if !strings.Contains(string(body), want) {

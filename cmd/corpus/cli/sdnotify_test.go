@@ -17,6 +17,7 @@ import (
 
 	"corpus/coordinator"
 	"corpus/internal/rpc"
+	"corpus/internal/testrun"
 	corpusv1 "corpus/proto/corpus/v1"
 )
 
@@ -75,7 +76,7 @@ func (s *notifySocket) next(t *testing.T, timeout time.Duration, what string) st
 			t.Fatalf("notify socket closed waiting for %s", what)
 		}
 		return m
-	case <-time.After(timeout):
+	case <-time.After(testrun.D(timeout)):
 		t.Fatalf("no sd_notify message within %s, waiting for %s", timeout, what)
 		return ""
 	}
@@ -155,7 +156,7 @@ func TestCoordinatorNotifiesSystemd(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), testrun.D(time.Second))
 		defer cancel()
 		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, rpc.BaseURL(api)+"/healthz", nil)
 		res, err := rpc.HTTPClient(tc).Do(req)
@@ -189,7 +190,7 @@ func TestDevNotifiesSystemd(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), testrun.D(5*time.Second))
 		defer cancel()
 		res, err := c.nodes.ListNodes(ctx, connect.NewRequest(&corpusv1.ListNodesRequest{}))
 		if err != nil {

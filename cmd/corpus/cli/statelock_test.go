@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"corpus/coordinator"
+	"corpus/internal/testrun"
 )
 
 // asCorpusEnv makes the test binary run as the corpus command (see
@@ -57,14 +58,14 @@ func TestSecondDaemonOnAFolderIsRefused(t *testing.T) {
 		first.Process.Signal(os.Interrupt)
 		select {
 		case <-done:
-		case <-time.After(20 * time.Second):
+		case <-time.After(testrun.D(20 * time.Second)):
 			cancel() // kills it
 			<-done
 		}
 		cancel()
 	})
 	// Serving means it holds the lock and has opened its databases.
-	deadline := time.Now().Add(30 * time.Second)
+	deadline := time.Now().Add(testrun.D(30 * time.Second))
 	for !strings.Contains(log.String(), "coordinator listening") {
 		select {
 		case <-done:
@@ -86,7 +87,7 @@ func TestSecondDaemonOnAFolderIsRefused(t *testing.T) {
 		{"dev", "--state-dir", top, "--api-addr", "127.0.0.1:0", "--raft-addr", "127.0.0.1:0", "--agent-addr", "127.0.0.1:0", "--dns-addr", "", "--network=false"},
 	} {
 		t.Run(args[0], func(t *testing.T) {
-			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			ctx, cancel := context.WithTimeout(context.Background(), testrun.D(20*time.Second))
 			defer cancel()
 			second := corpusCmd(ctx, t, args...)
 			var out bytes.Buffer

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"corpus/internal/testrun"
 	"corpus/internal/version"
 )
 
@@ -44,7 +45,7 @@ func TestVersionCommand(t *testing.T) {
 // registered with, node list the version each agent reports.
 func TestListsShowVersions(t *testing.T) {
 	c := startCoordinator(t)
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(testrun.D(10 * time.Second))
 	for {
 		out, err := c.run("", "operator", "raft", "list-peers")
 		if err != nil {

@@ -20,6 +20,8 @@ import (
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
+
+	"corpus/internal/testrun"
 )
 
 // Prefix starts the name of every namespace this package makes.
@@ -115,6 +117,7 @@ func New(t testing.TB, role string) *NS {
 		t.Fatalf("creating namespace %s: %v", name, err)
 	}
 	created.Store(name, struct{}{})
+	testrun.Made("netns", name)
 	t.Cleanup(func() {
 		if err := netns.DeleteNamed(name); err != nil && !errors.Is(err, os.ErrNotExist) {
 			t.Errorf("deleting namespace %s: %v", name, err)

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"corpus/internal/testrun"
 	"corpus/netns/proxy"
 )
 
@@ -37,7 +38,7 @@ func start(t *testing.T, dir string, takeover bool, pc proxy.Config) *running {
 	case err := <-r.done:
 		cancel()
 		t.Fatalf("proxy process: %v", err)
-	case <-time.After(10 * time.Second):
+	case <-time.After(testrun.D(10 * time.Second)):
 		cancel()
 		t.Fatal("proxy process not ready")
 	}
@@ -162,7 +163,7 @@ func TestTakeover(t *testing.T) {
 		if err != nil {
 			t.Errorf("the old process ended with %v", err)
 		}
-	case <-time.After(10 * time.Second):
+	case <-time.After(testrun.D(10 * time.Second)):
 		t.Error("the old process did not end after the takeover")
 	}
 	time.Sleep(300 * time.Millisecond)
