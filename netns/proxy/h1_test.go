@@ -609,3 +609,26 @@ func TestH1TargetGoneWhileKeptAlive(t *testing.T) {
 		}
 	}
 }
+
+// TestH1TargetDiesMidRequest: a target that takes a request on a new
+// connection and drops it unanswered (an instance killed while the
+// request was in flight) costs an idempotent request nothing: it is
+// sent to another target, as nginx's proxy_next_upstream does. A
+// request with a body is never sent twice.
+func TestH1TargetDiesMidRequest(t *testing.T) {
+	t.Parallel()
+	dropper := startDropper(t)
+	b := startBackend(t, "b", nil)
+	p := startProxy(t, Config{})
+	mustSetRoutes(t, p, Routes{HTTP: map[string]HTTPRoute{"app.test": {Targets: []string{dropper, b.addr()}}}})
+	c := proxyClient(t, p.HTTPAddr().String(), nil)
+	for i := range 6 {
+		if status, got, _ := do(t, c, "GET", "app.test", "/", nil); status != 200 || got != "b" {
+			t.Errorf("GET %d with a target that drops requests = %d %q, want b's answer", i, status, got)
+		}
+	}
+	mustSetRoutes(t, p, Routes{HTTP: map[string]HTTPRoute{"app.test": {Targets: []string{dropper}}}})
+	if status, _, _ := do(t, c, "POST", "app.test", "/", strings.NewReader("payload")); status != 502 {
+		t.Errorf("POST to a target that drops it = %d, want 502 (never sent twice)", status)
+	}
+}

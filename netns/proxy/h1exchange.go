@@ -43,6 +43,7 @@ func (cc *h1Conn) exchange(rt *httpRoute) bool {
 		cc.unread = stream
 		return cc.fail(rt, err)
 	}
+	movedOn := false // sent to another target once already
 	for {
 		err = cc.send(uc, inline, stream)
 		if err == nil {
@@ -57,15 +58,30 @@ func (cc *h1Conn) exchange(rt *httpRoute) bool {
 			}
 			cc.unread = !cc.bodyRead.Load()
 		}
-		// A kept-alive connection the target closed meanwhile: once more
-		// on a new one, if nothing came back and the request may be sent
-		// again, as the net/http Transport does.
-		if !uc.reused || stream || !req.retryable() || len(cc.rhead) > 0 || isTimeout(err) || errors.Is(err, errClientGone) {
+		// Nothing came back and the request may be sent again: a
+		// kept-alive connection the target closed meanwhile is tried once
+		// more on a new one, as the net/http Transport does; a new
+		// connection the target dropped (an instance killed while the
+		// request was in flight) sends it to another target, once, as
+		// nginx's proxy_next_upstream does.
+		fresh := !uc.reused
+		if stream || !req.retryable() || len(cc.rhead) > 0 || isTimeout(err) || errors.Is(err, errClientGone) ||
+			(fresh && (movedOn || len(rt.targets) < 2)) {
 			uc.close()
 			return cc.fail(rt, err)
 		}
 		pl := uc.pool
 		uc.close()
+		if fresh {
+			if i := slices.Index(rt.pools, pl); i >= 0 {
+				rt.markDown(i)
+			}
+			movedOn = true
+			if uc, err = cc.connect(rt); err != nil {
+				return cc.fail(rt, err)
+			}
+			continue
+		}
 		pl.closeIdle(time.Now().Add(time.Hour)) // its fellows are likely stale too
 		uc, err = p.upstreams.dial(p.base, pl)
 		if err != nil && isDialError(err) && len(rt.targets) > 1 {

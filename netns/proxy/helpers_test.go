@@ -152,6 +152,32 @@ func closedAddr(t testing.TB) string {
 	return addr
 }
 
+// startDropper starts a target that reads each request's head and then
+// resets the connection unanswered, as an instance killed while the
+// request was in flight does; it returns its address.
+func startDropper(t testing.TB) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				c.Read(make([]byte, 4096))
+				c.(*net.TCPConn).SetLinger(0)
+				c.Close()
+			}()
+		}
+	}()
+	return ln.Addr().String()
+}
+
 // freePort returns a loopback port that was free a moment ago, for TCP
 // routes, whose listen port is part of the route.
 func freePort(t testing.TB) int {

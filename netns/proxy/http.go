@@ -13,6 +13,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 )
 
@@ -388,9 +389,17 @@ func isTimeout(err error) bool {
 	return errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout())
 }
 
+// dropped says whether err is a target dropping a request unanswered:
+// the connection ended or was reset before any answer (an instance
+// killed while the request was in flight).
+func dropped(err error) bool {
+	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNRESET)
+}
+
 // failoverTransport tries the other targets of a route, in round-robin
-// order, when the first one cannot be connected to and the request can be
-// sent again safely: an idempotent method and no body.
+// order, when the first one cannot be connected to, or drops the request
+// unanswered, and the request can be sent again safely: an idempotent
+// method and no body.
 type failoverTransport struct {
 	route *httpRoute
 	base  http.RoundTripper
@@ -399,7 +408,7 @@ type failoverTransport struct {
 
 func (t *failoverTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	resp, err := t.base.RoundTrip(req)
-	if err == nil || !isDialError(err) || !retryable(req) {
+	if err == nil || !(isDialError(err) || dropped(err)) || !retryable(req) {
 		return resp, err
 	}
 	targets := t.route.targets
@@ -411,7 +420,7 @@ func (t *failoverTransport) RoundTrip(req *http.Request) (*http.Response, error)
 		retry := req.Clone(req.Context())
 		retry.URL.Host = next
 		resp, err = t.base.RoundTrip(retry)
-		if err == nil || !isDialError(err) {
+		if err == nil || !(isDialError(err) || dropped(err)) {
 			return resp, err
 		}
 		t.route.markDown((first + i) % len(targets))

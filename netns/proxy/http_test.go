@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"fmt"
 	"io"
+	"log/slog"
 	"math/rand/v2"
 	"net"
 	"net/http"
@@ -131,6 +132,38 @@ func TestHTTPFailoverOnDialError(t *testing.T) {
 		if status, _, _ := do(t, c, method, "app.test", "/", nil); status != 200 {
 			t.Errorf("%s with a dead first target = %d, want 200 from the next target", method, status)
 		}
+	}
+}
+
+// TestFailoverTransportDropped: the net/http path (HTTPS, HTTP/2) sends
+// an idempotent request that a target dropped unanswered to the next
+// target, as the lean HTTP/1 path does (TestH1TargetDiesMidRequest).
+func TestFailoverTransportDropped(t *testing.T) {
+	t.Parallel()
+	good := startBackend(t, "good", nil)
+	tr := &http.Transport{}
+	t.Cleanup(tr.CloseIdleConnections)
+	rt := &httpRoute{host: "app.test", targets: []string{startDropper(t), good.addr()}}
+	ft := &failoverTransport{route: rt, base: tr, log: slog.New(slog.DiscardHandler)}
+	for _, method := range []string{"GET", "HEAD", "DELETE"} {
+		req, err := http.NewRequest(method, "http://"+rt.targets[0]+"/", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, err := ft.RoundTrip(req)
+		if err != nil {
+			t.Errorf("%s with a first target that drops it: %v, want the next target's answer", method, err)
+			continue
+		}
+		resp.Body.Close()
+		if resp.StatusCode != 200 || resp.Header.Get("X-Backend") != "good" {
+			t.Errorf("%s with a first target that drops it = %d from %q, want 200 from good", method, resp.StatusCode, resp.Header.Get("X-Backend"))
+		}
+	}
+	req, _ := http.NewRequest("POST", "http://"+rt.targets[0]+"/", strings.NewReader("payload"))
+	if resp, err := ft.RoundTrip(req); err == nil {
+		resp.Body.Close()
+		t.Errorf("POST to a target that drops it = %d, want the error (a body is never sent twice)", resp.StatusCode)
 	}
 }
 
