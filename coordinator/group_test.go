@@ -391,7 +391,11 @@ func TestReportsSeePlacements(t *testing.T) {
 			AgentAddress: a.address, AgentVersion: "test", Guests: []*corpusv1.ReportedGuest{observed(id, "running")}})); err != nil {
 			t.Fatalf("Report through follower %s: %v", follower, err)
 		}
-		v, err := rs.ops(lead).guests.GetGuest(ctx, connect.NewRequest(&corpusv1.GetGuestRequest{Name: name}))
+		// A linearizable read: under load an election may have moved the
+		// leadership since, and the old leader's own state can lag.
+		get := connect.NewRequest(&corpusv1.GetGuestRequest{Name: name})
+		get.Header().Set(api.ConsistencyHeader, "linearizable")
+		v, err := rs.ops(lead).guests.GetGuest(ctx, get)
 		if err != nil || v.Msg.Guest.GetObserved().GetState() != "running" {
 			t.Fatalf("guest %s after a report through follower %s that it runs: observed %v, %v", name, follower, v.Msg.GetGuest().GetObserved(), err)
 		}

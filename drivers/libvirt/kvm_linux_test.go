@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"corpus/internal/testrun"
 )
 
 // TestKVMUsableByQEMUsUser: /dev/kvm counts only when QEMU's unprivileged
@@ -71,12 +73,12 @@ func TestNestedHostCPU(t *testing.T) {
 // its loop to the end (the probe checks the registers it leaves); cut
 // short, it reports too slow. It says what this host's KVM is worth.
 func TestKVMSpeedProbe(t *testing.T) {
-	if _, err := kvmSpeed("/dev/kvm", time.Minute); errors.Is(err, errNotProbed) {
+	if _, err := kvmSpeed("/dev/kvm", testrun.D(time.Minute)); errors.Is(err, errNotProbed) {
 		t.Skip(err)
 	} else if errors.Is(err, os.ErrNotExist) || errors.Is(err, os.ErrPermission) {
 		t.Skipf("no usable /dev/kvm here: %v", err)
 	} else if err != nil {
-		t.Fatalf("probe given a minute: %v", err)
+		t.Fatalf("probe given %s: %v", testrun.D(time.Minute), err)
 	}
 	if _, err := kvmSpeed("/dev/kvm", time.Nanosecond); !errors.Is(err, errTooSlow) {
 		t.Errorf("probe given a nanosecond: %v, want too slow", err)

@@ -369,11 +369,14 @@ func TestLegacyGuestConfined(t *testing.T) {
 	}
 }
 
-// retryInUse retries f while it fails with volume.ErrInUse, for up to a
-// minute.
+// retryInUse retries f while it fails with volume.ErrInUse, for up to
+// five minutes: what holds the disk is most often a copy of its mount in
+// the mount namespace of an LXC template that another test (or test
+// process) runs, which lets go when that image build ends (minutes, for
+// a debootstrap on a loaded machine).
 func retryInUse(t *testing.T, what string, f func() error) {
 	t.Helper()
-	deadline := time.Now().Add(testrun.D(time.Minute))
+	deadline := time.Now().Add(testrun.D(5 * time.Minute))
 	for {
 		err := f()
 		if err == nil {
