@@ -35,7 +35,7 @@ func TestVMGitPushDeploy(t *testing.T) {
 	eventually(t, 5*time.Minute, "guest agent of hello-dev answers", func() error {
 		out, errOut, code := c.cli("guest", "exec", "hello-dev", "--", "true")
 		if code != 0 {
-			return fmt.Errorf("exit %d: %s%s", code, out, errOut)
+			return fmt.Errorf("exit %d: %s%s (%s)", code, out, errOut, q.booting("hello-dev"))
 		}
 		return nil
 	})

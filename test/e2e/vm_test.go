@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -15,6 +16,7 @@ import (
 
 	"corpus/drivers/libvirt"
 	"corpus/drivers/libvirt/libvirttest"
+	"corpus/internal/testrun"
 )
 
 // vmImageCache is where the libvirt driver's images are built for the
@@ -180,6 +182,7 @@ type qemuCluster struct {
 	hand     *golibvirt.Libvirt // the test's own connection to qemu:///system
 	client   string             // a namespace outside the node
 	nodeAddr string             // the node's address, as outside traffic reaches it
+	disks    string             // the driver's folder: disks, console logs
 }
 
 // startQEMUCluster skips unless CORPUS_TEST_DEBIAN is set, builds (or
@@ -202,6 +205,7 @@ func startQEMUCluster(t *testing.T) qemuCluster {
 	if err != nil {
 		t.Fatal(err)
 	}
+	testrun.Made("dir", disks)
 	t.Cleanup(func() { os.RemoveAll(disks) })
 	os.Chmod(disks, 0o755)
 	// The agent runs in a namespace with no route to the Debian mirror:
@@ -222,7 +226,19 @@ func startQEMUCluster(t *testing.T) qemuCluster {
 	client, nodeAddr := c.lab.addClient(a.node)
 	a.kill()
 	a.proc = c.startAgent(a, "--address", nodeAddr)
-	return qemuCluster{c: c, a: a, hand: hand, client: client, nodeAddr: nodeAddr}
+	return qemuCluster{c: c, a: a, hand: hand, client: client, nodeAddr: nodeAddr, disks: disks}
+}
+
+// booting says how far a VM's boot has come, for a wait to see progress
+// in: the size and last line of its serial console (emulated boots take
+// minutes on a loaded machine).
+func (q qemuCluster) booting(name string) string {
+	b, err := os.ReadFile(filepath.Join(q.disks, "guests", name, "console.log"))
+	if err != nil {
+		return "no console yet"
+	}
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	return fmt.Sprintf("console %d bytes: %q", len(b), lines[len(lines)-1])
 }
 
 // TestVMUnderQEMU boots a corpus-built debian/bookworm VM with real QEMU
@@ -266,7 +282,7 @@ func TestVMUnderQEMU(t *testing.T) {
 	execReady := func() error {
 		out, errOut, code := c.cli("guest", "exec", "vm1", "--", "true")
 		if code != 0 {
-			return fmt.Errorf("exit %d: %s%s", code, out, errOut)
+			return fmt.Errorf("exit %d: %s%s (%s)", code, out, errOut, q.booting("vm1"))
 		}
 		return nil
 	}
