@@ -11,6 +11,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -22,6 +24,8 @@ import (
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
+
+	"corpus/internal/testrun"
 )
 
 // DefaultAssets is where scripts/k8s-test-binaries puts the binaries.
@@ -29,10 +33,11 @@ const DefaultAssets = "/var/cache/corpus-test/k8s-v1.32.13"
 
 // Assets returns the folder holding etcd and kube-apiserver:
 // $KUBEBUILDER_ASSETS, else $CORPUS_K8S_ASSETS, else DefaultAssets. While
-// a build is under way (test/run starts one in the background) it waits
-// for its done-marker up to $CORPUS_K8S_WAIT (a Go duration; default 0).
-// Missing binaries skip the test, or fail it when $CORPUS_K8S_REQUIRED is
-// set, as it is in CI, where nothing may skip.
+// scripts/k8s-test-binaries builds them (test/run starts it in the
+// background; it holds the folder's .lock) it waits, for as long as the
+// build shows progress (testrun.Wait). Missing binaries skip the test, or
+// fail it when $CORPUS_K8S_REQUIRED is set, as it is in CI, where nothing
+// may skip.
 func Assets(t testing.TB) string {
 	t.Helper()
 	dir := os.Getenv("KUBEBUILDER_ASSETS")
@@ -42,24 +47,27 @@ func Assets(t testing.TB) string {
 	if dir == "" {
 		dir = DefaultAssets
 	}
-	wait, _ := time.ParseDuration(os.Getenv("CORPUS_K8S_WAIT"))
-	deadline := time.Now().Add(wait)
-	for {
-		_, err := os.Stat(filepath.Join(dir, ".done"))
-		if err == nil {
-			break
+	var missing string
+	testrun.Wait(t, 10*time.Minute, "the Kubernetes test binaries in "+dir, func() error {
+		if _, err := os.Stat(filepath.Join(dir, ".done")); err == nil {
+			return nil
 		}
 		if b, err := os.ReadFile(filepath.Join(dir, ".failed")); err == nil {
-			t.Fatalf("building the Kubernetes test binaries into %s failed: %s", dir, b)
+			missing = fmt.Sprintf("building the Kubernetes test binaries into %s failed: %s", dir, b)
+			return nil
 		}
-		if time.Now().After(deadline) {
-			msg := fmt.Sprintf("no Kubernetes test binaries in %s (run scripts/k8s-test-binaries, ~8 min once)", dir)
-			if os.Getenv("CORPUS_K8S_REQUIRED") != "" {
-				t.Fatal(msg)
-			}
-			t.Skip(msg)
+		if !building(dir) {
+			missing = fmt.Sprintf("no Kubernetes test binaries in %s (run scripts/k8s-test-binaries, minutes once)", dir)
+			return nil
 		}
-		time.Sleep(2 * time.Second)
+		b, _ := os.ReadFile(filepath.Join(dir, ".progress"))
+		return fmt.Errorf("being built: %s", strings.TrimSpace(string(b)))
+	})
+	if missing != "" {
+		if os.Getenv("CORPUS_K8S_REQUIRED") != "" {
+			t.Fatal(missing)
+		}
+		t.Skip(missing)
 	}
 	for _, b := range []string{"etcd", "kube-apiserver"} {
 		if _, err := os.Stat(filepath.Join(dir, b)); err != nil {
@@ -67,6 +75,21 @@ func Assets(t testing.TB) string {
 		}
 	}
 	return dir
+}
+
+// building says whether scripts/k8s-test-binaries is building into dir:
+// it holds an exclusive lock on dir/.lock while it does.
+func building(dir string) bool {
+	f, err := os.Open(filepath.Join(dir, ".lock"))
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_SH|syscall.LOCK_NB); err != nil {
+		return true
+	}
+	syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
+	return false
 }
 
 // Cluster is a running API server.
