@@ -780,3 +780,22 @@ func grepConfig(cfg, word string) string {
 	}
 	return strings.Join(out, "\n")
 }
+
+// TestPackagesWithTMPDIR: an agent whose TMPDIR is a folder of the host
+// (a test runner's, a service manager's) still builds images with
+// packages: the template runs apt and the packages' scripts in a chroot
+// of the image, where that folder does not exist. ssl-cert's script
+// makes its certificate in $TMPDIR (PostgreSQL depends on it).
+func TestPackagesWithTMPDIR(t *testing.T) {
+	if os.Getenv("CORPUS_TEST_DEBIAN") != "1" {
+		t.Skip("skipping: building debian/bookworm with packages runs apt for minutes; set CORPUS_TEST_DEBIAN=1 to run it")
+	}
+	d := newTestDriver(t)
+	t.Setenv("TMPDIR", t.TempDir())
+	if err := d.EnsureImagePackages(t.Context(), "debian/bookworm", []string{"ssl-cert"}, func(msg string) { t.Log("progress:", msg) }); err != nil {
+		t.Fatalf("EnsureImagePackages(debian/bookworm, ssl-cert) with TMPDIR=%s = %v", os.Getenv("TMPDIR"), err)
+	}
+	if got := os.Getenv("TMPDIR"); got == "" {
+		t.Error("TMPDIR was not given back after the build")
+	}
+}

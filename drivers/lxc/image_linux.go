@@ -330,13 +330,47 @@ func (d *Driver) buildImage(img imageSpec, b *imageBuild) error {
 	return nil
 }
 
+// tmpdir is the agent's TMPDIR as it was before templates ran, and how
+// many run now (see withoutTMPDIR).
+var tmpdir struct {
+	sync.Mutex
+	running int
+	value   string
+	set     bool
+}
+
+// withoutTMPDIR unsets TMPDIR until the restore function it returns is
+// called (by every caller, when several templates run at once). liblxc
+// runs a template with the agent's own environment, and the template
+// runs apt and the packages' scripts in a chroot of the image, where a
+// TMPDIR of the host (a test runner's, a service manager's) does not
+// exist: PostgreSQL's package then fails to install. Meanwhile the
+// agent's own temporary files go to /tmp (os.TempDir).
+func withoutTMPDIR() (restore func()) {
+	tmpdir.Lock()
+	defer tmpdir.Unlock()
+	if tmpdir.running == 0 {
+		tmpdir.value, tmpdir.set = os.LookupEnv("TMPDIR")
+		os.Unsetenv("TMPDIR")
+	}
+	tmpdir.running++
+	return func() {
+		tmpdir.Lock()
+		defer tmpdir.Unlock()
+		if tmpdir.running--; tmpdir.running == 0 && tmpdir.set {
+			os.Setenv("TMPDIR", tmpdir.value)
+		}
+	}
+}
+
 // runTemplate builds c's root file system with img's lxc template, then
 // prepares it for corpus guests.
 func (d *Driver) runTemplate(c *golxc.Container, img imageSpec, b *imageBuild, logFile string, start time.Time) error {
 	ticker := time.NewTicker(30 * time.Second)
 	defer ticker.Stop()
 	created := make(chan error, 1)
-	go func() { created <- c.Create(img.template) }()
+	restore := withoutTMPDIR()
+	go func() { created <- c.Create(img.template); restore() }()
 wait:
 	for {
 		select {

@@ -416,12 +416,14 @@ func (p *page) typeIn(sel, text string) {
 	}), chromedp.KeyEvent(kb.Enter))
 }
 
-// wait waits until the JavaScript expression is true.
+// wait waits until the JavaScript expression is true, within the
+// scaled deadline of its context (chromedp's own 30 s polling timeout is
+// turned off).
 func (p *page) wait(what, js string) {
 	p.t.Helper()
 	ctx, cancel := context.WithTimeout(p.ctx, testrun.D(40*time.Second))
 	defer cancel()
-	if _, err := chromedp.Run(ctx, chromedp.Poll[any]("!!("+js+")", chromedp.WithPollingInterval(100*time.Millisecond))); err != nil {
+	if _, err := chromedp.Run(ctx, chromedp.Poll[any]("!!("+js+")", chromedp.WithPollingInterval(100*time.Millisecond), chromedp.WithPollingTimeout(0))); err != nil {
 		p.t.Fatalf("waiting for %s: %v\n%s", what, err, p.dump())
 	}
 }
