@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/hmac"
+	"crypto/rand"
 	"crypto/sha256"
 	"crypto/tls"
 	"crypto/x509"
@@ -40,10 +41,16 @@ const (
 
 // Request is the payload of a call.
 type Request struct {
-	APIVersion string          `json:"apiVersion"`
-	Kind       string          `json:"kind"`
-	User       string          `json:"user"`
-	Object     json.RawMessage `json:"object"`
+	APIVersion string `json:"apiVersion"`
+	// UID is new for every call (Call sets it), as Kubernetes'
+	// AdmissionReview request.uid: two calls of the same request (a
+	// write asked again after an election) are told apart by it, and
+	// their signatures differ, so an extension that refuses replays
+	// accepts both.
+	UID    string          `json:"uid"`
+	Kind   string          `json:"kind"`
+	User   string          `json:"user"`
+	Object json.RawMessage `json:"object"`
 }
 
 // Answer is what an extension answers.
@@ -147,6 +154,7 @@ func (c *Caller) call(ctx context.Context, e *corpusv1.Extension, secret []byte,
 		return fail("error", err)
 	}
 	req.APIVersion = APIVersion
+	req.UID = rand.Text()
 	body, err := json.Marshal(req)
 	if err != nil {
 		return fail("error", err)

@@ -3,6 +3,7 @@ package extensions
 import (
 	"context"
 	"crypto/tls"
+	"encoding/json"
 	"errors"
 	"io"
 	"net/http"
@@ -179,5 +180,39 @@ func TestCallFailures(t *testing.T) {
 	var ce *CallError
 	if !errors.As(err, &ce) || ce.Reason != "open" {
 		t.Errorf("after %d failures: %v, want the breaker open", breakAfter, err)
+	}
+}
+
+// TestSignedCallsAskedTwice: the same request called twice within one
+// second (a write asked again after an election runs its admission
+// again) is two calls to an extension that refuses replays, not a call
+// and its replay: each call has a uid of its own.
+func TestSignedCallsAskedTwice(t *testing.T) {
+	secret := []byte("0123456789abcdef-shared")
+	v := &Verifier{Secret: secret, Window: time.Minute}
+	now := time.Unix(1_800_000_000, 0)
+	var uids []string
+	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		if err := v.Verify(r.Header.Get(SignatureHeader), body, now); err != nil {
+			http.Error(w, err.Error(), http.StatusUnauthorized)
+			return
+		}
+		var req Request
+		json.Unmarshal(body, &req)
+		uids = append(uids, req.UID)
+		w.Write([]byte(`{"allowed": true}`))
+	}))
+	defer srv.Close()
+	c := NewCaller(nil, func() *tls.Certificate { return nil })
+	c.Now = func() time.Time { return now } // both calls in one second
+	e := &corpusv1.Extension{Name: "signed", Url: srv.URL, CaPem: pemOf(srv.Certificate().Raw), TimeoutMs: 10000, Kind: Validate, On: []string{GuestCreate}}
+	for i := range 2 {
+		if _, err := c.Call(context.Background(), e, secret, Request{Kind: GuestCreate, User: "alice", Object: []byte(`{"name":"web"}`)}); err != nil {
+			t.Fatalf("call %d of the same request: %v", i+1, err)
+		}
+	}
+	if len(uids) != 2 || uids[0] == "" || uids[0] == uids[1] {
+		t.Errorf("uids of the two calls = %q, want two different ones", uids)
 	}
 }
