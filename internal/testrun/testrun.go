@@ -63,10 +63,21 @@ const progressNote = 30 * time.Second
 // waits for and f's last answer, so a long wait is never silent.
 func Wait(t TB, d time.Duration, what string, f func() error) {
 	t.Helper()
-	if err := wait(d, what, f, t.Logf); err != nil {
+	if err := wait(realClock{}, D(d), what, f, t.Logf); err != nil {
 		t.Fatalf("%v", err)
 	}
 }
+
+// clock is the time a wait keeps (a fake one in its own tests).
+type clock interface {
+	Now() time.Time
+	Sleep(time.Duration)
+}
+
+type realClock struct{}
+
+func (realClock) Now() time.Time        { return time.Now() }
+func (realClock) Sleep(d time.Duration) { time.Sleep(d) }
 
 // patience is how many times its deadline a wait may last while its
 // subject makes progress.
@@ -79,9 +90,9 @@ const poll = 200 * time.Millisecond
 // seenCap bounds the messages a wait remembers.
 const seenCap = 4096
 
-func wait(d time.Duration, what string, f func() error, logf func(string, ...any)) error {
-	d = D(d)
-	start := time.Now()
+// wait is Wait with d already scaled, on clock c.
+func wait(c clock, d time.Duration, what string, f func() error, logf func(string, ...any)) error {
+	start := c.Now()
 	bound := start.Add(patience * d)
 	deadline := start.Add(d)
 	seen := map[string]bool{}
@@ -92,7 +103,7 @@ func wait(d time.Duration, what string, f func() error, logf func(string, ...any
 		if err == nil {
 			return nil
 		}
-		now := time.Now()
+		now := c.Now()
 		if msg := err.Error(); !seen[msg] && len(seen) < seenCap {
 			if len(seen) > 0 {
 				deadline = now.Add(d) // progress: a state not seen before
@@ -107,7 +118,7 @@ func wait(d time.Duration, what string, f func() error, logf func(string, ...any
 			logf("waiting for %s (%s): %v", what, now.Sub(start).Round(time.Second), err)
 			lastNote = now
 		}
-		time.Sleep(sleep)
+		c.Sleep(sleep)
 	}
 }
 

@@ -18,19 +18,29 @@ func TestParseScale(t *testing.T) {
 	}
 }
 
+// fakeClock moves only when a wait sleeps, so the tests of waiting
+// depend on no machine's speed.
+type fakeClock struct{ now time.Time }
+
+func (c *fakeClock) Now() time.Time        { return c.now }
+func (c *fakeClock) Sleep(d time.Duration) { c.now = c.now.Add(d) }
+
+func newFakeClock() *fakeClock { return &fakeClock{now: time.Unix(1_800_000_000, 0)} }
+
 // TestWaitProgress: a subject whose state keeps changing is waited for
 // past the deadline; one that stops changing fails a deadline after its
-// last change; a subject that flaps between states it was seen in
-// makes no progress.
+// last change; a subject that flaps between states it was seen in makes
+// no progress.
 func TestWaitProgress(t *testing.T) {
-	const d = 100 * time.Millisecond
+	const d = time.Second
 	nolog := func(string, ...any) {}
 
-	start := time.Now()
+	c := newFakeClock()
+	start := c.now
 	calls := 0
-	err := wait(d, "moving", func() error {
+	err := wait(c, d, "moving", func() error {
 		calls++
-		if time.Since(start) > 4*d {
+		if c.now.Sub(start) > 4*d {
 			return nil
 		}
 		return fmt.Errorf("step %d", calls) // new every call: progress
@@ -39,45 +49,65 @@ func TestWaitProgress(t *testing.T) {
 		t.Errorf("a subject that keeps moving: %v", err)
 	}
 
-	start = time.Now()
-	err = wait(d, "stuck", func() error {
-		if time.Since(start) < 2*d {
-			return fmt.Errorf("moving %d", time.Since(start)/poll)
+	c = newFakeClock()
+	start = c.now
+	err = wait(c, d, "stuck", func() error {
+		if moved := c.now.Sub(start); moved < 2*d {
+			return fmt.Errorf("moving %s", moved)
 		}
 		return errors.New("stuck")
 	}, nolog)
 	if err == nil || !strings.Contains(err.Error(), "stuck: not reached") {
 		t.Errorf("a subject that stopped moving = %v, want not reached", err)
 	}
-	if took := time.Since(start); took < 2*d+d-poll {
-		t.Errorf("a subject that stopped after 2d failed after %s, before d without progress", took)
+	if took := c.now.Sub(start); took < 3*d || took > 3*d+d/5 {
+		t.Errorf("a subject that stopped after 2d failed after %s, want d after that", took)
 	}
 
-	start = time.Now()
+	c = newFakeClock()
+	start = c.now
 	flip := false
-	err = wait(d, "flapping", func() error {
+	err = wait(c, d, "flapping", func() error {
 		flip = !flip
 		return fmt.Errorf("state %v", flip)
 	}, nolog)
 	if err == nil {
 		t.Fatal("a flapping subject reached its goal")
 	}
-	if took := time.Since(start); took > 4*d {
+	if took := c.now.Sub(start); took > d+d/2 {
 		t.Errorf("a flapping subject was waited for %s, want about d", took)
 	}
 }
 
 // TestWaitBound: progress or not, a wait ends within patience times d.
 func TestWaitBound(t *testing.T) {
-	const d = 20 * time.Millisecond
-	start := time.Now()
+	const d = time.Second
+	c := newFakeClock()
+	start := c.now
 	n := 0
-	err := wait(d, "endless", func() error { n++; return fmt.Errorf("new %d", n) }, func(string, ...any) {})
+	err := wait(c, d, "endless", func() error { n++; return fmt.Errorf("new %d", n) }, func(string, ...any) {})
 	if err == nil {
 		t.Fatal("an endless wait ended well")
 	}
-	if took := time.Since(start); took < patience*d || took > patience*d+time.Second {
+	if took := c.now.Sub(start); took < patience*d || took > patience*d+d/5 {
 		t.Errorf("an endless wait took %s, want about %s", took, patience*d)
+	}
+}
+
+// TestWaitSaysWhatItWaitsFor: a long wait logs what it waits for and the
+// last answer, every 30 s.
+func TestWaitSaysWhatItWaitsFor(t *testing.T) {
+	c := newFakeClock()
+	start := c.now
+	var lines []string
+	wait(c, 2*time.Minute, "guest web running", func() error {
+		if c.now.Sub(start) > 100*time.Second {
+			return nil
+		}
+		return errors.New("creating: building image")
+	}, func(format string, args ...any) { lines = append(lines, fmt.Sprintf(format, args...)) })
+	if len(lines) != 3 || !strings.HasPrefix(lines[0], "waiting for guest web running (30s): creating: building image") {
+		t.Errorf("lines logged over 100 s = %q, want three, each what it waits for", lines)
 	}
 }
 
