@@ -90,7 +90,7 @@ func (a *Agent) driverInfo(ctx context.Context) []*corpusv1.DriverInfo {
 		out = append(out, &corpusv1.DriverInfo{
 			Name: name, Healthy: fp.Healthy, Detail: fp.Detail, Attributes: fp.Attributes,
 			Exec: caps.Exec, Images: caps.Images, PackageImages: caps.PackageImages, NoVolumes: !caps.HostVolumes && !caps.BlockVolumes && !keeper, OwnNetwork: !caps.HostNetwork,
-			Converge: caps.Converge,
+			Converge: caps.Converge, IdRanges: caps.IDRanges,
 		})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })

@@ -212,7 +212,7 @@ func (w *worker) run(ctx context.Context) {
 // changes with every report (observed state, events, indexes).
 func desiredVersion(g *corpusv1.Guest) string {
 	b, _ := proto.MarshalOptions{Deterministic: true}.Marshal(&corpusv1.Guest{
-		Id: g.Id, Spec: g.Spec, DesiredState: g.DesiredState, NodeId: g.NodeId, Address: g.Address,
+		Id: g.Id, Spec: g.Spec, DesiredState: g.DesiredState, NodeId: g.NodeId, Address: g.Address, IdRange: g.IdRange,
 	})
 	return string(b)
 }
@@ -331,6 +331,13 @@ func (w *worker) converge(ctx context.Context, g *corpusv1.Guest) error {
 		if err := a.attachBlockVolume(ctx, d, g); err != nil {
 			return atStep("volume", err)
 		}
+		if rm, ok := d.(drivers.IDRemapper); ok {
+			// A guest given another range (one of its own, where it
+			// shared one) moves to it now.
+			if err := rm.RemapIDs(ctx, g.Name, g.IdRange); err != nil {
+				return atStep("ids", err)
+			}
+		}
 		if err := d.Start(ctx, g.Name); err != nil {
 			return atStep("start", fmt.Errorf("starting: %w", err))
 		}
@@ -387,6 +394,7 @@ func (a *Agent) driverSpec(ctx context.Context, d drivers.Driver, g *corpusv1.Gu
 		DiskBytes:   g.Spec.GetResources().GetDiskBytes(),
 		Env:         g.Spec.GetEnv(),
 		Privileged:  g.Spec.GetPrivileged(),
+		IDRange:     g.IdRange,
 	}
 	for _, p := range g.Spec.GetPorts() {
 		spec.Ports = append(spec.Ports, drivers.Port{GuestPort: int(p.GuestPort), HostPort: int(p.HostPort), Protocol: p.Protocol})

@@ -109,6 +109,11 @@ type Capabilities struct {
 	// guest may use it. The driver is then a BlockVolumeDriver, and a
 	// volume grows while its guest runs through GrowVolume.
 	BlockVolumes bool `json:"block_volumes"`
+	// IDRanges is how many ranges of IDRangeSize user and group ids the
+	// host keeps for guests of their own beyond the shared one (range
+	// 0): GuestSpec.IDRange takes 1..IDRanges. 0 when guests share one
+	// range, or have no user namespace of the host's ids (VMs, pods).
+	IDRanges uint32 `json:"id_ranges,omitempty"`
 	// Converge is true when Create, called for an existing guest of the
 	// same ID, makes the guest match spec again (a changed spec, or an
 	// object edited or deleted behind the driver's back) instead of
@@ -121,6 +126,24 @@ type Capabilities struct {
 // capacity instead of the host's.
 type CapacityReporter interface {
 	Capacity(ctx context.Context) (Capacity, error)
+}
+
+// IDRangeSize is how many user (and group) ids one id range holds: a
+// guest's ids 0-65535.
+const IDRangeSize = 65536
+
+// IDRemapper is a driver whose guests' ids live in ranges of the host's
+// (Capabilities.IDRanges). The agent calls RemapIDs before every start
+// of a guest with the range the coordinator gave it.
+type IDRemapper interface {
+	// RemapIDs moves the stopped guest name to id range r: its files
+	// (its root file system now, its volumes at the latest when it
+	// starts) are shifted to the range's ids and its user namespace
+	// maps to it from its next start. A guest
+	// already there, or privileged, is left as it is; a running one in
+	// another range is ErrRunning (wrapped). It is idempotent, and an
+	// interrupted move is finished by the next call.
+	RemapIDs(ctx context.Context, name string, r uint32) error
 }
 
 // VolumeKeeper is a driver that keeps guest volumes itself (no
@@ -242,6 +265,13 @@ type GuestSpec struct {
 	Volume *Volume
 	// Ports are the guest ports the guest publishes.
 	Ports []Port
+	// IDRange is the range of the host's ids the guest's user namespace
+	// maps its ids 0-65535 to, for drivers with Capabilities.IDRanges:
+	// 1..IDRanges is a range of the guest's own, unique among the
+	// node's guests (the coordinator gives it at placement); 0 is the
+	// range every guest without one shares. Ignored for privileged
+	// guests and by drivers without ranges.
+	IDRange uint32
 	// Privileged runs the guest without a user namespace: its root is
 	// the host's root. Only for drivers that confine guests in one (LXC);
 	// the API grants it to ops alone.

@@ -11,6 +11,8 @@ var (
 	ErrUnknownImage = errors.New("unknown image")
 	// ErrNotRunning means the operation needs a running guest.
 	ErrNotRunning = errors.New("guest is not running")
+	// ErrRunning means the operation needs a stopped guest.
+	ErrRunning = errors.New("guest is running")
 	// ErrNotReady means the guest runs but cannot take the request yet
 	// (its guest agent does not answer while it boots); retry later.
 	ErrNotReady = errors.New("guest is not ready")

@@ -133,14 +133,14 @@ func validLabel(k, v string) error {
 
 // desiredOn is the desired state of a node's guests: those placed on it,
 // and the old copies of guests migrating away from it, as they were
-// before the move (its address, this node), so they run on untouched
-// until the new copy runs and they leave the list.
+// before the move (its address and id range, this node), so they run on
+// untouched until the new copy runs and they leave the list.
 func desiredOn(view *state.Snap, nodeID string) []*corpusv1.Guest {
 	guests := view.GuestsOnNode(nodeID)
 	for _, g := range view.GuestsLeaving(nodeID) {
 		old := proto.Clone(g).(*corpusv1.Guest)
-		old.NodeId, old.Address = nodeID, g.PreviousAddress
-		old.PreviousNodeId, old.PreviousAddress = "", ""
+		old.NodeId, old.Address, old.IdRange = nodeID, g.PreviousAddress, g.PreviousIdRange
+		old.PreviousNodeId, old.PreviousAddress, old.PreviousIdRange = "", "", 0
 		old.Observed = nil
 		guests = append(guests, old)
 	}

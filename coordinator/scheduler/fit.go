@@ -10,6 +10,7 @@ import (
 	"sort"
 	"strings"
 
+	"corpus/coordinator/idrange"
 	"corpus/coordinator/state"
 	corpusv1 "corpus/proto/corpus/v1"
 )
@@ -20,6 +21,27 @@ type Candidate struct {
 	Allocated *corpusv1.Resources
 	// UsedPorts are the node ports already published on the node.
 	UsedPorts map[int32]string
+	// IDRanges is how many of the node's guest id ranges are taken.
+	IDRanges int
+}
+
+// candidate is node n with what the state says it holds; ports tells
+// whether its published ports are worked out too.
+func candidate(view *state.Snap, n *corpusv1.Node, ports bool) Candidate {
+	c := Candidate{Node: n}
+	c.Allocated, c.IDRanges = view.NodeHolds(n.Id)
+	if ports {
+		c.UsedPorts = view.UsedPorts(n)
+	}
+	return c
+}
+
+// placed counts guest g, just placed on c, in what c holds.
+func (c *Candidate) placed(g *corpusv1.Guest) {
+	c.Allocated = state.Allocated([]*corpusv1.Guest{{Spec: &corpusv1.GuestSpec{Resources: c.Allocated}}, g})
+	if idrange.Capacity(state.DriverOn(c.Node, g.GetSpec().GetDriver()), g.GetSpec()) > 0 {
+		c.IDRanges++
+	}
 }
 
 // Ask is one guest to place and what the placement needs to know of it.
@@ -47,10 +69,10 @@ type Decision struct {
 // Place picks the node for a guest among candidates. Nodes are filtered
 // (state.Unfit: ready, not draining, eligible, in the guest's environment,
 // carrying the labels it requires, driver present and healthy, image
-// offered, free memory/cpu/disk and ports). Of the nodes that fit, the
-// ones in the zone holding the fewest guests of the guest's project come
-// first (spread across failure domains), then those holding the fewest
-// instances of its environment; among those the guest is
+// offered, free memory/cpu/disk, ports and id ranges). Of the nodes that
+// fit, the ones in the zone holding the fewest guests of the guest's
+// project come first (spread across failure domains), then those holding
+// the fewest instances of its environment; among those the guest is
 // bin-packed: the node left with the smallest free share of memory and
 // cpu wins, ties broken by name so the choice is deterministic. When
 // nothing fits, Reason counts the nodes each filter rejected.
@@ -94,7 +116,7 @@ func placeByScan(ask Ask, candidates []Candidate, k *kind) (best *Candidate, sho
 	var bestRank rank
 	for j, i := range k.fit {
 		c := &candidates[i]
-		if why := state.RoomUnfit(c.Node, k.drivers[j], c.Allocated, c.UsedPorts, spec); why != "" {
+		if why := state.RoomUnfit(c.Node, k.drivers[j], c.Allocated, c.UsedPorts, c.IDRanges, spec); why != "" {
 			if short == nil {
 				short = map[string]int{}
 			}

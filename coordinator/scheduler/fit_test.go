@@ -48,6 +48,11 @@ func drivers(d ...*corpusv1.DriverInfo) func(*corpusv1.Node) {
 	return func(n *corpusv1.Node) { n.Drivers = d }
 }
 
+// idRanges gives the node's lxc driver n guest id ranges.
+func idRanges(n uint32) func(*corpusv1.Node) {
+	return drivers(&corpusv1.DriverInfo{Name: "lxc", Healthy: true, IdRanges: n})
+}
+
 // free is a candidate with nothing allocated.
 func free(n *corpusv1.Node) scheduler.Candidate {
 	return scheduler.Candidate{Node: n, Allocated: &corpusv1.Resources{}}
@@ -182,6 +187,16 @@ func TestPlace(t *testing.T) {
 			name:  "packages where the image takes them",
 			cands: []scheduler.Candidate{free(node("a", 8)), free(node("b", 8, drivers(&corpusv1.DriverInfo{Name: "lxc", Healthy: true, PackageImages: []string{"busybox"}})))},
 			node:  "b",
+		},
+		{
+			name:   "out of id ranges",
+			cands:  []scheduler.Candidate{{Node: node("a", 8, idRanges(2)), Allocated: &corpusv1.Resources{}, IDRanges: 2}},
+			reason: "no node fits (1 considered): 1 node out of guest id ranges",
+		},
+		{
+			name:  "id ranges left",
+			cands: []scheduler.Candidate{{Node: node("a", 8, idRanges(2)), Allocated: &corpusv1.Resources{}, IDRanges: 1}},
+			node:  "a",
 		},
 		{
 			name:   "constraint not met",

@@ -32,7 +32,7 @@ func planUpTo(view *state.Snap, limit int) []*corpusv1.PlaceGuest {
 	byID := make(map[string]*Candidate, len(nodes))
 	at := make(map[string]int, len(nodes))
 	for i, n := range nodes {
-		cands[i] = Candidate{Node: n, Allocated: view.NodeAllocated(n.Id)}
+		cands[i] = candidate(view, n, false)
 		byID[n.Id], at[n.Id] = &cands[i], i
 	}
 	// The ports the nodes publish matter only to guests that publish
@@ -100,7 +100,7 @@ func planUpTo(view *state.Snap, limit int) []*corpusv1.PlaceGuest {
 		plan = append(plan, &corpusv1.PlaceGuest{GuestId: g.Id, NodeId: d.NodeID, ModifyIndex: g.ModifyIndex})
 		c := byID[d.NodeID]
 		moved := ks.moving(at[d.NodeID])
-		c.Allocated = state.Allocated([]*corpusv1.Guest{{Spec: &corpusv1.GuestSpec{Resources: c.Allocated}}, g})
+		c.placed(g)
 		moved()
 		if ports := g.GetSpec().GetPorts(); len(ports) > 0 {
 			used := make(map[int32]string, len(c.UsedPorts)+len(ports))
@@ -181,7 +181,7 @@ func Explain(view *state.Snap, g *corpusv1.Guest) Decision {
 	cands := make([]Candidate, 0, len(nodes))
 	for _, n := range nodes {
 		if n.Id != g.NodeId {
-			cands = append(cands, Candidate{Node: n, Allocated: view.NodeAllocated(n.Id), UsedPorts: view.UsedPorts(n)})
+			cands = append(cands, candidate(view, n, true))
 		}
 	}
 	projects := view.GuestProjects()
@@ -198,7 +198,7 @@ func Room(view *state.Snap, g *corpusv1.Guest, env string, k int) (int, string) 
 	nodes := view.Nodes()
 	cands := make([]Candidate, len(nodes))
 	for i, n := range nodes {
-		cands[i] = Candidate{Node: n, Allocated: view.NodeAllocated(n.Id), UsedPorts: view.UsedPorts(n)}
+		cands[i] = candidate(view, n, true)
 	}
 	for i := range k {
 		d := Place(Ask{Guest: g, Env: env}, cands)
@@ -207,7 +207,7 @@ func Room(view *state.Snap, g *corpusv1.Guest, env string, k int) (int, string) 
 		}
 		for j := range cands {
 			if cands[j].Node.Id == d.NodeID {
-				cands[j].Allocated = state.Allocated([]*corpusv1.Guest{{Spec: &corpusv1.GuestSpec{Resources: cands[j].Allocated}}, g})
+				cands[j].placed(g)
 			}
 		}
 	}

@@ -1,6 +1,7 @@
 package scheduler_test
 
 import (
+	"fmt"
 	"net/netip"
 	"testing"
 
@@ -263,5 +264,39 @@ func TestRoom(t *testing.T) {
 	}
 	if n, why := scheduler.Room(view, g, "", 7); n != 5 || why == "" {
 		t.Errorf("Room for 7 of 1 GiB in 5 GiB = %d (%q), want 5 and a reason", n, why)
+	}
+}
+
+// TestPlanCountsIDRanges: a pass counts the id ranges it gives, so a node
+// whose last range it gave takes no more unprivileged guests in that
+// pass (they go elsewhere), while a privileged guest, which takes none,
+// still goes there; by shape or by scan.
+func TestPlanCountsIDRanges(t *testing.T) {
+	t.Parallel()
+	for _, byShape := range []bool{true, false} {
+		r := newReplica(t)
+		for name, mem := range map[string]int64{"small": 4, "big": 8} {
+			r.must(enrollCmds(name)...)
+			report := reportCmd(name, mem, "v1")
+			report.GetUpdateNode().Drivers[0].IdRanges = 2
+			r.must(report)
+		}
+		for _, name := range []string{"g1", "g2", "g3", "g4"} {
+			r.addGuest(name, func(g *corpusv1.Guest) {
+				g.Spec.Resources = &corpusv1.Resources{MemoryBytes: gib / 2, CpuMillis: 100}
+				g.Spec.Privileged = name == "g4"
+			})
+		}
+		restore := scheduler.ByShape(byShape)
+		plan := scheduler.Plan(r.store.Read())
+		restore()
+		var got []string
+		for _, p := range plan {
+			got = append(got, p.NodeId)
+		}
+		want := []string{"small-id", "small-id", "big-id", "small-id"}
+		if fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Errorf("by shape %v: guests placed on %v, want %v (small, fuller, until its 2 ranges are given)", byShape, got, want)
+		}
 	}
 }

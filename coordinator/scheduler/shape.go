@@ -22,13 +22,23 @@ var byShape = true
 type shape struct {
 	capMem, capCPU, capDisk    int64
 	usedMem, usedCPU, usedDisk int64
+	// noIDRange is set on a node whose guest id ranges are all taken.
+	// Of a node's drivers only those that run guests in user namespaces
+	// of the node's ids keep ranges, all of one pool (the host's
+	// subordinate ids): a kind's driver there has either none or these.
+	noIDRange bool
 }
 
 func shapeOf(c *Candidate) shape {
 	capy, used := c.Node.GetCapacity(), c.Allocated
+	var ranges uint32
+	for _, d := range c.Node.GetDrivers() {
+		ranges = max(ranges, d.GetIdRanges())
+	}
 	return shape{
 		capMem: capy.GetMemoryBytes(), capCPU: capy.GetCpuMillis(), capDisk: capy.GetDiskBytes(),
 		usedMem: used.GetMemoryBytes(), usedCPU: used.GetCpuMillis(), usedDisk: used.GetDiskBytes(),
+		noIDRange: ranges > 0 && c.IDRanges >= int(ranges),
 	}
 }
 
@@ -80,8 +90,8 @@ func placeByShape(ask Ask, cands []Candidate, k *kind) (best *Candidate, short m
 	var bestRank rank
 	for _, g := range k.shapes(cands) {
 		c := &cands[g[0]]
-		// No ports: RoomUnfit does not look at the driver.
-		if why := state.RoomUnfit(c.Node, nil, c.Allocated, nil, spec); why != "" {
+		// No ports: of the driver RoomUnfit reads only its id ranges.
+		if why := state.RoomUnfit(c.Node, state.DriverOn(c.Node, spec.GetDriver()), c.Allocated, nil, c.IDRanges, spec); why != "" {
 			if short == nil {
 				short = map[string]int{}
 			}

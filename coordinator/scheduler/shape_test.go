@@ -16,7 +16,8 @@ import (
 // every node does, placement for placement and reason for reason, on
 // random clusters: nodes of a few sizes, some down or draining, some
 // holding guests already; guests of a few sizes, some too big for any
-// node, some with ports (scanned), some in a project (scanned).
+// node, some with ports (scanned), some in a project (scanned), some
+// privileged (no id range); nodes with few id ranges or none.
 func TestPlaceByShapeAsScan(t *testing.T) {
 	for seed := range uint64(40) {
 		rng := rand.New(rand.NewPCG(seed, 7))
@@ -25,7 +26,9 @@ func TestPlaceByShapeAsScan(t *testing.T) {
 		for i := range nodes {
 			name := fmt.Sprintf("n%02d", i)
 			r.must(enrollCmds(name)...)
-			r.must(reportCmd(name, []int64{1, 2, 4}[rng.IntN(3)], "v1"))
+			report := reportCmd(name, []int64{1, 2, 4}[rng.IntN(3)], "v1")
+			report.GetUpdateNode().Drivers[0].IdRanges = []uint32{0, 1, 2, 3, 100}[rng.IntN(5)]
+			r.must(report)
 			switch rng.IntN(10) {
 			case 0:
 				r.nodeStatus(name, state.NodeDown)
@@ -40,6 +43,7 @@ func TestPlaceByShapeAsScan(t *testing.T) {
 					CpuMillis:   []int64{10, 100, 500}[rng.IntN(3)],
 					DiskBytes:   []int64{0, gib}[rng.IntN(2)],
 				}
+				g.Spec.Privileged = rng.IntN(6) == 0
 				if rng.IntN(8) == 0 {
 					g.Spec.Ports = []*corpusv1.Port{{HostPort: int32(8000 + rng.IntN(3)), GuestPort: 80, Protocol: "tcp"}}
 				}

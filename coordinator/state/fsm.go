@@ -371,6 +371,7 @@ func (a *applier) updateNode(c *corpusv1.UpdateNode) error {
 	}
 	n.ModifyIndex = a.index
 	a.put(tableNodes, n)
+	a.giveIDRanges(n)
 	return nil
 }
 

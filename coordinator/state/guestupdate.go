@@ -73,12 +73,7 @@ func (a *applier) updatableOn(g *corpusv1.Guest, spec *corpusv1.GuestSpec) error
 	if err != nil {
 		return err
 	}
-	var drv *corpusv1.DriverInfo
-	for _, d := range n.Drivers {
-		if d.Name == spec.GetDriver() {
-			drv = d
-		}
-	}
+	drv := DriverOn(n, spec.GetDriver())
 	if drv == nil || !drv.Converge {
 		return fmt.Errorf("guest %s runs on node %s, whose driver %s cannot change a guest in place; delete it and create it again with the new spec: %w",
 			g.Name, n.Name, spec.GetDriver(), ErrBadTransition)

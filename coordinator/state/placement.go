@@ -9,6 +9,7 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
+	"corpus/coordinator/idrange"
 	corpusv1 "corpus/proto/corpus/v1"
 )
 
@@ -29,17 +30,18 @@ const (
 
 // Unfit says why node n cannot take a guest with spec, or "" when it can.
 // env is the project environment the guest runs ("" outside projects):
-// only nodes in that mode take it. alloc is what the node already holds
-// and used the node ports in use there. The scheduler filters with it on
-// a snapshot and PlaceGuests checks each placement with it again as it
-// applies, so both decide alike. Reasons are short phrases that read after
-// a count: "2 nodes short of memory".
-func Unfit(n *corpusv1.Node, alloc *corpusv1.Resources, used map[int32]string, spec *corpusv1.GuestSpec, env string) string {
+// only nodes in that mode take it. alloc is what the node already holds,
+// used the node ports in use there and ranges how many of its guest id
+// ranges are taken. The scheduler filters with it on a snapshot and
+// PlaceGuests checks each placement with it again as it applies, so both
+// decide alike. Reasons are short phrases that read after a count: "2
+// nodes short of memory".
+func Unfit(n *corpusv1.Node, alloc *corpusv1.Resources, used map[int32]string, ranges int, spec *corpusv1.GuestSpec, env string) string {
 	drv, why := KindUnfit(n, spec, env)
 	if why != "" {
 		return why
 	}
-	return RoomUnfit(n, drv, alloc, used, spec)
+	return RoomUnfit(n, drv, alloc, used, ranges, spec)
 }
 
 // KindUnfit is the half of Unfit that depends on the node and the kind
@@ -60,12 +62,7 @@ func KindUnfit(n *corpusv1.Node, spec *corpusv1.GuestSpec, env string) (*corpusv
 	if why := missingLabel(n.Labels, spec.GetConstraints()); why != "" {
 		return nil, why
 	}
-	var drv *corpusv1.DriverInfo
-	for _, d := range n.Drivers {
-		if d.Name == spec.GetDriver() {
-			drv = d
-		}
-	}
+	drv := DriverOn(n, spec.GetDriver())
 	switch {
 	case drv == nil:
 		return nil, "without driver " + spec.GetDriver()
@@ -98,10 +95,20 @@ func KindKey(spec *corpusv1.GuestSpec, env string) string {
 	return b.String()
 }
 
+// DriverOn returns node n's driver of that name, or nil.
+func DriverOn(n *corpusv1.Node, name string) *corpusv1.DriverInfo {
+	for _, d := range n.GetDrivers() {
+		if d.Name == name {
+			return d
+		}
+	}
+	return nil
+}
+
 // RoomUnfit is the other half of Unfit, for a node whose driver drv
-// takes the kind of guest: room for its resources and its node ports
-// beside what the node holds.
-func RoomUnfit(n *corpusv1.Node, drv *corpusv1.DriverInfo, alloc *corpusv1.Resources, used map[int32]string, spec *corpusv1.GuestSpec) string {
+// takes the kind of guest: room for its resources, its node ports and
+// its id range beside what the node holds.
+func RoomUnfit(n *corpusv1.Node, drv *corpusv1.DriverInfo, alloc *corpusv1.Resources, used map[int32]string, ranges int, spec *corpusv1.GuestSpec) string {
 	need, capy := spec.GetResources(), n.GetCapacity()
 	switch {
 	case need.GetMemoryBytes() > capy.GetMemoryBytes()-alloc.GetMemoryBytes():
@@ -110,6 +117,9 @@ func RoomUnfit(n *corpusv1.Node, drv *corpusv1.DriverInfo, alloc *corpusv1.Resou
 		return "short of cpu"
 	case need.GetDiskBytes() > capy.GetDiskBytes()-alloc.GetDiskBytes():
 		return "short of disk"
+	}
+	if c := idrange.Capacity(drv, spec); c > 0 && ranges >= int(c) {
+		return "out of guest id ranges"
 	}
 	if ports := spec.GetPorts(); len(ports) > 0 && !drv.OwnNetwork {
 		if why := PortConflict(n, used, ports); why != "" {
@@ -162,11 +172,25 @@ func (v *Snap) GuestsLeaving(nodeID string) []*corpusv1.Guest {
 	return out
 }
 
+// NodeIDRanges returns the guest id ranges taken on a node (see
+// idrange.Used).
+func (v *Snap) NodeIDRanges(nodeID string) map[uint32]bool {
+	return idrange.Used(all[*corpusv1.Guest](v, tableGuests, "node", nodeID), all[*corpusv1.Guest](v, tableGuests, "prev", nodeID))
+}
+
 // NodeAllocated is what a node holds: its guests and the old copies of
 // guests migrating away from it.
 func (v *Snap) NodeAllocated(nodeID string) *corpusv1.Resources {
+	alloc, _ := v.NodeHolds(nodeID)
+	return alloc
+}
+
+// NodeHolds is NodeAllocated and how many guest id ranges are taken on
+// the node, read in one pass.
+func (v *Snap) NodeHolds(nodeID string) (alloc *corpusv1.Resources, idRanges int) {
 	// Sums need no order: the indexes as they come.
-	return Allocated(all[*corpusv1.Guest](v, tableGuests, "node", nodeID), all[*corpusv1.Guest](v, tableGuests, "prev", nodeID))
+	on, leaving := all[*corpusv1.Guest](v, tableGuests, "node", nodeID), all[*corpusv1.Guest](v, tableGuests, "prev", nodeID)
+	return Allocated(on, leaving), idrange.Taken(on, leaving)
 }
 
 // ProjectRef names the project environment a guest runs.
@@ -297,7 +321,8 @@ func (a *applier) placeChecked(p *corpusv1.PlaceGuest, b *placeBatch) error {
 		used = v.UsedPorts(n)
 		b.ports[n.Id] = used
 	}
-	if why := Unfit(n, alloc, used, g.Spec, b.projects[g.Id].Env); why != "" {
+	_, ranges := v.NodeHolds(n.Id)
+	if why := Unfit(n, alloc, used, ranges, g.Spec, b.projects[g.Id].Env); why != "" {
 		return fmt.Errorf("placing guest %s on node %s, %s: %w", g.Name, n.Name, why, ErrStale)
 	}
 	switch {
@@ -309,7 +334,7 @@ func (a *applier) placeChecked(p *corpusv1.PlaceGuest, b *placeBatch) error {
 		a.event(g, "rescheduled", "node "+from.Name+" is down; placed on node "+n.Name)
 	case g.DesiredState == DesiredRunning:
 		// Draining: the old copy keeps running until the new one does.
-		g.PreviousNodeId, g.PreviousAddress = from.Id, g.Address
+		g.PreviousNodeId, g.PreviousAddress, g.PreviousIdRange = from.Id, g.Address, g.IdRange
 		a.event(g, "migrating", "node "+from.Name+" is draining; starting a new copy on node "+n.Name)
 	default:
 		a.event(g, "migrated", "node "+from.Name+" is draining; placed on node "+n.Name)
@@ -331,33 +356,65 @@ func (a *applier) placeChecked(p *corpusv1.PlaceGuest, b *placeBatch) error {
 }
 
 // assign puts g on node n: an address of n's subnet (unless g's driver
-// there addresses guests itself), and its volume there when it has one
-// that is on no node yet.
+// there addresses guests itself), an id range of n's (when g takes
+// one there), and its volume there when it has one that is on no node
+// yet.
 func (a *applier) assign(g *corpusv1.Guest, n *corpusv1.Node, v *Snap) error {
+	drv := DriverOn(n, g.GetSpec().GetDriver())
 	addr := ""
-	if !ownNetwork(n, g.GetSpec().GetDriver()) {
+	if !drv.GetOwnNetwork() {
 		a, err := nextGuestAddress(n.GuestSubnet, v.addressesOn(n.Id))
 		if err != nil {
 			return fmt.Errorf("placing guest %s on node %s: %w", g.Name, n.Name, err)
 		}
 		addr = a.String()
 	}
+	r, err := nextIDRange(g, n, drv, v)
+	if err != nil {
+		return err
+	}
 	if err := a.placeVolume(g, n); err != nil {
 		return err
 	}
-	g.NodeId, g.Address, g.PendingReason = n.Id, addr, ""
+	g.NodeId, g.Address, g.IdRange, g.PendingReason = n.Id, addr, r, ""
 	return nil
 }
 
-// ownNetwork reports whether node n's driver of that name addresses its
-// guests and publishes their ports itself.
-func ownNetwork(n *corpusv1.Node, driver string) bool {
-	for _, d := range n.GetDrivers() {
-		if d.Name == driver {
-			return d.OwnNetwork
-		}
+// nextIDRange returns the lowest id range free on node n for guest g
+// (not placed there yet), whose driver there is drv; 0 when g takes
+// none there.
+func nextIDRange(g *corpusv1.Guest, n *corpusv1.Node, drv *corpusv1.DriverInfo, v *Snap) (uint32, error) {
+	c := idrange.Capacity(drv, g.GetSpec())
+	if c == 0 {
+		return 0, nil
 	}
-	return false
+	r, ok := idrange.Lowest(c, v.NodeIDRanges(n.Id))
+	if !ok {
+		return 0, fmt.Errorf("placing guest %s on node %s: its %d guest id ranges are all taken: %w", g.Name, n.Name, c, ErrExhausted)
+	}
+	return r, nil
+}
+
+// giveIDRanges gives the guests on node n that have no id range one,
+// where their driver there now keeps ranges (the node's agent offers
+// them since it was upgraded): they move to it at their next start.
+// Guests in the order of their names, so every replica gives the same.
+func (a *applier) giveIDRanges(n *corpusv1.Node) {
+	v := a.view()
+	for _, g := range v.GuestsOnNode(n.Id) {
+		if g.IdRange != 0 || g.DesiredState == DesiredDeleted || g.PreviousNodeId != "" {
+			continue
+		}
+		r, err := nextIDRange(g, n, DriverOn(n, g.GetSpec().GetDriver()), v)
+		if err != nil || r == 0 {
+			continue // none free: it keeps the shared one
+		}
+		g = proto.Clone(g).(*corpusv1.Guest)
+		g.IdRange = r
+		a.event(g, "id-range", fmt.Sprintf("given id range %d of node %s; the guest moves to it at its next start", r, n.Name))
+		g.ModifyIndex = a.index
+		a.put(tableGuests, g)
+	}
 }
 
 // addressesOn returns the guest addresses in use on a node: its guests'
@@ -388,7 +445,7 @@ func (a *applier) migrated(g *corpusv1.Guest) {
 	if n, err := a.node(g.PreviousNodeId); err == nil {
 		name = n.Name
 	}
-	g.PreviousNodeId, g.PreviousAddress = "", ""
+	g.PreviousNodeId, g.PreviousAddress, g.PreviousIdRange = "", "", 0
 	a.event(g, "migrated", "the new copy is "+st+"; the copy on node "+name+" is removed")
 }
 

@@ -13,8 +13,14 @@ import (
 
 // The built-in drivers.
 func init() {
+	// Root's subordinate ids, which guests' id ranges are cut from, are
+	// read from CORPUS_LXC_SUBUID and CORPUS_LXC_SUBGID when set
+	// (/etc/subuid and /etc/subgid otherwise).
 	register("lxc", func(c Config) (drivers.Driver, error) {
-		return lxc.New(lxc.Config{Path: filepath.Join(c.StateDir, "lxc"), Logger: c.Logger})
+		return lxc.New(lxc.Config{
+			Path: filepath.Join(c.StateDir, "lxc"), Logger: c.Logger,
+			SubUIDFile: os.Getenv("CORPUS_LXC_SUBUID"), SubGIDFile: os.Getenv("CORPUS_LXC_SUBGID"),
+		})
 	})
 	register("libvirt", newLibvirt)
 }

@@ -1,7 +1,8 @@
 // Package lxc runs corpus guests as LXC system containers through liblxc
-// (github.com/lxc/go-lxc): unprivileged, in a user namespace of their
-// own ids, unless the spec asks for a privileged one (see
-// security_linux.go for the confinement of each).
+// (github.com/lxc/go-lxc): unprivileged, in a user namespace mapped to a
+// range of the host's ids of their own (see idmap_linux.go), unless the
+// spec asks for a privileged one (see security_linux.go for the
+// confinement of each).
 //
 // A Driver owns one lxcpath (Config.Path). Guests are containers directly
 // under it, each marked by a corpus.json metadata file in its directory;
@@ -12,12 +13,15 @@
 //	<Path>/
 //	  web/            guest container (config, corpus.json, lxc.log, rootfs
 //	                  or overlay delta)
+//	  .image-mounts/
+//	    web           the image cache's root file system as web's ids see
+//	                  it, its overlay's lower folder (idmount_linux.go)
 //	  .images/
 //	    busybox/      image cache, built once by the lxc template
 //	    busybox.json  marker written when the cache is complete
-//	    busybox-u1000000-1000000/
-//	                  its copy owned by unprivileged guests' ids (see
-//	                  idmap_linux.go), made once from the cache
+//	    busybox-u1065536-1065536/
+//	                  its copy owned by one id range, made once from the
+//	                  cache where guests cannot stack on an idmapped mount
 //	  .seccomp        the guests' seccomp policy
 //
 // A guest's life:

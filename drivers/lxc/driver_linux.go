@@ -31,10 +31,13 @@ type Driver struct {
 	cgroup   int       // 1 or 2, see cgroupVersion
 	apparmor bool      // kernel enforces AppArmor
 	clone    cloneMode // how guests are made from image caches
-	// idmap is where unprivileged guests' ids live on this host; nil
-	// when it could not be had (idmapErr says why).
-	idmap    *idmap
-	idmapErr error
+	// ids are where unprivileged guests' ids live on this host; nil
+	// when they could not be had (idsErr says why).
+	ids    *hostIDs
+	idsErr error
+	// idmapped is set where overlay guests stack on an idmapped mount
+	// of their image (see idmount_linux.go).
+	idmapped bool
 	// disks keeps guests' root file system disks; nil where loop
 	// devices cannot be had (no limits then).
 	disks *loop.Backend
@@ -90,13 +93,26 @@ func New(cfg Config) (*Driver, error) {
 		if subgid == "" {
 			subgid = "/etc/subgid"
 		}
-		if m, err := hostIDMap(subuid, subgid); err != nil {
-			d.idmapErr = err
+		if h, err := readHostIDs(subuid, subgid); err != nil {
+			d.idsErr = err
 		} else if err := searchable(path); err != nil {
-			d.idmapErr = err
+			d.idsErr = err
 		} else {
-			d.idmap = &m
+			d.ids = &h
+			if h.ranges == 0 {
+				d.log.Warn("guests share one id range: root's subordinate ids hold no more; give root more in /etc/subuid and /etc/subgid (65,536 a guest)",
+					"subuid", subuid, "subgid", subgid)
+			}
 		}
+		if d.ids != nil && d.clone == cloneOverlay {
+			m, _ := d.ids.idmap(0)
+			if err := probeIDMapped(path, m); err != nil {
+				d.log.Info("guests' images are copied per id range (no idmapped mounts for overlays here)", "error", err)
+			} else {
+				d.idmapped = true
+			}
+		}
+		d.sweepImageMounts()
 		if err := d.writeSeccomp(); err != nil {
 			return nil, fmt.Errorf("creating lxc driver: %w", err)
 		}
@@ -118,7 +134,16 @@ func (d *Driver) Capabilities() drivers.Capabilities {
 		PackageImages: packageImages(),
 		HostNetwork:   true,
 		HostVolumes:   true,
+		IDRanges:      d.idRanges(),
 	}
+}
+
+// idRanges is how many id ranges of their own the host has for guests.
+func (d *Driver) idRanges() uint32 {
+	if d.ids == nil {
+		return 0
+	}
+	return d.ids.ranges
 }
 
 // Fingerprint reports the driver healthy when liblxc loads, the process
@@ -134,8 +159,13 @@ func (d *Driver) Fingerprint(ctx context.Context) drivers.Fingerprint {
 			"apparmor":       strconv.FormatBool(d.apparmor),
 		},
 	}
-	if d.idmap != nil {
-		fp.Attributes["lxc.idmap"] = fmt.Sprintf("u:%d g:%d n:%d", d.idmap.UID, d.idmap.GID, guestIDs)
+	if d.ids != nil {
+		fp.Attributes["lxc.idmap"] = fmt.Sprintf("u:%d g:%d n:%d", d.ids.uid.start, d.ids.gid.start, guestIDs)
+		fp.Attributes["lxc.id_ranges"] = strconv.FormatUint(uint64(d.ids.ranges), 10)
+		fp.Attributes["lxc.image_shift"] = "copy per range"
+		if d.idmapped {
+			fp.Attributes["lxc.image_shift"] = "idmapped mount"
+		}
 	}
 	if err := d.probe(); err != nil {
 		fp.Detail = err.Error()
@@ -150,8 +180,8 @@ func (d *Driver) probe() error {
 	if os.Geteuid() != 0 {
 		return fmt.Errorf("not running as root (liblxc needs it to make containers)")
 	}
-	if d.idmap == nil {
-		return fmt.Errorf("no id map for unprivileged guests: %v", d.idmapErr)
+	if d.ids == nil {
+		return fmt.Errorf("no id map for unprivileged guests: %v", d.idsErr)
 	}
 	fi, err := os.Stat(d.path)
 	if err != nil {

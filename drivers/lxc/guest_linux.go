@@ -42,6 +42,11 @@ type metadata struct {
 	// Mounts are the host folders bound into the guest, whose files an
 	// unprivileged guest needs to own (see shiftMounts).
 	Mounts []string `json:"mounts,omitempty"`
+	// Base is the image cache whose root file system the guest's
+	// overlay stacks on through its image mount (see idmount_linux.go);
+	// empty for a guest without one (privileged, a copied root file
+	// system, or stacked on a copy of the image shifted to its ids).
+	Base string `json:"base,omitempty"`
 }
 
 // nameRE matches DNS labels, the only guest names accepted; it also keeps
@@ -222,13 +227,19 @@ func (d *Driver) create(ctx context.Context, spec drivers.GuestSpec, img imageSp
 
 	var im *idmap
 	if !spec.Privileged {
-		if d.idmap == nil {
+		if d.ids == nil {
 			return errors.New("no id map for unprivileged guests on this host (see the driver's health)")
 		}
-		im = d.idmap
-		img = unprivileged(img, *im)
-		if err := d.ensureImage(ctx, img, progress); err != nil {
+		m, err := d.ids.idmap(spec.IDRange)
+		if err != nil {
 			return err
+		}
+		im = &m
+		if d.clone == cloneOverlay && !d.idmapped {
+			img = unprivileged(img, m)
+			if err := d.ensureImage(ctx, img, progress); err != nil {
+				return err
+			}
 		}
 	}
 	if err := d.cloneImage(img, spec.Name, im); err != nil {
@@ -248,17 +259,23 @@ func (d *Driver) create(ctx context.Context, spec drivers.GuestSpec, img imageSp
 		return err
 	}
 	defer c.Release()
+	md := metadata{ID: spec.ID, Name: spec.Name, Image: spec.Image, Created: time.Now().UTC(), IDMap: im, Privileged: spec.Privileged}
+	if im != nil && d.clone == cloneOverlay && d.idmapped {
+		md.Base = img.cache
+		if err := d.stackOnImage(c, md); err != nil {
+			return err
+		}
+	}
 	if err := d.makeDisk(ctx, c, spec.Name, spec.DiskBytes, im); err != nil {
 		return err
 	}
 	if err := d.configure(c, spec, filepath.Join(d.guestDir(spec.Name), "lxc.log"), im); err != nil {
 		return err
 	}
-	md := metadata{ID: spec.ID, Name: spec.Name, Image: spec.Image, Created: time.Now().UTC(), IDMap: im, Privileged: spec.Privileged}
 	for _, mt := range spec.Mounts {
 		md.Mounts = append(md.Mounts, mt.Source)
 	}
-	if err := shiftMounts(md); err != nil {
+	if err := d.shiftMounts(md); err != nil {
 		return err
 	}
 	b, err := json.Marshal(md)
@@ -288,15 +305,44 @@ func (d *Driver) cloneImage(img imageSpec, name string, m *idmap) error {
 	if err := cache.Clone(name, d.clone.options(d.path)); err != nil {
 		return fmt.Errorf("cloning image %s (%s): %w", img.name, d.clone, err)
 	}
-	if m != nil && d.clone == cloneOverlay {
-		// liblxc mounts the overlay inside the guest's user namespace,
-		// where its upper and work folders must be the guest's.
-		for _, dir := range []string{"overlay", "overlay/delta", "overlay/work"} {
-			err := os.Lchown(filepath.Join(d.guestDir(name), dir), int(m.UID), int(m.GID))
-			if err != nil && !errors.Is(err, fs.ErrNotExist) {
-				return fmt.Errorf("cloning image %s: %w", img.name, err)
-			}
+	if m == nil {
+		return nil
+	}
+	dir := d.guestDir(name)
+	// The guest's root reaches its root file system through its folder.
+	if err := os.Lchown(dir, int(m.UID), int(m.GID)); err != nil {
+		return fmt.Errorf("cloning image %s: %w", img.name, err)
+	}
+	if d.clone != cloneOverlay {
+		// A copy of the image's own files, shifted to the guest's.
+		if err := d.ids.shift(filepath.Join(dir, "rootfs"), *m); err != nil {
+			return fmt.Errorf("cloning image %s: %w", img.name, err)
 		}
+		return nil
+	}
+	// liblxc mounts the overlay inside the guest's user namespace,
+	// where its upper and work folders must be the guest's.
+	for _, sub := range []string{"overlay", "overlay/delta", "overlay/work"} {
+		err := os.Lchown(filepath.Join(dir, sub), int(m.UID), int(m.GID))
+		if err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("cloning image %s: %w", img.name, err)
+		}
+	}
+	return nil
+}
+
+// stackOnImage mounts the guest's image (the cache m.Base with the
+// guest's ids) and makes it the lower folder of the guest's overlay.
+func (d *Driver) stackOnImage(c *golxc.Container, m metadata) error {
+	_, upper, ok := overlayPaths(c)
+	if !ok {
+		return fmt.Errorf("root file system %q is not an overlay", c.ConfigItem("lxc.rootfs.path"))
+	}
+	if err := d.mountImage(m.Name, m.Base, *m.IDMap); err != nil {
+		return err
+	}
+	if err := c.SetConfigItem("lxc.rootfs.path", "overlay:"+d.imageMount(m.Name)+":"+upper); err != nil {
+		return fmt.Errorf("stacking the root file system on its image: %w", err)
 	}
 	return nil
 }
@@ -305,9 +351,12 @@ func (d *Driver) cloneImage(img imageSpec, name string, m *idmap) error {
 // into it (its volume) when they still belong to the host's ids: a new
 // volume, or one a privileged guest used before. A folder already in
 // the map is left alone, so this is cheap on every start.
-func shiftMounts(m metadata) error {
-	if m.IDMap == nil {
+func (d *Driver) shiftMounts(m metadata) error {
+	if m.IDMap == nil || len(m.Mounts) == 0 {
 		return nil
+	}
+	if d.ids == nil {
+		return fmt.Errorf("no id map on this host: %v", d.idsErr)
 	}
 	for _, src := range m.Mounts {
 		// liblxc binds it as the guest's root, who must reach it.
@@ -319,7 +368,7 @@ func shiftMounts(m metadata) error {
 			return fmt.Errorf("checking the owner of %s: %w", src, err)
 		}
 		if !ok {
-			if err := shift(src, *m.IDMap); err != nil {
+			if err := d.ids.shift(src, *m.IDMap); err != nil {
 				return fmt.Errorf("giving %s to the guest's ids: %w", src, err)
 			}
 		}
@@ -353,15 +402,21 @@ func (d *Driver) start(ctx context.Context, name string) error {
 		return err
 	}
 	if m.IDMap == nil && !m.Privileged {
-		if m, err = d.confineLegacy(ctx, c, m); err != nil {
+		// Not moved to a range of its own (RemapIDs) first: the shared.
+		if m, err = d.confineLegacy(ctx, c, m, 0); err != nil {
 			return fmt.Errorf("confining a guest an older corpus made privileged: %w", err)
 		}
 	}
-	if err := shiftMounts(m); err != nil {
+	if err := d.shiftMounts(m); err != nil {
 		return err
 	}
 	if err := d.mountDisk(ctx, name, m.IDMap); err != nil {
 		return err
+	}
+	if m.Base != "" && m.IDMap != nil {
+		if err := d.mountImage(name, m.Base, *m.IDMap); err != nil {
+			return err
+		}
 	}
 	if m.IDMap == nil {
 		d.log.Warn("starting a privileged guest: its root is the host's root", "guest", name)
@@ -509,6 +564,9 @@ func (d *Driver) removeContainer(name string) error {
 		d.log.Info("destroyed guest", "guest", name)
 	}
 	if err := d.deleteDisk(context.Background(), name); err != nil {
+		return err
+	}
+	if err := d.unmountImage(name); err != nil {
 		return err
 	}
 	return os.RemoveAll(dir)

@@ -71,6 +71,12 @@ func newTestDriver(t testing.TB) *Driver {
 // directory liblxc keeps for the lxcpath.
 func cleanupPath(t testing.TB, path string) {
 	t.Helper()
+	mounts, _ := filepath.Glob(filepath.Join(path, imageMountsDir, "*"))
+	for _, m := range mounts {
+		if err := unmountAll(m); err != nil {
+			t.Errorf("cleanup: %v", err)
+		}
+	}
 	for _, p := range []string{path, filepath.Join(path, imagesDir)} {
 		for _, name := range golxc.ContainerNames(p) {
 			c, err := golxc.NewContainer(name, p)
@@ -90,11 +96,11 @@ func cleanupPath(t testing.TB, path string) {
 			c.Release()
 		}
 	}
-	mounts, err := os.ReadFile("/proc/self/mountinfo")
+	mountinfo, err := os.ReadFile("/proc/self/mountinfo")
 	if err != nil {
 		t.Errorf("cleanup: %v", err)
 	}
-	for line := range strings.Lines(string(mounts)) {
+	for line := range strings.Lines(string(mountinfo)) {
 		if strings.Contains(line, path) {
 			t.Errorf("cleanup: still mounted: %s", line)
 		}

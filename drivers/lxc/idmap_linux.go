@@ -13,19 +13,27 @@ import (
 	"strings"
 
 	"golang.org/x/sys/unix"
+
+	"corpus/drivers"
 )
 
 // Unprivileged guests run in a user namespace: their root is an
-// ordinary, unused host user. Every guest of a node shares one map, as
-// Incus's default does: guests are apart by their namespaces (pid, ipc,
-// mount, network), and their files live in folders no other guest sees.
-// The map comes from root's subordinate ids in /etc/subuid and
-// /etc/subgid, which liblxc's newuidmap/newgidmap check; a host without
-// an entry for root gets one (idmapStart, idmapHostRange ids), as Incus
-// asks its operators to add.
+// ordinary, unused host user. Each guest has a range of the host's ids
+// of its own (Incus's security.idmap.isolated), so no two guests' files
+// have one owner on the host and per-user kernel limits (processes,
+// inotify watches, keys) are not shared between tenants.
+//
+// The ranges are cut from root's subordinate ids in /etc/subuid and
+// /etc/subgid (what newuidmap checks; a host without an entry for root
+// gets one, idmapStart and idmapHostRange ids, as Incus asks its
+// operators to add): range i maps a guest's ids 0..guestIDs-1 to
+// start+i×guestIDs on. Range 0 is the one every guest shared before
+// guests had ranges of their own, and what a guest without one (an older
+// coordinator placed it) still gets; ranges 1..hostIDs.ranges are given
+// by the coordinator, each to one guest of the node.
 const (
 	// guestIDs is how many ids a guest's namespace maps: 0-65535.
-	guestIDs = 65536
+	guestIDs = drivers.IDRangeSize
 	// idmapStart and idmapHostRange are the entry written for root
 	// where it has none.
 	idmapStart     = 1_000_000
@@ -38,28 +46,65 @@ type idmap struct {
 	GID int64 `json:"gid"`
 }
 
-// hostIDMap returns the map for this host's unprivileged guests, from
-// root's ranges in subuidFile and subgidFile, adding a range for root to
-// a file that has none large enough.
-func hostIDMap(subuidFile, subgidFile string) (idmap, error) {
+// hostIDs are root's subordinate ids that guests' ranges come from.
+type hostIDs struct {
+	uid, gid subrange
+	// ranges is how many ranges beyond range 0 both hold.
+	ranges uint32
+}
+
+// subrange is one "name:start:count" entry of /etc/subuid.
+type subrange struct{ start, count int64 }
+
+func (r subrange) contains(id int64) bool { return id >= r.start && id < r.start+r.count }
+
+// readHostIDs returns the ranges of this host's unprivileged guests,
+// from root's entries in subuidFile and subgidFile, adding an entry for
+// root to a file that has none large enough.
+func readHostIDs(subuidFile, subgidFile string) (hostIDs, error) {
 	uid, err := subordinate(subuidFile)
 	if err != nil {
-		return idmap{}, err
+		return hostIDs{}, err
 	}
 	gid, err := subordinate(subgidFile)
 	if err != nil {
-		return idmap{}, err
+		return hostIDs{}, err
 	}
-	return idmap{UID: uid, GID: gid}, nil
+	n := min(uid.count, gid.count)/guestIDs - 1
+	return hostIDs{uid: uid, gid: gid, ranges: uint32(min(n, 1<<31))}, nil
 }
 
-// subordinate returns the start of root's first range of at least
-// guestIDs ids in file (/etc/subuid format: "name:start:count"), appending
-// one after every other entry when root has none.
-func subordinate(file string) (int64, error) {
+// idmap returns the map of range r; an error names what is missing when
+// the host has no such range.
+func (h hostIDs) idmap(r uint32) (idmap, error) {
+	if r > h.ranges {
+		return idmap{}, fmt.Errorf("id range %d is beyond this host's %d: root's subordinate ids (%d from %d in /etc/subuid, %d from %d in /etc/subgid) hold %d ranges of %d after the shared one; give root more in both files: %w",
+			r, h.ranges, h.uid.count, h.uid.start, h.gid.count, h.gid.start, h.ranges, guestIDs, drivers.ErrInvalidSpec)
+	}
+	return idmap{UID: h.uid.start + int64(r)*guestIDs, GID: h.gid.start + int64(r)*guestIDs}, nil
+}
+
+// guestID is the id inside a guest that host id id stands for, whatever
+// range it is in: ids below guestIDs are a privileged guest's or an
+// image's own, ids in root's subordinate entry are some range's. ok is
+// false for ids neither (left as they are).
+func (r subrange) guestID(id int64) (int64, bool) {
+	switch {
+	case id < guestIDs:
+		return id, true
+	case r.contains(id):
+		return (id - r.start) % guestIDs, true
+	}
+	return 0, false
+}
+
+// subordinate returns root's first entry of at least guestIDs ids in
+// file (/etc/subuid format: "name:start:count"), appending one after
+// every other entry when root has none.
+func subordinate(file string) (subrange, error) {
 	b, err := os.ReadFile(file)
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return 0, fmt.Errorf("reading %s: %w", file, err)
+		return subrange{}, fmt.Errorf("reading %s: %w", file, err)
 	}
 	next := int64(idmapStart)
 	sc := bufio.NewScanner(strings.NewReader(string(b)))
@@ -74,7 +119,7 @@ func subordinate(file string) (int64, error) {
 			continue
 		}
 		if (f[0] == "root" || f[0] == "0") && count >= guestIDs {
-			return start, nil
+			return subrange{start: start, count: count}, nil
 		}
 		next = max(next, start+count)
 	}
@@ -84,25 +129,27 @@ func subordinate(file string) (int64, error) {
 	}
 	f, err := os.OpenFile(file, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
 	if err != nil {
-		return 0, fmt.Errorf("adding root's subordinate ids to %s: %w", file, err)
+		return subrange{}, fmt.Errorf("adding root's subordinate ids to %s: %w", file, err)
 	}
 	if _, err := f.WriteString(line); err != nil {
 		f.Close()
-		return 0, fmt.Errorf("adding root's subordinate ids to %s: %w", file, err)
+		return subrange{}, fmt.Errorf("adding root's subordinate ids to %s: %w", file, err)
 	}
 	if err := f.Close(); err != nil {
-		return 0, fmt.Errorf("adding root's subordinate ids to %s: %w", file, err)
+		return subrange{}, fmt.Errorf("adding root's subordinate ids to %s: %w", file, err)
 	}
-	return next, nil
+	return subrange{start: next, count: idmapHostRange}, nil
 }
 
-// shift moves the ownership of every file under root into the map:
-// uid u becomes m.UID+u (likewise for groups). Ids already in the map,
-// or beyond what a guest maps, are left as they are. Set-id bits, which
-// chown clears, are put back. Symbolic links are changed themselves,
-// never followed. root itself is shifted last, so shifted(root) tells a
-// finished shift from an interrupted one, which runs again.
-func shift(root string, m idmap) error {
+// shift moves the ownership of every file under root into the map m,
+// from whichever range it is in (see guestID): the image's own ids, a
+// privileged guest's, or another guest's range (a volume bound again, a
+// guest moved to its own range). Ids outside all of these are left as
+// they are. Set-id bits, which chown clears, are put back. Symbolic
+// links are changed themselves, never followed. root itself is shifted
+// last, so shifted(root) tells a finished shift from an interrupted one,
+// which runs again.
+func (h hostIDs) shift(root string, m idmap) error {
 	err := filepath.WalkDir(root, func(path string, de fs.DirEntry, err error) error {
 		if err != nil {
 			return err
@@ -110,25 +157,25 @@ func shift(root string, m idmap) error {
 		if path == root {
 			return nil
 		}
-		return shiftOne(path, m)
+		return h.shiftOne(path, m)
 	})
 	if err != nil {
 		return err
 	}
-	return shiftOne(root, m)
+	return h.shiftOne(root, m)
 }
 
-func shiftOne(path string, m idmap) error {
+func (h hostIDs) shiftOne(path string, m idmap) error {
 	var st unix.Stat_t
 	if err := unix.Lstat(path, &st); err != nil {
 		return err
 	}
 	uid, gid := int64(st.Uid), int64(st.Gid)
-	if uid < guestIDs {
-		uid += m.UID
+	if g, ok := h.uid.guestID(uid); ok {
+		uid = m.UID + g
 	}
-	if gid < guestIDs {
-		gid += m.GID
+	if g, ok := h.gid.guestID(gid); ok {
+		gid = m.GID + g
 	}
 	if uid == int64(st.Uid) && gid == int64(st.Gid) {
 		return nil

@@ -41,11 +41,13 @@ type imageSpec struct {
 	packages []string
 }
 
-// unprivileged is img's image for guests in the user namespace of m: a
-// copy of img's cache, made once, whose files belong to the guests' ids.
+// unprivileged is img's image for overlay guests in the user namespace
+// of m where they cannot stack on an idmapped mount of img's cache (see
+// idmount_linux.go): a copy of img's cache, made once per id range,
+// whose files belong to the range's ids.
 func unprivileged(img imageSpec, m idmap) imageSpec {
 	return imageSpec{
-		name:     img.name + " (unprivileged)",
+		name:     fmt.Sprintf("%s (ids from %d)", img.name, m.UID),
 		cache:    fmt.Sprintf("%s-u%d-%d", img.cache, m.UID, m.GID),
 		from:     img.cache,
 		idmap:    m,
@@ -234,19 +236,19 @@ func (d *Driver) EnsureImagePackages(ctx context.Context, name string, packages 
 }
 
 // ensureImage returns once img's cache is complete, building it when
-// needed. Concurrent calls for one image share a single build; a caller
+// needed. Concurrent calls for one cache share a single build; a caller
 // whose ctx ends stops waiting, but the build runs on (liblxc templates
 // cannot be interrupted) and later callers reuse it.
 func (d *Driver) ensureImage(ctx context.Context, img imageSpec, progress drivers.ProgressFunc) error {
 	d.buildsMu.Lock()
-	b, running := d.builds[img.name]
+	b, running := d.builds[img.cache]
 	if !running {
 		if _, err := os.Stat(d.markerPath(img)); err == nil {
 			d.buildsMu.Unlock()
 			return nil
 		}
 		b = &imageBuild{done: make(chan struct{}), watchers: make(map[int]drivers.ProgressFunc)}
-		d.builds[img.name] = b
+		d.builds[img.cache] = b
 	}
 	stop := b.watch(progress)
 	defer stop()
@@ -260,7 +262,7 @@ func (d *Driver) ensureImage(ctx context.Context, img imageSpec, progress driver
 		go func() {
 			b.err = d.buildImage(img, b)
 			d.buildsMu.Lock()
-			delete(d.builds, img.name)
+			delete(d.builds, img.cache)
 			d.buildsMu.Unlock()
 			close(b.done)
 		}()
@@ -445,7 +447,7 @@ func (d *Driver) copyShifted(img imageSpec) error {
 		os.RemoveAll(tmp)
 		return err
 	}
-	if err := shift(filepath.Join(tmp, "rootfs"), img.idmap); err != nil {
+	if err := d.ids.shift(filepath.Join(tmp, "rootfs"), img.idmap); err != nil {
 		os.RemoveAll(tmp)
 		return err
 	}

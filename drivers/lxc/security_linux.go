@@ -126,6 +126,12 @@ func (d *Driver) configureSecurity(w *configWriter, m *idmap) {
 	for _, dir := range maskedDirs {
 		w.set("lxc.mount.entry", "tmpfs "+dir+" tmpfs ro,nosuid,nodev,noexec,size=0,optional 0 0")
 	}
+	setIDMap(w, m)
+}
+
+// setIDMap writes the guest's user namespace map: m, or none for a
+// privileged guest (nil).
+func setIDMap(w *configWriter, m *idmap) {
 	w.clear("lxc.idmap")
 	if m != nil {
 		w.set("lxc.idmap", fmt.Sprintf("u 0 %d %d", m.UID, guestIDs))

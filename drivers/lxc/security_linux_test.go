@@ -40,10 +40,13 @@ func guestRun(t *testing.T, d *Driver, name, script string) (string, int) {
 func TestUnprivilegedConfinement(t *testing.T) {
 	t.Parallel()
 	d := newTestDriver(t)
-	if d.idmap == nil {
-		t.Fatalf("driver has no id map: %v", d.idmapErr)
+	if d.ids == nil {
+		t.Fatalf("driver has no id map: %v", d.idsErr)
 	}
-	m := *d.idmap
+	m, err := d.ids.idmap(0)
+	if err != nil {
+		t.Fatal(err)
+	}
 	vol := t.TempDir()
 	spec := busybox("jail")
 	spec.Mounts = []drivers.Mount{{Source: vol, Target: "/data"}}
@@ -153,8 +156,9 @@ func TestPrivilegedGuest(t *testing.T) {
 	}
 }
 
-// TestShift: shift moves a tree's ids into the map, keeps set-id bits
-// and symbolic links' targets, leaves ids already mapped, and shifted
+// TestShift: shift moves a tree's ids into the map, from the image's
+// ids or another range's, keeps set-id bits and symbolic links'
+// targets, leaves ids already mapped and ids of no range, and shifted
 // tells a finished tree.
 func TestShift(t *testing.T) {
 	t.Parallel()
@@ -162,7 +166,12 @@ func TestShift(t *testing.T) {
 		t.Skip("skipping: chown needs root")
 	}
 	dir := t.TempDir()
-	m := idmap{UID: 2_000_000, GID: 3_000_000}
+	h := hostIDs{uid: subrange{2_000_000, 10 * guestIDs}, gid: subrange{3_000_000, 10 * guestIDs}, ranges: 9}
+	m, err := h.idmap(4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, _ := h.idmap(1)
 	must := func(err error) {
 		t.Helper()
 		if err != nil {
@@ -176,20 +185,25 @@ func TestShift(t *testing.T) {
 	must(os.Chown(filepath.Join(dir, "a/user"), 1000, 1000))
 	must(os.WriteFile(filepath.Join(dir, "a/mapped"), nil, 0o644))
 	must(os.Chown(filepath.Join(dir, "a/mapped"), int(m.UID+5), int(m.GID+5)))
+	must(os.WriteFile(filepath.Join(dir, "a/other"), nil, 0o644))
+	must(os.Chown(filepath.Join(dir, "a/other"), int(other.UID+33), int(other.GID+34)))
+	must(os.WriteFile(filepath.Join(dir, "a/stranger"), nil, 0o644))
+	must(os.Chown(filepath.Join(dir, "a/stranger"), 700_000, 700_001))
 	must(os.Symlink("/etc/passwd", filepath.Join(dir, "link")))
 
 	if ok, _ := shifted(dir, m); ok {
 		t.Fatal("shifted before shift")
 	}
 	for range 2 { // a second run changes nothing
-		must(shift(dir, m))
+		must(h.shift(dir, m))
 	}
 	for _, tc := range []struct {
 		path     string
 		uid, gid int64
 	}{
 		{"", m.UID, m.GID}, {"a/b/suid", m.UID, m.GID}, {"a/user", m.UID + 1000, m.GID + 1000},
-		{"a/mapped", m.UID + 5, m.GID + 5}, {"link", m.UID, m.GID},
+		{"a/mapped", m.UID + 5, m.GID + 5}, {"a/other", m.UID + 33, m.GID + 34},
+		{"a/stranger", 700_000, 700_001}, {"link", m.UID, m.GID},
 	} {
 		var st unix.Stat_t
 		must(unix.Lstat(filepath.Join(dir, tc.path), &st))
@@ -218,12 +232,12 @@ func TestSubordinate(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
 		name, file string
-		want       int64
+		want       subrange
 		wantFile   string
 	}{
-		{"missing file", "", idmapStart, "root:1000000:1000000000\n"},
-		{"root present", "alice:100000:65536\nroot:500000:65536\n", 500000, "alice:100000:65536\nroot:500000:65536\n"},
-		{"root too small", "root:100000:1000\nbob:2000000:65536", 2065536, "root:100000:1000\nbob:2000000:65536\nroot:2065536:1000000000\n"},
+		{"missing file", "", subrange{idmapStart, idmapHostRange}, "root:1000000:1000000000\n"},
+		{"root present", "alice:100000:65536\nroot:500000:65536\n", subrange{500000, 65536}, "alice:100000:65536\nroot:500000:65536\n"},
+		{"root too small", "root:100000:1000\nbob:2000000:65536", subrange{2065536, idmapHostRange}, "root:100000:1000\nbob:2000000:65536\nroot:2065536:1000000000\n"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p := filepath.Join(t.TempDir(), "subuid")
@@ -234,7 +248,7 @@ func TestSubordinate(t *testing.T) {
 			}
 			got, err := subordinate(p)
 			if err != nil || got != tc.want {
-				t.Fatalf("subordinate = %d, %v; want %d", got, err, tc.want)
+				t.Fatalf("subordinate = %+v, %v; want %+v", got, err, tc.want)
 			}
 			b, _ := os.ReadFile(p)
 			if string(b) != tc.wantFile {
@@ -357,7 +371,8 @@ func TestLegacyGuestConfined(t *testing.T) {
 	if err := d.Start(t.Context(), spec.Name); err != nil {
 		t.Fatalf("Start of a legacy guest = %v", err)
 	}
-	want := fmt.Sprintf("0 %d %d", d.idmap.UID, guestIDs)
+	shared, _ := d.ids.idmap(0)
+	want := fmt.Sprintf("0 %d %d", shared.UID, guestIDs)
 	if out, _ := guestRun(t, d, spec.Name, "cat /proc/self/uid_map"); strings.Join(strings.Fields(out), " ") != want {
 		t.Errorf("uid_map of the legacy guest after its start = %q, want %s", out, want)
 	}

@@ -365,6 +365,12 @@ func tempDir(t *testing.T) string {
 // its own state folder and lxcpath.
 func (c *cluster) addAgent(name string, extra ...string) *agentProc {
 	c.t.Helper()
+	return c.addAgentEnv(name, nil, extra...)
+}
+
+// addAgentEnv is addAgent with extra environment variables.
+func (c *cluster) addAgentEnv(name string, env []string, extra ...string) *agentProc {
+	c.t.Helper()
 	tok := strings.TrimSpace(c.mustCLI("node", "token"))
 	node := c.lab.addNode(name)
 	a := &agentProc{name: name, node: node, stateDir: filepath.Join(c.dir, "agent-"+name), apiAddr: node.addr + ":7402"}
@@ -377,7 +383,7 @@ func (c *cluster) addAgent(name string, extra ...string) *agentProc {
 		detachVolumes(c.t, filepath.Join(a.stateDir, "lxc", ".disks")) // guests' root disks
 	})
 	args := append([]string{"--join-token", tok}, extra...)
-	a.proc = c.startAgent(a, args...)
+	a.proc = c.startAgentEnv(a, env, args...)
 	c.agents[name] = a
 	c.waitNodeReady(name)
 	return a
@@ -478,9 +484,10 @@ func (c *cluster) json(v any, args ...string) error {
 // guestView is the part of `guest show --json` the tests read.
 type guestView struct {
 	Guest struct {
-		ID     string `json:"id"`
-		NodeID string `json:"node_id"`
-		Spec   struct {
+		ID      string `json:"id"`
+		NodeID  string `json:"node_id"`
+		IDRange uint32 `json:"id_range"`
+		Spec    struct {
 			Image string `json:"image"`
 		} `json:"spec"`
 		Observed struct {
@@ -579,7 +586,9 @@ func (h lxcHost) destroyAll(t *testing.T) {
 	}
 	var nested []string
 	for _, e := range entries {
-		if !e.IsDir() {
+		// Guests' image mounts hold no containers (unmountUnder
+		// removes them).
+		if !e.IsDir() || e.Name() == ".image-mounts" {
 			continue
 		}
 		sub := filepath.Join(h.path, e.Name())

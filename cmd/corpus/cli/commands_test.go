@@ -220,7 +220,7 @@ func (c *cliTarget) fakeNode(ctx context.Context, name string, ready chan<- stru
 	pool.AddCert(ca)
 	base := "https://" + c.addr
 	capacity := &corpusv1.Resources{MemoryBytes: 8 << 30, CpuMillis: 4000, DiskBytes: 100 << 30}
-	drivers := []*corpusv1.DriverInfo{{Name: "lxc", Healthy: true, Exec: true}}
+	drivers := []*corpusv1.DriverInfo{{Name: "lxc", Healthy: true, Exec: true, IdRanges: 100}}
 	res, err := corpusv1connect.NewAgentServiceClient(rpc.HTTPClient(pki.ClientConfig(pool, nil, pki.RoleCoordinator, "")), base).Enroll(ctx, connect.NewRequest(&corpusv1.EnrollRequest{
 		JoinToken: join.Msg.Token, Name: name, Capacity: capacity, Drivers: drivers, AgentAddress: "127.0.0.1:1", AgentVersion: "test", CsrPem: csrPEM,
 	}))
@@ -281,7 +281,7 @@ func TestNodeModeAndDrain(t *testing.T) {
 	c.wantErr("node mode vm sideways", `node mode "sideways": use dev, staging, prod, drain, eligible or ineligible`)
 	c.wantErr("node mode nope prod", `node "nope"`)
 	c.want("node mode vm drain --deadline 30s", "node vm is drained: nothing is left on it")
-	c.want("guest show web", "Node:       vm2", "migrating", "migrated")
+	c.want("guest show web", "Node:       vm2", "ID range:   1 of its node's", "migrating", "migrated")
 	c.want("node mode vm prod", "node vm is now in mode prod")
 	c.want("node mode vm prod", "node vm already was in mode prod")
 	c.want("computenode_switchmode vm ineligible", "node vm is now in mode prod,ineligible")

@@ -332,6 +332,9 @@ func newGuestShowCmd(g *globals) *cobra.Command {
 					fmt.Fprintf(w, "Constraints:\t%s\n", labelList(gu.Spec.GetConstraints()))
 				}
 				fmt.Fprintf(w, "Address:\t%s\n", dash(gu.Address))
+				if gu.IdRange != 0 {
+					fmt.Fprintf(w, "ID range:\t%d of its node's (user and group ids of its own)\n", gu.IdRange)
+				}
 				if v := gu.Spec.GetVolume(); v != nil {
 					name := v.UseVolume
 					if name == "" {

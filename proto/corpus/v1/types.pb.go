@@ -115,6 +115,13 @@ type DriverInfo struct {
 	// package_images are the images whose guests may ask for packages
 	// (GuestSpec.packages); the scheduler places such a guest only there.
 	PackageImages []string `protobuf:"bytes,170,rep,name=package_images,json=packageImages,proto3" json:"package_images,omitempty"`
+	// id_ranges is how many ranges of 65,536 user and group ids the node
+	// keeps for guests of this driver beyond the one they share (range
+	// 0): each unprivileged guest placed there gets one of 1..id_ranges
+	// of its own (Guest.id_range), and a node with none free takes no
+	// more. 0 for drivers whose guests share one range or have no user
+	// namespace of the node's ids, and from agents that predate ranges.
+	IdRanges      uint32 `protobuf:"varint,180,opt,name=id_ranges,json=idRanges,proto3" json:"id_ranges,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -217,6 +224,13 @@ func (x *DriverInfo) GetPackageImages() []string {
 		return x.PackageImages
 	}
 	return nil
+}
+
+func (x *DriverInfo) GetIdRanges() uint32 {
+	if x != nil {
+		return x.IdRanges
+	}
+	return 0
 }
 
 // Node is a compute node enrolled in the cluster.
@@ -1123,9 +1137,20 @@ type Guest struct {
 	PreviousAddress string `protobuf:"bytes,31,opt,name=previous_address,json=previousAddress,proto3" json:"previous_address,omitempty"`
 	// admission lists what extensions changed when it was created or
 	// updated.
-	Admission     []*AdmissionChange `protobuf:"bytes,32,rep,name=admission,proto3" json:"admission,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Admission []*AdmissionChange `protobuf:"bytes,32,rep,name=admission,proto3" json:"admission,omitempty"`
+	// id_range is the guest's range of its node's user and group ids
+	// (DriverInfo.id_ranges), unique among the node's guests: given when
+	// it is placed, or when its node first offers ranges (a guest placed
+	// before moves to it at its next start), and given anew on another
+	// node. 0 is the range guests without one of their own share: a
+	// privileged guest, one of a driver without ranges, or one placed
+	// before its node had any.
+	IdRange uint32 `protobuf:"varint,33,opt,name=id_range,json=idRange,proto3" json:"id_range,omitempty"`
+	// previous_id_range is the old copy's id_range on previous_node_id
+	// while a migration lasts.
+	PreviousIdRange uint32 `protobuf:"varint,34,opt,name=previous_id_range,json=previousIdRange,proto3" json:"previous_id_range,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *Guest) Reset() {
@@ -1268,6 +1293,20 @@ func (x *Guest) GetAdmission() []*AdmissionChange {
 		return x.Admission
 	}
 	return nil
+}
+
+func (x *Guest) GetIdRange() uint32 {
+	if x != nil {
+		return x.IdRange
+	}
+	return 0
+}
+
+func (x *Guest) GetPreviousIdRange() uint32 {
+	if x != nil {
+		return x.PreviousIdRange
+	}
+	return 0
 }
 
 // Route sends outside traffic to a guest port through the proxy of the
@@ -3665,7 +3704,7 @@ const file_corpus_v1_types_proto_rawDesc = "" +
 	"\n" +
 	"cpu_millis\x18\x02 \x01(\x03R\tcpuMillis\x12\x1d\n" +
 	"\n" +
-	"disk_bytes\x18\x03 \x01(\x03R\tdiskBytes\"\x89\x03\n" +
+	"disk_bytes\x18\x03 \x01(\x03R\tdiskBytes\"\xa7\x03\n" +
 	"\n" +
 	"DriverInfo\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
@@ -3681,7 +3720,8 @@ const file_corpus_v1_types_proto_rawDesc = "" +
 	"\vown_network\x18d \x01(\bR\n" +
 	"ownNetwork\x12\x1b\n" +
 	"\bconverge\x18\xa0\x01 \x01(\bR\bconverge\x12&\n" +
-	"\x0epackage_images\x18\xaa\x01 \x03(\tR\rpackageImages\x1a=\n" +
+	"\x0epackage_images\x18\xaa\x01 \x03(\tR\rpackageImages\x12\x1c\n" +
+	"\tid_ranges\x18\xb4\x01 \x01(\rR\bidRanges\x1a=\n" +
 	"\x0fAttributesEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xdb\x06\n" +
@@ -3788,7 +3828,7 @@ const file_corpus_v1_types_proto_rawDesc = "" +
 	"\x05Event\x12.\n" +
 	"\x04time\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x12\x12\n" +
 	"\x04type\x18\x02 \x01(\tR\x04type\x12\x18\n" +
-	"\amessage\x18\x03 \x01(\tR\amessage\"\xe7\x04\n" +
+	"\amessage\x18\x03 \x01(\tR\amessage\"\xae\x05\n" +
 	"\x05Guest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12(\n" +
@@ -3807,7 +3847,9 @@ const file_corpus_v1_types_proto_rawDesc = "" +
 	"\fmodify_index\x18\x15 \x01(\x04R\vmodifyIndex\x12(\n" +
 	"\x10previous_node_id\x18\x1e \x01(\tR\x0epreviousNodeId\x12)\n" +
 	"\x10previous_address\x18\x1f \x01(\tR\x0fpreviousAddress\x128\n" +
-	"\tadmission\x18  \x03(\v2\x1a.corpus.v1.AdmissionChangeR\tadmission\"\xa9\x03\n" +
+	"\tadmission\x18  \x03(\v2\x1a.corpus.v1.AdmissionChangeR\tadmission\x12\x19\n" +
+	"\bid_range\x18! \x01(\rR\aidRange\x12*\n" +
+	"\x11previous_id_range\x18\" \x01(\rR\x0fpreviousIdRange\"\xa9\x03\n" +
 	"\x05Route\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04kind\x18\x02 \x01(\tR\x04kind\x12\x16\n" +
