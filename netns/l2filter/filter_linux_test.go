@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"corpus/internal/testrun"
+	"corpus/netns/internal/nstest"
 	"corpus/netns/l2filter"
 )
 
@@ -268,7 +269,7 @@ func TestUnknownGuestPort(t *testing.T) {
 	}
 
 	// Without a port prefix, unknown ports are let through.
-	open, err := l2filter.New(l2filter.Config{Logger: testLogger(t)})
+	open, err := l2filter.New(l2filter.Config{Logger: nstest.Logger(t)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,11 +5,8 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
-	"io"
-	"log/slog"
 	"net"
 	"net/netip"
-	"os"
 	"strings"
 	"testing"
 	"time"
@@ -55,7 +52,7 @@ func newLab(t *testing.T) *lab {
 	t.Helper()
 	nstest.RequireRoot(t)
 	l := &lab{node: nstest.New(t, "node"), victim: nstest.New(t, "victim"), attacker: nstest.New(t, "attacker")}
-	host := netns.New(netns.Config{Logger: testLogger(t)})
+	host := netns.New(netns.Config{Logger: nstest.Logger(t)})
 	br := netns.Bridge{Name: "br0", Gateway: gateway}
 	l.node.MustDo(func() error { _, err := host.EnsureBridge(context.Background(), br); return err })
 	l.addGuest(t, host, l.victim, "cg1", victimMAC, victimAddr)
@@ -64,7 +61,7 @@ func newLab(t *testing.T) *lab {
 		{Iface: "cg1", MAC: victimMAC, Addr: victimAddr},
 		{Iface: "cg2", MAC: attackerMAC, Addr: attackerAddr},
 	}
-	f, err := l2filter.New(l2filter.Config{PortPrefix: prefix, Logger: testLogger(t)})
+	f, err := l2filter.New(l2filter.Config{PortPrefix: prefix, Logger: nstest.Logger(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -302,25 +299,4 @@ func sendFrames(ns *nstest.NS, frames ...[]byte) error {
 
 func htons(v uint16) uint16 { return v<<8 | v>>8 }
 
-type tlogWriter struct{ t *testing.T }
-
-func (w tlogWriter) Write(p []byte) (int, error) {
-	w.t.Log(strings.TrimSpace(string(p)))
-	return len(p), nil
-}
-
-func testLogger(t *testing.T) *slog.Logger {
-	if !testing.Verbose() {
-		return slog.New(slog.NewTextHandler(io.Discard, nil))
-	}
-	return slog.New(slog.NewTextHandler(tlogWriter{t}, nil))
-}
-
-func TestMain(m *testing.M) {
-	code := m.Run()
-	if left := nstest.Leftovers(); len(left) > 0 {
-		fmt.Fprintln(os.Stderr, "namespaces left behind:", left)
-		code = 1
-	}
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { nstest.Main(m) }
