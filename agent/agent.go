@@ -468,9 +468,9 @@ func (a *Agent) ProxyAddr() string {
 	return a.net.proxy.HTTPAddr().String()
 }
 
-// RemoveNetwork removes the node's bridge and NAT rules and stops its
-// proxy process (for `corpus dev --cleanup` and uninstall). Guests still
-// attached lose their network.
+// RemoveNetwork removes the node's bridge, layer-2 filter and NAT rules
+// and stops its proxy process (for `corpus dev --cleanup` and
+// uninstall). Guests still attached lose their network.
 func (a *Agent) RemoveNetwork(ctx context.Context) error {
 	if a.net == nil {
 		return nil
@@ -481,7 +481,7 @@ func (a *Agent) RemoveNetwork(ctx context.Context) error {
 	}
 	if !a.net.proxyOnly {
 		_, rerr := a.net.host.EnsureRoutes(ctx, nil) // the routes to other nodes' guests
-		errs = append(errs, a.net.nat.Remove(ctx), a.net.host.DeleteBridge(ctx, a.cfg.Bridge), rerr)
+		errs = append(errs, a.net.nat.Remove(ctx), a.net.l2.Remove(ctx), a.net.host.DeleteBridge(ctx, a.cfg.Bridge), rerr)
 	}
 	return errors.Join(errs...)
 }

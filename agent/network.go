@@ -22,6 +22,7 @@ import (
 	"corpus/drivers"
 	"corpus/internal/version"
 	"corpus/netns"
+	"corpus/netns/l2filter"
 	"corpus/netns/nat"
 	"corpus/netns/proxy"
 	"corpus/netns/proxy/proxyd"
@@ -29,16 +30,18 @@ import (
 )
 
 // network is the agent's side of guest networking: the bridge its guests
-// join, the NAT rules that publish their ports, and the proxy in front of
-// their routes. All three are recomputed from the desired state on every
-// reconcile pass and made true on the host (level-based): a bridge or a
-// chain removed by hand comes back on the next pass.
+// join, the layer-2 filter that holds each guest to its MAC and address,
+// the NAT rules that publish their ports, and the proxy in front of their
+// routes. All are recomputed from the desired state on every reconcile
+// pass and made true on the host (level-based): a bridge, a chain or a
+// table removed by hand comes back on the next pass.
 type network struct {
 	bridge string
 	// proxyOnly networks run the proxy alone: no bridge, NAT or
 	// resolver (an agent whose drivers reach guests their own way).
 	proxyOnly bool
 	host      *netns.Host
+	l2        *l2filter.Filter
 	nat       *nat.NAT
 	proxy     ingress
 	logger    *slog.Logger
@@ -78,6 +81,9 @@ func newNetwork(cfg Config, proxyOnly bool) (*network, error) {
 	var err error
 	if !proxyOnly {
 		n.host = netns.New(netns.Config{Logger: cfg.Logger})
+		if n.l2, err = l2filter.New(l2filter.Config{PortPrefix: hostInterfacePrefix, Logger: cfg.Logger}); err != nil {
+			return nil, fmt.Errorf("layer-2 filter: %w", err)
+		}
 		if n.nat, err = nat.New(nat.Config{Logger: cfg.Logger}); err != nil {
 			return nil, fmt.Errorf("nat: %w", err)
 		}
@@ -166,7 +172,7 @@ func (n *network) guestNetwork(node *corpusv1.Node, g *corpusv1.Guest) (*drivers
 		Bridge:        n.bridge,
 		Address:       netip.PrefixFrom(addr, gw.Bits()),
 		Gateway:       gw.Addr(),
-		MAC:           guestMAC(g.Id),
+		MAC:           guestMAC(g.Id).String(),
 		HostInterface: hostInterface(g.Id),
 		Nameservers:   []netip.Addr{gw.Addr()},
 	}, nil
@@ -218,17 +224,21 @@ func search(zone string) []string {
 
 // guestMAC derives a stable, locally administered unicast MAC from the
 // guest id, so a recreated guest keeps its MAC (and neighbours' caches).
-func guestMAC(id string) string {
+func guestMAC(id string) net.HardwareAddr {
 	sum := sha256.Sum256([]byte(id))
-	return net.HardwareAddr{0x02, sum[0], sum[1], sum[2], sum[3], sum[4]}.String()
+	return net.HardwareAddr{0x02, sum[0], sum[1], sum[2], sum[3], sum[4]}
 }
+
+// hostInterfacePrefix starts the name of every guest's host interface:
+// the layer-2 filter drops frames from such a port it was not told of.
+const hostInterfacePrefix = "cg"
 
 // hostInterface names the node's end of a guest's veth (15 bytes at most).
 func hostInterface(id string) string {
 	if len(id) > 12 {
 		id = id[:12]
 	}
-	return "cg" + id
+	return hostInterfacePrefix + id
 }
 
 // guestNetwork returns where guest g sits on the node's network, making
@@ -248,8 +258,9 @@ func (a *Agent) guestNetwork(ctx context.Context, g *corpusv1.Guest) (*drivers.N
 	return n, nil
 }
 
-// reconcile makes the bridge, the NAT rules and the proxy routes match the
-// desired state. Each part is tried even when another fails.
+// reconcile makes the bridge, the layer-2 filter, the NAT rules and the
+// proxy routes match the desired state. Each part is tried even when
+// another fails.
 func (n *network) reconcile(ctx context.Context, node *corpusv1.Node, guests []*corpusv1.Guest, table proxy.Routes, cdns clusterDNS, policy guestPolicy) error {
 	if n.proxyOnly {
 		if err := n.proxy.SetRoutes(table); err != nil {
@@ -290,6 +301,7 @@ func (n *network) reconcile(ctx context.Context, node *corpusv1.Node, guests []*
 		desired.NodePorts = append(desired.NodePorts, nat.NodePort{Proto: "tcp", Port: int(p)})
 	}
 	groups := map[string][]netip.Addr{}
+	var ports []l2filter.Port
 	for _, g := range guests {
 		addr, err := netip.ParseAddr(g.Address)
 		if err != nil || g.DesiredState == corpusv1.DesiredDeleted || !gw.Contains(addr) {
@@ -308,6 +320,7 @@ func (n *network) reconcile(ctx context.Context, node *corpusv1.Node, guests []*
 			desired.Sealed = append(desired.Sealed, sg)
 		}
 		desired.Ports = append(desired.Ports, nat.GuestPort{Iface: hostInterface(g.Id), Addr: addr})
+		ports = append(ports, l2filter.Port{Iface: hostInterface(g.Id), MAC: guestMAC(g.Id), Addr: addr})
 		for _, p := range g.GetSpec().GetPorts() {
 			desired.Forwards = append(desired.Forwards, nat.Forward{
 				Proto: p.Protocol, HostPort: int(p.HostPort), GuestAddr: addr, GuestPort: int(p.GuestPort),
@@ -316,6 +329,11 @@ func (n *network) reconcile(ctx context.Context, node *corpusv1.Node, guests []*
 	}
 	for _, p := range slices.Sorted(maps.Keys(groups)) {
 		desired.Groups = append(desired.Groups, groups[p])
+	}
+	// Guests being deleted, or not yet given an address, are left out:
+	// their ports send nothing.
+	if _, err := n.l2.Apply(ctx, ports); err != nil {
+		errs = append(errs, fmt.Errorf("layer-2 filter: %w", err))
 	}
 	if err := n.nat.Apply(ctx, desired); err != nil {
 		errs = append(errs, fmt.Errorf("nat: %w", err))

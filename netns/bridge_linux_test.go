@@ -417,11 +417,4 @@ func equalState(a, b netns.BridgeState) bool {
 		slices.Equal(a.Addrs, b.Addrs) && slices.Equal(a.Ports, b.Ports) && a.Forwarding == b.Forwarding
 }
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	if left := nstest.Leftovers(); len(left) > 0 && os.Geteuid() == 0 {
-		os.Stderr.WriteString("namespaces left behind: " + strings.Join(left, " ") + "\n")
-		code = 1
-	}
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { nstest.Main(m) }

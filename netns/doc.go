@@ -1,7 +1,8 @@
 // Package netns owns the links of guest networking on a node: the bridge
 // guests attach to, the bridge's gateway address, IPv4 forwarding, and the
 // veth pairs that join guests to the bridge. Sub-package nat owns the NAT
-// rules in front of them.
+// rules in front of them, l2filter the filter that holds each guest's
+// bridge port to the guest's MAC and address.
 //
 // Every call works on the network namespace of the calling OS thread. The
 // agent calls it from the node's own namespace; code that switches a thread

@@ -5,8 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"log/slog"
 	"net"
 	"net/netip"
 	"os"
@@ -57,7 +55,7 @@ func newTopo(t *testing.T) *topo {
 		g2:     nstest.New(t, "g2"),
 	}
 	nstest.Veth(t, tp.client, "eth0", clientAddr, tp.node, "up0", nodeAddr)
-	host := netns.New(netns.Config{Logger: testLogger(t)})
+	host := netns.New(netns.Config{Logger: nstest.Logger(t)})
 	br := netns.Bridge{Name: "br0", Gateway: gateway}
 	tp.node.MustDo(func() error { _, err := host.EnsureBridge(context.Background(), br); return err })
 	for i, g := range []struct {
@@ -72,7 +70,7 @@ func newTopo(t *testing.T) *topo {
 	serve(t, tp.g2, "guest2")
 	serveTCP(t, tp.client, "client", ":9000")
 
-	n, err := nat.New(nat.Config{Logger: testLogger(t)})
+	n, err := nat.New(nat.Config{Logger: nstest.Logger(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -463,25 +461,4 @@ func sorted(s []string) []string {
 	return out
 }
 
-type tlogWriter struct{ t *testing.T }
-
-func (w tlogWriter) Write(p []byte) (int, error) {
-	w.t.Log(strings.TrimSpace(string(p)))
-	return len(p), nil
-}
-
-func testLogger(t *testing.T) *slog.Logger {
-	if !testing.Verbose() {
-		return slog.New(slog.NewTextHandler(io.Discard, nil))
-	}
-	return slog.New(slog.NewTextHandler(tlogWriter{t}, nil))
-}
-
-func TestMain(m *testing.M) {
-	code := m.Run()
-	if left := nstest.Leftovers(); len(left) > 0 {
-		fmt.Fprintln(os.Stderr, "namespaces left behind:", left)
-		code = 1
-	}
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { nstest.Main(m) }

@@ -115,6 +115,12 @@ func TestDevRestartAndCleanup(t *testing.T) {
 	if st, p, _ := h.info("web"); st != "RUNNING" || p != pid {
 		t.Errorf("after corpus dev restart, guest = %s pid %d; want RUNNING pid %d (adopted, not restarted)", st, p, pid)
 	}
+	eventually(t, 10*time.Second, "the node's layer-2 filter", func() error {
+		if st := l2State(t, ns); len(st.Ports) != 1 {
+			return fmt.Errorf("%+v, want the port of guest web", st)
+		}
+		return nil
+	})
 	dev.cmd.Process.Signal(syscall.SIGINT)
 	select {
 	case <-dev.done:
@@ -123,6 +129,9 @@ func TestDevRestartAndCleanup(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(h.path, "web")); err == nil {
 		t.Errorf("with --cleanup, container web still exists after exit")
+	}
+	if st := l2State(t, ns); st.Exists {
+		t.Errorf("with --cleanup, the node's layer-2 filter is still there after exit: %+v", st)
 	}
 }
 

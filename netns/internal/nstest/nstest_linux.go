@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/netip"
 	"os"
@@ -292,4 +293,31 @@ func Leftovers() []string {
 		return true
 	})
 	return out
+}
+
+// Logger returns a logger that writes to t's log under go test -v and
+// discards its records otherwise.
+func Logger(t testing.TB) *slog.Logger {
+	if !testing.Verbose() {
+		return slog.New(slog.DiscardHandler)
+	}
+	return slog.New(slog.NewTextHandler(logWriter{t}, nil))
+}
+
+type logWriter struct{ t testing.TB }
+
+func (w logWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimSpace(string(p)))
+	return len(p), nil
+}
+
+// Main runs a package's tests, from its TestMain, and fails the run when
+// a namespace they made is left behind.
+func Main(m *testing.M) {
+	code := m.Run()
+	if left := Leftovers(); len(left) > 0 {
+		fmt.Fprintln(os.Stderr, "namespaces left behind:", strings.Join(left, " "))
+		code = 1
+	}
+	os.Exit(code)
 }
