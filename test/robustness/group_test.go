@@ -70,7 +70,7 @@ func startGroup(t *testing.T, l *lab, dir string) *group {
 			"--gossip-addr", fmt.Sprintf("%s:%d", l.addr[i], apiPort+3),
 			"--dns-addr", "127.0.0.1:8600", "--metrics-addr", "127.0.0.1:9464",
 			"--bootstrap-expect", fmt.Sprint(len(l.ns)), "--join", strings.Join(join, ","),
-			"--raft-snapshot-threshold", "256", "--raft-trailing-logs", "64", "--node-timeout", "4s",
+			"--raft-snapshot-threshold", "256", "--raft-trailing-logs", "64", "--node-timeout", nodeTimeout.String(),
 			"--cluster-ca", g.ca, "--cluster-ca-key", filepath.Join(caDir, "ca.key")}
 		f, err := os.Create(filepath.Join(dir, r.id+".log"))
 		if err != nil {

@@ -128,10 +128,23 @@ func (w *workload) heartbeats(n *labNode, seed uint64) {
 				Capacity: labCapacity, Drivers: labDrivers, AgentAddress: labAgentAddr, AgentVersion: "lab",
 				Guests: []*corpusv1.ReportedGuest{{GuestId: n.guest, Observed: &corpusv1.GuestObserved{State: "running", Message: in.Value}}},
 			}))
+			if err == nil {
+				w.beat(time.Now())
+			}
 			return linearizable.Written, err
 		})
 		time.Sleep(100 * time.Millisecond)
 	})
+}
+
+// beat records a heartbeat the cluster acknowledged at t.
+func (w *workload) beat(t time.Time) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if !w.lastBeat.IsZero() {
+		w.beatGap = max(w.beatGap, t.Sub(w.lastBeat))
+	}
+	w.lastBeat = t
 }
 
 // begun is a BeginRelease the API answered: the release's id, the

@@ -40,6 +40,10 @@ type workload struct {
 	// BeginRelease calls of its deploys that were answered.
 	node  *labNode
 	begun []begun
+	// lastBeat is when the node's last heartbeat was acknowledged;
+	// beatGap the longest time between two acknowledged ones.
+	lastBeat time.Time
+	beatGap  time.Duration
 
 	stop chan struct{}
 	wg   sync.WaitGroup
@@ -310,6 +314,24 @@ func presentOr(present bool) string {
 
 // lost returns the acknowledged keys (DNS records, guests, releases)
 // replica r does not have, by a linearizable read there.
+// nodeTimeout is the replicas' --node-timeout: a node whose reports all
+// fail for that long is marked down.
+const nodeTimeout = 4 * time.Second
+
+// lostEventually is lost, asked again while the replica answers that it
+// cannot answer now (an election under way: a loaded machine has them
+// after the last heal too), for up to 30 s (scaled).
+func (w *workload) lostEventually(r *replica) ([]string, error) {
+	deadline := time.Now().Add(testrun.D(30 * time.Second))
+	for {
+		lost, err := w.lost(r)
+		if err == nil || connect.CodeOf(err) != connect.CodeUnavailable || time.Now().After(deadline) {
+			return lost, err
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
 func (w *workload) lost(r *replica) ([]string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), testrun.D(10*time.Second))
 	defer cancel()
