@@ -69,7 +69,7 @@ func (s *volumeService) ResizeVolume(ctx context.Context, req *connect.Request[c
 	case size == 0:
 		size = v.SizeBytes + m.DeltaBytes
 	}
-	size, err := volume.ValidateSize(size)
+	size, err := volume.NormalizeSize(size)
 	if err != nil {
 		return nil, toConnect(invalidf("%v", err))
 	}
