@@ -6,6 +6,7 @@ import (
 	"io"
 
 	"corpus/internal/names"
+	"corpus/internal/units"
 )
 
 // Size limits every backend enforces.
@@ -198,7 +199,8 @@ func CheckShrink(used, size int64, allowShrink bool) error {
 		return fmt.Errorf("%w: shrinking needs an explicit opt-in (allowShrink)", ErrCannotShrink)
 	}
 	if need := used + ShrinkMargin(used); size < need {
-		return fmt.Errorf("%w: %d bytes used need at least %d bytes with the safety margin, asked for %d", ErrCannotShrink, used, need, size)
+		return fmt.Errorf("%w: %s (%d bytes) used needs at least %s with the safety margin, asked for %s",
+			ErrCannotShrink, units.FormatSize(used), used, units.FormatSize(need), units.FormatSize(size))
 	}
 	return nil
 }
