@@ -12,6 +12,7 @@ import (
 	"corpus/drivers"
 	"corpus/internal/failpoint"
 	"corpus/internal/revert"
+	"corpus/internal/units"
 	corpusv1 "corpus/proto/corpus/v1"
 	"corpus/volume"
 )
@@ -83,6 +84,7 @@ func (a *Agent) reconcileVolume(ctx context.Context, v *corpusv1.Volume) *corpus
 		if err != nil && !errors.Is(err, volume.ErrNotFound) {
 			return &corpusv1.VolumeObserved{State: corpusv1.ObservedFailed, Message: err.Error()}
 		}
+		a.volGate.Forget(v.Name)
 		return &corpusv1.VolumeObserved{State: corpusv1.ObservedDeleted}
 	}
 	if err := a.mountOnHost(ctx, v); err != nil {
@@ -109,6 +111,9 @@ func (a *Agent) reconcileVolume(ctx context.Context, v *corpusv1.Volume) *corpus
 	if growing {
 		// The device is larger already; the guest's file system is not yet.
 		o.SizeBytes, o.Message = before, fmt.Sprintf("growing to %d bytes: the guest grows its file system", v.SizeBytes)
+	}
+	if r, ok := a.volGate.Refused(v.Name, v.SizeBytes); ok {
+		o.RefusedSizeBytes, o.Message = r.Size, fmt.Sprintf("not resized to %s: %v", units.FormatSize(r.Size), r.Err)
 	}
 	return o
 }
@@ -212,6 +217,12 @@ func (a *Agent) resizeVolume(ctx context.Context, v *corpusv1.Volume, guest *gue
 	// A resize a crash cut short shows as file system and image sizes
 	// that differ; running it again finishes it.
 	if info.SizeBytes == v.SizeBytes && info.FilesystemBytes == v.SizeBytes {
+		a.volGate.Forget(v.Name)
+		return nil
+	}
+	// Judged on what the volume holds now (statfs while mounted),
+	// before anything is stopped for it.
+	if !a.admitResize(v, info.FilesystemBytes, info.UsedBytes) {
 		return nil
 	}
 	grow := v.SizeBytes > info.FilesystemBytes
@@ -251,6 +262,13 @@ func (a *Agent) resizeVolume(ctx context.Context, v *corpusv1.Volume, guest *gue
 	} else if err = a.vols.Shrink(ctx, v.Name, v.SizeBytes, true); err == nil {
 		_, err = a.vols.Trim(ctx, v.Name) // give the freed blocks back to the host
 	}
+	if errors.Is(err, volume.ErrCannotShrink) {
+		// Refused offline (the file system's own minimum): the guest
+		// starts again (the revert) and is not stopped for this size
+		// again while the volume holds as much.
+		a.refusedOffline(v, info.UsedBytes, err)
+		return nil
+	}
 	if err != nil {
 		return fmt.Errorf("resizing volume %s to %d bytes: %w", v.Name, v.SizeBytes, err)
 	}
@@ -266,6 +284,28 @@ func (a *Agent) resizeVolume(ctx context.Context, v *corpusv1.Volume, guest *gue
 	}
 	a.logger.Info("volume resized", "volume", v.Name, "size", v.SizeBytes, "guest_restarted", running)
 	return nil
+}
+
+// admitResize says whether volume v may go from from bytes to its
+// desired size with used bytes in use now (see volume.Gate). A refusal
+// is logged once and shows in the volume's observed state; the volume
+// keeps its size and its guest runs on.
+func (a *Agent) admitResize(v *corpusv1.Volume, from, used int64) bool {
+	changed, err := a.volGate.Admit(v.Name, from, v.SizeBytes, used)
+	if err != nil && changed {
+		a.logger.Warn("volume resize refused; the volume keeps its size", "volume", v.Name, "size", from, "desired", v.SizeBytes, "error", err)
+		a.poke(a.kick) // observe and report it
+	}
+	return err == nil
+}
+
+// refusedOffline records a shrink the backend refused once volume v was
+// offline, with used bytes in use.
+func (a *Agent) refusedOffline(v *corpusv1.Volume, used int64, err error) {
+	if a.volGate.Refuse(v.Name, v.SizeBytes, used, err) {
+		a.logger.Warn("volume shrink refused; the volume keeps its size", "volume", v.Name, "desired", v.SizeBytes, "error", err)
+		a.poke(a.kick)
+	}
 }
 
 // guestHandle stops and starts one guest for work on its volume.
