@@ -7,10 +7,12 @@ import (
 	"path/filepath"
 	"time"
 
+	"connectrpc.com/connect"
 	"google.golang.org/protobuf/proto"
 
 	"corpus/drivers"
 	"corpus/internal/failpoint"
+	"corpus/internal/names"
 	"corpus/internal/revert"
 	"corpus/internal/units"
 	corpusv1 "corpus/proto/corpus/v1"
@@ -350,4 +352,43 @@ func (a *Agent) removeOldCopy(ctx context.Context, v *corpusv1.Volume) {
 		a.logger.Info("removed the old copy of a moved volume", "volume", v.Name)
 		a.poke(a.report)
 	}
+}
+
+// MeasureVolume says what a volume of this node holds now: statfs of
+// its file system where the host mounts it, the running VM's own view
+// where one has it as its disk, its superblock otherwise. The
+// coordinator admits a shrink on it.
+func (s *agentAPI) MeasureVolume(ctx context.Context, req *connect.Request[corpusv1.MeasureVolumeRequest]) (*connect.Response[corpusv1.MeasureVolumeResponse], error) {
+	a := s.a
+	if err := a.checkCaller(req.Header()); err != nil {
+		return nil, err
+	}
+	name := req.Msg.Name
+	if err := names.Validate("volume", name); err != nil {
+		return nil, connect.NewError(connect.CodeInvalidArgument, err)
+	}
+	if a.vols == nil {
+		return nil, connect.NewError(connect.CodeUnimplemented, fmt.Errorf("node %s cannot measure volumes: its driver keeps them", a.id.NodeName))
+	}
+	var v *corpusv1.Volume
+	for _, d := range a.desiredVolumes() {
+		if d.Name == name && d.NodeId == a.id.NodeID {
+			v = d
+		}
+	}
+	if v == nil {
+		return nil, connect.NewError(connect.CodeNotFound, fmt.Errorf("volume %s is not on node %s", name, a.id.NodeName))
+	}
+	info, err := a.vols.Stat(ctx, name)
+	switch {
+	case errors.Is(err, volume.ErrNotFound):
+		return nil, connect.NewError(connect.CodeNotFound, fmt.Errorf("volume %s is not made on node %s yet", name, a.id.NodeName))
+	case err != nil:
+		return nil, connect.NewError(connect.CodeInternal, fmt.Errorf("measuring volume %s: %w", name, err))
+	}
+	res := &corpusv1.MeasureVolumeResponse{SizeBytes: info.SizeBytes, UsedBytes: info.UsedBytes, FreeBytes: info.FreeBytes}
+	if u, ok := a.guestUsage(ctx, v); ok {
+		res.UsedBytes, res.FreeBytes = u.UsedBytes, u.FreeBytes
+	}
+	return connect.NewResponse(res), nil
 }
