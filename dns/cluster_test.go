@@ -4,6 +4,7 @@ import (
 	"errors"
 	"net/netip"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/miekg/dns"
@@ -156,4 +157,78 @@ func TestZoneSkips(t *testing.T) {
 	if _, err := BuildZone("a..b", 1, nil); !errors.Is(err, ErrBadRecord) {
 		t.Errorf("BuildZone(bad zone) = %v, want ErrBadRecord", err)
 	}
+}
+
+// TestTXT: TXT data in the zone-file form (quoted strings, with escapes)
+// is read as RFC 1035 says; a plain value is one string, spaces and
+// quotes included, cut into 255-byte strings when longer. Records give
+// the canonical quoted form, which reads back as the same record.
+func TestTXT(t *testing.T) {
+	t.Parallel()
+	long := strings.Repeat("x", 300)
+	for _, tc := range []struct {
+		data string
+		want []string
+	}{
+		{`v=spf1 -all`, []string{"v=spf1 -all"}},
+		{`"v=spf1 -all"`, []string{"v=spf1 -all"}},
+		{`"a b" "c"`, []string{"a b", "c"}},
+		{`say "hi" now`, []string{`say "hi" now`}},
+		{`"say \"hi\"" "\065"`, []string{`say "hi"`, "A"}},
+		{`a;b \c`, []string{`a;b \c`}},
+		{"tab\there", []string{"tab\there"}},
+		{long, []string{long[:255], long[255:]}},
+	} {
+		z, err := NewZone("", 1, []Record{{Name: "t", Type: "TXT", Data: tc.data}})
+		if err != nil {
+			t.Errorf("NewZone(TXT %s) = %v", tc.data, err)
+			continue
+		}
+		if got := txtOf(z); !slices.Equal(got, tc.want) {
+			t.Errorf("TXT %s = %q, want %q", tc.data, got, tc.want)
+			continue
+		}
+		var rec Record
+		for _, r := range z.Records() {
+			if r.Type == "TXT" {
+				rec = r
+			}
+		}
+		again, err := NewZone("", 1, []Record{rec})
+		if err != nil {
+			t.Errorf("NewZone(%v) = %v", rec, err)
+			continue
+		}
+		if got := txtOf(again); !slices.Equal(got, tc.want) {
+			t.Errorf("TXT %s read back from %q = %q, want %q", tc.data, rec.Data, got, tc.want)
+		}
+	}
+	for _, bad := range []string{`"unterminated`, `"a" b"`} {
+		if _, err := NewZone("", 1, []Record{{Name: "t", Type: "TXT", Data: bad}}); !errors.Is(err, ErrBadRecord) {
+			t.Errorf("NewZone(TXT %s) = %v, want ErrBadRecord", bad, err)
+		}
+	}
+}
+
+// txtOf returns the strings of the zone's TXT record as they go on the
+// wire (the rdata's character-strings).
+func txtOf(z *Zone) []string {
+	for _, rr := range z.RRs() {
+		if _, ok := rr.(*dns.TXT); !ok {
+			continue
+		}
+		buf := make([]byte, 4096)
+		end, err := dns.PackRR(rr, buf, 0, nil, false)
+		if err != nil {
+			return []string{"pack: " + err.Error()}
+		}
+		off, _ := dns.PackDomainName(rr.Header().Name, make([]byte, 256), 0, nil, false)
+		var out []string
+		for data := buf[off+10 : end]; len(data) > 0; {
+			n := int(data[0])
+			out, data = append(out, string(data[1:1+n])), data[1+n:]
+		}
+		return out
+	}
+	return nil
 }

@@ -26,7 +26,9 @@ const (
 // ("web.guest") or an absolute name ending in a dot. Type is one of A, AAAA,
 // CNAME, TXT, MX, SRV, NS or SOA. TTL 0 means DefaultTTL. Data is the rdata
 // in zone-file presentation format, where names may be relative to the zone:
-// "10.0.0.5", "10 mail", "0 5 8080 node-1.node", `"v=spf1 -all"`.
+// "10.0.0.5", "10 mail", "0 5 8080 node-1.node", `"v=spf1 -all"`. TXT data
+// that does not start with a double quote is one plain string, as
+// written: `v=spf1 -all` is the same record as `"v=spf1 -all"`.
 type Record struct {
 	Name string `json:"name"`
 	Type string `json:"type"`
@@ -190,7 +192,12 @@ func parseRecord(origin string, rec Record) (dns.RR, error) {
 	if ttl == 0 {
 		ttl = DefaultTTL
 	}
-	line := fmt.Sprintf("%s %d IN %s %s", name, ttl, dns.TypeToString[want], rec.Data)
+	data := rec.Data
+	plainTXT := want == dns.TypeTXT && !strings.HasPrefix(strings.TrimSpace(data), `"`)
+	if plainTXT {
+		data = `""` // the owner and TTL are parsed as for any record; the text is set below
+	}
+	line := fmt.Sprintf("%s %d IN %s %s", name, ttl, dns.TypeToString[want], data)
 	zp := dns.NewZoneParser(strings.NewReader(line), origin, "")
 	rr, ok := zp.Next()
 	if !ok {
@@ -206,7 +213,43 @@ func parseRecord(origin string, rec Record) (dns.RR, error) {
 	if rr.Header().Rrtype != want {
 		return nil, fmt.Errorf("record %q: parsed as %s: %w", rec.String(), dns.TypeToString[rr.Header().Rrtype], ErrBadRecord)
 	}
+	if plainTXT {
+		rr.(*dns.TXT).Txt = txtStrings(rec.Data)
+	}
 	return rr, nil
+}
+
+// maxTXTString is the longest character-string of a TXT record (RFC 1035
+// section 3.3: a length byte, then the characters).
+const maxTXTString = 255
+
+// txtStrings is TXT data given as a plain value: one string, as written
+// (spaces and quotes included), cut into character-strings of at most
+// maxTXTString bytes when longer, in miekg/dns's presentation form (a
+// backslash, a double quote and control bytes escaped). Data that starts
+// with a double quote is the zone-file form instead, quoted strings with
+// \" and \DDD escapes, which the zone parser reads.
+func txtStrings(v string) []string {
+	var out []string
+	for {
+		n := min(len(v), maxTXTString)
+		var b strings.Builder
+		for _, c := range []byte(v[:n]) {
+			switch {
+			case c == '\\' || c == '"':
+				b.WriteByte('\\')
+				b.WriteByte(c)
+			case c < ' ' || c == 0x7f:
+				fmt.Fprintf(&b, "\\%03d", c)
+			default:
+				b.WriteByte(c)
+			}
+		}
+		out, v = append(out, b.String()), v[n:]
+		if v == "" {
+			return out
+		}
+	}
 }
 
 // add inserts rr, creating its node and the empty non-terminals above it.
