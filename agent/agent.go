@@ -281,6 +281,7 @@ type Agent struct {
 	volOldRemoved map[string]bool                     // moved-away volumes whose copy is gone, by id
 	volGrowing    map[string]int64                    // block volumes grown while their guest runs, by name: the size before, until the guest's file system has grown
 	volGuestSize  map[string]int64                    // block volumes' file system sizes their running guest confirmed, by name
+	volGate       volume.Gate                         // the resizes this node refused, by volume name
 	volLocks      keylock.Map                         // by volume name: a host mount decided and done, or a volume handed to a VM
 	known         bool                                // desired came from the coordinator or the cache
 	workers       map[string]*worker                  // by guest id

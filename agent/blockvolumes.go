@@ -148,7 +148,19 @@ func (a *Agent) resizeBlockVolume(ctx context.Context, v *corpusv1.Volume, g *co
 		return a.resizeOffline(ctx, v, info)
 	}
 	if v.SizeBytes < info.SizeBytes {
+		// Judged on what the running guest sees of its file system
+		// (the host's superblock lags), before the guest is stopped.
+		used := info.UsedBytes
+		if u, ok := a.guestUsage(ctx, v); ok {
+			used = u.UsedBytes
+		}
+		if !a.admitResize(v, info.SizeBytes, used) {
+			return nil
+		}
 		return a.shrinkBlockVolume(ctx, v, h)
+	}
+	if v.SizeBytes != info.SizeBytes && !a.admitResize(v, info.SizeBytes, info.UsedBytes) {
+		return nil // a size no backend makes
 	}
 	a.mu.Lock()
 	confirmed := a.volGuestSize[v.Name] == v.SizeBytes
@@ -203,8 +215,15 @@ func (a *Agent) resizeBlockVolume(ctx context.Context, v *corpusv1.Volume, g *co
 // resizeOffline resizes a volume no one mounts (its guest is off) on
 // the host: grow, or shrink and hand the freed blocks back. A resize a
 // crash cut short (file system and image sizes differ) is finished.
+//
+// A resize the volume's data or size rules out is refused (see
+// admitResize) and resizeOffline returns nil: nothing was changed.
 func (a *Agent) resizeOffline(ctx context.Context, v *corpusv1.Volume, info volume.Info) error {
 	if info.SizeBytes == v.SizeBytes && info.FilesystemBytes == v.SizeBytes {
+		a.volGate.Forget(v.Name)
+		return nil
+	}
+	if !a.admitResize(v, info.FilesystemBytes, info.UsedBytes) {
 		return nil
 	}
 	var err error
@@ -212,6 +231,10 @@ func (a *Agent) resizeOffline(ctx context.Context, v *corpusv1.Volume, info volu
 		err = a.vols.Grow(ctx, v.Name, v.SizeBytes)
 	} else if err = a.vols.Shrink(ctx, v.Name, v.SizeBytes, true); err == nil {
 		_, err = a.vols.Trim(ctx, v.Name)
+	}
+	if errors.Is(err, volume.ErrCannotShrink) {
+		a.refusedOffline(v, info.UsedBytes, err)
+		return nil
 	}
 	if err != nil {
 		return fmt.Errorf("resizing volume %s to %d bytes: %w", v.Name, v.SizeBytes, err)

@@ -7,11 +7,14 @@ import (
 	"path/filepath"
 	"time"
 
+	"connectrpc.com/connect"
 	"google.golang.org/protobuf/proto"
 
 	"corpus/drivers"
 	"corpus/internal/failpoint"
+	"corpus/internal/names"
 	"corpus/internal/revert"
+	"corpus/internal/units"
 	corpusv1 "corpus/proto/corpus/v1"
 	"corpus/volume"
 )
@@ -83,6 +86,7 @@ func (a *Agent) reconcileVolume(ctx context.Context, v *corpusv1.Volume) *corpus
 		if err != nil && !errors.Is(err, volume.ErrNotFound) {
 			return &corpusv1.VolumeObserved{State: corpusv1.ObservedFailed, Message: err.Error()}
 		}
+		a.volGate.Forget(v.Name)
 		return &corpusv1.VolumeObserved{State: corpusv1.ObservedDeleted}
 	}
 	if err := a.mountOnHost(ctx, v); err != nil {
@@ -109,6 +113,9 @@ func (a *Agent) reconcileVolume(ctx context.Context, v *corpusv1.Volume) *corpus
 	if growing {
 		// The device is larger already; the guest's file system is not yet.
 		o.SizeBytes, o.Message = before, fmt.Sprintf("growing to %d bytes: the guest grows its file system", v.SizeBytes)
+	}
+	if r, ok := a.volGate.Refused(v.Name, v.SizeBytes); ok {
+		o.RefusedSizeBytes, o.Message = r.Size, fmt.Sprintf("not resized to %s: %v", units.FormatSize(r.Size), r.Err)
 	}
 	return o
 }
@@ -212,6 +219,12 @@ func (a *Agent) resizeVolume(ctx context.Context, v *corpusv1.Volume, guest *gue
 	// A resize a crash cut short shows as file system and image sizes
 	// that differ; running it again finishes it.
 	if info.SizeBytes == v.SizeBytes && info.FilesystemBytes == v.SizeBytes {
+		a.volGate.Forget(v.Name)
+		return nil
+	}
+	// Judged on what the volume holds now (statfs while mounted),
+	// before anything is stopped for it.
+	if !a.admitResize(v, info.FilesystemBytes, info.UsedBytes) {
 		return nil
 	}
 	grow := v.SizeBytes > info.FilesystemBytes
@@ -251,6 +264,13 @@ func (a *Agent) resizeVolume(ctx context.Context, v *corpusv1.Volume, guest *gue
 	} else if err = a.vols.Shrink(ctx, v.Name, v.SizeBytes, true); err == nil {
 		_, err = a.vols.Trim(ctx, v.Name) // give the freed blocks back to the host
 	}
+	if errors.Is(err, volume.ErrCannotShrink) {
+		// Refused offline (the file system's own minimum): the guest
+		// starts again (the revert) and is not stopped for this size
+		// again while the volume holds as much.
+		a.refusedOffline(v, info.UsedBytes, err)
+		return nil
+	}
 	if err != nil {
 		return fmt.Errorf("resizing volume %s to %d bytes: %w", v.Name, v.SizeBytes, err)
 	}
@@ -266,6 +286,28 @@ func (a *Agent) resizeVolume(ctx context.Context, v *corpusv1.Volume, guest *gue
 	}
 	a.logger.Info("volume resized", "volume", v.Name, "size", v.SizeBytes, "guest_restarted", running)
 	return nil
+}
+
+// admitResize says whether volume v may go from from bytes to its
+// desired size with used bytes in use now (see volume.Gate). A refusal
+// is logged once and shows in the volume's observed state; the volume
+// keeps its size and its guest runs on.
+func (a *Agent) admitResize(v *corpusv1.Volume, from, used int64) bool {
+	changed, err := a.volGate.Admit(v.Name, from, v.SizeBytes, used)
+	if err != nil && changed {
+		a.logger.Warn("volume resize refused; the volume keeps its size", "volume", v.Name, "size", from, "desired", v.SizeBytes, "error", err)
+		a.poke(a.kick) // observe and report it
+	}
+	return err == nil
+}
+
+// refusedOffline records a shrink the backend refused once volume v was
+// offline, with used bytes in use.
+func (a *Agent) refusedOffline(v *corpusv1.Volume, used int64, err error) {
+	if a.volGate.Refuse(v.Name, v.SizeBytes, used, err) {
+		a.logger.Warn("volume shrink refused; the volume keeps its size", "volume", v.Name, "desired", v.SizeBytes, "error", err)
+		a.poke(a.kick)
+	}
 }
 
 // guestHandle stops and starts one guest for work on its volume.
@@ -310,4 +352,43 @@ func (a *Agent) removeOldCopy(ctx context.Context, v *corpusv1.Volume) {
 		a.logger.Info("removed the old copy of a moved volume", "volume", v.Name)
 		a.poke(a.report)
 	}
+}
+
+// MeasureVolume says what a volume of this node holds now: statfs of
+// its file system where the host mounts it, the running VM's own view
+// where one has it as its disk, its superblock otherwise. The
+// coordinator admits a shrink on it.
+func (s *agentAPI) MeasureVolume(ctx context.Context, req *connect.Request[corpusv1.MeasureVolumeRequest]) (*connect.Response[corpusv1.MeasureVolumeResponse], error) {
+	a := s.a
+	if err := a.checkCaller(req.Header()); err != nil {
+		return nil, err
+	}
+	name := req.Msg.Name
+	if err := names.Validate("volume", name); err != nil {
+		return nil, connect.NewError(connect.CodeInvalidArgument, err)
+	}
+	if a.vols == nil {
+		return nil, connect.NewError(connect.CodeUnimplemented, fmt.Errorf("node %s cannot measure volumes: its driver keeps them", a.id.NodeName))
+	}
+	var v *corpusv1.Volume
+	for _, d := range a.desiredVolumes() {
+		if d.Name == name && d.NodeId == a.id.NodeID {
+			v = d
+		}
+	}
+	if v == nil {
+		return nil, connect.NewError(connect.CodeNotFound, fmt.Errorf("volume %s is not on node %s", name, a.id.NodeName))
+	}
+	info, err := a.vols.Stat(ctx, name)
+	switch {
+	case errors.Is(err, volume.ErrNotFound):
+		return nil, connect.NewError(connect.CodeNotFound, fmt.Errorf("volume %s is not made on node %s yet", name, a.id.NodeName))
+	case err != nil:
+		return nil, connect.NewError(connect.CodeInternal, fmt.Errorf("measuring volume %s: %w", name, err))
+	}
+	res := &corpusv1.MeasureVolumeResponse{SizeBytes: info.SizeBytes, UsedBytes: info.UsedBytes, FreeBytes: info.FreeBytes}
+	if u, ok := a.guestUsage(ctx, v); ok {
+		res.UsedBytes, res.FreeBytes = u.UsedBytes, u.FreeBytes
+	}
+	return connect.NewResponse(res), nil
 }

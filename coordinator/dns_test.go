@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -291,5 +292,81 @@ func TestRobustnessSeed1002(t *testing.T) {
 		if !found {
 			t.Fatalf("record %s acknowledged, then missing from ListRecords (serial %d)", name, res.Msg.Serial)
 		}
+	}
+}
+
+// TestDNSConflictsLeaveTheRestServed: a static record that conflicts with
+// another at its name is refused when it is added; one that comes to
+// conflict later (a project's domain published at its name) is left out
+// of the zone, listed with a warning by ListRecords, while the rest of
+// the zone, new guests included, is served as the state changes.
+func TestDNSConflictsLeaveTheRestServed(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := start(t, t.TempDir())
+	n := s.enroll("n1")
+	if _, err := n.agent.Report(ctx, connect.NewRequest(&corpusv1.ReportRequest{
+		Capacity: capacity(), Drivers: drivers(), AgentAddress: n.address, AgentVersion: "test", Address: "192.0.2.10",
+		ReservedPorts: []int32{80, 443},
+	})); err != nil {
+		t.Fatal(err)
+	}
+	ops := s.ops()
+	add := func(name, typ, data string) (*corpusv1.AddRecordResponse, error) {
+		res, err := ops.dns.AddRecord(ctx, connect.NewRequest(&corpusv1.AddRecordRequest{Name: name, Type: typ, Data: data}))
+		if err != nil {
+			return nil, err
+		}
+		return res.Msg, nil
+	}
+	alias, err := add("hello.dev", "CNAME", "docs.example.org.")
+	if err != nil {
+		t.Fatalf("AddRecord(hello.dev CNAME) = %v", err)
+	}
+	for _, bad := range [][3]string{{"hello.dev", "A", "10.0.0.9"}, {"hello.dev", "TXT", "x"}, {"Hello.Dev", "CNAME", "other.example.org."}, {"n1.node", "CNAME", "x.example.org."}} {
+		before := len(s.Store().Read().DNSRecords())
+		if _, err := add(bad[0], bad[1], bad[2]); codeOf(err) != connect.CodeFailedPrecondition && codeOf(err) != connect.CodeInvalidArgument {
+			t.Errorf("AddRecord(%v) = %v, want a refusal", bad, err)
+		}
+		if after := len(s.Store().Read().DNSRecords()); after != before {
+			t.Errorf("AddRecord(%v) changed the state (%d -> %d records)", bad, before, after)
+		}
+	}
+	if _, err := add("mail", "A", "192.0.2.25"); err != nil {
+		t.Fatalf("AddRecord(mail A) = %v", err)
+	}
+	eventuallyAnswers(t, s, "mail.corpus.test", "192.0.2.25")
+
+	// The project's environment is published at hello.dev: the static
+	// CNAME there can no longer be served, and is left out.
+	if _, err := ops.project.CreateProject(ctx, connect.NewRequest(&corpusv1.CreateProjectRequest{
+		Name: "hello", Env: "dev", Domains: []string{"hello.dev.example.test"},
+	})); err != nil {
+		t.Fatal(err)
+	}
+	eventuallyAnswers(t, s, "hello.dev.corpus.test", "192.0.2.10")
+	if _, err := ops.guests.CreateGuest(ctx, connect.NewRequest(&corpusv1.CreateGuestRequest{Name: "web", Spec: &corpusv1.GuestSpec{Image: "busybox"}})); err != nil {
+		t.Fatal(err)
+	}
+	s.waitFor("web placed", func(v *state.Snap) bool { return v.GuestByName("web").GetAddress() != "" })
+	eventuallyAnswers(t, s, "web.guest.corpus.test", s.Store().Read().GuestByName("web").Address)
+	eventuallyAnswers(t, s, "mail.corpus.test", "192.0.2.25")
+	// A CNAME where the cluster publishes records itself is refused.
+	if _, err := add("_http._tcp.hello.dev", "CNAME", "x.example.org."); codeOf(err) != connect.CodeFailedPrecondition {
+		t.Errorf("AddRecord(CNAME beside the route's SRV) = %v, want FailedPrecondition", err)
+	}
+
+	list, err := ops.dns.ListRecords(ctx, connect.NewRequest(&corpusv1.ListRecordsRequest{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var warned []string
+	for _, r := range list.Msg.Records {
+		if r.Warning != "" {
+			warned = append(warned, fmt.Sprintf("%s %s %s (%s): %s", r.Name, r.Type, r.Data, r.StaticId, r.Warning))
+		}
+	}
+	if len(warned) != 1 || !strings.Contains(warned[0], "hello.dev.corpus.test. CNAME docs.example.org. ("+alias.Record.Id+")") || !strings.Contains(warned[0], "not served") {
+		t.Errorf("records with a warning = %q, want the static CNAME at hello.dev, not served", warned)
 	}
 }

@@ -1,10 +1,13 @@
 package coordinator
 
 import (
+	"cmp"
 	"context"
 	"log/slog"
 	"net"
 	"net/netip"
+	"slices"
+	"strings"
 	"time"
 
 	"corpus/coordinator/state"
@@ -14,6 +17,8 @@ import (
 
 // clusterZone builds the DNS zone from one view of the state: this
 // replica as name server, guests and nodes by name, operator records.
+// A record that cannot be served is left out (the zone's Skipped), never
+// the zone: the error is only for a zone name that is not a domain name.
 func clusterZone(v *state.Snap, zoneName, nsName string, nsAddr netip.Addr) (*dns.Zone, error) {
 	c := dns.Cluster{
 		Zone:        zoneName,
@@ -66,7 +71,12 @@ func clusterZone(v *state.Snap, zoneName, nsName string, nsAddr netip.Addr) (*dn
 			c.Routes = append(c.Routes, r)
 		}
 	}
-	for _, r := range v.DNSRecords() {
+	// Oldest first: of two static records that conflict (the state
+	// refuses such a pair, but a snapshot from before may hold one), the
+	// newer is the one left out.
+	static := v.DNSRecords()
+	slices.SortStableFunc(static, func(a, b *corpusv1.DnsRecord) int { return cmp.Compare(a.CreateIndex, b.CreateIndex) })
+	for _, r := range static {
 		c.Static = append(c.Static, dns.Record{Name: r.Name, Type: r.Type, TTL: r.Ttl, Data: r.Data})
 	}
 	return dns.ClusterZone(c)
@@ -80,7 +90,10 @@ func clusterZone(v *state.Snap, zoneName, nsName string, nsAddr netip.Addr) (*dn
 // hundreds of writes a second it took most of a 2-core machine's CPU and
 // slowed the writes themselves fourfold (test/bench/raft).
 func zoneLoop(ctx context.Context, store *state.Store, src *dns.StaticSource, zoneName, nsName string, nsAddr netip.Addr, logger *slog.Logger) {
-	var last time.Time
+	var (
+		last    time.Time
+		skipped string
+	)
 	for ctx.Err() == nil {
 		if wait := zoneRebuildEvery - time.Since(last); wait > 0 {
 			select {
@@ -101,11 +114,27 @@ func zoneLoop(ctx context.Context, store *state.Store, src *dns.StaticSource, zo
 			logger.Error("building the dns zone; serving the previous one", "error", err)
 		} else {
 			src.Set(z)
+			skipped = logSkipped(logger, skipped, z)
 		}
 		if v.Wait(ctx) != nil {
 			return
 		}
 	}
+}
+
+// logSkipped logs the records zone z leaves out when they are not those
+// logged last (said), and returns what it logged: once per change, not
+// on every rebuild.
+func logSkipped(logger *slog.Logger, said string, z *dns.Zone) string {
+	var reasons []string
+	for _, s := range z.Skipped() {
+		reasons = append(reasons, s.Err.Error())
+	}
+	now := strings.Join(reasons, "; ")
+	if now != said && now != "" {
+		logger.Warn("dns records left out of the zone; the rest is served (corpus dns records shows them)", "records", len(reasons), "reasons", now)
+	}
+	return now
 }
 
 // zoneRebuildEvery bounds how often zoneLoop rebuilds the zone.

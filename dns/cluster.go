@@ -3,6 +3,7 @@ package dns
 import (
 	"fmt"
 	"net/netip"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -58,88 +59,117 @@ type Port struct {
 	Port uint16
 }
 
-// ClusterRecords returns the records c describes, in a stable order. Names
-// that are not valid DNS labels return ErrBadRecord.
-func ClusterRecords(c Cluster) ([]Record, error) {
+// ClusterRecords returns the records c describes, in a stable order:
+// the zone's own (SOA, NS, name servers), nodes, guests, routes, then the
+// static records, so that a static record that conflicts with a
+// generated one is the one a zone leaves out. What cannot make a record
+// (a name that is not a DNS label, a route on an unknown node) is in
+// skipped, with an error wrapping ErrBadRecord.
+func ClusterRecords(c Cluster) ([]Record, []Skipped) {
 	ttl := c.TTL
 	if ttl == 0 {
 		ttl = DefaultTTL
 	}
-	var out []Record
-	addr := func(name string, a netip.Addr) {
+	var (
+		out     []Record
+		skipped []Skipped
+	)
+	skip := func(r Record, err error) {
+		skipped = append(skipped, Skipped{Record: r, Err: fmt.Errorf("record %q: %w", r.String(), err)})
+	}
+	addr := func(name string, a netip.Addr) Record {
 		t := "A"
 		if a.Unmap().Is6() {
 			t = "AAAA"
 		}
-		out = append(out, Record{Name: name, Type: t, TTL: ttl, Data: a.Unmap().String()})
+		return Record{Name: name, Type: t, TTL: ttl, Data: a.Unmap().String()}
 	}
 	nsNames := sortedKeys(c.NameServers)
 	for i, name := range nsNames {
 		if err := checkLabel(name); err != nil {
-			return nil, fmt.Errorf("name server: %w", err)
+			skip(addr(name+".ns", c.NameServers[name]), fmt.Errorf("name server: %w", err))
+			continue
 		}
 		if i == 0 {
 			out = append(out, Record{Name: "@", Type: "SOA", TTL: ttl,
 				Data: fmt.Sprintf("%s.ns hostmaster 0 60 10 86400 %d", name, DefaultNegativeTTL)})
 		}
 		out = append(out, Record{Name: "@", Type: "NS", TTL: ttl, Data: name + ".ns"})
-		addr(name+".ns", c.NameServers[name])
+		out = append(out, addr(name+".ns", c.NameServers[name]))
 	}
 	for _, name := range sortedKeys(c.Nodes) {
+		r := addr(name+".node", c.Nodes[name])
 		if err := checkLabel(name); err != nil {
-			return nil, fmt.Errorf("node: %w", err)
+			skip(r, fmt.Errorf("node: %w", err))
+			continue
 		}
-		addr(name+".node", c.Nodes[name])
+		out = append(out, r)
 	}
 	for _, name := range sortedKeys(c.Guests) {
+		r := addr(name+".guest", c.Guests[name])
 		if err := checkLabel(name); err != nil {
-			return nil, fmt.Errorf("guest: %w", err)
+			skip(r, fmt.Errorf("guest: %w", err))
+			continue
 		}
-		addr(name+".guest", c.Guests[name])
+		out = append(out, r)
 	}
 	for _, r := range c.Routes {
+		owner := r.Domain + "." + r.Env
 		if err := checkLabel(r.Domain); err != nil {
-			return nil, fmt.Errorf("route domain: %w", err)
+			skip(Record{Name: owner, Type: "A", TTL: ttl}, fmt.Errorf("route domain: %w", err))
+			continue
 		}
 		if err := checkLabel(r.Env); err != nil {
-			return nil, fmt.Errorf("route env: %w", err)
+			skip(Record{Name: owner, Type: "A", TTL: ttl}, fmt.Errorf("route env: %w", err))
+			continue
 		}
-		owner := r.Domain + "." + r.Env
-		nodes := append([]string(nil), r.Nodes...)
-		sort.Strings(nodes)
-		for _, n := range nodes {
+		var nodes []string
+		for _, n := range slices.Sorted(slices.Values(r.Nodes)) {
 			a, ok := c.Nodes[n]
 			if !ok {
-				return nil, fmt.Errorf("route %s: unknown node %q: %w", owner, n, ErrBadRecord)
+				skip(Record{Name: owner, Type: "A", TTL: ttl}, fmt.Errorf("route %s: unknown node %q: %w", owner, n, ErrBadRecord))
+				continue
 			}
-			addr(owner, a)
+			nodes = append(nodes, n)
+			out = append(out, addr(owner, a))
 		}
 		for _, p := range r.Ports {
 			svc := p.Service
 			if svc == "" {
 				svc = "http"
 			}
-			if err := checkLabel(svc); err != nil {
-				return nil, fmt.Errorf("route %s service: %w", owner, err)
-			}
 			for _, n := range nodes {
-				out = append(out, Record{Name: "_" + svc + "._tcp." + owner, Type: "SRV", TTL: ttl,
-					Data: "0 10 " + strconv.Itoa(int(p.Port)) + " " + n + ".node"})
+				srv := Record{Name: "_" + svc + "._tcp." + owner, Type: "SRV", TTL: ttl,
+					Data: "0 10 " + strconv.Itoa(int(p.Port)) + " " + n + ".node"}
+				if err := checkLabel(svc); err != nil {
+					skip(srv, fmt.Errorf("route %s service: %w", owner, err))
+					continue
+				}
+				out = append(out, srv)
 			}
 		}
 	}
 	out = append(out, c.Static...)
-	return out, nil
+	return out, skipped
 }
 
 // ClusterZone builds the zone c describes: ClusterRecords at serial
-// uint32(c.Index). Errors are those of ClusterRecords and NewZone.
+// uint32(c.Index), through BuildZone, so a record that cannot be served
+// is left out (Zone.Skipped says which and why) and the rest is served.
+// The error is BuildZone's, for a zone name that is not a domain name.
 func ClusterZone(c Cluster) (*Zone, error) {
-	recs, err := ClusterRecords(c)
+	recs, skipped := ClusterRecords(c)
+	z, err := BuildZone(c.Zone, uint32(c.Index), recs)
 	if err != nil {
 		return nil, err
 	}
-	return NewZone(c.Zone, uint32(c.Index), recs)
+	built := z.skipped
+	z.skipped = nil
+	for _, s := range skipped {
+		z.skip(s.Record, s.Err)
+	}
+	z.skipped = append(z.skipped, built...)
+	return z, nil
 }
 
 func checkLabel(s string) error {

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"net/netip"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/miekg/dns"
@@ -81,14 +82,153 @@ func TestZoneErrors(t *testing.T) {
 			}
 		})
 	}
-	if _, err := ClusterZone(Cluster{Guests: map[string]netip.Addr{"a.b": netip.MustParseAddr("10.0.0.1")}}); !errors.Is(err, ErrBadRecord) {
-		t.Errorf("guest with a dot = %v, want ErrBadRecord", err)
-	}
-	if _, err := ClusterZone(Cluster{Routes: []Route{{Domain: "x", Env: "y", Nodes: []string{"ghost"}}}}); !errors.Is(err, ErrBadRecord) {
-		t.Errorf("route on an unknown node = %v, want ErrBadRecord", err)
-	}
 	if err := (Config{}).Validate(); !errors.Is(err, ErrBadConfig) {
 		t.Errorf("empty config = %v, want ErrBadConfig", err)
 	}
 	_ = dns.TypeA
+}
+
+// TestZoneSkips: a record the zone cannot serve is left out and listed
+// with why; every other record is served. Generated records go before
+// static ones, so a static record that conflicts with a generated name
+// is the one left out, and of two conflicting static records the later.
+func TestZoneSkips(t *testing.T) {
+	t.Parallel()
+	a := netip.MustParseAddr
+	c := Cluster{
+		Index:  7,
+		Guests: map[string]netip.Addr{"web": a("10.0.0.5"), "a.b": a("10.0.0.6")},
+		Nodes:  map[string]netip.Addr{"node-1": a("192.0.2.1")},
+		Routes: []Route{
+			{Domain: "hello", Env: "dev", Nodes: []string{"node-1", "ghost"}},
+		},
+		Static: []Record{
+			{Name: "www", Type: "CNAME", Data: "web.guest"},
+			{Name: "www", Type: "A", Data: "10.0.0.9"},            // beside the CNAME
+			{Name: "hello.dev", Type: "CNAME", Data: "web.guest"}, // beside the route's A
+			{Name: "@", Type: "CNAME", Data: "web.guest"},         // beside the SOA and NS
+			{Name: "x.example.org.", Type: "A", Data: "10.0.0.1"},
+			{Name: "bad", Type: "A", Data: "not-an-ip"},
+			{Name: "mail", Type: "A", Data: "192.0.2.25"},
+		},
+	}
+	z, err := ClusterZone(c)
+	if err != nil {
+		t.Fatalf("ClusterZone = %v, want a zone with the bad records left out", err)
+	}
+	var got []string
+	for _, s := range z.Skipped() {
+		got = append(got, s.Record.Name+" "+s.Record.Type)
+		if s.Err == nil {
+			t.Errorf("skipped %v without a reason", s.Record)
+		}
+	}
+	want := []string{"a.b.guest.corpus.test. A", "hello.dev.corpus.test. A", "bad.corpus.test. A", "www.corpus.test. A",
+		"hello.dev.corpus.test. CNAME", "corpus.test. CNAME", "x.example.org. A"}
+	if !slices.Equal(got, want) {
+		t.Errorf("skipped = %q, want %q", got, want)
+	}
+	for _, tc := range []struct {
+		name string
+		want error
+	}{
+		{"www.corpus.test. A", ErrCNAMEConflict}, {"corpus.test. CNAME", ErrCNAMEConflict}, {"x.example.org. A", ErrOutOfZone},
+		{"bad.corpus.test. A", ErrBadRecord}, {"a.b.guest.corpus.test. A", ErrBadRecord},
+	} {
+		if i := slices.Index(got, tc.name); i >= 0 && !errors.Is(z.Skipped()[i].Err, tc.want) {
+			t.Errorf("%s skipped for %v, want %v", tc.name, z.Skipped()[i].Err, tc.want)
+		}
+	}
+	served := map[string]bool{}
+	for _, r := range z.Records() {
+		served[r.Name+" "+r.Type+" "+r.Data] = true
+	}
+	for _, w := range []string{
+		"web.guest.corpus.test. A 10.0.0.5", "node-1.node.corpus.test. A 192.0.2.1", "hello.dev.corpus.test. A 192.0.2.1",
+		"www.corpus.test. CNAME web.guest.corpus.test.", "mail.corpus.test. A 192.0.2.25",
+	} {
+		if !served[w] {
+			t.Errorf("zone lacks %q; served: %v", w, served)
+		}
+	}
+	if _, err := NewZone("", 1, c.Static[:2]); !errors.Is(err, ErrCNAMEConflict) {
+		t.Errorf("NewZone of conflicting records = %v, want ErrCNAMEConflict", err)
+	}
+	if _, err := BuildZone("a..b", 1, nil); !errors.Is(err, ErrBadRecord) {
+		t.Errorf("BuildZone(bad zone) = %v, want ErrBadRecord", err)
+	}
+}
+
+// TestTXT: TXT data in the zone-file form (quoted strings, with escapes)
+// is read as RFC 1035 says; a plain value is one string, spaces and
+// quotes included, cut into 255-byte strings when longer. Records give
+// the canonical quoted form, which reads back as the same record.
+func TestTXT(t *testing.T) {
+	t.Parallel()
+	long := strings.Repeat("x", 300)
+	for _, tc := range []struct {
+		data string
+		want []string
+	}{
+		{`v=spf1 -all`, []string{"v=spf1 -all"}},
+		{`"v=spf1 -all"`, []string{"v=spf1 -all"}},
+		{`"a b" "c"`, []string{"a b", "c"}},
+		{`say "hi" now`, []string{`say "hi" now`}},
+		{`"say \"hi\"" "\065"`, []string{`say "hi"`, "A"}},
+		{`a;b \c`, []string{`a;b \c`}},
+		{"tab\there", []string{"tab\there"}},
+		{long, []string{long[:255], long[255:]}},
+	} {
+		z, err := NewZone("", 1, []Record{{Name: "t", Type: "TXT", Data: tc.data}})
+		if err != nil {
+			t.Errorf("NewZone(TXT %s) = %v", tc.data, err)
+			continue
+		}
+		if got := txtOf(z); !slices.Equal(got, tc.want) {
+			t.Errorf("TXT %s = %q, want %q", tc.data, got, tc.want)
+			continue
+		}
+		var rec Record
+		for _, r := range z.Records() {
+			if r.Type == "TXT" {
+				rec = r
+			}
+		}
+		again, err := NewZone("", 1, []Record{rec})
+		if err != nil {
+			t.Errorf("NewZone(%v) = %v", rec, err)
+			continue
+		}
+		if got := txtOf(again); !slices.Equal(got, tc.want) {
+			t.Errorf("TXT %s read back from %q = %q, want %q", tc.data, rec.Data, got, tc.want)
+		}
+	}
+	for _, bad := range []string{`"unterminated`, `"a" b"`} {
+		if _, err := NewZone("", 1, []Record{{Name: "t", Type: "TXT", Data: bad}}); !errors.Is(err, ErrBadRecord) {
+			t.Errorf("NewZone(TXT %s) = %v, want ErrBadRecord", bad, err)
+		}
+	}
+}
+
+// txtOf returns the strings of the zone's TXT record as they go on the
+// wire (the rdata's character-strings).
+func txtOf(z *Zone) []string {
+	for _, rr := range z.RRs() {
+		if _, ok := rr.(*dns.TXT); !ok {
+			continue
+		}
+		buf := make([]byte, 4096)
+		end, err := dns.PackRR(rr, buf, 0, nil, false)
+		if err != nil {
+			return []string{"pack: " + err.Error()}
+		}
+		off, _ := dns.PackDomainName(rr.Header().Name, make([]byte, 256), 0, nil, false)
+		var out []string
+		for data := buf[off+10 : end]; len(data) > 0; {
+			n := int(data[0])
+			out, data = append(out, string(data[1:1+n])), data[1+n:]
+		}
+		return out
+	}
+	return nil
 }

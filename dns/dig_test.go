@@ -39,23 +39,65 @@ func TestDig(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			ctx, cancel := context.WithTimeout(context.Background(), testrun.D(10*time.Second))
-			defer cancel()
-			args := append([]string{"@127.0.0.1", "-p", port, "+norecurse", "+tries=1", "+time=2"}, tt.args...)
-			out, err := exec.CommandContext(ctx, dig, args...).CombinedOutput()
-			if err != nil {
-				t.Fatalf("dig %v: %v\n%s", args, err, out)
-			}
+			out := digAt(t, dig, port, tt.args...)
 			for _, w := range tt.want {
-				if !strings.Contains(string(out), w) {
+				if !strings.Contains(out, w) {
 					t.Errorf("dig %v output lacks %q:\n%s", tt.args, w, out)
 				}
 			}
 			for _, w := range tt.notWant {
-				if strings.Contains(string(out), w) {
+				if strings.Contains(out, w) {
 					t.Errorf("dig %v output has %q:\n%s", tt.args, w, out)
 				}
 			}
 		})
+	}
+}
+
+// digAt runs the real dig against the server on 127.0.0.1:port and
+// returns its output.
+func digAt(t *testing.T, dig, port string, args ...string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), testrun.D(10*time.Second))
+	defer cancel()
+	args = append([]string{"@127.0.0.1", "-p", port, "+norecurse", "+tries=1", "+time=2"}, args...)
+	out, err := exec.CommandContext(ctx, dig, args...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("dig %v: %v\n%s", args, err, out)
+	}
+	return string(out)
+}
+
+// TestDigTXT: TXT records given as a plain value and in the zone-file
+// form come back from the real server to the real dig as written: a
+// plain value with spaces and quotes as one string, quoted strings as
+// they were split, a long value in 255-byte strings.
+func TestDigTXT(t *testing.T) {
+	t.Parallel()
+	dig := lookDig(t)
+	long := strings.Repeat("k", 300)
+	z, err := NewZone("", 1, []Record{
+		{Name: "spf", Type: "TXT", Data: "v=spf1 -all"},
+		{Name: "quoted", Type: "TXT", Data: `"v=spf1 -all"`},
+		{Name: "two", Type: "TXT", Data: `"a b" "c"`},
+		{Name: "inner", Type: "TXT", Data: `say "hi" now`},
+		{Name: "long", Type: "TXT", Data: long},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, addr := startServer(t, testConfig(), NewStaticSource(z))
+	_, port, _ := net.SplitHostPort(addr)
+	for name, want := range map[string]string{
+		"spf":    `"v=spf1 -all"`,
+		"quoted": `"v=spf1 -all"`,
+		"two":    `"a b" "c"`,
+		"inner":  `"say \"hi\" now"`,
+		"long":   `"` + long[:255] + `" "` + long[255:] + `"`,
+	} {
+		out := strings.TrimSpace(digAt(t, dig, port, "+short", name+".corpus.test", "TXT"))
+		if out != want {
+			t.Errorf("dig +short %s TXT = %s, want %s", name, out, want)
+		}
 	}
 }

@@ -37,7 +37,9 @@ type serverMetrics struct {
 	slipped     prometheus.Counter
 }
 
-func newServerMetrics(reg prometheus.Registerer) *serverMetrics {
+// newServerMetrics registers the server's metrics in reg; src is the
+// source whose zone it serves.
+func newServerMetrics(reg prometheus.Registerer, src RecordSource) *serverMetrics {
 	m := &serverMetrics{
 		queries: &queryCounter{desc: prometheus.NewDesc(
 			prometheus.BuildFQName(metrics.Namespace, "dns", "queries_total"),
@@ -48,7 +50,17 @@ func newServerMetrics(reg prometheus.Registerer) *serverMetrics {
 			Help: "UDP queries over their source's rate limit, by action: dropped, or slipped (an empty truncated answer).",
 		}, []string{"action"}),
 	}
-	reg.MustRegister(m.queries, m.rateLimited)
+	skipped := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Namespace: metrics.Namespace, Subsystem: "dns", Name: "records_skipped",
+		Help: "Records the served zone leaves out because they cannot be served (a CNAME beside other data, a bad name); corpus dns records shows them and why.",
+	}, func() float64 {
+		z, _ := src.Snapshot()
+		if z == nil {
+			return 0
+		}
+		return float64(len(z.skipped))
+	})
+	reg.MustRegister(m.queries, m.rateLimited, skipped)
 	m.dropped = m.rateLimited.WithLabelValues("drop")
 	m.slipped = m.rateLimited.WithLabelValues("slip")
 	return m

@@ -64,7 +64,7 @@ func New(cfg Config, src RecordSource, logger *slog.Logger) (*Server, error) {
 		tsig:    cfg.Transfer.tsigSecrets(),
 		allow:   cfg.Transfer.AllowFrom,
 		xfrKey:  map[string]bool{},
-		metrics: newServerMetrics(metrics.Registerer(cfg.Metrics)),
+		metrics: newServerMetrics(metrics.Registerer(cfg.Metrics), src),
 	}
 	for name := range s.tsig {
 		s.xfrKey[name] = true

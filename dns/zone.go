@@ -2,6 +2,7 @@ package dns
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 
@@ -25,7 +26,9 @@ const (
 // ("web.guest") or an absolute name ending in a dot. Type is one of A, AAAA,
 // CNAME, TXT, MX, SRV, NS or SOA. TTL 0 means DefaultTTL. Data is the rdata
 // in zone-file presentation format, where names may be relative to the zone:
-// "10.0.0.5", "10 mail", "0 5 8080 node-1.node", `"v=spf1 -all"`.
+// "10.0.0.5", "10 mail", "0 5 8080 node-1.node", `"v=spf1 -all"`. TXT data
+// that does not start with a double quote is one plain string, as
+// written: `v=spf1 -all` is the same record as `"v=spf1 -all"`.
 type Record struct {
 	Name string `json:"name"`
 	Type string `json:"type"`
@@ -52,6 +55,8 @@ type Zone struct {
 	soa    *dns.SOA
 	nodes  map[string]*node // by canonical owner name, with empty non-terminals
 	rrs    []dns.RR         // every record but the SOA, in canonical order
+	// skipped are the records given that the zone cannot serve.
+	skipped []Skipped
 }
 
 // node holds the RRsets of one owner name; an empty map is an empty
@@ -65,8 +70,37 @@ type node struct {
 // hostmaster.ORIGIN, negative TTL DefaultNegativeTTL); without an apex NS it
 // adds one naming the SOA's primary server. The SOA's serial is always
 // serial. It returns ErrBadRecord, ErrOutOfZone, ErrCNAMEConflict or
-// ErrDelegation, wrapped with the offending record.
+// ErrDelegation, wrapped with the offending record: NewZone is BuildZone
+// that takes no record it cannot serve.
 func NewZone(origin string, serial uint32, records []Record) (*Zone, error) {
+	z, err := BuildZone(origin, serial, records)
+	if err != nil {
+		return nil, err
+	}
+	if len(z.skipped) > 0 {
+		return nil, z.skipped[0].Err
+	}
+	return z, nil
+}
+
+// Skipped is a record a zone was built without, and why.
+type Skipped struct {
+	// Record is the record as given, its name made absolute.
+	Record Record
+	// Err wraps ErrBadRecord, ErrOutOfZone, ErrCNAMEConflict or
+	// ErrDelegation, and names the record.
+	Err error
+}
+
+// BuildZone builds a zone as NewZone does, but a record it cannot serve
+// (one that does not parse, lies outside the zone, is a delegation, or
+// puts a CNAME beside other data, the apex's SOA and NS included) is
+// left out rather than failing the whole zone; Skipped lists them with
+// why. The SOA goes in first, then the other records in the order given,
+// so of two records that conflict the later one is left out: callers put
+// the records that must win first. Only an origin that is not a domain
+// name is an error (ErrBadRecord).
+func BuildZone(origin string, serial uint32, records []Record) (*Zone, error) {
 	if origin == "" {
 		origin = DefaultZone
 	}
@@ -75,15 +109,30 @@ func NewZone(origin string, serial uint32, records []Record) (*Zone, error) {
 		return nil, fmt.Errorf("zone %q: %w", origin, ErrBadRecord)
 	}
 	z := &Zone{origin: origin, serial: serial, nodes: map[string]*node{}}
+	type parsed struct {
+		rec Record
+		rr  dns.RR
+	}
+	var soas, rest []parsed
 	for _, rec := range records {
 		rr, err := parseRecord(origin, rec)
-		if err != nil {
-			return nil, err
-		}
-		if err := z.add(rr); err != nil {
-			return nil, fmt.Errorf("record %q: %w", rec.String(), err)
+		switch {
+		case err != nil:
+			z.skip(rec, err)
+		case rr.Header().Rrtype == dns.TypeSOA:
+			soas = append(soas, parsed{rec, rr})
+		default:
+			rest = append(rest, parsed{rec, rr})
 		}
 	}
+	add := func(ps []parsed) {
+		for _, p := range ps {
+			if err := z.add(p.rr); err != nil {
+				z.skip(p.rec, fmt.Errorf("record %q: %w", p.rec.String(), err))
+			}
+		}
+	}
+	add(soas)
 	if z.soa == nil {
 		soa := &dns.SOA{
 			Hdr:     dns.RR_Header{Name: origin, Rrtype: dns.TypeSOA, Class: dns.ClassINET, Ttl: DefaultTTL},
@@ -95,19 +144,36 @@ func NewZone(origin string, serial uint32, records []Record) (*Zone, error) {
 			Minttl:  DefaultNegativeTTL,
 		}
 		if err := z.add(soa); err != nil {
-			return nil, err
+			return nil, fmt.Errorf("zone %q: synthesized SOA: %w", origin, err)
 		}
 	}
+	add(rest)
 	z.soa.Serial = serial
 	if apex := z.nodes[origin]; len(apex.rrsets[dns.TypeNS]) == 0 {
 		ns := &dns.NS{Hdr: dns.RR_Header{Name: origin, Rrtype: dns.TypeNS, Class: dns.ClassINET, Ttl: z.soa.Hdr.Ttl}, Ns: z.soa.Ns}
 		if err := z.add(ns); err != nil {
-			return nil, err
+			return nil, fmt.Errorf("zone %q: synthesized NS: %w", origin, err)
 		}
 	}
 	z.index()
 	return z, nil
 }
+
+// skip records that the zone leaves rec out for err, under its absolute
+// name.
+func (z *Zone) skip(rec Record, err error) {
+	switch name := strings.TrimSpace(rec.Name); {
+	case name == "" || name == "@":
+		rec.Name = z.origin
+	case !strings.HasSuffix(name, "."):
+		rec.Name = name + "." + z.origin
+	}
+	z.skipped = append(z.skipped, Skipped{Record: rec, Err: err})
+}
+
+// Skipped returns the records the zone was built without, with why; the
+// caller owns the slice.
+func (z *Zone) Skipped() []Skipped { return slices.Clone(z.skipped) }
 
 // parseRecord turns rec into one RR of an allowed type, owned inside origin.
 func parseRecord(origin string, rec Record) (dns.RR, error) {
@@ -126,7 +192,12 @@ func parseRecord(origin string, rec Record) (dns.RR, error) {
 	if ttl == 0 {
 		ttl = DefaultTTL
 	}
-	line := fmt.Sprintf("%s %d IN %s %s", name, ttl, dns.TypeToString[want], rec.Data)
+	data := rec.Data
+	plainTXT := want == dns.TypeTXT && !strings.HasPrefix(strings.TrimSpace(data), `"`)
+	if plainTXT {
+		data = `""` // the owner and TTL are parsed as for any record; the text is set below
+	}
+	line := fmt.Sprintf("%s %d IN %s %s", name, ttl, dns.TypeToString[want], data)
 	zp := dns.NewZoneParser(strings.NewReader(line), origin, "")
 	rr, ok := zp.Next()
 	if !ok {
@@ -142,7 +213,43 @@ func parseRecord(origin string, rec Record) (dns.RR, error) {
 	if rr.Header().Rrtype != want {
 		return nil, fmt.Errorf("record %q: parsed as %s: %w", rec.String(), dns.TypeToString[rr.Header().Rrtype], ErrBadRecord)
 	}
+	if plainTXT {
+		rr.(*dns.TXT).Txt = txtStrings(rec.Data)
+	}
 	return rr, nil
+}
+
+// maxTXTString is the longest character-string of a TXT record (RFC 1035
+// section 3.3: a length byte, then the characters).
+const maxTXTString = 255
+
+// txtStrings is TXT data given as a plain value: one string, as written
+// (spaces and quotes included), cut into character-strings of at most
+// maxTXTString bytes when longer, in miekg/dns's presentation form (a
+// backslash, a double quote and control bytes escaped). Data that starts
+// with a double quote is the zone-file form instead, quoted strings with
+// \" and \DDD escapes, which the zone parser reads.
+func txtStrings(v string) []string {
+	var out []string
+	for {
+		n := min(len(v), maxTXTString)
+		var b strings.Builder
+		for _, c := range []byte(v[:n]) {
+			switch {
+			case c == '\\' || c == '"':
+				b.WriteByte('\\')
+				b.WriteByte(c)
+			case c < ' ' || c == 0x7f:
+				fmt.Fprintf(&b, "\\%03d", c)
+			default:
+				b.WriteByte(c)
+			}
+		}
+		out, v = append(out, b.String()), v[n:]
+		if v == "" {
+			return out
+		}
+	}
 }
 
 // add inserts rr, creating its node and the empty non-terminals above it.

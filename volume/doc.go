@@ -29,5 +29,11 @@
 // ends at the size asked for; Stat reports the image and file-system sizes
 // separately so a half-finished grow or shrink can be seen.
 //
+// Sizes are multiples of Align: NormalizeSize makes one from what people
+// ask for (the API applies it), and backends take sizes exactly as given
+// (CheckSize), so a volume is the size its desired state says. Gate
+// decides, before a reconciler stops anything, whether a resize is to be
+// tried at all, and remembers the ones it refused.
+//
 // Errors wrap the sentinels in errors.go; use errors.Is.
 package volume

@@ -6,6 +6,7 @@ import (
 	"io"
 
 	"corpus/internal/names"
+	"corpus/internal/units"
 )
 
 // Size limits every backend enforces.
@@ -19,7 +20,8 @@ const (
 	MinSize = 32 * MiB
 	// MaxSize is the largest volume; anything above it is taken for a typo.
 	MaxSize = 64 * TiB
-	// Align is the granule of volume sizes; sizes are rounded up to it.
+	// Align is the granule of volume sizes (the file system's block):
+	// every size is a multiple of it (see NormalizeSize).
 	Align = 4096
 
 	// minMargin is the least free space a shrink must leave.
@@ -65,7 +67,8 @@ type Info struct {
 
 // Backend manages the volumes of one node. Implementations are safe for
 // concurrent use; operations on one volume are serialized, operations on
-// different volumes run in parallel. All sizes are bytes.
+// different volumes run in parallel. All sizes are bytes, sizes
+// CheckSize takes (a backend refuses others rather than round them).
 type Backend interface {
 	// Capabilities reports what the backend can do.
 	Capabilities() Capabilities
@@ -151,9 +154,14 @@ func ValidateName(name string) error {
 	return nil
 }
 
-// ValidateSize returns size rounded up to Align, or an error wrapping
-// ErrInvalid when it is below MinSize or above MaxSize.
-func ValidateSize(size int64) (int64, error) {
+// NormalizeSize is the one rule that turns a requested size into a
+// volume's size: size rounded up to Align, or an error wrapping ErrInvalid
+// when it is below MinSize or above MaxSize. The API applies it to what
+// people ask for, so a desired size is one a backend makes exactly (a
+// backend that rounded on its own would leave its volume at a size other
+// than the desired one, and a reconciler comparing the two would resize it
+// on every pass).
+func NormalizeSize(size int64) (int64, error) {
 	if size < MinSize {
 		return 0, fmt.Errorf("%w: size %d is below the minimum of %d bytes (%d MiB)", ErrInvalid, size, MinSize, MinSize/MiB)
 	}
@@ -161,6 +169,21 @@ func ValidateSize(size int64) (int64, error) {
 		return 0, fmt.Errorf("%w: size %d is above the maximum of %d bytes (%d TiB)", ErrInvalid, size, MaxSize, MaxSize/TiB)
 	}
 	return (size + Align - 1) / Align * Align, nil
+}
+
+// CheckSize returns nil when size is a volume's size as NormalizeSize
+// makes them (in range, a multiple of Align), or an error wrapping
+// ErrInvalid that says what is wrong. Backends check sizes with it and
+// never round.
+func CheckSize(size int64) error {
+	n, err := NormalizeSize(size)
+	if err != nil {
+		return err
+	}
+	if n != size {
+		return fmt.Errorf("%w: size %d is not a multiple of %d bytes (%d would be)", ErrInvalid, size, Align, n)
+	}
+	return nil
 }
 
 // ShrinkMargin is the free space a shrink must leave beside used bytes:
@@ -176,7 +199,8 @@ func CheckShrink(used, size int64, allowShrink bool) error {
 		return fmt.Errorf("%w: shrinking needs an explicit opt-in (allowShrink)", ErrCannotShrink)
 	}
 	if need := used + ShrinkMargin(used); size < need {
-		return fmt.Errorf("%w: %d bytes used need at least %d bytes with the safety margin, asked for %d", ErrCannotShrink, used, need, size)
+		return fmt.Errorf("%w: %s (%d bytes) used needs at least %s with the safety margin, asked for %s",
+			ErrCannotShrink, units.FormatSize(used), used, units.FormatSize(need), units.FormatSize(size))
 	}
 	return nil
 }

@@ -37,7 +37,7 @@ func TestValidateName(t *testing.T) {
 	}
 }
 
-func TestValidateSize(t *testing.T) {
+func TestNormalizeSize(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
 		in, want int64
@@ -52,12 +52,41 @@ func TestValidateSize(t *testing.T) {
 		{MaxSize, MaxSize, true},
 		{MaxSize + 1, 0, false},
 	} {
-		got, err := ValidateSize(tc.in)
+		got, err := NormalizeSize(tc.in)
 		if (err == nil) != tc.ok || got != tc.want {
-			t.Errorf("ValidateSize(%d) = %d, %v, want %d, ok=%v", tc.in, got, err, tc.want, tc.ok)
+			t.Errorf("NormalizeSize(%d) = %d, %v, want %d, ok=%v", tc.in, got, err, tc.want, tc.ok)
 		}
 		if err != nil && !errors.Is(err, ErrInvalid) {
-			t.Errorf("ValidateSize(%d) = %v, want it to wrap ErrInvalid", tc.in, err)
+			t.Errorf("NormalizeSize(%d) = %v, want it to wrap ErrInvalid", tc.in, err)
+		}
+	}
+}
+
+// TestCheckSize: a backend takes the sizes NormalizeSize makes and
+// refuses the others (it never rounds, so a volume is what was asked).
+func TestCheckSize(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		in int64
+		ok bool
+	}{
+		{MinSize, true},
+		{100003840, true},
+		{100000000, false},
+		{MinSize + 1, false},
+		{MinSize - Align, false},
+		{MaxSize, true},
+		{MaxSize + Align, false},
+	} {
+		err := CheckSize(tc.in)
+		if (err == nil) != tc.ok {
+			t.Errorf("CheckSize(%d) = %v, want ok=%v", tc.in, err, tc.ok)
+		}
+		if err != nil && !errors.Is(err, ErrInvalid) {
+			t.Errorf("CheckSize(%d) = %v, want it to wrap ErrInvalid", tc.in, err)
+		}
+		if n, err := NormalizeSize(tc.in); err == nil && CheckSize(n) != nil {
+			t.Errorf("CheckSize(NormalizeSize(%d)) = %v, want nil", tc.in, CheckSize(n))
 		}
 	}
 }

@@ -361,7 +361,7 @@ func toConnect(err error) error {
 		return connect.NewError(connect.CodePermissionDenied, err)
 	case errors.Is(err, state.ErrInvalid), errors.Is(err, names.ErrInvalid), errors.Is(err, errInvalid):
 		return connect.NewError(connect.CodeInvalidArgument, err)
-	case errors.Is(err, state.ErrBadTransition):
+	case errors.Is(err, state.ErrBadTransition), errors.Is(err, state.ErrConflict):
 		return connect.NewError(connect.CodeFailedPrecondition, err)
 	case errors.Is(err, state.ErrPortTaken), errors.Is(err, state.ErrExhausted), errors.Is(err, state.ErrNoRoom):
 		return connect.NewError(connect.CodeFailedPrecondition, err)

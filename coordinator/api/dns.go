@@ -3,6 +3,7 @@ package api
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 
 	"connectrpc.com/connect"
@@ -47,6 +48,15 @@ func (s *dnsService) ListRecords(ctx context.Context, _ *connect.Request[corpusv
 	for _, r := range z.Records() {
 		res.Records = append(res.Records, &corpusv1.ZoneRecord{
 			Name: r.Name, Type: r.Type, Ttl: r.TTL, Data: r.Data, StaticId: static[recordKey(r)],
+		})
+	}
+	// What the zone leaves out, with why: a record that cannot be served
+	// must not go unnoticed.
+	for _, sk := range z.Skipped() {
+		r := sk.Record
+		res.Records = append(res.Records, &corpusv1.ZoneRecord{
+			Name: r.Name, Type: r.Type, Ttl: r.TTL, Data: r.Data, StaticId: static[recordKey(r)],
+			Warning: "not served: " + sk.Err.Error(),
 		})
 	}
 	return connect.NewResponse(res), nil
@@ -121,6 +131,14 @@ func (s *dnsService) AddRecord(ctx context.Context, req *connect.Request[corpusv
 		if old := view.DNSRecordByKey(key); old != nil {
 			return connect.NewResponse(&corpusv1.AddRecordResponse{Record: old}), nil
 		}
+	}
+	// A record the zone could not serve beside what it holds (a CNAME
+	// and other data at one name) is refused here, also against the
+	// names the cluster publishes; the state refuses conflicts among
+	// static records however they come in.
+	if _, err := dns.NewZone(z.Origin(), z.Serial(), append(s.b.ZoneNow().Records(), rec)); err != nil {
+		return nil, connect.NewError(connect.CodeFailedPrecondition,
+			fmt.Errorf("%w; a name with a CNAME holds no other record (RFC 1034 section 3.6.2): pick another name or delete the other record (corpus dns records lists them); nothing changed", err))
 	}
 	ttl := m.Ttl
 	if ttl == 0 {

@@ -20,7 +20,6 @@ import (
 	"corpus/internal/names"
 	"corpus/internal/secret"
 	corpusv1 "corpus/proto/corpus/v1"
-	"corpus/volume"
 )
 
 // Services: made from templates (a guest of their own with a volume) or
@@ -259,9 +258,6 @@ func (s *serviceService) templateGuest(svc *corpusv1.Service, m *corpusv1.Create
 	}
 	if mem < t.MinMemoryBytes {
 		return nil, nil, toConnect(invalidf("%s needs at least %d MiB of memory, not %d MiB", t.Name, t.MinMemoryBytes>>20, mem>>20))
-	}
-	if size, err = volume.ValidateSize(size); err != nil {
-		return nil, nil, toConnect(invalidf("%v", err))
 	}
 	svc.Template, svc.Version, svc.TemplateSpec = t.Name, version, t
 	spec := &corpusv1.GuestSpec{

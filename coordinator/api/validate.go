@@ -13,6 +13,7 @@ import (
 	"corpus/coordinator/state"
 	"corpus/internal/names"
 	corpusv1 "corpus/proto/corpus/v1"
+	"corpus/volume"
 )
 
 // Guest defaults, applied when a request leaves a field unset.
@@ -153,13 +154,8 @@ func normalizeConstraints(spec *corpusv1.GuestSpec) error {
 	return nil
 }
 
-// Volume limits (the loop backend's: 32 MiB to 64 TiB).
-const (
-	minVolumeBytes = 32 << 20
-	maxVolumeBytes = 64 << 40
-)
-
-// normalizeVolume validates a guest's volume request in place.
+// normalizeVolume validates a guest's volume request in place; a new
+// volume's size becomes one the node makes exactly (volume.NormalizeSize).
 func normalizeVolume(spec *corpusv1.GuestSpec) error {
 	v := spec.Volume
 	if v == nil {
@@ -176,8 +172,12 @@ func normalizeVolume(spec *corpusv1.GuestSpec) error {
 		if err := names.Validate("volume", v.UseVolume); err != nil {
 			return err
 		}
-	} else if v.SizeBytes < minVolumeBytes || v.SizeBytes > maxVolumeBytes {
-		return invalidf("volume size %d bytes is out of range (32 MiB to 64 TiB)", v.SizeBytes)
+	} else {
+		size, err := volume.NormalizeSize(v.SizeBytes)
+		if err != nil {
+			return invalidf("%v", err)
+		}
+		v.SizeBytes = size
 	}
 	if v.Path == "" {
 		v.Path = state.DefaultVolumePath

@@ -58,3 +58,35 @@ func TestNormalizePackages(t *testing.T) {
 		}
 	}
 }
+
+// TestNormalizeVolume: a new volume's size is rounded up to the block
+// size here, once, so the node makes it exactly as desired (a size the
+// node rounded itself differed from the desired one, and its agent
+// resized the volume, its guest stopped, on every pass).
+func TestNormalizeVolume(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		in   *corpusv1.VolumeSpec
+		want int64
+		ok   bool
+	}{
+		{"aligned", &corpusv1.VolumeSpec{SizeBytes: 64 << 20}, 64 << 20, true},
+		{"rounded up", &corpusv1.VolumeSpec{SizeBytes: 100000000}, 100003840, true},
+		{"too small", &corpusv1.VolumeSpec{SizeBytes: 1 << 20}, 0, false},
+		{"too large", &corpusv1.VolumeSpec{SizeBytes: 65 << 40}, 0, false},
+		{"existing volume", &corpusv1.VolumeSpec{UseVolume: "db"}, 0, true},
+		{"both", &corpusv1.VolumeSpec{UseVolume: "db", SizeBytes: 64 << 20}, 0, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			spec := &corpusv1.GuestSpec{Volume: tc.in}
+			err := normalizeVolume(spec)
+			if (err == nil) != tc.ok {
+				t.Fatalf("normalizeVolume(%v) = %v, want ok=%v", tc.in, err, tc.ok)
+			}
+			if err == nil && spec.Volume.SizeBytes != tc.want {
+				t.Errorf("normalizeVolume(%v) size = %d, want %d", tc.in, spec.Volume.SizeBytes, tc.want)
+			}
+		})
+	}
+}

@@ -69,7 +69,7 @@ func (s *volumeService) ResizeVolume(ctx context.Context, req *connect.Request[c
 	case size == 0:
 		size = v.SizeBytes + m.DeltaBytes
 	}
-	size, err := volume.ValidateSize(size)
+	size, err := volume.NormalizeSize(size)
 	if err != nil {
 		return nil, toConnect(invalidf("%v", err))
 	}
@@ -77,19 +77,46 @@ func (s *volumeService) ResizeVolume(ctx context.Context, req *connect.Request[c
 		return connect.NewResponse(&corpusv1.ResizeVolumeResponse{Volume: v}), nil
 	}
 	if size < v.SizeBytes {
-		o := v.GetObserved()
-		if o.GetState() != corpusv1.VolumeReady {
-			return nil, connect.NewError(connect.CodeFailedPrecondition,
-				fmt.Errorf("volume %s has not been measured by its node yet; retry once `corpus volume show %s` shows what it uses", v.Name, v.Name))
-		}
-		if err := volume.CheckShrink(o.UsedBytes, size, m.AllowShrink); err != nil {
-			return nil, connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("volume %s: %w; nothing changed", v.Name, err))
+		if err := s.admitShrink(ctx, v, size, m.AllowShrink); err != nil {
+			return nil, err
 		}
 	}
 	if _, err := s.b.write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_ResizeVolume{ResizeVolume: &corpusv1.ResizeVolume{Name: v.Name, SizeBytes: size}}}); err != nil {
 		return nil, err
 	}
 	return connect.NewResponse(&corpusv1.ResizeVolumeResponse{Volume: s.b.Store.Read().Volume(v.Name), Changed: true}), nil
+}
+
+// admitShrink refuses to shrink volume v to size unless asked to
+// (allowShrink) and the data its node measures now fits in size with
+// the safety margin. The last report will not do: data written since
+// (a report comes only when something changed) would not fit, and the
+// node would refuse a shrink the API had accepted.
+func (s *volumeService) admitShrink(ctx context.Context, v *corpusv1.Volume, size int64, allowShrink bool) error {
+	refuse := func(err error) error {
+		return connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("volume %s: %w; nothing changed", v.Name, err))
+	}
+	if !allowShrink {
+		return refuse(volume.CheckShrink(0, size, false))
+	}
+	var used int64 // a volume on no node yet was never made: it holds nothing
+	if n := s.b.Store.Read().Node(v.NodeId); n != nil {
+		res, err := s.b.AgentClient(n).MeasureVolume(ctx, connect.NewRequest(&corpusv1.MeasureVolumeRequest{Name: v.Name}))
+		if err != nil {
+			code := connect.CodeUnavailable
+			if connect.CodeOf(err) == connect.CodeUnimplemented {
+				code = connect.CodeFailedPrecondition
+			}
+			return connect.NewError(code, fmt.Errorf("volume %s: measuring what it holds on node %s: %w; nothing changed", v.Name, n.Name, err))
+		}
+		used = res.Msg.UsedBytes
+	} else if v.NodeId != "" {
+		return connect.NewError(connect.CodeUnavailable, fmt.Errorf("volume %s: its node is not in the cluster's state; nothing changed", v.Name))
+	}
+	if err := volume.CheckShrink(used, size, true); err != nil {
+		return refuse(err)
+	}
+	return nil
 }
 
 // moveChunkProgress is how often MoveVolume reports progress.

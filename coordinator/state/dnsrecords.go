@@ -10,7 +10,11 @@ import (
 )
 
 // addDNSRecord adds an operator record; the API has validated its form,
-// the state keeps keys unique.
+// the state keeps keys unique and refuses a record the zone could not
+// serve beside the others: a name with a CNAME holds no other record
+// (RFC 1034 section 3.6.2), so a CNAME goes only to a name without
+// records and no record to a name with a CNAME (ErrConflict). Checked
+// here, every way a record comes in is checked.
 func (a *applier) addDNSRecord(c *corpusv1.AddDnsRecord) error {
 	r := c.Record
 	if r == nil || r.Id == "" || r.Key == "" {
@@ -21,6 +25,16 @@ func (a *applier) addDNSRecord(c *corpusv1.AddDnsRecord) error {
 	}
 	if a.get(tableDNS, "key", r.Key) != nil {
 		return fmt.Errorf("dns record %q: %w", r.Key, ErrExists)
+	}
+	it, err := a.txn.Get(tableDNS, "name", r.Name)
+	if err != nil {
+		panic(fmt.Sprintf("state: reading %s: %v", tableDNS, err))
+	}
+	for raw := it.Next(); raw != nil; raw = it.Next() {
+		if o := raw.(*corpusv1.DnsRecord); r.Type == "CNAME" || o.Type == "CNAME" {
+			return fmt.Errorf("dns record %s %s %s: %s has a %s record (%s, id %s), and a name with a CNAME holds no other record; delete that one first: %w",
+				r.Name, r.Type, r.Data, o.Name, o.Type, o.Data, o.Id, ErrConflict)
+		}
 	}
 	r = proto.Clone(r).(*corpusv1.DnsRecord)
 	r.CreatedAt = a.now

@@ -69,6 +69,8 @@ func schema() *memdb.DBSchema {
 			Indexes: map[string]*memdb.IndexSchema{
 				"id":  {Name: "id", Unique: true, Indexer: &memdb.StringFieldIndex{Field: "Id"}},
 				"key": {Name: "key", Unique: true, Indexer: &memdb.StringFieldIndex{Field: "Key"}},
+				// name: the owner, as DNS compares names (case aside).
+				"name": {Name: "name", Indexer: &memdb.StringFieldIndex{Field: "Name", Lowercase: true}},
 			},
 		},
 		tableVolumes: {

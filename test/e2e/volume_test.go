@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -321,7 +322,14 @@ func TestVolumeResizeCrash(t *testing.T) {
 		t.Run(step.failpoint, func(t *testing.T) {
 			a.kill()
 			a.proc = c.startAgentEnv(a, []string{"CORPUS_FAILPOINTS=" + step.failpoint})
-			c.cli(step.resize...) // times out: the agent dies on the way
+			// It times out: the agent dies on the way. A trim is admitted
+			// on what the agent measures, once it answers.
+			eventually(t, 30*time.Second, "resize admitted", func() error {
+				if _, errOut, _ := c.cli(step.resize...); strings.Contains(errOut, "measuring what it holds") {
+					return errors.New(strings.TrimSpace(errOut))
+				}
+				return nil
+			})
 			select {
 			case <-a.done:
 			case <-time.After(testrun.D(30 * time.Second)):
@@ -361,4 +369,129 @@ func TestVolumeResizeCrash(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestVolumeSizes: a volume asked for at a size that is not a multiple
+// of the block size is recorded at the size rounded up, which its node
+// makes exactly, and its guest is left running pass after pass (the node
+// took the difference for a shrink: it stopped the guest, shrank nothing
+// and started it again, every pass). A trim that the data written just
+// before does not fit in is refused from what the node measures now,
+// nothing changed: the guest runs on and the volume keeps its size (the
+// last report, taken before the write, let it through, and the node then
+// restarted the guest on every pass for ever).
+func TestVolumeSizes(t *testing.T) {
+	c := newCluster(t)
+	a := c.addAgent("n1")
+	c.mustCLI("guest", "create", "db", "--image", "busybox", "--memory", "64M", "--cpus", "0.1", "--volume", "100000000")
+	const rounded = 100003840 // 100000000 rounded up to 4 KiB
+	showVolume := func() (desired, observed int64, state string) {
+		t.Helper()
+		var v struct {
+			Volume struct {
+				Volume struct {
+					SizeBytes string `json:"size_bytes"`
+					Observed  struct {
+						State            string `json:"state"`
+						SizeBytes        string `json:"size_bytes"`
+						RefusedSizeBytes string `json:"refused_size_bytes"`
+					} `json:"observed"`
+				} `json:"volume"`
+			} `json:"volume"`
+		}
+		if err := c.json(&v, "volume", "show", "db"); err != nil {
+			t.Fatal(err)
+		}
+		vol := v.Volume.Volume
+		desired, _ = strconv.ParseInt(vol.SizeBytes, 10, 64)
+		observed, _ = strconv.ParseInt(vol.Observed.SizeBytes, 10, 64)
+		state = vol.Observed.State
+		if vol.Observed.RefusedSizeBytes != "" {
+			state += ", refused " + vol.Observed.RefusedSizeBytes
+		}
+		return desired, observed, state
+	}
+	if desired, _, _ := showVolume(); desired != rounded {
+		t.Errorf("volume size = %d, want %d (100000000 rounded up to the block size)", desired, rounded)
+	}
+	guestPID := func() int {
+		t.Helper()
+		st, pid, err := a.lxc.info("db")
+		if err != nil || st != "RUNNING" {
+			t.Fatalf("guest db = %s, %v; want RUNNING", st, err)
+		}
+		return pid
+	}
+	eventually(t, 30*time.Second, "volume at its size, guest running", func() error {
+		if desired, observed, st := showVolume(); observed != desired || st != "ready" {
+			return fmt.Errorf("volume of %d bytes observed at %d, %s", desired, observed, st)
+		}
+		if g := c.guest("db"); g.Status != "running" {
+			return fmt.Errorf("guest %s", g)
+		}
+		return nil
+	})
+	pid := guestPID()
+	// Three more passes of the agent (a pass every 2 s here) leave the
+	// guest alone.
+	passes := agentReconciles(t, a)
+	eventually(t, 30*time.Second, "three more reconcile passes", func() error {
+		if n := agentReconciles(t, a); n < passes+3 {
+			return fmt.Errorf("%d passes since", n-passes)
+		}
+		return nil
+	})
+	if now := guestPID(); now != pid || strings.Contains(a.log.String(), `volume resized`) {
+		t.Errorf("guest init PID %d, was %d; agent log has a resize: %v; want the guest left running", now, pid, strings.Contains(a.log.String(), `volume resized`))
+	}
+
+	// The agent passes only when told something (no resync for an
+	// hour), so its last report of the volume predates the write.
+	c.mustCLI("volume", "enlarge", "db", "256M")
+	a.kill()
+	a.proc = c.startAgent(a, "--resync-interval", "1h")
+	c.waitNodeReady("n1")
+	eventually(t, 30*time.Second, "volume at 256 MiB, guest running", func() error {
+		if _, observed, st := showVolume(); observed != 256<<20 || st != "ready" {
+			return fmt.Errorf("volume observed at %d, %s", observed, st)
+		}
+		if g := c.guest("db"); g.Status != "running" {
+			return fmt.Errorf("guest %s", g)
+		}
+		return nil
+	})
+	pid = guestPID()
+	c.mustCLI("guest", "exec", "db", "--", "dd", "if=/dev/zero", "of=/srv/data/fill", "bs=1M", "count=100")
+	_, errOut, code := c.cli("volume", "trim", "--timeout", "20s", "db", "128M")
+	if code == 0 || !strings.Contains(errOut, "used needs at least") || !strings.Contains(errOut, "nothing changed") {
+		t.Errorf("trimming 100 MB of fresh data to 128M = exit %d, %q; want a refusal from the node's measurement", code, errOut)
+	}
+	if desired, observed, st := showVolume(); desired != 256<<20 || observed != 256<<20 || st != "ready" {
+		t.Errorf("volume after the refused trim = %d bytes desired, %d observed, %s; want 256 MiB, ready", desired, observed, st)
+	}
+	if now := guestPID(); now != pid {
+		t.Errorf("guest init PID %d after the refused trim, was %d; want the guest left running", now, pid)
+	}
+	if g := c.guest("db"); g.Status != "running" {
+		t.Errorf("guest after the refused trim = %s, want running", g)
+	}
+}
+
+// agentReconciles is how many guest reconcile passes agent a has made,
+// from its metrics (served on its namespace's loopback).
+func agentReconciles(t *testing.T, a *agentProc) int {
+	t.Helper()
+	out, err := exec.Command("nsenter", "--net=/run/netns/"+a.node.ns, "curl", "-sf", "http://127.0.0.1:9465/metrics").Output()
+	if err != nil {
+		t.Fatalf("scraping agent %s's metrics: %v", a.name, err)
+	}
+	n := 0
+	for _, line := range strings.Split(string(out), "\n") {
+		if rest, ok := strings.CutPrefix(line, "corpus_agent_reconcile_duration_seconds_count"); ok {
+			f := strings.Fields(rest)
+			v, _ := strconv.Atoi(f[len(f)-1])
+			n += v
+		}
+	}
+	return n
 }

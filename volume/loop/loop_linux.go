@@ -103,17 +103,15 @@ func superblockOf(s *state) (superblock, error) {
 	return readSuperblock(f)
 }
 
-// Create makes volume name: a sparse image of size bytes (rounded up to
-// volume.Align) with an ext4 file system labelled with the name (cut to
-// 16 bytes). The image appears under its final name only when complete, so
-// an interrupted Create leaves nothing. An existing volume of the same size
-// is success; of another size, volume.ErrExists.
+// Create makes volume name: a sparse image of size bytes (a size
+// volume.CheckSize takes; it is not rounded) with an ext4 file system
+// labelled with the name (cut to 16 bytes). The image appears under its
+// final name only when complete, so an interrupted Create leaves
+// nothing. An existing volume of the same size is success; of another
+// size, volume.ErrExists.
 func (b *Backend) Create(ctx context.Context, name string, size int64) error {
 	image, err := b.ImagePath(name)
 	if err != nil {
-		return err
-	}
-	if size, err = volume.ValidateSize(size); err != nil {
 		return err
 	}
 	defer b.lock(name)()
@@ -122,6 +120,9 @@ func (b *Backend) Create(ctx context.Context, name string, size int64) error {
 			return fmt.Errorf("%w: %s has %d bytes, asked for %d", volume.ErrExists, name, st.Size(), size)
 		}
 		return nil
+	}
+	if err := volume.CheckSize(size); err != nil {
+		return err
 	}
 
 	r := revert.New()
@@ -326,8 +327,7 @@ func (b *Backend) Grow(ctx context.Context, name string, size int64) error {
 	if err := volume.ValidateName(name); err != nil {
 		return err
 	}
-	size, err := volume.ValidateSize(size)
-	if err != nil {
+	if err := volume.CheckSize(size); err != nil {
 		return err
 	}
 	defer b.lock(name)()
@@ -395,8 +395,7 @@ func (b *Backend) GrowDevice(ctx context.Context, name string, size int64) error
 	if err := volume.ValidateName(name); err != nil {
 		return err
 	}
-	size, err := volume.ValidateSize(size)
-	if err != nil {
+	if err := volume.CheckSize(size); err != nil {
 		return err
 	}
 	defer b.lock(name)()
@@ -428,8 +427,7 @@ func (b *Backend) Shrink(ctx context.Context, name string, size int64, allowShri
 	if err := volume.ValidateName(name); err != nil {
 		return err
 	}
-	size, err := volume.ValidateSize(size)
-	if err != nil {
+	if err := volume.CheckSize(size); err != nil {
 		return err
 	}
 	defer b.lock(name)()

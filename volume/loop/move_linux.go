@@ -113,11 +113,8 @@ func (b *Backend) Import(ctx context.Context, name string, r io.Reader, size int
 	if err != nil {
 		return err
 	}
-	if _, err := volume.ValidateSize(size); err != nil {
+	if err := volume.CheckSize(size); err != nil {
 		return err
-	}
-	if size%volume.Align != 0 {
-		return fmt.Errorf("%w: image size %d is not a multiple of %d", volume.ErrInvalid, size, volume.Align)
 	}
 	defer b.lock(name)()
 	if _, err := os.Lstat(image); err == nil {

@@ -23,11 +23,21 @@ func newDNSCmd(g *globals) *cobra.Command {
 			}, func(msg *corpusv1.ListRecordsResponse) error {
 				fmt.Fprintf(g.stdout, "zone %s serial %d, answered on %s\n", msg.Zone, msg.Serial, msg.DnsAddr)
 				w := tabwriter.NewWriter(g.stdout, 0, 4, 2, ' ', 0)
-				fmt.Fprintln(w, "NAME\tTTL\tTYPE\tDATA\tSTATIC ID")
+				fmt.Fprintln(w, "NAME\tTTL\tTYPE\tDATA\tSTATIC ID\tWARNING")
+				skipped := 0
 				for _, r := range msg.Records {
-					fmt.Fprintf(w, "%s\t%d\t%s\t%s\t%s\n", r.Name, r.Ttl, r.Type, r.Data, dash(r.StaticId))
+					if r.Warning != "" {
+						skipped++
+					}
+					fmt.Fprintf(w, "%s\t%d\t%s\t%s\t%s\t%s\n", r.Name, r.Ttl, r.Type, r.Data, dash(r.StaticId), dash(r.Warning))
 				}
-				return w.Flush()
+				if err := w.Flush(); err != nil {
+					return err
+				}
+				if skipped > 0 {
+					fmt.Fprintf(g.stderr, "warning: %d records are not served (see WARNING); the rest of the zone is\n", skipped)
+				}
+				return nil
 			})
 		},
 	}
@@ -37,7 +47,9 @@ func newDNSCmd(g *globals) *cobra.Command {
 		Short: "Add a static record (A, AAAA, CNAME, TXT, MX, SRV), replicated like everything else",
 		Example: `  corpus dns add www A 10.0.0.5
   corpus dns add mail MX "10 mx.example.com."
-  corpus dns add _pg._tcp.db SRV "0 10 5432 db.guest"`,
+  corpus dns add _pg._tcp.db SRV "0 10 5432 db.guest"
+  corpus dns add @ TXT "v=spf1 -all"                     # one string, as written
+  corpus dns add @ TXT '"part one" "part two"'           # quoted: the zone-file form`,
 		Args: cobra.ExactArgs(3),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return call(g, cmd.Context(), func(ctx context.Context, c *clients) (*connect.Response[corpusv1.AddRecordResponse], error) {

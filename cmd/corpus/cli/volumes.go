@@ -213,7 +213,10 @@ func (g *globals) waitVolume(ctx context.Context, c *clients, want *corpusv1.Vol
 			}
 			fmt.Fprintf(g.stdout, "volume %s is %s (%s used, %s free)\n", v.Name, units.FormatSize(v.SizeBytes), units.FormatSize(o.GetUsedBytes()), units.FormatSize(o.GetFreeBytes()))
 			return nil
-		case o.GetState() == "failed":
+		case o.GetState() == "failed", o.GetRefusedSizeBytes() == v.SizeBytes:
+			// The node refused the size (its data would not fit): it
+			// keeps the volume as it is and tries that size again only
+			// once the data shrinks.
 			return fmt.Errorf("volume %s: %s", v.Name, o.GetMessage())
 		}
 		select {
@@ -223,13 +226,21 @@ func (g *globals) waitVolume(ctx context.Context, c *clients, want *corpusv1.Vol
 	}
 }
 
+// printVolumeRow prints a volume at the size its node has; while that
+// is not the desired size, STATE says so.
 func printVolumeRow(w *tabwriter.Writer, vv *corpusv1.VolumeView) {
 	v := vv.Volume
 	o := v.GetObserved()
-	state := o.GetState()
+	size, state := v.SizeBytes, o.GetState()
+	if state == corpusv1.VolumeReady && o.GetSizeBytes() != 0 && o.GetSizeBytes() != v.SizeBytes {
+		size, state = o.GetSizeBytes(), "resizing to "+units.FormatSize(v.SizeBytes)
+		if o.GetRefusedSizeBytes() == v.SizeBytes {
+			state = "not resized to " + units.FormatSize(v.SizeBytes)
+		}
+	}
 	if v.DesiredState == corpusv1.VolumeDeleted {
 		state = "deleting"
 	}
-	fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", v.Name, units.FormatSize(v.SizeBytes), units.FormatSize(o.GetUsedBytes()),
+	fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", v.Name, units.FormatSize(size), units.FormatSize(o.GetUsedBytes()),
 		units.FormatSize(o.GetFreeBytes()), dash(vv.NodeName), dash(v.GuestName), dash(state))
 }

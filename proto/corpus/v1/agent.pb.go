@@ -3514,6 +3514,112 @@ func (x *ExportVolumeRequest) GetName() string {
 	return ""
 }
 
+type MeasureVolumeRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MeasureVolumeRequest) Reset() {
+	*x = MeasureVolumeRequest{}
+	mi := &file_corpus_v1_agent_proto_msgTypes[55]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MeasureVolumeRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MeasureVolumeRequest) ProtoMessage() {}
+
+func (x *MeasureVolumeRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_agent_proto_msgTypes[55]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MeasureVolumeRequest.ProtoReflect.Descriptor instead.
+func (*MeasureVolumeRequest) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{55}
+}
+
+func (x *MeasureVolumeRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+type MeasureVolumeResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// size_bytes is the volume's size on the node now; used_bytes and
+	// free_bytes what its file system holds and has left.
+	SizeBytes     int64 `protobuf:"varint,1,opt,name=size_bytes,json=sizeBytes,proto3" json:"size_bytes,omitempty"`
+	UsedBytes     int64 `protobuf:"varint,2,opt,name=used_bytes,json=usedBytes,proto3" json:"used_bytes,omitempty"`
+	FreeBytes     int64 `protobuf:"varint,3,opt,name=free_bytes,json=freeBytes,proto3" json:"free_bytes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MeasureVolumeResponse) Reset() {
+	*x = MeasureVolumeResponse{}
+	mi := &file_corpus_v1_agent_proto_msgTypes[56]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MeasureVolumeResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MeasureVolumeResponse) ProtoMessage() {}
+
+func (x *MeasureVolumeResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_agent_proto_msgTypes[56]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MeasureVolumeResponse.ProtoReflect.Descriptor instead.
+func (*MeasureVolumeResponse) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{56}
+}
+
+func (x *MeasureVolumeResponse) GetSizeBytes() int64 {
+	if x != nil {
+		return x.SizeBytes
+	}
+	return 0
+}
+
+func (x *MeasureVolumeResponse) GetUsedBytes() int64 {
+	if x != nil {
+		return x.UsedBytes
+	}
+	return 0
+}
+
+func (x *MeasureVolumeResponse) GetFreeBytes() int64 {
+	if x != nil {
+		return x.FreeBytes
+	}
+	return 0
+}
+
 type VolumeChunk struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
@@ -3525,7 +3631,7 @@ type VolumeChunk struct {
 
 func (x *VolumeChunk) Reset() {
 	*x = VolumeChunk{}
-	mi := &file_corpus_v1_agent_proto_msgTypes[55]
+	mi := &file_corpus_v1_agent_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3537,7 +3643,7 @@ func (x *VolumeChunk) String() string {
 func (*VolumeChunk) ProtoMessage() {}
 
 func (x *VolumeChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_agent_proto_msgTypes[55]
+	mi := &file_corpus_v1_agent_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3550,7 +3656,7 @@ func (x *VolumeChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VolumeChunk.ProtoReflect.Descriptor instead.
 func (*VolumeChunk) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{55}
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *VolumeChunk) GetName() string {
@@ -3583,7 +3689,7 @@ type ImportVolumeResponse struct {
 
 func (x *ImportVolumeResponse) Reset() {
 	*x = ImportVolumeResponse{}
-	mi := &file_corpus_v1_agent_proto_msgTypes[56]
+	mi := &file_corpus_v1_agent_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3595,7 +3701,7 @@ func (x *ImportVolumeResponse) String() string {
 func (*ImportVolumeResponse) ProtoMessage() {}
 
 func (x *ImportVolumeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_agent_proto_msgTypes[56]
+	mi := &file_corpus_v1_agent_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3608,7 +3714,7 @@ func (x *ImportVolumeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ImportVolumeResponse.ProtoReflect.Descriptor instead.
 func (*ImportVolumeResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{56}
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *ImportVolumeResponse) GetBytes() int64 {
@@ -3638,7 +3744,7 @@ type LintPushRequest struct {
 
 func (x *LintPushRequest) Reset() {
 	*x = LintPushRequest{}
-	mi := &file_corpus_v1_agent_proto_msgTypes[57]
+	mi := &file_corpus_v1_agent_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3650,7 +3756,7 @@ func (x *LintPushRequest) String() string {
 func (*LintPushRequest) ProtoMessage() {}
 
 func (x *LintPushRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_agent_proto_msgTypes[57]
+	mi := &file_corpus_v1_agent_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3663,7 +3769,7 @@ func (x *LintPushRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LintPushRequest.ProtoReflect.Descriptor instead.
 func (*LintPushRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{57}
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *LintPushRequest) GetProject() string {
@@ -3734,7 +3840,7 @@ type LintPushResponse struct {
 
 func (x *LintPushResponse) Reset() {
 	*x = LintPushResponse{}
-	mi := &file_corpus_v1_agent_proto_msgTypes[58]
+	mi := &file_corpus_v1_agent_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3746,7 +3852,7 @@ func (x *LintPushResponse) String() string {
 func (*LintPushResponse) ProtoMessage() {}
 
 func (x *LintPushResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_agent_proto_msgTypes[58]
+	mi := &file_corpus_v1_agent_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3759,7 +3865,7 @@ func (x *LintPushResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LintPushResponse.ProtoReflect.Descriptor instead.
 func (*LintPushResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{58}
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *LintPushResponse) GetRefused() string {
@@ -4052,7 +4158,16 @@ const file_corpus_v1_agent_proto_rawDesc = "" +
 	"\x06backup\x18\x01 \x01(\v2\x11.corpus.v1.BackupR\x06backup\"\x16\n" +
 	"\x14RemoveBackupResponse\")\n" +
 	"\x13ExportVolumeRequest\x12\x12\n" +
-	"\x04name\x18\x01 \x01(\tR\x04name\"V\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\"*\n" +
+	"\x14MeasureVolumeRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\"t\n" +
+	"\x15MeasureVolumeResponse\x12\x1d\n" +
+	"\n" +
+	"size_bytes\x18\x01 \x01(\x03R\tsizeBytes\x12\x1d\n" +
+	"\n" +
+	"used_bytes\x18\x02 \x01(\x03R\tusedBytes\x12\x1d\n" +
+	"\n" +
+	"free_bytes\x18\x03 \x01(\x03R\tfreeBytes\"V\n" +
 	"\vVolumeChunk\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1f\n" +
 	"\vtotal_bytes\x18\x02 \x01(\x03R\n" +
@@ -4092,12 +4207,14 @@ const file_corpus_v1_agent_proto_rawDesc = "" +
 	"\vRecordShell\x12\x1d.corpus.v1.RecordShellRequest\x1a\x1e.corpus.v1.RecordShellResponse\x12C\n" +
 	"\bLintPush\x12\x1a.corpus.v1.LintPushRequest\x1a\x1b.corpus.v1.LintPushResponse\x12U\n" +
 	"\x0eServiceRuntime\x12 .corpus.v1.ServiceRuntimeRequest\x1a!.corpus.v1.ServiceRuntimeResponse\x12Q\n" +
-	"\vTlsMaterial\x12\x1d.corpus.v1.TlsMaterialRequest\x1a\x1e.corpus.v1.TlsMaterialResponse\"\x03\x90\x02\x012\xe6\t\n" +
+	"\vTlsMaterial\x12\x1d.corpus.v1.TlsMaterialRequest\x1a\x1e.corpus.v1.TlsMaterialResponse\"\x03\x90\x02\x012\xbf\n" +
+	"\n" +
 	"\x10NodeAgentService\x12<\n" +
 	"\x04Exec\x12\x1b.corpus.v1.ExecGuestRequest\x1a\x15.corpus.v1.ExecOutput0\x01\x12H\n" +
 	"\fExportVolume\x12\x1e.corpus.v1.ExportVolumeRequest\x1a\x16.corpus.v1.VolumeChunk0\x01\x12I\n" +
 	"\fImportVolume\x12\x16.corpus.v1.VolumeChunk\x1a\x1f.corpus.v1.ImportVolumeResponse(\x01\x12U\n" +
-	"\x0eSnapshotVolume\x12 .corpus.v1.SnapshotVolumeRequest\x1a!.corpus.v1.SnapshotVolumeResponse\x12C\n" +
+	"\x0eSnapshotVolume\x12 .corpus.v1.SnapshotVolumeRequest\x1a!.corpus.v1.SnapshotVolumeResponse\x12W\n" +
+	"\rMeasureVolume\x12\x1f.corpus.v1.MeasureVolumeRequest\x1a .corpus.v1.MeasureVolumeResponse\"\x03\x90\x02\x01\x12C\n" +
 	"\bRollback\x12\x1a.corpus.v1.RollbackRequest\x1a\x19.corpus.v1.RollbackOutput0\x01\x12J\n" +
 	"\rReleaseSource\x12\x1f.corpus.v1.ReleaseSourceRequest\x1a\x16.corpus.v1.SourceChunk0\x01\x12<\n" +
 	"\x04Load\x12\x16.corpus.v1.LoadRequest\x1a\x17.corpus.v1.LoadResponse\"\x03\x90\x02\x01\x12F\n" +
@@ -4125,7 +4242,7 @@ func file_corpus_v1_agent_proto_rawDescGZIP() []byte {
 	return file_corpus_v1_agent_proto_rawDescData
 }
 
-var file_corpus_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 69)
+var file_corpus_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 71)
 var file_corpus_v1_agent_proto_goTypes = []any{
 	(*TlsMaterialRequest)(nil),         // 0: corpus.v1.TlsMaterialRequest
 	(*TlsMaterialResponse)(nil),        // 1: corpus.v1.TlsMaterialResponse
@@ -4182,177 +4299,181 @@ var file_corpus_v1_agent_proto_goTypes = []any{
 	(*RemoveBackupRequest)(nil),        // 52: corpus.v1.RemoveBackupRequest
 	(*RemoveBackupResponse)(nil),       // 53: corpus.v1.RemoveBackupResponse
 	(*ExportVolumeRequest)(nil),        // 54: corpus.v1.ExportVolumeRequest
-	(*VolumeChunk)(nil),                // 55: corpus.v1.VolumeChunk
-	(*ImportVolumeResponse)(nil),       // 56: corpus.v1.ImportVolumeResponse
-	(*LintPushRequest)(nil),            // 57: corpus.v1.LintPushRequest
-	(*LintPushResponse)(nil),           // 58: corpus.v1.LintPushResponse
-	nil,                                // 59: corpus.v1.InstanceReleaseResponse.ConfigEntry
-	nil,                                // 60: corpus.v1.LoadResponse.RequestsEntry
-	nil,                                // 61: corpus.v1.LoadResponse.ErrorsEntry
-	nil,                                // 62: corpus.v1.BeginReleaseResponse.ConfigEntry
-	nil,                                // 63: corpus.v1.EnrollRequest.LabelsEntry
-	nil,                                // 64: corpus.v1.WatchResponse.GuestProjectsEntry
-	nil,                                // 65: corpus.v1.WatchResponse.GuestServicesEntry
-	nil,                                // 66: corpus.v1.WatchResponse.GuestWaitingEntry
-	nil,                                // 67: corpus.v1.InstanceAssignment.ScaleEntry
-	nil,                                // 68: corpus.v1.ServiceRuntimeResponse.EnvEntry
-	(*RedeployRequest)(nil),            // 69: corpus.v1.RedeployRequest
-	(*ProjectEnv)(nil),                 // 70: corpus.v1.ProjectEnv
-	(*Release)(nil),                    // 71: corpus.v1.Release
-	(*Project)(nil),                    // 72: corpus.v1.Project
-	(*ReleaseStep)(nil),                // 73: corpus.v1.ReleaseStep
-	(*Resources)(nil),                  // 74: corpus.v1.Resources
-	(*DriverInfo)(nil),                 // 75: corpus.v1.DriverInfo
-	(*Node)(nil),                       // 76: corpus.v1.Node
-	(*Guest)(nil),                      // 77: corpus.v1.Guest
-	(*Route)(nil),                      // 78: corpus.v1.Route
-	(*Volume)(nil),                     // 79: corpus.v1.Volume
-	(*Backup)(nil),                     // 80: corpus.v1.Backup
-	(*Certificate)(nil),                // 81: corpus.v1.Certificate
-	(*timestamppb.Timestamp)(nil),      // 82: google.protobuf.Timestamp
-	(*ReportedService)(nil),            // 83: corpus.v1.ReportedService
-	(*GuestObserved)(nil),              // 84: corpus.v1.GuestObserved
-	(*VolumeObserved)(nil),             // 85: corpus.v1.VolumeObserved
-	(*Service)(nil),                    // 86: corpus.v1.Service
-	(*ExecGuestRequest)(nil),           // 87: corpus.v1.ExecGuestRequest
-	(*SnapshotVolumeRequest)(nil),      // 88: corpus.v1.SnapshotVolumeRequest
-	(*RollbackRequest)(nil),            // 89: corpus.v1.RollbackRequest
-	(*ListProcessesRequest)(nil),       // 90: corpus.v1.ListProcessesRequest
-	(*GuestLogsRequest)(nil),           // 91: corpus.v1.GuestLogsRequest
-	(*ShellInput)(nil),                 // 92: corpus.v1.ShellInput
-	(*BackupChunk)(nil),                // 93: corpus.v1.BackupChunk
-	(*ExecOutput)(nil),                 // 94: corpus.v1.ExecOutput
-	(*SnapshotVolumeResponse)(nil),     // 95: corpus.v1.SnapshotVolumeResponse
-	(*RollbackOutput)(nil),             // 96: corpus.v1.RollbackOutput
-	(*DeployOutput)(nil),               // 97: corpus.v1.DeployOutput
-	(*ListProcessesResponse)(nil),      // 98: corpus.v1.ListProcessesResponse
-	(*LogLine)(nil),                    // 99: corpus.v1.LogLine
+	(*MeasureVolumeRequest)(nil),       // 55: corpus.v1.MeasureVolumeRequest
+	(*MeasureVolumeResponse)(nil),      // 56: corpus.v1.MeasureVolumeResponse
+	(*VolumeChunk)(nil),                // 57: corpus.v1.VolumeChunk
+	(*ImportVolumeResponse)(nil),       // 58: corpus.v1.ImportVolumeResponse
+	(*LintPushRequest)(nil),            // 59: corpus.v1.LintPushRequest
+	(*LintPushResponse)(nil),           // 60: corpus.v1.LintPushResponse
+	nil,                                // 61: corpus.v1.InstanceReleaseResponse.ConfigEntry
+	nil,                                // 62: corpus.v1.LoadResponse.RequestsEntry
+	nil,                                // 63: corpus.v1.LoadResponse.ErrorsEntry
+	nil,                                // 64: corpus.v1.BeginReleaseResponse.ConfigEntry
+	nil,                                // 65: corpus.v1.EnrollRequest.LabelsEntry
+	nil,                                // 66: corpus.v1.WatchResponse.GuestProjectsEntry
+	nil,                                // 67: corpus.v1.WatchResponse.GuestServicesEntry
+	nil,                                // 68: corpus.v1.WatchResponse.GuestWaitingEntry
+	nil,                                // 69: corpus.v1.InstanceAssignment.ScaleEntry
+	nil,                                // 70: corpus.v1.ServiceRuntimeResponse.EnvEntry
+	(*RedeployRequest)(nil),            // 71: corpus.v1.RedeployRequest
+	(*ProjectEnv)(nil),                 // 72: corpus.v1.ProjectEnv
+	(*Release)(nil),                    // 73: corpus.v1.Release
+	(*Project)(nil),                    // 74: corpus.v1.Project
+	(*ReleaseStep)(nil),                // 75: corpus.v1.ReleaseStep
+	(*Resources)(nil),                  // 76: corpus.v1.Resources
+	(*DriverInfo)(nil),                 // 77: corpus.v1.DriverInfo
+	(*Node)(nil),                       // 78: corpus.v1.Node
+	(*Guest)(nil),                      // 79: corpus.v1.Guest
+	(*Route)(nil),                      // 80: corpus.v1.Route
+	(*Volume)(nil),                     // 81: corpus.v1.Volume
+	(*Backup)(nil),                     // 82: corpus.v1.Backup
+	(*Certificate)(nil),                // 83: corpus.v1.Certificate
+	(*timestamppb.Timestamp)(nil),      // 84: google.protobuf.Timestamp
+	(*ReportedService)(nil),            // 85: corpus.v1.ReportedService
+	(*GuestObserved)(nil),              // 86: corpus.v1.GuestObserved
+	(*VolumeObserved)(nil),             // 87: corpus.v1.VolumeObserved
+	(*Service)(nil),                    // 88: corpus.v1.Service
+	(*ExecGuestRequest)(nil),           // 89: corpus.v1.ExecGuestRequest
+	(*SnapshotVolumeRequest)(nil),      // 90: corpus.v1.SnapshotVolumeRequest
+	(*RollbackRequest)(nil),            // 91: corpus.v1.RollbackRequest
+	(*ListProcessesRequest)(nil),       // 92: corpus.v1.ListProcessesRequest
+	(*GuestLogsRequest)(nil),           // 93: corpus.v1.GuestLogsRequest
+	(*ShellInput)(nil),                 // 94: corpus.v1.ShellInput
+	(*BackupChunk)(nil),                // 95: corpus.v1.BackupChunk
+	(*ExecOutput)(nil),                 // 96: corpus.v1.ExecOutput
+	(*SnapshotVolumeResponse)(nil),     // 97: corpus.v1.SnapshotVolumeResponse
+	(*RollbackOutput)(nil),             // 98: corpus.v1.RollbackOutput
+	(*DeployOutput)(nil),               // 99: corpus.v1.DeployOutput
+	(*ListProcessesResponse)(nil),      // 100: corpus.v1.ListProcessesResponse
+	(*LogLine)(nil),                    // 101: corpus.v1.LogLine
 }
 var file_corpus_v1_agent_proto_depIdxs = []int32{
-	2,  // 0: corpus.v1.TlsMaterialResponse.domains:type_name -> corpus.v1.TlsDomain
-	69, // 1: corpus.v1.AgentRedeployRequest.request:type_name -> corpus.v1.RedeployRequest
-	70, // 2: corpus.v1.AgentRedeployRequest.env:type_name -> corpus.v1.ProjectEnv
-	71, // 3: corpus.v1.AgentRedeployRequest.releases:type_name -> corpus.v1.Release
-	70, // 4: corpus.v1.InstanceReleaseResponse.env:type_name -> corpus.v1.ProjectEnv
-	71, // 5: corpus.v1.InstanceReleaseResponse.release:type_name -> corpus.v1.Release
-	71, // 6: corpus.v1.InstanceReleaseResponse.releases:type_name -> corpus.v1.Release
-	59, // 7: corpus.v1.InstanceReleaseResponse.config:type_name -> corpus.v1.InstanceReleaseResponse.ConfigEntry
-	15, // 8: corpus.v1.LoadResponse.guests:type_name -> corpus.v1.GuestLoad
-	60, // 9: corpus.v1.LoadResponse.requests:type_name -> corpus.v1.LoadResponse.RequestsEntry
-	61, // 10: corpus.v1.LoadResponse.errors:type_name -> corpus.v1.LoadResponse.ErrorsEntry
-	72, // 11: corpus.v1.GitAccessResponse.project:type_name -> corpus.v1.Project
-	70, // 12: corpus.v1.GitAccessResponse.env:type_name -> corpus.v1.ProjectEnv
-	71, // 13: corpus.v1.GitAccessResponse.releases:type_name -> corpus.v1.Release
-	71, // 14: corpus.v1.BeginReleaseResponse.release:type_name -> corpus.v1.Release
-	62, // 15: corpus.v1.BeginReleaseResponse.config:type_name -> corpus.v1.BeginReleaseResponse.ConfigEntry
-	73, // 16: corpus.v1.FinishReleaseRequest.steps:type_name -> corpus.v1.ReleaseStep
-	71, // 17: corpus.v1.FinishReleaseResponse.release:type_name -> corpus.v1.Release
-	63, // 18: corpus.v1.EnrollRequest.labels:type_name -> corpus.v1.EnrollRequest.LabelsEntry
-	74, // 19: corpus.v1.EnrollRequest.capacity:type_name -> corpus.v1.Resources
-	75, // 20: corpus.v1.EnrollRequest.drivers:type_name -> corpus.v1.DriverInfo
-	76, // 21: corpus.v1.WatchResponse.node:type_name -> corpus.v1.Node
-	77, // 22: corpus.v1.WatchResponse.guests:type_name -> corpus.v1.Guest
-	78, // 23: corpus.v1.WatchResponse.routes:type_name -> corpus.v1.Route
-	79, // 24: corpus.v1.WatchResponse.volumes:type_name -> corpus.v1.Volume
-	64, // 25: corpus.v1.WatchResponse.guest_projects:type_name -> corpus.v1.WatchResponse.GuestProjectsEntry
-	65, // 26: corpus.v1.WatchResponse.guest_services:type_name -> corpus.v1.WatchResponse.GuestServicesEntry
-	42, // 27: corpus.v1.WatchResponse.service_reach:type_name -> corpus.v1.ServiceReach
-	80, // 28: corpus.v1.WatchResponse.backups:type_name -> corpus.v1.Backup
-	66, // 29: corpus.v1.WatchResponse.guest_waiting:type_name -> corpus.v1.WatchResponse.GuestWaitingEntry
-	38, // 30: corpus.v1.WatchResponse.peers:type_name -> corpus.v1.PeerNode
-	81, // 31: corpus.v1.WatchResponse.certificates:type_name -> corpus.v1.Certificate
-	37, // 32: corpus.v1.WatchResponse.instances:type_name -> corpus.v1.InstanceAssignment
-	67, // 33: corpus.v1.InstanceAssignment.scale:type_name -> corpus.v1.InstanceAssignment.ScaleEntry
-	82, // 34: corpus.v1.InstanceAssignment.standby_until:type_name -> google.protobuf.Timestamp
-	74, // 35: corpus.v1.ReportRequest.capacity:type_name -> corpus.v1.Resources
-	75, // 36: corpus.v1.ReportRequest.drivers:type_name -> corpus.v1.DriverInfo
-	40, // 37: corpus.v1.ReportRequest.guests:type_name -> corpus.v1.ReportedGuest
-	41, // 38: corpus.v1.ReportRequest.volumes:type_name -> corpus.v1.ReportedVolume
-	83, // 39: corpus.v1.ReportRequest.services:type_name -> corpus.v1.ReportedService
-	84, // 40: corpus.v1.ReportedGuest.observed:type_name -> corpus.v1.GuestObserved
-	85, // 41: corpus.v1.ReportedVolume.observed:type_name -> corpus.v1.VolumeObserved
-	86, // 42: corpus.v1.ServiceRuntimeResponse.service:type_name -> corpus.v1.Service
-	68, // 43: corpus.v1.ServiceRuntimeResponse.env:type_name -> corpus.v1.ServiceRuntimeResponse.EnvEntry
-	80, // 44: corpus.v1.DumpServiceRequest.backup:type_name -> corpus.v1.Backup
-	80, // 45: corpus.v1.ReadBackupRequest.backup:type_name -> corpus.v1.Backup
-	80, // 46: corpus.v1.RemoveBackupRequest.backup:type_name -> corpus.v1.Backup
-	31, // 47: corpus.v1.AgentService.Enroll:input_type -> corpus.v1.EnrollRequest
-	33, // 48: corpus.v1.AgentService.RenewCertificate:input_type -> corpus.v1.RenewCertificateRequest
-	35, // 49: corpus.v1.AgentService.Watch:input_type -> corpus.v1.WatchRequest
-	39, // 50: corpus.v1.AgentService.Report:input_type -> corpus.v1.ReportRequest
-	19, // 51: corpus.v1.AgentService.GitAccess:input_type -> corpus.v1.GitAccessRequest
-	23, // 52: corpus.v1.AgentService.BeginRelease:input_type -> corpus.v1.BeginReleaseRequest
-	25, // 53: corpus.v1.AgentService.FinishRelease:input_type -> corpus.v1.FinishReleaseRequest
-	27, // 54: corpus.v1.AgentService.SetCurrentRelease:input_type -> corpus.v1.SetCurrentReleaseRequest
-	29, // 55: corpus.v1.AgentService.PruneReleases:input_type -> corpus.v1.PruneReleasesRequest
-	17, // 56: corpus.v1.AgentService.SetManifestDomains:input_type -> corpus.v1.SetManifestDomainsRequest
-	4,  // 57: corpus.v1.AgentService.SetWebPort:input_type -> corpus.v1.SetWebPortRequest
-	5,  // 58: corpus.v1.AgentService.RollInstance:input_type -> corpus.v1.RollInstanceRequest
-	6,  // 59: corpus.v1.AgentService.SwitchEnv:input_type -> corpus.v1.SwitchEnvRequest
-	9,  // 60: corpus.v1.AgentService.InstanceRelease:input_type -> corpus.v1.InstanceReleaseRequest
-	11, // 61: corpus.v1.AgentService.ReleaseSource:input_type -> corpus.v1.ReleaseSourceRequest
-	20, // 62: corpus.v1.AgentService.RecordShell:input_type -> corpus.v1.RecordShellRequest
-	57, // 63: corpus.v1.AgentService.LintPush:input_type -> corpus.v1.LintPushRequest
-	43, // 64: corpus.v1.AgentService.ServiceRuntime:input_type -> corpus.v1.ServiceRuntimeRequest
-	0,  // 65: corpus.v1.AgentService.TlsMaterial:input_type -> corpus.v1.TlsMaterialRequest
-	87, // 66: corpus.v1.NodeAgentService.Exec:input_type -> corpus.v1.ExecGuestRequest
-	54, // 67: corpus.v1.NodeAgentService.ExportVolume:input_type -> corpus.v1.ExportVolumeRequest
-	55, // 68: corpus.v1.NodeAgentService.ImportVolume:input_type -> corpus.v1.VolumeChunk
-	88, // 69: corpus.v1.NodeAgentService.SnapshotVolume:input_type -> corpus.v1.SnapshotVolumeRequest
-	89, // 70: corpus.v1.NodeAgentService.Rollback:input_type -> corpus.v1.RollbackRequest
-	11, // 71: corpus.v1.NodeAgentService.ReleaseSource:input_type -> corpus.v1.ReleaseSourceRequest
-	13, // 72: corpus.v1.NodeAgentService.Load:input_type -> corpus.v1.LoadRequest
-	3,  // 73: corpus.v1.NodeAgentService.Redeploy:input_type -> corpus.v1.AgentRedeployRequest
-	90, // 74: corpus.v1.NodeAgentService.Processes:input_type -> corpus.v1.ListProcessesRequest
-	91, // 75: corpus.v1.NodeAgentService.Logs:input_type -> corpus.v1.GuestLogsRequest
-	92, // 76: corpus.v1.NodeAgentService.Shell:input_type -> corpus.v1.ShellInput
-	48, // 77: corpus.v1.NodeAgentService.DumpService:input_type -> corpus.v1.DumpServiceRequest
-	93, // 78: corpus.v1.NodeAgentService.StoreBackup:input_type -> corpus.v1.BackupChunk
-	50, // 79: corpus.v1.NodeAgentService.ReadBackup:input_type -> corpus.v1.ReadBackupRequest
-	93, // 80: corpus.v1.NodeAgentService.LoadService:input_type -> corpus.v1.BackupChunk
-	52, // 81: corpus.v1.NodeAgentService.RemoveBackup:input_type -> corpus.v1.RemoveBackupRequest
-	46, // 82: corpus.v1.NodeAgentService.CheckChallenge:input_type -> corpus.v1.CheckChallengeRequest
-	32, // 83: corpus.v1.AgentService.Enroll:output_type -> corpus.v1.EnrollResponse
-	34, // 84: corpus.v1.AgentService.RenewCertificate:output_type -> corpus.v1.RenewCertificateResponse
-	36, // 85: corpus.v1.AgentService.Watch:output_type -> corpus.v1.WatchResponse
-	45, // 86: corpus.v1.AgentService.Report:output_type -> corpus.v1.ReportResponse
-	22, // 87: corpus.v1.AgentService.GitAccess:output_type -> corpus.v1.GitAccessResponse
-	24, // 88: corpus.v1.AgentService.BeginRelease:output_type -> corpus.v1.BeginReleaseResponse
-	26, // 89: corpus.v1.AgentService.FinishRelease:output_type -> corpus.v1.FinishReleaseResponse
-	28, // 90: corpus.v1.AgentService.SetCurrentRelease:output_type -> corpus.v1.SetCurrentReleaseResponse
-	30, // 91: corpus.v1.AgentService.PruneReleases:output_type -> corpus.v1.PruneReleasesResponse
-	18, // 92: corpus.v1.AgentService.SetManifestDomains:output_type -> corpus.v1.SetManifestDomainsResponse
-	16, // 93: corpus.v1.AgentService.SetWebPort:output_type -> corpus.v1.SetWebPortResponse
-	8,  // 94: corpus.v1.AgentService.RollInstance:output_type -> corpus.v1.RollInstanceResponse
-	7,  // 95: corpus.v1.AgentService.SwitchEnv:output_type -> corpus.v1.SwitchEnvResponse
-	10, // 96: corpus.v1.AgentService.InstanceRelease:output_type -> corpus.v1.InstanceReleaseResponse
-	12, // 97: corpus.v1.AgentService.ReleaseSource:output_type -> corpus.v1.SourceChunk
-	21, // 98: corpus.v1.AgentService.RecordShell:output_type -> corpus.v1.RecordShellResponse
-	58, // 99: corpus.v1.AgentService.LintPush:output_type -> corpus.v1.LintPushResponse
-	44, // 100: corpus.v1.AgentService.ServiceRuntime:output_type -> corpus.v1.ServiceRuntimeResponse
-	1,  // 101: corpus.v1.AgentService.TlsMaterial:output_type -> corpus.v1.TlsMaterialResponse
-	94, // 102: corpus.v1.NodeAgentService.Exec:output_type -> corpus.v1.ExecOutput
-	55, // 103: corpus.v1.NodeAgentService.ExportVolume:output_type -> corpus.v1.VolumeChunk
-	56, // 104: corpus.v1.NodeAgentService.ImportVolume:output_type -> corpus.v1.ImportVolumeResponse
-	95, // 105: corpus.v1.NodeAgentService.SnapshotVolume:output_type -> corpus.v1.SnapshotVolumeResponse
-	96, // 106: corpus.v1.NodeAgentService.Rollback:output_type -> corpus.v1.RollbackOutput
-	12, // 107: corpus.v1.NodeAgentService.ReleaseSource:output_type -> corpus.v1.SourceChunk
-	14, // 108: corpus.v1.NodeAgentService.Load:output_type -> corpus.v1.LoadResponse
-	97, // 109: corpus.v1.NodeAgentService.Redeploy:output_type -> corpus.v1.DeployOutput
-	98, // 110: corpus.v1.NodeAgentService.Processes:output_type -> corpus.v1.ListProcessesResponse
-	99, // 111: corpus.v1.NodeAgentService.Logs:output_type -> corpus.v1.LogLine
-	94, // 112: corpus.v1.NodeAgentService.Shell:output_type -> corpus.v1.ExecOutput
-	93, // 113: corpus.v1.NodeAgentService.DumpService:output_type -> corpus.v1.BackupChunk
-	49, // 114: corpus.v1.NodeAgentService.StoreBackup:output_type -> corpus.v1.StoreBackupResponse
-	93, // 115: corpus.v1.NodeAgentService.ReadBackup:output_type -> corpus.v1.BackupChunk
-	51, // 116: corpus.v1.NodeAgentService.LoadService:output_type -> corpus.v1.LoadServiceResponse
-	53, // 117: corpus.v1.NodeAgentService.RemoveBackup:output_type -> corpus.v1.RemoveBackupResponse
-	47, // 118: corpus.v1.NodeAgentService.CheckChallenge:output_type -> corpus.v1.CheckChallengeResponse
-	83, // [83:119] is the sub-list for method output_type
-	47, // [47:83] is the sub-list for method input_type
-	47, // [47:47] is the sub-list for extension type_name
-	47, // [47:47] is the sub-list for extension extendee
-	0,  // [0:47] is the sub-list for field type_name
+	2,   // 0: corpus.v1.TlsMaterialResponse.domains:type_name -> corpus.v1.TlsDomain
+	71,  // 1: corpus.v1.AgentRedeployRequest.request:type_name -> corpus.v1.RedeployRequest
+	72,  // 2: corpus.v1.AgentRedeployRequest.env:type_name -> corpus.v1.ProjectEnv
+	73,  // 3: corpus.v1.AgentRedeployRequest.releases:type_name -> corpus.v1.Release
+	72,  // 4: corpus.v1.InstanceReleaseResponse.env:type_name -> corpus.v1.ProjectEnv
+	73,  // 5: corpus.v1.InstanceReleaseResponse.release:type_name -> corpus.v1.Release
+	73,  // 6: corpus.v1.InstanceReleaseResponse.releases:type_name -> corpus.v1.Release
+	61,  // 7: corpus.v1.InstanceReleaseResponse.config:type_name -> corpus.v1.InstanceReleaseResponse.ConfigEntry
+	15,  // 8: corpus.v1.LoadResponse.guests:type_name -> corpus.v1.GuestLoad
+	62,  // 9: corpus.v1.LoadResponse.requests:type_name -> corpus.v1.LoadResponse.RequestsEntry
+	63,  // 10: corpus.v1.LoadResponse.errors:type_name -> corpus.v1.LoadResponse.ErrorsEntry
+	74,  // 11: corpus.v1.GitAccessResponse.project:type_name -> corpus.v1.Project
+	72,  // 12: corpus.v1.GitAccessResponse.env:type_name -> corpus.v1.ProjectEnv
+	73,  // 13: corpus.v1.GitAccessResponse.releases:type_name -> corpus.v1.Release
+	73,  // 14: corpus.v1.BeginReleaseResponse.release:type_name -> corpus.v1.Release
+	64,  // 15: corpus.v1.BeginReleaseResponse.config:type_name -> corpus.v1.BeginReleaseResponse.ConfigEntry
+	75,  // 16: corpus.v1.FinishReleaseRequest.steps:type_name -> corpus.v1.ReleaseStep
+	73,  // 17: corpus.v1.FinishReleaseResponse.release:type_name -> corpus.v1.Release
+	65,  // 18: corpus.v1.EnrollRequest.labels:type_name -> corpus.v1.EnrollRequest.LabelsEntry
+	76,  // 19: corpus.v1.EnrollRequest.capacity:type_name -> corpus.v1.Resources
+	77,  // 20: corpus.v1.EnrollRequest.drivers:type_name -> corpus.v1.DriverInfo
+	78,  // 21: corpus.v1.WatchResponse.node:type_name -> corpus.v1.Node
+	79,  // 22: corpus.v1.WatchResponse.guests:type_name -> corpus.v1.Guest
+	80,  // 23: corpus.v1.WatchResponse.routes:type_name -> corpus.v1.Route
+	81,  // 24: corpus.v1.WatchResponse.volumes:type_name -> corpus.v1.Volume
+	66,  // 25: corpus.v1.WatchResponse.guest_projects:type_name -> corpus.v1.WatchResponse.GuestProjectsEntry
+	67,  // 26: corpus.v1.WatchResponse.guest_services:type_name -> corpus.v1.WatchResponse.GuestServicesEntry
+	42,  // 27: corpus.v1.WatchResponse.service_reach:type_name -> corpus.v1.ServiceReach
+	82,  // 28: corpus.v1.WatchResponse.backups:type_name -> corpus.v1.Backup
+	68,  // 29: corpus.v1.WatchResponse.guest_waiting:type_name -> corpus.v1.WatchResponse.GuestWaitingEntry
+	38,  // 30: corpus.v1.WatchResponse.peers:type_name -> corpus.v1.PeerNode
+	83,  // 31: corpus.v1.WatchResponse.certificates:type_name -> corpus.v1.Certificate
+	37,  // 32: corpus.v1.WatchResponse.instances:type_name -> corpus.v1.InstanceAssignment
+	69,  // 33: corpus.v1.InstanceAssignment.scale:type_name -> corpus.v1.InstanceAssignment.ScaleEntry
+	84,  // 34: corpus.v1.InstanceAssignment.standby_until:type_name -> google.protobuf.Timestamp
+	76,  // 35: corpus.v1.ReportRequest.capacity:type_name -> corpus.v1.Resources
+	77,  // 36: corpus.v1.ReportRequest.drivers:type_name -> corpus.v1.DriverInfo
+	40,  // 37: corpus.v1.ReportRequest.guests:type_name -> corpus.v1.ReportedGuest
+	41,  // 38: corpus.v1.ReportRequest.volumes:type_name -> corpus.v1.ReportedVolume
+	85,  // 39: corpus.v1.ReportRequest.services:type_name -> corpus.v1.ReportedService
+	86,  // 40: corpus.v1.ReportedGuest.observed:type_name -> corpus.v1.GuestObserved
+	87,  // 41: corpus.v1.ReportedVolume.observed:type_name -> corpus.v1.VolumeObserved
+	88,  // 42: corpus.v1.ServiceRuntimeResponse.service:type_name -> corpus.v1.Service
+	70,  // 43: corpus.v1.ServiceRuntimeResponse.env:type_name -> corpus.v1.ServiceRuntimeResponse.EnvEntry
+	82,  // 44: corpus.v1.DumpServiceRequest.backup:type_name -> corpus.v1.Backup
+	82,  // 45: corpus.v1.ReadBackupRequest.backup:type_name -> corpus.v1.Backup
+	82,  // 46: corpus.v1.RemoveBackupRequest.backup:type_name -> corpus.v1.Backup
+	31,  // 47: corpus.v1.AgentService.Enroll:input_type -> corpus.v1.EnrollRequest
+	33,  // 48: corpus.v1.AgentService.RenewCertificate:input_type -> corpus.v1.RenewCertificateRequest
+	35,  // 49: corpus.v1.AgentService.Watch:input_type -> corpus.v1.WatchRequest
+	39,  // 50: corpus.v1.AgentService.Report:input_type -> corpus.v1.ReportRequest
+	19,  // 51: corpus.v1.AgentService.GitAccess:input_type -> corpus.v1.GitAccessRequest
+	23,  // 52: corpus.v1.AgentService.BeginRelease:input_type -> corpus.v1.BeginReleaseRequest
+	25,  // 53: corpus.v1.AgentService.FinishRelease:input_type -> corpus.v1.FinishReleaseRequest
+	27,  // 54: corpus.v1.AgentService.SetCurrentRelease:input_type -> corpus.v1.SetCurrentReleaseRequest
+	29,  // 55: corpus.v1.AgentService.PruneReleases:input_type -> corpus.v1.PruneReleasesRequest
+	17,  // 56: corpus.v1.AgentService.SetManifestDomains:input_type -> corpus.v1.SetManifestDomainsRequest
+	4,   // 57: corpus.v1.AgentService.SetWebPort:input_type -> corpus.v1.SetWebPortRequest
+	5,   // 58: corpus.v1.AgentService.RollInstance:input_type -> corpus.v1.RollInstanceRequest
+	6,   // 59: corpus.v1.AgentService.SwitchEnv:input_type -> corpus.v1.SwitchEnvRequest
+	9,   // 60: corpus.v1.AgentService.InstanceRelease:input_type -> corpus.v1.InstanceReleaseRequest
+	11,  // 61: corpus.v1.AgentService.ReleaseSource:input_type -> corpus.v1.ReleaseSourceRequest
+	20,  // 62: corpus.v1.AgentService.RecordShell:input_type -> corpus.v1.RecordShellRequest
+	59,  // 63: corpus.v1.AgentService.LintPush:input_type -> corpus.v1.LintPushRequest
+	43,  // 64: corpus.v1.AgentService.ServiceRuntime:input_type -> corpus.v1.ServiceRuntimeRequest
+	0,   // 65: corpus.v1.AgentService.TlsMaterial:input_type -> corpus.v1.TlsMaterialRequest
+	89,  // 66: corpus.v1.NodeAgentService.Exec:input_type -> corpus.v1.ExecGuestRequest
+	54,  // 67: corpus.v1.NodeAgentService.ExportVolume:input_type -> corpus.v1.ExportVolumeRequest
+	57,  // 68: corpus.v1.NodeAgentService.ImportVolume:input_type -> corpus.v1.VolumeChunk
+	90,  // 69: corpus.v1.NodeAgentService.SnapshotVolume:input_type -> corpus.v1.SnapshotVolumeRequest
+	55,  // 70: corpus.v1.NodeAgentService.MeasureVolume:input_type -> corpus.v1.MeasureVolumeRequest
+	91,  // 71: corpus.v1.NodeAgentService.Rollback:input_type -> corpus.v1.RollbackRequest
+	11,  // 72: corpus.v1.NodeAgentService.ReleaseSource:input_type -> corpus.v1.ReleaseSourceRequest
+	13,  // 73: corpus.v1.NodeAgentService.Load:input_type -> corpus.v1.LoadRequest
+	3,   // 74: corpus.v1.NodeAgentService.Redeploy:input_type -> corpus.v1.AgentRedeployRequest
+	92,  // 75: corpus.v1.NodeAgentService.Processes:input_type -> corpus.v1.ListProcessesRequest
+	93,  // 76: corpus.v1.NodeAgentService.Logs:input_type -> corpus.v1.GuestLogsRequest
+	94,  // 77: corpus.v1.NodeAgentService.Shell:input_type -> corpus.v1.ShellInput
+	48,  // 78: corpus.v1.NodeAgentService.DumpService:input_type -> corpus.v1.DumpServiceRequest
+	95,  // 79: corpus.v1.NodeAgentService.StoreBackup:input_type -> corpus.v1.BackupChunk
+	50,  // 80: corpus.v1.NodeAgentService.ReadBackup:input_type -> corpus.v1.ReadBackupRequest
+	95,  // 81: corpus.v1.NodeAgentService.LoadService:input_type -> corpus.v1.BackupChunk
+	52,  // 82: corpus.v1.NodeAgentService.RemoveBackup:input_type -> corpus.v1.RemoveBackupRequest
+	46,  // 83: corpus.v1.NodeAgentService.CheckChallenge:input_type -> corpus.v1.CheckChallengeRequest
+	32,  // 84: corpus.v1.AgentService.Enroll:output_type -> corpus.v1.EnrollResponse
+	34,  // 85: corpus.v1.AgentService.RenewCertificate:output_type -> corpus.v1.RenewCertificateResponse
+	36,  // 86: corpus.v1.AgentService.Watch:output_type -> corpus.v1.WatchResponse
+	45,  // 87: corpus.v1.AgentService.Report:output_type -> corpus.v1.ReportResponse
+	22,  // 88: corpus.v1.AgentService.GitAccess:output_type -> corpus.v1.GitAccessResponse
+	24,  // 89: corpus.v1.AgentService.BeginRelease:output_type -> corpus.v1.BeginReleaseResponse
+	26,  // 90: corpus.v1.AgentService.FinishRelease:output_type -> corpus.v1.FinishReleaseResponse
+	28,  // 91: corpus.v1.AgentService.SetCurrentRelease:output_type -> corpus.v1.SetCurrentReleaseResponse
+	30,  // 92: corpus.v1.AgentService.PruneReleases:output_type -> corpus.v1.PruneReleasesResponse
+	18,  // 93: corpus.v1.AgentService.SetManifestDomains:output_type -> corpus.v1.SetManifestDomainsResponse
+	16,  // 94: corpus.v1.AgentService.SetWebPort:output_type -> corpus.v1.SetWebPortResponse
+	8,   // 95: corpus.v1.AgentService.RollInstance:output_type -> corpus.v1.RollInstanceResponse
+	7,   // 96: corpus.v1.AgentService.SwitchEnv:output_type -> corpus.v1.SwitchEnvResponse
+	10,  // 97: corpus.v1.AgentService.InstanceRelease:output_type -> corpus.v1.InstanceReleaseResponse
+	12,  // 98: corpus.v1.AgentService.ReleaseSource:output_type -> corpus.v1.SourceChunk
+	21,  // 99: corpus.v1.AgentService.RecordShell:output_type -> corpus.v1.RecordShellResponse
+	60,  // 100: corpus.v1.AgentService.LintPush:output_type -> corpus.v1.LintPushResponse
+	44,  // 101: corpus.v1.AgentService.ServiceRuntime:output_type -> corpus.v1.ServiceRuntimeResponse
+	1,   // 102: corpus.v1.AgentService.TlsMaterial:output_type -> corpus.v1.TlsMaterialResponse
+	96,  // 103: corpus.v1.NodeAgentService.Exec:output_type -> corpus.v1.ExecOutput
+	57,  // 104: corpus.v1.NodeAgentService.ExportVolume:output_type -> corpus.v1.VolumeChunk
+	58,  // 105: corpus.v1.NodeAgentService.ImportVolume:output_type -> corpus.v1.ImportVolumeResponse
+	97,  // 106: corpus.v1.NodeAgentService.SnapshotVolume:output_type -> corpus.v1.SnapshotVolumeResponse
+	56,  // 107: corpus.v1.NodeAgentService.MeasureVolume:output_type -> corpus.v1.MeasureVolumeResponse
+	98,  // 108: corpus.v1.NodeAgentService.Rollback:output_type -> corpus.v1.RollbackOutput
+	12,  // 109: corpus.v1.NodeAgentService.ReleaseSource:output_type -> corpus.v1.SourceChunk
+	14,  // 110: corpus.v1.NodeAgentService.Load:output_type -> corpus.v1.LoadResponse
+	99,  // 111: corpus.v1.NodeAgentService.Redeploy:output_type -> corpus.v1.DeployOutput
+	100, // 112: corpus.v1.NodeAgentService.Processes:output_type -> corpus.v1.ListProcessesResponse
+	101, // 113: corpus.v1.NodeAgentService.Logs:output_type -> corpus.v1.LogLine
+	96,  // 114: corpus.v1.NodeAgentService.Shell:output_type -> corpus.v1.ExecOutput
+	95,  // 115: corpus.v1.NodeAgentService.DumpService:output_type -> corpus.v1.BackupChunk
+	49,  // 116: corpus.v1.NodeAgentService.StoreBackup:output_type -> corpus.v1.StoreBackupResponse
+	95,  // 117: corpus.v1.NodeAgentService.ReadBackup:output_type -> corpus.v1.BackupChunk
+	51,  // 118: corpus.v1.NodeAgentService.LoadService:output_type -> corpus.v1.LoadServiceResponse
+	53,  // 119: corpus.v1.NodeAgentService.RemoveBackup:output_type -> corpus.v1.RemoveBackupResponse
+	47,  // 120: corpus.v1.NodeAgentService.CheckChallenge:output_type -> corpus.v1.CheckChallengeResponse
+	84,  // [84:121] is the sub-list for method output_type
+	47,  // [47:84] is the sub-list for method input_type
+	47,  // [47:47] is the sub-list for extension type_name
+	47,  // [47:47] is the sub-list for extension extendee
+	0,   // [0:47] is the sub-list for field type_name
 }
 
 func init() { file_corpus_v1_agent_proto_init() }
@@ -4371,7 +4492,7 @@ func file_corpus_v1_agent_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_corpus_v1_agent_proto_rawDesc), len(file_corpus_v1_agent_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   69,
+			NumMessages:   71,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

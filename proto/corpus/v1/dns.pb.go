@@ -68,7 +68,11 @@ type ZoneRecord struct {
 	Ttl  uint32 `protobuf:"varint,3,opt,name=ttl,proto3" json:"ttl,omitempty"`
 	Data string `protobuf:"bytes,4,opt,name=data,proto3" json:"data,omitempty"`
 	// static_id is set for operator records (what DeleteRecord takes).
-	StaticId      string `protobuf:"bytes,5,opt,name=static_id,json=staticId,proto3" json:"static_id,omitempty"`
+	StaticId string `protobuf:"bytes,5,opt,name=static_id,json=staticId,proto3" json:"static_id,omitempty"`
+	// warning says why the zone leaves this record out (a CNAME beside
+	// other data at its name, a name that is not a DNS label); every other
+	// record is served. Empty for a served record.
+	Warning       string `protobuf:"bytes,6,opt,name=warning,proto3" json:"warning,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -134,6 +138,13 @@ func (x *ZoneRecord) GetData() string {
 func (x *ZoneRecord) GetStaticId() string {
 	if x != nil {
 		return x.StaticId
+	}
+	return ""
+}
+
+func (x *ZoneRecord) GetWarning() string {
+	if x != nil {
+		return x.Warning
 	}
 	return ""
 }
@@ -420,14 +431,15 @@ var File_corpus_v1_dns_proto protoreflect.FileDescriptor
 const file_corpus_v1_dns_proto_rawDesc = "" +
 	"\n" +
 	"\x13corpus/v1/dns.proto\x12\tcorpus.v1\x1a\x15corpus/v1/types.proto\"\x14\n" +
-	"\x12ListRecordsRequest\"w\n" +
+	"\x12ListRecordsRequest\"\x91\x01\n" +
 	"\n" +
 	"ZoneRecord\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
 	"\x04type\x18\x02 \x01(\tR\x04type\x12\x10\n" +
 	"\x03ttl\x18\x03 \x01(\rR\x03ttl\x12\x12\n" +
 	"\x04data\x18\x04 \x01(\tR\x04data\x12\x1b\n" +
-	"\tstatic_id\x18\x05 \x01(\tR\bstaticId\"\x8d\x01\n" +
+	"\tstatic_id\x18\x05 \x01(\tR\bstaticId\x12\x18\n" +
+	"\awarning\x18\x06 \x01(\tR\awarning\"\x8d\x01\n" +
 	"\x13ListRecordsResponse\x12\x12\n" +
 	"\x04zone\x18\x01 \x01(\tR\x04zone\x12\x16\n" +
 	"\x06serial\x18\x02 \x01(\rR\x06serial\x12/\n" +

@@ -801,13 +801,18 @@ func (x *Volume) GetModifyIndex() uint64 {
 type VolumeObserved struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// state: "ready", "failed" or "deleted".
-	State         string `protobuf:"bytes,1,opt,name=state,proto3" json:"state,omitempty"`
-	SizeBytes     int64  `protobuf:"varint,2,opt,name=size_bytes,json=sizeBytes,proto3" json:"size_bytes,omitempty"`
-	UsedBytes     int64  `protobuf:"varint,3,opt,name=used_bytes,json=usedBytes,proto3" json:"used_bytes,omitempty"`
-	FreeBytes     int64  `protobuf:"varint,4,opt,name=free_bytes,json=freeBytes,proto3" json:"free_bytes,omitempty"`
-	Message       string `protobuf:"bytes,5,opt,name=message,proto3" json:"message,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	State     string `protobuf:"bytes,1,opt,name=state,proto3" json:"state,omitempty"`
+	SizeBytes int64  `protobuf:"varint,2,opt,name=size_bytes,json=sizeBytes,proto3" json:"size_bytes,omitempty"`
+	UsedBytes int64  `protobuf:"varint,3,opt,name=used_bytes,json=usedBytes,proto3" json:"used_bytes,omitempty"`
+	FreeBytes int64  `protobuf:"varint,4,opt,name=free_bytes,json=freeBytes,proto3" json:"free_bytes,omitempty"`
+	Message   string `protobuf:"bytes,5,opt,name=message,proto3" json:"message,omitempty"`
+	// refused_size_bytes is a desired size the node will not apply: a
+	// shrink its data does not fit in with the safety margin. message
+	// says why; the volume stays at size_bytes and its guest runs on. The
+	// node tries again once the desired size changes or the data shrinks.
+	RefusedSizeBytes int64 `protobuf:"varint,6,opt,name=refused_size_bytes,json=refusedSizeBytes,proto3" json:"refused_size_bytes,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *VolumeObserved) Reset() {
@@ -873,6 +878,13 @@ func (x *VolumeObserved) GetMessage() string {
 		return x.Message
 	}
 	return ""
+}
+
+func (x *VolumeObserved) GetRefusedSizeBytes() int64 {
+	if x != nil {
+		return x.RefusedSizeBytes
+	}
+	return 0
 }
 
 // Port publishes a guest port on a node port (kernel NAT).
@@ -3799,7 +3811,7 @@ const file_corpus_v1_types_proto_rawDesc = "" +
 	"\vbackup_keep\x18\f \x01(\rR\n" +
 	"backupKeep\x12!\n" +
 	"\fcreate_index\x18\x14 \x01(\x04R\vcreateIndex\x12!\n" +
-	"\fmodify_index\x18\x15 \x01(\x04R\vmodifyIndex\"\x9d\x01\n" +
+	"\fmodify_index\x18\x15 \x01(\x04R\vmodifyIndex\"\xcb\x01\n" +
 	"\x0eVolumeObserved\x12\x14\n" +
 	"\x05state\x18\x01 \x01(\tR\x05state\x12\x1d\n" +
 	"\n" +
@@ -3808,7 +3820,8 @@ const file_corpus_v1_types_proto_rawDesc = "" +
 	"used_bytes\x18\x03 \x01(\x03R\tusedBytes\x12\x1d\n" +
 	"\n" +
 	"free_bytes\x18\x04 \x01(\x03R\tfreeBytes\x12\x18\n" +
-	"\amessage\x18\x05 \x01(\tR\amessage\"^\n" +
+	"\amessage\x18\x05 \x01(\tR\amessage\x12,\n" +
+	"\x12refused_size_bytes\x18\x06 \x01(\x03R\x10refusedSizeBytes\"^\n" +
 	"\x04Port\x12\x1b\n" +
 	"\thost_port\x18\x01 \x01(\x05R\bhostPort\x12\x1d\n" +
 	"\n" +

@@ -97,6 +97,9 @@ const (
 	// NodeAgentServiceSnapshotVolumeProcedure is the fully-qualified name of the NodeAgentService's
 	// SnapshotVolume RPC.
 	NodeAgentServiceSnapshotVolumeProcedure = "/corpus.v1.NodeAgentService/SnapshotVolume"
+	// NodeAgentServiceMeasureVolumeProcedure is the fully-qualified name of the NodeAgentService's
+	// MeasureVolume RPC.
+	NodeAgentServiceMeasureVolumeProcedure = "/corpus.v1.NodeAgentService/MeasureVolume"
 	// NodeAgentServiceRollbackProcedure is the fully-qualified name of the NodeAgentService's Rollback
 	// RPC.
 	NodeAgentServiceRollbackProcedure = "/corpus.v1.NodeAgentService/Rollback"
@@ -755,6 +758,11 @@ type NodeAgentServiceClient interface {
 	// carries its name and size.
 	ImportVolume(context.Context) *connect.ClientStreamForClient[v1.VolumeChunk, v1.ImportVolumeResponse]
 	SnapshotVolume(context.Context, *connect.Request[v1.SnapshotVolumeRequest]) (*connect.Response[v1.SnapshotVolumeResponse], error)
+	// MeasureVolume says what a volume of this node holds now: statfs of
+	// its file system where the host mounts it, what its VM sees where a
+	// running VM has it as its disk, its superblock where nothing mounts
+	// it. A shrink is admitted on these figures, not on the last report.
+	MeasureVolume(context.Context, *connect.Request[v1.MeasureVolumeRequest]) (*connect.Response[v1.MeasureVolumeResponse], error)
 	// Rollback makes a kept release of a project environment current again
 	// and runs its rollback hook; the output streams back.
 	Rollback(context.Context, *connect.Request[v1.RollbackRequest]) (*connect.ServerStreamForClient[v1.RollbackOutput], error)
@@ -831,6 +839,13 @@ func NewNodeAgentServiceClient(httpClient connect.HTTPClient, baseURL string, op
 			httpClient,
 			baseURL+NodeAgentServiceSnapshotVolumeProcedure,
 			connect.WithSchema(nodeAgentServiceMethods.ByName("SnapshotVolume")),
+			connect.WithClientOptions(opts...),
+		),
+		measureVolume: connect.NewClient[v1.MeasureVolumeRequest, v1.MeasureVolumeResponse](
+			httpClient,
+			baseURL+NodeAgentServiceMeasureVolumeProcedure,
+			connect.WithSchema(nodeAgentServiceMethods.ByName("MeasureVolume")),
+			connect.WithIdempotency(connect.IdempotencyNoSideEffects),
 			connect.WithClientOptions(opts...),
 		),
 		rollback: connect.NewClient[v1.RollbackRequest, v1.RollbackOutput](
@@ -922,6 +937,7 @@ type nodeAgentServiceClient struct {
 	exportVolume   *connect.Client[v1.ExportVolumeRequest, v1.VolumeChunk]
 	importVolume   *connect.Client[v1.VolumeChunk, v1.ImportVolumeResponse]
 	snapshotVolume *connect.Client[v1.SnapshotVolumeRequest, v1.SnapshotVolumeResponse]
+	measureVolume  *connect.Client[v1.MeasureVolumeRequest, v1.MeasureVolumeResponse]
 	rollback       *connect.Client[v1.RollbackRequest, v1.RollbackOutput]
 	releaseSource  *connect.Client[v1.ReleaseSourceRequest, v1.SourceChunk]
 	load           *connect.Client[v1.LoadRequest, v1.LoadResponse]
@@ -955,6 +971,11 @@ func (c *nodeAgentServiceClient) ImportVolume(ctx context.Context) *connect.Clie
 // SnapshotVolume calls corpus.v1.NodeAgentService.SnapshotVolume.
 func (c *nodeAgentServiceClient) SnapshotVolume(ctx context.Context, req *connect.Request[v1.SnapshotVolumeRequest]) (*connect.Response[v1.SnapshotVolumeResponse], error) {
 	return c.snapshotVolume.CallUnary(ctx, req)
+}
+
+// MeasureVolume calls corpus.v1.NodeAgentService.MeasureVolume.
+func (c *nodeAgentServiceClient) MeasureVolume(ctx context.Context, req *connect.Request[v1.MeasureVolumeRequest]) (*connect.Response[v1.MeasureVolumeResponse], error) {
+	return c.measureVolume.CallUnary(ctx, req)
 }
 
 // Rollback calls corpus.v1.NodeAgentService.Rollback.
@@ -1032,6 +1053,11 @@ type NodeAgentServiceHandler interface {
 	// carries its name and size.
 	ImportVolume(context.Context, *connect.ClientStream[v1.VolumeChunk]) (*connect.Response[v1.ImportVolumeResponse], error)
 	SnapshotVolume(context.Context, *connect.Request[v1.SnapshotVolumeRequest]) (*connect.Response[v1.SnapshotVolumeResponse], error)
+	// MeasureVolume says what a volume of this node holds now: statfs of
+	// its file system where the host mounts it, what its VM sees where a
+	// running VM has it as its disk, its superblock where nothing mounts
+	// it. A shrink is admitted on these figures, not on the last report.
+	MeasureVolume(context.Context, *connect.Request[v1.MeasureVolumeRequest]) (*connect.Response[v1.MeasureVolumeResponse], error)
 	// Rollback makes a kept release of a project environment current again
 	// and runs its rollback hook; the output streams back.
 	Rollback(context.Context, *connect.Request[v1.RollbackRequest], *connect.ServerStream[v1.RollbackOutput]) error
@@ -1104,6 +1130,13 @@ func NewNodeAgentServiceHandler(svc NodeAgentServiceHandler, opts ...connect.Han
 		NodeAgentServiceSnapshotVolumeProcedure,
 		svc.SnapshotVolume,
 		connect.WithSchema(nodeAgentServiceMethods.ByName("SnapshotVolume")),
+		connect.WithHandlerOptions(opts...),
+	)
+	nodeAgentServiceMeasureVolumeHandler := connect.NewUnaryHandler(
+		NodeAgentServiceMeasureVolumeProcedure,
+		svc.MeasureVolume,
+		connect.WithSchema(nodeAgentServiceMethods.ByName("MeasureVolume")),
+		connect.WithIdempotency(connect.IdempotencyNoSideEffects),
 		connect.WithHandlerOptions(opts...),
 	)
 	nodeAgentServiceRollbackHandler := connect.NewServerStreamHandler(
@@ -1196,6 +1229,8 @@ func NewNodeAgentServiceHandler(svc NodeAgentServiceHandler, opts ...connect.Han
 			nodeAgentServiceImportVolumeHandler.ServeHTTP(w, r)
 		case NodeAgentServiceSnapshotVolumeProcedure:
 			nodeAgentServiceSnapshotVolumeHandler.ServeHTTP(w, r)
+		case NodeAgentServiceMeasureVolumeProcedure:
+			nodeAgentServiceMeasureVolumeHandler.ServeHTTP(w, r)
 		case NodeAgentServiceRollbackProcedure:
 			nodeAgentServiceRollbackHandler.ServeHTTP(w, r)
 		case NodeAgentServiceReleaseSourceProcedure:
@@ -1245,6 +1280,10 @@ func (UnimplementedNodeAgentServiceHandler) ImportVolume(context.Context, *conne
 
 func (UnimplementedNodeAgentServiceHandler) SnapshotVolume(context.Context, *connect.Request[v1.SnapshotVolumeRequest]) (*connect.Response[v1.SnapshotVolumeResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("corpus.v1.NodeAgentService.SnapshotVolume is not implemented"))
+}
+
+func (UnimplementedNodeAgentServiceHandler) MeasureVolume(context.Context, *connect.Request[v1.MeasureVolumeRequest]) (*connect.Response[v1.MeasureVolumeResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("corpus.v1.NodeAgentService.MeasureVolume is not implemented"))
 }
 
 func (UnimplementedNodeAgentServiceHandler) Rollback(context.Context, *connect.Request[v1.RollbackRequest], *connect.ServerStream[v1.RollbackOutput]) error {
