@@ -1,0 +1,40 @@
+package api
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"connectrpc.com/connect"
+
+	"corpus/coordinator/auth"
+	"corpus/coordinator/state"
+	corpusv1 "corpus/proto/corpus/v1"
+)
+
+// Project scope (see auth.Scope): operators use every project; devs and
+// viewers those granted to them (and viewers only to read, which the
+// procedures' policies see to).
+
+var errNotMember = errors.New("not granted")
+
+// mayUseProject checks the caller may use project p.
+func mayUseProject(ctx context.Context, p *corpusv1.Project) error {
+	pr := auth.FromContext(ctx)
+	if auth.ProjectAccess(pr, p) != auth.NoAccess {
+		return nil
+	}
+	return connect.NewError(connect.CodePermissionDenied,
+		fmt.Errorf("%s may not use project %s (%w; an operator grants it with `corpus project grant %s %s`)", pr, p.Name, errNotMember, p.Name, pr.User))
+}
+
+// mayUseGuest checks the caller may act on a guest (its logs included):
+// devs only on the guests of projects granted to them and of services
+// of those projects.
+func mayUseGuest(ctx context.Context, view *state.Snap, g *corpusv1.Guest) error {
+	sc := auth.ScopeOf(view, auth.FromContext(ctx))
+	if sc.Guest(g) == auth.ReadWrite {
+		return nil
+	}
+	return connect.NewError(connect.CodePermissionDenied, fmt.Errorf("%s may only act on the guests of projects granted to it and of their services; %s is not one", sc.Principal(), g.Name))
+}
