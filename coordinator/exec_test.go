@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"connectrpc.com/connect"
@@ -27,6 +28,8 @@ import (
 type fakeAgent struct {
 	corpusv1connect.UnimplementedNodeAgentServiceHandler
 	key string
+	// loads counts the Load calls (see visibility_test.go).
+	loads atomic.Uint64
 }
 
 func (f *fakeAgent) Exec(_ context.Context, req *connect.Request[corpusv1.ExecGuestRequest], stream *connect.ServerStream[corpusv1.ExecOutput]) error {

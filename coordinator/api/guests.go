@@ -81,6 +81,9 @@ func (s *guestService) GetGuest(ctx context.Context, req *connect.Request[corpus
 			}
 			return nil, toConnect(notFound("guest", m.Name, "corpus guest list"))
 		}
+		if err := maySee(ctx, auth.ScopeOf(view, auth.FromContext(ctx)).Guest(g), "guest", g.Name); err != nil {
+			return nil, err
+		}
 		if g.ModifyIndex > m.MinIndex || m.MinIndex == 0 {
 			return connect.NewResponse(s.guestView(view, g)), nil
 		}
@@ -123,8 +126,11 @@ func (s *guestService) ListGuests(ctx context.Context, req *connect.Request[corp
 		guests = view.GuestsOnNode(n.Id)
 	}
 	res := &corpusv1.ListGuestsResponse{Index: view.Index()}
+	sc := auth.ScopeOf(view, auth.FromContext(ctx))
 	for _, g := range guests {
-		res.Guests = append(res.Guests, s.guestView(view, g))
+		if sc.Guest(g) != auth.NoAccess {
+			res.Guests = append(res.Guests, s.guestView(view, g))
+		}
 	}
 	return connect.NewResponse(res), nil
 }

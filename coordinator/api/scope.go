@@ -38,3 +38,14 @@ func mayUseGuest(ctx context.Context, view *state.Snap, g *corpusv1.Guest) error
 	}
 	return connect.NewError(connect.CodePermissionDenied, fmt.Errorf("%s may only act on the guests of projects granted to it and of their services; %s is not one", sc.Principal(), g.Name))
 }
+
+// maySee checks the caller may read an object its scope gives access
+// have to: what (guest, volume, ...) and name say which, for the
+// refusal.
+func maySee(ctx context.Context, have auth.Access, what, name string) error {
+	if have != auth.NoAccess {
+		return nil
+	}
+	pr := auth.FromContext(ctx)
+	return connect.NewError(connect.CodePermissionDenied, fmt.Errorf("%s may not see %s %s: it belongs to no project granted to it (%w)", pr, what, name, errNotMember))
+}
