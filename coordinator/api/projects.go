@@ -543,22 +543,41 @@ func (s *projectService) Rollback(ctx context.Context, req *connect.Request[corp
 // Agent-side release calls.
 
 // GitAccess decides whether an SSH key's owner may push to (or fetch
-// from) a project environment hosted by the calling node.
+// from, or open a shell in) a project environment hosted by the calling
+// node, as the user's role and grants say (auth.ProjectAccess). A
+// refusal for a project is in the audit log, as the API's refusals are
+// (the check of a key alone is not: an SSH client offers its keys in
+// turn, and a key it was refused is the handshake trying the next).
 func (s *agentService) GitAccess(ctx context.Context, req *connect.Request[corpusv1.GitAccessRequest]) (*connect.Response[corpusv1.GitAccessResponse], error) {
 	m := req.Msg
-	node := auth.FromContext(ctx).NodeID
+	node := auth.FromContext(ctx)
 	view := s.b.Store.Read()
 	res := &corpusv1.GitAccessResponse{}
+	actor := string(auth.Anonymous)
 	deny := func(format string, args ...any) (*connect.Response[corpusv1.GitAccessResponse], error) {
 		res.Allowed = false
 		res.Reason = fmt.Sprintf(format, args...)
+		if m.Project != "" {
+			s.b.audit.refusal(ctx, actor, gitAction(m), gitTarget(m), res.Reason+" (over ssh, node "+node.NodeName+")")
+		}
 		return connect.NewResponse(res), nil
+	}
+	if m.Project != "" {
+		if err := names.Validate("project", m.Project); err != nil {
+			return deny("%v", err)
+		}
+		if m.Env != "" {
+			if err := validEnv(m.Env); err != nil {
+				return deny("%v", err)
+			}
+		}
 	}
 	u := view.UserByFingerprint(m.Fingerprint)
 	if u == nil {
-		return deny("key %s belongs to no user (an operator adds it with `corpus key add USER FILE`)", m.Fingerprint)
+		return deny("key %.80s belongs to no user (an operator adds it with `corpus key add USER FILE`)", m.Fingerprint)
 	}
-	res.User, res.Role = u.Name, u.Role
+	pr := auth.UserPrincipal(u)
+	actor, res.User, res.Role = pr.String(), u.Name, u.Role
 	if m.Project == "" {
 		res.Allowed = true
 		return connect.NewResponse(res), nil
@@ -569,7 +588,7 @@ func (s *agentService) GitAccess(ctx context.Context, req *connect.Request[corpu
 	}
 	var here []*corpusv1.ProjectEnv
 	for _, e := range p.Envs {
-		if g := view.Guest(e.GuestId); g != nil && g.NodeId == node && (m.Env == "" || e.Name == m.Env) {
+		if g := view.Guest(e.GuestId); g != nil && g.NodeId == node.NodeID && (m.Env == "" || e.Name == m.Env) {
 			here = append(here, e)
 		}
 	}
@@ -581,14 +600,12 @@ func (s *agentService) GitAccess(ctx context.Context, req *connect.Request[corpu
 	case len(here) > 1:
 		return deny("project %s has several environments on this node: push to %s/ENV", p.Name, p.Name)
 	}
-	member := slices.Index(p.Members, u.Name) >= 0
-	switch {
-	case u.Role == corpusv1.RoleOps:
-	case u.Role == corpusv1.RoleDev && member:
-	case u.Role == corpusv1.RoleViewer && member && !m.Write && !m.Shell:
-	case u.Role == corpusv1.RoleViewer && member && m.Shell:
+	switch a := auth.ProjectAccess(pr, p); {
+	case a == auth.ReadWrite:
+	case a == auth.ReadOnly && !m.Write && !m.Shell:
+	case a == auth.ReadOnly && m.Shell:
 		return deny("user %s is a viewer and may not open shells", u.Name)
-	case u.Role == corpusv1.RoleViewer && member:
+	case a == auth.ReadOnly:
 		return deny("user %s is a viewer and may not push", u.Name)
 	default:
 		return deny("user %s may not use project %s (an operator grants it with `corpus project grant %s %s`)", u.Name, p.Name, p.Name, u.Name)
@@ -598,6 +615,25 @@ func (s *agentService) GitAccess(ctx context.Context, req *connect.Request[corpu
 	res.Env = here[0]
 	res.Releases = withoutLogs(view.Releases(p.Name, here[0].Name))
 	return connect.NewResponse(res), nil
+}
+
+// gitAction names what a GitAccess asked for, as the audit log says it.
+func gitAction(m *corpusv1.GitAccessRequest) string {
+	switch {
+	case m.Shell:
+		return "refused ssh shell"
+	case m.Write:
+		return "refused git push"
+	}
+	return "refused git fetch"
+}
+
+// gitTarget is the project environment a GitAccess is about.
+func gitTarget(m *corpusv1.GitAccessRequest) string {
+	if m.Env == "" {
+		return m.Project
+	}
+	return m.Project + "/" + m.Env
 }
 
 // withoutLogs copies releases leaving their logs out.
