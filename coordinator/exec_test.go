@@ -32,9 +32,18 @@ type fakeAgent struct {
 	loads atomic.Uint64
 }
 
-func (f *fakeAgent) Exec(_ context.Context, req *connect.Request[corpusv1.ExecGuestRequest], stream *connect.ServerStream[corpusv1.ExecOutput]) error {
-	if req.Header().Get("Authorization") != "Bearer "+f.key {
+// checkKey refuses a call without the cluster's agent key, as the
+// agent does.
+func (f *fakeAgent) checkKey(h http.Header) error {
+	if h.Get("Authorization") != "Bearer "+f.key {
 		return connect.NewError(connect.CodeUnauthenticated, errors.New("not the cluster's agent key"))
+	}
+	return nil
+}
+
+func (f *fakeAgent) Exec(_ context.Context, req *connect.Request[corpusv1.ExecGuestRequest], stream *connect.ServerStream[corpusv1.ExecOutput]) error {
+	if err := f.checkKey(req.Header()); err != nil {
+		return err
 	}
 	m := req.Msg
 	if m.Argv[0] == "fail" {

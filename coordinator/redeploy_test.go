@@ -18,8 +18,8 @@ import (
 // delays a stream's end behind its last message; a restart of process
 // "fail" fails instead.
 func (f *fakeAgent) Redeploy(ctx context.Context, req *connect.Request[corpusv1.AgentRedeployRequest], stream *connect.ServerStream[corpusv1.DeployOutput]) error {
-	if req.Header().Get("Authorization") != "Bearer "+f.key {
-		return connect.NewError(connect.CodeUnauthenticated, errors.New("not the cluster's agent key"))
+	if err := f.checkKey(req.Header()); err != nil {
+		return err
 	}
 	if slices.Contains(req.Msg.Request.GetProcesses(), "fail") {
 		return connect.NewError(connect.CodeFailedPrecondition, errors.New("process fail did not start; the old one serves"))
@@ -37,8 +37,8 @@ func (f *fakeAgent) Redeploy(ctx context.Context, req *connect.Request[corpusv1.
 // Rollback of the fake agent is done at once, its stream kept open as
 // Redeploy's.
 func (f *fakeAgent) Rollback(ctx context.Context, req *connect.Request[corpusv1.RollbackRequest], stream *connect.ServerStream[corpusv1.RollbackOutput]) error {
-	if req.Header().Get("Authorization") != "Bearer "+f.key {
-		return connect.NewError(connect.CodeUnauthenticated, errors.New("not the cluster's agent key"))
+	if err := f.checkKey(req.Header()); err != nil {
+		return err
 	}
 	if err := stream.Send(&corpusv1.RollbackOutput{Done: true, Current: req.Msg.To}); err != nil {
 		return err

@@ -3,7 +3,6 @@ package coordinator_test
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -25,8 +24,8 @@ import (
 // more requests of each test domain at every call, one in ten of them
 // an error.
 func (f *fakeAgent) Load(_ context.Context, req *connect.Request[corpusv1.LoadRequest]) (*connect.Response[corpusv1.LoadResponse], error) {
-	if req.Header().Get("Authorization") != "Bearer "+f.key {
-		return nil, connect.NewError(connect.CodeUnauthenticated, errors.New("not the cluster's agent key"))
+	if err := f.checkKey(req.Header()); err != nil {
+		return nil, err
 	}
 	n := f.loads.Add(1)
 	res := &corpusv1.LoadResponse{Requests: map[string]uint64{}, Errors: map[string]uint64{}}
@@ -39,15 +38,21 @@ func (f *fakeAgent) Load(_ context.Context, req *connect.Request[corpusv1.LoadRe
 // seen is what one caller finds on each surface: names by surface.
 type seen map[string][]string
 
-// listCall is one list of the API: its procedure and request, the
-// call the CLI makes, a response for the dashboard's JSON, and the names
-// a response holds.
+// listCall is one list of the API: its procedure and request, a
+// response to decode its JSON into, and the names a response holds.
 type listCall struct {
 	surface, procedure string
 	req                proto.Message
-	call               func(ctx context.Context, c clients) (proto.Message, error)
 	res                func() proto.Message
 	names              func(proto.Message) []string
+}
+
+// guestNames are the guests a list of them holds.
+func guestNames(m proto.Message) (out []string) {
+	for _, g := range m.(*corpusv1.ListGuestsResponse).Guests {
+		out = append(out, g.Guest.Name)
+	}
+	return out
 }
 
 // lists are the API's lists of what a user may see, as the CLI and the
@@ -55,13 +60,6 @@ type listCall struct {
 var lists = []listCall{
 	{"projects", corpusv1connect.ProjectServiceListProjectsProcedure,
 		&corpusv1.ListProjectsRequest{},
-		func(ctx context.Context, c clients) (proto.Message, error) {
-			r, err := c.project.ListProjects(ctx, connect.NewRequest(&corpusv1.ListProjectsRequest{}))
-			if err != nil {
-				return nil, err
-			}
-			return r.Msg, nil
-		},
 		func() proto.Message { return &corpusv1.ListProjectsResponse{} },
 		func(m proto.Message) (out []string) {
 			for _, p := range m.(*corpusv1.ListProjectsResponse).Projects {
@@ -71,45 +69,12 @@ var lists = []listCall{
 		}},
 	{"guests", corpusv1connect.GuestServiceListGuestsProcedure,
 		&corpusv1.ListGuestsRequest{},
-		func(ctx context.Context, c clients) (proto.Message, error) {
-			r, err := c.guests.ListGuests(ctx, connect.NewRequest(&corpusv1.ListGuestsRequest{}))
-			if err != nil {
-				return nil, err
-			}
-			return r.Msg, nil
-		},
-		func() proto.Message { return &corpusv1.ListGuestsResponse{} },
-		func(m proto.Message) (out []string) {
-			for _, g := range m.(*corpusv1.ListGuestsResponse).Guests {
-				out = append(out, g.Guest.Name)
-			}
-			return out
-		}},
+		func() proto.Message { return &corpusv1.ListGuestsResponse{} }, guestNames},
 	{"guests on n1", corpusv1connect.GuestServiceListGuestsProcedure,
 		&corpusv1.ListGuestsRequest{Node: "n1"},
-		func(ctx context.Context, c clients) (proto.Message, error) {
-			r, err := c.guests.ListGuests(ctx, connect.NewRequest(&corpusv1.ListGuestsRequest{Node: "n1"}))
-			if err != nil {
-				return nil, err
-			}
-			return r.Msg, nil
-		},
-		func() proto.Message { return &corpusv1.ListGuestsResponse{} },
-		func(m proto.Message) (out []string) {
-			for _, g := range m.(*corpusv1.ListGuestsResponse).Guests {
-				out = append(out, g.Guest.Name)
-			}
-			return out
-		}},
+		func() proto.Message { return &corpusv1.ListGuestsResponse{} }, guestNames},
 	{"volumes", corpusv1connect.VolumeServiceListVolumesProcedure,
 		&corpusv1.ListVolumesRequest{},
-		func(ctx context.Context, c clients) (proto.Message, error) {
-			r, err := c.volumes.ListVolumes(ctx, connect.NewRequest(&corpusv1.ListVolumesRequest{}))
-			if err != nil {
-				return nil, err
-			}
-			return r.Msg, nil
-		},
 		func() proto.Message { return &corpusv1.ListVolumesResponse{} },
 		func(m proto.Message) (out []string) {
 			for _, v := range m.(*corpusv1.ListVolumesResponse).Volumes {
@@ -119,13 +84,6 @@ var lists = []listCall{
 		}},
 	{"services", corpusv1connect.ServiceServiceListServicesProcedure,
 		&corpusv1.ListServicesRequest{},
-		func(ctx context.Context, c clients) (proto.Message, error) {
-			r, err := c.service.ListServices(ctx, connect.NewRequest(&corpusv1.ListServicesRequest{}))
-			if err != nil {
-				return nil, err
-			}
-			return r.Msg, nil
-		},
 		func() proto.Message { return &corpusv1.ListServicesResponse{} },
 		func(m proto.Message) (out []string) {
 			for _, v := range m.(*corpusv1.ListServicesResponse).Services {
@@ -135,13 +93,6 @@ var lists = []listCall{
 		}},
 	{"routes", corpusv1connect.IngressServiceListRoutesProcedure,
 		&corpusv1.ListRoutesRequest{},
-		func(ctx context.Context, c clients) (proto.Message, error) {
-			r, err := c.ingress.ListRoutes(ctx, connect.NewRequest(&corpusv1.ListRoutesRequest{}))
-			if err != nil {
-				return nil, err
-			}
-			return r.Msg, nil
-		},
 		func() proto.Message { return &corpusv1.ListRoutesResponse{} },
 		func(m proto.Message) (out []string) {
 			res := m.(*corpusv1.ListRoutesResponse)
@@ -155,13 +106,6 @@ var lists = []listCall{
 		}},
 	{"traffic", corpusv1connect.ClusterServiceSeriesProcedure,
 		&corpusv1.SeriesRequest{},
-		func(ctx context.Context, c clients) (proto.Message, error) {
-			r, err := c.cluster.Series(ctx, connect.NewRequest(&corpusv1.SeriesRequest{}))
-			if err != nil {
-				return nil, err
-			}
-			return r.Msg, nil
-		},
 		func() proto.Message { return &corpusv1.SeriesResponse{} },
 		func(m proto.Message) (out []string) {
 			for _, sr := range m.(*corpusv1.SeriesResponse).Series {
@@ -173,13 +117,6 @@ var lists = []listCall{
 		}},
 	{"dns", corpusv1connect.DnsServiceListRecordsProcedure,
 		&corpusv1.ListRecordsRequest{},
-		func(ctx context.Context, c clients) (proto.Message, error) {
-			r, err := c.dns.ListRecords(ctx, connect.NewRequest(&corpusv1.ListRecordsRequest{}))
-			if err != nil {
-				return nil, err
-			}
-			return r.Msg, nil
-		},
 		func() proto.Message { return &corpusv1.ListRecordsResponse{} },
 		func(m proto.Message) (out []string) {
 			res := m.(*corpusv1.ListRecordsResponse)
@@ -260,23 +197,35 @@ func TestOneReadModel(t *testing.T) {
 	if err := drain(ops.service.LinkService(ctx, connect.NewRequest(&corpusv1.LinkServiceRequest{Service: "odb", Project: "hello", Env: "dev", NoRestart: true}))); err != nil {
 		t.Fatal(err)
 	}
-	users := map[string]clients{"ops": ops}
+	tokens := map[string]string{"ops": s.OpsToken()}
 	for _, u := range []struct{ name, role, project string }{{"alice", "dev", "hello"}, {"bob", "dev", "other"}, {"val", "viewer", "hello"}, {"nina", "viewer", ""}} {
-		users[u.name] = s.clients(s.userToken(u.name, u.role, 0))
+		tokens[u.name] = s.userToken(u.name, u.role, 0)
 		if u.project != "" {
 			if _, err := ops.project.GrantProject(ctx, connect.NewRequest(&corpusv1.GrantProjectRequest{Name: u.project, User: u.name})); err != nil {
 				t.Fatal(err)
 			}
 		}
 	}
+	// list calls l over HTTP as b, with the extra header h, and returns
+	// the names its answer holds, sorted.
+	list := func(b *browser, l listCall, h ...string) ([]string, error) {
+		body, _ := protojson.Marshal(l.req)
+		res, out := b.do("POST", l.procedure, json.RawMessage(body), h...)
+		m := l.res()
+		if res.StatusCode != 200 {
+			return nil, fmt.Errorf("%d %s", res.StatusCode, out)
+		}
+		if err := protojson.Unmarshal([]byte(out), m); err != nil {
+			return nil, err
+		}
+		names := l.names(m)
+		slices.Sort(names)
+		return names, nil
+	}
 	// The proxies are sampled while someone reads the series.
 	eventuallyT(t, "both domains' traffic sampled", func() error {
-		res, err := ops.cluster.Series(ctx, connect.NewRequest(&corpusv1.SeriesRequest{}))
-		if err != nil {
-			return err
-		}
-		if got := lists[6].names(res.Msg); len(got) != 2 {
-			return fmt.Errorf("traffic series of %v", got)
+		if got, err := list(s.browser(t), lists[6], "Authorization", "Bearer "+s.OpsToken()); err != nil || len(got) != 2 {
+			return fmt.Errorf("traffic series of %v, %v", got, err)
 		}
 		return nil
 	})
@@ -302,19 +251,10 @@ func TestOneReadModel(t *testing.T) {
 		},
 		"nina": {},
 	}
-	// The API, as the CLI calls it.
-	api := func(c clients, l listCall) ([]string, error) {
-		res, err := l.call(ctx, c)
-		if err != nil {
-			return nil, err
-		}
-		names := l.names(res)
-		slices.Sort(names)
-		return names, nil
-	}
 	for _, who := range slices.Sorted(maps.Keys(want)) {
+		// The API with the user's token, as the CLI and curl call it.
 		for _, l := range lists {
-			got, err := api(users[who], l)
+			got, err := list(s.browser(t), l, "Authorization", "Bearer "+tokens[who])
 			if err != nil || !slices.Equal(got, want[who][l.surface]) {
 				t.Errorf("%s's %s = %v, %v; want %v", who, l.surface, got, err, want[who][l.surface])
 			}
@@ -322,7 +262,7 @@ func TestOneReadModel(t *testing.T) {
 		// A get answers for what the lists show, and refuses the rest.
 		for surface, get := range gets {
 			for _, name := range want["ops"][surface] {
-				err := get(ctx, users[who], name)
+				err := get(ctx, s.clients(tokens[who]), name)
 				if visible := slices.Contains(want[who][surface], name); visible && err != nil || !visible && codeOf(err) != connect.CodePermissionDenied {
 					t.Errorf("%s gets %s %s = %v; want it %s", who, surface, name, err, map[bool]string{true: "answered", false: "refused"}[visible])
 				}
@@ -333,27 +273,13 @@ func TestOneReadModel(t *testing.T) {
 	// The dashboard: the same calls with a session of the page.
 	for _, who := range []string{"val", "nina"} {
 		b := s.browser(t)
-		tok := s.userToken(who+"-web", "viewer", 0)
-		if w := want[who]["projects"]; len(w) > 0 {
-			if _, err := ops.project.GrantProject(ctx, connect.NewRequest(&corpusv1.GrantProjectRequest{Name: w[0], User: who + "-web"})); err != nil {
-				t.Fatal(err)
-			}
-		}
-		if res, _ := b.login(map[string]string{"token": tok}); res.StatusCode != 200 {
+		if res, _ := b.login(map[string]string{"token": tokens[who]}); res.StatusCode != 200 {
 			t.Fatalf("%s's dashboard login: %d", who, res.StatusCode)
 		}
 		for _, l := range lists {
-			body, _ := protojson.Marshal(l.req)
-			res, out := b.do("POST", l.procedure, json.RawMessage(body))
-			m := l.res()
-			if res.StatusCode != 200 || protojson.Unmarshal([]byte(out), m) != nil {
-				t.Errorf("%s's dashboard %s: %d %s", who, l.surface, res.StatusCode, out)
-				continue
-			}
-			got := l.names(m)
-			slices.Sort(got)
-			if !slices.Equal(got, want[who][l.surface]) {
-				t.Errorf("%s's dashboard %s = %v; want %v", who, l.surface, got, want[who][l.surface])
+			got, err := list(b, l)
+			if err != nil || !slices.Equal(got, want[who][l.surface]) {
+				t.Errorf("%s's dashboard %s = %v, %v; want %v", who, l.surface, got, err, want[who][l.surface])
 			}
 		}
 	}
