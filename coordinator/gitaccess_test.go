@@ -86,6 +86,7 @@ func TestGitAccess(t *testing.T) {
 		{"viewer pushes", n1, keys["val"], "hello", true, false, "viewer"},
 		{"unknown key", n1, "SHA256:nobody", "hello", false, false, "belongs to no user"},
 		{"unknown project", n1, keys["root"], "nope", true, false, "no project"},
+		{"a name that is none", n1, keys["root"], "../Etc", true, false, `"../Etc" is not a project[/env] name`},
 		{"node without the env", n2, keys["root"], "hello", true, false, "no environment on this node"},
 	} {
 		res, err := tc.node.agent.GitAccess(ctx, connect.NewRequest(&corpusv1.GitAccessRequest{Fingerprint: tc.key, Project: tc.project, Write: tc.write}))
@@ -117,6 +118,7 @@ func TestGitAccess(t *testing.T) {
 		{"refused git push", "user:root", "nope", `no project named "nope"`},
 		{"refused git push", "user:root", "hello", "no environment on this node"},
 		{"refused ssh shell", "user:bob", "hello/dev", "may not use project hello"},
+		{"refused git push", "user:root", "", "is not a project[/env] name"},
 	} {
 		found := false
 		for _, e := range audit(t, s, want.action) {

@@ -553,31 +553,30 @@ func (s *agentService) GitAccess(ctx context.Context, req *connect.Request[corpu
 	node := auth.FromContext(ctx)
 	view := s.b.Store.Read()
 	res := &corpusv1.GitAccessResponse{}
-	actor := string(auth.Anonymous)
+	actor, target := string(auth.Anonymous), ""
 	deny := func(format string, args ...any) (*connect.Response[corpusv1.GitAccessResponse], error) {
 		res.Allowed = false
 		res.Reason = fmt.Sprintf(format, args...)
 		if m.Project != "" {
-			s.b.audit.refusal(ctx, actor, gitAction(m), gitTarget(m), res.Reason+" (over ssh, node "+node.NodeName+")")
+			s.b.audit.refusal(ctx, actor, gitAction(m), target, res.Reason+" (over ssh, node "+node.NodeName+")")
 		}
 		return connect.NewResponse(res), nil
 	}
-	if m.Project != "" {
-		if err := names.Validate("project", m.Project); err != nil {
-			return deny("%v", err)
-		}
-		if m.Env != "" {
-			if err := validEnv(m.Env); err != nil {
-				return deny("%v", err)
-			}
-		}
-	}
 	u := view.UserByFingerprint(m.Fingerprint)
+	var pr auth.Principal
+	if u != nil {
+		pr = auth.UserPrincipal(u)
+		actor, res.User, res.Role = pr.String(), u.Name, u.Role
+	}
+	if m.Project != "" {
+		if names.Validate("project", m.Project) != nil || (m.Env != "" && validEnv(m.Env) != nil) {
+			return deny("%.64q is not a project[/env] name", gitTarget(m))
+		}
+		target = gitTarget(m)
+	}
 	if u == nil {
 		return deny("key %.80s belongs to no user (an operator adds it with `corpus key add USER FILE`)", m.Fingerprint)
 	}
-	pr := auth.UserPrincipal(u)
-	actor, res.User, res.Role = pr.String(), u.Name, u.Role
 	if m.Project == "" {
 		res.Allowed = true
 		return connect.NewResponse(res), nil
