@@ -237,11 +237,13 @@ func mayCreateIn(ctx context.Context, view *state.Snap, project string) error {
 			return notFound("project", project, "corpus project list")
 		}
 	}
-	switch {
-	case auth.ProjectAccess(pr, p) == auth.ReadWrite:
+	switch a := auth.ProjectAccess(pr, p); {
+	case a == auth.ReadWrite:
 		return nil
 	case p == nil:
 		return connect.NewError(connect.CodePermissionDenied, fmt.Errorf("%s makes services in a project granted to it: give it (--project PROJECT; corpus project list shows them); a service of no project is the operators'", pr))
+	case a == auth.ReadOnly:
+		return connect.NewError(connect.CodePermissionDenied, fmt.Errorf("%s may only read project %s: its devs and ops make its services", pr, p.Name))
 	}
 	return mayUseProject(ctx, p)
 }
