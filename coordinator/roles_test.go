@@ -66,6 +66,9 @@ func TestUserRoles(t *testing.T) {
 	denied("alice ListReleases other", err)
 	_, err = alice.guests.StopGuest(ctx, connect.NewRequest(&corpusv1.GuestActionRequest{Name: "other-dev"}))
 	denied("alice stops other-dev", err)
+	if err == nil || !strings.Contains(err.Error(), "may not use project other") || !strings.Contains(err.Error(), "corpus project grant other alice") {
+		t.Errorf("alice stops other-dev = %v, want it to name the project and how it is granted", err)
+	}
 	_, err = alice.guests.StopGuest(ctx, connect.NewRequest(&corpusv1.GuestActionRequest{Name: "hello-dev"}))
 	allowed("alice stops hello-dev", err)
 	_, err = alice.guests.CreateGuest(ctx, connect.NewRequest(&corpusv1.CreateGuestRequest{Name: "mine", Spec: &corpusv1.GuestSpec{Image: "busybox"}}))

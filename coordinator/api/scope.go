@@ -36,6 +36,16 @@ func mayUseGuest(ctx context.Context, view *state.Snap, g *corpusv1.Guest) error
 	if sc.Guest(g) == auth.ReadWrite {
 		return nil
 	}
+	// Say whose the guest is, and so what to ask for.
+	if p, _ := view.ProjectOfGuest(g.Id); p != nil {
+		if err := mayUseProject(ctx, p); err != nil {
+			return err
+		}
+	} else if svc := view.ServiceOfGuest(g.Id); svc != nil {
+		if err := mayUseService(ctx, view, svc, true); err != nil {
+			return err
+		}
+	}
 	return connect.NewError(connect.CodePermissionDenied, fmt.Errorf("%s may only act on the guests of projects granted to it and of their services; %s is not one", sc.Principal(), g.Name))
 }
 
