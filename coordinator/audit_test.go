@@ -128,3 +128,76 @@ func TestProjectLifecycle(t *testing.T) {
 		t.Errorf("guest after project delete = %v, want its volume purged", g)
 	}
 }
+
+// TestRefusalsNameTheirTarget: a call refused by its policy or by its
+// handler, unary or streaming (the request of a stream is read to name
+// it), is in the audit log with the object it was about.
+func TestRefusalsNameTheirTarget(t *testing.T) {
+	t.Parallel()
+	s := start(t, t.TempDir())
+	ctx := context.Background()
+	ops := s.ops()
+	for _, p := range []string{"hello", "other"} {
+		if _, err := ops.project.CreateProject(ctx, connect.NewRequest(&corpusv1.CreateProjectRequest{Name: p, Env: "dev"})); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := ops.service.CreateService(ctx, connect.NewRequest(&corpusv1.CreateServiceRequest{Name: "hpay", ExternalUrl: "https://pay.example.test", Project: "hello"})); err != nil {
+		t.Fatal(err)
+	}
+	val := s.clients(s.userToken("val", "viewer", 0))
+	alice := s.clients(s.userToken("alice", "dev", 0))
+	for _, u := range []string{"val", "alice"} {
+		if _, err := ops.project.GrantProject(ctx, connect.NewRequest(&corpusv1.GrantProjectRequest{Name: "hello", User: u})); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, tc := range []struct {
+		who, action, target string
+		call                func() error
+	}{
+		{"val", "GuestService.StopGuest", "hello-dev", func() error {
+			_, err := val.guests.StopGuest(ctx, connect.NewRequest(&corpusv1.GuestActionRequest{Name: "hello-dev"}))
+			return err
+		}},
+		{"val", "GuestService.ExecGuest", "hello-dev", func() error {
+			return drain(val.guests.ExecGuest(ctx, connect.NewRequest(&corpusv1.ExecGuestRequest{Name: "hello-dev", Argv: []string{"true"}})))
+		}},
+		{"val", "GuestService.Shell", "hello-dev", func() error {
+			st := val.guests.Shell(ctx)
+			st.Send(&corpusv1.ShellInput{Open: &corpusv1.ExecGuestRequest{Name: "hello-dev", Argv: []string{"sh"}}})
+			_, err := st.Receive()
+			st.CloseRequest()
+			st.CloseResponse()
+			return err
+		}},
+		{"val", "ProjectService.SetConfig", "hello/dev", func() error {
+			return drain(val.project.SetConfig(ctx, connect.NewRequest(&corpusv1.SetConfigRequest{Project: "hello", Env: "dev", Set: map[string]string{"A": "1"}})))
+		}},
+		{"val", "ServiceService.BackupService", "hpay", func() error {
+			return drain(val.service.BackupService(ctx, connect.NewRequest(&corpusv1.BackupServiceRequest{Name: "hpay"})))
+		}},
+		{"val", "ServiceService.ImportBackup", "hpay", func() error {
+			st := val.service.ImportBackup(ctx)
+			st.Send(&corpusv1.BackupChunk{Backup: &corpusv1.Backup{Service: "hpay", Sha256: strings.Repeat("0", 64)}})
+			_, err := st.CloseAndReceive()
+			return err
+		}},
+		{"alice", "GuestService.StopGuest", "other-dev", func() error {
+			_, err := alice.guests.StopGuest(ctx, connect.NewRequest(&corpusv1.GuestActionRequest{Name: "other-dev"}))
+			return err
+		}},
+		{"alice", "ProjectService.Deploy", "other/dev", func() error {
+			return drain(alice.project.Deploy(ctx, connect.NewRequest(&corpusv1.RedeployRequest{Project: "other", Env: "dev"})))
+		}},
+	} {
+		if err := tc.call(); codeOf(err) != connect.CodePermissionDenied {
+			t.Errorf("%s's %s = %v, want PermissionDenied", tc.who, tc.action, err)
+			continue
+		}
+		e := lastAudit(t, s, "refused "+tc.action)
+		if e.Actor != "user:"+tc.who || e.Target != tc.target {
+			t.Errorf("audit of %s's refused %s = %v, want target %q", tc.who, tc.action, e, tc.target)
+		}
+	}
+}

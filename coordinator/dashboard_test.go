@@ -101,6 +101,9 @@ func TestDashboardSessions(t *testing.T) {
 		t.Fatal(err)
 	}
 	valTok := s.userToken("val", "viewer", 0)
+	if _, err := ops.project.GrantProject(ctx, connect.NewRequest(&corpusv1.GrantProjectRequest{Name: "hello", User: "val"})); err != nil {
+		t.Fatal(err)
+	}
 
 	// The page: no framing, scripts from here only.
 	b := s.browser(t)

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"connectrpc.com/connect"
@@ -27,11 +28,22 @@ import (
 type fakeAgent struct {
 	corpusv1connect.UnimplementedNodeAgentServiceHandler
 	key string
+	// loads counts the Load calls (see visibility_test.go).
+	loads atomic.Uint64
+}
+
+// checkKey refuses a call without the cluster's agent key, as the
+// agent does.
+func (f *fakeAgent) checkKey(h http.Header) error {
+	if h.Get("Authorization") != "Bearer "+f.key {
+		return connect.NewError(connect.CodeUnauthenticated, errors.New("not the cluster's agent key"))
+	}
+	return nil
 }
 
 func (f *fakeAgent) Exec(_ context.Context, req *connect.Request[corpusv1.ExecGuestRequest], stream *connect.ServerStream[corpusv1.ExecOutput]) error {
-	if req.Header().Get("Authorization") != "Bearer "+f.key {
-		return connect.NewError(connect.CodeUnauthenticated, errors.New("not the cluster's agent key"))
+	if err := f.checkKey(req.Header()); err != nil {
+		return err
 	}
 	m := req.Msg
 	if m.Argv[0] == "fail" {

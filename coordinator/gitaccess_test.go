@@ -86,6 +86,7 @@ func TestGitAccess(t *testing.T) {
 		{"viewer pushes", n1, keys["val"], "hello", true, false, "viewer"},
 		{"unknown key", n1, "SHA256:nobody", "hello", false, false, "belongs to no user"},
 		{"unknown project", n1, keys["root"], "nope", true, false, "no project"},
+		{"a name that is none", n1, keys["root"], "../Etc", true, false, `"../Etc" is not a project[/env] name`},
 		{"node without the env", n2, keys["root"], "hello", true, false, "no environment on this node"},
 	} {
 		res, err := tc.node.agent.GitAccess(ctx, connect.NewRequest(&corpusv1.GitAccessRequest{Fingerprint: tc.key, Project: tc.project, Write: tc.write}))
@@ -101,6 +102,40 @@ func TestGitAccess(t *testing.T) {
 			t.Errorf("%s: env = %v", tc.name, m.Env)
 		}
 	}
+	// The refusals are in the audit log as the API's are: who, what and
+	// which project; a key checked alone (an SSH client trying its keys
+	// in turn) is not.
+	if res, err := n1.agent.GitAccess(ctx, connect.NewRequest(&corpusv1.GitAccessRequest{Fingerprint: keys["bob"], Project: "hello", Env: "dev", Shell: true})); err != nil || res.Msg.Allowed {
+		t.Errorf("bob's shell in hello/dev = %v, %v; want refused", res, err)
+	}
+	if res, err := n1.agent.GitAccess(ctx, connect.NewRequest(&corpusv1.GitAccessRequest{Fingerprint: "SHA256:stranger"})); err != nil || res.Msg.Allowed {
+		t.Errorf("a stranger's key = %v, %v; want refused", res, err)
+	}
+	for _, want := range []struct{ action, actor, target, why string }{
+		{"refused git push", "user:bob", "hello", "may not use project hello"},
+		{"refused git push", "user:val", "hello", "viewer and may not push"},
+		{"refused git fetch", "anonymous", "hello", "belongs to no user"},
+		{"refused git push", "user:root", "nope", `no project named "nope"`},
+		{"refused git push", "user:root", "hello", "no environment on this node"},
+		{"refused ssh shell", "user:bob", "hello/dev", "may not use project hello"},
+		{"refused git push", "user:root", "", "is not a project[/env] name"},
+	} {
+		found := false
+		for _, e := range audit(t, s, want.action) {
+			if e.Actor == want.actor && e.Target == want.target && strings.Contains(e.Result, want.why) && strings.Contains(e.Result, "over ssh, node n") {
+				found = true
+			}
+		}
+		if !found {
+			t.Errorf("no %q entry of %s on %s saying %q over ssh in %v", want.action, want.actor, want.target, want.why, audit(t, s, want.action))
+		}
+	}
+	for _, e := range audit(t, s, "refused git fetch") {
+		if strings.Contains(e.Result, "stranger") {
+			t.Errorf("a key checked alone was audited: %v", e)
+		}
+	}
+
 	// Revoking takes effect at once; deleting a user removes their grants.
 	if _, err := ops.project.GrantProject(ctx, connect.NewRequest(&corpusv1.GrantProjectRequest{Name: "hello", User: "alice", Revoke: true})); err != nil {
 		t.Fatal(err)

@@ -72,14 +72,18 @@ func newApplyHistogram() prometheus.Histogram {
 // guestStates are the guest states exported; anything else is "other",
 // so a driver's odd state never makes a new series.
 var guestStates = map[string]bool{
-	"pending": true, "placed": true,
+	"pending": true, "placed": true, "other": true,
 	corpusv1.ObservedCreating: true, corpusv1.ObservedStarting: true, corpusv1.ObservedRunning: true,
 	corpusv1.ObservedStopping: true, corpusv1.ObservedStopped: true, corpusv1.ObservedFailed: true,
 	corpusv1.ObservedDeleted: true,
 }
 
 // guestsCollector counts the cluster's guests by state and driver in
-// this replica's copy of the state, at scrape time.
+// this replica's copy of the state, at scrape time. Every state is
+// exported for every driver the nodes offer (or a guest uses), 0 when no
+// guest is in it: a series that vanished when its last guest left would
+// read as "no data" where it means none, and break rates and alerts on
+// it.
 type guestsCollector struct {
 	store *state.Store
 	desc  *prometheus.Desc
@@ -97,7 +101,14 @@ func (c *guestsCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
 func (c *guestsCollector) Collect(ch chan<- prometheus.Metric) {
 	type key struct{ state, driver string }
 	counts := map[key]int{}
-	for _, g := range c.store.Read().Guests() {
+	view := c.store.Read()
+	drivers := map[string]bool{}
+	for _, n := range view.Nodes() {
+		for _, d := range n.Drivers {
+			drivers[d.Name] = true
+		}
+	}
+	for _, g := range view.Guests() {
 		st := g.GetObserved().GetState()
 		switch {
 		case g.NodeId == "":
@@ -107,10 +118,14 @@ func (c *guestsCollector) Collect(ch chan<- prometheus.Metric) {
 		case !guestStates[st]:
 			st = "other"
 		}
-		counts[key{st, g.GetSpec().GetDriver()}]++
+		d := g.GetSpec().GetDriver()
+		drivers[d] = true
+		counts[key{st, d}]++
 	}
-	for k, n := range counts {
-		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, float64(n), k.state, k.driver)
+	for d := range drivers {
+		for st := range guestStates {
+			ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, float64(counts[key{st, d}]), st, d)
+		}
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"connectrpc.com/connect"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"corpus/coordinator"
 	"corpus/coordinator/state"
@@ -86,13 +87,59 @@ func TestMetricsMove(t *testing.T) {
 	}
 
 	// What a scrape serves passes Prometheus' own lint.
+	metricstest.Promtool(t, metricstest.Scrape(t, serveMetrics(t, reg)))
+}
+
+// serveMetrics serves reg on a dynamic loopback port until the test
+// ends and returns its URL.
+func serveMetrics(t *testing.T, reg *prometheus.Registry) string {
+	t.Helper()
 	ms, err := metrics.Listen("127.0.0.1:0", reg, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	mctx, stop := context.WithCancel(ctx)
+	ctx, stop := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- ms.Serve(mctx) }()
-	defer func() { stop(); <-done }()
-	metricstest.Promtool(t, metricstest.Scrape(t, ms.URL()))
+	go func() { done <- ms.Serve(ctx) }()
+	t.Cleanup(func() { stop(); <-done })
+	return ms.URL()
+}
+
+// TestGuestStatesStay: every guest state of every driver the nodes
+// offer is exported from the start, 0 when no guest is in it, and the
+// state a guest left reads 0 instead of vanishing.
+func TestGuestStatesStay(t *testing.T) {
+	t.Parallel()
+	reg := metrics.NewRegistry()
+	s := start(t, t.TempDir(), func(c *coordinator.Config) { c.Metrics = reg })
+	ctx := context.Background()
+	url := serveMetrics(t, reg)
+	n1 := s.enroll("n1")
+	n1.report(t)
+	want := func(when string, counts map[string]float64) {
+		t.Helper()
+		exposition := metricstest.Scrape(t, url)
+		for _, st := range []string{"pending", "placed", "creating", "starting", "running", "stopping", "stopped", "failed", "deleted", "other"} {
+			got, ok := metricstest.Exposed(t, exposition, "corpus_guests", "state", st, "driver", "lxc")
+			if !ok || got != counts[st] {
+				t.Errorf("%s: corpus_guests{state=%q,driver=\"lxc\"} = %v (exposed: %v), want %v", when, st, got, ok, counts[st])
+			}
+		}
+	}
+	want("no guest yet", nil)
+	res, err := s.ops().guests.CreateGuest(ctx, connect.NewRequest(&corpusv1.CreateGuestRequest{Name: "web", Spec: &corpusv1.GuestSpec{Image: "busybox"}}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := res.Msg.Guest.Id
+	s.waitFor("web placed", func(v *state.Snap) bool { return v.Guest(id).GetNodeId() == n1.id })
+	n1.report(t, observed(id, state.ObservedRunning))
+	s.waitFor("web running", func(v *state.Snap) bool { return v.Guest(id).GetObserved().GetState() == state.ObservedRunning })
+	want("web running", map[string]float64{"running": 1})
+	if _, err := s.ops().guests.DeleteGuest(ctx, connect.NewRequest(&corpusv1.GuestActionRequest{Name: "web"})); err != nil {
+		t.Fatal(err)
+	}
+	n1.report(t, observed(id, state.ObservedDeleted))
+	s.waitFor("web gone", func(v *state.Snap) bool { return v.Guest(id) == nil })
+	want("web gone", nil)
 }

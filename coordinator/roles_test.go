@@ -2,15 +2,20 @@ package coordinator_test
 
 import (
 	"context"
+	"maps"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"connectrpc.com/connect"
+	"google.golang.org/protobuf/reflect/protoreflect"
+	"google.golang.org/protobuf/reflect/protoregistry"
 
 	"corpus/coordinator/state"
 	"corpus/internal/testrun"
 	corpusv1 "corpus/proto/corpus/v1"
+	"corpus/proto/corpus/v1/corpusv1connect"
 )
 
 // TestUserRoles: devs act on the projects granted to them only, viewers
@@ -61,6 +66,9 @@ func TestUserRoles(t *testing.T) {
 	denied("alice ListReleases other", err)
 	_, err = alice.guests.StopGuest(ctx, connect.NewRequest(&corpusv1.GuestActionRequest{Name: "other-dev"}))
 	denied("alice stops other-dev", err)
+	if err == nil || !strings.Contains(err.Error(), "may not use project other") || !strings.Contains(err.Error(), "corpus project grant other alice") {
+		t.Errorf("alice stops other-dev = %v, want it to name the project and how it is granted", err)
+	}
 	_, err = alice.guests.StopGuest(ctx, connect.NewRequest(&corpusv1.GuestActionRequest{Name: "hello-dev"}))
 	allowed("alice stops hello-dev", err)
 	_, err = alice.guests.CreateGuest(ctx, connect.NewRequest(&corpusv1.CreateGuestRequest{Name: "mine", Spec: &corpusv1.GuestSpec{Image: "busybox"}}))
@@ -211,5 +219,229 @@ func TestUserRoles(t *testing.T) {
 	}
 	if _, err := val.cluster.Status(ctx, connect.NewRequest(&corpusv1.StatusRequest{})); codeOf(err) != connect.CodeUnauthenticated {
 		t.Errorf("a deleted user's token = %v, want Unauthenticated", err)
+	}
+}
+
+// TestServiceBackupExtensionRoles: every call on services, their
+// backups (and volumes'), and extensions, made by an operator, a dev
+// granted the service's project, a dev granted another project and a
+// viewer granted the service's project: who may make it and who is
+// refused. Services belong to projects; extensions and volumes' backups
+// are the operators'.
+func TestServiceBackupExtensionRoles(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := start(t, t.TempDir())
+	n1 := s.enroll("n1")
+	n1.report(t)
+	ops := s.ops()
+	for _, p := range []struct{ name, env string }{{"hello", "dev"}, {"hello", "staging"}, {"other", "dev"}} {
+		if _, err := ops.project.CreateProject(ctx, connect.NewRequest(&corpusv1.CreateProjectRequest{Name: p.name, Env: p.env})); err != nil {
+			t.Fatal(err)
+		}
+	}
+	callers := map[string]clients{
+		"ops":   ops,
+		"alice": s.clients(s.userToken("alice", "dev", 0)),
+		"bob":   s.clients(s.userToken("bob", "dev", 0)),
+		"val":   s.clients(s.userToken("val", "viewer", 0)),
+	}
+	for _, g := range []struct{ project, user string }{{"hello", "alice"}, {"hello", "val"}, {"other", "bob"}} {
+		if _, err := ops.project.GrantProject(ctx, connect.NewRequest(&corpusv1.GrantProjectRequest{Name: g.project, User: g.user})); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := ops.service.CreateService(ctx, connect.NewRequest(&corpusv1.CreateServiceRequest{Name: "hdb", Template: "postgresql", Project: "hello"})); err != nil {
+		t.Fatal(err)
+	}
+	s.waitFor("hdb and hello-dev placed", func(v *state.Snap) bool {
+		return v.GuestByName("svc-hdb").GetAddress() != "" && v.GuestByName("hello-dev").GetNodeId() != ""
+	})
+	if err := drain(ops.service.LinkService(ctx, connect.NewRequest(&corpusv1.LinkServiceRequest{Service: "hdb", Project: "hello", Env: "dev", As: "DATABASE"}))); err != nil {
+		t.Fatal(err)
+	}
+	// importBackup sends a backup of hdb; the node that would keep it
+	// does not answer, so it is recorded as failed: a backup to export
+	// and delete.
+	importBackup := func(c clients) error {
+		st := c.service.ImportBackup(ctx)
+		st.Send(&corpusv1.BackupChunk{Backup: &corpusv1.Backup{Service: "hdb", Sha256: strings.Repeat("0", 64)}})
+		st.Send(&corpusv1.BackupChunk{Data: []byte("dump")})
+		_, err := st.CloseAndReceive()
+		return err
+	}
+	var used []string // the failed backups handed out
+	failedBackup := func() string {
+		t.Helper()
+		before := len(s.Store().Read().Backups("hdb"))
+		importBackup(ops)
+		all := s.Store().Read().Backups("hdb")
+		if len(all) != before+1 {
+			t.Fatalf("an import left %d backups of hdb, had %d", len(all), before)
+		}
+		for _, b := range all {
+			if b.Status == corpusv1.BackupFailed && !slices.Contains(used, b.Id) {
+				used = append(used, b.Id)
+				return b.Id
+			}
+		}
+		t.Fatalf("no new failed backup among %v", all)
+		return ""
+	}
+	exported := failedBackup()
+
+	type row struct {
+		proc    string
+		call    func(c clients) error
+		allowed []string
+	}
+	hello := []string{"ops", "alice"}
+	readers := []string{"ops", "alice", "val"}
+	everyone := []string{"ops", "alice", "bob", "val"}
+	opsOnly := []string{"ops"}
+	// Each allowed call fails after the checks of who may make it, or
+	// changes nothing the next rows need.
+	rows := []row{
+		{corpusv1connect.ServiceServiceListTemplatesProcedure, func(c clients) error {
+			_, err := c.service.ListTemplates(ctx, connect.NewRequest(&corpusv1.ListTemplatesRequest{}))
+			return err
+		}, everyone},
+		{corpusv1connect.ServiceServiceCreateServiceProcedure, func(c clients) error {
+			_, err := c.service.CreateService(ctx, connect.NewRequest(&corpusv1.CreateServiceRequest{Name: "x", Template: "no-such-template", Project: "hello"}))
+			return err
+		}, hello},
+		{corpusv1connect.ServiceServiceCreateServiceProcedure + " (no project)", func(c clients) error {
+			_, err := c.service.CreateService(ctx, connect.NewRequest(&corpusv1.CreateServiceRequest{Name: "x", Template: "no-such-template"}))
+			return err
+		}, opsOnly},
+		{corpusv1connect.ServiceServiceCreateServiceProcedure + " (external, no project)", func(c clients) error {
+			_, err := c.service.CreateService(ctx, connect.NewRequest(&corpusv1.CreateServiceRequest{Name: "x", ExternalUrl: "not a url"}))
+			return err
+		}, opsOnly},
+		{corpusv1connect.ServiceServiceListServicesProcedure, func(c clients) error {
+			_, err := c.service.ListServices(ctx, connect.NewRequest(&corpusv1.ListServicesRequest{}))
+			return err
+		}, everyone},
+		{corpusv1connect.ServiceServiceGetServiceProcedure, func(c clients) error {
+			_, err := c.service.GetService(ctx, connect.NewRequest(&corpusv1.GetServiceRequest{Name: "hdb"}))
+			return err
+		}, readers},
+		{corpusv1connect.ServiceServiceStopServiceProcedure, func(c clients) error {
+			_, err := c.service.StopService(ctx, connect.NewRequest(&corpusv1.ServiceActionRequest{Name: "hdb"}))
+			return err
+		}, hello},
+		{corpusv1connect.ServiceServiceStartServiceProcedure, func(c clients) error {
+			_, err := c.service.StartService(ctx, connect.NewRequest(&corpusv1.ServiceActionRequest{Name: "hdb"}))
+			return err
+		}, hello},
+		{corpusv1connect.ServiceServiceResizeServiceProcedure, func(c clients) error {
+			_, err := c.service.ResizeService(ctx, connect.NewRequest(&corpusv1.ResizeServiceRequest{Name: "hdb", SizeBytes: 1}))
+			return err
+		}, hello},
+		{corpusv1connect.ServiceServiceUpdateServiceProcedure, func(c clients) error {
+			_, err := c.service.UpdateService(ctx, connect.NewRequest(&corpusv1.UpdateServiceRequest{Name: "hdb", BackupSchedule: "yearly"}))
+			return err
+		}, hello},
+		{corpusv1connect.ServiceServiceLinkServiceProcedure, func(c clients) error {
+			return drain(c.service.LinkService(ctx, connect.NewRequest(&corpusv1.LinkServiceRequest{Service: "hdb", Project: "hello", Env: "dev", As: "not valid"})))
+		}, hello},
+		{corpusv1connect.ServiceServiceLinkServiceProcedure + " (to another project)", func(c clients) error {
+			return drain(c.service.LinkService(ctx, connect.NewRequest(&corpusv1.LinkServiceRequest{Service: "hdb", Project: "other", Env: "dev", As: "not valid"})))
+		}, opsOnly},
+		{corpusv1connect.ServiceServiceUnlinkServiceProcedure, func(c clients) error {
+			return drain(c.service.UnlinkService(ctx, connect.NewRequest(&corpusv1.UnlinkServiceRequest{Service: "hdb", Project: "hello", Env: "staging"})))
+		}, hello},
+		{corpusv1connect.ServiceServiceDeleteServiceProcedure, func(c clients) error {
+			_, err := c.service.DeleteService(ctx, connect.NewRequest(&corpusv1.DeleteServiceRequest{Name: "hdb"}))
+			return err
+		}, hello},
+		{corpusv1connect.ServiceServiceBackupServiceProcedure, func(c clients) error {
+			return drain(c.service.BackupService(ctx, connect.NewRequest(&corpusv1.BackupServiceRequest{Name: "hdb"})))
+		}, hello},
+		{corpusv1connect.ServiceServiceListBackupsProcedure, func(c clients) error {
+			_, err := c.service.ListBackups(ctx, connect.NewRequest(&corpusv1.ListBackupsRequest{Service: "hdb"}))
+			return err
+		}, readers},
+		{corpusv1connect.ServiceServiceRestoreServiceProcedure, func(c clients) error {
+			return drain(c.service.RestoreService(ctx, connect.NewRequest(&corpusv1.RestoreServiceRequest{Name: "hdb"})))
+		}, hello},
+		{corpusv1connect.ServiceServiceExportBackupProcedure, func(c clients) error {
+			return drain(c.service.ExportBackup(ctx, connect.NewRequest(&corpusv1.ExportBackupRequest{Id: exported})))
+		}, hello},
+		{corpusv1connect.ServiceServiceImportBackupProcedure, importBackup, hello},
+		{corpusv1connect.ServiceServiceDeleteBackupProcedure, func(c clients) error {
+			_, err := c.service.DeleteBackup(ctx, connect.NewRequest(&corpusv1.DeleteBackupRequest{Id: failedBackup()}))
+			return err
+		}, hello},
+		{corpusv1connect.VolumeServiceBackupVolumeProcedure, func(c clients) error {
+			return drain(c.volumes.BackupVolume(ctx, connect.NewRequest(&corpusv1.BackupVolumeRequest{Name: "hello-dev"})))
+		}, opsOnly},
+		{corpusv1connect.VolumeServiceRestoreVolumeProcedure, func(c clients) error {
+			return drain(c.volumes.RestoreVolume(ctx, connect.NewRequest(&corpusv1.RestoreVolumeRequest{Name: "hello-dev"})))
+		}, opsOnly},
+		{corpusv1connect.VolumeServiceUpdateVolumeProcedure, func(c clients) error {
+			_, err := c.volumes.UpdateVolume(ctx, connect.NewRequest(&corpusv1.UpdateVolumeRequest{Name: "hello-dev", BackupSchedule: "yearly"}))
+			return err
+		}, opsOnly},
+		{corpusv1connect.ExtensionServiceAddExtensionProcedure, func(c clients) error {
+			_, err := c.ext.AddExtension(ctx, connect.NewRequest(&corpusv1.AddExtensionRequest{Extension: &corpusv1.Extension{Name: "x", Url: "not a url"}}))
+			return err
+		}, opsOnly},
+		{corpusv1connect.ExtensionServiceListExtensionsProcedure, func(c clients) error {
+			_, err := c.ext.ListExtensions(ctx, connect.NewRequest(&corpusv1.ListExtensionsRequest{}))
+			return err
+		}, opsOnly},
+		{corpusv1connect.ExtensionServiceGetExtensionProcedure, func(c clients) error {
+			_, err := c.ext.GetExtension(ctx, connect.NewRequest(&corpusv1.GetExtensionRequest{Name: "nope"}))
+			return err
+		}, opsOnly},
+		{corpusv1connect.ExtensionServiceSetExtensionDisabledProcedure, func(c clients) error {
+			_, err := c.ext.SetExtensionDisabled(ctx, connect.NewRequest(&corpusv1.SetExtensionDisabledRequest{Name: "nope", Disabled: true}))
+			return err
+		}, opsOnly},
+		{corpusv1connect.ExtensionServiceDeleteExtensionProcedure, func(c clients) error {
+			_, err := c.ext.DeleteExtension(ctx, connect.NewRequest(&corpusv1.DeleteExtensionRequest{Name: "nope"}))
+			return err
+		}, opsOnly},
+	}
+	// Every procedure of the services and extensions has its row.
+	for _, name := range []protoreflect.FullName{corpusv1connect.ServiceServiceName, corpusv1connect.ExtensionServiceName} {
+		d, err := protoregistry.GlobalFiles.FindDescriptorByName(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		methods := d.(protoreflect.ServiceDescriptor).Methods()
+		for i := range methods.Len() {
+			proc := "/" + string(name) + "/" + string(methods.Get(i).Name())
+			if !slices.ContainsFunc(rows, func(r row) bool { return r.proc == proc }) {
+				t.Errorf("no row for %s: who may call it is untested", proc)
+			}
+		}
+	}
+	for _, r := range rows {
+		for _, who := range slices.Sorted(maps.Keys(callers)) {
+			err := r.call(callers[who])
+			code := codeOf(err)
+			switch refused := code == connect.CodePermissionDenied || code == connect.CodeUnauthenticated; {
+			case slices.Contains(r.allowed, who) && refused:
+				t.Errorf("%s by %s = %v, want it allowed", r.proc, who, err)
+			case !slices.Contains(r.allowed, who) && code != connect.CodePermissionDenied:
+				t.Errorf("%s by %s = %v, want PermissionDenied", r.proc, who, err)
+			}
+		}
+	}
+	// Lists show what each may see.
+	for who, want := range map[string][]string{"ops": {"hdb"}, "alice": {"hdb"}, "val": {"hdb"}, "bob": nil} {
+		l, err := callers[who].service.ListServices(ctx, connect.NewRequest(&corpusv1.ListServicesRequest{}))
+		var got []string
+		for _, v := range l.Msg.GetServices() {
+			got = append(got, v.Service.Name)
+		}
+		if err != nil || !slices.Equal(got, want) {
+			t.Errorf("%s's service list = %v, %v; want %v", who, got, err, want)
+		}
+	}
+	if v := s.Store().Read(); v.Service("x") != nil || v.Service("hdb").GetDesiredState() != state.DesiredRunning || len(v.Service("hdb").GetLinks()) != 1 {
+		t.Errorf("after the calls: service x %v, hdb %v; want no x and hdb running, linked", v.Service("x"), v.Service("hdb"))
 	}
 }

@@ -19,7 +19,7 @@ func init() {
 			return err
 		},
 		corpusv1connect.ServiceServiceCreateServiceProcedure: func(ctx context.Context, c clients) error {
-			_, err := c.service.CreateService(ctx, connect.NewRequest(&corpusv1.CreateServiceRequest{Name: "nope", Template: "no-such-template"}))
+			_, err := c.service.CreateService(ctx, connect.NewRequest(&corpusv1.CreateServiceRequest{Name: "nope", Template: "no-such-template", Project: "nope"}))
 			return err
 		},
 		corpusv1connect.ServiceServiceListServicesProcedure: func(ctx context.Context, c clients) error {

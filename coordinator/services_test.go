@@ -11,10 +11,12 @@ import (
 	corpusv1 "corpus/proto/corpus/v1"
 )
 
-// TestServiceRoles: a dev's service is theirs: another dev neither sees
-// nor uses it, it is linked only to projects its owner may use, and a
-// link puts the template's variables in the environment's config (the
-// secrets never shown by the service itself).
+// TestServiceRoles: services belong to projects: a dev makes them only
+// in projects granted to them (a dev with no project makes none), a dev
+// not granted the project neither sees nor uses them, they are linked
+// only to projects the dev may use, and a link puts the template's
+// variables in the environment's config (the secrets never shown by the
+// service itself).
 func TestServiceRoles(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -32,13 +34,43 @@ func TestServiceRoles(t *testing.T) {
 	if _, err := ops.project.GrantProject(ctx, connect.NewRequest(&corpusv1.GrantProjectRequest{Name: "hello", User: "alice"})); err != nil {
 		t.Fatal(err)
 	}
-	created, err := alice.service.CreateService(ctx, connect.NewRequest(&corpusv1.CreateServiceRequest{Name: "adb", Template: "postgresql"}))
+	// Nothing of a refused create is made: no service, no guest taking
+	// a node's room.
+	for _, tc := range []struct {
+		who     string
+		c       clients
+		project string
+	}{
+		{"bob, granted nothing, in no project", bob, ""},
+		{"bob, granted nothing, in hello", bob, "hello"},
+		{"alice in no project", alice, ""},
+		{"alice in a project not hers", alice, "other"},
+	} {
+		for _, req := range []*corpusv1.CreateServiceRequest{
+			{Name: "mine", Template: "postgresql", Project: tc.project},
+			{Name: "mine", ExternalUrl: "https://mine.example.test", Project: tc.project},
+		} {
+			if _, err := tc.c.service.CreateService(ctx, connect.NewRequest(req)); codeOf(err) != connect.CodePermissionDenied {
+				t.Errorf("%s creates a service (template %q) = %v, want PermissionDenied", tc.who, req.Template, err)
+			}
+		}
+	}
+	if v := s.Store().Read(); v.Service("mine") != nil || v.GuestByName("svc-mine") != nil {
+		t.Errorf("a refused create made service %q, guest %q", v.Service("mine").GetName(), v.GuestByName("svc-mine").GetName())
+	}
+	if _, err := alice.service.CreateService(ctx, connect.NewRequest(&corpusv1.CreateServiceRequest{Name: "adb", Template: "postgresql", Project: "nope"})); codeOf(err) != connect.CodeNotFound {
+		t.Errorf("alice creates a service in a project that does not exist = %v, want NotFound", err)
+	}
+	created, err := alice.service.CreateService(ctx, connect.NewRequest(&corpusv1.CreateServiceRequest{Name: "adb", Template: "postgresql", Project: "hello"}))
 	if err != nil {
 		t.Fatal(err)
 	}
 	v := created.Msg.Service
-	if v.Service.GuestName != "svc-adb" || len(v.SecretKeys) != 1 || v.Service.Secrets != nil || v.Service.TemplateSpec.GetFiles() != nil {
+	if v.Service.GuestName != "svc-adb" || v.Service.Project != "hello" || len(v.SecretKeys) != 1 || v.Service.Secrets != nil || v.Service.TemplateSpec.GetFiles() != nil {
 		t.Errorf("created service = %v", v)
+	}
+	if _, err := alice.service.CreateService(ctx, connect.NewRequest(&corpusv1.CreateServiceRequest{Name: "adb", Template: "postgresql", Project: "hello"})); err != nil {
+		t.Errorf("the same create again = %v, want success", err)
 	}
 	s.waitFor("the service's guest placed", func(v *state.Snap) bool { return v.GuestByName("svc-adb").GetAddress() != "" })
 
@@ -78,9 +110,14 @@ func TestServiceRoles(t *testing.T) {
 	if !strings.HasPrefix(got["DATABASE_URL"], "postgres://corpus:") || !strings.HasSuffix(got["DATABASE_URL"], "@"+addr+":5432/corpus") || got["DATABASE_HOST"] != addr || len(got["DATABASE_PASSWORD"]) != 32 {
 		t.Errorf("config after the link = %v", got)
 	}
-	// A link set by a service is not taken over by another's.
+	// A link set by a service is not taken over by another's. An
+	// operator's service of no project is the operators' alone, linked
+	// or not.
 	if _, err := ops.service.CreateService(ctx, connect.NewRequest(&corpusv1.CreateServiceRequest{Name: "pay", ExternalUrl: "https://pay.example.test", Secrets: map[string]string{"API_KEY": "k"}})); err != nil {
 		t.Fatal(err)
+	}
+	if err := drain(alice.service.LinkService(ctx, connect.NewRequest(&corpusv1.LinkServiceRequest{Service: "pay", Project: "hello"}))); codeOf(err) != connect.CodePermissionDenied {
+		t.Errorf("alice links the operators' service: %v, want PermissionDenied", err)
 	}
 	if err := drain(ops.service.LinkService(ctx, connect.NewRequest(&corpusv1.LinkServiceRequest{Service: "pay", Project: "hello", As: "DATABASE"}))); codeOf(err) != connect.CodeAlreadyExists {
 		t.Errorf("linking another service under the same name: %v, want AlreadyExists", err)
@@ -94,5 +131,12 @@ func TestServiceRoles(t *testing.T) {
 	}
 	if _, err := alice.service.DeleteService(ctx, connect.NewRequest(&corpusv1.DeleteServiceRequest{Name: "adb"})); codeOf(err) != connect.CodeFailedPrecondition {
 		t.Errorf("deleting a linked service: %v, want FailedPrecondition", err)
+	}
+	// Linked to hello, pay is read by hello's dev, not acted on.
+	if _, err := alice.service.GetService(ctx, connect.NewRequest(&corpusv1.GetServiceRequest{Name: "pay"})); err != nil {
+		t.Errorf("alice reads the service linked to her project: %v", err)
+	}
+	if _, err := alice.service.StopService(ctx, connect.NewRequest(&corpusv1.ServiceActionRequest{Name: "pay"})); codeOf(err) != connect.CodePermissionDenied {
+		t.Errorf("alice stops the operators' service: %v, want PermissionDenied", err)
 	}
 }

@@ -114,8 +114,13 @@ func TestProjectExportImport(t *testing.T) {
 	if err != nil {
 		t.Fatalf("import --as site2 = %v", err)
 	}
-	if got := strings.Join(res.Msg.Created, "; "); got != "service site2-db; service site2-pay; environment site2/dev; link site2-db -> site2/dev; link site2-pay -> site2/dev" {
+	if got := strings.Join(res.Msg.Created, "; "); got != "environment site2/dev; service site2-db; service site2-pay; link site2-db -> site2/dev; link site2-pay -> site2/dev" {
 		t.Errorf("created %s", got)
+	}
+	for _, name := range []string{"site2-db", "site2-pay"} {
+		if got := s.Store().Read().Service(name).GetProject(); got != "site2" {
+			t.Errorf("service %s of the clone belongs to %q, want site2", name, got)
+		}
 	}
 	cfg, err := ops.project.GetConfig(ctx, connect.NewRequest(&corpusv1.GetConfigRequest{Project: "site2", Env: "dev", Reveal: true}))
 	if err != nil {

@@ -108,7 +108,7 @@ func (p *Pipeline) push(ctx context.Context, sess *pushSession, req *hookRequest
 	start := time.Now()
 	reject := func(format string, args ...any) int {
 		fmt.Fprintf(out, "corpus: push rejected: "+format+"\n", args...)
-		p.metrics.deployed("rejected", time.Since(start))
+		p.metrics.deployed(sess.project, "rejected", time.Since(start))
 		return 1
 	}
 	branchRef := "refs/heads/" + env.Branch
@@ -168,7 +168,7 @@ func (p *Pipeline) push(ctx context.Context, sess *pushSession, req *hookRequest
 	if code != 0 {
 		outcome = "failed"
 	}
-	p.metrics.deployed(outcome, time.Since(start))
+	p.metrics.deployed(sess.project, outcome, time.Since(start))
 	return code
 }
 

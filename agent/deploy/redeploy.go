@@ -135,7 +135,7 @@ func (p *Pipeline) redeploy(ctx, life context.Context, m *corpusv1.AgentRedeploy
 	if code != 0 {
 		outcome = "failed"
 	}
-	p.metrics.deployed(outcome, time.Since(start))
+	p.metrics.deployed(r.Project, outcome, time.Since(start))
 	if code != 0 {
 		return 0, connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("%s failed; %s still serves", d.name(), corpusv1.ReleaseName(cur.Number)))
 	}

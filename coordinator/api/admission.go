@@ -225,13 +225,18 @@ func (s *agentService) LintPush(ctx context.Context, req *connect.Request[corpus
 	if err != nil {
 		return nil, toConnect(err)
 	}
+	// A refusal is audited as a refused push, as the pusher.
+	refused := func(x *corpusv1.Extension, why error) (*connect.Response[corpusv1.LintPushResponse], error) {
+		res.Refused = x.Name
+		res.Lines = append(res.Lines, errorText(why))
+		s.b.audit.refusal(ctx, "user:"+m.Author, "refused git push", m.Project+"/"+m.Env, errorText(why)+" (over ssh, node "+auth.FromContext(ctx).NodeName+")")
+		return connect.NewResponse(res), nil
+	}
 	for _, x := range linters {
 		ans, err := s.b.callExtension(ctx, view, x, extensions.Request{Kind: extensions.Deploy, User: "user:" + m.Author, Object: obj})
 		if err != nil {
 			if ferr := s.b.extensionFailed(ctx, x, "push", err); ferr != nil {
-				res.Refused = x.Name
-				res.Lines = append(res.Lines, errorText(ferr))
-				return connect.NewResponse(res), nil
+				return refused(x, ferr)
 			}
 			res.Lines = append(res.Lines, fmt.Sprintf("extension %s failed (its failure policy is ignore): %v", x.Name, err))
 			continue
@@ -240,9 +245,7 @@ func (s *agentService) LintPush(ctx context.Context, req *connect.Request[corpus
 			res.Lines = append(res.Lines, x.Name+": "+strings.TrimRight(l, "\r\n"))
 		}
 		if !*ans.Allowed {
-			res.Refused = x.Name
-			res.Lines = append(res.Lines, errorText(refusedBy(x, "push", ans.Message)))
-			return connect.NewResponse(res), nil
+			return refused(x, refusedBy(x, "push", ans.Message))
 		}
 	}
 	return connect.NewResponse(res), nil

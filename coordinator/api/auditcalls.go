@@ -56,7 +56,16 @@ func (a *auditor) record(ctx context.Context, actor, action, target, result stri
 
 // refused records a refused call, within the caller's rate.
 func (a *auditor) refused(ctx context.Context, p auth.Principal, procedure string, req proto.Message, err error) {
-	actor := p.String()
+	a.refusal(ctx, p.String(), "refused "+shortProcedure(procedure), state.AuditTarget(req), errorText(err))
+}
+
+// refusal records that actor was refused action on target, and why,
+// within the actor's rate: what the rate leaves out is counted in the
+// actor's next entry.
+func (a *auditor) refusal(ctx context.Context, actor, action, target, why string) {
+	if a == nil {
+		return // a backend not mounted records nothing
+	}
 	a.mu.Lock()
 	l := a.limits[actor]
 	if l == nil {
@@ -75,12 +84,12 @@ func (a *auditor) refused(ctx context.Context, p auth.Principal, procedure strin
 	delete(a.dropped, actor)
 	a.mu.Unlock()
 
-	result := "refused: " + errorText(err)
+	result := "refused: " + why
 	if dropped > 0 {
 		result += " (and " + strconv.Itoa(dropped) + " earlier refusals of this caller over the audit rate)"
 	}
-	if werr := a.record(ctx, actor, "refused "+shortProcedure(procedure), state.AuditTarget(req), result); werr != nil && a.b.Logger != nil {
-		a.b.Logger.Warn("recording a refused call in the audit log", "actor", actor, "procedure", procedure, "error", werr)
+	if werr := a.record(ctx, actor, action, target, result); werr != nil && a.b.Logger != nil {
+		a.b.Logger.Warn("recording a refusal in the audit log", "actor", actor, "action", action, "error", werr)
 	}
 }
 

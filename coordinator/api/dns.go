@@ -8,6 +8,7 @@ import (
 
 	"connectrpc.com/connect"
 
+	"corpus/coordinator/auth"
 	"corpus/coordinator/state"
 	"corpus/dns"
 	"corpus/internal/secret"
@@ -40,12 +41,17 @@ func (s *dnsService) ListRecords(ctx context.Context, _ *connect.Request[corpusv
 	// As of the state, not the served zone, which may lag: the listing
 	// must show every record this replica has applied.
 	z := s.b.ZoneNow()
+	view := s.b.Store.Read()
 	static := map[string]string{} // canonical key -> id
-	for _, r := range s.b.Store.Read().DNSRecords() {
+	for _, r := range view.DNSRecords() {
 		static[r.Key] = r.Id
 	}
+	hidden := hiddenNames(view, auth.ScopeOf(view, auth.FromContext(ctx)), z.Origin())
 	res := &corpusv1.ListRecordsResponse{Zone: z.Origin(), Serial: z.Serial(), DnsAddr: s.b.DNSAddr()}
 	for _, r := range z.Records() {
+		if hidden[srvOwner(r.Name)] {
+			continue
+		}
 		res.Records = append(res.Records, &corpusv1.ZoneRecord{
 			Name: r.Name, Type: r.Type, Ttl: r.TTL, Data: r.Data, StaticId: static[recordKey(r)],
 		})
@@ -60,6 +66,41 @@ func (s *dnsService) ListRecords(ctx context.Context, _ *connect.Request[corpusv
 		})
 	}
 	return connect.NewResponse(res), nil
+}
+
+// hiddenNames are the zone's names (canonical, under origin) of what
+// scope does not see: guests' NAME.guest and project environments'
+// PROJECT.ENV. The name servers, the nodes and the operators' records
+// are the cluster's, which every user reads.
+func hiddenNames(view *state.Snap, scope *auth.Scope, origin string) map[string]bool {
+	hidden := map[string]bool{}
+	if scope.All() {
+		return hidden
+	}
+	for _, g := range view.Guests() {
+		if scope.Guest(g) == auth.NoAccess {
+			hidden[g.Name+".guest."+origin] = true
+		}
+	}
+	for _, p := range view.Projects() {
+		if scope.Project(p) == auth.NoAccess {
+			for _, e := range p.Envs {
+				hidden[p.Name+"."+e.Name+"."+origin] = true
+			}
+		}
+	}
+	return hidden
+}
+
+// srvOwner is the name an SRV record's _SERVICE._tcp.NAME is about, and
+// any other name as it is.
+func srvOwner(name string) string {
+	if rest, ok := strings.CutPrefix(name, "_"); ok {
+		if _, owner, ok := strings.Cut(rest, "._tcp."); ok {
+			return owner
+		}
+	}
+	return name
 }
 
 // recordKey is the canonical identity of a record: absolute name, type, data.

@@ -81,6 +81,9 @@ func (s *guestService) GetGuest(ctx context.Context, req *connect.Request[corpus
 			}
 			return nil, toConnect(notFound("guest", m.Name, "corpus guest list"))
 		}
+		if err := maySee(ctx, auth.ScopeOf(view, auth.FromContext(ctx)).Guest(g), "guest", g.Name); err != nil {
+			return nil, err
+		}
 		if g.ModifyIndex > m.MinIndex || m.MinIndex == 0 {
 			return connect.NewResponse(s.guestView(view, g)), nil
 		}
@@ -123,8 +126,11 @@ func (s *guestService) ListGuests(ctx context.Context, req *connect.Request[corp
 		guests = view.GuestsOnNode(n.Id)
 	}
 	res := &corpusv1.ListGuestsResponse{Index: view.Index()}
+	sc := auth.ScopeOf(view, auth.FromContext(ctx))
 	for _, g := range guests {
-		res.Guests = append(res.Guests, s.guestView(view, g))
+		if sc.Guest(g) != auth.NoAccess {
+			res.Guests = append(res.Guests, s.guestView(view, g))
+		}
 	}
 	return connect.NewResponse(res), nil
 }
@@ -235,7 +241,11 @@ func (s *guestService) execTarget(ctx context.Context, name string) (*corpusv1.G
 
 // relayFromAgent passes a node agent's stream on to the caller. The
 // agent's errors keep their code, with the node named; a stream that
-// could not be opened or broke is Unavailable.
+// could not be opened or broke is Unavailable. A message that says it
+// is the last (done, as deploys and rollbacks end) ends the relay with
+// success once passed on: the agent has told the outcome, and a caller
+// that leaves on reading it (the CLI does) cancels the call before the
+// agent's end of stream arrives, which must not make it a failure.
 func relayFromAgent[T any](n *corpusv1.Node, what string, up *connect.ServerStreamForClient[T], err error, send func(*T) error) error {
 	if err != nil {
 		return connect.NewError(connect.CodeUnavailable, fmt.Errorf("reaching agent of node %s: %w", n.Name, err))
@@ -244,6 +254,9 @@ func relayFromAgent[T any](n *corpusv1.Node, what string, up *connect.ServerStre
 	for up.Receive() {
 		if err := send(up.Msg()); err != nil {
 			return err
+		}
+		if last, ok := any(up.Msg()).(interface{ GetDone() bool }); ok && last.GetDone() {
+			return nil
 		}
 	}
 	if err := up.Err(); err != nil {

@@ -9,6 +9,7 @@ import (
 
 	"connectrpc.com/connect"
 
+	"corpus/coordinator/auth"
 	"corpus/coordinator/state"
 	"corpus/internal/names"
 	"corpus/internal/secret"
@@ -85,7 +86,11 @@ func (s *ingressService) CreateRoute(ctx context.Context, req *connect.Request[c
 func (s *ingressService) ListRoutes(ctx context.Context, _ *connect.Request[corpusv1.ListRoutesRequest]) (*connect.Response[corpusv1.ListRoutesResponse], error) {
 	view := s.b.Store.Read()
 	res := &corpusv1.ListRoutesResponse{}
+	sc := auth.ScopeOf(view, auth.FromContext(ctx))
 	for _, r := range view.Routes() {
+		if sc.Route(r) == auth.NoAccess {
+			continue
+		}
 		v := &corpusv1.RouteView{Route: r}
 		if g := view.Guest(r.GuestId); g != nil {
 			v.GuestAddress = g.Address
@@ -102,6 +107,9 @@ func (s *ingressService) ListRoutes(ctx context.Context, _ *connect.Request[corp
 		res.Routes = append(res.Routes, v)
 	}
 	for _, g := range view.Guests() {
+		if sc.Guest(g) == auth.NoAccess {
+			continue
+		}
 		for _, p := range g.GetSpec().GetPorts() {
 			v := &corpusv1.NatView{GuestName: g.Name, Port: p}
 			if g.Address != "" {

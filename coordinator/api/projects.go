@@ -542,64 +542,6 @@ func (s *projectService) Rollback(ctx context.Context, req *connect.Request[corp
 
 // Agent-side release calls.
 
-// GitAccess decides whether an SSH key's owner may push to (or fetch
-// from) a project environment hosted by the calling node.
-func (s *agentService) GitAccess(ctx context.Context, req *connect.Request[corpusv1.GitAccessRequest]) (*connect.Response[corpusv1.GitAccessResponse], error) {
-	m := req.Msg
-	node := auth.FromContext(ctx).NodeID
-	view := s.b.Store.Read()
-	res := &corpusv1.GitAccessResponse{}
-	deny := func(format string, args ...any) (*connect.Response[corpusv1.GitAccessResponse], error) {
-		res.Allowed = false
-		res.Reason = fmt.Sprintf(format, args...)
-		return connect.NewResponse(res), nil
-	}
-	u := view.UserByFingerprint(m.Fingerprint)
-	if u == nil {
-		return deny("key %s belongs to no user (an operator adds it with `corpus key add USER FILE`)", m.Fingerprint)
-	}
-	res.User, res.Role = u.Name, u.Role
-	if m.Project == "" {
-		res.Allowed = true
-		return connect.NewResponse(res), nil
-	}
-	p := view.Project(m.Project)
-	if p == nil {
-		return deny("no project named %q", m.Project)
-	}
-	var here []*corpusv1.ProjectEnv
-	for _, e := range p.Envs {
-		if g := view.Guest(e.GuestId); g != nil && g.NodeId == node && (m.Env == "" || e.Name == m.Env) {
-			here = append(here, e)
-		}
-	}
-	switch {
-	case len(here) == 0 && m.Env != "":
-		return deny("project %s has no %s environment on this node", p.Name, m.Env)
-	case len(here) == 0:
-		return deny("project %s has no environment on this node (see `corpus project show %s` for its remotes)", p.Name, p.Name)
-	case len(here) > 1:
-		return deny("project %s has several environments on this node: push to %s/ENV", p.Name, p.Name)
-	}
-	member := slices.Index(p.Members, u.Name) >= 0
-	switch {
-	case u.Role == corpusv1.RoleOps:
-	case u.Role == corpusv1.RoleDev && member:
-	case u.Role == corpusv1.RoleViewer && member && !m.Write && !m.Shell:
-	case u.Role == corpusv1.RoleViewer && member && m.Shell:
-		return deny("user %s is a viewer and may not open shells", u.Name)
-	case u.Role == corpusv1.RoleViewer && member:
-		return deny("user %s is a viewer and may not push", u.Name)
-	default:
-		return deny("user %s may not use project %s (an operator grants it with `corpus project grant %s %s`)", u.Name, p.Name, p.Name, u.Name)
-	}
-	res.Allowed = true
-	res.Project = p
-	res.Env = here[0]
-	res.Releases = withoutLogs(view.Releases(p.Name, here[0].Name))
-	return connect.NewResponse(res), nil
-}
-
 // withoutLogs copies releases leaving their logs out.
 func withoutLogs(rels []*corpusv1.Release) []*corpusv1.Release {
 	out := make([]*corpusv1.Release, 0, len(rels))

@@ -7,6 +7,7 @@ import (
 
 	"connectrpc.com/connect"
 
+	"corpus/coordinator/auth"
 	"corpus/coordinator/series"
 	"corpus/coordinator/state"
 	corpusv1 "corpus/proto/corpus/v1"
@@ -51,14 +52,27 @@ func (s *clusterService) Wait(ctx context.Context, req *connect.Request[corpusv1
 	}
 }
 
-// Series returns the recent values this replica sampled.
+// Series returns the recent values this replica sampled: the nodes'
+// allocation to every user, a domain's traffic to those who see its
+// route (see auth.Scope).
 func (s *clusterService) Series(ctx context.Context, req *connect.Request[corpusv1.SeriesRequest]) (*connect.Response[corpusv1.SeriesResponse], error) {
 	s.b.seriesAsked.Store(time.Now().UnixNano())
 	res := &corpusv1.SeriesResponse{StepSeconds: int64(s.b.seriesInterval() / time.Second)}
 	if s.b.Series == nil {
 		return connect.NewResponse(res), nil
 	}
+	view := s.b.Store.Read()
+	sc := auth.ScopeOf(view, auth.FromContext(ctx))
+	domains := map[string]bool{}
+	for _, r := range view.Routes() {
+		if sc.Route(r) != auth.NoAccess {
+			domains[r.Domain] = true
+		}
+	}
 	for _, sr := range s.b.Series.Get(req.Msg.Names...) {
+		if d, ok := sr.Labels["domain"]; ok && !domains[d] {
+			continue
+		}
 		out := &corpusv1.Series{Name: sr.Name, Labels: sr.Labels}
 		for _, p := range sr.Points {
 			out.Points = append(out.Points, &corpusv1.SeriesPoint{Unix: p.At.Unix(), Value: p.Value})

@@ -52,25 +52,26 @@ func (s *serviceService) ListTemplates(ctx context.Context, _ *connect.Request[c
 	return connect.NewResponse(res), nil
 }
 
-// mayUseService checks the caller may use a service: ops, its members,
-// and (to read it) the members of projects linked to it.
+// mayUseService checks the caller may use a service (see auth.Scope):
+// ops, the users granted its project, and (to read it) those granted a
+// project linked to it.
 func mayUseService(ctx context.Context, view *state.Snap, svc *corpusv1.Service, write bool) error {
-	pr := auth.FromContext(ctx)
-	switch pr.Kind {
-	case auth.Operator, auth.Agent, auth.Coordinator:
+	sc := auth.ScopeOf(view, auth.FromContext(ctx))
+	switch a := sc.Service(svc); {
+	case a == auth.ReadWrite, a == auth.ReadOnly && !write:
 		return nil
+	case a == auth.ReadOnly:
+		return connect.NewError(connect.CodePermissionDenied, fmt.Errorf("%s may only read service %s (it is linked to a project granted to it, but belongs to %s)", sc.Principal(), svc.Name, projectOrNone(svc.Project)))
 	}
-	if pr.User != "" && slices.Contains(svc.Members, pr.User) {
-		return nil
+	return connect.NewError(connect.CodePermissionDenied, fmt.Errorf("%s may not use service %s of %s (%w)", sc.Principal(), svc.Name, projectOrNone(svc.Project), errNotMember))
+}
+
+// projectOrNone names a service's project for an error.
+func projectOrNone(project string) string {
+	if project == "" {
+		return "no project (operators' only)"
 	}
-	if !write {
-		for _, l := range svc.Links {
-			if p := view.Project(l.Project); p != nil && mayUseProject(ctx, p) == nil {
-				return nil
-			}
-		}
-	}
-	return connect.NewError(connect.CodePermissionDenied, fmt.Errorf("%s may not use service %s (%w)", pr, svc.Name, errNotMember))
+	return "project " + project
 }
 
 // pickService returns a service the caller may use.
@@ -167,11 +168,11 @@ func (s *serviceService) CreateService(ctx context.Context, req *connect.Request
 		if err := state.ValidSchedule(m.BackupSchedule); err != nil {
 			return err
 		}
-		svc = &corpusv1.Service{Id: secret.Hex(8), Name: m.Name, Env: m.Env, DesiredState: state.DesiredRunning,
-			BackupSchedule: m.BackupSchedule, BackupKeep: m.BackupKeep}
-		if pr := auth.FromContext(ctx); pr.Kind == auth.Dev && pr.User != "" {
-			svc.Members = []string{pr.User}
+		if err := mayCreateIn(ctx, s.b.Store.Read(), m.Project); err != nil {
+			return err
 		}
+		svc = &corpusv1.Service{Id: secret.Hex(8), Name: m.Name, Env: m.Env, DesiredState: state.DesiredRunning,
+			BackupSchedule: m.BackupSchedule, BackupKeep: m.BackupKeep, Project: m.Project}
 		clear, g = nil, nil
 		if m.ExternalUrl != "" {
 			if err := checkExternal(m); err != nil {
@@ -220,6 +221,30 @@ func (s *serviceService) CreateService(ctx context.Context, req *connect.Request
 	}
 	view = s.b.Store.Read()
 	return connect.NewResponse(&corpusv1.CreateServiceResponse{Service: serviceView(view, view.Service(m.Name)), Created: true}), nil
+}
+
+// mayCreateIn checks the caller may make a service in project (""
+// for none, which is the operators' alone).
+func mayCreateIn(ctx context.Context, view *state.Snap, project string) error {
+	pr := auth.FromContext(ctx)
+	var p *corpusv1.Project
+	if project != "" {
+		if err := names.Validate("project", project); err != nil {
+			return err
+		}
+		if p = view.Project(project); p == nil {
+			return notFound("project", project, "corpus project list")
+		}
+	}
+	switch a := auth.ProjectAccess(pr, p); {
+	case a == auth.ReadWrite:
+		return nil
+	case p == nil:
+		return connect.NewError(connect.CodePermissionDenied, fmt.Errorf("%s makes services in a project granted to it: give it (--project PROJECT; corpus project list shows them); a service of no project is the operators'", pr))
+	case a == auth.ReadOnly:
+		return connect.NewError(connect.CodePermissionDenied, fmt.Errorf("%s may only read project %s: its devs and ops make its services", pr, p.Name))
+	}
+	return mayUseProject(ctx, p)
 }
 
 // templateGuest fills in a service made from a template and returns its
@@ -309,7 +334,7 @@ func isReplacementSuffix(s string) bool {
 
 // sameService says whether a create asks for the service that exists.
 func sameService(view *state.Snap, old, want *corpusv1.Service, g *corpusv1.Guest) bool {
-	if old.Template != want.Template || old.Version != want.Version || old.ExternalUrl != want.ExternalUrl || old.Env != want.Env {
+	if old.Template != want.Template || old.Version != want.Version || old.ExternalUrl != want.ExternalUrl || old.Env != want.Env || old.Project != want.Project {
 		return false
 	}
 	if g == nil {

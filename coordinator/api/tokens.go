@@ -2,9 +2,7 @@ package api
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"slices"
 	"time"
 
 	"connectrpc.com/connect"
@@ -12,7 +10,6 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"corpus/coordinator/auth"
-	"corpus/coordinator/state"
 	"corpus/internal/names"
 	"corpus/internal/secret"
 	corpusv1 "corpus/proto/corpus/v1"
@@ -116,43 +113,4 @@ func (s *userService) RevokeToken(ctx context.Context, req *connect.Request[corp
 		return nil, err
 	}
 	return connect.NewResponse(&corpusv1.RevokeTokenResponse{}), nil
-}
-
-// Project scope: operators use every project; devs and viewers those
-// granted to them (and viewers only to read).
-
-var errNotMember = errors.New("not granted")
-
-// mayUseProject checks the caller may use project p.
-func mayUseProject(ctx context.Context, p *corpusv1.Project) error {
-	pr := auth.FromContext(ctx)
-	switch pr.Kind {
-	case auth.Operator, auth.Agent, auth.Coordinator:
-		return nil
-	}
-	if pr.User != "" && slices.Contains(p.Members, pr.User) {
-		return nil
-	}
-	return connect.NewError(connect.CodePermissionDenied,
-		fmt.Errorf("%s may not use project %s (%w; an operator grants it with `corpus project grant %s %s`)", pr, p.Name, errNotMember, p.Name, pr.User))
-}
-
-// mayUseGuest checks the caller may act on a guest: devs only on the
-// guests of projects granted to them.
-func mayUseGuest(ctx context.Context, view *state.Snap, g *corpusv1.Guest) error {
-	pr := auth.FromContext(ctx)
-	if pr.Kind != auth.Dev && pr.Kind != auth.Viewer {
-		return nil
-	}
-	for _, p := range view.Projects() {
-		for _, e := range p.Envs {
-			if e.GuestId == g.Id {
-				return mayUseProject(ctx, p)
-			}
-		}
-	}
-	if svc := view.ServiceOfGuest(g.Id); svc != nil {
-		return mayUseService(ctx, view, svc, pr.Kind == auth.Dev)
-	}
-	return connect.NewError(connect.CodePermissionDenied, fmt.Errorf("%s may only act on the guests of projects and services granted to it; %s belongs to none", pr, g.Name))
 }

@@ -317,11 +317,11 @@ func (s *projectService) ImportProject(ctx context.Context, req *connect.Request
 	}
 	res := &corpusv1.ImportProjectResponse{Project: plan.project}
 	if m.DryRun {
-		for _, st := range plan.services {
-			res.Created = append(res.Created, "service "+st.Name)
-		}
 		for _, e := range plan.envs {
 			res.Created = append(res.Created, "environment "+plan.project+"/"+e.Name)
+		}
+		for _, st := range plan.services {
+			res.Created = append(res.Created, "service "+st.Name)
 		}
 		return connect.NewResponse(res), nil
 	}
@@ -329,16 +329,14 @@ func (s *projectService) ImportProject(ctx context.Context, req *connect.Request
 	undo := revert.New()
 	defer undo.Fail()
 	cleanup := context.WithoutCancel(ctx)
-	for _, st := range plan.services {
-		if _, err := svcs.CreateService(ctx, connect.NewRequest(createServiceRequest(st))); err != nil {
-			return nil, err
-		}
-		name := st.Name
-		undo.Add(func() {
+	// The services belong to the project, so they are made once it
+	// exists, and undone after it (its links gone with it).
+	var made []string
+	undo.Add(func() {
+		for _, name := range made {
 			svcs.DeleteService(cleanup, connect.NewRequest(&corpusv1.DeleteServiceRequest{Name: name, Purge: true}))
-		})
-		res.Created = append(res.Created, "service "+name)
-	}
+		}
+	})
 	for _, e := range plan.envs {
 		_, err := s.CreateProject(ctx, connect.NewRequest(&corpusv1.CreateProjectRequest{
 			Name: plan.project, Env: e.Name, Image: e.Image, Driver: e.Driver, Resources: e.Resources, Domains: e.Domains,
@@ -360,6 +358,15 @@ func (s *projectService) ImportProject(ctx context.Context, req *connect.Request
 		if err := s.importScale(ctx, plan.project, e); err != nil {
 			return nil, err
 		}
+	}
+	for _, st := range plan.services {
+		creq := createServiceRequest(st)
+		creq.Project = plan.project
+		if _, err := svcs.CreateService(ctx, connect.NewRequest(creq)); err != nil {
+			return nil, err
+		}
+		made = append(made, st.Name)
+		res.Created = append(res.Created, "service "+st.Name)
 	}
 	for _, st := range plan.services {
 		for _, l := range st.Links {

@@ -6,6 +6,7 @@ import (
 
 	"connectrpc.com/connect"
 
+	"corpus/coordinator/auth"
 	"corpus/coordinator/state"
 	"corpus/internal/names"
 	corpusv1 "corpus/proto/corpus/v1"
@@ -25,8 +26,11 @@ func volumeView(view *state.Snap, v *corpusv1.Volume) *corpusv1.VolumeView {
 func (s *volumeService) ListVolumes(ctx context.Context, _ *connect.Request[corpusv1.ListVolumesRequest]) (*connect.Response[corpusv1.ListVolumesResponse], error) {
 	view := s.b.Store.Read()
 	res := &corpusv1.ListVolumesResponse{}
+	sc := auth.ScopeOf(view, auth.FromContext(ctx))
 	for _, v := range view.Volumes() {
-		res.Volumes = append(res.Volumes, volumeView(view, v))
+		if sc.Volume(v) != auth.NoAccess {
+			res.Volumes = append(res.Volumes, volumeView(view, v))
+		}
 	}
 	return connect.NewResponse(res), nil
 }
@@ -36,6 +40,9 @@ func (s *volumeService) GetVolume(ctx context.Context, req *connect.Request[corp
 	v := view.Volume(req.Msg.Name)
 	if v == nil {
 		return nil, toConnect(notFound("volume", req.Msg.Name, "corpus volume list"))
+	}
+	if err := maySee(ctx, auth.ScopeOf(view, auth.FromContext(ctx)).Volume(v), "volume", v.Name); err != nil {
+		return nil, err
 	}
 	return connect.NewResponse(&corpusv1.GetVolumeResponse{Volume: volumeView(view, v)}), nil
 }

@@ -24,6 +24,8 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"google.golang.org/protobuf/reflect/protoreflect"
+	"google.golang.org/protobuf/reflect/protoregistry"
 
 	"corpus/coordinator/state"
 	"corpus/internal/clock"
@@ -220,7 +222,16 @@ func userPrincipal(view *state.Snap, rest string, now time.Time) (Principal, err
 	if u == nil {
 		return Principal{}, errBadCredential
 	}
-	p := Principal{User: u.Name, TokenID: t.Id}
+	p := UserPrincipal(u)
+	p.TokenID = t.Id
+	return p, nil
+}
+
+// UserPrincipal is a user as a principal, of the kind its role is: for
+// what the user may do whatever credential it showed (a token, or an
+// SSH key at a node's git endpoint).
+func UserPrincipal(u *corpusv1.User) Principal {
+	p := Principal{User: u.Name}
 	switch u.Role {
 	case corpusv1.RoleOps:
 		p.Kind = Operator
@@ -229,15 +240,16 @@ func userPrincipal(view *state.Snap, rest string, now time.Time) (Principal, err
 	default:
 		p.Kind = Viewer
 	}
-	return p, nil
+	return p
 }
 
 var errExpired = errors.New("credential expired: ask for a new token (corpus user token create) and corpus login again")
 
-// authorize authenticates a call and checks its policy. For a user token
-// the returned context ends when the token is revoked or expires, so
-// long calls (blocking reads, streams) end with it; cancel releases it.
-func (a *Authenticator) authorize(ctx context.Context, procedure string, h http.Header, req any) (context.Context, context.CancelFunc, error) {
+// authorize authenticates a call and checks its policy; req gives the
+// call's request for the audit of a refusal. For a user token the
+// returned context ends when the token is revoked or expires, so long
+// calls (blocking reads, streams) end with it; cancel releases it.
+func (a *Authenticator) authorize(ctx context.Context, procedure string, h http.Header, req func() any) (context.Context, context.CancelFunc, error) {
 	policy, ok := a.Policies[procedure]
 	if !ok {
 		return nil, nil, connect.NewError(connect.CodePermissionDenied, errors.New("procedure "+procedure+" has no access policy"))
@@ -260,11 +272,33 @@ func (a *Authenticator) authorize(ctx context.Context, procedure string, h http.
 }
 
 // refuse tells Refused of a refusal and returns err.
-func (a *Authenticator) refuse(ctx context.Context, p Principal, procedure string, req any, err error) error {
+func (a *Authenticator) refuse(ctx context.Context, p Principal, procedure string, req func() any, err error) error {
 	if a.Refused != nil {
-		a.Refused(ctx, p, procedure, req, err)
+		a.Refused(ctx, p, procedure, req(), err)
 	}
 	return err
+}
+
+// firstRequest reads the first message of a refused stream, to name
+// what it was about (nil when it cannot be read). A server stream's
+// request came with the call, as a unary call's does; a client's first
+// message is the one every client of these streams sends before it
+// reads (a client that holds it back holds its own stream only, as it
+// could an allowed one).
+func firstRequest(conn connect.StreamingHandlerConn) any {
+	md, ok := conn.Spec().Schema.(protoreflect.MethodDescriptor)
+	if !ok {
+		return nil
+	}
+	mt, err := protoregistry.GlobalTypes.FindMessageByName(md.Input().FullName())
+	if err != nil {
+		return nil
+	}
+	m := mt.New().Interface()
+	if conn.Receive(m) != nil {
+		return nil
+	}
+	return m
 }
 
 // errRevoked ends the calls of a token revoked (or expired) meanwhile.
@@ -312,7 +346,7 @@ func (i interceptor) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
 		if req.Spec().IsClient {
 			return next(ctx, req)
 		}
-		ctx, cancel, err := i.a.authorize(ctx, req.Spec().Procedure, req.Header(), req.Any())
+		ctx, cancel, err := i.a.authorize(ctx, req.Spec().Procedure, req.Header(), req.Any)
 		if err != nil {
 			return nil, err
 		}
@@ -331,7 +365,7 @@ func (i interceptor) WrapStreamingClient(next connect.StreamingClientFunc) conne
 
 func (i interceptor) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
 	return func(ctx context.Context, conn connect.StreamingHandlerConn) error {
-		ctx, cancel, err := i.a.authorize(ctx, conn.Spec().Procedure, conn.RequestHeader(), nil)
+		ctx, cancel, err := i.a.authorize(ctx, conn.Spec().Procedure, conn.RequestHeader(), func() any { return firstRequest(conn) })
 		if err != nil {
 			return err
 		}

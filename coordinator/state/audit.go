@@ -37,7 +37,7 @@ func auditEntry(cmd *corpusv1.Command, index uint64, err error) *corpusv1.AuditE
 		return e
 	}
 	e.Action = string(fd.Name())
-	e.Target = target(m.Get(fd).Message(), 2)
+	e.Target = target(m.Get(fd).Message(), 2, targetFields)
 	switch c := cmd.Cmd.(type) {
 	case *corpusv1.Command_RecordAudit:
 		e.Action, e.Target = c.RecordAudit.Action, c.RecordAudit.Target
@@ -69,26 +69,33 @@ func auditEntry(cmd *corpusv1.Command, index uint64, err error) *corpusv1.AuditE
 	return e
 }
 
-// AuditTarget names the object a request is about, as audit entries do.
+// AuditTarget names the object a request is about, as audit entries of
+// writes do; failing that, the service or guest it names (a refused
+// link, a backup's import, a shell: requests only, since what a write's
+// entry says is the state machine's and cannot change).
 func AuditTarget(m proto.Message) string {
 	if m == nil {
 		return ""
 	}
-	return target(m.ProtoReflect(), 2)
+	if t := target(m.ProtoReflect(), 2, targetFields); t != "" {
+		return t
+	}
+	return target(m.ProtoReflect(), 2, []protoreflect.Name{"service", "guest"})
 }
 
 // targetFields are the fields that name a command's object, best first.
 var targetFields = []protoreflect.Name{"name", "domain", "project", "user", "guest_id", "id", "node_id"}
 
 // target finds the name of the object a command is about: a naming field
-// of the command, or of a message inside it (depth levels down).
-func target(m protoreflect.Message, depth int) string {
-	fields := m.Descriptor().Fields()
-	for _, n := range targetFields {
-		if fd := fields.ByName(n); fd != nil && fd.Kind() == protoreflect.StringKind && !fd.IsList() {
+// (of fields, best first) of the command, or of a message inside it
+// (depth levels down).
+func target(m protoreflect.Message, depth int, fields []protoreflect.Name) string {
+	fds := m.Descriptor().Fields()
+	for _, n := range fields {
+		if fd := fds.ByName(n); fd != nil && fd.Kind() == protoreflect.StringKind && !fd.IsList() {
 			if v := m.Get(fd).String(); v != "" {
 				if n == "project" {
-					if env := fields.ByName("env"); env != nil && m.Get(env).String() != "" {
+					if env := fds.ByName("env"); env != nil && m.Get(env).String() != "" {
 						return v + "/" + m.Get(env).String()
 					}
 				}
@@ -99,10 +106,10 @@ func target(m protoreflect.Message, depth int) string {
 	if depth == 0 {
 		return ""
 	}
-	for i := 0; i < fields.Len(); i++ {
-		fd := fields.Get(i)
+	for i := 0; i < fds.Len(); i++ {
+		fd := fds.Get(i)
 		if fd.Kind() == protoreflect.MessageKind && !fd.IsList() && !fd.IsMap() && m.Has(fd) {
-			if t := target(m.Get(fd).Message(), depth-1); t != "" {
+			if t := target(m.Get(fd).Message(), depth-1, fields); t != "" {
 				return t
 			}
 		}

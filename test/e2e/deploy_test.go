@@ -461,6 +461,10 @@ func TestGitPushRefusals(t *testing.T) {
 	if out, err := l.gitAs("alice", "push", "ssh://git@"+l.nodeAddr+":2222/nope", "main"); err == nil || !strings.Contains(out, `no project named "nope"`) {
 		t.Errorf("push to an unknown project: %v\n%s", err, out)
 	}
+	// The refused pushes are in the audit log as refused API calls are:
+	// who, the project, why.
+	wantAudit(t, c, "refused git push", "user:bob", "hello", "may not use project hello")
+	wantAudit(t, c, "refused git push", "user:alice", "nope", `no project named "nope"`)
 	if out, err := l.gitAs("alice", "push", "corpus", "main:other"); err == nil || !strings.Contains(out, "only main deploys") {
 		t.Errorf("push of another branch: %v\n%s", err, out)
 	}
@@ -588,4 +592,24 @@ func TestDeployCrash(t *testing.T) {
 	l.commitSite("after")
 	l.mustPush()
 	l.wantPage(fmt.Sprintf("version after (r%d)", len(steps)+2))
+}
+
+// wantAudit fails t unless the audit log has an entry of action by
+// actor on target whose result says why.
+func wantAudit(t *testing.T, c *cluster, action, actor, target, why string) {
+	t.Helper()
+	var res struct {
+		Entries []struct {
+			Actor, Target, Result string
+		} `json:"entries"`
+	}
+	if err := c.json(&res, "audit", "--action", action, "--actor", actor, "--target", target); err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range res.Entries {
+		if strings.Contains(e.Result, why) {
+			return
+		}
+	}
+	t.Errorf("the audit log has no %q of %s on %s saying %q: %+v", action, actor, target, why, res.Entries)
 }

@@ -114,6 +114,7 @@ func TestExtensionsEndToEnd(t *testing.T) {
 	if cur, rels := l.releases(); cur != 0 || len(rels) != 0 {
 		t.Errorf("a refused push made releases: current %d, %d releases", cur, len(rels))
 	}
+	wantAudit(t, c, "refused git push", "user:alice", "hello/dev", "push refused by extension no-secrets: secrets committed")
 	l.git("rm", "-q", "prod.env")
 	l.git("commit", "-q", "-m", "without secrets")
 	out = l.mustPush()

@@ -63,20 +63,19 @@ func TestPrometheusScrapes(t *testing.T) {
 	}
 	wantAtLeast("both targets up", `sum(up{job="corpus"})`, 2)
 	wantAtLeast("the replica leads", `corpus_raft_leader`, 1)
-	deploysBefore, err := pq(`sum(corpus_deploys_total{outcome="succeeded"})`)
-	if err != nil {
-		t.Fatal(err)
-	}
 	proxiedBefore, _ := pq(`sum(corpus_proxy_requests_total{route="` + deployDomain + `",status="200"})`)
 
 	// The guest made with the project runs; a push deploys it; a request
 	// goes through the proxy.
 	wantAtLeast("the project's guest running", `sum(corpus_guests{state="running",driver="lxc"})`, 1)
+	// A state no guest is in reads 0: the series is there.
+	wantAtLeast("no guest failed", `corpus_guests{state="failed",driver="lxc"}`, 0)
 	l.commitSite("one")
 	l.mustPush()
 	l.wantPage("version one (r1)")
-	wantAtLeast("a deploy counted", `sum(corpus_deploys_total{outcome="succeeded"})`, deploysBefore+1)
-	wantAtLeast("the deploy timed", `sum(corpus_deploy_duration_seconds_count{outcome="succeeded"})`, 1)
+	wantAtLeast("a deploy counted", `corpus_deploys_total{project="hello",outcome="succeeded"}`, 1)
+	wantAtLeast("no deploy of the project failed", `corpus_deploys_total{project="hello",outcome="failed"}`, 0)
+	wantAtLeast("the deploy timed", `corpus_deploy_duration_seconds_count{project="hello",outcome="succeeded"}`, 1)
 	wantAtLeast("proxied requests counted", `sum(corpus_proxy_requests_total{route="`+deployDomain+`",status="200"})`, proxiedBefore+1)
 	wantAtLeast("proxied requests timed", `sum(corpus_proxy_request_duration_seconds_count{route="`+deployDomain+`"})`, 1)
 	wantAtLeast("API calls counted", `sum(corpus_api_requests_total{code="ok"})`, 1)

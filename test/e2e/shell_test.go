@@ -264,6 +264,7 @@ func TestShell(t *testing.T) {
 	if out := l.guestSh("ls /tmp"); strings.Contains(out, "bob-was-here") {
 		t.Error("bob's refused command ran")
 	}
+	wantAudit(t, c, "refused ssh shell", "user:bob", "hello", "may not use project hello")
 	if out, code := sshCmd("alice", "-s", "git@"+l.nodeAddr, "sftp"); code == 0 {
 		t.Errorf("the sftp subsystem was accepted: %q", out)
 	}

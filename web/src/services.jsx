@@ -21,6 +21,7 @@ export function ServicesPage({ focus }) {
         rows={list}
         columns={[
           'Name',
+          'Project',
           'Template',
           'State',
           'Node',
@@ -38,6 +39,9 @@ export function ServicesPage({ focus }) {
               <td>
                 {s.name}
                 {s.externalUrl ? <span class="muted small"> external</span> : null}
+              </td>
+              <td>
+                {s.project ? <a href={href('projects', s.project)}>{s.project}</a> : <span class="muted">operators'</span>}
               </td>
               <td>
                 {s.template}
@@ -79,7 +83,7 @@ export function ServicesPage({ focus }) {
             </tr>,
             expanded ? (
               <tr key={`${s.name}-b`} id={`svc-b-${s.name}`} class="log-row">
-                <td colSpan={7}>
+                <td colSpan={8}>
                   <Backups service={s.name} />
                 </td>
               </tr>

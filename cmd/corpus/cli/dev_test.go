@@ -66,7 +66,7 @@ func TestDevServesOneRegistry(t *testing.T) {
 	// The agent enrolls after the banner; its node certificate shows
 	// once it has.
 	wants := []string{
-		"corpus_raft_leader 1", `corpus_deploys_total{outcome="succeeded"} 0`,
+		"corpus_raft_leader 1", `corpus_guests{driver="lxc",state="running"} 0`,
 		`corpus_certificate_expiry_seconds{certificate="replica",component="coordinator"}`,
 		`corpus_certificate_expiry_seconds{certificate="node",component="agent"}`,
 	}

@@ -54,19 +54,24 @@ func newServiceTemplatesCmd(g *globals) *cobra.Command {
 }
 
 func newServiceCreateCmd(g *globals) *cobra.Command {
-	var template, version, size, memory, env, driver, external, schedule string
+	var template, version, size, memory, env, driver, external, schedule, project string
 	var keep uint32
 	var secrets []string
 	cmd := &cobra.Command{
-		Use:   "create NAME (--template T [--version V] [--size 5G] [--memory 512M] | --external URL [--secret KEY=VALUE...])",
+		Use:   "create NAME --project PROJECT (--template T [--version V] [--size 5G] [--memory 512M] | --external URL [--secret KEY=VALUE...])",
 		Short: "Make a service: a guest of its own with a volume and generated credentials, or an outside endpoint",
-		Example: `  corpus service create db --template postgresql --size 5G --env prod
-  corpus service create cache --template redis --backup-schedule daily --keep 7
-  corpus service create pay --external https://api.example.com --secret API_KEY=-`,
+		Long: `Make a service: a guest of its own with a volume and generated credentials, or an outside endpoint.
+
+It belongs to --project: the users granted the project see it, and its devs
+link, act on and delete it. Devs make services only in projects granted to
+them; a service of no project (ops may leave --project out) is the operators'.`,
+		Example: `  corpus service create db --project site --template postgresql --size 5G --env prod
+  corpus service create cache --project site --template redis --backup-schedule daily --keep 7
+  corpus service create pay --project site --external https://api.example.com --secret API_KEY=-`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			req := &corpusv1.CreateServiceRequest{Name: args[0], Template: template, Version: version, Env: env, Driver: driver,
-				ExternalUrl: external, BackupSchedule: schedule, BackupKeep: keep}
+				ExternalUrl: external, BackupSchedule: schedule, BackupKeep: keep, Project: project}
 			var err error
 			if size != "" {
 				if req.SizeBytes, err = units.ParseSize(size); err != nil {
@@ -90,12 +95,13 @@ func newServiceCreateCmd(g *globals) *cobra.Command {
 				}
 				fmt.Fprintf(g.stdout, "service %s %s\n", args[0], verb)
 				printService(g, m.Service)
-				fmt.Fprintf(g.stdout, "link it to a project with: corpus service link %s PROJECT [--env ENV]\n", args[0])
+				fmt.Fprintf(g.stdout, "link it to a project with: corpus service link %s %s [--env ENV]\n", args[0], orValue(project, "PROJECT"))
 				return nil
 			})
 		},
 	}
 	f := cmd.Flags()
+	f.StringVar(&project, "project", "", "the project it belongs to (required of devs: one granted to them)")
 	f.StringVar(&template, "template", "", "the template (corpus service templates)")
 	f.StringVar(&version, "version", "", "the template's version (its default when empty)")
 	f.StringVar(&size, "size", "", "the volume's size (the template's default when empty)")
@@ -158,6 +164,7 @@ func printService(g *globals, v *corpusv1.ServiceView) {
 		state += ": " + msg
 	}
 	fmt.Fprintf(w, "state\t%s (desired %s)\n", state, s.DesiredState)
+	fmt.Fprintf(w, "project\t%s\n", orValue(s.Project, "none (operators' only)"))
 	fmt.Fprintf(w, "env\t%s\n", s.Env)
 	if len(v.SecretKeys) > 0 {
 		fmt.Fprintf(w, "secrets\t%s (hidden)\n", strings.Join(v.SecretKeys, " "))
@@ -189,9 +196,12 @@ func printService(g *globals, v *corpusv1.ServiceView) {
 	w.Flush()
 }
 
-func orDash(s string) string {
+func orDash(s string) string { return orValue(s, "-") }
+
+// orValue is s, or def when s is empty.
+func orValue(s, def string) string {
 	if s == "" {
-		return "-"
+		return def
 	}
 	return s
 }
@@ -211,7 +221,7 @@ func newServiceListCmd(g *globals) *cobra.Command {
 					return nil
 				}
 				w := tabwriter.NewWriter(g.stdout, 0, 4, 2, ' ', 0)
-				fmt.Fprintln(w, "NAME\tKIND\tSTATE\tNODE\tADDRESS\tLINKS\tLAST BACKUP")
+				fmt.Fprintln(w, "NAME\tPROJECT\tKIND\tSTATE\tNODE\tADDRESS\tLINKS\tLAST BACKUP")
 				for _, v := range m.Services {
 					s := v.Service
 					kind := s.Template + " " + s.Version
@@ -222,7 +232,7 @@ func newServiceListCmd(g *globals) *cobra.Command {
 					if v.LastBackup != nil {
 						last = age(v.LastBackup.FinishedAt.AsTime()) + " ago"
 					}
-					fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%d\t%s\n", s.Name, kind, orDash(s.Observed.GetState()), orDash(v.NodeName), orDash(v.Address), len(s.Links), last)
+					fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\n", s.Name, orDash(s.Project), kind, orDash(s.Observed.GetState()), orDash(v.NodeName), orDash(v.Address), len(s.Links), last)
 				}
 				return w.Flush()
 			})

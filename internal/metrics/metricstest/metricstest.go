@@ -5,6 +5,7 @@ package metricstest
 import (
 	"bytes"
 	"io"
+	"math"
 	"net/http"
 	"os"
 	"os/exec"
@@ -12,6 +13,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 )
 
 // find returns the series of the family name whose labels include the
@@ -23,36 +26,38 @@ func find(t testing.TB, g prometheus.Gatherer, name string, labels ...string) *d
 		t.Fatalf("gathering metrics: %v", err)
 	}
 	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-	series:
-		for _, m := range mf.Metric {
-			for i := 0; i+1 < len(labels); i += 2 {
-				found := false
-				for _, lp := range m.Label {
-					if lp.GetName() == labels[i] && lp.GetValue() == labels[i+1] {
-						found = true
-					}
-				}
-				if !found {
-					continue series
-				}
-			}
-			return m
+		if mf.GetName() == name {
+			return match(mf, labels)
 		}
 	}
 	return nil
 }
 
-// Value returns the value of the counter or gauge series of name with
-// labels; 0 when there is no such series (a counter not yet counted).
-func Value(t testing.TB, g prometheus.Gatherer, name string, labels ...string) float64 {
-	t.Helper()
-	m := find(t, g, name, labels...)
+// match returns the series of a family whose labels include the pairs
+// of labels, or nil.
+func match(mf *dto.MetricFamily, labels []string) *dto.Metric {
+series:
+	for _, m := range mf.Metric {
+		for i := 0; i+1 < len(labels); i += 2 {
+			found := false
+			for _, lp := range m.Label {
+				if lp.GetName() == labels[i] && lp.GetValue() == labels[i+1] {
+					found = true
+				}
+			}
+			if !found {
+				continue series
+			}
+		}
+		return m
+	}
+	return nil
+}
+
+// value is a counter's, a gauge's or an untyped series' value; NaN for
+// other kinds.
+func value(m *dto.Metric) float64 {
 	switch {
-	case m == nil:
-		return 0
 	case m.Counter != nil:
 		return m.Counter.GetValue()
 	case m.Gauge != nil:
@@ -60,8 +65,22 @@ func Value(t testing.TB, g prometheus.Gatherer, name string, labels ...string) f
 	case m.Untyped != nil:
 		return m.Untyped.GetValue()
 	}
-	t.Fatalf("%s%v is neither a counter nor a gauge", name, labels)
-	return 0
+	return math.NaN()
+}
+
+// Value returns the value of the counter or gauge series of name with
+// labels; 0 when there is no such series (a counter not yet counted).
+func Value(t testing.TB, g prometheus.Gatherer, name string, labels ...string) float64 {
+	t.Helper()
+	m := find(t, g, name, labels...)
+	if m == nil {
+		return 0
+	}
+	v := value(m)
+	if math.IsNaN(v) {
+		t.Fatalf("%s%v is neither a counter nor a gauge", name, labels)
+	}
+	return v
 }
 
 // HistogramCount returns the observation count of the histogram series
@@ -117,4 +136,42 @@ func Scrape(t testing.TB, url string) []byte {
 		t.Fatalf("scraping %s: %s %v\n%s", url, res.Status, err, body)
 	}
 	return body
+}
+
+// Text is what a scrape of g serves, in the text format.
+func Text(t testing.TB, g prometheus.Gatherer) []byte {
+	t.Helper()
+	mfs, err := g.Gather()
+	if err != nil {
+		t.Fatalf("gathering metrics: %v", err)
+	}
+	var b bytes.Buffer
+	for _, mf := range mfs {
+		if _, err := expfmt.MetricFamilyToText(&b, mf); err != nil {
+			t.Fatalf("encoding %s: %v", mf.GetName(), err)
+		}
+	}
+	return b.Bytes()
+}
+
+// Exposed reads the series of the family name whose labels include the
+// pairs of labels out of an exposition in the text format (what Scrape
+// returns) and says whether it is there at all: a series that reads 0
+// is not one that is missing.
+func Exposed(t testing.TB, exposition []byte, name string, labels ...string) (float64, bool) {
+	t.Helper()
+	p := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := p.TextToMetricFamilies(bytes.NewReader(exposition))
+	if err != nil {
+		t.Fatalf("parsing the exposition: %v", err)
+	}
+	f := fams[name]
+	if f == nil {
+		return 0, false
+	}
+	m := match(f, labels)
+	if m == nil {
+		return 0, false
+	}
+	return value(m), true
 }

@@ -292,8 +292,8 @@ type Service struct {
 	Observed     *ServiceObserved `protobuf:"bytes,12,opt,name=observed,proto3" json:"observed,omitempty"`
 	// env: "dev", "staging" or "prod": the node mode its guest may run on.
 	Env string `protobuf:"bytes,13,opt,name=env,proto3" json:"env,omitempty"`
-	// members are the users (role dev) who may use the service; it is
-	// linked only to projects they may use too. Ops may use every service.
+	// members were the devs who made the service, before services
+	// belonged to projects; they give no right any more (see project).
 	Members []string `protobuf:"bytes,14,rep,name=members,proto3" json:"members,omitempty"`
 	// backup_schedule: "", "hourly", "daily" or "weekly"; backup_keep is
 	// how many scheduled backups are kept.
@@ -303,9 +303,14 @@ type Service struct {
 	// purge deletes the service's volume and backups with it.
 	Purge bool `protobuf:"varint,18,opt,name=purge,proto3" json:"purge,omitempty"`
 	// admission lists what extensions changed when it was created.
-	Admission     []*AdmissionChange `protobuf:"bytes,19,rep,name=admission,proto3" json:"admission,omitempty"`
-	CreateIndex   uint64             `protobuf:"varint,20,opt,name=create_index,json=createIndex,proto3" json:"create_index,omitempty"`
-	ModifyIndex   uint64             `protobuf:"varint,21,opt,name=modify_index,json=modifyIndex,proto3" json:"modify_index,omitempty"`
+	Admission   []*AdmissionChange `protobuf:"bytes,19,rep,name=admission,proto3" json:"admission,omitempty"`
+	CreateIndex uint64             `protobuf:"varint,20,opt,name=create_index,json=createIndex,proto3" json:"create_index,omitempty"`
+	ModifyIndex uint64             `protobuf:"varint,21,opt,name=modify_index,json=modifyIndex,proto3" json:"modify_index,omitempty"`
+	// project the service belongs to: the users granted the project see
+	// it, and its devs link, act on and delete it (and its backups). A
+	// service of no project (ops made it without one, or it predates
+	// services' projects) is for ops only. It cannot change.
+	Project       string `protobuf:"bytes,22,opt,name=project,proto3" json:"project,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -485,6 +490,13 @@ func (x *Service) GetModifyIndex() uint64 {
 		return x.ModifyIndex
 	}
 	return 0
+}
+
+func (x *Service) GetProject() string {
+	if x != nil {
+		return x.Project
+	}
+	return ""
 }
 
 // ServiceLink gives one project environment the service's variables.
@@ -956,8 +968,11 @@ type CreateServiceRequest struct {
 	Secrets        map[string]string `protobuf:"bytes,9,rep,name=secrets,proto3" json:"secrets,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	BackupSchedule string            `protobuf:"bytes,10,opt,name=backup_schedule,json=backupSchedule,proto3" json:"backup_schedule,omitempty"`
 	BackupKeep     uint32            `protobuf:"varint,11,opt,name=backup_keep,json=backupKeep,proto3" json:"backup_keep,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// project the service belongs to: required of devs (one granted to
+	// them), optional for ops.
+	Project       string `protobuf:"bytes,12,opt,name=project,proto3" json:"project,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *CreateServiceRequest) Reset() {
@@ -1065,6 +1080,13 @@ func (x *CreateServiceRequest) GetBackupKeep() uint32 {
 		return x.BackupKeep
 	}
 	return 0
+}
+
+func (x *CreateServiceRequest) GetProject() string {
+	if x != nil {
+		return x.Project
+	}
+	return ""
 }
 
 type CreateServiceResponse struct {
@@ -2450,7 +2472,7 @@ const file_corpus_v1_services_proto_rawDesc = "" +
 	"\n" +
 	"FilesEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\fR\x05value:\x028\x01\"\xca\x06\n" +
+	"\x05value\x18\x02 \x01(\fR\x05value:\x028\x01\"\xe4\x06\n" +
 	"\aService\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x1a\n" +
@@ -2476,7 +2498,8 @@ const file_corpus_v1_services_proto_rawDesc = "" +
 	"\x05purge\x18\x12 \x01(\bR\x05purge\x128\n" +
 	"\tadmission\x18\x13 \x03(\v2\x1a.corpus.v1.AdmissionChangeR\tadmission\x12!\n" +
 	"\fcreate_index\x18\x14 \x01(\x04R\vcreateIndex\x12!\n" +
-	"\fmodify_index\x18\x15 \x01(\x04R\vmodifyIndex\x1a:\n" +
+	"\fmodify_index\x18\x15 \x01(\x04R\vmodifyIndex\x12\x18\n" +
+	"\aproject\x18\x16 \x01(\tR\aproject\x1a:\n" +
 	"\fSecretsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\fR\x05value:\x028\x01\"\x98\x01\n" +
@@ -2518,7 +2541,7 @@ const file_corpus_v1_services_proto_rawDesc = "" +
 	"\fmodify_index\x18\x15 \x01(\x04R\vmodifyIndex\"\x16\n" +
 	"\x14ListTemplatesRequest\"Q\n" +
 	"\x15ListTemplatesResponse\x128\n" +
-	"\ttemplates\x18\x01 \x03(\v2\x1a.corpus.v1.ServiceTemplateR\ttemplates\"\xbd\x03\n" +
+	"\ttemplates\x18\x01 \x03(\v2\x1a.corpus.v1.ServiceTemplateR\ttemplates\"\xd7\x03\n" +
 	"\x14CreateServiceRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1a\n" +
 	"\btemplate\x18\x02 \x01(\tR\btemplate\x12\x18\n" +
@@ -2533,7 +2556,8 @@ const file_corpus_v1_services_proto_rawDesc = "" +
 	"\x0fbackup_schedule\x18\n" +
 	" \x01(\tR\x0ebackupSchedule\x12\x1f\n" +
 	"\vbackup_keep\x18\v \x01(\rR\n" +
-	"backupKeep\x1a:\n" +
+	"backupKeep\x12\x18\n" +
+	"\aproject\x18\f \x01(\tR\aproject\x1a:\n" +
 	"\fSecretsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"c\n" +

@@ -1,0 +1,61 @@
+package api
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"connectrpc.com/connect"
+
+	"corpus/coordinator/auth"
+	"corpus/coordinator/state"
+	corpusv1 "corpus/proto/corpus/v1"
+)
+
+// Project scope (see auth.Scope): operators use every project; devs and
+// viewers those granted to them (and viewers only to read, which the
+// procedures' policies see to).
+
+var errNotMember = errors.New("not granted")
+
+// mayUseProject checks the caller may use project p.
+func mayUseProject(ctx context.Context, p *corpusv1.Project) error {
+	pr := auth.FromContext(ctx)
+	if auth.ProjectAccess(pr, p) != auth.NoAccess {
+		return nil
+	}
+	return connect.NewError(connect.CodePermissionDenied,
+		fmt.Errorf("%s may not use project %s (%w; an operator grants it with `corpus project grant %s %s`)", pr, p.Name, errNotMember, p.Name, pr.User))
+}
+
+// mayUseGuest checks the caller may act on a guest (its logs included):
+// devs only on the guests of projects granted to them and of services
+// of those projects.
+func mayUseGuest(ctx context.Context, view *state.Snap, g *corpusv1.Guest) error {
+	sc := auth.ScopeOf(view, auth.FromContext(ctx))
+	if sc.Guest(g) == auth.ReadWrite {
+		return nil
+	}
+	// Say whose the guest is, and so what to ask for.
+	if p, _ := view.ProjectOfGuest(g.Id); p != nil {
+		if err := mayUseProject(ctx, p); err != nil {
+			return err
+		}
+	} else if svc := view.ServiceOfGuest(g.Id); svc != nil {
+		if err := mayUseService(ctx, view, svc, true); err != nil {
+			return err
+		}
+	}
+	return connect.NewError(connect.CodePermissionDenied, fmt.Errorf("%s may only act on the guests of projects granted to it and of their services; %s is not one", sc.Principal(), g.Name))
+}
+
+// maySee checks the caller may read an object its scope gives access
+// have to: what (guest, volume, ...) and name say which, for the
+// refusal.
+func maySee(ctx context.Context, have auth.Access, what, name string) error {
+	if have != auth.NoAccess {
+		return nil
+	}
+	pr := auth.FromContext(ctx)
+	return connect.NewError(connect.CodePermissionDenied, fmt.Errorf("%s may not see %s %s: it belongs to no project granted to it (%w)", pr, what, name, errNotMember))
+}
