@@ -272,7 +272,7 @@ func TestRoom(t *testing.T) {
 // pass (they go elsewhere), while a privileged guest, which takes none,
 // still goes there; by shape or by scan.
 func TestPlanCountsIDRanges(t *testing.T) {
-	t.Parallel()
+	// Not parallel: it switches the package's placement mode.
 	for _, byShape := range []bool{true, false} {
 		r := newReplica(t)
 		for name, mem := range map[string]int64{"small": 4, "big": 8} {
