@@ -119,7 +119,9 @@ func asNobody(t *testing.T, sock string) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	bin := filepath.Join(filepath.Dir(filepath.Dir(filepath.Dir(sock))), "deploy.test")
+	// In the test's own folder (open to the user nobody, unlike the
+	// socket's folder), removed with it: not in the machine's /tmp.
+	bin := filepath.Join(filepath.Dir(filepath.Dir(sock)), "deploy.test")
 	if err := os.WriteFile(bin, self, 0o755); err != nil {
 		t.Fatal(err)
 	}

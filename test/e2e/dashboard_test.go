@@ -322,7 +322,10 @@ func openPage(t *testing.T, chromium, base, shots string) *page {
 	t.Helper()
 	alloc, cancelAlloc := chromedp.NewExecAllocator(context.Background(), append(chromedp.DefaultExecAllocatorOptions[:],
 		chromedp.ExecPath(chromium), chromedp.NoSandbox, chromedp.IgnoreCertErrors, chromedp.WindowSize(1280, 860),
-		chromedp.UserDataDir(tempDir(t)))...)
+		chromedp.UserDataDir(tempDir(t)),
+		// Chromium leaves files in $TMPDIR (org.chromium.Chromium.*):
+		// in a folder of the test's, removed with it.
+		chromedp.Env("TMPDIR="+tempDir(t)))...)
 	ctx, cancel := chromedp.NewContext(alloc)
 	t.Cleanup(func() { cancel(); cancelAlloc() })
 	// The browser starts with the context's first action, and ends with
