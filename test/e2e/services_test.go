@@ -262,7 +262,7 @@ func TestServicePostgres(t *testing.T) {
 	c.waitHealthy("db", time.Minute)
 
 	// Deleting while linked is refused; unlink takes the variables away.
-	if _, errOut, code := c.cli("service", "delete", "db"); code == 0 || !strings.Contains(errOut, "linked to hello/dev") {
+	if _, errOut, code := c.cli("service", "delete", "db", "--yes"); code == 0 || !strings.Contains(errOut, "linked to hello/dev") {
 		t.Errorf("service delete while linked: exit %d\n%s", code, errOut)
 	}
 	// (The app cannot run without its database: the variables go with
@@ -273,7 +273,7 @@ func TestServicePostgres(t *testing.T) {
 	}
 	// Deleted without --purge, made again: the data is back (the role
 	// with the new password).
-	c.mustCLI("service", "delete", "db")
+	c.mustCLI("service", "delete", "db", "--yes")
 	gone := func() error {
 		if out, _, code := c.cli("guest", "show", "svc-db"); code == 0 {
 			return fmt.Errorf("guest svc-db still there:\n%s", out)
@@ -286,7 +286,7 @@ func TestServicePostgres(t *testing.T) {
 	if got := strings.TrimSpace(c.mustCLI("guest", "exec", "svc-db", "--", "sh", "-c", `su postgres -c "psql -d corpus -tAc 'SELECT note FROM notes'"`)); got != "hello from the app" {
 		t.Errorf("the service made again on its volume reads %q", got)
 	}
-	c.mustCLI("service", "delete", "db", "--purge")
+	c.mustCLI("service", "delete", "db", "--purge", "--yes")
 	eventually(t, time.Minute, "the service's guest gone", func() error {
 		if out, _, code := c.cli("guest", "show", "svc-db"); code == 0 {
 			return fmt.Errorf("guest svc-db still there:\n%s", out)

@@ -277,12 +277,19 @@ func newServiceShowCmd(g *globals) *cobra.Command {
 }
 
 func newServiceDeleteCmd(g *globals) *cobra.Command {
-	var purge bool
+	var purge, yes bool
 	cmd := &cobra.Command{
-		Use:   "delete NAME [--purge]",
-		Short: "Delete a service (refused while linked); its volume and backups stay unless --purge",
+		Use:   "delete NAME [--purge] [--yes]",
+		Short: "Delete a service (refused while linked); its volume and backups stay unless --purge (asks first)",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			question := "Delete service " + args[0] + " (its volume and backups are kept)"
+			if purge {
+				question = "Delete service " + args[0] + " with its data volume and its backups"
+			}
+			if err := g.confirm(cmd, yes, question); err != nil {
+				return err
+			}
 			return call(g, cmd.Context(), func(ctx context.Context, c *clients) (*connect.Response[corpusv1.DeleteServiceResponse], error) {
 				return c.services.DeleteService(ctx, connect.NewRequest(&corpusv1.DeleteServiceRequest{Name: args[0], Purge: purge}))
 			}, func(m *corpusv1.DeleteServiceResponse) error {
@@ -296,6 +303,7 @@ func newServiceDeleteCmd(g *globals) *cobra.Command {
 		},
 	}
 	cmd.Flags().BoolVar(&purge, "purge", false, "delete its data volume and its backups too")
+	addYes(cmd, &yes)
 	return cmd
 }
 
