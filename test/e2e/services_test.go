@@ -464,3 +464,40 @@ func TestServiceMariaDBAndRedis(t *testing.T) {
 		t.Errorf("volume list after n1 returned:\n%s", out)
 	}
 }
+
+// TestServiceSaysWhyItsGuestCannotRun: a service whose guest cannot be
+// made is unhealthy, saying why, instead of starting for ever. Here an
+// operator's template asks for a package Debian does not have (the
+// image build fails; so it did on a host without the debian template).
+func TestServiceSaysWhyItsGuestCannotRun(t *testing.T) {
+	dir := filepath.Join(tempDir(t), "templates", "kv")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	files := map[string]string{
+		"service.yaml": "name: kv\nversions: [\"1\"]\nimage: debian/bookworm\npackages: [corpus-no-such-package]\nport: 6379\nvolume: {path: /srv/data}\n",
+		"setup":        "#!/bin/sh\nexit 0\n",
+		"start":        "#!/bin/sh\nexec sleep 1000000\n",
+		"health":       "#!/bin/sh\nexit 0\n",
+	}
+	for name, body := range files {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c := newCluster(t, "--service-templates", filepath.Dir(dir))
+	c.addAgent("n1")
+	c.mustCLI("service", "create", "kv", "--template", "kv", "--size", "64M")
+	// The build's progress (the guest's message) keeps the wait going.
+	const want = "its guest svc-kv cannot run: creating: creating container svc-kv: building image debian/bookworm +corpus-no-such-package"
+	eventually(t, 2*time.Minute, "service kv unhealthy, saying why", func() error {
+		o := c.service("kv").Service.Service.Observed
+		if o.State != "unhealthy" || !strings.Contains(o.Message, want) {
+			return fmt.Errorf("service kv is %q: %q; want unhealthy: %q (guest %s)", o.State, o.Message, want, c.guest("svc-kv"))
+		}
+		return nil
+	})
+	if out := c.mustCLI("service", "show", "kv"); !strings.Contains(out, "unhealthy: "+want) {
+		t.Errorf("service show kv:\n%s", out)
+	}
+}
