@@ -221,7 +221,8 @@ func (p *Proxy) InFlight(target string) int64 {
 // New checks cfg, loads the certificates and binds the HTTP (and HTTPS)
 // listeners, so HTTPAddr and HTTPSAddr are known before Run. The proxy
 // starts with no routes. Errors wrap ErrInvalidConfig, ErrCertificate or
-// ErrListen. A Proxy from New must be run with Run or released with Close.
+// ErrListen (a *ListenError, saying who holds an address in use). A Proxy
+// from New must be run with Run or released with Close.
 func New(cfg Config) (_ *Proxy, err error) {
 	defer func() {
 		if err != nil { // the inherited listeners were given to it
@@ -268,7 +269,7 @@ func New(cfg Config) (_ *Proxy, err error) {
 	p.inherited = maps.Clone(cfg.Inherited)
 	if p.httpLn, err = p.listen("http", cfg.HTTPAddr); err != nil {
 		p.cancelBase()
-		return nil, fmt.Errorf("http %s: %w: %w", cfg.HTTPAddr, ErrListen, err)
+		return nil, listenError("http", cfg.HTTPAddr, err)
 	}
 	p.httpSrv = p.newServer(nil)
 	p.httpH1 = p.newH1Server(p.httpLn, p.httpSrv, nil)
@@ -276,7 +277,7 @@ func New(cfg Config) (_ *Proxy, err error) {
 		if p.httpsLn, err = p.listen("https", cfg.HTTPSAddr); err != nil {
 			p.httpLn.Close()
 			p.cancelBase()
-			return nil, fmt.Errorf("https %s: %w: %w", cfg.HTTPSAddr, ErrListen, err)
+			return nil, listenError("https", cfg.HTTPSAddr, err)
 		}
 		tlsConfig := &tls.Config{
 			MinVersion:     tls.VersionTLS12,

@@ -3,10 +3,14 @@ package proxy
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"net/netip"
+	"os"
+	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -49,6 +53,15 @@ func TestNewListenError(t *testing.T) {
 	_, err = New(Config{HTTPAddr: taken.Addr().String()})
 	if !errors.Is(err, ErrListen) {
 		t.Errorf("New on a taken address = %v, want ErrListen", err)
+	}
+	// It says the address is in use, and who holds it: this process.
+	var le *ListenError
+	if !errors.As(err, &le) || !errors.Is(err, syscall.EADDRINUSE) || le.Listener != "http" || le.Port() != taken.Addr().(*net.TCPAddr).Port ||
+		le.Holder == nil || le.Holder.PID != os.Getpid() {
+		t.Fatalf("New on a taken address = %#v, want a ListenError in use by pid %d", err, os.Getpid())
+	}
+	if want := fmt.Sprintf("; it is held by %s (pid %d)", le.Holder.Name, os.Getpid()); !strings.HasSuffix(err.Error(), want) {
+		t.Errorf("New on a taken address = %q, want it to end with %q", err, want)
 	}
 }
 
