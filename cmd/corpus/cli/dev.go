@@ -119,7 +119,9 @@ func lockDevState(stateDir string) (release func(), err error) {
 	return release, nil
 }
 
-// runDev runs the cluster of `corpus dev` on its locked state folder.
+// runDev runs the cluster of `corpus dev` on its locked state folder. A
+// stop (ctx ending) in any phase, startup included, stops what runs and
+// returns nil; a phase that fails stops what runs and says why.
 func runDev(ctx context.Context, g *globals, o devOptions, logger *slog.Logger, reg prometheus.Registerer, metricsURL string) error {
 	ccfg := coordinator.Default()
 	ccfg.DataDir = filepath.Join(o.stateDir, "coordinator")
@@ -136,7 +138,10 @@ func runDev(ctx context.Context, g *globals, o devOptions, logger *slog.Logger, 
 	if err != nil {
 		return err
 	}
+	// On every return: the agent is stopped, then the coordinator, then
+	// both are waited for.
 	var wg sync.WaitGroup
+	defer wg.Wait()
 	cctx, stopCoordinator := context.WithCancel(context.Background())
 	defer stopCoordinator()
 	cerr := make(chan error, 1)
@@ -145,7 +150,14 @@ func runDev(ctx context.Context, g *globals, o devOptions, logger *slog.Logger, 
 		defer wg.Done()
 		cerr <- srv.Serve(cctx)
 	}()
-	defer wg.Wait()
+	// A phase that ends early because of a stop is no failure.
+	stopped := func(err error) error {
+		if ctx.Err() != nil {
+			logger.Info("stopped while starting")
+			return nil
+		}
+		return err
+	}
 
 	addr := srv.APIAddr()
 	if err := saveEnvironment(g.configPath, o.envName, &Environment{Address: addr, Token: srv.OpsToken(), CACert: string(srv.CACert())}, false); err != nil {
@@ -158,7 +170,7 @@ func runDev(ctx context.Context, g *globals, o devOptions, logger *slog.Logger, 
 		return err
 	}
 	if err := waitReady(ctx, c); err != nil {
-		return err
+		return stopped(err)
 	}
 
 	acfg := o.agent
@@ -182,13 +194,13 @@ func runDev(ctx context.Context, g *globals, o devOptions, logger *slog.Logger, 
 	if !enrolled {
 		res, err := c.nodes.CreateJoinToken(ctx, connect.NewRequest(&corpusv1.CreateJoinTokenRequest{TtlSeconds: 600}))
 		if err != nil {
-			return fmt.Errorf("creating a join token for this host: %w", err)
+			return stopped(fmt.Errorf("creating a join token for this host: %w", err))
 		}
 		acfg.JoinToken = res.Msg.Token
 	}
-	ag, err := agent.New(acfg)
+	ag, err := agent.New(ctx, acfg)
 	if err != nil {
-		return err
+		return stopped(explainIngress(err))
 	}
 	actx, stopAgent := context.WithCancel(context.Background())
 	defer stopAgent()
