@@ -118,3 +118,44 @@ func TestDaemonsStopOnSIGTERMWhileStarting(t *testing.T) {
 		})
 	}
 }
+
+// checkPrivate checks what a `corpus dev` on state leaves other users of
+// the host: its state folder they may not list or write; the operator
+// token is in nothing it printed (out: what a log of it holds) and in no
+// file they may read; no log of it is theirs to read. Guests' root file
+// systems and the images they come from are the guests' own.
+func checkPrivate(t *testing.T, state, out string) {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(state, "coordinator", "ops-token"))
+	tok := strings.TrimSpace(string(b))
+	if err != nil || len(tok) < 16 {
+		t.Fatalf("the operator token: %q, %v", tok, err)
+	}
+	if strings.Contains(out, tok) {
+		t.Errorf("corpus dev printed the operator token:\n%s", out)
+	}
+	if fi, err := os.Stat(state); err != nil || fi.Mode().Perm()&0o066 != 0 {
+		t.Errorf("state folder %s: %v, %v; want no reading or writing by group or others", state, fi.Mode(), err)
+	}
+	filepath.WalkDir(state, func(path string, d os.DirEntry, err error) error {
+		if err != nil {
+			return nil
+		}
+		if d.IsDir() && (d.Name() == "rootfs" || d.Name() == ".images" || d.Name() == "mnt") {
+			return filepath.SkipDir
+		}
+		fi, err := d.Info()
+		if err != nil || !fi.Mode().IsRegular() || fi.Mode().Perm()&0o004 == 0 {
+			return nil
+		}
+		if strings.HasSuffix(path, ".log") || strings.Contains(path, "/logs/") {
+			t.Errorf("log %s is readable by every user (%v)", path, fi.Mode())
+		}
+		if fi.Size() < 1<<20 {
+			if b, err := os.ReadFile(path); err == nil && strings.Contains(string(b), tok) {
+				t.Errorf("%s holds the operator token and is readable by every user (%v)", path, fi.Mode())
+			}
+		}
+		return nil
+	})
+}

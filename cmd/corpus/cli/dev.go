@@ -72,6 +72,9 @@ second one on a --state-dir in use is refused.`,
 				return err
 			}
 			defer release()
+			if err := privateDir(o.stateDir); err != nil {
+				return err
+			}
 			// One registry holds the coordinator's and the agent's
 			// metrics: one process, one scrape target.
 			reg := metrics.NewRegistry()
@@ -117,6 +120,22 @@ func lockDevState(stateDir string) (release func(), err error) {
 		locks = append(locks, lock)
 	}
 	return release, nil
+}
+
+// privateDir keeps other users out of dir: it may not be read or written
+// by its group or others. Search (x) stays where it was given: the lxc
+// driver grants it on the path to unprivileged guests' root file systems.
+func privateDir(dir string) error {
+	fi, err := os.Stat(dir)
+	if err != nil {
+		return err
+	}
+	if perm := fi.Mode().Perm(); perm&0o066 != 0 {
+		if err := os.Chmod(dir, perm&^0o066); err != nil {
+			return fmt.Errorf("keeping other users out of %s: %w", dir, err)
+		}
+	}
+	return nil
 }
 
 // runDev runs the cluster of `corpus dev` on its locked state folder. A
@@ -214,8 +233,7 @@ func runDev(ctx context.Context, g *globals, o devOptions, logger *slog.Logger, 
 	devBanner{
 		StateDir: o.stateDir, API: addr, Raft: o.raftAddr, AgentAPI: ag.APIAddr(), Node: o.name,
 		Proxy: dash(ag.ProxyAddr()), DNS: dash(srv.DNSAddr()), Zone: ccfg.DNSZone, Metrics: dash(metricsURL),
-		OpsToken: srv.OpsToken(), OpsTokenFile: filepath.Join(ccfg.DataDir, coordinator.OpsTokenFile),
-		CA:  filepath.Join(ccfg.DataDir, coordinator.TLSDir, coordinator.CACertFile),
+		OpsTokenFile: filepath.Join(ccfg.DataDir, coordinator.OpsTokenFile), CA: filepath.Join(ccfg.DataDir, coordinator.TLSDir, coordinator.CACertFile),
 		Env: o.envName, ConfigPath: g.configPath,
 	}.write(g.stderr)
 
@@ -374,12 +392,13 @@ func deleteNodeVolumes(ctx context.Context, c *clients, node string, g *globals)
 	}
 }
 
-// devBanner is what `corpus dev` prints once its cluster runs, the
-// operator token included.
+// devBanner is what `corpus dev` prints once its cluster runs. It names
+// the file the operator token is in, never the token: what corpus dev
+// prints often goes to a log.
 type devBanner struct {
 	StateDir, API, Raft, AgentAPI, Node, Proxy, DNS, Zone string
 	Metrics                                               string
-	OpsToken, OpsTokenFile, CA, Env, ConfigPath           string
+	OpsTokenFile, CA, Env, ConfigPath                     string
 }
 
 func (b devBanner) write(w io.Writer) {
@@ -391,8 +410,7 @@ corpus dev is running (state in %s)
   proxy (ingress)   %s
   dns               %s   (zone %s; dig @HOST -p PORT web.guest.%s)
   metrics           %s   (Prometheus, coordinator and agent)
-  operator token    %s
-                    (also in %s)
+  operator token    in %s (its owner's alone; the CLI environment has it)
   cluster CA        %s
   CLI environment   %q in %s
 
@@ -403,5 +421,5 @@ Try:
   corpus guest list
 
 Ctrl-C stops the cluster; guests keep running unless --cleanup is given.
-`, b.StateDir, b.API, b.Raft, b.API, b.AgentAPI, b.Node, b.Proxy, b.DNS, b.Zone, b.Zone, b.Metrics, b.OpsToken, b.OpsTokenFile, b.CA, b.Env, b.ConfigPath)
+`, b.StateDir, b.API, b.Raft, b.API, b.AgentAPI, b.Node, b.Proxy, b.DNS, b.Zone, b.Zone, b.Metrics, b.OpsTokenFile, b.CA, b.Env, b.ConfigPath)
 }
