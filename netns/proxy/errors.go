@@ -2,12 +2,8 @@ package proxy
 
 import (
 	"errors"
-	"fmt"
-	"net"
-	"strconv"
-	"syscall"
 
-	"corpus/internal/procfs"
+	"corpus/netns/listen"
 )
 
 var (
@@ -25,57 +21,11 @@ var (
 	ErrInvalidConfig = errors.New("invalid proxy config")
 	// ErrCertificate means a certificate or key file could not be loaded.
 	ErrCertificate = errors.New("invalid certificate")
-	// ErrListen means a listener could not be opened.
-	ErrListen = errors.New("cannot listen")
+	// ErrListen means a listener could not be opened (New's errors are
+	// *listen.Error).
+	ErrListen = listen.ErrFailed
 	// ErrClosed means the proxy was shut down and cannot be used again.
 	ErrClosed = errors.New("proxy closed")
 	// ErrRunning means Run was called while the proxy is already running.
 	ErrRunning = errors.New("proxy already running")
 )
-
-// ListenError is a listener the proxy could not open: which (http,
-// https), on what address, why, and, when the address is in use, the
-// process that holds it if it can be found. It wraps ErrListen, and
-// syscall.EADDRINUSE when the address is in use. It is plain data: a
-// proxy process sends it as JSON to the agent that started it.
-type ListenError struct {
-	Listener string `json:"listener"`
-	Addr     string `json:"addr"`
-	Reason   string `json:"reason"`
-	InUse    bool   `json:"in_use,omitempty"`
-	// Holder listens on the address (nil when unknown).
-	Holder *procfs.Process `json:"holder,omitempty"`
-}
-
-func (e *ListenError) Error() string {
-	s := fmt.Sprintf("%s %s: %v: %s", e.Listener, e.Addr, ErrListen, e.Reason)
-	if e.Holder != nil {
-		s += "; it is held by " + e.Holder.String()
-	}
-	return s
-}
-
-func (e *ListenError) Unwrap() []error {
-	if e.InUse {
-		return []error{ErrListen, syscall.EADDRINUSE}
-	}
-	return []error{ErrListen}
-}
-
-// Port is the port of Addr (0 when it names none).
-func (e *ListenError) Port() int {
-	_, port, _ := net.SplitHostPort(e.Addr)
-	n, _ := strconv.Atoi(port)
-	return n
-}
-
-// listenError describes err, from opening listener on addr.
-func listenError(listener, addr string, err error) *ListenError {
-	e := &ListenError{Listener: listener, Addr: addr, Reason: err.Error(), InUse: errors.Is(err, syscall.EADDRINUSE)}
-	if e.InUse {
-		if p, ok := procfs.TCPListener(e.Port()); ok {
-			e.Holder = &p
-		}
-	}
-	return e
-}

@@ -22,7 +22,7 @@ import (
 	"corpus/internal/metrics"
 	"corpus/internal/sdnotify"
 	"corpus/internal/statelock"
-	"corpus/netns/proxy"
+	"corpus/netns/listen"
 )
 
 func newCoordinatorCmd(g *globals) *cobra.Command {
@@ -204,26 +204,26 @@ func newAgentCmd(g *globals) *cobra.Command {
 
 // ingressInUse is an agent's start stopped by a proxy address that
 // another process listens on: the error says who, and how to get past it.
-type ingressInUse struct{ *proxy.ListenError }
+type ingressInUse struct{ le *listen.Error }
 
 func (e ingressInUse) Error() string {
 	flag, what, other := "--proxy-http-addr", "HTTP", ":8080"
-	if e.Listener == "https" {
+	if e.le.Listener == "https" {
 		flag, what, other = "--proxy-https-addr", "HTTPS", ":8443"
 	}
 	holder := "another program"
-	if e.Holder != nil {
-		holder = e.Holder.String()
+	if e.le.Holder != nil {
+		holder = e.le.Holder.String()
 	}
-	return fmt.Sprintf("port %d is in use by %s; stop it, or move corpus's %s ingress with %s (e.g. %s %s)", e.Port(), holder, what, flag, flag, other)
+	return fmt.Sprintf("port %d is in use by %s; stop it, or move corpus's %s ingress with %s (e.g. %s %s)", e.le.Port(), holder, what, flag, flag, other)
 }
 
-func (e ingressInUse) Unwrap() error { return e.ListenError }
+func (e ingressInUse) Unwrap() error { return e.le }
 
 // explainIngress turns an agent's failed start whose cause is a proxy
 // port in use into ingressInUse; other errors stay as they are.
 func explainIngress(err error) error {
-	var le *proxy.ListenError
+	var le *listen.Error
 	if errors.As(err, &le) && le.InUse {
 		return ingressInUse{le}
 	}

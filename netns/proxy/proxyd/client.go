@@ -131,7 +131,7 @@ func (c *Client) ensure(ctx context.Context) error {
 // it outlives the agent), and waits until it answers, as a process other
 // than old (a Status.ID). One that cannot start says why on a pipe
 // (--report-fd): an address it cannot listen on comes back as the
-// *proxy.ListenError it met, naming who holds the address.
+// *listen.Error it met, naming who holds the address.
 func (c *Client) start(ctx context.Context, takeover bool, old string) error {
 	if err := os.MkdirAll(c.cfg.Dir, 0o700); err != nil {
 		return err

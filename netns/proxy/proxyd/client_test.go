@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"corpus/internal/testrun"
-	"corpus/netns/proxy"
+	"corpus/netns/listen"
 )
 
 // helperEnv makes this test binary a stand-in for `corpus proxy` (the
@@ -59,7 +59,7 @@ func proxyProcess(args []string) int {
 
 // TestClientSaysWhoHoldsThePort: a proxy process that cannot listen on
 // its HTTP address, held by another program, ends at once, and the
-// client returns its *proxy.ListenError naming that program, not "ended
+// client returns its *listen.Error naming that program, not "ended
 // at start; see proxy.log".
 func TestClientSaysWhoHoldsThePort(t *testing.T) {
 	if os.Geteuid() != 0 {
@@ -95,9 +95,9 @@ func TestClientSaysWhoHoldsThePort(t *testing.T) {
 		c.Stop()
 		t.Fatalf("NewClient with %s held by sleep = a client, want an error", addr)
 	}
-	var le *proxy.ListenError
+	var le *listen.Error
 	if !errors.As(err, &le) || !errors.Is(err, syscall.EADDRINUSE) || le.Listener != "http" || le.Addr != addr {
-		t.Fatalf("NewClient with %s held by sleep = %v, want the proxy process's ListenError", addr, err)
+		t.Fatalf("NewClient with %s held by sleep = %v, want the proxy process's listen.Error", addr, err)
 	}
 	if le.Holder == nil || le.Holder.Name != "sleep" || le.Holder.PID != holder.Process.Pid {
 		t.Errorf("the error names holder %v, want sleep (pid %d)", le.Holder, holder.Process.Pid)

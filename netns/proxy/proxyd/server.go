@@ -27,6 +27,7 @@ import (
 	"corpus/internal/atomicfile"
 	"corpus/internal/metrics"
 	"corpus/internal/revert"
+	"corpus/netns/listen"
 	"corpus/netns/proxy"
 )
 
@@ -75,10 +76,10 @@ type Config struct {
 // on its report pipe, as one line of JSON: that it serves, or why it
 // cannot. V is the format's version.
 type startReport struct {
-	V       int                `json:"v"`
-	Serving bool               `json:"serving,omitempty"`
-	Error   string             `json:"error,omitempty"`
-	Listen  *proxy.ListenError `json:"listen,omitempty"`
+	V       int           `json:"v"`
+	Serving bool          `json:"serving,omitempty"`
+	Error   string        `json:"error,omitempty"`
+	Listen  *listen.Error `json:"listen,omitempty"`
 }
 
 // reportStart tells w how the start went (err nil: serving) and closes it.
