@@ -293,9 +293,10 @@ type Agent struct {
 	workerWG   sync.WaitGroup
 }
 
-// New opens the agent's state, builds its drivers and binds its API
-// listener. Run enrolls (once) and starts working.
-func New(cfg Config) (*Agent, error) {
+// New opens the agent's state, builds its drivers, binds its API
+// listener and adopts or starts its proxy; ctx ending stops the waits
+// (for a proxy process to answer). Run enrolls (once) and starts working.
+func New(ctx context.Context, cfg Config) (*Agent, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("agent config: %w", err)
 	}
@@ -405,7 +406,7 @@ func New(cfg Config) (*Agent, error) {
 	}
 	a.listener = ln
 	if cfg.Network || proxyOnly {
-		if a.net, err = newNetwork(cfg, proxyOnly); err != nil {
+		if a.net, err = newNetwork(ctx, cfg, proxyOnly); err != nil {
 			ln.Close()
 			c.Close()
 			return nil, err

@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 
 	"connectrpc.com/connect"
+	"google.golang.org/protobuf/proto"
 
 	"corpus/agent/deploy"
 	"corpus/drivers"
@@ -27,6 +28,15 @@ func (d deployAgent) Guest(name string) (*corpusv1.Guest, drivers.Driver) {
 		return nil, nil
 	}
 	return g, d.a.drivers[g.Spec.GetDriver()]
+}
+
+func (d deployAgent) GuestObserved(id string) *corpusv1.GuestObserved {
+	d.a.mu.Lock()
+	defer d.a.mu.Unlock()
+	if o := d.a.observed[id]; o != nil {
+		return proto.CloneOf(o)
+	}
+	return nil
 }
 
 func (d deployAgent) DesiredKnown() bool {

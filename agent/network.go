@@ -76,7 +76,7 @@ type clusterDNS struct {
 	server string // host:port of a coordinator's DNS
 }
 
-func newNetwork(cfg Config, proxyOnly bool) (*network, error) {
+func newNetwork(ctx context.Context, cfg Config, proxyOnly bool) (*network, error) {
 	n := &network{bridge: cfg.Bridge, proxyOnly: proxyOnly, logger: cfg.Logger}
 	var err error
 	if !proxyOnly {
@@ -97,7 +97,7 @@ func newNetwork(cfg Config, proxyOnly bool) (*network, error) {
 		pc.Certs = append(pc.Certs, proxy.CertFiles{CertFile: cert, KeyFile: key})
 	}
 	if cfg.ProxyProcess {
-		if n.proxy, err = proxyProcess(cfg, pc); err != nil {
+		if n.proxy, err = proxyProcess(ctx, cfg, pc); err != nil {
 			return nil, fmt.Errorf("the proxy process: %w", err)
 		}
 		return n, nil
@@ -110,7 +110,7 @@ func newNetwork(cfg Config, proxyOnly bool) (*network, error) {
 
 // proxyProcess adopts the node's proxy process, or starts one (`corpus
 // proxy` with the agent's proxy settings), in <state>/proxy.
-func proxyProcess(cfg Config, pc proxy.Config) (*proxyd.Client, error) {
+func proxyProcess(ctx context.Context, cfg Config, pc proxy.Config) (*proxyd.Client, error) {
 	bin := cfg.ProxyBinary
 	if bin == "" {
 		var err error
@@ -123,7 +123,7 @@ func proxyProcess(cfg Config, pc proxy.Config) (*proxyd.Client, error) {
 	for _, c := range pc.Certs {
 		args = append(args, "--cert", c.CertFile+":"+c.KeyFile)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	c, err := proxyd.NewClient(ctx, proxyd.ClientConfig{
 		Dir: dir, Binary: bin, Args: args, Version: version.Get().String(),

@@ -10,6 +10,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"time"
 
@@ -43,6 +44,10 @@ type certs struct {
 	dir  string
 	id   string
 	ttl  time.Duration
+	// ips and dnsNames are the addresses and names its own certificate
+	// covers beside pki.ServerName (see sanNames).
+	ips      []net.IP
+	dnsNames []string
 }
 
 // loadCerts reads (or creates) the cluster CA and this replica's
@@ -108,8 +113,14 @@ func loadCerts(cfg Config, alone bool) (*certs, error) {
 	}
 	ca.Clock = cfg.Clock
 	c := &certs{auth: ca, pool: ca.Pool(), dir: dir, id: cfg.ReplicaID, ttl: ttl}
+	c.ips, c.dnsNames = sanNames(cfg, net.InterfaceAddrs)
 	own, err := c.loadOwn()
-	if err != nil || pki.RenewDue(own.Leaf, c.now()) {
+	switch {
+	case err == nil && !pki.Covers(own.Leaf, c.ips, c.dnsNames):
+		// Issued before these addresses were asked for (or listened on).
+		cfg.Logger.Info("issuing this replica's certificate again: it lacks addresses it serves on", "ips", c.ips, "dns_names", c.dnsNames)
+		fallthrough
+	case err != nil || pki.RenewDue(own.Leaf, c.now()):
 		if own, err = c.issueOwn(); err != nil {
 			return nil, err
 		}
@@ -158,8 +169,46 @@ func (c *certs) loadOwn() (*tls.Certificate, error) {
 	return kp, nil
 }
 
+// sanNames are the addresses and names a replica's certificate covers
+// beside pki.ServerName, which corpus's own clients check: those a
+// browser or curl dials it by. They are every address it listens on
+// (its API and Raft; on a wildcard, every address of the host, as
+// hostAddrs lists them) with localhost for a loopback one, and the host
+// of AdvertiseAPI.
+func sanNames(cfg Config, hostAddrs func() ([]net.Addr, error)) (ips []net.IP, dnsNames []string) {
+	addIP := func(ip net.IP) {
+		if !slices.ContainsFunc(ips, ip.Equal) {
+			ips = append(ips, ip)
+		}
+		if ip.IsLoopback() && !slices.Contains(dnsNames, "localhost") {
+			dnsNames = append(dnsNames, "localhost")
+		}
+	}
+	for _, hostport := range []string{cfg.APIAddr, cfg.RaftAddr, cfg.AdvertiseAPI} {
+		host, _, err := net.SplitHostPort(hostport)
+		if err != nil {
+			continue
+		}
+		ip := net.ParseIP(host)
+		switch {
+		case host == "" || ip != nil && ip.IsUnspecified():
+			addrs, _ := hostAddrs()
+			for _, a := range addrs {
+				if n, ok := a.(*net.IPNet); ok {
+					addIP(n.IP)
+				}
+			}
+		case ip != nil:
+			addIP(ip)
+		case !slices.Contains(dnsNames, host):
+			dnsNames = append(dnsNames, host)
+		}
+	}
+	return ips, dnsNames
+}
+
 func (c *certs) issueOwn() (*tls.Certificate, error) {
-	certPEM, keyPEM, _, err := c.auth.IssueKeyPair(pki.Request{Role: pki.RoleCoordinator, ID: c.id, TTL: c.ttl})
+	certPEM, keyPEM, _, err := c.auth.IssueKeyPair(pki.Request{Role: pki.RoleCoordinator, ID: c.id, TTL: c.ttl, IPs: c.ips, DNSNames: c.dnsNames})
 	if err != nil {
 		return nil, fmt.Errorf("issuing this replica's certificate: %w", err)
 	}

@@ -58,6 +58,9 @@ type Agent interface {
 	// Guest returns the guest of that name this node runs and its
 	// driver (nil, nil when there is none).
 	Guest(name string) (*corpusv1.Guest, drivers.Driver)
+	// GuestObserved is how the agent last found the guest of that id
+	// (nil when it has not yet).
+	GuestObserved(id string) *corpusv1.GuestObserved
 	// CallCoordinator runs f against the coordinator, failing over once.
 	CallCoordinator(f func(corpusv1connect.AgentServiceClient) error) error
 }
@@ -226,6 +229,12 @@ func (w *worker) step(ctx context.Context) time.Duration {
 	}
 	st, err := d.Inspect(ctx, w.guest)
 	if err != nil || st.State != corpusv1.ObservedRunning {
+		// A guest that cannot be made or started (its image cannot be
+		// built, say) makes the service unhealthy, for the same reason.
+		if o := w.m.a.GuestObserved(w.guestID); o.GetState() == corpusv1.ObservedFailed {
+			w.m.observe(svc.Id, corpusv1.ServiceUnhealthy, "its guest "+w.guest+" cannot run: "+firstLine(o.GetMessage()))
+			return time.Second
+		}
 		w.m.observe(svc.Id, corpusv1.ServiceStarting, "waiting for its guest to run")
 		return time.Second
 	}

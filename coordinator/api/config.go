@@ -13,6 +13,7 @@ import (
 	"corpus/coordinator/auth"
 	"corpus/coordinator/state"
 	"corpus/internal/names"
+	"corpus/internal/units"
 	corpusv1 "corpus/proto/corpus/v1"
 )
 
@@ -37,7 +38,7 @@ func checkConfigChange(set map[string]string, unset []string) error {
 		case strings.ContainsRune(v, 0):
 			return invalidf("the value of %s holds a NUL byte, which no environment variable can carry", k)
 		case len(v) > state.MaxConfigValueBytes:
-			return invalidf("the value of %s is %d bytes; the limit is %d", k, len(v), state.MaxConfigValueBytes)
+			return invalidf("the value of %s is %s; the limit is %s", k, units.FormatSize(int64(len(v))), units.FormatSize(state.MaxConfigValueBytes))
 		}
 	}
 	for _, k := range unset {

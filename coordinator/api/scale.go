@@ -138,6 +138,9 @@ func instanceViews(view *state.Snap, p *corpusv1.Project, e *corpusv1.ProjectEnv
 		iv := &corpusv1.InstanceView{Index: in.Index, GuestName: in.GuestName, Release: in.Release}
 		if g := view.Guest(in.GuestID); g != nil {
 			iv.GuestStatus, iv.Address = guestStatus(view, g), g.Address
+			if g.NodeId == "" {
+				iv.PendingReason = g.PendingReason
+			}
 			if n := view.Node(g.NodeId); n != nil {
 				iv.NodeName = n.Name
 			}

@@ -23,7 +23,7 @@ const metaKeyring = "keyring"
 // Config bounds, on the values in clear (the API checks them) and, with
 // the seal's overhead, on what the state accepts.
 const (
-	MaxConfigValueBytes = 32 << 10
+	MaxConfigValueBytes = corpusv1.MaxConfigValueBytes
 	MaxConfigBytes      = 128 << 10
 	MaxConfigKeys       = 200
 	// sealOverhead is the most a sealed value adds to its clear length:

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"unicode"
 )
 
 // ErrInvalid is wrapped by every validation error.
@@ -17,26 +18,49 @@ var ErrInvalid = errors.New("invalid name")
 const MaxLen = 63
 
 // Validate returns nil when name is a valid object name, or an error
-// wrapping ErrInvalid that says what is wrong, for a user to read.
+// wrapping ErrInvalid that says what is wrong, for a user to read:
+// lengths and positions count characters, and a character is shown as
+// itself ('ü'), not as the bytes of its encoding.
 func Validate(kind, name string) error {
+	runes := []rune(name)
 	switch {
 	case name == "":
 		return fmt.Errorf("%w: %s name is empty", ErrInvalid, kind)
-	case len(name) > MaxLen:
-		return fmt.Errorf("%w: %s name %q is %d characters long; the limit is %d", ErrInvalid, kind, name, len(name), MaxLen)
-	case name[0] < 'a' || name[0] > 'z':
+	case len(runes) > MaxLen:
+		return fmt.Errorf("%w: %s name %q is %d characters long; the limit is %d", ErrInvalid, kind, name, len(runes), MaxLen)
+	case runes[0] < 'a' || runes[0] > 'z':
 		return fmt.Errorf("%w: %s name %q must start with a lowercase letter", ErrInvalid, kind, name)
-	case name[len(name)-1] == '-':
+	case runes[len(runes)-1] == '-':
 		return fmt.Errorf("%w: %s name %q must not end with '-'", ErrInvalid, kind, name)
 	}
-	for i := 0; i < len(name); i++ {
-		c := name[i]
-		if (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-' {
-			continue
-		}
-		return fmt.Errorf("%w: %s name %q has %q at position %d; use lowercase letters, digits and '-' (a DNS label)", ErrInvalid, kind, name, c, i+1)
+	if i, r, bad := firstOutside(runes, labelRune); bad {
+		return fmt.Errorf("%w: %s name %q has %s at position %d; use lowercase letters, digits and '-' (a DNS label)", ErrInvalid, kind, name, describeRune(r), i+1)
 	}
 	return nil
+}
+
+// labelRune says whether r may be in a DNS label.
+func labelRune(r rune) bool { return r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '-' }
+
+// firstOutside returns the index (in characters) and the first rune of
+// runes that ok refuses; bad is false when there is none.
+func firstOutside(runes []rune, ok func(rune) bool) (i int, r rune, bad bool) {
+	for i, r := range runes {
+		if !ok(r) {
+			return i, r, true
+		}
+	}
+	return 0, 0, false
+}
+
+// describeRune shows r for an error message: quoted as itself when it
+// prints ('ü'; '\uFFFD' for a byte that is not UTF-8), else with its
+// code point as well.
+func describeRune(r rune) string {
+	if unicode.IsPrint(r) {
+		return fmt.Sprintf("%q", r)
+	}
+	return fmt.Sprintf("%q (%U)", r, r)
 }
 
 // ValidateDomain returns nil when d is a lowercase DNS host name of at
@@ -57,11 +81,8 @@ func ValidateDomain(d string) error {
 		if l == "" || len(l) > MaxLen || l[0] == '-' || l[len(l)-1] == '-' {
 			return fmt.Errorf("%w: domain %q has an invalid label %q", ErrInvalid, d, l)
 		}
-		for i := 0; i < len(l); i++ {
-			c := l[i]
-			if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-') {
-				return fmt.Errorf("%w: domain %q has %q; use lowercase letters, digits, '-' and '.'", ErrInvalid, d, c)
-			}
+		if _, r, bad := firstOutside([]rune(l), labelRune); bad {
+			return fmt.Errorf("%w: domain %q has %s; use lowercase letters, digits, '-' and '.'", ErrInvalid, d, describeRune(r))
 		}
 	}
 	return nil

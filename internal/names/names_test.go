@@ -83,3 +83,26 @@ func TestDebianPackage(t *testing.T) {
 		}
 	}
 }
+
+// TestValidateSaysWhichCharacter: an error names the character as the
+// user typed it and counts positions and lengths in characters, not in
+// the bytes of their UTF-8 encoding.
+func TestValidateSaysWhichCharacter(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct{ name, want string }{
+		{"grün", `has 'ü' at position 3`},
+		{"web😀x", `has '😀' at position 4`},
+		{"web\tx", `has '\t' (U+0009) at position 4`},
+		{"web\xffx", `has '�' at position 4`},
+		{"a" + strings.Repeat("é", 62), `has 'é' at position 2`},
+		{"a" + strings.Repeat("é", 63), "is 64 characters long; the limit is 63"},
+	} {
+		err := Validate("guest", tt.name)
+		if err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("Validate(%q) = %v, want an error with %q", tt.name, err, tt.want)
+		}
+	}
+	if err := ValidateDomain("grün.example.test"); err == nil || !strings.Contains(err.Error(), `has 'ü'`) {
+		t.Errorf(`ValidateDomain("grün.example.test") = %v, want an error naming 'ü'`, err)
+	}
+}

@@ -26,6 +26,7 @@ import (
 	"math/big"
 	"net"
 	"net/url"
+	"slices"
 	"time"
 
 	"corpus/internal/clock"
@@ -219,6 +220,23 @@ func (ca *CA) IssueKeyPair(r Request) (certPEM, keyPEM []byte, iss Issued, err e
 		return nil, nil, Issued{}, err
 	}
 	return iss.CertPEM, pemBlock("PRIVATE KEY", keyDER), iss, nil
+}
+
+// Covers says whether c names every one of ips and dnsNames among its
+// subject alternative names (a certificate issued before they were
+// asked for does not).
+func Covers(c *x509.Certificate, ips []net.IP, dnsNames []string) bool {
+	for _, ip := range ips {
+		if !slices.ContainsFunc(c.IPAddresses, ip.Equal) {
+			return false
+		}
+	}
+	for _, n := range dnsNames {
+		if !slices.Contains(c.DNSNames, n) {
+			return false
+		}
+	}
+	return true
 }
 
 // IdentityURI is the URI SAN naming a certificate's holder.

@@ -1,5 +1,6 @@
 // Package procfs reads what Linux's /proc says of a process: its state,
-// session, start time, CPU time and resident memory.
+// session, start time, CPU time and resident memory; and which process
+// listens on a TCP port.
 package procfs
 
 import (

@@ -1,6 +1,10 @@
 package proxy
 
-import "errors"
+import (
+	"errors"
+
+	"corpus/netns/listen"
+)
 
 var (
 	// ErrInvalidHost means an HTTP route's host is not a lowercase RFC 1123
@@ -17,8 +21,9 @@ var (
 	ErrInvalidConfig = errors.New("invalid proxy config")
 	// ErrCertificate means a certificate or key file could not be loaded.
 	ErrCertificate = errors.New("invalid certificate")
-	// ErrListen means a listener could not be opened.
-	ErrListen = errors.New("cannot listen")
+	// ErrListen means a listener could not be opened (New's errors are
+	// *listen.Error).
+	ErrListen = listen.ErrFailed
 	// ErrClosed means the proxy was shut down and cannot be used again.
 	ErrClosed = errors.New("proxy closed")
 	// ErrRunning means Run was called while the proxy is already running.

@@ -20,6 +20,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"corpus/internal/metrics"
+	"corpus/netns/listen"
 )
 
 // CertFiles names one PEM certificate chain and its private key.
@@ -221,7 +222,8 @@ func (p *Proxy) InFlight(target string) int64 {
 // New checks cfg, loads the certificates and binds the HTTP (and HTTPS)
 // listeners, so HTTPAddr and HTTPSAddr are known before Run. The proxy
 // starts with no routes. Errors wrap ErrInvalidConfig, ErrCertificate or
-// ErrListen. A Proxy from New must be run with Run or released with Close.
+// ErrListen (a *listen.Error, saying who holds an address in use). A
+// Proxy from New must be run with Run or released with Close.
 func New(cfg Config) (_ *Proxy, err error) {
 	defer func() {
 		if err != nil { // the inherited listeners were given to it
@@ -268,7 +270,7 @@ func New(cfg Config) (_ *Proxy, err error) {
 	p.inherited = maps.Clone(cfg.Inherited)
 	if p.httpLn, err = p.listen("http", cfg.HTTPAddr); err != nil {
 		p.cancelBase()
-		return nil, fmt.Errorf("http %s: %w: %w", cfg.HTTPAddr, ErrListen, err)
+		return nil, listen.Describe("http", cfg.HTTPAddr, err)
 	}
 	p.httpSrv = p.newServer(nil)
 	p.httpH1 = p.newH1Server(p.httpLn, p.httpSrv, nil)
@@ -276,7 +278,7 @@ func New(cfg Config) (_ *Proxy, err error) {
 		if p.httpsLn, err = p.listen("https", cfg.HTTPSAddr); err != nil {
 			p.httpLn.Close()
 			p.cancelBase()
-			return nil, fmt.Errorf("https %s: %w: %w", cfg.HTTPSAddr, ErrListen, err)
+			return nil, listen.Describe("https", cfg.HTTPSAddr, err)
 		}
 		tlsConfig := &tls.Config{
 			MinVersion:     tls.VersionTLS12,
@@ -298,7 +300,7 @@ func New(cfg Config) (_ *Proxy, err error) {
 func (p *Proxy) listen(name, addr string) (net.Listener, error) {
 	if ln, ok := p.inherited[name]; ok {
 		delete(p.inherited, name)
-		if listensOn(ln, addr) {
+		if listen.On(ln, addr) {
 			p.log.Info("serving on an inherited listener", "listener", name, "addr", ln.Addr().String())
 			return ln, nil
 		}
@@ -306,21 +308,6 @@ func (p *Proxy) listen(name, addr string) (net.Listener, error) {
 		ln.Close()
 	}
 	return net.Listen("tcp", addr)
-}
-
-// listensOn says whether ln listens on addr (host:port; an empty or
-// unspecified host means every address, port 0 any port).
-func listensOn(ln net.Listener, addr string) bool {
-	ta, ok := ln.Addr().(*net.TCPAddr)
-	host, port, err := net.SplitHostPort(addr)
-	if !ok || err != nil || (port != "0" && strconv.Itoa(ta.Port) != port) {
-		return false
-	}
-	ip := net.ParseIP(host)
-	if host == "" || ip.IsUnspecified() {
-		return ta.IP.IsUnspecified()
-	}
-	return ta.IP.Equal(ip)
 }
 
 // closeInherited closes the inherited listeners no route took.

@@ -7,10 +7,12 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"os"
 	"testing"
 	"time"
 
 	"corpus/internal/testrun"
+	"corpus/netns/listen"
 )
 
 func TestConfigValidate(t *testing.T) {
@@ -49,6 +51,11 @@ func TestNewListenError(t *testing.T) {
 	_, err = New(Config{HTTPAddr: taken.Addr().String()})
 	if !errors.Is(err, ErrListen) {
 		t.Errorf("New on a taken address = %v, want ErrListen", err)
+	}
+	// It says the address is in use, and who holds it: this process.
+	var le *listen.Error
+	if !errors.As(err, &le) || !le.InUse || le.Listener != "http" || le.Holder == nil || le.Holder.PID != os.Getpid() {
+		t.Errorf("New on a taken address = %#v, want a listen.Error in use by pid %d", err, os.Getpid())
 	}
 }
 

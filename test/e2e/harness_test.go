@@ -29,6 +29,9 @@ var corpusBin string
 var enterNodeNS, _ = filepath.Abs(filepath.Join("..", "enter-node-ns"))
 
 func TestMain(m *testing.M) {
+	if spec := os.Getenv(helperEnv); spec != "" {
+		os.Exit(helperMain(spec))
+	}
 	os.Exit(runMain(m))
 }
 
@@ -222,23 +225,21 @@ func agentStateDir(args []string) string {
 
 // stopProxy ends the proxy process an agent started in stateDir, which
 // outlives the agent by design, by the PID it wrote (checked against
-// its command line).
+// its command line), or, when it wrote none yet, by its command line.
 func stopProxy(t *testing.T, stateDir string) {
 	if stateDir == "" {
 		return
 	}
 	dir := filepath.Join(stateDir, "proxy")
-	b, err := os.ReadFile(filepath.Join(dir, "proxy.pid"))
-	if err != nil {
-		return
-	}
-	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
-	if err != nil || pid <= 1 {
-		return
+	pid := 0
+	if b, err := os.ReadFile(filepath.Join(dir, "proxy.pid")); err == nil {
+		pid, _ = strconv.Atoi(strings.TrimSpace(string(b)))
 	}
 	cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
-	if err != nil || !strings.Contains(string(cmdline), "proxy\x00--dir\x00"+dir+"\x00") {
-		return
+	if pid <= 1 || err != nil || !strings.Contains(string(cmdline), "proxy\x00--dir\x00"+dir+"\x00") {
+		if pid = proxyOf(dir); pid == 0 {
+			return
+		}
 	}
 	syscall.Kill(pid, syscall.SIGKILL)
 	for i := 0; i < 200; i++ {
@@ -248,6 +249,21 @@ func stopProxy(t *testing.T, stateDir string) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	t.Logf("proxy process %d of %s did not end", pid, stateDir)
+}
+
+// proxyOf is the PID of a proxy process serving dir, 0 when none runs.
+func proxyOf(dir string) int {
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline")); err == nil && strings.Contains(string(b), "proxy\x00--dir\x00"+dir+"\x00") {
+			return pid
+		}
+	}
+	return 0
 }
 
 func (p *proc) kill() {

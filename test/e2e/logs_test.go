@@ -90,7 +90,9 @@ func (f *follower) waitLine(t *testing.T, within time.Duration, want string) str
 func (l *deployLab) commitLogSite(version string) {
 	l.t.Helper()
 	l.write("www/index.html", "version "+version+"\n", 0o644)
-	l.write("Procfile", `web: echo "web of `+version+` on $PORT"; exec httpd -f -p "$PORT" -h www
+	// The web prints escape sequences too (clear the screen, retitle
+	// the window): logs shows them escaped.
+	l.write("Procfile", `web: printf 'paint `+version+` \033[2J\033]0;owned\007 done\n'; echo "web of `+version+` on $PORT"; exec httpd -f -p "$PORT" -h www
 ticker: i=0; while :; do i=$((i+1)); echo "tick `+version+` $i"; sleep 0.2; done
 `, 0o644)
 	l.git("add", "-A")
@@ -119,6 +121,18 @@ func TestLogs(t *testing.T) {
 		}
 		return nil
 	})
+	// A tenant's escape sequences reach the operator's terminal only
+	// when asked for.
+	eventually(t, 10*time.Second, "the web's escape sequences in the logs", func() error {
+		out := c.mustCLI("logs", "hello", "--process", "web", "--tail", "0")
+		if want := `app[web r1]: paint one \x1b[2J\x1b]0;owned\x07 done`; !strings.Contains(out, want) || strings.ContainsAny(out, "\x1b\x07") {
+			return fmt.Errorf("logs lack %q, or hold a raw escape:\n%q", want, out)
+		}
+		return nil
+	})
+	if out := c.mustCLI("logs", "hello", "--process", "web", "--tail", "0", "--raw"); !strings.Contains(out, "paint one \x1b[2J\x1b]0;owned\x07 done") {
+		t.Errorf("logs --raw lacks the escape sequences as printed:\n%q", out)
+	}
 	if out := c.mustCLI("logs", "hello", "--source", "deploy", "--tail", "0"); strings.Contains(out, "app[") || !strings.Contains(out, "r1 is live") {
 		t.Errorf("deploy logs:\n%s", out)
 	}
@@ -194,6 +208,7 @@ func TestLogs(t *testing.T) {
 	f.waitLine(t, 10*time.Second, "deploy[r2]: -----> start")
 	f.waitLine(t, 10*time.Second, "r2 is live")
 	f.waitLine(t, 10*time.Second, "tick two")
+	f.waitLine(t, 10*time.Second, `paint two \x1b[2J\x1b]0;owned\x07 done`)
 
 	// The agent restarts: the follow goes on, and the lines the guest
 	// printed meanwhile are stored once each.

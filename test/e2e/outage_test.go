@@ -50,7 +50,8 @@ func TestCoordinatorOutage(t *testing.T) {
 
 // TestDevRestartAndCleanup: `corpus dev` twice is the same cluster with the
 // same running guests, and two at once are refused; Ctrl-C leaves guests
-// running; --cleanup removes them.
+// running; --cleanup removes them. It keeps its state and the operator
+// token from other users (checkPrivate).
 func TestDevRestartAndCleanup(t *testing.T) {
 	requireE2E(t)
 	dir := tempDir(t)
@@ -75,6 +76,11 @@ func TestDevRestartAndCleanup(t *testing.T) {
 		})
 	}
 
+	// As an older `make demo` left it: open to every user.
+	if err := os.Mkdir(state, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	os.Chmod(state, 0o755)
 	dev := startIn(t, ns, "corpus dev", env, args...)
 	waitRunning(dev)
 	if out, errOut, code := cli("guest", "create", "web", "--image", "busybox", "--memory", "64M", "--cpus", "0.1"); code != 0 {
@@ -82,6 +88,7 @@ func TestDevRestartAndCleanup(t *testing.T) {
 	}
 	_, pid, _ := h.info("web")
 	firstID := devClusterID(cli)
+	checkPrivate(t, state, dev.log.String())
 
 	// A second `corpus dev` on the same folder is refused at once, naming
 	// the folder and the first one's PID, and the first serves on.

@@ -262,7 +262,7 @@ func TestServicePostgres(t *testing.T) {
 	c.waitHealthy("db", time.Minute)
 
 	// Deleting while linked is refused; unlink takes the variables away.
-	if _, errOut, code := c.cli("service", "delete", "db"); code == 0 || !strings.Contains(errOut, "linked to hello/dev") {
+	if _, errOut, code := c.cli("service", "delete", "db", "--yes"); code == 0 || !strings.Contains(errOut, "linked to hello/dev") {
 		t.Errorf("service delete while linked: exit %d\n%s", code, errOut)
 	}
 	// (The app cannot run without its database: the variables go with
@@ -273,7 +273,7 @@ func TestServicePostgres(t *testing.T) {
 	}
 	// Deleted without --purge, made again: the data is back (the role
 	// with the new password).
-	c.mustCLI("service", "delete", "db")
+	c.mustCLI("service", "delete", "db", "--yes")
 	gone := func() error {
 		if out, _, code := c.cli("guest", "show", "svc-db"); code == 0 {
 			return fmt.Errorf("guest svc-db still there:\n%s", out)
@@ -286,7 +286,7 @@ func TestServicePostgres(t *testing.T) {
 	if got := strings.TrimSpace(c.mustCLI("guest", "exec", "svc-db", "--", "sh", "-c", `su postgres -c "psql -d corpus -tAc 'SELECT note FROM notes'"`)); got != "hello from the app" {
 		t.Errorf("the service made again on its volume reads %q", got)
 	}
-	c.mustCLI("service", "delete", "db", "--purge")
+	c.mustCLI("service", "delete", "db", "--purge", "--yes")
 	eventually(t, time.Minute, "the service's guest gone", func() error {
 		if out, _, code := c.cli("guest", "show", "svc-db"); code == 0 {
 			return fmt.Errorf("guest svc-db still there:\n%s", out)
@@ -462,5 +462,42 @@ func TestServiceMariaDBAndRedis(t *testing.T) {
 	})
 	if out := c.mustCLI("volume", "list"); !regexp.MustCompile(`svc-cache\s.*n1`).MatchString(out) {
 		t.Errorf("volume list after n1 returned:\n%s", out)
+	}
+}
+
+// TestServiceSaysWhyItsGuestCannotRun: a service whose guest cannot be
+// made is unhealthy, saying why, instead of starting for ever. Here an
+// operator's template asks for a package Debian does not have (the
+// image build fails; so it did on a host without the debian template).
+func TestServiceSaysWhyItsGuestCannotRun(t *testing.T) {
+	dir := filepath.Join(tempDir(t), "templates", "kv")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	files := map[string]string{
+		"service.yaml": "name: kv\nversions: [\"1\"]\nimage: debian/bookworm\npackages: [corpus-no-such-package]\nport: 6379\nvolume: {path: /srv/data}\n",
+		"setup":        "#!/bin/sh\nexit 0\n",
+		"start":        "#!/bin/sh\nexec sleep 1000000\n",
+		"health":       "#!/bin/sh\nexit 0\n",
+	}
+	for name, body := range files {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c := newCluster(t, "--service-templates", filepath.Dir(dir))
+	c.addAgent("n1")
+	c.mustCLI("service", "create", "kv", "--template", "kv", "--size", "64M")
+	// The build's progress (the guest's message) keeps the wait going.
+	const want = "its guest svc-kv cannot run: creating: creating container svc-kv: building image debian/bookworm +corpus-no-such-package"
+	eventually(t, 2*time.Minute, "service kv unhealthy, saying why", func() error {
+		o := c.service("kv").Service.Service.Observed
+		if o.State != "unhealthy" || !strings.Contains(o.Message, want) {
+			return fmt.Errorf("service kv is %q: %q; want unhealthy: %q (guest %s)", o.State, o.Message, want, c.guest("svc-kv"))
+		}
+		return nil
+	})
+	if out := c.mustCLI("service", "show", "kv"); !strings.Contains(out, "unhealthy: "+want) {
+		t.Errorf("service show kv:\n%s", out)
 	}
 }

@@ -134,7 +134,7 @@ func TestVolumes(t *testing.T) {
 		{"guest", "create", "x", "--image", "busybox", "--use-volume", "nope"},
 		{"guest", "create", "x", "--image", "busybox", "--volume", "64M", "--use-volume", "db"},
 		{"guest", "create", "x", "--image", "busybox", "--volume", "64M", "--volume-path", "relative"},
-		{"volume", "delete", "nope"},
+		{"volume", "delete", "nope", "--yes"},
 	} {
 		if _, errOut, code := c.cli(bad...); code == 0 {
 			t.Errorf("corpus %v succeeded; want a refusal (%s)", bad, errOut)
@@ -144,7 +144,7 @@ func TestVolumes(t *testing.T) {
 	if out := c.mustCLI("guest", "exec", "db2", "--", "cat", "/srv/data/file"); strings.TrimSpace(out) != "keep" {
 		t.Errorf("data on the volume in the new guest = %q, want keep", out)
 	}
-	if _, errOut, code := c.cli("volume", "delete", "db"); code == 0 || !strings.Contains(errOut, "used by guest db2") {
+	if _, errOut, code := c.cli("volume", "delete", "db", "--yes"); code == 0 || !strings.Contains(errOut, "used by guest db2") {
 		t.Errorf("deleting a bound volume = exit %d, %q; want a refusal", code, errOut)
 	}
 

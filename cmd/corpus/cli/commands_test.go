@@ -188,7 +188,7 @@ func TestUserKeyProjectCommands(t *testing.T) {
 	c.want("key delete alice "+fp, "key "+fp+" deleted from user alice")
 	c.want("user delete alice", "user alice deleted (with 0 SSH keys)")
 	c.wantErr("user delete alice", "alice")
-	c.want("project delete hello --env dev", "project hello/dev deleted")
+	c.want("project delete hello --env dev --yes", "project hello/dev deleted")
 	if out := c.want("project list"); strings.Contains(out, "hello") {
 		t.Errorf("corpus project list after the delete printed:\n%s", out)
 	}

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/netip"
@@ -21,6 +22,7 @@ import (
 	"corpus/internal/metrics"
 	"corpus/internal/sdnotify"
 	"corpus/internal/statelock"
+	"corpus/netns/listen"
 )
 
 func newCoordinatorCmd(g *globals) *cobra.Command {
@@ -158,9 +160,13 @@ func newAgentCmd(g *globals) *cobra.Command {
 			proxyMetrics := &metrics.Deferred{}
 			cfg.ProxyMetrics = proxyMetrics.Set
 			return withMetrics(cmd.Context(), mflags, prometheus.Gatherers{reg, proxyMetrics}, logger, func(ctx context.Context, url string) error {
-				a, err := agent.New(cfg)
+				a, err := agent.New(ctx, cfg)
 				if err != nil {
-					return err
+					if ctx.Err() != nil {
+						logger.Info("stopped while starting")
+						return nil
+					}
+					return explainIngress(err)
 				}
 				if url != "" {
 					logger.Info("agent metrics", "url", url)
@@ -194,6 +200,34 @@ func newAgentCmd(g *globals) *cobra.Command {
 	mflags.add(f, metricsAddrUsage)
 	logs.add(f)
 	return cmd
+}
+
+// ingressInUse is an agent's start stopped by a proxy address that
+// another process listens on: the error says who, and how to get past it.
+type ingressInUse struct{ le *listen.Error }
+
+func (e ingressInUse) Error() string {
+	flag, what, other := "--proxy-http-addr", "HTTP", ":8080"
+	if e.le.Listener == "https" {
+		flag, what, other = "--proxy-https-addr", "HTTPS", ":8443"
+	}
+	holder := "another program"
+	if e.le.Holder != nil {
+		holder = e.le.Holder.String()
+	}
+	return fmt.Sprintf("port %d is in use by %s; stop it, or move corpus's %s ingress with %s (e.g. %s %s)", e.le.Port(), holder, what, flag, flag, other)
+}
+
+func (e ingressInUse) Unwrap() error { return e.le }
+
+// explainIngress turns an agent's failed start whose cause is a proxy
+// port in use into ingressInUse; other errors stay as they are.
+func explainIngress(err error) error {
+	var le *listen.Error
+	if errors.As(err, &le) && le.InUse {
+		return ingressInUse{le}
+	}
+	return err
 }
 
 // addNetworkFlags adds the agent's guest networking flags.

@@ -72,6 +72,9 @@ second one on a --state-dir in use is refused.`,
 				return err
 			}
 			defer release()
+			if err := privateDir(o.stateDir); err != nil {
+				return err
+			}
 			// One registry holds the coordinator's and the agent's
 			// metrics: one process, one scrape target.
 			reg := metrics.NewRegistry()
@@ -119,7 +122,25 @@ func lockDevState(stateDir string) (release func(), err error) {
 	return release, nil
 }
 
-// runDev runs the cluster of `corpus dev` on its locked state folder.
+// privateDir keeps other users out of dir: it may not be read or written
+// by its group or others. Search (x) stays where it was given: the lxc
+// driver grants it on the path to unprivileged guests' root file systems.
+func privateDir(dir string) error {
+	fi, err := os.Stat(dir)
+	if err != nil {
+		return err
+	}
+	if perm := fi.Mode().Perm(); perm&0o066 != 0 {
+		if err := os.Chmod(dir, perm&^0o066); err != nil {
+			return fmt.Errorf("keeping other users out of %s: %w", dir, err)
+		}
+	}
+	return nil
+}
+
+// runDev runs the cluster of `corpus dev` on its locked state folder. A
+// stop (ctx ending) in any phase, startup included, stops what runs and
+// returns nil; a phase that fails stops what runs and says why.
 func runDev(ctx context.Context, g *globals, o devOptions, logger *slog.Logger, reg prometheus.Registerer, metricsURL string) error {
 	ccfg := coordinator.Default()
 	ccfg.DataDir = filepath.Join(o.stateDir, "coordinator")
@@ -136,7 +157,10 @@ func runDev(ctx context.Context, g *globals, o devOptions, logger *slog.Logger, 
 	if err != nil {
 		return err
 	}
+	// On every return: the agent is stopped, then the coordinator, then
+	// both are waited for.
 	var wg sync.WaitGroup
+	defer wg.Wait()
 	cctx, stopCoordinator := context.WithCancel(context.Background())
 	defer stopCoordinator()
 	cerr := make(chan error, 1)
@@ -145,7 +169,14 @@ func runDev(ctx context.Context, g *globals, o devOptions, logger *slog.Logger, 
 		defer wg.Done()
 		cerr <- srv.Serve(cctx)
 	}()
-	defer wg.Wait()
+	// A phase that ends early because of a stop is no failure.
+	stopped := func(err error) error {
+		if ctx.Err() != nil {
+			logger.Info("stopped while starting")
+			return nil
+		}
+		return err
+	}
 
 	addr := srv.APIAddr()
 	if err := saveEnvironment(g.configPath, o.envName, &Environment{Address: addr, Token: srv.OpsToken(), CACert: string(srv.CACert())}, false); err != nil {
@@ -158,7 +189,7 @@ func runDev(ctx context.Context, g *globals, o devOptions, logger *slog.Logger, 
 		return err
 	}
 	if err := waitReady(ctx, c); err != nil {
-		return err
+		return stopped(err)
 	}
 
 	acfg := o.agent
@@ -182,13 +213,13 @@ func runDev(ctx context.Context, g *globals, o devOptions, logger *slog.Logger, 
 	if !enrolled {
 		res, err := c.nodes.CreateJoinToken(ctx, connect.NewRequest(&corpusv1.CreateJoinTokenRequest{TtlSeconds: 600}))
 		if err != nil {
-			return fmt.Errorf("creating a join token for this host: %w", err)
+			return stopped(fmt.Errorf("creating a join token for this host: %w", err))
 		}
 		acfg.JoinToken = res.Msg.Token
 	}
-	ag, err := agent.New(acfg)
+	ag, err := agent.New(ctx, acfg)
 	if err != nil {
-		return err
+		return stopped(explainIngress(err))
 	}
 	actx, stopAgent := context.WithCancel(context.Background())
 	defer stopAgent()
@@ -202,8 +233,7 @@ func runDev(ctx context.Context, g *globals, o devOptions, logger *slog.Logger, 
 	devBanner{
 		StateDir: o.stateDir, API: addr, Raft: o.raftAddr, AgentAPI: ag.APIAddr(), Node: o.name,
 		Proxy: dash(ag.ProxyAddr()), DNS: dash(srv.DNSAddr()), Zone: ccfg.DNSZone, Metrics: dash(metricsURL),
-		OpsToken: srv.OpsToken(), OpsTokenFile: filepath.Join(ccfg.DataDir, coordinator.OpsTokenFile),
-		CA:  filepath.Join(ccfg.DataDir, coordinator.TLSDir, coordinator.CACertFile),
+		OpsTokenFile: filepath.Join(ccfg.DataDir, coordinator.OpsTokenFile), CA: filepath.Join(ccfg.DataDir, coordinator.TLSDir, coordinator.CACertFile),
 		Env: o.envName, ConfigPath: g.configPath,
 	}.write(g.stderr)
 
@@ -362,12 +392,13 @@ func deleteNodeVolumes(ctx context.Context, c *clients, node string, g *globals)
 	}
 }
 
-// devBanner is what `corpus dev` prints once its cluster runs, the
-// operator token included.
+// devBanner is what `corpus dev` prints once its cluster runs. It names
+// the file the operator token is in, never the token: what corpus dev
+// prints often goes to a log.
 type devBanner struct {
 	StateDir, API, Raft, AgentAPI, Node, Proxy, DNS, Zone string
 	Metrics                                               string
-	OpsToken, OpsTokenFile, CA, Env, ConfigPath           string
+	OpsTokenFile, CA, Env, ConfigPath                     string
 }
 
 func (b devBanner) write(w io.Writer) {
@@ -379,8 +410,7 @@ corpus dev is running (state in %s)
   proxy (ingress)   %s
   dns               %s   (zone %s; dig @HOST -p PORT web.guest.%s)
   metrics           %s   (Prometheus, coordinator and agent)
-  operator token    %s
-                    (also in %s)
+  operator token    in %s (its owner's alone; the CLI environment has it)
   cluster CA        %s
   CLI environment   %q in %s
 
@@ -391,5 +421,5 @@ Try:
   corpus guest list
 
 Ctrl-C stops the cluster; guests keep running unless --cleanup is given.
-`, b.StateDir, b.API, b.Raft, b.API, b.AgentAPI, b.Node, b.Proxy, b.DNS, b.Zone, b.Zone, b.Metrics, b.OpsToken, b.OpsTokenFile, b.CA, b.Env, b.ConfigPath)
+`, b.StateDir, b.API, b.Raft, b.API, b.AgentAPI, b.Node, b.Proxy, b.DNS, b.Zone, b.Zone, b.Metrics, b.OpsTokenFile, b.CA, b.Env, b.ConfigPath)
 }

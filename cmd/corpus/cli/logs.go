@@ -2,7 +2,10 @@ package cli
 
 import (
 	"fmt"
+	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"connectrpc.com/connect"
 	"github.com/spf13/cobra"
@@ -22,6 +25,9 @@ type logFilter struct {
 	since   string
 	tail    int
 	follow  bool
+	// raw prints lines as their process wrote them, control characters
+	// and all (escaped otherwise: see termSafe).
+	raw bool
 }
 
 func (f *logFilter) add(cmd *cobra.Command) {
@@ -31,6 +37,7 @@ func (f *logFilter) add(cmd *cobra.Command) {
 	fs.StringVar(&f.since, "since", "", "only lines from this long ago (10m, 2h) or this time (RFC 3339) on")
 	fs.IntVar(&f.tail, "tail", -1, fmt.Sprintf("the last N lines (default %d without --since; 0: every line kept)", defaultLogTail))
 	fs.BoolVarP(&f.follow, "follow", "f", false, "go on with new lines as they come (across deploys, restarts and moves) until the guest is deleted or Ctrl-C")
+	fs.BoolVar(&f.raw, "raw", false, "print control characters (escape sequences) as the process wrote them instead of escaped as \\x1b: lets the guest's output drive your terminal")
 }
 
 func (f *logFilter) request(name string) (*corpusv1.GuestLogsRequest, error) {
@@ -57,8 +64,10 @@ func (f *logFilter) request(name string) (*corpusv1.GuestLogsRequest, error) {
 }
 
 // printLogs prints a log stream until it ends: a line per log line,
-// "TIME SOURCE[PROCESS RELEASE]: LINE", or JSON lines with --json.
-func (g *globals) printLogs(stream *connect.ServerStreamForClient[corpusv1.LogLine], err error) error {
+// "TIME SOURCE[PROCESS RELEASE]: LINE", or JSON lines with --json. A
+// line's control characters are escaped unless raw: what a guest prints
+// must not drive the terminal of whoever reads its logs.
+func (g *globals) printLogs(stream *connect.ServerStreamForClient[corpusv1.LogLine], err error, raw bool) error {
 	if err != nil {
 		return err
 	}
@@ -83,7 +92,11 @@ func (g *globals) printLogs(stream *connect.ServerStreamForClient[corpusv1.LogLi
 		case l.Release != "":
 			who += "[" + l.Release + "]"
 		}
-		fmt.Fprintf(g.stdout, "%s %s: %s\n", l.Time.AsTime().Local().Format("2006-01-02T15:04:05.000Z07:00"), who, l.Line)
+		line := l.Line
+		if !raw {
+			line = termSafe(line)
+		}
+		fmt.Fprintf(g.stdout, "%s %s: %s\n", l.Time.AsTime().Local().Format("2006-01-02T15:04:05.000Z07:00"), who, line)
 	}
 	if err := stream.Err(); err != nil && !(connect.CodeOf(err) == connect.CodeCanceled) {
 		return err
@@ -113,7 +126,8 @@ func newLogsCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			return g.printLogs(c.projects.ProjectLogs(cmd.Context(), connect.NewRequest(&corpusv1.ProjectLogsRequest{Project: args[0], Env: env, Filter: filter})))
+			stream, err := c.projects.ProjectLogs(cmd.Context(), connect.NewRequest(&corpusv1.ProjectLogsRequest{Project: args[0], Env: env, Filter: filter}))
+			return g.printLogs(stream, err, f.raw)
 		},
 	}
 	f.add(cmd)
@@ -136,9 +150,38 @@ func newGuestLogsCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			return g.printLogs(c.guests.GuestLogs(cmd.Context(), connect.NewRequest(req)))
+			stream, err := c.guests.GuestLogs(cmd.Context(), connect.NewRequest(req))
+			return g.printLogs(stream, err, f.raw)
 		},
 	}
 	f.add(cmd)
 	return cmd
+}
+
+// termSafe returns s with what a terminal would act on written out
+// instead: C0 control characters other than tab and newline, DEL and C1
+// control characters as \xNN (ESC is \x1b, so "\x1b[2J" shows rather
+// than clears the screen), and bytes that are not UTF-8 (an 8-bit C1
+// control to some terminals) as \xNN too. Everything else, non-ASCII
+// text included, is kept as it is.
+func termSafe(s string) string {
+	i := strings.IndexFunc(s, func(r rune) bool { return r == utf8.RuneError || r != '\t' && r != '\n' && unicode.IsControl(r) })
+	if i < 0 {
+		return s
+	}
+	var b strings.Builder
+	b.WriteString(s[:i])
+	for i < len(s) {
+		r, n := utf8.DecodeRuneInString(s[i:])
+		switch {
+		case r == utf8.RuneError && n == 1: // not UTF-8
+			fmt.Fprintf(&b, "\\x%02x", s[i])
+		case r == '\t' || r == '\n' || !unicode.IsControl(r):
+			b.WriteString(s[i : i+n])
+		default: // C0, DEL, C1 (U+0080-U+009F)
+			fmt.Fprintf(&b, "\\x%02x", r)
+		}
+		i += n
+	}
+	return b.String()
 }

@@ -35,11 +35,15 @@ func newNodeCmd(g *globals) *cobra.Command {
 	}
 	token.Flags().DurationVar(&ttl, "ttl", time.Hour, "how long the token stays valid")
 
+	var yes bool
 	remove := &cobra.Command{
-		Use:   "remove NODE",
-		Short: "Forget an empty node: its credential stops working at once (drain it first)",
+		Use:   "remove NODE [--yes]",
+		Short: "Forget an empty node: its credential stops working at once (drain it first; asks first)",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := g.confirm(cmd, yes, "Remove node "+args[0]+" from the cluster (its agent's credential stops working)"); err != nil {
+				return err
+			}
 			return call(g, cmd.Context(), func(ctx context.Context, c *clients) (*connect.Response[corpusv1.RemoveNodeResponse], error) {
 				return c.nodes.RemoveNode(ctx, connect.NewRequest(&corpusv1.RemoveNodeRequest{Name: args[0]}))
 			}, func(m *corpusv1.RemoveNodeResponse) error {
@@ -48,6 +52,7 @@ func newNodeCmd(g *globals) *cobra.Command {
 			})
 		},
 	}
+	addYes(remove, &yes)
 	cmd.AddCommand(token, newNodeListCmd(g, "list"), newNodeShowCmd(g, "show"), newNodeModeCmd(g, "mode"), remove, newNodeAddK8sCmd(g))
 	return cmd
 }

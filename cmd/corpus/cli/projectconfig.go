@@ -2,9 +2,7 @@ package cli
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"io"
 	"slices"
 	"strings"
 	"text/tabwriter"
@@ -30,28 +28,9 @@ func newConfigCmd(g *globals) *cobra.Command {
   corpus config set site FEATURE_X=on --no-restart`,
 		Args: cobra.MinimumNArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			vars := map[string]string{}
-			stdinUsed := false
-			for _, a := range args[1:] {
-				k, v, ok := strings.Cut(a, "=")
-				if !ok || k == "" {
-					return fmt.Errorf("%q is not KEY=VALUE", a)
-				}
-				if _, dup := vars[k]; dup {
-					return fmt.Errorf("%s is given twice", k)
-				}
-				if v == "-" {
-					if stdinUsed {
-						return errors.New("only one value can come from stdin")
-					}
-					stdinUsed = true
-					b, err := io.ReadAll(io.LimitReader(cmd.InOrStdin(), 1<<20))
-					if err != nil {
-						return fmt.Errorf("reading %s from stdin: %w", k, err)
-					}
-					v = strings.TrimSuffix(string(b), "\n")
-				}
-				vars[k] = v
+			vars, err := readVars(cmd, args[1:])
+			if err != nil {
+				return err
 			}
 			return followDeploy(g, cmd.Context(), args[0], env, "config change", func(ctx context.Context, c *clients) (*connect.ServerStreamForClient[corpusv1.DeployOutput], error) {
 				return c.projects.SetConfig(ctx, connect.NewRequest(&corpusv1.SetConfigRequest{Project: args[0], Env: env, Set: vars, NoRestart: noRestart}))

@@ -101,12 +101,23 @@ func newProjectCmd(g *globals) *cobra.Command {
 		},
 	}
 	var delEnv string
-	var keepVolumes bool
+	var keepVolumes, yes bool
 	del := &cobra.Command{
-		Use:   "delete NAME [--env ENV] [--keep-volumes]",
-		Short: "Delete a project, or one environment of it, with its guests, data volumes and releases",
+		Use:   "delete NAME [--env ENV] [--keep-volumes] [--yes]",
+		Short: "Delete a project, or one environment of it, with its guests, data volumes and releases (asks first)",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			what := "project " + args[0]
+			if delEnv != "" {
+				what = "environment " + delEnv + " of project " + args[0]
+			}
+			data := "data volumes"
+			if keepVolumes {
+				data = "releases (its data volumes are kept)"
+			}
+			if err := g.confirm(cmd, yes, fmt.Sprintf("Delete %s, with its guests and %s", what, data)); err != nil {
+				return err
+			}
 			return call(g, cmd.Context(), func(ctx context.Context, c *clients) (*connect.Response[corpusv1.DeleteProjectResponse], error) {
 				return c.projects.DeleteProject(ctx, connect.NewRequest(&corpusv1.DeleteProjectRequest{Name: args[0], Env: delEnv, KeepVolumes: keepVolumes}))
 			}, func(*corpusv1.DeleteProjectResponse) error {
@@ -125,6 +136,7 @@ func newProjectCmd(g *globals) *cobra.Command {
 	}
 	del.Flags().StringVar(&delEnv, "env", "", "delete only this environment (dev, staging or prod)")
 	del.Flags().BoolVar(&keepVolumes, "keep-volumes", false, "keep the data volumes (unbound) instead of deleting them")
+	addYes(del, &yes)
 	cmd.AddCommand(newProjectCreateCmd(g), list, show, del, newProjectGrantCmd(g, false), newProjectGrantCmd(g, true),
 		newProjectExportCmd(g), newProjectImportCmd(g), newProjectKeygenCmd(g))
 	return cmd

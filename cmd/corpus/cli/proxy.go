@@ -2,7 +2,9 @@ package cli
 
 import (
 	"fmt"
+	"os"
 	"strings"
+	"syscall"
 
 	"github.com/spf13/cobra"
 
@@ -17,6 +19,7 @@ func newProxyCmd(g *globals) *cobra.Command {
 		certs         []string
 		logs          logFlags
 		releaseMounts bool
+		reportFD      int
 	)
 	cmd := &cobra.Command{
 		Use:   "proxy --dir DIR",
@@ -32,6 +35,11 @@ lets its own connections finish (up to --drain-timeout) and exits.`,
   corpus proxy --dir /var/lib/corpus/agent/proxy --http-addr :80 --takeover   # upgrade in place`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if reportFD > 2 {
+				// Kept from CloseInheritedFiles, and from what this runs.
+				syscall.CloseOnExec(reportFD)
+				cfg.Report = os.NewFile(uintptr(reportFD), "report")
+			}
 			proxyd.CloseInheritedFiles()
 			logger, err := logs.logger()
 			if err != nil {
@@ -69,6 +77,8 @@ lets its own connections finish (up to --drain-timeout) and exits.`,
 	f.DurationVar(&cfg.DrainTimeout, "drain-timeout", cfg.DrainTimeout, "how long connections get to finish when this process stops or hands over")
 	f.BoolVar(&releaseMounts, "release-mounts", false, "in a mount namespace of its own, unmount the agent's volumes (the agent starts it so)")
 	f.MarkHidden("release-mounts")
+	f.IntVar(&reportFD, "report-fd", 0, "file descriptor the start's outcome is written to (the agent gives one)")
+	f.MarkHidden("report-fd")
 	logs.add(f)
 	return cmd
 }

@@ -12,6 +12,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -140,7 +141,37 @@ func newRoot(g *globals) *cobra.Command {
 		newDocsCmd(g),
 	)
 	root.AddCommand(newSeedAliases(g)...)
+	refuseUnknownCommands(root)
 	return root
+}
+
+// refuseUnknownCommands makes every command that only groups others
+// (corpus, corpus guest, ...) fail on an argument naming none of them,
+// with the nearest names as suggestions; cobra would print the group's
+// help and exit 0 below the root, so `corpus guest lst` looked fine.
+// Without an argument, a group prints its help as before.
+func refuseUnknownCommands(c *cobra.Command) {
+	for _, sub := range c.Commands() {
+		refuseUnknownCommands(sub)
+	}
+	if !c.HasSubCommands() || c.Runnable() {
+		return
+	}
+	c.Args = cobra.ArbitraryArgs
+	c.SuggestionsMinimumDistance = 2 // cobra's own default, set where it suggests itself
+	c.RunE = func(cmd *cobra.Command, args []string) error {
+		if len(args) == 0 {
+			return cmd.Help()
+		}
+		msg := fmt.Sprintf("%s: unknown command %q", cmd.CommandPath(), args[0])
+		if s := cmd.SuggestionsFor(args[0]); len(s) > 0 {
+			for i := range s {
+				s[i] = strconv.Quote(s[i])
+			}
+			msg += "; did you mean " + strings.Join(s, " or ") + "?"
+		}
+		return fmt.Errorf("%s (`%s --help` lists its commands)", msg, cmd.CommandPath())
+	}
 }
 
 // endpoint resolves which coordinator to call, with what credential and

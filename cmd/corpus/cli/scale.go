@@ -85,7 +85,8 @@ An environment that keeps data on a volume runs one instance unless
 	return cmd
 }
 
-// printScale writes an environment's counts and instances.
+// printScale writes an environment's counts and instances, and why the
+// scheduler has not placed those that are pending.
 func printScale(out io.Writer, project string, ev *corpusv1.ProjectEnvView) {
 	fmt.Fprintf(out, "%s/%s: %s\n", project, ev.Name, scaleText(ev.Scale))
 	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
@@ -98,6 +99,11 @@ func printScale(out io.Writer, project string, ev *corpusv1.ProjectEnvView) {
 		fmt.Fprintf(w, "%d\t%s\t%s\t%s\t%s\t%s\t%s\n", in.Index, in.GuestName, dash(in.NodeName), dash(in.GuestStatus), dash(in.Address), rel, dash(strings.Join(in.Processes, ",")))
 	}
 	w.Flush()
+	for _, in := range ev.Instances {
+		if in.PendingReason != "" {
+			fmt.Fprintf(out, "instance %d (%s) is pending: %s\n", in.Index, in.GuestName, in.PendingReason)
+		}
+	}
 }
 
 func scaleText(scale map[string]uint32) string {

@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"fmt"
+	"io"
 	"slices"
 	"strings"
 	"text/tabwriter"
@@ -115,7 +116,9 @@ them; a service of no project (ops may leave --project out) is the operators'.`,
 	return cmd
 }
 
-// readVars reads KEY=VALUE arguments; one VALUE may be - (stdin).
+// readVars reads KEY=VALUE arguments; one VALUE may be - (stdin, read
+// whole: a value over the API's limit is refused here, saying its size,
+// before anything is sent).
 func readVars(cmd *cobra.Command, args []string) (map[string]string, error) {
 	if len(args) == 0 {
 		return nil, nil
@@ -135,15 +138,41 @@ func readVars(cmd *cobra.Command, args []string) (map[string]string, error) {
 				return nil, fmt.Errorf("only one value can come from stdin")
 			}
 			stdin = true
-			b, err := readAllLimited(cmd.InOrStdin(), 1<<20)
-			if err != nil {
-				return nil, fmt.Errorf("reading %s from stdin: %w", k, err)
+			var err error
+			if v, err = readStdinValue(cmd.InOrStdin(), k); err != nil {
+				return nil, err
 			}
-			v = strings.TrimSuffix(string(b), "\n")
 		}
 		out[k] = v
 	}
 	return out, nil
+}
+
+// maxStdinCount bounds how much of an over-long value readStdinValue
+// reads to say its size.
+const maxStdinCount = 1 << 30
+
+// readStdinValue reads the value of key from r, without one final
+// newline, refusing one longer than corpusv1.MaxConfigValueBytes.
+func readStdinValue(r io.Reader, key string) (string, error) {
+	// The limit, a newline after it, and one byte more to know it is over.
+	b, err := io.ReadAll(io.LimitReader(r, corpusv1.MaxConfigValueBytes+2))
+	if err != nil {
+		return "", fmt.Errorf("reading %s from stdin: %w", key, err)
+	}
+	v := strings.TrimSuffix(string(b), "\n")
+	if len(v) <= corpusv1.MaxConfigValueBytes {
+		return v, nil
+	}
+	rest, err := io.Copy(io.Discard, io.LimitReader(r, maxStdinCount))
+	if err != nil {
+		return "", fmt.Errorf("reading %s from stdin: %w", key, err)
+	}
+	size := "is " + units.FormatSize(int64(len(b))+rest)
+	if int64(len(b))+rest >= maxStdinCount {
+		size = "is over " + units.FormatSize(maxStdinCount)
+	}
+	return "", fmt.Errorf("the value of %s on stdin %s; the limit is %s", key, size, units.FormatSize(corpusv1.MaxConfigValueBytes))
 }
 
 // printService prints a service's view for people.
@@ -258,12 +287,19 @@ func newServiceShowCmd(g *globals) *cobra.Command {
 }
 
 func newServiceDeleteCmd(g *globals) *cobra.Command {
-	var purge bool
+	var purge, yes bool
 	cmd := &cobra.Command{
-		Use:   "delete NAME [--purge]",
-		Short: "Delete a service (refused while linked); its volume and backups stay unless --purge",
+		Use:   "delete NAME [--purge] [--yes]",
+		Short: "Delete a service (refused while linked); its volume and backups stay unless --purge (asks first)",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			question := "Delete service " + args[0] + " (its volume and backups are kept)"
+			if purge {
+				question = "Delete service " + args[0] + " with its data volume and its backups"
+			}
+			if err := g.confirm(cmd, yes, question); err != nil {
+				return err
+			}
 			return call(g, cmd.Context(), func(ctx context.Context, c *clients) (*connect.Response[corpusv1.DeleteServiceResponse], error) {
 				return c.services.DeleteService(ctx, connect.NewRequest(&corpusv1.DeleteServiceRequest{Name: args[0], Purge: purge}))
 			}, func(m *corpusv1.DeleteServiceResponse) error {
@@ -277,6 +313,7 @@ func newServiceDeleteCmd(g *globals) *cobra.Command {
 		},
 	}
 	cmd.Flags().BoolVar(&purge, "purge", false, "delete its data volume and its backups too")
+	addYes(cmd, &yes)
 	return cmd
 }
 

@@ -52,11 +52,15 @@ func newVolumeCmd(g *globals) *cobra.Command {
 			})
 		},
 	}
+	var yes bool
 	del := &cobra.Command{
-		Use:   "delete NAME",
-		Short: "Delete an unbound volume and its data",
+		Use:   "delete NAME [--yes]",
+		Short: "Delete an unbound volume and its data (asks first)",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := g.confirm(cmd, yes, "Delete volume "+args[0]+" and its data"); err != nil {
+				return err
+			}
 			return call(g, cmd.Context(), func(ctx context.Context, c *clients) (*connect.Response[corpusv1.DeleteVolumeResponse], error) {
 				return c.volumes.DeleteVolume(ctx, connect.NewRequest(&corpusv1.DeleteVolumeRequest{Name: args[0]}))
 			}, func(msg *corpusv1.DeleteVolumeResponse) error {
@@ -65,6 +69,7 @@ func newVolumeCmd(g *globals) *cobra.Command {
 			})
 		},
 	}
+	addYes(del, &yes)
 	var to string
 	move := &cobra.Command{
 		Use:   "move NAME --to NODE",

@@ -109,6 +109,8 @@ func NewClient(ctx context.Context, cfg ClientConfig) (*Client, error) {
 func (c *Client) ensure(ctx context.Context) error {
 	st, err := c.Status(ctx)
 	switch {
+	case ctx.Err() != nil:
+		return ctx.Err() // asked to stop, not told the proxy is gone
 	case err != nil:
 		c.log.Info("no proxy process answers: starting one", "dir", c.cfg.Dir, "error", err)
 		return c.start(ctx, false, "")
@@ -127,7 +129,9 @@ func (c *Client) ensure(ctx context.Context) error {
 
 // start runs a proxy process, detached from the agent (its own session:
 // it outlives the agent), and waits until it answers, as a process other
-// than old (a Status.ID).
+// than old (a Status.ID). One that cannot start says why on a pipe
+// (--report-fd): an address it cannot listen on comes back as the
+// *listen.Error it met, naming who holds the address.
 func (c *Client) start(ctx context.Context, takeover bool, old string) error {
 	if err := os.MkdirAll(c.cfg.Dir, 0o700); err != nil {
 		return err
@@ -145,16 +149,38 @@ func (c *Client) start(ctx context.Context, takeover bool, old string) error {
 	// of the agent's volume mounts (--release-mounts): a process that
 	// outlives the agent must not keep a guest's volume busy, nor the
 	// agent's mount namespace alive.
-	cmd := exec.Command(c.cfg.Binary, append(args, "--release-mounts")...)
+	reports, pw, err := os.Pipe()
+	if err != nil {
+		return err
+	}
+	defer reports.Close()
+	cmd := exec.Command(c.cfg.Binary, append(args, "--release-mounts", "--report-fd", "3")...)
 	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.ExtraFiles = []*os.File{pw} // fd 3
 	cmd.Env = childEnv(os.Environ())
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Unshareflags: syscall.CLONE_NEWNS}
-	if err := cmd.Start(); err != nil {
+	err = cmd.Start()
+	pw.Close()
+	if err != nil {
 		return fmt.Errorf("starting the proxy process: %w", err)
 	}
 	pid := cmd.Process.Pid
 	exited := make(chan error, 1)
 	go func() { exited <- cmd.Wait() }() // reaped when it ends while the agent runs
+	report := make(chan startReport, 1)
+	go func() {
+		var r startReport
+		if json.NewDecoder(io.LimitReader(reports, 64<<10)).Decode(&r) == nil {
+			report <- r
+		}
+		close(report)
+	}()
+	failed := func(r startReport) error {
+		if r.Listen != nil {
+			return r.Listen
+		}
+		return fmt.Errorf("the proxy process (pid %d) could not start: %s", pid, r.Error)
+	}
 	deadline := time.Now().Add(startTimeout)
 	for {
 		st, err := c.Status(ctx)
@@ -166,7 +192,18 @@ func (c *Client) start(ctx context.Context, takeover bool, old string) error {
 			return nil
 		}
 		select {
+		case r, ok := <-report:
+			if ok && !r.Serving {
+				return failed(r)
+			}
+			report = nil // serving: its answers say the rest
 		case err := <-exited:
+			// Its pipe closed with it: a report it made is there.
+			if report != nil {
+				if r, ok := <-report; ok && !r.Serving {
+					return failed(r)
+				}
+			}
 			return fmt.Errorf("the proxy process (pid %d) ended at start: %v; see %s", pid, err, filepath.Join(c.cfg.Dir, logFile))
 		case <-ctx.Done():
 			return ctx.Err()

@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -26,6 +27,7 @@ import (
 	"corpus/internal/atomicfile"
 	"corpus/internal/metrics"
 	"corpus/internal/revert"
+	"corpus/netns/listen"
 	"corpus/netns/proxy"
 )
 
@@ -63,6 +65,32 @@ type Config struct {
 	Logger *slog.Logger
 	// Ready is called once the proxy serves (nil: nothing).
 	Ready func()
+	// Report, when set, is told once how the start went (a startReport:
+	// serving, or why not), then closed: the agent that started this
+	// process learns why it could not start (a port in use, and by
+	// whom) from it rather than from the log.
+	Report io.WriteCloser
+}
+
+// startReport is what a proxy process tells the agent that started it
+// on its report pipe, as one line of JSON: that it serves, or why it
+// cannot. V is the format's version.
+type startReport struct {
+	V       int           `json:"v"`
+	Serving bool          `json:"serving,omitempty"`
+	Error   string        `json:"error,omitempty"`
+	Listen  *listen.Error `json:"listen,omitempty"`
+}
+
+// reportStart tells w how the start went (err nil: serving) and closes it.
+func reportStart(w io.WriteCloser, err error) {
+	r := startReport{V: 1, Serving: err == nil}
+	if err != nil {
+		r.Error = err.Error()
+		errors.As(err, &r.Listen)
+	}
+	json.NewEncoder(w).Encode(r) // a reader that went away has nothing to learn
+	w.Close()
 }
 
 // Status is what GET /status answers.
@@ -93,7 +121,22 @@ func Fingerprint(pc proxy.Config, leaves []*x509.Certificate) string {
 
 // Run serves a proxy until ctx ends (then it drains) or a successor took
 // its listeners over (then it drains too, the successor serving).
-func Run(ctx context.Context, cfg Config) error {
+func Run(ctx context.Context, cfg Config) (err error) {
+	if cfg.Report != nil {
+		// Once: at the first serve, or with the error that ended the start.
+		report := cfg.Report
+		cfg.Report = nil
+		var once sync.Once
+		tell := func(err error) { once.Do(func() { reportStart(report, err) }) }
+		defer func() { tell(err) }()
+		ready := cfg.Ready
+		cfg.Ready = func() {
+			tell(nil)
+			if ready != nil {
+				ready()
+			}
+		}
+	}
 	log := cfg.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)

@@ -1467,7 +1467,10 @@ type InstanceView struct {
 	Release uint32 `protobuf:"varint,6,opt,name=release,proto3" json:"release,omitempty"`
 	Error   string `protobuf:"bytes,7,opt,name=error,proto3" json:"error,omitempty"`
 	// processes are the types it runs.
-	Processes     []string `protobuf:"bytes,8,rep,name=processes,proto3" json:"processes,omitempty"`
+	Processes []string `protobuf:"bytes,8,rep,name=processes,proto3" json:"processes,omitempty"`
+	// pending_reason says why the scheduler has not placed its guest yet
+	// (Guest.pending_reason: no node with the CPU or memory it asks, ...).
+	PendingReason string `protobuf:"bytes,9,opt,name=pending_reason,json=pendingReason,proto3" json:"pending_reason,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1556,6 +1559,13 @@ func (x *InstanceView) GetProcesses() []string {
 		return x.Processes
 	}
 	return nil
+}
+
+func (x *InstanceView) GetPendingReason() string {
+	if x != nil {
+		return x.PendingReason
+	}
+	return ""
 }
 
 type GetProjectRequest struct {
@@ -3045,7 +3055,7 @@ const file_corpus_v1_projects_proto_rawDesc = "" +
 	"\n" +
 	"ScaleEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\rR\x05value:\x028\x01\"\xeb\x01\n" +
+	"\x05value\x18\x02 \x01(\rR\x05value:\x028\x01\"\x92\x02\n" +
 	"\fInstanceView\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\rR\x05index\x12\x1d\n" +
 	"\n" +
@@ -3055,7 +3065,8 @@ const file_corpus_v1_projects_proto_rawDesc = "" +
 	"\aaddress\x18\x05 \x01(\tR\aaddress\x12\x18\n" +
 	"\arelease\x18\x06 \x01(\rR\arelease\x12\x14\n" +
 	"\x05error\x18\a \x01(\tR\x05error\x12\x1c\n" +
-	"\tprocesses\x18\b \x03(\tR\tprocesses\"g\n" +
+	"\tprocesses\x18\b \x03(\tR\tprocesses\x12%\n" +
+	"\x0epending_reason\x18\t \x01(\tR\rpendingReason\"g\n" +
 	"\x11GetProjectRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1b\n" +
 	"\tmin_index\x18\x02 \x01(\x04R\bminIndex\x12!\n" +

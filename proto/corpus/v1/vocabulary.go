@@ -6,6 +6,11 @@ package corpusv1
 
 import "strconv"
 
+// MaxConfigValueBytes is the longest value, in clear, of a config
+// variable or an external service's secret: the API refuses longer ones,
+// and the CLI refuses to send them.
+const MaxConfigValueBytes = 32 << 10
+
 // Node statuses (Node.status).
 const (
 	NodeInitializing = "initializing"
