@@ -168,13 +168,15 @@ func (c *Client) start(ctx context.Context, takeover bool, old string) error {
 	exited := make(chan error, 1)
 	go func() { exited <- cmd.Wait() }() // reaped when it ends while the agent runs
 	report := make(chan startReport, 1)
-	go func() {
+	// Its own copy of the channel: the wait below sets report to nil once
+	// the process serves.
+	go func(report chan<- startReport) {
 		var r startReport
 		if json.NewDecoder(io.LimitReader(reports, 64<<10)).Decode(&r) == nil {
 			report <- r
 		}
 		close(report)
-	}()
+	}(report)
 	failed := func(r startReport) error {
 		if r.Listen != nil {
 			return r.Listen
