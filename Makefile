@@ -88,8 +88,8 @@ ui-check: ui ## fail when the committed dashboard build is stale
 	@git diff --exit-code -- coordinator/ui/dist && [ -z "$$(git status --porcelain -- coordinator/ui/dist)" ] || \
 	  (echo "the dashboard build in coordinator/ui/dist is stale: run make ui and commit"; exit 1)
 
-# The README's pictures, taken by the dashboard's browser test (as root,
-# with LXC and Chromium: scripts/setup --test).
+# The pictures of docs/dashboard.md, taken by the dashboard's browser
+# test (as root, with LXC and Chromium: scripts/setup --test).
 screenshots: ## retake docs/ui/*.png from the dashboard's browser test
 	mkdir -p docs/ui
 	cd test/e2e && CORPUS_UI_SCREENSHOTS=$(CURDIR)/docs/ui $(GO) test -count=1 -run '^TestDashboard$$' -v .

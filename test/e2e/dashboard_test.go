@@ -26,8 +26,8 @@ import (
 // command in its terminal; a dev rolls a release back; a viewer sees no
 // write button and a write forged from the page is refused; commit
 // messages and log lines holding markup show as text. With
-// CORPUS_UI_SCREENSHOTS=DIR it saves the main pages there (the README's
-// pictures: make screenshots).
+// CORPUS_UI_SCREENSHOTS=DIR it saves the main pages there (the pictures
+// of docs/dashboard.md: make screenshots).
 func TestDashboard(t *testing.T) {
 	chromium, err := exec.LookPath("chromium")
 	if err != nil {
