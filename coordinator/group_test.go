@@ -224,19 +224,25 @@ func TestGroup(t *testing.T) {
 			t.Errorf("audit on %s = %v", id, audit.Msg.Entries)
 		}
 	}
-	st, err := f.cluster.Status(ctx, connect.NewRequest(&corpusv1.StatusRequest{}))
-	if err != nil || st.Msg.Replica != follower || st.Msg.LeaderApi != rs.api[lead] {
-		t.Errorf("Status from %s = %v, %v; want replica %s, leader api %s", follower, st, err, follower, rs.api[lead])
-	}
-	peers, err := f.cluster.RaftPeers(ctx, connect.NewRequest(&corpusv1.RaftPeersRequest{}))
-	if err != nil || len(peers.Msg.Peers) != 3 {
-		t.Fatalf("RaftPeers = %v, %v", peers, err)
-	}
-	for _, p := range peers.Msg.Peers {
-		if p.ApiAddress != rs.api[p.Id] || p.Leader != (p.Id == lead) || !p.Voter {
-			t.Errorf("peer %+v", p)
+	// Status and the peers name the leader of the moment (on a loaded
+	// machine an election may have moved it since the start).
+	eventuallyT(t, "Status and RaftPeers from "+follower+" naming the leader", func() error {
+		now := rs.leader()
+		st, err := f.cluster.Status(ctx, connect.NewRequest(&corpusv1.StatusRequest{}))
+		if err != nil || st.Msg.Replica != follower || st.Msg.LeaderApi != rs.api[now] {
+			return fmt.Errorf("Status = %v, %v; want replica %s, leader api %s", st, err, follower, rs.api[now])
 		}
-	}
+		peers, err := f.cluster.RaftPeers(ctx, connect.NewRequest(&corpusv1.RaftPeersRequest{}))
+		if err != nil || len(peers.Msg.Peers) != 3 {
+			return fmt.Errorf("RaftPeers = %v, %v", peers, err)
+		}
+		for _, p := range peers.Msg.Peers {
+			if p.ApiAddress != rs.api[p.Id] || p.Leader != (p.Id == now) || !p.Voter {
+				return fmt.Errorf("peer %+v, with %s leading", p, now)
+			}
+		}
+		return nil
+	})
 	// Many writes: the log compacts into snapshots.
 	for i := 0; i < 100; i++ {
 		if _, err := f.dns.AddRecord(ctx, connect.NewRequest(&corpusv1.AddRecordRequest{Name: fmt.Sprintf("r%d", i), Type: "TXT", Data: "x"})); err != nil {
@@ -245,6 +251,7 @@ func TestGroup(t *testing.T) {
 	}
 
 	// The leader dies: the others elect a new one and take writes.
+	lead = rs.leader()
 	killed := time.Now()
 	stopped := make(chan struct{})
 	go func(r *server) { r.stop(); close(stopped) }(rs.reps[lead])
@@ -284,7 +291,7 @@ func TestGroup(t *testing.T) {
 	c4.waitFor("c4 caught up", func(v *state.Snap) bool {
 		return v.GuestByName("web") != nil && len(v.DNSRecords()) == 101
 	})
-	peers, err = rs.ops(other).cluster.RaftPeers(ctx, connect.NewRequest(&corpusv1.RaftPeersRequest{}))
+	peers, err := rs.ops(other).cluster.RaftPeers(ctx, connect.NewRequest(&corpusv1.RaftPeersRequest{}))
 	if err != nil || len(peers.Msg.Peers) != 3 {
 		t.Fatalf("RaftPeers after the replacement = %v, %v", peers, err)
 	}
