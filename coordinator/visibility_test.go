@@ -230,6 +230,21 @@ func TestOneReadModel(t *testing.T) {
 		return nil
 	})
 
+	// The projects' names are in the zone while their node is up and
+	// published (a loaded machine may have a report arrive late).
+	eventuallyT(t, "the projects' names in the zone", func() error {
+		for _, l := range lists {
+			if l.surface != "dns" {
+				continue
+			}
+			got, err := list(s.browser(t), l, "Authorization", "Bearer "+s.OpsToken())
+			if err != nil || !slices.Contains(got, "hello.dev") || !slices.Contains(got, "other.dev") {
+				return fmt.Errorf("ops's dns = %v, %v", got, err)
+			}
+		}
+		return nil
+	})
+
 	helloSees := seen{
 		"projects": {"hello"}, "guests": {"hello-dev", "svc-odb"}, "guests on n1": {"hello-dev", "svc-odb"}, "volumes": {"hello-dev", "svc-odb"},
 		"services": {"hpay", "odb"}, "routes": {"hello.example.test"}, "traffic": {"hello.example.test"},
