@@ -1,6 +1,7 @@
 // Package procfs reads what Linux's /proc says of a process: its state,
-// session, start time, CPU time and resident memory; and which process
-// listens on a TCP port.
+// session, start time, CPU time and resident memory; which process
+// listens on a TCP port, which processes a session holds and which are
+// below a process.
 package procfs
 
 import (
@@ -72,4 +73,54 @@ func RSS(pid int) int64 {
 	var size, rss int64
 	fmt.Sscan(string(b), &size, &rss)
 	return rss * int64(os.Getpagesize())
+}
+
+// Session lists the processes of session sid that are alive (zombies,
+// which only wait to be reaped, left out), as this process's pid
+// namespace numbers them, from /proc. A session's id is its leader's
+// pid, which no other process gets while the leader (a zombie included)
+// or any member of the session is left.
+func Session(sid int) []int {
+	dirs, _ := os.ReadDir("/proc")
+	want := strconv.Itoa(sid)
+	var pids []int
+	for _, d := range dirs {
+		pid, err := strconv.Atoi(d.Name())
+		if err != nil {
+			continue
+		}
+		if f := Stat(pid); len(f) > 3 && f[0] != "Z" && f[3] == want {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
+}
+
+// Descendants lists the processes alive now below pid (its children,
+// theirs, and so on) from /proc, parents before their children. A
+// process whose parent exited was given to another (init, a subreaper)
+// and is no longer found.
+func Descendants(pid int) []int {
+	dirs, _ := os.ReadDir("/proc")
+	children := map[int][]int{}
+	for _, d := range dirs {
+		p, err := strconv.Atoi(d.Name())
+		if err != nil {
+			continue
+		}
+		f := Stat(p)
+		if len(f) < 2 || f[0] == "Z" {
+			continue
+		}
+		if ppid, err := strconv.Atoi(f[1]); err == nil {
+			children[ppid] = append(children[ppid], p)
+		}
+	}
+	var out []int
+	for next := children[pid]; len(next) > 0; {
+		p := next[0]
+		next = append(next[1:], children[p]...)
+		out = append(out, p)
+	}
+	return out
 }

@@ -1,9 +1,12 @@
 package procfs
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
+	"slices"
 	"strconv"
+	"syscall"
 	"testing"
 	"time"
 
@@ -76,4 +79,69 @@ func processCPU(t *testing.T) time.Duration {
 		t.Fatal(err)
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// TestSession: a session lists its leader and what it started, not what
+// made a session of its own, and nothing once its processes ended.
+func TestSession(t *testing.T) {
+	cmd := exec.Command("sh", "-c", "sleep 30 & setsid sleep 31 & echo $!; exec sleep 32")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	sid := cmd.Process.Pid
+	var own int
+	fmt.Fscan(out, &own)
+	defer func() {
+		for _, pid := range append(Session(sid), own) {
+			syscall.Kill(pid, syscall.SIGKILL)
+		}
+		cmd.Wait()
+	}()
+	for deadline := time.Now().Add(testrun.D(5 * time.Second)); len(Session(sid)) != 2; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("Session(%d) = %v, want sh (sleep 32 now) and sleep 30", sid, Session(sid))
+		}
+	}
+	if got := Session(sid); !slices.Contains(got, sid) || slices.Contains(got, own) || own == 0 {
+		t.Errorf("Session(%d) = %v: want its leader, not %d (a session of its own)", sid, got, own)
+	}
+	for _, pid := range Session(sid) {
+		syscall.Kill(pid, syscall.SIGKILL)
+	}
+	for deadline := time.Now().Add(testrun.D(5 * time.Second)); len(Session(sid)) != 0; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("Session(%d) = %v after SIGKILL", sid, Session(sid))
+		}
+	}
+}
+
+// TestDescendants: what a process started, and what that started, not
+// the process itself.
+func TestDescendants(t *testing.T) {
+	cmd := exec.Command("sh", "-c", "sh -c 'sleep 33 & wait' & exec sleep 34")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	root := cmd.Process.Pid
+	defer func() {
+		for _, pid := range Descendants(root) {
+			syscall.Kill(pid, syscall.SIGKILL)
+		}
+		cmd.Process.Kill()
+		cmd.Wait()
+	}()
+	for deadline := time.Now().Add(testrun.D(5 * time.Second)); len(Descendants(root)) != 2; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("Descendants(%d) = %v, want sh and its sleep", root, Descendants(root))
+		}
+	}
+	d := Descendants(root)
+	if slices.Contains(d, root) || Stat(d[1])[1] != strconv.Itoa(d[0]) {
+		t.Errorf("Descendants(%d) = %v: want the child, then its child", root, d)
+	}
 }

@@ -6,8 +6,6 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
-	"path/filepath"
-	"strconv"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -92,27 +90,11 @@ func endSession(sid int) { signalSession(sid, syscall.SIGHUP) }
 // signalSession sends sig, and SIGCONT so a stopped job sees it, to
 // every process of session sid but this one.
 func signalSession(sid int, sig syscall.Signal) {
-	for _, pid := range sessionMembers(sid) {
-		syscall.Kill(pid, sig)
-		syscall.Kill(pid, syscall.SIGCONT)
-	}
-}
-
-// sessionMembers lists the processes of session sid but this one, from
-// /proc (zombies, which only wait to be reaped, left out).
-func sessionMembers(sid int) []int {
-	dirs, _ := filepath.Glob("/proc/[0-9]*")
 	self := os.Getpid()
-	var pids []int
-	for _, d := range dirs {
-		pid, _ := strconv.Atoi(filepath.Base(d))
-		f := procfs.Stat(pid) // nil when gone meanwhile
-		if len(f) < 4 || f[0] == "Z" || pid == self {
-			continue
-		}
-		if s, _ := strconv.Atoi(f[3]); s == sid {
-			pids = append(pids, pid)
+	for _, pid := range procfs.Session(sid) {
+		if pid != self {
+			syscall.Kill(pid, sig)
+			syscall.Kill(pid, syscall.SIGCONT)
 		}
 	}
-	return pids
 }
