@@ -10,13 +10,16 @@ import (
 	"maps"
 	"os"
 	"slices"
+	"strconv"
 	"sync"
 	"syscall"
 	"time"
 
 	golxc "github.com/lxc/go-lxc"
+	"golang.org/x/sys/unix"
 
 	"corpus/drivers"
+	"corpus/internal/procfs"
 )
 
 // execWaitDelay bounds how long Exec keeps copying output after the command
@@ -32,10 +35,15 @@ const execWaitDelay = 2 * time.Second
 //
 // The result is the command's exit status, or 128+n when signal n killed
 // it. A guest that is not running gives an error wrapping
-// drivers.ErrNotRunning. When ctx ends, the command is killed (processes it
-// started in the background live on) and Exec returns ctx's error. Copying
-// of Stdin stops when the command exits; a Read from req.Stdin already in
-// progress then may still complete after Exec returns.
+// drivers.ErrNotRunning. When ctx ends, what the command runs ends and
+// Exec returns ctx's error. On a terminal, liblxc made the command the
+// leader of a session of its own: that session, every process group of
+// it, is hung up (SIGHUP and SIGCONT, as a terminal that goes away does),
+// gets hangupGrace to exit, and what is left is killed; what made a
+// session of its own (a daemon) stays. Without one, the command and every
+// process below it are killed. Copying of Stdin stops when the command
+// exits; a Read from req.Stdin already in progress then may still complete
+// after Exec returns.
 func (d *Driver) Exec(ctx context.Context, name string, req drivers.ExecRequest) (int, error) {
 	code, err := d.exec(ctx, name, req)
 	if err != nil {
@@ -111,33 +119,97 @@ func (d *Driver) exec(ctx context.Context, name string, req drivers.ExecRequest)
 	}
 	s.start(req.Stdin)
 
-	type result struct {
-		ps  *os.ProcessState
-		err error
-	}
-	exited := make(chan result, 1)
+	// Told of the exit without reaping it: until Wait below, the pid (and
+	// the session's id, which is the pid) names no other process.
+	exited := make(chan struct{})
 	go func() {
-		ps, err := proc.Wait()
-		exited <- result{ps, err}
+		var info unix.Siginfo
+		for unix.Waitid(unix.P_PID, pid, &info, unix.WEXITED|unix.WNOWAIT, nil) == unix.EINTR {
+		}
+		close(exited)
 	}()
-	var res result
 	select {
-	case res = <-exited:
+	case <-exited:
 	case <-ctx.Done():
-		_ = proc.Kill()
-		res = <-exited
+		endCommand(proc, pid, req.Terminal != nil)
+		<-exited
+		_, _ = proc.Wait()
 		s.finish()
 		return 0, fmt.Errorf("command killed: %w", ctx.Err())
 	}
+	ps, err := proc.Wait()
 	s.finish()
-	if res.err != nil {
-		return 0, fmt.Errorf("waiting for command: %w", res.err)
+	if err != nil {
+		return 0, fmt.Errorf("waiting for command: %w", err)
 	}
-	ws, ok := res.ps.Sys().(syscall.WaitStatus)
+	ws, ok := ps.Sys().(syscall.WaitStatus)
 	if ok && ws.Signaled() {
 		return 128 + int(ws.Signal()), nil
 	}
-	return res.ps.ExitCode(), nil
+	return ps.ExitCode(), nil
+}
+
+// hangupGrace is how long a terminal's session has to exit once hung up
+// before what is left of it is killed.
+const hangupGrace = 2 * time.Second
+
+// endCommand ends what the command (proc, pid: not reaped yet) runs: its
+// session, when it leads one (on a terminal), with a hangup first; else
+// the command and every process below it.
+func endCommand(proc *os.Process, pid int, hangup bool) {
+	if f := procfs.Stat(pid); len(f) > 3 && f[3] == strconv.Itoa(pid) {
+		endSession(pid, hangup)
+		return
+	}
+	endTree(proc, pid)
+}
+
+// endSession ends session sid, every process group of it; what made a
+// session of its own stays.
+func endSession(sid int, hangup bool) {
+	if hangup {
+		for _, p := range procfs.Session(sid) {
+			unix.Kill(p, unix.SIGHUP)
+			unix.Kill(p, unix.SIGCONT)
+		}
+		for deadline := time.Now().Add(hangupGrace); len(procfs.Session(sid)) > 0 && time.Now().Before(deadline); {
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	// What forks meanwhile is found on the next pass.
+	for range 100 {
+		left := procfs.Session(sid)
+		if len(left) == 0 {
+			return
+		}
+		for _, p := range left {
+			unix.Kill(p, unix.SIGKILL)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// endTree kills the command and every process below it: stopped first,
+// from the top, so none forks or leaves its parent meanwhile, then killed.
+func endTree(proc *os.Process, pid int) {
+	_ = proc.Signal(syscall.SIGSTOP)
+	stopped := map[int]bool{}
+	for range 100 {
+		fresh := false
+		for _, p := range procfs.Descendants(pid) {
+			if !stopped[p] {
+				unix.Kill(p, unix.SIGSTOP)
+				stopped[p], fresh = true, true
+			}
+		}
+		if !fresh {
+			break
+		}
+	}
+	_ = proc.Kill()
+	for p := range stopped {
+		unix.Kill(p, unix.SIGKILL)
+	}
 }
 
 // streams are the command's standard files and the copying around them.
