@@ -7,9 +7,10 @@
 // The terminal is opened on the node and given to the command through
 // the driver's exec (drivers.ExecRequest.Terminal); corpus-supervisor tty
 // in the guest makes it the command's controlling terminal. When the
-// client goes away the session ends: the exec is cancelled and the
-// terminal closed, which hangs up the command's session (SIGHUP), so
-// nothing it started stays behind.
+// client goes away the session ends: the exec is cancelled, which ends
+// the command's session in the guest (hung up, then what is left killed:
+// background jobs too), and the terminal is closed, also while something
+// still holds it open.
 package shell
 
 import (
@@ -17,11 +18,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/creack/pty"
+	"golang.org/x/sys/unix"
 
 	"corpus/drivers"
 )
@@ -215,12 +218,12 @@ func (s *session) input(ctx context.Context, stdin io.Writer, closeIn func(), re
 }
 
 func (s *session) runTTY(ctx context.Context, x Execer, req Request) (int, error) {
-	ptmx, tty, err := pty.Open()
+	ptmx, tty, err := openTerminal()
 	if err != nil {
 		return -1, fmt.Errorf("opening a terminal: %w", err)
 	}
 	defer ptmx.Close()
-	resize := func(rows, cols uint16) { pty.Setsize(ptmx, &pty.Winsize{Rows: rows, Cols: cols}) }
+	resize := func(rows, cols uint16) { setSize(ptmx, rows, cols) }
 	if req.Rows > 0 && req.Cols > 0 {
 		resize(req.Rows, req.Cols)
 	}
@@ -322,6 +325,42 @@ func (s *session) runTTYStream(ctx context.Context, x Execer, req Request) (int,
 		return -1, ctx.Err()
 	}
 	return code, err
+}
+
+// openTerminal opens a pseudo-terminal whose main end is read through
+// the runtime's poller, so that closing it ends a Read in progress.
+// pty.Open leaves it in blocking mode: a Close then waits for the Read,
+// which waits for output that never comes while a process of the
+// session keeps the terminal open and quiet.
+func openTerminal() (ptmx, tty *os.File, err error) {
+	m, tty, err := pty.Open()
+	if err != nil {
+		return nil, nil, err
+	}
+	defer m.Close()
+	fd, err := unix.FcntlInt(m.Fd(), unix.F_DUPFD_CLOEXEC, 0)
+	if err == nil {
+		if err = unix.SetNonblock(fd, true); err != nil {
+			unix.Close(fd)
+		}
+	}
+	if err != nil {
+		tty.Close()
+		return nil, nil, err
+	}
+	return os.NewFile(uintptr(fd), m.Name()), tty, nil
+}
+
+// setSize sets the terminal's window size without putting ptmx in
+// blocking mode (as its Fd method would).
+func setSize(ptmx *os.File, rows, cols uint16) {
+	c, err := ptmx.SyscallConn()
+	if err != nil {
+		return
+	}
+	c.Control(func(fd uintptr) {
+		unix.IoctlSetWinsize(int(fd), unix.TIOCSWINSZ, &unix.Winsize{Row: rows, Col: cols})
+	})
 }
 
 type writerFunc func([]byte) error

@@ -3,8 +3,12 @@ package shell
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
+	"os"
 	"os/exec"
+	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -14,6 +18,7 @@ import (
 	"github.com/creack/pty"
 
 	"corpus/drivers"
+	"corpus/internal/procfs"
 	"corpus/internal/testrun"
 )
 
@@ -207,4 +212,54 @@ func TestLimits(t *testing.T) {
 	case <-time.After(testrun.D(10 * time.Second)):
 		t.Fatal("a session whose client went did not end")
 	}
+}
+
+// TestGoneClientClosesTerminal: a session whose client went returns and
+// closes its terminal even while processes that ignore the hangup keep
+// the terminal open and print nothing (the driver's exec ends those; the
+// host here does not).
+func TestGoneClientClosesTerminal(t *testing.T) {
+	m := New(Limits{})
+	c := newClient(Input{Stdin: []byte("echo sid=$$; trap '' HUP; sleep 3600 & sleep 3601\n")})
+	done := make(chan error, 1)
+	go func() {
+		_, err := m.Run(t.Context(), hostExec{}, Request{Argv: []string{"sh"}, TTY: true}, c)
+		done <- err
+	}()
+	var sid int
+	testrun.Wait(t, 10*time.Second, "the session's commands", func() error {
+		if m := regexp.MustCompile(`sid=(\d+)`).FindStringSubmatch(c.output()); m != nil {
+			sid, _ = strconv.Atoi(m[1])
+		}
+		if sid == 0 || len(procfs.Session(sid)) < 3 {
+			return fmt.Errorf("terminal: %q", c.output())
+		}
+		return nil
+	})
+	t.Cleanup(func() {
+		for _, pid := range procfs.Session(sid) {
+			syscall.Kill(pid, syscall.SIGKILL)
+		}
+	})
+	close(c.gone)
+	select {
+	case <-done:
+	case <-time.After(testrun.D(10 * time.Second)):
+		t.Fatal("the session did not end after its client went")
+	}
+	if n := openTerminals(); n != 0 {
+		t.Errorf("%d terminals still open after the session ended", n)
+	}
+}
+
+// openTerminals counts this process's open pseudo-terminal main ends.
+func openTerminals() int {
+	fds, _ := os.ReadDir("/proc/self/fd")
+	n := 0
+	for _, fd := range fds {
+		if target, _ := os.Readlink("/proc/self/fd/" + fd.Name()); target == "/dev/ptmx" || target == "/dev/pts/ptmx" {
+			n++
+		}
+	}
+	return n
 }

@@ -6,6 +6,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -206,6 +208,8 @@ func TestShell(t *testing.T) {
 		}
 		return nil
 	})
+	// So does a login shell's, with jobs in process groups of their own.
+	l.killedLoginShell("corpus shell", func() *termSession { return c.startTerminal(c.token, 24, 80, "shell", "hello") })
 
 	// corpus shell opens in the serving release; with a command, runs it.
 	sh := c.startTerminal(c.token, 24, 80, "shell", "hello")
@@ -248,6 +252,7 @@ func TestShell(t *testing.T) {
 	if code := ssh.exited(t); code != 6 {
 		t.Errorf("ssh shell exit status %d, want 6", code)
 	}
+	l.killedLoginShell("ssh shell", func() *termSession { return l.sshTerminal("alice", "-t", "git@"+l.nodeAddr, "shell", "hello") })
 	sshCmd := func(user string, args ...string) (string, int) {
 		cmd := exec.Command("nsenter", append([]string{"--net=/run/netns/" + l.client, "ssh", "-i", l.keys[user], "-o", "IdentitiesOnly=yes",
 			"-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null", "-o", "LogLevel=ERROR", "-o", "BatchMode=yes", "-p", "2222"}, args...)...)
@@ -294,4 +299,80 @@ func TestShell(t *testing.T) {
 	if out := l.guestSh("ls /tmp"); strings.Contains(out, "carol-was-here") {
 		t.Error("carol's refused command ran")
 	}
+}
+
+// killedLoginShell opens a login shell with open, starts a background
+// job and a foreground one in it, kills the client by its PID, and checks
+// that nothing of the session stays in the guest (the shell, its jobs),
+// that the agent closed the session's terminal and that the audit log
+// says the session ended, once.
+func (l *deployLab) killedLoginShell(what string, open func() *termSession) {
+	t := l.t
+	t.Helper()
+	agent := l.a.proc.cmd.Process.Pid
+	held := ptyMains(agent)
+	ended := strings.Count(l.c.mustCLI("audit", "--json"), "ended after")
+	s := open()
+	s.send("echo shell=$((1000+$$)); sleep 4331 &\r")
+	var shell int
+	eventually(t, 15*time.Second, what+": the shell's pid", func() error {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		m := regexp.MustCompile(`shell=(\d+)`).FindStringSubmatch(s.out.String())
+		if m == nil {
+			return fmt.Errorf("terminal so far: %q", s.out.String())
+		}
+		shell, _ = strconv.Atoi(m[1])
+		shell -= 1000
+		return nil
+	})
+	s.send("sleep 4332\r")
+	running := func(ps string) (left []string) {
+		for _, line := range strings.Split(ps, "\n") {
+			if f := strings.Fields(line); len(f) > 0 && (f[0] == strconv.Itoa(shell) || strings.Contains(line, "sleep 433")) {
+				left = append(left, strings.TrimSpace(line))
+			}
+		}
+		return left
+	}
+	eventually(t, 15*time.Second, what+": the jobs running", func() error {
+		if left := running(l.guestSh("ps")); len(left) != 3 {
+			return fmt.Errorf("the shell (%d) and its jobs in ps: %q", shell, left)
+		}
+		if n := ptyMains(agent); n != held+1 {
+			return fmt.Errorf("the agent holds %d terminals, want %d", n, held+1)
+		}
+		return nil
+	})
+	start := time.Now()
+	s.cmd.Process.Kill()
+	eventually(t, 15*time.Second, what+": nothing of the session left", func() error {
+		if left := running(l.guestSh("ps")); len(left) > 0 {
+			return fmt.Errorf("still in the guest after the client was killed: %q", left)
+		}
+		if n := ptyMains(agent); n != held {
+			return fmt.Errorf("the agent holds %d terminals, want %d", n, held)
+		}
+		return nil
+	})
+	t.Logf("%s: the session ended %s after its client was killed", what, time.Since(start).Round(100*time.Millisecond))
+	eventually(t, 15*time.Second, what+": the end in the audit log", func() error {
+		if n := strings.Count(l.c.mustCLI("audit", "--json"), "ended after"); n != ended+1 {
+			return fmt.Errorf("%d ends recorded, want %d", n-ended, 1)
+		}
+		return nil
+	})
+}
+
+// ptyMains counts the pseudo-terminal main ends process pid holds open.
+func ptyMains(pid int) int {
+	dir := fmt.Sprintf("/proc/%d/fd", pid)
+	fds, _ := os.ReadDir(dir)
+	n := 0
+	for _, fd := range fds {
+		if target, _ := os.Readlink(filepath.Join(dir, fd.Name())); target == "/dev/ptmx" || target == "/dev/pts/ptmx" {
+			n++
+		}
+	}
+	return n
 }
