@@ -7,6 +7,7 @@ import (
 
 	"connectrpc.com/connect"
 
+	"corpus/agent/deploy"
 	"corpus/agent/runtime/supervisor"
 	"corpus/agent/shell"
 	"corpus/drivers"
@@ -37,10 +38,13 @@ func (c shellClient) Send(stdout, stderr []byte) error {
 
 func clampSize(n uint32) uint16 { return uint16(min(n, 4096)) }
 
-// shellRequest prepares a session in guest name of this node: with a
-// terminal, the supervisor binary goes into the guest first (its tty
-// command makes the terminal the command's own) and TERM is set.
-func (a *Agent) shellRequest(ctx context.Context, name string, argv []string, env map[string]string, dir string,
+// shellRequest prepares a session in guest name of this node. With
+// project, the command runs with the environment the project's
+// processes get there (corpus-supervisor env, when a release serves);
+// with a terminal, corpus-supervisor tty makes it the command's own and
+// TERM is set. The supervisor binary goes into the guest first for
+// either.
+func (a *Agent) shellRequest(ctx context.Context, name, project string, argv []string, env map[string]string, dir string,
 	tty bool, term string, size *corpusv1.TerminalSize) (shell.Request, drivers.Driver, error) {
 	g := a.desiredByName(name)
 	if g == nil {
@@ -51,13 +55,36 @@ func (a *Agent) shellRequest(ctx context.Context, name string, argv []string, en
 		return shell.Request{}, nil, connect.NewError(connect.CodeUnimplemented, fmt.Errorf("driver %s cannot run commands in guest %s", g.Spec.GetDriver(), g.Name))
 	}
 	req := shell.Request{Guest: g.Name, Argv: argv, Env: env, Dir: dir, TTY: tty}
+	installed := false
+	install := func(what string) error {
+		if installed {
+			return nil
+		}
+		if err := a.runtime.Install(ctx, d, g.Name); err != nil {
+			return connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("preparing %s in guest %s: %w", what, g.Name, err))
+		}
+		installed = true
+		return nil
+	}
+	if project != "" {
+		rel, file, serving, err := deploy.ServingEnv(ctx, d, g.Name, project)
+		if err != nil {
+			return req, nil, connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("finding the release project %s serves in guest %s: %w", project, g.Name, err))
+		}
+		if serving {
+			if err := install("the project's environment"); err != nil {
+				return req, nil, err
+			}
+			req.Argv = append([]string{supervisor.Binary, "env", rel, file}, argv...)
+		}
+	}
 	if !tty {
 		return req, d, nil
 	}
 	switch caps := d.Capabilities(); {
 	case caps.ExecTerminal:
-		if err := a.runtime.Install(ctx, d, g.Name); err != nil {
-			return req, nil, connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("preparing the terminal in guest %s: %w", g.Name, err))
+		if err := install("the terminal"); err != nil {
+			return req, nil, err
 		}
 		req.Wrap = func(argv []string) []string { return append([]string{supervisor.Binary, "tty"}, argv...) }
 	case caps.ExecTTYStream:
@@ -98,7 +125,12 @@ func (s *agentAPI) Shell(ctx context.Context, stream *connect.BidiStream[corpusv
 	if len(open.Argv) == 0 {
 		return connect.NewError(connect.CodeInvalidArgument, errors.New("no command given"))
 	}
-	req, d, err := a.shellRequest(ctx, open.Name, open.Argv, open.Env, open.Dir, first.Tty, first.Term, first.GetSize())
+	if first.Project != "" {
+		if err := names.Validate("project", first.Project); err != nil {
+			return connect.NewError(connect.CodeInvalidArgument, err)
+		}
+	}
+	req, d, err := a.shellRequest(ctx, open.Name, first.Project, open.Argv, open.Env, open.Dir, first.Tty, first.Term, first.GetSize())
 	if err != nil {
 		return err
 	}

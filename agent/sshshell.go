@@ -26,9 +26,9 @@ import (
 //
 // The session runs in the environment's guest, which must be on this
 // node (the project's git remote names it), in the serving release's
-// folder; it is recorded in the audit log as the key's owner when it
-// starts and ends. Port and agent forwarding, X11 and subsystems (sftp)
-// are refused.
+// folder, with the environment the project's processes get; it is
+// recorded in the audit log as the key's owner when it starts and ends.
+// Port and agent forwarding, X11 and subsystems (sftp) are refused.
 
 const sshShellUsage = "usage: ssh -t -p PORT git@NODE shell PROJECT[/ENV] [COMMAND...]"
 
@@ -139,7 +139,7 @@ exec sh -l`, "sh", current}
 		term, size = x.pty.Term, &corpusv1.TerminalSize{Rows: x.pty.Rows, Cols: x.pty.Cols}
 	}
 	guest := access.Env.GetGuestName()
-	req, d, err := a.shellRequest(ctx, guest, argv, nil, current, tty, term, size)
+	req, d, err := a.shellRequest(ctx, guest, project, argv, nil, current, tty, term, size)
 	if err != nil {
 		var ce *connect.Error
 		if errors.As(err, &ce) {

@@ -48,6 +48,19 @@ func envFile(project, release string) string { return envDir(project) + "/" + re
 
 func runFile(project, release string) string { return envDir(project) + "/" + release + ".run.json" }
 
+// ServingEnv names what a command run in a project's guest needs to get
+// the environment the project's processes get there
+// (supervisor.Environ): the serving release's folder and environment
+// file. ok is false while no release serves in the guest.
+func ServingEnv(ctx context.Context, drv drivers.Driver, guest, project string) (dir, env string, ok bool, err error) {
+	n, err := currentRelease(ctx, drv, guest, project)
+	if err != nil || n == 0 {
+		return "", "", false, err
+	}
+	rel := corpusv1.ReleaseName(n)
+	return projectDir(project) + "/releases/" + rel, envFile(project, rel), true, nil
+}
+
 // runSpec is how a release's processes run; it is kept in the guest
 // beside the release's environment, so a restart or a rollback runs them
 // as the deploy did.

@@ -7,6 +7,7 @@
 //	corpus-supervisor ctl       send the JSON request on stdin, print the answer
 //	corpus-supervisor follow    send the follow request on stdin, copy the stream
 //	corpus-supervisor tty CMD [ARGS...]  run CMD with stdin as its controlling terminal
+//	corpus-supervisor env DIR ENVFILE CMD [ARGS...]  run CMD with the environment of the release in DIR
 //	corpus-supervisor version
 package main
 
@@ -33,8 +34,13 @@ func main() {
 		}
 		os.Exit(code)
 	}
+	if len(os.Args) > 4 && os.Args[1] == "env" {
+		err := supervisor.ExecInRelease(os.Args[2], os.Args[3], os.Args[4:])
+		fmt.Fprintln(os.Stderr, "corpus-supervisor:", err)
+		os.Exit(127)
+	}
 	if len(os.Args) != 2 {
-		fmt.Fprintln(os.Stderr, "usage: corpus-supervisor daemon|start|ctl|follow|tty|version")
+		fmt.Fprintln(os.Stderr, "usage: corpus-supervisor daemon|start|ctl|follow|tty|env|version")
 		os.Exit(2)
 	}
 	switch os.Args[1] {
@@ -86,7 +92,7 @@ func main() {
 	case "version":
 		fmt.Println(version.Version)
 	default:
-		fmt.Fprintln(os.Stderr, "usage: corpus-supervisor daemon|start|ctl|follow|tty|version")
+		fmt.Fprintln(os.Stderr, "usage: corpus-supervisor daemon|start|ctl|follow|tty|env|version")
 		os.Exit(2)
 	}
 }

@@ -38,6 +38,11 @@ func (s *guestService) Shell(ctx context.Context, stream *connect.BidiStream[cor
 	if err != nil {
 		return err
 	}
+	if first.Project != "" {
+		if p, _ := s.b.Store.Read().ProjectOfGuest(g.Id); p.GetName() != first.Project {
+			return toConnect(invalidf("guest %s does not run project %s: its environment is for the project's guests (corpus project show %s)", g.Name, first.Project, first.Project))
+		}
+	}
 	actor := auth.FromContext(ctx).String()
 	kind := "without a terminal"
 	if first.Tty {

@@ -211,16 +211,23 @@ func TestShell(t *testing.T) {
 	// So does a login shell's, with jobs in process groups of their own.
 	l.killedLoginShell("corpus shell", func() *termSession { return c.startTerminal(c.token, 24, 80, "shell", "hello") })
 
-	// corpus shell opens in the serving release; with a command, runs it.
+	// corpus shell opens in the serving release, with the environment
+	// its processes get (the config, secrets decrypted); with a command,
+	// runs it so.
+	const dbURL = "postgres://app:s3cret-4712@db.internal/app"
+	c.mustCLI("config", "set", "hello", "DATABASE_URL="+dbURL)
 	sh := c.startTerminal(c.token, 24, 80, "shell", "hello")
-	sh.send("pwd\r")
-	sh.expect(0, "/srv/projects/hello/current")
+	sh.send("pwd; echo \"db=$DATABASE_URL $CORPUS_PROCESS $CORPUS_RELEASE\"\r")
+	sh.expect(sh.expect(0, "/srv/projects/hello/current"), "db="+dbURL+" shell r2")
 	sh.send("exit\r")
 	if code := sh.exited(t); code != 0 {
 		t.Errorf("corpus shell exit status %d", code)
 	}
 	if out := c.mustCLI("shell", "hello", "--", "cat", "www/index.html"); strings.TrimSpace(out) != "version one" {
 		t.Errorf("corpus shell hello -- cat: %q", out)
+	}
+	if out := c.mustCLI("shell", "hello", "--", "sh", "-c", "echo $DATABASE_URL $HOME"); strings.TrimSpace(out) != dbURL+" /srv/projects/hello/releases/r2" {
+		t.Errorf("corpus shell hello -- echo $DATABASE_URL $HOME: %q", out)
 	}
 	// Without -t, stdin streams through a pipe, its end passed on.
 	piped := exec.Command("nsenter", "--net=/run/netns/"+c.lab.ctl, corpusBin, "--address", c.api, "--token", c.token, "--ca-cert", c.ca,
@@ -260,7 +267,7 @@ func TestShell(t *testing.T) {
 		out, _ := cmd.CombinedOutput()
 		return string(out), cmd.ProcessState.ExitCode()
 	}
-	if out, code := sshCmd("alice", "git@"+l.nodeAddr, "shell", "hello/dev", "cat www/index.html; exit 2"); code != 2 || !strings.Contains(out, "version one") {
+	if out, code := sshCmd("alice", "git@"+l.nodeAddr, "shell", "hello/dev", "cat www/index.html; echo db=$DATABASE_URL; exit 2"); code != 2 || !containsAll(out, "version one", "db="+dbURL) {
 		t.Errorf("ssh shell with a command: %d %q", code, out)
 	}
 	if out, code := sshCmd("bob", "git@"+l.nodeAddr, "shell", "hello", "touch /tmp/bob-was-here"); code == 0 || !strings.Contains(out, "may not use project hello") {

@@ -2,15 +2,12 @@ package supervisor
 
 import (
 	"bufio"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sort"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -28,9 +25,6 @@ const (
 	steadyUptime = 10 * time.Second
 	defaultGrace = 10 * time.Second
 )
-
-// basePath is the PATH processes get unless the config sets one.
-const basePath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 // proc is one process of a generation: its run loop restarts it.
 type proc struct {
@@ -170,33 +164,9 @@ func (p *proc) runOnce() error {
 	return err
 }
 
-// environ is what the process gets: a base, the generation's env file,
-// then what corpus sets.
+// environ is what the process gets (Environ).
 func (p *proc) environ() ([]string, error) {
-	env := map[string]string{"PATH": basePath, "HOME": p.gen.Dir, "LANG": "C.UTF-8"}
-	if p.gen.EnvFile != "" {
-		b, err := os.ReadFile(p.gen.EnvFile)
-		if err != nil {
-			return nil, fmt.Errorf("reading the environment: %w", err)
-		}
-		var fromFile map[string]string
-		if err := json.Unmarshal(b, &fromFile); err != nil {
-			return nil, fmt.Errorf("environment file %s: %w", p.gen.EnvFile, err)
-		}
-		for k, v := range fromFile {
-			env[k] = v
-		}
-	}
-	env["CORPUS_PROCESS"] = p.spec.Name
-	if p.spec.Port > 0 {
-		env["PORT"] = strconv.Itoa(p.spec.Port)
-	}
-	out := make([]string, 0, len(env))
-	for k, v := range env {
-		out = append(out, k+"="+v)
-	}
-	sort.Strings(out)
-	return out, nil
+	return Environ(p.gen.Dir, p.gen.EnvFile, p.spec.Name, p.spec.Port)
 }
 
 // stop ends the process: SIGTERM to its group, SIGKILL after the grace.

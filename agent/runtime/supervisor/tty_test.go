@@ -18,7 +18,8 @@ import (
 
 // TestMain runs RunTTY itself when asked (the command in
 // CORPUS_TEST_RUNTTY, as JSON): it takes the process's standard input as
-// the terminal, as corpus-supervisor tty does.
+// the terminal, as corpus-supervisor tty does. So for ExecInRelease
+// (CORPUS_TEST_EXECINRELEASE: its arguments), as corpus-supervisor env.
 func TestMain(m *testing.M) {
 	if v := os.Getenv("CORPUS_TEST_RUNTTY"); v != "" {
 		var argv []string
@@ -28,6 +29,13 @@ func TestMain(m *testing.M) {
 			fmt.Fprintln(os.Stderr, err)
 		}
 		os.Exit(code)
+	}
+	if v := os.Getenv("CORPUS_TEST_EXECINRELEASE"); v != "" {
+		var args []string
+		json.Unmarshal([]byte(v), &args)
+		err := ExecInRelease(args[0], args[1], args[2:])
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(127)
 	}
 	os.Exit(m.Run())
 }

@@ -406,7 +406,7 @@ and ends, never what is typed.`,
 				if g.json {
 					keep = &shellOut{}
 				}
-				code, err := g.runShell(cmd.Context(), c, req, tty, keep)
+				code, err := g.runShell(cmd.Context(), c, req, "", tty, keep)
 				if err != nil {
 					return err
 				}

@@ -27,9 +27,10 @@ type shellOut struct {
 // process's stdin goes to the command as it comes, its output comes back
 // as it is printed. With tty, the local terminal is put in raw mode (and
 // restored on every way out), its size is sent at the start and on every
-// change, and keys such as Ctrl-C reach the command. It returns the
-// command's exit status.
-func (g *globals) runShell(ctx context.Context, c *clients, open *corpusv1.ExecGuestRequest, tty bool, keep *shellOut) (int, error) {
+// change, and keys such as Ctrl-C reach the command. With project, the
+// command gets the environment of the project's processes. It returns
+// the command's exit status.
+func (g *globals) runShell(ctx context.Context, c *clients, open *corpusv1.ExecGuestRequest, project string, tty bool, keep *shellOut) (int, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	stream := c.guests.Shell(ctx)
@@ -40,7 +41,7 @@ func (g *globals) runShell(ctx context.Context, c *clients, open *corpusv1.ExecG
 		defer sendMu.Unlock()
 		return stream.Send(m)
 	}
-	first := &corpusv1.ShellInput{Open: open, Tty: tty}
+	first := &corpusv1.ShellInput{Open: open, Tty: tty, Project: project}
 	if tty {
 		in := int(os.Stdin.Fd())
 		if !term.IsTerminal(in) {
@@ -135,10 +136,12 @@ func newShellCmd(g *globals) *cobra.Command {
 		Use:   "shell PROJECT [--env ENV] [-- CMD [ARGS...]]",
 		Short: "Open a shell (or run a command) in a project environment's guest, in its serving release",
 		Long: `Open an interactive shell in the guest of a project environment, as root, in
-the serving release's folder (bash where the image has it, else sh). With
-a command after --, run that instead. A terminal is used when stdin is one
-(unless --no-tty); the session is recorded in the audit log (who, where,
-when, how long, exit status), never what is typed.`,
+the serving release's folder (bash where the image has it, else sh), with
+the environment the project's processes get (its config and secrets,
+links, corpus.yaml's env). With a command after --, run that instead. A
+terminal is used when stdin is one (unless --no-tty); the session is
+recorded in the audit log (who, where, when, how long, exit status),
+never what is typed.`,
 		Example: `  corpus shell site
   corpus shell site --env prod -- cat /etc/os-release
   echo 'ls /srv' | corpus shell site`,
@@ -169,7 +172,7 @@ when, how long, exit status), never what is typed.`,
 			}
 			tty := !noTTY && term.IsTerminal(int(os.Stdin.Fd())) && len(args) == 1
 			open := &corpusv1.ExecGuestRequest{Name: ev.GuestName, Argv: argv, Dir: "/srv/projects/" + args[0] + "/current"}
-			code, err := g.runShell(cmd.Context(), c, open, tty, nil)
+			code, err := g.runShell(cmd.Context(), c, open, args[0], tty, nil)
 			if err != nil {
 				return err
 			}

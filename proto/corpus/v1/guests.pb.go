@@ -40,7 +40,12 @@ type ShellInput struct {
 	Size  *TerminalSize `protobuf:"bytes,4,opt,name=size,proto3" json:"size,omitempty"`
 	Stdin []byte        `protobuf:"bytes,5,opt,name=stdin,proto3" json:"stdin,omitempty"`
 	// close_stdin ends the command's input (Ctrl-D without a terminal).
-	CloseStdin    bool `protobuf:"varint,6,opt,name=close_stdin,json=closeStdin,proto3" json:"close_stdin,omitempty"`
+	CloseStdin bool `protobuf:"varint,6,opt,name=close_stdin,json=closeStdin,proto3" json:"close_stdin,omitempty"`
+	// project, on the first message: run the command with the environment
+	// this project's processes get in the guest (the serving release's:
+	// config with its secrets, links, corpus.yaml's env), as `corpus shell`
+	// does. The guest must run the project.
+	Project       string `protobuf:"bytes,7,opt,name=project,proto3" json:"project,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -115,6 +120,13 @@ func (x *ShellInput) GetCloseStdin() bool {
 		return x.CloseStdin
 	}
 	return false
+}
+
+func (x *ShellInput) GetProject() string {
+	if x != nil {
+		return x.Project
+	}
+	return ""
 }
 
 type TerminalSize struct {
@@ -1050,7 +1062,7 @@ var File_corpus_v1_guests_proto protoreflect.FileDescriptor
 
 const file_corpus_v1_guests_proto_rawDesc = "" +
 	"\n" +
-	"\x16corpus/v1/guests.proto\x12\tcorpus.v1\x1a\x15corpus/v1/types.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xc7\x01\n" +
+	"\x16corpus/v1/guests.proto\x12\tcorpus.v1\x1a\x15corpus/v1/types.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xe1\x01\n" +
 	"\n" +
 	"ShellInput\x12/\n" +
 	"\x04open\x18\x01 \x01(\v2\x1b.corpus.v1.ExecGuestRequestR\x04open\x12\x10\n" +
@@ -1059,7 +1071,8 @@ const file_corpus_v1_guests_proto_rawDesc = "" +
 	"\x04size\x18\x04 \x01(\v2\x17.corpus.v1.TerminalSizeR\x04size\x12\x14\n" +
 	"\x05stdin\x18\x05 \x01(\fR\x05stdin\x12\x1f\n" +
 	"\vclose_stdin\x18\x06 \x01(\bR\n" +
-	"closeStdin\"6\n" +
+	"closeStdin\x12\x18\n" +
+	"\aproject\x18\a \x01(\tR\aproject\"6\n" +
 	"\fTerminalSize\x12\x12\n" +
 	"\x04rows\x18\x01 \x01(\rR\x04rows\x12\x12\n" +
 	"\x04cols\x18\x02 \x01(\rR\x04cols\"\xb8\x01\n" +
