@@ -36,7 +36,8 @@ func (d *deploy) finish(err error) int {
 		d.say("-----> %s failed: %s", failedStep, msg)
 		d.rollback()
 		d.notify(status)
-		d.say("-----> %s rejected: %s/%s still serves %s; the failed tree is kept in %s", d.what(), d.project, d.env.Name, d.serving(), d.releaseDir())
+		d.discard()
+		d.say("-----> %s rejected: %s/%s still serves %s", d.what(), d.project, d.env.Name, d.serving())
 		if len(tail) > 0 {
 			d.say("       last output of %s:", failedStep)
 			for _, l := range tail {
@@ -74,6 +75,7 @@ func (d *deploy) finish(err error) int {
 		if d.gen != nil {
 			d.gen.abort(context.WithoutCancel(d.ctx))
 		}
+		d.discard()
 		d.p.cache.EndDeploy(d.journal)
 		return 1
 	}
@@ -165,7 +167,43 @@ func (d *deploy) notify(status string) {
 	d.steps = append(d.steps, st)
 }
 
-// prune removes the trees of releases beyond the newest keep.
+// workFiles are what release name holds in its project's folder in the
+// guest but its archive: its tree (and the one being unpacked), its
+// environment and run spec.
+func workFiles(name string) []string {
+	return []string{"releases/" + name, "releases/" + name + ".tmp", ".env/" + name + ".json", ".env/" + name + ".run.json"}
+}
+
+// discard removes a failed release's files from the guest once its
+// processes are stopped and current is back (a failed install may have
+// filled the guest's disk); its record and log stay with the
+// coordinator, and the archive of the release that serves stays.
+func (d *deploy) discard() {
+	if err := removeRelease(context.WithoutCancel(d.ctx), d.driver, d.guest.Name, d.project, d.name()); err != nil {
+		d.say("       warning: removing the files of %s: %v", d.name(), err)
+		return
+	}
+	d.say("       removed the files of %s", d.name())
+}
+
+// removeRelease removes release name's working files from project's
+// folder in a guest, unless current points at it.
+func removeRelease(ctx context.Context, drv drivers.Driver, guest, project, name string) error {
+	var out bytes.Buffer
+	script := `cd "$1" || exit 0; if [ "$(readlink current 2>/dev/null)" = "releases/$2" ]; then echo "current points at it" >&2; exit 1; fi; shift 2; rm -rf "$@"`
+	code, err := drv.Exec(ctx, guest, drivers.ExecRequest{
+		Argv:   append([]string{"sh", "-c", script, "sh", projectDir(project), name}, workFiles(name)...),
+		Stdout: &out, Stderr: &out,
+	})
+	if err == nil && code != 0 {
+		err = fmt.Errorf("exit status %d: %s", code, strings.TrimSpace(out.String()))
+	}
+	return err
+}
+
+// prune removes the trees of releases beyond the newest keep. Failed
+// releases do not count: their files went when they failed, and no
+// rollback returns to them.
 func (d *deploy) prune() {
 	// The releases known when the push began, and this one: the lock
 	// keeps any other deploy or rollback of the environment out meanwhile.
@@ -173,13 +211,18 @@ func (d *deploy) prune() {
 	sort.Slice(rels, func(i, j int) bool { return rels[i].Number > rels[j].Number })
 	var drop []uint32
 	var dirs []string
-	for i, r := range rels {
-		if i < d.man.Keep || r.Pruned || r.Number == d.release.Number || r.Status == corpusv1.ReleaseDeploying {
+	held := 0 // releases with a tree, newest first
+	for _, r := range rels {
+		if r.Status == corpusv1.ReleaseFailed && r.Number != d.release.Number {
+			continue
+		}
+		held++
+		if held <= d.man.Keep || r.Pruned || r.Number == d.release.Number || r.Status == corpusv1.ReleaseDeploying {
 			continue
 		}
 		drop = append(drop, r.Number)
 		n := corpusv1.ReleaseName(r.Number)
-		dirs = append(dirs, "releases/"+n, "archives/"+n, ".env/"+n+".json", ".env/"+n+".run.json")
+		dirs = append(append(dirs, workFiles(n)...), "archives/"+n)
 	}
 	if len(drop) == 0 {
 		return

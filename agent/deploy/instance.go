@@ -202,6 +202,7 @@ func (p *Pipeline) serveRelease(ctx context.Context, g *corpusv1.Guest, drv driv
 	if err := d.run(src, res.Release.Commit); err != nil {
 		d.say("-----> %v", err)
 		d.rollback()
+		d.discard()
 		p.cache.EndDeploy(d.journal)
 		return fail(err)
 	}

@@ -222,6 +222,9 @@ func (p *Pipeline) recoverDeploy(ctx context.Context, j cache.Deploy) error {
 		if err := restoreCurrent(ctx, drv, j.Guest, j.Project, name, j.Previous); err != nil {
 			return err
 		}
+		if err := removeRelease(ctx, drv, j.Guest, j.Project, name); err != nil {
+			return err
+		}
 		p.logger.Info("rolled back an interrupted deploy", "project", j.Project, "env", j.Env, "release", name, "step", j.Step)
 		if j.Kind == "instance" {
 			return nil // the instance's agent tries again; the release is the first instance's to record

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -286,7 +287,7 @@ func TestGitPushDeploy(t *testing.T) {
 	}
 
 	// A failing install step: rejected with its output, the branch does
-	// not move, the old page serves all along, the failed tree is kept.
+	// not move, the old page serves all along, the failed tree is removed.
 	v2 := l.remoteHead()
 	l.write(".corpus/install.d/20-test", "#!/bin/sh\necho 'running tests'\necho 'FAIL: 3 of 10 tests failed' >&2\nexit 1\n", 0o755)
 	l.git("add", "-A")
@@ -324,8 +325,11 @@ func TestGitPushDeploy(t *testing.T) {
 		t.Errorf("remote main moved to %s after a rejected push, want %s", h, v2)
 	}
 	l.wantPage("version two (r2)")
-	if got := l.guestSh("ls /srv/projects/hello/releases"); got != "r1\nr2\nr3" {
-		t.Errorf("releases in the guest = %q, want r1 r2 r3 (the failed tree kept)", got)
+	if got := l.guestSh("ls /srv/projects/hello/releases /srv/projects/hello/.env"); got != "/srv/projects/hello/.env:\nr1.json\nr1.run.json\nr2.json\nr2.run.json\n\n/srv/projects/hello/releases:\nr1\nr2" {
+		t.Errorf("releases in the guest = %q, want r1 r2 (the failed r3 removed)", got)
+	}
+	if !strings.Contains(out, "removed the files of r3") {
+		t.Errorf("rejected push output does not say r3's files were removed:\n%s", out)
 	}
 	var shown struct {
 		Release releaseView `json:"release"`
@@ -381,26 +385,27 @@ func TestGitPushDeploy(t *testing.T) {
 		t.Errorf("rollback to a failed release: exit %d, %s", code, errOut)
 	}
 
-	// Fix the build; keep: 2 prunes the older trees.
+	// Fix the build; keep: 2 prunes the older trees (the failed r3,
+	// whose files are gone, does not count).
 	os.Remove(filepath.Join(l.work, ".corpus/install.d/20-test"))
 	l.write(".corpus/corpus.yaml", "keep: 2\nenv:\n  GREETING: hi\ndomains: [www.hello.example.test]\n", 0o644)
 	l.commitSite("three")
 	out = l.mustPush()
-	if !strings.Contains(out, "pruned r1, r2") {
-		t.Errorf("push with keep: 2 did not prune r1, r2:\n%s", out)
+	if !strings.Contains(out, "pruned r1 (keep: 2)") {
+		t.Errorf("push with keep: 2 did not prune r1 alone:\n%s", out)
 	}
 	l.wantPage("version three (r4)")
 	eventually(t, 10*time.Second, "the manifest's domain", wantBody(l.hc, "http://"+l.nodeAddr+"/", "www.hello.example.test", "version three (r4)"))
-	if got := l.guestSh("ls /srv/projects/hello/releases"); got != "r3\nr4" {
-		t.Errorf("releases kept = %q, want r3 r4", got)
+	if got := l.guestSh("ls /srv/projects/hello/releases"); got != "r2\nr4" {
+		t.Errorf("releases kept = %q, want r2 r4", got)
 	}
 	_, rels = l.releases()
 	for _, r := range rels {
-		if pruned := r.Number <= 2; r.Pruned != pruned {
+		if pruned := r.Number == 1; r.Pruned != pruned {
 			t.Errorf("r%d pruned = %v, want %v", r.Number, r.Pruned, pruned)
 		}
 	}
-	if _, errOut, code := c.cli("rollback", "hello", "--to", "r2"); code == 0 || !strings.Contains(errOut, "pruned") {
+	if _, errOut, code := c.cli("rollback", "hello", "--to", "r1"); code == 0 || !strings.Contains(errOut, "pruned") {
 		t.Errorf("rollback to a pruned release: exit %d, %s", code, errOut)
 	}
 
@@ -612,4 +617,50 @@ func wantAudit(t *testing.T, c *cluster, action, actor, target, why string) {
 		}
 	}
 	t.Errorf("the audit log has no %q of %s on %s saying %q: %+v", action, actor, target, why, res.Entries)
+}
+
+// TestFailedDeployFreesDisk: an install step that fills the guest's disk
+// fails the deploy, and the failed release's files go with it: the free
+// space is back, the release before serves, and the next push deploys.
+func TestFailedDeployFreesDisk(t *testing.T) {
+	l := newDeployLabFor(t, []string{"--image", "busybox", "--memory", "64M", "--cpus", "0.2", "--disk", "64M"})
+	l.commitSite("one")
+	l.mustPush()
+	l.wantPage("version one (r1)")
+	free := func() int {
+		t.Helper()
+		f := strings.Fields(l.guestSh("df -Pk /srv/projects/hello | tail -1"))
+		if len(f) < 4 {
+			t.Fatalf("df: %q", f)
+		}
+		n, err := strconv.Atoi(f[3])
+		if err != nil {
+			t.Fatalf("df: %q: %v", f, err)
+		}
+		return n
+	}
+	before := free()
+	l.write(".corpus/install.d/20-fill", "#!/bin/sh\ndd if=/dev/zero of=fill bs=1M\nexit 1\n", 0o755)
+	l.git("add", "-A")
+	l.git("commit", "-q", "-m", "fill the disk")
+	out, err := l.push()
+	if err == nil {
+		t.Fatalf("a push whose install fills the disk was accepted:\n%s", out)
+	}
+	if !containsAll(out, "No space left on device", "install failed: 20-fill", "removed the files of r2", "still serves r1") {
+		t.Errorf("rejected push output:\n%s", out)
+	}
+	after := free()
+	t.Logf("free on the guest's disk: %d KiB before the push, %d KiB after its failure", before, after)
+	if after < before-1024 {
+		t.Errorf("free space %d KiB after the failed deploy, was %d KiB: its files stayed", after, before)
+	}
+	l.wantPage("version one (r1)")
+	if got := l.guestSh("ls /srv/projects/hello/releases"); got != "r1" {
+		t.Errorf("releases in the guest = %q, want r1 alone", got)
+	}
+	os.Remove(filepath.Join(l.work, ".corpus/install.d/20-fill"))
+	l.commitSite("three")
+	l.mustPush()
+	l.wantPage("version three (r3)")
 }

@@ -146,6 +146,7 @@ func newProjectCreateCmd(g *globals) *cobra.Command {
 	var (
 		env, image, driver, branch string
 		volSize, memory, cpus      string
+		disk                       string
 		domains, packages          []string
 		httpPort                   int
 		https                      bool
@@ -182,6 +183,11 @@ func newProjectCreateCmd(g *globals) *cobra.Command {
 			if cpus != "" {
 				if req.Resources.CpuMillis, err = units.ParseCPUs(cpus); err != nil {
 					return fmt.Errorf("--cpus: %w", err)
+				}
+			}
+			if disk != "" {
+				if req.Resources.DiskBytes, err = units.ParseSize(disk); err != nil {
+					return fmt.Errorf("--disk: %w", err)
 				}
 			}
 			c, err := g.clients()
@@ -244,6 +250,7 @@ func newProjectCreateCmd(g *globals) *cobra.Command {
 	f.StringVar(&volSize, "volume-size", "1G", "size of the project's data volume")
 	f.StringVar(&memory, "memory", "", "memory limit of the guest, e.g. 256M (default 256M)")
 	f.StringVar(&cpus, "cpus", "", "CPU limit in cores (0.5) or millicores (500m) (default 0.25)")
+	f.StringVar(&disk, "disk", "", "disk of the guest (its root file system: releases, packages), e.g. 4G (default 1G)")
 	f.StringVar(&branch, "branch", "main", "git branch whose pushes deploy")
 	f.StringVar(&driver, "driver", "lxc", "driver that runs the guest")
 	f.BoolVar(&detach, "detach", false, "return once the project is accepted, without waiting for its guest to run")
