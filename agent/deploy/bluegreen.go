@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -22,7 +23,8 @@ import (
 // every instance's web port at once: every domain goes to the new set
 // together. The set that served keeps running as the standby until
 // --keep expires, so `corpus switch back` is one write too; each agent
-// then stops the standby's processes (tidy).
+// then stops the standby's processes (tidy). A release that stood by
+// when a deploy began stops once that deploy is live (retire).
 
 // strategyBlueGreen is RedeployRequest.strategy's blue-green.
 const strategyBlueGreen = "blue-green"
@@ -57,9 +59,25 @@ func (r *rollout) webPort() int32 {
 	return int32(r.port)
 }
 
-// tidy stops the generations of releases an instance no longer needs:
-// neither serving, nor staged, nor a standby that has not expired.
+// tidy stops the generations of releases an instance no longer needs
+// (unneeded).
 func (p *Pipeline) tidy(ctx context.Context, drv drivers.Driver, guest string, in Instance, out Outcome) error {
+	running, err := p.runtime.Status(ctx, drv, guest, in.Project)
+	if err != nil || out.Serving == 0 {
+		return err
+	}
+	for _, gen := range unneeded(running, in, out) {
+		if err := p.stopGeneration(ctx, drv, guest, in.Project, gen); err != nil {
+			return fmt.Errorf("stopping the processes of %s: %w", gen, err)
+		}
+	}
+	return nil
+}
+
+// unneeded are the generations of running an instance no longer needs:
+// of releases neither serving, nor staged, nor a standby that has not
+// expired.
+func unneeded(running []supervisor.Status, in Instance, out Outcome) []string {
 	keep := map[string]bool{corpusv1.ReleaseName(out.Serving): true}
 	if out.Staged != 0 {
 		keep[corpusv1.ReleaseName(out.Staged)] = true
@@ -67,21 +85,28 @@ func (p *Pipeline) tidy(ctx context.Context, drv drivers.Driver, guest string, i
 	if in.Standby != 0 && time.Now().Before(in.StandbyUntil) {
 		keep[corpusv1.ReleaseName(in.Standby)] = true
 	}
-	running, err := p.runtime.Status(ctx, drv, guest, in.Project)
-	if err != nil || out.Serving == 0 {
-		return err
-	}
-	stopped := map[string]bool{}
+	var gens []string
 	for _, st := range running {
-		if keep[st.Release] || stopped[st.Generation] {
-			continue
-		}
-		stopped[st.Generation] = true
-		if err := p.stopGeneration(ctx, drv, guest, in.Project, st.Generation); err != nil {
-			return fmt.Errorf("stopping the processes of %s: %w", st.Generation, err)
+		if !keep[st.Release] && !slices.Contains(gens, st.Generation) {
+			gens = append(gens, st.Generation)
 		}
 	}
-	return nil
+	return gens
+}
+
+// firstIdle says, looking without the environment's lock, whether an
+// environment's first instance has nothing to do: no switch (back) to
+// follow, no generation to stop. cur is the release it serves.
+func (p *Pipeline) firstIdle(ctx context.Context, drv drivers.Driver, guest string, in Instance) (idle bool, cur uint32, err error) {
+	if cur, err = currentRelease(ctx, drv, guest, in.Project); err != nil {
+		return false, 0, err
+	}
+	running, err := p.runtime.Status(ctx, drv, guest, in.Project)
+	if err != nil {
+		return false, cur, err
+	}
+	follow := in.Release != 0 && cur != in.Release && runs(running, in.Release)
+	return !follow && (cur == 0 || len(unneeded(running, in, Outcome{Serving: cur})) == 0), cur, nil
 }
 
 // blueGreen stages the release on every other instance, then moves every

@@ -126,7 +126,7 @@ func (p *Pipeline) push(ctx context.Context, sess *pushSession, req *hookRequest
 		return reject("deleting %s would leave %s/%s without source; it is not allowed", env.Branch, sess.project, env.Name)
 	}
 	key := sess.project + "/" + env.Name
-	if holder, ok := p.envLocks.tryLock(key, fmt.Sprintf("a push by %s since %s", sess.user, time.Now().Format(time.TimeOnly))); !ok {
+	if holder, ok := p.envLocks.lock(ctx, key, fmt.Sprintf("a push by %s since %s", sess.user, time.Now().Format(time.TimeOnly))); !ok {
 		return reject("another deploy of %s is running (%s); push again when it ends", key, holder)
 	}
 	defer p.envLocks.unlock(key)

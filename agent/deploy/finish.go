@@ -251,11 +251,14 @@ func (d *deploy) prune() {
 // retire stops the processes of the releases before, once the new ones
 // serve: those of a project that no longer declares any, too.
 func (d *deploy) retire() {
-	if d.strategy == strategyBlueGreen {
-		return // the processes before stand by (tidy stops them later)
+	standby := ""
+	if d.strategy == strategyBlueGreen && d.prev != nil {
+		// The release before stands by (tidy stops it once its time
+		// is up); one that stood by until this release began goes now.
+		standby = corpusv1.ReleaseName(d.prev.Number)
 	}
 	if d.gen != nil {
-		d.gen.retireOthers(context.WithoutCancel(d.ctx))
+		d.gen.retireOthers(context.WithoutCancel(d.ctx), standby)
 		return
 	}
 	if err := d.p.stopProcesses(context.WithoutCancel(d.ctx), d.driver, d.guest.Name, d.project); err != nil {

@@ -80,18 +80,25 @@ type Outcome struct {
 // need not wait for). The first instance only follows a switch (back) and
 // retires a standby that expired: its deploys are the pipeline's.
 func (p *Pipeline) SyncInstance(ctx context.Context, in Instance, serving func(uint32)) (Outcome, error) {
-	key := in.key()
-	if in.Index <= 1 {
-		key = in.Project + "/" + in.Env // the pipeline's own lock
-	}
-	if _, ok := p.envLocks.tryLock(key, "an instance deploy"); !ok {
-		return Outcome{}, ErrBusy
-	}
-	defer p.envLocks.unlock(key)
 	g, drv, err := p.guestForExec(in.Guest)
 	if err != nil {
 		return Outcome{}, err
 	}
+	key := in.key()
+	if in.Index <= 1 {
+		// The environment's own lock, which its deploys take. Most
+		// passes here come after a deploy or a switch that did all
+		// there was to do: a look without the lock finds that, and a
+		// deploy asked for meanwhile is not kept waiting.
+		if idle, cur, err := p.firstIdle(ctx, drv, g.Name, in); err != nil || idle {
+			return Outcome{Serving: cur}, err
+		}
+		key = in.Project + "/" + in.Env
+	}
+	if !p.envLocks.tryBackground(key, "an instance's sync") {
+		return Outcome{}, ErrBusy
+	}
+	defer p.envLocks.unlock(key)
 	cur, err := currentRelease(ctx, drv, g.Name, in.Project)
 	if err != nil {
 		return Outcome{}, err
@@ -284,7 +291,7 @@ func (p *Pipeline) activate(ctx context.Context, drv drivers.Driver, g *corpusv1
 			return cur, 0, fmt.Errorf("%s: %w", rel, err)
 		}
 		serving(number)
-		r.retireOthers(context.WithoutCancel(ctx))
+		r.retireOthers(context.WithoutCancel(ctx), "")
 		return number, 0, nil
 	}
 	// Current, but its run spec is gone: nothing to run.

@@ -176,28 +176,3 @@ func coordCall[T any](p *Pipeline, f func(corpusv1connect.AgentServiceClient) (*
 	}
 	return msg, nil
 }
-
-// envLocks serialises deploys and rollbacks per project environment.
-type envLocks struct {
-	mu   sync.Mutex
-	busy map[string]string // key → what holds it
-}
-
-func (l *envLocks) tryLock(key, what string) (holder string, ok bool) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.busy == nil {
-		l.busy = map[string]string{}
-	}
-	if h, busy := l.busy[key]; busy {
-		return h, false
-	}
-	l.busy[key] = what
-	return "", true
-}
-
-func (l *envLocks) unlock(key string) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	delete(l.busy, key)
-}

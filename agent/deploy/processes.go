@@ -381,12 +381,14 @@ func (p *Pipeline) proxyTargets(target string) bool {
 }
 
 // retireOthers stops the project's other generations, once the requests
-// the old web was serving have finished (up to the grace period).
-func (r *rollout) retireOthers(ctx context.Context) {
-	if r.moved && r.settle > 0 {
+// the old web was serving have finished (up to the grace period); those
+// of release standby, which stands by (a blue-green deploy's release
+// before), keep running and serving.
+func (r *rollout) retireOthers(ctx context.Context, standby string) {
+	if r.moved && r.settle > 0 && standby == "" {
 		time.Sleep(r.settle)
 	}
-	if r.moved && r.p.proxy != nil {
+	if r.moved && r.p.proxy != nil && standby == "" {
 		old := net.JoinHostPort(r.guest.Address, strconv.Itoa(int(r.oldPort)))
 		deadline := time.Now().Add(time.Duration(r.spec.Grace))
 		for r.p.proxy.InFlight(old) > 0 && time.Now().Before(deadline) {
@@ -400,7 +402,7 @@ func (r *rollout) retireOthers(ctx context.Context) {
 	}
 	seen := map[string]bool{}
 	for _, p := range st {
-		if p.Generation == r.gen || seen[p.Generation] {
+		if p.Generation == r.gen || seen[p.Generation] || (standby != "" && p.Release == standby) {
 			continue
 		}
 		seen[p.Generation] = true

@@ -80,7 +80,7 @@ func (p *Pipeline) redeploy(ctx, life context.Context, m *corpusv1.AgentRedeploy
 		key = Instance{Project: r.Project, Env: r.Env, Index: m.Instance}.key()
 		env = instanceEnv(env, m.Instance)
 	}
-	if holder, ok := p.envLocks.tryLock(key, fmt.Sprintf("a %s by %s since %s", r.Trigger, m.Author, time.Now().Format(time.TimeOnly))); !ok {
+	if holder, ok := p.envLocks.lock(ctx, key, fmt.Sprintf("a %s by %s since %s", r.Trigger, m.Author, time.Now().Format(time.TimeOnly))); !ok {
 		return 0, connect.NewError(connect.CodeAborted, fmt.Errorf("%s is busy (%s); try again when it ends", key, holder))
 	}
 	defer p.envLocks.unlock(key)
@@ -187,7 +187,7 @@ func (p *Pipeline) restart(ctx context.Context, drv drivers.Driver, g *corpusv1.
 		return connect.NewError(connect.CodeUnavailable, err)
 	}
 	r.names = only
-	r.retireOthers(context.WithoutCancel(ctx))
+	r.retireOthers(context.WithoutCancel(ctx), "")
 	say("-----> %s restarted", processNames(spec.Processes))
 	return nil
 }

@@ -43,7 +43,7 @@ func (p *Pipeline) rollback(ctx context.Context, m *corpusv1.RollbackRequest, se
 		return connect.NewError(connect.CodeInvalidArgument, errors.New("no release to roll back to"))
 	}
 	key := m.Project + "/" + m.Env
-	if holder, ok := p.envLocks.tryLock(key, "a rollback since "+time.Now().Format(time.TimeOnly)); !ok {
+	if holder, ok := p.envLocks.lock(ctx, key, "a rollback since "+time.Now().Format(time.TimeOnly)); !ok {
 		return connect.NewError(connect.CodeAborted, fmt.Errorf("%s is busy (%s); try again when it ends", key, holder))
 	}
 	defer p.envLocks.unlock(key)
@@ -92,7 +92,7 @@ func (p *Pipeline) rollback(ctx context.Context, m *corpusv1.RollbackRequest, se
 		if err := gen.switchTraffic(ctx); err != nil {
 			say("       warning: %v", err)
 		}
-		gen.retireOthers(context.WithoutCancel(ctx))
+		gen.retireOthers(context.WithoutCancel(ctx), "")
 	} else if err := p.stopProcesses(context.WithoutCancel(ctx), drv, g.Name, m.Project); err != nil {
 		say("       warning: stopping the processes of the release before: %v", err)
 	}
@@ -167,7 +167,7 @@ func (p *Pipeline) recoverDeploys(ctx context.Context) {
 
 func (p *Pipeline) recoverDeploy(ctx context.Context, j cache.Deploy) error {
 	key := j.Key()
-	if _, ok := p.envLocks.tryLock(key, "recovery"); !ok {
+	if !p.envLocks.tryBackground(key, "recovery") {
 		return errors.New("busy")
 	}
 	defer p.envLocks.unlock(key)
