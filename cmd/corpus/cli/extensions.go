@@ -12,7 +12,6 @@ import (
 	"connectrpc.com/connect"
 	"github.com/spf13/cobra"
 
-	"corpus/coordinator/extensions"
 	corpusv1 "corpus/proto/corpus/v1"
 )
 
@@ -91,13 +90,13 @@ have opened its circuit for 30 s) refuses the write with
 	f := add.Flags()
 	f.StringVar(&url, "url", "", "where it is called (https://)")
 	f.StringVar(&caFile, "ca", "", "PEM file of the CA that signed its certificate (default: the system's roots)")
-	f.StringSliceVar(&on, "on", nil, "writes it is called for (comma-separated or repeated): "+strings.Join(extensions.Events, ","))
+	f.StringSliceVar(&on, "on", nil, "writes it is called for (comma-separated or repeated): "+strings.Join(corpusv1.ExtensionEvents, ","))
 	f.StringVar(&kind, "kind", "", "mutate, validate or lint")
 	f.Int32Var(&priority, "priority", 0, "among extensions after/before leave free, the higher runs first")
 	f.StringSliceVar(&after, "after", nil, "extensions it runs after (comma-separated or repeated)")
 	f.StringSliceVar(&before, "before", nil, "extensions it runs before (comma-separated or repeated)")
-	f.DurationVar(&timeout, "timeout", extensions.DefaultTimeout, "how long a call may take (at most 30s)")
-	f.StringVar(&policy, "failure-policy", extensions.Fail, "when a call fails: fail (refuse the write) or ignore (audit it and go on)")
+	f.DurationVar(&timeout, "timeout", corpusv1.DefaultExtensionTimeout, "how long a call may take (at most 30s)")
+	f.StringVar(&policy, "failure-policy", corpusv1.FailurePolicyFail, "when a call fails: fail (refuse the write) or ignore (audit it and go on)")
 	f.StringVar(&secretFile, "secret-file", "", "file holding the shared secret that signs each call (16 bytes or more; - reads stdin); it is stored sealed")
 	f.BoolVar(&replace, "replace", false, "replace an extension of that name")
 

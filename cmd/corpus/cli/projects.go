@@ -12,7 +12,6 @@ import (
 	"connectrpc.com/connect"
 	"github.com/spf13/cobra"
 
-	"corpus/coordinator/state"
 	"corpus/internal/units"
 	corpusv1 "corpus/proto/corpus/v1"
 )
@@ -59,7 +58,7 @@ func newProjectCmd(g *globals) *cobra.Command {
 				fmt.Fprintf(w, "Created:\t%s\n", localTime(p.GetCreatedAt()))
 				printAdmission(w, "", p.GetAdmission())
 				for _, ev := range msg.Project.GetEnvs() {
-					e := state.ProjectEnv(p, ev.Name)
+					e := corpusv1.EnvNamed(p, ev.Name)
 					fmt.Fprintf(w, "Env %s:\n", ev.Name)
 					guest := ev.GuestName + ", " + dash(ev.GuestStatus)
 					if ev.NodeName != "" {
@@ -193,7 +192,7 @@ func newProjectCreateCmd(g *globals) *cobra.Command {
 				return err
 			}
 			where := args[0] + "/" + env
-			guest := state.ProjectEnv(res.Msg.Project, env).GetGuestName()
+			guest := corpusv1.EnvNamed(res.Msg.Project, env).GetGuestName()
 			if !g.json {
 				verb := "created (guest " + guest + ")"
 				if !res.Msg.Created {

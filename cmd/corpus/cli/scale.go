@@ -12,7 +12,6 @@ import (
 	"connectrpc.com/connect"
 	"github.com/spf13/cobra"
 
-	"corpus/coordinator/state"
 	corpusv1 "corpus/proto/corpus/v1"
 )
 
@@ -110,7 +109,7 @@ func scaleText(scale map[string]uint32) string {
 	if len(scale) == 0 {
 		return "every process type on one instance"
 	}
-	return state.ScaleText(scale)
+	return corpusv1.ScaleText(scale)
 }
 
 func newAutoscaleCmd(g *globals) *cobra.Command {

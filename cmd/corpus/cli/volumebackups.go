@@ -7,7 +7,6 @@ import (
 	"connectrpc.com/connect"
 	"github.com/spf13/cobra"
 
-	"corpus/coordinator/api"
 	corpusv1 "corpus/proto/corpus/v1"
 )
 
@@ -77,7 +76,7 @@ func newVolumeBackupCmds(g *globals) []*cobra.Command {
 // keepOrDefault is how many scheduled backups a keep setting keeps.
 func keepOrDefault(keep uint32) uint32 {
 	if keep == 0 {
-		return api.DefaultBackupKeep
+		return corpusv1.DefaultBackupKeep
 	}
 	return keep
 }
