@@ -25,8 +25,9 @@ func applyDaemonConfig(cmd *cobra.Command, path, envPrefix string) error {
 		if err != nil {
 			return fmt.Errorf("reading config file: %w", err)
 		}
+		// A map takes any key: the loop below refuses the unknown ones.
 		var m map[string]yaml.Node
-		if err := decodeStrict(raw, &m); err != nil {
+		if err := yaml.Unmarshal(raw, &m); err != nil {
 			return fmt.Errorf("%s: %w", path, err)
 		}
 		keys := make([]string, 0, len(m))

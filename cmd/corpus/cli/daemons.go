@@ -25,7 +25,7 @@ import (
 	"corpus/netns/listen"
 )
 
-func newCoordinatorCmd(g *globals) *cobra.Command {
+func newCoordinatorCmd(g *Globals) *cobra.Command {
 	cfg := coordinator.Default()
 	var (
 		file   string
@@ -121,7 +121,7 @@ func addLDAPFlags(f *pflag.FlagSet, cfg *coordinator.Config) {
 	f.DurationVar(&cfg.SeriesInterval, "series-interval", cfg.SeriesInterval, "how often each replica samples what the dashboard plots (node allocation, request and error rates per domain)")
 }
 
-func newAgentCmd(g *globals) *cobra.Command {
+func newAgentCmd(g *Globals) *cobra.Command {
 	cfg := agent.Default()
 	var (
 		file   string

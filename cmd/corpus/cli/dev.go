@@ -18,6 +18,7 @@ import (
 
 	"corpus/agent"
 	"corpus/agent/cache"
+	"corpus/client"
 	"corpus/coordinator"
 	"corpus/internal/metrics"
 	"corpus/internal/statelock"
@@ -39,7 +40,7 @@ type devOptions struct {
 	logs      logFlags
 }
 
-func newDevCmd(g *globals) *cobra.Command {
+func newDevCmd(g *Globals) *cobra.Command {
 	o := devOptions{
 		stateDir:  "/var/lib/corpus/dev",
 		apiAddr:   "127.0.0.1:7400",
@@ -141,7 +142,7 @@ func privateDir(dir string) error {
 // runDev runs the cluster of `corpus dev` on its locked state folder. A
 // stop (ctx ending) in any phase, startup included, stops what runs and
 // returns nil; a phase that fails stops what runs and says why.
-func runDev(ctx context.Context, g *globals, o devOptions, logger *slog.Logger, reg prometheus.Registerer, metricsURL string) error {
+func runDev(ctx context.Context, g *Globals, o devOptions, logger *slog.Logger, reg prometheus.Registerer, metricsURL string) error {
 	ccfg := coordinator.Default()
 	ccfg.DataDir = filepath.Join(o.stateDir, "coordinator")
 	agentDir := filepath.Join(o.stateDir, "agent")
@@ -179,16 +180,15 @@ func runDev(ctx context.Context, g *globals, o devOptions, logger *slog.Logger, 
 	}
 
 	addr := srv.APIAddr()
-	if err := saveEnvironment(g.configPath, o.envName, &Environment{Address: addr, Token: srv.OpsToken(), CACert: string(srv.CACert())}, false); err != nil {
+	env := client.Environment{Address: addr, Token: srv.OpsToken(), CACert: string(srv.CACert())}
+	if err := client.SaveEnvironment(g.ConfigFile, o.envName, &env, false); err != nil {
 		return fmt.Errorf("writing CLI config: %w", err)
 	}
-	dg := *g
-	dg.env, dg.address, dg.token, dg.caFile = "", addr, srv.OpsToken(), filepath.Join(ccfg.DataDir, coordinator.TLSDir, coordinator.CACertFile)
-	c, err := dg.clients()
+	c, err := client.New(env, false)
 	if err != nil {
 		return err
 	}
-	if err := waitReady(ctx, c); err != nil {
+	if err := c.WaitReady(ctx); err != nil {
 		return stopped(err)
 	}
 
@@ -211,7 +211,7 @@ func runDev(ctx context.Context, g *globals, o devOptions, logger *slog.Logger, 
 		return err
 	}
 	if !enrolled {
-		res, err := c.nodes.CreateJoinToken(ctx, connect.NewRequest(&corpusv1.CreateJoinTokenRequest{TtlSeconds: 600}))
+		res, err := c.Nodes.CreateJoinToken(ctx, connect.NewRequest(&corpusv1.CreateJoinTokenRequest{TtlSeconds: 600}))
 		if err != nil {
 			return stopped(fmt.Errorf("creating a join token for this host: %w", err))
 		}
@@ -234,7 +234,7 @@ func runDev(ctx context.Context, g *globals, o devOptions, logger *slog.Logger, 
 		StateDir: o.stateDir, API: addr, Raft: o.raftAddr, AgentAPI: ag.APIAddr(), Node: o.name,
 		Proxy: dash(ag.ProxyAddr()), DNS: dash(srv.DNSAddr()), Zone: ccfg.DNSZone, Metrics: dash(metricsURL),
 		OpsTokenFile: filepath.Join(ccfg.DataDir, coordinator.OpsTokenFile), CA: filepath.Join(ccfg.DataDir, coordinator.TLSDir, coordinator.CACertFile),
-		Env: o.envName, ConfigPath: g.configPath,
+		Env: o.envName, ConfigPath: g.ConfigFile,
 	}.write(g.stderr)
 
 	select {
@@ -287,40 +287,23 @@ func isEnrolled(stateDir string) (bool, error) {
 	return err == nil, err
 }
 
-// waitReady waits until the coordinator leads and is bootstrapped.
-func waitReady(ctx context.Context, c *clients) error {
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	for {
-		res, err := c.cluster.Status(ctx, connect.NewRequest(&corpusv1.StatusRequest{}))
-		if err == nil && res.Msg.ClusterId != "" && res.Msg.Leader != "" {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("coordinator did not become ready: %v", err)
-		case <-time.After(100 * time.Millisecond):
-		}
-	}
-}
-
 // deleteNodeGuests deletes every guest on the node, with its volume, and
 // every other volume of the node, and waits until the agent has removed
 // them.
-func deleteNodeGuests(c *clients, node string, g *globals) error {
+func deleteNodeGuests(c *client.Clients, node string, g *Globals) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	// Projects and services first: their guests are deleted through
 	// them (a project deleted drops its links, so services go after).
 	errs := deleteProjectsAndServices(ctx, c, g)
-	res, err := c.guests.ListGuests(ctx, connect.NewRequest(&corpusv1.ListGuestsRequest{Node: node}))
+	res, err := c.Guests.ListGuests(ctx, connect.NewRequest(&corpusv1.ListGuestsRequest{Node: node}))
 	if err != nil {
 		return errors.Join(append(errs, err)...)
 	}
 	for _, v := range res.Msg.Guests {
 		name := v.Guest.Name
 		fmt.Fprintf(g.stderr, "deleting guest %s\n", name)
-		_, err := c.guests.DeleteGuest(ctx, connect.NewRequest(&corpusv1.GuestActionRequest{Name: name, PurgeVolume: true}))
+		_, err := c.Guests.DeleteGuest(ctx, connect.NewRequest(&corpusv1.GuestActionRequest{Name: name, PurgeVolume: true}))
 		if err != nil && connect.CodeOf(err) != connect.CodeNotFound { // gone meanwhile: fine
 			errs = append(errs, err)
 			continue
@@ -335,25 +318,25 @@ func deleteNodeGuests(c *clients, node string, g *globals) error {
 // deleteProjectsAndServices deletes every project (its environments'
 // guests and volumes with it) and then every service, purging its data:
 // the cluster of `corpus dev --cleanup` is this node's alone.
-func deleteProjectsAndServices(ctx context.Context, c *clients, g *globals) []error {
+func deleteProjectsAndServices(ctx context.Context, c *client.Clients, g *Globals) []error {
 	var errs []error
-	projects, err := c.projects.ListProjects(ctx, connect.NewRequest(&corpusv1.ListProjectsRequest{}))
+	projects, err := c.Projects.ListProjects(ctx, connect.NewRequest(&corpusv1.ListProjectsRequest{}))
 	if err != nil {
 		return []error{err}
 	}
 	for _, p := range projects.Msg.Projects {
 		fmt.Fprintf(g.stderr, "deleting project %s\n", p.Project.Name)
-		if _, err := c.projects.DeleteProject(ctx, connect.NewRequest(&corpusv1.DeleteProjectRequest{Name: p.Project.Name})); err != nil {
+		if _, err := c.Projects.DeleteProject(ctx, connect.NewRequest(&corpusv1.DeleteProjectRequest{Name: p.Project.Name})); err != nil {
 			errs = append(errs, err)
 		}
 	}
-	services, err := c.services.ListServices(ctx, connect.NewRequest(&corpusv1.ListServicesRequest{}))
+	services, err := c.Services.ListServices(ctx, connect.NewRequest(&corpusv1.ListServicesRequest{}))
 	if err != nil {
 		return append(errs, err)
 	}
 	for _, v := range services.Msg.Services {
 		fmt.Fprintf(g.stderr, "deleting service %s\n", v.Service.Name)
-		if _, err := c.services.DeleteService(ctx, connect.NewRequest(&corpusv1.DeleteServiceRequest{Name: v.Service.Name, Purge: true})); err != nil {
+		if _, err := c.Services.DeleteService(ctx, connect.NewRequest(&corpusv1.DeleteServiceRequest{Name: v.Service.Name, Purge: true})); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -362,9 +345,9 @@ func deleteProjectsAndServices(ctx context.Context, c *clients, g *globals) []er
 
 // deleteNodeVolumes deletes the volumes left on the node and waits until
 // its agent has removed them.
-func deleteNodeVolumes(ctx context.Context, c *clients, node string, g *globals) error {
+func deleteNodeVolumes(ctx context.Context, c *client.Clients, node string, g *Globals) error {
 	for {
-		res, err := c.volumes.ListVolumes(ctx, connect.NewRequest(&corpusv1.ListVolumesRequest{}))
+		res, err := c.Volumes.ListVolumes(ctx, connect.NewRequest(&corpusv1.ListVolumesRequest{}))
 		if err != nil {
 			return err
 		}
@@ -376,7 +359,7 @@ func deleteNodeVolumes(ctx context.Context, c *clients, node string, g *globals)
 			left++
 			if v.Volume.DesiredState != corpusv1.VolumeDeleted && v.Volume.GuestId == "" {
 				fmt.Fprintf(g.stderr, "deleting volume %s\n", v.Volume.Name)
-				if _, err := c.volumes.DeleteVolume(ctx, connect.NewRequest(&corpusv1.DeleteVolumeRequest{Name: v.Volume.Name})); err != nil {
+				if _, err := c.Volumes.DeleteVolume(ctx, connect.NewRequest(&corpusv1.DeleteVolumeRequest{Name: v.Volume.Name})); err != nil {
 					return err
 				}
 			}

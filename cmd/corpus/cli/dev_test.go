@@ -35,8 +35,8 @@ func TestDevServesOneRegistry(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
 	var out syncBuffer
-	g := &globals{stdout: io.Discard, stderr: &out}
-	root := newRoot(g)
+	g := &Globals{stdout: io.Discard, stderr: &out}
+	root := NewRoot(g)
 	root.SetArgs([]string{"dev", "--config-file", filepath.Join(dir, "cli.yaml"), "--state-dir", filepath.Join(dir, "state"),
 		"--api-addr", "127.0.0.1:0", "--raft-addr", "127.0.0.1:0", "--agent-addr", "127.0.0.1:0", "--dns-addr", "127.0.0.1:0",
 		"--metrics-addr", "127.0.0.1:0", "--network=false", "--git-addr", "", "--log-format", "json", "--log-level", "warn"})

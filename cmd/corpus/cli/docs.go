@@ -14,7 +14,7 @@ import (
 
 // newDocsCmd writes the command reference; `make deb` puts its man pages
 // in the package. Hidden: it is for packagers.
-func newDocsCmd(g *globals) *cobra.Command {
+func newDocsCmd(g *Globals) *cobra.Command {
 	return &cobra.Command{
 		Use:    "docs man DIR",
 		Short:  "Write a man page for every command into DIR",

@@ -14,7 +14,7 @@ func TestDocsMan(t *testing.T) {
 	t.Setenv("SOURCE_DATE_EPOCH", "1700000000") // 2023-11-14
 	dir := t.TempDir()
 	var stdout, stderr bytes.Buffer
-	root := newRoot(&globals{stdout: &stdout, stderr: &stderr})
+	root := NewRoot(&Globals{stdout: &stdout, stderr: &stderr})
 	root.SetArgs([]string{"docs", "man", dir})
 	if err := root.Execute(); err != nil {
 		t.Fatalf("corpus docs man = %v", err)

@@ -37,7 +37,7 @@ var (
 // newImageCmd builds a node's guest images ahead of its guests: where the
 // agent has no route to the Debian mirror, or to have the first guest
 // start at once.
-func newImageCmd(g *globals) *cobra.Command {
+func newImageCmd(g *Globals) *cobra.Command {
 	cmd := &cobra.Command{Use: "image", Short: "Guest images of this host"}
 	var dir, stateDir, driver string
 	var packages []string

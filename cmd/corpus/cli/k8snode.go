@@ -98,7 +98,7 @@ type k8sAgentConfig struct {
 	MetricsAddr     string   `yaml:"metrics_addr"`
 }
 
-func newNodeAddK8sCmd(g *globals) *cobra.Command {
+func newNodeAddK8sCmd(g *Globals) *cobra.Command {
 	var (
 		k         = catalog.KubernetesConfig{NamespacePrefix: "corpus-"}
 		stateDir  string
@@ -161,15 +161,15 @@ agent's proxy to the guests' Services (cluster IP and port). Start that agent wi
 			if capacity.MemoryBytes == 0 || capacity.CPUMillis == 0 {
 				return fmt.Errorf("the cluster reports no allocatable memory or CPU (no schedulable nodes?); give the node's share with --capacity memory=8G,cpus=4")
 			}
-			c, err := g.clients()
+			c, err := g.Clients()
 			if err != nil {
 				return err
 			}
-			tok, err := c.nodes.CreateJoinToken(ctx, connect.NewRequest(&corpusv1.CreateJoinTokenRequest{TtlSeconds: 24 * 3600}))
+			tok, err := c.Nodes.CreateJoinToken(ctx, connect.NewRequest(&corpusv1.CreateJoinTokenRequest{TtlSeconds: 24 * 3600}))
 			if err != nil {
 				return fmt.Errorf("creating a join token: %w", err)
 			}
-			e, err := g.endpoint()
+			e, err := g.Endpoint()
 			if err != nil {
 				return err
 			}
@@ -199,7 +199,7 @@ agent's proxy to the guests' Services (cluster IP and port). Start that agent wi
 				return fmt.Errorf("writing the agent config: %w", err)
 			}
 			if g.json {
-				return g.printJSONValue(map[string]any{
+				return g.PrintJSONValue(map[string]any{
 					"node": name, "namespace": d.Namespace(), "kubernetes_version": fp.Attributes["kubernetes.version"],
 					"capacity": capacity, "agent_config": out,
 				})

@@ -13,7 +13,7 @@ import (
 	"corpus/netns/proxy/proxyd"
 )
 
-func newProxyCmd(g *globals) *cobra.Command {
+func newProxyCmd(g *Globals) *cobra.Command {
 	var (
 		cfg           = proxyd.Config{DrainTimeout: proxyd.DefaultDrainTimeout}
 		certs         []string

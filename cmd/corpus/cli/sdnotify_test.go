@@ -15,6 +15,7 @@ import (
 
 	"connectrpc.com/connect"
 
+	"corpus/client"
 	"corpus/coordinator"
 	"corpus/internal/rpc"
 	"corpus/internal/testrun"
@@ -152,7 +153,7 @@ func TestCoordinatorNotifiesSystemd(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		tc, err := trust(Environment{Address: api, CACert: string(ca)})
+		tc, err := client.Trust(client.Environment{Address: api, CACert: string(ca)})
 		if err != nil {
 			return err
 		}
@@ -185,14 +186,14 @@ func TestDevNotifiesSystemd(t *testing.T) {
 		"--api-addr", api, "--raft-addr", freeAddr(t), "--agent-addr", freeAddr(t), "--dns-addr", "",
 		"--network=false", "--git-addr", "", "--proxy-http-addr", freeAddr(t), "--name", "sdnotify-test", "--metrics-addr", freeAddr(t))
 	checkNotifyProtocol(t, s, cmd, logs, time.Minute, func() error {
-		g := &globals{configPath: cfgFile}
-		c, err := g.clients()
+		g := &Globals{Target: client.Target{ConfigFile: cfgFile}}
+		c, err := g.Clients()
 		if err != nil {
 			return err
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), testrun.D(5*time.Second))
 		defer cancel()
-		res, err := c.nodes.ListNodes(ctx, connect.NewRequest(&corpusv1.ListNodesRequest{}))
+		res, err := c.Nodes.ListNodes(ctx, connect.NewRequest(&corpusv1.ListNodesRequest{}))
 		if err != nil {
 			return fmt.Errorf("ListNodes = %w", err)
 		}

@@ -15,6 +15,7 @@ import (
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
 
+	"corpus/client"
 	corpusv1 "corpus/proto/corpus/v1"
 )
 
@@ -29,10 +30,10 @@ type shellOut struct {
 // restored on every way out), its size is sent at the start and on every
 // change, and keys such as Ctrl-C reach the command. It returns the
 // command's exit status.
-func (g *globals) runShell(ctx context.Context, c *clients, open *corpusv1.ExecGuestRequest, tty bool, keep *shellOut) (int, error) {
+func (g *Globals) runShell(ctx context.Context, c *client.Clients, open *corpusv1.ExecGuestRequest, tty bool, keep *shellOut) (int, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	stream := c.guests.Shell(ctx)
+	stream := c.Guests.Shell(ctx)
 	defer stream.CloseResponse()
 	var sendMu sync.Mutex
 	send := func(m *corpusv1.ShellInput) error {
@@ -128,7 +129,7 @@ if command -v bash >/dev/null 2>&1; then exec bash -l; fi
 exec sh -l`, "sh", project}
 }
 
-func newShellCmd(g *globals) *cobra.Command {
+func newShellCmd(g *Globals) *cobra.Command {
 	var env string
 	var noTTY bool
 	cmd := &cobra.Command{
@@ -144,11 +145,11 @@ when, how long, exit status), never what is typed.`,
   echo 'ls /srv' | corpus shell site`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := g.clients()
+			c, err := g.Clients()
 			if err != nil {
 				return err
 			}
-			p, err := c.projects.GetProject(cmd.Context(), connect.NewRequest(&corpusv1.GetProjectRequest{Name: args[0]}))
+			p, err := c.Projects.GetProject(cmd.Context(), connect.NewRequest(&corpusv1.GetProjectRequest{Name: args[0]}))
 			if err != nil {
 				return err
 			}

@@ -14,7 +14,7 @@ import (
 
 // newTLSCmd manages the cluster CA's files. A replica bootstrapping alone
 // creates its CA itself; a group's replicas share one made here.
-func newTLSCmd(g *globals) *cobra.Command {
+func newTLSCmd(g *Globals) *cobra.Command {
 	cmd := &cobra.Command{Use: "tls", Short: "Cluster certificate authority files"}
 	var dir, name string
 	create := &cobra.Command{
@@ -51,7 +51,7 @@ func newTLSCmd(g *globals) *cobra.Command {
 				return err
 			}
 			if g.json {
-				return g.printJSONValue(map[string]string{"cert": certPath, "key": keyPath, "pin": ca.Pin()})
+				return g.PrintJSONValue(map[string]string{"cert": certPath, "key": keyPath, "pin": ca.Pin()})
 			}
 			fmt.Fprintf(g.stdout, "created %s and %s (pin %s); give both to every replica with --cluster-ca and --cluster-ca-key, keep the key secret\n", certPath, keyPath, ca.Pin())
 			return nil

@@ -13,7 +13,7 @@ func TestUnknownCommandFails(t *testing.T) {
 	t.Parallel()
 	run := func(args ...string) (string, error) {
 		var stdout, stderr bytes.Buffer
-		root := newRoot(&globals{stdout: &stdout, stderr: &stderr})
+		root := NewRoot(&Globals{stdout: &stdout, stderr: &stderr})
 		root.SetArgs(args)
 		err := root.Execute()
 		return stdout.String(), err

@@ -1,4 +1,4 @@
-package cli
+package client
 
 import (
 	"bytes"
@@ -14,9 +14,9 @@ import (
 	"corpus/internal/atomicfile"
 )
 
-// ClientConfig is the CLI's config file: named environments, each with the
+// Config is the CLI's config file: named environments, each with the
 // address of a coordinator and the credential to use there.
-type ClientConfig struct {
+type Config struct {
 	Current      string                  `yaml:"current,omitempty"`
 	Environments map[string]*Environment `yaml:"environments,omitempty"`
 }
@@ -29,8 +29,9 @@ type Environment struct {
 	CACert string `yaml:"ca_cert,omitempty"`
 }
 
-// defaultConfigPath is ~/.config/corpus/config.yaml (XDG_CONFIG_HOME honoured).
-func defaultConfigPath() string {
+// DefaultConfigPath is ~/.config/corpus/config.yaml (XDG_CONFIG_HOME
+// honoured).
+func DefaultConfigPath() string {
 	dir, err := os.UserConfigDir()
 	if err != nil {
 		dir = filepath.Join(os.Getenv("HOME"), ".config")
@@ -38,10 +39,11 @@ func defaultConfigPath() string {
 	return filepath.Join(dir, "corpus", "config.yaml")
 }
 
-// loadClientConfig reads the file; a missing file is an empty config.
-// Unknown fields are refused so a typo does not silently do nothing.
-func loadClientConfig(path string) (*ClientConfig, error) {
-	cfg := &ClientConfig{Environments: map[string]*Environment{}}
+// LoadConfig reads the config file at path; a missing file is an empty
+// config. Unknown fields are refused so a typo does not silently do
+// nothing.
+func LoadConfig(path string) (*Config, error) {
+	cfg := &Config{Environments: map[string]*Environment{}}
 	raw, err := os.ReadFile(path)
 	if errors.Is(err, os.ErrNotExist) {
 		return cfg, nil
@@ -73,7 +75,9 @@ func decodeStrict(raw []byte, out any) error {
 	return nil
 }
 
-func (c *ClientConfig) save(path string) error {
+// Save writes the config file, readable by its owner alone (it holds
+// tokens).
+func (c *Config) Save(path string) error {
 	raw, err := yaml.Marshal(c)
 	if err != nil {
 		return err
@@ -81,11 +85,26 @@ func (c *ClientConfig) save(path string) error {
 	return atomicfile.Write(path, raw, 0o600)
 }
 
-func (c *ClientConfig) names() []string {
+// Names returns the environments' names, sorted.
+func (c *Config) Names() []string {
 	out := make([]string, 0, len(c.Environments))
 	for n := range c.Environments {
 		out = append(out, n)
 	}
 	sort.Strings(out)
 	return out
+}
+
+// SaveEnvironment adds or replaces one environment of the config file at
+// path; it becomes current when asked or when there is no current one.
+func SaveEnvironment(path, name string, e *Environment, use bool) error {
+	cfg, err := LoadConfig(path)
+	if err != nil {
+		return err
+	}
+	cfg.Environments[name] = e
+	if use || cfg.Current == "" {
+		cfg.Current = name
+	}
+	return cfg.Save(path)
 }
