@@ -121,7 +121,7 @@ func newGuestCreateCmd(g *Globals) *cobra.Command {
 				}
 				return nil
 			}
-			return g.waitGuest(cmd.Context(), c, args[0], want, 0, timeout)
+			return g.WaitGuest(cmd.Context(), c, args[0], want, 0, timeout)
 		},
 	}
 	f := cmd.Flags()
@@ -144,8 +144,9 @@ func newGuestCreateCmd(g *Globals) *cobra.Command {
 	return cmd
 }
 
-// waitGuest follows a guest with followGuest and says how it ended.
-func (g *Globals) waitGuest(ctx context.Context, c *client.Clients, name, want string, index uint64, timeout time.Duration) error {
+// WaitGuest follows a guest until it is in state want ("" = deleted),
+// printing its changes, and says how it ended (see followGuest).
+func (g *Globals) WaitGuest(ctx context.Context, c *client.Clients, name, want string, index uint64, timeout time.Duration) error {
 	m, err := g.followGuest(ctx, c, name, want, index, timeout)
 	switch {
 	case err != nil:
@@ -254,7 +255,7 @@ func newGuestActionCmd(g *Globals, verb, desc, want string) *cobra.Command {
 			if i := res.Msg.Guest.GetModifyIndex(); i > 1 {
 				from = i - 1
 			}
-			return g.waitGuest(cmd.Context(), c, args[0], want, from, timeout)
+			return g.WaitGuest(cmd.Context(), c, args[0], want, from, timeout)
 		},
 	}
 	cmd.Flags().BoolVar(&noWait, "detach", false, "return once the request is accepted")

@@ -54,7 +54,7 @@ func newNodeCmd(g *Globals) *cobra.Command {
 		},
 	}
 	addYes(remove, &yes)
-	cmd.AddCommand(token, newNodeListCmd(g, "list"), newNodeShowCmd(g, "show"), newNodeModeCmd(g, "mode"), remove, newNodeAddK8sCmd(g))
+	cmd.AddCommand(token, newNodeListCmd(g, "list"), newNodeShowCmd(g, "show"), newNodeModeCmd(g, "mode"), remove)
 	return cmd
 }
 

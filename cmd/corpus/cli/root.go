@@ -124,14 +124,8 @@ func NewRoot(g *Globals, more ...Commands) *cobra.Command {
 	pf.BoolVar(&g.json, "json", false, "print machine-readable JSON")
 	pf.BoolVar(&g.consistent, "consistent", false, "linearizable reads: the replica asked first confirms with the leader that it has every acknowledged write (a round trip more)")
 	root.AddCommand(
-		newCoordinatorCmd(g),
-		newAgentCmd(g),
-		newProxyCmd(g),
-		newDevCmd(g),
 		newStatusCmd(g),
 		newOperatorCmd(g),
-		newTLSCmd(g),
-		newImageCmd(g),
 		newAuditCmd(g),
 		newLoginCmd(g),
 		newNodeCmd(g),

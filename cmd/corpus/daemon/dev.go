@@ -1,6 +1,7 @@
-package cli
+package daemon
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -19,6 +20,7 @@ import (
 	"corpus/agent"
 	"corpus/agent/cache"
 	"corpus/client"
+	"corpus/cmd/corpus/cli"
 	"corpus/coordinator"
 	"corpus/internal/metrics"
 	"corpus/internal/statelock"
@@ -40,7 +42,7 @@ type devOptions struct {
 	logs      logFlags
 }
 
-func newDevCmd(g *Globals) *cobra.Command {
+func newDevCmd(g *cli.Globals) *cobra.Command {
 	o := devOptions{
 		stateDir:  "/var/lib/corpus/dev",
 		apiAddr:   "127.0.0.1:7400",
@@ -142,7 +144,7 @@ func privateDir(dir string) error {
 // runDev runs the cluster of `corpus dev` on its locked state folder. A
 // stop (ctx ending) in any phase, startup included, stops what runs and
 // returns nil; a phase that fails stops what runs and says why.
-func runDev(ctx context.Context, g *Globals, o devOptions, logger *slog.Logger, reg prometheus.Registerer, metricsURL string) error {
+func runDev(ctx context.Context, g *cli.Globals, o devOptions, logger *slog.Logger, reg prometheus.Registerer, metricsURL string) error {
 	ccfg := coordinator.Default()
 	ccfg.DataDir = filepath.Join(o.stateDir, "coordinator")
 	agentDir := filepath.Join(o.stateDir, "agent")
@@ -232,10 +234,10 @@ func runDev(ctx context.Context, g *Globals, o devOptions, logger *slog.Logger, 
 
 	devBanner{
 		StateDir: o.stateDir, API: addr, Raft: o.raftAddr, AgentAPI: ag.APIAddr(), Node: o.name,
-		Proxy: dash(ag.ProxyAddr()), DNS: dash(srv.DNSAddr()), Zone: ccfg.DNSZone, Metrics: dash(metricsURL),
+		Proxy: cmp.Or(ag.ProxyAddr(), "-"), DNS: cmp.Or(srv.DNSAddr(), "-"), Zone: ccfg.DNSZone, Metrics: cmp.Or(metricsURL, "-"),
 		OpsTokenFile: filepath.Join(ccfg.DataDir, coordinator.OpsTokenFile), CA: filepath.Join(ccfg.DataDir, coordinator.TLSDir, coordinator.CACertFile),
 		Env: o.envName, ConfigPath: g.ConfigFile,
-	}.write(g.stderr)
+	}.write(g.Stderr())
 
 	select {
 	case <-ctx.Done():
@@ -290,7 +292,7 @@ func isEnrolled(stateDir string) (bool, error) {
 // deleteNodeGuests deletes every guest on the node, with its volume, and
 // every other volume of the node, and waits until the agent has removed
 // them.
-func deleteNodeGuests(c *client.Clients, node string, g *Globals) error {
+func deleteNodeGuests(c *client.Clients, node string, g *cli.Globals) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	// Projects and services first: their guests are deleted through
@@ -302,13 +304,13 @@ func deleteNodeGuests(c *client.Clients, node string, g *Globals) error {
 	}
 	for _, v := range res.Msg.Guests {
 		name := v.Guest.Name
-		fmt.Fprintf(g.stderr, "deleting guest %s\n", name)
+		fmt.Fprintf(g.Stderr(), "deleting guest %s\n", name)
 		_, err := c.Guests.DeleteGuest(ctx, connect.NewRequest(&corpusv1.GuestActionRequest{Name: name, PurgeVolume: true}))
 		if err != nil && connect.CodeOf(err) != connect.CodeNotFound { // gone meanwhile: fine
 			errs = append(errs, err)
 			continue
 		}
-		if err := g.waitGuest(ctx, c, name, "", 1, 2*time.Minute); err != nil {
+		if err := g.WaitGuest(ctx, c, name, "", 1, 2*time.Minute); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -318,14 +320,14 @@ func deleteNodeGuests(c *client.Clients, node string, g *Globals) error {
 // deleteProjectsAndServices deletes every project (its environments'
 // guests and volumes with it) and then every service, purging its data:
 // the cluster of `corpus dev --cleanup` is this node's alone.
-func deleteProjectsAndServices(ctx context.Context, c *client.Clients, g *Globals) []error {
+func deleteProjectsAndServices(ctx context.Context, c *client.Clients, g *cli.Globals) []error {
 	var errs []error
 	projects, err := c.Projects.ListProjects(ctx, connect.NewRequest(&corpusv1.ListProjectsRequest{}))
 	if err != nil {
 		return []error{err}
 	}
 	for _, p := range projects.Msg.Projects {
-		fmt.Fprintf(g.stderr, "deleting project %s\n", p.Project.Name)
+		fmt.Fprintf(g.Stderr(), "deleting project %s\n", p.Project.Name)
 		if _, err := c.Projects.DeleteProject(ctx, connect.NewRequest(&corpusv1.DeleteProjectRequest{Name: p.Project.Name})); err != nil {
 			errs = append(errs, err)
 		}
@@ -335,7 +337,7 @@ func deleteProjectsAndServices(ctx context.Context, c *client.Clients, g *Global
 		return append(errs, err)
 	}
 	for _, v := range services.Msg.Services {
-		fmt.Fprintf(g.stderr, "deleting service %s\n", v.Service.Name)
+		fmt.Fprintf(g.Stderr(), "deleting service %s\n", v.Service.Name)
 		if _, err := c.Services.DeleteService(ctx, connect.NewRequest(&corpusv1.DeleteServiceRequest{Name: v.Service.Name, Purge: true})); err != nil {
 			errs = append(errs, err)
 		}
@@ -345,7 +347,7 @@ func deleteProjectsAndServices(ctx context.Context, c *client.Clients, g *Global
 
 // deleteNodeVolumes deletes the volumes left on the node and waits until
 // its agent has removed them.
-func deleteNodeVolumes(ctx context.Context, c *client.Clients, node string, g *Globals) error {
+func deleteNodeVolumes(ctx context.Context, c *client.Clients, node string, g *cli.Globals) error {
 	for {
 		res, err := c.Volumes.ListVolumes(ctx, connect.NewRequest(&corpusv1.ListVolumesRequest{}))
 		if err != nil {
@@ -358,7 +360,7 @@ func deleteNodeVolumes(ctx context.Context, c *client.Clients, node string, g *G
 			}
 			left++
 			if v.Volume.DesiredState != corpusv1.VolumeDeleted && v.Volume.GuestId == "" {
-				fmt.Fprintf(g.stderr, "deleting volume %s\n", v.Volume.Name)
+				fmt.Fprintf(g.Stderr(), "deleting volume %s\n", v.Volume.Name)
 				if _, err := c.Volumes.DeleteVolume(ctx, connect.NewRequest(&corpusv1.DeleteVolumeRequest{Name: v.Volume.Name})); err != nil {
 					return err
 				}

@@ -1,4 +1,4 @@
-package cli
+package daemon
 
 import (
 	"bytes"
@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"corpus/cmd/corpus/cli"
 	"corpus/internal/metrics/metricstest"
 	"corpus/internal/testrun"
 )
@@ -35,8 +36,8 @@ func TestDevServesOneRegistry(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
 	var out syncBuffer
-	g := &Globals{stdout: io.Discard, stderr: &out}
-	root := NewRoot(g)
+	g := cli.NewGlobals(io.Discard, &out)
+	root := cli.NewRoot(g, Commands)
 	root.SetArgs([]string{"dev", "--config-file", filepath.Join(dir, "cli.yaml"), "--state-dir", filepath.Join(dir, "state"),
 		"--api-addr", "127.0.0.1:0", "--raft-addr", "127.0.0.1:0", "--agent-addr", "127.0.0.1:0", "--dns-addr", "127.0.0.1:0",
 		"--metrics-addr", "127.0.0.1:0", "--network=false", "--git-addr", "", "--log-format", "json", "--log-level", "warn"})

@@ -1,4 +1,4 @@
-package cli
+package daemon
 
 import (
 	"errors"
@@ -8,13 +8,14 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"corpus/cmd/corpus/cli"
 	"corpus/internal/atomicfile"
 	"corpus/internal/pki"
 )
 
 // newTLSCmd manages the cluster CA's files. A replica bootstrapping alone
 // creates its CA itself; a group's replicas share one made here.
-func newTLSCmd(g *Globals) *cobra.Command {
+func newTLSCmd(g *cli.Globals) *cobra.Command {
 	cmd := &cobra.Command{Use: "tls", Short: "Cluster certificate authority files"}
 	var dir, name string
 	create := &cobra.Command{
@@ -50,10 +51,10 @@ func newTLSCmd(g *Globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			if g.json {
+			if g.JSON() {
 				return g.PrintJSONValue(map[string]string{"cert": certPath, "key": keyPath, "pin": ca.Pin()})
 			}
-			fmt.Fprintf(g.stdout, "created %s and %s (pin %s); give both to every replica with --cluster-ca and --cluster-ca-key, keep the key secret\n", certPath, keyPath, ca.Pin())
+			fmt.Fprintf(g.Stdout(), "created %s and %s (pin %s); give both to every replica with --cluster-ca and --cluster-ca-key, keep the key secret\n", certPath, keyPath, ca.Pin())
 			return nil
 		},
 	}

@@ -1,4 +1,4 @@
-package cli
+package daemon
 
 import (
 	"bytes"
@@ -8,6 +8,8 @@ import (
 	"testing"
 
 	"github.com/spf13/cobra"
+
+	"corpus/cmd/corpus/cli"
 )
 
 // TestDaemonConfigPrecedence: defaults < file < environment < flags, and
@@ -88,7 +90,7 @@ func TestLogFormat(t *testing.T) {
 // /etc/corpus are accepted by their daemons, as shipped and with every
 // commented example setting ("#key: value") switched on.
 func TestPackagedConfigs(t *testing.T) {
-	for file, newCmd := range map[string]func(*Globals) *cobra.Command{
+	for file, newCmd := range map[string]func(*cli.Globals) *cobra.Command{
 		"coordinator.yaml": newCoordinatorCmd,
 		"agent.yaml":       newAgentCmd,
 	} {
@@ -118,7 +120,7 @@ func TestPackagedConfigs(t *testing.T) {
 			if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
 				t.Fatal(err)
 			}
-			if err := applyDaemonConfig(newCmd(&Globals{}), p, "CORPUS_TEST_UNSET_"); err != nil {
+			if err := applyDaemonConfig(newCmd(&cli.Globals{}), p, "CORPUS_TEST_UNSET_"); err != nil {
 				t.Errorf("%s (%s): %v", file, name, err)
 			}
 		}

@@ -1,4 +1,4 @@
-package cli
+package daemon
 
 import (
 	"context"
@@ -16,6 +16,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"corpus/agent"
+	"corpus/cmd/corpus/cli"
 	"corpus/coordinator"
 	"corpus/coordinator/ldapauth"
 	"corpus/drivers/catalog"
@@ -25,7 +26,7 @@ import (
 	"corpus/netns/listen"
 )
 
-func newCoordinatorCmd(g *Globals) *cobra.Command {
+func newCoordinatorCmd(g *cli.Globals) *cobra.Command {
 	cfg := coordinator.Default()
 	var (
 		file   string
@@ -121,7 +122,7 @@ func addLDAPFlags(f *pflag.FlagSet, cfg *coordinator.Config) {
 	f.DurationVar(&cfg.SeriesInterval, "series-interval", cfg.SeriesInterval, "how often each replica samples what the dashboard plots (node allocation, request and error rates per domain)")
 }
 
-func newAgentCmd(g *Globals) *cobra.Command {
+func newAgentCmd(g *cli.Globals) *cobra.Command {
 	cfg := agent.Default()
 	var (
 		file   string

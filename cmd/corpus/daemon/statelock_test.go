@@ -1,4 +1,4 @@
-package cli
+package daemon
 
 import (
 	"bytes"
@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"corpus/cmd/corpus/cli"
 	"corpus/coordinator"
 	"corpus/internal/testrun"
 )
@@ -23,7 +24,7 @@ const asCorpusEnv = "CORPUS_CLI_TEST_AS_CORPUS"
 
 func TestMain(m *testing.M) {
 	if os.Getenv(asCorpusEnv) == "1" {
-		os.Exit(Main(os.Args[1:]))
+		os.Exit(cli.Main(os.Args[1:], Commands))
 	}
 	os.Exit(m.Run())
 }

@@ -1,4 +1,4 @@
-package cli
+package daemon
 
 import (
 	"context"
@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/pflag"
 	"gopkg.in/yaml.v3"
 
+	"corpus/cmd/corpus/cli"
 	"corpus/drivers"
 	"corpus/drivers/catalog"
 	"corpus/internal/names"
@@ -98,7 +99,7 @@ type k8sAgentConfig struct {
 	MetricsAddr     string   `yaml:"metrics_addr"`
 }
 
-func newNodeAddK8sCmd(g *Globals) *cobra.Command {
+func newNodeAddK8sCmd(g *cli.Globals) *cobra.Command {
 	var (
 		k         = catalog.KubernetesConfig{NamespacePrefix: "corpus-"}
 		stateDir  string
@@ -198,17 +199,17 @@ agent's proxy to the guests' Services (cluster IP and port). Start that agent wi
 			if err := os.WriteFile(out, b, 0o600); err != nil {
 				return fmt.Errorf("writing the agent config: %w", err)
 			}
-			if g.json {
+			if g.JSON() {
 				return g.PrintJSONValue(map[string]any{
 					"node": name, "namespace": d.Namespace(), "kubernetes_version": fp.Attributes["kubernetes.version"],
 					"capacity": capacity, "agent_config": out,
 				})
 			}
-			fmt.Fprintf(g.stdout, "cluster %s (Kubernetes %s) checked: namespace %s, capacity %d MiB memory, %.2f cpus\n",
+			fmt.Fprintf(g.Stdout(), "cluster %s (Kubernetes %s) checked: namespace %s, capacity %d MiB memory, %.2f cpus\n",
 				fp.Attributes["kubernetes.host"], fp.Attributes["kubernetes.version"], d.Namespace(), capacity.MemoryBytes>>20, float64(capacity.CPUMillis)/1000)
-			fmt.Fprintf(g.stdout, "agent config written to %s; start the node's agent with:\n  corpus agent --config %s\n", out, out)
+			fmt.Fprintf(g.Stdout(), "agent config written to %s; start the node's agent with:\n  corpus agent --config %s\n", out, out)
 			if out == "/etc/corpus/agent-"+name+".yaml" {
-				fmt.Fprintf(g.stdout, "or as a service: systemctl enable --now corpus-agent-k8s@%s\n", name)
+				fmt.Fprintf(g.Stdout(), "or as a service: systemctl enable --now corpus-agent-k8s@%s\n", name)
 			}
 			return nil
 		},

@@ -1,4 +1,4 @@
-package cli
+package daemon
 
 import (
 	"bytes"
@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"corpus/cmd/corpus/cli"
 )
 
 // TestDocsMan: `corpus docs man DIR` writes the pages the package ships
@@ -14,7 +16,7 @@ func TestDocsMan(t *testing.T) {
 	t.Setenv("SOURCE_DATE_EPOCH", "1700000000") // 2023-11-14
 	dir := t.TempDir()
 	var stdout, stderr bytes.Buffer
-	root := NewRoot(&Globals{stdout: &stdout, stderr: &stderr})
+	root := cli.NewRoot(cli.NewGlobals(&stdout, &stderr), Commands)
 	root.SetArgs([]string{"docs", "man", dir})
 	if err := root.Execute(); err != nil {
 		t.Fatalf("corpus docs man = %v", err)

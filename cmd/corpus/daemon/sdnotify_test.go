@@ -1,4 +1,4 @@
-package cli
+package daemon
 
 import (
 	"bytes"
@@ -16,6 +16,7 @@ import (
 	"connectrpc.com/connect"
 
 	"corpus/client"
+	"corpus/cmd/corpus/cli"
 	"corpus/coordinator"
 	"corpus/internal/rpc"
 	"corpus/internal/testrun"
@@ -186,7 +187,7 @@ func TestDevNotifiesSystemd(t *testing.T) {
 		"--api-addr", api, "--raft-addr", freeAddr(t), "--agent-addr", freeAddr(t), "--dns-addr", "",
 		"--network=false", "--git-addr", "", "--proxy-http-addr", freeAddr(t), "--name", "sdnotify-test", "--metrics-addr", freeAddr(t))
 	checkNotifyProtocol(t, s, cmd, logs, time.Minute, func() error {
-		g := &Globals{Target: client.Target{ConfigFile: cfgFile}}
+		g := &cli.Globals{Target: client.Target{ConfigFile: cfgFile}}
 		c, err := g.Clients()
 		if err != nil {
 			return err

@@ -1,4 +1,4 @@
-package cli
+package daemon
 
 import (
 	"fmt"
@@ -8,12 +8,13 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"corpus/cmd/corpus/cli"
 	"corpus/internal/version"
 	"corpus/netns/proxy"
 	"corpus/netns/proxy/proxyd"
 )
 
-func newProxyCmd(g *Globals) *cobra.Command {
+func newProxyCmd(g *cli.Globals) *cobra.Command {
 	var (
 		cfg           = proxyd.Config{DrainTimeout: proxyd.DefaultDrainTimeout}
 		certs         []string

@@ -1,4 +1,4 @@
-package cli
+package daemon
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"corpus/cmd/corpus/cli"
 	"corpus/drivers"
 	"corpus/drivers/libvirt"
 	"corpus/drivers/lxc"
@@ -37,7 +38,7 @@ var (
 // newImageCmd builds a node's guest images ahead of its guests: where the
 // agent has no route to the Debian mirror, or to have the first guest
 // start at once.
-func newImageCmd(g *Globals) *cobra.Command {
+func newImageCmd(g *cli.Globals) *cobra.Command {
 	cmd := &cobra.Command{Use: "image", Short: "Guest images of this host"}
 	var dir, stateDir, driver string
 	var packages []string
@@ -55,7 +56,7 @@ func newImageCmd(g *Globals) *cobra.Command {
 				return err
 			}
 			start := time.Now()
-			progress := func(m string) { fmt.Fprintln(g.stderr, m) }
+			progress := func(m string) { fmt.Fprintln(g.Stderr(), m) }
 			name := args[0]
 			if len(packages) > 0 {
 				pb, ok := b.(packageImageBuilder)
@@ -70,7 +71,7 @@ func newImageCmd(g *Globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			fmt.Fprintf(g.stdout, "image %s ready in %s (%s)\n", name, where, time.Since(start).Round(time.Second))
+			fmt.Fprintf(g.Stdout(), "image %s ready in %s (%s)\n", name, where, time.Since(start).Round(time.Second))
 			return nil
 		},
 	}
