@@ -140,6 +140,9 @@ func newAgentCmd(g *cli.Globals) *cobra.Command {
 			if err := applyDaemonConfig(cmd, file, "CORPUS_AGENT_"); err != nil {
 				return err
 			}
+			if cfg.Name == "" {
+				cfg.Name = agent.Default().Name
+			}
 			logger, err := logs.logger()
 			if err != nil {
 				return err
@@ -181,7 +184,7 @@ func newAgentCmd(g *cli.Globals) *cobra.Command {
 	f.StringVar(&cfg.StateDir, "state-dir", cfg.StateDir, "folder for the agent's database and guests")
 	f.StringSliceVar(&cfg.Coordinators, "coordinator", cfg.Coordinators, "coordinator API addresses (comma-separated or repeated)")
 	f.StringVar(&cfg.JoinToken, "join-token", "", "one-time token from `corpus node token` (first start only)")
-	f.StringVar(&cfg.Name, "name", cfg.Name, "node name (a DNS label)")
+	f.StringVar(&cfg.Name, "name", "", "node name (a DNS label; default: this host's name)")
 	f.StringToStringVar(&cfg.Labels, "label", nil, "node label KEY=VALUE, e.g. region=eu, zone=a, mode=prod (repeatable)")
 	f.StringVar(&cfg.APIAddr, "api-addr", cfg.APIAddr, "listen address of the agent's own API")
 	f.StringVar(&cfg.AdvertiseAddr, "advertise-addr", "", "address coordinators use to reach the agent (default: --api-addr)")

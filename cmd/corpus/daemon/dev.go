@@ -50,7 +50,6 @@ func newDevCmd(g *cli.Globals) *cobra.Command {
 		agentAddr: "127.0.0.1:7402",
 		dnsAddr:   coordinator.Default().DNS.Addr,
 		metrics:   metricsFlags{addr: defaultCoordinatorMetricsAddr},
-		name:      agent.Default().Name,
 		envName:   "dev",
 		agent:     agent.Default(),
 	}
@@ -66,6 +65,9 @@ when something is left. Running it again picks up the same cluster; a
 second one on a --state-dir in use is refused.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if o.name == "" {
+				o.name = agent.Default().Name
+			}
 			logger, err := o.logs.logger()
 			if err != nil {
 				return err
@@ -95,7 +97,7 @@ second one on a --state-dir in use is refused.`,
 	f.StringVar(&o.agentAddr, "agent-addr", o.agentAddr, "agent API listen address")
 	f.StringVar(&o.dnsAddr, "dns-addr", o.dnsAddr, "DNS listen address (empty: off)")
 	o.metrics.add(f, "Prometheus metrics listen address of the coordinator and the agent, on /metrics (empty: off)")
-	f.StringVar(&o.name, "name", o.name, "name of this node")
+	f.StringVar(&o.name, "name", "", "name of this node (default: this host's name)")
 	f.StringVar(&o.envName, "env-name", o.envName, "name of the environment written to the CLI config")
 	f.BoolVar(&o.cleanup, "cleanup", false, "on exit, delete every guest and volume of this node, then its network (exit 1 when something is left)")
 	addNetworkFlags(f, &o.agent)

@@ -51,6 +51,12 @@ func newImageCmd(g *cli.Globals) *cobra.Command {
   corpus image build debian/bookworm --driver lxc --packages python3`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			// The variable is read here, not made the flag's default,
+			// so that --help and the reference read the same on every
+			// host.
+			if env := os.Getenv("CORPUS_LIBVIRT_IMAGES"); env != "" && !cmd.Flags().Changed("image-dir") {
+				dir = env
+			}
 			b, where, err := newImageBuilder(driver, dir, stateDir)
 			if err != nil {
 				return err
@@ -75,13 +81,9 @@ func newImageCmd(g *cli.Globals) *cobra.Command {
 			return nil
 		},
 	}
-	def := os.Getenv("CORPUS_LIBVIRT_IMAGES")
-	if def == "" {
-		def = filepath.Join(libvirt.DefaultDir, "images")
-	}
 	f := build.Flags()
 	f.StringVar(&driver, "driver", "libvirt", "the driver whose image to build: libvirt or lxc")
-	f.StringVar(&dir, "image-dir", def, "libvirt: where the agents of this host find images (env CORPUS_LIBVIRT_IMAGES)")
+	f.StringVar(&dir, "image-dir", filepath.Join(libvirt.DefaultDir, "images"), "libvirt: where the agents of this host find images (env CORPUS_LIBVIRT_IMAGES)")
 	f.StringSliceVar(&packages, "packages", nil, "lxc: build the image with these Debian packages installed, as guests created with --packages use it")
 	f.StringVar(&stateDir, "state-dir", "/var/lib/corpus/agent", "lxc: the state folder of the agent whose image cache to fill")
 	cmd.AddCommand(build)
