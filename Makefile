@@ -12,7 +12,7 @@ VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo de
 COMMIT    ?= $(shell git rev-parse --short HEAD 2>/dev/null)
 LDFLAGS   := -X corpus/internal/version.Version=$(VERSION) -X corpus/internal/version.Commit=$(COMMIT)
 
-.PHONY: help build deb test test-loaded test-unit lint vet fmt-check staticcheck proto proto-check ui ui-check screenshots demo demo-stop demo-clean bench bench-summary robustness tools test-tools clean
+.PHONY: help build deb test test-loaded test-unit lint vet fmt-check staticcheck proto proto-check ui ui-check docs docs-check screenshots demo demo-stop demo-clean bench bench-summary robustness tools test-tools clean
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -77,6 +77,16 @@ proto: ## regenerate Go code from proto/
 
 proto-check: proto ## fail when the committed generated code is stale
 	@git diff --exit-code -- proto || (echo "generated code in proto/ is stale: run make proto and commit"; exit 1)
+
+# The command reference: a Markdown page per command, from the command
+# tree itself (corpus docs markdown), committed so the docs site links it.
+docs: ## regenerate the command reference (docs/reference) from the commands
+	rm -rf docs/reference
+	$(GO) run ./cmd/corpus docs markdown docs/reference
+
+docs-check: docs ## fail when the committed command reference is stale
+	@git diff --exit-code -- docs/reference && [ -z "$$(git status --porcelain -- docs/reference)" ] || \
+	  (echo "the command reference in docs/reference is stale: run make docs and commit"; exit 1)
 
 # The dashboard's app: web/ built by the pinned esbuild (package-lock.json)
 # into coordinator/ui/dist, which is committed and embedded in the binary,

@@ -151,7 +151,7 @@ func (h *hooks) called() []string {
 }
 
 func (h *hooks) ext(name, kind, path string, mod ...func(*corpusv1.Extension)) *corpusv1.Extension {
-	e := &corpusv1.Extension{Name: name, Url: h.srv.URL + path, CaPem: h.ca, Kind: kind, On: []string{extensions.GuestCreate}, TimeoutMs: 2000}
+	e := &corpusv1.Extension{Name: name, Url: h.srv.URL + path, CaPem: h.ca, Kind: kind, On: []string{corpusv1.OnGuestCreate}, TimeoutMs: 2000}
 	for _, m := range mod {
 		m(e)
 	}
@@ -190,15 +190,15 @@ func TestExtensions(t *testing.T) {
 	}
 	// Order: memory (priority 10) before noop (priority 0); team after
 	// memory, though its priority is the highest.
-	mustAdd(h.ext("noop", extensions.Mutate, "/noop"))
-	mustAdd(h.ext("memory", extensions.Mutate, "/memory", func(e *corpusv1.Extension) { e.Priority = 10 }))
-	mustAdd(h.ext("team", extensions.Mutate, "/team", func(e *corpusv1.Extension) { e.Priority = 99; e.After = []string{"noop"} }))
-	mustAdd(h.ext("images", extensions.Validate, "/images"))
-	mustAdd(h.ext("prod-owner", extensions.Validate, "/prod-owner", func(e *corpusv1.Extension) {
-		e.On = []string{extensions.GuestCreate, extensions.GuestUpdate}
+	mustAdd(h.ext("noop", corpusv1.ExtensionMutate, "/noop"))
+	mustAdd(h.ext("memory", corpusv1.ExtensionMutate, "/memory", func(e *corpusv1.Extension) { e.Priority = 10 }))
+	mustAdd(h.ext("team", corpusv1.ExtensionMutate, "/team", func(e *corpusv1.Extension) { e.Priority = 99; e.After = []string{"noop"} }))
+	mustAdd(h.ext("images", corpusv1.ExtensionValidate, "/images"))
+	mustAdd(h.ext("prod-owner", corpusv1.ExtensionValidate, "/prod-owner", func(e *corpusv1.Extension) {
+		e.On = []string{corpusv1.OnGuestCreate, corpusv1.OnGuestUpdate}
 	}))
 	// A cycle is refused, named, and changes nothing.
-	err := add(h.ext("loop", extensions.Mutate, "/noop", func(e *corpusv1.Extension) { e.After = []string{"team"}; e.Before = []string{"noop"} }), "")
+	err := add(h.ext("loop", corpusv1.ExtensionMutate, "/noop", func(e *corpusv1.Extension) { e.After = []string{"team"}; e.Before = []string{"noop"} }), "")
 	if codeOf(err) != connect.CodeInvalidArgument || !strings.Contains(err.Error(), "loop -> noop -> team -> loop") {
 		t.Errorf("a cycle: %v", err)
 	}
@@ -241,7 +241,7 @@ func TestExtensions(t *testing.T) {
 	// The validators saw the mutated object.
 	var seen hookRequest
 	json.Unmarshal(h.bodies["/images"], &seen)
-	if seen.Kind != extensions.GuestCreate || seen.User != "ops" || seen.Object["spec"].(map[string]any)["env"].(map[string]any)["TEAM"] != "platform" {
+	if seen.Kind != corpusv1.OnGuestCreate || seen.User != "ops" || seen.Object["spec"].(map[string]any)["env"].(map[string]any)["TEAM"] != "platform" {
 		t.Errorf("the validator's payload: %+v", seen)
 	}
 
@@ -267,7 +267,7 @@ func TestExtensions(t *testing.T) {
 		t.Errorf("an update keeping the owner: %v", err)
 	}
 	// An invalid mutation is refused as invalid input.
-	mustAdd(h.ext("breaks-name", extensions.Mutate, "/breaks-name", func(e *corpusv1.Extension) { e.Priority = -1 }))
+	mustAdd(h.ext("breaks-name", corpusv1.ExtensionMutate, "/breaks-name", func(e *corpusv1.Extension) { e.Priority = -1 }))
 	if _, err := create(ops, "victim", "busybox", nil); codeOf(err) != connect.CodeInvalidArgument || !strings.Contains(err.Error(), "extension breaks-name made the guest.create invalid") {
 		t.Errorf("an invalid mutation: %v", err)
 	}
@@ -300,7 +300,7 @@ func TestExtensions(t *testing.T) {
 	// on and is audited; neither holds other writes.
 	for _, path := range []string{"/hang", "/garbage", "/huge", "/down"} {
 		name := "x" + strings.TrimPrefix(path, "/")
-		e := h.ext(name, extensions.Validate, path, func(e *corpusv1.Extension) { e.TimeoutMs = 300 })
+		e := h.ext(name, corpusv1.ExtensionValidate, path, func(e *corpusv1.Extension) { e.TimeoutMs = 300 })
 		if path == "/down" {
 			e.Url = "https://127.0.0.1:1/down"
 		}
@@ -316,7 +316,7 @@ func TestExtensions(t *testing.T) {
 		if _, err := ops.project.GrantProject(ctx, connect.NewRequest(&corpusv1.GrantProjectRequest{Name: "none", User: "x"})); codeOf(err) == connect.CodeUnavailable {
 			t.Errorf("another write during %s: %v", path, err)
 		}
-		e.FailurePolicy = extensions.Ignore
+		e.FailurePolicy = corpusv1.FailurePolicyIgnore
 		if _, err := ops.ext.AddExtension(ctx, connect.NewRequest(&corpusv1.AddExtensionRequest{Extension: e, Replace: true})); err != nil {
 			t.Fatal(err)
 		}
@@ -342,10 +342,10 @@ func TestExtensions(t *testing.T) {
 
 	// Signed calls: the extension verifies each, and a replay of one is
 	// refused.
-	if err := add(h.ext("signed", extensions.Validate, "/signed"), "short"); codeOf(err) != connect.CodeInvalidArgument {
+	if err := add(h.ext("signed", corpusv1.ExtensionValidate, "/signed"), "short"); codeOf(err) != connect.CodeInvalidArgument {
 		t.Errorf("a 5-byte secret: %v", err)
 	}
-	if err := add(h.ext("signed", extensions.Validate, "/signed"), string(h.verify.Secret)); err != nil {
+	if err := add(h.ext("signed", corpusv1.ExtensionValidate, "/signed"), string(h.verify.Secret)); err != nil {
 		t.Fatal(err)
 	}
 	got, err := ops.ext.GetExtension(ctx, connect.NewRequest(&corpusv1.GetExtensionRequest{Name: "signed"}))
@@ -382,8 +382,8 @@ func TestExtensions(t *testing.T) {
 
 	// Projects and services: a default memory per environment; a
 	// service's secrets reach extensions as names alone.
-	mustAdd(h.ext("env-memory", extensions.Mutate, "/env-memory", func(e *corpusv1.Extension) { e.On = []string{extensions.ProjectCreate} }))
-	mustAdd(h.ext("seen", extensions.Validate, "/seen", func(e *corpusv1.Extension) { e.On = []string{extensions.ServiceCreate} }))
+	mustAdd(h.ext("env-memory", corpusv1.ExtensionMutate, "/env-memory", func(e *corpusv1.Extension) { e.On = []string{corpusv1.OnProjectCreate} }))
+	mustAdd(h.ext("seen", corpusv1.ExtensionValidate, "/seen", func(e *corpusv1.Extension) { e.On = []string{corpusv1.OnServiceCreate} }))
 	for env, want := range map[string]int64{"dev": 64 << 20, "prod": 512 << 20} {
 		res, err := ops.project.CreateProject(ctx, connect.NewRequest(&corpusv1.CreateProjectRequest{Name: "shop", Env: env, Image: "busybox"}))
 		if err != nil {

@@ -106,7 +106,7 @@ func TestScale(t *testing.T) {
 		t.Fatalf("Scale = %v", res.Msg)
 	}
 	s.waitFor("three instances placed on three nodes", func(v *state.Snap) bool {
-		e := state.ProjectEnv(v.Project("site"), "dev")
+		e := corpusv1.EnvNamed(v.Project("site"), "dev")
 		on := map[string]bool{}
 		for _, in := range state.Instances(e) {
 			if g := v.Guest(in.GuestID); g.GetAddress() != "" {
@@ -120,7 +120,7 @@ func TestScale(t *testing.T) {
 		t.Errorf("the same scale again = %v, %v; want no change", again, err)
 	}
 	v := s.Store().Read()
-	e := state.ProjectEnv(v.Project("site"), "dev")
+	e := corpusv1.EnvNamed(v.Project("site"), "dev")
 	if e.MaxParallel != 2 || !e.SharedNothing || e.Instances[0].GuestName != "site-dev-2" || e.Instances[1].GuestName != "site-dev-3" {
 		t.Errorf("environment = %v", e)
 	}
@@ -159,7 +159,7 @@ func TestScale(t *testing.T) {
 		done <- err
 	}()
 	s.waitFor("instance 2 asked for the release", func(v *state.Snap) bool {
-		return state.ProjectEnv(v.Project("site"), "dev").Instances[0].Release == n
+		return corpusv1.EnvNamed(v.Project("site"), "dev").Instances[0].Release == n
 	})
 	ir, err := second.agent.InstanceRelease(ctx, connect.NewRequest(&corpusv1.InstanceReleaseRequest{Project: "site", Env: "dev", Instance: 2}))
 	if err != nil || ir.Msg.Release.Number != n {
@@ -199,13 +199,13 @@ func TestScale(t *testing.T) {
 	if _, err := ops.project.Autoscale(ctx, connect.NewRequest(&corpusv1.AutoscaleRequest{Project: "site", Process: "web", Min: 2, Max: 5, TargetCpuPercent: 60, ScaleDownWindowSeconds: 30})); err != nil {
 		t.Fatal(err)
 	}
-	if pol := state.ProjectEnv(s.Store().Read().Project("site"), "dev").Autoscale["web"]; pol.GetMax() != 5 || pol.GetTargetCpuPercent() != 60 {
+	if pol := corpusv1.EnvNamed(s.Store().Read().Project("site"), "dev").Autoscale["web"]; pol.GetMax() != 5 || pol.GetTargetCpuPercent() != 60 {
 		t.Errorf("policy = %v", pol)
 	}
 	if _, err := ops.project.Autoscale(ctx, connect.NewRequest(&corpusv1.AutoscaleRequest{Project: "site", Process: "web", Off: true})); err != nil {
 		t.Fatal(err)
 	}
-	if pols := state.ProjectEnv(s.Store().Read().Project("site"), "dev").Autoscale; len(pols) != 0 {
+	if pols := corpusv1.EnvNamed(s.Store().Read().Project("site"), "dev").Autoscale; len(pols) != 0 {
 		t.Errorf("policies after off = %v", pols)
 	}
 
@@ -227,12 +227,12 @@ func TestScale(t *testing.T) {
 	}
 	v = s.Store().Read()
 	var staged []*corpusv1.ReportedGuest
-	for _, in := range state.ProjectEnv(v.Project("site"), "dev").Instances {
+	for _, in := range corpusv1.EnvNamed(v.Project("site"), "dev").Instances {
 		go first.agent.RollInstance(ctx, connect.NewRequest(&corpusv1.RollInstanceRequest{Project: "site", Env: "dev", Instance: in.Index, Release: n2, Stage: true, WaitSeconds: 30}))
 		staged = append(staged, &corpusv1.ReportedGuest{GuestId: in.GuestId, Observed: &corpusv1.GuestObserved{State: "running", Pid: 7, Release: n, StagedRelease: n2, StagedPort: 81}})
 	}
 	s.waitFor("both instances asked to stage", func(v *state.Snap) bool {
-		ins := state.ProjectEnv(v.Project("site"), "dev").Instances
+		ins := corpusv1.EnvNamed(v.Project("site"), "dev").Instances
 		return ins[0].StagedRelease == n2 && ins[1].StagedRelease == n2
 	})
 	for _, r := range staged {
@@ -242,14 +242,14 @@ func TestScale(t *testing.T) {
 	if _, err := first.agent.SwitchEnv(ctx, connect.NewRequest(&corpusv1.SwitchEnvRequest{Project: "site", Env: "dev", Release: n2, WebPort: 81, KeepSeconds: 600})); err != nil {
 		t.Fatalf("SwitchEnv = %v", err)
 	}
-	e = state.ProjectEnv(s.Store().Read().Project("site"), "dev")
+	e = corpusv1.EnvNamed(s.Store().Read().Project("site"), "dev")
 	if e.CurrentRelease != n2 || e.StandbyRelease == n2 || e.WebPort != 81 || e.StandbyWebPort != 80 || e.Instances[0].WebPort != 81 || e.Instances[0].StandbyWebPort != 80 || e.Instances[1].Release != n2 {
 		t.Errorf("after the switch: %v", e)
 	}
 	if _, err := ops.project.SwitchBack(ctx, connect.NewRequest(&corpusv1.SwitchBackRequest{Project: "site"})); err != nil {
 		t.Fatal(err)
 	}
-	e = state.ProjectEnv(s.Store().Read().Project("site"), "dev")
+	e = corpusv1.EnvNamed(s.Store().Read().Project("site"), "dev")
 	if e.CurrentRelease == n2 || e.StandbyRelease != n2 || e.WebPort != 80 || e.Instances[0].WebPort != 80 || e.Instances[0].StandbyWebPort != 81 {
 		t.Errorf("after switching back: %v", e)
 	}
@@ -259,7 +259,7 @@ func TestScale(t *testing.T) {
 		t.Fatal(err)
 	}
 	v = s.Store().Read()
-	e = state.ProjectEnv(v.Project("site"), "dev")
+	e = corpusv1.EnvNamed(v.Project("site"), "dev")
 	if len(e.Instances) != 0 || v.GuestByName("site-dev-2").GetDesiredState() != state.DesiredDeleted || v.GuestByName("site-dev-3").GetDesiredState() != state.DesiredDeleted {
 		t.Errorf("after scaling down: %v, %v", e, v.GuestByName("site-dev-2"))
 	}

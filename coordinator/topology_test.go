@@ -135,7 +135,7 @@ func TestProjectExportImport(t *testing.T) {
 		t.Errorf("the clone's config = %v; want FOO, the external service's secret and its own database", got)
 	}
 	p := s.Store().Read().Project("site2")
-	if e := state.ProjectEnv(p, "dev"); e == nil || len(e.Domains) != 0 || !e.Https || len(e.Instances) != 1 || e.Scale["web"] != 2 || e.Autoscale["web"].GetTargetRps() != 100 {
+	if e := corpusv1.EnvNamed(p, "dev"); e == nil || len(e.Domains) != 0 || !e.Https || len(e.Instances) != 1 || e.Scale["web"] != 2 || e.Autoscale["web"].GetTargetRps() != 100 {
 		t.Errorf("the clone's environment = %v", e)
 	}
 

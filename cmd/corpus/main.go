@@ -7,6 +7,7 @@ import (
 
 	"corpus/agent/deploy"
 	"corpus/cmd/corpus/cli"
+	"corpus/cmd/corpus/daemon"
 )
 
 func main() {
@@ -15,5 +16,5 @@ func main() {
 	if len(os.Args) == 3 && os.Args[1] == "git-hook" && os.Args[2] == "pre-receive" {
 		os.Exit(deploy.RunHook(os.Stdin, os.Stdout))
 	}
-	os.Exit(cli.Main(os.Args[1:]))
+	os.Exit(cli.Main(os.Args[1:], daemon.Commands))
 }

@@ -32,8 +32,8 @@ import (
 func (b *Backend) admit(ctx context.Context, event string, obj proto.Message, check func() error) ([]*corpusv1.AdmissionChange, error) {
 	view := b.Store.Read()
 	all := view.Extensions()
-	mutators := extensions.For(all, extensions.Mutate, event)
-	validators := extensions.For(all, extensions.Validate, event)
+	mutators := extensions.For(all, corpusv1.ExtensionMutate, event)
+	validators := extensions.For(all, corpusv1.ExtensionValidate, event)
 	if len(mutators)+len(validators) == 0 {
 		return nil, nil
 	}
@@ -141,7 +141,7 @@ func refusedBy(e *corpusv1.Extension, event, msg string) error {
 // write's error under fail; under ignore, nil once the failure is logged
 // and audited.
 func (b *Backend) extensionFailed(ctx context.Context, e *corpusv1.Extension, event string, err error) error {
-	if e.FailurePolicy == extensions.Ignore {
+	if e.FailurePolicy == corpusv1.FailurePolicyIgnore {
 		b.Logger.Warn("extension failed; its failure policy is ignore, so the write goes on", "extension", e.Name, "event", event, "error", err)
 		if b.audit != nil {
 			if aerr := b.audit.record(ctx, auth.FromContext(ctx).String(), "extension_failed", e.Name,
@@ -206,14 +206,14 @@ func (s *agentService) LintPush(ctx context.Context, req *connect.Request[corpus
 	}
 	view := s.b.Store.Read()
 	p := view.Project(m.Project)
-	e := state.ProjectEnv(p, m.Env)
+	e := corpusv1.EnvNamed(p, m.Env)
 	if e == nil {
 		return nil, toConnect(notFound("environment", m.Project+"/"+m.Env, "corpus project list"))
 	}
 	if !slices.Contains(view.EnvNodes(e), auth.FromContext(ctx).NodeID) {
 		return nil, connect.NewError(connect.CodePermissionDenied, fmt.Errorf("%s/%s has no guest on this node", m.Project, m.Env))
 	}
-	linters := extensions.For(view.Extensions(), extensions.Lint, extensions.Deploy)
+	linters := extensions.For(view.Extensions(), corpusv1.ExtensionLint, corpusv1.OnDeploy)
 	res := &corpusv1.LintPushResponse{}
 	if len(linters) == 0 {
 		return connect.NewResponse(res), nil
@@ -233,7 +233,7 @@ func (s *agentService) LintPush(ctx context.Context, req *connect.Request[corpus
 		return connect.NewResponse(res), nil
 	}
 	for _, x := range linters {
-		ans, err := s.b.callExtension(ctx, view, x, extensions.Request{Kind: extensions.Deploy, User: "user:" + m.Author, Object: obj})
+		ans, err := s.b.callExtension(ctx, view, x, extensions.Request{Kind: corpusv1.OnDeploy, User: "user:" + m.Author, Object: obj})
 		if err != nil {
 			if ferr := s.b.extensionFailed(ctx, x, "push", err); ferr != nil {
 				return refused(x, ferr)

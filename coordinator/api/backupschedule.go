@@ -15,10 +15,6 @@ import (
 // scheduled backups beyond the number each keeps (manual and imported
 // ones stay until someone deletes them).
 
-// DefaultBackupKeep is how many scheduled backups a service keeps when
-// it does not say.
-const DefaultBackupKeep = 7
-
 // backupCheckEvery is how often the leader looks for due backups; a
 // failed one is tried again after backupRetry.
 const (
@@ -61,7 +57,7 @@ func (s backupSubject) policy() (schedule string, keep int) {
 		schedule, keep = s.volume.BackupSchedule, int(s.volume.BackupKeep)
 	}
 	if keep == 0 {
-		keep = DefaultBackupKeep
+		keep = corpusv1.DefaultBackupKeep
 	}
 	return schedule, keep
 }

@@ -9,7 +9,6 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"corpus/coordinator/auth"
-	"corpus/coordinator/state"
 	corpusv1 "corpus/proto/corpus/v1"
 )
 
@@ -62,7 +61,7 @@ func (s *agentService) SwitchEnv(ctx context.Context, req *connect.Request[corpu
 	}
 	view := s.b.Store.Read()
 	p := view.Project(m.Project)
-	e := state.ProjectEnv(p, m.Env)
+	e := corpusv1.EnvNamed(p, m.Env)
 	if e == nil {
 		return nil, toConnect(notFound("environment", m.Project+"/"+m.Env, "corpus project list"))
 	}
@@ -93,5 +92,5 @@ func (s *projectService) SwitchBack(ctx context.Context, req *connect.Request[co
 	}
 	view = s.b.Store.Read()
 	p = view.Project(p.Name)
-	return connect.NewResponse(&corpusv1.SwitchBackResponse{Project: s.view(view, p), Current: state.ProjectEnv(p, e.Name).CurrentRelease}), nil
+	return connect.NewResponse(&corpusv1.SwitchBackResponse{Project: s.view(view, p), Current: corpusv1.EnvNamed(p, e.Name).CurrentRelease}), nil
 }

@@ -88,7 +88,7 @@ func (s *projectService) releaseConfig(ctx context.Context, project, env, what s
 	}
 	view := s.b.Store.Read()
 	p := view.Project(project)
-	e := state.ProjectEnv(p, env)
+	e := corpusv1.EnvNamed(p, env)
 	if e == nil {
 		return connect.NewError(connect.CodeNotFound, fmt.Errorf("environment %s/%s is gone", project, env))
 	}

@@ -94,7 +94,7 @@ func (s *extensionService) ListExtensions(ctx context.Context, _ *connect.Reques
 		ordered = all
 	}
 	res := &corpusv1.ListExtensionsResponse{}
-	for _, kind := range []string{extensions.Mutate, extensions.Validate, extensions.Lint} {
+	for _, kind := range []string{corpusv1.ExtensionMutate, corpusv1.ExtensionValidate, corpusv1.ExtensionLint} {
 		for _, e := range ordered {
 			if e.Kind == kind {
 				res.Extensions = append(res.Extensions, extensionView(all, e))

@@ -11,7 +11,6 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"corpus/coordinator/auth"
-	"corpus/coordinator/extensions"
 	"corpus/coordinator/state"
 	"corpus/internal/names"
 	"corpus/internal/secret"
@@ -42,7 +41,7 @@ func (s *guestService) CreateGuest(ctx context.Context, req *connect.Request[cor
 	if err := check(); err != nil {
 		return nil, toConnect(err)
 	}
-	admitted, err := s.b.admit(ctx, extensions.GuestCreate, m, check)
+	admitted, err := s.b.admit(ctx, corpusv1.OnGuestCreate, m, check)
 	if err != nil {
 		return nil, err
 	}

@@ -17,7 +17,6 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"corpus/coordinator/auth"
-	"corpus/coordinator/extensions"
 	"corpus/coordinator/state"
 	"corpus/internal/names"
 	"corpus/internal/secret"
@@ -253,13 +252,13 @@ func (s *projectService) CreateProject(ctx context.Context, req *connect.Request
 	if err := check(); err != nil {
 		return nil, toConnect(err)
 	}
-	admitted, err := s.b.admit(ctx, extensions.ProjectCreate, m, check)
+	admitted, err := s.b.admit(ctx, corpusv1.OnProjectCreate, m, check)
 	if err != nil {
 		return nil, err
 	}
 	env := &corpusv1.ProjectEnv{Name: m.Env, Domains: domains, HttpPort: m.HttpPort, Branch: m.Branch, Https: m.Https}
 	if p := s.b.Store.Read().Project(m.Name); p != nil {
-		if e := state.ProjectEnv(p, m.Env); e != nil {
+		if e := corpusv1.EnvNamed(p, m.Env); e != nil {
 			// The same request again is a success.
 			g := s.b.Store.Read().Guest(e.GuestId)
 			if g != nil && g.Spec.GetImage() == spec.Image && slices.Equal(g.Spec.GetPackages(), spec.Packages) && slices.Equal(e.Domains, domains) && e.Branch == m.Branch && e.HttpPort == m.HttpPort && e.Https == m.Https {
@@ -281,7 +280,7 @@ func (s *projectService) CreateProject(ctx context.Context, req *connect.Request
 	}
 	view := s.b.Store.Read()
 	p := view.Project(m.Name)
-	return connect.NewResponse(&corpusv1.CreateProjectResponse{Project: p, Created: true, GitRemote: s.remote(view, p, state.ProjectEnv(p, m.Env))}), nil
+	return connect.NewResponse(&corpusv1.CreateProjectResponse{Project: p, Created: true, GitRemote: s.remote(view, p, corpusv1.EnvNamed(p, m.Env))}), nil
 }
 
 // remote is the git remote of a project environment, "" until its guest
@@ -432,7 +431,7 @@ func pickEnv(ctx context.Context, view *state.Snap, project, env string) (*corpu
 		}
 		return p, p.Envs[0], nil
 	}
-	e := state.ProjectEnv(p, env)
+	e := corpusv1.EnvNamed(p, env)
 	if e == nil {
 		return nil, nil, toConnect(notFound("environment", project+"/"+env, "corpus project show "+project))
 	}
@@ -601,7 +600,7 @@ func (s *agentService) BeginRelease(ctx context.Context, req *connect.Request[co
 	// the record (the release takes the environment's config as it is).
 	view := s.b.Store.Read()
 	if p := view.Project(m.Project); p != nil {
-		if e := state.ProjectEnv(p, m.Env); e != nil {
+		if e := corpusv1.EnvNamed(p, m.Env); e != nil {
 			var before map[string][]byte
 			if cur := view.ReleaseByNumber(p.Name, e.Name, e.CurrentRelease); cur != nil {
 				before = cur.Config

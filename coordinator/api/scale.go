@@ -64,11 +64,11 @@ func (s *projectService) Scale(ctx context.Context, req *connect.Request[corpusv
 	if changed && restart && e.CurrentRelease != 0 {
 		view := s.b.Store.Read()
 		p := view.Project(p.Name)
-		e := state.ProjectEnv(p, e.Name)
+		e := corpusv1.EnvNamed(p, e.Name)
 		err := s.redeploy(ctx, view, p, e, &corpusv1.RedeployRequest{Project: p.Name, Env: e.Name, Trigger: corpusv1.TriggerRestart},
 			func(*corpusv1.DeployOutput) error { return nil })
 		if err != nil {
-			return nil, connect.NewError(connect.CodeOf(err), fmt.Errorf("scaled to %s, but restarting instance 1 with its new processes failed: %w", state.ScaleText(cmd.Scale), err))
+			return nil, connect.NewError(connect.CodeOf(err), fmt.Errorf("scaled to %s, but restarting instance 1 with its new processes failed: %w", corpusv1.ScaleText(cmd.Scale), err))
 		}
 	}
 	view = s.b.Store.Read()
@@ -169,7 +169,7 @@ func instanceOf(view *state.Snap, project, env string, index uint32) (*corpusv1.
 		return nil, nil, nil, toConnect(err)
 	}
 	p := view.Project(project)
-	e := state.ProjectEnv(p, env)
+	e := corpusv1.EnvNamed(p, env)
 	if e == nil {
 		return nil, nil, nil, toConnect(notFound("environment", project+"/"+env, "corpus project list"))
 	}
@@ -317,7 +317,7 @@ func (s *agentService) ReleaseSource(ctx context.Context, req *connect.Request[c
 		return toConnect(err)
 	}
 	p := view.Project(m.Project)
-	e := state.ProjectEnv(p, m.Env)
+	e := corpusv1.EnvNamed(p, m.Env)
 	if e == nil {
 		return toConnect(notFound("environment", m.Project+"/"+m.Env, "corpus project list"))
 	}

@@ -200,7 +200,7 @@ func (s *serviceService) refreshLinks(ctx context.Context, service string, progr
 		return progress(&corpusv1.BackupProgress{Phase: "relinking", Message: strings.TrimRight(string(o.Output), "\n")})
 	}
 	for _, l := range svc.Links {
-		e := state.ProjectEnv(view.Project(l.Project), l.Env)
+		e := corpusv1.EnvNamed(view.Project(l.Project), l.Env)
 		if e == nil {
 			continue
 		}

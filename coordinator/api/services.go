@@ -14,7 +14,6 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"corpus/coordinator/auth"
-	"corpus/coordinator/extensions"
 	"corpus/coordinator/state"
 	"corpus/coordinator/templates"
 	"corpus/internal/names"
@@ -188,7 +187,7 @@ func (s *serviceService) CreateService(ctx context.Context, req *connect.Request
 	if err := check(); err != nil {
 		return nil, toConnect(err)
 	}
-	admitted, err := s.b.admit(ctx, extensions.ServiceCreate, m, check)
+	admitted, err := s.b.admit(ctx, corpusv1.OnServiceCreate, m, check)
 	if err != nil {
 		return nil, err
 	}

@@ -78,7 +78,7 @@ func serviceReach(view *state.Snap, guests []*corpusv1.Guest) []*corpusv1.Servic
 		}
 		r := &corpusv1.ServiceReach{GuestId: g.Id, Port: svc.TemplateSpec.GetPort()}
 		for _, l := range svc.Links {
-			e := state.ProjectEnv(view.Project(l.Project), l.Env)
+			e := corpusv1.EnvNamed(view.Project(l.Project), l.Env)
 			if e == nil {
 				continue
 			}

@@ -47,7 +47,7 @@ func (s *projectService) ExportProject(ctx context.Context, req *connect.Request
 	}
 	envs := p.Envs
 	if m.Env != "" {
-		e := state.ProjectEnv(p, m.Env)
+		e := corpusv1.EnvNamed(p, m.Env)
 		if e == nil {
 			return nil, toConnect(notFound("environment", p.Name+"/"+m.Env, "corpus project show "+p.Name))
 		}
@@ -199,7 +199,7 @@ func (s *projectService) planImport(ctx context.Context, view *state.Snap, m *co
 		if err := validEnv(c.Name); err != nil {
 			return nil, err
 		}
-		if p != nil && state.ProjectEnv(p, c.Name) != nil {
+		if p != nil && corpusv1.EnvNamed(p, c.Name) != nil {
 			return nil, connect.NewError(connect.CodeAlreadyExists, fmt.Errorf("project %s already has a %s environment; import it --as another project or --env another environment", plan.project, c.Name))
 		}
 		if g := view.GuestByName(plan.project + "-" + c.Name); g != nil {
@@ -413,7 +413,7 @@ func (s *projectService) importScale(ctx context.Context, project string, e *cor
 	if len(e.Scale) > 0 || e.SharedNothing || e.MaxParallel > 0 {
 		view := s.b.Store.Read()
 		p := view.Project(project)
-		cmd, changed, err := scaleCommand(view, p, state.ProjectEnv(p, e.Name), e.Scale, e.SharedNothing, e.MaxParallel)
+		cmd, changed, err := scaleCommand(view, p, corpusv1.EnvNamed(p, e.Name), e.Scale, e.SharedNothing, e.MaxParallel)
 		if err != nil {
 			return err
 		}

@@ -161,7 +161,7 @@ func (c *Caller) call(ctx context.Context, e *corpusv1.Extension, secret []byte,
 	}
 	timeout := time.Duration(e.TimeoutMs) * time.Millisecond
 	if timeout <= 0 {
-		timeout = DefaultTimeout
+		timeout = corpusv1.DefaultExtensionTimeout
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()

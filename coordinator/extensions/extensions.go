@@ -26,40 +26,11 @@ import (
 // APIVersion names the payload's format.
 const APIVersion = "corpus.dev/v1"
 
-// The writes extensions are called for.
-const (
-	GuestCreate   = "guest.create"
-	GuestUpdate   = "guest.update"
-	ProjectCreate = "project.create"
-	ServiceCreate = "service.create"
-	Deploy        = "deploy"
-)
-
-// Events are the kinds of writes, in the order the docs list them.
-var Events = []string{GuestCreate, GuestUpdate, ProjectCreate, ServiceCreate, Deploy}
-
-// Kinds of extensions.
-const (
-	Mutate   = "mutate"
-	Validate = "validate"
-	Lint     = "lint"
-)
-
-// Failure policies.
-const (
-	Fail   = "fail"
-	Ignore = "ignore"
-)
-
-// Timeouts of a call.
-const (
-	DefaultTimeout = 2 * time.Second
-	MaxTimeout     = 30 * time.Second
-	minTimeout     = 10 * time.Millisecond
-)
+// minTimeout is the shortest timeout an extension may have.
+const minTimeout = 10 * time.Millisecond
 
 // Check says whether an extension is well formed, and fills its
-// defaults (failure policy fail, timeout DefaultTimeout).
+// defaults (failure policy fail, timeout corpusv1.DefaultExtensionTimeout).
 func Check(e *corpusv1.Extension) error {
 	if err := names.Validate("extension", e.Name); err != nil {
 		return err
@@ -69,19 +40,19 @@ func Check(e *corpusv1.Extension) error {
 		return fmt.Errorf("extension %s: url %q: want https://HOST[:PORT]/PATH (calls carry objects and signatures, never in clear)", e.Name, e.Url)
 	}
 	switch e.Kind {
-	case Mutate, Validate, Lint:
+	case corpusv1.ExtensionMutate, corpusv1.ExtensionValidate, corpusv1.ExtensionLint:
 	default:
 		return fmt.Errorf("extension %s: kind %q: want mutate, validate or lint", e.Name, e.Kind)
 	}
 	if len(e.On) == 0 {
-		return fmt.Errorf("extension %s: say which writes it is called for (--on %s)", e.Name, strings.Join(Events, ","))
+		return fmt.Errorf("extension %s: say which writes it is called for (--on %s)", e.Name, strings.Join(corpusv1.ExtensionEvents, ","))
 	}
 	seen := map[string]bool{}
 	for _, on := range e.On {
-		if !slices.Contains(Events, on) {
-			return fmt.Errorf("extension %s: --on %q: want some of %s", e.Name, on, strings.Join(Events, ", "))
+		if !slices.Contains(corpusv1.ExtensionEvents, on) {
+			return fmt.Errorf("extension %s: --on %q: want some of %s", e.Name, on, strings.Join(corpusv1.ExtensionEvents, ", "))
 		}
-		if (on == Deploy) != (e.Kind == Lint) {
+		if (on == corpusv1.OnDeploy) != (e.Kind == corpusv1.ExtensionLint) {
 			return fmt.Errorf("extension %s: lint extensions are called for deploy (a push) alone, and deploy calls lint extensions alone", e.Name)
 		}
 		if seen[on] {
@@ -97,21 +68,21 @@ func Check(e *corpusv1.Extension) error {
 			return fmt.Errorf("extension %s cannot run before or after itself", e.Name)
 		}
 	}
-	if e.Kind == Validate && (len(e.After) > 0 || len(e.Before) > 0) {
+	if e.Kind == corpusv1.ExtensionValidate && (len(e.After) > 0 || len(e.Before) > 0) {
 		return fmt.Errorf("extension %s: validating extensions run in parallel; after and before order mutating and lint ones", e.Name)
 	}
 	switch e.FailurePolicy {
 	case "":
-		e.FailurePolicy = Fail
-	case Fail, Ignore:
+		e.FailurePolicy = corpusv1.FailurePolicyFail
+	case corpusv1.FailurePolicyFail, corpusv1.FailurePolicyIgnore:
 	default:
 		return fmt.Errorf("extension %s: failure policy %q: want fail or ignore", e.Name, e.FailurePolicy)
 	}
 	switch t := time.Duration(e.TimeoutMs) * time.Millisecond; {
 	case e.TimeoutMs == 0:
-		e.TimeoutMs = DefaultTimeout.Milliseconds()
-	case t < minTimeout || t > MaxTimeout:
-		return fmt.Errorf("extension %s: timeout %s: between %s and %s", e.Name, t, minTimeout, MaxTimeout)
+		e.TimeoutMs = corpusv1.DefaultExtensionTimeout.Milliseconds()
+	case t < minTimeout || t > corpusv1.MaxExtensionTimeout:
+		return fmt.Errorf("extension %s: timeout %s: between %s and %s", e.Name, t, minTimeout, corpusv1.MaxExtensionTimeout)
 	}
 	return nil
 }

@@ -16,7 +16,7 @@ import (
 )
 
 func ext(name string, priority int32, after, before []string) *corpusv1.Extension {
-	return &corpusv1.Extension{Name: name, Priority: priority, After: after, Before: before, Kind: Mutate, On: []string{GuestCreate}}
+	return &corpusv1.Extension{Name: name, Priority: priority, After: after, Before: before, Kind: corpusv1.ExtensionMutate, On: []string{corpusv1.OnGuestCreate}}
 }
 
 func nameList(es []*corpusv1.Extension) string {
@@ -56,10 +56,10 @@ func TestOrder(t *testing.T) {
 
 func TestCheck(t *testing.T) {
 	good := func() *corpusv1.Extension {
-		return &corpusv1.Extension{Name: "mem", Url: "https://hooks.example/mem", Kind: Mutate, On: []string{GuestCreate, ProjectCreate}}
+		return &corpusv1.Extension{Name: "mem", Url: "https://hooks.example/mem", Kind: corpusv1.ExtensionMutate, On: []string{corpusv1.OnGuestCreate, corpusv1.OnProjectCreate}}
 	}
 	e := good()
-	if err := Check(e); err != nil || e.FailurePolicy != Fail || e.TimeoutMs != DefaultTimeout.Milliseconds() {
+	if err := Check(e); err != nil || e.FailurePolicy != corpusv1.FailurePolicyFail || e.TimeoutMs != corpusv1.DefaultExtensionTimeout.Milliseconds() {
 		t.Fatalf("Check(good) = %v, defaults %q %d", err, e.FailurePolicy, e.TimeoutMs)
 	}
 	for what, change := range map[string]func(*corpusv1.Extension){
@@ -68,14 +68,14 @@ func TestCheck(t *testing.T) {
 		"an unknown kind":            func(e *corpusv1.Extension) { e.Kind = "transform" },
 		"an unknown event":           func(e *corpusv1.Extension) { e.On = []string{"guest.explode"} },
 		"no event":                   func(e *corpusv1.Extension) { e.On = nil },
-		"lint on guest.create":       func(e *corpusv1.Extension) { e.Kind = Lint },
-		"mutate on deploy":           func(e *corpusv1.Extension) { e.On = []string{Deploy} },
+		"lint on guest.create":       func(e *corpusv1.Extension) { e.Kind = corpusv1.ExtensionLint },
+		"mutate on deploy":           func(e *corpusv1.Extension) { e.On = []string{corpusv1.OnDeploy} },
 		"after itself":               func(e *corpusv1.Extension) { e.After = []string{"mem"} },
 		"a bad name":                 func(e *corpusv1.Extension) { e.Name = "Mem!" },
 		"a bad policy":               func(e *corpusv1.Extension) { e.FailurePolicy = "maybe" },
 		"a timeout over the max":     func(e *corpusv1.Extension) { e.TimeoutMs = 31000 },
-		"an ordered validator":       func(e *corpusv1.Extension) { e.Kind = Validate; e.Before = []string{"x"} },
-		"an event named twice":       func(e *corpusv1.Extension) { e.On = []string{GuestCreate, GuestCreate} },
+		"an ordered validator":       func(e *corpusv1.Extension) { e.Kind = corpusv1.ExtensionValidate; e.Before = []string{"x"} },
+		"an event named twice":       func(e *corpusv1.Extension) { e.On = []string{corpusv1.OnGuestCreate, corpusv1.OnGuestCreate} },
 		"a bad name in after/before": func(e *corpusv1.Extension) { e.After = []string{"No Such"} },
 	} {
 		e := good()
@@ -149,8 +149,8 @@ func TestCallFailures(t *testing.T) {
 		if path == "/hang" {
 			timeout = 300
 		}
-		e := &corpusv1.Extension{Name: name, Url: srv.URL + path, CaPem: ca, TimeoutMs: timeout, Kind: Validate, On: []string{GuestCreate}}
-		return c.Call(context.Background(), e, nil, Request{Kind: GuestCreate, Object: []byte(`{}`)})
+		e := &corpusv1.Extension{Name: name, Url: srv.URL + path, CaPem: ca, TimeoutMs: timeout, Kind: corpusv1.ExtensionValidate, On: []string{corpusv1.OnGuestCreate}}
+		return c.Call(context.Background(), e, nil, Request{Kind: corpusv1.OnGuestCreate, Object: []byte(`{}`)})
 	}
 	if ans, err := call("ok", "/ok"); err != nil || !*ans.Allowed {
 		t.Fatalf("ok: %v, %v", ans, err)
@@ -206,9 +206,9 @@ func TestSignedCallsAskedTwice(t *testing.T) {
 	defer srv.Close()
 	c := NewCaller(nil, func() *tls.Certificate { return nil })
 	c.Now = func() time.Time { return now } // both calls in one second
-	e := &corpusv1.Extension{Name: "signed", Url: srv.URL, CaPem: pemOf(srv.Certificate().Raw), TimeoutMs: 10000, Kind: Validate, On: []string{GuestCreate}}
+	e := &corpusv1.Extension{Name: "signed", Url: srv.URL, CaPem: pemOf(srv.Certificate().Raw), TimeoutMs: 10000, Kind: corpusv1.ExtensionValidate, On: []string{corpusv1.OnGuestCreate}}
 	for i := range 2 {
-		if _, err := c.Call(context.Background(), e, secret, Request{Kind: GuestCreate, User: "alice", Object: []byte(`{"name":"web"}`)}); err != nil {
+		if _, err := c.Call(context.Background(), e, secret, Request{Kind: corpusv1.OnGuestCreate, User: "alice", Object: []byte(`{"name":"web"}`)}); err != nil {
 			t.Fatalf("call %d of the same request: %v", i+1, err)
 		}
 	}

@@ -57,7 +57,7 @@ func auditEntry(cmd *corpusv1.Command, index uint64, err error) *corpusv1.AuditE
 		sort.Strings(set)
 		e.Target += " (" + ConfigChangeText(set, c.SetConfig.Unset) + ")"
 	case *corpusv1.Command_ScaleEnv:
-		e.Target += " (" + ScaleText(c.ScaleEnv.Scale) + ")"
+		e.Target += " (" + corpusv1.ScaleText(c.ScaleEnv.Scale) + ")"
 		if c.ScaleEnv.Reason != "" {
 			e.Target += ": " + c.ScaleEnv.Autoscaled + " " + c.ScaleEnv.Reason
 		}

@@ -161,7 +161,7 @@ func (a *applier) setKeyring(c *corpusv1.SetKeyring) error {
 		if err != nil {
 			return fmt.Errorf("resealing: %w", err)
 		}
-		env := ProjectEnv(p, r.Env)
+		env := corpusv1.EnvNamed(p, r.Env)
 		if env == nil || !slices.Equal(sortedKeys(env.Config), sortedKeys(r.Config)) {
 			return fmt.Errorf("resealing %s/%s: its config changed meanwhile: %w", r.Project, r.Env, ErrStale)
 		}

@@ -43,7 +43,7 @@ func sealed(t *testing.T, k *seal.Keyring, key, value string) []byte {
 
 func envConfig(t *testing.T, r *replica, k *seal.Keyring) map[string]string {
 	t.Helper()
-	e := state.ProjectEnv(r.store.Read().Project("hello"), "dev")
+	e := corpusv1.EnvNamed(r.store.Read().Project("hello"), "dev")
 	return openAll(t, k, e.Config)
 }
 
@@ -160,7 +160,7 @@ func TestConfig(t *testing.T) {
 		return out
 	}
 	v := r.store.Read()
-	envs := []*corpusv1.ResealedConfig{{Project: "hello", Env: "dev", Config: reseal(state.ProjectEnv(v.Project("hello"), "dev").Config)}}
+	envs := []*corpusv1.ResealedConfig{{Project: "hello", Env: "dev", Config: reseal(corpusv1.EnvNamed(v.Project("hello"), "dev").Config)}}
 	var rels []*corpusv1.ResealedConfig
 	for _, rel := range v.Releases("hello", "dev") {
 		if len(rel.Config) > 0 {
@@ -202,7 +202,7 @@ func TestWebPort(t *testing.T) {
 	}
 	r.must(cmd(nodeID, 81))
 	v := r.store.Read()
-	if e := state.ProjectEnv(v.Project("hello"), "dev"); state.WebPort(e) != 81 || e.HttpPort != 80 {
+	if e := corpusv1.EnvNamed(v.Project("hello"), "dev"); state.WebPort(e) != 81 || e.HttpPort != 80 {
 		t.Fatalf("env web port %d, http port %d", e.WebPort, e.HttpPort)
 	}
 	for _, rt := range v.Routes() {

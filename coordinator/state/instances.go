@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"maps"
 	"slices"
-	"strings"
 
 	"google.golang.org/protobuf/proto"
 
@@ -40,19 +39,6 @@ func Instances(e *corpusv1.ProjectEnv) []Instance {
 		out = append(out, Instance{Index: in.Index, GuestID: in.GuestId, GuestName: in.GuestName, Release: in.Release, WebPort: port})
 	}
 	return out
-}
-
-// ScaleText writes process counts as corpus scale takes them: "web=3
-// worker=1", sorted by type.
-func ScaleText(scale map[string]uint32) string {
-	var parts []string
-	for _, k := range slices.Sorted(maps.Keys(scale)) {
-		parts = append(parts, fmt.Sprintf("%s=%d", k, scale[k]))
-	}
-	if parts == nil {
-		return "one instance"
-	}
-	return strings.Join(parts, " ")
 }
 
 // MaxInstances bounds an environment's instances.
@@ -118,7 +104,7 @@ func (a *applier) projectEnv(project, env string) (*corpusv1.Project, *corpusv1.
 	if err != nil {
 		return nil, nil, err
 	}
-	e := ProjectEnv(p, env)
+	e := corpusv1.EnvNamed(p, env)
 	if e == nil {
 		return nil, nil, fmt.Errorf("environment %s of project %s: %w", env, project, ErrNotFound)
 	}

@@ -131,7 +131,7 @@ func (a *applier) createProject(c *corpusv1.CreateProject) error {
 		}
 		p = &corpusv1.Project{Id: c.ProjectId, Name: c.Name, CreatedAt: a.now, CreateIndex: a.index}
 	}
-	if ProjectEnv(p, env.Name) != nil {
+	if corpusv1.EnvNamed(p, env.Name) != nil {
 		return fmt.Errorf("project %s already has environment %s: %w", p.Name, env.Name, ErrExists)
 	}
 	if err := a.createGuest(&corpusv1.CreateGuest{Guest: c.Guest}); err != nil {
@@ -173,7 +173,7 @@ func (a *applier) deleteProject(c *corpusv1.DeleteProject) error {
 	if err != nil {
 		return err
 	}
-	if c.Env != "" && ProjectEnv(p, c.Env) == nil {
+	if c.Env != "" && corpusv1.EnvNamed(p, c.Env) == nil {
 		return fmt.Errorf("environment %s of project %s: %w", c.Env, p.Name, ErrNotFound)
 	}
 	var keep []*corpusv1.ProjectEnv
@@ -406,16 +406,6 @@ func (a *applier) pruneReleases(c *corpusv1.PruneReleases) error {
 			if err := a.txn.Delete(tableReleases, all[i]); err != nil {
 				panic(fmt.Sprintf("state: deleting release: %v", err))
 			}
-		}
-	}
-	return nil
-}
-
-// ProjectEnv returns a project's environment by name, nil when absent.
-func ProjectEnv(p *corpusv1.Project, name string) *corpusv1.ProjectEnv {
-	for _, e := range p.GetEnvs() {
-		if e.Name == name {
-			return proto.Clone(e).(*corpusv1.ProjectEnv)
 		}
 	}
 	return nil

@@ -152,7 +152,7 @@ func TestReleases(t *testing.T) {
 			t.Errorf("release %d = r%d %s, want r%d %s", i, rels[i].Number, rels[i].Status, w.n, w.status)
 		}
 	}
-	if cur := state.ProjectEnv(v.Project("hello"), "dev").CurrentRelease; cur != 4 {
+	if cur := corpusv1.EnvNamed(v.Project("hello"), "dev").CurrentRelease; cur != 4 {
 		t.Fatalf("current = %d, want 4", cur)
 	}
 	if err := r.apply(finishCmd("rel4", nodeID, corpusv1.ReleaseFailed)); !errors.Is(err, state.ErrBadTransition) {

@@ -177,7 +177,7 @@ func (a *applier) linkService(c *corpusv1.LinkService) error {
 	if err != nil {
 		return err
 	}
-	env := ProjectEnv(p, l.Env)
+	env := corpusv1.EnvNamed(p, l.Env)
 	if env == nil {
 		return fmt.Errorf("environment %s of project %s: %w", l.Env, l.Project, ErrNotFound)
 	}
@@ -253,7 +253,7 @@ func (a *applier) unlinkService(c *corpusv1.UnlinkService) error {
 		return fmt.Errorf("service %s is not linked to %s/%s: %w", s.Name, c.Project, c.Env, ErrNotFound)
 	}
 	if p, err := a.project(c.Project); err == nil {
-		if env := ProjectEnv(p, c.Env); env != nil {
+		if env := corpusv1.EnvNamed(p, c.Env); env != nil {
 			var unset []string
 			for _, k := range s.Links[i].Keys {
 				if _, set := env.Config[k]; set {

@@ -8,10 +8,11 @@ import (
 	"connectrpc.com/connect"
 	"github.com/spf13/cobra"
 
+	"corpus/client"
 	corpusv1 "corpus/proto/corpus/v1"
 )
 
-func newAuditCmd(g *globals) *cobra.Command {
+func newAuditCmd(g *Globals) *cobra.Command {
 	var req corpusv1.ListAuditRequest
 	var limit int
 	cmd := &cobra.Command{
@@ -24,8 +25,8 @@ func newAuditCmd(g *globals) *cobra.Command {
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			req.Limit = int32(limit)
-			return call(g, cmd.Context(), func(ctx context.Context, c *clients) (*connect.Response[corpusv1.ListAuditResponse], error) {
-				return c.audit.ListAudit(ctx, connect.NewRequest(&req))
+			return call(g, cmd.Context(), func(ctx context.Context, c *client.Clients) (*connect.Response[corpusv1.ListAuditResponse], error) {
+				return c.Audit.ListAudit(ctx, connect.NewRequest(&req))
 			}, func(m *corpusv1.ListAuditResponse) error {
 				w := tabwriter.NewWriter(g.stdout, 0, 4, 2, ' ', 0)
 				fmt.Fprintln(w, "INDEX\tTIME\tACTOR\tACTION\tTARGET\tRESULT")

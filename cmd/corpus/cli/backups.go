@@ -13,6 +13,7 @@ import (
 	"connectrpc.com/connect"
 	"github.com/spf13/cobra"
 
+	"corpus/client"
 	"corpus/internal/units"
 	corpusv1 "corpus/proto/corpus/v1"
 )
@@ -20,14 +21,14 @@ import (
 // Backups of services and volumes: take, list, restore, export to a
 // file, import one.
 
-func newBackupCmds(g *globals) []*cobra.Command {
+func newBackupCmds(g *Globals) []*cobra.Command {
 	backup := &cobra.Command{
 		Use:   "backup NAME",
 		Short: "Take a consistent backup of a service now, kept on another node",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return followBackup(g, cmd.Context(), false, func(ctx context.Context, c *clients) (*connect.ServerStreamForClient[corpusv1.BackupProgress], error) {
-				return c.services.BackupService(ctx, connect.NewRequest(&corpusv1.BackupServiceRequest{Name: args[0]}))
+			return followBackup(g, cmd.Context(), false, func(ctx context.Context, c *client.Clients) (*connect.ServerStreamForClient[corpusv1.BackupProgress], error) {
+				return c.Services.BackupService(ctx, connect.NewRequest(&corpusv1.BackupServiceRequest{Name: args[0]}))
 			})
 		},
 	}
@@ -49,8 +50,8 @@ func newBackupCmds(g *globals) []*cobra.Command {
 		Short: "Load a backup into a service (its newest by default), once its checksum is verified",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return followBackup(g, cmd.Context(), true, func(ctx context.Context, c *clients) (*connect.ServerStreamForClient[corpusv1.BackupProgress], error) {
-				return c.services.RestoreService(ctx, connect.NewRequest(&corpusv1.RestoreServiceRequest{Name: args[0], From: from, ToNode: toNode}))
+			return followBackup(g, cmd.Context(), true, func(ctx context.Context, c *client.Clients) (*connect.ServerStreamForClient[corpusv1.BackupProgress], error) {
+				return c.Services.RestoreService(ctx, connect.NewRequest(&corpusv1.RestoreServiceRequest{Name: args[0], From: from, ToNode: toNode}))
 			})
 		},
 	}
@@ -79,8 +80,8 @@ func newBackupCmds(g *globals) []*cobra.Command {
 		Short: "Delete a backup and its file",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return call(g, cmd.Context(), func(ctx context.Context, c *clients) (*connect.Response[corpusv1.DeleteBackupResponse], error) {
-				return c.services.DeleteBackup(ctx, connect.NewRequest(&corpusv1.DeleteBackupRequest{Id: args[0]}))
+			return call(g, cmd.Context(), func(ctx context.Context, c *client.Clients) (*connect.Response[corpusv1.DeleteBackupResponse], error) {
+				return c.Services.DeleteBackup(ctx, connect.NewRequest(&corpusv1.DeleteBackupRequest{Id: args[0]}))
 			}, func(m *corpusv1.DeleteBackupResponse) error {
 				_, err := fmt.Fprintf(g.stdout, "backup %s of %s deleted\n", m.Backup.Id, m.Backup.Service)
 				return err
@@ -92,9 +93,9 @@ func newBackupCmds(g *globals) []*cobra.Command {
 
 // listBackups prints the backups req asks for, newest first; hint says
 // how to take one.
-func listBackups(g *globals, ctx context.Context, req *corpusv1.ListBackupsRequest, hint string) error {
-	return call(g, ctx, func(ctx context.Context, c *clients) (*connect.Response[corpusv1.ListBackupsResponse], error) {
-		return c.services.ListBackups(ctx, connect.NewRequest(req))
+func listBackups(g *Globals, ctx context.Context, req *corpusv1.ListBackupsRequest, hint string) error {
+	return call(g, ctx, func(ctx context.Context, c *client.Clients) (*connect.Response[corpusv1.ListBackupsResponse], error) {
+		return c.Services.ListBackups(ctx, connect.NewRequest(req))
 	}, func(m *corpusv1.ListBackupsResponse) error {
 		if len(m.Backups) == 0 {
 			fmt.Fprintf(g.stdout, "no backups (%s)\n", hint)
@@ -112,8 +113,8 @@ func listBackups(g *globals, ctx context.Context, req *corpusv1.ListBackupsReque
 
 // followBackup prints a backup's or restore's progress and, with --json,
 // the backup at the end.
-func followBackup(g *globals, ctx context.Context, restore bool, start func(context.Context, *clients) (*connect.ServerStreamForClient[corpusv1.BackupProgress], error)) error {
-	c, err := g.clients()
+func followBackup(g *Globals, ctx context.Context, restore bool, start func(context.Context, *client.Clients) (*connect.ServerStreamForClient[corpusv1.BackupProgress], error)) error {
+	c, err := g.Clients()
 	if err != nil {
 		return err
 	}
@@ -155,12 +156,12 @@ func followBackup(g *globals, ctx context.Context, restore bool, start func(cont
 	return errors.New("the coordinator ended the stream before it was done")
 }
 
-func exportBackup(g *globals, cmd *cobra.Command, id, path string) error {
-	c, err := g.clients()
+func exportBackup(g *Globals, cmd *cobra.Command, id, path string) error {
+	c, err := g.Clients()
 	if err != nil {
 		return err
 	}
-	stream, err := c.services.ExportBackup(cmd.Context(), connect.NewRequest(&corpusv1.ExportBackupRequest{Id: id}))
+	stream, err := c.Services.ExportBackup(cmd.Context(), connect.NewRequest(&corpusv1.ExportBackupRequest{Id: id}))
 	if err != nil {
 		return err
 	}
@@ -207,7 +208,7 @@ func exportBackup(g *globals, cmd *cobra.Command, id, path string) error {
 	return err
 }
 
-func importBackup(g *globals, cmd *cobra.Command, service, path string) error {
+func importBackup(g *Globals, cmd *cobra.Command, service, path string) error {
 	var f *os.File
 	if path == "-" {
 		// Read once to a file to know the checksum the first message
@@ -240,11 +241,11 @@ func importBackup(g *globals, cmd *cobra.Command, service, path string) error {
 	if _, err := f.Seek(0, io.SeekStart); err != nil {
 		return err
 	}
-	c, err := g.clients()
+	c, err := g.Clients()
 	if err != nil {
 		return err
 	}
-	stream := c.services.ImportBackup(cmd.Context())
+	stream := c.Services.ImportBackup(cmd.Context())
 	if err := stream.Send(&corpusv1.BackupChunk{Backup: &corpusv1.Backup{Service: service, Sha256: hex.EncodeToString(h.Sum(nil)), SizeBytes: size}}); err == nil {
 		buf := make([]byte, 1<<20)
 		for {

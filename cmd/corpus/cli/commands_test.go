@@ -18,6 +18,7 @@ import (
 	"connectrpc.com/connect"
 	"golang.org/x/crypto/ssh"
 
+	"corpus/client"
 	"corpus/coordinator"
 	"corpus/internal/pki"
 	"corpus/internal/rpc"
@@ -31,7 +32,7 @@ import (
 type cliTarget struct {
 	t      *testing.T
 	addr   string
-	ops    *clients
+	ops    *client.Clients
 	ca     []byte // the cluster CA (PEM)
 	caFile string
 	flags  []string
@@ -62,12 +63,12 @@ func startCoordinator(t *testing.T, opts ...func(*coordinator.Config)) *cliTarge
 		}
 	})
 	caFile := filepath.Join(cfg.DataDir, coordinator.TLSDir, coordinator.CACertFile)
-	g := &globals{address: srv.APIAddr(), token: srv.OpsToken(), caFile: caFile}
-	c, err := g.clients()
+	g := &Globals{Target: client.Target{Address: srv.APIAddr(), Token: srv.OpsToken(), CAFile: caFile}}
+	c, err := g.Clients()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := waitReady(ctx, c); err != nil {
+	if err := c.WaitReady(ctx); err != nil {
 		t.Fatal(err)
 	}
 	return &cliTarget{t: t, addr: srv.APIAddr(), ops: c, ca: srv.CACert(), caFile: caFile,
@@ -78,7 +79,7 @@ func startCoordinator(t *testing.T, opts ...func(*coordinator.Config)) *cliTarge
 func (c *cliTarget) run(stdin string, args ...string) (string, error) {
 	c.t.Helper()
 	var stdout, stderr bytes.Buffer
-	root := newRoot(&globals{stdout: &stdout, stderr: &stderr})
+	root := NewRoot(&Globals{stdout: &stdout, stderr: &stderr})
 	root.SetArgs(append(append([]string{}, c.flags...), args...))
 	root.SetIn(strings.NewReader(stdin))
 	ctx, cancel := context.WithTimeout(context.Background(), testrun.D(30*time.Second))
@@ -204,7 +205,7 @@ func (c *cliTarget) fakeAgent(ctx context.Context, ready chan<- struct{}) error 
 
 // fakeNode is fakeAgent for a node of another name.
 func (c *cliTarget) fakeNode(ctx context.Context, name string, ready chan<- struct{}) error {
-	join, err := c.ops.nodes.CreateJoinToken(ctx, connect.NewRequest(&corpusv1.CreateJoinTokenRequest{}))
+	join, err := c.ops.Nodes.CreateJoinToken(ctx, connect.NewRequest(&corpusv1.CreateJoinTokenRequest{}))
 	if err != nil {
 		return err
 	}
@@ -329,7 +330,7 @@ func TestProjectCreateWaits(t *testing.T) {
 		"project hello/dev is running on node vm; push main to deploy:\ngit remote add corpus ssh://git@10.0.0.1:2222/hello\n")
 	// A node takes the environments of its mode: vm takes prod from now
 	// on, and hello/dev stays where it runs.
-	if _, err := c.ops.nodes.SetNodeMode(ctx, connect.NewRequest(&corpusv1.SetNodeModeRequest{Name: "vm", Mode: "prod"})); err != nil {
+	if _, err := c.ops.Nodes.SetNodeMode(ctx, connect.NewRequest(&corpusv1.SetNodeModeRequest{Name: "vm", Mode: "prod"})); err != nil {
 		t.Fatalf("SetNodeMode(vm, prod) = %v", err)
 	}
 	c.want("project create hello --env prod --branch release",

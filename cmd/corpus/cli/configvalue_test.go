@@ -42,7 +42,7 @@ func TestConfigValueSizes(t *testing.T) {
 		t.Errorf("config get hello OK = %d bytes, want %d", len(out), corpusv1.MaxConfigValueBytes)
 	}
 
-	stream, err := c.ops.projects.SetConfig(context.Background(), connect.NewRequest(&corpusv1.SetConfigRequest{
+	stream, err := c.ops.Projects.SetConfig(context.Background(), connect.NewRequest(&corpusv1.SetConfigRequest{
 		Project: "hello", Set: map[string]string{"API": string(bytes.Repeat([]byte("z"), 40000))}, NoRestart: true}))
 	if err == nil {
 		for stream.Receive() {

@@ -26,7 +26,7 @@ func addYes(cmd *cobra.Command, yes *bool) {
 // asks nothing. Without a terminal to ask on (a script, a pipe; --json
 // too, which confirms nothing) it refuses at once, saying how to
 // confirm. Either refusal wraps errNotConfirmed and changed nothing.
-func (g *globals) confirm(cmd *cobra.Command, yes bool, question string) error {
+func (g *Globals) confirm(cmd *cobra.Command, yes bool, question string) error {
 	if yes {
 		return nil
 	}

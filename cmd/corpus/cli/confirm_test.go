@@ -72,7 +72,7 @@ func (c *cliTarget) runOnTerminal(answer string, args ...string) (string, string
 		c.t.Fatal(err)
 	}
 	var stdout, stderr bytes.Buffer
-	root := newRoot(&globals{stdout: &stdout, stderr: &stderr})
+	root := NewRoot(&Globals{stdout: &stdout, stderr: &stderr})
 	root.SetArgs(append(append([]string{}, c.flags...), args...))
 	root.SetIn(tty)
 	ctx, cancel := context.WithTimeout(context.Background(), testrun.D(30*time.Second))

@@ -8,18 +8,19 @@ import (
 	"connectrpc.com/connect"
 	"github.com/spf13/cobra"
 
+	"corpus/client"
 	corpusv1 "corpus/proto/corpus/v1"
 )
 
-func newDNSCmd(g *globals) *cobra.Command {
+func newDNSCmd(g *Globals) *cobra.Command {
 	cmd := &cobra.Command{Use: "dns", Short: "Show the cluster's DNS zone and manage its static records"}
 	records := &cobra.Command{
 		Use:   "records",
 		Short: "List every record the zone holds (generated and static)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return call(g, cmd.Context(), func(ctx context.Context, c *clients) (*connect.Response[corpusv1.ListRecordsResponse], error) {
-				return c.dns.ListRecords(ctx, connect.NewRequest(&corpusv1.ListRecordsRequest{}))
+			return call(g, cmd.Context(), func(ctx context.Context, c *client.Clients) (*connect.Response[corpusv1.ListRecordsResponse], error) {
+				return c.DNS.ListRecords(ctx, connect.NewRequest(&corpusv1.ListRecordsRequest{}))
 			}, func(msg *corpusv1.ListRecordsResponse) error {
 				fmt.Fprintf(g.stdout, "zone %s serial %d, answered on %s\n", msg.Zone, msg.Serial, msg.DnsAddr)
 				w := tabwriter.NewWriter(g.stdout, 0, 4, 2, ' ', 0)
@@ -52,8 +53,8 @@ func newDNSCmd(g *globals) *cobra.Command {
   corpus dns add @ TXT '"part one" "part two"'           # quoted: the zone-file form`,
 		Args: cobra.ExactArgs(3),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return call(g, cmd.Context(), func(ctx context.Context, c *clients) (*connect.Response[corpusv1.AddRecordResponse], error) {
-				return c.dns.AddRecord(ctx, connect.NewRequest(&corpusv1.AddRecordRequest{Name: args[0], Type: args[1], Data: args[2], Ttl: ttl}))
+			return call(g, cmd.Context(), func(ctx context.Context, c *client.Clients) (*connect.Response[corpusv1.AddRecordResponse], error) {
+				return c.DNS.AddRecord(ctx, connect.NewRequest(&corpusv1.AddRecordRequest{Name: args[0], Type: args[1], Data: args[2], Ttl: ttl}))
 			}, func(msg *corpusv1.AddRecordResponse) error {
 				verb := "added"
 				if !msg.Created {
@@ -71,8 +72,8 @@ func newDNSCmd(g *globals) *cobra.Command {
 		Short: "Delete a static record by the id `corpus dns records` shows",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return call(g, cmd.Context(), func(ctx context.Context, c *clients) (*connect.Response[corpusv1.DeleteRecordResponse], error) {
-				return c.dns.DeleteRecord(ctx, connect.NewRequest(&corpusv1.DeleteRecordRequest{Id: args[0]}))
+			return call(g, cmd.Context(), func(ctx context.Context, c *client.Clients) (*connect.Response[corpusv1.DeleteRecordResponse], error) {
+				return c.DNS.DeleteRecord(ctx, connect.NewRequest(&corpusv1.DeleteRecordRequest{Id: args[0]}))
 			}, func(msg *corpusv1.DeleteRecordResponse) error {
 				fmt.Fprintf(g.stdout, "deleted %s %s %s\n", msg.Record.Name, msg.Record.Type, msg.Record.Data)
 				return nil

@@ -12,24 +12,33 @@ import (
 	"corpus/internal/version"
 )
 
-// newDocsCmd writes the command reference; `make deb` puts its man pages
-// in the package. Hidden: it is for packagers.
-func newDocsCmd(g *globals) *cobra.Command {
+// newDocsCmd writes the command reference: man pages, which `make deb`
+// puts in the package, or Markdown pages, which `make docs` writes to
+// docs/reference. Hidden: it is for packagers and the docs.
+func newDocsCmd(g *Globals) *cobra.Command {
 	return &cobra.Command{
-		Use:    "docs man DIR",
-		Short:  "Write a man page for every command into DIR",
-		Hidden: true,
-		Args:   cobra.ExactArgs(2),
+		Use:       "docs man|markdown DIR",
+		Short:     "Write a man or Markdown page for every command into DIR",
+		Hidden:    true,
+		Args:      cobra.ExactArgs(2),
+		ValidArgs: []string{"man", "markdown"},
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if args[0] != "man" {
-				return fmt.Errorf("docs %q: only man pages are made (corpus docs man DIR)", args[0])
+			format, dir := args[0], args[1]
+			if format != "man" && format != "markdown" {
+				return fmt.Errorf("docs %q: write man or markdown pages (corpus docs man|markdown DIR)", format)
 			}
-			dir := args[1]
 			if err := os.MkdirAll(dir, 0o755); err != nil {
 				return err
 			}
 			root := cmd.Root()
 			root.DisableAutoGenTag = true // the same pages from the same binary
+			if format == "markdown" {
+				if err := doc.GenMarkdownTree(root, dir); err != nil {
+					return fmt.Errorf("writing Markdown pages to %s: %w", dir, err)
+				}
+				fmt.Fprintf(g.stderr, "Markdown pages written to %s\n", dir)
+				return nil
+			}
 			hdr := &doc.GenManHeader{Title: "CORPUS", Section: "1", Source: "corpus " + version.Version, Manual: "corpus manual"}
 			// Dated by the commit, not the build, when the packager says so.
 			if s := os.Getenv("SOURCE_DATE_EPOCH"); s != "" {

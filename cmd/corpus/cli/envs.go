@@ -8,11 +8,12 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"corpus/client"
 	"corpus/internal/names"
 	"corpus/internal/pki"
 )
 
-func newEnvCmd(g *globals) *cobra.Command {
+func newEnvCmd(g *Globals) *cobra.Command {
 	cmd := &cobra.Command{Use: "env", Short: "Manage named environments in the CLI config file"}
 	var addr, token string
 	var use bool
@@ -27,18 +28,18 @@ func newEnvCmd(g *globals) *cobra.Command {
 			if _, _, err := net.SplitHostPort(addr); err != nil {
 				return fmt.Errorf("--address %q: want host:port", addr)
 			}
-			e := &Environment{Address: addr, Token: token}
-			if g.caFile != "" {
-				b, err := os.ReadFile(g.caFile)
+			e := &client.Environment{Address: addr, Token: token}
+			if g.CAFile != "" {
+				b, err := os.ReadFile(g.CAFile)
 				if err != nil {
 					return fmt.Errorf("--ca-cert: %w", err)
 				}
 				if _, err := pki.ParseCert(b); err != nil {
-					return fmt.Errorf("--ca-cert %s: %w", g.caFile, err)
+					return fmt.Errorf("--ca-cert %s: %w", g.CAFile, err)
 				}
 				e.CACert = string(b)
 			}
-			return saveEnvironment(g.configPath, args[0], e, use)
+			return client.SaveEnvironment(g.ConfigFile, args[0], e, use)
 		},
 	}
 	add.Flags().StringVar(&addr, "address", "", "coordinator API address host:port")
@@ -50,15 +51,15 @@ func newEnvCmd(g *globals) *cobra.Command {
 		Short: "Choose the current environment",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			cfg, err := loadClientConfig(g.configPath)
+			cfg, err := client.LoadConfig(g.ConfigFile)
 			if err != nil {
 				return err
 			}
 			if _, ok := cfg.Environments[args[0]]; !ok {
-				return fmt.Errorf("environment %q is not in %s", args[0], g.configPath)
+				return fmt.Errorf("environment %q is not in %s", args[0], g.ConfigFile)
 			}
 			cfg.Current = args[0]
-			return cfg.save(g.configPath)
+			return cfg.Save(g.ConfigFile)
 		},
 	}
 	list := &cobra.Command{
@@ -66,7 +67,7 @@ func newEnvCmd(g *globals) *cobra.Command {
 		Short: "List environments",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			cfg, err := loadClientConfig(g.configPath)
+			cfg, err := client.LoadConfig(g.ConfigFile)
 			if err != nil {
 				return err
 			}
@@ -77,14 +78,14 @@ func newEnvCmd(g *globals) *cobra.Command {
 					Current bool   `json:"current"`
 				}
 				out := []env{}
-				for _, n := range cfg.names() {
+				for _, n := range cfg.Names() {
 					out = append(out, env{n, cfg.Environments[n].Address, n == cfg.Current})
 				}
-				return g.printJSONValue(out)
+				return g.PrintJSONValue(out)
 			}
 			w := tabwriter.NewWriter(g.stdout, 0, 4, 2, ' ', 0)
 			fmt.Fprintln(w, "CURRENT\tNAME\tADDRESS")
-			for _, n := range cfg.names() {
+			for _, n := range cfg.Names() {
 				mark := ""
 				if n == cfg.Current {
 					mark = "*"
@@ -96,18 +97,4 @@ func newEnvCmd(g *globals) *cobra.Command {
 	}
 	cmd.AddCommand(add, useCmd, list)
 	return cmd
-}
-
-// saveEnvironment adds or replaces one environment; it becomes current
-// when asked or when there is no current one.
-func saveEnvironment(path, name string, e *Environment, use bool) error {
-	cfg, err := loadClientConfig(path)
-	if err != nil {
-		return err
-	}
-	cfg.Environments[name] = e
-	if use || cfg.Current == "" {
-		cfg.Current = name
-	}
-	return cfg.save(path)
 }

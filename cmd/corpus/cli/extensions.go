@@ -12,11 +12,11 @@ import (
 	"connectrpc.com/connect"
 	"github.com/spf13/cobra"
 
-	"corpus/coordinator/extensions"
+	"corpus/client"
 	corpusv1 "corpus/proto/corpus/v1"
 )
 
-func newExtensionCmd(g *globals) *cobra.Command {
+func newExtensionCmd(g *Globals) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "extension",
 		Short: "Manage admission extensions: HTTPS endpoints that check or change writes before they are accepted",
@@ -78,8 +78,8 @@ have opened its circuit for 30 s) refuses the write with
 				}
 				secret = b
 			}
-			return call(g, cmd.Context(), func(ctx context.Context, c *clients) (*connect.Response[corpusv1.AddExtensionResponse], error) {
-				return c.extensions.AddExtension(ctx, connect.NewRequest(&corpusv1.AddExtensionRequest{Extension: e, Secret: secret, Replace: replace}))
+			return call(g, cmd.Context(), func(ctx context.Context, c *client.Clients) (*connect.Response[corpusv1.AddExtensionResponse], error) {
+				return c.Extensions.AddExtension(ctx, connect.NewRequest(&corpusv1.AddExtensionRequest{Extension: e, Secret: secret, Replace: replace}))
 			}, func(msg *corpusv1.AddExtensionResponse) error {
 				v := msg.Extension
 				fmt.Fprintf(g.stdout, "extension %s added: %s, called %s for %s (order %d)\n", v.Extension.Name, v.Extension.Kind,
@@ -91,13 +91,13 @@ have opened its circuit for 30 s) refuses the write with
 	f := add.Flags()
 	f.StringVar(&url, "url", "", "where it is called (https://)")
 	f.StringVar(&caFile, "ca", "", "PEM file of the CA that signed its certificate (default: the system's roots)")
-	f.StringSliceVar(&on, "on", nil, "writes it is called for (comma-separated or repeated): "+strings.Join(extensions.Events, ","))
+	f.StringSliceVar(&on, "on", nil, "writes it is called for (comma-separated or repeated): "+strings.Join(corpusv1.ExtensionEvents, ","))
 	f.StringVar(&kind, "kind", "", "mutate, validate or lint")
 	f.Int32Var(&priority, "priority", 0, "among extensions after/before leave free, the higher runs first")
 	f.StringSliceVar(&after, "after", nil, "extensions it runs after (comma-separated or repeated)")
 	f.StringSliceVar(&before, "before", nil, "extensions it runs before (comma-separated or repeated)")
-	f.DurationVar(&timeout, "timeout", extensions.DefaultTimeout, "how long a call may take (at most 30s)")
-	f.StringVar(&policy, "failure-policy", extensions.Fail, "when a call fails: fail (refuse the write) or ignore (audit it and go on)")
+	f.DurationVar(&timeout, "timeout", corpusv1.DefaultExtensionTimeout, "how long a call may take (at most 30s)")
+	f.StringVar(&policy, "failure-policy", corpusv1.FailurePolicyFail, "when a call fails: fail (refuse the write) or ignore (audit it and go on)")
 	f.StringVar(&secretFile, "secret-file", "", "file holding the shared secret that signs each call (16 bytes or more; - reads stdin); it is stored sealed")
 	f.BoolVar(&replace, "replace", false, "replace an extension of that name")
 
@@ -106,8 +106,8 @@ have opened its circuit for 30 s) refuses the write with
 		Short: "List the extensions in the order they are called",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return call(g, cmd.Context(), func(ctx context.Context, c *clients) (*connect.Response[corpusv1.ListExtensionsResponse], error) {
-				return c.extensions.ListExtensions(ctx, connect.NewRequest(&corpusv1.ListExtensionsRequest{}))
+			return call(g, cmd.Context(), func(ctx context.Context, c *client.Clients) (*connect.Response[corpusv1.ListExtensionsResponse], error) {
+				return c.Extensions.ListExtensions(ctx, connect.NewRequest(&corpusv1.ListExtensionsRequest{}))
 			}, func(msg *corpusv1.ListExtensionsResponse) error {
 				w := tabwriter.NewWriter(g.stdout, 0, 4, 2, ' ', 0)
 				fmt.Fprintln(w, "NAME\tKIND\tORDER\tON\tPRIORITY\tAFTER\tBEFORE\tTIMEOUT\tON FAILURE\tSTATE\tURL")
@@ -126,8 +126,8 @@ have opened its circuit for 30 s) refuses the write with
 		Short: "Show an extension",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return call(g, cmd.Context(), func(ctx context.Context, c *clients) (*connect.Response[corpusv1.GetExtensionResponse], error) {
-				return c.extensions.GetExtension(ctx, connect.NewRequest(&corpusv1.GetExtensionRequest{Name: args[0]}))
+			return call(g, cmd.Context(), func(ctx context.Context, c *client.Clients) (*connect.Response[corpusv1.GetExtensionResponse], error) {
+				return c.Extensions.GetExtension(ctx, connect.NewRequest(&corpusv1.GetExtensionRequest{Name: args[0]}))
 			}, func(msg *corpusv1.GetExtensionResponse) error {
 				v := msg.Extension
 				e := v.Extension
@@ -149,8 +149,8 @@ have opened its circuit for 30 s) refuses the write with
 		return &cobra.Command{
 			Use: use + " NAME", Short: short, Args: cobra.ExactArgs(1),
 			RunE: func(cmd *cobra.Command, args []string) error {
-				return call(g, cmd.Context(), func(ctx context.Context, c *clients) (*connect.Response[corpusv1.SetExtensionDisabledResponse], error) {
-					return c.extensions.SetExtensionDisabled(ctx, connect.NewRequest(&corpusv1.SetExtensionDisabledRequest{Name: args[0], Disabled: disabled}))
+				return call(g, cmd.Context(), func(ctx context.Context, c *client.Clients) (*connect.Response[corpusv1.SetExtensionDisabledResponse], error) {
+					return c.Extensions.SetExtensionDisabled(ctx, connect.NewRequest(&corpusv1.SetExtensionDisabledRequest{Name: args[0], Disabled: disabled}))
 				}, func(*corpusv1.SetExtensionDisabledResponse) error {
 					fmt.Fprintf(g.stdout, "extension %s %sd\n", args[0], use)
 					return nil
@@ -163,8 +163,8 @@ have opened its circuit for 30 s) refuses the write with
 		Short: "Delete an extension",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return call(g, cmd.Context(), func(ctx context.Context, c *clients) (*connect.Response[corpusv1.DeleteExtensionResponse], error) {
-				return c.extensions.DeleteExtension(ctx, connect.NewRequest(&corpusv1.DeleteExtensionRequest{Name: args[0]}))
+			return call(g, cmd.Context(), func(ctx context.Context, c *client.Clients) (*connect.Response[corpusv1.DeleteExtensionResponse], error) {
+				return c.Extensions.DeleteExtension(ctx, connect.NewRequest(&corpusv1.DeleteExtensionRequest{Name: args[0]}))
 			}, func(*corpusv1.DeleteExtensionResponse) error {
 				fmt.Fprintf(g.stdout, "extension %s deleted\n", args[0])
 				return nil

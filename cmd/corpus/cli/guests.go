@@ -12,12 +12,12 @@ import (
 	"github.com/spf13/cobra"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
-	"corpus/internal/rpc"
+	"corpus/client"
 	"corpus/internal/units"
 	corpusv1 "corpus/proto/corpus/v1"
 )
 
-func newGuestCmd(g *globals) *cobra.Command {
+func newGuestCmd(g *Globals) *cobra.Command {
 	cmd := &cobra.Command{Use: "guest", Short: "Create, inspect and control guests"}
 	cmd.AddCommand(newGuestCreateCmd(g), newGuestListCmd(g), newGuestShowCmd(g), newGuestExecCmd(g), newGuestLogsCmd(g), newGuestExposeCmd(g), newGuestUpdateCmd(g))
 	for _, a := range []struct{ verb, desc, want string }{
@@ -30,7 +30,7 @@ func newGuestCmd(g *globals) *cobra.Command {
 	return cmd
 }
 
-func newGuestCreateCmd(g *globals) *cobra.Command {
+func newGuestCreateCmd(g *Globals) *cobra.Command {
 	var (
 		driver, image, memory, cpus, disk string
 		volSize, volPath, useVolume       string
@@ -96,11 +96,11 @@ func newGuestCreateCmd(g *globals) *cobra.Command {
 					}
 				}
 			}
-			c, err := g.clients()
+			c, err := g.Clients()
 			if err != nil {
 				return err
 			}
-			res, err := c.guests.CreateGuest(cmd.Context(), connect.NewRequest(&corpusv1.CreateGuestRequest{Name: args[0], Spec: spec, Stopped: stopped}))
+			res, err := c.Guests.CreateGuest(cmd.Context(), connect.NewRequest(&corpusv1.CreateGuestRequest{Name: args[0], Spec: spec, Stopped: stopped}))
 			if err != nil {
 				return err
 			}
@@ -121,7 +121,7 @@ func newGuestCreateCmd(g *globals) *cobra.Command {
 				}
 				return nil
 			}
-			return g.waitGuest(cmd.Context(), c, args[0], want, 0, timeout)
+			return g.WaitGuest(cmd.Context(), c, args[0], want, 0, timeout)
 		},
 	}
 	f := cmd.Flags()
@@ -144,8 +144,9 @@ func newGuestCreateCmd(g *globals) *cobra.Command {
 	return cmd
 }
 
-// waitGuest follows a guest with followGuest and says how it ended.
-func (g *globals) waitGuest(ctx context.Context, c *clients, name, want string, index uint64, timeout time.Duration) error {
+// WaitGuest follows a guest until it is in state want ("" = deleted),
+// printing its changes, and says how it ended (see followGuest).
+func (g *Globals) WaitGuest(ctx context.Context, c *client.Clients, name, want string, index uint64, timeout time.Duration) error {
 	m, err := g.followGuest(ctx, c, name, want, index, timeout)
 	switch {
 	case err != nil:
@@ -165,12 +166,12 @@ func (g *globals) waitGuest(ctx context.Context, c *clients, name, want string, 
 // followGuest follows a guest with blocking reads, printing each change to
 // stderr, until it reaches want ("" = deleted), fails, or cannot be placed.
 // It returns the guest as last read, or nil once it is deleted as wanted.
-func (g *globals) followGuest(ctx context.Context, c *clients, name, want string, index uint64, timeout time.Duration) (*corpusv1.GetGuestResponse, error) {
+func (g *Globals) followGuest(ctx context.Context, c *client.Clients, name, want string, index uint64, timeout time.Duration) (*corpusv1.GetGuestResponse, error) {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	var lastLine string
 	for {
-		res, err := c.guests.GetGuest(ctx, connect.NewRequest(&corpusv1.GetGuestRequest{Name: name, MinIndex: index, WaitSeconds: 30}))
+		res, err := c.Guests.GetGuest(ctx, connect.NewRequest(&corpusv1.GetGuestRequest{Name: name, MinIndex: index, WaitSeconds: 30}))
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil, fmt.Errorf("timed out after %s waiting for guest %s (see `corpus guest show %s`)", timeout, name, name)
@@ -211,7 +212,7 @@ func (g *globals) followGuest(ctx context.Context, c *clients, name, want string
 	}
 }
 
-func newGuestActionCmd(g *globals, verb, desc, want string) *cobra.Command {
+func newGuestActionCmd(g *Globals, verb, desc, want string) *cobra.Command {
 	var (
 		noWait, purge bool
 		timeout       time.Duration
@@ -221,7 +222,7 @@ func newGuestActionCmd(g *globals, verb, desc, want string) *cobra.Command {
 		Short: desc,
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := g.clients()
+			c, err := g.Clients()
 			if err != nil {
 				return err
 			}
@@ -229,12 +230,12 @@ func newGuestActionCmd(g *globals, verb, desc, want string) *cobra.Command {
 			var res *connect.Response[corpusv1.GuestActionResponse]
 			switch verb {
 			case "start":
-				res, err = c.guests.StartGuest(cmd.Context(), req)
+				res, err = c.Guests.StartGuest(cmd.Context(), req)
 			case "stop":
-				res, err = c.guests.StopGuest(cmd.Context(), req)
+				res, err = c.Guests.StopGuest(cmd.Context(), req)
 			default:
-				res, err = c.guests.DeleteGuest(cmd.Context(), req)
-				if rpc.Gone(err) {
+				res, err = c.Guests.DeleteGuest(cmd.Context(), req)
+				if client.Gone(err) {
 					return g.goneAlready()
 				}
 			}
@@ -254,7 +255,7 @@ func newGuestActionCmd(g *globals, verb, desc, want string) *cobra.Command {
 			if i := res.Msg.Guest.GetModifyIndex(); i > 1 {
 				from = i - 1
 			}
-			return g.waitGuest(cmd.Context(), c, args[0], want, from, timeout)
+			return g.WaitGuest(cmd.Context(), c, args[0], want, from, timeout)
 		},
 	}
 	cmd.Flags().BoolVar(&noWait, "detach", false, "return once the request is accepted")
@@ -265,7 +266,7 @@ func newGuestActionCmd(g *globals, verb, desc, want string) *cobra.Command {
 	return cmd
 }
 
-func newGuestListCmd(g *globals) *cobra.Command {
+func newGuestListCmd(g *Globals) *cobra.Command {
 	var node string
 	cmd := &cobra.Command{
 		Use:     "list",
@@ -273,8 +274,8 @@ func newGuestListCmd(g *globals) *cobra.Command {
 		Short:   "List guests",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return call(g, cmd.Context(), func(ctx context.Context, c *clients) (*connect.Response[corpusv1.ListGuestsResponse], error) {
-				return c.guests.ListGuests(ctx, connect.NewRequest(&corpusv1.ListGuestsRequest{Node: node}))
+			return call(g, cmd.Context(), func(ctx context.Context, c *client.Clients) (*connect.Response[corpusv1.ListGuestsResponse], error) {
+				return c.Guests.ListGuests(ctx, connect.NewRequest(&corpusv1.ListGuestsRequest{Node: node}))
 			}, func(msg *corpusv1.ListGuestsResponse) error {
 				w := tabwriter.NewWriter(g.stdout, 0, 4, 2, ' ', 0)
 				fmt.Fprintln(w, "NAME\tSTATUS\tDESIRED\tNODE\tADDRESS\tDRIVER\tIMAGE\tMEMORY\tCPUS\tAGE")
@@ -292,14 +293,14 @@ func newGuestListCmd(g *globals) *cobra.Command {
 	return cmd
 }
 
-func newGuestShowCmd(g *globals) *cobra.Command {
+func newGuestShowCmd(g *Globals) *cobra.Command {
 	return &cobra.Command{
 		Use:   "show NAME",
 		Short: "Show a guest's desired and observed state and its events",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return call(g, cmd.Context(), func(ctx context.Context, c *clients) (*connect.Response[corpusv1.GetGuestResponse], error) {
-				return c.guests.GetGuest(ctx, connect.NewRequest(&corpusv1.GetGuestRequest{Name: args[0]}))
+			return call(g, cmd.Context(), func(ctx context.Context, c *client.Clients) (*connect.Response[corpusv1.GetGuestResponse], error) {
+				return c.Guests.GetGuest(ctx, connect.NewRequest(&corpusv1.GetGuestRequest{Name: args[0]}))
 			}, func(msg *corpusv1.GetGuestResponse) error {
 				m := msg
 				gu := m.Guest
@@ -367,7 +368,7 @@ func newGuestShowCmd(g *globals) *cobra.Command {
 	}
 }
 
-func newGuestExecCmd(g *globals) *cobra.Command {
+func newGuestExecCmd(g *Globals) *cobra.Command {
 	var (
 		stdin, tty bool
 		env        []string
@@ -394,7 +395,7 @@ and ends, never what is typed.`,
 				}
 				req.Env[k] = v
 			}
-			c, err := g.clients()
+			c, err := g.Clients()
 			if err != nil {
 				return err
 			}
@@ -411,7 +412,7 @@ and ends, never what is typed.`,
 					return err
 				}
 				if keep != nil {
-					if err := g.printJSONValue(map[string]any{"exit_code": code, "stdout": keep.stdout.String(), "stderr": keep.stderr.String()}); err != nil {
+					if err := g.PrintJSONValue(map[string]any{"exit_code": code, "stdout": keep.stdout.String(), "stderr": keep.stderr.String()}); err != nil {
 						return err
 					}
 				}
@@ -420,7 +421,7 @@ and ends, never what is typed.`,
 				}
 				return nil
 			}
-			stream, err := c.guests.ExecGuest(cmd.Context(), connect.NewRequest(req))
+			stream, err := c.Guests.ExecGuest(cmd.Context(), connect.NewRequest(req))
 			if err != nil {
 				return err
 			}
@@ -449,7 +450,7 @@ and ends, never what is typed.`,
 				return errors.New("the exec stream ended without an exit code")
 			}
 			if g.json {
-				if err := g.printJSONValue(map[string]any{"exit_code": code, "stdout": stdout.String(), "stderr": stderr.String()}); err != nil {
+				if err := g.PrintJSONValue(map[string]any{"exit_code": code, "stdout": stdout.String(), "stderr": stderr.String()}); err != nil {
 					return err
 				}
 			}

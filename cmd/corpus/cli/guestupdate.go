@@ -11,7 +11,7 @@ import (
 	corpusv1 "corpus/proto/corpus/v1"
 )
 
-func newGuestUpdateCmd(g *globals) *cobra.Command {
+func newGuestUpdateCmd(g *Globals) *cobra.Command {
 	var (
 		image, memory, cpus string
 		env, unsetEnv       []string
@@ -74,11 +74,11 @@ by deleting it and creating it again. The same values again change nothing.`,
 			if req.Image == nil && req.MemoryBytes == nil && req.CpuMillis == nil && len(req.SetEnv) == 0 && len(req.UnsetEnv) == 0 && !req.ReplacePorts {
 				return fmt.Errorf("nothing to change: give --image, --memory, --cpus, --env, --unset-env, --port or --no-ports")
 			}
-			c, err := g.clients()
+			c, err := g.Clients()
 			if err != nil {
 				return err
 			}
-			res, err := c.guests.UpdateGuest(cmd.Context(), connect.NewRequest(req))
+			res, err := c.Guests.UpdateGuest(cmd.Context(), connect.NewRequest(req))
 			if err != nil {
 				return err
 			}

@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"corpus/client"
 	corpusv1 "corpus/proto/corpus/v1"
 )
 
@@ -56,7 +57,7 @@ func certSummary(v *corpusv1.RouteView) string {
 	return strings.Join(parts, ", ")
 }
 
-func newIngressTLSCmd(g *globals) *cobra.Command {
+func newIngressTLSCmd(g *Globals) *cobra.Command {
 	var t routeTLSFlags
 	cmd := &cobra.Command{
 		Use:   "tls DOMAIN [--https[=false]] [--redirect] [--hsts]",
@@ -65,8 +66,8 @@ func newIngressTLSCmd(g *globals) *cobra.Command {
   corpus ingress tls www.example.com --https=false`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return call(g, cmd.Context(), func(ctx context.Context, c *clients) (*connect.Response[corpusv1.SetRouteTlsResponse], error) {
-				return c.ingress.SetRouteTls(ctx, connect.NewRequest(&corpusv1.SetRouteTlsRequest{Domain: args[0], Https: t.https, RedirectHttps: t.redirect, Hsts: t.hsts}))
+			return call(g, cmd.Context(), func(ctx context.Context, c *client.Clients) (*connect.Response[corpusv1.SetRouteTlsResponse], error) {
+				return c.Ingress.SetRouteTls(ctx, connect.NewRequest(&corpusv1.SetRouteTlsRequest{Domain: args[0], Https: t.https, RedirectHttps: t.redirect, Hsts: t.hsts}))
 			}, func(msg *corpusv1.SetRouteTlsResponse) error {
 				r := msg.Route
 				state := "unchanged"
@@ -82,14 +83,14 @@ func newIngressTLSCmd(g *globals) *cobra.Command {
 	return cmd
 }
 
-func newIngressRenewCmd(g *globals) *cobra.Command {
+func newIngressRenewCmd(g *Globals) *cobra.Command {
 	return &cobra.Command{
 		Use:   "renew DOMAIN",
 		Short: "Order an https domain's certificate again now (the current one serves until the new one is issued)",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return call(g, cmd.Context(), func(ctx context.Context, c *clients) (*connect.Response[corpusv1.RenewDomainCertificateResponse], error) {
-				return c.ingress.RenewCertificate(ctx, connect.NewRequest(&corpusv1.RenewDomainCertificateRequest{Domain: args[0]}))
+			return call(g, cmd.Context(), func(ctx context.Context, c *client.Clients) (*connect.Response[corpusv1.RenewDomainCertificateResponse], error) {
+				return c.Ingress.RenewCertificate(ctx, connect.NewRequest(&corpusv1.RenewDomainCertificateRequest{Domain: args[0]}))
 			}, func(msg *corpusv1.RenewDomainCertificateResponse) error {
 				fmt.Fprintf(g.stdout, "certificate of %s will be ordered now; see corpus ingress list\n", msg.Certificate.GetDomain())
 				return nil
@@ -98,7 +99,7 @@ func newIngressRenewCmd(g *globals) *cobra.Command {
 	}
 }
 
-func newIngressACMECmd(g *globals) *cobra.Command {
+func newIngressACMECmd(g *Globals) *cobra.Command {
 	cmd := &cobra.Command{Use: "acme", Short: "Configure the ACME CA that https routes' certificates are ordered from"}
 	var email, caFile string
 	var challenges []string
@@ -121,8 +122,8 @@ func newIngressACMECmd(g *globals) *cobra.Command {
 				}
 				req.CaPem = string(b)
 			}
-			return call(g, cmd.Context(), func(ctx context.Context, c *clients) (*connect.Response[corpusv1.SetAcmeResponse], error) {
-				return c.ingress.SetAcme(ctx, connect.NewRequest(req))
+			return call(g, cmd.Context(), func(ctx context.Context, c *client.Clients) (*connect.Response[corpusv1.SetAcmeResponse], error) {
+				return c.Ingress.SetAcme(ctx, connect.NewRequest(req))
 			}, func(msg *corpusv1.SetAcmeResponse) error {
 				verb := "unchanged"
 				if msg.Changed {
@@ -142,8 +143,8 @@ func newIngressACMECmd(g *globals) *cobra.Command {
 		Short: "Show the ACME configuration",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return call(g, cmd.Context(), func(ctx context.Context, c *clients) (*connect.Response[corpusv1.GetAcmeResponse], error) {
-				return c.ingress.GetAcme(ctx, connect.NewRequest(&corpusv1.GetAcmeRequest{}))
+			return call(g, cmd.Context(), func(ctx context.Context, c *client.Clients) (*connect.Response[corpusv1.GetAcmeResponse], error) {
+				return c.Ingress.GetAcme(ctx, connect.NewRequest(&corpusv1.GetAcmeRequest{}))
 			}, func(msg *corpusv1.GetAcmeResponse) error {
 				a := msg.Acme
 				if a == nil {
@@ -161,8 +162,8 @@ func newIngressACMECmd(g *globals) *cobra.Command {
 		Short: "Remove the ACME configuration (certificates keep serving until they expire)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return call(g, cmd.Context(), func(ctx context.Context, c *clients) (*connect.Response[corpusv1.SetAcmeResponse], error) {
-				return c.ingress.SetAcme(ctx, connect.NewRequest(&corpusv1.SetAcmeRequest{}))
+			return call(g, cmd.Context(), func(ctx context.Context, c *client.Clients) (*connect.Response[corpusv1.SetAcmeResponse], error) {
+				return c.Ingress.SetAcme(ctx, connect.NewRequest(&corpusv1.SetAcmeRequest{}))
 			}, func(msg *corpusv1.SetAcmeResponse) error {
 				fmt.Fprintln(g.stdout, "acme directory removed")
 				return nil

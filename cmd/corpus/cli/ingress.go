@@ -10,6 +10,7 @@ import (
 	"connectrpc.com/connect"
 	"github.com/spf13/cobra"
 
+	"corpus/client"
 	corpusv1 "corpus/proto/corpus/v1"
 )
 
@@ -31,7 +32,7 @@ func parsePortSpec(s string) (*corpusv1.Port, error) {
 	return &corpusv1.Port{HostPort: int32(hp), GuestPort: int32(gp), Protocol: proto}, nil
 }
 
-func newGuestExposeCmd(g *globals) *cobra.Command {
+func newGuestExposeCmd(g *Globals) *cobra.Command {
 	var (
 		domain, tcp string
 		port        int
@@ -68,8 +69,8 @@ func newGuestExposeCmd(g *globals) *cobra.Command {
 			if !viaProxy {
 				return fmt.Errorf("routes always go through the node's proxy; to publish a port by NAT use `corpus guest create --port NODEPORT:GUESTPORT`")
 			}
-			return call(g, cmd.Context(), func(ctx context.Context, c *clients) (*connect.Response[corpusv1.CreateRouteResponse], error) {
-				return c.ingress.CreateRoute(ctx, connect.NewRequest(req))
+			return call(g, cmd.Context(), func(ctx context.Context, c *client.Clients) (*connect.Response[corpusv1.CreateRouteResponse], error) {
+				return c.Ingress.CreateRoute(ctx, connect.NewRequest(req))
 			}, func(msg *corpusv1.CreateRouteResponse) error {
 				r := msg.Route
 				verb := "routed"
@@ -100,7 +101,7 @@ func routeName(r *corpusv1.Route) string {
 	return fmt.Sprintf("tcp/%d", r.ListenPort)
 }
 
-func newIngressCmd(g *globals) *cobra.Command {
+func newIngressCmd(g *Globals) *cobra.Command {
 	cmd := &cobra.Command{Use: "ingress", Short: "List and change how outside traffic reaches guests"}
 	list := &cobra.Command{
 		Use:     "list",
@@ -108,8 +109,8 @@ func newIngressCmd(g *globals) *cobra.Command {
 		Short:   "List every route and NAT port of the cluster and where it points",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return call(g, cmd.Context(), func(ctx context.Context, c *clients) (*connect.Response[corpusv1.ListRoutesResponse], error) {
-				return c.ingress.ListRoutes(ctx, connect.NewRequest(&corpusv1.ListRoutesRequest{}))
+			return call(g, cmd.Context(), func(ctx context.Context, c *client.Clients) (*connect.Response[corpusv1.ListRoutesResponse], error) {
+				return c.Ingress.ListRoutes(ctx, connect.NewRequest(&corpusv1.ListRoutesRequest{}))
 			}, func(msg *corpusv1.ListRoutesResponse) error {
 				w := tabwriter.NewWriter(g.stdout, 0, 4, 2, ' ', 0)
 				fmt.Fprintln(w, "MODE\tFROM\tNODE\tGUEST\tTARGET\tCERTIFICATE")
@@ -130,8 +131,8 @@ func newIngressCmd(g *globals) *cobra.Command {
 		Short: "Delete a route",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return call(g, cmd.Context(), func(ctx context.Context, c *clients) (*connect.Response[corpusv1.DeleteRouteResponse], error) {
-				return c.ingress.DeleteRoute(ctx, connect.NewRequest(&corpusv1.DeleteRouteRequest{Domain: domain, ListenPort: int32(port), GuestName: guest}))
+			return call(g, cmd.Context(), func(ctx context.Context, c *client.Clients) (*connect.Response[corpusv1.DeleteRouteResponse], error) {
+				return c.Ingress.DeleteRoute(ctx, connect.NewRequest(&corpusv1.DeleteRouteRequest{Domain: domain, ListenPort: int32(port), GuestName: guest}))
 			}, func(msg *corpusv1.DeleteRouteResponse) error {
 				fmt.Fprintf(g.stdout, "deleted route %s\n", routeName(msg.Route))
 				return nil
@@ -143,8 +144,8 @@ func newIngressCmd(g *globals) *cobra.Command {
 		Short: "Point a route at another guest at once (in-flight requests finish on the old one)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return call(g, cmd.Context(), func(ctx context.Context, c *clients) (*connect.Response[corpusv1.MoveRouteResponse], error) {
-				return c.ingress.MoveRoute(ctx, connect.NewRequest(&corpusv1.MoveRouteRequest{
+			return call(g, cmd.Context(), func(ctx context.Context, c *client.Clients) (*connect.Response[corpusv1.MoveRouteResponse], error) {
+				return c.Ingress.MoveRoute(ctx, connect.NewRequest(&corpusv1.MoveRouteRequest{
 					Domain: domain, ListenPort: int32(port), FromGuest: guest, ToGuest: to, GuestPort: int32(toPort),
 				}))
 			}, func(msg *corpusv1.MoveRouteResponse) error {

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"corpus/client"
 	"corpus/coordinator"
 	"corpus/coordinator/ldapauth"
 	"corpus/internal/slapdtest"
@@ -27,7 +28,7 @@ func TestLoginLDAP(t *testing.T) {
 	if _, err := alice.run("wrong\n", "login", "--ldap", "alice", "--password-stdin", "--as", "lab"); err == nil || !strings.Contains(describe(err), "wrong user name or password") {
 		t.Errorf("login with a wrong password = %v, want it refused", err)
 	}
-	if cfg, err := loadClientConfig(cfgFile); err != nil || len(cfg.Environments) != 0 {
+	if cfg, err := client.LoadConfig(cfgFile); err != nil || len(cfg.Environments) != 0 {
 		t.Errorf("after a refused login the config is %+v, %v; want it empty", cfg, err)
 	}
 	alice.wantErr("login --ldap alice --token cusr_x_y", "not both")

@@ -67,7 +67,7 @@ func (f *logFilter) request(name string) (*corpusv1.GuestLogsRequest, error) {
 // "TIME SOURCE[PROCESS RELEASE]: LINE", or JSON lines with --json. A
 // line's control characters are escaped unless raw: what a guest prints
 // must not drive the terminal of whoever reads its logs.
-func (g *globals) printLogs(stream *connect.ServerStreamForClient[corpusv1.LogLine], err error, raw bool) error {
+func (g *Globals) printLogs(stream *connect.ServerStreamForClient[corpusv1.LogLine], err error, raw bool) error {
 	if err != nil {
 		return err
 	}
@@ -104,7 +104,7 @@ func (g *globals) printLogs(stream *connect.ServerStreamForClient[corpusv1.LogLi
 	return nil
 }
 
-func newLogsCmd(g *globals) *cobra.Command {
+func newLogsCmd(g *Globals) *cobra.Command {
 	var (
 		f   logFilter
 		env string
@@ -122,11 +122,11 @@ func newLogsCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			c, err := g.clients()
+			c, err := g.Clients()
 			if err != nil {
 				return err
 			}
-			stream, err := c.projects.ProjectLogs(cmd.Context(), connect.NewRequest(&corpusv1.ProjectLogsRequest{Project: args[0], Env: env, Filter: filter}))
+			stream, err := c.Projects.ProjectLogs(cmd.Context(), connect.NewRequest(&corpusv1.ProjectLogsRequest{Project: args[0], Env: env, Filter: filter}))
 			return g.printLogs(stream, err, f.raw)
 		},
 	}
@@ -135,7 +135,7 @@ func newLogsCmd(g *globals) *cobra.Command {
 	return cmd
 }
 
-func newGuestLogsCmd(g *globals) *cobra.Command {
+func newGuestLogsCmd(g *Globals) *cobra.Command {
 	var f logFilter
 	cmd := &cobra.Command{
 		Use:   "logs NAME [--process web] [-f] [--tail N] [--since 10m] [--source app,deploy,system]",
@@ -146,11 +146,11 @@ func newGuestLogsCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			c, err := g.clients()
+			c, err := g.Clients()
 			if err != nil {
 				return err
 			}
-			stream, err := c.guests.GuestLogs(cmd.Context(), connect.NewRequest(req))
+			stream, err := c.Guests.GuestLogs(cmd.Context(), connect.NewRequest(req))
 			return g.printLogs(stream, err, f.raw)
 		},
 	}

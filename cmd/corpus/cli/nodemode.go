@@ -9,10 +9,11 @@ import (
 	"connectrpc.com/connect"
 	"github.com/spf13/cobra"
 
+	"corpus/client"
 	corpusv1 "corpus/proto/corpus/v1"
 )
 
-func newNodeModeCmd(g *globals, use string) *cobra.Command {
+func newNodeModeCmd(g *Globals, use string) *cobra.Command {
 	var (
 		deadline time.Duration
 		detach   bool
@@ -40,11 +41,11 @@ then says what is left; the drain itself goes on. Setting a mode again
 		Args: cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			name, mode := args[0], args[1]
-			c, err := g.clients()
+			c, err := g.Clients()
 			if err != nil {
 				return err
 			}
-			res, err := c.nodes.SetNodeMode(cmd.Context(), connect.NewRequest(&corpusv1.SetNodeModeRequest{Name: name, Mode: mode}))
+			res, err := c.Nodes.SetNodeMode(cmd.Context(), connect.NewRequest(&corpusv1.SetNodeModeRequest{Name: name, Mode: mode}))
 			if err != nil {
 				return err
 			}
@@ -69,7 +70,7 @@ then says what is left; the drain itself goes on. Setting a mode again
 
 // followDrain prints the moves off a draining node as they happen until
 // nothing that can move is left, or until deadline, and then what stays.
-func (g *globals) followDrain(ctx context.Context, c *clients, name string, deadline time.Duration) error {
+func (g *Globals) followDrain(ctx context.Context, c *client.Clients, name string, deadline time.Duration) error {
 	dctx, cancel := context.WithTimeout(ctx, deadline)
 	defer cancel()
 	var (
@@ -79,7 +80,7 @@ func (g *globals) followDrain(ctx context.Context, c *clients, name string, dead
 		to    = map[string]string{} // where moving guests go
 	)
 	for {
-		res, err := c.nodes.DrainStatus(dctx, connect.NewRequest(&corpusv1.DrainStatusRequest{Name: name, MinIndex: index, WaitSeconds: 30}))
+		res, err := c.Nodes.DrainStatus(dctx, connect.NewRequest(&corpusv1.DrainStatusRequest{Name: name, MinIndex: index, WaitSeconds: 30}))
 		if err != nil {
 			if dctx.Err() != nil && ctx.Err() == nil {
 				break // the deadline: say what is left
@@ -169,7 +170,7 @@ func drainLine(dg *corpusv1.DrainGuest) string {
 
 // progress prints one time-stamped progress line on stderr (not with
 // --json).
-func (g *globals) progress(format string, args ...any) {
+func (g *Globals) progress(format string, args ...any) {
 	if !g.json {
 		fmt.Fprintf(g.stderr, "  %s  %s\n", time.Now().Format("15:04:05"), fmt.Sprintf(format, args...))
 	}
@@ -178,7 +179,7 @@ func (g *globals) progress(format string, args ...any) {
 // newSeedAliases are the node commands under the names of the seed's
 // command line: computenode_list, computenode_infos NODE and
 // computenode_switchmode NODE MODE.
-func newSeedAliases(g *globals) []*cobra.Command {
+func newSeedAliases(g *Globals) []*cobra.Command {
 	list, infos, mode := newNodeListCmd(g, "computenode_list"), newNodeShowCmd(g, "computenode_infos"), newNodeModeCmd(g, "computenode_switchmode")
 	for _, c := range []struct {
 		cmd *cobra.Command

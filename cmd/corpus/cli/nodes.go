@@ -11,11 +11,12 @@ import (
 	"connectrpc.com/connect"
 	"github.com/spf13/cobra"
 
+	"corpus/client"
 	"corpus/internal/units"
 	corpusv1 "corpus/proto/corpus/v1"
 )
 
-func newNodeCmd(g *globals) *cobra.Command {
+func newNodeCmd(g *Globals) *cobra.Command {
 	cmd := &cobra.Command{Use: "node", Short: "Enroll and inspect compute nodes"}
 	var ttl time.Duration
 	token := &cobra.Command{
@@ -23,8 +24,8 @@ func newNodeCmd(g *globals) *cobra.Command {
 		Short: "Create a one-time join token for enrolling a node",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return call(g, cmd.Context(), func(ctx context.Context, c *clients) (*connect.Response[corpusv1.CreateJoinTokenResponse], error) {
-				return c.nodes.CreateJoinToken(ctx, connect.NewRequest(&corpusv1.CreateJoinTokenRequest{TtlSeconds: int64(ttl / time.Second)}))
+			return call(g, cmd.Context(), func(ctx context.Context, c *client.Clients) (*connect.Response[corpusv1.CreateJoinTokenResponse], error) {
+				return c.Nodes.CreateJoinToken(ctx, connect.NewRequest(&corpusv1.CreateJoinTokenRequest{TtlSeconds: int64(ttl / time.Second)}))
 			}, func(msg *corpusv1.CreateJoinTokenResponse) error {
 				fmt.Fprintln(g.stdout, msg.Token)
 				fmt.Fprintf(g.stderr, "valid once, until %s; enroll with: corpus agent --coordinator ADDR --join-token %s\n",
@@ -44,8 +45,8 @@ func newNodeCmd(g *globals) *cobra.Command {
 			if err := g.confirm(cmd, yes, "Remove node "+args[0]+" from the cluster (its agent's credential stops working)"); err != nil {
 				return err
 			}
-			return call(g, cmd.Context(), func(ctx context.Context, c *clients) (*connect.Response[corpusv1.RemoveNodeResponse], error) {
-				return c.nodes.RemoveNode(ctx, connect.NewRequest(&corpusv1.RemoveNodeRequest{Name: args[0]}))
+			return call(g, cmd.Context(), func(ctx context.Context, c *client.Clients) (*connect.Response[corpusv1.RemoveNodeResponse], error) {
+				return c.Nodes.RemoveNode(ctx, connect.NewRequest(&corpusv1.RemoveNodeRequest{Name: args[0]}))
 			}, func(m *corpusv1.RemoveNodeResponse) error {
 				fmt.Fprintf(g.stdout, "node %s removed; its agent can no longer reach the cluster (enroll the host again with a new join token)\n", m.Node.GetName())
 				return nil
@@ -53,19 +54,19 @@ func newNodeCmd(g *globals) *cobra.Command {
 		},
 	}
 	addYes(remove, &yes)
-	cmd.AddCommand(token, newNodeListCmd(g, "list"), newNodeShowCmd(g, "show"), newNodeModeCmd(g, "mode"), remove, newNodeAddK8sCmd(g))
+	cmd.AddCommand(token, newNodeListCmd(g, "list"), newNodeShowCmd(g, "show"), newNodeModeCmd(g, "mode"), remove)
 	return cmd
 }
 
-func newNodeListCmd(g *globals, use string) *cobra.Command {
+func newNodeListCmd(g *Globals, use string) *cobra.Command {
 	return &cobra.Command{
 		Use:     use,
 		Aliases: aliases(use, "ls"),
 		Short:   "List nodes",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return call(g, cmd.Context(), func(ctx context.Context, c *clients) (*connect.Response[corpusv1.ListNodesResponse], error) {
-				return c.nodes.ListNodes(ctx, connect.NewRequest(&corpusv1.ListNodesRequest{}))
+			return call(g, cmd.Context(), func(ctx context.Context, c *client.Clients) (*connect.Response[corpusv1.ListNodesResponse], error) {
+				return c.Nodes.ListNodes(ctx, connect.NewRequest(&corpusv1.ListNodesRequest{}))
 			}, func(msg *corpusv1.ListNodesResponse) error {
 				w := tabwriter.NewWriter(g.stdout, 0, 4, 2, ' ', 0)
 				fmt.Fprintln(w, "NAME\tSTATUS\tMODE\tGUESTS\tMEMORY\tCPUS\tDRIVERS\tVERSION\tLABELS")
@@ -82,14 +83,14 @@ func newNodeListCmd(g *globals, use string) *cobra.Command {
 	}
 }
 
-func newNodeShowCmd(g *globals, use string) *cobra.Command {
+func newNodeShowCmd(g *Globals, use string) *cobra.Command {
 	return &cobra.Command{
 		Use:   use + " NODE",
 		Short: "Show one node",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return call(g, cmd.Context(), func(ctx context.Context, c *clients) (*connect.Response[corpusv1.GetNodeResponse], error) {
-				return c.nodes.GetNode(ctx, connect.NewRequest(&corpusv1.GetNodeRequest{Name: args[0]}))
+			return call(g, cmd.Context(), func(ctx context.Context, c *client.Clients) (*connect.Response[corpusv1.GetNodeResponse], error) {
+				return c.Nodes.GetNode(ctx, connect.NewRequest(&corpusv1.GetNodeRequest{Name: args[0]}))
 			}, func(msg *corpusv1.GetNodeResponse) error {
 				v := msg.Node
 				n := v.Node

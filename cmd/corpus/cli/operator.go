@@ -8,11 +8,12 @@ import (
 	"connectrpc.com/connect"
 	"github.com/spf13/cobra"
 
+	"corpus/client"
 	corpusv1 "corpus/proto/corpus/v1"
 )
 
 // newOperatorCmd groups operations on the control plane itself.
-func newOperatorCmd(g *globals) *cobra.Command {
+func newOperatorCmd(g *Globals) *cobra.Command {
 	cmd := &cobra.Command{Use: "operator", Short: "Operate the control plane (the coordinators' Raft group)"}
 	raftCmd := &cobra.Command{Use: "raft", Short: "Inspect and change the coordinators' Raft group"}
 	list := &cobra.Command{
@@ -20,8 +21,8 @@ func newOperatorCmd(g *globals) *cobra.Command {
 		Short: "List the replicas of the Raft group",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return call(g, cmd.Context(), func(ctx context.Context, c *clients) (*connect.Response[corpusv1.RaftPeersResponse], error) {
-				return c.cluster.RaftPeers(ctx, connect.NewRequest(&corpusv1.RaftPeersRequest{}))
+			return call(g, cmd.Context(), func(ctx context.Context, c *client.Clients) (*connect.Response[corpusv1.RaftPeersResponse], error) {
+				return c.Cluster.RaftPeers(ctx, connect.NewRequest(&corpusv1.RaftPeersRequest{}))
 			}, func(m *corpusv1.RaftPeersResponse) error {
 				w := tabwriter.NewWriter(g.stdout, 0, 4, 2, ' ', 0)
 				fmt.Fprintln(w, "ID\tRAFT ADDRESS\tAPI ADDRESS\tSTATE\tVOTER\tVERSION")
@@ -42,8 +43,8 @@ func newOperatorCmd(g *globals) *cobra.Command {
 		Short: "Add a replica (started without --bootstrap) to the group as a voter",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return call(g, cmd.Context(), func(ctx context.Context, c *clients) (*connect.Response[corpusv1.AddRaftPeerResponse], error) {
-				return c.cluster.AddRaftPeer(ctx, connect.NewRequest(&corpusv1.AddRaftPeerRequest{Id: id, RaftAddress: raftAddr, ApiAddress: apiAddr}))
+			return call(g, cmd.Context(), func(ctx context.Context, c *client.Clients) (*connect.Response[corpusv1.AddRaftPeerResponse], error) {
+				return c.Cluster.AddRaftPeer(ctx, connect.NewRequest(&corpusv1.AddRaftPeerRequest{Id: id, RaftAddress: raftAddr, ApiAddress: apiAddr}))
 			}, func(*corpusv1.AddRaftPeerResponse) error {
 				fmt.Fprintf(g.stdout, "replica %s added at %s; it catches up from the leader\n", id, raftAddr)
 				return nil
@@ -58,8 +59,8 @@ func newOperatorCmd(g *globals) *cobra.Command {
 		Short: "Remove a replica (a dead one, say) from the group",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return call(g, cmd.Context(), func(ctx context.Context, c *clients) (*connect.Response[corpusv1.RemoveRaftPeerResponse], error) {
-				return c.cluster.RemoveRaftPeer(ctx, connect.NewRequest(&corpusv1.RemoveRaftPeerRequest{Id: args[0]}))
+			return call(g, cmd.Context(), func(ctx context.Context, c *client.Clients) (*connect.Response[corpusv1.RemoveRaftPeerResponse], error) {
+				return c.Cluster.RemoveRaftPeer(ctx, connect.NewRequest(&corpusv1.RemoveRaftPeerRequest{Id: args[0]}))
 			}, func(*corpusv1.RemoveRaftPeerResponse) error {
 				fmt.Fprintf(g.stdout, "replica %s removed from the group\n", args[0])
 				return nil
@@ -73,8 +74,8 @@ func newOperatorCmd(g *globals) *cobra.Command {
 		Short: "Make a new key the only one: every sealed value is sealed again with it, in one replicated write",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return call(g, cmd.Context(), func(ctx context.Context, c *clients) (*connect.Response[corpusv1.RotateKeyringResponse], error) {
-				return c.cluster.RotateKeyring(ctx, connect.NewRequest(&corpusv1.RotateKeyringRequest{}))
+			return call(g, cmd.Context(), func(ctx context.Context, c *client.Clients) (*connect.Response[corpusv1.RotateKeyringResponse], error) {
+				return c.Cluster.RotateKeyring(ctx, connect.NewRequest(&corpusv1.RotateKeyringRequest{}))
 			}, func(m *corpusv1.RotateKeyringResponse) error {
 				if m.Previous == "" {
 					fmt.Fprintf(g.stdout, "keyring created: key %s\n", m.Primary)

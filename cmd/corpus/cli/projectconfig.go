@@ -11,12 +11,13 @@ import (
 	"connectrpc.com/connect"
 	"github.com/spf13/cobra"
 
+	"corpus/client"
 	corpusv1 "corpus/proto/corpus/v1"
 )
 
 // Project config, processes, restarts and redeploys.
 
-func newConfigCmd(g *globals) *cobra.Command {
+func newConfigCmd(g *Globals) *cobra.Command {
 	cmd := &cobra.Command{Use: "config", Short: "A project environment's variables (config and secrets): set, unset, list, get"}
 	var env string
 	var noRestart, reveal bool
@@ -32,8 +33,8 @@ func newConfigCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			return followDeploy(g, cmd.Context(), args[0], env, "config change", func(ctx context.Context, c *clients) (*connect.ServerStreamForClient[corpusv1.DeployOutput], error) {
-				return c.projects.SetConfig(ctx, connect.NewRequest(&corpusv1.SetConfigRequest{Project: args[0], Env: env, Set: vars, NoRestart: noRestart}))
+			return followDeploy(g, cmd.Context(), args[0], env, "config change", func(ctx context.Context, c *client.Clients) (*connect.ServerStreamForClient[corpusv1.DeployOutput], error) {
+				return c.Projects.SetConfig(ctx, connect.NewRequest(&corpusv1.SetConfigRequest{Project: args[0], Env: env, Set: vars, NoRestart: noRestart}))
 			})
 		},
 	}
@@ -42,8 +43,8 @@ func newConfigCmd(g *globals) *cobra.Command {
 		Short: "Remove variables; a new release of the current commit runs without them",
 		Args:  cobra.MinimumNArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return followDeploy(g, cmd.Context(), args[0], env, "config change", func(ctx context.Context, c *clients) (*connect.ServerStreamForClient[corpusv1.DeployOutput], error) {
-				return c.projects.SetConfig(ctx, connect.NewRequest(&corpusv1.SetConfigRequest{Project: args[0], Env: env, Unset: args[1:], NoRestart: noRestart}))
+			return followDeploy(g, cmd.Context(), args[0], env, "config change", func(ctx context.Context, c *client.Clients) (*connect.ServerStreamForClient[corpusv1.DeployOutput], error) {
+				return c.Projects.SetConfig(ctx, connect.NewRequest(&corpusv1.SetConfigRequest{Project: args[0], Env: env, Unset: args[1:], NoRestart: noRestart}))
 			})
 		},
 	}
@@ -56,8 +57,8 @@ func newConfigCmd(g *globals) *cobra.Command {
 		Short:   "List the variables' names (and values with --reveal: ops, or a dev granted the project)",
 		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return call(g, cmd.Context(), func(ctx context.Context, c *clients) (*connect.Response[corpusv1.GetConfigResponse], error) {
-				return c.projects.GetConfig(ctx, connect.NewRequest(&corpusv1.GetConfigRequest{Project: args[0], Env: env, Reveal: reveal}))
+			return call(g, cmd.Context(), func(ctx context.Context, c *client.Clients) (*connect.Response[corpusv1.GetConfigResponse], error) {
+				return c.Projects.GetConfig(ctx, connect.NewRequest(&corpusv1.GetConfigRequest{Project: args[0], Env: env, Reveal: reveal}))
 			}, func(m *corpusv1.GetConfigResponse) error {
 				if len(m.Vars) == 0 {
 					fmt.Fprintf(g.stdout, "no config in %s\n", args[0])
@@ -87,11 +88,11 @@ func newConfigCmd(g *globals) *cobra.Command {
 		Short: "Print one variable's value (ops, or a dev granted the project)",
 		Args:  cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := g.clients()
+			c, err := g.Clients()
 			if err != nil {
 				return err
 			}
-			res, err := c.projects.GetConfig(cmd.Context(), connect.NewRequest(&corpusv1.GetConfigRequest{Project: args[0], Env: env, Reveal: true}))
+			res, err := c.Projects.GetConfig(cmd.Context(), connect.NewRequest(&corpusv1.GetConfigRequest{Project: args[0], Env: env, Reveal: true}))
 			if err != nil {
 				return err
 			}
@@ -114,8 +115,8 @@ func newConfigCmd(g *globals) *cobra.Command {
 
 // followDeploy prints a deploy's output as it streams and, with --json,
 // one object at the end.
-func followDeploy(g *globals, ctx context.Context, project, env, what string, start func(context.Context, *clients) (*connect.ServerStreamForClient[corpusv1.DeployOutput], error)) error {
-	c, err := g.clients()
+func followDeploy(g *Globals, ctx context.Context, project, env, what string, start func(context.Context, *client.Clients) (*connect.ServerStreamForClient[corpusv1.DeployOutput], error)) error {
+	c, err := g.Clients()
 	if err != nil {
 		return err
 	}
@@ -134,7 +135,7 @@ func followDeploy(g *globals, ctx context.Context, project, env, what string, st
 		}
 		if m.Done {
 			if g.json {
-				return g.printJSONValue(map[string]any{"project": project, "env": env, "current": m.Current, "output": out.String()})
+				return g.PrintJSONValue(map[string]any{"project": project, "env": env, "current": m.Current, "output": out.String()})
 			}
 			return nil
 		}
@@ -148,15 +149,15 @@ func followDeploy(g *globals, ctx context.Context, project, env, what string, st
 	return fmt.Errorf("the %s of %s ended without saying it was done; see `corpus release list %s`", what, project, project)
 }
 
-func newPsCmd(g *globals) *cobra.Command {
+func newPsCmd(g *Globals) *cobra.Command {
 	var env string
 	cmd := &cobra.Command{
 		Use:   "ps PROJECT [--env ENV]",
 		Short: "List a project environment's processes: state, pid, restarts, uptime, release",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return call(g, cmd.Context(), func(ctx context.Context, c *clients) (*connect.Response[corpusv1.ListProcessesResponse], error) {
-				return c.projects.ListProcesses(ctx, connect.NewRequest(&corpusv1.ListProcessesRequest{Project: args[0], Env: env}))
+			return call(g, cmd.Context(), func(ctx context.Context, c *client.Clients) (*connect.Response[corpusv1.ListProcessesResponse], error) {
+				return c.Projects.ListProcesses(ctx, connect.NewRequest(&corpusv1.ListProcessesRequest{Project: args[0], Env: env}))
 			}, func(m *corpusv1.ListProcessesResponse) error {
 				if len(m.Processes) == 0 {
 					fmt.Fprintf(g.stdout, "no processes run in %s (declare them in a Procfile or processes: in .corpus/corpus.yaml)\n", args[0])
@@ -193,15 +194,15 @@ func newPsCmd(g *globals) *cobra.Command {
 	return cmd
 }
 
-func newRestartCmd(g *globals) *cobra.Command {
+func newRestartCmd(g *Globals) *cobra.Command {
 	var env string
 	cmd := &cobra.Command{
 		Use:   "restart PROJECT [PROCESS...] [--env ENV]",
 		Short: "Restart processes, rolling: new ones beside the old, web checked on its new port, then the old stopped",
 		Args:  cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return followDeploy(g, cmd.Context(), args[0], env, "restart", func(ctx context.Context, c *clients) (*connect.ServerStreamForClient[corpusv1.DeployOutput], error) {
-				return c.projects.Deploy(ctx, connect.NewRequest(&corpusv1.RedeployRequest{Project: args[0], Env: env, Trigger: "restart", Processes: args[1:]}))
+			return followDeploy(g, cmd.Context(), args[0], env, "restart", func(ctx context.Context, c *client.Clients) (*connect.ServerStreamForClient[corpusv1.DeployOutput], error) {
+				return c.Projects.Deploy(ctx, connect.NewRequest(&corpusv1.RedeployRequest{Project: args[0], Env: env, Trigger: "restart", Processes: args[1:]}))
 			})
 		},
 	}
@@ -209,7 +210,7 @@ func newRestartCmd(g *globals) *cobra.Command {
 	return cmd
 }
 
-func newDeployCmd(g *globals) *cobra.Command {
+func newDeployCmd(g *Globals) *cobra.Command {
 	var env, strategy string
 	var only []string
 	var keep time.Duration
@@ -229,8 +230,8 @@ every domain back at once, with no rebuild.`,
   corpus switch back site --env prod`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return followDeploy(g, cmd.Context(), args[0], env, "deploy", func(ctx context.Context, c *clients) (*connect.ServerStreamForClient[corpusv1.DeployOutput], error) {
-				return c.projects.Deploy(ctx, connect.NewRequest(&corpusv1.RedeployRequest{Project: args[0], Env: env, Trigger: "deploy", Only: only,
+			return followDeploy(g, cmd.Context(), args[0], env, "deploy", func(ctx context.Context, c *client.Clients) (*connect.ServerStreamForClient[corpusv1.DeployOutput], error) {
+				return c.Projects.Deploy(ctx, connect.NewRequest(&corpusv1.RedeployRequest{Project: args[0], Env: env, Trigger: "deploy", Only: only,
 					Strategy: strategy, KeepSeconds: int64(keep / time.Second)}))
 			})
 		},
@@ -242,7 +243,7 @@ every domain back at once, with no rebuild.`,
 	return cmd
 }
 
-func newSwitchCmd(g *globals) *cobra.Command {
+func newSwitchCmd(g *Globals) *cobra.Command {
 	cmd := &cobra.Command{Use: "switch", Short: "Move an environment's domains between the sets a blue-green deploy left"}
 	var env string
 	back := &cobra.Command{
@@ -250,8 +251,8 @@ func newSwitchCmd(g *globals) *cobra.Command {
 		Short: "Move every domain back to the release a blue-green deploy switched away from, at once, while it stands by",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return call(g, cmd.Context(), func(ctx context.Context, c *clients) (*connect.Response[corpusv1.SwitchBackResponse], error) {
-				return c.projects.SwitchBack(ctx, connect.NewRequest(&corpusv1.SwitchBackRequest{Project: args[0], Env: env}))
+			return call(g, cmd.Context(), func(ctx context.Context, c *client.Clients) (*connect.Response[corpusv1.SwitchBackResponse], error) {
+				return c.Projects.SwitchBack(ctx, connect.NewRequest(&corpusv1.SwitchBackRequest{Project: args[0], Env: env}))
 			}, func(m *corpusv1.SwitchBackResponse) error {
 				fmt.Fprintf(g.stdout, "every domain of %s -> %s (the release before stands by: corpus switch back %s moves them again)\n", args[0], releaseName(m.Current), args[0])
 				return nil

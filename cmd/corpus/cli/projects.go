@@ -12,12 +12,12 @@ import (
 	"connectrpc.com/connect"
 	"github.com/spf13/cobra"
 
-	"corpus/coordinator/state"
+	"corpus/client"
 	"corpus/internal/units"
 	corpusv1 "corpus/proto/corpus/v1"
 )
 
-func newProjectCmd(g *globals) *cobra.Command {
+func newProjectCmd(g *Globals) *cobra.Command {
 	cmd := &cobra.Command{Use: "project", Short: "Create projects (one guest per environment) that deploy on git push"}
 	list := &cobra.Command{
 		Use:     "list",
@@ -25,8 +25,8 @@ func newProjectCmd(g *globals) *cobra.Command {
 		Short:   "List projects: each environment's node, guest status, current release and domains",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return call(g, cmd.Context(), func(ctx context.Context, c *clients) (*connect.Response[corpusv1.ListProjectsResponse], error) {
-				return c.projects.ListProjects(ctx, connect.NewRequest(&corpusv1.ListProjectsRequest{}))
+			return call(g, cmd.Context(), func(ctx context.Context, c *client.Clients) (*connect.Response[corpusv1.ListProjectsResponse], error) {
+				return c.Projects.ListProjects(ctx, connect.NewRequest(&corpusv1.ListProjectsRequest{}))
 			}, func(msg *corpusv1.ListProjectsResponse) error {
 				w := tabwriter.NewWriter(g.stdout, 0, 4, 2, ' ', 0)
 				fmt.Fprintln(w, "NAME\tENV\tNODE\tSTATUS\tRELEASE\tDOMAINS")
@@ -48,8 +48,8 @@ func newProjectCmd(g *globals) *cobra.Command {
 		Short: "Show a project: its members and, per environment, guest, release, domains and git remote",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return call(g, cmd.Context(), func(ctx context.Context, c *clients) (*connect.Response[corpusv1.GetProjectResponse], error) {
-				return c.projects.GetProject(ctx, connect.NewRequest(&corpusv1.GetProjectRequest{Name: args[0]}))
+			return call(g, cmd.Context(), func(ctx context.Context, c *client.Clients) (*connect.Response[corpusv1.GetProjectResponse], error) {
+				return c.Projects.GetProject(ctx, connect.NewRequest(&corpusv1.GetProjectRequest{Name: args[0]}))
 			}, func(msg *corpusv1.GetProjectResponse) error {
 				p := msg.Project.GetProject()
 				w := tabwriter.NewWriter(g.stdout, 0, 4, 2, ' ', 0)
@@ -59,7 +59,7 @@ func newProjectCmd(g *globals) *cobra.Command {
 				fmt.Fprintf(w, "Created:\t%s\n", localTime(p.GetCreatedAt()))
 				printAdmission(w, "", p.GetAdmission())
 				for _, ev := range msg.Project.GetEnvs() {
-					e := state.ProjectEnv(p, ev.Name)
+					e := corpusv1.EnvNamed(p, ev.Name)
 					fmt.Fprintf(w, "Env %s:\n", ev.Name)
 					guest := ev.GuestName + ", " + dash(ev.GuestStatus)
 					if ev.NodeName != "" {
@@ -118,8 +118,8 @@ func newProjectCmd(g *globals) *cobra.Command {
 			if err := g.confirm(cmd, yes, fmt.Sprintf("Delete %s, with its guests and %s", what, data)); err != nil {
 				return err
 			}
-			return call(g, cmd.Context(), func(ctx context.Context, c *clients) (*connect.Response[corpusv1.DeleteProjectResponse], error) {
-				return c.projects.DeleteProject(ctx, connect.NewRequest(&corpusv1.DeleteProjectRequest{Name: args[0], Env: delEnv, KeepVolumes: keepVolumes}))
+			return call(g, cmd.Context(), func(ctx context.Context, c *client.Clients) (*connect.Response[corpusv1.DeleteProjectResponse], error) {
+				return c.Projects.DeleteProject(ctx, connect.NewRequest(&corpusv1.DeleteProjectRequest{Name: args[0], Env: delEnv, KeepVolumes: keepVolumes}))
 			}, func(*corpusv1.DeleteProjectResponse) error {
 				what := "project " + args[0]
 				if delEnv != "" {
@@ -142,7 +142,7 @@ func newProjectCmd(g *globals) *cobra.Command {
 	return cmd
 }
 
-func newProjectCreateCmd(g *globals) *cobra.Command {
+func newProjectCreateCmd(g *Globals) *cobra.Command {
 	var (
 		env, image, driver, branch string
 		volSize, memory, cpus      string
@@ -190,16 +190,16 @@ func newProjectCreateCmd(g *globals) *cobra.Command {
 					return fmt.Errorf("--disk: %w", err)
 				}
 			}
-			c, err := g.clients()
+			c, err := g.Clients()
 			if err != nil {
 				return err
 			}
-			res, err := c.projects.CreateProject(cmd.Context(), connect.NewRequest(req))
+			res, err := c.Projects.CreateProject(cmd.Context(), connect.NewRequest(req))
 			if err != nil {
 				return err
 			}
 			where := args[0] + "/" + env
-			guest := state.ProjectEnv(res.Msg.Project, env).GetGuestName()
+			guest := corpusv1.EnvNamed(res.Msg.Project, env).GetGuestName()
 			if !g.json {
 				verb := "created (guest " + guest + ")"
 				if !res.Msg.Created {
@@ -219,7 +219,7 @@ func newProjectCreateCmd(g *globals) *cobra.Command {
 			if _, err := g.followGuest(cmd.Context(), c, guest, corpusv1.DesiredRunning, 0, timeout); err != nil {
 				return err
 			}
-			after, err := c.projects.GetProject(cmd.Context(), connect.NewRequest(&corpusv1.GetProjectRequest{Name: args[0]}))
+			after, err := c.Projects.GetProject(cmd.Context(), connect.NewRequest(&corpusv1.GetProjectRequest{Name: args[0]}))
 			if err != nil {
 				return err
 			}
@@ -259,7 +259,7 @@ func newProjectCreateCmd(g *globals) *cobra.Command {
 }
 
 // newProjectGrantCmd makes `project grant` and `project revoke`.
-func newProjectGrantCmd(g *globals, revoke bool) *cobra.Command {
+func newProjectGrantCmd(g *Globals, revoke bool) *cobra.Command {
 	verb, short := "grant", "Let a user (dev or viewer) use a project"
 	if revoke {
 		verb, short = "revoke", "Take a project away from a user"
@@ -269,8 +269,8 @@ func newProjectGrantCmd(g *globals, revoke bool) *cobra.Command {
 		Short: short,
 		Args:  cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return call(g, cmd.Context(), func(ctx context.Context, c *clients) (*connect.Response[corpusv1.GrantProjectResponse], error) {
-				return c.projects.GrantProject(ctx, connect.NewRequest(&corpusv1.GrantProjectRequest{Name: args[0], User: args[1], Revoke: revoke}))
+			return call(g, cmd.Context(), func(ctx context.Context, c *client.Clients) (*connect.Response[corpusv1.GrantProjectResponse], error) {
+				return c.Projects.GrantProject(ctx, connect.NewRequest(&corpusv1.GrantProjectRequest{Name: args[0], User: args[1], Revoke: revoke}))
 			}, func(msg *corpusv1.GrantProjectResponse) error {
 				what := "may use"
 				if revoke {

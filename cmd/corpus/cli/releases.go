@@ -10,10 +10,11 @@ import (
 	"connectrpc.com/connect"
 	"github.com/spf13/cobra"
 
+	"corpus/client"
 	corpusv1 "corpus/proto/corpus/v1"
 )
 
-func newReleaseCmd(g *globals) *cobra.Command {
+func newReleaseCmd(g *Globals) *cobra.Command {
 	cmd := &cobra.Command{Use: "release", Short: "List and inspect the deploys of a project environment"}
 	var env string
 	var withLog bool
@@ -23,8 +24,8 @@ func newReleaseCmd(g *globals) *cobra.Command {
 		Short:   "List releases, newest first; * marks the one serving",
 		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return call(g, cmd.Context(), func(ctx context.Context, c *clients) (*connect.Response[corpusv1.ListReleasesResponse], error) {
-				return c.projects.ListReleases(ctx, connect.NewRequest(&corpusv1.ListReleasesRequest{Project: args[0], Env: env}))
+			return call(g, cmd.Context(), func(ctx context.Context, c *client.Clients) (*connect.Response[corpusv1.ListReleasesResponse], error) {
+				return c.Projects.ListReleases(ctx, connect.NewRequest(&corpusv1.ListReleasesRequest{Project: args[0], Env: env}))
 			}, func(msg *corpusv1.ListReleasesResponse) error {
 				w := tabwriter.NewWriter(g.stdout, 0, 4, 2, ' ', 0)
 				fmt.Fprintln(w, "ID\tCOMMIT\tAUTHOR\tSTARTED\tSTATUS\tDURATION\tTRIGGER\tSUBJECT")
@@ -49,8 +50,8 @@ func newReleaseCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			return call(g, cmd.Context(), func(ctx context.Context, c *clients) (*connect.Response[corpusv1.GetReleaseResponse], error) {
-				return c.projects.GetRelease(ctx, connect.NewRequest(&corpusv1.GetReleaseRequest{Project: args[0], Env: env, Release: corpusv1.ReleaseName(n)}))
+			return call(g, cmd.Context(), func(ctx context.Context, c *client.Clients) (*connect.Response[corpusv1.GetReleaseResponse], error) {
+				return c.Projects.GetRelease(ctx, connect.NewRequest(&corpusv1.GetReleaseRequest{Project: args[0], Env: env, Release: corpusv1.ReleaseName(n)}))
 			}, func(msg *corpusv1.GetReleaseResponse) error {
 				r := msg.Release
 				w := tabwriter.NewWriter(g.stdout, 0, 4, 2, ' ', 0)
@@ -102,7 +103,7 @@ func newReleaseCmd(g *globals) *cobra.Command {
 	return cmd
 }
 
-func newRollbackCmd(g *globals) *cobra.Command {
+func newRollbackCmd(g *Globals) *cobra.Command {
 	var env, to string
 	cmd := &cobra.Command{
 		Use:   "rollback PROJECT [--env ENV] [--to RELEASE]",
@@ -119,19 +120,19 @@ func newRollbackCmd(g *globals) *cobra.Command {
 				}
 				req.To = n
 			}
-			c, err := g.clients()
+			c, err := g.Clients()
 			if err != nil {
 				return err
 			}
 			// The releases say which environment the coordinator picks
 			// when --env is not given, and which release serves now.
-			before, err := c.projects.ListReleases(cmd.Context(), connect.NewRequest(&corpusv1.ListReleasesRequest{Project: args[0], Env: env}))
+			before, err := c.Projects.ListReleases(cmd.Context(), connect.NewRequest(&corpusv1.ListReleasesRequest{Project: args[0], Env: env}))
 			if err != nil {
 				return err
 			}
 			req.Env = before.Msg.Env
 			where := args[0] + "/" + req.Env
-			stream, err := c.projects.Rollback(cmd.Context(), connect.NewRequest(req))
+			stream, err := c.Projects.Rollback(cmd.Context(), connect.NewRequest(req))
 			if err != nil {
 				return err
 			}
@@ -149,7 +150,7 @@ func newRollbackCmd(g *globals) *cobra.Command {
 				}
 				switch {
 				case g.json:
-					return g.printJSONValue(map[string]any{"project": args[0], "env": req.Env, "previous": before.Msg.Current, "current": m.Current, "output": out.String()})
+					return g.PrintJSONValue(map[string]any{"project": args[0], "env": req.Env, "previous": before.Msg.Current, "current": m.Current, "output": out.String()})
 				case m.Current == before.Msg.Current:
 					fmt.Fprintf(g.stdout, "%s still serves %s\n", where, corpusv1.ReleaseName(m.Current))
 				default:

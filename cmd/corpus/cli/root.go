@@ -1,11 +1,12 @@
-// Package cli is the corpus command tree: daemons (coordinator, agent,
-// dev) and the client commands that talk to a coordinator's API.
+// Package cli is the corpus command tree: the client commands, which
+// talk to a coordinator through package client and the API alone, and
+// the root they hang from. The commands that run on a cluster's hosts
+// (the daemons, image builds) are added to the same root by the binary
+// (see Main).
 package cli
 
 import (
 	"context"
-	"crypto/tls"
-	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -15,18 +16,14 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
-	"time"
 
 	"connectrpc.com/connect"
 	"github.com/spf13/cobra"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
-	"corpus/coordinator"
-	"corpus/internal/pki"
-	"corpus/internal/rpc"
+	"corpus/client"
 	"corpus/internal/version"
-	"corpus/proto/corpus/v1/corpusv1connect"
 )
 
 // exitError carries a specific exit code (guest exec passes the command's
@@ -35,24 +32,42 @@ type exitError struct{ code int }
 
 func (e exitError) Error() string { return fmt.Sprintf("exit status %d", e.code) }
 
-// globals are the flags every client command shares.
-type globals struct {
-	env        string
-	address    string
-	token      string
-	caFile     string
-	configPath string
-	json       bool
+// Globals are the flags every command shares and where commands write.
+// The target's empty fields are filled from the CORPUS_* variables once
+// the flags are parsed (client.Target.FillFromEnv).
+type Globals struct {
+	client.Target
+	json bool
 	// consistent asks for linearizable reads (--consistent).
 	consistent bool
 	stdout     io.Writer
 	stderr     io.Writer
 }
 
+// NewGlobals returns the shared flags of a command line writing to
+// stdout and stderr.
+func NewGlobals(stdout, stderr io.Writer) *Globals {
+	return &Globals{stdout: stdout, stderr: stderr}
+}
+
+// Stdout is where commands write what they were asked for.
+func (g *Globals) Stdout() io.Writer { return g.stdout }
+
+// Stderr is where commands write progress and diagnostics.
+func (g *Globals) Stderr() io.Writer { return g.stderr }
+
+// JSON says whether --json asks for machine-readable output.
+func (g *Globals) JSON() bool { return g.json }
+
+// Commands adds commands to the root: the binary gives those of the
+// hosts (package daemon). A command named as one the root has already
+// adds its subcommands to that one (corpus node add-k8s).
+type Commands func(*Globals) []*cobra.Command
+
 // Main runs the command line and returns the process exit code.
-func Main(args []string) int {
-	g := &globals{stdout: os.Stdout, stderr: os.Stderr}
-	root := newRoot(g)
+func Main(args []string, more ...Commands) int {
+	g := NewGlobals(os.Stdout, os.Stderr)
+	root := NewRoot(g, more...)
 	root.SetArgs(args)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -86,33 +101,31 @@ func describe(err error) string {
 	return err.Error()
 }
 
-func newRoot(g *globals) *cobra.Command {
+// NewRoot returns the command tree: the client commands and more.
+func NewRoot(g *Globals, more ...Commands) *cobra.Command {
 	root := &cobra.Command{
 		Use:           "corpus",
 		Short:         "corpus runs guests (LXC, VMs, Kubernetes workloads) on your own nodes",
 		Version:       version.Get().String(),
 		SilenceUsage:  true,
 		SilenceErrors: true,
+		// After the flags, before any command: the CORPUS_* variables
+		// are read here, not made flag defaults (--help prints those).
+		PersistentPreRun: func(*cobra.Command, []string) { g.FillFromEnv() },
 	}
 	root.SetVersionTemplate("{{.Version}}\n")
 	root.SetOut(g.stdout)
 	pf := root.PersistentFlags()
-	pf.StringVar(&g.env, "env", os.Getenv("CORPUS_ENV"), "named environment from the config file (env CORPUS_ENV)")
-	pf.StringVar(&g.address, "address", os.Getenv("CORPUS_ADDR"), "coordinator API address host:port, overriding the environment's (env CORPUS_ADDR)")
-	pf.StringVar(&g.token, "token", os.Getenv("CORPUS_TOKEN"), "API token, overriding the environment's (env CORPUS_TOKEN)")
-	pf.StringVar(&g.caFile, "ca-cert", os.Getenv("CORPUS_CA_CERT"), "cluster CA certificate file to trust, overriding the environment's (env CORPUS_CA_CERT; on a coordinator: DATA_DIR/tls/ca.crt)")
-	pf.StringVar(&g.configPath, "config-file", defaultConfigPath(), "CLI config file")
+	pf.StringVar(&g.Env, "env", "", "named environment from the config file (env CORPUS_ENV; default: the file's current one)")
+	pf.StringVar(&g.Address, "address", "", "coordinator API address host:port, overriding the environment's (env CORPUS_ADDR)")
+	pf.StringVar(&g.Token, "token", "", "API token, overriding the environment's (env CORPUS_TOKEN)")
+	pf.StringVar(&g.CAFile, "ca-cert", "", "cluster CA certificate file to trust, overriding the environment's (env CORPUS_CA_CERT; on a coordinator: DATA_DIR/tls/ca.crt)")
+	pf.StringVar(&g.ConfigFile, "config-file", "", "CLI config file (default $XDG_CONFIG_HOME/corpus/config.yaml, else ~/.config/corpus/config.yaml)")
 	pf.BoolVar(&g.json, "json", false, "print machine-readable JSON")
 	pf.BoolVar(&g.consistent, "consistent", false, "linearizable reads: the replica asked first confirms with the leader that it has every acknowledged write (a round trip more)")
 	root.AddCommand(
-		newCoordinatorCmd(g),
-		newAgentCmd(g),
-		newProxyCmd(g),
-		newDevCmd(g),
 		newStatusCmd(g),
 		newOperatorCmd(g),
-		newTLSCmd(g),
-		newImageCmd(g),
 		newAuditCmd(g),
 		newLoginCmd(g),
 		newNodeCmd(g),
@@ -141,8 +154,29 @@ func newRoot(g *globals) *cobra.Command {
 		newDocsCmd(g),
 	)
 	root.AddCommand(newSeedAliases(g)...)
+	for _, m := range more {
+		graft(root, m(g))
+	}
 	refuseUnknownCommands(root)
 	return root
+}
+
+// graft adds cmds below parent; one named as a command parent has
+// already gives its subcommands to that one instead.
+func graft(parent *cobra.Command, cmds []*cobra.Command) {
+	for _, c := range cmds {
+		var have *cobra.Command
+		for _, h := range parent.Commands() {
+			if h.Name() == c.Name() {
+				have = h
+			}
+		}
+		if have == nil {
+			parent.AddCommand(c)
+			continue
+		}
+		graft(have, c.Commands())
+	}
 }
 
 // refuseUnknownCommands makes every command that only groups others
@@ -174,125 +208,29 @@ func refuseUnknownCommands(c *cobra.Command) {
 	}
 }
 
-// endpoint resolves which coordinator to call, with what credential and
+// Endpoint resolves which coordinator to call, with what credential and
 // trusting which CA: the chosen environment with flags and CORPUS_*
 // variables applied.
-func (g *globals) endpoint() (Environment, error) {
-	var e Environment
-	cfg, err := loadClientConfig(g.configPath)
-	if err != nil {
-		return e, err
-	}
-	name := g.env
-	if name == "" {
-		name = cfg.Current
-	}
-	if name != "" {
-		ce, ok := cfg.Environments[name]
-		if !ok {
-			return e, fmt.Errorf("environment %q is not in %s (known: %s); add it with `corpus env add`", name, g.configPath, strings.Join(cfg.names(), ", "))
-		}
-		e = *ce
-	}
-	if g.address != "" {
-		e.Address = g.address
-	}
-	if g.token != "" {
-		e.Token = g.token
-	}
-	if g.caFile != "" {
-		b, err := os.ReadFile(g.caFile)
-		if err != nil {
-			return e, fmt.Errorf("--ca-cert: %w", err)
-		}
-		e.CACert = string(b)
-	}
-	if e.Address == "" {
-		return e, errors.New("no coordinator configured: run `corpus dev`, or pass --address, or add one with `corpus env add`")
-	}
-	return e, nil
-}
+func (g *Globals) Endpoint() (client.Environment, error) { return g.Target.Resolve() }
 
-// trust returns the TLS configuration that trusts the environment's CA
-// and nothing else, and wants a coordinator at the other end.
-func trust(e Environment) (*tls.Config, error) {
-	if e.CACert == "" {
-		return nil, fmt.Errorf("no CA to trust for the coordinator at %s: pass --ca-cert FILE (on a coordinator it is DATA_DIR/%s/%s) or save it with `corpus login --ca-cert`", e.Address, coordinator.TLSDir, coordinator.CACertFile)
-	}
-	ca, err := pki.ParseCert([]byte(e.CACert))
-	if err != nil {
-		return nil, fmt.Errorf("the CA certificate to trust: %w", err)
-	}
-	pool := x509.NewCertPool()
-	pool.AddCert(ca)
-	return pki.ClientConfig(pool, nil, pki.RoleCoordinator, ""), nil
-}
-
-// clients are the API clients of the chosen coordinator.
-type clients struct {
-	cluster  corpusv1connect.ClusterServiceClient
-	nodes    corpusv1connect.NodeServiceClient
-	guests   corpusv1connect.GuestServiceClient
-	ingress  corpusv1connect.IngressServiceClient
-	dns      corpusv1connect.DnsServiceClient
-	volumes  corpusv1connect.VolumeServiceClient
-	users    corpusv1connect.UserServiceClient
-	projects corpusv1connect.ProjectServiceClient
-	audit    corpusv1connect.AuditServiceClient
-	services corpusv1connect.ServiceServiceClient
-	// extensions is the admission extensions' service.
-	extensions corpusv1connect.ExtensionServiceClient
-}
-
-func (g *globals) clients() (*clients, error) {
-	e, err := g.endpoint()
+// Clients returns the API clients of the chosen coordinator.
+func (g *Globals) Clients() (*client.Clients, error) {
+	e, err := g.Endpoint()
 	if err != nil {
 		return nil, err
 	}
-	return newClients(e, g.consistent)
-}
-
-// newClients returns clients of the API an environment names, trusting
-// its CA and presenting its token ("" for none); consistent asks for
-// linearizable reads.
-func newClients(e Environment, consistent bool) (*clients, error) {
-	tc, err := trust(e)
-	if err != nil {
-		return nil, err
-	}
-	base := rpc.BaseURL(e.Address)
-	hc := rpc.HTTPClient(tc)
-	// An election takes about a second: calls wait it out.
-	interceptors := []connect.Interceptor{rpc.Bearer(e.Token), rpc.RetryWithoutLeader(10 * time.Second)}
-	if consistent {
-		interceptors = append(interceptors, rpc.Linearizable())
-	}
-	opt := connect.WithInterceptors(interceptors...)
-	return &clients{
-		cluster:  corpusv1connect.NewClusterServiceClient(hc, base, opt),
-		nodes:    corpusv1connect.NewNodeServiceClient(hc, base, opt),
-		guests:   corpusv1connect.NewGuestServiceClient(hc, base, opt),
-		ingress:  corpusv1connect.NewIngressServiceClient(hc, base, opt),
-		dns:      corpusv1connect.NewDnsServiceClient(hc, base, opt),
-		volumes:  corpusv1connect.NewVolumeServiceClient(hc, base, opt),
-		users:    corpusv1connect.NewUserServiceClient(hc, base, opt),
-		projects: corpusv1connect.NewProjectServiceClient(hc, base, opt),
-		audit:    corpusv1connect.NewAuditServiceClient(hc, base, opt),
-		services: corpusv1connect.NewServiceServiceClient(hc, base, opt),
-
-		extensions: corpusv1connect.NewExtensionServiceClient(hc, base, opt),
-	}, nil
+	return client.New(e, g.consistent)
 }
 
 // call makes one API call against the chosen coordinator, then prints the
 // response: as JSON with --json, else through human.
-func call[T any](g *globals, ctx context.Context, do func(context.Context, *clients) (*connect.Response[T], error), human func(*T) error) error {
-	c, err := g.clients()
+func call[T any](g *Globals, ctx context.Context, do func(context.Context, *client.Clients) (*connect.Response[T], error), human func(*T) error) error {
+	c, err := g.Clients()
 	if err != nil {
 		return err
 	}
 	res, err := do(ctx, c)
-	if rpc.Gone(err) {
+	if client.Gone(err) {
 		return g.goneAlready()
 	}
 	if err != nil {
@@ -305,11 +243,11 @@ func call[T any](g *globals, ctx context.Context, do func(context.Context, *clie
 }
 
 // goneAlready answers a removal whose retry found nothing to remove
-// after its earlier try was cut short by a leader change (rpc.Gone):
+// after its earlier try was cut short by a leader change (client.Gone):
 // what was asked for holds, so the command succeeds, saying so.
-func (g *globals) goneAlready() error {
+func (g *Globals) goneAlready() error {
 	if g.json {
-		return g.printJSONValue(map[string]bool{"already_gone": true})
+		return g.PrintJSONValue(map[string]bool{"already_gone": true})
 	}
 	_, err := fmt.Fprintln(g.stdout, "already gone: an earlier try of this call, cut short by a leader change, may have removed it")
 	return err
@@ -318,7 +256,7 @@ func (g *globals) goneAlready() error {
 var jsonOut = protojson.MarshalOptions{Multiline: true, Indent: "  ", UseProtoNames: true}
 
 // printJSON writes a message as JSON.
-func (g *globals) printJSON(m proto.Message) error {
+func (g *Globals) printJSON(m proto.Message) error {
 	b, err := jsonOut.Marshal(m)
 	if err != nil {
 		return err
@@ -327,8 +265,8 @@ func (g *globals) printJSON(m proto.Message) error {
 	return err
 }
 
-// printJSONValue writes a plain Go value (not a message) as JSON.
-func (g *globals) printJSONValue(v any) error {
+// PrintJSONValue writes a plain Go value (not a message) as JSON.
+func (g *Globals) PrintJSONValue(v any) error {
 	enc := json.NewEncoder(g.stdout)
 	enc.SetIndent("", "  ")
 	return enc.Encode(v)

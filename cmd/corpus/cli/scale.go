@@ -12,11 +12,11 @@ import (
 	"connectrpc.com/connect"
 	"github.com/spf13/cobra"
 
-	"corpus/coordinator/state"
+	"corpus/client"
 	corpusv1 "corpus/proto/corpus/v1"
 )
 
-func newScaleCmd(g *globals) *cobra.Command {
+func newScaleCmd(g *Globals) *cobra.Command {
 	var env string
 	var sharedNothing bool
 	var maxParallel uint32
@@ -53,8 +53,8 @@ An environment that keeps data on a volume runs one instance unless
 				counts[k] = uint32(n)
 			}
 			if len(counts) == 0 && !sharedNothing && maxParallel == 0 {
-				return call(g, cmd.Context(), func(ctx context.Context, c *clients) (*connect.Response[corpusv1.GetProjectResponse], error) {
-					return c.projects.GetProject(ctx, connect.NewRequest(&corpusv1.GetProjectRequest{Name: args[0]}))
+				return call(g, cmd.Context(), func(ctx context.Context, c *client.Clients) (*connect.Response[corpusv1.GetProjectResponse], error) {
+					return c.Projects.GetProject(ctx, connect.NewRequest(&corpusv1.GetProjectRequest{Name: args[0]}))
 				}, func(m *corpusv1.GetProjectResponse) error {
 					for _, ev := range m.Project.GetEnvs() {
 						if env == "" || ev.Name == env {
@@ -64,8 +64,8 @@ An environment that keeps data on a volume runs one instance unless
 					return nil
 				})
 			}
-			return call(g, cmd.Context(), func(ctx context.Context, c *clients) (*connect.Response[corpusv1.ScaleResponse], error) {
-				return c.projects.Scale(ctx, connect.NewRequest(&corpusv1.ScaleRequest{Project: args[0], Env: env, Counts: counts, SharedNothing: sharedNothing, MaxParallel: maxParallel}))
+			return call(g, cmd.Context(), func(ctx context.Context, c *client.Clients) (*connect.Response[corpusv1.ScaleResponse], error) {
+				return c.Projects.Scale(ctx, connect.NewRequest(&corpusv1.ScaleRequest{Project: args[0], Env: env, Counts: counts, SharedNothing: sharedNothing, MaxParallel: maxParallel}))
 			}, func(m *corpusv1.ScaleResponse) error {
 				for _, ev := range m.Project.GetEnvs() {
 					if env == "" && len(m.Project.GetEnvs()) == 1 || ev.Name == env {
@@ -110,10 +110,10 @@ func scaleText(scale map[string]uint32) string {
 	if len(scale) == 0 {
 		return "every process type on one instance"
 	}
-	return state.ScaleText(scale)
+	return corpusv1.ScaleText(scale)
 }
 
-func newAutoscaleCmd(g *globals) *cobra.Command {
+func newAutoscaleCmd(g *Globals) *cobra.Command {
 	var env, targetCPU string
 	var minN, maxN uint32
 	var targetRPS float64
@@ -140,8 +140,8 @@ nodes cannot take is capped and said so. Every change is in the audit log
 			project, process := args[0], args[1]
 			set := cmd.Flags().Changed("min") || cmd.Flags().Changed("max") || targetCPU != "" || targetRPS != 0
 			if !set && !off {
-				return call(g, cmd.Context(), func(ctx context.Context, c *clients) (*connect.Response[corpusv1.GetProjectResponse], error) {
-					return c.projects.GetProject(ctx, connect.NewRequest(&corpusv1.GetProjectRequest{Name: project}))
+				return call(g, cmd.Context(), func(ctx context.Context, c *client.Clients) (*connect.Response[corpusv1.GetProjectResponse], error) {
+					return c.Projects.GetProject(ctx, connect.NewRequest(&corpusv1.GetProjectRequest{Name: project}))
 				}, func(m *corpusv1.GetProjectResponse) error {
 					for _, e := range m.Project.GetProject().GetEnvs() {
 						if env != "" && e.Name != env {
@@ -169,8 +169,8 @@ nodes cannot take is capped and said so. Every change is in the audit log
 				}
 				req.TargetCpuPercent = uint32(n)
 			}
-			return call(g, cmd.Context(), func(ctx context.Context, c *clients) (*connect.Response[corpusv1.AutoscaleResponse], error) {
-				return c.projects.Autoscale(ctx, connect.NewRequest(req))
+			return call(g, cmd.Context(), func(ctx context.Context, c *client.Clients) (*connect.Response[corpusv1.AutoscaleResponse], error) {
+				return c.Projects.Autoscale(ctx, connect.NewRequest(req))
 			}, func(*corpusv1.AutoscaleResponse) error {
 				if off {
 					fmt.Fprintf(g.stdout, "%s %s is no longer autoscaled; its count stays as it is\n", project, process)

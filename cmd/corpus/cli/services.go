@@ -12,13 +12,14 @@ import (
 	"connectrpc.com/connect"
 	"github.com/spf13/cobra"
 
+	"corpus/client"
 	"corpus/internal/units"
 	corpusv1 "corpus/proto/corpus/v1"
 )
 
 // Services: databases, caches and outside endpoints, linked to projects.
 
-func newServiceCmd(g *globals) *cobra.Command {
+func newServiceCmd(g *Globals) *cobra.Command {
 	cmd := &cobra.Command{Use: "service", Aliases: []string{"services", "svc"},
 		Short: "Databases, caches and outside endpoints: create from a template, link to projects, back up"}
 	cmd.AddCommand(newServiceTemplatesCmd(g), newServiceCreateCmd(g), newServiceListCmd(g), newServiceShowCmd(g),
@@ -28,14 +29,14 @@ func newServiceCmd(g *globals) *cobra.Command {
 	return cmd
 }
 
-func newServiceTemplatesCmd(g *globals) *cobra.Command {
+func newServiceTemplatesCmd(g *Globals) *cobra.Command {
 	return &cobra.Command{
 		Use:   "templates",
 		Short: "The templates services are made from (built in, and the operators' own)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return call(g, cmd.Context(), func(ctx context.Context, c *clients) (*connect.Response[corpusv1.ListTemplatesResponse], error) {
-				return c.services.ListTemplates(ctx, connect.NewRequest(&corpusv1.ListTemplatesRequest{}))
+			return call(g, cmd.Context(), func(ctx context.Context, c *client.Clients) (*connect.Response[corpusv1.ListTemplatesResponse], error) {
+				return c.Services.ListTemplates(ctx, connect.NewRequest(&corpusv1.ListTemplatesRequest{}))
 			}, func(m *corpusv1.ListTemplatesResponse) error {
 				w := tabwriter.NewWriter(g.stdout, 0, 4, 2, ' ', 0)
 				fmt.Fprintln(w, "TEMPLATE\tVERSIONS\tPORT\tVOLUME\tMEMORY\tBACKUP\tSOURCE\tDESCRIPTION")
@@ -54,7 +55,7 @@ func newServiceTemplatesCmd(g *globals) *cobra.Command {
 	}
 }
 
-func newServiceCreateCmd(g *globals) *cobra.Command {
+func newServiceCreateCmd(g *Globals) *cobra.Command {
 	var template, version, size, memory, env, driver, external, schedule, project string
 	var keep uint32
 	var secrets []string
@@ -87,8 +88,8 @@ them; a service of no project (ops may leave --project out) is the operators'.`,
 			if req.Secrets, err = readVars(cmd, secrets); err != nil {
 				return err
 			}
-			return call(g, cmd.Context(), func(ctx context.Context, c *clients) (*connect.Response[corpusv1.CreateServiceResponse], error) {
-				return c.services.CreateService(ctx, connect.NewRequest(req))
+			return call(g, cmd.Context(), func(ctx context.Context, c *client.Clients) (*connect.Response[corpusv1.CreateServiceResponse], error) {
+				return c.Services.CreateService(ctx, connect.NewRequest(req))
 			}, func(m *corpusv1.CreateServiceResponse) error {
 				verb := "exists already"
 				if m.Created {
@@ -176,7 +177,7 @@ func readStdinValue(r io.Reader, key string) (string, error) {
 }
 
 // printService prints a service's view for people.
-func printService(g *globals, v *corpusv1.ServiceView) {
+func printService(g *Globals, v *corpusv1.ServiceView) {
 	s := v.Service
 	w := tabwriter.NewWriter(g.stdout, 0, 4, 2, ' ', 0)
 	if s.ExternalUrl != "" {
@@ -235,15 +236,15 @@ func orValue(s, def string) string {
 	return s
 }
 
-func newServiceListCmd(g *globals) *cobra.Command {
+func newServiceListCmd(g *Globals) *cobra.Command {
 	return &cobra.Command{
 		Use:     "list",
 		Aliases: []string{"ls"},
 		Short:   "List the services you may use",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return call(g, cmd.Context(), func(ctx context.Context, c *clients) (*connect.Response[corpusv1.ListServicesResponse], error) {
-				return c.services.ListServices(ctx, connect.NewRequest(&corpusv1.ListServicesRequest{}))
+			return call(g, cmd.Context(), func(ctx context.Context, c *client.Clients) (*connect.Response[corpusv1.ListServicesResponse], error) {
+				return c.Services.ListServices(ctx, connect.NewRequest(&corpusv1.ListServicesRequest{}))
 			}, func(m *corpusv1.ListServicesResponse) error {
 				if len(m.Services) == 0 {
 					fmt.Fprintln(g.stdout, "no services (corpus service create NAME --template T)")
@@ -269,14 +270,14 @@ func newServiceListCmd(g *globals) *cobra.Command {
 	}
 }
 
-func newServiceShowCmd(g *globals) *cobra.Command {
+func newServiceShowCmd(g *Globals) *cobra.Command {
 	return &cobra.Command{
 		Use:   "show NAME",
 		Short: "Show a service: where it runs, how it is, its links and backups",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return call(g, cmd.Context(), func(ctx context.Context, c *clients) (*connect.Response[corpusv1.GetServiceResponse], error) {
-				return c.services.GetService(ctx, connect.NewRequest(&corpusv1.GetServiceRequest{Name: args[0]}))
+			return call(g, cmd.Context(), func(ctx context.Context, c *client.Clients) (*connect.Response[corpusv1.GetServiceResponse], error) {
+				return c.Services.GetService(ctx, connect.NewRequest(&corpusv1.GetServiceRequest{Name: args[0]}))
 			}, func(m *corpusv1.GetServiceResponse) error {
 				fmt.Fprintf(g.stdout, "service %s\n", args[0])
 				printService(g, m.Service)
@@ -286,7 +287,7 @@ func newServiceShowCmd(g *globals) *cobra.Command {
 	}
 }
 
-func newServiceDeleteCmd(g *globals) *cobra.Command {
+func newServiceDeleteCmd(g *Globals) *cobra.Command {
 	var purge, yes bool
 	cmd := &cobra.Command{
 		Use:   "delete NAME [--purge] [--yes]",
@@ -300,8 +301,8 @@ func newServiceDeleteCmd(g *globals) *cobra.Command {
 			if err := g.confirm(cmd, yes, question); err != nil {
 				return err
 			}
-			return call(g, cmd.Context(), func(ctx context.Context, c *clients) (*connect.Response[corpusv1.DeleteServiceResponse], error) {
-				return c.services.DeleteService(ctx, connect.NewRequest(&corpusv1.DeleteServiceRequest{Name: args[0], Purge: purge}))
+			return call(g, cmd.Context(), func(ctx context.Context, c *client.Clients) (*connect.Response[corpusv1.DeleteServiceResponse], error) {
+				return c.Services.DeleteService(ctx, connect.NewRequest(&corpusv1.DeleteServiceRequest{Name: args[0], Purge: purge}))
 			}, func(m *corpusv1.DeleteServiceResponse) error {
 				what := "its volume and backups are kept"
 				if purge {
@@ -317,18 +318,18 @@ func newServiceDeleteCmd(g *globals) *cobra.Command {
 	return cmd
 }
 
-func newServiceActionCmd(g *globals, verb string) *cobra.Command {
+func newServiceActionCmd(g *Globals, verb string) *cobra.Command {
 	return &cobra.Command{
 		Use:   verb + " NAME",
 		Short: strings.ToUpper(verb[:1]) + verb[1:] + " a service's guest",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return call(g, cmd.Context(), func(ctx context.Context, c *clients) (*connect.Response[corpusv1.ServiceActionResponse], error) {
+			return call(g, cmd.Context(), func(ctx context.Context, c *client.Clients) (*connect.Response[corpusv1.ServiceActionResponse], error) {
 				req := connect.NewRequest(&corpusv1.ServiceActionRequest{Name: args[0]})
 				if verb == "start" {
-					return c.services.StartService(ctx, req)
+					return c.Services.StartService(ctx, req)
 				}
-				return c.services.StopService(ctx, req)
+				return c.Services.StopService(ctx, req)
 			}, func(m *corpusv1.ServiceActionResponse) error {
 				state := map[string]string{"start": "running", "stop": "stopped"}[verb]
 				if !m.Changed {
@@ -342,7 +343,7 @@ func newServiceActionCmd(g *globals, verb string) *cobra.Command {
 	}
 }
 
-func newServiceResizeCmd(g *globals) *cobra.Command {
+func newServiceResizeCmd(g *Globals) *cobra.Command {
 	var size, memory string
 	cmd := &cobra.Command{
 		Use:   "resize NAME [--size 10G] [--memory 1G]",
@@ -361,8 +362,8 @@ func newServiceResizeCmd(g *globals) *cobra.Command {
 					return err
 				}
 			}
-			return call(g, cmd.Context(), func(ctx context.Context, c *clients) (*connect.Response[corpusv1.ServiceActionResponse], error) {
-				return c.services.ResizeService(ctx, connect.NewRequest(req))
+			return call(g, cmd.Context(), func(ctx context.Context, c *client.Clients) (*connect.Response[corpusv1.ServiceActionResponse], error) {
+				return c.Services.ResizeService(ctx, connect.NewRequest(req))
 			}, func(m *corpusv1.ServiceActionResponse) error {
 				if !m.Changed {
 					_, err := fmt.Fprintf(g.stdout, "service %s has that size already\n", args[0])
@@ -378,7 +379,7 @@ func newServiceResizeCmd(g *globals) *cobra.Command {
 	return cmd
 }
 
-func newServiceUpdateCmd(g *globals) *cobra.Command {
+func newServiceUpdateCmd(g *Globals) *cobra.Command {
 	var schedule string
 	var keep uint32
 	cmd := &cobra.Command{
@@ -386,8 +387,8 @@ func newServiceUpdateCmd(g *globals) *cobra.Command {
 		Short: "Change when a service's backups are taken and how many are kept",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return call(g, cmd.Context(), func(ctx context.Context, c *clients) (*connect.Response[corpusv1.ServiceActionResponse], error) {
-				return c.services.UpdateService(ctx, connect.NewRequest(&corpusv1.UpdateServiceRequest{Name: args[0], BackupSchedule: schedule, BackupKeep: keep}))
+			return call(g, cmd.Context(), func(ctx context.Context, c *client.Clients) (*connect.Response[corpusv1.ServiceActionResponse], error) {
+				return c.Services.UpdateService(ctx, connect.NewRequest(&corpusv1.UpdateServiceRequest{Name: args[0], BackupSchedule: schedule, BackupKeep: keep}))
 			}, func(m *corpusv1.ServiceActionResponse) error {
 				printService(g, m.Service)
 				return nil
@@ -399,7 +400,7 @@ func newServiceUpdateCmd(g *globals) *cobra.Command {
 	return cmd
 }
 
-func newServiceLinkCmd(g *globals, link bool) *cobra.Command {
+func newServiceLinkCmd(g *Globals, link bool) *cobra.Command {
 	var env, as string
 	var noRestart bool
 	use, short := "link SERVICE PROJECT [--env ENV] [--as NAME]", "Give a project environment the service's variables (NAME_URL, ...) and network reach to it; a new release runs with them"
@@ -415,11 +416,11 @@ func newServiceLinkCmd(g *globals, link bool) *cobra.Command {
 			if !link {
 				what = "unlink"
 			}
-			return followDeploy(g, cmd.Context(), args[1], env, what, func(ctx context.Context, c *clients) (*connect.ServerStreamForClient[corpusv1.DeployOutput], error) {
+			return followDeploy(g, cmd.Context(), args[1], env, what, func(ctx context.Context, c *client.Clients) (*connect.ServerStreamForClient[corpusv1.DeployOutput], error) {
 				if link {
-					return c.services.LinkService(ctx, connect.NewRequest(&corpusv1.LinkServiceRequest{Service: args[0], Project: args[1], Env: env, As: as, NoRestart: noRestart}))
+					return c.Services.LinkService(ctx, connect.NewRequest(&corpusv1.LinkServiceRequest{Service: args[0], Project: args[1], Env: env, As: as, NoRestart: noRestart}))
 				}
-				return c.services.UnlinkService(ctx, connect.NewRequest(&corpusv1.UnlinkServiceRequest{Service: args[0], Project: args[1], Env: env, NoRestart: noRestart}))
+				return c.Services.UnlinkService(ctx, connect.NewRequest(&corpusv1.UnlinkServiceRequest{Service: args[0], Project: args[1], Env: env, NoRestart: noRestart}))
 			})
 		},
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
 
+	"corpus/client"
 	corpusv1 "corpus/proto/corpus/v1"
 )
 
@@ -30,10 +31,10 @@ type shellOut struct {
 // change, and keys such as Ctrl-C reach the command. With project, the
 // command gets the environment of the project's processes. It returns
 // the command's exit status.
-func (g *globals) runShell(ctx context.Context, c *clients, open *corpusv1.ExecGuestRequest, project string, tty bool, keep *shellOut) (int, error) {
+func (g *Globals) runShell(ctx context.Context, c *client.Clients, open *corpusv1.ExecGuestRequest, project string, tty bool, keep *shellOut) (int, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	stream := c.guests.Shell(ctx)
+	stream := c.Guests.Shell(ctx)
 	defer stream.CloseResponse()
 	var sendMu sync.Mutex
 	send := func(m *corpusv1.ShellInput) error {
@@ -129,7 +130,7 @@ if command -v bash >/dev/null 2>&1; then exec bash -l; fi
 exec sh -l`, "sh", project}
 }
 
-func newShellCmd(g *globals) *cobra.Command {
+func newShellCmd(g *Globals) *cobra.Command {
 	var env string
 	var noTTY bool
 	cmd := &cobra.Command{
@@ -147,11 +148,11 @@ never what is typed.`,
   echo 'ls /srv' | corpus shell site`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := g.clients()
+			c, err := g.Clients()
 			if err != nil {
 				return err
 			}
-			p, err := c.projects.GetProject(cmd.Context(), connect.NewRequest(&corpusv1.GetProjectRequest{Name: args[0]}))
+			p, err := c.Projects.GetProject(cmd.Context(), connect.NewRequest(&corpusv1.GetProjectRequest{Name: args[0]}))
 			if err != nil {
 				return err
 			}

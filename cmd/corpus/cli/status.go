@@ -7,17 +7,18 @@ import (
 	"connectrpc.com/connect"
 	"github.com/spf13/cobra"
 
+	"corpus/client"
 	corpusv1 "corpus/proto/corpus/v1"
 )
 
-func newStatusCmd(g *globals) *cobra.Command {
+func newStatusCmd(g *Globals) *cobra.Command {
 	return &cobra.Command{
 		Use:   "status",
 		Short: "Show the cluster's status as the chosen coordinator sees it",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return call(g, cmd.Context(), func(ctx context.Context, c *clients) (*connect.Response[corpusv1.StatusResponse], error) {
-				return c.cluster.Status(ctx, connect.NewRequest(&corpusv1.StatusRequest{}))
+			return call(g, cmd.Context(), func(ctx context.Context, c *client.Clients) (*connect.Response[corpusv1.StatusResponse], error) {
+				return c.Cluster.Status(ctx, connect.NewRequest(&corpusv1.StatusRequest{}))
 			}, func(msg *corpusv1.StatusResponse) error {
 				m := msg
 				leader := m.Leader

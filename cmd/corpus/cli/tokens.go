@@ -14,12 +14,13 @@ import (
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
 
+	"corpus/client"
 	"corpus/internal/names"
 	corpusv1 "corpus/proto/corpus/v1"
 )
 
 // newUserTokenCmd manages users' API tokens.
-func newUserTokenCmd(g *globals) *cobra.Command {
+func newUserTokenCmd(g *Globals) *cobra.Command {
 	cmd := &cobra.Command{Use: "token", Short: "Issue, list and revoke users' API tokens (users manage their own)"}
 	var (
 		ttl  time.Duration
@@ -34,8 +35,8 @@ func newUserTokenCmd(g *globals) *cobra.Command {
 			if ttl < 0 {
 				secs = -1
 			}
-			return call(g, cmd.Context(), func(ctx context.Context, c *clients) (*connect.Response[corpusv1.CreateTokenResponse], error) {
-				return c.users.CreateToken(ctx, connect.NewRequest(&corpusv1.CreateTokenRequest{User: args[0], TtlSeconds: secs, Description: desc}))
+			return call(g, cmd.Context(), func(ctx context.Context, c *client.Clients) (*connect.Response[corpusv1.CreateTokenResponse], error) {
+				return c.Users.CreateToken(ctx, connect.NewRequest(&corpusv1.CreateTokenRequest{User: args[0], TtlSeconds: secs, Description: desc}))
 			}, func(m *corpusv1.CreateTokenResponse) error {
 				until := "never expires"
 				if m.Info.GetExpiresAt() != nil {
@@ -57,8 +58,8 @@ func newUserTokenCmd(g *globals) *cobra.Command {
 			if len(args) == 1 {
 				user = args[0]
 			}
-			return call(g, cmd.Context(), func(ctx context.Context, c *clients) (*connect.Response[corpusv1.ListTokensResponse], error) {
-				return c.users.ListTokens(ctx, connect.NewRequest(&corpusv1.ListTokensRequest{User: user}))
+			return call(g, cmd.Context(), func(ctx context.Context, c *client.Clients) (*connect.Response[corpusv1.ListTokensResponse], error) {
+				return c.Users.ListTokens(ctx, connect.NewRequest(&corpusv1.ListTokensRequest{User: user}))
 			}, func(m *corpusv1.ListTokensResponse) error {
 				w := tabwriter.NewWriter(g.stdout, 0, 4, 2, ' ', 0)
 				fmt.Fprintln(w, "ID\tUSER\tCREATED\tEXPIRES\tDESCRIPTION")
@@ -74,8 +75,8 @@ func newUserTokenCmd(g *globals) *cobra.Command {
 		Short: "Revoke a token: it stops working at once, open calls included",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return call(g, cmd.Context(), func(ctx context.Context, c *clients) (*connect.Response[corpusv1.RevokeTokenResponse], error) {
-				return c.users.RevokeToken(ctx, connect.NewRequest(&corpusv1.RevokeTokenRequest{Id: args[0]}))
+			return call(g, cmd.Context(), func(ctx context.Context, c *client.Clients) (*connect.Response[corpusv1.RevokeTokenResponse], error) {
+				return c.Users.RevokeToken(ctx, connect.NewRequest(&corpusv1.RevokeTokenRequest{Id: args[0]}))
 			}, func(*corpusv1.RevokeTokenResponse) error {
 				fmt.Fprintf(g.stdout, "token %s revoked\n", args[0])
 				return nil
@@ -89,7 +90,7 @@ func newUserTokenCmd(g *globals) *cobra.Command {
 // newLoginCmd checks a token against a coordinator, or logs in with a
 // directory password for one, and stores the address and token as an
 // environment of the CLI config.
-func newLoginCmd(g *globals) *cobra.Command {
+func newLoginCmd(g *Globals) *cobra.Command {
 	var (
 		name, ldapUser string
 		passwordStdin  bool
@@ -107,10 +108,10 @@ func newLoginCmd(g *globals) *cobra.Command {
 			if ldapUser != "" && cmd.Flags().Changed("token") {
 				return fmt.Errorf("give --token or --ldap, not both")
 			}
-			if ldapUser == "" && g.token == "" {
+			if ldapUser == "" && g.Token == "" {
 				return fmt.Errorf("--token or --ldap is required (an operator issues tokens with `corpus user token create USER`, or adds LDAP users with `corpus user add NAME --auth ldap`)")
 			}
-			e, err := g.endpoint()
+			e, err := g.Endpoint()
 			if err != nil {
 				return err
 			}
@@ -121,7 +122,7 @@ func newLoginCmd(g *globals) *cobra.Command {
 			if name, err = loginEnvName(g, name); err != nil {
 				return err
 			}
-			token := g.token
+			token := g.Token
 			if ldapUser != "" {
 				// The password only ever travels over TLS to a
 				// coordinator of the environment's CA.
@@ -132,29 +133,29 @@ func newLoginCmd(g *globals) *cobra.Command {
 				if err != nil {
 					return err
 				}
-				anon, err := newClients(Environment{Address: addr, CACert: e.CACert}, false)
+				anon, err := client.New(client.Environment{Address: addr, CACert: e.CACert}, false)
 				if err != nil {
 					return err
 				}
-				res, err := anon.users.Login(cmd.Context(), connect.NewRequest(&corpusv1.LoginRequest{
+				res, err := anon.Users.Login(cmd.Context(), connect.NewRequest(&corpusv1.LoginRequest{
 					User: ldapUser, Password: pw, TtlSeconds: int64(ttl / time.Second)}))
 				if err != nil {
 					return fmt.Errorf("logging in as %s at %s: %w", ldapUser, addr, err)
 				}
 				token = res.Msg.Token
 			}
-			c, err := newClients(Environment{Address: addr, Token: token, CACert: e.CACert}, false)
+			c, err := client.New(client.Environment{Address: addr, Token: token, CACert: e.CACert}, false)
 			if err != nil {
 				return err
 			}
-			st, err := c.cluster.Status(cmd.Context(), connect.NewRequest(&corpusv1.StatusRequest{}))
+			st, err := c.Cluster.Status(cmd.Context(), connect.NewRequest(&corpusv1.StatusRequest{}))
 			if err != nil {
 				return fmt.Errorf("checking the token at %s: %w", addr, err)
 			}
-			if err := saveEnvironment(g.configPath, name, &Environment{Address: addr, Token: token, CACert: e.CACert}, true); err != nil {
+			if err := client.SaveEnvironment(g.ConfigFile, name, &client.Environment{Address: addr, Token: token, CACert: e.CACert}, true); err != nil {
 				return err
 			}
-			fmt.Fprintf(g.stdout, "logged in to cluster %s as %s; environment %s saved in %s and made current\n", st.Msg.ClusterId, st.Msg.Who, name, g.configPath)
+			fmt.Fprintf(g.stdout, "logged in to cluster %s as %s; environment %s saved in %s and made current\n", st.Msg.ClusterId, st.Msg.Who, name, g.ConfigFile)
 			return nil
 		},
 	}
@@ -168,13 +169,13 @@ func newLoginCmd(g *globals) *cobra.Command {
 
 // loginEnvName is the environment a login is saved under: --as, else
 // --env, else the current one, else "default".
-func loginEnvName(g *globals, name string) (string, error) {
+func loginEnvName(g *Globals, name string) (string, error) {
 	if name == "" {
-		cfg, err := loadClientConfig(g.configPath)
+		cfg, err := client.LoadConfig(g.ConfigFile)
 		if err != nil {
 			return "", err
 		}
-		name = g.env
+		name = g.Env
 		if name == "" {
 			name = cfg.Current
 		}

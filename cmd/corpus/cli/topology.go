@@ -17,6 +17,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	"gopkg.in/yaml.v3"
 
+	"corpus/client"
 	corpusv1 "corpus/proto/corpus/v1"
 )
 
@@ -41,7 +42,7 @@ type topologyValues struct {
 	Services map[string]map[string]string `json:"services,omitempty"`
 }
 
-func newProjectKeygenCmd(g *globals) *cobra.Command {
+func newProjectKeygenCmd(g *Globals) *cobra.Command {
 	var out string
 	cmd := &cobra.Command{
 		Use:   "keygen --out FILE",
@@ -72,7 +73,7 @@ func newProjectKeygenCmd(g *globals) *cobra.Command {
 			}
 			pub := pubPrefix + base64.StdEncoding.EncodeToString(k.PublicKey().Bytes())
 			if g.json {
-				return g.printJSONValue(map[string]string{"public_key": pub, "key_file": out})
+				return g.PrintJSONValue(map[string]string{"public_key": pub, "key_file": out})
 			}
 			fmt.Fprintln(g.stdout, pub)
 			return nil
@@ -82,7 +83,7 @@ func newProjectKeygenCmd(g *globals) *cobra.Command {
 	return cmd
 }
 
-func newProjectExportCmd(g *globals) *cobra.Command {
+func newProjectExportCmd(g *Globals) *cobra.Command {
 	var env, recipient, out string
 	var withSecrets bool
 	cmd := &cobra.Command{
@@ -105,11 +106,11 @@ func newProjectExportCmd(g *globals) *cobra.Command {
 					return fmt.Errorf("--recipient: %w", err)
 				}
 			}
-			c, err := g.clients()
+			c, err := g.Clients()
 			if err != nil {
 				return err
 			}
-			res, err := c.projects.ExportProject(cmd.Context(), connect.NewRequest(&corpusv1.ExportProjectRequest{Name: args[0], Env: env, WithSecrets: withSecrets}))
+			res, err := c.Projects.ExportProject(cmd.Context(), connect.NewRequest(&corpusv1.ExportProjectRequest{Name: args[0], Env: env, WithSecrets: withSecrets}))
 			if err != nil {
 				return err
 			}
@@ -138,7 +139,7 @@ func newProjectExportCmd(g *globals) *cobra.Command {
 	return cmd
 }
 
-func newProjectImportCmd(g *globals) *cobra.Command {
+func newProjectImportCmd(g *Globals) *cobra.Command {
 	var as, env, fromEnv, keyFile string
 	var withoutDomains, dryRun bool
 	cmd := &cobra.Command{
@@ -175,8 +176,8 @@ func newProjectImportCmd(g *globals) *cobra.Command {
 					return err
 				}
 			}
-			return call(g, cmd.Context(), func(ctx context.Context, c *clients) (*connect.Response[corpusv1.ImportProjectResponse], error) {
-				return c.projects.ImportProject(ctx, connect.NewRequest(&corpusv1.ImportProjectRequest{
+			return call(g, cmd.Context(), func(ctx context.Context, c *client.Clients) (*connect.Response[corpusv1.ImportProjectResponse], error) {
+				return c.Projects.ImportProject(ctx, connect.NewRequest(&corpusv1.ImportProjectRequest{
 					Topology: top, As: as, Env: env, FromEnv: fromEnv, WithoutDomains: withoutDomains, DryRun: dryRun}))
 			}, func(msg *corpusv1.ImportProjectResponse) error {
 				verb := "created"

@@ -15,7 +15,7 @@ import (
 func keyPair(t *testing.T, dir, name string) (string, string) {
 	t.Helper()
 	var out strings.Builder
-	g := &globals{stdout: &out}
+	g := &Globals{stdout: &out}
 	file := filepath.Join(dir, name)
 	cmd := newProjectKeygenCmd(g)
 	cmd.SetArgs([]string{"--out", file})

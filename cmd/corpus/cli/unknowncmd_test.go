@@ -13,7 +13,7 @@ func TestUnknownCommandFails(t *testing.T) {
 	t.Parallel()
 	run := func(args ...string) (string, error) {
 		var stdout, stderr bytes.Buffer
-		root := newRoot(&globals{stdout: &stdout, stderr: &stderr})
+		root := NewRoot(&Globals{stdout: &stdout, stderr: &stderr})
 		root.SetArgs(args)
 		err := root.Execute()
 		return stdout.String(), err
@@ -23,7 +23,7 @@ func TestUnknownCommandFails(t *testing.T) {
 		want string
 	}{
 		{[]string{"guest", "lst"}, `corpus guest: unknown command "lst"; did you mean "list"?`},
-		{[]string{"gest", "list"}, `corpus: unknown command "gest"; did you mean "agent" or "guest"?`},
+		{[]string{"logn"}, `corpus: unknown command "logn"; did you mean "login" or "logs"?`},
 		{[]string{"operator", "raft", "list-peer"}, `corpus operator raft: unknown command "list-peer"; did you mean "list-peers"?`},
 		{[]string{"node", "frobnicate"}, "corpus node: unknown command \"frobnicate\" (`corpus node --help` lists its commands)"},
 	} {

@@ -11,10 +11,11 @@ import (
 	"connectrpc.com/connect"
 	"github.com/spf13/cobra"
 
+	"corpus/client"
 	corpusv1 "corpus/proto/corpus/v1"
 )
 
-func newUserCmd(g *globals) *cobra.Command {
+func newUserCmd(g *Globals) *cobra.Command {
 	cmd := &cobra.Command{Use: "user", Short: "Add, list and delete the people who use the cluster (operators only)"}
 	var role, authMethod string
 	add := &cobra.Command{
@@ -22,8 +23,8 @@ func newUserCmd(g *globals) *cobra.Command {
 		Short: "Add a user; give them SSH keys with `corpus key add` and projects with `corpus project grant`",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return call(g, cmd.Context(), func(ctx context.Context, c *clients) (*connect.Response[corpusv1.CreateUserResponse], error) {
-				return c.users.CreateUser(ctx, connect.NewRequest(&corpusv1.CreateUserRequest{Name: args[0], Role: role, Auth: authMethod}))
+			return call(g, cmd.Context(), func(ctx context.Context, c *client.Clients) (*connect.Response[corpusv1.CreateUserResponse], error) {
+				return c.Users.CreateUser(ctx, connect.NewRequest(&corpusv1.CreateUserRequest{Name: args[0], Role: role, Auth: authMethod}))
 			}, func(msg *corpusv1.CreateUserResponse) error {
 				verb := "added"
 				if !msg.Created {
@@ -46,8 +47,8 @@ func newUserCmd(g *globals) *cobra.Command {
 		Short:   "List users: role, number of SSH keys, when added, password login (ldap or -)",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return call(g, cmd.Context(), func(ctx context.Context, c *clients) (*connect.Response[corpusv1.ListUsersResponse], error) {
-				return c.users.ListUsers(ctx, connect.NewRequest(&corpusv1.ListUsersRequest{}))
+			return call(g, cmd.Context(), func(ctx context.Context, c *client.Clients) (*connect.Response[corpusv1.ListUsersResponse], error) {
+				return c.Users.ListUsers(ctx, connect.NewRequest(&corpusv1.ListUsersRequest{}))
 			}, func(msg *corpusv1.ListUsersResponse) error {
 				w := tabwriter.NewWriter(g.stdout, 0, 4, 2, ' ', 0)
 				fmt.Fprintln(w, "NAME\tROLE\tKEYS\tCREATED\tLOGIN")
@@ -63,8 +64,8 @@ func newUserCmd(g *globals) *cobra.Command {
 		Short: "Delete a user, their SSH keys and their project grants",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return call(g, cmd.Context(), func(ctx context.Context, c *clients) (*connect.Response[corpusv1.DeleteUserResponse], error) {
-				return c.users.DeleteUser(ctx, connect.NewRequest(&corpusv1.DeleteUserRequest{Name: args[0]}))
+			return call(g, cmd.Context(), func(ctx context.Context, c *client.Clients) (*connect.Response[corpusv1.DeleteUserResponse], error) {
+				return c.Users.DeleteUser(ctx, connect.NewRequest(&corpusv1.DeleteUserRequest{Name: args[0]}))
 			}, func(msg *corpusv1.DeleteUserResponse) error {
 				fmt.Fprintf(g.stdout, "user %s deleted (with %d SSH keys)\n", args[0], len(msg.User.GetKeys()))
 				return nil
@@ -75,7 +76,7 @@ func newUserCmd(g *globals) *cobra.Command {
 	return cmd
 }
 
-func newKeyCmd(g *globals) *cobra.Command {
+func newKeyCmd(g *Globals) *cobra.Command {
 	cmd := &cobra.Command{Use: "key", Short: "Add, list and delete users' SSH public keys (they push with them)"}
 	add := &cobra.Command{
 		Use:   "add USER FILE",
@@ -88,8 +89,8 @@ func newKeyCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			return call(g, cmd.Context(), func(ctx context.Context, c *clients) (*connect.Response[corpusv1.AddKeyResponse], error) {
-				return c.users.AddKey(ctx, connect.NewRequest(&corpusv1.AddKeyRequest{User: args[0], PublicKey: line}))
+			return call(g, cmd.Context(), func(ctx context.Context, c *client.Clients) (*connect.Response[corpusv1.AddKeyResponse], error) {
+				return c.Users.AddKey(ctx, connect.NewRequest(&corpusv1.AddKeyRequest{User: args[0], PublicKey: line}))
 			}, func(msg *corpusv1.AddKeyResponse) error {
 				k := msg.Key
 				if !msg.Created {
@@ -107,8 +108,8 @@ func newKeyCmd(g *globals) *cobra.Command {
 		Short:   "List SSH keys, of every user or of one",
 		Args:    cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return call(g, cmd.Context(), func(ctx context.Context, c *clients) (*connect.Response[corpusv1.ListUsersResponse], error) {
-				res, err := c.users.ListUsers(ctx, connect.NewRequest(&corpusv1.ListUsersRequest{}))
+			return call(g, cmd.Context(), func(ctx context.Context, c *client.Clients) (*connect.Response[corpusv1.ListUsersResponse], error) {
+				res, err := c.Users.ListUsers(ctx, connect.NewRequest(&corpusv1.ListUsersRequest{}))
 				if err != nil || len(args) == 0 {
 					return res, err
 				}
@@ -136,8 +137,8 @@ func newKeyCmd(g *globals) *cobra.Command {
 		Short: "Delete one of a user's SSH keys (fingerprints: `corpus key list USER`)",
 		Args:  cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return call(g, cmd.Context(), func(ctx context.Context, c *clients) (*connect.Response[corpusv1.DeleteKeyResponse], error) {
-				return c.users.DeleteKey(ctx, connect.NewRequest(&corpusv1.DeleteKeyRequest{User: args[0], Fingerprint: args[1]}))
+			return call(g, cmd.Context(), func(ctx context.Context, c *client.Clients) (*connect.Response[corpusv1.DeleteKeyResponse], error) {
+				return c.Users.DeleteKey(ctx, connect.NewRequest(&corpusv1.DeleteKeyRequest{User: args[0], Fingerprint: args[1]}))
 			}, func(*corpusv1.DeleteKeyResponse) error {
 				fmt.Fprintf(g.stdout, "key %s deleted from user %s\n", args[1], args[0])
 				return nil

@@ -10,7 +10,7 @@ import (
 
 // newVersionCmd prints what this binary was built from; --version on the
 // root prints the same line.
-func newVersionCmd(g *globals) *cobra.Command {
+func newVersionCmd(g *Globals) *cobra.Command {
 	return &cobra.Command{
 		Use:   "version",
 		Short: "Print the version, commit and Go version of this binary",
@@ -18,7 +18,7 @@ func newVersionCmd(g *globals) *cobra.Command {
 		RunE: func(*cobra.Command, []string) error {
 			info := version.Get()
 			if g.json {
-				return g.printJSONValue(info)
+				return g.PrintJSONValue(info)
 			}
 			_, err := fmt.Fprintln(g.stdout, info)
 			return err

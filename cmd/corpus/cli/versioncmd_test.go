@@ -19,7 +19,7 @@ func TestVersionCommand(t *testing.T) {
 	run := func(args ...string) string {
 		t.Helper()
 		var stdout, stderr bytes.Buffer
-		root := newRoot(&globals{stdout: &stdout, stderr: &stderr})
+		root := NewRoot(&Globals{stdout: &stdout, stderr: &stderr})
 		root.SetArgs(args)
 		if err := root.Execute(); err != nil {
 			t.Fatalf("corpus %s = %v (%s)", strings.Join(args, " "), err, stderr.String())

@@ -7,21 +7,21 @@ import (
 	"connectrpc.com/connect"
 	"github.com/spf13/cobra"
 
-	"corpus/coordinator/api"
+	"corpus/client"
 	corpusv1 "corpus/proto/corpus/v1"
 )
 
 // Backups of volumes: take, list, restore, schedule. Export, import and
 // delete go by backup id through `corpus service export|delete-backup`.
 
-func newVolumeBackupCmds(g *globals) []*cobra.Command {
+func newVolumeBackupCmds(g *Globals) []*cobra.Command {
 	backup := &cobra.Command{
 		Use:   "backup NAME",
 		Short: "Take a backup of a volume's files now (a snapshot's, consistent), kept on another node",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return followBackup(g, cmd.Context(), false, func(ctx context.Context, c *clients) (*connect.ServerStreamForClient[corpusv1.BackupProgress], error) {
-				return c.volumes.BackupVolume(ctx, connect.NewRequest(&corpusv1.BackupVolumeRequest{Name: args[0]}))
+			return followBackup(g, cmd.Context(), false, func(ctx context.Context, c *client.Clients) (*connect.ServerStreamForClient[corpusv1.BackupProgress], error) {
+				return c.Volumes.BackupVolume(ctx, connect.NewRequest(&corpusv1.BackupVolumeRequest{Name: args[0]}))
 			})
 		},
 	}
@@ -39,8 +39,8 @@ func newVolumeBackupCmds(g *globals) []*cobra.Command {
 		Short: "Replace a volume's files with a backup's (its newest by default); its guest is stopped meanwhile",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return followBackup(g, cmd.Context(), true, func(ctx context.Context, c *clients) (*connect.ServerStreamForClient[corpusv1.BackupProgress], error) {
-				return c.volumes.RestoreVolume(ctx, connect.NewRequest(&corpusv1.RestoreVolumeRequest{Name: args[0], From: from}))
+			return followBackup(g, cmd.Context(), true, func(ctx context.Context, c *client.Clients) (*connect.ServerStreamForClient[corpusv1.BackupProgress], error) {
+				return c.Volumes.RestoreVolume(ctx, connect.NewRequest(&corpusv1.RestoreVolumeRequest{Name: args[0], From: from}))
 			})
 		},
 	}
@@ -52,8 +52,8 @@ func newVolumeBackupCmds(g *globals) []*cobra.Command {
 		Short: "Change when a volume's backups are taken and how many are kept",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return call(g, cmd.Context(), func(ctx context.Context, c *clients) (*connect.Response[corpusv1.UpdateVolumeResponse], error) {
-				return c.volumes.UpdateVolume(ctx, connect.NewRequest(&corpusv1.UpdateVolumeRequest{Name: args[0], BackupSchedule: schedule, BackupKeep: keep}))
+			return call(g, cmd.Context(), func(ctx context.Context, c *client.Clients) (*connect.Response[corpusv1.UpdateVolumeResponse], error) {
+				return c.Volumes.UpdateVolume(ctx, connect.NewRequest(&corpusv1.UpdateVolumeRequest{Name: args[0], BackupSchedule: schedule, BackupKeep: keep}))
 			}, func(m *corpusv1.UpdateVolumeResponse) error {
 				v := m.Volume.Volume
 				s := v.BackupSchedule
@@ -77,7 +77,7 @@ func newVolumeBackupCmds(g *globals) []*cobra.Command {
 // keepOrDefault is how many scheduled backups a keep setting keeps.
 func keepOrDefault(keep uint32) uint32 {
 	if keep == 0 {
-		return api.DefaultBackupKeep
+		return corpusv1.DefaultBackupKeep
 	}
 	return keep
 }

@@ -10,11 +10,12 @@ import (
 	"connectrpc.com/connect"
 	"github.com/spf13/cobra"
 
+	"corpus/client"
 	"corpus/internal/units"
 	corpusv1 "corpus/proto/corpus/v1"
 )
 
-func newVolumeCmd(g *globals) *cobra.Command {
+func newVolumeCmd(g *Globals) *cobra.Command {
 	cmd := &cobra.Command{Use: "volume", Short: "Show, move, back up and delete guests' persistent volumes"}
 	list := &cobra.Command{
 		Use:     "list",
@@ -22,8 +23,8 @@ func newVolumeCmd(g *globals) *cobra.Command {
 		Short:   "List volumes: size, used, free, node, bound guest",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return call(g, cmd.Context(), func(ctx context.Context, c *clients) (*connect.Response[corpusv1.ListVolumesResponse], error) {
-				return c.volumes.ListVolumes(ctx, connect.NewRequest(&corpusv1.ListVolumesRequest{}))
+			return call(g, cmd.Context(), func(ctx context.Context, c *client.Clients) (*connect.Response[corpusv1.ListVolumesResponse], error) {
+				return c.Volumes.ListVolumes(ctx, connect.NewRequest(&corpusv1.ListVolumesRequest{}))
 			}, func(msg *corpusv1.ListVolumesResponse) error {
 				w := tabwriter.NewWriter(g.stdout, 0, 4, 2, ' ', 0)
 				fmt.Fprintln(w, "NAME\tSIZE\tUSED\tFREE\tNODE\tGUEST\tSTATE")
@@ -39,8 +40,8 @@ func newVolumeCmd(g *globals) *cobra.Command {
 		Short: "Show one volume",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return call(g, cmd.Context(), func(ctx context.Context, c *clients) (*connect.Response[corpusv1.GetVolumeResponse], error) {
-				return c.volumes.GetVolume(ctx, connect.NewRequest(&corpusv1.GetVolumeRequest{Name: args[0]}))
+			return call(g, cmd.Context(), func(ctx context.Context, c *client.Clients) (*connect.Response[corpusv1.GetVolumeResponse], error) {
+				return c.Volumes.GetVolume(ctx, connect.NewRequest(&corpusv1.GetVolumeRequest{Name: args[0]}))
 			}, func(msg *corpusv1.GetVolumeResponse) error {
 				w := tabwriter.NewWriter(g.stdout, 0, 4, 2, ' ', 0)
 				fmt.Fprintln(w, "NAME\tSIZE\tUSED\tFREE\tNODE\tGUEST\tSTATE")
@@ -61,8 +62,8 @@ func newVolumeCmd(g *globals) *cobra.Command {
 			if err := g.confirm(cmd, yes, "Delete volume "+args[0]+" and its data"); err != nil {
 				return err
 			}
-			return call(g, cmd.Context(), func(ctx context.Context, c *clients) (*connect.Response[corpusv1.DeleteVolumeResponse], error) {
-				return c.volumes.DeleteVolume(ctx, connect.NewRequest(&corpusv1.DeleteVolumeRequest{Name: args[0]}))
+			return call(g, cmd.Context(), func(ctx context.Context, c *client.Clients) (*connect.Response[corpusv1.DeleteVolumeResponse], error) {
+				return c.Volumes.DeleteVolume(ctx, connect.NewRequest(&corpusv1.DeleteVolumeRequest{Name: args[0]}))
 			}, func(msg *corpusv1.DeleteVolumeResponse) error {
 				fmt.Fprintf(g.stdout, "volume %s: deletion requested\n", args[0])
 				return nil
@@ -79,11 +80,11 @@ func newVolumeCmd(g *globals) *cobra.Command {
 			if to == "" {
 				return fmt.Errorf("--to: name the node to move volume %s to", args[0])
 			}
-			c, err := g.clients()
+			c, err := g.Clients()
 			if err != nil {
 				return err
 			}
-			stream, err := c.volumes.MoveVolume(cmd.Context(), connect.NewRequest(&corpusv1.MoveVolumeRequest{Name: args[0], ToNode: to}))
+			stream, err := c.Volumes.MoveVolume(cmd.Context(), connect.NewRequest(&corpusv1.MoveVolumeRequest{Name: args[0], ToNode: to}))
 			if err != nil {
 				return err
 			}
@@ -113,8 +114,8 @@ func newVolumeCmd(g *globals) *cobra.Command {
 		Short: "Copy a volume to an image file on its node, without stopping its guest",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return call(g, cmd.Context(), func(ctx context.Context, c *clients) (*connect.Response[corpusv1.SnapshotVolumeResponse], error) {
-				return c.volumes.SnapshotVolume(ctx, connect.NewRequest(&corpusv1.SnapshotVolumeRequest{Name: args[0]}))
+			return call(g, cmd.Context(), func(ctx context.Context, c *client.Clients) (*connect.Response[corpusv1.SnapshotVolumeResponse], error) {
+				return c.Volumes.SnapshotVolume(ctx, connect.NewRequest(&corpusv1.SnapshotVolumeRequest{Name: args[0]}))
 			}, func(msg *corpusv1.SnapshotVolumeResponse) error {
 				fmt.Fprintf(g.stdout, "%s:%s (%s)\n", msg.NodeName, msg.Path, units.FormatSize(msg.SizeBytes))
 				return nil
@@ -129,7 +130,7 @@ func newVolumeCmd(g *globals) *cobra.Command {
 // newVolumeResizeCmd makes `volume enlarge` (grow; online when the node
 // can, else with the guest briefly stopped) and `volume trim` (shrink,
 // with the guest briefly stopped; refused when the data would not fit).
-func newVolumeResizeCmd(g *globals, verb string) *cobra.Command {
+func newVolumeResizeCmd(g *Globals, verb string) *cobra.Command {
 	var timeout time.Duration
 	short := "Grow a volume: +2G or a new absolute size; the guest sees the new size"
 	if verb == "trim" {
@@ -161,11 +162,11 @@ func newVolumeResizeCmd(g *globals, verb string) *cobra.Command {
 			default:
 				req.DeltaBytes = sign * n
 			}
-			c, err := g.clients()
+			c, err := g.Clients()
 			if err != nil {
 				return err
 			}
-			before, err := c.volumes.GetVolume(cmd.Context(), connect.NewRequest(&corpusv1.GetVolumeRequest{Name: args[0]}))
+			before, err := c.Volumes.GetVolume(cmd.Context(), connect.NewRequest(&corpusv1.GetVolumeRequest{Name: args[0]}))
 			if err != nil {
 				return err
 			}
@@ -175,7 +176,7 @@ func newVolumeResizeCmd(g *globals, verb string) *cobra.Command {
 					return fmt.Errorf("volume %s is %s; `volume %s` cannot make it %s", args[0], units.FormatSize(cur), verb, units.FormatSize(req.SizeBytes))
 				}
 			}
-			res, err := c.volumes.ResizeVolume(cmd.Context(), connect.NewRequest(req))
+			res, err := c.Volumes.ResizeVolume(cmd.Context(), connect.NewRequest(req))
 			if err != nil {
 				return err
 			}
@@ -189,12 +190,12 @@ func newVolumeResizeCmd(g *globals, verb string) *cobra.Command {
 }
 
 // waitVolume follows a volume until its node reports the desired size.
-func (g *globals) waitVolume(ctx context.Context, c *clients, want *corpusv1.Volume, timeout time.Duration) error {
+func (g *Globals) waitVolume(ctx context.Context, c *client.Clients, want *corpusv1.Volume, timeout time.Duration) error {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	last := ""
 	for {
-		res, err := c.volumes.GetVolume(ctx, connect.NewRequest(&corpusv1.GetVolumeRequest{Name: want.Name}))
+		res, err := c.Volumes.GetVolume(ctx, connect.NewRequest(&corpusv1.GetVolumeRequest{Name: want.Name}))
 		if err != nil {
 			if ctx.Err() != nil {
 				return fmt.Errorf("timed out after %s waiting for volume %s (see `corpus volume show %s`)", timeout, want.Name, want.Name)

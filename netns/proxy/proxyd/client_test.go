@@ -18,7 +18,7 @@ import (
 )
 
 // helperEnv makes this test binary a stand-in for `corpus proxy` (the
-// command lives in cmd/corpus/cli, which this package cannot import):
+// command lives in cmd/corpus/daemon, which this package cannot import):
 // the same flags, the same Run.
 const helperEnv = "CORPUS_PROXYD_TEST_PROCESS"
 

@@ -4,7 +4,16 @@
 // shared by the coordinator, the agents and the CLI.
 package corpusv1
 
-import "strconv"
+import (
+	"fmt"
+	"maps"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+)
 
 // MaxConfigValueBytes is the longest value, in clear, of a config
 // variable or an external service's secret: the API refuses longer ones,
@@ -91,6 +100,17 @@ const (
 	EnvProd    = "prod"
 )
 
+// EnvNamed returns a copy of a project's environment by name, nil when
+// the project has none of that name.
+func EnvNamed(p *Project, name string) *ProjectEnv {
+	for _, e := range p.GetEnvs() {
+		if e.Name == name {
+			return proto.Clone(e).(*ProjectEnv)
+		}
+	}
+	return nil
+}
+
 // Release statuses (Release.status) and release step statuses
 // (ReleaseStep.status).
 const (
@@ -154,6 +174,10 @@ const (
 	ScheduleWeekly = "weekly"
 )
 
+// DefaultBackupKeep is how many scheduled backups a service or volume
+// keeps when it does not say (backup_keep 0).
+const DefaultBackupKeep = 7
+
 // ServiceGuestName is the name of a service's guest.
 func ServiceGuestName(service string) string { return "svc-" + service }
 
@@ -161,11 +185,59 @@ func ServiceGuestName(service string) string { return "svc-" + service }
 // and reads (ProjectTopology.version).
 const TopologyVersion = "corpus.project/v1"
 
+// The writes admission extensions are called for (Extension.on), which
+// are also the kinds of the calls' requests.
+const (
+	OnGuestCreate   = "guest.create"
+	OnGuestUpdate   = "guest.update"
+	OnProjectCreate = "project.create"
+	OnServiceCreate = "service.create"
+	OnDeploy        = "deploy"
+)
+
+// ExtensionEvents are the writes extensions are called for, in the order
+// the docs list them.
+var ExtensionEvents = []string{OnGuestCreate, OnGuestUpdate, OnProjectCreate, OnServiceCreate, OnDeploy}
+
+// Kinds of extensions (Extension.kind).
+const (
+	ExtensionMutate   = "mutate"
+	ExtensionValidate = "validate"
+	ExtensionLint     = "lint"
+)
+
+// What a failed extension call does to its write (Extension.failure_policy):
+// refuse it, or let it pass.
+const (
+	FailurePolicyFail   = "fail"
+	FailurePolicyIgnore = "ignore"
+)
+
+// How long an extension call may take (Extension.timeout_ms): the
+// default when none is given, and the most.
+const (
+	DefaultExtensionTimeout = 2 * time.Second
+	MaxExtensionTimeout     = 30 * time.Second
+)
+
 // ACME challenge types corpus answers (AcmeChallenge.type).
 const (
 	ChallengeHTTP01    = "http-01"
 	ChallengeTLSALPN01 = "tls-alpn-01"
 )
+
+// ScaleText writes process counts as corpus scale takes them: "web=3
+// worker=1", sorted by type; "one instance" when there are none.
+func ScaleText(scale map[string]uint32) string {
+	var parts []string
+	for _, k := range slices.Sorted(maps.Keys(scale)) {
+		parts = append(parts, fmt.Sprintf("%s=%d", k, scale[k]))
+	}
+	if parts == nil {
+		return "one instance"
+	}
+	return strings.Join(parts, " ")
+}
 
 // InstanceCount is how many guests an environment's process counts ask
 // for: the largest count, at least one (instance 1 stays, running
