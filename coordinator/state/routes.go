@@ -5,6 +5,7 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
+	"corpus/coordinator/fit"
 	corpusv1 "corpus/proto/corpus/v1"
 )
 
@@ -64,7 +65,7 @@ func (a *applier) checkRouteTarget(kind, domain string, port int32, routeID stri
 				delete(used, r.ListenPort)
 			}
 		}
-		if why := PortConflict(n, used, []*corpusv1.Port{{HostPort: port}}); why != "" {
+		if why := fit.PortConflict(n, used, []*corpusv1.Port{{HostPort: port}}); why != "" {
 			return fmt.Errorf("node %s: %s: %w", n.Name, why, ErrPortTaken)
 		}
 	default:
