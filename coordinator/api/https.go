@@ -126,10 +126,11 @@ func (s *ingressService) GetAcme(ctx context.Context, _ *connect.Request[corpusv
 }
 
 func (s *ingressService) RenewCertificate(ctx context.Context, req *connect.Request[corpusv1.RenewDomainCertificateRequest]) (*connect.Response[corpusv1.RenewDomainCertificateResponse], error) {
-	domain := strings.ToLower(strings.TrimSuffix(req.Msg.Domain, "."))
-	if err := names.ValidateDomain(domain); err != nil {
+	d, err := names.ParseDomain(req.Msg.Domain)
+	if err != nil {
 		return nil, toConnect(err)
 	}
+	domain := string(d)
 	view := s.b.Store.Read()
 	if view.Acme() == nil {
 		return nil, toConnect(fmt.Errorf("no ACME account is configured; set one with corpus ingress acme set: %w", state.ErrBadTransition))

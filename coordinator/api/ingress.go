@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net"
 	"strconv"
-	"strings"
 
 	"connectrpc.com/connect"
 
@@ -27,7 +26,7 @@ func validPort(what string, p int32) error {
 
 func (s *ingressService) CreateRoute(ctx context.Context, req *connect.Request[corpusv1.CreateRouteRequest]) (*connect.Response[corpusv1.CreateRouteResponse], error) {
 	m := req.Msg
-	domain := strings.ToLower(strings.TrimSuffix(m.Domain, "."))
+	domain := names.NormalizeDomain(m.Domain)
 	switch m.Kind {
 	case state.RouteHTTP:
 		if err := names.ValidateDomain(domain); err != nil {
@@ -127,7 +126,7 @@ func (s *ingressService) ListRoutes(ctx context.Context, _ *connect.Request[corp
 // findRoute finds a route by domain, or by listen port (and guest, for
 // tcp ports that exist on several nodes).
 func findRoute(view *state.Snap, domain string, port int32, guest string) (*corpusv1.Route, error) {
-	domain = strings.ToLower(strings.TrimSuffix(domain, "."))
+	domain = names.NormalizeDomain(domain)
 	if guest != "" {
 		if err := names.Validate("guest", guest); err != nil {
 			return nil, err

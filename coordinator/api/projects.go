@@ -229,12 +229,12 @@ func (s *projectService) CreateProject(ctx context.Context, req *connect.Request
 			m.VolumeBytes = DefaultVolumeBytes
 		}
 		domains = nil
-		for _, d := range m.Domains {
-			d = strings.ToLower(strings.TrimSuffix(d, "."))
-			if err := names.ValidateDomain(d); err != nil {
+		for _, given := range m.Domains {
+			d, err := names.ParseDomain(given)
+			if err != nil {
 				return err
 			}
-			domains = append(domains, d)
+			domains = append(domains, string(d))
 		}
 		spec = &corpusv1.GuestSpec{
 			Driver: m.Driver, Image: m.Image, Resources: m.Resources, Packages: m.Packages,
@@ -692,13 +692,13 @@ func (s *agentService) SetManifestDomains(ctx context.Context, req *connect.Requ
 		return nil, toConnect(invalidf("%d domains; the limit is %d", len(m.Domains), maxManifestDomains))
 	}
 	var domains []string
-	for _, d := range m.Domains {
-		d = strings.ToLower(strings.TrimSuffix(d, "."))
-		if err := names.ValidateDomain(d); err != nil {
+	for _, given := range m.Domains {
+		d, err := names.ParseDomain(given)
+		if err != nil {
 			return nil, toConnect(err)
 		}
-		if !slices.Contains(domains, d) {
-			domains = append(domains, d)
+		if !slices.Contains(domains, string(d)) {
+			domains = append(domains, string(d))
 		}
 	}
 	view := s.b.Store.Read()
