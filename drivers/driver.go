@@ -15,6 +15,8 @@ import (
 	"net/netip"
 	"os"
 	"time"
+
+	corpusv1 "corpus/proto/corpus/v1"
 )
 
 // Driver runs guests of one kind on one host. Every method is safe for
@@ -416,11 +418,11 @@ type ConsoleLogger interface {
 }
 
 // Route is a corpus route to a guest of a driver: outside traffic by
-// HTTP host name (Kind "http") or by node port (Kind "tcp") to one of
-// the guest's ports.
+// HTTP host name (corpusv1.RouteHTTP) or by node port
+// (corpusv1.RouteTCP) to one of the guest's ports.
 type Route struct {
 	ID         string
-	Kind       string
+	Kind       corpusv1.RouteKind
 	Domain     string
 	ListenPort int
 	GuestID    string

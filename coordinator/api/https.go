@@ -27,8 +27,8 @@ import (
 // itself is coordinator/acme; the leader runs it (CertificateLoop).
 
 // validTLS checks a route's TLS settings.
-func validTLS(kind string, https, redirect, hsts bool) error {
-	if (https || redirect || hsts) && kind != state.RouteHTTP {
+func validTLS(kind corpusv1.RouteKind, https, redirect, hsts bool) error {
+	if (https || redirect || hsts) && kind != corpusv1.RouteHTTP {
 		return invalidf("only http routes serve HTTPS")
 	}
 	if (redirect || hsts) && !https {
@@ -39,14 +39,14 @@ func validTLS(kind string, https, redirect, hsts bool) error {
 
 func (s *ingressService) SetRouteTls(ctx context.Context, req *connect.Request[corpusv1.SetRouteTlsRequest]) (*connect.Response[corpusv1.SetRouteTlsResponse], error) {
 	m := req.Msg
-	if err := validTLS(state.RouteHTTP, m.Https, m.RedirectHttps, m.Hsts); err != nil {
+	if err := validTLS(corpusv1.RouteHTTP, m.Https, m.RedirectHttps, m.Hsts); err != nil {
 		return nil, toConnect(err)
 	}
 	r, err := findRoute(s.b.Store.Read(), m.Domain, 0, "")
 	if err != nil {
 		return nil, toConnect(err)
 	}
-	if r.Kind != state.RouteHTTP {
+	if !r.Is(corpusv1.RouteHTTP) {
 		return nil, toConnect(invalidf("route %s is a %s route; only http routes serve HTTPS", r.Domain, r.Kind))
 	}
 	res, err := s.setTLS(ctx, r, m.Https, m.RedirectHttps, m.Hsts)

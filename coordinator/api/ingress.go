@@ -27,15 +27,15 @@ func validPort(what string, p int32) error {
 func (s *ingressService) CreateRoute(ctx context.Context, req *connect.Request[corpusv1.CreateRouteRequest]) (*connect.Response[corpusv1.CreateRouteResponse], error) {
 	m := req.Msg
 	domain := names.NormalizeDomain(m.Domain)
-	switch m.Kind {
-	case state.RouteHTTP:
+	switch corpusv1.RouteKind(m.Kind) {
+	case corpusv1.RouteHTTP:
 		if err := names.ValidateDomain(domain); err != nil {
 			return nil, toConnect(err)
 		}
 		if m.ListenPort != 0 {
 			return nil, toConnect(invalidf("an http route is chosen by domain; it takes no listen port"))
 		}
-	case state.RouteTCP:
+	case corpusv1.RouteTCP:
 		if domain != "" {
 			return nil, toConnect(invalidf("a tcp route is chosen by node port; it takes no domain"))
 		}
@@ -48,7 +48,7 @@ func (s *ingressService) CreateRoute(ctx context.Context, req *connect.Request[c
 	if err := validPort("guest port", m.GuestPort); err != nil {
 		return nil, toConnect(err)
 	}
-	if err := validTLS(m.Kind, m.Https, m.RedirectHttps, m.Hsts); err != nil {
+	if err := validTLS(corpusv1.RouteKind(m.Kind), m.Https, m.RedirectHttps, m.Hsts); err != nil {
 		return nil, toConnect(err)
 	}
 	if err := names.Validate("guest", m.GuestName); err != nil {
@@ -146,7 +146,7 @@ func findRoute(view *state.Snap, domain string, port int32, guest string) (*corp
 	}
 	var found []*corpusv1.Route
 	for _, r := range view.Routes() {
-		if r.Kind == state.RouteTCP && r.ListenPort == port && (guest == "" || r.GuestName == guest) {
+		if r.Is(corpusv1.RouteTCP) && r.ListenPort == port && (guest == "" || r.GuestName == guest) {
 			found = append(found, r)
 		}
 	}

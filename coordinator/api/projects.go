@@ -271,7 +271,7 @@ func (s *projectService) CreateProject(ctx context.Context, req *connect.Request
 	g := &corpusv1.Guest{Id: secret.Hex(8), Name: guestName, Spec: spec, DesiredState: state.DesiredRunning, Admission: admitted}
 	var routes []*corpusv1.Route
 	for _, d := range domains {
-		routes = append(routes, &corpusv1.Route{Id: secret.Hex(8), Kind: state.RouteHTTP, Domain: d, GuestId: g.Id, GuestPort: m.HttpPort,
+		routes = append(routes, &corpusv1.Route{Id: secret.Hex(8), Kind: string(corpusv1.RouteHTTP), Domain: d, GuestId: g.Id, GuestPort: m.HttpPort,
 			Https: m.Https, RedirectHttps: m.Https})
 	}
 	if _, err := s.b.write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_CreateProject{CreateProject: &corpusv1.CreateProject{
@@ -711,7 +711,7 @@ func (s *agentService) SetManifestDomains(ctx context.Context, req *connect.Requ
 		if r := view.RouteByDomain(d); r != nil && r.GuestId == e.GuestId {
 			continue // routed here already
 		}
-		routes = append(routes, &corpusv1.Route{Id: secret.Hex(8), Kind: state.RouteHTTP, Domain: d, GuestId: e.GuestId, GuestPort: state.WebPort(e),
+		routes = append(routes, &corpusv1.Route{Id: secret.Hex(8), Kind: string(corpusv1.RouteHTTP), Domain: d, GuestId: e.GuestId, GuestPort: state.WebPort(e),
 			Https: e.Https, RedirectHttps: e.Https})
 	}
 	if _, err := s.b.write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_SetManifestDomains{SetManifestDomains: &corpusv1.SetManifestDomains{

@@ -113,19 +113,13 @@ func (v *Snap) UsedPorts(node *corpusv1.Node) map[int32]string {
 			used[p.HostPort] = "guest " + g.Name + " (nat)"
 		}
 		for _, r := range v.RoutesOfGuest(g.Id) {
-			if r.Kind == RouteTCP {
+			if r.Is(corpusv1.RouteTCP) {
 				used[r.ListenPort] = "tcp route to guest " + g.Name
 			}
 		}
 	}
 	return used
 }
-
-// Route kinds.
-const (
-	RouteHTTP = "http"
-	RouteTCP  = "tcp"
-)
 
 // Route returns the route with that id, or nil.
 func (v *Snap) Route(id string) *corpusv1.Route {
