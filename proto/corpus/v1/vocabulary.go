@@ -86,6 +86,12 @@ const (
 // Is reports whether route x is of kind k.
 func (x *Route) Is(k RouteKind) bool { return x.GetKind() == string(k) }
 
+// Why a coordinator asks a client to retry (Retry.reason).
+const (
+	RetryNotLeader = "not_leader"
+	RetryBusy      = "busy"
+)
+
 // User roles (User.role).
 const (
 	RoleOps    = "ops"
