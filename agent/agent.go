@@ -371,7 +371,7 @@ func New(ctx context.Context, cfg Config) (*Agent, error) {
 		a.drivers[name] = d
 		caps := d.Capabilities()
 		hostNet = hostNet || caps.HostNetwork
-		hostVols = hostVols || caps.HostVolumes || caps.BlockVolumes
+		hostVols = hostVols || caps.Volumes.AgentKept()
 	}
 	// Host parts only serve drivers that use them: an agent whose guests
 	// run elsewhere (a cluster) keeps no bridge, NAT, proxy or loop files.

@@ -12,9 +12,9 @@ import (
 	"corpus/volume"
 )
 
-// Block volumes: a guest whose driver has Capabilities.BlockVolumes (a
-// VM) gets its volume as the loop device of the volume's image, which
-// the guest mounts itself. The host never mounts a volume bound to such
+// Block volumes: a guest whose driver has block volumes (a VM) gets its
+// volume as the loop device of the volume's image, which the guest
+// mounts itself. The host never mounts a volume bound to such
 // a guest: two kernels mounting one ext4 file system corrupt it.
 //
 // Growing while the guest runs: the image and its loop device grow
@@ -39,7 +39,7 @@ func (a *Agent) blockGuest(v *corpusv1.Volume) (*corpusv1.Guest, drivers.Driver)
 		return nil, nil
 	}
 	d, ok := a.drivers[g.Spec.GetDriver()]
-	if !ok || !d.Capabilities().BlockVolumes {
+	if !ok || d.Capabilities().Volumes != drivers.BlockVolumes {
 		return nil, nil
 	}
 	return g, d
@@ -59,7 +59,7 @@ func (a *Agent) hostMayMount(v *corpusv1.Volume) bool {
 		return false
 	}
 	d, ok := a.drivers[g.Spec.GetDriver()]
-	return ok && d.Capabilities().HostVolumes
+	return ok && d.Capabilities().Volumes == drivers.HostVolumes
 }
 
 // lockVolume serialises deciding to mount a volume on the host and
@@ -110,7 +110,7 @@ func (a *Agent) guestBlockVolume(ctx context.Context, g *corpusv1.Guest) (driver
 // with the volume's current loop device (the numbers change when the
 // host restarts). Guests of other drivers, or without volume, pass.
 func (a *Agent) attachBlockVolume(ctx context.Context, d drivers.Driver, g *corpusv1.Guest) error {
-	if !d.Capabilities().BlockVolumes || g.Spec.GetVolume() == nil {
+	if d.Capabilities().Volumes != drivers.BlockVolumes || g.Spec.GetVolume() == nil {
 		return nil
 	}
 	bd, ok := d.(drivers.BlockVolumeDriver)

@@ -86,10 +86,9 @@ func (a *Agent) driverInfo(ctx context.Context) []*corpusv1.DriverInfo {
 		}
 		fp := d.Fingerprint(ctx)
 		caps := d.Capabilities()
-		_, keeper := d.(drivers.VolumeKeeper)
 		out = append(out, &corpusv1.DriverInfo{
 			Name: name, Healthy: fp.Healthy, Detail: fp.Detail, Attributes: fp.Attributes,
-			Exec: caps.Exec, Images: caps.Images, PackageImages: caps.PackageImages, NoVolumes: !caps.HostVolumes && !caps.BlockVolumes && !keeper, OwnNetwork: !caps.HostNetwork,
+			Exec: caps.Exec, Images: caps.Images, PackageImages: caps.PackageImages, NoVolumes: caps.Volumes == drivers.NoVolumes, OwnNetwork: !caps.HostNetwork,
 			Converge: caps.Converge, IdRanges: caps.IDRanges,
 		})
 	}

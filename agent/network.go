@@ -408,7 +408,7 @@ func (a *Agent) controlEndpoints() []netip.AddrPort {
 func proxyRoutes(routes []*corpusv1.Route, guests map[string]*corpusv1.Guest, served map[string]bool, target func(r *corpusv1.Route, g *corpusv1.Guest) string) proxy.Routes {
 	out := proxy.Routes{HTTP: map[string]proxy.HTTPRoute{}, TCP: map[int]proxy.TCPRoute{}}
 	for _, r := range routes {
-		if r.Kind == "http" && len(r.Targets) > 0 {
+		if r.Is(corpusv1.RouteHTTP) && len(r.Targets) > 0 {
 			// An environment's instances, on this node and others.
 			out.HTTP[r.Domain] = proxy.HTTPRoute{Targets: r.Targets, HTTPS: r.Https, RedirectHTTPS: r.RedirectHttps, HSTS: r.Hsts}
 			continue
@@ -421,10 +421,10 @@ func proxyRoutes(routes []*corpusv1.Route, guests map[string]*corpusv1.Guest, se
 		if t == "" {
 			continue
 		}
-		switch r.Kind {
-		case "http":
+		switch corpusv1.RouteKind(r.Kind) {
+		case corpusv1.RouteHTTP:
 			out.HTTP[r.Domain] = proxy.HTTPRoute{Targets: []string{t}, HTTPS: r.Https, RedirectHTTPS: r.RedirectHttps, HSTS: r.Hsts}
-		case "tcp":
+		case corpusv1.RouteTCP:
 			out.TCP[int(r.ListenPort)] = proxy.TCPRoute{Target: t}
 		}
 	}

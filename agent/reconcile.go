@@ -276,7 +276,7 @@ func (w *worker) converge(ctx context.Context, g *corpusv1.Guest) error {
 	}
 	if v := a.guestVolume(g.Id); v != nil && a.vols != nil && exists {
 		h := &guestHandle{d: d, name: g.Name, timeout: a.cfg.StopTimeout}
-		if d.Capabilities().BlockVolumes {
+		if d.Capabilities().Volumes == drivers.BlockVolumes {
 			err = a.resizeBlockVolume(ctx, v, g, h)
 		} else {
 			err = a.resizeVolume(ctx, v, h)
@@ -415,24 +415,24 @@ func (a *Agent) driverSpec(ctx context.Context, d drivers.Driver, g *corpusv1.Gu
 		}
 		spec.Network = n
 	}
-	_, keeper := d.(drivers.VolumeKeeper)
 	vs := g.Spec.GetVolume()
-	switch {
-	case vs == nil:
+	if vs == nil {
 		return spec, nil
-	case caps.HostVolumes:
+	}
+	switch caps.Volumes {
+	case drivers.HostVolumes:
 		mounts, err := a.guestMounts(ctx, g)
 		if err != nil {
 			return spec, err
 		}
 		spec.Mounts = mounts
-	case caps.BlockVolumes:
+	case drivers.BlockVolumes:
 		bv, err := a.guestBlockVolume(ctx, g)
 		if err != nil {
 			return spec, err
 		}
 		spec.BlockVolumes = []drivers.BlockVolume{bv}
-	case keeper:
+	case drivers.KeptVolumes:
 		// A new volume is named after its guest; a bound one keeps its name.
 		spec.Volume = &drivers.Volume{Name: g.Name, SizeBytes: vs.SizeBytes, Path: vs.Path}
 		if vs.UseVolume != "" {

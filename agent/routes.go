@@ -27,7 +27,7 @@ func (a *Agent) publishRoutes(ctx context.Context, routes []*corpusv1.Route, gue
 				continue
 			}
 			mine = append(mine, drivers.Route{
-				ID: r.Id, Kind: r.Kind, Domain: r.Domain, ListenPort: int(r.ListenPort),
+				ID: r.Id, Kind: corpusv1.RouteKind(r.Kind), Domain: r.Domain, ListenPort: int(r.ListenPort),
 				GuestID: g.Id, Guest: g.Name, GuestPort: int(r.GuestPort),
 			})
 		}
@@ -86,7 +86,7 @@ func (a *Agent) noteRouteErr(key string, err error) {
 type unservedError struct{ r drivers.Route }
 
 func (e unservedError) Error() string {
-	if e.r.Kind == "tcp" {
+	if e.r.Kind == corpusv1.RouteTCP {
 		return "tcp route " + strconv.Itoa(e.r.ListenPort) + " to guest " + e.r.Guest + " cannot be served: the driver publishes http routes only and this agent runs no proxy"
 	}
 	return "http route " + e.r.Domain + " to guest " + e.r.Guest + " is not published by the driver and this agent runs no proxy"

@@ -15,11 +15,11 @@ func TestProxyRoutes(t *testing.T) {
 		"g2": {Id: "g2", Name: "api"},
 	}
 	routes := []*corpusv1.Route{
-		{Id: "r1", Kind: "http", Domain: "web.example.org", GuestId: "g1", GuestPort: 80},
-		{Id: "r2", Kind: "http", Domain: "api.example.org", GuestId: "g2", GuestPort: 8080},
-		{Id: "r3", Kind: "tcp", ListenPort: 5432, GuestId: "g2", GuestPort: 5432},
-		{Id: "r4", Kind: "http", Domain: "gone.example.org", GuestId: "g9", GuestPort: 80},
-		{Id: "r5", Kind: "http", Domain: "pending.example.org", GuestId: "g2", GuestPort: 9999},
+		{Id: "r1", Kind: string(corpusv1.RouteHTTP), Domain: "web.example.org", GuestId: "g1", GuestPort: 80},
+		{Id: "r2", Kind: string(corpusv1.RouteHTTP), Domain: "api.example.org", GuestId: "g2", GuestPort: 8080},
+		{Id: "r3", Kind: string(corpusv1.RouteTCP), ListenPort: 5432, GuestId: "g2", GuestPort: 5432},
+		{Id: "r4", Kind: string(corpusv1.RouteHTTP), Domain: "gone.example.org", GuestId: "g9", GuestPort: 80},
+		{Id: "r5", Kind: string(corpusv1.RouteHTTP), Domain: "pending.example.org", GuestId: "g2", GuestPort: 9999},
 	}
 	target := func(r *corpusv1.Route, g *corpusv1.Guest) string {
 		switch {

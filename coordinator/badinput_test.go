@@ -175,11 +175,11 @@ func TestBadInputCatalogue(t *testing.T) {
 			return firstMessage(ops.guests.ExecGuest(ctx, connect.NewRequest(&corpusv1.ExecGuestRequest{Name: v, Argv: []string{"true"}})))
 		}},
 		{"CreateRoute.domain", badNames, func(ctx context.Context, v string) error {
-			_, err := ops.ingress.CreateRoute(ctx, connect.NewRequest(&corpusv1.CreateRouteRequest{Kind: "http", Domain: v, GuestName: "g1", GuestPort: 80}))
+			_, err := ops.ingress.CreateRoute(ctx, connect.NewRequest(&corpusv1.CreateRouteRequest{Kind: string(corpusv1.RouteHTTP), Domain: v, GuestName: "g1", GuestPort: 80}))
 			return err
 		}},
 		{"CreateRoute.guest_name", badNames, func(ctx context.Context, v string) error {
-			_, err := ops.ingress.CreateRoute(ctx, connect.NewRequest(&corpusv1.CreateRouteRequest{Kind: "http", Domain: "web.example.org", GuestName: v, GuestPort: 80}))
+			_, err := ops.ingress.CreateRoute(ctx, connect.NewRequest(&corpusv1.CreateRouteRequest{Kind: string(corpusv1.RouteHTTP), Domain: "web.example.org", GuestName: v, GuestPort: 80}))
 			return err
 		}},
 		{"CreateRoute.kind", badNames, func(ctx context.Context, v string) error {
@@ -481,7 +481,7 @@ func TestBadInputCatalogue(t *testing.T) {
 		"DeleteGuest.name": "nope", "ExecGuest.name": "nope", "UpdateGuest.name": "nope", "UpdateGuest.image": "busybox",
 		"UpdateGuest.set_env key": "A", "UpdateGuest.set_env value": "x y", "UpdateGuest.unset_env": "A",
 		"UpdateGuest.memory_bytes": "536870912", "UpdateGuest.cpu_millis": "500", "UpdateGuest.ports": "8080:80", "CreateRoute.domain": "web.example.org",
-		"CreateRoute.guest_name": "g1", "CreateRoute.kind": "http", "DeleteRoute.domain": "nope.example.org",
+		"CreateRoute.guest_name": "g1", "CreateRoute.kind": string(corpusv1.RouteHTTP), "DeleteRoute.domain": "nope.example.org",
 		"DeleteRoute.guest_name": "nope", "MoveRoute.domain": "nope.example.org", "MoveRoute.from_guest": "nope",
 		"MoveRoute.to_guest": "g3", "AddRecord.name": "www", "AddRecord.type": "A", "AddRecord.data (A)": "10.0.0.6",
 		"AddRecord.data (CNAME)": "web.example.org.", "DeleteRecord.id": "abcdef", "DeleteVolume.name": "nope",

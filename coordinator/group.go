@@ -167,7 +167,7 @@ func (s *Server) onLeader(ctx context.Context, f func(corpusv1connect.ClusterSer
 	}
 	if err := f(c); err != nil {
 		if connect.CodeOf(err) == connect.CodeUnavailable {
-			return fmt.Errorf("%w (the leader at %s did not answer: %v; %s)", api.ErrNotLeader, addr, err, rpc.MaybeDonePhrase)
+			return fmt.Errorf("%w (the leader at %s did not answer: %v; %w)", api.ErrNotLeader, addr, err, rpc.ErrMaybeDone)
 		}
 		return err
 	}
@@ -201,7 +201,7 @@ func (s *Server) propose(ctx context.Context, cmd *corpusv1.Command) (uint64, er
 		// Done, but not readable here yet: answering success would let
 		// the caller read its write back as missing, and an idempotent
 		// retry's comparison with what exists would see nothing.
-		return res.Index, fmt.Errorf("%w: the write is done, at index %d, and this replica has applied only %d (%s; retry to read it back)", api.ErrBusy, res.Index, s.store.Applied(), rpc.MaybeDonePhrase)
+		return res.Index, fmt.Errorf("%w: the write is done, at index %d, and this replica has applied only %d (%w; retry to read it back)", api.ErrBusy, res.Index, s.store.Applied(), rpc.ErrMaybeDone)
 	}
 	if res.Error != "" {
 		return res.Index, api.ErrorFromKind(res.ErrorKind, res.Error)

@@ -26,13 +26,13 @@ func TestHTTPSRoutes(t *testing.T) {
 		t.Fatal(err)
 	}
 	s.waitFor("web placed", func(v *state.Snap) bool { return v.GuestByName("web").GetNodeId() != "" })
-	if _, err := ops.ingress.CreateRoute(ctx, connect.NewRequest(&corpusv1.CreateRouteRequest{Kind: "tcp", ListenPort: 9000, GuestName: "web", GuestPort: 80, Https: true})); codeOf(err) != connect.CodeInvalidArgument {
+	if _, err := ops.ingress.CreateRoute(ctx, connect.NewRequest(&corpusv1.CreateRouteRequest{Kind: string(corpusv1.RouteTCP), ListenPort: 9000, GuestName: "web", GuestPort: 80, Https: true})); codeOf(err) != connect.CodeInvalidArgument {
 		t.Errorf("an https tcp route = %v, want InvalidArgument", err)
 	}
-	if _, err := ops.ingress.CreateRoute(ctx, connect.NewRequest(&corpusv1.CreateRouteRequest{Kind: "http", Domain: "web.example.test", GuestName: "web", GuestPort: 80, Hsts: true})); codeOf(err) != connect.CodeInvalidArgument {
+	if _, err := ops.ingress.CreateRoute(ctx, connect.NewRequest(&corpusv1.CreateRouteRequest{Kind: string(corpusv1.RouteHTTP), Domain: "web.example.test", GuestName: "web", GuestPort: 80, Hsts: true})); codeOf(err) != connect.CodeInvalidArgument {
 		t.Errorf("HSTS without HTTPS = %v, want InvalidArgument", err)
 	}
-	if _, err := ops.ingress.CreateRoute(ctx, connect.NewRequest(&corpusv1.CreateRouteRequest{Kind: "http", Domain: "web.example.test", GuestName: "web", GuestPort: 80, Https: true, RedirectHttps: true})); err != nil {
+	if _, err := ops.ingress.CreateRoute(ctx, connect.NewRequest(&corpusv1.CreateRouteRequest{Kind: string(corpusv1.RouteHTTP), Domain: "web.example.test", GuestName: "web", GuestPort: 80, Https: true, RedirectHttps: true})); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := ops.ingress.RenewCertificate(ctx, connect.NewRequest(&corpusv1.RenewDomainCertificateRequest{Domain: "web.example.test"})); codeOf(err) != connect.CodeFailedPrecondition {

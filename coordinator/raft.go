@@ -195,7 +195,7 @@ func (r *replica) propose(ctx context.Context, cmd *corpusv1.Command) (uint64, e
 			// Logged, then deposed: the next leader may still commit it.
 			// Clients may send it again (writes are idempotent), but must
 			// not take it as not done.
-			return 0, fmt.Errorf("%w (leadership was lost while the write was being committed: %s)", api.ErrNotLeader, rpc.MaybeDonePhrase)
+			return 0, fmt.Errorf("%w (leadership was lost while the write was being committed: %w)", api.ErrNotLeader, rpc.ErrMaybeDone)
 		}
 		if errors.Is(err, raft.ErrEnqueueTimeout) {
 			// Refused before it was logged, too.

@@ -15,6 +15,8 @@ import (
 	"net/netip"
 	"os"
 	"time"
+
+	corpusv1 "corpus/proto/corpus/v1"
 )
 
 // Driver runs guests of one kind on one host. Every method is safe for
@@ -83,10 +85,6 @@ type Capabilities struct {
 	ExecTerminal bool `json:"exec_terminal,omitempty"`
 	// ExecTTYStream is true when Exec takes ExecRequest.TTY.
 	ExecTTYStream bool `json:"exec_tty_stream,omitempty"`
-	// ResizeOnline is true when a guest's resources can change while it runs.
-	ResizeOnline bool `json:"resize_online"`
-	// Snapshot is true when the driver can snapshot a guest's root file system.
-	Snapshot bool `json:"snapshot"`
 	// Images lists the image names the driver can build or fetch by itself.
 	Images []string `json:"images"`
 	// PackageImages lists the images whose guests may ask for
@@ -96,19 +94,8 @@ type Capabilities struct {
 	// the outside through the node's NAT and proxy; an agent whose
 	// drivers all lack it runs no bridge, NAT, proxy or resolver.
 	HostNetwork bool `json:"host_network"`
-	// HostVolumes is true when guest volumes are folders of the agent's
-	// host (GuestSpec.Mounts); an agent whose drivers all lack it and
-	// BlockVolumes keeps no volume backend. Without either, a driver
-	// that is a VolumeKeeper stores volumes itself; any other refuses
-	// guests with volumes (and the scheduler places none there).
-	HostVolumes bool `json:"host_volumes"`
-	// BlockVolumes is true when guest volumes are given to guests as
-	// block devices of the agent's host holding an ext4 file system
-	// (GuestSpec.BlockVolumes), which the guest mounts itself: a VM's
-	// virtio disk. The host must never mount such a volume while its
-	// guest may use it. The driver is then a BlockVolumeDriver, and a
-	// volume grows while its guest runs through GrowVolume.
-	BlockVolumes bool `json:"block_volumes"`
+	// Volumes is how the driver's guests get their volume.
+	Volumes VolumeMode `json:"volumes,omitempty"`
 	// IDRanges is how many ranges of IDRangeSize user and group ids the
 	// host keeps for guests of their own beyond the shared one (range
 	// 0): GuestSpec.IDRange takes 1..IDRanges. 0 when guests share one
@@ -146,8 +133,36 @@ type IDRemapper interface {
 	RemapIDs(ctx context.Context, name string, r uint32) error
 }
 
-// VolumeKeeper is a driver that keeps guest volumes itself (no
-// Capabilities.HostVolumes): the agent asks it how a volume is and has it
+// VolumeMode is how a driver's guests get their volume
+// (Capabilities.Volumes).
+type VolumeMode string
+
+// Volume modes.
+const (
+	// NoVolumes: the driver refuses guests with a volume (and the
+	// scheduler places none there).
+	NoVolumes VolumeMode = ""
+	// HostVolumes: a volume is a folder of the agent's host, kept by the
+	// agent's volume backend and bind-mounted (GuestSpec.Mounts).
+	HostVolumes VolumeMode = "host"
+	// BlockVolumes: a volume is a block device of the agent's host
+	// holding an ext4 file system, kept by the agent's volume backend
+	// (GuestSpec.BlockVolumes), which the guest mounts itself: a VM's
+	// virtio disk. The host must never mount such a volume while its
+	// guest may use it. The driver is a BlockVolumeDriver, and a volume
+	// grows while its guest runs through GrowVolume.
+	BlockVolumes VolumeMode = "block"
+	// KeptVolumes: the driver keeps volumes itself (GuestSpec.Volume);
+	// it is a VolumeKeeper.
+	KeptVolumes VolumeMode = "kept"
+)
+
+// AgentKept says whether the agent's volume backend keeps volumes of
+// this mode: an agent whose drivers all say no keeps no backend.
+func (m VolumeMode) AgentKept() bool { return m == HostVolumes || m == BlockVolumes }
+
+// VolumeKeeper is a driver that keeps guest volumes itself
+// (Capabilities.Volumes KeptVolumes): the agent asks it how a volume is and has it
 // delete one, instead of using its own volume backend.
 type VolumeKeeper interface {
 	// ObserveVolume returns the state of the named volume; ErrNotFound
@@ -159,9 +174,9 @@ type VolumeKeeper interface {
 }
 
 // BlockVolumeDriver is a driver that gives guests their volumes as block
-// devices (Capabilities.BlockVolumes). The agent keeps the volumes (makes
-// their file systems, attaches their devices); the driver hands them to
-// guests and has guests grow their file systems.
+// devices (Capabilities.Volumes BlockVolumes). The agent keeps the
+// volumes (makes their file systems, attaches their devices); the driver
+// hands them to guests and has guests grow their file systems.
 type BlockVolumeDriver interface {
 	// AttachVolume makes the named guest's definition carry vol as a
 	// disk, with vol.Device as its source. It is idempotent: a disk
@@ -255,13 +270,13 @@ type GuestSpec struct {
 	// the guest has loopback only.
 	Network *Network
 	// Mounts are host folders bound into the guest (its volume); only
-	// for drivers with Capabilities.HostVolumes.
+	// for drivers whose Capabilities.Volumes is HostVolumes.
 	Mounts []Mount
 	// BlockVolumes are block devices given to the guest (its volume);
-	// only for drivers with Capabilities.BlockVolumes.
+	// only for drivers whose Capabilities.Volumes is BlockVolumes.
 	BlockVolumes []BlockVolume
 	// Volume is the guest's volume for drivers that store volumes
-	// themselves (VolumeKeeper); nil without one.
+	// themselves (KeptVolumes); nil without one.
 	Volume *Volume
 	// Ports are the guest ports the guest publishes.
 	Ports []Port
@@ -416,11 +431,11 @@ type ConsoleLogger interface {
 }
 
 // Route is a corpus route to a guest of a driver: outside traffic by
-// HTTP host name (Kind "http") or by node port (Kind "tcp") to one of
-// the guest's ports.
+// HTTP host name (corpusv1.RouteHTTP) or by node port
+// (corpusv1.RouteTCP) to one of the guest's ports.
 type Route struct {
 	ID         string
-	Kind       string
+	Kind       corpusv1.RouteKind
 	Domain     string
 	ListenPort int
 	GuestID    string

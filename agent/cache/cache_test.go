@@ -32,7 +32,7 @@ func TestCacheRoundTrip(t *testing.T) {
 	if err := c.SetIdentity(id); err != nil {
 		t.Fatal(err)
 	}
-	routes := []*corpusv1.Route{{Id: "r", Kind: "http", Domain: "web.example.test", GuestId: "a", GuestPort: 80}}
+	routes := []*corpusv1.Route{{Id: "r", Kind: string(corpusv1.RouteHTTP), Domain: "web.example.test", GuestId: "a", GuestPort: 80}}
 	if err := c.SetDesired(&corpusv1.WatchResponse{Index: 7, Guests: guests, Routes: routes}); err != nil {
 		t.Fatal(err)
 	}

@@ -136,12 +136,12 @@ func parseManifest(data []byte) (*Manifest, error) {
 			return nil, fmt.Errorf("%s: env %s has a NUL or newline", manifestFile, k)
 		}
 	}
-	for i, d := range m.Domains {
-		d = strings.ToLower(strings.TrimSuffix(d, "."))
-		if err := names.ValidateDomain(d); err != nil {
+	for i, given := range m.Domains {
+		d, err := names.ParseDomain(given)
+		if err != nil {
 			return nil, fmt.Errorf("%s: domains: %w", manifestFile, err)
 		}
-		m.Domains[i] = d
+		m.Domains[i] = string(d)
 	}
 	if err := checkProcesses(manifestFile, m.Processes); err != nil {
 		return nil, err

@@ -11,7 +11,7 @@ func TestParseManifest(t *testing.T) {
 	if err != nil || m.Keep != defaultKeep || m.Timeout != defaultStepTimeout || m.Health != nil {
 		t.Fatalf("empty manifest = %+v, %v; want defaults", m, err)
 	}
-	m, err = parseManifest([]byte("keep: 3\ntimeout: 90s\nuser: www-data\nenv: {A: b}\nhealth:\n  http: {port: 8080}\ndomains: [WWW.Example.Test.]\n"))
+	m, err = parseManifest([]byte("keep: 3\ntimeout: 90s\nuser: www-data\nenv: {A: b}\nhealth:\n  http: {port: 8080}\ndomains: [' WWW.Example.Test. ']\n"))
 	if err != nil || m.Keep != 3 || len(m.Domains) != 1 || m.Domains[0] != "www.example.test" || m.Timeout != 90*time.Second || m.User != "www-data" || m.Env["A"] != "b" ||
 		m.Health.HTTP.Path != "/" || m.Health.HTTP.Timeout != defaultHealthTimeout {
 		t.Fatalf("manifest = %+v, %v", m, err)

@@ -367,8 +367,10 @@ func toConnect(err error) error {
 		return connect.NewError(connect.CodeFailedPrecondition, err)
 	case errors.Is(err, state.ErrStale):
 		return connect.NewError(connect.CodeAborted, err)
-	case errors.Is(err, ErrNotLeader), errors.Is(err, ErrBusy):
-		return connect.NewError(connect.CodeUnavailable, err)
+	case errors.Is(err, ErrNotLeader):
+		return rpc.Unavailable(err, corpusv1.RetryNotLeader)
+	case errors.Is(err, ErrBusy):
+		return rpc.Unavailable(err, corpusv1.RetryBusy)
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		return connect.NewError(connect.CodeDeadlineExceeded, err)
 	default:

@@ -27,8 +27,8 @@ import (
 // itself is coordinator/acme; the leader runs it (CertificateLoop).
 
 // validTLS checks a route's TLS settings.
-func validTLS(kind string, https, redirect, hsts bool) error {
-	if (https || redirect || hsts) && kind != state.RouteHTTP {
+func validTLS(kind corpusv1.RouteKind, https, redirect, hsts bool) error {
+	if (https || redirect || hsts) && kind != corpusv1.RouteHTTP {
 		return invalidf("only http routes serve HTTPS")
 	}
 	if (redirect || hsts) && !https {
@@ -39,14 +39,14 @@ func validTLS(kind string, https, redirect, hsts bool) error {
 
 func (s *ingressService) SetRouteTls(ctx context.Context, req *connect.Request[corpusv1.SetRouteTlsRequest]) (*connect.Response[corpusv1.SetRouteTlsResponse], error) {
 	m := req.Msg
-	if err := validTLS(state.RouteHTTP, m.Https, m.RedirectHttps, m.Hsts); err != nil {
+	if err := validTLS(corpusv1.RouteHTTP, m.Https, m.RedirectHttps, m.Hsts); err != nil {
 		return nil, toConnect(err)
 	}
 	r, err := findRoute(s.b.Store.Read(), m.Domain, 0, "")
 	if err != nil {
 		return nil, toConnect(err)
 	}
-	if r.Kind != state.RouteHTTP {
+	if !r.Is(corpusv1.RouteHTTP) {
 		return nil, toConnect(invalidf("route %s is a %s route; only http routes serve HTTPS", r.Domain, r.Kind))
 	}
 	res, err := s.setTLS(ctx, r, m.Https, m.RedirectHttps, m.Hsts)
@@ -126,10 +126,11 @@ func (s *ingressService) GetAcme(ctx context.Context, _ *connect.Request[corpusv
 }
 
 func (s *ingressService) RenewCertificate(ctx context.Context, req *connect.Request[corpusv1.RenewDomainCertificateRequest]) (*connect.Response[corpusv1.RenewDomainCertificateResponse], error) {
-	domain := strings.ToLower(strings.TrimSuffix(req.Msg.Domain, "."))
-	if err := names.ValidateDomain(domain); err != nil {
+	d, err := names.ParseDomain(req.Msg.Domain)
+	if err != nil {
 		return nil, toConnect(err)
 	}
+	domain := string(d)
 	view := s.b.Store.Read()
 	if view.Acme() == nil {
 		return nil, toConnect(fmt.Errorf("no ACME account is configured; set one with corpus ingress acme set: %w", state.ErrBadTransition))

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net"
 	"strconv"
-	"strings"
 
 	"connectrpc.com/connect"
 
@@ -27,16 +26,16 @@ func validPort(what string, p int32) error {
 
 func (s *ingressService) CreateRoute(ctx context.Context, req *connect.Request[corpusv1.CreateRouteRequest]) (*connect.Response[corpusv1.CreateRouteResponse], error) {
 	m := req.Msg
-	domain := strings.ToLower(strings.TrimSuffix(m.Domain, "."))
-	switch m.Kind {
-	case state.RouteHTTP:
+	domain := names.NormalizeDomain(m.Domain)
+	switch corpusv1.RouteKind(m.Kind) {
+	case corpusv1.RouteHTTP:
 		if err := names.ValidateDomain(domain); err != nil {
 			return nil, toConnect(err)
 		}
 		if m.ListenPort != 0 {
 			return nil, toConnect(invalidf("an http route is chosen by domain; it takes no listen port"))
 		}
-	case state.RouteTCP:
+	case corpusv1.RouteTCP:
 		if domain != "" {
 			return nil, toConnect(invalidf("a tcp route is chosen by node port; it takes no domain"))
 		}
@@ -49,7 +48,7 @@ func (s *ingressService) CreateRoute(ctx context.Context, req *connect.Request[c
 	if err := validPort("guest port", m.GuestPort); err != nil {
 		return nil, toConnect(err)
 	}
-	if err := validTLS(m.Kind, m.Https, m.RedirectHttps, m.Hsts); err != nil {
+	if err := validTLS(corpusv1.RouteKind(m.Kind), m.Https, m.RedirectHttps, m.Hsts); err != nil {
 		return nil, toConnect(err)
 	}
 	if err := names.Validate("guest", m.GuestName); err != nil {
@@ -127,7 +126,7 @@ func (s *ingressService) ListRoutes(ctx context.Context, _ *connect.Request[corp
 // findRoute finds a route by domain, or by listen port (and guest, for
 // tcp ports that exist on several nodes).
 func findRoute(view *state.Snap, domain string, port int32, guest string) (*corpusv1.Route, error) {
-	domain = strings.ToLower(strings.TrimSuffix(domain, "."))
+	domain = names.NormalizeDomain(domain)
 	if guest != "" {
 		if err := names.Validate("guest", guest); err != nil {
 			return nil, err
@@ -147,7 +146,7 @@ func findRoute(view *state.Snap, domain string, port int32, guest string) (*corp
 	}
 	var found []*corpusv1.Route
 	for _, r := range view.Routes() {
-		if r.Kind == state.RouteTCP && r.ListenPort == port && (guest == "" || r.GuestName == guest) {
+		if r.Is(corpusv1.RouteTCP) && r.ListenPort == port && (guest == "" || r.GuestName == guest) {
 			found = append(found, r)
 		}
 	}

@@ -228,12 +228,12 @@ func (s *projectService) CreateProject(ctx context.Context, req *connect.Request
 			m.VolumeBytes = DefaultVolumeBytes
 		}
 		domains = nil
-		for _, d := range m.Domains {
-			d = strings.ToLower(strings.TrimSuffix(d, "."))
-			if err := names.ValidateDomain(d); err != nil {
+		for _, given := range m.Domains {
+			d, err := names.ParseDomain(given)
+			if err != nil {
 				return err
 			}
-			domains = append(domains, d)
+			domains = append(domains, string(d))
 		}
 		spec = &corpusv1.GuestSpec{
 			Driver: m.Driver, Image: m.Image, Resources: m.Resources, Packages: m.Packages,
@@ -270,7 +270,7 @@ func (s *projectService) CreateProject(ctx context.Context, req *connect.Request
 	g := &corpusv1.Guest{Id: secret.Hex(8), Name: guestName, Spec: spec, DesiredState: state.DesiredRunning, Admission: admitted}
 	var routes []*corpusv1.Route
 	for _, d := range domains {
-		routes = append(routes, &corpusv1.Route{Id: secret.Hex(8), Kind: state.RouteHTTP, Domain: d, GuestId: g.Id, GuestPort: m.HttpPort,
+		routes = append(routes, &corpusv1.Route{Id: secret.Hex(8), Kind: string(corpusv1.RouteHTTP), Domain: d, GuestId: g.Id, GuestPort: m.HttpPort,
 			Https: m.Https, RedirectHttps: m.Https})
 	}
 	if _, err := s.b.write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_CreateProject{CreateProject: &corpusv1.CreateProject{
@@ -691,13 +691,13 @@ func (s *agentService) SetManifestDomains(ctx context.Context, req *connect.Requ
 		return nil, toConnect(invalidf("%d domains; the limit is %d", len(m.Domains), maxManifestDomains))
 	}
 	var domains []string
-	for _, d := range m.Domains {
-		d = strings.ToLower(strings.TrimSuffix(d, "."))
-		if err := names.ValidateDomain(d); err != nil {
+	for _, given := range m.Domains {
+		d, err := names.ParseDomain(given)
+		if err != nil {
 			return nil, toConnect(err)
 		}
-		if !slices.Contains(domains, d) {
-			domains = append(domains, d)
+		if !slices.Contains(domains, string(d)) {
+			domains = append(domains, string(d))
 		}
 	}
 	view := s.b.Store.Read()
@@ -710,7 +710,7 @@ func (s *agentService) SetManifestDomains(ctx context.Context, req *connect.Requ
 		if r := view.RouteByDomain(d); r != nil && r.GuestId == e.GuestId {
 			continue // routed here already
 		}
-		routes = append(routes, &corpusv1.Route{Id: secret.Hex(8), Kind: state.RouteHTTP, Domain: d, GuestId: e.GuestId, GuestPort: state.WebPort(e),
+		routes = append(routes, &corpusv1.Route{Id: secret.Hex(8), Kind: string(corpusv1.RouteHTTP), Domain: d, GuestId: e.GuestId, GuestPort: state.WebPort(e),
 			Https: e.Https, RedirectHttps: e.Https})
 	}
 	if _, err := s.b.write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_SetManifestDomains{SetManifestDomains: &corpusv1.SetManifestDomains{

@@ -208,11 +208,13 @@ func (s *projectService) planImport(ctx context.Context, view *state.Snap, m *co
 		if m.WithoutDomains {
 			c.Domains = nil
 		}
-		for _, d := range c.Domains {
-			if err := names.ValidateDomain(d); err != nil {
+		for i, given := range c.Domains {
+			d, err := names.ParseDomain(given)
+			if err != nil {
 				return nil, err
 			}
-			if r := view.RouteByDomain(d); r != nil {
+			c.Domains[i] = string(d)
+			if r := view.RouteByDomain(string(d)); r != nil {
 				return nil, connect.NewError(connect.CodeAlreadyExists, fmt.Errorf("domain %s is routed to guest %s already; import --without-domains to clone without them", d, r.GuestName))
 			}
 		}

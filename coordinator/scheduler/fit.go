@@ -10,6 +10,9 @@ import (
 	"sort"
 	"strings"
 
+	"google.golang.org/protobuf/proto"
+
+	"corpus/coordinator/fit"
 	"corpus/coordinator/idrange"
 	"corpus/coordinator/state"
 	corpusv1 "corpus/proto/corpus/v1"
@@ -38,8 +41,10 @@ func candidate(view *state.Snap, n *corpusv1.Node, ports bool) Candidate {
 
 // placed counts guest g, just placed on c, in what c holds.
 func (c *Candidate) placed(g *corpusv1.Guest) {
-	c.Allocated = state.Allocated([]*corpusv1.Guest{{Spec: &corpusv1.GuestSpec{Resources: c.Allocated}}, g})
-	if idrange.Capacity(state.DriverOn(c.Node, g.GetSpec().GetDriver()), g.GetSpec()) > 0 {
+	alloc := proto.Clone(c.Allocated).(*corpusv1.Resources)
+	fit.Add(alloc, g.GetSpec().GetResources())
+	c.Allocated = alloc
+	if idrange.Capacity(fit.DriverOn(c.Node, g.GetSpec().GetDriver()), g.GetSpec()) > 0 {
 		c.IDRanges++
 	}
 }
@@ -67,7 +72,7 @@ type Decision struct {
 }
 
 // Place picks the node for a guest among candidates. Nodes are filtered
-// (state.Unfit: ready, not draining, eligible, in the guest's environment,
+// (fit.Unfit: ready, not draining, eligible, in the guest's environment,
 // carrying the labels it requires, driver present and healthy, image
 // offered, free memory/cpu/disk, ports and id ranges). Of the nodes that
 // fit, the ones in the zone holding the fewest guests of the guest's
@@ -116,14 +121,14 @@ func placeByScan(ask Ask, candidates []Candidate, k *kind) (best *Candidate, sho
 	var bestRank rank
 	for j, i := range k.fit {
 		c := &candidates[i]
-		if why := state.RoomUnfit(c.Node, k.drivers[j], c.Allocated, c.UsedPorts, c.IDRanges, spec); why != "" {
+		if why := fit.RoomUnfit(c.Node, k.drivers[j], c.Allocated, c.UsedPorts, c.IDRanges, spec); why != "" {
 			if short == nil {
 				short = map[string]int{}
 			}
 			short[why]++
 			continue
 		}
-		r := rank{zoneLoad: ask.ZoneLoad[c.Node.Labels[state.LabelZone]], nodeLoad: ask.NodeLoad[c.Node.Id], free: freeShare(c, spec.GetResources()), name: c.Node.Name}
+		r := rank{zoneLoad: ask.ZoneLoad[c.Node.Labels[fit.LabelZone]], nodeLoad: ask.NodeLoad[c.Node.Id], free: freeShare(c, spec.GetResources()), name: c.Node.Name}
 		if best == nil || r.before(bestRank) {
 			best, bestRank = c, r
 		}
@@ -132,7 +137,7 @@ func placeByScan(ask Ask, candidates []Candidate, k *kind) (best *Candidate, sho
 }
 
 // kind is what a set of candidates says of one kind of guest whatever
-// the nodes hold (state.KindUnfit): those that take it, with their
+// the nodes hold (fit.KindUnfit): those that take it, with their
 // driver for it, and why the others do not.
 type kind struct {
 	fit      []int // indices of candidates
@@ -148,7 +153,7 @@ type kind struct {
 func kindIn(candidates []Candidate, spec *corpusv1.GuestSpec, env string) *kind {
 	k := &kind{rejected: map[string]int{}}
 	for i := range candidates {
-		drv, why := state.KindUnfit(candidates[i].Node, spec, env)
+		drv, why := fit.KindUnfit(candidates[i].Node, spec, env)
 		if why != "" {
 			k.rejected[why]++
 			continue
@@ -169,7 +174,7 @@ type kinds struct {
 }
 
 func (ks *kinds) of(spec *corpusv1.GuestSpec, env string) *kind {
-	key := state.KindKey(spec, env)
+	key := fit.KindKey(spec, env)
 	k := ks.seen[key]
 	if k == nil {
 		k = kindIn(ks.cands, spec, env)

@@ -1,6 +1,7 @@
 package scheduler
 
 import (
+	"corpus/coordinator/fit"
 	"corpus/coordinator/state"
 	corpusv1 "corpus/proto/corpus/v1"
 )
@@ -157,7 +158,7 @@ func zoneLoad(view *state.Snap, projects map[string]state.ProjectRef, byID map[s
 	return load
 }
 
-func zoneOf(n *corpusv1.Node) string { return n.GetLabels()[state.LabelZone] }
+func zoneOf(n *corpusv1.Node) string { return n.GetLabels()[fit.LabelZone] }
 
 // without returns load with one guest fewer in zone (the guest being
 // placed again), leaving load unchanged.

@@ -3,7 +3,7 @@ package scheduler
 import (
 	"sort"
 
-	"corpus/coordinator/state"
+	"corpus/coordinator/fit"
 )
 
 // Placing by shape. Where a guest has no ports and no project (nothing
@@ -91,7 +91,7 @@ func placeByShape(ask Ask, cands []Candidate, k *kind) (best *Candidate, short m
 	for _, g := range k.shapes(cands) {
 		c := &cands[g[0]]
 		// No ports: of the driver RoomUnfit reads only its id ranges.
-		if why := state.RoomUnfit(c.Node, state.DriverOn(c.Node, spec.GetDriver()), c.Allocated, nil, c.IDRanges, spec); why != "" {
+		if why := fit.RoomUnfit(c.Node, fit.DriverOn(c.Node, spec.GetDriver()), c.Allocated, nil, c.IDRanges, spec); why != "" {
 			if short == nil {
 				short = map[string]int{}
 			}

@@ -96,7 +96,7 @@ func (a *applier) pointRoutes(env *corpusv1.ProjectEnv) {
 			continue
 		}
 		r := raw.(*corpusv1.Route)
-		if r.GuestId != env.GuestId || r.Kind != RouteHTTP || r.GuestPort == port {
+		if r.GuestId != env.GuestId || !r.Is(corpusv1.RouteHTTP) || r.GuestPort == port {
 			continue
 		}
 		r = proto.Clone(r).(*corpusv1.Route)

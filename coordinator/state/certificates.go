@@ -71,7 +71,7 @@ func (v *Snap) Certificates() []*corpusv1.Certificate {
 func (v *Snap) HTTPSDomains() []string {
 	var out []string
 	for _, r := range v.Routes() {
-		if r.Kind == RouteHTTP && r.Https {
+		if r.Is(corpusv1.RouteHTTP) && r.Https {
 			out = append(out, r.Domain)
 		}
 	}
@@ -166,7 +166,7 @@ func (a *applier) setRouteTLS(c *corpusv1.SetRouteTls) error {
 		return fmt.Errorf("route %s: %w", c.Id, ErrNotFound)
 	}
 	r := proto.Clone(raw.(*corpusv1.Route)).(*corpusv1.Route)
-	if r.Kind != RouteHTTP {
+	if !r.Is(corpusv1.RouteHTTP) {
 		return fmt.Errorf("route %s is a %s route; only http routes serve HTTPS: %w", c.Id, r.Kind, ErrInvalid)
 	}
 	if (c.RedirectHttps || c.Hsts) && !c.Https {

@@ -11,6 +11,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"corpus/coordinator/fit"
 	corpusv1 "corpus/proto/corpus/v1"
 )
 
@@ -506,7 +507,7 @@ func (a *applier) placeGuest(c *corpusv1.PlaceGuest) error {
 			return err
 		}
 		v := a.view()
-		if why := PortConflict(n, v.UsedPorts(n), g.GetSpec().GetPorts()); why != "" {
+		if why := fit.PortConflict(n, v.UsedPorts(n), g.GetSpec().GetPorts()); why != "" {
 			return fmt.Errorf("placing guest %s on node %s: %s: %w", g.Name, n.Name, why, ErrPortTaken)
 		}
 		if err := a.assign(g, n, v); err != nil {

@@ -252,6 +252,23 @@ func TestApply(t *testing.T) {
 			wantErr: state.ErrNoRoom,
 		},
 		{
+			// Only what grows must fit: a node that holds more memory
+			// than it reports now (its capacity shrank) still takes an
+			// update that adds cpu alone.
+			name: "update a guest on a node short of memory, growing its cpu",
+			setup: append(withPlacedGuest(), func() *corpusv1.Command {
+				c := updateNodeCmd(nodeID, 128<<20)
+				c.GetUpdateNode().Drivers[0].Converge = true
+				return c
+			}()),
+			cmd: updateGuestCmd(guestName, func(sp *corpusv1.GuestSpec) { sp.Resources.CpuMillis = 500 }),
+			check: func(t *testing.T, v *state.Snap) {
+				if g := v.GuestByName(guestName); g.Spec.Resources.CpuMillis != 500 {
+					t.Errorf("GuestByName(%s).Spec = %v, want 500m", guestName, g.Spec)
+				}
+			},
+		},
+		{
 			name:    "update a guest's driver",
 			setup:   withGuest(),
 			cmd:     updateGuestCmd(guestName, func(sp *corpusv1.GuestSpec) { sp.Driver = "kubernetes" }),

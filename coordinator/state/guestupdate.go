@@ -6,6 +6,7 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
+	"corpus/coordinator/fit"
 	corpusv1 "corpus/proto/corpus/v1"
 )
 
@@ -73,7 +74,7 @@ func (a *applier) updatableOn(g *corpusv1.Guest, spec *corpusv1.GuestSpec) error
 	if err != nil {
 		return err
 	}
-	drv := DriverOn(n, spec.GetDriver())
+	drv := fit.DriverOn(n, spec.GetDriver())
 	if drv == nil || !drv.Converge {
 		return fmt.Errorf("guest %s runs on node %s, whose driver %s cannot change a guest in place; delete it and create it again with the new spec: %w",
 			g.Name, n.Name, spec.GetDriver(), ErrBadTransition)
@@ -84,13 +85,16 @@ func (a *applier) updatableOn(g *corpusv1.Guest, spec *corpusv1.GuestSpec) error
 	if !drv.OwnNetwork && !samePorts(g.GetSpec().GetPorts(), spec.GetPorts()) {
 		return fmt.Errorf("guest %s publishes ports on node %s's network; they change only by creating the guest again: %w", g.Name, n.Name, ErrBadTransition)
 	}
-	alloc := a.view().NodeAllocated(n.Id)
-	oldR, newR, capy := g.GetSpec().GetResources(), spec.GetResources(), n.GetCapacity()
-	if d := newR.GetMemoryBytes() - oldR.GetMemoryBytes(); d > 0 && alloc.GetMemoryBytes()+d > capy.GetMemoryBytes() {
-		return fmt.Errorf("guest %s: node %s is short of memory for %d more bytes: %w", g.Name, n.Name, d, ErrNoRoom)
+	// Its id range and ports it keeps: what it asks of the node is room
+	// for what its resources grow by, beside what the node holds.
+	oldR, newR := g.GetSpec().GetResources(), spec.GetResources()
+	grow := &corpusv1.Resources{
+		MemoryBytes: max(newR.GetMemoryBytes()-oldR.GetMemoryBytes(), 0),
+		CpuMillis:   max(newR.GetCpuMillis()-oldR.GetCpuMillis(), 0),
+		DiskBytes:   max(newR.GetDiskBytes()-oldR.GetDiskBytes(), 0),
 	}
-	if d := newR.GetCpuMillis() - oldR.GetCpuMillis(); d > 0 && alloc.GetCpuMillis()+d > capy.GetCpuMillis() {
-		return fmt.Errorf("guest %s: node %s is short of cpu for %dm more: %w", g.Name, n.Name, d, ErrNoRoom)
+	if why := fit.Short(n.GetCapacity(), a.view().NodeAllocated(n.Id), grow); why != "" {
+		return fmt.Errorf("guest %s: node %s is %s for the new spec: %w", g.Name, n.Name, why, ErrNoRoom)
 	}
 	return nil
 }

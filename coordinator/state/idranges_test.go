@@ -7,6 +7,7 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
+	"corpus/coordinator/fit"
 	"corpus/coordinator/state"
 	corpusv1 "corpus/proto/corpus/v1"
 )
@@ -72,10 +73,10 @@ func TestIDRangesOnPlacement(t *testing.T) {
 	}
 	v := r.store.Read()
 	n := v.Node(nodeID)
-	if why := state.Unfit(n, v.NodeAllocated(nodeID), v.UsedPorts(n), len(v.NodeIDRanges(nodeID)), v.Guest("g5").Spec, ""); why != "out of guest id ranges" {
+	if why := fit.Unfit(n, v.NodeAllocated(nodeID), v.UsedPorts(n), len(v.NodeIDRanges(nodeID)), v.Guest("g5").Spec, ""); why != "out of guest id ranges" {
 		t.Errorf("Unfit(d) = %q, want out of guest id ranges", why)
 	}
-	if why := state.Unfit(n, v.NodeAllocated(nodeID), v.UsedPorts(n), len(v.NodeIDRanges(nodeID)), v.Guest("g3").Spec, ""); why != "" {
+	if why := fit.Unfit(n, v.NodeAllocated(nodeID), v.UsedPorts(n), len(v.NodeIDRanges(nodeID)), v.Guest("g3").Spec, ""); why != "" {
 		t.Errorf("Unfit(a privileged guest) = %q, want it to fit (it takes no range)", why)
 	}
 

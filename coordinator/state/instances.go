@@ -278,7 +278,7 @@ func (v *Snap) envRoutes(nodeID string) []*corpusv1.Route {
 			}
 			targets := v.envTargets(e)
 			for _, r := range v.RoutesOfGuest(e.GuestId) {
-				if r.Kind != RouteHTTP {
+				if !r.Is(corpusv1.RouteHTTP) {
 					continue
 				}
 				r = proto.Clone(r).(*corpusv1.Route)

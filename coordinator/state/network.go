@@ -113,33 +113,13 @@ func (v *Snap) UsedPorts(node *corpusv1.Node) map[int32]string {
 			used[p.HostPort] = "guest " + g.Name + " (nat)"
 		}
 		for _, r := range v.RoutesOfGuest(g.Id) {
-			if r.Kind == RouteTCP {
+			if r.Is(corpusv1.RouteTCP) {
 				used[r.ListenPort] = "tcp route to guest " + g.Name
 			}
 		}
 	}
 	return used
 }
-
-// PortConflict returns why a guest's NAT ports cannot be published on a
-// node, or "" when they can.
-func PortConflict(node *corpusv1.Node, used map[int32]string, ports []*corpusv1.Port) string {
-	for _, p := range ports {
-		if min := node.GetMinHostPort(); min > 0 && p.HostPort < min {
-			return fmt.Sprintf("port %d is below the node's lowest publishable port %d", p.HostPort, min)
-		}
-		if owner, ok := used[p.HostPort]; ok {
-			return fmt.Sprintf("port %d is used by %s", p.HostPort, owner)
-		}
-	}
-	return ""
-}
-
-// Route kinds.
-const (
-	RouteHTTP = "http"
-	RouteTCP  = "tcp"
-)
 
 // Route returns the route with that id, or nil.
 func (v *Snap) Route(id string) *corpusv1.Route {

@@ -49,23 +49,23 @@ func TestRoutes(t *testing.T) {
 	t.Parallel()
 	r := newReplica(t)
 	r.must(withPlacedGuest()...)
-	route := func(id, kind, domain string, port int32, guest string) *corpusv1.Command {
+	route := func(id string, kind corpusv1.RouteKind, domain string, port int32, guest string) *corpusv1.Command {
 		return &corpusv1.Command{Cmd: &corpusv1.Command_CreateRoute{CreateRoute: &corpusv1.CreateRoute{Route: &corpusv1.Route{
-			Id: id, Kind: kind, Domain: domain, ListenPort: port, GuestId: guest, GuestPort: 80,
+			Id: id, Kind: string(kind), Domain: domain, ListenPort: port, GuestId: guest, GuestPort: 80,
 		}}}}
 	}
-	r.must(route("r1", state.RouteHTTP, "web.example.test", 0, guestID))
-	r.must(route("r2", state.RouteTCP, "", 5432, guestID))
+	r.must(route("r1", corpusv1.RouteHTTP, "web.example.test", 0, guestID))
+	r.must(route("r2", corpusv1.RouteTCP, "", 5432, guestID))
 	for _, tc := range []struct {
 		name string
 		cmd  *corpusv1.Command
 		want error
 	}{
-		{"domain taken", route("r3", state.RouteHTTP, "web.example.test", 0, guestID), state.ErrExists},
-		{"port taken", route("r3", state.RouteTCP, "", 5432, guestID), state.ErrPortTaken},
+		{"domain taken", route("r3", corpusv1.RouteHTTP, "web.example.test", 0, guestID), state.ErrExists},
+		{"port taken", route("r3", corpusv1.RouteTCP, "", 5432, guestID), state.ErrPortTaken},
 		{"bad kind", route("r3", "udp", "", 53, guestID), state.ErrInvalid},
-		{"unknown guest", route("r3", state.RouteHTTP, "x.test", 0, "nope"), state.ErrNotFound},
-		{"bad port", route("r3", state.RouteTCP, "", 70000, guestID), state.ErrInvalid},
+		{"unknown guest", route("r3", corpusv1.RouteHTTP, "x.test", 0, "nope"), state.ErrNotFound},
+		{"bad port", route("r3", corpusv1.RouteTCP, "", 70000, guestID), state.ErrInvalid},
 	} {
 		before := r.dump()
 		if err := r.apply(tc.cmd); !errors.Is(err, tc.want) {

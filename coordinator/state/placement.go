@@ -3,12 +3,11 @@ package state
 import (
 	"errors"
 	"fmt"
-	"slices"
 	"sort"
-	"strings"
 
 	"google.golang.org/protobuf/proto"
 
+	"corpus/coordinator/fit"
 	"corpus/coordinator/idrange"
 	corpusv1 "corpus/proto/corpus/v1"
 )
@@ -20,149 +19,6 @@ const (
 	ModeProd    = corpusv1.ModeProd
 	ModeDrain   = corpusv1.ModeDrain
 )
-
-// Label keys the scheduler knows: guests of one project spread across
-// zones, and constraints name these like any other label.
-const (
-	LabelRegion = "region"
-	LabelZone   = "zone"
-)
-
-// Unfit says why node n cannot take a guest with spec, or "" when it can.
-// env is the project environment the guest runs ("" outside projects):
-// only nodes in that mode take it. alloc is what the node already holds,
-// used the node ports in use there and ranges how many of its guest id
-// ranges are taken. The scheduler filters with it on a snapshot and
-// PlaceGuests checks each placement with it again as it applies, so both
-// decide alike. Reasons are short phrases that read after a count: "2
-// nodes short of memory".
-func Unfit(n *corpusv1.Node, alloc *corpusv1.Resources, used map[int32]string, ranges int, spec *corpusv1.GuestSpec, env string) string {
-	drv, why := KindUnfit(n, spec, env)
-	if why != "" {
-		return why
-	}
-	return RoomUnfit(n, drv, alloc, used, ranges, spec)
-}
-
-// KindUnfit is the half of Unfit that depends on the node and the kind
-// of guest, not on what the node holds: its status, mode and labels, and
-// its driver for the guest (returned when it fits), whose image,
-// packages and volumes it must offer.
-func KindUnfit(n *corpusv1.Node, spec *corpusv1.GuestSpec, env string) (*corpusv1.DriverInfo, string) {
-	switch {
-	case n.Status != NodeReady:
-		return nil, "not ready (" + n.Status + ")"
-	case n.Mode == ModeDrain:
-		return nil, "draining"
-	case n.Ineligible:
-		return nil, "ineligible"
-	case env != "" && n.Mode != env:
-		return nil, "in mode " + n.Mode + ", not " + env
-	}
-	if why := missingLabel(n.Labels, spec.GetConstraints()); why != "" {
-		return nil, why
-	}
-	drv := DriverOn(n, spec.GetDriver())
-	switch {
-	case drv == nil:
-		return nil, "without driver " + spec.GetDriver()
-	case !drv.Healthy:
-		return nil, "with driver " + spec.GetDriver() + " unhealthy"
-	case len(drv.Images) > 0 && !slices.Contains(drv.Images, spec.GetImage()):
-		return nil, "without image " + spec.GetImage()
-	case len(spec.GetPackages()) > 0 && !slices.Contains(drv.PackageImages, spec.GetImage()):
-		return nil, "without packages for image " + spec.GetImage()
-	case spec.GetVolume() != nil && drv.NoVolumes:
-		return nil, "with driver " + spec.GetDriver() + " unable to give guests volumes"
-	}
-	return drv, ""
-}
-
-// KindKey names a kind of guest as KindUnfit sees it: two guests with
-// one key fit the same nodes (what KindUnfit reads, and nothing else;
-// change both together).
-func KindKey(spec *corpusv1.GuestSpec, env string) string {
-	var b strings.Builder
-	fmt.Fprintf(&b, "%q %q %q %t %t", env, spec.GetDriver(), spec.GetImage(), len(spec.GetPackages()) > 0, spec.GetVolume() != nil)
-	keys := make([]string, 0, len(spec.GetConstraints()))
-	for k := range spec.GetConstraints() {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	for _, k := range keys {
-		fmt.Fprintf(&b, " %q=%q", k, spec.GetConstraints()[k])
-	}
-	return b.String()
-}
-
-// DriverOn returns node n's driver of that name, or nil.
-func DriverOn(n *corpusv1.Node, name string) *corpusv1.DriverInfo {
-	for _, d := range n.GetDrivers() {
-		if d.Name == name {
-			return d
-		}
-	}
-	return nil
-}
-
-// RoomUnfit is the other half of Unfit, for a node whose driver drv
-// takes the kind of guest: room for its resources, its node ports and
-// its id range beside what the node holds.
-func RoomUnfit(n *corpusv1.Node, drv *corpusv1.DriverInfo, alloc *corpusv1.Resources, used map[int32]string, ranges int, spec *corpusv1.GuestSpec) string {
-	need, capy := spec.GetResources(), n.GetCapacity()
-	switch {
-	case need.GetMemoryBytes() > capy.GetMemoryBytes()-alloc.GetMemoryBytes():
-		return "short of memory"
-	case need.GetCpuMillis() > capy.GetCpuMillis()-alloc.GetCpuMillis():
-		return "short of cpu"
-	case need.GetDiskBytes() > capy.GetDiskBytes()-alloc.GetDiskBytes():
-		return "short of disk"
-	}
-	if c := idrange.Capacity(drv, spec); c > 0 && ranges >= int(c) {
-		return "out of guest id ranges"
-	}
-	if ports := spec.GetPorts(); len(ports) > 0 && !drv.OwnNetwork {
-		if why := PortConflict(n, used, ports); why != "" {
-			return "where " + why
-		}
-	}
-	return ""
-}
-
-// missingLabel names the first constraint (by label name) the labels do
-// not meet, or "".
-func missingLabel(labels, constraints map[string]string) string {
-	if len(constraints) == 0 {
-		return ""
-	}
-	keys := make([]string, 0, len(constraints))
-	for k := range constraints {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	for _, k := range keys {
-		if labels[k] != constraints[k] {
-			return "without label " + k + "=" + constraints[k]
-		}
-	}
-	return ""
-}
-
-// Allocated sums the resources of guests. Applied to the guests a node
-// holds it counts those being deleted too: they hold their place until
-// their agent confirms they are gone.
-func Allocated(guests ...[]*corpusv1.Guest) *corpusv1.Resources {
-	sum := &corpusv1.Resources{}
-	for _, gs := range guests {
-		for _, g := range gs {
-			r := g.GetSpec().GetResources()
-			sum.MemoryBytes += r.GetMemoryBytes()
-			sum.CpuMillis += r.GetCpuMillis()
-			sum.DiskBytes += r.GetDiskBytes()
-		}
-	}
-	return sum
-}
 
 // GuestsLeaving returns the guests migrating away from a node whose old
 // copy still runs there, sorted by name.
@@ -190,7 +46,7 @@ func (v *Snap) NodeAllocated(nodeID string) *corpusv1.Resources {
 func (v *Snap) NodeHolds(nodeID string) (alloc *corpusv1.Resources, idRanges int) {
 	// Sums need no order: the indexes as they come.
 	on, leaving := all[*corpusv1.Guest](v, tableGuests, "node", nodeID), all[*corpusv1.Guest](v, tableGuests, "prev", nodeID)
-	return Allocated(on, leaving), idrange.Taken(on, leaving)
+	return fit.Allocated(on, leaving), idrange.Taken(on, leaving)
 }
 
 // ProjectRef names the project environment a guest runs.
@@ -322,7 +178,7 @@ func (a *applier) placeChecked(p *corpusv1.PlaceGuest, b *placeBatch) error {
 		b.ports[n.Id] = used
 	}
 	_, ranges := v.NodeHolds(n.Id)
-	if why := Unfit(n, alloc, used, ranges, g.Spec, b.projects[g.Id].Env); why != "" {
+	if why := fit.Unfit(n, alloc, used, ranges, g.Spec, b.projects[g.Id].Env); why != "" {
 		return fmt.Errorf("placing guest %s on node %s, %s: %w", g.Name, n.Name, why, ErrStale)
 	}
 	switch {
@@ -345,10 +201,7 @@ func (a *applier) placeChecked(p *corpusv1.PlaceGuest, b *placeBatch) error {
 	g.Observed = nil
 	g.ModifyIndex = a.index
 	a.put(tableGuests, g)
-	r := g.GetSpec().GetResources()
-	alloc.MemoryBytes += r.GetMemoryBytes()
-	alloc.CpuMillis += r.GetCpuMillis()
-	alloc.DiskBytes += r.GetDiskBytes()
+	fit.Add(alloc, g.GetSpec().GetResources())
 	for _, port := range g.GetSpec().GetPorts() {
 		used[port.HostPort] = "guest " + g.Name + " (nat)"
 	}
@@ -360,7 +213,7 @@ func (a *applier) placeChecked(p *corpusv1.PlaceGuest, b *placeBatch) error {
 // one there), and its volume there when it has one that is on no node
 // yet.
 func (a *applier) assign(g *corpusv1.Guest, n *corpusv1.Node, v *Snap) error {
-	drv := DriverOn(n, g.GetSpec().GetDriver())
+	drv := fit.DriverOn(n, g.GetSpec().GetDriver())
 	addr := ""
 	if !drv.GetOwnNetwork() {
 		a, err := nextGuestAddress(n.GuestSubnet, v.addressesOn(n.Id))
@@ -405,7 +258,7 @@ func (a *applier) giveIDRanges(n *corpusv1.Node) {
 		if g.IdRange != 0 || g.DesiredState == DesiredDeleted || g.PreviousNodeId != "" {
 			continue
 		}
-		r, err := nextIDRange(g, n, DriverOn(n, g.GetSpec().GetDriver()), v)
+		r, err := nextIDRange(g, n, fit.DriverOn(n, g.GetSpec().GetDriver()), v)
 		if err != nil || r == 0 {
 			continue // none free: it keeps the shared one
 		}

@@ -504,7 +504,7 @@ func (a *applier) setManifestDomains(c *corpusv1.SetManifestDomains) error {
 		}
 	}
 	for _, r := range c.Routes {
-		if r.GuestId != env.GuestId || r.Kind != RouteHTTP || !slices.Contains(c.Domains, r.Domain) {
+		if r.GuestId != env.GuestId || !r.Is(corpusv1.RouteHTTP) || !slices.Contains(c.Domains, r.Domain) {
 			return fmt.Errorf("route %s is not one of the environment's domains: %w", r.Domain, ErrInvalid)
 		}
 		if err := a.createRoute(&corpusv1.CreateRoute{Route: r}); err != nil {

@@ -26,7 +26,7 @@ func projectCmd(env, guestID, domain string) *corpusv1.Command {
 		ProjectId: "p1", Name: "hello",
 		Env:    &corpusv1.ProjectEnv{Name: env, Domains: []string{domain}, HttpPort: 80, Branch: "main"},
 		Guest:  g,
-		Routes: []*corpusv1.Route{{Id: "r-" + env, Kind: state.RouteHTTP, Domain: domain, GuestId: guestID, GuestPort: 80}},
+		Routes: []*corpusv1.Route{{Id: "r-" + env, Kind: string(corpusv1.RouteHTTP), Domain: domain, GuestId: guestID, GuestPort: 80}},
 	}}}
 }
 
@@ -87,7 +87,7 @@ func TestProjectCreateIsAtomic(t *testing.T) {
 	r.must(cluster()...)
 	r.must(guestCmd("other", "other"))
 	r.must(&corpusv1.Command{Cmd: &corpusv1.Command_CreateRoute{CreateRoute: &corpusv1.CreateRoute{Route: &corpusv1.Route{
-		Id: "taken", Kind: state.RouteHTTP, Domain: "hello.example.test", GuestId: "other", GuestPort: 80,
+		Id: "taken", Kind: string(corpusv1.RouteHTTP), Domain: "hello.example.test", GuestId: "other", GuestPort: 80,
 	}}}})
 	before := r.dump()
 	if err := r.apply(projectCmd("dev", "g-dev", "hello.example.test")); !errors.Is(err, state.ErrExists) {
@@ -197,7 +197,7 @@ func TestManifestDomains(t *testing.T) {
 		var routes []*corpusv1.Route
 		for _, d := range domains {
 			if rt := r.store.Read().RouteByDomain(d); rt == nil {
-				routes = append(routes, &corpusv1.Route{Id: "m-" + d, Kind: state.RouteHTTP, Domain: d, GuestId: "g-dev", GuestPort: 80})
+				routes = append(routes, &corpusv1.Route{Id: "m-" + d, Kind: string(corpusv1.RouteHTTP), Domain: d, GuestId: "g-dev", GuestPort: 80})
 			}
 		}
 		return r.apply(&corpusv1.Command{Cmd: &corpusv1.Command_SetManifestDomains{SetManifestDomains: &corpusv1.SetManifestDomains{
@@ -224,10 +224,10 @@ func TestManifestDomains(t *testing.T) {
 	// A domain routed elsewhere fails the whole change.
 	r.must(guestCmd("other", "other"))
 	r.must(&corpusv1.Command{Cmd: &corpusv1.Command_CreateRoute{CreateRoute: &corpusv1.CreateRoute{Route: &corpusv1.Route{
-		Id: "taken", Kind: state.RouteHTTP, Domain: "taken.example.test", GuestId: "other", GuestPort: 80,
+		Id: "taken", Kind: string(corpusv1.RouteHTTP), Domain: "taken.example.test", GuestId: "other", GuestPort: 80,
 	}}}})
 	before := r.dump()
-	routes := []*corpusv1.Route{{Id: "x", Kind: state.RouteHTTP, Domain: "taken.example.test", GuestId: "g-dev", GuestPort: 80}}
+	routes := []*corpusv1.Route{{Id: "x", Kind: string(corpusv1.RouteHTTP), Domain: "taken.example.test", GuestId: "g-dev", GuestPort: 80}}
 	err := r.apply(&corpusv1.Command{Cmd: &corpusv1.Command_SetManifestDomains{SetManifestDomains: &corpusv1.SetManifestDomains{
 		Project: "hello", Env: "dev", NodeId: nodeID, Domains: []string{"taken.example.test"}, Routes: routes,
 	}}})

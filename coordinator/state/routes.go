@@ -5,6 +5,7 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
+	"corpus/coordinator/fit"
 	corpusv1 "corpus/proto/corpus/v1"
 )
 
@@ -23,7 +24,7 @@ func (a *applier) createRoute(c *corpusv1.CreateRoute) error {
 	if err != nil {
 		return err
 	}
-	if err := a.checkRouteTarget(r.Kind, r.Domain, r.ListenPort, r.Id, g); err != nil {
+	if err := a.checkRouteTarget(corpusv1.RouteKind(r.Kind), r.Domain, r.ListenPort, r.Id, g); err != nil {
 		return err
 	}
 	r = proto.Clone(r).(*corpusv1.Route)
@@ -35,19 +36,19 @@ func (a *applier) createRoute(c *corpusv1.CreateRoute) error {
 }
 
 // checkRouteTarget checks that a route of this kind may point at g.
-func (a *applier) checkRouteTarget(kind, domain string, port int32, routeID string, g *corpusv1.Guest) error {
+func (a *applier) checkRouteTarget(kind corpusv1.RouteKind, domain string, port int32, routeID string, g *corpusv1.Guest) error {
 	if g.DesiredState == DesiredDeleted {
 		return fmt.Errorf("guest %s is being deleted: %w", g.Name, ErrBadTransition)
 	}
 	switch kind {
-	case RouteHTTP:
+	case corpusv1.RouteHTTP:
 		if domain == "" {
 			return fmt.Errorf("http route without a domain: %w", ErrInvalid)
 		}
 		if raw := a.get(tableRoutes, "domain", domain); raw != nil && raw.(*corpusv1.Route).Id != routeID {
 			return fmt.Errorf("domain %s is already routed to guest %s: %w", domain, raw.(*corpusv1.Route).GuestName, ErrExists)
 		}
-	case RouteTCP:
+	case corpusv1.RouteTCP:
 		if port <= 0 || port > 65535 {
 			return fmt.Errorf("tcp route port %d: %w", port, ErrInvalid)
 		}
@@ -64,7 +65,7 @@ func (a *applier) checkRouteTarget(kind, domain string, port int32, routeID stri
 				delete(used, r.ListenPort)
 			}
 		}
-		if why := PortConflict(n, used, []*corpusv1.Port{{HostPort: port}}); why != "" {
+		if why := fit.PortConflict(n, used, []*corpusv1.Port{{HostPort: port}}); why != "" {
 			return fmt.Errorf("node %s: %s: %w", n.Name, why, ErrPortTaken)
 		}
 	default:
@@ -96,7 +97,7 @@ func (a *applier) moveRoute(c *corpusv1.MoveRoute) error {
 	if err != nil {
 		return err
 	}
-	if err := a.checkRouteTarget(r.Kind, r.Domain, r.ListenPort, r.Id, g); err != nil {
+	if err := a.checkRouteTarget(corpusv1.RouteKind(r.Kind), r.Domain, r.ListenPort, r.Id, g); err != nil {
 		return err
 	}
 	r.GuestId, r.GuestName = g.Id, g.Name

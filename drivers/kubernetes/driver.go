@@ -156,7 +156,7 @@ func (d *Driver) Namespace() string { return d.ns }
 // Capabilities: exec through the API server, resources change online (a
 // rollout), no host network or host volumes, Create converges.
 func (*Driver) Capabilities() drivers.Capabilities {
-	return drivers.Capabilities{Exec: true, ExecStreams: true, ExecTTYStream: true, ResizeOnline: true, Converge: true}
+	return drivers.Capabilities{Exec: true, ExecStreams: true, ExecTTYStream: true, Volumes: drivers.KeptVolumes, Converge: true}
 }
 
 // Fingerprint reports the driver healthy when the API server answers and

@@ -778,3 +778,14 @@ func TestConfigValidate(t *testing.T) {
 		}
 	}
 }
+
+// TestVolumeMode: the driver keeps its guests' volumes itself (claims),
+// says so in its capabilities, and is a VolumeKeeper, which the agent
+// calls for them.
+func TestVolumeMode(t *testing.T) {
+	var d drivers.Driver = &Driver{}
+	_, keeper := d.(drivers.VolumeKeeper)
+	if got := d.Capabilities().Volumes; got != drivers.KeptVolumes || !keeper {
+		t.Errorf("Capabilities().Volumes = %q, VolumeKeeper %t; want %q, true", got, keeper, drivers.KeptVolumes)
+	}
+}

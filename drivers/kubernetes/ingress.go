@@ -18,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	"corpus/drivers"
+	corpusv1 "corpus/proto/corpus/v1"
 )
 
 // NoIngress as Config.IngressClass makes the driver publish no Ingress:
@@ -98,7 +99,7 @@ func (d *Driver) PublishRoutes(ctx context.Context, routes []drivers.Route) (map
 	want := map[string]*networkingv1.Ingress{}
 	if class != "" {
 		for _, r := range routes {
-			if r.Kind != "http" {
+			if r.Kind != corpusv1.RouteHTTP {
 				continue
 			}
 			name := ingressName(r.ID)

@@ -12,6 +12,7 @@ import (
 
 	"corpus/drivers"
 	"corpus/internal/k8stest"
+	corpusv1 "corpus/proto/corpus/v1"
 )
 
 // TestIngress publishes routes against a real API server. It has a
@@ -25,8 +26,8 @@ func TestIngress(t *testing.T) {
 	s.Ports = []drivers.Port{{GuestPort: 80, HostPort: 8080, Protocol: "tcp"}, {GuestPort: 5432, Protocol: "tcp"}}
 	e.create(s)
 	routes := []drivers.Route{
-		{ID: "00000000000000a1", Kind: "http", Domain: "web.example.org", GuestID: s.ID, Guest: "web", GuestPort: 80},
-		{ID: "00000000000000a2", Kind: "tcp", ListenPort: 15432, GuestID: s.ID, Guest: "web", GuestPort: 5432},
+		{ID: "00000000000000a1", Kind: corpusv1.RouteHTTP, Domain: "web.example.org", GuestID: s.ID, Guest: "web", GuestPort: 80},
+		{ID: "00000000000000a2", Kind: corpusv1.RouteTCP, ListenPort: 15432, GuestID: s.ID, Guest: "web", GuestPort: 5432},
 	}
 	ings := e.client.NetworkingV1().Ingresses(e.d.Namespace())
 	ingress := func(name string) *networkingv1.Ingress {

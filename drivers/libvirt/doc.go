@@ -41,7 +41,7 @@
 //	  │                 │     Stop       │  └──┘
 //	  └──── Destroy ────┴────────────────┘
 //
-// Volumes are virtio disks (Capabilities.BlockVolumes). The agent keeps
+// Volumes are virtio disks (Capabilities.Volumes BlockVolumes). The agent keeps
 // each volume as an ext4 image on a loop device in its own state folder
 // (root only); the driver makes a block device node of that loop
 // device's numbers in the guest's folder (guests/web/volumes/SERIAL),
@@ -54,5 +54,5 @@
 // /dev/disk/by-id/virtio-SERIAL at PATH and grow its file system to the
 // disk. GrowVolume grows a volume while the VM runs: a block resize,
 // then resize2fs inside the guest through the guest agent. Host folders
-// (drivers.GuestSpec.Mounts) are refused: HostVolumes is false.
+// (drivers.GuestSpec.Mounts) are refused: its volume mode is BlockVolumes.
 package libvirt

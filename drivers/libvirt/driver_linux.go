@@ -124,11 +124,10 @@ func (d *Driver) Name() string { return Name }
 // virtio disks (BlockVolumes), which grow while the VM runs.
 func (d *Driver) Capabilities() drivers.Capabilities {
 	return drivers.Capabilities{
-		Exec:         true,
-		Images:       imageNames(),
-		HostNetwork:  true,
-		HostVolumes:  false,
-		BlockVolumes: true,
+		Exec:        true,
+		Images:      imageNames(),
+		HostNetwork: true,
+		Volumes:     drivers.BlockVolumes,
 	}
 }
 

@@ -241,8 +241,8 @@ func TestCreateRefusesWhatVMsCannotDo(t *testing.T) {
 			}
 		})
 	}
-	if c := d.Capabilities(); c.HostVolumes || !c.BlockVolumes || !c.HostNetwork {
-		t.Errorf("Capabilities() = %+v, want HostVolumes false, BlockVolumes and HostNetwork true", c)
+	if c := d.Capabilities(); c.Volumes != drivers.BlockVolumes || !c.HostNetwork {
+		t.Errorf("Capabilities() = %+v, want block volumes and HostNetwork", c)
 	}
 }
 

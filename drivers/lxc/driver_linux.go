@@ -133,7 +133,7 @@ func (d *Driver) Capabilities() drivers.Capabilities {
 		Images:        imageNames(),
 		PackageImages: packageImages(),
 		HostNetwork:   true,
-		HostVolumes:   true,
+		Volumes:       drivers.HostVolumes,
 		IDRanges:      d.idRanges(),
 	}
 }

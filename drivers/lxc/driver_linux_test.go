@@ -629,7 +629,7 @@ func TestFingerprint(t *testing.T) {
 	if v := fp.Attributes["cgroup.version"]; v != "1" && v != "2" {
 		t.Errorf("Fingerprint cgroup.version = %q, want 1 or 2", v)
 	}
-	if got := d.Capabilities(); !got.Exec || !slices.Equal(got.Images, []string{"busybox", "debian/bookworm"}) {
+	if got := d.Capabilities(); !got.Exec || !slices.Equal(got.Images, []string{"busybox", "debian/bookworm"}) || got.Volumes != drivers.HostVolumes {
 		t.Errorf("Capabilities = %+v", got)
 	}
 

@@ -12,7 +12,6 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"strings"
 	"time"
@@ -21,6 +20,7 @@ import (
 
 	"corpus/drivers"
 	"corpus/internal/atomicfile"
+	"corpus/internal/names"
 )
 
 // metadataFile marks a container as a corpus guest and records its identity.
@@ -49,11 +49,9 @@ type metadata struct {
 	Base string `json:"base,omitempty"`
 }
 
-// nameRE matches DNS labels, the only guest names accepted; it also keeps
-// names from escaping the lxcpath.
-var nameRE = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)
-
-func validName(name string) bool { return nameRE.MatchString(name) }
+// validName accepts DNS labels (names.ValidLabel), the only guest names
+// accepted; it also keeps names from escaping the lxcpath.
+func validName(name string) bool { return names.ValidLabel(name) }
 
 // validateSpec checks what Create needs before it touches the host.
 func validateSpec(spec drivers.GuestSpec) (imageSpec, error) {

@@ -7,7 +7,6 @@ package names
 import (
 	"errors"
 	"fmt"
-	"strings"
 	"unicode"
 )
 
@@ -61,31 +60,6 @@ func describeRune(r rune) string {
 		return fmt.Sprintf("%q", r)
 	}
 	return fmt.Sprintf("%q (%U)", r, r)
-}
-
-// ValidateDomain returns nil when d is a lowercase DNS host name of at
-// least two labels, each an RFC 1123 label (digits may lead), 253
-// characters at most. Wildcards are not accepted.
-func ValidateDomain(d string) error {
-	if d == "" {
-		return fmt.Errorf("%w: domain is empty", ErrInvalid)
-	}
-	if len(d) > 253 {
-		return fmt.Errorf("%w: domain %q is longer than 253 characters", ErrInvalid, d)
-	}
-	labels := strings.Split(d, ".")
-	if len(labels) < 2 {
-		return fmt.Errorf("%w: domain %q needs at least two labels (like web.example.com)", ErrInvalid, d)
-	}
-	for _, l := range labels {
-		if l == "" || len(l) > MaxLen || l[0] == '-' || l[len(l)-1] == '-' {
-			return fmt.Errorf("%w: domain %q has an invalid label %q", ErrInvalid, d, l)
-		}
-		if _, r, bad := firstOutside([]rune(l), labelRune); bad {
-			return fmt.Errorf("%w: domain %q has %s; use lowercase letters, digits, '-' and '.'", ErrInvalid, d, describeRune(r))
-		}
-	}
-	return nil
 }
 
 // EnvVar reports whether k is a portable environment variable name:

@@ -58,19 +58,6 @@ func FuzzValidate(f *testing.F) {
 	})
 }
 
-func TestValidateDomain(t *testing.T) {
-	t.Parallel()
-	for d, ok := range map[string]bool{
-		"web.example.test": true, "a.b": true, "1x.example.com": true, "x-y.z": true,
-		"": false, "web": false, "Web.example.test": false, "*.example.test": false, "a..b": false,
-		"-a.b": false, "a-.b": false, "a_b.c": false, strings.Repeat("a.", 127) + "bb": false,
-	} {
-		if err := ValidateDomain(d); (err == nil) != ok {
-			t.Errorf("ValidateDomain(%q) = %v, want ok=%v", d, err, ok)
-		}
-	}
-}
-
 func TestDebianPackage(t *testing.T) {
 	t.Parallel()
 	for s, ok := range map[string]bool{

@@ -19,6 +19,8 @@ import (
 
 	"connectrpc.com/connect"
 	"golang.org/x/net/netutil"
+
+	corpusv1 "corpus/proto/corpus/v1"
 )
 
 // HTTPClient returns a client for corpus APIs over TLS configured by tc
@@ -194,9 +196,11 @@ func (b bearer) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.
 	return next
 }
 
-// The phrases of the coordinator's two retryable Unavailable answers: the
-// API's errors are built from them, and RetryWithoutLeader knows them by
-// them (a connect error carries no Go error chain across the wire).
+// The phrases of the coordinator's two retryable Unavailable answers.
+// A coordinator marks those answers with a corpusv1.Retry detail
+// (Unavailable); the phrases stay in their messages because a client
+// must still understand a coordinator older than those details, which
+// says why in words only (see retryOf).
 const (
 	NotLeaderPhrase = "not the raft leader"
 	BusyPhrase      = "coordinators are busy"
@@ -205,6 +209,45 @@ const (
 	// and not yet applied by the replica that answered.
 	MaybeDonePhrase = "the write may have taken effect"
 )
+
+// ErrMaybeDone is what a coordinator wraps in an error whose write may
+// have taken effect all the same; Unavailable says so in the answer's
+// Retry detail.
+var ErrMaybeDone = errors.New(MaybeDonePhrase)
+
+// Unavailable is the answer for err, a write or read refused for a
+// reason that passes (corpusv1.RetryNotLeader, corpusv1.RetryBusy): code
+// Unavailable with a corpusv1.Retry detail that RetryWithoutLeader reads.
+func Unavailable(err error, reason string) *connect.Error {
+	ce := connect.NewError(connect.CodeUnavailable, err)
+	if d, derr := connect.NewErrorDetail(&corpusv1.Retry{Reason: reason, MaybeDone: errors.Is(err, ErrMaybeDone)}); derr == nil {
+		ce.AddDetail(d)
+	}
+	return ce
+}
+
+// retryOf says whether err asks to be retried, and whether the write it
+// answers may have taken effect. It reads the answer's Retry detail; an
+// Unavailable answer without one, from a coordinator older than those
+// details, is known by its phrases.
+func retryOf(err error) (retry, maybeDone bool) {
+	var ce *connect.Error
+	if connect.CodeOf(err) != connect.CodeUnavailable || !errors.As(err, &ce) {
+		return false, false
+	}
+	for _, d := range ce.Details() {
+		if v, derr := d.Value(); derr == nil {
+			if r, ok := v.(*corpusv1.Retry); ok {
+				return true, r.MaybeDone
+			}
+		}
+	}
+	msg := ce.Message()
+	if !strings.Contains(msg, NotLeaderPhrase) && !strings.Contains(msg, BusyPhrase) {
+		return false, false
+	}
+	return true, strings.Contains(msg, MaybeDonePhrase)
+}
 
 // RetryWithoutLeader retries unary calls a coordinator refused for want
 // of a Raft leader (an election in progress), or because they were
@@ -228,12 +271,11 @@ func RetryWithoutLeader(max time.Duration) connect.UnaryInterceptorFunc {
 						ce.Meta().Set(GoneHeader, "1")
 					}
 				}
-				if err == nil || connect.CodeOf(err) != connect.CodeUnavailable ||
-					!strings.Contains(err.Error(), NotLeaderPhrase) && !strings.Contains(err.Error(), BusyPhrase) ||
-					time.Now().Add(wait).After(deadline) {
+				retry, done := retryOf(err)
+				if !retry || time.Now().Add(wait).After(deadline) {
 					return res, err
 				}
-				maybeDone = maybeDone || strings.Contains(err.Error(), MaybeDonePhrase)
+				maybeDone = maybeDone || done
 				select {
 				case <-ctx.Done():
 					return res, err

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -21,14 +22,18 @@ func TestRetryWithoutLeader(t *testing.T) {
 	noLeader := connect.NewError(connect.CodeUnavailable, errors.New("this coordinator is not the raft leader (no leader is elected yet)"))
 	busy := connect.NewError(connect.CodeUnavailable, errors.New("the coordinators are busy: the leader's write queue stayed full, the write was not taken (retry shortly)"))
 	other := connect.NewError(connect.CodeUnavailable, errors.New("connection refused"))
+	// What a coordinator answers: a Retry detail, whatever the words.
+	typed := Unavailable(errors.New("no leader"), corpusv1.RetryNotLeader)
 	for _, tc := range []struct {
 		name  string
 		errs  []error
 		calls int
 		ok    bool
 	}{
-		{"election then success", []error{noLeader, noLeader, nil}, 3, true},
-		{"a busy leader then success", []error{busy, nil}, 2, true},
+		{"election then success", []error{typed, typed, nil}, 3, true},
+		// A coordinator older than Retry details says why in words only.
+		{"election, said in words, then success", []error{noLeader, noLeader, nil}, 3, true},
+		{"a busy leader, said in words, then success", []error{busy, nil}, 2, true},
 		{"other unavailability is not retried", []error{other, nil}, 1, false},
 		{"business errors are not retried", []error{connect.NewError(connect.CodeAlreadyExists, errors.New("x")), nil}, 1, false},
 	} {
@@ -86,8 +91,12 @@ func (d *deleter) DeleteRecord(context.Context, *connect.Request[corpusv1.Delete
 // may have taken effect, and then not found, is Gone; not found after
 // a try that surely did nothing (no leader yet) is not, nor at once.
 func TestGone(t *testing.T) {
+	// An older coordinator's answers, in words only.
 	maybe := connect.NewError(connect.CodeUnavailable, errors.New("this coordinator is "+NotLeaderPhrase+" (leadership was lost while the write was being committed: "+MaybeDonePhrase+")"))
 	noLeader := connect.NewError(connect.CodeUnavailable, errors.New("this coordinator is "+NotLeaderPhrase+" (no leader is elected yet)"))
+	// Today's, which the detail alone marks.
+	typedMaybe := Unavailable(fmt.Errorf("leadership lost: %w", ErrMaybeDone), corpusv1.RetryNotLeader)
+	typedBusy := Unavailable(errors.New("queue full"), corpusv1.RetryBusy)
 	for _, tc := range []struct {
 		name string
 		errs []error
@@ -96,6 +105,9 @@ func TestGone(t *testing.T) {
 		{"cut short, then not found", []error{maybe}, true},
 		{"cut short, no leader, then not found", []error{maybe, noLeader}, true},
 		{"no leader, then not found", []error{noLeader}, false},
+		{"cut short (detail), then not found", []error{typedMaybe}, true},
+		{"cut short (detail), busy (detail), then not found", []error{typedMaybe, typedBusy}, true},
+		{"busy (detail), then not found", []error{typedBusy}, false},
 		{"not found at once", nil, false},
 	} {
 		mux := http.NewServeMux()

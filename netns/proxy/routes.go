@@ -9,6 +9,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"corpus/internal/names"
 )
 
 // Routes is the whole routing table of a proxy. It is plain data: the agent
@@ -99,44 +101,12 @@ func (r Routes) clone() Routes {
 	return out
 }
 
-// validHost checks an RFC 1123 host name in the canonical form the proxy
-// matches against: lowercase, no trailing dot, no port, no wildcard.
+// validHost checks a host name in the canonical form the proxy matches
+// against (names.ValidateHost): lowercase, no trailing dot, no port, no
+// wildcard; one label or more.
 func validHost(h string) error {
-	switch {
-	case h == "":
-		return fmt.Errorf("%w: empty", ErrInvalidHost)
-	case len(h) > 253:
-		return fmt.Errorf("%w: longer than 253 characters", ErrInvalidHost)
-	case strings.Contains(h, "*"):
-		return fmt.Errorf("%w: wildcards are not supported", ErrInvalidHost)
-	case strings.HasSuffix(h, "."):
-		return fmt.Errorf("%w: trailing dot", ErrInvalidHost)
-	case strings.ToLower(h) != h:
-		return fmt.Errorf("%w: must be lowercase", ErrInvalidHost)
-	}
-	for label := range strings.SplitSeq(h, ".") {
-		if err := validLabel(label); err != nil {
-			return fmt.Errorf("%w: %w", ErrInvalidHost, err)
-		}
-	}
-	return nil
-}
-
-func validLabel(l string) error {
-	if l == "" {
-		return errors.New("empty label")
-	}
-	if len(l) > 63 {
-		return fmt.Errorf("label %.10q... longer than 63 characters", l)
-	}
-	if l[0] == '-' || l[len(l)-1] == '-' {
-		return fmt.Errorf("label %q starts or ends with a hyphen", l)
-	}
-	for i := 0; i < len(l); i++ {
-		c := l[i]
-		if (c < 'a' || c > 'z') && (c < '0' || c > '9') && c != '-' {
-			return fmt.Errorf("label %q has character %q (allowed: a-z, 0-9, -)", l, c)
-		}
+	if err := names.ValidateHost(h); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidHost, err)
 	}
 	return nil
 }
@@ -164,8 +134,8 @@ func validTarget(t string) error {
 }
 
 // matchHost turns a Host header (or TLS server name) into the key routes are
-// stored under: the port dropped, lowercase, no trailing dot. It never fails;
-// a malformed host simply matches no route.
+// stored under: the port dropped, then normalised (names.NormalizeDomain).
+// It never fails; a malformed host simply matches no route.
 func matchHost(h string) string {
 	if i := strings.LastIndexByte(h, ':'); i >= 0 {
 		if strings.HasPrefix(h, "[") {
@@ -178,6 +148,5 @@ func matchHost(h string) string {
 			h = h[:i]
 		}
 	}
-	h = strings.TrimSuffix(h, ".")
-	return strings.ToLower(h)
+	return names.NormalizeDomain(h)
 }

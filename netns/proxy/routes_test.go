@@ -33,7 +33,7 @@ func TestRoutesValidate(t *testing.T) {
 		{name: "empty host", routes: Routes{HTTP: map[string]HTTPRoute{"": {Targets: ok}}},
 			want: []error{ErrInvalidHost}, msg: "empty"},
 		{name: "host with port", routes: Routes{HTTP: map[string]HTTPRoute{"app.test:80": {Targets: ok}}},
-			want: []error{ErrInvalidHost}, msg: `character ':'`},
+			want: []error{ErrInvalidHost}, msg: `has ':'`},
 		{name: "trailing dot", routes: Routes{HTTP: map[string]HTTPRoute{"app.test.": {Targets: ok}}},
 			want: []error{ErrInvalidHost}, msg: "trailing dot"},
 		{name: "empty label", routes: Routes{HTTP: map[string]HTTPRoute{"app..test": {Targets: ok}}},

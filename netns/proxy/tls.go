@@ -5,6 +5,8 @@ import (
 	"crypto/x509"
 	"fmt"
 	"strings"
+
+	"corpus/internal/names"
 )
 
 // certSet picks a certificate by the client's SNI name.
@@ -36,7 +38,7 @@ func loadCerts(files []CertFiles) (*certSet, error) {
 			s.first = c
 		}
 		for _, name := range cert.Leaf.DNSNames {
-			name = strings.ToLower(name)
+			name = names.NormalizeDomain(name)
 			if _, dup := s.byName[name]; !dup {
 				s.byName[name] = c
 			}

@@ -56,12 +56,12 @@ func newGuestExposeCmd(g *Globals) *cobra.Command {
 				if err != nil {
 					return fmt.Errorf("--tcp: %w", err)
 				}
-				req.Kind, req.ListenPort, req.GuestPort = "tcp", p.HostPort, p.GuestPort
+				req.Kind, req.ListenPort, req.GuestPort = string(corpusv1.RouteTCP), p.HostPort, p.GuestPort
 			case domain != "":
 				if port == 0 {
 					return fmt.Errorf("--port: say which guest port serves %s", domain)
 				}
-				req.Kind, req.Domain, req.GuestPort = "http", domain, int32(port)
+				req.Kind, req.Domain, req.GuestPort = string(corpusv1.RouteHTTP), domain, int32(port)
 				req.Https, req.RedirectHttps, req.Hsts = tlsFlags.https, tlsFlags.redirect, tlsFlags.hsts
 			default:
 				return fmt.Errorf("give --proxy --domain DOMAIN --port PORT, or --tcp PORT")
@@ -92,10 +92,10 @@ func newGuestExposeCmd(g *Globals) *cobra.Command {
 }
 
 func routeName(r *corpusv1.Route) string {
-	if r.Kind == "http" && r.Https {
+	if r.Is(corpusv1.RouteHTTP) && r.Https {
 		return "https://" + r.Domain
 	}
-	if r.Kind == "http" {
+	if r.Is(corpusv1.RouteHTTP) {
 		return "http://" + r.Domain
 	}
 	return fmt.Sprintf("tcp/%d", r.ListenPort)

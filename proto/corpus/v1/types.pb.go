@@ -98,9 +98,8 @@ type DriverInfo struct {
 	Exec       bool                   `protobuf:"varint,5,opt,name=exec,proto3" json:"exec,omitempty"`
 	Images     []string               `protobuf:"bytes,6,rep,name=images,proto3" json:"images,omitempty"`
 	// no_volumes is set by drivers whose guests cannot be given a volume
-	// (drivers.Capabilities.HostVolumes and BlockVolumes false, and not a
-	// VolumeKeeper); the scheduler places no
-	// guest with a volume there. Negated so agents that predate it keep
+	// (drivers.Capabilities.Volumes is drivers.NoVolumes); the scheduler
+	// places no guest with a volume there. Negated so agents that predate it keep
 	// meaning "volumes work".
 	NoVolumes bool `protobuf:"varint,80,opt,name=no_volumes,json=noVolumes,proto3" json:"no_volumes,omitempty"`
 	// own_network is true when the driver gives guests their addresses and

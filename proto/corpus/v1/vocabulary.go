@@ -82,6 +82,25 @@ func SameObserved(a, b *GuestObserved) bool {
 		a.GetStagedRelease() == b.GetStagedRelease() && a.GetStagedPort() == b.GetStagedPort()
 }
 
+// RouteKind is how a route picks the traffic it carries (Route.kind,
+// CreateRouteRequest.kind): by HTTP host name, or by node port.
+type RouteKind string
+
+// Route kinds.
+const (
+	RouteHTTP RouteKind = "http"
+	RouteTCP  RouteKind = "tcp"
+)
+
+// Is reports whether route x is of kind k.
+func (x *Route) Is(k RouteKind) bool { return x.GetKind() == string(k) }
+
+// Why a coordinator asks a client to retry (Retry.reason).
+const (
+	RetryNotLeader = "not_leader"
+	RetryBusy      = "busy"
+)
+
 // User roles (User.role).
 const (
 	RoleOps    = "ops"
