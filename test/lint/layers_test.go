@@ -104,7 +104,6 @@ var bigPackages = map[string]string{
 	"coordinator/api":   "being split",
 	"agent":             "being split",
 	"coordinator/state": "being split",
-	"netns/proxy":       "being split",
 }
 
 // goPackage is one folder of non-test Go files.
