@@ -76,6 +76,7 @@ type printer struct {
 	// panicked holds, per package, the first lines of a dying test
 	// binary's panic (kept apart from its tests' own lines).
 	panicked map[string][]string
+	done     bool // the events ended: no more heartbeats
 }
 
 func (p *printer) say(format string, args ...any) {
@@ -187,7 +188,7 @@ func (p *printer) dump(lines []string) {
 func (p *printer) heartbeat(now time.Time) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if now.Sub(p.printed) < p.every {
+	if p.done || now.Sub(p.printed) < p.every {
 		return
 	}
 	var keys []string
@@ -237,20 +238,26 @@ func clip(s string, n int) string {
 	return s[:n] + "…"
 }
 
-func main() { os.Exit(run()) }
+func main() { os.Exit(run(os.Args[1:], os.Stdin, os.Stdout, os.Stderr)) }
 
-func run() int {
-	group := flag.String("group", "tests", "the name printed before every line")
-	tests := flag.Bool("tests", false, "show every top-level test as it starts and ends, and its log lines")
-	logPath := flag.String("log", "", "write every output line here")
-	every := flag.Duration("every", time.Minute, "say what runs after this long without a line")
-	flag.Parse()
+// run reads events from in and prints the group's lines to out; it
+// returns the exit status.
+func run(args []string, in io.Reader, out, errs io.Writer) int {
+	fs := flag.NewFlagSet("progress", flag.ContinueOnError)
+	fs.SetOutput(errs)
+	group := fs.String("group", "tests", "the name printed before every line")
+	tests := fs.Bool("tests", false, "show every top-level test as it starts and ends, and its log lines")
+	logPath := fs.String("log", "", "write every output line here")
+	every := fs.Duration("every", time.Minute, "say what runs after this long without a line")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
 
 	var log io.Writer = io.Discard
 	if *logPath != "" {
 		f, err := os.Create(*logPath)
 		if err != nil {
-			fmt.Fprintln(os.Stderr, "progress:", err)
+			fmt.Fprintln(errs, "progress:", err)
 			return 2
 		}
 		defer f.Close()
@@ -258,7 +265,7 @@ func run() int {
 		defer w.Flush()
 		log = w
 	}
-	p := &printer{group: *group, tests: *tests, every: *every, out: os.Stdout, start: time.Now(), printed: time.Now(), running: map[string]*test{}, panicked: map[string][]string{}}
+	p := &printer{group: *group, tests: *tests, every: *every, out: out, start: time.Now(), printed: time.Now(), running: map[string]*test{}, panicked: map[string][]string{}}
 	tick := time.NewTicker(min(10*time.Second, *every/4))
 	defer tick.Stop()
 	go func() {
@@ -267,7 +274,7 @@ func run() int {
 		}
 	}()
 
-	sc := bufio.NewScanner(os.Stdin)
+	sc := bufio.NewScanner(in)
 	sc.Buffer(make([]byte, 1<<20), 16<<20)
 	for sc.Scan() {
 		var e event
@@ -284,8 +291,11 @@ func run() int {
 		}
 		p.handle(e)
 	}
+	p.mu.Lock()
+	p.done = true
+	p.mu.Unlock()
 	if err := sc.Err(); err != nil {
-		fmt.Fprintln(os.Stderr, "progress: reading events:", err)
+		fmt.Fprintln(errs, "progress: reading events:", err)
 		return 2
 	}
 	if p.failed {

@@ -1,0 +1,139 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+)
+
+// goTestJSON runs go test -json with args in a module of its own holding
+// the test file src, and returns its events.
+func goTestJSON(t *testing.T, src string, args ...string) []byte {
+	t.Helper()
+	dir := t.TempDir()
+	for name, data := range map[string]string{"go.mod": "module sample\n\ngo 1.21\n", "sample_test.go": src} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(data), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cmd := exec.Command("go", append([]string{"test", "-json", "-count=1"}, args...)...)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "GOFLAGS=", "GOWORK=off")
+	out, _ := cmd.Output() // a failing test exits non-zero: the events say why
+	if !bytes.Contains(out, []byte(`"Action":"start"`)) {
+		t.Fatalf("go test -json printed no events:\n%s", out)
+	}
+	return out
+}
+
+// TestGroupLines: a real go test run's events become the console lines
+// test/run shows: tests as they start and end with their times, their
+// log lines, a failed test's own output, and a failing exit status.
+func TestGroupLines(t *testing.T) {
+	events := goTestJSON(t, `package sample
+
+import "testing"
+
+func TestFine(t *testing.T) { t.Log("figure: 42 requests, 0 failed") }
+
+func TestBroken(t *testing.T) {
+	t.Log("the guest said: creating")
+	t.Fatal("not reached within 30s")
+}
+
+func TestSkipped(t *testing.T) { t.Skip("skipping: no KVM here") }
+`)
+	var out, log bytes.Buffer
+	logPath := filepath.Join(t.TempDir(), "group.log")
+	code := run([]string{"-group", "e2e", "-tests", "-log", logPath}, bytes.NewReader(events), &out, &log)
+	if code != 1 {
+		t.Errorf("exit status %d, want 1 (a test failed)", code)
+	}
+	got := out.String()
+	for _, want := range []string{
+		`^\[e2e \d+s\] RUN  TestFine$`,
+		`^\[e2e \d+s\]      TestFine: sample_test.go:5: figure: 42 requests, 0 failed$`,
+		`^\[e2e \d+s\] PASS TestFine \(\d+\.\ds\)$`,
+		`^\[e2e \d+s\] FAIL sample TestBroken \(\d+\.\ds\)$`,
+		`^\[e2e\]   \|     sample_test.go:8: the guest said: creating$`,
+		`^\[e2e\]   \|     sample_test.go:9: not reached within 30s$`,
+		`^\[e2e \d+s\] SKIP TestSkipped: sample_test.go:12: skipping: no KVM here$`,
+		`^\[e2e \d+s\] FAIL sample \(\d+\.\ds\)$`,
+	} {
+		if !regexp.MustCompile(`(?m)` + want).MatchString(got) {
+			t.Errorf("no line matches %s in:\n%s", want, got)
+		}
+	}
+	logged, err := os.ReadFile(logPath)
+	if err != nil || !strings.Contains(string(logged), "not reached within 30s") {
+		t.Errorf("the log lacks the tests' output (%v):\n%s", err, logged)
+	}
+}
+
+// TestDyingBinary: when a test binary dies on -test.timeout, the lines
+// say which test was running, what it last said (what it waited for),
+// and the binary's panic; while it ran, a silent stretch was filled with
+// what ran.
+func TestDyingBinary(t *testing.T) {
+	events := goTestJSON(t, `package sample
+
+import (
+	"testing"
+	"time"
+)
+
+func TestHangs(t *testing.T) {
+	t.Log("waiting for guest web: creating on n2")
+	time.Sleep(time.Hour)
+}
+`, "-timeout", "3s")
+	var out, errs bytes.Buffer
+	if code := run([]string{"-group", "unit"}, bytes.NewReader(events), &out, &errs); code != 1 {
+		t.Errorf("exit status %d, want 1", code)
+	}
+	got := out.String()
+	for _, want := range []string{
+		`(?m)^\[unit \d+s\] FAIL sample \(\d+\.\ds\)$`,
+		`(?m)^\[unit \d+s\]      TestHangs was running for \d+s; its last lines:$`,
+		`(?m)^\[unit\]   \| .*waiting for guest web: creating on n2$`,
+		`(?m)^\[unit\]   \| panic: test timed out after 3s$`,
+	} {
+		if !regexp.MustCompile(want).MatchString(got) {
+			t.Errorf("no line matches %s in:\n%s", want, got)
+		}
+	}
+}
+
+// TestHeartbeat: a minute without a line prints what runs, for how
+// long, and its last line; before a test starts, that the group builds.
+func TestHeartbeat(t *testing.T) {
+	var out bytes.Buffer
+	t0 := time.Now()
+	p := &printer{group: "k8s", every: time.Minute, out: &out, start: t0, printed: t0, running: map[string]*test{}, panicked: map[string][]string{}}
+	p.heartbeat(t0.Add(30 * time.Second))
+	if out.Len() != 0 {
+		t.Fatalf("a heartbeat within the minute: %q", out.String())
+	}
+	p.heartbeat(t0.Add(61 * time.Second))
+	if !strings.Contains(out.String(), "...  building or starting (no test running yet)") {
+		t.Errorf("before any test: %q", out.String())
+	}
+	out.Reset()
+	p.handle(event{Action: "start", Package: "corpus/test/e2e"})
+	p.handle(event{Action: "run", Package: "corpus/test/e2e", Test: "TestKubernetesNode"})
+	p.handle(event{Action: "output", Package: "corpus/test/e2e", Test: "TestKubernetesNode", Output: "    k8s_test.go:40: waiting for the API server's build: 812 packages\n"})
+	p.handle(event{Action: "run", Package: "corpus/test/e2e", Test: "TestKubernetesNode/sub"})
+	p.heartbeat(time.Now().Add(2 * time.Minute))
+	got := out.String()
+	if !regexp.MustCompile(`(?m)^\[k8s \d+s\] \.\.\.  TestKubernetesNode running for 2m0s: k8s_test.go:40: waiting for the API server's build: 812 packages$`).MatchString(got) {
+		t.Errorf("heartbeat: %q", got)
+	}
+	if strings.Contains(got, "TestKubernetesNode/sub") || strings.Contains(got, "test/e2e running") {
+		t.Errorf("a subtest or the package spoke beside its running test: %q", got)
+	}
+}

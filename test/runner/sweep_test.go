@@ -1,0 +1,165 @@
+package runner
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+func need(t *testing.T, cmds ...string) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("skipping: test/sweep removes mounts, loop devices and namespaces: needs root")
+	}
+	for _, c := range cmds {
+		if _, err := exec.LookPath(c); err != nil {
+			t.Skipf("skipping: no %s here", c)
+		}
+	}
+}
+
+func sh(t *testing.T, name string, args ...string) string {
+	t.Helper()
+	out, err := exec.Command(name, args...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("%s %s: %v: %s", name, strings.Join(args, " "), err, out)
+	}
+	return strings.TrimSpace(string(out))
+}
+
+// started starts a process in a process group of its own that outlives
+// its test unless the sweep ends it, as a daemon of a dead test binary
+// does; it returns a channel closed when the process ends.
+func started(t *testing.T, env []string, name string, args ...string) (*exec.Cmd, chan struct{}) {
+	t.Helper()
+	cmd := exec.Command(name, args...)
+	cmd.Env = append(os.Environ(), env...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	ended := make(chan struct{})
+	go func() { cmd.Wait(); close(ended) }()
+	t.Cleanup(func() {
+		select {
+		case <-ended:
+		default:
+			cmd.Process.Kill()
+			<-ended
+		}
+	})
+	return cmd, ended
+}
+
+// TestSweep: what a group left behind (a process started with the
+// group's ledger in its environment, one naming the group's folder on
+// its command line, a mount, a loop device backed by a file there, a
+// network namespace and a folder outside TMPDIR recorded in the ledger)
+// is gone after test/sweep, which says what it removed; a second sweep
+// finds nothing.
+func TestSweep(t *testing.T) {
+	need(t, "ip", "losetup", "mount", "bash")
+	sweep, err := filepath.Abs("../sweep")
+	if err != nil {
+		t.Fatal(err)
+	}
+	root, err := os.MkdirTemp("/tmp", "sweeptest.")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ledger := root + ".ledger"
+	outside, err := os.MkdirTemp("/tmp", "sweeptest-outside.")
+	if err != nil {
+		t.Fatal(err)
+	}
+	netns := fmt.Sprintf("sweeptest-%d", os.Getpid())
+	// Whatever the sweep misses is removed here, so a failure leaves
+	// nothing either.
+	t.Cleanup(func() {
+		for _, dir := range []string{root, outside} {
+			exec.Command("umount", "-l", filepath.Join(dir, "mnt")).Run()
+			if out, err := exec.Command("losetup", "-n", "-O", "NAME", "-j", filepath.Join(dir, "disk.img")).Output(); err == nil {
+				for _, dev := range strings.Fields(string(out)) {
+					exec.Command("losetup", "-d", dev).Run()
+				}
+			}
+			os.RemoveAll(dir)
+		}
+		exec.Command("ip", "netns", "del", netns).Run()
+		os.Remove(ledger)
+	})
+
+	sh(t, "ip", "netns", "add", netns)
+	if err := os.WriteFile(ledger, []byte("netns "+netns+"\ndir "+outside+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, byEnv := started(t, []string{"CORPUS_TEST_LEDGER=" + ledger}, "sleep", "3600")
+	_, byPath := started(t, nil, "bash", "-c", "sleep 3600; : "+outside+"/daemon.sock")
+	if err := os.Mkdir(filepath.Join(root, "mnt"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	sh(t, "mount", "-t", "tmpfs", "sweeptest", filepath.Join(root, "mnt"))
+	img := filepath.Join(outside, "disk.img")
+	if err := os.WriteFile(img, make([]byte, 1<<20), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	dev := sh(t, "losetup", "-f", "--show", img)
+
+	out, err := exec.Command(sweep, root).CombinedOutput()
+	if err != nil {
+		t.Fatalf("test/sweep: %v:\n%s", err, out)
+	}
+	said := string(out)
+	for _, want := range []string{"swept: process ", "swept: mount " + root + "/mnt", "swept: loop device " + dev + " (" + img + ")",
+		"swept: network namespace " + netns, "swept: " + outside, "swept: files under " + root} {
+		if !strings.Contains(said, want) {
+			t.Errorf("test/sweep did not say %q:\n%s", want, said)
+		}
+	}
+	for what, ended := range map[string]chan struct{}{"the process with the ledger in its environment": byEnv, "the process naming the folder": byPath} {
+		select {
+		case <-ended:
+		case <-time.After(10 * time.Second):
+			t.Errorf("%s still runs", what)
+		}
+	}
+	for _, p := range []string{root, outside, ledger, "/run/netns/" + netns} {
+		if _, err := os.Stat(p); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("%s is still there (%v)", p, err)
+		}
+	}
+	if mounts, _ := os.ReadFile("/proc/self/mountinfo"); strings.Contains(string(mounts), root+"/mnt") {
+		t.Errorf("%s/mnt is still mounted", root)
+	}
+	if back, _ := exec.Command("losetup", "-n", "-O", "BACK-FILE", dev).Output(); strings.Contains(string(back), img) {
+		t.Errorf("%s is still attached to %s", dev, img)
+	}
+
+	if err := os.Mkdir(root, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	again, err := exec.Command(sweep, root).CombinedOutput()
+	if err != nil || len(again) != 0 {
+		t.Errorf("a second sweep of an empty folder: %v: %q", err, again)
+	}
+}
+
+// TestSweepRefuses: test/sweep removes only what lies under /tmp.
+func TestSweepRefuses(t *testing.T) {
+	sweep, _ := filepath.Abs("../sweep")
+	dir := t.TempDir()
+	if strings.HasPrefix(dir, "/tmp/") {
+		dir = "/var/lib/not-a-test-folder"
+	}
+	out, err := exec.Command(sweep, dir).CombinedOutput()
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) || exit.ExitCode() != 2 || !strings.Contains(string(out), "not under /tmp") {
+		t.Errorf("test/sweep %s: %v: %s", dir, err, out)
+	}
+}
