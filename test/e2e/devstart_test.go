@@ -61,7 +61,7 @@ func TestDaemonsSayWhoHoldsTheirPort(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			ns := lab.addNS(tt.name)
 			h := holdAddress(t, ns, "tcp", ":80")
-			p := startIn(t, ns, "corpus "+tt.name, devEnv(dir), tt.args...)
+			p := startIn(t, ns, "corpus "+tt.args[0], devEnv(dir), tt.args...)
 			start := time.Now()
 			code := exited(t, p, 60*time.Second, "its port 80 was found taken")
 			want := fmt.Sprintf("error: port 80 is in use by %s (pid %d); stop it, or move corpus's HTTP ingress with --proxy-http-addr (e.g. --proxy-http-addr :8080)\n",
@@ -77,7 +77,9 @@ func TestDaemonsSayWhoHoldsTheirPort(t *testing.T) {
 // TestDaemonsStopOnSIGTERMWhileStarting: SIGTERM stops `corpus dev` and
 // `corpus agent` in their startup too, here while they wait on a proxy
 // process that does not answer (another program holds its control
-// socket: it accepts and says nothing).
+// socket: it accepts and says nothing). `corpus dev --cleanup` stopped
+// so exits non-zero: nothing was cleaned up (make demo-clean once sent
+// its stop before the agent ran, and was told all went well).
 func TestDaemonsStopOnSIGTERMWhileStarting(t *testing.T) {
 	requireE2E(t)
 	dir := tempDir(t)
@@ -85,9 +87,11 @@ func TestDaemonsStopOnSIGTERMWhileStarting(t *testing.T) {
 	for _, tt := range []struct {
 		name, agentState string
 		args             []string
+		code             int
 	}{
-		{"dev", filepath.Join(dir, "dev", "agent"), devArgs(filepath.Join(dir, "dev"))},
-		{"agent", filepath.Join(dir, "agent"), agentArgs(filepath.Join(dir, "agent"))},
+		{"dev", filepath.Join(dir, "dev", "agent"), devArgs(filepath.Join(dir, "dev")), 0},
+		{"agent", filepath.Join(dir, "agent"), agentArgs(filepath.Join(dir, "agent")), 0},
+		{"devclean", filepath.Join(dir, "devclean", "agent"), append(devArgs(filepath.Join(dir, "devclean")), "--cleanup"), 1},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			ns := lab.addNS(tt.name)
@@ -96,7 +100,7 @@ func TestDaemonsStopOnSIGTERMWhileStarting(t *testing.T) {
 				t.Fatal(err)
 			}
 			h := holdAddress(t, ns, "unix", sock)
-			p := startIn(t, ns, "corpus "+tt.name, devEnv(dir), tt.args...)
+			p := startIn(t, ns, "corpus "+tt.args[0], devEnv(dir), tt.args...)
 			select {
 			case <-h.accepted: // it asks the proxy how it is, and waits
 			case <-p.done:
@@ -106,8 +110,11 @@ func TestDaemonsStopOnSIGTERMWhileStarting(t *testing.T) {
 			}
 			sent := time.Now()
 			p.cmd.Process.Signal(syscall.SIGTERM)
-			if code := exited(t, p, 5*time.Second, "SIGTERM"); code != 0 {
-				t.Errorf("corpus %s stopped by SIGTERM while starting = exit %d, want 0:\n%s", tt.name, code, p.log.String())
+			if code := exited(t, p, 5*time.Second, "SIGTERM"); code != tt.code {
+				t.Errorf("corpus %s stopped by SIGTERM while starting = exit %d, want %d:\n%s", strings.Join(tt.args, " "), code, tt.code, p.log.String())
+			}
+			if tt.code != 0 && !strings.Contains(p.log.String(), "nothing was cleaned up") {
+				t.Errorf("corpus %s stopped while starting does not say nothing was cleaned up:\n%s", strings.Join(tt.args, " "), p.log.String())
 			}
 			// A stop is no reason to start a proxy process (which would
 			// outlive it).

@@ -175,12 +175,16 @@ func runDev(ctx context.Context, g *cli.Globals, o devOptions, logger *slog.Logg
 		cerr <- srv.Serve(cctx)
 	}()
 	// A phase that ends early because of a stop is no failure.
+	// With --cleanup it is: nothing was cleaned up.
 	stopped := func(err error) error {
-		if ctx.Err() != nil {
-			logger.Info("stopped while starting")
-			return nil
+		if ctx.Err() == nil {
+			return err
 		}
-		return err
+		logger.Info("stopped while starting")
+		if o.cleanup {
+			return errors.New("stopped while starting, before its agent ran: nothing was cleaned up")
+		}
+		return nil
 	}
 
 	addr := srv.APIAddr()
