@@ -124,12 +124,13 @@ func (w *workload) heartbeats(n *labNode, seed uint64) {
 		r := rng.IntN(len(w.g.reps))
 		in := linearizable.Input{Kind: linearizable.Set, Key: keyObserved, Value: fmt.Sprintf("hb%d", i)}
 		w.do(heartbeatID, w.g.reps[r], in, time.Second, func(ctx context.Context) (string, error) {
+			sent := time.Now()
 			_, err := n.agents[r].Report(ctx, connect.NewRequest(&corpusv1.ReportRequest{
 				Capacity: labCapacity, Drivers: labDrivers, AgentAddress: labAgentAddr, AgentVersion: "lab",
 				Guests: []*corpusv1.ReportedGuest{{GuestId: n.guest, Observed: &corpusv1.GuestObserved{State: "running", Message: in.Value}}},
 			}))
 			if err == nil {
-				w.beat(time.Now())
+				w.beat(sent, time.Now())
 			}
 			return linearizable.Written, err
 		})
@@ -137,14 +138,19 @@ func (w *workload) heartbeats(n *labNode, seed uint64) {
 	})
 }
 
-// beat records a heartbeat the cluster acknowledged at t.
-func (w *workload) beat(t time.Time) {
+// beat records a heartbeat sent at sent and acknowledged at acked. The
+// cluster saw the one before no earlier than it was sent, and this one
+// no later than it was acknowledged: the longest the cluster may have
+// gone without a report is from the last acknowledged one's sending to
+// this one's acknowledgement (a report slowed by a fault takes up to
+// its second between the two).
+func (w *workload) beat(sent, acked time.Time) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if !w.lastBeat.IsZero() {
-		w.beatGap = max(w.beatGap, t.Sub(w.lastBeat))
+		w.beatGap = max(w.beatGap, acked.Sub(w.lastBeat))
 	}
-	w.lastBeat = t
+	w.lastBeat = sent
 }
 
 // begun is a BeginRelease the API answered: the release's id, the

@@ -169,7 +169,7 @@ func runSeed(t *testing.T, seed uint64, faults int) runResult {
 	// as the cluster saw it).
 	if n := g.logCount(`"node marked down"`); n > 0 && res.problem == "" {
 		if w.beatGap < nodeTimeout {
-			res.problem = fmt.Sprintf("the lab's node, reporting every 100 ms (at most %s between two acknowledged), was marked down (%d times)",
+			res.problem = fmt.Sprintf("the lab's node, reporting every 100 ms (at most %s from one acknowledged report's sending to the next one's acknowledgement), was marked down (%d times)",
 				w.beatGap.Round(time.Millisecond), n)
 		} else {
 			t.Logf("seed %d: the lab's node was marked down %d times: none of its reports got through for %s (node timeout %s)",

@@ -40,8 +40,9 @@ type workload struct {
 	// BeginRelease calls of its deploys that were answered.
 	node  *labNode
 	begun []begun
-	// lastBeat is when the node's last heartbeat was acknowledged;
-	// beatGap the longest time between two acknowledged ones.
+	// lastBeat is when the node's last acknowledged heartbeat was sent;
+	// beatGap the longest time from one's sending to the next one's
+	// acknowledgement.
 	lastBeat time.Time
 	beatGap  time.Duration
 
