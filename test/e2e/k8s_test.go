@@ -83,7 +83,9 @@ func newK8sCluster(t *testing.T, node, capacity string, opts ...k8stest.Option) 
 	if !strings.Contains(out, "v1.32.13") || !strings.Contains(out, c.ns) {
 		t.Errorf("add-k8s said %q; want the cluster's version and the namespace %s", out, c.ns)
 	}
-	c.agent = startIn(t, "", "agent "+node, nil, "agent", "--config", agentCfg, "--resync-interval", "1s", "--report-interval", "1s")
+	// It runs in the host's namespace: its proxy's HTTPS port is a free
+	// one, not :443, which another program of the host may hold.
+	c.agent = startIn(t, "", "agent "+node, nil, "agent", "--config", agentCfg, "--proxy-https-addr", freePort(t), "--resync-interval", "1s", "--report-interval", "1s")
 	eventually(t, 60*time.Second, "node "+node+" ready", func() error {
 		var n struct {
 			Node struct {
