@@ -50,7 +50,7 @@ func started(t *testing.T, env []string, name string, args ...string) (*exec.Cmd
 		select {
 		case <-ended:
 		default:
-			cmd.Process.Kill()
+			syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) // its whole group
 			<-ended
 		}
 	})
@@ -100,7 +100,9 @@ func TestSweep(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, byEnv := started(t, []string{"CORPUS_TEST_LEDGER=" + ledger}, "sleep", "3600")
-	_, byPath := started(t, nil, "bash", "-c", "sleep 3600; : "+outside+"/daemon.sock")
+	// One process (exec), its command line naming the folder, as a
+	// daemon's naming its socket does.
+	_, byPath := started(t, nil, "bash", "-c", `exec -a "$0" sleep 3600`, outside+"/daemon.sock")
 	if err := os.Mkdir(filepath.Join(root, "mnt"), 0o755); err != nil {
 		t.Fatal(err)
 	}
