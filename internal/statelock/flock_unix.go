@@ -4,6 +4,7 @@ package statelock
 
 import (
 	"errors"
+	"io"
 	"os"
 	"strconv"
 	"strings"
@@ -12,15 +13,21 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// tryLock takes an exclusive flock on f without waiting; false means
-// another open file holds it.
+// tryLock takes an exclusive POSIX record lock (fcntl F_SETLK) on the
+// whole of f without waiting; false means another process holds it.
+// A record lock belongs to the process, not to the open file: a child
+// that shares the descriptor without exec (liblxc forks the daemon to
+// attach a command in a guest, and that fork lives as long as the
+// command) does not hold it, so a killed holder's folder is free at
+// once. flock(2) locks the open file, which such a child kept locked.
 func tryLock(f *os.File) (bool, error) {
+	lk := unix.Flock_t{Type: unix.F_WRLCK, Whence: io.SeekStart}
 	for {
-		err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB)
+		err := unix.FcntlFlock(f.Fd(), unix.F_SETLK, &lk)
 		switch {
 		case err == nil:
 			return true, nil
-		case errors.Is(err, unix.EWOULDBLOCK):
+		case errors.Is(err, unix.EAGAIN), errors.Is(err, unix.EACCES):
 			return false, nil
 		case errors.Is(err, unix.EINTR):
 			continue
@@ -30,7 +37,9 @@ func tryLock(f *os.File) (bool, error) {
 	}
 }
 
-func unlock(f *os.File) error { return unix.Flock(int(f.Fd()), unix.LOCK_UN) }
+func unlock(f *os.File) error {
+	return unix.FcntlFlock(f.Fd(), unix.F_SETLK, &unix.Flock_t{Type: unix.F_UNLCK, Whence: io.SeekStart})
+}
 
 // holderPID reads the holder's PID from the lock file. A holder writes
 // it just after it takes the lock, so an empty file, or the PID of a

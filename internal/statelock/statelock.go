@@ -1,16 +1,19 @@
 // Package statelock makes a state folder one process's own: a daemon
-// takes an exclusive flock(2) on a lock file in its folder before it
-// opens a database or listens on a port, and writes its PID into the
-// file so that a second process can say who holds the folder. The
-// kernel drops the lock when the holder's last descriptor closes, so a
-// process that was killed (even with SIGKILL) leaves no stale lock; the
-// PID in the file is only a hint for the message.
+// takes an exclusive POSIX record lock (fcntl) on a lock file in its
+// folder before it opens a database or listens on a port, and writes
+// its PID into the file so that a second process can say who holds the
+// folder. The kernel drops the lock when the holder ends, so a process
+// that was killed (even with SIGKILL) leaves no stale lock, even where
+// a fork of it lives on; the PID in the file is only a hint for the
+// message. A record lock does not keep out the process that holds it,
+// so a second Acquire in the same process is refused by the package.
 package statelock
 
 import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sync"
 )
 
 // FileName is the lock file's name inside the state folder.
@@ -19,8 +22,17 @@ const FileName = "corpus.lock"
 // Lock is a held lock on a state folder. Release it, or let the process
 // end.
 type Lock struct {
-	f *os.File
+	f    *os.File
+	path string
 }
+
+// held are the lock files this process holds. Its own record lock does
+// not refuse it a second time, and opening and closing the file again
+// would drop the lock (record locks go with any close of the file).
+var (
+	heldMu    sync.Mutex
+	heldFiles = map[string]bool{}
+)
 
 // Release drops the lock. The lock file stays: removing it would let a
 // third process lock a new file while a second still waits on the old.
@@ -33,6 +45,9 @@ func (l *Lock) Release() error {
 		err = cerr
 	}
 	l.f = nil
+	heldMu.Lock()
+	delete(heldFiles, l.path)
+	heldMu.Unlock()
 	return err
 }
 
@@ -50,6 +65,11 @@ func Acquire(dir string) (*Lock, error) {
 		return nil, fmt.Errorf("creating state folder %s: %w", abs, err)
 	}
 	path := filepath.Join(abs, FileName)
+	heldMu.Lock()
+	defer heldMu.Unlock()
+	if heldFiles[path] {
+		return nil, &InUseError{Dir: abs, File: path, PID: os.Getpid()}
+	}
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
 	if err != nil {
 		return nil, fmt.Errorf("opening lock file %s: %w", path, err)
@@ -68,7 +88,8 @@ func Acquire(dir string) (*Lock, error) {
 		f.Close()
 		return nil, fmt.Errorf("writing PID into %s: %w", path, err)
 	}
-	return &Lock{f: f}, nil
+	heldFiles[path] = true
+	return &Lock{f: f, path: path}, nil
 }
 
 func writePID(f *os.File) error {

@@ -29,6 +29,8 @@ func TestMain(m *testing.M) {
 //
 //	hold   take the lock, print "locked", wait until stdin closes
 //	spawn  as hold, after starting `sleep 60` (printed as "child PID")
+//	share  as spawn, the child sharing the lock file's descriptor, as a
+//	       fork of the holder that never execs does (liblxc's attach)
 //	try    take the lock once, print the error, exit 1 if refused
 func helper(mode, dir string) int {
 	l, err := Acquire(dir)
@@ -43,8 +45,11 @@ func helper(mode, dir string) int {
 		fmt.Println("locked")
 		return 0
 	}
-	if mode == "spawn" {
+	if mode == "spawn" || mode == "share" {
 		c := exec.Command("sleep", "60")
+		if mode == "share" {
+			c.ExtraFiles = []*os.File{l.f}
+		}
 		if err := c.Start(); err != nil {
 			fmt.Println(err)
 			return 2
@@ -210,4 +215,50 @@ func TestReleaseAndReacquire(t *testing.T) {
 		t.Fatalf("Acquire after Release = %v", err)
 	}
 	l.Release()
+}
+
+// TestChildSharingTheFileDoesNotHold: a holder killed while a process
+// that shares its lock file's descriptor lives on (a fork that never
+// execs: liblxc attaches a command in a guest so, and it lives as long
+// as the command) leaves the folder free at once. With flock(2) such a
+// child kept it locked, and an agent killed during a deploy step could
+// not start again until the step ended.
+func TestChildSharingTheFileDoesNotHold(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "state")
+	holder, child := startHelper(t, "share", dir)
+	if child == 0 {
+		t.Fatal("the helper started no child")
+	}
+	holder.cmd.Process.Kill()
+	<-holder.done
+	if syscall.Kill(child, 0) != nil {
+		t.Fatal("the child sharing the descriptor is gone: nothing tested")
+	}
+	l, err := Acquire(dir)
+	if err != nil {
+		t.Fatalf("Acquire after the holder was killed, its child sharing the file alive = %v, want the lock", err)
+	}
+	l.Release()
+}
+
+// TestSameProcessIsRefused: a second Acquire of a folder this process
+// holds is refused (a record lock does not refuse its own process), and
+// the first lock holds on: another process is still refused.
+func TestSameProcessIsRefused(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "state")
+	l, err := Acquire(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Release()
+	var inUse *InUseError
+	if l2, err := Acquire(dir); !errors.As(err, &inUse) || inUse.PID != os.Getpid() {
+		l2.Release()
+		t.Fatalf("a second Acquire in the holding process = %v, want an *InUseError naming PID %d", err, os.Getpid())
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), helperEnv+"=try", "STATELOCK_TEST_DIR="+dir)
+	if out, err := cmd.CombinedOutput(); err == nil {
+		t.Errorf("another process took the folder after the refused second Acquire: %s", out)
+	}
 }
