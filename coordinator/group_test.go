@@ -199,7 +199,7 @@ func TestGroup(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	rs := startGroup(t, 3)
-	lead, follower := rs.leader(), rs.follower()
+	follower := rs.follower()
 	// A write through a follower, read back there at once.
 	f := rs.ops(follower)
 	res, err := f.guests.CreateGuest(ctx, connect.NewRequest(&corpusv1.CreateGuestRequest{Name: "web", Spec: &corpusv1.GuestSpec{Image: "busybox"}}))
@@ -251,7 +251,7 @@ func TestGroup(t *testing.T) {
 	}
 
 	// The leader dies: the others elect a new one and take writes.
-	lead = rs.leader()
+	lead := rs.leader()
 	killed := time.Now()
 	stopped := make(chan struct{})
 	go func(r *server) { r.stop(); close(stopped) }(rs.reps[lead])
