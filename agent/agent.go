@@ -24,13 +24,14 @@ import (
 	"corpus/agent/cache"
 	"corpus/agent/deploy"
 	"corpus/agent/logs"
+	"corpus/agent/network"
 	"corpus/agent/runtime"
 	"corpus/agent/services"
 	"corpus/agent/shell"
+	"corpus/agent/volumes"
 	"corpus/drivers"
 	"corpus/drivers/catalog"
 	"corpus/internal/gossip"
-	"corpus/internal/keylock"
 	"corpus/internal/metrics"
 	"corpus/internal/names"
 	"corpus/internal/pki"
@@ -225,10 +226,11 @@ type Agent struct {
 	drivers  map[string]drivers.Driver
 	listener net.Listener
 	http     *http.Server
-	keys     *pki.Keys      // the node's certificate, renewed in place
-	pool     *x509.CertPool // the cluster CA
-	net      *network       // nil when networking is off
-	vols     volume.Backend // nil when volumes cannot run here
+	keys     *pki.Keys        // the node's certificate, renewed in place
+	pool     *x509.CertPool   // the cluster CA
+	net      *network.Network // nil when networking is off
+	routeSet *network.Routes  // publishes routes through drivers, finds the proxy's targets
+	vols     *volumes.Manager
 	id       cache.Identity
 	coords   *coordinators
 	deploys  *deploy.Pipeline  // releases of the projects whose guests are here
@@ -266,26 +268,15 @@ type Agent struct {
 	// heldBackups are the backups the state says this node keeps (nil
 	// until the coordinator said).
 	heldBackups []*corpusv1.Backup
-	netErr      error // the last network reconcile's error
-	// routeErrs are the route problems last logged, by what they concern.
-	routeErrs map[string]string
-	cdns      clusterDNS         // where the cluster zone is answered
-	volumes   []*corpusv1.Volume // this node's volumes
+	cdns        network.ClusterDNS // where the cluster zone is answered
 	// gossipPeer is the coordinator's gossip member, as the watch said.
 	gossipPeer string
 	// rewatch ends the current watch stream so a fresh one starts.
 	rewatch context.CancelFunc
 
-	volObserved   map[string]*corpusv1.VolumeObserved // by volume id
-	volBusy       map[string]bool                     // volumes in transfer, by name
-	volOldRemoved map[string]bool                     // moved-away volumes whose copy is gone, by id
-	volGrowing    map[string]int64                    // block volumes grown while their guest runs, by name: the size before, until the guest's file system has grown
-	volGuestSize  map[string]int64                    // block volumes' file system sizes their running guest confirmed, by name
-	volGate       volume.Gate                         // the resizes this node refused, by volume name
-	volLocks      keylock.Map                         // by volume name: a host mount decided and done, or a volume handed to a VM
-	known         bool                                // desired came from the coordinator or the cache
-	workers       map[string]*worker                  // by guest id
-	observed      map[string]*corpusv1.GuestObserved
+	known    bool               // desired came from the coordinator or the cache
+	workers  map[string]*worker // by guest id
+	observed map[string]*corpusv1.GuestObserved
 
 	kick       chan struct{} // wakes the reconcile loop
 	report     chan struct{} // asks for a status report soon
@@ -333,27 +324,21 @@ func New(ctx context.Context, cfg Config) (*Agent, error) {
 		return nil, err
 	}
 	a := &Agent{
-		cfg:      cfg,
-		logger:   cfg.Logger.With("component", "agent"),
-		cache:    c,
-		runtime:  &runtime.Runtime{Binary: cfg.SupervisorBinary},
-		logs:     logStore,
-		shells:   shell.New(cfg.Shells),
-		drivers:  map[string]drivers.Driver{},
-		desired:  map[string]*corpusv1.Guest{},
-		workers:  map[string]*worker{},
-		observed: map[string]*corpusv1.GuestObserved{},
-
-		volObserved:   map[string]*corpusv1.VolumeObserved{},
-		volBusy:       map[string]bool{},
-		instState:     map[string]*instanceState{},
-		volOldRemoved: map[string]bool{},
-		volGrowing:    map[string]int64{},
-		volGuestSize:  map[string]int64{},
-		kick:          make(chan struct{}, 1),
-		report:        make(chan struct{}, 1),
-		gossipKick:    make(chan struct{}, 1),
-		metrics:       newAgentMetrics(cfg.Metrics),
+		cfg:        cfg,
+		logger:     cfg.Logger.With("component", "agent"),
+		cache:      c,
+		runtime:    &runtime.Runtime{Binary: cfg.SupervisorBinary},
+		logs:       logStore,
+		shells:     shell.New(cfg.Shells),
+		drivers:    map[string]drivers.Driver{},
+		desired:    map[string]*corpusv1.Guest{},
+		workers:    map[string]*worker{},
+		observed:   map[string]*corpusv1.GuestObserved{},
+		instState:  map[string]*instanceState{},
+		kick:       make(chan struct{}, 1),
+		report:     make(chan struct{}, 1),
+		gossipKick: make(chan struct{}, 1),
+		metrics:    newAgentMetrics(cfg.Metrics),
 	}
 	a.tls = certs.New(a.fetchTLS)
 	if shipper != nil {
@@ -392,21 +377,33 @@ func New(ctx context.Context, cfg Config) (*Agent, error) {
 			a.logger.Info("no driver uses the host network; bridge, NAT and proxy are off")
 		}
 	}
+	var vb volume.Backend
 	if hostVols || len(a.drivers) == 0 {
-		if vb, err := loop.New(loop.Config{Root: filepath.Join(cfg.StateDir, "volumes", "images"), Logger: cfg.Logger}); err != nil {
+		if b, err := loop.New(loop.Config{Root: filepath.Join(cfg.StateDir, "volumes", "images"), Logger: cfg.Logger}); err != nil {
 			a.logger.Warn("volumes unavailable", "error", err)
 		} else {
-			a.vols = vb
+			vb = b
 		}
 	}
+	a.vols = volumes.New(volumes.Config{StateDir: cfg.StateDir, Backend: vb, Drivers: a.drivers, Order: cfg.Drivers,
+		Node:   func() (string, string) { return a.id.NodeID, a.id.NodeName },
+		Guest:  a.desiredGuest,
+		Kick:   func() { a.poke(a.kick) },
+		Report: func() { a.poke(a.report) },
+		Logger: a.logger})
 	ln, err := rpc.Listen(cfg.APIAddr)
 	if err != nil {
 		c.Close()
 		return nil, fmt.Errorf("listening for the agent api on %s: %w", cfg.APIAddr, err)
 	}
 	a.listener = ln
+	a.routeSet = network.NewRoutes(a.drivers, a.logger)
 	if cfg.Network || proxyOnly {
-		if a.net, err = newNetwork(ctx, cfg, proxyOnly); err != nil {
+		nc := network.Config{StateDir: cfg.StateDir, Bridge: cfg.Bridge, ProxyOnly: proxyOnly,
+			ProxyHTTPAddr: cfg.ProxyHTTPAddr, ProxyHTTPSAddr: cfg.ProxyHTTPSAddr, ProxyCerts: cfg.ProxyCerts,
+			ProxyProcess: cfg.ProxyProcess, ProxyBinary: cfg.ProxyBinary, ProxyMetrics: cfg.ProxyMetrics,
+			Metrics: cfg.Metrics, Logger: cfg.Logger}
+		if a.net, err = network.New(ctx, nc); err != nil {
 			ln.Close()
 			c.Close()
 			return nil, err
@@ -430,7 +427,7 @@ func New(ctx context.Context, cfg Config) (*Agent, error) {
 		}
 	}
 	// Read at scrape time: registered once what they read is in place.
-	cfg.Metrics.MustRegister(newVolumeCollector(a), pki.NewExpiryCollector("agent", a.certificates))
+	cfg.Metrics.MustRegister(volumes.Collector(a.vols), pki.NewExpiryCollector("agent", a.certificates))
 	return a, nil
 }
 
@@ -467,7 +464,7 @@ func (a *Agent) ProxyAddr() string {
 	if a.net == nil {
 		return ""
 	}
-	return a.net.proxy.HTTPAddr().String()
+	return a.net.Proxy().HTTPAddr().String()
 }
 
 // RemoveNetwork removes the node's bridge, layer-2 filter and NAT rules
@@ -477,15 +474,7 @@ func (a *Agent) RemoveNetwork(ctx context.Context) error {
 	if a.net == nil {
 		return nil
 	}
-	var errs []error
-	if p, ok := a.net.proxy.(interface{ Stop() error }); ok {
-		errs = append(errs, p.Stop()) // the proxy process, which outlives agents otherwise
-	}
-	if !a.net.proxyOnly {
-		_, rerr := a.net.host.EnsureRoutes(ctx, nil) // the routes to other nodes' guests
-		errs = append(errs, a.net.nat.Remove(ctx), a.net.l2.Remove(ctx), a.net.host.DeleteBridge(ctx, a.cfg.Bridge), rerr)
-	}
-	return errors.Join(errs...)
+	return a.net.Remove(ctx)
 }
 
 // NodeID is the enrolled node's id ("" before enrollment).
@@ -545,7 +534,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	})
 	if a.net != nil {
 		run(func(ctx context.Context) {
-			if err := a.net.proxy.Run(ctx); err != nil {
+			if err := a.net.Proxy().Run(ctx); err != nil {
 				a.logger.Error("proxy stopped", "error", err)
 			}
 		})
@@ -572,10 +561,17 @@ func (a *Agent) Run(ctx context.Context) error {
 	a.http.Shutdown(shctx)
 	wg.Wait()
 	a.workerWG.Wait()
-	if a.net != nil && a.net.resolver != nil {
-		a.net.resolver.Shutdown(shctx)
+	if a.net != nil {
+		a.net.Shutdown(shctx)
 	}
 	return nil
+}
+
+// desiredGuest is the guest of that id as last told, or nil.
+func (a *Agent) desiredGuest(id string) *corpusv1.Guest {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.desired[id]
 }
 
 func (a *Agent) poke(ch chan struct{}) {

@@ -30,9 +30,9 @@ func (s *agentAPI) CheckChallenge(ctx context.Context, req *connect.Request[corp
 	if err := a.checkCaller(req.Header()); err != nil {
 		return nil, err
 	}
-	if a.net == nil || a.net.proxy == nil {
+	if a.net == nil || a.net.Proxy() == nil {
 		return connect.NewResponse(&corpusv1.CheckChallengeResponse{Detail: "node " + a.id.NodeName + " runs no proxy"}), nil
 	}
-	ok, detail := certs.Check(ctx, a.net.proxy.HTTPAddr(), a.net.proxy.HTTPSAddr(), req.Msg)
+	ok, detail := certs.Check(ctx, a.net.Proxy().HTTPAddr(), a.net.Proxy().HTTPSAddr(), req.Msg)
 	return connect.NewResponse(&corpusv1.CheckChallengeResponse{Ready: ok, Detail: detail}), nil
 }

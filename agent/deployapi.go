@@ -64,7 +64,7 @@ func (a *Agent) newDeploys() (*deploy.Pipeline, error) {
 		cfg.GitDir = filepath.Join(a.cfg.StateDir, "git")
 	}
 	if a.net != nil {
-		cfg.Proxy = a.net.proxy
+		cfg.Proxy = a.net.Proxy()
 	}
 	return deploy.New(cfg, deployAgent{a})
 }

@@ -7,8 +7,10 @@
 // were last told (the desired state is cached in a local bbolt database).
 //
 // Its subsystems are packages of their own, wired in here: agent/deploy
-// (the release pipeline behind git pushes), agent/logs, agent/shell,
-// agent/runtime (the guests' process supervisors) and agent/cache.
+// (the release pipeline behind git pushes), agent/volumes, agent/network
+// (bridge, NAT, layer-2 filter, proxy and routes), agent/logs,
+// agent/shell, agent/runtime (the guests' process supervisors) and
+// agent/cache. They never import this package.
 //
 // Guest worker, per reconcile:
 //

@@ -41,8 +41,8 @@ func (s *agentAPI) Load(ctx context.Context, req *connect.Request[corpusv1.LoadR
 		}
 		res.Guests = append(res.Guests, &corpusv1.GuestLoad{GuestId: t.id, CpuSeconds: cpu, Pid: t.pid, Cpus: t.cpus})
 	}
-	if a.net != nil && a.net.proxy != nil {
-		res.Requests, res.Errors = a.net.proxy.Requests(), a.net.proxy.Errors()
+	if a.net != nil && a.net.Proxy() != nil {
+		res.Requests, res.Errors = a.net.Proxy().Requests(), a.net.Proxy().Errors()
 	}
 	return connect.NewResponse(res), nil
 }

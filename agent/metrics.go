@@ -13,7 +13,7 @@ import (
 )
 
 // agentMetrics are the agent's own Prometheus metrics: guest reconciles.
-// Volumes and certificates are read at scrape time (volumeCollector,
+// Volumes and certificates are read at scrape time (volumes.Collector,
 // pki.ExpiryCollector); the proxy and the deploy pipeline keep their own.
 type agentMetrics struct {
 	reconcile       *prometheus.HistogramVec
@@ -95,49 +95,9 @@ func (a *Agent) certificates() map[string]*x509.Certificate {
 	}
 	if a.net != nil {
 		// An operator's HTTPS certificates, by their first name.
-		for _, leaf := range a.net.proxy.Certificates() {
+		for _, leaf := range a.net.Proxy().Certificates() {
 			out["proxy "+leaf.DNSNames[0]] = leaf
 		}
 	}
 	return out
-}
-
-// volumeCollector exports the size and use of this node's volumes, as
-// the agent last observed them, at scrape time. The volume label is
-// bounded by the volumes the cluster gave the node.
-type volumeCollector struct {
-	a          *Agent
-	size, used *prometheus.Desc
-}
-
-func newVolumeCollector(a *Agent) *volumeCollector {
-	d := func(name, help string) *prometheus.Desc {
-		return prometheus.NewDesc(prometheus.BuildFQName(metrics.Namespace, "volume", name), help, []string{"volume"}, nil)
-	}
-	return &volumeCollector{a: a,
-		size: d("size_bytes", "Size of the volume's file system as observed on the node."),
-		used: d("used_bytes", "Bytes used in the volume's file system as observed on the node (or reported by its guest)."),
-	}
-}
-
-func (c *volumeCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.size; ch <- c.used }
-
-func (c *volumeCollector) Collect(ch chan<- prometheus.Metric) {
-	a := c.a
-	a.mu.Lock()
-	type obs struct {
-		name       string
-		size, used int64
-	}
-	var out []obs
-	for _, v := range a.volumes {
-		if o := a.volObserved[v.Id]; o != nil && o.SizeBytes > 0 {
-			out = append(out, obs{v.Name, o.SizeBytes, o.UsedBytes})
-		}
-	}
-	a.mu.Unlock()
-	for _, o := range out {
-		ch <- prometheus.MustNewConstMetric(c.size, prometheus.GaugeValue, float64(o.size), o.name)
-		ch <- prometheus.MustNewConstMetric(c.used, prometheus.GaugeValue, float64(o.used), o.name)
-	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/netip"
 	"strconv"
 	"time"
 
@@ -11,6 +12,7 @@ import (
 
 	"corpus/agent/cache"
 	"corpus/agent/deploy"
+	"corpus/agent/network"
 	"corpus/agent/runtime"
 	"corpus/drivers"
 	corpusv1 "corpus/proto/corpus/v1"
@@ -52,7 +54,7 @@ func (a *Agent) pass(ctx context.Context) {
 	// Workers first: a guest's start does not wait for the NAT and proxy
 	// programming of this pass (its worker makes sure the bridge exists).
 	defer a.reconcileNetwork(ctx)
-	defer a.reconcileVolumes(ctx)
+	defer a.vols.Reconcile(ctx)
 	defer a.reconcileServices(ctx)
 	defer a.reconcileInstances(ctx)
 	a.mu.Lock()
@@ -104,12 +106,11 @@ func (a *Agent) pass(ctx context.Context) {
 
 // reconcileNetwork makes the node's bridge, NAT rules and proxy routes
 // match the desired state, after drivers that publish routes themselves
-// have done so. Failures are logged and retried next pass; guests keep
-// their network as it is meanwhile.
+// have done so (agent/network).
 func (a *Agent) reconcileNetwork(ctx context.Context) {
 	a.mu.Lock()
 	node, routes, known, cdns, httpsCerts := a.node, a.routes, a.known, a.cdns, a.httpsCerts
-	policy := guestPolicy{projects: a.guestProjects, control: a.controlEndpoints(), reach: a.serviceReach, peers: a.peers}
+	policy := network.Policy{Projects: a.guestProjects, Control: a.controlEndpoints(), Reach: a.serviceReach, Peers: a.peers}
 	guests := make([]*corpusv1.Guest, 0, len(a.desired))
 	byID := make(map[string]*corpusv1.Guest, len(a.desired))
 	for _, g := range a.desired {
@@ -120,28 +121,43 @@ func (a *Agent) reconcileNetwork(ctx context.Context) {
 	if !known || node == nil {
 		return
 	}
-	served := a.publishRoutes(ctx, routes, byID)
+	served := a.routeSet.Publish(ctx, routes, byID, a.net != nil)
 	if a.net == nil {
 		return
 	}
-	table := proxyRoutes(routes, byID, served, func(r *corpusv1.Route, g *corpusv1.Guest) string {
-		return a.routeTarget(ctx, r, g)
+	table := network.ProxyRoutes(routes, byID, served, func(r *corpusv1.Route, g *corpusv1.Guest) string {
+		return a.routeSet.Target(ctx, r, g)
 	})
 	var tlsErr error
 	table.TLS, table.Challenges, tlsErr = a.tls.Material(ctx, httpsCerts)
-	a.noteRouteErr("certificates", tlsErr)
-	err := a.net.reconcile(ctx, node, guests, table, cdns, policy)
+	a.routeSet.Note("certificates", tlsErr)
+	a.net.Reconcile(ctx, node, guests, table, cdns, policy)
+}
+
+// guestNetwork returns where guest g sits on the node's network, making
+// sure the bridge it joins exists first.
+func (a *Agent) guestNetwork(ctx context.Context, g *corpusv1.Guest) (*drivers.Network, error) {
 	a.mu.Lock()
-	changed := (err == nil) != (a.netErr == nil) || (err != nil && a.netErr != nil && err.Error() != a.netErr.Error())
-	a.netErr = err
+	node, cdns := a.node, a.cdns
 	a.mu.Unlock()
-	if changed {
-		if err != nil {
-			a.logger.Warn("reconciling the node's network", "error", err)
-		} else {
-			a.logger.Info("node network in place", "bridge", a.cfg.Bridge, "subnet", node.GuestSubnet)
+	return a.net.GuestNetwork(ctx, node, cdns, g)
+}
+
+// controlEndpoints are the control plane's endpoints this agent knows
+// (coordinator API and gossip addresses given as IP:port; names are left
+// out, their addresses unknown to the rules).
+func (a *Agent) controlEndpoints() []netip.AddrPort {
+	var out []netip.AddrPort
+	addrs := a.coords.all()
+	if a.gossipPeer != "" {
+		addrs = append(addrs, a.gossipPeer)
+	}
+	for _, s := range addrs {
+		if ap, err := netip.ParseAddrPort(s); err == nil && ap.Addr().Is4() && !ap.Addr().IsLoopback() {
+			out = append(out, ap)
 		}
 	}
+	return out
 }
 
 // worker reconciles one guest; it exits when the guest is no longer desired.
@@ -178,7 +194,7 @@ func (w *worker) run(ctx context.Context) {
 		// While backing off, only a change to the guest cuts the wait
 		// short; periodic kicks do not.
 		want := desiredVersion(g)
-		if v := w.a.guestVolume(g.Id); v != nil {
+		if v := w.a.vols.GuestVolume(g.Id); v != nil {
 			want += "|volume " + strconv.FormatInt(v.SizeBytes, 10)
 		}
 		if kicked && retry != nil && want == failedAt {
@@ -274,14 +290,8 @@ func (w *worker) converge(ctx context.Context, g *corpusv1.Guest) error {
 		a.setObserved(g.Id, &corpusv1.GuestObserved{State: corpusv1.ObservedDeleted})
 		return nil
 	}
-	if v := a.guestVolume(g.Id); v != nil && a.vols != nil && exists {
-		h := &guestHandle{d: d, name: g.Name, timeout: a.cfg.StopTimeout}
-		if d.Capabilities().Volumes == drivers.BlockVolumes {
-			err = a.resizeBlockVolume(ctx, v, g, h)
-		} else {
-			err = a.resizeVolume(ctx, v, h)
-		}
-		if err != nil {
+	if v := a.vols.GuestVolume(g.Id); v != nil && a.vols.Available() && exists {
+		if err := a.vols.ResizeGuest(ctx, d, g, a.cfg.StopTimeout); err != nil {
 			return atStep("volume", err)
 		}
 		if st, err = d.Inspect(ctx, g.Name); err != nil {
@@ -328,7 +338,7 @@ func (w *worker) converge(ctx context.Context, g *corpusv1.Guest) error {
 				return atStep("network", err)
 			}
 		}
-		if err := a.attachBlockVolume(ctx, d, g); err != nil {
+		if err := a.vols.AttachBlockVolume(ctx, d, g); err != nil {
 			return atStep("volume", err)
 		}
 		if rm, ok := d.(drivers.IDRemapper); ok {
@@ -421,13 +431,13 @@ func (a *Agent) driverSpec(ctx context.Context, d drivers.Driver, g *corpusv1.Gu
 	}
 	switch caps.Volumes {
 	case drivers.HostVolumes:
-		mounts, err := a.guestMounts(ctx, g)
+		mounts, err := a.vols.Mounts(ctx, g)
 		if err != nil {
 			return spec, err
 		}
 		spec.Mounts = mounts
 	case drivers.BlockVolumes:
-		bv, err := a.guestBlockVolume(ctx, g)
+		bv, err := a.vols.BlockVolume(ctx, g)
 		if err != nil {
 			return spec, err
 		}
@@ -438,7 +448,7 @@ func (a *Agent) driverSpec(ctx context.Context, d drivers.Driver, g *corpusv1.Gu
 		if vs.UseVolume != "" {
 			spec.Volume.Name = vs.UseVolume
 		}
-		if v := a.guestVolume(g.Id); v != nil {
+		if v := a.vols.GuestVolume(g.Id); v != nil {
 			spec.Volume.Name, spec.Volume.SizeBytes = v.Name, v.SizeBytes // resized since
 		}
 	default:

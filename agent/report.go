@@ -56,19 +56,14 @@ func (a *Agent) sendReport(ctx context.Context) error {
 	}
 	if a.net != nil {
 		req.MinHostPort = int32(a.cfg.MinHostPort)
-		req.ReservedPorts = a.net.reservedPorts()
+		req.ReservedPorts = a.net.ReservedPorts()
 	}
 	a.mu.Lock()
 	for id, o := range a.observed {
 		req.Guests = append(req.Guests, &corpusv1.ReportedGuest{GuestId: id, Observed: a.withInstance(id, proto.Clone(o).(*corpusv1.GuestObserved))})
 	}
-	for id, o := range a.volObserved {
-		req.Volumes = append(req.Volumes, &corpusv1.ReportedVolume{VolumeId: id, Observed: proto.Clone(o).(*corpusv1.VolumeObserved)})
-	}
-	for id := range a.volOldRemoved {
-		req.Volumes = append(req.Volumes, &corpusv1.ReportedVolume{VolumeId: id, OldCopyRemoved: true})
-	}
 	a.mu.Unlock()
+	req.Volumes = a.vols.Observed()
 	req.Services = a.services.Report()
 	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()

@@ -15,6 +15,7 @@ import (
 
 	"corpus/agent/backup"
 	"corpus/agent/services"
+	"corpus/agent/volumes"
 	corpusv1 "corpus/proto/corpus/v1"
 )
 
@@ -94,14 +95,14 @@ func (s *agentAPI) DumpService(ctx context.Context, req *connect.Request[corpusv
 	var err error
 	switch {
 	case bk.Volume != "":
-		size, sum, err = s.a.dumpVolume(ctx, bk.Volume, w)
+		size, sum, err = s.a.vols.Dump(ctx, bk.Volume, w)
 	case bk.Service != "":
 		size, sum, err = s.a.services.Dump(ctx, bk.Service, w)
 	default:
 		err = errNoSubject
 	}
 	if err == nil {
-		err = w.flush()
+		err = w.Flush()
 	}
 	if err != nil {
 		return serviceError(err)
@@ -185,13 +186,15 @@ func (s *agentAPI) ReadBackup(ctx context.Context, req *connect.Request[corpusv1
 	if _, err := io.Copy(w, r); err != nil {
 		return err
 	}
-	return w.flush()
+	return w.Flush()
 }
 
 // backupWriter sends what is written to it as BackupChunks.
-func backupWriter(send func(*corpusv1.BackupChunk) error) *chunkWriter {
-	return &chunkWriter{emit: func(data []byte, _ bool) error { return send(&corpusv1.BackupChunk{Data: data}) }}
+func backupWriter(send func(*corpusv1.BackupChunk) error) *volumes.ChunkWriter {
+	return volumes.NewChunkWriter(func(data []byte, _ bool) error { return send(&corpusv1.BackupChunk{Data: data}) })
 }
+
+var errNoSubject = errors.New("the backup names neither a service nor a volume")
 
 // LoadService restores a streamed backup into a service whose guest is on
 // this node, or into a volume here.
@@ -216,7 +219,7 @@ func (s *agentAPI) LoadService(ctx context.Context, stream *connect.ClientStream
 	var err error
 	switch {
 	case head.Volume != "":
-		err = s.a.loadVolume(ctx, head.Volume, pr, head.SizeBytes, head.Sha256)
+		err = s.a.vols.Load(ctx, head.Volume, pr, head.SizeBytes, head.Sha256)
 	case head.Service != "":
 		out, err = s.a.services.Load(ctx, head.Service, pr, head.SizeBytes, head.Sha256)
 	default:

@@ -7,6 +7,7 @@ import (
 	"connectrpc.com/connect"
 
 	"corpus/agent/cache"
+	"corpus/agent/volumes"
 	"corpus/internal/secret"
 	corpusv1 "corpus/proto/corpus/v1"
 )
@@ -17,7 +18,9 @@ import (
 // says it cannot measure them.
 func TestMeasureVolumeCallers(t *testing.T) {
 	t.Parallel()
-	s := &agentAPI{&Agent{id: cache.Identity{NodeName: "n1", AgentKey: "agent-key"}}}
+	a := &Agent{id: cache.Identity{NodeName: "n1", AgentKey: "agent-key"}}
+	a.vols = volumes.New(volumes.Config{Node: func() (string, string) { return a.id.NodeID, a.id.NodeName }})
+	s := &agentAPI{a}
 	measure := func(token, name string) error {
 		req := connect.NewRequest(&corpusv1.MeasureVolumeRequest{Name: name})
 		if token != "" {

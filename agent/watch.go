@@ -8,6 +8,7 @@ import (
 
 	"connectrpc.com/connect"
 
+	"corpus/agent/network"
 	corpusv1 "corpus/proto/corpus/v1"
 )
 
@@ -92,6 +93,9 @@ func (a *Agent) setDesired(msg *corpusv1.WatchResponse) {
 	for _, g := range msg.Guests {
 		m[g.Id] = g
 	}
+	// The volumes first: one bound to a guest not known yet is left
+	// unmounted on the host (in case the guest is a VM).
+	a.vols.Set(msg.Volumes)
 	a.mu.Lock()
 	a.desired = m
 	if msg.Node != nil {
@@ -112,13 +116,12 @@ func (a *Agent) setDesired(msg *corpusv1.WatchResponse) {
 	if a.heldBackups == nil {
 		a.heldBackups = []*corpusv1.Backup{}
 	}
-	a.volumes = msg.Volumes
 	if msg.GossipAddr != "" {
 		a.gossipPeer = msg.GossipAddr
 	}
-	a.cdns = clusterDNS{}
+	a.cdns = network.ClusterDNS{}
 	if host, _, err := net.SplitHostPort(a.coordinator()); err == nil && msg.DnsPort != 0 {
-		a.cdns = clusterDNS{zone: msg.DnsZone, server: net.JoinHostPort(host, strconv.Itoa(int(msg.DnsPort)))}
+		a.cdns = network.ClusterDNS{Zone: msg.DnsZone, Server: net.JoinHostPort(host, strconv.Itoa(int(msg.DnsPort)))}
 	}
 	a.known = true
 	a.mu.Unlock()

@@ -56,6 +56,12 @@ var layers = []struct {
 		why:  "the agent talks to the coordinator over the API (proto/), never by linking its code",
 	},
 	{
+		in:   []string{"agent/..."},
+		but:  []string{"agent"},
+		deny: []string{"agent"},
+		why:  "the agent's subsystems are wired together by the agent root, which they never import",
+	},
+	{
 		in:   []string{"..."},
 		but:  []string{"cmd/..."},
 		deny: []string{"cmd/..."},
@@ -102,7 +108,6 @@ var bigPackages = map[string]string{
 	// Being split into smaller packages (issue 38); each leaves this
 	// list with the change that brings it under the limit.
 	"coordinator/api":   "being split",
-	"agent":             "being split",
 	"coordinator/state": "being split",
 }
 
@@ -273,8 +278,13 @@ func TestLayerFaults(t *testing.T) {
 		}
 		return p
 	}
+	// A listed big package the made-up tree lacks (the real list
+	// shrinks as packages are split).
+	bigPackages["agent/gone"] = "made up"
+	t.Cleanup(func() { delete(bigPackages, "agent/gone") })
 	pkgs := map[string]*goPackage{
 		"cmd/corpus/cli":    pkg("cli", nil, "client", "coordinator/state"),
+		"agent/network":     pkg("network", nil, "agent"),
 		"client":            pkg("client", nil, "proto/corpus/v1", "agent/cache"),
 		"agent/deploy":      pkg("deploy", nil, "coordinator"),
 		"internal/names":    pkg("names", nil, "cmd/corpus/cli"),
@@ -293,7 +303,8 @@ func TestLayerFaults(t *testing.T) {
 		"package util (coordinator/util) is a grab-bag name",
 		"a.go has 801 lines, over 800",
 		"package coordinator/api has 10 lines of non-test code, within 4000: take it off",
-		"package agent is gone: take it off bigPackages",
+		"package agent/gone is gone: take it off bigPackages",
+		"network/x.go imports corpus/agent: the agent's subsystems",
 	} {
 		if !strings.Contains(got, want) {
 			t.Errorf("faults lack %q:\n%s", want, got)

@@ -1,4 +1,4 @@
-package agent
+package volumes
 
 import (
 	"context"
@@ -28,17 +28,15 @@ import (
 
 // blockGuest returns the guest bound to v and its driver when that
 // driver gives volumes as block devices; nil otherwise.
-func (a *Agent) blockGuest(v *corpusv1.Volume) (*corpusv1.Guest, drivers.Driver) {
+func (m *Manager) blockGuest(v *corpusv1.Volume) (*corpusv1.Guest, drivers.Driver) {
 	if v.GuestId == "" {
 		return nil, nil
 	}
-	a.mu.Lock()
-	g := a.desired[v.GuestId]
-	a.mu.Unlock()
+	g := m.cfg.Guest(v.GuestId)
 	if g == nil {
 		return nil, nil
 	}
-	d, ok := a.drivers[g.Spec.GetDriver()]
+	d, ok := m.cfg.Drivers[g.Spec.GetDriver()]
 	if !ok || d.Capabilities().Volumes != drivers.BlockVolumes {
 		return nil, nil
 	}
@@ -48,29 +46,27 @@ func (a *Agent) blockGuest(v *corpusv1.Volume) (*corpusv1.Guest, drivers.Driver)
 // hostMayMount says whether the host may mount v: unbound, or bound to a
 // guest that gets it as a host folder. A volume bound to a guest this
 // agent does not know (yet) is left unmounted, in case its guest is a VM.
-func (a *Agent) hostMayMount(v *corpusv1.Volume) bool {
+func (m *Manager) hostMayMount(v *corpusv1.Volume) bool {
 	if v.GuestId == "" {
 		return true
 	}
-	a.mu.Lock()
-	g := a.desired[v.GuestId]
-	a.mu.Unlock()
+	g := m.cfg.Guest(v.GuestId)
 	if g == nil {
 		return false
 	}
-	d, ok := a.drivers[g.Spec.GetDriver()]
+	d, ok := m.cfg.Drivers[g.Spec.GetDriver()]
 	return ok && d.Capabilities().Volumes == drivers.HostVolumes
 }
 
 // lockVolume serialises deciding to mount a volume on the host and
 // mounting it with handing the volume to a VM; it returns the unlock.
-func (a *Agent) lockVolume(name string) func() { return a.volLocks.Lock(name) }
+func (m *Manager) lockVolume(name string) func() { return m.locks.Lock(name) }
 
 // volumeByID returns this node's volume of that id as last told, or nil.
-func (a *Agent) volumeByID(id string) *corpusv1.Volume {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	for _, v := range a.volumes {
+func (m *Manager) volumeByID(id string) *corpusv1.Volume {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, v := range m.volumes {
 		if v.Id == id {
 			return v
 		}
@@ -78,38 +74,38 @@ func (a *Agent) volumeByID(id string) *corpusv1.Volume {
 	return nil
 }
 
-// guestBlockVolume makes the volume of guest g exist, unmounted on the
+// BlockVolume makes the volume of guest g exist, unmounted on the
 // host, with its loop device attached, and describes it for the driver.
 // The volume is bound to g in what the agent was told before it is
 // unmounted, under the volume's lock: a reconcile pass that decides
 // afterwards sees it bound and leaves it unmounted.
-func (a *Agent) guestBlockVolume(ctx context.Context, g *corpusv1.Guest) (drivers.BlockVolume, error) {
-	v := a.guestVolume(g.Id)
+func (m *Manager) BlockVolume(ctx context.Context, g *corpusv1.Guest) (drivers.BlockVolume, error) {
+	v := m.GuestVolume(g.Id)
 	if v == nil {
 		return drivers.BlockVolume{}, fmt.Errorf("the volume of guest %s is not on this node yet", g.Name)
 	}
-	if a.vols == nil {
+	if m.backend == nil {
 		return drivers.BlockVolume{}, errors.New("volumes are not available on this node")
 	}
-	defer a.lockVolume(v.Name)()
-	if err := a.vols.Create(ctx, v.Name, v.SizeBytes); err != nil && !errors.Is(err, volume.ErrExists) {
+	defer m.lockVolume(v.Name)()
+	if err := m.backend.Create(ctx, v.Name, v.SizeBytes); err != nil && !errors.Is(err, volume.ErrExists) {
 		return drivers.BlockVolume{}, fmt.Errorf("creating volume %s: %w", v.Name, err)
 	}
 	// Unbound, the volume was mounted on the host; the guest mounts it now.
-	if err := a.vols.Unmount(ctx, v.Name); err != nil {
+	if err := m.backend.Unmount(ctx, v.Name); err != nil {
 		return drivers.BlockVolume{}, fmt.Errorf("unmounting volume %s from the host: %w", v.Name, err)
 	}
-	dev, err := a.vols.Attach(ctx, v.Name)
+	dev, err := m.backend.Attach(ctx, v.Name)
 	if err != nil {
 		return drivers.BlockVolume{}, fmt.Errorf("attaching volume %s: %w", v.Name, err)
 	}
 	return drivers.BlockVolume{Name: v.Name, Device: dev, Path: g.Spec.GetVolume().GetPath()}, nil
 }
 
-// attachBlockVolume makes sure a guest about to start has its volume
+// AttachBlockVolume makes sure a guest about to start has its volume
 // with the volume's current loop device (the numbers change when the
 // host restarts). Guests of other drivers, or without volume, pass.
-func (a *Agent) attachBlockVolume(ctx context.Context, d drivers.Driver, g *corpusv1.Guest) error {
+func (m *Manager) AttachBlockVolume(ctx context.Context, d drivers.Driver, g *corpusv1.Guest) error {
 	if d.Capabilities().Volumes != drivers.BlockVolumes || g.Spec.GetVolume() == nil {
 		return nil
 	}
@@ -117,7 +113,7 @@ func (a *Agent) attachBlockVolume(ctx context.Context, d drivers.Driver, g *corp
 	if !ok {
 		return fmt.Errorf("driver %s gives block volumes but cannot attach them: %w", d.Name(), drivers.ErrNotSupported)
 	}
-	bv, err := a.guestBlockVolume(ctx, g)
+	bv, err := m.BlockVolume(ctx, g)
 	if err != nil {
 		return err
 	}
@@ -131,12 +127,12 @@ func (a *Agent) attachBlockVolume(ctx context.Context, d drivers.Driver, g *corp
 // offline. A running guest whose file system size has not been
 // confirmed since this agent started is asked once (a grow a crash cut
 // short is finished so).
-func (a *Agent) resizeBlockVolume(ctx context.Context, v *corpusv1.Volume, g *corpusv1.Guest, h *guestHandle) error {
+func (m *Manager) resizeBlockVolume(ctx context.Context, v *corpusv1.Volume, g *corpusv1.Guest, h *guestHandle) error {
 	bd, ok := h.d.(drivers.BlockVolumeDriver)
 	if !ok {
 		return fmt.Errorf("driver %s gives block volumes but cannot grow them: %w", h.d.Name(), drivers.ErrNotSupported)
 	}
-	info, err := a.vols.Stat(ctx, v.Name)
+	info, err := m.backend.Stat(ctx, v.Name)
 	if err != nil {
 		return fmt.Errorf("measuring volume %s: %w", v.Name, err)
 	}
@@ -145,44 +141,44 @@ func (a *Agent) resizeBlockVolume(ctx context.Context, v *corpusv1.Volume, g *co
 		return fmt.Errorf("inspecting: %w", err)
 	}
 	if st.State == drivers.StateStopped {
-		return a.resizeOffline(ctx, v, info)
+		return m.resizeOffline(ctx, v, info)
 	}
 	if v.SizeBytes < info.SizeBytes {
 		// Judged on what the running guest sees of its file system
 		// (the host's superblock lags), before the guest is stopped.
 		used := info.UsedBytes
-		if u, ok := a.guestUsage(ctx, v); ok {
+		if u, ok := m.guestUsage(ctx, v); ok {
 			used = u.UsedBytes
 		}
-		if !a.admitResize(v, info.SizeBytes, used) {
+		if !m.admitResize(v, info.SizeBytes, used) {
 			return nil
 		}
-		return a.shrinkBlockVolume(ctx, v, h)
+		return m.shrinkBlockVolume(ctx, v, h)
 	}
-	if v.SizeBytes != info.SizeBytes && !a.admitResize(v, info.SizeBytes, info.UsedBytes) {
+	if v.SizeBytes != info.SizeBytes && !m.admitResize(v, info.SizeBytes, info.UsedBytes) {
 		return nil // a size no backend makes
 	}
-	a.mu.Lock()
-	confirmed := a.volGuestSize[v.Name] == v.SizeBytes
-	a.mu.Unlock()
+	m.mu.Lock()
+	confirmed := m.guestSize[v.Name] == v.SizeBytes
+	m.mu.Unlock()
 	if v.SizeBytes == info.SizeBytes && confirmed {
 		return nil
 	}
 	start := time.Now()
-	a.mu.Lock()
-	_, pending := a.volGrowing[v.Name]
-	a.mu.Unlock()
+	m.mu.Lock()
+	_, pending := m.growing[v.Name]
+	m.mu.Unlock()
 	if v.SizeBytes > info.SizeBytes {
 		pending = true
-		grower, ok := a.vols.(volume.DeviceGrower)
+		grower, ok := m.backend.(volume.DeviceGrower)
 		if !ok {
 			return fmt.Errorf("growing volume %s: this node's volume backend cannot grow a device alone: %w", v.Name, drivers.ErrNotSupported)
 		}
-		a.mu.Lock()
-		if _, ok := a.volGrowing[v.Name]; !ok {
-			a.volGrowing[v.Name] = info.SizeBytes
+		m.mu.Lock()
+		if _, ok := m.growing[v.Name]; !ok {
+			m.growing[v.Name] = info.SizeBytes
 		}
-		a.mu.Unlock()
+		m.mu.Unlock()
 		if err := grower.GrowDevice(ctx, v.Name, v.SizeBytes); err != nil {
 			return fmt.Errorf("growing volume %s: %w", v.Name, err)
 		}
@@ -197,17 +193,17 @@ func (a *Agent) resizeBlockVolume(ctx context.Context, v *corpusv1.Volume, g *co
 	case err != nil && !pending:
 		// Only a check (nothing grew): the guest had its file system
 		// grown at boot. Not asked again until the volume changes.
-		a.logger.Warn("checking the file system of a volume in its guest", "volume", v.Name, "guest", g.Name, "error", err)
+		m.logger.Warn("checking the file system of a volume in its guest", "volume", v.Name, "guest", g.Name, "error", err)
 	case err != nil:
 		return err
 	}
-	a.mu.Lock()
-	a.volGuestSize[v.Name] = v.SizeBytes
-	delete(a.volGrowing, v.Name)
-	a.mu.Unlock()
+	m.mu.Lock()
+	m.guestSize[v.Name] = v.SizeBytes
+	delete(m.growing, v.Name)
+	m.mu.Unlock()
 	if pending {
-		a.logger.Info("volume grown online in its guest", "volume", v.Name, "guest", g.Name, "size", v.SizeBytes, "filesystem_bytes", fs, "took", time.Since(start).Round(time.Millisecond))
-		a.poke(a.kick) // report the new size
+		m.logger.Info("volume grown online in its guest", "volume", v.Name, "guest", g.Name, "size", v.SizeBytes, "filesystem_bytes", fs, "took", time.Since(start).Round(time.Millisecond))
+		m.cfg.Kick() // report the new size
 	}
 	return nil
 }
@@ -218,37 +214,37 @@ func (a *Agent) resizeBlockVolume(ctx context.Context, v *corpusv1.Volume, g *co
 //
 // A resize the volume's data or size rules out is refused (see
 // admitResize) and resizeOffline returns nil: nothing was changed.
-func (a *Agent) resizeOffline(ctx context.Context, v *corpusv1.Volume, info volume.Info) error {
+func (m *Manager) resizeOffline(ctx context.Context, v *corpusv1.Volume, info volume.Info) error {
 	if info.SizeBytes == v.SizeBytes && info.FilesystemBytes == v.SizeBytes {
-		a.volGate.Forget(v.Name)
+		m.gate.Forget(v.Name)
 		return nil
 	}
-	if !a.admitResize(v, info.FilesystemBytes, info.UsedBytes) {
+	if !m.admitResize(v, info.FilesystemBytes, info.UsedBytes) {
 		return nil
 	}
 	var err error
 	if v.SizeBytes >= info.SizeBytes {
-		err = a.vols.Grow(ctx, v.Name, v.SizeBytes)
-	} else if err = a.vols.Shrink(ctx, v.Name, v.SizeBytes, true); err == nil {
-		_, err = a.vols.Trim(ctx, v.Name)
+		err = m.backend.Grow(ctx, v.Name, v.SizeBytes)
+	} else if err = m.backend.Shrink(ctx, v.Name, v.SizeBytes, true); err == nil {
+		_, err = m.backend.Trim(ctx, v.Name)
 	}
 	if errors.Is(err, volume.ErrCannotShrink) {
-		a.refusedOffline(v, info.UsedBytes, err)
+		m.refusedOffline(v, info.UsedBytes, err)
 		return nil
 	}
 	if err != nil {
 		return fmt.Errorf("resizing volume %s to %d bytes: %w", v.Name, v.SizeBytes, err)
 	}
-	a.mu.Lock()
-	delete(a.volGrowing, v.Name)
-	a.mu.Unlock()
-	a.logger.Info("volume resized offline", "volume", v.Name, "size", v.SizeBytes)
+	m.mu.Lock()
+	delete(m.growing, v.Name)
+	m.mu.Unlock()
+	m.logger.Info("volume resized offline", "volume", v.Name, "size", v.SizeBytes)
 	return nil
 }
 
 // shrinkBlockVolume stops the guest, shrinks its volume offline and
 // starts the guest again; a failure starts the guest again too.
-func (a *Agent) shrinkBlockVolume(ctx context.Context, v *corpusv1.Volume, h *guestHandle) error {
+func (m *Manager) shrinkBlockVolume(ctx context.Context, v *corpusv1.Volume, h *guestHandle) error {
 	r := revert.New()
 	defer r.Fail()
 	running, err := h.stop(ctx)
@@ -258,11 +254,11 @@ func (a *Agent) shrinkBlockVolume(ctx context.Context, v *corpusv1.Volume, h *gu
 	if running {
 		r.Add(func() { h.start(context.Background()) })
 	}
-	info, err := a.vols.Stat(ctx, v.Name)
+	info, err := m.backend.Stat(ctx, v.Name)
 	if err != nil {
 		return fmt.Errorf("measuring volume %s: %w", v.Name, err)
 	}
-	if err := a.resizeOffline(ctx, v, info); err != nil {
+	if err := m.resizeOffline(ctx, v, info); err != nil {
 		return err
 	}
 	r.Success()
@@ -278,8 +274,8 @@ func (a *Agent) shrinkBlockVolume(ctx context.Context, v *corpusv1.Volume, h *gu
 // its file system: the superblock the host reads lags behind a file
 // system another kernel has mounted. ok is false for other volumes and
 // when the guest cannot tell (off, booting); the host's view stands then.
-func (a *Agent) guestUsage(ctx context.Context, v *corpusv1.Volume) (drivers.VolumeUsage, bool) {
-	g, d := a.blockGuest(v)
+func (m *Manager) guestUsage(ctx context.Context, v *corpusv1.Volume) (drivers.VolumeUsage, bool) {
+	g, d := m.blockGuest(v)
 	if g == nil {
 		return drivers.VolumeUsage{}, false
 	}
@@ -292,7 +288,7 @@ func (a *Agent) guestUsage(ctx context.Context, v *corpusv1.Volume) (drivers.Vol
 	case err == nil:
 		return u, true
 	case !errors.Is(err, drivers.ErrNotRunning) && !errors.Is(err, drivers.ErrNotReady) && !errors.Is(err, drivers.ErrNotFound):
-		a.logger.Debug("reading a volume's use in its guest", "volume", v.Name, "guest", g.Name, "error", err)
+		m.logger.Debug("reading a volume's use in its guest", "volume", v.Name, "guest", g.Name, "error", err)
 	}
 	return drivers.VolumeUsage{}, false
 }

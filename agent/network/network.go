@@ -1,4 +1,4 @@
-package agent
+package network
 
 import (
 	"context"
@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -29,13 +30,36 @@ import (
 	corpusv1 "corpus/proto/corpus/v1"
 )
 
-// network is the agent's side of guest networking: the bridge its guests
+// Config configures a node's network.
+type Config struct {
+	// StateDir holds the proxy process's folder (proxy/).
+	StateDir string
+	// Bridge is the name of the bridge guests join.
+	Bridge string
+	// ProxyOnly runs the proxy alone: no bridge, NAT or resolver (an
+	// agent whose drivers reach guests their own way).
+	ProxyOnly bool
+	// ProxyHTTPAddr and ProxyHTTPSAddr are the proxy's listen addresses
+	// (HTTPS off when empty); ProxyCerts are "CERT.pem:KEY.pem" pairs.
+	ProxyHTTPAddr  string
+	ProxyHTTPSAddr string
+	ProxyCerts     []string
+	// ProxyProcess runs the proxy as a process of its own, ProxyBinary
+	// (default: this one); ProxyMetrics is given its metrics.
+	ProxyProcess bool
+	ProxyBinary  string
+	ProxyMetrics func(prometheus.Gatherer)
+	Metrics      prometheus.Registerer
+	Logger       *slog.Logger
+}
+
+// Network is the agent's side of guest networking: the bridge its guests
 // join, the layer-2 filter that holds each guest to its MAC and address,
 // the NAT rules that publish their ports, and the proxy in front of their
 // routes. All are recomputed from the desired state on every reconcile
 // pass and made true on the host (level-based): a bridge, a chain or a
 // table removed by hand comes back on the next pass.
-type network struct {
+type Network struct {
 	bridge string
 	// proxyOnly networks run the proxy alone: no bridge, NAT or
 	// resolver (an agent whose drivers reach guests their own way).
@@ -43,7 +67,7 @@ type network struct {
 	host      *netns.Host
 	l2        *l2filter.Filter
 	nat       *nat.NAT
-	proxy     ingress
+	proxy     Ingress
 	logger    *slog.Logger
 
 	// resolver answers guests on the bridge address: the cluster zone by
@@ -51,11 +75,14 @@ type network struct {
 	// what it was started for; a change restarts it.
 	resolver    *dns.Resolver
 	resolverKey string
+
+	mu      sync.Mutex
+	lastErr error // the last reconcile's error
 }
 
-// ingress is the node's proxy: in the agent (*proxy.Proxy) or a process
+// Ingress is the node's proxy: in the agent (*proxy.Proxy) or a process
 // of its own (*proxyd.Client).
-type ingress interface {
+type Ingress interface {
 	SetRoutes(proxy.Routes) error
 	Routes() proxy.Routes
 	InFlight(target string) int64
@@ -70,16 +97,21 @@ type ingress interface {
 	Run(ctx context.Context) error
 }
 
-// clusterDNS is where the cluster zone is answered, as the watch said.
-type clusterDNS struct {
-	zone   string // fully qualified
-	server string // host:port of a coordinator's DNS
+// ClusterDNS is where the cluster zone is answered, as the watch said.
+type ClusterDNS struct {
+	Zone   string // fully qualified
+	Server string // host:port of a coordinator's DNS
 }
 
-func newNetwork(ctx context.Context, cfg Config, proxyOnly bool) (*network, error) {
-	n := &network{bridge: cfg.Bridge, proxyOnly: proxyOnly, logger: cfg.Logger}
+// New builds the node's network parts and adopts or starts its proxy;
+// ctx ending stops the wait for a proxy process to answer.
+func New(ctx context.Context, cfg Config) (*Network, error) {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	n := &Network{bridge: cfg.Bridge, proxyOnly: cfg.ProxyOnly, logger: cfg.Logger}
 	var err error
-	if !proxyOnly {
+	if !cfg.ProxyOnly {
 		n.host = netns.New(netns.Config{Logger: cfg.Logger})
 		if n.l2, err = l2filter.New(l2filter.Config{PortPrefix: hostInterfacePrefix, Logger: cfg.Logger}); err != nil {
 			return nil, fmt.Errorf("layer-2 filter: %w", err)
@@ -106,6 +138,28 @@ func newNetwork(ctx context.Context, cfg Config, proxyOnly bool) (*network, erro
 		return nil, fmt.Errorf("starting the proxy: %w", err)
 	}
 	return n, nil
+}
+
+// Remove removes the node's bridge, layer-2 filter and NAT rules and
+// stops its proxy process (for `corpus dev --cleanup` and uninstall).
+// Guests still attached lose their network.
+func (n *Network) Remove(ctx context.Context) error {
+	var errs []error
+	if p, ok := n.proxy.(interface{ Stop() error }); ok {
+		errs = append(errs, p.Stop()) // the proxy process, which outlives agents otherwise
+	}
+	if !n.proxyOnly {
+		_, rerr := n.host.EnsureRoutes(ctx, nil) // the routes to other nodes' guests
+		errs = append(errs, n.nat.Remove(ctx), n.l2.Remove(ctx), n.host.DeleteBridge(ctx, n.bridge), rerr)
+	}
+	return errors.Join(errs...)
+}
+
+// Shutdown stops the guests' resolver, if one runs.
+func (n *Network) Shutdown(ctx context.Context) {
+	if n.resolver != nil {
+		n.resolver.Shutdown(ctx)
+	}
 }
 
 // proxyProcess adopts the node's proxy process, or starts one (`corpus
@@ -138,8 +192,11 @@ func proxyProcess(ctx context.Context, cfg Config, pc proxy.Config) (*proxyd.Cli
 	return c, nil
 }
 
-// reservedPorts are the node ports the proxy listens on.
-func (n *network) reservedPorts() []int32 {
+// Proxy is the node's proxy.
+func (n *Network) Proxy() Ingress { return n.proxy }
+
+// ReservedPorts are the node ports the proxy listens on.
+func (n *Network) ReservedPorts() []int32 {
 	var out []int32
 	for _, a := range []net.Addr{n.proxy.HTTPAddr(), n.proxy.HTTPSAddr()} {
 		if ta, ok := a.(*net.TCPAddr); ok {
@@ -159,7 +216,7 @@ func gateway(node *corpusv1.Node) (netip.Prefix, error) {
 }
 
 // guestNetwork is where a guest sits on the node's network.
-func (n *network) guestNetwork(node *corpusv1.Node, g *corpusv1.Guest) (*drivers.Network, error) {
+func (n *Network) guestNetwork(node *corpusv1.Node, g *corpusv1.Guest) (*drivers.Network, error) {
 	gw, err := gateway(node)
 	if err != nil {
 		return nil, err
@@ -182,9 +239,9 @@ func (n *network) guestNetwork(node *corpusv1.Node, g *corpusv1.Guest) (*drivers
 // (or restarted) for the current cluster DNS. Without cluster DNS there
 // is nothing to answer the zone with, and guests keep their image's
 // resolver configuration.
-func (n *network) ensureResolver(gw netip.Addr, c clusterDNS) error {
-	key := gw.String() + "|" + c.server + "|" + c.zone
-	if c.server == "" || key == n.resolverKey {
+func (n *Network) ensureResolver(gw netip.Addr, c ClusterDNS) error {
+	key := gw.String() + "|" + c.Server + "|" + c.Zone
+	if c.Server == "" || key == n.resolverKey {
 		return nil
 	}
 	if n.resolver != nil {
@@ -193,13 +250,13 @@ func (n *network) ensureResolver(gw netip.Addr, c clusterDNS) error {
 		cancel()
 		n.resolver, n.resolverKey = nil, ""
 	}
-	cluster := &dns.Forwarder{Upstreams: []string{c.server}}
-	cfg := dns.ResolverConfig{Addr: net.JoinHostPort(gw.String(), "53"), Zone: c.zone, CacheSize: 4096}
+	cluster := &dns.Forwarder{Upstreams: []string{c.Server}}
+	cfg := dns.ResolverConfig{Addr: net.JoinHostPort(gw.String(), "53"), Zone: c.Zone, CacheSize: 4096}
 	r, err := dns.NewResolver(cfg, cluster, n.logger)
 	if errors.Is(err, dns.ErrNoUpstream) {
 		// No upstream on this host: names outside the cluster zone go to
 		// the coordinator too, which refuses them.
-		cfg.Upstreams = []string{c.server}
+		cfg.Upstreams = []string{c.Server}
 		r, err = dns.NewResolver(cfg, cluster, n.logger)
 	}
 	if err != nil {
@@ -209,7 +266,7 @@ func (n *network) ensureResolver(gw netip.Addr, c clusterDNS) error {
 		return fmt.Errorf("guest resolver on %s: %w", cfg.Addr, err)
 	}
 	n.resolver, n.resolverKey = r, key
-	n.logger.Info("guest resolver listening", "addr", cfg.Addr, "zone", c.zone, "cluster_dns", c.server)
+	n.logger.Info("guest resolver listening", "addr", cfg.Addr, "zone", c.Zone, "cluster_dns", c.Server)
 	return nil
 }
 
@@ -241,27 +298,43 @@ func hostInterface(id string) string {
 	return hostInterfacePrefix + id
 }
 
-// guestNetwork returns where guest g sits on the node's network, making
+// GuestNetwork returns where guest g sits on the network of node (as
+// last told), with the cluster zone cdns in its search list, making
 // sure the bridge it joins exists first.
-func (a *Agent) guestNetwork(ctx context.Context, g *corpusv1.Guest) (*drivers.Network, error) {
-	a.mu.Lock()
-	node, cdns := a.node, a.cdns
-	a.mu.Unlock()
-	n, err := a.net.guestNetwork(node, g)
+func (n *Network) GuestNetwork(ctx context.Context, node *corpusv1.Node, cdns ClusterDNS, g *corpusv1.Guest) (*drivers.Network, error) {
+	gn, err := n.guestNetwork(node, g)
 	if err != nil {
 		return nil, fmt.Errorf("network of guest: %w", err)
 	}
-	n.Search = search(cdns.zone)
-	if _, err := a.net.host.EnsureBridge(ctx, netns.Bridge{Name: n.Bridge, Gateway: netip.PrefixFrom(n.Gateway, n.Address.Bits())}); err != nil {
-		return nil, fmt.Errorf("bridge %s: %w", n.Bridge, err)
+	gn.Search = search(cdns.Zone)
+	if _, err := n.host.EnsureBridge(ctx, netns.Bridge{Name: gn.Bridge, Gateway: netip.PrefixFrom(gn.Gateway, gn.Address.Bits())}); err != nil {
+		return nil, fmt.Errorf("bridge %s: %w", gn.Bridge, err)
 	}
-	return n, nil
+	return gn, nil
 }
 
-// reconcile makes the bridge, the layer-2 filter, the NAT rules and the
-// proxy routes match the desired state. Each part is tried even when
-// another fails.
-func (n *network) reconcile(ctx context.Context, node *corpusv1.Node, guests []*corpusv1.Guest, table proxy.Routes, cdns clusterDNS, policy guestPolicy) error {
+// Reconcile makes the bridge, the layer-2 filter, the NAT rules and the
+// proxy routes match the desired state. Failures are logged when they
+// change and retried next pass; guests keep their network as it is
+// meanwhile.
+func (n *Network) Reconcile(ctx context.Context, node *corpusv1.Node, guests []*corpusv1.Guest, table proxy.Routes, cdns ClusterDNS, policy Policy) {
+	err := n.reconcile(ctx, node, guests, table, cdns, policy)
+	n.mu.Lock()
+	changed := (err == nil) != (n.lastErr == nil) || (err != nil && n.lastErr != nil && err.Error() != n.lastErr.Error())
+	n.lastErr = err
+	n.mu.Unlock()
+	if changed {
+		if err != nil {
+			n.logger.Warn("reconciling the node's network", "error", err)
+		} else {
+			n.logger.Info("node network in place", "bridge", n.bridge, "subnet", node.GuestSubnet)
+		}
+	}
+}
+
+// reconcile does Reconcile's work; each part is tried even when another
+// fails.
+func (n *Network) reconcile(ctx context.Context, node *corpusv1.Node, guests []*corpusv1.Guest, table proxy.Routes, cdns ClusterDNS, policy Policy) error {
 	if n.proxyOnly {
 		if err := n.proxy.SetRoutes(table); err != nil {
 			return fmt.Errorf("proxy routes: %w", err)
@@ -288,16 +361,16 @@ func (n *network) reconcile(ctx context.Context, node *corpusv1.Node, guests []*
 			}
 		}
 	}
-	routes := peerRoutes(gw.Masked(), policy.peers)
+	routes := peerRoutes(gw.Masked(), policy.Peers)
 	if _, err := n.host.EnsureRoutes(ctx, routes); err != nil {
 		errs = append(errs, fmt.Errorf("routes to other nodes' guests: %w", err))
 	}
-	desired := nat.Desired{Subnets: []netip.Prefix{gw.Masked()}, Bridge: n.bridge, Blocked: policy.control}
+	desired := nat.Desired{Subnets: []netip.Prefix{gw.Masked()}, Bridge: n.bridge, Blocked: policy.Control}
 	for _, r := range routes {
 		desired.Peers = append(desired.Peers, r.Dst)
 	}
 	desired.NodePorts = []nat.NodePort{{Proto: "udp", Port: 53}, {Proto: "tcp", Port: 53}}
-	for _, p := range n.reservedPorts() {
+	for _, p := range n.ReservedPorts() {
 		desired.NodePorts = append(desired.NodePorts, nat.NodePort{Proto: "tcp", Port: int(p)})
 	}
 	groups := map[string][]netip.Addr{}
@@ -307,10 +380,10 @@ func (n *network) reconcile(ctx context.Context, node *corpusv1.Node, guests []*
 		if err != nil || g.DesiredState == corpusv1.DesiredDeleted || !gw.Contains(addr) {
 			continue
 		}
-		if p := policy.projects[g.Id]; p != "" {
+		if p := policy.Projects[g.Id]; p != "" {
 			groups[p] = append(groups[p], addr)
 		}
-		if r := policy.reach[g.Id]; r != nil && r.Port > 0 {
+		if r := policy.Reach[g.Id]; r != nil && r.Port > 0 {
 			sg := nat.Sealed{Addr: addr, Port: int(r.Port)}
 			for _, f := range r.From {
 				if a, err := netip.ParseAddr(f); err == nil && a.Is4() {
@@ -344,20 +417,20 @@ func (n *network) reconcile(ctx context.Context, node *corpusv1.Node, guests []*
 	return errors.Join(errs...)
 }
 
-// guestPolicy is who guests may reach besides the outside world and
-// what the node publishes: guests of one project reach each other
-// (projects: guest id to project name); nobody reaches the control
-// plane's endpoints (control), nor the node's own ports other than its
-// resolver and proxy.
-type guestPolicy struct {
-	projects map[string]string
-	control  []netip.AddrPort
-	// reach seals the service guests (by guest id): only their linked
+// Policy is who guests may reach besides the outside world and what
+// the node publishes: guests of one project reach each other (Projects:
+// guest id to project name); nobody reaches the control plane's
+// endpoints (Control), nor the node's own ports other than its resolver
+// and proxy.
+type Policy struct {
+	Projects map[string]string
+	Control  []netip.AddrPort
+	// Reach seals the service guests (by guest id): only their linked
 	// guests connect, on the service's port.
-	reach map[string]*corpusv1.ServiceReach
-	// peers are the other nodes' guest subnets: routed to their nodes,
-	// not masqueraded, and let in only as reach says.
-	peers []*corpusv1.PeerNode
+	Reach map[string]*corpusv1.ServiceReach
+	// Peers are the other nodes' guest subnets: routed to their nodes,
+	// not masqueraded, and let in only as Reach says.
+	Peers []*corpusv1.PeerNode
 }
 
 // peerRoutes are the routes to the other nodes' guest subnets (own
@@ -382,30 +455,13 @@ func peerRoutes(own netip.Prefix, peers []*corpusv1.PeerNode) []netns.Route {
 	return out
 }
 
-// controlEndpoints are the control plane's endpoints this agent knows
-// (coordinator API and gossip addresses given as IP:port; names are left
-// out, their addresses unknown to the rules).
-func (a *Agent) controlEndpoints() []netip.AddrPort {
-	var out []netip.AddrPort
-	addrs := a.coords.all()
-	if a.gossipPeer != "" {
-		addrs = append(addrs, a.gossipPeer)
-	}
-	for _, s := range addrs {
-		if ap, err := netip.ParseAddrPort(s); err == nil && ap.Addr().Is4() && !ap.Addr().IsLoopback() {
-			out = append(out, ap)
-		}
-	}
-	return out
-}
-
-// proxyRoutes turns the node's routes into the proxy's table, leaving
+// ProxyRoutes turns the node's routes into the proxy's table, leaving
 // out those published otherwise (served, by route id). A route goes to
 // the address target gives (a driver's, or the guest's own on the node's
 // network); routes with no target yet are left out until they have one.
 // The route of an environment with several instances carries its targets
 // (each instance's web, wherever it runs), balanced by the proxy.
-func proxyRoutes(routes []*corpusv1.Route, guests map[string]*corpusv1.Guest, served map[string]bool, target func(r *corpusv1.Route, g *corpusv1.Guest) string) proxy.Routes {
+func ProxyRoutes(routes []*corpusv1.Route, guests map[string]*corpusv1.Guest, served map[string]bool, target func(r *corpusv1.Route, g *corpusv1.Guest) string) proxy.Routes {
 	out := proxy.Routes{HTTP: map[string]proxy.HTTPRoute{}, TCP: map[int]proxy.TCPRoute{}}
 	for _, r := range routes {
 		if r.Is(corpusv1.RouteHTTP) && len(r.Targets) > 0 {

@@ -1,6 +1,6 @@
 //go:build linux && cgo
 
-package agent
+package volumes
 
 import (
 	"bytes"
@@ -80,18 +80,24 @@ func TestVolumeResizeRefusedBeforeStop(t *testing.T) {
 	g := &corpusv1.Guest{Id: "g1", Name: "db", Spec: &corpusv1.GuestSpec{Driver: lxc.Name, Image: "busybox",
 		Volume: &corpusv1.VolumeSpec{SizeBytes: 256 << 20, Path: "/srv/data"}}}
 	v := &corpusv1.Volume{Id: "v1", Name: "db", NodeId: "n1", SizeBytes: 256 << 20, GuestId: g.Id, GuestName: g.Name, DesiredState: corpusv1.VolumePresent}
-	a := &Agent{
-		cfg:     Config{StateDir: dir},
-		logger:  logger,
-		vols:    vols,
-		drivers: map[string]drivers.Driver{lxc.Name: d},
-		desired: map[string]*corpusv1.Guest{g.Id: g},
-		volumes: []*corpusv1.Volume{v},
-		volBusy: map[string]bool{},
-		kick:    make(chan struct{}, 1),
-		report:  make(chan struct{}, 1),
-	}
-	mnt, err := a.mountVolume(ctx, v)
+	m := New(Config{
+		StateDir: dir,
+		Backend:  vols,
+		Drivers:  map[string]drivers.Driver{lxc.Name: d},
+		Order:    []string{lxc.Name},
+		Node:     func() (string, string) { return "n1", "node-1" },
+		Guest: func(id string) *corpusv1.Guest {
+			if id == g.Id {
+				return g
+			}
+			return nil
+		},
+		Kick:   func() {},
+		Report: func() {},
+		Logger: logger,
+	})
+	m.Set([]*corpusv1.Volume{v})
+	mnt, err := m.mountVolume(ctx, v)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -127,9 +133,9 @@ func TestVolumeResizeRefusedBeforeStop(t *testing.T) {
 		before := refusals()
 		v = proto.Clone(v).(*corpusv1.Volume)
 		v.SizeBytes = tc.size
-		a.volumes = []*corpusv1.Volume{v}
+		m.Set([]*corpusv1.Volume{v})
 		for pass := range 3 {
-			if err := a.resizeVolume(ctx, v, h); err != nil {
+			if err := m.resizeVolume(ctx, v, h); err != nil {
 				t.Fatalf("resize to %d, pass %d = %v; want a refusal, not an error", tc.size, pass, err)
 			}
 		}
@@ -142,10 +148,10 @@ func TestVolumeResizeRefusedBeforeStop(t *testing.T) {
 		if n := refusals() - before; n != 1 {
 			t.Errorf("resize to %d: refusal logged %d times in 3 passes, want once", tc.size, n)
 		}
-		if r, ok := a.volGate.Refused(v.Name, tc.size); !ok || !errors.Is(r.Err, tc.want) {
+		if r, ok := m.gate.Refused(v.Name, tc.size); !ok || !errors.Is(r.Err, tc.want) {
 			t.Errorf("refusal of %d = %+v, %v; want one wrapping %v", tc.size, r, ok, tc.want)
 		}
-		o := a.reconcileVolume(ctx, v)
+		o := m.reconcileVolume(ctx, v)
 		if o.State != corpusv1.VolumeReady || o.SizeBytes != 256<<20 || o.RefusedSizeBytes != tc.size || !strings.Contains(o.Message, "not resized") || o.UsedBytes < 200<<20 {
 			t.Errorf("observed after the refused resize to %d = %v; want ready at 256 MiB, %d refused, 200 MB used", tc.size, o, tc.size)
 		}
@@ -157,18 +163,18 @@ func TestVolumeResizeRefusedBeforeStop(t *testing.T) {
 	}
 	v = proto.Clone(v).(*corpusv1.Volume)
 	v.SizeBytes = 128 << 20
-	a.volumes = []*corpusv1.Volume{v}
-	if err := a.resizeVolume(ctx, v, h); err != nil {
+	m.Set([]*corpusv1.Volume{v})
+	if err := m.resizeVolume(ctx, v, h); err != nil {
 		t.Fatalf("resize to 128 MiB with the data gone = %v", err)
 	}
 	after := guestPID()
 	if after == pid {
 		t.Errorf("guest init PID %d unchanged: the guest was not stopped for the shrink", after)
 	}
-	if err := a.resizeVolume(ctx, v, h); err != nil || guestPID() != after {
+	if err := m.resizeVolume(ctx, v, h); err != nil || guestPID() != after {
 		t.Errorf("a pass at the desired size = %v, guest PID %d (was %d); want nothing done", err, guestPID(), after)
 	}
-	if o := a.reconcileVolume(ctx, v); o.SizeBytes != 128<<20 || o.RefusedSizeBytes != 0 || o.Message != "" {
+	if o := m.reconcileVolume(ctx, v); o.SizeBytes != 128<<20 || o.RefusedSizeBytes != 0 || o.Message != "" {
 		t.Errorf("observed after the shrink = %v; want 128 MiB, nothing refused", o)
 	}
 }

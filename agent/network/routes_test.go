@@ -1,4 +1,4 @@
-package agent
+package network
 
 import (
 	"testing"
@@ -30,7 +30,7 @@ func TestProxyRoutes(t *testing.T) {
 		}
 		return "127.100.0.7:" + map[int32]string{8080: "8080", 5432: "5432"}[r.GuestPort]
 	}
-	got := proxyRoutes(routes, guests, map[string]bool{"r2": true}, target)
+	got := ProxyRoutes(routes, guests, map[string]bool{"r2": true}, target)
 	if len(got.HTTP) != 1 || got.HTTP["web.example.org"].Targets[0] != "10.210.1.5:80" {
 		t.Errorf("http routes = %v, want web.example.org only (api's is an Ingress, pending has no target)", got.HTTP)
 	}

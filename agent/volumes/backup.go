@@ -1,8 +1,7 @@
-package agent
+package volumes
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -23,16 +22,16 @@ import (
 // beside the volume's files and swaps them (agent/backup). The
 // coordinator stops the volume's guest around a restore.
 
-// dumpVolume writes the backup of a volume of this node to w and returns
+// Dump writes the backup of a volume of this node to w and returns
 // its size and SHA-256.
-func (a *Agent) dumpVolume(ctx context.Context, name string, w io.Writer) (int64, string, error) {
-	if a.volumeHere(name) == nil {
+func (m *Manager) Dump(ctx context.Context, name string, w io.Writer) (int64, string, error) {
+	if m.volumeHere(name) == nil {
 		return 0, "", connect.NewError(connect.CodeNotFound, fmt.Errorf("volume %s is not on this node", name))
 	}
 	start := time.Now()
-	dir := filepath.Join(a.cfg.StateDir, "volumes", "snapshots", "backup-"+name+"-"+start.UTC().Format("20060102T150405.000Z"))
+	dir := filepath.Join(m.cfg.StateDir, "volumes", "snapshots", "backup-"+name+"-"+start.UTC().Format("20060102T150405.000Z"))
 	img := dir + ".img"
-	if _, err := a.snapshotVolume(ctx, name, img); err != nil {
+	if _, err := m.snapshotVolume(ctx, name, img); err != nil {
 		return 0, "", err
 	}
 	defer os.Remove(img)
@@ -46,34 +45,34 @@ func (a *Agent) dumpVolume(ctx context.Context, name string, w io.Writer) (int64
 	}
 	defer func() {
 		if out, err := exec.Command("umount", dir).CombinedOutput(); err != nil {
-			a.logger.Warn("unmounting a volume's snapshot", "volume", name, "dir", dir, "error", err, "output", string(out))
+			m.logger.Warn("unmounting a volume's snapshot", "volume", name, "dir", dir, "error", err, "output", string(out))
 		}
 	}()
 	c := backup.NewCounter(w)
 	if err := backup.Archive(ctx, dir, c); err != nil {
 		return 0, "", err
 	}
-	a.logger.Info("volume backed up", "volume", name, "bytes", c.Size(), "snapshot", froze.Round(time.Millisecond), "duration", time.Since(start).Round(time.Millisecond))
+	m.logger.Info("volume backed up", "volume", name, "bytes", c.Size(), "snapshot", froze.Round(time.Millisecond), "duration", time.Since(start).Round(time.Millisecond))
 	return c.Size(), c.Sum(), nil
 }
 
-// loadVolume replaces the files of a volume of this node with a backup's
+// Load replaces the files of a volume of this node with a backup's
 // once all of it arrived and matches size and sum.
-func (a *Agent) loadVolume(ctx context.Context, name string, r io.Reader, size int64, sum string) error {
-	v := a.volumeHere(name)
+func (m *Manager) Load(ctx context.Context, name string, r io.Reader, size int64, sum string) error {
+	v := m.volumeHere(name)
 	if v == nil {
 		return connect.NewError(connect.CodeNotFound, fmt.Errorf("volume %s is not on this node", name))
 	}
-	if !a.hostMayMount(v) {
+	if !m.hostMayMount(v) {
 		return connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("volume %s is a VM's disk: its files are restored from inside the guest", name))
 	}
-	spool, err := backup.Spool(filepath.Join(a.cfg.StateDir, "services", "spool"), r, size, sum)
+	spool, err := backup.Spool(filepath.Join(m.cfg.StateDir, "services", "spool"), r, size, sum)
 	if err != nil {
 		return err
 	}
 	defer spool.Close()
-	defer a.lockVolume(name)()
-	target, err := a.mountVolume(ctx, v)
+	defer m.lockVolume(name)()
+	target, err := m.mountVolume(ctx, v)
 	if err != nil {
 		return err
 	}
@@ -81,18 +80,16 @@ func (a *Agent) loadVolume(ctx context.Context, name string, r io.Reader, size i
 	if err := backup.Extract(ctx, target, spool); err != nil {
 		return fmt.Errorf("restoring volume %s: %w", name, err)
 	}
-	a.logger.Info("volume restored", "volume", name, "bytes", size, "duration", time.Since(start).Round(time.Millisecond))
+	m.logger.Info("volume restored", "volume", name, "bytes", size, "duration", time.Since(start).Round(time.Millisecond))
 	return nil
 }
 
 // volumeHere is the volume of that name this node keeps, as last told.
-func (a *Agent) volumeHere(name string) *corpusv1.Volume {
-	for _, v := range a.desiredVolumes() {
-		if v.Name == name && v.NodeId == a.id.NodeID && v.DesiredState != corpusv1.VolumeDeleted {
+func (m *Manager) volumeHere(name string) *corpusv1.Volume {
+	for _, v := range m.desiredVolumes() {
+		if v.Name == name && v.NodeId == m.nodeID() && v.DesiredState != corpusv1.VolumeDeleted {
 			return v
 		}
 	}
 	return nil
 }
-
-var errNoSubject = errors.New("the backup names neither a service nor a volume")
