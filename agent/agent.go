@@ -39,7 +39,6 @@ import (
 	"corpus/internal/sdnotify"
 	corpusv1 "corpus/proto/corpus/v1"
 	"corpus/volume"
-	"corpus/volume/loop"
 )
 
 // Config configures an agent.
@@ -284,15 +283,30 @@ type Agent struct {
 	workerWG   sync.WaitGroup
 }
 
-// New opens the agent's state, builds its drivers, binds its API
-// listener and adopts or starts its proxy; ctx ending stops the waits
-// (for a proxy process to answer). Run enrolls (once) and starts working.
-func New(ctx context.Context, cfg Config) (*Agent, error) {
+// Parts are what an agent runs on, built by its caller (the daemon
+// builds the real ones from the driver catalog, the loop volume backend
+// and agent/network).
+type Parts struct {
+	// Drivers are the running drivers by name; a driver cfg.Drivers
+	// names that is missing here is reported unhealthy.
+	Drivers map[string]drivers.Driver
+	// Volumes keeps volumes on the host; nil when they cannot run here.
+	Volumes volume.Backend
+	// Network is the node's guest networking and proxy; nil when off.
+	Network *network.Network
+}
+
+// New opens the agent's state and binds its API listener; it runs on
+// parts. Run enrolls (once) and starts working.
+func New(cfg Config, parts Parts) (*Agent, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("agent config: %w", err)
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
+	}
+	if parts.Drivers == nil {
+		parts.Drivers = map[string]drivers.Driver{}
 	}
 	cfg.Metrics = metrics.Registerer(cfg.Metrics)
 	if err := os.MkdirAll(cfg.StateDir, 0o700); err != nil {
@@ -330,7 +344,8 @@ func New(ctx context.Context, cfg Config) (*Agent, error) {
 		runtime:    &runtime.Runtime{Binary: cfg.SupervisorBinary},
 		logs:       logStore,
 		shells:     shell.New(cfg.Shells),
-		drivers:    map[string]drivers.Driver{},
+		drivers:    parts.Drivers,
+		net:        parts.Network,
 		desired:    map[string]*corpusv1.Guest{},
 		workers:    map[string]*worker{},
 		observed:   map[string]*corpusv1.GuestObserved{},
@@ -345,47 +360,7 @@ func New(ctx context.Context, cfg Config) (*Agent, error) {
 		self, a.shipper = a, shipper
 		a.logs.ShipTo(shipper)
 	}
-	hostNet, hostVols := false, false
-	for _, name := range cfg.Drivers {
-		d, err := catalog.New(name, catalog.Config{StateDir: cfg.StateDir, Node: cfg.Name, Kubernetes: cfg.Kubernetes, Logger: cfg.Logger})
-		if err != nil {
-			// A driver that cannot start is reported unhealthy, not fatal.
-			a.logger.Warn("driver unavailable", "driver", name, "error", err)
-			continue
-		}
-		a.drivers[name] = d
-		caps := d.Capabilities()
-		hostNet = hostNet || caps.HostNetwork
-		hostVols = hostVols || caps.Volumes.AgentKept()
-	}
-	// Host parts only serve drivers that use them: an agent whose guests
-	// run elsewhere (a cluster) keeps no bridge, NAT, proxy or loop files.
-	proxyOnly := false
-	if len(a.drivers) > 0 && !hostNet && cfg.Network {
-		cfg.Network = false
-		a.cfg.Network = false
-		for _, d := range a.drivers {
-			if _, ok := d.(drivers.RouteTargeter); ok {
-				proxyOnly = true
-			}
-		}
-		if proxyOnly {
-			// Guests are reached at addresses their driver gives (a
-			// cluster's Services): the proxy serves routes to them.
-			a.logger.Info("no driver uses the host network; bridge and NAT are off, the proxy serves routes to driver targets")
-		} else {
-			a.logger.Info("no driver uses the host network; bridge, NAT and proxy are off")
-		}
-	}
-	var vb volume.Backend
-	if hostVols || len(a.drivers) == 0 {
-		if b, err := loop.New(loop.Config{Root: filepath.Join(cfg.StateDir, "volumes", "images"), Logger: cfg.Logger}); err != nil {
-			a.logger.Warn("volumes unavailable", "error", err)
-		} else {
-			vb = b
-		}
-	}
-	a.vols = volumes.New(volumes.Config{StateDir: cfg.StateDir, Backend: vb, Drivers: a.drivers, Order: cfg.Drivers,
+	a.vols = volumes.New(volumes.Config{StateDir: cfg.StateDir, Backend: parts.Volumes, Drivers: a.drivers, Order: cfg.Drivers,
 		Node:   func() (string, string) { return a.id.NodeID, a.id.NodeName },
 		Guest:  a.desiredGuest,
 		Kick:   func() { a.poke(a.kick) },
@@ -398,17 +373,6 @@ func New(ctx context.Context, cfg Config) (*Agent, error) {
 	}
 	a.listener = ln
 	a.routeSet = network.NewRoutes(a.drivers, a.logger)
-	if cfg.Network || proxyOnly {
-		nc := network.Config{StateDir: cfg.StateDir, Bridge: cfg.Bridge, ProxyOnly: proxyOnly,
-			ProxyHTTPAddr: cfg.ProxyHTTPAddr, ProxyHTTPSAddr: cfg.ProxyHTTPSAddr, ProxyCerts: cfg.ProxyCerts,
-			ProxyProcess: cfg.ProxyProcess, ProxyBinary: cfg.ProxyBinary, ProxyMetrics: cfg.ProxyMetrics,
-			Metrics: cfg.Metrics, Logger: cfg.Logger}
-		if a.net, err = network.New(ctx, nc); err != nil {
-			ln.Close()
-			c.Close()
-			return nil, err
-		}
-	}
 	if a.deploys, err = a.newDeploys(); err != nil {
 		ln.Close()
 		c.Close()

@@ -164,7 +164,11 @@ func newAgentCmd(g *cli.Globals) *cobra.Command {
 			proxyMetrics := &metrics.Deferred{}
 			cfg.ProxyMetrics = proxyMetrics.Set
 			return withMetrics(cmd.Context(), mflags, prometheus.Gatherers{reg, proxyMetrics}, logger, func(ctx context.Context, url string) error {
-				a, err := agent.New(ctx, cfg)
+				parts, err := agentParts(ctx, cfg)
+				var a *agent.Agent
+				if err == nil {
+					a, err = agent.New(cfg, parts)
+				}
 				if err != nil {
 					if ctx.Err() != nil {
 						logger.Info("stopped while starting")

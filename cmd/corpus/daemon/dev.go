@@ -225,7 +225,11 @@ func runDev(ctx context.Context, g *cli.Globals, o devOptions, logger *slog.Logg
 		}
 		acfg.JoinToken = res.Msg.Token
 	}
-	ag, err := agent.New(ctx, acfg)
+	parts, err := agentParts(ctx, acfg)
+	var ag *agent.Agent
+	if err == nil {
+		ag, err = agent.New(acfg, parts)
+	}
 	if err != nil {
 		return stopped(explainIngress(err))
 	}
