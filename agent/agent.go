@@ -28,6 +28,7 @@ import (
 	"corpus/agent/runtime"
 	"corpus/agent/services"
 	"corpus/agent/shell"
+	"corpus/agent/sshd"
 	"corpus/agent/volumes"
 	"corpus/drivers"
 	"corpus/drivers/catalog"
@@ -235,7 +236,7 @@ type Agent struct {
 	deploys  *deploy.Pipeline  // releases of the projects whose guests are here
 	services *services.Manager // the services whose guests are here
 	backups  *backup.Store     // the backups this node keeps
-	ssh      *sshServer        // nil when the git endpoint is off
+	ssh      *sshd.Server      // nil when the git endpoint is off
 	gossip   *gossip.Member    // nil when gossip is off
 	runCtx   context.Context
 	metrics  *agentMetrics
@@ -384,7 +385,7 @@ func New(cfg Config, parts Parts) (*Agent, error) {
 		return nil, err
 	}
 	if cfg.GitAddr != "" {
-		if a.ssh, err = newSSHServer(a); err != nil {
+		if a.ssh, err = sshd.New(sshd.Config{StateDir: cfg.StateDir, Addr: cfg.GitAddr, Host: sshHost{a}, Shells: a.shells, Logger: a.logger}); err != nil {
 			ln.Close()
 			c.Close()
 			return nil, err
@@ -504,7 +505,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		})
 	}
 	if a.ssh != nil {
-		run(a.ssh.serve)
+		run(a.ssh.Serve)
 	}
 	a.startGossip()
 	run(a.deploys.Run)

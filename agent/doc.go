@@ -9,8 +9,10 @@
 // Its subsystems are packages of their own, wired in here: agent/deploy
 // (the release pipeline behind git pushes), agent/volumes, agent/network
 // (bridge, NAT, layer-2 filter, proxy and routes), agent/logs,
-// agent/shell, agent/runtime (the guests' process supervisors) and
-// agent/cache. They never import this package.
+// agent/shell, agent/sshd (the git and shell endpoint), agent/runtime
+// (the guests' process supervisors) and agent/cache. They never import
+// this package. New takes the drivers, volume backend and network it
+// runs on (Parts); the daemon builds the real ones.
 //
 // Guest worker, per reconcile:
 //

@@ -52,7 +52,7 @@ func (a *Agent) sendReport(ctx context.Context) error {
 		Address:      a.address(),
 	}
 	if a.ssh != nil {
-		req.GitPort = a.ssh.port()
+		req.GitPort = a.ssh.Port()
 	}
 	if a.net != nil {
 		req.MinHostPort = int32(a.cfg.MinHostPort)

@@ -4,15 +4,18 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 
 	"connectrpc.com/connect"
 
 	"corpus/agent/deploy"
 	"corpus/agent/runtime/supervisor"
 	"corpus/agent/shell"
+	"corpus/agent/sshd"
 	"corpus/drivers"
 	"corpus/internal/names"
 	corpusv1 "corpus/proto/corpus/v1"
+	"corpus/proto/corpus/v1/corpusv1connect"
 )
 
 // shellClient is a Shell call's stream as agent/shell sees it.
@@ -27,7 +30,7 @@ func (c shellClient) Recv() (shell.Input, error) {
 	}
 	in := shell.Input{Stdin: m.Stdin, CloseStdin: m.CloseStdin}
 	if sz := m.GetSize(); sz != nil {
-		in.Rows, in.Cols = clampSize(sz.Rows), clampSize(sz.Cols)
+		in.Rows, in.Cols = shell.ClampSize(sz.Rows), shell.ClampSize(sz.Cols)
 	}
 	return in, nil
 }
@@ -35,8 +38,6 @@ func (c shellClient) Recv() (shell.Input, error) {
 func (c shellClient) Send(stdout, stderr []byte) error {
 	return c.stream.Send(&corpusv1.ExecOutput{Stdout: stdout, Stderr: stderr})
 }
-
-func clampSize(n uint32) uint16 { return uint16(min(n, 4096)) }
 
 // shellRequest prepares a session in guest name of this node. With
 // project, the command runs with the environment the project's
@@ -100,7 +101,7 @@ func (a *Agent) shellRequest(ctx context.Context, name, project string, argv []s
 		req.Env[k] = v
 	}
 	if size != nil {
-		req.Rows, req.Cols = clampSize(size.Rows), clampSize(size.Cols)
+		req.Rows, req.Cols = shell.ClampSize(size.Rows), shell.ClampSize(size.Cols)
 	}
 	return req, d, nil
 }
@@ -161,4 +162,22 @@ func validTerm(t string) bool {
 		}
 	}
 	return true
+}
+
+// sshHost is the agent as its SSH endpoint (agent/sshd) sees it.
+type sshHost struct{ a *Agent }
+
+var _ sshd.Host = sshHost{}
+
+func (h sshHost) CallCoordinator(f func(corpusv1connect.AgentServiceClient) error) error {
+	return h.a.callCoordinator(f)
+}
+
+func (h sshHost) ServeGit(ctx context.Context, user, fp, command string, rw io.ReadWriter, stderr io.Writer) int {
+	return h.a.deploys.ServeGit(ctx, user, fp, command, rw, stderr)
+}
+
+func (h sshHost) ShellRequest(ctx context.Context, name, project string, argv []string, env map[string]string, dir string,
+	tty bool, term string, size *corpusv1.TerminalSize) (shell.Request, drivers.Driver, error) {
+	return h.a.shellRequest(ctx, name, project, argv, env, dir, tty, term, size)
 }

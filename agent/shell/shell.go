@@ -60,6 +60,10 @@ type Input struct {
 	CloseStdin bool
 }
 
+// ClampSize turns a client's terminal dimension into one a terminal
+// takes (4096 at most).
+func ClampSize(n uint32) uint16 { return uint16(min(n, 4096)) }
+
 // Client is the two ends of a session's stream.
 type Client interface {
 	// Recv returns the client's next input; an error ends the session.

@@ -1,4 +1,4 @@
-package agent
+package sshd
 
 import (
 	"context"
@@ -43,7 +43,7 @@ type sshPTY struct {
 // sshSession is one SSH session channel: it takes requests until one
 // starts a command.
 type sshSession struct {
-	s      *sshServer
+	s      *Server
 	sc     *ssh.ServerConn
 	ch     ssh.Channel
 	pty    *sshPTY
@@ -81,7 +81,7 @@ func (x *sshSession) request(req *ssh.Request) (done bool) {
 		var w struct{ Cols, Rows, W, H uint32 }
 		if ssh.Unmarshal(req.Payload, &w) == nil {
 			select {
-			case x.resize <- shell.Input{Rows: clampSize(w.Rows), Cols: clampSize(w.Cols)}:
+			case x.resize <- shell.Input{Rows: shell.ClampSize(w.Rows), Cols: shell.ClampSize(w.Cols)}:
 			default: // a burst of changes: the next one will do
 			}
 		}
@@ -106,7 +106,7 @@ func (x *sshSession) exit(code int) {
 
 // run serves `shell PROJECT[/ENV] [COMMAND]` and returns its exit status.
 func (x *sshSession) run(ctx context.Context, project, env string, argv []string) int {
-	a := x.s.a
+	s := x.s
 	crlf := "\n"
 	if x.pty != nil {
 		crlf = "\r\n"
@@ -117,13 +117,13 @@ func (x *sshSession) run(ctx context.Context, project, env string, argv []string
 	}
 	fp := x.sc.Permissions.Extensions["fingerprint"]
 	actx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	access, err := a.gitAccess(actx, &corpusv1.GitAccessRequest{Fingerprint: fp, Project: project, Env: env, Shell: true})
+	access, err := s.gitAccess(actx, &corpusv1.GitAccessRequest{Fingerprint: fp, Project: project, Env: env, Shell: true})
 	cancel()
 	if err != nil {
 		return fail(1, "cannot reach the coordinator: %v", err)
 	}
 	if !access.Allowed {
-		a.logger.Info("ssh: shell refused", "user", access.User, "project", project, "reason", access.Reason)
+		s.logger.Info("ssh: shell refused", "user", access.User, "project", project, "reason", access.Reason)
 		return fail(1, "%s", access.Reason)
 	}
 	current := deploy.ProjectsRoot + "/" + project + "/current"
@@ -139,7 +139,7 @@ exec sh -l`, "sh", current}
 		term, size = x.pty.Term, &corpusv1.TerminalSize{Rows: x.pty.Rows, Cols: x.pty.Cols}
 	}
 	guest := access.Env.GetGuestName()
-	req, d, err := a.shellRequest(ctx, guest, project, argv, nil, current, tty, term, size)
+	req, d, err := s.cfg.Host.ShellRequest(ctx, guest, project, argv, nil, current, tty, term, size)
 	if err != nil {
 		var ce *connect.Error
 		if errors.As(err, &ce) {
@@ -151,17 +151,17 @@ exec sh -l`, "sh", current}
 	if tty {
 		kind = "on a terminal"
 	}
-	if err := a.recordShell(ctx, fp, guest, fmt.Sprintf("started %s over ssh %s", shellWhat(argv), kind)); err != nil {
+	if err := s.recordShell(ctx, fp, guest, fmt.Sprintf("started %s over ssh %s", shellWhat(argv), kind)); err != nil {
 		return fail(1, "the session could not be recorded in the audit log, so it was not opened: %v", err)
 	}
 	start := time.Now()
-	code, err := a.shells.Run(ctx, d, req, newSSHClient(x))
+	code, err := s.cfg.Shells.Run(ctx, d, req, newSSHClient(x))
 	result := fmt.Sprintf("ended after %s, exit status %d", time.Since(start).Round(time.Second), code)
 	if err != nil {
 		result = fmt.Sprintf("ended after %s: %v", time.Since(start).Round(time.Second), err)
 	}
-	if rerr := a.recordShell(context.WithoutCancel(ctx), fp, guest, result); rerr != nil {
-		a.logger.Warn("ssh: recording the end of a shell session", "guest", guest, "error", rerr)
+	if rerr := s.recordShell(context.WithoutCancel(ctx), fp, guest, result); rerr != nil {
+		s.logger.Warn("ssh: recording the end of a shell session", "guest", guest, "error", rerr)
 	}
 	switch {
 	case errors.Is(err, shell.ErrBusy):
@@ -179,10 +179,11 @@ func shellWhat(argv []string) string {
 	return "a command"
 }
 
-func (a *Agent) recordShell(ctx context.Context, fp, guest, result string) error {
+// recordShell records a session's start or end in the audit log.
+func (s *Server) recordShell(ctx context.Context, fp, guest, result string) error {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	return a.callCoordinator(func(c corpusv1connect.AgentServiceClient) error {
+	return s.cfg.Host.CallCoordinator(func(c corpusv1connect.AgentServiceClient) error {
 		_, err := c.RecordShell(ctx, connect.NewRequest(&corpusv1.RecordShellRequest{Fingerprint: fp, Guest: guest, Result: result}))
 		return err
 	})

@@ -1,4 +1,4 @@
-package agent
+package sshd
 
 import (
 	"bufio"
@@ -18,14 +18,13 @@ import (
 // handshake timeout frees them all for new clients.
 func TestGitEndpointLimits(t *testing.T) {
 	t.Parallel()
-	a := &Agent{cfg: Config{StateDir: t.TempDir(), GitAddr: "127.0.0.1:0"}, logger: slog.New(slog.DiscardHandler)}
-	s, err := newSSHServer(a)
+	s, err := New(Config{StateDir: t.TempDir(), Addr: "127.0.0.1:0", Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
-		t.Fatalf("newSSHServer = %v", err)
+		t.Fatalf("New = %v", err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	go s.serve(ctx)
+	go s.Serve(ctx)
 	addr := s.listener.Addr().String()
 
 	// banner dials and reads the server's SSH version line.

@@ -1,4 +1,4 @@
-package agent
+package sshd
 
 import (
 	"context"
@@ -7,6 +7,8 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"io"
+	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
@@ -16,6 +18,7 @@ import (
 	"golang.org/x/crypto/ssh"
 
 	"corpus/agent/shell"
+	"corpus/drivers"
 	"corpus/internal/atomicfile"
 	corpusv1 "corpus/proto/corpus/v1"
 	"corpus/proto/corpus/v1/corpusv1connect"
@@ -24,7 +27,7 @@ import (
 // The node's SSH endpoint, the one git pushes go to: keys are checked
 // against the users the coordinator knows, and a session runs one
 // command, a git one (agent/deploy serves it: a push deploys) or a shell
-// in a project's guest (sshshell.go). Forwarding and subsystems are
+// in a project's guest (shell.go). Forwarding and subsystems are
 // refused.
 
 const (
@@ -32,31 +35,60 @@ const (
 	maxSSHConns         = 64
 )
 
-// sshServer is the agent's SSH endpoint.
-type sshServer struct {
-	a        *Agent
+// Host is what the endpoint needs of the agent.
+type Host interface {
+	// CallCoordinator calls a coordinator, failing over like every
+	// other call of the agent.
+	CallCoordinator(f func(corpusv1connect.AgentServiceClient) error) error
+	// ServeGit serves a git command of user, whose key has fingerprint
+	// fp (agent/deploy: a push deploys), and returns its exit status.
+	ServeGit(ctx context.Context, user, fp, command string, rw io.ReadWriter, stderr io.Writer) int
+	// ShellRequest prepares a session in guest name of this node (see
+	// agent/shell).
+	ShellRequest(ctx context.Context, name, project string, argv []string, env map[string]string, dir string,
+		tty bool, term string, size *corpusv1.TerminalSize) (shell.Request, drivers.Driver, error)
+}
+
+// Config configures the endpoint.
+type Config struct {
+	// StateDir holds the node's host key.
+	StateDir string
+	// Addr is the listen address.
+	Addr   string
+	Host   Host
+	Shells *shell.Manager
+	Logger *slog.Logger
+}
+
+// Server is the agent's SSH endpoint.
+type Server struct {
+	cfg      Config
+	logger   *slog.Logger
 	config   *ssh.ServerConfig
 	listener net.Listener
 	slots    chan struct{}
 }
 
-// newSSHServer loads (or makes) the node's host key and binds the
-// endpoint's listener; serve serves it.
-func newSSHServer(a *Agent) (*sshServer, error) {
-	key, err := hostKey(filepath.Join(a.cfg.StateDir, "ssh_host_ed25519_key"))
+// New loads (or makes) the node's host key and binds the endpoint's
+// listener; Serve serves it.
+func New(cfg Config) (*Server, error) {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	key, err := hostKey(filepath.Join(cfg.StateDir, "ssh_host_ed25519_key"))
 	if err != nil {
 		return nil, err
 	}
-	s := &sshServer{a: a, slots: make(chan struct{}, maxSSHConns)}
+	s := &Server{cfg: cfg, logger: cfg.Logger, slots: make(chan struct{}, maxSSHConns)}
 	s.config = &ssh.ServerConfig{
 		PublicKeyCallback: s.checkKey,
 		ServerVersion:     "SSH-2.0-corpus",
 		MaxAuthTries:      6,
 	}
 	s.config.AddHostKey(key)
-	ln, err := net.Listen("tcp", a.cfg.GitAddr)
+	ln, err := net.Listen("tcp", cfg.Addr)
 	if err != nil {
-		return nil, fmt.Errorf("listening for git on %s: %w", a.cfg.GitAddr, err)
+		return nil, fmt.Errorf("listening for git on %s: %w", cfg.Addr, err)
 	}
 	s.listener = ln
 	return s, nil
@@ -83,30 +115,30 @@ func hostKey(file string) (ssh.Signer, error) {
 	return ssh.NewSignerFromKey(priv)
 }
 
-// port is the git endpoint's TCP port.
-func (s *sshServer) port() int32 { return int32(s.listener.Addr().(*net.TCPAddr).Port) }
+// Port is the git endpoint's TCP port.
+func (s *Server) Port() int32 { return int32(s.listener.Addr().(*net.TCPAddr).Port) }
 
 // checkKey admits keys that belong to a user of the cluster.
-func (s *sshServer) checkKey(meta ssh.ConnMetadata, key ssh.PublicKey) (*ssh.Permissions, error) {
+func (s *Server) checkKey(meta ssh.ConnMetadata, key ssh.PublicKey) (*ssh.Permissions, error) {
 	fp := ssh.FingerprintSHA256(key)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	res, err := s.a.gitAccess(ctx, &corpusv1.GitAccessRequest{Fingerprint: fp})
+	res, err := s.gitAccess(ctx, &corpusv1.GitAccessRequest{Fingerprint: fp})
 	if err != nil {
-		s.a.logger.Warn("git: checking a key", "error", err)
+		s.logger.Warn("git: checking a key", "error", err)
 		return nil, errors.New("cannot reach the coordinator to check the key")
 	}
 	if !res.Allowed {
-		s.a.logger.Info("git: key refused", "fingerprint", fp, "remote", meta.RemoteAddr().String(), "reason", res.Reason)
+		s.logger.Info("git: key refused", "fingerprint", fp, "remote", meta.RemoteAddr().String(), "reason", res.Reason)
 		return nil, errors.New(res.Reason)
 	}
 	return &ssh.Permissions{Extensions: map[string]string{"user": res.User, "fingerprint": fp}}, nil
 }
 
 // gitAccess asks the coordinator, failing over like every other call.
-func (a *Agent) gitAccess(ctx context.Context, req *corpusv1.GitAccessRequest) (*corpusv1.GitAccessResponse, error) {
+func (s *Server) gitAccess(ctx context.Context, req *corpusv1.GitAccessRequest) (*corpusv1.GitAccessResponse, error) {
 	var res *corpusv1.GitAccessResponse
-	err := a.callCoordinator(func(c corpusv1connect.AgentServiceClient) error {
+	err := s.cfg.Host.CallCoordinator(func(c corpusv1connect.AgentServiceClient) error {
 		r, err := c.GitAccess(ctx, connect.NewRequest(req))
 		if err == nil {
 			res = r.Msg
@@ -116,8 +148,8 @@ func (a *Agent) gitAccess(ctx context.Context, req *corpusv1.GitAccessRequest) (
 	return res, err
 }
 
-// serve accepts SSH connections until ctx ends.
-func (s *sshServer) serve(ctx context.Context) {
+// Serve accepts SSH connections until ctx ends.
+func (s *Server) Serve(ctx context.Context) {
 	go func() {
 		<-ctx.Done()
 		s.listener.Close()
@@ -126,7 +158,7 @@ func (s *sshServer) serve(ctx context.Context) {
 		conn, err := s.listener.Accept()
 		if err != nil {
 			if ctx.Err() == nil {
-				s.a.logger.Error("git endpoint stopped", "error", err)
+				s.logger.Error("git endpoint stopped", "error", err)
 			}
 			return
 		}
@@ -143,7 +175,7 @@ func (s *sshServer) serve(ctx context.Context) {
 	}
 }
 
-func (s *sshServer) handle(ctx context.Context, conn net.Conn) {
+func (s *Server) handle(ctx context.Context, conn net.Conn) {
 	defer conn.Close()
 	conn.SetDeadline(time.Now().Add(sshHandshakeTimeout))
 	sc, chans, reqs, err := ssh.NewServerConn(conn, s.config)
@@ -175,8 +207,8 @@ func (s *sshServer) handle(ctx context.Context, conn net.Conn) {
 }
 
 // session serves one SSH session: a single exec of a git command (the
-// deploy pipeline's), or a shell (sshshell.go).
-func (s *sshServer) session(ctx context.Context, sc *ssh.ServerConn, ch ssh.Channel, reqs <-chan *ssh.Request) {
+// deploy pipeline's), or a shell (shell.go).
+func (s *Server) session(ctx context.Context, sc *ssh.ServerConn, ch ssh.Channel, reqs <-chan *ssh.Request) {
 	defer ch.Close()
 	x := &sshSession{s: s, sc: sc, ch: ch, resize: make(chan shell.Input, 8)}
 	for req := range reqs {
@@ -211,7 +243,7 @@ func (s *sshServer) session(ctx context.Context, sc *ssh.ServerConn, ch ssh.Chan
 			}
 		}
 		user, fp := sc.Permissions.Extensions["user"], sc.Permissions.Extensions["fingerprint"]
-		code := s.a.deploys.ServeGit(ctx, user, fp, payload.Command, ch, ch.Stderr())
+		code := s.cfg.Host.ServeGit(ctx, user, fp, payload.Command, ch, ch.Stderr())
 		x.exit(code)
 		return
 	}
