@@ -232,8 +232,10 @@ func (s *server) clientsAs(cert *tls.Certificate, token string) clients {
 
 // clientsAt returns clients of the API at url over hc presenting token.
 func clientsAt(hc *http.Client, url, token string) clients {
-	// Like the CLI, clients wait out an election.
-	opt := connect.WithInterceptors(rpc.Bearer(token), rpc.RetryWithoutLeader(10*time.Second))
+	// Like the CLI, clients wait out an election (the CLI waits 10 s;
+	// scaled here like every fixed deadline: on a loaded machine an
+	// election takes longer).
+	opt := connect.WithInterceptors(rpc.Bearer(token), rpc.RetryWithoutLeader(testrun.D(10*time.Second)))
 	return clients{
 		cluster: corpusv1connect.NewClusterServiceClient(hc, url, opt),
 		nodes:   corpusv1connect.NewNodeServiceClient(hc, url, opt),

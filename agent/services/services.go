@@ -176,6 +176,10 @@ type worker struct {
 	// failures counts the starts that failed in a row: the next waits
 	// longer, kicks or not.
 	failures int
+	// guestFailed is why the guest last failed to be made or started,
+	// until it runs: while the agent tries it again the service stays
+	// unhealthy for that reason, rather than "starting".
+	guestFailed string
 }
 
 func (w *worker) run(ctx context.Context) {
@@ -224,20 +228,25 @@ func (w *worker) step(ctx context.Context) time.Duration {
 	interval := healthInterval(svc.TemplateSpec)
 	if g.DesiredState != corpusv1.DesiredRunning {
 		w.m.observe(svc.Id, corpusv1.ServiceStopped, "")
-		w.healthy, w.started = time.Time{}, time.Time{}
+		w.healthy, w.started, w.guestFailed = time.Time{}, time.Time{}, ""
 		return interval
 	}
 	st, err := d.Inspect(ctx, w.guest)
 	if err != nil || st.State != corpusv1.ObservedRunning {
 		// A guest that cannot be made or started (its image cannot be
-		// built, say) makes the service unhealthy, for the same reason.
+		// built, say) makes the service unhealthy, for the same reason,
+		// also while the agent tries it again.
 		if o := w.m.a.GuestObserved(w.guestID); o.GetState() == corpusv1.ObservedFailed {
-			w.m.observe(svc.Id, corpusv1.ServiceUnhealthy, "its guest "+w.guest+" cannot run: "+firstLine(o.GetMessage()))
+			w.guestFailed = firstLine(o.GetMessage())
+		}
+		if w.guestFailed != "" {
+			w.m.observe(svc.Id, corpusv1.ServiceUnhealthy, "its guest "+w.guest+" cannot run: "+w.guestFailed)
 			return time.Second
 		}
 		w.m.observe(svc.Id, corpusv1.ServiceStarting, "waiting for its guest to run")
 		return time.Second
 	}
+	w.guestFailed = ""
 	if err := w.ensure(ctx, d); err != nil {
 		w.fail("starting the service", err)
 		// The first line says what failed without what changes from one

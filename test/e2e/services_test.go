@@ -486,7 +486,7 @@ func TestServiceSaysWhyItsGuestCannotRun(t *testing.T) {
 		}
 	}
 	c := newCluster(t, "--service-templates", filepath.Dir(dir))
-	c.addAgent("n1")
+	a := c.addAgent("n1")
 	c.mustCLI("service", "create", "kv", "--template", "kv", "--size", "64M")
 	// The build's progress (the guest's message) keeps the wait going.
 	const want = "its guest svc-kv cannot run: creating: creating container svc-kv: building image debian/bookworm +corpus-no-such-package"
@@ -500,4 +500,20 @@ func TestServiceSaysWhyItsGuestCannotRun(t *testing.T) {
 	if out := c.mustCLI("service", "show", "kv"); !strings.Contains(out, "unhealthy: "+want) {
 		t.Errorf("service show kv:\n%s", out)
 	}
+	// The agent tries the guest again, twice more here (its log says
+	// "building image" each time; the guest shows "creating"
+	// meanwhile): the service stays unhealthy for the same reason
+	// throughout, and does not go back to "starting".
+	tries := func() int { return strings.Count(a.log.String(), `msg="building image"`) }
+	first := tries()
+	eventually(t, 2*time.Minute, "guest svc-kv tried twice more", func() error {
+		o := c.service("kv").Service.Service.Observed
+		if o.State != "unhealthy" || !strings.Contains(o.Message, want) {
+			t.Fatalf("service kv while the agent tries its guest again: %q: %q, want unhealthy: %q", o.State, o.Message, want)
+		}
+		if n := tries() - first; n < 2 {
+			return fmt.Errorf("the agent built the guest's image %d more times", n)
+		}
+		return nil
+	})
 }

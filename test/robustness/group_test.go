@@ -229,7 +229,7 @@ func (g *group) createProject() {
 	ctx, cancel := context.WithTimeout(context.Background(), testrun.D(30*time.Second))
 	defer cancel()
 	for _, r := range g.reps {
-		_, err := g.projects(r, rpc.RetryWithoutLeader(20*time.Second)).CreateProject(ctx, connect.NewRequest(&corpusv1.CreateProjectRequest{
+		_, err := g.projects(r, rpc.RetryWithoutLeader(testrun.D(20*time.Second))).CreateProject(ctx, connect.NewRequest(&corpusv1.CreateProjectRequest{
 			Name: labProject, Env: corpusv1.EnvDev, Image: labImage}))
 		if err == nil || connect.CodeOf(err) == connect.CodeAlreadyExists {
 			return

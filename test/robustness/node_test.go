@@ -46,7 +46,7 @@ const labAgentAddr = "127.0.0.2:7402"
 func (g *group) enrollNode() *labNode {
 	ctx, cancel := context.WithTimeout(context.Background(), testrun.D(60*time.Second))
 	defer cancel()
-	retry := rpc.RetryWithoutLeader(20 * time.Second)
+	retry := rpc.RetryWithoutLeader(testrun.D(20 * time.Second))
 	r := g.reps[0]
 	nodes := corpusv1connect.NewNodeServiceClient(g.http, "https://"+r.api, connect.WithInterceptors(rpc.Bearer(g.token), retry))
 	tok, err := nodes.CreateJoinToken(ctx, connect.NewRequest(&corpusv1.CreateJoinTokenRequest{}))
