@@ -3,6 +3,7 @@ package state_test
 import (
 	"bytes"
 	"flag"
+	"io"
 	"os"
 	"path/filepath"
 	"testing"
@@ -92,40 +93,13 @@ func TestGoldenLogAndSnapshot(t *testing.T) {
 	}
 
 	restored := newReplica(t)
-	if err := restored.fsm.Restore(persistSnapshotBytes(snapData)); err != nil {
+	if err := restored.fsm.Restore(io.NopCloser(bytes.NewReader(snapData))); err != nil {
 		t.Fatalf("Restore(%s) = %v", goldenSnapshot, err)
 	}
 	if got := persisted(t, restored.fsm); !proto.Equal(got, &want) {
 		t.Errorf("state after restoring %s = %v, want %v", goldenSnapshot, got, &want)
 	}
 }
-
-// persisted is fsm's snapshot as Persist writes it, all of it.
-func persisted(t *testing.T, fsm *state.FSM) *corpusv1.Snapshot {
-	t.Helper()
-	snap, err := fsm.Snapshot()
-	if err != nil {
-		t.Fatalf("Snapshot() = %v", err)
-	}
-	defer snap.Release()
-	sink := &memSink{}
-	if err := snap.Persist(sink); err != nil {
-		t.Fatalf("Persist() = %v", err)
-	}
-	var out corpusv1.Snapshot
-	if err := proto.Unmarshal(sink.Bytes(), &out); err != nil {
-		t.Fatalf("decoding persisted snapshot: %v", err)
-	}
-	return &out
-}
-
-func persistSnapshotBytes(data []byte) *memSinkReader {
-	return &memSinkReader{Reader: bytes.NewReader(data)}
-}
-
-type memSinkReader struct{ *bytes.Reader }
-
-func (memSinkReader) Close() error { return nil }
 
 // writeGolden applies goldenCommands and writes the log and the snapshot
 // this build makes of them.
