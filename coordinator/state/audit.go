@@ -8,6 +8,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 
+	"corpus/coordinator/state/statedb"
 	corpusv1 "corpus/proto/corpus/v1"
 )
 
@@ -119,7 +120,7 @@ func target(m protoreflect.Message, depth int, fields []protoreflect.Name) strin
 
 // trimAudit drops the oldest entries beyond MaxAudit.
 func (a *applier) trimAudit() {
-	it, err := a.txn.Get(tableAudit, "id")
+	it, err := a.txn.Get(statedb.TableAudit, "id")
 	if err != nil {
 		panic(fmt.Sprintf("state: reading audit: %v", err))
 	}
@@ -128,15 +129,10 @@ func (a *applier) trimAudit() {
 		all = append(all, raw)
 	}
 	for i := 0; i < len(all)-MaxAudit; i++ {
-		if err := a.txn.Delete(tableAudit, all[i]); err != nil {
+		if err := a.txn.Delete(statedb.TableAudit, all[i]); err != nil {
 			panic(fmt.Sprintf("state: trimming audit: %v", err))
 		}
 	}
-}
-
-// Audit returns the audit log, oldest first.
-func (v *Snap) Audit() []*corpusv1.AuditEntry {
-	return all[*corpusv1.AuditEntry](v, tableAudit, "id")
 }
 
 // ConfigChangeText says what a config change does, keys only.

@@ -6,6 +6,7 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
+	"corpus/coordinator/state/statedb"
 	corpusv1 "corpus/proto/corpus/v1"
 )
 
@@ -23,7 +24,7 @@ func (a *applier) switchEnv(c *corpusv1.SwitchEnv) error {
 	if c.Back {
 		return a.switchBack(p, env)
 	}
-	g := a.get(tableGuests, "id", env.GuestId)
+	g := a.get(statedb.TableGuests, "id", env.GuestId)
 	if g == nil || g.(*corpusv1.Guest).NodeId != c.NodeId {
 		return fmt.Errorf("the first instance of %s/%s is not on this node: %w", p.Name, env.Name, ErrBadTransition)
 	}
@@ -91,7 +92,7 @@ func endStandby(env *corpusv1.ProjectEnv) {
 func (a *applier) pointRoutes(env *corpusv1.ProjectEnv) {
 	port := WebPort(env)
 	for _, d := range append(slices.Clone(env.Domains), env.ManifestDomains...) {
-		raw := a.get(tableRoutes, "domain", d)
+		raw := a.get(statedb.TableRoutes, "domain", d)
 		if raw == nil {
 			continue
 		}
@@ -102,6 +103,6 @@ func (a *applier) pointRoutes(env *corpusv1.ProjectEnv) {
 		r = proto.Clone(r).(*corpusv1.Route)
 		r.GuestPort = port
 		r.ModifyIndex = a.index
-		a.put(tableRoutes, r)
+		a.put(statedb.TableRoutes, r)
 	}
 }

@@ -6,6 +6,7 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
+	"corpus/coordinator/state/statedb"
 	corpusv1 "corpus/proto/corpus/v1"
 )
 
@@ -14,11 +15,6 @@ import (
 // values. Only the leader's orderer writes certificates, each write
 // conditional on the index it read, so a deposed leader's late result
 // never overwrites its successor's.
-
-const (
-	tableCertificates = "certificates"
-	metaAcme          = "acme"
-)
 
 // Certificate states.
 const (
@@ -43,47 +39,11 @@ func ChallengeKeyPlace(domain string) string { return "challenge/" + domain }
 // AcmeKeyPlace is what the ACME account key is sealed for.
 const AcmeKeyPlace = "acme/account"
 
-// Acme returns the cluster's ACME configuration, or nil.
-func (v *Snap) Acme() *corpusv1.AcmeConfig {
-	ch, raw, err := v.txn.FirstWatch(tableMeta, "id", metaAcme)
-	if err != nil {
-		return nil
-	}
-	v.ws.Add(ch)
-	if raw == nil {
-		return nil
-	}
-	return raw.(*meta).Value.(*corpusv1.AcmeConfig)
-}
-
-// Certificate returns the certificate of a domain, or nil.
-func (v *Snap) Certificate(domain string) *corpusv1.Certificate {
-	return first[*corpusv1.Certificate](v, tableCertificates, "id", domain)
-}
-
-// Certificates returns every certificate sorted by domain.
-func (v *Snap) Certificates() []*corpusv1.Certificate {
-	return all[*corpusv1.Certificate](v, tableCertificates, "id")
-}
-
-// HTTPSDomains returns the domains of http routes that ask for HTTPS,
-// sorted.
-func (v *Snap) HTTPSDomains() []string {
-	var out []string
-	for _, r := range v.Routes() {
-		if r.Is(corpusv1.RouteHTTP) && r.Https {
-			out = append(out, r.Domain)
-		}
-	}
-	slices.Sort(out)
-	return out
-}
-
 // ValidChallenge says whether t is a challenge type corpus answers.
 func ValidChallenge(t string) bool { return t == ChallengeHTTP01 || t == ChallengeTLSALPN01 }
 
 func (a *applier) setAcmeConfig(c *corpusv1.SetAcmeConfig) error {
-	cur, _ := a.get(tableMeta, "id", metaAcme).(*meta)
+	cur, _ := a.get(statedb.TableMeta, "id", statedb.MetaAcme).(*statedb.Meta)
 	var idx uint64
 	if cur != nil {
 		idx = cur.Value.(*corpusv1.AcmeConfig).ModifyIndex
@@ -93,7 +53,7 @@ func (a *applier) setAcmeConfig(c *corpusv1.SetAcmeConfig) error {
 	}
 	if c.Config.GetDirectoryUrl() == "" {
 		if cur != nil {
-			a.del(tableMeta, cur)
+			a.del(statedb.TableMeta, cur)
 		}
 		return nil
 	}
@@ -109,7 +69,7 @@ func (a *applier) setAcmeConfig(c *corpusv1.SetAcmeConfig) error {
 	}
 	cfg := proto.Clone(c.Config).(*corpusv1.AcmeConfig)
 	cfg.ModifyIndex = a.index
-	a.put(tableMeta, &meta{Key: metaAcme, Value: cfg})
+	a.put(statedb.TableMeta, &statedb.Meta{Key: statedb.MetaAcme, Value: cfg})
 	return nil
 }
 
@@ -123,7 +83,7 @@ func (a *applier) putCertificate(c *corpusv1.PutCertificate) error {
 	default:
 		return fmt.Errorf("certificate state %q: %w", in.State, ErrInvalid)
 	}
-	cur, _ := a.get(tableCertificates, "id", in.Domain).(*corpusv1.Certificate)
+	cur, _ := a.get(statedb.TableCertificates, "id", in.Domain).(*corpusv1.Certificate)
 	var idx uint64
 	if cur != nil {
 		idx = cur.ModifyIndex
@@ -146,22 +106,22 @@ func (a *applier) putCertificate(c *corpusv1.PutCertificate) error {
 	if cur != nil {
 		crt.CreateIndex = cur.CreateIndex
 	}
-	a.put(tableCertificates, crt)
+	a.put(statedb.TableCertificates, crt)
 	return nil
 }
 
 func (a *applier) deleteCertificate(c *corpusv1.DeleteCertificate) error {
-	cur := a.get(tableCertificates, "id", c.Domain)
+	cur := a.get(statedb.TableCertificates, "id", c.Domain)
 	if cur == nil {
 		return nil
 	}
-	a.del(tableCertificates, cur)
+	a.del(statedb.TableCertificates, cur)
 	return nil
 }
 
 // setRouteTLS changes how an http route serves HTTPS.
 func (a *applier) setRouteTLS(c *corpusv1.SetRouteTls) error {
-	raw := a.get(tableRoutes, "id", c.Id)
+	raw := a.get(statedb.TableRoutes, "id", c.Id)
 	if raw == nil {
 		return fmt.Errorf("route %s: %w", c.Id, ErrNotFound)
 	}
@@ -174,7 +134,7 @@ func (a *applier) setRouteTLS(c *corpusv1.SetRouteTls) error {
 	}
 	r.Https, r.RedirectHttps, r.Hsts = c.Https, c.RedirectHttps, c.Hsts
 	r.ModifyIndex = a.index
-	a.put(tableRoutes, r)
+	a.put(statedb.TableRoutes, r)
 	return nil
 }
 
@@ -195,17 +155,17 @@ func certificateSealed(crt *corpusv1.Certificate) map[string][]byte {
 // anew by a keyring rotation.
 func (a *applier) resealTLS(r *corpusv1.ResealedConfig) error {
 	if r.Acme {
-		cur, _ := a.get(tableMeta, "id", metaAcme).(*meta)
+		cur, _ := a.get(statedb.TableMeta, "id", statedb.MetaAcme).(*statedb.Meta)
 		if cur == nil || len(r.Config["key"]) == 0 {
 			return fmt.Errorf("resealing the acme account: it changed meanwhile: %w", ErrStale)
 		}
 		cfg := proto.Clone(cur.Value.(*corpusv1.AcmeConfig)).(*corpusv1.AcmeConfig)
 		cfg.AccountKey = r.Config["key"]
 		cfg.ModifyIndex = a.index
-		a.put(tableMeta, &meta{Key: metaAcme, Value: cfg})
+		a.put(statedb.TableMeta, &statedb.Meta{Key: statedb.MetaAcme, Value: cfg})
 		return nil
 	}
-	raw, _ := a.get(tableCertificates, "id", r.Certificate).(*corpusv1.Certificate)
+	raw, _ := a.get(statedb.TableCertificates, "id", r.Certificate).(*corpusv1.Certificate)
 	if raw == nil || !slices.Equal(sortedKeys(certificateSealed(raw)), sortedKeys(r.Config)) {
 		return fmt.Errorf("resealing the certificate of %s: it changed meanwhile: %w", r.Certificate, ErrStale)
 	}
@@ -217,6 +177,6 @@ func (a *applier) resealTLS(r *corpusv1.ResealedConfig) error {
 		crt.Challenge.AlpnKey = k
 	}
 	crt.ModifyIndex = a.index
-	a.put(tableCertificates, crt)
+	a.put(statedb.TableCertificates, crt)
 	return nil
 }

@@ -9,6 +9,7 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
+	"corpus/coordinator/state/statedb"
 	"corpus/internal/names"
 	"corpus/internal/seal"
 	corpusv1 "corpus/proto/corpus/v1"
@@ -17,8 +18,6 @@ import (
 // Project config: an environment's variables, every value sealed with the
 // cluster keyring (internal/seal); the state only ever holds ciphertext,
 // so the raft log and its snapshots do too.
-
-const metaKeyring = "keyring"
 
 // Config bounds, on the values in clear (the API checks them) and, with
 // the seal's overhead, on what the state accepts.
@@ -47,20 +46,6 @@ func ValidConfigKey(key string) error {
 		return fmt.Errorf("config key %s is reserved: corpus sets PORT and CORPUS_* itself", key)
 	}
 	return nil
-}
-
-// Keyring returns the cluster's keyring, nil before the first config
-// value was set.
-func (v *Snap) Keyring() *corpusv1.Keyring {
-	ch, raw, err := v.txn.FirstWatch(tableMeta, "id", metaKeyring)
-	if err != nil {
-		return nil
-	}
-	v.ws.Add(ch)
-	if raw == nil {
-		return nil
-	}
-	return raw.(*meta).Value.(*corpusv1.Keyring)
 }
 
 func (a *applier) setConfig(c *corpusv1.SetConfig) error {
@@ -178,7 +163,7 @@ func (a *applier) setKeyring(c *corpusv1.SetKeyring) error {
 		}
 		rel.Config = r.Config
 		rel.ModifyIndex = a.index
-		a.put(tableReleases, rel)
+		a.put(statedb.TableReleases, rel)
 	}
 	// Every sealed value must now open with the new keyring.
 	v := a.view()
@@ -197,7 +182,7 @@ func (a *applier) setKeyring(c *corpusv1.SetKeyring) error {
 			}
 		}
 	}
-	for _, r := range v.allReleases() {
+	for _, r := range v.AllReleases() {
 		if err := check("release "+r.Id, r.Config); err != nil {
 			return err
 		}
@@ -231,7 +216,7 @@ func (a *applier) setKeyring(c *corpusv1.SetKeyring) error {
 		}
 	}
 	kr.ModifyIndex = a.index
-	a.put(tableMeta, &meta{Key: metaKeyring, Value: kr})
+	a.put(statedb.TableMeta, &statedb.Meta{Key: statedb.MetaKeyring, Value: kr})
 	return nil
 }
 
@@ -242,14 +227,6 @@ func sortedKeys(m map[string][]byte) []string {
 	}
 	sort.Strings(keys)
 	return keys
-}
-
-// WebPort is the guest port an environment's domains route to.
-func WebPort(env *corpusv1.ProjectEnv) int32 {
-	if env.GetWebPort() != 0 {
-		return env.WebPort
-	}
-	return env.GetHttpPort()
 }
 
 // setWebPort points an environment's HTTP routes at the port its web

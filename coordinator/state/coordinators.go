@@ -2,10 +2,10 @@ package state
 
 import (
 	"fmt"
-	"sort"
 
 	"google.golang.org/protobuf/proto"
 
+	"corpus/coordinator/state/statedb"
 	corpusv1 "corpus/proto/corpus/v1"
 )
 
@@ -19,7 +19,7 @@ func (a *applier) upsertCoordinator(c *corpusv1.UpsertCoordinator) error {
 	}
 	co = proto.Clone(co).(*corpusv1.Coordinator)
 	co.CreateIndex = a.index
-	if raw := a.get(tableCoordinators, "id", co.Id); raw != nil {
+	if raw := a.get(statedb.TableCoordinators, "id", co.Id); raw != nil {
 		old := raw.(*corpusv1.Coordinator)
 		if old.RaftAddress == co.RaftAddress && old.ApiAddress == co.ApiAddress && old.DnsAddress == co.DnsAddress && old.GossipAddress == co.GossipAddress && old.Version == co.Version {
 			return nil
@@ -27,29 +27,17 @@ func (a *applier) upsertCoordinator(c *corpusv1.UpsertCoordinator) error {
 		co.CreateIndex = old.CreateIndex
 	}
 	co.ModifyIndex = a.index
-	a.put(tableCoordinators, co)
+	a.put(statedb.TableCoordinators, co)
 	return nil
 }
 
 func (a *applier) removeCoordinator(c *corpusv1.RemoveCoordinator) error {
-	raw := a.get(tableCoordinators, "id", c.Id)
+	raw := a.get(statedb.TableCoordinators, "id", c.Id)
 	if raw == nil {
 		return nil
 	}
-	if err := a.txn.Delete(tableCoordinators, raw); err != nil {
+	if err := a.txn.Delete(statedb.TableCoordinators, raw); err != nil {
 		panic(fmt.Sprintf("state: deleting coordinator: %v", err))
 	}
 	return nil
-}
-
-// Coordinator returns the replica with that id, or nil.
-func (v *Snap) Coordinator(id string) *corpusv1.Coordinator {
-	return first[*corpusv1.Coordinator](v, tableCoordinators, "id", id)
-}
-
-// Coordinators returns every known replica sorted by id.
-func (v *Snap) Coordinators() []*corpusv1.Coordinator {
-	out := all[*corpusv1.Coordinator](v, tableCoordinators, "id")
-	sort.Slice(out, func(i, j int) bool { return out[i].Id < out[j].Id })
-	return out
 }

@@ -2,10 +2,10 @@ package state
 
 import (
 	"fmt"
-	"sort"
 
 	"google.golang.org/protobuf/proto"
 
+	"corpus/coordinator/state/statedb"
 	corpusv1 "corpus/proto/corpus/v1"
 )
 
@@ -20,15 +20,15 @@ func (a *applier) addDNSRecord(c *corpusv1.AddDnsRecord) error {
 	if r == nil || r.Id == "" || r.Key == "" {
 		return fmt.Errorf("dns record without id or key: %w", ErrInvalid)
 	}
-	if a.get(tableDNS, "id", r.Id) != nil {
+	if a.get(statedb.TableDNS, "id", r.Id) != nil {
 		return fmt.Errorf("dns record id %s: %w", r.Id, ErrExists)
 	}
-	if a.get(tableDNS, "key", r.Key) != nil {
+	if a.get(statedb.TableDNS, "key", r.Key) != nil {
 		return fmt.Errorf("dns record %q: %w", r.Key, ErrExists)
 	}
-	it, err := a.txn.Get(tableDNS, "name", r.Name)
+	it, err := a.txn.Get(statedb.TableDNS, "name", r.Name)
 	if err != nil {
-		panic(fmt.Sprintf("state: reading %s: %v", tableDNS, err))
+		panic(fmt.Sprintf("state: reading %s: %v", statedb.TableDNS, err))
 	}
 	for raw := it.Next(); raw != nil; raw = it.Next() {
 		if o := raw.(*corpusv1.DnsRecord); r.Type == "CNAME" || o.Type == "CNAME" {
@@ -39,34 +39,17 @@ func (a *applier) addDNSRecord(c *corpusv1.AddDnsRecord) error {
 	r = proto.Clone(r).(*corpusv1.DnsRecord)
 	r.CreatedAt = a.now
 	r.CreateIndex, r.ModifyIndex = a.index, a.index
-	a.put(tableDNS, r)
+	a.put(statedb.TableDNS, r)
 	return nil
 }
 
 func (a *applier) deleteDNSRecord(c *corpusv1.DeleteDnsRecord) error {
-	raw := a.get(tableDNS, "id", c.Id)
+	raw := a.get(statedb.TableDNS, "id", c.Id)
 	if raw == nil {
 		return fmt.Errorf("dns record %s: %w", c.Id, ErrNotFound)
 	}
-	if err := a.txn.Delete(tableDNS, raw); err != nil {
+	if err := a.txn.Delete(statedb.TableDNS, raw); err != nil {
 		panic(fmt.Sprintf("state: deleting dns record: %v", err))
 	}
 	return nil
-}
-
-// DNSRecords returns the operator records, by key.
-func (v *Snap) DNSRecords() []*corpusv1.DnsRecord {
-	out := all[*corpusv1.DnsRecord](v, tableDNS, "id")
-	sort.Slice(out, func(i, j int) bool { return out[i].Key < out[j].Key })
-	return out
-}
-
-// DNSRecord returns the operator record with that id, or nil.
-func (v *Snap) DNSRecord(id string) *corpusv1.DnsRecord {
-	return first[*corpusv1.DnsRecord](v, tableDNS, "id", id)
-}
-
-// DNSRecordByKey returns the operator record with that key, or nil.
-func (v *Snap) DNSRecordByKey(key string) *corpusv1.DnsRecord {
-	return first[*corpusv1.DnsRecord](v, tableDNS, "key", key)
 }

@@ -1,12 +1,6 @@
-// Package state is the coordinator's replicated state: a go-memdb database
-// of nodes, guests and join tokens, changed only by applying Raft log
-// commands (FSM) and read through snapshots-in-time (read transactions).
-//
-// Objects handed out by the store are shared and must not be modified;
-// callers clone them (proto.Clone) before changing anything.
-//
-// Blocking queries: every read can collect memdb watch channels in a
-// memdb.WatchSet and wait on it, so watchers wake on change instead of
-// polling. A restore from snapshot abandons the old database and wakes
-// every watcher through AbandonCh.
+// Package state is the coordinator's state machine: it applies Raft log
+// commands (FSM) to the replicated database of package statedb, every
+// replica alike, and writes and restores its snapshots. Store and Snap,
+// the database and its read views, are named here too for the packages
+// that read the state.
 package state

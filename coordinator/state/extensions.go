@@ -7,6 +7,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"corpus/coordinator/extensions"
+	"corpus/coordinator/state/statedb"
 	corpusv1 "corpus/proto/corpus/v1"
 )
 
@@ -14,20 +15,8 @@ import (
 // their secrets sealed with the cluster keyring like config values. A
 // write that would make their order cyclic is refused, naming the cycle.
 
-const tableExtensions = "extensions"
-
 // ExtensionPlace is what an extension's secret is sealed for.
 func ExtensionPlace(name string) string { return "extension/" + name }
-
-// Extension returns the extension of that name, or nil.
-func (v *Snap) Extension(name string) *corpusv1.Extension {
-	return first[*corpusv1.Extension](v, tableExtensions, "id", name)
-}
-
-// Extensions returns every extension sorted by name.
-func (v *Snap) Extensions() []*corpusv1.Extension {
-	return all[*corpusv1.Extension](v, tableExtensions, "id")
-}
 
 func (a *applier) putExtension(c *corpusv1.PutExtension) error {
 	if c.Extension == nil {
@@ -37,7 +26,7 @@ func (a *applier) putExtension(c *corpusv1.PutExtension) error {
 	if err := extensions.Check(e); err != nil {
 		return fmt.Errorf("%v: %w", err, ErrInvalid)
 	}
-	cur, _ := a.get(tableExtensions, "id", e.Name).(*corpusv1.Extension)
+	cur, _ := a.get(statedb.TableExtensions, "id", e.Name).(*corpusv1.Extension)
 	if cur != nil && !c.Replace {
 		return fmt.Errorf("extension %s: %w", e.Name, ErrExists)
 	}
@@ -54,28 +43,28 @@ func (a *applier) putExtension(c *corpusv1.PutExtension) error {
 	if cur != nil {
 		e.CreateIndex, e.CreatedAt = cur.CreateIndex, cur.CreatedAt
 	}
-	a.put(tableExtensions, e)
+	a.put(statedb.TableExtensions, e)
 	return nil
 }
 
 func (a *applier) deleteExtension(c *corpusv1.DeleteExtension) error {
-	cur := a.get(tableExtensions, "id", c.Name)
+	cur := a.get(statedb.TableExtensions, "id", c.Name)
 	if cur == nil {
 		return fmt.Errorf("extension %s: %w", c.Name, ErrNotFound)
 	}
-	a.del(tableExtensions, cur)
+	a.del(statedb.TableExtensions, cur)
 	return nil
 }
 
 // resealExtension replaces an extension's sealed secret in a keyring
 // rotation.
 func (a *applier) resealExtension(r *corpusv1.ResealedConfig) error {
-	cur, _ := a.get(tableExtensions, "id", r.Extension).(*corpusv1.Extension)
+	cur, _ := a.get(statedb.TableExtensions, "id", r.Extension).(*corpusv1.Extension)
 	if cur == nil || len(cur.Secret) == 0 || len(r.Config["secret"]) == 0 {
 		return fmt.Errorf("resealing extension %s: its secret changed meanwhile: %w", r.Extension, ErrStale)
 	}
 	e := proto.Clone(cur).(*corpusv1.Extension)
 	e.Secret, e.ModifyIndex = r.Config["secret"], a.index
-	a.put(tableExtensions, e)
+	a.put(statedb.TableExtensions, e)
 	return nil
 }

@@ -12,6 +12,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"corpus/coordinator/fit"
+	"corpus/coordinator/state/statedb"
 	corpusv1 "corpus/proto/corpus/v1"
 )
 
@@ -56,7 +57,7 @@ func Encode(cmd *corpusv1.Command, now time.Time) ([]byte, error) {
 // is not marked ignorable is a bug or a version skew that must not be
 // papered over: it panics, stopping the replica loudly.
 func (f *FSM) Apply(l *raft.Log) any {
-	defer f.store.applied.Store(l.Index)
+	defer f.store.SetApplied(l.Index)
 	if l.Type != raft.LogCommand {
 		return nil
 	}
@@ -72,7 +73,7 @@ func (f *FSM) Apply(l *raft.Log) any {
 		panic(fmt.Sprintf("state: unknown command at index %d (version %d); upgrade this replica", l.Index, cmd.Version))
 	}
 	now := f.clusterTime(cmd.Now)
-	txn := f.store.memdb().Txn(true)
+	txn := f.store.Write()
 	defer txn.Abort()
 	a := applier{txn: txn, index: l.Index, now: now}
 	err := a.apply(&cmd)
@@ -82,20 +83,20 @@ func (f *FSM) Apply(l *raft.Log) any {
 		// changes but the audit log, not even the index row, so watchers
 		// of the state are not woken for nothing.
 		txn.Abort()
-		atxn := f.store.memdb().Txn(true)
+		atxn := f.store.Write()
 		aa := applier{txn: atxn, index: l.Index, now: now}
-		aa.put(tableAudit, auditEntry(&cmd, l.Index, err))
+		aa.put(statedb.TableAudit, auditEntry(&cmd, l.Index, err))
 		if l.Index%100 == 0 {
 			aa.trimAudit()
 		}
 		atxn.Commit()
 		return &Result{Index: l.Index, Err: err}
 	}
-	a.put(tableAudit, auditEntry(&cmd, l.Index, nil))
+	a.put(statedb.TableAudit, auditEntry(&cmd, l.Index, nil))
 	if l.Index%100 == 0 {
 		a.trimAudit()
 	}
-	if err := txn.Insert(tableMeta, &meta{Key: metaIndex, Value: l.Index}); err != nil {
+	if err := txn.Insert(statedb.TableMeta, &statedb.Meta{Key: statedb.MetaIndex, Value: l.Index}); err != nil {
 		panic(fmt.Sprintf("state: writing index: %v", err))
 	}
 	txn.Commit()
@@ -109,9 +110,9 @@ func (f *FSM) Apply(l *raft.Log) any {
 // every replica.
 func (f *FSM) clusterTime(stamp *timestamppb.Timestamp) *timestamppb.Timestamp {
 	if stamp == nil {
-		return f.store.appliedTime.Load()
+		return f.store.ClusterTime()
 	}
-	if last := f.store.appliedTime.Load(); last != nil && stamp.AsTime().Before(last.AsTime()) {
+	if last := f.store.ClusterTime(); last != nil && stamp.AsTime().Before(last.AsTime()) {
 		if behind := last.AsTime().Sub(stamp.AsTime()); behind > time.Second && time.Since(f.clampWarned) > time.Minute {
 			f.clampWarned = time.Now()
 			f.logger.Warn("an entry's leader stamped it before the cluster's time; it applies at the cluster's time (a leader's clock is behind, or another's was ahead)",
@@ -119,7 +120,7 @@ func (f *FSM) clusterTime(stamp *timestamppb.Timestamp) *timestamppb.Timestamp {
 		}
 		return last
 	}
-	f.store.appliedTime.Store(stamp)
+	f.store.SetClusterTime(stamp)
 	return stamp
 }
 
@@ -268,7 +269,7 @@ func (a *applier) apply(cmd *corpusv1.Command) error {
 
 // view reads the state as this command sees it (its own writes included).
 func (a *applier) view() *Snap {
-	return &Snap{txn: a.txn, ws: memdb.NewWatchSet()}
+	return statedb.View(a.txn)
 }
 
 func (a *applier) get(table, index, key string) any {
@@ -286,13 +287,13 @@ func (a *applier) put(table string, obj any) {
 }
 
 func (a *applier) bootstrap(c *corpusv1.BootstrapCluster) error {
-	if a.get(tableMeta, "id", metaConfig) != nil {
+	if a.get(statedb.TableMeta, "id", statedb.MetaConfig) != nil {
 		return fmt.Errorf("cluster config: %w", ErrExists)
 	}
 	if c.Config == nil || c.Config.ClusterId == "" {
 		return fmt.Errorf("bootstrap without cluster id: %w", ErrInvalid)
 	}
-	a.put(tableMeta, &meta{Key: metaConfig, Value: c.Config})
+	a.put(statedb.TableMeta, &statedb.Meta{Key: statedb.MetaConfig, Value: c.Config})
 	return nil
 }
 
@@ -300,15 +301,15 @@ func (a *applier) createToken(c *corpusv1.CreateJoinToken) error {
 	if c.Token == nil || c.Token.Id == "" {
 		return fmt.Errorf("join token without id: %w", ErrInvalid)
 	}
-	if a.get(tableTokens, "id", c.Token.Id) != nil {
+	if a.get(statedb.TableTokens, "id", c.Token.Id) != nil {
 		return fmt.Errorf("join token %s: %w", c.Token.Id, ErrExists)
 	}
-	a.put(tableTokens, c.Token)
+	a.put(statedb.TableTokens, c.Token)
 	return nil
 }
 
 func (a *applier) enroll(c *corpusv1.EnrollNode) error {
-	raw := a.get(tableTokens, "id", c.TokenId)
+	raw := a.get(statedb.TableTokens, "id", c.TokenId)
 	if raw == nil {
 		return ErrInvalidToken
 	}
@@ -320,10 +321,10 @@ func (a *applier) enroll(c *corpusv1.EnrollNode) error {
 	if n == nil || n.Id == "" || n.Name == "" {
 		return fmt.Errorf("node without id or name: %w", ErrInvalid)
 	}
-	if a.get(tableNodes, "name", n.Name) != nil {
+	if a.get(statedb.TableNodes, "name", n.Name) != nil {
 		return fmt.Errorf("node %s: %w", n.Name, ErrExists)
 	}
-	if a.get(tableNodes, "id", n.Id) != nil {
+	if a.get(statedb.TableNodes, "id", n.Id) != nil {
 		return fmt.Errorf("node id %s: %w", n.Id, ErrExists)
 	}
 	v := a.view()
@@ -333,17 +334,17 @@ func (a *applier) enroll(c *corpusv1.EnrollNode) error {
 	}
 	tok = proto.Clone(tok).(*corpusv1.JoinToken)
 	tok.UsedBy = n.Id
-	a.put(tableTokens, tok)
+	a.put(statedb.TableTokens, tok)
 	n = proto.Clone(n).(*corpusv1.Node)
 	n.GuestSubnet = subnet.String()
 	n.EnrolledAt = a.now
 	n.CreateIndex, n.ModifyIndex = a.index, a.index
-	a.put(tableNodes, n)
+	a.put(statedb.TableNodes, n)
 	return nil
 }
 
 func (a *applier) node(id string) (*corpusv1.Node, error) {
-	raw := a.get(tableNodes, "id", id)
+	raw := a.get(statedb.TableNodes, "id", id)
 	if raw == nil {
 		return nil, fmt.Errorf("node %s: %w", id, ErrNotFound)
 	}
@@ -371,7 +372,7 @@ func (a *applier) updateNode(c *corpusv1.UpdateNode) error {
 		a.nodeReady(n.Id)
 	}
 	n.ModifyIndex = a.index
-	a.put(tableNodes, n)
+	a.put(statedb.TableNodes, n)
 	a.giveIDRanges(n)
 	return nil
 }
@@ -396,7 +397,7 @@ func (a *applier) setNodeStatus(c *corpusv1.SetNodeStatus) error {
 	}
 	n.Status = c.Status
 	n.ModifyIndex = a.index
-	a.put(tableNodes, n)
+	a.put(statedb.TableNodes, n)
 	return nil
 }
 
@@ -412,10 +413,10 @@ func (a *applier) createGuest(c *corpusv1.CreateGuest) error {
 		// placed, and deleting it would be a no-op: it could never go.
 		return fmt.Errorf("creating guest in desired state %q: %w", g.DesiredState, ErrInvalid)
 	}
-	if a.get(tableGuests, "name", g.Name) != nil {
+	if a.get(statedb.TableGuests, "name", g.Name) != nil {
 		return fmt.Errorf("guest %s: %w", g.Name, ErrExists)
 	}
-	if a.get(tableGuests, "id", g.Id) != nil {
+	if a.get(statedb.TableGuests, "id", g.Id) != nil {
 		return fmt.Errorf("guest id %s: %w", g.Id, ErrExists)
 	}
 	g = proto.Clone(g).(*corpusv1.Guest)
@@ -428,7 +429,7 @@ func (a *applier) createGuest(c *corpusv1.CreateGuest) error {
 	}
 	a.event(g, "created", "desired state "+g.DesiredState)
 	g.CreateIndex, g.ModifyIndex = a.index, a.index
-	a.put(tableGuests, g)
+	a.put(statedb.TableGuests, g)
 	return nil
 }
 
@@ -441,7 +442,7 @@ func (a *applier) guest(get func() any, what string) (*corpusv1.Guest, error) {
 }
 
 func (a *applier) setGuestDesired(c *corpusv1.SetGuestDesired) error {
-	g, err := a.guest(func() any { return a.get(tableGuests, "name", c.Name) }, c.Name)
+	g, err := a.guest(func() any { return a.get(statedb.TableGuests, "name", c.Name) }, c.Name)
 	if err != nil {
 		return err
 	}
@@ -468,24 +469,24 @@ func (a *applier) setGuestDesired(c *corpusv1.SetGuestDesired) error {
 	g.DesiredState = c.DesiredState
 	a.event(g, "desired", "desired state "+c.DesiredState)
 	g.ModifyIndex = a.index
-	a.put(tableGuests, g)
+	a.put(statedb.TableGuests, g)
 	return nil
 }
 
 // deleteGuest removes a guest and the routes pointing at it, and unbinds
 // (or, purging, deletes) its volume.
 func (a *applier) deleteGuest(g *corpusv1.Guest) {
-	if _, err := a.txn.DeleteAll(tableRoutes, "guest", g.Id); err != nil {
+	if _, err := a.txn.DeleteAll(statedb.TableRoutes, "guest", g.Id); err != nil {
 		panic(fmt.Sprintf("state: deleting routes of guest: %v", err))
 	}
 	a.releaseVolume(g)
-	if err := a.txn.Delete(tableGuests, g); err != nil {
+	if err := a.txn.Delete(statedb.TableGuests, g); err != nil {
 		panic(fmt.Sprintf("state: deleting guest: %v", err))
 	}
 }
 
 func (a *applier) placeGuest(c *corpusv1.PlaceGuest) error {
-	g, err := a.guest(func() any { return a.get(tableGuests, "id", c.GuestId) }, c.GuestId)
+	g, err := a.guest(func() any { return a.get(statedb.TableGuests, "id", c.GuestId) }, c.GuestId)
 	if err != nil {
 		return err
 	}
@@ -516,7 +517,7 @@ func (a *applier) placeGuest(c *corpusv1.PlaceGuest) error {
 		a.event(g, "placed", "placed on node "+n.Name)
 	}
 	g.ModifyIndex = a.index
-	a.put(tableGuests, g)
+	a.put(statedb.TableGuests, g)
 	return nil
 }
 
@@ -525,7 +526,7 @@ func (a *applier) reportGuests(c *corpusv1.ReportGuests) error {
 		return err
 	}
 	for _, r := range c.Guests {
-		raw := a.get(tableGuests, "id", r.GuestId)
+		raw := a.get(statedb.TableGuests, "id", r.GuestId)
 		if raw == nil || r.Observed == nil {
 			continue // deleted meanwhile, or nothing said
 		}
@@ -553,7 +554,7 @@ func (a *applier) reportGuests(c *corpusv1.ReportGuests) error {
 		}
 		a.migrated(g)
 		g.ModifyIndex = a.index
-		a.put(tableGuests, g)
+		a.put(statedb.TableGuests, g)
 	}
 	return nil
 }
@@ -569,38 +570,10 @@ func (a *applier) event(g *corpusv1.Guest, typ, msg string) {
 // point-in-time view, so Apply can go on while Persist writes.
 func (f *FSM) Snapshot() (raft.FSMSnapshot, error) {
 	snap := f.store.Read().Dump()
+	snap.Version = CommandVersion
 	snap.AppliedIndex = f.store.Applied()
-	snap.AppliedTime = f.store.appliedTime.Load()
+	snap.AppliedTime = f.store.ClusterTime()
 	return &fsmSnapshot{snap: snap}, nil
-}
-
-// Dump is the whole state as of v, as a snapshot holds it. The messages
-// are the store's own: callers must not change them.
-func (v *Snap) Dump() *corpusv1.Snapshot {
-	snap := &corpusv1.Snapshot{
-		Version: CommandVersion,
-		Config:  v.Config(),
-		Nodes:   v.Nodes(),
-		Guests:  v.Guests(),
-		Index:   v.Index(),
-	}
-	snap.JoinTokens = all[*corpusv1.JoinToken](v, tableTokens, "id")
-	snap.Routes = v.Routes()
-	snap.DnsRecords = v.DNSRecords()
-	snap.Volumes = v.Volumes()
-	snap.Users = v.Users()
-	snap.Projects = v.Projects()
-	snap.Releases = v.allReleases()
-	snap.Coordinators = v.Coordinators()
-	snap.Audit = v.Audit()
-	snap.UserTokens = v.UserTokens("")
-	snap.Keyring = v.Keyring()
-	snap.Services = v.Services()
-	snap.Backups = v.Backups("")
-	snap.Acme = v.Acme()
-	snap.Certificates = v.Certificates()
-	snap.Extensions = v.Extensions()
-	return snap
 }
 
 // Restore replaces the whole state with a snapshot.
@@ -617,7 +590,7 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 	if snap.Version > CommandVersion {
 		return fmt.Errorf("snapshot version %d is newer than this replica (%d)", snap.Version, CommandVersion)
 	}
-	db, err := memdb.NewMemDB(schema())
+	db, err := statedb.NewDB()
 	if err != nil {
 		return fmt.Errorf("new state: %w", err)
 	}
@@ -630,107 +603,107 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 		return nil
 	}
 	if snap.Config != nil {
-		if err := ins(tableMeta, &meta{Key: metaConfig, Value: snap.Config}); err != nil {
+		if err := ins(statedb.TableMeta, &statedb.Meta{Key: statedb.MetaConfig, Value: snap.Config}); err != nil {
 			return err
 		}
 	}
 	if snap.Keyring != nil {
-		if err := ins(tableMeta, &meta{Key: metaKeyring, Value: snap.Keyring}); err != nil {
+		if err := ins(statedb.TableMeta, &statedb.Meta{Key: statedb.MetaKeyring, Value: snap.Keyring}); err != nil {
 			return err
 		}
 	}
 	if snap.Acme != nil {
-		if err := ins(tableMeta, &meta{Key: metaAcme, Value: snap.Acme}); err != nil {
+		if err := ins(statedb.TableMeta, &statedb.Meta{Key: statedb.MetaAcme, Value: snap.Acme}); err != nil {
 			return err
 		}
 	}
 	for _, c := range snap.Certificates {
-		if err := ins(tableCertificates, c); err != nil {
+		if err := ins(statedb.TableCertificates, c); err != nil {
 			return err
 		}
 	}
 	for _, e := range snap.Extensions {
-		if err := ins(tableExtensions, e); err != nil {
+		if err := ins(statedb.TableExtensions, e); err != nil {
 			return err
 		}
 	}
-	if err := ins(tableMeta, &meta{Key: metaIndex, Value: snap.Index}); err != nil {
+	if err := ins(statedb.TableMeta, &statedb.Meta{Key: statedb.MetaIndex, Value: snap.Index}); err != nil {
 		return err
 	}
 	for _, n := range snap.Nodes {
-		if err := ins(tableNodes, n); err != nil {
+		if err := ins(statedb.TableNodes, n); err != nil {
 			return err
 		}
 	}
 	for _, g := range snap.Guests {
-		if err := ins(tableGuests, g); err != nil {
+		if err := ins(statedb.TableGuests, g); err != nil {
 			return err
 		}
 	}
 	for _, t := range snap.JoinTokens {
-		if err := ins(tableTokens, t); err != nil {
+		if err := ins(statedb.TableTokens, t); err != nil {
 			return err
 		}
 	}
 	for _, r := range snap.Routes {
-		if err := ins(tableRoutes, r); err != nil {
+		if err := ins(statedb.TableRoutes, r); err != nil {
 			return err
 		}
 	}
 	for _, r := range snap.DnsRecords {
-		if err := ins(tableDNS, r); err != nil {
+		if err := ins(statedb.TableDNS, r); err != nil {
 			return err
 		}
 	}
 	for _, vol := range snap.Volumes {
-		if err := ins(tableVolumes, vol); err != nil {
+		if err := ins(statedb.TableVolumes, vol); err != nil {
 			return err
 		}
 	}
 	for _, u := range snap.Users {
-		if err := ins(tableUsers, u); err != nil {
+		if err := ins(statedb.TableUsers, u); err != nil {
 			return err
 		}
 	}
 	for _, p := range snap.Projects {
-		if err := ins(tableProjects, p); err != nil {
+		if err := ins(statedb.TableProjects, p); err != nil {
 			return err
 		}
 	}
 	for _, r := range snap.Releases {
-		if err := ins(tableReleases, r); err != nil {
+		if err := ins(statedb.TableReleases, r); err != nil {
 			return err
 		}
 	}
 	for _, c := range snap.Coordinators {
-		if err := ins(tableCoordinators, c); err != nil {
+		if err := ins(statedb.TableCoordinators, c); err != nil {
 			return err
 		}
 	}
 	for _, e := range snap.Audit {
-		if err := ins(tableAudit, e); err != nil {
+		if err := ins(statedb.TableAudit, e); err != nil {
 			return err
 		}
 	}
 	for _, t := range snap.UserTokens {
-		if err := ins(tableUserTokens, t); err != nil {
+		if err := ins(statedb.TableUserTokens, t); err != nil {
 			return err
 		}
 	}
 	for _, s := range snap.Services {
-		if err := ins(tableServices, s); err != nil {
+		if err := ins(statedb.TableServices, s); err != nil {
 			return err
 		}
 	}
 	for _, b := range snap.Backups {
-		if err := ins(tableBackups, b); err != nil {
+		if err := ins(statedb.TableBackups, b); err != nil {
 			return err
 		}
 	}
 	txn.Commit()
-	f.store.replace(db)
-	f.store.applied.Store(max(snap.AppliedIndex, snap.Index))
-	f.store.appliedTime.Store(snap.AppliedTime)
+	f.store.Replace(db)
+	f.store.SetApplied(max(snap.AppliedIndex, snap.Index))
+	f.store.SetClusterTime(snap.AppliedTime)
 	return nil
 }
 
@@ -767,7 +740,7 @@ func (a *applier) renewNodeCertificate(c *corpusv1.RenewNodeCertificate) error {
 	}
 	n.PrevCertSerial, n.CertSerial, n.CertExpiresAt = n.CertSerial, c.Serial, c.ExpiresAt
 	n.ModifyIndex = a.index
-	a.put(tableNodes, n)
+	a.put(statedb.TableNodes, n)
 	return nil
 }
 
@@ -785,8 +758,8 @@ func (a *applier) removeNode(c *corpusv1.RemoveNode) error {
 	if vols := append(v.VolumesOnNode(n.Id), v.VolumesLeftOnNode(n.Id)...); len(vols) > 0 {
 		return fmt.Errorf("node %s still holds %d volumes (%s, ...): move or delete them first: %w", n.Name, len(vols), vols[0].Name, ErrBadTransition)
 	}
-	raw := a.get(tableNodes, "id", n.Id)
-	if err := a.txn.Delete(tableNodes, raw); err != nil {
+	raw := a.get(statedb.TableNodes, "id", n.Id)
+	if err := a.txn.Delete(statedb.TableNodes, raw); err != nil {
 		panic(fmt.Sprintf("state: deleting node: %v", err))
 	}
 	return nil

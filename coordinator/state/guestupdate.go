@@ -7,6 +7,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"corpus/coordinator/fit"
+	"corpus/coordinator/state/statedb"
 	corpusv1 "corpus/proto/corpus/v1"
 )
 
@@ -16,7 +17,7 @@ import (
 // and a bigger guest must still fit its node. The same spec again changes
 // nothing.
 func (a *applier) updateGuest(c *corpusv1.UpdateGuest) error {
-	g, err := a.guest(func() any { return a.get(tableGuests, "name", c.Name) }, c.Name)
+	g, err := a.guest(func() any { return a.get(statedb.TableGuests, "name", c.Name) }, c.Name)
 	if err != nil {
 		return err
 	}
@@ -44,7 +45,7 @@ func (a *applier) updateGuest(c *corpusv1.UpdateGuest) error {
 	}
 	a.event(g, "updated", "spec updated: image "+spec.GetImage())
 	g.ModifyIndex = a.index
-	a.put(tableGuests, g)
+	a.put(statedb.TableGuests, g)
 	return nil
 }
 

@@ -70,6 +70,18 @@ func (r *replica) dump() *corpusv1.Snapshot {
 
 func dump(t testing.TB, fsm *state.FSM) *corpusv1.Snapshot {
 	t.Helper()
+	out := persisted(t, fsm)
+	// The audit log records refused commands too, and the applied index
+	// and time count them; tests of "nothing changed" compare the rest
+	// (TestAudit, TestStoreApplied and TestClusterTimeNeverGoesBack check
+	// those).
+	out.Audit, out.AppliedIndex, out.AppliedTime = nil, 0, nil
+	return out
+}
+
+// persisted is fsm's snapshot as Persist writes it, all of it.
+func persisted(t testing.TB, fsm *state.FSM) *corpusv1.Snapshot {
+	t.Helper()
 	snap, err := fsm.Snapshot()
 	if err != nil {
 		t.Fatalf("Snapshot() = %v", err)
@@ -86,11 +98,6 @@ func dump(t testing.TB, fsm *state.FSM) *corpusv1.Snapshot {
 	if err := proto.Unmarshal(sink.Bytes(), &out); err != nil {
 		t.Fatalf("decoding persisted snapshot: %v", err)
 	}
-	// The audit log records refused commands too, and the applied index
-	// and time count them; tests of "nothing changed" compare the rest
-	// (TestAudit, TestStoreApplied and TestClusterTimeNeverGoesBack check
-	// those).
-	out.Audit, out.AppliedIndex, out.AppliedTime = nil, 0, nil
 	return &out
 }
 

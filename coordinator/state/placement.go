@@ -3,12 +3,12 @@ package state
 import (
 	"errors"
 	"fmt"
-	"sort"
 
 	"google.golang.org/protobuf/proto"
 
 	"corpus/coordinator/fit"
 	"corpus/coordinator/idrange"
+	"corpus/coordinator/state/statedb"
 	corpusv1 "corpus/proto/corpus/v1"
 )
 
@@ -19,68 +19,6 @@ const (
 	ModeProd    = corpusv1.ModeProd
 	ModeDrain   = corpusv1.ModeDrain
 )
-
-// GuestsLeaving returns the guests migrating away from a node whose old
-// copy still runs there, sorted by name.
-func (v *Snap) GuestsLeaving(nodeID string) []*corpusv1.Guest {
-	out := all[*corpusv1.Guest](v, tableGuests, "prev", nodeID)
-	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
-	return out
-}
-
-// NodeIDRanges returns the guest id ranges taken on a node (see
-// idrange.Used).
-func (v *Snap) NodeIDRanges(nodeID string) map[uint32]bool {
-	return idrange.Used(all[*corpusv1.Guest](v, tableGuests, "node", nodeID), all[*corpusv1.Guest](v, tableGuests, "prev", nodeID))
-}
-
-// NodeAllocated is what a node holds: its guests and the old copies of
-// guests migrating away from it.
-func (v *Snap) NodeAllocated(nodeID string) *corpusv1.Resources {
-	alloc, _ := v.NodeHolds(nodeID)
-	return alloc
-}
-
-// NodeHolds is NodeAllocated and how many guest id ranges are taken on
-// the node, read in one pass.
-func (v *Snap) NodeHolds(nodeID string) (alloc *corpusv1.Resources, idRanges int) {
-	// Sums need no order: the indexes as they come.
-	on, leaving := all[*corpusv1.Guest](v, tableGuests, "node", nodeID), all[*corpusv1.Guest](v, tableGuests, "prev", nodeID)
-	return fit.Allocated(on, leaving), idrange.Taken(on, leaving)
-}
-
-// ProjectRef names the project environment a guest runs.
-type ProjectRef struct {
-	Project string
-	Env     string
-	// Instance is the guest's index among its environment's instances.
-	Instance uint32
-}
-
-// GuestProjects maps the ids of project guests to their project
-// environment, and those of service guests to "service:NAME" and the
-// service's environment (placed by node mode as projects are).
-func (v *Snap) GuestProjects() map[string]ProjectRef {
-	out := map[string]ProjectRef{}
-	for _, p := range v.Projects() {
-		for _, e := range p.Envs {
-			for _, in := range Instances(e) {
-				out[in.GuestID] = ProjectRef{Project: p.Name, Env: e.Name, Instance: in.Index}
-			}
-		}
-	}
-	for _, s := range v.Services() {
-		if s.GuestId != "" {
-			out[s.GuestId] = ProjectRef{Project: "service:" + s.Name, Env: s.Env}
-		}
-	}
-	return out
-}
-
-// Stateless reports whether a guest has no volume: it can run on any node.
-func (v *Snap) Stateless(g *corpusv1.Guest) bool {
-	return g.GetSpec().GetVolume() == nil && v.VolumeOfGuest(g.Id) == nil
-}
 
 // placeBatch is what one PlaceGuests entry learns as it applies, so each
 // placement does not sum a node's guests again.
@@ -125,7 +63,7 @@ func (a *applier) placeGuests(c *corpusv1.PlaceGuests) error {
 //
 // Anything else, or a node that no longer fits, refuses the placement.
 func (a *applier) placeChecked(p *corpusv1.PlaceGuest, b *placeBatch) error {
-	g, err := a.guest(func() any { return a.get(tableGuests, "id", p.GuestId) }, p.GuestId)
+	g, err := a.guest(func() any { return a.get(statedb.TableGuests, "id", p.GuestId) }, p.GuestId)
 	if err != nil {
 		return err
 	}
@@ -154,7 +92,7 @@ func (a *applier) placeChecked(p *corpusv1.PlaceGuest, b *placeBatch) error {
 		g.PendingReason = p.Reason
 		a.event(g, "pending", p.Reason)
 		g.ModifyIndex = a.index
-		a.put(tableGuests, g)
+		a.put(statedb.TableGuests, g)
 		return nil
 	}
 	n, err := a.node(p.NodeId)
@@ -200,7 +138,7 @@ func (a *applier) placeChecked(p *corpusv1.PlaceGuest, b *placeBatch) error {
 	}
 	g.Observed = nil
 	g.ModifyIndex = a.index
-	a.put(tableGuests, g)
+	a.put(statedb.TableGuests, g)
 	fit.Add(alloc, g.GetSpec().GetResources())
 	for _, port := range g.GetSpec().GetPorts() {
 		used[port.HostPort] = "guest " + g.Name + " (nat)"
@@ -216,7 +154,7 @@ func (a *applier) assign(g *corpusv1.Guest, n *corpusv1.Node, v *Snap) error {
 	drv := fit.DriverOn(n, g.GetSpec().GetDriver())
 	addr := ""
 	if !drv.GetOwnNetwork() {
-		a, err := nextGuestAddress(n.GuestSubnet, v.addressesOn(n.Id))
+		a, err := nextGuestAddress(n.GuestSubnet, v.AddressesOn(n.Id))
 		if err != nil {
 			return fmt.Errorf("placing guest %s on node %s: %w", g.Name, n.Name, err)
 		}
@@ -266,21 +204,8 @@ func (a *applier) giveIDRanges(n *corpusv1.Node) {
 		g.IdRange = r
 		a.event(g, "id-range", fmt.Sprintf("given id range %d of node %s; the guest moves to it at its next start", r, n.Name))
 		g.ModifyIndex = a.index
-		a.put(tableGuests, g)
+		a.put(statedb.TableGuests, g)
 	}
-}
-
-// addressesOn returns the guest addresses in use on a node: its guests'
-// and those of old copies still running there.
-func (v *Snap) addressesOn(nodeID string) []string {
-	var out []string
-	for _, g := range v.GuestsOnNode(nodeID) {
-		out = append(out, g.Address)
-	}
-	for _, g := range v.GuestsLeaving(nodeID) {
-		out = append(out, g.PreviousAddress)
-	}
-	return out
 }
 
 // migrated ends a migration once the new copy is where it should be
@@ -325,7 +250,7 @@ func (a *applier) setNodeMode(c *corpusv1.SetNodeMode) error {
 		n.Mode = c.Mode
 	}
 	n.ModifyIndex = a.index
-	a.put(tableNodes, n)
+	a.put(statedb.TableNodes, n)
 	return nil
 }
 
@@ -348,7 +273,7 @@ func (a *applier) nodeReady(nodeID string) {
 			g = proto.Clone(g).(*corpusv1.Guest)
 			g.PendingReason = ""
 			g.ModifyIndex = a.index
-			a.put(tableGuests, g)
+			a.put(statedb.TableGuests, g)
 		}
 	}
 }

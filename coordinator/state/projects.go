@@ -7,6 +7,7 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
+	"corpus/coordinator/state/statedb"
 	corpusv1 "corpus/proto/corpus/v1"
 )
 
@@ -26,7 +27,7 @@ func validRole(role string) bool {
 }
 
 func (a *applier) user(name string) (*corpusv1.User, error) {
-	raw := a.get(tableUsers, "id", name)
+	raw := a.get(statedb.TableUsers, "id", name)
 	if raw == nil {
 		return nil, fmt.Errorf("user %s: %w", name, ErrNotFound)
 	}
@@ -41,14 +42,14 @@ func (a *applier) createUser(c *corpusv1.CreateUser) error {
 	if u.Auth != "" && u.Auth != corpusv1.AuthLDAP {
 		return fmt.Errorf("user %s with auth %q (want none or ldap): %w", u.Name, u.Auth, ErrInvalid)
 	}
-	if a.get(tableUsers, "id", u.Name) != nil {
+	if a.get(statedb.TableUsers, "id", u.Name) != nil {
 		return fmt.Errorf("user %s: %w", u.Name, ErrExists)
 	}
 	u = proto.Clone(u).(*corpusv1.User)
 	u.Keys = nil
 	u.CreatedAt = a.now
 	u.CreateIndex, u.ModifyIndex = a.index, a.index
-	a.put(tableUsers, u)
+	a.put(statedb.TableUsers, u)
 	return nil
 }
 
@@ -62,11 +63,11 @@ func (a *applier) deleteUser(c *corpusv1.DeleteUser) error {
 			p = proto.Clone(p).(*corpusv1.Project)
 			p.Members = append(p.Members[:i], p.Members[i+1:]...)
 			p.ModifyIndex = a.index
-			a.put(tableProjects, p)
+			a.put(statedb.TableProjects, p)
 		}
 	}
 	a.deleteUserTokens(u.Name)
-	if err := a.txn.Delete(tableUsers, u); err != nil {
+	if err := a.txn.Delete(statedb.TableUsers, u); err != nil {
 		panic(fmt.Sprintf("state: deleting user: %v", err))
 	}
 	return nil
@@ -88,7 +89,7 @@ func (a *applier) addSSHKey(c *corpusv1.AddSshKey) error {
 	k.AddedAt = a.now
 	u.Keys = append(u.Keys, k)
 	u.ModifyIndex = a.index
-	a.put(tableUsers, u)
+	a.put(statedb.TableUsers, u)
 	return nil
 }
 
@@ -101,7 +102,7 @@ func (a *applier) deleteSSHKey(c *corpusv1.DeleteSshKey) error {
 		if k.Fingerprint == c.Fingerprint {
 			u.Keys = append(u.Keys[:i], u.Keys[i+1:]...)
 			u.ModifyIndex = a.index
-			a.put(tableUsers, u)
+			a.put(statedb.TableUsers, u)
 			return nil
 		}
 	}
@@ -109,7 +110,7 @@ func (a *applier) deleteSSHKey(c *corpusv1.DeleteSshKey) error {
 }
 
 func (a *applier) project(name string) (*corpusv1.Project, error) {
-	raw := a.get(tableProjects, "name", name)
+	raw := a.get(statedb.TableProjects, "name", name)
 	if raw == nil {
 		return nil, fmt.Errorf("project %s: %w", name, ErrNotFound)
 	}
@@ -149,7 +150,7 @@ func (a *applier) createProject(c *corpusv1.CreateProject) error {
 	sort.Slice(p.Envs, func(i, j int) bool { return envOrder(p.Envs[i].Name) < envOrder(p.Envs[j].Name) })
 	p.Admission = append(p.Admission, c.Admission...)
 	p.ModifyIndex = a.index
-	a.put(tableProjects, p)
+	a.put(statedb.TableProjects, p)
 	return nil
 }
 
@@ -183,7 +184,7 @@ func (a *applier) deleteProject(c *corpusv1.DeleteProject) error {
 			continue
 		}
 		for _, in := range Instances(env) {
-			if g := a.get(tableGuests, "id", in.GuestID); g != nil && g.(*corpusv1.Guest).DesiredState != DesiredDeleted {
+			if g := a.get(statedb.TableGuests, "id", in.GuestID); g != nil && g.(*corpusv1.Guest).DesiredState != DesiredDeleted {
 				// Only instance 1's data may be kept: the others' volumes
 				// hold nothing another instance needs.
 				if err := a.setGuestDesired(&corpusv1.SetGuestDesired{Name: g.(*corpusv1.Guest).Name, DesiredState: DesiredDeleted, PurgeVolume: !c.KeepVolumes || in.Index > 1}); err != nil {
@@ -191,20 +192,20 @@ func (a *applier) deleteProject(c *corpusv1.DeleteProject) error {
 				}
 			}
 		}
-		if _, err := a.txn.DeleteAll(tableReleases, "env", p.Name, env.Name); err != nil {
+		if _, err := a.txn.DeleteAll(statedb.TableReleases, "env", p.Name, env.Name); err != nil {
 			panic(fmt.Sprintf("state: deleting releases: %v", err))
 		}
 		a.dropLinks(p.Name, env.Name)
 	}
 	if len(keep) == 0 {
-		if err := a.txn.Delete(tableProjects, p); err != nil {
+		if err := a.txn.Delete(statedb.TableProjects, p); err != nil {
 			panic(fmt.Sprintf("state: deleting project: %v", err))
 		}
 		return nil
 	}
 	p.Envs = keep
 	p.ModifyIndex = a.index
-	a.put(tableProjects, p)
+	a.put(statedb.TableProjects, p)
 	return nil
 }
 
@@ -227,7 +228,7 @@ func (a *applier) grantProject(c *corpusv1.GrantProject) error {
 		return nil // already so
 	}
 	p.ModifyIndex = a.index
-	a.put(tableProjects, p)
+	a.put(statedb.TableProjects, p)
 	return nil
 }
 
@@ -237,7 +238,7 @@ func (a *applier) envOnNode(project, env, nodeID string) (*corpusv1.Project, *co
 	if err != nil {
 		return nil, nil, err
 	}
-	g := a.get(tableGuests, "id", e.GuestId)
+	g := a.get(statedb.TableGuests, "id", e.GuestId)
 	if g == nil || g.(*corpusv1.Guest).NodeId != nodeID {
 		return nil, nil, fmt.Errorf("the guest of %s/%s is not on this node: %w", project, env, ErrBadTransition)
 	}
@@ -253,7 +254,7 @@ func (a *applier) beginRelease(c *corpusv1.BeginRelease) error {
 	if err != nil {
 		return err
 	}
-	if a.get(tableReleases, "id", r.Id) != nil {
+	if a.get(statedb.TableReleases, "id", r.Id) != nil {
 		return fmt.Errorf("release %s: %w", r.Id, ErrExists)
 	}
 	// The node's agent runs one deploy of an environment at a time, so a
@@ -265,7 +266,7 @@ func (a *applier) beginRelease(c *corpusv1.BeginRelease) error {
 			old.Message = "interrupted: the deploy never finished"
 			old.FinishedAt = a.now
 			old.ModifyIndex = a.index
-			a.put(tableReleases, old)
+			a.put(statedb.TableReleases, old)
 		}
 	}
 	env.LastRelease++
@@ -282,7 +283,7 @@ func (a *applier) beginRelease(c *corpusv1.BeginRelease) error {
 		r.Trigger = corpusv1.TriggerPush
 	}
 	r.CreateIndex, r.ModifyIndex = a.index, a.index
-	a.put(tableReleases, r)
+	a.put(statedb.TableReleases, r)
 	a.putEnv(p, env)
 	return nil
 }
@@ -294,11 +295,11 @@ func (a *applier) putEnv(p *corpusv1.Project, env *corpusv1.ProjectEnv) {
 		}
 	}
 	p.ModifyIndex = a.index
-	a.put(tableProjects, p)
+	a.put(statedb.TableProjects, p)
 }
 
 func (a *applier) release(id string) (*corpusv1.Release, error) {
-	raw := a.get(tableReleases, "id", id)
+	raw := a.get(statedb.TableReleases, "id", id)
 	if raw == nil {
 		return nil, fmt.Errorf("release %s: %w", id, ErrNotFound)
 	}
@@ -331,7 +332,7 @@ func (a *applier) finishRelease(c *corpusv1.FinishRelease) error {
 	r.Log = c.Log
 	r.FinishedAt = a.now
 	r.ModifyIndex = a.index
-	a.put(tableReleases, r)
+	a.put(statedb.TableReleases, r)
 	if c.Status != corpusv1.ReleaseSucceeded && r.Trigger != corpusv1.TriggerConfig {
 		return nil
 	}
@@ -397,92 +398,18 @@ func (a *applier) pruneReleases(c *corpusv1.PruneReleases) error {
 		r = proto.Clone(r).(*corpusv1.Release)
 		r.Pruned = true
 		r.ModifyIndex = a.index
-		a.put(tableReleases, r)
+		a.put(statedb.TableReleases, r)
 	}
 	// Forget the oldest pruned records beyond the history bound.
 	all := a.view().Releases(p.Name, env.Name)
 	for i := len(all) - 1; i >= maxReleaseRecords; i-- {
 		if all[i].Pruned {
-			if err := a.txn.Delete(tableReleases, all[i]); err != nil {
+			if err := a.txn.Delete(statedb.TableReleases, all[i]); err != nil {
 				panic(fmt.Sprintf("state: deleting release: %v", err))
 			}
 		}
 	}
 	return nil
-}
-
-// User returns the user with that name, or nil.
-func (v *Snap) User(name string) *corpusv1.User {
-	return first[*corpusv1.User](v, tableUsers, "id", name)
-}
-
-// Users returns every user sorted by name.
-func (v *Snap) Users() []*corpusv1.User {
-	return all[*corpusv1.User](v, tableUsers, "id")
-}
-
-// UserByFingerprint returns the user owning an SSH key, or nil.
-func (v *Snap) UserByFingerprint(fp string) *corpusv1.User {
-	for _, u := range v.Users() {
-		for _, k := range u.Keys {
-			if k.Fingerprint == fp {
-				return u
-			}
-		}
-	}
-	return nil
-}
-
-// Project returns the project with that name, or nil.
-func (v *Snap) Project(name string) *corpusv1.Project {
-	return first[*corpusv1.Project](v, tableProjects, "name", name)
-}
-
-// ProjectOfGuest returns the project and environment a guest runs, nil
-// when it runs none.
-func (v *Snap) ProjectOfGuest(guestID string) (*corpusv1.Project, *corpusv1.ProjectEnv) {
-	for _, p := range v.Projects() {
-		for _, e := range p.GetEnvs() {
-			for _, in := range Instances(e) {
-				if in.GuestID == guestID {
-					return p, e
-				}
-			}
-		}
-	}
-	return nil, nil
-}
-
-// Projects returns every project sorted by name.
-func (v *Snap) Projects() []*corpusv1.Project {
-	return all[*corpusv1.Project](v, tableProjects, "name")
-}
-
-// Releases returns an environment's releases, newest first.
-func (v *Snap) Releases(project, env string) []*corpusv1.Release {
-	out := all[*corpusv1.Release](v, tableReleases, "env", project, env)
-	sort.Slice(out, func(i, j int) bool { return out[i].Number > out[j].Number })
-	return out
-}
-
-// ReleaseByNumber returns one release of an environment, or nil.
-func (v *Snap) ReleaseByNumber(project, env string, n uint32) *corpusv1.Release {
-	for _, r := range v.Releases(project, env) {
-		if r.Number == n {
-			return r
-		}
-	}
-	return nil
-}
-
-// Release returns the release with that id, or nil.
-func (v *Snap) Release(id string) *corpusv1.Release {
-	return first[*corpusv1.Release](v, tableReleases, "id", id)
-}
-
-// allReleases returns every release (for snapshots).
-func (v *Snap) allReleases() []*corpusv1.Release {
-	return all[*corpusv1.Release](v, tableReleases, "id")
 }
 
 // setManifestDomains replaces an environment's extra domains: dropped
@@ -497,8 +424,8 @@ func (a *applier) setManifestDomains(c *corpusv1.SetManifestDomains) error {
 		if slices.Contains(c.Domains, d) || slices.Contains(env.Domains, d) {
 			continue
 		}
-		if raw := a.get(tableRoutes, "domain", d); raw != nil && raw.(*corpusv1.Route).GuestId == env.GuestId {
-			if err := a.txn.Delete(tableRoutes, raw); err != nil {
+		if raw := a.get(statedb.TableRoutes, "domain", d); raw != nil && raw.(*corpusv1.Route).GuestId == env.GuestId {
+			if err := a.txn.Delete(statedb.TableRoutes, raw); err != nil {
 				panic(fmt.Sprintf("state: deleting route: %v", err))
 			}
 		}

@@ -6,6 +6,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"corpus/coordinator/fit"
+	"corpus/coordinator/state/statedb"
 	corpusv1 "corpus/proto/corpus/v1"
 )
 
@@ -17,10 +18,10 @@ func (a *applier) createRoute(c *corpusv1.CreateRoute) error {
 	if r == nil || r.Id == "" || r.GuestId == "" || r.GuestPort <= 0 {
 		return fmt.Errorf("route without id, guest or guest port: %w", ErrInvalid)
 	}
-	if a.get(tableRoutes, "id", r.Id) != nil {
+	if a.get(statedb.TableRoutes, "id", r.Id) != nil {
 		return fmt.Errorf("route id %s: %w", r.Id, ErrExists)
 	}
-	g, err := a.guest(func() any { return a.get(tableGuests, "id", r.GuestId) }, r.GuestId)
+	g, err := a.guest(func() any { return a.get(statedb.TableGuests, "id", r.GuestId) }, r.GuestId)
 	if err != nil {
 		return err
 	}
@@ -31,7 +32,7 @@ func (a *applier) createRoute(c *corpusv1.CreateRoute) error {
 	r.GuestName = g.Name
 	r.CreatedAt = a.now
 	r.CreateIndex, r.ModifyIndex = a.index, a.index
-	a.put(tableRoutes, r)
+	a.put(statedb.TableRoutes, r)
 	return nil
 }
 
@@ -45,7 +46,7 @@ func (a *applier) checkRouteTarget(kind corpusv1.RouteKind, domain string, port 
 		if domain == "" {
 			return fmt.Errorf("http route without a domain: %w", ErrInvalid)
 		}
-		if raw := a.get(tableRoutes, "domain", domain); raw != nil && raw.(*corpusv1.Route).Id != routeID {
+		if raw := a.get(statedb.TableRoutes, "domain", domain); raw != nil && raw.(*corpusv1.Route).Id != routeID {
 			return fmt.Errorf("domain %s is already routed to guest %s: %w", domain, raw.(*corpusv1.Route).GuestName, ErrExists)
 		}
 	case corpusv1.RouteTCP:
@@ -75,11 +76,11 @@ func (a *applier) checkRouteTarget(kind corpusv1.RouteKind, domain string, port 
 }
 
 func (a *applier) deleteRoute(c *corpusv1.DeleteRoute) error {
-	raw := a.get(tableRoutes, "id", c.Id)
+	raw := a.get(statedb.TableRoutes, "id", c.Id)
 	if raw == nil {
 		return fmt.Errorf("route %s: %w", c.Id, ErrNotFound)
 	}
-	if err := a.txn.Delete(tableRoutes, raw); err != nil {
+	if err := a.txn.Delete(statedb.TableRoutes, raw); err != nil {
 		panic(fmt.Sprintf("state: deleting route: %v", err))
 	}
 	return nil
@@ -88,12 +89,12 @@ func (a *applier) deleteRoute(c *corpusv1.DeleteRoute) error {
 // moveRoute points a route at another guest in one step: the next watch
 // message of both nodes carries the change.
 func (a *applier) moveRoute(c *corpusv1.MoveRoute) error {
-	raw := a.get(tableRoutes, "id", c.Id)
+	raw := a.get(statedb.TableRoutes, "id", c.Id)
 	if raw == nil {
 		return fmt.Errorf("route %s: %w", c.Id, ErrNotFound)
 	}
 	r := proto.Clone(raw.(*corpusv1.Route)).(*corpusv1.Route)
-	g, err := a.guest(func() any { return a.get(tableGuests, "name", c.GuestName) }, c.GuestName)
+	g, err := a.guest(func() any { return a.get(statedb.TableGuests, "name", c.GuestName) }, c.GuestName)
 	if err != nil {
 		return err
 	}
@@ -105,6 +106,6 @@ func (a *applier) moveRoute(c *corpusv1.MoveRoute) error {
 		r.GuestPort = c.GuestPort
 	}
 	r.ModifyIndex = a.index
-	a.put(tableRoutes, r)
+	a.put(statedb.TableRoutes, r)
 	return nil
 }

@@ -7,6 +7,7 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
+	"corpus/coordinator/state/statedb"
 	"corpus/internal/seal"
 	corpusv1 "corpus/proto/corpus/v1"
 )
@@ -17,16 +18,11 @@ import (
 // service's variables as config, in the same step as the link is
 // recorded, so a link and its config never disagree.
 
-const (
-	tableServices = "services"
-	tableBackups  = "backups"
-)
-
 // ServicePlace is where a service's secret KEY is sealed.
 func ServicePlace(service, key string) string { return "service/" + service + "/" + key }
 
 func (a *applier) service(name string) (*corpusv1.Service, error) {
-	raw := a.get(tableServices, "name", name)
+	raw := a.get(statedb.TableServices, "name", name)
 	if raw == nil {
 		return nil, fmt.Errorf("service %s: %w", name, ErrNotFound)
 	}
@@ -35,7 +31,7 @@ func (a *applier) service(name string) (*corpusv1.Service, error) {
 
 func (a *applier) putService(s *corpusv1.Service) {
 	s.ModifyIndex = a.index
-	a.put(tableServices, s)
+	a.put(statedb.TableServices, s)
 }
 
 // checkSealed checks that every value is sealed with the keyring's
@@ -56,7 +52,7 @@ func (a *applier) createService(c *corpusv1.CreateService) error {
 	if s == nil || s.Id == "" || s.Name == "" {
 		return fmt.Errorf("service without id or name: %w", ErrInvalid)
 	}
-	if a.get(tableServices, "name", s.Name) != nil {
+	if a.get(statedb.TableServices, "name", s.Name) != nil {
 		return fmt.Errorf("service %s: %w", s.Name, ErrExists)
 	}
 	switch {
@@ -104,7 +100,7 @@ func (a *applier) setServiceDesired(c *corpusv1.SetServiceDesired) error {
 	if s.GuestId == "" && c.DesiredState != DesiredDeleted {
 		return fmt.Errorf("external service %s has no guest to start or stop: %w", s.Name, ErrInvalid)
 	}
-	if g, _ := a.get(tableGuests, "id", s.GuestId).(*corpusv1.Guest); g != nil && g.DesiredState != DesiredDeleted {
+	if g, _ := a.get(statedb.TableGuests, "id", s.GuestId).(*corpusv1.Guest); g != nil && g.DesiredState != DesiredDeleted {
 		if err := a.setGuestDesired(&corpusv1.SetGuestDesired{Name: g.Name, DesiredState: c.DesiredState, PurgeVolume: c.Purge}); err != nil {
 			return err
 		}
@@ -115,11 +111,11 @@ func (a *applier) setServiceDesired(c *corpusv1.SetServiceDesired) error {
 		return nil
 	}
 	if c.Purge {
-		if _, err := a.txn.DeleteAll(tableBackups, "service", s.Name); err != nil {
+		if _, err := a.txn.DeleteAll(statedb.TableBackups, "service", s.Name); err != nil {
 			panic(fmt.Sprintf("state: deleting backups: %v", err))
 		}
 	}
-	if err := a.txn.Delete(tableServices, s); err != nil {
+	if err := a.txn.Delete(statedb.TableServices, s); err != nil {
 		panic(fmt.Sprintf("state: deleting service: %v", err))
 	}
 	return nil
@@ -141,8 +137,8 @@ func (a *applier) replaceServiceGuest(c *corpusv1.ReplaceServiceGuest) error {
 	if c.Guest == nil || c.Guest.GetSpec().GetVolume().GetSizeBytes() == 0 || c.Guest.GetSpec().GetVolume().GetUseVolume() != "" {
 		return fmt.Errorf("a replacement guest needs a new volume: %w", ErrInvalid)
 	}
-	if old, _ := a.get(tableGuests, "id", s.GuestId).(*corpusv1.Guest); old != nil {
-		if old.NodeId != "" && !a.nodeIsDown(old.NodeId) && a.get(tableNodes, "id", old.NodeId) != nil {
+	if old, _ := a.get(statedb.TableGuests, "id", s.GuestId).(*corpusv1.Guest); old != nil {
+		if old.NodeId != "" && !a.nodeIsDown(old.NodeId) && a.get(statedb.TableNodes, "id", old.NodeId) != nil {
 			return fmt.Errorf("service %s runs on a node that is not down: restore it in place: %w", s.Name, ErrBadTransition)
 		}
 		a.deleteGuest(proto.Clone(old).(*corpusv1.Guest))
@@ -186,7 +182,7 @@ func (a *applier) linkService(c *corpusv1.LinkService) error {
 	}
 	// Keys another link (or the user) set are not taken over.
 	var old []string
-	if i := linkIndex(s, l.Project, l.Env); i >= 0 {
+	if i := statedb.LinkIndex(s, l.Project, l.Env); i >= 0 {
 		old = s.Links[i].Keys
 	}
 	for k := range c.Config {
@@ -211,7 +207,7 @@ func (a *applier) linkService(c *corpusv1.LinkService) error {
 	l = proto.Clone(l).(*corpusv1.ServiceLink)
 	l.Keys = sortedKeys(c.Config)
 	l.CreatedAt = a.now
-	if i := linkIndex(s, l.Project, l.Env); i >= 0 {
+	if i := statedb.LinkIndex(s, l.Project, l.Env); i >= 0 {
 		s.Links[i] = l
 	} else {
 		s.Links = append(s.Links, l)
@@ -230,15 +226,11 @@ func (a *applier) linkService(c *corpusv1.LinkService) error {
 // environment, "" when none did.
 func (a *applier) linkOwning(project, env, key string) string {
 	for _, s := range a.view().Services() {
-		if i := linkIndex(s, project, env); i >= 0 && slices.Contains(s.Links[i].Keys, key) {
+		if i := statedb.LinkIndex(s, project, env); i >= 0 && slices.Contains(s.Links[i].Keys, key) {
 			return s.Name
 		}
 	}
 	return ""
-}
-
-func linkIndex(s *corpusv1.Service, project, env string) int {
-	return slices.IndexFunc(s.Links, func(l *corpusv1.ServiceLink) bool { return l.Project == project && l.Env == env })
 }
 
 // unlinkService removes a link and the config keys it set that are still
@@ -248,7 +240,7 @@ func (a *applier) unlinkService(c *corpusv1.UnlinkService) error {
 	if err != nil {
 		return err
 	}
-	i := linkIndex(s, c.Project, c.Env)
+	i := statedb.LinkIndex(s, c.Project, c.Env)
 	if i < 0 {
 		return fmt.Errorf("service %s is not linked to %s/%s: %w", s.Name, c.Project, c.Env, ErrNotFound)
 	}
@@ -316,12 +308,12 @@ func (a *applier) updateService(c *corpusv1.UpdateService) error {
 // guests it runs; a report of a service elsewhere is ignored.
 func (a *applier) reportServices(c *corpusv1.ReportServices) error {
 	for _, r := range c.Services {
-		raw := a.get(tableServices, "id", r.ServiceId)
+		raw := a.get(statedb.TableServices, "id", r.ServiceId)
 		if raw == nil || r.Observed == nil {
 			continue
 		}
 		s := raw.(*corpusv1.Service)
-		g, _ := a.get(tableGuests, "id", s.GuestId).(*corpusv1.Guest)
+		g, _ := a.get(statedb.TableGuests, "id", s.GuestId).(*corpusv1.Guest)
 		if g == nil || g.NodeId != c.NodeId {
 			continue
 		}
@@ -341,7 +333,7 @@ func (a *applier) beginBackup(c *corpusv1.BeginBackup) error {
 	if b == nil || b.Id == "" || (b.Service == "") == (b.Volume == "") || b.NodeId == "" {
 		return fmt.Errorf("backup without id or node, or not of one service or one volume: %w", ErrInvalid)
 	}
-	if a.get(tableBackups, "id", b.Id) != nil {
+	if a.get(statedb.TableBackups, "id", b.Id) != nil {
 		return fmt.Errorf("backup %s: %w", b.Id, ErrExists)
 	}
 	if b.Service != "" {
@@ -351,19 +343,19 @@ func (a *applier) beginBackup(c *corpusv1.BeginBackup) error {
 	} else if a.volume("name", b.Volume) == nil {
 		return fmt.Errorf("volume %s: %w", b.Volume, ErrNotFound)
 	}
-	if a.get(tableNodes, "id", b.NodeId) == nil {
+	if a.get(statedb.TableNodes, "id", b.NodeId) == nil {
 		return fmt.Errorf("node %s: %w", b.NodeId, ErrNotFound)
 	}
 	b = proto.Clone(b).(*corpusv1.Backup)
 	b.Status = corpusv1.BackupRunning
 	b.StartedAt = a.now
 	b.CreateIndex, b.ModifyIndex = a.index, a.index
-	a.put(tableBackups, b)
+	a.put(statedb.TableBackups, b)
 	return nil
 }
 
 func (a *applier) finishBackup(c *corpusv1.FinishBackup) error {
-	raw := a.get(tableBackups, "id", c.Id)
+	raw := a.get(statedb.TableBackups, "id", c.Id)
 	if raw == nil {
 		return fmt.Errorf("backup %s: %w", c.Id, ErrNotFound)
 	}
@@ -383,81 +375,17 @@ func (a *applier) finishBackup(c *corpusv1.FinishBackup) error {
 	b.Status, b.SizeBytes, b.Sha256, b.Message = c.Status, c.SizeBytes, c.Sha256, c.Message
 	b.FinishedAt = a.now
 	b.ModifyIndex = a.index
-	a.put(tableBackups, b)
+	a.put(statedb.TableBackups, b)
 	return nil
 }
 
 func (a *applier) deleteBackup(c *corpusv1.DeleteBackup) error {
-	raw := a.get(tableBackups, "id", c.Id)
+	raw := a.get(statedb.TableBackups, "id", c.Id)
 	if raw == nil {
 		return fmt.Errorf("backup %s: %w", c.Id, ErrNotFound)
 	}
-	if err := a.txn.Delete(tableBackups, raw); err != nil {
+	if err := a.txn.Delete(statedb.TableBackups, raw); err != nil {
 		panic(fmt.Sprintf("state: deleting backup: %v", err))
 	}
 	return nil
-}
-
-// Service returns the service with that name, or nil.
-func (v *Snap) Service(name string) *corpusv1.Service {
-	return first[*corpusv1.Service](v, tableServices, "name", name)
-}
-
-// ServiceByID returns the service with that id, or nil.
-func (v *Snap) ServiceByID(id string) *corpusv1.Service {
-	return first[*corpusv1.Service](v, tableServices, "id", id)
-}
-
-// ServiceOfGuest returns the service a guest runs, or nil.
-func (v *Snap) ServiceOfGuest(guestID string) *corpusv1.Service {
-	if guestID == "" {
-		return nil
-	}
-	return first[*corpusv1.Service](v, tableServices, "guest", guestID)
-}
-
-// Services returns every service sorted by name.
-func (v *Snap) Services() []*corpusv1.Service {
-	return all[*corpusv1.Service](v, tableServices, "name")
-}
-
-// LinksOf returns the services linked to a project environment.
-func (v *Snap) LinksOf(project, env string) []*corpusv1.Service {
-	var out []*corpusv1.Service
-	for _, s := range v.Services() {
-		if linkIndex(s, project, env) >= 0 {
-			out = append(out, s)
-		}
-	}
-	return out
-}
-
-// Backup returns the backup with that id, or nil.
-func (v *Snap) Backup(id string) *corpusv1.Backup {
-	return first[*corpusv1.Backup](v, tableBackups, "id", id)
-}
-
-// Backups returns a service's backups (every backup when service is
-// empty), newest first.
-func (v *Snap) Backups(service string) []*corpusv1.Backup {
-	var out []*corpusv1.Backup
-	if service == "" {
-		out = all[*corpusv1.Backup](v, tableBackups, "id")
-	} else {
-		out = all[*corpusv1.Backup](v, tableBackups, "service", service)
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].CreateIndex > out[j].CreateIndex })
-	return out
-}
-
-// VolumeBackups returns a volume's backups, newest first.
-func (v *Snap) VolumeBackups(volume string) []*corpusv1.Backup {
-	out := all[*corpusv1.Backup](v, tableBackups, "volume", volume)
-	sort.Slice(out, func(i, j int) bool { return out[i].CreateIndex > out[j].CreateIndex })
-	return out
-}
-
-// BackupsOnNode returns the backups a node holds.
-func (v *Snap) BackupsOnNode(nodeID string) []*corpusv1.Backup {
-	return all[*corpusv1.Backup](v, tableBackups, "node", nodeID)
 }

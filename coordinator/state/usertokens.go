@@ -2,10 +2,10 @@ package state
 
 import (
 	"fmt"
-	"sort"
 
 	"google.golang.org/protobuf/proto"
 
+	"corpus/coordinator/state/statedb"
 	corpusv1 "corpus/proto/corpus/v1"
 )
 
@@ -20,7 +20,7 @@ func (a *applier) createUserToken(c *corpusv1.CreateUserToken) error {
 	if _, err := a.user(t.User); err != nil {
 		return err
 	}
-	if a.get(tableUserTokens, "id", t.Id) != nil {
+	if a.get(statedb.TableUserTokens, "id", t.Id) != nil {
 		return fmt.Errorf("token %s: %w", t.Id, ErrExists)
 	}
 	if n := len(a.view().UserTokens(t.User)); n >= maxTokensPerUser {
@@ -29,7 +29,7 @@ func (a *applier) createUserToken(c *corpusv1.CreateUserToken) error {
 	t = proto.Clone(t).(*corpusv1.UserToken)
 	t.CreatedAt = a.now
 	t.CreateIndex = a.index
-	a.put(tableUserTokens, t)
+	a.put(statedb.TableUserTokens, t)
 	return nil
 }
 
@@ -68,13 +68,13 @@ func (a *applier) userLogin(c *corpusv1.UserLogin) error {
 }
 
 func (a *applier) deleteToken(t *corpusv1.UserToken) {
-	if err := a.txn.Delete(tableUserTokens, t); err != nil {
+	if err := a.txn.Delete(statedb.TableUserTokens, t); err != nil {
 		panic(fmt.Sprintf("state: deleting token: %v", err))
 	}
 }
 
 func (a *applier) revokeUserToken(c *corpusv1.RevokeUserToken) error {
-	raw := a.get(tableUserTokens, "id", c.Id)
+	raw := a.get(statedb.TableUserTokens, "id", c.Id)
 	if raw == nil {
 		return fmt.Errorf("token %s: %w", c.Id, ErrNotFound)
 	}
@@ -84,24 +84,7 @@ func (a *applier) revokeUserToken(c *corpusv1.RevokeUserToken) error {
 
 // deleteUserTokens removes a deleted user's tokens.
 func (a *applier) deleteUserTokens(user string) {
-	if _, err := a.txn.DeleteAll(tableUserTokens, "user", user); err != nil {
+	if _, err := a.txn.DeleteAll(statedb.TableUserTokens, "user", user); err != nil {
 		panic(fmt.Sprintf("state: deleting tokens: %v", err))
 	}
-}
-
-// UserToken returns the token with that id, or nil.
-func (v *Snap) UserToken(id string) *corpusv1.UserToken {
-	return first[*corpusv1.UserToken](v, tableUserTokens, "id", id)
-}
-
-// UserTokens returns a user's tokens (all users' for ""), oldest first.
-func (v *Snap) UserTokens(user string) []*corpusv1.UserToken {
-	var out []*corpusv1.UserToken
-	if user == "" {
-		out = all[*corpusv1.UserToken](v, tableUserTokens, "id")
-	} else {
-		out = all[*corpusv1.UserToken](v, tableUserTokens, "user", user)
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].CreateIndex < out[j].CreateIndex })
-	return out
 }

@@ -2,10 +2,10 @@ package state
 
 import (
 	"fmt"
-	"sort"
 
 	"google.golang.org/protobuf/proto"
 
+	"corpus/coordinator/state/statedb"
 	corpusv1 "corpus/proto/corpus/v1"
 )
 
@@ -19,7 +19,7 @@ const (
 const DefaultVolumePath = "/srv/data"
 
 func (a *applier) volume(index, key string) *corpusv1.Volume {
-	raw := a.get(tableVolumes, index, key)
+	raw := a.get(statedb.TableVolumes, index, key)
 	if raw == nil {
 		return nil
 	}
@@ -45,14 +45,14 @@ func (a *applier) bindVolume(g *corpusv1.Guest) error {
 			return fmt.Errorf("volume %s is used by guest %s: %w", v.Name, v.GuestName, ErrBadTransition)
 		}
 	} else {
-		if a.get(tableVolumes, "name", g.Name) != nil {
+		if a.get(statedb.TableVolumes, "name", g.Name) != nil {
 			return fmt.Errorf("a volume named %s already exists; use it with --use-volume or delete it: %w", g.Name, ErrExists)
 		}
 		v = &corpusv1.Volume{Id: g.Id, Name: g.Name, SizeBytes: vs.SizeBytes, DesiredState: VolumePresent, CreatedAt: a.now, CreateIndex: a.index}
 	}
 	v.GuestId, v.GuestName = g.Id, g.Name
 	v.ModifyIndex = a.index
-	a.put(tableVolumes, v)
+	a.put(statedb.TableVolumes, v)
 	return nil
 }
 
@@ -69,7 +69,7 @@ func (a *applier) placeVolume(g *corpusv1.Guest, n *corpusv1.Node) error {
 	if v.NodeId == "" {
 		v.NodeId = n.Id
 		v.ModifyIndex = a.index
-		a.put(tableVolumes, v)
+		a.put(statedb.TableVolumes, v)
 	}
 	return nil
 }
@@ -84,13 +84,13 @@ func (a *applier) releaseVolume(g *corpusv1.Guest) {
 	v.GuestId, v.GuestName = "", ""
 	if g.PurgeVolume {
 		if v.NodeId == "" {
-			a.del(tableVolumes, v)
+			a.del(statedb.TableVolumes, v)
 			return
 		}
 		v.DesiredState = VolumeDeleted
 	}
 	v.ModifyIndex = a.index
-	a.put(tableVolumes, v)
+	a.put(statedb.TableVolumes, v)
 }
 
 func (a *applier) del(table string, obj any) {
@@ -110,7 +110,7 @@ func (a *applier) updateVolume(c *corpusv1.UpdateVolume) error {
 	}
 	v.BackupSchedule, v.BackupKeep = c.BackupSchedule, c.BackupKeep
 	v.ModifyIndex = a.index
-	a.put(tableVolumes, v)
+	a.put(statedb.TableVolumes, v)
 	return nil
 }
 
@@ -126,12 +126,12 @@ func (a *applier) deleteVolume(c *corpusv1.DeleteVolume) error {
 		return nil
 	}
 	if v.NodeId == "" {
-		a.del(tableVolumes, v)
+		a.del(statedb.TableVolumes, v)
 		return nil
 	}
 	v.DesiredState = VolumeDeleted
 	v.ModifyIndex = a.index
-	a.put(tableVolumes, v)
+	a.put(statedb.TableVolumes, v)
 	return nil
 }
 
@@ -146,14 +146,14 @@ func (a *applier) reportVolumes(c *corpusv1.ReportVolumes) error {
 		if v != nil && r.OldCopyRemoved && v.PreviousNodeId == c.NodeId {
 			v.PreviousNodeId = ""
 			v.ModifyIndex = a.index
-			a.put(tableVolumes, v)
+			a.put(statedb.TableVolumes, v)
 			continue
 		}
 		if v == nil || v.NodeId != c.NodeId || r.Observed == nil {
 			continue
 		}
 		if v.DesiredState == VolumeDeleted && r.Observed.State == ObservedDeleted {
-			a.del(tableVolumes, v)
+			a.del(statedb.TableVolumes, v)
 			continue
 		}
 		if proto.Equal(v.Observed, r.Observed) {
@@ -161,42 +161,9 @@ func (a *applier) reportVolumes(c *corpusv1.ReportVolumes) error {
 		}
 		v.Observed = r.Observed
 		v.ModifyIndex = a.index
-		a.put(tableVolumes, v)
+		a.put(statedb.TableVolumes, v)
 	}
 	return nil
-}
-
-// Volumes returns every volume, by name.
-func (v *Snap) Volumes() []*corpusv1.Volume {
-	out := all[*corpusv1.Volume](v, tableVolumes, "id")
-	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
-	return out
-}
-
-// Volume returns the volume with that name, or nil.
-func (v *Snap) Volume(name string) *corpusv1.Volume {
-	return first[*corpusv1.Volume](v, tableVolumes, "name", name)
-}
-
-// VolumeByID returns the volume with that id, or nil.
-func (v *Snap) VolumeByID(id string) *corpusv1.Volume {
-	return first[*corpusv1.Volume](v, tableVolumes, "id", id)
-}
-
-// VolumeOfGuest returns the volume bound to a guest, or nil.
-func (v *Snap) VolumeOfGuest(guestID string) *corpusv1.Volume {
-	return first[*corpusv1.Volume](v, tableVolumes, "guest", guestID)
-}
-
-// VolumesOnNode returns the volumes on a node.
-func (v *Snap) VolumesOnNode(nodeID string) []*corpusv1.Volume {
-	return all[*corpusv1.Volume](v, tableVolumes, "node", nodeID)
-}
-
-// VolumesLeftOnNode returns the volumes that moved away from a node whose
-// old copy is still there.
-func (v *Snap) VolumesLeftOnNode(nodeID string) []*corpusv1.Volume {
-	return all[*corpusv1.Volume](v, tableVolumes, "prev", nodeID)
 }
 
 func (a *applier) resizeVolume(c *corpusv1.ResizeVolume) error {
@@ -215,7 +182,7 @@ func (a *applier) resizeVolume(c *corpusv1.ResizeVolume) error {
 	}
 	v.SizeBytes = c.SizeBytes
 	v.ModifyIndex = a.index
-	a.put(tableVolumes, v)
+	a.put(statedb.TableVolumes, v)
 	return nil
 }
 
@@ -238,6 +205,6 @@ func (a *applier) moveVolume(c *corpusv1.MoveVolume) error {
 	v.NodeId = c.NodeId
 	v.Observed = nil
 	v.ModifyIndex = a.index
-	a.put(tableVolumes, v)
+	a.put(statedb.TableVolumes, v)
 	return nil
 }

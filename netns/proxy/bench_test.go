@@ -10,6 +10,8 @@ import (
 	"net/http"
 	"strconv"
 	"testing"
+
+	"corpus/netns/proxy/h1"
 )
 
 // BenchmarkProxyHTTP measures a small GET through the proxy to a loopback
@@ -120,8 +122,8 @@ func readRawAnswer(r *bufio.Reader) error {
 		if len(line) <= 2 {
 			break
 		}
-		if k, v, ok := bytes.Cut(line, []byte(":")); ok && equalFold(k, "content-length") {
-			length = int(parseLength(trimOWS(bytes.TrimRight(v, "\r\n"))))
+		if k, v, ok := bytes.Cut(line, []byte(":")); ok && h1.EqualFold(k, "content-length") {
+			length = int(h1.ParseLength(h1.TrimOWS(bytes.TrimRight(v, "\r\n"))))
 		}
 	}
 	if length < 0 {

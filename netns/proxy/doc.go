@@ -21,7 +21,8 @@
 //	request starts ──> table.Load() ──> route ──> target (fixed for the request)
 //	SetRoutes      ──> validate ──> copy ──> table.Store() ──> open/close TCP listeners
 //
-// Most HTTP/1.1 requests take a lean path of the proxy's own (h1conn.go):
+// Most HTTP/1.1 requests take a lean path of the proxy's own (h1conn.go,
+// heads parsed by package h1):
 // one goroutine per client connection, keep-alive connection pools per
 // target, no allocation per request, bodies streamed (spliced between TCP
 // sockets when large). A connection whose request is anything else

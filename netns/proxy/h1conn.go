@@ -12,6 +12,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"corpus/netns/proxy/h1"
 )
 
 // The lean HTTP/1.1 path serves the common case of both listeners itself:
@@ -148,9 +150,9 @@ type h1Conn struct {
 	first bool // no request read yet
 
 	head    []byte // the request head read
-	req     h1Request
+	req     h1.Request
 	rhead   []byte // the target's response head
-	resp    h1Response
+	resp    h1.Response
 	key     []byte // the route key of req
 	lastKey string // the previous request's route key
 	scratch []byte
@@ -219,7 +221,7 @@ func (cc *h1Conn) serve() {
 		if !ok {
 			break
 		}
-		if tooLarge || !parseRequest(cc.head, &cc.req) {
+		if tooLarge || !h1.ParseRequest(cc.head, &cc.req) {
 			cc.handOver()
 			return
 		}
@@ -261,8 +263,8 @@ func (cc *h1Conn) trim() {
 	if cap(cc.scratch) > keep {
 		cc.scratch = nil
 	}
-	if cap(cc.req.out) > keep {
-		cc.req.out = nil
+	if cap(cc.req.Out) > keep {
+		cc.req.Out = nil
 	}
 }
 
@@ -358,10 +360,10 @@ func (cc *h1Conn) readHead() (ok, tooLarge bool) {
 // no route (net/http answers 404), an ACME challenge, or plain HTTP to a
 // route that redirects it to HTTPS.
 func (cc *h1Conn) route() *httpRoute {
-	if bytes.HasPrefix(cc.req.path, []byte(acmeChallengePrefix)) {
+	if bytes.HasPrefix(cc.req.Path, []byte(acmeChallengePrefix)) {
 		return nil
 	}
-	cc.key = appendHostKey(cc.key[:0], cc.req.host)
+	cc.key = h1.AppendHostKey(cc.key[:0], cc.req.Host)
 	if string(cc.key) != cc.lastKey {
 		cc.lastKey = string(cc.key)
 	}

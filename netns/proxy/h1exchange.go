@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"sync/atomic"
 	"time"
+
+	"corpus/netns/proxy/h1"
 )
 
 // exchange sends the request to a target of rt and forwards its answer. It
@@ -26,13 +28,13 @@ func (cc *h1Conn) exchange(rt *httpRoute) bool {
 
 	// A body all at hand goes out with the head; any other streams.
 	var inline []byte
-	stream := req.chunked
-	if req.length > 0 {
-		if req.length <= int64(cc.br.Buffered()) {
-			inline, _ = cc.br.Peek(int(req.length))
+	stream := req.Chunked
+	if req.Length > 0 {
+		if req.Length <= int64(cc.br.Buffered()) {
+			inline, _ = cc.br.Peek(int(req.Length))
 			// inline stays valid until cc.br is read again, after it
 			// was sent (a request with a body is never sent twice).
-			cc.br.Discard(int(req.length))
+			cc.br.Discard(int(req.Length))
 		} else {
 			stream = true
 		}
@@ -65,7 +67,7 @@ func (cc *h1Conn) exchange(rt *httpRoute) bool {
 		// request was in flight) sends it to another target, once, as
 		// nginx's proxy_next_upstream does.
 		fresh := !uc.reused
-		if stream || !req.retryable() || len(cc.rhead) > 0 || isTimeout(err) || errors.Is(err, errClientGone) ||
+		if stream || !req.Retryable() || len(cc.rhead) > 0 || isTimeout(err) || errors.Is(err, errClientGone) ||
 			(fresh && (movedOn || len(rt.targets) < 2)) {
 			uc.close()
 			return cc.fail(rt, err)
@@ -103,7 +105,7 @@ func (cc *h1Conn) exchange(rt *httpRoute) bool {
 // again (as failoverTransport does).
 func (cc *h1Conn) connect(rt *httpRoute) (*upstreamConn, error) {
 	p := cc.p
-	retry := cc.req.retryable()
+	retry := cc.req.Retryable()
 	first := rt.pickIndex()
 	uc, err := p.upstreams.connect(p.base, rt.pools[first], !retry)
 	last := first
@@ -123,7 +125,7 @@ func (cc *h1Conn) connect(rt *httpRoute) (*upstreamConn, error) {
 // send writes the request head (and an inline body) to the target; a
 // streamed body goes on from a goroutine of its own.
 func (cc *h1Conn) send(uc *upstreamConn, inline []byte, stream bool) error {
-	uc.bw.Write(cc.req.out)
+	uc.bw.Write(cc.req.Out)
 	cc.scratch = cc.appendForwarded(cc.scratch[:0])
 	uc.bw.Write(cc.scratch)
 	uc.bw.Write(inline)
@@ -147,10 +149,10 @@ func (cc *h1Conn) send(uc *upstreamConn, inline []byte, stream bool) error {
 func (cc *h1Conn) sendBody(uc *upstreamConn) error {
 	bc := bodyCopy{src: cc.br, srcConn: cc.c, dst: uc.bw, dstConn: uc.c}
 	var err error
-	if cc.req.chunked {
+	if cc.req.Chunked {
 		err = bc.chunked()
 	} else {
-		err = bc.copyN(cc.req.length)
+		err = bc.copyN(cc.req.Length)
 	}
 	if err == nil {
 		cc.bodyRead.Store(true)
@@ -199,21 +201,21 @@ func (cc *h1Conn) appendForwarded(b []byte) []byte {
 	req := &cc.req
 	b = append(b, "X-Forwarded-For: "...)
 	if cc.trusted {
-		for _, v := range req.xff {
+		for _, v := range req.XFF {
 			b = append(append(b, v...), ", "...)
 		}
 	}
 	b = append(b, cc.clientIP...)
 	b = append(b, "\r\nX-Forwarded-Host: "...)
-	if cc.trusted && len(req.xfh) > 0 {
-		b = append(b, req.xfh...)
+	if cc.trusted && len(req.XFH) > 0 {
+		b = append(b, req.XFH...)
 	} else {
-		b = append(b, req.host...)
+		b = append(b, req.Host...)
 	}
 	b = append(b, "\r\nX-Forwarded-Proto: "...)
 	switch {
-	case cc.trusted && len(req.xfp) > 0:
-		b = append(b, req.xfp...)
+	case cc.trusted && len(req.XFP) > 0:
+		b = append(b, req.XFP...)
 	case cc.tls != nil:
 		b = append(b, "https"...)
 	default:
@@ -277,13 +279,13 @@ func (cc *h1Conn) readResponse(uc *upstreamConn, stream bool) error {
 				break
 			}
 		}
-		if !parseResponse(cc.rhead[start:], &cc.resp) {
+		if !h1.ParseResponse(cc.rhead[start:], &cc.resp) {
 			return errResponseHead
 		}
 		switch {
-		case cc.resp.status == http.StatusSwitchingProtocols:
+		case cc.resp.Status == http.StatusSwitchingProtocols:
 			return errUpgrade
-		case cc.resp.status >= 200:
+		case cc.resp.Status >= 200:
 			cc.rhead = cc.rhead[start:]
 			return nil
 		case informational >= 5:
@@ -325,25 +327,25 @@ func (cc *h1Conn) unwatch(done chan struct{}) {
 // puts the target's connection back when the exchange ended cleanly.
 func (cc *h1Conn) forward(rt *httpRoute, uc *upstreamConn, stream bool) bool {
 	p, req, resp := cc.p, &cc.req, &cc.resp
-	p.counters.responses.add(resp.status)
-	rt.metrics.answered(resp.status)
-	noBody := resp.noBody(req.isHead())
+	p.counters.responses.add(resp.Status)
+	rt.metrics.answered(resp.Status)
+	noBody := resp.NoBody(req.IsHead())
 	readAll := !stream || cc.bodyRead.Load()
-	toEOF := !noBody && !resp.chunked && resp.length < 0
-	closeAfter := req.close || p.draining.Load() || !readAll || toEOF
+	toEOF := !noBody && !resp.Chunked && resp.Length < 0
+	closeAfter := req.Close || p.draining.Load() || !readAll || toEOF
 	cc.writeHead(cc.rhead, closeAfter)
 
 	var err error
 	if !noBody {
-		if !(resp.length >= 0 && resp.length <= int64(uc.br.Buffered())) {
+		if !(resp.Length >= 0 && resp.Length <= int64(uc.br.Buffered())) {
 			uc.c.SetReadDeadline(time.Time{})
 		}
 		bc := bodyCopy{src: uc.br, srcConn: uc.c, dst: cc.bw, dstConn: cc.c}
 		switch {
-		case resp.chunked:
+		case resp.Chunked:
 			err = bc.chunked()
-		case resp.length >= 0:
-			err = bc.copyN(resp.length)
+		case resp.Length >= 0:
+			err = bc.copyN(resp.Length)
 		default:
 			err = bc.toEOF()
 		}
@@ -352,7 +354,7 @@ func (cc *h1Conn) forward(rt *httpRoute, uc *upstreamConn, stream bool) bool {
 		cc.landed()
 		err = cc.bw.Flush()
 	}
-	reuse := err == nil && !resp.close && !toEOF && !p.draining.Load()
+	reuse := err == nil && !resp.Close && !toEOF && !p.draining.Load()
 	if stream && cc.waitBody(uc, readAll) != nil {
 		reuse = false
 	}
@@ -375,34 +377,34 @@ func (cc *h1Conn) forward(rt *httpRoute, uc *upstreamConn, stream bool) bool {
 func (cc *h1Conn) writeHead(head []byte, closeAfter bool) {
 	resp, bw := &cc.resp, cc.bw
 	b := append(cc.scratch[:0], "HTTP/1.1 "...)
-	b = strconv.AppendInt(b, int64(resp.status), 10)
+	b = strconv.AppendInt(b, int64(resp.Status), 10)
 	b = append(b, ' ')
-	if len(resp.reason) > 0 {
-		b = append(b, resp.reason...)
+	if len(resp.Reason) > 0 {
+		b = append(b, resp.Reason...)
 	} else {
-		b = append(b, http.StatusText(resp.status)...)
+		b = append(b, http.StatusText(resp.Status)...)
 	}
 	b = append(b, "\r\n"...)
-	_, rest, _ := cutLine(head)
+	_, rest, _ := h1.CutLine(head)
 	for {
-		line, more, ok := cutLine(rest)
+		line, more, ok := h1.CutLine(rest)
 		if !ok || len(line) == 0 {
 			break
 		}
 		rest = more
-		if resp.keepHeader(line[:bytes.IndexByte(line, ':')]) {
+		if resp.KeepHeader(line[:bytes.IndexByte(line, ':')]) {
 			b = append(append(b, line...), "\r\n"...)
 		}
 	}
-	if resp.status >= 200 {
+	if resp.Status >= 200 {
 		switch {
-		case resp.chunked:
+		case resp.Chunked:
 			b = append(b, "Transfer-Encoding: chunked\r\n"...)
-		case resp.length >= 0:
+		case resp.Length >= 0:
 			b = append(b, "Content-Length: "...)
-			b = append(strconv.AppendInt(b, resp.length, 10), "\r\n"...)
+			b = append(strconv.AppendInt(b, resp.Length, 10), "\r\n"...)
 		}
-		if !resp.hasDate {
+		if !resp.HasDate {
 			b = append(append(append(b, "Date: "...), httpDate(time.Now())...), "\r\n"...)
 		}
 		if cc.tls != nil && cc.inFlight != nil && cc.inFlight.hsts {
@@ -431,7 +433,7 @@ func (cc *h1Conn) fail(rt *httpRoute, err error) bool {
 	rt.metrics.answered(code)
 	p.metrics.upstreamErrors.WithLabelValues(rt.host, reason).Inc()
 	p.log.Warn("proxy error", "host", rt.host, "status", code, "err", err)
-	closeAfter := cc.req.close || p.draining.Load() || cc.unread
+	closeAfter := cc.req.Close || p.draining.Load() || cc.unread
 	b := append(cc.scratch[:0], "HTTP/1.1 "...)
 	b = strconv.AppendInt(b, int64(code), 10)
 	b = append(append(append(b, ' '), http.StatusText(code)...), "\r\nContent-Type: text/plain; charset=utf-8\r\nX-Content-Type-Options: nosniff\r\nDate: "...)

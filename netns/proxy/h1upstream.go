@@ -8,6 +8,8 @@ import (
 	"net"
 	"sync"
 	"time"
+
+	"corpus/netns/proxy/h1"
 )
 
 // upstreamIdleTimeout closes a keep-alive connection to a target idle this
@@ -363,7 +365,7 @@ ext:
 	if i == 0 {
 		return 0, false
 	}
-	if rest := trimOWS(line[i:]); len(rest) > 0 && rest[0] != ';' {
+	if rest := h1.TrimOWS(line[i:]); len(rest) > 0 && rest[0] != ';' {
 		return 0, false
 	}
 	return n, true

@@ -5,7 +5,19 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+
+	"corpus/netns/proxy/h1"
 )
+
+// TestAppendHostKey: the lean path keys a Host as matchHost does.
+func TestAppendHostKey(t *testing.T) {
+	t.Parallel()
+	for _, h := range []string{"app.test", "APP.Test:8080", "app.test.", "[::1]:80", "[::1]", "::1", "", "a:b:c", "Host.:"} {
+		if got, want := string(h1.AppendHostKey(nil, []byte(h))), matchHost(h); got != want {
+			t.Errorf("h1.AppendHostKey(%q) = %q, want %q as matchHost", h, got, want)
+		}
+	}
+}
 
 func TestRoutesValidate(t *testing.T) {
 	t.Parallel()

@@ -107,8 +107,7 @@ var bigPackages = map[string]string{
 	"cmd/corpus/cli": "the CLI's command tree",
 	// Being split into smaller packages (issue 38); each leaves this
 	// list with the change that brings it under the limit.
-	"coordinator/api":   "being split",
-	"coordinator/state": "being split",
+	"coordinator/api": "being split",
 }
 
 // goPackage is one folder of non-test Go files.
@@ -283,13 +282,13 @@ func TestLayerFaults(t *testing.T) {
 	bigPackages["agent/gone"] = "made up"
 	t.Cleanup(func() { delete(bigPackages, "agent/gone") })
 	pkgs := map[string]*goPackage{
-		"cmd/corpus/cli":    pkg("cli", nil, "client", "coordinator/state"),
+		"cmd/corpus/cli":    pkg("cli", map[string]int{"c.go": 4101}, "client", "coordinator/state"),
 		"agent/network":     pkg("network", nil, "agent"),
 		"client":            pkg("client", nil, "proto/corpus/v1", "agent/cache"),
 		"agent/deploy":      pkg("deploy", nil, "coordinator"),
 		"internal/names":    pkg("names", nil, "cmd/corpus/cli"),
 		"coordinator/api":   pkg("api", map[string]int{"a.go": 10}, "coordinator/autoscale", "coordinator/leader"),
-		"coordinator/state": pkg("state", map[string]int{"a.go": 801, "b.go": 3300}),
+		"coordinator/state": pkg("state", map[string]int{"a.go": 801, "b.go": 3000}),
 		"coordinator/util":  pkg("util", map[string]int{"a.go": 10}),
 	}
 	got := strings.Join(append(layerFaults(pkgs), sizeFaults(pkgs)...), "\n")
@@ -310,7 +309,7 @@ func TestLayerFaults(t *testing.T) {
 			t.Errorf("faults lack %q:\n%s", want, got)
 		}
 	}
-	if strings.Contains(got, "coordinator/autoscale") || strings.Contains(got, "package coordinator/state") {
+	if strings.Contains(got, "coordinator/autoscale") || strings.Contains(got, "package coordinator/state") || strings.Contains(got, "package cmd/corpus/cli") {
 		t.Errorf("faults name a known import or a listed big package:\n%s", got)
 	}
 }

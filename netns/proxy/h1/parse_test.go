@@ -1,4 +1,4 @@
-package proxy
+package h1
 
 import (
 	"bufio"
@@ -8,7 +8,7 @@ import (
 	"testing"
 )
 
-// FuzzParseRequest checks parseRequest against net/http's parser: a head
+// FuzzParseRequest checks ParseRequest against net/http's parser: a head
 // the lean path accepts, net/http accepts too, with the same method, Host,
 // target and framing; and what goes on to the target parses as well.
 func FuzzParseRequest(f *testing.F) {
@@ -22,24 +22,24 @@ func FuzzParseRequest(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, head []byte) {
-		var r h1Request
-		if !parseRequest(head, &r) {
+		var r Request
+		if !ParseRequest(head, &r) {
 			return
 		}
 		req, err := http.ReadRequest(bufio.NewReader(bytes.NewReader(head)))
 		if err != nil {
-			t.Fatalf("parseRequest accepts %q, net/http does not: %v", head, err)
+			t.Fatalf("ParseRequest accepts %q, net/http does not: %v", head, err)
 		}
-		if req.Method != string(r.method) || req.Host != string(r.host) || req.RequestURI != string(r.out[len(r.method)+1:bytes.IndexByte(r.out, '\n')-len(" HTTP/1.1\r")]) {
-			t.Errorf("%q: lean %q %q, net/http %q %q %q", head, r.method, r.host, req.Method, req.Host, req.RequestURI)
+		if req.Method != string(r.Method) || req.Host != string(r.Host) || req.RequestURI != string(r.Out[len(r.Method)+1:bytes.IndexByte(r.Out, '\n')-len(" HTTP/1.1\r")]) {
+			t.Errorf("%q: lean %q %q, net/http %q %q %q", head, r.Method, r.Host, req.Method, req.Host, req.RequestURI)
 		}
-		if req.ContentLength != max(r.length, 0) && !r.chunked || r.chunked != (len(req.TransferEncoding) == 1) {
-			t.Errorf("%q: lean length %d chunked %v, net/http %d %v", head, r.length, r.chunked, req.ContentLength, req.TransferEncoding)
+		if req.ContentLength != max(r.Length, 0) && !r.Chunked || r.Chunked != (len(req.TransferEncoding) == 1) {
+			t.Errorf("%q: lean length %d chunked %v, net/http %d %v", head, r.Length, r.Chunked, req.ContentLength, req.TransferEncoding)
 		}
-		if r.close != req.Close {
-			t.Errorf("%q: lean close %v, net/http %v", head, r.close, req.Close)
+		if r.Close != req.Close {
+			t.Errorf("%q: lean close %v, net/http %v", head, r.Close, req.Close)
 		}
-		out := append(append([]byte{}, r.out...), "X-Forwarded-For: 127.0.0.1\r\n\r\n"...)
+		out := append(append([]byte{}, r.Out...), "X-Forwarded-For: 127.0.0.1\r\n\r\n"...)
 		sent, err := http.ReadRequest(bufio.NewReader(bytes.NewReader(out)))
 		if err != nil {
 			t.Fatalf("%q goes on as %q, which does not parse: %v", head, out, err)
@@ -52,7 +52,7 @@ func FuzzParseRequest(f *testing.F) {
 	})
 }
 
-// FuzzParseResponse checks parseResponse against net/http's parser.
+// FuzzParseResponse checks ParseResponse against net/http's parser.
 func FuzzParseResponse(f *testing.F) {
 	for _, s := range []string{
 		"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n",
@@ -64,8 +64,8 @@ func FuzzParseResponse(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, head []byte) {
-		var r h1Response
-		if !parseResponse(head, &r) {
+		var r Response
+		if !ParseResponse(head, &r) {
 			return
 		}
 		resp, err := http.ReadResponse(bufio.NewReader(bytes.NewReader(head)), &http.Request{Method: "GET"})
@@ -73,19 +73,10 @@ func FuzzParseResponse(f *testing.F) {
 			if strings.Contains(err.Error(), "malformed HTTP status code") || strings.Contains(err.Error(), "invalid") {
 				return // net/http is stricter about some status lines and values
 			}
-			t.Fatalf("parseResponse accepts %q, net/http does not: %v", head, err)
+			t.Fatalf("ParseResponse accepts %q, net/http does not: %v", head, err)
 		}
-		if resp.StatusCode != r.status || r.chunked != (len(resp.TransferEncoding) == 1) {
-			t.Errorf("%q: lean %d chunked %v, net/http %d %v", head, r.status, r.chunked, resp.StatusCode, resp.TransferEncoding)
+		if resp.StatusCode != r.Status || r.Chunked != (len(resp.TransferEncoding) == 1) {
+			t.Errorf("%q: lean %d chunked %v, net/http %d %v", head, r.Status, r.Chunked, resp.StatusCode, resp.TransferEncoding)
 		}
 	})
-}
-
-func TestAppendHostKey(t *testing.T) {
-	t.Parallel()
-	for _, h := range []string{"app.test", "APP.Test:8080", "app.test.", "[::1]:80", "[::1]", "::1", "", "a:b:c", "Host.:"} {
-		if got, want := string(appendHostKey(nil, []byte(h))), matchHost(h); got != want {
-			t.Errorf("appendHostKey(%q) = %q, want %q as matchHost", h, got, want)
-		}
-	}
 }

@@ -1,4 +1,4 @@
-package state
+package statedb
 
 import (
 	"context"
@@ -59,7 +59,7 @@ func (s *Store) Applied() uint64 { return s.applied.Load() }
 
 // NewStore returns an empty store.
 func NewStore() *Store {
-	db, err := memdb.NewMemDB(schema())
+	db, err := NewDB()
 	if err != nil {
 		panic(fmt.Sprintf("state schema: %v", err)) // a programming error
 	}
@@ -80,8 +80,30 @@ func (s *Store) memdb() *memdb.MemDB {
 	return s.db
 }
 
-// replace swaps the whole database (snapshot restore) and wakes watchers.
-func (s *Store) replace(db *memdb.MemDB) {
+// The state machine's side: it alone writes the store, through these.
+
+// NewDB returns an empty database of the state's tables, for a restore
+// to fill and hand to Replace.
+func NewDB() (*memdb.MemDB, error) { return memdb.NewMemDB(schema()) }
+
+// Write opens a write transaction on the database.
+func (s *Store) Write() *memdb.Txn { return s.memdb().Txn(true) }
+
+// View reads through txn, a write transaction's own writes included.
+func View(txn *memdb.Txn) *Snap { return &Snap{txn: txn, ws: memdb.NewWatchSet()} }
+
+// SetApplied records the Raft index of the last entry applied.
+func (s *Store) SetApplied(index uint64) { s.applied.Store(index) }
+
+// ClusterTime is the cluster's time as AppliedTime, as the stamp itself:
+// nil before any entry was applied.
+func (s *Store) ClusterTime() *timestamppb.Timestamp { return s.appliedTime.Load() }
+
+// SetClusterTime moves the cluster's time to t.
+func (s *Store) SetClusterTime(t *timestamppb.Timestamp) { s.appliedTime.Store(t) }
+
+// Replace swaps the whole database (snapshot restore) and wakes watchers.
+func (s *Store) Replace(db *memdb.MemDB) {
 	s.mu.Lock()
 	old := s.abandon
 	s.db = db
@@ -117,28 +139,28 @@ func (v *Snap) WatchCh(ctx context.Context) <-chan error {
 
 // Index is the Raft index of the last applied command.
 func (v *Snap) Index() uint64 {
-	raw, err := v.txn.First(tableMeta, "id", metaIndex)
+	raw, err := v.txn.First(TableMeta, "id", MetaIndex)
 	if err != nil || raw == nil {
 		return 0
 	}
-	return raw.(*meta).Value.(uint64)
+	return raw.(*Meta).Value.(uint64)
 }
 
 // WatchIndex makes Wait return on any change at all.
 func (v *Snap) WatchIndex() uint64 {
-	ch, raw, err := v.txn.FirstWatch(tableMeta, "id", metaIndex)
+	ch, raw, err := v.txn.FirstWatch(TableMeta, "id", MetaIndex)
 	if err == nil {
 		v.ws.Add(ch)
 	}
 	if raw == nil {
 		return 0
 	}
-	return raw.(*meta).Value.(uint64)
+	return raw.(*Meta).Value.(uint64)
 }
 
 // Config returns the cluster configuration, nil before bootstrap.
 func (v *Snap) Config() *corpusv1.ClusterConfig {
-	ch, raw, err := v.txn.FirstWatch(tableMeta, "id", metaConfig)
+	ch, raw, err := v.txn.FirstWatch(TableMeta, "id", MetaConfig)
 	if err != nil {
 		return nil
 	}
@@ -146,22 +168,22 @@ func (v *Snap) Config() *corpusv1.ClusterConfig {
 	if raw == nil {
 		return nil
 	}
-	return raw.(*meta).Value.(*corpusv1.ClusterConfig)
+	return raw.(*Meta).Value.(*corpusv1.ClusterConfig)
 }
 
 // Node returns the node with that id, or nil.
 func (v *Snap) Node(id string) *corpusv1.Node {
-	return first[*corpusv1.Node](v, tableNodes, "id", id)
+	return first[*corpusv1.Node](v, TableNodes, "id", id)
 }
 
 // NodeByName returns the node with that name, or nil.
 func (v *Snap) NodeByName(name string) *corpusv1.Node {
-	return first[*corpusv1.Node](v, tableNodes, "name", name)
+	return first[*corpusv1.Node](v, TableNodes, "name", name)
 }
 
 // Nodes returns every node sorted by name.
 func (v *Snap) Nodes() []*corpusv1.Node {
-	out := all[*corpusv1.Node](v, tableNodes, "id")
+	out := all[*corpusv1.Node](v, TableNodes, "id")
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out
 }
@@ -170,7 +192,7 @@ func (v *Snap) Nodes() []*corpusv1.Node {
 // them, and returns that watch channel: the same one as long as no node
 // changed, a key for what is derived from all nodes.
 func (v *Snap) WatchNodes() <-chan struct{} {
-	it, err := v.txn.Get(tableNodes, "id")
+	it, err := v.txn.Get(TableNodes, "id")
 	if err != nil {
 		return nil
 	}
@@ -180,31 +202,31 @@ func (v *Snap) WatchNodes() <-chan struct{} {
 
 // Guest returns the guest with that id, or nil.
 func (v *Snap) Guest(id string) *corpusv1.Guest {
-	return first[*corpusv1.Guest](v, tableGuests, "id", id)
+	return first[*corpusv1.Guest](v, TableGuests, "id", id)
 }
 
 // GuestByName returns the guest with that name, or nil.
 func (v *Snap) GuestByName(name string) *corpusv1.Guest {
-	return first[*corpusv1.Guest](v, tableGuests, "name", name)
+	return first[*corpusv1.Guest](v, TableGuests, "name", name)
 }
 
 // Guests returns every guest sorted by name.
 func (v *Snap) Guests() []*corpusv1.Guest {
 	// The name index is unique and ordered (names hold no byte below
 	// '-', so its terminating NUL orders as the end of the string does).
-	return all[*corpusv1.Guest](v, tableGuests, "name")
+	return all[*corpusv1.Guest](v, TableGuests, "name")
 }
 
 // GuestsOnNode returns the guests placed on a node, sorted by name.
 func (v *Snap) GuestsOnNode(nodeID string) []*corpusv1.Guest {
-	out := all[*corpusv1.Guest](v, tableGuests, "node", nodeID)
+	out := all[*corpusv1.Guest](v, TableGuests, "node", nodeID)
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out
 }
 
 // Token returns the join token with that id, or nil.
 func (v *Snap) Token(id string) *corpusv1.JoinToken {
-	return first[*corpusv1.JoinToken](v, tableTokens, "id", id)
+	return first[*corpusv1.JoinToken](v, TableTokens, "id", id)
 }
 
 func first[T any](v *Snap, table, index string, args ...any) T {

@@ -1,48 +1,54 @@
-package state
+package statedb
 
 import (
 	"github.com/hashicorp/go-memdb"
 )
 
 const (
-	tableNodes    = "nodes"
-	tableGuests   = "guests"
-	tableTokens   = "tokens"
-	tableRoutes   = "routes"
-	tableDNS      = "dns"
-	tableVolumes  = "volumes"
-	tableMeta     = "meta"
-	tableUsers    = "users"
-	tableProjects = "projects"
-	tableReleases = "releases"
+	TableNodes    = "nodes"
+	TableGuests   = "guests"
+	TableTokens   = "tokens"
+	TableRoutes   = "routes"
+	TableDNS      = "dns"
+	TableVolumes  = "volumes"
+	TableMeta     = "meta"
+	TableUsers    = "users"
+	TableProjects = "projects"
+	TableReleases = "releases"
 
-	tableCoordinators = "coordinators"
-	tableAudit        = "audit"
-	tableUserTokens   = "user_tokens"
+	TableCoordinators = "coordinators"
+	TableAudit        = "audit"
+	TableUserTokens   = "user_tokens"
+	TableServices     = "services"
+	TableBackups      = "backups"
+	TableCertificates = "certificates"
+	TableExtensions   = "extensions"
 )
 
-// meta rows hold singletons: the cluster config and the latest index.
-type meta struct {
+// Meta rows hold singletons: the cluster config and the latest index.
+type Meta struct {
 	Key   string
 	Value any
 }
 
 const (
-	metaIndex  = "index"
-	metaConfig = "config"
+	MetaIndex   = "index"
+	MetaConfig  = "config"
+	MetaKeyring = "keyring"
+	MetaAcme    = "acme"
 )
 
 func schema() *memdb.DBSchema {
 	return &memdb.DBSchema{Tables: map[string]*memdb.TableSchema{
-		tableNodes: {
-			Name: tableNodes,
+		TableNodes: {
+			Name: TableNodes,
 			Indexes: map[string]*memdb.IndexSchema{
 				"id":   {Name: "id", Unique: true, Indexer: &memdb.StringFieldIndex{Field: "Id"}},
 				"name": {Name: "name", Unique: true, Indexer: &memdb.StringFieldIndex{Field: "Name"}},
 			},
 		},
-		tableGuests: {
-			Name: tableGuests,
+		TableGuests: {
+			Name: TableGuests,
 			Indexes: map[string]*memdb.IndexSchema{
 				"id":   {Name: "id", Unique: true, Indexer: &memdb.StringFieldIndex{Field: "Id"}},
 				"name": {Name: "name", Unique: true, Indexer: &memdb.StringFieldIndex{Field: "Name"}},
@@ -50,22 +56,22 @@ func schema() *memdb.DBSchema {
 				"prev": {Name: "prev", AllowMissing: true, Indexer: &memdb.StringFieldIndex{Field: "PreviousNodeId"}},
 			},
 		},
-		tableTokens: {
-			Name: tableTokens,
+		TableTokens: {
+			Name: TableTokens,
 			Indexes: map[string]*memdb.IndexSchema{
 				"id": {Name: "id", Unique: true, Indexer: &memdb.StringFieldIndex{Field: "Id"}},
 			},
 		},
-		tableRoutes: {
-			Name: tableRoutes,
+		TableRoutes: {
+			Name: TableRoutes,
 			Indexes: map[string]*memdb.IndexSchema{
 				"id":     {Name: "id", Unique: true, Indexer: &memdb.StringFieldIndex{Field: "Id"}},
 				"domain": {Name: "domain", Unique: true, AllowMissing: true, Indexer: &memdb.StringFieldIndex{Field: "Domain"}},
 				"guest":  {Name: "guest", Indexer: &memdb.StringFieldIndex{Field: "GuestId"}},
 			},
 		},
-		tableDNS: {
-			Name: tableDNS,
+		TableDNS: {
+			Name: TableDNS,
 			Indexes: map[string]*memdb.IndexSchema{
 				"id":  {Name: "id", Unique: true, Indexer: &memdb.StringFieldIndex{Field: "Id"}},
 				"key": {Name: "key", Unique: true, Indexer: &memdb.StringFieldIndex{Field: "Key"}},
@@ -73,8 +79,8 @@ func schema() *memdb.DBSchema {
 				"name": {Name: "name", Indexer: &memdb.StringFieldIndex{Field: "Name", Lowercase: true}},
 			},
 		},
-		tableVolumes: {
-			Name: tableVolumes,
+		TableVolumes: {
+			Name: TableVolumes,
 			Indexes: map[string]*memdb.IndexSchema{
 				"id":    {Name: "id", Unique: true, Indexer: &memdb.StringFieldIndex{Field: "Id"}},
 				"name":  {Name: "name", Unique: true, Indexer: &memdb.StringFieldIndex{Field: "Name"}},
@@ -83,21 +89,21 @@ func schema() *memdb.DBSchema {
 				"prev":  {Name: "prev", AllowMissing: true, Indexer: &memdb.StringFieldIndex{Field: "PreviousNodeId"}},
 			},
 		},
-		tableUsers: {
-			Name: tableUsers,
+		TableUsers: {
+			Name: TableUsers,
 			Indexes: map[string]*memdb.IndexSchema{
 				"id": {Name: "id", Unique: true, Indexer: &memdb.StringFieldIndex{Field: "Name"}},
 			},
 		},
-		tableProjects: {
-			Name: tableProjects,
+		TableProjects: {
+			Name: TableProjects,
 			Indexes: map[string]*memdb.IndexSchema{
 				"id":   {Name: "id", Unique: true, Indexer: &memdb.StringFieldIndex{Field: "Id"}},
 				"name": {Name: "name", Unique: true, Indexer: &memdb.StringFieldIndex{Field: "Name"}},
 			},
 		},
-		tableReleases: {
-			Name: tableReleases,
+		TableReleases: {
+			Name: TableReleases,
 			Indexes: map[string]*memdb.IndexSchema{
 				"id": {Name: "id", Unique: true, Indexer: &memdb.StringFieldIndex{Field: "Id"}},
 				"env": {Name: "env", Indexer: &memdb.CompoundIndex{Indexes: []memdb.Indexer{
@@ -106,35 +112,35 @@ func schema() *memdb.DBSchema {
 				}}},
 			},
 		},
-		tableCoordinators: {
-			Name: tableCoordinators,
+		TableCoordinators: {
+			Name: TableCoordinators,
 			Indexes: map[string]*memdb.IndexSchema{
 				"id": {Name: "id", Unique: true, Indexer: &memdb.StringFieldIndex{Field: "Id"}},
 			},
 		},
-		tableUserTokens: {
-			Name: tableUserTokens,
+		TableUserTokens: {
+			Name: TableUserTokens,
 			Indexes: map[string]*memdb.IndexSchema{
 				"id":   {Name: "id", Unique: true, Indexer: &memdb.StringFieldIndex{Field: "Id"}},
 				"user": {Name: "user", Indexer: &memdb.StringFieldIndex{Field: "User"}},
 			},
 		},
-		tableAudit: {
-			Name: tableAudit,
+		TableAudit: {
+			Name: TableAudit,
 			Indexes: map[string]*memdb.IndexSchema{
 				"id": {Name: "id", Unique: true, Indexer: &memdb.UintFieldIndex{Field: "Index"}},
 			},
 		},
-		tableServices: {
-			Name: tableServices,
+		TableServices: {
+			Name: TableServices,
 			Indexes: map[string]*memdb.IndexSchema{
 				"id":    {Name: "id", Unique: true, Indexer: &memdb.StringFieldIndex{Field: "Id"}},
 				"name":  {Name: "name", Unique: true, Indexer: &memdb.StringFieldIndex{Field: "Name"}},
 				"guest": {Name: "guest", AllowMissing: true, Indexer: &memdb.StringFieldIndex{Field: "GuestId"}},
 			},
 		},
-		tableBackups: {
-			Name: tableBackups,
+		TableBackups: {
+			Name: TableBackups,
 			Indexes: map[string]*memdb.IndexSchema{
 				"id":      {Name: "id", Unique: true, Indexer: &memdb.StringFieldIndex{Field: "Id"}},
 				"service": {Name: "service", AllowMissing: true, Indexer: &memdb.StringFieldIndex{Field: "Service"}},
@@ -142,20 +148,20 @@ func schema() *memdb.DBSchema {
 				"node":    {Name: "node", AllowMissing: true, Indexer: &memdb.StringFieldIndex{Field: "NodeId"}},
 			},
 		},
-		tableCertificates: {
-			Name: tableCertificates,
+		TableCertificates: {
+			Name: TableCertificates,
 			Indexes: map[string]*memdb.IndexSchema{
 				"id": {Name: "id", Unique: true, Indexer: &memdb.StringFieldIndex{Field: "Domain"}},
 			},
 		},
-		tableExtensions: {
-			Name: tableExtensions,
+		TableExtensions: {
+			Name: TableExtensions,
 			Indexes: map[string]*memdb.IndexSchema{
 				"id": {Name: "id", Unique: true, Indexer: &memdb.StringFieldIndex{Field: "Name"}},
 			},
 		},
-		tableMeta: {
-			Name: tableMeta,
+		TableMeta: {
+			Name: TableMeta,
 			Indexes: map[string]*memdb.IndexSchema{
 				"id": {Name: "id", Unique: true, Indexer: &memdb.StringFieldIndex{Field: "Key"}},
 			},

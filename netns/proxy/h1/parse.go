@@ -1,56 +1,57 @@
-package proxy
+package h1
 
 import (
 	"bytes"
 )
 
-// h1Request is the head of one request read by the lean HTTP/1.1 path
-// (h1conn.go). Its slices point into the connection's head buffer and hold
+// Request is the head of one request read by the proxy's lean HTTP/1.1
+// path. Its slices point into the connection's head buffer and hold
 // until the next request is read.
-type h1Request struct {
-	method []byte
-	host   []byte // the Host header, as sent
-	path   []byte // the request target's path (no query)
-	length int64  // Content-Length, -1 when there is none
-	// chunked means Transfer-Encoding: chunked (and no Content-Length).
-	chunked bool
-	// close means the client asked for the connection to be closed after
+type Request struct {
+	Method []byte
+	Host   []byte // the Host header, as sent
+	Path   []byte // the request target's path (no query)
+	Length int64  // Content-Length, -1 when there is none
+	// Chunked means Transfer-Encoding: chunked (and no Content-Length).
+	Chunked bool
+	// Close means the client asked for the connection to be closed after
 	// this exchange.
-	close bool
+	Close bool
 	// The forwarding headers the client sent: X-Forwarded-For values in
 	// order, the first X-Forwarded-Proto and -Host values (nil if none).
-	xff      [][]byte
-	xfp, xfh []byte
-	// teTrailers means the client sent TE: trailers (kept, as
+	XFF      [][]byte
+	XFP, XFH []byte
+	// TETrailers means the client sent TE: trailers (kept, as
 	// httputil.ReverseProxy keeps it).
-	teTrailers bool
-	// out is the request line and the header lines sent on to the target,
+	TETrailers bool
+	// Out is the request line and the header lines sent on to the target,
 	// without the forwarding headers and the final empty line.
-	out []byte
+	Out []byte
 }
 
-func (r *h1Request) reset() {
-	*r = h1Request{length: -1, xff: r.xff[:0], out: r.out[:0]}
+// Reset empties r for the next request, keeping its buffers.
+func (r *Request) Reset() {
+	*r = Request{Length: -1, XFF: r.XFF[:0], Out: r.Out[:0]}
 }
 
-// hasBody reports whether a body follows the head.
-func (r *h1Request) hasBody() bool { return r.chunked || r.length > 0 }
+// HasBody reports whether a body follows the head.
+func (r *Request) HasBody() bool { return r.Chunked || r.Length > 0 }
 
-// retryable reports whether the request may be sent again to another target
+// Retryable reports whether the request may be sent again to another target
 // or on a new connection after a failure before any answer: no body and an
 // idempotent method (as failoverTransport decides).
-func (r *h1Request) retryable() bool {
-	if r.hasBody() {
+func (r *Request) Retryable() bool {
+	if r.HasBody() {
 		return false
 	}
-	switch string(r.method) {
+	switch string(r.Method) {
 	case "GET", "HEAD", "OPTIONS", "TRACE", "PUT", "DELETE":
 		return true
 	}
 	return false
 }
 
-func (r *h1Request) isHead() bool { return string(r.method) == "HEAD" }
+func (r *Request) IsHead() bool { return string(r.Method) == "HEAD" }
 
 // Header names the lean path treats specially.
 const (
@@ -76,77 +77,77 @@ const (
 func headerKind(name []byte) int {
 	switch len(name) {
 	case 2:
-		if equalFold(name, "te") {
+		if EqualFold(name, "te") {
 			return hTE
 		}
 	case 4:
-		if equalFold(name, "host") {
+		if EqualFold(name, "host") {
 			return hHost
 		}
-		if equalFold(name, "date") {
+		if EqualFold(name, "date") {
 			return hDate
 		}
 	case 6:
-		if equalFold(name, "expect") {
+		if EqualFold(name, "expect") {
 			return hExpect
 		}
 	case 7:
-		if equalFold(name, "upgrade") {
+		if EqualFold(name, "upgrade") {
 			return hUpgrade
 		}
-		if equalFold(name, "trailer") {
+		if EqualFold(name, "trailer") {
 			return hTrailer
 		}
 	case 9:
-		if equalFold(name, "forwarded") {
+		if EqualFold(name, "forwarded") {
 			return hForwarded
 		}
 	case 10:
-		if equalFold(name, "connection") {
+		if EqualFold(name, "connection") {
 			return hConnection
 		}
-		if equalFold(name, "keep-alive") {
+		if EqualFold(name, "keep-alive") {
 			return hHop
 		}
 	case 14:
-		if equalFold(name, "content-length") {
+		if EqualFold(name, "content-length") {
 			return hContentLength
 		}
-		if equalFold(name, "http2-settings") {
+		if EqualFold(name, "http2-settings") {
 			return hHTTP2Settings
 		}
 	case 15:
-		if equalFold(name, "x-forwarded-for") {
+		if EqualFold(name, "x-forwarded-for") {
 			return hXFF
 		}
 	case 16:
-		if equalFold(name, "x-forwarded-host") {
+		if EqualFold(name, "x-forwarded-host") {
 			return hXFH
 		}
-		if equalFold(name, "proxy-connection") {
+		if EqualFold(name, "proxy-connection") {
 			return hHop
 		}
 	case 17:
-		if equalFold(name, "transfer-encoding") {
+		if EqualFold(name, "transfer-encoding") {
 			return hTransferEncoding
 		}
-		if equalFold(name, "x-forwarded-proto") {
+		if EqualFold(name, "x-forwarded-proto") {
 			return hXFP
 		}
 	case 18:
-		if equalFold(name, "proxy-authenticate") {
+		if EqualFold(name, "proxy-authenticate") {
 			return hHop
 		}
 	case 19:
-		if equalFold(name, "proxy-authorization") {
+		if EqualFold(name, "proxy-authorization") {
 			return hHop
 		}
 	}
 	return hOther
 }
 
-// equalFold reports whether b equals the lowercase ASCII s, ignoring case.
-func equalFold(b []byte, s string) bool {
+// EqualFold reports whether b equals the lowercase ASCII s, ignoring case.
+func EqualFold(b []byte, s string) bool {
 	if len(b) != len(s) {
 		return false
 	}
@@ -162,9 +163,9 @@ func equalFold(b []byte, s string) bool {
 	return true
 }
 
-// cutLine splits b after its first CRLF: the line without it and the rest.
+// CutLine splits b after its first CRLF: the line without it and the rest.
 // ok is false when there is no CRLF, or a bare LF comes first.
-func cutLine(b []byte) (line, rest []byte, ok bool) {
+func CutLine(b []byte) (line, rest []byte, ok bool) {
 	i := bytes.IndexByte(b, '\n')
 	if i < 1 || b[i-1] != '\r' {
 		return nil, nil, false
@@ -172,16 +173,16 @@ func cutLine(b []byte) (line, rest []byte, ok bool) {
 	return b[:i-1], b[i+1:], true
 }
 
-// parseRequest parses a request head (ending with an empty line) into r.
+// ParseRequest parses a request head (ending with an empty line) into r.
 // It returns false for anything the lean path leaves to net/http: another
 // protocol version, a request target that is not a plain path, an upgrade,
 // Expect, header lines it does not fully understand (obsolete folding, bad
 // characters, repeated or conflicting framing headers, Connection naming
 // other headers), and a missing Host. net/http then serves the request, or
 // answers 400 if it is malformed.
-func parseRequest(head []byte, r *h1Request) bool {
-	r.reset()
-	line, rest, ok := cutLine(head)
+func ParseRequest(head []byte, r *Request) bool {
+	r.Reset()
+	line, rest, ok := CutLine(head)
 	if !ok {
 		return false
 	}
@@ -189,7 +190,7 @@ func parseRequest(head []byte, r *h1Request) bool {
 	if sp <= 0 || !isToken(line[:sp]) {
 		return false
 	}
-	r.method = line[:sp]
+	r.Method = line[:sp]
 	target := line[sp+1:]
 	sp = bytes.IndexByte(target, ' ')
 	if sp <= 0 || string(target[sp+1:]) != "HTTP/1.1" {
@@ -199,19 +200,19 @@ func parseRequest(head []byte, r *h1Request) bool {
 	if target[0] != '/' || !validRequestTarget(target) {
 		return false
 	}
-	r.path = target
+	r.Path = target
 	if q := bytes.IndexByte(target, '?'); q >= 0 {
-		r.path = target[:q]
+		r.Path = target[:q]
 	}
-	if string(r.method) == "PRI" || string(r.method) == "CONNECT" {
+	if string(r.Method) == "PRI" || string(r.Method) == "CONNECT" {
 		return false
 	}
-	r.out = append(r.out, line...)
-	r.out = append(r.out, "\r\n"...)
+	r.Out = append(r.Out, line...)
+	r.Out = append(r.Out, "\r\n"...)
 
 	haveHost, haveCL := false, false
 	for {
-		line, rest, ok = cutLine(rest)
+		line, rest, ok = CutLine(rest)
 		if !ok {
 			return false
 		}
@@ -222,7 +223,7 @@ func parseRequest(head []byte, r *h1Request) bool {
 		if colon <= 0 || !isToken(line[:colon]) {
 			return false // also obsolete line folding: a leading space
 		}
-		name, value := line[:colon], trimOWS(line[colon+1:])
+		name, value := line[:colon], TrimOWS(line[colon+1:])
 		if !validValue(value) {
 			return false
 		}
@@ -232,57 +233,57 @@ func parseRequest(head []byte, r *h1Request) bool {
 				return false
 			}
 			haveHost = true
-			r.host = value
+			r.Host = value
 		case hContentLength:
-			if haveCL || r.chunked {
+			if haveCL || r.Chunked {
 				return false
 			}
 			haveCL = true
-			if r.length = parseLength(value); r.length < 0 {
+			if r.Length = ParseLength(value); r.Length < 0 {
 				return false
 			}
 		case hTransferEncoding:
-			if haveCL || r.chunked || !equalFold(value, "chunked") {
+			if haveCL || r.Chunked || !EqualFold(value, "chunked") {
 				return false
 			}
-			r.chunked = true
+			r.Chunked = true
 		case hConnection:
-			if !connectionTokens(value, &r.close) {
+			if !connectionTokens(value, &r.Close) {
 				return false
 			}
 			continue
 		case hTE:
-			if !equalFold(value, "trailers") {
+			if !EqualFold(value, "trailers") {
 				return false
 			}
-			r.teTrailers = true
+			r.TETrailers = true
 			continue
 		case hUpgrade, hExpect, hHTTP2Settings:
 			return false
 		case hXFF:
-			r.xff = append(r.xff, value)
+			r.XFF = append(r.XFF, value)
 			continue
 		case hXFP:
-			if r.xfp == nil {
-				r.xfp = value
+			if r.XFP == nil {
+				r.XFP = value
 			}
 			continue
 		case hXFH:
-			if r.xfh == nil {
-				r.xfh = value
+			if r.XFH == nil {
+				r.XFH = value
 			}
 			continue
 		case hForwarded, hHop:
 			continue
 		}
-		r.out = append(r.out, line...)
-		r.out = append(r.out, "\r\n"...)
+		r.Out = append(r.Out, line...)
+		r.Out = append(r.Out, "\r\n"...)
 	}
 	if !haveHost {
 		return false
 	}
-	if r.teTrailers {
-		r.out = append(r.out, "Te: trailers\r\n"...)
+	if r.TETrailers {
+		r.Out = append(r.Out, "Te: trailers\r\n"...)
 	}
 	return true
 }
@@ -294,15 +295,15 @@ func connectionTokens(v []byte, close *bool) bool {
 	for len(v) > 0 {
 		var tok []byte
 		if i := bytes.IndexByte(v, ','); i >= 0 {
-			tok, v = trimOWS(v[:i]), v[i+1:]
+			tok, v = TrimOWS(v[:i]), v[i+1:]
 		} else {
-			tok, v = trimOWS(v), nil
+			tok, v = TrimOWS(v), nil
 		}
 		switch {
 		case len(tok) == 0:
-		case equalFold(tok, "close"):
+		case EqualFold(tok, "close"):
 			*close = true
-		case equalFold(tok, "keep-alive"):
+		case EqualFold(tok, "keep-alive"):
 		default:
 			return false
 		}
@@ -310,9 +311,9 @@ func connectionTokens(v []byte, close *bool) bool {
 	return true
 }
 
-// parseLength parses a Content-Length value: decimal digits only; -1 when
+// ParseLength parses a Content-Length value: decimal digits only; -1 when
 // it is not one.
-func parseLength(v []byte) int64 {
+func ParseLength(v []byte) int64 {
 	if len(v) == 0 || len(v) > 18 {
 		return -1
 	}
@@ -326,7 +327,7 @@ func parseLength(v []byte) int64 {
 	return n
 }
 
-func trimOWS(b []byte) []byte {
+func TrimOWS(b []byte) []byte {
 	for len(b) > 0 && (b[0] == ' ' || b[0] == '\t') {
 		b = b[1:]
 	}
@@ -429,9 +430,10 @@ func validRequestTarget(b []byte) bool {
 	return true
 }
 
-// appendHostKey appends the route key of a Host value to dst, as matchHost
-// makes it: the port dropped, lowercase, no trailing dot.
-func appendHostKey(dst, h []byte) []byte {
+// AppendHostKey appends the route key of a Host value to dst, as the
+// proxy's matchHost makes it: the port dropped, lowercase, no trailing
+// dot.
+func AppendHostKey(dst, h []byte) []byte {
 	if i := bytes.LastIndexByte(h, ':'); i >= 0 {
 		if h[0] == '[' {
 			if j := bytes.LastIndexByte(h, ']'); j >= 0 {
@@ -453,32 +455,32 @@ func appendHostKey(dst, h []byte) []byte {
 	return dst
 }
 
-// h1Response is the head of a target's answer, parsed by parseResponse.
+// Response is the head of a target's answer, parsed by ParseResponse.
 // Its slices point into the head buffer.
-type h1Response struct {
-	status  int
-	reason  []byte
-	http10  bool
-	length  int64 // -1: none
-	chunked bool
-	close   bool // the target closes the connection after this answer
-	hasDate bool
-	// conn lists the header names the Connection header named (dropped).
-	conn [][]byte
+type Response struct {
+	Status  int
+	Reason  []byte
+	HTTP10  bool
+	Length  int64 // -1: none
+	Chunked bool
+	Close   bool // the target closes the connection after this answer
+	HasDate bool
+	// Conn lists the header names the Connection header named (dropped).
+	Conn [][]byte
 }
 
-// parseResponse parses a target's response head; false means it is
+// ParseResponse parses a target's response head; false means it is
 // malformed (the client gets 502).
-func parseResponse(head []byte, r *h1Response) bool {
-	*r = h1Response{length: -1, conn: r.conn[:0]}
-	line, rest, ok := cutLine(head)
+func ParseResponse(head []byte, r *Response) bool {
+	*r = Response{Length: -1, Conn: r.Conn[:0]}
+	line, rest, ok := CutLine(head)
 	if !ok || len(line) < 12 || line[8] != ' ' {
 		return false
 	}
 	switch string(line[:8]) {
 	case "HTTP/1.1":
 	case "HTTP/1.0":
-		r.http10, r.close = true, true
+		r.HTTP10, r.Close = true, true
 	default:
 		return false
 	}
@@ -488,19 +490,19 @@ func parseResponse(head []byte, r *h1Response) bool {
 			return false
 		}
 	}
-	r.status = int(code[0]-'0')*100 + int(code[1]-'0')*10 + int(code[2]-'0')
-	if r.status < 100 {
+	r.Status = int(code[0]-'0')*100 + int(code[1]-'0')*10 + int(code[2]-'0')
+	if r.Status < 100 {
 		return false
 	}
 	if len(line) > 12 {
 		if line[12] != ' ' {
 			return false
 		}
-		r.reason = line[13:]
+		r.Reason = line[13:]
 	}
 	haveCL := false
 	for {
-		line, rest, ok = cutLine(rest)
+		line, rest, ok = CutLine(rest)
 		if !ok {
 			return false
 		}
@@ -511,61 +513,61 @@ func parseResponse(head []byte, r *h1Response) bool {
 		if colon <= 0 || !isToken(line[:colon]) {
 			return false
 		}
-		value := trimOWS(line[colon+1:])
+		value := TrimOWS(line[colon+1:])
 		if !validValue(value) {
 			return false
 		}
 		switch headerKind(line[:colon]) {
 		case hContentLength:
-			n := parseLength(value)
-			if n < 0 || haveCL && n != r.length {
+			n := ParseLength(value)
+			if n < 0 || haveCL && n != r.Length {
 				return false
 			}
-			haveCL, r.length = true, n
+			haveCL, r.Length = true, n
 		case hTransferEncoding:
-			if !equalFold(value, "chunked") {
+			if !EqualFold(value, "chunked") {
 				return false
 			}
-			r.chunked = true
+			r.Chunked = true
 		case hConnection:
 			for _, tok := range bytes.Split(value, []byte(",")) {
-				tok = trimOWS(tok)
+				tok = TrimOWS(tok)
 				switch {
-				case equalFold(tok, "close"):
-					r.close = true
-				case equalFold(tok, "keep-alive"):
-					if r.http10 {
-						r.close = false
+				case EqualFold(tok, "close"):
+					r.Close = true
+				case EqualFold(tok, "keep-alive"):
+					if r.HTTP10 {
+						r.Close = false
 					}
 				case len(tok) > 0:
-					r.conn = append(r.conn, tok)
+					r.Conn = append(r.Conn, tok)
 				}
 			}
 		case hDate:
-			r.hasDate = true
+			r.HasDate = true
 		}
 	}
-	if r.chunked {
-		r.length = -1
+	if r.Chunked {
+		r.Length = -1
 	}
 	return true
 }
 
-// noBody reports whether the answer has no body whatever its headers say:
+// NoBody reports whether the answer has no body whatever its headers say:
 // to HEAD, 1xx, 204 and 304.
-func (r *h1Response) noBody(head bool) bool {
-	return head || r.status < 200 || r.status == 204 || r.status == 304
+func (r *Response) NoBody(head bool) bool {
+	return head || r.Status < 200 || r.Status == 204 || r.Status == 304
 }
 
-// keepHeader reports whether a header line of the target's answer goes on
+// KeepHeader reports whether a header line of the target's answer goes on
 // to the client: hop-by-hop headers and those the Connection header named
 // stop at the proxy; Transfer-Encoding and Content-Length are written anew.
-func (r *h1Response) keepHeader(name []byte) bool {
+func (r *Response) KeepHeader(name []byte) bool {
 	switch headerKind(name) {
 	case hConnection, hHop, hTE, hUpgrade, hTransferEncoding, hContentLength:
 		return false
 	}
-	for _, n := range r.conn {
+	for _, n := range r.Conn {
 		if bytes.EqualFold(n, name) {
 			return false
 		}
