@@ -480,7 +480,7 @@ func (s *Server) Serve(ctx context.Context) error {
 			errc <- fmt.Errorf("serving api: %w", err)
 		}
 	})
-	run(s.leaderLoop)
+	run(func(ctx context.Context) { s.leaderRunner().Run(ctx, s.replica.isLeader(), s.replica.leaderCh) })
 	run(s.registerLoop)
 	run(s.aliveLoop)
 	run(s.forwardSeen)
@@ -530,89 +530,6 @@ func (s *Server) healthz(w http.ResponseWriter, _ *http.Request) {
 	w.Header().Set("Content-Type", "application/json")
 	fmt.Fprintf(w, "{\"status\":\"ok\",\"leader\":%q,\"is_leader\":%t,\"index\":%d}\n",
 		s.replica.leaderAddr(), s.replica.isLeader(), s.store.Read().Index())
-}
-
-// leaderLoop runs leader duties while this replica leads.
-func (s *Server) leaderLoop(ctx context.Context) {
-	var (
-		stop func()
-		wg   sync.WaitGroup
-	)
-	step := func(leading bool) {
-		if stop != nil {
-			stop()
-			wg.Wait()
-			stop = nil
-		}
-		if !leading {
-			return
-		}
-		lctx, cancel := context.WithCancel(ctx)
-		stop = cancel
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			s.lead(lctx)
-		}()
-	}
-	if s.replica.isLeader() {
-		step(true)
-	}
-	for {
-		select {
-		case <-ctx.Done():
-			step(false)
-			return
-		case leading := <-s.replica.leaderCh:
-			s.logger.Info("raft leadership changed", "leader", leading)
-			step(leading)
-		}
-	}
-}
-
-// lead runs on the leader: it makes sure the cluster is bootstrapped, then
-// runs the scheduler, the liveness checker, the scheduled backups and
-// the certificate orderer until leadership ends.
-func (s *Server) lead(ctx context.Context) {
-	for ctx.Err() == nil {
-		err := s.replica.barrier(10 * time.Second)
-		if err == nil {
-			err = s.ensureBootstrapped(ctx)
-		}
-		if err == nil {
-			break
-		}
-		s.logger.Warn("starting leader duties", "error", err, "retry_in", time.Second)
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(time.Second):
-		}
-	}
-	s.liveness.reset()
-	var wg sync.WaitGroup
-	wg.Add(5)
-	go func() {
-		defer wg.Done()
-		s.api.BackupLoop(ctx)
-	}()
-	go func() {
-		defer wg.Done()
-		s.api.AutoscaleLoop(ctx)
-	}()
-	go func() {
-		defer wg.Done()
-		s.api.CertificateLoop(ctx)
-	}()
-	go func() {
-		defer wg.Done()
-		scheduler.Loop(ctx, s.store, s.replica.propose, s.logger.With("component", "scheduler"), s.sched)
-	}()
-	go func() {
-		defer wg.Done()
-		s.liveness.run(ctx, s.store, s.replica.propose, s.logger.With("component", "liveness"))
-	}()
-	wg.Wait()
 }
 
 func (s *Server) ensureBootstrapped(ctx context.Context) error {

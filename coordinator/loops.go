@@ -1,0 +1,46 @@
+package coordinator
+
+import (
+	"context"
+	"time"
+
+	"corpus/coordinator/leader"
+	"corpus/coordinator/scheduler"
+)
+
+// leaderRunner runs the leader duties while this replica leads: once it
+// made sure the cluster is bootstrapped, the scheduler, the liveness
+// checker, the scheduled backups, the autoscaler and the certificate
+// orderer. (The series sampler, the zone, gossip and registration run
+// on every replica: Serve starts them.)
+func (s *Server) leaderRunner() *leader.Runner {
+	return leader.New(leader.Config{
+		Establish: s.establishLeadership,
+		Logger:    s.logger,
+		Loops: []leader.Loop{
+			leader.Func(func(ctx context.Context) {
+				scheduler.Loop(ctx, s.store, s.replica.propose, s.logger.With("component", "scheduler"), s.sched)
+			}),
+			leader.Func(func(ctx context.Context) {
+				s.liveness.run(ctx, s.store, s.replica.propose, s.logger.With("component", "liveness"))
+			}),
+			leader.Func(s.api.BackupLoop),
+			leader.Func(s.api.AutoscaleLoop),
+			leader.Func(s.api.CertificateLoop),
+		},
+	})
+}
+
+// establishLeadership runs on gaining leadership, before the leader's
+// loops: the log applied up to the new term, the cluster bootstrapped,
+// and every node given a full timeout from now.
+func (s *Server) establishLeadership(ctx context.Context) error {
+	if err := s.replica.barrier(10 * time.Second); err != nil {
+		return err
+	}
+	if err := s.ensureBootstrapped(ctx); err != nil {
+		return err
+	}
+	s.liveness.reset()
+	return nil
+}
