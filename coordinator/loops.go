@@ -4,8 +4,14 @@ import (
 	"context"
 	"time"
 
+	"connectrpc.com/connect"
+
+	"corpus/coordinator/autoscale"
+	"corpus/coordinator/backupschedule"
 	"corpus/coordinator/leader"
 	"corpus/coordinator/scheduler"
+	corpusv1 "corpus/proto/corpus/v1"
+	"corpus/proto/corpus/v1/corpusv1connect"
 )
 
 // leaderRunner runs the leader duties while this replica leads: once it
@@ -24,8 +30,8 @@ func (s *Server) leaderRunner() *leader.Runner {
 			leader.Func(func(ctx context.Context) {
 				s.liveness.run(ctx, s.store, s.replica.propose, s.logger.With("component", "liveness"))
 			}),
-			leader.Func(s.api.BackupLoop),
-			leader.Func(s.api.AutoscaleLoop),
+			&backupschedule.Loop{Store: s.store, Clock: s.cfg.Clock, Backups: s.api, Logger: s.logger},
+			&autoscale.Loop{Store: s.store, Loads: agentLoads(s.agentClient), Scaler: s.api, Interval: s.cfg.AutoscaleInterval, Logger: s.logger},
 			leader.Func(s.api.CertificateLoop),
 		},
 	})
@@ -43,4 +49,16 @@ func (s *Server) establishLeadership(ctx context.Context) error {
 	}
 	s.liveness.reset()
 	return nil
+}
+
+// agentLoads reads nodes' loads from their agents (dialled by the
+// function): what the autoscaler and the series sampler sample.
+type agentLoads func(*corpusv1.Node) corpusv1connect.NodeAgentServiceClient
+
+func (dial agentLoads) Load(ctx context.Context, n *corpusv1.Node) (*corpusv1.LoadResponse, error) {
+	res, err := dial(n).Load(ctx, connect.NewRequest(&corpusv1.LoadRequest{}))
+	if err != nil {
+		return nil, err
+	}
+	return res.Msg, nil
 }

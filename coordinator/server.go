@@ -22,6 +22,7 @@ import (
 
 	"corpus/coordinator/api"
 	"corpus/coordinator/auth"
+	"corpus/coordinator/autoscale"
 	"corpus/coordinator/extensions"
 	"corpus/coordinator/ldapauth"
 	"corpus/coordinator/scheduler"
@@ -145,8 +146,8 @@ func Default() Config {
 		DNS:               defaultDNS(),
 		DNSZone:           dns.DefaultZone,
 		LoginTokenTTL:     api.DefaultLoginTokenTTL,
-		AutoscaleInterval: api.DefaultAutoscaleInterval,
-		SeriesInterval:    api.DefaultSeriesInterval,
+		AutoscaleInterval: autoscale.DefaultInterval,
+		SeriesInterval:    series.DefaultInterval,
 
 		ServiceTemplates: templates.DefaultDir,
 	}
@@ -233,7 +234,8 @@ type Server struct {
 	http     *http.Server
 	logger   *slog.Logger
 	liveness *liveness
-	api      *api.Backend // the API's services, whose loops the leader runs
+	api      *api.Backend // the API's services
+	series   *series.Sampler
 	tokenMu  sync.Mutex
 	opsToken string
 	fwd      seenForwarder
@@ -320,30 +322,29 @@ func New(cfg Config) (*Server, error) {
 	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", s.healthz)
+	s.series = series.NewSampler(series.SamplerConfig{State: s.store, Loads: agentLoads(s.agentClient), Interval: cfg.SeriesInterval, Logger: logger})
 	s.api = &api.Backend{
-		Clock:             cfg.Clock,
-		Passwords:         passwords,
-		LoginTTL:          cfg.LoginTokenTTL,
-		AutoscaleInterval: cfg.AutoscaleInterval,
-		Series:            series.New(api.SeriesPoints),
-		Extensions:        extensions.NewCaller(cfg.Metrics, certs.keys.Get),
-		SeriesInterval:    cfg.SeriesInterval,
-		ServiceTemplates:  cfg.ServiceTemplates,
-		Store:             s.store,
-		Propose:           s.propose,
-		ProposeLocal:      r.propose,
-		Leader:            r.leaderAddr,
-		Seen:              s.seen,
-		Group:             s,
-		AgentClient:       s.agentClient,
-		Zone:              s.servedZone,
-		ZoneNow:           s.currentZone,
-		DNSAddr:           s.DNSAddr,
-		GossipAddr:        s.GossipAddr,
-		CA:                certs.auth,
-		CertTTL:           certs.ttl,
-		Logger:            logger,
-		Metrics:           api.NewMetrics(cfg.Metrics),
+		Clock:            cfg.Clock,
+		Passwords:        passwords,
+		LoginTTL:         cfg.LoginTokenTTL,
+		Series:           s.series,
+		Extensions:       extensions.NewCaller(cfg.Metrics, certs.keys.Get),
+		ServiceTemplates: cfg.ServiceTemplates,
+		Store:            s.store,
+		Propose:          s.propose,
+		ProposeLocal:     r.propose,
+		Leader:           r.leaderAddr,
+		Seen:             s.seen,
+		Group:            s,
+		AgentClient:      s.agentClient,
+		Zone:             s.servedZone,
+		ZoneNow:          s.currentZone,
+		DNSAddr:          s.DNSAddr,
+		GossipAddr:       s.GossipAddr,
+		CA:               certs.auth,
+		CertTTL:          certs.ttl,
+		Logger:           logger,
+		Metrics:          api.NewMetrics(cfg.Metrics),
 	}
 	api.Mount(mux, s.api)
 	dash := ui.New(ui.Config{Store: s.store, API: mux, Dial: s.selfClient(certs)})
@@ -484,7 +485,7 @@ func (s *Server) Serve(ctx context.Context) error {
 	run(s.registerLoop)
 	run(s.aliveLoop)
 	run(s.forwardSeen)
-	run(s.api.SeriesLoop)
+	run(s.series.Run)
 	run(func(ctx context.Context) { s.certs.renewLoop(ctx, s.logger.With("component", "tls")) })
 	if s.cfg.Bootstrap && s.cfg.BootstrapExpect > 1 {
 		run(s.formGroup)

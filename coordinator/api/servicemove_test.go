@@ -1,11 +1,32 @@
 package api
 
 import (
+	"bytes"
+	"io"
+	"log/slog"
 	"testing"
+
+	"google.golang.org/protobuf/proto"
 
 	"corpus/coordinator/state"
 	corpusv1 "corpus/proto/corpus/v1"
 )
+
+// snapshotView is the state a snapshot holds (restored from it: the
+// state machine's own way in).
+func snapshotView(t *testing.T, snap *corpusv1.Snapshot) *state.Snap {
+	t.Helper()
+	snap.Version = state.CommandVersion
+	b, err := proto.Marshal(snap)
+	if err != nil {
+		t.Fatal(err)
+	}
+	store := state.NewStore()
+	if err := state.NewFSM(store, slog.New(slog.DiscardHandler)).Restore(io.NopCloser(bytes.NewReader(b))); err != nil {
+		t.Fatal(err)
+	}
+	return store.Read()
+}
 
 // TestKeptVolume: a service made again finds the newest unbound volume
 // its guests left (svc-NAME or svc-NAME-N after a move), never one on a

@@ -1,4 +1,4 @@
-package api
+package backupschedule
 
 import (
 	"bytes"
