@@ -1,32 +1,12 @@
 package api
 
 import (
-	"bytes"
-	"io"
-	"log/slog"
 	"testing"
 
-	"google.golang.org/protobuf/proto"
-
 	"corpus/coordinator/state"
+	"corpus/coordinator/state/statetest"
 	corpusv1 "corpus/proto/corpus/v1"
 )
-
-// snapshotView is the state a snapshot holds (restored from it: the
-// state machine's own way in).
-func snapshotView(t *testing.T, snap *corpusv1.Snapshot) *state.Snap {
-	t.Helper()
-	snap.Version = state.CommandVersion
-	b, err := proto.Marshal(snap)
-	if err != nil {
-		t.Fatal(err)
-	}
-	store := state.NewStore()
-	if err := state.NewFSM(store, slog.New(slog.DiscardHandler)).Restore(io.NopCloser(bytes.NewReader(b))); err != nil {
-		t.Fatal(err)
-	}
-	return store.Read()
-}
 
 // TestKeptVolume: a service made again finds the newest unbound volume
 // its guests left (svc-NAME or svc-NAME-N after a move), never one on a
@@ -37,7 +17,7 @@ func TestKeptVolume(t *testing.T) {
 	}
 	deleting := vol("svc-db-4", "up", "", 9)
 	deleting.DesiredState = state.VolumeDeleted
-	view := snapshotView(t, &corpusv1.Snapshot{
+	view := statetest.Store(t, &corpusv1.Snapshot{
 		Nodes: []*corpusv1.Node{{Id: "up", Name: "n1", Status: state.NodeReady}, {Id: "dead", Name: "n2", Status: state.NodeDown}},
 		Volumes: []*corpusv1.Volume{
 			vol("svc-db", "up", "", 1),
@@ -48,7 +28,7 @@ func TestKeptVolume(t *testing.T) {
 			vol("svc-dbx", "up", "", 11),
 			vol("svc-db-02", "up", "", 12),
 			vol("svc-db-extra", "up", "", 13),
-		}})
+		}}).Read()
 	if v := keptVolume(view, "db"); v.GetName() != "svc-db-2" {
 		t.Errorf("keptVolume(db) = %v, want svc-db-2", v)
 	}

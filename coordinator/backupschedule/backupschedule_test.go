@@ -1,10 +1,8 @@
 package backupschedule
 
 import (
-	"bytes"
 	"context"
 	"errors"
-	"io"
 	"log/slog"
 	"slices"
 	"sync"
@@ -12,39 +10,17 @@ import (
 	"testing/synctest"
 	"time"
 
-	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"corpus/coordinator/state"
+	"corpus/coordinator/state/statetest"
 	corpusv1 "corpus/proto/corpus/v1"
 )
 
 // snapOf is a state holding services and backups.
 func snapOf(t *testing.T, services []*corpusv1.Service, backups []*corpusv1.Backup) *state.Snap {
 	t.Helper()
-	return snapshotView(t, &corpusv1.Snapshot{Services: services, Backups: backups})
-}
-
-// snapshotView is the state a snapshot holds.
-func snapshotView(t *testing.T, snap *corpusv1.Snapshot) *state.Snap {
-	t.Helper()
-	return snapshotStore(t, snap).Read()
-}
-
-// snapshotStore is a store restored from a snapshot (the state machine's
-// own way in).
-func snapshotStore(t *testing.T, snap *corpusv1.Snapshot) *state.Store {
-	t.Helper()
-	snap.Version = state.CommandVersion
-	b, err := proto.Marshal(snap)
-	if err != nil {
-		t.Fatal(err)
-	}
-	store := state.NewStore()
-	if err := state.NewFSM(store, slog.New(slog.DiscardHandler)).Restore(io.NopCloser(bytes.NewReader(b))); err != nil {
-		t.Fatal(err)
-	}
-	return store
+	return statetest.Store(t, &corpusv1.Snapshot{Services: services, Backups: backups}).Read()
 }
 
 func TestBackupSchedule(t *testing.T) {
@@ -88,7 +64,7 @@ func TestBackupSchedule(t *testing.T) {
 		index++
 		return &corpusv1.Backup{Id: id, Volume: volume, NodeId: "n1", Trigger: corpusv1.BackupSchedule, Status: corpusv1.BackupSucceeded, FinishedAt: ago(finished), CreateIndex: index}
 	}
-	view = snapshotView(t, &corpusv1.Snapshot{
+	view = statetest.Store(t, &corpusv1.Snapshot{
 		Services: []*corpusv1.Service{svc("old", corpusv1.ScheduleDaily, state.DesiredRunning, 2)},
 		Volumes: []*corpusv1.Volume{
 			{Id: "v1", Name: "data", NodeId: "n1", DesiredState: state.VolumePresent, BackupSchedule: corpusv1.ScheduleDaily, BackupKeep: 1},
@@ -105,7 +81,7 @@ func TestBackupSchedule(t *testing.T) {
 			bk("b06", "old", corpusv1.BackupSchedule, corpusv1.BackupSucceeded, 2*day),
 			volBk("v01", "data", 3*day), volBk("v02", "data", 2*day), volBk("v03", "fresh-data", time.Hour),
 		},
-	})
+	}).Read()
 	checkSchedule(t, view, now, []string{"service old", "volume data"}, []string{"b01", "b03", "b05", "v01"})
 }
 
@@ -186,7 +162,7 @@ func TestLoop(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		now := time.Now() // the bubble's fake time
 		ago := func(d time.Duration) *timestamppb.Timestamp { return timestamppb.New(now.Add(-d)) }
-		store := snapshotStore(t, &corpusv1.Snapshot{
+		store := statetest.Store(t, &corpusv1.Snapshot{
 			Services: []*corpusv1.Service{
 				{Id: "s-db", Name: "db", GuestId: "g-db", BackupSchedule: corpusv1.ScheduleHourly, DesiredState: state.DesiredRunning},
 				{Id: "s-old", Name: "old", GuestId: "g-old", BackupSchedule: corpusv1.ScheduleDaily, BackupKeep: 1, DesiredState: state.DesiredRunning},
