@@ -22,6 +22,7 @@ import (
 
 	"corpus/coordinator/api"
 	"corpus/coordinator/auth"
+	"corpus/coordinator/autoscale"
 	"corpus/coordinator/extensions"
 	"corpus/coordinator/ldapauth"
 	"corpus/coordinator/scheduler"
@@ -145,8 +146,8 @@ func Default() Config {
 		DNS:               defaultDNS(),
 		DNSZone:           dns.DefaultZone,
 		LoginTokenTTL:     api.DefaultLoginTokenTTL,
-		AutoscaleInterval: api.DefaultAutoscaleInterval,
-		SeriesInterval:    api.DefaultSeriesInterval,
+		AutoscaleInterval: autoscale.DefaultInterval,
+		SeriesInterval:    series.DefaultInterval,
 
 		ServiceTemplates: templates.DefaultDir,
 	}
@@ -233,7 +234,8 @@ type Server struct {
 	http     *http.Server
 	logger   *slog.Logger
 	liveness *liveness
-	api      *api.Backend // the API's services, whose loops the leader runs
+	api      *api.Backend // the API's services
+	series   *series.Sampler
 	tokenMu  sync.Mutex
 	opsToken string
 	fwd      seenForwarder
@@ -320,30 +322,29 @@ func New(cfg Config) (*Server, error) {
 	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", s.healthz)
+	s.series = series.NewSampler(series.SamplerConfig{State: s.store, Loads: agentLoads(s.agentClient), Interval: cfg.SeriesInterval, Logger: logger})
 	s.api = &api.Backend{
-		Clock:             cfg.Clock,
-		Passwords:         passwords,
-		LoginTTL:          cfg.LoginTokenTTL,
-		AutoscaleInterval: cfg.AutoscaleInterval,
-		Series:            series.New(api.SeriesPoints),
-		Extensions:        extensions.NewCaller(cfg.Metrics, certs.keys.Get),
-		SeriesInterval:    cfg.SeriesInterval,
-		ServiceTemplates:  cfg.ServiceTemplates,
-		Store:             s.store,
-		Propose:           s.propose,
-		ProposeLocal:      r.propose,
-		Leader:            r.leaderAddr,
-		Seen:              s.seen,
-		Group:             s,
-		AgentClient:       s.agentClient,
-		Zone:              s.servedZone,
-		ZoneNow:           s.currentZone,
-		DNSAddr:           s.DNSAddr,
-		GossipAddr:        s.GossipAddr,
-		CA:                certs.auth,
-		CertTTL:           certs.ttl,
-		Logger:            logger,
-		Metrics:           api.NewMetrics(cfg.Metrics),
+		Clock:            cfg.Clock,
+		Passwords:        passwords,
+		LoginTTL:         cfg.LoginTokenTTL,
+		Series:           s.series,
+		Extensions:       extensions.NewCaller(cfg.Metrics, certs.keys.Get),
+		ServiceTemplates: cfg.ServiceTemplates,
+		Store:            s.store,
+		Propose:          s.propose,
+		ProposeLocal:     r.propose,
+		Leader:           r.leaderAddr,
+		Seen:             s.seen,
+		Group:            s,
+		AgentClient:      s.agentClient,
+		Zone:             s.servedZone,
+		ZoneNow:          s.currentZone,
+		DNSAddr:          s.DNSAddr,
+		GossipAddr:       s.GossipAddr,
+		CA:               certs.auth,
+		CertTTL:          certs.ttl,
+		Logger:           logger,
+		Metrics:          api.NewMetrics(cfg.Metrics),
 	}
 	api.Mount(mux, s.api)
 	dash := ui.New(ui.Config{Store: s.store, API: mux, Dial: s.selfClient(certs)})
@@ -480,11 +481,11 @@ func (s *Server) Serve(ctx context.Context) error {
 			errc <- fmt.Errorf("serving api: %w", err)
 		}
 	})
-	run(s.leaderLoop)
+	run(func(ctx context.Context) { s.leaderRunner().Run(ctx, s.replica.isLeader(), s.replica.leaderCh) })
 	run(s.registerLoop)
 	run(s.aliveLoop)
 	run(s.forwardSeen)
-	run(s.api.SeriesLoop)
+	run(s.series.Run)
 	run(func(ctx context.Context) { s.certs.renewLoop(ctx, s.logger.With("component", "tls")) })
 	if s.cfg.Bootstrap && s.cfg.BootstrapExpect > 1 {
 		run(s.formGroup)
@@ -530,89 +531,6 @@ func (s *Server) healthz(w http.ResponseWriter, _ *http.Request) {
 	w.Header().Set("Content-Type", "application/json")
 	fmt.Fprintf(w, "{\"status\":\"ok\",\"leader\":%q,\"is_leader\":%t,\"index\":%d}\n",
 		s.replica.leaderAddr(), s.replica.isLeader(), s.store.Read().Index())
-}
-
-// leaderLoop runs leader duties while this replica leads.
-func (s *Server) leaderLoop(ctx context.Context) {
-	var (
-		stop func()
-		wg   sync.WaitGroup
-	)
-	step := func(leading bool) {
-		if stop != nil {
-			stop()
-			wg.Wait()
-			stop = nil
-		}
-		if !leading {
-			return
-		}
-		lctx, cancel := context.WithCancel(ctx)
-		stop = cancel
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			s.lead(lctx)
-		}()
-	}
-	if s.replica.isLeader() {
-		step(true)
-	}
-	for {
-		select {
-		case <-ctx.Done():
-			step(false)
-			return
-		case leading := <-s.replica.leaderCh:
-			s.logger.Info("raft leadership changed", "leader", leading)
-			step(leading)
-		}
-	}
-}
-
-// lead runs on the leader: it makes sure the cluster is bootstrapped, then
-// runs the scheduler, the liveness checker, the scheduled backups and
-// the certificate orderer until leadership ends.
-func (s *Server) lead(ctx context.Context) {
-	for ctx.Err() == nil {
-		err := s.replica.barrier(10 * time.Second)
-		if err == nil {
-			err = s.ensureBootstrapped(ctx)
-		}
-		if err == nil {
-			break
-		}
-		s.logger.Warn("starting leader duties", "error", err, "retry_in", time.Second)
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(time.Second):
-		}
-	}
-	s.liveness.reset()
-	var wg sync.WaitGroup
-	wg.Add(5)
-	go func() {
-		defer wg.Done()
-		s.api.BackupLoop(ctx)
-	}()
-	go func() {
-		defer wg.Done()
-		s.api.AutoscaleLoop(ctx)
-	}()
-	go func() {
-		defer wg.Done()
-		s.api.CertificateLoop(ctx)
-	}()
-	go func() {
-		defer wg.Done()
-		scheduler.Loop(ctx, s.store, s.replica.propose, s.logger.With("component", "scheduler"), s.sched)
-	}()
-	go func() {
-		defer wg.Done()
-		s.liveness.run(ctx, s.store, s.replica.propose, s.logger.With("component", "liveness"))
-	}()
-	wg.Wait()
 }
 
 func (s *Server) ensureBootstrapped(ctx context.Context) error {

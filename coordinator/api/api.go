@@ -10,7 +10,6 @@ import (
 	"log/slog"
 	"net/http"
 	"slices"
-	"sync/atomic"
 	"time"
 
 	"connectrpc.com/connect"
@@ -18,7 +17,6 @@ import (
 
 	"corpus/coordinator/auth"
 	"corpus/coordinator/extensions"
-	"corpus/coordinator/series"
 	"corpus/coordinator/state"
 	"corpus/dns"
 	"corpus/internal/clock"
@@ -77,20 +75,12 @@ type Backend struct {
 	// Metrics records every call (nil: none are).
 	Metrics *Metrics
 
-	// AutoscaleInterval is how often the leader samples the load of
-	// autoscaled environments (0: DefaultAutoscaleInterval).
-	AutoscaleInterval time.Duration
-
 	// Extensions calls the operators' admission extensions (nil: writes
 	// an extension is for are refused).
 	Extensions *extensions.Caller
 
-	// Series keeps what SeriesLoop samples every SeriesInterval (0:
-	// DefaultSeriesInterval) for the dashboard (nil: nothing is).
-	Series         *series.Store
-	SeriesInterval time.Duration
-	// seriesAsked is when the series were last read (unix nanoseconds).
-	seriesAsked atomic.Int64
+	// Series is what the dashboard plots (nil: nothing).
+	Series SeriesSource
 
 	// ServiceTemplates is the operator's folder of service templates,
 	// added to the built-in ones ("": none).

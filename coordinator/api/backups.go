@@ -473,7 +473,7 @@ func (s *serviceService) DeleteBackup(ctx context.Context, req *connect.Request[
 	if bk.Status == corpusv1.BackupRunning {
 		return nil, connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("backup %s is still running", bk.Id))
 	}
-	if err := s.b.removeBackup(ctx, bk); err != nil {
+	if err := s.b.RemoveBackup(ctx, bk); err != nil {
 		return nil, err
 	}
 	return connect.NewResponse(&corpusv1.DeleteBackupResponse{Backup: bk}), nil

@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"corpus/coordinator/state"
+	"corpus/coordinator/state/statetest"
 	corpusv1 "corpus/proto/corpus/v1"
 )
 
@@ -16,7 +17,7 @@ func TestKeptVolume(t *testing.T) {
 	}
 	deleting := vol("svc-db-4", "up", "", 9)
 	deleting.DesiredState = state.VolumeDeleted
-	view := snapshotView(t, &corpusv1.Snapshot{
+	view := statetest.Store(t, &corpusv1.Snapshot{
 		Nodes: []*corpusv1.Node{{Id: "up", Name: "n1", Status: state.NodeReady}, {Id: "dead", Name: "n2", Status: state.NodeDown}},
 		Volumes: []*corpusv1.Volume{
 			vol("svc-db", "up", "", 1),
@@ -27,7 +28,7 @@ func TestKeptVolume(t *testing.T) {
 			vol("svc-dbx", "up", "", 11),
 			vol("svc-db-02", "up", "", 12),
 			vol("svc-db-extra", "up", "", 13),
-		}})
+		}}).Read()
 	if v := keptVolume(view, "db"); v.GetName() != "svc-db-2" {
 		t.Errorf("keptVolume(db) = %v, want svc-db-2", v)
 	}

@@ -8,9 +8,9 @@
 // instances that the next minute needs: no flapping under a steady load.
 //
 // A Recommender keeps the recommendations of one process type; it lives
-// on the Raft leader with the loop that samples the agents (coordinator
-// api), and a new leader starts with an empty window (it scales down no
-// sooner than the window after taking over).
+// on the Raft leader with the Loop that samples the agents, and a new
+// leader starts with an empty window (it scales down no sooner than the
+// window after taking over).
 package autoscale
 
 import (

@@ -1,7 +1,9 @@
-// Package series keeps the recent values of a few metrics in memory: a
-// small time series store of fixed size per series, for the dashboard's
-// plots. It is not a metrics database: values are lost on restart, each
-// replica keeps its own, and a series keeps its last Capacity points.
+// Package series keeps the recent values of a few metrics in memory for
+// the dashboard's plots: a Sampler, which every replica runs, samples the
+// nodes' allocation and the domains' request and error rates into a
+// small time series Store of fixed size per series. It is not a metrics
+// database: values are lost on restart, each replica keeps its own, and a
+// series keeps its last Capacity points.
 package series
 
 import (
