@@ -15,6 +15,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
+	"corpus/coordinator/audit"
 	"corpus/coordinator/auth"
 	"corpus/coordinator/extensions"
 	"corpus/coordinator/state"
@@ -69,7 +70,7 @@ func (b *Backend) admit(ctx context.Context, event string, obj proto.Message, ch
 		proto.Reset(obj)
 		proto.Merge(obj, next)
 		if err := check(); err != nil {
-			return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("extension %s made the %s invalid: %v", e.Name, event, errorText(toConnect(err))))
+			return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("extension %s made the %s invalid: %v", e.Name, event, audit.ErrorText(toConnect(err))))
 		}
 		after, _ := protojson.Marshal(obj)
 		beforeJSON, _ := protojson.Marshal(old)
@@ -144,7 +145,7 @@ func (b *Backend) extensionFailed(ctx context.Context, e *corpusv1.Extension, ev
 	if e.FailurePolicy == corpusv1.FailurePolicyIgnore {
 		b.Logger.Warn("extension failed; its failure policy is ignore, so the write goes on", "extension", e.Name, "event", event, "error", err)
 		if b.audit != nil {
-			if aerr := b.audit.record(ctx, auth.FromContext(ctx).String(), "extension_failed", e.Name,
+			if aerr := b.audit.Record(ctx, auth.FromContext(ctx).String(), "extension_failed", e.Name,
 				fmt.Sprintf("ignored for %s: %v", event, err)); aerr != nil {
 				b.Logger.Warn("recording an ignored extension failure", "error", aerr)
 			}
@@ -228,8 +229,8 @@ func (s *agentService) LintPush(ctx context.Context, req *connect.Request[corpus
 	// A refusal is audited as a refused push, as the pusher.
 	refused := func(x *corpusv1.Extension, why error) (*connect.Response[corpusv1.LintPushResponse], error) {
 		res.Refused = x.Name
-		res.Lines = append(res.Lines, errorText(why))
-		s.b.audit.refusal(ctx, "user:"+m.Author, "refused git push", m.Project+"/"+m.Env, errorText(why)+" (over ssh, node "+auth.FromContext(ctx).NodeName+")")
+		res.Lines = append(res.Lines, audit.ErrorText(why))
+		s.b.audit.Refusal(ctx, "user:"+m.Author, "refused git push", m.Project+"/"+m.Env, audit.ErrorText(why)+" (over ssh, node "+auth.FromContext(ctx).NodeName+")")
 		return connect.NewResponse(res), nil
 	}
 	for _, x := range linters {

@@ -16,6 +16,7 @@ import (
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/proto"
 
+	"corpus/coordinator/audit"
 	"corpus/coordinator/auth"
 	"corpus/coordinator/extensions"
 	"corpus/coordinator/series"
@@ -64,7 +65,7 @@ type Backend struct {
 	Logger  *slog.Logger
 
 	// audit records calls the state machine never sees (see auditor).
-	audit *auditor
+	audit *audit.Auditor
 	// keyrings opens the cluster keyring (sealed config).
 	keyrings *keyrings
 
@@ -304,13 +305,13 @@ func (b *Backend) current(ctx context.Context) (*state.Snap, error) {
 
 // Mount registers every service on mux behind the auth interceptor.
 func Mount(mux *http.ServeMux, b *Backend) {
-	b.audit = newAuditor(b)
+	b.audit = audit.New(proposeFunc(b.Propose), b.Logger)
 	b.keyrings = &keyrings{b: b}
 	authn := &auth.Authenticator{Store: b.Store, Policies: Policies, Clock: b.Clock, Refused: func(ctx context.Context, p auth.Principal, procedure string, req any, err error) {
 		m, _ := req.(proto.Message)
-		b.audit.refused(ctx, p, procedure, m, err)
+		b.audit.Refused(ctx, p, procedure, m, err)
 	}}
-	interceptors := []connect.Interceptor{authn.Interceptor(), b.audit.interceptor(), consistentReads{group: b.Group}, currentNotFound{group: b.Group}}
+	interceptors := []connect.Interceptor{authn.Interceptor(), b.audit.Interceptor(), consistentReads{group: b.Group}, currentNotFound{group: b.Group}}
 	if b.Metrics != nil {
 		interceptors = append([]connect.Interceptor{b.Metrics.Interceptor()}, interceptors...)
 	}
@@ -337,7 +338,7 @@ func (b *Backend) write(ctx context.Context, cmd *corpusv1.Command) (uint64, err
 	cmd.Actor = auth.FromContext(ctx).String()
 	idx, err := b.Propose(ctx, cmd)
 	if idx > 0 {
-		markWrote(ctx) // applied, refused or not: the state machine audited it
+		audit.MarkWrote(ctx) // applied, refused or not: the state machine audited it
 	}
 	if err != nil {
 		return idx, toConnect(err)
@@ -416,4 +417,11 @@ func (s *clusterService) Status(ctx context.Context, _ *connect.Request[corpusv1
 		res.ClusterId = cfg.ClusterId
 	}
 	return connect.NewResponse(res), nil
+}
+
+// proposeFunc is Backend.Propose as an audit.Proposer.
+type proposeFunc func(ctx context.Context, cmd *corpusv1.Command) (uint64, error)
+
+func (f proposeFunc) Propose(ctx context.Context, cmd *corpusv1.Command) (uint64, error) {
+	return f(ctx, cmd)
 }

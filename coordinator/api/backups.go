@@ -10,6 +10,7 @@ import (
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/proto"
 
+	"corpus/coordinator/audit"
 	"corpus/coordinator/auth"
 	"corpus/coordinator/state"
 	"corpus/internal/secret"
@@ -94,7 +95,7 @@ func (b *Backend) runBackup(ctx context.Context, bk *corpusv1.Backup, source *co
 	size, sum, err := b.copyBackup(ctx, bk, source, holder, progress)
 	finish := &corpusv1.FinishBackup{Id: bk.Id, Status: corpusv1.BackupSucceeded, SizeBytes: size, Sha256: sum}
 	if err != nil {
-		finish = &corpusv1.FinishBackup{Id: bk.Id, Status: corpusv1.BackupFailed, Message: errorText(err)}
+		finish = &corpusv1.FinishBackup{Id: bk.Id, Status: corpusv1.BackupFailed, Message: audit.ErrorText(err)}
 	}
 	// Recorded even when the caller went away meanwhile.
 	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), writeTimeout)
@@ -301,9 +302,9 @@ func (s *serviceService) RestoreService(ctx context.Context, req *connect.Reques
 	}
 	result := "ok"
 	if err != nil {
-		result = "failed: " + errorText(err)
+		result = "failed: " + audit.ErrorText(err)
 	}
-	if aerr := s.b.audit.record(ctx, auth.FromContext(ctx).String(), "restore", svc.Name+" from "+bk.Id+" on "+target.Name, result); aerr != nil {
+	if aerr := s.b.audit.Record(ctx, auth.FromContext(ctx).String(), "restore", svc.Name+" from "+bk.Id+" on "+target.Name, result); aerr != nil {
 		s.b.Logger.Warn("recording a restore in the audit log", "service", svc.Name, "error", aerr)
 	}
 	if err != nil {
@@ -380,7 +381,7 @@ func (s *serviceService) ExportBackup(ctx context.Context, req *connect.Request[
 	if err := rd.Err(); err != nil {
 		return connect.NewError(connect.CodeUnavailable, fmt.Errorf("reading backup %s on node %s: %w", bk.Id, holder.Name, err))
 	}
-	if auditErr := s.b.audit.record(ctx, auth.FromContext(ctx).String(), "export backup", bk.Service+" "+bk.Id, "ok"); auditErr != nil {
+	if auditErr := s.b.audit.Record(ctx, auth.FromContext(ctx).String(), "export backup", bk.Service+" "+bk.Id, "ok"); auditErr != nil {
 		s.b.Logger.Warn("recording an export in the audit log", "backup", bk.Id, "error", auditErr)
 	}
 	return nil
@@ -415,7 +416,7 @@ func (s *serviceService) ImportBackup(ctx context.Context, stream *connect.Clien
 	size, err := s.b.storeImport(ctx, bk, holder, head.Sha256, stream)
 	finish := &corpusv1.FinishBackup{Id: bk.Id, Status: corpusv1.BackupSucceeded, SizeBytes: size, Sha256: head.Sha256}
 	if err != nil {
-		finish = &corpusv1.FinishBackup{Id: bk.Id, Status: corpusv1.BackupFailed, Message: errorText(err)}
+		finish = &corpusv1.FinishBackup{Id: bk.Id, Status: corpusv1.BackupFailed, Message: audit.ErrorText(err)}
 	}
 	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), writeTimeout)
 	defer cancel()

@@ -10,6 +10,7 @@ import (
 
 	"connectrpc.com/connect"
 
+	"corpus/coordinator/audit"
 	"corpus/coordinator/auth"
 	"corpus/coordinator/state"
 	"corpus/internal/names"
@@ -174,9 +175,9 @@ func (s *projectService) redeploy(ctx context.Context, view *state.Snap, p *corp
 	}
 	result := "ok"
 	if err != nil {
-		result = "failed: " + errorText(err)
+		result = "failed: " + audit.ErrorText(err)
 	}
-	if aerr := s.b.audit.record(ctx, auth.FromContext(ctx).String(), r.Trigger, p.Name+"/"+e.Name, result); aerr != nil {
+	if aerr := s.b.audit.Record(ctx, auth.FromContext(ctx).String(), r.Trigger, p.Name+"/"+e.Name, result); aerr != nil {
 		s.b.Logger.Warn("recording a redeploy in the audit log", "project", p.Name, "env", e.Name, "error", aerr)
 	}
 	return err

@@ -209,7 +209,7 @@ func (s *guestService) ExecGuest(ctx context.Context, req *connect.Request[corpu
 	// The log names the program, not its arguments (they may hold
 	// secrets).
 	what := fmt.Sprintf("started %s with %d arguments", filepath.Base(m.Argv[0]), len(m.Argv)-1)
-	if err := s.b.audit.record(ctx, auth.FromContext(ctx).String(), "exec_guest", g.Name, what); err != nil {
+	if err := s.b.audit.Record(ctx, auth.FromContext(ctx).String(), "exec_guest", g.Name, what); err != nil {
 		return connect.NewError(connect.CodeUnavailable, fmt.Errorf("the exec could not be recorded in the audit log, so it was not run: %w", err))
 	}
 	up, err := s.b.AgentClient(n).Exec(ctx, connect.NewRequest(m))

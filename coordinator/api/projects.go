@@ -16,6 +16,7 @@ import (
 	"golang.org/x/crypto/ssh"
 	"google.golang.org/protobuf/proto"
 
+	"corpus/coordinator/audit"
 	"corpus/coordinator/auth"
 	"corpus/coordinator/state"
 	"corpus/internal/names"
@@ -531,9 +532,9 @@ func (s *projectService) Rollback(ctx context.Context, req *connect.Request[corp
 	// asked for it is recorded here.
 	result := "ok: " + corpusv1.ReleaseName(to) + " is current"
 	if err != nil {
-		result = "failed: " + errorText(err)
+		result = "failed: " + audit.ErrorText(err)
 	}
-	if aerr := s.b.audit.record(ctx, auth.FromContext(ctx).String(), "rollback", p.Name+"/"+e.Name, result); aerr != nil {
+	if aerr := s.b.audit.Record(ctx, auth.FromContext(ctx).String(), "rollback", p.Name+"/"+e.Name, result); aerr != nil {
 		s.b.Logger.Warn("recording a rollback in the audit log", "project", p.Name, "env", e.Name, "error", aerr)
 	}
 	return err

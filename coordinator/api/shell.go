@@ -49,7 +49,7 @@ func (s *guestService) Shell(ctx context.Context, stream *connect.BidiStream[cor
 		kind = "on a terminal"
 	}
 	what := fmt.Sprintf("started %s with %d arguments %s", filepath.Base(m.Argv[0]), len(m.Argv)-1, kind)
-	if err := s.b.audit.record(ctx, actor, "shell_guest", g.Name, what); err != nil {
+	if err := s.b.audit.Record(ctx, actor, "shell_guest", g.Name, what); err != nil {
 		return connect.NewError(connect.CodeUnavailable, fmt.Errorf("the session could not be recorded in the audit log, so it was not opened: %w", err))
 	}
 	start := time.Now()
@@ -63,7 +63,7 @@ func (s *guestService) Shell(ctx context.Context, stream *connect.BidiStream[cor
 	default:
 		result += ": the client went away"
 	}
-	if aerr := s.b.audit.record(context.WithoutCancel(ctx), actor, "shell_guest", g.Name, result); aerr != nil {
+	if aerr := s.b.audit.Record(context.WithoutCancel(ctx), actor, "shell_guest", g.Name, result); aerr != nil {
 		s.b.Logger.Warn("recording the end of a shell session", "guest", g.Name, "error", aerr)
 	}
 	return err
@@ -135,7 +135,7 @@ func (s *agentService) RecordShell(ctx context.Context, req *connect.Request[cor
 		return nil, toConnect(invalidf("key %.80s belongs to no user", m.Fingerprint))
 	}
 	actor := fmt.Sprintf("user:%s (ssh via node %s)", u.Name, auth.FromContext(ctx).NodeID)
-	if err := s.b.audit.record(ctx, actor, "shell_guest", m.Guest, m.Result); err != nil {
+	if err := s.b.audit.Record(ctx, actor, "shell_guest", m.Guest, m.Result); err != nil {
 		return nil, connect.NewError(connect.CodeUnavailable, err)
 	}
 	return connect.NewResponse(&corpusv1.RecordShellResponse{}), nil

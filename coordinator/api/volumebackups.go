@@ -8,6 +8,7 @@ import (
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/proto"
 
+	"corpus/coordinator/audit"
 	"corpus/coordinator/auth"
 	"corpus/coordinator/state"
 	"corpus/internal/names"
@@ -110,9 +111,9 @@ func (s *volumeService) RestoreVolume(ctx context.Context, req *connect.Request[
 	})
 	result := "ok"
 	if err != nil {
-		result = "failed: " + errorText(err)
+		result = "failed: " + audit.ErrorText(err)
 	}
-	if aerr := s.b.audit.record(ctx, auth.FromContext(ctx).String(), "restore", "volume "+v.Name+" from "+bk.Id, result); aerr != nil {
+	if aerr := s.b.audit.Record(ctx, auth.FromContext(ctx).String(), "restore", "volume "+v.Name+" from "+bk.Id, result); aerr != nil {
 		s.b.Logger.Warn("recording a restore in the audit log", "volume", v.Name, "error", aerr)
 	}
 	if err != nil {
