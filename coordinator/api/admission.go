@@ -18,6 +18,7 @@ import (
 	"corpus/coordinator/audit"
 	"corpus/coordinator/auth"
 	"corpus/coordinator/extensions"
+	"corpus/coordinator/keyring"
 	"corpus/coordinator/state"
 	corpusv1 "corpus/proto/corpus/v1"
 )
@@ -117,11 +118,11 @@ func (b *Backend) admit(ctx context.Context, event string, obj proto.Message, ch
 func (b *Backend) callExtension(ctx context.Context, view *state.Snap, e *corpusv1.Extension, req extensions.Request) (*extensions.Answer, error) {
 	var secret []byte
 	if len(e.Secret) > 0 {
-		k, err := b.keyrings.open(view)
+		k, err := b.keyrings.Open(view)
 		if err != nil {
 			return nil, &extensions.CallError{Extension: e.Name, Reason: "error", Err: fmt.Errorf("opening its secret: %w", err)}
 		}
-		opened, err := openSealed(k, map[string][]byte{"secret": e.Secret}, func(string) string { return state.ExtensionPlace(e.Name) })
+		opened, err := keyring.OpenSealed(k, map[string][]byte{"secret": e.Secret}, func(string) string { return state.ExtensionPlace(e.Name) })
 		if err != nil {
 			return nil, &extensions.CallError{Extension: e.Name, Reason: "error", Err: fmt.Errorf("opening its secret: %w", err)}
 		}

@@ -88,7 +88,7 @@ func (s *agentService) Enroll(ctx context.Context, req *connect.Request[corpusv1
 		CertSerial:    cert.Serial,
 		CertExpiresAt: timestamppb.New(cert.NotAfter),
 	}
-	_, err = s.b.write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_EnrollNode{EnrollNode: &corpusv1.EnrollNode{
+	_, err = s.b.Write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_EnrollNode{EnrollNode: &corpusv1.EnrollNode{
 		TokenId: tokID, TokenSecretHash: secret.Hash(tokSecret), Node: node,
 	}}})
 	if err != nil {
@@ -112,7 +112,7 @@ func (s *agentService) RenewCertificate(ctx context.Context, req *connect.Reques
 	if err != nil {
 		return nil, toConnect(invalidf("%v", err))
 	}
-	if _, err := s.b.write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_RenewNodeCertificate{RenewNodeCertificate: &corpusv1.RenewNodeCertificate{
+	if _, err := s.b.Write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_RenewNodeCertificate{RenewNodeCertificate: &corpusv1.RenewNodeCertificate{
 		NodeId: p.NodeID, Serial: cert.Serial, ExpiresAt: timestamppb.New(cert.NotAfter),
 	}}}); err != nil {
 		return nil, err
@@ -176,7 +176,7 @@ func (s *agentService) Report(ctx context.Context, req *connect.Request[corpusv1
 	if n.Status != state.NodeReady || n.AgentAddress != m.AgentAddress || n.AgentVersion != m.AgentVersion ||
 		n.Address != m.Address || n.MinHostPort != m.MinHostPort || n.GitPort != m.GitPort || !slices.Equal(n.ReservedPorts, m.ReservedPorts) ||
 		!proto.Equal(n.Capacity, m.Capacity) || !sameDrivers(n.Drivers, m.Drivers) {
-		i, err := s.b.write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_UpdateNode{UpdateNode: &corpusv1.UpdateNode{
+		i, err := s.b.Write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_UpdateNode{UpdateNode: &corpusv1.UpdateNode{
 			NodeId: p.NodeID, Capacity: m.Capacity, Drivers: m.Drivers, AgentAddress: m.AgentAddress, AgentVersion: m.AgentVersion,
 			Address: m.Address, MinHostPort: m.MinHostPort, ReservedPorts: m.ReservedPorts, GitPort: m.GitPort,
 		}}})
@@ -198,7 +198,7 @@ func (s *agentService) Report(ctx context.Context, req *connect.Request[corpusv1
 		}
 	}
 	if len(changed) > 0 {
-		i, err := s.b.write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_ReportGuests{ReportGuests: &corpusv1.ReportGuests{
+		i, err := s.b.Write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_ReportGuests{ReportGuests: &corpusv1.ReportGuests{
 			NodeId: p.NodeID, Guests: changed,
 		}}})
 		if err != nil {
@@ -222,7 +222,7 @@ func (s *agentService) Report(ctx context.Context, req *connect.Request[corpusv1
 		}
 	}
 	if len(vols) > 0 {
-		i, err := s.b.write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_ReportVolumes{ReportVolumes: &corpusv1.ReportVolumes{
+		i, err := s.b.Write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_ReportVolumes{ReportVolumes: &corpusv1.ReportVolumes{
 			NodeId: p.NodeID, Volumes: vols,
 		}}})
 		if err != nil {

@@ -19,6 +19,7 @@ import (
 	"corpus/coordinator/audit"
 	"corpus/coordinator/auth"
 	"corpus/coordinator/extensions"
+	"corpus/coordinator/keyring"
 	"corpus/coordinator/series"
 	"corpus/coordinator/state"
 	"corpus/dns"
@@ -67,7 +68,7 @@ type Backend struct {
 	// audit records calls the state machine never sees (see auditor).
 	audit *audit.Auditor
 	// keyrings opens the cluster keyring (sealed config).
-	keyrings *keyrings
+	keyrings *keyring.Ring
 
 	// Passwords checks users' passwords for Login (nil: password login
 	// is off); LoginTTL is the lifetime, and the longest allowed, of
@@ -306,7 +307,7 @@ func (b *Backend) current(ctx context.Context) (*state.Snap, error) {
 // Mount registers every service on mux behind the auth interceptor.
 func Mount(mux *http.ServeMux, b *Backend) {
 	b.audit = audit.New(proposeFunc(b.Propose), b.Logger)
-	b.keyrings = &keyrings{b: b}
+	b.keyrings = keyring.New(b.Store, b.CA, b)
 	authn := &auth.Authenticator{Store: b.Store, Policies: Policies, Clock: b.Clock, Refused: func(ctx context.Context, p auth.Principal, procedure string, req any, err error) {
 		m, _ := req.(proto.Message)
 		b.audit.Refused(ctx, p, procedure, m, err)
@@ -333,8 +334,8 @@ func Mount(mux *http.ServeMux, b *Backend) {
 	mux.Handle(corpusv1connect.NewExtensionServiceHandler(&extensionService{b}, opts...))
 }
 
-// write proposes a command and maps its error to an API error.
-func (b *Backend) write(ctx context.Context, cmd *corpusv1.Command) (uint64, error) {
+// Write proposes a command and maps its error to an API error.
+func (b *Backend) Write(ctx context.Context, cmd *corpusv1.Command) (uint64, error) {
 	cmd.Actor = auth.FromContext(ctx).String()
 	idx, err := b.Propose(ctx, cmd)
 	if idx > 0 {

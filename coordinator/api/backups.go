@@ -86,7 +86,7 @@ func serviceBackup(view *state.Snap, svc *corpusv1.Service, trigger string) (*co
 func (b *Backend) runBackup(ctx context.Context, bk *corpusv1.Backup, source *corpusv1.Node, progress func(*corpusv1.BackupProgress) error) (*corpusv1.Backup, error) {
 	holder := backupHolder(b.Store.Read(), source)
 	bk.Id, bk.NodeId, bk.SourceNodeId = secret.Hex(8), holder.Id, source.Id
-	if _, err := b.write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_BeginBackup{BeginBackup: &corpusv1.BeginBackup{Backup: bk}}}); err != nil {
+	if _, err := b.Write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_BeginBackup{BeginBackup: &corpusv1.BeginBackup{Backup: bk}}}); err != nil {
 		return nil, err
 	}
 	if holder.Id == source.Id {
@@ -100,7 +100,7 @@ func (b *Backend) runBackup(ctx context.Context, bk *corpusv1.Backup, source *co
 	// Recorded even when the caller went away meanwhile.
 	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), writeTimeout)
 	defer cancel()
-	if _, werr := b.write(fctx, &corpusv1.Command{Cmd: &corpusv1.Command_FinishBackup{FinishBackup: finish}}); werr != nil {
+	if _, werr := b.Write(fctx, &corpusv1.Command{Cmd: &corpusv1.Command_FinishBackup{FinishBackup: finish}}); werr != nil {
 		return nil, errors.Join(err, werr)
 	}
 	if err != nil {
@@ -410,7 +410,7 @@ func (s *serviceService) ImportBackup(ctx context.Context, stream *connect.Clien
 	}
 	bk := &corpusv1.Backup{Id: secret.Hex(8), Service: svc.Name, NodeId: holder.Id, Trigger: corpusv1.BackupImport,
 		Template: svc.Template, Version: svc.Version}
-	if _, err := s.b.write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_BeginBackup{BeginBackup: &corpusv1.BeginBackup{Backup: bk}}}); err != nil {
+	if _, err := s.b.Write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_BeginBackup{BeginBackup: &corpusv1.BeginBackup{Backup: bk}}}); err != nil {
 		return nil, err
 	}
 	size, err := s.b.storeImport(ctx, bk, holder, head.Sha256, stream)
@@ -420,7 +420,7 @@ func (s *serviceService) ImportBackup(ctx context.Context, stream *connect.Clien
 	}
 	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), writeTimeout)
 	defer cancel()
-	if _, werr := s.b.write(fctx, &corpusv1.Command{Cmd: &corpusv1.Command_FinishBackup{FinishBackup: finish}}); werr != nil {
+	if _, werr := s.b.Write(fctx, &corpusv1.Command{Cmd: &corpusv1.Command_FinishBackup{FinishBackup: finish}}); werr != nil {
 		return nil, errors.Join(err, werr)
 	}
 	if err != nil {

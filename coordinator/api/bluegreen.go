@@ -74,7 +74,7 @@ func (s *agentService) SwitchEnv(ctx context.Context, req *connect.Request[corpu
 		}
 		cmd.InstancePorts[in.Index] = o.GetStagedPort()
 	}
-	if _, err := s.b.write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_SwitchEnv{SwitchEnv: cmd}}); err != nil {
+	if _, err := s.b.Write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_SwitchEnv{SwitchEnv: cmd}}); err != nil {
 		return nil, err
 	}
 	return connect.NewResponse(&corpusv1.SwitchEnvResponse{}), nil
@@ -87,7 +87,7 @@ func (s *projectService) SwitchBack(ctx context.Context, req *connect.Request[co
 	if err != nil {
 		return nil, err
 	}
-	if _, err := s.b.write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_SwitchEnv{SwitchEnv: &corpusv1.SwitchEnv{Project: p.Name, Env: e.Name, Back: true}}}); err != nil {
+	if _, err := s.b.Write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_SwitchEnv{SwitchEnv: &corpusv1.SwitchEnv{Project: p.Name, Env: e.Name, Back: true}}}); err != nil {
 		return nil, err
 	}
 	view = s.b.Store.Read()

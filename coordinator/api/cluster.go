@@ -157,3 +157,10 @@ func (s *clusterService) RemoveRaftPeer(ctx context.Context, req *connect.Reques
 }
 
 // validHostPort checks an address is host:port with a usable port.
+func (s *clusterService) RotateKeyring(ctx context.Context, _ *connect.Request[corpusv1.RotateKeyringRequest]) (*connect.Response[corpusv1.RotateKeyringResponse], error) {
+	res, err := s.b.keyrings.Rotate(ctx)
+	if err != nil {
+		return nil, toConnect(err)
+	}
+	return connect.NewResponse(res), nil
+}

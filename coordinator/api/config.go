@@ -5,13 +5,13 @@ import (
 	"fmt"
 	"maps"
 	"slices"
-	"sort"
 	"strings"
 
 	"connectrpc.com/connect"
 
 	"corpus/coordinator/audit"
 	"corpus/coordinator/auth"
+	"corpus/coordinator/keyring"
 	"corpus/coordinator/state"
 	"corpus/internal/names"
 	"corpus/internal/units"
@@ -63,7 +63,7 @@ func (s *projectService) SetConfig(ctx context.Context, req *connect.Request[cor
 	if err := checkConfigChange(m.Set, unset); err != nil {
 		return toConnect(err)
 	}
-	k, err := s.b.keyrings.ensure(ctx)
+	k, err := s.b.keyrings.Ensure(ctx)
 	if err != nil {
 		return toConnect(err)
 	}
@@ -73,7 +73,7 @@ func (s *projectService) SetConfig(ctx context.Context, req *connect.Request[cor
 			return toConnect(err)
 		}
 	}
-	if _, err := s.b.write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_SetConfig{SetConfig: cmd}}); err != nil {
+	if _, err := s.b.Write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_SetConfig{SetConfig: cmd}}); err != nil {
 		return err
 	}
 	keys := slices.Sorted(maps.Keys(m.Set))
@@ -196,11 +196,11 @@ func (s *projectService) GetConfig(ctx context.Context, req *connect.Request[cor
 		}
 	}
 	res := &corpusv1.GetConfigResponse{CurrentRelease: e.CurrentRelease}
-	k, err := s.b.keyrings.open(view)
+	k, err := s.b.keyrings.Open(view)
 	if err != nil {
 		return nil, toConnect(err)
 	}
-	clear, err := openConfig(k, p.Name, e.Name, e.Config)
+	clear, err := keyring.OpenConfig(k, p.Name, e.Name, e.Config)
 	if err != nil {
 		return nil, toConnect(err)
 	}
@@ -212,35 +212,13 @@ func (s *projectService) GetConfig(ctx context.Context, req *connect.Request[cor
 		res.Vars = append(res.Vars, v)
 	}
 	if cur := view.ReleaseByNumber(p.Name, e.Name, e.CurrentRelease); cur != nil {
-		running, err := openConfig(k, p.Name, e.Name, cur.Config)
+		running, err := keyring.OpenConfig(k, p.Name, e.Name, cur.Config)
 		if err != nil {
 			return nil, toConnect(err)
 		}
 		res.Pending = !maps.Equal(running, clear)
 	}
 	return connect.NewResponse(res), nil
-}
-
-// configChanges says how cfg differs from the config of the release
-// before, keys only: "+KEY" new, "~KEY" changed, "-KEY" gone.
-func configChanges(before, after map[string]string) []string {
-	var out []string
-	for k, v := range after {
-		old, ok := before[k]
-		switch {
-		case !ok:
-			out = append(out, "+"+k)
-		case old != v:
-			out = append(out, "~"+k)
-		}
-	}
-	for k := range before {
-		if _, ok := after[k]; !ok {
-			out = append(out, "-"+k)
-		}
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i][1:] < out[j][1:] })
-	return out
 }
 
 // validSteps are the steps corpus deploy --only may name.
@@ -341,7 +319,7 @@ func (s *agentService) SetWebPort(ctx context.Context, req *connect.Request[corp
 	if err := validPort("web port", m.Port); err != nil {
 		return nil, toConnect(err)
 	}
-	if _, err := s.b.write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_SetWebPort{SetWebPort: &corpusv1.SetWebPort{
+	if _, err := s.b.Write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_SetWebPort{SetWebPort: &corpusv1.SetWebPort{
 		Project: m.Project, Env: m.Env, NodeId: auth.FromContext(ctx).NodeID, Port: m.Port, Instance: m.Instance,
 	}}}); err != nil {
 		return nil, err

@@ -186,7 +186,7 @@ func (s *dnsService) AddRecord(ctx context.Context, req *connect.Request[corpusv
 		ttl = dns.DefaultTTL
 	}
 	r := &corpusv1.DnsRecord{Id: secret.Hex(6), Name: rec.Name, Type: rec.Type, Ttl: ttl, Data: rec.Data, Key: key}
-	_, err = s.b.write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_AddDnsRecord{AddDnsRecord: &corpusv1.AddDnsRecord{Record: r}}})
+	_, err = s.b.Write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_AddDnsRecord{AddDnsRecord: &corpusv1.AddDnsRecord{Record: r}}})
 	if errors.Is(err, state.ErrExists) {
 		// A concurrent add of the same record won: adding is idempotent.
 		if old := s.b.Store.Read().DNSRecordByKey(key); old != nil {
@@ -207,7 +207,7 @@ func (s *dnsService) DeleteRecord(ctx context.Context, req *connect.Request[corp
 	if r == nil {
 		return nil, toConnect(notFound("dns record", req.Msg.Id, "corpus dns records"))
 	}
-	if _, err := s.b.write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_DeleteDnsRecord{DeleteDnsRecord: &corpusv1.DeleteDnsRecord{Id: r.Id}}}); err != nil {
+	if _, err := s.b.Write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_DeleteDnsRecord{DeleteDnsRecord: &corpusv1.DeleteDnsRecord{Id: r.Id}}}); err != nil {
 		return nil, err
 	}
 	return connect.NewResponse(&corpusv1.DeleteRecordResponse{Record: r}), nil

@@ -10,6 +10,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"corpus/coordinator/extensions"
+	"corpus/coordinator/keyring"
 	"corpus/coordinator/state"
 	"corpus/internal/names"
 	corpusv1 "corpus/proto/corpus/v1"
@@ -45,17 +46,17 @@ func (s *extensionService) AddExtension(ctx context.Context, req *connect.Reques
 		if len(sec) < 16 || len(sec) > maxSecretBytes {
 			return nil, toConnect(invalidf("the shared secret has %d bytes; want 16 to %d", len(sec), maxSecretBytes))
 		}
-		k, err := s.b.keyrings.ensure(ctx)
+		k, err := s.b.keyrings.Ensure(ctx)
 		if err != nil {
 			return nil, toConnect(err)
 		}
-		sealed, err := sealAll(k, map[string]string{"secret": sec}, func(string) string { return state.ExtensionPlace(e.Name) })
+		sealed, err := keyring.SealAll(k, map[string]string{"secret": sec}, func(string) string { return state.ExtensionPlace(e.Name) })
 		if err != nil {
 			return nil, toConnect(err)
 		}
 		e.Secret = sealed["secret"]
 	}
-	if _, err := s.b.write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_PutExtension{PutExtension: &corpusv1.PutExtension{Extension: e, Replace: req.Msg.Replace}}}); err != nil {
+	if _, err := s.b.Write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_PutExtension{PutExtension: &corpusv1.PutExtension{Extension: e, Replace: req.Msg.Replace}}}); err != nil {
 		return nil, err
 	}
 	v := s.b.Store.Read()
@@ -131,7 +132,7 @@ func (s *extensionService) SetExtensionDisabled(ctx context.Context, req *connec
 	if e.Disabled != req.Msg.Disabled {
 		e = proto.Clone(e).(*corpusv1.Extension)
 		e.Disabled = req.Msg.Disabled
-		if _, err := s.b.write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_PutExtension{PutExtension: &corpusv1.PutExtension{Extension: e, Replace: true}}}); err != nil {
+		if _, err := s.b.Write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_PutExtension{PutExtension: &corpusv1.PutExtension{Extension: e, Replace: true}}}); err != nil {
 			return nil, err
 		}
 	}
@@ -142,7 +143,7 @@ func (s *extensionService) DeleteExtension(ctx context.Context, req *connect.Req
 	if _, err := s.find(req.Msg.Name); err != nil {
 		return nil, err
 	}
-	if _, err := s.b.write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_DeleteExtension{DeleteExtension: &corpusv1.DeleteExtension{Name: req.Msg.Name}}}); err != nil {
+	if _, err := s.b.Write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_DeleteExtension{DeleteExtension: &corpusv1.DeleteExtension{Name: req.Msg.Name}}}); err != nil {
 		return nil, err
 	}
 	return connect.NewResponse(&corpusv1.DeleteExtensionResponse{}), nil

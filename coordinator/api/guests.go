@@ -50,7 +50,7 @@ func (s *guestService) CreateGuest(ctx context.Context, req *connect.Request[cor
 		desired = state.DesiredStopped
 	}
 	g := &corpusv1.Guest{Id: secret.Hex(8), Name: m.Name, Spec: spec, DesiredState: desired, Admission: admitted}
-	_, err = s.b.write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_CreateGuest{CreateGuest: &corpusv1.CreateGuest{Guest: g}}})
+	_, err = s.b.Write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_CreateGuest{CreateGuest: &corpusv1.CreateGuest{Guest: g}}})
 	if errors.Is(err, state.ErrExists) {
 		// Idempotent create: the same request again is a success.
 		old := s.b.Store.Read().GuestByName(m.Name)
@@ -168,7 +168,7 @@ func (s *guestService) setDesired(ctx context.Context, name, desired string, pur
 	if before.DesiredState == desired && (!purge || before.PurgeVolume) {
 		return connect.NewResponse(&corpusv1.GuestActionResponse{Guest: before, Changed: false}), nil
 	}
-	_, err := s.b.write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_SetGuestDesired{SetGuestDesired: &corpusv1.SetGuestDesired{
+	_, err := s.b.Write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_SetGuestDesired{SetGuestDesired: &corpusv1.SetGuestDesired{
 		Name: name, DesiredState: desired, PurgeVolume: purge,
 	}}})
 	if err != nil {

@@ -102,7 +102,7 @@ func (s *guestService) UpdateGuest(ctx context.Context, req *connect.Request[cor
 	if g.DesiredState == state.DesiredDeleted {
 		return nil, connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("guest %q is being deleted; create it again under a new name", g.Name))
 	}
-	_, err = s.b.write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_UpdateGuest{UpdateGuest: &corpusv1.UpdateGuest{Name: g.Name, Spec: spec, Admission: admitted}}})
+	_, err = s.b.Write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_UpdateGuest{UpdateGuest: &corpusv1.UpdateGuest{Name: g.Name, Spec: spec, Admission: admitted}}})
 	if err != nil {
 		return nil, err
 	}

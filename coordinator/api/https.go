@@ -61,7 +61,7 @@ func (s *ingressService) setTLS(ctx context.Context, r *corpusv1.Route, https, r
 	if r.Https == https && r.RedirectHttps == redirect && r.Hsts == hsts {
 		return &corpusv1.SetRouteTlsResponse{Route: r}, nil
 	}
-	if _, err := s.b.write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_SetRouteTls{SetRouteTls: &corpusv1.SetRouteTls{
+	if _, err := s.b.Write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_SetRouteTls{SetRouteTls: &corpusv1.SetRouteTls{
 		Id: r.Id, Https: https, RedirectHttps: redirect, Hsts: hsts}}}); err != nil {
 		return nil, err
 	}
@@ -76,7 +76,7 @@ func (s *ingressService) SetAcme(ctx context.Context, req *connect.Request[corpu
 		if cur == nil {
 			return connect.NewResponse(&corpusv1.SetAcmeResponse{}), nil
 		}
-		if _, err := s.b.write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_SetAcmeConfig{SetAcmeConfig: &corpusv1.SetAcmeConfig{Config: &corpusv1.AcmeConfig{}}}}); err != nil {
+		if _, err := s.b.Write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_SetAcmeConfig{SetAcmeConfig: &corpusv1.SetAcmeConfig{Config: &corpusv1.AcmeConfig{}}}}); err != nil {
 			return nil, err
 		}
 		return connect.NewResponse(&corpusv1.SetAcmeResponse{Changed: true}), nil
@@ -115,7 +115,7 @@ func (s *ingressService) SetAcme(ctx context.Context, req *connect.Request[corpu
 			next.AccountKey, next.AccountUrl = cur.AccountKey, cur.AccountUrl
 		}
 	}
-	if _, err := s.b.write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_SetAcmeConfig{SetAcmeConfig: &corpusv1.SetAcmeConfig{Config: next, ExpectModifyIndex: expect}}}); err != nil {
+	if _, err := s.b.Write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_SetAcmeConfig{SetAcmeConfig: &corpusv1.SetAcmeConfig{Config: next, ExpectModifyIndex: expect}}}); err != nil {
 		return nil, err
 	}
 	return connect.NewResponse(&corpusv1.SetAcmeResponse{Acme: acmeView(s.b.Store.Read().Acme()), Changed: true}), nil
@@ -146,7 +146,7 @@ func (s *ingressService) RenewCertificate(ctx context.Context, req *connect.Requ
 			crt, expect = proto.Clone(cur).(*corpusv1.Certificate), cur.ModifyIndex
 		}
 		crt.NextAttemptAt = timestamppb.Now()
-		_, err := s.b.write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_PutCertificate{PutCertificate: &corpusv1.PutCertificate{Certificate: crt, ExpectModifyIndex: expect}}})
+		_, err := s.b.Write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_PutCertificate{PutCertificate: &corpusv1.PutCertificate{Certificate: crt, ExpectModifyIndex: expect}}})
 		if err == nil {
 			return connect.NewResponse(&corpusv1.RenewDomainCertificateResponse{Certificate: certificateView(s.b.Store.Read().Certificate(domain))}), nil
 		}
@@ -196,7 +196,7 @@ func (s *agentService) TlsMaterial(ctx context.Context, req *connect.Request[cor
 		}
 		if k == nil {
 			var err error
-			if k, err = s.b.keyrings.open(view); err != nil {
+			if k, err = s.b.keyrings.Open(view); err != nil {
 				return nil, toConnect(err)
 			}
 		}
@@ -256,43 +256,6 @@ func nodeCertificates(view *state.Snap, routes []*corpusv1.Route) []*corpusv1.Ce
 	return out
 }
 
-// resealTLS reseals the certificates' keys and the ACME account key for
-// a keyring rotation.
-func resealTLS(view *state.Snap, resealAt func(map[string][]byte, func(string) string) (map[string][]byte, error)) ([]*corpusv1.ResealedConfig, error) {
-	var out []*corpusv1.ResealedConfig
-	for _, c := range view.Certificates() {
-		vals := map[string][]byte{}
-		if len(c.Key) > 0 {
-			vals["key"] = c.Key
-		}
-		if k := c.Challenge.GetAlpnKey(); len(k) > 0 {
-			vals["challenge"] = k
-		}
-		if len(vals) == 0 {
-			continue
-		}
-		domain := c.Domain
-		sealed, err := resealAt(vals, func(name string) string {
-			if name == "challenge" {
-				return state.ChallengeKeyPlace(domain)
-			}
-			return state.CertificateKeyPlace(domain)
-		})
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, &corpusv1.ResealedConfig{Certificate: domain, Config: sealed})
-	}
-	if a := view.Acme(); a != nil && len(a.AccountKey) > 0 {
-		sealed, err := resealAt(map[string][]byte{"key": a.AccountKey}, func(string) string { return state.AcmeKeyPlace })
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, &corpusv1.ResealedConfig{Acme: true, Config: sealed})
-	}
-	return out, nil
-}
-
 // CertificateLoop orders and renews the certificates of https routes
 // while ctx lasts; the leader runs it.
 func (b *Backend) CertificateLoop(ctx context.Context) {
@@ -302,7 +265,7 @@ func (b *Backend) CertificateLoop(ctx context.Context) {
 			cmd.Actor = "acme"
 			return b.Propose(ctx, cmd)
 		},
-		Keyring: b.keyrings.ensure,
+		Keyring: b.keyrings.Ensure,
 		Check: func(ctx context.Context, node *corpusv1.Node, req *corpusv1.CheckChallengeRequest) (*corpusv1.CheckChallengeResponse, error) {
 			res, err := b.AgentClient(node).CheckChallenge(ctx, connect.NewRequest(req))
 			if err != nil {

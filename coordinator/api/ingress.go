@@ -76,7 +76,7 @@ func (s *ingressService) CreateRoute(ctx context.Context, req *connect.Request[c
 	}
 	r := &corpusv1.Route{Id: secret.Hex(8), Kind: m.Kind, Domain: domain, ListenPort: m.ListenPort, GuestId: g.Id, GuestPort: m.GuestPort,
 		Https: m.Https, RedirectHttps: m.RedirectHttps, Hsts: m.Hsts}
-	if _, err := s.b.write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_CreateRoute{CreateRoute: &corpusv1.CreateRoute{Route: r}}}); err != nil {
+	if _, err := s.b.Write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_CreateRoute{CreateRoute: &corpusv1.CreateRoute{Route: r}}}); err != nil {
 		return nil, err
 	}
 	return connect.NewResponse(&corpusv1.CreateRouteResponse{Route: s.b.Store.Read().Route(r.Id), Created: true}), nil
@@ -165,7 +165,7 @@ func (s *ingressService) DeleteRoute(ctx context.Context, req *connect.Request[c
 	if err != nil {
 		return nil, toConnect(err)
 	}
-	if _, err := s.b.write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_DeleteRoute{DeleteRoute: &corpusv1.DeleteRoute{Id: r.Id}}}); err != nil {
+	if _, err := s.b.Write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_DeleteRoute{DeleteRoute: &corpusv1.DeleteRoute{Id: r.Id}}}); err != nil {
 		return nil, err
 	}
 	return connect.NewResponse(&corpusv1.DeleteRouteResponse{Route: r}), nil
@@ -185,7 +185,7 @@ func (s *ingressService) MoveRoute(ctx context.Context, req *connect.Request[cor
 	if err != nil {
 		return nil, toConnect(err)
 	}
-	_, err = s.b.write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_MoveRoute{MoveRoute: &corpusv1.MoveRoute{
+	_, err = s.b.Write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_MoveRoute{MoveRoute: &corpusv1.MoveRoute{
 		Id: r.Id, GuestName: m.ToGuest, GuestPort: m.GuestPort,
 	}}})
 	if err != nil {

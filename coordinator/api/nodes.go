@@ -41,7 +41,7 @@ func (s *nodeService) CreateJoinToken(ctx context.Context, req *connect.Request[
 		CreatedAt:  timestamppb.New(now),
 		ExpiresAt:  timestamppb.New(now.Add(ttl)),
 	}
-	if _, err := s.b.write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_CreateJoinToken{
+	if _, err := s.b.Write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_CreateJoinToken{
 		CreateJoinToken: &corpusv1.CreateJoinToken{Token: tok},
 	}}); err != nil {
 		return nil, err
@@ -103,7 +103,7 @@ func (s *nodeService) SetNodeMode(ctx context.Context, req *connect.Request[corp
 		return nil, toConnect(invalidf("node mode %q: use dev, staging, prod, drain, eligible or ineligible", m.Mode))
 	}
 	if changed {
-		if _, err := s.b.write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_SetNodeMode{SetNodeMode: cmd}}); err != nil {
+		if _, err := s.b.Write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_SetNodeMode{SetNodeMode: cmd}}); err != nil {
 			return nil, err
 		}
 		s.b.Logger.Info("node mode set", "node", n.Name, "mode", m.Mode)
@@ -182,7 +182,7 @@ func (s *nodeService) RemoveNode(ctx context.Context, req *connect.Request[corpu
 	if n == nil {
 		return nil, toConnect(notFound("node", req.Msg.Name, "corpus node list"))
 	}
-	if _, err := s.b.write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_RemoveNode{RemoveNode: &corpusv1.RemoveNode{NodeId: n.Id}}}); err != nil {
+	if _, err := s.b.Write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_RemoveNode{RemoveNode: &corpusv1.RemoveNode{NodeId: n.Id}}}); err != nil {
 		return nil, err
 	}
 	n = proto.Clone(n).(*corpusv1.Node)

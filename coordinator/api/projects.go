@@ -18,6 +18,7 @@ import (
 
 	"corpus/coordinator/audit"
 	"corpus/coordinator/auth"
+	"corpus/coordinator/keyring"
 	"corpus/coordinator/state"
 	"corpus/internal/names"
 	"corpus/internal/secret"
@@ -57,7 +58,7 @@ func (s *userService) CreateUser(ctx context.Context, req *connect.Request[corpu
 	if m.Auth != "" && m.Auth != corpusv1.AuthLDAP {
 		return nil, toConnect(invalidf("auth %q: use ldap, or leave it empty for API tokens only", m.Auth))
 	}
-	_, err := s.b.write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_CreateUser{CreateUser: &corpusv1.CreateUser{User: &corpusv1.User{Name: m.Name, Role: m.Role, Auth: m.Auth}}}})
+	_, err := s.b.Write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_CreateUser{CreateUser: &corpusv1.CreateUser{User: &corpusv1.User{Name: m.Name, Role: m.Role, Auth: m.Auth}}}})
 	if errors.Is(err, state.ErrExists) {
 		if u := s.b.Store.Read().User(m.Name); u != nil && u.Role == m.Role && u.Auth == m.Auth {
 			return connect.NewResponse(&corpusv1.CreateUserResponse{User: u}), nil
@@ -82,7 +83,7 @@ func (s *userService) DeleteUser(ctx context.Context, req *connect.Request[corpu
 	if u == nil {
 		return nil, toConnect(notFound("user", req.Msg.Name, "corpus user list"))
 	}
-	if _, err := s.b.write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_DeleteUser{DeleteUser: &corpusv1.DeleteUser{Name: u.Name}}}); err != nil {
+	if _, err := s.b.Write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_DeleteUser{DeleteUser: &corpusv1.DeleteUser{Name: u.Name}}}); err != nil {
 		return nil, err
 	}
 	return connect.NewResponse(&corpusv1.DeleteUserResponse{User: u}), nil
@@ -135,7 +136,7 @@ func (s *userService) AddKey(ctx context.Context, req *connect.Request[corpusv1.
 		}
 		return nil, connect.NewError(connect.CodeAlreadyExists, fmt.Errorf("key %s already belongs to user %s", k.Fingerprint, owner.Name))
 	}
-	if _, err := s.b.write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_AddSshKey{AddSshKey: &corpusv1.AddSshKey{User: m.User, Key: k}}}); err != nil {
+	if _, err := s.b.Write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_AddSshKey{AddSshKey: &corpusv1.AddSshKey{User: m.User, Key: k}}}); err != nil {
 		return nil, err
 	}
 	return connect.NewResponse(&corpusv1.AddKeyResponse{Key: k, Created: true}), nil
@@ -149,7 +150,7 @@ func (s *userService) DeleteKey(ctx context.Context, req *connect.Request[corpus
 	if !fingerprintRE.MatchString(m.Fingerprint) {
 		return nil, toConnect(invalidf("fingerprint %.80q: want SHA256:... as `corpus key list` shows it", m.Fingerprint))
 	}
-	if _, err := s.b.write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_DeleteSshKey{DeleteSshKey: &corpusv1.DeleteSshKey{User: m.User, Fingerprint: m.Fingerprint}}}); err != nil {
+	if _, err := s.b.Write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_DeleteSshKey{DeleteSshKey: &corpusv1.DeleteSshKey{User: m.User, Fingerprint: m.Fingerprint}}}); err != nil {
 		return nil, err
 	}
 	return connect.NewResponse(&corpusv1.DeleteKeyResponse{}), nil
@@ -274,7 +275,7 @@ func (s *projectService) CreateProject(ctx context.Context, req *connect.Request
 		routes = append(routes, &corpusv1.Route{Id: secret.Hex(8), Kind: string(corpusv1.RouteHTTP), Domain: d, GuestId: g.Id, GuestPort: m.HttpPort,
 			Https: m.Https, RedirectHttps: m.Https})
 	}
-	if _, err := s.b.write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_CreateProject{CreateProject: &corpusv1.CreateProject{
+	if _, err := s.b.Write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_CreateProject{CreateProject: &corpusv1.CreateProject{
 		ProjectId: secret.Hex(8), Name: m.Name, Env: env, Guest: g, Routes: routes, Admission: admitted,
 	}}}); err != nil {
 		return nil, err
@@ -384,7 +385,7 @@ func (s *projectService) DeleteProject(ctx context.Context, req *connect.Request
 	if s.b.Store.Read().Project(m.Name) == nil {
 		return nil, toConnect(notFound("project", m.Name, "corpus project list"))
 	}
-	if _, err := s.b.write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_DeleteProject{DeleteProject: &corpusv1.DeleteProject{Name: m.Name, Env: m.Env, KeepVolumes: m.KeepVolumes}}}); err != nil {
+	if _, err := s.b.Write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_DeleteProject{DeleteProject: &corpusv1.DeleteProject{Name: m.Name, Env: m.Env, KeepVolumes: m.KeepVolumes}}}); err != nil {
 		return nil, err
 	}
 	return connect.NewResponse(&corpusv1.DeleteProjectResponse{}), nil
@@ -398,7 +399,7 @@ func (s *projectService) GrantProject(ctx context.Context, req *connect.Request[
 	if err := names.Validate("user", m.User); err != nil {
 		return nil, toConnect(err)
 	}
-	if _, err := s.b.write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_GrantProject{GrantProject: &corpusv1.GrantProject{Name: m.Name, User: m.User, Revoke: m.Revoke}}}); err != nil {
+	if _, err := s.b.Write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_GrantProject{GrantProject: &corpusv1.GrantProject{Name: m.Name, User: m.User, Revoke: m.Revoke}}}); err != nil {
 		return nil, err
 	}
 	return connect.NewResponse(&corpusv1.GrantProjectResponse{Project: s.b.Store.Read().Project(m.Name)}), nil
@@ -606,14 +607,14 @@ func (s *agentService) BeginRelease(ctx context.Context, req *connect.Request[co
 			if cur := view.ReleaseByNumber(p.Name, e.Name, e.CurrentRelease); cur != nil {
 				before = cur.Config
 			}
-			changes, err := s.b.keyrings.changes(view, p.Name, e.Name, before, e.Config)
+			changes, err := s.b.keyrings.Changes(view, p.Name, e.Name, before, e.Config)
 			if err != nil {
 				return nil, toConnect(err)
 			}
 			r.ConfigChanges = changes
 		}
 	}
-	_, err := s.b.write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_BeginRelease{BeginRelease: &corpusv1.BeginRelease{Release: r}}})
+	_, err := s.b.Write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_BeginRelease{BeginRelease: &corpusv1.BeginRelease{Release: r}}})
 	view = s.b.Store.Read()
 	rel := view.Release(r.Id)
 	if errors.Is(err, state.ErrExists) && m.ReleaseId != "" && rel.GetNodeId() == r.NodeId &&
@@ -623,11 +624,11 @@ func (s *agentService) BeginRelease(ctx context.Context, req *connect.Request[co
 	if err != nil {
 		return nil, err
 	}
-	k, err := s.b.keyrings.open(view)
+	k, err := s.b.keyrings.Open(view)
 	if err != nil {
 		return nil, toConnect(err)
 	}
-	cfg, err := openConfig(k, m.Project, m.Env, rel.GetConfig())
+	cfg, err := keyring.OpenConfig(k, m.Project, m.Env, rel.GetConfig())
 	if err != nil {
 		return nil, toConnect(err)
 	}
@@ -649,7 +650,7 @@ func (s *agentService) FinishRelease(ctx context.Context, req *connect.Request[c
 	if len(log) > maxReleaseLog {
 		log = "[... " + strconv.Itoa(len(log)-maxReleaseLog) + " bytes cut ...]\n" + log[len(log)-maxReleaseLog:]
 	}
-	if _, err := s.b.write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_FinishRelease{FinishRelease: &corpusv1.FinishRelease{
+	if _, err := s.b.Write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_FinishRelease{FinishRelease: &corpusv1.FinishRelease{
 		Id: m.Id, NodeId: auth.FromContext(ctx).NodeID, Status: m.Status, Steps: m.Steps, FailedStep: m.FailedStep, Message: m.Message, Log: log,
 	}}}); err != nil {
 		return nil, err
@@ -662,7 +663,7 @@ func (s *agentService) SetCurrentRelease(ctx context.Context, req *connect.Reque
 	if err := validRelease(m.Project, m.Env); err != nil {
 		return nil, toConnect(err)
 	}
-	if _, err := s.b.write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_SetCurrentRelease{SetCurrentRelease: &corpusv1.SetCurrentRelease{
+	if _, err := s.b.Write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_SetCurrentRelease{SetCurrentRelease: &corpusv1.SetCurrentRelease{
 		Project: m.Project, Env: m.Env, Number: m.Number, NodeId: auth.FromContext(ctx).NodeID,
 	}}}); err != nil {
 		return nil, err
@@ -675,7 +676,7 @@ func (s *agentService) PruneReleases(ctx context.Context, req *connect.Request[c
 	if err := validRelease(m.Project, m.Env); err != nil {
 		return nil, toConnect(err)
 	}
-	if _, err := s.b.write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_PruneReleases{PruneReleases: &corpusv1.PruneReleases{
+	if _, err := s.b.Write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_PruneReleases{PruneReleases: &corpusv1.PruneReleases{
 		Project: m.Project, Env: m.Env, Numbers: m.Numbers, NodeId: auth.FromContext(ctx).NodeID,
 	}}}); err != nil {
 		return nil, err
@@ -714,7 +715,7 @@ func (s *agentService) SetManifestDomains(ctx context.Context, req *connect.Requ
 		routes = append(routes, &corpusv1.Route{Id: secret.Hex(8), Kind: string(corpusv1.RouteHTTP), Domain: d, GuestId: e.GuestId, GuestPort: state.WebPort(e),
 			Https: e.Https, RedirectHttps: e.Https})
 	}
-	if _, err := s.b.write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_SetManifestDomains{SetManifestDomains: &corpusv1.SetManifestDomains{
+	if _, err := s.b.Write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_SetManifestDomains{SetManifestDomains: &corpusv1.SetManifestDomains{
 		Project: m.Project, Env: m.Env, NodeId: auth.FromContext(ctx).NodeID, Domains: domains, Routes: routes,
 	}}}); err != nil {
 		return nil, err

@@ -13,6 +13,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"corpus/coordinator/auth"
+	"corpus/coordinator/keyring"
 	"corpus/coordinator/state"
 	"corpus/internal/names"
 	"corpus/internal/secret"
@@ -49,7 +50,7 @@ func (s *projectService) Scale(ctx context.Context, req *connect.Request[corpusv
 		return nil, err
 	}
 	if changed {
-		if _, err := s.b.write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_ScaleEnv{ScaleEnv: cmd}}); err != nil {
+		if _, err := s.b.Write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_ScaleEnv{ScaleEnv: cmd}}); err != nil {
 			return nil, err
 		}
 	}
@@ -207,7 +208,7 @@ func (s *agentService) RollInstance(ctx context.Context, req *connect.Request[co
 // rollInstance sets the release an instance (guest g) should serve and
 // waits until its agent says it does, or why not.
 func (b *Backend) rollInstance(ctx context.Context, p *corpusv1.Project, e *corpusv1.ProjectEnv, g *corpusv1.Guest, index, release uint32, stage bool, wait time.Duration) (*corpusv1.RollInstanceResponse, error) {
-	if _, err := b.write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_SetInstanceRelease{SetInstanceRelease: &corpusv1.SetInstanceRelease{
+	if _, err := b.Write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_SetInstanceRelease{SetInstanceRelease: &corpusv1.SetInstanceRelease{
 		Project: p.Name, Env: e.Name, Instance: index, Release: release, Stage: stage,
 	}}}); err != nil {
 		return nil, err
@@ -298,11 +299,11 @@ func (s *agentService) InstanceRelease(ctx context.Context, req *connect.Request
 		return nil, connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("instance %d of %s/%s has no release to serve yet", m.Instance, p.Name, e.Name))
 	}
 	res.Release = forClients(res.Release)
-	k, err := s.b.keyrings.open(view)
+	k, err := s.b.keyrings.Open(view)
 	if err != nil {
 		return nil, toConnect(err)
 	}
-	if res.Config, err = openConfig(k, p.Name, e.Name, e.Config); err != nil {
+	if res.Config, err = keyring.OpenConfig(k, p.Name, e.Name, e.Config); err != nil {
 		return nil, toConnect(err)
 	}
 	return connect.NewResponse(res), nil

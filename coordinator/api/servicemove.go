@@ -10,6 +10,7 @@ import (
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/proto"
 
+	"corpus/coordinator/keyring"
 	"corpus/coordinator/state"
 	"corpus/internal/names"
 	"corpus/internal/secret"
@@ -117,7 +118,7 @@ func (s *serviceService) moveLost(ctx context.Context, view *state.Snap, svc *co
 	}
 	spec.Volume = &corpusv1.VolumeSpec{SizeBytes: size, Path: spec.GetVolume().GetPath()}
 	g := &corpusv1.Guest{Id: secret.Hex(8), Name: name, Spec: spec, DesiredState: state.DesiredRunning}
-	if _, err := s.b.write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_ReplaceServiceGuest{ReplaceServiceGuest: &corpusv1.ReplaceServiceGuest{
+	if _, err := s.b.Write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_ReplaceServiceGuest{ReplaceServiceGuest: &corpusv1.ReplaceServiceGuest{
 		Service: svc.Name, OldGuestId: old.Id, Guest: g, NodeId: nodeID,
 	}}}); err != nil {
 		return nil, err
@@ -189,7 +190,7 @@ func (s *serviceService) refreshLinks(ctx context.Context, service string, progr
 	if svc == nil {
 		return nil
 	}
-	k, err := s.b.keyrings.open(view)
+	k, err := s.b.keyrings.Open(view)
 	if err != nil {
 		return toConnect(err)
 	}
@@ -208,7 +209,7 @@ func (s *serviceService) refreshLinks(ctx context.Context, service string, progr
 		if err != nil {
 			return err
 		}
-		have, err := openConfig(k, l.Project, l.Env, e.Config)
+		have, err := keyring.OpenConfig(k, l.Project, l.Env, e.Config)
 		if err != nil {
 			return toConnect(err)
 		}

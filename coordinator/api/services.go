@@ -14,6 +14,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"corpus/coordinator/auth"
+	"corpus/coordinator/keyring"
 	"corpus/coordinator/state"
 	"corpus/coordinator/templates"
 	"corpus/internal/names"
@@ -207,15 +208,15 @@ func (s *serviceService) CreateService(ctx context.Context, req *connect.Request
 		return nil, connect.NewError(connect.CodeAlreadyExists, fmt.Errorf("a guest named %s exists already; choose another service name", g.Name))
 	}
 	if len(clear) > 0 {
-		k, err := s.b.keyrings.ensure(ctx)
+		k, err := s.b.keyrings.Ensure(ctx)
 		if err != nil {
 			return nil, toConnect(err)
 		}
-		if svc.Secrets, err = sealAll(k, clear, func(key string) string { return state.ServicePlace(svc.Name, key) }); err != nil {
+		if svc.Secrets, err = keyring.SealAll(k, clear, func(key string) string { return state.ServicePlace(svc.Name, key) }); err != nil {
 			return nil, toConnect(err)
 		}
 	}
-	if _, err := s.b.write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_CreateService{CreateService: &corpusv1.CreateService{Service: svc, Guest: g}}}); err != nil {
+	if _, err := s.b.Write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_CreateService{CreateService: &corpusv1.CreateService{Service: svc, Guest: g}}}); err != nil {
 		return nil, err
 	}
 	view = s.b.Store.Read()
@@ -395,7 +396,7 @@ func (s *serviceService) setDesired(ctx context.Context, name, desired string, p
 		return nil, false, connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf(
 			"service %s is linked to %s: unlink it first (corpus service unlink %s PROJECT --env ENV)", svc.Name, strings.Join(to, ", "), svc.Name))
 	}
-	if _, err := s.b.write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_SetServiceDesired{SetServiceDesired: &corpusv1.SetServiceDesired{
+	if _, err := s.b.Write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_SetServiceDesired{SetServiceDesired: &corpusv1.SetServiceDesired{
 		Name: name, DesiredState: desired, Purge: purge,
 	}}}); err != nil {
 		return nil, false, err
@@ -498,7 +499,7 @@ func (s *serviceService) UpdateService(ctx context.Context, req *connect.Request
 	if schedule == svc.BackupSchedule && keep == svc.BackupKeep {
 		return connect.NewResponse(&corpusv1.ServiceActionResponse{Service: serviceView(view, svc)}), nil
 	}
-	if _, err := s.b.write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_UpdateService{UpdateService: &corpusv1.UpdateService{
+	if _, err := s.b.Write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_UpdateService{UpdateService: &corpusv1.UpdateService{
 		Name: svc.Name, BackupSchedule: schedule, BackupKeep: keep,
 	}}}); err != nil {
 		return nil, err
@@ -510,11 +511,11 @@ func (s *serviceService) UpdateService(ctx context.Context, req *connect.Request
 // linkEnv is what a link named as gives a project: the template's link
 // variables filled in, or an external service's endpoint and secrets.
 func (s *serviceService) linkEnv(view *state.Snap, svc *corpusv1.Service, as string) (map[string]string, error) {
-	k, err := s.b.keyrings.open(view)
+	k, err := s.b.keyrings.Open(view)
 	if err != nil {
 		return nil, toConnect(err)
 	}
-	secrets, err := openSecrets(k, svc.Name, svc.Secrets)
+	secrets, err := keyring.OpenSecrets(k, svc.Name, svc.Secrets)
 	if err != nil {
 		return nil, toConnect(err)
 	}
@@ -572,15 +573,15 @@ func (s *serviceService) writeLink(ctx context.Context, service, project, env, a
 	if err := checkConfigChange(vars, nil); err != nil {
 		return toConnect(err)
 	}
-	k, err := s.b.keyrings.ensure(ctx)
+	k, err := s.b.keyrings.Ensure(ctx)
 	if err != nil {
 		return toConnect(err)
 	}
-	sealed, err := sealAll(k, vars, func(key string) string { return state.ConfigPlace(project, env, key) })
+	sealed, err := keyring.SealAll(k, vars, func(key string) string { return state.ConfigPlace(project, env, key) })
 	if err != nil {
 		return toConnect(err)
 	}
-	_, err = s.b.write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_LinkService{LinkService: &corpusv1.LinkService{
+	_, err = s.b.Write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_LinkService{LinkService: &corpusv1.LinkService{
 		Service: service, Link: &corpusv1.ServiceLink{Project: project, Env: env, As: as}, Config: sealed,
 	}}})
 	return err
@@ -602,7 +603,7 @@ func (s *serviceService) UnlinkService(ctx context.Context, req *connect.Request
 		return connect.NewError(connect.CodeNotFound, fmt.Errorf("service %s is not linked to %s/%s", svc.Name, p.Name, e.Name))
 	}
 	keys := svc.Links[i].Keys
-	if _, err := s.b.write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_UnlinkService{UnlinkService: &corpusv1.UnlinkService{
+	if _, err := s.b.Write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_UnlinkService{UnlinkService: &corpusv1.UnlinkService{
 		Service: svc.Name, Project: p.Name, Env: e.Name,
 	}}}); err != nil {
 		return err

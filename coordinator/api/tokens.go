@@ -57,7 +57,7 @@ func (s *userService) CreateToken(ctx context.Context, req *connect.Request[corp
 	if ttl > 0 {
 		t.ExpiresAt = timestamppb.New(s.b.now().Add(ttl))
 	}
-	if _, err := s.b.write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_CreateUserToken{CreateUserToken: &corpusv1.CreateUserToken{Token: t}}}); err != nil {
+	if _, err := s.b.Write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_CreateUserToken{CreateUserToken: &corpusv1.CreateUserToken{Token: t}}}); err != nil {
 		return nil, err
 	}
 	return connect.NewResponse(&corpusv1.CreateTokenResponse{Token: plain, Info: s.tokenInfo(t.Id)}), nil
@@ -109,7 +109,7 @@ func (s *userService) RevokeToken(ctx context.Context, req *connect.Request[corp
 	if err := selfOrOps(ctx, t.User); err != nil {
 		return nil, err
 	}
-	if _, err := s.b.write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_RevokeUserToken{RevokeUserToken: &corpusv1.RevokeUserToken{Id: t.Id}}}); err != nil {
+	if _, err := s.b.Write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_RevokeUserToken{RevokeUserToken: &corpusv1.RevokeUserToken{Id: t.Id}}}); err != nil {
 		return nil, err
 	}
 	return connect.NewResponse(&corpusv1.RevokeTokenResponse{}), nil

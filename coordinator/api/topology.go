@@ -13,6 +13,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"corpus/coordinator/auth"
+	"corpus/coordinator/keyring"
 	"corpus/coordinator/state"
 	"corpus/coordinator/templates"
 	"corpus/internal/names"
@@ -53,7 +54,7 @@ func (s *projectService) ExportProject(ctx context.Context, req *connect.Request
 		}
 		envs = []*corpusv1.ProjectEnv{e}
 	}
-	k, err := s.b.keyrings.open(view)
+	k, err := s.b.keyrings.Open(view)
 	if err != nil {
 		return nil, toConnect(err)
 	}
@@ -91,7 +92,7 @@ func (s *projectService) ExportProject(ctx context.Context, req *connect.Request
 			}
 			st.Links = append(st.Links, &corpusv1.ServiceLinkTopology{Env: e.Name, As: l.As})
 		}
-		clear, err := openConfig(k, p.Name, e.Name, e.Config)
+		clear, err := keyring.OpenConfig(k, p.Name, e.Name, e.Config)
 		if err != nil {
 			return nil, toConnect(err)
 		}
@@ -129,7 +130,7 @@ func (s *projectService) serviceTopology(view *state.Snap, k *seal.Keyring, svc 
 	if svc.ExternalUrl == "" {
 		return st, nil
 	}
-	clear, err := openSecrets(k, svc.Name, svc.Secrets)
+	clear, err := keyring.OpenSecrets(k, svc.Name, svc.Secrets)
 	if err != nil {
 		return nil, toConnect(err)
 	}
@@ -420,13 +421,13 @@ func (s *projectService) importScale(ctx context.Context, project string, e *cor
 			return err
 		}
 		if changed {
-			if _, err := s.b.write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_ScaleEnv{ScaleEnv: cmd}}); err != nil {
+			if _, err := s.b.Write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_ScaleEnv{ScaleEnv: cmd}}); err != nil {
 				return err
 			}
 		}
 	}
 	for _, t := range slices.Sorted(maps.Keys(e.Autoscale)) {
-		if _, err := s.b.write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_SetAutoscale{SetAutoscale: &corpusv1.SetAutoscale{
+		if _, err := s.b.Write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_SetAutoscale{SetAutoscale: &corpusv1.SetAutoscale{
 			Project: project, Env: e.Name, Process: t, Policy: e.Autoscale[t],
 		}}}); err != nil {
 			return err
@@ -438,15 +439,15 @@ func (s *projectService) importScale(ctx context.Context, project string, e *cor
 // importConfig sets a new environment's config (it has no release yet:
 // nothing to restart).
 func (s *projectService) importConfig(ctx context.Context, project, env string, vars map[string]string) error {
-	k, err := s.b.keyrings.ensure(ctx)
+	k, err := s.b.keyrings.Ensure(ctx)
 	if err != nil {
 		return toConnect(err)
 	}
-	sealed, err := sealAll(k, vars, func(key string) string { return state.ConfigPlace(project, env, key) })
+	sealed, err := keyring.SealAll(k, vars, func(key string) string { return state.ConfigPlace(project, env, key) })
 	if err != nil {
 		return toConnect(err)
 	}
-	_, err = s.b.write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_SetConfig{SetConfig: &corpusv1.SetConfig{Project: project, Env: env, Set: sealed}}})
+	_, err = s.b.Write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_SetConfig{SetConfig: &corpusv1.SetConfig{Project: project, Env: env, Set: sealed}}})
 	return err
 }
 

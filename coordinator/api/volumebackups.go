@@ -130,7 +130,7 @@ func (b *Backend) withGuestStopped(ctx context.Context, id string, progress func
 		return f()
 	}
 	setDesired := func(ctx context.Context, desired string) error {
-		_, err := b.write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_SetGuestDesired{SetGuestDesired: &corpusv1.SetGuestDesired{Name: g.Name, DesiredState: desired}}})
+		_, err := b.Write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_SetGuestDesired{SetGuestDesired: &corpusv1.SetGuestDesired{Name: g.Name, DesiredState: desired}}})
 		return err
 	}
 	progress(&corpusv1.BackupProgress{Phase: "stopping", Message: "stopping guest " + g.Name + " for the restore"})
@@ -201,7 +201,7 @@ func (s *volumeService) UpdateVolume(ctx context.Context, req *connect.Request[c
 	if schedule == v.BackupSchedule && keep == v.BackupKeep {
 		return connect.NewResponse(&corpusv1.UpdateVolumeResponse{Volume: volumeView(view, v)}), nil
 	}
-	if _, err := s.b.write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_UpdateVolume{UpdateVolume: &corpusv1.UpdateVolume{
+	if _, err := s.b.Write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_UpdateVolume{UpdateVolume: &corpusv1.UpdateVolume{
 		Name: v.Name, BackupSchedule: schedule, BackupKeep: keep,
 	}}}); err != nil {
 		return nil, err

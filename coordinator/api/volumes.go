@@ -54,7 +54,7 @@ func (s *volumeService) DeleteVolume(ctx context.Context, req *connect.Request[c
 	if s.b.Store.Read().Volume(req.Msg.Name) == nil {
 		return nil, toConnect(notFound("volume", req.Msg.Name, "corpus volume list"))
 	}
-	if _, err := s.b.write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_DeleteVolume{DeleteVolume: &corpusv1.DeleteVolume{Name: req.Msg.Name}}}); err != nil {
+	if _, err := s.b.Write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_DeleteVolume{DeleteVolume: &corpusv1.DeleteVolume{Name: req.Msg.Name}}}); err != nil {
 		return nil, err
 	}
 	return connect.NewResponse(&corpusv1.DeleteVolumeResponse{Volume: s.b.Store.Read().Volume(req.Msg.Name)}), nil
@@ -88,7 +88,7 @@ func (s *volumeService) ResizeVolume(ctx context.Context, req *connect.Request[c
 			return nil, err
 		}
 	}
-	if _, err := s.b.write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_ResizeVolume{ResizeVolume: &corpusv1.ResizeVolume{Name: v.Name, SizeBytes: size}}}); err != nil {
+	if _, err := s.b.Write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_ResizeVolume{ResizeVolume: &corpusv1.ResizeVolume{Name: v.Name, SizeBytes: size}}}); err != nil {
 		return nil, err
 	}
 	return connect.NewResponse(&corpusv1.ResizeVolumeResponse{Volume: s.b.Store.Read().Volume(v.Name), Changed: true}), nil
@@ -197,7 +197,7 @@ func (s *volumeService) MoveVolume(ctx context.Context, req *connect.Request[cor
 	if _, err := imp.CloseAndReceive(); err != nil {
 		return connect.NewError(connect.CodeUnavailable, fmt.Errorf("writing volume %s to node %s: %w", v.Name, to.Name, err))
 	}
-	if _, err := s.b.write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_MoveVolume{MoveVolume: &corpusv1.MoveVolume{Name: v.Name, NodeId: to.Id}}}); err != nil {
+	if _, err := s.b.Write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_MoveVolume{MoveVolume: &corpusv1.MoveVolume{Name: v.Name, NodeId: to.Id}}}); err != nil {
 		return err
 	}
 	return stream.Send(&corpusv1.MoveVolumeProgress{DoneBytes: done, TotalBytes: total, Finished: true, Volume: s.b.Store.Read().Volume(v.Name)})
