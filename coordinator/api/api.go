@@ -16,6 +16,7 @@ import (
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/proto"
 
+	"corpus/coordinator/admission"
 	"corpus/coordinator/audit"
 	"corpus/coordinator/auth"
 	"corpus/coordinator/extensions"
@@ -67,6 +68,8 @@ type Backend struct {
 
 	// audit records calls the state machine never sees (see auditor).
 	audit *audit.Auditor
+	// admission calls the admission extensions on writes.
+	admission *admission.Controller
 	// keyrings opens the cluster keyring (sealed config).
 	keyrings *keyring.Ring
 
@@ -308,6 +311,7 @@ func (b *Backend) current(ctx context.Context) (*state.Snap, error) {
 func Mount(mux *http.ServeMux, b *Backend) {
 	b.audit = audit.New(proposeFunc(b.Propose), b.Logger)
 	b.keyrings = keyring.New(b.Store, b.CA, b)
+	b.admission = &admission.Controller{Store: b.Store, Extensions: b.Extensions, Keyring: b.keyrings, Audit: b.audit, Logger: b.Logger}
 	authn := &auth.Authenticator{Store: b.Store, Policies: Policies, Clock: b.Clock, Refused: func(ctx context.Context, p auth.Principal, procedure string, req any, err error) {
 		m, _ := req.(proto.Message)
 		b.audit.Refused(ctx, p, procedure, m, err)

@@ -41,7 +41,7 @@ func (s *guestService) CreateGuest(ctx context.Context, req *connect.Request[cor
 	if err := check(); err != nil {
 		return nil, toConnect(err)
 	}
-	admitted, err := s.b.admit(ctx, corpusv1.OnGuestCreate, m, check)
+	admitted, err := s.b.admission.Admit(ctx, corpusv1.OnGuestCreate, m, check)
 	if err != nil {
 		return nil, err
 	}

@@ -83,7 +83,7 @@ func (s *guestService) UpdateGuest(ctx context.Context, req *connect.Request[cor
 	}
 	// Extensions see the guest as it would be, and may change it.
 	upd := &corpusv1.UpdateGuest{Name: g.Name, Spec: spec}
-	admitted, err := s.b.admit(ctx, corpusv1.OnGuestUpdate, upd, func() error {
+	admitted, err := s.b.admission.Admit(ctx, corpusv1.OnGuestUpdate, upd, func() error {
 		if upd.Name != g.Name {
 			return invalidf("the guest's name cannot change (%s, not %s)", upd.Name, g.Name)
 		}

@@ -254,7 +254,7 @@ func (s *projectService) CreateProject(ctx context.Context, req *connect.Request
 	if err := check(); err != nil {
 		return nil, toConnect(err)
 	}
-	admitted, err := s.b.admit(ctx, corpusv1.OnProjectCreate, m, check)
+	admitted, err := s.b.admission.Admit(ctx, corpusv1.OnProjectCreate, m, check)
 	if err != nil {
 		return nil, err
 	}

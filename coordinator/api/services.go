@@ -188,7 +188,7 @@ func (s *serviceService) CreateService(ctx context.Context, req *connect.Request
 	if err := check(); err != nil {
 		return nil, toConnect(err)
 	}
-	admitted, err := s.b.admit(ctx, corpusv1.OnServiceCreate, m, check)
+	admitted, err := s.b.admission.Admit(ctx, corpusv1.OnServiceCreate, m, check)
 	if err != nil {
 		return nil, err
 	}
