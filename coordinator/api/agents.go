@@ -153,8 +153,8 @@ func (s *agentService) Report(ctx context.Context, req *connect.Request[corpusv1
 	if err := validAgentAddrs(m.AgentAddress, m.Address); err != nil {
 		return nil, toConnect(err)
 	}
-	if s.b.Seen != nil {
-		s.b.Seen(p.NodeID)
+	if s.b.Agents != nil {
+		s.b.NodeSeen(p.NodeID)
 	}
 	view := s.b.Store.Read()
 	if unplaced(view, p.NodeID, m) {
@@ -266,7 +266,7 @@ func sameDrivers(a, b []*corpusv1.DriverInfo) bool {
 
 // dnsInfo tells the agent where this replica answers the cluster zone.
 func (s *agentService) dnsInfo(msg *corpusv1.WatchResponse) {
-	if s.b.Zone == nil || s.b.DNSAddr == nil {
+	if s.b.Zones == nil {
 		return
 	}
 	z := s.b.Zone()

@@ -38,29 +38,15 @@ type Backend struct {
 	// Clock is the time of day tokens are dated and backups fall due by
 	// (nil: clock.System).
 	Clock clock.Clock
-	// Propose commits a command through Raft (see coordinator.Server),
-	// on a follower by passing it to the leader; ProposeLocal only on
-	// this replica (forwarded commands).
-	Propose      func(ctx context.Context, cmd *corpusv1.Command) (uint64, error)
-	ProposeLocal func(ctx context.Context, cmd *corpusv1.Command) (uint64, error)
-	// Leader returns the current leader's address, "" if unknown.
-	Leader func() string
-	// Seen records that a node's agent reported now (liveness).
-	Seen func(nodeID string)
-	// AgentClient dials a node agent's API.
-	AgentClient func(node *corpusv1.Node) corpusv1connect.NodeAgentServiceClient
-	// Zone returns the DNS zone this replica serves (nil when DNS is off),
-	// DNSAddr where it answers. The served zone may lag the state a
-	// little while writes stream in; ZoneNow is the zone as of the state
-	// now (built on the spot when the served one lags: for listings).
-	Zone    func() *dns.Zone
-	ZoneNow func() *dns.Zone
-	DNSAddr func() string
+	// Proposer commits commands through Raft; Leadership says where the
+	// leader is; Agents reaches the node agents; Zones is the DNS zone
+	// this replica serves (nil when DNS is off).
+	Proposer
+	Leadership
+	Agents
+	Zones
 	// Group is the replica's Raft group.
 	Group Group
-	// GossipAddr returns host:port of this replica's gossip member, ""
-	// while it has none; agents join it (nil: never).
-	GossipAddr func() string
 	// CA signs node certificates (enrollment and renewal) valid CertTTL.
 	CA      *pki.CA
 	CertTTL time.Duration
@@ -100,6 +86,42 @@ type Backend struct {
 	// ServiceTemplates is the operator's folder of service templates,
 	// added to the built-in ones ("": none).
 	ServiceTemplates string
+}
+
+// Proposer commits a command through Raft (see coordinator.Server): on
+// a follower by passing it to the leader; ProposeLocal only on this
+// replica (forwarded commands).
+type Proposer interface {
+	Propose(ctx context.Context, cmd *corpusv1.Command) (uint64, error)
+	ProposeLocal(ctx context.Context, cmd *corpusv1.Command) (uint64, error)
+}
+
+// Leadership says where the leader is.
+type Leadership interface {
+	// LeaderAddr is the current leader's address, "" if unknown.
+	LeaderAddr() string
+}
+
+// Agents is how the API reaches the node agents.
+type Agents interface {
+	// NodeSeen records that a node's agent reported now (liveness).
+	NodeSeen(nodeID string)
+	// AgentClient dials a node agent's API.
+	AgentClient(node *corpusv1.Node) corpusv1connect.NodeAgentServiceClient
+	// GossipAddr is host:port of this replica's gossip member, which
+	// agents join, "" while it has none.
+	GossipAddr() string
+}
+
+// Zones is the DNS zone this replica serves.
+type Zones interface {
+	// Zone is the zone served (nil when DNS is off), DNSAddr where it
+	// answers. The served zone may lag the state a little while writes
+	// stream in; ZoneNow is the zone as of the state now (built on the
+	// spot when the served one lags: for listings).
+	Zone() *dns.Zone
+	ZoneNow() *dns.Zone
+	DNSAddr() string
 }
 
 // Policies says who may call what.
@@ -309,7 +331,7 @@ func (b *Backend) current(ctx context.Context) (*state.Snap, error) {
 
 // Mount registers every service on mux behind the auth interceptor.
 func Mount(mux *http.ServeMux, b *Backend) {
-	b.audit = audit.New(proposeFunc(b.Propose), b.Logger)
+	b.audit = audit.New(b, b.Logger)
 	b.keyrings = keyring.New(b.Store, b.CA, b)
 	b.admission = &admission.Controller{Store: b.Store, Extensions: b.Extensions, Keyring: b.keyrings, Audit: b.audit, Logger: b.Logger}
 	authn := &auth.Authenticator{Store: b.Store, Policies: Policies, Clock: b.Clock, Refused: func(ctx context.Context, p auth.Principal, procedure string, req any, err error) {
@@ -405,7 +427,7 @@ type clusterService struct{ b *Backend }
 func (s *clusterService) Status(ctx context.Context, _ *connect.Request[corpusv1.StatusRequest]) (*connect.Response[corpusv1.StatusResponse], error) {
 	view := s.b.Store.Read()
 	res := &corpusv1.StatusResponse{
-		Leader:  s.b.Leader(),
+		Leader:  s.b.LeaderAddr(),
 		Index:   view.Index(),
 		Version: versionString(),
 		Nodes:   int32(len(view.Nodes())),
@@ -422,11 +444,4 @@ func (s *clusterService) Status(ctx context.Context, _ *connect.Request[corpusv1
 		res.ClusterId = cfg.ClusterId
 	}
 	return connect.NewResponse(res), nil
-}
-
-// proposeFunc is Backend.Propose as an audit.Proposer.
-type proposeFunc func(ctx context.Context, cmd *corpusv1.Command) (uint64, error)
-
-func (f proposeFunc) Propose(ctx context.Context, cmd *corpusv1.Command) (uint64, error) {
-	return f(ctx, cmd)
 }

@@ -25,7 +25,7 @@ type dnsService struct{ b *Backend }
 
 func (s *dnsService) zone() (*dns.Zone, error) {
 	var z *dns.Zone
-	if s.b.Zone != nil {
+	if s.b.Zones != nil {
 		z = s.b.Zone()
 	}
 	if z == nil {
