@@ -445,3 +445,8 @@ func (s *clusterService) Status(ctx context.Context, _ *connect.Request[corpusv1
 	}
 	return connect.NewResponse(res), nil
 }
+
+// write is Write, by the name the leader loops of this package call it.
+func (b *Backend) write(ctx context.Context, cmd *corpusv1.Command) (uint64, error) {
+	return b.Write(ctx, cmd)
+}

@@ -41,7 +41,7 @@ func (s *projectService) Autoscale(ctx context.Context, req *connect.Request[cor
 			return nil, err
 		}
 	}
-	if _, err := s.b.Write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_SetAutoscale{SetAutoscale: cmd}}); err != nil {
+	if _, err := s.b.write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_SetAutoscale{SetAutoscale: cmd}}); err != nil {
 		return nil, err
 	}
 	view = s.b.Store.Read()

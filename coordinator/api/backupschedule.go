@@ -217,6 +217,6 @@ func (b *Backend) removeBackup(ctx context.Context, bk *corpusv1.Backup) error {
 			b.Logger.Warn("removing a backup's file", "backup", bk.Id, "node", n.Name, "error", err)
 		}
 	}
-	_, err := b.Write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_DeleteBackup{DeleteBackup: &corpusv1.DeleteBackup{Id: bk.Id}}})
+	_, err := b.write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_DeleteBackup{DeleteBackup: &corpusv1.DeleteBackup{Id: bk.Id}}})
 	return err
 }
