@@ -21,6 +21,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"corpus/coordinator/api"
+	"corpus/coordinator/api/serve"
 	"corpus/coordinator/auth"
 	"corpus/coordinator/extensions"
 	"corpus/coordinator/ldapauth"
@@ -340,7 +341,7 @@ func New(cfg Config) (*Server, error) {
 		Logger:            logger,
 		Metrics:           api.NewMetrics(cfg.Metrics),
 	}
-	api.Mount(mux, s.api)
+	serve.Mount(mux, s.api)
 	dash := ui.New(ui.Config{Store: s.store, API: mux, Dial: s.selfClient(certs)})
 	dash.Mount(mux)
 	s.sched = scheduler.NewMetrics(cfg.Metrics, s.store)

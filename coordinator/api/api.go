@@ -309,28 +309,40 @@ func init() {
 // maxRequestBytes bounds every request body.
 const maxRequestBytes = 4 << 20
 
-// now is the time of day by the backend's clock, never before the
+// Now is the time of day by the backend's clock, never before the
 // cluster's (see state.Store.Now).
-func (b *Backend) now() time.Time { return b.Store.Now(b.Clock) }
+func (b *Backend) Now() time.Time { return b.Store.Now(b.Clock) }
 
-// current is the state once this replica has caught up with every write
+// Current is the state once this replica has caught up with every write
 // acknowledged before the call (Group.ReadIndex, as a linearizable read
 // does). A write handler about to succeed from the state alone (nothing
 // to change, already there) asks it first, so that the answer is as
 // linearizable as the writes: a follower that has not yet applied a
 // write another client saw acknowledged must not answer as if it had
 // not happened. (A NotFound is run again by currentNotFound.)
-func (b *Backend) current(ctx context.Context) (*state.Snap, error) {
+func (b *Backend) Current(ctx context.Context) (*state.Snap, error) {
 	if b.Group != nil {
 		if _, err := b.Group.ReadIndex(ctx); err != nil {
-			return nil, toConnect(err)
+			return nil, ToConnect(err)
 		}
 	}
 	return b.Store.Read(), nil
 }
 
-// Mount registers every service on mux behind the auth interceptor.
-func Mount(mux *http.ServeMux, b *Backend) {
+// Keyring is the cluster keyring the handlers seal and open with (nil
+// before Mount).
+func (b *Backend) Keyring() *keyring.Ring { return b.keyrings }
+
+// Audit records what the state machine never sees (nil before Mount).
+func (b *Backend) Audit() *audit.Auditor { return b.audit }
+
+// Admission calls the admission extensions on writes (nil before Mount).
+func (b *Backend) Admission() *admission.Controller { return b.admission }
+
+// Options readies b for its handlers (the auditor, the keyring,
+// admission) and returns the options every service is mounted with:
+// the auth interceptor and the others, the request size bound.
+func Options(b *Backend) []connect.HandlerOption {
 	b.audit = audit.New(b, b.Logger)
 	b.keyrings = keyring.New(b.Store, b.CA, b)
 	b.admission = &admission.Controller{Store: b.Store, Extensions: b.Extensions, Keyring: b.keyrings, Audit: b.audit, Logger: b.Logger}
@@ -342,12 +354,16 @@ func Mount(mux *http.ServeMux, b *Backend) {
 	if b.Metrics != nil {
 		interceptors = append([]connect.Interceptor{b.Metrics.Interceptor()}, interceptors...)
 	}
-	opts := []connect.HandlerOption{
+	return []connect.HandlerOption{
 		connect.WithInterceptors(interceptors...),
 		connect.WithReadMaxBytes(maxRequestBytes),
 	}
+}
+
+// Mount registers the services of this package on mux with opts (see
+// package serve, which mounts them all).
+func Mount(mux *http.ServeMux, b *Backend, opts []connect.HandlerOption) {
 	mux.Handle(corpusv1connect.NewClusterServiceHandler(&clusterService{b}, opts...))
-	mux.Handle(corpusv1connect.NewNodeServiceHandler(&nodeService{b}, opts...))
 	mux.Handle(corpusv1connect.NewGuestServiceHandler(&guestService{b}, opts...))
 	mux.Handle(corpusv1connect.NewIngressServiceHandler(&ingressService{b}, opts...))
 	mux.Handle(corpusv1connect.NewDnsServiceHandler(&dnsService{b}, opts...))
@@ -368,13 +384,13 @@ func (b *Backend) Write(ctx context.Context, cmd *corpusv1.Command) (uint64, err
 		audit.MarkWrote(ctx) // applied, refused or not: the state machine audited it
 	}
 	if err != nil {
-		return idx, toConnect(err)
+		return idx, ToConnect(err)
 	}
 	return idx, nil
 }
 
-// toConnect maps package errors to connect codes; the message is kept.
-func toConnect(err error) error {
+// ToConnect maps package errors to connect codes; the message is kept.
+func ToConnect(err error) error {
 	var ce *connect.Error
 	switch {
 	case err == nil:
@@ -418,7 +434,7 @@ var ErrNotLeader = errors.New("this coordinator is " + rpc.NotLeaderPhrase)
 // write it passed on (it happened). The API answers Unavailable.
 var ErrBusy = errors.New("the " + rpc.BusyPhrase)
 
-func invalidf(format string, args ...any) error {
+func Invalidf(format string, args ...any) error {
 	return fmt.Errorf("%w: "+format, append([]any{errInvalid}, args...)...)
 }
 
@@ -444,9 +460,4 @@ func (s *clusterService) Status(ctx context.Context, _ *connect.Request[corpusv1
 		res.ClusterId = cfg.ClusterId
 	}
 	return connect.NewResponse(res), nil
-}
-
-// write is Write, by the name the leader loops of this package call it.
-func (b *Backend) write(ctx context.Context, cmd *corpusv1.Command) (uint64, error) {
-	return b.Write(ctx, cmd)
 }

@@ -25,7 +25,7 @@ func (s *auditService) ListAudit(ctx context.Context, req *connect.Request[corpu
 	limit := int(m.Limit)
 	switch {
 	case limit < 0:
-		return nil, toConnect(invalidf("limit %d is negative", limit))
+		return nil, ToConnect(Invalidf("limit %d is negative", limit))
 	case limit == 0:
 		limit = defaultAuditLimit
 	case limit > maxAuditLimit:

@@ -58,7 +58,7 @@ func serviceNode(view *state.Snap, svc *corpusv1.Service) (*corpusv1.Node, error
 		return nil, connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("external service %s keeps no data here to back up or restore", svc.Name))
 	}
 	g := view.Guest(svc.GuestId)
-	if g == nil || guestStatus(view, g) != state.ObservedRunning {
+	if g == nil || GuestStatus(view, g) != state.ObservedRunning {
 		return nil, connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("the guest of service %s is not running", svc.Name))
 	}
 	n := view.Node(g.NodeId)
@@ -178,7 +178,7 @@ func (b *Backend) backupNow(ctx context.Context, bk *corpusv1.Backup, source *co
 		return err
 	}
 	if bk, err = b.runBackup(ctx, bk, source, stream.Send); err != nil {
-		return toConnect(err)
+		return ToConnect(err)
 	}
 	return stream.Send(&corpusv1.BackupProgress{Phase: "done", DoneBytes: bk.SizeBytes, Backup: bk})
 }
@@ -188,7 +188,7 @@ func (b *Backend) backupNow(ctx context.Context, bk *corpusv1.Backup, source *co
 func pickBackup(ctx context.Context, view *state.Snap, id string) (*corpusv1.Backup, error) {
 	bk := view.Backup(id)
 	if bk == nil {
-		return nil, toConnect(notFound("backup", id, "corpus service backups"))
+		return nil, ToConnect(NotFound("backup", id, "corpus service backups"))
 	}
 	if bk.Volume != "" {
 		if pr := auth.FromContext(ctx); pr.Kind != auth.Operator {
@@ -216,7 +216,7 @@ func (s *serviceService) ListBackups(ctx context.Context, req *connect.Request[c
 		}
 	}
 	if req.Msg.Service != "" && req.Msg.Volume != "" {
-		return nil, toConnect(invalidf("give a service or a volume, not both"))
+		return nil, ToConnect(Invalidf("give a service or a volume, not both"))
 	}
 	res := &corpusv1.ListBackupsResponse{}
 	list := view.Backups(req.Msg.Service)
@@ -308,7 +308,7 @@ func (s *serviceService) RestoreService(ctx context.Context, req *connect.Reques
 		s.b.Logger.Warn("recording a restore in the audit log", "service", svc.Name, "error", aerr)
 	}
 	if err != nil {
-		return toConnect(err)
+		return ToConnect(err)
 	}
 	return stream.Send(&corpusv1.BackupProgress{Phase: "done", DoneBytes: out.SizeBytes, Backup: bk, Message: out.Output})
 }
@@ -389,11 +389,11 @@ func (s *serviceService) ExportBackup(ctx context.Context, req *connect.Request[
 
 func (s *serviceService) ImportBackup(ctx context.Context, stream *connect.ClientStream[corpusv1.BackupChunk]) (*connect.Response[corpusv1.ImportBackupResponse], error) {
 	if !stream.Receive() {
-		return nil, toConnect(invalidf("no backup header: the first message names the service and the data's SHA-256"))
+		return nil, ToConnect(Invalidf("no backup header: the first message names the service and the data's SHA-256"))
 	}
 	head := stream.Msg().Backup
 	if head == nil || head.Service == "" || len(head.Sha256) != 64 {
-		return nil, toConnect(invalidf("the first message must name the service and give the data's SHA-256 (64 hex digits)"))
+		return nil, ToConnect(Invalidf("the first message must name the service and give the data's SHA-256 (64 hex digits)"))
 	}
 	view := s.b.Store.Read()
 	svc, err := pickService(ctx, view, head.Service, true)
@@ -401,7 +401,7 @@ func (s *serviceService) ImportBackup(ctx context.Context, stream *connect.Clien
 		return nil, err
 	}
 	if svc.GuestId == "" {
-		return nil, toConnect(invalidf("external service %s keeps no data here", svc.Name))
+		return nil, ToConnect(Invalidf("external service %s keeps no data here", svc.Name))
 	}
 	g := view.Guest(svc.GuestId)
 	holder := backupHolder(view, view.Node(g.GetNodeId()))
@@ -424,7 +424,7 @@ func (s *serviceService) ImportBackup(ctx context.Context, stream *connect.Clien
 		return nil, errors.Join(err, werr)
 	}
 	if err != nil {
-		return nil, toConnect(err)
+		return nil, ToConnect(err)
 	}
 	return connect.NewResponse(&corpusv1.ImportBackupResponse{Backup: s.b.Store.Read().Backup(bk.Id)}), nil
 }

@@ -29,13 +29,13 @@ const maxSecretBytes = 1024
 
 func (s *extensionService) AddExtension(ctx context.Context, req *connect.Request[corpusv1.AddExtensionRequest]) (*connect.Response[corpusv1.AddExtensionResponse], error) {
 	if req.Msg.Extension == nil {
-		return nil, toConnect(invalidf("no extension given"))
+		return nil, ToConnect(Invalidf("no extension given"))
 	}
 	e := proto.Clone(req.Msg.Extension).(*corpusv1.Extension)
 	e.Disabled, e.Secret, e.CreateIndex, e.ModifyIndex = false, nil, 0, 0
 	e.CreatedAt = timestamppb.Now()
 	if err := extensions.Check(e); err != nil {
-		return nil, toConnect(invalidf("%v", err))
+		return nil, ToConnect(Invalidf("%v", err))
 	}
 	view := s.b.Store.Read()
 	if cur := view.Extension(e.Name); cur != nil {
@@ -46,19 +46,19 @@ func (s *extensionService) AddExtension(ctx context.Context, req *connect.Reques
 	}
 	others := slices.DeleteFunc(view.Extensions(), func(o *corpusv1.Extension) bool { return o.Name == e.Name })
 	if _, err := extensions.Order(append(others, e)); err != nil {
-		return nil, toConnect(invalidf("adding %s: %v", e.Name, err))
+		return nil, ToConnect(Invalidf("adding %s: %v", e.Name, err))
 	}
 	if sec := req.Msg.Secret; sec != "" {
 		if len(sec) < 16 || len(sec) > maxSecretBytes {
-			return nil, toConnect(invalidf("the shared secret has %d bytes; want 16 to %d", len(sec), maxSecretBytes))
+			return nil, ToConnect(Invalidf("the shared secret has %d bytes; want 16 to %d", len(sec), maxSecretBytes))
 		}
 		k, err := s.b.keyrings.Ensure(ctx)
 		if err != nil {
-			return nil, toConnect(err)
+			return nil, ToConnect(err)
 		}
 		sealed, err := keyring.SealAll(k, map[string]string{"secret": sec}, func(string) string { return state.ExtensionPlace(e.Name) })
 		if err != nil {
-			return nil, toConnect(err)
+			return nil, ToConnect(err)
 		}
 		e.Secret = sealed["secret"]
 	}
@@ -113,11 +113,11 @@ func (s *extensionService) ListExtensions(ctx context.Context, _ *connect.Reques
 
 func (s *extensionService) find(name string) (*corpusv1.Extension, error) {
 	if err := names.Validate("extension", name); err != nil {
-		return nil, toConnect(err)
+		return nil, ToConnect(err)
 	}
 	e := s.b.Store.Read().Extension(name)
 	if e == nil {
-		return nil, toConnect(notFound("extension", name, "corpus extension list"))
+		return nil, ToConnect(NotFound("extension", name, "corpus extension list"))
 	}
 	return e, nil
 }
@@ -161,13 +161,13 @@ func (s *extensionService) DeleteExtension(ctx context.Context, req *connect.Req
 func (s *agentService) LintPush(ctx context.Context, req *connect.Request[corpusv1.LintPushRequest]) (*connect.Response[corpusv1.LintPushResponse], error) {
 	m := req.Msg
 	if err := validRelease(m.Project, m.Env); err != nil {
-		return nil, toConnect(err)
+		return nil, ToConnect(err)
 	}
 	view := s.b.Store.Read()
 	p := view.Project(m.Project)
 	e := corpusv1.EnvNamed(p, m.Env)
 	if e == nil {
-		return nil, toConnect(notFound("environment", m.Project+"/"+m.Env, "corpus project list"))
+		return nil, ToConnect(NotFound("environment", m.Project+"/"+m.Env, "corpus project list"))
 	}
 	if !slices.Contains(view.EnvNodes(e), auth.FromContext(ctx).NodeID) {
 		return nil, connect.NewError(connect.CodePermissionDenied, fmt.Errorf("%s/%s has no guest on this node", m.Project, m.Env))
@@ -182,7 +182,7 @@ func (s *agentService) LintPush(ctx context.Context, req *connect.Request[corpus
 	}
 	obj, err := protojson.Marshal(m)
 	if err != nil {
-		return nil, toConnect(err)
+		return nil, ToConnect(err)
 	}
 	// A refusal is audited as a refused push, as the pusher.
 	refused := func(x *corpusv1.Extension, why error) (*connect.Response[corpusv1.LintPushResponse], error) {

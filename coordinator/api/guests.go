@@ -39,7 +39,7 @@ func (s *guestService) CreateGuest(ctx context.Context, req *connect.Request[cor
 		return normalizeSpec(spec)
 	}
 	if err := check(); err != nil {
-		return nil, toConnect(err)
+		return nil, ToConnect(err)
 	}
 	admitted, err := s.b.admission.Admit(ctx, corpusv1.OnGuestCreate, m, check)
 	if err != nil {
@@ -69,7 +69,7 @@ func (s *guestService) CreateGuest(ctx context.Context, req *connect.Request[cor
 
 func (s *guestService) GetGuest(ctx context.Context, req *connect.Request[corpusv1.GetGuestRequest]) (*connect.Response[corpusv1.GetGuestResponse], error) {
 	m := req.Msg
-	ctx, cancel := context.WithTimeout(ctx, waitFor(m.WaitSeconds))
+	ctx, cancel := context.WithTimeout(ctx, WaitFor(m.WaitSeconds))
 	defer cancel()
 	for {
 		view := s.b.Store.Read()
@@ -78,7 +78,7 @@ func (s *guestService) GetGuest(ctx context.Context, req *connect.Request[corpus
 			if m.MinIndex > 0 {
 				return connect.NewResponse(&corpusv1.GetGuestResponse{Deleted: true}), nil
 			}
-			return nil, toConnect(notFound("guest", m.Name, "corpus guest list"))
+			return nil, ToConnect(NotFound("guest", m.Name, "corpus guest list"))
 		}
 		if err := maySee(ctx, auth.ScopeOf(view, auth.FromContext(ctx)).Guest(g), "guest", g.Name); err != nil {
 			return nil, err
@@ -93,9 +93,9 @@ func (s *guestService) GetGuest(ctx context.Context, req *connect.Request[corpus
 	}
 }
 
-// waitFor is how long a blocking query waits: seconds as asked, within
+// WaitFor is how long a blocking query waits: seconds as asked, within
 // bounds.
-func waitFor(seconds int64) time.Duration {
+func WaitFor(seconds int64) time.Duration {
 	wait := time.Duration(seconds) * time.Second
 	switch {
 	case seconds <= 0:
@@ -107,7 +107,7 @@ func waitFor(seconds int64) time.Duration {
 }
 
 func (s *guestService) guestView(view *state.Snap, g *corpusv1.Guest) *corpusv1.GetGuestResponse {
-	res := &corpusv1.GetGuestResponse{Guest: g, Status: guestStatus(view, g)}
+	res := &corpusv1.GetGuestResponse{Guest: g, Status: GuestStatus(view, g)}
 	if n := view.Node(g.NodeId); n != nil {
 		res.NodeName = n.Name
 	}
@@ -118,9 +118,9 @@ func (s *guestService) ListGuests(ctx context.Context, req *connect.Request[corp
 	view := s.b.Store.Read()
 	guests := view.Guests()
 	if req.Msg.Node != "" {
-		n := findNode(view, req.Msg.Node)
+		n := FindNode(view, req.Msg.Node)
 		if n == nil {
-			return nil, toConnect(notFound("node", req.Msg.Node, "corpus node list"))
+			return nil, ToConnect(NotFound("node", req.Msg.Node, "corpus node list"))
 		}
 		guests = view.GuestsOnNode(n.Id)
 	}
@@ -136,7 +136,7 @@ func (s *guestService) ListGuests(ctx context.Context, req *connect.Request[corp
 
 func (s *guestService) setDesired(ctx context.Context, name, desired string, purge bool) (*connect.Response[corpusv1.GuestActionResponse], error) {
 	if err := names.Validate("guest", name); err != nil {
-		return nil, toConnect(err)
+		return nil, ToConnect(err)
 	}
 	view := s.b.Store.Read()
 	before := view.GuestByName(name)
@@ -144,7 +144,7 @@ func (s *guestService) setDesired(ctx context.Context, name, desired string, pur
 		// "Nothing to change" is an answer from the state alone: from
 		// the current state (a NotFound is run again by currentNotFound).
 		var err error
-		if view, err = s.b.current(ctx); err != nil {
+		if view, err = s.b.Current(ctx); err != nil {
 			return nil, err
 		}
 		before = view.GuestByName(name)
@@ -155,7 +155,7 @@ func (s *guestService) setDesired(ctx context.Context, name, desired string, pur
 		}
 	}
 	if before == nil {
-		return nil, toConnect(notFound("guest", name, "corpus guest list"))
+		return nil, ToConnect(NotFound("guest", name, "corpus guest list"))
 	}
 	if p, e := view.ProjectOfGuest(before.Id); p != nil && desired == state.DesiredDeleted {
 		return nil, connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf(
@@ -193,13 +193,13 @@ func (s *guestService) DeleteGuest(ctx context.Context, req *connect.Request[cor
 func (s *guestService) ExecGuest(ctx context.Context, req *connect.Request[corpusv1.ExecGuestRequest], stream *connect.ServerStream[corpusv1.ExecOutput]) error {
 	m := req.Msg
 	if err := names.Validate("guest", m.Name); err != nil {
-		return toConnect(err)
+		return ToConnect(err)
 	}
 	if len(m.Argv) == 0 {
-		return toConnect(invalidf("no command given: corpus guest exec %s -- CMD ARGS", m.Name))
+		return ToConnect(Invalidf("no command given: corpus guest exec %s -- CMD ARGS", m.Name))
 	}
 	if len(m.Stdin) > maxStdin {
-		return toConnect(invalidf("stdin of %d bytes is over the %d byte limit", len(m.Stdin), maxStdin))
+		return ToConnect(Invalidf("stdin of %d bytes is over the %d byte limit", len(m.Stdin), maxStdin))
 	}
 	g, n, err := s.execTarget(ctx, m.Name)
 	if err != nil {
@@ -222,12 +222,12 @@ func (s *guestService) execTarget(ctx context.Context, name string) (*corpusv1.G
 	view := s.b.Store.Read()
 	g := view.GuestByName(name)
 	if g == nil {
-		return nil, nil, toConnect(notFound("guest", name, "corpus guest list"))
+		return nil, nil, ToConnect(NotFound("guest", name, "corpus guest list"))
 	}
 	if err := mayUseGuest(ctx, view, g); err != nil {
 		return nil, nil, err
 	}
-	if st := guestStatus(view, g); st != state.ObservedRunning {
+	if st := GuestStatus(view, g); st != state.ObservedRunning {
 		return nil, nil, connect.NewError(connect.CodeFailedPrecondition,
 			fmt.Errorf("guest %q is %s, not running; start it with `corpus guest start %s`", g.Name, st, g.Name))
 	}

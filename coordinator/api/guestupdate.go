@@ -20,32 +20,32 @@ import (
 func (s *guestService) UpdateGuest(ctx context.Context, req *connect.Request[corpusv1.UpdateGuestRequest]) (*connect.Response[corpusv1.GuestActionResponse], error) {
 	m := req.Msg
 	if err := names.Validate("guest", m.Name); err != nil {
-		return nil, toConnect(err)
+		return nil, ToConnect(err)
 	}
 	if m.MemoryBytes != nil && *m.MemoryBytes == 0 {
-		return nil, toConnect(invalidf("memory 0: give a size such as 512M"))
+		return nil, ToConnect(Invalidf("memory 0: give a size such as 512M"))
 	}
 	if m.CpuMillis != nil && *m.CpuMillis == 0 {
-		return nil, toConnect(invalidf("cpu 0: give cores such as 0.5 or millicores such as 250m"))
+		return nil, ToConnect(Invalidf("cpu 0: give cores such as 0.5 or millicores such as 250m"))
 	}
 	if m.Image != nil && *m.Image == "" {
-		return nil, toConnect(invalidf("an empty image: give one such as registry.example/app:1.2"))
+		return nil, ToConnect(Invalidf("an empty image: give one such as registry.example/app:1.2"))
 	}
 	if !m.ReplacePorts && len(m.Ports) > 0 {
-		return nil, toConnect(invalidf("ports are given as the whole new list: set replace_ports"))
+		return nil, ToConnect(Invalidf("ports are given as the whole new list: set replace_ports"))
 	}
 	for _, k := range m.UnsetEnv {
 		if !names.EnvVar(k) || len(k) > maxEnvNameBytes {
-			return nil, toConnect(invalidf("environment variable name %.80q must match [A-Za-z_][A-Za-z0-9_]* and be at most %d bytes", k, maxEnvNameBytes))
+			return nil, ToConnect(Invalidf("environment variable name %.80q must match [A-Za-z_][A-Za-z0-9_]* and be at most %d bytes", k, maxEnvNameBytes))
 		}
 		if _, set := m.SetEnv[k]; set {
-			return nil, toConnect(invalidf("environment variable %s is both set and unset", k))
+			return nil, ToConnect(Invalidf("environment variable %s is both set and unset", k))
 		}
 	}
 	view := s.b.Store.Read()
 	g := view.GuestByName(m.Name)
 	if g == nil {
-		return nil, toConnect(notFound("guest", m.Name, "corpus guest list"))
+		return nil, ToConnect(NotFound("guest", m.Name, "corpus guest list"))
 	}
 	spec := proto.Clone(g.GetSpec()).(*corpusv1.GuestSpec)
 	if spec.Resources == nil {
@@ -79,16 +79,16 @@ func (s *guestService) UpdateGuest(ctx context.Context, req *connect.Request[cor
 		}
 	}
 	if err := normalizeSpec(spec); err != nil {
-		return nil, toConnect(err)
+		return nil, ToConnect(err)
 	}
 	// Extensions see the guest as it would be, and may change it.
 	upd := &corpusv1.UpdateGuest{Name: g.Name, Spec: spec}
 	admitted, err := s.b.admission.Admit(ctx, corpusv1.OnGuestUpdate, upd, func() error {
 		if upd.Name != g.Name {
-			return invalidf("the guest's name cannot change (%s, not %s)", upd.Name, g.Name)
+			return Invalidf("the guest's name cannot change (%s, not %s)", upd.Name, g.Name)
 		}
 		if upd.Spec == nil {
-			return invalidf("no spec")
+			return Invalidf("no spec")
 		}
 		return normalizeSpec(upd.Spec)
 	})

@@ -29,10 +29,10 @@ import (
 // validTLS checks a route's TLS settings.
 func validTLS(kind corpusv1.RouteKind, https, redirect, hsts bool) error {
 	if (https || redirect || hsts) && kind != corpusv1.RouteHTTP {
-		return invalidf("only http routes serve HTTPS")
+		return Invalidf("only http routes serve HTTPS")
 	}
 	if (redirect || hsts) && !https {
-		return invalidf("a redirect to HTTPS and HSTS need --https")
+		return Invalidf("a redirect to HTTPS and HSTS need --https")
 	}
 	return nil
 }
@@ -40,14 +40,14 @@ func validTLS(kind corpusv1.RouteKind, https, redirect, hsts bool) error {
 func (s *ingressService) SetRouteTls(ctx context.Context, req *connect.Request[corpusv1.SetRouteTlsRequest]) (*connect.Response[corpusv1.SetRouteTlsResponse], error) {
 	m := req.Msg
 	if err := validTLS(corpusv1.RouteHTTP, m.Https, m.RedirectHttps, m.Hsts); err != nil {
-		return nil, toConnect(err)
+		return nil, ToConnect(err)
 	}
 	r, err := findRoute(s.b.Store.Read(), m.Domain, 0, "")
 	if err != nil {
-		return nil, toConnect(err)
+		return nil, ToConnect(err)
 	}
 	if !r.Is(corpusv1.RouteHTTP) {
-		return nil, toConnect(invalidf("route %s is a %s route; only http routes serve HTTPS", r.Domain, r.Kind))
+		return nil, ToConnect(Invalidf("route %s is a %s route; only http routes serve HTTPS", r.Domain, r.Kind))
 	}
 	res, err := s.setTLS(ctx, r, m.Https, m.RedirectHttps, m.Hsts)
 	if err != nil {
@@ -83,15 +83,15 @@ func (s *ingressService) SetAcme(ctx context.Context, req *connect.Request[corpu
 	}
 	u, err := url.Parse(m.DirectoryUrl)
 	if err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" {
-		return nil, toConnect(invalidf("directory %q is not an http(s) URL", m.DirectoryUrl))
+		return nil, ToConnect(Invalidf("directory %q is not an http(s) URL", m.DirectoryUrl))
 	}
 	if m.Email != "" && (!strings.Contains(m.Email, "@") || strings.ContainsAny(m.Email, " \t\r\n<>")) {
-		return nil, toConnect(invalidf("email %q is not an address", m.Email))
+		return nil, ToConnect(Invalidf("email %q is not an address", m.Email))
 	}
 	if m.CaPem != "" {
 		pool := x509.NewCertPool()
 		if !pool.AppendCertsFromPEM([]byte(m.CaPem)) {
-			return nil, toConnect(invalidf("the CA file holds no PEM certificate"))
+			return nil, ToConnect(Invalidf("the CA file holds no PEM certificate"))
 		}
 	}
 	challenges := slices.Clone(m.Challenges)
@@ -100,7 +100,7 @@ func (s *ingressService) SetAcme(ctx context.Context, req *connect.Request[corpu
 	}
 	for _, c := range challenges {
 		if !state.ValidChallenge(c) {
-			return nil, toConnect(invalidf("challenge %q: use http-01 or tls-alpn-01", c))
+			return nil, ToConnect(Invalidf("challenge %q: use http-01 or tls-alpn-01", c))
 		}
 	}
 	next := &corpusv1.AcmeConfig{DirectoryUrl: m.DirectoryUrl, Email: m.Email, CaPem: m.CaPem, Challenges: challenges}
@@ -128,15 +128,15 @@ func (s *ingressService) GetAcme(ctx context.Context, _ *connect.Request[corpusv
 func (s *ingressService) RenewCertificate(ctx context.Context, req *connect.Request[corpusv1.RenewDomainCertificateRequest]) (*connect.Response[corpusv1.RenewDomainCertificateResponse], error) {
 	d, err := names.ParseDomain(req.Msg.Domain)
 	if err != nil {
-		return nil, toConnect(err)
+		return nil, ToConnect(err)
 	}
 	domain := string(d)
 	view := s.b.Store.Read()
 	if view.Acme() == nil {
-		return nil, toConnect(fmt.Errorf("no ACME account is configured; set one with corpus ingress acme set: %w", state.ErrBadTransition))
+		return nil, ToConnect(fmt.Errorf("no ACME account is configured; set one with corpus ingress acme set: %w", state.ErrBadTransition))
 	}
 	if !slices.Contains(view.HTTPSDomains(), domain) {
-		return nil, toConnect(notFound("https route for domain", domain, "corpus ingress list"))
+		return nil, ToConnect(NotFound("https route for domain", domain, "corpus ingress list"))
 	}
 	for range 3 {
 		cur := s.b.Store.Read().Certificate(domain)
@@ -178,14 +178,14 @@ func (s *agentService) TlsMaterial(ctx context.Context, req *connect.Request[cor
 	p := auth.FromContext(ctx)
 	view := s.b.Store.Read()
 	if len(req.Msg.Domains) > 10000 {
-		return nil, toConnect(invalidf("%d domains in one call", len(req.Msg.Domains)))
+		return nil, ToConnect(Invalidf("%d domains in one call", len(req.Msg.Domains)))
 	}
 	var k *seal.Keyring
 	res := &corpusv1.TlsMaterialResponse{}
 	for _, domain := range req.Msg.Domains {
 		r := view.RouteByDomain(domain)
 		if r == nil || !r.Https {
-			return nil, toConnect(notFound("https route for domain", domain, "corpus ingress list"))
+			return nil, ToConnect(NotFound("https route for domain", domain, "corpus ingress list"))
 		}
 		if !slices.ContainsFunc(view.RoutesOnNode(p.NodeID), func(r *corpusv1.Route) bool { return r.Domain == domain }) {
 			return nil, connect.NewError(connect.CodePermissionDenied, fmt.Errorf("domain %s is not routed to a guest of node %s", domain, p.NodeName))
@@ -197,7 +197,7 @@ func (s *agentService) TlsMaterial(ctx context.Context, req *connect.Request[cor
 		if k == nil {
 			var err error
 			if k, err = s.b.keyrings.Open(view); err != nil {
-				return nil, toConnect(err)
+				return nil, ToConnect(err)
 			}
 		}
 		td, err := tlsDomain(k, c)

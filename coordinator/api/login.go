@@ -47,14 +47,14 @@ var errBadLogin = errors.New("login refused: wrong user name or password (or the
 func (s *userService) Login(ctx context.Context, req *connect.Request[corpusv1.LoginRequest]) (*connect.Response[corpusv1.LoginResponse], error) {
 	m := req.Msg
 	if err := names.Validate("user", m.User); err != nil {
-		return nil, toConnect(err)
+		return nil, ToConnect(err)
 	}
 	if s.b.Passwords == nil {
 		return nil, connect.NewError(connect.CodeFailedPrecondition,
 			errors.New("password login is off on this coordinator: start the coordinators with --ldap-url and --ldap-user-dn (or --ldap-base-dn), or log in with an API token (corpus login --token)"))
 	}
 	if len(m.Password) > maxPasswordBytes {
-		return nil, toConnect(invalidf("password of %d bytes; the limit is %d", len(m.Password), maxPasswordBytes))
+		return nil, ToConnect(Invalidf("password of %d bytes; the limit is %d", len(m.Password), maxPasswordBytes))
 	}
 	maxTTL := s.b.LoginTTL
 	if maxTTL <= 0 {
@@ -65,7 +65,7 @@ func (s *userService) Login(ctx context.Context, req *connect.Request[corpusv1.L
 	case m.TtlSeconds == 0:
 		ttl = maxTTL
 	case m.TtlSeconds < 0 || ttl > maxTTL:
-		return nil, toConnect(invalidf("ttl %ds: want 1s to %s (login tokens always expire)", m.TtlSeconds, maxTTL))
+		return nil, ToConnect(Invalidf("ttl %ds: want 1s to %s (login tokens always expire)", m.TtlSeconds, maxTTL))
 	}
 	addr := remoteHost(req.Peer().Addr)
 	// The attempt counts as a failure from the start, so parallel
@@ -103,11 +103,11 @@ func (s *userService) Login(ctx context.Context, req *connect.Request[corpusv1.L
 	s.limiter.reset(user.key)
 	s.limiter.giveBack(from.key, now)
 	t, plain := newUserToken(m.User, "ldap login from "+addr)
-	t.ExpiresAt, t.Login = timestamppb.New(s.b.now().Add(ttl)), true
+	t.ExpiresAt, t.Login = timestamppb.New(s.b.Now().Add(ttl)), true
 	cmd := &corpusv1.Command{Actor: "user:" + m.User, Cmd: &corpusv1.Command_UserLogin{UserLogin: &corpusv1.UserLogin{
 		User: m.User, Method: corpusv1.AuthLDAP, Remote: addr, Token: t}}}
 	if _, err := s.b.Propose(ctx, cmd); err != nil {
-		return nil, toConnect(err)
+		return nil, ToConnect(err)
 	}
 	return connect.NewResponse(&corpusv1.LoginResponse{Token: plain, Info: s.tokenInfo(t.Id)}), nil
 }

@@ -27,7 +27,7 @@ const maxLogTail = 100000
 func (s *guestService) GuestLogs(ctx context.Context, req *connect.Request[corpusv1.GuestLogsRequest], stream *connect.ServerStream[corpusv1.LogLine]) error {
 	m := req.Msg
 	if err := names.Validate("guest", m.Name); err != nil {
-		return toConnect(err)
+		return ToConnect(err)
 	}
 	if err := validLogFilter(m); err != nil {
 		return err
@@ -35,7 +35,7 @@ func (s *guestService) GuestLogs(ctx context.Context, req *connect.Request[corpu
 	view := s.b.Store.Read()
 	g := view.GuestByName(m.Name)
 	if g == nil {
-		return toConnect(notFound("guest", m.Name, "corpus guest list"))
+		return ToConnect(NotFound("guest", m.Name, "corpus guest list"))
 	}
 	if err := mayUseGuest(ctx, view, g); err != nil {
 		return err
@@ -67,16 +67,16 @@ func validLogFilter(m *corpusv1.GuestLogsRequest) error {
 		switch src {
 		case "app", "deploy", "system":
 		default:
-			return toConnect(invalidf("log source %.40q: want app, deploy or system", src))
+			return ToConnect(Invalidf("log source %.40q: want app, deploy or system", src))
 		}
 	}
 	if m.Process != "" {
 		if err := validProcessName(m.Process); err != nil {
-			return toConnect(err)
+			return ToConnect(err)
 		}
 	}
 	if m.Tail < 0 || m.Tail > maxLogTail {
-		return toConnect(invalidf("tail %d: want 0 (every line kept) to %d", m.Tail, maxLogTail))
+		return ToConnect(Invalidf("tail %d: want 0 (every line kept) to %d", m.Tail, maxLogTail))
 	}
 	return nil
 }
@@ -97,7 +97,7 @@ func (b *Backend) streamLogs(ctx context.Context, id string, m *corpusv1.GuestLo
 			return send(&corpusv1.LogLine{Time: timestamppb.Now(), Guest: name, Source: "system", Line: "[corpus] the guest was deleted; its log ends here"})
 		}
 		if g == nil {
-			return toConnect(fmt.Errorf("guest %s: %w", id, state.ErrNotFound))
+			return ToConnect(fmt.Errorf("guest %s: %w", id, state.ErrNotFound))
 		}
 		opened, name = true, g.Name
 		n := view.Node(g.GetNodeId())

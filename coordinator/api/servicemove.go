@@ -77,7 +77,7 @@ func replacementName(view *state.Snap, service string) (string, error) {
 	for i := 2; ; i++ {
 		name := fmt.Sprintf("%s-%d", corpusv1.ServiceGuestName(service), i)
 		if err := names.Validate("guest", name); err != nil {
-			return "", invalidf("service %s: no guest name left for a replacement: %v", service, err)
+			return "", Invalidf("service %s: no guest name left for a replacement: %v", service, err)
 		}
 		if view.GuestByName(name) == nil && view.Volume(name) == nil {
 			return name, nil
@@ -96,10 +96,10 @@ func (s *serviceService) moveLost(ctx context.Context, view *state.Snap, svc *co
 	}
 	var nodeID string
 	if toNode != "" {
-		n := findNode(view, toNode)
+		n := FindNode(view, toNode)
 		switch {
 		case n == nil:
-			return nil, toConnect(notFound("node", toNode, "corpus node list"))
+			return nil, ToConnect(NotFound("node", toNode, "corpus node list"))
 		case n.Id == old.NodeId:
 			return nil, connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("node %s is the lost one", n.Name))
 		case n.Status != state.NodeReady:
@@ -109,7 +109,7 @@ func (s *serviceService) moveLost(ctx context.Context, view *state.Snap, svc *co
 	}
 	name, err := replacementName(view, svc.Name)
 	if err != nil {
-		return nil, toConnect(err)
+		return nil, ToConnect(err)
 	}
 	spec := proto.Clone(old.Spec).(*corpusv1.GuestSpec)
 	size := spec.GetVolume().GetSizeBytes()
@@ -151,7 +151,7 @@ func (s *serviceService) waitHealthy(ctx context.Context, service, guestID strin
 			return connect.NewError(connect.CodeAborted, fmt.Errorf("service %s changed meanwhile (corpus service show %s)", service, service))
 		}
 		g := view.Guest(guestID)
-		say := fmt.Sprintf("guest %s: %s", g.Name, guestStatus(view, g))
+		say := fmt.Sprintf("guest %s: %s", g.Name, GuestStatus(view, g))
 		if n := view.Node(g.NodeId); n != nil {
 			say += " on node " + n.Name
 		} else if g.PendingReason != "" {
@@ -192,7 +192,7 @@ func (s *serviceService) refreshLinks(ctx context.Context, service string, progr
 	}
 	k, err := s.b.keyrings.Open(view)
 	if err != nil {
-		return toConnect(err)
+		return ToConnect(err)
 	}
 	send := func(o *corpusv1.DeployOutput) error {
 		if len(o.Output) == 0 {
@@ -211,7 +211,7 @@ func (s *serviceService) refreshLinks(ctx context.Context, service string, progr
 		}
 		have, err := keyring.OpenConfig(k, l.Project, l.Env, e.Config)
 		if err != nil {
-			return toConnect(err)
+			return ToConnect(err)
 		}
 		if maps.Equal(want, filterKeys(have, want)) {
 			continue

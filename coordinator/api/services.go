@@ -77,11 +77,11 @@ func projectOrNone(project string) string {
 // pickService returns a service the caller may use.
 func pickService(ctx context.Context, view *state.Snap, name string, write bool) (*corpusv1.Service, error) {
 	if err := names.Validate("service", name); err != nil {
-		return nil, toConnect(err)
+		return nil, ToConnect(err)
 	}
 	svc := view.Service(name)
 	if svc == nil {
-		return nil, toConnect(notFound("service", name, "corpus service list"))
+		return nil, ToConnect(NotFound("service", name, "corpus service list"))
 	}
 	if err := mayUseService(ctx, view, svc, write); err != nil {
 		return nil, err
@@ -100,7 +100,7 @@ func serviceView(view *state.Snap, svc *corpusv1.Service) *corpusv1.ServiceView 
 	}
 	out.Service = svc
 	if g := view.Guest(svc.GuestId); g != nil {
-		out.GuestStatus, out.Address = guestStatus(view, g), g.Address
+		out.GuestStatus, out.Address = GuestStatus(view, g), g.Address
 		if n := view.Node(g.NodeId); n != nil {
 			out.NodeName = n.Name
 		}
@@ -121,16 +121,16 @@ func serviceView(view *state.Snap, svc *corpusv1.Service) *corpusv1.ServiceView 
 func checkExternal(m *corpusv1.CreateServiceRequest) error {
 	u, err := url.Parse(m.ExternalUrl)
 	if err != nil || u.Scheme == "" || u.Host == "" {
-		return invalidf("external endpoint %q is not a URL with a scheme and a host (https://api.example.com)", m.ExternalUrl)
+		return Invalidf("external endpoint %q is not a URL with a scheme and a host (https://api.example.com)", m.ExternalUrl)
 	}
 	if m.Template != "" || m.Version != "" || m.SizeBytes != 0 || m.MemoryBytes != 0 || m.BackupSchedule != "" {
-		return invalidf("an external service has no template, version, size, memory or backups")
+		return Invalidf("an external service has no template, version, size, memory or backups")
 	}
 	if err := checkConfigChange(m.Secrets, nil); err != nil && len(m.Secrets) > 0 {
 		return err
 	}
 	if _, clash := m.Secrets["URL"]; clash {
-		return invalidf("URL is the endpoint's own variable; give the secret another name")
+		return Invalidf("URL is the endpoint's own variable; give the secret another name")
 	}
 	return nil
 }
@@ -157,7 +157,7 @@ func (s *serviceService) CreateService(ctx context.Context, req *connect.Request
 		}
 		guestName := corpusv1.ServiceGuestName(m.Name)
 		if err := names.Validate("guest", guestName); err != nil {
-			return invalidf("service name %q is too long for its guest name %q", m.Name, guestName)
+			return Invalidf("service name %q is too long for its guest name %q", m.Name, guestName)
 		}
 		if m.Env == "" {
 			m.Env = corpusv1.EnvDev
@@ -186,7 +186,7 @@ func (s *serviceService) CreateService(ctx context.Context, req *connect.Request
 		return err
 	}
 	if err := check(); err != nil {
-		return nil, toConnect(err)
+		return nil, ToConnect(err)
 	}
 	admitted, err := s.b.admission.Admit(ctx, corpusv1.OnServiceCreate, m, check)
 	if err != nil {
@@ -210,10 +210,10 @@ func (s *serviceService) CreateService(ctx context.Context, req *connect.Request
 	if len(clear) > 0 {
 		k, err := s.b.keyrings.Ensure(ctx)
 		if err != nil {
-			return nil, toConnect(err)
+			return nil, ToConnect(err)
 		}
 		if svc.Secrets, err = keyring.SealAll(k, clear, func(key string) string { return state.ServicePlace(svc.Name, key) }); err != nil {
-			return nil, toConnect(err)
+			return nil, ToConnect(err)
 		}
 	}
 	if _, err := s.b.Write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_CreateService{CreateService: &corpusv1.CreateService{Service: svc, Guest: g}}}); err != nil {
@@ -233,7 +233,7 @@ func mayCreateIn(ctx context.Context, view *state.Snap, project string) error {
 			return err
 		}
 		if p = view.Project(project); p == nil {
-			return notFound("project", project, "corpus project list")
+			return NotFound("project", project, "corpus project list")
 		}
 	}
 	switch a := auth.ProjectAccess(pr, p); {
@@ -251,10 +251,10 @@ func mayCreateIn(ctx context.Context, view *state.Snap, project string) error {
 // guest and its generated credentials.
 func (s *serviceService) templateGuest(svc *corpusv1.Service, m *corpusv1.CreateServiceRequest) (*corpusv1.Guest, map[string]string, error) {
 	if m.Template == "" {
-		return nil, nil, toConnect(invalidf("give a template (corpus service templates lists them) or an external endpoint"))
+		return nil, nil, ToConnect(Invalidf("give a template (corpus service templates lists them) or an external endpoint"))
 	}
 	if len(m.Secrets) > 0 {
-		return nil, nil, toConnect(invalidf("secrets are for external services; a template's credentials are generated"))
+		return nil, nil, ToConnect(Invalidf("secrets are for external services; a template's credentials are generated"))
 	}
 	set, err := s.b.templates()
 	if err != nil {
@@ -262,14 +262,14 @@ func (s *serviceService) templateGuest(svc *corpusv1.Service, m *corpusv1.Create
 	}
 	t := set[m.Template]
 	if t == nil {
-		return nil, nil, toConnect(notFound("template", m.Template, "corpus service templates"))
+		return nil, nil, ToConnect(NotFound("template", m.Template, "corpus service templates"))
 	}
 	version := m.Version
 	if version == "" {
 		version = t.Versions[0]
 	}
 	if !slices.Contains(t.Versions, version) {
-		return nil, nil, toConnect(invalidf("template %s offers versions %s, not %q", t.Name, strings.Join(t.Versions, ", "), version))
+		return nil, nil, ToConnect(Invalidf("template %s offers versions %s, not %q", t.Name, strings.Join(t.Versions, ", "), version))
 	}
 	size, mem := m.SizeBytes, m.MemoryBytes
 	if size == 0 {
@@ -279,10 +279,10 @@ func (s *serviceService) templateGuest(svc *corpusv1.Service, m *corpusv1.Create
 		mem = t.DefaultMemoryBytes
 	}
 	if size < t.MinVolumeBytes {
-		return nil, nil, toConnect(invalidf("a %s volume needs at least %d MiB, not %d MiB", t.Name, t.MinVolumeBytes>>20, size>>20))
+		return nil, nil, ToConnect(Invalidf("a %s volume needs at least %d MiB, not %d MiB", t.Name, t.MinVolumeBytes>>20, size>>20))
 	}
 	if mem < t.MinMemoryBytes {
-		return nil, nil, toConnect(invalidf("%s needs at least %d MiB of memory, not %d MiB", t.Name, t.MinMemoryBytes>>20, mem>>20))
+		return nil, nil, ToConnect(Invalidf("%s needs at least %d MiB of memory, not %d MiB", t.Name, t.MinMemoryBytes>>20, mem>>20))
 	}
 	svc.Template, svc.Version, svc.TemplateSpec = t.Name, version, t
 	spec := &corpusv1.GuestSpec{
@@ -295,7 +295,7 @@ func (s *serviceService) templateGuest(svc *corpusv1.Service, m *corpusv1.Create
 		spec.Volume = &corpusv1.VolumeSpec{UseVolume: v.Name, Path: t.VolumePath}
 	}
 	if err := normalizeSpec(spec); err != nil {
-		return nil, nil, toConnect(err)
+		return nil, nil, ToConnect(err)
 	}
 	clear := map[string]string{}
 	for _, c := range t.Credentials {
@@ -448,17 +448,17 @@ func (s *serviceService) ResizeService(ctx context.Context, req *connect.Request
 		return nil, err
 	}
 	if svc.GuestId == "" {
-		return nil, toConnect(invalidf("external service %s has no volume or memory", svc.Name))
+		return nil, ToConnect(Invalidf("external service %s has no volume or memory", svc.Name))
 	}
 	if m.SizeBytes == 0 && m.MemoryBytes == 0 {
-		return nil, toConnect(invalidf("give a new --size or --memory"))
+		return nil, ToConnect(Invalidf("give a new --size or --memory"))
 	}
 	t := svc.TemplateSpec
 	if m.SizeBytes != 0 && m.SizeBytes < t.GetMinVolumeBytes() {
-		return nil, toConnect(invalidf("a %s volume needs at least %d MiB", svc.Template, t.GetMinVolumeBytes()>>20))
+		return nil, ToConnect(Invalidf("a %s volume needs at least %d MiB", svc.Template, t.GetMinVolumeBytes()>>20))
 	}
 	if m.MemoryBytes != 0 && m.MemoryBytes < t.GetMinMemoryBytes() {
-		return nil, toConnect(invalidf("%s needs at least %d MiB of memory", svc.Template, t.GetMinMemoryBytes()>>20))
+		return nil, ToConnect(Invalidf("%s needs at least %d MiB of memory", svc.Template, t.GetMinMemoryBytes()>>20))
 	}
 	g := view.Guest(svc.GuestId)
 	changed := false
@@ -513,11 +513,11 @@ func (s *serviceService) UpdateService(ctx context.Context, req *connect.Request
 func (s *serviceService) linkEnv(view *state.Snap, svc *corpusv1.Service, as string) (map[string]string, error) {
 	k, err := s.b.keyrings.Open(view)
 	if err != nil {
-		return nil, toConnect(err)
+		return nil, ToConnect(err)
 	}
 	secrets, err := keyring.OpenSecrets(k, svc.Name, svc.Secrets)
 	if err != nil {
-		return nil, toConnect(err)
+		return nil, ToConnect(err)
 	}
 	if svc.ExternalUrl != "" {
 		out := map[string]string{as + "_URL": svc.ExternalUrl}
@@ -554,7 +554,7 @@ func (s *serviceService) LinkService(ctx context.Context, req *connect.Request[c
 		}
 	}
 	if err := templates.ValidAs(as); err != nil {
-		return toConnect(invalidf("%v", err))
+		return ToConnect(Invalidf("%v", err))
 	}
 	env, err := s.linkEnv(view, svc, as)
 	if err != nil {
@@ -571,15 +571,15 @@ func (s *serviceService) LinkService(ctx context.Context, req *connect.Request[c
 // for the environment.
 func (s *serviceService) writeLink(ctx context.Context, service, project, env, as string, vars map[string]string) error {
 	if err := checkConfigChange(vars, nil); err != nil {
-		return toConnect(err)
+		return ToConnect(err)
 	}
 	k, err := s.b.keyrings.Ensure(ctx)
 	if err != nil {
-		return toConnect(err)
+		return ToConnect(err)
 	}
 	sealed, err := keyring.SealAll(k, vars, func(key string) string { return state.ConfigPlace(project, env, key) })
 	if err != nil {
-		return toConnect(err)
+		return ToConnect(err)
 	}
 	_, err = s.b.Write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_LinkService{LinkService: &corpusv1.LinkService{
 		Service: service, Link: &corpusv1.ServiceLink{Project: project, Env: env, As: as}, Config: sealed,

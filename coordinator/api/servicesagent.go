@@ -27,7 +27,7 @@ func (s *agentService) ServiceRuntime(ctx context.Context, req *connect.Request[
 	view := s.b.Store.Read()
 	svc := view.Service(req.Msg.Service)
 	if svc == nil {
-		return nil, toConnect(notFound("service", req.Msg.Service, "corpus service list"))
+		return nil, ToConnect(NotFound("service", req.Msg.Service, "corpus service list"))
 	}
 	g := view.Guest(svc.GuestId)
 	if g == nil || g.NodeId != p.NodeID {
@@ -35,11 +35,11 @@ func (s *agentService) ServiceRuntime(ctx context.Context, req *connect.Request[
 	}
 	k, err := s.b.keyrings.Open(view)
 	if err != nil {
-		return nil, toConnect(err)
+		return nil, ToConnect(err)
 	}
 	secrets, err := keyring.OpenSecrets(k, svc.Name, svc.Secrets)
 	if err != nil {
-		return nil, toConnect(err)
+		return nil, ToConnect(err)
 	}
 	env := map[string]string{
 		"NAME":    svc.Name,

@@ -26,13 +26,13 @@ func (s *guestService) Shell(ctx context.Context, stream *connect.BidiStream[cor
 	}
 	m := first.GetOpen()
 	if m == nil {
-		return toConnect(invalidf("the first message of a shell must open it (name and command)"))
+		return ToConnect(Invalidf("the first message of a shell must open it (name and command)"))
 	}
 	if err := names.Validate("guest", m.Name); err != nil {
-		return toConnect(err)
+		return ToConnect(err)
 	}
 	if len(m.Argv) == 0 {
-		return toConnect(invalidf("no command given: corpus guest exec -it %s -- CMD ARGS", m.Name))
+		return ToConnect(Invalidf("no command given: corpus guest exec -it %s -- CMD ARGS", m.Name))
 	}
 	g, n, err := s.execTarget(ctx, m.Name)
 	if err != nil {
@@ -40,7 +40,7 @@ func (s *guestService) Shell(ctx context.Context, stream *connect.BidiStream[cor
 	}
 	if first.Project != "" {
 		if p, _ := s.b.Store.Read().ProjectOfGuest(g.Id); p.GetName() != first.Project {
-			return toConnect(invalidf("guest %s does not run project %s: its environment is for the project's guests (corpus project show %s)", g.Name, first.Project, first.Project))
+			return ToConnect(Invalidf("guest %s does not run project %s: its environment is for the project's guests (corpus project show %s)", g.Name, first.Project, first.Project))
 		}
 	}
 	actor := auth.FromContext(ctx).String()
@@ -125,14 +125,14 @@ func (s *guestService) relayShell(ctx context.Context, n *corpusv1.Node, first *
 func (s *agentService) RecordShell(ctx context.Context, req *connect.Request[corpusv1.RecordShellRequest]) (*connect.Response[corpusv1.RecordShellResponse], error) {
 	m := req.Msg
 	if err := names.Validate("guest", m.Guest); err != nil {
-		return nil, toConnect(err)
+		return nil, ToConnect(err)
 	}
 	if len(m.Result) > 512 {
-		return nil, toConnect(invalidf("result of %d bytes; the limit is 512", len(m.Result)))
+		return nil, ToConnect(Invalidf("result of %d bytes; the limit is 512", len(m.Result)))
 	}
 	u := s.b.Store.Read().UserByFingerprint(m.Fingerprint)
 	if u == nil {
-		return nil, toConnect(invalidf("key %.80s belongs to no user", m.Fingerprint))
+		return nil, ToConnect(Invalidf("key %.80s belongs to no user", m.Fingerprint))
 	}
 	actor := fmt.Sprintf("user:%s (ssh via node %s)", u.Name, auth.FromContext(ctx).NodeID)
 	if err := s.b.audit.Record(ctx, actor, "shell_guest", m.Guest, m.Result); err != nil {

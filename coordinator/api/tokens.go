@@ -33,13 +33,13 @@ func selfOrOps(ctx context.Context, user string) error {
 func (s *userService) CreateToken(ctx context.Context, req *connect.Request[corpusv1.CreateTokenRequest]) (*connect.Response[corpusv1.CreateTokenResponse], error) {
 	m := req.Msg
 	if err := names.Validate("user", m.User); err != nil {
-		return nil, toConnect(err)
+		return nil, ToConnect(err)
 	}
 	if err := selfOrOps(ctx, m.User); err != nil {
 		return nil, err
 	}
 	if err := validText("description", m.Description, 200); err != nil {
-		return nil, toConnect(err)
+		return nil, ToConnect(err)
 	}
 	ttl := time.Duration(m.TtlSeconds) * time.Second
 	switch {
@@ -48,14 +48,14 @@ func (s *userService) CreateToken(ctx context.Context, req *connect.Request[corp
 	case m.TtlSeconds == -1:
 		ttl = 0
 	case m.TtlSeconds < 1 || ttl > maxUserTokenTTL:
-		return nil, toConnect(invalidf("ttl %ds: want 1s to %s, or -1 for a token that never expires", m.TtlSeconds, maxUserTokenTTL))
+		return nil, ToConnect(Invalidf("ttl %ds: want 1s to %s, or -1 for a token that never expires", m.TtlSeconds, maxUserTokenTTL))
 	}
 	if s.b.Store.Read().User(m.User) == nil {
-		return nil, toConnect(notFound("user", m.User, "corpus user list"))
+		return nil, ToConnect(NotFound("user", m.User, "corpus user list"))
 	}
 	t, plain := newUserToken(m.User, m.Description)
 	if ttl > 0 {
-		t.ExpiresAt = timestamppb.New(s.b.now().Add(ttl))
+		t.ExpiresAt = timestamppb.New(s.b.Now().Add(ttl))
 	}
 	if _, err := s.b.Write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_CreateUserToken{CreateUserToken: &corpusv1.CreateUserToken{Token: t}}}); err != nil {
 		return nil, err
@@ -100,11 +100,11 @@ func (s *userService) ListTokens(ctx context.Context, req *connect.Request[corpu
 
 func (s *userService) RevokeToken(ctx context.Context, req *connect.Request[corpusv1.RevokeTokenRequest]) (*connect.Response[corpusv1.RevokeTokenResponse], error) {
 	if err := validID("token", req.Msg.Id, "corpus user token list"); err != nil {
-		return nil, toConnect(err)
+		return nil, ToConnect(err)
 	}
 	t := s.b.Store.Read().UserToken(req.Msg.Id)
 	if t == nil {
-		return nil, toConnect(notFound("token", req.Msg.Id, "corpus user token list"))
+		return nil, ToConnect(NotFound("token", req.Msg.Id, "corpus user token list"))
 	}
 	if err := selfOrOps(ctx, t.User); err != nil {
 		return nil, err

@@ -27,11 +27,11 @@ const guestStopTimeout = 2 * time.Minute
 // pickVolume is the volume of that name.
 func pickVolume(view *state.Snap, name string) (*corpusv1.Volume, error) {
 	if err := names.Validate("volume", name); err != nil {
-		return nil, toConnect(err)
+		return nil, ToConnect(err)
 	}
 	v := view.Volume(name)
 	if v == nil {
-		return nil, toConnect(notFound("volume", name, "corpus volume list"))
+		return nil, ToConnect(NotFound("volume", name, "corpus volume list"))
 	}
 	return v, nil
 }
@@ -117,7 +117,7 @@ func (s *volumeService) RestoreVolume(ctx context.Context, req *connect.Request[
 		s.b.Logger.Warn("recording a restore in the audit log", "volume", v.Name, "error", aerr)
 	}
 	if err != nil {
-		return toConnect(err)
+		return ToConnect(err)
 	}
 	return stream.Send(&corpusv1.BackupProgress{Phase: "done", DoneBytes: out.SizeBytes, Backup: bk})
 }
@@ -179,7 +179,7 @@ func backupPolicy(curSchedule string, curKeep uint32, schedule string, keep uint
 		keep = curKeep
 	}
 	if err := state.ValidSchedule(schedule); err != nil {
-		return "", 0, toConnect(err)
+		return "", 0, ToConnect(err)
 	}
 	return schedule, keep, nil
 }

@@ -1,0 +1,19 @@
+// Package serve mounts every service of the coordinator's API: the
+// handlers of package api and those of its packages per noun, all
+// behind the same interceptors.
+package serve
+
+import (
+	"net/http"
+
+	"corpus/coordinator/api"
+	"corpus/coordinator/api/nodes"
+	"corpus/proto/corpus/v1/corpusv1connect"
+)
+
+// Mount registers every service on mux behind the auth interceptor.
+func Mount(mux *http.ServeMux, b *api.Backend) {
+	opts := api.Options(b)
+	api.Mount(mux, b, opts)
+	mux.Handle(corpusv1connect.NewNodeServiceHandler(nodes.New(b), opts...))
+}
