@@ -124,6 +124,17 @@ type Zones interface {
 	DNSAddr() string
 }
 
+// PasswordChecker checks a user's password against a directory
+// (ldapauth.Directory). Its errors wrap ldapauth.ErrBadCredentials or
+// ldapauth.ErrUnavailable.
+type PasswordChecker interface {
+	Authenticate(ctx context.Context, user, password string) error
+}
+
+// DefaultLoginTokenTTL is how long a token from a password login works
+// unless the coordinator is configured otherwise.
+const DefaultLoginTokenTTL = 24 * time.Hour
+
 // Policies says who may call what.
 var Policies = map[string]auth.Policy{
 	corpusv1connect.ClusterServiceStatusProcedure:         {auth.Operator, auth.Agent, auth.Coordinator},
@@ -366,14 +377,10 @@ func Mount(mux *http.ServeMux, b *Backend, opts []connect.HandlerOption) {
 	mux.Handle(corpusv1connect.NewClusterServiceHandler(&clusterService{b}, opts...))
 	mux.Handle(corpusv1connect.NewGuestServiceHandler(&guestService{b}, opts...))
 	mux.Handle(corpusv1connect.NewIngressServiceHandler(&ingressService{b}, opts...))
-	mux.Handle(corpusv1connect.NewDnsServiceHandler(&dnsService{b}, opts...))
 	mux.Handle(corpusv1connect.NewVolumeServiceHandler(&volumeService{b}, opts...))
 	mux.Handle(corpusv1connect.NewAgentServiceHandler(&agentService{b: b}, opts...))
-	mux.Handle(corpusv1connect.NewUserServiceHandler(&userService{b: b, limiter: newLoginLimiter()}, opts...))
 	mux.Handle(corpusv1connect.NewProjectServiceHandler(&projectService{b}, opts...))
-	mux.Handle(corpusv1connect.NewAuditServiceHandler(&auditService{b}, opts...))
 	mux.Handle(corpusv1connect.NewServiceServiceHandler(&serviceService{b: b}, opts...))
-	mux.Handle(corpusv1connect.NewExtensionServiceHandler(&extensionService{b}, opts...))
 }
 
 // Write proposes a command and maps its error to an API error.

@@ -222,9 +222,9 @@ var labelValueRE = regexp.MustCompile(`^[A-Za-z0-9]([A-Za-z0-9._-]{0,61}[A-Za-z0
 // idRE is a generated object id (tokens, records, releases): hex.
 var idRE = regexp.MustCompile(`^[0-9a-f]{1,64}$`)
 
-// validID checks the id of an object of kind; hint is the command that
+// ValidID checks the id of an object of kind; hint is the command that
 // lists them.
-func validID(kind, id, hint string) error {
+func ValidID(kind, id, hint string) error {
 	if !idRE.MatchString(id) {
 		return Invalidf("%s id %.80q: ids are lowercase hex (list them with `%s`)", kind, id, hint)
 	}
@@ -239,16 +239,16 @@ func nodeRef(ref string) error {
 	return Invalidf("node %.80q: give a node's name or id (list them with `corpus node list`)", ref)
 }
 
-// fingerprintRE is an SSH key's SHA256 fingerprint.
-var fingerprintRE = regexp.MustCompile(`^SHA256:[A-Za-z0-9+/]{43}$`)
+// FingerprintRE is an SSH key's SHA256 fingerprint.
+var FingerprintRE = regexp.MustCompile(`^SHA256:[A-Za-z0-9+/]{43}$`)
 
 // dnsLabelRE is one label of a record name or target: letters, digits,
 // '-' and '_' (SRV and ACME names), not starting or ending with '-'.
 var dnsLabelRE = regexp.MustCompile(`^[A-Za-z0-9_]([A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?$`)
 
-// validDNSName checks a record's name, relative to the zone or absolute
+// ValidDNSName checks a record's name, relative to the zone or absolute
 // (a final dot), or a target name ("@" is the zone's apex).
-func validDNSName(what, name string) error {
+func ValidDNSName(what, name string) error {
 	if name == "@" {
 		return nil
 	}
@@ -264,9 +264,9 @@ func validDNSName(what, name string) error {
 	return nil
 }
 
-// validText checks a one-line free-text field: no control characters,
+// ValidText checks a one-line free-text field: no control characters,
 // at most limit bytes.
-func validText(what, v string, limit int) error {
+func ValidText(what, v string, limit int) error {
 	if len(v) > limit {
 		return Invalidf("%s of %d bytes; the limit is %d", what, len(v), limit)
 	}
@@ -286,7 +286,7 @@ func validAgentAddrs(agentAddr, addr string) error {
 		}
 	}
 	if addr != "" && net.ParseIP(addr) == nil {
-		if err := validDNSName("node address", addr); err != nil || strings.Contains(addr, "_") {
+		if err := ValidDNSName("node address", addr); err != nil || strings.Contains(addr, "_") {
 			return Invalidf("node address %.80q is neither an IP address nor a DNS name", addr)
 		}
 	}
@@ -304,7 +304,7 @@ func validHostPort(a string) error {
 		return fmt.Errorf("no host")
 	}
 	if net.ParseIP(host) == nil {
-		if err := validDNSName("host", host); err != nil || strings.Contains(host, "_") {
+		if err := ValidDNSName("host", host); err != nil || strings.Contains(host, "_") {
 			return fmt.Errorf("host %q is neither an IP address nor a DNS name", host)
 		}
 	}

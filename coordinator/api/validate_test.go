@@ -33,11 +33,11 @@ func FuzzValidators(f *testing.F) {
 		if validImage(s) == nil && (strings.Contains(s, "..") || strings.HasPrefix(s, "/")) {
 			t.Errorf("validImage accepted %q", s)
 		}
-		check("validDNSName", validDNSName("name", s) == nil && s != "@")
+		check("ValidDNSName", ValidDNSName("name", s) == nil && s != "@")
 		check("labelValueRE", labelValueRE.MatchString(s))
 		check("pathRE", pathRE.MatchString(s))
-		check("validID", validID("x", s, "x") == nil)
-		check("fingerprintRE", fingerprintRE.MatchString(s))
+		check("ValidID", ValidID("x", s, "x") == nil)
+		check("FingerprintRE", FingerprintRE.MatchString(s))
 		if err := validHostPort(s); err == nil {
 			if h, _, _ := net.SplitHostPort(s); strings.ContainsAny(h, shellOrPath+"/") {
 				t.Errorf("validHostPort accepted %q", s)

@@ -7,7 +7,11 @@ import (
 	"net/http"
 
 	"corpus/coordinator/api"
+	"corpus/coordinator/api/auditlog"
+	"corpus/coordinator/api/extension"
 	"corpus/coordinator/api/nodes"
+	"corpus/coordinator/api/records"
+	"corpus/coordinator/api/users"
 	"corpus/proto/corpus/v1/corpusv1connect"
 )
 
@@ -15,5 +19,9 @@ import (
 func Mount(mux *http.ServeMux, b *api.Backend) {
 	opts := api.Options(b)
 	api.Mount(mux, b, opts)
+	mux.Handle(corpusv1connect.NewUserServiceHandler(users.New(b), opts...))
+	mux.Handle(corpusv1connect.NewExtensionServiceHandler(extension.New(b), opts...))
+	mux.Handle(corpusv1connect.NewAuditServiceHandler(auditlog.New(b), opts...))
+	mux.Handle(corpusv1connect.NewDnsServiceHandler(records.New(b), opts...))
 	mux.Handle(corpusv1connect.NewNodeServiceHandler(nodes.New(b), opts...))
 }

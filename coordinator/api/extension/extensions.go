@@ -1,41 +1,40 @@
-package api
+package extension
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"slices"
-	"strings"
 
 	"connectrpc.com/connect"
-	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
-	"corpus/coordinator/admission"
-	"corpus/coordinator/audit"
-	"corpus/coordinator/auth"
+	"corpus/coordinator/api"
 	"corpus/coordinator/extensions"
 	"corpus/coordinator/keyring"
 	"corpus/coordinator/state"
 	"corpus/internal/names"
 	corpusv1 "corpus/proto/corpus/v1"
+	"corpus/proto/corpus/v1/corpusv1connect"
 )
 
-type extensionService struct{ b *Backend }
+// New returns the handler of ExtensionService.
+func New(b *api.Backend) corpusv1connect.ExtensionServiceHandler { return &extensionService{b} }
+
+type extensionService struct{ b *api.Backend }
 
 // maxSecretBytes bounds an extension's shared secret.
 const maxSecretBytes = 1024
 
 func (s *extensionService) AddExtension(ctx context.Context, req *connect.Request[corpusv1.AddExtensionRequest]) (*connect.Response[corpusv1.AddExtensionResponse], error) {
 	if req.Msg.Extension == nil {
-		return nil, ToConnect(Invalidf("no extension given"))
+		return nil, api.ToConnect(api.Invalidf("no extension given"))
 	}
 	e := proto.Clone(req.Msg.Extension).(*corpusv1.Extension)
 	e.Disabled, e.Secret, e.CreateIndex, e.ModifyIndex = false, nil, 0, 0
 	e.CreatedAt = timestamppb.Now()
 	if err := extensions.Check(e); err != nil {
-		return nil, ToConnect(Invalidf("%v", err))
+		return nil, api.ToConnect(api.Invalidf("%v", err))
 	}
 	view := s.b.Store.Read()
 	if cur := view.Extension(e.Name); cur != nil {
@@ -46,19 +45,19 @@ func (s *extensionService) AddExtension(ctx context.Context, req *connect.Reques
 	}
 	others := slices.DeleteFunc(view.Extensions(), func(o *corpusv1.Extension) bool { return o.Name == e.Name })
 	if _, err := extensions.Order(append(others, e)); err != nil {
-		return nil, ToConnect(Invalidf("adding %s: %v", e.Name, err))
+		return nil, api.ToConnect(api.Invalidf("adding %s: %v", e.Name, err))
 	}
 	if sec := req.Msg.Secret; sec != "" {
 		if len(sec) < 16 || len(sec) > maxSecretBytes {
-			return nil, ToConnect(Invalidf("the shared secret has %d bytes; want 16 to %d", len(sec), maxSecretBytes))
+			return nil, api.ToConnect(api.Invalidf("the shared secret has %d bytes; want 16 to %d", len(sec), maxSecretBytes))
 		}
-		k, err := s.b.keyrings.Ensure(ctx)
+		k, err := s.b.Keyring().Ensure(ctx)
 		if err != nil {
-			return nil, ToConnect(err)
+			return nil, api.ToConnect(err)
 		}
 		sealed, err := keyring.SealAll(k, map[string]string{"secret": sec}, func(string) string { return state.ExtensionPlace(e.Name) })
 		if err != nil {
-			return nil, ToConnect(err)
+			return nil, api.ToConnect(err)
 		}
 		e.Secret = sealed["secret"]
 	}
@@ -113,11 +112,11 @@ func (s *extensionService) ListExtensions(ctx context.Context, _ *connect.Reques
 
 func (s *extensionService) find(name string) (*corpusv1.Extension, error) {
 	if err := names.Validate("extension", name); err != nil {
-		return nil, ToConnect(err)
+		return nil, api.ToConnect(err)
 	}
 	e := s.b.Store.Read().Extension(name)
 	if e == nil {
-		return nil, ToConnect(NotFound("extension", name, "corpus extension list"))
+		return nil, api.ToConnect(api.NotFound("extension", name, "corpus extension list"))
 	}
 	return e, nil
 }
@@ -153,59 +152,4 @@ func (s *extensionService) DeleteExtension(ctx context.Context, req *connect.Req
 		return nil, err
 	}
 	return connect.NewResponse(&corpusv1.DeleteExtensionResponse{}), nil
-}
-
-// LintPush runs the lint extensions on a push to an environment whose
-// guest is on the calling agent's node, in order; the first refusal
-// ends it.
-func (s *agentService) LintPush(ctx context.Context, req *connect.Request[corpusv1.LintPushRequest]) (*connect.Response[corpusv1.LintPushResponse], error) {
-	m := req.Msg
-	if err := validRelease(m.Project, m.Env); err != nil {
-		return nil, ToConnect(err)
-	}
-	view := s.b.Store.Read()
-	p := view.Project(m.Project)
-	e := corpusv1.EnvNamed(p, m.Env)
-	if e == nil {
-		return nil, ToConnect(NotFound("environment", m.Project+"/"+m.Env, "corpus project list"))
-	}
-	if !slices.Contains(view.EnvNodes(e), auth.FromContext(ctx).NodeID) {
-		return nil, connect.NewError(connect.CodePermissionDenied, fmt.Errorf("%s/%s has no guest on this node", m.Project, m.Env))
-	}
-	linters := extensions.For(view.Extensions(), corpusv1.ExtensionLint, corpusv1.OnDeploy)
-	res := &corpusv1.LintPushResponse{}
-	if len(linters) == 0 {
-		return connect.NewResponse(res), nil
-	}
-	if s.b.Extensions == nil {
-		return nil, connect.NewError(connect.CodeUnavailable, errors.New("extensions are configured but this coordinator cannot call them"))
-	}
-	obj, err := protojson.Marshal(m)
-	if err != nil {
-		return nil, ToConnect(err)
-	}
-	// A refusal is audited as a refused push, as the pusher.
-	refused := func(x *corpusv1.Extension, why error) (*connect.Response[corpusv1.LintPushResponse], error) {
-		res.Refused = x.Name
-		res.Lines = append(res.Lines, audit.ErrorText(why))
-		s.b.audit.Refusal(ctx, "user:"+m.Author, "refused git push", m.Project+"/"+m.Env, audit.ErrorText(why)+" (over ssh, node "+auth.FromContext(ctx).NodeName+")")
-		return connect.NewResponse(res), nil
-	}
-	for _, x := range linters {
-		ans, err := s.b.admission.Call(ctx, view, x, extensions.Request{Kind: corpusv1.OnDeploy, User: "user:" + m.Author, Object: obj})
-		if err != nil {
-			if ferr := s.b.admission.Failed(ctx, x, "push", err); ferr != nil {
-				return refused(x, ferr)
-			}
-			res.Lines = append(res.Lines, fmt.Sprintf("extension %s failed (its failure policy is ignore): %v", x.Name, err))
-			continue
-		}
-		for _, l := range ans.Lines {
-			res.Lines = append(res.Lines, x.Name+": "+strings.TrimRight(l, "\r\n"))
-		}
-		if !*ans.Allowed {
-			return refused(x, admission.RefusedBy(x, "push", ans.Message))
-		}
-	}
-	return connect.NewResponse(res), nil
 }
