@@ -83,6 +83,11 @@ type Backend struct {
 	// seriesAsked is when the series were last read (unix nanoseconds).
 	seriesAsked atomic.Int64
 
+	// Guests and Volumes are the handlers of those services (set by
+	// serve.Mount): a service's resize goes through them.
+	Guests  corpusv1connect.GuestServiceHandler
+	Volumes corpusv1connect.VolumeServiceHandler
+
 	// ServiceTemplates is the operator's folder of service templates,
 	// added to the built-in ones ("": none).
 	ServiceTemplates string
@@ -374,13 +379,11 @@ func Options(b *Backend) []connect.HandlerOption {
 // Mount registers the services of this package on mux with opts (see
 // package serve, which mounts them all).
 func Mount(mux *http.ServeMux, b *Backend, opts []connect.HandlerOption) {
+	mux.Handle(corpusv1connect.NewServiceServiceHandler(&serviceService{b: b}, opts...))
 	mux.Handle(corpusv1connect.NewClusterServiceHandler(&clusterService{b}, opts...))
-	mux.Handle(corpusv1connect.NewGuestServiceHandler(&guestService{b}, opts...))
 	mux.Handle(corpusv1connect.NewIngressServiceHandler(&ingressService{b}, opts...))
-	mux.Handle(corpusv1connect.NewVolumeServiceHandler(&volumeService{b}, opts...))
 	mux.Handle(corpusv1connect.NewAgentServiceHandler(&agentService{b: b}, opts...))
 	mux.Handle(corpusv1connect.NewProjectServiceHandler(&projectService{b}, opts...))
-	mux.Handle(corpusv1connect.NewServiceServiceHandler(&serviceService{b: b}, opts...))
 }
 
 // Write proposes a command and maps its error to an API error.

@@ -27,9 +27,9 @@ import (
 // backupProgressEvery is how often backups report progress.
 const backupProgressEvery = 8 << 20
 
-// writeTimeout bounds the write that records how a backup ended, made
+// WriteTimeout bounds the write that records how a backup ended, made
 // even when the caller went away.
-const writeTimeout = 30 * time.Second
+const WriteTimeout = 30 * time.Second
 
 // backupHolder picks the node to keep a new backup of a service running
 // on source: the ready node other than source that holds the fewest
@@ -98,7 +98,7 @@ func (b *Backend) runBackup(ctx context.Context, bk *corpusv1.Backup, source *co
 		finish = &corpusv1.FinishBackup{Id: bk.Id, Status: corpusv1.BackupFailed, Message: audit.ErrorText(err)}
 	}
 	// Recorded even when the caller went away meanwhile.
-	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), writeTimeout)
+	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), WriteTimeout)
 	defer cancel()
 	if _, werr := b.Write(fctx, &corpusv1.Command{Cmd: &corpusv1.Command_FinishBackup{FinishBackup: finish}}); werr != nil {
 		return nil, errors.Join(err, werr)
@@ -168,12 +168,12 @@ func (s *serviceService) BackupService(ctx context.Context, req *connect.Request
 		return err
 	}
 	bk, source, err := serviceBackup(view, svc, corpusv1.BackupManual)
-	return s.b.backupNow(ctx, bk, source, err, stream)
+	return s.b.BackupNow(ctx, bk, source, err, stream)
 }
 
-// backupNow takes the backup a caller asked for (bk on source, unless
+// BackupNow takes the backup a caller asked for (bk on source, unless
 // err says why not) and sends it last.
-func (b *Backend) backupNow(ctx context.Context, bk *corpusv1.Backup, source *corpusv1.Node, err error, stream *connect.ServerStream[corpusv1.BackupProgress]) error {
+func (b *Backend) BackupNow(ctx context.Context, bk *corpusv1.Backup, source *corpusv1.Node, err error, stream *connect.ServerStream[corpusv1.BackupProgress]) error {
 	if err != nil {
 		return err
 	}
@@ -238,8 +238,8 @@ func (s *serviceService) ListBackups(ctx context.Context, req *connect.Request[c
 	return connect.NewResponse(res), nil
 }
 
-// holderOf is the ready node keeping a backup.
-func holderOf(view *state.Snap, bk *corpusv1.Backup) (*corpusv1.Node, error) {
+// HolderOf is the ready node keeping a backup.
+func HolderOf(view *state.Snap, bk *corpusv1.Backup) (*corpusv1.Node, error) {
 	if bk.Status != corpusv1.BackupSucceeded {
 		return nil, connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("backup %s %s: nothing to read", bk.Id, bk.Status))
 	}
@@ -260,7 +260,7 @@ func (s *serviceService) RestoreService(ctx context.Context, req *connect.Reques
 	if _, ok := svc.TemplateSpec.GetFiles()["restore"]; !ok {
 		return connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("template %s has no restore script", svc.Template))
 	}
-	bk, skipped, err := restoreSource(ctx, view, view.Backups(svc.Name), "service "+svc.Name, "corpus service backup "+svc.Name, m.From)
+	bk, skipped, err := RestoreSource(ctx, view, view.Backups(svc.Name), "service "+svc.Name, "corpus service backup "+svc.Name, m.From)
 	if err != nil {
 		return err
 	}
@@ -270,7 +270,7 @@ func (s *serviceService) RestoreService(ctx context.Context, req *connect.Reques
 	if bk.Template != svc.Template {
 		return connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("backup %s is of a %s service; %s is %s", bk.Id, bk.Template, svc.Name, svc.Template))
 	}
-	holder, err := holderOf(view, bk)
+	holder, err := HolderOf(view, bk)
 	if err != nil {
 		return err
 	}
@@ -287,7 +287,7 @@ func (s *serviceService) RestoreService(ctx context.Context, req *connect.Reques
 	if err != nil {
 		return err
 	}
-	msg := fmt.Sprintf("restoring %s on node %s from backup %s of %s", svc.Name, target.Name, bk.Id, backupAge(bk, time.Now()))
+	msg := fmt.Sprintf("restoring %s on node %s from backup %s of %s", svc.Name, target.Name, bk.Id, BackupAge(bk, time.Now()))
 	if skipped > 0 {
 		msg += fmt.Sprintf(" (%d newer on nodes that are not ready)", skipped)
 	}
@@ -296,7 +296,7 @@ func (s *serviceService) RestoreService(ctx context.Context, req *connect.Reques
 	}
 	head := proto.Clone(bk).(*corpusv1.Backup)
 	head.Service = svc.Name
-	out, err := s.b.relayBackup(ctx, bk, holder, target, head, stream.Send)
+	out, err := s.b.RelayBackup(ctx, bk, holder, target, head, stream.Send)
 	if err == nil {
 		err = s.refreshLinks(ctx, svc.Name, stream.Send)
 	}
@@ -313,9 +313,9 @@ func (s *serviceService) RestoreService(ctx context.Context, req *connect.Reques
 	return stream.Send(&corpusv1.BackupProgress{Phase: "done", DoneBytes: out.SizeBytes, Backup: bk, Message: out.Output})
 }
 
-// relayBackup streams a kept backup from its holder into the target
+// RelayBackup streams a kept backup from its holder into the target
 // node's LoadService (first message: head, then the data).
-func (b *Backend) relayBackup(ctx context.Context, bk *corpusv1.Backup, holder, target *corpusv1.Node,
+func (b *Backend) RelayBackup(ctx context.Context, bk *corpusv1.Backup, holder, target *corpusv1.Node,
 	head *corpusv1.Backup, progress func(*corpusv1.BackupProgress) error) (*corpusv1.LoadServiceResponse, error) {
 	rctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -361,7 +361,7 @@ func (s *serviceService) ExportBackup(ctx context.Context, req *connect.Request[
 	if err != nil {
 		return err
 	}
-	holder, err := holderOf(view, bk)
+	holder, err := HolderOf(view, bk)
 	if err != nil {
 		return err
 	}
@@ -418,7 +418,7 @@ func (s *serviceService) ImportBackup(ctx context.Context, stream *connect.Clien
 	if err != nil {
 		finish = &corpusv1.FinishBackup{Id: bk.Id, Status: corpusv1.BackupFailed, Message: audit.ErrorText(err)}
 	}
-	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), writeTimeout)
+	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), WriteTimeout)
 	defer cancel()
 	if _, werr := s.b.Write(fctx, &corpusv1.Command{Cmd: &corpusv1.Command_FinishBackup{FinishBackup: finish}}); werr != nil {
 		return nil, errors.Join(err, werr)
@@ -478,4 +478,46 @@ func (s *serviceService) DeleteBackup(ctx context.Context, req *connect.Request[
 		return nil, err
 	}
 	return connect.NewResponse(&corpusv1.DeleteBackupResponse{Backup: bk}), nil
+}
+
+// VolumeNode is the ready node keeping a volume.
+func VolumeNode(view *state.Snap, v *corpusv1.Volume) (*corpusv1.Node, error) {
+	n := view.Node(v.NodeId)
+	switch {
+	case v.DesiredState == state.VolumeDeleted:
+		return nil, connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("volume %s is being deleted", v.Name))
+	case n == nil:
+		return nil, connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("volume %s is on no node yet: nothing to back up", v.Name))
+	case n.Status != state.NodeReady || n.AgentAddress == "":
+		return nil, connect.NewError(connect.CodeUnavailable, fmt.Errorf("the node of volume %s, %s, is %s", v.Name, n.Name, n.Status))
+	}
+	return n, nil
+}
+
+// VolumeBackup is a new backup of volume v, and the node to take it on.
+func VolumeBackup(view *state.Snap, v *corpusv1.Volume, trigger string) (*corpusv1.Backup, *corpusv1.Node, error) {
+	source, err := VolumeNode(view, v)
+	if err != nil {
+		return nil, nil, err
+	}
+	return &corpusv1.Backup{Volume: v.Name, Trigger: trigger}, source, nil
+}
+
+// BackupPolicy is a backup schedule and keep count after a change that
+// asks for schedule ("" leaves it, "none" turns it off) and keep (0
+// leaves it).
+func BackupPolicy(curSchedule string, curKeep uint32, schedule string, keep uint32) (string, uint32, error) {
+	switch schedule {
+	case "":
+		schedule = curSchedule
+	case "none":
+		schedule = ""
+	}
+	if keep == 0 {
+		keep = curKeep
+	}
+	if err := state.ValidSchedule(schedule); err != nil {
+		return "", 0, ToConnect(err)
+	}
+	return schedule, keep, nil
 }

@@ -137,7 +137,7 @@ func (s *projectService) restartInstances(ctx context.Context, view *state.Snap,
 		up, err := s.b.AgentClient(n).Redeploy(ctx, connect.NewRequest(&corpusv1.AgentRedeployRequest{
 			Request: r, Env: e, Releases: view.Releases(p.Name, e.Name), Author: auth.FromContext(ctx).String(), Instance: in.Index,
 		}))
-		if err := relayFromAgent(n, r.Trigger, up, err, func(o *corpusv1.DeployOutput) error {
+		if err := RelayFromAgent(n, r.Trigger, up, err, func(o *corpusv1.DeployOutput) error {
 			if o.Done {
 				return nil // the first instance's says it, at the end
 			}
@@ -160,7 +160,7 @@ func (s *projectService) redeploy(ctx context.Context, view *state.Snap, p *corp
 		Request: r, Env: e, Releases: view.Releases(p.Name, e.Name), Author: auth.FromContext(ctx).String(),
 	}))
 	var done *corpusv1.DeployOutput
-	err = relayFromAgent(n, r.Trigger, up, err, func(o *corpusv1.DeployOutput) error {
+	err = RelayFromAgent(n, r.Trigger, up, err, func(o *corpusv1.DeployOutput) error {
 		if o.Done && r.Trigger == corpusv1.TriggerRestart && len(e.Instances) > 0 {
 			done = o // said once every instance restarted
 			return nil

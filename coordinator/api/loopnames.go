@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"corpus/coordinator/state"
 	corpusv1 "corpus/proto/corpus/v1"
 )
 
@@ -22,3 +23,7 @@ func (b *Backend) write(ctx context.Context, cmd *corpusv1.Command) (uint64, err
 }
 
 func waitFor(seconds int64) time.Duration { return WaitFor(seconds) }
+
+func volumeBackup(view *state.Snap, v *corpusv1.Volume, trigger string) (*corpusv1.Backup, *corpusv1.Node, error) {
+	return VolumeBackup(view, v, trigger)
+}

@@ -126,7 +126,7 @@ func (s *projectService) CreateProject(ctx context.Context, req *connect.Request
 		if v := s.b.Store.Read().Volume(guestName); v != nil && v.GuestId == "" && v.GetDesiredState() != state.DesiredDeleted {
 			spec.Volume = &corpusv1.VolumeSpec{UseVolume: guestName, Path: spec.Volume.Path}
 		}
-		if err := normalizeSpec(spec); err != nil {
+		if err := NormalizeSpec(spec); err != nil {
 			return err
 		}
 		return nil
@@ -400,7 +400,7 @@ func (s *projectService) Rollback(ctx context.Context, req *connect.Request[corp
 		return err
 	}
 	up, err := s.b.AgentClient(n).Rollback(ctx, connect.NewRequest(&corpusv1.RollbackRequest{Project: p.Name, Env: e.Name, To: to, ProjectEnv: e}))
-	err = relayFromAgent(n, "rollback", up, err, stream.Send)
+	err = RelayFromAgent(n, "rollback", up, err, stream.Send)
 	if err == nil && len(e.Instances) > 0 {
 		var mu sync.Mutex
 		err = s.b.rollInstances(ctx, p, e, to, func(line string) {

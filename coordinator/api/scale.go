@@ -338,7 +338,7 @@ func (s *agentService) ReleaseSource(ctx context.Context, req *connect.Request[c
 		return err
 	}
 	up, err := s.b.AgentClient(n).ReleaseSource(ctx, connect.NewRequest(m))
-	err = relayFromAgent(n, "release source", up, err, stream.Send)
+	err = RelayFromAgent(n, "release source", up, err, stream.Send)
 	if err != nil && errors.Is(ctx.Err(), context.Canceled) {
 		return connect.NewError(connect.CodeCanceled, err)
 	}

@@ -40,11 +40,11 @@ func serviceLost(view *state.Snap, svc *corpusv1.Service) bool {
 	return n == nil || n.Status == state.NodeDown
 }
 
-// restoreSource is the backup a restore loads: from, or the newest of
+// RestoreSource is the backup a restore loads: from, or the newest of
 // backups (newest first) that succeeded and is kept on a ready node.
 // skipped counts newer ones whose node is not ready. what names their
 // subject ("service db"), backupCmd the command that takes one.
-func restoreSource(ctx context.Context, view *state.Snap, backups []*corpusv1.Backup, what, backupCmd, from string) (bk *corpusv1.Backup, skipped int, err error) {
+func RestoreSource(ctx context.Context, view *state.Snap, backups []*corpusv1.Backup, what, backupCmd, from string) (bk *corpusv1.Backup, skipped int, err error) {
 	if from != "" {
 		bk, err = pickBackup(ctx, view, from)
 		return bk, 0, err
@@ -53,7 +53,7 @@ func restoreSource(ctx context.Context, view *state.Snap, backups []*corpusv1.Ba
 		if b.Status != corpusv1.BackupSucceeded {
 			continue
 		}
-		if _, err := holderOf(view, b); err != nil {
+		if _, err := HolderOf(view, b); err != nil {
 			skipped++
 			continue
 		}
@@ -65,8 +65,8 @@ func restoreSource(ctx context.Context, view *state.Snap, backups []*corpusv1.Ba
 	return nil, 0, connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("%s has no backup to restore (%s)", what, backupCmd))
 }
 
-// backupAge says when a backup was taken and how long ago.
-func backupAge(bk *corpusv1.Backup, now time.Time) string {
+// BackupAge says when a backup was taken and how long ago.
+func BackupAge(bk *corpusv1.Backup, now time.Time) string {
 	t := bk.GetFinishedAt().AsTime()
 	return fmt.Sprintf("%s, %s old", t.Format("2006-01-02 15:04:05 MST"), now.Sub(t).Round(time.Second))
 }
@@ -190,7 +190,7 @@ func (s *serviceService) refreshLinks(ctx context.Context, service string, progr
 	if svc == nil {
 		return nil
 	}
-	k, err := s.b.keyrings.Open(view)
+	k, err := s.b.Keyring().Open(view)
 	if err != nil {
 		return ToConnect(err)
 	}

@@ -121,7 +121,7 @@ func serviceView(view *state.Snap, svc *corpusv1.Service) *corpusv1.ServiceView 
 func checkExternal(m *corpusv1.CreateServiceRequest) error {
 	u, err := url.Parse(m.ExternalUrl)
 	if err != nil || u.Scheme == "" || u.Host == "" {
-		return Invalidf("external endpoint %q is not a URL with a scheme and a host (https://api.example.com)", m.ExternalUrl)
+		return Invalidf("external endpoint %q is not a URL with a scheme and a host (https://example.com)", m.ExternalUrl)
 	}
 	if m.Template != "" || m.Version != "" || m.SizeBytes != 0 || m.MemoryBytes != 0 || m.BackupSchedule != "" {
 		return Invalidf("an external service has no template, version, size, memory or backups")
@@ -188,7 +188,7 @@ func (s *serviceService) CreateService(ctx context.Context, req *connect.Request
 	if err := check(); err != nil {
 		return nil, ToConnect(err)
 	}
-	admitted, err := s.b.admission.Admit(ctx, corpusv1.OnServiceCreate, m, check)
+	admitted, err := s.b.Admission().Admit(ctx, corpusv1.OnServiceCreate, m, check)
 	if err != nil {
 		return nil, err
 	}
@@ -208,7 +208,7 @@ func (s *serviceService) CreateService(ctx context.Context, req *connect.Request
 		return nil, connect.NewError(connect.CodeAlreadyExists, fmt.Errorf("a guest named %s exists already; choose another service name", g.Name))
 	}
 	if len(clear) > 0 {
-		k, err := s.b.keyrings.Ensure(ctx)
+		k, err := s.b.Keyring().Ensure(ctx)
 		if err != nil {
 			return nil, ToConnect(err)
 		}
@@ -294,7 +294,7 @@ func (s *serviceService) templateGuest(svc *corpusv1.Service, m *corpusv1.Create
 	if v := keptVolume(s.b.Store.Read(), svc.Name); v != nil {
 		spec.Volume = &corpusv1.VolumeSpec{UseVolume: v.Name, Path: t.VolumePath}
 	}
-	if err := normalizeSpec(spec); err != nil {
+	if err := NormalizeSpec(spec); err != nil {
 		return nil, nil, ToConnect(err)
 	}
 	clear := map[string]string{}
@@ -468,7 +468,7 @@ func (s *serviceService) ResizeService(ctx context.Context, req *connect.Request
 			return nil, connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("service %s has no volume yet", svc.Name))
 		}
 		// Smaller only when the data fits with the volume package's margin.
-		res, err := (&volumeService{s.b}).ResizeVolume(ctx, connect.NewRequest(&corpusv1.ResizeVolumeRequest{Name: v.Name, SizeBytes: m.SizeBytes, AllowShrink: true}))
+		res, err := s.b.Volumes.ResizeVolume(ctx, connect.NewRequest(&corpusv1.ResizeVolumeRequest{Name: v.Name, SizeBytes: m.SizeBytes, AllowShrink: true}))
 		if err != nil {
 			return nil, err
 		}
@@ -476,7 +476,7 @@ func (s *serviceService) ResizeService(ctx context.Context, req *connect.Request
 	}
 	if m.MemoryBytes != 0 && g != nil && g.Spec.GetResources().GetMemoryBytes() != m.MemoryBytes {
 		mem := m.MemoryBytes
-		if _, err := (&guestService{s.b}).UpdateGuest(ctx, connect.NewRequest(&corpusv1.UpdateGuestRequest{Name: g.Name, MemoryBytes: &mem})); err != nil {
+		if _, err := s.b.Guests.UpdateGuest(ctx, connect.NewRequest(&corpusv1.UpdateGuestRequest{Name: g.Name, MemoryBytes: &mem})); err != nil {
 			return nil, err
 		}
 		changed = true
@@ -492,7 +492,7 @@ func (s *serviceService) UpdateService(ctx context.Context, req *connect.Request
 	if err != nil {
 		return nil, err
 	}
-	schedule, keep, err := backupPolicy(svc.BackupSchedule, svc.BackupKeep, m.BackupSchedule, m.BackupKeep)
+	schedule, keep, err := BackupPolicy(svc.BackupSchedule, svc.BackupKeep, m.BackupSchedule, m.BackupKeep)
 	if err != nil {
 		return nil, err
 	}
@@ -511,7 +511,7 @@ func (s *serviceService) UpdateService(ctx context.Context, req *connect.Request
 // linkEnv is what a link named as gives a project: the template's link
 // variables filled in, or an external service's endpoint and secrets.
 func (s *serviceService) linkEnv(view *state.Snap, svc *corpusv1.Service, as string) (map[string]string, error) {
-	k, err := s.b.keyrings.Open(view)
+	k, err := s.b.Keyring().Open(view)
 	if err != nil {
 		return nil, ToConnect(err)
 	}
@@ -573,7 +573,7 @@ func (s *serviceService) writeLink(ctx context.Context, service, project, env, a
 	if err := checkConfigChange(vars, nil); err != nil {
 		return ToConnect(err)
 	}
-	k, err := s.b.keyrings.Ensure(ctx)
+	k, err := s.b.Keyring().Ensure(ctx)
 	if err != nil {
 		return ToConnect(err)
 	}

@@ -31,16 +31,16 @@ const (
 	maxEnvVars   = 128
 	// maxPackages bounds the Debian packages a guest's image adds.
 	maxPackages = 64
-	// maxEnvNameBytes bounds an environment variable's name.
-	maxEnvNameBytes = 255
+	// MaxEnvNameBytes bounds an environment variable's name.
+	MaxEnvNameBytes = 255
 )
 
 func NotFound(kind, name, hint string) error {
 	return fmt.Errorf("%s %q: %w (list them with `%s`)", kind, name, state.ErrNotFound, hint)
 }
 
-// normalizeSpec fills defaults and validates a guest spec in place.
-func normalizeSpec(spec *corpusv1.GuestSpec) error {
+// NormalizeSpec fills defaults and validates a guest spec in place.
+func NormalizeSpec(spec *corpusv1.GuestSpec) error {
 	if spec.Driver == "" {
 		spec.Driver = DefaultDriver
 	}
@@ -90,8 +90,8 @@ func normalizeSpec(spec *corpusv1.GuestSpec) error {
 		return Invalidf("%d environment variables; the limit is %d", len(spec.Env), maxEnvVars)
 	}
 	for k, v := range spec.Env {
-		if !names.EnvVar(k) || len(k) > maxEnvNameBytes {
-			return Invalidf("environment variable name %.80q must match [A-Za-z_][A-Za-z0-9_]* and be at most %d bytes", k, maxEnvNameBytes)
+		if !names.EnvVar(k) || len(k) > MaxEnvNameBytes {
+			return Invalidf("environment variable name %.80q must match [A-Za-z_][A-Za-z0-9_]* and be at most %d bytes", k, MaxEnvNameBytes)
 		}
 		if strings.ContainsAny(v, "\x00\n") {
 			return Invalidf("environment variable %s has a NUL or newline in its value", k)
@@ -231,8 +231,8 @@ func ValidID(kind, id, hint string) error {
 	return nil
 }
 
-// nodeRef checks what names a node: its name or its id.
-func nodeRef(ref string) error {
+// NodeRef checks what names a node: its name or its id.
+func NodeRef(ref string) error {
 	if names.Validate("node", ref) == nil || idRE.MatchString(ref) {
 		return nil
 	}

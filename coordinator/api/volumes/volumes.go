@@ -1,4 +1,4 @@
-package api
+package volumes
 
 import (
 	"context"
@@ -6,14 +6,19 @@ import (
 
 	"connectrpc.com/connect"
 
+	"corpus/coordinator/api"
 	"corpus/coordinator/auth"
 	"corpus/coordinator/state"
 	"corpus/internal/names"
 	corpusv1 "corpus/proto/corpus/v1"
+	"corpus/proto/corpus/v1/corpusv1connect"
 	"corpus/volume"
 )
 
-type volumeService struct{ b *Backend }
+// New returns the handler of VolumeService.
+func New(b *api.Backend) corpusv1connect.VolumeServiceHandler { return &volumeService{b} }
+
+type volumeService struct{ b *api.Backend }
 
 func volumeView(view *state.Snap, v *corpusv1.Volume) *corpusv1.VolumeView {
 	out := &corpusv1.VolumeView{Volume: v}
@@ -39,9 +44,9 @@ func (s *volumeService) GetVolume(ctx context.Context, req *connect.Request[corp
 	view := s.b.Store.Read()
 	v := view.Volume(req.Msg.Name)
 	if v == nil {
-		return nil, ToConnect(NotFound("volume", req.Msg.Name, "corpus volume list"))
+		return nil, api.ToConnect(api.NotFound("volume", req.Msg.Name, "corpus volume list"))
 	}
-	if err := maySee(ctx, auth.ScopeOf(view, auth.FromContext(ctx)).Volume(v), "volume", v.Name); err != nil {
+	if err := api.MaySee(ctx, auth.ScopeOf(view, auth.FromContext(ctx)).Volume(v), "volume", v.Name); err != nil {
 		return nil, err
 	}
 	return connect.NewResponse(&corpusv1.GetVolumeResponse{Volume: volumeView(view, v)}), nil
@@ -49,10 +54,10 @@ func (s *volumeService) GetVolume(ctx context.Context, req *connect.Request[corp
 
 func (s *volumeService) DeleteVolume(ctx context.Context, req *connect.Request[corpusv1.DeleteVolumeRequest]) (*connect.Response[corpusv1.DeleteVolumeResponse], error) {
 	if err := names.Validate("volume", req.Msg.Name); err != nil {
-		return nil, ToConnect(err)
+		return nil, api.ToConnect(err)
 	}
 	if s.b.Store.Read().Volume(req.Msg.Name) == nil {
-		return nil, ToConnect(NotFound("volume", req.Msg.Name, "corpus volume list"))
+		return nil, api.ToConnect(api.NotFound("volume", req.Msg.Name, "corpus volume list"))
 	}
 	if _, err := s.b.Write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_DeleteVolume{DeleteVolume: &corpusv1.DeleteVolume{Name: req.Msg.Name}}}); err != nil {
 		return nil, err
@@ -63,22 +68,22 @@ func (s *volumeService) DeleteVolume(ctx context.Context, req *connect.Request[c
 func (s *volumeService) ResizeVolume(ctx context.Context, req *connect.Request[corpusv1.ResizeVolumeRequest]) (*connect.Response[corpusv1.ResizeVolumeResponse], error) {
 	m := req.Msg
 	if err := names.Validate("volume", m.Name); err != nil {
-		return nil, ToConnect(err)
+		return nil, api.ToConnect(err)
 	}
 	v := s.b.Store.Read().Volume(m.Name)
 	if v == nil {
-		return nil, ToConnect(NotFound("volume", m.Name, "corpus volume list"))
+		return nil, api.ToConnect(api.NotFound("volume", m.Name, "corpus volume list"))
 	}
 	size := m.SizeBytes
 	switch {
 	case size != 0 && m.DeltaBytes != 0:
-		return nil, ToConnect(Invalidf("give a new size or a change, not both"))
+		return nil, api.ToConnect(api.Invalidf("give a new size or a change, not both"))
 	case size == 0:
 		size = v.SizeBytes + m.DeltaBytes
 	}
 	size, err := volume.NormalizeSize(size)
 	if err != nil {
-		return nil, ToConnect(Invalidf("%v", err))
+		return nil, api.ToConnect(api.Invalidf("%v", err))
 	}
 	if size == v.SizeBytes {
 		return connect.NewResponse(&corpusv1.ResizeVolumeResponse{Volume: v}), nil
@@ -132,21 +137,21 @@ const moveChunkProgress = 8 << 20
 func (s *volumeService) MoveVolume(ctx context.Context, req *connect.Request[corpusv1.MoveVolumeRequest], stream *connect.ServerStream[corpusv1.MoveVolumeProgress]) error {
 	m := req.Msg
 	if err := names.Validate("volume", m.Name); err != nil {
-		return ToConnect(err)
+		return api.ToConnect(err)
 	}
-	if err := nodeRef(m.ToNode); err != nil {
-		return ToConnect(err)
+	if err := api.NodeRef(m.ToNode); err != nil {
+		return api.ToConnect(err)
 	}
 	view := s.b.Store.Read()
 	v := view.Volume(m.Name)
 	if v == nil {
-		return ToConnect(NotFound("volume", m.Name, "corpus volume list"))
+		return api.ToConnect(api.NotFound("volume", m.Name, "corpus volume list"))
 	}
-	to := FindNode(view, m.ToNode)
+	to := api.FindNode(view, m.ToNode)
 	from := view.Node(v.NodeId)
 	switch {
 	case to == nil:
-		return ToConnect(NotFound("node", m.ToNode, "corpus node list"))
+		return api.ToConnect(api.NotFound("node", m.ToNode, "corpus node list"))
 	case v.GuestId != "":
 		return connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("volume %s is used by guest %s; delete the guest (the volume stays), move it, then create the guest with --use-volume", v.Name, v.GuestName))
 	case v.DesiredState == state.VolumeDeleted:
@@ -205,12 +210,12 @@ func (s *volumeService) MoveVolume(ctx context.Context, req *connect.Request[cor
 
 func (s *volumeService) SnapshotVolume(ctx context.Context, req *connect.Request[corpusv1.SnapshotVolumeRequest]) (*connect.Response[corpusv1.SnapshotVolumeResponse], error) {
 	if err := names.Validate("volume", req.Msg.Name); err != nil {
-		return nil, ToConnect(err)
+		return nil, api.ToConnect(err)
 	}
 	view := s.b.Store.Read()
 	v := view.Volume(req.Msg.Name)
 	if v == nil {
-		return nil, ToConnect(NotFound("volume", req.Msg.Name, "corpus volume list"))
+		return nil, api.ToConnect(api.NotFound("volume", req.Msg.Name, "corpus volume list"))
 	}
 	n := view.Node(v.NodeId)
 	if n == nil {
