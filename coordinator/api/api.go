@@ -381,7 +381,6 @@ func Options(b *Backend) []connect.HandlerOption {
 func Mount(mux *http.ServeMux, b *Backend, opts []connect.HandlerOption) {
 	mux.Handle(corpusv1connect.NewServiceServiceHandler(&serviceService{b: b}, opts...))
 	mux.Handle(corpusv1connect.NewClusterServiceHandler(&clusterService{b}, opts...))
-	mux.Handle(corpusv1connect.NewIngressServiceHandler(&ingressService{b}, opts...))
 	mux.Handle(corpusv1connect.NewAgentServiceHandler(&agentService{b: b}, opts...))
 	mux.Handle(corpusv1connect.NewProjectServiceHandler(&projectService{b}, opts...))
 }

@@ -316,7 +316,7 @@ func (s *agentService) SetWebPort(ctx context.Context, req *connect.Request[corp
 	if err := validRelease(m.Project, m.Env); err != nil {
 		return nil, ToConnect(err)
 	}
-	if err := validPort("web port", m.Port); err != nil {
+	if err := ValidPort("web port", m.Port); err != nil {
 		return nil, ToConnect(err)
 	}
 	if _, err := s.b.Write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_SetWebPort{SetWebPort: &corpusv1.SetWebPort{

@@ -103,7 +103,7 @@ func (s *projectService) CreateProject(ctx context.Context, req *connect.Request
 		if m.HttpPort == 0 {
 			m.HttpPort = DefaultHTTPPort
 		}
-		if err := validPort("http port", m.HttpPort); err != nil {
+		if err := ValidPort("http port", m.HttpPort); err != nil {
 			return err
 		}
 		if m.VolumeBytes == 0 {

@@ -313,3 +313,35 @@ func validHostPort(a string) error {
 	}
 	return nil
 }
+
+func ValidPort(what string, p int32) error {
+	if p < 1 || p > 65535 {
+		return Invalidf("%s %d is not a port (1-65535)", what, p)
+	}
+	return nil
+}
+
+// normalizePorts validates NAT port mappings in place.
+func normalizePorts(ports []*corpusv1.Port) error {
+	seen := map[string]bool{}
+	for _, p := range ports {
+		if p.Protocol == "" {
+			p.Protocol = "tcp"
+		}
+		if p.Protocol != "tcp" && p.Protocol != "udp" {
+			return Invalidf("port protocol %q: use tcp or udp", p.Protocol)
+		}
+		if err := ValidPort("host port", p.HostPort); err != nil {
+			return err
+		}
+		if err := ValidPort("guest port", p.GuestPort); err != nil {
+			return err
+		}
+		key := fmt.Sprintf("%d/%s", p.HostPort, p.Protocol)
+		if seen[key] {
+			return Invalidf("host port %s is published twice", key)
+		}
+		seen[key] = true
+	}
+	return nil
+}

@@ -12,6 +12,7 @@ import (
 	"corpus/coordinator/api/guests"
 	"corpus/coordinator/api/nodes"
 	"corpus/coordinator/api/records"
+	"corpus/coordinator/api/routes"
 	"corpus/coordinator/api/users"
 	"corpus/coordinator/api/volumes"
 	"corpus/proto/corpus/v1/corpusv1connect"
@@ -22,6 +23,7 @@ func Mount(mux *http.ServeMux, b *api.Backend) {
 	opts := api.Options(b)
 	b.Guests, b.Volumes = guests.New(b), volumes.New(b)
 	api.Mount(mux, b, opts)
+	mux.Handle(corpusv1connect.NewIngressServiceHandler(routes.New(b), opts...))
 	mux.Handle(corpusv1connect.NewGuestServiceHandler(b.Guests, opts...))
 	mux.Handle(corpusv1connect.NewVolumeServiceHandler(b.Volumes, opts...))
 	mux.Handle(corpusv1connect.NewUserServiceHandler(users.New(b), opts...))
