@@ -1,3 +1,5 @@
+// Package auditlog serves AuditService: the replicated audit log, read
+// with filters.
 package auditlog
 
 import (

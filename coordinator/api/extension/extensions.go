@@ -1,3 +1,5 @@
+// Package extension serves ExtensionService: the operators' extensions
+// registered, listed, disabled and removed.
 package extension
 
 import (

@@ -1,3 +1,5 @@
+// Package guests serves GuestService: guests created, read, updated,
+// started, stopped and deleted, and exec, logs and shells in them.
 package guests
 
 import (

@@ -1,3 +1,5 @@
+// Package nodes serves NodeService: join tokens, the enrolled nodes,
+// their modes and drains.
 package nodes
 
 import (

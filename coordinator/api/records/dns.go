@@ -1,3 +1,5 @@
+// Package records serves DnsService: the records of the cluster zone an
+// operator lists, adds and deletes, as the caller may see them.
 package records
 
 import (

@@ -1,3 +1,5 @@
+// Package routes serves IngressService: routes from outside to guests'
+// ports, their TLS, the ACME account and certificate renewals.
 package routes
 
 import (

@@ -1,3 +1,5 @@
+// Package users serves UserService: users, their SSH keys and API
+// tokens, and password login.
 package users
 
 import (

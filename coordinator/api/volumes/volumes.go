@@ -1,3 +1,5 @@
+// Package volumes serves VolumeService: guests' volumes listed, resized,
+// moved, snapshotted, backed up and restored.
 package volumes
 
 import (
