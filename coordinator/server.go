@@ -21,6 +21,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"corpus/coordinator/api"
+	"corpus/coordinator/api/serve"
 	"corpus/coordinator/auth"
 	"corpus/coordinator/autoscale"
 	"corpus/coordinator/extensions"
@@ -331,22 +332,17 @@ func New(cfg Config) (*Server, error) {
 		Extensions:       extensions.NewCaller(cfg.Metrics, certs.keys.Get),
 		ServiceTemplates: cfg.ServiceTemplates,
 		Store:            s.store,
-		Propose:          s.propose,
-		ProposeLocal:     r.propose,
-		Leader:           r.leaderAddr,
-		Seen:             s.seen,
+		Proposer:         s,
+		Leadership:       s,
+		Agents:           s,
+		Zones:            s,
 		Group:            s,
-		AgentClient:      s.agentClient,
-		Zone:             s.servedZone,
-		ZoneNow:          s.currentZone,
-		DNSAddr:          s.DNSAddr,
-		GossipAddr:       s.GossipAddr,
 		CA:               certs.auth,
 		CertTTL:          certs.ttl,
 		Logger:           logger,
 		Metrics:          api.NewMetrics(cfg.Metrics),
 	}
-	api.Mount(mux, s.api)
+	serve.Mount(mux, s.api)
 	dash := ui.New(ui.Config{Store: s.store, API: mux, Dial: s.selfClient(certs)})
 	dash.Mount(mux)
 	s.sched = scheduler.NewMetrics(cfg.Metrics, s.store)

@@ -28,15 +28,15 @@ type agentService struct {
 func (s *agentService) Enroll(ctx context.Context, req *connect.Request[corpusv1.EnrollRequest]) (*connect.Response[corpusv1.EnrollResponse], error) {
 	m := req.Msg
 	if err := names.Validate("node", m.Name); err != nil {
-		return nil, toConnect(err)
+		return nil, ToConnect(err)
 	}
 	for k, v := range m.Labels {
 		if err := validLabel(k, v); err != nil {
-			return nil, toConnect(err)
+			return nil, ToConnect(err)
 		}
 	}
 	if err := validAgentAddrs(m.AgentAddress, m.Address); err != nil {
-		return nil, toConnect(err)
+		return nil, ToConnect(err)
 	}
 	// A token reads ID.SECRET.PIN; the pin (the CA's fingerprint) is for
 	// the host, which may send it along.
@@ -46,7 +46,7 @@ func (s *agentService) Enroll(ctx context.Context, req *connect.Request[corpusv1
 		return nil, connect.NewError(connect.CodePermissionDenied, state.ErrInvalidToken)
 	}
 	if len(m.CsrPem) == 0 {
-		return nil, toConnect(invalidf("enrollment needs a certificate request (csr_pem): upgrade the agent"))
+		return nil, ToConnect(Invalidf("enrollment needs a certificate request (csr_pem): upgrade the agent"))
 	}
 	cfg := s.b.Store.Read().Config()
 	if cfg == nil {
@@ -65,14 +65,14 @@ func (s *agentService) Enroll(ctx context.Context, req *connect.Request[corpusv1
 	switch mode {
 	case "dev", "staging", "prod", "drain":
 	default:
-		return nil, toConnect(invalidf("node mode %q: use dev, staging, prod or drain", mode))
+		return nil, ToConnect(Invalidf("node mode %q: use dev, staging, prod or drain", mode))
 	}
 	nodeID := secret.Hex(8)
 	// The certificate names the id chosen here, whatever the request says;
 	// it is worth nothing unless the write below consumes the token.
 	cert, err := s.b.CA.Sign(m.CsrPem, pki.Request{Role: pki.RoleNode, ID: nodeID, TTL: s.b.CertTTL})
 	if err != nil {
-		return nil, toConnect(invalidf("%v", err))
+		return nil, ToConnect(Invalidf("%v", err))
 	}
 	node := &corpusv1.Node{
 		Id:            nodeID,
@@ -88,7 +88,7 @@ func (s *agentService) Enroll(ctx context.Context, req *connect.Request[corpusv1
 		CertSerial:    cert.Serial,
 		CertExpiresAt: timestamppb.New(cert.NotAfter),
 	}
-	_, err = s.b.write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_EnrollNode{EnrollNode: &corpusv1.EnrollNode{
+	_, err = s.b.Write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_EnrollNode{EnrollNode: &corpusv1.EnrollNode{
 		TokenId: tokID, TokenSecretHash: secret.Hash(tokSecret), Node: node,
 	}}})
 	if err != nil {
@@ -110,9 +110,9 @@ func (s *agentService) RenewCertificate(ctx context.Context, req *connect.Reques
 	p := auth.FromContext(ctx)
 	cert, err := s.b.CA.Sign(req.Msg.CsrPem, pki.Request{Role: pki.RoleNode, ID: p.NodeID, TTL: s.b.CertTTL})
 	if err != nil {
-		return nil, toConnect(invalidf("%v", err))
+		return nil, ToConnect(Invalidf("%v", err))
 	}
-	if _, err := s.b.write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_RenewNodeCertificate{RenewNodeCertificate: &corpusv1.RenewNodeCertificate{
+	if _, err := s.b.Write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_RenewNodeCertificate{RenewNodeCertificate: &corpusv1.RenewNodeCertificate{
 		NodeId: p.NodeID, Serial: cert.Serial, ExpiresAt: timestamppb.New(cert.NotAfter),
 	}}}); err != nil {
 		return nil, err
@@ -126,7 +126,7 @@ func validLabel(k, v string) error {
 		return err
 	}
 	if !labelValueRE.MatchString(v) {
-		return invalidf("label %s=%.80q: values are up to 63 letters, digits, '-', '_' and '.', starting and ending with a letter or digit", k, v)
+		return Invalidf("label %s=%.80q: values are up to 63 letters, digits, '-', '_' and '.', starting and ending with a letter or digit", k, v)
 	}
 	return nil
 }
@@ -151,10 +151,10 @@ func (s *agentService) Report(ctx context.Context, req *connect.Request[corpusv1
 	p := auth.FromContext(ctx)
 	m := req.Msg
 	if err := validAgentAddrs(m.AgentAddress, m.Address); err != nil {
-		return nil, toConnect(err)
+		return nil, ToConnect(err)
 	}
-	if s.b.Seen != nil {
-		s.b.Seen(p.NodeID)
+	if s.b.Agents != nil {
+		s.b.NodeSeen(p.NodeID)
 	}
 	view := s.b.Store.Read()
 	if unplaced(view, p.NodeID, m) {
@@ -162,7 +162,7 @@ func (s *agentService) Report(ctx context.Context, req *connect.Request[corpusv1
 		// has not applied yet, most likely (the node learnt it from a
 		// replica ahead of this one). Catch up before deciding, or the
 		// report would be acknowledged without what it said.
-		v, err := s.b.current(ctx)
+		v, err := s.b.Current(ctx)
 		if err != nil {
 			return nil, err
 		}
@@ -176,7 +176,7 @@ func (s *agentService) Report(ctx context.Context, req *connect.Request[corpusv1
 	if n.Status != state.NodeReady || n.AgentAddress != m.AgentAddress || n.AgentVersion != m.AgentVersion ||
 		n.Address != m.Address || n.MinHostPort != m.MinHostPort || n.GitPort != m.GitPort || !slices.Equal(n.ReservedPorts, m.ReservedPorts) ||
 		!proto.Equal(n.Capacity, m.Capacity) || !sameDrivers(n.Drivers, m.Drivers) {
-		i, err := s.b.write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_UpdateNode{UpdateNode: &corpusv1.UpdateNode{
+		i, err := s.b.Write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_UpdateNode{UpdateNode: &corpusv1.UpdateNode{
 			NodeId: p.NodeID, Capacity: m.Capacity, Drivers: m.Drivers, AgentAddress: m.AgentAddress, AgentVersion: m.AgentVersion,
 			Address: m.Address, MinHostPort: m.MinHostPort, ReservedPorts: m.ReservedPorts, GitPort: m.GitPort,
 		}}})
@@ -198,7 +198,7 @@ func (s *agentService) Report(ctx context.Context, req *connect.Request[corpusv1
 		}
 	}
 	if len(changed) > 0 {
-		i, err := s.b.write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_ReportGuests{ReportGuests: &corpusv1.ReportGuests{
+		i, err := s.b.Write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_ReportGuests{ReportGuests: &corpusv1.ReportGuests{
 			NodeId: p.NodeID, Guests: changed,
 		}}})
 		if err != nil {
@@ -222,7 +222,7 @@ func (s *agentService) Report(ctx context.Context, req *connect.Request[corpusv1
 		}
 	}
 	if len(vols) > 0 {
-		i, err := s.b.write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_ReportVolumes{ReportVolumes: &corpusv1.ReportVolumes{
+		i, err := s.b.Write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_ReportVolumes{ReportVolumes: &corpusv1.ReportVolumes{
 			NodeId: p.NodeID, Volumes: vols,
 		}}})
 		if err != nil {
@@ -266,7 +266,7 @@ func sameDrivers(a, b []*corpusv1.DriverInfo) bool {
 
 // dnsInfo tells the agent where this replica answers the cluster zone.
 func (s *agentService) dnsInfo(msg *corpusv1.WatchResponse) {
-	if s.b.Zone == nil || s.b.DNSAddr == nil {
+	if s.b.Zones == nil {
 		return
 	}
 	z := s.b.Zone()

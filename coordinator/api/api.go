@@ -15,8 +15,11 @@ import (
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/proto"
 
+	"corpus/coordinator/admission"
+	"corpus/coordinator/audit"
 	"corpus/coordinator/auth"
 	"corpus/coordinator/extensions"
+	"corpus/coordinator/keyring"
 	"corpus/coordinator/state"
 	"corpus/dns"
 	"corpus/internal/clock"
@@ -33,38 +36,26 @@ type Backend struct {
 	// Clock is the time of day tokens are dated and backups fall due by
 	// (nil: clock.System).
 	Clock clock.Clock
-	// Propose commits a command through Raft (see coordinator.Server),
-	// on a follower by passing it to the leader; ProposeLocal only on
-	// this replica (forwarded commands).
-	Propose      func(ctx context.Context, cmd *corpusv1.Command) (uint64, error)
-	ProposeLocal func(ctx context.Context, cmd *corpusv1.Command) (uint64, error)
-	// Leader returns the current leader's address, "" if unknown.
-	Leader func() string
-	// Seen records that a node's agent reported now (liveness).
-	Seen func(nodeID string)
-	// AgentClient dials a node agent's API.
-	AgentClient func(node *corpusv1.Node) corpusv1connect.NodeAgentServiceClient
-	// Zone returns the DNS zone this replica serves (nil when DNS is off),
-	// DNSAddr where it answers. The served zone may lag the state a
-	// little while writes stream in; ZoneNow is the zone as of the state
-	// now (built on the spot when the served one lags: for listings).
-	Zone    func() *dns.Zone
-	ZoneNow func() *dns.Zone
-	DNSAddr func() string
+	// Proposer commits commands through Raft; Leadership says where the
+	// leader is; Agents reaches the node agents; Zones is the DNS zone
+	// this replica serves (nil when DNS is off).
+	Proposer
+	Leadership
+	Agents
+	Zones
 	// Group is the replica's Raft group.
 	Group Group
-	// GossipAddr returns host:port of this replica's gossip member, ""
-	// while it has none; agents join it (nil: never).
-	GossipAddr func() string
 	// CA signs node certificates (enrollment and renewal) valid CertTTL.
 	CA      *pki.CA
 	CertTTL time.Duration
 	Logger  *slog.Logger
 
 	// audit records calls the state machine never sees (see auditor).
-	audit *auditor
+	audit *audit.Auditor
+	// admission calls the admission extensions on writes.
+	admission *admission.Controller
 	// keyrings opens the cluster keyring (sealed config).
-	keyrings *keyrings
+	keyrings *keyring.Ring
 
 	// Passwords checks users' passwords for Login (nil: password login
 	// is off); LoginTTL is the lifetime, and the longest allowed, of
@@ -82,10 +73,62 @@ type Backend struct {
 	// Series is what the dashboard plots (nil: nothing).
 	Series SeriesSource
 
+	// Guests and Volumes are the handlers of those services (set by
+	// serve.Mount): a service's resize goes through them.
+	Guests  corpusv1connect.GuestServiceHandler
+	Volumes corpusv1connect.VolumeServiceHandler
+
 	// ServiceTemplates is the operator's folder of service templates,
 	// added to the built-in ones ("": none).
 	ServiceTemplates string
 }
+
+// Proposer commits a command through Raft (see coordinator.Server): on
+// a follower by passing it to the leader; ProposeLocal only on this
+// replica (forwarded commands).
+type Proposer interface {
+	Propose(ctx context.Context, cmd *corpusv1.Command) (uint64, error)
+	ProposeLocal(ctx context.Context, cmd *corpusv1.Command) (uint64, error)
+}
+
+// Leadership says where the leader is.
+type Leadership interface {
+	// LeaderAddr is the current leader's address, "" if unknown.
+	LeaderAddr() string
+}
+
+// Agents is how the API reaches the node agents.
+type Agents interface {
+	// NodeSeen records that a node's agent reported now (liveness).
+	NodeSeen(nodeID string)
+	// AgentClient dials a node agent's API.
+	AgentClient(node *corpusv1.Node) corpusv1connect.NodeAgentServiceClient
+	// GossipAddr is host:port of this replica's gossip member, which
+	// agents join, "" while it has none.
+	GossipAddr() string
+}
+
+// Zones is the DNS zone this replica serves.
+type Zones interface {
+	// Zone is the zone served (nil when DNS is off), DNSAddr where it
+	// answers. The served zone may lag the state a little while writes
+	// stream in; ZoneNow is the zone as of the state now (built on the
+	// spot when the served one lags: for listings).
+	Zone() *dns.Zone
+	ZoneNow() *dns.Zone
+	DNSAddr() string
+}
+
+// PasswordChecker checks a user's password against a directory
+// (ldapauth.Directory). Its errors wrap ldapauth.ErrBadCredentials or
+// ldapauth.ErrUnavailable.
+type PasswordChecker interface {
+	Authenticate(ctx context.Context, user, password string) error
+}
+
+// DefaultLoginTokenTTL is how long a token from a password login works
+// unless the coordinator is configured otherwise.
+const DefaultLoginTokenTTL = 24 * time.Hour
 
 // Policies says who may call what.
 var Policies = map[string]auth.Policy{
@@ -272,71 +315,81 @@ func init() {
 // maxRequestBytes bounds every request body.
 const maxRequestBytes = 4 << 20
 
-// now is the time of day by the backend's clock, never before the
+// Now is the time of day by the backend's clock, never before the
 // cluster's (see state.Store.Now).
-func (b *Backend) now() time.Time { return b.Store.Now(b.Clock) }
+func (b *Backend) Now() time.Time { return b.Store.Now(b.Clock) }
 
-// current is the state once this replica has caught up with every write
+// Current is the state once this replica has caught up with every write
 // acknowledged before the call (Group.ReadIndex, as a linearizable read
 // does). A write handler about to succeed from the state alone (nothing
 // to change, already there) asks it first, so that the answer is as
 // linearizable as the writes: a follower that has not yet applied a
 // write another client saw acknowledged must not answer as if it had
 // not happened. (A NotFound is run again by currentNotFound.)
-func (b *Backend) current(ctx context.Context) (*state.Snap, error) {
+func (b *Backend) Current(ctx context.Context) (*state.Snap, error) {
 	if b.Group != nil {
 		if _, err := b.Group.ReadIndex(ctx); err != nil {
-			return nil, toConnect(err)
+			return nil, ToConnect(err)
 		}
 	}
 	return b.Store.Read(), nil
 }
 
-// Mount registers every service on mux behind the auth interceptor.
-func Mount(mux *http.ServeMux, b *Backend) {
-	b.audit = newAuditor(b)
-	b.keyrings = &keyrings{b: b}
+// Keyring is the cluster keyring the handlers seal and open with (nil
+// before Mount).
+func (b *Backend) Keyring() *keyring.Ring { return b.keyrings }
+
+// Audit records what the state machine never sees (nil before Mount).
+func (b *Backend) Audit() *audit.Auditor { return b.audit }
+
+// Admission calls the admission extensions on writes (nil before Mount).
+func (b *Backend) Admission() *admission.Controller { return b.admission }
+
+// Options readies b for its handlers (the auditor, the keyring,
+// admission) and returns the options every service is mounted with:
+// the auth interceptor and the others, the request size bound.
+func Options(b *Backend) []connect.HandlerOption {
+	b.audit = audit.New(b, b.Logger)
+	b.keyrings = keyring.New(b.Store, b.CA, b)
+	b.admission = &admission.Controller{Store: b.Store, Extensions: b.Extensions, Keyring: b.keyrings, Audit: b.audit, Logger: b.Logger}
 	authn := &auth.Authenticator{Store: b.Store, Policies: Policies, Clock: b.Clock, Refused: func(ctx context.Context, p auth.Principal, procedure string, req any, err error) {
 		m, _ := req.(proto.Message)
-		b.audit.refused(ctx, p, procedure, m, err)
+		b.audit.Refused(ctx, p, procedure, m, err)
 	}}
-	interceptors := []connect.Interceptor{authn.Interceptor(), b.audit.interceptor(), consistentReads{group: b.Group}, currentNotFound{group: b.Group}}
+	interceptors := []connect.Interceptor{authn.Interceptor(), b.audit.Interceptor(), consistentReads{group: b.Group}, currentNotFound{group: b.Group}}
 	if b.Metrics != nil {
 		interceptors = append([]connect.Interceptor{b.Metrics.Interceptor()}, interceptors...)
 	}
-	opts := []connect.HandlerOption{
+	return []connect.HandlerOption{
 		connect.WithInterceptors(interceptors...),
 		connect.WithReadMaxBytes(maxRequestBytes),
 	}
-	mux.Handle(corpusv1connect.NewClusterServiceHandler(&clusterService{b}, opts...))
-	mux.Handle(corpusv1connect.NewNodeServiceHandler(&nodeService{b}, opts...))
-	mux.Handle(corpusv1connect.NewGuestServiceHandler(&guestService{b}, opts...))
-	mux.Handle(corpusv1connect.NewIngressServiceHandler(&ingressService{b}, opts...))
-	mux.Handle(corpusv1connect.NewDnsServiceHandler(&dnsService{b}, opts...))
-	mux.Handle(corpusv1connect.NewVolumeServiceHandler(&volumeService{b}, opts...))
-	mux.Handle(corpusv1connect.NewAgentServiceHandler(&agentService{b: b}, opts...))
-	mux.Handle(corpusv1connect.NewUserServiceHandler(&userService{b: b, limiter: newLoginLimiter()}, opts...))
-	mux.Handle(corpusv1connect.NewProjectServiceHandler(&projectService{b}, opts...))
-	mux.Handle(corpusv1connect.NewAuditServiceHandler(&auditService{b}, opts...))
-	mux.Handle(corpusv1connect.NewServiceServiceHandler(&serviceService{b: b}, opts...))
-	mux.Handle(corpusv1connect.NewExtensionServiceHandler(&extensionService{b}, opts...))
 }
 
-// write proposes a command and maps its error to an API error.
-func (b *Backend) write(ctx context.Context, cmd *corpusv1.Command) (uint64, error) {
+// Mount registers the services of this package on mux with opts (see
+// package serve, which mounts them all).
+func Mount(mux *http.ServeMux, b *Backend, opts []connect.HandlerOption) {
+	mux.Handle(corpusv1connect.NewServiceServiceHandler(&serviceService{b: b}, opts...))
+	mux.Handle(corpusv1connect.NewClusterServiceHandler(&clusterService{b}, opts...))
+	mux.Handle(corpusv1connect.NewAgentServiceHandler(&agentService{b: b}, opts...))
+	mux.Handle(corpusv1connect.NewProjectServiceHandler(&projectService{b}, opts...))
+}
+
+// Write proposes a command and maps its error to an API error.
+func (b *Backend) Write(ctx context.Context, cmd *corpusv1.Command) (uint64, error) {
 	cmd.Actor = auth.FromContext(ctx).String()
 	idx, err := b.Propose(ctx, cmd)
 	if idx > 0 {
-		markWrote(ctx) // applied, refused or not: the state machine audited it
+		audit.MarkWrote(ctx) // applied, refused or not: the state machine audited it
 	}
 	if err != nil {
-		return idx, toConnect(err)
+		return idx, ToConnect(err)
 	}
 	return idx, nil
 }
 
-// toConnect maps package errors to connect codes; the message is kept.
-func toConnect(err error) error {
+// ToConnect maps package errors to connect codes; the message is kept.
+func ToConnect(err error) error {
 	var ce *connect.Error
 	switch {
 	case err == nil:
@@ -380,7 +433,7 @@ var ErrNotLeader = errors.New("this coordinator is " + rpc.NotLeaderPhrase)
 // write it passed on (it happened). The API answers Unavailable.
 var ErrBusy = errors.New("the " + rpc.BusyPhrase)
 
-func invalidf(format string, args ...any) error {
+func Invalidf(format string, args ...any) error {
 	return fmt.Errorf("%w: "+format, append([]any{errInvalid}, args...)...)
 }
 
@@ -389,7 +442,7 @@ type clusterService struct{ b *Backend }
 func (s *clusterService) Status(ctx context.Context, _ *connect.Request[corpusv1.StatusRequest]) (*connect.Response[corpusv1.StatusResponse], error) {
 	view := s.b.Store.Read()
 	res := &corpusv1.StatusResponse{
-		Leader:  s.b.Leader(),
+		Leader:  s.b.LeaderAddr(),
 		Index:   view.Index(),
 		Version: versionString(),
 		Nodes:   int32(len(view.Nodes())),

@@ -17,20 +17,20 @@ func (s *projectService) Autoscale(ctx context.Context, req *connect.Request[cor
 		return nil, err
 	}
 	if err := validProcessName(m.Process); err != nil {
-		return nil, toConnect(err)
+		return nil, ToConnect(err)
 	}
 	cmd := &corpusv1.SetAutoscale{Project: p.Name, Env: e.Name, Process: m.Process}
 	if !m.Off {
 		cmd.Policy = &corpusv1.AutoscalePolicy{Min: m.Min, Max: m.Max, TargetCpuPercent: m.TargetCpuPercent, TargetRps: m.TargetRps, ScaleDownWindowSeconds: m.ScaleDownWindowSeconds}
 		if why := state.ValidAutoscale(cmd.Policy); why != "" {
-			return nil, toConnect(invalidf("autoscale %s: %s", m.Process, why))
+			return nil, ToConnect(Invalidf("autoscale %s: %s", m.Process, why))
 		}
 		// The policy's range must be a scale the environment may take.
 		if _, _, err := scaleCommand(view, p, e, map[string]uint32{m.Process: m.Max}, false, 0); err != nil {
 			return nil, err
 		}
 	}
-	if _, err := s.b.write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_SetAutoscale{SetAutoscale: cmd}}); err != nil {
+	if _, err := s.b.Write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_SetAutoscale{SetAutoscale: cmd}}); err != nil {
 		return nil, err
 	}
 	view = s.b.Store.Read()

@@ -10,6 +10,7 @@ import (
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/proto"
 
+	"corpus/coordinator/audit"
 	"corpus/coordinator/auth"
 	"corpus/coordinator/state"
 	"corpus/internal/secret"
@@ -26,9 +27,9 @@ import (
 // backupProgressEvery is how often backups report progress.
 const backupProgressEvery = 8 << 20
 
-// writeTimeout bounds the write that records how a backup ended, made
+// WriteTimeout bounds the write that records how a backup ended, made
 // even when the caller went away.
-const writeTimeout = 30 * time.Second
+const WriteTimeout = 30 * time.Second
 
 // backupHolder picks the node to keep a new backup of a service running
 // on source: the ready node other than source that holds the fewest
@@ -57,7 +58,7 @@ func serviceNode(view *state.Snap, svc *corpusv1.Service) (*corpusv1.Node, error
 		return nil, connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("external service %s keeps no data here to back up or restore", svc.Name))
 	}
 	g := view.Guest(svc.GuestId)
-	if g == nil || guestStatus(view, g) != state.ObservedRunning {
+	if g == nil || GuestStatus(view, g) != state.ObservedRunning {
 		return nil, connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("the guest of service %s is not running", svc.Name))
 	}
 	n := view.Node(g.NodeId)
@@ -85,7 +86,7 @@ func serviceBackup(view *state.Snap, svc *corpusv1.Service, trigger string) (*co
 func (b *Backend) runBackup(ctx context.Context, bk *corpusv1.Backup, source *corpusv1.Node, progress func(*corpusv1.BackupProgress) error) (*corpusv1.Backup, error) {
 	holder := backupHolder(b.Store.Read(), source)
 	bk.Id, bk.NodeId, bk.SourceNodeId = secret.Hex(8), holder.Id, source.Id
-	if _, err := b.write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_BeginBackup{BeginBackup: &corpusv1.BeginBackup{Backup: bk}}}); err != nil {
+	if _, err := b.Write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_BeginBackup{BeginBackup: &corpusv1.BeginBackup{Backup: bk}}}); err != nil {
 		return nil, err
 	}
 	if holder.Id == source.Id {
@@ -94,12 +95,12 @@ func (b *Backend) runBackup(ctx context.Context, bk *corpusv1.Backup, source *co
 	size, sum, err := b.copyBackup(ctx, bk, source, holder, progress)
 	finish := &corpusv1.FinishBackup{Id: bk.Id, Status: corpusv1.BackupSucceeded, SizeBytes: size, Sha256: sum}
 	if err != nil {
-		finish = &corpusv1.FinishBackup{Id: bk.Id, Status: corpusv1.BackupFailed, Message: errorText(err)}
+		finish = &corpusv1.FinishBackup{Id: bk.Id, Status: corpusv1.BackupFailed, Message: audit.ErrorText(err)}
 	}
 	// Recorded even when the caller went away meanwhile.
-	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), writeTimeout)
+	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), WriteTimeout)
 	defer cancel()
-	if _, werr := b.write(fctx, &corpusv1.Command{Cmd: &corpusv1.Command_FinishBackup{FinishBackup: finish}}); werr != nil {
+	if _, werr := b.Write(fctx, &corpusv1.Command{Cmd: &corpusv1.Command_FinishBackup{FinishBackup: finish}}); werr != nil {
 		return nil, errors.Join(err, werr)
 	}
 	if err != nil {
@@ -167,17 +168,17 @@ func (s *serviceService) BackupService(ctx context.Context, req *connect.Request
 		return err
 	}
 	bk, source, err := serviceBackup(view, svc, corpusv1.BackupManual)
-	return s.b.backupNow(ctx, bk, source, err, stream)
+	return s.b.BackupNow(ctx, bk, source, err, stream)
 }
 
-// backupNow takes the backup a caller asked for (bk on source, unless
+// BackupNow takes the backup a caller asked for (bk on source, unless
 // err says why not) and sends it last.
-func (b *Backend) backupNow(ctx context.Context, bk *corpusv1.Backup, source *corpusv1.Node, err error, stream *connect.ServerStream[corpusv1.BackupProgress]) error {
+func (b *Backend) BackupNow(ctx context.Context, bk *corpusv1.Backup, source *corpusv1.Node, err error, stream *connect.ServerStream[corpusv1.BackupProgress]) error {
 	if err != nil {
 		return err
 	}
 	if bk, err = b.runBackup(ctx, bk, source, stream.Send); err != nil {
-		return toConnect(err)
+		return ToConnect(err)
 	}
 	return stream.Send(&corpusv1.BackupProgress{Phase: "done", DoneBytes: bk.SizeBytes, Backup: bk})
 }
@@ -187,7 +188,7 @@ func (b *Backend) backupNow(ctx context.Context, bk *corpusv1.Backup, source *co
 func pickBackup(ctx context.Context, view *state.Snap, id string) (*corpusv1.Backup, error) {
 	bk := view.Backup(id)
 	if bk == nil {
-		return nil, toConnect(notFound("backup", id, "corpus service backups"))
+		return nil, ToConnect(NotFound("backup", id, "corpus service backups"))
 	}
 	if bk.Volume != "" {
 		if pr := auth.FromContext(ctx); pr.Kind != auth.Operator {
@@ -215,7 +216,7 @@ func (s *serviceService) ListBackups(ctx context.Context, req *connect.Request[c
 		}
 	}
 	if req.Msg.Service != "" && req.Msg.Volume != "" {
-		return nil, toConnect(invalidf("give a service or a volume, not both"))
+		return nil, ToConnect(Invalidf("give a service or a volume, not both"))
 	}
 	res := &corpusv1.ListBackupsResponse{}
 	list := view.Backups(req.Msg.Service)
@@ -237,8 +238,8 @@ func (s *serviceService) ListBackups(ctx context.Context, req *connect.Request[c
 	return connect.NewResponse(res), nil
 }
 
-// holderOf is the ready node keeping a backup.
-func holderOf(view *state.Snap, bk *corpusv1.Backup) (*corpusv1.Node, error) {
+// HolderOf is the ready node keeping a backup.
+func HolderOf(view *state.Snap, bk *corpusv1.Backup) (*corpusv1.Node, error) {
 	if bk.Status != corpusv1.BackupSucceeded {
 		return nil, connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("backup %s %s: nothing to read", bk.Id, bk.Status))
 	}
@@ -259,7 +260,7 @@ func (s *serviceService) RestoreService(ctx context.Context, req *connect.Reques
 	if _, ok := svc.TemplateSpec.GetFiles()["restore"]; !ok {
 		return connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("template %s has no restore script", svc.Template))
 	}
-	bk, skipped, err := restoreSource(ctx, view, view.Backups(svc.Name), "service "+svc.Name, "corpus service backup "+svc.Name, m.From)
+	bk, skipped, err := RestoreSource(ctx, view, view.Backups(svc.Name), "service "+svc.Name, "corpus service backup "+svc.Name, m.From)
 	if err != nil {
 		return err
 	}
@@ -269,7 +270,7 @@ func (s *serviceService) RestoreService(ctx context.Context, req *connect.Reques
 	if bk.Template != svc.Template {
 		return connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("backup %s is of a %s service; %s is %s", bk.Id, bk.Template, svc.Name, svc.Template))
 	}
-	holder, err := holderOf(view, bk)
+	holder, err := HolderOf(view, bk)
 	if err != nil {
 		return err
 	}
@@ -286,7 +287,7 @@ func (s *serviceService) RestoreService(ctx context.Context, req *connect.Reques
 	if err != nil {
 		return err
 	}
-	msg := fmt.Sprintf("restoring %s on node %s from backup %s of %s", svc.Name, target.Name, bk.Id, backupAge(bk, time.Now()))
+	msg := fmt.Sprintf("restoring %s on node %s from backup %s of %s", svc.Name, target.Name, bk.Id, BackupAge(bk, time.Now()))
 	if skipped > 0 {
 		msg += fmt.Sprintf(" (%d newer on nodes that are not ready)", skipped)
 	}
@@ -295,26 +296,26 @@ func (s *serviceService) RestoreService(ctx context.Context, req *connect.Reques
 	}
 	head := proto.Clone(bk).(*corpusv1.Backup)
 	head.Service = svc.Name
-	out, err := s.b.relayBackup(ctx, bk, holder, target, head, stream.Send)
+	out, err := s.b.RelayBackup(ctx, bk, holder, target, head, stream.Send)
 	if err == nil {
 		err = s.refreshLinks(ctx, svc.Name, stream.Send)
 	}
 	result := "ok"
 	if err != nil {
-		result = "failed: " + errorText(err)
+		result = "failed: " + audit.ErrorText(err)
 	}
-	if aerr := s.b.audit.record(ctx, auth.FromContext(ctx).String(), "restore", svc.Name+" from "+bk.Id+" on "+target.Name, result); aerr != nil {
+	if aerr := s.b.audit.Record(ctx, auth.FromContext(ctx).String(), "restore", svc.Name+" from "+bk.Id+" on "+target.Name, result); aerr != nil {
 		s.b.Logger.Warn("recording a restore in the audit log", "service", svc.Name, "error", aerr)
 	}
 	if err != nil {
-		return toConnect(err)
+		return ToConnect(err)
 	}
 	return stream.Send(&corpusv1.BackupProgress{Phase: "done", DoneBytes: out.SizeBytes, Backup: bk, Message: out.Output})
 }
 
-// relayBackup streams a kept backup from its holder into the target
+// RelayBackup streams a kept backup from its holder into the target
 // node's LoadService (first message: head, then the data).
-func (b *Backend) relayBackup(ctx context.Context, bk *corpusv1.Backup, holder, target *corpusv1.Node,
+func (b *Backend) RelayBackup(ctx context.Context, bk *corpusv1.Backup, holder, target *corpusv1.Node,
 	head *corpusv1.Backup, progress func(*corpusv1.BackupProgress) error) (*corpusv1.LoadServiceResponse, error) {
 	rctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -360,7 +361,7 @@ func (s *serviceService) ExportBackup(ctx context.Context, req *connect.Request[
 	if err != nil {
 		return err
 	}
-	holder, err := holderOf(view, bk)
+	holder, err := HolderOf(view, bk)
 	if err != nil {
 		return err
 	}
@@ -380,7 +381,7 @@ func (s *serviceService) ExportBackup(ctx context.Context, req *connect.Request[
 	if err := rd.Err(); err != nil {
 		return connect.NewError(connect.CodeUnavailable, fmt.Errorf("reading backup %s on node %s: %w", bk.Id, holder.Name, err))
 	}
-	if auditErr := s.b.audit.record(ctx, auth.FromContext(ctx).String(), "export backup", bk.Service+" "+bk.Id, "ok"); auditErr != nil {
+	if auditErr := s.b.audit.Record(ctx, auth.FromContext(ctx).String(), "export backup", bk.Service+" "+bk.Id, "ok"); auditErr != nil {
 		s.b.Logger.Warn("recording an export in the audit log", "backup", bk.Id, "error", auditErr)
 	}
 	return nil
@@ -388,11 +389,11 @@ func (s *serviceService) ExportBackup(ctx context.Context, req *connect.Request[
 
 func (s *serviceService) ImportBackup(ctx context.Context, stream *connect.ClientStream[corpusv1.BackupChunk]) (*connect.Response[corpusv1.ImportBackupResponse], error) {
 	if !stream.Receive() {
-		return nil, toConnect(invalidf("no backup header: the first message names the service and the data's SHA-256"))
+		return nil, ToConnect(Invalidf("no backup header: the first message names the service and the data's SHA-256"))
 	}
 	head := stream.Msg().Backup
 	if head == nil || head.Service == "" || len(head.Sha256) != 64 {
-		return nil, toConnect(invalidf("the first message must name the service and give the data's SHA-256 (64 hex digits)"))
+		return nil, ToConnect(Invalidf("the first message must name the service and give the data's SHA-256 (64 hex digits)"))
 	}
 	view := s.b.Store.Read()
 	svc, err := pickService(ctx, view, head.Service, true)
@@ -400,7 +401,7 @@ func (s *serviceService) ImportBackup(ctx context.Context, stream *connect.Clien
 		return nil, err
 	}
 	if svc.GuestId == "" {
-		return nil, toConnect(invalidf("external service %s keeps no data here", svc.Name))
+		return nil, ToConnect(Invalidf("external service %s keeps no data here", svc.Name))
 	}
 	g := view.Guest(svc.GuestId)
 	holder := backupHolder(view, view.Node(g.GetNodeId()))
@@ -409,21 +410,21 @@ func (s *serviceService) ImportBackup(ctx context.Context, stream *connect.Clien
 	}
 	bk := &corpusv1.Backup{Id: secret.Hex(8), Service: svc.Name, NodeId: holder.Id, Trigger: corpusv1.BackupImport,
 		Template: svc.Template, Version: svc.Version}
-	if _, err := s.b.write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_BeginBackup{BeginBackup: &corpusv1.BeginBackup{Backup: bk}}}); err != nil {
+	if _, err := s.b.Write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_BeginBackup{BeginBackup: &corpusv1.BeginBackup{Backup: bk}}}); err != nil {
 		return nil, err
 	}
 	size, err := s.b.storeImport(ctx, bk, holder, head.Sha256, stream)
 	finish := &corpusv1.FinishBackup{Id: bk.Id, Status: corpusv1.BackupSucceeded, SizeBytes: size, Sha256: head.Sha256}
 	if err != nil {
-		finish = &corpusv1.FinishBackup{Id: bk.Id, Status: corpusv1.BackupFailed, Message: errorText(err)}
+		finish = &corpusv1.FinishBackup{Id: bk.Id, Status: corpusv1.BackupFailed, Message: audit.ErrorText(err)}
 	}
-	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), writeTimeout)
+	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), WriteTimeout)
 	defer cancel()
-	if _, werr := s.b.write(fctx, &corpusv1.Command{Cmd: &corpusv1.Command_FinishBackup{FinishBackup: finish}}); werr != nil {
+	if _, werr := s.b.Write(fctx, &corpusv1.Command{Cmd: &corpusv1.Command_FinishBackup{FinishBackup: finish}}); werr != nil {
 		return nil, errors.Join(err, werr)
 	}
 	if err != nil {
-		return nil, toConnect(err)
+		return nil, ToConnect(err)
 	}
 	return connect.NewResponse(&corpusv1.ImportBackupResponse{Backup: s.b.Store.Read().Backup(bk.Id)}), nil
 }
@@ -477,4 +478,46 @@ func (s *serviceService) DeleteBackup(ctx context.Context, req *connect.Request[
 		return nil, err
 	}
 	return connect.NewResponse(&corpusv1.DeleteBackupResponse{Backup: bk}), nil
+}
+
+// VolumeNode is the ready node keeping a volume.
+func VolumeNode(view *state.Snap, v *corpusv1.Volume) (*corpusv1.Node, error) {
+	n := view.Node(v.NodeId)
+	switch {
+	case v.DesiredState == state.VolumeDeleted:
+		return nil, connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("volume %s is being deleted", v.Name))
+	case n == nil:
+		return nil, connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("volume %s is on no node yet: nothing to back up", v.Name))
+	case n.Status != state.NodeReady || n.AgentAddress == "":
+		return nil, connect.NewError(connect.CodeUnavailable, fmt.Errorf("the node of volume %s, %s, is %s", v.Name, n.Name, n.Status))
+	}
+	return n, nil
+}
+
+// VolumeBackup is a new backup of volume v, and the node to take it on.
+func VolumeBackup(view *state.Snap, v *corpusv1.Volume, trigger string) (*corpusv1.Backup, *corpusv1.Node, error) {
+	source, err := VolumeNode(view, v)
+	if err != nil {
+		return nil, nil, err
+	}
+	return &corpusv1.Backup{Volume: v.Name, Trigger: trigger}, source, nil
+}
+
+// BackupPolicy is a backup schedule and keep count after a change that
+// asks for schedule ("" leaves it, "none" turns it off) and keep (0
+// leaves it).
+func BackupPolicy(curSchedule string, curKeep uint32, schedule string, keep uint32) (string, uint32, error) {
+	switch schedule {
+	case "":
+		schedule = curSchedule
+	case "none":
+		schedule = ""
+	}
+	if keep == 0 {
+		keep = curKeep
+	}
+	if err := state.ValidSchedule(schedule); err != nil {
+		return "", 0, ToConnect(err)
+	}
+	return schedule, keep, nil
 }

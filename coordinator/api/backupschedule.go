@@ -22,7 +22,7 @@ func (b *Backend) BackupService(ctx context.Context, svc *corpusv1.Service) (*co
 // BackupVolume takes the scheduled backup of a volume
 // (coordinator/backupschedule's Backups).
 func (b *Backend) BackupVolume(ctx context.Context, v *corpusv1.Volume) (*corpusv1.Backup, error) {
-	bk, source, err := volumeBackup(b.Store.Read(), v, corpusv1.BackupSchedule)
+	bk, source, err := VolumeBackup(b.Store.Read(), v, corpusv1.BackupSchedule)
 	if err != nil {
 		return nil, err
 	}
@@ -38,6 +38,6 @@ func (b *Backend) RemoveBackup(ctx context.Context, bk *corpusv1.Backup) error {
 			b.Logger.Warn("removing a backup's file", "backup", bk.Id, "node", n.Name, "error", err)
 		}
 	}
-	_, err := b.write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_DeleteBackup{DeleteBackup: &corpusv1.DeleteBackup{Id: bk.Id}}})
+	_, err := b.Write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_DeleteBackup{DeleteBackup: &corpusv1.DeleteBackup{Id: bk.Id}}})
 	return err
 }

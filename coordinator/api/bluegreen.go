@@ -35,14 +35,14 @@ func validStrategy(strategy string, keep int64) error {
 	switch strategy {
 	case "", StrategyRolling:
 		if keep != 0 {
-			return invalidf("--keep is for --strategy blue-green")
+			return Invalidf("--keep is for --strategy blue-green")
 		}
 	case StrategyBlueGreen:
 		if keep < 0 || time.Duration(keep)*time.Second > MaxStandby {
-			return invalidf("--keep %ds: at most %s", keep, MaxStandby)
+			return Invalidf("--keep %ds: at most %s", keep, MaxStandby)
 		}
 	default:
-		return invalidf("strategy %.40q: want rolling or blue-green", strategy)
+		return Invalidf("strategy %.40q: want rolling or blue-green", strategy)
 	}
 	return nil
 }
@@ -50,20 +50,20 @@ func validStrategy(strategy string, keep int64) error {
 func (s *agentService) SwitchEnv(ctx context.Context, req *connect.Request[corpusv1.SwitchEnvRequest]) (*connect.Response[corpusv1.SwitchEnvResponse], error) {
 	m := req.Msg
 	if err := validRelease(m.Project, m.Env); err != nil {
-		return nil, toConnect(err)
+		return nil, ToConnect(err)
 	}
 	keep := time.Duration(m.KeepSeconds) * time.Second
 	if keep <= 0 {
 		keep = DefaultStandby
 	}
 	if keep > MaxStandby {
-		return nil, toConnect(invalidf("keep %s: at most %s", keep, MaxStandby))
+		return nil, ToConnect(Invalidf("keep %s: at most %s", keep, MaxStandby))
 	}
 	view := s.b.Store.Read()
 	p := view.Project(m.Project)
 	e := corpusv1.EnvNamed(p, m.Env)
 	if e == nil {
-		return nil, toConnect(notFound("environment", m.Project+"/"+m.Env, "corpus project list"))
+		return nil, ToConnect(NotFound("environment", m.Project+"/"+m.Env, "corpus project list"))
 	}
 	cmd := &corpusv1.SwitchEnv{Project: p.Name, Env: e.Name, Release: m.Release, WebPort: m.WebPort, NodeId: auth.FromContext(ctx).NodeID,
 		KeepUntil: timestamppb.New(time.Now().Add(keep)), InstancePorts: map[uint32]int32{}}
@@ -74,7 +74,7 @@ func (s *agentService) SwitchEnv(ctx context.Context, req *connect.Request[corpu
 		}
 		cmd.InstancePorts[in.Index] = o.GetStagedPort()
 	}
-	if _, err := s.b.write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_SwitchEnv{SwitchEnv: cmd}}); err != nil {
+	if _, err := s.b.Write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_SwitchEnv{SwitchEnv: cmd}}); err != nil {
 		return nil, err
 	}
 	return connect.NewResponse(&corpusv1.SwitchEnvResponse{}), nil
@@ -87,7 +87,7 @@ func (s *projectService) SwitchBack(ctx context.Context, req *connect.Request[co
 	if err != nil {
 		return nil, err
 	}
-	if _, err := s.b.write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_SwitchEnv{SwitchEnv: &corpusv1.SwitchEnv{Project: p.Name, Env: e.Name, Back: true}}}); err != nil {
+	if _, err := s.b.Write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_SwitchEnv{SwitchEnv: &corpusv1.SwitchEnv{Project: p.Name, Env: e.Name, Back: true}}}); err != nil {
 		return nil, err
 	}
 	view = s.b.Store.Read()

@@ -5,12 +5,13 @@ import (
 	"fmt"
 	"maps"
 	"slices"
-	"sort"
 	"strings"
 
 	"connectrpc.com/connect"
 
+	"corpus/coordinator/audit"
 	"corpus/coordinator/auth"
+	"corpus/coordinator/keyring"
 	"corpus/coordinator/state"
 	"corpus/internal/names"
 	"corpus/internal/units"
@@ -24,29 +25,29 @@ import (
 // written: the errors name keys, never values.
 func checkConfigChange(set map[string]string, unset []string) error {
 	if len(set) == 0 && len(unset) == 0 {
-		return invalidf("nothing to set or unset: give KEY=VALUE or KEY")
+		return Invalidf("nothing to set or unset: give KEY=VALUE or KEY")
 	}
 	if len(set)+len(unset) > state.MaxConfigKeys {
-		return invalidf("%d keys in one change; the limit is %d", len(set)+len(unset), state.MaxConfigKeys)
+		return Invalidf("%d keys in one change; the limit is %d", len(set)+len(unset), state.MaxConfigKeys)
 	}
 	for _, k := range slices.Sorted(maps.Keys(set)) {
 		if err := state.ValidConfigKey(k); err != nil {
-			return invalidf("%v", err)
+			return Invalidf("%v", err)
 		}
 		v := set[k]
 		switch {
 		case strings.ContainsRune(v, 0):
-			return invalidf("the value of %s holds a NUL byte, which no environment variable can carry", k)
+			return Invalidf("the value of %s holds a NUL byte, which no environment variable can carry", k)
 		case len(v) > state.MaxConfigValueBytes:
-			return invalidf("the value of %s is %s; the limit is %s", k, units.FormatSize(int64(len(v))), units.FormatSize(state.MaxConfigValueBytes))
+			return Invalidf("the value of %s is %s; the limit is %s", k, units.FormatSize(int64(len(v))), units.FormatSize(state.MaxConfigValueBytes))
 		}
 	}
 	for _, k := range unset {
 		if err := state.ValidConfigKey(k); err != nil {
-			return invalidf("%v", err)
+			return Invalidf("%v", err)
 		}
 		if _, ok := set[k]; ok {
-			return invalidf("%s is both set and unset", k)
+			return Invalidf("%s is both set and unset", k)
 		}
 	}
 	return nil
@@ -60,19 +61,19 @@ func (s *projectService) SetConfig(ctx context.Context, req *connect.Request[cor
 	}
 	unset := slices.Compact(slices.Sorted(slices.Values(m.Unset)))
 	if err := checkConfigChange(m.Set, unset); err != nil {
-		return toConnect(err)
+		return ToConnect(err)
 	}
-	k, err := s.b.keyrings.ensure(ctx)
+	k, err := s.b.keyrings.Ensure(ctx)
 	if err != nil {
-		return toConnect(err)
+		return ToConnect(err)
 	}
 	cmd := &corpusv1.SetConfig{Project: p.Name, Env: e.Name, Set: map[string][]byte{}, Unset: unset}
 	for key, v := range m.Set {
 		if cmd.Set[key], err = k.Seal([]byte(v), state.ConfigPlace(p.Name, e.Name, key)); err != nil {
-			return toConnect(err)
+			return ToConnect(err)
 		}
 	}
-	if _, err := s.b.write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_SetConfig{SetConfig: cmd}}); err != nil {
+	if _, err := s.b.Write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_SetConfig{SetConfig: cmd}}); err != nil {
 		return err
 	}
 	keys := slices.Sorted(maps.Keys(m.Set))
@@ -114,7 +115,7 @@ func (s *projectService) releaseConfig(ctx context.Context, project, env, what s
 // the calls that act in a running guest.
 func runningEnvNode(view *state.Snap, p *corpusv1.Project, e *corpusv1.ProjectEnv) (*corpusv1.Node, error) {
 	g := view.Guest(e.GuestId)
-	if g == nil || guestStatus(view, g) != state.ObservedRunning {
+	if g == nil || GuestStatus(view, g) != state.ObservedRunning {
 		return nil, connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("the guest of %s/%s is not running", p.Name, e.Name))
 	}
 	n := view.Node(g.NodeId)
@@ -130,13 +131,13 @@ func (s *projectService) restartInstances(ctx context.Context, view *state.Snap,
 	for _, in := range e.Instances {
 		g := view.Guest(in.GuestId)
 		n := view.Node(g.GetNodeId())
-		if g == nil || n == nil || n.AgentAddress == "" || guestStatus(view, g) != state.ObservedRunning {
+		if g == nil || n == nil || n.AgentAddress == "" || GuestStatus(view, g) != state.ObservedRunning {
 			return connect.NewError(connect.CodeUnavailable, fmt.Errorf("instance %d (%s) is not running: the others were restarted", in.Index, in.GuestName))
 		}
 		up, err := s.b.AgentClient(n).Redeploy(ctx, connect.NewRequest(&corpusv1.AgentRedeployRequest{
 			Request: r, Env: e, Releases: view.Releases(p.Name, e.Name), Author: auth.FromContext(ctx).String(), Instance: in.Index,
 		}))
-		if err := relayFromAgent(n, r.Trigger, up, err, func(o *corpusv1.DeployOutput) error {
+		if err := RelayFromAgent(n, r.Trigger, up, err, func(o *corpusv1.DeployOutput) error {
 			if o.Done {
 				return nil // the first instance's says it, at the end
 			}
@@ -159,7 +160,7 @@ func (s *projectService) redeploy(ctx context.Context, view *state.Snap, p *corp
 		Request: r, Env: e, Releases: view.Releases(p.Name, e.Name), Author: auth.FromContext(ctx).String(),
 	}))
 	var done *corpusv1.DeployOutput
-	err = relayFromAgent(n, r.Trigger, up, err, func(o *corpusv1.DeployOutput) error {
+	err = RelayFromAgent(n, r.Trigger, up, err, func(o *corpusv1.DeployOutput) error {
 		if o.Done && r.Trigger == corpusv1.TriggerRestart && len(e.Instances) > 0 {
 			done = o // said once every instance restarted
 			return nil
@@ -174,9 +175,9 @@ func (s *projectService) redeploy(ctx context.Context, view *state.Snap, p *corp
 	}
 	result := "ok"
 	if err != nil {
-		result = "failed: " + errorText(err)
+		result = "failed: " + audit.ErrorText(err)
 	}
-	if aerr := s.b.audit.record(ctx, auth.FromContext(ctx).String(), r.Trigger, p.Name+"/"+e.Name, result); aerr != nil {
+	if aerr := s.b.audit.Record(ctx, auth.FromContext(ctx).String(), r.Trigger, p.Name+"/"+e.Name, result); aerr != nil {
 		s.b.Logger.Warn("recording a redeploy in the audit log", "project", p.Name, "env", e.Name, "error", aerr)
 	}
 	return err
@@ -195,13 +196,13 @@ func (s *projectService) GetConfig(ctx context.Context, req *connect.Request[cor
 		}
 	}
 	res := &corpusv1.GetConfigResponse{CurrentRelease: e.CurrentRelease}
-	k, err := s.b.keyrings.open(view)
+	k, err := s.b.keyrings.Open(view)
 	if err != nil {
-		return nil, toConnect(err)
+		return nil, ToConnect(err)
 	}
-	clear, err := openConfig(k, p.Name, e.Name, e.Config)
+	clear, err := keyring.OpenConfig(k, p.Name, e.Name, e.Config)
 	if err != nil {
-		return nil, toConnect(err)
+		return nil, ToConnect(err)
 	}
 	for _, key := range slices.Sorted(maps.Keys(clear)) {
 		v := &corpusv1.ConfigVar{Key: key, Bytes: int32(len(clear[key]))}
@@ -211,35 +212,13 @@ func (s *projectService) GetConfig(ctx context.Context, req *connect.Request[cor
 		res.Vars = append(res.Vars, v)
 	}
 	if cur := view.ReleaseByNumber(p.Name, e.Name, e.CurrentRelease); cur != nil {
-		running, err := openConfig(k, p.Name, e.Name, cur.Config)
+		running, err := keyring.OpenConfig(k, p.Name, e.Name, cur.Config)
 		if err != nil {
-			return nil, toConnect(err)
+			return nil, ToConnect(err)
 		}
 		res.Pending = !maps.Equal(running, clear)
 	}
 	return connect.NewResponse(res), nil
-}
-
-// configChanges says how cfg differs from the config of the release
-// before, keys only: "+KEY" new, "~KEY" changed, "-KEY" gone.
-func configChanges(before, after map[string]string) []string {
-	var out []string
-	for k, v := range after {
-		old, ok := before[k]
-		switch {
-		case !ok:
-			out = append(out, "+"+k)
-		case old != v:
-			out = append(out, "~"+k)
-		}
-	}
-	for k := range before {
-		if _, ok := after[k]; !ok {
-			out = append(out, "-"+k)
-		}
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i][1:] < out[j][1:] })
-	return out
 }
 
 // validSteps are the steps corpus deploy --only may name.
@@ -256,30 +235,30 @@ func (s *projectService) Deploy(ctx context.Context, req *connect.Request[corpus
 	case "", corpusv1.TriggerDeploy:
 		m.Trigger = corpusv1.TriggerDeploy
 		if len(m.Processes) > 0 {
-			return toConnect(invalidf("processes are named for a restart, not a deploy"))
+			return ToConnect(Invalidf("processes are named for a restart, not a deploy"))
 		}
 	case corpusv1.TriggerRestart:
 		if len(m.Only) > 0 {
-			return toConnect(invalidf("a restart runs no steps; --only is for corpus deploy"))
+			return ToConnect(Invalidf("a restart runs no steps; --only is for corpus deploy"))
 		}
 	default:
-		return toConnect(invalidf("trigger %.40q: want deploy or restart", m.Trigger))
+		return ToConnect(Invalidf("trigger %.40q: want deploy or restart", m.Trigger))
 	}
 	for _, st := range m.Only {
 		if !slices.Contains(validSteps, st) {
-			return toConnect(invalidf("step %.40q: corpus deploy --only takes %s", st, strings.Join(validSteps, ", ")))
+			return ToConnect(Invalidf("step %.40q: corpus deploy --only takes %s", st, strings.Join(validSteps, ", ")))
 		}
 	}
 	for _, proc := range m.Processes {
 		if err := validProcessName(proc); err != nil {
-			return toConnect(err)
+			return ToConnect(err)
 		}
 	}
 	if err := validStrategy(m.Strategy, m.KeepSeconds); err != nil {
-		return toConnect(err)
+		return ToConnect(err)
 	}
 	if m.Strategy == StrategyBlueGreen && m.Trigger != corpusv1.TriggerDeploy {
-		return toConnect(invalidf("a restart is not blue-green: deploy with --strategy blue-green"))
+		return ToConnect(Invalidf("a restart is not blue-green: deploy with --strategy blue-green"))
 	}
 	if e.CurrentRelease == 0 {
 		return connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("%s/%s has no release yet: push first", p.Name, e.Name))
@@ -291,7 +270,7 @@ func (s *projectService) Deploy(ctx context.Context, req *connect.Request[corpus
 // validProcessName: process types are short lowercase names (Procfile).
 func validProcessName(name string) error {
 	if !names.Process(name) {
-		return invalidf("process name %.40q: want [a-z][a-z0-9_-]*, up to 32 characters", name)
+		return Invalidf("process name %.40q: want [a-z][a-z0-9_-]*, up to 32 characters", name)
 	}
 	return nil
 }
@@ -335,12 +314,12 @@ func (s *projectService) ListProcesses(ctx context.Context, req *connect.Request
 func (s *agentService) SetWebPort(ctx context.Context, req *connect.Request[corpusv1.SetWebPortRequest]) (*connect.Response[corpusv1.SetWebPortResponse], error) {
 	m := req.Msg
 	if err := validRelease(m.Project, m.Env); err != nil {
-		return nil, toConnect(err)
+		return nil, ToConnect(err)
 	}
-	if err := validPort("web port", m.Port); err != nil {
-		return nil, toConnect(err)
+	if err := ValidPort("web port", m.Port); err != nil {
+		return nil, ToConnect(err)
 	}
-	if _, err := s.b.write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_SetWebPort{SetWebPort: &corpusv1.SetWebPort{
+	if _, err := s.b.Write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_SetWebPort{SetWebPort: &corpusv1.SetWebPort{
 		Project: m.Project, Env: m.Env, NodeId: auth.FromContext(ctx).NodeID, Port: m.Port, Instance: m.Instance,
 	}}}); err != nil {
 		return nil, err

@@ -31,10 +31,10 @@ func (c consistentReads) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
 	return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
 		if v := req.Header().Get(ConsistencyHeader); v != "" && c.group != nil {
 			if !strings.EqualFold(v, "linearizable") {
-				return nil, toConnect(invalidf("header %s: %q is not a consistency this API serves (linearizable, or no header for the replica's own state)", ConsistencyHeader, v))
+				return nil, ToConnect(Invalidf("header %s: %q is not a consistency this API serves (linearizable, or no header for the replica's own state)", ConsistencyHeader, v))
 			}
 			if _, err := c.group.ReadIndex(ctx); err != nil {
-				return nil, toConnect(err)
+				return nil, ToConnect(err)
 			}
 		}
 		return next(ctx, req)
@@ -65,7 +65,7 @@ func (c currentNotFound) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
 		}
 		if _, err := c.group.ReadIndex(ctx); err != nil {
 			// Not known to be missing: this replica cannot tell now.
-			return nil, toConnect(err)
+			return nil, ToConnect(err)
 		}
 		return next(ctx, req)
 	}

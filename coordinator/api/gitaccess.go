@@ -30,7 +30,7 @@ func (s *agentService) GitAccess(ctx context.Context, req *connect.Request[corpu
 		res.Allowed = false
 		res.Reason = fmt.Sprintf(format, args...)
 		if m.Project != "" {
-			s.b.audit.refusal(ctx, actor, gitAction(m), target, res.Reason+" (over ssh, node "+node.NodeName+")")
+			s.b.audit.Refusal(ctx, actor, gitAction(m), target, res.Reason+" (over ssh, node "+node.NodeName+")")
 		}
 		return connect.NewResponse(res), nil
 	}

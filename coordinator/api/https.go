@@ -2,22 +2,16 @@ package api
 
 import (
 	"context"
-	"crypto/x509"
 	"encoding/pem"
 	"errors"
 	"fmt"
-	"net/url"
 	"slices"
-	"strings"
 
 	"connectrpc.com/connect"
-	"google.golang.org/protobuf/proto"
-	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"corpus/coordinator/acme"
 	"corpus/coordinator/auth"
 	"corpus/coordinator/state"
-	"corpus/internal/names"
 	"corpus/internal/seal"
 	corpusv1 "corpus/proto/corpus/v1"
 )
@@ -26,166 +20,20 @@ import (
 // the certificates' state, and what agents' proxies serve. The orderer
 // itself is coordinator/acme; the leader runs it (CertificateLoop).
 
-// validTLS checks a route's TLS settings.
-func validTLS(kind corpusv1.RouteKind, https, redirect, hsts bool) error {
-	if (https || redirect || hsts) && kind != corpusv1.RouteHTTP {
-		return invalidf("only http routes serve HTTPS")
-	}
-	if (redirect || hsts) && !https {
-		return invalidf("a redirect to HTTPS and HSTS need --https")
-	}
-	return nil
-}
-
-func (s *ingressService) SetRouteTls(ctx context.Context, req *connect.Request[corpusv1.SetRouteTlsRequest]) (*connect.Response[corpusv1.SetRouteTlsResponse], error) {
-	m := req.Msg
-	if err := validTLS(corpusv1.RouteHTTP, m.Https, m.RedirectHttps, m.Hsts); err != nil {
-		return nil, toConnect(err)
-	}
-	r, err := findRoute(s.b.Store.Read(), m.Domain, 0, "")
-	if err != nil {
-		return nil, toConnect(err)
-	}
-	if !r.Is(corpusv1.RouteHTTP) {
-		return nil, toConnect(invalidf("route %s is a %s route; only http routes serve HTTPS", r.Domain, r.Kind))
-	}
-	res, err := s.setTLS(ctx, r, m.Https, m.RedirectHttps, m.Hsts)
-	if err != nil {
-		return nil, err
-	}
-	return connect.NewResponse(res), nil
-}
-
-// setTLS writes a route's TLS settings when they differ.
-func (s *ingressService) setTLS(ctx context.Context, r *corpusv1.Route, https, redirect, hsts bool) (*corpusv1.SetRouteTlsResponse, error) {
-	if r.Https == https && r.RedirectHttps == redirect && r.Hsts == hsts {
-		return &corpusv1.SetRouteTlsResponse{Route: r}, nil
-	}
-	if _, err := s.b.write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_SetRouteTls{SetRouteTls: &corpusv1.SetRouteTls{
-		Id: r.Id, Https: https, RedirectHttps: redirect, Hsts: hsts}}}); err != nil {
-		return nil, err
-	}
-	return &corpusv1.SetRouteTlsResponse{Route: s.b.Store.Read().Route(r.Id), Changed: true}, nil
-}
-
-func (s *ingressService) SetAcme(ctx context.Context, req *connect.Request[corpusv1.SetAcmeRequest]) (*connect.Response[corpusv1.SetAcmeResponse], error) {
-	m := req.Msg
-	view := s.b.Store.Read()
-	cur := view.Acme()
-	if m.DirectoryUrl == "" {
-		if cur == nil {
-			return connect.NewResponse(&corpusv1.SetAcmeResponse{}), nil
-		}
-		if _, err := s.b.write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_SetAcmeConfig{SetAcmeConfig: &corpusv1.SetAcmeConfig{Config: &corpusv1.AcmeConfig{}}}}); err != nil {
-			return nil, err
-		}
-		return connect.NewResponse(&corpusv1.SetAcmeResponse{Changed: true}), nil
-	}
-	u, err := url.Parse(m.DirectoryUrl)
-	if err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" {
-		return nil, toConnect(invalidf("directory %q is not an http(s) URL", m.DirectoryUrl))
-	}
-	if m.Email != "" && (!strings.Contains(m.Email, "@") || strings.ContainsAny(m.Email, " \t\r\n<>")) {
-		return nil, toConnect(invalidf("email %q is not an address", m.Email))
-	}
-	if m.CaPem != "" {
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM([]byte(m.CaPem)) {
-			return nil, toConnect(invalidf("the CA file holds no PEM certificate"))
-		}
-	}
-	challenges := slices.Clone(m.Challenges)
-	if len(challenges) == 0 {
-		challenges = []string{state.ChallengeHTTP01, state.ChallengeTLSALPN01}
-	}
-	for _, c := range challenges {
-		if !state.ValidChallenge(c) {
-			return nil, toConnect(invalidf("challenge %q: use http-01 or tls-alpn-01", c))
-		}
-	}
-	next := &corpusv1.AcmeConfig{DirectoryUrl: m.DirectoryUrl, Email: m.Email, CaPem: m.CaPem, Challenges: challenges}
-	var expect uint64
-	if cur != nil {
-		expect = cur.ModifyIndex
-		if cur.DirectoryUrl == next.DirectoryUrl && cur.Email == next.Email && cur.CaPem == next.CaPem && slices.Equal(cur.Challenges, next.Challenges) {
-			return connect.NewResponse(&corpusv1.SetAcmeResponse{Acme: acmeView(cur)}), nil
-		}
-		if cur.DirectoryUrl == next.DirectoryUrl && cur.Email == next.Email {
-			// Same CA and contact: the account stays.
-			next.AccountKey, next.AccountUrl = cur.AccountKey, cur.AccountUrl
-		}
-	}
-	if _, err := s.b.write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_SetAcmeConfig{SetAcmeConfig: &corpusv1.SetAcmeConfig{Config: next, ExpectModifyIndex: expect}}}); err != nil {
-		return nil, err
-	}
-	return connect.NewResponse(&corpusv1.SetAcmeResponse{Acme: acmeView(s.b.Store.Read().Acme()), Changed: true}), nil
-}
-
-func (s *ingressService) GetAcme(ctx context.Context, _ *connect.Request[corpusv1.GetAcmeRequest]) (*connect.Response[corpusv1.GetAcmeResponse], error) {
-	return connect.NewResponse(&corpusv1.GetAcmeResponse{Acme: acmeView(s.b.Store.Read().Acme())}), nil
-}
-
-func (s *ingressService) RenewCertificate(ctx context.Context, req *connect.Request[corpusv1.RenewDomainCertificateRequest]) (*connect.Response[corpusv1.RenewDomainCertificateResponse], error) {
-	d, err := names.ParseDomain(req.Msg.Domain)
-	if err != nil {
-		return nil, toConnect(err)
-	}
-	domain := string(d)
-	view := s.b.Store.Read()
-	if view.Acme() == nil {
-		return nil, toConnect(fmt.Errorf("no ACME account is configured; set one with corpus ingress acme set: %w", state.ErrBadTransition))
-	}
-	if !slices.Contains(view.HTTPSDomains(), domain) {
-		return nil, toConnect(notFound("https route for domain", domain, "corpus ingress list"))
-	}
-	for range 3 {
-		cur := s.b.Store.Read().Certificate(domain)
-		crt := &corpusv1.Certificate{Domain: domain, State: state.CertPending}
-		var expect uint64
-		if cur != nil {
-			crt, expect = proto.Clone(cur).(*corpusv1.Certificate), cur.ModifyIndex
-		}
-		crt.NextAttemptAt = timestamppb.Now()
-		_, err := s.b.write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_PutCertificate{PutCertificate: &corpusv1.PutCertificate{Certificate: crt, ExpectModifyIndex: expect}}})
-		if err == nil {
-			return connect.NewResponse(&corpusv1.RenewDomainCertificateResponse{Certificate: certificateView(s.b.Store.Read().Certificate(domain))}), nil
-		}
-		if connect.CodeOf(err) != connect.CodeAborted {
-			return nil, err
-		}
-	}
-	return nil, connect.NewError(connect.CodeAborted, errors.New("the certificate kept changing; try again"))
-}
-
-func acmeView(c *corpusv1.AcmeConfig) *corpusv1.AcmeView {
-	if c == nil {
-		return nil
-	}
-	return &corpusv1.AcmeView{DirectoryUrl: c.DirectoryUrl, Email: c.Email, HasCa: c.CaPem != "", Challenges: c.Challenges, AccountUrl: c.AccountUrl}
-}
-
-func certificateView(c *corpusv1.Certificate) *corpusv1.CertificateView {
-	if c == nil {
-		return nil
-	}
-	return &corpusv1.CertificateView{Domain: c.Domain, State: c.State, NotBefore: c.NotBefore, NotAfter: c.NotAfter, Serial: c.Serial, Issuer: c.Issuer,
-		LastError: c.LastError, NextAttemptAt: c.NextAttemptAt, Failures: c.Failures, OcspStapled: len(c.Ocsp) > 0, Challenge: c.Challenge.GetType()}
-}
-
 // TlsMaterial gives an agent the certificates of the https domains routed
 // to its guests, keys opened.
 func (s *agentService) TlsMaterial(ctx context.Context, req *connect.Request[corpusv1.TlsMaterialRequest]) (*connect.Response[corpusv1.TlsMaterialResponse], error) {
 	p := auth.FromContext(ctx)
 	view := s.b.Store.Read()
 	if len(req.Msg.Domains) > 10000 {
-		return nil, toConnect(invalidf("%d domains in one call", len(req.Msg.Domains)))
+		return nil, ToConnect(Invalidf("%d domains in one call", len(req.Msg.Domains)))
 	}
 	var k *seal.Keyring
 	res := &corpusv1.TlsMaterialResponse{}
 	for _, domain := range req.Msg.Domains {
 		r := view.RouteByDomain(domain)
 		if r == nil || !r.Https {
-			return nil, toConnect(notFound("https route for domain", domain, "corpus ingress list"))
+			return nil, ToConnect(NotFound("https route for domain", domain, "corpus ingress list"))
 		}
 		if !slices.ContainsFunc(view.RoutesOnNode(p.NodeID), func(r *corpusv1.Route) bool { return r.Domain == domain }) {
 			return nil, connect.NewError(connect.CodePermissionDenied, fmt.Errorf("domain %s is not routed to a guest of node %s", domain, p.NodeName))
@@ -196,8 +44,8 @@ func (s *agentService) TlsMaterial(ctx context.Context, req *connect.Request[cor
 		}
 		if k == nil {
 			var err error
-			if k, err = s.b.keyrings.open(view); err != nil {
-				return nil, toConnect(err)
+			if k, err = s.b.keyrings.Open(view); err != nil {
+				return nil, ToConnect(err)
 			}
 		}
 		td, err := tlsDomain(k, c)
@@ -256,43 +104,6 @@ func nodeCertificates(view *state.Snap, routes []*corpusv1.Route) []*corpusv1.Ce
 	return out
 }
 
-// resealTLS reseals the certificates' keys and the ACME account key for
-// a keyring rotation.
-func resealTLS(view *state.Snap, resealAt func(map[string][]byte, func(string) string) (map[string][]byte, error)) ([]*corpusv1.ResealedConfig, error) {
-	var out []*corpusv1.ResealedConfig
-	for _, c := range view.Certificates() {
-		vals := map[string][]byte{}
-		if len(c.Key) > 0 {
-			vals["key"] = c.Key
-		}
-		if k := c.Challenge.GetAlpnKey(); len(k) > 0 {
-			vals["challenge"] = k
-		}
-		if len(vals) == 0 {
-			continue
-		}
-		domain := c.Domain
-		sealed, err := resealAt(vals, func(name string) string {
-			if name == "challenge" {
-				return state.ChallengeKeyPlace(domain)
-			}
-			return state.CertificateKeyPlace(domain)
-		})
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, &corpusv1.ResealedConfig{Certificate: domain, Config: sealed})
-	}
-	if a := view.Acme(); a != nil && len(a.AccountKey) > 0 {
-		sealed, err := resealAt(map[string][]byte{"key": a.AccountKey}, func(string) string { return state.AcmeKeyPlace })
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, &corpusv1.ResealedConfig{Acme: true, Config: sealed})
-	}
-	return out, nil
-}
-
 // CertificateLoop orders and renews the certificates of https routes
 // while ctx lasts; the leader runs it.
 func (b *Backend) CertificateLoop(ctx context.Context) {
@@ -302,7 +113,7 @@ func (b *Backend) CertificateLoop(ctx context.Context) {
 			cmd.Actor = "acme"
 			return b.Propose(ctx, cmd)
 		},
-		Keyring: b.keyrings.ensure,
+		Keyring: b.keyrings.Ensure,
 		Check: func(ctx context.Context, node *corpusv1.Node, req *corpusv1.CheckChallengeRequest) (*corpusv1.CheckChallengeResponse, error) {
 			res, err := b.AgentClient(node).CheckChallenge(ctx, connect.NewRequest(req))
 			if err != nil {

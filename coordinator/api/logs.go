@@ -11,7 +11,6 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"corpus/coordinator/state"
-	"corpus/internal/names"
 	corpusv1 "corpus/proto/corpus/v1"
 )
 
@@ -24,25 +23,6 @@ import (
 // maxLogTail bounds a logs request's tail.
 const maxLogTail = 100000
 
-func (s *guestService) GuestLogs(ctx context.Context, req *connect.Request[corpusv1.GuestLogsRequest], stream *connect.ServerStream[corpusv1.LogLine]) error {
-	m := req.Msg
-	if err := names.Validate("guest", m.Name); err != nil {
-		return toConnect(err)
-	}
-	if err := validLogFilter(m); err != nil {
-		return err
-	}
-	view := s.b.Store.Read()
-	g := view.GuestByName(m.Name)
-	if g == nil {
-		return toConnect(notFound("guest", m.Name, "corpus guest list"))
-	}
-	if err := mayUseGuest(ctx, view, g); err != nil {
-		return err
-	}
-	return s.b.streamLogs(ctx, g.Id, m, stream.Send)
-}
-
 func (s *projectService) ProjectLogs(ctx context.Context, req *connect.Request[corpusv1.ProjectLogsRequest], stream *connect.ServerStream[corpusv1.LogLine]) error {
 	m := req.Msg
 	view := s.b.Store.Read()
@@ -54,37 +34,37 @@ func (s *projectService) ProjectLogs(ctx context.Context, req *connect.Request[c
 	if m.Filter == nil {
 		filter = &corpusv1.GuestLogsRequest{}
 	}
-	if err := validLogFilter(filter); err != nil {
+	if err := ValidLogFilter(filter); err != nil {
 		return err
 	}
 	// One guest per environment today; with several, their lines would
 	// be merged here.
-	return s.b.streamLogs(ctx, e.GuestId, filter, stream.Send)
+	return s.b.StreamLogs(ctx, e.GuestId, filter, stream.Send)
 }
 
-func validLogFilter(m *corpusv1.GuestLogsRequest) error {
+func ValidLogFilter(m *corpusv1.GuestLogsRequest) error {
 	for _, src := range m.Sources {
 		switch src {
 		case "app", "deploy", "system":
 		default:
-			return toConnect(invalidf("log source %.40q: want app, deploy or system", src))
+			return ToConnect(Invalidf("log source %.40q: want app, deploy or system", src))
 		}
 	}
 	if m.Process != "" {
 		if err := validProcessName(m.Process); err != nil {
-			return toConnect(err)
+			return ToConnect(err)
 		}
 	}
 	if m.Tail < 0 || m.Tail > maxLogTail {
-		return toConnect(invalidf("tail %d: want 0 (every line kept) to %d", m.Tail, maxLogTail))
+		return ToConnect(Invalidf("tail %d: want 0 (every line kept) to %d", m.Tail, maxLogTail))
 	}
 	return nil
 }
 
-// streamLogs passes on the log lines of guest id from its node, and with
+// StreamLogs passes on the log lines of guest id from its node, and with
 // m.Follow goes on across the node's streams ending until the guest is
 // deleted or ctx ends.
-func (b *Backend) streamLogs(ctx context.Context, id string, m *corpusv1.GuestLogsRequest, send func(*corpusv1.LogLine) error) error {
+func (b *Backend) StreamLogs(ctx context.Context, id string, m *corpusv1.GuestLogsRequest, send func(*corpusv1.LogLine) error) error {
 	req := proto.Clone(m).(*corpusv1.GuestLogsRequest)
 	var last time.Time
 	opened := false
@@ -97,7 +77,7 @@ func (b *Backend) streamLogs(ctx context.Context, id string, m *corpusv1.GuestLo
 			return send(&corpusv1.LogLine{Time: timestamppb.Now(), Guest: name, Source: "system", Line: "[corpus] the guest was deleted; its log ends here"})
 		}
 		if g == nil {
-			return toConnect(fmt.Errorf("guest %s: %w", id, state.ErrNotFound))
+			return ToConnect(fmt.Errorf("guest %s: %w", id, state.ErrNotFound))
 		}
 		opened, name = true, g.Name
 		n := view.Node(g.GetNodeId())
@@ -113,7 +93,7 @@ func (b *Backend) streamLogs(ctx context.Context, id string, m *corpusv1.GuestLo
 			}
 			var up *connect.ServerStreamForClient[corpusv1.LogLine]
 			up, err = b.AgentClient(n).Logs(ctx, connect.NewRequest(req))
-			err = relayFromAgent(n, "log", up, err, func(l *corpusv1.LogLine) error {
+			err = RelayFromAgent(n, "log", up, err, func(l *corpusv1.LogLine) error {
 				last = l.Time.AsTime()
 				delay = 200 * time.Millisecond
 				return send(l)

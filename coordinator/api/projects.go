@@ -13,10 +13,11 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
-	"golang.org/x/crypto/ssh"
 	"google.golang.org/protobuf/proto"
 
+	"corpus/coordinator/audit"
 	"corpus/coordinator/auth"
+	"corpus/coordinator/keyring"
 	"corpus/coordinator/state"
 	"corpus/internal/names"
 	"corpus/internal/secret"
@@ -35,125 +36,6 @@ const (
 	maxReleaseLog = 64 << 10
 )
 
-type userService struct {
-	b       *Backend
-	limiter *loginLimiter
-}
-
-func (s *userService) CreateUser(ctx context.Context, req *connect.Request[corpusv1.CreateUserRequest]) (*connect.Response[corpusv1.CreateUserResponse], error) {
-	m := req.Msg
-	if err := names.Validate("user", m.Name); err != nil {
-		return nil, toConnect(err)
-	}
-	if m.Role == "" {
-		m.Role = corpusv1.RoleDev
-	}
-	switch m.Role {
-	case corpusv1.RoleOps, corpusv1.RoleDev, corpusv1.RoleViewer:
-	default:
-		return nil, toConnect(invalidf("role %q: use ops, dev or viewer", m.Role))
-	}
-	if m.Auth != "" && m.Auth != corpusv1.AuthLDAP {
-		return nil, toConnect(invalidf("auth %q: use ldap, or leave it empty for API tokens only", m.Auth))
-	}
-	_, err := s.b.write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_CreateUser{CreateUser: &corpusv1.CreateUser{User: &corpusv1.User{Name: m.Name, Role: m.Role, Auth: m.Auth}}}})
-	if errors.Is(err, state.ErrExists) {
-		if u := s.b.Store.Read().User(m.Name); u != nil && u.Role == m.Role && u.Auth == m.Auth {
-			return connect.NewResponse(&corpusv1.CreateUserResponse{User: u}), nil
-		}
-		return nil, connect.NewError(connect.CodeAlreadyExists, fmt.Errorf("user %q already exists with another role or auth", m.Name))
-	}
-	if err != nil {
-		return nil, err
-	}
-	return connect.NewResponse(&corpusv1.CreateUserResponse{User: s.b.Store.Read().User(m.Name), Created: true}), nil
-}
-
-func (s *userService) ListUsers(ctx context.Context, _ *connect.Request[corpusv1.ListUsersRequest]) (*connect.Response[corpusv1.ListUsersResponse], error) {
-	return connect.NewResponse(&corpusv1.ListUsersResponse{Users: s.b.Store.Read().Users()}), nil
-}
-
-func (s *userService) DeleteUser(ctx context.Context, req *connect.Request[corpusv1.DeleteUserRequest]) (*connect.Response[corpusv1.DeleteUserResponse], error) {
-	if err := names.Validate("user", req.Msg.Name); err != nil {
-		return nil, toConnect(err)
-	}
-	u := s.b.Store.Read().User(req.Msg.Name)
-	if u == nil {
-		return nil, toConnect(notFound("user", req.Msg.Name, "corpus user list"))
-	}
-	if _, err := s.b.write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_DeleteUser{DeleteUser: &corpusv1.DeleteUser{Name: u.Name}}}); err != nil {
-		return nil, err
-	}
-	return connect.NewResponse(&corpusv1.DeleteUserResponse{User: u}), nil
-}
-
-// maxKeyBytes bounds one public key line.
-const maxKeyBytes = 16 << 10
-
-// ParseSSHKey parses one authorized_keys line into the stored form.
-func ParseSSHKey(line string) (*corpusv1.SshKey, error) {
-	if len(line) > maxKeyBytes {
-		return nil, invalidf("public key of %d bytes is over the %d byte limit", len(line), maxKeyBytes)
-	}
-	pub, comment, opts, rest, err := ssh.ParseAuthorizedKey([]byte(line))
-	if err != nil {
-		return nil, invalidf("not an SSH public key (%v); give the .pub file, e.g. ~/.ssh/id_ed25519.pub", err)
-	}
-	if len(opts) > 0 {
-		return nil, invalidf("authorized_keys options (%s) are not accepted", strings.Join(opts, ","))
-	}
-	if len(strings.TrimSpace(string(rest))) > 0 {
-		return nil, invalidf("one key per call")
-	}
-	if strings.ContainsFunc(comment, func(r rune) bool { return r < 0x20 || r == 0x7f }) {
-		comment = ""
-	}
-	return &corpusv1.SshKey{
-		Fingerprint: ssh.FingerprintSHA256(pub),
-		PublicKey:   strings.TrimSpace(string(ssh.MarshalAuthorizedKey(pub))),
-		Comment:     comment,
-	}, nil
-}
-
-func (s *userService) AddKey(ctx context.Context, req *connect.Request[corpusv1.AddKeyRequest]) (*connect.Response[corpusv1.AddKeyResponse], error) {
-	m := req.Msg
-	if err := names.Validate("user", m.User); err != nil {
-		return nil, toConnect(err)
-	}
-	k, err := ParseSSHKey(m.PublicKey)
-	if err != nil {
-		return nil, toConnect(err)
-	}
-	view := s.b.Store.Read()
-	if view.User(m.User) == nil {
-		return nil, toConnect(notFound("user", m.User, "corpus user list"))
-	}
-	if owner := view.UserByFingerprint(k.Fingerprint); owner != nil {
-		if owner.Name == m.User {
-			return connect.NewResponse(&corpusv1.AddKeyResponse{Key: k}), nil
-		}
-		return nil, connect.NewError(connect.CodeAlreadyExists, fmt.Errorf("key %s already belongs to user %s", k.Fingerprint, owner.Name))
-	}
-	if _, err := s.b.write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_AddSshKey{AddSshKey: &corpusv1.AddSshKey{User: m.User, Key: k}}}); err != nil {
-		return nil, err
-	}
-	return connect.NewResponse(&corpusv1.AddKeyResponse{Key: k, Created: true}), nil
-}
-
-func (s *userService) DeleteKey(ctx context.Context, req *connect.Request[corpusv1.DeleteKeyRequest]) (*connect.Response[corpusv1.DeleteKeyResponse], error) {
-	m := req.Msg
-	if err := names.Validate("user", m.User); err != nil {
-		return nil, toConnect(err)
-	}
-	if !fingerprintRE.MatchString(m.Fingerprint) {
-		return nil, toConnect(invalidf("fingerprint %.80q: want SHA256:... as `corpus key list` shows it", m.Fingerprint))
-	}
-	if _, err := s.b.write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_DeleteSshKey{DeleteSshKey: &corpusv1.DeleteSshKey{User: m.User, Fingerprint: m.Fingerprint}}}); err != nil {
-		return nil, err
-	}
-	return connect.NewResponse(&corpusv1.DeleteKeyResponse{}), nil
-}
-
 type projectService struct{ b *Backend }
 
 // branchRE is what corpus accepts as a deploy branch: a plain git branch
@@ -163,7 +45,7 @@ var branchRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._/-]{0,99}$`)
 func validBranch(b string) error {
 	if !branchRE.MatchString(b) || strings.Contains(b, "..") || strings.Contains(b, "//") ||
 		strings.HasSuffix(b, "/") || strings.HasSuffix(b, ".lock") || strings.HasSuffix(b, ".") {
-		return invalidf("branch %q is not a valid git branch name", b)
+		return Invalidf("branch %q is not a valid git branch name", b)
 	}
 	return nil
 }
@@ -185,7 +67,7 @@ func validEnv(env string) error {
 	case corpusv1.EnvDev, corpusv1.EnvStaging, corpusv1.EnvProd:
 		return nil
 	}
-	return invalidf("environment %q: use dev, staging or prod", env)
+	return Invalidf("environment %q: use dev, staging or prod", env)
 }
 
 func (s *projectService) CreateProject(ctx context.Context, req *connect.Request[corpusv1.CreateProjectRequest]) (*connect.Response[corpusv1.CreateProjectResponse], error) {
@@ -207,7 +89,7 @@ func (s *projectService) CreateProject(ctx context.Context, req *connect.Request
 		}
 		guestName = m.Name + "-" + m.Env
 		if err := names.Validate("guest", guestName); err != nil {
-			return invalidf("project name %q is too long for its guest name %q", m.Name, guestName)
+			return Invalidf("project name %q is too long for its guest name %q", m.Name, guestName)
 		}
 		if m.Image == "" {
 			m.Image = DefaultProjectImage
@@ -221,7 +103,7 @@ func (s *projectService) CreateProject(ctx context.Context, req *connect.Request
 		if m.HttpPort == 0 {
 			m.HttpPort = DefaultHTTPPort
 		}
-		if err := validPort("http port", m.HttpPort); err != nil {
+		if err := ValidPort("http port", m.HttpPort); err != nil {
 			return err
 		}
 		if m.VolumeBytes == 0 {
@@ -244,15 +126,15 @@ func (s *projectService) CreateProject(ctx context.Context, req *connect.Request
 		if v := s.b.Store.Read().Volume(guestName); v != nil && v.GuestId == "" && v.GetDesiredState() != state.DesiredDeleted {
 			spec.Volume = &corpusv1.VolumeSpec{UseVolume: guestName, Path: spec.Volume.Path}
 		}
-		if err := normalizeSpec(spec); err != nil {
+		if err := NormalizeSpec(spec); err != nil {
 			return err
 		}
 		return nil
 	}
 	if err := check(); err != nil {
-		return nil, toConnect(err)
+		return nil, ToConnect(err)
 	}
-	admitted, err := s.b.admit(ctx, corpusv1.OnProjectCreate, m, check)
+	admitted, err := s.b.admission.Admit(ctx, corpusv1.OnProjectCreate, m, check)
 	if err != nil {
 		return nil, err
 	}
@@ -273,7 +155,7 @@ func (s *projectService) CreateProject(ctx context.Context, req *connect.Request
 		routes = append(routes, &corpusv1.Route{Id: secret.Hex(8), Kind: string(corpusv1.RouteHTTP), Domain: d, GuestId: g.Id, GuestPort: m.HttpPort,
 			Https: m.Https, RedirectHttps: m.Https})
 	}
-	if _, err := s.b.write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_CreateProject{CreateProject: &corpusv1.CreateProject{
+	if _, err := s.b.Write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_CreateProject{CreateProject: &corpusv1.CreateProject{
 		ProjectId: secret.Hex(8), Name: m.Name, Env: env, Guest: g, Routes: routes, Admission: admitted,
 	}}}); err != nil {
 		return nil, err
@@ -310,7 +192,7 @@ func (s *projectService) view(view *state.Snap, p *corpusv1.Project) *corpusv1.P
 		ev := &corpusv1.ProjectEnvView{Name: e.Name, GuestName: e.GuestName, CurrentRelease: e.CurrentRelease, Domains: e.Domains, GitRemote: s.remote(view, p, e),
 			Services: linkedServices(view, p.Name, e.Name), Scale: e.Scale, Instances: instanceViews(view, p, e)}
 		if g := view.Guest(e.GuestId); g != nil {
-			ev.GuestStatus = guestStatus(view, g)
+			ev.GuestStatus = GuestStatus(view, g)
 			if n := view.Node(g.NodeId); n != nil {
 				ev.NodeName = n.Name
 			}
@@ -336,7 +218,7 @@ func (s *projectService) ListProjects(ctx context.Context, _ *connect.Request[co
 func (s *projectService) GetProject(ctx context.Context, req *connect.Request[corpusv1.GetProjectRequest]) (*connect.Response[corpusv1.GetProjectResponse], error) {
 	m := req.Msg
 	if err := names.Validate("project", m.Name); err != nil {
-		return nil, toConnect(err)
+		return nil, ToConnect(err)
 	}
 	wait := time.Duration(m.WaitSeconds) * time.Second
 	if wait <= 0 || wait > maxWait {
@@ -348,7 +230,7 @@ func (s *projectService) GetProject(ctx context.Context, req *connect.Request[co
 		view := s.b.Store.Read()
 		p := view.Project(m.Name)
 		if p == nil {
-			return nil, toConnect(notFound("project", m.Name, "corpus project list"))
+			return nil, ToConnect(NotFound("project", m.Name, "corpus project list"))
 		}
 		if err := mayUseProject(ctx, p); err != nil {
 			return nil, err
@@ -373,17 +255,17 @@ func (s *projectService) GetProject(ctx context.Context, req *connect.Request[co
 func (s *projectService) DeleteProject(ctx context.Context, req *connect.Request[corpusv1.DeleteProjectRequest]) (*connect.Response[corpusv1.DeleteProjectResponse], error) {
 	m := req.Msg
 	if err := names.Validate("project", m.Name); err != nil {
-		return nil, toConnect(err)
+		return nil, ToConnect(err)
 	}
 	if m.Env != "" {
 		if err := validEnv(m.Env); err != nil {
-			return nil, toConnect(err)
+			return nil, ToConnect(err)
 		}
 	}
 	if s.b.Store.Read().Project(m.Name) == nil {
-		return nil, toConnect(notFound("project", m.Name, "corpus project list"))
+		return nil, ToConnect(NotFound("project", m.Name, "corpus project list"))
 	}
-	if _, err := s.b.write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_DeleteProject{DeleteProject: &corpusv1.DeleteProject{Name: m.Name, Env: m.Env, KeepVolumes: m.KeepVolumes}}}); err != nil {
+	if _, err := s.b.Write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_DeleteProject{DeleteProject: &corpusv1.DeleteProject{Name: m.Name, Env: m.Env, KeepVolumes: m.KeepVolumes}}}); err != nil {
 		return nil, err
 	}
 	return connect.NewResponse(&corpusv1.DeleteProjectResponse{}), nil
@@ -392,12 +274,12 @@ func (s *projectService) DeleteProject(ctx context.Context, req *connect.Request
 func (s *projectService) GrantProject(ctx context.Context, req *connect.Request[corpusv1.GrantProjectRequest]) (*connect.Response[corpusv1.GrantProjectResponse], error) {
 	m := req.Msg
 	if err := names.Validate("project", m.Name); err != nil {
-		return nil, toConnect(err)
+		return nil, ToConnect(err)
 	}
 	if err := names.Validate("user", m.User); err != nil {
-		return nil, toConnect(err)
+		return nil, ToConnect(err)
 	}
-	if _, err := s.b.write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_GrantProject{GrantProject: &corpusv1.GrantProject{Name: m.Name, User: m.User, Revoke: m.Revoke}}}); err != nil {
+	if _, err := s.b.Write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_GrantProject{GrantProject: &corpusv1.GrantProject{Name: m.Name, User: m.User, Revoke: m.Revoke}}}); err != nil {
 		return nil, err
 	}
 	return connect.NewResponse(&corpusv1.GrantProjectResponse{Project: s.b.Store.Read().Project(m.Name)}), nil
@@ -407,16 +289,16 @@ func (s *projectService) GrantProject(ctx context.Context, req *connect.Request[
 // project's only one.
 func pickEnv(ctx context.Context, view *state.Snap, project, env string) (*corpusv1.Project, *corpusv1.ProjectEnv, error) {
 	if err := names.Validate("project", project); err != nil {
-		return nil, nil, toConnect(err)
+		return nil, nil, ToConnect(err)
 	}
 	if env != "" {
 		if err := validEnv(env); err != nil {
-			return nil, nil, toConnect(err)
+			return nil, nil, ToConnect(err)
 		}
 	}
 	p := view.Project(project)
 	if p == nil {
-		return nil, nil, toConnect(notFound("project", project, "corpus project list"))
+		return nil, nil, ToConnect(NotFound("project", project, "corpus project list"))
 	}
 	if err := mayUseProject(ctx, p); err != nil {
 		return nil, nil, err
@@ -427,13 +309,13 @@ func pickEnv(ctx context.Context, view *state.Snap, project, env string) (*corpu
 			for _, e := range p.Envs {
 				all = append(all, e.Name)
 			}
-			return nil, nil, toConnect(invalidf("project %s has environments %s: choose one with --env", p.Name, strings.Join(all, ", ")))
+			return nil, nil, ToConnect(Invalidf("project %s has environments %s: choose one with --env", p.Name, strings.Join(all, ", ")))
 		}
 		return p, p.Envs[0], nil
 	}
 	e := corpusv1.EnvNamed(p, env)
 	if e == nil {
-		return nil, nil, toConnect(notFound("environment", project+"/"+env, "corpus project show "+project))
+		return nil, nil, ToConnect(NotFound("environment", project+"/"+env, "corpus project show "+project))
 	}
 	return p, e, nil
 }
@@ -442,7 +324,7 @@ func pickEnv(ctx context.Context, view *state.Snap, project, env string) (*corpu
 func ParseRelease(s string) (uint32, error) {
 	n, ok := corpusv1.ParseReleaseName(s)
 	if !ok {
-		return 0, invalidf("release %q: write it as r3 (see corpus release list)", s)
+		return 0, Invalidf("release %q: write it as r3 (see corpus release list)", s)
 	}
 	return n, nil
 }
@@ -466,11 +348,11 @@ func (s *projectService) GetRelease(ctx context.Context, req *connect.Request[co
 	}
 	n, err := ParseRelease(req.Msg.Release)
 	if err != nil {
-		return nil, toConnect(err)
+		return nil, ToConnect(err)
 	}
 	r := view.ReleaseByNumber(p.Name, e.Name, n)
 	if r == nil {
-		return nil, toConnect(notFound("release", corpusv1.ReleaseName(n), "corpus release list "+p.Name))
+		return nil, ToConnect(NotFound("release", corpusv1.ReleaseName(n), "corpus release list "+p.Name))
 	}
 	return connect.NewResponse(&corpusv1.GetReleaseResponse{Release: forClients(r), Current: n == e.CurrentRelease}), nil
 }
@@ -490,7 +372,7 @@ func rollbackTarget(view *state.Snap, p *corpusv1.Project, e *corpusv1.ProjectEn
 	r := view.ReleaseByNumber(p.Name, e.Name, to)
 	switch {
 	case r == nil:
-		return 0, toConnect(notFound("release", corpusv1.ReleaseName(to), "corpus release list "+p.Name))
+		return 0, ToConnect(NotFound("release", corpusv1.ReleaseName(to), "corpus release list "+p.Name))
 	case r.Status != corpusv1.ReleaseSucceeded:
 		return 0, connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("release %s %s; only succeeded releases can serve", corpusv1.ReleaseName(to), r.Status))
 	case r.Pruned:
@@ -518,7 +400,7 @@ func (s *projectService) Rollback(ctx context.Context, req *connect.Request[corp
 		return err
 	}
 	up, err := s.b.AgentClient(n).Rollback(ctx, connect.NewRequest(&corpusv1.RollbackRequest{Project: p.Name, Env: e.Name, To: to, ProjectEnv: e}))
-	err = relayFromAgent(n, "rollback", up, err, stream.Send)
+	err = RelayFromAgent(n, "rollback", up, err, stream.Send)
 	if err == nil && len(e.Instances) > 0 {
 		var mu sync.Mutex
 		err = s.b.rollInstances(ctx, p, e, to, func(line string) {
@@ -531,9 +413,9 @@ func (s *projectService) Rollback(ctx context.Context, req *connect.Request[corp
 	// asked for it is recorded here.
 	result := "ok: " + corpusv1.ReleaseName(to) + " is current"
 	if err != nil {
-		result = "failed: " + errorText(err)
+		result = "failed: " + audit.ErrorText(err)
 	}
-	if aerr := s.b.audit.record(ctx, auth.FromContext(ctx).String(), "rollback", p.Name+"/"+e.Name, result); aerr != nil {
+	if aerr := s.b.audit.Record(ctx, auth.FromContext(ctx).String(), "rollback", p.Name+"/"+e.Name, result); aerr != nil {
 		s.b.Logger.Warn("recording a rollback in the audit log", "project", p.Name, "env", e.Name, "error", aerr)
 	}
 	return err
@@ -563,17 +445,17 @@ func forClients(r *corpusv1.Release) *corpusv1.Release {
 func (s *agentService) BeginRelease(ctx context.Context, req *connect.Request[corpusv1.BeginReleaseRequest]) (*connect.Response[corpusv1.BeginReleaseResponse], error) {
 	m := req.Msg
 	if err := validRelease(m.Project, m.Env); err != nil {
-		return nil, toConnect(err)
+		return nil, ToConnect(err)
 	}
 	if !commitRE.MatchString(m.Commit) {
-		return nil, toConnect(invalidf("commit %.80q: want a hex git object id", m.Commit))
+		return nil, ToConnect(Invalidf("commit %.80q: want a hex git object id", m.Commit))
 	}
 	if len(m.Subject) > 200 {
 		m.Subject = strings.ToValidUTF8(m.Subject[:200], "")
 	}
 	for what, v := range map[string]string{"author": m.Author, "subject": m.Subject} {
-		if err := validText(what, v, 200); err != nil {
-			return nil, toConnect(err)
+		if err := ValidText(what, v, 200); err != nil {
+			return nil, ToConnect(err)
 		}
 	}
 	switch m.Trigger {
@@ -581,18 +463,18 @@ func (s *agentService) BeginRelease(ctx context.Context, req *connect.Request[co
 		m.Trigger = corpusv1.TriggerPush
 	case corpusv1.TriggerPush, corpusv1.TriggerConfig, corpusv1.TriggerRestart, corpusv1.TriggerDeploy:
 	default:
-		return nil, toConnect(invalidf("trigger %.40q: want push, config, restart or deploy", m.Trigger))
+		return nil, ToConnect(Invalidf("trigger %.40q: want push, config, restart or deploy", m.Trigger))
 	}
 	for _, proc := range m.Processes {
 		if err := validProcessName(proc); err != nil {
-			return nil, toConnect(err)
+			return nil, ToConnect(err)
 		}
 	}
 	id := m.ReleaseId
 	if id == "" {
 		id = secret.Hex(8)
-	} else if err := validID("release", id, "corpus release list"); err != nil {
-		return nil, toConnect(err)
+	} else if err := ValidID("release", id, "corpus release list"); err != nil {
+		return nil, ToConnect(err)
 	}
 	r := &corpusv1.Release{Id: id, Project: m.Project, Env: m.Env, Commit: m.Commit, Author: m.Author, Subject: m.Subject,
 		NodeId: auth.FromContext(ctx).NodeID, Trigger: m.Trigger, Processes: m.Processes}
@@ -605,14 +487,14 @@ func (s *agentService) BeginRelease(ctx context.Context, req *connect.Request[co
 			if cur := view.ReleaseByNumber(p.Name, e.Name, e.CurrentRelease); cur != nil {
 				before = cur.Config
 			}
-			changes, err := s.b.keyrings.changes(view, p.Name, e.Name, before, e.Config)
+			changes, err := s.b.keyrings.Changes(view, p.Name, e.Name, before, e.Config)
 			if err != nil {
-				return nil, toConnect(err)
+				return nil, ToConnect(err)
 			}
 			r.ConfigChanges = changes
 		}
 	}
-	_, err := s.b.write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_BeginRelease{BeginRelease: &corpusv1.BeginRelease{Release: r}}})
+	_, err := s.b.Write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_BeginRelease{BeginRelease: &corpusv1.BeginRelease{Release: r}}})
 	view = s.b.Store.Read()
 	rel := view.Release(r.Id)
 	if errors.Is(err, state.ErrExists) && m.ReleaseId != "" && rel.GetNodeId() == r.NodeId &&
@@ -622,33 +504,33 @@ func (s *agentService) BeginRelease(ctx context.Context, req *connect.Request[co
 	if err != nil {
 		return nil, err
 	}
-	k, err := s.b.keyrings.open(view)
+	k, err := s.b.keyrings.Open(view)
 	if err != nil {
-		return nil, toConnect(err)
+		return nil, ToConnect(err)
 	}
-	cfg, err := openConfig(k, m.Project, m.Env, rel.GetConfig())
+	cfg, err := keyring.OpenConfig(k, m.Project, m.Env, rel.GetConfig())
 	if err != nil {
-		return nil, toConnect(err)
+		return nil, ToConnect(err)
 	}
 	return connect.NewResponse(&corpusv1.BeginReleaseResponse{Release: forClients(rel), Config: cfg}), nil
 }
 
 func (s *agentService) FinishRelease(ctx context.Context, req *connect.Request[corpusv1.FinishReleaseRequest]) (*connect.Response[corpusv1.FinishReleaseResponse], error) {
 	m := req.Msg
-	if err := validID("release", m.Id, "corpus release list"); err != nil {
-		return nil, toConnect(err)
+	if err := ValidID("release", m.Id, "corpus release list"); err != nil {
+		return nil, ToConnect(err)
 	}
 	if m.Status != corpusv1.ReleaseSucceeded && m.Status != corpusv1.ReleaseFailed {
-		return nil, toConnect(invalidf("release status %.80q: want %s or %s", m.Status, corpusv1.ReleaseSucceeded, corpusv1.ReleaseFailed))
+		return nil, ToConnect(Invalidf("release status %.80q: want %s or %s", m.Status, corpusv1.ReleaseSucceeded, corpusv1.ReleaseFailed))
 	}
-	if err := validText("failed step", m.FailedStep, 200); err != nil {
-		return nil, toConnect(err)
+	if err := ValidText("failed step", m.FailedStep, 200); err != nil {
+		return nil, ToConnect(err)
 	}
 	log := m.Log
 	if len(log) > maxReleaseLog {
 		log = "[... " + strconv.Itoa(len(log)-maxReleaseLog) + " bytes cut ...]\n" + log[len(log)-maxReleaseLog:]
 	}
-	if _, err := s.b.write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_FinishRelease{FinishRelease: &corpusv1.FinishRelease{
+	if _, err := s.b.Write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_FinishRelease{FinishRelease: &corpusv1.FinishRelease{
 		Id: m.Id, NodeId: auth.FromContext(ctx).NodeID, Status: m.Status, Steps: m.Steps, FailedStep: m.FailedStep, Message: m.Message, Log: log,
 	}}}); err != nil {
 		return nil, err
@@ -659,9 +541,9 @@ func (s *agentService) FinishRelease(ctx context.Context, req *connect.Request[c
 func (s *agentService) SetCurrentRelease(ctx context.Context, req *connect.Request[corpusv1.SetCurrentReleaseRequest]) (*connect.Response[corpusv1.SetCurrentReleaseResponse], error) {
 	m := req.Msg
 	if err := validRelease(m.Project, m.Env); err != nil {
-		return nil, toConnect(err)
+		return nil, ToConnect(err)
 	}
-	if _, err := s.b.write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_SetCurrentRelease{SetCurrentRelease: &corpusv1.SetCurrentRelease{
+	if _, err := s.b.Write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_SetCurrentRelease{SetCurrentRelease: &corpusv1.SetCurrentRelease{
 		Project: m.Project, Env: m.Env, Number: m.Number, NodeId: auth.FromContext(ctx).NodeID,
 	}}}); err != nil {
 		return nil, err
@@ -672,9 +554,9 @@ func (s *agentService) SetCurrentRelease(ctx context.Context, req *connect.Reque
 func (s *agentService) PruneReleases(ctx context.Context, req *connect.Request[corpusv1.PruneReleasesRequest]) (*connect.Response[corpusv1.PruneReleasesResponse], error) {
 	m := req.Msg
 	if err := validRelease(m.Project, m.Env); err != nil {
-		return nil, toConnect(err)
+		return nil, ToConnect(err)
 	}
-	if _, err := s.b.write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_PruneReleases{PruneReleases: &corpusv1.PruneReleases{
+	if _, err := s.b.Write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_PruneReleases{PruneReleases: &corpusv1.PruneReleases{
 		Project: m.Project, Env: m.Env, Numbers: m.Numbers, NodeId: auth.FromContext(ctx).NodeID,
 	}}}); err != nil {
 		return nil, err
@@ -688,13 +570,13 @@ const maxManifestDomains = 32
 func (s *agentService) SetManifestDomains(ctx context.Context, req *connect.Request[corpusv1.SetManifestDomainsRequest]) (*connect.Response[corpusv1.SetManifestDomainsResponse], error) {
 	m := req.Msg
 	if len(m.Domains) > maxManifestDomains {
-		return nil, toConnect(invalidf("%d domains; the limit is %d", len(m.Domains), maxManifestDomains))
+		return nil, ToConnect(Invalidf("%d domains; the limit is %d", len(m.Domains), maxManifestDomains))
 	}
 	var domains []string
 	for _, given := range m.Domains {
 		d, err := names.ParseDomain(given)
 		if err != nil {
-			return nil, toConnect(err)
+			return nil, ToConnect(err)
 		}
 		if !slices.Contains(domains, string(d)) {
 			domains = append(domains, string(d))
@@ -713,7 +595,7 @@ func (s *agentService) SetManifestDomains(ctx context.Context, req *connect.Requ
 		routes = append(routes, &corpusv1.Route{Id: secret.Hex(8), Kind: string(corpusv1.RouteHTTP), Domain: d, GuestId: e.GuestId, GuestPort: state.WebPort(e),
 			Https: e.Https, RedirectHttps: e.Https})
 	}
-	if _, err := s.b.write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_SetManifestDomains{SetManifestDomains: &corpusv1.SetManifestDomains{
+	if _, err := s.b.Write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_SetManifestDomains{SetManifestDomains: &corpusv1.SetManifestDomains{
 		Project: m.Project, Env: m.Env, NodeId: auth.FromContext(ctx).NodeID, Domains: domains, Routes: routes,
 	}}}); err != nil {
 		return nil, err

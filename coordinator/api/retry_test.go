@@ -24,7 +24,7 @@ func TestRetryDetail(t *testing.T) {
 		{fmt.Errorf("%w: the leader's write queue stayed full", ErrBusy), corpusv1.RetryBusy, false},
 		{fmt.Errorf("%w: the write is done (%w)", ErrBusy, rpc.ErrMaybeDone), corpusv1.RetryBusy, true},
 	} {
-		ce, _ := toConnect(tc.err).(*connect.Error)
+		ce, _ := ToConnect(tc.err).(*connect.Error)
 		var got *corpusv1.Retry
 		for _, d := range ce.Details() {
 			if v, err := d.Value(); err == nil {
@@ -32,7 +32,7 @@ func TestRetryDetail(t *testing.T) {
 			}
 		}
 		if ce.Code() != connect.CodeUnavailable || got.GetReason() != tc.reason || got.GetMaybeDone() != tc.maybeDone {
-			t.Errorf("toConnect(%v) = %v with detail %v; want Unavailable with reason %s, maybe_done %t", tc.err, ce, got, tc.reason, tc.maybeDone)
+			t.Errorf("ToConnect(%v) = %v with detail %v; want Unavailable with reason %s, maybe_done %t", tc.err, ce, got, tc.reason, tc.maybeDone)
 		}
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"corpus/coordinator/auth"
+	"corpus/coordinator/keyring"
 	"corpus/coordinator/state"
 	"corpus/internal/names"
 	"corpus/internal/secret"
@@ -31,25 +32,25 @@ func (s *projectService) Scale(ctx context.Context, req *connect.Request[corpusv
 		return nil, err
 	}
 	if len(m.Counts) == 0 && m.MaxParallel == 0 && !m.SharedNothing {
-		return nil, toConnect(invalidf("nothing to scale: name process counts (web=3 worker=1)"))
+		return nil, ToConnect(Invalidf("nothing to scale: name process counts (web=3 worker=1)"))
 	}
 	for name, n := range m.Counts {
 		if err := validProcessName(name); err != nil {
-			return nil, toConnect(err)
+			return nil, ToConnect(err)
 		}
 		if n > state.MaxInstances {
-			return nil, toConnect(invalidf("%s=%d: at most %d instances", name, n, state.MaxInstances))
+			return nil, ToConnect(Invalidf("%s=%d: at most %d instances", name, n, state.MaxInstances))
 		}
 	}
 	if m.MaxParallel > state.MaxInstances {
-		return nil, toConnect(invalidf("--max-parallel %d: at most %d", m.MaxParallel, state.MaxInstances))
+		return nil, ToConnect(Invalidf("--max-parallel %d: at most %d", m.MaxParallel, state.MaxInstances))
 	}
 	cmd, changed, err := scaleCommand(view, p, e, m.Counts, m.SharedNothing, m.MaxParallel)
 	if err != nil {
 		return nil, err
 	}
 	if changed {
-		if _, err := s.b.write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_ScaleEnv{ScaleEnv: cmd}}); err != nil {
+		if _, err := s.b.Write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_ScaleEnv{ScaleEnv: cmd}}); err != nil {
 			return nil, err
 		}
 	}
@@ -104,7 +105,7 @@ func scaleCommand(view *state.Snap, p *corpusv1.Project, e *corpusv1.ProjectEnv,
 	for i := have + 1; i <= want; i++ {
 		name := corpusv1.InstanceGuestName(p.Name, e.Name, i)
 		if err := names.Validate("guest", name); err != nil {
-			return nil, false, toConnect(invalidf("project name %q is too long for its instance's guest name %q", p.Name, name))
+			return nil, false, ToConnect(Invalidf("project name %q is too long for its instance's guest name %q", p.Name, name))
 		}
 		if view.Guest(name) != nil {
 			return nil, false, connect.NewError(connect.CodeAlreadyExists, fmt.Errorf("guest %s exists (not an instance of %s/%s): delete it or rename it first", name, p.Name, e.Name))
@@ -137,7 +138,7 @@ func instanceViews(view *state.Snap, p *corpusv1.Project, e *corpusv1.ProjectEnv
 	for _, in := range state.Instances(e) {
 		iv := &corpusv1.InstanceView{Index: in.Index, GuestName: in.GuestName, Release: in.Release}
 		if g := view.Guest(in.GuestID); g != nil {
-			iv.GuestStatus, iv.Address = guestStatus(view, g), g.Address
+			iv.GuestStatus, iv.Address = GuestStatus(view, g), g.Address
 			if g.NodeId == "" {
 				iv.PendingReason = g.PendingReason
 			}
@@ -166,19 +167,19 @@ func instanceViews(view *state.Snap, p *corpusv1.Project, e *corpusv1.ProjectEnv
 // instanceOf returns an environment's instance index (2…) or an error.
 func instanceOf(view *state.Snap, project, env string, index uint32) (*corpusv1.Project, *corpusv1.ProjectEnv, *corpusv1.Guest, error) {
 	if err := validRelease(project, env); err != nil {
-		return nil, nil, nil, toConnect(err)
+		return nil, nil, nil, ToConnect(err)
 	}
 	p := view.Project(project)
 	e := corpusv1.EnvNamed(p, env)
 	if e == nil {
-		return nil, nil, nil, toConnect(notFound("environment", project+"/"+env, "corpus project list"))
+		return nil, nil, nil, ToConnect(NotFound("environment", project+"/"+env, "corpus project list"))
 	}
 	for _, in := range state.Instances(e) {
 		if in.Index == index && index > 1 {
 			return p, e, view.Guest(in.GuestID), nil
 		}
 	}
-	return nil, nil, nil, toConnect(notFound("instance", fmt.Sprintf("%s/%s #%d", project, env, index), "corpus project show "+project))
+	return nil, nil, nil, ToConnect(NotFound("instance", fmt.Sprintf("%s/%s #%d", project, env, index), "corpus project show "+project))
 }
 
 // RollInstance is called by the agent of instance 1 (the one a deploy
@@ -195,7 +196,7 @@ func (s *agentService) RollInstance(ctx context.Context, req *connect.Request[co
 		return nil, connect.NewError(connect.CodePermissionDenied, fmt.Errorf("only the node of %s/%s's first instance rolls the others", p.Name, e.Name))
 	}
 	if m.Release != 0 && view.ReleaseByNumber(p.Name, e.Name, m.Release) == nil {
-		return nil, toConnect(notFound("release", corpusv1.ReleaseName(m.Release), "corpus releases "+p.Name))
+		return nil, ToConnect(NotFound("release", corpusv1.ReleaseName(m.Release), "corpus releases "+p.Name))
 	}
 	res, err := s.b.rollInstance(ctx, p, e, g, m.Instance, m.Release, m.Stage, time.Duration(m.WaitSeconds)*time.Second)
 	if err != nil {
@@ -207,7 +208,7 @@ func (s *agentService) RollInstance(ctx context.Context, req *connect.Request[co
 // rollInstance sets the release an instance (guest g) should serve and
 // waits until its agent says it does, or why not.
 func (b *Backend) rollInstance(ctx context.Context, p *corpusv1.Project, e *corpusv1.ProjectEnv, g *corpusv1.Guest, index, release uint32, stage bool, wait time.Duration) (*corpusv1.RollInstanceResponse, error) {
-	if _, err := b.write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_SetInstanceRelease{SetInstanceRelease: &corpusv1.SetInstanceRelease{
+	if _, err := b.Write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_SetInstanceRelease{SetInstanceRelease: &corpusv1.SetInstanceRelease{
 		Project: p.Name, Env: e.Name, Instance: index, Release: release, Stage: stage,
 	}}}); err != nil {
 		return nil, err
@@ -242,7 +243,7 @@ func (b *Backend) rollInstance(ctx context.Context, p *corpusv1.Project, e *corp
 		}
 		if err := view.Wait(ctx); err != nil {
 			why := "is not running"
-			if g.NodeId != "" && guestStatus(view, g) == state.ObservedRunning {
+			if g.NodeId != "" && GuestStatus(view, g) == state.ObservedRunning {
 				why = "serves " + corpusv1.ReleaseName(o.GetRelease())
 			}
 			return nil, connect.NewError(connect.CodeDeadlineExceeded, fmt.Errorf("instance %d (%s) did not serve %s within %s: it %s", index, g.Name, corpusv1.ReleaseName(release), wait, why))
@@ -298,12 +299,12 @@ func (s *agentService) InstanceRelease(ctx context.Context, req *connect.Request
 		return nil, connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("instance %d of %s/%s has no release to serve yet", m.Instance, p.Name, e.Name))
 	}
 	res.Release = forClients(res.Release)
-	k, err := s.b.keyrings.open(view)
+	k, err := s.b.keyrings.Open(view)
 	if err != nil {
-		return nil, toConnect(err)
+		return nil, ToConnect(err)
 	}
-	if res.Config, err = openConfig(k, p.Name, e.Name, e.Config); err != nil {
-		return nil, toConnect(err)
+	if res.Config, err = keyring.OpenConfig(k, p.Name, e.Name, e.Config); err != nil {
+		return nil, ToConnect(err)
 	}
 	return connect.NewResponse(res), nil
 }
@@ -314,12 +315,12 @@ func (s *agentService) ReleaseSource(ctx context.Context, req *connect.Request[c
 	m := req.Msg
 	view := s.b.Store.Read()
 	if err := validRelease(m.Project, m.Env); err != nil {
-		return toConnect(err)
+		return ToConnect(err)
 	}
 	p := view.Project(m.Project)
 	e := corpusv1.EnvNamed(p, m.Env)
 	if e == nil {
-		return toConnect(notFound("environment", m.Project+"/"+m.Env, "corpus project list"))
+		return ToConnect(NotFound("environment", m.Project+"/"+m.Env, "corpus project list"))
 	}
 	caller := auth.FromContext(ctx)
 	if !slices.Contains(view.EnvNodes(e), caller.NodeID) {
@@ -330,14 +331,14 @@ func (s *agentService) ReleaseSource(ctx context.Context, req *connect.Request[c
 		known = known || r.Commit == m.Commit
 	}
 	if !known {
-		return toConnect(notFound("release of commit", m.Commit, "corpus releases "+p.Name))
+		return ToConnect(NotFound("release of commit", m.Commit, "corpus releases "+p.Name))
 	}
 	n, err := runningEnvNode(view, p, e)
 	if err != nil {
 		return err
 	}
 	up, err := s.b.AgentClient(n).ReleaseSource(ctx, connect.NewRequest(m))
-	err = relayFromAgent(n, "release source", up, err, stream.Send)
+	err = RelayFromAgent(n, "release source", up, err, stream.Send)
 	if err != nil && errors.Is(ctx.Err(), context.Canceled) {
 		return connect.NewError(connect.CodeCanceled, err)
 	}

@@ -28,10 +28,10 @@ func mayUseProject(ctx context.Context, p *corpusv1.Project) error {
 		fmt.Errorf("%s may not use project %s (%w; an operator grants it with `corpus project grant %s %s`)", pr, p.Name, errNotMember, p.Name, pr.User))
 }
 
-// mayUseGuest checks the caller may act on a guest (its logs included):
+// MayUseGuest checks the caller may act on a guest (its logs included):
 // devs only on the guests of projects granted to them and of services
 // of those projects.
-func mayUseGuest(ctx context.Context, view *state.Snap, g *corpusv1.Guest) error {
+func MayUseGuest(ctx context.Context, view *state.Snap, g *corpusv1.Guest) error {
 	sc := auth.ScopeOf(view, auth.FromContext(ctx))
 	if sc.Guest(g) == auth.ReadWrite {
 		return nil
@@ -49,10 +49,10 @@ func mayUseGuest(ctx context.Context, view *state.Snap, g *corpusv1.Guest) error
 	return connect.NewError(connect.CodePermissionDenied, fmt.Errorf("%s may only act on the guests of projects granted to it and of their services; %s is not one", sc.Principal(), g.Name))
 }
 
-// maySee checks the caller may read an object its scope gives access
+// MaySee checks the caller may read an object its scope gives access
 // have to: what (guest, volume, ...) and name say which, for the
 // refusal.
-func maySee(ctx context.Context, have auth.Access, what, name string) error {
+func MaySee(ctx context.Context, have auth.Access, what, name string) error {
 	if have != auth.NoAccess {
 		return nil
 	}

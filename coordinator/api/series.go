@@ -21,7 +21,7 @@ type SeriesSource interface {
 // Wait answers once this replica applied a write past after_index, or
 // the wait is over: the dashboard's live updates.
 func (s *clusterService) Wait(ctx context.Context, req *connect.Request[corpusv1.WaitRequest]) (*connect.Response[corpusv1.WaitResponse], error) {
-	ctx, cancel := context.WithTimeout(ctx, waitFor(req.Msg.WaitSeconds))
+	ctx, cancel := context.WithTimeout(ctx, WaitFor(req.Msg.WaitSeconds))
 	defer cancel()
 	for {
 		view := s.b.Store.Read()
@@ -33,7 +33,7 @@ func (s *clusterService) Wait(ctx context.Context, req *connect.Request[corpusv1
 			if ctx.Err() == context.DeadlineExceeded {
 				return connect.NewResponse(&corpusv1.WaitResponse{Index: index}), nil
 			}
-			return nil, toConnect(err)
+			return nil, ToConnect(err)
 		}
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/proto"
 
+	"corpus/coordinator/keyring"
 	"corpus/coordinator/state"
 	"corpus/internal/names"
 	"corpus/internal/secret"
@@ -39,11 +40,11 @@ func serviceLost(view *state.Snap, svc *corpusv1.Service) bool {
 	return n == nil || n.Status == state.NodeDown
 }
 
-// restoreSource is the backup a restore loads: from, or the newest of
+// RestoreSource is the backup a restore loads: from, or the newest of
 // backups (newest first) that succeeded and is kept on a ready node.
 // skipped counts newer ones whose node is not ready. what names their
 // subject ("service db"), backupCmd the command that takes one.
-func restoreSource(ctx context.Context, view *state.Snap, backups []*corpusv1.Backup, what, backupCmd, from string) (bk *corpusv1.Backup, skipped int, err error) {
+func RestoreSource(ctx context.Context, view *state.Snap, backups []*corpusv1.Backup, what, backupCmd, from string) (bk *corpusv1.Backup, skipped int, err error) {
 	if from != "" {
 		bk, err = pickBackup(ctx, view, from)
 		return bk, 0, err
@@ -52,7 +53,7 @@ func restoreSource(ctx context.Context, view *state.Snap, backups []*corpusv1.Ba
 		if b.Status != corpusv1.BackupSucceeded {
 			continue
 		}
-		if _, err := holderOf(view, b); err != nil {
+		if _, err := HolderOf(view, b); err != nil {
 			skipped++
 			continue
 		}
@@ -64,8 +65,8 @@ func restoreSource(ctx context.Context, view *state.Snap, backups []*corpusv1.Ba
 	return nil, 0, connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("%s has no backup to restore (%s)", what, backupCmd))
 }
 
-// backupAge says when a backup was taken and how long ago.
-func backupAge(bk *corpusv1.Backup, now time.Time) string {
+// BackupAge says when a backup was taken and how long ago.
+func BackupAge(bk *corpusv1.Backup, now time.Time) string {
 	t := bk.GetFinishedAt().AsTime()
 	return fmt.Sprintf("%s, %s old", t.Format("2006-01-02 15:04:05 MST"), now.Sub(t).Round(time.Second))
 }
@@ -76,7 +77,7 @@ func replacementName(view *state.Snap, service string) (string, error) {
 	for i := 2; ; i++ {
 		name := fmt.Sprintf("%s-%d", corpusv1.ServiceGuestName(service), i)
 		if err := names.Validate("guest", name); err != nil {
-			return "", invalidf("service %s: no guest name left for a replacement: %v", service, err)
+			return "", Invalidf("service %s: no guest name left for a replacement: %v", service, err)
 		}
 		if view.GuestByName(name) == nil && view.Volume(name) == nil {
 			return name, nil
@@ -95,10 +96,10 @@ func (s *serviceService) moveLost(ctx context.Context, view *state.Snap, svc *co
 	}
 	var nodeID string
 	if toNode != "" {
-		n := findNode(view, toNode)
+		n := FindNode(view, toNode)
 		switch {
 		case n == nil:
-			return nil, toConnect(notFound("node", toNode, "corpus node list"))
+			return nil, ToConnect(NotFound("node", toNode, "corpus node list"))
 		case n.Id == old.NodeId:
 			return nil, connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("node %s is the lost one", n.Name))
 		case n.Status != state.NodeReady:
@@ -108,7 +109,7 @@ func (s *serviceService) moveLost(ctx context.Context, view *state.Snap, svc *co
 	}
 	name, err := replacementName(view, svc.Name)
 	if err != nil {
-		return nil, toConnect(err)
+		return nil, ToConnect(err)
 	}
 	spec := proto.Clone(old.Spec).(*corpusv1.GuestSpec)
 	size := spec.GetVolume().GetSizeBytes()
@@ -117,7 +118,7 @@ func (s *serviceService) moveLost(ctx context.Context, view *state.Snap, svc *co
 	}
 	spec.Volume = &corpusv1.VolumeSpec{SizeBytes: size, Path: spec.GetVolume().GetPath()}
 	g := &corpusv1.Guest{Id: secret.Hex(8), Name: name, Spec: spec, DesiredState: state.DesiredRunning}
-	if _, err := s.b.write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_ReplaceServiceGuest{ReplaceServiceGuest: &corpusv1.ReplaceServiceGuest{
+	if _, err := s.b.Write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_ReplaceServiceGuest{ReplaceServiceGuest: &corpusv1.ReplaceServiceGuest{
 		Service: svc.Name, OldGuestId: old.Id, Guest: g, NodeId: nodeID,
 	}}}); err != nil {
 		return nil, err
@@ -150,7 +151,7 @@ func (s *serviceService) waitHealthy(ctx context.Context, service, guestID strin
 			return connect.NewError(connect.CodeAborted, fmt.Errorf("service %s changed meanwhile (corpus service show %s)", service, service))
 		}
 		g := view.Guest(guestID)
-		say := fmt.Sprintf("guest %s: %s", g.Name, guestStatus(view, g))
+		say := fmt.Sprintf("guest %s: %s", g.Name, GuestStatus(view, g))
 		if n := view.Node(g.NodeId); n != nil {
 			say += " on node " + n.Name
 		} else if g.PendingReason != "" {
@@ -189,9 +190,9 @@ func (s *serviceService) refreshLinks(ctx context.Context, service string, progr
 	if svc == nil {
 		return nil
 	}
-	k, err := s.b.keyrings.open(view)
+	k, err := s.b.Keyring().Open(view)
 	if err != nil {
-		return toConnect(err)
+		return ToConnect(err)
 	}
 	send := func(o *corpusv1.DeployOutput) error {
 		if len(o.Output) == 0 {
@@ -208,9 +209,9 @@ func (s *serviceService) refreshLinks(ctx context.Context, service string, progr
 		if err != nil {
 			return err
 		}
-		have, err := openConfig(k, l.Project, l.Env, e.Config)
+		have, err := keyring.OpenConfig(k, l.Project, l.Env, e.Config)
 		if err != nil {
-			return toConnect(err)
+			return ToConnect(err)
 		}
 		if maps.Equal(want, filterKeys(have, want)) {
 			continue

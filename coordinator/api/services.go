@@ -14,6 +14,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"corpus/coordinator/auth"
+	"corpus/coordinator/keyring"
 	"corpus/coordinator/state"
 	"corpus/coordinator/templates"
 	"corpus/internal/names"
@@ -76,11 +77,11 @@ func projectOrNone(project string) string {
 // pickService returns a service the caller may use.
 func pickService(ctx context.Context, view *state.Snap, name string, write bool) (*corpusv1.Service, error) {
 	if err := names.Validate("service", name); err != nil {
-		return nil, toConnect(err)
+		return nil, ToConnect(err)
 	}
 	svc := view.Service(name)
 	if svc == nil {
-		return nil, toConnect(notFound("service", name, "corpus service list"))
+		return nil, ToConnect(NotFound("service", name, "corpus service list"))
 	}
 	if err := mayUseService(ctx, view, svc, write); err != nil {
 		return nil, err
@@ -99,7 +100,7 @@ func serviceView(view *state.Snap, svc *corpusv1.Service) *corpusv1.ServiceView 
 	}
 	out.Service = svc
 	if g := view.Guest(svc.GuestId); g != nil {
-		out.GuestStatus, out.Address = guestStatus(view, g), g.Address
+		out.GuestStatus, out.Address = GuestStatus(view, g), g.Address
 		if n := view.Node(g.NodeId); n != nil {
 			out.NodeName = n.Name
 		}
@@ -120,16 +121,16 @@ func serviceView(view *state.Snap, svc *corpusv1.Service) *corpusv1.ServiceView 
 func checkExternal(m *corpusv1.CreateServiceRequest) error {
 	u, err := url.Parse(m.ExternalUrl)
 	if err != nil || u.Scheme == "" || u.Host == "" {
-		return invalidf("external endpoint %q is not a URL with a scheme and a host (https://api.example.com)", m.ExternalUrl)
+		return Invalidf("external endpoint %q is not a URL with a scheme and a host (https://example.com)", m.ExternalUrl)
 	}
 	if m.Template != "" || m.Version != "" || m.SizeBytes != 0 || m.MemoryBytes != 0 || m.BackupSchedule != "" {
-		return invalidf("an external service has no template, version, size, memory or backups")
+		return Invalidf("an external service has no template, version, size, memory or backups")
 	}
 	if err := checkConfigChange(m.Secrets, nil); err != nil && len(m.Secrets) > 0 {
 		return err
 	}
 	if _, clash := m.Secrets["URL"]; clash {
-		return invalidf("URL is the endpoint's own variable; give the secret another name")
+		return Invalidf("URL is the endpoint's own variable; give the secret another name")
 	}
 	return nil
 }
@@ -156,7 +157,7 @@ func (s *serviceService) CreateService(ctx context.Context, req *connect.Request
 		}
 		guestName := corpusv1.ServiceGuestName(m.Name)
 		if err := names.Validate("guest", guestName); err != nil {
-			return invalidf("service name %q is too long for its guest name %q", m.Name, guestName)
+			return Invalidf("service name %q is too long for its guest name %q", m.Name, guestName)
 		}
 		if m.Env == "" {
 			m.Env = corpusv1.EnvDev
@@ -185,9 +186,9 @@ func (s *serviceService) CreateService(ctx context.Context, req *connect.Request
 		return err
 	}
 	if err := check(); err != nil {
-		return nil, toConnect(err)
+		return nil, ToConnect(err)
 	}
-	admitted, err := s.b.admit(ctx, corpusv1.OnServiceCreate, m, check)
+	admitted, err := s.b.Admission().Admit(ctx, corpusv1.OnServiceCreate, m, check)
 	if err != nil {
 		return nil, err
 	}
@@ -207,15 +208,15 @@ func (s *serviceService) CreateService(ctx context.Context, req *connect.Request
 		return nil, connect.NewError(connect.CodeAlreadyExists, fmt.Errorf("a guest named %s exists already; choose another service name", g.Name))
 	}
 	if len(clear) > 0 {
-		k, err := s.b.keyrings.ensure(ctx)
+		k, err := s.b.Keyring().Ensure(ctx)
 		if err != nil {
-			return nil, toConnect(err)
+			return nil, ToConnect(err)
 		}
-		if svc.Secrets, err = sealAll(k, clear, func(key string) string { return state.ServicePlace(svc.Name, key) }); err != nil {
-			return nil, toConnect(err)
+		if svc.Secrets, err = keyring.SealAll(k, clear, func(key string) string { return state.ServicePlace(svc.Name, key) }); err != nil {
+			return nil, ToConnect(err)
 		}
 	}
-	if _, err := s.b.write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_CreateService{CreateService: &corpusv1.CreateService{Service: svc, Guest: g}}}); err != nil {
+	if _, err := s.b.Write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_CreateService{CreateService: &corpusv1.CreateService{Service: svc, Guest: g}}}); err != nil {
 		return nil, err
 	}
 	view = s.b.Store.Read()
@@ -232,7 +233,7 @@ func mayCreateIn(ctx context.Context, view *state.Snap, project string) error {
 			return err
 		}
 		if p = view.Project(project); p == nil {
-			return notFound("project", project, "corpus project list")
+			return NotFound("project", project, "corpus project list")
 		}
 	}
 	switch a := auth.ProjectAccess(pr, p); {
@@ -250,10 +251,10 @@ func mayCreateIn(ctx context.Context, view *state.Snap, project string) error {
 // guest and its generated credentials.
 func (s *serviceService) templateGuest(svc *corpusv1.Service, m *corpusv1.CreateServiceRequest) (*corpusv1.Guest, map[string]string, error) {
 	if m.Template == "" {
-		return nil, nil, toConnect(invalidf("give a template (corpus service templates lists them) or an external endpoint"))
+		return nil, nil, ToConnect(Invalidf("give a template (corpus service templates lists them) or an external endpoint"))
 	}
 	if len(m.Secrets) > 0 {
-		return nil, nil, toConnect(invalidf("secrets are for external services; a template's credentials are generated"))
+		return nil, nil, ToConnect(Invalidf("secrets are for external services; a template's credentials are generated"))
 	}
 	set, err := s.b.templates()
 	if err != nil {
@@ -261,14 +262,14 @@ func (s *serviceService) templateGuest(svc *corpusv1.Service, m *corpusv1.Create
 	}
 	t := set[m.Template]
 	if t == nil {
-		return nil, nil, toConnect(notFound("template", m.Template, "corpus service templates"))
+		return nil, nil, ToConnect(NotFound("template", m.Template, "corpus service templates"))
 	}
 	version := m.Version
 	if version == "" {
 		version = t.Versions[0]
 	}
 	if !slices.Contains(t.Versions, version) {
-		return nil, nil, toConnect(invalidf("template %s offers versions %s, not %q", t.Name, strings.Join(t.Versions, ", "), version))
+		return nil, nil, ToConnect(Invalidf("template %s offers versions %s, not %q", t.Name, strings.Join(t.Versions, ", "), version))
 	}
 	size, mem := m.SizeBytes, m.MemoryBytes
 	if size == 0 {
@@ -278,10 +279,10 @@ func (s *serviceService) templateGuest(svc *corpusv1.Service, m *corpusv1.Create
 		mem = t.DefaultMemoryBytes
 	}
 	if size < t.MinVolumeBytes {
-		return nil, nil, toConnect(invalidf("a %s volume needs at least %d MiB, not %d MiB", t.Name, t.MinVolumeBytes>>20, size>>20))
+		return nil, nil, ToConnect(Invalidf("a %s volume needs at least %d MiB, not %d MiB", t.Name, t.MinVolumeBytes>>20, size>>20))
 	}
 	if mem < t.MinMemoryBytes {
-		return nil, nil, toConnect(invalidf("%s needs at least %d MiB of memory, not %d MiB", t.Name, t.MinMemoryBytes>>20, mem>>20))
+		return nil, nil, ToConnect(Invalidf("%s needs at least %d MiB of memory, not %d MiB", t.Name, t.MinMemoryBytes>>20, mem>>20))
 	}
 	svc.Template, svc.Version, svc.TemplateSpec = t.Name, version, t
 	spec := &corpusv1.GuestSpec{
@@ -293,8 +294,8 @@ func (s *serviceService) templateGuest(svc *corpusv1.Service, m *corpusv1.Create
 	if v := keptVolume(s.b.Store.Read(), svc.Name); v != nil {
 		spec.Volume = &corpusv1.VolumeSpec{UseVolume: v.Name, Path: t.VolumePath}
 	}
-	if err := normalizeSpec(spec); err != nil {
-		return nil, nil, toConnect(err)
+	if err := NormalizeSpec(spec); err != nil {
+		return nil, nil, ToConnect(err)
 	}
 	clear := map[string]string{}
 	for _, c := range t.Credentials {
@@ -395,7 +396,7 @@ func (s *serviceService) setDesired(ctx context.Context, name, desired string, p
 		return nil, false, connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf(
 			"service %s is linked to %s: unlink it first (corpus service unlink %s PROJECT --env ENV)", svc.Name, strings.Join(to, ", "), svc.Name))
 	}
-	if _, err := s.b.write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_SetServiceDesired{SetServiceDesired: &corpusv1.SetServiceDesired{
+	if _, err := s.b.Write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_SetServiceDesired{SetServiceDesired: &corpusv1.SetServiceDesired{
 		Name: name, DesiredState: desired, Purge: purge,
 	}}}); err != nil {
 		return nil, false, err
@@ -447,17 +448,17 @@ func (s *serviceService) ResizeService(ctx context.Context, req *connect.Request
 		return nil, err
 	}
 	if svc.GuestId == "" {
-		return nil, toConnect(invalidf("external service %s has no volume or memory", svc.Name))
+		return nil, ToConnect(Invalidf("external service %s has no volume or memory", svc.Name))
 	}
 	if m.SizeBytes == 0 && m.MemoryBytes == 0 {
-		return nil, toConnect(invalidf("give a new --size or --memory"))
+		return nil, ToConnect(Invalidf("give a new --size or --memory"))
 	}
 	t := svc.TemplateSpec
 	if m.SizeBytes != 0 && m.SizeBytes < t.GetMinVolumeBytes() {
-		return nil, toConnect(invalidf("a %s volume needs at least %d MiB", svc.Template, t.GetMinVolumeBytes()>>20))
+		return nil, ToConnect(Invalidf("a %s volume needs at least %d MiB", svc.Template, t.GetMinVolumeBytes()>>20))
 	}
 	if m.MemoryBytes != 0 && m.MemoryBytes < t.GetMinMemoryBytes() {
-		return nil, toConnect(invalidf("%s needs at least %d MiB of memory", svc.Template, t.GetMinMemoryBytes()>>20))
+		return nil, ToConnect(Invalidf("%s needs at least %d MiB of memory", svc.Template, t.GetMinMemoryBytes()>>20))
 	}
 	g := view.Guest(svc.GuestId)
 	changed := false
@@ -467,7 +468,7 @@ func (s *serviceService) ResizeService(ctx context.Context, req *connect.Request
 			return nil, connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("service %s has no volume yet", svc.Name))
 		}
 		// Smaller only when the data fits with the volume package's margin.
-		res, err := (&volumeService{s.b}).ResizeVolume(ctx, connect.NewRequest(&corpusv1.ResizeVolumeRequest{Name: v.Name, SizeBytes: m.SizeBytes, AllowShrink: true}))
+		res, err := s.b.Volumes.ResizeVolume(ctx, connect.NewRequest(&corpusv1.ResizeVolumeRequest{Name: v.Name, SizeBytes: m.SizeBytes, AllowShrink: true}))
 		if err != nil {
 			return nil, err
 		}
@@ -475,7 +476,7 @@ func (s *serviceService) ResizeService(ctx context.Context, req *connect.Request
 	}
 	if m.MemoryBytes != 0 && g != nil && g.Spec.GetResources().GetMemoryBytes() != m.MemoryBytes {
 		mem := m.MemoryBytes
-		if _, err := (&guestService{s.b}).UpdateGuest(ctx, connect.NewRequest(&corpusv1.UpdateGuestRequest{Name: g.Name, MemoryBytes: &mem})); err != nil {
+		if _, err := s.b.Guests.UpdateGuest(ctx, connect.NewRequest(&corpusv1.UpdateGuestRequest{Name: g.Name, MemoryBytes: &mem})); err != nil {
 			return nil, err
 		}
 		changed = true
@@ -491,14 +492,14 @@ func (s *serviceService) UpdateService(ctx context.Context, req *connect.Request
 	if err != nil {
 		return nil, err
 	}
-	schedule, keep, err := backupPolicy(svc.BackupSchedule, svc.BackupKeep, m.BackupSchedule, m.BackupKeep)
+	schedule, keep, err := BackupPolicy(svc.BackupSchedule, svc.BackupKeep, m.BackupSchedule, m.BackupKeep)
 	if err != nil {
 		return nil, err
 	}
 	if schedule == svc.BackupSchedule && keep == svc.BackupKeep {
 		return connect.NewResponse(&corpusv1.ServiceActionResponse{Service: serviceView(view, svc)}), nil
 	}
-	if _, err := s.b.write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_UpdateService{UpdateService: &corpusv1.UpdateService{
+	if _, err := s.b.Write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_UpdateService{UpdateService: &corpusv1.UpdateService{
 		Name: svc.Name, BackupSchedule: schedule, BackupKeep: keep,
 	}}}); err != nil {
 		return nil, err
@@ -510,13 +511,13 @@ func (s *serviceService) UpdateService(ctx context.Context, req *connect.Request
 // linkEnv is what a link named as gives a project: the template's link
 // variables filled in, or an external service's endpoint and secrets.
 func (s *serviceService) linkEnv(view *state.Snap, svc *corpusv1.Service, as string) (map[string]string, error) {
-	k, err := s.b.keyrings.open(view)
+	k, err := s.b.Keyring().Open(view)
 	if err != nil {
-		return nil, toConnect(err)
+		return nil, ToConnect(err)
 	}
-	secrets, err := openSecrets(k, svc.Name, svc.Secrets)
+	secrets, err := keyring.OpenSecrets(k, svc.Name, svc.Secrets)
 	if err != nil {
-		return nil, toConnect(err)
+		return nil, ToConnect(err)
 	}
 	if svc.ExternalUrl != "" {
 		out := map[string]string{as + "_URL": svc.ExternalUrl}
@@ -553,7 +554,7 @@ func (s *serviceService) LinkService(ctx context.Context, req *connect.Request[c
 		}
 	}
 	if err := templates.ValidAs(as); err != nil {
-		return toConnect(invalidf("%v", err))
+		return ToConnect(Invalidf("%v", err))
 	}
 	env, err := s.linkEnv(view, svc, as)
 	if err != nil {
@@ -570,17 +571,17 @@ func (s *serviceService) LinkService(ctx context.Context, req *connect.Request[c
 // for the environment.
 func (s *serviceService) writeLink(ctx context.Context, service, project, env, as string, vars map[string]string) error {
 	if err := checkConfigChange(vars, nil); err != nil {
-		return toConnect(err)
+		return ToConnect(err)
 	}
-	k, err := s.b.keyrings.ensure(ctx)
+	k, err := s.b.Keyring().Ensure(ctx)
 	if err != nil {
-		return toConnect(err)
+		return ToConnect(err)
 	}
-	sealed, err := sealAll(k, vars, func(key string) string { return state.ConfigPlace(project, env, key) })
+	sealed, err := keyring.SealAll(k, vars, func(key string) string { return state.ConfigPlace(project, env, key) })
 	if err != nil {
-		return toConnect(err)
+		return ToConnect(err)
 	}
-	_, err = s.b.write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_LinkService{LinkService: &corpusv1.LinkService{
+	_, err = s.b.Write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_LinkService{LinkService: &corpusv1.LinkService{
 		Service: service, Link: &corpusv1.ServiceLink{Project: project, Env: env, As: as}, Config: sealed,
 	}}})
 	return err
@@ -602,7 +603,7 @@ func (s *serviceService) UnlinkService(ctx context.Context, req *connect.Request
 		return connect.NewError(connect.CodeNotFound, fmt.Errorf("service %s is not linked to %s/%s", svc.Name, p.Name, e.Name))
 	}
 	keys := svc.Links[i].Keys
-	if _, err := s.b.write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_UnlinkService{UnlinkService: &corpusv1.UnlinkService{
+	if _, err := s.b.Write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_UnlinkService{UnlinkService: &corpusv1.UnlinkService{
 		Service: svc.Name, Project: p.Name, Env: e.Name,
 	}}}); err != nil {
 		return err

@@ -11,6 +11,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"corpus/coordinator/auth"
+	"corpus/coordinator/keyring"
 	"corpus/coordinator/state"
 	corpusv1 "corpus/proto/corpus/v1"
 )
@@ -26,19 +27,19 @@ func (s *agentService) ServiceRuntime(ctx context.Context, req *connect.Request[
 	view := s.b.Store.Read()
 	svc := view.Service(req.Msg.Service)
 	if svc == nil {
-		return nil, toConnect(notFound("service", req.Msg.Service, "corpus service list"))
+		return nil, ToConnect(NotFound("service", req.Msg.Service, "corpus service list"))
 	}
 	g := view.Guest(svc.GuestId)
 	if g == nil || g.NodeId != p.NodeID {
 		return nil, connect.NewError(connect.CodePermissionDenied, fmt.Errorf("service %s does not run on node %s", svc.Name, p.NodeName))
 	}
-	k, err := s.b.keyrings.open(view)
+	k, err := s.b.keyrings.Open(view)
 	if err != nil {
-		return nil, toConnect(err)
+		return nil, ToConnect(err)
 	}
-	secrets, err := openSecrets(k, svc.Name, svc.Secrets)
+	secrets, err := keyring.OpenSecrets(k, svc.Name, svc.Secrets)
 	if err != nil {
-		return nil, toConnect(err)
+		return nil, ToConnect(err)
 	}
 	env := map[string]string{
 		"NAME":    svc.Name,
@@ -111,7 +112,7 @@ func (s *agentService) reportServices(ctx context.Context, view *state.Snap, nod
 	if len(changed) == 0 {
 		return 0, nil
 	}
-	return s.b.write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_ReportServices{ReportServices: &corpusv1.ReportServices{
+	return s.b.Write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_ReportServices{ReportServices: &corpusv1.ReportServices{
 		NodeId: nodeID, Services: changed,
 	}}})
 }

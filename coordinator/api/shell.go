@@ -2,11 +2,7 @@ package api
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"io"
-	"path/filepath"
-	"time"
 
 	"connectrpc.com/connect"
 
@@ -15,127 +11,22 @@ import (
 	corpusv1 "corpus/proto/corpus/v1"
 )
 
-// Shell relays an interactive session between the caller and the agent
-// of the guest's node. It is audited when it starts (before anything
-// runs) and when it ends, with how long it lasted and its exit status;
-// what is typed and printed is never recorded.
-func (s *guestService) Shell(ctx context.Context, stream *connect.BidiStream[corpusv1.ShellInput, corpusv1.ExecOutput]) error {
-	first, err := stream.Receive()
-	if err != nil {
-		return err
-	}
-	m := first.GetOpen()
-	if m == nil {
-		return toConnect(invalidf("the first message of a shell must open it (name and command)"))
-	}
-	if err := names.Validate("guest", m.Name); err != nil {
-		return toConnect(err)
-	}
-	if len(m.Argv) == 0 {
-		return toConnect(invalidf("no command given: corpus guest exec -it %s -- CMD ARGS", m.Name))
-	}
-	g, n, err := s.execTarget(ctx, m.Name)
-	if err != nil {
-		return err
-	}
-	if first.Project != "" {
-		if p, _ := s.b.Store.Read().ProjectOfGuest(g.Id); p.GetName() != first.Project {
-			return toConnect(invalidf("guest %s does not run project %s: its environment is for the project's guests (corpus project show %s)", g.Name, first.Project, first.Project))
-		}
-	}
-	actor := auth.FromContext(ctx).String()
-	kind := "without a terminal"
-	if first.Tty {
-		kind = "on a terminal"
-	}
-	what := fmt.Sprintf("started %s with %d arguments %s", filepath.Base(m.Argv[0]), len(m.Argv)-1, kind)
-	if err := s.b.audit.record(ctx, actor, "shell_guest", g.Name, what); err != nil {
-		return connect.NewError(connect.CodeUnavailable, fmt.Errorf("the session could not be recorded in the audit log, so it was not opened: %w", err))
-	}
-	start := time.Now()
-	code, err := s.relayShell(ctx, n, first, stream)
-	result := fmt.Sprintf("ended after %s", time.Since(start).Round(time.Second))
-	switch {
-	case code >= 0:
-		result += fmt.Sprintf(", exit status %d", code)
-	case err != nil:
-		result += ": " + err.Error()
-	default:
-		result += ": the client went away"
-	}
-	if aerr := s.b.audit.record(context.WithoutCancel(ctx), actor, "shell_guest", g.Name, result); aerr != nil {
-		s.b.Logger.Warn("recording the end of a shell session", "guest", g.Name, "error", aerr)
-	}
-	return err
-}
-
-// relayShell passes the session on to the node's agent and back; it
-// returns the command's exit status (-1 when none came).
-func (s *guestService) relayShell(ctx context.Context, n *corpusv1.Node, first *corpusv1.ShellInput,
-	stream *connect.BidiStream[corpusv1.ShellInput, corpusv1.ExecOutput]) (int, error) {
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	up := s.b.AgentClient(n).Shell(ctx)
-	// A stream the agent refused says io.EOF here, and why on Receive.
-	if err := up.Send(first); err != nil && !errors.Is(err, io.EOF) {
-		return -1, connect.NewError(connect.CodeUnavailable, fmt.Errorf("reaching agent of node %s: %w", n.Name, err))
-	}
-	go func() {
-		for {
-			in, err := stream.Receive()
-			if err != nil {
-				// The caller closed its side (or went): the agent's
-				// input ends; a gone caller also ends the call's ctx.
-				up.CloseRequest()
-				return
-			}
-			if in.Open != nil {
-				continue // one session per call
-			}
-			if err := up.Send(in); err != nil {
-				return
-			}
-		}
-	}()
-	defer up.CloseResponse()
-	for {
-		out, err := up.Receive()
-		if err != nil {
-			var ce *connect.Error
-			switch {
-			case ctx.Err() != nil:
-				return -1, nil
-			case errors.As(err, &ce):
-				return -1, connect.NewError(ce.Code(), fmt.Errorf("agent of node %s: %s", n.Name, ce.Message()))
-			default:
-				return -1, connect.NewError(connect.CodeUnavailable, fmt.Errorf("shell stream from node %s: %w", n.Name, err))
-			}
-		}
-		if err := stream.Send(out); err != nil {
-			return -1, nil
-		}
-		if out.Exited {
-			return int(out.ExitCode), nil
-		}
-	}
-}
-
 // RecordShell records a shell session opened over a node's SSH endpoint,
 // as the user whose key opened it.
 func (s *agentService) RecordShell(ctx context.Context, req *connect.Request[corpusv1.RecordShellRequest]) (*connect.Response[corpusv1.RecordShellResponse], error) {
 	m := req.Msg
 	if err := names.Validate("guest", m.Guest); err != nil {
-		return nil, toConnect(err)
+		return nil, ToConnect(err)
 	}
 	if len(m.Result) > 512 {
-		return nil, toConnect(invalidf("result of %d bytes; the limit is 512", len(m.Result)))
+		return nil, ToConnect(Invalidf("result of %d bytes; the limit is 512", len(m.Result)))
 	}
 	u := s.b.Store.Read().UserByFingerprint(m.Fingerprint)
 	if u == nil {
-		return nil, toConnect(invalidf("key %.80s belongs to no user", m.Fingerprint))
+		return nil, ToConnect(Invalidf("key %.80s belongs to no user", m.Fingerprint))
 	}
 	actor := fmt.Sprintf("user:%s (ssh via node %s)", u.Name, auth.FromContext(ctx).NodeID)
-	if err := s.b.audit.record(ctx, actor, "shell_guest", m.Guest, m.Result); err != nil {
+	if err := s.b.audit.Record(ctx, actor, "shell_guest", m.Guest, m.Result); err != nil {
 		return nil, connect.NewError(connect.CodeUnavailable, err)
 	}
 	return connect.NewResponse(&corpusv1.RecordShellResponse{}), nil

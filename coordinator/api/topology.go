@@ -13,6 +13,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"corpus/coordinator/auth"
+	"corpus/coordinator/keyring"
 	"corpus/coordinator/state"
 	"corpus/coordinator/templates"
 	"corpus/internal/names"
@@ -31,11 +32,11 @@ func (s *projectService) ExportProject(ctx context.Context, req *connect.Request
 	m := req.Msg
 	view := s.b.Store.Read()
 	if err := names.Validate("project", m.Name); err != nil {
-		return nil, toConnect(err)
+		return nil, ToConnect(err)
 	}
 	p := view.Project(m.Name)
 	if p == nil {
-		return nil, toConnect(notFound("project", m.Name, "corpus project list"))
+		return nil, ToConnect(NotFound("project", m.Name, "corpus project list"))
 	}
 	if err := mayUseProject(ctx, p); err != nil {
 		return nil, err
@@ -49,13 +50,13 @@ func (s *projectService) ExportProject(ctx context.Context, req *connect.Request
 	if m.Env != "" {
 		e := corpusv1.EnvNamed(p, m.Env)
 		if e == nil {
-			return nil, toConnect(notFound("environment", p.Name+"/"+m.Env, "corpus project show "+p.Name))
+			return nil, ToConnect(NotFound("environment", p.Name+"/"+m.Env, "corpus project show "+p.Name))
 		}
 		envs = []*corpusv1.ProjectEnv{e}
 	}
-	k, err := s.b.keyrings.open(view)
+	k, err := s.b.keyrings.Open(view)
 	if err != nil {
-		return nil, toConnect(err)
+		return nil, ToConnect(err)
 	}
 	top := &corpusv1.ProjectTopology{Version: corpusv1.TopologyVersion, Name: p.Name}
 	seen := map[string]*corpusv1.ServiceTopology{}
@@ -91,9 +92,9 @@ func (s *projectService) ExportProject(ctx context.Context, req *connect.Request
 			}
 			st.Links = append(st.Links, &corpusv1.ServiceLinkTopology{Env: e.Name, As: l.As})
 		}
-		clear, err := openConfig(k, p.Name, e.Name, e.Config)
+		clear, err := keyring.OpenConfig(k, p.Name, e.Name, e.Config)
 		if err != nil {
-			return nil, toConnect(err)
+			return nil, ToConnect(err)
 		}
 		for _, key := range slices.Sorted(maps.Keys(clear)) {
 			if linked[key] {
@@ -129,9 +130,9 @@ func (s *projectService) serviceTopology(view *state.Snap, k *seal.Keyring, svc 
 	if svc.ExternalUrl == "" {
 		return st, nil
 	}
-	clear, err := openSecrets(k, svc.Name, svc.Secrets)
+	clear, err := keyring.OpenSecrets(k, svc.Name, svc.Secrets)
 	if err != nil {
-		return nil, toConnect(err)
+		return nil, ToConnect(err)
 	}
 	st.SecretKeys = slices.Sorted(maps.Keys(clear))
 	if withSecrets {
@@ -152,13 +153,13 @@ type importPlan struct {
 func (s *projectService) planImport(ctx context.Context, view *state.Snap, m *corpusv1.ImportProjectRequest) (*importPlan, error) {
 	top := m.Topology
 	if top == nil {
-		return nil, invalidf("no topology given")
+		return nil, Invalidf("no topology given")
 	}
 	if top.Version != corpusv1.TopologyVersion {
-		return nil, invalidf("topology version %q is not one this coordinator reads (%s)", top.Version, corpusv1.TopologyVersion)
+		return nil, Invalidf("topology version %q is not one this coordinator reads (%s)", top.Version, corpusv1.TopologyVersion)
 	}
 	if top.Sealed != "" {
-		return nil, invalidf("the topology's values are still encrypted: corpus project import opens them with --key")
+		return nil, Invalidf("the topology's values are still encrypted: corpus project import opens them with --key")
 	}
 	if err := names.Validate("project", top.Name); err != nil {
 		return nil, err
@@ -176,19 +177,19 @@ func (s *projectService) planImport(ctx context.Context, view *state.Snap, m *co
 		from := m.FromEnv
 		if from == "" {
 			if len(envs) != 1 {
-				return nil, invalidf("the topology has %d environments: say which one becomes %s with --from-env", len(envs), m.Env)
+				return nil, Invalidf("the topology has %d environments: say which one becomes %s with --from-env", len(envs), m.Env)
 			}
 			from = envs[0].Name
 		}
 		i := slices.IndexFunc(envs, func(e *corpusv1.EnvTopology) bool { return e.Name == from })
 		if i < 0 {
-			return nil, invalidf("the topology has no environment %s", from)
+			return nil, Invalidf("the topology has no environment %s", from)
 		}
 		envs = envs[i : i+1]
 		rename[from] = m.Env
 	}
 	if len(envs) == 0 {
-		return nil, invalidf("the topology has no environment")
+		return nil, Invalidf("the topology has no environment")
 	}
 	p := view.Project(plan.project)
 	for _, e := range envs {
@@ -225,7 +226,7 @@ func (s *projectService) planImport(ctx context.Context, view *state.Snap, m *co
 		}
 		for key := range c.Config {
 			if !slices.Contains(c.ConfigKeys, key) {
-				return nil, invalidf("environment %s has a value for %s, which its config keys do not list", e.Name, key)
+				return nil, Invalidf("environment %s has a value for %s, which its config keys do not list", e.Name, key)
 			}
 		}
 		if len(c.Config) > 0 {
@@ -292,7 +293,7 @@ func (s *projectService) planService(ctx context.Context, view *state.Snap, oldP
 	}
 	for key := range c.Secrets {
 		if !slices.Contains(c.SecretKeys, key) {
-			return nil, invalidf("a value for %s, which its secret keys do not list", key)
+			return nil, Invalidf("a value for %s, which its secret keys do not list", key)
 		}
 	}
 	if c.ExternalUrl == "" {
@@ -315,7 +316,7 @@ func (s *projectService) ImportProject(ctx context.Context, req *connect.Request
 	m := req.Msg
 	plan, err := s.planImport(ctx, s.b.Store.Read(), m)
 	if err != nil {
-		return nil, toConnect(err)
+		return nil, ToConnect(err)
 	}
 	res := &corpusv1.ImportProjectResponse{Project: plan.project}
 	if m.DryRun {
@@ -390,21 +391,21 @@ func checkTopologyScale(e *corpusv1.EnvTopology) error {
 			return err
 		}
 		if n > state.MaxInstances {
-			return invalidf("environment %s: %s=%d: at most %d instances", e.Name, t, n, state.MaxInstances)
+			return Invalidf("environment %s: %s=%d: at most %d instances", e.Name, t, n, state.MaxInstances)
 		}
 	}
 	if corpusv1.InstanceCount(e.Scale) > 1 && e.VolumeBytes > 0 && !e.SharedNothing {
-		return invalidf("environment %s runs %d instances but keeps data on a volume without shared_nothing", e.Name, corpusv1.InstanceCount(e.Scale))
+		return Invalidf("environment %s runs %d instances but keeps data on a volume without shared_nothing", e.Name, corpusv1.InstanceCount(e.Scale))
 	}
 	for t, pol := range e.Autoscale {
 		if err := validProcessName(t); err != nil {
 			return err
 		}
 		if why := state.ValidAutoscale(pol); why != "" {
-			return invalidf("environment %s: autoscale %s: %s", e.Name, t, why)
+			return Invalidf("environment %s: autoscale %s: %s", e.Name, t, why)
 		}
 		if pol.Max > 1 && e.VolumeBytes > 0 && !e.SharedNothing {
-			return invalidf("environment %s: autoscale %s up to %d instances needs shared_nothing (it keeps data on a volume)", e.Name, t, pol.Max)
+			return Invalidf("environment %s: autoscale %s up to %d instances needs shared_nothing (it keeps data on a volume)", e.Name, t, pol.Max)
 		}
 	}
 	return nil
@@ -420,13 +421,13 @@ func (s *projectService) importScale(ctx context.Context, project string, e *cor
 			return err
 		}
 		if changed {
-			if _, err := s.b.write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_ScaleEnv{ScaleEnv: cmd}}); err != nil {
+			if _, err := s.b.Write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_ScaleEnv{ScaleEnv: cmd}}); err != nil {
 				return err
 			}
 		}
 	}
 	for _, t := range slices.Sorted(maps.Keys(e.Autoscale)) {
-		if _, err := s.b.write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_SetAutoscale{SetAutoscale: &corpusv1.SetAutoscale{
+		if _, err := s.b.Write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_SetAutoscale{SetAutoscale: &corpusv1.SetAutoscale{
 			Project: project, Env: e.Name, Process: t, Policy: e.Autoscale[t],
 		}}}); err != nil {
 			return err
@@ -438,15 +439,15 @@ func (s *projectService) importScale(ctx context.Context, project string, e *cor
 // importConfig sets a new environment's config (it has no release yet:
 // nothing to restart).
 func (s *projectService) importConfig(ctx context.Context, project, env string, vars map[string]string) error {
-	k, err := s.b.keyrings.ensure(ctx)
+	k, err := s.b.keyrings.Ensure(ctx)
 	if err != nil {
-		return toConnect(err)
+		return ToConnect(err)
 	}
-	sealed, err := sealAll(k, vars, func(key string) string { return state.ConfigPlace(project, env, key) })
+	sealed, err := keyring.SealAll(k, vars, func(key string) string { return state.ConfigPlace(project, env, key) })
 	if err != nil {
-		return toConnect(err)
+		return ToConnect(err)
 	}
-	_, err = s.b.write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_SetConfig{SetConfig: &corpusv1.SetConfig{Project: project, Env: env, Set: sealed}}})
+	_, err = s.b.Write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_SetConfig{SetConfig: &corpusv1.SetConfig{Project: project, Env: env, Set: sealed}}})
 	return err
 }
 

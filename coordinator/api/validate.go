@@ -31,16 +31,16 @@ const (
 	maxEnvVars   = 128
 	// maxPackages bounds the Debian packages a guest's image adds.
 	maxPackages = 64
-	// maxEnvNameBytes bounds an environment variable's name.
-	maxEnvNameBytes = 255
+	// MaxEnvNameBytes bounds an environment variable's name.
+	MaxEnvNameBytes = 255
 )
 
-func notFound(kind, name, hint string) error {
+func NotFound(kind, name, hint string) error {
 	return fmt.Errorf("%s %q: %w (list them with `%s`)", kind, name, state.ErrNotFound, hint)
 }
 
-// normalizeSpec fills defaults and validates a guest spec in place.
-func normalizeSpec(spec *corpusv1.GuestSpec) error {
+// NormalizeSpec fills defaults and validates a guest spec in place.
+func NormalizeSpec(spec *corpusv1.GuestSpec) error {
 	if spec.Driver == "" {
 		spec.Driver = DefaultDriver
 	}
@@ -48,7 +48,7 @@ func normalizeSpec(spec *corpusv1.GuestSpec) error {
 		return err
 	}
 	if spec.Image == "" {
-		return invalidf("an image is required (for example --image busybox)")
+		return Invalidf("an image is required (for example --image busybox)")
 	}
 	if err := validImage(spec.Image); err != nil {
 		return err
@@ -68,11 +68,11 @@ func normalizeSpec(spec *corpusv1.GuestSpec) error {
 	}
 	switch {
 	case r.MemoryBytes < minMemoryBytes:
-		return invalidf("memory %d bytes is below the minimum of %d MiB", r.MemoryBytes, minMemoryBytes>>20)
+		return Invalidf("memory %d bytes is below the minimum of %d MiB", r.MemoryBytes, minMemoryBytes>>20)
 	case r.CpuMillis < minCPUMillis:
-		return invalidf("cpu %d millicores is below the minimum of %dm (a hundredth of a core)", r.CpuMillis, minCPUMillis)
+		return Invalidf("cpu %d millicores is below the minimum of %dm (a hundredth of a core)", r.CpuMillis, minCPUMillis)
 	case r.DiskBytes < minDiskBytes:
-		return invalidf("disk %d bytes is below the minimum of %d MiB", r.DiskBytes, minDiskBytes>>20)
+		return Invalidf("disk %d bytes is below the minimum of %d MiB", r.DiskBytes, minDiskBytes>>20)
 	}
 	if err := normalizePorts(spec.Ports); err != nil {
 		return err
@@ -87,14 +87,14 @@ func normalizeSpec(spec *corpusv1.GuestSpec) error {
 		return err
 	}
 	if len(spec.Env) > maxEnvVars {
-		return invalidf("%d environment variables; the limit is %d", len(spec.Env), maxEnvVars)
+		return Invalidf("%d environment variables; the limit is %d", len(spec.Env), maxEnvVars)
 	}
 	for k, v := range spec.Env {
-		if !names.EnvVar(k) || len(k) > maxEnvNameBytes {
-			return invalidf("environment variable name %.80q must match [A-Za-z_][A-Za-z0-9_]* and be at most %d bytes", k, maxEnvNameBytes)
+		if !names.EnvVar(k) || len(k) > MaxEnvNameBytes {
+			return Invalidf("environment variable name %.80q must match [A-Za-z_][A-Za-z0-9_]* and be at most %d bytes", k, MaxEnvNameBytes)
 		}
 		if strings.ContainsAny(v, "\x00\n") {
-			return invalidf("environment variable %s has a NUL or newline in its value", k)
+			return Invalidf("environment variable %s has a NUL or newline in its value", k)
 		}
 	}
 	return nil
@@ -107,11 +107,11 @@ func normalizePackages(spec *corpusv1.GuestSpec) error {
 		return nil
 	}
 	if len(spec.Packages) > maxPackages {
-		return invalidf("%d packages; the limit is %d", len(spec.Packages), maxPackages)
+		return Invalidf("%d packages; the limit is %d", len(spec.Packages), maxPackages)
 	}
 	for _, p := range spec.Packages {
 		if !names.DebianPackage(p) {
-			return invalidf("package %.110q is not a Debian package name (lowercase letters, digits, '+', '-', '.'; like python3 or postgresql-15)", p)
+			return Invalidf("package %.110q is not a Debian package name (lowercase letters, digits, '+', '-', '.'; like python3 or postgresql-15)", p)
 		}
 	}
 	slices.Sort(spec.Packages)
@@ -119,8 +119,8 @@ func normalizePackages(spec *corpusv1.GuestSpec) error {
 	return nil
 }
 
-// guestStatus is the one-word summary of a guest, as view has it.
-func guestStatus(view *state.Snap, g *corpusv1.Guest) string {
+// GuestStatus is the one-word summary of a guest, as view has it.
+func GuestStatus(view *state.Snap, g *corpusv1.Guest) string {
 	switch {
 	case g.DesiredState == state.DesiredDeleted:
 		return "deleting"
@@ -142,10 +142,10 @@ func normalizeConstraints(spec *corpusv1.GuestSpec) error {
 	}
 	for k, v := range spec.Constraints {
 		if k == "mode" {
-			return invalidf("mode is not a label: a node's mode takes the guests of project environments (corpus project create --env %s)", v)
+			return Invalidf("mode is not a label: a node's mode takes the guests of project environments (corpus project create --env %s)", v)
 		}
 		if v == "" {
-			return invalidf("constraint %s has no value: want LABEL=VALUE", k)
+			return Invalidf("constraint %s has no value: want LABEL=VALUE", k)
 		}
 		if err := validLabel(k, v); err != nil {
 			return err
@@ -167,7 +167,7 @@ func normalizeVolume(spec *corpusv1.GuestSpec) error {
 	}
 	if v.UseVolume != "" {
 		if v.SizeBytes != 0 {
-			return invalidf("give a size for a new volume or --use-volume for an existing one, not both")
+			return Invalidf("give a size for a new volume or --use-volume for an existing one, not both")
 		}
 		if err := names.Validate("volume", v.UseVolume); err != nil {
 			return err
@@ -175,7 +175,7 @@ func normalizeVolume(spec *corpusv1.GuestSpec) error {
 	} else {
 		size, err := volume.NormalizeSize(v.SizeBytes)
 		if err != nil {
-			return invalidf("%v", err)
+			return Invalidf("%v", err)
 		}
 		v.SizeBytes = size
 	}
@@ -183,7 +183,7 @@ func normalizeVolume(spec *corpusv1.GuestSpec) error {
 		v.Path = state.DefaultVolumePath
 	}
 	if !path.IsAbs(v.Path) || path.Clean(v.Path) != v.Path || v.Path == "/" || len(v.Path) > maxPathBytes || !pathRE.MatchString(v.Path) {
-		return invalidf("volume path %.80q must be a clean absolute path inside the guest, not /, of letters, digits and . _ - / (at most %d bytes)", v.Path, maxPathBytes)
+		return Invalidf("volume path %.80q must be a clean absolute path inside the guest, not /, of letters, digits and . _ - / (at most %d bytes)", v.Path, maxPathBytes)
 	}
 	return nil
 }
@@ -205,11 +205,11 @@ var imageComponentRE = regexp.MustCompile(`^[A-Za-z0-9]([A-Za-z0-9._:@+-]*[A-Za-
 // bytes.
 func validImage(image string) error {
 	if len(image) > 255 {
-		return invalidf("image name of %d bytes; the limit is 255", len(image))
+		return Invalidf("image name of %d bytes; the limit is 255", len(image))
 	}
 	for _, part := range strings.Split(image, "/") {
 		if !imageComponentRE.MatchString(part) || strings.Contains(part, "..") {
-			return invalidf("image %q is not a valid image name (like busybox, debian/bookworm or registry:5000/app:1.2)", image)
+			return Invalidf("image %q is not a valid image name (like busybox, debian/bookworm or registry:5000/app:1.2)", image)
 		}
 	}
 	return nil
@@ -222,56 +222,56 @@ var labelValueRE = regexp.MustCompile(`^[A-Za-z0-9]([A-Za-z0-9._-]{0,61}[A-Za-z0
 // idRE is a generated object id (tokens, records, releases): hex.
 var idRE = regexp.MustCompile(`^[0-9a-f]{1,64}$`)
 
-// validID checks the id of an object of kind; hint is the command that
+// ValidID checks the id of an object of kind; hint is the command that
 // lists them.
-func validID(kind, id, hint string) error {
+func ValidID(kind, id, hint string) error {
 	if !idRE.MatchString(id) {
-		return invalidf("%s id %.80q: ids are lowercase hex (list them with `%s`)", kind, id, hint)
+		return Invalidf("%s id %.80q: ids are lowercase hex (list them with `%s`)", kind, id, hint)
 	}
 	return nil
 }
 
-// nodeRef checks what names a node: its name or its id.
-func nodeRef(ref string) error {
+// NodeRef checks what names a node: its name or its id.
+func NodeRef(ref string) error {
 	if names.Validate("node", ref) == nil || idRE.MatchString(ref) {
 		return nil
 	}
-	return invalidf("node %.80q: give a node's name or id (list them with `corpus node list`)", ref)
+	return Invalidf("node %.80q: give a node's name or id (list them with `corpus node list`)", ref)
 }
 
-// fingerprintRE is an SSH key's SHA256 fingerprint.
-var fingerprintRE = regexp.MustCompile(`^SHA256:[A-Za-z0-9+/]{43}$`)
+// FingerprintRE is an SSH key's SHA256 fingerprint.
+var FingerprintRE = regexp.MustCompile(`^SHA256:[A-Za-z0-9+/]{43}$`)
 
 // dnsLabelRE is one label of a record name or target: letters, digits,
 // '-' and '_' (SRV and ACME names), not starting or ending with '-'.
 var dnsLabelRE = regexp.MustCompile(`^[A-Za-z0-9_]([A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?$`)
 
-// validDNSName checks a record's name, relative to the zone or absolute
+// ValidDNSName checks a record's name, relative to the zone or absolute
 // (a final dot), or a target name ("@" is the zone's apex).
-func validDNSName(what, name string) error {
+func ValidDNSName(what, name string) error {
 	if name == "@" {
 		return nil
 	}
 	n := strings.TrimSuffix(name, ".")
 	if n == "" || len(n) > 253 {
-		return invalidf("%s %.80q is not a DNS name", what, name)
+		return Invalidf("%s %.80q is not a DNS name", what, name)
 	}
 	for _, l := range strings.Split(n, ".") {
 		if !dnsLabelRE.MatchString(l) {
-			return invalidf("%s %.80q has an invalid label %.80q: use letters, digits, '-' and '_'", what, name, l)
+			return Invalidf("%s %.80q has an invalid label %.80q: use letters, digits, '-' and '_'", what, name, l)
 		}
 	}
 	return nil
 }
 
-// validText checks a one-line free-text field: no control characters,
+// ValidText checks a one-line free-text field: no control characters,
 // at most limit bytes.
-func validText(what, v string, limit int) error {
+func ValidText(what, v string, limit int) error {
 	if len(v) > limit {
-		return invalidf("%s of %d bytes; the limit is %d", what, len(v), limit)
+		return Invalidf("%s of %d bytes; the limit is %d", what, len(v), limit)
 	}
 	if strings.ContainsFunc(v, unicode.IsControl) {
-		return invalidf("%s %.80q has a control character (a newline, NUL or escape)", what, v)
+		return Invalidf("%s %.80q has a control character (a newline, NUL or escape)", what, v)
 	}
 	return nil
 }
@@ -282,12 +282,12 @@ func validText(what, v string, limit int) error {
 func validAgentAddrs(agentAddr, addr string) error {
 	if agentAddr != "" {
 		if err := validHostPort(agentAddr); err != nil {
-			return invalidf("agent address %.80q: %v", agentAddr, err)
+			return Invalidf("agent address %.80q: %v", agentAddr, err)
 		}
 	}
 	if addr != "" && net.ParseIP(addr) == nil {
-		if err := validDNSName("node address", addr); err != nil || strings.Contains(addr, "_") {
-			return invalidf("node address %.80q is neither an IP address nor a DNS name", addr)
+		if err := ValidDNSName("node address", addr); err != nil || strings.Contains(addr, "_") {
+			return Invalidf("node address %.80q is neither an IP address nor a DNS name", addr)
 		}
 	}
 	return nil
@@ -304,12 +304,44 @@ func validHostPort(a string) error {
 		return fmt.Errorf("no host")
 	}
 	if net.ParseIP(host) == nil {
-		if err := validDNSName("host", host); err != nil || strings.Contains(host, "_") {
+		if err := ValidDNSName("host", host); err != nil || strings.Contains(host, "_") {
 			return fmt.Errorf("host %q is neither an IP address nor a DNS name", host)
 		}
 	}
 	if p, err := strconv.Atoi(port); err != nil || p < 1 || p > 65535 {
 		return fmt.Errorf("port %q", port)
+	}
+	return nil
+}
+
+func ValidPort(what string, p int32) error {
+	if p < 1 || p > 65535 {
+		return Invalidf("%s %d is not a port (1-65535)", what, p)
+	}
+	return nil
+}
+
+// normalizePorts validates NAT port mappings in place.
+func normalizePorts(ports []*corpusv1.Port) error {
+	seen := map[string]bool{}
+	for _, p := range ports {
+		if p.Protocol == "" {
+			p.Protocol = "tcp"
+		}
+		if p.Protocol != "tcp" && p.Protocol != "udp" {
+			return Invalidf("port protocol %q: use tcp or udp", p.Protocol)
+		}
+		if err := ValidPort("host port", p.HostPort); err != nil {
+			return err
+		}
+		if err := ValidPort("guest port", p.GuestPort); err != nil {
+			return err
+		}
+		key := fmt.Sprintf("%d/%s", p.HostPort, p.Protocol)
+		if seen[key] {
+			return Invalidf("host port %s is published twice", key)
+		}
+		seen[key] = true
 	}
 	return nil
 }

@@ -33,11 +33,11 @@ func FuzzValidators(f *testing.F) {
 		if validImage(s) == nil && (strings.Contains(s, "..") || strings.HasPrefix(s, "/")) {
 			t.Errorf("validImage accepted %q", s)
 		}
-		check("validDNSName", validDNSName("name", s) == nil && s != "@")
+		check("ValidDNSName", ValidDNSName("name", s) == nil && s != "@")
 		check("labelValueRE", labelValueRE.MatchString(s))
 		check("pathRE", pathRE.MatchString(s))
-		check("validID", validID("x", s, "x") == nil)
-		check("fingerprintRE", fingerprintRE.MatchString(s))
+		check("ValidID", ValidID("x", s, "x") == nil)
+		check("FingerprintRE", FingerprintRE.MatchString(s))
 		if err := validHostPort(s); err == nil {
 			if h, _, _ := net.SplitHostPort(s); strings.ContainsAny(h, shellOrPath+"/") {
 				t.Errorf("validHostPort accepted %q", s)
@@ -49,12 +49,12 @@ func FuzzValidators(f *testing.F) {
 func TestNormalizePackages(t *testing.T) {
 	t.Parallel()
 	spec := &corpusv1.GuestSpec{Image: "debian/bookworm", Packages: []string{"python3", "curl", "python3"}}
-	if err := normalizeSpec(spec); err != nil || strings.Join(spec.Packages, ",") != "curl,python3" {
-		t.Errorf("normalizeSpec = %v, packages %q; want nil, curl,python3", err, spec.Packages)
+	if err := NormalizeSpec(spec); err != nil || strings.Join(spec.Packages, ",") != "curl,python3" {
+		t.Errorf("NormalizeSpec = %v, packages %q; want nil, curl,python3", err, spec.Packages)
 	}
 	for _, bad := range [][]string{{"-oAPT::x=1"}, {"Python3"}, {"a b"}, make([]string, maxPackages+1)} {
-		if err := normalizeSpec(&corpusv1.GuestSpec{Image: "debian/bookworm", Packages: bad}); err == nil {
-			t.Errorf("normalizeSpec accepted packages %q", bad)
+		if err := NormalizeSpec(&corpusv1.GuestSpec{Image: "debian/bookworm", Packages: bad}); err == nil {
+			t.Errorf("NormalizeSpec accepted packages %q", bad)
 		}
 	}
 }

@@ -134,7 +134,7 @@ func (s *agentService) watchMessage(view *state.Snap, nodeID string, n *corpusv1
 			msg.Coordinators = append(msg.Coordinators, c.ApiAddress)
 		}
 	}
-	if s.b.GossipAddr != nil {
+	if s.b.Agents != nil {
 		msg.GossipAddr = s.b.GossipAddr()
 	}
 	return msg

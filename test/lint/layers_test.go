@@ -89,6 +89,8 @@ var knownImports = map[string]bool{
 	"coordinator/api -> coordinator/acme": true,
 
 	"coordinator/api -> coordinator/scheduler": true,
+	// Why a node's guest waits (nodes, DrainStatus).
+	"coordinator/api/nodes -> coordinator/scheduler": true,
 }
 
 // badNames are grab-bag package names (STYLE.md): a package is named for

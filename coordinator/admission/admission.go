@@ -1,4 +1,7 @@
-package api
+// Package admission runs the operators' admission extensions on a write
+// before the handler proposes it: mutating ones may change the request,
+// validating ones may refuse it, each under its failure policy.
+package admission
 
 import (
 	"bytes"
@@ -6,22 +9,38 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"maps"
 	"slices"
-	"strings"
 	"sync"
 
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
+	"corpus/coordinator/audit"
 	"corpus/coordinator/auth"
 	"corpus/coordinator/extensions"
+	"corpus/coordinator/keyring"
 	"corpus/coordinator/state"
 	corpusv1 "corpus/proto/corpus/v1"
 )
 
-// admit runs the extensions called for event on obj, a request about to
+// Controller calls the extensions of the replicated state.
+type Controller struct {
+	Store *state.Store
+	// Extensions calls them (nil: writes an extension is for are
+	// refused).
+	Extensions *extensions.Caller
+	// Keyring opens their secrets.
+	Keyring *keyring.Ring
+	// Audit records the failures their policy passes over (nil: none
+	// are).
+	Audit  *audit.Auditor
+	Logger *slog.Logger
+}
+
+// Admit runs the extensions called for event on obj, a request about to
 // be written, and returns what the mutating ones changed in it (obj is
 // changed in place). check validates obj as the handler does; it runs
 // again after each change, so an extension that makes the request
@@ -29,15 +48,15 @@ import (
 // extension and its message; a failed call refuses the write when the
 // extension's failure policy is fail, and is recorded and passed over
 // when it is ignore. Nothing is proposed here: the handler writes after.
-func (b *Backend) admit(ctx context.Context, event string, obj proto.Message, check func() error) ([]*corpusv1.AdmissionChange, error) {
-	view := b.Store.Read()
+func (c *Controller) Admit(ctx context.Context, event string, obj proto.Message, check func() error) ([]*corpusv1.AdmissionChange, error) {
+	view := c.Store.Read()
 	all := view.Extensions()
 	mutators := extensions.For(all, corpusv1.ExtensionMutate, event)
 	validators := extensions.For(all, corpusv1.ExtensionValidate, event)
 	if len(mutators)+len(validators) == 0 {
 		return nil, nil
 	}
-	if b.Extensions == nil {
+	if c.Extensions == nil {
 		return nil, connect.NewError(connect.CodeUnavailable, errors.New("extensions are configured but this coordinator cannot call them"))
 	}
 	user := auth.FromContext(ctx).String()
@@ -45,17 +64,17 @@ func (b *Backend) admit(ctx context.Context, event string, obj proto.Message, ch
 	for _, e := range mutators {
 		before, err := protojson.Marshal(obj)
 		if err != nil {
-			return nil, toConnect(err)
+			return nil, connect.NewError(connect.CodeInternal, err)
 		}
-		ans, err := b.callExtension(ctx, view, e, extensions.Request{Kind: event, User: user, Object: before})
+		ans, err := c.Call(ctx, view, e, extensions.Request{Kind: event, User: user, Object: before})
 		if err != nil {
-			if err := b.extensionFailed(ctx, e, event, err); err != nil {
+			if err := c.Failed(ctx, e, event, err); err != nil {
 				return nil, err
 			}
 			continue
 		}
 		if !*ans.Allowed {
-			return nil, refusedBy(e, event, ans.Message)
+			return nil, RefusedBy(e, event, ans.Message)
 		}
 		if len(ans.Object) == 0 || bytes.Equal(bytes.TrimSpace(ans.Object), []byte("null")) {
 			continue
@@ -69,7 +88,7 @@ func (b *Backend) admit(ctx context.Context, event string, obj proto.Message, ch
 		proto.Reset(obj)
 		proto.Merge(obj, next)
 		if err := check(); err != nil {
-			return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("extension %s made the %s invalid: %v", e.Name, event, errorText(toConnect(err))))
+			return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("extension %s made the %s invalid: %v", e.Name, event, audit.ErrorText(err)))
 		}
 		after, _ := protojson.Marshal(obj)
 		beforeJSON, _ := protojson.Marshal(old)
@@ -80,7 +99,7 @@ func (b *Backend) admit(ctx context.Context, event string, obj proto.Message, ch
 	}
 	final, err := protojson.Marshal(obj)
 	if err != nil {
-		return nil, toConnect(err)
+		return nil, connect.NewError(connect.CodeInternal, err)
 	}
 	type result struct {
 		ans *extensions.Answer
@@ -92,7 +111,7 @@ func (b *Backend) admit(ctx context.Context, event string, obj proto.Message, ch
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			ans, err := b.callExtension(ctx, view, e, extensions.Request{Kind: event, User: user, Object: final})
+			ans, err := c.Call(ctx, view, e, extensions.Request{Kind: event, User: user, Object: final})
 			results[i] = result{ans, err}
 		}()
 	}
@@ -100,53 +119,53 @@ func (b *Backend) admit(ctx context.Context, event string, obj proto.Message, ch
 	for i, e := range validators {
 		r := results[i]
 		if r.err != nil {
-			if err := b.extensionFailed(ctx, e, event, r.err); err != nil {
+			if err := c.Failed(ctx, e, event, r.err); err != nil {
 				return nil, err
 			}
 			continue
 		}
 		if !*r.ans.Allowed {
-			return nil, refusedBy(e, event, r.ans.Message)
+			return nil, RefusedBy(e, event, r.ans.Message)
 		}
 	}
 	return changes, nil
 }
 
-// callExtension calls e with its secret opened.
-func (b *Backend) callExtension(ctx context.Context, view *state.Snap, e *corpusv1.Extension, req extensions.Request) (*extensions.Answer, error) {
+// Call calls e with its secret opened.
+func (c *Controller) Call(ctx context.Context, view *state.Snap, e *corpusv1.Extension, req extensions.Request) (*extensions.Answer, error) {
 	var secret []byte
 	if len(e.Secret) > 0 {
-		k, err := b.keyrings.open(view)
+		k, err := c.Keyring.Open(view)
 		if err != nil {
 			return nil, &extensions.CallError{Extension: e.Name, Reason: "error", Err: fmt.Errorf("opening its secret: %w", err)}
 		}
-		opened, err := openSealed(k, map[string][]byte{"secret": e.Secret}, func(string) string { return state.ExtensionPlace(e.Name) })
+		opened, err := keyring.OpenSealed(k, map[string][]byte{"secret": e.Secret}, func(string) string { return state.ExtensionPlace(e.Name) })
 		if err != nil {
 			return nil, &extensions.CallError{Extension: e.Name, Reason: "error", Err: fmt.Errorf("opening its secret: %w", err)}
 		}
 		secret = []byte(opened["secret"])
 	}
-	return b.Extensions.Call(ctx, e, secret, req)
+	return c.Extensions.Call(ctx, e, secret, req)
 }
 
-// refusedBy is an extension's refusal of a write.
-func refusedBy(e *corpusv1.Extension, event, msg string) error {
+// RefusedBy is an extension's refusal of a write.
+func RefusedBy(e *corpusv1.Extension, event, msg string) error {
 	if msg == "" {
 		msg = "no reason given"
 	}
 	return connect.NewError(connect.CodePermissionDenied, fmt.Errorf("%s refused by extension %s: %s", event, e.Name, msg))
 }
 
-// extensionFailed applies e's failure policy to a failed call: the
+// Failed applies e's failure policy to a failed call: the
 // write's error under fail; under ignore, nil once the failure is logged
 // and audited.
-func (b *Backend) extensionFailed(ctx context.Context, e *corpusv1.Extension, event string, err error) error {
+func (c *Controller) Failed(ctx context.Context, e *corpusv1.Extension, event string, err error) error {
 	if e.FailurePolicy == corpusv1.FailurePolicyIgnore {
-		b.Logger.Warn("extension failed; its failure policy is ignore, so the write goes on", "extension", e.Name, "event", event, "error", err)
-		if b.audit != nil {
-			if aerr := b.audit.record(ctx, auth.FromContext(ctx).String(), "extension_failed", e.Name,
+		c.Logger.Warn("extension failed; its failure policy is ignore, so the write goes on", "extension", e.Name, "event", event, "error", err)
+		if c.Audit != nil {
+			if aerr := c.Audit.Record(ctx, auth.FromContext(ctx).String(), "extension_failed", e.Name,
 				fmt.Sprintf("ignored for %s: %v", event, err)); aerr != nil {
-				b.Logger.Warn("recording an ignored extension failure", "error", aerr)
+				c.Logger.Warn("recording an ignored extension failure", "error", aerr)
 			}
 		}
 		return nil
@@ -194,59 +213,4 @@ func diffJSON(extension string, before, after []byte) []*corpusv1.AdmissionChang
 		}
 	}
 	return out
-}
-
-// LintPush runs the lint extensions on a push to an environment whose
-// guest is on the calling agent's node, in order; the first refusal
-// ends it.
-func (s *agentService) LintPush(ctx context.Context, req *connect.Request[corpusv1.LintPushRequest]) (*connect.Response[corpusv1.LintPushResponse], error) {
-	m := req.Msg
-	if err := validRelease(m.Project, m.Env); err != nil {
-		return nil, toConnect(err)
-	}
-	view := s.b.Store.Read()
-	p := view.Project(m.Project)
-	e := corpusv1.EnvNamed(p, m.Env)
-	if e == nil {
-		return nil, toConnect(notFound("environment", m.Project+"/"+m.Env, "corpus project list"))
-	}
-	if !slices.Contains(view.EnvNodes(e), auth.FromContext(ctx).NodeID) {
-		return nil, connect.NewError(connect.CodePermissionDenied, fmt.Errorf("%s/%s has no guest on this node", m.Project, m.Env))
-	}
-	linters := extensions.For(view.Extensions(), corpusv1.ExtensionLint, corpusv1.OnDeploy)
-	res := &corpusv1.LintPushResponse{}
-	if len(linters) == 0 {
-		return connect.NewResponse(res), nil
-	}
-	if s.b.Extensions == nil {
-		return nil, connect.NewError(connect.CodeUnavailable, errors.New("extensions are configured but this coordinator cannot call them"))
-	}
-	obj, err := protojson.Marshal(m)
-	if err != nil {
-		return nil, toConnect(err)
-	}
-	// A refusal is audited as a refused push, as the pusher.
-	refused := func(x *corpusv1.Extension, why error) (*connect.Response[corpusv1.LintPushResponse], error) {
-		res.Refused = x.Name
-		res.Lines = append(res.Lines, errorText(why))
-		s.b.audit.refusal(ctx, "user:"+m.Author, "refused git push", m.Project+"/"+m.Env, errorText(why)+" (over ssh, node "+auth.FromContext(ctx).NodeName+")")
-		return connect.NewResponse(res), nil
-	}
-	for _, x := range linters {
-		ans, err := s.b.callExtension(ctx, view, x, extensions.Request{Kind: corpusv1.OnDeploy, User: "user:" + m.Author, Object: obj})
-		if err != nil {
-			if ferr := s.b.extensionFailed(ctx, x, "push", err); ferr != nil {
-				return refused(x, ferr)
-			}
-			res.Lines = append(res.Lines, fmt.Sprintf("extension %s failed (its failure policy is ignore): %v", x.Name, err))
-			continue
-		}
-		for _, l := range ans.Lines {
-			res.Lines = append(res.Lines, x.Name+": "+strings.TrimRight(l, "\r\n"))
-		}
-		if !*ans.Allowed {
-			return refused(x, refusedBy(x, "push", ans.Message))
-		}
-	}
-	return connect.NewResponse(res), nil
 }

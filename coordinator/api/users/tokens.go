@@ -1,4 +1,4 @@
-package api
+package users
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"corpus/coordinator/api"
 	"corpus/coordinator/auth"
 	"corpus/internal/names"
 	"corpus/internal/secret"
@@ -33,13 +34,13 @@ func selfOrOps(ctx context.Context, user string) error {
 func (s *userService) CreateToken(ctx context.Context, req *connect.Request[corpusv1.CreateTokenRequest]) (*connect.Response[corpusv1.CreateTokenResponse], error) {
 	m := req.Msg
 	if err := names.Validate("user", m.User); err != nil {
-		return nil, toConnect(err)
+		return nil, api.ToConnect(err)
 	}
 	if err := selfOrOps(ctx, m.User); err != nil {
 		return nil, err
 	}
-	if err := validText("description", m.Description, 200); err != nil {
-		return nil, toConnect(err)
+	if err := api.ValidText("description", m.Description, 200); err != nil {
+		return nil, api.ToConnect(err)
 	}
 	ttl := time.Duration(m.TtlSeconds) * time.Second
 	switch {
@@ -48,16 +49,16 @@ func (s *userService) CreateToken(ctx context.Context, req *connect.Request[corp
 	case m.TtlSeconds == -1:
 		ttl = 0
 	case m.TtlSeconds < 1 || ttl > maxUserTokenTTL:
-		return nil, toConnect(invalidf("ttl %ds: want 1s to %s, or -1 for a token that never expires", m.TtlSeconds, maxUserTokenTTL))
+		return nil, api.ToConnect(api.Invalidf("ttl %ds: want 1s to %s, or -1 for a token that never expires", m.TtlSeconds, maxUserTokenTTL))
 	}
 	if s.b.Store.Read().User(m.User) == nil {
-		return nil, toConnect(notFound("user", m.User, "corpus user list"))
+		return nil, api.ToConnect(api.NotFound("user", m.User, "corpus user list"))
 	}
 	t, plain := newUserToken(m.User, m.Description)
 	if ttl > 0 {
-		t.ExpiresAt = timestamppb.New(s.b.now().Add(ttl))
+		t.ExpiresAt = timestamppb.New(s.b.Now().Add(ttl))
 	}
-	if _, err := s.b.write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_CreateUserToken{CreateUserToken: &corpusv1.CreateUserToken{Token: t}}}); err != nil {
+	if _, err := s.b.Write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_CreateUserToken{CreateUserToken: &corpusv1.CreateUserToken{Token: t}}}); err != nil {
 		return nil, err
 	}
 	return connect.NewResponse(&corpusv1.CreateTokenResponse{Token: plain, Info: s.tokenInfo(t.Id)}), nil
@@ -99,17 +100,17 @@ func (s *userService) ListTokens(ctx context.Context, req *connect.Request[corpu
 }
 
 func (s *userService) RevokeToken(ctx context.Context, req *connect.Request[corpusv1.RevokeTokenRequest]) (*connect.Response[corpusv1.RevokeTokenResponse], error) {
-	if err := validID("token", req.Msg.Id, "corpus user token list"); err != nil {
-		return nil, toConnect(err)
+	if err := api.ValidID("token", req.Msg.Id, "corpus user token list"); err != nil {
+		return nil, api.ToConnect(err)
 	}
 	t := s.b.Store.Read().UserToken(req.Msg.Id)
 	if t == nil {
-		return nil, toConnect(notFound("token", req.Msg.Id, "corpus user token list"))
+		return nil, api.ToConnect(api.NotFound("token", req.Msg.Id, "corpus user token list"))
 	}
 	if err := selfOrOps(ctx, t.User); err != nil {
 		return nil, err
 	}
-	if _, err := s.b.write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_RevokeUserToken{RevokeUserToken: &corpusv1.RevokeUserToken{Id: t.Id}}}); err != nil {
+	if _, err := s.b.Write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_RevokeUserToken{RevokeUserToken: &corpusv1.RevokeUserToken{Id: t.Id}}}); err != nil {
 		return nil, err
 	}
 	return connect.NewResponse(&corpusv1.RevokeTokenResponse{}), nil

@@ -1,4 +1,4 @@
-package api
+package guests
 
 import (
 	"context"
@@ -7,6 +7,7 @@ import (
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/proto"
 
+	"corpus/coordinator/api"
 	"corpus/coordinator/state"
 	"corpus/internal/names"
 	corpusv1 "corpus/proto/corpus/v1"
@@ -20,32 +21,32 @@ import (
 func (s *guestService) UpdateGuest(ctx context.Context, req *connect.Request[corpusv1.UpdateGuestRequest]) (*connect.Response[corpusv1.GuestActionResponse], error) {
 	m := req.Msg
 	if err := names.Validate("guest", m.Name); err != nil {
-		return nil, toConnect(err)
+		return nil, api.ToConnect(err)
 	}
 	if m.MemoryBytes != nil && *m.MemoryBytes == 0 {
-		return nil, toConnect(invalidf("memory 0: give a size such as 512M"))
+		return nil, api.ToConnect(api.Invalidf("memory 0: give a size such as 512M"))
 	}
 	if m.CpuMillis != nil && *m.CpuMillis == 0 {
-		return nil, toConnect(invalidf("cpu 0: give cores such as 0.5 or millicores such as 250m"))
+		return nil, api.ToConnect(api.Invalidf("cpu 0: give cores such as 0.5 or millicores such as 250m"))
 	}
 	if m.Image != nil && *m.Image == "" {
-		return nil, toConnect(invalidf("an empty image: give one such as registry.example/app:1.2"))
+		return nil, api.ToConnect(api.Invalidf("an empty image: give one such as registry.example/app:1.2"))
 	}
 	if !m.ReplacePorts && len(m.Ports) > 0 {
-		return nil, toConnect(invalidf("ports are given as the whole new list: set replace_ports"))
+		return nil, api.ToConnect(api.Invalidf("ports are given as the whole new list: set replace_ports"))
 	}
 	for _, k := range m.UnsetEnv {
-		if !names.EnvVar(k) || len(k) > maxEnvNameBytes {
-			return nil, toConnect(invalidf("environment variable name %.80q must match [A-Za-z_][A-Za-z0-9_]* and be at most %d bytes", k, maxEnvNameBytes))
+		if !names.EnvVar(k) || len(k) > api.MaxEnvNameBytes {
+			return nil, api.ToConnect(api.Invalidf("environment variable name %.80q must match [A-Za-z_][A-Za-z0-9_]* and be at most %d bytes", k, api.MaxEnvNameBytes))
 		}
 		if _, set := m.SetEnv[k]; set {
-			return nil, toConnect(invalidf("environment variable %s is both set and unset", k))
+			return nil, api.ToConnect(api.Invalidf("environment variable %s is both set and unset", k))
 		}
 	}
 	view := s.b.Store.Read()
 	g := view.GuestByName(m.Name)
 	if g == nil {
-		return nil, toConnect(notFound("guest", m.Name, "corpus guest list"))
+		return nil, api.ToConnect(api.NotFound("guest", m.Name, "corpus guest list"))
 	}
 	spec := proto.Clone(g.GetSpec()).(*corpusv1.GuestSpec)
 	if spec.Resources == nil {
@@ -78,19 +79,19 @@ func (s *guestService) UpdateGuest(ctx context.Context, req *connect.Request[cor
 			spec.Ports = append(spec.Ports, proto.Clone(p).(*corpusv1.Port))
 		}
 	}
-	if err := normalizeSpec(spec); err != nil {
-		return nil, toConnect(err)
+	if err := api.NormalizeSpec(spec); err != nil {
+		return nil, api.ToConnect(err)
 	}
 	// Extensions see the guest as it would be, and may change it.
 	upd := &corpusv1.UpdateGuest{Name: g.Name, Spec: spec}
-	admitted, err := s.b.admit(ctx, corpusv1.OnGuestUpdate, upd, func() error {
+	admitted, err := s.b.Admission().Admit(ctx, corpusv1.OnGuestUpdate, upd, func() error {
 		if upd.Name != g.Name {
-			return invalidf("the guest's name cannot change (%s, not %s)", upd.Name, g.Name)
+			return api.Invalidf("the guest's name cannot change (%s, not %s)", upd.Name, g.Name)
 		}
 		if upd.Spec == nil {
-			return invalidf("no spec")
+			return api.Invalidf("no spec")
 		}
-		return normalizeSpec(upd.Spec)
+		return api.NormalizeSpec(upd.Spec)
 	})
 	if err != nil {
 		return nil, err
@@ -102,7 +103,7 @@ func (s *guestService) UpdateGuest(ctx context.Context, req *connect.Request[cor
 	if g.DesiredState == state.DesiredDeleted {
 		return nil, connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("guest %q is being deleted; create it again under a new name", g.Name))
 	}
-	_, err = s.b.write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_UpdateGuest{UpdateGuest: &corpusv1.UpdateGuest{Name: g.Name, Spec: spec, Admission: admitted}}})
+	_, err = s.b.Write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_UpdateGuest{UpdateGuest: &corpusv1.UpdateGuest{Name: g.Name, Spec: spec, Admission: admitted}}})
 	if err != nil {
 		return nil, err
 	}

@@ -1,4 +1,7 @@
-package api
+// Package audit records in the replicated audit log what never reaches
+// the state machine as a write: calls the API refused and acts that
+// change a guest without a write.
+package audit
 
 import (
 	"context"
@@ -7,6 +10,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"log/slog"
 
 	"connectrpc.com/connect"
 	"golang.org/x/time/rate"
@@ -31,38 +36,46 @@ const (
 	auditTimeout = 5 * time.Second
 )
 
-// auditor writes audit entries of calls.
-type auditor struct {
-	b       *Backend
+// Proposer commits a command through Raft.
+type Proposer interface {
+	Propose(ctx context.Context, cmd *corpusv1.Command) (uint64, error)
+}
+
+// Auditor writes audit entries of calls.
+type Auditor struct {
+	p       Proposer
+	logger  *slog.Logger
 	mu      sync.Mutex
 	limits  map[string]*rate.Limiter
 	dropped map[string]int
 }
 
-func newAuditor(b *Backend) *auditor {
-	return &auditor{b: b, limits: map[string]*rate.Limiter{}, dropped: map[string]int{}}
+// New returns an auditor that writes through p and logs what it cannot
+// write to logger (nil: nowhere).
+func New(p Proposer, logger *slog.Logger) *Auditor {
+	return &Auditor{p: p, logger: logger, limits: map[string]*rate.Limiter{}, dropped: map[string]int{}}
 }
 
-// record writes one entry as actor; it returns the write's error.
-func (a *auditor) record(ctx context.Context, actor, action, target, result string) error {
+// Record writes one entry as actor; it returns the write's error.
+func (a *Auditor) Record(ctx context.Context, actor, action, target, result string) error {
 	cmd := &corpusv1.Command{Ignorable: true, Actor: actor, Cmd: &corpusv1.Command_RecordAudit{RecordAudit: &corpusv1.RecordAudit{
 		Action: action, Target: target, Result: result,
 	}}}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), auditTimeout)
 	defer cancel()
-	_, err := a.b.Propose(ctx, cmd)
+	_, err := a.p.Propose(ctx, cmd)
 	return err
 }
 
-// refused records a refused call, within the caller's rate.
-func (a *auditor) refused(ctx context.Context, p auth.Principal, procedure string, req proto.Message, err error) {
-	a.refusal(ctx, p.String(), "refused "+shortProcedure(procedure), state.AuditTarget(req), errorText(err))
+// Refused records a refused call, within the caller's rate.
+func (a *Auditor) Refused(ctx context.Context, p auth.Principal, procedure string, req proto.Message, err error) {
+	a.Refusal(ctx, p.String(), "refused "+shortProcedure(procedure), state.AuditTarget(req), ErrorText(err))
 }
 
-// refusal records that actor was refused action on target, and why,
+// Refusal records that actor was refused action on target, and why,
 // within the actor's rate: what the rate leaves out is counted in the
 // actor's next entry.
-func (a *auditor) refusal(ctx context.Context, actor, action, target, why string) {
+func (a *Auditor) Refusal(ctx context.Context, actor, action, target, why string) {
 	if a == nil {
 		return // a backend not mounted records nothing
 	}
@@ -88,8 +101,8 @@ func (a *auditor) refusal(ctx context.Context, actor, action, target, why string
 	if dropped > 0 {
 		result += " (and " + strconv.Itoa(dropped) + " earlier refusals of this caller over the audit rate)"
 	}
-	if werr := a.record(ctx, actor, action, target, result); werr != nil && a.b.Logger != nil {
-		a.b.Logger.Warn("recording a refusal in the audit log", "actor", actor, "action", action, "error", werr)
+	if werr := a.Record(ctx, actor, action, target, result); werr != nil && a.logger != nil {
+		a.logger.Warn("recording a refusal in the audit log", "actor", actor, "action", action, "error", werr)
 	}
 }
 
@@ -112,7 +125,9 @@ func withWriteMark(ctx context.Context) context.Context {
 	return context.WithValue(ctx, wroteKey{}, new(bool))
 }
 
-func markWrote(ctx context.Context) {
+// MarkWrote says a command of the call was applied (refused or not):
+// the state machine audited it, so a refusal is not audited again.
+func MarkWrote(ctx context.Context) {
 	if p, ok := ctx.Value(wroteKey{}).(*bool); ok {
 		*p = true
 	}
@@ -123,11 +138,11 @@ func wroteAudit(ctx context.Context) bool {
 	return ok && *p
 }
 
-// interceptor records refusals of handlers (inside the auth interceptor,
+// Interceptor records refusals of handlers (inside the auth interceptor,
 // so the caller is known).
-func (a *auditor) interceptor() connect.Interceptor { return auditInterceptor{a} }
+func (a *Auditor) Interceptor() connect.Interceptor { return auditInterceptor{a} }
 
-type auditInterceptor struct{ a *auditor }
+type auditInterceptor struct{ a *Auditor }
 
 func (i auditInterceptor) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
 	return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
@@ -138,7 +153,7 @@ func (i auditInterceptor) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
 		res, err := next(ctx, req)
 		if err != nil && audited(ctx, err) {
 			m, _ := req.Any().(proto.Message)
-			i.a.refused(ctx, auth.FromContext(ctx), req.Spec().Procedure, m, err)
+			i.a.Refused(ctx, auth.FromContext(ctx), req.Spec().Procedure, m, err)
 		}
 		return res, err
 	}
@@ -154,7 +169,7 @@ func (i auditInterceptor) WrapStreamingHandler(next connect.StreamingHandlerFunc
 		rc := &recvConn{StreamingHandlerConn: conn}
 		err := next(ctx, rc)
 		if err != nil && audited(ctx, err) {
-			i.a.refused(ctx, auth.FromContext(ctx), conn.Spec().Procedure, rc.first, err)
+			i.a.Refused(ctx, auth.FromContext(ctx), conn.Spec().Procedure, rc.first, err)
 		}
 		return err
 	}
@@ -181,8 +196,8 @@ func shortProcedure(p string) string {
 	return strings.Replace(p, "/", ".", 1)
 }
 
-// errorText is an error's message without connect's code prefix.
-func errorText(err error) string {
+// ErrorText is an error's message without connect's code prefix.
+func ErrorText(err error) string {
 	var ce *connect.Error
 	if errors.As(err, &ce) {
 		return ce.Message()

@@ -1,29 +1,33 @@
-package api
+// Package guests serves GuestService: guests created, read, updated,
+// started, stopped and deleted, and exec, logs and shells in them.
+package guests
 
 import (
 	"context"
 	"errors"
 	"fmt"
 	"path/filepath"
-	"time"
 
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/proto"
 
+	"corpus/coordinator/api"
 	"corpus/coordinator/auth"
 	"corpus/coordinator/state"
 	"corpus/internal/names"
 	"corpus/internal/secret"
 	corpusv1 "corpus/proto/corpus/v1"
+	"corpus/proto/corpus/v1/corpusv1connect"
 )
 
 const (
-	defaultWait = 60 * time.Second
-	maxWait     = 5 * time.Minute
-	maxStdin    = 1 << 20
+	maxStdin = 1 << 20
 )
 
-type guestService struct{ b *Backend }
+// New returns the handler of GuestService.
+func New(b *api.Backend) corpusv1connect.GuestServiceHandler { return &guestService{b} }
+
+type guestService struct{ b *api.Backend }
 
 func (s *guestService) CreateGuest(ctx context.Context, req *connect.Request[corpusv1.CreateGuestRequest]) (*connect.Response[corpusv1.CreateGuestResponse], error) {
 	m := proto.Clone(req.Msg).(*corpusv1.CreateGuestRequest)
@@ -36,12 +40,12 @@ func (s *guestService) CreateGuest(ctx context.Context, req *connect.Request[cor
 		if m.Spec != nil {
 			spec = proto.Clone(m.Spec).(*corpusv1.GuestSpec)
 		}
-		return normalizeSpec(spec)
+		return api.NormalizeSpec(spec)
 	}
 	if err := check(); err != nil {
-		return nil, toConnect(err)
+		return nil, api.ToConnect(err)
 	}
-	admitted, err := s.b.admit(ctx, corpusv1.OnGuestCreate, m, check)
+	admitted, err := s.b.Admission().Admit(ctx, corpusv1.OnGuestCreate, m, check)
 	if err != nil {
 		return nil, err
 	}
@@ -50,7 +54,7 @@ func (s *guestService) CreateGuest(ctx context.Context, req *connect.Request[cor
 		desired = state.DesiredStopped
 	}
 	g := &corpusv1.Guest{Id: secret.Hex(8), Name: m.Name, Spec: spec, DesiredState: desired, Admission: admitted}
-	_, err = s.b.write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_CreateGuest{CreateGuest: &corpusv1.CreateGuest{Guest: g}}})
+	_, err = s.b.Write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_CreateGuest{CreateGuest: &corpusv1.CreateGuest{Guest: g}}})
 	if errors.Is(err, state.ErrExists) {
 		// Idempotent create: the same request again is a success.
 		old := s.b.Store.Read().GuestByName(m.Name)
@@ -69,7 +73,7 @@ func (s *guestService) CreateGuest(ctx context.Context, req *connect.Request[cor
 
 func (s *guestService) GetGuest(ctx context.Context, req *connect.Request[corpusv1.GetGuestRequest]) (*connect.Response[corpusv1.GetGuestResponse], error) {
 	m := req.Msg
-	ctx, cancel := context.WithTimeout(ctx, waitFor(m.WaitSeconds))
+	ctx, cancel := context.WithTimeout(ctx, api.WaitFor(m.WaitSeconds))
 	defer cancel()
 	for {
 		view := s.b.Store.Read()
@@ -78,9 +82,9 @@ func (s *guestService) GetGuest(ctx context.Context, req *connect.Request[corpus
 			if m.MinIndex > 0 {
 				return connect.NewResponse(&corpusv1.GetGuestResponse{Deleted: true}), nil
 			}
-			return nil, toConnect(notFound("guest", m.Name, "corpus guest list"))
+			return nil, api.ToConnect(api.NotFound("guest", m.Name, "corpus guest list"))
 		}
-		if err := maySee(ctx, auth.ScopeOf(view, auth.FromContext(ctx)).Guest(g), "guest", g.Name); err != nil {
+		if err := api.MaySee(ctx, auth.ScopeOf(view, auth.FromContext(ctx)).Guest(g), "guest", g.Name); err != nil {
 			return nil, err
 		}
 		if g.ModifyIndex > m.MinIndex || m.MinIndex == 0 {
@@ -93,21 +97,8 @@ func (s *guestService) GetGuest(ctx context.Context, req *connect.Request[corpus
 	}
 }
 
-// waitFor is how long a blocking query waits: seconds as asked, within
-// bounds.
-func waitFor(seconds int64) time.Duration {
-	wait := time.Duration(seconds) * time.Second
-	switch {
-	case seconds <= 0:
-		return defaultWait
-	case seconds > int64(maxWait/time.Second):
-		return maxWait
-	}
-	return wait
-}
-
 func (s *guestService) guestView(view *state.Snap, g *corpusv1.Guest) *corpusv1.GetGuestResponse {
-	res := &corpusv1.GetGuestResponse{Guest: g, Status: guestStatus(view, g)}
+	res := &corpusv1.GetGuestResponse{Guest: g, Status: api.GuestStatus(view, g)}
 	if n := view.Node(g.NodeId); n != nil {
 		res.NodeName = n.Name
 	}
@@ -118,9 +109,9 @@ func (s *guestService) ListGuests(ctx context.Context, req *connect.Request[corp
 	view := s.b.Store.Read()
 	guests := view.Guests()
 	if req.Msg.Node != "" {
-		n := findNode(view, req.Msg.Node)
+		n := api.FindNode(view, req.Msg.Node)
 		if n == nil {
-			return nil, toConnect(notFound("node", req.Msg.Node, "corpus node list"))
+			return nil, api.ToConnect(api.NotFound("node", req.Msg.Node, "corpus node list"))
 		}
 		guests = view.GuestsOnNode(n.Id)
 	}
@@ -136,26 +127,26 @@ func (s *guestService) ListGuests(ctx context.Context, req *connect.Request[corp
 
 func (s *guestService) setDesired(ctx context.Context, name, desired string, purge bool) (*connect.Response[corpusv1.GuestActionResponse], error) {
 	if err := names.Validate("guest", name); err != nil {
-		return nil, toConnect(err)
+		return nil, api.ToConnect(err)
 	}
 	view := s.b.Store.Read()
 	before := view.GuestByName(name)
 	if before != nil && before.DesiredState == desired && (!purge || before.PurgeVolume) {
 		// "Nothing to change" is an answer from the state alone: from
-		// the current state (a NotFound is run again by currentNotFound).
+		// the current state (a api.NotFound is run again by currentNotFound).
 		var err error
-		if view, err = s.b.current(ctx); err != nil {
+		if view, err = s.b.Current(ctx); err != nil {
 			return nil, err
 		}
 		before = view.GuestByName(name)
 	}
 	if before != nil {
-		if err := mayUseGuest(ctx, view, before); err != nil {
+		if err := api.MayUseGuest(ctx, view, before); err != nil {
 			return nil, err
 		}
 	}
 	if before == nil {
-		return nil, toConnect(notFound("guest", name, "corpus guest list"))
+		return nil, api.ToConnect(api.NotFound("guest", name, "corpus guest list"))
 	}
 	if p, e := view.ProjectOfGuest(before.Id); p != nil && desired == state.DesiredDeleted {
 		return nil, connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf(
@@ -168,7 +159,7 @@ func (s *guestService) setDesired(ctx context.Context, name, desired string, pur
 	if before.DesiredState == desired && (!purge || before.PurgeVolume) {
 		return connect.NewResponse(&corpusv1.GuestActionResponse{Guest: before, Changed: false}), nil
 	}
-	_, err := s.b.write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_SetGuestDesired{SetGuestDesired: &corpusv1.SetGuestDesired{
+	_, err := s.b.Write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_SetGuestDesired{SetGuestDesired: &corpusv1.SetGuestDesired{
 		Name: name, DesiredState: desired, PurgeVolume: purge,
 	}}})
 	if err != nil {
@@ -193,13 +184,13 @@ func (s *guestService) DeleteGuest(ctx context.Context, req *connect.Request[cor
 func (s *guestService) ExecGuest(ctx context.Context, req *connect.Request[corpusv1.ExecGuestRequest], stream *connect.ServerStream[corpusv1.ExecOutput]) error {
 	m := req.Msg
 	if err := names.Validate("guest", m.Name); err != nil {
-		return toConnect(err)
+		return api.ToConnect(err)
 	}
 	if len(m.Argv) == 0 {
-		return toConnect(invalidf("no command given: corpus guest exec %s -- CMD ARGS", m.Name))
+		return api.ToConnect(api.Invalidf("no command given: corpus guest exec %s -- CMD ARGS", m.Name))
 	}
 	if len(m.Stdin) > maxStdin {
-		return toConnect(invalidf("stdin of %d bytes is over the %d byte limit", len(m.Stdin), maxStdin))
+		return api.ToConnect(api.Invalidf("stdin of %d bytes is over the %d byte limit", len(m.Stdin), maxStdin))
 	}
 	g, n, err := s.execTarget(ctx, m.Name)
 	if err != nil {
@@ -209,11 +200,11 @@ func (s *guestService) ExecGuest(ctx context.Context, req *connect.Request[corpu
 	// The log names the program, not its arguments (they may hold
 	// secrets).
 	what := fmt.Sprintf("started %s with %d arguments", filepath.Base(m.Argv[0]), len(m.Argv)-1)
-	if err := s.b.audit.record(ctx, auth.FromContext(ctx).String(), "exec_guest", g.Name, what); err != nil {
+	if err := s.b.Audit().Record(ctx, auth.FromContext(ctx).String(), "exec_guest", g.Name, what); err != nil {
 		return connect.NewError(connect.CodeUnavailable, fmt.Errorf("the exec could not be recorded in the audit log, so it was not run: %w", err))
 	}
 	up, err := s.b.AgentClient(n).Exec(ctx, connect.NewRequest(m))
-	return relayFromAgent(n, "exec", up, err, stream.Send)
+	return api.RelayFromAgent(n, "exec", up, err, stream.Send)
 }
 
 // execTarget is a running guest the caller may use, and its node: where
@@ -222,12 +213,12 @@ func (s *guestService) execTarget(ctx context.Context, name string) (*corpusv1.G
 	view := s.b.Store.Read()
 	g := view.GuestByName(name)
 	if g == nil {
-		return nil, nil, toConnect(notFound("guest", name, "corpus guest list"))
+		return nil, nil, api.ToConnect(api.NotFound("guest", name, "corpus guest list"))
 	}
-	if err := mayUseGuest(ctx, view, g); err != nil {
+	if err := api.MayUseGuest(ctx, view, g); err != nil {
 		return nil, nil, err
 	}
-	if st := guestStatus(view, g); st != state.ObservedRunning {
+	if st := api.GuestStatus(view, g); st != state.ObservedRunning {
 		return nil, nil, connect.NewError(connect.CodeFailedPrecondition,
 			fmt.Errorf("guest %q is %s, not running; start it with `corpus guest start %s`", g.Name, st, g.Name))
 	}
@@ -236,34 +227,4 @@ func (s *guestService) execTarget(ctx context.Context, name string) (*corpusv1.G
 		return nil, nil, connect.NewError(connect.CodeUnavailable, fmt.Errorf("the node of guest %q has no agent address", g.Name))
 	}
 	return g, n, nil
-}
-
-// relayFromAgent passes a node agent's stream on to the caller. The
-// agent's errors keep their code, with the node named; a stream that
-// could not be opened or broke is Unavailable. A message that says it
-// is the last (done, as deploys and rollbacks end) ends the relay with
-// success once passed on: the agent has told the outcome, and a caller
-// that leaves on reading it (the CLI does) cancels the call before the
-// agent's end of stream arrives, which must not make it a failure.
-func relayFromAgent[T any](n *corpusv1.Node, what string, up *connect.ServerStreamForClient[T], err error, send func(*T) error) error {
-	if err != nil {
-		return connect.NewError(connect.CodeUnavailable, fmt.Errorf("reaching agent of node %s: %w", n.Name, err))
-	}
-	defer up.Close()
-	for up.Receive() {
-		if err := send(up.Msg()); err != nil {
-			return err
-		}
-		if last, ok := any(up.Msg()).(interface{ GetDone() bool }); ok && last.GetDone() {
-			return nil
-		}
-	}
-	if err := up.Err(); err != nil {
-		var ce *connect.Error
-		if errors.As(err, &ce) {
-			return connect.NewError(ce.Code(), fmt.Errorf("agent of node %s: %s", n.Name, ce.Message()))
-		}
-		return connect.NewError(connect.CodeUnavailable, fmt.Errorf("%s stream from node %s: %w", what, n.Name, err))
-	}
-	return nil
 }

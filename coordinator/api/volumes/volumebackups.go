@@ -1,4 +1,4 @@
-package api
+package volumes
 
 import (
 	"context"
@@ -8,6 +8,8 @@ import (
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/proto"
 
+	"corpus/coordinator/api"
+	"corpus/coordinator/audit"
 	"corpus/coordinator/auth"
 	"corpus/coordinator/state"
 	"corpus/internal/names"
@@ -26,36 +28,13 @@ const guestStopTimeout = 2 * time.Minute
 // pickVolume is the volume of that name.
 func pickVolume(view *state.Snap, name string) (*corpusv1.Volume, error) {
 	if err := names.Validate("volume", name); err != nil {
-		return nil, toConnect(err)
+		return nil, api.ToConnect(err)
 	}
 	v := view.Volume(name)
 	if v == nil {
-		return nil, toConnect(notFound("volume", name, "corpus volume list"))
+		return nil, api.ToConnect(api.NotFound("volume", name, "corpus volume list"))
 	}
 	return v, nil
-}
-
-// volumeNode is the ready node keeping a volume.
-func volumeNode(view *state.Snap, v *corpusv1.Volume) (*corpusv1.Node, error) {
-	n := view.Node(v.NodeId)
-	switch {
-	case v.DesiredState == state.VolumeDeleted:
-		return nil, connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("volume %s is being deleted", v.Name))
-	case n == nil:
-		return nil, connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("volume %s is on no node yet: nothing to back up", v.Name))
-	case n.Status != state.NodeReady || n.AgentAddress == "":
-		return nil, connect.NewError(connect.CodeUnavailable, fmt.Errorf("the node of volume %s, %s, is %s", v.Name, n.Name, n.Status))
-	}
-	return n, nil
-}
-
-// volumeBackup is a new backup of volume v, and the node to take it on.
-func volumeBackup(view *state.Snap, v *corpusv1.Volume, trigger string) (*corpusv1.Backup, *corpusv1.Node, error) {
-	source, err := volumeNode(view, v)
-	if err != nil {
-		return nil, nil, err
-	}
-	return &corpusv1.Backup{Volume: v.Name, Trigger: trigger}, source, nil
 }
 
 func (s *volumeService) BackupVolume(ctx context.Context, req *connect.Request[corpusv1.BackupVolumeRequest], stream *connect.ServerStream[corpusv1.BackupProgress]) error {
@@ -64,8 +43,8 @@ func (s *volumeService) BackupVolume(ctx context.Context, req *connect.Request[c
 	if err != nil {
 		return err
 	}
-	bk, source, err := volumeBackup(view, v, corpusv1.BackupManual)
-	return s.b.backupNow(ctx, bk, source, err, stream)
+	bk, source, err := api.VolumeBackup(view, v, corpusv1.BackupManual)
+	return s.b.BackupNow(ctx, bk, source, err, stream)
 }
 
 func (s *volumeService) RestoreVolume(ctx context.Context, req *connect.Request[corpusv1.RestoreVolumeRequest], stream *connect.ServerStream[corpusv1.BackupProgress]) error {
@@ -75,22 +54,22 @@ func (s *volumeService) RestoreVolume(ctx context.Context, req *connect.Request[
 	if err != nil {
 		return err
 	}
-	target, err := volumeNode(view, v)
+	target, err := api.VolumeNode(view, v)
 	if err != nil {
 		return err
 	}
-	bk, skipped, err := restoreSource(ctx, view, view.VolumeBackups(v.Name), "volume "+v.Name, "corpus volume backup "+v.Name, m.From)
+	bk, skipped, err := api.RestoreSource(ctx, view, view.VolumeBackups(v.Name), "volume "+v.Name, "corpus volume backup "+v.Name, m.From)
 	if err != nil {
 		return err
 	}
 	if bk.Volume == "" {
 		return connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("backup %s is of service %s: restore it with corpus service restore", bk.Id, bk.Service))
 	}
-	holder, err := holderOf(view, bk)
+	holder, err := api.HolderOf(view, bk)
 	if err != nil {
 		return err
 	}
-	msg := fmt.Sprintf("restoring volume %s on node %s from backup %s of %s", v.Name, target.Name, bk.Id, backupAge(bk, time.Now()))
+	msg := fmt.Sprintf("restoring volume %s on node %s from backup %s of %s", v.Name, target.Name, bk.Id, api.BackupAge(bk, time.Now()))
 	if bk.Volume != v.Name {
 		msg += " (taken of volume " + bk.Volume + ")"
 	}
@@ -101,35 +80,35 @@ func (s *volumeService) RestoreVolume(ctx context.Context, req *connect.Request[
 		return err
 	}
 	var out *corpusv1.LoadServiceResponse
-	err = s.b.withGuestStopped(ctx, v.GuestId, stream.Send, func() error {
+	err = withGuestStopped(ctx, s.b, v.GuestId, stream.Send, func() error {
 		head := proto.Clone(bk).(*corpusv1.Backup)
 		head.Volume = v.Name
 		var err error
-		out, err = s.b.relayBackup(ctx, bk, holder, target, head, stream.Send)
+		out, err = s.b.RelayBackup(ctx, bk, holder, target, head, stream.Send)
 		return err
 	})
 	result := "ok"
 	if err != nil {
-		result = "failed: " + errorText(err)
+		result = "failed: " + audit.ErrorText(err)
 	}
-	if aerr := s.b.audit.record(ctx, auth.FromContext(ctx).String(), "restore", "volume "+v.Name+" from "+bk.Id, result); aerr != nil {
+	if aerr := s.b.Audit().Record(ctx, auth.FromContext(ctx).String(), "restore", "volume "+v.Name+" from "+bk.Id, result); aerr != nil {
 		s.b.Logger.Warn("recording a restore in the audit log", "volume", v.Name, "error", aerr)
 	}
 	if err != nil {
-		return toConnect(err)
+		return api.ToConnect(err)
 	}
 	return stream.Send(&corpusv1.BackupProgress{Phase: "done", DoneBytes: out.SizeBytes, Backup: bk})
 }
 
 // withGuestStopped runs f with guest id (when there is one and it is
 // meant to run) stopped, and starts it again after, whatever f did.
-func (b *Backend) withGuestStopped(ctx context.Context, id string, progress func(*corpusv1.BackupProgress) error, f func() error) error {
+func withGuestStopped(ctx context.Context, b *api.Backend, id string, progress func(*corpusv1.BackupProgress) error, f func() error) error {
 	g := b.Store.Read().Guest(id)
 	if g == nil || g.DesiredState != state.DesiredRunning {
 		return f()
 	}
 	setDesired := func(ctx context.Context, desired string) error {
-		_, err := b.write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_SetGuestDesired{SetGuestDesired: &corpusv1.SetGuestDesired{Name: g.Name, DesiredState: desired}}})
+		_, err := b.Write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_SetGuestDesired{SetGuestDesired: &corpusv1.SetGuestDesired{Name: g.Name, DesiredState: desired}}})
 		return err
 	}
 	progress(&corpusv1.BackupProgress{Phase: "stopping", Message: "stopping guest " + g.Name + " for the restore"})
@@ -137,7 +116,7 @@ func (b *Backend) withGuestStopped(ctx context.Context, id string, progress func
 		return err
 	}
 	defer func() {
-		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), writeTimeout)
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), api.WriteTimeout)
 		defer cancel()
 		if err := setDesired(sctx, state.DesiredRunning); err != nil {
 			b.Logger.Error("starting a guest again after a restore", "guest", g.Name, "error", err)
@@ -164,28 +143,9 @@ func (b *Backend) withGuestStopped(ctx context.Context, id string, progress func
 	return f()
 }
 
-// backupPolicy is a backup schedule and keep count after a change that
-// asks for schedule ("" leaves it, "none" turns it off) and keep (0
-// leaves it).
-func backupPolicy(curSchedule string, curKeep uint32, schedule string, keep uint32) (string, uint32, error) {
-	switch schedule {
-	case "":
-		schedule = curSchedule
-	case "none":
-		schedule = ""
-	}
-	if keep == 0 {
-		keep = curKeep
-	}
-	if err := state.ValidSchedule(schedule); err != nil {
-		return "", 0, toConnect(err)
-	}
-	return schedule, keep, nil
-}
-
 func (s *volumeService) UpdateVolume(ctx context.Context, req *connect.Request[corpusv1.UpdateVolumeRequest]) (*connect.Response[corpusv1.UpdateVolumeResponse], error) {
 	m := req.Msg
-	if _, _, err := backupPolicy("", 0, m.BackupSchedule, 0); err != nil {
+	if _, _, err := api.BackupPolicy("", 0, m.BackupSchedule, 0); err != nil {
 		return nil, err
 	}
 	view := s.b.Store.Read()
@@ -193,14 +153,14 @@ func (s *volumeService) UpdateVolume(ctx context.Context, req *connect.Request[c
 	if err != nil {
 		return nil, err
 	}
-	schedule, keep, err := backupPolicy(v.BackupSchedule, v.BackupKeep, m.BackupSchedule, m.BackupKeep)
+	schedule, keep, err := api.BackupPolicy(v.BackupSchedule, v.BackupKeep, m.BackupSchedule, m.BackupKeep)
 	if err != nil {
 		return nil, err
 	}
 	if schedule == v.BackupSchedule && keep == v.BackupKeep {
 		return connect.NewResponse(&corpusv1.UpdateVolumeResponse{Volume: volumeView(view, v)}), nil
 	}
-	if _, err := s.b.write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_UpdateVolume{UpdateVolume: &corpusv1.UpdateVolume{
+	if _, err := s.b.Write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_UpdateVolume{UpdateVolume: &corpusv1.UpdateVolume{
 		Name: v.Name, BackupSchedule: schedule, BackupKeep: keep,
 	}}}); err != nil {
 		return nil, err

@@ -1,28 +1,27 @@
-package api
+// Package routes serves IngressService: routes from outside to guests'
+// ports, their TLS, the ACME account and certificate renewals.
+package routes
 
 import (
 	"context"
-	"fmt"
 	"net"
 	"strconv"
 
 	"connectrpc.com/connect"
 
+	"corpus/coordinator/api"
 	"corpus/coordinator/auth"
 	"corpus/coordinator/state"
 	"corpus/internal/names"
 	"corpus/internal/secret"
 	corpusv1 "corpus/proto/corpus/v1"
+	"corpus/proto/corpus/v1/corpusv1connect"
 )
 
-type ingressService struct{ b *Backend }
+// New returns the handler of IngressService.
+func New(b *api.Backend) corpusv1connect.IngressServiceHandler { return &ingressService{b} }
 
-func validPort(what string, p int32) error {
-	if p < 1 || p > 65535 {
-		return invalidf("%s %d is not a port (1-65535)", what, p)
-	}
-	return nil
-}
+type ingressService struct{ b *api.Backend }
 
 func (s *ingressService) CreateRoute(ctx context.Context, req *connect.Request[corpusv1.CreateRouteRequest]) (*connect.Response[corpusv1.CreateRouteResponse], error) {
 	m := req.Msg
@@ -30,34 +29,34 @@ func (s *ingressService) CreateRoute(ctx context.Context, req *connect.Request[c
 	switch corpusv1.RouteKind(m.Kind) {
 	case corpusv1.RouteHTTP:
 		if err := names.ValidateDomain(domain); err != nil {
-			return nil, toConnect(err)
+			return nil, api.ToConnect(err)
 		}
 		if m.ListenPort != 0 {
-			return nil, toConnect(invalidf("an http route is chosen by domain; it takes no listen port"))
+			return nil, api.ToConnect(api.Invalidf("an http route is chosen by domain; it takes no listen port"))
 		}
 	case corpusv1.RouteTCP:
 		if domain != "" {
-			return nil, toConnect(invalidf("a tcp route is chosen by node port; it takes no domain"))
+			return nil, api.ToConnect(api.Invalidf("a tcp route is chosen by node port; it takes no domain"))
 		}
-		if err := validPort("listen port", m.ListenPort); err != nil {
-			return nil, toConnect(err)
+		if err := api.ValidPort("listen port", m.ListenPort); err != nil {
+			return nil, api.ToConnect(err)
 		}
 	default:
-		return nil, toConnect(invalidf("route kind %q: use http or tcp", m.Kind))
+		return nil, api.ToConnect(api.Invalidf("route kind %q: use http or tcp", m.Kind))
 	}
-	if err := validPort("guest port", m.GuestPort); err != nil {
-		return nil, toConnect(err)
+	if err := api.ValidPort("guest port", m.GuestPort); err != nil {
+		return nil, api.ToConnect(err)
 	}
 	if err := validTLS(corpusv1.RouteKind(m.Kind), m.Https, m.RedirectHttps, m.Hsts); err != nil {
-		return nil, toConnect(err)
+		return nil, api.ToConnect(err)
 	}
 	if err := names.Validate("guest", m.GuestName); err != nil {
-		return nil, toConnect(err)
+		return nil, api.ToConnect(err)
 	}
 	view := s.b.Store.Read()
 	g := view.GuestByName(m.GuestName)
 	if g == nil {
-		return nil, toConnect(notFound("guest", m.GuestName, "corpus guest list"))
+		return nil, api.ToConnect(api.NotFound("guest", m.GuestName, "corpus guest list"))
 	}
 	// The same route again is a success that changes nothing.
 	for _, r := range view.RoutesOfGuest(g.Id) {
@@ -76,7 +75,7 @@ func (s *ingressService) CreateRoute(ctx context.Context, req *connect.Request[c
 	}
 	r := &corpusv1.Route{Id: secret.Hex(8), Kind: m.Kind, Domain: domain, ListenPort: m.ListenPort, GuestId: g.Id, GuestPort: m.GuestPort,
 		Https: m.Https, RedirectHttps: m.RedirectHttps, Hsts: m.Hsts}
-	if _, err := s.b.write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_CreateRoute{CreateRoute: &corpusv1.CreateRoute{Route: r}}}); err != nil {
+	if _, err := s.b.Write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_CreateRoute{CreateRoute: &corpusv1.CreateRoute{Route: r}}}); err != nil {
 		return nil, err
 	}
 	return connect.NewResponse(&corpusv1.CreateRouteResponse{Route: s.b.Store.Read().Route(r.Id), Created: true}), nil
@@ -139,10 +138,10 @@ func findRoute(view *state.Snap, domain string, port int32, guest string) (*corp
 		if r := view.RouteByDomain(domain); r != nil {
 			return r, nil
 		}
-		return nil, notFound("route for domain", domain, "corpus ingress list")
+		return nil, api.NotFound("route for domain", domain, "corpus ingress list")
 	}
 	if port == 0 {
-		return nil, invalidf("name the route by --domain or by --port")
+		return nil, api.Invalidf("name the route by --domain or by --port")
 	}
 	var found []*corpusv1.Route
 	for _, r := range view.Routes() {
@@ -152,20 +151,20 @@ func findRoute(view *state.Snap, domain string, port int32, guest string) (*corp
 	}
 	switch len(found) {
 	case 0:
-		return nil, notFound("tcp route on port", strconv.Itoa(int(port)), "corpus ingress list")
+		return nil, api.NotFound("tcp route on port", strconv.Itoa(int(port)), "corpus ingress list")
 	case 1:
 		return found[0], nil
 	}
-	return nil, invalidf("port %d is routed on %d nodes; say which guest's route with --guest", port, len(found))
+	return nil, api.Invalidf("port %d is routed on %d nodes; say which guest's route with --guest", port, len(found))
 }
 
 func (s *ingressService) DeleteRoute(ctx context.Context, req *connect.Request[corpusv1.DeleteRouteRequest]) (*connect.Response[corpusv1.DeleteRouteResponse], error) {
 	m := req.Msg
 	r, err := findRoute(s.b.Store.Read(), m.Domain, m.ListenPort, m.GuestName)
 	if err != nil {
-		return nil, toConnect(err)
+		return nil, api.ToConnect(err)
 	}
-	if _, err := s.b.write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_DeleteRoute{DeleteRoute: &corpusv1.DeleteRoute{Id: r.Id}}}); err != nil {
+	if _, err := s.b.Write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_DeleteRoute{DeleteRoute: &corpusv1.DeleteRoute{Id: r.Id}}}); err != nil {
 		return nil, err
 	}
 	return connect.NewResponse(&corpusv1.DeleteRouteResponse{Route: r}), nil
@@ -174,47 +173,22 @@ func (s *ingressService) DeleteRoute(ctx context.Context, req *connect.Request[c
 func (s *ingressService) MoveRoute(ctx context.Context, req *connect.Request[corpusv1.MoveRouteRequest]) (*connect.Response[corpusv1.MoveRouteResponse], error) {
 	m := req.Msg
 	if err := names.Validate("guest", m.ToGuest); err != nil {
-		return nil, toConnect(err)
+		return nil, api.ToConnect(err)
 	}
 	if m.GuestPort != 0 {
-		if err := validPort("guest port", m.GuestPort); err != nil {
-			return nil, toConnect(err)
+		if err := api.ValidPort("guest port", m.GuestPort); err != nil {
+			return nil, api.ToConnect(err)
 		}
 	}
 	r, err := findRoute(s.b.Store.Read(), m.Domain, m.ListenPort, m.FromGuest)
 	if err != nil {
-		return nil, toConnect(err)
+		return nil, api.ToConnect(err)
 	}
-	_, err = s.b.write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_MoveRoute{MoveRoute: &corpusv1.MoveRoute{
+	_, err = s.b.Write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_MoveRoute{MoveRoute: &corpusv1.MoveRoute{
 		Id: r.Id, GuestName: m.ToGuest, GuestPort: m.GuestPort,
 	}}})
 	if err != nil {
 		return nil, err
 	}
 	return connect.NewResponse(&corpusv1.MoveRouteResponse{Route: s.b.Store.Read().Route(r.Id)}), nil
-}
-
-// normalizePorts validates NAT port mappings in place.
-func normalizePorts(ports []*corpusv1.Port) error {
-	seen := map[string]bool{}
-	for _, p := range ports {
-		if p.Protocol == "" {
-			p.Protocol = "tcp"
-		}
-		if p.Protocol != "tcp" && p.Protocol != "udp" {
-			return invalidf("port protocol %q: use tcp or udp", p.Protocol)
-		}
-		if err := validPort("host port", p.HostPort); err != nil {
-			return err
-		}
-		if err := validPort("guest port", p.GuestPort); err != nil {
-			return err
-		}
-		key := fmt.Sprintf("%d/%s", p.HostPort, p.Protocol)
-		if seen[key] {
-			return invalidf("host port %s is published twice", key)
-		}
-		seen[key] = true
-	}
-	return nil
 }

@@ -1,15 +1,22 @@
-package api
+// Package auditlog serves AuditService: the replicated audit log, read
+// with filters.
+package auditlog
 
 import (
 	"context"
 
 	"connectrpc.com/connect"
 
+	"corpus/coordinator/api"
 	"corpus/coordinator/state"
 	corpusv1 "corpus/proto/corpus/v1"
+	"corpus/proto/corpus/v1/corpusv1connect"
 )
 
-type auditService struct{ b *Backend }
+// New returns the handler of AuditService.
+func New(b *api.Backend) corpusv1connect.AuditServiceHandler { return &auditService{b} }
+
+type auditService struct{ b *api.Backend }
 
 // noisy are actions agents and the control plane take all the time; they
 // are left out unless asked for.
@@ -25,7 +32,7 @@ func (s *auditService) ListAudit(ctx context.Context, req *connect.Request[corpu
 	limit := int(m.Limit)
 	switch {
 	case limit < 0:
-		return nil, toConnect(invalidf("limit %d is negative", limit))
+		return nil, api.ToConnect(api.Invalidf("limit %d is negative", limit))
 	case limit == 0:
 		limit = defaultAuditLimit
 	case limit > maxAuditLimit:

@@ -1,4 +1,6 @@
-package api
+// Package volumes serves VolumeService: guests' volumes listed, resized,
+// moved, snapshotted, backed up and restored.
+package volumes
 
 import (
 	"context"
@@ -6,14 +8,19 @@ import (
 
 	"connectrpc.com/connect"
 
+	"corpus/coordinator/api"
 	"corpus/coordinator/auth"
 	"corpus/coordinator/state"
 	"corpus/internal/names"
 	corpusv1 "corpus/proto/corpus/v1"
+	"corpus/proto/corpus/v1/corpusv1connect"
 	"corpus/volume"
 )
 
-type volumeService struct{ b *Backend }
+// New returns the handler of VolumeService.
+func New(b *api.Backend) corpusv1connect.VolumeServiceHandler { return &volumeService{b} }
+
+type volumeService struct{ b *api.Backend }
 
 func volumeView(view *state.Snap, v *corpusv1.Volume) *corpusv1.VolumeView {
 	out := &corpusv1.VolumeView{Volume: v}
@@ -39,9 +46,9 @@ func (s *volumeService) GetVolume(ctx context.Context, req *connect.Request[corp
 	view := s.b.Store.Read()
 	v := view.Volume(req.Msg.Name)
 	if v == nil {
-		return nil, toConnect(notFound("volume", req.Msg.Name, "corpus volume list"))
+		return nil, api.ToConnect(api.NotFound("volume", req.Msg.Name, "corpus volume list"))
 	}
-	if err := maySee(ctx, auth.ScopeOf(view, auth.FromContext(ctx)).Volume(v), "volume", v.Name); err != nil {
+	if err := api.MaySee(ctx, auth.ScopeOf(view, auth.FromContext(ctx)).Volume(v), "volume", v.Name); err != nil {
 		return nil, err
 	}
 	return connect.NewResponse(&corpusv1.GetVolumeResponse{Volume: volumeView(view, v)}), nil
@@ -49,12 +56,12 @@ func (s *volumeService) GetVolume(ctx context.Context, req *connect.Request[corp
 
 func (s *volumeService) DeleteVolume(ctx context.Context, req *connect.Request[corpusv1.DeleteVolumeRequest]) (*connect.Response[corpusv1.DeleteVolumeResponse], error) {
 	if err := names.Validate("volume", req.Msg.Name); err != nil {
-		return nil, toConnect(err)
+		return nil, api.ToConnect(err)
 	}
 	if s.b.Store.Read().Volume(req.Msg.Name) == nil {
-		return nil, toConnect(notFound("volume", req.Msg.Name, "corpus volume list"))
+		return nil, api.ToConnect(api.NotFound("volume", req.Msg.Name, "corpus volume list"))
 	}
-	if _, err := s.b.write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_DeleteVolume{DeleteVolume: &corpusv1.DeleteVolume{Name: req.Msg.Name}}}); err != nil {
+	if _, err := s.b.Write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_DeleteVolume{DeleteVolume: &corpusv1.DeleteVolume{Name: req.Msg.Name}}}); err != nil {
 		return nil, err
 	}
 	return connect.NewResponse(&corpusv1.DeleteVolumeResponse{Volume: s.b.Store.Read().Volume(req.Msg.Name)}), nil
@@ -63,22 +70,22 @@ func (s *volumeService) DeleteVolume(ctx context.Context, req *connect.Request[c
 func (s *volumeService) ResizeVolume(ctx context.Context, req *connect.Request[corpusv1.ResizeVolumeRequest]) (*connect.Response[corpusv1.ResizeVolumeResponse], error) {
 	m := req.Msg
 	if err := names.Validate("volume", m.Name); err != nil {
-		return nil, toConnect(err)
+		return nil, api.ToConnect(err)
 	}
 	v := s.b.Store.Read().Volume(m.Name)
 	if v == nil {
-		return nil, toConnect(notFound("volume", m.Name, "corpus volume list"))
+		return nil, api.ToConnect(api.NotFound("volume", m.Name, "corpus volume list"))
 	}
 	size := m.SizeBytes
 	switch {
 	case size != 0 && m.DeltaBytes != 0:
-		return nil, toConnect(invalidf("give a new size or a change, not both"))
+		return nil, api.ToConnect(api.Invalidf("give a new size or a change, not both"))
 	case size == 0:
 		size = v.SizeBytes + m.DeltaBytes
 	}
 	size, err := volume.NormalizeSize(size)
 	if err != nil {
-		return nil, toConnect(invalidf("%v", err))
+		return nil, api.ToConnect(api.Invalidf("%v", err))
 	}
 	if size == v.SizeBytes {
 		return connect.NewResponse(&corpusv1.ResizeVolumeResponse{Volume: v}), nil
@@ -88,7 +95,7 @@ func (s *volumeService) ResizeVolume(ctx context.Context, req *connect.Request[c
 			return nil, err
 		}
 	}
-	if _, err := s.b.write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_ResizeVolume{ResizeVolume: &corpusv1.ResizeVolume{Name: v.Name, SizeBytes: size}}}); err != nil {
+	if _, err := s.b.Write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_ResizeVolume{ResizeVolume: &corpusv1.ResizeVolume{Name: v.Name, SizeBytes: size}}}); err != nil {
 		return nil, err
 	}
 	return connect.NewResponse(&corpusv1.ResizeVolumeResponse{Volume: s.b.Store.Read().Volume(v.Name), Changed: true}), nil
@@ -132,21 +139,21 @@ const moveChunkProgress = 8 << 20
 func (s *volumeService) MoveVolume(ctx context.Context, req *connect.Request[corpusv1.MoveVolumeRequest], stream *connect.ServerStream[corpusv1.MoveVolumeProgress]) error {
 	m := req.Msg
 	if err := names.Validate("volume", m.Name); err != nil {
-		return toConnect(err)
+		return api.ToConnect(err)
 	}
-	if err := nodeRef(m.ToNode); err != nil {
-		return toConnect(err)
+	if err := api.NodeRef(m.ToNode); err != nil {
+		return api.ToConnect(err)
 	}
 	view := s.b.Store.Read()
 	v := view.Volume(m.Name)
 	if v == nil {
-		return toConnect(notFound("volume", m.Name, "corpus volume list"))
+		return api.ToConnect(api.NotFound("volume", m.Name, "corpus volume list"))
 	}
-	to := findNode(view, m.ToNode)
+	to := api.FindNode(view, m.ToNode)
 	from := view.Node(v.NodeId)
 	switch {
 	case to == nil:
-		return toConnect(notFound("node", m.ToNode, "corpus node list"))
+		return api.ToConnect(api.NotFound("node", m.ToNode, "corpus node list"))
 	case v.GuestId != "":
 		return connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("volume %s is used by guest %s; delete the guest (the volume stays), move it, then create the guest with --use-volume", v.Name, v.GuestName))
 	case v.DesiredState == state.VolumeDeleted:
@@ -197,7 +204,7 @@ func (s *volumeService) MoveVolume(ctx context.Context, req *connect.Request[cor
 	if _, err := imp.CloseAndReceive(); err != nil {
 		return connect.NewError(connect.CodeUnavailable, fmt.Errorf("writing volume %s to node %s: %w", v.Name, to.Name, err))
 	}
-	if _, err := s.b.write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_MoveVolume{MoveVolume: &corpusv1.MoveVolume{Name: v.Name, NodeId: to.Id}}}); err != nil {
+	if _, err := s.b.Write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_MoveVolume{MoveVolume: &corpusv1.MoveVolume{Name: v.Name, NodeId: to.Id}}}); err != nil {
 		return err
 	}
 	return stream.Send(&corpusv1.MoveVolumeProgress{DoneBytes: done, TotalBytes: total, Finished: true, Volume: s.b.Store.Read().Volume(v.Name)})
@@ -205,12 +212,12 @@ func (s *volumeService) MoveVolume(ctx context.Context, req *connect.Request[cor
 
 func (s *volumeService) SnapshotVolume(ctx context.Context, req *connect.Request[corpusv1.SnapshotVolumeRequest]) (*connect.Response[corpusv1.SnapshotVolumeResponse], error) {
 	if err := names.Validate("volume", req.Msg.Name); err != nil {
-		return nil, toConnect(err)
+		return nil, api.ToConnect(err)
 	}
 	view := s.b.Store.Read()
 	v := view.Volume(req.Msg.Name)
 	if v == nil {
-		return nil, toConnect(notFound("volume", req.Msg.Name, "corpus volume list"))
+		return nil, api.ToConnect(api.NotFound("volume", req.Msg.Name, "corpus volume list"))
 	}
 	n := view.Node(v.NodeId)
 	if n == nil {

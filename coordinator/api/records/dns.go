@@ -1,4 +1,6 @@
-package api
+// Package records serves DnsService: the records of the cluster zone an
+// operator lists, adds and deletes, as the caller may see them.
+package records
 
 import (
 	"context"
@@ -8,11 +10,13 @@ import (
 
 	"connectrpc.com/connect"
 
+	"corpus/coordinator/api"
 	"corpus/coordinator/auth"
 	"corpus/coordinator/state"
 	"corpus/dns"
 	"corpus/internal/secret"
 	corpusv1 "corpus/proto/corpus/v1"
+	"corpus/proto/corpus/v1/corpusv1connect"
 )
 
 // staticTypes are the record types operators may add.
@@ -21,11 +25,14 @@ var staticTypes = map[string]bool{"A": true, "AAAA": true, "CNAME": true, "TXT":
 // generatedSubtrees hold the names corpus publishes itself.
 var generatedSubtrees = []string{"guest", "node", "ns"}
 
-type dnsService struct{ b *Backend }
+// New returns the handler of DnsService.
+func New(b *api.Backend) corpusv1connect.DnsServiceHandler { return &dnsService{b} }
+
+type dnsService struct{ b *api.Backend }
 
 func (s *dnsService) zone() (*dns.Zone, error) {
 	var z *dns.Zone
-	if s.b.Zone != nil {
+	if s.b.Zones != nil {
 		z = s.b.Zone()
 	}
 	if z == nil {
@@ -113,11 +120,11 @@ func recordKey(r dns.Record) string {
 func canonical(zone string, r dns.Record) (dns.Record, error) {
 	r.Type = strings.ToUpper(strings.TrimSpace(r.Type))
 	if !staticTypes[r.Type] {
-		return dns.Record{}, invalidf("record type %q: use A, AAAA, CNAME, TXT, MX or SRV", r.Type)
+		return dns.Record{}, api.Invalidf("record type %q: use A, AAAA, CNAME, TXT, MX or SRV", r.Type)
 	}
 	z, err := dns.NewZone(zone, 0, []dns.Record{r})
 	if err != nil {
-		return dns.Record{}, invalidf("record %s %s %q: %v", r.Name, r.Type, r.Data, err)
+		return dns.Record{}, api.Invalidf("record %s %s %q: %v", r.Name, r.Type, r.Data, err)
 	}
 	var found []dns.Record // the zone adds its own SOA and NS; allowed types are neither
 	for _, rec := range z.Records() {
@@ -126,13 +133,13 @@ func canonical(zone string, r dns.Record) (dns.Record, error) {
 		}
 	}
 	if len(found) != 1 {
-		return dns.Record{}, invalidf("record %s %s %q is not one record", r.Name, r.Type, r.Data)
+		return dns.Record{}, api.Invalidf("record %s %s %q is not one record", r.Name, r.Type, r.Data)
 	}
 	out := found[0]
 	for _, sub := range generatedSubtrees {
 		suffix := "." + sub + "." + z.Origin()
 		if strings.HasSuffix(strings.ToLower(out.Name), suffix) || strings.EqualFold(out.Name, sub+"."+z.Origin()) {
-			return dns.Record{}, invalidf("names under %s.%s are published from the cluster state; pick another name", sub, z.Origin())
+			return dns.Record{}, api.Invalidf("names under %s.%s are published from the cluster state; pick another name", sub, z.Origin())
 		}
 	}
 	return out, nil
@@ -145,27 +152,27 @@ func (s *dnsService) AddRecord(ctx context.Context, req *connect.Request[corpusv
 	}
 	m := req.Msg
 	if m.Name == "" || m.Data == "" {
-		return nil, toConnect(invalidf("a record needs a name and data, for example: corpus dns add www A 10.0.0.5"))
+		return nil, api.ToConnect(api.Invalidf("a record needs a name and data, for example: corpus dns add www A 10.0.0.5"))
 	}
-	if err := validDNSName("record name", m.Name); err != nil {
-		return nil, toConnect(err)
+	if err := api.ValidDNSName("record name", m.Name); err != nil {
+		return nil, api.ToConnect(err)
 	}
-	if err := validText("record data", m.Data, 1024); err != nil {
-		return nil, toConnect(err)
+	if err := api.ValidText("record data", m.Data, 1024); err != nil {
+		return nil, api.ToConnect(err)
 	}
 	if strings.EqualFold(strings.TrimSpace(m.Type), "CNAME") {
-		if err := validDNSName("CNAME target", m.Data); err != nil || m.Data == "@" {
-			return nil, toConnect(invalidf("CNAME target %.80q is not a DNS name", m.Data))
+		if err := api.ValidDNSName("CNAME target", m.Data); err != nil || m.Data == "@" {
+			return nil, api.ToConnect(api.Invalidf("CNAME target %.80q is not a DNS name", m.Data))
 		}
 	}
 	rec, err := canonical(z.Origin(), dns.Record{Name: m.Name, Type: m.Type, TTL: m.Ttl, Data: m.Data})
 	if err != nil {
-		return nil, toConnect(err)
+		return nil, api.ToConnect(err)
 	}
 	key := recordKey(rec)
 	if old := s.b.Store.Read().DNSRecordByKey(key); old != nil {
 		// An answer from the state alone: from the current state.
-		view, err := s.b.current(ctx)
+		view, err := s.b.Current(ctx)
 		if err != nil {
 			return nil, err
 		}
@@ -186,7 +193,7 @@ func (s *dnsService) AddRecord(ctx context.Context, req *connect.Request[corpusv
 		ttl = dns.DefaultTTL
 	}
 	r := &corpusv1.DnsRecord{Id: secret.Hex(6), Name: rec.Name, Type: rec.Type, Ttl: ttl, Data: rec.Data, Key: key}
-	_, err = s.b.write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_AddDnsRecord{AddDnsRecord: &corpusv1.AddDnsRecord{Record: r}}})
+	_, err = s.b.Write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_AddDnsRecord{AddDnsRecord: &corpusv1.AddDnsRecord{Record: r}}})
 	if errors.Is(err, state.ErrExists) {
 		// A concurrent add of the same record won: adding is idempotent.
 		if old := s.b.Store.Read().DNSRecordByKey(key); old != nil {
@@ -200,14 +207,14 @@ func (s *dnsService) AddRecord(ctx context.Context, req *connect.Request[corpusv
 }
 
 func (s *dnsService) DeleteRecord(ctx context.Context, req *connect.Request[corpusv1.DeleteRecordRequest]) (*connect.Response[corpusv1.DeleteRecordResponse], error) {
-	if err := validID("dns record", req.Msg.Id, "corpus dns records"); err != nil {
-		return nil, toConnect(err)
+	if err := api.ValidID("dns record", req.Msg.Id, "corpus dns records"); err != nil {
+		return nil, api.ToConnect(err)
 	}
 	r := s.b.Store.Read().DNSRecord(req.Msg.Id)
 	if r == nil {
-		return nil, toConnect(notFound("dns record", req.Msg.Id, "corpus dns records"))
+		return nil, api.ToConnect(api.NotFound("dns record", req.Msg.Id, "corpus dns records"))
 	}
-	if _, err := s.b.write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_DeleteDnsRecord{DeleteDnsRecord: &corpusv1.DeleteDnsRecord{Id: r.Id}}}); err != nil {
+	if _, err := s.b.Write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_DeleteDnsRecord{DeleteDnsRecord: &corpusv1.DeleteDnsRecord{Id: r.Id}}}); err != nil {
 		return nil, err
 	}
 	return connect.NewResponse(&corpusv1.DeleteRecordResponse{Record: r}), nil

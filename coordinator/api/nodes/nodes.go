@@ -1,4 +1,6 @@
-package api
+// Package nodes serves NodeService: join tokens, the enrolled nodes,
+// their modes and drains.
+package nodes
 
 import (
 	"context"
@@ -8,11 +10,13 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"corpus/coordinator/api"
 	"corpus/coordinator/scheduler"
 	"corpus/coordinator/state"
 	"corpus/internal/names"
 	"corpus/internal/secret"
 	corpusv1 "corpus/proto/corpus/v1"
+	"corpus/proto/corpus/v1/corpusv1connect"
 )
 
 const (
@@ -20,28 +24,31 @@ const (
 	maxTokenTTL     = 7 * 24 * time.Hour
 )
 
-type nodeService struct{ b *Backend }
+// New returns the handler of NodeService.
+func New(b *api.Backend) corpusv1connect.NodeServiceHandler { return &nodeService{b} }
+
+type nodeService struct{ b *api.Backend }
 
 func (s *nodeService) CreateJoinToken(ctx context.Context, req *connect.Request[corpusv1.CreateJoinTokenRequest]) (*connect.Response[corpusv1.CreateJoinTokenResponse], error) {
 	// Check the seconds before converting: a large count overflows
 	// time.Duration and wraps around into range.
 	secs := req.Msg.TtlSeconds
 	if secs < 0 || secs > int64(maxTokenTTL/time.Second) {
-		return nil, toConnect(invalidf("token ttl of %d seconds is out of range (0 to %s)", secs, maxTokenTTL))
+		return nil, api.ToConnect(api.Invalidf("token ttl of %d seconds is out of range (0 to %s)", secs, maxTokenTTL))
 	}
 	ttl := time.Duration(secs) * time.Second
 	if ttl == 0 {
 		ttl = defaultTokenTTL
 	}
 	id, tokSecret := secret.Hex(6), secret.Hex(24)
-	now := s.b.now()
+	now := s.b.Now()
 	tok := &corpusv1.JoinToken{
 		Id:         id,
 		SecretHash: secret.Hash(tokSecret),
 		CreatedAt:  timestamppb.New(now),
 		ExpiresAt:  timestamppb.New(now.Add(ttl)),
 	}
-	if _, err := s.b.write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_CreateJoinToken{
+	if _, err := s.b.Write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_CreateJoinToken{
 		CreateJoinToken: &corpusv1.CreateJoinToken{Token: tok},
 	}}); err != nil {
 		return nil, err
@@ -62,18 +69,11 @@ func (s *nodeService) ListNodes(ctx context.Context, _ *connect.Request[corpusv1
 
 func (s *nodeService) GetNode(ctx context.Context, req *connect.Request[corpusv1.GetNodeRequest]) (*connect.Response[corpusv1.GetNodeResponse], error) {
 	view := s.b.Store.Read()
-	n := findNode(view, req.Msg.Name)
+	n := api.FindNode(view, req.Msg.Name)
 	if n == nil {
-		return nil, toConnect(notFound("node", req.Msg.Name, "corpus node list"))
+		return nil, api.ToConnect(api.NotFound("node", req.Msg.Name, "corpus node list"))
 	}
 	return connect.NewResponse(&corpusv1.GetNodeResponse{Node: nodeView(view, n)}), nil
-}
-
-func findNode(view *state.Snap, name string) *corpusv1.Node {
-	if n := view.NodeByName(name); n != nil {
-		return n
-	}
-	return view.Node(name)
 }
 
 // nodeView is a node as the API shows it: secrets removed, allocation added.
@@ -86,11 +86,11 @@ func nodeView(view *state.Snap, n *corpusv1.Node) *corpusv1.NodeView {
 func (s *nodeService) SetNodeMode(ctx context.Context, req *connect.Request[corpusv1.SetNodeModeRequest]) (*connect.Response[corpusv1.SetNodeModeResponse], error) {
 	m := req.Msg
 	if err := names.Validate("node", m.Name); err != nil {
-		return nil, toConnect(err)
+		return nil, api.ToConnect(err)
 	}
-	n := findNode(s.b.Store.Read(), m.Name)
+	n := api.FindNode(s.b.Store.Read(), m.Name)
 	if n == nil {
-		return nil, toConnect(notFound("node", m.Name, "corpus node list"))
+		return nil, api.ToConnect(api.NotFound("node", m.Name, "corpus node list"))
 	}
 	cmd := &corpusv1.SetNodeMode{NodeId: n.Id}
 	changed := false
@@ -100,10 +100,10 @@ func (s *nodeService) SetNodeMode(ctx context.Context, req *connect.Request[corp
 	case corpusv1.Eligible, corpusv1.Ineligible:
 		cmd.Eligibility, changed = m.Mode, n.Ineligible != (m.Mode == corpusv1.Ineligible)
 	default:
-		return nil, toConnect(invalidf("node mode %q: use dev, staging, prod, drain, eligible or ineligible", m.Mode))
+		return nil, api.ToConnect(api.Invalidf("node mode %q: use dev, staging, prod, drain, eligible or ineligible", m.Mode))
 	}
 	if changed {
-		if _, err := s.b.write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_SetNodeMode{SetNodeMode: cmd}}); err != nil {
+		if _, err := s.b.Write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_SetNodeMode{SetNodeMode: cmd}}); err != nil {
 			return nil, err
 		}
 		s.b.Logger.Info("node mode set", "node", n.Name, "mode", m.Mode)
@@ -122,13 +122,13 @@ const (
 
 func (s *nodeService) DrainStatus(ctx context.Context, req *connect.Request[corpusv1.DrainStatusRequest]) (*connect.Response[corpusv1.DrainStatusResponse], error) {
 	m := req.Msg
-	ctx, cancel := context.WithTimeout(ctx, waitFor(m.WaitSeconds))
+	ctx, cancel := context.WithTimeout(ctx, api.WaitFor(m.WaitSeconds))
 	defer cancel()
 	for {
 		view := s.b.Store.Read()
-		n := findNode(view, m.Name)
+		n := api.FindNode(view, m.Name)
 		if n == nil {
-			return nil, toConnect(notFound("node", m.Name, "corpus node list"))
+			return nil, api.ToConnect(api.NotFound("node", m.Name, "corpus node list"))
 		}
 		res := drainStatus(view, n)
 		if m.MinIndex == 0 || res.Index > m.MinIndex {
@@ -146,7 +146,7 @@ func (s *nodeService) DrainStatus(ctx context.Context, req *connect.Request[corp
 func drainStatus(view *state.Snap, n *corpusv1.Node) *corpusv1.DrainStatusResponse {
 	res := &corpusv1.DrainStatusResponse{Node: nodeView(view, n), Index: view.Index(), Done: true}
 	for _, g := range view.GuestsOnNode(n.Id) {
-		dg := &corpusv1.DrainGuest{Name: g.Name, Status: guestStatus(view, g)}
+		dg := &corpusv1.DrainGuest{Name: g.Name, Status: api.GuestStatus(view, g)}
 		switch {
 		case g.DesiredState == state.DesiredDeleted:
 			dg.State = drainDeleting
@@ -167,7 +167,7 @@ func drainStatus(view *state.Snap, n *corpusv1.Node) *corpusv1.DrainStatusRespon
 	for _, g := range view.GuestsLeaving(n.Id) {
 		res.Done = false
 		res.Guests = append(res.Guests, &corpusv1.DrainGuest{
-			Name: g.Name, State: drainMoving, ToNode: view.Node(g.NodeId).GetName(), Status: guestStatus(view, g),
+			Name: g.Name, State: drainMoving, ToNode: view.Node(g.NodeId).GetName(), Status: api.GuestStatus(view, g),
 		})
 	}
 	res.Empty = len(res.Guests) == 0
@@ -176,13 +176,13 @@ func drainStatus(view *state.Snap, n *corpusv1.Node) *corpusv1.DrainStatusRespon
 
 func (s *nodeService) RemoveNode(ctx context.Context, req *connect.Request[corpusv1.RemoveNodeRequest]) (*connect.Response[corpusv1.RemoveNodeResponse], error) {
 	if err := names.Validate("node", req.Msg.Name); err != nil {
-		return nil, toConnect(err)
+		return nil, api.ToConnect(err)
 	}
-	n := findNode(s.b.Store.Read(), req.Msg.Name)
+	n := api.FindNode(s.b.Store.Read(), req.Msg.Name)
 	if n == nil {
-		return nil, toConnect(notFound("node", req.Msg.Name, "corpus node list"))
+		return nil, api.ToConnect(api.NotFound("node", req.Msg.Name, "corpus node list"))
 	}
-	if _, err := s.b.write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_RemoveNode{RemoveNode: &corpusv1.RemoveNode{NodeId: n.Id}}}); err != nil {
+	if _, err := s.b.Write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_RemoveNode{RemoveNode: &corpusv1.RemoveNode{NodeId: n.Id}}}); err != nil {
 		return nil, err
 	}
 	n = proto.Clone(n).(*corpusv1.Node)

@@ -1,4 +1,6 @@
-package api
+// Package extension serves ExtensionService: the operators' extensions
+// registered, listed, disabled and removed.
+package extension
 
 import (
 	"context"
@@ -9,26 +11,32 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"corpus/coordinator/api"
 	"corpus/coordinator/extensions"
+	"corpus/coordinator/keyring"
 	"corpus/coordinator/state"
 	"corpus/internal/names"
 	corpusv1 "corpus/proto/corpus/v1"
+	"corpus/proto/corpus/v1/corpusv1connect"
 )
 
-type extensionService struct{ b *Backend }
+// New returns the handler of ExtensionService.
+func New(b *api.Backend) corpusv1connect.ExtensionServiceHandler { return &extensionService{b} }
+
+type extensionService struct{ b *api.Backend }
 
 // maxSecretBytes bounds an extension's shared secret.
 const maxSecretBytes = 1024
 
 func (s *extensionService) AddExtension(ctx context.Context, req *connect.Request[corpusv1.AddExtensionRequest]) (*connect.Response[corpusv1.AddExtensionResponse], error) {
 	if req.Msg.Extension == nil {
-		return nil, toConnect(invalidf("no extension given"))
+		return nil, api.ToConnect(api.Invalidf("no extension given"))
 	}
 	e := proto.Clone(req.Msg.Extension).(*corpusv1.Extension)
 	e.Disabled, e.Secret, e.CreateIndex, e.ModifyIndex = false, nil, 0, 0
 	e.CreatedAt = timestamppb.Now()
 	if err := extensions.Check(e); err != nil {
-		return nil, toConnect(invalidf("%v", err))
+		return nil, api.ToConnect(api.Invalidf("%v", err))
 	}
 	view := s.b.Store.Read()
 	if cur := view.Extension(e.Name); cur != nil {
@@ -39,23 +47,23 @@ func (s *extensionService) AddExtension(ctx context.Context, req *connect.Reques
 	}
 	others := slices.DeleteFunc(view.Extensions(), func(o *corpusv1.Extension) bool { return o.Name == e.Name })
 	if _, err := extensions.Order(append(others, e)); err != nil {
-		return nil, toConnect(invalidf("adding %s: %v", e.Name, err))
+		return nil, api.ToConnect(api.Invalidf("adding %s: %v", e.Name, err))
 	}
 	if sec := req.Msg.Secret; sec != "" {
 		if len(sec) < 16 || len(sec) > maxSecretBytes {
-			return nil, toConnect(invalidf("the shared secret has %d bytes; want 16 to %d", len(sec), maxSecretBytes))
+			return nil, api.ToConnect(api.Invalidf("the shared secret has %d bytes; want 16 to %d", len(sec), maxSecretBytes))
 		}
-		k, err := s.b.keyrings.ensure(ctx)
+		k, err := s.b.Keyring().Ensure(ctx)
 		if err != nil {
-			return nil, toConnect(err)
+			return nil, api.ToConnect(err)
 		}
-		sealed, err := sealAll(k, map[string]string{"secret": sec}, func(string) string { return state.ExtensionPlace(e.Name) })
+		sealed, err := keyring.SealAll(k, map[string]string{"secret": sec}, func(string) string { return state.ExtensionPlace(e.Name) })
 		if err != nil {
-			return nil, toConnect(err)
+			return nil, api.ToConnect(err)
 		}
 		e.Secret = sealed["secret"]
 	}
-	if _, err := s.b.write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_PutExtension{PutExtension: &corpusv1.PutExtension{Extension: e, Replace: req.Msg.Replace}}}); err != nil {
+	if _, err := s.b.Write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_PutExtension{PutExtension: &corpusv1.PutExtension{Extension: e, Replace: req.Msg.Replace}}}); err != nil {
 		return nil, err
 	}
 	v := s.b.Store.Read()
@@ -106,11 +114,11 @@ func (s *extensionService) ListExtensions(ctx context.Context, _ *connect.Reques
 
 func (s *extensionService) find(name string) (*corpusv1.Extension, error) {
 	if err := names.Validate("extension", name); err != nil {
-		return nil, toConnect(err)
+		return nil, api.ToConnect(err)
 	}
 	e := s.b.Store.Read().Extension(name)
 	if e == nil {
-		return nil, toConnect(notFound("extension", name, "corpus extension list"))
+		return nil, api.ToConnect(api.NotFound("extension", name, "corpus extension list"))
 	}
 	return e, nil
 }
@@ -131,7 +139,7 @@ func (s *extensionService) SetExtensionDisabled(ctx context.Context, req *connec
 	if e.Disabled != req.Msg.Disabled {
 		e = proto.Clone(e).(*corpusv1.Extension)
 		e.Disabled = req.Msg.Disabled
-		if _, err := s.b.write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_PutExtension{PutExtension: &corpusv1.PutExtension{Extension: e, Replace: true}}}); err != nil {
+		if _, err := s.b.Write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_PutExtension{PutExtension: &corpusv1.PutExtension{Extension: e, Replace: true}}}); err != nil {
 			return nil, err
 		}
 	}
@@ -142,7 +150,7 @@ func (s *extensionService) DeleteExtension(ctx context.Context, req *connect.Req
 	if _, err := s.find(req.Msg.Name); err != nil {
 		return nil, err
 	}
-	if _, err := s.b.write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_DeleteExtension{DeleteExtension: &corpusv1.DeleteExtension{Name: req.Msg.Name}}}); err != nil {
+	if _, err := s.b.Write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_DeleteExtension{DeleteExtension: &corpusv1.DeleteExtension{Name: req.Msg.Name}}}); err != nil {
 		return nil, err
 	}
 	return connect.NewResponse(&corpusv1.DeleteExtensionResponse{}), nil

@@ -1,4 +1,4 @@
-package api
+package users
 
 import (
 	"context"
@@ -11,23 +11,13 @@ import (
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"corpus/coordinator/api"
 	"corpus/coordinator/auth"
 	"corpus/coordinator/ldapauth"
 	"corpus/coordinator/state"
 	"corpus/internal/names"
 	corpusv1 "corpus/proto/corpus/v1"
 )
-
-// PasswordChecker checks a user's password against a directory
-// (ldapauth.Directory). Its errors wrap ldapauth.ErrBadCredentials or
-// ldapauth.ErrUnavailable.
-type PasswordChecker interface {
-	Authenticate(ctx context.Context, user, password string) error
-}
-
-// DefaultLoginTokenTTL is how long a token from a password login works
-// unless the coordinator is configured otherwise.
-const DefaultLoginTokenTTL = 24 * time.Hour
 
 // maxPasswordBytes bounds a password.
 const maxPasswordBytes = 1024
@@ -47,25 +37,25 @@ var errBadLogin = errors.New("login refused: wrong user name or password (or the
 func (s *userService) Login(ctx context.Context, req *connect.Request[corpusv1.LoginRequest]) (*connect.Response[corpusv1.LoginResponse], error) {
 	m := req.Msg
 	if err := names.Validate("user", m.User); err != nil {
-		return nil, toConnect(err)
+		return nil, api.ToConnect(err)
 	}
 	if s.b.Passwords == nil {
 		return nil, connect.NewError(connect.CodeFailedPrecondition,
 			errors.New("password login is off on this coordinator: start the coordinators with --ldap-url and --ldap-user-dn (or --ldap-base-dn), or log in with an API token (corpus login --token)"))
 	}
 	if len(m.Password) > maxPasswordBytes {
-		return nil, toConnect(invalidf("password of %d bytes; the limit is %d", len(m.Password), maxPasswordBytes))
+		return nil, api.ToConnect(api.Invalidf("password of %d bytes; the limit is %d", len(m.Password), maxPasswordBytes))
 	}
 	maxTTL := s.b.LoginTTL
 	if maxTTL <= 0 {
-		maxTTL = DefaultLoginTokenTTL
+		maxTTL = api.DefaultLoginTokenTTL
 	}
 	ttl := time.Duration(m.TtlSeconds) * time.Second
 	switch {
 	case m.TtlSeconds == 0:
 		ttl = maxTTL
 	case m.TtlSeconds < 0 || ttl > maxTTL:
-		return nil, toConnect(invalidf("ttl %ds: want 1s to %s (login tokens always expire)", m.TtlSeconds, maxTTL))
+		return nil, api.ToConnect(api.Invalidf("ttl %ds: want 1s to %s (login tokens always expire)", m.TtlSeconds, maxTTL))
 	}
 	addr := remoteHost(req.Peer().Addr)
 	// The attempt counts as a failure from the start, so parallel
@@ -103,11 +93,11 @@ func (s *userService) Login(ctx context.Context, req *connect.Request[corpusv1.L
 	s.limiter.reset(user.key)
 	s.limiter.giveBack(from.key, now)
 	t, plain := newUserToken(m.User, "ldap login from "+addr)
-	t.ExpiresAt, t.Login = timestamppb.New(s.b.now().Add(ttl)), true
+	t.ExpiresAt, t.Login = timestamppb.New(s.b.Now().Add(ttl)), true
 	cmd := &corpusv1.Command{Actor: "user:" + m.User, Cmd: &corpusv1.Command_UserLogin{UserLogin: &corpusv1.UserLogin{
 		User: m.User, Method: corpusv1.AuthLDAP, Remote: addr, Token: t}}}
 	if _, err := s.b.Propose(ctx, cmd); err != nil {
-		return nil, toConnect(err)
+		return nil, api.ToConnect(err)
 	}
 	return connect.NewResponse(&corpusv1.LoginResponse{Token: plain, Info: s.tokenInfo(t.Id)}), nil
 }

@@ -1,34 +1,54 @@
-package api
+// Package keyring is the one encryption path of the cluster's secrets:
+// environments' config, services' secrets, certificates' keys and
+// extensions' credentials are sealed with the replicated keyring, whose
+// keys are wrapped with a key-encryption key each replica derives from
+// the cluster CA.
+package keyring
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"sort"
 	"sync"
 
 	"connectrpc.com/connect"
 
 	"corpus/coordinator/state"
+	"corpus/internal/pki"
 	"corpus/internal/seal"
 	"corpus/internal/secret"
 	corpusv1 "corpus/proto/corpus/v1"
 )
 
-// keyrings opens the replicated keyring with the key-encryption key this
+// Writer commits a command through Raft, its error an API error.
+type Writer interface {
+	Write(ctx context.Context, cmd *corpusv1.Command) (uint64, error)
+}
+
+// Ring opens the replicated keyring with the key-encryption key this
 // replica derives from the cluster CA, and remembers the opened keys
 // until the keyring changes.
-type keyrings struct {
-	b   *Backend
-	mu  sync.Mutex
-	idx uint64 // ModifyIndex of the keyring opened
-	k   *seal.Keyring
+type Ring struct {
+	store *state.Store
+	ca    *pki.CA // nil: sealed values cannot be opened here
+	w     Writer
+	mu    sync.Mutex
+	idx   uint64 // ModifyIndex of the keyring opened
+	k     *seal.Keyring
+}
+
+// New returns the keyring of store, opened with ca's key-encryption key
+// and changed through w.
+func New(store *state.Store, ca *pki.CA, w Writer) *Ring {
+	return &Ring{store: store, ca: ca, w: w}
 }
 
 // errNoKEK says a replica cannot open sealed values.
 var errNoKEK = errors.New("this coordinator has no cluster CA key to open sealed values with")
 
-// open returns the keyring as of view, nil when the cluster has none yet.
-func (r *keyrings) open(view *state.Snap) (*seal.Keyring, error) {
+// Open returns the keyring as of view, nil when the cluster has none yet.
+func (r *Ring) Open(view *state.Snap) (*seal.Keyring, error) {
 	kr := view.Keyring()
 	if kr == nil {
 		return nil, nil
@@ -58,17 +78,17 @@ func (r *keyrings) open(view *state.Snap) (*seal.Keyring, error) {
 	return k, nil
 }
 
-func (r *keyrings) kek() ([]byte, error) {
-	if r.b.CA == nil {
+func (r *Ring) kek() ([]byte, error) {
+	if r.ca == nil {
 		return nil, errNoKEK
 	}
-	return r.b.CA.SealKEK()
+	return r.ca.SealKEK()
 }
 
-// ensure returns the keyring, making the cluster's first one if needed.
-func (r *keyrings) ensure(ctx context.Context) (*seal.Keyring, error) {
+// Ensure returns the keyring, making the cluster's first one if needed.
+func (r *Ring) Ensure(ctx context.Context) (*seal.Keyring, error) {
 	for range 3 {
-		k, err := r.open(r.b.Store.Read())
+		k, err := r.Open(r.store.Read())
 		if err != nil || k != nil {
 			return k, err
 		}
@@ -76,7 +96,7 @@ func (r *keyrings) ensure(ctx context.Context) (*seal.Keyring, error) {
 		if err != nil {
 			return nil, err
 		}
-		_, err = r.b.write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_SetKeyring{SetKeyring: &corpusv1.SetKeyring{Keyring: kr}}})
+		_, err = r.w.Write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_SetKeyring{SetKeyring: &corpusv1.SetKeyring{Keyring: kr}}})
 		if err != nil && connect.CodeOf(err) != connect.CodeAborted && connect.CodeOf(err) != connect.CodeAlreadyExists {
 			return nil, err
 		}
@@ -86,7 +106,7 @@ func (r *keyrings) ensure(ctx context.Context) (*seal.Keyring, error) {
 }
 
 // newKeyring is a keyring of one fresh key, wrapped, and that key.
-func (r *keyrings) newKeyring() (*corpusv1.Keyring, map[string][]byte, error) {
+func (r *Ring) newKeyring() (*corpusv1.Keyring, map[string][]byte, error) {
 	kek, err := r.kek()
 	if err != nil {
 		return nil, nil, err
@@ -100,18 +120,18 @@ func (r *keyrings) newKeyring() (*corpusv1.Keyring, map[string][]byte, error) {
 	return &corpusv1.Keyring{Primary: id, Keys: []*corpusv1.SealKey{{Id: id, Wrapped: w}}}, map[string][]byte{id: key}, nil
 }
 
-// openConfig opens an environment's (or release's) sealed config.
-func openConfig(k *seal.Keyring, project, env string, cfg map[string][]byte) (map[string]string, error) {
-	return openSealed(k, cfg, func(key string) string { return state.ConfigPlace(project, env, key) })
+// OpenConfig opens an environment's (or release's) sealed config.
+func OpenConfig(k *seal.Keyring, project, env string, cfg map[string][]byte) (map[string]string, error) {
+	return OpenSealed(k, cfg, func(key string) string { return state.ConfigPlace(project, env, key) })
 }
 
-// openSecrets opens a service's sealed secrets.
-func openSecrets(k *seal.Keyring, service string, secrets map[string][]byte) (map[string]string, error) {
-	return openSealed(k, secrets, func(key string) string { return state.ServicePlace(service, key) })
+// OpenSecrets opens a service's sealed secrets.
+func OpenSecrets(k *seal.Keyring, service string, secrets map[string][]byte) (map[string]string, error) {
+	return OpenSealed(k, secrets, func(key string) string { return state.ServicePlace(service, key) })
 }
 
-// openSealed opens sealed values, each sealed for place(its key).
-func openSealed(k *seal.Keyring, values map[string][]byte, place func(key string) string) (map[string]string, error) {
+// OpenSealed opens sealed values, each sealed for place(its key).
+func OpenSealed(k *seal.Keyring, values map[string][]byte, place func(key string) string) (map[string]string, error) {
 	out := make(map[string]string, len(values))
 	if len(values) == 0 {
 		return out, nil
@@ -129,8 +149,8 @@ func openSealed(k *seal.Keyring, values map[string][]byte, place func(key string
 	return out, nil
 }
 
-// sealAll seals values, each for place(its key).
-func sealAll(k *seal.Keyring, values map[string]string, place func(key string) string) (map[string][]byte, error) {
+// SealAll seals values, each for place(its key).
+func SealAll(k *seal.Keyring, values map[string]string, place func(key string) string) (map[string][]byte, error) {
 	out := make(map[string][]byte, len(values))
 	for key, v := range values {
 		s, err := k.Seal([]byte(v), place(key))
@@ -142,11 +162,11 @@ func sealAll(k *seal.Keyring, values map[string]string, place func(key string) s
 	return out, nil
 }
 
-// rotate makes a new key the keyring's only one and reseals every value.
-func (r *keyrings) rotate(ctx context.Context) (*corpusv1.RotateKeyringResponse, error) {
+// Rotate makes a new key the keyring's only one and reseals every value.
+func (r *Ring) Rotate(ctx context.Context) (*corpusv1.RotateKeyringResponse, error) {
 	for range 3 {
-		view := r.b.Store.Read()
-		old, err := r.open(view)
+		view := r.store.Read()
+		old, err := r.Open(view)
 		if err != nil {
 			return nil, err
 		}
@@ -164,12 +184,12 @@ func (r *keyrings) rotate(ctx context.Context) (*corpusv1.RotateKeyringResponse,
 			cmd.ExpectPrimary, res.Previous = old.Primary(), old.Primary()
 		}
 		resealAt := func(values map[string][]byte, place func(string) string) (map[string][]byte, error) {
-			clear, err := openSealed(old, values, place)
+			clear, err := OpenSealed(old, values, place)
 			if err != nil {
 				return nil, err
 			}
 			res.Resealed += int32(len(clear))
-			return sealAll(next, clear, place)
+			return SealAll(next, clear, place)
 		}
 		reseal := func(project, env string, cfg map[string][]byte) (map[string][]byte, error) {
 			return resealAt(cfg, func(k string) string { return state.ConfigPlace(project, env, k) })
@@ -224,7 +244,7 @@ func (r *keyrings) rotate(ctx context.Context) (*corpusv1.RotateKeyringResponse,
 			}
 			cmd.Envs = append(cmd.Envs, &corpusv1.ResealedConfig{Extension: name, Config: sealed})
 		}
-		_, err = r.b.write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_SetKeyring{SetKeyring: cmd}})
+		_, err = r.w.Write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_SetKeyring{SetKeyring: cmd}})
 		if err == nil {
 			return res, nil
 		}
@@ -235,30 +255,81 @@ func (r *keyrings) rotate(ctx context.Context) (*corpusv1.RotateKeyringResponse,
 	return nil, connect.NewError(connect.CodeAborted, errors.New("config kept changing while the keyring rotated; try again"))
 }
 
-func (s *clusterService) RotateKeyring(ctx context.Context, _ *connect.Request[corpusv1.RotateKeyringRequest]) (*connect.Response[corpusv1.RotateKeyringResponse], error) {
-	res, err := s.b.keyrings.rotate(ctx)
-	if err != nil {
-		return nil, toConnect(err)
-	}
-	return connect.NewResponse(res), nil
-}
-
-// changes says how a sealed config differs from another, keys only.
-func (r *keyrings) changes(view *state.Snap, project, env string, before, after map[string][]byte) ([]string, error) {
+// Changes says how a sealed config differs from another, keys only.
+func (r *Ring) Changes(view *state.Snap, project, env string, before, after map[string][]byte) ([]string, error) {
 	if len(before) == 0 && len(after) == 0 {
 		return nil, nil
 	}
-	k, err := r.open(view)
+	k, err := r.Open(view)
 	if err != nil {
 		return nil, err
 	}
-	b, err := openConfig(k, project, env, before)
+	b, err := OpenConfig(k, project, env, before)
 	if err != nil {
 		return nil, err
 	}
-	a, err := openConfig(k, project, env, after)
+	a, err := OpenConfig(k, project, env, after)
 	if err != nil {
 		return nil, err
 	}
-	return configChanges(b, a), nil
+	return ConfigChanges(b, a), nil
+}
+
+// resealTLS reseals the certificates' keys and the ACME account key for
+// a keyring rotation.
+func resealTLS(view *state.Snap, resealAt func(map[string][]byte, func(string) string) (map[string][]byte, error)) ([]*corpusv1.ResealedConfig, error) {
+	var out []*corpusv1.ResealedConfig
+	for _, c := range view.Certificates() {
+		vals := map[string][]byte{}
+		if len(c.Key) > 0 {
+			vals["key"] = c.Key
+		}
+		if k := c.Challenge.GetAlpnKey(); len(k) > 0 {
+			vals["challenge"] = k
+		}
+		if len(vals) == 0 {
+			continue
+		}
+		domain := c.Domain
+		sealed, err := resealAt(vals, func(name string) string {
+			if name == "challenge" {
+				return state.ChallengeKeyPlace(domain)
+			}
+			return state.CertificateKeyPlace(domain)
+		})
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, &corpusv1.ResealedConfig{Certificate: domain, Config: sealed})
+	}
+	if a := view.Acme(); a != nil && len(a.AccountKey) > 0 {
+		sealed, err := resealAt(map[string][]byte{"key": a.AccountKey}, func(string) string { return state.AcmeKeyPlace })
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, &corpusv1.ResealedConfig{Acme: true, Config: sealed})
+	}
+	return out, nil
+}
+
+// ConfigChanges says how cfg differs from the config of the release
+// before, keys only: "+KEY" new, "~KEY" changed, "-KEY" gone.
+func ConfigChanges(before, after map[string]string) []string {
+	var out []string
+	for k, v := range after {
+		old, ok := before[k]
+		switch {
+		case !ok:
+			out = append(out, "+"+k)
+		case old != v:
+			out = append(out, "~"+k)
+		}
+	}
+	for k := range before {
+		if _, ok := after[k]; !ok {
+			out = append(out, "-"+k)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i][1:] < out[j][1:] })
+	return out
 }
