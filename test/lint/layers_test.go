@@ -87,8 +87,6 @@ var layers = []struct {
 // only its handlers, the leader loops go to their own packages).
 var knownImports = map[string]bool{
 	"coordinator/api -> coordinator/acme": true,
-
-	"coordinator/api -> coordinator/scheduler": true,
 	// Why a node's guest waits (nodes, DrainStatus).
 	"coordinator/api/nodes -> coordinator/scheduler": true,
 }
