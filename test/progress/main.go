@@ -14,8 +14,12 @@
 //     running and the last lines each of them wrote: what they waited
 //     for.
 //
-// It writes every line of output, as the tests wrote it, to -log, and
-// exits 1 when a test or package failed, 0 otherwise.
+// It writes every line of output, as the tests wrote it, to -log; to
+// -failures, when anything failed, a short account of it (each failed
+// test with the lines its test code logged, each dead binary with what
+// ran): test/run prints it again at its end, where a console cut to its
+// last lines still shows it. It exits 1 when a test or package failed,
+// 0 otherwise.
 package main
 
 import (
@@ -77,6 +81,29 @@ type printer struct {
 	// binary's panic (kept apart from its tests' own lines).
 	panicked map[string][]string
 	done     bool // the events ended: no more heartbeats
+	// failures is the short account of what failed, in order.
+	failures []string
+}
+
+// reasons is how many of a failed test's own log lines its account
+// keeps: the last, where the failing check usually is.
+const reasons = 6
+
+// account adds a failed test to p.failures: its FAIL line and the last
+// lines its test code logged (helpers' log lines, such as a daemon's
+// log, are left to the full output above).
+func (p *printer) account(head string, lines []string) {
+	p.failures = append(p.failures, head)
+	var own []string
+	for _, l := range lines {
+		if isLogLine(l) {
+			own = append(own, "  "+strings.TrimSpace(l))
+		}
+	}
+	if len(own) > reasons {
+		own = own[len(own)-reasons:]
+	}
+	p.failures = append(p.failures, own...)
 }
 
 func (p *printer) say(format string, args ...any) {
@@ -145,10 +172,15 @@ func (p *printer) handle(e event) {
 			p.say("FAIL %s %s (%.1fs)", short(e.Package), e.Test, e.Elapsed)
 			if t != nil && top {
 				p.dump(t.lines)
+				p.account(fmt.Sprintf("FAIL %s %s (%.1fs)", short(e.Package), e.Test, e.Elapsed), t.lines)
 			}
 			return
 		}
 		p.say("FAIL %s (%.1fs)", short(e.Package), e.Elapsed)
+		pkgLines := 0
+		if t != nil {
+			pkgLines = len(t.lines)
+		}
 		// The binary died (a panic, -test.timeout): what each test that
 		// was still running last said, then the binary's own last words.
 		var hung []*test
@@ -163,11 +195,34 @@ func (p *printer) handle(e event) {
 			if !strings.Contains(t.name, "/") {
 				p.say("     %s was running for %s; its last lines:", t.name, time.Since(t.started).Round(time.Second))
 				p.dump(t.lines)
+				p.account(fmt.Sprintf("FAIL %s %s: was running when the test binary died", short(e.Package), t.name), t.lines)
 			}
+		}
+		if len(hung) == 0 && pkgLines > 0 && !p.accounted(e.Package) {
+			// Neither a test nor a panic: a build failure, a TestMain's
+			// error. Its last lines say which.
+			p.failures = append(p.failures, fmt.Sprintf("FAIL %s (%.1fs); its last lines:", short(e.Package), e.Elapsed))
+			for _, l := range t.lines[max(0, len(t.lines)-reasons):] {
+				p.failures = append(p.failures, "  "+strings.TrimSpace(l))
+			}
+		}
+		for _, l := range p.panicked[e.Package][:min(3, len(p.panicked[e.Package]))] {
+			p.failures = append(p.failures, "  "+l)
 		}
 		p.dump(p.panicked[e.Package])
 		delete(p.panicked, e.Package)
 	}
+}
+
+// accounted says whether a test of pkg is in the account already.
+func (p *printer) accounted(pkg string) bool {
+	prefix := "FAIL " + short(pkg) + " "
+	for _, f := range p.failures {
+		if strings.HasPrefix(f, prefix) {
+			return true
+		}
+	}
+	return false
 }
 
 // isLogLine says whether line is one of a test's t.Log lines
@@ -249,6 +304,7 @@ func run(args []string, in io.Reader, out, errs io.Writer) int {
 	tests := fs.Bool("tests", false, "show every top-level test as it starts and ends, and its log lines")
 	logPath := fs.String("log", "", "write every output line here")
 	every := fs.Duration("every", time.Minute, "say what runs after this long without a line")
+	failuresPath := fs.String("failures", "", "when anything failed, write a short account of it here")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -298,8 +354,20 @@ func run(args []string, in io.Reader, out, errs io.Writer) int {
 		fmt.Fprintln(errs, "progress: reading events:", err)
 		return 2
 	}
-	if p.failed {
-		return 1
+	if !p.failed {
+		return 0
 	}
-	return 0
+	if *failuresPath != "" {
+		if len(p.failures) == 0 {
+			p.failures = []string{"(no test failed: a package did; see the lines above)"}
+		}
+		account := ""
+		for _, l := range p.failures {
+			account += "[" + p.group + "] " + l + "\n"
+		}
+		if err := os.WriteFile(*failuresPath, []byte(account), 0o644); err != nil {
+			fmt.Fprintln(errs, "progress:", err)
+		}
+	}
+	return 1
 }

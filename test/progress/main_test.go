@@ -50,7 +50,8 @@ func TestSkipped(t *testing.T) { t.Skip("skipping: no KVM here") }
 `)
 	var out, log bytes.Buffer
 	logPath := filepath.Join(t.TempDir(), "group.log")
-	code := run([]string{"-group", "e2e", "-tests", "-log", logPath}, bytes.NewReader(events), &out, &log)
+	failuresPath := filepath.Join(t.TempDir(), "group.failures")
+	code := run([]string{"-group", "e2e", "-tests", "-log", logPath, "-failures", failuresPath}, bytes.NewReader(events), &out, &log)
 	if code != 1 {
 		t.Errorf("exit status %d, want 1 (a test failed)", code)
 	}
@@ -73,6 +74,36 @@ func TestSkipped(t *testing.T) { t.Skip("skipping: no KVM here") }
 	if err != nil || !strings.Contains(string(logged), "not reached within 30s") {
 		t.Errorf("the log lacks the tests' output (%v):\n%s", err, logged)
 	}
+	// The account test/run prints again at its end: the failed test
+	// and its lines, nothing of the tests that passed.
+	account, err := os.ReadFile(failuresPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := `^\[e2e\] FAIL sample TestBroken \(\d+\.\ds\)
+\[e2e\]   sample_test.go:8: the guest said: creating
+\[e2e\]   sample_test.go:9: not reached within 30s
+$`; !regexp.MustCompile(want).Match(account) {
+		t.Errorf("the account of the failures:\n%s\nwant it to match\n%s", account, want)
+	}
+}
+
+// TestNoAccountWhenPassing: a group that passed writes no account.
+func TestNoAccountWhenPassing(t *testing.T) {
+	events := goTestJSON(t, `package sample
+
+import "testing"
+
+func TestFine(t *testing.T) { t.Log("fine") }
+`)
+	failuresPath := filepath.Join(t.TempDir(), "group.failures")
+	var out, errs bytes.Buffer
+	if code := run([]string{"-group", "unit", "-failures", failuresPath}, bytes.NewReader(events), &out, &errs); code != 0 {
+		t.Errorf("exit status %d, want 0:\n%s%s", code, out.String(), errs.String())
+	}
+	if _, err := os.Stat(failuresPath); !os.IsNotExist(err) {
+		t.Errorf("a passing group wrote an account (%v)", err)
+	}
 }
 
 // TestDyingBinary: when a test binary dies on -test.timeout, the lines
@@ -93,8 +124,14 @@ func TestHangs(t *testing.T) {
 }
 `, "-timeout", "3s")
 	var out, errs bytes.Buffer
-	if code := run([]string{"-group", "unit"}, bytes.NewReader(events), &out, &errs); code != 1 {
+	failuresPath := filepath.Join(t.TempDir(), "group.failures")
+	if code := run([]string{"-group", "unit", "-failures", failuresPath}, bytes.NewReader(events), &out, &errs); code != 1 {
 		t.Errorf("exit status %d, want 1", code)
+	}
+	if account, err := os.ReadFile(failuresPath); err != nil || !regexp.MustCompile(`(?m)^\[unit\] FAIL sample TestHangs: was running when the test binary died
+\[unit\]   sample_test.go:\d+: waiting for guest web: creating on n2
+\[unit\]   panic: test timed out after 3s$`).Match(account) {
+		t.Errorf("the account of the dead binary (%v):\n%s", err, account)
 	}
 	got := out.String()
 	for _, want := range []string{
