@@ -16,7 +16,7 @@
 //	  guests/web/console.log  its serial console
 //	  guests/web/volumes/db   device node of volume db's loop device
 //	<ImageDir>/               shared by the host's agents, one build at a time
-//	  debian-bookworm-r3/     disk.raw (sparse ext4), vmlinuz, initrd.img,
+//	  debian-bookworm-r4/     disk.raw (sparse ext4), vmlinuz, initrd.img,
 //	                          image.json (written when complete)
 //
 // VMs boot their image's kernel directly. The guest's static address,

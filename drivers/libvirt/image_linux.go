@@ -31,7 +31,7 @@ type imageSpec struct {
 // imageRecipe numbers the way images are built. Changing what goes into
 // an image means raising it: a new recipe builds into a new folder, so
 // the base disks under existing guests' overlays are never replaced.
-const imageRecipe = 3
+const imageRecipe = 4
 
 // folder is the image's folder in the image dir.
 func (img imageSpec) folder() string { return fmt.Sprintf("%s-r%d", img.dir, imageRecipe) }
@@ -283,7 +283,9 @@ func (t *tailBuffer) String() string { return strings.TrimSpace(string(t.b)) }
 // guest; the values come from /proc/cmdline at boot.
 const corpusNet = `#!/bin/sh
 # corpus-net: configure the network corpus gave on the kernel command line.
-for arg in $(cat /proc/cmdline); do
+# Shell builtins and one ip -batch: every process costs under emulation.
+read -r cmdline < /proc/cmdline
+for arg in $cmdline; do
   case "$arg" in
     corpus.ip=*) ip="${arg#corpus.ip=}" ;;
     corpus.gw=*) gw="${arg#corpus.gw=}" ;;
@@ -292,35 +294,42 @@ for arg in $(cat /proc/cmdline); do
     corpus.search=*) search="${arg#corpus.search=}" ;;
   esac
 done
-ip link set lo up
-[ -n "$ip" ] || exit 0
+[ -n "$ip" ] || exec ip link set lo up
 dev=
-for i in $(seq 1200); do
+i=0
+while [ $i -lt 1200 ]; do
   for d in /sys/class/net/*; do
-    [ "$(cat "$d/address")" = "$mac" ] && dev="${d##*/}"
+    read -r a < "$d/address" && [ "$a" = "$mac" ] && dev="${d##*/}"
   done
   [ -n "$dev" ] && break
   sleep 0.1
+  i=$((i + 1))
 done
 if [ -z "$dev" ]; then
   echo "corpus-net: no interface with address $mac" >&2
   exit 1
 fi
-ip link set "$dev" up
-ip addr replace "$ip" dev "$dev"
-[ -z "$gw" ] || ip route replace default via "$gw" dev "$dev"
 if [ -n "$dns" ]; then
   {
     [ -z "$search" ] || echo "search $(echo "$search" | tr , ' ')"
     for s in $(echo "$dns" | tr , ' '); do echo "nameserver $s"; done
   } > /etc/resolv.conf
 fi
+{
+  echo "link set lo up"
+  echo "link set $dev up"
+  echo "addr replace $ip dev $dev"
+  [ -z "$gw" ] || echo "route replace default via $gw dev $dev"
+} | ip -batch -
 `
 
+// corpusNetUnit runs corpus-net as early as udev runs: the root file
+// system is mounted read-write by the kernel (rw on its command line), so
+// nothing else need come first.
 const corpusNetUnit = `[Unit]
 Description=corpus static network from the kernel command line
 DefaultDependencies=no
-After=systemd-udevd.service local-fs.target
+After=systemd-udevd.service
 Before=network.target
 Wants=network.target
 
@@ -342,7 +351,8 @@ WantedBy=multi-user.target
 const corpusVolumes = `#!/bin/sh
 # corpus-volumes: mount the volumes corpus gave on the kernel command line.
 rc=0
-for arg in $(cat /proc/cmdline); do
+read -r cmdline < /proc/cmdline
+for arg in $cmdline; do
   case "$arg" in
     corpus.vol=*:/*) v="${arg#corpus.vol=}" ;;
     *) continue ;;
@@ -350,16 +360,18 @@ for arg in $(cat /proc/cmdline); do
   serial="${v%%:*}"
   path="${v#*:}"
   dev=
-  for i in $(seq 600); do
+  i=0
+  while [ $i -lt 600 ]; do
     if [ -b "/dev/disk/by-id/virtio-$serial" ]; then
       dev="/dev/disk/by-id/virtio-$serial"
       break
     fi
     for d in /sys/block/vd*; do
-      [ "$(cat "$d/serial" 2>/dev/null)" = "$serial" ] && dev="/dev/${d##*/}"
+      read -r s < "$d/serial" 2>/dev/null && [ "$s" = "$serial" ] && dev="/dev/${d##*/}"
     done
     [ -n "$dev" ] && break
     sleep 0.1
+    i=$((i + 1))
   done
   if [ -z "$dev" ]; then
     echo "corpus-volumes: no disk with serial $serial for $path" >&2
@@ -429,6 +441,23 @@ var vmFiles = []imageFile{
 	{"etc/machine-id", "", 0o444},
 }
 
+// vmMasked are units of a Debian system a corpus VM has no use for,
+// masked so that a boot (slow under emulation: every unit is processes
+// and file system work) does not run them: e2scrub checks LVM snapshots
+// (a VM has no LVM), there is no local login to record (utmp) and no
+// keyboard or screen (the static gettys; the serial console keeps its
+// own), no persistent store for kernel crash dumps (pstore) and no use
+// for the modules the kernel loads on demand anyway.
+var vmMasked = []string{
+	"e2scrub_reap.service", "e2scrub_all.timer",
+	"systemd-update-utmp.service", "systemd-update-utmp-runlevel.service",
+	"getty-static.service", "getty@tty1.service",
+	"kmod-static-nodes.service", "systemd-pstore.service",
+	"modprobe@configfs.service", "modprobe@dm_mod.service", "modprobe@drm.service",
+	"modprobe@efi_pstore.service", "modprobe@fuse.service", "modprobe@loop.service",
+	"sys-kernel-debug.mount", "sys-kernel-tracing.mount",
+}
+
 // writeFiles writes files into the tree at rootfs.
 func writeFiles(rootfs string, files []imageFile) error {
 	for _, f := range files {
@@ -456,6 +485,22 @@ func prepareRootfs(rootfs string) error {
 		link := filepath.Join(wants, unit)
 		os.Remove(link)
 		if err := os.Symlink("/etc/systemd/system/"+unit, link); err != nil {
+			return fmt.Errorf("preparing image: %w", err)
+		}
+	}
+	for _, unit := range vmMasked {
+		link := filepath.Join(rootfs, "etc/systemd/system", unit)
+		os.Remove(link)
+		if err := os.Symlink("/dev/null", link); err != nil {
+			return fmt.Errorf("preparing image: %w", err)
+		}
+	}
+	// The image's /etc and /var are as new as its /usr: the units that
+	// run once after a package upgrade (ConditionNeedsUpdate: sysusers,
+	// ldconfig, the hwdb and catalog updates) have nothing to do at the
+	// first boot.
+	for _, f := range []string{"etc/.updated", "var/.updated"} {
+		if err := atomicfile.Write(filepath.Join(rootfs, f), nil, 0o644); err != nil {
 			return fmt.Errorf("preparing image: %w", err)
 		}
 	}
