@@ -7,12 +7,13 @@ PROTOC_GEN_CONNECT_VERSION := v1.21.1
 STATICCHECK_VERSION        := v0.8.2
 PEBBLE_VERSION             := v2.10.1
 NFPM_VERSION               := v2.45.2
+BENCHSTAT_VERSION          := v0.0.0-20260908200009-22c9c6c9d4da
 VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 # GOFLAGS may hold -buildvcs=false, so the commit comes by -X as well.
 COMMIT    ?= $(shell git rev-parse --short HEAD 2>/dev/null)
 LDFLAGS   := -X corpus/internal/version.Version=$(VERSION) -X corpus/internal/version.Commit=$(COMMIT)
 
-.PHONY: help build deb test test-loaded test-unit lint vet fmt-check staticcheck proto proto-check ui ui-check docs docs-check screenshots demo demo-stop demo-clean bench bench-summary robustness tools test-tools clean
+.PHONY: help build deb test test-loaded test-unit lint vet fmt-check staticcheck proto proto-check ui ui-check docs docs-check screenshots demo demo-stop demo-clean bench bench-quick bench-summary robustness tools test-tools clean
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -137,6 +138,9 @@ robustness: ## RUNS randomised fault runs against a 3-replica group (SEED=N repl
 	cd test/robustness && CORPUS_ROBUSTNESS_RUNS=$(RUNS) CORPUS_ROBUSTNESS_FAULTS=$(FAULTS) CORPUS_ROBUSTNESS_SEED=$(SEED) \
 		CORPUS_ROBUSTNESS_OUT=$(CURDIR)/test/robustness/results/latest.md \
 		go test -count=1 -timeout 0 -run 'TestRobustness$$' -v .
+
+bench-quick: ## the hot paths' Go benchmarks at this tree and at BASE (default: where the branch left main), compared with benchstat
+	./test/bench/quick $(BASE)
 
 bench-summary: ## one table of the figures the bench scripts last wrote (test/bench/results/summary.md)
 	./test/bench/summary
