@@ -13,7 +13,7 @@ VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo de
 COMMIT    ?= $(shell git rev-parse --short HEAD 2>/dev/null)
 LDFLAGS   := -X corpus/internal/version.Version=$(VERSION) -X corpus/internal/version.Commit=$(COMMIT)
 
-.PHONY: help build deb test test-loaded test-unit lint vet fmt-check staticcheck proto proto-check ui ui-check docs docs-check screenshots demo demo-stop demo-clean bench bench-quick bench-summary robustness tools test-tools clean
+.PHONY: help build deb test test-loaded test-unit lint vet fmt-check staticcheck proto proto-check ui ui-check docs docs-check screenshots demo demo-stop demo-clean bench bench-compare bench-summary robustness tools test-tools clean
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -139,8 +139,8 @@ robustness: ## RUNS randomised fault runs against a 3-replica group (SEED=N repl
 		CORPUS_ROBUSTNESS_OUT=$(CURDIR)/test/robustness/results/latest.md \
 		go test -count=1 -timeout 0 -run 'TestRobustness$$' -v .
 
-bench-quick: ## the hot paths' Go benchmarks at this tree and at BASE (default: where the branch left main), compared with benchstat
-	./test/bench/quick $(BASE)
+bench-compare: ## the hot paths' Go benchmarks at this tree and at BASE (default: where the branch left main), compared with benchstat
+	./test/bench/compare $(BASE)
 
 bench-summary: ## one table of the figures the bench scripts last wrote (test/bench/results/summary.md)
 	./test/bench/summary
