@@ -20,7 +20,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"corpus/agent/backup"
 	"corpus/agent/cache"
 	"corpus/agent/deploy"
 	"corpus/agent/logs"
@@ -222,7 +221,7 @@ type Agent struct {
 	runtime  *runtime.Runtime // the guests' process supervisors
 	logs     *logs.Store      // the guests' logs on this node
 	shipper  *logs.Shipper    // nil unless LogShip names a target
-	shells   *shell.Manager   // interactive sessions in guests
+	sessions shell.Sessions   // interactive sessions and commands in guests
 	drivers  map[string]drivers.Driver
 	listener net.Listener
 	http     *http.Server
@@ -233,11 +232,10 @@ type Agent struct {
 	vols     *volumes.Manager
 	id       cache.Identity
 	coords   *coordinators
-	deploys  *deploy.Pipeline  // releases of the projects whose guests are here
-	services *services.Manager // the services whose guests are here
-	backups  *backup.Store     // the backups this node keeps
-	ssh      *sshd.Server      // nil when the git endpoint is off
-	gossip   *gossip.Member    // nil when gossip is off
+	deploys  *deploy.Pipeline // releases of the projects whose guests are here
+	services services.Node    // the services whose guests are here, the backups it keeps
+	ssh      *sshd.Server     // nil when the git endpoint is off
+	gossip   *gossip.Member   // nil when gossip is off
 	runCtx   context.Context
 	metrics  *agentMetrics
 	tlsCerts atomic.Pointer[nodeCerts] // set once enrolled
@@ -344,7 +342,6 @@ func New(cfg Config, parts Parts) (*Agent, error) {
 		cache:      c,
 		runtime:    &runtime.Runtime{Binary: cfg.SupervisorBinary},
 		logs:       logStore,
-		shells:     shell.New(cfg.Shells),
 		drivers:    parts.Drivers,
 		net:        parts.Network,
 		desired:    map[string]*corpusv1.Guest{},
@@ -357,6 +354,7 @@ func New(cfg Config, parts Parts) (*Agent, error) {
 		metrics:    newAgentMetrics(cfg.Metrics),
 	}
 	a.tls = certs.New(a.fetchTLS)
+	a.sessions = shell.Sessions{Shells: shell.New(cfg.Shells), Guests: host{a}, Runtime: a.runtime, Node: func() string { return a.id.NodeName }}
 	if shipper != nil {
 		self, a.shipper = a, shipper
 		a.logs.ShipTo(shipper)
@@ -379,13 +377,16 @@ func New(cfg Config, parts Parts) (*Agent, error) {
 		c.Close()
 		return nil, err
 	}
-	if err := a.newServices(); err != nil {
+	a.services = services.Node{Volumes: a.vols, Logger: a.logger}
+	a.services.Services, a.services.Backups, err = services.Open(cfg.StateDir,
+		services.Config{Runtime: a.runtime, Logger: a.logger.With("component", "services")}, host{a})
+	if err != nil {
 		ln.Close()
 		c.Close()
 		return nil, err
 	}
 	if cfg.GitAddr != "" {
-		if a.ssh, err = sshd.New(sshd.Config{StateDir: cfg.StateDir, Addr: cfg.GitAddr, Host: sshHost{a}, Shells: a.shells, Logger: a.logger}); err != nil {
+		if a.ssh, err = sshd.New(sshd.Config{StateDir: cfg.StateDir, Addr: cfg.GitAddr, Host: host{a}, Shells: a.sessions.Shells, Logger: a.logger}); err != nil {
 			ln.Close()
 			c.Close()
 			return nil, err
@@ -510,7 +511,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	a.startGossip()
 	run(a.deploys.Run)
 	run(a.reviveLoop)
-	run(a.logsLoop)
+	run(func(ctx context.Context) { a.logs.Keep(ctx, host{a}.logTargets, a.runtime) })
 	if a.shipper != nil {
 		run(a.shipper.Run)
 	}
@@ -530,6 +531,26 @@ func (a *Agent) Run(ctx context.Context) error {
 		a.net.Shutdown(shctx)
 	}
 	return nil
+}
+
+// newDeploys builds the agent's deploy pipeline, once its cache, runtime,
+// logs, drivers and network are in place.
+func (a *Agent) newDeploys() (*deploy.Pipeline, error) {
+	cfg := deploy.Config{
+		MaxPushBytes: a.cfg.GitMaxPushBytes,
+		Cache:        a.cache,
+		Runtime:      a.runtime,
+		Logs:         a.logs,
+		Metrics:      a.cfg.Metrics,
+		Logger:       a.logger,
+	}
+	if a.cfg.GitAddr != "" {
+		cfg.GitDir = filepath.Join(a.cfg.StateDir, "git")
+	}
+	if a.net != nil {
+		cfg.Proxy = a.net.Proxy()
+	}
+	return deploy.New(cfg, host{a})
 }
 
 // desiredGuest is the guest of that id as last told, or nil.

@@ -10,9 +10,13 @@
 // (the release pipeline behind git pushes), agent/volumes, agent/network
 // (bridge, NAT, layer-2 filter, proxy and routes), agent/logs,
 // agent/shell, agent/sshd (the git and shell endpoint), agent/runtime
-// (the guests' process supervisors) and agent/cache. They never import
-// this package. New takes the drivers, volume backend and network it
-// runs on (Parts); the daemon builds the real ones.
+// (the guests' process supervisors), agent/services, agent/load,
+// agent/certs and agent/cache. They never import this package: each asks
+// what it needs of the node through a small interface of its own (host
+// answers them all) and serves its procedures of the agent's API, which
+// admits only the cluster's coordinators (callerCheck). New takes the
+// drivers, volume backend and network it runs on (Parts); the daemon
+// builds the real ones.
 //
 // Guest worker, per reconcile:
 //

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net/netip"
 	"strconv"
 	"time"
@@ -101,6 +102,17 @@ func (a *Agent) pass(ctx context.Context) {
 				a.logger.Warn("removing undesired guest", "guest", st.Name, "error", err)
 			}
 		}
+	}
+}
+
+// reconcileServices runs the services of this node's guests and removes
+// the backups the state no longer names (agent/services).
+func (a *Agent) reconcileServices(ctx context.Context) {
+	a.mu.Lock()
+	known, svcs, guests, held := a.known, maps.Clone(a.guestServices), maps.Clone(a.desired), a.heldBackups
+	a.mu.Unlock()
+	if known {
+		a.services.Reconcile(ctx, svcs, guests, held)
 	}
 }
 

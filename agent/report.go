@@ -64,7 +64,7 @@ func (a *Agent) sendReport(ctx context.Context) error {
 	}
 	a.mu.Unlock()
 	req.Volumes = a.vols.Observed()
-	req.Services = a.services.Report()
+	req.Services = a.services.Services.Report()
 	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	addr, client := a.coords.current()

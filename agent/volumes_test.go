@@ -2,6 +2,8 @@ package agent
 
 import (
 	"context"
+	"net/http"
+	"net/http/httptest"
 	"testing"
 
 	"connectrpc.com/connect"
@@ -10,6 +12,7 @@ import (
 	"corpus/agent/volumes"
 	"corpus/internal/secret"
 	corpusv1 "corpus/proto/corpus/v1"
+	"corpus/proto/corpus/v1/corpusv1connect"
 )
 
 // TestMeasureVolumeCallers: only the cluster's coordinators (holding its
@@ -20,13 +23,17 @@ func TestMeasureVolumeCallers(t *testing.T) {
 	t.Parallel()
 	a := &Agent{id: cache.Identity{NodeName: "n1", AgentKey: "agent-key"}}
 	a.vols = volumes.New(volumes.Config{Node: func() (string, string) { return a.id.NodeID, a.id.NodeName }})
-	s := &agentAPI{a}
+	mux := http.NewServeMux()
+	mountAPI(mux, a)
+	srv := httptest.NewServer(mux)
+	defer srv.Close()
+	client := corpusv1connect.NewNodeAgentServiceClient(srv.Client(), srv.URL)
 	measure := func(token, name string) error {
 		req := connect.NewRequest(&corpusv1.MeasureVolumeRequest{Name: name})
 		if token != "" {
 			req.Header().Set("Authorization", "Bearer "+token)
 		}
-		_, err := s.MeasureVolume(context.Background(), req)
+		_, err := client.MeasureVolume(context.Background(), req)
 		return err
 	}
 	for _, tc := range []struct {
