@@ -22,6 +22,7 @@ import (
 
 	"corpus/agent/cache"
 	"corpus/agent/deploy"
+	"corpus/agent/instances"
 	"corpus/agent/logs"
 	"corpus/agent/network"
 	"corpus/agent/runtime"
@@ -253,9 +254,9 @@ type Agent struct {
 	// who may reach them.
 	guestProjects map[string]string
 	// instances are the project instances past the first among the
-	// guests, and instState how each last synced (agent/instances.go).
+	// guests; instSync keeps them serving (agent/instances).
 	instances     []*corpusv1.InstanceAssignment
-	instState     map[string]*instanceState
+	instSync      *instances.Syncer
 	guestServices map[string]string
 	serviceReach  map[string]*corpusv1.ServiceReach
 	// guestWaiting are the guests not to start yet, and why (the
@@ -347,7 +348,6 @@ func New(cfg Config, parts Parts) (*Agent, error) {
 		desired:    map[string]*corpusv1.Guest{},
 		workers:    map[string]*worker{},
 		observed:   map[string]*corpusv1.GuestObserved{},
-		instState:  map[string]*instanceState{},
 		kick:       make(chan struct{}, 1),
 		report:     make(chan struct{}, 1),
 		gossipKick: make(chan struct{}, 1),
@@ -377,6 +377,7 @@ func New(cfg Config, parts Parts) (*Agent, error) {
 		c.Close()
 		return nil, err
 	}
+	a.instSync = instances.New(a.deploys.SyncInstance, func() { a.poke(a.kick) }, func() { a.poke(a.report) }, a.logger)
 	a.services = services.Node{Volumes: a.vols, Logger: a.logger}
 	a.services.Services, a.services.Backups, err = services.Open(cfg.StateDir,
 		services.Config{Runtime: a.runtime, Logger: a.logger.With("component", "services")}, host{a})

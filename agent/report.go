@@ -60,7 +60,7 @@ func (a *Agent) sendReport(ctx context.Context) error {
 	}
 	a.mu.Lock()
 	for id, o := range a.observed {
-		req.Guests = append(req.Guests, &corpusv1.ReportedGuest{GuestId: id, Observed: a.withInstance(id, proto.Clone(o).(*corpusv1.GuestObserved))})
+		req.Guests = append(req.Guests, &corpusv1.ReportedGuest{GuestId: id, Observed: a.instSync.Observed(id, proto.Clone(o).(*corpusv1.GuestObserved))})
 	}
 	a.mu.Unlock()
 	req.Volumes = a.vols.Observed()
