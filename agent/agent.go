@@ -22,6 +22,7 @@ import (
 
 	"corpus/agent/cache"
 	"corpus/agent/deploy"
+	"corpus/agent/guests"
 	"corpus/agent/instances"
 	"corpus/agent/logs"
 	"corpus/agent/network"
@@ -231,6 +232,7 @@ type Agent struct {
 	net      *network.Network // nil when networking is off
 	routeSet *network.Routes  // publishes routes through drivers, finds the proxy's targets
 	vols     *volumes.Manager
+	guests   *guests.Config // what the guests' workers share
 	id       cache.Identity
 	coords   *coordinators
 	deploys  *deploy.Pipeline // releases of the projects whose guests are here
@@ -273,8 +275,8 @@ type Agent struct {
 	// rewatch ends the current watch stream so a fresh one starts.
 	rewatch context.CancelFunc
 
-	known    bool               // desired came from the coordinator or the cache
-	workers  map[string]*worker // by guest id
+	known    bool                      // desired came from the coordinator or the cache
+	workers  map[string]*guests.Worker // by guest id
 	observed map[string]*corpusv1.GuestObserved
 
 	kick       chan struct{} // wakes the reconcile loop
@@ -346,7 +348,7 @@ func New(cfg Config, parts Parts) (*Agent, error) {
 		drivers:    parts.Drivers,
 		net:        parts.Network,
 		desired:    map[string]*corpusv1.Guest{},
-		workers:    map[string]*worker{},
+		workers:    map[string]*guests.Worker{},
 		observed:   map[string]*corpusv1.GuestObserved{},
 		kick:       make(chan struct{}, 1),
 		report:     make(chan struct{}, 1),
@@ -354,6 +356,13 @@ func New(cfg Config, parts Parts) (*Agent, error) {
 		metrics:    newAgentMetrics(cfg.Metrics),
 	}
 	a.tls = certs.New(a.fetchTLS)
+	a.guests = &guests.Config{Drivers: a.drivers, Journal: c, StopTimeout: cfg.StopTimeout, Node: host{a}, Logger: a.logger,
+		Reconciled: func(g *corpusv1.Guest, took time.Duration, err error) {
+			a.metrics.reconciled(a.driverLabel(g), took, err)
+		}}
+	if a.net != nil {
+		a.guests.Network = a.guestNetwork
+	}
 	a.sessions = shell.Sessions{Shells: shell.New(cfg.Shells), Guests: host{a}, Runtime: a.runtime, Node: func() string { return a.id.NodeName }}
 	if shipper != nil {
 		self, a.shipper = a, shipper
@@ -365,6 +374,7 @@ func New(cfg Config, parts Parts) (*Agent, error) {
 		Kick:   func() { a.poke(a.kick) },
 		Report: func() { a.poke(a.report) },
 		Logger: a.logger})
+	a.guests.Volumes = a.vols
 	ln, err := rpc.Listen(cfg.APIAddr)
 	if err != nil {
 		c.Close()
@@ -466,7 +476,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		a.tlsCerts.Store(&nodeCerts{keys: keys, ca: ca})
 	}
 	a.coords = newCoordinators(coordinatorList(a.cfg.Coordinators, a.id.Coordinator), a.coordinatorHTTP())
-	if err := a.recoverJournal(ctx); err != nil {
+	if err := a.guests.RecoverJournal(ctx); err != nil {
 		a.logger.Warn("recovering interrupted work", "error", err)
 	}
 	if msg, ok, err := a.cache.Desired(); err != nil {

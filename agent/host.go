@@ -9,6 +9,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"corpus/agent/deploy"
+	"corpus/agent/guests"
 	"corpus/agent/load"
 	"corpus/agent/logs"
 	"corpus/agent/services"
@@ -29,6 +30,7 @@ var (
 	_ sshd.Host      = host{}
 	_ logs.Guests    = host{}
 	_ shell.Guests   = host{}
+	_ guests.Node    = host{}
 )
 
 func (h host) Guest(name string) (*corpusv1.Guest, drivers.Driver) {
@@ -66,6 +68,38 @@ func (h host) ShellRequest(ctx context.Context, name, project string, argv []str
 	tty bool, term string, size *corpusv1.TerminalSize) (shell.Request, drivers.Driver, error) {
 	return h.a.sessions.Request(ctx, name, project, argv, env, dir, tty, term, size)
 }
+
+// Current is the guest's desired state, or nil after forgetting its
+// worker when the guest is no longer desired. Then the reconcile loop is
+// woken: while the worker was there, the guest was not taken for an
+// orphan; now it is, and a copy left on the host (the guest was deleted
+// elsewhere, or moved to another node) is removed.
+func (h host) Current(id string) *corpusv1.Guest {
+	a := h.a
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	g := a.desired[id]
+	if g == nil {
+		delete(a.workers, id)
+		delete(a.observed, id)
+		a.poke(a.kick)
+	}
+	return g
+}
+
+func (h host) Waiting(id string) string {
+	h.a.mu.Lock()
+	defer h.a.mu.Unlock()
+	return h.a.guestWaiting[id]
+}
+
+func (h host) Project(id string) string {
+	h.a.mu.Lock()
+	defer h.a.mu.Unlock()
+	return h.a.guestProjects[id]
+}
+
+func (h host) SetObserved(id string, o *corpusv1.GuestObserved) { h.a.setObserved(id, o) }
 
 // logTargets are the desired guests for the logs loop (logs.Targets);
 // known once the coordinator has named this node.
