@@ -19,12 +19,7 @@ import (
 // with it, the subsystem answers (a bad guest name here).
 func TestStreamingCallers(t *testing.T) {
 	t.Parallel()
-	a := &Agent{id: cache.Identity{NodeName: "n1", AgentKey: "agent-key"}}
-	mux := http.NewServeMux()
-	mountAPI(mux, a)
-	srv := httptest.NewServer(mux)
-	defer srv.Close()
-	client := corpusv1connect.NewNodeAgentServiceClient(srv.Client(), srv.URL)
+	client := serveAPI(t, &Agent{id: cache.Identity{NodeName: "n1", AgentKey: "agent-key"}})
 	auth := func(h http.Header, token string) {
 		if token != "" {
 			h.Set("Authorization", "Bearer "+token)
@@ -69,4 +64,14 @@ func TestStreamingCallers(t *testing.T) {
 			t.Errorf("%s = %v, want %v", tc.what, err, tc.want)
 		}
 	}
+}
+
+// serveAPI serves a's API, as mounted, over HTTP until the test ends and
+// returns a client of it.
+func serveAPI(t *testing.T, a *Agent) corpusv1connect.NodeAgentServiceClient {
+	mux := http.NewServeMux()
+	mountAPI(mux, a)
+	srv := httptest.NewServer(mux)
+	t.Cleanup(srv.Close)
+	return corpusv1connect.NewNodeAgentServiceClient(srv.Client(), srv.URL)
 }

@@ -2,8 +2,6 @@ package agent
 
 import (
 	"context"
-	"net/http"
-	"net/http/httptest"
 	"testing"
 
 	"connectrpc.com/connect"
@@ -12,7 +10,6 @@ import (
 	"corpus/agent/volumes"
 	"corpus/internal/secret"
 	corpusv1 "corpus/proto/corpus/v1"
-	"corpus/proto/corpus/v1/corpusv1connect"
 )
 
 // TestMeasureVolumeCallers: only the cluster's coordinators (holding its
@@ -23,11 +20,7 @@ func TestMeasureVolumeCallers(t *testing.T) {
 	t.Parallel()
 	a := &Agent{id: cache.Identity{NodeName: "n1", AgentKey: "agent-key"}}
 	a.vols = volumes.New(volumes.Config{Node: func() (string, string) { return a.id.NodeID, a.id.NodeName }})
-	mux := http.NewServeMux()
-	mountAPI(mux, a)
-	srv := httptest.NewServer(mux)
-	defer srv.Close()
-	client := corpusv1connect.NewNodeAgentServiceClient(srv.Client(), srv.URL)
+	client := serveAPI(t, a)
 	measure := func(token, name string) error {
 		req := connect.NewRequest(&corpusv1.MeasureVolumeRequest{Name: name})
 		if token != "" {
