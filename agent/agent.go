@@ -20,9 +20,10 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"corpus/agent/backup"
 	"corpus/agent/cache"
 	"corpus/agent/deploy"
+	"corpus/agent/guests"
+	"corpus/agent/instances"
 	"corpus/agent/logs"
 	"corpus/agent/network"
 	"corpus/agent/runtime"
@@ -222,7 +223,7 @@ type Agent struct {
 	runtime  *runtime.Runtime // the guests' process supervisors
 	logs     *logs.Store      // the guests' logs on this node
 	shipper  *logs.Shipper    // nil unless LogShip names a target
-	shells   *shell.Manager   // interactive sessions in guests
+	sessions shell.Sessions   // interactive sessions and commands in guests
 	drivers  map[string]drivers.Driver
 	listener net.Listener
 	http     *http.Server
@@ -231,13 +232,13 @@ type Agent struct {
 	net      *network.Network // nil when networking is off
 	routeSet *network.Routes  // publishes routes through drivers, finds the proxy's targets
 	vols     *volumes.Manager
+	guests   *guests.Config // what the guests' workers share
 	id       cache.Identity
 	coords   *coordinators
-	deploys  *deploy.Pipeline  // releases of the projects whose guests are here
-	services *services.Manager // the services whose guests are here
-	backups  *backup.Store     // the backups this node keeps
-	ssh      *sshd.Server      // nil when the git endpoint is off
-	gossip   *gossip.Member    // nil when gossip is off
+	deploys  *deploy.Pipeline // releases of the projects whose guests are here
+	services services.Node    // the services whose guests are here, the backups it keeps
+	ssh      *sshd.Server     // nil when the git endpoint is off
+	gossip   *gossip.Member   // nil when gossip is off
 	runCtx   context.Context
 	metrics  *agentMetrics
 	tlsCerts atomic.Pointer[nodeCerts] // set once enrolled
@@ -255,9 +256,9 @@ type Agent struct {
 	// who may reach them.
 	guestProjects map[string]string
 	// instances are the project instances past the first among the
-	// guests, and instState how each last synced (agent/instances.go).
+	// guests; instSync keeps them serving (agent/instances).
 	instances     []*corpusv1.InstanceAssignment
-	instState     map[string]*instanceState
+	instSync      *instances.Syncer
 	guestServices map[string]string
 	serviceReach  map[string]*corpusv1.ServiceReach
 	// guestWaiting are the guests not to start yet, and why (the
@@ -274,8 +275,8 @@ type Agent struct {
 	// rewatch ends the current watch stream so a fresh one starts.
 	rewatch context.CancelFunc
 
-	known    bool               // desired came from the coordinator or the cache
-	workers  map[string]*worker // by guest id
+	known    bool                      // desired came from the coordinator or the cache
+	workers  map[string]*guests.Worker // by guest id
 	observed map[string]*corpusv1.GuestObserved
 
 	kick       chan struct{} // wakes the reconcile loop
@@ -344,19 +345,25 @@ func New(cfg Config, parts Parts) (*Agent, error) {
 		cache:      c,
 		runtime:    &runtime.Runtime{Binary: cfg.SupervisorBinary},
 		logs:       logStore,
-		shells:     shell.New(cfg.Shells),
 		drivers:    parts.Drivers,
 		net:        parts.Network,
 		desired:    map[string]*corpusv1.Guest{},
-		workers:    map[string]*worker{},
+		workers:    map[string]*guests.Worker{},
 		observed:   map[string]*corpusv1.GuestObserved{},
-		instState:  map[string]*instanceState{},
 		kick:       make(chan struct{}, 1),
 		report:     make(chan struct{}, 1),
 		gossipKick: make(chan struct{}, 1),
 		metrics:    newAgentMetrics(cfg.Metrics),
 	}
 	a.tls = certs.New(a.fetchTLS)
+	a.guests = &guests.Config{Drivers: a.drivers, Journal: c, StopTimeout: cfg.StopTimeout, Node: host{a}, Logger: a.logger,
+		Reconciled: func(g *corpusv1.Guest, took time.Duration, err error) {
+			a.metrics.reconciled(a.driverLabel(g), took, err)
+		}}
+	if a.net != nil {
+		a.guests.Network = a.guestNetwork
+	}
+	a.sessions = shell.Sessions{Shells: shell.New(cfg.Shells), Guests: host{a}, Runtime: a.runtime, Node: func() string { return a.id.NodeName }}
 	if shipper != nil {
 		self, a.shipper = a, shipper
 		a.logs.ShipTo(shipper)
@@ -367,6 +374,7 @@ func New(cfg Config, parts Parts) (*Agent, error) {
 		Kick:   func() { a.poke(a.kick) },
 		Report: func() { a.poke(a.report) },
 		Logger: a.logger})
+	a.guests.Volumes = a.vols
 	ln, err := rpc.Listen(cfg.APIAddr)
 	if err != nil {
 		c.Close()
@@ -379,13 +387,17 @@ func New(cfg Config, parts Parts) (*Agent, error) {
 		c.Close()
 		return nil, err
 	}
-	if err := a.newServices(); err != nil {
+	a.instSync = instances.New(a.deploys.SyncInstance, func() { a.poke(a.kick) }, func() { a.poke(a.report) }, a.logger)
+	a.services = services.Node{Volumes: a.vols, Logger: a.logger}
+	a.services.Services, a.services.Backups, err = services.Open(cfg.StateDir,
+		services.Config{Runtime: a.runtime, Logger: a.logger.With("component", "services")}, host{a})
+	if err != nil {
 		ln.Close()
 		c.Close()
 		return nil, err
 	}
 	if cfg.GitAddr != "" {
-		if a.ssh, err = sshd.New(sshd.Config{StateDir: cfg.StateDir, Addr: cfg.GitAddr, Host: sshHost{a}, Shells: a.shells, Logger: a.logger}); err != nil {
+		if a.ssh, err = sshd.New(sshd.Config{StateDir: cfg.StateDir, Addr: cfg.GitAddr, Host: host{a}, Shells: a.sessions.Shells, Logger: a.logger}); err != nil {
 			ln.Close()
 			c.Close()
 			return nil, err
@@ -464,7 +476,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		a.tlsCerts.Store(&nodeCerts{keys: keys, ca: ca})
 	}
 	a.coords = newCoordinators(coordinatorList(a.cfg.Coordinators, a.id.Coordinator), a.coordinatorHTTP())
-	if err := a.recoverJournal(ctx); err != nil {
+	if err := a.guests.RecoverJournal(ctx); err != nil {
 		a.logger.Warn("recovering interrupted work", "error", err)
 	}
 	if msg, ok, err := a.cache.Desired(); err != nil {
@@ -510,7 +522,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	a.startGossip()
 	run(a.deploys.Run)
 	run(a.reviveLoop)
-	run(a.logsLoop)
+	run(func(ctx context.Context) { a.logs.Keep(ctx, host{a}.logTargets, a.runtime) })
 	if a.shipper != nil {
 		run(a.shipper.Run)
 	}
@@ -530,6 +542,26 @@ func (a *Agent) Run(ctx context.Context) error {
 		a.net.Shutdown(shctx)
 	}
 	return nil
+}
+
+// newDeploys builds the agent's deploy pipeline, once its cache, runtime,
+// logs, drivers and network are in place.
+func (a *Agent) newDeploys() (*deploy.Pipeline, error) {
+	cfg := deploy.Config{
+		MaxPushBytes: a.cfg.GitMaxPushBytes,
+		Cache:        a.cache,
+		Runtime:      a.runtime,
+		Logs:         a.logs,
+		Metrics:      a.cfg.Metrics,
+		Logger:       a.logger,
+	}
+	if a.cfg.GitAddr != "" {
+		cfg.GitDir = filepath.Join(a.cfg.StateDir, "git")
+	}
+	if a.net != nil {
+		cfg.Proxy = a.net.Proxy()
+	}
+	return deploy.New(cfg, host{a})
 }
 
 // desiredGuest is the guest of that id as last told, or nil.

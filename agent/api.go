@@ -1,88 +1,92 @@
 package agent
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"net/http"
 	"strings"
-	"sync"
 
 	"connectrpc.com/connect"
 
-	"corpus/drivers"
-	"corpus/internal/names"
-	"corpus/internal/rpc"
+	"corpus/agent/certs"
+	"corpus/agent/deploy"
+	"corpus/agent/load"
+	"corpus/agent/logs"
+	"corpus/agent/services"
+	"corpus/agent/shell"
+	"corpus/agent/volumes"
 	"corpus/internal/secret"
-	corpusv1 "corpus/proto/corpus/v1"
 	"corpus/proto/corpus/v1/corpusv1connect"
 )
 
+// agentAPI is the agent's own API: each subsystem serves its procedures,
+// and callerCheck admits only the cluster's coordinators to any of them.
+type agentAPI struct {
+	shell.Sessions    // Exec, Shell
+	logs.Reader       // Logs
+	deploy.Releases   // Redeploy, ReleaseSource, Rollback, Processes
+	services.Node     // DumpService, StoreBackup, ReadBackup, LoadService, RemoveBackup
+	volumes.Transfers // MeasureVolume, ExportVolume, ImportVolume, SnapshotVolume
+	load.Sampler      // Load
+	certs.Challenges  // CheckChallenge
+}
+
+var _ corpusv1connect.NodeAgentServiceHandler = agentAPI{}
+
 // mountAPI serves the agent's own API, called by coordinators only.
 func mountAPI(mux *http.ServeMux, a *Agent) {
-	mux.Handle(corpusv1connect.NewNodeAgentServiceHandler(&agentAPI{a},
-		connect.WithReadMaxBytes(2<<20)))
+	h := host{a}
+	s := agentAPI{
+		Sessions:  a.sessions,
+		Reader:    logs.Reader{Store: a.logs, Guests: h, Node: a.id.NodeName},
+		Releases:  deploy.Releases{Pipeline: a.deploys, Run: a.runCtx},
+		Node:      a.services,
+		Transfers: volumes.Transfers{M: a.vols},
+		Sampler:   load.Sampler{Guests: h.loadSamples},
+	}
+	s.Challenges.Node = a.id.NodeName
+	if a.net != nil && a.net.Proxy() != nil {
+		s.Sampler.Proxy, s.Challenges.Proxy = a.net.Proxy(), a.net.Proxy()
+	}
+	mux.Handle(corpusv1connect.NewNodeAgentServiceHandler(s,
+		connect.WithReadMaxBytes(2<<20), connect.WithInterceptors(callerCheck{a})))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		fmt.Fprintf(w, "{\"status\":\"ok\",\"node\":%q}\n", a.id.NodeName)
 	})
 }
 
-type agentAPI struct{ a *Agent }
+// callerCheck admits coordinators of this cluster (the cluster's agent
+// key) to every procedure of the agent's API, before the procedure
+// reads anything.
+type callerCheck struct{ a *Agent }
 
-// checkCaller admits coordinators of this cluster (the cluster's agent key).
-func (a *Agent) checkCaller(h http.Header) error {
+func (c callerCheck) check(h http.Header) error {
 	tok, _ := strings.CutPrefix(h.Get("Authorization"), "Bearer ")
-	if a.id.AgentKey == "" || !secret.Equal(tok, secret.Hash(a.id.AgentKey)) {
+	if c.a.id.AgentKey == "" || !secret.Equal(tok, secret.Hash(c.a.id.AgentKey)) {
 		return connect.NewError(connect.CodeUnauthenticated, errors.New("only coordinators of this cluster may call the agent"))
 	}
 	return nil
 }
 
-func (s *agentAPI) Exec(ctx context.Context, req *connect.Request[corpusv1.ExecGuestRequest], stream *connect.ServerStream[corpusv1.ExecOutput]) error {
-	a := s.a
-	if err := a.checkCaller(req.Header()); err != nil {
-		return err
+func (c callerCheck) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
+	return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
+		if err := c.check(req.Header()); err != nil {
+			return nil, err
+		}
+		return next(ctx, req)
 	}
-	m := req.Msg
-	if err := names.Validate("guest", m.Name); err != nil {
-		return connect.NewError(connect.CodeInvalidArgument, err)
+}
+
+func (callerCheck) WrapStreamingClient(next connect.StreamingClientFunc) connect.StreamingClientFunc {
+	return next
+}
+
+func (c callerCheck) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
+	return func(ctx context.Context, conn connect.StreamingHandlerConn) error {
+		if err := c.check(conn.RequestHeader()); err != nil {
+			return err
+		}
+		return next(ctx, conn)
 	}
-	if len(m.Argv) == 0 {
-		return connect.NewError(connect.CodeInvalidArgument, errors.New("no command given"))
-	}
-	g := a.desiredByName(m.Name)
-	if g == nil {
-		return connect.NewError(connect.CodeNotFound, fmt.Errorf("guest %q is not on node %s", m.Name, a.id.NodeName))
-	}
-	d, ok := a.drivers[g.Spec.GetDriver()]
-	if !ok {
-		return connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("driver %s is not available on node %s", g.Spec.GetDriver(), a.id.NodeName))
-	}
-	if !d.Capabilities().Exec {
-		return connect.NewError(connect.CodeUnimplemented, fmt.Errorf("driver %s cannot exec", g.Spec.GetDriver()))
-	}
-	var mu sync.Mutex
-	send := func(out *corpusv1.ExecOutput) error {
-		mu.Lock()
-		defer mu.Unlock()
-		return stream.Send(out)
-	}
-	code, err := d.Exec(ctx, g.Name, drivers.ExecRequest{
-		Argv:   m.Argv,
-		Env:    m.Env,
-		Dir:    m.Dir,
-		Stdin:  bytes.NewReader(m.Stdin),
-		Stdout: rpc.StreamWriter(func(p []byte) error { return send(&corpusv1.ExecOutput{Stdout: p}) }),
-		Stderr: rpc.StreamWriter(func(p []byte) error { return send(&corpusv1.ExecOutput{Stderr: p}) }),
-	})
-	switch {
-	case errors.Is(err, drivers.ErrNotRunning):
-		return connect.NewError(connect.CodeFailedPrecondition, err)
-	case errors.Is(err, drivers.ErrNotFound):
-		return connect.NewError(connect.CodeNotFound, err)
-	case err != nil:
-		return connect.NewError(connect.CodeInternal, fmt.Errorf("exec in %s: %w", g.Name, err))
-	}
-	return send(&corpusv1.ExecOutput{Exited: true, ExitCode: int32(code)})
 }

@@ -2,11 +2,11 @@ package agent
 
 import (
 	"crypto/x509"
-	"errors"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"corpus/agent/guests"
 	"corpus/internal/metrics"
 	"corpus/internal/pki"
 	corpusv1 "corpus/proto/corpus/v1"
@@ -40,7 +40,7 @@ func newAgentMetrics(reg prometheus.Registerer) *agentMetrics {
 func (m *agentMetrics) reconciled(driver string, took time.Duration, err error) {
 	m.reconcile.WithLabelValues(driver).Observe(took.Seconds())
 	if err != nil {
-		m.reconcileErrors.WithLabelValues(driver, failedStep(err)).Inc()
+		m.reconcileErrors.WithLabelValues(driver, guests.FailedStep(err)).Inc()
 	}
 }
 
@@ -51,32 +51,6 @@ func (a *Agent) driverLabel(g *corpusv1.Guest) string {
 		return name
 	}
 	return "none"
-}
-
-// reconcileStepError is a guest reconcile that failed at step.
-type reconcileStepError struct {
-	step string
-	err  error
-}
-
-func (e *reconcileStepError) Error() string { return e.err.Error() }
-func (e *reconcileStepError) Unwrap() error { return e.err }
-
-// atStep marks err as failing at step (nil stays nil).
-func atStep(step string, err error) error {
-	if err == nil {
-		return nil
-	}
-	return &reconcileStepError{step: step, err: err}
-}
-
-// failedStep is the step err failed at, "other" when unmarked.
-func failedStep(err error) string {
-	var se *reconcileStepError
-	if errors.As(err, &se) {
-		return se.step
-	}
-	return "other"
 }
 
 // nodeCerts are the node's TLS material once it is enrolled, read by

@@ -8,6 +8,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"corpus/agent/guests"
 	"corpus/drivers"
 	"corpus/internal/metrics/metricstest"
 )
@@ -19,7 +20,7 @@ func TestReconcileMetrics(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	m := newAgentMetrics(reg)
 	m.reconciled("lxc", 20*time.Millisecond, nil)
-	m.reconciled("lxc", time.Second, fmt.Errorf("guest web: %w", atStep("start", fmt.Errorf("starting: %w", drivers.ErrNotFound))))
+	m.reconciled("lxc", time.Second, fmt.Errorf("guest web: %w", guests.AtStep("start", fmt.Errorf("starting: %w", drivers.ErrNotFound))))
 	m.reconciled("lxc", time.Second, errors.New("unmarked"))
 	if n := metricstest.HistogramCount(t, reg, "corpus_agent_reconcile_duration_seconds", "driver", "lxc"); n != 3 {
 		t.Errorf("reconcile_duration_seconds{lxc} count = %d, want 3", n)
@@ -29,10 +30,10 @@ func TestReconcileMetrics(t *testing.T) {
 			t.Errorf("reconcile_errors_total{lxc, %s} = %v, want %v", step, got, want)
 		}
 	}
-	if err := atStep("start", fmt.Errorf("x: %w", drivers.ErrNotFound)); !errors.Is(err, drivers.ErrNotFound) || err.Error() != "x: "+drivers.ErrNotFound.Error() {
+	if err := guests.AtStep("start", fmt.Errorf("x: %w", drivers.ErrNotFound)); !errors.Is(err, drivers.ErrNotFound) || err.Error() != "x: "+drivers.ErrNotFound.Error() {
 		t.Errorf("atStep changed the error: %v", err)
 	}
-	if atStep("start", nil) != nil {
-		t.Errorf("atStep(nil) is not nil")
+	if guests.AtStep("start", nil) != nil {
+		t.Errorf("AtStep(nil) is not nil")
 	}
 }

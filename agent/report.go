@@ -60,11 +60,11 @@ func (a *Agent) sendReport(ctx context.Context) error {
 	}
 	a.mu.Lock()
 	for id, o := range a.observed {
-		req.Guests = append(req.Guests, &corpusv1.ReportedGuest{GuestId: id, Observed: a.withInstance(id, proto.Clone(o).(*corpusv1.GuestObserved))})
+		req.Guests = append(req.Guests, &corpusv1.ReportedGuest{GuestId: id, Observed: a.instSync.Observed(id, proto.Clone(o).(*corpusv1.GuestObserved))})
 	}
 	a.mu.Unlock()
 	req.Volumes = a.vols.Observed()
-	req.Services = a.services.Report()
+	req.Services = a.services.Services.Report()
 	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	addr, client := a.coords.current()

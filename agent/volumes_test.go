@@ -20,13 +20,13 @@ func TestMeasureVolumeCallers(t *testing.T) {
 	t.Parallel()
 	a := &Agent{id: cache.Identity{NodeName: "n1", AgentKey: "agent-key"}}
 	a.vols = volumes.New(volumes.Config{Node: func() (string, string) { return a.id.NodeID, a.id.NodeName }})
-	s := &agentAPI{a}
+	client := serveAPI(t, a)
 	measure := func(token, name string) error {
 		req := connect.NewRequest(&corpusv1.MeasureVolumeRequest{Name: name})
 		if token != "" {
 			req.Header().Set("Authorization", "Bearer "+token)
 		}
-		_, err := s.MeasureVolume(context.Background(), req)
+		_, err := client.MeasureVolume(context.Background(), req)
 		return err
 	}
 	for _, tc := range []struct {

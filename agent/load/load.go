@@ -1,7 +1,8 @@
 // Package load reads how busy a node's guests are: the CPU time a guest
 // used, from the cgroup its init process runs in (cgroup v2 cpu.stat, or
 // v1 cpuacct.usage). The coordinator's autoscaler samples it twice and
-// takes the rate; nothing here keeps state.
+// takes the rate; nothing here keeps state. Sampler serves it to the
+// coordinators.
 package load
 
 import (

@@ -12,6 +12,9 @@
 // and says so. Writes are appended without fsync: an agent crash loses at
 // most what the kernel had not written, and the supervisor in the guest
 // still has it (the collector starts again from the last line stored).
+//
+// Store.Keep runs a collector per running project guest and a console
+// tail per guest that has one; Reader serves the agent's Logs call.
 package logs
 
 import (

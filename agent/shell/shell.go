@@ -11,6 +11,10 @@
 // the command's session in the guest (hung up, then what is left killed:
 // background jobs too), and the terminal is closed, also while something
 // still holds it open.
+//
+// Sessions prepares a session in a guest of the node (the environment of
+// a project's processes, the terminal wrapper) and serves the agent's
+// Exec and Shell calls; the SSH endpoint (agent/sshd) asks it too.
 package shell
 
 import (

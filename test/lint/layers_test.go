@@ -63,6 +63,12 @@ var layers = []struct {
 	},
 	{
 		in:   []string{"..."},
+		but:  []string{"drivers/fakedriver"},
+		deny: []string{"drivers/fakedriver"},
+		why:  "the fake driver is for tests: no program runs guests on it",
+	},
+	{
+		in:   []string{"..."},
 		but:  []string{"cmd/..."},
 		deny: []string{"cmd/..."},
 		why:  "cmd/ only wires the binary; what another package needs lives in an importable package",

@@ -1,11 +1,11 @@
-package agent
+package services
 
 import (
 	"context"
 	"errors"
 	"fmt"
 	"io"
-	"maps"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -14,21 +14,34 @@ import (
 	"connectrpc.com/connect"
 
 	"corpus/agent/backup"
-	"corpus/agent/services"
 	"corpus/agent/volumes"
 	corpusv1 "corpus/proto/corpus/v1"
 )
 
-// Services and backups on this node: the agent runs the services whose
-// guests it hosts (agent/services), keeps the backups the cluster gave
-// it (agent/backup), and serves the coordinators' backup and restore
-// calls for both.
+// VolumeBackups backs up and restores the volumes of this node
+// (agent/volumes).
+type VolumeBackups interface {
+	Dump(ctx context.Context, name string, w io.Writer) (int64, string, error)
+	Load(ctx context.Context, name string, r io.Reader, size int64, sum string) error
+}
 
-// newServices builds the node's service manager and backup store.
-func (a *Agent) newServices() error {
-	spool := filepath.Join(a.cfg.StateDir, "services", "spool")
+// Node is the node's services and backups: Reconcile runs the services
+// whose guests it hosts (Manager) and keeps the backups the cluster gave
+// it (agent/backup); it serves the coordinators' backup and restore
+// calls for both (the caller is checked before).
+type Node struct {
+	Services *Manager
+	Backups  *backup.Store
+	Volumes  VolumeBackups
+	Logger   *slog.Logger
+}
+
+// Open builds the node's service manager, its restore spool and its
+// backup store under stateDir; cfg.SpoolDir is set here.
+func Open(stateDir string, cfg Config, a Agent) (*Manager, *backup.Store, error) {
+	spool := filepath.Join(stateDir, "services", "spool")
 	if err := os.MkdirAll(spool, 0o700); err != nil {
-		return err
+		return nil, nil, err
 	}
 	// Restores that died with the agent left their spools.
 	if entries, err := os.ReadDir(spool); err == nil {
@@ -36,55 +49,38 @@ func (a *Agent) newServices() error {
 			os.Remove(filepath.Join(spool, e.Name()))
 		}
 	}
-	store, err := backup.Open(filepath.Join(a.cfg.StateDir, "backups"))
+	store, err := backup.Open(filepath.Join(stateDir, "backups"))
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
-	a.backups = store
-	a.services = services.New(services.Config{Runtime: a.runtime, Logger: a.logger.With("component", "services"), SpoolDir: spool}, deployAgent{a})
-	return nil
+	cfg.SpoolDir = spool
+	return New(cfg, a), store, nil
 }
 
-// reconcileServices runs the services of this node's guests and removes
-// the backups the state no longer names.
-func (a *Agent) reconcileServices(ctx context.Context) {
-	a.mu.Lock()
-	known := a.known
-	svcs := maps.Clone(a.guestServices)
-	guests := maps.Clone(a.desired)
-	var keep map[string]bool
-	if a.heldBackups != nil {
-		keep = make(map[string]bool, len(a.heldBackups))
-		for _, b := range a.heldBackups {
-			keep[b.Id] = true
-		}
-	}
-	a.mu.Unlock()
-	if !known {
-		return
-	}
-	a.services.Sync(ctx, svcs, guests)
-	if keep == nil {
-		keep = map[string]bool{}
+// Reconcile runs the services of this node's guests (guest id to
+// service name) and removes the backups held (what the state says this
+// node keeps) does not name.
+func (s Node) Reconcile(ctx context.Context, svcs map[string]string, guests map[string]*corpusv1.Guest, held []*corpusv1.Backup) {
+	s.Services.Sync(ctx, svcs, guests)
+	keep := map[string]bool{}
+	for _, b := range held {
+		keep[b.Id] = true
 	}
 	// A transfer that has written nothing for this long died; a backup
 	// the state has not named for this long is gone from it.
-	removed, err := a.backups.Prune(keep, time.Now().Add(-time.Hour))
+	removed, err := s.Backups.Prune(keep, time.Now().Add(-time.Hour))
 	if err != nil {
-		a.logger.Warn("removing backups no longer kept", "error", err)
+		s.Logger.Warn("removing backups no longer kept", "error", err)
 	}
 	for _, id := range removed {
-		a.logger.Info("removed a backup the cluster no longer keeps", "backup", id)
+		s.Logger.Info("removed a backup the cluster no longer keeps", "backup", id)
 	}
 }
 
 // DumpService streams the dump of a service whose guest is on this node,
 // or the backup of a volume here; the last message has its size and
 // SHA-256.
-func (s *agentAPI) DumpService(ctx context.Context, req *connect.Request[corpusv1.DumpServiceRequest], stream *connect.ServerStream[corpusv1.BackupChunk]) error {
-	if err := s.a.checkCaller(req.Header()); err != nil {
-		return err
-	}
+func (s Node) DumpService(ctx context.Context, req *connect.Request[corpusv1.DumpServiceRequest], stream *connect.ServerStream[corpusv1.BackupChunk]) error {
 	bk := req.Msg.Backup
 	if bk == nil {
 		return connect.NewError(connect.CodeInvalidArgument, errors.New("no backup named"))
@@ -95,9 +91,9 @@ func (s *agentAPI) DumpService(ctx context.Context, req *connect.Request[corpusv
 	var err error
 	switch {
 	case bk.Volume != "":
-		size, sum, err = s.a.vols.Dump(ctx, bk.Volume, w)
+		size, sum, err = s.Volumes.Dump(ctx, bk.Volume, w)
 	case bk.Service != "":
-		size, sum, err = s.a.services.Dump(ctx, bk.Service, w)
+		size, sum, err = s.Services.Dump(ctx, bk.Service, w)
 	default:
 		err = errNoSubject
 	}
@@ -117,7 +113,7 @@ func serviceError(err error) error {
 		return ce
 	case errors.Is(err, errNoSubject):
 		return connect.NewError(connect.CodeInvalidArgument, err)
-	case errors.Is(err, services.ErrNotHere):
+	case errors.Is(err, ErrNotHere):
 		return connect.NewError(connect.CodeNotFound, err)
 	case errors.Is(err, backup.ErrNotFound):
 		return connect.NewError(connect.CodeNotFound, err)
@@ -130,15 +126,12 @@ func serviceError(err error) error {
 // StoreBackup keeps a streamed backup: the first message names it, the
 // last (a message with a backup again) gives the size and SHA-256 the
 // data must have.
-func (s *agentAPI) StoreBackup(ctx context.Context, stream *connect.ClientStream[corpusv1.BackupChunk]) (*connect.Response[corpusv1.StoreBackupResponse], error) {
-	if err := s.a.checkCaller(stream.RequestHeader()); err != nil {
-		return nil, err
-	}
+func (s Node) StoreBackup(ctx context.Context, stream *connect.ClientStream[corpusv1.BackupChunk]) (*connect.Response[corpusv1.StoreBackupResponse], error) {
 	if !stream.Receive() || stream.Msg().Backup == nil {
 		return nil, connect.NewError(connect.CodeInvalidArgument, errors.New("the first message must name the backup"))
 	}
 	head := stream.Msg().Backup
-	w, err := s.a.backups.Create(head.Id)
+	w, err := s.Backups.Create(head.Id)
 	if err != nil {
 		return nil, connect.NewError(connect.CodeInvalidArgument, err)
 	}
@@ -164,20 +157,17 @@ func (s *agentAPI) StoreBackup(ctx context.Context, stream *connect.ClientStream
 	if err := w.Commit(tail.SizeBytes, tail.Sha256); err != nil {
 		return nil, serviceError(err)
 	}
-	s.a.logger.Info("keeping a backup", "backup", head.Id, "service", head.Service, "bytes", tail.SizeBytes)
+	s.Logger.Info("keeping a backup", "backup", head.Id, "service", head.Service, "bytes", tail.SizeBytes)
 	return connect.NewResponse(&corpusv1.StoreBackupResponse{SizeBytes: tail.SizeBytes, Sha256: tail.Sha256}), nil
 }
 
 // ReadBackup streams a kept backup once its checksum is verified.
-func (s *agentAPI) ReadBackup(ctx context.Context, req *connect.Request[corpusv1.ReadBackupRequest], stream *connect.ServerStream[corpusv1.BackupChunk]) error {
-	if err := s.a.checkCaller(req.Header()); err != nil {
-		return err
-	}
+func (s Node) ReadBackup(ctx context.Context, req *connect.Request[corpusv1.ReadBackupRequest], stream *connect.ServerStream[corpusv1.BackupChunk]) error {
 	bk := req.Msg.Backup
 	if bk == nil {
 		return connect.NewError(connect.CodeInvalidArgument, errors.New("no backup named"))
 	}
-	r, err := s.a.backups.Read(bk.Id, bk.SizeBytes, bk.Sha256)
+	r, err := s.Backups.Read(bk.Id, bk.SizeBytes, bk.Sha256)
 	if err != nil {
 		return serviceError(err)
 	}
@@ -198,10 +188,7 @@ var errNoSubject = errors.New("the backup names neither a service nor a volume")
 
 // LoadService restores a streamed backup into a service whose guest is on
 // this node, or into a volume here.
-func (s *agentAPI) LoadService(ctx context.Context, stream *connect.ClientStream[corpusv1.BackupChunk]) (*connect.Response[corpusv1.LoadServiceResponse], error) {
-	if err := s.a.checkCaller(stream.RequestHeader()); err != nil {
-		return nil, err
-	}
+func (s Node) LoadService(ctx context.Context, stream *connect.ClientStream[corpusv1.BackupChunk]) (*connect.Response[corpusv1.LoadServiceResponse], error) {
 	if !stream.Receive() || stream.Msg().Backup == nil {
 		return nil, connect.NewError(connect.CodeInvalidArgument, errors.New("the first message must name the backup"))
 	}
@@ -219,9 +206,9 @@ func (s *agentAPI) LoadService(ctx context.Context, stream *connect.ClientStream
 	var err error
 	switch {
 	case head.Volume != "":
-		err = s.a.vols.Load(ctx, head.Volume, pr, head.SizeBytes, head.Sha256)
+		err = s.Volumes.Load(ctx, head.Volume, pr, head.SizeBytes, head.Sha256)
 	case head.Service != "":
-		out, err = s.a.services.Load(ctx, head.Service, pr, head.SizeBytes, head.Sha256)
+		out, err = s.Services.Load(ctx, head.Service, pr, head.SizeBytes, head.Sha256)
 	default:
 		err = errNoSubject
 	}
@@ -233,14 +220,11 @@ func (s *agentAPI) LoadService(ctx context.Context, stream *connect.ClientStream
 }
 
 // RemoveBackup removes a kept backup's file.
-func (s *agentAPI) RemoveBackup(ctx context.Context, req *connect.Request[corpusv1.RemoveBackupRequest]) (*connect.Response[corpusv1.RemoveBackupResponse], error) {
-	if err := s.a.checkCaller(req.Header()); err != nil {
-		return nil, err
-	}
+func (s Node) RemoveBackup(ctx context.Context, req *connect.Request[corpusv1.RemoveBackupRequest]) (*connect.Response[corpusv1.RemoveBackupResponse], error) {
 	if req.Msg.Backup == nil {
 		return nil, connect.NewError(connect.CodeInvalidArgument, errors.New("no backup named"))
 	}
-	if err := s.a.backups.Remove(req.Msg.Backup.Id); err != nil {
+	if err := s.Backups.Remove(req.Msg.Backup.Id); err != nil {
 		return nil, connect.NewError(connect.CodeInvalidArgument, err)
 	}
 	return connect.NewResponse(&corpusv1.RemoveBackupResponse{}), nil
