@@ -20,12 +20,17 @@ import (
 	corpusv1 "corpus/proto/corpus/v1"
 )
 
-type agentService struct {
+// AgentService serves the agents' calls of this package; the packages
+// per noun serve theirs (see package serve, which joins them).
+type AgentService struct {
 	b     *Backend
 	peers peerList
 }
 
-func (s *agentService) Enroll(ctx context.Context, req *connect.Request[corpusv1.EnrollRequest]) (*connect.Response[corpusv1.EnrollResponse], error) {
+// NewAgentService returns the part of AgentService this package serves.
+func NewAgentService(b *Backend) *AgentService { return &AgentService{b: b} }
+
+func (s *AgentService) Enroll(ctx context.Context, req *connect.Request[corpusv1.EnrollRequest]) (*connect.Response[corpusv1.EnrollResponse], error) {
 	m := req.Msg
 	if err := names.Validate("node", m.Name); err != nil {
 		return nil, ToConnect(err)
@@ -106,7 +111,7 @@ func (s *agentService) Enroll(ctx context.Context, req *connect.Request[corpusv1
 
 // RenewCertificate signs a new certificate for the calling node and makes
 // it the node's current one.
-func (s *agentService) RenewCertificate(ctx context.Context, req *connect.Request[corpusv1.RenewCertificateRequest]) (*connect.Response[corpusv1.RenewCertificateResponse], error) {
+func (s *AgentService) RenewCertificate(ctx context.Context, req *connect.Request[corpusv1.RenewCertificateRequest]) (*connect.Response[corpusv1.RenewCertificateResponse], error) {
 	p := auth.FromContext(ctx)
 	cert, err := s.b.CA.Sign(req.Msg.CsrPem, pki.Request{Role: pki.RoleNode, ID: p.NodeID, TTL: s.b.CertTTL})
 	if err != nil {
@@ -147,7 +152,7 @@ func desiredOn(view *state.Snap, nodeID string) []*corpusv1.Guest {
 	return guests
 }
 
-func (s *agentService) Report(ctx context.Context, req *connect.Request[corpusv1.ReportRequest]) (*connect.Response[corpusv1.ReportResponse], error) {
+func (s *AgentService) Report(ctx context.Context, req *connect.Request[corpusv1.ReportRequest]) (*connect.Response[corpusv1.ReportResponse], error) {
 	p := auth.FromContext(ctx)
 	m := req.Msg
 	if err := validAgentAddrs(m.AgentAddress, m.Address); err != nil {
@@ -265,7 +270,7 @@ func sameDrivers(a, b []*corpusv1.DriverInfo) bool {
 }
 
 // dnsInfo tells the agent where this replica answers the cluster zone.
-func (s *agentService) dnsInfo(msg *corpusv1.WatchResponse) {
+func (s *AgentService) dnsInfo(msg *corpusv1.WatchResponse) {
 	if s.b.Zones == nil {
 		return
 	}

@@ -74,9 +74,13 @@ type Backend struct {
 	Series SeriesSource
 
 	// Guests and Volumes are the handlers of those services (set by
-	// serve.Mount): a service's resize goes through them.
-	Guests  corpusv1connect.GuestServiceHandler
-	Volumes corpusv1connect.VolumeServiceHandler
+	// serve.Mount): a service's resize goes through them. A project's
+	// import makes its services through Services; a service's link
+	// makes releases of its projects through Releases.
+	Guests   corpusv1connect.GuestServiceHandler
+	Volumes  corpusv1connect.VolumeServiceHandler
+	Services Services
+	Releases Releases
 
 	// ServiceTemplates is the operator's folder of service templates,
 	// added to the built-in ones ("": none).
@@ -369,9 +373,8 @@ func Options(b *Backend) []connect.HandlerOption {
 // Mount registers the services of this package on mux with opts (see
 // package serve, which mounts them all).
 func Mount(mux *http.ServeMux, b *Backend, opts []connect.HandlerOption) {
-	mux.Handle(corpusv1connect.NewServiceServiceHandler(&serviceService{b: b}, opts...))
+	b.Releases = &projectService{b}
 	mux.Handle(corpusv1connect.NewClusterServiceHandler(&clusterService{b}, opts...))
-	mux.Handle(corpusv1connect.NewAgentServiceHandler(&agentService{b: b}, opts...))
 	mux.Handle(corpusv1connect.NewProjectServiceHandler(&projectService{b}, opts...))
 }
 

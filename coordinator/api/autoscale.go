@@ -12,7 +12,7 @@ import (
 func (s *projectService) Autoscale(ctx context.Context, req *connect.Request[corpusv1.AutoscaleRequest]) (*connect.Response[corpusv1.AutoscaleResponse], error) {
 	m := req.Msg
 	view := s.b.Store.Read()
-	p, e, err := pickEnv(ctx, view, m.Project, m.Env)
+	p, e, err := PickEnv(ctx, view, m.Project, m.Env)
 	if err != nil {
 		return nil, err
 	}

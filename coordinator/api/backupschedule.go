@@ -12,7 +12,7 @@ import (
 // BackupService takes the scheduled backup of a service
 // (coordinator/backupschedule's Backups).
 func (b *Backend) BackupService(ctx context.Context, svc *corpusv1.Service) (*corpusv1.Backup, error) {
-	bk, source, err := serviceBackup(b.Store.Read(), svc, corpusv1.BackupSchedule)
+	bk, source, err := ServiceBackup(b.Store.Read(), svc, corpusv1.BackupSchedule)
 	if err != nil {
 		return nil, err
 	}

@@ -47,7 +47,7 @@ func validStrategy(strategy string, keep int64) error {
 	return nil
 }
 
-func (s *agentService) SwitchEnv(ctx context.Context, req *connect.Request[corpusv1.SwitchEnvRequest]) (*connect.Response[corpusv1.SwitchEnvResponse], error) {
+func (s *AgentService) SwitchEnv(ctx context.Context, req *connect.Request[corpusv1.SwitchEnvRequest]) (*connect.Response[corpusv1.SwitchEnvResponse], error) {
 	m := req.Msg
 	if err := validRelease(m.Project, m.Env); err != nil {
 		return nil, ToConnect(err)
@@ -83,7 +83,7 @@ func (s *agentService) SwitchEnv(ctx context.Context, req *connect.Request[corpu
 func (s *projectService) SwitchBack(ctx context.Context, req *connect.Request[corpusv1.SwitchBackRequest]) (*connect.Response[corpusv1.SwitchBackResponse], error) {
 	m := req.Msg
 	view := s.b.Store.Read()
-	p, e, err := pickEnv(ctx, view, m.Project, m.Env)
+	p, e, err := PickEnv(ctx, view, m.Project, m.Env)
 	if err != nil {
 		return nil, err
 	}

@@ -21,9 +21,9 @@ import (
 // Project config: set, unset, list; a change makes a release of the
 // current commit through the node's pipeline.
 
-// checkConfigChange validates a change before anything is sealed or
+// CheckConfigChange validates a change before anything is sealed or
 // written: the errors name keys, never values.
-func checkConfigChange(set map[string]string, unset []string) error {
+func CheckConfigChange(set map[string]string, unset []string) error {
 	if len(set) == 0 && len(unset) == 0 {
 		return Invalidf("nothing to set or unset: give KEY=VALUE or KEY")
 	}
@@ -55,12 +55,12 @@ func checkConfigChange(set map[string]string, unset []string) error {
 
 func (s *projectService) SetConfig(ctx context.Context, req *connect.Request[corpusv1.SetConfigRequest], stream *connect.ServerStream[corpusv1.DeployOutput]) error {
 	m := req.Msg
-	p, e, err := pickEnv(ctx, s.b.Store.Read(), m.Project, m.Env)
+	p, e, err := PickEnv(ctx, s.b.Store.Read(), m.Project, m.Env)
 	if err != nil {
 		return err
 	}
 	unset := slices.Compact(slices.Sorted(slices.Values(m.Unset)))
-	if err := checkConfigChange(m.Set, unset); err != nil {
+	if err := CheckConfigChange(m.Set, unset); err != nil {
 		return ToConnect(err)
 	}
 	k, err := s.b.keyrings.Ensure(ctx)
@@ -77,13 +77,13 @@ func (s *projectService) SetConfig(ctx context.Context, req *connect.Request[cor
 		return err
 	}
 	keys := slices.Sorted(maps.Keys(m.Set))
-	return s.releaseConfig(ctx, p.Name, e.Name, state.ConfigChangeText(keys, unset), m.NoRestart, stream.Send)
+	return s.ReleaseConfig(ctx, p.Name, e.Name, state.ConfigChangeText(keys, unset), m.NoRestart, stream.Send)
 }
 
-// releaseConfig makes a release of an environment's current commit with
+// ReleaseConfig makes a release of an environment's current commit with
 // its config as it now is (what says how it changed), unless noRestart
 // or nothing is deployed yet; the output streams back.
-func (s *projectService) releaseConfig(ctx context.Context, project, env, what string, noRestart bool, send func(*corpusv1.DeployOutput) error) error {
+func (s *projectService) ReleaseConfig(ctx context.Context, project, env, what string, noRestart bool, send func(*corpusv1.DeployOutput) error) error {
 	say := func(format string, args ...any) error {
 		return send(&corpusv1.DeployOutput{Output: fmt.Appendf(nil, format+"\n", args...)})
 	}
@@ -186,7 +186,7 @@ func (s *projectService) redeploy(ctx context.Context, view *state.Snap, p *corp
 func (s *projectService) GetConfig(ctx context.Context, req *connect.Request[corpusv1.GetConfigRequest]) (*connect.Response[corpusv1.GetConfigResponse], error) {
 	m := req.Msg
 	view := s.b.Store.Read()
-	p, e, err := pickEnv(ctx, view, m.Project, m.Env)
+	p, e, err := PickEnv(ctx, view, m.Project, m.Env)
 	if err != nil {
 		return nil, err
 	}
@@ -227,7 +227,7 @@ var validSteps = []string{"archive", "install", "health", "fixperms", "notify"}
 func (s *projectService) Deploy(ctx context.Context, req *connect.Request[corpusv1.RedeployRequest], stream *connect.ServerStream[corpusv1.DeployOutput]) error {
 	m := req.Msg
 	view := s.b.Store.Read()
-	p, e, err := pickEnv(ctx, view, m.Project, m.Env)
+	p, e, err := PickEnv(ctx, view, m.Project, m.Env)
 	if err != nil {
 		return err
 	}
@@ -277,7 +277,7 @@ func validProcessName(name string) error {
 
 func (s *projectService) ListProcesses(ctx context.Context, req *connect.Request[corpusv1.ListProcessesRequest]) (*connect.Response[corpusv1.ListProcessesResponse], error) {
 	view := s.b.Store.Read()
-	p, e, err := pickEnv(ctx, view, req.Msg.Project, req.Msg.Env)
+	p, e, err := PickEnv(ctx, view, req.Msg.Project, req.Msg.Env)
 	if err != nil {
 		return nil, err
 	}
@@ -311,7 +311,7 @@ func (s *projectService) ListProcesses(ctx context.Context, req *connect.Request
 
 // Agent-side config calls.
 
-func (s *agentService) SetWebPort(ctx context.Context, req *connect.Request[corpusv1.SetWebPortRequest]) (*connect.Response[corpusv1.SetWebPortResponse], error) {
+func (s *AgentService) SetWebPort(ctx context.Context, req *connect.Request[corpusv1.SetWebPortRequest]) (*connect.Response[corpusv1.SetWebPortResponse], error) {
 	m := req.Msg
 	if err := validRelease(m.Project, m.Env); err != nil {
 		return nil, ToConnect(err)

@@ -20,7 +20,7 @@ import (
 // refusal for a project is in the audit log, as the API's refusals are
 // (the check of a key alone is not: an SSH client offers its keys in
 // turn, and a key it was refused is the handshake trying the next).
-func (s *agentService) GitAccess(ctx context.Context, req *connect.Request[corpusv1.GitAccessRequest]) (*connect.Response[corpusv1.GitAccessResponse], error) {
+func (s *AgentService) GitAccess(ctx context.Context, req *connect.Request[corpusv1.GitAccessRequest]) (*connect.Response[corpusv1.GitAccessResponse], error) {
 	m := req.Msg
 	node := auth.FromContext(ctx)
 	view := s.b.Store.Read()
@@ -41,7 +41,7 @@ func (s *agentService) GitAccess(ctx context.Context, req *connect.Request[corpu
 		actor, res.User, res.Role = pr.String(), u.Name, u.Role
 	}
 	if m.Project != "" {
-		if names.Validate("project", m.Project) != nil || (m.Env != "" && validEnv(m.Env) != nil) {
+		if names.Validate("project", m.Project) != nil || (m.Env != "" && ValidEnv(m.Env) != nil) {
 			return deny("%.64q is not a project[/env] name", gitTarget(m))
 		}
 		target = gitTarget(m)

@@ -22,7 +22,7 @@ import (
 
 // TlsMaterial gives an agent the certificates of the https domains routed
 // to its guests, keys opened.
-func (s *agentService) TlsMaterial(ctx context.Context, req *connect.Request[corpusv1.TlsMaterialRequest]) (*connect.Response[corpusv1.TlsMaterialResponse], error) {
+func (s *AgentService) TlsMaterial(ctx context.Context, req *connect.Request[corpusv1.TlsMaterialRequest]) (*connect.Response[corpusv1.TlsMaterialResponse], error) {
 	p := auth.FromContext(ctx)
 	view := s.b.Store.Read()
 	if len(req.Msg.Domains) > 10000 {

@@ -21,7 +21,7 @@ import (
 // LintPush runs the lint extensions on a push to an environment whose
 // guest is on the calling agent's node, in order; the first refusal
 // ends it.
-func (s *agentService) LintPush(ctx context.Context, req *connect.Request[corpusv1.LintPushRequest]) (*connect.Response[corpusv1.LintPushResponse], error) {
+func (s *AgentService) LintPush(ctx context.Context, req *connect.Request[corpusv1.LintPushRequest]) (*connect.Response[corpusv1.LintPushResponse], error) {
 	m := req.Msg
 	if err := validRelease(m.Project, m.Env); err != nil {
 		return nil, ToConnect(err)

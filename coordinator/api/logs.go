@@ -26,7 +26,7 @@ const maxLogTail = 100000
 func (s *projectService) ProjectLogs(ctx context.Context, req *connect.Request[corpusv1.ProjectLogsRequest], stream *connect.ServerStream[corpusv1.LogLine]) error {
 	m := req.Msg
 	view := s.b.Store.Read()
-	_, e, err := pickEnv(ctx, view, m.Project, m.Env)
+	_, e, err := PickEnv(ctx, view, m.Project, m.Env)
 	if err != nil {
 		return err
 	}

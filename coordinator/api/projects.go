@@ -59,10 +59,10 @@ func validRelease(project, env string) error {
 	if err := names.Validate("project", project); err != nil {
 		return err
 	}
-	return validEnv(env)
+	return ValidEnv(env)
 }
 
-func validEnv(env string) error {
+func ValidEnv(env string) error {
 	switch env {
 	case corpusv1.EnvDev, corpusv1.EnvStaging, corpusv1.EnvProd:
 		return nil
@@ -84,7 +84,7 @@ func (s *projectService) CreateProject(ctx context.Context, req *connect.Request
 		if m.Env == "" {
 			m.Env = corpusv1.EnvDev
 		}
-		if err := validEnv(m.Env); err != nil {
+		if err := ValidEnv(m.Env); err != nil {
 			return err
 		}
 		guestName = m.Name + "-" + m.Env
@@ -206,7 +206,7 @@ func (s *projectService) ListProjects(ctx context.Context, _ *connect.Request[co
 	view := s.b.Store.Read()
 	res := &corpusv1.ListProjectsResponse{}
 	for _, p := range view.Projects() {
-		if mayUseProject(ctx, p) == nil {
+		if MayUseProject(ctx, p) == nil {
 			res.Projects = append(res.Projects, s.view(view, p))
 		}
 	}
@@ -221,8 +221,8 @@ func (s *projectService) GetProject(ctx context.Context, req *connect.Request[co
 		return nil, ToConnect(err)
 	}
 	wait := time.Duration(m.WaitSeconds) * time.Second
-	if wait <= 0 || wait > maxWait {
-		wait = defaultWait
+	if wait <= 0 || wait > MaxWait {
+		wait = DefaultWait
 	}
 	ctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
@@ -232,7 +232,7 @@ func (s *projectService) GetProject(ctx context.Context, req *connect.Request[co
 		if p == nil {
 			return nil, ToConnect(NotFound("project", m.Name, "corpus project list"))
 		}
-		if err := mayUseProject(ctx, p); err != nil {
+		if err := MayUseProject(ctx, p); err != nil {
 			return nil, err
 		}
 		idx := p.ModifyIndex
@@ -258,7 +258,7 @@ func (s *projectService) DeleteProject(ctx context.Context, req *connect.Request
 		return nil, ToConnect(err)
 	}
 	if m.Env != "" {
-		if err := validEnv(m.Env); err != nil {
+		if err := ValidEnv(m.Env); err != nil {
 			return nil, ToConnect(err)
 		}
 	}
@@ -285,14 +285,14 @@ func (s *projectService) GrantProject(ctx context.Context, req *connect.Request[
 	return connect.NewResponse(&corpusv1.GrantProjectResponse{Project: s.b.Store.Read().Project(m.Name)}), nil
 }
 
-// pickEnv resolves the environment a request means: the named one, or the
+// PickEnv resolves the environment a request means: the named one, or the
 // project's only one.
-func pickEnv(ctx context.Context, view *state.Snap, project, env string) (*corpusv1.Project, *corpusv1.ProjectEnv, error) {
+func PickEnv(ctx context.Context, view *state.Snap, project, env string) (*corpusv1.Project, *corpusv1.ProjectEnv, error) {
 	if err := names.Validate("project", project); err != nil {
 		return nil, nil, ToConnect(err)
 	}
 	if env != "" {
-		if err := validEnv(env); err != nil {
+		if err := ValidEnv(env); err != nil {
 			return nil, nil, ToConnect(err)
 		}
 	}
@@ -300,7 +300,7 @@ func pickEnv(ctx context.Context, view *state.Snap, project, env string) (*corpu
 	if p == nil {
 		return nil, nil, ToConnect(NotFound("project", project, "corpus project list"))
 	}
-	if err := mayUseProject(ctx, p); err != nil {
+	if err := MayUseProject(ctx, p); err != nil {
 		return nil, nil, err
 	}
 	if env == "" {
@@ -331,7 +331,7 @@ func ParseRelease(s string) (uint32, error) {
 
 func (s *projectService) ListReleases(ctx context.Context, req *connect.Request[corpusv1.ListReleasesRequest]) (*connect.Response[corpusv1.ListReleasesResponse], error) {
 	view := s.b.Store.Read()
-	p, e, err := pickEnv(ctx, view, req.Msg.Project, req.Msg.Env)
+	p, e, err := PickEnv(ctx, view, req.Msg.Project, req.Msg.Env)
 	if err != nil {
 		return nil, err
 	}
@@ -342,7 +342,7 @@ func (s *projectService) ListReleases(ctx context.Context, req *connect.Request[
 
 func (s *projectService) GetRelease(ctx context.Context, req *connect.Request[corpusv1.GetReleaseRequest]) (*connect.Response[corpusv1.GetReleaseResponse], error) {
 	view := s.b.Store.Read()
-	p, e, err := pickEnv(ctx, view, req.Msg.Project, req.Msg.Env)
+	p, e, err := PickEnv(ctx, view, req.Msg.Project, req.Msg.Env)
 	if err != nil {
 		return nil, err
 	}
@@ -383,7 +383,7 @@ func rollbackTarget(view *state.Snap, p *corpusv1.Project, e *corpusv1.ProjectEn
 
 func (s *projectService) Rollback(ctx context.Context, req *connect.Request[corpusv1.RollbackRequest], stream *connect.ServerStream[corpusv1.RollbackOutput]) error {
 	view := s.b.Store.Read()
-	p, e, err := pickEnv(ctx, view, req.Msg.Project, req.Msg.Env)
+	p, e, err := PickEnv(ctx, view, req.Msg.Project, req.Msg.Env)
 	if err != nil {
 		return err
 	}
@@ -442,7 +442,7 @@ func forClients(r *corpusv1.Release) *corpusv1.Release {
 	return c
 }
 
-func (s *agentService) BeginRelease(ctx context.Context, req *connect.Request[corpusv1.BeginReleaseRequest]) (*connect.Response[corpusv1.BeginReleaseResponse], error) {
+func (s *AgentService) BeginRelease(ctx context.Context, req *connect.Request[corpusv1.BeginReleaseRequest]) (*connect.Response[corpusv1.BeginReleaseResponse], error) {
 	m := req.Msg
 	if err := validRelease(m.Project, m.Env); err != nil {
 		return nil, ToConnect(err)
@@ -515,7 +515,7 @@ func (s *agentService) BeginRelease(ctx context.Context, req *connect.Request[co
 	return connect.NewResponse(&corpusv1.BeginReleaseResponse{Release: forClients(rel), Config: cfg}), nil
 }
 
-func (s *agentService) FinishRelease(ctx context.Context, req *connect.Request[corpusv1.FinishReleaseRequest]) (*connect.Response[corpusv1.FinishReleaseResponse], error) {
+func (s *AgentService) FinishRelease(ctx context.Context, req *connect.Request[corpusv1.FinishReleaseRequest]) (*connect.Response[corpusv1.FinishReleaseResponse], error) {
 	m := req.Msg
 	if err := ValidID("release", m.Id, "corpus release list"); err != nil {
 		return nil, ToConnect(err)
@@ -538,7 +538,7 @@ func (s *agentService) FinishRelease(ctx context.Context, req *connect.Request[c
 	return connect.NewResponse(&corpusv1.FinishReleaseResponse{Release: s.b.Store.Read().Release(m.Id)}), nil
 }
 
-func (s *agentService) SetCurrentRelease(ctx context.Context, req *connect.Request[corpusv1.SetCurrentReleaseRequest]) (*connect.Response[corpusv1.SetCurrentReleaseResponse], error) {
+func (s *AgentService) SetCurrentRelease(ctx context.Context, req *connect.Request[corpusv1.SetCurrentReleaseRequest]) (*connect.Response[corpusv1.SetCurrentReleaseResponse], error) {
 	m := req.Msg
 	if err := validRelease(m.Project, m.Env); err != nil {
 		return nil, ToConnect(err)
@@ -551,7 +551,7 @@ func (s *agentService) SetCurrentRelease(ctx context.Context, req *connect.Reque
 	return connect.NewResponse(&corpusv1.SetCurrentReleaseResponse{}), nil
 }
 
-func (s *agentService) PruneReleases(ctx context.Context, req *connect.Request[corpusv1.PruneReleasesRequest]) (*connect.Response[corpusv1.PruneReleasesResponse], error) {
+func (s *AgentService) PruneReleases(ctx context.Context, req *connect.Request[corpusv1.PruneReleasesRequest]) (*connect.Response[corpusv1.PruneReleasesResponse], error) {
 	m := req.Msg
 	if err := validRelease(m.Project, m.Env); err != nil {
 		return nil, ToConnect(err)
@@ -567,7 +567,7 @@ func (s *agentService) PruneReleases(ctx context.Context, req *connect.Request[c
 // maxManifestDomains bounds the extra domains of one environment.
 const maxManifestDomains = 32
 
-func (s *agentService) SetManifestDomains(ctx context.Context, req *connect.Request[corpusv1.SetManifestDomainsRequest]) (*connect.Response[corpusv1.SetManifestDomainsResponse], error) {
+func (s *AgentService) SetManifestDomains(ctx context.Context, req *connect.Request[corpusv1.SetManifestDomainsRequest]) (*connect.Response[corpusv1.SetManifestDomainsResponse], error) {
 	m := req.Msg
 	if len(m.Domains) > maxManifestDomains {
 		return nil, ToConnect(Invalidf("%d domains; the limit is %d", len(m.Domains), maxManifestDomains))
@@ -583,7 +583,7 @@ func (s *agentService) SetManifestDomains(ctx context.Context, req *connect.Requ
 		}
 	}
 	view := s.b.Store.Read()
-	_, e, err := pickEnv(ctx, view, m.Project, m.Env)
+	_, e, err := PickEnv(ctx, view, m.Project, m.Env)
 	if err != nil {
 		return nil, err
 	}

@@ -27,7 +27,7 @@ import (
 func (s *projectService) Scale(ctx context.Context, req *connect.Request[corpusv1.ScaleRequest]) (*connect.Response[corpusv1.ScaleResponse], error) {
 	m := req.Msg
 	view := s.b.Store.Read()
-	p, e, err := pickEnv(ctx, view, m.Project, m.Env)
+	p, e, err := PickEnv(ctx, view, m.Project, m.Env)
 	if err != nil {
 		return nil, err
 	}
@@ -184,7 +184,7 @@ func instanceOf(view *state.Snap, project, env string, index uint32) (*corpusv1.
 
 // RollInstance is called by the agent of instance 1 (the one a deploy
 // runs on).
-func (s *agentService) RollInstance(ctx context.Context, req *connect.Request[corpusv1.RollInstanceRequest]) (*connect.Response[corpusv1.RollInstanceResponse], error) {
+func (s *AgentService) RollInstance(ctx context.Context, req *connect.Request[corpusv1.RollInstanceRequest]) (*connect.Response[corpusv1.RollInstanceResponse], error) {
 	m := req.Msg
 	caller := auth.FromContext(ctx)
 	view := s.b.Store.Read()
@@ -275,7 +275,7 @@ func (b *Backend) rollInstances(ctx context.Context, p *corpusv1.Project, e *cor
 }
 
 // InstanceRelease is called by the agent of an instance.
-func (s *agentService) InstanceRelease(ctx context.Context, req *connect.Request[corpusv1.InstanceReleaseRequest]) (*connect.Response[corpusv1.InstanceReleaseResponse], error) {
+func (s *AgentService) InstanceRelease(ctx context.Context, req *connect.Request[corpusv1.InstanceReleaseRequest]) (*connect.Response[corpusv1.InstanceReleaseResponse], error) {
 	m := req.Msg
 	view := s.b.Store.Read()
 	p, e, g, err := instanceOf(view, m.Project, m.Env, m.Instance)
@@ -311,7 +311,7 @@ func (s *agentService) InstanceRelease(ctx context.Context, req *connect.Request
 
 // ReleaseSource relays a commit's tree from the node of instance 1 to
 // the agent of another instance.
-func (s *agentService) ReleaseSource(ctx context.Context, req *connect.Request[corpusv1.ReleaseSourceRequest], stream *connect.ServerStream[corpusv1.SourceChunk]) error {
+func (s *AgentService) ReleaseSource(ctx context.Context, req *connect.Request[corpusv1.ReleaseSourceRequest], stream *connect.ServerStream[corpusv1.SourceChunk]) error {
 	m := req.Msg
 	view := s.b.Store.Read()
 	if err := validRelease(m.Project, m.Env); err != nil {

@@ -18,8 +18,8 @@ import (
 
 var errNotMember = errors.New("not granted")
 
-// mayUseProject checks the caller may use project p.
-func mayUseProject(ctx context.Context, p *corpusv1.Project) error {
+// MayUseProject checks the caller may use project p.
+func MayUseProject(ctx context.Context, p *corpusv1.Project) error {
 	pr := auth.FromContext(ctx)
 	if auth.ProjectAccess(pr, p) != auth.NoAccess {
 		return nil
@@ -38,11 +38,11 @@ func MayUseGuest(ctx context.Context, view *state.Snap, g *corpusv1.Guest) error
 	}
 	// Say whose the guest is, and so what to ask for.
 	if p, _ := view.ProjectOfGuest(g.Id); p != nil {
-		if err := mayUseProject(ctx, p); err != nil {
+		if err := MayUseProject(ctx, p); err != nil {
 			return err
 		}
 	} else if svc := view.ServiceOfGuest(g.Id); svc != nil {
-		if err := mayUseService(ctx, view, svc, true); err != nil {
+		if err := MayUseService(ctx, view, svc, true); err != nil {
 			return err
 		}
 	}

@@ -13,7 +13,7 @@ import (
 
 // RecordShell records a shell session opened over a node's SSH endpoint,
 // as the user whose key opened it.
-func (s *agentService) RecordShell(ctx context.Context, req *connect.Request[corpusv1.RecordShellRequest]) (*connect.Response[corpusv1.RecordShellResponse], error) {
+func (s *AgentService) RecordShell(ctx context.Context, req *connect.Request[corpusv1.RecordShellRequest]) (*connect.Response[corpusv1.RecordShellResponse], error) {
 	m := req.Msg
 	if err := names.Validate("guest", m.Guest); err != nil {
 		return nil, ToConnect(err)

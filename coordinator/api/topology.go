@@ -38,7 +38,7 @@ func (s *projectService) ExportProject(ctx context.Context, req *connect.Request
 	if p == nil {
 		return nil, ToConnect(NotFound("project", m.Name, "corpus project list"))
 	}
-	if err := mayUseProject(ctx, p); err != nil {
+	if err := MayUseProject(ctx, p); err != nil {
 		return nil, err
 	}
 	if m.WithSecrets {
@@ -197,7 +197,7 @@ func (s *projectService) planImport(ctx context.Context, view *state.Snap, m *co
 		if to, ok := rename[e.Name]; ok {
 			c.Name = to
 		}
-		if err := validEnv(c.Name); err != nil {
+		if err := ValidEnv(c.Name); err != nil {
 			return nil, err
 		}
 		if p != nil && corpusv1.EnvNamed(p, c.Name) != nil {
@@ -230,7 +230,7 @@ func (s *projectService) planImport(ctx context.Context, view *state.Snap, m *co
 			}
 		}
 		if len(c.Config) > 0 {
-			if err := checkConfigChange(c.Config, nil); err != nil {
+			if err := CheckConfigChange(c.Config, nil); err != nil {
 				return nil, err
 			}
 		}
@@ -298,10 +298,10 @@ func (s *projectService) planService(ctx context.Context, view *state.Snap, oldP
 	}
 	if c.ExternalUrl == "" {
 		// The template, version, size and memory, checked as create would.
-		if _, _, err := (&serviceService{s.b}).templateGuest(&corpusv1.Service{Name: c.Name, Env: c.Env}, createServiceRequest(c)); err != nil {
+		if _, _, err := s.b.Services.TemplateGuest(&corpusv1.Service{Name: c.Name, Env: c.Env}, createServiceRequest(c)); err != nil {
 			return nil, err
 		}
-	} else if err := checkExternal(createServiceRequest(c)); err != nil {
+	} else if err := CheckExternal(createServiceRequest(c)); err != nil {
 		return nil, err
 	}
 	return c, nil
@@ -328,7 +328,7 @@ func (s *projectService) ImportProject(ctx context.Context, req *connect.Request
 		}
 		return connect.NewResponse(res), nil
 	}
-	svcs := &serviceService{s.b}
+	svcs := s.b.Services
 	undo := revert.New()
 	defer undo.Fail()
 	cleanup := context.WithoutCancel(ctx)
@@ -453,7 +453,7 @@ func (s *projectService) importConfig(ctx context.Context, project, env string, 
 
 // importLink links an imported service once it has an address.
 func (s *projectService) importLink(ctx context.Context, service, project string, l *corpusv1.ServiceLinkTopology) error {
-	svcs := &serviceService{s.b}
+	svcs := s.b.Services
 	wctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	for {
@@ -462,9 +462,9 @@ func (s *projectService) importLink(ctx context.Context, service, project string
 		if svc == nil {
 			return errors.New("the service is gone")
 		}
-		vars, err := svcs.linkEnv(view, svc, l.As)
+		vars, err := svcs.LinkEnv(view, svc, l.As)
 		if err == nil {
-			return svcs.writeLink(ctx, service, project, l.Env, l.As, vars)
+			return svcs.WriteLink(ctx, service, project, l.Env, l.As, vars)
 		}
 		if connect.CodeOf(err) != connect.CodeFailedPrecondition {
 			return err

@@ -13,6 +13,7 @@ import (
 	"corpus/coordinator/api/nodes"
 	"corpus/coordinator/api/records"
 	"corpus/coordinator/api/routes"
+	"corpus/coordinator/api/services"
 	"corpus/coordinator/api/users"
 	"corpus/coordinator/api/volumes"
 	"corpus/proto/corpus/v1/corpusv1connect"
@@ -21,7 +22,7 @@ import (
 // Mount registers every service on mux behind the auth interceptor.
 func Mount(mux *http.ServeMux, b *api.Backend) {
 	opts := api.Options(b)
-	b.Guests, b.Volumes = guests.New(b), volumes.New(b)
+	b.Guests, b.Volumes, b.Services = guests.New(b), volumes.New(b), services.New(b)
 	api.Mount(mux, b, opts)
 	mux.Handle(corpusv1connect.NewIngressServiceHandler(routes.New(b), opts...))
 	mux.Handle(corpusv1connect.NewGuestServiceHandler(b.Guests, opts...))
@@ -31,4 +32,13 @@ func Mount(mux *http.ServeMux, b *api.Backend) {
 	mux.Handle(corpusv1connect.NewAuditServiceHandler(auditlog.New(b), opts...))
 	mux.Handle(corpusv1connect.NewDnsServiceHandler(records.New(b), opts...))
 	mux.Handle(corpusv1connect.NewNodeServiceHandler(nodes.New(b), opts...))
+	mux.Handle(corpusv1connect.NewServiceServiceHandler(b.Services, opts...))
+	mux.Handle(corpusv1connect.NewAgentServiceHandler(agentService{api.NewAgentService(b), services.NewAgent(b)}, opts...))
+}
+
+// agentService is AgentService: each package serves the agents' calls
+// about its noun.
+type agentService struct {
+	*api.AgentService
+	*services.Agent
 }
