@@ -373,9 +373,7 @@ func Options(b *Backend) []connect.HandlerOption {
 // Mount registers the services of this package on mux with opts (see
 // package serve, which mounts them all).
 func Mount(mux *http.ServeMux, b *Backend, opts []connect.HandlerOption) {
-	b.Releases = &projectService{b}
 	mux.Handle(corpusv1connect.NewClusterServiceHandler(&clusterService{b}, opts...))
-	mux.Handle(corpusv1connect.NewProjectServiceHandler(&projectService{b}, opts...))
 }
 
 // Write proposes a command and maps its error to an API error.

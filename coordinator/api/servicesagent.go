@@ -106,18 +106,3 @@ func guestWaiting(view *state.Snap, guests []*corpusv1.Guest) map[string]string 
 	}
 	return out
 }
-
-// linkedServices is what project show says of an environment's services.
-func linkedServices(view *state.Snap, project, env string) []string {
-	var out []string
-	for _, svc := range view.LinksOf(project, env) {
-		st := svc.Observed.GetState()
-		if svc.ExternalUrl != "" {
-			st = "external"
-		} else if st == "" {
-			st = "not started"
-		}
-		out = append(out, svc.Name+" ("+st+")")
-	}
-	return out
-}

@@ -104,9 +104,6 @@ const (
 var bigPackages = map[string]string{
 	// The command tree: one flat list of commands, a file per noun.
 	"cmd/corpus/cli": "the CLI's command tree",
-	// Being split into smaller packages (issue 38); each leaves this
-	// list with the change that brings it under the limit.
-	"coordinator/api": "being split",
 }
 
 // goPackage is one folder of non-test Go files.
@@ -280,6 +277,9 @@ func TestLayerFaults(t *testing.T) {
 	// shrinks as packages are split).
 	bigPackages["agent/gone"] = "made up"
 	t.Cleanup(func() { delete(bigPackages, "agent/gone") })
+	// A listed big package within the limit.
+	bigPackages["coordinator/api"] = "made up"
+	t.Cleanup(func() { delete(bigPackages, "coordinator/api") })
 	pkgs := map[string]*goPackage{
 		"cmd/corpus/cli":    pkg("cli", map[string]int{"c.go": 4101}, "client", "coordinator/state"),
 		"agent/network":     pkg("network", nil, "agent"),

@@ -11,6 +11,7 @@ import (
 	"corpus/coordinator/api/extension"
 	"corpus/coordinator/api/guests"
 	"corpus/coordinator/api/nodes"
+	"corpus/coordinator/api/projects"
 	"corpus/coordinator/api/records"
 	"corpus/coordinator/api/routes"
 	"corpus/coordinator/api/services"
@@ -23,6 +24,8 @@ import (
 func Mount(mux *http.ServeMux, b *api.Backend) {
 	opts := api.Options(b)
 	b.Guests, b.Volumes, b.Services = guests.New(b), volumes.New(b), services.New(b)
+	projectService := projects.New(b)
+	b.Releases = projectService
 	api.Mount(mux, b, opts)
 	mux.Handle(corpusv1connect.NewIngressServiceHandler(routes.New(b), opts...))
 	mux.Handle(corpusv1connect.NewGuestServiceHandler(b.Guests, opts...))
@@ -33,12 +36,14 @@ func Mount(mux *http.ServeMux, b *api.Backend) {
 	mux.Handle(corpusv1connect.NewDnsServiceHandler(records.New(b), opts...))
 	mux.Handle(corpusv1connect.NewNodeServiceHandler(nodes.New(b), opts...))
 	mux.Handle(corpusv1connect.NewServiceServiceHandler(b.Services, opts...))
-	mux.Handle(corpusv1connect.NewAgentServiceHandler(agentService{api.NewAgentService(b), services.NewAgent(b)}, opts...))
+	mux.Handle(corpusv1connect.NewProjectServiceHandler(projectService, opts...))
+	mux.Handle(corpusv1connect.NewAgentServiceHandler(agentService{api.NewAgentService(b), services.NewRuntime(b), projects.NewAgent(b)}, opts...))
 }
 
 // agentService is AgentService: each package serves the agents' calls
 // about its noun.
 type agentService struct {
 	*api.AgentService
-	*services.Agent
+	*services.Runtime
+	*projects.Agent
 }

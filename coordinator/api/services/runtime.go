@@ -15,16 +15,17 @@ import (
 	corpusv1 "corpus/proto/corpus/v1"
 )
 
-// Agent is the part of AgentService about services.
-type Agent struct{ b *api.Backend }
+// Runtime is the part of AgentService about services: what a service's
+// guest runs.
+type Runtime struct{ b *api.Backend }
 
-// NewAgent returns the part of AgentService about services.
-func NewAgent(b *api.Backend) *Agent { return &Agent{b} }
+// NewRuntime returns the part of AgentService about services.
+func NewRuntime(b *api.Backend) *Runtime { return &Runtime{b} }
 
 // ServiceRuntime gives the agent of a service's guest the service (its
 // template's scripts included, its sealed secrets left out) and its
 // scripts' environment, credentials opened.
-func (s *Agent) ServiceRuntime(ctx context.Context, req *connect.Request[corpusv1.ServiceRuntimeRequest]) (*connect.Response[corpusv1.ServiceRuntimeResponse], error) {
+func (s *Runtime) ServiceRuntime(ctx context.Context, req *connect.Request[corpusv1.ServiceRuntimeRequest]) (*connect.Response[corpusv1.ServiceRuntimeResponse], error) {
 	p := auth.FromContext(ctx)
 	view := s.b.Store.Read()
 	svc := view.Service(req.Msg.Service)
