@@ -10,14 +10,15 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"corpus/coordinator/api"
+	"corpus/coordinator/api/backups"
 	"corpus/coordinator/audit"
 	"corpus/coordinator/auth"
 	"corpus/internal/secret"
 	corpusv1 "corpus/proto/corpus/v1"
 )
 
-// A service's backups, taken, relayed and kept by the backup plumbing of
-// package api, which volumes' backups share.
+// A service's backups, taken, relayed and kept by package backups,
+// which volumes' backups share.
 
 func (s *serviceService) BackupService(ctx context.Context, req *connect.Request[corpusv1.BackupServiceRequest], stream *connect.ServerStream[corpusv1.BackupProgress]) error {
 	view := s.b.Store.Read()
@@ -25,8 +26,8 @@ func (s *serviceService) BackupService(ctx context.Context, req *connect.Request
 	if err != nil {
 		return err
 	}
-	bk, source, err := api.ServiceBackup(view, svc, corpusv1.BackupManual)
-	return s.b.BackupNow(ctx, bk, source, err, stream)
+	bk, source, err := backups.ServiceBackup(view, svc, corpusv1.BackupManual)
+	return backups.BackupNow(ctx, s.b, bk, source, err, stream)
 }
 
 func (s *serviceService) ListBackups(ctx context.Context, req *connect.Request[corpusv1.ListBackupsRequest]) (*connect.Response[corpusv1.ListBackupsResponse], error) {
@@ -71,7 +72,7 @@ func (s *serviceService) RestoreService(ctx context.Context, req *connect.Reques
 	if _, ok := svc.TemplateSpec.GetFiles()["restore"]; !ok {
 		return connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("template %s has no restore script", svc.Template))
 	}
-	bk, skipped, err := api.RestoreSource(ctx, view, view.Backups(svc.Name), "service "+svc.Name, "corpus service backup "+svc.Name, m.From)
+	bk, skipped, err := backups.RestoreSource(ctx, view, view.Backups(svc.Name), "service "+svc.Name, "corpus service backup "+svc.Name, m.From)
 	if err != nil {
 		return err
 	}
@@ -81,7 +82,7 @@ func (s *serviceService) RestoreService(ctx context.Context, req *connect.Reques
 	if bk.Template != svc.Template {
 		return connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("backup %s is of a %s service; %s is %s", bk.Id, bk.Template, svc.Name, svc.Template))
 	}
-	holder, err := api.HolderOf(view, bk)
+	holder, err := backups.HolderOf(view, bk)
 	if err != nil {
 		return err
 	}
@@ -94,11 +95,11 @@ func (s *serviceService) RestoreService(ctx context.Context, req *connect.Reques
 			return err
 		}
 	}
-	target, err := api.ServiceNode(s.b.Store.Read(), svc)
+	target, err := backups.ServiceNode(s.b.Store.Read(), svc)
 	if err != nil {
 		return err
 	}
-	msg := fmt.Sprintf("restoring %s on node %s from backup %s of %s", svc.Name, target.Name, bk.Id, api.BackupAge(bk, time.Now()))
+	msg := fmt.Sprintf("restoring %s on node %s from backup %s of %s", svc.Name, target.Name, bk.Id, backups.BackupAge(bk, time.Now()))
 	if skipped > 0 {
 		msg += fmt.Sprintf(" (%d newer on nodes that are not ready)", skipped)
 	}
@@ -107,7 +108,7 @@ func (s *serviceService) RestoreService(ctx context.Context, req *connect.Reques
 	}
 	head := proto.Clone(bk).(*corpusv1.Backup)
 	head.Service = svc.Name
-	out, err := s.b.RelayBackup(ctx, bk, holder, target, head, stream.Send)
+	out, err := backups.RelayBackup(ctx, s.b, bk, holder, target, head, stream.Send)
 	if err == nil {
 		err = s.refreshLinks(ctx, svc.Name, stream.Send)
 	}
@@ -126,11 +127,11 @@ func (s *serviceService) RestoreService(ctx context.Context, req *connect.Reques
 
 func (s *serviceService) ExportBackup(ctx context.Context, req *connect.Request[corpusv1.ExportBackupRequest], stream *connect.ServerStream[corpusv1.BackupChunk]) error {
 	view := s.b.Store.Read()
-	bk, err := api.PickBackup(ctx, view, req.Msg.Id)
+	bk, err := backups.PickBackup(ctx, view, req.Msg.Id)
 	if err != nil {
 		return err
 	}
-	holder, err := api.HolderOf(view, bk)
+	holder, err := backups.HolderOf(view, bk)
 	if err != nil {
 		return err
 	}
@@ -173,7 +174,7 @@ func (s *serviceService) ImportBackup(ctx context.Context, stream *connect.Clien
 		return nil, api.ToConnect(api.Invalidf("external service %s keeps no data here", svc.Name))
 	}
 	g := view.Guest(svc.GuestId)
-	holder := api.BackupHolder(view, view.Node(g.GetNodeId()))
+	holder := backups.BackupHolder(view, view.Node(g.GetNodeId()))
 	if holder == nil {
 		return nil, connect.NewError(connect.CodeUnavailable, errors.New("no ready node to keep the backup"))
 	}
@@ -182,12 +183,12 @@ func (s *serviceService) ImportBackup(ctx context.Context, stream *connect.Clien
 	if _, err := s.b.Write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_BeginBackup{BeginBackup: &corpusv1.BeginBackup{Backup: bk}}}); err != nil {
 		return nil, err
 	}
-	size, err := s.b.StoreImport(ctx, bk, holder, head.Sha256, stream)
+	size, err := backups.StoreImport(ctx, s.b, bk, holder, head.Sha256, stream)
 	finish := &corpusv1.FinishBackup{Id: bk.Id, Status: corpusv1.BackupSucceeded, SizeBytes: size, Sha256: head.Sha256}
 	if err != nil {
 		finish = &corpusv1.FinishBackup{Id: bk.Id, Status: corpusv1.BackupFailed, Message: audit.ErrorText(err)}
 	}
-	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), api.WriteTimeout)
+	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), backups.WriteTimeout)
 	defer cancel()
 	if _, werr := s.b.Write(fctx, &corpusv1.Command{Cmd: &corpusv1.Command_FinishBackup{FinishBackup: finish}}); werr != nil {
 		return nil, errors.Join(err, werr)
@@ -200,14 +201,14 @@ func (s *serviceService) ImportBackup(ctx context.Context, stream *connect.Clien
 
 func (s *serviceService) DeleteBackup(ctx context.Context, req *connect.Request[corpusv1.DeleteBackupRequest]) (*connect.Response[corpusv1.DeleteBackupResponse], error) {
 	view := s.b.Store.Read()
-	bk, err := api.PickBackup(ctx, view, req.Msg.Id)
+	bk, err := backups.PickBackup(ctx, view, req.Msg.Id)
 	if err != nil {
 		return nil, err
 	}
 	if bk.Status == corpusv1.BackupRunning {
 		return nil, connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("backup %s is still running", bk.Id))
 	}
-	if err := s.b.RemoveBackup(ctx, bk); err != nil {
+	if err := backups.RemoveBackup(ctx, s.b, bk); err != nil {
 		return nil, err
 	}
 	return connect.NewResponse(&corpusv1.DeleteBackupResponse{Backup: bk}), nil

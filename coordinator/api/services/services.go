@@ -17,6 +17,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"corpus/coordinator/api"
+	"corpus/coordinator/api/backups"
 	"corpus/coordinator/auth"
 	"corpus/coordinator/keyring"
 	"corpus/coordinator/state"
@@ -441,7 +442,7 @@ func (s *serviceService) UpdateService(ctx context.Context, req *connect.Request
 	if err != nil {
 		return nil, err
 	}
-	schedule, keep, err := api.BackupPolicy(svc.BackupSchedule, svc.BackupKeep, m.BackupSchedule, m.BackupKeep)
+	schedule, keep, err := backups.BackupPolicy(svc.BackupSchedule, svc.BackupKeep, m.BackupSchedule, m.BackupKeep)
 	if err != nil {
 		return nil, err
 	}

@@ -1,4 +1,8 @@
-package api
+// Package backups is the backup plumbing of the API, which the service
+// and volume handlers and the backup schedules share: a backup taken on
+// its subject's node, relayed to and kept by another, checked on both
+// ends, restored from the newest usable one.
+package backups
 
 import (
 	"context"
@@ -6,6 +10,8 @@ import (
 	"fmt"
 	"sort"
 	"time"
+
+	"corpus/coordinator/api"
 
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/proto"
@@ -58,7 +64,7 @@ func ServiceNode(view *state.Snap, svc *corpusv1.Service) (*corpusv1.Node, error
 		return nil, connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("external service %s keeps no data here to back up or restore", svc.Name))
 	}
 	g := view.Guest(svc.GuestId)
-	if g == nil || GuestStatus(view, g) != state.ObservedRunning {
+	if g == nil || api.GuestStatus(view, g) != state.ObservedRunning {
 		return nil, connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("the guest of service %s is not running", svc.Name))
 	}
 	n := view.Node(g.NodeId)
@@ -83,7 +89,7 @@ func ServiceBackup(view *state.Snap, svc *corpusv1.Service, trigger string) (*co
 // runBackup takes backup bk (of a service or a volume) on node source:
 // recorded, dumped there, kept on the holder's node, finished. progress
 // hears how far it is.
-func (b *Backend) runBackup(ctx context.Context, bk *corpusv1.Backup, source *corpusv1.Node, progress func(*corpusv1.BackupProgress) error) (*corpusv1.Backup, error) {
+func runBackup(ctx context.Context, b *api.Backend, bk *corpusv1.Backup, source *corpusv1.Node, progress func(*corpusv1.BackupProgress) error) (*corpusv1.Backup, error) {
 	holder := BackupHolder(b.Store.Read(), source)
 	bk.Id, bk.NodeId, bk.SourceNodeId = secret.Hex(8), holder.Id, source.Id
 	if _, err := b.Write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_BeginBackup{BeginBackup: &corpusv1.BeginBackup{Backup: bk}}}); err != nil {
@@ -92,7 +98,7 @@ func (b *Backend) runBackup(ctx context.Context, bk *corpusv1.Backup, source *co
 	if holder.Id == source.Id {
 		progress(&corpusv1.BackupProgress{Phase: "dumping", Message: "stored on its own node " + holder.Name + ": the cluster has no other ready node to keep it"})
 	}
-	size, sum, err := b.copyBackup(ctx, bk, source, holder, progress)
+	size, sum, err := copyBackup(ctx, b, bk, source, holder, progress)
 	finish := &corpusv1.FinishBackup{Id: bk.Id, Status: corpusv1.BackupSucceeded, SizeBytes: size, Sha256: sum}
 	if err != nil {
 		finish = &corpusv1.FinishBackup{Id: bk.Id, Status: corpusv1.BackupFailed, Message: audit.ErrorText(err)}
@@ -110,7 +116,7 @@ func (b *Backend) runBackup(ctx context.Context, bk *corpusv1.Backup, source *co
 }
 
 // copyBackup relays the source node's dump to the holder.
-func (b *Backend) copyBackup(ctx context.Context, bk *corpusv1.Backup, source, holder *corpusv1.Node, progress func(*corpusv1.BackupProgress) error) (int64, string, error) {
+func copyBackup(ctx context.Context, b *api.Backend, bk *corpusv1.Backup, source, holder *corpusv1.Node, progress func(*corpusv1.BackupProgress) error) (int64, string, error) {
 	dctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	dump, err := b.AgentClient(source).DumpService(dctx, connect.NewRequest(&corpusv1.DumpServiceRequest{Backup: bk}))
@@ -163,12 +169,12 @@ func (b *Backend) copyBackup(ctx context.Context, bk *corpusv1.Backup, source, h
 
 // BackupNow takes the backup a caller asked for (bk on source, unless
 // err says why not) and sends it last.
-func (b *Backend) BackupNow(ctx context.Context, bk *corpusv1.Backup, source *corpusv1.Node, err error, stream *connect.ServerStream[corpusv1.BackupProgress]) error {
+func BackupNow(ctx context.Context, b *api.Backend, bk *corpusv1.Backup, source *corpusv1.Node, err error, stream *connect.ServerStream[corpusv1.BackupProgress]) error {
 	if err != nil {
 		return err
 	}
-	if bk, err = b.runBackup(ctx, bk, source, stream.Send); err != nil {
-		return ToConnect(err)
+	if bk, err = runBackup(ctx, b, bk, source, stream.Send); err != nil {
+		return api.ToConnect(err)
 	}
 	return stream.Send(&corpusv1.BackupProgress{Phase: "done", DoneBytes: bk.SizeBytes, Backup: bk})
 }
@@ -178,7 +184,7 @@ func (b *Backend) BackupNow(ctx context.Context, bk *corpusv1.Backup, source *co
 func PickBackup(ctx context.Context, view *state.Snap, id string) (*corpusv1.Backup, error) {
 	bk := view.Backup(id)
 	if bk == nil {
-		return nil, ToConnect(NotFound("backup", id, "corpus service backups"))
+		return nil, api.ToConnect(api.NotFound("backup", id, "corpus service backups"))
 	}
 	if bk.Volume != "" {
 		if pr := auth.FromContext(ctx); pr.Kind != auth.Operator {
@@ -187,7 +193,7 @@ func PickBackup(ctx context.Context, view *state.Snap, id string) (*corpusv1.Bac
 		return bk, nil
 	}
 	if svc := view.Service(bk.Service); svc != nil {
-		if err := MayUseService(ctx, view, svc, true); err != nil {
+		if err := api.MayUseService(ctx, view, svc, true); err != nil {
 			return nil, err
 		}
 	} else if pr := auth.FromContext(ctx); pr.Kind != auth.Operator {
@@ -210,7 +216,7 @@ func HolderOf(view *state.Snap, bk *corpusv1.Backup) (*corpusv1.Node, error) {
 
 // RelayBackup streams a kept backup from its holder into the target
 // node's LoadService (first message: head, then the data).
-func (b *Backend) RelayBackup(ctx context.Context, bk *corpusv1.Backup, holder, target *corpusv1.Node,
+func RelayBackup(ctx context.Context, b *api.Backend, bk *corpusv1.Backup, holder, target *corpusv1.Node,
 	head *corpusv1.Backup, progress func(*corpusv1.BackupProgress) error) (*corpusv1.LoadServiceResponse, error) {
 	rctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -252,7 +258,7 @@ func (b *Backend) RelayBackup(ctx context.Context, bk *corpusv1.Backup, holder, 
 
 // StoreImport relays a client's backup to its holder, which checks it
 // against sum.
-func (b *Backend) StoreImport(ctx context.Context, bk *corpusv1.Backup, holder *corpusv1.Node, sum string, in *connect.ClientStream[corpusv1.BackupChunk]) (int64, error) {
+func StoreImport(ctx context.Context, b *api.Backend, bk *corpusv1.Backup, holder *corpusv1.Node, sum string, in *connect.ClientStream[corpusv1.BackupChunk]) (int64, error) {
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	store := b.AgentClient(holder).StoreBackup(sctx)
@@ -323,7 +329,7 @@ func BackupPolicy(curSchedule string, curKeep uint32, schedule string, keep uint
 		keep = curKeep
 	}
 	if err := state.ValidSchedule(schedule); err != nil {
-		return "", 0, ToConnect(err)
+		return "", 0, api.ToConnect(err)
 	}
 	return schedule, keep, nil
 }
