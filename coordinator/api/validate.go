@@ -149,7 +149,7 @@ func normalizeConstraints(spec *corpusv1.GuestSpec) error {
 		if v == "" {
 			return Invalidf("constraint %s has no value: want LABEL=VALUE", k)
 		}
-		if err := validLabel(k, v); err != nil {
+		if err := ValidLabel(k, v); err != nil {
 			return err
 		}
 	}
@@ -278,26 +278,9 @@ func ValidText(what, v string, limit int) error {
 	return nil
 }
 
-// validAgentAddrs checks what an agent says of itself: the host:port
-// coordinators dial its API at, and the node address outside traffic
-// reaches (an IP address or a DNS name). Either may be empty.
-func validAgentAddrs(agentAddr, addr string) error {
-	if agentAddr != "" {
-		if err := validHostPort(agentAddr); err != nil {
-			return Invalidf("agent address %.80q: %v", agentAddr, err)
-		}
-	}
-	if addr != "" && net.ParseIP(addr) == nil {
-		if err := ValidDNSName("node address", addr); err != nil || strings.Contains(addr, "_") {
-			return Invalidf("node address %.80q is neither an IP address nor a DNS name", addr)
-		}
-	}
-	return nil
-}
-
-// validHostPort checks a host:port a coordinator dials: the host an IP
+// ValidHostPort checks a host:port a coordinator dials: the host an IP
 // address or a DNS name, the port 1-65535.
-func validHostPort(a string) error {
+func ValidHostPort(a string) error {
 	host, port, err := net.SplitHostPort(a)
 	if err != nil {
 		return err
@@ -392,6 +375,16 @@ func ValidEnv(env string) error {
 func ValidProcessName(name string) error {
 	if !names.Process(name) {
 		return Invalidf("process name %.40q: want [a-z][a-z0-9_-]*, up to 32 characters", name)
+	}
+	return nil
+}
+
+func ValidLabel(k, v string) error {
+	if err := names.Validate("label", k); err != nil {
+		return err
+	}
+	if !labelValueRE.MatchString(v) {
+		return Invalidf("label %s=%.80q: values are up to 63 letters, digits, '-', '_' and '.', starting and ending with a letter or digit", k, v)
 	}
 	return nil
 }

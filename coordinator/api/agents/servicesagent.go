@@ -1,4 +1,4 @@
-package api
+package agents
 
 import (
 	"context"
@@ -53,7 +53,7 @@ func serviceReach(view *state.Snap, guests []*corpusv1.Guest) []*corpusv1.Servic
 }
 
 // reportServices records the changed observations of a node's services.
-func (s *AgentService) reportServices(ctx context.Context, view *state.Snap, nodeID string, reported []*corpusv1.ReportedService) (uint64, error) {
+func (s *Service) reportServices(ctx context.Context, view *state.Snap, nodeID string, reported []*corpusv1.ReportedService) (uint64, error) {
 	var changed []*corpusv1.ReportedService
 	for _, r := range reported {
 		svc := view.ServiceByID(r.ServiceId)
