@@ -95,7 +95,8 @@ func (s *clusterService) RemoveRaftPeer(ctx context.Context, req *connect.Reques
 	return connect.NewResponse(&corpusv1.RemoveRaftPeerResponse{}), nil
 }
 
-// api.ValidHostPort checks an address is host:port with a usable port.
+// RotateKeyring makes a new key the keyring's only one and reseals every
+// value (keyring.Ring.Rotate).
 func (s *clusterService) RotateKeyring(ctx context.Context, _ *connect.Request[corpusv1.RotateKeyringRequest]) (*connect.Response[corpusv1.RotateKeyringResponse], error) {
 	res, err := s.b.Keyring().Rotate(ctx)
 	if err != nil {
