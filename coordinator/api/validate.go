@@ -363,6 +363,7 @@ func CheckConfigChange(set map[string]string, unset []string) error {
 	return nil
 }
 
+// ValidEnv checks an environment's name: dev, staging or prod.
 func ValidEnv(env string) error {
 	switch env {
 	case corpusv1.EnvDev, corpusv1.EnvStaging, corpusv1.EnvProd:
@@ -371,7 +372,8 @@ func ValidEnv(env string) error {
 	return Invalidf("environment %q: use dev, staging or prod", env)
 }
 
-// ValidProcessName checks a process type: process types are short lowercase names (Procfile).
+// ValidProcessName checks a process type: process types are short
+// lowercase names (Procfile).
 func ValidProcessName(name string) error {
 	if !names.Process(name) {
 		return Invalidf("process name %.40q: want [a-z][a-z0-9_-]*, up to 32 characters", name)
@@ -379,6 +381,7 @@ func ValidProcessName(name string) error {
 	return nil
 }
 
+// ValidLabel checks a node label: a name and a short value.
 func ValidLabel(k, v string) error {
 	if err := names.Validate("label", k); err != nil {
 		return err
