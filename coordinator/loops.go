@@ -6,6 +6,8 @@ import (
 
 	"connectrpc.com/connect"
 
+	"corpus/coordinator/api/backups"
+	"corpus/coordinator/api/projects"
 	"corpus/coordinator/autoscale"
 	"corpus/coordinator/backupschedule"
 	"corpus/coordinator/leader"
@@ -30,8 +32,8 @@ func (s *Server) leaderRunner() *leader.Runner {
 			leader.Func(func(ctx context.Context) {
 				s.liveness.run(ctx, s.store, s.replica.propose, s.logger.With("component", "liveness"))
 			}),
-			&backupschedule.Loop{Store: s.store, Clock: s.cfg.Clock, Backups: s.api, Logger: s.logger},
-			&autoscale.Loop{Store: s.store, Loads: agentLoads(s.agentClient), Scaler: s.api, Interval: s.cfg.AutoscaleInterval, Logger: s.logger},
+			&backupschedule.Loop{Store: s.store, Clock: s.cfg.Clock, Backups: backups.NewScheduled(s.api), Logger: s.logger},
+			&autoscale.Loop{Store: s.store, Loads: agentLoads(s.agentClient), Scaler: projects.NewScaler(s.api), Interval: s.cfg.AutoscaleInterval, Logger: s.logger},
 			leader.Func(s.api.CertificateLoop),
 		},
 	})

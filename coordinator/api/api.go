@@ -1,6 +1,9 @@
-// Package api implements the coordinator's connect services over the
-// replicated state: reads come from this replica's store, writes become
-// Raft commands through Backend.Propose.
+// Package api is the plumbing the coordinator's connect services share:
+// the Backend the handlers read the replicated state and propose Raft
+// commands through (Backend.Write), who may call what (Policies), the
+// interceptors, the mapping of errors to codes, and the checks several
+// handlers make. The handlers live in a package per noun below it,
+// mounted by package serve.
 package api
 
 import (
@@ -8,7 +11,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net/http"
 	"slices"
 	"time"
 
@@ -74,9 +76,13 @@ type Backend struct {
 	Series SeriesSource
 
 	// Guests and Volumes are the handlers of those services (set by
-	// serve.Mount): a service's resize goes through them.
-	Guests  corpusv1connect.GuestServiceHandler
-	Volumes corpusv1connect.VolumeServiceHandler
+	// serve.Mount): a service's resize goes through them. A project's
+	// import makes its services through Services; a service's link
+	// makes releases of its projects through Releases.
+	Guests   corpusv1connect.GuestServiceHandler
+	Volumes  corpusv1connect.VolumeServiceHandler
+	Services Services
+	Releases Releases
 
 	// ServiceTemplates is the operator's folder of service templates,
 	// added to the built-in ones ("": none).
@@ -366,15 +372,6 @@ func Options(b *Backend) []connect.HandlerOption {
 	}
 }
 
-// Mount registers the services of this package on mux with opts (see
-// package serve, which mounts them all).
-func Mount(mux *http.ServeMux, b *Backend, opts []connect.HandlerOption) {
-	mux.Handle(corpusv1connect.NewServiceServiceHandler(&serviceService{b: b}, opts...))
-	mux.Handle(corpusv1connect.NewClusterServiceHandler(&clusterService{b}, opts...))
-	mux.Handle(corpusv1connect.NewAgentServiceHandler(&agentService{b: b}, opts...))
-	mux.Handle(corpusv1connect.NewProjectServiceHandler(&projectService{b}, opts...))
-}
-
 // Write proposes a command and maps its error to an API error.
 func (b *Backend) Write(ctx context.Context, cmd *corpusv1.Command) (uint64, error) {
 	cmd.Actor = auth.FromContext(ctx).String()
@@ -435,28 +432,4 @@ var ErrBusy = errors.New("the " + rpc.BusyPhrase)
 
 func Invalidf(format string, args ...any) error {
 	return fmt.Errorf("%w: "+format, append([]any{errInvalid}, args...)...)
-}
-
-type clusterService struct{ b *Backend }
-
-func (s *clusterService) Status(ctx context.Context, _ *connect.Request[corpusv1.StatusRequest]) (*connect.Response[corpusv1.StatusResponse], error) {
-	view := s.b.Store.Read()
-	res := &corpusv1.StatusResponse{
-		Leader:  s.b.LeaderAddr(),
-		Index:   view.Index(),
-		Version: versionString(),
-		Nodes:   int32(len(view.Nodes())),
-		Guests:  int32(len(view.Guests())),
-		Who:     auth.FromContext(ctx).String(),
-	}
-	if s.b.Group != nil {
-		res.Replica = s.b.Group.Self().Id
-		if id, _ := s.b.Group.Leader(); id != "" {
-			res.LeaderApi = view.Coordinator(id).GetApiAddress()
-		}
-	}
-	if cfg := view.Config(); cfg != nil {
-		res.ClusterId = cfg.ClusterId
-	}
-	return connect.NewResponse(res), nil
 }

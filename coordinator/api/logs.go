@@ -23,25 +23,6 @@ import (
 // maxLogTail bounds a logs request's tail.
 const maxLogTail = 100000
 
-func (s *projectService) ProjectLogs(ctx context.Context, req *connect.Request[corpusv1.ProjectLogsRequest], stream *connect.ServerStream[corpusv1.LogLine]) error {
-	m := req.Msg
-	view := s.b.Store.Read()
-	_, e, err := pickEnv(ctx, view, m.Project, m.Env)
-	if err != nil {
-		return err
-	}
-	filter := proto.Clone(m.GetFilter()).(*corpusv1.GuestLogsRequest)
-	if m.Filter == nil {
-		filter = &corpusv1.GuestLogsRequest{}
-	}
-	if err := ValidLogFilter(filter); err != nil {
-		return err
-	}
-	// One guest per environment today; with several, their lines would
-	// be merged here.
-	return s.b.StreamLogs(ctx, e.GuestId, filter, stream.Send)
-}
-
 func ValidLogFilter(m *corpusv1.GuestLogsRequest) error {
 	for _, src := range m.Sources {
 		switch src {
@@ -51,7 +32,7 @@ func ValidLogFilter(m *corpusv1.GuestLogsRequest) error {
 		}
 	}
 	if m.Process != "" {
-		if err := validProcessName(m.Process); err != nil {
+		if err := ValidProcessName(m.Process); err != nil {
 			return ToConnect(err)
 		}
 	}

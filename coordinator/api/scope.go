@@ -4,11 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	"connectrpc.com/connect"
 
 	"corpus/coordinator/auth"
 	"corpus/coordinator/state"
+	"corpus/internal/names"
 	corpusv1 "corpus/proto/corpus/v1"
 )
 
@@ -18,8 +20,8 @@ import (
 
 var errNotMember = errors.New("not granted")
 
-// mayUseProject checks the caller may use project p.
-func mayUseProject(ctx context.Context, p *corpusv1.Project) error {
+// MayUseProject checks the caller may use project p.
+func MayUseProject(ctx context.Context, p *corpusv1.Project) error {
 	pr := auth.FromContext(ctx)
 	if auth.ProjectAccess(pr, p) != auth.NoAccess {
 		return nil
@@ -38,11 +40,11 @@ func MayUseGuest(ctx context.Context, view *state.Snap, g *corpusv1.Guest) error
 	}
 	// Say whose the guest is, and so what to ask for.
 	if p, _ := view.ProjectOfGuest(g.Id); p != nil {
-		if err := mayUseProject(ctx, p); err != nil {
+		if err := MayUseProject(ctx, p); err != nil {
 			return err
 		}
 	} else if svc := view.ServiceOfGuest(g.Id); svc != nil {
-		if err := mayUseService(ctx, view, svc, true); err != nil {
+		if err := MayUseService(ctx, view, svc, true); err != nil {
 			return err
 		}
 	}
@@ -58,4 +60,39 @@ func MaySee(ctx context.Context, have auth.Access, what, name string) error {
 	}
 	pr := auth.FromContext(ctx)
 	return connect.NewError(connect.CodePermissionDenied, fmt.Errorf("%s may not see %s %s: it belongs to no project granted to it (%w)", pr, what, name, errNotMember))
+}
+
+// PickEnv resolves the environment a request means: the named one, or the
+// project's only one.
+func PickEnv(ctx context.Context, view *state.Snap, project, env string) (*corpusv1.Project, *corpusv1.ProjectEnv, error) {
+	if err := names.Validate("project", project); err != nil {
+		return nil, nil, ToConnect(err)
+	}
+	if env != "" {
+		if err := ValidEnv(env); err != nil {
+			return nil, nil, ToConnect(err)
+		}
+	}
+	p := view.Project(project)
+	if p == nil {
+		return nil, nil, ToConnect(NotFound("project", project, "corpus project list"))
+	}
+	if err := MayUseProject(ctx, p); err != nil {
+		return nil, nil, err
+	}
+	if env == "" {
+		if len(p.Envs) != 1 {
+			var all []string
+			for _, e := range p.Envs {
+				all = append(all, e.Name)
+			}
+			return nil, nil, ToConnect(Invalidf("project %s has environments %s: choose one with --env", p.Name, strings.Join(all, ", ")))
+		}
+		return p, p.Envs[0], nil
+	}
+	e := corpusv1.EnvNamed(p, env)
+	if e == nil {
+		return nil, nil, ToConnect(NotFound("environment", project+"/"+env, "corpus project show "+project))
+	}
+	return p, e, nil
 }

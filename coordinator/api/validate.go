@@ -2,6 +2,7 @@ package api
 
 import (
 	"fmt"
+	"maps"
 	"net"
 	"path"
 	"regexp"
@@ -12,6 +13,7 @@ import (
 
 	"corpus/coordinator/state"
 	"corpus/internal/names"
+	"corpus/internal/units"
 	corpusv1 "corpus/proto/corpus/v1"
 	"corpus/volume"
 )
@@ -147,7 +149,7 @@ func normalizeConstraints(spec *corpusv1.GuestSpec) error {
 		if v == "" {
 			return Invalidf("constraint %s has no value: want LABEL=VALUE", k)
 		}
-		if err := validLabel(k, v); err != nil {
+		if err := ValidLabel(k, v); err != nil {
 			return err
 		}
 	}
@@ -276,26 +278,9 @@ func ValidText(what, v string, limit int) error {
 	return nil
 }
 
-// validAgentAddrs checks what an agent says of itself: the host:port
-// coordinators dial its API at, and the node address outside traffic
-// reaches (an IP address or a DNS name). Either may be empty.
-func validAgentAddrs(agentAddr, addr string) error {
-	if agentAddr != "" {
-		if err := validHostPort(agentAddr); err != nil {
-			return Invalidf("agent address %.80q: %v", agentAddr, err)
-		}
-	}
-	if addr != "" && net.ParseIP(addr) == nil {
-		if err := ValidDNSName("node address", addr); err != nil || strings.Contains(addr, "_") {
-			return Invalidf("node address %.80q is neither an IP address nor a DNS name", addr)
-		}
-	}
-	return nil
-}
-
-// validHostPort checks a host:port a coordinator dials: the host an IP
+// ValidHostPort checks a host:port a coordinator dials: the host an IP
 // address or a DNS name, the port 1-65535.
-func validHostPort(a string) error {
+func ValidHostPort(a string) error {
 	host, port, err := net.SplitHostPort(a)
 	if err != nil {
 		return err
@@ -342,6 +327,67 @@ func normalizePorts(ports []*corpusv1.Port) error {
 			return Invalidf("host port %s is published twice", key)
 		}
 		seen[key] = true
+	}
+	return nil
+}
+
+// CheckConfigChange validates a change before anything is sealed or
+// written: the errors name keys, never values.
+func CheckConfigChange(set map[string]string, unset []string) error {
+	if len(set) == 0 && len(unset) == 0 {
+		return Invalidf("nothing to set or unset: give KEY=VALUE or KEY")
+	}
+	if len(set)+len(unset) > state.MaxConfigKeys {
+		return Invalidf("%d keys in one change; the limit is %d", len(set)+len(unset), state.MaxConfigKeys)
+	}
+	for _, k := range slices.Sorted(maps.Keys(set)) {
+		if err := state.ValidConfigKey(k); err != nil {
+			return Invalidf("%v", err)
+		}
+		v := set[k]
+		switch {
+		case strings.ContainsRune(v, 0):
+			return Invalidf("the value of %s holds a NUL byte, which no environment variable can carry", k)
+		case len(v) > state.MaxConfigValueBytes:
+			return Invalidf("the value of %s is %s; the limit is %s", k, units.FormatSize(int64(len(v))), units.FormatSize(state.MaxConfigValueBytes))
+		}
+	}
+	for _, k := range unset {
+		if err := state.ValidConfigKey(k); err != nil {
+			return Invalidf("%v", err)
+		}
+		if _, ok := set[k]; ok {
+			return Invalidf("%s is both set and unset", k)
+		}
+	}
+	return nil
+}
+
+// ValidEnv checks an environment's name: dev, staging or prod.
+func ValidEnv(env string) error {
+	switch env {
+	case corpusv1.EnvDev, corpusv1.EnvStaging, corpusv1.EnvProd:
+		return nil
+	}
+	return Invalidf("environment %q: use dev, staging or prod", env)
+}
+
+// ValidProcessName checks a process type: process types are short
+// lowercase names (Procfile).
+func ValidProcessName(name string) error {
+	if !names.Process(name) {
+		return Invalidf("process name %.40q: want [a-z][a-z0-9_-]*, up to 32 characters", name)
+	}
+	return nil
+}
+
+// ValidLabel checks a node label: a name and a short value.
+func ValidLabel(k, v string) error {
+	if err := names.Validate("label", k); err != nil {
+		return err
+	}
+	if !labelValueRE.MatchString(v) {
+		return Invalidf("label %s=%.80q: values are up to 63 letters, digits, '-', '_' and '.', starting and ending with a letter or digit", k, v)
 	}
 	return nil
 }

@@ -38,9 +38,9 @@ func FuzzValidators(f *testing.F) {
 		check("pathRE", pathRE.MatchString(s))
 		check("ValidID", ValidID("x", s, "x") == nil)
 		check("FingerprintRE", FingerprintRE.MatchString(s))
-		if err := validHostPort(s); err == nil {
+		if err := ValidHostPort(s); err == nil {
 			if h, _, _ := net.SplitHostPort(s); strings.ContainsAny(h, shellOrPath+"/") {
-				t.Errorf("validHostPort accepted %q", s)
+				t.Errorf("ValidHostPort accepted %q", s)
 			}
 		}
 	})

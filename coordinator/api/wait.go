@@ -2,10 +2,10 @@ package api
 
 import "time"
 
-// A blocking query waits defaultWait unless asked, at most maxWait.
+// A blocking query waits DefaultWait unless asked, at most MaxWait.
 const (
-	defaultWait = 60 * time.Second
-	maxWait     = 5 * time.Minute
+	DefaultWait = 60 * time.Second
+	MaxWait     = 5 * time.Minute
 )
 
 // WaitFor is how long a blocking query waits: seconds as asked, within
@@ -14,9 +14,9 @@ func WaitFor(seconds int64) time.Duration {
 	wait := time.Duration(seconds) * time.Second
 	switch {
 	case seconds <= 0:
-		return defaultWait
-	case seconds > int64(maxWait/time.Second):
-		return maxWait
+		return DefaultWait
+	case seconds > int64(MaxWait/time.Second):
+		return MaxWait
 	}
 	return wait
 }

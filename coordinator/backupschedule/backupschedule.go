@@ -151,7 +151,7 @@ func expiredBackups(view *state.Snap) []*corpusv1.Backup {
 	return out
 }
 
-// Backups takes and removes backups (coordinator/api's Backend):
+// Backups takes and removes backups (coordinator/api/backups' Scheduled):
 // BackupService and BackupVolume take the scheduled backup of a service
 // or a volume and return it once it succeeded; RemoveBackup removes a
 // backup's file and forgets it.

@@ -107,7 +107,7 @@ func checkSchedule(t *testing.T, view *state.Snap, now time.Time, wantDue, wantE
 }
 
 // fakeBackups records what the loop asks for instead of taking backups
-// on agents (coordinator/api's Backend does that; the coordinator's and
+// on agents (coordinator/api/backups does that; the coordinator's and
 // the end-to-end tests run it). Its first backup of each subject fails.
 type fakeBackups struct {
 	mu      sync.Mutex

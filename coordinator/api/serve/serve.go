@@ -1,18 +1,22 @@
 // Package serve mounts every service of the coordinator's API: the
-// handlers of package api and those of its packages per noun, all
-// behind the same interceptors.
+// handlers of coordinator/api's packages per noun, all behind the same
+// interceptors, AgentService joined from the part each one serves.
 package serve
 
 import (
 	"net/http"
 
 	"corpus/coordinator/api"
+	"corpus/coordinator/api/agents"
 	"corpus/coordinator/api/auditlog"
+	"corpus/coordinator/api/cluster"
 	"corpus/coordinator/api/extension"
 	"corpus/coordinator/api/guests"
 	"corpus/coordinator/api/nodes"
+	"corpus/coordinator/api/projects"
 	"corpus/coordinator/api/records"
 	"corpus/coordinator/api/routes"
+	"corpus/coordinator/api/services"
 	"corpus/coordinator/api/users"
 	"corpus/coordinator/api/volumes"
 	"corpus/proto/corpus/v1/corpusv1connect"
@@ -21,8 +25,10 @@ import (
 // Mount registers every service on mux behind the auth interceptor.
 func Mount(mux *http.ServeMux, b *api.Backend) {
 	opts := api.Options(b)
-	b.Guests, b.Volumes = guests.New(b), volumes.New(b)
-	api.Mount(mux, b, opts)
+	b.Guests, b.Volumes, b.Services = guests.New(b), volumes.New(b), services.New(b)
+	projectService := projects.New(b)
+	b.Releases = projectService
+	mux.Handle(corpusv1connect.NewClusterServiceHandler(cluster.New(b), opts...))
 	mux.Handle(corpusv1connect.NewIngressServiceHandler(routes.New(b), opts...))
 	mux.Handle(corpusv1connect.NewGuestServiceHandler(b.Guests, opts...))
 	mux.Handle(corpusv1connect.NewVolumeServiceHandler(b.Volumes, opts...))
@@ -31,4 +37,15 @@ func Mount(mux *http.ServeMux, b *api.Backend) {
 	mux.Handle(corpusv1connect.NewAuditServiceHandler(auditlog.New(b), opts...))
 	mux.Handle(corpusv1connect.NewDnsServiceHandler(records.New(b), opts...))
 	mux.Handle(corpusv1connect.NewNodeServiceHandler(nodes.New(b), opts...))
+	mux.Handle(corpusv1connect.NewServiceServiceHandler(b.Services, opts...))
+	mux.Handle(corpusv1connect.NewProjectServiceHandler(projectService, opts...))
+	mux.Handle(corpusv1connect.NewAgentServiceHandler(agentService{agents.New(b), services.NewRuntime(b), projects.NewAgent(b)}, opts...))
+}
+
+// agentService is AgentService: each package serves the agents' calls
+// about its noun.
+type agentService struct {
+	*agents.Service
+	*services.Runtime
+	*projects.Agent
 }

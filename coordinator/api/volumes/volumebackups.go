@@ -9,6 +9,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"corpus/coordinator/api"
+	"corpus/coordinator/api/backups"
 	"corpus/coordinator/audit"
 	"corpus/coordinator/auth"
 	"corpus/coordinator/state"
@@ -43,8 +44,8 @@ func (s *volumeService) BackupVolume(ctx context.Context, req *connect.Request[c
 	if err != nil {
 		return err
 	}
-	bk, source, err := api.VolumeBackup(view, v, corpusv1.BackupManual)
-	return s.b.BackupNow(ctx, bk, source, err, stream)
+	bk, source, err := backups.VolumeBackup(view, v, corpusv1.BackupManual)
+	return backups.BackupNow(ctx, s.b, bk, source, err, stream)
 }
 
 func (s *volumeService) RestoreVolume(ctx context.Context, req *connect.Request[corpusv1.RestoreVolumeRequest], stream *connect.ServerStream[corpusv1.BackupProgress]) error {
@@ -54,22 +55,22 @@ func (s *volumeService) RestoreVolume(ctx context.Context, req *connect.Request[
 	if err != nil {
 		return err
 	}
-	target, err := api.VolumeNode(view, v)
+	target, err := backups.VolumeNode(view, v)
 	if err != nil {
 		return err
 	}
-	bk, skipped, err := api.RestoreSource(ctx, view, view.VolumeBackups(v.Name), "volume "+v.Name, "corpus volume backup "+v.Name, m.From)
+	bk, skipped, err := backups.RestoreSource(ctx, view, view.VolumeBackups(v.Name), "volume "+v.Name, "corpus volume backup "+v.Name, m.From)
 	if err != nil {
 		return err
 	}
 	if bk.Volume == "" {
 		return connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("backup %s is of service %s: restore it with corpus service restore", bk.Id, bk.Service))
 	}
-	holder, err := api.HolderOf(view, bk)
+	holder, err := backups.HolderOf(view, bk)
 	if err != nil {
 		return err
 	}
-	msg := fmt.Sprintf("restoring volume %s on node %s from backup %s of %s", v.Name, target.Name, bk.Id, api.BackupAge(bk, time.Now()))
+	msg := fmt.Sprintf("restoring volume %s on node %s from backup %s of %s", v.Name, target.Name, bk.Id, backups.BackupAge(bk, time.Now()))
 	if bk.Volume != v.Name {
 		msg += " (taken of volume " + bk.Volume + ")"
 	}
@@ -84,7 +85,7 @@ func (s *volumeService) RestoreVolume(ctx context.Context, req *connect.Request[
 		head := proto.Clone(bk).(*corpusv1.Backup)
 		head.Volume = v.Name
 		var err error
-		out, err = s.b.RelayBackup(ctx, bk, holder, target, head, stream.Send)
+		out, err = backups.RelayBackup(ctx, s.b, bk, holder, target, head, stream.Send)
 		return err
 	})
 	result := "ok"
@@ -116,7 +117,7 @@ func withGuestStopped(ctx context.Context, b *api.Backend, id string, progress f
 		return err
 	}
 	defer func() {
-		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), api.WriteTimeout)
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), backups.WriteTimeout)
 		defer cancel()
 		if err := setDesired(sctx, state.DesiredRunning); err != nil {
 			b.Logger.Error("starting a guest again after a restore", "guest", g.Name, "error", err)
@@ -145,7 +146,7 @@ func withGuestStopped(ctx context.Context, b *api.Backend, id string, progress f
 
 func (s *volumeService) UpdateVolume(ctx context.Context, req *connect.Request[corpusv1.UpdateVolumeRequest]) (*connect.Response[corpusv1.UpdateVolumeResponse], error) {
 	m := req.Msg
-	if _, _, err := api.BackupPolicy("", 0, m.BackupSchedule, 0); err != nil {
+	if _, _, err := backups.BackupPolicy("", 0, m.BackupSchedule, 0); err != nil {
 		return nil, err
 	}
 	view := s.b.Store.Read()
@@ -153,7 +154,7 @@ func (s *volumeService) UpdateVolume(ctx context.Context, req *connect.Request[c
 	if err != nil {
 		return nil, err
 	}
-	schedule, keep, err := api.BackupPolicy(v.BackupSchedule, v.BackupKeep, m.BackupSchedule, m.BackupKeep)
+	schedule, keep, err := backups.BackupPolicy(v.BackupSchedule, v.BackupKeep, m.BackupSchedule, m.BackupKeep)
 	if err != nil {
 		return nil, err
 	}

@@ -1,4 +1,9 @@
-package api
+// Package projects serves ProjectService: projects and their
+// environments, releases and rollbacks, config, deploys, scale and
+// autoscale, blue-green switches, logs, export and import; and the
+// agents' calls about them (releases recorded, git access, pushes
+// linted, instances rolled).
+package projects
 
 import (
 	"context"
@@ -11,6 +16,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"corpus/coordinator/api"
 
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/proto"
@@ -36,7 +43,19 @@ const (
 	maxReleaseLog = 64 << 10
 )
 
-type projectService struct{ b *Backend }
+// New returns the handler of ProjectService.
+func New(b *api.Backend) *Service { return &Service{b} }
+
+// Service is the handler of ProjectService, and the releases a
+// service's link makes (api.Releases).
+type Service struct{ b *api.Backend }
+
+// Agent is the part of AgentService about projects: releases, git
+// access, pushes linted, instances rolled, environments switched.
+type Agent struct{ b *api.Backend }
+
+// NewAgent returns the part of AgentService about projects.
+func NewAgent(b *api.Backend) *Agent { return &Agent{b} }
 
 // branchRE is what corpus accepts as a deploy branch: a plain git branch
 // name without the forms git itself refuses.
@@ -45,7 +64,7 @@ var branchRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._/-]{0,99}$`)
 func validBranch(b string) error {
 	if !branchRE.MatchString(b) || strings.Contains(b, "..") || strings.Contains(b, "//") ||
 		strings.HasSuffix(b, "/") || strings.HasSuffix(b, ".lock") || strings.HasSuffix(b, ".") {
-		return Invalidf("branch %q is not a valid git branch name", b)
+		return api.Invalidf("branch %q is not a valid git branch name", b)
 	}
 	return nil
 }
@@ -59,18 +78,10 @@ func validRelease(project, env string) error {
 	if err := names.Validate("project", project); err != nil {
 		return err
 	}
-	return validEnv(env)
+	return api.ValidEnv(env)
 }
 
-func validEnv(env string) error {
-	switch env {
-	case corpusv1.EnvDev, corpusv1.EnvStaging, corpusv1.EnvProd:
-		return nil
-	}
-	return Invalidf("environment %q: use dev, staging or prod", env)
-}
-
-func (s *projectService) CreateProject(ctx context.Context, req *connect.Request[corpusv1.CreateProjectRequest]) (*connect.Response[corpusv1.CreateProjectResponse], error) {
+func (s *Service) CreateProject(ctx context.Context, req *connect.Request[corpusv1.CreateProjectRequest]) (*connect.Response[corpusv1.CreateProjectResponse], error) {
 	m := proto.Clone(req.Msg).(*corpusv1.CreateProjectRequest)
 	var (
 		guestName string
@@ -84,12 +95,12 @@ func (s *projectService) CreateProject(ctx context.Context, req *connect.Request
 		if m.Env == "" {
 			m.Env = corpusv1.EnvDev
 		}
-		if err := validEnv(m.Env); err != nil {
+		if err := api.ValidEnv(m.Env); err != nil {
 			return err
 		}
 		guestName = m.Name + "-" + m.Env
 		if err := names.Validate("guest", guestName); err != nil {
-			return Invalidf("project name %q is too long for its guest name %q", m.Name, guestName)
+			return api.Invalidf("project name %q is too long for its guest name %q", m.Name, guestName)
 		}
 		if m.Image == "" {
 			m.Image = DefaultProjectImage
@@ -103,7 +114,7 @@ func (s *projectService) CreateProject(ctx context.Context, req *connect.Request
 		if m.HttpPort == 0 {
 			m.HttpPort = DefaultHTTPPort
 		}
-		if err := ValidPort("http port", m.HttpPort); err != nil {
+		if err := api.ValidPort("http port", m.HttpPort); err != nil {
 			return err
 		}
 		if m.VolumeBytes == 0 {
@@ -126,15 +137,15 @@ func (s *projectService) CreateProject(ctx context.Context, req *connect.Request
 		if v := s.b.Store.Read().Volume(guestName); v != nil && v.GuestId == "" && v.GetDesiredState() != state.DesiredDeleted {
 			spec.Volume = &corpusv1.VolumeSpec{UseVolume: guestName, Path: spec.Volume.Path}
 		}
-		if err := NormalizeSpec(spec); err != nil {
+		if err := api.NormalizeSpec(spec); err != nil {
 			return err
 		}
 		return nil
 	}
 	if err := check(); err != nil {
-		return nil, ToConnect(err)
+		return nil, api.ToConnect(err)
 	}
-	admitted, err := s.b.admission.Admit(ctx, corpusv1.OnProjectCreate, m, check)
+	admitted, err := s.b.Admission().Admit(ctx, corpusv1.OnProjectCreate, m, check)
 	if err != nil {
 		return nil, err
 	}
@@ -168,7 +179,7 @@ func (s *projectService) CreateProject(ctx context.Context, req *connect.Request
 // remote is the git remote of a project environment, "" until its guest
 // is placed on a node with a git endpoint. The path names the project
 // alone unless another environment of it lives on the same node.
-func (s *projectService) remote(view *state.Snap, p *corpusv1.Project, e *corpusv1.ProjectEnv) string {
+func (s *Service) remote(view *state.Snap, p *corpusv1.Project, e *corpusv1.ProjectEnv) string {
 	g := view.Guest(e.GetGuestId())
 	if g == nil || g.NodeId == "" {
 		return ""
@@ -186,13 +197,13 @@ func (s *projectService) remote(view *state.Snap, p *corpusv1.Project, e *corpus
 	return "ssh://git@" + net.JoinHostPort(n.Address, strconv.Itoa(int(n.GitPort))) + "/" + path
 }
 
-func (s *projectService) view(view *state.Snap, p *corpusv1.Project) *corpusv1.ProjectView {
+func (s *Service) view(view *state.Snap, p *corpusv1.Project) *corpusv1.ProjectView {
 	out := &corpusv1.ProjectView{Project: p}
 	for _, e := range p.Envs {
 		ev := &corpusv1.ProjectEnvView{Name: e.Name, GuestName: e.GuestName, CurrentRelease: e.CurrentRelease, Domains: e.Domains, GitRemote: s.remote(view, p, e),
 			Services: linkedServices(view, p.Name, e.Name), Scale: e.Scale, Instances: instanceViews(view, p, e)}
 		if g := view.Guest(e.GuestId); g != nil {
-			ev.GuestStatus = GuestStatus(view, g)
+			ev.GuestStatus = api.GuestStatus(view, g)
 			if n := view.Node(g.NodeId); n != nil {
 				ev.NodeName = n.Name
 			}
@@ -202,11 +213,11 @@ func (s *projectService) view(view *state.Snap, p *corpusv1.Project) *corpusv1.P
 	return out
 }
 
-func (s *projectService) ListProjects(ctx context.Context, _ *connect.Request[corpusv1.ListProjectsRequest]) (*connect.Response[corpusv1.ListProjectsResponse], error) {
+func (s *Service) ListProjects(ctx context.Context, _ *connect.Request[corpusv1.ListProjectsRequest]) (*connect.Response[corpusv1.ListProjectsResponse], error) {
 	view := s.b.Store.Read()
 	res := &corpusv1.ListProjectsResponse{}
 	for _, p := range view.Projects() {
-		if mayUseProject(ctx, p) == nil {
+		if api.MayUseProject(ctx, p) == nil {
 			res.Projects = append(res.Projects, s.view(view, p))
 		}
 	}
@@ -215,14 +226,14 @@ func (s *projectService) ListProjects(ctx context.Context, _ *connect.Request[co
 
 // GetProject answers at once, or with min_index blocks until the project
 // or the guests of its environments change past it.
-func (s *projectService) GetProject(ctx context.Context, req *connect.Request[corpusv1.GetProjectRequest]) (*connect.Response[corpusv1.GetProjectResponse], error) {
+func (s *Service) GetProject(ctx context.Context, req *connect.Request[corpusv1.GetProjectRequest]) (*connect.Response[corpusv1.GetProjectResponse], error) {
 	m := req.Msg
 	if err := names.Validate("project", m.Name); err != nil {
-		return nil, ToConnect(err)
+		return nil, api.ToConnect(err)
 	}
 	wait := time.Duration(m.WaitSeconds) * time.Second
-	if wait <= 0 || wait > maxWait {
-		wait = defaultWait
+	if wait <= 0 || wait > api.MaxWait {
+		wait = api.DefaultWait
 	}
 	ctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
@@ -230,9 +241,9 @@ func (s *projectService) GetProject(ctx context.Context, req *connect.Request[co
 		view := s.b.Store.Read()
 		p := view.Project(m.Name)
 		if p == nil {
-			return nil, ToConnect(NotFound("project", m.Name, "corpus project list"))
+			return nil, api.ToConnect(api.NotFound("project", m.Name, "corpus project list"))
 		}
-		if err := mayUseProject(ctx, p); err != nil {
+		if err := api.MayUseProject(ctx, p); err != nil {
 			return nil, err
 		}
 		idx := p.ModifyIndex
@@ -252,18 +263,18 @@ func (s *projectService) GetProject(ctx context.Context, req *connect.Request[co
 	}
 }
 
-func (s *projectService) DeleteProject(ctx context.Context, req *connect.Request[corpusv1.DeleteProjectRequest]) (*connect.Response[corpusv1.DeleteProjectResponse], error) {
+func (s *Service) DeleteProject(ctx context.Context, req *connect.Request[corpusv1.DeleteProjectRequest]) (*connect.Response[corpusv1.DeleteProjectResponse], error) {
 	m := req.Msg
 	if err := names.Validate("project", m.Name); err != nil {
-		return nil, ToConnect(err)
+		return nil, api.ToConnect(err)
 	}
 	if m.Env != "" {
-		if err := validEnv(m.Env); err != nil {
-			return nil, ToConnect(err)
+		if err := api.ValidEnv(m.Env); err != nil {
+			return nil, api.ToConnect(err)
 		}
 	}
 	if s.b.Store.Read().Project(m.Name) == nil {
-		return nil, ToConnect(NotFound("project", m.Name, "corpus project list"))
+		return nil, api.ToConnect(api.NotFound("project", m.Name, "corpus project list"))
 	}
 	if _, err := s.b.Write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_DeleteProject{DeleteProject: &corpusv1.DeleteProject{Name: m.Name, Env: m.Env, KeepVolumes: m.KeepVolumes}}}); err != nil {
 		return nil, err
@@ -271,13 +282,13 @@ func (s *projectService) DeleteProject(ctx context.Context, req *connect.Request
 	return connect.NewResponse(&corpusv1.DeleteProjectResponse{}), nil
 }
 
-func (s *projectService) GrantProject(ctx context.Context, req *connect.Request[corpusv1.GrantProjectRequest]) (*connect.Response[corpusv1.GrantProjectResponse], error) {
+func (s *Service) GrantProject(ctx context.Context, req *connect.Request[corpusv1.GrantProjectRequest]) (*connect.Response[corpusv1.GrantProjectResponse], error) {
 	m := req.Msg
 	if err := names.Validate("project", m.Name); err != nil {
-		return nil, ToConnect(err)
+		return nil, api.ToConnect(err)
 	}
 	if err := names.Validate("user", m.User); err != nil {
-		return nil, ToConnect(err)
+		return nil, api.ToConnect(err)
 	}
 	if _, err := s.b.Write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_GrantProject{GrantProject: &corpusv1.GrantProject{Name: m.Name, User: m.User, Revoke: m.Revoke}}}); err != nil {
 		return nil, err
@@ -285,53 +296,18 @@ func (s *projectService) GrantProject(ctx context.Context, req *connect.Request[
 	return connect.NewResponse(&corpusv1.GrantProjectResponse{Project: s.b.Store.Read().Project(m.Name)}), nil
 }
 
-// pickEnv resolves the environment a request means: the named one, or the
-// project's only one.
-func pickEnv(ctx context.Context, view *state.Snap, project, env string) (*corpusv1.Project, *corpusv1.ProjectEnv, error) {
-	if err := names.Validate("project", project); err != nil {
-		return nil, nil, ToConnect(err)
-	}
-	if env != "" {
-		if err := validEnv(env); err != nil {
-			return nil, nil, ToConnect(err)
-		}
-	}
-	p := view.Project(project)
-	if p == nil {
-		return nil, nil, ToConnect(NotFound("project", project, "corpus project list"))
-	}
-	if err := mayUseProject(ctx, p); err != nil {
-		return nil, nil, err
-	}
-	if env == "" {
-		if len(p.Envs) != 1 {
-			var all []string
-			for _, e := range p.Envs {
-				all = append(all, e.Name)
-			}
-			return nil, nil, ToConnect(Invalidf("project %s has environments %s: choose one with --env", p.Name, strings.Join(all, ", ")))
-		}
-		return p, p.Envs[0], nil
-	}
-	e := corpusv1.EnvNamed(p, env)
-	if e == nil {
-		return nil, nil, ToConnect(NotFound("environment", project+"/"+env, "corpus project show "+project))
-	}
-	return p, e, nil
-}
-
 // ParseRelease reads "r3" or "3".
 func ParseRelease(s string) (uint32, error) {
 	n, ok := corpusv1.ParseReleaseName(s)
 	if !ok {
-		return 0, Invalidf("release %q: write it as r3 (see corpus release list)", s)
+		return 0, api.Invalidf("release %q: write it as r3 (see corpus release list)", s)
 	}
 	return n, nil
 }
 
-func (s *projectService) ListReleases(ctx context.Context, req *connect.Request[corpusv1.ListReleasesRequest]) (*connect.Response[corpusv1.ListReleasesResponse], error) {
+func (s *Service) ListReleases(ctx context.Context, req *connect.Request[corpusv1.ListReleasesRequest]) (*connect.Response[corpusv1.ListReleasesResponse], error) {
 	view := s.b.Store.Read()
-	p, e, err := pickEnv(ctx, view, req.Msg.Project, req.Msg.Env)
+	p, e, err := api.PickEnv(ctx, view, req.Msg.Project, req.Msg.Env)
 	if err != nil {
 		return nil, err
 	}
@@ -340,19 +316,19 @@ func (s *projectService) ListReleases(ctx context.Context, req *connect.Request[
 	return connect.NewResponse(&corpusv1.ListReleasesResponse{Releases: withoutLogs(rels), Current: e.CurrentRelease, Env: e.Name}), nil
 }
 
-func (s *projectService) GetRelease(ctx context.Context, req *connect.Request[corpusv1.GetReleaseRequest]) (*connect.Response[corpusv1.GetReleaseResponse], error) {
+func (s *Service) GetRelease(ctx context.Context, req *connect.Request[corpusv1.GetReleaseRequest]) (*connect.Response[corpusv1.GetReleaseResponse], error) {
 	view := s.b.Store.Read()
-	p, e, err := pickEnv(ctx, view, req.Msg.Project, req.Msg.Env)
+	p, e, err := api.PickEnv(ctx, view, req.Msg.Project, req.Msg.Env)
 	if err != nil {
 		return nil, err
 	}
 	n, err := ParseRelease(req.Msg.Release)
 	if err != nil {
-		return nil, ToConnect(err)
+		return nil, api.ToConnect(err)
 	}
 	r := view.ReleaseByNumber(p.Name, e.Name, n)
 	if r == nil {
-		return nil, ToConnect(NotFound("release", corpusv1.ReleaseName(n), "corpus release list "+p.Name))
+		return nil, api.ToConnect(api.NotFound("release", corpusv1.ReleaseName(n), "corpus release list "+p.Name))
 	}
 	return connect.NewResponse(&corpusv1.GetReleaseResponse{Release: forClients(r), Current: n == e.CurrentRelease}), nil
 }
@@ -372,7 +348,7 @@ func rollbackTarget(view *state.Snap, p *corpusv1.Project, e *corpusv1.ProjectEn
 	r := view.ReleaseByNumber(p.Name, e.Name, to)
 	switch {
 	case r == nil:
-		return 0, ToConnect(NotFound("release", corpusv1.ReleaseName(to), "corpus release list "+p.Name))
+		return 0, api.ToConnect(api.NotFound("release", corpusv1.ReleaseName(to), "corpus release list "+p.Name))
 	case r.Status != corpusv1.ReleaseSucceeded:
 		return 0, connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("release %s %s; only succeeded releases can serve", corpusv1.ReleaseName(to), r.Status))
 	case r.Pruned:
@@ -381,9 +357,9 @@ func rollbackTarget(view *state.Snap, p *corpusv1.Project, e *corpusv1.ProjectEn
 	return to, nil
 }
 
-func (s *projectService) Rollback(ctx context.Context, req *connect.Request[corpusv1.RollbackRequest], stream *connect.ServerStream[corpusv1.RollbackOutput]) error {
+func (s *Service) Rollback(ctx context.Context, req *connect.Request[corpusv1.RollbackRequest], stream *connect.ServerStream[corpusv1.RollbackOutput]) error {
 	view := s.b.Store.Read()
-	p, e, err := pickEnv(ctx, view, req.Msg.Project, req.Msg.Env)
+	p, e, err := api.PickEnv(ctx, view, req.Msg.Project, req.Msg.Env)
 	if err != nil {
 		return err
 	}
@@ -400,10 +376,10 @@ func (s *projectService) Rollback(ctx context.Context, req *connect.Request[corp
 		return err
 	}
 	up, err := s.b.AgentClient(n).Rollback(ctx, connect.NewRequest(&corpusv1.RollbackRequest{Project: p.Name, Env: e.Name, To: to, ProjectEnv: e}))
-	err = RelayFromAgent(n, "rollback", up, err, stream.Send)
+	err = api.RelayFromAgent(n, "rollback", up, err, stream.Send)
 	if err == nil && len(e.Instances) > 0 {
 		var mu sync.Mutex
-		err = s.b.rollInstances(ctx, p, e, to, func(line string) {
+		err = rollInstances(ctx, s.b, p, e, to, func(line string) {
 			mu.Lock()
 			defer mu.Unlock()
 			stream.Send(&corpusv1.RollbackOutput{Output: []byte(line)})
@@ -415,7 +391,7 @@ func (s *projectService) Rollback(ctx context.Context, req *connect.Request[corp
 	if err != nil {
 		result = "failed: " + audit.ErrorText(err)
 	}
-	if aerr := s.b.audit.Record(ctx, auth.FromContext(ctx).String(), "rollback", p.Name+"/"+e.Name, result); aerr != nil {
+	if aerr := s.b.Audit().Record(ctx, auth.FromContext(ctx).String(), "rollback", p.Name+"/"+e.Name, result); aerr != nil {
 		s.b.Logger.Warn("recording a rollback in the audit log", "project", p.Name, "env", e.Name, "error", aerr)
 	}
 	return err
@@ -442,20 +418,20 @@ func forClients(r *corpusv1.Release) *corpusv1.Release {
 	return c
 }
 
-func (s *agentService) BeginRelease(ctx context.Context, req *connect.Request[corpusv1.BeginReleaseRequest]) (*connect.Response[corpusv1.BeginReleaseResponse], error) {
+func (s *Agent) BeginRelease(ctx context.Context, req *connect.Request[corpusv1.BeginReleaseRequest]) (*connect.Response[corpusv1.BeginReleaseResponse], error) {
 	m := req.Msg
 	if err := validRelease(m.Project, m.Env); err != nil {
-		return nil, ToConnect(err)
+		return nil, api.ToConnect(err)
 	}
 	if !commitRE.MatchString(m.Commit) {
-		return nil, ToConnect(Invalidf("commit %.80q: want a hex git object id", m.Commit))
+		return nil, api.ToConnect(api.Invalidf("commit %.80q: want a hex git object id", m.Commit))
 	}
 	if len(m.Subject) > 200 {
 		m.Subject = strings.ToValidUTF8(m.Subject[:200], "")
 	}
 	for what, v := range map[string]string{"author": m.Author, "subject": m.Subject} {
-		if err := ValidText(what, v, 200); err != nil {
-			return nil, ToConnect(err)
+		if err := api.ValidText(what, v, 200); err != nil {
+			return nil, api.ToConnect(err)
 		}
 	}
 	switch m.Trigger {
@@ -463,18 +439,18 @@ func (s *agentService) BeginRelease(ctx context.Context, req *connect.Request[co
 		m.Trigger = corpusv1.TriggerPush
 	case corpusv1.TriggerPush, corpusv1.TriggerConfig, corpusv1.TriggerRestart, corpusv1.TriggerDeploy:
 	default:
-		return nil, ToConnect(Invalidf("trigger %.40q: want push, config, restart or deploy", m.Trigger))
+		return nil, api.ToConnect(api.Invalidf("trigger %.40q: want push, config, restart or deploy", m.Trigger))
 	}
 	for _, proc := range m.Processes {
-		if err := validProcessName(proc); err != nil {
-			return nil, ToConnect(err)
+		if err := api.ValidProcessName(proc); err != nil {
+			return nil, api.ToConnect(err)
 		}
 	}
 	id := m.ReleaseId
 	if id == "" {
 		id = secret.Hex(8)
-	} else if err := ValidID("release", id, "corpus release list"); err != nil {
-		return nil, ToConnect(err)
+	} else if err := api.ValidID("release", id, "corpus release list"); err != nil {
+		return nil, api.ToConnect(err)
 	}
 	r := &corpusv1.Release{Id: id, Project: m.Project, Env: m.Env, Commit: m.Commit, Author: m.Author, Subject: m.Subject,
 		NodeId: auth.FromContext(ctx).NodeID, Trigger: m.Trigger, Processes: m.Processes}
@@ -487,9 +463,9 @@ func (s *agentService) BeginRelease(ctx context.Context, req *connect.Request[co
 			if cur := view.ReleaseByNumber(p.Name, e.Name, e.CurrentRelease); cur != nil {
 				before = cur.Config
 			}
-			changes, err := s.b.keyrings.Changes(view, p.Name, e.Name, before, e.Config)
+			changes, err := s.b.Keyring().Changes(view, p.Name, e.Name, before, e.Config)
 			if err != nil {
-				return nil, ToConnect(err)
+				return nil, api.ToConnect(err)
 			}
 			r.ConfigChanges = changes
 		}
@@ -504,27 +480,27 @@ func (s *agentService) BeginRelease(ctx context.Context, req *connect.Request[co
 	if err != nil {
 		return nil, err
 	}
-	k, err := s.b.keyrings.Open(view)
+	k, err := s.b.Keyring().Open(view)
 	if err != nil {
-		return nil, ToConnect(err)
+		return nil, api.ToConnect(err)
 	}
 	cfg, err := keyring.OpenConfig(k, m.Project, m.Env, rel.GetConfig())
 	if err != nil {
-		return nil, ToConnect(err)
+		return nil, api.ToConnect(err)
 	}
 	return connect.NewResponse(&corpusv1.BeginReleaseResponse{Release: forClients(rel), Config: cfg}), nil
 }
 
-func (s *agentService) FinishRelease(ctx context.Context, req *connect.Request[corpusv1.FinishReleaseRequest]) (*connect.Response[corpusv1.FinishReleaseResponse], error) {
+func (s *Agent) FinishRelease(ctx context.Context, req *connect.Request[corpusv1.FinishReleaseRequest]) (*connect.Response[corpusv1.FinishReleaseResponse], error) {
 	m := req.Msg
-	if err := ValidID("release", m.Id, "corpus release list"); err != nil {
-		return nil, ToConnect(err)
+	if err := api.ValidID("release", m.Id, "corpus release list"); err != nil {
+		return nil, api.ToConnect(err)
 	}
 	if m.Status != corpusv1.ReleaseSucceeded && m.Status != corpusv1.ReleaseFailed {
-		return nil, ToConnect(Invalidf("release status %.80q: want %s or %s", m.Status, corpusv1.ReleaseSucceeded, corpusv1.ReleaseFailed))
+		return nil, api.ToConnect(api.Invalidf("release status %.80q: want %s or %s", m.Status, corpusv1.ReleaseSucceeded, corpusv1.ReleaseFailed))
 	}
-	if err := ValidText("failed step", m.FailedStep, 200); err != nil {
-		return nil, ToConnect(err)
+	if err := api.ValidText("failed step", m.FailedStep, 200); err != nil {
+		return nil, api.ToConnect(err)
 	}
 	log := m.Log
 	if len(log) > maxReleaseLog {
@@ -538,10 +514,10 @@ func (s *agentService) FinishRelease(ctx context.Context, req *connect.Request[c
 	return connect.NewResponse(&corpusv1.FinishReleaseResponse{Release: s.b.Store.Read().Release(m.Id)}), nil
 }
 
-func (s *agentService) SetCurrentRelease(ctx context.Context, req *connect.Request[corpusv1.SetCurrentReleaseRequest]) (*connect.Response[corpusv1.SetCurrentReleaseResponse], error) {
+func (s *Agent) SetCurrentRelease(ctx context.Context, req *connect.Request[corpusv1.SetCurrentReleaseRequest]) (*connect.Response[corpusv1.SetCurrentReleaseResponse], error) {
 	m := req.Msg
 	if err := validRelease(m.Project, m.Env); err != nil {
-		return nil, ToConnect(err)
+		return nil, api.ToConnect(err)
 	}
 	if _, err := s.b.Write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_SetCurrentRelease{SetCurrentRelease: &corpusv1.SetCurrentRelease{
 		Project: m.Project, Env: m.Env, Number: m.Number, NodeId: auth.FromContext(ctx).NodeID,
@@ -551,10 +527,10 @@ func (s *agentService) SetCurrentRelease(ctx context.Context, req *connect.Reque
 	return connect.NewResponse(&corpusv1.SetCurrentReleaseResponse{}), nil
 }
 
-func (s *agentService) PruneReleases(ctx context.Context, req *connect.Request[corpusv1.PruneReleasesRequest]) (*connect.Response[corpusv1.PruneReleasesResponse], error) {
+func (s *Agent) PruneReleases(ctx context.Context, req *connect.Request[corpusv1.PruneReleasesRequest]) (*connect.Response[corpusv1.PruneReleasesResponse], error) {
 	m := req.Msg
 	if err := validRelease(m.Project, m.Env); err != nil {
-		return nil, ToConnect(err)
+		return nil, api.ToConnect(err)
 	}
 	if _, err := s.b.Write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_PruneReleases{PruneReleases: &corpusv1.PruneReleases{
 		Project: m.Project, Env: m.Env, Numbers: m.Numbers, NodeId: auth.FromContext(ctx).NodeID,
@@ -567,23 +543,23 @@ func (s *agentService) PruneReleases(ctx context.Context, req *connect.Request[c
 // maxManifestDomains bounds the extra domains of one environment.
 const maxManifestDomains = 32
 
-func (s *agentService) SetManifestDomains(ctx context.Context, req *connect.Request[corpusv1.SetManifestDomainsRequest]) (*connect.Response[corpusv1.SetManifestDomainsResponse], error) {
+func (s *Agent) SetManifestDomains(ctx context.Context, req *connect.Request[corpusv1.SetManifestDomainsRequest]) (*connect.Response[corpusv1.SetManifestDomainsResponse], error) {
 	m := req.Msg
 	if len(m.Domains) > maxManifestDomains {
-		return nil, ToConnect(Invalidf("%d domains; the limit is %d", len(m.Domains), maxManifestDomains))
+		return nil, api.ToConnect(api.Invalidf("%d domains; the limit is %d", len(m.Domains), maxManifestDomains))
 	}
 	var domains []string
 	for _, given := range m.Domains {
 		d, err := names.ParseDomain(given)
 		if err != nil {
-			return nil, ToConnect(err)
+			return nil, api.ToConnect(err)
 		}
 		if !slices.Contains(domains, string(d)) {
 			domains = append(domains, string(d))
 		}
 	}
 	view := s.b.Store.Read()
-	_, e, err := pickEnv(ctx, view, m.Project, m.Env)
+	_, e, err := api.PickEnv(ctx, view, m.Project, m.Env)
 	if err != nil {
 		return nil, err
 	}
@@ -601,4 +577,19 @@ func (s *agentService) SetManifestDomains(ctx context.Context, req *connect.Requ
 		return nil, err
 	}
 	return connect.NewResponse(&corpusv1.SetManifestDomainsResponse{}), nil
+}
+
+// linkedServices is what project show says of an environment's services.
+func linkedServices(view *state.Snap, project, env string) []string {
+	var out []string
+	for _, svc := range view.LinksOf(project, env) {
+		st := svc.Observed.GetState()
+		if svc.ExternalUrl != "" {
+			st = "external"
+		} else if st == "" {
+			st = "not started"
+		}
+		out = append(out, svc.Name+" ("+st+")")
+	}
+	return out
 }

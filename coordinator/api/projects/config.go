@@ -1,4 +1,4 @@
-package api
+package projects
 
 import (
 	"context"
@@ -7,83 +7,51 @@ import (
 	"slices"
 	"strings"
 
+	"corpus/coordinator/api"
+
 	"connectrpc.com/connect"
 
 	"corpus/coordinator/audit"
 	"corpus/coordinator/auth"
 	"corpus/coordinator/keyring"
 	"corpus/coordinator/state"
-	"corpus/internal/names"
-	"corpus/internal/units"
 	corpusv1 "corpus/proto/corpus/v1"
 )
 
 // Project config: set, unset, list; a change makes a release of the
 // current commit through the node's pipeline.
 
-// checkConfigChange validates a change before anything is sealed or
-// written: the errors name keys, never values.
-func checkConfigChange(set map[string]string, unset []string) error {
-	if len(set) == 0 && len(unset) == 0 {
-		return Invalidf("nothing to set or unset: give KEY=VALUE or KEY")
-	}
-	if len(set)+len(unset) > state.MaxConfigKeys {
-		return Invalidf("%d keys in one change; the limit is %d", len(set)+len(unset), state.MaxConfigKeys)
-	}
-	for _, k := range slices.Sorted(maps.Keys(set)) {
-		if err := state.ValidConfigKey(k); err != nil {
-			return Invalidf("%v", err)
-		}
-		v := set[k]
-		switch {
-		case strings.ContainsRune(v, 0):
-			return Invalidf("the value of %s holds a NUL byte, which no environment variable can carry", k)
-		case len(v) > state.MaxConfigValueBytes:
-			return Invalidf("the value of %s is %s; the limit is %s", k, units.FormatSize(int64(len(v))), units.FormatSize(state.MaxConfigValueBytes))
-		}
-	}
-	for _, k := range unset {
-		if err := state.ValidConfigKey(k); err != nil {
-			return Invalidf("%v", err)
-		}
-		if _, ok := set[k]; ok {
-			return Invalidf("%s is both set and unset", k)
-		}
-	}
-	return nil
-}
-
-func (s *projectService) SetConfig(ctx context.Context, req *connect.Request[corpusv1.SetConfigRequest], stream *connect.ServerStream[corpusv1.DeployOutput]) error {
+func (s *Service) SetConfig(ctx context.Context, req *connect.Request[corpusv1.SetConfigRequest], stream *connect.ServerStream[corpusv1.DeployOutput]) error {
 	m := req.Msg
-	p, e, err := pickEnv(ctx, s.b.Store.Read(), m.Project, m.Env)
+	p, e, err := api.PickEnv(ctx, s.b.Store.Read(), m.Project, m.Env)
 	if err != nil {
 		return err
 	}
 	unset := slices.Compact(slices.Sorted(slices.Values(m.Unset)))
-	if err := checkConfigChange(m.Set, unset); err != nil {
-		return ToConnect(err)
+	if err := api.CheckConfigChange(m.Set, unset); err != nil {
+		return api.ToConnect(err)
 	}
-	k, err := s.b.keyrings.Ensure(ctx)
+	k, err := s.b.Keyring().Ensure(ctx)
 	if err != nil {
-		return ToConnect(err)
+		return api.ToConnect(err)
 	}
 	cmd := &corpusv1.SetConfig{Project: p.Name, Env: e.Name, Set: map[string][]byte{}, Unset: unset}
 	for key, v := range m.Set {
 		if cmd.Set[key], err = k.Seal([]byte(v), state.ConfigPlace(p.Name, e.Name, key)); err != nil {
-			return ToConnect(err)
+			return api.ToConnect(err)
 		}
 	}
 	if _, err := s.b.Write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_SetConfig{SetConfig: cmd}}); err != nil {
 		return err
 	}
 	keys := slices.Sorted(maps.Keys(m.Set))
-	return s.releaseConfig(ctx, p.Name, e.Name, state.ConfigChangeText(keys, unset), m.NoRestart, stream.Send)
+	return s.ReleaseConfig(ctx, p.Name, e.Name, state.ConfigChangeText(keys, unset), m.NoRestart, stream.Send)
 }
 
-// releaseConfig makes a release of an environment's current commit with
+// ReleaseConfig makes a release of an environment's current commit with
 // its config as it now is (what says how it changed), unless noRestart
 // or nothing is deployed yet; the output streams back.
-func (s *projectService) releaseConfig(ctx context.Context, project, env, what string, noRestart bool, send func(*corpusv1.DeployOutput) error) error {
+func (s *Service) ReleaseConfig(ctx context.Context, project, env, what string, noRestart bool, send func(*corpusv1.DeployOutput) error) error {
 	say := func(format string, args ...any) error {
 		return send(&corpusv1.DeployOutput{Output: fmt.Appendf(nil, format+"\n", args...)})
 	}
@@ -115,7 +83,7 @@ func (s *projectService) releaseConfig(ctx context.Context, project, env, what s
 // the calls that act in a running guest.
 func runningEnvNode(view *state.Snap, p *corpusv1.Project, e *corpusv1.ProjectEnv) (*corpusv1.Node, error) {
 	g := view.Guest(e.GuestId)
-	if g == nil || GuestStatus(view, g) != state.ObservedRunning {
+	if g == nil || api.GuestStatus(view, g) != state.ObservedRunning {
 		return nil, connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("the guest of %s/%s is not running", p.Name, e.Name))
 	}
 	n := view.Node(g.NodeId)
@@ -127,17 +95,17 @@ func runningEnvNode(view *state.Snap, p *corpusv1.Project, e *corpusv1.ProjectEn
 
 // restartInstances restarts the processes of an environment's instances
 // past the first, one after another, relaying what each agent says.
-func (s *projectService) restartInstances(ctx context.Context, view *state.Snap, p *corpusv1.Project, e *corpusv1.ProjectEnv, r *corpusv1.RedeployRequest, send func(*corpusv1.DeployOutput) error) error {
+func (s *Service) restartInstances(ctx context.Context, view *state.Snap, p *corpusv1.Project, e *corpusv1.ProjectEnv, r *corpusv1.RedeployRequest, send func(*corpusv1.DeployOutput) error) error {
 	for _, in := range e.Instances {
 		g := view.Guest(in.GuestId)
 		n := view.Node(g.GetNodeId())
-		if g == nil || n == nil || n.AgentAddress == "" || GuestStatus(view, g) != state.ObservedRunning {
+		if g == nil || n == nil || n.AgentAddress == "" || api.GuestStatus(view, g) != state.ObservedRunning {
 			return connect.NewError(connect.CodeUnavailable, fmt.Errorf("instance %d (%s) is not running: the others were restarted", in.Index, in.GuestName))
 		}
 		up, err := s.b.AgentClient(n).Redeploy(ctx, connect.NewRequest(&corpusv1.AgentRedeployRequest{
 			Request: r, Env: e, Releases: view.Releases(p.Name, e.Name), Author: auth.FromContext(ctx).String(), Instance: in.Index,
 		}))
-		if err := RelayFromAgent(n, r.Trigger, up, err, func(o *corpusv1.DeployOutput) error {
+		if err := api.RelayFromAgent(n, r.Trigger, up, err, func(o *corpusv1.DeployOutput) error {
 			if o.Done {
 				return nil // the first instance's says it, at the end
 			}
@@ -151,7 +119,7 @@ func (s *projectService) restartInstances(ctx context.Context, view *state.Snap,
 
 // redeploy asks the environment's node for a release of its current
 // commit and relays the output.
-func (s *projectService) redeploy(ctx context.Context, view *state.Snap, p *corpusv1.Project, e *corpusv1.ProjectEnv, r *corpusv1.RedeployRequest, send func(*corpusv1.DeployOutput) error) error {
+func (s *Service) redeploy(ctx context.Context, view *state.Snap, p *corpusv1.Project, e *corpusv1.ProjectEnv, r *corpusv1.RedeployRequest, send func(*corpusv1.DeployOutput) error) error {
 	n, err := runningEnvNode(view, p, e)
 	if err != nil {
 		return err
@@ -160,7 +128,7 @@ func (s *projectService) redeploy(ctx context.Context, view *state.Snap, p *corp
 		Request: r, Env: e, Releases: view.Releases(p.Name, e.Name), Author: auth.FromContext(ctx).String(),
 	}))
 	var done *corpusv1.DeployOutput
-	err = RelayFromAgent(n, r.Trigger, up, err, func(o *corpusv1.DeployOutput) error {
+	err = api.RelayFromAgent(n, r.Trigger, up, err, func(o *corpusv1.DeployOutput) error {
 		if o.Done && r.Trigger == corpusv1.TriggerRestart && len(e.Instances) > 0 {
 			done = o // said once every instance restarted
 			return nil
@@ -177,16 +145,16 @@ func (s *projectService) redeploy(ctx context.Context, view *state.Snap, p *corp
 	if err != nil {
 		result = "failed: " + audit.ErrorText(err)
 	}
-	if aerr := s.b.audit.Record(ctx, auth.FromContext(ctx).String(), r.Trigger, p.Name+"/"+e.Name, result); aerr != nil {
+	if aerr := s.b.Audit().Record(ctx, auth.FromContext(ctx).String(), r.Trigger, p.Name+"/"+e.Name, result); aerr != nil {
 		s.b.Logger.Warn("recording a redeploy in the audit log", "project", p.Name, "env", e.Name, "error", aerr)
 	}
 	return err
 }
 
-func (s *projectService) GetConfig(ctx context.Context, req *connect.Request[corpusv1.GetConfigRequest]) (*connect.Response[corpusv1.GetConfigResponse], error) {
+func (s *Service) GetConfig(ctx context.Context, req *connect.Request[corpusv1.GetConfigRequest]) (*connect.Response[corpusv1.GetConfigResponse], error) {
 	m := req.Msg
 	view := s.b.Store.Read()
-	p, e, err := pickEnv(ctx, view, m.Project, m.Env)
+	p, e, err := api.PickEnv(ctx, view, m.Project, m.Env)
 	if err != nil {
 		return nil, err
 	}
@@ -196,13 +164,13 @@ func (s *projectService) GetConfig(ctx context.Context, req *connect.Request[cor
 		}
 	}
 	res := &corpusv1.GetConfigResponse{CurrentRelease: e.CurrentRelease}
-	k, err := s.b.keyrings.Open(view)
+	k, err := s.b.Keyring().Open(view)
 	if err != nil {
-		return nil, ToConnect(err)
+		return nil, api.ToConnect(err)
 	}
 	clear, err := keyring.OpenConfig(k, p.Name, e.Name, e.Config)
 	if err != nil {
-		return nil, ToConnect(err)
+		return nil, api.ToConnect(err)
 	}
 	for _, key := range slices.Sorted(maps.Keys(clear)) {
 		v := &corpusv1.ConfigVar{Key: key, Bytes: int32(len(clear[key]))}
@@ -214,7 +182,7 @@ func (s *projectService) GetConfig(ctx context.Context, req *connect.Request[cor
 	if cur := view.ReleaseByNumber(p.Name, e.Name, e.CurrentRelease); cur != nil {
 		running, err := keyring.OpenConfig(k, p.Name, e.Name, cur.Config)
 		if err != nil {
-			return nil, ToConnect(err)
+			return nil, api.ToConnect(err)
 		}
 		res.Pending = !maps.Equal(running, clear)
 	}
@@ -224,10 +192,10 @@ func (s *projectService) GetConfig(ctx context.Context, req *connect.Request[cor
 // validSteps are the steps corpus deploy --only may name.
 var validSteps = []string{"archive", "install", "health", "fixperms", "notify"}
 
-func (s *projectService) Deploy(ctx context.Context, req *connect.Request[corpusv1.RedeployRequest], stream *connect.ServerStream[corpusv1.DeployOutput]) error {
+func (s *Service) Deploy(ctx context.Context, req *connect.Request[corpusv1.RedeployRequest], stream *connect.ServerStream[corpusv1.DeployOutput]) error {
 	m := req.Msg
 	view := s.b.Store.Read()
-	p, e, err := pickEnv(ctx, view, m.Project, m.Env)
+	p, e, err := api.PickEnv(ctx, view, m.Project, m.Env)
 	if err != nil {
 		return err
 	}
@@ -235,30 +203,30 @@ func (s *projectService) Deploy(ctx context.Context, req *connect.Request[corpus
 	case "", corpusv1.TriggerDeploy:
 		m.Trigger = corpusv1.TriggerDeploy
 		if len(m.Processes) > 0 {
-			return ToConnect(Invalidf("processes are named for a restart, not a deploy"))
+			return api.ToConnect(api.Invalidf("processes are named for a restart, not a deploy"))
 		}
 	case corpusv1.TriggerRestart:
 		if len(m.Only) > 0 {
-			return ToConnect(Invalidf("a restart runs no steps; --only is for corpus deploy"))
+			return api.ToConnect(api.Invalidf("a restart runs no steps; --only is for corpus deploy"))
 		}
 	default:
-		return ToConnect(Invalidf("trigger %.40q: want deploy or restart", m.Trigger))
+		return api.ToConnect(api.Invalidf("trigger %.40q: want deploy or restart", m.Trigger))
 	}
 	for _, st := range m.Only {
 		if !slices.Contains(validSteps, st) {
-			return ToConnect(Invalidf("step %.40q: corpus deploy --only takes %s", st, strings.Join(validSteps, ", ")))
+			return api.ToConnect(api.Invalidf("step %.40q: corpus deploy --only takes %s", st, strings.Join(validSteps, ", ")))
 		}
 	}
 	for _, proc := range m.Processes {
-		if err := validProcessName(proc); err != nil {
-			return ToConnect(err)
+		if err := api.ValidProcessName(proc); err != nil {
+			return api.ToConnect(err)
 		}
 	}
 	if err := validStrategy(m.Strategy, m.KeepSeconds); err != nil {
-		return ToConnect(err)
+		return api.ToConnect(err)
 	}
 	if m.Strategy == StrategyBlueGreen && m.Trigger != corpusv1.TriggerDeploy {
-		return ToConnect(Invalidf("a restart is not blue-green: deploy with --strategy blue-green"))
+		return api.ToConnect(api.Invalidf("a restart is not blue-green: deploy with --strategy blue-green"))
 	}
 	if e.CurrentRelease == 0 {
 		return connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("%s/%s has no release yet: push first", p.Name, e.Name))
@@ -267,17 +235,9 @@ func (s *projectService) Deploy(ctx context.Context, req *connect.Request[corpus
 		Strategy: m.Strategy, KeepSeconds: m.KeepSeconds}, stream.Send)
 }
 
-// validProcessName: process types are short lowercase names (Procfile).
-func validProcessName(name string) error {
-	if !names.Process(name) {
-		return Invalidf("process name %.40q: want [a-z][a-z0-9_-]*, up to 32 characters", name)
-	}
-	return nil
-}
-
-func (s *projectService) ListProcesses(ctx context.Context, req *connect.Request[corpusv1.ListProcessesRequest]) (*connect.Response[corpusv1.ListProcessesResponse], error) {
+func (s *Service) ListProcesses(ctx context.Context, req *connect.Request[corpusv1.ListProcessesRequest]) (*connect.Response[corpusv1.ListProcessesResponse], error) {
 	view := s.b.Store.Read()
-	p, e, err := pickEnv(ctx, view, req.Msg.Project, req.Msg.Env)
+	p, e, err := api.PickEnv(ctx, view, req.Msg.Project, req.Msg.Env)
 	if err != nil {
 		return nil, err
 	}
@@ -311,13 +271,13 @@ func (s *projectService) ListProcesses(ctx context.Context, req *connect.Request
 
 // Agent-side config calls.
 
-func (s *agentService) SetWebPort(ctx context.Context, req *connect.Request[corpusv1.SetWebPortRequest]) (*connect.Response[corpusv1.SetWebPortResponse], error) {
+func (s *Agent) SetWebPort(ctx context.Context, req *connect.Request[corpusv1.SetWebPortRequest]) (*connect.Response[corpusv1.SetWebPortResponse], error) {
 	m := req.Msg
 	if err := validRelease(m.Project, m.Env); err != nil {
-		return nil, ToConnect(err)
+		return nil, api.ToConnect(err)
 	}
-	if err := ValidPort("web port", m.Port); err != nil {
-		return nil, ToConnect(err)
+	if err := api.ValidPort("web port", m.Port); err != nil {
+		return nil, api.ToConnect(err)
 	}
 	if _, err := s.b.Write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_SetWebPort{SetWebPort: &corpusv1.SetWebPort{
 		Project: m.Project, Env: m.Env, NodeId: auth.FromContext(ctx).NodeID, Port: m.Port, Instance: m.Instance,

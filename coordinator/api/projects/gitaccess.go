@@ -1,8 +1,10 @@
-package api
+package projects
 
 import (
 	"context"
 	"fmt"
+
+	"corpus/coordinator/api"
 
 	"connectrpc.com/connect"
 
@@ -20,7 +22,7 @@ import (
 // refusal for a project is in the audit log, as the API's refusals are
 // (the check of a key alone is not: an SSH client offers its keys in
 // turn, and a key it was refused is the handshake trying the next).
-func (s *agentService) GitAccess(ctx context.Context, req *connect.Request[corpusv1.GitAccessRequest]) (*connect.Response[corpusv1.GitAccessResponse], error) {
+func (s *Agent) GitAccess(ctx context.Context, req *connect.Request[corpusv1.GitAccessRequest]) (*connect.Response[corpusv1.GitAccessResponse], error) {
 	m := req.Msg
 	node := auth.FromContext(ctx)
 	view := s.b.Store.Read()
@@ -30,7 +32,7 @@ func (s *agentService) GitAccess(ctx context.Context, req *connect.Request[corpu
 		res.Allowed = false
 		res.Reason = fmt.Sprintf(format, args...)
 		if m.Project != "" {
-			s.b.audit.Refusal(ctx, actor, gitAction(m), target, res.Reason+" (over ssh, node "+node.NodeName+")")
+			s.b.Audit().Refusal(ctx, actor, gitAction(m), target, res.Reason+" (over ssh, node "+node.NodeName+")")
 		}
 		return connect.NewResponse(res), nil
 	}
@@ -41,7 +43,7 @@ func (s *agentService) GitAccess(ctx context.Context, req *connect.Request[corpu
 		actor, res.User, res.Role = pr.String(), u.Name, u.Role
 	}
 	if m.Project != "" {
-		if names.Validate("project", m.Project) != nil || (m.Env != "" && validEnv(m.Env) != nil) {
+		if names.Validate("project", m.Project) != nil || (m.Env != "" && api.ValidEnv(m.Env) != nil) {
 			return deny("%.64q is not a project[/env] name", gitTarget(m))
 		}
 		target = gitTarget(m)

@@ -1,4 +1,4 @@
-package api
+package projects
 
 import (
 	"context"
@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+
+	"corpus/coordinator/api"
 
 	corpusv1 "corpus/proto/corpus/v1"
 
@@ -21,16 +23,16 @@ import (
 // LintPush runs the lint extensions on a push to an environment whose
 // guest is on the calling agent's node, in order; the first refusal
 // ends it.
-func (s *agentService) LintPush(ctx context.Context, req *connect.Request[corpusv1.LintPushRequest]) (*connect.Response[corpusv1.LintPushResponse], error) {
+func (s *Agent) LintPush(ctx context.Context, req *connect.Request[corpusv1.LintPushRequest]) (*connect.Response[corpusv1.LintPushResponse], error) {
 	m := req.Msg
 	if err := validRelease(m.Project, m.Env); err != nil {
-		return nil, ToConnect(err)
+		return nil, api.ToConnect(err)
 	}
 	view := s.b.Store.Read()
 	p := view.Project(m.Project)
 	e := corpusv1.EnvNamed(p, m.Env)
 	if e == nil {
-		return nil, ToConnect(NotFound("environment", m.Project+"/"+m.Env, "corpus project list"))
+		return nil, api.ToConnect(api.NotFound("environment", m.Project+"/"+m.Env, "corpus project list"))
 	}
 	if !slices.Contains(view.EnvNodes(e), auth.FromContext(ctx).NodeID) {
 		return nil, connect.NewError(connect.CodePermissionDenied, fmt.Errorf("%s/%s has no guest on this node", m.Project, m.Env))
@@ -45,19 +47,19 @@ func (s *agentService) LintPush(ctx context.Context, req *connect.Request[corpus
 	}
 	obj, err := protojson.Marshal(m)
 	if err != nil {
-		return nil, ToConnect(err)
+		return nil, api.ToConnect(err)
 	}
 	// A refusal is audited as a refused push, as the pusher.
 	refused := func(x *corpusv1.Extension, why error) (*connect.Response[corpusv1.LintPushResponse], error) {
 		res.Refused = x.Name
 		res.Lines = append(res.Lines, audit.ErrorText(why))
-		s.b.audit.Refusal(ctx, "user:"+m.Author, "refused git push", m.Project+"/"+m.Env, audit.ErrorText(why)+" (over ssh, node "+auth.FromContext(ctx).NodeName+")")
+		s.b.Audit().Refusal(ctx, "user:"+m.Author, "refused git push", m.Project+"/"+m.Env, audit.ErrorText(why)+" (over ssh, node "+auth.FromContext(ctx).NodeName+")")
 		return connect.NewResponse(res), nil
 	}
 	for _, x := range linters {
-		ans, err := s.b.admission.Call(ctx, view, x, extensions.Request{Kind: corpusv1.OnDeploy, User: "user:" + m.Author, Object: obj})
+		ans, err := s.b.Admission().Call(ctx, view, x, extensions.Request{Kind: corpusv1.OnDeploy, User: "user:" + m.Author, Object: obj})
 		if err != nil {
-			if ferr := s.b.admission.Failed(ctx, x, "push", err); ferr != nil {
+			if ferr := s.b.Admission().Failed(ctx, x, "push", err); ferr != nil {
 				return refused(x, ferr)
 			}
 			res.Lines = append(res.Lines, fmt.Sprintf("extension %s failed (its failure policy is ignore): %v", x.Name, err))

@@ -1,4 +1,4 @@
-package api
+package projects
 
 import (
 	"context"
@@ -8,6 +8,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"corpus/coordinator/api"
 
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/proto"
@@ -24,26 +26,26 @@ import (
 // decides the new guests (names, specs) and the state machine checks them
 // against the environment as it is when the write applies.
 
-func (s *projectService) Scale(ctx context.Context, req *connect.Request[corpusv1.ScaleRequest]) (*connect.Response[corpusv1.ScaleResponse], error) {
+func (s *Service) Scale(ctx context.Context, req *connect.Request[corpusv1.ScaleRequest]) (*connect.Response[corpusv1.ScaleResponse], error) {
 	m := req.Msg
 	view := s.b.Store.Read()
-	p, e, err := pickEnv(ctx, view, m.Project, m.Env)
+	p, e, err := api.PickEnv(ctx, view, m.Project, m.Env)
 	if err != nil {
 		return nil, err
 	}
 	if len(m.Counts) == 0 && m.MaxParallel == 0 && !m.SharedNothing {
-		return nil, ToConnect(Invalidf("nothing to scale: name process counts (web=3 worker=1)"))
+		return nil, api.ToConnect(api.Invalidf("nothing to scale: name process counts (web=3 worker=1)"))
 	}
 	for name, n := range m.Counts {
-		if err := validProcessName(name); err != nil {
-			return nil, ToConnect(err)
+		if err := api.ValidProcessName(name); err != nil {
+			return nil, api.ToConnect(err)
 		}
 		if n > state.MaxInstances {
-			return nil, ToConnect(Invalidf("%s=%d: at most %d instances", name, n, state.MaxInstances))
+			return nil, api.ToConnect(api.Invalidf("%s=%d: at most %d instances", name, n, state.MaxInstances))
 		}
 	}
 	if m.MaxParallel > state.MaxInstances {
-		return nil, ToConnect(Invalidf("--max-parallel %d: at most %d", m.MaxParallel, state.MaxInstances))
+		return nil, api.ToConnect(api.Invalidf("--max-parallel %d: at most %d", m.MaxParallel, state.MaxInstances))
 	}
 	cmd, changed, err := scaleCommand(view, p, e, m.Counts, m.SharedNothing, m.MaxParallel)
 	if err != nil {
@@ -105,7 +107,7 @@ func scaleCommand(view *state.Snap, p *corpusv1.Project, e *corpusv1.ProjectEnv,
 	for i := have + 1; i <= want; i++ {
 		name := corpusv1.InstanceGuestName(p.Name, e.Name, i)
 		if err := names.Validate("guest", name); err != nil {
-			return nil, false, ToConnect(Invalidf("project name %q is too long for its instance's guest name %q", p.Name, name))
+			return nil, false, api.ToConnect(api.Invalidf("project name %q is too long for its instance's guest name %q", p.Name, name))
 		}
 		if view.Guest(name) != nil {
 			return nil, false, connect.NewError(connect.CodeAlreadyExists, fmt.Errorf("guest %s exists (not an instance of %s/%s): delete it or rename it first", name, p.Name, e.Name))
@@ -138,7 +140,7 @@ func instanceViews(view *state.Snap, p *corpusv1.Project, e *corpusv1.ProjectEnv
 	for _, in := range state.Instances(e) {
 		iv := &corpusv1.InstanceView{Index: in.Index, GuestName: in.GuestName, Release: in.Release}
 		if g := view.Guest(in.GuestID); g != nil {
-			iv.GuestStatus, iv.Address = GuestStatus(view, g), g.Address
+			iv.GuestStatus, iv.Address = api.GuestStatus(view, g), g.Address
 			if g.NodeId == "" {
 				iv.PendingReason = g.PendingReason
 			}
@@ -167,24 +169,24 @@ func instanceViews(view *state.Snap, p *corpusv1.Project, e *corpusv1.ProjectEnv
 // instanceOf returns an environment's instance index (2…) or an error.
 func instanceOf(view *state.Snap, project, env string, index uint32) (*corpusv1.Project, *corpusv1.ProjectEnv, *corpusv1.Guest, error) {
 	if err := validRelease(project, env); err != nil {
-		return nil, nil, nil, ToConnect(err)
+		return nil, nil, nil, api.ToConnect(err)
 	}
 	p := view.Project(project)
 	e := corpusv1.EnvNamed(p, env)
 	if e == nil {
-		return nil, nil, nil, ToConnect(NotFound("environment", project+"/"+env, "corpus project list"))
+		return nil, nil, nil, api.ToConnect(api.NotFound("environment", project+"/"+env, "corpus project list"))
 	}
 	for _, in := range state.Instances(e) {
 		if in.Index == index && index > 1 {
 			return p, e, view.Guest(in.GuestID), nil
 		}
 	}
-	return nil, nil, nil, ToConnect(NotFound("instance", fmt.Sprintf("%s/%s #%d", project, env, index), "corpus project show "+project))
+	return nil, nil, nil, api.ToConnect(api.NotFound("instance", fmt.Sprintf("%s/%s #%d", project, env, index), "corpus project show "+project))
 }
 
 // RollInstance is called by the agent of instance 1 (the one a deploy
 // runs on).
-func (s *agentService) RollInstance(ctx context.Context, req *connect.Request[corpusv1.RollInstanceRequest]) (*connect.Response[corpusv1.RollInstanceResponse], error) {
+func (s *Agent) RollInstance(ctx context.Context, req *connect.Request[corpusv1.RollInstanceRequest]) (*connect.Response[corpusv1.RollInstanceResponse], error) {
 	m := req.Msg
 	caller := auth.FromContext(ctx)
 	view := s.b.Store.Read()
@@ -196,9 +198,9 @@ func (s *agentService) RollInstance(ctx context.Context, req *connect.Request[co
 		return nil, connect.NewError(connect.CodePermissionDenied, fmt.Errorf("only the node of %s/%s's first instance rolls the others", p.Name, e.Name))
 	}
 	if m.Release != 0 && view.ReleaseByNumber(p.Name, e.Name, m.Release) == nil {
-		return nil, ToConnect(NotFound("release", corpusv1.ReleaseName(m.Release), "corpus releases "+p.Name))
+		return nil, api.ToConnect(api.NotFound("release", corpusv1.ReleaseName(m.Release), "corpus releases "+p.Name))
 	}
-	res, err := s.b.rollInstance(ctx, p, e, g, m.Instance, m.Release, m.Stage, time.Duration(m.WaitSeconds)*time.Second)
+	res, err := rollInstance(ctx, s.b, p, e, g, m.Instance, m.Release, m.Stage, time.Duration(m.WaitSeconds)*time.Second)
 	if err != nil {
 		return nil, err
 	}
@@ -207,7 +209,7 @@ func (s *agentService) RollInstance(ctx context.Context, req *connect.Request[co
 
 // rollInstance sets the release an instance (guest g) should serve and
 // waits until its agent says it does, or why not.
-func (b *Backend) rollInstance(ctx context.Context, p *corpusv1.Project, e *corpusv1.ProjectEnv, g *corpusv1.Guest, index, release uint32, stage bool, wait time.Duration) (*corpusv1.RollInstanceResponse, error) {
+func rollInstance(ctx context.Context, b *api.Backend, p *corpusv1.Project, e *corpusv1.ProjectEnv, g *corpusv1.Guest, index, release uint32, stage bool, wait time.Duration) (*corpusv1.RollInstanceResponse, error) {
 	if _, err := b.Write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_SetInstanceRelease{SetInstanceRelease: &corpusv1.SetInstanceRelease{
 		Project: p.Name, Env: e.Name, Instance: index, Release: release, Stage: stage,
 	}}}); err != nil {
@@ -243,7 +245,7 @@ func (b *Backend) rollInstance(ctx context.Context, p *corpusv1.Project, e *corp
 		}
 		if err := view.Wait(ctx); err != nil {
 			why := "is not running"
-			if g.NodeId != "" && GuestStatus(view, g) == state.ObservedRunning {
+			if g.NodeId != "" && api.GuestStatus(view, g) == state.ObservedRunning {
 				why = "serves " + corpusv1.ReleaseName(o.GetRelease())
 			}
 			return nil, connect.NewError(connect.CodeDeadlineExceeded, fmt.Errorf("instance %d (%s) did not serve %s within %s: it %s", index, g.Name, corpusv1.ReleaseName(release), wait, why))
@@ -253,14 +255,14 @@ func (b *Backend) rollInstance(ctx context.Context, p *corpusv1.Project, e *corp
 
 // rollInstances brings every instance past the first to release, all at
 // once (a rollback: each holds the release already), saying so.
-func (b *Backend) rollInstances(ctx context.Context, p *corpusv1.Project, e *corpusv1.ProjectEnv, release uint32, say func(string)) error {
+func rollInstances(ctx context.Context, b *api.Backend, p *corpusv1.Project, e *corpusv1.ProjectEnv, release uint32, say func(string)) error {
 	view := b.Store.Read()
 	errs := make([]error, len(e.Instances))
 	done := make(chan struct{})
 	for i, in := range e.Instances {
 		go func() {
 			defer func() { done <- struct{}{} }()
-			res, err := b.rollInstance(ctx, p, e, view.Guest(in.GuestId), in.Index, release, false, 5*time.Minute)
+			res, err := rollInstance(ctx, b, p, e, view.Guest(in.GuestId), in.Index, release, false, 5*time.Minute)
 			if err != nil {
 				errs[i] = err
 				return
@@ -275,7 +277,7 @@ func (b *Backend) rollInstances(ctx context.Context, p *corpusv1.Project, e *cor
 }
 
 // InstanceRelease is called by the agent of an instance.
-func (s *agentService) InstanceRelease(ctx context.Context, req *connect.Request[corpusv1.InstanceReleaseRequest]) (*connect.Response[corpusv1.InstanceReleaseResponse], error) {
+func (s *Agent) InstanceRelease(ctx context.Context, req *connect.Request[corpusv1.InstanceReleaseRequest]) (*connect.Response[corpusv1.InstanceReleaseResponse], error) {
 	m := req.Msg
 	view := s.b.Store.Read()
 	p, e, g, err := instanceOf(view, m.Project, m.Env, m.Instance)
@@ -299,28 +301,28 @@ func (s *agentService) InstanceRelease(ctx context.Context, req *connect.Request
 		return nil, connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("instance %d of %s/%s has no release to serve yet", m.Instance, p.Name, e.Name))
 	}
 	res.Release = forClients(res.Release)
-	k, err := s.b.keyrings.Open(view)
+	k, err := s.b.Keyring().Open(view)
 	if err != nil {
-		return nil, ToConnect(err)
+		return nil, api.ToConnect(err)
 	}
 	if res.Config, err = keyring.OpenConfig(k, p.Name, e.Name, e.Config); err != nil {
-		return nil, ToConnect(err)
+		return nil, api.ToConnect(err)
 	}
 	return connect.NewResponse(res), nil
 }
 
 // ReleaseSource relays a commit's tree from the node of instance 1 to
 // the agent of another instance.
-func (s *agentService) ReleaseSource(ctx context.Context, req *connect.Request[corpusv1.ReleaseSourceRequest], stream *connect.ServerStream[corpusv1.SourceChunk]) error {
+func (s *Agent) ReleaseSource(ctx context.Context, req *connect.Request[corpusv1.ReleaseSourceRequest], stream *connect.ServerStream[corpusv1.SourceChunk]) error {
 	m := req.Msg
 	view := s.b.Store.Read()
 	if err := validRelease(m.Project, m.Env); err != nil {
-		return ToConnect(err)
+		return api.ToConnect(err)
 	}
 	p := view.Project(m.Project)
 	e := corpusv1.EnvNamed(p, m.Env)
 	if e == nil {
-		return ToConnect(NotFound("environment", m.Project+"/"+m.Env, "corpus project list"))
+		return api.ToConnect(api.NotFound("environment", m.Project+"/"+m.Env, "corpus project list"))
 	}
 	caller := auth.FromContext(ctx)
 	if !slices.Contains(view.EnvNodes(e), caller.NodeID) {
@@ -331,14 +333,14 @@ func (s *agentService) ReleaseSource(ctx context.Context, req *connect.Request[c
 		known = known || r.Commit == m.Commit
 	}
 	if !known {
-		return ToConnect(NotFound("release of commit", m.Commit, "corpus releases "+p.Name))
+		return api.ToConnect(api.NotFound("release of commit", m.Commit, "corpus releases "+p.Name))
 	}
 	n, err := runningEnvNode(view, p, e)
 	if err != nil {
 		return err
 	}
 	up, err := s.b.AgentClient(n).ReleaseSource(ctx, connect.NewRequest(m))
-	err = RelayFromAgent(n, "release source", up, err, stream.Send)
+	err = api.RelayFromAgent(n, "release source", up, err, stream.Send)
 	if err != nil && errors.Is(ctx.Err(), context.Canceled) {
 		return connect.NewError(connect.CodeCanceled, err)
 	}

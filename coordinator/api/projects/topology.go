@@ -1,4 +1,4 @@
-package api
+package projects
 
 import (
 	"context"
@@ -8,6 +8,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"corpus/coordinator/api"
 
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/proto"
@@ -28,17 +30,17 @@ import (
 // (service backups and volumes do that); generated credentials are made
 // anew. Values leave only with with_secrets, to whoever may reveal them.
 
-func (s *projectService) ExportProject(ctx context.Context, req *connect.Request[corpusv1.ExportProjectRequest]) (*connect.Response[corpusv1.ExportProjectResponse], error) {
+func (s *Service) ExportProject(ctx context.Context, req *connect.Request[corpusv1.ExportProjectRequest]) (*connect.Response[corpusv1.ExportProjectResponse], error) {
 	m := req.Msg
 	view := s.b.Store.Read()
 	if err := names.Validate("project", m.Name); err != nil {
-		return nil, ToConnect(err)
+		return nil, api.ToConnect(err)
 	}
 	p := view.Project(m.Name)
 	if p == nil {
-		return nil, ToConnect(NotFound("project", m.Name, "corpus project list"))
+		return nil, api.ToConnect(api.NotFound("project", m.Name, "corpus project list"))
 	}
-	if err := mayUseProject(ctx, p); err != nil {
+	if err := api.MayUseProject(ctx, p); err != nil {
 		return nil, err
 	}
 	if m.WithSecrets {
@@ -50,13 +52,13 @@ func (s *projectService) ExportProject(ctx context.Context, req *connect.Request
 	if m.Env != "" {
 		e := corpusv1.EnvNamed(p, m.Env)
 		if e == nil {
-			return nil, ToConnect(NotFound("environment", p.Name+"/"+m.Env, "corpus project show "+p.Name))
+			return nil, api.ToConnect(api.NotFound("environment", p.Name+"/"+m.Env, "corpus project show "+p.Name))
 		}
 		envs = []*corpusv1.ProjectEnv{e}
 	}
-	k, err := s.b.keyrings.Open(view)
+	k, err := s.b.Keyring().Open(view)
 	if err != nil {
-		return nil, ToConnect(err)
+		return nil, api.ToConnect(err)
 	}
 	top := &corpusv1.ProjectTopology{Version: corpusv1.TopologyVersion, Name: p.Name}
 	seen := map[string]*corpusv1.ServiceTopology{}
@@ -94,7 +96,7 @@ func (s *projectService) ExportProject(ctx context.Context, req *connect.Request
 		}
 		clear, err := keyring.OpenConfig(k, p.Name, e.Name, e.Config)
 		if err != nil {
-			return nil, ToConnect(err)
+			return nil, api.ToConnect(err)
 		}
 		for _, key := range slices.Sorted(maps.Keys(clear)) {
 			if linked[key] {
@@ -117,7 +119,7 @@ func (s *projectService) ExportProject(ctx context.Context, req *connect.Request
 // serviceTopology describes a linked service; an external one's secrets
 // are kept (values with secrets), a template's credentials are not: the
 // imported service makes its own.
-func (s *projectService) serviceTopology(view *state.Snap, k *seal.Keyring, svc *corpusv1.Service, withSecrets bool) (*corpusv1.ServiceTopology, error) {
+func (s *Service) serviceTopology(view *state.Snap, k *seal.Keyring, svc *corpusv1.Service, withSecrets bool) (*corpusv1.ServiceTopology, error) {
 	st := &corpusv1.ServiceTopology{Name: svc.Name, Template: svc.Template, Version: svc.Version, Env: svc.Env,
 		ExternalUrl: svc.ExternalUrl, BackupSchedule: svc.BackupSchedule, BackupKeep: svc.BackupKeep}
 	if g := view.Guest(svc.GuestId); g != nil {
@@ -132,7 +134,7 @@ func (s *projectService) serviceTopology(view *state.Snap, k *seal.Keyring, svc 
 	}
 	clear, err := keyring.OpenSecrets(k, svc.Name, svc.Secrets)
 	if err != nil {
-		return nil, ToConnect(err)
+		return nil, api.ToConnect(err)
 	}
 	st.SecretKeys = slices.Sorted(maps.Keys(clear))
 	if withSecrets {
@@ -150,16 +152,16 @@ type importPlan struct {
 
 // planImport checks a whole topology and the cluster's state for it,
 // without writing anything.
-func (s *projectService) planImport(ctx context.Context, view *state.Snap, m *corpusv1.ImportProjectRequest) (*importPlan, error) {
+func (s *Service) planImport(ctx context.Context, view *state.Snap, m *corpusv1.ImportProjectRequest) (*importPlan, error) {
 	top := m.Topology
 	if top == nil {
-		return nil, Invalidf("no topology given")
+		return nil, api.Invalidf("no topology given")
 	}
 	if top.Version != corpusv1.TopologyVersion {
-		return nil, Invalidf("topology version %q is not one this coordinator reads (%s)", top.Version, corpusv1.TopologyVersion)
+		return nil, api.Invalidf("topology version %q is not one this coordinator reads (%s)", top.Version, corpusv1.TopologyVersion)
 	}
 	if top.Sealed != "" {
-		return nil, Invalidf("the topology's values are still encrypted: corpus project import opens them with --key")
+		return nil, api.Invalidf("the topology's values are still encrypted: corpus project import opens them with --key")
 	}
 	if err := names.Validate("project", top.Name); err != nil {
 		return nil, err
@@ -177,19 +179,19 @@ func (s *projectService) planImport(ctx context.Context, view *state.Snap, m *co
 		from := m.FromEnv
 		if from == "" {
 			if len(envs) != 1 {
-				return nil, Invalidf("the topology has %d environments: say which one becomes %s with --from-env", len(envs), m.Env)
+				return nil, api.Invalidf("the topology has %d environments: say which one becomes %s with --from-env", len(envs), m.Env)
 			}
 			from = envs[0].Name
 		}
 		i := slices.IndexFunc(envs, func(e *corpusv1.EnvTopology) bool { return e.Name == from })
 		if i < 0 {
-			return nil, Invalidf("the topology has no environment %s", from)
+			return nil, api.Invalidf("the topology has no environment %s", from)
 		}
 		envs = envs[i : i+1]
 		rename[from] = m.Env
 	}
 	if len(envs) == 0 {
-		return nil, Invalidf("the topology has no environment")
+		return nil, api.Invalidf("the topology has no environment")
 	}
 	p := view.Project(plan.project)
 	for _, e := range envs {
@@ -197,7 +199,7 @@ func (s *projectService) planImport(ctx context.Context, view *state.Snap, m *co
 		if to, ok := rename[e.Name]; ok {
 			c.Name = to
 		}
-		if err := validEnv(c.Name); err != nil {
+		if err := api.ValidEnv(c.Name); err != nil {
 			return nil, err
 		}
 		if p != nil && corpusv1.EnvNamed(p, c.Name) != nil {
@@ -226,11 +228,11 @@ func (s *projectService) planImport(ctx context.Context, view *state.Snap, m *co
 		}
 		for key := range c.Config {
 			if !slices.Contains(c.ConfigKeys, key) {
-				return nil, Invalidf("environment %s has a value for %s, which its config keys do not list", e.Name, key)
+				return nil, api.Invalidf("environment %s has a value for %s, which its config keys do not list", e.Name, key)
 			}
 		}
 		if len(c.Config) > 0 {
-			if err := checkConfigChange(c.Config, nil); err != nil {
+			if err := api.CheckConfigChange(c.Config, nil); err != nil {
 				return nil, err
 			}
 		}
@@ -253,7 +255,7 @@ func (s *projectService) planImport(ctx context.Context, view *state.Snap, m *co
 
 // planService renames a service for the import and checks it; nil when
 // it is linked to no imported environment.
-func (s *projectService) planService(ctx context.Context, view *state.Snap, oldProject string, plan *importPlan, st *corpusv1.ServiceTopology, rename map[string]string) (*corpusv1.ServiceTopology, error) {
+func (s *Service) planService(ctx context.Context, view *state.Snap, oldProject string, plan *importPlan, st *corpusv1.ServiceTopology, rename map[string]string) (*corpusv1.ServiceTopology, error) {
 	c := proto.Clone(st).(*corpusv1.ServiceTopology)
 	c.Links = nil
 	for _, l := range st.Links {
@@ -293,15 +295,15 @@ func (s *projectService) planService(ctx context.Context, view *state.Snap, oldP
 	}
 	for key := range c.Secrets {
 		if !slices.Contains(c.SecretKeys, key) {
-			return nil, Invalidf("a value for %s, which its secret keys do not list", key)
+			return nil, api.Invalidf("a value for %s, which its secret keys do not list", key)
 		}
 	}
 	if c.ExternalUrl == "" {
 		// The template, version, size and memory, checked as create would.
-		if _, _, err := (&serviceService{s.b}).templateGuest(&corpusv1.Service{Name: c.Name, Env: c.Env}, createServiceRequest(c)); err != nil {
+		if _, _, err := s.b.Services.TemplateGuest(&corpusv1.Service{Name: c.Name, Env: c.Env}, createServiceRequest(c)); err != nil {
 			return nil, err
 		}
-	} else if err := checkExternal(createServiceRequest(c)); err != nil {
+	} else if err := api.CheckExternal(createServiceRequest(c)); err != nil {
 		return nil, err
 	}
 	return c, nil
@@ -312,11 +314,11 @@ func createServiceRequest(c *corpusv1.ServiceTopology) *corpusv1.CreateServiceRe
 		Env: c.Env, Driver: c.Driver, ExternalUrl: c.ExternalUrl, Secrets: c.Secrets, BackupSchedule: c.BackupSchedule, BackupKeep: c.BackupKeep}
 }
 
-func (s *projectService) ImportProject(ctx context.Context, req *connect.Request[corpusv1.ImportProjectRequest]) (*connect.Response[corpusv1.ImportProjectResponse], error) {
+func (s *Service) ImportProject(ctx context.Context, req *connect.Request[corpusv1.ImportProjectRequest]) (*connect.Response[corpusv1.ImportProjectResponse], error) {
 	m := req.Msg
 	plan, err := s.planImport(ctx, s.b.Store.Read(), m)
 	if err != nil {
-		return nil, ToConnect(err)
+		return nil, api.ToConnect(err)
 	}
 	res := &corpusv1.ImportProjectResponse{Project: plan.project}
 	if m.DryRun {
@@ -328,7 +330,7 @@ func (s *projectService) ImportProject(ctx context.Context, req *connect.Request
 		}
 		return connect.NewResponse(res), nil
 	}
-	svcs := &serviceService{s.b}
+	svcs := s.b.Services
 	undo := revert.New()
 	defer undo.Fail()
 	cleanup := context.WithoutCancel(ctx)
@@ -387,32 +389,32 @@ func (s *projectService) ImportProject(ctx context.Context, req *connect.Request
 // as corpus scale and corpus autoscale would.
 func checkTopologyScale(e *corpusv1.EnvTopology) error {
 	for t, n := range e.Scale {
-		if err := validProcessName(t); err != nil {
+		if err := api.ValidProcessName(t); err != nil {
 			return err
 		}
 		if n > state.MaxInstances {
-			return Invalidf("environment %s: %s=%d: at most %d instances", e.Name, t, n, state.MaxInstances)
+			return api.Invalidf("environment %s: %s=%d: at most %d instances", e.Name, t, n, state.MaxInstances)
 		}
 	}
 	if corpusv1.InstanceCount(e.Scale) > 1 && e.VolumeBytes > 0 && !e.SharedNothing {
-		return Invalidf("environment %s runs %d instances but keeps data on a volume without shared_nothing", e.Name, corpusv1.InstanceCount(e.Scale))
+		return api.Invalidf("environment %s runs %d instances but keeps data on a volume without shared_nothing", e.Name, corpusv1.InstanceCount(e.Scale))
 	}
 	for t, pol := range e.Autoscale {
-		if err := validProcessName(t); err != nil {
+		if err := api.ValidProcessName(t); err != nil {
 			return err
 		}
 		if why := state.ValidAutoscale(pol); why != "" {
-			return Invalidf("environment %s: autoscale %s: %s", e.Name, t, why)
+			return api.Invalidf("environment %s: autoscale %s: %s", e.Name, t, why)
 		}
 		if pol.Max > 1 && e.VolumeBytes > 0 && !e.SharedNothing {
-			return Invalidf("environment %s: autoscale %s up to %d instances needs shared_nothing (it keeps data on a volume)", e.Name, t, pol.Max)
+			return api.Invalidf("environment %s: autoscale %s up to %d instances needs shared_nothing (it keeps data on a volume)", e.Name, t, pol.Max)
 		}
 	}
 	return nil
 }
 
 // importScale gives a new environment its scale and autoscale policies.
-func (s *projectService) importScale(ctx context.Context, project string, e *corpusv1.EnvTopology) error {
+func (s *Service) importScale(ctx context.Context, project string, e *corpusv1.EnvTopology) error {
 	if len(e.Scale) > 0 || e.SharedNothing || e.MaxParallel > 0 {
 		view := s.b.Store.Read()
 		p := view.Project(project)
@@ -438,22 +440,22 @@ func (s *projectService) importScale(ctx context.Context, project string, e *cor
 
 // importConfig sets a new environment's config (it has no release yet:
 // nothing to restart).
-func (s *projectService) importConfig(ctx context.Context, project, env string, vars map[string]string) error {
-	k, err := s.b.keyrings.Ensure(ctx)
+func (s *Service) importConfig(ctx context.Context, project, env string, vars map[string]string) error {
+	k, err := s.b.Keyring().Ensure(ctx)
 	if err != nil {
-		return ToConnect(err)
+		return api.ToConnect(err)
 	}
 	sealed, err := keyring.SealAll(k, vars, func(key string) string { return state.ConfigPlace(project, env, key) })
 	if err != nil {
-		return ToConnect(err)
+		return api.ToConnect(err)
 	}
 	_, err = s.b.Write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_SetConfig{SetConfig: &corpusv1.SetConfig{Project: project, Env: env, Set: sealed}}})
 	return err
 }
 
 // importLink links an imported service once it has an address.
-func (s *projectService) importLink(ctx context.Context, service, project string, l *corpusv1.ServiceLinkTopology) error {
-	svcs := &serviceService{s.b}
+func (s *Service) importLink(ctx context.Context, service, project string, l *corpusv1.ServiceLinkTopology) error {
+	svcs := s.b.Services
 	wctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	for {
@@ -462,9 +464,9 @@ func (s *projectService) importLink(ctx context.Context, service, project string
 		if svc == nil {
 			return errors.New("the service is gone")
 		}
-		vars, err := svcs.linkEnv(view, svc, l.As)
+		vars, err := svcs.LinkEnv(view, svc, l.As)
 		if err == nil {
-			return svcs.writeLink(ctx, service, project, l.Env, l.As, vars)
+			return svcs.WriteLink(ctx, service, project, l.Env, l.As, vars)
 		}
 		if connect.CodeOf(err) != connect.CodeFailedPrecondition {
 			return err

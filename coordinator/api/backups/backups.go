@@ -1,4 +1,8 @@
-package api
+// Package backups is the backup plumbing of the API, which the service
+// and volume handlers and the backup schedules share: a backup taken on
+// its subject's node, relayed to and kept by another, checked on both
+// ends, restored from the newest usable one.
+package backups
 
 import (
 	"context"
@@ -6,6 +10,8 @@ import (
 	"fmt"
 	"sort"
 	"time"
+
+	"corpus/coordinator/api"
 
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/proto"
@@ -31,10 +37,10 @@ const backupProgressEvery = 8 << 20
 // even when the caller went away.
 const WriteTimeout = 30 * time.Second
 
-// backupHolder picks the node to keep a new backup of a service running
+// BackupHolder picks the node to keep a new backup of a service running
 // on source: the ready node other than source that holds the fewest
 // bytes of backups; source itself when it is the only one.
-func backupHolder(view *state.Snap, source *corpusv1.Node) *corpusv1.Node {
+func BackupHolder(view *state.Snap, source *corpusv1.Node) *corpusv1.Node {
 	held := map[string]int64{}
 	for _, b := range view.Backups("") {
 		held[b.NodeId] += b.SizeBytes
@@ -52,13 +58,13 @@ func backupHolder(view *state.Snap, source *corpusv1.Node) *corpusv1.Node {
 	return cands[0]
 }
 
-// serviceNode is the ready node running a service's guest.
-func serviceNode(view *state.Snap, svc *corpusv1.Service) (*corpusv1.Node, error) {
+// ServiceNode is the ready node running a service's guest.
+func ServiceNode(view *state.Snap, svc *corpusv1.Service) (*corpusv1.Node, error) {
 	if svc.GuestId == "" {
 		return nil, connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("external service %s keeps no data here to back up or restore", svc.Name))
 	}
 	g := view.Guest(svc.GuestId)
-	if g == nil || GuestStatus(view, g) != state.ObservedRunning {
+	if g == nil || api.GuestStatus(view, g) != state.ObservedRunning {
 		return nil, connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("the guest of service %s is not running", svc.Name))
 	}
 	n := view.Node(g.NodeId)
@@ -68,12 +74,12 @@ func serviceNode(view *state.Snap, svc *corpusv1.Service) (*corpusv1.Node, error
 	return n, nil
 }
 
-// serviceBackup is a new backup of svc, and the node to take it on.
-func serviceBackup(view *state.Snap, svc *corpusv1.Service, trigger string) (*corpusv1.Backup, *corpusv1.Node, error) {
+// ServiceBackup is a new backup of svc, and the node to take it on.
+func ServiceBackup(view *state.Snap, svc *corpusv1.Service, trigger string) (*corpusv1.Backup, *corpusv1.Node, error) {
 	if _, ok := svc.TemplateSpec.GetFiles()["backup"]; !ok && svc.GuestId != "" {
 		return nil, nil, connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("template %s has no backup script", svc.Template))
 	}
-	source, err := serviceNode(view, svc)
+	source, err := ServiceNode(view, svc)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -83,8 +89,8 @@ func serviceBackup(view *state.Snap, svc *corpusv1.Service, trigger string) (*co
 // runBackup takes backup bk (of a service or a volume) on node source:
 // recorded, dumped there, kept on the holder's node, finished. progress
 // hears how far it is.
-func (b *Backend) runBackup(ctx context.Context, bk *corpusv1.Backup, source *corpusv1.Node, progress func(*corpusv1.BackupProgress) error) (*corpusv1.Backup, error) {
-	holder := backupHolder(b.Store.Read(), source)
+func runBackup(ctx context.Context, b *api.Backend, bk *corpusv1.Backup, source *corpusv1.Node, progress func(*corpusv1.BackupProgress) error) (*corpusv1.Backup, error) {
+	holder := BackupHolder(b.Store.Read(), source)
 	bk.Id, bk.NodeId, bk.SourceNodeId = secret.Hex(8), holder.Id, source.Id
 	if _, err := b.Write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_BeginBackup{BeginBackup: &corpusv1.BeginBackup{Backup: bk}}}); err != nil {
 		return nil, err
@@ -92,7 +98,7 @@ func (b *Backend) runBackup(ctx context.Context, bk *corpusv1.Backup, source *co
 	if holder.Id == source.Id {
 		progress(&corpusv1.BackupProgress{Phase: "dumping", Message: "stored on its own node " + holder.Name + ": the cluster has no other ready node to keep it"})
 	}
-	size, sum, err := b.copyBackup(ctx, bk, source, holder, progress)
+	size, sum, err := copyBackup(ctx, b, bk, source, holder, progress)
 	finish := &corpusv1.FinishBackup{Id: bk.Id, Status: corpusv1.BackupSucceeded, SizeBytes: size, Sha256: sum}
 	if err != nil {
 		finish = &corpusv1.FinishBackup{Id: bk.Id, Status: corpusv1.BackupFailed, Message: audit.ErrorText(err)}
@@ -110,7 +116,7 @@ func (b *Backend) runBackup(ctx context.Context, bk *corpusv1.Backup, source *co
 }
 
 // copyBackup relays the source node's dump to the holder.
-func (b *Backend) copyBackup(ctx context.Context, bk *corpusv1.Backup, source, holder *corpusv1.Node, progress func(*corpusv1.BackupProgress) error) (int64, string, error) {
+func copyBackup(ctx context.Context, b *api.Backend, bk *corpusv1.Backup, source, holder *corpusv1.Node, progress func(*corpusv1.BackupProgress) error) (int64, string, error) {
 	dctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	dump, err := b.AgentClient(source).DumpService(dctx, connect.NewRequest(&corpusv1.DumpServiceRequest{Backup: bk}))
@@ -161,34 +167,24 @@ func (b *Backend) copyBackup(ctx context.Context, bk *corpusv1.Backup, source, h
 	return last.SizeBytes, last.Sha256, nil
 }
 
-func (s *serviceService) BackupService(ctx context.Context, req *connect.Request[corpusv1.BackupServiceRequest], stream *connect.ServerStream[corpusv1.BackupProgress]) error {
-	view := s.b.Store.Read()
-	svc, err := pickService(ctx, view, req.Msg.Name, true)
-	if err != nil {
-		return err
-	}
-	bk, source, err := serviceBackup(view, svc, corpusv1.BackupManual)
-	return s.b.BackupNow(ctx, bk, source, err, stream)
-}
-
 // BackupNow takes the backup a caller asked for (bk on source, unless
 // err says why not) and sends it last.
-func (b *Backend) BackupNow(ctx context.Context, bk *corpusv1.Backup, source *corpusv1.Node, err error, stream *connect.ServerStream[corpusv1.BackupProgress]) error {
+func BackupNow(ctx context.Context, b *api.Backend, bk *corpusv1.Backup, source *corpusv1.Node, err error, stream *connect.ServerStream[corpusv1.BackupProgress]) error {
 	if err != nil {
 		return err
 	}
-	if bk, err = b.runBackup(ctx, bk, source, stream.Send); err != nil {
-		return ToConnect(err)
+	if bk, err = runBackup(ctx, b, bk, source, stream.Send); err != nil {
+		return api.ToConnect(err)
 	}
 	return stream.Send(&corpusv1.BackupProgress{Phase: "done", DoneBytes: bk.SizeBytes, Backup: bk})
 }
 
-// pickBackup returns a backup whose service the caller may use; a
+// PickBackup returns a backup whose service the caller may use; a
 // backup of a deleted service is for ops only.
-func pickBackup(ctx context.Context, view *state.Snap, id string) (*corpusv1.Backup, error) {
+func PickBackup(ctx context.Context, view *state.Snap, id string) (*corpusv1.Backup, error) {
 	bk := view.Backup(id)
 	if bk == nil {
-		return nil, ToConnect(NotFound("backup", id, "corpus service backups"))
+		return nil, api.ToConnect(api.NotFound("backup", id, "corpus service backups"))
 	}
 	if bk.Volume != "" {
 		if pr := auth.FromContext(ctx); pr.Kind != auth.Operator {
@@ -197,45 +193,13 @@ func pickBackup(ctx context.Context, view *state.Snap, id string) (*corpusv1.Bac
 		return bk, nil
 	}
 	if svc := view.Service(bk.Service); svc != nil {
-		if err := mayUseService(ctx, view, svc, true); err != nil {
+		if err := api.MayUseService(ctx, view, svc, true); err != nil {
 			return nil, err
 		}
 	} else if pr := auth.FromContext(ctx); pr.Kind != auth.Operator {
 		return nil, connect.NewError(connect.CodePermissionDenied, fmt.Errorf("service %s is gone: only ops use its backups", bk.Service))
 	}
 	return bk, nil
-}
-
-func (s *serviceService) ListBackups(ctx context.Context, req *connect.Request[corpusv1.ListBackupsRequest]) (*connect.Response[corpusv1.ListBackupsResponse], error) {
-	view := s.b.Store.Read()
-	// A service's own backups are its users'; those of one that is gone,
-	// and volumes', ops'.
-	if svc := view.Service(req.Msg.Service); svc != nil {
-		if err := mayUseService(ctx, view, svc, false); err != nil {
-			return nil, err
-		}
-	}
-	if req.Msg.Service != "" && req.Msg.Volume != "" {
-		return nil, ToConnect(Invalidf("give a service or a volume, not both"))
-	}
-	res := &corpusv1.ListBackupsResponse{}
-	list := view.Backups(req.Msg.Service)
-	if req.Msg.Volume != "" {
-		list = view.VolumeBackups(req.Msg.Volume)
-	}
-	for _, bk := range list {
-		svc := view.Service(bk.Service)
-		allowed := auth.FromContext(ctx).Kind == auth.Operator || (svc != nil && mayUseService(ctx, view, svc, false) == nil)
-		if !allowed {
-			continue
-		}
-		v := &corpusv1.BackupView{Backup: bk}
-		if n := view.Node(bk.NodeId); n != nil {
-			v.NodeName = n.Name
-		}
-		res.Backups = append(res.Backups, v)
-	}
-	return connect.NewResponse(res), nil
 }
 
 // HolderOf is the ready node keeping a backup.
@@ -250,72 +214,9 @@ func HolderOf(view *state.Snap, bk *corpusv1.Backup) (*corpusv1.Node, error) {
 	return n, nil
 }
 
-func (s *serviceService) RestoreService(ctx context.Context, req *connect.Request[corpusv1.RestoreServiceRequest], stream *connect.ServerStream[corpusv1.BackupProgress]) error {
-	m := req.Msg
-	view := s.b.Store.Read()
-	svc, err := pickService(ctx, view, m.Name, true)
-	if err != nil {
-		return err
-	}
-	if _, ok := svc.TemplateSpec.GetFiles()["restore"]; !ok {
-		return connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("template %s has no restore script", svc.Template))
-	}
-	bk, skipped, err := RestoreSource(ctx, view, view.Backups(svc.Name), "service "+svc.Name, "corpus service backup "+svc.Name, m.From)
-	if err != nil {
-		return err
-	}
-	if bk.Service == "" {
-		return connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("backup %s is of volume %s: restore it with corpus volume restore", bk.Id, bk.Volume))
-	}
-	if bk.Template != svc.Template {
-		return connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("backup %s is of a %s service; %s is %s", bk.Id, bk.Template, svc.Name, svc.Template))
-	}
-	holder, err := HolderOf(view, bk)
-	if err != nil {
-		return err
-	}
-	lost := serviceLost(view, svc)
-	if !lost && m.ToNode != "" {
-		return connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("service %s is not lost (its node is up): restore it in place, without --to-node, or move its data with corpus volume move", svc.Name))
-	}
-	if lost {
-		if svc, err = s.moveLost(ctx, view, svc, m.ToNode, stream.Send); err != nil {
-			return err
-		}
-	}
-	target, err := serviceNode(s.b.Store.Read(), svc)
-	if err != nil {
-		return err
-	}
-	msg := fmt.Sprintf("restoring %s on node %s from backup %s of %s", svc.Name, target.Name, bk.Id, BackupAge(bk, time.Now()))
-	if skipped > 0 {
-		msg += fmt.Sprintf(" (%d newer on nodes that are not ready)", skipped)
-	}
-	if err := stream.Send(&corpusv1.BackupProgress{Phase: "restoring", Backup: bk, Message: msg}); err != nil {
-		return err
-	}
-	head := proto.Clone(bk).(*corpusv1.Backup)
-	head.Service = svc.Name
-	out, err := s.b.RelayBackup(ctx, bk, holder, target, head, stream.Send)
-	if err == nil {
-		err = s.refreshLinks(ctx, svc.Name, stream.Send)
-	}
-	result := "ok"
-	if err != nil {
-		result = "failed: " + audit.ErrorText(err)
-	}
-	if aerr := s.b.audit.Record(ctx, auth.FromContext(ctx).String(), "restore", svc.Name+" from "+bk.Id+" on "+target.Name, result); aerr != nil {
-		s.b.Logger.Warn("recording a restore in the audit log", "service", svc.Name, "error", aerr)
-	}
-	if err != nil {
-		return ToConnect(err)
-	}
-	return stream.Send(&corpusv1.BackupProgress{Phase: "done", DoneBytes: out.SizeBytes, Backup: bk, Message: out.Output})
-}
-
 // RelayBackup streams a kept backup from its holder into the target
 // node's LoadService (first message: head, then the data).
-func (b *Backend) RelayBackup(ctx context.Context, bk *corpusv1.Backup, holder, target *corpusv1.Node,
+func RelayBackup(ctx context.Context, b *api.Backend, bk *corpusv1.Backup, holder, target *corpusv1.Node,
 	head *corpusv1.Backup, progress func(*corpusv1.BackupProgress) error) (*corpusv1.LoadServiceResponse, error) {
 	rctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -355,83 +256,9 @@ func (b *Backend) RelayBackup(ctx context.Context, bk *corpusv1.Backup, holder, 
 	return res.Msg, nil
 }
 
-func (s *serviceService) ExportBackup(ctx context.Context, req *connect.Request[corpusv1.ExportBackupRequest], stream *connect.ServerStream[corpusv1.BackupChunk]) error {
-	view := s.b.Store.Read()
-	bk, err := pickBackup(ctx, view, req.Msg.Id)
-	if err != nil {
-		return err
-	}
-	holder, err := HolderOf(view, bk)
-	if err != nil {
-		return err
-	}
-	rd, err := s.b.AgentClient(holder).ReadBackup(ctx, connect.NewRequest(&corpusv1.ReadBackupRequest{Backup: bk}))
-	if err != nil {
-		return connect.NewError(connect.CodeUnavailable, fmt.Errorf("reading backup %s on node %s: %w", bk.Id, holder.Name, err))
-	}
-	defer rd.Close()
-	if err := stream.Send(&corpusv1.BackupChunk{Backup: bk}); err != nil {
-		return err
-	}
-	for rd.Receive() {
-		if err := stream.Send(&corpusv1.BackupChunk{Data: rd.Msg().Data}); err != nil {
-			return err
-		}
-	}
-	if err := rd.Err(); err != nil {
-		return connect.NewError(connect.CodeUnavailable, fmt.Errorf("reading backup %s on node %s: %w", bk.Id, holder.Name, err))
-	}
-	if auditErr := s.b.audit.Record(ctx, auth.FromContext(ctx).String(), "export backup", bk.Service+" "+bk.Id, "ok"); auditErr != nil {
-		s.b.Logger.Warn("recording an export in the audit log", "backup", bk.Id, "error", auditErr)
-	}
-	return nil
-}
-
-func (s *serviceService) ImportBackup(ctx context.Context, stream *connect.ClientStream[corpusv1.BackupChunk]) (*connect.Response[corpusv1.ImportBackupResponse], error) {
-	if !stream.Receive() {
-		return nil, ToConnect(Invalidf("no backup header: the first message names the service and the data's SHA-256"))
-	}
-	head := stream.Msg().Backup
-	if head == nil || head.Service == "" || len(head.Sha256) != 64 {
-		return nil, ToConnect(Invalidf("the first message must name the service and give the data's SHA-256 (64 hex digits)"))
-	}
-	view := s.b.Store.Read()
-	svc, err := pickService(ctx, view, head.Service, true)
-	if err != nil {
-		return nil, err
-	}
-	if svc.GuestId == "" {
-		return nil, ToConnect(Invalidf("external service %s keeps no data here", svc.Name))
-	}
-	g := view.Guest(svc.GuestId)
-	holder := backupHolder(view, view.Node(g.GetNodeId()))
-	if holder == nil {
-		return nil, connect.NewError(connect.CodeUnavailable, errors.New("no ready node to keep the backup"))
-	}
-	bk := &corpusv1.Backup{Id: secret.Hex(8), Service: svc.Name, NodeId: holder.Id, Trigger: corpusv1.BackupImport,
-		Template: svc.Template, Version: svc.Version}
-	if _, err := s.b.Write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_BeginBackup{BeginBackup: &corpusv1.BeginBackup{Backup: bk}}}); err != nil {
-		return nil, err
-	}
-	size, err := s.b.storeImport(ctx, bk, holder, head.Sha256, stream)
-	finish := &corpusv1.FinishBackup{Id: bk.Id, Status: corpusv1.BackupSucceeded, SizeBytes: size, Sha256: head.Sha256}
-	if err != nil {
-		finish = &corpusv1.FinishBackup{Id: bk.Id, Status: corpusv1.BackupFailed, Message: audit.ErrorText(err)}
-	}
-	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), WriteTimeout)
-	defer cancel()
-	if _, werr := s.b.Write(fctx, &corpusv1.Command{Cmd: &corpusv1.Command_FinishBackup{FinishBackup: finish}}); werr != nil {
-		return nil, errors.Join(err, werr)
-	}
-	if err != nil {
-		return nil, ToConnect(err)
-	}
-	return connect.NewResponse(&corpusv1.ImportBackupResponse{Backup: s.b.Store.Read().Backup(bk.Id)}), nil
-}
-
-// storeImport relays a client's backup to its holder, which checks it
+// StoreImport relays a client's backup to its holder, which checks it
 // against sum.
-func (b *Backend) storeImport(ctx context.Context, bk *corpusv1.Backup, holder *corpusv1.Node, sum string, in *connect.ClientStream[corpusv1.BackupChunk]) (int64, error) {
+func StoreImport(ctx context.Context, b *api.Backend, bk *corpusv1.Backup, holder *corpusv1.Node, sum string, in *connect.ClientStream[corpusv1.BackupChunk]) (int64, error) {
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	store := b.AgentClient(holder).StoreBackup(sctx)
@@ -463,21 +290,6 @@ func (b *Backend) storeImport(ctx context.Context, bk *corpusv1.Backup, holder *
 		return 0, err
 	}
 	return res.Msg.SizeBytes, nil
-}
-
-func (s *serviceService) DeleteBackup(ctx context.Context, req *connect.Request[corpusv1.DeleteBackupRequest]) (*connect.Response[corpusv1.DeleteBackupResponse], error) {
-	view := s.b.Store.Read()
-	bk, err := pickBackup(ctx, view, req.Msg.Id)
-	if err != nil {
-		return nil, err
-	}
-	if bk.Status == corpusv1.BackupRunning {
-		return nil, connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("backup %s is still running", bk.Id))
-	}
-	if err := s.b.RemoveBackup(ctx, bk); err != nil {
-		return nil, err
-	}
-	return connect.NewResponse(&corpusv1.DeleteBackupResponse{Backup: bk}), nil
 }
 
 // VolumeNode is the ready node keeping a volume.
@@ -517,7 +329,38 @@ func BackupPolicy(curSchedule string, curKeep uint32, schedule string, keep uint
 		keep = curKeep
 	}
 	if err := state.ValidSchedule(schedule); err != nil {
-		return "", 0, ToConnect(err)
+		return "", 0, api.ToConnect(err)
 	}
 	return schedule, keep, nil
+}
+
+// RestoreSource is the backup a restore loads: from, or the newest of
+// backups (newest first) that succeeded and is kept on a ready node.
+// skipped counts newer ones whose node is not ready. what names their
+// subject ("service db"), backupCmd the command that takes one.
+func RestoreSource(ctx context.Context, view *state.Snap, backups []*corpusv1.Backup, what, backupCmd, from string) (bk *corpusv1.Backup, skipped int, err error) {
+	if from != "" {
+		bk, err = PickBackup(ctx, view, from)
+		return bk, 0, err
+	}
+	for _, b := range backups {
+		if b.Status != corpusv1.BackupSucceeded {
+			continue
+		}
+		if _, err := HolderOf(view, b); err != nil {
+			skipped++
+			continue
+		}
+		return b, skipped, nil
+	}
+	if skipped > 0 {
+		return nil, skipped, connect.NewError(connect.CodeUnavailable, fmt.Errorf("the %d backups of %s are on nodes that are not ready", skipped, what))
+	}
+	return nil, 0, connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("%s has no backup to restore (%s)", what, backupCmd))
+}
+
+// BackupAge says when a backup was taken and how long ago.
+func BackupAge(bk *corpusv1.Backup, now time.Time) string {
+	t := bk.GetFinishedAt().AsTime()
+	return fmt.Sprintf("%s, %s old", t.Format("2006-01-02 15:04:05 MST"), now.Sub(t).Round(time.Second))
 }

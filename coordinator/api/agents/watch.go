@@ -1,4 +1,4 @@
-package api
+package agents
 
 import (
 	"context"
@@ -34,7 +34,7 @@ const peerEvery = time.Second
 // compares that version, at most every peerEvery, and rebuilds nothing
 // of its own. A stream sends only what differs from what it sent last
 // (or everything again after watchRefresh).
-func (s *agentService) Watch(ctx context.Context, _ *connect.Request[corpusv1.WatchRequest], stream *connect.ServerStream[corpusv1.WatchResponse]) error {
+func (s *Service) Watch(ctx context.Context, _ *connect.Request[corpusv1.WatchRequest], stream *connect.ServerStream[corpusv1.WatchResponse]) error {
 	p := auth.FromContext(ctx)
 	var (
 		last     *corpusv1.WatchResponse
@@ -94,7 +94,7 @@ func (s *agentService) Watch(ctx context.Context, _ *connect.Request[corpusv1.Wa
 // watchPeers waits until own fires (the stream's own part changed, or
 // ctx ended), handing the peer list to changed whenever the table of
 // nodes changes meanwhile, at most every peerEvery.
-func (s *agentService) watchPeers(ctx context.Context, own <-chan error, nodesCh <-chan struct{}, changed func([]peer, uint64) error) error {
+func (s *Service) watchPeers(ctx context.Context, own <-chan error, nodesCh <-chan struct{}, changed func([]peer, uint64) error) error {
 	for {
 		select {
 		case <-own:
@@ -118,7 +118,7 @@ func (s *agentService) watchPeers(ctx context.Context, own <-chan error, nodesCh
 }
 
 // watchMessage is a node's desired state in view, but for its peers.
-func (s *agentService) watchMessage(view *state.Snap, nodeID string, n *corpusv1.Node) *corpusv1.WatchResponse {
+func (s *Service) watchMessage(view *state.Snap, nodeID string, n *corpusv1.Node) *corpusv1.WatchResponse {
 	n = proto.Clone(n).(*corpusv1.Node)
 	msg := &corpusv1.WatchResponse{Index: view.Index(), Node: n, Guests: desiredOn(view, nodeID), Routes: view.RoutesOnNode(nodeID)}
 	msg.Volumes = append(view.VolumesOnNode(nodeID), view.VolumesLeftOnNode(nodeID)...)

@@ -1,57 +1,15 @@
-package api
+package agents
 
 import (
 	"context"
-	"fmt"
-	"maps"
-	"strconv"
 	"strings"
 
-	"connectrpc.com/connect"
-	"google.golang.org/protobuf/proto"
-
-	"corpus/coordinator/auth"
-	"corpus/coordinator/keyring"
 	"corpus/coordinator/state"
 	corpusv1 "corpus/proto/corpus/v1"
 )
 
 // The agents' side of services: what a service's guest runs, who may
 // reach it, and how it is.
-
-// ServiceRuntime gives the agent of a service's guest the service (its
-// template's scripts included, its sealed secrets left out) and its
-// scripts' environment, credentials opened.
-func (s *agentService) ServiceRuntime(ctx context.Context, req *connect.Request[corpusv1.ServiceRuntimeRequest]) (*connect.Response[corpusv1.ServiceRuntimeResponse], error) {
-	p := auth.FromContext(ctx)
-	view := s.b.Store.Read()
-	svc := view.Service(req.Msg.Service)
-	if svc == nil {
-		return nil, ToConnect(NotFound("service", req.Msg.Service, "corpus service list"))
-	}
-	g := view.Guest(svc.GuestId)
-	if g == nil || g.NodeId != p.NodeID {
-		return nil, connect.NewError(connect.CodePermissionDenied, fmt.Errorf("service %s does not run on node %s", svc.Name, p.NodeName))
-	}
-	k, err := s.b.keyrings.Open(view)
-	if err != nil {
-		return nil, ToConnect(err)
-	}
-	secrets, err := keyring.OpenSecrets(k, svc.Name, svc.Secrets)
-	if err != nil {
-		return nil, ToConnect(err)
-	}
-	env := map[string]string{
-		"NAME":    svc.Name,
-		"VERSION": svc.Version,
-		"PORT":    strconv.Itoa(int(svc.TemplateSpec.GetPort())),
-		"DATA":    svc.TemplateSpec.GetVolumePath(),
-	}
-	maps.Copy(env, secrets)
-	out := proto.Clone(svc).(*corpusv1.Service)
-	out.Secrets = nil
-	return connect.NewResponse(&corpusv1.ServiceRuntimeResponse{Service: out, Env: env}), nil
-}
 
 // guestServices maps those of guests that run a service to its name.
 func guestServices(view *state.Snap, guests []*corpusv1.Guest) map[string]string {
@@ -95,7 +53,7 @@ func serviceReach(view *state.Snap, guests []*corpusv1.Guest) []*corpusv1.Servic
 }
 
 // reportServices records the changed observations of a node's services.
-func (s *agentService) reportServices(ctx context.Context, view *state.Snap, nodeID string, reported []*corpusv1.ReportedService) (uint64, error) {
+func (s *Service) reportServices(ctx context.Context, view *state.Snap, nodeID string, reported []*corpusv1.ReportedService) (uint64, error) {
 	var changed []*corpusv1.ReportedService
 	for _, r := range reported {
 		svc := view.ServiceByID(r.ServiceId)
@@ -145,21 +103,6 @@ func guestWaiting(view *state.Snap, guests []*corpusv1.Guest) map[string]string 
 	}
 	if len(out) == 0 {
 		return nil
-	}
-	return out
-}
-
-// linkedServices is what project show says of an environment's services.
-func linkedServices(view *state.Snap, project, env string) []string {
-	var out []string
-	for _, svc := range view.LinksOf(project, env) {
-		st := svc.Observed.GetState()
-		if svc.ExternalUrl != "" {
-			st = "external"
-		} else if st == "" {
-			st = "not started"
-		}
-		out = append(out, svc.Name+" ("+st+")")
 	}
 	return out
 }

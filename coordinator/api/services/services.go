@@ -1,10 +1,13 @@
-package api
+// Package services serves ServiceService: third-party services made
+// from templates (a guest of their own with a volume) or external
+// endpoints, linked to project environments as config, backed up,
+// restored and moved off a lost node; and the agents' calls about them.
+package services
 
 import (
 	"context"
 	"fmt"
 	"maps"
-	"net/url"
 	"slices"
 	"strconv"
 	"strings"
@@ -13,6 +16,8 @@ import (
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/proto"
 
+	"corpus/coordinator/api"
+	"corpus/coordinator/api/backups"
 	"corpus/coordinator/auth"
 	"corpus/coordinator/keyring"
 	"corpus/coordinator/state"
@@ -22,16 +27,16 @@ import (
 	corpusv1 "corpus/proto/corpus/v1"
 )
 
-// Services: made from templates (a guest of their own with a volume) or
-// external endpoints, linked to project environments as config.
+// New returns the handler of ServiceService.
+func New(b *api.Backend) api.Services { return &serviceService{b} }
 
-type serviceService struct{ b *Backend }
+type serviceService struct{ b *api.Backend }
 
 // templates reads the templates this coordinator offers now: the
 // built-in ones and the operator's folder, read again on every call so an
 // added template needs no restart.
-func (b *Backend) templates() (templates.Set, error) {
-	set, err := templates.Load(b.ServiceTemplates)
+func (s *serviceService) templates() (templates.Set, error) {
+	set, err := templates.Load(s.b.ServiceTemplates)
 	if err != nil {
 		return nil, connect.NewError(connect.CodeInternal, fmt.Errorf("reading the service templates: %w", err))
 	}
@@ -39,7 +44,7 @@ func (b *Backend) templates() (templates.Set, error) {
 }
 
 func (s *serviceService) ListTemplates(ctx context.Context, _ *connect.Request[corpusv1.ListTemplatesRequest]) (*connect.Response[corpusv1.ListTemplatesResponse], error) {
-	set, err := s.b.templates()
+	set, err := s.templates()
 	if err != nil {
 		return nil, err
 	}
@@ -50,43 +55,6 @@ func (s *serviceService) ListTemplates(ctx context.Context, _ *connect.Request[c
 		res.Templates = append(res.Templates, t)
 	}
 	return connect.NewResponse(res), nil
-}
-
-// mayUseService checks the caller may use a service (see auth.Scope):
-// ops, the users granted its project, and (to read it) those granted a
-// project linked to it.
-func mayUseService(ctx context.Context, view *state.Snap, svc *corpusv1.Service, write bool) error {
-	sc := auth.ScopeOf(view, auth.FromContext(ctx))
-	switch a := sc.Service(svc); {
-	case a == auth.ReadWrite, a == auth.ReadOnly && !write:
-		return nil
-	case a == auth.ReadOnly:
-		return connect.NewError(connect.CodePermissionDenied, fmt.Errorf("%s may only read service %s (it is linked to a project granted to it, but belongs to %s)", sc.Principal(), svc.Name, projectOrNone(svc.Project)))
-	}
-	return connect.NewError(connect.CodePermissionDenied, fmt.Errorf("%s may not use service %s of %s (%w)", sc.Principal(), svc.Name, projectOrNone(svc.Project), errNotMember))
-}
-
-// projectOrNone names a service's project for an error.
-func projectOrNone(project string) string {
-	if project == "" {
-		return "no project (operators' only)"
-	}
-	return "project " + project
-}
-
-// pickService returns a service the caller may use.
-func pickService(ctx context.Context, view *state.Snap, name string, write bool) (*corpusv1.Service, error) {
-	if err := names.Validate("service", name); err != nil {
-		return nil, ToConnect(err)
-	}
-	svc := view.Service(name)
-	if svc == nil {
-		return nil, ToConnect(NotFound("service", name, "corpus service list"))
-	}
-	if err := mayUseService(ctx, view, svc, write); err != nil {
-		return nil, err
-	}
-	return svc, nil
 }
 
 // serviceView is a service as clients see it: secrets by name only.
@@ -100,7 +68,7 @@ func serviceView(view *state.Snap, svc *corpusv1.Service) *corpusv1.ServiceView 
 	}
 	out.Service = svc
 	if g := view.Guest(svc.GuestId); g != nil {
-		out.GuestStatus, out.Address = GuestStatus(view, g), g.Address
+		out.GuestStatus, out.Address = api.GuestStatus(view, g), g.Address
 		if n := view.Node(g.NodeId); n != nil {
 			out.NodeName = n.Name
 		}
@@ -115,24 +83,6 @@ func serviceView(view *state.Snap, svc *corpusv1.Service) *corpusv1.ServiceView 
 		}
 	}
 	return out
-}
-
-// checkExternal validates an external service's endpoint and secrets.
-func checkExternal(m *corpusv1.CreateServiceRequest) error {
-	u, err := url.Parse(m.ExternalUrl)
-	if err != nil || u.Scheme == "" || u.Host == "" {
-		return Invalidf("external endpoint %q is not a URL with a scheme and a host (https://example.com)", m.ExternalUrl)
-	}
-	if m.Template != "" || m.Version != "" || m.SizeBytes != 0 || m.MemoryBytes != 0 || m.BackupSchedule != "" {
-		return Invalidf("an external service has no template, version, size, memory or backups")
-	}
-	if err := checkConfigChange(m.Secrets, nil); err != nil && len(m.Secrets) > 0 {
-		return err
-	}
-	if _, clash := m.Secrets["URL"]; clash {
-		return Invalidf("URL is the endpoint's own variable; give the secret another name")
-	}
-	return nil
 }
 
 func (s *serviceService) CreateService(ctx context.Context, req *connect.Request[corpusv1.CreateServiceRequest]) (*connect.Response[corpusv1.CreateServiceResponse], error) {
@@ -157,12 +107,12 @@ func (s *serviceService) CreateService(ctx context.Context, req *connect.Request
 		}
 		guestName := corpusv1.ServiceGuestName(m.Name)
 		if err := names.Validate("guest", guestName); err != nil {
-			return Invalidf("service name %q is too long for its guest name %q", m.Name, guestName)
+			return api.Invalidf("service name %q is too long for its guest name %q", m.Name, guestName)
 		}
 		if m.Env == "" {
 			m.Env = corpusv1.EnvDev
 		}
-		if err := validEnv(m.Env); err != nil {
+		if err := api.ValidEnv(m.Env); err != nil {
 			return err
 		}
 		if err := state.ValidSchedule(m.BackupSchedule); err != nil {
@@ -175,18 +125,18 @@ func (s *serviceService) CreateService(ctx context.Context, req *connect.Request
 			BackupSchedule: m.BackupSchedule, BackupKeep: m.BackupKeep, Project: m.Project}
 		clear, g = nil, nil
 		if m.ExternalUrl != "" {
-			if err := checkExternal(m); err != nil {
+			if err := api.CheckExternal(m); err != nil {
 				return err
 			}
 			svc.ExternalUrl, clear = m.ExternalUrl, m.Secrets
 			return nil
 		}
 		var err error
-		g, clear, err = s.templateGuest(svc, m)
+		g, clear, err = s.TemplateGuest(svc, m)
 		return err
 	}
 	if err := check(); err != nil {
-		return nil, ToConnect(err)
+		return nil, api.ToConnect(err)
 	}
 	admitted, err := s.b.Admission().Admit(ctx, corpusv1.OnServiceCreate, m, check)
 	if err != nil {
@@ -196,7 +146,7 @@ func (s *serviceService) CreateService(ctx context.Context, req *connect.Request
 	svc.Admission = admitted
 	view := s.b.Store.Read()
 	if old := view.Service(m.Name); old != nil {
-		if err := mayUseService(ctx, view, old, true); err != nil {
+		if err := api.MayUseService(ctx, view, old, true); err != nil {
 			return nil, err
 		}
 		if sameService(view, old, svc, g) {
@@ -210,10 +160,10 @@ func (s *serviceService) CreateService(ctx context.Context, req *connect.Request
 	if len(clear) > 0 {
 		k, err := s.b.Keyring().Ensure(ctx)
 		if err != nil {
-			return nil, ToConnect(err)
+			return nil, api.ToConnect(err)
 		}
 		if svc.Secrets, err = keyring.SealAll(k, clear, func(key string) string { return state.ServicePlace(svc.Name, key) }); err != nil {
-			return nil, ToConnect(err)
+			return nil, api.ToConnect(err)
 		}
 	}
 	if _, err := s.b.Write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_CreateService{CreateService: &corpusv1.CreateService{Service: svc, Guest: g}}}); err != nil {
@@ -233,7 +183,7 @@ func mayCreateIn(ctx context.Context, view *state.Snap, project string) error {
 			return err
 		}
 		if p = view.Project(project); p == nil {
-			return NotFound("project", project, "corpus project list")
+			return api.NotFound("project", project, "corpus project list")
 		}
 	}
 	switch a := auth.ProjectAccess(pr, p); {
@@ -244,32 +194,32 @@ func mayCreateIn(ctx context.Context, view *state.Snap, project string) error {
 	case a == auth.ReadOnly:
 		return connect.NewError(connect.CodePermissionDenied, fmt.Errorf("%s may only read project %s: its devs and ops make its services", pr, p.Name))
 	}
-	return mayUseProject(ctx, p)
+	return api.MayUseProject(ctx, p)
 }
 
-// templateGuest fills in a service made from a template and returns its
+// TemplateGuest fills in a service made from a template and returns its
 // guest and its generated credentials.
-func (s *serviceService) templateGuest(svc *corpusv1.Service, m *corpusv1.CreateServiceRequest) (*corpusv1.Guest, map[string]string, error) {
+func (s *serviceService) TemplateGuest(svc *corpusv1.Service, m *corpusv1.CreateServiceRequest) (*corpusv1.Guest, map[string]string, error) {
 	if m.Template == "" {
-		return nil, nil, ToConnect(Invalidf("give a template (corpus service templates lists them) or an external endpoint"))
+		return nil, nil, api.ToConnect(api.Invalidf("give a template (corpus service templates lists them) or an external endpoint"))
 	}
 	if len(m.Secrets) > 0 {
-		return nil, nil, ToConnect(Invalidf("secrets are for external services; a template's credentials are generated"))
+		return nil, nil, api.ToConnect(api.Invalidf("secrets are for external services; a template's credentials are generated"))
 	}
-	set, err := s.b.templates()
+	set, err := s.templates()
 	if err != nil {
 		return nil, nil, err
 	}
 	t := set[m.Template]
 	if t == nil {
-		return nil, nil, ToConnect(NotFound("template", m.Template, "corpus service templates"))
+		return nil, nil, api.ToConnect(api.NotFound("template", m.Template, "corpus service templates"))
 	}
 	version := m.Version
 	if version == "" {
 		version = t.Versions[0]
 	}
 	if !slices.Contains(t.Versions, version) {
-		return nil, nil, ToConnect(Invalidf("template %s offers versions %s, not %q", t.Name, strings.Join(t.Versions, ", "), version))
+		return nil, nil, api.ToConnect(api.Invalidf("template %s offers versions %s, not %q", t.Name, strings.Join(t.Versions, ", "), version))
 	}
 	size, mem := m.SizeBytes, m.MemoryBytes
 	if size == 0 {
@@ -279,10 +229,10 @@ func (s *serviceService) templateGuest(svc *corpusv1.Service, m *corpusv1.Create
 		mem = t.DefaultMemoryBytes
 	}
 	if size < t.MinVolumeBytes {
-		return nil, nil, ToConnect(Invalidf("a %s volume needs at least %d MiB, not %d MiB", t.Name, t.MinVolumeBytes>>20, size>>20))
+		return nil, nil, api.ToConnect(api.Invalidf("a %s volume needs at least %d MiB, not %d MiB", t.Name, t.MinVolumeBytes>>20, size>>20))
 	}
 	if mem < t.MinMemoryBytes {
-		return nil, nil, ToConnect(Invalidf("%s needs at least %d MiB of memory, not %d MiB", t.Name, t.MinMemoryBytes>>20, mem>>20))
+		return nil, nil, api.ToConnect(api.Invalidf("%s needs at least %d MiB of memory, not %d MiB", t.Name, t.MinMemoryBytes>>20, mem>>20))
 	}
 	svc.Template, svc.Version, svc.TemplateSpec = t.Name, version, t
 	spec := &corpusv1.GuestSpec{
@@ -294,8 +244,8 @@ func (s *serviceService) templateGuest(svc *corpusv1.Service, m *corpusv1.Create
 	if v := keptVolume(s.b.Store.Read(), svc.Name); v != nil {
 		spec.Volume = &corpusv1.VolumeSpec{UseVolume: v.Name, Path: t.VolumePath}
 	}
-	if err := NormalizeSpec(spec); err != nil {
-		return nil, nil, ToConnect(err)
+	if err := api.NormalizeSpec(spec); err != nil {
+		return nil, nil, api.ToConnect(err)
 	}
 	clear := map[string]string{}
 	for _, c := range t.Credentials {
@@ -348,7 +298,7 @@ func (s *serviceService) ListServices(ctx context.Context, _ *connect.Request[co
 	view := s.b.Store.Read()
 	res := &corpusv1.ListServicesResponse{}
 	for _, svc := range view.Services() {
-		if mayUseService(ctx, view, svc, false) == nil {
+		if api.MayUseService(ctx, view, svc, false) == nil {
 			res.Services = append(res.Services, serviceView(view, svc))
 		}
 	}
@@ -358,14 +308,14 @@ func (s *serviceService) ListServices(ctx context.Context, _ *connect.Request[co
 func (s *serviceService) GetService(ctx context.Context, req *connect.Request[corpusv1.GetServiceRequest]) (*connect.Response[corpusv1.GetServiceResponse], error) {
 	m := req.Msg
 	wait := time.Duration(m.WaitSeconds) * time.Second
-	if wait <= 0 || wait > maxWait {
-		wait = defaultWait
+	if wait <= 0 || wait > api.MaxWait {
+		wait = api.DefaultWait
 	}
 	ctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
 	for {
 		view := s.b.Store.Read()
-		svc, err := pickService(ctx, view, m.Name, false)
+		svc, err := api.PickService(ctx, view, m.Name, false)
 		if err != nil {
 			return nil, err
 		}
@@ -381,7 +331,7 @@ func (s *serviceService) GetService(ctx context.Context, req *connect.Request[co
 
 func (s *serviceService) setDesired(ctx context.Context, name, desired string, purge bool) (*corpusv1.ServiceView, bool, error) {
 	view := s.b.Store.Read()
-	svc, err := pickService(ctx, view, name, true)
+	svc, err := api.PickService(ctx, view, name, true)
 	if err != nil {
 		return nil, false, err
 	}
@@ -443,22 +393,22 @@ func (s *serviceService) StopService(ctx context.Context, req *connect.Request[c
 func (s *serviceService) ResizeService(ctx context.Context, req *connect.Request[corpusv1.ResizeServiceRequest]) (*connect.Response[corpusv1.ServiceActionResponse], error) {
 	m := req.Msg
 	view := s.b.Store.Read()
-	svc, err := pickService(ctx, view, m.Name, true)
+	svc, err := api.PickService(ctx, view, m.Name, true)
 	if err != nil {
 		return nil, err
 	}
 	if svc.GuestId == "" {
-		return nil, ToConnect(Invalidf("external service %s has no volume or memory", svc.Name))
+		return nil, api.ToConnect(api.Invalidf("external service %s has no volume or memory", svc.Name))
 	}
 	if m.SizeBytes == 0 && m.MemoryBytes == 0 {
-		return nil, ToConnect(Invalidf("give a new --size or --memory"))
+		return nil, api.ToConnect(api.Invalidf("give a new --size or --memory"))
 	}
 	t := svc.TemplateSpec
 	if m.SizeBytes != 0 && m.SizeBytes < t.GetMinVolumeBytes() {
-		return nil, ToConnect(Invalidf("a %s volume needs at least %d MiB", svc.Template, t.GetMinVolumeBytes()>>20))
+		return nil, api.ToConnect(api.Invalidf("a %s volume needs at least %d MiB", svc.Template, t.GetMinVolumeBytes()>>20))
 	}
 	if m.MemoryBytes != 0 && m.MemoryBytes < t.GetMinMemoryBytes() {
-		return nil, ToConnect(Invalidf("%s needs at least %d MiB of memory", svc.Template, t.GetMinMemoryBytes()>>20))
+		return nil, api.ToConnect(api.Invalidf("%s needs at least %d MiB of memory", svc.Template, t.GetMinMemoryBytes()>>20))
 	}
 	g := view.Guest(svc.GuestId)
 	changed := false
@@ -488,11 +438,11 @@ func (s *serviceService) ResizeService(ctx context.Context, req *connect.Request
 func (s *serviceService) UpdateService(ctx context.Context, req *connect.Request[corpusv1.UpdateServiceRequest]) (*connect.Response[corpusv1.ServiceActionResponse], error) {
 	m := req.Msg
 	view := s.b.Store.Read()
-	svc, err := pickService(ctx, view, m.Name, true)
+	svc, err := api.PickService(ctx, view, m.Name, true)
 	if err != nil {
 		return nil, err
 	}
-	schedule, keep, err := BackupPolicy(svc.BackupSchedule, svc.BackupKeep, m.BackupSchedule, m.BackupKeep)
+	schedule, keep, err := backups.BackupPolicy(svc.BackupSchedule, svc.BackupKeep, m.BackupSchedule, m.BackupKeep)
 	if err != nil {
 		return nil, err
 	}
@@ -508,16 +458,16 @@ func (s *serviceService) UpdateService(ctx context.Context, req *connect.Request
 	return connect.NewResponse(&corpusv1.ServiceActionResponse{Service: serviceView(view, view.Service(svc.Name)), Changed: true}), nil
 }
 
-// linkEnv is what a link named as gives a project: the template's link
+// LinkEnv is what a link named as gives a project: the template's link
 // variables filled in, or an external service's endpoint and secrets.
-func (s *serviceService) linkEnv(view *state.Snap, svc *corpusv1.Service, as string) (map[string]string, error) {
+func (s *serviceService) LinkEnv(view *state.Snap, svc *corpusv1.Service, as string) (map[string]string, error) {
 	k, err := s.b.Keyring().Open(view)
 	if err != nil {
-		return nil, ToConnect(err)
+		return nil, api.ToConnect(err)
 	}
 	secrets, err := keyring.OpenSecrets(k, svc.Name, svc.Secrets)
 	if err != nil {
-		return nil, ToConnect(err)
+		return nil, api.ToConnect(err)
 	}
 	if svc.ExternalUrl != "" {
 		out := map[string]string{as + "_URL": svc.ExternalUrl}
@@ -538,11 +488,11 @@ func (s *serviceService) linkEnv(view *state.Snap, svc *corpusv1.Service, as str
 func (s *serviceService) LinkService(ctx context.Context, req *connect.Request[corpusv1.LinkServiceRequest], stream *connect.ServerStream[corpusv1.DeployOutput]) error {
 	m := req.Msg
 	view := s.b.Store.Read()
-	svc, err := pickService(ctx, view, m.Service, true)
+	svc, err := api.PickService(ctx, view, m.Service, true)
 	if err != nil {
 		return err
 	}
-	p, e, err := pickEnv(ctx, view, m.Project, m.Env)
+	p, e, err := api.PickEnv(ctx, view, m.Project, m.Env)
 	if err != nil {
 		return err
 	}
@@ -554,32 +504,32 @@ func (s *serviceService) LinkService(ctx context.Context, req *connect.Request[c
 		}
 	}
 	if err := templates.ValidAs(as); err != nil {
-		return ToConnect(Invalidf("%v", err))
+		return api.ToConnect(api.Invalidf("%v", err))
 	}
-	env, err := s.linkEnv(view, svc, as)
+	env, err := s.LinkEnv(view, svc, as)
 	if err != nil {
 		return err
 	}
-	if err := s.writeLink(ctx, svc.Name, p.Name, e.Name, as, env); err != nil {
+	if err := s.WriteLink(ctx, svc.Name, p.Name, e.Name, as, env); err != nil {
 		return err
 	}
 	what := fmt.Sprintf("service %s linked as %s (%s)", svc.Name, as, strings.Join(slices.Sorted(maps.Keys(env)), " "))
-	return (&projectService{s.b}).releaseConfig(ctx, p.Name, e.Name, what, m.NoRestart, stream.Send)
+	return s.b.Releases.ReleaseConfig(ctx, p.Name, e.Name, what, m.NoRestart, stream.Send)
 }
 
-// writeLink records a link of a service with the variables env, sealed
+// WriteLink records a link of a service with the variables env, sealed
 // for the environment.
-func (s *serviceService) writeLink(ctx context.Context, service, project, env, as string, vars map[string]string) error {
-	if err := checkConfigChange(vars, nil); err != nil {
-		return ToConnect(err)
+func (s *serviceService) WriteLink(ctx context.Context, service, project, env, as string, vars map[string]string) error {
+	if err := api.CheckConfigChange(vars, nil); err != nil {
+		return api.ToConnect(err)
 	}
 	k, err := s.b.Keyring().Ensure(ctx)
 	if err != nil {
-		return ToConnect(err)
+		return api.ToConnect(err)
 	}
 	sealed, err := keyring.SealAll(k, vars, func(key string) string { return state.ConfigPlace(project, env, key) })
 	if err != nil {
-		return ToConnect(err)
+		return api.ToConnect(err)
 	}
 	_, err = s.b.Write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_LinkService{LinkService: &corpusv1.LinkService{
 		Service: service, Link: &corpusv1.ServiceLink{Project: project, Env: env, As: as}, Config: sealed,
@@ -590,11 +540,11 @@ func (s *serviceService) writeLink(ctx context.Context, service, project, env, a
 func (s *serviceService) UnlinkService(ctx context.Context, req *connect.Request[corpusv1.UnlinkServiceRequest], stream *connect.ServerStream[corpusv1.DeployOutput]) error {
 	m := req.Msg
 	view := s.b.Store.Read()
-	svc, err := pickService(ctx, view, m.Service, true)
+	svc, err := api.PickService(ctx, view, m.Service, true)
 	if err != nil {
 		return err
 	}
-	p, e, err := pickEnv(ctx, view, m.Project, m.Env)
+	p, e, err := api.PickEnv(ctx, view, m.Project, m.Env)
 	if err != nil {
 		return err
 	}
@@ -609,5 +559,5 @@ func (s *serviceService) UnlinkService(ctx context.Context, req *connect.Request
 		return err
 	}
 	what := fmt.Sprintf("service %s unlinked (%s removed)", svc.Name, strings.Join(keys, " "))
-	return (&projectService{s.b}).releaseConfig(ctx, p.Name, e.Name, what, m.NoRestart, stream.Send)
+	return s.b.Releases.ReleaseConfig(ctx, p.Name, e.Name, what, m.NoRestart, stream.Send)
 }

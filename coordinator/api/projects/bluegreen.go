@@ -1,9 +1,11 @@
-package api
+package projects
 
 import (
 	"context"
 	"fmt"
 	"time"
+
+	"corpus/coordinator/api"
 
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -35,35 +37,35 @@ func validStrategy(strategy string, keep int64) error {
 	switch strategy {
 	case "", StrategyRolling:
 		if keep != 0 {
-			return Invalidf("--keep is for --strategy blue-green")
+			return api.Invalidf("--keep is for --strategy blue-green")
 		}
 	case StrategyBlueGreen:
 		if keep < 0 || time.Duration(keep)*time.Second > MaxStandby {
-			return Invalidf("--keep %ds: at most %s", keep, MaxStandby)
+			return api.Invalidf("--keep %ds: at most %s", keep, MaxStandby)
 		}
 	default:
-		return Invalidf("strategy %.40q: want rolling or blue-green", strategy)
+		return api.Invalidf("strategy %.40q: want rolling or blue-green", strategy)
 	}
 	return nil
 }
 
-func (s *agentService) SwitchEnv(ctx context.Context, req *connect.Request[corpusv1.SwitchEnvRequest]) (*connect.Response[corpusv1.SwitchEnvResponse], error) {
+func (s *Agent) SwitchEnv(ctx context.Context, req *connect.Request[corpusv1.SwitchEnvRequest]) (*connect.Response[corpusv1.SwitchEnvResponse], error) {
 	m := req.Msg
 	if err := validRelease(m.Project, m.Env); err != nil {
-		return nil, ToConnect(err)
+		return nil, api.ToConnect(err)
 	}
 	keep := time.Duration(m.KeepSeconds) * time.Second
 	if keep <= 0 {
 		keep = DefaultStandby
 	}
 	if keep > MaxStandby {
-		return nil, ToConnect(Invalidf("keep %s: at most %s", keep, MaxStandby))
+		return nil, api.ToConnect(api.Invalidf("keep %s: at most %s", keep, MaxStandby))
 	}
 	view := s.b.Store.Read()
 	p := view.Project(m.Project)
 	e := corpusv1.EnvNamed(p, m.Env)
 	if e == nil {
-		return nil, ToConnect(NotFound("environment", m.Project+"/"+m.Env, "corpus project list"))
+		return nil, api.ToConnect(api.NotFound("environment", m.Project+"/"+m.Env, "corpus project list"))
 	}
 	cmd := &corpusv1.SwitchEnv{Project: p.Name, Env: e.Name, Release: m.Release, WebPort: m.WebPort, NodeId: auth.FromContext(ctx).NodeID,
 		KeepUntil: timestamppb.New(time.Now().Add(keep)), InstancePorts: map[uint32]int32{}}
@@ -80,10 +82,10 @@ func (s *agentService) SwitchEnv(ctx context.Context, req *connect.Request[corpu
 	return connect.NewResponse(&corpusv1.SwitchEnvResponse{}), nil
 }
 
-func (s *projectService) SwitchBack(ctx context.Context, req *connect.Request[corpusv1.SwitchBackRequest]) (*connect.Response[corpusv1.SwitchBackResponse], error) {
+func (s *Service) SwitchBack(ctx context.Context, req *connect.Request[corpusv1.SwitchBackRequest]) (*connect.Response[corpusv1.SwitchBackResponse], error) {
 	m := req.Msg
 	view := s.b.Store.Read()
-	p, e, err := pickEnv(ctx, view, m.Project, m.Env)
+	p, e, err := api.PickEnv(ctx, view, m.Project, m.Env)
 	if err != nil {
 		return nil, err
 	}

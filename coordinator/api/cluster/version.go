@@ -1,4 +1,4 @@
-package api
+package cluster
 
 import "corpus/internal/version"
 

@@ -1,4 +1,9 @@
-package api
+// Package agents serves the node agents' own calls of AgentService:
+// enrollment and certificate renewal, the watch of a node's desired
+// state, reports of what it observes, the TLS material of its proxies
+// and the shells opened over its SSH endpoint. The agents' calls about
+// projects and services are served by those packages.
+package agents
 
 import (
 	"context"
@@ -7,6 +12,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"corpus/coordinator/api"
 
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/proto"
@@ -20,23 +27,28 @@ import (
 	corpusv1 "corpus/proto/corpus/v1"
 )
 
-type agentService struct {
-	b     *Backend
+// Service is the part of AgentService about the agents themselves; the
+// packages per noun serve theirs (package serve joins them).
+type Service struct {
+	b     *api.Backend
 	peers peerList
 }
 
-func (s *agentService) Enroll(ctx context.Context, req *connect.Request[corpusv1.EnrollRequest]) (*connect.Response[corpusv1.EnrollResponse], error) {
+// New returns the part of AgentService about the agents themselves.
+func New(b *api.Backend) *Service { return &Service{b: b} }
+
+func (s *Service) Enroll(ctx context.Context, req *connect.Request[corpusv1.EnrollRequest]) (*connect.Response[corpusv1.EnrollResponse], error) {
 	m := req.Msg
 	if err := names.Validate("node", m.Name); err != nil {
-		return nil, ToConnect(err)
+		return nil, api.ToConnect(err)
 	}
 	for k, v := range m.Labels {
-		if err := validLabel(k, v); err != nil {
-			return nil, ToConnect(err)
+		if err := api.ValidLabel(k, v); err != nil {
+			return nil, api.ToConnect(err)
 		}
 	}
 	if err := validAgentAddrs(m.AgentAddress, m.Address); err != nil {
-		return nil, ToConnect(err)
+		return nil, api.ToConnect(err)
 	}
 	// A token reads ID.SECRET.PIN; the pin (the CA's fingerprint) is for
 	// the host, which may send it along.
@@ -46,7 +58,7 @@ func (s *agentService) Enroll(ctx context.Context, req *connect.Request[corpusv1
 		return nil, connect.NewError(connect.CodePermissionDenied, state.ErrInvalidToken)
 	}
 	if len(m.CsrPem) == 0 {
-		return nil, ToConnect(Invalidf("enrollment needs a certificate request (csr_pem): upgrade the agent"))
+		return nil, api.ToConnect(api.Invalidf("enrollment needs a certificate request (csr_pem): upgrade the agent"))
 	}
 	cfg := s.b.Store.Read().Config()
 	if cfg == nil {
@@ -65,14 +77,14 @@ func (s *agentService) Enroll(ctx context.Context, req *connect.Request[corpusv1
 	switch mode {
 	case "dev", "staging", "prod", "drain":
 	default:
-		return nil, ToConnect(Invalidf("node mode %q: use dev, staging, prod or drain", mode))
+		return nil, api.ToConnect(api.Invalidf("node mode %q: use dev, staging, prod or drain", mode))
 	}
 	nodeID := secret.Hex(8)
 	// The certificate names the id chosen here, whatever the request says;
 	// it is worth nothing unless the write below consumes the token.
 	cert, err := s.b.CA.Sign(m.CsrPem, pki.Request{Role: pki.RoleNode, ID: nodeID, TTL: s.b.CertTTL})
 	if err != nil {
-		return nil, ToConnect(Invalidf("%v", err))
+		return nil, api.ToConnect(api.Invalidf("%v", err))
 	}
 	node := &corpusv1.Node{
 		Id:            nodeID,
@@ -106,11 +118,11 @@ func (s *agentService) Enroll(ctx context.Context, req *connect.Request[corpusv1
 
 // RenewCertificate signs a new certificate for the calling node and makes
 // it the node's current one.
-func (s *agentService) RenewCertificate(ctx context.Context, req *connect.Request[corpusv1.RenewCertificateRequest]) (*connect.Response[corpusv1.RenewCertificateResponse], error) {
+func (s *Service) RenewCertificate(ctx context.Context, req *connect.Request[corpusv1.RenewCertificateRequest]) (*connect.Response[corpusv1.RenewCertificateResponse], error) {
 	p := auth.FromContext(ctx)
 	cert, err := s.b.CA.Sign(req.Msg.CsrPem, pki.Request{Role: pki.RoleNode, ID: p.NodeID, TTL: s.b.CertTTL})
 	if err != nil {
-		return nil, ToConnect(Invalidf("%v", err))
+		return nil, api.ToConnect(api.Invalidf("%v", err))
 	}
 	if _, err := s.b.Write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_RenewNodeCertificate{RenewNodeCertificate: &corpusv1.RenewNodeCertificate{
 		NodeId: p.NodeID, Serial: cert.Serial, ExpiresAt: timestamppb.New(cert.NotAfter),
@@ -119,16 +131,6 @@ func (s *agentService) RenewCertificate(ctx context.Context, req *connect.Reques
 	}
 	s.b.Logger.Info("node certificate renewed", "node", p.NodeName, "serial", cert.Serial, "expires", cert.NotAfter)
 	return connect.NewResponse(&corpusv1.RenewCertificateResponse{CertificatePem: cert.CertPEM, CaPem: s.b.CA.CertPEM}), nil
-}
-
-func validLabel(k, v string) error {
-	if err := names.Validate("label", k); err != nil {
-		return err
-	}
-	if !labelValueRE.MatchString(v) {
-		return Invalidf("label %s=%.80q: values are up to 63 letters, digits, '-', '_' and '.', starting and ending with a letter or digit", k, v)
-	}
-	return nil
 }
 
 // desiredOn is the desired state of a node's guests: those placed on it,
@@ -147,11 +149,11 @@ func desiredOn(view *state.Snap, nodeID string) []*corpusv1.Guest {
 	return guests
 }
 
-func (s *agentService) Report(ctx context.Context, req *connect.Request[corpusv1.ReportRequest]) (*connect.Response[corpusv1.ReportResponse], error) {
+func (s *Service) Report(ctx context.Context, req *connect.Request[corpusv1.ReportRequest]) (*connect.Response[corpusv1.ReportResponse], error) {
 	p := auth.FromContext(ctx)
 	m := req.Msg
 	if err := validAgentAddrs(m.AgentAddress, m.Address); err != nil {
-		return nil, ToConnect(err)
+		return nil, api.ToConnect(err)
 	}
 	if s.b.Agents != nil {
 		s.b.NodeSeen(p.NodeID)
@@ -265,7 +267,7 @@ func sameDrivers(a, b []*corpusv1.DriverInfo) bool {
 }
 
 // dnsInfo tells the agent where this replica answers the cluster zone.
-func (s *agentService) dnsInfo(msg *corpusv1.WatchResponse) {
+func (s *Service) dnsInfo(msg *corpusv1.WatchResponse) {
 	if s.b.Zones == nil {
 		return
 	}
@@ -326,4 +328,21 @@ func instanceAssignments(view *state.Snap, guests []*corpusv1.Guest) []*corpusv1
 		}
 	}
 	return out
+}
+
+// validAgentAddrs checks what an agent says of itself: the host:port
+// coordinators dial its API at, and the node address outside traffic
+// reaches (an IP address or a DNS name). Either may be empty.
+func validAgentAddrs(agentAddr, addr string) error {
+	if agentAddr != "" {
+		if err := api.ValidHostPort(agentAddr); err != nil {
+			return api.Invalidf("agent address %.80q: %v", agentAddr, err)
+		}
+	}
+	if addr != "" && net.ParseIP(addr) == nil {
+		if err := api.ValidDNSName("node address", addr); err != nil || strings.Contains(addr, "_") {
+			return api.Invalidf("node address %.80q is neither an IP address nor a DNS name", addr)
+		}
+	}
+	return nil
 }

@@ -1,4 +1,4 @@
-package api
+package services
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/proto"
 
+	"corpus/coordinator/api"
 	"corpus/coordinator/keyring"
 	"corpus/coordinator/state"
 	"corpus/internal/names"
@@ -40,44 +41,13 @@ func serviceLost(view *state.Snap, svc *corpusv1.Service) bool {
 	return n == nil || n.Status == state.NodeDown
 }
 
-// RestoreSource is the backup a restore loads: from, or the newest of
-// backups (newest first) that succeeded and is kept on a ready node.
-// skipped counts newer ones whose node is not ready. what names their
-// subject ("service db"), backupCmd the command that takes one.
-func RestoreSource(ctx context.Context, view *state.Snap, backups []*corpusv1.Backup, what, backupCmd, from string) (bk *corpusv1.Backup, skipped int, err error) {
-	if from != "" {
-		bk, err = pickBackup(ctx, view, from)
-		return bk, 0, err
-	}
-	for _, b := range backups {
-		if b.Status != corpusv1.BackupSucceeded {
-			continue
-		}
-		if _, err := HolderOf(view, b); err != nil {
-			skipped++
-			continue
-		}
-		return b, skipped, nil
-	}
-	if skipped > 0 {
-		return nil, skipped, connect.NewError(connect.CodeUnavailable, fmt.Errorf("the %d backups of %s are on nodes that are not ready", skipped, what))
-	}
-	return nil, 0, connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("%s has no backup to restore (%s)", what, backupCmd))
-}
-
-// BackupAge says when a backup was taken and how long ago.
-func BackupAge(bk *corpusv1.Backup, now time.Time) string {
-	t := bk.GetFinishedAt().AsTime()
-	return fmt.Sprintf("%s, %s old", t.Format("2006-01-02 15:04:05 MST"), now.Sub(t).Round(time.Second))
-}
-
 // replacementName is the first free guest (and volume) name for a
 // service's new guest: svc-NAME-2, -3, ...
 func replacementName(view *state.Snap, service string) (string, error) {
 	for i := 2; ; i++ {
 		name := fmt.Sprintf("%s-%d", corpusv1.ServiceGuestName(service), i)
 		if err := names.Validate("guest", name); err != nil {
-			return "", Invalidf("service %s: no guest name left for a replacement: %v", service, err)
+			return "", api.Invalidf("service %s: no guest name left for a replacement: %v", service, err)
 		}
 		if view.GuestByName(name) == nil && view.Volume(name) == nil {
 			return name, nil
@@ -96,10 +66,10 @@ func (s *serviceService) moveLost(ctx context.Context, view *state.Snap, svc *co
 	}
 	var nodeID string
 	if toNode != "" {
-		n := FindNode(view, toNode)
+		n := api.FindNode(view, toNode)
 		switch {
 		case n == nil:
-			return nil, ToConnect(NotFound("node", toNode, "corpus node list"))
+			return nil, api.ToConnect(api.NotFound("node", toNode, "corpus node list"))
 		case n.Id == old.NodeId:
 			return nil, connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("node %s is the lost one", n.Name))
 		case n.Status != state.NodeReady:
@@ -109,7 +79,7 @@ func (s *serviceService) moveLost(ctx context.Context, view *state.Snap, svc *co
 	}
 	name, err := replacementName(view, svc.Name)
 	if err != nil {
-		return nil, ToConnect(err)
+		return nil, api.ToConnect(err)
 	}
 	spec := proto.Clone(old.Spec).(*corpusv1.GuestSpec)
 	size := spec.GetVolume().GetSizeBytes()
@@ -151,7 +121,7 @@ func (s *serviceService) waitHealthy(ctx context.Context, service, guestID strin
 			return connect.NewError(connect.CodeAborted, fmt.Errorf("service %s changed meanwhile (corpus service show %s)", service, service))
 		}
 		g := view.Guest(guestID)
-		say := fmt.Sprintf("guest %s: %s", g.Name, GuestStatus(view, g))
+		say := fmt.Sprintf("guest %s: %s", g.Name, api.GuestStatus(view, g))
 		if n := view.Node(g.NodeId); n != nil {
 			say += " on node " + n.Name
 		} else if g.PendingReason != "" {
@@ -192,7 +162,7 @@ func (s *serviceService) refreshLinks(ctx context.Context, service string, progr
 	}
 	k, err := s.b.Keyring().Open(view)
 	if err != nil {
-		return ToConnect(err)
+		return api.ToConnect(err)
 	}
 	send := func(o *corpusv1.DeployOutput) error {
 		if len(o.Output) == 0 {
@@ -205,22 +175,22 @@ func (s *serviceService) refreshLinks(ctx context.Context, service string, progr
 		if e == nil {
 			continue
 		}
-		want, err := s.linkEnv(view, svc, l.As)
+		want, err := s.LinkEnv(view, svc, l.As)
 		if err != nil {
 			return err
 		}
 		have, err := keyring.OpenConfig(k, l.Project, l.Env, e.Config)
 		if err != nil {
-			return ToConnect(err)
+			return api.ToConnect(err)
 		}
 		if maps.Equal(want, filterKeys(have, want)) {
 			continue
 		}
-		if err := s.writeLink(ctx, svc.Name, l.Project, l.Env, l.As, want); err != nil {
+		if err := s.WriteLink(ctx, svc.Name, l.Project, l.Env, l.As, want); err != nil {
 			return err
 		}
 		what := fmt.Sprintf("service %s now runs at %s", svc.Name, view.Guest(svc.GuestId).GetAddress())
-		if err := (&projectService{s.b}).releaseConfig(ctx, l.Project, l.Env, what, false, send); err != nil {
+		if err := s.b.Releases.ReleaseConfig(ctx, l.Project, l.Env, what, false, send); err != nil {
 			return fmt.Errorf("releasing %s/%s with the new address of %s: %w", l.Project, l.Env, svc.Name, err)
 		}
 	}
