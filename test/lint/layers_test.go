@@ -260,6 +260,39 @@ func sizeFaults(pkgs map[string]*goPackage) []string {
 	return faults
 }
 
+// testFileLines counts the lines of every test file below root (tests
+// are code to read too: the file limit holds for them).
+func testFileLines(t *testing.T, root string) map[string]int {
+	t.Helper()
+	lines := map[string]int{}
+	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			n := d.Name()
+			if path != root && (strings.HasPrefix(n, ".") || n == "bin" || n == "testdata" || n == "node_modules") {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if !strings.HasSuffix(path, "_test.go") {
+			return nil
+		}
+		src, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(root, path)
+		lines[filepath.ToSlash(rel)] = strings.Count(string(src), "\n")
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return lines
+}
+
 // TestLayers: every import keeps DESIGN.md's layers, no package has a
 // grab-bag name, and files and packages keep within their sizes.
 func TestLayers(t *testing.T) {
@@ -269,6 +302,11 @@ func TestLayers(t *testing.T) {
 	}
 	for _, f := range sizeFaults(pkgs) {
 		t.Error(f)
+	}
+	for f, n := range testFileLines(t, filepath.Join("..", "..")) {
+		if n > maxFileLines {
+			t.Errorf("%s has %d lines, over %d: split it by concern", f, n, maxFileLines)
+		}
 	}
 	for k := range knownImports {
 		from, to, _ := strings.Cut(k, " -> ")
