@@ -774,7 +774,10 @@ type RaftPeer struct {
 	Leader      bool                   `protobuf:"varint,5,opt,name=leader,proto3" json:"leader,omitempty"`
 	// version is the corpus version the replica registered with ("" until
 	// it has registered).
-	Version       string `protobuf:"bytes,6,opt,name=version,proto3" json:"version,omitempty"`
+	Version string `protobuf:"bytes,6,opt,name=version,proto3" json:"version,omitempty"`
+	// server_version is the release level of its binary ("v0.1"): the
+	// newest cluster version it can apply.
+	ServerVersion string `protobuf:"bytes,7,opt,name=server_version,json=serverVersion,proto3" json:"server_version,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -847,6 +850,13 @@ func (x *RaftPeer) GetLeader() bool {
 func (x *RaftPeer) GetVersion() string {
 	if x != nil {
 		return x.Version
+	}
+	return ""
+}
+
+func (x *RaftPeer) GetServerVersion() string {
+	if x != nil {
+		return x.ServerVersion
 	}
 	return ""
 }
@@ -1128,9 +1138,12 @@ type StatusResponse struct {
 	// leader_api is the leader's API address when known.
 	LeaderApi string `protobuf:"bytes,8,opt,name=leader_api,json=leaderApi,proto3" json:"leader_api,omitempty"`
 	// replica is the id of the replica that answered.
-	Replica       string `protobuf:"bytes,9,opt,name=replica,proto3" json:"replica,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Replica string `protobuf:"bytes,9,opt,name=replica,proto3" json:"replica,omitempty"`
+	// cluster_version is the group's cluster version ("v0.1"; "" before
+	// the leader set it): what every replica can apply.
+	ClusterVersion string `protobuf:"bytes,10,opt,name=cluster_version,json=clusterVersion,proto3" json:"cluster_version,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *StatusResponse) Reset() {
@@ -1222,6 +1235,13 @@ func (x *StatusResponse) GetLeaderApi() string {
 func (x *StatusResponse) GetReplica() string {
 	if x != nil {
 		return x.Replica
+	}
+	return ""
+}
+
+func (x *StatusResponse) GetClusterVersion() string {
+	if x != nil {
+		return x.ClusterVersion
 	}
 	return ""
 }
@@ -1373,7 +1393,7 @@ const file_corpus_v1_cluster_proto_rawDesc = "" +
 	"\vSeenRequest\x12\x19\n" +
 	"\bnode_ids\x18\x01 \x03(\tR\anodeIds\"\x0e\n" +
 	"\fSeenResponse\"\x12\n" +
-	"\x10RaftPeersRequest\"\xa6\x01\n" +
+	"\x10RaftPeersRequest\"\xcd\x01\n" +
 	"\bRaftPeer\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12!\n" +
 	"\fraft_address\x18\x02 \x01(\tR\vraftAddress\x12\x1f\n" +
@@ -1381,7 +1401,8 @@ const file_corpus_v1_cluster_proto_rawDesc = "" +
 	"apiAddress\x12\x14\n" +
 	"\x05voter\x18\x04 \x01(\bR\x05voter\x12\x16\n" +
 	"\x06leader\x18\x05 \x01(\bR\x06leader\x12\x18\n" +
-	"\aversion\x18\x06 \x01(\tR\aversion\"T\n" +
+	"\aversion\x18\x06 \x01(\tR\aversion\x12%\n" +
+	"\x0eserver_version\x18\a \x01(\tR\rserverVersion\"T\n" +
 	"\x11RaftPeersResponse\x12)\n" +
 	"\x05peers\x18\x01 \x03(\v2\x13.corpus.v1.RaftPeerR\x05peers\x12\x14\n" +
 	"\x05index\x18\x02 \x01(\x04R\x05index\"h\n" +
@@ -1394,7 +1415,7 @@ const file_corpus_v1_cluster_proto_rawDesc = "" +
 	"\x15RemoveRaftPeerRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\"\x18\n" +
 	"\x16RemoveRaftPeerResponse\"\x0f\n" +
-	"\rStatusRequest\"\xf0\x01\n" +
+	"\rStatusRequest\"\x99\x02\n" +
 	"\x0eStatusResponse\x12\x1d\n" +
 	"\n" +
 	"cluster_id\x18\x01 \x01(\tR\tclusterId\x12\x16\n" +
@@ -1406,7 +1427,9 @@ const file_corpus_v1_cluster_proto_rawDesc = "" +
 	"\x03who\x18\a \x01(\tR\x03who\x12\x1d\n" +
 	"\n" +
 	"leader_api\x18\b \x01(\tR\tleaderApi\x12\x18\n" +
-	"\areplica\x18\t \x01(\tR\areplica\"\x16\n" +
+	"\areplica\x18\t \x01(\tR\areplica\x12'\n" +
+	"\x0fcluster_version\x18\n" +
+	" \x01(\tR\x0eclusterVersion\"\x16\n" +
 	"\x14RotateKeyringRequest\"i\n" +
 	"\x15RotateKeyringResponse\x12\x18\n" +
 	"\aprimary\x18\x01 \x01(\tR\aprimary\x12\x1a\n" +
