@@ -4,7 +4,9 @@ import (
 	"fmt"
 
 	"github.com/hashicorp/go-memdb"
+	"github.com/hashicorp/raft"
 	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
 
 	"corpus/coordinator/compat"
 	"corpus/coordinator/state/statedb"
@@ -122,6 +124,10 @@ func checkSnapshot(snap *corpusv1.Snapshot) (compat.Version, error) {
 	return cv, nil
 }
 
+// Refused is why the last Restore refused its snapshot (nil when it did
+// not): Raft, failing to start on it, says only that no snapshot loaded.
+func (f *FSM) Refused() error { return f.refused }
+
 // restoreClusterVersion puts a snapshot's cluster version in txn.
 func restoreClusterVersion(txn *memdb.Txn, cv compat.Version) error {
 	if cv.IsZero() {
@@ -133,11 +139,30 @@ func restoreClusterVersion(txn *memdb.Txn, cv compat.Version) error {
 	return nil
 }
 
-// CheckClusterVersion is nil when this binary may run in a group whose
-// state is st, and otherwise the refusal a replica starts with.
-func CheckClusterVersion(st *Store) error {
-	if cv := st.Read().ClusterVersion(); compat.Current.Less(cv) {
-		return fmt.Errorf("%s", compat.TooOld(cv))
+// CheckLog refuses to start a replica whose Raft log raises the cluster
+// version past this binary: it would stop at that entry anyway, after
+// rejoining its group. Entries that do not decode are left to Apply.
+func CheckLog(logs raft.LogStore) error {
+	first, err := logs.FirstIndex()
+	if err != nil {
+		return fmt.Errorf("reading the raft log: %w", err)
+	}
+	last, err := logs.LastIndex()
+	if err != nil {
+		return fmt.Errorf("reading the raft log: %w", err)
+	}
+	var l raft.Log
+	for i := max(first, 1); first > 0 && i <= last; i++ {
+		if err := logs.GetLog(i, &l); err != nil || l.Type != raft.LogCommand {
+			continue
+		}
+		var cmd corpusv1.Command
+		if proto.Unmarshal(l.Data, &cmd) != nil || cmd.GetSetClusterVersion() == nil {
+			continue
+		}
+		if v, err := compat.Parse(cmd.GetSetClusterVersion().Version); err == nil && compat.Current.Less(v) {
+			return fmt.Errorf("%s", compat.TooOld(v))
+		}
 	}
 	return nil
 }

@@ -37,6 +37,8 @@ type FSM struct {
 	// clampWarned is when an entry stamped before the cluster's time was
 	// last logged.
 	clampWarned time.Time
+	// refused is why the last Restore refused its snapshot.
+	refused error
 }
 
 var _ raft.FSM = (*FSM)(nil)
@@ -595,6 +597,7 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 	}
 	cv, err := checkSnapshot(&snap)
 	if err != nil {
+		f.refused = err
 		return err
 	}
 	db, err := statedb.NewDB()

@@ -1142,8 +1142,10 @@ type StatusResponse struct {
 	// cluster_version is the group's cluster version ("v0.1"; "" before
 	// the leader set it): what every replica can apply.
 	ClusterVersion string `protobuf:"bytes,10,opt,name=cluster_version,json=clusterVersion,proto3" json:"cluster_version,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// replicas are the group's replicas with the version each runs.
+	Replicas      []*RaftPeer `protobuf:"bytes,11,rep,name=replicas,proto3" json:"replicas,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *StatusResponse) Reset() {
@@ -1244,6 +1246,13 @@ func (x *StatusResponse) GetClusterVersion() string {
 		return x.ClusterVersion
 	}
 	return ""
+}
+
+func (x *StatusResponse) GetReplicas() []*RaftPeer {
+	if x != nil {
+		return x.Replicas
+	}
+	return nil
 }
 
 type RotateKeyringRequest struct {
@@ -1415,7 +1424,7 @@ const file_corpus_v1_cluster_proto_rawDesc = "" +
 	"\x15RemoveRaftPeerRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\"\x18\n" +
 	"\x16RemoveRaftPeerResponse\"\x0f\n" +
-	"\rStatusRequest\"\x99\x02\n" +
+	"\rStatusRequest\"\xca\x02\n" +
 	"\x0eStatusResponse\x12\x1d\n" +
 	"\n" +
 	"cluster_id\x18\x01 \x01(\tR\tclusterId\x12\x16\n" +
@@ -1429,7 +1438,8 @@ const file_corpus_v1_cluster_proto_rawDesc = "" +
 	"leader_api\x18\b \x01(\tR\tleaderApi\x12\x18\n" +
 	"\areplica\x18\t \x01(\tR\areplica\x12'\n" +
 	"\x0fcluster_version\x18\n" +
-	" \x01(\tR\x0eclusterVersion\"\x16\n" +
+	" \x01(\tR\x0eclusterVersion\x12/\n" +
+	"\breplicas\x18\v \x03(\v2\x13.corpus.v1.RaftPeerR\breplicas\"\x16\n" +
 	"\x14RotateKeyringRequest\"i\n" +
 	"\x15RotateKeyringResponse\x12\x18\n" +
 	"\aprimary\x18\x01 \x01(\tR\aprimary\x12\x1a\n" +
@@ -1494,33 +1504,34 @@ var file_corpus_v1_cluster_proto_depIdxs = []int32{
 	25, // 1: corpus.v1.Series.labels:type_name -> corpus.v1.Series.LabelsEntry
 	5,  // 2: corpus.v1.Series.points:type_name -> corpus.v1.SeriesPoint
 	15, // 3: corpus.v1.RaftPeersResponse.peers:type_name -> corpus.v1.RaftPeer
-	21, // 4: corpus.v1.ClusterService.Status:input_type -> corpus.v1.StatusRequest
-	6,  // 5: corpus.v1.ClusterService.Peer:input_type -> corpus.v1.PeerRequest
-	8,  // 6: corpus.v1.ClusterService.Apply:input_type -> corpus.v1.ApplyRequest
-	12, // 7: corpus.v1.ClusterService.Seen:input_type -> corpus.v1.SeenRequest
-	10, // 8: corpus.v1.ClusterService.ReadIndex:input_type -> corpus.v1.ReadIndexRequest
-	14, // 9: corpus.v1.ClusterService.RaftPeers:input_type -> corpus.v1.RaftPeersRequest
-	17, // 10: corpus.v1.ClusterService.AddRaftPeer:input_type -> corpus.v1.AddRaftPeerRequest
-	19, // 11: corpus.v1.ClusterService.RemoveRaftPeer:input_type -> corpus.v1.RemoveRaftPeerRequest
-	23, // 12: corpus.v1.ClusterService.RotateKeyring:input_type -> corpus.v1.RotateKeyringRequest
-	0,  // 13: corpus.v1.ClusterService.Wait:input_type -> corpus.v1.WaitRequest
-	2,  // 14: corpus.v1.ClusterService.Series:input_type -> corpus.v1.SeriesRequest
-	22, // 15: corpus.v1.ClusterService.Status:output_type -> corpus.v1.StatusResponse
-	7,  // 16: corpus.v1.ClusterService.Peer:output_type -> corpus.v1.PeerResponse
-	9,  // 17: corpus.v1.ClusterService.Apply:output_type -> corpus.v1.ApplyResponse
-	13, // 18: corpus.v1.ClusterService.Seen:output_type -> corpus.v1.SeenResponse
-	11, // 19: corpus.v1.ClusterService.ReadIndex:output_type -> corpus.v1.ReadIndexResponse
-	16, // 20: corpus.v1.ClusterService.RaftPeers:output_type -> corpus.v1.RaftPeersResponse
-	18, // 21: corpus.v1.ClusterService.AddRaftPeer:output_type -> corpus.v1.AddRaftPeerResponse
-	20, // 22: corpus.v1.ClusterService.RemoveRaftPeer:output_type -> corpus.v1.RemoveRaftPeerResponse
-	24, // 23: corpus.v1.ClusterService.RotateKeyring:output_type -> corpus.v1.RotateKeyringResponse
-	1,  // 24: corpus.v1.ClusterService.Wait:output_type -> corpus.v1.WaitResponse
-	3,  // 25: corpus.v1.ClusterService.Series:output_type -> corpus.v1.SeriesResponse
-	15, // [15:26] is the sub-list for method output_type
-	4,  // [4:15] is the sub-list for method input_type
-	4,  // [4:4] is the sub-list for extension type_name
-	4,  // [4:4] is the sub-list for extension extendee
-	0,  // [0:4] is the sub-list for field type_name
+	15, // 4: corpus.v1.StatusResponse.replicas:type_name -> corpus.v1.RaftPeer
+	21, // 5: corpus.v1.ClusterService.Status:input_type -> corpus.v1.StatusRequest
+	6,  // 6: corpus.v1.ClusterService.Peer:input_type -> corpus.v1.PeerRequest
+	8,  // 7: corpus.v1.ClusterService.Apply:input_type -> corpus.v1.ApplyRequest
+	12, // 8: corpus.v1.ClusterService.Seen:input_type -> corpus.v1.SeenRequest
+	10, // 9: corpus.v1.ClusterService.ReadIndex:input_type -> corpus.v1.ReadIndexRequest
+	14, // 10: corpus.v1.ClusterService.RaftPeers:input_type -> corpus.v1.RaftPeersRequest
+	17, // 11: corpus.v1.ClusterService.AddRaftPeer:input_type -> corpus.v1.AddRaftPeerRequest
+	19, // 12: corpus.v1.ClusterService.RemoveRaftPeer:input_type -> corpus.v1.RemoveRaftPeerRequest
+	23, // 13: corpus.v1.ClusterService.RotateKeyring:input_type -> corpus.v1.RotateKeyringRequest
+	0,  // 14: corpus.v1.ClusterService.Wait:input_type -> corpus.v1.WaitRequest
+	2,  // 15: corpus.v1.ClusterService.Series:input_type -> corpus.v1.SeriesRequest
+	22, // 16: corpus.v1.ClusterService.Status:output_type -> corpus.v1.StatusResponse
+	7,  // 17: corpus.v1.ClusterService.Peer:output_type -> corpus.v1.PeerResponse
+	9,  // 18: corpus.v1.ClusterService.Apply:output_type -> corpus.v1.ApplyResponse
+	13, // 19: corpus.v1.ClusterService.Seen:output_type -> corpus.v1.SeenResponse
+	11, // 20: corpus.v1.ClusterService.ReadIndex:output_type -> corpus.v1.ReadIndexResponse
+	16, // 21: corpus.v1.ClusterService.RaftPeers:output_type -> corpus.v1.RaftPeersResponse
+	18, // 22: corpus.v1.ClusterService.AddRaftPeer:output_type -> corpus.v1.AddRaftPeerResponse
+	20, // 23: corpus.v1.ClusterService.RemoveRaftPeer:output_type -> corpus.v1.RemoveRaftPeerResponse
+	24, // 24: corpus.v1.ClusterService.RotateKeyring:output_type -> corpus.v1.RotateKeyringResponse
+	1,  // 25: corpus.v1.ClusterService.Wait:output_type -> corpus.v1.WaitResponse
+	3,  // 26: corpus.v1.ClusterService.Series:output_type -> corpus.v1.SeriesResponse
+	16, // [16:27] is the sub-list for method output_type
+	5,  // [5:16] is the sub-list for method input_type
+	5,  // [5:5] is the sub-list for extension type_name
+	5,  // [5:5] is the sub-list for extension extendee
+	0,  // [0:5] is the sub-list for field type_name
 }
 
 func init() { file_corpus_v1_cluster_proto_init() }
