@@ -2,6 +2,9 @@ package compat
 
 import (
 	"errors"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 
 	"google.golang.org/protobuf/reflect/protoreflect"
@@ -86,5 +89,34 @@ func TestTable(t *testing.T) {
 	}
 	if _, ok := EntryFeature("create_guest"); ok {
 		t.Error("create_guest, of the first release, has a feature")
+	}
+}
+
+// TestCurrentFollowsReleases: this binary's server version is at least
+// the last release listed in packaging/releases (a tree past a release
+// is that release or the next one).
+func TestCurrentFollowsReleases(t *testing.T) {
+	t.Parallel()
+	data, err := os.ReadFile(filepath.Join("..", "..", "packaging", "releases"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var last Version
+	for _, line := range strings.Split(string(data), "\n") {
+		f := strings.Fields(line)
+		if len(f) == 0 || strings.HasPrefix(f[0], "#") {
+			continue
+		}
+		v, err := Parse(f[0])
+		if err != nil || len(f) != 2 || len(f[1]) != 40 {
+			t.Fatalf("packaging/releases line %q: want VERSION COMMIT (a full hash): %v", line, err)
+		}
+		if v.Less(last) {
+			t.Errorf("packaging/releases lists %s after %s: oldest first", v, last)
+		}
+		last = v
+	}
+	if Current.Less(last) {
+		t.Errorf("Current = %s, older than the last release %s: raise it", Current, last)
 	}
 }
