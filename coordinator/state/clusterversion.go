@@ -76,6 +76,9 @@ func (a *applier) allows(f compat.Feature) bool {
 // version does not allow yet: the leader's gate should have kept it out
 // of the log, and replicas that know the kind all refuse it alike.
 func (a *applier) gated(cmd *corpusv1.Command) error {
+	if _, ok := compat.EntryFeature(Kind(cmd)); !ok {
+		return nil // a kind of the first release: no state to read
+	}
 	if err := Gate(a.view().ClusterVersion(), cmd); err != nil {
 		return fmt.Errorf("%w: %w", ErrBadTransition, err)
 	}
