@@ -1,6 +1,7 @@
 package state
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/hashicorp/go-memdb"
@@ -164,7 +165,7 @@ func CheckLog(logs raft.LogStore) error {
 			continue
 		}
 		if v, err := compat.Parse(cmd.GetSetClusterVersion().Version); err == nil && compat.Current.Less(v) {
-			return fmt.Errorf("%s", compat.TooOld(v))
+			return errors.New(compat.TooOld(v))
 		}
 	}
 	return nil
