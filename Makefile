@@ -8,7 +8,8 @@ STATICCHECK_VERSION        := v0.8.2
 PEBBLE_VERSION             := v2.10.1
 NFPM_VERSION               := v2.45.2
 BENCHSTAT_VERSION          := v0.0.0-20260908200009-22c9c6c9d4da
-VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+# The release this tree is or follows (packaging/releases): v0.1.0, v0.1.0+3.
+VERSION   ?= $(shell packaging/release-version 2>/dev/null || echo dev)
 # GOFLAGS may hold -buildvcs=false, so the commit comes by -X as well.
 COMMIT    ?= $(shell git rev-parse --short HEAD 2>/dev/null)
 LDFLAGS   := -X corpus/internal/version.Version=$(VERSION) -X corpus/internal/version.Commit=$(COMMIT)
@@ -114,7 +115,7 @@ demo-stop: ## stop the cluster started by make demo (guests keep running)
 demo-clean: ## stop it and remove its guests, network and state
 	./scripts/demo clean
 
-bench: ## guest start vs raw LXC, agent memory, NAT, proxy vs nginx, DNS vs bind9, volumes, push-to-serving, placement, VM start, kubernetes, services, scaling, replicated writes vs etcd
+bench: ## guest start vs raw LXC, agent memory, NAT, proxy vs nginx, DNS vs bind9, volumes, push-to-serving, placement, VM start, kubernetes, services, scaling, replicated writes vs etcd, rolling upgrade
 	./scripts/setup --bench
 	./test/bench/run
 	./test/bench/nat/run
@@ -129,6 +130,7 @@ bench: ## guest start vs raw LXC, agent memory, NAT, proxy vs nginx, DNS vs bind
 	./test/bench/services/run
 	./test/bench/scale/run
 	./test/bench/raft/run
+	./test/bench/upgrade/run
 	./test/bench/summary
 
 RUNS ?= 50

@@ -20,6 +20,7 @@ import (
 	"corpus/coordinator/admission"
 	"corpus/coordinator/audit"
 	"corpus/coordinator/auth"
+	"corpus/coordinator/compat"
 	"corpus/coordinator/extensions"
 	"corpus/coordinator/keyring"
 	"corpus/coordinator/state"
@@ -401,7 +402,7 @@ func ToConnect(err error) error {
 		return connect.NewError(connect.CodePermissionDenied, err)
 	case errors.Is(err, state.ErrInvalid), errors.Is(err, names.ErrInvalid), errors.Is(err, errInvalid):
 		return connect.NewError(connect.CodeInvalidArgument, err)
-	case errors.Is(err, state.ErrBadTransition), errors.Is(err, state.ErrConflict):
+	case errors.Is(err, state.ErrBadTransition), errors.Is(err, state.ErrConflict), errors.Is(err, compat.ErrNeedsUpgrade):
 		return connect.NewError(connect.CodeFailedPrecondition, err)
 	case errors.Is(err, state.ErrPortTaken), errors.Is(err, state.ErrExhausted), errors.Is(err, state.ErrNoRoom):
 		return connect.NewError(connect.CodeFailedPrecondition, err)

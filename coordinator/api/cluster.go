@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 
+	"corpus/coordinator/compat"
 	"corpus/coordinator/state"
 	corpusv1 "corpus/proto/corpus/v1"
 )
@@ -38,6 +39,7 @@ var errorKinds = map[string]error{
 	"bad_transition": state.ErrBadTransition,
 	"port_taken":     state.ErrPortTaken,
 	"exhausted":      state.ErrExhausted,
+	"needs_upgrade":  compat.ErrNeedsUpgrade,
 }
 
 // ErrorKind names a business error for ApplyResponse ("" when it has no

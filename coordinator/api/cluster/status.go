@@ -32,12 +32,16 @@ func (s *clusterService) Status(ctx context.Context, _ *connect.Request[corpusv1
 	}
 	if s.b.Group != nil {
 		res.Replica = s.b.Group.Self().Id
+		res.Replicas, _ = s.b.Group.Peers() // none while the group is not formed
 		if id, _ := s.b.Group.Leader(); id != "" {
 			res.LeaderApi = view.Coordinator(id).GetApiAddress()
 		}
 	}
 	if cfg := view.Config(); cfg != nil {
 		res.ClusterId = cfg.ClusterId
+	}
+	if cv := view.ClusterVersion(); !cv.IsZero() {
+		res.ClusterVersion = cv.String()
 	}
 	return connect.NewResponse(res), nil
 }
