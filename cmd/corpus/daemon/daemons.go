@@ -87,6 +87,8 @@ func newCoordinatorCmd(g *cli.Globals) *cobra.Command {
 	f.StringVar(&cfg.CACertFile, "cluster-ca", "", "cluster CA certificate to use when this replica has none yet; every replica of a group gets the same (a replica bootstrapping alone creates one)")
 	f.StringVar(&cfg.CAKeyFile, "cluster-ca-key", "", "the cluster CA's private key (with --cluster-ca)")
 	f.DurationVar(&cfg.CertTTL, "cert-ttl", coordinator.DefaultCertTTL, "lifetime of the certificates the CA issues to replicas and nodes (renewed after two thirds)")
+	f.StringVar(&cfg.RestoreFile, "restore", "", "start a new group of this replica alone from a snapshot file (corpus operator snapshot save), on an empty --data-dir; other replicas then join it")
+	f.StringVar(&cfg.RestoreKeyFile, "restore-key-file", "", "the key file the --restore snapshot was saved with")
 	addDNSFlags(f, &cfg)
 	addLDAPFlags(f, &cfg)
 	f.StringVar(&cfg.ServiceTemplates, "service-templates", cfg.ServiceTemplates, "folder of service templates added to the built-in ones (one folder each: service.yaml and its scripts)")

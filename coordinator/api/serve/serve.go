@@ -13,6 +13,7 @@ import (
 	"corpus/coordinator/api/nodes"
 	"corpus/coordinator/api/records"
 	"corpus/coordinator/api/routes"
+	"corpus/coordinator/api/snapshot"
 	"corpus/coordinator/api/users"
 	"corpus/coordinator/api/volumes"
 	"corpus/proto/corpus/v1/corpusv1connect"
@@ -31,4 +32,5 @@ func Mount(mux *http.ServeMux, b *api.Backend) {
 	mux.Handle(corpusv1connect.NewAuditServiceHandler(auditlog.New(b), opts...))
 	mux.Handle(corpusv1connect.NewDnsServiceHandler(records.New(b), opts...))
 	mux.Handle(corpusv1connect.NewNodeServiceHandler(nodes.New(b), opts...))
+	mux.Handle(corpusv1connect.NewSnapshotServiceHandler(snapshot.New(b), opts...))
 }

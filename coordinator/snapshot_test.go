@@ -1,0 +1,172 @@
+package coordinator_test
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"connectrpc.com/connect"
+
+	"corpus/client"
+	"corpus/coordinator"
+	"corpus/coordinator/state"
+	"corpus/internal/snapshotfile"
+	corpusv1 "corpus/proto/corpus/v1"
+)
+
+// saveSnapshot saves s's state to a file sealed with secret through the
+// client package, as `corpus operator snapshot save` does.
+func saveSnapshot(t *testing.T, s *server, secret string) (string, *corpusv1.SnapshotHeader) {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "cluster.snap")
+	c := &client.Clients{Snapshots: s.ops().snap}
+	h, err := c.SaveSnapshot(context.Background(), path, []byte(secret), nil)
+	if err != nil {
+		t.Fatalf("SaveSnapshot = %v", err)
+	}
+	return path, h
+}
+
+const snapSecret = "a passphrase of some length"
+
+// TestSnapshotRestore: a snapshot saved from a running coordinator
+// restores into a fresh data folder as a new group of one with the same
+// cluster id, objects, CA and operator token; the file holds neither the
+// CA key nor the state in clear.
+func TestSnapshotRestore(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := start(t, t.TempDir())
+	n1 := s.enroll("n1")
+	n1.report(t)
+	ops := s.ops()
+	for _, name := range []string{"web", "db"} {
+		if _, err := ops.guests.CreateGuest(ctx, connect.NewRequest(&corpusv1.CreateGuestRequest{Name: name, Spec: &corpusv1.GuestSpec{Image: "busybox"}})); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := ops.project.CreateProject(ctx, connect.NewRequest(&corpusv1.CreateProjectRequest{Name: "site", Env: "dev"})); err != nil {
+		t.Fatal(err)
+	}
+	path, h := saveSnapshot(t, s, snapSecret)
+	view := s.Store().Read()
+	if h.ClusterId != view.Config().ClusterId || h.RaftIndex == 0 || h.Counts["guests"] != 3 || h.Counts["nodes"] != 1 || h.Counts["projects"] != 1 {
+		t.Errorf("header = %v, want cluster %s, 3 guests, 1 node, 1 project", h, view.Config().ClusterId)
+	}
+	raw, _ := os.ReadFile(path)
+	caKey, _ := os.ReadFile(filepath.Join(s.dir, coordinator.TLSDir, "ca.key"))
+	if len(caKey) == 0 || strings.Contains(string(raw), string(caKey[30:60])) || strings.Contains(string(raw), view.Config().AgentKey) {
+		t.Error("the snapshot file holds the CA key or the agent key in clear")
+	}
+	if got, err := client.InspectSnapshot(path); err != nil || got.RaftIndex != h.RaftIndex {
+		t.Errorf("InspectSnapshot = %v, %v", got, err)
+	}
+	// A second save with nothing written since is the same snapshot.
+	if _, h2 := saveSnapshot(t, s, snapSecret); h2.RaftIndex < h.RaftIndex {
+		t.Errorf("second save at index %d, first at %d", h2.RaftIndex, h.RaftIndex)
+	}
+
+	keyFile := filepath.Join(t.TempDir(), "key")
+	os.WriteFile(keyFile, []byte(snapSecret+"\n"), 0o600)
+	dir := t.TempDir()
+	// Another host: another replica id, other addresses.
+	r := launch(t, dir, func(c *coordinator.Config) {
+		c.RestoreFile, c.RestoreKeyFile, c.ReplicaID = path, keyFile, "restored-1"
+	})
+	r.waitFor("the restored state", func(v *state.Snap) bool {
+		return v.Config().GetClusterId() == h.ClusterId && v.GuestByName("web") != nil && v.GuestByName("db") != nil && v.Project("site") != nil && v.Node(n1.id) != nil
+	})
+	if _, err := os.Stat(filepath.Join(dir, coordinator.OpsTokenFile)); err == nil {
+		t.Error("the restore wrote a new operator token; the cluster's own works")
+	}
+	// The operator's token of the lost group works, the CA is the same.
+	if _, err := r.clients(s.OpsToken()).guests.CreateGuest(ctx, connect.NewRequest(&corpusv1.CreateGuestRequest{Name: "after", Spec: &corpusv1.GuestSpec{Image: "busybox"}})); err != nil {
+		t.Errorf("CreateGuest on the restored group = %v", err)
+	}
+	if string(r.CACert()) != string(s.CACert()) {
+		t.Error("the restored group has another CA")
+	}
+	peers, err := r.Peers()
+	if err != nil || len(peers) != 1 || peers[0].Id != "restored-1" {
+		t.Errorf("restored group's peers = %v, %v; want itself alone", peers, err)
+	}
+	r.waitFor("only the new replica registered", func(v *state.Snap) bool {
+		cs := v.Coordinators()
+		return len(cs) == 1 && cs[0].ApiAddress == r.APIAddr()
+	})
+}
+
+// TestRestoreRefusals: a wrong key, a damaged file or a data folder of
+// another cluster is refused with an error saying which, and the data
+// folder is left as it was.
+func TestRestoreRefusals(t *testing.T) {
+	t.Parallel()
+	s := start(t, t.TempDir())
+	path, _ := saveSnapshot(t, s, snapSecret)
+	keys := t.TempDir()
+	good, wrong := filepath.Join(keys, "good"), filepath.Join(keys, "wrong")
+	os.WriteFile(good, []byte(snapSecret), 0o600)
+	os.WriteFile(wrong, []byte("not the passphrase it was saved with"), 0o600)
+	raw, _ := os.ReadFile(path)
+	truncated := filepath.Join(t.TempDir(), "truncated.snap")
+	os.WriteFile(truncated, raw[:len(raw)-100], 0o600)
+	other := start(t, t.TempDir()) // another cluster's replica
+	if err := other.stop(); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name, file, key, dir string
+		want                 error
+		says                 string
+	}{
+		{"wrong key", path, wrong, "", snapshotfile.ErrWrongKey, "give the key file"},
+		{"truncated", truncated, good, "", snapshotfile.ErrCorrupt, "truncated"},
+		{"no key", path, "", "", coordinator.ErrRestoreRefused, "--restore-key-file"},
+		{"another cluster's folder", path, good, other.dir, coordinator.ErrRestoreRefused, "belongs to another cluster"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := tc.dir
+			if dir == "" {
+				dir = t.TempDir()
+			}
+			before := listing(t, dir)
+			cfg := coordinator.Default()
+			cfg.DataDir, cfg.APIAddr, cfg.RaftAddr, cfg.DNS.Addr, cfg.GossipAddr = dir, "127.0.0.1:0", "127.0.0.1:0", "", ""
+			cfg.RestoreFile, cfg.RestoreKeyFile = tc.file, tc.key
+			cfg.Logger = testLogger(t)
+			srv, err := coordinator.New(cfg)
+			if err == nil {
+				srv.Serve(canceled())
+				t.Fatal("New = nil error, want a refusal")
+			}
+			if !errors.Is(err, tc.want) || !strings.Contains(err.Error(), tc.says) {
+				t.Errorf("New = %v, want %v saying %q", err, tc.want, tc.says)
+			}
+			if after := listing(t, dir); after != before {
+				t.Errorf("the data folder changed:\nbefore %s\nafter  %s", before, after)
+			}
+		})
+	}
+}
+
+// listing names every file under dir with its size.
+func listing(t *testing.T, dir string) string {
+	t.Helper()
+	var b strings.Builder
+	filepath.Walk(dir, func(p string, info os.FileInfo, err error) error {
+		if err == nil {
+			b.WriteString(strings.TrimPrefix(p, dir) + " ")
+		}
+		return nil
+	})
+	return b.String()
+}
+
+func canceled() context.Context {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	return ctx
+}
