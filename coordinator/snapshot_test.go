@@ -13,6 +13,7 @@ import (
 	"corpus/client"
 	"corpus/coordinator"
 	"corpus/coordinator/state"
+	"corpus/internal/pki"
 	"corpus/internal/snapshotfile"
 	corpusv1 "corpus/proto/corpus/v1"
 )
@@ -69,6 +70,14 @@ func TestSnapshotRestore(t *testing.T) {
 		t.Errorf("second save at index %d, first at %d", h2.RaftIndex, h.RaftIndex)
 	}
 
+	// A certificate the node got after the snapshot (issued by the CA
+	// but recorded nowhere the snapshot has): the group refuses it, as
+	// any certificate it does not record...
+	newer := s.issue(pki.RoleNode, n1.id, 2*coordinator.DefaultCertTTL)
+	if _, err := s.clientsAs(newer, "").cluster.Status(ctx, connect.NewRequest(&corpusv1.StatusRequest{})); codeOf(err) != connect.CodeUnauthenticated {
+		t.Errorf("Status with an unrecorded node certificate = %v, want Unauthenticated", err)
+	}
+
 	keyFile := filepath.Join(t.TempDir(), "key")
 	os.WriteFile(keyFile, []byte(snapSecret+"\n"), 0o600)
 	dir := t.TempDir()
@@ -85,6 +94,14 @@ func TestSnapshotRestore(t *testing.T) {
 	// The operator's token of the lost group works, the CA is the same.
 	if _, err := r.clients(s.OpsToken()).guests.CreateGuest(ctx, connect.NewRequest(&corpusv1.CreateGuestRequest{Name: "after", Spec: &corpusv1.GuestSpec{Image: "busybox"}})); err != nil {
 		t.Errorf("CreateGuest on the restored group = %v", err)
+	}
+	// ... and the restored group takes it: it is newer than the one the
+	// snapshot records, so the node renewed it after the snapshot.
+	if _, err := r.clientsAs(newer, "").cluster.Status(ctx, connect.NewRequest(&corpusv1.StatusRequest{})); err != nil {
+		t.Errorf("Status on the restored group with the node's certificate renewed after the snapshot = %v", err)
+	}
+	if _, err := r.clientsAs(n1.cert, "").cluster.Status(ctx, connect.NewRequest(&corpusv1.StatusRequest{})); err != nil {
+		t.Errorf("Status on the restored group with the node's certificate = %v", err)
 	}
 	if string(r.CACert()) != string(s.CACert()) {
 		t.Error("the restored group has another CA")
