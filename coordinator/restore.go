@@ -13,6 +13,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"corpus/internal/pki"
+	"corpus/internal/secret"
 	"corpus/internal/snapshotfile"
 	corpusv1 "corpus/proto/corpus/v1"
 )
@@ -50,7 +51,7 @@ func openRestore(cfg Config, logger *slog.Logger) (*restoring, error) {
 	if cfg.RestoreKeyFile == "" {
 		return nil, refuse("give the key file it was saved with (--restore-key-file)")
 	}
-	secret, err := snapshotfile.ReadSecret(cfg.RestoreKeyFile)
+	key, err := snapshotfile.ReadSecret(cfg.RestoreKeyFile)
 	if err != nil {
 		return nil, refuse("%w", err)
 	}
@@ -58,7 +59,7 @@ func openRestore(cfg Config, logger *slog.Logger) (*restoring, error) {
 	if err != nil {
 		return nil, refuse("%w", err)
 	}
-	c, err := snapshotfile.Open(h, payload, secret)
+	c, err := snapshotfile.Open(h, payload, key)
 	if err != nil {
 		return nil, refuse("%w", err)
 	}
@@ -89,6 +90,8 @@ func openRestore(cfg Config, logger *slog.Logger) (*restoring, error) {
 	}
 	// The replicas of the lost group are not this one's peers.
 	st.Coordinators = nil
+	// Agents tell from this what the snapshot predates (agent/orphans.go).
+	st.Config.Restore = &corpusv1.Restore{Id: secret.Hex(8), SnapshotIndex: h.RaftIndex}
 	state, err := proto.Marshal(&st)
 	if err != nil {
 		return nil, err
