@@ -7,7 +7,8 @@ PROTOC_GEN_CONNECT_VERSION := v1.21.1
 STATICCHECK_VERSION        := v0.8.2
 PEBBLE_VERSION             := v2.10.1
 NFPM_VERSION               := v2.45.2
-VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+# The release this tree is or follows (packaging/releases): v0.1.0, v0.1.0+3.
+VERSION   ?= $(shell packaging/release-version 2>/dev/null || echo dev)
 # GOFLAGS may hold -buildvcs=false, so the commit comes by -X as well.
 COMMIT    ?= $(shell git rev-parse --short HEAD 2>/dev/null)
 LDFLAGS   := -X corpus/internal/version.Version=$(VERSION) -X corpus/internal/version.Commit=$(COMMIT)

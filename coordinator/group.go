@@ -15,6 +15,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"corpus/coordinator/api"
+	"corpus/coordinator/compat"
 	"corpus/coordinator/state"
 	"corpus/internal/rpc"
 	"corpus/internal/version"
@@ -80,10 +81,26 @@ func (s *Server) Peers() ([]*corpusv1.RaftPeer, error) {
 		out = append(out, &corpusv1.RaftPeer{
 			Id: string(srv.ID), RaftAddress: string(srv.Address), ApiAddress: co.GetApiAddress(),
 			Voter: srv.Suffrage == raft.Voter, Leader: string(srv.ID) == leader, Version: co.GetVersion(),
+			ServerVersion: co.GetServerVersion(),
 		})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Id < out[j].Id })
 	return out, nil
+}
+
+// voters lists the ids of the group's voters.
+func (s *Server) voters() ([]string, error) {
+	f := s.replica.raft.GetConfiguration()
+	if err := f.Error(); err != nil {
+		return nil, err
+	}
+	var ids []string
+	for _, srv := range f.Configuration().Servers {
+		if srv.Suffrage == raft.Voter {
+			ids = append(ids, string(srv.ID))
+		}
+	}
+	return ids, nil
 }
 
 // AddPeer adds a voter (on the leader; a follower passes it on).
@@ -312,10 +329,10 @@ func (s *Server) registerLoop(ctx context.Context) {
 		v := s.store.Read()
 		v.WatchIndex()
 		self := s.Self()
-		want := &corpusv1.Coordinator{Id: self.Id, RaftAddress: self.RaftAddress, ApiAddress: self.ApiAddress, DnsAddress: s.DNSAddr(), GossipAddress: s.GossipAddr(), Version: version.Version}
+		want := &corpusv1.Coordinator{Id: self.Id, RaftAddress: self.RaftAddress, ApiAddress: self.ApiAddress, DnsAddress: s.DNSAddr(), GossipAddress: s.GossipAddr(), Version: version.Version, ServerVersion: compat.Current.String()}
 		have := v.Coordinator(self.Id)
 		if v.Config() != nil && s.inGroup() && (have == nil || have.RaftAddress != want.RaftAddress || have.ApiAddress != want.ApiAddress ||
-			have.DnsAddress != want.DnsAddress || have.GossipAddress != want.GossipAddress || have.Version != want.Version) {
+			have.DnsAddress != want.DnsAddress || have.GossipAddress != want.GossipAddress || have.Version != want.Version || have.ServerVersion != want.ServerVersion) {
 			if _, err := s.propose(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_UpsertCoordinator{UpsertCoordinator: &corpusv1.UpsertCoordinator{Coordinator: want}}}); err != nil {
 				s.logger.Debug("registering this replica", "error", err)
 				select {

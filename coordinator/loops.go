@@ -8,6 +8,7 @@ import (
 
 	"corpus/coordinator/autoscale"
 	"corpus/coordinator/backupschedule"
+	"corpus/coordinator/clusterversion"
 	"corpus/coordinator/leader"
 	"corpus/coordinator/scheduler"
 	corpusv1 "corpus/proto/corpus/v1"
@@ -16,9 +17,9 @@ import (
 
 // leaderRunner runs the leader duties while this replica leads: once it
 // made sure the cluster is bootstrapped, the scheduler, the liveness
-// checker, the scheduled backups, the autoscaler and the certificate
-// orderer. (The series sampler, the zone, gossip and registration run
-// on every replica: Serve starts them.)
+// checker, the scheduled backups, the autoscaler, the certificate
+// orderer and the cluster version's raiser. (The series sampler, the
+// zone, gossip and registration run on every replica: Serve starts them.)
 func (s *Server) leaderRunner() *leader.Runner {
 	return leader.New(leader.Config{
 		Establish: s.establishLeadership,
@@ -33,6 +34,7 @@ func (s *Server) leaderRunner() *leader.Runner {
 			&backupschedule.Loop{Store: s.store, Clock: s.cfg.Clock, Backups: s.api, Logger: s.logger},
 			&autoscale.Loop{Store: s.store, Loads: agentLoads(s.agentClient), Scaler: s.api, Interval: s.cfg.AutoscaleInterval, Logger: s.logger},
 			leader.Func(s.api.CertificateLoop),
+			&clusterversion.Loop{Store: s.store, Voters: s.voters, Propose: s.replica.propose, Logger: s.logger},
 		},
 	})
 }

@@ -28,6 +28,7 @@ type replica struct {
 	logs      *raftboltdb.BoltStore
 	snaps     raft.SnapshotStore
 	fsm       *state.FSM
+	store     *state.Store
 	leaderCh  chan bool
 	logger    *slog.Logger
 	apply     prometheus.Histogram
@@ -65,6 +66,10 @@ func openReplica(cfg raftConfig, store *state.Store) (*replica, error) {
 	logs, err := raftboltdb.NewBoltStore(filepath.Join(cfg.Dir, "raft.db"))
 	if err != nil {
 		return nil, fmt.Errorf("opening raft log: %w", err)
+	}
+	if err := state.CheckLog(logs); err != nil {
+		logs.Close()
+		return nil, err
 	}
 	hlog := raftLogger(cfg.Logger)
 	snaps, err := raft.NewFileSnapshotStoreWithLogger(cfg.Dir, 2, hlog)
@@ -153,6 +158,9 @@ func openReplica(cfg raftConfig, store *state.Store) (*replica, error) {
 	if err != nil {
 		transport.Close()
 		logs.Close()
+		if refused := fsm.Refused(); refused != nil {
+			err = refused
+		}
 		return nil, fmt.Errorf("starting raft: %w", err)
 	}
 	if !existing && cfg.Bootstrap {
@@ -166,7 +174,7 @@ func openReplica(cfg raftConfig, store *state.Store) (*replica, error) {
 			return nil, fmt.Errorf("bootstrapping raft: %w", err)
 		}
 	}
-	rep := &replica{raft: r, transport: transport, logs: logs, snaps: snaps, fsm: fsm, leaderCh: leaderCh, logger: cfg.Logger, apply: newApplyHistogram(), clock: clock.Or(cfg.Clock)}
+	rep := &replica{raft: r, transport: transport, logs: logs, snaps: snaps, fsm: fsm, store: store, leaderCh: leaderCh, logger: cfg.Logger, apply: newApplyHistogram(), clock: clock.Or(cfg.Clock)}
 	if cfg.Metrics != nil {
 		cfg.Metrics.MustRegister(newRaftCollector(rep), rep.apply)
 	}
@@ -179,6 +187,12 @@ func openReplica(cfg raftConfig, store *state.Store) (*replica, error) {
 func (r *replica) propose(ctx context.Context, cmd *corpusv1.Command) (uint64, error) {
 	if r.raft.State() != raft.Leader {
 		return 0, r.notLeader()
+	}
+	// No entry some replica of the group could not apply: the cluster
+	// version only rises, so one allowed now stays allowed when it
+	// applies.
+	if err := state.Gate(r.store.Read().ClusterVersion(), cmd); err != nil {
+		return 0, err
 	}
 	data, err := state.Encode(cmd, r.clock.Now())
 	if err != nil {

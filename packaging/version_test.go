@@ -22,6 +22,9 @@ func TestDebVersion(t *testing.T) {
 		"v1.2.0-5-gabc1234":       "1.2.0+5.gabc1234",
 		"v1.2.0-5-gabc1234-dirty": "1.2.0+5.gabc1234+dirty",
 		"v1.2.0-rc1":              "1.2.0~rc1",
+		"v1.2.0+5":                "1.2.0+5",
+		"v1.2.0+5-dirty":          "1.2.0+5+dirty",
+		"v0.0.0+42":               "0.0.0+42",
 		"6126a29":                 "0.0.0~g6126a29",
 		"6126a29-dirty":           "0.0.0~g6126a29.dirty",
 		"dev":                     "0.0.0~dev",
@@ -39,7 +42,7 @@ func TestDebVersion(t *testing.T) {
 		return
 	}
 	// Ascending: untagged builds, a release candidate, the release, later commits.
-	order := []string{"6126a29", "v1.2.0-rc1", "v1.2.0", "v1.2.0-5-gabc1234", "v1.3.0"}
+	order := []string{"6126a29", "v1.2.0-rc1", "v1.2.0", "v1.2.0+4", "v1.2.0+5", "v1.2.0+12", "v1.3.0"}
 	for i := 1; i < len(order); i++ {
 		a, _ := debVersion(t, order[i-1])
 		b, _ := debVersion(t, order[i])

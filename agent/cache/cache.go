@@ -11,6 +11,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -28,7 +29,24 @@ var (
 	keyIdentity   = []byte("identity")
 	keyDesired    = []byte("watch")
 	keyOrphans    = []byte("orphans")
+	keySchema     = []byte("schema")
 )
+
+// Schema is the layout version of the database this agent writes. Open
+// migrates an older database to it, one step at a time, and refuses a
+// newer one (an agent downgraded past a layout change).
+const Schema = 1
+
+// migrations[n] turns a database of schema n into one of schema n+1,
+// inside Open's transaction.
+var migrations = [Schema]func(*bolt.Tx) error{
+	// 0 → 1: the layout is that of the agents before schema versions;
+	// only the schema key is new.
+	func(*bolt.Tx) error { return nil },
+}
+
+// ErrNewerSchema means the database was written by a newer agent.
+var ErrNewerSchema = errors.New("the agent cache was written by a newer corpus agent")
 
 // ErrNoIdentity means the agent has not enrolled yet.
 var ErrNoIdentity = errors.New("this agent has not enrolled yet")
@@ -79,13 +97,38 @@ func Open(path string) (*Cache, error) {
 				return err
 			}
 		}
-		return nil
+		return migrate(tx)
 	})
 	if err != nil {
 		db.Close()
+		if errors.Is(err, ErrNewerSchema) {
+			return nil, fmt.Errorf("opening %s: %w", path, err)
+		}
 		return nil, fmt.Errorf("initialising %s: %w", path, err)
 	}
 	return &Cache{db: db}, nil
+}
+
+// migrate brings the database in tx to Schema, or refuses a newer one.
+func migrate(tx *bolt.Tx) error {
+	meta := tx.Bucket(bucketMeta)
+	have := 0
+	if raw := meta.Get(keySchema); raw != nil {
+		n, err := strconv.Atoi(string(raw))
+		if err != nil {
+			return fmt.Errorf("reading the cache's schema %q: %w", raw, err)
+		}
+		have = n
+	}
+	if have > Schema {
+		return fmt.Errorf("%w (schema %d; this agent reads up to %d): run that release or later", ErrNewerSchema, have, Schema)
+	}
+	for ; have < Schema; have++ {
+		if err := migrations[have](tx); err != nil {
+			return fmt.Errorf("migrating the cache from schema %d: %w", have, err)
+		}
+	}
+	return meta.Put(keySchema, []byte(strconv.Itoa(Schema)))
 }
 
 // Close closes the database.

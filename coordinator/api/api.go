@@ -18,6 +18,7 @@ import (
 	"corpus/coordinator/admission"
 	"corpus/coordinator/audit"
 	"corpus/coordinator/auth"
+	"corpus/coordinator/compat"
 	"corpus/coordinator/extensions"
 	"corpus/coordinator/keyring"
 	"corpus/coordinator/state"
@@ -407,7 +408,7 @@ func ToConnect(err error) error {
 		return connect.NewError(connect.CodePermissionDenied, err)
 	case errors.Is(err, state.ErrInvalid), errors.Is(err, names.ErrInvalid), errors.Is(err, errInvalid):
 		return connect.NewError(connect.CodeInvalidArgument, err)
-	case errors.Is(err, state.ErrBadTransition), errors.Is(err, state.ErrConflict):
+	case errors.Is(err, state.ErrBadTransition), errors.Is(err, state.ErrConflict), errors.Is(err, compat.ErrNeedsUpgrade):
 		return connect.NewError(connect.CodeFailedPrecondition, err)
 	case errors.Is(err, state.ErrPortTaken), errors.Is(err, state.ErrExhausted), errors.Is(err, state.ErrNoRoom):
 		return connect.NewError(connect.CodeFailedPrecondition, err)
@@ -454,12 +455,16 @@ func (s *clusterService) Status(ctx context.Context, _ *connect.Request[corpusv1
 	}
 	if s.b.Group != nil {
 		res.Replica = s.b.Group.Self().Id
+		res.Replicas, _ = s.b.Group.Peers() // none while the group is not formed
 		if id, _ := s.b.Group.Leader(); id != "" {
 			res.LeaderApi = view.Coordinator(id).GetApiAddress()
 		}
 	}
 	if cfg := view.Config(); cfg != nil {
 		res.ClusterId = cfg.ClusterId
+	}
+	if cv := view.ClusterVersion(); !cv.IsZero() {
+		res.ClusterVersion = cv.String()
 	}
 	return connect.NewResponse(res), nil
 }

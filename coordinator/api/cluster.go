@@ -7,6 +7,7 @@ import (
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/proto"
 
+	"corpus/coordinator/compat"
 	"corpus/coordinator/state"
 	"corpus/internal/names"
 	corpusv1 "corpus/proto/corpus/v1"
@@ -42,6 +43,7 @@ var errorKinds = map[string]error{
 	"bad_transition": state.ErrBadTransition,
 	"port_taken":     state.ErrPortTaken,
 	"exhausted":      state.ErrExhausted,
+	"needs_upgrade":  compat.ErrNeedsUpgrade,
 }
 
 // ErrorKind names a business error for ApplyResponse ("" when it has no

@@ -21,7 +21,7 @@ func (a *applier) upsertCoordinator(c *corpusv1.UpsertCoordinator) error {
 	co.CreateIndex = a.index
 	if raw := a.get(statedb.TableCoordinators, "id", co.Id); raw != nil {
 		old := raw.(*corpusv1.Coordinator)
-		if old.RaftAddress == co.RaftAddress && old.ApiAddress == co.ApiAddress && old.DnsAddress == co.DnsAddress && old.GossipAddress == co.GossipAddress && old.Version == co.Version {
+		if old.RaftAddress == co.RaftAddress && old.ApiAddress == co.ApiAddress && old.DnsAddress == co.DnsAddress && old.GossipAddress == co.GossipAddress && old.Version == co.Version && old.ServerVersion == co.ServerVersion {
 			return nil
 		}
 		co.CreateIndex = old.CreateIndex

@@ -37,6 +37,8 @@ type FSM struct {
 	// clampWarned is when an entry stamped before the cluster's time was
 	// last logged.
 	clampWarned time.Time
+	// refused is why the last Restore refused its snapshot.
+	refused error
 }
 
 var _ raft.FSM = (*FSM)(nil)
@@ -49,6 +51,7 @@ func NewFSM(store *Store, logger *slog.Logger) *FSM {
 // Encode marshals a command for the Raft log, stamping version and time.
 func Encode(cmd *corpusv1.Command, now time.Time) ([]byte, error) {
 	cmd.Version = CommandVersion
+	cmd.Needs = needs(cmd)
 	cmd.Now = timestamppb.New(now)
 	return proto.Marshal(cmd)
 }
@@ -70,7 +73,7 @@ func (f *FSM) Apply(l *raft.Log) any {
 			f.logger.Warn("skipping unknown ignorable command", "index", l.Index, "version", cmd.Version)
 			return &Result{Index: l.Index}
 		}
-		panic(fmt.Sprintf("state: unknown command at index %d (version %d); upgrade this replica", l.Index, cmd.Version))
+		panic(unknownEntry(l.Index, &cmd))
 	}
 	now := f.clusterTime(cmd.Now)
 	txn := f.store.Write()
@@ -131,7 +134,12 @@ type applier struct {
 }
 
 func (a *applier) apply(cmd *corpusv1.Command) error {
+	if err := a.gated(cmd); err != nil {
+		return err
+	}
 	switch c := cmd.Cmd.(type) {
+	case *corpusv1.Command_SetClusterVersion:
+		return a.setClusterVersion(c.SetClusterVersion)
 	case *corpusv1.Command_BootstrapCluster:
 		return a.bootstrap(c.BootstrapCluster)
 	case *corpusv1.Command_CreateJoinToken:
@@ -587,8 +595,10 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 	if err := proto.Unmarshal(data, &snap); err != nil {
 		return fmt.Errorf("decoding snapshot: %w", err)
 	}
-	if snap.Version > CommandVersion {
-		return fmt.Errorf("snapshot version %d is newer than this replica (%d)", snap.Version, CommandVersion)
+	cv, err := checkSnapshot(&snap)
+	if err != nil {
+		f.refused = err
+		return err
 	}
 	db, err := statedb.NewDB()
 	if err != nil {
@@ -611,6 +621,9 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 		if err := ins(statedb.TableMeta, &statedb.Meta{Key: statedb.MetaKeyring, Value: snap.Keyring}); err != nil {
 			return err
 		}
+	}
+	if err := restoreClusterVersion(txn, cv); err != nil {
+		return err
 	}
 	if snap.Acme != nil {
 		if err := ins(statedb.TableMeta, &statedb.Meta{Key: statedb.MetaAcme, Value: snap.Acme}); err != nil {

@@ -84,7 +84,7 @@ func applyRaw(t *testing.T, r *replica, data []byte) (res *state.Result) {
 			return
 		}
 		msg, _ := p.(string)
-		if !strings.HasPrefix(msg, "state: corrupt raft entry") && !strings.HasPrefix(msg, "state: unknown command") {
+		if !strings.HasPrefix(msg, "state: corrupt raft entry") && !strings.HasPrefix(msg, "state: unknown command") && !strings.HasPrefix(msg, "state: this group's cluster version") {
 			t.Fatalf("Apply(%x) panicked with %v, want only corrupt-entry or unknown-command panics", data, p)
 		}
 		res = nil

@@ -54,7 +54,7 @@ func sameRanges(a, b []uint32) bool {
 func TestIDRangesOnPlacement(t *testing.T) {
 	t.Parallel()
 	r := newReplica(t)
-	r.must(append(cluster(), rangesNodeCmd(nodeID, 3),
+	r.must(append(cluster(), clusterVersionCmd("v0.1"), rangesNodeCmd(nodeID, 3),
 		guestCmd("g1", "a"), guestCmd("g2", "b"), privilegedGuestCmd("g3", "p"), guestCmd("g4", "c"), guestCmd("g5", "d"))...)
 	r.must(placeAllCmd(placement("g1", nodeID, 0), placement("g2", nodeID, 0), placement("g3", nodeID, 0)))
 	if got := r.ranges("g1", "g2", "g3"); !sameRanges(got, []uint32{1, 2, 0}) {
@@ -99,7 +99,7 @@ func TestIDRangesOnPlacement(t *testing.T) {
 func TestIDRangesAcrossNodes(t *testing.T) {
 	t.Parallel()
 	r := newReplica(t)
-	r.must(append(twoNodes(), rangesNodeCmd(nodeID, 10), rangesNodeCmd("n2id", 10),
+	r.must(append(twoNodes(), clusterVersionCmd("v0.1"), rangesNodeCmd(nodeID, 10), rangesNodeCmd("n2id", 10),
 		guestCmd("g1", "a"), guestCmd("g2", "b"), guestCmd("g3", "c"), guestCmd("g4", "x"))...)
 	r.must(placeAllCmd(placement("g1", nodeID, 0), placement("g2", nodeID, 0), placement("g4", "n2id", 0)))
 	if got := r.ranges("g1", "g2", "g4"); !sameRanges(got, []uint32{1, 2, 1}) {
@@ -136,7 +136,7 @@ func TestIDRangesAcrossNodes(t *testing.T) {
 func TestIDRangesForOlderGuests(t *testing.T) {
 	t.Parallel()
 	r := newReplica(t)
-	r.must(append(cluster(), guestCmd("g1", "b"), guestCmd("g2", "a"), privilegedGuestCmd("g3", "p"))...)
+	r.must(append(cluster(), clusterVersionCmd("v0.1"), guestCmd("g1", "b"), guestCmd("g2", "a"), privilegedGuestCmd("g3", "p"))...)
 	r.must(placeAllCmd(placement("g1", nodeID, 0), placement("g2", nodeID, 0), placement("g3", nodeID, 0)))
 	if got := r.ranges("g1", "g2", "g3"); !sameRanges(got, []uint32{0, 0, 0}) {
 		t.Fatalf("ranges on a node without any = %v, want 0 0 0", got)
@@ -150,7 +150,7 @@ func TestIDRangesForOlderGuests(t *testing.T) {
 	}
 	// The same entries give every replica the same ranges.
 	other := newReplica(t)
-	other.must(append(cluster(), guestCmd("g1", "b"), guestCmd("g2", "a"), privilegedGuestCmd("g3", "p"))...)
+	other.must(append(cluster(), clusterVersionCmd("v0.1"), guestCmd("g1", "b"), guestCmd("g2", "a"), privilegedGuestCmd("g3", "p"))...)
 	other.must(placeAllCmd(placement("g1", nodeID, 0), placement("g2", nodeID, 0), placement("g3", nodeID, 0)), rangesNodeCmd(nodeID, 5))
 	if !proto.Equal(other.dump(), r.dump()) {
 		t.Errorf("two replicas applying the same entries differ")

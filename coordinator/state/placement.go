@@ -6,6 +6,7 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
+	"corpus/coordinator/compat"
 	"corpus/coordinator/fit"
 	"corpus/coordinator/idrange"
 	"corpus/coordinator/state/statedb"
@@ -160,9 +161,14 @@ func (a *applier) assign(g *corpusv1.Guest, n *corpusv1.Node, v *Snap) error {
 		}
 		addr = a.String()
 	}
-	r, err := nextIDRange(g, n, drv, v)
-	if err != nil {
-		return err
+	var r uint32
+	if a.allows(compat.GuestIDRanges) {
+		// A replica of a release before id ranges would leave g on
+		// the shared range: until every voter gives them, none does.
+		var err error
+		if r, err = nextIDRange(g, n, drv, v); err != nil {
+			return err
+		}
 	}
 	if err := a.placeVolume(g, n); err != nil {
 		return err
@@ -190,7 +196,12 @@ func nextIDRange(g *corpusv1.Guest, n *corpusv1.Node, drv *corpusv1.DriverInfo, 
 // where their driver there now keeps ranges (the node's agent offers
 // them since it was upgraded): they move to it at their next start.
 // Guests in the order of their names, so every replica gives the same.
+// Nothing before the cluster version allows id ranges (setClusterVersion
+// gives them then).
 func (a *applier) giveIDRanges(n *corpusv1.Node) {
+	if !a.allows(compat.GuestIDRanges) {
+		return
+	}
 	v := a.view()
 	for _, g := range v.GuestsOnNode(n.Id) {
 		if g.IdRange != 0 || g.DesiredState == DesiredDeleted || g.PreviousNodeId != "" {

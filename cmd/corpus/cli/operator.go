@@ -25,13 +25,13 @@ func newOperatorCmd(g *Globals) *cobra.Command {
 				return c.Cluster.RaftPeers(ctx, connect.NewRequest(&corpusv1.RaftPeersRequest{}))
 			}, func(m *corpusv1.RaftPeersResponse) error {
 				w := tabwriter.NewWriter(g.stdout, 0, 4, 2, ' ', 0)
-				fmt.Fprintln(w, "ID\tRAFT ADDRESS\tAPI ADDRESS\tSTATE\tVOTER\tVERSION")
+				fmt.Fprintln(w, "ID\tRAFT ADDRESS\tAPI ADDRESS\tSTATE\tVOTER\tVERSION\tSERVER VERSION")
 				for _, p := range m.Peers {
 					st := "follower"
 					if p.Leader {
 						st = "leader"
 					}
-					fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%t\t%s\n", p.Id, p.RaftAddress, dash(p.ApiAddress), st, p.Voter, dash(p.Version))
+					fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%t\t%s\t%s\n", p.Id, p.RaftAddress, dash(p.ApiAddress), st, p.Voter, dash(p.Version), dash(p.ServerVersion))
 				}
 				return w.Flush()
 			})

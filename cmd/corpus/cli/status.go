@@ -27,6 +27,16 @@ func newStatusCmd(g *Globals) *cobra.Command {
 				}
 				fmt.Fprintf(g.stdout, "cluster %s: leader %s, index %d, %d nodes, %d guests (answered by %s, coordinator %s; you are %s)\n",
 					m.ClusterId, leader, m.Index, m.Nodes, m.Guests, dash(m.Replica), m.Version, m.Who)
+				fmt.Fprintf(g.stdout, "cluster version %s (what every replica can apply; it moves once every voter runs a newer release)\n", dash(m.ClusterVersion))
+				for _, p := range m.Replicas {
+					role := "follower"
+					if p.Leader {
+						role = "leader"
+					} else if !p.Voter {
+						role = "non-voter"
+					}
+					fmt.Fprintf(g.stdout, "  replica %s (%s): corpus %s, server version %s\n", p.Id, role, dash(p.Version), dash(p.ServerVersion))
+				}
 				return nil
 			})
 		},

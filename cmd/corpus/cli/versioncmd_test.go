@@ -3,6 +3,7 @@ package cli
 import (
 	"bytes"
 	"encoding/json"
+	"regexp"
 	"runtime"
 	"strings"
 	"testing"
@@ -41,8 +42,11 @@ func TestVersionCommand(t *testing.T) {
 	}
 }
 
+// serverVersion is a list-peers line ending in a server version.
+var serverVersion = regexp.MustCompile(`  v[0-9]+\.[0-9]+$`)
+
 // TestListsShowVersions: list-peers shows the version each replica
-// registered with, node list the version each agent reports.
+// registered with and its server version, node list the version each agent reports.
 func TestListsShowVersions(t *testing.T) {
 	c := startCoordinator(t)
 	deadline := time.Now().Add(testrun.D(10 * time.Second))
@@ -52,11 +56,11 @@ func TestListsShowVersions(t *testing.T) {
 			t.Fatalf("corpus operator raft list-peers = %v", err)
 		}
 		lines := strings.Split(strings.TrimSpace(out), "\n")
-		if len(lines) == 2 && strings.HasSuffix(lines[0], "VERSION") && strings.HasSuffix(lines[1], "  "+version.Version) {
+		if len(lines) == 2 && strings.HasSuffix(lines[0], "VERSION  SERVER VERSION") && serverVersion.MatchString(strings.TrimSuffix(lines[1], " ")) && strings.Contains(lines[1], "  "+version.Version+"  ") {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("corpus operator raft list-peers printed:\n%s\nwant one replica of version %s", out, version.Version)
+			t.Fatalf("corpus operator raft list-peers printed:\n%s\nwant one replica of version %s and a server version", out, version.Version)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}

@@ -30,5 +30,8 @@ func (v *Snap) Dump() *corpusv1.Snapshot {
 	snap.Acme = v.Acme()
 	snap.Certificates = v.Certificates()
 	snap.Extensions = v.Extensions()
+	if cv := v.ClusterVersion(); !cv.IsZero() {
+		snap.ClusterVersion = cv.String()
+	}
 	return snap
 }

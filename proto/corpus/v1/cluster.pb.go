@@ -774,7 +774,10 @@ type RaftPeer struct {
 	Leader      bool                   `protobuf:"varint,5,opt,name=leader,proto3" json:"leader,omitempty"`
 	// version is the corpus version the replica registered with ("" until
 	// it has registered).
-	Version       string `protobuf:"bytes,6,opt,name=version,proto3" json:"version,omitempty"`
+	Version string `protobuf:"bytes,6,opt,name=version,proto3" json:"version,omitempty"`
+	// server_version is the release level of its binary ("v0.1"): the
+	// newest cluster version it can apply.
+	ServerVersion string `protobuf:"bytes,7,opt,name=server_version,json=serverVersion,proto3" json:"server_version,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -847,6 +850,13 @@ func (x *RaftPeer) GetLeader() bool {
 func (x *RaftPeer) GetVersion() string {
 	if x != nil {
 		return x.Version
+	}
+	return ""
+}
+
+func (x *RaftPeer) GetServerVersion() string {
+	if x != nil {
+		return x.ServerVersion
 	}
 	return ""
 }
@@ -1128,7 +1138,12 @@ type StatusResponse struct {
 	// leader_api is the leader's API address when known.
 	LeaderApi string `protobuf:"bytes,8,opt,name=leader_api,json=leaderApi,proto3" json:"leader_api,omitempty"`
 	// replica is the id of the replica that answered.
-	Replica       string `protobuf:"bytes,9,opt,name=replica,proto3" json:"replica,omitempty"`
+	Replica string `protobuf:"bytes,9,opt,name=replica,proto3" json:"replica,omitempty"`
+	// cluster_version is the group's cluster version ("v0.1"; "" before
+	// the leader set it): what every replica can apply.
+	ClusterVersion string `protobuf:"bytes,10,opt,name=cluster_version,json=clusterVersion,proto3" json:"cluster_version,omitempty"`
+	// replicas are the group's replicas with the version each runs.
+	Replicas      []*RaftPeer `protobuf:"bytes,11,rep,name=replicas,proto3" json:"replicas,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1224,6 +1239,20 @@ func (x *StatusResponse) GetReplica() string {
 		return x.Replica
 	}
 	return ""
+}
+
+func (x *StatusResponse) GetClusterVersion() string {
+	if x != nil {
+		return x.ClusterVersion
+	}
+	return ""
+}
+
+func (x *StatusResponse) GetReplicas() []*RaftPeer {
+	if x != nil {
+		return x.Replicas
+	}
+	return nil
 }
 
 type RotateKeyringRequest struct {
@@ -1373,7 +1402,7 @@ const file_corpus_v1_cluster_proto_rawDesc = "" +
 	"\vSeenRequest\x12\x19\n" +
 	"\bnode_ids\x18\x01 \x03(\tR\anodeIds\"\x0e\n" +
 	"\fSeenResponse\"\x12\n" +
-	"\x10RaftPeersRequest\"\xa6\x01\n" +
+	"\x10RaftPeersRequest\"\xcd\x01\n" +
 	"\bRaftPeer\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12!\n" +
 	"\fraft_address\x18\x02 \x01(\tR\vraftAddress\x12\x1f\n" +
@@ -1381,7 +1410,8 @@ const file_corpus_v1_cluster_proto_rawDesc = "" +
 	"apiAddress\x12\x14\n" +
 	"\x05voter\x18\x04 \x01(\bR\x05voter\x12\x16\n" +
 	"\x06leader\x18\x05 \x01(\bR\x06leader\x12\x18\n" +
-	"\aversion\x18\x06 \x01(\tR\aversion\"T\n" +
+	"\aversion\x18\x06 \x01(\tR\aversion\x12%\n" +
+	"\x0eserver_version\x18\a \x01(\tR\rserverVersion\"T\n" +
 	"\x11RaftPeersResponse\x12)\n" +
 	"\x05peers\x18\x01 \x03(\v2\x13.corpus.v1.RaftPeerR\x05peers\x12\x14\n" +
 	"\x05index\x18\x02 \x01(\x04R\x05index\"h\n" +
@@ -1394,7 +1424,7 @@ const file_corpus_v1_cluster_proto_rawDesc = "" +
 	"\x15RemoveRaftPeerRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\"\x18\n" +
 	"\x16RemoveRaftPeerResponse\"\x0f\n" +
-	"\rStatusRequest\"\xf0\x01\n" +
+	"\rStatusRequest\"\xca\x02\n" +
 	"\x0eStatusResponse\x12\x1d\n" +
 	"\n" +
 	"cluster_id\x18\x01 \x01(\tR\tclusterId\x12\x16\n" +
@@ -1406,7 +1436,10 @@ const file_corpus_v1_cluster_proto_rawDesc = "" +
 	"\x03who\x18\a \x01(\tR\x03who\x12\x1d\n" +
 	"\n" +
 	"leader_api\x18\b \x01(\tR\tleaderApi\x12\x18\n" +
-	"\areplica\x18\t \x01(\tR\areplica\"\x16\n" +
+	"\areplica\x18\t \x01(\tR\areplica\x12'\n" +
+	"\x0fcluster_version\x18\n" +
+	" \x01(\tR\x0eclusterVersion\x12/\n" +
+	"\breplicas\x18\v \x03(\v2\x13.corpus.v1.RaftPeerR\breplicas\"\x16\n" +
 	"\x14RotateKeyringRequest\"i\n" +
 	"\x15RotateKeyringResponse\x12\x18\n" +
 	"\aprimary\x18\x01 \x01(\tR\aprimary\x12\x1a\n" +
@@ -1471,33 +1504,34 @@ var file_corpus_v1_cluster_proto_depIdxs = []int32{
 	25, // 1: corpus.v1.Series.labels:type_name -> corpus.v1.Series.LabelsEntry
 	5,  // 2: corpus.v1.Series.points:type_name -> corpus.v1.SeriesPoint
 	15, // 3: corpus.v1.RaftPeersResponse.peers:type_name -> corpus.v1.RaftPeer
-	21, // 4: corpus.v1.ClusterService.Status:input_type -> corpus.v1.StatusRequest
-	6,  // 5: corpus.v1.ClusterService.Peer:input_type -> corpus.v1.PeerRequest
-	8,  // 6: corpus.v1.ClusterService.Apply:input_type -> corpus.v1.ApplyRequest
-	12, // 7: corpus.v1.ClusterService.Seen:input_type -> corpus.v1.SeenRequest
-	10, // 8: corpus.v1.ClusterService.ReadIndex:input_type -> corpus.v1.ReadIndexRequest
-	14, // 9: corpus.v1.ClusterService.RaftPeers:input_type -> corpus.v1.RaftPeersRequest
-	17, // 10: corpus.v1.ClusterService.AddRaftPeer:input_type -> corpus.v1.AddRaftPeerRequest
-	19, // 11: corpus.v1.ClusterService.RemoveRaftPeer:input_type -> corpus.v1.RemoveRaftPeerRequest
-	23, // 12: corpus.v1.ClusterService.RotateKeyring:input_type -> corpus.v1.RotateKeyringRequest
-	0,  // 13: corpus.v1.ClusterService.Wait:input_type -> corpus.v1.WaitRequest
-	2,  // 14: corpus.v1.ClusterService.Series:input_type -> corpus.v1.SeriesRequest
-	22, // 15: corpus.v1.ClusterService.Status:output_type -> corpus.v1.StatusResponse
-	7,  // 16: corpus.v1.ClusterService.Peer:output_type -> corpus.v1.PeerResponse
-	9,  // 17: corpus.v1.ClusterService.Apply:output_type -> corpus.v1.ApplyResponse
-	13, // 18: corpus.v1.ClusterService.Seen:output_type -> corpus.v1.SeenResponse
-	11, // 19: corpus.v1.ClusterService.ReadIndex:output_type -> corpus.v1.ReadIndexResponse
-	16, // 20: corpus.v1.ClusterService.RaftPeers:output_type -> corpus.v1.RaftPeersResponse
-	18, // 21: corpus.v1.ClusterService.AddRaftPeer:output_type -> corpus.v1.AddRaftPeerResponse
-	20, // 22: corpus.v1.ClusterService.RemoveRaftPeer:output_type -> corpus.v1.RemoveRaftPeerResponse
-	24, // 23: corpus.v1.ClusterService.RotateKeyring:output_type -> corpus.v1.RotateKeyringResponse
-	1,  // 24: corpus.v1.ClusterService.Wait:output_type -> corpus.v1.WaitResponse
-	3,  // 25: corpus.v1.ClusterService.Series:output_type -> corpus.v1.SeriesResponse
-	15, // [15:26] is the sub-list for method output_type
-	4,  // [4:15] is the sub-list for method input_type
-	4,  // [4:4] is the sub-list for extension type_name
-	4,  // [4:4] is the sub-list for extension extendee
-	0,  // [0:4] is the sub-list for field type_name
+	15, // 4: corpus.v1.StatusResponse.replicas:type_name -> corpus.v1.RaftPeer
+	21, // 5: corpus.v1.ClusterService.Status:input_type -> corpus.v1.StatusRequest
+	6,  // 6: corpus.v1.ClusterService.Peer:input_type -> corpus.v1.PeerRequest
+	8,  // 7: corpus.v1.ClusterService.Apply:input_type -> corpus.v1.ApplyRequest
+	12, // 8: corpus.v1.ClusterService.Seen:input_type -> corpus.v1.SeenRequest
+	10, // 9: corpus.v1.ClusterService.ReadIndex:input_type -> corpus.v1.ReadIndexRequest
+	14, // 10: corpus.v1.ClusterService.RaftPeers:input_type -> corpus.v1.RaftPeersRequest
+	17, // 11: corpus.v1.ClusterService.AddRaftPeer:input_type -> corpus.v1.AddRaftPeerRequest
+	19, // 12: corpus.v1.ClusterService.RemoveRaftPeer:input_type -> corpus.v1.RemoveRaftPeerRequest
+	23, // 13: corpus.v1.ClusterService.RotateKeyring:input_type -> corpus.v1.RotateKeyringRequest
+	0,  // 14: corpus.v1.ClusterService.Wait:input_type -> corpus.v1.WaitRequest
+	2,  // 15: corpus.v1.ClusterService.Series:input_type -> corpus.v1.SeriesRequest
+	22, // 16: corpus.v1.ClusterService.Status:output_type -> corpus.v1.StatusResponse
+	7,  // 17: corpus.v1.ClusterService.Peer:output_type -> corpus.v1.PeerResponse
+	9,  // 18: corpus.v1.ClusterService.Apply:output_type -> corpus.v1.ApplyResponse
+	13, // 19: corpus.v1.ClusterService.Seen:output_type -> corpus.v1.SeenResponse
+	11, // 20: corpus.v1.ClusterService.ReadIndex:output_type -> corpus.v1.ReadIndexResponse
+	16, // 21: corpus.v1.ClusterService.RaftPeers:output_type -> corpus.v1.RaftPeersResponse
+	18, // 22: corpus.v1.ClusterService.AddRaftPeer:output_type -> corpus.v1.AddRaftPeerResponse
+	20, // 23: corpus.v1.ClusterService.RemoveRaftPeer:output_type -> corpus.v1.RemoveRaftPeerResponse
+	24, // 24: corpus.v1.ClusterService.RotateKeyring:output_type -> corpus.v1.RotateKeyringResponse
+	1,  // 25: corpus.v1.ClusterService.Wait:output_type -> corpus.v1.WaitResponse
+	3,  // 26: corpus.v1.ClusterService.Series:output_type -> corpus.v1.SeriesResponse
+	16, // [16:27] is the sub-list for method output_type
+	5,  // [5:16] is the sub-list for method input_type
+	5,  // [5:5] is the sub-list for extension type_name
+	5,  // [5:5] is the sub-list for extension extendee
+	0,  // [0:5] is the sub-list for field type_name
 }
 
 func init() { file_corpus_v1_cluster_proto_init() }

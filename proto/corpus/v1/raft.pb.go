@@ -40,6 +40,10 @@ type Command struct {
 	// actor is who asked for the command ("ops", "node:NAME",
 	// "user:NAME"); empty for the control plane's own work.
 	Actor string `protobuf:"bytes,4,opt,name=actor,proto3" json:"actor,omitempty"`
+	// needs is the cluster version that introduced the entry's kind
+	// ("" for kinds of the first release), so a replica that does not know
+	// the kind can say which release applies it.
+	Needs string `protobuf:"bytes,5,opt,name=needs,proto3" json:"needs,omitempty"`
 	// Types that are valid to be assigned to Cmd:
 	//
 	//	*Command_BootstrapCluster
@@ -107,6 +111,7 @@ type Command struct {
 	//	*Command_SwitchEnv
 	//	*Command_PutExtension
 	//	*Command_DeleteExtension
+	//	*Command_SetClusterVersion
 	Cmd           isCommand_Cmd `protobuf_oneof:"cmd"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -166,6 +171,13 @@ func (x *Command) GetNow() *timestamppb.Timestamp {
 func (x *Command) GetActor() string {
 	if x != nil {
 		return x.Actor
+	}
+	return ""
+}
+
+func (x *Command) GetNeeds() string {
+	if x != nil {
+		return x.Needs
 	}
 	return ""
 }
@@ -762,6 +774,15 @@ func (x *Command) GetDeleteExtension() *DeleteExtension {
 	return nil
 }
 
+func (x *Command) GetSetClusterVersion() *SetClusterVersion {
+	if x != nil {
+		if x, ok := x.Cmd.(*Command_SetClusterVersion); ok {
+			return x.SetClusterVersion
+		}
+	}
+	return nil
+}
+
 type isCommand_Cmd interface {
 	isCommand_Cmd()
 }
@@ -1026,6 +1047,10 @@ type Command_DeleteExtension struct {
 	DeleteExtension *DeleteExtension `protobuf:"bytes,210,opt,name=delete_extension,json=deleteExtension,proto3,oneof"`
 }
 
+type Command_SetClusterVersion struct {
+	SetClusterVersion *SetClusterVersion `protobuf:"bytes,220,opt,name=set_cluster_version,json=setClusterVersion,proto3,oneof"`
+}
+
 func (*Command_BootstrapCluster) isCommand_Cmd() {}
 
 func (*Command_CreateJoinToken) isCommand_Cmd() {}
@@ -1155,6 +1180,8 @@ func (*Command_SwitchEnv) isCommand_Cmd() {}
 func (*Command_PutExtension) isCommand_Cmd() {}
 
 func (*Command_DeleteExtension) isCommand_Cmd() {}
+
+func (*Command_SetClusterVersion) isCommand_Cmd() {}
 
 // RecordAudit leaves an audit entry and changes nothing else: a call the
 // API refused (permission or validation), an exec into a guest (recorded
@@ -3611,9 +3638,13 @@ type Snapshot struct {
 	// applied_time is the cluster's time as of applied_index: the latest
 	// time any applied entry was stamped with (entries apply at no earlier
 	// time, whatever their leader's clock said).
-	AppliedTime   *timestamppb.Timestamp `protobuf:"bytes,23,opt,name=applied_time,json=appliedTime,proto3" json:"applied_time,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	AppliedTime *timestamppb.Timestamp `protobuf:"bytes,23,opt,name=applied_time,json=appliedTime,proto3" json:"applied_time,omitempty"`
+	// cluster_version is the group's cluster version ("v0.1"; "" before
+	// the leader first set it): a replica whose binary is older refuses
+	// the snapshot.
+	ClusterVersion string `protobuf:"bytes,24,opt,name=cluster_version,json=clusterVersion,proto3" json:"cluster_version,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *Snapshot) Reset() {
@@ -3807,6 +3838,60 @@ func (x *Snapshot) GetAppliedTime() *timestamppb.Timestamp {
 	return nil
 }
 
+func (x *Snapshot) GetClusterVersion() string {
+	if x != nil {
+		return x.ClusterVersion
+	}
+	return ""
+}
+
+// SetClusterVersion raises the group's cluster version to the lowest
+// server version of its voters (package coordinator/compat). It never
+// lowers it. Every release knows this entry kind.
+type SetClusterVersion struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Version       string                 `protobuf:"bytes,1,opt,name=version,proto3" json:"version,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetClusterVersion) Reset() {
+	*x = SetClusterVersion{}
+	mi := &file_corpus_v1_raft_proto_msgTypes[44]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetClusterVersion) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetClusterVersion) ProtoMessage() {}
+
+func (x *SetClusterVersion) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_raft_proto_msgTypes[44]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetClusterVersion.ProtoReflect.Descriptor instead.
+func (*SetClusterVersion) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{44}
+}
+
+func (x *SetClusterVersion) GetVersion() string {
+	if x != nil {
+		return x.Version
+	}
+	return ""
+}
+
 // PutExtension adds or replaces an extension (its secret sealed by the
 // leader); the order of all extensions must stay free of cycles.
 type PutExtension struct {
@@ -3820,7 +3905,7 @@ type PutExtension struct {
 
 func (x *PutExtension) Reset() {
 	*x = PutExtension{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[44]
+	mi := &file_corpus_v1_raft_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3832,7 +3917,7 @@ func (x *PutExtension) String() string {
 func (*PutExtension) ProtoMessage() {}
 
 func (x *PutExtension) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[44]
+	mi := &file_corpus_v1_raft_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3845,7 +3930,7 @@ func (x *PutExtension) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutExtension.ProtoReflect.Descriptor instead.
 func (*PutExtension) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{44}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *PutExtension) GetExtension() *Extension {
@@ -3871,7 +3956,7 @@ type DeleteExtension struct {
 
 func (x *DeleteExtension) Reset() {
 	*x = DeleteExtension{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[45]
+	mi := &file_corpus_v1_raft_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3883,7 +3968,7 @@ func (x *DeleteExtension) String() string {
 func (*DeleteExtension) ProtoMessage() {}
 
 func (x *DeleteExtension) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[45]
+	mi := &file_corpus_v1_raft_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3896,7 +3981,7 @@ func (x *DeleteExtension) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteExtension.ProtoReflect.Descriptor instead.
 func (*DeleteExtension) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{45}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *DeleteExtension) GetName() string {
@@ -3920,7 +4005,7 @@ type SetConfig struct {
 
 func (x *SetConfig) Reset() {
 	*x = SetConfig{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[46]
+	mi := &file_corpus_v1_raft_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3932,7 +4017,7 @@ func (x *SetConfig) String() string {
 func (*SetConfig) ProtoMessage() {}
 
 func (x *SetConfig) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[46]
+	mi := &file_corpus_v1_raft_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3945,7 +4030,7 @@ func (x *SetConfig) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetConfig.ProtoReflect.Descriptor instead.
 func (*SetConfig) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{46}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *SetConfig) GetProject() string {
@@ -3993,7 +4078,7 @@ type SetKeyring struct {
 
 func (x *SetKeyring) Reset() {
 	*x = SetKeyring{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[47]
+	mi := &file_corpus_v1_raft_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4005,7 +4090,7 @@ func (x *SetKeyring) String() string {
 func (*SetKeyring) ProtoMessage() {}
 
 func (x *SetKeyring) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[47]
+	mi := &file_corpus_v1_raft_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4018,7 +4103,7 @@ func (x *SetKeyring) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetKeyring.ProtoReflect.Descriptor instead.
 func (*SetKeyring) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{47}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *SetKeyring) GetKeyring() *Keyring {
@@ -4074,7 +4159,7 @@ type ResealedConfig struct {
 
 func (x *ResealedConfig) Reset() {
 	*x = ResealedConfig{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[48]
+	mi := &file_corpus_v1_raft_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4086,7 +4171,7 @@ func (x *ResealedConfig) String() string {
 func (*ResealedConfig) ProtoMessage() {}
 
 func (x *ResealedConfig) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[48]
+	mi := &file_corpus_v1_raft_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4099,7 +4184,7 @@ func (x *ResealedConfig) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResealedConfig.ProtoReflect.Descriptor instead.
 func (*ResealedConfig) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{48}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *ResealedConfig) GetProject() string {
@@ -4174,7 +4259,7 @@ type SetWebPort struct {
 
 func (x *SetWebPort) Reset() {
 	*x = SetWebPort{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[49]
+	mi := &file_corpus_v1_raft_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4186,7 +4271,7 @@ func (x *SetWebPort) String() string {
 func (*SetWebPort) ProtoMessage() {}
 
 func (x *SetWebPort) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[49]
+	mi := &file_corpus_v1_raft_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4199,7 +4284,7 @@ func (x *SetWebPort) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetWebPort.ProtoReflect.Descriptor instead.
 func (*SetWebPort) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{49}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *SetWebPort) GetProject() string {
@@ -4262,7 +4347,7 @@ type ScaleEnv struct {
 
 func (x *ScaleEnv) Reset() {
 	*x = ScaleEnv{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[50]
+	mi := &file_corpus_v1_raft_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4274,7 +4359,7 @@ func (x *ScaleEnv) String() string {
 func (*ScaleEnv) ProtoMessage() {}
 
 func (x *ScaleEnv) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[50]
+	mi := &file_corpus_v1_raft_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4287,7 +4372,7 @@ func (x *ScaleEnv) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScaleEnv.ProtoReflect.Descriptor instead.
 func (*ScaleEnv) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{50}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *ScaleEnv) GetProject() string {
@@ -4374,7 +4459,7 @@ type SetAutoscale struct {
 
 func (x *SetAutoscale) Reset() {
 	*x = SetAutoscale{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[51]
+	mi := &file_corpus_v1_raft_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4386,7 +4471,7 @@ func (x *SetAutoscale) String() string {
 func (*SetAutoscale) ProtoMessage() {}
 
 func (x *SetAutoscale) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[51]
+	mi := &file_corpus_v1_raft_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4399,7 +4484,7 @@ func (x *SetAutoscale) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetAutoscale.ProtoReflect.Descriptor instead.
 func (*SetAutoscale) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{51}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *SetAutoscale) GetProject() string {
@@ -4445,7 +4530,7 @@ type SetInstanceRelease struct {
 
 func (x *SetInstanceRelease) Reset() {
 	*x = SetInstanceRelease{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[52]
+	mi := &file_corpus_v1_raft_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4457,7 +4542,7 @@ func (x *SetInstanceRelease) String() string {
 func (*SetInstanceRelease) ProtoMessage() {}
 
 func (x *SetInstanceRelease) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[52]
+	mi := &file_corpus_v1_raft_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4470,7 +4555,7 @@ func (x *SetInstanceRelease) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetInstanceRelease.ProtoReflect.Descriptor instead.
 func (*SetInstanceRelease) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{52}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *SetInstanceRelease) GetProject() string {
@@ -4531,7 +4616,7 @@ type SwitchEnv struct {
 
 func (x *SwitchEnv) Reset() {
 	*x = SwitchEnv{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[53]
+	mi := &file_corpus_v1_raft_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4543,7 +4628,7 @@ func (x *SwitchEnv) String() string {
 func (*SwitchEnv) ProtoMessage() {}
 
 func (x *SwitchEnv) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[53]
+	mi := &file_corpus_v1_raft_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4556,7 +4641,7 @@ func (x *SwitchEnv) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SwitchEnv.ProtoReflect.Descriptor instead.
 func (*SwitchEnv) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{53}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *SwitchEnv) GetProject() string {
@@ -4638,7 +4723,7 @@ type UpdateGuest struct {
 
 func (x *UpdateGuest) Reset() {
 	*x = UpdateGuest{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[54]
+	mi := &file_corpus_v1_raft_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4650,7 +4735,7 @@ func (x *UpdateGuest) String() string {
 func (*UpdateGuest) ProtoMessage() {}
 
 func (x *UpdateGuest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[54]
+	mi := &file_corpus_v1_raft_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4663,7 +4748,7 @@ func (x *UpdateGuest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateGuest.ProtoReflect.Descriptor instead.
 func (*UpdateGuest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{54}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *UpdateGuest) GetName() string {
@@ -4699,7 +4784,7 @@ type CreateService struct {
 
 func (x *CreateService) Reset() {
 	*x = CreateService{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[55]
+	mi := &file_corpus_v1_raft_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4711,7 +4796,7 @@ func (x *CreateService) String() string {
 func (*CreateService) ProtoMessage() {}
 
 func (x *CreateService) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[55]
+	mi := &file_corpus_v1_raft_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4724,7 +4809,7 @@ func (x *CreateService) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateService.ProtoReflect.Descriptor instead.
 func (*CreateService) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{55}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *CreateService) GetService() *Service {
@@ -4755,7 +4840,7 @@ type SetServiceDesired struct {
 
 func (x *SetServiceDesired) Reset() {
 	*x = SetServiceDesired{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[56]
+	mi := &file_corpus_v1_raft_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4767,7 +4852,7 @@ func (x *SetServiceDesired) String() string {
 func (*SetServiceDesired) ProtoMessage() {}
 
 func (x *SetServiceDesired) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[56]
+	mi := &file_corpus_v1_raft_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4780,7 +4865,7 @@ func (x *SetServiceDesired) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetServiceDesired.ProtoReflect.Descriptor instead.
 func (*SetServiceDesired) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{56}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *SetServiceDesired) GetName() string {
@@ -4818,7 +4903,7 @@ type LinkService struct {
 
 func (x *LinkService) Reset() {
 	*x = LinkService{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[57]
+	mi := &file_corpus_v1_raft_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4830,7 +4915,7 @@ func (x *LinkService) String() string {
 func (*LinkService) ProtoMessage() {}
 
 func (x *LinkService) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[57]
+	mi := &file_corpus_v1_raft_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4843,7 +4928,7 @@ func (x *LinkService) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LinkService.ProtoReflect.Descriptor instead.
 func (*LinkService) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{57}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *LinkService) GetService() string {
@@ -4879,7 +4964,7 @@ type UnlinkService struct {
 
 func (x *UnlinkService) Reset() {
 	*x = UnlinkService{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[58]
+	mi := &file_corpus_v1_raft_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4891,7 +4976,7 @@ func (x *UnlinkService) String() string {
 func (*UnlinkService) ProtoMessage() {}
 
 func (x *UnlinkService) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[58]
+	mi := &file_corpus_v1_raft_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4904,7 +4989,7 @@ func (x *UnlinkService) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnlinkService.ProtoReflect.Descriptor instead.
 func (*UnlinkService) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{58}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *UnlinkService) GetService() string {
@@ -4940,7 +5025,7 @@ type UpdateService struct {
 
 func (x *UpdateService) Reset() {
 	*x = UpdateService{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[59]
+	mi := &file_corpus_v1_raft_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4952,7 +5037,7 @@ func (x *UpdateService) String() string {
 func (*UpdateService) ProtoMessage() {}
 
 func (x *UpdateService) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[59]
+	mi := &file_corpus_v1_raft_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4965,7 +5050,7 @@ func (x *UpdateService) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateService.ProtoReflect.Descriptor instead.
 func (*UpdateService) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{59}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *UpdateService) GetName() string {
@@ -5000,7 +5085,7 @@ type ReportServices struct {
 
 func (x *ReportServices) Reset() {
 	*x = ReportServices{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[60]
+	mi := &file_corpus_v1_raft_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5012,7 +5097,7 @@ func (x *ReportServices) String() string {
 func (*ReportServices) ProtoMessage() {}
 
 func (x *ReportServices) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[60]
+	mi := &file_corpus_v1_raft_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5025,7 +5110,7 @@ func (x *ReportServices) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportServices.ProtoReflect.Descriptor instead.
 func (*ReportServices) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{60}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *ReportServices) GetNodeId() string {
@@ -5052,7 +5137,7 @@ type BeginBackup struct {
 
 func (x *BeginBackup) Reset() {
 	*x = BeginBackup{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[61]
+	mi := &file_corpus_v1_raft_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5064,7 +5149,7 @@ func (x *BeginBackup) String() string {
 func (*BeginBackup) ProtoMessage() {}
 
 func (x *BeginBackup) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[61]
+	mi := &file_corpus_v1_raft_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5077,7 +5162,7 @@ func (x *BeginBackup) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BeginBackup.ProtoReflect.Descriptor instead.
 func (*BeginBackup) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{61}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *BeginBackup) GetBackup() *Backup {
@@ -5101,7 +5186,7 @@ type FinishBackup struct {
 
 func (x *FinishBackup) Reset() {
 	*x = FinishBackup{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[62]
+	mi := &file_corpus_v1_raft_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5113,7 +5198,7 @@ func (x *FinishBackup) String() string {
 func (*FinishBackup) ProtoMessage() {}
 
 func (x *FinishBackup) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[62]
+	mi := &file_corpus_v1_raft_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5126,7 +5211,7 @@ func (x *FinishBackup) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FinishBackup.ProtoReflect.Descriptor instead.
 func (*FinishBackup) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{62}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *FinishBackup) GetId() string {
@@ -5174,7 +5259,7 @@ type DeleteBackup struct {
 
 func (x *DeleteBackup) Reset() {
 	*x = DeleteBackup{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[63]
+	mi := &file_corpus_v1_raft_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5186,7 +5271,7 @@ func (x *DeleteBackup) String() string {
 func (*DeleteBackup) ProtoMessage() {}
 
 func (x *DeleteBackup) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[63]
+	mi := &file_corpus_v1_raft_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5199,7 +5284,7 @@ func (x *DeleteBackup) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteBackup.ProtoReflect.Descriptor instead.
 func (*DeleteBackup) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{63}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *DeleteBackup) GetId() string {
@@ -5227,7 +5312,7 @@ type UpdateVolume struct {
 
 func (x *UpdateVolume) Reset() {
 	*x = UpdateVolume{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[64]
+	mi := &file_corpus_v1_raft_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5239,7 +5324,7 @@ func (x *UpdateVolume) String() string {
 func (*UpdateVolume) ProtoMessage() {}
 
 func (x *UpdateVolume) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[64]
+	mi := &file_corpus_v1_raft_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5252,7 +5337,7 @@ func (x *UpdateVolume) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateVolume.ProtoReflect.Descriptor instead.
 func (*UpdateVolume) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{64}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *UpdateVolume) GetName() string {
@@ -5288,7 +5373,7 @@ type ReplaceServiceGuest struct {
 
 func (x *ReplaceServiceGuest) Reset() {
 	*x = ReplaceServiceGuest{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[65]
+	mi := &file_corpus_v1_raft_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5300,7 +5385,7 @@ func (x *ReplaceServiceGuest) String() string {
 func (*ReplaceServiceGuest) ProtoMessage() {}
 
 func (x *ReplaceServiceGuest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[65]
+	mi := &file_corpus_v1_raft_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5313,7 +5398,7 @@ func (x *ReplaceServiceGuest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplaceServiceGuest.ProtoReflect.Descriptor instead.
 func (*ReplaceServiceGuest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{65}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *ReplaceServiceGuest) GetService() string {
@@ -5357,7 +5442,7 @@ type SetAcmeConfig struct {
 
 func (x *SetAcmeConfig) Reset() {
 	*x = SetAcmeConfig{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[66]
+	mi := &file_corpus_v1_raft_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5369,7 +5454,7 @@ func (x *SetAcmeConfig) String() string {
 func (*SetAcmeConfig) ProtoMessage() {}
 
 func (x *SetAcmeConfig) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[66]
+	mi := &file_corpus_v1_raft_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5382,7 +5467,7 @@ func (x *SetAcmeConfig) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetAcmeConfig.ProtoReflect.Descriptor instead.
 func (*SetAcmeConfig) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{66}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *SetAcmeConfig) GetConfig() *AcmeConfig {
@@ -5414,7 +5499,7 @@ type PutCertificate struct {
 
 func (x *PutCertificate) Reset() {
 	*x = PutCertificate{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[67]
+	mi := &file_corpus_v1_raft_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5426,7 +5511,7 @@ func (x *PutCertificate) String() string {
 func (*PutCertificate) ProtoMessage() {}
 
 func (x *PutCertificate) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[67]
+	mi := &file_corpus_v1_raft_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5439,7 +5524,7 @@ func (x *PutCertificate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutCertificate.ProtoReflect.Descriptor instead.
 func (*PutCertificate) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{67}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *PutCertificate) GetCertificate() *Certificate {
@@ -5465,7 +5550,7 @@ type DeleteCertificate struct {
 
 func (x *DeleteCertificate) Reset() {
 	*x = DeleteCertificate{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[68]
+	mi := &file_corpus_v1_raft_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5477,7 +5562,7 @@ func (x *DeleteCertificate) String() string {
 func (*DeleteCertificate) ProtoMessage() {}
 
 func (x *DeleteCertificate) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[68]
+	mi := &file_corpus_v1_raft_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5490,7 +5575,7 @@ func (x *DeleteCertificate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteCertificate.ProtoReflect.Descriptor instead.
 func (*DeleteCertificate) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{68}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *DeleteCertificate) GetDomain() string {
@@ -5513,7 +5598,7 @@ type SetRouteTls struct {
 
 func (x *SetRouteTls) Reset() {
 	*x = SetRouteTls{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[69]
+	mi := &file_corpus_v1_raft_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5525,7 +5610,7 @@ func (x *SetRouteTls) String() string {
 func (*SetRouteTls) ProtoMessage() {}
 
 func (x *SetRouteTls) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[69]
+	mi := &file_corpus_v1_raft_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5538,7 +5623,7 @@ func (x *SetRouteTls) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetRouteTls.ProtoReflect.Descriptor instead.
 func (*SetRouteTls) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{69}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *SetRouteTls) GetId() string {
@@ -5573,12 +5658,13 @@ var File_corpus_v1_raft_proto protoreflect.FileDescriptor
 
 const file_corpus_v1_raft_proto_rawDesc = "" +
 	"\n" +
-	"\x14corpus/v1/raft.proto\x12\tcorpus.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x15corpus/v1/types.proto\x1a\x1acorpus/v1/extensions.proto\x1a\x18corpus/v1/services.proto\"\xf4\"\n" +
+	"\x14corpus/v1/raft.proto\x12\tcorpus.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x15corpus/v1/types.proto\x1a\x1acorpus/v1/extensions.proto\x1a\x18corpus/v1/services.proto\"\xdb#\n" +
 	"\aCommand\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x12\x1c\n" +
 	"\tignorable\x18\x02 \x01(\bR\tignorable\x12,\n" +
 	"\x03now\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\x03now\x12\x14\n" +
-	"\x05actor\x18\x04 \x01(\tR\x05actor\x12J\n" +
+	"\x05actor\x18\x04 \x01(\tR\x05actor\x12\x14\n" +
+	"\x05needs\x18\x05 \x01(\tR\x05needs\x12J\n" +
 	"\x11bootstrap_cluster\x18\n" +
 	" \x01(\v2\x1b.corpus.v1.BootstrapClusterH\x00R\x10bootstrapCluster\x12H\n" +
 	"\x11create_join_token\x18\v \x01(\v2\x1a.corpus.v1.CreateJoinTokenH\x00R\x0fcreateJoinToken\x128\n" +
@@ -5657,7 +5743,8 @@ const file_corpus_v1_raft_proto_rawDesc = "" +
 	"\n" +
 	"switch_env\x18\xd0\x01 \x01(\v2\x14.corpus.v1.SwitchEnvH\x00R\tswitchEnv\x12?\n" +
 	"\rput_extension\x18\xd1\x01 \x01(\v2\x17.corpus.v1.PutExtensionH\x00R\fputExtension\x12H\n" +
-	"\x10delete_extension\x18\xd2\x01 \x01(\v2\x1a.corpus.v1.DeleteExtensionH\x00R\x0fdeleteExtensionB\x05\n" +
+	"\x10delete_extension\x18\xd2\x01 \x01(\v2\x1a.corpus.v1.DeleteExtensionH\x00R\x0fdeleteExtension\x12O\n" +
+	"\x13set_cluster_version\x18\xdc\x01 \x01(\v2\x1c.corpus.v1.SetClusterVersionH\x00R\x11setClusterVersionB\x05\n" +
 	"\x03cmd\"U\n" +
 	"\vRecordAudit\x12\x16\n" +
 	"\x06action\x18\x01 \x01(\tR\x06action\x12\x16\n" +
@@ -5824,7 +5911,7 @@ const file_corpus_v1_raft_proto_rawDesc = "" +
 	"\x02id\x18\x01 \x01(\tR\x02id\"%\n" +
 	"\n" +
 	"RemoveNode\x12\x17\n" +
-	"\anode_id\x18\x01 \x01(\tR\x06nodeId\"\xb5\b\n" +
+	"\anode_id\x18\x01 \x01(\tR\x06nodeId\"\xde\b\n" +
 	"\bSnapshot\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x120\n" +
 	"\x06config\x18\x02 \x01(\v2\x18.corpus.v1.ClusterConfigR\x06config\x12%\n" +
@@ -5854,7 +5941,10 @@ const file_corpus_v1_raft_proto_rawDesc = "" +
 	"extensions\x18\x15 \x03(\v2\x14.corpus.v1.ExtensionR\n" +
 	"extensions\x12#\n" +
 	"\rapplied_index\x18\x16 \x01(\x04R\fappliedIndex\x12=\n" +
-	"\fapplied_time\x18\x17 \x01(\v2\x1a.google.protobuf.TimestampR\vappliedTime\"\\\n" +
+	"\fapplied_time\x18\x17 \x01(\v2\x1a.google.protobuf.TimestampR\vappliedTime\x12'\n" +
+	"\x0fcluster_version\x18\x18 \x01(\tR\x0eclusterVersion\"-\n" +
+	"\x11SetClusterVersion\x12\x18\n" +
+	"\aversion\x18\x01 \x01(\tR\aversion\"\\\n" +
 	"\fPutExtension\x122\n" +
 	"\textension\x18\x01 \x01(\v2\x14.corpus.v1.ExtensionR\textension\x12\x18\n" +
 	"\areplace\x18\x02 \x01(\bR\areplace\"%\n" +
@@ -6015,7 +6105,7 @@ func file_corpus_v1_raft_proto_rawDescGZIP() []byte {
 	return file_corpus_v1_raft_proto_rawDescData
 }
 
-var file_corpus_v1_raft_proto_msgTypes = make([]protoimpl.MessageInfo, 76)
+var file_corpus_v1_raft_proto_msgTypes = make([]protoimpl.MessageInfo, 77)
 var file_corpus_v1_raft_proto_goTypes = []any{
 	(*Command)(nil),               // 0: corpus.v1.Command
 	(*RecordAudit)(nil),           // 1: corpus.v1.RecordAudit
@@ -6061,73 +6151,74 @@ var file_corpus_v1_raft_proto_goTypes = []any{
 	(*RevokeUserToken)(nil),       // 41: corpus.v1.RevokeUserToken
 	(*RemoveNode)(nil),            // 42: corpus.v1.RemoveNode
 	(*Snapshot)(nil),              // 43: corpus.v1.Snapshot
-	(*PutExtension)(nil),          // 44: corpus.v1.PutExtension
-	(*DeleteExtension)(nil),       // 45: corpus.v1.DeleteExtension
-	(*SetConfig)(nil),             // 46: corpus.v1.SetConfig
-	(*SetKeyring)(nil),            // 47: corpus.v1.SetKeyring
-	(*ResealedConfig)(nil),        // 48: corpus.v1.ResealedConfig
-	(*SetWebPort)(nil),            // 49: corpus.v1.SetWebPort
-	(*ScaleEnv)(nil),              // 50: corpus.v1.ScaleEnv
-	(*SetAutoscale)(nil),          // 51: corpus.v1.SetAutoscale
-	(*SetInstanceRelease)(nil),    // 52: corpus.v1.SetInstanceRelease
-	(*SwitchEnv)(nil),             // 53: corpus.v1.SwitchEnv
-	(*UpdateGuest)(nil),           // 54: corpus.v1.UpdateGuest
-	(*CreateService)(nil),         // 55: corpus.v1.CreateService
-	(*SetServiceDesired)(nil),     // 56: corpus.v1.SetServiceDesired
-	(*LinkService)(nil),           // 57: corpus.v1.LinkService
-	(*UnlinkService)(nil),         // 58: corpus.v1.UnlinkService
-	(*UpdateService)(nil),         // 59: corpus.v1.UpdateService
-	(*ReportServices)(nil),        // 60: corpus.v1.ReportServices
-	(*BeginBackup)(nil),           // 61: corpus.v1.BeginBackup
-	(*FinishBackup)(nil),          // 62: corpus.v1.FinishBackup
-	(*DeleteBackup)(nil),          // 63: corpus.v1.DeleteBackup
-	(*UpdateVolume)(nil),          // 64: corpus.v1.UpdateVolume
-	(*ReplaceServiceGuest)(nil),   // 65: corpus.v1.ReplaceServiceGuest
-	(*SetAcmeConfig)(nil),         // 66: corpus.v1.SetAcmeConfig
-	(*PutCertificate)(nil),        // 67: corpus.v1.PutCertificate
-	(*DeleteCertificate)(nil),     // 68: corpus.v1.DeleteCertificate
-	(*SetRouteTls)(nil),           // 69: corpus.v1.SetRouteTls
-	nil,                           // 70: corpus.v1.UpdateNode.LabelsEntry
-	nil,                           // 71: corpus.v1.SetConfig.SetEntry
-	nil,                           // 72: corpus.v1.ResealedConfig.ConfigEntry
-	nil,                           // 73: corpus.v1.ScaleEnv.ScaleEntry
-	nil,                           // 74: corpus.v1.SwitchEnv.InstancePortsEntry
-	nil,                           // 75: corpus.v1.LinkService.ConfigEntry
-	(*timestamppb.Timestamp)(nil), // 76: google.protobuf.Timestamp
-	(*ClusterConfig)(nil),         // 77: corpus.v1.ClusterConfig
-	(*JoinToken)(nil),             // 78: corpus.v1.JoinToken
-	(*Node)(nil),                  // 79: corpus.v1.Node
-	(*Resources)(nil),             // 80: corpus.v1.Resources
-	(*DriverInfo)(nil),            // 81: corpus.v1.DriverInfo
-	(*Guest)(nil),                 // 82: corpus.v1.Guest
-	(*GuestObserved)(nil),         // 83: corpus.v1.GuestObserved
-	(*Route)(nil),                 // 84: corpus.v1.Route
-	(*DnsRecord)(nil),             // 85: corpus.v1.DnsRecord
-	(*VolumeObserved)(nil),        // 86: corpus.v1.VolumeObserved
-	(*User)(nil),                  // 87: corpus.v1.User
-	(*UserToken)(nil),             // 88: corpus.v1.UserToken
-	(*SshKey)(nil),                // 89: corpus.v1.SshKey
-	(*ProjectEnv)(nil),            // 90: corpus.v1.ProjectEnv
-	(*AdmissionChange)(nil),       // 91: corpus.v1.AdmissionChange
-	(*Release)(nil),               // 92: corpus.v1.Release
-	(*ReleaseStep)(nil),           // 93: corpus.v1.ReleaseStep
-	(*Coordinator)(nil),           // 94: corpus.v1.Coordinator
-	(*Volume)(nil),                // 95: corpus.v1.Volume
-	(*Project)(nil),               // 96: corpus.v1.Project
-	(*AuditEntry)(nil),            // 97: corpus.v1.AuditEntry
-	(*Keyring)(nil),               // 98: corpus.v1.Keyring
-	(*Service)(nil),               // 99: corpus.v1.Service
-	(*Backup)(nil),                // 100: corpus.v1.Backup
-	(*AcmeConfig)(nil),            // 101: corpus.v1.AcmeConfig
-	(*Certificate)(nil),           // 102: corpus.v1.Certificate
-	(*Extension)(nil),             // 103: corpus.v1.Extension
-	(*AutoscalePolicy)(nil),       // 104: corpus.v1.AutoscalePolicy
-	(*GuestSpec)(nil),             // 105: corpus.v1.GuestSpec
-	(*ServiceLink)(nil),           // 106: corpus.v1.ServiceLink
-	(*ReportedService)(nil),       // 107: corpus.v1.ReportedService
+	(*SetClusterVersion)(nil),     // 44: corpus.v1.SetClusterVersion
+	(*PutExtension)(nil),          // 45: corpus.v1.PutExtension
+	(*DeleteExtension)(nil),       // 46: corpus.v1.DeleteExtension
+	(*SetConfig)(nil),             // 47: corpus.v1.SetConfig
+	(*SetKeyring)(nil),            // 48: corpus.v1.SetKeyring
+	(*ResealedConfig)(nil),        // 49: corpus.v1.ResealedConfig
+	(*SetWebPort)(nil),            // 50: corpus.v1.SetWebPort
+	(*ScaleEnv)(nil),              // 51: corpus.v1.ScaleEnv
+	(*SetAutoscale)(nil),          // 52: corpus.v1.SetAutoscale
+	(*SetInstanceRelease)(nil),    // 53: corpus.v1.SetInstanceRelease
+	(*SwitchEnv)(nil),             // 54: corpus.v1.SwitchEnv
+	(*UpdateGuest)(nil),           // 55: corpus.v1.UpdateGuest
+	(*CreateService)(nil),         // 56: corpus.v1.CreateService
+	(*SetServiceDesired)(nil),     // 57: corpus.v1.SetServiceDesired
+	(*LinkService)(nil),           // 58: corpus.v1.LinkService
+	(*UnlinkService)(nil),         // 59: corpus.v1.UnlinkService
+	(*UpdateService)(nil),         // 60: corpus.v1.UpdateService
+	(*ReportServices)(nil),        // 61: corpus.v1.ReportServices
+	(*BeginBackup)(nil),           // 62: corpus.v1.BeginBackup
+	(*FinishBackup)(nil),          // 63: corpus.v1.FinishBackup
+	(*DeleteBackup)(nil),          // 64: corpus.v1.DeleteBackup
+	(*UpdateVolume)(nil),          // 65: corpus.v1.UpdateVolume
+	(*ReplaceServiceGuest)(nil),   // 66: corpus.v1.ReplaceServiceGuest
+	(*SetAcmeConfig)(nil),         // 67: corpus.v1.SetAcmeConfig
+	(*PutCertificate)(nil),        // 68: corpus.v1.PutCertificate
+	(*DeleteCertificate)(nil),     // 69: corpus.v1.DeleteCertificate
+	(*SetRouteTls)(nil),           // 70: corpus.v1.SetRouteTls
+	nil,                           // 71: corpus.v1.UpdateNode.LabelsEntry
+	nil,                           // 72: corpus.v1.SetConfig.SetEntry
+	nil,                           // 73: corpus.v1.ResealedConfig.ConfigEntry
+	nil,                           // 74: corpus.v1.ScaleEnv.ScaleEntry
+	nil,                           // 75: corpus.v1.SwitchEnv.InstancePortsEntry
+	nil,                           // 76: corpus.v1.LinkService.ConfigEntry
+	(*timestamppb.Timestamp)(nil), // 77: google.protobuf.Timestamp
+	(*ClusterConfig)(nil),         // 78: corpus.v1.ClusterConfig
+	(*JoinToken)(nil),             // 79: corpus.v1.JoinToken
+	(*Node)(nil),                  // 80: corpus.v1.Node
+	(*Resources)(nil),             // 81: corpus.v1.Resources
+	(*DriverInfo)(nil),            // 82: corpus.v1.DriverInfo
+	(*Guest)(nil),                 // 83: corpus.v1.Guest
+	(*GuestObserved)(nil),         // 84: corpus.v1.GuestObserved
+	(*Route)(nil),                 // 85: corpus.v1.Route
+	(*DnsRecord)(nil),             // 86: corpus.v1.DnsRecord
+	(*VolumeObserved)(nil),        // 87: corpus.v1.VolumeObserved
+	(*User)(nil),                  // 88: corpus.v1.User
+	(*UserToken)(nil),             // 89: corpus.v1.UserToken
+	(*SshKey)(nil),                // 90: corpus.v1.SshKey
+	(*ProjectEnv)(nil),            // 91: corpus.v1.ProjectEnv
+	(*AdmissionChange)(nil),       // 92: corpus.v1.AdmissionChange
+	(*Release)(nil),               // 93: corpus.v1.Release
+	(*ReleaseStep)(nil),           // 94: corpus.v1.ReleaseStep
+	(*Coordinator)(nil),           // 95: corpus.v1.Coordinator
+	(*Volume)(nil),                // 96: corpus.v1.Volume
+	(*Project)(nil),               // 97: corpus.v1.Project
+	(*AuditEntry)(nil),            // 98: corpus.v1.AuditEntry
+	(*Keyring)(nil),               // 99: corpus.v1.Keyring
+	(*Service)(nil),               // 100: corpus.v1.Service
+	(*Backup)(nil),                // 101: corpus.v1.Backup
+	(*AcmeConfig)(nil),            // 102: corpus.v1.AcmeConfig
+	(*Certificate)(nil),           // 103: corpus.v1.Certificate
+	(*Extension)(nil),             // 104: corpus.v1.Extension
+	(*AutoscalePolicy)(nil),       // 105: corpus.v1.AutoscalePolicy
+	(*GuestSpec)(nil),             // 106: corpus.v1.GuestSpec
+	(*ServiceLink)(nil),           // 107: corpus.v1.ServiceLink
+	(*ReportedService)(nil),       // 108: corpus.v1.ReportedService
 }
 var file_corpus_v1_raft_proto_depIdxs = []int32{
-	76,  // 0: corpus.v1.Command.now:type_name -> google.protobuf.Timestamp
+	77,  // 0: corpus.v1.Command.now:type_name -> google.protobuf.Timestamp
 	2,   // 1: corpus.v1.Command.bootstrap_cluster:type_name -> corpus.v1.BootstrapCluster
 	3,   // 2: corpus.v1.Command.create_join_token:type_name -> corpus.v1.CreateJoinToken
 	4,   // 3: corpus.v1.Command.enroll_node:type_name -> corpus.v1.EnrollNode
@@ -6167,106 +6258,107 @@ var file_corpus_v1_raft_proto_depIdxs = []int32{
 	12,  // 37: corpus.v1.Command.set_node_mode:type_name -> corpus.v1.SetNodeMode
 	5,   // 38: corpus.v1.Command.renew_node_certificate:type_name -> corpus.v1.RenewNodeCertificate
 	26,  // 39: corpus.v1.Command.user_login:type_name -> corpus.v1.UserLogin
-	54,  // 40: corpus.v1.Command.update_guest:type_name -> corpus.v1.UpdateGuest
+	55,  // 40: corpus.v1.Command.update_guest:type_name -> corpus.v1.UpdateGuest
 	1,   // 41: corpus.v1.Command.record_audit:type_name -> corpus.v1.RecordAudit
-	46,  // 42: corpus.v1.Command.set_config:type_name -> corpus.v1.SetConfig
-	47,  // 43: corpus.v1.Command.set_keyring:type_name -> corpus.v1.SetKeyring
-	49,  // 44: corpus.v1.Command.set_web_port:type_name -> corpus.v1.SetWebPort
-	55,  // 45: corpus.v1.Command.create_service:type_name -> corpus.v1.CreateService
-	56,  // 46: corpus.v1.Command.set_service_desired:type_name -> corpus.v1.SetServiceDesired
-	57,  // 47: corpus.v1.Command.link_service:type_name -> corpus.v1.LinkService
-	58,  // 48: corpus.v1.Command.unlink_service:type_name -> corpus.v1.UnlinkService
-	59,  // 49: corpus.v1.Command.update_service:type_name -> corpus.v1.UpdateService
-	60,  // 50: corpus.v1.Command.report_services:type_name -> corpus.v1.ReportServices
-	61,  // 51: corpus.v1.Command.begin_backup:type_name -> corpus.v1.BeginBackup
-	62,  // 52: corpus.v1.Command.finish_backup:type_name -> corpus.v1.FinishBackup
-	63,  // 53: corpus.v1.Command.delete_backup:type_name -> corpus.v1.DeleteBackup
-	65,  // 54: corpus.v1.Command.replace_service_guest:type_name -> corpus.v1.ReplaceServiceGuest
-	64,  // 55: corpus.v1.Command.update_volume:type_name -> corpus.v1.UpdateVolume
-	66,  // 56: corpus.v1.Command.set_acme_config:type_name -> corpus.v1.SetAcmeConfig
-	67,  // 57: corpus.v1.Command.put_certificate:type_name -> corpus.v1.PutCertificate
-	68,  // 58: corpus.v1.Command.delete_certificate:type_name -> corpus.v1.DeleteCertificate
-	69,  // 59: corpus.v1.Command.set_route_tls:type_name -> corpus.v1.SetRouteTls
-	50,  // 60: corpus.v1.Command.scale_env:type_name -> corpus.v1.ScaleEnv
-	52,  // 61: corpus.v1.Command.set_instance_release:type_name -> corpus.v1.SetInstanceRelease
-	51,  // 62: corpus.v1.Command.set_autoscale:type_name -> corpus.v1.SetAutoscale
-	53,  // 63: corpus.v1.Command.switch_env:type_name -> corpus.v1.SwitchEnv
-	44,  // 64: corpus.v1.Command.put_extension:type_name -> corpus.v1.PutExtension
-	45,  // 65: corpus.v1.Command.delete_extension:type_name -> corpus.v1.DeleteExtension
-	77,  // 66: corpus.v1.BootstrapCluster.config:type_name -> corpus.v1.ClusterConfig
-	78,  // 67: corpus.v1.CreateJoinToken.token:type_name -> corpus.v1.JoinToken
-	79,  // 68: corpus.v1.EnrollNode.node:type_name -> corpus.v1.Node
-	76,  // 69: corpus.v1.RenewNodeCertificate.expires_at:type_name -> google.protobuf.Timestamp
-	80,  // 70: corpus.v1.UpdateNode.capacity:type_name -> corpus.v1.Resources
-	81,  // 71: corpus.v1.UpdateNode.drivers:type_name -> corpus.v1.DriverInfo
-	70,  // 72: corpus.v1.UpdateNode.labels:type_name -> corpus.v1.UpdateNode.LabelsEntry
-	82,  // 73: corpus.v1.CreateGuest.guest:type_name -> corpus.v1.Guest
-	10,  // 74: corpus.v1.PlaceGuests.placements:type_name -> corpus.v1.PlaceGuest
-	83,  // 75: corpus.v1.ObservedGuest.observed:type_name -> corpus.v1.GuestObserved
-	13,  // 76: corpus.v1.ReportGuests.guests:type_name -> corpus.v1.ObservedGuest
-	84,  // 77: corpus.v1.CreateRoute.route:type_name -> corpus.v1.Route
-	85,  // 78: corpus.v1.AddDnsRecord.record:type_name -> corpus.v1.DnsRecord
-	86,  // 79: corpus.v1.ObservedVolume.observed:type_name -> corpus.v1.VolumeObserved
-	23,  // 80: corpus.v1.ReportVolumes.volumes:type_name -> corpus.v1.ObservedVolume
-	87,  // 81: corpus.v1.CreateUser.user:type_name -> corpus.v1.User
-	88,  // 82: corpus.v1.UserLogin.token:type_name -> corpus.v1.UserToken
-	89,  // 83: corpus.v1.AddSshKey.key:type_name -> corpus.v1.SshKey
-	90,  // 84: corpus.v1.CreateProject.env:type_name -> corpus.v1.ProjectEnv
-	82,  // 85: corpus.v1.CreateProject.guest:type_name -> corpus.v1.Guest
-	84,  // 86: corpus.v1.CreateProject.routes:type_name -> corpus.v1.Route
-	91,  // 87: corpus.v1.CreateProject.admission:type_name -> corpus.v1.AdmissionChange
-	92,  // 88: corpus.v1.BeginRelease.release:type_name -> corpus.v1.Release
-	93,  // 89: corpus.v1.FinishRelease.steps:type_name -> corpus.v1.ReleaseStep
-	84,  // 90: corpus.v1.SetManifestDomains.routes:type_name -> corpus.v1.Route
-	94,  // 91: corpus.v1.UpsertCoordinator.coordinator:type_name -> corpus.v1.Coordinator
-	88,  // 92: corpus.v1.CreateUserToken.token:type_name -> corpus.v1.UserToken
-	77,  // 93: corpus.v1.Snapshot.config:type_name -> corpus.v1.ClusterConfig
-	79,  // 94: corpus.v1.Snapshot.nodes:type_name -> corpus.v1.Node
-	82,  // 95: corpus.v1.Snapshot.guests:type_name -> corpus.v1.Guest
-	78,  // 96: corpus.v1.Snapshot.join_tokens:type_name -> corpus.v1.JoinToken
-	84,  // 97: corpus.v1.Snapshot.routes:type_name -> corpus.v1.Route
-	85,  // 98: corpus.v1.Snapshot.dns_records:type_name -> corpus.v1.DnsRecord
-	95,  // 99: corpus.v1.Snapshot.volumes:type_name -> corpus.v1.Volume
-	87,  // 100: corpus.v1.Snapshot.users:type_name -> corpus.v1.User
-	96,  // 101: corpus.v1.Snapshot.projects:type_name -> corpus.v1.Project
-	92,  // 102: corpus.v1.Snapshot.releases:type_name -> corpus.v1.Release
-	94,  // 103: corpus.v1.Snapshot.coordinators:type_name -> corpus.v1.Coordinator
-	97,  // 104: corpus.v1.Snapshot.audit:type_name -> corpus.v1.AuditEntry
-	88,  // 105: corpus.v1.Snapshot.user_tokens:type_name -> corpus.v1.UserToken
-	98,  // 106: corpus.v1.Snapshot.keyring:type_name -> corpus.v1.Keyring
-	99,  // 107: corpus.v1.Snapshot.services:type_name -> corpus.v1.Service
-	100, // 108: corpus.v1.Snapshot.backups:type_name -> corpus.v1.Backup
-	101, // 109: corpus.v1.Snapshot.acme:type_name -> corpus.v1.AcmeConfig
-	102, // 110: corpus.v1.Snapshot.certificates:type_name -> corpus.v1.Certificate
-	103, // 111: corpus.v1.Snapshot.extensions:type_name -> corpus.v1.Extension
-	76,  // 112: corpus.v1.Snapshot.applied_time:type_name -> google.protobuf.Timestamp
-	103, // 113: corpus.v1.PutExtension.extension:type_name -> corpus.v1.Extension
-	71,  // 114: corpus.v1.SetConfig.set:type_name -> corpus.v1.SetConfig.SetEntry
-	98,  // 115: corpus.v1.SetKeyring.keyring:type_name -> corpus.v1.Keyring
-	48,  // 116: corpus.v1.SetKeyring.envs:type_name -> corpus.v1.ResealedConfig
-	48,  // 117: corpus.v1.SetKeyring.releases:type_name -> corpus.v1.ResealedConfig
-	72,  // 118: corpus.v1.ResealedConfig.config:type_name -> corpus.v1.ResealedConfig.ConfigEntry
-	73,  // 119: corpus.v1.ScaleEnv.scale:type_name -> corpus.v1.ScaleEnv.ScaleEntry
-	82,  // 120: corpus.v1.ScaleEnv.add:type_name -> corpus.v1.Guest
-	104, // 121: corpus.v1.SetAutoscale.policy:type_name -> corpus.v1.AutoscalePolicy
-	74,  // 122: corpus.v1.SwitchEnv.instance_ports:type_name -> corpus.v1.SwitchEnv.InstancePortsEntry
-	76,  // 123: corpus.v1.SwitchEnv.keep_until:type_name -> google.protobuf.Timestamp
-	105, // 124: corpus.v1.UpdateGuest.spec:type_name -> corpus.v1.GuestSpec
-	91,  // 125: corpus.v1.UpdateGuest.admission:type_name -> corpus.v1.AdmissionChange
-	99,  // 126: corpus.v1.CreateService.service:type_name -> corpus.v1.Service
-	82,  // 127: corpus.v1.CreateService.guest:type_name -> corpus.v1.Guest
-	106, // 128: corpus.v1.LinkService.link:type_name -> corpus.v1.ServiceLink
-	75,  // 129: corpus.v1.LinkService.config:type_name -> corpus.v1.LinkService.ConfigEntry
-	107, // 130: corpus.v1.ReportServices.services:type_name -> corpus.v1.ReportedService
-	100, // 131: corpus.v1.BeginBackup.backup:type_name -> corpus.v1.Backup
-	82,  // 132: corpus.v1.ReplaceServiceGuest.guest:type_name -> corpus.v1.Guest
-	101, // 133: corpus.v1.SetAcmeConfig.config:type_name -> corpus.v1.AcmeConfig
-	102, // 134: corpus.v1.PutCertificate.certificate:type_name -> corpus.v1.Certificate
-	135, // [135:135] is the sub-list for method output_type
-	135, // [135:135] is the sub-list for method input_type
-	135, // [135:135] is the sub-list for extension type_name
-	135, // [135:135] is the sub-list for extension extendee
-	0,   // [0:135] is the sub-list for field type_name
+	47,  // 42: corpus.v1.Command.set_config:type_name -> corpus.v1.SetConfig
+	48,  // 43: corpus.v1.Command.set_keyring:type_name -> corpus.v1.SetKeyring
+	50,  // 44: corpus.v1.Command.set_web_port:type_name -> corpus.v1.SetWebPort
+	56,  // 45: corpus.v1.Command.create_service:type_name -> corpus.v1.CreateService
+	57,  // 46: corpus.v1.Command.set_service_desired:type_name -> corpus.v1.SetServiceDesired
+	58,  // 47: corpus.v1.Command.link_service:type_name -> corpus.v1.LinkService
+	59,  // 48: corpus.v1.Command.unlink_service:type_name -> corpus.v1.UnlinkService
+	60,  // 49: corpus.v1.Command.update_service:type_name -> corpus.v1.UpdateService
+	61,  // 50: corpus.v1.Command.report_services:type_name -> corpus.v1.ReportServices
+	62,  // 51: corpus.v1.Command.begin_backup:type_name -> corpus.v1.BeginBackup
+	63,  // 52: corpus.v1.Command.finish_backup:type_name -> corpus.v1.FinishBackup
+	64,  // 53: corpus.v1.Command.delete_backup:type_name -> corpus.v1.DeleteBackup
+	66,  // 54: corpus.v1.Command.replace_service_guest:type_name -> corpus.v1.ReplaceServiceGuest
+	65,  // 55: corpus.v1.Command.update_volume:type_name -> corpus.v1.UpdateVolume
+	67,  // 56: corpus.v1.Command.set_acme_config:type_name -> corpus.v1.SetAcmeConfig
+	68,  // 57: corpus.v1.Command.put_certificate:type_name -> corpus.v1.PutCertificate
+	69,  // 58: corpus.v1.Command.delete_certificate:type_name -> corpus.v1.DeleteCertificate
+	70,  // 59: corpus.v1.Command.set_route_tls:type_name -> corpus.v1.SetRouteTls
+	51,  // 60: corpus.v1.Command.scale_env:type_name -> corpus.v1.ScaleEnv
+	53,  // 61: corpus.v1.Command.set_instance_release:type_name -> corpus.v1.SetInstanceRelease
+	52,  // 62: corpus.v1.Command.set_autoscale:type_name -> corpus.v1.SetAutoscale
+	54,  // 63: corpus.v1.Command.switch_env:type_name -> corpus.v1.SwitchEnv
+	45,  // 64: corpus.v1.Command.put_extension:type_name -> corpus.v1.PutExtension
+	46,  // 65: corpus.v1.Command.delete_extension:type_name -> corpus.v1.DeleteExtension
+	44,  // 66: corpus.v1.Command.set_cluster_version:type_name -> corpus.v1.SetClusterVersion
+	78,  // 67: corpus.v1.BootstrapCluster.config:type_name -> corpus.v1.ClusterConfig
+	79,  // 68: corpus.v1.CreateJoinToken.token:type_name -> corpus.v1.JoinToken
+	80,  // 69: corpus.v1.EnrollNode.node:type_name -> corpus.v1.Node
+	77,  // 70: corpus.v1.RenewNodeCertificate.expires_at:type_name -> google.protobuf.Timestamp
+	81,  // 71: corpus.v1.UpdateNode.capacity:type_name -> corpus.v1.Resources
+	82,  // 72: corpus.v1.UpdateNode.drivers:type_name -> corpus.v1.DriverInfo
+	71,  // 73: corpus.v1.UpdateNode.labels:type_name -> corpus.v1.UpdateNode.LabelsEntry
+	83,  // 74: corpus.v1.CreateGuest.guest:type_name -> corpus.v1.Guest
+	10,  // 75: corpus.v1.PlaceGuests.placements:type_name -> corpus.v1.PlaceGuest
+	84,  // 76: corpus.v1.ObservedGuest.observed:type_name -> corpus.v1.GuestObserved
+	13,  // 77: corpus.v1.ReportGuests.guests:type_name -> corpus.v1.ObservedGuest
+	85,  // 78: corpus.v1.CreateRoute.route:type_name -> corpus.v1.Route
+	86,  // 79: corpus.v1.AddDnsRecord.record:type_name -> corpus.v1.DnsRecord
+	87,  // 80: corpus.v1.ObservedVolume.observed:type_name -> corpus.v1.VolumeObserved
+	23,  // 81: corpus.v1.ReportVolumes.volumes:type_name -> corpus.v1.ObservedVolume
+	88,  // 82: corpus.v1.CreateUser.user:type_name -> corpus.v1.User
+	89,  // 83: corpus.v1.UserLogin.token:type_name -> corpus.v1.UserToken
+	90,  // 84: corpus.v1.AddSshKey.key:type_name -> corpus.v1.SshKey
+	91,  // 85: corpus.v1.CreateProject.env:type_name -> corpus.v1.ProjectEnv
+	83,  // 86: corpus.v1.CreateProject.guest:type_name -> corpus.v1.Guest
+	85,  // 87: corpus.v1.CreateProject.routes:type_name -> corpus.v1.Route
+	92,  // 88: corpus.v1.CreateProject.admission:type_name -> corpus.v1.AdmissionChange
+	93,  // 89: corpus.v1.BeginRelease.release:type_name -> corpus.v1.Release
+	94,  // 90: corpus.v1.FinishRelease.steps:type_name -> corpus.v1.ReleaseStep
+	85,  // 91: corpus.v1.SetManifestDomains.routes:type_name -> corpus.v1.Route
+	95,  // 92: corpus.v1.UpsertCoordinator.coordinator:type_name -> corpus.v1.Coordinator
+	89,  // 93: corpus.v1.CreateUserToken.token:type_name -> corpus.v1.UserToken
+	78,  // 94: corpus.v1.Snapshot.config:type_name -> corpus.v1.ClusterConfig
+	80,  // 95: corpus.v1.Snapshot.nodes:type_name -> corpus.v1.Node
+	83,  // 96: corpus.v1.Snapshot.guests:type_name -> corpus.v1.Guest
+	79,  // 97: corpus.v1.Snapshot.join_tokens:type_name -> corpus.v1.JoinToken
+	85,  // 98: corpus.v1.Snapshot.routes:type_name -> corpus.v1.Route
+	86,  // 99: corpus.v1.Snapshot.dns_records:type_name -> corpus.v1.DnsRecord
+	96,  // 100: corpus.v1.Snapshot.volumes:type_name -> corpus.v1.Volume
+	88,  // 101: corpus.v1.Snapshot.users:type_name -> corpus.v1.User
+	97,  // 102: corpus.v1.Snapshot.projects:type_name -> corpus.v1.Project
+	93,  // 103: corpus.v1.Snapshot.releases:type_name -> corpus.v1.Release
+	95,  // 104: corpus.v1.Snapshot.coordinators:type_name -> corpus.v1.Coordinator
+	98,  // 105: corpus.v1.Snapshot.audit:type_name -> corpus.v1.AuditEntry
+	89,  // 106: corpus.v1.Snapshot.user_tokens:type_name -> corpus.v1.UserToken
+	99,  // 107: corpus.v1.Snapshot.keyring:type_name -> corpus.v1.Keyring
+	100, // 108: corpus.v1.Snapshot.services:type_name -> corpus.v1.Service
+	101, // 109: corpus.v1.Snapshot.backups:type_name -> corpus.v1.Backup
+	102, // 110: corpus.v1.Snapshot.acme:type_name -> corpus.v1.AcmeConfig
+	103, // 111: corpus.v1.Snapshot.certificates:type_name -> corpus.v1.Certificate
+	104, // 112: corpus.v1.Snapshot.extensions:type_name -> corpus.v1.Extension
+	77,  // 113: corpus.v1.Snapshot.applied_time:type_name -> google.protobuf.Timestamp
+	104, // 114: corpus.v1.PutExtension.extension:type_name -> corpus.v1.Extension
+	72,  // 115: corpus.v1.SetConfig.set:type_name -> corpus.v1.SetConfig.SetEntry
+	99,  // 116: corpus.v1.SetKeyring.keyring:type_name -> corpus.v1.Keyring
+	49,  // 117: corpus.v1.SetKeyring.envs:type_name -> corpus.v1.ResealedConfig
+	49,  // 118: corpus.v1.SetKeyring.releases:type_name -> corpus.v1.ResealedConfig
+	73,  // 119: corpus.v1.ResealedConfig.config:type_name -> corpus.v1.ResealedConfig.ConfigEntry
+	74,  // 120: corpus.v1.ScaleEnv.scale:type_name -> corpus.v1.ScaleEnv.ScaleEntry
+	83,  // 121: corpus.v1.ScaleEnv.add:type_name -> corpus.v1.Guest
+	105, // 122: corpus.v1.SetAutoscale.policy:type_name -> corpus.v1.AutoscalePolicy
+	75,  // 123: corpus.v1.SwitchEnv.instance_ports:type_name -> corpus.v1.SwitchEnv.InstancePortsEntry
+	77,  // 124: corpus.v1.SwitchEnv.keep_until:type_name -> google.protobuf.Timestamp
+	106, // 125: corpus.v1.UpdateGuest.spec:type_name -> corpus.v1.GuestSpec
+	92,  // 126: corpus.v1.UpdateGuest.admission:type_name -> corpus.v1.AdmissionChange
+	100, // 127: corpus.v1.CreateService.service:type_name -> corpus.v1.Service
+	83,  // 128: corpus.v1.CreateService.guest:type_name -> corpus.v1.Guest
+	107, // 129: corpus.v1.LinkService.link:type_name -> corpus.v1.ServiceLink
+	76,  // 130: corpus.v1.LinkService.config:type_name -> corpus.v1.LinkService.ConfigEntry
+	108, // 131: corpus.v1.ReportServices.services:type_name -> corpus.v1.ReportedService
+	101, // 132: corpus.v1.BeginBackup.backup:type_name -> corpus.v1.Backup
+	83,  // 133: corpus.v1.ReplaceServiceGuest.guest:type_name -> corpus.v1.Guest
+	102, // 134: corpus.v1.SetAcmeConfig.config:type_name -> corpus.v1.AcmeConfig
+	103, // 135: corpus.v1.PutCertificate.certificate:type_name -> corpus.v1.Certificate
+	136, // [136:136] is the sub-list for method output_type
+	136, // [136:136] is the sub-list for method input_type
+	136, // [136:136] is the sub-list for extension type_name
+	136, // [136:136] is the sub-list for extension extendee
+	0,   // [0:136] is the sub-list for field type_name
 }
 
 func init() { file_corpus_v1_raft_proto_init() }
@@ -6343,6 +6435,7 @@ func file_corpus_v1_raft_proto_init() {
 		(*Command_SwitchEnv)(nil),
 		(*Command_PutExtension)(nil),
 		(*Command_DeleteExtension)(nil),
+		(*Command_SetClusterVersion)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -6350,7 +6443,7 @@ func file_corpus_v1_raft_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_corpus_v1_raft_proto_rawDesc), len(file_corpus_v1_raft_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   76,
+			NumMessages:   77,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -1738,7 +1738,11 @@ type Coordinator struct {
 	GossipAddress string `protobuf:"bytes,5,opt,name=gossip_address,json=gossipAddress,proto3" json:"gossip_address,omitempty"`
 	// version is the corpus version the replica last registered with, so
 	// a rolling upgrade shows which replicas run what.
-	Version       string `protobuf:"bytes,6,opt,name=version,proto3" json:"version,omitempty"`
+	Version string `protobuf:"bytes,6,opt,name=version,proto3" json:"version,omitempty"`
+	// server_version is the release level ("v0.1") of the replica's
+	// binary: the newest cluster version it can apply. The group's cluster
+	// version is the lowest of its voters'.
+	ServerVersion string `protobuf:"bytes,7,opt,name=server_version,json=serverVersion,proto3" json:"server_version,omitempty"`
 	CreateIndex   uint64 `protobuf:"varint,20,opt,name=create_index,json=createIndex,proto3" json:"create_index,omitempty"`
 	ModifyIndex   uint64 `protobuf:"varint,21,opt,name=modify_index,json=modifyIndex,proto3" json:"modify_index,omitempty"`
 	unknownFields protoimpl.UnknownFields
@@ -1813,6 +1817,13 @@ func (x *Coordinator) GetGossipAddress() string {
 func (x *Coordinator) GetVersion() string {
 	if x != nil {
 		return x.Version
+	}
+	return ""
+}
+
+func (x *Coordinator) GetServerVersion() string {
+	if x != nil {
+		return x.ServerVersion
 	}
 	return ""
 }
@@ -3970,7 +3981,7 @@ const file_corpus_v1_types_proto_rawDesc = "" +
 	"\arestore\x18\b \x01(\v2\x12.corpus.v1.RestoreR\arestore\"@\n" +
 	"\aRestore\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12%\n" +
-	"\x0esnapshot_index\x18\x02 \x01(\x04R\rsnapshotIndex\"\x89\x02\n" +
+	"\x0esnapshot_index\x18\x02 \x01(\x04R\rsnapshotIndex\"\xb0\x02\n" +
 	"\vCoordinator\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12!\n" +
 	"\fraft_address\x18\x02 \x01(\tR\vraftAddress\x12\x1f\n" +
@@ -3979,7 +3990,8 @@ const file_corpus_v1_types_proto_rawDesc = "" +
 	"\vdns_address\x18\x04 \x01(\tR\n" +
 	"dnsAddress\x12%\n" +
 	"\x0egossip_address\x18\x05 \x01(\tR\rgossipAddress\x12\x18\n" +
-	"\aversion\x18\x06 \x01(\tR\aversion\x12!\n" +
+	"\aversion\x18\x06 \x01(\tR\aversion\x12%\n" +
+	"\x0eserver_version\x18\a \x01(\tR\rserverVersion\x12!\n" +
 	"\fcreate_index\x18\x14 \x01(\x04R\vcreateIndex\x12!\n" +
 	"\fmodify_index\x18\x15 \x01(\x04R\vmodifyIndex\"\xfc\x01\n" +
 	"\tDnsRecord\x12\x0e\n" +

@@ -1,0 +1,168 @@
+package state
+
+import (
+	"fmt"
+
+	"github.com/hashicorp/go-memdb"
+	"github.com/hashicorp/raft"
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
+
+	"corpus/coordinator/compat"
+	"corpus/coordinator/state/statedb"
+	corpusv1 "corpus/proto/corpus/v1"
+)
+
+// The cluster version in the state machine: the entry that raises it,
+// the gate on entry kinds and derived state, and the refusals of what
+// this binary cannot apply (package compat explains the scheme).
+
+var cmdOneof = (&corpusv1.Command{}).ProtoReflect().Descriptor().Oneofs().ByName("cmd")
+
+// Kind is the name of cmd's entry kind, its field in Command's oneof
+// ("create_guest"); "" when it has none this binary knows.
+func Kind(cmd *corpusv1.Command) string {
+	fd := cmd.ProtoReflect().WhichOneof(cmdOneof)
+	if fd == nil {
+		return ""
+	}
+	return string(fd.Name())
+}
+
+// Gate is nil when a group at cluster version cluster may propose cmd,
+// and otherwise an error wrapping compat.ErrNeedsUpgrade. An ignorable
+// command always may: a replica that does not know it skips it.
+func Gate(cluster compat.Version, cmd *corpusv1.Command) error {
+	f, ok := compat.EntryFeature(Kind(cmd))
+	if !ok || cmd.Ignorable {
+		return nil
+	}
+	return compat.Check(cluster, f)
+}
+
+// needs is the release that introduced cmd's kind ("" for the first).
+func needs(cmd *corpusv1.Command) string {
+	if f, ok := compat.EntryFeature(Kind(cmd)); ok && !compat.Since(f).IsZero() {
+		return compat.Since(f).String()
+	}
+	return ""
+}
+
+// unknownEntry is the message of a replica stopping on an entry it
+// cannot apply: its kind (the field number, when this binary does not
+// know it) and the release that can.
+func unknownEntry(index uint64, cmd *corpusv1.Command) string {
+	kind := "no kind"
+	if cmd.Version > CommandVersion {
+		kind = fmt.Sprintf("version %d", cmd.Version)
+	} else if unknown := cmd.ProtoReflect().GetUnknown(); len(unknown) > 0 {
+		if num, _, n := protowire.ConsumeTag(unknown); n > 0 {
+			kind = fmt.Sprintf("Command field %d, a kind this replica does not know", num)
+		}
+	}
+	can := "a newer corpus"
+	if cmd.Needs != "" {
+		can = "corpus " + cmd.Needs + " or later"
+	}
+	return fmt.Sprintf("state: unknown command at index %d (%s); it needs %s and this replica is %s: upgrade this replica", index, kind, can, compat.Current)
+}
+
+// allows reports whether the state as the command sees it allows f.
+func (a *applier) allows(f compat.Feature) bool {
+	return compat.Allows(a.view().ClusterVersion(), f)
+}
+
+// gated refuses, as a business error, an entry whose kind the cluster
+// version does not allow yet: the leader's gate should have kept it out
+// of the log, and replicas that know the kind all refuse it alike.
+func (a *applier) gated(cmd *corpusv1.Command) error {
+	if err := Gate(a.view().ClusterVersion(), cmd); err != nil {
+		return fmt.Errorf("%w: %w", ErrBadTransition, err)
+	}
+	return nil
+}
+
+// setClusterVersion raises the cluster version. Lowering it is refused;
+// a version newer than this binary stops the replica: it could not apply
+// what the group may now write.
+func (a *applier) setClusterVersion(c *corpusv1.SetClusterVersion) error {
+	v, err := compat.Parse(c.Version)
+	if err != nil || v.IsZero() {
+		return fmt.Errorf("cluster version %q: %w", c.Version, ErrInvalid)
+	}
+	old := a.view().ClusterVersion()
+	switch {
+	case v == old:
+		return nil
+	case v.Less(old):
+		return fmt.Errorf("cluster version %s is lower than the group's %s; it never goes down: %w", v, old, ErrBadTransition)
+	case compat.Current.Less(v):
+		panic("state: " + compat.TooOld(v))
+	}
+	a.put(statedb.TableMeta, &statedb.Meta{Key: statedb.MetaClusterVersion, Value: v})
+	if !compat.Allows(old, compat.GuestIDRanges) && compat.Allows(v, compat.GuestIDRanges) {
+		for _, n := range a.view().Nodes() {
+			a.giveIDRanges(n)
+		}
+	}
+	return nil
+}
+
+// checkSnapshot refuses a snapshot this binary cannot restore: a newer
+// format, or a group whose cluster version is past this binary.
+func checkSnapshot(snap *corpusv1.Snapshot) (compat.Version, error) {
+	if snap.Version > CommandVersion {
+		return compat.Version{}, fmt.Errorf("snapshot format version %d is newer than this replica reads (%d): it was written by a newer corpus; run that release or later", snap.Version, CommandVersion)
+	}
+	cv, err := compat.Parse(snap.ClusterVersion)
+	if err != nil {
+		return compat.Version{}, fmt.Errorf("snapshot's cluster version: %w", err)
+	}
+	if compat.Current.Less(cv) {
+		return compat.Version{}, fmt.Errorf("restoring snapshot: %s", compat.TooOld(cv))
+	}
+	return cv, nil
+}
+
+// Refused is why the last Restore refused its snapshot (nil when it did
+// not): Raft, failing to start on it, says only that no snapshot loaded.
+func (f *FSM) Refused() error { return f.refused }
+
+// restoreClusterVersion puts a snapshot's cluster version in txn.
+func restoreClusterVersion(txn *memdb.Txn, cv compat.Version) error {
+	if cv.IsZero() {
+		return nil
+	}
+	if err := txn.Insert(statedb.TableMeta, &statedb.Meta{Key: statedb.MetaClusterVersion, Value: cv}); err != nil {
+		return fmt.Errorf("restoring the cluster version: %w", err)
+	}
+	return nil
+}
+
+// CheckLog refuses to start a replica whose Raft log raises the cluster
+// version past this binary: it would stop at that entry anyway, after
+// rejoining its group. Entries that do not decode are left to Apply.
+func CheckLog(logs raft.LogStore) error {
+	first, err := logs.FirstIndex()
+	if err != nil {
+		return fmt.Errorf("reading the raft log: %w", err)
+	}
+	last, err := logs.LastIndex()
+	if err != nil {
+		return fmt.Errorf("reading the raft log: %w", err)
+	}
+	var l raft.Log
+	for i := max(first, 1); first > 0 && i <= last; i++ {
+		if err := logs.GetLog(i, &l); err != nil || l.Type != raft.LogCommand {
+			continue
+		}
+		var cmd corpusv1.Command
+		if proto.Unmarshal(l.Data, &cmd) != nil || cmd.GetSetClusterVersion() == nil {
+			continue
+		}
+		if v, err := compat.Parse(cmd.GetSetClusterVersion().Version); err == nil && compat.Current.Less(v) {
+			return fmt.Errorf("%s", compat.TooOld(v))
+		}
+	}
+	return nil
+}
