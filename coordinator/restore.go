@@ -12,6 +12,7 @@ import (
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
 	"google.golang.org/protobuf/proto"
 
+	"corpus/coordinator/state"
 	"corpus/internal/pki"
 	"corpus/internal/secret"
 	"corpus/internal/snapshotfile"
@@ -69,6 +70,9 @@ func openRestore(cfg Config, logger *slog.Logger) (*restoring, error) {
 	var st corpusv1.Snapshot
 	if err := proto.Unmarshal(c.State, &st); err != nil {
 		return nil, refuse("%w: the state does not decode (%v)", snapshotfile.ErrCorrupt, err)
+	}
+	if err := state.CheckSnapshot(&st); err != nil {
+		return nil, refuse("%w: %w", snapshotfile.ErrNewerFormat, err)
 	}
 	if st.Config.GetClusterId() != h.ClusterId {
 		return nil, refuse("%w: the state is of cluster %q, the header says %q", snapshotfile.ErrCorrupt, st.Config.GetClusterId(), h.ClusterId)

@@ -1,6 +1,7 @@
 package coordinator_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"os"
@@ -9,6 +10,7 @@ import (
 	"testing"
 
 	"connectrpc.com/connect"
+	"google.golang.org/protobuf/proto"
 
 	"corpus/client"
 	"corpus/coordinator"
@@ -130,6 +132,7 @@ func TestRestoreRefusals(t *testing.T) {
 	raw, _ := os.ReadFile(path)
 	truncated := filepath.Join(t.TempDir(), "truncated.snap")
 	os.WriteFile(truncated, raw[:len(raw)-100], 0o600)
+	newer := resealed(t, path, func(st *corpusv1.Snapshot) { st.ClusterVersion = "v99.0" })
 	other := start(t, t.TempDir()) // another cluster's replica
 	if err := other.stop(); err != nil {
 		t.Fatal(err)
@@ -142,6 +145,7 @@ func TestRestoreRefusals(t *testing.T) {
 		{"wrong key", path, wrong, "", snapshotfile.ErrWrongKey, "give the key file"},
 		{"truncated", truncated, good, "", snapshotfile.ErrCorrupt, "truncated"},
 		{"no key", path, "", "", coordinator.ErrRestoreRefused, "--restore-key-file"},
+		{"newer cluster version", newer, good, "", snapshotfile.ErrNewerFormat, "run v99.0 or later"},
 		{"another cluster's folder", path, good, other.dir, coordinator.ErrRestoreRefused, "belongs to another cluster"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -167,6 +171,46 @@ func TestRestoreRefusals(t *testing.T) {
 			}
 		})
 	}
+}
+
+// resealed writes a copy of the snapshot file at path, its state changed
+// by edit, sealed again with snapSecret.
+func resealed(t *testing.T, path string, edit func(*corpusv1.Snapshot)) string {
+	t.Helper()
+	h, payload, err := snapshotfile.Read(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := snapshotfile.Open(h, payload, []byte(snapSecret))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var st corpusv1.Snapshot
+	if err := proto.Unmarshal(c.State, &st); err != nil {
+		t.Fatal(err)
+	}
+	edit(&st)
+	if c.State, err = proto.Marshal(&st); err != nil {
+		t.Fatal(err)
+	}
+	k, err := snapshotfile.NewKey([]byte(snapSecret))
+	if err != nil {
+		t.Fatal(err)
+	}
+	k.Describe(h)
+	if payload, err = snapshotfile.Seal(k.Bytes, h, c); err != nil {
+		t.Fatal(err)
+	}
+	var b bytes.Buffer
+	if err := snapshotfile.Encode(&b, h); err != nil {
+		t.Fatal(err)
+	}
+	b.Write(payload)
+	out := filepath.Join(t.TempDir(), "edited.snap")
+	if err := os.WriteFile(out, b.Bytes(), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return out
 }
 
 // listing names every file under dir with its size.
