@@ -11,6 +11,7 @@ import (
 	"corpus/coordinator/clusterversion"
 	"corpus/coordinator/leader"
 	"corpus/coordinator/scheduler"
+	"corpus/coordinator/snapshotschedule"
 	corpusv1 "corpus/proto/corpus/v1"
 	"corpus/proto/corpus/v1/corpusv1connect"
 )
@@ -34,6 +35,7 @@ func (s *Server) leaderRunner() *leader.Runner {
 			&backupschedule.Loop{Store: s.store, Clock: s.cfg.Clock, Backups: s.api, Logger: s.logger},
 			&autoscale.Loop{Store: s.store, Loads: agentLoads(s.agentClient), Scaler: s.api, Interval: s.cfg.AutoscaleInterval, Logger: s.logger},
 			leader.Func(s.api.CertificateLoop),
+			&snapshotschedule.Loop{Config: s.cfg.Snapshots, Take: s.Take, Clock: s.cfg.Clock, Metrics: s.snaps, Logger: s.logger},
 			&clusterversion.Loop{Store: s.store, Voters: s.voters, Propose: s.replica.propose, Logger: s.logger},
 		},
 	})

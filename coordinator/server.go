@@ -28,6 +28,7 @@ import (
 	"corpus/coordinator/ldapauth"
 	"corpus/coordinator/scheduler"
 	"corpus/coordinator/series"
+	"corpus/coordinator/snapshotschedule"
 	"corpus/coordinator/state"
 	"corpus/coordinator/templates"
 	"corpus/coordinator/ui"
@@ -130,6 +131,9 @@ type Config struct {
 	// cluster restored already).
 	RestoreFile    string
 	RestoreKeyFile string
+	// Snapshots are the scheduled snapshots the leader writes (off when
+	// their Dir is empty).
+	Snapshots snapshotschedule.Config
 
 	// ServiceTemplates is the operators' folder of service templates,
 	// added to the built-in ones (coordinator/templates); missing is
@@ -230,6 +234,9 @@ func (c Config) Validate() error {
 	if c.RestoreFile != "" && c.BootstrapExpect > 1 {
 		errs = append(errs, errors.New("a restore starts a group of one replica (--bootstrap-expect 1): the others join it afterwards"))
 	}
+	if err := c.Snapshots.Validate(); err != nil {
+		errs = append(errs, err)
+	}
 	if c.RaftMultiplier < 0 || c.RaftMultiplier > 10 {
 		errs = append(errs, fmt.Errorf("raft multiplier %d is outside 1 to 10", c.RaftMultiplier))
 	}
@@ -258,6 +265,7 @@ type Server struct {
 	sched    *scheduler.Metrics
 	agentsMu sync.Mutex
 	agents   map[string]agentConn // by node id
+	snaps    *snapshotschedule.Metrics
 }
 
 // agentConn is a client of one node's agent API.
@@ -361,6 +369,11 @@ func New(cfg Config) (*Server, error) {
 	dash := ui.New(ui.Config{Store: s.store, API: mux, Dial: s.selfClient(certs)})
 	dash.Mount(mux)
 	s.sched = scheduler.NewMetrics(cfg.Metrics, s.store)
+	var snapReg prometheus.Registerer
+	if cfg.Snapshots.Dir != "" {
+		snapReg = cfg.Metrics
+	}
+	s.snaps = snapshotschedule.NewMetrics(snapReg, cfg.Clock)
 	cfg.Metrics.MustRegister(newGuestsCollector(s.store), newServicesCollector(s.store), pki.NewExpiryCollector("coordinator", func() map[string]*x509.Certificate {
 		return map[string]*x509.Certificate{"cluster_ca": certs.auth.Cert, "replica": certs.keys.Get().Leaf}
 	}))

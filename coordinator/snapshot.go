@@ -15,6 +15,7 @@ import (
 	"corpus/coordinator/api"
 	"corpus/coordinator/api/snapshot"
 	"corpus/internal/rpc"
+	"corpus/internal/snapshotfile"
 	corpusv1 "corpus/proto/corpus/v1"
 	"corpus/proto/corpus/v1/corpusv1connect"
 )
@@ -26,7 +27,7 @@ import (
 var _ snapshot.Taker = (*Server)(nil)
 
 // Take implements snapshot.Taker.
-func (s *Server) Take(ctx context.Context) (*snapshot.Taken, error) {
+func (s *Server) Take(ctx context.Context) (*snapshotfile.Taken, error) {
 	if !s.replica.isLeader() {
 		return nil, s.replica.notLeader()
 	}
@@ -43,7 +44,7 @@ func (s *Server) Take(ctx context.Context) (*snapshot.Taken, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &snapshot.Taken{Index: meta.Index, Term: meta.Term, State: state, CACert: s.certs.auth.CertPEM, CAKey: key}, nil
+	return &snapshotfile.Taken{Index: meta.Index, Term: meta.Term, State: state, CACert: s.certs.auth.CertPEM, CAKey: key}, nil
 }
 
 // take snapshots the state machine as of every entry committed so far (a

@@ -4,19 +4,23 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/proto"
 
 	"corpus/client"
 	"corpus/coordinator"
+	"corpus/coordinator/snapshotschedule"
 	"corpus/coordinator/state"
 	"corpus/internal/pki"
 	"corpus/internal/snapshotfile"
+	"corpus/internal/testrun"
 	corpusv1 "corpus/proto/corpus/v1"
 )
 
@@ -230,4 +234,37 @@ func canceled() context.Context {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	return ctx
+}
+
+// TestScheduledSnapshots: the leader writes a snapshot every interval
+// into the folder, sealed with the key file, keeps the newest ones, and
+// says their age.
+func TestScheduledSnapshots(t *testing.T) {
+	t.Parallel()
+	dir, keyFile := t.TempDir(), filepath.Join(t.TempDir(), "key")
+	os.WriteFile(keyFile, []byte(snapSecret), 0o600)
+	s := start(t, t.TempDir(), func(c *coordinator.Config) {
+		c.Snapshots = snapshotschedule.Config{Dir: dir, Interval: time.Second, Keep: 2, KeyFile: keyFile}
+	})
+	seen := map[string]bool{}
+	testrun.Wait(t, 30*time.Second, "three scheduled snapshots, two kept", func() error {
+		entries, _ := os.ReadDir(dir)
+		for _, e := range entries {
+			seen[e.Name()] = true
+		}
+		if len(seen) < 3 || len(entries) != 2 {
+			return fmt.Errorf("%d written, %d in the folder", len(seen), len(entries))
+		}
+		return nil
+	})
+	entries, _ := os.ReadDir(dir)
+	for _, e := range entries {
+		h, payload, err := snapshotfile.Read(filepath.Join(dir, e.Name()))
+		if err == nil {
+			_, err = snapshotfile.Open(h, payload, []byte(snapSecret))
+		}
+		if err != nil || h.ClusterId != s.Store().Read().Config().ClusterId {
+			t.Errorf("%s: %v, %v", e.Name(), h, err)
+		}
+	}
 }

@@ -26,11 +26,16 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"time"
 
 	"golang.org/x/crypto/scrypt"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"corpus/internal/atomicfile"
 	"corpus/internal/seal"
+	"corpus/internal/version"
 	corpusv1 "corpus/proto/corpus/v1"
 )
 
@@ -243,4 +248,63 @@ func Open(h *corpusv1.SnapshotHeader, payload, secret []byte) (*corpusv1.Snapsho
 		return nil, fmt.Errorf("%w: the payload lacks the state or the cluster CA", ErrCorrupt)
 	}
 	return c, nil
+}
+
+// Taken is a snapshot of the state machine as Raft took it on the
+// leader, with the cluster CA beside it: what a file's payload holds.
+type Taken struct {
+	Index, Term uint64
+	// State is the state machine's snapshot (a corpusv1.Snapshot).
+	State []byte
+	// CACert and CAKey are the cluster CA (PEM).
+	CACert, CAKey []byte
+}
+
+// NewHeader describes the state machine's snapshot state (a
+// corpusv1.Snapshot) taken at Raft index and term: its cluster, the
+// corpus version taking it, the time, and what it holds (the length of
+// every list of the snapshot, by name). Seal adds the checksum, a Key the
+// key derivation.
+func NewHeader(index, term uint64, state []byte, now time.Time) (*corpusv1.SnapshotHeader, error) {
+	var st corpusv1.Snapshot
+	if err := proto.Unmarshal(state, &st); err != nil {
+		return nil, fmt.Errorf("decoding the state's snapshot: %w", err)
+	}
+	if st.Config.GetClusterId() == "" {
+		return nil, errors.New("the cluster is not bootstrapped yet: nothing to snapshot")
+	}
+	counts := map[string]uint64{}
+	m := st.ProtoReflect()
+	fields := m.Descriptor().Fields()
+	for i := range fields.Len() {
+		f := fields.Get(i)
+		if f.IsList() && f.Kind() == protoreflect.MessageKind {
+			counts[string(f.Name())] = uint64(m.Get(f).List().Len())
+		}
+	}
+	return &corpusv1.SnapshotHeader{
+		FormatVersion: FormatVersion,
+		ClusterId:     st.Config.GetClusterId(),
+		RaftIndex:     index,
+		RaftTerm:      term,
+		CorpusVersion: fmt.Sprintf("%s (commit %s)", version.Version, version.Get().Commit),
+		CreatedAt:     timestamppb.New(now),
+		Counts:        counts,
+	}, nil
+}
+
+// WriteFile seals c with key for h and writes the snapshot file at path,
+// whole or not at all.
+func WriteFile(path string, key *Key, h *corpusv1.SnapshotHeader, c *corpusv1.SnapshotContents) error {
+	key.Describe(h)
+	payload, err := Seal(key.Bytes, h, c)
+	if err != nil {
+		return err
+	}
+	var b bytes.Buffer
+	if err := Encode(&b, h); err != nil {
+		return err
+	}
+	b.Write(payload)
+	return atomicfile.Write(path, b.Bytes(), 0o600)
 }
