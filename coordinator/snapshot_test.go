@@ -1,7 +1,6 @@
 package coordinator_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -201,17 +200,8 @@ func resealed(t *testing.T, path string, edit func(*corpusv1.Snapshot)) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	k.Describe(h)
-	if payload, err = snapshotfile.Seal(k.Bytes, h, c); err != nil {
-		t.Fatal(err)
-	}
-	var b bytes.Buffer
-	if err := snapshotfile.Encode(&b, h); err != nil {
-		t.Fatal(err)
-	}
-	b.Write(payload)
 	out := filepath.Join(t.TempDir(), "edited.snap")
-	if err := os.WriteFile(out, b.Bytes(), 0o600); err != nil {
+	if err := snapshotfile.WriteFile(out, k, h, c); err != nil {
 		t.Fatal(err)
 	}
 	return out
