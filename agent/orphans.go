@@ -9,8 +9,9 @@ import (
 // snapshot are desired again and come back. Guests created after it are
 // unknown to the restored state: the agent keeps those it runs as they
 // are (running, but no longer managed) instead of removing them as
-// undesired, logs each, and remembers them across restarts until they
-// are gone from the host. The first desired state carrying a new restore
+// undesired, logs each, and remembers them across restarts (the
+// operator creates them again through the API or removes them by hand;
+// docs/operator/backups.md). The first desired state carrying a new restore
 // id is compared with the one before it: a guest desired then, created
 // after the snapshot's index and not desired now is such a guest.
 
