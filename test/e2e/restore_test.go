@@ -19,7 +19,8 @@ import (
 // address, without enrolling again), and every object is back, DNS
 // answers, no guest restarted, no proxied request failed during the
 // whole outage, and the guest the snapshot predates is kept running, not
-// destroyed.
+// destroyed. A second replica joins the restored one as any replica
+// joins a group.
 func TestDisasterRecovery(t *testing.T) {
 	lab := newNetLab(t)
 	g := newCoordGroupIn(t, lab, lab.lan)
@@ -127,6 +128,27 @@ func TestDisasterRecovery(t *testing.T) {
 	}
 	eventually(t, 20*time.Second, "DNS answering for web", func() error {
 		out, err := exec.Command("nsenter", "--net=/run/netns/"+lab.ctl, "dig", "@127.0.0.1", "-p", "8650", "+short", "web.guest.corpus.test", "A").CombinedOutput()
+		if err != nil || strings.TrimSpace(string(out)) == "" {
+			return fmt.Errorf("dig = %q, %v", out, err)
+		}
+		return nil
+	})
+	// Another replica joins the restored one as usual, with the CA the
+	// restore wrote into its data folder, and answers from the same state.
+	tlsDir := filepath.Join(restored, "tls")
+	startIn(t, g.ns, "coordinator r2", nil, "coordinator", "--id", "r2", "--bootstrap=false", "--data-dir", filepath.Join(g.dir, "restored2"),
+		"--cluster-ca", filepath.Join(tlsDir, "ca.crt"), "--cluster-ca-key", filepath.Join(tlsDir, "ca.key"),
+		"--api-addr", "127.0.0.1:7460", "--raft-addr", "127.0.0.1:7461", "--dns-addr", "127.0.0.1:8660",
+		"--gossip-addr", newHost+":7463", "--metrics-addr", "127.0.0.1:9504", "--node-timeout", "4s")
+	eventually(t, 30*time.Second, "r2 added to the restored group", func() error {
+		_, errOut, code := c.cli("operator", "raft", "add-peer", "--id", "r2", "--raft-address", "127.0.0.1:7461", "--api-address", "127.0.0.1:7460")
+		if code != 0 {
+			return errors.New(errOut)
+		}
+		return nil
+	})
+	eventually(t, 30*time.Second, "r2's DNS answering for web", func() error {
+		out, err := exec.Command("nsenter", "--net=/run/netns/"+lab.ctl, "dig", "@127.0.0.1", "-p", "8660", "+short", "web.guest.corpus.test", "A").CombinedOutput()
 		if err != nil || strings.TrimSpace(string(out)) == "" {
 			return fmt.Errorf("dig = %q, %v", out, err)
 		}
