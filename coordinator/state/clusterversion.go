@@ -1,6 +1,7 @@
 package state
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/hashicorp/go-memdb"
@@ -76,6 +77,9 @@ func (a *applier) allows(f compat.Feature) bool {
 // version does not allow yet: the leader's gate should have kept it out
 // of the log, and replicas that know the kind all refuse it alike.
 func (a *applier) gated(cmd *corpusv1.Command) error {
+	if _, ok := compat.EntryFeature(Kind(cmd)); !ok {
+		return nil // a kind of the first release: no state to read
+	}
 	if err := Gate(a.view().ClusterVersion(), cmd); err != nil {
 		return fmt.Errorf("%w: %w", ErrBadTransition, err)
 	}
@@ -161,7 +165,7 @@ func CheckLog(logs raft.LogStore) error {
 			continue
 		}
 		if v, err := compat.Parse(cmd.GetSetClusterVersion().Version); err == nil && compat.Current.Less(v) {
-			return fmt.Errorf("%s", compat.TooOld(v))
+			return errors.New(compat.TooOld(v))
 		}
 	}
 	return nil

@@ -139,6 +139,7 @@ func requireE2E(t *testing.T) {
 // proc is a corpus daemon started by a test.
 type proc struct {
 	name string
+	bin  string // the corpus binary it runs
 	ns   string // network namespace it runs in; "" for the test's own
 	env  []string
 	args []string
@@ -168,10 +169,16 @@ func (s *syncBuffer) String() string {
 // own). `ip netns exec` execs corpus, so the PID is corpus's.
 func startIn(t *testing.T, ns, name string, env []string, args ...string) *proc {
 	t.Helper()
-	p := &proc{name: name, ns: ns, env: env, args: args, log: &syncBuffer{}, done: make(chan struct{})}
-	p.cmd = exec.Command(corpusBin, args...)
+	return startBinIn(t, corpusBin, ns, name, env, args...)
+}
+
+// startBinIn is startIn with another corpus binary (a previous release's).
+func startBinIn(t *testing.T, bin, ns, name string, env []string, args ...string) *proc {
+	t.Helper()
+	p := &proc{name: name, bin: bin, ns: ns, env: env, args: args, log: &syncBuffer{}, done: make(chan struct{})}
+	p.cmd = exec.Command(bin, args...)
 	if ns != "" {
-		p.cmd = exec.Command(enterNodeNS, append([]string{ns, corpusBin}, args...)...)
+		p.cmd = exec.Command(enterNodeNS, append([]string{ns, bin}, args...)...)
 	}
 	p.cmd.Env = append(os.Environ(), env...)
 	p.cmd.Stdout, p.cmd.Stderr = p.log, p.log
@@ -279,7 +286,7 @@ func (p *proc) kill() {
 func (p *proc) restart(t *testing.T) *proc {
 	t.Helper()
 	p.kill()
-	return startIn(t, p.ns, p.name, p.env, p.args...)
+	return startBinIn(t, p.bin, p.ns, p.name, p.env, p.args...)
 }
 
 // stop sends SIGINT and waits for a clean exit.
@@ -306,6 +313,8 @@ type cluster struct {
 	ca     string
 	coord  *proc
 	agents map[string]*agentProc
+	// bin is the corpus binary agents start with ("" for corpusBin).
+	bin string
 }
 
 type agentProc struct {
@@ -436,7 +445,11 @@ func (c *cluster) startAgentEnv(a *agentProc, env []string, args ...string) *pro
 	if !slices.Contains(args, "--coordinator") {
 		base = append(base, "--coordinator", a.node.ctlSide+":7400")
 	}
-	return startIn(c.t, a.node.ns, "agent "+a.name, env, append(base, args...)...)
+	bin := c.bin
+	if bin == "" {
+		bin = corpusBin
+	}
+	return startBinIn(c.t, bin, a.node.ns, "agent "+a.name, env, append(base, args...)...)
 }
 
 // restartAgent starts a killed agent again from its state folder.

@@ -49,6 +49,12 @@ func newCoordGroup(t *testing.T) *coordGroup {
 // (and agents) to reach them there.
 func newCoordGroupIn(t *testing.T, lab *netLab, advertiseHost string) *coordGroup {
 	t.Helper()
+	return newCoordGroupBin(t, lab, advertiseHost, corpusBin)
+}
+
+// newCoordGroupBin is newCoordGroupIn with the replicas running bin.
+func newCoordGroupBin(t *testing.T, lab *netLab, advertiseHost, bin string) *coordGroup {
+	t.Helper()
 	g := &coordGroup{t: t, ns: lab.ctl, dir: tempDir(t), api: map[string]string{}, procs: map[string]*proc{}}
 	caDir := filepath.Join(g.dir, "ca")
 	if out, err := exec.Command(corpusBin, "tls", "ca-create", "--dir", caDir).CombinedOutput(); err != nil {
@@ -78,7 +84,7 @@ func newCoordGroupIn(t *testing.T, lab *netLab, advertiseHost string) *coordGrou
 			args = append(args, "--api-addr", "0.0.0.0:"+port, "--advertise-addr", advertiseHost+":"+port,
 				"--gossip-addr", fmt.Sprintf("%s:%d", advertiseHost, 7403+10*i))
 		}
-		g.procs[id] = startIn(t, g.ns, "coordinator "+id, nil, args...)
+		g.procs[id] = startBinIn(t, bin, g.ns, "coordinator "+id, nil, args...)
 	}
 	eventually(t, 30*time.Second, "the group bootstrapped", func() error {
 		b, err := os.ReadFile(filepath.Join(g.dir, "c1", "ops-token"))
