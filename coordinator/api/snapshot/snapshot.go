@@ -25,8 +25,8 @@ type Taker interface {
 	// and returns it.
 	Take(ctx context.Context) (*snapshotfile.Taken, error)
 	// Relay passes the call to the leader and its chunks to send; it
-	// returns api.ErrNotLeader (wrapped) when this replica leads or no
-	// leader is known.
+	// returns api.ErrNotLeader (wrapped) when no leader is known or the
+	// leader does not answer.
 	Relay(ctx context.Context, req *corpusv1.SaveSnapshotRequest, send func(*corpusv1.SnapshotChunk) error) error
 }
 
