@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/protobuf/proto"
 
 	"corpus/client"
@@ -233,8 +234,10 @@ func TestScheduledSnapshots(t *testing.T) {
 	t.Parallel()
 	dir, keyFile := t.TempDir(), filepath.Join(t.TempDir(), "key")
 	os.WriteFile(keyFile, []byte(snapSecret), 0o600)
+	reg := prometheus.NewRegistry()
 	s := start(t, t.TempDir(), func(c *coordinator.Config) {
 		c.Snapshots = snapshotschedule.Config{Dir: dir, Interval: time.Second, Keep: 2, KeyFile: keyFile}
+		c.Metrics = reg
 	})
 	seen := map[string]bool{}
 	testrun.Wait(t, 30*time.Second, "three scheduled snapshots, two kept", func() error {
@@ -247,6 +250,20 @@ func TestScheduledSnapshots(t *testing.T) {
 		}
 		return nil
 	})
+	figures := map[string]float64{}
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range families {
+		if strings.HasPrefix(f.GetName(), "corpus_snapshot_") {
+			m := f.GetMetric()[0]
+			figures[f.GetName()] = m.GetGauge().GetValue() + m.GetCounter().GetValue()
+		}
+	}
+	if figures["corpus_snapshot_age_seconds"] < 0 || figures["corpus_snapshot_age_seconds"] > 60 || figures["corpus_snapshot_last_size_bytes"] <= 0 || figures["corpus_snapshot_failures_total"] != 0 {
+		t.Errorf("snapshot metrics = %v, want an age of seconds, a size and no failure", figures)
+	}
 	entries, _ := os.ReadDir(dir)
 	for _, e := range entries {
 		h, payload, err := snapshotfile.Read(filepath.Join(dir, e.Name()))
