@@ -115,7 +115,7 @@ demo-stop: ## stop the cluster started by make demo (guests keep running)
 demo-clean: ## stop it and remove its guests, network and state
 	./scripts/demo clean
 
-bench: ## guest start vs raw LXC, agent memory, NAT, proxy vs nginx, DNS vs bind9, volumes, push-to-serving, placement, VM start, kubernetes, services, scaling, replicated writes vs etcd, rolling upgrade
+bench: ## guest start vs raw LXC, agent memory, NAT, proxy vs nginx, DNS vs bind9, volumes, push-to-serving, placement, VM start, kubernetes, services, scaling, replicated writes vs etcd, rolling upgrade, control-plane snapshot and restore
 	./scripts/setup --bench
 	./test/bench/run
 	./test/bench/nat/run
@@ -131,6 +131,7 @@ bench: ## guest start vs raw LXC, agent memory, NAT, proxy vs nginx, DNS vs bind
 	./test/bench/scale/run
 	./test/bench/raft/run
 	./test/bench/upgrade/run
+	./test/bench/snapshot/run
 	./test/bench/summary
 
 RUNS ?= 50

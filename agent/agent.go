@@ -276,6 +276,8 @@ type Agent struct {
 	rewatch context.CancelFunc
 
 	known    bool                      // desired came from the coordinator or the cache
+	orphans  map[string]string         // guests a restored cluster does not know (orphans.go)
+	restore  string                    // id of the cluster's last restore the watch said
 	workers  map[string]*guests.Worker // by guest id
 	observed map[string]*corpusv1.GuestObserved
 
@@ -479,6 +481,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	if err := a.guests.RecoverJournal(ctx); err != nil {
 		a.logger.Warn("recovering interrupted work", "error", err)
 	}
+	a.loadOrphans()
 	if msg, ok, err := a.cache.Desired(); err != nil {
 		a.logger.Warn("reading cached desired state", "error", err)
 	} else if ok {

@@ -81,8 +81,9 @@ func (a *Agent) pass(ctx context.Context) {
 			a.mu.Lock()
 			_, wanted := a.desired[st.ID]
 			_, busy := a.workers[st.ID]
+			_, orphan := a.orphans[st.ID]
 			a.mu.Unlock()
-			if wanted || busy {
+			if wanted || busy || orphan {
 				continue
 			}
 			// The name may have been taken by a new guest since List.

@@ -36,6 +36,7 @@ func (a *Agent) watchLoop(ctx context.Context) {
 				idle.Reset(watchIdle)
 				backoff = 250 * time.Millisecond
 				msg := stream.Msg()
+				a.noteRestore(msg)
 				if err := a.cache.SetDesired(msg); err != nil {
 					a.logger.Warn("caching desired state", "error", err)
 				}
@@ -98,6 +99,7 @@ func (a *Agent) setDesired(msg *corpusv1.WatchResponse) {
 	a.vols.Set(msg.Volumes)
 	a.mu.Lock()
 	a.desired = m
+	a.restore = msg.GetRestore().GetId()
 	if msg.Node != nil {
 		a.node = msg.Node
 	}

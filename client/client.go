@@ -125,6 +125,7 @@ type Clients struct {
 	Audit      corpusv1connect.AuditServiceClient
 	Services   corpusv1connect.ServiceServiceClient
 	Extensions corpusv1connect.ExtensionServiceClient
+	Snapshots  corpusv1connect.SnapshotServiceClient
 }
 
 // electionWait is how long a call waits out a coordinator without a
@@ -159,6 +160,7 @@ func New(e Environment, consistent bool) (*Clients, error) {
 		Audit:      corpusv1connect.NewAuditServiceClient(hc, base, opt),
 		Services:   corpusv1connect.NewServiceServiceClient(hc, base, opt),
 		Extensions: corpusv1connect.NewExtensionServiceClient(hc, base, opt),
+		Snapshots:  corpusv1connect.NewSnapshotServiceClient(hc, base, opt),
 	}, nil
 }
 

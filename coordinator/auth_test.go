@@ -81,6 +81,16 @@ var authCalls = map[string]func(ctx context.Context, c clients) error{
 		_, err := c.volumes.DeleteVolume(ctx, connect.NewRequest(&corpusv1.DeleteVolumeRequest{Name: "nope"}))
 		return err
 	},
+	corpusv1connect.SnapshotServiceSaveSnapshotProcedure: func(ctx context.Context, c clients) error {
+		s, err := c.snap.SaveSnapshot(ctx, connect.NewRequest(&corpusv1.SaveSnapshotRequest{Key: make([]byte, 32)}))
+		if err != nil {
+			return err
+		}
+		defer s.Close()
+		for s.Receive() {
+		}
+		return s.Err()
+	},
 	corpusv1connect.DnsServiceListRecordsProcedure: func(ctx context.Context, c clients) error {
 		_, err := c.dns.ListRecords(ctx, connect.NewRequest(&corpusv1.ListRecordsRequest{}))
 		return err

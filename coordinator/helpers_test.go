@@ -215,6 +215,7 @@ type clients struct {
 	audit   corpusv1connect.AuditServiceClient
 	service corpusv1connect.ServiceServiceClient
 	ext     corpusv1connect.ExtensionServiceClient
+	snap    corpusv1connect.SnapshotServiceClient
 }
 
 // clients returns clients presenting token ("" for none).
@@ -249,6 +250,7 @@ func clientsAt(hc *http.Client, url, token string) clients {
 		agent:   corpusv1connect.NewAgentServiceClient(hc, url, opt),
 		ext:     corpusv1connect.NewExtensionServiceClient(hc, url, opt),
 		service: corpusv1connect.NewServiceServiceClient(hc, url, opt),
+		snap:    corpusv1connect.NewSnapshotServiceClient(hc, url, opt),
 	}
 }
 

@@ -13,6 +13,7 @@ import (
 	"corpus/coordinator/clusterversion"
 	"corpus/coordinator/leader"
 	"corpus/coordinator/scheduler"
+	"corpus/coordinator/snapshotschedule"
 	corpusv1 "corpus/proto/corpus/v1"
 	"corpus/proto/corpus/v1/corpusv1connect"
 )
@@ -36,6 +37,7 @@ func (s *Server) leaderRunner() *leader.Runner {
 			&backupschedule.Loop{Store: s.store, Clock: s.cfg.Clock, Backups: backups.NewScheduled(s.api), Logger: s.logger},
 			&autoscale.Loop{Store: s.store, Loads: agentLoads(s.agentClient), Scaler: projects.NewScaler(s.api), Interval: s.cfg.AutoscaleInterval, Logger: s.logger},
 			leader.Func(s.api.CertificateLoop),
+			&snapshotschedule.Loop{Config: s.cfg.Snapshots, Take: s.Take, Clock: s.cfg.Clock, Metrics: s.snaps, Logger: s.logger},
 			&clusterversion.Loop{Store: s.store, Voters: s.voters, Propose: s.replica.propose, Logger: s.logger},
 		},
 	})

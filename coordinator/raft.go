@@ -26,6 +26,7 @@ type replica struct {
 	raft      *raft.Raft
 	transport *raft.NetworkTransport
 	logs      *raftboltdb.BoltStore
+	snaps     raft.SnapshotStore
 	fsm       *state.FSM
 	store     *state.Store
 	leaderCh  chan bool
@@ -41,6 +42,8 @@ type raftConfig struct {
 	Dir       string
 	BindAddr  string
 	Bootstrap bool
+	// Restore, when set, is installed into empty Raft storage.
+	Restore *restoring
 	// SnapshotThreshold is the number of log entries between snapshots;
 	// TrailingLogs the entries kept after one.
 	SnapshotThreshold uint64
@@ -143,6 +146,14 @@ func openReplica(cfg raftConfig, store *state.Store) (*replica, error) {
 		logs.Close()
 		return nil, fmt.Errorf("reading raft state: %w", err)
 	}
+	if !existing && cfg.Restore != nil {
+		if err := cfg.Restore.install(rc.LocalID, snaps, logs, transport); err != nil {
+			transport.Close()
+			logs.Close()
+			return nil, err
+		}
+		existing = true
+	}
 	r, err := raft.NewRaft(rc, fsm, logs, logs, snaps, transport)
 	if err != nil {
 		transport.Close()
@@ -163,7 +174,7 @@ func openReplica(cfg raftConfig, store *state.Store) (*replica, error) {
 			return nil, fmt.Errorf("bootstrapping raft: %w", err)
 		}
 	}
-	rep := &replica{raft: r, transport: transport, logs: logs, fsm: fsm, store: store, leaderCh: leaderCh, logger: cfg.Logger, apply: newApplyHistogram(), clock: clock.Or(cfg.Clock)}
+	rep := &replica{raft: r, transport: transport, logs: logs, snaps: snaps, fsm: fsm, store: store, leaderCh: leaderCh, logger: cfg.Logger, apply: newApplyHistogram(), clock: clock.Or(cfg.Clock)}
 	if cfg.Metrics != nil {
 		cfg.Metrics.MustRegister(newRaftCollector(rep), rep.apply)
 	}

@@ -28,6 +28,7 @@ import (
 	"corpus/coordinator/ldapauth"
 	"corpus/coordinator/scheduler"
 	"corpus/coordinator/series"
+	"corpus/coordinator/snapshotschedule"
 	"corpus/coordinator/state"
 	"corpus/coordinator/templates"
 	"corpus/coordinator/ui"
@@ -123,6 +124,16 @@ type Config struct {
 	// SeriesInterval is how often each replica samples the values the
 	// dashboard plots (node allocation, domain request and error rates).
 	SeriesInterval time.Duration
+
+	// RestoreFile, when set, starts a new group of this replica alone
+	// from a snapshot file (corpus operator snapshot save) opened with the
+	// secret in RestoreKeyFile; the data folder must be empty (or hold the
+	// cluster restored already).
+	RestoreFile    string
+	RestoreKeyFile string
+	// Snapshots are the scheduled snapshots the leader writes (off when
+	// their Dir is empty).
+	Snapshots snapshotschedule.Config
 
 	// ServiceTemplates is the operators' folder of service templates,
 	// added to the built-in ones (coordinator/templates); missing is
@@ -220,6 +231,12 @@ func (c Config) Validate() error {
 	if c.NodeTimeout < time.Second {
 		errs = append(errs, fmt.Errorf("node timeout %s is below the minimum of 1s", c.NodeTimeout))
 	}
+	if c.RestoreFile != "" && c.BootstrapExpect > 1 {
+		errs = append(errs, errors.New("a restore starts a group of one replica (--bootstrap-expect 1): the others join it afterwards"))
+	}
+	if err := c.Snapshots.Validate(); err != nil {
+		errs = append(errs, err)
+	}
 	if c.RaftMultiplier < 0 || c.RaftMultiplier > 10 {
 		errs = append(errs, fmt.Errorf("raft multiplier %d is outside 1 to 10", c.RaftMultiplier))
 	}
@@ -248,6 +265,7 @@ type Server struct {
 	sched    *scheduler.Metrics
 	agentsMu sync.Mutex
 	agents   map[string]agentConn // by node id
+	snaps    *snapshotschedule.Metrics
 }
 
 // agentConn is a client of one node's agent API.
@@ -286,6 +304,10 @@ func New(cfg Config) (*Server, error) {
 	s := &Server{cfg: cfg, store: state.NewStore(), logger: logger, fwd: seenForwarder{pending: map[string]bool{}}}
 	s.liveness = newLiveness(cfg.NodeTimeout)
 	s.agents = map[string]agentConn{}
+	restore, err := openRestore(cfg, logger)
+	if err != nil {
+		return nil, err
+	}
 	alone := cfg.Bootstrap && cfg.BootstrapExpect <= 1
 	certs, err := loadCerts(cfg, alone)
 	if err != nil {
@@ -293,7 +315,8 @@ func New(cfg Config) (*Server, error) {
 	}
 	s.certs = certs
 	s.peerHTTP = rpc.HTTPClient(certs.peerClient())
-	if alone || fileExists(filepath.Join(cfg.DataDir, OpsTokenFile)) {
+	// A restored cluster keeps its operators' tokens: no new one.
+	if (alone && cfg.RestoreFile == "") || fileExists(filepath.Join(cfg.DataDir, OpsTokenFile)) {
 		tok, err := loadOrCreateToken(filepath.Join(cfg.DataDir, OpsTokenFile))
 		if err != nil {
 			return nil, err
@@ -302,7 +325,7 @@ func New(cfg Config) (*Server, error) {
 	}
 	r, err := openReplica(raftConfig{
 		ID: cfg.ReplicaID, Dir: filepath.Join(cfg.DataDir, "raft"), BindAddr: cfg.RaftAddr,
-		Bootstrap: alone, Logger: cfg.Logger,
+		Bootstrap: alone, Restore: restore, Logger: cfg.Logger,
 		SnapshotThreshold: cfg.RaftSnapshotThreshold, TrailingLogs: cfg.RaftTrailingLogs, Multiplier: cfg.RaftMultiplier,
 		Certs: certs, Metrics: cfg.Metrics, Clock: cfg.Clock,
 	}, s.store)
@@ -346,6 +369,11 @@ func New(cfg Config) (*Server, error) {
 	dash := ui.New(ui.Config{Store: s.store, API: mux, Dial: s.selfClient(certs)})
 	dash.Mount(mux)
 	s.sched = scheduler.NewMetrics(cfg.Metrics, s.store)
+	var snapReg prometheus.Registerer
+	if cfg.Snapshots.Dir != "" {
+		snapReg = cfg.Metrics
+	}
+	s.snaps = snapshotschedule.NewMetrics(snapReg, cfg.Clock)
 	cfg.Metrics.MustRegister(newGuestsCollector(s.store), newServicesCollector(s.store), pki.NewExpiryCollector("coordinator", func() map[string]*x509.Certificate {
 		return map[string]*x509.Certificate{"cluster_ca": certs.auth.Cert, "replica": certs.keys.Get().Leaf}
 	}))

@@ -28,6 +28,7 @@ var (
 	bucketDeploys = []byte("deploys")
 	keyIdentity   = []byte("identity")
 	keyDesired    = []byte("watch")
+	keyOrphans    = []byte("orphans")
 	keySchema     = []byte("schema")
 )
 
@@ -167,6 +168,30 @@ func (c *Cache) SetDesired(msg *corpusv1.WatchResponse) error {
 	return c.db.Update(func(tx *bolt.Tx) error {
 		return tx.Bucket(bucketDesired).Put(keyDesired, raw)
 	})
+}
+
+// SetOrphans stores the guests kept on this node that the cluster does
+// not know (guest id to name; see agent/orphans.go).
+func (c *Cache) SetOrphans(orphans map[string]string) error {
+	raw, err := json.Marshal(orphans)
+	if err != nil {
+		return err
+	}
+	return c.db.Update(func(tx *bolt.Tx) error {
+		return tx.Bucket(bucketMeta).Put(keyOrphans, raw)
+	})
+}
+
+// Orphans returns the guests SetOrphans stored last (empty if none).
+func (c *Cache) Orphans() (map[string]string, error) {
+	out := map[string]string{}
+	err := c.db.View(func(tx *bolt.Tx) error {
+		if raw := tx.Bucket(bucketMeta).Get(keyOrphans); raw != nil {
+			return json.Unmarshal(raw, &out)
+		}
+		return nil
+	})
+	return out, err
 }
 
 // Desired returns the stored desired state; ok is false when none was

@@ -269,6 +269,9 @@ var Policies = map[string]auth.Policy{
 	corpusv1connect.ServiceServiceExportBackupProcedure:   {auth.Operator, auth.Dev},
 	corpusv1connect.ServiceServiceImportBackupProcedure:   {auth.Operator, auth.Dev},
 	corpusv1connect.ServiceServiceDeleteBackupProcedure:   {auth.Operator, auth.Dev},
+
+	// A snapshot holds the whole state: ops only (a follower relays).
+	corpusv1connect.SnapshotServiceSaveSnapshotProcedure: {auth.Operator, auth.Coordinator},
 }
 
 // users are every kind of user; handlers narrow what each may touch.

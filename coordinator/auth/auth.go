@@ -145,7 +145,7 @@ func (a *Authenticator) Authenticate(peer *pki.Identity, header string) (Princip
 			if n == nil {
 				return Principal{}, errNodeGone
 			}
-			if peer.Serial != n.CertSerial && (peer.Serial != n.PrevCertSerial || n.PrevCertSerial == "") {
+			if peer.Serial != n.CertSerial && (peer.Serial != n.PrevCertSerial || n.PrevCertSerial == "") && !renewedSinceRestore(view, n, peer) {
 				return Principal{}, errCertReplaced
 			}
 			return Principal{Kind: Agent, NodeID: n.Id, NodeName: n.Name, CertSerial: peer.Serial}, nil
@@ -376,4 +376,13 @@ func (i interceptor) WrapStreamingHandler(next connect.StreamingHandlerFunc) con
 		}
 		return err
 	}
+}
+
+// renewedSinceRestore says whether a node's certificate the state does
+// not record was issued after the snapshot the cluster was restored from:
+// the node renewed it then, and the state went back to the one it
+// replaced. It expires later than the recorded one, which a replaced
+// (older) certificate never does. The node's next renewal records it.
+func renewedSinceRestore(view *state.Snap, n *corpusv1.Node, peer *pki.Identity) bool {
+	return view.Config().GetRestore() != nil && n.CertExpiresAt != nil && peer.NotAfter.After(n.CertExpiresAt.AsTime())
 }

@@ -249,13 +249,15 @@ type Identity struct {
 	Role   string
 	ID     string
 	Serial string
+	// NotAfter is when the certificate expires.
+	NotAfter time.Time
 }
 
 // IdentityOf reads the role and identity of a certificate.
 func IdentityOf(c *x509.Certificate) (Identity, bool) {
 	for _, u := range c.URIs {
 		if u.Scheme == "corpus" && (u.Host == RoleCoordinator || u.Host == RoleNode) && len(u.Path) > 1 {
-			return Identity{Role: u.Host, ID: u.Path[1:], Serial: c.SerialNumber.Text(16)}, true
+			return Identity{Role: u.Host, ID: u.Path[1:], Serial: c.SerialNumber.Text(16), NotAfter: c.NotAfter}, true
 		}
 	}
 	return Identity{}, false

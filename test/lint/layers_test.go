@@ -78,7 +78,7 @@ var layers = []struct {
 		// A new leader loop's package goes on this list.
 		in: []string{"coordinator/api/..."},
 		deny: []string{"coordinator", "coordinator/leader/...", "coordinator/scheduler/...", "coordinator/autoscale/...",
-			"coordinator/series/...", "coordinator/acme/...", "coordinator/backupschedule/..."},
+			"coordinator/series/...", "coordinator/acme/...", "coordinator/backupschedule/...", "coordinator/snapshotschedule/..."},
 		why: "handlers only answer calls; leader loops run beside them under the leader runner, and a handler reads what a loop knows through an interface of Backend",
 	},
 	{
@@ -91,7 +91,7 @@ var layers = []struct {
 	{
 		in: []string{"coordinator/state/..."},
 		deny: []string{"coordinator", "coordinator/api/...", "coordinator/leader/...", "coordinator/scheduler/...", "coordinator/autoscale/...",
-			"coordinator/series/...", "coordinator/backupschedule/..."},
+			"coordinator/series/...", "coordinator/backupschedule/...", "coordinator/snapshotschedule/..."},
 		why: "the state machine is below the handlers and the loops: they propose, it applies",
 	},
 }

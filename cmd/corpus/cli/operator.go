@@ -87,6 +87,6 @@ func newOperatorCmd(g *Globals) *cobra.Command {
 		},
 	}
 	keyring.AddCommand(rotate)
-	cmd.AddCommand(raftCmd, keyring)
+	cmd.AddCommand(raftCmd, keyring, newSnapshotCmd(g))
 	return cmd
 }

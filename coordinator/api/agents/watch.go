@@ -128,6 +128,7 @@ func (s *Service) watchMessage(view *state.Snap, nodeID string, n *corpusv1.Node
 	msg.Backups = view.BackupsOnNode(nodeID)
 	msg.GuestWaiting = guestWaiting(view, msg.Guests)
 	msg.Certificates = nodeCertificates(view, msg.Routes)
+	msg.Restore = view.Config().GetRestore()
 	s.dnsInfo(msg)
 	for _, c := range view.Coordinators() {
 		if c.ApiAddress != "" {

@@ -17,6 +17,7 @@ import (
 	"corpus/coordinator/api/records"
 	"corpus/coordinator/api/routes"
 	"corpus/coordinator/api/services"
+	"corpus/coordinator/api/snapshot"
 	"corpus/coordinator/api/users"
 	"corpus/coordinator/api/volumes"
 	"corpus/proto/corpus/v1/corpusv1connect"
@@ -39,6 +40,7 @@ func Mount(mux *http.ServeMux, b *api.Backend) {
 	mux.Handle(corpusv1connect.NewNodeServiceHandler(nodes.New(b), opts...))
 	mux.Handle(corpusv1connect.NewServiceServiceHandler(b.Services, opts...))
 	mux.Handle(corpusv1connect.NewProjectServiceHandler(projectService, opts...))
+	mux.Handle(corpusv1connect.NewSnapshotServiceHandler(snapshot.New(b), opts...))
 	mux.Handle(corpusv1connect.NewAgentServiceHandler(agentService{agents.New(b), services.NewRuntime(b), projects.NewAgent(b)}, opts...))
 }
 

@@ -2301,7 +2301,9 @@ type WatchResponse struct {
 	Instances []*InstanceAssignment `protobuf:"bytes,16,rep,name=instances,proto3" json:"instances,omitempty"`
 	// gossip_addr is host:port of the coordinator's gossip member (node
 	// liveness); agents join it. Empty when the coordinator gossips not.
-	GossipAddr    string `protobuf:"bytes,30,opt,name=gossip_addr,json=gossipAddr,proto3" json:"gossip_addr,omitempty"`
+	GossipAddr string `protobuf:"bytes,30,opt,name=gossip_addr,json=gossipAddr,proto3" json:"gossip_addr,omitempty"`
+	// restore is the cluster's last restore from a snapshot, if any.
+	Restore       *Restore `protobuf:"bytes,31,opt,name=restore,proto3" json:"restore,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2453,6 +2455,13 @@ func (x *WatchResponse) GetGossipAddr() string {
 		return x.GossipAddr
 	}
 	return ""
+}
+
+func (x *WatchResponse) GetRestore() *Restore {
+	if x != nil {
+		return x.Restore
+	}
+	return nil
 }
 
 type InstanceAssignment struct {
@@ -4052,7 +4061,7 @@ const file_corpus_v1_agent_proto_rawDesc = "" +
 	"\x18RenewCertificateResponse\x12'\n" +
 	"\x0fcertificate_pem\x18\x01 \x01(\fR\x0ecertificatePem\x12\x15\n" +
 	"\x06ca_pem\x18\x02 \x01(\fR\x05caPem\"\x0e\n" +
-	"\fWatchRequest\"\x93\b\n" +
+	"\fWatchRequest\"\xc1\b\n" +
 	"\rWatchResponse\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\x04R\x05index\x12#\n" +
 	"\x04node\x18\x02 \x01(\v2\x0f.corpus.v1.NodeR\x04node\x12(\n" +
@@ -4072,7 +4081,8 @@ const file_corpus_v1_agent_proto_rawDesc = "" +
 	"\fcertificates\x18\x0f \x03(\v2\x16.corpus.v1.CertificateR\fcertificates\x12;\n" +
 	"\tinstances\x18\x10 \x03(\v2\x1d.corpus.v1.InstanceAssignmentR\tinstances\x12\x1f\n" +
 	"\vgossip_addr\x18\x1e \x01(\tR\n" +
-	"gossipAddr\x1a@\n" +
+	"gossipAddr\x12,\n" +
+	"\arestore\x18\x1f \x01(\v2\x12.corpus.v1.RestoreR\arestore\x1a@\n" +
 	"\x12GuestProjectsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a@\n" +
@@ -4328,24 +4338,25 @@ var file_corpus_v1_agent_proto_goTypes = []any{
 	(*Volume)(nil),                     // 81: corpus.v1.Volume
 	(*Backup)(nil),                     // 82: corpus.v1.Backup
 	(*Certificate)(nil),                // 83: corpus.v1.Certificate
-	(*timestamppb.Timestamp)(nil),      // 84: google.protobuf.Timestamp
-	(*ReportedService)(nil),            // 85: corpus.v1.ReportedService
-	(*GuestObserved)(nil),              // 86: corpus.v1.GuestObserved
-	(*VolumeObserved)(nil),             // 87: corpus.v1.VolumeObserved
-	(*Service)(nil),                    // 88: corpus.v1.Service
-	(*ExecGuestRequest)(nil),           // 89: corpus.v1.ExecGuestRequest
-	(*SnapshotVolumeRequest)(nil),      // 90: corpus.v1.SnapshotVolumeRequest
-	(*RollbackRequest)(nil),            // 91: corpus.v1.RollbackRequest
-	(*ListProcessesRequest)(nil),       // 92: corpus.v1.ListProcessesRequest
-	(*GuestLogsRequest)(nil),           // 93: corpus.v1.GuestLogsRequest
-	(*ShellInput)(nil),                 // 94: corpus.v1.ShellInput
-	(*BackupChunk)(nil),                // 95: corpus.v1.BackupChunk
-	(*ExecOutput)(nil),                 // 96: corpus.v1.ExecOutput
-	(*SnapshotVolumeResponse)(nil),     // 97: corpus.v1.SnapshotVolumeResponse
-	(*RollbackOutput)(nil),             // 98: corpus.v1.RollbackOutput
-	(*DeployOutput)(nil),               // 99: corpus.v1.DeployOutput
-	(*ListProcessesResponse)(nil),      // 100: corpus.v1.ListProcessesResponse
-	(*LogLine)(nil),                    // 101: corpus.v1.LogLine
+	(*Restore)(nil),                    // 84: corpus.v1.Restore
+	(*timestamppb.Timestamp)(nil),      // 85: google.protobuf.Timestamp
+	(*ReportedService)(nil),            // 86: corpus.v1.ReportedService
+	(*GuestObserved)(nil),              // 87: corpus.v1.GuestObserved
+	(*VolumeObserved)(nil),             // 88: corpus.v1.VolumeObserved
+	(*Service)(nil),                    // 89: corpus.v1.Service
+	(*ExecGuestRequest)(nil),           // 90: corpus.v1.ExecGuestRequest
+	(*SnapshotVolumeRequest)(nil),      // 91: corpus.v1.SnapshotVolumeRequest
+	(*RollbackRequest)(nil),            // 92: corpus.v1.RollbackRequest
+	(*ListProcessesRequest)(nil),       // 93: corpus.v1.ListProcessesRequest
+	(*GuestLogsRequest)(nil),           // 94: corpus.v1.GuestLogsRequest
+	(*ShellInput)(nil),                 // 95: corpus.v1.ShellInput
+	(*BackupChunk)(nil),                // 96: corpus.v1.BackupChunk
+	(*ExecOutput)(nil),                 // 97: corpus.v1.ExecOutput
+	(*SnapshotVolumeResponse)(nil),     // 98: corpus.v1.SnapshotVolumeResponse
+	(*RollbackOutput)(nil),             // 99: corpus.v1.RollbackOutput
+	(*DeployOutput)(nil),               // 100: corpus.v1.DeployOutput
+	(*ListProcessesResponse)(nil),      // 101: corpus.v1.ListProcessesResponse
+	(*LogLine)(nil),                    // 102: corpus.v1.LogLine
 }
 var file_corpus_v1_agent_proto_depIdxs = []int32{
 	2,   // 0: corpus.v1.TlsMaterialResponse.domains:type_name -> corpus.v1.TlsDomain
@@ -4381,99 +4392,100 @@ var file_corpus_v1_agent_proto_depIdxs = []int32{
 	38,  // 30: corpus.v1.WatchResponse.peers:type_name -> corpus.v1.PeerNode
 	83,  // 31: corpus.v1.WatchResponse.certificates:type_name -> corpus.v1.Certificate
 	37,  // 32: corpus.v1.WatchResponse.instances:type_name -> corpus.v1.InstanceAssignment
-	69,  // 33: corpus.v1.InstanceAssignment.scale:type_name -> corpus.v1.InstanceAssignment.ScaleEntry
-	84,  // 34: corpus.v1.InstanceAssignment.standby_until:type_name -> google.protobuf.Timestamp
-	76,  // 35: corpus.v1.ReportRequest.capacity:type_name -> corpus.v1.Resources
-	77,  // 36: corpus.v1.ReportRequest.drivers:type_name -> corpus.v1.DriverInfo
-	40,  // 37: corpus.v1.ReportRequest.guests:type_name -> corpus.v1.ReportedGuest
-	41,  // 38: corpus.v1.ReportRequest.volumes:type_name -> corpus.v1.ReportedVolume
-	85,  // 39: corpus.v1.ReportRequest.services:type_name -> corpus.v1.ReportedService
-	86,  // 40: corpus.v1.ReportedGuest.observed:type_name -> corpus.v1.GuestObserved
-	87,  // 41: corpus.v1.ReportedVolume.observed:type_name -> corpus.v1.VolumeObserved
-	88,  // 42: corpus.v1.ServiceRuntimeResponse.service:type_name -> corpus.v1.Service
-	70,  // 43: corpus.v1.ServiceRuntimeResponse.env:type_name -> corpus.v1.ServiceRuntimeResponse.EnvEntry
-	82,  // 44: corpus.v1.DumpServiceRequest.backup:type_name -> corpus.v1.Backup
-	82,  // 45: corpus.v1.ReadBackupRequest.backup:type_name -> corpus.v1.Backup
-	82,  // 46: corpus.v1.RemoveBackupRequest.backup:type_name -> corpus.v1.Backup
-	31,  // 47: corpus.v1.AgentService.Enroll:input_type -> corpus.v1.EnrollRequest
-	33,  // 48: corpus.v1.AgentService.RenewCertificate:input_type -> corpus.v1.RenewCertificateRequest
-	35,  // 49: corpus.v1.AgentService.Watch:input_type -> corpus.v1.WatchRequest
-	39,  // 50: corpus.v1.AgentService.Report:input_type -> corpus.v1.ReportRequest
-	19,  // 51: corpus.v1.AgentService.GitAccess:input_type -> corpus.v1.GitAccessRequest
-	23,  // 52: corpus.v1.AgentService.BeginRelease:input_type -> corpus.v1.BeginReleaseRequest
-	25,  // 53: corpus.v1.AgentService.FinishRelease:input_type -> corpus.v1.FinishReleaseRequest
-	27,  // 54: corpus.v1.AgentService.SetCurrentRelease:input_type -> corpus.v1.SetCurrentReleaseRequest
-	29,  // 55: corpus.v1.AgentService.PruneReleases:input_type -> corpus.v1.PruneReleasesRequest
-	17,  // 56: corpus.v1.AgentService.SetManifestDomains:input_type -> corpus.v1.SetManifestDomainsRequest
-	4,   // 57: corpus.v1.AgentService.SetWebPort:input_type -> corpus.v1.SetWebPortRequest
-	5,   // 58: corpus.v1.AgentService.RollInstance:input_type -> corpus.v1.RollInstanceRequest
-	6,   // 59: corpus.v1.AgentService.SwitchEnv:input_type -> corpus.v1.SwitchEnvRequest
-	9,   // 60: corpus.v1.AgentService.InstanceRelease:input_type -> corpus.v1.InstanceReleaseRequest
-	11,  // 61: corpus.v1.AgentService.ReleaseSource:input_type -> corpus.v1.ReleaseSourceRequest
-	20,  // 62: corpus.v1.AgentService.RecordShell:input_type -> corpus.v1.RecordShellRequest
-	59,  // 63: corpus.v1.AgentService.LintPush:input_type -> corpus.v1.LintPushRequest
-	43,  // 64: corpus.v1.AgentService.ServiceRuntime:input_type -> corpus.v1.ServiceRuntimeRequest
-	0,   // 65: corpus.v1.AgentService.TlsMaterial:input_type -> corpus.v1.TlsMaterialRequest
-	89,  // 66: corpus.v1.NodeAgentService.Exec:input_type -> corpus.v1.ExecGuestRequest
-	54,  // 67: corpus.v1.NodeAgentService.ExportVolume:input_type -> corpus.v1.ExportVolumeRequest
-	57,  // 68: corpus.v1.NodeAgentService.ImportVolume:input_type -> corpus.v1.VolumeChunk
-	90,  // 69: corpus.v1.NodeAgentService.SnapshotVolume:input_type -> corpus.v1.SnapshotVolumeRequest
-	55,  // 70: corpus.v1.NodeAgentService.MeasureVolume:input_type -> corpus.v1.MeasureVolumeRequest
-	91,  // 71: corpus.v1.NodeAgentService.Rollback:input_type -> corpus.v1.RollbackRequest
-	11,  // 72: corpus.v1.NodeAgentService.ReleaseSource:input_type -> corpus.v1.ReleaseSourceRequest
-	13,  // 73: corpus.v1.NodeAgentService.Load:input_type -> corpus.v1.LoadRequest
-	3,   // 74: corpus.v1.NodeAgentService.Redeploy:input_type -> corpus.v1.AgentRedeployRequest
-	92,  // 75: corpus.v1.NodeAgentService.Processes:input_type -> corpus.v1.ListProcessesRequest
-	93,  // 76: corpus.v1.NodeAgentService.Logs:input_type -> corpus.v1.GuestLogsRequest
-	94,  // 77: corpus.v1.NodeAgentService.Shell:input_type -> corpus.v1.ShellInput
-	48,  // 78: corpus.v1.NodeAgentService.DumpService:input_type -> corpus.v1.DumpServiceRequest
-	95,  // 79: corpus.v1.NodeAgentService.StoreBackup:input_type -> corpus.v1.BackupChunk
-	50,  // 80: corpus.v1.NodeAgentService.ReadBackup:input_type -> corpus.v1.ReadBackupRequest
-	95,  // 81: corpus.v1.NodeAgentService.LoadService:input_type -> corpus.v1.BackupChunk
-	52,  // 82: corpus.v1.NodeAgentService.RemoveBackup:input_type -> corpus.v1.RemoveBackupRequest
-	46,  // 83: corpus.v1.NodeAgentService.CheckChallenge:input_type -> corpus.v1.CheckChallengeRequest
-	32,  // 84: corpus.v1.AgentService.Enroll:output_type -> corpus.v1.EnrollResponse
-	34,  // 85: corpus.v1.AgentService.RenewCertificate:output_type -> corpus.v1.RenewCertificateResponse
-	36,  // 86: corpus.v1.AgentService.Watch:output_type -> corpus.v1.WatchResponse
-	45,  // 87: corpus.v1.AgentService.Report:output_type -> corpus.v1.ReportResponse
-	22,  // 88: corpus.v1.AgentService.GitAccess:output_type -> corpus.v1.GitAccessResponse
-	24,  // 89: corpus.v1.AgentService.BeginRelease:output_type -> corpus.v1.BeginReleaseResponse
-	26,  // 90: corpus.v1.AgentService.FinishRelease:output_type -> corpus.v1.FinishReleaseResponse
-	28,  // 91: corpus.v1.AgentService.SetCurrentRelease:output_type -> corpus.v1.SetCurrentReleaseResponse
-	30,  // 92: corpus.v1.AgentService.PruneReleases:output_type -> corpus.v1.PruneReleasesResponse
-	18,  // 93: corpus.v1.AgentService.SetManifestDomains:output_type -> corpus.v1.SetManifestDomainsResponse
-	16,  // 94: corpus.v1.AgentService.SetWebPort:output_type -> corpus.v1.SetWebPortResponse
-	8,   // 95: corpus.v1.AgentService.RollInstance:output_type -> corpus.v1.RollInstanceResponse
-	7,   // 96: corpus.v1.AgentService.SwitchEnv:output_type -> corpus.v1.SwitchEnvResponse
-	10,  // 97: corpus.v1.AgentService.InstanceRelease:output_type -> corpus.v1.InstanceReleaseResponse
-	12,  // 98: corpus.v1.AgentService.ReleaseSource:output_type -> corpus.v1.SourceChunk
-	21,  // 99: corpus.v1.AgentService.RecordShell:output_type -> corpus.v1.RecordShellResponse
-	60,  // 100: corpus.v1.AgentService.LintPush:output_type -> corpus.v1.LintPushResponse
-	44,  // 101: corpus.v1.AgentService.ServiceRuntime:output_type -> corpus.v1.ServiceRuntimeResponse
-	1,   // 102: corpus.v1.AgentService.TlsMaterial:output_type -> corpus.v1.TlsMaterialResponse
-	96,  // 103: corpus.v1.NodeAgentService.Exec:output_type -> corpus.v1.ExecOutput
-	57,  // 104: corpus.v1.NodeAgentService.ExportVolume:output_type -> corpus.v1.VolumeChunk
-	58,  // 105: corpus.v1.NodeAgentService.ImportVolume:output_type -> corpus.v1.ImportVolumeResponse
-	97,  // 106: corpus.v1.NodeAgentService.SnapshotVolume:output_type -> corpus.v1.SnapshotVolumeResponse
-	56,  // 107: corpus.v1.NodeAgentService.MeasureVolume:output_type -> corpus.v1.MeasureVolumeResponse
-	98,  // 108: corpus.v1.NodeAgentService.Rollback:output_type -> corpus.v1.RollbackOutput
-	12,  // 109: corpus.v1.NodeAgentService.ReleaseSource:output_type -> corpus.v1.SourceChunk
-	14,  // 110: corpus.v1.NodeAgentService.Load:output_type -> corpus.v1.LoadResponse
-	99,  // 111: corpus.v1.NodeAgentService.Redeploy:output_type -> corpus.v1.DeployOutput
-	100, // 112: corpus.v1.NodeAgentService.Processes:output_type -> corpus.v1.ListProcessesResponse
-	101, // 113: corpus.v1.NodeAgentService.Logs:output_type -> corpus.v1.LogLine
-	96,  // 114: corpus.v1.NodeAgentService.Shell:output_type -> corpus.v1.ExecOutput
-	95,  // 115: corpus.v1.NodeAgentService.DumpService:output_type -> corpus.v1.BackupChunk
-	49,  // 116: corpus.v1.NodeAgentService.StoreBackup:output_type -> corpus.v1.StoreBackupResponse
-	95,  // 117: corpus.v1.NodeAgentService.ReadBackup:output_type -> corpus.v1.BackupChunk
-	51,  // 118: corpus.v1.NodeAgentService.LoadService:output_type -> corpus.v1.LoadServiceResponse
-	53,  // 119: corpus.v1.NodeAgentService.RemoveBackup:output_type -> corpus.v1.RemoveBackupResponse
-	47,  // 120: corpus.v1.NodeAgentService.CheckChallenge:output_type -> corpus.v1.CheckChallengeResponse
-	84,  // [84:121] is the sub-list for method output_type
-	47,  // [47:84] is the sub-list for method input_type
-	47,  // [47:47] is the sub-list for extension type_name
-	47,  // [47:47] is the sub-list for extension extendee
-	0,   // [0:47] is the sub-list for field type_name
+	84,  // 33: corpus.v1.WatchResponse.restore:type_name -> corpus.v1.Restore
+	69,  // 34: corpus.v1.InstanceAssignment.scale:type_name -> corpus.v1.InstanceAssignment.ScaleEntry
+	85,  // 35: corpus.v1.InstanceAssignment.standby_until:type_name -> google.protobuf.Timestamp
+	76,  // 36: corpus.v1.ReportRequest.capacity:type_name -> corpus.v1.Resources
+	77,  // 37: corpus.v1.ReportRequest.drivers:type_name -> corpus.v1.DriverInfo
+	40,  // 38: corpus.v1.ReportRequest.guests:type_name -> corpus.v1.ReportedGuest
+	41,  // 39: corpus.v1.ReportRequest.volumes:type_name -> corpus.v1.ReportedVolume
+	86,  // 40: corpus.v1.ReportRequest.services:type_name -> corpus.v1.ReportedService
+	87,  // 41: corpus.v1.ReportedGuest.observed:type_name -> corpus.v1.GuestObserved
+	88,  // 42: corpus.v1.ReportedVolume.observed:type_name -> corpus.v1.VolumeObserved
+	89,  // 43: corpus.v1.ServiceRuntimeResponse.service:type_name -> corpus.v1.Service
+	70,  // 44: corpus.v1.ServiceRuntimeResponse.env:type_name -> corpus.v1.ServiceRuntimeResponse.EnvEntry
+	82,  // 45: corpus.v1.DumpServiceRequest.backup:type_name -> corpus.v1.Backup
+	82,  // 46: corpus.v1.ReadBackupRequest.backup:type_name -> corpus.v1.Backup
+	82,  // 47: corpus.v1.RemoveBackupRequest.backup:type_name -> corpus.v1.Backup
+	31,  // 48: corpus.v1.AgentService.Enroll:input_type -> corpus.v1.EnrollRequest
+	33,  // 49: corpus.v1.AgentService.RenewCertificate:input_type -> corpus.v1.RenewCertificateRequest
+	35,  // 50: corpus.v1.AgentService.Watch:input_type -> corpus.v1.WatchRequest
+	39,  // 51: corpus.v1.AgentService.Report:input_type -> corpus.v1.ReportRequest
+	19,  // 52: corpus.v1.AgentService.GitAccess:input_type -> corpus.v1.GitAccessRequest
+	23,  // 53: corpus.v1.AgentService.BeginRelease:input_type -> corpus.v1.BeginReleaseRequest
+	25,  // 54: corpus.v1.AgentService.FinishRelease:input_type -> corpus.v1.FinishReleaseRequest
+	27,  // 55: corpus.v1.AgentService.SetCurrentRelease:input_type -> corpus.v1.SetCurrentReleaseRequest
+	29,  // 56: corpus.v1.AgentService.PruneReleases:input_type -> corpus.v1.PruneReleasesRequest
+	17,  // 57: corpus.v1.AgentService.SetManifestDomains:input_type -> corpus.v1.SetManifestDomainsRequest
+	4,   // 58: corpus.v1.AgentService.SetWebPort:input_type -> corpus.v1.SetWebPortRequest
+	5,   // 59: corpus.v1.AgentService.RollInstance:input_type -> corpus.v1.RollInstanceRequest
+	6,   // 60: corpus.v1.AgentService.SwitchEnv:input_type -> corpus.v1.SwitchEnvRequest
+	9,   // 61: corpus.v1.AgentService.InstanceRelease:input_type -> corpus.v1.InstanceReleaseRequest
+	11,  // 62: corpus.v1.AgentService.ReleaseSource:input_type -> corpus.v1.ReleaseSourceRequest
+	20,  // 63: corpus.v1.AgentService.RecordShell:input_type -> corpus.v1.RecordShellRequest
+	59,  // 64: corpus.v1.AgentService.LintPush:input_type -> corpus.v1.LintPushRequest
+	43,  // 65: corpus.v1.AgentService.ServiceRuntime:input_type -> corpus.v1.ServiceRuntimeRequest
+	0,   // 66: corpus.v1.AgentService.TlsMaterial:input_type -> corpus.v1.TlsMaterialRequest
+	90,  // 67: corpus.v1.NodeAgentService.Exec:input_type -> corpus.v1.ExecGuestRequest
+	54,  // 68: corpus.v1.NodeAgentService.ExportVolume:input_type -> corpus.v1.ExportVolumeRequest
+	57,  // 69: corpus.v1.NodeAgentService.ImportVolume:input_type -> corpus.v1.VolumeChunk
+	91,  // 70: corpus.v1.NodeAgentService.SnapshotVolume:input_type -> corpus.v1.SnapshotVolumeRequest
+	55,  // 71: corpus.v1.NodeAgentService.MeasureVolume:input_type -> corpus.v1.MeasureVolumeRequest
+	92,  // 72: corpus.v1.NodeAgentService.Rollback:input_type -> corpus.v1.RollbackRequest
+	11,  // 73: corpus.v1.NodeAgentService.ReleaseSource:input_type -> corpus.v1.ReleaseSourceRequest
+	13,  // 74: corpus.v1.NodeAgentService.Load:input_type -> corpus.v1.LoadRequest
+	3,   // 75: corpus.v1.NodeAgentService.Redeploy:input_type -> corpus.v1.AgentRedeployRequest
+	93,  // 76: corpus.v1.NodeAgentService.Processes:input_type -> corpus.v1.ListProcessesRequest
+	94,  // 77: corpus.v1.NodeAgentService.Logs:input_type -> corpus.v1.GuestLogsRequest
+	95,  // 78: corpus.v1.NodeAgentService.Shell:input_type -> corpus.v1.ShellInput
+	48,  // 79: corpus.v1.NodeAgentService.DumpService:input_type -> corpus.v1.DumpServiceRequest
+	96,  // 80: corpus.v1.NodeAgentService.StoreBackup:input_type -> corpus.v1.BackupChunk
+	50,  // 81: corpus.v1.NodeAgentService.ReadBackup:input_type -> corpus.v1.ReadBackupRequest
+	96,  // 82: corpus.v1.NodeAgentService.LoadService:input_type -> corpus.v1.BackupChunk
+	52,  // 83: corpus.v1.NodeAgentService.RemoveBackup:input_type -> corpus.v1.RemoveBackupRequest
+	46,  // 84: corpus.v1.NodeAgentService.CheckChallenge:input_type -> corpus.v1.CheckChallengeRequest
+	32,  // 85: corpus.v1.AgentService.Enroll:output_type -> corpus.v1.EnrollResponse
+	34,  // 86: corpus.v1.AgentService.RenewCertificate:output_type -> corpus.v1.RenewCertificateResponse
+	36,  // 87: corpus.v1.AgentService.Watch:output_type -> corpus.v1.WatchResponse
+	45,  // 88: corpus.v1.AgentService.Report:output_type -> corpus.v1.ReportResponse
+	22,  // 89: corpus.v1.AgentService.GitAccess:output_type -> corpus.v1.GitAccessResponse
+	24,  // 90: corpus.v1.AgentService.BeginRelease:output_type -> corpus.v1.BeginReleaseResponse
+	26,  // 91: corpus.v1.AgentService.FinishRelease:output_type -> corpus.v1.FinishReleaseResponse
+	28,  // 92: corpus.v1.AgentService.SetCurrentRelease:output_type -> corpus.v1.SetCurrentReleaseResponse
+	30,  // 93: corpus.v1.AgentService.PruneReleases:output_type -> corpus.v1.PruneReleasesResponse
+	18,  // 94: corpus.v1.AgentService.SetManifestDomains:output_type -> corpus.v1.SetManifestDomainsResponse
+	16,  // 95: corpus.v1.AgentService.SetWebPort:output_type -> corpus.v1.SetWebPortResponse
+	8,   // 96: corpus.v1.AgentService.RollInstance:output_type -> corpus.v1.RollInstanceResponse
+	7,   // 97: corpus.v1.AgentService.SwitchEnv:output_type -> corpus.v1.SwitchEnvResponse
+	10,  // 98: corpus.v1.AgentService.InstanceRelease:output_type -> corpus.v1.InstanceReleaseResponse
+	12,  // 99: corpus.v1.AgentService.ReleaseSource:output_type -> corpus.v1.SourceChunk
+	21,  // 100: corpus.v1.AgentService.RecordShell:output_type -> corpus.v1.RecordShellResponse
+	60,  // 101: corpus.v1.AgentService.LintPush:output_type -> corpus.v1.LintPushResponse
+	44,  // 102: corpus.v1.AgentService.ServiceRuntime:output_type -> corpus.v1.ServiceRuntimeResponse
+	1,   // 103: corpus.v1.AgentService.TlsMaterial:output_type -> corpus.v1.TlsMaterialResponse
+	97,  // 104: corpus.v1.NodeAgentService.Exec:output_type -> corpus.v1.ExecOutput
+	57,  // 105: corpus.v1.NodeAgentService.ExportVolume:output_type -> corpus.v1.VolumeChunk
+	58,  // 106: corpus.v1.NodeAgentService.ImportVolume:output_type -> corpus.v1.ImportVolumeResponse
+	98,  // 107: corpus.v1.NodeAgentService.SnapshotVolume:output_type -> corpus.v1.SnapshotVolumeResponse
+	56,  // 108: corpus.v1.NodeAgentService.MeasureVolume:output_type -> corpus.v1.MeasureVolumeResponse
+	99,  // 109: corpus.v1.NodeAgentService.Rollback:output_type -> corpus.v1.RollbackOutput
+	12,  // 110: corpus.v1.NodeAgentService.ReleaseSource:output_type -> corpus.v1.SourceChunk
+	14,  // 111: corpus.v1.NodeAgentService.Load:output_type -> corpus.v1.LoadResponse
+	100, // 112: corpus.v1.NodeAgentService.Redeploy:output_type -> corpus.v1.DeployOutput
+	101, // 113: corpus.v1.NodeAgentService.Processes:output_type -> corpus.v1.ListProcessesResponse
+	102, // 114: corpus.v1.NodeAgentService.Logs:output_type -> corpus.v1.LogLine
+	97,  // 115: corpus.v1.NodeAgentService.Shell:output_type -> corpus.v1.ExecOutput
+	96,  // 116: corpus.v1.NodeAgentService.DumpService:output_type -> corpus.v1.BackupChunk
+	49,  // 117: corpus.v1.NodeAgentService.StoreBackup:output_type -> corpus.v1.StoreBackupResponse
+	96,  // 118: corpus.v1.NodeAgentService.ReadBackup:output_type -> corpus.v1.BackupChunk
+	51,  // 119: corpus.v1.NodeAgentService.LoadService:output_type -> corpus.v1.LoadServiceResponse
+	53,  // 120: corpus.v1.NodeAgentService.RemoveBackup:output_type -> corpus.v1.RemoveBackupResponse
+	47,  // 121: corpus.v1.NodeAgentService.CheckChallenge:output_type -> corpus.v1.CheckChallengeResponse
+	85,  // [85:122] is the sub-list for method output_type
+	48,  // [48:85] is the sub-list for method input_type
+	48,  // [48:48] is the sub-list for extension type_name
+	48,  // [48:48] is the sub-list for extension extendee
+	0,   // [0:48] is the sub-list for field type_name
 }
 
 func init() { file_corpus_v1_agent_proto_init() }

@@ -1575,8 +1575,12 @@ type ClusterConfig struct {
 	// coordinator_key authenticates coordinators to each other (forwarded
 	// writes); agents never see it.
 	CoordinatorKey string `protobuf:"bytes,7,opt,name=coordinator_key,json=coordinatorKey,proto3" json:"coordinator_key,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// restore is set when the group was started from a snapshot file
+	// (corpus coordinator --restore): which restore, and the snapshot's
+	// index.
+	Restore       *Restore `protobuf:"bytes,8,opt,name=restore,proto3" json:"restore,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ClusterConfig) Reset() {
@@ -1658,6 +1662,68 @@ func (x *ClusterConfig) GetCoordinatorKey() string {
 	return ""
 }
 
+func (x *ClusterConfig) GetRestore() *Restore {
+	if x != nil {
+		return x.Restore
+	}
+	return nil
+}
+
+// Restore identifies a restore from a snapshot. Agents compare it with
+// the last one they saw: guests created after the snapshot's index that
+// they ran are unknown to the restored state, and kept, not destroyed.
+type Restore struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	SnapshotIndex uint64                 `protobuf:"varint,2,opt,name=snapshot_index,json=snapshotIndex,proto3" json:"snapshot_index,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Restore) Reset() {
+	*x = Restore{}
+	mi := &file_corpus_v1_types_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Restore) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Restore) ProtoMessage() {}
+
+func (x *Restore) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_types_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Restore.ProtoReflect.Descriptor instead.
+func (*Restore) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_types_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *Restore) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *Restore) GetSnapshotIndex() uint64 {
+	if x != nil {
+		return x.SnapshotIndex
+	}
+	return 0
+}
+
 // Coordinator is one replica of the control plane, as the group knows it.
 type Coordinator struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1685,7 +1751,7 @@ type Coordinator struct {
 
 func (x *Coordinator) Reset() {
 	*x = Coordinator{}
-	mi := &file_corpus_v1_types_proto_msgTypes[14]
+	mi := &file_corpus_v1_types_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1697,7 +1763,7 @@ func (x *Coordinator) String() string {
 func (*Coordinator) ProtoMessage() {}
 
 func (x *Coordinator) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_types_proto_msgTypes[14]
+	mi := &file_corpus_v1_types_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1710,7 +1776,7 @@ func (x *Coordinator) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Coordinator.ProtoReflect.Descriptor instead.
 func (*Coordinator) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_types_proto_rawDescGZIP(), []int{14}
+	return file_corpus_v1_types_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *Coordinator) GetId() string {
@@ -1800,7 +1866,7 @@ type DnsRecord struct {
 
 func (x *DnsRecord) Reset() {
 	*x = DnsRecord{}
-	mi := &file_corpus_v1_types_proto_msgTypes[15]
+	mi := &file_corpus_v1_types_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1812,7 +1878,7 @@ func (x *DnsRecord) String() string {
 func (*DnsRecord) ProtoMessage() {}
 
 func (x *DnsRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_types_proto_msgTypes[15]
+	mi := &file_corpus_v1_types_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1825,7 +1891,7 @@ func (x *DnsRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DnsRecord.ProtoReflect.Descriptor instead.
 func (*DnsRecord) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_types_proto_rawDescGZIP(), []int{15}
+	return file_corpus_v1_types_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *DnsRecord) GetId() string {
@@ -1913,7 +1979,7 @@ type User struct {
 
 func (x *User) Reset() {
 	*x = User{}
-	mi := &file_corpus_v1_types_proto_msgTypes[16]
+	mi := &file_corpus_v1_types_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1925,7 +1991,7 @@ func (x *User) String() string {
 func (*User) ProtoMessage() {}
 
 func (x *User) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_types_proto_msgTypes[16]
+	mi := &file_corpus_v1_types_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1938,7 +2004,7 @@ func (x *User) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use User.ProtoReflect.Descriptor instead.
 func (*User) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_types_proto_rawDescGZIP(), []int{16}
+	return file_corpus_v1_types_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *User) GetName() string {
@@ -2006,7 +2072,7 @@ type SshKey struct {
 
 func (x *SshKey) Reset() {
 	*x = SshKey{}
-	mi := &file_corpus_v1_types_proto_msgTypes[17]
+	mi := &file_corpus_v1_types_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2018,7 +2084,7 @@ func (x *SshKey) String() string {
 func (*SshKey) ProtoMessage() {}
 
 func (x *SshKey) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_types_proto_msgTypes[17]
+	mi := &file_corpus_v1_types_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2031,7 +2097,7 @@ func (x *SshKey) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SshKey.ProtoReflect.Descriptor instead.
 func (*SshKey) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_types_proto_rawDescGZIP(), []int{17}
+	return file_corpus_v1_types_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *SshKey) GetFingerprint() string {
@@ -2083,7 +2149,7 @@ type Project struct {
 
 func (x *Project) Reset() {
 	*x = Project{}
-	mi := &file_corpus_v1_types_proto_msgTypes[18]
+	mi := &file_corpus_v1_types_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2095,7 +2161,7 @@ func (x *Project) String() string {
 func (*Project) ProtoMessage() {}
 
 func (x *Project) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_types_proto_msgTypes[18]
+	mi := &file_corpus_v1_types_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2108,7 +2174,7 @@ func (x *Project) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Project.ProtoReflect.Descriptor instead.
 func (*Project) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_types_proto_rawDescGZIP(), []int{18}
+	return file_corpus_v1_types_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *Project) GetId() string {
@@ -2228,7 +2294,7 @@ type ProjectEnv struct {
 
 func (x *ProjectEnv) Reset() {
 	*x = ProjectEnv{}
-	mi := &file_corpus_v1_types_proto_msgTypes[19]
+	mi := &file_corpus_v1_types_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2240,7 +2306,7 @@ func (x *ProjectEnv) String() string {
 func (*ProjectEnv) ProtoMessage() {}
 
 func (x *ProjectEnv) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_types_proto_msgTypes[19]
+	mi := &file_corpus_v1_types_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2253,7 +2319,7 @@ func (x *ProjectEnv) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProjectEnv.ProtoReflect.Descriptor instead.
 func (*ProjectEnv) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_types_proto_rawDescGZIP(), []int{19}
+	return file_corpus_v1_types_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ProjectEnv) GetName() string {
@@ -2420,7 +2486,7 @@ type AutoscalePolicy struct {
 
 func (x *AutoscalePolicy) Reset() {
 	*x = AutoscalePolicy{}
-	mi := &file_corpus_v1_types_proto_msgTypes[20]
+	mi := &file_corpus_v1_types_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2432,7 +2498,7 @@ func (x *AutoscalePolicy) String() string {
 func (*AutoscalePolicy) ProtoMessage() {}
 
 func (x *AutoscalePolicy) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_types_proto_msgTypes[20]
+	mi := &file_corpus_v1_types_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2445,7 +2511,7 @@ func (x *AutoscalePolicy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AutoscalePolicy.ProtoReflect.Descriptor instead.
 func (*AutoscalePolicy) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_types_proto_rawDescGZIP(), []int{20}
+	return file_corpus_v1_types_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *AutoscalePolicy) GetMin() uint32 {
@@ -2523,7 +2589,7 @@ type ProjectInstance struct {
 
 func (x *ProjectInstance) Reset() {
 	*x = ProjectInstance{}
-	mi := &file_corpus_v1_types_proto_msgTypes[21]
+	mi := &file_corpus_v1_types_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2535,7 +2601,7 @@ func (x *ProjectInstance) String() string {
 func (*ProjectInstance) ProtoMessage() {}
 
 func (x *ProjectInstance) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_types_proto_msgTypes[21]
+	mi := &file_corpus_v1_types_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2548,7 +2614,7 @@ func (x *ProjectInstance) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProjectInstance.ProtoReflect.Descriptor instead.
 func (*ProjectInstance) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_types_proto_rawDescGZIP(), []int{21}
+	return file_corpus_v1_types_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ProjectInstance) GetIndex() uint32 {
@@ -2648,7 +2714,7 @@ type Release struct {
 
 func (x *Release) Reset() {
 	*x = Release{}
-	mi := &file_corpus_v1_types_proto_msgTypes[22]
+	mi := &file_corpus_v1_types_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2660,7 +2726,7 @@ func (x *Release) String() string {
 func (*Release) ProtoMessage() {}
 
 func (x *Release) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_types_proto_msgTypes[22]
+	mi := &file_corpus_v1_types_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2673,7 +2739,7 @@ func (x *Release) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Release.ProtoReflect.Descriptor instead.
 func (*Release) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_types_proto_rawDescGZIP(), []int{22}
+	return file_corpus_v1_types_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *Release) GetId() string {
@@ -2843,7 +2909,7 @@ type ReleaseStep struct {
 
 func (x *ReleaseStep) Reset() {
 	*x = ReleaseStep{}
-	mi := &file_corpus_v1_types_proto_msgTypes[23]
+	mi := &file_corpus_v1_types_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2855,7 +2921,7 @@ func (x *ReleaseStep) String() string {
 func (*ReleaseStep) ProtoMessage() {}
 
 func (x *ReleaseStep) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_types_proto_msgTypes[23]
+	mi := &file_corpus_v1_types_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2868,7 +2934,7 @@ func (x *ReleaseStep) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseStep.ProtoReflect.Descriptor instead.
 func (*ReleaseStep) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_types_proto_rawDescGZIP(), []int{23}
+	return file_corpus_v1_types_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ReleaseStep) GetName() string {
@@ -2914,7 +2980,7 @@ type AuditEntry struct {
 
 func (x *AuditEntry) Reset() {
 	*x = AuditEntry{}
-	mi := &file_corpus_v1_types_proto_msgTypes[24]
+	mi := &file_corpus_v1_types_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2926,7 +2992,7 @@ func (x *AuditEntry) String() string {
 func (*AuditEntry) ProtoMessage() {}
 
 func (x *AuditEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_types_proto_msgTypes[24]
+	mi := &file_corpus_v1_types_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2939,7 +3005,7 @@ func (x *AuditEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuditEntry.ProtoReflect.Descriptor instead.
 func (*AuditEntry) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_types_proto_rawDescGZIP(), []int{24}
+	return file_corpus_v1_types_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *AuditEntry) GetIndex() uint64 {
@@ -3006,7 +3072,7 @@ type UserToken struct {
 
 func (x *UserToken) Reset() {
 	*x = UserToken{}
-	mi := &file_corpus_v1_types_proto_msgTypes[25]
+	mi := &file_corpus_v1_types_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3018,7 +3084,7 @@ func (x *UserToken) String() string {
 func (*UserToken) ProtoMessage() {}
 
 func (x *UserToken) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_types_proto_msgTypes[25]
+	mi := &file_corpus_v1_types_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3031,7 +3097,7 @@ func (x *UserToken) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UserToken.ProtoReflect.Descriptor instead.
 func (*UserToken) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_types_proto_rawDescGZIP(), []int{25}
+	return file_corpus_v1_types_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *UserToken) GetId() string {
@@ -3104,7 +3170,7 @@ type Keyring struct {
 
 func (x *Keyring) Reset() {
 	*x = Keyring{}
-	mi := &file_corpus_v1_types_proto_msgTypes[26]
+	mi := &file_corpus_v1_types_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3116,7 +3182,7 @@ func (x *Keyring) String() string {
 func (*Keyring) ProtoMessage() {}
 
 func (x *Keyring) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_types_proto_msgTypes[26]
+	mi := &file_corpus_v1_types_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3129,7 +3195,7 @@ func (x *Keyring) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Keyring.ProtoReflect.Descriptor instead.
 func (*Keyring) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_types_proto_rawDescGZIP(), []int{26}
+	return file_corpus_v1_types_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *Keyring) GetKeys() []*SealKey {
@@ -3164,7 +3230,7 @@ type SealKey struct {
 
 func (x *SealKey) Reset() {
 	*x = SealKey{}
-	mi := &file_corpus_v1_types_proto_msgTypes[27]
+	mi := &file_corpus_v1_types_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3176,7 +3242,7 @@ func (x *SealKey) String() string {
 func (*SealKey) ProtoMessage() {}
 
 func (x *SealKey) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_types_proto_msgTypes[27]
+	mi := &file_corpus_v1_types_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3189,7 +3255,7 @@ func (x *SealKey) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SealKey.ProtoReflect.Descriptor instead.
 func (*SealKey) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_types_proto_rawDescGZIP(), []int{27}
+	return file_corpus_v1_types_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *SealKey) GetId() string {
@@ -3243,7 +3309,7 @@ type ProcessStatus struct {
 
 func (x *ProcessStatus) Reset() {
 	*x = ProcessStatus{}
-	mi := &file_corpus_v1_types_proto_msgTypes[28]
+	mi := &file_corpus_v1_types_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3255,7 +3321,7 @@ func (x *ProcessStatus) String() string {
 func (*ProcessStatus) ProtoMessage() {}
 
 func (x *ProcessStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_types_proto_msgTypes[28]
+	mi := &file_corpus_v1_types_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3268,7 +3334,7 @@ func (x *ProcessStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProcessStatus.ProtoReflect.Descriptor instead.
 func (*ProcessStatus) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_types_proto_rawDescGZIP(), []int{28}
+	return file_corpus_v1_types_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *ProcessStatus) GetName() string {
@@ -3373,7 +3439,7 @@ type AcmeConfig struct {
 
 func (x *AcmeConfig) Reset() {
 	*x = AcmeConfig{}
-	mi := &file_corpus_v1_types_proto_msgTypes[29]
+	mi := &file_corpus_v1_types_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3385,7 +3451,7 @@ func (x *AcmeConfig) String() string {
 func (*AcmeConfig) ProtoMessage() {}
 
 func (x *AcmeConfig) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_types_proto_msgTypes[29]
+	mi := &file_corpus_v1_types_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3398,7 +3464,7 @@ func (x *AcmeConfig) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcmeConfig.ProtoReflect.Descriptor instead.
 func (*AcmeConfig) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_types_proto_rawDescGZIP(), []int{29}
+	return file_corpus_v1_types_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *AcmeConfig) GetDirectoryUrl() string {
@@ -3489,7 +3555,7 @@ type Certificate struct {
 
 func (x *Certificate) Reset() {
 	*x = Certificate{}
-	mi := &file_corpus_v1_types_proto_msgTypes[30]
+	mi := &file_corpus_v1_types_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3501,7 +3567,7 @@ func (x *Certificate) String() string {
 func (*Certificate) ProtoMessage() {}
 
 func (x *Certificate) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_types_proto_msgTypes[30]
+	mi := &file_corpus_v1_types_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3514,7 +3580,7 @@ func (x *Certificate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Certificate.ProtoReflect.Descriptor instead.
 func (*Certificate) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_types_proto_rawDescGZIP(), []int{30}
+	return file_corpus_v1_types_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *Certificate) GetDomain() string {
@@ -3653,7 +3719,7 @@ type AcmeChallenge struct {
 
 func (x *AcmeChallenge) Reset() {
 	*x = AcmeChallenge{}
-	mi := &file_corpus_v1_types_proto_msgTypes[31]
+	mi := &file_corpus_v1_types_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3665,7 +3731,7 @@ func (x *AcmeChallenge) String() string {
 func (*AcmeChallenge) ProtoMessage() {}
 
 func (x *AcmeChallenge) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_types_proto_msgTypes[31]
+	mi := &file_corpus_v1_types_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3678,7 +3744,7 @@ func (x *AcmeChallenge) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcmeChallenge.ProtoReflect.Descriptor instead.
 func (*AcmeChallenge) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_types_proto_rawDescGZIP(), []int{31}
+	return file_corpus_v1_types_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *AcmeChallenge) GetType() string {
@@ -3901,7 +3967,7 @@ const file_corpus_v1_types_proto_rawDesc = "" +
 	"expires_at\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\texpiresAt\x129\n" +
 	"\n" +
 	"created_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x12\x17\n" +
-	"\aused_by\x18\x05 \x01(\tR\x06usedBy\"\xa4\x02\n" +
+	"\aused_by\x18\x05 \x01(\tR\x06usedBy\"\xd2\x02\n" +
 	"\rClusterConfig\x12\x1d\n" +
 	"\n" +
 	"cluster_id\x18\x01 \x01(\tR\tclusterId\x12$\n" +
@@ -3911,7 +3977,11 @@ const file_corpus_v1_types_proto_rawDesc = "" +
 	"created_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x12#\n" +
 	"\rguest_network\x18\x05 \x01(\tR\fguestNetwork\x12(\n" +
 	"\x10node_subnet_bits\x18\x06 \x01(\x05R\x0enodeSubnetBits\x12'\n" +
-	"\x0fcoordinator_key\x18\a \x01(\tR\x0ecoordinatorKey\"\xb0\x02\n" +
+	"\x0fcoordinator_key\x18\a \x01(\tR\x0ecoordinatorKey\x12,\n" +
+	"\arestore\x18\b \x01(\v2\x12.corpus.v1.RestoreR\arestore\"@\n" +
+	"\aRestore\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12%\n" +
+	"\x0esnapshot_index\x18\x02 \x01(\x04R\rsnapshotIndex\"\xb0\x02\n" +
 	"\vCoordinator\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12!\n" +
 	"\fraft_address\x18\x02 \x01(\tR\vraftAddress\x12\x1f\n" +
@@ -4143,7 +4213,7 @@ func file_corpus_v1_types_proto_rawDescGZIP() []byte {
 	return file_corpus_v1_types_proto_rawDescData
 }
 
-var file_corpus_v1_types_proto_msgTypes = make([]protoimpl.MessageInfo, 40)
+var file_corpus_v1_types_proto_msgTypes = make([]protoimpl.MessageInfo, 41)
 var file_corpus_v1_types_proto_goTypes = []any{
 	(*Resources)(nil),             // 0: corpus.v1.Resources
 	(*DriverInfo)(nil),            // 1: corpus.v1.DriverInfo
@@ -4159,95 +4229,97 @@ var file_corpus_v1_types_proto_goTypes = []any{
 	(*Route)(nil),                 // 11: corpus.v1.Route
 	(*JoinToken)(nil),             // 12: corpus.v1.JoinToken
 	(*ClusterConfig)(nil),         // 13: corpus.v1.ClusterConfig
-	(*Coordinator)(nil),           // 14: corpus.v1.Coordinator
-	(*DnsRecord)(nil),             // 15: corpus.v1.DnsRecord
-	(*User)(nil),                  // 16: corpus.v1.User
-	(*SshKey)(nil),                // 17: corpus.v1.SshKey
-	(*Project)(nil),               // 18: corpus.v1.Project
-	(*ProjectEnv)(nil),            // 19: corpus.v1.ProjectEnv
-	(*AutoscalePolicy)(nil),       // 20: corpus.v1.AutoscalePolicy
-	(*ProjectInstance)(nil),       // 21: corpus.v1.ProjectInstance
-	(*Release)(nil),               // 22: corpus.v1.Release
-	(*ReleaseStep)(nil),           // 23: corpus.v1.ReleaseStep
-	(*AuditEntry)(nil),            // 24: corpus.v1.AuditEntry
-	(*UserToken)(nil),             // 25: corpus.v1.UserToken
-	(*Keyring)(nil),               // 26: corpus.v1.Keyring
-	(*SealKey)(nil),               // 27: corpus.v1.SealKey
-	(*ProcessStatus)(nil),         // 28: corpus.v1.ProcessStatus
-	(*AcmeConfig)(nil),            // 29: corpus.v1.AcmeConfig
-	(*Certificate)(nil),           // 30: corpus.v1.Certificate
-	(*AcmeChallenge)(nil),         // 31: corpus.v1.AcmeChallenge
-	nil,                           // 32: corpus.v1.DriverInfo.AttributesEntry
-	nil,                           // 33: corpus.v1.Node.LabelsEntry
-	nil,                           // 34: corpus.v1.GuestSpec.EnvEntry
-	nil,                           // 35: corpus.v1.GuestSpec.ConstraintsEntry
-	nil,                           // 36: corpus.v1.ProjectEnv.ConfigEntry
-	nil,                           // 37: corpus.v1.ProjectEnv.ScaleEntry
-	nil,                           // 38: corpus.v1.ProjectEnv.AutoscaleEntry
-	nil,                           // 39: corpus.v1.Release.ConfigEntry
-	(*timestamppb.Timestamp)(nil), // 40: google.protobuf.Timestamp
-	(*AdmissionChange)(nil),       // 41: corpus.v1.AdmissionChange
+	(*Restore)(nil),               // 14: corpus.v1.Restore
+	(*Coordinator)(nil),           // 15: corpus.v1.Coordinator
+	(*DnsRecord)(nil),             // 16: corpus.v1.DnsRecord
+	(*User)(nil),                  // 17: corpus.v1.User
+	(*SshKey)(nil),                // 18: corpus.v1.SshKey
+	(*Project)(nil),               // 19: corpus.v1.Project
+	(*ProjectEnv)(nil),            // 20: corpus.v1.ProjectEnv
+	(*AutoscalePolicy)(nil),       // 21: corpus.v1.AutoscalePolicy
+	(*ProjectInstance)(nil),       // 22: corpus.v1.ProjectInstance
+	(*Release)(nil),               // 23: corpus.v1.Release
+	(*ReleaseStep)(nil),           // 24: corpus.v1.ReleaseStep
+	(*AuditEntry)(nil),            // 25: corpus.v1.AuditEntry
+	(*UserToken)(nil),             // 26: corpus.v1.UserToken
+	(*Keyring)(nil),               // 27: corpus.v1.Keyring
+	(*SealKey)(nil),               // 28: corpus.v1.SealKey
+	(*ProcessStatus)(nil),         // 29: corpus.v1.ProcessStatus
+	(*AcmeConfig)(nil),            // 30: corpus.v1.AcmeConfig
+	(*Certificate)(nil),           // 31: corpus.v1.Certificate
+	(*AcmeChallenge)(nil),         // 32: corpus.v1.AcmeChallenge
+	nil,                           // 33: corpus.v1.DriverInfo.AttributesEntry
+	nil,                           // 34: corpus.v1.Node.LabelsEntry
+	nil,                           // 35: corpus.v1.GuestSpec.EnvEntry
+	nil,                           // 36: corpus.v1.GuestSpec.ConstraintsEntry
+	nil,                           // 37: corpus.v1.ProjectEnv.ConfigEntry
+	nil,                           // 38: corpus.v1.ProjectEnv.ScaleEntry
+	nil,                           // 39: corpus.v1.ProjectEnv.AutoscaleEntry
+	nil,                           // 40: corpus.v1.Release.ConfigEntry
+	(*timestamppb.Timestamp)(nil), // 41: google.protobuf.Timestamp
+	(*AdmissionChange)(nil),       // 42: corpus.v1.AdmissionChange
 }
 var file_corpus_v1_types_proto_depIdxs = []int32{
-	32, // 0: corpus.v1.DriverInfo.attributes:type_name -> corpus.v1.DriverInfo.AttributesEntry
-	33, // 1: corpus.v1.Node.labels:type_name -> corpus.v1.Node.LabelsEntry
+	33, // 0: corpus.v1.DriverInfo.attributes:type_name -> corpus.v1.DriverInfo.AttributesEntry
+	34, // 1: corpus.v1.Node.labels:type_name -> corpus.v1.Node.LabelsEntry
 	0,  // 2: corpus.v1.Node.capacity:type_name -> corpus.v1.Resources
 	1,  // 3: corpus.v1.Node.drivers:type_name -> corpus.v1.DriverInfo
-	40, // 4: corpus.v1.Node.enrolled_at:type_name -> google.protobuf.Timestamp
-	40, // 5: corpus.v1.Node.cert_expires_at:type_name -> google.protobuf.Timestamp
+	41, // 4: corpus.v1.Node.enrolled_at:type_name -> google.protobuf.Timestamp
+	41, // 5: corpus.v1.Node.cert_expires_at:type_name -> google.protobuf.Timestamp
 	0,  // 6: corpus.v1.GuestSpec.resources:type_name -> corpus.v1.Resources
-	34, // 7: corpus.v1.GuestSpec.env:type_name -> corpus.v1.GuestSpec.EnvEntry
+	35, // 7: corpus.v1.GuestSpec.env:type_name -> corpus.v1.GuestSpec.EnvEntry
 	7,  // 8: corpus.v1.GuestSpec.ports:type_name -> corpus.v1.Port
 	4,  // 9: corpus.v1.GuestSpec.volume:type_name -> corpus.v1.VolumeSpec
-	35, // 10: corpus.v1.GuestSpec.constraints:type_name -> corpus.v1.GuestSpec.ConstraintsEntry
+	36, // 10: corpus.v1.GuestSpec.constraints:type_name -> corpus.v1.GuestSpec.ConstraintsEntry
 	6,  // 11: corpus.v1.Volume.observed:type_name -> corpus.v1.VolumeObserved
-	40, // 12: corpus.v1.Volume.created_at:type_name -> google.protobuf.Timestamp
-	40, // 13: corpus.v1.GuestObserved.updated_at:type_name -> google.protobuf.Timestamp
-	40, // 14: corpus.v1.Event.time:type_name -> google.protobuf.Timestamp
+	41, // 12: corpus.v1.Volume.created_at:type_name -> google.protobuf.Timestamp
+	41, // 13: corpus.v1.GuestObserved.updated_at:type_name -> google.protobuf.Timestamp
+	41, // 14: corpus.v1.Event.time:type_name -> google.protobuf.Timestamp
 	3,  // 15: corpus.v1.Guest.spec:type_name -> corpus.v1.GuestSpec
 	8,  // 16: corpus.v1.Guest.observed:type_name -> corpus.v1.GuestObserved
 	9,  // 17: corpus.v1.Guest.events:type_name -> corpus.v1.Event
-	40, // 18: corpus.v1.Guest.created_at:type_name -> google.protobuf.Timestamp
-	41, // 19: corpus.v1.Guest.admission:type_name -> corpus.v1.AdmissionChange
-	40, // 20: corpus.v1.Route.created_at:type_name -> google.protobuf.Timestamp
-	40, // 21: corpus.v1.JoinToken.expires_at:type_name -> google.protobuf.Timestamp
-	40, // 22: corpus.v1.JoinToken.created_at:type_name -> google.protobuf.Timestamp
-	40, // 23: corpus.v1.ClusterConfig.created_at:type_name -> google.protobuf.Timestamp
-	40, // 24: corpus.v1.DnsRecord.created_at:type_name -> google.protobuf.Timestamp
-	17, // 25: corpus.v1.User.keys:type_name -> corpus.v1.SshKey
-	40, // 26: corpus.v1.User.created_at:type_name -> google.protobuf.Timestamp
-	40, // 27: corpus.v1.SshKey.added_at:type_name -> google.protobuf.Timestamp
-	19, // 28: corpus.v1.Project.envs:type_name -> corpus.v1.ProjectEnv
-	40, // 29: corpus.v1.Project.created_at:type_name -> google.protobuf.Timestamp
-	41, // 30: corpus.v1.Project.admission:type_name -> corpus.v1.AdmissionChange
-	36, // 31: corpus.v1.ProjectEnv.config:type_name -> corpus.v1.ProjectEnv.ConfigEntry
-	37, // 32: corpus.v1.ProjectEnv.scale:type_name -> corpus.v1.ProjectEnv.ScaleEntry
-	21, // 33: corpus.v1.ProjectEnv.instances:type_name -> corpus.v1.ProjectInstance
-	38, // 34: corpus.v1.ProjectEnv.autoscale:type_name -> corpus.v1.ProjectEnv.AutoscaleEntry
-	40, // 35: corpus.v1.ProjectEnv.standby_until:type_name -> google.protobuf.Timestamp
-	40, // 36: corpus.v1.AutoscalePolicy.last_decision_at:type_name -> google.protobuf.Timestamp
-	40, // 37: corpus.v1.Release.started_at:type_name -> google.protobuf.Timestamp
-	40, // 38: corpus.v1.Release.finished_at:type_name -> google.protobuf.Timestamp
-	23, // 39: corpus.v1.Release.steps:type_name -> corpus.v1.ReleaseStep
-	39, // 40: corpus.v1.Release.config:type_name -> corpus.v1.Release.ConfigEntry
-	40, // 41: corpus.v1.AuditEntry.time:type_name -> google.protobuf.Timestamp
-	40, // 42: corpus.v1.UserToken.created_at:type_name -> google.protobuf.Timestamp
-	40, // 43: corpus.v1.UserToken.expires_at:type_name -> google.protobuf.Timestamp
-	27, // 44: corpus.v1.Keyring.keys:type_name -> corpus.v1.SealKey
-	40, // 45: corpus.v1.SealKey.created_at:type_name -> google.protobuf.Timestamp
-	40, // 46: corpus.v1.ProcessStatus.started_at:type_name -> google.protobuf.Timestamp
-	40, // 47: corpus.v1.Certificate.not_before:type_name -> google.protobuf.Timestamp
-	40, // 48: corpus.v1.Certificate.not_after:type_name -> google.protobuf.Timestamp
-	40, // 49: corpus.v1.Certificate.next_attempt_at:type_name -> google.protobuf.Timestamp
-	40, // 50: corpus.v1.Certificate.last_attempt_at:type_name -> google.protobuf.Timestamp
-	40, // 51: corpus.v1.Certificate.ocsp_next_update:type_name -> google.protobuf.Timestamp
-	31, // 52: corpus.v1.Certificate.challenge:type_name -> corpus.v1.AcmeChallenge
-	20, // 53: corpus.v1.ProjectEnv.AutoscaleEntry.value:type_name -> corpus.v1.AutoscalePolicy
-	54, // [54:54] is the sub-list for method output_type
-	54, // [54:54] is the sub-list for method input_type
-	54, // [54:54] is the sub-list for extension type_name
-	54, // [54:54] is the sub-list for extension extendee
-	0,  // [0:54] is the sub-list for field type_name
+	41, // 18: corpus.v1.Guest.created_at:type_name -> google.protobuf.Timestamp
+	42, // 19: corpus.v1.Guest.admission:type_name -> corpus.v1.AdmissionChange
+	41, // 20: corpus.v1.Route.created_at:type_name -> google.protobuf.Timestamp
+	41, // 21: corpus.v1.JoinToken.expires_at:type_name -> google.protobuf.Timestamp
+	41, // 22: corpus.v1.JoinToken.created_at:type_name -> google.protobuf.Timestamp
+	41, // 23: corpus.v1.ClusterConfig.created_at:type_name -> google.protobuf.Timestamp
+	14, // 24: corpus.v1.ClusterConfig.restore:type_name -> corpus.v1.Restore
+	41, // 25: corpus.v1.DnsRecord.created_at:type_name -> google.protobuf.Timestamp
+	18, // 26: corpus.v1.User.keys:type_name -> corpus.v1.SshKey
+	41, // 27: corpus.v1.User.created_at:type_name -> google.protobuf.Timestamp
+	41, // 28: corpus.v1.SshKey.added_at:type_name -> google.protobuf.Timestamp
+	20, // 29: corpus.v1.Project.envs:type_name -> corpus.v1.ProjectEnv
+	41, // 30: corpus.v1.Project.created_at:type_name -> google.protobuf.Timestamp
+	42, // 31: corpus.v1.Project.admission:type_name -> corpus.v1.AdmissionChange
+	37, // 32: corpus.v1.ProjectEnv.config:type_name -> corpus.v1.ProjectEnv.ConfigEntry
+	38, // 33: corpus.v1.ProjectEnv.scale:type_name -> corpus.v1.ProjectEnv.ScaleEntry
+	22, // 34: corpus.v1.ProjectEnv.instances:type_name -> corpus.v1.ProjectInstance
+	39, // 35: corpus.v1.ProjectEnv.autoscale:type_name -> corpus.v1.ProjectEnv.AutoscaleEntry
+	41, // 36: corpus.v1.ProjectEnv.standby_until:type_name -> google.protobuf.Timestamp
+	41, // 37: corpus.v1.AutoscalePolicy.last_decision_at:type_name -> google.protobuf.Timestamp
+	41, // 38: corpus.v1.Release.started_at:type_name -> google.protobuf.Timestamp
+	41, // 39: corpus.v1.Release.finished_at:type_name -> google.protobuf.Timestamp
+	24, // 40: corpus.v1.Release.steps:type_name -> corpus.v1.ReleaseStep
+	40, // 41: corpus.v1.Release.config:type_name -> corpus.v1.Release.ConfigEntry
+	41, // 42: corpus.v1.AuditEntry.time:type_name -> google.protobuf.Timestamp
+	41, // 43: corpus.v1.UserToken.created_at:type_name -> google.protobuf.Timestamp
+	41, // 44: corpus.v1.UserToken.expires_at:type_name -> google.protobuf.Timestamp
+	28, // 45: corpus.v1.Keyring.keys:type_name -> corpus.v1.SealKey
+	41, // 46: corpus.v1.SealKey.created_at:type_name -> google.protobuf.Timestamp
+	41, // 47: corpus.v1.ProcessStatus.started_at:type_name -> google.protobuf.Timestamp
+	41, // 48: corpus.v1.Certificate.not_before:type_name -> google.protobuf.Timestamp
+	41, // 49: corpus.v1.Certificate.not_after:type_name -> google.protobuf.Timestamp
+	41, // 50: corpus.v1.Certificate.next_attempt_at:type_name -> google.protobuf.Timestamp
+	41, // 51: corpus.v1.Certificate.last_attempt_at:type_name -> google.protobuf.Timestamp
+	41, // 52: corpus.v1.Certificate.ocsp_next_update:type_name -> google.protobuf.Timestamp
+	32, // 53: corpus.v1.Certificate.challenge:type_name -> corpus.v1.AcmeChallenge
+	21, // 54: corpus.v1.ProjectEnv.AutoscaleEntry.value:type_name -> corpus.v1.AutoscalePolicy
+	55, // [55:55] is the sub-list for method output_type
+	55, // [55:55] is the sub-list for method input_type
+	55, // [55:55] is the sub-list for extension type_name
+	55, // [55:55] is the sub-list for extension extendee
+	0,  // [0:55] is the sub-list for field type_name
 }
 
 func init() { file_corpus_v1_types_proto_init() }
@@ -4262,7 +4334,7 @@ func file_corpus_v1_types_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_corpus_v1_types_proto_rawDesc), len(file_corpus_v1_types_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   40,
+			NumMessages:   41,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

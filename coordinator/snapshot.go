@@ -1,0 +1,121 @@
+package coordinator
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"time"
+
+	"connectrpc.com/connect"
+	"github.com/hashicorp/raft"
+
+	"corpus/coordinator/api"
+	"corpus/coordinator/api/snapshot"
+	"corpus/internal/rpc"
+	"corpus/internal/snapshotfile"
+	corpusv1 "corpus/proto/corpus/v1"
+	"corpus/proto/corpus/v1/corpusv1connect"
+)
+
+// Snapshots of the control plane for operators (corpus operator snapshot
+// save): Raft's own snapshot of the state machine, taken on the leader
+// once every committed entry is applied, with the cluster CA beside it.
+
+var _ snapshot.Taker = (*Server)(nil)
+
+// Take implements snapshot.Taker.
+func (s *Server) Take(ctx context.Context) (*snapshotfile.Taken, error) {
+	if !s.replica.isLeader() {
+		return nil, s.replica.notLeader()
+	}
+	timeout := 30 * time.Second
+	if dl, ok := ctx.Deadline(); ok {
+		timeout = min(timeout, time.Until(dl))
+	}
+	// The CA as this replica keeps it (loadCerts checked it).
+	key, err := os.ReadFile(filepath.Join(s.certs.dir, caKeyFile))
+	if err != nil {
+		return nil, fmt.Errorf("reading the cluster CA key: %w", err)
+	}
+	meta, state, err := s.replica.take(timeout)
+	if err != nil {
+		return nil, err
+	}
+	return &snapshotfile.Taken{Index: meta.Index, Term: meta.Term, State: state, CACert: s.certs.auth.CertPEM, CAKey: key}, nil
+}
+
+// take snapshots the state machine as of every entry committed so far (a
+// barrier first, as Consul's snapshot save does) and reads it back. When
+// nothing was written since the last snapshot, that one is current.
+func (r *replica) take(timeout time.Duration) (*raft.SnapshotMeta, []byte, error) {
+	if err := r.raft.Barrier(timeout).Error(); err != nil {
+		return nil, nil, fmt.Errorf("waiting for committed entries to apply: %w", err)
+	}
+	f := r.raft.Snapshot()
+	err := f.Error()
+	if errors.Is(err, raft.ErrNothingNewToSnapshot) {
+		return r.latest()
+	}
+	if err != nil {
+		return nil, nil, fmt.Errorf("taking a raft snapshot: %w", err)
+	}
+	meta, rc, err := f.Open()
+	if err != nil {
+		return nil, nil, fmt.Errorf("opening the raft snapshot: %w", err)
+	}
+	defer rc.Close()
+	data, err := io.ReadAll(rc)
+	if err != nil {
+		return nil, nil, fmt.Errorf("reading the raft snapshot: %w", err)
+	}
+	return meta, data, nil
+}
+
+// latest reads the newest snapshot on disk.
+func (r *replica) latest() (*raft.SnapshotMeta, []byte, error) {
+	list, err := r.snaps.List()
+	if err != nil || len(list) == 0 {
+		return nil, nil, fmt.Errorf("listing raft snapshots: %d found, %v", len(list), err)
+	}
+	meta, rc, err := r.snaps.Open(list[0].ID)
+	if err != nil {
+		return nil, nil, fmt.Errorf("opening raft snapshot %s: %w", list[0].ID, err)
+	}
+	defer rc.Close()
+	data, err := io.ReadAll(rc)
+	if err != nil {
+		return nil, nil, fmt.Errorf("reading raft snapshot %s: %w", list[0].ID, err)
+	}
+	return meta, data, nil
+}
+
+// Relay implements snapshot.Taker: the leader's chunks are passed on as
+// they come.
+func (s *Server) Relay(ctx context.Context, req *corpusv1.SaveSnapshotRequest, send func(*corpusv1.SnapshotChunk) error) error {
+	_, addr, err := s.leaderClient()
+	if err != nil {
+		return err
+	}
+	c := corpusv1connect.NewSnapshotServiceClient(s.peerHTTP, rpc.BaseURL(addr),
+		connect.WithInterceptors(rpc.Bearer(rpc.CoordinatorCredentialPrefix+s.store.Read().Config().GetCoordinatorKey())))
+	stream, err := c.SaveSnapshot(ctx, connect.NewRequest(req))
+	if err != nil {
+		return err
+	}
+	defer stream.Close()
+	for stream.Receive() {
+		if err := send(stream.Msg()); err != nil {
+			return err
+		}
+	}
+	if err := stream.Err(); err != nil {
+		if connect.CodeOf(err) == connect.CodeUnavailable {
+			return fmt.Errorf("%w (the leader at %s did not answer: %v)", api.ErrNotLeader, addr, err)
+		}
+		return err
+	}
+	return nil
+}
