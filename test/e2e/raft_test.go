@@ -17,6 +17,7 @@ import (
 	"connectrpc.com/connect"
 	"github.com/anishathalye/porcupine"
 
+	"corpus/coordinator/compat"
 	"corpus/internal/rpc"
 	"corpus/internal/testrun"
 	"corpus/internal/version"
@@ -312,9 +313,12 @@ func TestCoordinatorGroup(t *testing.T) {
 		if code != 0 || strings.Count(out, "\n") != 4 || !strings.Contains(out, "leader") {
 			return fmt.Errorf("operator raft list-peers = %d\n%s%s", code, out, errOut)
 		}
-		for _, line := range strings.Split(strings.TrimSpace(out), "\n")[1:] {
-			if f := strings.Fields(line); f[len(f)-1] != version.Version {
-				return fmt.Errorf("operator raft list-peers printed:\n%s\nwant version %s on every replica", out, version.Version)
+		// The columns end with each replica's build version and the
+		// server version it registered (compat.Current).
+		lines := strings.Split(strings.TrimSpace(out), "\n")
+		for _, line := range lines[1:] {
+			if f := strings.Fields(line); len(f) < 2 || f[len(f)-2] != version.Version || f[len(f)-1] != compat.Current.String() {
+				return fmt.Errorf("operator raft list-peers printed:\n%s\nwant version %s and server version %s on every replica", out, version.Version, compat.Current)
 			}
 		}
 		return nil
