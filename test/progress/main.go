@@ -55,6 +55,10 @@ type test struct {
 	started time.Time
 	lines   []string // the last tail lines
 	last    string   // the last line worth showing in a heartbeat
+	// own are the last lines the test's code logged, one per place in
+	// the code (a helper that logs a daemon's whole log from one line
+	// counts once), kept apart from the tail a long dump pushes out.
+	own []string
 }
 
 func (t *test) add(line string) {
@@ -64,6 +68,18 @@ func (t *test) add(line string) {
 	t.lines = append(t.lines, line)
 	if s := strings.TrimSpace(line); s != "" && !strings.HasPrefix(s, "=== ") && !strings.HasPrefix(s, "--- ") {
 		t.last = s
+	}
+	if isLogLine(line) {
+		at, _, _ := strings.Cut(strings.TrimSpace(line), ": ")
+		for _, o := range t.own {
+			if strings.HasPrefix(o, at+": ") {
+				return
+			}
+		}
+		if len(t.own) == reasons {
+			t.own = slices.Delete(t.own, 0, 1)
+		}
+		t.own = append(t.own, strings.TrimSpace(line))
 	}
 }
 
@@ -90,20 +106,13 @@ type printer struct {
 const reasons = 6
 
 // account adds a failed test to p.failures: its FAIL line and the last
-// lines its test code logged (helpers' log lines, such as a daemon's
-// log, are left to the full output above).
-func (p *printer) account(head string, lines []string) {
+// lines its test code logged, one per place in the code (the daemons'
+// logs a helper dumps are left to the full output above).
+func (p *printer) account(head string, t *test) {
 	p.failures = append(p.failures, head)
-	var own []string
-	for _, l := range lines {
-		if isLogLine(l) {
-			own = append(own, "  "+strings.TrimSpace(l))
-		}
+	for _, l := range t.own {
+		p.failures = append(p.failures, "  "+l)
 	}
-	if len(own) > reasons {
-		own = own[len(own)-reasons:]
-	}
-	p.failures = append(p.failures, own...)
 }
 
 func (p *printer) say(format string, args ...any) {
@@ -172,7 +181,7 @@ func (p *printer) handle(e event) {
 			p.say("FAIL %s %s (%.1fs)", short(e.Package), e.Test, e.Elapsed)
 			if t != nil && top {
 				p.dump(t.lines)
-				p.account(fmt.Sprintf("FAIL %s %s (%.1fs)", short(e.Package), e.Test, e.Elapsed), t.lines)
+				p.account(fmt.Sprintf("FAIL %s %s (%.1fs)", short(e.Package), e.Test, e.Elapsed), t)
 			}
 			return
 		}
@@ -195,7 +204,7 @@ func (p *printer) handle(e event) {
 			if !strings.Contains(t.name, "/") {
 				p.say("     %s was running for %s; its last lines:", t.name, time.Since(t.started).Round(time.Second))
 				p.dump(t.lines)
-				p.account(fmt.Sprintf("FAIL %s %s: was running when the test binary died", short(e.Package), t.name), t.lines)
+				p.account(fmt.Sprintf("FAIL %s %s: was running when the test binary died", short(e.Package), t.name), t)
 			}
 		}
 		if len(hung) == 0 && pkgLines > 0 && !p.accounted(e.Package) {

@@ -174,3 +174,32 @@ func TestHeartbeat(t *testing.T) {
 		t.Errorf("a subtest or the package spoke beside its running test: %q", got)
 	}
 }
+
+// TestAccountOutlivesADump: a failed check followed by a helper's long
+// dump (a daemon's log, one t.Log per line, more than the kept tail) is
+// still in the account, and the dump counts once.
+func TestAccountOutlivesADump(t *testing.T) {
+	events := goTestJSON(t, `package sample
+
+import "testing"
+
+func TestDumps(t *testing.T) {
+	t.Error("list-peers shows every version: not reached")
+	for i := 0; i < 60; i++ {
+		t.Log("daemon line", i)
+	}
+}
+`)
+	failuresPath := filepath.Join(t.TempDir(), "group.failures")
+	var out, errs bytes.Buffer
+	if code := run([]string{"-group", "e2erace", "-failures", failuresPath}, bytes.NewReader(events), &out, &errs); code != 1 {
+		t.Errorf("exit status %d, want 1", code)
+	}
+	account, err := os.ReadFile(failuresPath)
+	if want := `^\[e2erace\] FAIL sample TestDumps \(\d+\.\ds\)
+\[e2erace\]   sample_test.go:6: list-peers shows every version: not reached
+\[e2erace\]   sample_test.go:8: daemon line 0
+$`; err != nil || !regexp.MustCompile(want).Match(account) {
+		t.Errorf("the account (%v):\n%s\nwant it to match\n%s", err, account, want)
+	}
+}
