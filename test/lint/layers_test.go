@@ -127,11 +127,10 @@ type goPackage struct {
 	files   map[string]int      // hand-written file -> lines
 }
 
-// readTree parses every non-test Go file below root.
-func readTree(t *testing.T, root string) map[string]*goPackage {
-	t.Helper()
-	pkgs := map[string]*goPackage{}
-	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+// walkGo calls f with every Go file below root, leaving out hidden
+// folders, build output, test data and node modules.
+func walkGo(root string, f func(path string) error) error {
+	return filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
 		}
@@ -142,7 +141,19 @@ func readTree(t *testing.T, root string) map[string]*goPackage {
 			}
 			return nil
 		}
-		if !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
+		if !strings.HasSuffix(path, ".go") {
+			return nil
+		}
+		return f(path)
+	})
+}
+
+// readTree parses every non-test Go file below root.
+func readTree(t *testing.T, root string) map[string]*goPackage {
+	t.Helper()
+	pkgs := map[string]*goPackage{}
+	err := walkGo(root, func(path string) error {
+		if strings.HasSuffix(path, "_test.go") {
 			return nil
 		}
 		src, err := os.ReadFile(path)
@@ -265,17 +276,7 @@ func sizeFaults(pkgs map[string]*goPackage) []string {
 func testFileLines(t *testing.T, root string) map[string]int {
 	t.Helper()
 	lines := map[string]int{}
-	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		if d.IsDir() {
-			n := d.Name()
-			if path != root && (strings.HasPrefix(n, ".") || n == "bin" || n == "testdata" || n == "node_modules") {
-				return filepath.SkipDir
-			}
-			return nil
-		}
+	err := walkGo(root, func(path string) error {
 		if !strings.HasSuffix(path, "_test.go") {
 			return nil
 		}
