@@ -173,7 +173,7 @@ func (g *Globals) followGuest(ctx context.Context, c *client.Clients, name, want
 	for {
 		res, err := c.Guests.GetGuest(ctx, connect.NewRequest(&corpusv1.GetGuestRequest{Name: name, MinIndex: index, WaitSeconds: 30}))
 		if err != nil {
-			if ctx.Err() != nil {
+			if pastDeadline(ctx) {
 				return nil, fmt.Errorf("timed out after %s waiting for guest %s (see `corpus guest show %s`)", timeout, name, name)
 			}
 			return nil, err

@@ -82,7 +82,7 @@ func (g *Globals) followDrain(ctx context.Context, c *client.Clients, name strin
 	for {
 		res, err := c.Nodes.DrainStatus(dctx, connect.NewRequest(&corpusv1.DrainStatusRequest{Name: name, MinIndex: index, WaitSeconds: 30}))
 		if err != nil {
-			if dctx.Err() != nil && ctx.Err() == nil {
+			if pastDeadline(dctx) && ctx.Err() == nil {
 				break // the deadline: say what is left
 			}
 			return err

@@ -16,6 +16,7 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 
 	"connectrpc.com/connect"
 	"github.com/spf13/cobra"
@@ -270,4 +271,16 @@ func (g *Globals) PrintJSONValue(v any) error {
 	enc := json.NewEncoder(g.stdout)
 	enc.SetIndent("", "  ")
 	return enc.Encode(v)
+}
+
+// pastDeadline reports whether ctx's deadline has passed. A call that
+// fails at its deadline can return before the context's own timer has
+// fired on a busy machine (ctx.Err() still nil), or with the server's
+// deadline_exceeded: the clock decides, not the timer.
+func pastDeadline(ctx context.Context) bool {
+	if ctx.Err() != nil {
+		return true
+	}
+	d, ok := ctx.Deadline()
+	return ok && !time.Now().Before(d)
 }

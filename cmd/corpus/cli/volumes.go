@@ -197,7 +197,7 @@ func (g *Globals) waitVolume(ctx context.Context, c *client.Clients, want *corpu
 	for {
 		res, err := c.Volumes.GetVolume(ctx, connect.NewRequest(&corpusv1.GetVolumeRequest{Name: want.Name}))
 		if err != nil {
-			if ctx.Err() != nil {
+			if pastDeadline(ctx) {
 				return fmt.Errorf("timed out after %s waiting for volume %s (see `corpus volume show %s`)", timeout, want.Name, want.Name)
 			}
 			return err
