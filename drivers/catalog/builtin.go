@@ -15,11 +15,13 @@ import (
 func init() {
 	// Root's subordinate ids, which guests' id ranges are cut from, are
 	// read from CORPUS_LXC_SUBUID and CORPUS_LXC_SUBGID when set
-	// (/etc/subuid and /etc/subgid otherwise).
+	// (/etc/subuid and /etc/subgid otherwise); the host's image store
+	// (lxc.Config.Store) from CORPUS_LXC_IMAGE_STORE (none when unset).
 	register("lxc", func(c Config) (drivers.Driver, error) {
 		return lxc.New(lxc.Config{
 			Path: filepath.Join(c.StateDir, "lxc"), Logger: c.Logger,
 			SubUIDFile: os.Getenv("CORPUS_LXC_SUBUID"), SubGIDFile: os.Getenv("CORPUS_LXC_SUBGID"),
+			Store: os.Getenv("CORPUS_LXC_IMAGE_STORE"),
 		})
 	})
 	register("libvirt", newLibvirt)

@@ -17,4 +17,10 @@ type Config struct {
 	// unprivileged guests' user namespaces are mapped; /etc/subuid and
 	// /etc/subgid when empty (what newuidmap reads).
 	SubUIDFile, SubGIDFile string
+	// Store, when set, is a folder of the host that keeps a copy of
+	// every image built with packages (apt in a chroot: minutes), shared
+	// by the host's agents and kept when an agent's state is wiped; a
+	// build finds its image there first (a copy: seconds). See
+	// store_linux.go.
+	Store string
 }

@@ -47,6 +47,9 @@ type Driver struct {
 	builds   map[string]*imageBuild
 	// built counts image builds that ran; tests read it.
 	built atomic.Int64
+	// store is Config.Store; stored counts images taken from it.
+	store  string
+	stored atomic.Int64
 
 	// rdepsMu serialises clones from and destroys of overlay guests: both
 	// rewrite the cache container's lxc_snapshots list.
@@ -81,6 +84,12 @@ func New(cfg Config) (*Driver, error) {
 		apparmor: apparmorEnabled(),
 		clone:    cloneCopy,
 		builds:   make(map[string]*imageBuild),
+	}
+	if cfg.Store != "" {
+		if !filepath.IsAbs(cfg.Store) {
+			return nil, fmt.Errorf("creating lxc driver: image store %q is not absolute", cfg.Store)
+		}
+		d.store = filepath.Clean(cfg.Store)
 	}
 	if overlaySupported(path) {
 		d.clone = cloneOverlay

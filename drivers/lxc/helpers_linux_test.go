@@ -56,9 +56,17 @@ func removeLockDir(path string) {
 // failed) and checks that nothing of it stays mounted.
 func newTestDriver(t testing.TB) *Driver {
 	t.Helper()
+	return newTestDriverWith(t, Config{})
+}
+
+// newTestDriverWith is newTestDriver with cfg's settings but its path
+// and logger.
+func newTestDriverWith(t testing.TB, cfg Config) *Driver {
+	t.Helper()
 	requireLXC(t)
 	path := t.TempDir()
-	d, err := New(Config{Path: path, Logger: testLogger(t)})
+	cfg.Path, cfg.Logger = path, testLogger(t)
+	d, err := New(cfg)
 	if err != nil {
 		t.Fatalf("New(%s) = %v", path, err)
 	}

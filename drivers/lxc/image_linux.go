@@ -291,6 +291,11 @@ func (d *Driver) buildImage(img imageSpec, b *imageBuild) error {
 		return fmt.Errorf("building image %s: %w", img.name, err)
 	}
 	defer c.Release()
+	// Copies that did not finish (see copyContainer).
+	leftovers, _ := filepath.Glob(filepath.Join(d.imgPath, "."+img.cache+".copy-*"))
+	for _, l := range leftovers {
+		os.RemoveAll(l)
+	}
 	if c.Defined() {
 		d.log.Warn("removing incomplete image cache", "image", img.name)
 		if err := c.Destroy(); err != nil {
@@ -311,12 +316,20 @@ func (d *Driver) buildImage(img imageSpec, b *imageBuild) error {
 		return fmt.Errorf("building image %s: %w", img.name, err)
 	}
 
-	if img.from != "" {
+	switch stored, err := d.fromStore(img); {
+	case err != nil:
+		return fmt.Errorf("building image %s: %w", img.name, err)
+	case stored:
+		b.report("copied image %s from the image store %s", img.name, d.store)
+	case img.from != "":
 		if err := d.copyShifted(img); err != nil {
 			return fmt.Errorf("building image %s: %w", img.name, err)
 		}
-	} else if err := d.runTemplate(c, img, b, logFile, start); err != nil {
-		return err
+	default:
+		if err := d.runTemplate(c, img, b, logFile, start); err != nil {
+			return err
+		}
+		d.toStore(img)
 	}
 
 	m, err := json.Marshal(imageMarker{Image: img.name, Built: time.Now().UTC()})
@@ -402,28 +415,45 @@ wait:
 // copyShifted makes img's cache a copy of img.from's, with every file
 // shifted into img.idmap. The copy is a plain directory: overlay guests
 // stack on it as on any cache.
+func (d *Driver) copyShifted(img imageSpec) error {
+	return copyContainer(filepath.Join(d.imgPath, img.from), filepath.Join(d.imgPath, img.cache), func(tmp string) error {
+		// The guests' root reaches the root file system through the
+		// cache's folder.
+		if err := os.Lchown(tmp, int(img.idmap.UID), int(img.idmap.GID)); err != nil {
+			return err
+		}
+		return d.ids.shift(filepath.Join(tmp, "rootfs"), img.idmap)
+	})
+}
+
+// copyContainer copies the container folder src (its rootfs and config)
+// to dst, whose last element is the copy's name, through a temporary
+// folder beside dst that finish, when set, adjusts before it is renamed
+// into place: dst is whole or absent.
 //
 // The copy is made here, not by liblxc's clone: that forks without exec
 // in this multi-threaded process and its child deadlocked on a lock
 // another thread held at the fork (seen in a CI run: a guest's Clone of
 // the cache hung 18 minutes). cp runs as a process of its own, and the
 // config is the source's with its name and root file system changed.
-func (d *Driver) copyShifted(img imageSpec) error {
-	src, dst := filepath.Join(d.imgPath, img.from), filepath.Join(d.imgPath, img.cache)
-	tmp := dst + ".copy"
-	if err := os.RemoveAll(tmp); err != nil {
+func copyContainer(src, dst string, finish func(tmp string) error) (err error) {
+	tmp, err := os.MkdirTemp(filepath.Dir(dst), "."+filepath.Base(dst)+".copy-")
+	if err != nil {
 		return err
 	}
-	if err := os.Mkdir(tmp, 0o770); err != nil {
+	defer func() {
+		if err != nil {
+			os.RemoveAll(tmp)
+		}
+	}()
+	if err := os.Chmod(tmp, 0o770); err != nil {
 		return err
 	}
 	if out, err := exec.Command("cp", "-a", "--", filepath.Join(src, "rootfs"), filepath.Join(tmp, "rootfs")).CombinedOutput(); err != nil {
-		os.RemoveAll(tmp)
-		return fmt.Errorf("copying cache %s: %v: %s", img.from, err, strings.TrimSpace(string(out)))
+		return fmt.Errorf("copying %s: %v: %s", src, err, strings.TrimSpace(string(out)))
 	}
 	cfg, err := os.ReadFile(filepath.Join(src, "config"))
 	if err != nil {
-		os.RemoveAll(tmp)
 		return err
 	}
 	var lines []string
@@ -433,23 +463,17 @@ func (d *Driver) copyShifted(img imageSpec) error {
 		case "lxc.rootfs.path":
 			line = "lxc.rootfs.path = dir:" + filepath.Join(dst, "rootfs")
 		case "lxc.uts.name":
-			line = "lxc.uts.name = " + img.cache
+			line = "lxc.uts.name = " + filepath.Base(dst)
 		}
 		lines = append(lines, line)
 	}
 	if err := atomicfile.Write(filepath.Join(tmp, "config"), []byte(strings.Join(lines, "\n")), 0o640); err != nil {
-		os.RemoveAll(tmp)
 		return err
 	}
-	// The guests' root reaches the root file system through the cache's
-	// folder.
-	if err := os.Lchown(tmp, int(img.idmap.UID), int(img.idmap.GID)); err != nil {
-		os.RemoveAll(tmp)
-		return err
-	}
-	if err := d.ids.shift(filepath.Join(tmp, "rootfs"), img.idmap); err != nil {
-		os.RemoveAll(tmp)
-		return err
+	if finish != nil {
+		if err := finish(tmp); err != nil {
+			return err
+		}
 	}
 	return os.Rename(tmp, dst)
 }

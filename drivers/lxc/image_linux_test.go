@@ -6,6 +6,7 @@ import (
 	"bytes"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -134,12 +135,39 @@ func TestPackagesWithTMPDIR(t *testing.T) {
 	if os.Getenv("CORPUS_TEST_DEBIAN") != "1" {
 		t.Skip("skipping: building debian/bookworm with packages runs apt for minutes; set CORPUS_TEST_DEBIAN=1 to run it")
 	}
-	d := newTestDriver(t)
+	store := t.TempDir()
+	d := newTestDriverWith(t, Config{Store: store})
 	t.Setenv("TMPDIR", t.TempDir())
 	if err := d.EnsureImagePackages(t.Context(), "debian/bookworm", []string{"ssl-cert"}, func(msg string) { t.Log("progress:", msg) }); err != nil {
 		t.Fatalf("EnsureImagePackages(debian/bookworm, ssl-cert) with TMPDIR=%s = %v", os.Getenv("TMPDIR"), err)
 	}
 	if got := os.Getenv("TMPDIR"); got == "" {
 		t.Error("TMPDIR was not given back after the build")
+	}
+
+	// The image store: a second agent of the host copies the image
+	// instead of running apt, and the copy is a complete image of its
+	// own.
+	if n := d.stored.Load(); n != 0 {
+		t.Errorf("the first build took %d images from an empty store", n)
+	}
+	d2 := newTestDriverWith(t, Config{Store: store})
+	if err := d2.EnsureImagePackages(t.Context(), "debian/bookworm", []string{"ssl-cert"}, nil); err != nil {
+		t.Fatalf("EnsureImagePackages from the store = %v", err)
+	}
+	if built, stored := d2.built.Load(), d2.stored.Load(); built != 1 || stored != 1 {
+		t.Errorf("second driver: %d builds, %d from the store; want 1 build, taken from the store", built, stored)
+	}
+	img, err := imageFor("debian/bookworm", []string{"ssl-cert"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cache := filepath.Join(d2.imgPath, img.cache)
+	if err := checkPackages(filepath.Join(cache, "rootfs"), img.packages); err != nil {
+		t.Errorf("the image copied from the store: %v", err)
+	}
+	cfg, err := os.ReadFile(filepath.Join(cache, "config"))
+	if err != nil || !strings.Contains(string(cfg), "lxc.rootfs.path = dir:"+filepath.Join(cache, "rootfs")+"\n") {
+		t.Errorf("the copy's config names another root file system (%v):\n%s", err, cfg)
 	}
 }

@@ -119,7 +119,7 @@ func newImageBuilder(driver, imageDir, stateDir string) (imageBuilder, string, e
 		// The agent's lxc driver keeps its guests and images here (see
 		// drivers/catalog).
 		path := filepath.Join(abs, "lxc")
-		d, err := lxc.New(lxc.Config{Path: path})
+		d, err := lxc.New(lxc.Config{Path: path, Store: os.Getenv("CORPUS_LXC_IMAGE_STORE")})
 		if err != nil {
 			return nil, "", err
 		}
