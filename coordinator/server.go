@@ -491,7 +491,11 @@ func (s *Server) Serve(ctx context.Context) error {
 	// Requests live no longer than the server. Otherwise Shutdown waits
 	// for Watch streams, gives up, and leaves them running on a stopped
 	// replica, where agents would never learn to look for another.
-	lctx, cancel := context.WithCancel(ctx)
+	// They end when the replica has handed over its leadership, with
+	// rpc.ErrStopping as their cause: they answer Unavailable, and
+	// clients ask another replica.
+	lctx, cancelCause := context.WithCancelCause(context.WithoutCancel(ctx))
+	cancel := func() { cancelCause(rpc.ErrStopping) }
 	defer cancel()
 	s.http.BaseContext = func(net.Listener) context.Context { return lctx }
 	var wg sync.WaitGroup

@@ -542,6 +542,11 @@ func TestServeEndsStreams(t *testing.T) {
 		if errors.Is(err, context.DeadlineExceeded) {
 			t.Errorf("Watch() after Serve returned ended by the client's deadline, want the server to end it")
 		}
+		// Unavailable, which clients retry on another replica; not
+		// Cancelled, which says the client gave up.
+		if reason := retryReason(err); connect.CodeOf(err) != connect.CodeUnavailable || reason != corpusv1.RetryStopping {
+			t.Errorf("Watch() ended by a stopping replica: %v (retry %q), want unavailable with retry %q", err, reason, corpusv1.RetryStopping)
+		}
 	case <-time.After(testrun.D(waitTimeout)):
 		t.Errorf("Watch() still open %v after Serve returned", waitTimeout)
 	}
@@ -574,4 +579,20 @@ func testCSR(t *testing.T) []byte {
 		t.Fatal(err)
 	}
 	return csr
+}
+
+// retryReason is the reason of err's Retry detail, "" without one.
+func retryReason(err error) string {
+	var ce *connect.Error
+	if !errors.As(err, &ce) {
+		return ""
+	}
+	for _, d := range ce.Details() {
+		if v, derr := d.Value(); derr == nil {
+			if r, ok := v.(*corpusv1.Retry); ok {
+				return r.Reason
+			}
+		}
+	}
+	return ""
 }

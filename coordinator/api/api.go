@@ -366,7 +366,7 @@ func Options(b *Backend) []connect.HandlerOption {
 		m, _ := req.(proto.Message)
 		b.audit.Refused(ctx, p, procedure, m, err)
 	}}
-	interceptors := []connect.Interceptor{authn.Interceptor(), b.audit.Interceptor(), consistentReads{group: b.Group}, currentNotFound{group: b.Group}}
+	interceptors := []connect.Interceptor{stopping{}, authn.Interceptor(), b.audit.Interceptor(), consistentReads{group: b.Group}, currentNotFound{group: b.Group}}
 	if b.Metrics != nil {
 		interceptors = append([]connect.Interceptor{b.Metrics.Interceptor()}, interceptors...)
 	}

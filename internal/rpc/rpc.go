@@ -215,6 +215,12 @@ const (
 // Retry detail.
 var ErrMaybeDone = errors.New(MaybeDonePhrase)
 
+// ErrStopping is the cause with which a stopping server ends the
+// calls it still runs (context.Cause of their contexts): they answer
+// Unavailable (RetryStopping), so that clients send them again to
+// another replica instead of giving up on a cancelled call.
+var ErrStopping = errors.New("this coordinator is stopping: another replica answers")
+
 // Unavailable is the answer for err, a write or read refused for a
 // reason that passes (corpusv1.RetryNotLeader, corpusv1.RetryBusy): code
 // Unavailable with a corpusv1.Retry detail that RetryWithoutLeader reads.

@@ -99,6 +99,7 @@ func (x *Route) Is(k RouteKind) bool { return x.GetKind() == string(k) }
 const (
 	RetryNotLeader = "not_leader"
 	RetryBusy      = "busy"
+	RetryStopping  = "stopping" // the replica that answered is stopping
 )
 
 // User roles (User.role).
