@@ -14,7 +14,7 @@ VERSION   ?= $(shell packaging/release-version 2>/dev/null || echo dev)
 COMMIT    ?= $(shell git rev-parse --short HEAD 2>/dev/null)
 LDFLAGS   := -X corpus/internal/version.Version=$(VERSION) -X corpus/internal/version.Commit=$(COMMIT)
 
-.PHONY: help build deb test test-loaded test-unit lint vet fmt-check staticcheck proto proto-check ui ui-check docs docs-check screenshots demo demo-stop demo-clean bench bench-compare bench-summary robustness tools test-tools clean
+.PHONY: help build deb test test-loaded test-unit lint vet fmt-check staticcheck proto proto-check ui ui-check docs docs-check screenshots demo demo-stop demo-clean bench bench-quick bench-compare bench-summary robustness tools test-tools clean
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -115,8 +115,11 @@ demo-stop: ## stop the cluster started by make demo (guests keep running)
 demo-clean: ## stop it and remove its guests, network and state
 	./scripts/demo clean
 
-bench: ## guest start vs raw LXC, agent memory, NAT, proxy vs nginx, DNS vs bind9, volumes, push-to-serving, placement, VM start, kubernetes, services, scaling, replicated writes vs etcd, rolling upgrade, control-plane snapshot and restore
+bench: ## guest start vs raw LXC, agent memory, NAT, proxy vs nginx, DNS vs bind9, volumes, push-to-serving, placement, VM start, kubernetes, services, scaling, replicated writes vs etcd, rolling upgrade, control-plane snapshot and restore; the table, and its changes since the last one
 	./scripts/setup --bench
+	@# One run at one commit: no row of an earlier run stays.
+	cp test/bench/results/summary.md test/bench/results/previous.md
+	rm -rf test/bench/results/rows
 	./test/bench/run
 	./test/bench/nat/run
 	./test/bench/proxy/run
@@ -133,6 +136,19 @@ bench: ## guest start vs raw LXC, agent memory, NAT, proxy vs nginx, DNS vs bind
 	./test/bench/upgrade/run
 	./test/bench/snapshot/run
 	./test/bench/summary
+	./test/bench/changes test/bench/results/previous.md test/bench/results/rows "Changes since the last table" >test/bench/results/changes.md || true
+	cat test/bench/results/changes.md
+
+QUICK_ROWS = test/bench/results/quick-rows
+bench-quick: ## the hot paths of make bench (replicated writes vs etcd, proxy vs nginx, DNS vs bind9, guest start and agent memory, push to serving), beside the committed table; fails when a row got worse by more than a quarter
+	./scripts/setup --bench
+	rm -rf $(QUICK_ROWS)
+	BENCH_ROWS_DIR=$(QUICK_ROWS) ./test/bench/raft/run
+	BENCH_ROWS_DIR=$(QUICK_ROWS) ./test/bench/proxy/run
+	BENCH_ROWS_DIR=$(QUICK_ROWS) ./test/bench/dns/run
+	BENCH_ROWS_DIR=$(QUICK_ROWS) ./test/bench/run
+	BENCH_ROWS_DIR=$(QUICK_ROWS) ./test/bench/deploy/run
+	./test/bench/changes test/bench/results/summary.md $(QUICK_ROWS) "make bench-quick at $$(git describe --always --dirty) against the committed table"
 
 RUNS ?= 50
 FAULTS ?= 4
