@@ -1,6 +1,9 @@
 package agent
 
 import (
+	"cmp"
+	"slices"
+
 	corpusv1 "corpus/proto/corpus/v1"
 )
 
@@ -11,7 +14,9 @@ import (
 // are (running, but no longer managed) instead of removing them as
 // undesired, logs each, and remembers them across restarts (the
 // operator creates them again through the API or removes them by hand;
-// docs/operator/backups.md). The first desired state carrying a new restore
+// docs/operator/backups.md); each report names them (Node.orphans:
+// corpus guest list --orphans), until they are gone from the node. The
+// first desired state carrying a new restore
 // id is compared with the one before it: a guest desired then, created
 // after the snapshot's index and not desired now is such a guest.
 
@@ -56,5 +61,41 @@ func (a *Agent) noteRestore(msg *corpusv1.WatchResponse) {
 		if err := a.cache.SetOrphans(a.orphans); err != nil {
 			a.logger.Warn("caching the guests unknown to the cluster", "error", err)
 		}
+		a.poke(a.report)
+	}
+}
+
+// orphanList is the orphans as a report names them, sorted by name.
+func (a *Agent) orphanList() []*corpusv1.OrphanGuest {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	out := make([]*corpusv1.OrphanGuest, 0, len(a.orphans))
+	for id, name := range a.orphans {
+		out = append(out, &corpusv1.OrphanGuest{GuestId: id, Name: name})
+	}
+	slices.SortFunc(out, func(x, y *corpusv1.OrphanGuest) int {
+		return cmp.Or(cmp.Compare(x.Name, y.Name), cmp.Compare(x.GuestId, y.GuestId))
+	})
+	return out
+}
+
+// pruneOrphans forgets the orphans no driver has any more (removed by
+// hand), given the ids of every guest the drivers listed.
+func (a *Agent) pruneOrphans(present map[string]bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	gone := false
+	for id, name := range a.orphans {
+		if !present[id] {
+			delete(a.orphans, id)
+			gone = true
+			a.logger.Info("guest unknown to the cluster is gone from the node", "guest", name, "guest_id", id)
+		}
+	}
+	if gone {
+		if err := a.cache.SetOrphans(a.orphans); err != nil {
+			a.logger.Warn("caching the guests unknown to the cluster", "error", err)
+		}
+		a.poke(a.report)
 	}
 }

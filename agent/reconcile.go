@@ -71,13 +71,16 @@ func (a *Agent) pass(ctx context.Context) {
 	if !known {
 		return // never told anything: touch nothing
 	}
+	present, complete := map[string]bool{}, true
 	for name, d := range a.drivers {
 		list, err := d.List(ctx)
 		if err != nil {
 			a.logger.Warn("listing guests", "driver", name, "error", err)
+			complete = false
 			continue
 		}
 		for _, st := range list {
+			present[st.ID] = true
 			a.mu.Lock()
 			_, wanted := a.desired[st.ID]
 			_, busy := a.workers[st.ID]
@@ -95,6 +98,9 @@ func (a *Agent) pass(ctx context.Context) {
 				a.logger.Warn("removing undesired guest", "guest", st.Name, "error", err)
 			}
 		}
+	}
+	if complete {
+		a.pruneOrphans(present)
 	}
 }
 

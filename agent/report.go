@@ -63,6 +63,7 @@ func (a *Agent) sendReport(ctx context.Context) error {
 		req.Guests = append(req.Guests, &corpusv1.ReportedGuest{GuestId: id, Observed: a.instSync.Observed(id, proto.Clone(o).(*corpusv1.GuestObserved))})
 	}
 	a.mu.Unlock()
+	req.Orphans = a.orphanList()
 	req.Volumes = a.vols.Observed()
 	req.Services = a.services.Services.Report()
 	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)

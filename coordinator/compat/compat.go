@@ -44,7 +44,7 @@ type Version struct {
 
 // Current is the server version of this binary: the newest release whose
 // entries it can apply. A tree past its last release names the next one.
-var Current = Version{0, 1}
+var Current = Version{0, 2}
 
 // Parse reads "v0.1", "0.1", "v0.1.2", "v0.1.0+3": the major and minor
 // number, whatever follows. The empty string is the zero Version (a
@@ -99,6 +99,9 @@ const (
 	// GuestIDRanges gives each guest its own user and group id range at
 	// placement (derived in the state machine).
 	GuestIDRanges Feature = "guest-id-ranges"
+	// NodeOrphans keeps, per node, the guests it runs that the cluster
+	// does not know (after a restore from a snapshot).
+	NodeOrphans Feature = "node-orphans"
 )
 
 type feature struct {
@@ -110,6 +113,7 @@ type feature struct {
 var features = map[Feature]feature{
 	ClusterVersion: {since: Version{}, entries: []string{"set_cluster_version"}},
 	GuestIDRanges:  {since: Version{0, 1}},
+	NodeOrphans:    {since: Version{0, 2}, entries: []string{"report_orphans"}},
 }
 
 var entryFeatures = func() map[string]Feature {

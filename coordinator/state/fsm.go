@@ -148,6 +148,8 @@ func (a *applier) apply(cmd *corpusv1.Command) error {
 		return a.enroll(c.EnrollNode)
 	case *corpusv1.Command_UpdateNode:
 		return a.updateNode(c.UpdateNode)
+	case *corpusv1.Command_ReportOrphans:
+		return a.reportOrphans(c.ReportOrphans)
 	case *corpusv1.Command_RenewNodeCertificate:
 		return a.renewNodeCertificate(c.RenewNodeCertificate)
 	case *corpusv1.Command_SetNodeStatus:

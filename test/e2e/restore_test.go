@@ -164,8 +164,20 @@ func TestDisasterRecovery(t *testing.T) {
 		return nil
 	})
 	if !strings.Contains(a.log.String(), "guest unknown to the cluster") {
-		t.Error("the agent did not report the guest the snapshot predates")
+		t.Error("the agent did not log the guest the snapshot predates")
 	}
+	eventually(t, 20*time.Second, "late listed as an orphan of n1", func() error {
+		var got struct {
+			Orphans []struct{ Node, Name string } `json:"orphans"`
+		}
+		if err := c.json(&got, "guest", "list", "--orphans"); err != nil {
+			return err
+		}
+		if len(got.Orphans) != 1 || got.Orphans[0].Node != "n1" || got.Orphans[0].Name != "late" {
+			return fmt.Errorf("guest list --orphans: %+v", got.Orphans)
+		}
+		return nil
+	})
 	time.Sleep(5 * time.Second) // several reconcile passes (--resync-interval 2s)
 	for name, pid := range pids {
 		if st, p, err := a.lxc.info(name); err != nil || st != "RUNNING" || p != pid {

@@ -267,13 +267,25 @@ func newGuestActionCmd(g *Globals, verb, desc, want string) *cobra.Command {
 }
 
 func newGuestListCmd(g *Globals) *cobra.Command {
-	var node string
+	var (
+		node    string
+		orphans bool
+	)
 	cmd := &cobra.Command{
 		Use:     "list",
 		Aliases: []string{"ls"},
 		Short:   "List guests",
-		Args:    cobra.NoArgs,
+		Long: `List guests.
+
+--orphans lists instead the guests nodes run that the cluster does not
+know: made after the snapshot the cluster was restored from. Their nodes
+keep them running, unmanaged; create them again through the API, or
+remove them on their node (docs/operator/backups.md).`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if orphans {
+				return g.listOrphans(cmd.Context(), node)
+			}
 			return call(g, cmd.Context(), func(ctx context.Context, c *client.Clients) (*connect.Response[corpusv1.ListGuestsResponse], error) {
 				return c.Guests.ListGuests(ctx, connect.NewRequest(&corpusv1.ListGuestsRequest{Node: node}))
 			}, func(msg *corpusv1.ListGuestsResponse) error {
@@ -290,7 +302,54 @@ func newGuestListCmd(g *Globals) *cobra.Command {
 		},
 	}
 	cmd.Flags().StringVar(&node, "node", "", "only guests on this node")
+	cmd.Flags().BoolVar(&orphans, "orphans", false, "list the guests nodes run that the cluster does not know (after a restore)")
 	return cmd
+}
+
+// orphanRow is one guest a node runs that the cluster does not know.
+type orphanRow struct {
+	Node    string `json:"node"`
+	Name    string `json:"name"`
+	GuestID string `json:"guest_id"`
+}
+
+// listOrphans prints the orphans of every node (or of node).
+func (g *Globals) listOrphans(ctx context.Context, node string) error {
+	c, err := g.Clients()
+	if err != nil {
+		return err
+	}
+	res, err := c.Nodes.ListNodes(ctx, connect.NewRequest(&corpusv1.ListNodesRequest{}))
+	if err != nil {
+		return err
+	}
+	rows := []orphanRow{}
+	found := node == ""
+	for _, v := range res.Msg.Nodes {
+		if node != "" && v.Node.GetName() != node {
+			continue
+		}
+		found = true
+		for _, o := range v.Node.GetOrphans() {
+			rows = append(rows, orphanRow{Node: v.Node.Name, Name: o.Name, GuestID: o.GuestId})
+		}
+	}
+	if !found {
+		return fmt.Errorf("node %q: no such node (see corpus node list)", node)
+	}
+	if g.json {
+		return g.PrintJSONValue(map[string]any{"orphans": rows})
+	}
+	if len(rows) == 0 {
+		fmt.Fprintln(g.stdout, "no node runs a guest the cluster does not know")
+		return nil
+	}
+	w := tabwriter.NewWriter(g.stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(w, "NODE\tNAME\tID")
+	for _, r := range rows {
+		fmt.Fprintf(w, "%s\t%s\t%s\n", r.Node, r.Name, r.GuestID)
+	}
+	return w.Flush()
 }
 
 func newGuestShowCmd(g *Globals) *cobra.Command {

@@ -106,6 +106,13 @@ func newNodeShowCmd(g *Globals, use string) *cobra.Command {
 					fmt.Fprintf(w, "Cert:\tserial %s, expires %s\n", n.CertSerial, n.CertExpiresAt.AsTime().Local().Format(time.RFC3339))
 				}
 				fmt.Fprintf(w, "Guests:\t%d\n", v.Guests)
+				if len(n.Orphans) > 0 {
+					var names []string
+					for _, o := range n.Orphans {
+						names = append(names, o.Name)
+					}
+					fmt.Fprintf(w, "Orphans:\t%s (running, unknown to the cluster: see corpus guest list --orphans)\n", strings.Join(names, ", "))
+				}
 				fmt.Fprintf(w, "Memory:\t%s allocated of %s\n", units.FormatSize(v.Allocated.GetMemoryBytes()), units.FormatSize(n.Capacity.GetMemoryBytes()))
 				fmt.Fprintf(w, "CPUs:\t%s allocated of %s\n", units.FormatCPUs(v.Allocated.GetCpuMillis()), units.FormatCPUs(n.Capacity.GetCpuMillis()))
 				fmt.Fprintf(w, "Disk:\t%s allocated of %s\n", units.FormatSize(v.Allocated.GetDiskBytes()), units.FormatSize(n.Capacity.GetDiskBytes()))

@@ -20,6 +20,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"corpus/coordinator/auth"
+	"corpus/coordinator/compat"
 	"corpus/coordinator/state"
 	"corpus/internal/names"
 	"corpus/internal/pki"
@@ -181,6 +182,17 @@ func (s *Service) Report(ctx context.Context, req *connect.Request[corpusv1.Repo
 		i, err := s.b.Write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_UpdateNode{UpdateNode: &corpusv1.UpdateNode{
 			NodeId: p.NodeID, Capacity: m.Capacity, Drivers: m.Drivers, AgentAddress: m.AgentAddress, AgentVersion: m.AgentVersion,
 			Address: m.Address, MinHostPort: m.MinHostPort, ReservedPorts: m.ReservedPorts, GitPort: m.GitPort,
+		}}})
+		if err != nil {
+			return nil, err
+		}
+		idx = i
+	}
+	// The guests the node keeps that the cluster does not know, once
+	// every coordinator can store them.
+	if !state.SameOrphans(n.Orphans, m.Orphans) && compat.Allows(view.ClusterVersion(), compat.NodeOrphans) {
+		i, err := s.b.Write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_ReportOrphans{ReportOrphans: &corpusv1.ReportOrphans{
+			NodeId: p.NodeID, Orphans: m.Orphans,
 		}}})
 		if err != nil {
 			return nil, err

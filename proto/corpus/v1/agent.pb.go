@@ -2651,7 +2651,10 @@ type ReportRequest struct {
 	Volumes       []*ReportedVolume `protobuf:"bytes,9,rep,name=volumes,proto3" json:"volumes,omitempty"`
 	GitPort       int32             `protobuf:"varint,10,opt,name=git_port,json=gitPort,proto3" json:"git_port,omitempty"`
 	// services are how the services whose guests are on this node are.
-	Services      []*ReportedService `protobuf:"bytes,11,rep,name=services,proto3" json:"services,omitempty"`
+	Services []*ReportedService `protobuf:"bytes,11,rep,name=services,proto3" json:"services,omitempty"`
+	// orphans are the guests the node keeps that the cluster does not know
+	// (Node.orphans).
+	Orphans       []*OrphanGuest `protobuf:"bytes,12,rep,name=orphans,proto3" json:"orphans,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2759,6 +2762,13 @@ func (x *ReportRequest) GetGitPort() int32 {
 func (x *ReportRequest) GetServices() []*ReportedService {
 	if x != nil {
 		return x.Services
+	}
+	return nil
+}
+
+func (x *ReportRequest) GetOrphans() []*OrphanGuest {
+	if x != nil {
+		return x.Orphans
 	}
 	return nil
 }
@@ -4109,7 +4119,7 @@ const file_corpus_v1_agent_proto_rawDesc = "" +
 	"\bPeerNode\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
 	"\aaddress\x18\x02 \x01(\tR\aaddress\x12!\n" +
-	"\fguest_subnet\x18\x03 \x01(\tR\vguestSubnet\"\xdb\x03\n" +
+	"\fguest_subnet\x18\x03 \x01(\tR\vguestSubnet\"\x8d\x04\n" +
 	"\rReportRequest\x120\n" +
 	"\bcapacity\x18\x01 \x01(\v2\x14.corpus.v1.ResourcesR\bcapacity\x12/\n" +
 	"\adrivers\x18\x02 \x03(\v2\x15.corpus.v1.DriverInfoR\adrivers\x12#\n" +
@@ -4122,7 +4132,8 @@ const file_corpus_v1_agent_proto_rawDesc = "" +
 	"\avolumes\x18\t \x03(\v2\x19.corpus.v1.ReportedVolumeR\avolumes\x12\x19\n" +
 	"\bgit_port\x18\n" +
 	" \x01(\x05R\agitPort\x126\n" +
-	"\bservices\x18\v \x03(\v2\x1a.corpus.v1.ReportedServiceR\bservices\"`\n" +
+	"\bservices\x18\v \x03(\v2\x1a.corpus.v1.ReportedServiceR\bservices\x120\n" +
+	"\aorphans\x18\f \x03(\v2\x16.corpus.v1.OrphanGuestR\aorphans\"`\n" +
 	"\rReportedGuest\x12\x19\n" +
 	"\bguest_id\x18\x01 \x01(\tR\aguestId\x124\n" +
 	"\bobserved\x18\x02 \x01(\v2\x18.corpus.v1.GuestObservedR\bobserved\"\x8e\x01\n" +
@@ -4341,22 +4352,23 @@ var file_corpus_v1_agent_proto_goTypes = []any{
 	(*Restore)(nil),                    // 84: corpus.v1.Restore
 	(*timestamppb.Timestamp)(nil),      // 85: google.protobuf.Timestamp
 	(*ReportedService)(nil),            // 86: corpus.v1.ReportedService
-	(*GuestObserved)(nil),              // 87: corpus.v1.GuestObserved
-	(*VolumeObserved)(nil),             // 88: corpus.v1.VolumeObserved
-	(*Service)(nil),                    // 89: corpus.v1.Service
-	(*ExecGuestRequest)(nil),           // 90: corpus.v1.ExecGuestRequest
-	(*SnapshotVolumeRequest)(nil),      // 91: corpus.v1.SnapshotVolumeRequest
-	(*RollbackRequest)(nil),            // 92: corpus.v1.RollbackRequest
-	(*ListProcessesRequest)(nil),       // 93: corpus.v1.ListProcessesRequest
-	(*GuestLogsRequest)(nil),           // 94: corpus.v1.GuestLogsRequest
-	(*ShellInput)(nil),                 // 95: corpus.v1.ShellInput
-	(*BackupChunk)(nil),                // 96: corpus.v1.BackupChunk
-	(*ExecOutput)(nil),                 // 97: corpus.v1.ExecOutput
-	(*SnapshotVolumeResponse)(nil),     // 98: corpus.v1.SnapshotVolumeResponse
-	(*RollbackOutput)(nil),             // 99: corpus.v1.RollbackOutput
-	(*DeployOutput)(nil),               // 100: corpus.v1.DeployOutput
-	(*ListProcessesResponse)(nil),      // 101: corpus.v1.ListProcessesResponse
-	(*LogLine)(nil),                    // 102: corpus.v1.LogLine
+	(*OrphanGuest)(nil),                // 87: corpus.v1.OrphanGuest
+	(*GuestObserved)(nil),              // 88: corpus.v1.GuestObserved
+	(*VolumeObserved)(nil),             // 89: corpus.v1.VolumeObserved
+	(*Service)(nil),                    // 90: corpus.v1.Service
+	(*ExecGuestRequest)(nil),           // 91: corpus.v1.ExecGuestRequest
+	(*SnapshotVolumeRequest)(nil),      // 92: corpus.v1.SnapshotVolumeRequest
+	(*RollbackRequest)(nil),            // 93: corpus.v1.RollbackRequest
+	(*ListProcessesRequest)(nil),       // 94: corpus.v1.ListProcessesRequest
+	(*GuestLogsRequest)(nil),           // 95: corpus.v1.GuestLogsRequest
+	(*ShellInput)(nil),                 // 96: corpus.v1.ShellInput
+	(*BackupChunk)(nil),                // 97: corpus.v1.BackupChunk
+	(*ExecOutput)(nil),                 // 98: corpus.v1.ExecOutput
+	(*SnapshotVolumeResponse)(nil),     // 99: corpus.v1.SnapshotVolumeResponse
+	(*RollbackOutput)(nil),             // 100: corpus.v1.RollbackOutput
+	(*DeployOutput)(nil),               // 101: corpus.v1.DeployOutput
+	(*ListProcessesResponse)(nil),      // 102: corpus.v1.ListProcessesResponse
+	(*LogLine)(nil),                    // 103: corpus.v1.LogLine
 }
 var file_corpus_v1_agent_proto_depIdxs = []int32{
 	2,   // 0: corpus.v1.TlsMaterialResponse.domains:type_name -> corpus.v1.TlsDomain
@@ -4400,92 +4412,93 @@ var file_corpus_v1_agent_proto_depIdxs = []int32{
 	40,  // 38: corpus.v1.ReportRequest.guests:type_name -> corpus.v1.ReportedGuest
 	41,  // 39: corpus.v1.ReportRequest.volumes:type_name -> corpus.v1.ReportedVolume
 	86,  // 40: corpus.v1.ReportRequest.services:type_name -> corpus.v1.ReportedService
-	87,  // 41: corpus.v1.ReportedGuest.observed:type_name -> corpus.v1.GuestObserved
-	88,  // 42: corpus.v1.ReportedVolume.observed:type_name -> corpus.v1.VolumeObserved
-	89,  // 43: corpus.v1.ServiceRuntimeResponse.service:type_name -> corpus.v1.Service
-	70,  // 44: corpus.v1.ServiceRuntimeResponse.env:type_name -> corpus.v1.ServiceRuntimeResponse.EnvEntry
-	82,  // 45: corpus.v1.DumpServiceRequest.backup:type_name -> corpus.v1.Backup
-	82,  // 46: corpus.v1.ReadBackupRequest.backup:type_name -> corpus.v1.Backup
-	82,  // 47: corpus.v1.RemoveBackupRequest.backup:type_name -> corpus.v1.Backup
-	31,  // 48: corpus.v1.AgentService.Enroll:input_type -> corpus.v1.EnrollRequest
-	33,  // 49: corpus.v1.AgentService.RenewCertificate:input_type -> corpus.v1.RenewCertificateRequest
-	35,  // 50: corpus.v1.AgentService.Watch:input_type -> corpus.v1.WatchRequest
-	39,  // 51: corpus.v1.AgentService.Report:input_type -> corpus.v1.ReportRequest
-	19,  // 52: corpus.v1.AgentService.GitAccess:input_type -> corpus.v1.GitAccessRequest
-	23,  // 53: corpus.v1.AgentService.BeginRelease:input_type -> corpus.v1.BeginReleaseRequest
-	25,  // 54: corpus.v1.AgentService.FinishRelease:input_type -> corpus.v1.FinishReleaseRequest
-	27,  // 55: corpus.v1.AgentService.SetCurrentRelease:input_type -> corpus.v1.SetCurrentReleaseRequest
-	29,  // 56: corpus.v1.AgentService.PruneReleases:input_type -> corpus.v1.PruneReleasesRequest
-	17,  // 57: corpus.v1.AgentService.SetManifestDomains:input_type -> corpus.v1.SetManifestDomainsRequest
-	4,   // 58: corpus.v1.AgentService.SetWebPort:input_type -> corpus.v1.SetWebPortRequest
-	5,   // 59: corpus.v1.AgentService.RollInstance:input_type -> corpus.v1.RollInstanceRequest
-	6,   // 60: corpus.v1.AgentService.SwitchEnv:input_type -> corpus.v1.SwitchEnvRequest
-	9,   // 61: corpus.v1.AgentService.InstanceRelease:input_type -> corpus.v1.InstanceReleaseRequest
-	11,  // 62: corpus.v1.AgentService.ReleaseSource:input_type -> corpus.v1.ReleaseSourceRequest
-	20,  // 63: corpus.v1.AgentService.RecordShell:input_type -> corpus.v1.RecordShellRequest
-	59,  // 64: corpus.v1.AgentService.LintPush:input_type -> corpus.v1.LintPushRequest
-	43,  // 65: corpus.v1.AgentService.ServiceRuntime:input_type -> corpus.v1.ServiceRuntimeRequest
-	0,   // 66: corpus.v1.AgentService.TlsMaterial:input_type -> corpus.v1.TlsMaterialRequest
-	90,  // 67: corpus.v1.NodeAgentService.Exec:input_type -> corpus.v1.ExecGuestRequest
-	54,  // 68: corpus.v1.NodeAgentService.ExportVolume:input_type -> corpus.v1.ExportVolumeRequest
-	57,  // 69: corpus.v1.NodeAgentService.ImportVolume:input_type -> corpus.v1.VolumeChunk
-	91,  // 70: corpus.v1.NodeAgentService.SnapshotVolume:input_type -> corpus.v1.SnapshotVolumeRequest
-	55,  // 71: corpus.v1.NodeAgentService.MeasureVolume:input_type -> corpus.v1.MeasureVolumeRequest
-	92,  // 72: corpus.v1.NodeAgentService.Rollback:input_type -> corpus.v1.RollbackRequest
-	11,  // 73: corpus.v1.NodeAgentService.ReleaseSource:input_type -> corpus.v1.ReleaseSourceRequest
-	13,  // 74: corpus.v1.NodeAgentService.Load:input_type -> corpus.v1.LoadRequest
-	3,   // 75: corpus.v1.NodeAgentService.Redeploy:input_type -> corpus.v1.AgentRedeployRequest
-	93,  // 76: corpus.v1.NodeAgentService.Processes:input_type -> corpus.v1.ListProcessesRequest
-	94,  // 77: corpus.v1.NodeAgentService.Logs:input_type -> corpus.v1.GuestLogsRequest
-	95,  // 78: corpus.v1.NodeAgentService.Shell:input_type -> corpus.v1.ShellInput
-	48,  // 79: corpus.v1.NodeAgentService.DumpService:input_type -> corpus.v1.DumpServiceRequest
-	96,  // 80: corpus.v1.NodeAgentService.StoreBackup:input_type -> corpus.v1.BackupChunk
-	50,  // 81: corpus.v1.NodeAgentService.ReadBackup:input_type -> corpus.v1.ReadBackupRequest
-	96,  // 82: corpus.v1.NodeAgentService.LoadService:input_type -> corpus.v1.BackupChunk
-	52,  // 83: corpus.v1.NodeAgentService.RemoveBackup:input_type -> corpus.v1.RemoveBackupRequest
-	46,  // 84: corpus.v1.NodeAgentService.CheckChallenge:input_type -> corpus.v1.CheckChallengeRequest
-	32,  // 85: corpus.v1.AgentService.Enroll:output_type -> corpus.v1.EnrollResponse
-	34,  // 86: corpus.v1.AgentService.RenewCertificate:output_type -> corpus.v1.RenewCertificateResponse
-	36,  // 87: corpus.v1.AgentService.Watch:output_type -> corpus.v1.WatchResponse
-	45,  // 88: corpus.v1.AgentService.Report:output_type -> corpus.v1.ReportResponse
-	22,  // 89: corpus.v1.AgentService.GitAccess:output_type -> corpus.v1.GitAccessResponse
-	24,  // 90: corpus.v1.AgentService.BeginRelease:output_type -> corpus.v1.BeginReleaseResponse
-	26,  // 91: corpus.v1.AgentService.FinishRelease:output_type -> corpus.v1.FinishReleaseResponse
-	28,  // 92: corpus.v1.AgentService.SetCurrentRelease:output_type -> corpus.v1.SetCurrentReleaseResponse
-	30,  // 93: corpus.v1.AgentService.PruneReleases:output_type -> corpus.v1.PruneReleasesResponse
-	18,  // 94: corpus.v1.AgentService.SetManifestDomains:output_type -> corpus.v1.SetManifestDomainsResponse
-	16,  // 95: corpus.v1.AgentService.SetWebPort:output_type -> corpus.v1.SetWebPortResponse
-	8,   // 96: corpus.v1.AgentService.RollInstance:output_type -> corpus.v1.RollInstanceResponse
-	7,   // 97: corpus.v1.AgentService.SwitchEnv:output_type -> corpus.v1.SwitchEnvResponse
-	10,  // 98: corpus.v1.AgentService.InstanceRelease:output_type -> corpus.v1.InstanceReleaseResponse
-	12,  // 99: corpus.v1.AgentService.ReleaseSource:output_type -> corpus.v1.SourceChunk
-	21,  // 100: corpus.v1.AgentService.RecordShell:output_type -> corpus.v1.RecordShellResponse
-	60,  // 101: corpus.v1.AgentService.LintPush:output_type -> corpus.v1.LintPushResponse
-	44,  // 102: corpus.v1.AgentService.ServiceRuntime:output_type -> corpus.v1.ServiceRuntimeResponse
-	1,   // 103: corpus.v1.AgentService.TlsMaterial:output_type -> corpus.v1.TlsMaterialResponse
-	97,  // 104: corpus.v1.NodeAgentService.Exec:output_type -> corpus.v1.ExecOutput
-	57,  // 105: corpus.v1.NodeAgentService.ExportVolume:output_type -> corpus.v1.VolumeChunk
-	58,  // 106: corpus.v1.NodeAgentService.ImportVolume:output_type -> corpus.v1.ImportVolumeResponse
-	98,  // 107: corpus.v1.NodeAgentService.SnapshotVolume:output_type -> corpus.v1.SnapshotVolumeResponse
-	56,  // 108: corpus.v1.NodeAgentService.MeasureVolume:output_type -> corpus.v1.MeasureVolumeResponse
-	99,  // 109: corpus.v1.NodeAgentService.Rollback:output_type -> corpus.v1.RollbackOutput
-	12,  // 110: corpus.v1.NodeAgentService.ReleaseSource:output_type -> corpus.v1.SourceChunk
-	14,  // 111: corpus.v1.NodeAgentService.Load:output_type -> corpus.v1.LoadResponse
-	100, // 112: corpus.v1.NodeAgentService.Redeploy:output_type -> corpus.v1.DeployOutput
-	101, // 113: corpus.v1.NodeAgentService.Processes:output_type -> corpus.v1.ListProcessesResponse
-	102, // 114: corpus.v1.NodeAgentService.Logs:output_type -> corpus.v1.LogLine
-	97,  // 115: corpus.v1.NodeAgentService.Shell:output_type -> corpus.v1.ExecOutput
-	96,  // 116: corpus.v1.NodeAgentService.DumpService:output_type -> corpus.v1.BackupChunk
-	49,  // 117: corpus.v1.NodeAgentService.StoreBackup:output_type -> corpus.v1.StoreBackupResponse
-	96,  // 118: corpus.v1.NodeAgentService.ReadBackup:output_type -> corpus.v1.BackupChunk
-	51,  // 119: corpus.v1.NodeAgentService.LoadService:output_type -> corpus.v1.LoadServiceResponse
-	53,  // 120: corpus.v1.NodeAgentService.RemoveBackup:output_type -> corpus.v1.RemoveBackupResponse
-	47,  // 121: corpus.v1.NodeAgentService.CheckChallenge:output_type -> corpus.v1.CheckChallengeResponse
-	85,  // [85:122] is the sub-list for method output_type
-	48,  // [48:85] is the sub-list for method input_type
-	48,  // [48:48] is the sub-list for extension type_name
-	48,  // [48:48] is the sub-list for extension extendee
-	0,   // [0:48] is the sub-list for field type_name
+	87,  // 41: corpus.v1.ReportRequest.orphans:type_name -> corpus.v1.OrphanGuest
+	88,  // 42: corpus.v1.ReportedGuest.observed:type_name -> corpus.v1.GuestObserved
+	89,  // 43: corpus.v1.ReportedVolume.observed:type_name -> corpus.v1.VolumeObserved
+	90,  // 44: corpus.v1.ServiceRuntimeResponse.service:type_name -> corpus.v1.Service
+	70,  // 45: corpus.v1.ServiceRuntimeResponse.env:type_name -> corpus.v1.ServiceRuntimeResponse.EnvEntry
+	82,  // 46: corpus.v1.DumpServiceRequest.backup:type_name -> corpus.v1.Backup
+	82,  // 47: corpus.v1.ReadBackupRequest.backup:type_name -> corpus.v1.Backup
+	82,  // 48: corpus.v1.RemoveBackupRequest.backup:type_name -> corpus.v1.Backup
+	31,  // 49: corpus.v1.AgentService.Enroll:input_type -> corpus.v1.EnrollRequest
+	33,  // 50: corpus.v1.AgentService.RenewCertificate:input_type -> corpus.v1.RenewCertificateRequest
+	35,  // 51: corpus.v1.AgentService.Watch:input_type -> corpus.v1.WatchRequest
+	39,  // 52: corpus.v1.AgentService.Report:input_type -> corpus.v1.ReportRequest
+	19,  // 53: corpus.v1.AgentService.GitAccess:input_type -> corpus.v1.GitAccessRequest
+	23,  // 54: corpus.v1.AgentService.BeginRelease:input_type -> corpus.v1.BeginReleaseRequest
+	25,  // 55: corpus.v1.AgentService.FinishRelease:input_type -> corpus.v1.FinishReleaseRequest
+	27,  // 56: corpus.v1.AgentService.SetCurrentRelease:input_type -> corpus.v1.SetCurrentReleaseRequest
+	29,  // 57: corpus.v1.AgentService.PruneReleases:input_type -> corpus.v1.PruneReleasesRequest
+	17,  // 58: corpus.v1.AgentService.SetManifestDomains:input_type -> corpus.v1.SetManifestDomainsRequest
+	4,   // 59: corpus.v1.AgentService.SetWebPort:input_type -> corpus.v1.SetWebPortRequest
+	5,   // 60: corpus.v1.AgentService.RollInstance:input_type -> corpus.v1.RollInstanceRequest
+	6,   // 61: corpus.v1.AgentService.SwitchEnv:input_type -> corpus.v1.SwitchEnvRequest
+	9,   // 62: corpus.v1.AgentService.InstanceRelease:input_type -> corpus.v1.InstanceReleaseRequest
+	11,  // 63: corpus.v1.AgentService.ReleaseSource:input_type -> corpus.v1.ReleaseSourceRequest
+	20,  // 64: corpus.v1.AgentService.RecordShell:input_type -> corpus.v1.RecordShellRequest
+	59,  // 65: corpus.v1.AgentService.LintPush:input_type -> corpus.v1.LintPushRequest
+	43,  // 66: corpus.v1.AgentService.ServiceRuntime:input_type -> corpus.v1.ServiceRuntimeRequest
+	0,   // 67: corpus.v1.AgentService.TlsMaterial:input_type -> corpus.v1.TlsMaterialRequest
+	91,  // 68: corpus.v1.NodeAgentService.Exec:input_type -> corpus.v1.ExecGuestRequest
+	54,  // 69: corpus.v1.NodeAgentService.ExportVolume:input_type -> corpus.v1.ExportVolumeRequest
+	57,  // 70: corpus.v1.NodeAgentService.ImportVolume:input_type -> corpus.v1.VolumeChunk
+	92,  // 71: corpus.v1.NodeAgentService.SnapshotVolume:input_type -> corpus.v1.SnapshotVolumeRequest
+	55,  // 72: corpus.v1.NodeAgentService.MeasureVolume:input_type -> corpus.v1.MeasureVolumeRequest
+	93,  // 73: corpus.v1.NodeAgentService.Rollback:input_type -> corpus.v1.RollbackRequest
+	11,  // 74: corpus.v1.NodeAgentService.ReleaseSource:input_type -> corpus.v1.ReleaseSourceRequest
+	13,  // 75: corpus.v1.NodeAgentService.Load:input_type -> corpus.v1.LoadRequest
+	3,   // 76: corpus.v1.NodeAgentService.Redeploy:input_type -> corpus.v1.AgentRedeployRequest
+	94,  // 77: corpus.v1.NodeAgentService.Processes:input_type -> corpus.v1.ListProcessesRequest
+	95,  // 78: corpus.v1.NodeAgentService.Logs:input_type -> corpus.v1.GuestLogsRequest
+	96,  // 79: corpus.v1.NodeAgentService.Shell:input_type -> corpus.v1.ShellInput
+	48,  // 80: corpus.v1.NodeAgentService.DumpService:input_type -> corpus.v1.DumpServiceRequest
+	97,  // 81: corpus.v1.NodeAgentService.StoreBackup:input_type -> corpus.v1.BackupChunk
+	50,  // 82: corpus.v1.NodeAgentService.ReadBackup:input_type -> corpus.v1.ReadBackupRequest
+	97,  // 83: corpus.v1.NodeAgentService.LoadService:input_type -> corpus.v1.BackupChunk
+	52,  // 84: corpus.v1.NodeAgentService.RemoveBackup:input_type -> corpus.v1.RemoveBackupRequest
+	46,  // 85: corpus.v1.NodeAgentService.CheckChallenge:input_type -> corpus.v1.CheckChallengeRequest
+	32,  // 86: corpus.v1.AgentService.Enroll:output_type -> corpus.v1.EnrollResponse
+	34,  // 87: corpus.v1.AgentService.RenewCertificate:output_type -> corpus.v1.RenewCertificateResponse
+	36,  // 88: corpus.v1.AgentService.Watch:output_type -> corpus.v1.WatchResponse
+	45,  // 89: corpus.v1.AgentService.Report:output_type -> corpus.v1.ReportResponse
+	22,  // 90: corpus.v1.AgentService.GitAccess:output_type -> corpus.v1.GitAccessResponse
+	24,  // 91: corpus.v1.AgentService.BeginRelease:output_type -> corpus.v1.BeginReleaseResponse
+	26,  // 92: corpus.v1.AgentService.FinishRelease:output_type -> corpus.v1.FinishReleaseResponse
+	28,  // 93: corpus.v1.AgentService.SetCurrentRelease:output_type -> corpus.v1.SetCurrentReleaseResponse
+	30,  // 94: corpus.v1.AgentService.PruneReleases:output_type -> corpus.v1.PruneReleasesResponse
+	18,  // 95: corpus.v1.AgentService.SetManifestDomains:output_type -> corpus.v1.SetManifestDomainsResponse
+	16,  // 96: corpus.v1.AgentService.SetWebPort:output_type -> corpus.v1.SetWebPortResponse
+	8,   // 97: corpus.v1.AgentService.RollInstance:output_type -> corpus.v1.RollInstanceResponse
+	7,   // 98: corpus.v1.AgentService.SwitchEnv:output_type -> corpus.v1.SwitchEnvResponse
+	10,  // 99: corpus.v1.AgentService.InstanceRelease:output_type -> corpus.v1.InstanceReleaseResponse
+	12,  // 100: corpus.v1.AgentService.ReleaseSource:output_type -> corpus.v1.SourceChunk
+	21,  // 101: corpus.v1.AgentService.RecordShell:output_type -> corpus.v1.RecordShellResponse
+	60,  // 102: corpus.v1.AgentService.LintPush:output_type -> corpus.v1.LintPushResponse
+	44,  // 103: corpus.v1.AgentService.ServiceRuntime:output_type -> corpus.v1.ServiceRuntimeResponse
+	1,   // 104: corpus.v1.AgentService.TlsMaterial:output_type -> corpus.v1.TlsMaterialResponse
+	98,  // 105: corpus.v1.NodeAgentService.Exec:output_type -> corpus.v1.ExecOutput
+	57,  // 106: corpus.v1.NodeAgentService.ExportVolume:output_type -> corpus.v1.VolumeChunk
+	58,  // 107: corpus.v1.NodeAgentService.ImportVolume:output_type -> corpus.v1.ImportVolumeResponse
+	99,  // 108: corpus.v1.NodeAgentService.SnapshotVolume:output_type -> corpus.v1.SnapshotVolumeResponse
+	56,  // 109: corpus.v1.NodeAgentService.MeasureVolume:output_type -> corpus.v1.MeasureVolumeResponse
+	100, // 110: corpus.v1.NodeAgentService.Rollback:output_type -> corpus.v1.RollbackOutput
+	12,  // 111: corpus.v1.NodeAgentService.ReleaseSource:output_type -> corpus.v1.SourceChunk
+	14,  // 112: corpus.v1.NodeAgentService.Load:output_type -> corpus.v1.LoadResponse
+	101, // 113: corpus.v1.NodeAgentService.Redeploy:output_type -> corpus.v1.DeployOutput
+	102, // 114: corpus.v1.NodeAgentService.Processes:output_type -> corpus.v1.ListProcessesResponse
+	103, // 115: corpus.v1.NodeAgentService.Logs:output_type -> corpus.v1.LogLine
+	98,  // 116: corpus.v1.NodeAgentService.Shell:output_type -> corpus.v1.ExecOutput
+	97,  // 117: corpus.v1.NodeAgentService.DumpService:output_type -> corpus.v1.BackupChunk
+	49,  // 118: corpus.v1.NodeAgentService.StoreBackup:output_type -> corpus.v1.StoreBackupResponse
+	97,  // 119: corpus.v1.NodeAgentService.ReadBackup:output_type -> corpus.v1.BackupChunk
+	51,  // 120: corpus.v1.NodeAgentService.LoadService:output_type -> corpus.v1.LoadServiceResponse
+	53,  // 121: corpus.v1.NodeAgentService.RemoveBackup:output_type -> corpus.v1.RemoveBackupResponse
+	47,  // 122: corpus.v1.NodeAgentService.CheckChallenge:output_type -> corpus.v1.CheckChallengeResponse
+	86,  // [86:123] is the sub-list for method output_type
+	49,  // [49:86] is the sub-list for method input_type
+	49,  // [49:49] is the sub-list for extension type_name
+	49,  // [49:49] is the sub-list for extension extendee
+	0,   // [0:49] is the sub-list for field type_name
 }
 
 func init() { file_corpus_v1_agent_proto_init() }

@@ -272,10 +272,14 @@ type Node struct {
 	CertSerial     string                 `protobuf:"bytes,60,opt,name=cert_serial,json=certSerial,proto3" json:"cert_serial,omitempty"`
 	PrevCertSerial string                 `protobuf:"bytes,61,opt,name=prev_cert_serial,json=prevCertSerial,proto3" json:"prev_cert_serial,omitempty"`
 	CertExpiresAt  *timestamppb.Timestamp `protobuf:"bytes,62,opt,name=cert_expires_at,json=certExpiresAt,proto3" json:"cert_expires_at,omitempty"`
-	CreateIndex    uint64                 `protobuf:"varint,20,opt,name=create_index,json=createIndex,proto3" json:"create_index,omitempty"`
-	ModifyIndex    uint64                 `protobuf:"varint,21,opt,name=modify_index,json=modifyIndex,proto3" json:"modify_index,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// orphans are guests the node runs that the cluster does not know: made
+	// after the snapshot a restored cluster came from. The node keeps them
+	// running and reports them here; nothing manages them.
+	Orphans       []*OrphanGuest `protobuf:"bytes,63,rep,name=orphans,proto3" json:"orphans,omitempty"`
+	CreateIndex   uint64         `protobuf:"varint,20,opt,name=create_index,json=createIndex,proto3" json:"create_index,omitempty"`
+	ModifyIndex   uint64         `protobuf:"varint,21,opt,name=modify_index,json=modifyIndex,proto3" json:"modify_index,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Node) Reset() {
@@ -441,6 +445,13 @@ func (x *Node) GetCertExpiresAt() *timestamppb.Timestamp {
 	return nil
 }
 
+func (x *Node) GetOrphans() []*OrphanGuest {
+	if x != nil {
+		return x.Orphans
+	}
+	return nil
+}
+
 func (x *Node) GetCreateIndex() uint64 {
 	if x != nil {
 		return x.CreateIndex
@@ -453,6 +464,60 @@ func (x *Node) GetModifyIndex() uint64 {
 		return x.ModifyIndex
 	}
 	return 0
+}
+
+// OrphanGuest is a guest a node runs that the cluster does not know
+// (Node.orphans).
+type OrphanGuest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	GuestId       string                 `protobuf:"bytes,1,opt,name=guest_id,json=guestId,proto3" json:"guest_id,omitempty"`
+	Name          string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *OrphanGuest) Reset() {
+	*x = OrphanGuest{}
+	mi := &file_corpus_v1_types_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *OrphanGuest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*OrphanGuest) ProtoMessage() {}
+
+func (x *OrphanGuest) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_types_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use OrphanGuest.ProtoReflect.Descriptor instead.
+func (*OrphanGuest) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_types_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *OrphanGuest) GetGuestId() string {
+	if x != nil {
+		return x.GuestId
+	}
+	return ""
+}
+
+func (x *OrphanGuest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
 }
 
 // GuestSpec is the desired shape of a guest.
@@ -485,7 +550,7 @@ type GuestSpec struct {
 
 func (x *GuestSpec) Reset() {
 	*x = GuestSpec{}
-	mi := &file_corpus_v1_types_proto_msgTypes[3]
+	mi := &file_corpus_v1_types_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -497,7 +562,7 @@ func (x *GuestSpec) String() string {
 func (*GuestSpec) ProtoMessage() {}
 
 func (x *GuestSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_types_proto_msgTypes[3]
+	mi := &file_corpus_v1_types_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -510,7 +575,7 @@ func (x *GuestSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GuestSpec.ProtoReflect.Descriptor instead.
 func (*GuestSpec) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_types_proto_rawDescGZIP(), []int{3}
+	return file_corpus_v1_types_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *GuestSpec) GetDriver() string {
@@ -591,7 +656,7 @@ type VolumeSpec struct {
 
 func (x *VolumeSpec) Reset() {
 	*x = VolumeSpec{}
-	mi := &file_corpus_v1_types_proto_msgTypes[4]
+	mi := &file_corpus_v1_types_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -603,7 +668,7 @@ func (x *VolumeSpec) String() string {
 func (*VolumeSpec) ProtoMessage() {}
 
 func (x *VolumeSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_types_proto_msgTypes[4]
+	mi := &file_corpus_v1_types_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -616,7 +681,7 @@ func (x *VolumeSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VolumeSpec.ProtoReflect.Descriptor instead.
 func (*VolumeSpec) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_types_proto_rawDescGZIP(), []int{4}
+	return file_corpus_v1_types_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *VolumeSpec) GetSizeBytes() int64 {
@@ -670,7 +735,7 @@ type Volume struct {
 
 func (x *Volume) Reset() {
 	*x = Volume{}
-	mi := &file_corpus_v1_types_proto_msgTypes[5]
+	mi := &file_corpus_v1_types_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -682,7 +747,7 @@ func (x *Volume) String() string {
 func (*Volume) ProtoMessage() {}
 
 func (x *Volume) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_types_proto_msgTypes[5]
+	mi := &file_corpus_v1_types_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -695,7 +760,7 @@ func (x *Volume) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Volume.ProtoReflect.Descriptor instead.
 func (*Volume) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_types_proto_rawDescGZIP(), []int{5}
+	return file_corpus_v1_types_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *Volume) GetId() string {
@@ -816,7 +881,7 @@ type VolumeObserved struct {
 
 func (x *VolumeObserved) Reset() {
 	*x = VolumeObserved{}
-	mi := &file_corpus_v1_types_proto_msgTypes[6]
+	mi := &file_corpus_v1_types_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -828,7 +893,7 @@ func (x *VolumeObserved) String() string {
 func (*VolumeObserved) ProtoMessage() {}
 
 func (x *VolumeObserved) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_types_proto_msgTypes[6]
+	mi := &file_corpus_v1_types_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -841,7 +906,7 @@ func (x *VolumeObserved) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VolumeObserved.ProtoReflect.Descriptor instead.
 func (*VolumeObserved) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_types_proto_rawDescGZIP(), []int{6}
+	return file_corpus_v1_types_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *VolumeObserved) GetState() string {
@@ -899,7 +964,7 @@ type Port struct {
 
 func (x *Port) Reset() {
 	*x = Port{}
-	mi := &file_corpus_v1_types_proto_msgTypes[7]
+	mi := &file_corpus_v1_types_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -911,7 +976,7 @@ func (x *Port) String() string {
 func (*Port) ProtoMessage() {}
 
 func (x *Port) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_types_proto_msgTypes[7]
+	mi := &file_corpus_v1_types_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -924,7 +989,7 @@ func (x *Port) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Port.ProtoReflect.Descriptor instead.
 func (*Port) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_types_proto_rawDescGZIP(), []int{7}
+	return file_corpus_v1_types_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *Port) GetHostPort() int32 {
@@ -972,7 +1037,7 @@ type GuestObserved struct {
 
 func (x *GuestObserved) Reset() {
 	*x = GuestObserved{}
-	mi := &file_corpus_v1_types_proto_msgTypes[8]
+	mi := &file_corpus_v1_types_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -984,7 +1049,7 @@ func (x *GuestObserved) String() string {
 func (*GuestObserved) ProtoMessage() {}
 
 func (x *GuestObserved) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_types_proto_msgTypes[8]
+	mi := &file_corpus_v1_types_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -997,7 +1062,7 @@ func (x *GuestObserved) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GuestObserved.ProtoReflect.Descriptor instead.
 func (*GuestObserved) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_types_proto_rawDescGZIP(), []int{8}
+	return file_corpus_v1_types_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *GuestObserved) GetState() string {
@@ -1068,7 +1133,7 @@ type Event struct {
 
 func (x *Event) Reset() {
 	*x = Event{}
-	mi := &file_corpus_v1_types_proto_msgTypes[9]
+	mi := &file_corpus_v1_types_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1080,7 +1145,7 @@ func (x *Event) String() string {
 func (*Event) ProtoMessage() {}
 
 func (x *Event) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_types_proto_msgTypes[9]
+	mi := &file_corpus_v1_types_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1093,7 +1158,7 @@ func (x *Event) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Event.ProtoReflect.Descriptor instead.
 func (*Event) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_types_proto_rawDescGZIP(), []int{9}
+	return file_corpus_v1_types_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *Event) GetTime() *timestamppb.Timestamp {
@@ -1166,7 +1231,7 @@ type Guest struct {
 
 func (x *Guest) Reset() {
 	*x = Guest{}
-	mi := &file_corpus_v1_types_proto_msgTypes[10]
+	mi := &file_corpus_v1_types_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1178,7 +1243,7 @@ func (x *Guest) String() string {
 func (*Guest) ProtoMessage() {}
 
 func (x *Guest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_types_proto_msgTypes[10]
+	mi := &file_corpus_v1_types_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1191,7 +1256,7 @@ func (x *Guest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Guest.ProtoReflect.Descriptor instead.
 func (*Guest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_types_proto_rawDescGZIP(), []int{10}
+	return file_corpus_v1_types_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *Guest) GetId() string {
@@ -1354,7 +1419,7 @@ type Route struct {
 
 func (x *Route) Reset() {
 	*x = Route{}
-	mi := &file_corpus_v1_types_proto_msgTypes[11]
+	mi := &file_corpus_v1_types_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1366,7 +1431,7 @@ func (x *Route) String() string {
 func (*Route) ProtoMessage() {}
 
 func (x *Route) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_types_proto_msgTypes[11]
+	mi := &file_corpus_v1_types_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1379,7 +1444,7 @@ func (x *Route) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Route.ProtoReflect.Descriptor instead.
 func (*Route) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_types_proto_rawDescGZIP(), []int{11}
+	return file_corpus_v1_types_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *Route) GetId() string {
@@ -1495,7 +1560,7 @@ type JoinToken struct {
 
 func (x *JoinToken) Reset() {
 	*x = JoinToken{}
-	mi := &file_corpus_v1_types_proto_msgTypes[12]
+	mi := &file_corpus_v1_types_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1507,7 +1572,7 @@ func (x *JoinToken) String() string {
 func (*JoinToken) ProtoMessage() {}
 
 func (x *JoinToken) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_types_proto_msgTypes[12]
+	mi := &file_corpus_v1_types_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1520,7 +1585,7 @@ func (x *JoinToken) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinToken.ProtoReflect.Descriptor instead.
 func (*JoinToken) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_types_proto_rawDescGZIP(), []int{12}
+	return file_corpus_v1_types_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *JoinToken) GetId() string {
@@ -1585,7 +1650,7 @@ type ClusterConfig struct {
 
 func (x *ClusterConfig) Reset() {
 	*x = ClusterConfig{}
-	mi := &file_corpus_v1_types_proto_msgTypes[13]
+	mi := &file_corpus_v1_types_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1597,7 +1662,7 @@ func (x *ClusterConfig) String() string {
 func (*ClusterConfig) ProtoMessage() {}
 
 func (x *ClusterConfig) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_types_proto_msgTypes[13]
+	mi := &file_corpus_v1_types_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1610,7 +1675,7 @@ func (x *ClusterConfig) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterConfig.ProtoReflect.Descriptor instead.
 func (*ClusterConfig) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_types_proto_rawDescGZIP(), []int{13}
+	return file_corpus_v1_types_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ClusterConfig) GetClusterId() string {
@@ -1682,7 +1747,7 @@ type Restore struct {
 
 func (x *Restore) Reset() {
 	*x = Restore{}
-	mi := &file_corpus_v1_types_proto_msgTypes[14]
+	mi := &file_corpus_v1_types_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1694,7 +1759,7 @@ func (x *Restore) String() string {
 func (*Restore) ProtoMessage() {}
 
 func (x *Restore) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_types_proto_msgTypes[14]
+	mi := &file_corpus_v1_types_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1707,7 +1772,7 @@ func (x *Restore) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Restore.ProtoReflect.Descriptor instead.
 func (*Restore) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_types_proto_rawDescGZIP(), []int{14}
+	return file_corpus_v1_types_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *Restore) GetId() string {
@@ -1751,7 +1816,7 @@ type Coordinator struct {
 
 func (x *Coordinator) Reset() {
 	*x = Coordinator{}
-	mi := &file_corpus_v1_types_proto_msgTypes[15]
+	mi := &file_corpus_v1_types_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1763,7 +1828,7 @@ func (x *Coordinator) String() string {
 func (*Coordinator) ProtoMessage() {}
 
 func (x *Coordinator) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_types_proto_msgTypes[15]
+	mi := &file_corpus_v1_types_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1776,7 +1841,7 @@ func (x *Coordinator) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Coordinator.ProtoReflect.Descriptor instead.
 func (*Coordinator) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_types_proto_rawDescGZIP(), []int{15}
+	return file_corpus_v1_types_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *Coordinator) GetId() string {
@@ -1866,7 +1931,7 @@ type DnsRecord struct {
 
 func (x *DnsRecord) Reset() {
 	*x = DnsRecord{}
-	mi := &file_corpus_v1_types_proto_msgTypes[16]
+	mi := &file_corpus_v1_types_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1878,7 +1943,7 @@ func (x *DnsRecord) String() string {
 func (*DnsRecord) ProtoMessage() {}
 
 func (x *DnsRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_types_proto_msgTypes[16]
+	mi := &file_corpus_v1_types_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1891,7 +1956,7 @@ func (x *DnsRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DnsRecord.ProtoReflect.Descriptor instead.
 func (*DnsRecord) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_types_proto_rawDescGZIP(), []int{16}
+	return file_corpus_v1_types_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *DnsRecord) GetId() string {
@@ -1979,7 +2044,7 @@ type User struct {
 
 func (x *User) Reset() {
 	*x = User{}
-	mi := &file_corpus_v1_types_proto_msgTypes[17]
+	mi := &file_corpus_v1_types_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1991,7 +2056,7 @@ func (x *User) String() string {
 func (*User) ProtoMessage() {}
 
 func (x *User) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_types_proto_msgTypes[17]
+	mi := &file_corpus_v1_types_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2004,7 +2069,7 @@ func (x *User) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use User.ProtoReflect.Descriptor instead.
 func (*User) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_types_proto_rawDescGZIP(), []int{17}
+	return file_corpus_v1_types_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *User) GetName() string {
@@ -2072,7 +2137,7 @@ type SshKey struct {
 
 func (x *SshKey) Reset() {
 	*x = SshKey{}
-	mi := &file_corpus_v1_types_proto_msgTypes[18]
+	mi := &file_corpus_v1_types_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2084,7 +2149,7 @@ func (x *SshKey) String() string {
 func (*SshKey) ProtoMessage() {}
 
 func (x *SshKey) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_types_proto_msgTypes[18]
+	mi := &file_corpus_v1_types_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2097,7 +2162,7 @@ func (x *SshKey) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SshKey.ProtoReflect.Descriptor instead.
 func (*SshKey) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_types_proto_rawDescGZIP(), []int{18}
+	return file_corpus_v1_types_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *SshKey) GetFingerprint() string {
@@ -2149,7 +2214,7 @@ type Project struct {
 
 func (x *Project) Reset() {
 	*x = Project{}
-	mi := &file_corpus_v1_types_proto_msgTypes[19]
+	mi := &file_corpus_v1_types_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2161,7 +2226,7 @@ func (x *Project) String() string {
 func (*Project) ProtoMessage() {}
 
 func (x *Project) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_types_proto_msgTypes[19]
+	mi := &file_corpus_v1_types_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2174,7 +2239,7 @@ func (x *Project) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Project.ProtoReflect.Descriptor instead.
 func (*Project) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_types_proto_rawDescGZIP(), []int{19}
+	return file_corpus_v1_types_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *Project) GetId() string {
@@ -2294,7 +2359,7 @@ type ProjectEnv struct {
 
 func (x *ProjectEnv) Reset() {
 	*x = ProjectEnv{}
-	mi := &file_corpus_v1_types_proto_msgTypes[20]
+	mi := &file_corpus_v1_types_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2306,7 +2371,7 @@ func (x *ProjectEnv) String() string {
 func (*ProjectEnv) ProtoMessage() {}
 
 func (x *ProjectEnv) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_types_proto_msgTypes[20]
+	mi := &file_corpus_v1_types_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2319,7 +2384,7 @@ func (x *ProjectEnv) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProjectEnv.ProtoReflect.Descriptor instead.
 func (*ProjectEnv) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_types_proto_rawDescGZIP(), []int{20}
+	return file_corpus_v1_types_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ProjectEnv) GetName() string {
@@ -2486,7 +2551,7 @@ type AutoscalePolicy struct {
 
 func (x *AutoscalePolicy) Reset() {
 	*x = AutoscalePolicy{}
-	mi := &file_corpus_v1_types_proto_msgTypes[21]
+	mi := &file_corpus_v1_types_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2498,7 +2563,7 @@ func (x *AutoscalePolicy) String() string {
 func (*AutoscalePolicy) ProtoMessage() {}
 
 func (x *AutoscalePolicy) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_types_proto_msgTypes[21]
+	mi := &file_corpus_v1_types_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2511,7 +2576,7 @@ func (x *AutoscalePolicy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AutoscalePolicy.ProtoReflect.Descriptor instead.
 func (*AutoscalePolicy) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_types_proto_rawDescGZIP(), []int{21}
+	return file_corpus_v1_types_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *AutoscalePolicy) GetMin() uint32 {
@@ -2589,7 +2654,7 @@ type ProjectInstance struct {
 
 func (x *ProjectInstance) Reset() {
 	*x = ProjectInstance{}
-	mi := &file_corpus_v1_types_proto_msgTypes[22]
+	mi := &file_corpus_v1_types_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2601,7 +2666,7 @@ func (x *ProjectInstance) String() string {
 func (*ProjectInstance) ProtoMessage() {}
 
 func (x *ProjectInstance) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_types_proto_msgTypes[22]
+	mi := &file_corpus_v1_types_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2614,7 +2679,7 @@ func (x *ProjectInstance) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProjectInstance.ProtoReflect.Descriptor instead.
 func (*ProjectInstance) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_types_proto_rawDescGZIP(), []int{22}
+	return file_corpus_v1_types_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ProjectInstance) GetIndex() uint32 {
@@ -2714,7 +2779,7 @@ type Release struct {
 
 func (x *Release) Reset() {
 	*x = Release{}
-	mi := &file_corpus_v1_types_proto_msgTypes[23]
+	mi := &file_corpus_v1_types_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2726,7 +2791,7 @@ func (x *Release) String() string {
 func (*Release) ProtoMessage() {}
 
 func (x *Release) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_types_proto_msgTypes[23]
+	mi := &file_corpus_v1_types_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2739,7 +2804,7 @@ func (x *Release) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Release.ProtoReflect.Descriptor instead.
 func (*Release) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_types_proto_rawDescGZIP(), []int{23}
+	return file_corpus_v1_types_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *Release) GetId() string {
@@ -2909,7 +2974,7 @@ type ReleaseStep struct {
 
 func (x *ReleaseStep) Reset() {
 	*x = ReleaseStep{}
-	mi := &file_corpus_v1_types_proto_msgTypes[24]
+	mi := &file_corpus_v1_types_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2921,7 +2986,7 @@ func (x *ReleaseStep) String() string {
 func (*ReleaseStep) ProtoMessage() {}
 
 func (x *ReleaseStep) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_types_proto_msgTypes[24]
+	mi := &file_corpus_v1_types_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2934,7 +2999,7 @@ func (x *ReleaseStep) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseStep.ProtoReflect.Descriptor instead.
 func (*ReleaseStep) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_types_proto_rawDescGZIP(), []int{24}
+	return file_corpus_v1_types_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ReleaseStep) GetName() string {
@@ -2980,7 +3045,7 @@ type AuditEntry struct {
 
 func (x *AuditEntry) Reset() {
 	*x = AuditEntry{}
-	mi := &file_corpus_v1_types_proto_msgTypes[25]
+	mi := &file_corpus_v1_types_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2992,7 +3057,7 @@ func (x *AuditEntry) String() string {
 func (*AuditEntry) ProtoMessage() {}
 
 func (x *AuditEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_types_proto_msgTypes[25]
+	mi := &file_corpus_v1_types_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3005,7 +3070,7 @@ func (x *AuditEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuditEntry.ProtoReflect.Descriptor instead.
 func (*AuditEntry) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_types_proto_rawDescGZIP(), []int{25}
+	return file_corpus_v1_types_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *AuditEntry) GetIndex() uint64 {
@@ -3072,7 +3137,7 @@ type UserToken struct {
 
 func (x *UserToken) Reset() {
 	*x = UserToken{}
-	mi := &file_corpus_v1_types_proto_msgTypes[26]
+	mi := &file_corpus_v1_types_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3084,7 +3149,7 @@ func (x *UserToken) String() string {
 func (*UserToken) ProtoMessage() {}
 
 func (x *UserToken) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_types_proto_msgTypes[26]
+	mi := &file_corpus_v1_types_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3097,7 +3162,7 @@ func (x *UserToken) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UserToken.ProtoReflect.Descriptor instead.
 func (*UserToken) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_types_proto_rawDescGZIP(), []int{26}
+	return file_corpus_v1_types_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *UserToken) GetId() string {
@@ -3170,7 +3235,7 @@ type Keyring struct {
 
 func (x *Keyring) Reset() {
 	*x = Keyring{}
-	mi := &file_corpus_v1_types_proto_msgTypes[27]
+	mi := &file_corpus_v1_types_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3182,7 +3247,7 @@ func (x *Keyring) String() string {
 func (*Keyring) ProtoMessage() {}
 
 func (x *Keyring) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_types_proto_msgTypes[27]
+	mi := &file_corpus_v1_types_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3195,7 +3260,7 @@ func (x *Keyring) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Keyring.ProtoReflect.Descriptor instead.
 func (*Keyring) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_types_proto_rawDescGZIP(), []int{27}
+	return file_corpus_v1_types_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *Keyring) GetKeys() []*SealKey {
@@ -3230,7 +3295,7 @@ type SealKey struct {
 
 func (x *SealKey) Reset() {
 	*x = SealKey{}
-	mi := &file_corpus_v1_types_proto_msgTypes[28]
+	mi := &file_corpus_v1_types_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3242,7 +3307,7 @@ func (x *SealKey) String() string {
 func (*SealKey) ProtoMessage() {}
 
 func (x *SealKey) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_types_proto_msgTypes[28]
+	mi := &file_corpus_v1_types_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3255,7 +3320,7 @@ func (x *SealKey) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SealKey.ProtoReflect.Descriptor instead.
 func (*SealKey) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_types_proto_rawDescGZIP(), []int{28}
+	return file_corpus_v1_types_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *SealKey) GetId() string {
@@ -3309,7 +3374,7 @@ type ProcessStatus struct {
 
 func (x *ProcessStatus) Reset() {
 	*x = ProcessStatus{}
-	mi := &file_corpus_v1_types_proto_msgTypes[29]
+	mi := &file_corpus_v1_types_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3321,7 +3386,7 @@ func (x *ProcessStatus) String() string {
 func (*ProcessStatus) ProtoMessage() {}
 
 func (x *ProcessStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_types_proto_msgTypes[29]
+	mi := &file_corpus_v1_types_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3334,7 +3399,7 @@ func (x *ProcessStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProcessStatus.ProtoReflect.Descriptor instead.
 func (*ProcessStatus) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_types_proto_rawDescGZIP(), []int{29}
+	return file_corpus_v1_types_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *ProcessStatus) GetName() string {
@@ -3439,7 +3504,7 @@ type AcmeConfig struct {
 
 func (x *AcmeConfig) Reset() {
 	*x = AcmeConfig{}
-	mi := &file_corpus_v1_types_proto_msgTypes[30]
+	mi := &file_corpus_v1_types_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3451,7 +3516,7 @@ func (x *AcmeConfig) String() string {
 func (*AcmeConfig) ProtoMessage() {}
 
 func (x *AcmeConfig) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_types_proto_msgTypes[30]
+	mi := &file_corpus_v1_types_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3464,7 +3529,7 @@ func (x *AcmeConfig) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcmeConfig.ProtoReflect.Descriptor instead.
 func (*AcmeConfig) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_types_proto_rawDescGZIP(), []int{30}
+	return file_corpus_v1_types_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *AcmeConfig) GetDirectoryUrl() string {
@@ -3555,7 +3620,7 @@ type Certificate struct {
 
 func (x *Certificate) Reset() {
 	*x = Certificate{}
-	mi := &file_corpus_v1_types_proto_msgTypes[31]
+	mi := &file_corpus_v1_types_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3567,7 +3632,7 @@ func (x *Certificate) String() string {
 func (*Certificate) ProtoMessage() {}
 
 func (x *Certificate) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_types_proto_msgTypes[31]
+	mi := &file_corpus_v1_types_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3580,7 +3645,7 @@ func (x *Certificate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Certificate.ProtoReflect.Descriptor instead.
 func (*Certificate) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_types_proto_rawDescGZIP(), []int{31}
+	return file_corpus_v1_types_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *Certificate) GetDomain() string {
@@ -3719,7 +3784,7 @@ type AcmeChallenge struct {
 
 func (x *AcmeChallenge) Reset() {
 	*x = AcmeChallenge{}
-	mi := &file_corpus_v1_types_proto_msgTypes[32]
+	mi := &file_corpus_v1_types_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3731,7 +3796,7 @@ func (x *AcmeChallenge) String() string {
 func (*AcmeChallenge) ProtoMessage() {}
 
 func (x *AcmeChallenge) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_types_proto_msgTypes[32]
+	mi := &file_corpus_v1_types_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3744,7 +3809,7 @@ func (x *AcmeChallenge) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcmeChallenge.ProtoReflect.Descriptor instead.
 func (*AcmeChallenge) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_types_proto_rawDescGZIP(), []int{32}
+	return file_corpus_v1_types_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *AcmeChallenge) GetType() string {
@@ -3812,7 +3877,7 @@ const file_corpus_v1_types_proto_rawDesc = "" +
 	"\tid_ranges\x18\xb4\x01 \x01(\rR\bidRanges\x1a=\n" +
 	"\x0fAttributesEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xdb\x06\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x8d\a\n" +
 	"\x04Node\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x16\n" +
@@ -3836,13 +3901,17 @@ const file_corpus_v1_types_proto_rawDesc = "" +
 	"\vcert_serial\x18< \x01(\tR\n" +
 	"certSerial\x12(\n" +
 	"\x10prev_cert_serial\x18= \x01(\tR\x0eprevCertSerial\x12B\n" +
-	"\x0fcert_expires_at\x18> \x01(\v2\x1a.google.protobuf.TimestampR\rcertExpiresAt\x12!\n" +
+	"\x0fcert_expires_at\x18> \x01(\v2\x1a.google.protobuf.TimestampR\rcertExpiresAt\x120\n" +
+	"\aorphans\x18? \x03(\v2\x16.corpus.v1.OrphanGuestR\aorphans\x12!\n" +
 	"\fcreate_index\x18\x14 \x01(\x04R\vcreateIndex\x12!\n" +
 	"\fmodify_index\x18\x15 \x01(\x04R\vmodifyIndex\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01J\x04\b\n" +
-	"\x10\vR\vsecret_hash\"\xf1\x03\n" +
+	"\x10\vR\vsecret_hash\"<\n" +
+	"\vOrphanGuest\x12\x19\n" +
+	"\bguest_id\x18\x01 \x01(\tR\aguestId\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\"\xf1\x03\n" +
 	"\tGuestSpec\x12\x16\n" +
 	"\x06driver\x18\x01 \x01(\tR\x06driver\x12\x14\n" +
 	"\x05image\x18\x02 \x01(\tR\x05image\x122\n" +
@@ -4213,113 +4282,115 @@ func file_corpus_v1_types_proto_rawDescGZIP() []byte {
 	return file_corpus_v1_types_proto_rawDescData
 }
 
-var file_corpus_v1_types_proto_msgTypes = make([]protoimpl.MessageInfo, 41)
+var file_corpus_v1_types_proto_msgTypes = make([]protoimpl.MessageInfo, 42)
 var file_corpus_v1_types_proto_goTypes = []any{
 	(*Resources)(nil),             // 0: corpus.v1.Resources
 	(*DriverInfo)(nil),            // 1: corpus.v1.DriverInfo
 	(*Node)(nil),                  // 2: corpus.v1.Node
-	(*GuestSpec)(nil),             // 3: corpus.v1.GuestSpec
-	(*VolumeSpec)(nil),            // 4: corpus.v1.VolumeSpec
-	(*Volume)(nil),                // 5: corpus.v1.Volume
-	(*VolumeObserved)(nil),        // 6: corpus.v1.VolumeObserved
-	(*Port)(nil),                  // 7: corpus.v1.Port
-	(*GuestObserved)(nil),         // 8: corpus.v1.GuestObserved
-	(*Event)(nil),                 // 9: corpus.v1.Event
-	(*Guest)(nil),                 // 10: corpus.v1.Guest
-	(*Route)(nil),                 // 11: corpus.v1.Route
-	(*JoinToken)(nil),             // 12: corpus.v1.JoinToken
-	(*ClusterConfig)(nil),         // 13: corpus.v1.ClusterConfig
-	(*Restore)(nil),               // 14: corpus.v1.Restore
-	(*Coordinator)(nil),           // 15: corpus.v1.Coordinator
-	(*DnsRecord)(nil),             // 16: corpus.v1.DnsRecord
-	(*User)(nil),                  // 17: corpus.v1.User
-	(*SshKey)(nil),                // 18: corpus.v1.SshKey
-	(*Project)(nil),               // 19: corpus.v1.Project
-	(*ProjectEnv)(nil),            // 20: corpus.v1.ProjectEnv
-	(*AutoscalePolicy)(nil),       // 21: corpus.v1.AutoscalePolicy
-	(*ProjectInstance)(nil),       // 22: corpus.v1.ProjectInstance
-	(*Release)(nil),               // 23: corpus.v1.Release
-	(*ReleaseStep)(nil),           // 24: corpus.v1.ReleaseStep
-	(*AuditEntry)(nil),            // 25: corpus.v1.AuditEntry
-	(*UserToken)(nil),             // 26: corpus.v1.UserToken
-	(*Keyring)(nil),               // 27: corpus.v1.Keyring
-	(*SealKey)(nil),               // 28: corpus.v1.SealKey
-	(*ProcessStatus)(nil),         // 29: corpus.v1.ProcessStatus
-	(*AcmeConfig)(nil),            // 30: corpus.v1.AcmeConfig
-	(*Certificate)(nil),           // 31: corpus.v1.Certificate
-	(*AcmeChallenge)(nil),         // 32: corpus.v1.AcmeChallenge
-	nil,                           // 33: corpus.v1.DriverInfo.AttributesEntry
-	nil,                           // 34: corpus.v1.Node.LabelsEntry
-	nil,                           // 35: corpus.v1.GuestSpec.EnvEntry
-	nil,                           // 36: corpus.v1.GuestSpec.ConstraintsEntry
-	nil,                           // 37: corpus.v1.ProjectEnv.ConfigEntry
-	nil,                           // 38: corpus.v1.ProjectEnv.ScaleEntry
-	nil,                           // 39: corpus.v1.ProjectEnv.AutoscaleEntry
-	nil,                           // 40: corpus.v1.Release.ConfigEntry
-	(*timestamppb.Timestamp)(nil), // 41: google.protobuf.Timestamp
-	(*AdmissionChange)(nil),       // 42: corpus.v1.AdmissionChange
+	(*OrphanGuest)(nil),           // 3: corpus.v1.OrphanGuest
+	(*GuestSpec)(nil),             // 4: corpus.v1.GuestSpec
+	(*VolumeSpec)(nil),            // 5: corpus.v1.VolumeSpec
+	(*Volume)(nil),                // 6: corpus.v1.Volume
+	(*VolumeObserved)(nil),        // 7: corpus.v1.VolumeObserved
+	(*Port)(nil),                  // 8: corpus.v1.Port
+	(*GuestObserved)(nil),         // 9: corpus.v1.GuestObserved
+	(*Event)(nil),                 // 10: corpus.v1.Event
+	(*Guest)(nil),                 // 11: corpus.v1.Guest
+	(*Route)(nil),                 // 12: corpus.v1.Route
+	(*JoinToken)(nil),             // 13: corpus.v1.JoinToken
+	(*ClusterConfig)(nil),         // 14: corpus.v1.ClusterConfig
+	(*Restore)(nil),               // 15: corpus.v1.Restore
+	(*Coordinator)(nil),           // 16: corpus.v1.Coordinator
+	(*DnsRecord)(nil),             // 17: corpus.v1.DnsRecord
+	(*User)(nil),                  // 18: corpus.v1.User
+	(*SshKey)(nil),                // 19: corpus.v1.SshKey
+	(*Project)(nil),               // 20: corpus.v1.Project
+	(*ProjectEnv)(nil),            // 21: corpus.v1.ProjectEnv
+	(*AutoscalePolicy)(nil),       // 22: corpus.v1.AutoscalePolicy
+	(*ProjectInstance)(nil),       // 23: corpus.v1.ProjectInstance
+	(*Release)(nil),               // 24: corpus.v1.Release
+	(*ReleaseStep)(nil),           // 25: corpus.v1.ReleaseStep
+	(*AuditEntry)(nil),            // 26: corpus.v1.AuditEntry
+	(*UserToken)(nil),             // 27: corpus.v1.UserToken
+	(*Keyring)(nil),               // 28: corpus.v1.Keyring
+	(*SealKey)(nil),               // 29: corpus.v1.SealKey
+	(*ProcessStatus)(nil),         // 30: corpus.v1.ProcessStatus
+	(*AcmeConfig)(nil),            // 31: corpus.v1.AcmeConfig
+	(*Certificate)(nil),           // 32: corpus.v1.Certificate
+	(*AcmeChallenge)(nil),         // 33: corpus.v1.AcmeChallenge
+	nil,                           // 34: corpus.v1.DriverInfo.AttributesEntry
+	nil,                           // 35: corpus.v1.Node.LabelsEntry
+	nil,                           // 36: corpus.v1.GuestSpec.EnvEntry
+	nil,                           // 37: corpus.v1.GuestSpec.ConstraintsEntry
+	nil,                           // 38: corpus.v1.ProjectEnv.ConfigEntry
+	nil,                           // 39: corpus.v1.ProjectEnv.ScaleEntry
+	nil,                           // 40: corpus.v1.ProjectEnv.AutoscaleEntry
+	nil,                           // 41: corpus.v1.Release.ConfigEntry
+	(*timestamppb.Timestamp)(nil), // 42: google.protobuf.Timestamp
+	(*AdmissionChange)(nil),       // 43: corpus.v1.AdmissionChange
 }
 var file_corpus_v1_types_proto_depIdxs = []int32{
-	33, // 0: corpus.v1.DriverInfo.attributes:type_name -> corpus.v1.DriverInfo.AttributesEntry
-	34, // 1: corpus.v1.Node.labels:type_name -> corpus.v1.Node.LabelsEntry
+	34, // 0: corpus.v1.DriverInfo.attributes:type_name -> corpus.v1.DriverInfo.AttributesEntry
+	35, // 1: corpus.v1.Node.labels:type_name -> corpus.v1.Node.LabelsEntry
 	0,  // 2: corpus.v1.Node.capacity:type_name -> corpus.v1.Resources
 	1,  // 3: corpus.v1.Node.drivers:type_name -> corpus.v1.DriverInfo
-	41, // 4: corpus.v1.Node.enrolled_at:type_name -> google.protobuf.Timestamp
-	41, // 5: corpus.v1.Node.cert_expires_at:type_name -> google.protobuf.Timestamp
-	0,  // 6: corpus.v1.GuestSpec.resources:type_name -> corpus.v1.Resources
-	35, // 7: corpus.v1.GuestSpec.env:type_name -> corpus.v1.GuestSpec.EnvEntry
-	7,  // 8: corpus.v1.GuestSpec.ports:type_name -> corpus.v1.Port
-	4,  // 9: corpus.v1.GuestSpec.volume:type_name -> corpus.v1.VolumeSpec
-	36, // 10: corpus.v1.GuestSpec.constraints:type_name -> corpus.v1.GuestSpec.ConstraintsEntry
-	6,  // 11: corpus.v1.Volume.observed:type_name -> corpus.v1.VolumeObserved
-	41, // 12: corpus.v1.Volume.created_at:type_name -> google.protobuf.Timestamp
-	41, // 13: corpus.v1.GuestObserved.updated_at:type_name -> google.protobuf.Timestamp
-	41, // 14: corpus.v1.Event.time:type_name -> google.protobuf.Timestamp
-	3,  // 15: corpus.v1.Guest.spec:type_name -> corpus.v1.GuestSpec
-	8,  // 16: corpus.v1.Guest.observed:type_name -> corpus.v1.GuestObserved
-	9,  // 17: corpus.v1.Guest.events:type_name -> corpus.v1.Event
-	41, // 18: corpus.v1.Guest.created_at:type_name -> google.protobuf.Timestamp
-	42, // 19: corpus.v1.Guest.admission:type_name -> corpus.v1.AdmissionChange
-	41, // 20: corpus.v1.Route.created_at:type_name -> google.protobuf.Timestamp
-	41, // 21: corpus.v1.JoinToken.expires_at:type_name -> google.protobuf.Timestamp
-	41, // 22: corpus.v1.JoinToken.created_at:type_name -> google.protobuf.Timestamp
-	41, // 23: corpus.v1.ClusterConfig.created_at:type_name -> google.protobuf.Timestamp
-	14, // 24: corpus.v1.ClusterConfig.restore:type_name -> corpus.v1.Restore
-	41, // 25: corpus.v1.DnsRecord.created_at:type_name -> google.protobuf.Timestamp
-	18, // 26: corpus.v1.User.keys:type_name -> corpus.v1.SshKey
-	41, // 27: corpus.v1.User.created_at:type_name -> google.protobuf.Timestamp
-	41, // 28: corpus.v1.SshKey.added_at:type_name -> google.protobuf.Timestamp
-	20, // 29: corpus.v1.Project.envs:type_name -> corpus.v1.ProjectEnv
-	41, // 30: corpus.v1.Project.created_at:type_name -> google.protobuf.Timestamp
-	42, // 31: corpus.v1.Project.admission:type_name -> corpus.v1.AdmissionChange
-	37, // 32: corpus.v1.ProjectEnv.config:type_name -> corpus.v1.ProjectEnv.ConfigEntry
-	38, // 33: corpus.v1.ProjectEnv.scale:type_name -> corpus.v1.ProjectEnv.ScaleEntry
-	22, // 34: corpus.v1.ProjectEnv.instances:type_name -> corpus.v1.ProjectInstance
-	39, // 35: corpus.v1.ProjectEnv.autoscale:type_name -> corpus.v1.ProjectEnv.AutoscaleEntry
-	41, // 36: corpus.v1.ProjectEnv.standby_until:type_name -> google.protobuf.Timestamp
-	41, // 37: corpus.v1.AutoscalePolicy.last_decision_at:type_name -> google.protobuf.Timestamp
-	41, // 38: corpus.v1.Release.started_at:type_name -> google.protobuf.Timestamp
-	41, // 39: corpus.v1.Release.finished_at:type_name -> google.protobuf.Timestamp
-	24, // 40: corpus.v1.Release.steps:type_name -> corpus.v1.ReleaseStep
-	40, // 41: corpus.v1.Release.config:type_name -> corpus.v1.Release.ConfigEntry
-	41, // 42: corpus.v1.AuditEntry.time:type_name -> google.protobuf.Timestamp
-	41, // 43: corpus.v1.UserToken.created_at:type_name -> google.protobuf.Timestamp
-	41, // 44: corpus.v1.UserToken.expires_at:type_name -> google.protobuf.Timestamp
-	28, // 45: corpus.v1.Keyring.keys:type_name -> corpus.v1.SealKey
-	41, // 46: corpus.v1.SealKey.created_at:type_name -> google.protobuf.Timestamp
-	41, // 47: corpus.v1.ProcessStatus.started_at:type_name -> google.protobuf.Timestamp
-	41, // 48: corpus.v1.Certificate.not_before:type_name -> google.protobuf.Timestamp
-	41, // 49: corpus.v1.Certificate.not_after:type_name -> google.protobuf.Timestamp
-	41, // 50: corpus.v1.Certificate.next_attempt_at:type_name -> google.protobuf.Timestamp
-	41, // 51: corpus.v1.Certificate.last_attempt_at:type_name -> google.protobuf.Timestamp
-	41, // 52: corpus.v1.Certificate.ocsp_next_update:type_name -> google.protobuf.Timestamp
-	32, // 53: corpus.v1.Certificate.challenge:type_name -> corpus.v1.AcmeChallenge
-	21, // 54: corpus.v1.ProjectEnv.AutoscaleEntry.value:type_name -> corpus.v1.AutoscalePolicy
-	55, // [55:55] is the sub-list for method output_type
-	55, // [55:55] is the sub-list for method input_type
-	55, // [55:55] is the sub-list for extension type_name
-	55, // [55:55] is the sub-list for extension extendee
-	0,  // [0:55] is the sub-list for field type_name
+	42, // 4: corpus.v1.Node.enrolled_at:type_name -> google.protobuf.Timestamp
+	42, // 5: corpus.v1.Node.cert_expires_at:type_name -> google.protobuf.Timestamp
+	3,  // 6: corpus.v1.Node.orphans:type_name -> corpus.v1.OrphanGuest
+	0,  // 7: corpus.v1.GuestSpec.resources:type_name -> corpus.v1.Resources
+	36, // 8: corpus.v1.GuestSpec.env:type_name -> corpus.v1.GuestSpec.EnvEntry
+	8,  // 9: corpus.v1.GuestSpec.ports:type_name -> corpus.v1.Port
+	5,  // 10: corpus.v1.GuestSpec.volume:type_name -> corpus.v1.VolumeSpec
+	37, // 11: corpus.v1.GuestSpec.constraints:type_name -> corpus.v1.GuestSpec.ConstraintsEntry
+	7,  // 12: corpus.v1.Volume.observed:type_name -> corpus.v1.VolumeObserved
+	42, // 13: corpus.v1.Volume.created_at:type_name -> google.protobuf.Timestamp
+	42, // 14: corpus.v1.GuestObserved.updated_at:type_name -> google.protobuf.Timestamp
+	42, // 15: corpus.v1.Event.time:type_name -> google.protobuf.Timestamp
+	4,  // 16: corpus.v1.Guest.spec:type_name -> corpus.v1.GuestSpec
+	9,  // 17: corpus.v1.Guest.observed:type_name -> corpus.v1.GuestObserved
+	10, // 18: corpus.v1.Guest.events:type_name -> corpus.v1.Event
+	42, // 19: corpus.v1.Guest.created_at:type_name -> google.protobuf.Timestamp
+	43, // 20: corpus.v1.Guest.admission:type_name -> corpus.v1.AdmissionChange
+	42, // 21: corpus.v1.Route.created_at:type_name -> google.protobuf.Timestamp
+	42, // 22: corpus.v1.JoinToken.expires_at:type_name -> google.protobuf.Timestamp
+	42, // 23: corpus.v1.JoinToken.created_at:type_name -> google.protobuf.Timestamp
+	42, // 24: corpus.v1.ClusterConfig.created_at:type_name -> google.protobuf.Timestamp
+	15, // 25: corpus.v1.ClusterConfig.restore:type_name -> corpus.v1.Restore
+	42, // 26: corpus.v1.DnsRecord.created_at:type_name -> google.protobuf.Timestamp
+	19, // 27: corpus.v1.User.keys:type_name -> corpus.v1.SshKey
+	42, // 28: corpus.v1.User.created_at:type_name -> google.protobuf.Timestamp
+	42, // 29: corpus.v1.SshKey.added_at:type_name -> google.protobuf.Timestamp
+	21, // 30: corpus.v1.Project.envs:type_name -> corpus.v1.ProjectEnv
+	42, // 31: corpus.v1.Project.created_at:type_name -> google.protobuf.Timestamp
+	43, // 32: corpus.v1.Project.admission:type_name -> corpus.v1.AdmissionChange
+	38, // 33: corpus.v1.ProjectEnv.config:type_name -> corpus.v1.ProjectEnv.ConfigEntry
+	39, // 34: corpus.v1.ProjectEnv.scale:type_name -> corpus.v1.ProjectEnv.ScaleEntry
+	23, // 35: corpus.v1.ProjectEnv.instances:type_name -> corpus.v1.ProjectInstance
+	40, // 36: corpus.v1.ProjectEnv.autoscale:type_name -> corpus.v1.ProjectEnv.AutoscaleEntry
+	42, // 37: corpus.v1.ProjectEnv.standby_until:type_name -> google.protobuf.Timestamp
+	42, // 38: corpus.v1.AutoscalePolicy.last_decision_at:type_name -> google.protobuf.Timestamp
+	42, // 39: corpus.v1.Release.started_at:type_name -> google.protobuf.Timestamp
+	42, // 40: corpus.v1.Release.finished_at:type_name -> google.protobuf.Timestamp
+	25, // 41: corpus.v1.Release.steps:type_name -> corpus.v1.ReleaseStep
+	41, // 42: corpus.v1.Release.config:type_name -> corpus.v1.Release.ConfigEntry
+	42, // 43: corpus.v1.AuditEntry.time:type_name -> google.protobuf.Timestamp
+	42, // 44: corpus.v1.UserToken.created_at:type_name -> google.protobuf.Timestamp
+	42, // 45: corpus.v1.UserToken.expires_at:type_name -> google.protobuf.Timestamp
+	29, // 46: corpus.v1.Keyring.keys:type_name -> corpus.v1.SealKey
+	42, // 47: corpus.v1.SealKey.created_at:type_name -> google.protobuf.Timestamp
+	42, // 48: corpus.v1.ProcessStatus.started_at:type_name -> google.protobuf.Timestamp
+	42, // 49: corpus.v1.Certificate.not_before:type_name -> google.protobuf.Timestamp
+	42, // 50: corpus.v1.Certificate.not_after:type_name -> google.protobuf.Timestamp
+	42, // 51: corpus.v1.Certificate.next_attempt_at:type_name -> google.protobuf.Timestamp
+	42, // 52: corpus.v1.Certificate.last_attempt_at:type_name -> google.protobuf.Timestamp
+	42, // 53: corpus.v1.Certificate.ocsp_next_update:type_name -> google.protobuf.Timestamp
+	33, // 54: corpus.v1.Certificate.challenge:type_name -> corpus.v1.AcmeChallenge
+	22, // 55: corpus.v1.ProjectEnv.AutoscaleEntry.value:type_name -> corpus.v1.AutoscalePolicy
+	56, // [56:56] is the sub-list for method output_type
+	56, // [56:56] is the sub-list for method input_type
+	56, // [56:56] is the sub-list for extension type_name
+	56, // [56:56] is the sub-list for extension extendee
+	0,  // [0:56] is the sub-list for field type_name
 }
 
 func init() { file_corpus_v1_types_proto_init() }
@@ -4334,7 +4405,7 @@ func file_corpus_v1_types_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_corpus_v1_types_proto_rawDesc), len(file_corpus_v1_types_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   41,
+			NumMessages:   42,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
