@@ -1,0 +1,138 @@
+package nftconn
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"slices"
+
+	"github.com/google/nftables"
+	"github.com/google/nftables/expr"
+	"github.com/mdlayher/netlink"
+	"golang.org/x/sys/unix"
+)
+
+// elementsPerMessage bounds one netlink message of set elements; a batch
+// holds as many messages as it needs.
+const elementsPerMessage = 1024
+
+// sendBuffer is the socket buffer a batch is sent through: the whole
+// batch goes in one message, and a first write of thousands of elements
+// is more than the kernel's default of about 200 KiB.
+const sendBuffer = 32 << 20
+
+// Dial opens one netlink socket for a whole call, in the calling
+// thread's namespace, that gives up at ctx's deadline. The caller closes
+// it with CloseLasting.
+func Dial(ctx context.Context) (*nftables.Conn, error) {
+	opts := []nftables.SockOption{func(nc *netlink.Conn) error {
+		raw, err := nc.SyscallConn()
+		if err != nil {
+			return err
+		}
+		return raw.Control(func(fd uintptr) {
+			// SO_SNDBUFFORCE passes the system's cap (it needs
+			// CAP_NET_ADMIN, as the batch does). Where it fails the
+			// default stays, and a batch too large for it fails in
+			// Flush with EMSGSIZE, which the caller returns.
+			if unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_SNDBUFFORCE, sendBuffer) != nil {
+				unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_SNDBUF, sendBuffer)
+			}
+		})
+	}}
+	if d, ok := ctx.Deadline(); ok {
+		opts = append(opts, func(nc *netlink.Conn) error { return nc.SetDeadline(d) })
+	}
+	c, err := nftables.New(nftables.AsLasting(), nftables.WithSockOptions(opts...))
+	if err != nil {
+		return nil, fmt.Errorf("opening nftables netlink socket: %w", err)
+	}
+	return c, nil
+}
+
+// FindTable returns the table of want's family and name, or nil when
+// there is none.
+func FindTable(c *nftables.Conn, want *nftables.Table) (*nftables.Table, error) {
+	tables, err := c.ListTablesOfFamily(want.Family)
+	if err != nil {
+		return nil, fmt.Errorf("listing tables: %w", err)
+	}
+	for _, t := range tables {
+		if t.Name == want.Name {
+			return t, nil
+		}
+	}
+	return nil, nil
+}
+
+// TableChains returns the chains of table t.
+func TableChains(c *nftables.Conn, t *nftables.Table) ([]*nftables.Chain, error) {
+	chains, err := c.ListChainsOfTableFamily(t.Family)
+	if err != nil {
+		return nil, fmt.Errorf("listing chains of table %s: %w", t.Name, err)
+	}
+	var mine []*nftables.Chain
+	for _, ch := range chains {
+		if ch.Table != nil && ch.Table.Name == t.Name {
+			mine = append(mine, ch)
+		}
+	}
+	return mine, nil
+}
+
+// SameChain reports whether a base chain read back is want: name, type,
+// hook, priority and policy.
+func SameChain(have, want *nftables.Chain) bool {
+	return have.Name == want.Name && have.Type == want.Type &&
+		have.Hooknum != nil && *have.Hooknum == *want.Hooknum &&
+		have.Priority != nil && *have.Priority == *want.Priority &&
+		have.Policy != nil && *have.Policy == *want.Policy
+}
+
+// SameRules compares rules expression by expression as the kernel
+// encodes them, counters' values aside.
+func SameRules(fam nftables.TableFamily, have []*nftables.Rule, want [][]expr.Any) bool {
+	if len(have) != len(want) {
+		return false
+	}
+	for i, r := range have {
+		if len(r.Exprs) != len(want[i]) {
+			return false
+		}
+		for j, e := range r.Exprs {
+			if _, ok := e.(*expr.Counter); ok {
+				e = &expr.Counter{}
+			}
+			a, err := expr.Marshal(byte(fam), e)
+			if err != nil {
+				return false
+			}
+			b, err := expr.Marshal(byte(fam), want[i][j])
+			if err != nil || !bytes.Equal(a, b) {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// AddElements queues elems for adding to s, in messages of a bounded
+// size; they are written at the connection's Flush.
+func AddElements(c *nftables.Conn, s *nftables.Set, elems []nftables.SetElement) error {
+	for chunk := range slices.Chunk(elems, elementsPerMessage) {
+		if err := c.SetAddElements(s, chunk); err != nil {
+			return fmt.Errorf("adding to set %s: %w", s.Name, err)
+		}
+	}
+	return nil
+}
+
+// DeleteElements queues elems for deleting from s, as AddElements does.
+func DeleteElements(c *nftables.Conn, s *nftables.Set, elems []nftables.SetElement) error {
+	for chunk := range slices.Chunk(elems, elementsPerMessage) {
+		if err := c.SetDeleteElements(s, chunk); err != nil {
+			return fmt.Errorf("deleting from set %s: %w", s.Name, err)
+		}
+	}
+	return nil
+}
