@@ -6,21 +6,20 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
-	"net/netip"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
 )
 
-// NAT programs corpus's NAT chains in the calling thread's network
-// namespace. Its methods are safe for concurrent use; they run one at a
-// time.
+// NAT programs corpus's NAT chains and its forwards' table in the calling
+// thread's network namespace. Its methods are safe for concurrent use;
+// they run one at a time.
 type NAT struct {
 	l   layout
 	log *slog.Logger
 	ipt *iptablesCmd
+	nft *nftTable
 
 	mu sync.Mutex
 }
@@ -41,17 +40,19 @@ func New(cfg Config) (*NAT, error) {
 	if err != nil {
 		return nil, err
 	}
+	prefix := cmp.Or(cfg.Prefix, DefaultPrefix)
 	return &NAT{
-		l:   newLayout(cmp.Or(cfg.Prefix, DefaultPrefix)),
+		l:   newLayout(prefix),
 		log: log.With("component", "nat"),
 		ipt: ipt,
+		nft: newNftTable(strings.ToLower(prefix)),
 	}, nil
 }
 
 // Chains lists corpus's chains.
 func (n *NAT) Chains() []Chain { return n.l.chains() }
 
-// Plan reads corpus's chains and returns what Apply(ctx, d) would change,
+// Plan reads corpus's chains and table and returns what Apply(ctx, d) would change,
 // without changing anything. It returns ErrInvalid or ErrConflict for a
 // bad d.
 func (n *NAT) Plan(ctx context.Context, d Desired) (*Plan, error) {
@@ -68,14 +69,22 @@ func (n *NAT) plan(ctx context.Context, d Desired) (*Plan, error) {
 	if err != nil {
 		return nil, err
 	}
-	return n.l.plan(n.l.render(d), snaps), nil
+	o, err := n.nft.read(ctx)
+	if err != nil {
+		return nil, err
+	}
+	p := n.l.plan(n.l.render(d), snaps)
+	p.planTable(forwardElements(d.Forwards), o)
+	return p, nil
 }
 
-// Apply makes corpus's chains hold exactly the rules d asks for, and the
-// built-in chains jump to them once each, changing only what differs. It
-// returns ErrInvalid or ErrConflict for a bad d, and changes nothing then.
-// A failed batch changes nothing in its table (iptables-restore commits a
-// table at once); the next Apply starts again from what is there.
+// Apply makes corpus's chains hold exactly the rules d asks for, the
+// built-in chains jump to them once each, and the forwards' maps hold
+// exactly d's forwards, changing only what differs. It returns ErrInvalid
+// or ErrConflict for a bad d, and changes nothing then. A failed batch
+// changes nothing in its table (iptables-restore commits a table at once,
+// and nftables a transaction); the next Apply starts again from what is
+// there.
 func (n *NAT) Apply(ctx context.Context, d Desired) error {
 	n.mu.Lock()
 	defer n.mu.Unlock()
@@ -91,20 +100,29 @@ func (n *NAT) Apply(ctx context.Context, d Desired) error {
 	if err := n.execute(ctx, p); err != nil {
 		return err
 	}
-	n.log.Info("nat rules changed", "forwards", len(d.Forwards), "added", p.Added, "deleted", p.Deleted,
-		"new_chains", len(p.NewChains), "jumps_inserted", len(p.InsertJumps), "jumps_deleted", len(p.DeleteJumps),
-		"took", time.Since(start))
+	n.log.Info("nat rules changed", "forwards", len(d.Forwards), "forwards_added", len(p.AddForwards),
+		"forwards_deleted", len(p.DeleteForwards), "made_table", p.Table, "added", p.Added, "deleted", p.Deleted,
+		"new_chains", len(p.NewChains), "stale_chains", len(p.StaleChains),
+		"jumps_inserted", len(p.InsertJumps), "jumps_deleted", len(p.DeleteJumps), "took", time.Since(start))
 	return nil
 }
 
+// execute writes the forwards first: on an upgrade they are published
+// by the table before the previous version's DNAT chains go. Jumps are
+// deleted before the batch, which deletes the stale chains they target.
 func (n *NAT) execute(ctx context.Context, p *Plan) error {
-	if len(p.Restore) > 0 {
-		if err := n.ipt.restore(ctx, p.Restore); err != nil {
+	if p.Table || p.elementsChanged() > 0 {
+		if err := n.nft.write(ctx, p); err != nil {
 			return err
 		}
 	}
 	for _, j := range p.DeleteJumps {
 		if err := n.ipt.deleteRule(j.Table, j.Name, j.Rule); err != nil {
+			return err
+		}
+	}
+	if len(p.Restore) > 0 {
+		if err := n.ipt.restore(ctx, p.Restore); err != nil {
 			return err
 		}
 	}
@@ -128,15 +146,18 @@ func (n *NAT) read(ctx context.Context) (map[string]snapshot, error) {
 	return snaps, nil
 }
 
-// State is what corpus's chains hold. The caller owns it.
+// State is what corpus's chains and table hold. The caller owns it.
 type State struct {
-	// Rules maps each of corpus's chains that exists to its rules, as
-	// iptables-save prints them after "-A <chain> ".
+	// Rules maps each chain under corpus's prefix that exists to its
+	// rules, as iptables-save prints them after "-A <chain> ".
 	Rules map[Chain][]string
 	// Jumps are the rules in built-in chains that jump to corpus's chains.
 	Jumps []Jump
-	// Forwards are read back from the DNAT chain; rules there that corpus
-	// would not have written are in Rules only.
+	// Table reports whether the forwards' nftables table exists.
+	Table bool
+	// Forwards are read back from the table's maps when the table is as
+	// corpus writes it, in the order compareForwards gives; elements
+	// corpus would not have written are left out.
 	Forwards []Forward
 }
 
@@ -164,20 +185,29 @@ func (n *NAT) Observed(ctx context.Context) (State, error) {
 		}
 		st.Jumps = append(st.Jumps, snaps[t].jumps...)
 	}
-	for _, r := range st.Rules[n.l.dnat] {
-		if f, ok := parseForward(r); ok {
-			st.Forwards = append(st.Forwards, f)
-		}
+	o, err := n.nft.read(ctx)
+	if err != nil {
+		return State{}, err
 	}
+	st.Table = o.exists
+	st.Forwards = o.forwards()
+	slices.SortFunc(st.Forwards, compareForwards)
 	return st, nil
 }
 
-// Remove deletes the jumps to corpus's chains and every chain under the
-// prefix, in both tables, leaving all other rules alone. Nothing to remove
-// is not an error.
+// Remove deletes the forwards' table, the jumps to corpus's chains and
+// every chain under the prefix, in both iptables tables, leaving all
+// other rules alone. Nothing to remove is not an error.
 func (n *NAT) Remove(ctx context.Context) error {
 	n.mu.Lock()
 	defer n.mu.Unlock()
+	table, err := n.nft.remove(ctx)
+	if err != nil {
+		return err
+	}
+	if table {
+		n.log.Info("nat table removed", "table", n.nft.name())
+	}
 	snaps, err := n.read(ctx)
 	if err != nil {
 		return err
@@ -209,46 +239,9 @@ func (n *NAT) Remove(ctx context.Context) error {
 	return nil
 }
 
-// parseForward reads back a rule written by forwardRule.
-func parseForward(rule string) (Forward, bool) {
-	args, err := splitArgs(rule)
-	if err != nil {
-		return Forward{}, false
-	}
-	var f Forward
-	if len(args) >= 2 && args[0] == "-d" {
-		p, err := netip.ParsePrefix(args[1])
-		if err != nil || p.Bits() != 32 {
-			return Forward{}, false
-		}
-		f.HostAddr = p.Addr()
-		args = args[2:]
-	}
-	// -p P -m P --dport N -j DNAT --to-destination A:N
-	if len(args) != 10 || args[0] != "-p" || args[2] != "-m" || args[3] != args[1] ||
-		args[4] != "--dport" || args[6] != "-j" || args[7] != "DNAT" || args[8] != "--to-destination" {
-		return Forward{}, false
-	}
-	f.Proto = args[1]
-	port, err := strconv.Atoi(args[5])
-	if err != nil {
-		return Forward{}, false
-	}
-	f.HostPort = port
-	ap, err := netip.ParseAddrPort(args[9])
-	if err != nil {
-		return Forward{}, false
-	}
-	f.GuestAddr, f.GuestPort = ap.Addr(), int(ap.Port())
-	var b strings.Builder
-	if forwardRule(&b, f) != rule {
-		return Forward{}, false
-	}
-	return f, true
-}
-
 // String describes the plan in one line for logs and test failures.
 func (p *Plan) String() string {
-	return fmt.Sprintf("plan{new_chains=%d added=%d deleted=%d insert_jumps=%d delete_jumps=%d restore_lines=%d}",
-		len(p.NewChains), p.Added, p.Deleted, len(p.InsertJumps), len(p.DeleteJumps), p.RestoreLines())
+	return fmt.Sprintf("plan{table=%v add_forwards=%d delete_forwards=%d elements=%d new_chains=%d stale_chains=%d added=%d deleted=%d insert_jumps=%d delete_jumps=%d restore_lines=%d}",
+		p.Table, len(p.AddForwards), len(p.DeleteForwards), p.elementsChanged(), len(p.NewChains), len(p.StaleChains),
+		p.Added, p.Deleted, len(p.InsertJumps), len(p.DeleteJumps), p.RestoreLines())
 }

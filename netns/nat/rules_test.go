@@ -3,7 +3,6 @@ package nat
 import (
 	"net/netip"
 	"slices"
-	"strings"
 	"testing"
 )
 
@@ -24,12 +23,6 @@ func TestRender(t *testing.T) {
 	}
 	got := l.render(d)
 	want := map[Chain][]string{
-		{"nat", "CORPUS-PREROUTING"}: {"-j CORPUS-DNAT"},
-		{"nat", "CORPUS-OUTPUT"}:     {"! -d 127.0.0.0/8 -j CORPUS-DNAT"},
-		{"nat", "CORPUS-DNAT"}: {
-			"-d 10.99.0.1/32 -p tcp -m tcp --dport 8080 -j DNAT --to-destination 10.210.3.2:80",
-			"-p udp -m udp --dport 53 -j DNAT --to-destination 10.210.3.3:5353",
-		},
 		{"nat", "CORPUS-POSTROUTING"}: {
 			"-s 10.210.3.0/24 -d 10.210.4.0/24 -j RETURN",
 			"-s 10.210.3.0/24 -d 10.210.3.0/24 -m conntrack --ctstate DNAT -j MASQUERADE",
@@ -65,28 +58,38 @@ func TestRender(t *testing.T) {
 	}
 }
 
-func TestParseForwardRoundTrip(t *testing.T) {
+func TestForwardElementRoundTrip(t *testing.T) {
 	t.Parallel()
-	for _, f := range []Forward{
-		{Proto: "tcp", HostPort: 8080, GuestAddr: g1, GuestPort: 80},
-		{Proto: "udp", HostPort: 53, HostAddr: nodeIP, GuestAddr: g2, GuestPort: 5353},
-	} {
-		var b strings.Builder
-		rule := forwardRule(&b, f)
-		got, ok := parseForward(rule)
-		if !ok || got != f {
-			t.Errorf("parseForward(%q) = %+v, %v; want %+v, true", rule, got, ok, f)
+	tests := []struct {
+		f        Forward
+		m        int
+		key, val string
+	}{
+		{Forward{Proto: "tcp", HostPort: 8080, GuestAddr: g1, GuestPort: 80}, anyMap,
+			"\x06\x00\x00\x00\x1f\x90\x00\x00", "\x0a\xd2\x03\x02\x00\x50\x00\x00"},
+		{Forward{Proto: "udp", HostPort: 53, HostAddr: nodeIP, GuestAddr: g2, GuestPort: 5353}, addrMap,
+			"\x0a\x63\x00\x01\x11\x00\x00\x00\x00\x35\x00\x00", "\x0a\xd2\x03\x03\x14\xe9\x00\x00"},
+	}
+	for _, tt := range tests {
+		m, key, val := encodeForward(tt.f)
+		if m != tt.m || key != tt.key || val != tt.val {
+			t.Errorf("encodeForward(%v) = %d, %q, %q; want %d, %q, %q", tt.f, m, key, val, tt.m, tt.key, tt.val)
+		}
+		if got, ok := decodeForward(m, key, val); !ok || got != tt.f {
+			t.Errorf("decodeForward(%d, %q, %q) = %+v, %v; want %+v, true", m, key, val, got, ok, tt.f)
 		}
 	}
-	for _, rule := range []string{
-		"-p tcp -m tcp --dport 8080 -j ACCEPT",
-		"-p tcp -m tcp --dport x -j DNAT --to-destination 10.210.3.2:80",
-		"-d 10.99.0.0/24 -p tcp -m tcp --dport 8080 -j DNAT --to-destination 10.210.3.2:80",
-		"-p tcp -m tcp --dport 08080 -j DNAT --to-destination 10.210.3.2:80",
-		"",
+	for _, e := range []struct {
+		m        int
+		key, val string
+	}{
+		{anyMap, "\x01\x00\x00\x00\x1f\x90\x00\x00", "\x0a\xd2\x03\x02\x00\x50\x00\x00"},  // icmp
+		{anyMap, "\x06\x00\x00\x00\x1f\x90\x00\x01", "\x0a\xd2\x03\x02\x00\x50\x00\x00"},  // padding set
+		{addrMap, "\x06\x00\x00\x00\x1f\x90\x00\x00", "\x0a\xd2\x03\x02\x00\x50\x00\x00"}, // no address
+		{anyMap, "\x06\x00\x00\x00\x1f\x90\x00\x00", "\x0a\xd2"},
 	} {
-		if f, ok := parseForward(rule); ok {
-			t.Errorf("parseForward(%q) = %+v, true; want false", rule, f)
+		if f, ok := decodeForward(e.m, e.key, e.val); ok {
+			t.Errorf("decodeForward(%d, %q, %q) = %+v, true; want false", e.m, e.key, e.val, f)
 		}
 	}
 }

@@ -1,0 +1,250 @@
+package nat
+
+import (
+	"context"
+	"fmt"
+	"slices"
+
+	"github.com/google/nftables"
+	"github.com/google/nftables/binaryutil"
+	"github.com/google/nftables/expr"
+	"golang.org/x/sys/unix"
+
+	"corpus/netns/internal/nftconn"
+)
+
+// Registers as nft uses them for a concatenation: 32-bit registers 8 to
+// 11 are the 16-byte register 1, a key starts in it, and a value looked
+// up lands in it (the guest address in 8, its port in 9).
+const (
+	reg1   = unix.NFT_REG_1
+	reg32a = unix.NFT_REG32_01
+	reg32b = unix.NFT_REG32_02
+)
+
+var (
+	addrKeyType = nftables.MustConcatSetType(nftables.TypeIPAddr, nftables.TypeInetProto, nftables.TypeInetService)
+	anyKeyType  = nftables.MustConcatSetType(nftables.TypeInetProto, nftables.TypeInetService)
+	targetType  = nftables.MustConcatSetType(nftables.TypeIPAddr, nftables.TypeInetService)
+)
+
+// nftTable is the nftables table of the forwards:
+//
+//	table ip <prefix, lowercased> {
+//		map dnat_addr { type ipv4_addr . inet_proto . inet_service : ipv4_addr . inet_service }
+//		map dnat_any  { type inet_proto . inet_service : ipv4_addr . inet_service }
+//		chain prerouting {
+//			type nat hook prerouting priority dstnat; policy accept;
+//			fib daddr type != local return
+//			dnat ip to ip daddr . meta l4proto . th dport map @dnat_addr
+//			dnat ip to meta l4proto . th dport map @dnat_any
+//		}
+//		chain output {
+//			type nat hook output priority -100; policy accept;
+//			ip daddr 127.0.0.0/8 return
+//			fib daddr type != local return
+//			dnat ip to ip daddr . meta l4proto . th dport map @dnat_addr
+//			dnat ip to meta l4proto . th dport map @dnat_any
+//		}
+//
+// A new connection to a forward costs one route lookup and one or two
+// hash lookups, however many forwards there are.
+//
+//	}
+type nftTable struct {
+	table  *nftables.Table
+	maps   [numMaps]*nftables.Set
+	chains []*nftables.Chain // prerouting, output
+}
+
+func newNftTable(name string) *nftTable {
+	t := &nftables.Table{Name: name, Family: nftables.TableFamilyIPv4}
+	policy := nftables.ChainPolicyAccept
+	chain := func(name string, hook *nftables.ChainHook) *nftables.Chain {
+		return &nftables.Chain{Name: name, Table: t, Type: nftables.ChainTypeNAT, Hooknum: hook,
+			Priority: nftables.ChainPriorityNATDest, Policy: &policy}
+	}
+	m := func(name string, key nftables.SetDatatype) *nftables.Set {
+		return &nftables.Set{Table: t, Name: name, IsMap: true, Concatenation: true, KeyType: key, DataType: targetType}
+	}
+	return &nftTable{
+		table:  t,
+		maps:   [numMaps]*nftables.Set{m(mapNames[addrMap], addrKeyType), m(mapNames[anyMap], anyKeyType)},
+		chains: []*nftables.Chain{chain("prerouting", nftables.ChainHookPrerouting), chain("output", nftables.ChainHookOutput)},
+	}
+}
+
+// rules returns each chain's rules: packets to other than a local
+// address (and in output, to loopback: a packet from 127.0.0.1 cannot be
+// routed to a guest) return, the others are looked up in each map.
+func (t *nftTable) rules() [][][]expr.Any {
+	notLocal := []expr.Any{
+		&expr.Fib{Register: reg1, FlagDADDR: true, ResultADDRTYPE: true},
+		&expr.Cmp{Op: expr.CmpOpNeq, Register: reg1, Data: binaryutil.NativeEndian.PutUint32(unix.RTN_LOCAL)},
+		&expr.Verdict{Kind: expr.VerdictReturn},
+	}
+	loopback := []expr.Any{
+		&expr.Payload{DestRegister: reg1, Base: expr.PayloadBaseNetworkHeader, Offset: 16, Len: 1},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: reg1, Data: []byte{127}},
+		&expr.Verdict{Kind: expr.VerdictReturn},
+	}
+	dnat := func(m int, load ...expr.Any) []expr.Any {
+		return append(load,
+			&expr.Lookup{SourceRegister: reg1, DestRegister: reg1, IsDestRegSet: true, SetName: mapNames[m]},
+			// Max as min: what the kernel reports back.
+			&expr.NAT{Type: expr.NATTypeDestNAT, Family: unix.NFPROTO_IPV4, RegAddrMin: reg1, RegAddrMax: reg1,
+				RegProtoMin: reg32a, RegProtoMax: reg32a, Specified: true},
+		)
+	}
+	lookups := [][]expr.Any{
+		dnat(addrMap,
+			&expr.Payload{DestRegister: reg1, Base: expr.PayloadBaseNetworkHeader, Offset: 16, Len: 4},
+			&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: reg32a},
+			&expr.Payload{DestRegister: reg32b, Base: expr.PayloadBaseTransportHeader, Offset: 2, Len: 2}),
+		dnat(anyMap,
+			&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: reg1},
+			&expr.Payload{DestRegister: reg32a, Base: expr.PayloadBaseTransportHeader, Offset: 2, Len: 2}),
+	}
+	return [][][]expr.Any{
+		append([][]expr.Any{notLocal}, lookups...),
+		append([][]expr.Any{loopback, notLocal}, lookups...),
+	}
+}
+
+// read observes the table; its elements only when it is whole.
+func (t *nftTable) read(ctx context.Context) (observedTable, error) {
+	var o observedTable
+	c, err := nftconn.Dial(ctx)
+	if err != nil {
+		return o, err
+	}
+	defer c.CloseLasting()
+	have, err := nftconn.FindTable(c, t.table)
+	if err != nil || have == nil {
+		return o, err
+	}
+	o.exists = true
+	if have.Flags != 0 { // dormant, say: its chains would not see a packet
+		return o, nil
+	}
+	chains, err := nftconn.TableChains(c, t.table)
+	if err != nil {
+		return o, err
+	}
+	if len(chains) != len(t.chains) {
+		return o, nil
+	}
+	want := t.rules()
+	for i, wc := range t.chains {
+		j := slices.IndexFunc(chains, func(c *nftables.Chain) bool { return c.Name == wc.Name })
+		if j < 0 || !nftconn.SameChain(chains[j], wc) {
+			return o, nil
+		}
+		rules, err := c.GetRules(t.table, wc)
+		if err != nil {
+			return o, fmt.Errorf("reading rules of chain %s: %w", wc.Name, err)
+		}
+		if !nftconn.SameRules(t.table.Family, rules, want[i]) {
+			return o, nil
+		}
+	}
+	sets, err := c.GetSets(t.table)
+	if err != nil {
+		return o, fmt.Errorf("listing maps of table ip %s: %w", t.table.Name, err)
+	}
+	if len(sets) != numMaps {
+		return o, nil
+	}
+	for _, ws := range t.maps {
+		j := slices.IndexFunc(sets, func(s *nftables.Set) bool { return s.Name == ws.Name })
+		if j < 0 || !sameMap(sets[j], ws) {
+			return o, nil
+		}
+	}
+	o.whole = true
+	o.elems = newElements(0)
+	for m, s := range t.maps {
+		elems, err := c.GetSetElements(s)
+		if err != nil {
+			return o, fmt.Errorf("reading map %s: %w", s.Name, err)
+		}
+		for _, e := range elems {
+			o.elems[m][string(e.Key)] = string(e.Val)
+		}
+	}
+	return o, nil
+}
+
+func sameMap(have, want *nftables.Set) bool {
+	return have.IsMap && have.KeyType.GetNFTMagic() == want.KeyType.GetNFTMagic() && have.KeyType.Bytes == want.KeyType.Bytes &&
+		have.DataType.GetNFTMagic() == want.DataType.GetNFTMagic() && have.DataType.Bytes == want.DataType.Bytes &&
+		have.Concatenation && !have.Interval && !have.Constant && !have.Anonymous && !have.HasTimeout && !have.Dynamic
+}
+
+// write makes the change p asks for in one nftables transaction: when it
+// fails nothing changed.
+func (t *nftTable) write(ctx context.Context, p *Plan) error {
+	c, err := nftconn.Dial(ctx)
+	if err != nil {
+		return err
+	}
+	defer c.CloseLasting()
+	if p.Table {
+		if p.tableExists {
+			c.DelTable(t.table)
+		}
+		c.AddTable(t.table)
+		for _, s := range t.maps {
+			if err := c.AddSet(s, nil); err != nil {
+				return fmt.Errorf("adding map %s: %w", s.Name, err)
+			}
+		}
+		for i, ch := range t.chains {
+			c.AddChain(ch)
+			for _, exprs := range t.rules()[i] {
+				c.AddRule(&nftables.Rule{Table: t.table, Chain: ch, Exprs: exprs})
+			}
+		}
+	}
+	for m, s := range t.maps {
+		// Deleted first: a key whose value changes is in both.
+		if err := nftconn.DeleteElements(c, s, setElements(p.delElems[m])); err != nil {
+			return err
+		}
+		if err := nftconn.AddElements(c, s, setElements(p.addElems[m])); err != nil {
+			return err
+		}
+	}
+	if err := c.Flush(); err != nil {
+		return fmt.Errorf("writing table ip %s: %w", t.table.Name, err)
+	}
+	return nil
+}
+
+func setElements(es []element) []nftables.SetElement {
+	out := make([]nftables.SetElement, len(es))
+	for i, e := range es {
+		out[i] = nftables.SetElement{Key: []byte(e.key), Val: []byte(e.val)}
+	}
+	return out
+}
+
+// remove deletes the table, and says whether there was one.
+func (t *nftTable) remove(ctx context.Context) (bool, error) {
+	c, err := nftconn.Dial(ctx)
+	if err != nil {
+		return false, err
+	}
+	defer c.CloseLasting()
+	have, err := nftconn.FindTable(c, t.table)
+	if err != nil || have == nil {
+		return false, err
+	}
+	c.DelTable(t.table)
+	if err := c.Flush(); err != nil {
+		return false, fmt.Errorf("deleting table ip %s: %w", t.table.Name, err)
+	}
+	return true, nil
+}
+
+func (t *nftTable) name() string { return t.table.Name }
