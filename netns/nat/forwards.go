@@ -124,6 +124,9 @@ type observedTable struct {
 	// them (the elements may still differ).
 	whole bool
 	elems elements
+	// read: found by reading the table back, not known from the last
+	// write.
+	read bool
 }
 
 // forwards decodes the elements; those corpus would not have written

@@ -69,7 +69,7 @@ func (n *NAT) plan(ctx context.Context, d Desired) (*Plan, error) {
 	if err != nil {
 		return nil, err
 	}
-	o, err := n.nft.read(ctx)
+	o, err := n.nft.current(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -101,17 +101,21 @@ func (n *NAT) Apply(ctx context.Context, d Desired) error {
 		return err
 	}
 	n.log.Info("nat rules changed", "forwards", len(d.Forwards), "forwards_added", len(p.AddForwards),
-		"forwards_deleted", len(p.DeleteForwards), "made_table", p.Table, "added", p.Added, "deleted", p.Deleted,
+		"forwards_deleted", len(p.DeleteForwards), "made_table", p.Table, "read_table", p.ReadTable, "added", p.Added, "deleted", p.Deleted,
 		"new_chains", len(p.NewChains), "stale_chains", len(p.StaleChains),
 		"jumps_inserted", len(p.InsertJumps), "jumps_deleted", len(p.DeleteJumps), "took", time.Since(start))
 	return nil
 }
 
-// execute writes the forwards first: on an upgrade they are published
-// by the table before the previous version's DNAT chains go. Jumps are
-// deleted before the batch, which deletes the stale chains they target.
+// execute writes the table and the iptables chains. A table made anew
+// (an upgrade, a repair) goes first, so that it publishes the forwards
+// before the previous version's DNAT chains go; otherwise it goes last,
+// so that its write is the newest transaction and the next Apply finds
+// it without reading the maps back. Jumps are deleted before the batch,
+// which deletes the stale chains they target.
 func (n *NAT) execute(ctx context.Context, p *Plan) error {
-	if p.Table || p.elementsChanged() > 0 {
+	nft := p.Table || p.elementsChanged() > 0
+	if nft && p.Table {
 		if err := n.nft.write(ctx, p); err != nil {
 			return err
 		}
@@ -130,6 +134,9 @@ func (n *NAT) execute(ctx context.Context, p *Plan) error {
 		if err := n.ipt.insertRule(j.Table, j.Name, 1, j.Rule); err != nil {
 			return err
 		}
+	}
+	if nft && !p.Table {
+		return n.nft.write(ctx, p)
 	}
 	return nil
 }
@@ -241,7 +248,7 @@ func (n *NAT) Remove(ctx context.Context) error {
 
 // String describes the plan in one line for logs and test failures.
 func (p *Plan) String() string {
-	return fmt.Sprintf("plan{table=%v add_forwards=%d delete_forwards=%d elements=%d new_chains=%d stale_chains=%d added=%d deleted=%d insert_jumps=%d delete_jumps=%d restore_lines=%d}",
-		p.Table, len(p.AddForwards), len(p.DeleteForwards), p.elementsChanged(), len(p.NewChains), len(p.StaleChains),
+	return fmt.Sprintf("plan{read_table=%v table=%v add_forwards=%d delete_forwards=%d elements=%d new_chains=%d stale_chains=%d added=%d deleted=%d insert_jumps=%d delete_jumps=%d restore_lines=%d}",
+		p.ReadTable, p.Table, len(p.AddForwards), len(p.DeleteForwards), p.elementsChanged(), len(p.NewChains), len(p.StaleChains),
 		p.Added, p.Deleted, len(p.InsertJumps), len(p.DeleteJumps), p.RestoreLines())
 }

@@ -55,6 +55,13 @@ type nftTable struct {
 	table  *nftables.Table
 	maps   [numMaps]*nftables.Set
 	chains []*nftables.Chain // prerouting, output
+
+	// known is what the table held after the last write (when that
+	// write was the only transaction between the generations before and
+	// after it) or read (when none came during it); it stays true while
+	// the generation is knownGen: nothing committed since, by anyone.
+	known    *observedTable
+	knownGen uint32
 }
 
 func newNftTable(name string) *nftTable {
@@ -111,9 +118,33 @@ func (t *nftTable) rules() [][][]expr.Any {
 	}
 }
 
+// current returns what the table holds: what the last write or read
+// found when nothing was committed since (one small netlink request), or
+// else what read finds. The caller must not change it.
+func (t *nftTable) current(ctx context.Context) (observedTable, error) {
+	gen, err := nftconn.Generation(ctx)
+	if err != nil {
+		return observedTable{}, err
+	}
+	if t.known != nil && gen == t.knownGen {
+		return *t.known, nil
+	}
+	t.known = nil
+	o, err := t.read(ctx)
+	if err != nil {
+		return o, err
+	}
+	if after, err := nftconn.Generation(ctx); err == nil && after == gen && o.whole {
+		known := o
+		known.read = false
+		t.known, t.knownGen = &known, gen
+	}
+	return o, nil
+}
+
 // read observes the table; its elements only when it is whole.
 func (t *nftTable) read(ctx context.Context) (observedTable, error) {
-	var o observedTable
+	o := observedTable{read: true}
 	c, err := nftconn.Dial(ctx)
 	if err != nil {
 		return o, err
@@ -184,13 +215,18 @@ func sameMap(have, want *nftables.Set) bool {
 // write makes the change p asks for in one nftables transaction: when it
 // fails nothing changed.
 func (t *nftTable) write(ctx context.Context, p *Plan) error {
+	t.known = nil
 	c, err := nftconn.Dial(ctx)
 	if err != nil {
 		return err
 	}
 	defer c.CloseLasting()
+	before, err := nftconn.Generation(ctx)
+	if err != nil {
+		return err
+	}
 	if p.Table {
-		if p.tableExists {
+		if p.table.exists {
 			c.DelTable(t.table)
 		}
 		c.AddTable(t.table)
@@ -218,6 +254,13 @@ func (t *nftTable) write(ctx context.Context, p *Plan) error {
 	if err := c.Flush(); err != nil {
 		return fmt.Errorf("writing table ip %s: %w", t.table.Name, err)
 	}
+	after, err := nftconn.Generation(ctx)
+	if err != nil {
+		return err
+	}
+	if after == before+1 { // only this transaction: the table is what p made
+		t.known, t.knownGen = p.result(), after
+	}
 	return nil
 }
 
@@ -236,6 +279,7 @@ func (t *nftTable) remove(ctx context.Context) (bool, error) {
 		return false, err
 	}
 	defer c.CloseLasting()
+	t.known = nil
 	have, err := nftconn.FindTable(c, t.table)
 	if err != nil || have == nil {
 		return false, err

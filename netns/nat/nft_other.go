@@ -10,6 +10,9 @@ type nftTable struct{}
 
 func newNftTable(name string) *nftTable { return &nftTable{} }
 
+func (t *nftTable) current(ctx context.Context) (observedTable, error) {
+	return observedTable{}, ErrNotSupported
+}
 func (t *nftTable) read(ctx context.Context) (observedTable, error) {
 	return observedTable{}, ErrNotSupported
 }

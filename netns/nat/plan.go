@@ -34,8 +34,13 @@ type Plan struct {
 	// writes and deletes; a forward whose guest changes is in both, an
 	// element corpus would not have written is deleted but not listed.
 	AddForwards, DeleteForwards []Forward
+	// ReadTable is set when the table was read back: nothing this NAT
+	// wrote is known to be the newest nftables transaction (someone
+	// changed the ruleset since, or this NAT has not written yet).
+	// Otherwise the plan was made from what the last write left.
+	ReadTable bool
 
-	tableExists        bool
+	table              observedTable // what the plan was made from
 	addElems, delElems [numMaps][]element
 }
 
@@ -58,7 +63,8 @@ func (p *Plan) elementsChanged() int {
 
 // planTable adds to p the change that makes the table o publish want.
 func (p *Plan) planTable(want elements, o observedTable) {
-	p.tableExists = o.exists
+	p.table = o
+	p.ReadTable = o.read
 	have := o.elems
 	if !o.whole {
 		p.Table = true
@@ -78,6 +84,24 @@ func (p *Plan) planTable(want elements, o observedTable) {
 	}
 	slices.SortFunc(p.AddForwards, compareForwards)
 	slices.SortFunc(p.DeleteForwards, compareForwards)
+}
+
+// result returns what the table holds once p is written. It takes over
+// the elements p was made from.
+func (p *Plan) result() *observedTable {
+	r := observedTable{exists: true, whole: true, elems: p.table.elems}
+	if p.Table || r.elems[0] == nil {
+		r.elems = newElements(0)
+	}
+	for m := range numMaps {
+		for _, e := range p.delElems[m] {
+			delete(r.elems[m], e.key)
+		}
+		for _, e := range p.addElems[m] {
+			r.elems[m][e.key] = e.val
+		}
+	}
+	return &r
 }
 
 // plan compares want (from render) with the tables read by parseSave.

@@ -160,6 +160,9 @@ func TestScale10000Forwards(t *testing.T) {
 		start := time.Now()
 		tp.apply(t, s.d)
 		took := time.Since(start)
+		if p := tp.plan(t, s.d); !p.Empty() || p.ReadTable {
+			t.Errorf("%s: Plan after Apply = %v, want empty and made without reading the maps back", s.name, p)
+		}
 		a, d, other := elementChanges(mon.changes(t, tp))
 		if a != s.added || d != s.deleted || len(other) != 0 {
 			t.Errorf("%s: the kernel saw %d elements added, %d deleted and %v; want %d added, %d deleted and nothing else", s.name, a, d, other, s.added, s.deleted)
@@ -170,6 +173,9 @@ func TestScale10000Forwards(t *testing.T) {
 
 	// Someone flushes the map: the next Apply puts back all of it.
 	tp.node.MustRun("nft", "flush", "map", "ip", "corpus", "dnat_any")
+	if p := tp.plan(t, bound); !p.ReadTable || len(p.AddForwards) != n+2 {
+		t.Errorf("Plan after the map was flushed by hand = %v, want the maps read back and %d forwards added", p, n+2)
+	}
 	start = time.Now()
 	tp.apply(t, bound)
 	t.Logf("repair of a flushed %d-element map: %v", n, time.Since(start))

@@ -3,6 +3,8 @@ package nftconn
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
+	"errors"
 	"fmt"
 	"slices"
 
@@ -135,4 +137,43 @@ func DeleteElements(c *nftables.Conn, s *nftables.Set, elems []nftables.SetEleme
 		}
 	}
 	return nil
+}
+
+// Generation returns the nftables ruleset generation of the calling
+// thread's namespace: every committed transaction, corpus's or anyone
+// else's (nft, iptables-nft), makes it one more.
+func Generation(ctx context.Context) (uint32, error) {
+	c, err := netlink.Dial(unix.NETLINK_NETFILTER, nil)
+	if err != nil {
+		return 0, fmt.Errorf("opening netfilter netlink socket: %w", err)
+	}
+	defer c.Close()
+	if d, ok := ctx.Deadline(); ok {
+		if err := c.SetDeadline(d); err != nil {
+			return 0, fmt.Errorf("reading the nftables generation: %w", err)
+		}
+	}
+	msgs, err := c.Execute(netlink.Message{
+		Header: netlink.Header{Type: netlink.HeaderType(unix.NFNL_SUBSYS_NFTABLES<<8 | unix.NFT_MSG_GETGEN), Flags: netlink.Request},
+		Data:   []byte{unix.AF_UNSPEC, unix.NFNETLINK_V0, 0, 0}, // nfgenmsg
+	})
+	if err != nil {
+		return 0, fmt.Errorf("reading the nftables generation: %w", err)
+	}
+	for _, m := range msgs {
+		if len(m.Data) < 4 {
+			continue
+		}
+		ad, err := netlink.NewAttributeDecoder(m.Data[4:])
+		if err != nil {
+			return 0, fmt.Errorf("reading the nftables generation: %w", err)
+		}
+		ad.ByteOrder = binary.BigEndian
+		for ad.Next() {
+			if ad.Type() == unix.NFTA_GEN_ID {
+				return ad.Uint32(), nil
+			}
+		}
+	}
+	return 0, errors.New("reading the nftables generation: no generation in the answer")
 }
