@@ -195,12 +195,11 @@ func (t *nftTable) read(ctx context.Context) (observedTable, error) {
 	o.whole = true
 	o.elems = newElements(0)
 	for m, s := range t.maps {
-		elems, err := c.GetSetElements(s)
+		err := nftconn.Elements(ctx, t.table, s.Name, func(key, val []byte) {
+			o.elems[m][string(key)] = string(val)
+		})
 		if err != nil {
-			return o, fmt.Errorf("reading map %s: %w", s.Name, err)
-		}
-		for _, e := range elems {
-			o.elems[m][string(e.Key)] = string(e.Val)
+			return o, err
 		}
 	}
 	return o, nil
