@@ -141,22 +141,11 @@ func (f *Filter) Remove(ctx context.Context) error {
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	c, err := nftconn.Dial(ctx)
-	if err != nil {
-		return err
+	removed, err := nftconn.DeleteTable(ctx, newLayout(f.table).table)
+	if removed {
+		f.log.Info("layer-2 filter removed", "table", f.table)
 	}
-	defer c.CloseLasting()
-	l := newLayout(f.table)
-	t, err := nftconn.FindTable(c, l.table)
-	if err != nil || t == nil {
-		return err
-	}
-	c.DelTable(l.table)
-	if err := c.Flush(); err != nil {
-		return fmt.Errorf("deleting table bridge %s: %w", f.table, err)
-	}
-	f.log.Info("layer-2 filter removed", "table", f.table)
-	return nil
+	return err
 }
 
 // observed is what read found.
@@ -174,33 +163,16 @@ type observed struct {
 // read observes the table; rules and elements only when it is whole.
 func read(c *nftables.Conn, l layout) (observed, error) {
 	var o observed
-	t, err := nftconn.FindTable(c, l.table)
-	if err != nil || t == nil {
+	t, err := nftconn.ReadTable(c, l.table)
+	if err != nil || !t.Exists {
 		return o, err
 	}
 	o.exists = true
-	if t.Flags != 0 { // dormant, say: its chain would not see a frame
+	if len(t.Chains) != 1 || !nftconn.SameChain(t.Chains[0], l.chain) {
 		return o, nil
 	}
-	mine, err := nftconn.TableChains(c, l.table)
-	if err != nil {
+	if ok, err := nftconn.HasSets(c, l.table, l.sets); err != nil || !ok {
 		return o, err
-	}
-	if len(mine) != 1 || !nftconn.SameChain(mine[0], l.chain) {
-		return o, nil
-	}
-	sets, err := c.GetSets(l.table)
-	if err != nil {
-		return o, fmt.Errorf("listing sets of table bridge %s: %w", l.table.Name, err)
-	}
-	if len(sets) != len(l.sets) {
-		return o, nil
-	}
-	for _, want := range l.sets {
-		j := slices.IndexFunc(sets, func(s *nftables.Set) bool { return s.Name == want.Name })
-		if j < 0 || !sameSet(sets[j], want) {
-			return o, nil
-		}
 	}
 	o.whole = true
 	if o.rules, err = c.GetRules(l.table, l.chain); err != nil {
@@ -218,12 +190,6 @@ func read(c *nftables.Conn, l layout) (observed, error) {
 		}
 	}
 	return o, nil
-}
-
-func sameSet(have, want *nftables.Set) bool {
-	return have.KeyType.GetNFTMagic() == want.KeyType.GetNFTMagic() && have.KeyType.Bytes == want.KeyType.Bytes &&
-		have.Concatenation == want.Concatenation && !have.IsMap && !have.Interval && !have.Constant &&
-		!have.Anonymous && !have.HasTimeout && !have.Dynamic
 }
 
 func (f *Filter) addRules(c *nftables.Conn, l layout) {

@@ -150,18 +150,12 @@ func (t *nftTable) read(ctx context.Context) (observedTable, error) {
 		return o, err
 	}
 	defer c.CloseLasting()
-	have, err := nftconn.FindTable(c, t.table)
-	if err != nil || have == nil {
+	have, err := nftconn.ReadTable(c, t.table)
+	if err != nil || !have.Exists {
 		return o, err
 	}
 	o.exists = true
-	if have.Flags != 0 { // dormant, say: its chains would not see a packet
-		return o, nil
-	}
-	chains, err := nftconn.TableChains(c, t.table)
-	if err != nil {
-		return o, err
-	}
+	chains := have.Chains
 	if len(chains) != len(t.chains) {
 		return o, nil
 	}
@@ -179,18 +173,8 @@ func (t *nftTable) read(ctx context.Context) (observedTable, error) {
 			return o, nil
 		}
 	}
-	sets, err := c.GetSets(t.table)
-	if err != nil {
-		return o, fmt.Errorf("listing maps of table ip %s: %w", t.table.Name, err)
-	}
-	if len(sets) != numMaps {
-		return o, nil
-	}
-	for _, ws := range t.maps {
-		j := slices.IndexFunc(sets, func(s *nftables.Set) bool { return s.Name == ws.Name })
-		if j < 0 || !sameMap(sets[j], ws) {
-			return o, nil
-		}
+	if ok, err := nftconn.HasSets(c, t.table, t.maps[:]); err != nil || !ok {
+		return o, err
 	}
 	o.whole = true
 	o.elems = newElements(0)
@@ -203,12 +187,6 @@ func (t *nftTable) read(ctx context.Context) (observedTable, error) {
 		}
 	}
 	return o, nil
-}
-
-func sameMap(have, want *nftables.Set) bool {
-	return have.IsMap && have.KeyType.GetNFTMagic() == want.KeyType.GetNFTMagic() && have.KeyType.Bytes == want.KeyType.Bytes &&
-		have.DataType.GetNFTMagic() == want.DataType.GetNFTMagic() && have.DataType.Bytes == want.DataType.Bytes &&
-		have.Concatenation && !have.Interval && !have.Constant && !have.Anonymous && !have.HasTimeout && !have.Dynamic
 }
 
 // write makes the change p asks for in one nftables transaction: when it
@@ -273,21 +251,8 @@ func setElements(es []element) []nftables.SetElement {
 
 // remove deletes the table, and says whether there was one.
 func (t *nftTable) remove(ctx context.Context) (bool, error) {
-	c, err := nftconn.Dial(ctx)
-	if err != nil {
-		return false, err
-	}
-	defer c.CloseLasting()
 	t.known = nil
-	have, err := nftconn.FindTable(c, t.table)
-	if err != nil || have == nil {
-		return false, err
-	}
-	c.DelTable(t.table)
-	if err := c.Flush(); err != nil {
-		return false, fmt.Errorf("deleting table ip %s: %w", t.table.Name, err)
-	}
-	return true, nil
+	return nftconn.DeleteTable(ctx, t.table)
 }
 
 func (t *nftTable) name() string { return t.table.Name }

@@ -67,19 +67,54 @@ func FindTable(c *nftables.Conn, want *nftables.Table) (*nftables.Table, error) 
 	return nil, nil
 }
 
-// TableChains returns the chains of table t.
-func TableChains(c *nftables.Conn, t *nftables.Table) ([]*nftables.Chain, error) {
+// Table is what ReadTable found of a table.
+type Table struct {
+	Exists bool
+	// Active: the table is not dormant (a dormant table's chains see
+	// no packet). Chains are read only then.
+	Active bool
+	Chains []*nftables.Chain
+}
+
+// ReadTable looks up table t and, when it is active, lists its chains.
+func ReadTable(c *nftables.Conn, t *nftables.Table) (Table, error) {
+	have, err := FindTable(c, t)
+	if err != nil || have == nil {
+		return Table{}, err
+	}
+	if have.Flags != 0 {
+		return Table{Exists: true}, nil
+	}
 	chains, err := c.ListChainsOfTableFamily(t.Family)
 	if err != nil {
-		return nil, fmt.Errorf("listing chains of table %s: %w", t.Name, err)
+		return Table{}, fmt.Errorf("listing chains of table %s: %w", t.Name, err)
 	}
-	var mine []*nftables.Chain
+	r := Table{Exists: true, Active: true}
 	for _, ch := range chains {
 		if ch.Table != nil && ch.Table.Name == t.Name {
-			mine = append(mine, ch)
+			r.Chains = append(r.Chains, ch)
 		}
 	}
-	return mine, nil
+	return r, nil
+}
+
+// DeleteTable deletes table t with everything in it, in the calling
+// thread's namespace, and says whether there was one.
+func DeleteTable(ctx context.Context, t *nftables.Table) (bool, error) {
+	c, err := Dial(ctx)
+	if err != nil {
+		return false, err
+	}
+	defer c.CloseLasting()
+	have, err := FindTable(c, t)
+	if err != nil || have == nil {
+		return false, err
+	}
+	c.DelTable(t)
+	if err := c.Flush(); err != nil {
+		return false, fmt.Errorf("deleting table %s: %w", t.Name, err)
+	}
+	return true, nil
 }
 
 // SameChain reports whether a base chain read back is want: name, type,
@@ -89,6 +124,34 @@ func SameChain(have, want *nftables.Chain) bool {
 		have.Hooknum != nil && *have.Hooknum == *want.Hooknum &&
 		have.Priority != nil && *have.Priority == *want.Priority &&
 		have.Policy != nil && *have.Policy == *want.Policy
+}
+
+// HasSets reports whether table t holds exactly the sets want: each
+// with want's name, key and data types, kind (set or map) and
+// concatenation, and none of the flags corpus does not write (interval,
+// constant, anonymous, timeout, dynamic).
+func HasSets(c *nftables.Conn, t *nftables.Table, want []*nftables.Set) (bool, error) {
+	sets, err := c.GetSets(t)
+	if err != nil {
+		return false, fmt.Errorf("listing sets of table %s: %w", t.Name, err)
+	}
+	if len(sets) != len(want) {
+		return false, nil
+	}
+	for _, w := range want {
+		j := slices.IndexFunc(sets, func(s *nftables.Set) bool { return s.Name == w.Name })
+		if j < 0 || !sameSet(sets[j], w) {
+			return false, nil
+		}
+	}
+	return true, nil
+}
+
+func sameSet(have, want *nftables.Set) bool {
+	sameType := func(a, b nftables.SetDatatype) bool { return a.GetNFTMagic() == b.GetNFTMagic() && a.Bytes == b.Bytes }
+	return sameType(have.KeyType, want.KeyType) && have.IsMap == want.IsMap &&
+		(!want.IsMap || sameType(have.DataType, want.DataType)) && have.Concatenation == want.Concatenation &&
+		!have.Interval && !have.Constant && !have.Anonymous && !have.HasTimeout && !have.Dynamic
 }
 
 // SameRules compares rules expression by expression as the kernel
