@@ -21,6 +21,13 @@ type NAT struct {
 	ipt *iptablesCmd
 	nft *nftTable
 
+	// snaps is what iptables-save showed of corpus's chains when the
+	// ruleset generation was snapsGen, kept while it stays: with the
+	// nf_tables backend every iptables change moves it too. Nil when
+	// unknown, and always with the legacy backend.
+	snaps    map[string]snapshot
+	snapsGen uint32
+
 	mu sync.Mutex
 }
 
@@ -65,16 +72,28 @@ func (n *NAT) plan(ctx context.Context, d Desired) (*Plan, error) {
 	if err := d.Validate(); err != nil {
 		return nil, err
 	}
-	snaps, err := n.read(ctx)
+	gen, err := n.nft.generation(ctx)
 	if err != nil {
 		return nil, err
 	}
-	o, err := n.nft.current(ctx)
+	snaps, readChains := n.snaps, false
+	if snaps == nil || gen != n.snapsGen {
+		readChains = true
+		n.snaps = nil
+		if snaps, err = n.read(ctx); err != nil {
+			return nil, err
+		}
+		if after, err := n.nft.generation(ctx); err == nil && after == gen && !n.ipt.legacy {
+			n.snaps, n.snapsGen = snaps, gen
+		}
+	}
+	o, err := n.nft.current(ctx, gen)
 	if err != nil {
 		return nil, err
 	}
 	p := n.l.plan(n.l.render(d), snaps)
 	p.planTable(forwardElements(d.Forwards), o)
+	p.ReadChains = readChains
 	return p, nil
 }
 
@@ -101,7 +120,7 @@ func (n *NAT) Apply(ctx context.Context, d Desired) error {
 		return err
 	}
 	n.log.Info("nat rules changed", "forwards", len(d.Forwards), "forwards_added", len(p.AddForwards),
-		"forwards_deleted", len(p.DeleteForwards), "made_table", p.Table, "read_table", p.ReadTable, "added", p.Added, "deleted", p.Deleted,
+		"forwards_deleted", len(p.DeleteForwards), "made_table", p.Table, "read_table", p.ReadTable, "read_chains", p.ReadChains, "added", p.Added, "deleted", p.Deleted,
 		"new_chains", len(p.NewChains), "stale_chains", len(p.StaleChains),
 		"jumps_inserted", len(p.InsertJumps), "jumps_deleted", len(p.DeleteJumps), "took", time.Since(start))
 	return nil
@@ -111,14 +130,17 @@ func (n *NAT) Apply(ctx context.Context, d Desired) error {
 // (an upgrade, a repair) goes first, so that it publishes the forwards
 // before the previous version's DNAT chains go; otherwise it goes last,
 // so that its write is the newest transaction and the next Apply finds
-// it without reading the maps back. Jumps are deleted before the batch,
-// which deletes the stale chains they target.
+// the table, and the chains, without reading them back. Jumps are
+// deleted before the batch, which deletes the stale chains they target.
 func (n *NAT) execute(ctx context.Context, p *Plan) error {
 	nft := p.Table || p.elementsChanged() > 0
 	if nft && p.Table {
-		if err := n.nft.write(ctx, p); err != nil {
+		if err := n.writeTable(ctx, p); err != nil {
 			return err
 		}
+	}
+	if len(p.DeleteJumps)+len(p.Restore)+len(p.InsertJumps) > 0 {
+		n.snaps = nil
 	}
 	for _, j := range p.DeleteJumps {
 		if err := n.ipt.deleteRule(j.Table, j.Name, j.Rule); err != nil {
@@ -136,7 +158,21 @@ func (n *NAT) execute(ctx context.Context, p *Plan) error {
 		}
 	}
 	if nft && !p.Table {
-		return n.nft.write(ctx, p)
+		return n.writeTable(ctx, p)
+	}
+	return nil
+}
+
+// writeTable writes the table; the chains known before it stay known
+// when it was the only transaction (it leaves them alone).
+func (n *NAT) writeTable(ctx context.Context, p *Plan) error {
+	before, after, err := n.nft.write(ctx, p)
+	if err != nil {
+		n.snaps = nil
+		return err
+	}
+	if n.snaps != nil && n.snapsGen == before && after == before+1 {
+		n.snapsGen = after
 	}
 	return nil
 }
@@ -208,6 +244,7 @@ func (n *NAT) Observed(ctx context.Context) (State, error) {
 func (n *NAT) Remove(ctx context.Context) error {
 	n.mu.Lock()
 	defer n.mu.Unlock()
+	n.snaps = nil
 	table, err := n.nft.remove(ctx)
 	if err != nil {
 		return err
@@ -248,7 +285,7 @@ func (n *NAT) Remove(ctx context.Context) error {
 
 // String describes the plan in one line for logs and test failures.
 func (p *Plan) String() string {
-	return fmt.Sprintf("plan{read_table=%v table=%v add_forwards=%d delete_forwards=%d elements=%d new_chains=%d stale_chains=%d added=%d deleted=%d insert_jumps=%d delete_jumps=%d restore_lines=%d}",
-		p.ReadTable, p.Table, len(p.AddForwards), len(p.DeleteForwards), p.elementsChanged(), len(p.NewChains), len(p.StaleChains),
+	return fmt.Sprintf("plan{read_table=%v read_chains=%v table=%v add_forwards=%d delete_forwards=%d elements=%d new_chains=%d stale_chains=%d added=%d deleted=%d insert_jumps=%d delete_jumps=%d restore_lines=%d}",
+		p.ReadTable, p.ReadChains, p.Table, len(p.AddForwards), len(p.DeleteForwards), p.elementsChanged(), len(p.NewChains), len(p.StaleChains),
 		p.Added, p.Deleted, len(p.InsertJumps), len(p.DeleteJumps), p.RestoreLines())
 }

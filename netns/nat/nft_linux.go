@@ -118,14 +118,16 @@ func (t *nftTable) rules() [][][]expr.Any {
 	}
 }
 
-// current returns what the table holds: what the last write or read
-// found when nothing was committed since (one small netlink request), or
-// else what read finds. The caller must not change it.
-func (t *nftTable) current(ctx context.Context) (observedTable, error) {
-	gen, err := nftconn.Generation(ctx)
-	if err != nil {
-		return observedTable{}, err
-	}
+// generation is the ruleset generation of the calling thread's
+// namespace (see nftconn.Generation).
+func (t *nftTable) generation(ctx context.Context) (uint32, error) {
+	return nftconn.Generation(ctx)
+}
+
+// current returns what the table holds at generation gen: what the last
+// write or read found when nothing was committed since, or else what
+// read finds. The caller must not change it.
+func (t *nftTable) current(ctx context.Context, gen uint32) (observedTable, error) {
 	if t.known != nil && gen == t.knownGen {
 		return *t.known, nil
 	}
@@ -190,17 +192,17 @@ func (t *nftTable) read(ctx context.Context) (observedTable, error) {
 }
 
 // write makes the change p asks for in one nftables transaction: when it
-// fails nothing changed.
-func (t *nftTable) write(ctx context.Context, p *Plan) error {
+// fails nothing changed. It returns the generations before and after;
+// after is before+1 when the write was the only transaction between.
+func (t *nftTable) write(ctx context.Context, p *Plan) (before, after uint32, err error) {
 	t.known = nil
 	c, err := nftconn.Dial(ctx)
 	if err != nil {
-		return err
+		return 0, 0, err
 	}
 	defer c.CloseLasting()
-	before, err := nftconn.Generation(ctx)
-	if err != nil {
-		return err
+	if before, err = nftconn.Generation(ctx); err != nil {
+		return 0, 0, err
 	}
 	if p.Table {
 		if p.table.exists {
@@ -209,7 +211,7 @@ func (t *nftTable) write(ctx context.Context, p *Plan) error {
 		c.AddTable(t.table)
 		for _, s := range t.maps {
 			if err := c.AddSet(s, nil); err != nil {
-				return fmt.Errorf("adding map %s: %w", s.Name, err)
+				return 0, 0, fmt.Errorf("adding map %s: %w", s.Name, err)
 			}
 		}
 		for i, ch := range t.chains {
@@ -222,23 +224,22 @@ func (t *nftTable) write(ctx context.Context, p *Plan) error {
 	for m, s := range t.maps {
 		// Deleted first: a key whose value changes is in both.
 		if err := nftconn.DeleteElements(c, s, setElements(p.delElems[m])); err != nil {
-			return err
+			return 0, 0, err
 		}
 		if err := nftconn.AddElements(c, s, setElements(p.addElems[m])); err != nil {
-			return err
+			return 0, 0, err
 		}
 	}
 	if err := c.Flush(); err != nil {
-		return fmt.Errorf("writing table ip %s: %w", t.table.Name, err)
+		return 0, 0, fmt.Errorf("writing table ip %s: %w", t.table.Name, err)
 	}
-	after, err := nftconn.Generation(ctx)
-	if err != nil {
-		return err
+	if after, err = nftconn.Generation(ctx); err != nil {
+		return 0, 0, err
 	}
 	if after == before+1 { // only this transaction: the table is what p made
 		t.known, t.knownGen = p.result(), after
 	}
-	return nil
+	return before, after, nil
 }
 
 func setElements(es []element) []nftables.SetElement {

@@ -34,11 +34,12 @@ type Plan struct {
 	// writes and deletes; a forward whose guest changes is in both, an
 	// element corpus would not have written is deleted but not listed.
 	AddForwards, DeleteForwards []Forward
-	// ReadTable is set when the table was read back: nothing this NAT
-	// wrote is known to be the newest nftables transaction (someone
-	// changed the ruleset since, or this NAT has not written yet).
-	// Otherwise the plan was made from what the last write left.
-	ReadTable bool
+	// ReadTable and ReadChains are set when the table, or the iptables
+	// chains, were read back: the ruleset generation moved since this
+	// NAT last wrote or read them (someone changed the ruleset, or it
+	// had not looked yet). Otherwise the plan was made from what it
+	// knew, after one small netlink request.
+	ReadTable, ReadChains bool
 
 	table              observedTable // what the plan was made from
 	addElems, delElems [numMaps][]element
