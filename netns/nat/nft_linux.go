@@ -71,12 +71,15 @@ func newNftTable(name string) *nftTable {
 		return &nftables.Chain{Name: name, Table: t, Type: nftables.ChainTypeNAT, Hooknum: hook,
 			Priority: nftables.ChainPriorityNATDest, Policy: &policy}
 	}
-	m := func(name string, key nftables.SetDatatype) *nftables.Set {
-		return &nftables.Set{Table: t, Name: name, IsMap: true, Concatenation: true, KeyType: key, DataType: targetType}
+	// Each map's ID names it within a transaction. Set here, as
+	// google/nftables would otherwise draw it from a counter of its own
+	// that concurrent connections race on.
+	m := func(i int, key nftables.SetDatatype) *nftables.Set {
+		return &nftables.Set{Table: t, ID: uint32(i + 1), Name: mapNames[i], IsMap: true, Concatenation: true, KeyType: key, DataType: targetType}
 	}
 	return &nftTable{
 		table:  t,
-		maps:   [numMaps]*nftables.Set{m(mapNames[addrMap], addrKeyType), m(mapNames[anyMap], anyKeyType)},
+		maps:   [numMaps]*nftables.Set{m(addrMap, addrKeyType), m(anyMap, anyKeyType)},
 		chains: []*nftables.Chain{chain("prerouting", nftables.ChainHookPrerouting), chain("output", nftables.ChainHookOutput)},
 	}
 }
