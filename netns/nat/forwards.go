@@ -19,21 +19,33 @@ const (
 // mapNames are the maps' names in the table, by index.
 var mapNames = [numMaps]string{"dnat_addr", "dnat_any"}
 
-// elements are the maps' contents: key to value, each as the kernel
-// stores it (concatenated fields padded to 4 bytes), in a string.
-type elements [numMaps]map[string]string
+// elemKey is a map key as the kernel stores it (concatenated fields
+// padded to 4 bytes): the node address, the protocol number and the
+// host port in addrMap; the protocol number and the host port, then
+// zeros, in anyMap. elemVal is a value: the guest's address and port.
+type (
+	elemKey [12]byte
+	elemVal [8]byte
+)
+
+// keyLen is the length of each map's keys.
+var keyLen = [numMaps]int{12, 8}
+
+// elements are the maps' contents.
+type elements [numMaps]map[elemKey]elemVal
 
 func newElements(n int) elements {
 	var e elements
 	for i := range e {
-		e[i] = make(map[string]string, n)
+		e[i] = make(map[elemKey]elemVal, n)
 	}
 	return e
 }
 
 // element is one map entry.
 type element struct {
-	key, val string
+	key elemKey
+	val elemVal
 }
 
 // forwardElements returns the elements that publish fs. fs must be valid.
@@ -48,55 +60,44 @@ func forwardElements(fs []Forward) elements {
 
 var protoNumbers = map[string]byte{"tcp": 6, "udp": 17}
 
-// encodeForward returns the map f belongs in and its key and value: the
-// host address (only in addrMap), the protocol number and the host port,
-// then the guest address and port, each field padded to 4 bytes.
-func encodeForward(f Forward) (m int, key, val string) {
-	var k []byte
-	m = anyMap
+// encodeForward returns the map f belongs in and its key and value.
+func encodeForward(f Forward) (m int, k elemKey, v elemVal) {
+	m, rest := anyMap, k[:]
 	if !anyAddr(f.HostAddr) {
 		m = addrMap
 		a := f.HostAddr.As4()
-		k = append(k, a[:]...)
+		rest = rest[copy(rest, a[:]):]
 	}
-	k = append(k, protoNumbers[f.Proto], 0, 0, 0)
-	k = binary.BigEndian.AppendUint16(k, uint16(f.HostPort))
-	k = append(k, 0, 0)
+	rest[0] = protoNumbers[f.Proto]
+	binary.BigEndian.PutUint16(rest[4:], uint16(f.HostPort))
 	g := f.GuestAddr.As4()
-	v := append(g[:], 0, 0, 0, 0)
+	copy(v[:], g[:])
 	binary.BigEndian.PutUint16(v[4:], uint16(f.GuestPort))
-	return m, string(k), string(v)
+	return m, k, v
 }
 
 // decodeForward reads an element of map m back. An element corpus would
-// not have written (another protocol, a short key) is reported false.
-func decodeForward(m int, key, val string) (Forward, bool) {
+// not have written (another protocol, padding set) is reported false.
+func decodeForward(m int, k elemKey, v elemVal) (Forward, bool) {
 	var f Forward
-	k := []byte(key)
+	rest := k[:]
 	if m == addrMap {
-		if len(k) != 12 {
-			return f, false
-		}
-		f.HostAddr = netip.AddrFrom4([4]byte(k[:4]))
-		k = k[4:]
+		f.HostAddr = netip.AddrFrom4([4]byte(rest[:4]))
+		rest = rest[4:]
 	}
-	if len(k) != 8 || len(val) != 8 {
-		return f, false
-	}
-	switch k[0] {
+	switch rest[0] {
 	case 6:
 		f.Proto = "tcp"
 	case 17:
 		f.Proto = "udp"
 	default:
-		f.Proto = strconv.Itoa(int(k[0]))
+		f.Proto = strconv.Itoa(int(rest[0]))
 	}
-	f.HostPort = int(binary.BigEndian.Uint16(k[4:]))
-	v := []byte(val)
+	f.HostPort = int(binary.BigEndian.Uint16(rest[4:]))
 	f.GuestAddr = netip.AddrFrom4([4]byte(v[:4]))
 	f.GuestPort = int(binary.BigEndian.Uint16(v[4:]))
 	m2, k2, v2 := encodeForward(f)
-	return f, m2 == m && k2 == key && v2 == val
+	return f, m2 == m && k2 == k && v2 == v
 }
 
 // diffElements returns, map by map, the elements of have to delete (not

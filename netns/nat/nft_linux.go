@@ -185,7 +185,13 @@ func (t *nftTable) read(ctx context.Context) (observedTable, error) {
 	o.elems = newElements(0)
 	for m, s := range t.maps {
 		err := nftconn.Elements(ctx, t.table, s.Name, func(key, val []byte) {
-			o.elems[m][string(key)] = string(val)
+			var k elemKey
+			var v elemVal
+			if len(key) == keyLen[m] && len(val) == len(v) { // as the map's type says
+				copy(k[:], key)
+				copy(v[:], val)
+				o.elems[m][k] = v
+			}
 		})
 		if err != nil {
 			return o, err
@@ -226,10 +232,10 @@ func (t *nftTable) write(ctx context.Context, p *Plan) (before, after uint32, er
 	}
 	for m, s := range t.maps {
 		// Deleted first: a key whose value changes is in both.
-		if err := nftconn.DeleteElements(c, s, setElements(p.delElems[m])); err != nil {
+		if err := nftconn.DeleteElements(c, s, setElements(m, p.delElems[m])); err != nil {
 			return 0, 0, err
 		}
-		if err := nftconn.AddElements(c, s, setElements(p.addElems[m])); err != nil {
+		if err := nftconn.AddElements(c, s, setElements(m, p.addElems[m])); err != nil {
 			return 0, 0, err
 		}
 	}
@@ -245,10 +251,10 @@ func (t *nftTable) write(ctx context.Context, p *Plan) (before, after uint32, er
 	return before, after, nil
 }
 
-func setElements(es []element) []nftables.SetElement {
+func setElements(m int, es []element) []nftables.SetElement {
 	out := make([]nftables.SetElement, len(es))
 	for i, e := range es {
-		out[i] = nftables.SetElement{Key: []byte(e.key), Val: []byte(e.val)}
+		out[i] = nftables.SetElement{Key: e.key[:keyLen[m]], Val: e.val[:]}
 	}
 	return out
 }

@@ -104,7 +104,7 @@ func TestPlanTable(t *testing.T) {
 	changed := slices.Clone(base.Forwards)
 	changed[500].GuestPort = 8080
 	stray := observedTable{exists: true, whole: true, elems: forwardElements(base.Forwards)}
-	stray.elems[anyMap]["\x01\x00\x00\x00\x00\x01\x00\x00"] = "\x0a\xd2\x00\x02\x00\x01\x00\x00"
+	stray.elems[anyMap][elemKey{1, 0, 0, 0, 0, 1}] = elemVal{10, 210, 0, 2, 0, 1}
 	tests := []struct {
 		name     string
 		have     observedTable

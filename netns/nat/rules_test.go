@@ -61,35 +61,36 @@ func TestRender(t *testing.T) {
 func TestForwardElementRoundTrip(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
-		f        Forward
-		m        int
-		key, val string
+		f   Forward
+		m   int
+		key elemKey
+		val elemVal
 	}{
 		{Forward{Proto: "tcp", HostPort: 8080, GuestAddr: g1, GuestPort: 80}, anyMap,
-			"\x06\x00\x00\x00\x1f\x90\x00\x00", "\x0a\xd2\x03\x02\x00\x50\x00\x00"},
+			elemKey{6, 0, 0, 0, 0x1f, 0x90}, elemVal{10, 210, 3, 2, 0, 80}},
 		{Forward{Proto: "udp", HostPort: 53, HostAddr: nodeIP, GuestAddr: g2, GuestPort: 5353}, addrMap,
-			"\x0a\x63\x00\x01\x11\x00\x00\x00\x00\x35\x00\x00", "\x0a\xd2\x03\x03\x14\xe9\x00\x00"},
+			elemKey{10, 99, 0, 1, 17, 0, 0, 0, 0, 53}, elemVal{10, 210, 3, 3, 0x14, 0xe9}},
 	}
 	for _, tt := range tests {
 		m, key, val := encodeForward(tt.f)
 		if m != tt.m || key != tt.key || val != tt.val {
-			t.Errorf("encodeForward(%v) = %d, %q, %q; want %d, %q, %q", tt.f, m, key, val, tt.m, tt.key, tt.val)
+			t.Errorf("encodeForward(%v) = %d, %x, %x; want %d, %x, %x", tt.f, m, key, val, tt.m, tt.key, tt.val)
 		}
 		if got, ok := decodeForward(m, key, val); !ok || got != tt.f {
-			t.Errorf("decodeForward(%d, %q, %q) = %+v, %v; want %+v, true", m, key, val, got, ok, tt.f)
+			t.Errorf("decodeForward(%d, %x, %x) = %+v, %v; want %+v, true", m, key, val, got, ok, tt.f)
 		}
 	}
 	for _, e := range []struct {
-		m        int
-		key, val string
+		m   int
+		key elemKey
+		val elemVal
 	}{
-		{anyMap, "\x01\x00\x00\x00\x1f\x90\x00\x00", "\x0a\xd2\x03\x02\x00\x50\x00\x00"},  // icmp
-		{anyMap, "\x06\x00\x00\x00\x1f\x90\x00\x01", "\x0a\xd2\x03\x02\x00\x50\x00\x00"},  // padding set
-		{addrMap, "\x06\x00\x00\x00\x1f\x90\x00\x00", "\x0a\xd2\x03\x02\x00\x50\x00\x00"}, // no address
-		{anyMap, "\x06\x00\x00\x00\x1f\x90\x00\x00", "\x0a\xd2"},
+		{anyMap, elemKey{1, 0, 0, 0, 0x1f, 0x90}, elemVal{10, 210, 3, 2, 0, 80}},       // icmp
+		{anyMap, elemKey{6, 0, 0, 0, 0x1f, 0x90, 0, 1}, elemVal{10, 210, 3, 2, 0, 80}}, // padding set
+		{anyMap, elemKey{6, 0, 0, 0, 0x1f, 0x90}, elemVal{10, 210, 3, 2, 0, 80, 0, 1}}, // padding set
 	} {
 		if f, ok := decodeForward(e.m, e.key, e.val); ok {
-			t.Errorf("decodeForward(%d, %q, %q) = %+v, true; want false", e.m, e.key, e.val, f)
+			t.Errorf("decodeForward(%d, %x, %x) = %+v, true; want false", e.m, e.key, e.val, f)
 		}
 	}
 }
