@@ -59,9 +59,9 @@ func New(cfg Config) (*NAT, error) {
 // Chains lists corpus's chains.
 func (n *NAT) Chains() []Chain { return n.l.chains() }
 
-// Plan reads corpus's chains and table and returns what Apply(ctx, d) would change,
-// without changing anything. It returns ErrInvalid or ErrConflict for a
-// bad d.
+// Plan reads corpus's chains and table (or knows them, see
+// Plan.ReadTable) and returns what Apply(ctx, d) would change, without
+// changing anything. It returns ErrInvalid or ErrConflict for a bad d.
 func (n *NAT) Plan(ctx context.Context, d Desired) (*Plan, error) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
@@ -120,7 +120,8 @@ func (n *NAT) Apply(ctx context.Context, d Desired) error {
 		return err
 	}
 	n.log.Info("nat rules changed", "forwards", len(d.Forwards), "forwards_added", len(p.AddForwards),
-		"forwards_deleted", len(p.DeleteForwards), "made_table", p.Table, "read_table", p.ReadTable, "read_chains", p.ReadChains, "added", p.Added, "deleted", p.Deleted,
+		"forwards_deleted", len(p.DeleteForwards), "made_table", p.Table, "read_table", p.ReadTable,
+		"read_chains", p.ReadChains, "added", p.Added, "deleted", p.Deleted,
 		"new_chains", len(p.NewChains), "stale_chains", len(p.StaleChains),
 		"jumps_inserted", len(p.InsertJumps), "jumps_deleted", len(p.DeleteJumps), "took", time.Since(start))
 	return nil

@@ -46,11 +46,10 @@ var (
 //			dnat ip to ip daddr . meta l4proto . th dport map @dnat_addr
 //			dnat ip to meta l4proto . th dport map @dnat_any
 //		}
+//	}
 //
 // A new connection to a forward costs one route lookup and one or two
 // hash lookups, however many forwards there are.
-//
-//	}
 type nftTable struct {
 	table  *nftables.Table
 	maps   [numMaps]*nftables.Set
