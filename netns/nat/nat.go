@@ -131,8 +131,8 @@ func (n *NAT) Apply(ctx context.Context, d Desired) error {
 // (an upgrade, a repair) goes first, so that it publishes the forwards
 // before the previous version's DNAT chains go; otherwise it goes last,
 // so that its write is the newest transaction and the next Apply finds
-// the table, and the chains, without reading them back. Jumps are
-// deleted before the batch, which deletes the stale chains they target.
+// the table, and the chains, without reading them back. The stale
+// chains go last, after the jumps to them.
 func (n *NAT) execute(ctx context.Context, p *Plan) error {
 	nft := p.Table || p.elementsChanged() > 0
 	if nft && p.Table {
@@ -140,7 +140,7 @@ func (n *NAT) execute(ctx context.Context, p *Plan) error {
 			return err
 		}
 	}
-	if len(p.DeleteJumps)+len(p.Restore)+len(p.InsertJumps) > 0 {
+	if len(p.DeleteJumps)+len(p.Restore)+len(p.InsertJumps)+len(p.Cleanup) > 0 {
 		n.snaps = nil
 	}
 	for _, j := range p.DeleteJumps {
@@ -156,6 +156,11 @@ func (n *NAT) execute(ctx context.Context, p *Plan) error {
 	for _, j := range p.InsertJumps {
 		if err := n.ipt.insertRule(j.Table, j.Name, 1, j.Rule); err != nil {
 			return err
+		}
+	}
+	if len(p.Cleanup) > 0 {
+		if err := n.ipt.restore(ctx, p.Cleanup); err != nil {
+			return fmt.Errorf("deleting chains %v, which corpus no longer uses (remove the rules of other chains that jump to them): %w", p.StaleChains, err)
 		}
 	}
 	if nft && !p.Table {

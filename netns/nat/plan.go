@@ -10,16 +10,20 @@ import (
 // what a Desired asks for, as Apply would write it. The caller owns it.
 type Plan struct {
 	// Restore is the input for iptables-restore --noflush: per table, the
-	// chains to create or rewrite with their rules, then the stale chains
-	// to flush and delete. Empty when the chains already match.
+	// chains to create or rewrite with their rules. Empty when the chains
+	// already match.
 	Restore []byte
+	// Cleanup is a batch of its own that flushes and deletes
+	// StaleChains, written after Restore and the jumps: a foreign rule
+	// still jumping to a stale chain fails it, and only it.
+	Cleanup []byte
 	// NewChains are the chains Restore creates.
 	NewChains []Chain
 	// Added and Deleted count the rules Restore writes and removes.
 	Added, Deleted int
 	// StaleChains are chains under the prefix that corpus no longer
 	// writes (an earlier version's PREROUTING, OUTPUT and DNAT chains);
-	// Restore deletes them, after their jumps are deleted.
+	// Cleanup deletes them, after their jumps are deleted.
 	StaleChains []Chain
 	// DeleteJumps are duplicate, outdated or stale jumps to corpus's
 	// chains; InsertJumps are missing ones, inserted at the top of their
@@ -47,7 +51,7 @@ type Plan struct {
 
 // Empty reports whether the plan changes nothing.
 func (p *Plan) Empty() bool {
-	return len(p.Restore) == 0 && len(p.DeleteJumps) == 0 && len(p.InsertJumps) == 0 && !p.Table && p.elementsChanged() == 0
+	return len(p.Restore) == 0 && len(p.Cleanup) == 0 && len(p.DeleteJumps) == 0 && len(p.InsertJumps) == 0 && !p.Table && p.elementsChanged() == 0
 }
 
 // RestoreLines is the number of lines in Restore.
@@ -108,7 +112,7 @@ func (p *Plan) result() *observedTable {
 // plan compares want (from render) with the tables read by parseSave.
 func (l layout) plan(want map[Chain][]string, snaps map[string]snapshot) *Plan {
 	p := &Plan{}
-	var buf bytes.Buffer
+	var buf, cleanup bytes.Buffer
 	for _, table := range tables {
 		snap := snaps[table]
 		var body bytes.Buffer
@@ -142,18 +146,22 @@ func (l layout) plan(want map[Chain][]string, snaps map[string]snapshot) *Plan {
 				p.Deleted += len(snap.chains[name])
 			}
 		}
-		// Flushed before any is deleted: they jump to each other.
-		for _, name := range stale {
-			body.WriteString("-F " + name + "\n")
-		}
-		for _, name := range stale {
-			body.WriteString("-X " + name + "\n")
-		}
 		if decl.Len() > 0 || body.Len() > 0 {
 			buf.WriteString("*" + table + "\n")
 			buf.Write(decl.Bytes())
 			buf.Write(body.Bytes())
 			buf.WriteString("COMMIT\n")
+		}
+		if len(stale) > 0 {
+			cleanup.WriteString("*" + table + "\n")
+			// Flushed before any is deleted: they jump to each other.
+			for _, name := range stale {
+				cleanup.WriteString("-F " + name + "\n")
+			}
+			for _, name := range stale {
+				cleanup.WriteString("-X " + name + "\n")
+			}
+			cleanup.WriteString("COMMIT\n")
 		}
 
 		for _, builtin := range builtins[table] {
@@ -175,6 +183,6 @@ func (l layout) plan(want map[Chain][]string, snaps map[string]snapshot) *Plan {
 			}
 		}
 	}
-	p.Restore = buf.Bytes()
+	p.Restore, p.Cleanup = buf.Bytes(), cleanup.Bytes()
 	return p
 }

@@ -91,8 +91,8 @@ func TestPlanMigrates(t *testing.T) {
 		t.Errorf("plan over the previous version's chains = %v (stale %v), want the 3 stale chains, 4 rules and 2 jumps deleted", p, p.StaleChains)
 	}
 	want := "*nat\n-F CORPUS-DNAT\n-F CORPUS-OUTPUT\n-F CORPUS-PREROUTING\n-X CORPUS-DNAT\n-X CORPUS-OUTPUT\n-X CORPUS-PREROUTING\nCOMMIT\n"
-	if string(p.Restore) != want {
-		t.Errorf("restore batch =\n%s\nwant\n%s", p.Restore, want)
+	if string(p.Cleanup) != want || len(p.Restore) != 0 {
+		t.Errorf("cleanup batch =\n%s\nwant\n%s\nand restore batch\n%s\nwant none", p.Cleanup, want, p.Restore)
 	}
 }
 

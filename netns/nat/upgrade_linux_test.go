@@ -1,6 +1,7 @@
 package nat_test
 
 import (
+	"context"
 	"slices"
 	"strings"
 	"testing"
@@ -46,6 +47,37 @@ func TestUpgradeFromDNATChains(t *testing.T) {
 		t.Errorf("Observed after the upgrade = %+v, want %d forwards and no PREROUTING jump", st, len(tp.desired.Forwards))
 	}
 	checkPaths(t, tp, paths)
+	if p := tp.plan(t, tp.desired); !p.Empty() {
+		t.Errorf("Plan after the upgrade = %v, want empty", p)
+	}
+}
+
+// TestUpgradeWithForeignJump: a rule of someone else's chain still
+// jumping to an old chain keeps that chain from being deleted; Apply
+// says so, and everything else is done: the forwards work. Once the
+// rule is gone, the next Apply deletes the old chains.
+func TestUpgradeWithForeignJump(t *testing.T) {
+	t.Parallel()
+	tp := newTopo(t)
+	for _, argv := range [][]string{
+		{"-t", "nat", "-N", "CORPUS-DNAT"},
+		{"-t", "nat", "-A", "CORPUS-DNAT", "-p", "tcp", "-m", "tcp", "--dport", "8080", "-j", "DNAT", "--to-destination", "10.210.3.3:80"},
+		{"-t", "nat", "-N", "OTHER"},
+		{"-t", "nat", "-A", "OTHER", "-j", "CORPUS-DNAT"},
+	} {
+		tp.node.MustRun(append([]string{"iptables"}, argv...)...)
+	}
+	err := tp.node.Do(func() error { return tp.nat.Apply(context.Background(), tp.desired) })
+	if err == nil || !strings.Contains(err.Error(), "CORPUS-DNAT") {
+		t.Errorf("Apply with a foreign jump to CORPUS-DNAT = %v, want an error naming the chain", err)
+	}
+	checkPaths(t, tp, paths)
+
+	tp.node.MustRun("iptables", "-t", "nat", "-F", "OTHER")
+	tp.apply(t, tp.desired)
+	if save := tp.node.MustRun("iptables-save", "-t", "nat"); strings.Contains(save, "CORPUS-DNAT") {
+		t.Errorf("iptables-save after the foreign jump went still mentions CORPUS-DNAT:\n%s", save)
+	}
 	if p := tp.plan(t, tp.desired); !p.Empty() {
 		t.Errorf("Plan after the upgrade = %v, want empty", p)
 	}
