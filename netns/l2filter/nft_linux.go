@@ -10,18 +10,9 @@ import (
 
 	"github.com/google/nftables"
 	"github.com/google/nftables/expr"
-	"github.com/mdlayher/netlink"
-	"golang.org/x/sys/unix"
+
+	"corpus/netns/internal/nftconn"
 )
-
-// elementsPerMessage bounds one netlink message of set elements; a batch
-// holds as many messages as it needs.
-const elementsPerMessage = 1024
-
-// sendBuffer is the socket buffer a batch is sent through: the whole
-// batch goes in one message, and a first Apply at thousands of guests
-// writes more than the kernel's default of about 200 KiB.
-const sendBuffer = 32 << 20
 
 // Apply makes the table hold exactly ports, and its chain and sets be as
 // corpus writes them, changing only what differs (see the package
@@ -39,7 +30,7 @@ func (f *Filter) Apply(ctx context.Context, ports []Port) (Changes, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	start := time.Now()
-	c, err := dial(ctx)
+	c, err := nftconn.Dial(ctx)
 	if err != nil {
 		return Changes{}, err
 	}
@@ -73,7 +64,7 @@ func (f *Filter) Apply(ctx context.Context, ports []Port) (Changes, error) {
 			ch.Added = append(ch.Added, p.Iface)
 		}
 	} else {
-		if !sameRules(have.rules, rules(f.prefix)) {
+		if !nftconn.SameRules(nftables.TableFamilyBridge, have.rules, rules(f.prefix)) {
 			c.FlushChain(l.chain)
 			f.addRules(c, l)
 			ch.Rules = true
@@ -102,7 +93,7 @@ func (f *Filter) Observed(ctx context.Context) (State, error) {
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	c, err := dial(ctx)
+	c, err := nftconn.Dial(ctx)
 	if err != nil {
 		return State{}, err
 	}
@@ -150,50 +141,11 @@ func (f *Filter) Remove(ctx context.Context) error {
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	c, err := dial(ctx)
-	if err != nil {
-		return err
+	removed, err := nftconn.DeleteTable(ctx, newLayout(f.table).table)
+	if removed {
+		f.log.Info("layer-2 filter removed", "table", f.table)
 	}
-	defer c.CloseLasting()
-	l := newLayout(f.table)
-	t, err := findTable(c, l.table)
-	if err != nil || t == nil {
-		return err
-	}
-	c.DelTable(l.table)
-	if err := c.Flush(); err != nil {
-		return fmt.Errorf("deleting table bridge %s: %w", f.table, err)
-	}
-	f.log.Info("layer-2 filter removed", "table", f.table)
-	return nil
-}
-
-// dial opens one netlink socket for a whole call, in the calling
-// thread's namespace, that gives up at ctx's deadline.
-func dial(ctx context.Context) (*nftables.Conn, error) {
-	opts := []nftables.SockOption{func(nc *netlink.Conn) error {
-		raw, err := nc.SyscallConn()
-		if err != nil {
-			return err
-		}
-		return raw.Control(func(fd uintptr) {
-			// SO_SNDBUFFORCE passes the system's cap (it needs
-			// CAP_NET_ADMIN, as the batch does). Where it fails the
-			// default stays, and a batch too large for it fails in
-			// Flush with EMSGSIZE, which Apply returns.
-			if unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_SNDBUFFORCE, sendBuffer) != nil {
-				unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_SNDBUF, sendBuffer)
-			}
-		})
-	}}
-	if d, ok := ctx.Deadline(); ok {
-		opts = append(opts, func(nc *netlink.Conn) error { return nc.SetDeadline(d) })
-	}
-	c, err := nftables.New(nftables.AsLasting(), nftables.WithSockOptions(opts...))
-	if err != nil {
-		return nil, fmt.Errorf("opening nftables netlink socket: %w", err)
-	}
-	return c, nil
+	return err
 }
 
 // observed is what read found.
@@ -208,55 +160,19 @@ type observed struct {
 	keys [3]map[string][][]byte
 }
 
-func findTable(c *nftables.Conn, want *nftables.Table) (*nftables.Table, error) {
-	tables, err := c.ListTablesOfFamily(want.Family)
-	if err != nil {
-		return nil, fmt.Errorf("listing bridge tables: %w", err)
-	}
-	for _, t := range tables {
-		if t.Name == want.Name {
-			return t, nil
-		}
-	}
-	return nil, nil
-}
-
 // read observes the table; rules and elements only when it is whole.
 func read(c *nftables.Conn, l layout) (observed, error) {
 	var o observed
-	t, err := findTable(c, l.table)
-	if err != nil || t == nil {
+	t, err := nftconn.ReadTable(c, l.table)
+	if err != nil || !t.Exists {
 		return o, err
 	}
 	o.exists = true
-	if t.Flags != 0 { // dormant, say: its chain would not see a frame
+	if len(t.Chains) != 1 || !nftconn.SameChain(t.Chains[0], l.chain) {
 		return o, nil
 	}
-	chains, err := c.ListChainsOfTableFamily(l.table.Family)
-	if err != nil {
-		return o, fmt.Errorf("listing chains of table bridge %s: %w", l.table.Name, err)
-	}
-	var mine []*nftables.Chain
-	for _, ch := range chains {
-		if ch.Table != nil && ch.Table.Name == l.table.Name {
-			mine = append(mine, ch)
-		}
-	}
-	if len(mine) != 1 || !sameChain(mine[0], l.chain) {
-		return o, nil
-	}
-	sets, err := c.GetSets(l.table)
-	if err != nil {
-		return o, fmt.Errorf("listing sets of table bridge %s: %w", l.table.Name, err)
-	}
-	if len(sets) != len(l.sets) {
-		return o, nil
-	}
-	for _, want := range l.sets {
-		j := slices.IndexFunc(sets, func(s *nftables.Set) bool { return s.Name == want.Name })
-		if j < 0 || !sameSet(sets[j], want) {
-			return o, nil
-		}
+	if ok, err := nftconn.HasSets(c, l.table, l.sets); err != nil || !ok {
+		return o, err
 	}
 	o.whole = true
 	if o.rules, err = c.GetRules(l.table, l.chain); err != nil {
@@ -274,47 +190,6 @@ func read(c *nftables.Conn, l layout) (observed, error) {
 		}
 	}
 	return o, nil
-}
-
-func sameChain(have, want *nftables.Chain) bool {
-	return have.Name == want.Name && have.Type == want.Type &&
-		have.Hooknum != nil && *have.Hooknum == *want.Hooknum &&
-		have.Priority != nil && *have.Priority == *want.Priority &&
-		have.Policy != nil && *have.Policy == *want.Policy
-}
-
-func sameSet(have, want *nftables.Set) bool {
-	return have.KeyType.GetNFTMagic() == want.KeyType.GetNFTMagic() && have.KeyType.Bytes == want.KeyType.Bytes &&
-		have.Concatenation == want.Concatenation && !have.IsMap && !have.Interval && !have.Constant &&
-		!have.Anonymous && !have.HasTimeout && !have.Dynamic
-}
-
-// sameRules compares rules expression by expression as the kernel
-// encodes them, counters' values aside.
-func sameRules(have []*nftables.Rule, want [][]expr.Any) bool {
-	if len(have) != len(want) {
-		return false
-	}
-	fam := byte(nftables.TableFamilyBridge)
-	for i, r := range have {
-		if len(r.Exprs) != len(want[i]) {
-			return false
-		}
-		for j, e := range r.Exprs {
-			if _, ok := e.(*expr.Counter); ok {
-				e = &expr.Counter{}
-			}
-			a, err := expr.Marshal(fam, e)
-			if err != nil {
-				return false
-			}
-			b, err := expr.Marshal(fam, want[i][j])
-			if err != nil || !bytes.Equal(a, b) {
-				return false
-			}
-		}
-	}
-	return true
 }
 
 func (f *Filter) addRules(c *nftables.Conn, l layout) {
@@ -387,21 +262,11 @@ func diffElements(c *nftables.Conn, l layout, have observed, w desired, ch *Chan
 }
 
 func addElements(c *nftables.Conn, s *nftables.Set, keys [][]byte) error {
-	for chunk := range slices.Chunk(keys, elementsPerMessage) {
-		if err := c.SetAddElements(s, elements(chunk)); err != nil {
-			return fmt.Errorf("adding to set %s: %w", s.Name, err)
-		}
-	}
-	return nil
+	return nftconn.AddElements(c, s, elements(keys))
 }
 
 func deleteElements(c *nftables.Conn, s *nftables.Set, keys [][]byte) error {
-	for chunk := range slices.Chunk(keys, elementsPerMessage) {
-		if err := c.SetDeleteElements(s, elements(chunk)); err != nil {
-			return fmt.Errorf("deleting from set %s: %w", s.Name, err)
-		}
-	}
-	return nil
+	return nftconn.DeleteElements(c, s, elements(keys))
 }
 
 func elements(keys [][]byte) []nftables.SetElement {

@@ -194,18 +194,31 @@ func (d Desired) Validate() error {
 		proto string
 		port  int
 	}
-	claimed := make(map[key][]netip.Addr, len(d.Forwards))
+	type addrKey struct {
+		key
+		addr netip.Addr
+	}
+	// A port claimed on every address, or on some single ones.
+	onAll := make(map[key]bool, len(d.Forwards))
+	onSome := map[key]bool{}
+	onOne := map[addrKey]bool{}
 	for _, f := range d.Forwards {
 		if err := f.validate(d.Subnets); err != nil {
 			return err
 		}
 		k := key{f.Proto, f.HostPort}
-		for _, other := range claimed[k] {
-			if anyAddr(other) || anyAddr(f.HostAddr) || other == f.HostAddr {
-				return fmt.Errorf("%w: forward %v and another forward both claim %s port %d", ErrConflict, f, f.Proto, f.HostPort)
-			}
+		taken := onAll[k]
+		if anyAddr(f.HostAddr) {
+			taken = taken || onSome[k]
+			onAll[k] = true
+		} else {
+			ak := addrKey{k, f.HostAddr}
+			taken = taken || onOne[ak]
+			onOne[ak], onSome[k] = true, true
 		}
-		claimed[k] = append(claimed[k], f.HostAddr)
+		if taken {
+			return fmt.Errorf("%w: forward %v and another forward both claim %s port %d", ErrConflict, f, f.Proto, f.HostPort)
+		}
 	}
 	return nil
 }

@@ -67,6 +67,9 @@ func TestDesiredValidate(t *testing.T) {
 		{"same port twice", base(fwd("tcp", netip.Addr{}, 8080, g1), fwd("tcp", netip.Addr{}, 8080, g2)), ErrConflict},
 		{"any and one address", base(fwd("tcp", nodeIP, 8080, g1), fwd("tcp", netip.Addr{}, 8080, g2)), ErrConflict},
 		{"same address twice", base(fwd("udp", nodeIP, 53, g1), fwd("udp", nodeIP, 53, g2)), ErrConflict},
+		{"one address and any", base(fwd("tcp", netip.Addr{}, 8080, g1), fwd("tcp", nodeIP, 8080, g2)), ErrConflict},
+		{"unspecified and any", base(fwd("tcp", netip.IPv4Unspecified(), 8080, g1), fwd("tcp", netip.Addr{}, 8080, g2)), ErrConflict},
+		{"same port, other protocol", base(fwd("tcp", netip.Addr{}, 53, g1), fwd("udp", nodeIP, 53, g2)), nil},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -6,7 +6,7 @@ import "context"
 
 // iptablesCmd stands in for the Linux iptables tools; New refuses to build
 // a NAT here, so its methods are never reached.
-type iptablesCmd struct{}
+type iptablesCmd struct{ legacy bool }
 
 func newIptables() (*iptablesCmd, error) { return nil, ErrNotSupported }
 

@@ -2,12 +2,14 @@ package nat_test
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"net"
 	"net/netip"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -108,13 +110,33 @@ func (tp *topo) observed(t *testing.T) nat.State {
 }
 
 // corpusLines returns the lines of iptables-save in the node that mention
-// corpus's chains.
+// corpus's chains, then those of nft's listing of corpus's table.
 func (tp *topo) corpusLines(t *testing.T) []string {
 	t.Helper()
 	var out []string
 	for _, l := range strings.Split(tp.node.MustRun("iptables-save"), "\n") {
 		if strings.HasPrefix(l, ":CORPUS-") || strings.HasPrefix(l, "-A CORPUS-") || strings.Contains(l, "-j CORPUS-") {
 			out = append(out, l)
+		}
+	}
+	return append(out, tp.tableLines(t)...)
+}
+
+// tableLines returns nft's listing of corpus's table in the node, one
+// element a line, or nothing when there is no table.
+func (tp *topo) tableLines(t *testing.T) []string {
+	t.Helper()
+	list := tp.node.MustRun("nft", "list", "tables", "ip")
+	if !slices.Contains(strings.Split(strings.TrimSpace(list), "\n"), "table ip corpus") {
+		return nil
+	}
+	var out []string
+	for _, l := range strings.Split(tp.node.MustRun("nft", "-n", "list", "table", "ip", "corpus"), "\n") {
+		for _, part := range strings.Split(l, ",") {
+			part = strings.TrimSuffix(strings.TrimPrefix(strings.TrimSpace(part), "elements = { "), " }")
+			if part = strings.TrimSpace(part); part != "" {
+				out = append(out, "nft "+part)
+			}
 		}
 	}
 	return out
@@ -291,10 +313,12 @@ func TestApplyIsIdempotent(t *testing.T) {
 	tp := newTopo(t)
 	tp.apply(t, tp.desired)
 	first := tp.corpusLines(t)
-	// 6 chain declarations, 5 jumps, 2 in PREROUTING/OUTPUT chains,
-	// 4 forwards, 2 postrouting, 4 forward, 4 input.
-	if want := 6 + 5 + 2 + 4 + 2 + 4 + 4; len(first) != want {
-		t.Errorf("iptables-save has %d corpus lines after Apply, want %d:\n%s", len(first), want, strings.Join(first, "\n"))
+	// 3 chain declarations, 3 jumps, 2 postrouting, 4 forward, 4 input.
+	if want, got := 3+3+2+4+4, len(first)-len(tp.tableLines(t)); got != want {
+		t.Errorf("iptables-save has %d corpus lines after Apply, want %d:\n%s", got, want, strings.Join(first, "\n"))
+	}
+	if st := tp.observed(t); !st.Table || fmt.Sprint(st.Forwards) != fmt.Sprint(sortedForwards(tp.desired.Forwards)) {
+		t.Errorf("Observed after Apply = table %v, forwards %v; want the table and %v", st.Table, st.Forwards, tp.desired.Forwards)
 	}
 	for i := range 3 {
 		if p := tp.plan(t, tp.desired); !p.Empty() {
@@ -328,21 +352,25 @@ func TestApplyRepairsHandEdits(t *testing.T) {
 		name string
 		argv [][]string
 	}{
-		{"flushed chains and deleted jump", [][]string{
-			{"iptables", "-t", "nat", "-F", "CORPUS-DNAT"},
+		{"flushed chains and maps, deleted jump", [][]string{
+			{"nft", "flush", "map", "ip", "corpus", "dnat_any"},
+			{"nft", "flush", "chain", "ip", "corpus", "output"},
 			{"iptables", "-t", "nat", "-F", "CORPUS-POSTROUTING"},
 			{"iptables", "-t", "filter", "-F", "CORPUS-FORWARD"},
-			{"iptables", "-t", "nat", "-D", "PREROUTING", "-m", "addrtype", "--dst-type", "LOCAL", "-j", "CORPUS-PREROUTING"},
+			{"iptables", "-t", "nat", "-D", "POSTROUTING", "-j", "CORPUS-POSTROUTING"},
 		}},
-		{"deleted chain", [][]string{
-			{"iptables", "-t", "nat", "-F", "CORPUS-OUTPUT"},
-			{"iptables", "-t", "nat", "-D", "OUTPUT", "-m", "addrtype", "--dst-type", "LOCAL", "-j", "CORPUS-OUTPUT"},
-			{"iptables", "-t", "nat", "-X", "CORPUS-OUTPUT"},
+		{"deleted chain and table", [][]string{
+			{"iptables", "-t", "filter", "-F", "CORPUS-INPUT"},
+			{"iptables", "-t", "filter", "-D", "INPUT", "-j", "CORPUS-INPUT"},
+			{"iptables", "-t", "filter", "-X", "CORPUS-INPUT"},
+			{"nft", "delete", "table", "ip", "corpus"},
 		}},
-		{"stray rule, duplicate jump, edited rule", [][]string{
-			{"iptables", "-t", "nat", "-A", "CORPUS-DNAT", "-p", "tcp", "--dport", "9999", "-j", "DNAT", "--to-destination", "10.210.3.3:22"},
+		{"stray element, duplicate jump, edited element, extra rule", [][]string{
+			{"nft", "add", "element", "ip", "corpus", "dnat_any", "{ tcp . 9999 : 10.210.3.3 . 22 }"},
 			{"iptables", "-t", "nat", "-A", "POSTROUTING", "-j", "CORPUS-POSTROUTING"},
-			{"iptables", "-t", "nat", "-R", "CORPUS-DNAT", "1", "-p", "tcp", "--dport", "8080", "-j", "DNAT", "--to-destination", "10.210.3.3:80"},
+			{"nft", "delete", "element", "ip", "corpus", "dnat_any", "{ tcp . 8080 }"},
+			{"nft", "add", "element", "ip", "corpus", "dnat_any", "{ tcp . 8080 : 10.210.3.3 . 80 }"},
+			{"nft", "add", "rule", "ip", "corpus", "prerouting", "tcp", "dport", "7000", "dnat", "to", "10.210.3.3:80"},
 		}},
 	}
 	for _, tt := range tests {
@@ -389,7 +417,7 @@ func TestForeignRulesSurvive(t *testing.T) {
 	}
 	checkPaths(t, tp, []path{{"foreign DNAT still works", (*topo).clientNS, "tcp4", node + ":7000", "guest2", "10.99.0.2"}})
 	tp.node.MustDo(func() error { return tp.nat.Remove(context.Background()) })
-	if got := tp.corpusLines(t); len(got) != 0 {
+	if got := tp.corpusLines(t); len(got) != 0 || tp.observed(t).Table {
 		t.Errorf("corpus lines after Remove:\n%s\nwant none", strings.Join(got, "\n"))
 	}
 	if after := foreignLines(tp.node.MustRun("iptables-save")); strings.Join(after, "\n") != strings.Join(before, "\n") {
@@ -397,7 +425,7 @@ func TestForeignRulesSurvive(t *testing.T) {
 	}
 	// Remove with nothing there succeeds.
 	tp.node.MustDo(func() error { return tp.nat.Remove(context.Background()) })
-	if st := tp.observed(t); st.RuleCount() != 0 || len(st.Rules) != 0 {
+	if st := tp.observed(t); st.RuleCount() != 0 || len(st.Rules) != 0 || st.Table {
 		t.Errorf("Observed after Remove = %+v, want nothing", st)
 	}
 }
@@ -447,6 +475,14 @@ func TestInvalidDesiredChangesNothing(t *testing.T) {
 	if got := tp.corpusLines(t); strings.Join(got, "\n") != strings.Join(before, "\n") {
 		t.Errorf("rules changed after a refused Apply")
 	}
+}
+
+func sortedForwards(fs []nat.Forward) []nat.Forward {
+	out := slices.Clone(fs)
+	slices.SortFunc(out, func(a, b nat.Forward) int {
+		return cmp.Or(strings.Compare(a.Proto, b.Proto), cmp.Compare(a.HostPort, b.HostPort), a.HostAddr.Compare(b.HostAddr))
+	})
+	return out
 }
 
 func sorted(s []string) []string {

@@ -28,9 +28,6 @@ var builtins = map[string][]string{
 // layout is the set of chains and jumps for one prefix.
 type layout struct {
 	prefix      string
-	prerouting  Chain
-	output      Chain
-	dnat        Chain
 	postrouting Chain
 	forward     Chain
 	input       Chain
@@ -48,16 +45,11 @@ func newLayout(prefix string) layout {
 	c := func(table, suffix string) Chain { return Chain{table, prefix + "-" + suffix} }
 	l := layout{
 		prefix:      prefix,
-		prerouting:  c("nat", "PREROUTING"),
-		output:      c("nat", "OUTPUT"),
-		dnat:        c("nat", "DNAT"),
 		postrouting: c("nat", "POSTROUTING"),
 		forward:     c("filter", "FORWARD"),
 		input:       c("filter", "INPUT"),
 	}
 	l.jumps = []Jump{
-		{Chain{"nat", "PREROUTING"}, "-m addrtype --dst-type LOCAL -j " + l.prerouting.Name},
-		{Chain{"nat", "OUTPUT"}, "-m addrtype --dst-type LOCAL -j " + l.output.Name},
 		{Chain{"nat", "POSTROUTING"}, "-j " + l.postrouting.Name},
 		{Chain{"filter", "FORWARD"}, "-j " + l.forward.Name},
 		{Chain{"filter", "INPUT"}, "-j " + l.input.Name},
@@ -65,16 +57,11 @@ func newLayout(prefix string) layout {
 	return l
 }
 
-// chains lists corpus's chains in creation order: a chain is created
-// before the chains that jump to it.
+// chains lists corpus's chains in creation order. Other chains under the
+// prefix are stale (an earlier version's PREROUTING, OUTPUT and DNAT,
+// before the forwards moved to nftables maps): Apply deletes them.
 func (l layout) chains() []Chain {
-	return []Chain{l.dnat, l.prerouting, l.output, l.postrouting, l.forward, l.input}
-}
-
-// ordered reports whether the order of c's rules decides what they do
-// (the filter chains); the nat chains' rules match disjoint traffic.
-func (l layout) ordered(c Chain) bool {
-	return c == l.forward || c == l.input || c == l.postrouting
+	return []Chain{l.postrouting, l.forward, l.input}
 }
 
 // owned reports whether a chain name is under corpus's prefix.
@@ -86,20 +73,7 @@ func (l layout) owned(name string) bool {
 // exactly as iptables-save prints them, so that comparing text compares
 // rules. d must be valid.
 func (l layout) render(d Desired) map[Chain][]string {
-	out := map[Chain][]string{
-		l.prerouting: {"-j " + l.dnat.Name},
-		l.output:     {"! -d 127.0.0.0/8 -j " + l.dnat.Name},
-	}
-
-	fwds := slices.Clone(d.Forwards)
-	slices.SortFunc(fwds, compareForwards)
-	dnat := make([]string, 0, len(fwds))
-	var b strings.Builder
-	for _, f := range fwds {
-		dnat = append(dnat, forwardRule(&b, f))
-	}
-	out[l.dnat] = dnat
-
+	out := map[Chain][]string{}
 	peers := slices.Clone(d.Peers)
 	slices.SortFunc(peers, func(a, b netip.Prefix) int { return a.Addr().Compare(b.Addr()) })
 	peers = slices.Compact(peers)
@@ -194,25 +168,4 @@ func sortedNodePorts(ps []NodePort) []NodePort {
 		return a.Port - b.Port
 	})
 	return slices.Compact(out)
-}
-
-// forwardRule writes f as the DNAT rule iptables-save prints.
-func forwardRule(b *strings.Builder, f Forward) string {
-	b.Reset()
-	if !anyAddr(f.HostAddr) {
-		b.WriteString("-d ")
-		b.WriteString(f.HostAddr.String())
-		b.WriteString("/32 ")
-	}
-	b.WriteString("-p ")
-	b.WriteString(f.Proto)
-	b.WriteString(" -m ")
-	b.WriteString(f.Proto)
-	b.WriteString(" --dport ")
-	b.WriteString(strconv.Itoa(f.HostPort))
-	b.WriteString(" -j DNAT --to-destination ")
-	b.WriteString(f.GuestAddr.String())
-	b.WriteByte(':')
-	b.WriteString(strconv.Itoa(f.GuestPort))
-	return b.String()
 }

@@ -3,7 +3,6 @@ package nat
 import (
 	"net/netip"
 	"slices"
-	"strings"
 	"testing"
 )
 
@@ -24,12 +23,6 @@ func TestRender(t *testing.T) {
 	}
 	got := l.render(d)
 	want := map[Chain][]string{
-		{"nat", "CORPUS-PREROUTING"}: {"-j CORPUS-DNAT"},
-		{"nat", "CORPUS-OUTPUT"}:     {"! -d 127.0.0.0/8 -j CORPUS-DNAT"},
-		{"nat", "CORPUS-DNAT"}: {
-			"-d 10.99.0.1/32 -p tcp -m tcp --dport 8080 -j DNAT --to-destination 10.210.3.2:80",
-			"-p udp -m udp --dport 53 -j DNAT --to-destination 10.210.3.3:5353",
-		},
 		{"nat", "CORPUS-POSTROUTING"}: {
 			"-s 10.210.3.0/24 -d 10.210.4.0/24 -j RETURN",
 			"-s 10.210.3.0/24 -d 10.210.3.0/24 -m conntrack --ctstate DNAT -j MASQUERADE",
@@ -65,28 +58,39 @@ func TestRender(t *testing.T) {
 	}
 }
 
-func TestParseForwardRoundTrip(t *testing.T) {
+func TestForwardElementRoundTrip(t *testing.T) {
 	t.Parallel()
-	for _, f := range []Forward{
-		{Proto: "tcp", HostPort: 8080, GuestAddr: g1, GuestPort: 80},
-		{Proto: "udp", HostPort: 53, HostAddr: nodeIP, GuestAddr: g2, GuestPort: 5353},
-	} {
-		var b strings.Builder
-		rule := forwardRule(&b, f)
-		got, ok := parseForward(rule)
-		if !ok || got != f {
-			t.Errorf("parseForward(%q) = %+v, %v; want %+v, true", rule, got, ok, f)
+	tests := []struct {
+		f   Forward
+		m   int
+		key elemKey
+		val elemVal
+	}{
+		{Forward{Proto: "tcp", HostPort: 8080, GuestAddr: g1, GuestPort: 80}, anyMap,
+			elemKey{6, 0, 0, 0, 0x1f, 0x90}, elemVal{10, 210, 3, 2, 0, 80}},
+		{Forward{Proto: "udp", HostPort: 53, HostAddr: nodeIP, GuestAddr: g2, GuestPort: 5353}, addrMap,
+			elemKey{10, 99, 0, 1, 17, 0, 0, 0, 0, 53}, elemVal{10, 210, 3, 3, 0x14, 0xe9}},
+	}
+	for _, tt := range tests {
+		m, key, val := encodeForward(tt.f)
+		if m != tt.m || key != tt.key || val != tt.val {
+			t.Errorf("encodeForward(%v) = %d, %x, %x; want %d, %x, %x", tt.f, m, key, val, tt.m, tt.key, tt.val)
+		}
+		if got, ok := decodeForward(m, key, val); !ok || got != tt.f {
+			t.Errorf("decodeForward(%d, %x, %x) = %+v, %v; want %+v, true", m, key, val, got, ok, tt.f)
 		}
 	}
-	for _, rule := range []string{
-		"-p tcp -m tcp --dport 8080 -j ACCEPT",
-		"-p tcp -m tcp --dport x -j DNAT --to-destination 10.210.3.2:80",
-		"-d 10.99.0.0/24 -p tcp -m tcp --dport 8080 -j DNAT --to-destination 10.210.3.2:80",
-		"-p tcp -m tcp --dport 08080 -j DNAT --to-destination 10.210.3.2:80",
-		"",
+	for _, e := range []struct {
+		m   int
+		key elemKey
+		val elemVal
+	}{
+		{anyMap, elemKey{1, 0, 0, 0, 0x1f, 0x90}, elemVal{10, 210, 3, 2, 0, 80}},       // icmp
+		{anyMap, elemKey{6, 0, 0, 0, 0x1f, 0x90, 0, 1}, elemVal{10, 210, 3, 2, 0, 80}}, // padding set
+		{anyMap, elemKey{6, 0, 0, 0, 0x1f, 0x90}, elemVal{10, 210, 3, 2, 0, 80, 0, 1}}, // padding set
 	} {
-		if f, ok := parseForward(rule); ok {
-			t.Errorf("parseForward(%q) = %+v, true; want false", rule, f)
+		if f, ok := decodeForward(e.m, e.key, e.val); ok {
+			t.Errorf("decodeForward(%d, %x, %x) = %+v, true; want false", e.m, e.key, e.val, f)
 		}
 	}
 }

@@ -355,7 +355,7 @@ func TestIngress(t *testing.T) {
 			t.Fatalf("%v: %v: %s", args, err, out)
 		}
 	}
-	nsRun("iptables", "-t", "nat", "-F", "CORPUS-PREROUTING")
+	nsRun("nft", "flush", "chain", "ip", "corpus", "prerouting")
 	eventually(t, 15*time.Second, "NAT repaired after a flush", wantBody(hc, "http://"+nodeAddr+":8080/", "", "one"))
 	nsRun("ip", "link", "del", "corpus0")
 	eventually(t, 15*time.Second, "bridge repaired", wantBody(hc, "http://"+nodeAddr+":8080/", "", "one"))
