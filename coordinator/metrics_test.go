@@ -2,15 +2,22 @@ package coordinator_test
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"fmt"
 	"testing"
+	"time"
 
 	"connectrpc.com/connect"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"corpus/coordinator"
 	"corpus/coordinator/state"
+	"corpus/internal/clock"
 	"corpus/internal/metrics"
 	"corpus/internal/metrics/metricstest"
+	"corpus/internal/pki"
+	"corpus/internal/testrun"
 	corpusv1 "corpus/proto/corpus/v1"
 	"corpus/proto/corpus/v1/corpusv1connect"
 )
@@ -142,4 +149,49 @@ func TestGuestStatesStay(t *testing.T) {
 	n1.report(t, observed(id, state.ObservedDeleted))
 	s.waitFor("web gone", func(v *state.Snap) bool { return v.Guest(id) == nil })
 	want("web gone", nil)
+}
+
+// TestReplicaCertificateRenews: a replica renews its own certificate
+// two thirds into its life, new handshakes get the new one, and the
+// expiry gauge moves with it.
+func TestReplicaCertificateRenews(t *testing.T) {
+	t.Parallel()
+	reg := metrics.NewRegistry()
+	var clk clock.Offset
+	s := start(t, t.TempDir(), func(c *coordinator.Config) {
+		c.Metrics = reg
+		c.Clock = &clk
+		c.CertTTL = 30 * time.Second
+	})
+	expiresAt := func() float64 {
+		return metricstest.Value(t, reg, "corpus_certificate_expiry_timestamp_seconds", "component", "coordinator", "certificate", "replica")
+	}
+	served := func() *x509.Certificate {
+		t.Helper()
+		conn, err := tls.Dial("tcp", s.APIAddr(), &tls.Config{RootCAs: s.caPool(), ServerName: pki.ServerName})
+		if err != nil {
+			t.Fatalf("dialing the API: %v", err)
+		}
+		defer conn.Close()
+		return conn.ConnectionState().PeerCertificates[0]
+	}
+	first := served()
+	if got, want := expiresAt(), float64(first.NotAfter.Unix()); got != want {
+		t.Fatalf("expiry timestamp{replica} = %v, want %v, the served certificate's NotAfter", got, want)
+	}
+	// Two thirds of the 30 s life pass on the replica's clock.
+	clk.Add(21 * time.Second)
+	testrun.Wait(t, 10*time.Second, "the replica's certificate renewed", func() error {
+		if got := expiresAt(); got <= float64(first.NotAfter.Unix()) {
+			return fmt.Errorf("expiry timestamp{replica} = %v, still the first certificate's", got)
+		}
+		return nil
+	})
+	now := served()
+	if now.SerialNumber.Cmp(first.SerialNumber) == 0 {
+		t.Fatalf("the API still serves the first certificate (serial %s) after renewal", first.SerialNumber)
+	}
+	if got, want := expiresAt(), float64(now.NotAfter.Unix()); got != want {
+		t.Errorf("expiry timestamp{replica} after renewal = %v, want %v, the served certificate's NotAfter", got, want)
+	}
 }

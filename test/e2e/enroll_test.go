@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"corpus/internal/metrics/metricstest"
 	"corpus/internal/testrun"
 )
 
@@ -143,10 +144,24 @@ func TestLoginAndRoles(t *testing.T) {
 
 // TestCertificateRotation: with short-lived certificates the agent and
 // the coordinator renew theirs while the node stays ready, calls keep
-// working, and the replaced certificate goes out of use.
+// working, the replaced certificate goes out of use, and both daemons'
+// expiry gauges move.
 func TestCertificateRotation(t *testing.T) {
 	c := newCluster(t, "--cert-ttl", "30s")
-	c.addAgent("n1")
+	a := c.addAgent("n1")
+	// Each daemon serves its metrics on its namespace's loopback.
+	expiresAt := func(ns, addr, component, cert string) float64 {
+		t.Helper()
+		v, ok := metricstest.Exposed(t, scrapeWith(t, httpIn(ns), "http://"+addr+"/metrics"),
+			"corpus_certificate_expiry_timestamp_seconds", "component", component, "certificate", cert)
+		if !ok {
+			t.Fatalf("%s serves no corpus_certificate_expiry_timestamp_seconds{certificate=%q}", component, cert)
+		}
+		return v
+	}
+	nodeExpiry := func() float64 { return expiresAt(a.node.ns, "127.0.0.1:9465", "agent", "node") }
+	replicaExpiry := func() float64 { return expiresAt(c.lab.ctl, "127.0.0.1:9464", "coordinator", "replica") }
+	nodeBefore, replicaBefore := nodeExpiry(), replicaExpiry()
 	c.mustCLI("guest", "create", "rot", "--image", "busybox", "--memory", "64M", "--cpus", "0.1")
 	serials := func() (cur, prev string) {
 		var n struct {
@@ -191,6 +206,17 @@ func TestCertificateRotation(t *testing.T) {
 		out, errOut, code := c.cli("guest", "exec", "rot", "--", "echo", "still-here")
 		if code != 0 || out != "still-here\n" {
 			return fmt.Errorf("exit %d: %s %s", code, out, errOut)
+		}
+		return nil
+	})
+	// Each renews on its own schedule: the replica's next renewal may
+	// come a little after the node's.
+	eventually(t, 30*time.Second, "both expiry gauges moved", func() error {
+		if got := nodeExpiry(); got <= nodeBefore {
+			return fmt.Errorf("the agent's expiry timestamp{node} = %v, want past %v", got, nodeBefore)
+		}
+		if got := replicaExpiry(); got <= replicaBefore {
+			return fmt.Errorf("the coordinator's expiry timestamp{replica} = %v, want past %v", got, replicaBefore)
 		}
 		return nil
 	})
