@@ -197,6 +197,14 @@ func TestExtensions(t *testing.T) {
 	mustAdd(h.ext("prod-owner", corpusv1.ExtensionValidate, "/prod-owner", func(e *corpusv1.Extension) {
 		e.On = []string{corpusv1.OnGuestCreate, corpusv1.OnGuestUpdate}
 	}))
+	// The same extension added again (a retry whose first answer was
+	// lost) is done already; another one under its name is refused.
+	if err := add(h.ext("noop", corpusv1.ExtensionMutate, "/noop"), ""); err != nil {
+		t.Errorf("adding noop again, unchanged: %v", err)
+	}
+	if err := add(h.ext("noop", corpusv1.ExtensionMutate, "/noop", func(e *corpusv1.Extension) { e.Priority = 5 }), ""); codeOf(err) != connect.CodeAlreadyExists {
+		t.Errorf("adding noop again with another priority: %v, want already_exists", err)
+	}
 	// A cycle is refused, named, and changes nothing.
 	err := add(h.ext("loop", corpusv1.ExtensionMutate, "/noop", func(e *corpusv1.Extension) { e.After = []string{"team"}; e.Before = []string{"noop"} }), "")
 	if codeOf(err) != connect.CodeInvalidArgument || !strings.Contains(err.Error(), "loop -> noop -> team -> loop") {

@@ -41,7 +41,12 @@ func (s *extensionService) AddExtension(ctx context.Context, req *connect.Reques
 	view := s.b.Store.Read()
 	if cur := view.Extension(e.Name); cur != nil {
 		if !req.Msg.Replace {
-			return nil, connect.NewError(connect.CodeAlreadyExists, fmt.Errorf("extension %s exists; delete it first or add it again with --replace", e.Name))
+			// The same extension added again (a retry whose first answer
+			// was lost) is done already.
+			if s.sameExtension(view, cur, e, req.Msg.Secret) {
+				return connect.NewResponse(&corpusv1.AddExtensionResponse{Extension: extensionView(view.Extensions(), cur)}), nil
+			}
+			return nil, connect.NewError(connect.CodeAlreadyExists, fmt.Errorf("extension %s exists with other settings; delete it first or add it again with --replace", e.Name))
 		}
 		e.Disabled = cur.Disabled
 	}
@@ -68,6 +73,27 @@ func (s *extensionService) AddExtension(ctx context.Context, req *connect.Reques
 	}
 	v := s.b.Store.Read()
 	return connect.NewResponse(&corpusv1.AddExtensionResponse{Extension: extensionView(v.Extensions(), v.Extension(e.Name))}), nil
+}
+
+// sameExtension says whether cur, as stored, is e with secret: an add
+// asked again.
+func (s *extensionService) sameExtension(view *state.Snap, cur, e *corpusv1.Extension, secret string) bool {
+	a, b := proto.CloneOf(cur), proto.CloneOf(e)
+	for _, x := range []*corpusv1.Extension{a, b} {
+		x.Disabled, x.Secret, x.CreateIndex, x.ModifyIndex, x.CreatedAt = false, nil, 0, 0, nil
+	}
+	if !proto.Equal(a, b) || (len(cur.Secret) > 0) != (secret != "") {
+		return false
+	}
+	if secret == "" {
+		return true
+	}
+	k, err := s.b.Keyring().Open(view)
+	if err != nil {
+		return false
+	}
+	open, err := keyring.OpenSealed(k, map[string][]byte{"secret": cur.Secret}, func(string) string { return state.ExtensionPlace(cur.Name) })
+	return err == nil && open["secret"] == secret
 }
 
 // extensionView shows an extension without its secret, with its place
