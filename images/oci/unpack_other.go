@@ -1,0 +1,13 @@
+//go:build !linux
+
+package oci
+
+import (
+	"log/slog"
+
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+)
+
+func applyBlob(root, blob string, diffID v1.Hash, log *slog.Logger) error {
+	return ErrNotSupported
+}
