@@ -18,6 +18,8 @@ import (
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"golang.org/x/sys/unix"
+
+	"corpus/images/oci/ocitest"
 )
 
 func needRoot(t *testing.T) {
@@ -29,23 +31,23 @@ func needRoot(t *testing.T) {
 
 // base is the lowest layer of the test images.
 func base(t *testing.T) v1.Layer {
-	return layerOf(t,
-		file{name: "bin/"},
-		file{name: "bin/app", body: "#!/bin/sh\n", mode: 0o755},
-		file{name: "bin/tool", body: "tool", mode: 0o4755},
-		file{name: "bin/hard", typ: tar.TypeLink, link: "bin/tool"},
-		file{name: "etc/"},
-		file{name: "etc/passwd", body: "root:x:0:0:root:/root:/bin/sh\napp:x:1000:1000::/home/app:/bin/sh\n"},
-		file{name: "etc/motd", body: "one\n"},
-		file{name: "home/app/", uid: 1000, gid: 1000, mode: 0o750},
-		file{name: "home/app/notes", body: "mine", uid: 1000, gid: 1000, xattrs: map[string]string{"user.origin": "test", "trusted.overlay.opaque": "y"}},
-		file{name: "usr/lib/libfoo", body: "foo"},
-		file{name: "lib", typ: tar.TypeSymlink, link: "usr/lib"},
-		file{name: "data/old/a", body: "a"},
-		file{name: "data/keep", body: "k"},
-		file{name: "gone/deep/file", body: "x"},
-		file{name: "shared", body: "s"},
-		file{name: "srv/", mode: 0o2775},
+	return ocitest.Layer(t,
+		ocitest.File{Name: "bin/"},
+		ocitest.File{Name: "bin/app", Body: "#!/bin/sh\n", Mode: 0o755},
+		ocitest.File{Name: "bin/tool", Body: "tool", Mode: 0o4755},
+		ocitest.File{Name: "bin/hard", Typ: tar.TypeLink, Link: "bin/tool"},
+		ocitest.File{Name: "etc/"},
+		ocitest.File{Name: "etc/passwd", Body: "root:x:0:0:root:/root:/bin/sh\napp:x:1000:1000::/home/app:/bin/sh\n"},
+		ocitest.File{Name: "etc/motd", Body: "one\n"},
+		ocitest.File{Name: "home/app/", UID: 1000, GID: 1000, Mode: 0o750},
+		ocitest.File{Name: "home/app/notes", Body: "mine", UID: 1000, GID: 1000, Xattrs: map[string]string{"user.origin": "test", "trusted.overlay.opaque": "y"}},
+		ocitest.File{Name: "usr/lib/libfoo", Body: "foo"},
+		ocitest.File{Name: "lib", Typ: tar.TypeSymlink, Link: "usr/lib"},
+		ocitest.File{Name: "data/old/a", Body: "a"},
+		ocitest.File{Name: "data/keep", Body: "k"},
+		ocitest.File{Name: "gone/deep/file", Body: "x"},
+		ocitest.File{Name: "shared", Body: "s"},
+		ocitest.File{Name: "srv/", Mode: 0o2775},
 	)
 }
 
@@ -56,7 +58,7 @@ func base(t *testing.T) v1.Layer {
 func TestPullUnpack(t *testing.T) {
 	needRoot(t)
 	t.Parallel()
-	reg := testRegistry(t)
+	reg := ocitest.Registry(t)
 	cfg := v1.Config{
 		Entrypoint:   []string{"/bin/app", "--flag"},
 		Cmd:          []string{"serve"},
@@ -66,19 +68,19 @@ func TestPullUnpack(t *testing.T) {
 		ExposedPorts: map[string]struct{}{"8080/tcp": {}},
 		StopSignal:   "SIGINT",
 	}
-	img := imageOf(t, cfg, base(t),
-		layerOf(t,
-			file{name: ".wh.gone"},
-			file{name: "data/new", body: "n"},
-			file{name: "data/.wh..wh..opq"},
-			file{name: "etc/.wh.motd"},
+	img := ocitest.Image(t, cfg, base(t),
+		ocitest.Layer(t,
+			ocitest.File{Name: ".wh.gone"},
+			ocitest.File{Name: "data/new", Body: "n"},
+			ocitest.File{Name: "data/.wh..wh..opq"},
+			ocitest.File{Name: "etc/.wh.motd"},
 		),
-		layerOf(t,
-			file{name: "etc/motd", body: "three\n"},
-			file{name: "lib/added", body: "through the symlink"},
-			file{name: "shared", body: "replaced"},
+		ocitest.Layer(t,
+			ocitest.File{Name: "etc/motd", Body: "three\n"},
+			ocitest.File{Name: "lib/added", Body: "through the symlink"},
+			ocitest.File{Name: "shared", Body: "replaced"},
 		))
-	digest := push(t, reg+"/test/app:1", img)
+	digest := ocitest.Push(t, reg+"/test/app:1", img)
 
 	s := &Store{Root: t.TempDir()}
 	var progress []string
@@ -184,10 +186,10 @@ func TestPullUnpack(t *testing.T) {
 // only its own.
 func TestPullSharesLayers(t *testing.T) {
 	t.Parallel()
-	reg := testRegistry(t)
+	reg := ocitest.Registry(t)
 	b := base(t)
-	push(t, reg+"/test/one:1", imageOf(t, v1.Config{}, b, layerOf(t, file{name: "one", body: "1"})))
-	push(t, reg+"/test/two:1", imageOf(t, v1.Config{}, b, layerOf(t, file{name: "two", body: "2"})))
+	ocitest.Push(t, reg+"/test/one:1", ocitest.Image(t, v1.Config{}, b, ocitest.Layer(t, ocitest.File{Name: "one", Body: "1"})))
+	ocitest.Push(t, reg+"/test/two:1", ocitest.Image(t, v1.Config{}, b, ocitest.Layer(t, ocitest.File{Name: "two", Body: "2"})))
 	s := &Store{Root: t.TempDir()}
 	one, err := s.Pull(context.Background(), reg+"/test/one:1", nil)
 	if err != nil {
@@ -248,15 +250,15 @@ func (c corruptBlobs) Get(ctx context.Context, repo string, h v1.Hash) (io.ReadC
 func TestPullRefusesWrongDigest(t *testing.T) {
 	needRoot(t)
 	t.Parallel()
-	layer := layerOf(t, file{name: "app", body: strings.Repeat("x", 4096)})
+	layer := ocitest.Layer(t, ocitest.File{Name: "app", Body: strings.Repeat("x", 4096)})
 	h, err := layer.Digest()
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Run("layer bytes", func(t *testing.T) {
 		t.Parallel()
-		reg := testRegistry(t, registry.WithBlobHandler(corruptBlobs{memBlobs: registry.NewInMemoryBlobHandler().(memBlobs), bad: h}))
-		push(t, reg+"/test/bad:1", imageOf(t, v1.Config{}, layer))
+		reg := ocitest.Registry(t, registry.WithBlobHandler(corruptBlobs{memBlobs: registry.NewInMemoryBlobHandler().(memBlobs), bad: h}))
+		ocitest.Push(t, reg+"/test/bad:1", ocitest.Image(t, v1.Config{}, layer))
 		s := &Store{Root: t.TempDir()}
 		if _, err := s.Pull(context.Background(), reg+"/test/bad:1", nil); err == nil {
 			t.Fatal("Pull of a corrupt layer = nil error, want one")
@@ -267,8 +269,8 @@ func TestPullRefusesWrongDigest(t *testing.T) {
 	})
 	t.Run("diff_id", func(t *testing.T) {
 		t.Parallel()
-		reg := testRegistry(t)
-		img := imageOf(t, v1.Config{}, layer)
+		reg := ocitest.Registry(t)
+		img := ocitest.Image(t, v1.Config{}, layer)
 		cf, err := img.ConfigFile()
 		if err != nil {
 			t.Fatal(err)
@@ -278,7 +280,7 @@ func TestPullRefusesWrongDigest(t *testing.T) {
 		if img, err = mutate.ConfigFile(img, cf); err != nil {
 			t.Fatal(err)
 		}
-		push(t, reg+"/test/bad:1", img)
+		ocitest.Push(t, reg+"/test/bad:1", img)
 		s := &Store{Root: t.TempDir()}
 		got, err := s.Pull(context.Background(), reg+"/test/bad:1", nil)
 		if err != nil {
@@ -296,8 +298,8 @@ func TestPullRefusesWrongDigest(t *testing.T) {
 	})
 	t.Run("reference digest", func(t *testing.T) {
 		t.Parallel()
-		reg := testRegistry(t)
-		push(t, reg+"/test/app:1", imageOf(t, v1.Config{}, layer))
+		reg := ocitest.Registry(t)
+		ocitest.Push(t, reg+"/test/app:1", ocitest.Image(t, v1.Config{}, layer))
 		s := &Store{Root: t.TempDir()}
 		_, err := s.Pull(context.Background(), reg+"/test/app@sha256:"+strings.Repeat("1", 64), nil)
 		if err == nil || !strings.Contains(err.Error(), "MANIFEST_UNKNOWN") {

@@ -392,3 +392,19 @@ func removeAllAt(dirfd int, name string) error {
 	}
 	return nil
 }
+
+// openInTree opens file rel of the tree at root for reading, resolving
+// symlinks as the tree's own root would (RESOLVE_IN_ROOT).
+func openInTree(root, rel string) (*os.File, error) {
+	fd, err := unix.Open(root, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer unix.Close(fd)
+	u := &unpacker{root: fd}
+	f, err := u.open(clean(rel), unix.O_RDONLY)
+	if err != nil {
+		return nil, &os.PathError{Op: "open", Path: rel, Err: err}
+	}
+	return os.NewFile(uintptr(f), rel), nil
+}

@@ -12,53 +12,55 @@ import (
 	"testing"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
+
+	"corpus/images/oci/ocitest"
 )
 
 // breakouts are layers whose entries try to reach out of the tree they
 // are unpacked into; outside is an absolute folder of the host beside
 // the tree holding one file, "sentinel".
-func breakouts(outside string) map[string][]file {
+func breakouts(outside string) map[string][]ocitest.File {
 	climb := strings.Repeat("../", 20)
-	return map[string][]file{
+	return map[string][]ocitest.File{
 		"absolute symlink then a file through it": {
-			{name: "escape", typ: tar.TypeSymlink, link: outside},
-			{name: "escape/pwned", body: "pwned"},
+			{Name: "escape", Typ: tar.TypeSymlink, Link: outside},
+			{Name: "escape/pwned", Body: "pwned"},
 		},
 		"dot-dot paths": {
-			{name: "../outside/pwned", body: "pwned"},
-			{name: climb + strings.TrimPrefix(outside, "/") + "/pwned", body: "pwned"},
+			{Name: "../outside/pwned", Body: "pwned"},
+			{Name: climb + strings.TrimPrefix(outside, "/") + "/pwned", Body: "pwned"},
 		},
 		"relative symlink climbing out": {
-			{name: "up", typ: tar.TypeSymlink, link: climb},
-			{name: "up" + outside + "/pwned", body: "pwned"},
+			{Name: "up", Typ: tar.TypeSymlink, Link: climb},
+			{Name: "up" + outside + "/pwned", Body: "pwned"},
 		},
 		"whiteout through a symlink": {
-			{name: "wh", typ: tar.TypeSymlink, link: outside},
-			{name: "wh/.wh.sentinel"},
+			{Name: "wh", Typ: tar.TypeSymlink, Link: outside},
+			{Name: "wh/.wh.sentinel"},
 		},
 		"opaque folder through a symlink": {
-			{name: "op", typ: tar.TypeSymlink, link: outside},
-			{name: "op/.wh..wh..opq"},
+			{Name: "op", Typ: tar.TypeSymlink, Link: outside},
+			{Name: "op/.wh..wh..opq"},
 		},
 		"file over a symlink to a host file": {
-			{name: "f", typ: tar.TypeSymlink, link: outside + "/sentinel"},
-			{name: "f", body: "pwned"},
+			{Name: "f", Typ: tar.TypeSymlink, Link: outside + "/sentinel"},
+			{Name: "f", Body: "pwned"},
 		},
 		"hard link to a host file": {
-			{name: "passwd", typ: tar.TypeLink, link: outside + "/sentinel"},
+			{Name: "passwd", Typ: tar.TypeLink, Link: outside + "/sentinel"},
 		},
 		"hard link through an absolute symlink": {
-			{name: "ln", typ: tar.TypeSymlink, link: outside},
-			{name: "hl", typ: tar.TypeLink, link: "ln/sentinel"},
+			{Name: "ln", Typ: tar.TypeSymlink, Link: outside},
+			{Name: "hl", Typ: tar.TypeLink, Link: "ln/sentinel"},
 		},
 		"device nodes": {
-			{name: "dev/"},
-			{name: "dev/mem2", typ: tar.TypeChar, major: 1, minor: 1, mode: 0o666},
-			{name: "dev/loop99", typ: tar.TypeBlock, major: 7, minor: 0, mode: 0o666},
-			{name: "dev/after", body: "still unpacked"},
+			{Name: "dev/"},
+			{Name: "dev/mem2", Typ: tar.TypeChar, Major: 1, Minor: 1, Mode: 0o666},
+			{Name: "dev/loop99", Typ: tar.TypeBlock, Major: 7, Minor: 0, Mode: 0o666},
+			{Name: "dev/after", Body: "still unpacked"},
 		},
 		"set-uid root binary": {
-			{name: "bin/su", body: "#!/bin/sh\n", mode: 0o4755},
+			{Name: "bin/su", Body: "#!/bin/sh\n", Mode: 0o4755},
 		},
 	}
 }
@@ -119,7 +121,7 @@ func TestUnpackBreakouts(t *testing.T) {
 			t.Parallel()
 			tree, outside := sandbox(t)
 			var logs bytes.Buffer
-			err := applyLayer(tree, bytes.NewReader(tarOf(t, breakouts(outside)[name]...)), slog.New(slog.NewTextHandler(&logs, nil)))
+			err := applyLayer(tree, bytes.NewReader(ocitest.Tar(t, breakouts(outside)[name]...)), slog.New(slog.NewTextHandler(&logs, nil)))
 			t.Logf("applyLayer: %v", err)
 			checkContained(t, tree, outside)
 			switch name {
@@ -153,13 +155,13 @@ func TestUnpackBreakouts(t *testing.T) {
 func TestUnpackBreakoutImage(t *testing.T) {
 	needRoot(t)
 	t.Parallel()
-	reg := testRegistry(t)
+	reg := ocitest.Registry(t)
 	tree, outside := sandbox(t)
 	var layers []v1.Layer
 	for _, files := range breakouts(outside) {
-		layers = append(layers, layerOf(t, files...))
+		layers = append(layers, ocitest.Layer(t, files...))
 	}
-	push(t, reg+"/test/breakout:1", imageOf(t, v1.Config{}, layers...))
+	ocitest.Push(t, reg+"/test/breakout:1", ocitest.Image(t, v1.Config{}, layers...))
 	s := &Store{Root: t.TempDir()}
 	img, err := s.Pull(context.Background(), reg+"/test/breakout:1", nil)
 	if err != nil {
