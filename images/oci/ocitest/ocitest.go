@@ -143,14 +143,15 @@ func Serve(t testing.TB, ln net.Listener, opts ...registry.Option) string {
 	return ln.Addr().String()
 }
 
-// Push stores img in its registry as ref and returns its digest.
-func Push(t testing.TB, ref string, img v1.Image) string {
+// Push stores img in its registry as ref and returns its digest; opts
+// reach the registry (a transport dialing into a namespace, say).
+func Push(t testing.TB, ref string, img v1.Image, opts ...remote.Option) string {
 	t.Helper()
 	r, err := name.ParseReference(ref)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := remote.Write(r, img, remote.WithContext(context.Background())); err != nil {
+	if err := remote.Write(r, img, append([]remote.Option{remote.WithContext(context.Background())}, opts...)...); err != nil {
 		t.Fatalf("pushing %s: %v", ref, err)
 	}
 	d, err := img.Digest()
