@@ -4,6 +4,7 @@ import (
 	"archive/tar"
 	"bytes"
 	"context"
+	"fmt"
 	"io/fs"
 	"log/slog"
 	"os"
@@ -174,4 +175,31 @@ func TestUnpackBreakoutImage(t *testing.T) {
 	if st, err := os.Stat(filepath.Dir(dir)); err != nil || st.Mode().Perm() != 0o700 {
 		t.Errorf("the folder holding the tree = %v, %v, want mode 0700", st, err)
 	}
+}
+
+// FuzzApplyLayer: whatever tar a layer holds, applying it writes nothing
+// outside the tree and makes no device node. The seeds are the breakout
+// catalogue's layers, aimed at an outside folder at a path of this
+// process's own, made anew for every input.
+func FuzzApplyLayer(f *testing.F) {
+	if os.Geteuid() != 0 {
+		f.Skip("unpacking keeps owners and set-id bits: needs root")
+	}
+	outside := filepath.Join(os.TempDir(), fmt.Sprintf("corpus-fuzz-outside-%d", os.Getpid()))
+	f.Cleanup(func() { os.RemoveAll(outside) })
+	for _, files := range breakouts(outside) {
+		f.Add(ocitest.Tar(f, files...))
+	}
+	f.Fuzz(func(t *testing.T, layer []byte) {
+		os.RemoveAll(outside)
+		if err := os.Mkdir(outside, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(outside, "sentinel"), []byte("host"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		tree := t.TempDir()
+		applyLayer(tree, bytes.NewReader(layer), slog.New(slog.DiscardHandler))
+		checkContained(t, tree, outside)
+	})
 }
