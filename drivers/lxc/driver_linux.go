@@ -95,6 +95,9 @@ func New(cfg Config) (*Driver, error) {
 		d.store = filepath.Clean(cfg.Store)
 	}
 	d.oci = &oci.Store{Root: filepath.Join(path, ociStoreDir), Insecure: cfg.InsecureRegistries, Log: d.log}
+	if err := d.oci.Sweep(); err != nil {
+		d.log.Warn("cleaning up after interrupted image pulls", "error", err)
+	}
 	if overlaySupported(path) {
 		d.clone = cloneOverlay
 	}

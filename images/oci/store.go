@@ -222,6 +222,16 @@ func (s *Store) Unpack(ctx context.Context, img *Image, dir string) error {
 	return nil
 }
 
+// Sweep removes what interrupted pulls left in the store: layers partly
+// downloaded when the process was killed. Call it while no pull runs,
+// when the store's owner starts.
+func (s *Store) Sweep() error {
+	if err := os.RemoveAll(filepath.Join(s.Root, "tmp")); err != nil {
+		return fmt.Errorf("sweeping the image store: %w", err)
+	}
+	return nil
+}
+
 // schemeGuard refuses plain HTTP requests to registries that may not
 // be reached so: the registry client falls back to HTTP by itself for
 // private addresses, which would let a network attacker downgrade.

@@ -215,6 +215,31 @@ func TestPullSharesLayers(t *testing.T) {
 	}
 }
 
+// TestSweep: a killed pull's partial layer goes, the stored layers stay.
+func TestSweep(t *testing.T) {
+	t.Parallel()
+	reg := ocitest.Registry(t)
+	ocitest.Push(t, reg+"/test/app:1", ocitest.Image(t, v1.Config{}, base(t)))
+	s := &Store{Root: t.TempDir()}
+	img, err := s.Pull(context.Background(), reg+"/test/app:1", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	partial := filepath.Join(s.Root, "tmp", img.Layers[0].Hex+".123")
+	if err := os.WriteFile(partial, []byte("half"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Sweep(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(partial); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the partial layer is left: %v", err)
+	}
+	if _, err := os.Stat(s.blobPath(img.Layers[0])); err != nil {
+		t.Errorf("the stored layer went: %v", err)
+	}
+}
+
 // corruptBlobs is the registry's own in-memory blob storage, except that
 // it serves other bytes for one blob: a registry whose disk went bad.
 type corruptBlobs struct {
