@@ -22,22 +22,23 @@ import (
 // image's command as an application container, under liblxc's own
 // minimal init (init.lxc, as lxc-execute does), which reaps orphans and
 // passes the halt signal on; the command's output is the guest's
-// console log. The driver
-// pulls the image into its store (<Path>/.oci: layers by digest, shared
-// between images) and unpacks it into a cache container of its own,
-// named by the image's digest:
+// console log. The driver pulls the image into its layer store (<Path>/.oci:
+// layers by digest, shared between images) and unpacks it into a cache
+// container of its own, named by the image's digest:
 //
 //	<Path>/.images/
-//	  oci-<digest 32>/    cache container: config, rootfs (the unpacked
-//	                      layers), image.json (the pulled image)
-//	  oci-<digest 32>.json marker written when the cache is complete
+//	  oci-<hex>/       cache container (hex: the digest's first 32
+//	                   digits): config, rootfs (the unpacked layers),
+//	                   image.json (the pulled image)
+//	  oci-<hex>.json   marker written when the cache is complete
 //
 // From there guests are made as from a built image's cache: overlay
 // clones stacked on it through an idmapped mount, or on a copy shifted to
 // their id range, with their writable layer on their bounded disk.
 
-// ociStoreDir is the folder, inside the driver's lxcpath, of the image
-// store; a dot keeps it apart from guests.
+// ociStoreDir is the folder, inside the driver's lxcpath, of the OCI
+// layer store (not Config.Store, which keeps built images for a host);
+// a dot keeps it apart from guests.
 const ociStoreDir = ".oci"
 
 // ociImageFile is the pulled image's description in its cache.
