@@ -88,7 +88,7 @@ func (a *Agent) driverInfo(ctx context.Context) []*corpusv1.DriverInfo {
 		caps := d.Capabilities()
 		out = append(out, &corpusv1.DriverInfo{
 			Name: name, Healthy: fp.Healthy, Detail: fp.Detail, Attributes: fp.Attributes,
-			Exec: caps.Exec, Images: caps.Images, PackageImages: caps.PackageImages, NoVolumes: caps.Volumes == drivers.NoVolumes, OwnNetwork: !caps.HostNetwork,
+			Exec: caps.Exec, Images: caps.Images, PackageImages: caps.PackageImages, OciImages: caps.OCIImages, NoVolumes: caps.Volumes == drivers.NoVolumes, OwnNetwork: !caps.HostNetwork,
 			Converge: caps.Converge, IdRanges: caps.IDRanges,
 		})
 	}

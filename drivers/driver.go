@@ -87,6 +87,9 @@ type Capabilities struct {
 	ExecTTYStream bool `json:"exec_tty_stream,omitempty"`
 	// Images lists the image names the driver can build or fetch by itself.
 	Images []string `json:"images"`
+	// OCIImages is true when the driver also takes OCI image references
+	// (internal/imageref) and pulls them itself.
+	OCIImages bool `json:"oci_images,omitempty"`
 	// PackageImages lists the images whose guests may ask for
 	// GuestSpec.Packages.
 	PackageImages []string `json:"package_images,omitempty"`
@@ -385,6 +388,9 @@ type GuestStatus struct {
 	// MemoryBytes and CPUMillis are the limits in force.
 	MemoryBytes int64 `json:"memory_bytes,omitempty"`
 	CPUMillis   int64 `json:"cpu_millis,omitempty"`
+	// ImageDigest is the digest ("sha256:...") the guest's OCI image
+	// reference resolved to when it was created; "" for built images.
+	ImageDigest string `json:"image_digest,omitempty"`
 	// Address is the guest's configured address ("" without network).
 	Address string `json:"address,omitempty"`
 	// Message says more about the state when the driver knows more

@@ -392,7 +392,7 @@ func (c *Config) RecoverJournal(ctx context.Context) error {
 }
 
 func observedFrom(st drivers.GuestStatus) *corpusv1.GuestObserved {
-	return &corpusv1.GuestObserved{State: string(st.State), Pid: int64(st.PID), Message: st.Message}
+	return &corpusv1.GuestObserved{State: string(st.State), Pid: int64(st.PID), Message: st.Message, ImageDigest: st.ImageDigest}
 }
 
 // stepError is a guest reconcile that failed at step.

@@ -12,6 +12,7 @@ import (
 	"unicode"
 
 	"corpus/coordinator/state"
+	"corpus/internal/imageref"
 	"corpus/internal/names"
 	"corpus/internal/units"
 	corpusv1 "corpus/proto/corpus/v1"
@@ -212,6 +213,11 @@ func validImage(image string) error {
 	for _, part := range strings.Split(image, "/") {
 		if !imageComponentRE.MatchString(part) || strings.Contains(part, "..") {
 			return Invalidf("image %q is not a valid image name (like busybox, debian/bookworm or registry:5000/app:1.2)", image)
+		}
+	}
+	if imageref.IsReference(image) {
+		if _, err := imageref.Parse(image, false); err != nil {
+			return Invalidf("%v", err)
 		}
 	}
 	return nil

@@ -90,3 +90,19 @@ func TestNormalizeVolume(t *testing.T) {
 		})
 	}
 }
+
+// TestValidImageReference: an OCI reference must parse as one; a
+// built image's name is not one and passes as before.
+func TestValidImageReference(t *testing.T) {
+	t.Parallel()
+	for _, ok := range []string{"busybox", "debian/bookworm", "registry.example/team/app:1.2", "localhost:5000/app@sha256:" + strings.Repeat("ab", 32)} {
+		if err := validImage(ok); err != nil {
+			t.Errorf("validImage(%q) = %v, want nil", ok, err)
+		}
+	}
+	for _, bad := range []string{"registry.example/App:1", "localhost:5000/app@sha256:12", "registry.example/app:1:2"} {
+		if err := validImage(bad); err == nil || !strings.Contains(err.Error(), "REGISTRY/REPO") && !strings.Contains(err.Error(), "image reference") {
+			t.Errorf("validImage(%q) = %v, want an error about the reference", bad, err)
+		}
+	}
+}

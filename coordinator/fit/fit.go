@@ -17,6 +17,7 @@ import (
 	"strings"
 
 	"corpus/coordinator/idrange"
+	"corpus/internal/imageref"
 	corpusv1 "corpus/proto/corpus/v1"
 )
 
@@ -64,7 +65,8 @@ func KindUnfit(n *corpusv1.Node, spec *corpusv1.GuestSpec, env string) (*corpusv
 		return nil, "without driver " + spec.GetDriver()
 	case !drv.Healthy:
 		return nil, "with driver " + spec.GetDriver() + " unhealthy"
-	case len(drv.Images) > 0 && !slices.Contains(drv.Images, spec.GetImage()):
+	case len(drv.Images) > 0 && !slices.Contains(drv.Images, spec.GetImage()) &&
+		!(drv.OciImages && imageref.IsReference(spec.GetImage())):
 		return nil, "without image " + spec.GetImage()
 	case len(spec.GetPackages()) > 0 && !slices.Contains(drv.PackageImages, spec.GetImage()):
 		return nil, "without packages for image " + spec.GetImage()

@@ -60,6 +60,9 @@ func TestUnfit(t *testing.T) {
 		{name: "no driver", node: node(), alloc: none, spec: spec(func(s *corpusv1.GuestSpec) { s.Driver = "libvirt" }), want: "without driver libvirt"},
 		{name: "unhealthy driver", node: node(func(n *corpusv1.Node) { n.Drivers[0].Healthy = false }), alloc: none, spec: spec(), want: "with driver lxc unhealthy"},
 		{name: "image", node: node(), alloc: none, spec: spec(func(s *corpusv1.GuestSpec) { s.Image = "alpine" }), want: "without image alpine"},
+		{name: "reference on a driver without OCI images", node: node(), alloc: none, spec: spec(func(s *corpusv1.GuestSpec) { s.Image = "registry.example/app:1" }), want: "without image registry.example/app:1"},
+		{name: "reference on a driver with OCI images", node: node(func(n *corpusv1.Node) { n.Drivers[0].OciImages = true }), alloc: none, spec: spec(func(s *corpusv1.GuestSpec) { s.Image = "registry.example/app:1" })},
+		{name: "built name on a driver with OCI images", node: node(func(n *corpusv1.Node) { n.Drivers[0].OciImages = true }), alloc: none, spec: spec(func(s *corpusv1.GuestSpec) { s.Image = "alpine" }), want: "without image alpine"},
 		{name: "packages", node: node(), alloc: none, spec: spec(func(s *corpusv1.GuestSpec) { s.Packages = []string{"curl"} }), want: "without packages for image busybox"},
 		{name: "packages offered", node: node(), alloc: none, spec: spec(func(s *corpusv1.GuestSpec) { s.Image, s.Packages = "debian", []string{"curl"} })},
 		{name: "no volumes", node: node(), alloc: none, spec: spec(func(s *corpusv1.GuestSpec) {
@@ -164,14 +167,14 @@ func TestAllocated(t *testing.T) {
 
 // TestLeaf: the package stays a leaf both the scheduler and the state
 // machine can call: of corpus it imports the API's messages and
-// coordinator/idrange only.
+// coordinator/idrange only (and internal/imageref, a leaf).
 func TestLeaf(t *testing.T) {
 	t.Parallel()
 	files, err := filepath.Glob("*.go")
 	if err != nil {
 		t.Fatal(err)
 	}
-	allowed := map[string]bool{"corpus/proto/corpus/v1": true, "corpus/coordinator/idrange": true}
+	allowed := map[string]bool{"corpus/proto/corpus/v1": true, "corpus/coordinator/idrange": true, "corpus/internal/imageref": true}
 	for _, f := range files {
 		if strings.HasSuffix(f, "_test.go") {
 			continue

@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"corpus/drivers"
 	"corpus/drivers/libvirt"
@@ -17,11 +18,20 @@ func init() {
 	// read from CORPUS_LXC_SUBUID and CORPUS_LXC_SUBGID when set
 	// (/etc/subuid and /etc/subgid otherwise); the host's image store
 	// (lxc.Config.Store) from CORPUS_LXC_IMAGE_STORE (none when unset).
+	// CORPUS_INSECURE_REGISTRIES lists, comma-separated, the registries
+	// OCI images may be pulled from over plain HTTP.
 	register("lxc", func(c Config) (drivers.Driver, error) {
+		var insecure []string
+		for _, r := range strings.Split(os.Getenv("CORPUS_INSECURE_REGISTRIES"), ",") {
+			if r = strings.TrimSpace(r); r != "" {
+				insecure = append(insecure, r)
+			}
+		}
 		return lxc.New(lxc.Config{
 			Path: filepath.Join(c.StateDir, "lxc"), Logger: c.Logger,
 			SubUIDFile: os.Getenv("CORPUS_LXC_SUBUID"), SubGIDFile: os.Getenv("CORPUS_LXC_SUBGID"),
-			Store: os.Getenv("CORPUS_LXC_IMAGE_STORE"),
+			Store:              os.Getenv("CORPUS_LXC_IMAGE_STORE"),
+			InsecureRegistries: insecure,
 		})
 	})
 	register("libvirt", newLibvirt)

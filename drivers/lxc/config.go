@@ -23,4 +23,8 @@ type Config struct {
 	// build finds its image there first (a copy: seconds). See
 	// store_linux.go.
 	Store string
+	// InsecureRegistries are the registries (host or host:port) OCI
+	// images may be pulled from over plain HTTP; registries on a
+	// loopback address always may.
+	InsecureRegistries []string
 }

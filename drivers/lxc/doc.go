@@ -22,6 +22,9 @@
 //	    busybox-u1065536-1065536/
 //	                  its copy owned by one id range, made once from the
 //	                  cache where guests cannot stack on an idmapped mount
+//	  .oci/           OCI image layers by digest; images pulled from
+//	                  them are unpacked into .images/oci-<hex>
+//	                  (oci_linux.go)
 //	  .seccomp        the guests' seccomp policy
 //
 // A guest's life:

@@ -16,6 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"corpus/drivers"
+	"corpus/images/oci"
 	"corpus/volume/loop"
 )
 
@@ -41,6 +42,8 @@ type Driver struct {
 	// disks keeps guests' root file system disks; nil where loop
 	// devices cannot be had (no limits then).
 	disks *loop.Backend
+	// oci is the store OCI images are pulled into (oci_linux.go).
+	oci *oci.Store
 
 	// builds guards image cache builds so each runs once at a time.
 	buildsMu sync.Mutex
@@ -91,6 +94,10 @@ func New(cfg Config) (*Driver, error) {
 		}
 		d.store = filepath.Clean(cfg.Store)
 	}
+	d.oci = &oci.Store{Root: filepath.Join(path, ociStoreDir), Insecure: cfg.InsecureRegistries, Log: d.log}
+	if err := d.oci.Sweep(); err != nil {
+		d.log.Warn("cleaning up after interrupted image pulls", "error", err)
+	}
 	if overlaySupported(path) {
 		d.clone = cloneOverlay
 	}
@@ -140,6 +147,7 @@ func (d *Driver) Capabilities() drivers.Capabilities {
 		ExecStreams:   true,
 		ExecTerminal:  true,
 		Images:        imageNames(),
+		OCIImages:     true,
 		PackageImages: packageImages(),
 		HostNetwork:   true,
 		Volumes:       drivers.HostVolumes,

@@ -47,6 +47,10 @@ type metadata struct {
 	// empty for a guest without one (privileged, a copied root file
 	// system, or stacked on a copy of the image shifted to its ids).
 	Base string `json:"base,omitempty"`
+	// Digest is what the guest's OCI image reference resolved to, and
+	// Command the image's command the guest runs (see oci_linux.go).
+	Digest  string   `json:"digest,omitempty"`
+	Command []string `json:"command,omitempty"`
 }
 
 // validName accepts DNS labels (names.ValidLabel), the only guest names
@@ -216,6 +220,12 @@ func (d *Driver) create(ctx context.Context, spec drivers.GuestSpec, img imageSp
 			return fmt.Errorf("removing leftover: %w", err)
 		}
 	}
+	if img.ref {
+		if img, err = d.pullImage(ctx, spec.Image, progress); err != nil {
+			return err
+		}
+	}
+	pulled, pulledCache := img.oci, img.cache
 	if err := d.ensureImage(ctx, img, progress); err != nil {
 		return err
 	}
@@ -266,6 +276,12 @@ func (d *Driver) create(ctx context.Context, spec drivers.GuestSpec, img imageSp
 	}
 	if err := d.makeDisk(ctx, c, spec.Name, spec.DiskBytes, im); err != nil {
 		return err
+	}
+	if pulled != nil {
+		md.Digest, md.Command = pulled.Digest, pulled.Command()
+		if spec.Env, err = configureImage(&configWriter{c: c}, pulled, filepath.Join(d.imgPath, pulledCache, "rootfs"), spec.Env); err != nil {
+			return err
+		}
 	}
 	if err := d.configure(c, spec, filepath.Join(d.guestDir(spec.Name), "lxc.log"), im); err != nil {
 		return err
@@ -424,7 +440,7 @@ func (d *Driver) start(ctx context.Context, name string) error {
 	if err := os.Truncate(logFile, 0); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return err
 	}
-	if err := startDaemon(d.path, name); err != nil {
+	if err := startDaemon(d.path, name, m.Command); err != nil {
 		return fmt.Errorf("%w%s", err, logTail(logFile))
 	}
 	d.log.Info("started guest", "guest", name, "pid", c.InitPid())
@@ -582,10 +598,11 @@ func (d *Driver) Inspect(ctx context.Context, name string) (drivers.GuestStatus,
 
 func status(c *golxc.Container, m metadata) drivers.GuestStatus {
 	st := drivers.GuestStatus{
-		ID:    m.ID,
-		Name:  m.Name,
-		Image: m.Image,
-		State: guestState(c.State()),
+		ID:          m.ID,
+		Name:        m.Name,
+		Image:       m.Image,
+		ImageDigest: m.Digest,
+		State:       guestState(c.State()),
 	}
 	if st.State != drivers.StateStopped {
 		if pid := c.InitPid(); pid > 0 {

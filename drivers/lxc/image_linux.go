@@ -17,6 +17,7 @@ import (
 	golxc "github.com/lxc/go-lxc"
 
 	"corpus/drivers"
+	"corpus/images/oci"
 	"corpus/internal/atomicfile"
 )
 
@@ -39,6 +40,11 @@ type imageSpec struct {
 	// packages are the Debian packages the template installs; the
 	// build checks they are (see packages_linux.go).
 	packages []string
+	// ref is set for an OCI image reference not pulled yet: pullImage
+	// resolves it to the image spec of its digest, whose oci is the
+	// pulled image the cache is unpacked from (see oci_linux.go).
+	ref bool
+	oci *oci.Image
 }
 
 // unprivileged is img's image for overlay guests in the user namespace
@@ -232,6 +238,11 @@ func (d *Driver) EnsureImagePackages(ctx context.Context, name string, packages 
 	if err != nil {
 		return err
 	}
+	if img.ref {
+		if img, err = d.pullImage(ctx, name, progress); err != nil {
+			return err
+		}
+	}
 	return d.ensureImage(ctx, img, progress)
 }
 
@@ -321,6 +332,10 @@ func (d *Driver) buildImage(img imageSpec, b *imageBuild) error {
 		return fmt.Errorf("building image %s: %w", img.name, err)
 	case stored:
 		b.report("copied image %s from the image store %s", img.name, d.store)
+	case img.oci != nil:
+		if err := d.unpackImage(img); err != nil {
+			return fmt.Errorf("building image %s: %w", img.name, err)
+		}
 	case img.from != "":
 		if err := d.copyShifted(img); err != nil {
 			return fmt.Errorf("building image %s: %w", img.name, err)

@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"corpus/drivers"
+	"corpus/internal/imageref"
 	"corpus/internal/names"
 )
 
@@ -36,6 +37,12 @@ func packageImages() []string {
 // imageFor is the image a guest of spec uses: its named image, with its
 // packages when it asks for some.
 func imageFor(name string, packages []string) (imageSpec, error) {
+	if imageref.IsReference(name) {
+		if len(packages) > 0 {
+			return imageSpec{}, fmt.Errorf("OCI image %s takes no packages (images that do: %s)", name, strings.Join(packageImages(), ", "))
+		}
+		return imageSpec{name: name, ref: true}, nil
+	}
 	img, ok := images[name]
 	if !ok {
 		return imageSpec{}, fmt.Errorf("image %q: %w", name, drivers.ErrUnknownImage)

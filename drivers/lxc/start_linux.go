@@ -39,9 +39,11 @@ func init() {
 }
 
 // startHelper starts container args[1] of lxcpath args[0] as a daemon and
-// returns the process's exit status; errors go to stderr.
+// returns the process's exit status; errors go to stderr. Further
+// arguments are a command the container runs under liblxc's init.lxc
+// instead of its own init (an application container, lxc-execute).
 func startHelper(args []string) int {
-	if len(args) != 2 {
+	if len(args) < 2 {
 		fmt.Fprintln(os.Stderr, "start helper: want lxcpath and name")
 		return 2
 	}
@@ -51,18 +53,27 @@ func startHelper(args []string) int {
 		return 1
 	}
 	defer c.Release()
-	for _, err := range []error{c.WantDaemonize(true), c.WantCloseAllFds(true), c.Start()} {
+	for _, err := range []error{c.WantDaemonize(true), c.WantCloseAllFds(true)} {
 		if err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			return 1
 		}
 	}
+	start := c.Start
+	if len(args) > 2 {
+		start = func() error { return c.StartExecute(args[2:]) }
+	}
+	if err := start(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
 	return 0
 }
 
-// startDaemon runs the start helper for container name in path.
-func startDaemon(path, name string) error {
-	cmd := exec.Command("/proc/self/exe", path, name)
+// startDaemon runs the start helper for container name in path, with
+// the command it runs when not empty (see startHelper).
+func startDaemon(path, name string, command []string) error {
+	cmd := exec.Command("/proc/self/exe", append([]string{path, name}, command...)...)
 	cmd.Args[0] = "corpus-lxc-start"
 	// A clean environment: the monitor and hooks inherit it. GORACE is
 	// read only by race-enabled builds, whose exit otherwise sleeps 1s.

@@ -44,7 +44,8 @@ func newGuestCreateCmd(g *Globals) *cobra.Command {
 		Example: `  corpus guest create web --image busybox --memory 256M --cpus 1
   corpus guest create db --image debian/bookworm --env TZ=UTC --stopped
   corpus guest create py --image debian/bookworm --packages python3,python3-requests
-  corpus guest create api --image busybox --constraint region=eu --constraint zone=a`,
+  corpus guest create api --image busybox --constraint region=eu --constraint zone=a
+  corpus guest create app --image registry.example/team/app:1.4 --port 8080:8080`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			spec := &corpusv1.GuestSpec{Driver: driver, Image: image, Resources: &corpusv1.Resources{}, Env: map[string]string{}, Privileged: privileged, Packages: packages}
@@ -126,7 +127,7 @@ func newGuestCreateCmd(g *Globals) *cobra.Command {
 	}
 	f := cmd.Flags()
 	f.StringVar(&driver, "driver", "lxc", "driver that runs the guest")
-	f.StringVar(&image, "image", "", "image (busybox, debian/bookworm)")
+	f.StringVar(&image, "image", "", "image: one the node builds (busybox, debian/bookworm) or an OCI reference REGISTRY/REPO:TAG or REGISTRY/REPO@sha256:DIGEST (lxc)")
 	f.StringSliceVar(&packages, "packages", nil, "Debian packages installed into the guest's image (debian images; comma-separated or repeated)")
 	f.StringVar(&memory, "memory", "", "memory limit, e.g. 256M (default 256M)")
 	f.StringVar(&cpus, "cpus", "", "CPU limit in cores (0.5) or millicores (250m) (default 0.25)")
@@ -416,6 +417,9 @@ func newGuestShowCmd(g *Globals) *cobra.Command {
 						fmt.Fprintf(w, ", %s", o.Message)
 					}
 					fmt.Fprintf(w, " (reported %s ago)\n", age(o.UpdatedAt.AsTime()))
+					if o.ImageDigest != "" {
+						fmt.Fprintf(w, "Image digest:\t%s\n", o.ImageDigest)
+					}
 				}
 				fmt.Fprintln(w, "Events:")
 				for _, e := range gu.Events {

@@ -120,7 +120,11 @@ type DriverInfo struct {
 	// of its own (Guest.id_range), and a node with none free takes no
 	// more. 0 for drivers whose guests share one range or have no user
 	// namespace of the node's ids, and from agents that predate ranges.
-	IdRanges      uint32 `protobuf:"varint,180,opt,name=id_ranges,json=idRanges,proto3" json:"id_ranges,omitempty"`
+	IdRanges uint32 `protobuf:"varint,180,opt,name=id_ranges,json=idRanges,proto3" json:"id_ranges,omitempty"`
+	// oci_images is true when the driver runs OCI image references
+	// (REGISTRY/REPO:TAG, REGISTRY/REPO@sha256:...) besides the images it
+	// lists: it pulls them itself. Drivers listing no images take any.
+	OciImages     bool `protobuf:"varint,190,opt,name=oci_images,json=ociImages,proto3" json:"oci_images,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -230,6 +234,13 @@ func (x *DriverInfo) GetIdRanges() uint32 {
 		return x.IdRanges
 	}
 	return 0
+}
+
+func (x *DriverInfo) GetOciImages() bool {
+	if x != nil {
+		return x.OciImages
+	}
+	return false
 }
 
 // Node is a compute node enrolled in the cluster.
@@ -1031,6 +1042,9 @@ type GuestObserved struct {
 	// blue-green deploy before its switch).
 	StagedRelease uint32 `protobuf:"varint,7,opt,name=staged_release,json=stagedRelease,proto3" json:"staged_release,omitempty"`
 	StagedPort    int32  `protobuf:"varint,8,opt,name=staged_port,json=stagedPort,proto3" json:"staged_port,omitempty"`
+	// image_digest is the digest ("sha256:...") an OCI image reference
+	// resolved to when the guest was created from it.
+	ImageDigest   string `protobuf:"bytes,9,opt,name=image_digest,json=imageDigest,proto3" json:"image_digest,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1119,6 +1133,13 @@ func (x *GuestObserved) GetStagedPort() int32 {
 		return x.StagedPort
 	}
 	return 0
+}
+
+func (x *GuestObserved) GetImageDigest() string {
+	if x != nil {
+		return x.ImageDigest
+	}
+	return ""
 }
 
 // Event is one line in a guest's history.
@@ -3857,7 +3878,7 @@ const file_corpus_v1_types_proto_rawDesc = "" +
 	"\n" +
 	"cpu_millis\x18\x02 \x01(\x03R\tcpuMillis\x12\x1d\n" +
 	"\n" +
-	"disk_bytes\x18\x03 \x01(\x03R\tdiskBytes\"\xa7\x03\n" +
+	"disk_bytes\x18\x03 \x01(\x03R\tdiskBytes\"\xc7\x03\n" +
 	"\n" +
 	"DriverInfo\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
@@ -3874,7 +3895,9 @@ const file_corpus_v1_types_proto_rawDesc = "" +
 	"ownNetwork\x12\x1b\n" +
 	"\bconverge\x18\xa0\x01 \x01(\bR\bconverge\x12&\n" +
 	"\x0epackage_images\x18\xaa\x01 \x03(\tR\rpackageImages\x12\x1c\n" +
-	"\tid_ranges\x18\xb4\x01 \x01(\rR\bidRanges\x1a=\n" +
+	"\tid_ranges\x18\xb4\x01 \x01(\rR\bidRanges\x12\x1e\n" +
+	"\n" +
+	"oci_images\x18\xbe\x01 \x01(\bR\tociImages\x1a=\n" +
 	"\x0fAttributesEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x8d\a\n" +
@@ -3971,7 +3994,7 @@ const file_corpus_v1_types_proto_rawDesc = "" +
 	"\thost_port\x18\x01 \x01(\x05R\bhostPort\x12\x1d\n" +
 	"\n" +
 	"guest_port\x18\x02 \x01(\x05R\tguestPort\x12\x1a\n" +
-	"\bprotocol\x18\x03 \x01(\tR\bprotocol\"\x93\x02\n" +
+	"\bprotocol\x18\x03 \x01(\tR\bprotocol\"\xb6\x02\n" +
 	"\rGuestObserved\x12\x14\n" +
 	"\x05state\x18\x01 \x01(\tR\x05state\x12\x10\n" +
 	"\x03pid\x18\x02 \x01(\x03R\x03pid\x12\x18\n" +
@@ -3982,7 +4005,8 @@ const file_corpus_v1_types_proto_rawDesc = "" +
 	"\rrelease_error\x18\x06 \x01(\tR\freleaseError\x12%\n" +
 	"\x0estaged_release\x18\a \x01(\rR\rstagedRelease\x12\x1f\n" +
 	"\vstaged_port\x18\b \x01(\x05R\n" +
-	"stagedPort\"e\n" +
+	"stagedPort\x12!\n" +
+	"\fimage_digest\x18\t \x01(\tR\vimageDigest\"e\n" +
 	"\x05Event\x12.\n" +
 	"\x04time\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x12\x12\n" +
 	"\x04type\x18\x02 \x01(\tR\x04type\x12\x18\n" +

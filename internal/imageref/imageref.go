@@ -1,0 +1,62 @@
+// Package imageref tells an OCI image reference ("registry.example/app:1.2",
+// "localhost:5000/web@sha256:...") from the name of an image a driver
+// builds itself ("busybox", "debian/bookworm"), and parses references.
+// It is the one place that rule lives: the CLI, the coordinator and the
+// drivers all ask it.
+package imageref
+
+import (
+	"fmt"
+	"net"
+	"strings"
+
+	"github.com/google/go-containerregistry/pkg/name"
+)
+
+// IsReference reports whether image names an OCI image in a registry
+// rather than an image a driver builds. As Docker tells a registry host
+// from a repository's first component, a reference has a "/" and the part
+// before it is "localhost" or holds a "." or a ":"; built image names
+// ("busybox", "debian/bookworm") never do.
+func IsReference(image string) bool {
+	host, rest, ok := strings.Cut(image, "/")
+	if !ok || rest == "" {
+		return false
+	}
+	return host == "localhost" || strings.ContainsAny(host, ".:")
+}
+
+// Parse parses an OCI image reference REGISTRY/REPO[:TAG][@sha256:DIGEST]
+// (a missing tag is "latest"). insecure says whether the registry may
+// be reached over plain HTTP; a registry on a loopback address always
+// may (Loopback). An image that is not a reference (IsReference) is an
+// error naming what one looks like.
+func Parse(image string, insecure bool) (name.Reference, error) {
+	if !IsReference(image) {
+		return nil, fmt.Errorf("image %q is not an OCI reference (want REGISTRY/REPO:TAG or REGISTRY/REPO@sha256:DIGEST, the registry host holding a '.' or ':' or being localhost)", image)
+	}
+	var opts []name.Option
+	if insecure {
+		opts = append(opts, name.Insecure)
+	}
+	ref, err := name.ParseReference(image, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("image reference %q: %w", image, err)
+	}
+	return ref, nil
+}
+
+// Loopback reports whether registry (a host, with or without a port) is
+// on a loopback address: "localhost", 127.0.0.0/8 or ::1.
+func Loopback(registry string) bool {
+	host := registry
+	if h, _, err := net.SplitHostPort(registry); err == nil {
+		host = h
+	}
+	host = strings.TrimSuffix(strings.TrimPrefix(host, "["), "]")
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}

@@ -1,0 +1,77 @@
+package imageref
+
+import "testing"
+
+func TestIsReference(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		image string
+		want  bool
+	}{
+		{"busybox", false},
+		{"debian/bookworm", false},
+		{"library/nginx", false},
+		{"nginx:1.25", false},
+		{"registry.example/app:1.2", true},
+		{"registry.example/team/app", true},
+		{"localhost/app", true},
+		{"localhost:5000/app:1", true},
+		{"127.0.0.1:5000/app@sha256:" + "0123456789012345678901234567890123456789012345678901234567890123", true},
+		{"[::1]:5000/app", true},
+		{"registry.example/", false},
+		{"", false},
+	} {
+		if got := IsReference(tc.image); got != tc.want {
+			t.Errorf("IsReference(%q) = %t, want %t", tc.image, got, tc.want)
+		}
+	}
+}
+
+func TestParse(t *testing.T) {
+	t.Parallel()
+	ref, err := Parse("registry.example/team/app", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := ref.Name(), "registry.example/team/app:latest"; got != want {
+		t.Errorf("Parse(registry.example/team/app).Name() = %q, want %q", got, want)
+	}
+	if got := ref.Context().Registry.Scheme(); got != "https" {
+		t.Errorf("scheme of a registry not marked insecure = %q, want https", got)
+	}
+	ref, err = Parse("registry.example:5000/app:1", true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := ref.Context().Registry.Scheme(); got != "http" {
+		t.Errorf("scheme of an insecure registry = %q, want http", got)
+	}
+	for _, bad := range []string{"busybox", "debian/bookworm", "registry.example/App:1", "registry.example/app:bad tag", "registry.example/app@sha256:12"} {
+		if _, err := Parse(bad, false); err == nil {
+			t.Errorf("Parse(%q) = nil error, want one", bad)
+		}
+	}
+}
+
+func TestLoopback(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		registry string
+		want     bool
+	}{
+		{"localhost", true},
+		{"localhost:5000", true},
+		{"127.0.0.1:5000", true},
+		{"127.1.2.3", true},
+		{"[::1]:5000", true},
+		{"::1", true},
+		{"10.0.0.1:5000", false},
+		{"192.168.1.1", false},
+		{"registry.example:5000", false},
+		{"localhost.example", false},
+	} {
+		if got := Loopback(tc.registry); got != tc.want {
+			t.Errorf("Loopback(%q) = %t, want %t", tc.registry, got, tc.want)
+		}
+	}
+}

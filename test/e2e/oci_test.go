@@ -1,0 +1,92 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+
+	"corpus/images/oci/ocitest"
+)
+
+// TestGuestFromOCIImage: a guest made from an OCI image that a registry
+// on the node's loopback serves (an agent pulls from loopback over plain
+// HTTP without being told) runs the image's command as the image's user
+// with its env, answers on its exposed port, and shows the digest it
+// runs; an image the registry lacks fails the guest with the reason.
+func TestGuestFromOCIImage(t *testing.T) {
+	c := newCluster(t)
+	a := c.addAgent("n1")
+	reg := ocitest.Serve(t, listenIn(t, a.node.ns))
+	// The test reaches the registry and the guest from n1's namespace.
+	dial := func(ctx context.Context, network, addr string) (net.Conn, error) {
+		return inNamespace(a.node.ns, func() (net.Conn, error) { return (&net.Dialer{}).DialContext(ctx, network, addr) })
+	}
+	tr := &http.Transport{DialContext: dial}
+	t.Cleanup(tr.CloseIdleConnections)
+	digest := ocitest.Push(t, reg+"/team/web:1", ocitest.Image(t, v1.Config{
+		Entrypoint:   []string{"/bin/sh", "-c"},
+		Cmd:          []string{`echo "uid $(id -u) $GREETING" > index.html && exec httpd -f -p 8080 -h .`},
+		Env:          []string{"PATH=/bin", "GREETING=hello from the image"},
+		WorkingDir:   "/home/app",
+		User:         "app",
+		ExposedPorts: map[string]struct{}{"8080/tcp": {}},
+	}, ocitest.BusyboxLayer(t)), remote.WithTransport(tr))
+
+	c.mustCLI("guest", "create", "web", "--image", reg+"/team/web:1")
+	var v struct {
+		Guest struct {
+			Address  string `json:"address"`
+			Observed struct {
+				ImageDigest string `json:"image_digest"`
+			} `json:"observed"`
+		} `json:"guest"`
+		Status string `json:"status"`
+	}
+	if err := c.json(&v, "guest", "show", "web"); err != nil {
+		t.Fatal(err)
+	}
+	if v.Status != "running" || v.Guest.Observed.ImageDigest != digest {
+		t.Errorf("guest show web = %s, digest %q; want running, %s", v.Status, v.Guest.Observed.ImageDigest, digest)
+	}
+	if out := c.mustCLI("guest", "show", "web"); !strings.Contains(out, digest) {
+		t.Errorf("guest show web does not print the digest %s:\n%s", digest, out)
+	}
+	client := &http.Client{Transport: tr, Timeout: 5 * time.Second}
+	url := "http://" + net.JoinHostPort(strings.Split(v.Guest.Address, "/")[0], "8080") + "/"
+	var body string
+	eventually(t, 30*time.Second, "the image's server answers on "+url, func() error {
+		res, err := client.Get(url)
+		if err != nil {
+			return err
+		}
+		defer res.Body.Close()
+		b, err := io.ReadAll(res.Body)
+		if err != nil || res.StatusCode != http.StatusOK {
+			return fmt.Errorf("GET %s: %s, %v", url, res.Status, err)
+		}
+		body = string(b)
+		return nil
+	})
+	if want := "uid 1000 hello from the image\n"; body != want {
+		t.Errorf("GET %s = %q, want %q", url, body, want)
+	}
+	// Exec reaches the guest as for other guests.
+	if out := c.mustCLI("guest", "exec", "web", "--", "cat", "/home/app/index.html"); out != body {
+		t.Errorf("guest exec cat index.html = %q, want %q", out, body)
+	}
+
+	_, errOut, code := c.cli("guest", "create", "missing", "--image", reg+"/team/missing:1")
+	if code == 0 || !strings.Contains(errOut, "NAME_UNKNOWN") {
+		t.Errorf("guest create from a missing image = exit %d, %q; want a failure naming NAME_UNKNOWN", code, errOut)
+	}
+	c.mustCLI("guest", "delete", "missing")
+	c.mustCLI("guest", "delete", "web")
+}
