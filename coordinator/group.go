@@ -112,6 +112,9 @@ func (s *Server) AddPeer(ctx context.Context, id, raftAddr, apiAddr string) erro
 		})
 	}
 	if err := s.replica.raft.AddVoter(raft.ServerID(id), raft.ServerAddress(raftAddr), 0, 30*time.Second).Error(); err != nil {
+		if aerr := s.replica.refused(err); aerr != nil {
+			err = aerr
+		}
 		return fmt.Errorf("adding %s at %s: %w", id, raftAddr, err)
 	}
 	s.logger.Info("raft peer added", "id", id, "raft", raftAddr, "api", apiAddr)
@@ -142,6 +145,9 @@ func (s *Server) RemovePeer(ctx context.Context, id string) error {
 		return err
 	}
 	if err := s.replica.raft.RemoveServer(raft.ServerID(id), 0, 30*time.Second).Error(); err != nil {
+		if aerr := s.replica.refused(err); aerr != nil {
+			err = aerr
+		}
 		return fmt.Errorf("removing %s: %w", id, err)
 	}
 	s.logger.Info("raft peer removed", "id", id)

@@ -212,19 +212,8 @@ func (r *replica) propose(ctx context.Context, cmd *corpusv1.Command) (uint64, e
 	err = f.Error()
 	r.apply.Observe(time.Since(start).Seconds())
 	if err != nil {
-		if errors.Is(err, raft.ErrNotLeader) {
-			// Refused before it was logged: it did not happen.
-			return 0, r.notLeader()
-		}
-		if errors.Is(err, raft.ErrLeadershipLost) {
-			// Logged, then deposed: the next leader may still commit it.
-			// Clients may send it again (writes are idempotent), but must
-			// not take it as not done.
-			return 0, fmt.Errorf("%w (leadership was lost while the write was being committed: %w)", api.ErrNotLeader, rpc.ErrMaybeDone)
-		}
-		if errors.Is(err, raft.ErrEnqueueTimeout) {
-			// Refused before it was logged, too.
-			return 0, fmt.Errorf("%w: the leader's write queue stayed full, the write was not taken (retry shortly)", api.ErrBusy)
+		if aerr := r.refused(err); aerr != nil {
+			return 0, aerr
 		}
 		return 0, fmt.Errorf("replicating command: %w", err)
 	}
@@ -233,6 +222,27 @@ func (r *replica) propose(ctx context.Context, cmd *corpusv1.Command) (uint64, e
 		return f.Index(), nil
 	}
 	return res.Index, res.Err
+}
+
+// refused is the API's answer for a Raft future's error that says the
+// leader could not take the change (or was deposed while committing
+// it), which clients retry; nil for any other error.
+func (r *replica) refused(err error) error {
+	switch {
+	case errors.Is(err, raft.ErrNotLeader), errors.Is(err, raft.ErrLeadershipTransferInProgress):
+		// Refused before it was logged: it did not happen. A leader
+		// handing over (it is stopping) takes nothing new either.
+		return r.notLeader()
+	case errors.Is(err, raft.ErrLeadershipLost):
+		// Logged, then deposed: the next leader may still commit it.
+		// Clients may send it again (writes are idempotent), but must
+		// not take it as not done.
+		return fmt.Errorf("%w (leadership was lost while the write was being committed: %w)", api.ErrNotLeader, rpc.ErrMaybeDone)
+	case errors.Is(err, raft.ErrEnqueueTimeout):
+		// Refused before it was logged, too.
+		return fmt.Errorf("%w: the leader's write queue stayed full, the write was not taken (retry shortly)", api.ErrBusy)
+	}
+	return nil
 }
 
 func (r *replica) notLeader() error {
