@@ -334,7 +334,21 @@ func openPage(t *testing.T, chromium, base, shots string) *page {
 		t.Fatalf("starting %s: %v", chromium, err)
 	}
 	p := &page{t: t, ctx: ctx, base: base, shots: shots}
-	p.do(chromedp.Navigate(base + "/ui/"))
+	// Chromium aborts a page load when the host's network configuration
+	// changes (net::ERR_NETWORK_CHANGED), and the tests beside this one
+	// add and remove interfaces all the time: load it again then.
+	for try := 1; ; try++ {
+		nctx, ncancel := context.WithTimeout(ctx, testrun.D(30*time.Second))
+		err := chromedp.Do(nctx, chromedp.Navigate(base+"/ui/"))
+		ncancel()
+		if err == nil {
+			break
+		}
+		if !strings.Contains(err.Error(), "ERR_NETWORK_CHANGED") || try == 5 {
+			t.Fatalf("browser: loading %s/ui/: %v\n%s", base, err, p.dump())
+		}
+		t.Logf("loading %s/ui/ again: %v", base, err)
+	}
 	return p
 }
 
