@@ -112,9 +112,14 @@ func overlayPaths(c *golxc.Container) (lower, upper string, ok bool) {
 	if len(v) == 0 {
 		return "", "", false
 	}
+	// liblxc gives the value without its "overlay:" prefix; a folder's
+	// is one absolute path, with or without "dir:".
 	rest := strings.TrimSpace(v[0])
 	for _, prefix := range []string{"overlay:", "overlayfs:"} {
 		rest = strings.TrimPrefix(rest, prefix)
+	}
+	if strings.HasPrefix(rest, "dir:") {
+		return "", "", false
 	}
 	lower, upper, ok = strings.Cut(rest, ":")
 	return lower, upper, ok && lower != "" && upper != ""

@@ -98,6 +98,11 @@ func New(cfg Config) (*Driver, error) {
 	if err := d.oci.Sweep(); err != nil {
 		d.log.Warn("cleaning up after interrupted image pulls", "error", err)
 	}
+	for _, dir := range []string{d.path, d.imgPath} {
+		if err := sweepCopies(dir); err != nil {
+			d.log.Warn("cleaning up after interrupted copies", "error", err)
+		}
+	}
 	if overlaySupported(path) {
 		d.clone = cloneOverlay
 	}

@@ -309,6 +309,25 @@ func (d *Driver) create(ctx context.Context, spec drivers.GuestSpec, img imageSp
 // cloneImage makes container name in the driver's lxcpath from img's
 // cache, for a guest in the user namespace of m (nil: privileged).
 func (d *Driver) cloneImage(img imageSpec, name string, m *idmap) error {
+	if d.clone == cloneCopy {
+		// Copied here rather than by liblxc's clone, which forks
+		// without exec (see copyContainer).
+		err := copyContainer(filepath.Join(d.imgPath, img.cache), d.guestDir(name), func(tmp string) error {
+			if m == nil {
+				return nil
+			}
+			// The guest's root reaches its root file system through
+			// its folder, and its copy of the image's files is its own.
+			if err := os.Lchown(tmp, int(m.UID), int(m.GID)); err != nil {
+				return err
+			}
+			return d.ids.shift(filepath.Join(tmp, "rootfs"), *m)
+		})
+		if err != nil {
+			return fmt.Errorf("cloning image %s (%s): %w", img.name, d.clone, err)
+		}
+		return nil
+	}
 	cache, err := golxc.NewContainer(img.cache, d.imgPath)
 	if err != nil {
 		return fmt.Errorf("opening image %s: %w", img.name, err)
@@ -326,13 +345,6 @@ func (d *Driver) cloneImage(img imageSpec, name string, m *idmap) error {
 	// The guest's root reaches its root file system through its folder.
 	if err := os.Lchown(dir, int(m.UID), int(m.GID)); err != nil {
 		return fmt.Errorf("cloning image %s: %w", img.name, err)
-	}
-	if d.clone != cloneOverlay {
-		// A copy of the image's own files, shifted to the guest's.
-		if err := d.ids.shift(filepath.Join(dir, "rootfs"), *m); err != nil {
-			return fmt.Errorf("cloning image %s: %w", img.name, err)
-		}
-		return nil
 	}
 	// liblxc mounts the overlay inside the guest's user namespace,
 	// where its upper and work folders must be the guest's.
@@ -569,11 +581,17 @@ func (d *Driver) removeContainer(name string) error {
 		if err := d.deleteDisk(context.Background(), name); err != nil {
 			return err
 		}
-		d.rdepsMu.Lock()
-		err := c.Destroy()
-		d.rdepsMu.Unlock()
-		if err != nil {
-			return fmt.Errorf("%w%s", err, logTail(filepath.Join(dir, "lxc.log")))
+		// An overlay's image records its dependents, and liblxc's
+		// destroy updates that record. A copy is only files, removed
+		// below: liblxc would remove them in a forked child, as the
+		// guest's root (see copyContainer on forks).
+		if _, _, overlay := overlayPaths(c); overlay {
+			d.rdepsMu.Lock()
+			err := c.Destroy()
+			d.rdepsMu.Unlock()
+			if err != nil {
+				return fmt.Errorf("%w%s", err, logTail(filepath.Join(dir, "lxc.log")))
+			}
 		}
 		d.log.Info("destroyed guest", "guest", name)
 	}

@@ -441,6 +441,26 @@ func (d *Driver) copyShifted(img imageSpec) error {
 	})
 }
 
+// copyPattern matches the temporary folders of copyContainer.
+const copyPattern = ".*.copy-*"
+
+// sweepCopies removes what copies into dir that were cut short (the
+// agent stopped mid-copy) left behind. Only for folders that are this
+// driver's alone: a shared image store may hold another's copy in
+// progress.
+func sweepCopies(dir string) error {
+	left, err := filepath.Glob(filepath.Join(dir, copyPattern))
+	if err != nil {
+		return err
+	}
+	for _, p := range left {
+		if err := os.RemoveAll(p); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // copyContainer copies the container folder src (its rootfs and config)
 // to dst, whose last element is the copy's name, through a temporary
 // folder beside dst that finish, when set, adjusts before it is renamed
@@ -452,7 +472,7 @@ func (d *Driver) copyShifted(img imageSpec) error {
 // the cache hung 18 minutes). cp runs as a process of its own, and the
 // config is the source's with its name and root file system changed.
 func copyContainer(src, dst string, finish func(tmp string) error) (err error) {
-	tmp, err := os.MkdirTemp(filepath.Dir(dst), "."+filepath.Base(dst)+".copy-")
+	tmp, err := os.MkdirTemp(filepath.Dir(dst), strings.Replace(copyPattern, "*", filepath.Base(dst), 1))
 	if err != nil {
 		return err
 	}

@@ -4,9 +4,12 @@ package lxc
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -169,5 +172,35 @@ func TestPackagesWithTMPDIR(t *testing.T) {
 	cfg, err := os.ReadFile(filepath.Join(cache, "config"))
 	if err != nil || !strings.Contains(string(cfg), "lxc.rootfs.path = dir:"+filepath.Join(cache, "rootfs")+"\n") {
 		t.Errorf("the copy's config names another root file system (%v):\n%s", err, cfg)
+	}
+}
+
+// TestNewSweepsCutCopies: the folders of copies an agent stopped in the
+// middle of are removed when the driver opens its path again, and
+// nothing else is.
+func TestNewSweepsCutCopies(t *testing.T) {
+	t.Parallel()
+	requireLXC(t)
+	path := t.TempDir()
+	t.Cleanup(func() { cleanupPath(t, path) })
+	left := []string{filepath.Join(path, ".web.copy-123"), filepath.Join(path, imagesDir, ".busybox.copy-9")}
+	kept := []string{filepath.Join(path, "web"), filepath.Join(path, imagesDir, "busybox")}
+	for _, p := range append(slices.Clone(left), kept...) {
+		if err := os.MkdirAll(filepath.Join(p, "rootfs", "bin"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := New(Config{Path: path, Logger: testLogger(t)}); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range left {
+		if _, err := os.Stat(p); !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("%s after New: %v, want it removed", p, err)
+		}
+	}
+	for _, p := range kept {
+		if _, err := os.Stat(p); err != nil {
+			t.Errorf("%s after New: %v, want it kept", p, err)
+		}
 	}
 }
