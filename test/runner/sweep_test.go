@@ -165,3 +165,89 @@ func TestSweepRefuses(t *testing.T) {
 		t.Errorf("test/sweep %s: %v: %s", dir, err, out)
 	}
 }
+
+// TestSweepLibvirtDomains: a libvirt domain whose disk lies in a group's
+// folder is stopped and undefined with the folder; --stale-domains
+// removes those whose disks under /tmp are all gone and keeps one whose
+// disk is there.
+func TestSweepLibvirtDomains(t *testing.T) {
+	need(t, "bash", "virsh")
+	if err := exec.Command("virsh", "-q", "-c", "qemu:///system", "uri").Run(); err != nil {
+		if os.Getenv("CORPUS_TEST_REQUIRE_LIBVIRT") == "1" {
+			t.Fatalf("libvirtd does not answer on qemu:///system: %v", err)
+		}
+		t.Skip("skipping: libvirtd does not answer on qemu:///system")
+	}
+	sweep, err := filepath.Abs("../sweep")
+	if err != nil {
+		t.Fatal(err)
+	}
+	root, err := os.MkdirTemp("/tmp", "sweeptest.")
+	if err != nil {
+		t.Fatal(err)
+	}
+	kept := t.TempDir()
+	if !strings.HasPrefix(kept, "/tmp/") {
+		kept = root + ".kept"
+		if err := os.Mkdir(kept, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	gone := root + ".gone"
+	doms := map[string]string{ // name: its disk
+		fmt.Sprintf("sweeptest-group-%d", os.Getpid()): filepath.Join(root, "vm", "disk.qcow2"),
+		fmt.Sprintf("sweeptest-gone-%d", os.Getpid()):  filepath.Join(gone, "disk.qcow2"),
+		fmt.Sprintf("sweeptest-kept-%d", os.Getpid()):  filepath.Join(kept, "disk.qcow2"),
+	}
+	defined := func(name string) bool {
+		return exec.Command("virsh", "-q", "-c", "qemu:///system", "dominfo", name).Run() == nil
+	}
+	t.Cleanup(func() {
+		for name := range doms {
+			if defined(name) {
+				exec.Command("virsh", "-q", "-c", "qemu:///system", "undefine", name).Run()
+			}
+		}
+		os.RemoveAll(root)
+		os.RemoveAll(kept)
+	})
+	for name, disk := range doms {
+		if disk != doms[fmt.Sprintf("sweeptest-gone-%d", os.Getpid())] {
+			if err := os.MkdirAll(filepath.Dir(disk), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(disk, nil, 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}
+		x := filepath.Join(t.TempDir(), "dom.xml")
+		if err := os.WriteFile(x, []byte(fmt.Sprintf(`<domain type='qemu'><name>%s</name><memory unit='MiB'>64</memory>
+<os><type arch='x86_64'>hvm</type></os><devices><disk type='file' device='disk'><driver name='qemu' type='qcow2'/>
+<source file='%s'/><target dev='vda' bus='virtio'/></disk></devices></domain>`, name, disk)), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		sh(t, "virsh", "-q", "-c", "qemu:///system", "define", x)
+	}
+
+	out, err := exec.Command(sweep, root).CombinedOutput()
+	if err != nil {
+		t.Fatalf("test/sweep: %v:\n%s", err, out)
+	}
+	group := fmt.Sprintf("sweeptest-group-%d", os.Getpid())
+	if !strings.Contains(string(out), "swept: libvirt domain "+group) || defined(group) {
+		t.Errorf("the group's domain after test/sweep (defined: %v):\n%s", defined(group), out)
+	}
+	out, err = exec.Command(sweep, "--stale-domains").CombinedOutput()
+	if err != nil {
+		t.Fatalf("test/sweep --stale-domains: %v:\n%s", err, out)
+	}
+	for name := range doms {
+		want := name != fmt.Sprintf("sweeptest-kept-%d", os.Getpid()) // its disk is there
+		if said := strings.Contains(string(out), "swept: libvirt domain "+name); said != (want && name != group) {
+			t.Errorf("test/sweep --stale-domains said it swept %s: %v:\n%s", name, said, out)
+		}
+		if defined(name) == want {
+			t.Errorf("domain %s defined after the sweeps: %v, want %v", name, defined(name), !want)
+		}
+	}
+}
