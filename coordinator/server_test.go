@@ -18,6 +18,7 @@ import (
 	"corpus/coordinator"
 	"corpus/coordinator/state"
 	"corpus/internal/pki"
+	"corpus/internal/rpc"
 	"corpus/internal/testrun"
 	corpusv1 "corpus/proto/corpus/v1"
 )
@@ -544,7 +545,7 @@ func TestServeEndsStreams(t *testing.T) {
 		}
 		// Unavailable, which clients retry on another replica; not
 		// Cancelled, which says the client gave up.
-		if reason := retryReason(err); connect.CodeOf(err) != connect.CodeUnavailable || reason != corpusv1.RetryStopping {
+		if reason := rpc.RetryOf(err).GetReason(); connect.CodeOf(err) != connect.CodeUnavailable || reason != corpusv1.RetryStopping {
 			t.Errorf("Watch() ended by a stopping replica: %v (retry %q), want unavailable with retry %q", err, reason, corpusv1.RetryStopping)
 		}
 	case <-time.After(testrun.D(waitTimeout)):
@@ -581,18 +582,3 @@ func testCSR(t *testing.T) []byte {
 	return csr
 }
 
-// retryReason is the reason of err's Retry detail, "" without one.
-func retryReason(err error) string {
-	var ce *connect.Error
-	if !errors.As(err, &ce) {
-		return ""
-	}
-	for _, d := range ce.Details() {
-		if v, derr := d.Value(); derr == nil {
-			if r, ok := v.(*corpusv1.Retry); ok {
-				return r.Reason
-			}
-		}
-	}
-	return ""
-}

@@ -232,21 +232,34 @@ func Unavailable(err error, reason string) *connect.Error {
 	return ce
 }
 
+// RetryOf returns the Retry detail of an Unavailable answer, nil when
+// err is not one or carries none.
+func RetryOf(err error) *corpusv1.Retry {
+	var ce *connect.Error
+	if connect.CodeOf(err) != connect.CodeUnavailable || !errors.As(err, &ce) {
+		return nil
+	}
+	for _, d := range ce.Details() {
+		if v, derr := d.Value(); derr == nil {
+			if r, ok := v.(*corpusv1.Retry); ok {
+				return r
+			}
+		}
+	}
+	return nil
+}
+
 // retryOf says whether err asks to be retried, and whether the write it
 // answers may have taken effect. It reads the answer's Retry detail; an
 // Unavailable answer without one, from a coordinator older than those
 // details, is known by its phrases.
 func retryOf(err error) (retry, maybeDone bool) {
+	if r := RetryOf(err); r != nil {
+		return true, r.MaybeDone
+	}
 	var ce *connect.Error
 	if connect.CodeOf(err) != connect.CodeUnavailable || !errors.As(err, &ce) {
 		return false, false
-	}
-	for _, d := range ce.Details() {
-		if v, derr := d.Value(); derr == nil {
-			if r, ok := v.(*corpusv1.Retry); ok {
-				return true, r.MaybeDone
-			}
-		}
 	}
 	msg := ce.Message()
 	if !strings.Contains(msg, NotLeaderPhrase) && !strings.Contains(msg, BusyPhrase) {
