@@ -581,4 +581,3 @@ func testCSR(t *testing.T) []byte {
 	}
 	return csr
 }
-
