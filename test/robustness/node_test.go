@@ -117,7 +117,7 @@ const (
 // replica drawn at random, each report with a message of its own: each
 // is a write of the guest's observed state, read back by the clients.
 // A report gives up after a second, as an agent's gives up well within
-// the node timeout (10 s of 15 by default; here 1 s of 4, a second
+// the node timeout (10 s of 15 by default; here 1 s of 4 or more, time
 // left for followers to pass heartbeats on to the leader).
 func (w *workload) heartbeats(n *labNode, seed uint64) {
 	w.loop(seed, heartbeatID, func(rng *rand.Rand, i int) {
