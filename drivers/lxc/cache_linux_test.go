@@ -196,3 +196,28 @@ func TestImageCacheCap(t *testing.T) {
 		t.Errorf("usage = %+v, want 3 images within the cap of %d bytes", u, d.cacheMax)
 	}
 }
+
+// BenchmarkImages measures listing a cache of busybox and an OCI image
+// (its unpacked tree and layers walked, the guests' metadata read):
+// what `corpus image list` and each collection cost the node.
+//
+//	go test -run '^$' -bench Images -benchtime 50x ./drivers/lxc/
+func BenchmarkImages(b *testing.B) {
+	d := newTestDriverWith(b, Config{ImageCacheMax: "0"})
+	ctx := b.Context()
+	reg := ocitest.Registry(b)
+	ocitest.Push(b, reg+"/test/app:1", ocitest.Image(b, v1.Config{Cmd: []string{"/bin/sleep", "1000"}}, ocitest.BusyboxLayer(b)))
+	if err := d.Create(ctx, busybox("bb"), nil); err != nil {
+		b.Fatal(err)
+	}
+	if err := d.EnsureImage(ctx, reg+"/test/app:1", nil); err != nil {
+		b.Fatal(err)
+	}
+	for b.Loop() {
+		if _, _, err := d.Images(ctx); err != nil {
+			b.Fatal(err)
+		}
+	}
+	u := d.ImageCacheUsage()
+	b.ReportMetric(float64(u.Bytes), "cache-bytes")
+}
