@@ -46,7 +46,8 @@ type ImageCache interface {
 	// digest, and the layers no other image holds; it returns the image
 	// and the bytes freed. An image a guest uses is ErrImageInUse
 	// (wrapped, naming the guests) and stays; an image the cache lacks
-	// is ErrImageNotCached.
+	// is ErrImageNotCached, a name several images answer to
+	// ErrImageAmbiguous.
 	RemoveImage(ctx context.Context, image string) (CachedImage, int64, error)
 	// PruneImages removes every image no guest uses and every layer no
 	// remaining image holds, and returns the images removed and the
@@ -62,4 +63,7 @@ var (
 	ErrImageInUse = errors.New("image is used by guests")
 	// ErrImageNotCached means the node's cache has no such image.
 	ErrImageNotCached = errors.New("image is not in the node's cache")
+	// ErrImageAmbiguous means a name designates several images (one
+	// reference pulled at several digests): name one by its digest.
+	ErrImageAmbiguous = errors.New("name designates several images")
 )

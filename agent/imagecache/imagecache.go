@@ -76,6 +76,8 @@ func (n Images) RemoveImage(ctx context.Context, req *connect.Request[corpusv1.R
 			continue
 		case errors.Is(err, drivers.ErrImageInUse):
 			return nil, connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("node %s: %w", n.Name, err))
+		case errors.Is(err, drivers.ErrImageAmbiguous):
+			return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("node %s: %w", n.Name, err))
 		case err != nil:
 			return nil, connect.NewError(connect.CodeInternal, fmt.Errorf("node %s: %w", n.Name, err))
 		}

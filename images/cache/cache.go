@@ -72,8 +72,8 @@ func (s *Set) Finish(users map[string][]string) {
 
 // Find returns the image name designates: its ID, name, reference
 // with or without its digest, or digest. An image the set lacks is
-// drivers.ErrImageNotCached; a name several images answer to is an
-// error listing their digests.
+// drivers.ErrImageNotCached; a name several images answer to is
+// drivers.ErrImageAmbiguous, listing their digests.
 func (s *Set) Find(name string) (*Image, error) {
 	var found []*Image
 	for _, img := range s.Images {
@@ -93,7 +93,7 @@ func (s *Set) Find(name string) (*Image, error) {
 	for _, img := range found {
 		ids = append(ids, img.Digest)
 	}
-	return nil, fmt.Errorf("image %q names %d images (%s): name one by its digest", name, len(found), strings.Join(ids, ", "))
+	return nil, fmt.Errorf("image %q: %w (%s): name one by its digest", name, drivers.ErrImageAmbiguous, strings.Join(ids, ", "))
 }
 
 // Unused returns the images no guest uses and skip (nil: none) keeps,

@@ -3,6 +3,7 @@ package cache
 import (
 	"errors"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -89,5 +90,13 @@ func TestFind(t *testing.T) {
 	}
 	if _, err := s.Find("reg/z:1"); !errors.Is(err, drivers.ErrImageNotCached) {
 		t.Errorf("Find(missing) = %v, want ErrImageNotCached", err)
+	}
+	// The tag pulled again at another digest: the tag names both.
+	s.Images = append(s.Images, &Image{CachedImage: drivers.CachedImage{ID: "oci-a2", Name: "reg/a:1", Digest: "sha256:aa2"}})
+	if _, err := s.Find("reg/a:1"); !errors.Is(err, drivers.ErrImageAmbiguous) || !strings.Contains(err.Error(), "sha256:aa2") {
+		t.Errorf("Find(a tag at two digests) = %v, want ErrImageAmbiguous listing the digests", err)
+	}
+	if img, err := s.Find("sha256:aa2"); err != nil || img.ID != "oci-a2" {
+		t.Errorf("Find(sha256:aa2) = %v, %v; want oci-a2", img, err)
 	}
 }

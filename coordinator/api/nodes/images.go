@@ -126,14 +126,16 @@ func askNodes[T any](s *nodeService, name, what string, call func(*corpusv1.Node
 }
 
 // agentError is an agent's refusal with its code kept (an image in use
-// stays FailedPrecondition, a missing one NotFound) or, when the agent
-// could not be reached, Unavailable.
+// stays FailedPrecondition, a missing one NotFound, a failure on the
+// node Internal) or, when the agent could not be reached, Unavailable.
 func agentError(n *corpusv1.Node, what string, err error) *connect.Error {
 	var ce *connect.Error
 	if errors.As(err, &ce) {
 		switch ce.Code() {
 		case connect.CodeFailedPrecondition, connect.CodeNotFound, connect.CodeInvalidArgument:
 			return connect.NewError(ce.Code(), errors.New(ce.Message()))
+		case connect.CodeInternal:
+			return connect.NewError(ce.Code(), fmt.Errorf("node %s: %s: %s", n.Name, what, ce.Message()))
 		case connect.CodeUnimplemented:
 			return connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("node %s: %s: its agent has no image cache API; upgrade it", n.Name, what))
 		}
