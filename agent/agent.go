@@ -34,6 +34,7 @@ import (
 	"corpus/agent/volumes"
 	"corpus/drivers"
 	"corpus/drivers/catalog"
+	imgcache "corpus/images/cache"
 	"corpus/internal/gossip"
 	"corpus/internal/metrics"
 	"corpus/internal/names"
@@ -200,6 +201,11 @@ func (c Config) Validate() error {
 			if _, err := netip.ParseAddr(c.Address); err != nil {
 				errs = append(errs, fmt.Errorf("node address %q: %w", c.Address, err))
 			}
+		}
+	}
+	if c.ImageCacheMax != "" {
+		if _, _, err := imgcache.ParseLimit(c.ImageCacheMax); err != nil {
+			errs = append(errs, fmt.Errorf("%w (--image-cache-max)", err))
 		}
 	}
 	if c.GitAddr != "" {

@@ -10,9 +10,11 @@ package cache
 import (
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 
 	"corpus/drivers"
+	"corpus/internal/units"
 )
 
 // Image is one image of a cache.
@@ -149,4 +151,22 @@ func (s *Set) held(l string, gone []*Image) bool {
 		}
 	}
 	return false
+}
+
+// ParseLimit reads a cache's cap as people write it: a size ("20G",
+// units.ParseSize), a share of the disk ("25%"), or "0" for none. It
+// returns the bytes, or the share in percent.
+func ParseLimit(s string) (bytes int64, percent float64, err error) {
+	if pct, ok := strings.CutSuffix(strings.TrimSpace(s), "%"); ok {
+		p, err := strconv.ParseFloat(pct, 64)
+		if err != nil || !(p > 0 && p <= 100) {
+			return 0, 0, fmt.Errorf("image cache cap %q: a share must be above 0%% and at most 100%%", s)
+		}
+		return 0, p, nil
+	}
+	n, err := units.ParseSize(s)
+	if err != nil {
+		return 0, 0, fmt.Errorf("image cache cap: %w, or a share of the disk (25%%), or 0 for none", err)
+	}
+	return n, 0, nil
 }

@@ -100,3 +100,21 @@ func TestFind(t *testing.T) {
 		t.Errorf("Find(sha256:aa2) = %v, %v; want oci-a2", img, err)
 	}
 }
+
+// TestParseLimit reads the cap's forms and refuses nonsense.
+func TestParseLimit(t *testing.T) {
+	for _, tc := range []struct {
+		in    string
+		bytes int64
+		pct   float64
+		ok    bool
+	}{
+		{"0", 0, 0, true}, {"20G", 20 << 30, 0, true}, {"512M", 512 << 20, 0, true}, {"25%", 0, 25, true},
+		{"0%", 0, 0, false}, {"101%", 0, 0, false}, {"NaN%", 0, 0, false}, {"lots", 0, 0, false}, {"-1", 0, 0, false},
+	} {
+		n, p, err := ParseLimit(tc.in)
+		if (err == nil) != tc.ok || n != tc.bytes || p != tc.pct {
+			t.Errorf("ParseLimit(%q) = %d, %v, %v; want %d, %v, ok %v", tc.in, n, p, err, tc.bytes, tc.pct, tc.ok)
+		}
+	}
+}

@@ -4,13 +4,9 @@ import (
 	"fmt"
 	"io/fs"
 	"path/filepath"
-	"strconv"
-	"strings"
 	"syscall"
 
 	"golang.org/x/sys/unix"
-
-	"corpus/internal/units"
 )
 
 // DiskUsage is the space path takes on disk, a folder's files and
@@ -50,24 +46,17 @@ func DiskUsage(path string) int64 {
 	return n
 }
 
-// ParseMax reads a cache's cap for a cache in dir: a size ("20G"), a
-// share of the file system holding dir ("25%"), or "0" for none. It
-// returns bytes, 0 for no cap.
+// ParseMax reads a cache's cap (ParseLimit) for a cache in dir, a
+// share taken of the file system holding dir. It returns bytes, 0 for
+// no cap.
 func ParseMax(s, dir string) (int64, error) {
-	if pct, ok := strings.CutSuffix(strings.TrimSpace(s), "%"); ok {
-		p, err := strconv.ParseFloat(pct, 64)
-		if err != nil || p <= 0 || p > 100 {
-			return 0, fmt.Errorf("image cache cap %q: a share must be above 0%% and at most 100%%", s)
-		}
-		var st unix.Statfs_t
-		if err := unix.Statfs(dir, &st); err != nil {
-			return 0, fmt.Errorf("image cache cap %q: measuring the file system of %s: %w", s, dir, err)
-		}
-		return int64(float64(st.Blocks) * float64(st.Bsize) * p / 100), nil
+	n, pct, err := ParseLimit(s)
+	if err != nil || pct == 0 {
+		return n, err
 	}
-	n, err := units.ParseSize(s)
-	if err != nil {
-		return 0, fmt.Errorf("image cache cap: %w, or a share of the disk (25%%), or 0 for none", err)
+	var st unix.Statfs_t
+	if err := unix.Statfs(dir, &st); err != nil {
+		return 0, fmt.Errorf("image cache cap %q: measuring the file system of %s: %w", s, dir, err)
 	}
-	return n, nil
+	return int64(float64(st.Blocks) * float64(st.Bsize) * pct / 100), nil
 }
