@@ -15,6 +15,8 @@ import (
 	"strings"
 	"time"
 
+	golxc "github.com/lxc/go-lxc"
+
 	"corpus/drivers"
 	"corpus/images/cache"
 	"corpus/images/oci"
@@ -331,7 +333,13 @@ func (d *Driver) imageUsers() (map[string][]string, error) {
 		if err != nil {
 			continue // not a guest, or one being made (under cacheMu)
 		}
-		if c := guestCache(m); c != "" {
+		c := guestCache(m)
+		if m.Cache == "" {
+			if lower := d.overlayCache(m.Name); lower != "" {
+				c = lower
+			}
+		}
+		if c != "" {
 			users[c] = append(users[c], m.Name)
 		}
 	}
@@ -341,7 +349,9 @@ func (d *Driver) imageUsers() (map[string][]string, error) {
 // guestCache is the cache of the image guest m was made from. Guests
 // made before metadata recorded it get theirs from the image's name or
 // digest (a built image's packages were not recorded: such a guest's
-// image is taken for the image without packages).
+// image is taken for the image without packages), or, for an overlay
+// on a cache, which does depend on it, from their root file system
+// (overlayCache).
 func guestCache(m metadata) string {
 	switch {
 	case m.Cache != "":
@@ -358,6 +368,30 @@ func guestCache(m metadata) string {
 		return ""
 	}
 	return img.cache
+}
+
+// overlayCache is the image cache guest name's overlay stacks on
+// (that of the image, for a copy of it per id range), "" when its root
+// file system is no overlay on a cache.
+func (d *Driver) overlayCache(name string) string {
+	c, err := golxc.NewContainer(name, d.path)
+	if err != nil {
+		return ""
+	}
+	defer c.Release()
+	lower, _, ok := overlayPaths(c)
+	if !ok {
+		return ""
+	}
+	rel, err := filepath.Rel(d.imgPath, lower)
+	if err != nil || rel == "." || strings.HasPrefix(rel, "..") {
+		return ""
+	}
+	dir, _, _ := strings.Cut(rel, string(filepath.Separator))
+	if m := variantName.FindStringSubmatch(dir); m != nil {
+		return m[1]
+	}
+	return dir
 }
 
 // ociCache is the cache container of the OCI image of digest ("" when

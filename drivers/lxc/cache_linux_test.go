@@ -4,6 +4,7 @@ package lxc
 
 import (
 	"crypto/rand"
+	"encoding/json"
 	"errors"
 	"os"
 	"path/filepath"
@@ -220,4 +221,38 @@ func BenchmarkImages(b *testing.B) {
 	}
 	u := d.ImageCacheUsage()
 	b.ReportMetric(float64(u.Bytes), "cache-bytes")
+}
+
+// TestImageCacheLegacyGuests: a guest made before its metadata named
+// its image's cache keeps an image its overlay stacks on from being
+// removed, even where its image's name points elsewhere (a built
+// image's packages were not recorded).
+func TestImageCacheLegacyGuests(t *testing.T) {
+	t.Parallel()
+	d := newTestDriverWith(t, Config{ImageCacheMax: "0"})
+	ctx := t.Context()
+	for _, spec := range []drivers.GuestSpec{busybox("old"), func() drivers.GuestSpec { s := busybox("oldroot"); s.Privileged = true; return s }()} {
+		if err := d.Create(ctx, spec, nil); err != nil {
+			t.Fatalf("Create(%s) = %v", spec.Name, err)
+		}
+		m, err := d.readMetadata(spec.Name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m.Cache, m.Image = "", "debian/bookworm"
+		b, _ := json.Marshal(m)
+		if err := os.WriteFile(filepath.Join(d.guestDir(spec.Name), metadataFile), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if d.clone == cloneCopy {
+		t.Skip("guests here are copies: none depends on its image's cache")
+	}
+	imgs := cachedByName(t, d)
+	if got := imgs["busybox"].Guests; !slices.Equal(got, []string{"old", "oldroot"}) {
+		t.Errorf("busybox used by %v, want the overlay guests [old oldroot] (clone %s, idmapped %v)", got, d.clone, d.idmapped)
+	}
+	if _, _, err := d.RemoveImage(ctx, "busybox"); !errors.Is(err, drivers.ErrImageInUse) {
+		t.Errorf("RemoveImage(busybox) under legacy overlay guests = %v, want ErrImageInUse", err)
+	}
 }
