@@ -23,6 +23,7 @@ import (
 	"corpus/agent/cache"
 	"corpus/agent/deploy"
 	"corpus/agent/guests"
+	"corpus/agent/imagecache"
 	"corpus/agent/instances"
 	"corpus/agent/logs"
 	"corpus/agent/network"
@@ -33,6 +34,7 @@ import (
 	"corpus/agent/volumes"
 	"corpus/drivers"
 	"corpus/drivers/catalog"
+	imgcache "corpus/images/cache"
 	"corpus/internal/gossip"
 	"corpus/internal/metrics"
 	"corpus/internal/names"
@@ -111,6 +113,11 @@ type Config struct {
 	// LogShip sends the guests' log lines on as they are stored
 	// (agent/logs: a syslog receiver and/or a JSON lines file).
 	LogShip logs.ShipConfig
+	// ImageCacheMax caps the node's image cache (drivers that keep one):
+	// a size ("20G"), a share of the disk holding it ("25%"), or "0" for
+	// none; empty is the driver's default. Past it, the images no guest
+	// uses go, least recently used first, after each pull or build.
+	ImageCacheMax string
 	// Shells bounds interactive sessions (agent/shell; zero: defaults).
 	Shells shell.Limits
 	// GossipAddr is where the node's gossip member listens (UDP and TCP);
@@ -194,6 +201,11 @@ func (c Config) Validate() error {
 			if _, err := netip.ParseAddr(c.Address); err != nil {
 				errs = append(errs, fmt.Errorf("node address %q: %w", c.Address, err))
 			}
+		}
+	}
+	if c.ImageCacheMax != "" {
+		if _, _, err := imgcache.ParseLimit(c.ImageCacheMax); err != nil {
+			errs = append(errs, fmt.Errorf("%w (--image-cache-max)", err))
 		}
 	}
 	if c.GitAddr != "" {
@@ -406,7 +418,8 @@ func New(cfg Config, parts Parts) (*Agent, error) {
 		}
 	}
 	// Read at scrape time: registered once what they read is in place.
-	cfg.Metrics.MustRegister(volumes.Collector(a.vols), pki.NewExpiryCollector("agent", a.certificates))
+	cfg.Metrics.MustRegister(volumes.Collector(a.vols), pki.NewExpiryCollector("agent", a.certificates),
+		imagecache.Collector(imagecache.Images{Drivers: a.drivers}))
 	return a, nil
 }
 

@@ -11,6 +11,7 @@ import (
 
 	"corpus/agent/certs"
 	"corpus/agent/deploy"
+	"corpus/agent/imagecache"
 	"corpus/agent/load"
 	"corpus/agent/logs"
 	"corpus/agent/services"
@@ -30,6 +31,7 @@ type agentAPI struct {
 	volumes.Transfers // MeasureVolume, ExportVolume, ImportVolume, SnapshotVolume
 	load.Sampler      // Load
 	certs.Challenges  // CheckChallenge
+	imagecache.Images // ListImages, RemoveImage, PruneImages
 }
 
 var _ corpusv1connect.NodeAgentServiceHandler = agentAPI{}
@@ -44,6 +46,7 @@ func mountAPI(mux *http.ServeMux, a *Agent) {
 		Node:      a.services,
 		Transfers: volumes.Transfers{M: a.vols},
 		Sampler:   load.Sampler{Guests: h.loadSamples},
+		Images:    imagecache.Images{Name: a.id.NodeName, Drivers: a.drivers},
 	}
 	s.Challenges.Node = a.id.NodeName
 	if a.net != nil && a.net.Proxy() != nil {

@@ -195,6 +195,18 @@ var authCalls = map[string]func(ctx context.Context, c clients) error{
 		_, err := c.nodes.DrainStatus(ctx, connect.NewRequest(&corpusv1.DrainStatusRequest{Name: "n1"}))
 		return err
 	},
+	corpusv1connect.NodeServiceListImagesProcedure: func(ctx context.Context, c clients) error {
+		_, err := c.nodes.ListImages(ctx, connect.NewRequest(&corpusv1.ListImagesRequest{Node: "nope"}))
+		return err
+	},
+	corpusv1connect.NodeServiceRemoveImageProcedure: func(ctx context.Context, c clients) error {
+		_, err := c.nodes.RemoveImage(ctx, connect.NewRequest(&corpusv1.RemoveImageRequest{Node: "nope", Image: "busybox"}))
+		return err
+	},
+	corpusv1connect.NodeServicePruneImagesProcedure: func(ctx context.Context, c clients) error {
+		_, err := c.nodes.PruneImages(ctx, connect.NewRequest(&corpusv1.PruneImagesRequest{Node: "nope"}))
+		return err
+	},
 	corpusv1connect.GuestServiceCreateGuestProcedure: func(ctx context.Context, c clients) error {
 		_, err := c.guests.CreateGuest(ctx, connect.NewRequest(&corpusv1.CreateGuestRequest{}))
 		return err

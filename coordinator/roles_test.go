@@ -383,6 +383,18 @@ func TestServiceBackupExtensionRoles(t *testing.T) {
 			_, err := c.volumes.UpdateVolume(ctx, connect.NewRequest(&corpusv1.UpdateVolumeRequest{Name: "hello-dev", BackupSchedule: "yearly"}))
 			return err
 		}, opsOnly},
+		{corpusv1connect.NodeServiceListImagesProcedure, func(c clients) error {
+			_, err := c.nodes.ListImages(ctx, connect.NewRequest(&corpusv1.ListImagesRequest{Node: "nope"}))
+			return err
+		}, opsOnly},
+		{corpusv1connect.NodeServiceRemoveImageProcedure, func(c clients) error {
+			_, err := c.nodes.RemoveImage(ctx, connect.NewRequest(&corpusv1.RemoveImageRequest{Node: "nope", Image: "busybox"}))
+			return err
+		}, opsOnly},
+		{corpusv1connect.NodeServicePruneImagesProcedure, func(c clients) error {
+			_, err := c.nodes.PruneImages(ctx, connect.NewRequest(&corpusv1.PruneImagesRequest{Node: "nope"}))
+			return err
+		}, opsOnly},
 		{corpusv1connect.ExtensionServiceAddExtensionProcedure, func(c clients) error {
 			_, err := c.ext.AddExtension(ctx, connect.NewRequest(&corpusv1.AddExtensionRequest{Extension: &corpusv1.Extension{Name: "x", Url: "not a url"}}))
 			return err

@@ -32,6 +32,7 @@ func init() {
 			SubUIDFile: os.Getenv("CORPUS_LXC_SUBUID"), SubGIDFile: os.Getenv("CORPUS_LXC_SUBGID"),
 			Store:              os.Getenv("CORPUS_LXC_IMAGE_STORE"),
 			InsecureRegistries: insecure,
+			ImageCacheMax:      c.ImageCacheMax,
 		})
 	})
 	register("libvirt", newLibvirt)

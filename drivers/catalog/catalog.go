@@ -19,6 +19,10 @@ type Config struct {
 	Node       string
 	Kubernetes KubernetesConfig
 	Logger     *slog.Logger
+	// ImageCacheMax caps the node's image cache: a size ("20G"), a share
+	// of its disk ("25%") or "0" for none; empty is the driver's default
+	// (lxc.DefaultImageCacheMax).
+	ImageCacheMax string
 }
 
 // KubernetesConfig configures the kubernetes driver: the cluster an agent

@@ -27,4 +27,13 @@ type Config struct {
 	// images may be pulled from over plain HTTP; registries on a
 	// loopback address always may.
 	InsecureRegistries []string
+	// ImageCacheMax caps the images the driver keeps (see
+	// cache_linux.go): a size ("20G"), a share of the file system
+	// holding Path ("25%"), or "0" for no cap; empty is
+	// DefaultImageCacheMax. Past it, images no guest uses are removed,
+	// least recently used first, after each image built.
+	ImageCacheMax string
 }
+
+// DefaultImageCacheMax is the image cache's cap when Config names none.
+const DefaultImageCacheMax = "25%"

@@ -16,6 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"corpus/drivers"
+	"corpus/images/cache"
 	"corpus/images/oci"
 	"corpus/volume/loop"
 )
@@ -53,6 +54,13 @@ type Driver struct {
 	// store is Config.Store; stored counts images taken from it.
 	store  string
 	stored atomic.Int64
+
+	// cacheMu keeps images from being removed while guests are made
+	// from them; cacheMax is the cache's cap in bytes (0: none) and
+	// usage its last measure (see cache_linux.go).
+	cacheMu  sync.RWMutex
+	cacheMax int64
+	usage    atomic.Pointer[drivers.ImageCacheUsage]
 
 	// rdepsMu serialises clones from and destroys of overlay guests: both
 	// rewrite the cache container's lxc_snapshots list.
@@ -93,6 +101,13 @@ func New(cfg Config) (*Driver, error) {
 			return nil, fmt.Errorf("creating lxc driver: image store %q is not absolute", cfg.Store)
 		}
 		d.store = filepath.Clean(cfg.Store)
+	}
+	limit := cfg.ImageCacheMax
+	if limit == "" {
+		limit = DefaultImageCacheMax
+	}
+	if d.cacheMax, err = cache.ParseMax(limit, path); err != nil {
+		return nil, fmt.Errorf("creating lxc driver: %w", err)
 	}
 	d.oci = &oci.Store{Root: filepath.Join(path, ociStoreDir), Insecure: cfg.InsecureRegistries, Log: d.log}
 	if err := d.oci.Sweep(); err != nil {
@@ -138,6 +153,9 @@ func New(cfg Config) (*Driver, error) {
 			return nil, fmt.Errorf("creating lxc driver: %w", err)
 		}
 		d.disks = newDisks(path, d.log)
+	}
+	if _, err := d.scanImages(context.Background()); err != nil {
+		d.log.Warn("measuring the image cache", "error", err)
 	}
 	return d, nil
 }

@@ -51,6 +51,10 @@ type metadata struct {
 	// Command the image's command the guest runs (see oci_linux.go).
 	Digest  string   `json:"digest,omitempty"`
 	Command []string `json:"command,omitempty"`
+	// Cache is the image cache the guest was made from (of the image
+	// itself, not of its copy for the guest's ids): the image the node's
+	// cache keeps for it (see cache_linux.go).
+	Cache string `json:"cache,omitempty"`
 }
 
 // validName accepts DNS labels (names.ValidLabel), the only guest names
@@ -198,8 +202,15 @@ func (d *Driver) Create(ctx context.Context, spec drivers.GuestSpec, progress dr
 	if err != nil {
 		return fmt.Errorf("creating container %s: %w", spec.Name, err)
 	}
-	if err := d.create(ctx, spec, img, progress); err != nil {
+	built := d.built.Load()
+	d.cacheMu.RLock()
+	err = d.create(ctx, spec, img, progress)
+	d.cacheMu.RUnlock()
+	if err != nil {
 		return fmt.Errorf("creating container %s: %w", spec.Name, err)
+	}
+	if d.built.Load() != built {
+		d.collectImages(ctx, "") // the new guest keeps its image
 	}
 	return nil
 }
@@ -267,7 +278,8 @@ func (d *Driver) create(ctx context.Context, spec drivers.GuestSpec, img imageSp
 		return err
 	}
 	defer c.Release()
-	md := metadata{ID: spec.ID, Name: spec.Name, Image: spec.Image, Created: time.Now().UTC(), IDMap: im, Privileged: spec.Privileged}
+	md := metadata{ID: spec.ID, Name: spec.Name, Image: spec.Image, Created: time.Now().UTC(), IDMap: im, Privileged: spec.Privileged, Cache: pulledCache}
+	d.touchImage(pulledCache)
 	if im != nil && d.clone == cloneOverlay && d.idmapped {
 		md.Base = img.cache
 		if err := d.stackOnImage(c, md); err != nil {

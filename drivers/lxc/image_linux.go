@@ -238,12 +238,30 @@ func (d *Driver) EnsureImagePackages(ctx context.Context, name string, packages 
 	if err != nil {
 		return err
 	}
+	built := d.built.Load()
+	d.cacheMu.RLock()
+	cache, err := d.ensureImage1(ctx, img, progress)
+	d.cacheMu.RUnlock()
+	if err == nil && d.built.Load() != built {
+		d.collectImages(ctx, cache)
+	}
+	return err
+}
+
+// ensureImage1 pulls img when it is a reference, then ensures its cache
+// and records its use; it returns the cache.
+func (d *Driver) ensureImage1(ctx context.Context, img imageSpec, progress drivers.ProgressFunc) (string, error) {
 	if img.ref {
-		if img, err = d.pullImage(ctx, name, progress); err != nil {
-			return err
+		var err error
+		if img, err = d.pullImage(ctx, img.name, progress); err != nil {
+			return "", err
 		}
 	}
-	return d.ensureImage(ctx, img, progress)
+	if err := d.ensureImage(ctx, img, progress); err != nil {
+		return "", err
+	}
+	d.touchImage(img.cache)
+	return img.cache, nil
 }
 
 // ensureImage returns once img's cache is complete, building it when

@@ -51,13 +51,11 @@ func (d *Driver) pullImage(ctx context.Context, ref string, progress drivers.Pro
 	if err != nil {
 		return imageSpec{}, err
 	}
-	hex, ok := strings.CutPrefix(img.Digest, "sha256:")
-	if !ok || len(hex) != 64 {
+	cache := ociCache(img.Digest)
+	if cache == "" {
 		return imageSpec{}, fmt.Errorf("pulling %s: digest %q is not sha256", ref, img.Digest)
 	}
-	// 128 bits of the digest: a container's name is its host name too,
-	// at most 64 bytes with the suffix of a shifted copy.
-	return imageSpec{name: ref + "@" + img.Digest, cache: "oci-" + hex[:32], oci: img}, nil
+	return imageSpec{name: ref + "@" + img.Digest, cache: cache, oci: img}, nil
 }
 
 // unpackImage makes img's cache container from its pulled layers. Its

@@ -130,6 +130,7 @@ func NewRoot(g *Globals, more ...Commands) *cobra.Command {
 		newAuditCmd(g),
 		newLoginCmd(g),
 		newNodeCmd(g),
+		newImageCmd(g),
 		newGuestCmd(g),
 		newIngressCmd(g),
 		newDNSCmd(g),

@@ -35,7 +35,7 @@ func agentParts(ctx context.Context, cfg agent.Config) (agent.Parts, error) {
 	p := agent.Parts{Drivers: map[string]drivers.Driver{}}
 	hostNet, hostVols := false, false
 	for _, name := range cfg.Drivers {
-		d, err := catalog.New(name, catalog.Config{StateDir: cfg.StateDir, Node: cfg.Name, Kubernetes: cfg.Kubernetes, Logger: logger})
+		d, err := catalog.New(name, catalog.Config{StateDir: cfg.StateDir, Node: cfg.Name, Kubernetes: cfg.Kubernetes, Logger: logger, ImageCacheMax: cfg.ImageCacheMax})
 		if err != nil {
 			log.Warn("driver unavailable", "driver", name, "error", err)
 			continue

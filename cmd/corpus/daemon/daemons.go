@@ -20,6 +20,7 @@ import (
 	"corpus/coordinator"
 	"corpus/coordinator/ldapauth"
 	"corpus/drivers/catalog"
+	"corpus/drivers/lxc"
 	"corpus/internal/metrics"
 	"corpus/internal/sdnotify"
 	"corpus/internal/statelock"
@@ -206,6 +207,7 @@ func newAgentCmd(g *cli.Globals) *cobra.Command {
 	addNetworkFlags(f, &cfg)
 	addKubernetesFlags(f, &cfg.Kubernetes)
 	f.Int64Var(&cfg.LogMaxBytes, "log-max-bytes", 32<<20, "cap of each guest's log kept on the node (corpus logs)")
+	f.StringVar(&cfg.ImageCacheMax, "image-cache-max", lxc.DefaultImageCacheMax, "cap of the node's image cache: a size (20G), a share of the disk holding it (25%), or 0 for none; past it, images no guest uses go, least recently used first")
 	f.DurationVar(&cfg.LogRetention, "log-retention", 7*24*time.Hour, "how long the node keeps guests' log lines")
 	f.StringVar(&cfg.LogShip.Syslog, "log-ship-syslog", "", "send guests' log lines to a syslog receiver as RFC 5424 messages: tcp://HOST:PORT or tls://HOST:PORT")
 	f.StringVar(&cfg.LogShip.CAFile, "log-ship-ca", "", "CA certificate (PEM) that verifies a tls:// syslog receiver (default: the system's roots)")

@@ -3905,7 +3905,7 @@ var File_corpus_v1_agent_proto protoreflect.FileDescriptor
 
 const file_corpus_v1_agent_proto_rawDesc = "" +
 	"\n" +
-	"\x15corpus/v1/agent.proto\x12\tcorpus.v1\x1a\x15corpus/v1/types.proto\x1a\x18corpus/v1/services.proto\x1a\x16corpus/v1/guests.proto\x1a\x17corpus/v1/volumes.proto\x1a\x18corpus/v1/projects.proto\x1a\x1fgoogle/protobuf/timestamp.proto\".\n" +
+	"\x15corpus/v1/agent.proto\x12\tcorpus.v1\x1a\x15corpus/v1/types.proto\x1a\x18corpus/v1/services.proto\x1a\x16corpus/v1/guests.proto\x1a\x17corpus/v1/volumes.proto\x1a\x18corpus/v1/projects.proto\x1a\x1acorpus/v1/imagecache.proto\x1a\x1fgoogle/protobuf/timestamp.proto\".\n" +
 	"\x12TlsMaterialRequest\x12\x18\n" +
 	"\adomains\x18\x01 \x03(\tR\adomains\"E\n" +
 	"\x13TlsMaterialResponse\x12.\n" +
@@ -4228,8 +4228,7 @@ const file_corpus_v1_agent_proto_rawDesc = "" +
 	"\vRecordShell\x12\x1d.corpus.v1.RecordShellRequest\x1a\x1e.corpus.v1.RecordShellResponse\x12C\n" +
 	"\bLintPush\x12\x1a.corpus.v1.LintPushRequest\x1a\x1b.corpus.v1.LintPushResponse\x12U\n" +
 	"\x0eServiceRuntime\x12 .corpus.v1.ServiceRuntimeRequest\x1a!.corpus.v1.ServiceRuntimeResponse\x12Q\n" +
-	"\vTlsMaterial\x12\x1d.corpus.v1.TlsMaterialRequest\x1a\x1e.corpus.v1.TlsMaterialResponse\"\x03\x90\x02\x012\xbf\n" +
-	"\n" +
+	"\vTlsMaterial\x12\x1d.corpus.v1.TlsMaterialRequest\x1a\x1e.corpus.v1.TlsMaterialResponse\"\x03\x90\x02\x012\xab\f\n" +
 	"\x10NodeAgentService\x12<\n" +
 	"\x04Exec\x12\x1b.corpus.v1.ExecGuestRequest\x1a\x15.corpus.v1.ExecOutput0\x01\x12H\n" +
 	"\fExportVolume\x12\x1e.corpus.v1.ExportVolumeRequest\x1a\x16.corpus.v1.VolumeChunk0\x01\x12I\n" +
@@ -4249,7 +4248,11 @@ const file_corpus_v1_agent_proto_rawDesc = "" +
 	"ReadBackup\x12\x1c.corpus.v1.ReadBackupRequest\x1a\x16.corpus.v1.BackupChunk0\x01\x12G\n" +
 	"\vLoadService\x12\x16.corpus.v1.BackupChunk\x1a\x1e.corpus.v1.LoadServiceResponse(\x01\x12O\n" +
 	"\fRemoveBackup\x12\x1e.corpus.v1.RemoveBackupRequest\x1a\x1f.corpus.v1.RemoveBackupResponse\x12Z\n" +
-	"\x0eCheckChallenge\x12 .corpus.v1.CheckChallengeRequest\x1a!.corpus.v1.CheckChallengeResponse\"\x03\x90\x02\x01B!Z\x1fcorpus/proto/corpus/v1;corpusv1b\x06proto3"
+	"\x0eCheckChallenge\x12 .corpus.v1.CheckChallengeRequest\x1a!.corpus.v1.CheckChallengeResponse\"\x03\x90\x02\x01\x12N\n" +
+	"\n" +
+	"ListImages\x12\x1c.corpus.v1.ListImagesRequest\x1a\x1d.corpus.v1.ListImagesResponse\"\x03\x90\x02\x01\x12L\n" +
+	"\vRemoveImage\x12\x1d.corpus.v1.RemoveImageRequest\x1a\x1e.corpus.v1.RemoveImageResponse\x12L\n" +
+	"\vPruneImages\x12\x1d.corpus.v1.PruneImagesRequest\x1a\x1e.corpus.v1.PruneImagesResponseB!Z\x1fcorpus/proto/corpus/v1;corpusv1b\x06proto3"
 
 var (
 	file_corpus_v1_agent_proto_rawDescOnce sync.Once
@@ -4363,12 +4366,18 @@ var file_corpus_v1_agent_proto_goTypes = []any{
 	(*GuestLogsRequest)(nil),           // 95: corpus.v1.GuestLogsRequest
 	(*ShellInput)(nil),                 // 96: corpus.v1.ShellInput
 	(*BackupChunk)(nil),                // 97: corpus.v1.BackupChunk
-	(*ExecOutput)(nil),                 // 98: corpus.v1.ExecOutput
-	(*SnapshotVolumeResponse)(nil),     // 99: corpus.v1.SnapshotVolumeResponse
-	(*RollbackOutput)(nil),             // 100: corpus.v1.RollbackOutput
-	(*DeployOutput)(nil),               // 101: corpus.v1.DeployOutput
-	(*ListProcessesResponse)(nil),      // 102: corpus.v1.ListProcessesResponse
-	(*LogLine)(nil),                    // 103: corpus.v1.LogLine
+	(*ListImagesRequest)(nil),          // 98: corpus.v1.ListImagesRequest
+	(*RemoveImageRequest)(nil),         // 99: corpus.v1.RemoveImageRequest
+	(*PruneImagesRequest)(nil),         // 100: corpus.v1.PruneImagesRequest
+	(*ExecOutput)(nil),                 // 101: corpus.v1.ExecOutput
+	(*SnapshotVolumeResponse)(nil),     // 102: corpus.v1.SnapshotVolumeResponse
+	(*RollbackOutput)(nil),             // 103: corpus.v1.RollbackOutput
+	(*DeployOutput)(nil),               // 104: corpus.v1.DeployOutput
+	(*ListProcessesResponse)(nil),      // 105: corpus.v1.ListProcessesResponse
+	(*LogLine)(nil),                    // 106: corpus.v1.LogLine
+	(*ListImagesResponse)(nil),         // 107: corpus.v1.ListImagesResponse
+	(*RemoveImageResponse)(nil),        // 108: corpus.v1.RemoveImageResponse
+	(*PruneImagesResponse)(nil),        // 109: corpus.v1.PruneImagesResponse
 }
 var file_corpus_v1_agent_proto_depIdxs = []int32{
 	2,   // 0: corpus.v1.TlsMaterialResponse.domains:type_name -> corpus.v1.TlsDomain
@@ -4457,45 +4466,51 @@ var file_corpus_v1_agent_proto_depIdxs = []int32{
 	97,  // 83: corpus.v1.NodeAgentService.LoadService:input_type -> corpus.v1.BackupChunk
 	52,  // 84: corpus.v1.NodeAgentService.RemoveBackup:input_type -> corpus.v1.RemoveBackupRequest
 	46,  // 85: corpus.v1.NodeAgentService.CheckChallenge:input_type -> corpus.v1.CheckChallengeRequest
-	32,  // 86: corpus.v1.AgentService.Enroll:output_type -> corpus.v1.EnrollResponse
-	34,  // 87: corpus.v1.AgentService.RenewCertificate:output_type -> corpus.v1.RenewCertificateResponse
-	36,  // 88: corpus.v1.AgentService.Watch:output_type -> corpus.v1.WatchResponse
-	45,  // 89: corpus.v1.AgentService.Report:output_type -> corpus.v1.ReportResponse
-	22,  // 90: corpus.v1.AgentService.GitAccess:output_type -> corpus.v1.GitAccessResponse
-	24,  // 91: corpus.v1.AgentService.BeginRelease:output_type -> corpus.v1.BeginReleaseResponse
-	26,  // 92: corpus.v1.AgentService.FinishRelease:output_type -> corpus.v1.FinishReleaseResponse
-	28,  // 93: corpus.v1.AgentService.SetCurrentRelease:output_type -> corpus.v1.SetCurrentReleaseResponse
-	30,  // 94: corpus.v1.AgentService.PruneReleases:output_type -> corpus.v1.PruneReleasesResponse
-	18,  // 95: corpus.v1.AgentService.SetManifestDomains:output_type -> corpus.v1.SetManifestDomainsResponse
-	16,  // 96: corpus.v1.AgentService.SetWebPort:output_type -> corpus.v1.SetWebPortResponse
-	8,   // 97: corpus.v1.AgentService.RollInstance:output_type -> corpus.v1.RollInstanceResponse
-	7,   // 98: corpus.v1.AgentService.SwitchEnv:output_type -> corpus.v1.SwitchEnvResponse
-	10,  // 99: corpus.v1.AgentService.InstanceRelease:output_type -> corpus.v1.InstanceReleaseResponse
-	12,  // 100: corpus.v1.AgentService.ReleaseSource:output_type -> corpus.v1.SourceChunk
-	21,  // 101: corpus.v1.AgentService.RecordShell:output_type -> corpus.v1.RecordShellResponse
-	60,  // 102: corpus.v1.AgentService.LintPush:output_type -> corpus.v1.LintPushResponse
-	44,  // 103: corpus.v1.AgentService.ServiceRuntime:output_type -> corpus.v1.ServiceRuntimeResponse
-	1,   // 104: corpus.v1.AgentService.TlsMaterial:output_type -> corpus.v1.TlsMaterialResponse
-	98,  // 105: corpus.v1.NodeAgentService.Exec:output_type -> corpus.v1.ExecOutput
-	57,  // 106: corpus.v1.NodeAgentService.ExportVolume:output_type -> corpus.v1.VolumeChunk
-	58,  // 107: corpus.v1.NodeAgentService.ImportVolume:output_type -> corpus.v1.ImportVolumeResponse
-	99,  // 108: corpus.v1.NodeAgentService.SnapshotVolume:output_type -> corpus.v1.SnapshotVolumeResponse
-	56,  // 109: corpus.v1.NodeAgentService.MeasureVolume:output_type -> corpus.v1.MeasureVolumeResponse
-	100, // 110: corpus.v1.NodeAgentService.Rollback:output_type -> corpus.v1.RollbackOutput
-	12,  // 111: corpus.v1.NodeAgentService.ReleaseSource:output_type -> corpus.v1.SourceChunk
-	14,  // 112: corpus.v1.NodeAgentService.Load:output_type -> corpus.v1.LoadResponse
-	101, // 113: corpus.v1.NodeAgentService.Redeploy:output_type -> corpus.v1.DeployOutput
-	102, // 114: corpus.v1.NodeAgentService.Processes:output_type -> corpus.v1.ListProcessesResponse
-	103, // 115: corpus.v1.NodeAgentService.Logs:output_type -> corpus.v1.LogLine
-	98,  // 116: corpus.v1.NodeAgentService.Shell:output_type -> corpus.v1.ExecOutput
-	97,  // 117: corpus.v1.NodeAgentService.DumpService:output_type -> corpus.v1.BackupChunk
-	49,  // 118: corpus.v1.NodeAgentService.StoreBackup:output_type -> corpus.v1.StoreBackupResponse
-	97,  // 119: corpus.v1.NodeAgentService.ReadBackup:output_type -> corpus.v1.BackupChunk
-	51,  // 120: corpus.v1.NodeAgentService.LoadService:output_type -> corpus.v1.LoadServiceResponse
-	53,  // 121: corpus.v1.NodeAgentService.RemoveBackup:output_type -> corpus.v1.RemoveBackupResponse
-	47,  // 122: corpus.v1.NodeAgentService.CheckChallenge:output_type -> corpus.v1.CheckChallengeResponse
-	86,  // [86:123] is the sub-list for method output_type
-	49,  // [49:86] is the sub-list for method input_type
+	98,  // 86: corpus.v1.NodeAgentService.ListImages:input_type -> corpus.v1.ListImagesRequest
+	99,  // 87: corpus.v1.NodeAgentService.RemoveImage:input_type -> corpus.v1.RemoveImageRequest
+	100, // 88: corpus.v1.NodeAgentService.PruneImages:input_type -> corpus.v1.PruneImagesRequest
+	32,  // 89: corpus.v1.AgentService.Enroll:output_type -> corpus.v1.EnrollResponse
+	34,  // 90: corpus.v1.AgentService.RenewCertificate:output_type -> corpus.v1.RenewCertificateResponse
+	36,  // 91: corpus.v1.AgentService.Watch:output_type -> corpus.v1.WatchResponse
+	45,  // 92: corpus.v1.AgentService.Report:output_type -> corpus.v1.ReportResponse
+	22,  // 93: corpus.v1.AgentService.GitAccess:output_type -> corpus.v1.GitAccessResponse
+	24,  // 94: corpus.v1.AgentService.BeginRelease:output_type -> corpus.v1.BeginReleaseResponse
+	26,  // 95: corpus.v1.AgentService.FinishRelease:output_type -> corpus.v1.FinishReleaseResponse
+	28,  // 96: corpus.v1.AgentService.SetCurrentRelease:output_type -> corpus.v1.SetCurrentReleaseResponse
+	30,  // 97: corpus.v1.AgentService.PruneReleases:output_type -> corpus.v1.PruneReleasesResponse
+	18,  // 98: corpus.v1.AgentService.SetManifestDomains:output_type -> corpus.v1.SetManifestDomainsResponse
+	16,  // 99: corpus.v1.AgentService.SetWebPort:output_type -> corpus.v1.SetWebPortResponse
+	8,   // 100: corpus.v1.AgentService.RollInstance:output_type -> corpus.v1.RollInstanceResponse
+	7,   // 101: corpus.v1.AgentService.SwitchEnv:output_type -> corpus.v1.SwitchEnvResponse
+	10,  // 102: corpus.v1.AgentService.InstanceRelease:output_type -> corpus.v1.InstanceReleaseResponse
+	12,  // 103: corpus.v1.AgentService.ReleaseSource:output_type -> corpus.v1.SourceChunk
+	21,  // 104: corpus.v1.AgentService.RecordShell:output_type -> corpus.v1.RecordShellResponse
+	60,  // 105: corpus.v1.AgentService.LintPush:output_type -> corpus.v1.LintPushResponse
+	44,  // 106: corpus.v1.AgentService.ServiceRuntime:output_type -> corpus.v1.ServiceRuntimeResponse
+	1,   // 107: corpus.v1.AgentService.TlsMaterial:output_type -> corpus.v1.TlsMaterialResponse
+	101, // 108: corpus.v1.NodeAgentService.Exec:output_type -> corpus.v1.ExecOutput
+	57,  // 109: corpus.v1.NodeAgentService.ExportVolume:output_type -> corpus.v1.VolumeChunk
+	58,  // 110: corpus.v1.NodeAgentService.ImportVolume:output_type -> corpus.v1.ImportVolumeResponse
+	102, // 111: corpus.v1.NodeAgentService.SnapshotVolume:output_type -> corpus.v1.SnapshotVolumeResponse
+	56,  // 112: corpus.v1.NodeAgentService.MeasureVolume:output_type -> corpus.v1.MeasureVolumeResponse
+	103, // 113: corpus.v1.NodeAgentService.Rollback:output_type -> corpus.v1.RollbackOutput
+	12,  // 114: corpus.v1.NodeAgentService.ReleaseSource:output_type -> corpus.v1.SourceChunk
+	14,  // 115: corpus.v1.NodeAgentService.Load:output_type -> corpus.v1.LoadResponse
+	104, // 116: corpus.v1.NodeAgentService.Redeploy:output_type -> corpus.v1.DeployOutput
+	105, // 117: corpus.v1.NodeAgentService.Processes:output_type -> corpus.v1.ListProcessesResponse
+	106, // 118: corpus.v1.NodeAgentService.Logs:output_type -> corpus.v1.LogLine
+	101, // 119: corpus.v1.NodeAgentService.Shell:output_type -> corpus.v1.ExecOutput
+	97,  // 120: corpus.v1.NodeAgentService.DumpService:output_type -> corpus.v1.BackupChunk
+	49,  // 121: corpus.v1.NodeAgentService.StoreBackup:output_type -> corpus.v1.StoreBackupResponse
+	97,  // 122: corpus.v1.NodeAgentService.ReadBackup:output_type -> corpus.v1.BackupChunk
+	51,  // 123: corpus.v1.NodeAgentService.LoadService:output_type -> corpus.v1.LoadServiceResponse
+	53,  // 124: corpus.v1.NodeAgentService.RemoveBackup:output_type -> corpus.v1.RemoveBackupResponse
+	47,  // 125: corpus.v1.NodeAgentService.CheckChallenge:output_type -> corpus.v1.CheckChallengeResponse
+	107, // 126: corpus.v1.NodeAgentService.ListImages:output_type -> corpus.v1.ListImagesResponse
+	108, // 127: corpus.v1.NodeAgentService.RemoveImage:output_type -> corpus.v1.RemoveImageResponse
+	109, // 128: corpus.v1.NodeAgentService.PruneImages:output_type -> corpus.v1.PruneImagesResponse
+	89,  // [89:129] is the sub-list for method output_type
+	49,  // [49:89] is the sub-list for method input_type
 	49,  // [49:49] is the sub-list for extension type_name
 	49,  // [49:49] is the sub-list for extension extendee
 	0,   // [0:49] is the sub-list for field type_name
@@ -4511,6 +4526,7 @@ func file_corpus_v1_agent_proto_init() {
 	file_corpus_v1_guests_proto_init()
 	file_corpus_v1_volumes_proto_init()
 	file_corpus_v1_projects_proto_init()
+	file_corpus_v1_imagecache_proto_init()
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{

@@ -699,7 +699,7 @@ var File_corpus_v1_nodes_proto protoreflect.FileDescriptor
 
 const file_corpus_v1_nodes_proto_rawDesc = "" +
 	"\n" +
-	"\x15corpus/v1/nodes.proto\x12\tcorpus.v1\x1a\x15corpus/v1/types.proto\x1a\x15corpus/v1/audit.proto\"<\n" +
+	"\x15corpus/v1/nodes.proto\x12\tcorpus.v1\x1a\x15corpus/v1/types.proto\x1a\x15corpus/v1/audit.proto\x1a\x1acorpus/v1/imagecache.proto\"<\n" +
 	"\x12SetNodeModeRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
 	"\x04mode\x18\x02 \x01(\tR\x04mode\"X\n" +
@@ -741,7 +741,7 @@ const file_corpus_v1_nodes_proto_rawDesc = "" +
 	"\bNodeView\x12#\n" +
 	"\x04node\x18\x01 \x01(\v2\x0f.corpus.v1.NodeR\x04node\x122\n" +
 	"\tallocated\x18\x02 \x01(\v2\x14.corpus.v1.ResourcesR\tallocated\x12\x16\n" +
-	"\x06guests\x18\x03 \x01(\x05R\x06guests2\xe7\x03\n" +
+	"\x06guests\x18\x03 \x01(\x05R\x06guests2\xd3\x05\n" +
 	"\vNodeService\x12X\n" +
 	"\x0fCreateJoinToken\x12!.corpus.v1.CreateJoinTokenRequest\x1a\".corpus.v1.CreateJoinTokenResponse\x12K\n" +
 	"\tListNodes\x12\x1b.corpus.v1.ListNodesRequest\x1a\x1c.corpus.v1.ListNodesResponse\"\x03\x90\x02\x01\x12E\n" +
@@ -749,7 +749,11 @@ const file_corpus_v1_nodes_proto_rawDesc = "" +
 	"\vSetNodeMode\x12\x1d.corpus.v1.SetNodeModeRequest\x1a\x1e.corpus.v1.SetNodeModeResponse\x12Q\n" +
 	"\vDrainStatus\x12\x1d.corpus.v1.DrainStatusRequest\x1a\x1e.corpus.v1.DrainStatusResponse\"\x03\x90\x02\x01\x12I\n" +
 	"\n" +
-	"RemoveNode\x12\x1c.corpus.v1.RemoveNodeRequest\x1a\x1d.corpus.v1.RemoveNodeResponseB!Z\x1fcorpus/proto/corpus/v1;corpusv1b\x06proto3"
+	"RemoveNode\x12\x1c.corpus.v1.RemoveNodeRequest\x1a\x1d.corpus.v1.RemoveNodeResponse\x12N\n" +
+	"\n" +
+	"ListImages\x12\x1c.corpus.v1.ListImagesRequest\x1a\x1d.corpus.v1.ListImagesResponse\"\x03\x90\x02\x01\x12L\n" +
+	"\vRemoveImage\x12\x1d.corpus.v1.RemoveImageRequest\x1a\x1e.corpus.v1.RemoveImageResponse\x12L\n" +
+	"\vPruneImages\x12\x1d.corpus.v1.PruneImagesRequest\x1a\x1e.corpus.v1.PruneImagesResponseB!Z\x1fcorpus/proto/corpus/v1;corpusv1b\x06proto3"
 
 var (
 	file_corpus_v1_nodes_proto_rawDescOnce sync.Once
@@ -781,7 +785,13 @@ var file_corpus_v1_nodes_proto_goTypes = []any{
 	(*Node)(nil),                    // 13: corpus.v1.Node
 	(*Resources)(nil),               // 14: corpus.v1.Resources
 	(*RemoveNodeRequest)(nil),       // 15: corpus.v1.RemoveNodeRequest
-	(*RemoveNodeResponse)(nil),      // 16: corpus.v1.RemoveNodeResponse
+	(*ListImagesRequest)(nil),       // 16: corpus.v1.ListImagesRequest
+	(*RemoveImageRequest)(nil),      // 17: corpus.v1.RemoveImageRequest
+	(*PruneImagesRequest)(nil),      // 18: corpus.v1.PruneImagesRequest
+	(*RemoveNodeResponse)(nil),      // 19: corpus.v1.RemoveNodeResponse
+	(*ListImagesResponse)(nil),      // 20: corpus.v1.ListImagesResponse
+	(*RemoveImageResponse)(nil),     // 21: corpus.v1.RemoveImageResponse
+	(*PruneImagesResponse)(nil),     // 22: corpus.v1.PruneImagesResponse
 }
 var file_corpus_v1_nodes_proto_depIdxs = []int32{
 	11, // 0: corpus.v1.SetNodeModeResponse.node:type_name -> corpus.v1.NodeView
@@ -798,14 +808,20 @@ var file_corpus_v1_nodes_proto_depIdxs = []int32{
 	0,  // 11: corpus.v1.NodeService.SetNodeMode:input_type -> corpus.v1.SetNodeModeRequest
 	2,  // 12: corpus.v1.NodeService.DrainStatus:input_type -> corpus.v1.DrainStatusRequest
 	15, // 13: corpus.v1.NodeService.RemoveNode:input_type -> corpus.v1.RemoveNodeRequest
-	6,  // 14: corpus.v1.NodeService.CreateJoinToken:output_type -> corpus.v1.CreateJoinTokenResponse
-	8,  // 15: corpus.v1.NodeService.ListNodes:output_type -> corpus.v1.ListNodesResponse
-	10, // 16: corpus.v1.NodeService.GetNode:output_type -> corpus.v1.GetNodeResponse
-	1,  // 17: corpus.v1.NodeService.SetNodeMode:output_type -> corpus.v1.SetNodeModeResponse
-	4,  // 18: corpus.v1.NodeService.DrainStatus:output_type -> corpus.v1.DrainStatusResponse
-	16, // 19: corpus.v1.NodeService.RemoveNode:output_type -> corpus.v1.RemoveNodeResponse
-	14, // [14:20] is the sub-list for method output_type
-	8,  // [8:14] is the sub-list for method input_type
+	16, // 14: corpus.v1.NodeService.ListImages:input_type -> corpus.v1.ListImagesRequest
+	17, // 15: corpus.v1.NodeService.RemoveImage:input_type -> corpus.v1.RemoveImageRequest
+	18, // 16: corpus.v1.NodeService.PruneImages:input_type -> corpus.v1.PruneImagesRequest
+	6,  // 17: corpus.v1.NodeService.CreateJoinToken:output_type -> corpus.v1.CreateJoinTokenResponse
+	8,  // 18: corpus.v1.NodeService.ListNodes:output_type -> corpus.v1.ListNodesResponse
+	10, // 19: corpus.v1.NodeService.GetNode:output_type -> corpus.v1.GetNodeResponse
+	1,  // 20: corpus.v1.NodeService.SetNodeMode:output_type -> corpus.v1.SetNodeModeResponse
+	4,  // 21: corpus.v1.NodeService.DrainStatus:output_type -> corpus.v1.DrainStatusResponse
+	19, // 22: corpus.v1.NodeService.RemoveNode:output_type -> corpus.v1.RemoveNodeResponse
+	20, // 23: corpus.v1.NodeService.ListImages:output_type -> corpus.v1.ListImagesResponse
+	21, // 24: corpus.v1.NodeService.RemoveImage:output_type -> corpus.v1.RemoveImageResponse
+	22, // 25: corpus.v1.NodeService.PruneImages:output_type -> corpus.v1.PruneImagesResponse
+	17, // [17:26] is the sub-list for method output_type
+	8,  // [8:17] is the sub-list for method input_type
 	8,  // [8:8] is the sub-list for extension type_name
 	8,  // [8:8] is the sub-list for extension extendee
 	0,  // [0:8] is the sub-list for field type_name
@@ -818,6 +834,7 @@ func file_corpus_v1_nodes_proto_init() {
 	}
 	file_corpus_v1_types_proto_init()
 	file_corpus_v1_audit_proto_init()
+	file_corpus_v1_imagecache_proto_init()
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{

@@ -136,6 +136,15 @@ const (
 	// NodeAgentServiceCheckChallengeProcedure is the fully-qualified name of the NodeAgentService's
 	// CheckChallenge RPC.
 	NodeAgentServiceCheckChallengeProcedure = "/corpus.v1.NodeAgentService/CheckChallenge"
+	// NodeAgentServiceListImagesProcedure is the fully-qualified name of the NodeAgentService's
+	// ListImages RPC.
+	NodeAgentServiceListImagesProcedure = "/corpus.v1.NodeAgentService/ListImages"
+	// NodeAgentServiceRemoveImageProcedure is the fully-qualified name of the NodeAgentService's
+	// RemoveImage RPC.
+	NodeAgentServiceRemoveImageProcedure = "/corpus.v1.NodeAgentService/RemoveImage"
+	// NodeAgentServicePruneImagesProcedure is the fully-qualified name of the NodeAgentService's
+	// PruneImages RPC.
+	NodeAgentServicePruneImagesProcedure = "/corpus.v1.NodeAgentService/PruneImages"
 )
 
 // AgentServiceClient is a client for the corpus.v1.AgentService service.
@@ -804,6 +813,11 @@ type NodeAgentServiceClient interface {
 	// CheckChallenge asks the node's proxy for an ACME challenge's answer,
 	// as the CA will, before the CA is told to validate it.
 	CheckChallenge(context.Context, *connect.Request[v1.CheckChallengeRequest]) (*connect.Response[v1.CheckChallengeResponse], error)
+	// ListImages, RemoveImage and PruneImages act on the node's image
+	// cache (NodeService's of the same names; the node field is ignored).
+	ListImages(context.Context, *connect.Request[v1.ListImagesRequest]) (*connect.Response[v1.ListImagesResponse], error)
+	RemoveImage(context.Context, *connect.Request[v1.RemoveImageRequest]) (*connect.Response[v1.RemoveImageResponse], error)
+	PruneImages(context.Context, *connect.Request[v1.PruneImagesRequest]) (*connect.Response[v1.PruneImagesResponse], error)
 }
 
 // NewNodeAgentServiceClient constructs a client for the corpus.v1.NodeAgentService service. By
@@ -928,6 +942,25 @@ func NewNodeAgentServiceClient(httpClient connect.HTTPClient, baseURL string, op
 			connect.WithIdempotency(connect.IdempotencyNoSideEffects),
 			connect.WithClientOptions(opts...),
 		),
+		listImages: connect.NewClient[v1.ListImagesRequest, v1.ListImagesResponse](
+			httpClient,
+			baseURL+NodeAgentServiceListImagesProcedure,
+			connect.WithSchema(nodeAgentServiceMethods.ByName("ListImages")),
+			connect.WithIdempotency(connect.IdempotencyNoSideEffects),
+			connect.WithClientOptions(opts...),
+		),
+		removeImage: connect.NewClient[v1.RemoveImageRequest, v1.RemoveImageResponse](
+			httpClient,
+			baseURL+NodeAgentServiceRemoveImageProcedure,
+			connect.WithSchema(nodeAgentServiceMethods.ByName("RemoveImage")),
+			connect.WithClientOptions(opts...),
+		),
+		pruneImages: connect.NewClient[v1.PruneImagesRequest, v1.PruneImagesResponse](
+			httpClient,
+			baseURL+NodeAgentServicePruneImagesProcedure,
+			connect.WithSchema(nodeAgentServiceMethods.ByName("PruneImages")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
@@ -951,6 +984,9 @@ type nodeAgentServiceClient struct {
 	loadService    *connect.Client[v1.BackupChunk, v1.LoadServiceResponse]
 	removeBackup   *connect.Client[v1.RemoveBackupRequest, v1.RemoveBackupResponse]
 	checkChallenge *connect.Client[v1.CheckChallengeRequest, v1.CheckChallengeResponse]
+	listImages     *connect.Client[v1.ListImagesRequest, v1.ListImagesResponse]
+	removeImage    *connect.Client[v1.RemoveImageRequest, v1.RemoveImageResponse]
+	pruneImages    *connect.Client[v1.PruneImagesRequest, v1.PruneImagesResponse]
 }
 
 // Exec calls corpus.v1.NodeAgentService.Exec.
@@ -1043,6 +1079,21 @@ func (c *nodeAgentServiceClient) CheckChallenge(ctx context.Context, req *connec
 	return c.checkChallenge.CallUnary(ctx, req)
 }
 
+// ListImages calls corpus.v1.NodeAgentService.ListImages.
+func (c *nodeAgentServiceClient) ListImages(ctx context.Context, req *connect.Request[v1.ListImagesRequest]) (*connect.Response[v1.ListImagesResponse], error) {
+	return c.listImages.CallUnary(ctx, req)
+}
+
+// RemoveImage calls corpus.v1.NodeAgentService.RemoveImage.
+func (c *nodeAgentServiceClient) RemoveImage(ctx context.Context, req *connect.Request[v1.RemoveImageRequest]) (*connect.Response[v1.RemoveImageResponse], error) {
+	return c.removeImage.CallUnary(ctx, req)
+}
+
+// PruneImages calls corpus.v1.NodeAgentService.PruneImages.
+func (c *nodeAgentServiceClient) PruneImages(ctx context.Context, req *connect.Request[v1.PruneImagesRequest]) (*connect.Response[v1.PruneImagesResponse], error) {
+	return c.pruneImages.CallUnary(ctx, req)
+}
+
 // NodeAgentServiceHandler is an implementation of the corpus.v1.NodeAgentService service.
 type NodeAgentServiceHandler interface {
 	Exec(context.Context, *connect.Request[v1.ExecGuestRequest], *connect.ServerStream[v1.ExecOutput]) error
@@ -1099,6 +1150,11 @@ type NodeAgentServiceHandler interface {
 	// CheckChallenge asks the node's proxy for an ACME challenge's answer,
 	// as the CA will, before the CA is told to validate it.
 	CheckChallenge(context.Context, *connect.Request[v1.CheckChallengeRequest]) (*connect.Response[v1.CheckChallengeResponse], error)
+	// ListImages, RemoveImage and PruneImages act on the node's image
+	// cache (NodeService's of the same names; the node field is ignored).
+	ListImages(context.Context, *connect.Request[v1.ListImagesRequest]) (*connect.Response[v1.ListImagesResponse], error)
+	RemoveImage(context.Context, *connect.Request[v1.RemoveImageRequest]) (*connect.Response[v1.RemoveImageResponse], error)
+	PruneImages(context.Context, *connect.Request[v1.PruneImagesRequest]) (*connect.Response[v1.PruneImagesResponse], error)
 }
 
 // NewNodeAgentServiceHandler builds an HTTP handler from the service implementation. It returns the
@@ -1219,6 +1275,25 @@ func NewNodeAgentServiceHandler(svc NodeAgentServiceHandler, opts ...connect.Han
 		connect.WithIdempotency(connect.IdempotencyNoSideEffects),
 		connect.WithHandlerOptions(opts...),
 	)
+	nodeAgentServiceListImagesHandler := connect.NewUnaryHandler(
+		NodeAgentServiceListImagesProcedure,
+		svc.ListImages,
+		connect.WithSchema(nodeAgentServiceMethods.ByName("ListImages")),
+		connect.WithIdempotency(connect.IdempotencyNoSideEffects),
+		connect.WithHandlerOptions(opts...),
+	)
+	nodeAgentServiceRemoveImageHandler := connect.NewUnaryHandler(
+		NodeAgentServiceRemoveImageProcedure,
+		svc.RemoveImage,
+		connect.WithSchema(nodeAgentServiceMethods.ByName("RemoveImage")),
+		connect.WithHandlerOptions(opts...),
+	)
+	nodeAgentServicePruneImagesHandler := connect.NewUnaryHandler(
+		NodeAgentServicePruneImagesProcedure,
+		svc.PruneImages,
+		connect.WithSchema(nodeAgentServiceMethods.ByName("PruneImages")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/corpus.v1.NodeAgentService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case NodeAgentServiceExecProcedure:
@@ -1257,6 +1332,12 @@ func NewNodeAgentServiceHandler(svc NodeAgentServiceHandler, opts ...connect.Han
 			nodeAgentServiceRemoveBackupHandler.ServeHTTP(w, r)
 		case NodeAgentServiceCheckChallengeProcedure:
 			nodeAgentServiceCheckChallengeHandler.ServeHTTP(w, r)
+		case NodeAgentServiceListImagesProcedure:
+			nodeAgentServiceListImagesHandler.ServeHTTP(w, r)
+		case NodeAgentServiceRemoveImageProcedure:
+			nodeAgentServiceRemoveImageHandler.ServeHTTP(w, r)
+		case NodeAgentServicePruneImagesProcedure:
+			nodeAgentServicePruneImagesHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -1336,4 +1417,16 @@ func (UnimplementedNodeAgentServiceHandler) RemoveBackup(context.Context, *conne
 
 func (UnimplementedNodeAgentServiceHandler) CheckChallenge(context.Context, *connect.Request[v1.CheckChallengeRequest]) (*connect.Response[v1.CheckChallengeResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("corpus.v1.NodeAgentService.CheckChallenge is not implemented"))
+}
+
+func (UnimplementedNodeAgentServiceHandler) ListImages(context.Context, *connect.Request[v1.ListImagesRequest]) (*connect.Response[v1.ListImagesResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("corpus.v1.NodeAgentService.ListImages is not implemented"))
+}
+
+func (UnimplementedNodeAgentServiceHandler) RemoveImage(context.Context, *connect.Request[v1.RemoveImageRequest]) (*connect.Response[v1.RemoveImageResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("corpus.v1.NodeAgentService.RemoveImage is not implemented"))
+}
+
+func (UnimplementedNodeAgentServiceHandler) PruneImages(context.Context, *connect.Request[v1.PruneImagesRequest]) (*connect.Response[v1.PruneImagesResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("corpus.v1.NodeAgentService.PruneImages is not implemented"))
 }

@@ -47,6 +47,12 @@ const (
 	NodeServiceDrainStatusProcedure = "/corpus.v1.NodeService/DrainStatus"
 	// NodeServiceRemoveNodeProcedure is the fully-qualified name of the NodeService's RemoveNode RPC.
 	NodeServiceRemoveNodeProcedure = "/corpus.v1.NodeService/RemoveNode"
+	// NodeServiceListImagesProcedure is the fully-qualified name of the NodeService's ListImages RPC.
+	NodeServiceListImagesProcedure = "/corpus.v1.NodeService/ListImages"
+	// NodeServiceRemoveImageProcedure is the fully-qualified name of the NodeService's RemoveImage RPC.
+	NodeServiceRemoveImageProcedure = "/corpus.v1.NodeService/RemoveImage"
+	// NodeServicePruneImagesProcedure is the fully-qualified name of the NodeService's PruneImages RPC.
+	NodeServicePruneImagesProcedure = "/corpus.v1.NodeService/PruneImages"
 )
 
 // NodeServiceClient is a client for the corpus.v1.NodeService service.
@@ -65,6 +71,14 @@ type NodeServiceClient interface {
 	// RemoveNode forgets an empty node: its credential stops working at
 	// once and its agent's watch stream ends. Drain it first.
 	RemoveNode(context.Context, *connect.Request[v1.RemoveNodeRequest]) (*connect.Response[v1.RemoveNodeResponse], error)
+	// ListImages lists the images nodes keep in their image cache, with
+	// the guests using each (see imagecache.proto).
+	ListImages(context.Context, *connect.Request[v1.ListImagesRequest]) (*connect.Response[v1.ListImagesResponse], error)
+	// RemoveImage removes one image from a node's cache; an image a guest
+	// uses is refused (FailedPrecondition) with the guests named.
+	RemoveImage(context.Context, *connect.Request[v1.RemoveImageRequest]) (*connect.Response[v1.RemoveImageResponse], error)
+	// PruneImages removes from nodes' caches every image no guest uses.
+	PruneImages(context.Context, *connect.Request[v1.PruneImagesRequest]) (*connect.Response[v1.PruneImagesResponse], error)
 }
 
 // NewNodeServiceClient constructs a client for the corpus.v1.NodeService service. By default, it
@@ -117,6 +131,25 @@ func NewNodeServiceClient(httpClient connect.HTTPClient, baseURL string, opts ..
 			connect.WithSchema(nodeServiceMethods.ByName("RemoveNode")),
 			connect.WithClientOptions(opts...),
 		),
+		listImages: connect.NewClient[v1.ListImagesRequest, v1.ListImagesResponse](
+			httpClient,
+			baseURL+NodeServiceListImagesProcedure,
+			connect.WithSchema(nodeServiceMethods.ByName("ListImages")),
+			connect.WithIdempotency(connect.IdempotencyNoSideEffects),
+			connect.WithClientOptions(opts...),
+		),
+		removeImage: connect.NewClient[v1.RemoveImageRequest, v1.RemoveImageResponse](
+			httpClient,
+			baseURL+NodeServiceRemoveImageProcedure,
+			connect.WithSchema(nodeServiceMethods.ByName("RemoveImage")),
+			connect.WithClientOptions(opts...),
+		),
+		pruneImages: connect.NewClient[v1.PruneImagesRequest, v1.PruneImagesResponse](
+			httpClient,
+			baseURL+NodeServicePruneImagesProcedure,
+			connect.WithSchema(nodeServiceMethods.ByName("PruneImages")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
@@ -128,6 +161,9 @@ type nodeServiceClient struct {
 	setNodeMode     *connect.Client[v1.SetNodeModeRequest, v1.SetNodeModeResponse]
 	drainStatus     *connect.Client[v1.DrainStatusRequest, v1.DrainStatusResponse]
 	removeNode      *connect.Client[v1.RemoveNodeRequest, v1.RemoveNodeResponse]
+	listImages      *connect.Client[v1.ListImagesRequest, v1.ListImagesResponse]
+	removeImage     *connect.Client[v1.RemoveImageRequest, v1.RemoveImageResponse]
+	pruneImages     *connect.Client[v1.PruneImagesRequest, v1.PruneImagesResponse]
 }
 
 // CreateJoinToken calls corpus.v1.NodeService.CreateJoinToken.
@@ -160,6 +196,21 @@ func (c *nodeServiceClient) RemoveNode(ctx context.Context, req *connect.Request
 	return c.removeNode.CallUnary(ctx, req)
 }
 
+// ListImages calls corpus.v1.NodeService.ListImages.
+func (c *nodeServiceClient) ListImages(ctx context.Context, req *connect.Request[v1.ListImagesRequest]) (*connect.Response[v1.ListImagesResponse], error) {
+	return c.listImages.CallUnary(ctx, req)
+}
+
+// RemoveImage calls corpus.v1.NodeService.RemoveImage.
+func (c *nodeServiceClient) RemoveImage(ctx context.Context, req *connect.Request[v1.RemoveImageRequest]) (*connect.Response[v1.RemoveImageResponse], error) {
+	return c.removeImage.CallUnary(ctx, req)
+}
+
+// PruneImages calls corpus.v1.NodeService.PruneImages.
+func (c *nodeServiceClient) PruneImages(ctx context.Context, req *connect.Request[v1.PruneImagesRequest]) (*connect.Response[v1.PruneImagesResponse], error) {
+	return c.pruneImages.CallUnary(ctx, req)
+}
+
 // NodeServiceHandler is an implementation of the corpus.v1.NodeService service.
 type NodeServiceHandler interface {
 	CreateJoinToken(context.Context, *connect.Request[v1.CreateJoinTokenRequest]) (*connect.Response[v1.CreateJoinTokenResponse], error)
@@ -176,6 +227,14 @@ type NodeServiceHandler interface {
 	// RemoveNode forgets an empty node: its credential stops working at
 	// once and its agent's watch stream ends. Drain it first.
 	RemoveNode(context.Context, *connect.Request[v1.RemoveNodeRequest]) (*connect.Response[v1.RemoveNodeResponse], error)
+	// ListImages lists the images nodes keep in their image cache, with
+	// the guests using each (see imagecache.proto).
+	ListImages(context.Context, *connect.Request[v1.ListImagesRequest]) (*connect.Response[v1.ListImagesResponse], error)
+	// RemoveImage removes one image from a node's cache; an image a guest
+	// uses is refused (FailedPrecondition) with the guests named.
+	RemoveImage(context.Context, *connect.Request[v1.RemoveImageRequest]) (*connect.Response[v1.RemoveImageResponse], error)
+	// PruneImages removes from nodes' caches every image no guest uses.
+	PruneImages(context.Context, *connect.Request[v1.PruneImagesRequest]) (*connect.Response[v1.PruneImagesResponse], error)
 }
 
 // NewNodeServiceHandler builds an HTTP handler from the service implementation. It returns the path
@@ -224,6 +283,25 @@ func NewNodeServiceHandler(svc NodeServiceHandler, opts ...connect.HandlerOption
 		connect.WithSchema(nodeServiceMethods.ByName("RemoveNode")),
 		connect.WithHandlerOptions(opts...),
 	)
+	nodeServiceListImagesHandler := connect.NewUnaryHandler(
+		NodeServiceListImagesProcedure,
+		svc.ListImages,
+		connect.WithSchema(nodeServiceMethods.ByName("ListImages")),
+		connect.WithIdempotency(connect.IdempotencyNoSideEffects),
+		connect.WithHandlerOptions(opts...),
+	)
+	nodeServiceRemoveImageHandler := connect.NewUnaryHandler(
+		NodeServiceRemoveImageProcedure,
+		svc.RemoveImage,
+		connect.WithSchema(nodeServiceMethods.ByName("RemoveImage")),
+		connect.WithHandlerOptions(opts...),
+	)
+	nodeServicePruneImagesHandler := connect.NewUnaryHandler(
+		NodeServicePruneImagesProcedure,
+		svc.PruneImages,
+		connect.WithSchema(nodeServiceMethods.ByName("PruneImages")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/corpus.v1.NodeService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case NodeServiceCreateJoinTokenProcedure:
@@ -238,6 +316,12 @@ func NewNodeServiceHandler(svc NodeServiceHandler, opts ...connect.HandlerOption
 			nodeServiceDrainStatusHandler.ServeHTTP(w, r)
 		case NodeServiceRemoveNodeProcedure:
 			nodeServiceRemoveNodeHandler.ServeHTTP(w, r)
+		case NodeServiceListImagesProcedure:
+			nodeServiceListImagesHandler.ServeHTTP(w, r)
+		case NodeServiceRemoveImageProcedure:
+			nodeServiceRemoveImageHandler.ServeHTTP(w, r)
+		case NodeServicePruneImagesProcedure:
+			nodeServicePruneImagesHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -269,4 +353,16 @@ func (UnimplementedNodeServiceHandler) DrainStatus(context.Context, *connect.Req
 
 func (UnimplementedNodeServiceHandler) RemoveNode(context.Context, *connect.Request[v1.RemoveNodeRequest]) (*connect.Response[v1.RemoveNodeResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("corpus.v1.NodeService.RemoveNode is not implemented"))
+}
+
+func (UnimplementedNodeServiceHandler) ListImages(context.Context, *connect.Request[v1.ListImagesRequest]) (*connect.Response[v1.ListImagesResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("corpus.v1.NodeService.ListImages is not implemented"))
+}
+
+func (UnimplementedNodeServiceHandler) RemoveImage(context.Context, *connect.Request[v1.RemoveImageRequest]) (*connect.Response[v1.RemoveImageResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("corpus.v1.NodeService.RemoveImage is not implemented"))
+}
+
+func (UnimplementedNodeServiceHandler) PruneImages(context.Context, *connect.Request[v1.PruneImagesRequest]) (*connect.Response[v1.PruneImagesResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("corpus.v1.NodeService.PruneImages is not implemented"))
 }
