@@ -74,9 +74,15 @@ type deploy struct {
 	known   []*corpusv1.Release
 	tree    *tree
 	man     *Manifest
-	uid     int
-	gid     int
-	journal cache.Deploy
+	// image is the release's image when it is made from one (its tree
+	// instead of a pushed one); imageRef and imageDigest are what the
+	// release records.
+	image       *imageSource
+	imageRef    string
+	imageDigest string
+	uid         int
+	gid         int
+	journal     cache.Deploy
 	// config is the release's config, opened: it reaches the guest and
 	// nowhere else (not the log, not the journal).
 	config map[string]string
@@ -189,6 +195,7 @@ func (d *deploy) begin(commit, author, subject, trigger string) error {
 		return c.BeginRelease(d.ctx, connect.NewRequest(&corpusv1.BeginReleaseRequest{
 			Project: d.project, Env: d.env.Name, Commit: commit, Author: author, Subject: subject,
 			Trigger: trigger, Processes: d.man.processOrder(), ReleaseId: d.journal.ReleaseID,
+			Image: d.imageRef, ImageDigest: d.imageDigest,
 		}))
 	})
 	if err != nil {
@@ -453,6 +460,12 @@ func (d *deploy) run(g quarantineGit, commit string) error {
 		return err
 	}
 	err = d.step(stepReleaseSync, func() (bool, error) {
+		if d.image != nil {
+			if err := d.syncImage(rel); err != nil {
+				return false, err
+			}
+			return false, d.p.writeReleaseFiles(d.ctx, d.driver, d.guest.Name, d.project, d.stepEnv(nil), d.specOf())
+		}
 		ctx, cancel := context.WithTimeout(d.ctx, d.man.Timeout)
 		defer cancel()
 		cmd := g.cmd(ctx, "archive", "--format=tar", commit+"^{tree}")
@@ -507,6 +520,10 @@ func (d *deploy) run(g quarantineGit, commit string) error {
 	}
 	err = d.step(stepFixperms, func() (bool, error) {
 		if !d.runs(stepFixperms) {
+			return true, nil
+		}
+		if d.image != nil {
+			d.say("       the image's files keep their owners")
 			return true, nil
 		}
 		if d.tree.Hooks["fixperms"] {

@@ -69,6 +69,12 @@ type Config struct {
 	// Proxy is this node's proxy, watched while web moves to its new port
 	// (nil when the node runs none).
 	Proxy Ingress
+	// Images is the node's image store releases from an image are
+	// pulled into (nil: the node deploys no images), and ImageDir the
+	// folder, root's alone, they are unpacked in for the time of a
+	// deploy.
+	Images   Images
+	ImageDir string
 	// Metrics receives the deploy metrics (required).
 	Metrics prometheus.Registerer
 	// Logger says what the pipeline does besides a deploy's own output
@@ -90,6 +96,8 @@ type Pipeline struct {
 	// as much.
 	maxPushBytes int64
 	git          *gitServer // nil when the git endpoint is off
+	images       Images     // nil when the node deploys no images
+	imageDir     string
 	envLocks     envLocks
 	// sources are the pushes deploying now (ReleaseSource reads them);
 	// fetches serializes fetching them into a repository.
@@ -109,6 +117,8 @@ func New(cfg Config, agent Agent) (*Pipeline, error) {
 		logger:       cfg.Logger,
 		maxPushBytes: cfg.MaxPushBytes,
 		metrics:      newMetrics(cfg.Metrics),
+		images:       cfg.Images,
+		imageDir:     cfg.ImageDir,
 	}
 	if cfg.GitDir != "" {
 		if err := os.MkdirAll(cfg.GitDir, 0o700); err != nil {

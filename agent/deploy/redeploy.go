@@ -89,7 +89,7 @@ func (p *Pipeline) redeploy(ctx, life context.Context, m *corpusv1.AgentRedeploy
 		return 0, connect.NewError(connect.CodeFailedPrecondition, err)
 	}
 	cur := serving(env, m.Releases)
-	if cur == nil {
+	if cur == nil && r.Image == "" {
 		return 0, connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("%s serves no release yet: push first", key))
 	}
 	out := rpc.StreamWriter(func(b []byte) error { return send(&corpusv1.DeployOutput{Output: b}) })
@@ -98,6 +98,16 @@ func (p *Pipeline) redeploy(ctx, life context.Context, m *corpusv1.AgentRedeploy
 			return 0, err
 		}
 		return cur.Number, nil
+	}
+	if ref, pull, err := imageOf(r.Image, cur); err != nil {
+		return 0, connect.NewError(connect.CodeInvalidArgument, err)
+	} else if ref != "" {
+		man, _ := parseManifest(nil)
+		d := &deploy{p: p, ctx: life, guest: g, driver: drv, project: r.Project, env: env, man: man,
+			tree: &tree{Hooks: map[string]bool{}, Entries: map[string]string{}},
+			out:  out, log: &bytes.Buffer{}, known: m.Releases, prev: cur, only: r.Only}
+		d.strategy, d.keepFor = man.strategy(r.Strategy, r.KeepSeconds)
+		return p.deployImage(d, r, m.Author, ref, pull)
 	}
 	if p.git == nil {
 		return 0, connect.NewError(connect.CodeFailedPrecondition, errors.New("this node's git endpoint is off, so it keeps no repository to deploy from"))
