@@ -120,6 +120,13 @@ func New(cfg Config, agent Agent) (*Pipeline, error) {
 		images:       cfg.Images,
 		imageDir:     cfg.ImageDir,
 	}
+	// Unpacked images live for a deploy's time: what is there now, a
+	// deploy cut short by the agent's end left.
+	if cfg.ImageDir != "" {
+		if err := os.RemoveAll(cfg.ImageDir); err != nil {
+			return nil, fmt.Errorf("removing the images deploys left unpacked: %w", err)
+		}
+	}
 	if cfg.GitDir != "" {
 		if err := os.MkdirAll(cfg.GitDir, 0o700); err != nil {
 			return nil, err
