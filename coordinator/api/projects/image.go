@@ -42,3 +42,14 @@ func checkImageDeploy(view *state.Snap, p *corpusv1.Project, e *corpusv1.Project
 	}
 	return compat.Check(view.ClusterVersion(), compat.ImageReleases)
 }
+
+// imageOnOne refuses more than one instance for an environment serving
+// a release from an image: the instances past the first build their
+// releases from the commit's source, which it has none of.
+func imageOnOne(view *state.Snap, p *corpusv1.Project, e *corpusv1.ProjectEnv, instances uint32) error {
+	cur := view.ReleaseByNumber(p.Name, e.Name, e.CurrentRelease)
+	if instances <= 1 || cur.GetImage() == "" {
+		return nil
+	}
+	return api.Invalidf("%s/%s serves %s, a release from image %s, which runs on one instance for now: push a commit first to run %d", p.Name, e.Name, corpusv1.ReleaseName(cur.Number), cur.Image, instances)
+}
