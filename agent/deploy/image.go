@@ -266,7 +266,11 @@ func (p *Pipeline) deployImage(d *deploy, r *corpusv1.RedeployRequest, author, r
 	}
 	start := time.Now()
 	d.say("-----> Pulling %s", pull)
-	src, perr := p.pullImage(d.ctx, pull, d.say)
+	// Bounded as a step is: a registry that stops answering fails the
+	// release rather than holding the environment.
+	ctx, cancel := context.WithTimeout(d.ctx, d.man.Timeout)
+	src, perr := p.pullImage(ctx, pull, d.say)
+	cancel()
 	pulled := &corpusv1.ReleaseStep{Name: stepPull, Status: corpusv1.StepOK, DurationMs: time.Since(start).Milliseconds()}
 	d.imageRef = ref
 	if perr == nil {
