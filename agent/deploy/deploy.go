@@ -16,6 +16,8 @@ import (
 	"connectrpc.com/connect"
 
 	"corpus/agent/cache"
+	"corpus/agent/deploy/githook"
+	"corpus/agent/deploy/imagetree"
 	"corpus/drivers"
 	"corpus/internal/failpoint"
 	"corpus/internal/secret"
@@ -77,7 +79,7 @@ type deploy struct {
 	// image is the release's image when it is made from one (its tree
 	// instead of a pushed one); imageRef and imageDigest are what the
 	// release records.
-	image       *imageSource
+	image       *imagetree.Source
 	imageRef    string
 	imageDigest string
 	uid         int
@@ -109,7 +111,7 @@ type deploy struct {
 
 // push runs the pipeline for a push, under ctx, and returns the hook's
 // exit status: 0 accepts the push, anything else rejects it.
-func (p *Pipeline) push(ctx context.Context, sess *pushSession, req *hookRequest, out io.Writer) int {
+func (p *Pipeline) push(ctx context.Context, sess *pushSession, req *githook.Request, out io.Writer) int {
 	env := sess.access.Env
 	start := time.Now()
 	reject := func(format string, args ...any) int {
@@ -118,7 +120,7 @@ func (p *Pipeline) push(ctx context.Context, sess *pushSession, req *hookRequest
 		return 1
 	}
 	branchRef := "refs/heads/" + env.Branch
-	var upd *refUpdate
+	var upd *githook.RefUpdate
 	for i, u := range req.Updates {
 		if u.Ref != branchRef {
 			return reject("only %s deploys to %s/%s (git push corpus %s); %s is not accepted", env.Branch, sess.project, env.Name, env.Branch, u.Ref)
@@ -128,14 +130,14 @@ func (p *Pipeline) push(ctx context.Context, sess *pushSession, req *hookRequest
 	if upd == nil {
 		return reject("nothing to deploy")
 	}
-	if upd.New == zeroID {
+	if upd.New == githook.ZeroID {
 		return reject("deleting %s would leave %s/%s without source; it is not allowed", env.Branch, sess.project, env.Name)
 	}
 	key := sess.project + "/" + env.Name
-	if holder, ok := p.envLocks.lock(ctx, key, fmt.Sprintf("a push by %s since %s", sess.user, time.Now().Format(time.TimeOnly))); !ok {
+	if holder, ok := p.envLocks.Lock(ctx, key, fmt.Sprintf("a push by %s since %s", sess.user, time.Now().Format(time.TimeOnly))); !ok {
 		return reject("another deploy of %s is running (%s); push again when it ends", key, holder)
 	}
-	defer p.envLocks.unlock(key)
+	defer p.envLocks.Unlock(key)
 
 	repo := filepath.Join(p.git.root, sess.project+"-"+env.Name+".git")
 	g := quarantineGit{repo: repo, req: req}
@@ -233,7 +235,7 @@ func (d *deploy) prevNumber() uint32 {
 // quarantineGit runs git on a push's objects before git accepts them.
 type quarantineGit struct {
 	repo string
-	req  *hookRequest
+	req  *githook.Request
 }
 
 func (q quarantineGit) cmd(ctx context.Context, args ...string) *exec.Cmd {

@@ -12,6 +12,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"corpus/agent/cache"
+	"corpus/agent/deploy/envlock"
+	"corpus/agent/deploy/imagetree"
 	"corpus/agent/logs"
 	"corpus/agent/runtime"
 	"corpus/drivers"
@@ -73,7 +75,7 @@ type Config struct {
 	// pulled into (nil: the node deploys no images), and ImageDir the
 	// folder, root's alone, they are unpacked in for the time of a
 	// deploy.
-	Images   Images
+	Images   imagetree.Images
 	ImageDir string
 	// Metrics receives the deploy metrics (required).
 	Metrics prometheus.Registerer
@@ -95,10 +97,10 @@ type Pipeline struct {
 	// maxPushBytes bounds a push's pack; its tree may hold four times
 	// as much.
 	maxPushBytes int64
-	git          *gitServer // nil when the git endpoint is off
-	images       Images     // nil when the node deploys no images
+	git          *gitServer       // nil when the git endpoint is off
+	images       imagetree.Images // nil when the node deploys no images
 	imageDir     string
-	envLocks     envLocks
+	envLocks     envlock.Locks
 	// sources are the pushes deploying now (ReleaseSource reads them);
 	// fetches serializes fetching them into a repository.
 	sources sources

@@ -112,8 +112,8 @@ func (d *deploy) specOf() runSpec {
 		s.Processes = append(s.Processes, supervisor.Process{Name: name, Command: d.man.Processes[name]})
 	}
 	if d.image != nil {
-		s.Root, s.Dir = imageRoot, d.image.workdir
-		s.Processes[0].Argv = d.image.argv
+		s.Root, s.Dir = imageRoot, d.image.Workdir
+		s.Processes[0].Argv = d.image.Argv
 	}
 	if h := d.man.Health; h != nil && h.HTTP != nil {
 		s.HealthPath, s.Strict, s.HealthTimeout = h.HTTP.Path, true, supervisor.Duration(h.HTTP.Timeout)

@@ -14,6 +14,7 @@ import (
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"corpus/agent/deploy/githook"
 	"corpus/agent/runtime/supervisor"
 	"corpus/drivers"
 	"corpus/internal/names"
@@ -80,10 +81,10 @@ func (p *Pipeline) redeploy(ctx, life context.Context, m *corpusv1.AgentRedeploy
 		key = Instance{Project: r.Project, Env: r.Env, Index: m.Instance}.key()
 		env = instanceEnv(env, m.Instance)
 	}
-	if holder, ok := p.envLocks.lock(ctx, key, fmt.Sprintf("a %s by %s since %s", r.Trigger, m.Author, time.Now().Format(time.TimeOnly))); !ok {
+	if holder, ok := p.envLocks.Lock(ctx, key, fmt.Sprintf("a %s by %s since %s", r.Trigger, m.Author, time.Now().Format(time.TimeOnly))); !ok {
 		return 0, connect.NewError(connect.CodeAborted, fmt.Errorf("%s is busy (%s); try again when it ends", key, holder))
 	}
-	defer p.envLocks.unlock(key)
+	defer p.envLocks.Unlock(key)
 	g, drv, err := p.guestForExec(corpusv1.InstanceGuestName(r.Project, r.Env, m.Instance))
 	if err != nil {
 		return 0, connect.NewError(connect.CodeFailedPrecondition, err)
@@ -112,7 +113,7 @@ func (p *Pipeline) redeploy(ctx, life context.Context, m *corpusv1.AgentRedeploy
 	if p.git == nil {
 		return 0, connect.NewError(connect.CodeFailedPrecondition, errors.New("this node's git endpoint is off, so it keeps no repository to deploy from"))
 	}
-	repo := quarantineGit{repo: filepath.Join(p.git.root, r.Project+"-"+r.Env+".git"), req: &hookRequest{}}
+	repo := quarantineGit{repo: filepath.Join(p.git.root, r.Project+"-"+r.Env+".git"), req: &githook.Request{}}
 	start := time.Now()
 	t, man, subject, err := inspectPush(repo, cur.Commit, p.maxPushBytes*4)
 	if err != nil {
