@@ -66,7 +66,9 @@ func TestProjectFromOCIImage(t *testing.T) {
 
 	// v1, then v2 under load.
 	ld := l.startLoad(4)
+	start := time.Now()
 	out := l.c.mustCLI("deploy", "hello", "--image", reg+"/team/site:v1")
+	t.Logf("corpus deploy --image v1 (pull, unpack, sync, start, switch) took %s", time.Since(start).Round(time.Millisecond))
 	ld.end(t, "deploy of image v1")
 	if !strings.Contains(out, v1Digest) || !strings.Contains(out, "r3 is live") {
 		t.Errorf("deploy --image v1 output lacks the digest %s or r3 going live:\n%s", v1Digest, out)
@@ -91,7 +93,9 @@ func TestProjectFromOCIImage(t *testing.T) {
 	// and a config change deploys the digest it serves.
 	moved := push("v1", siteImage(t, "moved"))
 	ld = l.startLoad(4)
+	start = time.Now()
 	l.c.mustCLI("rollback", "hello")
+	t.Logf("corpus rollback to the image release r3 took %s", time.Since(start).Round(time.Millisecond))
 	ld.end(t, "rollback to image v1")
 	l.wantPage("version v1 uid 1000 hi")
 	ld = l.startLoad(4)
