@@ -35,6 +35,7 @@ import (
 	"corpus/drivers"
 	"corpus/drivers/catalog"
 	imgcache "corpus/images/cache"
+	"corpus/images/oci"
 	"corpus/internal/gossip"
 	"corpus/internal/metrics"
 	"corpus/internal/names"
@@ -570,6 +571,11 @@ func (a *Agent) newDeploys() (*deploy.Pipeline, error) {
 		Logs:         a.logs,
 		Metrics:      a.cfg.Metrics,
 		Logger:       a.logger,
+		// Releases from images: their own store, layers checked by
+		// digest, the trees unpacked for a deploy's time.
+		Images: &oci.Store{Root: filepath.Join(a.cfg.StateDir, "images", "oci"), Insecure: catalog.InsecureRegistries(),
+			Log: a.logger.With("component", "deploy-images")},
+		ImageDir: filepath.Join(a.cfg.StateDir, "images", "unpack"),
 	}
 	if a.cfg.GitAddr != "" {
 		cfg.GitDir = filepath.Join(a.cfg.StateDir, "git")

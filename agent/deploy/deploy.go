@@ -16,6 +16,8 @@ import (
 	"connectrpc.com/connect"
 
 	"corpus/agent/cache"
+	"corpus/agent/deploy/githook"
+	"corpus/agent/deploy/imagetree"
 	"corpus/drivers"
 	"corpus/internal/failpoint"
 	"corpus/internal/secret"
@@ -74,9 +76,15 @@ type deploy struct {
 	known   []*corpusv1.Release
 	tree    *tree
 	man     *Manifest
-	uid     int
-	gid     int
-	journal cache.Deploy
+	// image is the release's image when it is made from one (its tree
+	// instead of a pushed one); imageRef and imageDigest are what the
+	// release records.
+	image       *imagetree.Source
+	imageRef    string
+	imageDigest string
+	uid         int
+	gid         int
+	journal     cache.Deploy
 	// config is the release's config, opened: it reaches the guest and
 	// nowhere else (not the log, not the journal).
 	config map[string]string
@@ -103,7 +111,7 @@ type deploy struct {
 
 // push runs the pipeline for a push, under ctx, and returns the hook's
 // exit status: 0 accepts the push, anything else rejects it.
-func (p *Pipeline) push(ctx context.Context, sess *pushSession, req *hookRequest, out io.Writer) int {
+func (p *Pipeline) push(ctx context.Context, sess *pushSession, req *githook.Request, out io.Writer) int {
 	env := sess.access.Env
 	start := time.Now()
 	reject := func(format string, args ...any) int {
@@ -112,7 +120,7 @@ func (p *Pipeline) push(ctx context.Context, sess *pushSession, req *hookRequest
 		return 1
 	}
 	branchRef := "refs/heads/" + env.Branch
-	var upd *refUpdate
+	var upd *githook.RefUpdate
 	for i, u := range req.Updates {
 		if u.Ref != branchRef {
 			return reject("only %s deploys to %s/%s (git push corpus %s); %s is not accepted", env.Branch, sess.project, env.Name, env.Branch, u.Ref)
@@ -122,14 +130,14 @@ func (p *Pipeline) push(ctx context.Context, sess *pushSession, req *hookRequest
 	if upd == nil {
 		return reject("nothing to deploy")
 	}
-	if upd.New == zeroID {
+	if upd.New == githook.ZeroID {
 		return reject("deleting %s would leave %s/%s without source; it is not allowed", env.Branch, sess.project, env.Name)
 	}
 	key := sess.project + "/" + env.Name
-	if holder, ok := p.envLocks.lock(ctx, key, fmt.Sprintf("a push by %s since %s", sess.user, time.Now().Format(time.TimeOnly))); !ok {
+	if holder, ok := p.envLocks.Lock(ctx, key, fmt.Sprintf("a push by %s since %s", sess.user, time.Now().Format(time.TimeOnly))); !ok {
 		return reject("another deploy of %s is running (%s); push again when it ends", key, holder)
 	}
-	defer p.envLocks.unlock(key)
+	defer p.envLocks.Unlock(key)
 
 	repo := filepath.Join(p.git.root, sess.project+"-"+env.Name+".git")
 	g := quarantineGit{repo: repo, req: req}
@@ -189,6 +197,7 @@ func (d *deploy) begin(commit, author, subject, trigger string) error {
 		return c.BeginRelease(d.ctx, connect.NewRequest(&corpusv1.BeginReleaseRequest{
 			Project: d.project, Env: d.env.Name, Commit: commit, Author: author, Subject: subject,
 			Trigger: trigger, Processes: d.man.processOrder(), ReleaseId: d.journal.ReleaseID,
+			Image: d.imageRef, ImageDigest: d.imageDigest,
 		}))
 	})
 	if err != nil {
@@ -226,7 +235,7 @@ func (d *deploy) prevNumber() uint32 {
 // quarantineGit runs git on a push's objects before git accepts them.
 type quarantineGit struct {
 	repo string
-	req  *hookRequest
+	req  *githook.Request
 }
 
 func (q quarantineGit) cmd(ctx context.Context, args ...string) *exec.Cmd {
@@ -453,6 +462,12 @@ func (d *deploy) run(g quarantineGit, commit string) error {
 		return err
 	}
 	err = d.step(stepReleaseSync, func() (bool, error) {
+		if d.image != nil {
+			if err := d.syncImage(rel); err != nil {
+				return false, err
+			}
+			return false, d.p.writeReleaseFiles(d.ctx, d.driver, d.guest.Name, d.project, d.stepEnv(nil), d.specOf())
+		}
 		ctx, cancel := context.WithTimeout(d.ctx, d.man.Timeout)
 		defer cancel()
 		cmd := g.cmd(ctx, "archive", "--format=tar", commit+"^{tree}")
@@ -507,6 +522,10 @@ func (d *deploy) run(g quarantineGit, commit string) error {
 	}
 	err = d.step(stepFixperms, func() (bool, error) {
 		if !d.runs(stepFixperms) {
+			return true, nil
+		}
+		if d.image != nil {
+			d.say("       the image's files keep their owners")
 			return true, nil
 		}
 		if d.tree.Hooks["fixperms"] {

@@ -6,7 +6,8 @@
 // checked against (.corpus/corpus.yaml, install.d, hooks, Procfile),
 // the steps and hooks run in the guest, the rollout of a release's
 // processes beside the old ones, releases without a push (a config
-// change, corpus deploy, a restart of the processes), rollbacks, and the
+// change, corpus deploy, a restart of the processes), releases made from
+// an OCI image (image.go, the tree from imagetree), rollbacks, and the
 // deploy journal that resolves what a crash interrupted.
 //
 // A push runs, inside the project's guest, in /srv/projects/NAME:

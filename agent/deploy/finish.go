@@ -153,9 +153,9 @@ func (d *deploy) notify(status string) {
 	if d.tree.Hooks["notify"] {
 		err = d.exec(d.ctx, []string{"./" + manifestDir + "/notify"}, d.releaseDir(), d.stepEnv(map[string]string{"CORPUS_STATUS": status}), nil, true)
 	} else if status == corpusv1.ReleaseSucceeded {
-		d.say("       %s/%s %s (%s) deployed by %s", d.project, d.env.Name, d.name(), short(d.release.Commit), d.release.Author)
+		d.say("       %s/%s %s (%s) deployed by %s", d.project, d.env.Name, d.name(), d.source(), d.release.Author)
 	} else {
-		d.say("       %s/%s %s (%s) by %s failed", d.project, d.env.Name, d.name(), short(d.release.Commit), d.release.Author)
+		d.say("       %s/%s %s (%s) by %s failed", d.project, d.env.Name, d.name(), d.source(), d.release.Author)
 	}
 	st := &corpusv1.ReleaseStep{Name: stepNotify, Status: corpusv1.StepOK, DurationMs: time.Since(start).Milliseconds()}
 	if err != nil {

@@ -2,7 +2,6 @@ package deploy
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -15,6 +14,7 @@ import (
 
 	"connectrpc.com/connect"
 
+	"corpus/agent/deploy/githook"
 	"corpus/internal/keylock"
 	"corpus/internal/names"
 	"corpus/internal/secret"
@@ -28,13 +28,8 @@ import (
 // pre-receive hook, which hands the new commit back to this process (see
 // hook.go) so the ref moves only when the deploy succeeded.
 
-const (
-	// hookEnvSocket and hookEnvSession tell the hook how to reach the
-	// agent; hookEnvBin is the binary that runs it.
-	hookEnvSocket  = "CORPUS_HOOK_SOCKET"
-	hookEnvSession = "CORPUS_HOOK_SESSION"
-	hookEnvBin     = "CORPUS_HOOK_BIN"
-)
+// hookEnvBin is the binary that runs the hook.
+const hookEnvBin = "CORPUS_HOOK_BIN"
 
 // gitServer is the pipeline's git repositories and the pushes to them
 // under way.
@@ -144,7 +139,7 @@ func (p *Pipeline) ServeGit(ctx context.Context, user, fp, command string, rw io
 		if err != nil {
 			return fail("locating the corpus binary: %v", err)
 		}
-		cmd.Env = append(cmd.Env, hookEnvSocket+"="+s.hooks.path, hookEnvSession+"="+token, hookEnvBin+"="+bin)
+		cmd.Env = append(cmd.Env, githook.EnvSocket+"="+s.hooks.path, githook.EnvSession+"="+token, hookEnvBin+"="+bin)
 	}
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = rw, rw, stderr
 	p.logger.Info("git: serving", "user", user, "project", project, "env", access.Env.GetName(), "service", service)
@@ -158,7 +153,7 @@ func (p *Pipeline) ServeGit(ctx context.Context, user, fp, command string, rw io
 	return 0
 }
 
-// preReceiveHook hands the push to the agent (see RunHook).
+// preReceiveHook hands the push to the agent (see githook.Run).
 const preReceiveHook = "#!/bin/sh\n# Written by the corpus agent: deploys before the push is accepted.\nexec \"$" + hookEnvBin + "\" git-hook pre-receive\n"
 
 // ensureRepo returns the bare repository of a project environment,
@@ -200,31 +195,4 @@ func (s *gitServer) lookup(token string) *pushSession {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.sessions[token]
-}
-
-// frame writes one length-prefixed frame of the hook protocol.
-func frame(w io.Writer, kind byte, data []byte) error {
-	hdr := make([]byte, 5)
-	hdr[0] = kind
-	binary.BigEndian.PutUint32(hdr[1:], uint32(len(data)))
-	if _, err := w.Write(hdr); err != nil {
-		return err
-	}
-	_, err := w.Write(data)
-	return err
-}
-
-// readFrame reads one frame; max bounds its size.
-func readFrame(r io.Reader, max int) (byte, []byte, error) {
-	hdr := make([]byte, 5)
-	if _, err := io.ReadFull(r, hdr); err != nil {
-		return 0, nil, err
-	}
-	n := binary.BigEndian.Uint32(hdr[1:])
-	if int64(n) > int64(max) {
-		return 0, nil, fmt.Errorf("frame of %d bytes is over %d", n, max)
-	}
-	data := make([]byte, n)
-	_, err := io.ReadFull(r, data)
-	return hdr[0], data, err
 }

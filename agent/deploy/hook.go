@@ -1,100 +1,21 @@
 package deploy
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net"
 	"os"
 	"path/filepath"
-	"strings"
 	"sync"
 
 	"golang.org/x/sys/unix"
+
+	"corpus/agent/deploy/githook"
 )
 
-// The hook protocol. git-receive-pack runs the repository's pre-receive
-// hook (`corpus git-hook pre-receive`) once the pack is received and before
-// any ref moves. The hook connects to the agent's unix socket, sends the
-// ref updates with its session token and the quarantine's object folders,
-// and relays what the agent writes back to the git client (git prefixes
-// it with "remote: "). Its exit status, chosen by the agent, accepts or
-// rejects the push. Frames are a kind byte, a big-endian length and data:
-// 'r' request (JSON), 'o' output, 'x' exit status (one byte).
-
-const maxHookRequest = 1 << 20
-
-// hookRequest is what the hook sends.
-type hookRequest struct {
-	Session string      `json:"session"`
-	Updates []refUpdate `json:"updates"`
-	// Git's quarantine: the objects of the push live here until the hook
-	// accepts it.
-	ObjectDir     string `json:"object_dir"`
-	AlternateDirs string `json:"alternate_dirs"`
-	Quarantine    string `json:"quarantine"`
-}
-
-// refUpdate is one line of pre-receive's input.
-type refUpdate struct {
-	Old, New, Ref string
-}
-
-const zeroID = "0000000000000000000000000000000000000000"
-
-// RunHook is `corpus git-hook pre-receive`: it forwards the push to the
-// agent and returns the exit status the agent decided.
-func RunHook(stdin io.Reader, out io.Writer) int {
-	fail := func(format string, args ...any) int {
-		fmt.Fprintf(out, "corpus: "+format+"\n", args...)
-		return 1
-	}
-	req := hookRequest{
-		Session:       os.Getenv(hookEnvSession),
-		ObjectDir:     os.Getenv("GIT_OBJECT_DIRECTORY"),
-		AlternateDirs: os.Getenv("GIT_ALTERNATE_OBJECT_DIRECTORIES"),
-		Quarantine:    os.Getenv("GIT_QUARANTINE_PATH"),
-	}
-	sock := os.Getenv(hookEnvSocket)
-	if sock == "" || req.Session == "" {
-		return fail("this hook runs only under the corpus agent's git endpoint")
-	}
-	sc := bufio.NewScanner(stdin)
-	for sc.Scan() {
-		f := strings.Fields(sc.Text())
-		if len(f) != 3 {
-			return fail("unexpected pre-receive input %q", sc.Text())
-		}
-		req.Updates = append(req.Updates, refUpdate{Old: f[0], New: f[1], Ref: f[2]})
-	}
-	conn, err := net.Dial("unix", sock)
-	if err != nil {
-		return fail("cannot reach the agent: %v", err)
-	}
-	defer conn.Close()
-	raw, _ := json.Marshal(req)
-	if err := frame(conn, 'r', raw); err != nil {
-		return fail("sending the push to the agent: %v", err)
-	}
-	r := bufio.NewReader(conn)
-	for {
-		kind, data, err := readFrame(r, maxHookRequest)
-		if err != nil {
-			return fail("the agent went away during the deploy (%v); the push is refused", err)
-		}
-		switch kind {
-		case 'o':
-			out.Write(data)
-		case 'x':
-			if len(data) != 1 {
-				return fail("bad exit frame from the agent")
-			}
-			return int(data[0])
-		}
-	}
-}
+// The agent's end of the hook protocol (githook): a push's request in,
+// the deploy's output and exit status out.
 
 // hookServer is the agent's end of the hook protocol.
 type hookServer struct {
@@ -172,7 +93,7 @@ func (o *hookOutput) Write(p []byte) (int, error) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if o.err == nil {
-		o.err = frame(o.conn, 'o', p)
+		o.err = githook.WriteFrame(o.conn, 'o', p)
 	}
 	// A client that went away does not stop the deploy: its outcome is
 	// decided and recorded all the same.
@@ -184,11 +105,11 @@ func (h *hookServer) handle(ctx context.Context, conn net.Conn) {
 	if !sameUser(conn) {
 		return
 	}
-	kind, raw, err := readFrame(conn, maxHookRequest)
+	kind, raw, err := githook.ReadFrame(conn, githook.MaxRequest)
 	if err != nil || kind != 'r' {
 		return
 	}
-	var req hookRequest
+	var req githook.Request
 	if err := json.Unmarshal(raw, &req); err != nil {
 		return
 	}
@@ -199,5 +120,5 @@ func (h *hookServer) handle(ctx context.Context, conn net.Conn) {
 	} else {
 		code = h.git.p.push(ctx, sess, &req, out)
 	}
-	frame(conn, 'x', []byte{byte(code)})
+	githook.WriteFrame(conn, 'x', []byte{byte(code)})
 }

@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"corpus/agent/deploy/githook"
 	"corpus/internal/testrun"
 )
 
@@ -83,8 +84,8 @@ func askHook(sock string) string {
 	}
 	defer conn.Close()
 	conn.SetDeadline(time.Now().Add(testrun.D(10 * time.Second)))
-	raw, _ := json.Marshal(hookRequest{Session: "nope"})
-	if err := frame(conn, 'r', raw); err != nil {
+	raw, _ := json.Marshal(githook.Request{Session: "nope"})
+	if err := githook.WriteFrame(conn, 'r', raw); err != nil {
 		if errors.Is(err, syscall.EPIPE) || errors.Is(err, syscall.ECONNRESET) {
 			return "closed" // before the request was even read
 		}
@@ -93,7 +94,7 @@ func askHook(sock string) string {
 	r := bufio.NewReader(conn)
 	var out strings.Builder
 	for {
-		kind, data, err := readFrame(r, maxHookRequest)
+		kind, data, err := githook.ReadFrame(r, githook.MaxRequest)
 		if err == io.EOF || errors.Is(err, syscall.ECONNRESET) {
 			if out.Len() == 0 {
 				return "closed"

@@ -17,6 +17,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"corpus/agent/cache"
+	"corpus/agent/deploy/githook"
 	"corpus/drivers"
 	"corpus/internal/rpc"
 	corpusv1 "corpus/proto/corpus/v1"
@@ -95,10 +96,10 @@ func (p *Pipeline) SyncInstance(ctx context.Context, in Instance, serving func(u
 		}
 		key = in.Project + "/" + in.Env
 	}
-	if !p.envLocks.tryBackground(key, "an instance's sync") {
+	if !p.envLocks.TryBackground(key, "an instance's sync") {
 		return Outcome{}, ErrBusy
 	}
-	defer p.envLocks.unlock(key)
+	defer p.envLocks.Unlock(key)
 	cur, err := currentRelease(ctx, drv, g.Name, in.Project)
 	if err != nil {
 		return Outcome{}, err
@@ -188,7 +189,7 @@ func (p *Pipeline) serveRelease(ctx context.Context, g *corpusv1.Guest, drv driv
 	if err := p.fetchSource(ctx, in, repo, res.Release.Commit); err != nil {
 		return fail(fmt.Errorf("fetching the source: %w", err))
 	}
-	src := quarantineGit{repo: repo, req: &hookRequest{}}
+	src := quarantineGit{repo: repo, req: &githook.Request{}}
 	t, man, _, err := inspectPush(src, res.Release.Commit, p.maxPushBytes*4)
 	if err != nil {
 		return fail(err)
@@ -345,7 +346,7 @@ func (p *Pipeline) ReleaseSource(ctx context.Context, m *corpusv1.ReleaseSourceR
 	}
 	g, ok := p.sources.get(m.Project + "/" + m.Env)
 	if !ok {
-		g = quarantineGit{repo: filepath.Join(p.git.root, m.Project+"-"+m.Env+".git"), req: &hookRequest{}}
+		g = quarantineGit{repo: filepath.Join(p.git.root, m.Project+"-"+m.Env+".git"), req: &githook.Request{}}
 	}
 	list, err := g.output("rev-list", "--objects", "--no-walk", m.Commit)
 	if err != nil {
@@ -367,7 +368,7 @@ func (p *Pipeline) ReleaseSource(ctx context.Context, m *corpusv1.ReleaseSourceR
 // fetches at a time, the others find the objects there.
 func (p *Pipeline) fetchSource(ctx context.Context, in Instance, repo, commit string) error {
 	defer p.fetches.Lock(repo)()
-	local := quarantineGit{repo: repo, req: &hookRequest{}}
+	local := quarantineGit{repo: repo, req: &githook.Request{}}
 	if _, err := local.output("cat-file", "-e", commit+"^{tree}"); err == nil {
 		return nil
 	}

@@ -9,6 +9,7 @@ import (
 
 	"connectrpc.com/connect"
 
+	"corpus/agent/deploy/githook"
 	corpusv1 "corpus/proto/corpus/v1"
 	"corpus/proto/corpus/v1/corpusv1connect"
 )
@@ -23,7 +24,7 @@ const maxLintFiles = 10000
 // names the extension that refused it ("" when none did).
 func (d *deploy) lint(g quarantineGit, old, commit, author, subject string) (refused string, err error) {
 	req := &corpusv1.LintPushRequest{Project: d.project, Env: d.env.Name, Commit: commit, Author: author, Subject: subject}
-	if old == zeroID || old == "" {
+	if old == githook.ZeroID || old == "" {
 		req.ChangedFiles = slices.Sorted(maps.Keys(d.tree.Entries))
 	} else {
 		raw, err := g.output("diff", "--name-only", "-z", "--no-renames", old, commit)

@@ -12,6 +12,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"corpus/agent/cache"
+	"corpus/agent/deploy/envlock"
+	"corpus/agent/deploy/imagetree"
 	"corpus/agent/logs"
 	"corpus/agent/runtime"
 	"corpus/drivers"
@@ -69,6 +71,12 @@ type Config struct {
 	// Proxy is this node's proxy, watched while web moves to its new port
 	// (nil when the node runs none).
 	Proxy Ingress
+	// Images is the node's image store releases from an image are
+	// pulled into (nil: the node deploys no images), and ImageDir the
+	// folder, root's alone, they are unpacked in for the time of a
+	// deploy.
+	Images   imagetree.Images
+	ImageDir string
 	// Metrics receives the deploy metrics (required).
 	Metrics prometheus.Registerer
 	// Logger says what the pipeline does besides a deploy's own output
@@ -89,8 +97,10 @@ type Pipeline struct {
 	// maxPushBytes bounds a push's pack; its tree may hold four times
 	// as much.
 	maxPushBytes int64
-	git          *gitServer // nil when the git endpoint is off
-	envLocks     envLocks
+	git          *gitServer       // nil when the git endpoint is off
+	images       imagetree.Images // nil when the node deploys no images
+	imageDir     string
+	envLocks     envlock.Locks
 	// sources are the pushes deploying now (ReleaseSource reads them);
 	// fetches serializes fetching them into a repository.
 	sources sources
@@ -109,6 +119,15 @@ func New(cfg Config, agent Agent) (*Pipeline, error) {
 		logger:       cfg.Logger,
 		maxPushBytes: cfg.MaxPushBytes,
 		metrics:      newMetrics(cfg.Metrics),
+		images:       cfg.Images,
+		imageDir:     cfg.ImageDir,
+	}
+	// Unpacked images live for a deploy's time: what is there now, a
+	// deploy cut short by the agent's end left.
+	if cfg.ImageDir != "" {
+		if err := os.RemoveAll(cfg.ImageDir); err != nil {
+			return nil, fmt.Errorf("removing the images deploys left unpacked: %w", err)
+		}
 	}
 	if cfg.GitDir != "" {
 		if err := os.MkdirAll(cfg.GitDir, 0o700); err != nil {

@@ -75,6 +75,11 @@ type runSpec struct {
 	HealthPath    string              `json:"health_path"`
 	Strict        bool                `json:"strict"`
 	HealthTimeout supervisor.Duration `json:"health_timeout"`
+	// Root, for a release made from an image, is the image's tree in
+	// the release's folder, which the processes run chrooted in, in Dir
+	// (a folder of the image).
+	Root string `json:"root,omitempty"`
+	Dir  string `json:"dir,omitempty"`
 }
 
 func (s runSpec) web() bool {
@@ -105,6 +110,10 @@ func (d *deploy) specOf() runSpec {
 		HealthPath: "/", HealthTimeout: supervisor.Duration(defaultHealthTimeout)}
 	for _, name := range d.man.processOrder() {
 		s.Processes = append(s.Processes, supervisor.Process{Name: name, Command: d.man.Processes[name]})
+	}
+	if d.image != nil {
+		s.Root, s.Dir = imageRoot, d.image.Workdir
+		s.Processes[0].Argv = d.image.Argv
 	}
 	if h := d.man.Health; h != nil && h.HTTP != nil {
 		s.HealthPath, s.Strict, s.HealthTimeout = h.HTTP.Path, true, supervisor.Duration(h.HTTP.Timeout)
@@ -252,8 +261,12 @@ func (p *Pipeline) startGeneration(ctx context.Context, drv drivers.Driver, g *c
 	webCtx, cancelWeb := context.WithCancel(ctx)
 	defer cancelWeb()
 	go func() {
+		dir, root := projectDir(project)+"/releases/"+spec.Release, ""
+		if spec.Root != "" {
+			dir, root = spec.Dir, dir+"/"+spec.Root
+		}
 		res, err := p.runtime.Call(ctx, drv, g.Name, supervisor.Request{Op: supervisor.OpStart, Generation: &supervisor.Generation{
-			Project: project, ID: gen, Release: spec.Release, Dir: projectDir(project) + "/releases/" + spec.Release,
+			Project: project, ID: gen, Release: spec.Release, Dir: dir, Root: root,
 			UID: spec.UID, GID: spec.GID, EnvFile: envFile(project, spec.Release), Processes: procs,
 			Grace: spec.Grace, MinUptime: supervisor.Duration(minUptime),
 		}})

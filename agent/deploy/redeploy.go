@@ -14,6 +14,7 @@ import (
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"corpus/agent/deploy/githook"
 	"corpus/agent/runtime/supervisor"
 	"corpus/drivers"
 	"corpus/internal/names"
@@ -80,16 +81,16 @@ func (p *Pipeline) redeploy(ctx, life context.Context, m *corpusv1.AgentRedeploy
 		key = Instance{Project: r.Project, Env: r.Env, Index: m.Instance}.key()
 		env = instanceEnv(env, m.Instance)
 	}
-	if holder, ok := p.envLocks.lock(ctx, key, fmt.Sprintf("a %s by %s since %s", r.Trigger, m.Author, time.Now().Format(time.TimeOnly))); !ok {
+	if holder, ok := p.envLocks.Lock(ctx, key, fmt.Sprintf("a %s by %s since %s", r.Trigger, m.Author, time.Now().Format(time.TimeOnly))); !ok {
 		return 0, connect.NewError(connect.CodeAborted, fmt.Errorf("%s is busy (%s); try again when it ends", key, holder))
 	}
-	defer p.envLocks.unlock(key)
+	defer p.envLocks.Unlock(key)
 	g, drv, err := p.guestForExec(corpusv1.InstanceGuestName(r.Project, r.Env, m.Instance))
 	if err != nil {
 		return 0, connect.NewError(connect.CodeFailedPrecondition, err)
 	}
 	cur := serving(env, m.Releases)
-	if cur == nil {
+	if cur == nil && r.Image == "" {
 		return 0, connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("%s serves no release yet: push first", key))
 	}
 	out := rpc.StreamWriter(func(b []byte) error { return send(&corpusv1.DeployOutput{Output: b}) })
@@ -99,10 +100,20 @@ func (p *Pipeline) redeploy(ctx, life context.Context, m *corpusv1.AgentRedeploy
 		}
 		return cur.Number, nil
 	}
+	if ref, pull, err := imageOf(r.Image, cur); err != nil {
+		return 0, connect.NewError(connect.CodeInvalidArgument, err)
+	} else if ref != "" {
+		man, _ := parseManifest(nil)
+		d := &deploy{p: p, ctx: life, guest: g, driver: drv, project: r.Project, env: env, man: man,
+			tree: &tree{Hooks: map[string]bool{}, Entries: map[string]string{}},
+			out:  out, log: &bytes.Buffer{}, known: m.Releases, prev: cur, only: r.Only}
+		d.strategy, d.keepFor = man.strategy(r.Strategy, r.KeepSeconds)
+		return p.deployImage(d, r, m.Author, ref, pull)
+	}
 	if p.git == nil {
 		return 0, connect.NewError(connect.CodeFailedPrecondition, errors.New("this node's git endpoint is off, so it keeps no repository to deploy from"))
 	}
-	repo := quarantineGit{repo: filepath.Join(p.git.root, r.Project+"-"+r.Env+".git"), req: &hookRequest{}}
+	repo := quarantineGit{repo: filepath.Join(p.git.root, r.Project+"-"+r.Env+".git"), req: &githook.Request{}}
 	start := time.Now()
 	t, man, subject, err := inspectPush(repo, cur.Commit, p.maxPushBytes*4)
 	if err != nil {

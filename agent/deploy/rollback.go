@@ -43,10 +43,10 @@ func (p *Pipeline) rollback(ctx context.Context, m *corpusv1.RollbackRequest, se
 		return connect.NewError(connect.CodeInvalidArgument, errors.New("no release to roll back to"))
 	}
 	key := m.Project + "/" + m.Env
-	if holder, ok := p.envLocks.lock(ctx, key, "a rollback since "+time.Now().Format(time.TimeOnly)); !ok {
+	if holder, ok := p.envLocks.Lock(ctx, key, "a rollback since "+time.Now().Format(time.TimeOnly)); !ok {
 		return connect.NewError(connect.CodeAborted, fmt.Errorf("%s is busy (%s); try again when it ends", key, holder))
 	}
-	defer p.envLocks.unlock(key)
+	defer p.envLocks.Unlock(key)
 	g, drv, err := p.guestForExec(projectGuest(m.Project, m.Env))
 	if err != nil {
 		return connect.NewError(connect.CodeFailedPrecondition, err)
@@ -167,10 +167,10 @@ func (p *Pipeline) recoverDeploys(ctx context.Context) {
 
 func (p *Pipeline) recoverDeploy(ctx context.Context, j cache.Deploy) error {
 	key := j.Key()
-	if !p.envLocks.tryBackground(key, "recovery") {
+	if !p.envLocks.TryBackground(key, "recovery") {
 		return errors.New("busy")
 	}
-	defer p.envLocks.unlock(key)
+	defer p.envLocks.Unlock(key)
 	_, drv, err := p.guestForExec(j.Guest)
 	if err != nil {
 		if !p.agent.DesiredKnown() {

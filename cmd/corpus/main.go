@@ -5,7 +5,7 @@ package main
 import (
 	"os"
 
-	"corpus/agent/deploy"
+	"corpus/agent/deploy/githook"
 	"corpus/cmd/corpus/cli"
 	"corpus/cmd/corpus/daemon"
 )
@@ -14,7 +14,7 @@ func main() {
 	// git-receive-pack runs `corpus git-hook pre-receive` in the agent's
 	// repositories; it is not a user command.
 	if len(os.Args) == 3 && os.Args[1] == "git-hook" && os.Args[2] == "pre-receive" {
-		os.Exit(deploy.RunHook(os.Stdin, os.Stdout))
+		os.Exit(githook.Run(os.Stdin, os.Stdout))
 	}
 	os.Exit(cli.Main(os.Args[1:], daemon.Commands))
 }

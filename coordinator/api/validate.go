@@ -223,6 +223,23 @@ func validImage(image string) error {
 	return nil
 }
 
+// ValidImageRef checks the OCI reference a release is made from
+// (corpus deploy --image): an image name validImage accepts that is a
+// reference to a registry, not the name of an image a driver builds.
+func ValidImageRef(image string) error {
+	if image == "" {
+		return Invalidf("no image: want REGISTRY/REPO:TAG or REGISTRY/REPO@sha256:DIGEST")
+	}
+	if err := validImage(image); err != nil {
+		return err
+	}
+	if !imageref.IsReference(image) {
+		_, err := imageref.Parse(image, false)
+		return Invalidf("%v; a release is made from an image in a registry", err)
+	}
+	return nil
+}
+
 // labelValueRE is a label value: up to 63 letters, digits, '-', '_' and
 // '.', starting and ending with a letter or digit (Kubernetes' rule).
 var labelValueRE = regexp.MustCompile(`^[A-Za-z0-9]([A-Za-z0-9._-]{0,61}[A-Za-z0-9])?$`)

@@ -106,3 +106,27 @@ func TestValidImageReference(t *testing.T) {
 		}
 	}
 }
+
+// TestValidImageRef: a release is made only from a reference to a
+// registry; built image names, malformed references and blanks are
+// refused with what a reference looks like.
+func TestValidImageRef(t *testing.T) {
+	t.Parallel()
+	for _, ok := range []string{"registry.example/team/app:1.4", "127.0.0.1:5000/site:v1", "localhost/app",
+		"registry.example/app@sha256:" + strings.Repeat("ab", 32)} {
+		if err := ValidImageRef(ok); err != nil {
+			t.Errorf("ValidImageRef(%q) = %v, want nil", ok, err)
+		}
+	}
+	for _, bad := range []string{"", "busybox", "debian/bookworm", "registry.example/App:1", "registry.example/app:bad tag",
+		"registry.example/app@sha256:12", "registry.example/app;rm -rf /", "registry.example/../app:1", strings.Repeat("a", 300) + ".example/app"} {
+		err := ValidImageRef(bad)
+		if err == nil {
+			t.Errorf("ValidImageRef(%q) = nil, want an error", bad)
+			continue
+		}
+		if !strings.Contains(err.Error(), "REGISTRY/REPO") && !strings.Contains(err.Error(), "image") {
+			t.Errorf("ValidImageRef(%q) = %v, want one naming what an image reference is", bad, err)
+		}
+	}
+}

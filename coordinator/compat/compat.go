@@ -44,7 +44,7 @@ type Version struct {
 
 // Current is the server version of this binary: the newest release whose
 // entries it can apply. A tree past its last release names the next one.
-var Current = Version{0, 2}
+var Current = Version{0, 3}
 
 // Parse reads "v0.1", "0.1", "v0.1.2", "v0.1.0+3": the major and minor
 // number, whatever follows. The empty string is the zero Version (a
@@ -102,6 +102,9 @@ const (
 	// NodeOrphans keeps, per node, the guests it runs that the cluster
 	// does not know (after a restore from a snapshot).
 	NodeOrphans Feature = "node-orphans"
+	// ImageReleases records releases made from an OCI image: a release
+	// with an image digest and no commit, which an older replica refuses.
+	ImageReleases Feature = "image-releases"
 )
 
 type feature struct {
@@ -114,6 +117,7 @@ var features = map[Feature]feature{
 	ClusterVersion: {since: Version{}, entries: []string{"set_cluster_version"}},
 	GuestIDRanges:  {since: Version{0, 1}},
 	NodeOrphans:    {since: Version{0, 2}, entries: []string{"report_orphans"}},
+	ImageReleases:  {since: Version{0, 3}},
 }
 
 var entryFeatures = func() map[string]Feature {

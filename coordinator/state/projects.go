@@ -7,6 +7,7 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
+	"corpus/coordinator/compat"
 	"corpus/coordinator/state/statedb"
 	corpusv1 "corpus/proto/corpus/v1"
 )
@@ -247,8 +248,12 @@ func (a *applier) envOnNode(project, env, nodeID string) (*corpusv1.Project, *co
 
 func (a *applier) beginRelease(c *corpusv1.BeginRelease) error {
 	r := c.Release
-	if r == nil || r.Id == "" || r.Commit == "" {
-		return fmt.Errorf("release without id or commit: %w", ErrInvalid)
+	// A release from an image has an image (and the digest it resolved
+	// to, unless its pull failed) instead of a commit, once every replica
+	// can store one (a replica of before refuses it).
+	fromImage := r.GetImage() != "" && a.allows(compat.ImageReleases)
+	if r == nil || r.Id == "" || (r.Commit == "") == !fromImage {
+		return fmt.Errorf("release without id, or without exactly one of commit and image: %w", ErrInvalid)
 	}
 	p, env, err := a.envOnNode(r.Project, r.Env, r.NodeId)
 	if err != nil {

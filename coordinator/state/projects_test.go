@@ -7,6 +7,7 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
+	"corpus/coordinator/compat"
 	"corpus/coordinator/state"
 	corpusv1 "corpus/proto/corpus/v1"
 )
@@ -272,5 +273,41 @@ func TestAudit(t *testing.T) {
 	}
 	if n := len(r.store.Read().Audit()); n > state.MaxAudit+100 || n < state.MaxAudit {
 		t.Errorf("audit holds %d entries, want about %d", n, state.MaxAudit)
+	}
+}
+
+// TestImageReleases: a release from an image has an image and no
+// commit, refused until every replica can store one (the cluster
+// version allows it); one with both, or neither, never is.
+func TestImageReleases(t *testing.T) {
+	t.Parallel()
+	r := newReplica(t)
+	r.must(cluster()...)
+	r.must(projectCmd("dev", "g-dev", "hello.dev.example.test"))
+	g := r.store.Read().GuestByName("hello-dev")
+	r.must(placeCmd(g.Id, nodeID, "", g.ModifyIndex))
+	image := func(id, commit, ref, digest string) *corpusv1.Command {
+		c := beginCmd(id, nodeID)
+		rel := c.GetBeginRelease().Release
+		rel.Commit, rel.Image, rel.ImageDigest = commit, ref, digest
+		return c
+	}
+	digest := "sha256:" + strings.Repeat("ab", 32)
+	r.must(clusterVersionCmd("v0.2"))
+	if err := r.apply(image("rel1", "", "registry.example/site:1", digest)); !errors.Is(err, state.ErrInvalid) {
+		t.Fatalf("an image release at cluster version v0.2: err = %v, want ErrInvalid (a v0.2 replica refuses it)", err)
+	}
+	r.must(clusterVersionCmd(compat.Since(compat.ImageReleases).String()))
+	r.must(image("rel1", "", "registry.example/site:1", digest), finishCmd("rel1", nodeID, corpusv1.ReleaseSucceeded))
+	// An image that could not be pulled: no digest, failed.
+	r.must(image("rel2", "", "registry.example/missing:1", ""), finishCmd("rel2", nodeID, corpusv1.ReleaseFailed))
+	for _, bad := range []*corpusv1.Command{image("rel3", "c0ffee", "registry.example/site:1", digest), image("rel3", "", "", digest)} {
+		if err := r.apply(bad); !errors.Is(err, state.ErrInvalid) {
+			t.Errorf("begin %v: err = %v, want ErrInvalid", bad.GetBeginRelease().Release, err)
+		}
+	}
+	rels := r.store.Read().Releases("hello", "dev")
+	if len(rels) != 2 || rels[1].ImageDigest != digest || rels[1].Image != "registry.example/site:1" || rels[1].Status != corpusv1.ReleaseSucceeded {
+		t.Fatalf("releases = %v", rels)
 	}
 }

@@ -21,21 +21,27 @@ func init() {
 	// CORPUS_INSECURE_REGISTRIES lists, comma-separated, the registries
 	// OCI images may be pulled from over plain HTTP.
 	register("lxc", func(c Config) (drivers.Driver, error) {
-		var insecure []string
-		for _, r := range strings.Split(os.Getenv("CORPUS_INSECURE_REGISTRIES"), ",") {
-			if r = strings.TrimSpace(r); r != "" {
-				insecure = append(insecure, r)
-			}
-		}
 		return lxc.New(lxc.Config{
 			Path: filepath.Join(c.StateDir, "lxc"), Logger: c.Logger,
 			SubUIDFile: os.Getenv("CORPUS_LXC_SUBUID"), SubGIDFile: os.Getenv("CORPUS_LXC_SUBGID"),
 			Store:              os.Getenv("CORPUS_LXC_IMAGE_STORE"),
-			InsecureRegistries: insecure,
+			InsecureRegistries: InsecureRegistries(),
 			ImageCacheMax:      c.ImageCacheMax,
 		})
 	})
 	register("libvirt", newLibvirt)
+}
+
+// InsecureRegistries are the registries OCI images may be pulled from
+// over plain HTTP: CORPUS_INSECURE_REGISTRIES, comma-separated.
+func InsecureRegistries() []string {
+	var insecure []string
+	for _, r := range strings.Split(os.Getenv("CORPUS_INSECURE_REGISTRIES"), ",") {
+		if r = strings.TrimSpace(r); r != "" {
+			insecure = append(insecure, r)
+		}
+	}
+	return insecure
 }
 
 // newLibvirt reads where libvirtd is from the environment:

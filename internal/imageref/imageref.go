@@ -60,3 +60,13 @@ func Loopback(registry string) bool {
 	ip := net.ParseIP(host)
 	return ip != nil && ip.IsLoopback()
 }
+
+// ValidDigest checks an image manifest digest as a release records it:
+// "sha256:" and 64 lowercase hex digits.
+func ValidDigest(digest string) error {
+	hex, ok := strings.CutPrefix(digest, "sha256:")
+	if !ok || len(hex) != 64 || strings.Trim(hex, "0123456789abcdef") != "" {
+		return fmt.Errorf("image digest %.80q: want sha256: and 64 lowercase hex digits", digest)
+	}
+	return nil
+}

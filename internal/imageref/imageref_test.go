@@ -1,6 +1,9 @@
 package imageref
 
-import "testing"
+import (
+	"strings"
+	"testing"
+)
 
 func TestIsReference(t *testing.T) {
 	t.Parallel()
@@ -72,6 +75,19 @@ func TestLoopback(t *testing.T) {
 	} {
 		if got := Loopback(tc.registry); got != tc.want {
 			t.Errorf("Loopback(%q) = %t, want %t", tc.registry, got, tc.want)
+		}
+	}
+}
+
+func TestValidDigest(t *testing.T) {
+	t.Parallel()
+	if err := ValidDigest("sha256:" + strings.Repeat("0f", 32)); err != nil {
+		t.Errorf("ValidDigest(a sha256 digest) = %v", err)
+	}
+	for _, bad := range []string{"", "sha256:", "sha256:" + strings.Repeat("0F", 32), "sha512:" + strings.Repeat("0f", 32),
+		"sha256:" + strings.Repeat("0f", 31), strings.Repeat("0f", 32), "sha256:" + strings.Repeat("0f", 32) + "\n"} {
+		if err := ValidDigest(bad); err == nil {
+			t.Errorf("ValidDigest(%q) = nil, want an error", bad)
 		}
 	}
 }

@@ -209,15 +209,18 @@ func (l *deployLab) remoteHead() string {
 }
 
 type releaseView struct {
-	Number     int    `json:"number"`
-	Commit     string `json:"commit"`
-	Author     string `json:"author"`
-	Status     string `json:"status"`
-	FailedStep string `json:"failed_step"`
-	Message    string `json:"message"`
-	Pruned     bool   `json:"pruned"`
-	Log        string `json:"log"`
-	Trigger    string `json:"trigger"`
+	Number int    `json:"number"`
+	Commit string `json:"commit"`
+	// Image and ImageDigest are a release's from an image.
+	Image       string `json:"image"`
+	ImageDigest string `json:"image_digest"`
+	Author      string `json:"author"`
+	Status      string `json:"status"`
+	FailedStep  string `json:"failed_step"`
+	Message     string `json:"message"`
+	Pruned      bool   `json:"pruned"`
+	Log         string `json:"log"`
+	Trigger     string `json:"trigger"`
 	// ConfigChanges are keys only: "+KEY", "~KEY", "-KEY".
 	ConfigChanges []string `json:"config_changes"`
 	Steps         []struct {

@@ -12,8 +12,9 @@ import (
 	"syscall"
 )
 
-// basePath is the PATH processes get unless the config sets one.
-const basePath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+// BasePath is the PATH processes get unless the config (or an image) sets
+// one.
+const BasePath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 // Environ is the environment a process of a project's release gets, the
 // one function that makes it: a base (PATH, HOME the release's folder
@@ -22,7 +23,7 @@ const basePath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 // secrets and links, CORPUS_*), then CORPUS_PROCESS and, for a process
 // that listens, PORT. Sorted, as "KEY=value".
 func Environ(dir, envFile, process string, port int) ([]string, error) {
-	env := map[string]string{"PATH": basePath, "HOME": dir, "LANG": "C.UTF-8"}
+	env := map[string]string{"PATH": BasePath, "HOME": dir, "LANG": "C.UTF-8"}
 	if envFile != "" {
 		b, err := os.ReadFile(envFile)
 		if err != nil {

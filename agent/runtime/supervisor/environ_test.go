@@ -32,12 +32,12 @@ func TestExecInRelease(t *testing.T) {
 		}
 		return strings.TrimSpace(string(out)), stderr.String()
 	}
-	want := "postgres://app:s3cret@db/app|" + dir + "|shell||kept|" + basePath
+	want := "postgres://app:s3cret@db/app|" + dir + "|shell||kept|" + BasePath
 	if got, _ := run(file); got != want {
 		t.Errorf("ExecInRelease printed %q, want %q", got, want)
 	}
 	got, stderr := run(filepath.Join(dir, "missing.json"))
-	if want := "|" + dir + "|shell||kept|" + basePath; got != want || !strings.Contains(stderr, "running without the release's environment") {
+	if want := "|" + dir + "|shell||kept|" + BasePath; got != want || !strings.Contains(stderr, "running without the release's environment") {
 		t.Errorf("without the file: printed %q (stderr %q), want %q and a warning", got, stderr, want)
 	}
 }

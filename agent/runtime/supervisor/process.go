@@ -13,6 +13,8 @@ import (
 	"syscall"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"corpus/internal/procfs"
 )
 
@@ -110,11 +112,21 @@ func (p *proc) runOnce() error {
 		return err
 	}
 	cmd := exec.Command("/bin/sh", "-c", p.spec.Command)
+	if len(p.spec.Argv) > 0 {
+		// Found in Root's PATH, not the guest's: exec looks it up after
+		// the chroot.
+		cmd = &exec.Cmd{Path: p.spec.Argv[0], Args: p.spec.Argv}
+	}
 	cmd.Dir = p.gen.Dir
 	cmd.Env = env
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Chroot: p.gen.Root}
 	if p.gen.UID != 0 || p.gen.GID != 0 {
 		cmd.SysProcAttr.Credential = &syscall.Credential{Uid: uint32(p.gen.UID), Gid: uint32(p.gen.GID), Groups: []uint32{}}
+		if p.gen.Root != "" {
+			// An image's user may listen on the ports below 1024 the
+			// routes lead to, as in a container of Docker's.
+			cmd.SysProcAttr.AmbientCaps = []uintptr{unix.CAP_NET_BIND_SERVICE}
+		}
 	}
 	// Output goes through a pipe of our own, so Wait returns when the
 	// process ends even if a child of it keeps the pipe open.

@@ -104,10 +104,14 @@ type Generation struct {
 	// ID is unique among the project's generations ("r3", "r3.2").
 	ID      string `json:"id"`
 	Release string `json:"release"`
-	// Dir is where the processes run (the release's folder).
+	// Dir is where the processes run (the release's folder); with Root,
+	// a folder inside Root.
 	Dir string `json:"dir"`
-	UID int    `json:"uid"`
-	GID int    `json:"gid"`
+	// Root, when set, is the root the processes run under (chroot): the
+	// file system of a release made from an OCI image.
+	Root string `json:"root,omitempty"`
+	UID  int    `json:"uid"`
+	GID  int    `json:"gid"`
 	// EnvFile is a JSON object of environment variables (the project's
 	// config, secrets included), readable by the project's user only.
 	EnvFile   string    `json:"env_file"`
@@ -124,6 +128,9 @@ type Generation struct {
 type Process struct {
 	Name    string `json:"name"`
 	Command string `json:"command"`
+	// Argv, when set, is run as it is instead of Command by /bin/sh -c
+	// (an image's entrypoint and cmd); Command then only describes it.
+	Argv []string `json:"argv,omitempty"`
 	// Port is given as PORT (web).
 	Port int `json:"port,omitempty"`
 }

@@ -270,3 +270,40 @@ func freePort(t *testing.T) int {
 	defer ln.Close()
 	return ln.Addr().(*net.TCPAddr).Port
 }
+
+// TestStartInRoot: a generation with a root (a release made from an OCI
+// image) runs its processes' argv as they are, chrooted there, in a
+// folder of the root, with the environment file read from outside it.
+func TestStartInRoot(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root (chroot)")
+	}
+	bb, err := os.ReadFile("/bin/busybox")
+	if err != nil {
+		t.Skipf("needs the host's static busybox (busybox-static): %v", err)
+	}
+	s, dir := newTest(t)
+	root := filepath.Join(dir, "rootfs")
+	for _, d := range []string{"bin", "www"} {
+		if err := os.MkdirAll(filepath.Join(root, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(root, "bin", "busybox"), bb, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	env := filepath.Join(dir, "env.json")
+	os.WriteFile(env, []byte(`{"GREETING":"from the config"}`), 0o600)
+	g := gen("/www", "r1", Process{Name: "web", Command: "busybox sh (image)", Port: 8123,
+		Argv: []string{"/bin/busybox", "sh", "-c", `echo "$(busybox pwd) $(busybox ls /) $PORT $GREETING" > out; exec busybox sleep 60`}})
+	g.Root, g.EnvFile = root, env
+	if res := s.Handle(Request{Op: OpStart, Generation: &g}); res.Error != "" {
+		t.Fatalf("start: %s", res.Error)
+	}
+	out := filepath.Join(root, "www", "out")
+	var b []byte
+	waitFor(t, "the process's output in the root", func() bool { b, _ = os.ReadFile(out); return len(b) > 0 })
+	if got, want := string(b), "/www bin\nwww 8123 from the config\n"; got != want {
+		t.Errorf("the process in its root said %q, want %q (chrooted, in its folder, with PORT and the config)", got, want)
+	}
+}

@@ -179,7 +179,10 @@ func TestUserKeyProjectCommands(t *testing.T) {
 	c.want("project revoke hello alice", "user alice no longer may use project hello (members: bob)")
 	c.wantErr("project grant hello carol", "carol")
 
-	c.want("release list hello", "ID", "COMMIT", "SUBJECT")
+	c.want("release list hello", "ID", "SOURCE", "SUBJECT")
+	c.wantErr("deploy hello --image busybox", "not an OCI reference")
+	c.wantErr("deploy hello --image registry.example/Site:1", "registry.example/Site:1")
+	c.wantErr("project create site --image registry.example/site:1 --detach", "drop --detach")
 	c.wantErr("release show hello rx", `release "rx": write it as r3 or 3`)
 	c.wantErr("release show hello r1", "r1")
 	c.wantErr("rollback hello --to x", `--to: release "x"`)

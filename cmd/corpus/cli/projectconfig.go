@@ -211,13 +211,21 @@ func newRestartCmd(g *Globals) *cobra.Command {
 }
 
 func newDeployCmd(g *Globals) *cobra.Command {
-	var env, strategy string
+	var env, strategy, image string
 	var only []string
 	var keep time.Duration
 	cmd := &cobra.Command{
-		Use:   "deploy PROJECT [--env ENV] [--only STEP,...] [--strategy rolling|blue-green [--keep D]]",
-		Short: "Deploy the current commit again as a new release, through the pipeline (only the steps named, with --only)",
+		Use:   "deploy PROJECT [--image REF] [--env ENV] [--only STEP,...] [--strategy rolling|blue-green [--keep D]]",
+		Short: "Deploy the current commit (or image) again, or an OCI image, as a new release through the pipeline",
 		Long: `Deploy the current commit again as a new release, through the pipeline.
+
+--image REGISTRY/REPO:TAG (or @sha256:DIGEST) makes the release from an OCI
+image instead, as dokku git:from-image does: the node pulls it, the release
+records the digest the tag resolved to, and the image's entrypoint and cmd
+run as the web process (listening on $PORT) with the project's config,
+secrets and links as environment. Health check and switch are a push's;
+corpus rollback and config changes deploy the recorded digest, never the
+tag again.
 
 With several instances (corpus scale) the release rolls through them one at
 a time by default. --strategy blue-green starts it beside the serving one on
@@ -225,6 +233,7 @@ every instance first, then moves every domain to the new set at once; the
 set before keeps running for --keep (1h) so that corpus switch back moves
 every domain back at once, with no rebuild.`,
 		Example: `  corpus deploy site
+  corpus deploy site --image registry.example/team/site:1.4
   corpus deploy site --env prod --only install,fixperms
   corpus deploy site --env prod --strategy blue-green --keep 30m
   corpus switch back site --env prod`,
@@ -232,12 +241,13 @@ every domain back at once, with no rebuild.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return followDeploy(g, cmd.Context(), args[0], env, "deploy", func(ctx context.Context, c *client.Clients) (*connect.ServerStreamForClient[corpusv1.DeployOutput], error) {
 				return c.Projects.Deploy(ctx, connect.NewRequest(&corpusv1.RedeployRequest{Project: args[0], Env: env, Trigger: "deploy", Only: only,
-					Strategy: strategy, KeepSeconds: int64(keep / time.Second)}))
+					Strategy: strategy, KeepSeconds: int64(keep / time.Second), Image: image}))
 			})
 		},
 	}
 	cmd.Flags().StringVar(&env, "env", "", "the project's environment (needed when it has several)")
 	cmd.Flags().StringSliceVar(&only, "only", nil, "run only these steps: archive, install, fixperms, health, notify")
+	cmd.Flags().StringVar(&image, "image", "", "make the release from this OCI image (REGISTRY/REPO:TAG or REGISTRY/REPO@sha256:DIGEST)")
 	cmd.Flags().StringVar(&strategy, "strategy", "", "rolling (the default) or blue-green")
 	cmd.Flags().DurationVar(&keep, "keep", 0, "blue-green: how long the release before stands by for corpus switch back (1h when 0)")
 	return cmd

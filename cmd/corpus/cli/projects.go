@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"corpus/client"
+	"corpus/internal/imageref"
 	"corpus/internal/units"
 	corpusv1 "corpus/proto/corpus/v1"
 )
@@ -158,7 +159,8 @@ func newProjectCreateCmd(g *Globals) *cobra.Command {
 		Short: "Create a project environment (its guest NAME-ENV, data volume and domain routes), then print its git remote",
 		Example: `  corpus project create hello --domain hello.example.test
   corpus project create hello --env prod --memory 1G --cpus 2 --domain hello.example.com
-  corpus project create api --image debian/bookworm --packages python3,python3-flask --domain api.example.test`,
+  corpus project create api --image debian/bookworm --packages python3,python3-flask --domain api.example.test
+  corpus project create site --image registry.example/team/site:1.4 --domain site.example.test`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if env == "" {
@@ -166,6 +168,18 @@ func newProjectCreateCmd(g *Globals) *cobra.Command {
 			}
 			if httpPort < 1 || httpPort > 65535 {
 				return fmt.Errorf("--http-port %d: want a port from 1 to 65535", httpPort)
+			}
+			// An OCI reference is the project's first release, deployed
+			// once its guest (of the default image) runs.
+			var release string
+			if imageref.IsReference(image) {
+				if detach {
+					return fmt.Errorf("--image %s deploys once the guest runs: drop --detach, or create without --image and run corpus deploy %s --image %s", image, args[0], image)
+				}
+				if _, err := imageref.Parse(image, false); err != nil {
+					return err
+				}
+				release, image = image, "busybox"
 			}
 			req := &corpusv1.CreateProjectRequest{
 				Name: args[0], Env: env, Image: image, Driver: driver, Domains: domains,
@@ -219,6 +233,11 @@ func newProjectCreateCmd(g *Globals) *cobra.Command {
 			if _, err := g.followGuest(cmd.Context(), c, guest, corpusv1.DesiredRunning, 0, timeout); err != nil {
 				return err
 			}
+			if release != "" {
+				return followDeploy(g, cmd.Context(), args[0], env, "deploy", func(ctx context.Context, c *client.Clients) (*connect.ServerStreamForClient[corpusv1.DeployOutput], error) {
+					return c.Projects.Deploy(ctx, connect.NewRequest(&corpusv1.RedeployRequest{Project: args[0], Env: env, Trigger: "deploy", Image: release}))
+				})
+			}
 			after, err := c.Projects.GetProject(cmd.Context(), connect.NewRequest(&corpusv1.GetProjectRequest{Name: args[0]}))
 			if err != nil {
 				return err
@@ -242,7 +261,7 @@ func newProjectCreateCmd(g *Globals) *cobra.Command {
 	}
 	f := cmd.Flags()
 	f.StringVar(&env, "env", corpusv1.EnvDev, "environment: dev, staging or prod (its guest is NAME-ENV)")
-	f.StringVar(&image, "image", "busybox", "image of the guest (busybox, debian/bookworm)")
+	f.StringVar(&image, "image", "busybox", "image of the guest (busybox, debian/bookworm), or an OCI image (REGISTRY/REPO:TAG) deployed as the first release")
 	f.StringSliceVar(&packages, "packages", nil, "Debian packages installed into the guest's image (debian images; comma-separated or repeated)")
 	f.StringArrayVar(&domains, "domain", nil, "HTTP domain routed to the guest through the proxy (repeatable)")
 	f.IntVar(&httpPort, "http-port", 80, "guest port the domains route to")

@@ -28,13 +28,13 @@ func newReleaseCmd(g *Globals) *cobra.Command {
 				return c.Projects.ListReleases(ctx, connect.NewRequest(&corpusv1.ListReleasesRequest{Project: args[0], Env: env}))
 			}, func(msg *corpusv1.ListReleasesResponse) error {
 				w := tabwriter.NewWriter(g.stdout, 0, 4, 2, ' ', 0)
-				fmt.Fprintln(w, "ID\tCOMMIT\tAUTHOR\tSTARTED\tSTATUS\tDURATION\tTRIGGER\tSUBJECT")
+				fmt.Fprintln(w, "ID\tSOURCE\tAUTHOR\tSTARTED\tSTATUS\tDURATION\tTRIGGER\tSUBJECT")
 				for _, r := range msg.Releases {
 					id := corpusv1.ReleaseName(r.Number)
 					if r.Number == msg.Current {
 						id += "*"
 					}
-					fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", id, dash(shortCommit(r.Commit)), dash(r.Author), localTime(r.StartedAt),
+					fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", id, releaseSource(r), dash(r.Author), localTime(r.StartedAt),
 						releaseStatus(r), releaseDuration(r), releaseTrigger(r), dash(r.Subject))
 				}
 				return w.Flush()
@@ -62,7 +62,12 @@ func newReleaseCmd(g *Globals) *cobra.Command {
 				fmt.Fprintf(w, "Release:\t%s%s\n", corpusv1.ReleaseName(r.Number), current)
 				fmt.Fprintf(w, "Project:\t%s/%s\n", r.Project, r.Env)
 				fmt.Fprintf(w, "Status:\t%s\n", releaseStatus(r))
-				fmt.Fprintf(w, "Commit:\t%s\n", dash(r.Commit))
+				if r.Image != "" {
+					fmt.Fprintf(w, "Image:\t%s\n", r.Image)
+					fmt.Fprintf(w, "Digest:\t%s\n", dash(r.ImageDigest))
+				} else {
+					fmt.Fprintf(w, "Commit:\t%s\n", dash(r.Commit))
+				}
 				fmt.Fprintf(w, "Subject:\t%s\n", dash(r.Subject))
 				fmt.Fprintf(w, "Author:\t%s\n", dash(r.Author))
 				fmt.Fprintf(w, "Trigger:\t%s\n", releaseTrigger(r))
@@ -184,6 +189,18 @@ func shortCommit(c string) string {
 		return c[:12]
 	}
 	return c
+}
+
+// releaseSource is what a release was made from: its commit, or the
+// digest of its image (cut as a commit is), "-" when its pull failed.
+func releaseSource(r *corpusv1.Release) string {
+	if r.Image == "" {
+		return dash(shortCommit(r.Commit))
+	}
+	if r.ImageDigest == "" {
+		return "-"
+	}
+	return "sha256:" + shortCommit(strings.TrimPrefix(r.ImageDigest, "sha256:"))
 }
 
 // releaseStatus is a release's status, saying when its tree is gone.

@@ -228,11 +228,15 @@ func (s *Service) Deploy(ctx context.Context, req *connect.Request[corpusv1.Rede
 	if m.Strategy == StrategyBlueGreen && m.Trigger != corpusv1.TriggerDeploy {
 		return api.ToConnect(api.Invalidf("a restart is not blue-green: deploy with --strategy blue-green"))
 	}
-	if e.CurrentRelease == 0 {
-		return connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("%s/%s has no release yet: push first", p.Name, e.Name))
+	if m.Image != "" {
+		if err := checkImageDeploy(view, p, e, m); err != nil {
+			return api.ToConnect(err)
+		}
+	} else if e.CurrentRelease == 0 {
+		return connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("%s/%s has no release yet: push first, or deploy an image (corpus deploy %s --image REF)", p.Name, e.Name, p.Name))
 	}
 	return s.redeploy(ctx, view, p, e, &corpusv1.RedeployRequest{Project: p.Name, Env: e.Name, Trigger: m.Trigger, Only: m.Only, Processes: m.Processes,
-		Strategy: m.Strategy, KeepSeconds: m.KeepSeconds}, stream.Send)
+		Strategy: m.Strategy, KeepSeconds: m.KeepSeconds, Image: m.Image}, stream.Send)
 }
 
 func (s *Service) ListProcesses(ctx context.Context, req *connect.Request[corpusv1.ListProcessesRequest]) (*connect.Response[corpusv1.ListProcessesResponse], error) {

@@ -423,7 +423,11 @@ func (s *Agent) BeginRelease(ctx context.Context, req *connect.Request[corpusv1.
 	if err := validRelease(m.Project, m.Env); err != nil {
 		return nil, api.ToConnect(err)
 	}
-	if !commitRE.MatchString(m.Commit) {
+	if m.Image != "" || m.ImageDigest != "" {
+		if err := validImageRelease(s.b.Store.Read(), m.Commit, m.Image, m.ImageDigest); err != nil {
+			return nil, api.ToConnect(err)
+		}
+	} else if !commitRE.MatchString(m.Commit) {
 		return nil, api.ToConnect(api.Invalidf("commit %.80q: want a hex git object id", m.Commit))
 	}
 	if len(m.Subject) > 200 {
@@ -453,7 +457,7 @@ func (s *Agent) BeginRelease(ctx context.Context, req *connect.Request[corpusv1.
 		return nil, api.ToConnect(err)
 	}
 	r := &corpusv1.Release{Id: id, Project: m.Project, Env: m.Env, Commit: m.Commit, Author: m.Author, Subject: m.Subject,
-		NodeId: auth.FromContext(ctx).NodeID, Trigger: m.Trigger, Processes: m.Processes}
+		NodeId: auth.FromContext(ctx).NodeID, Trigger: m.Trigger, Processes: m.Processes, Image: m.Image, ImageDigest: m.ImageDigest}
 	// What the config changed since the serving release, keys only, for
 	// the record (the release takes the environment's config as it is).
 	view := s.b.Store.Read()
@@ -474,7 +478,7 @@ func (s *Agent) BeginRelease(ctx context.Context, req *connect.Request[corpusv1.
 	view = s.b.Store.Read()
 	rel := view.Release(r.Id)
 	if errors.Is(err, state.ErrExists) && m.ReleaseId != "" && rel.GetNodeId() == r.NodeId &&
-		rel.GetProject() == m.Project && rel.GetEnv() == m.Env && rel.GetCommit() == m.Commit {
+		rel.GetProject() == m.Project && rel.GetEnv() == m.Env && rel.GetCommit() == m.Commit && rel.GetImageDigest() == m.ImageDigest {
 		err = nil // asked again: the release it made
 	}
 	if err != nil {

@@ -1463,7 +1463,12 @@ type BeginReleaseRequest struct {
 	// hex): the agent picks it and journals it before it asks, so a crash
 	// between the two leaves a release it can still find and settle. The
 	// same request again answers the release it made.
-	ReleaseId     string `protobuf:"bytes,8,opt,name=release_id,json=releaseId,proto3" json:"release_id,omitempty"`
+	ReleaseId string `protobuf:"bytes,8,opt,name=release_id,json=releaseId,proto3" json:"release_id,omitempty"`
+	// image and image_digest, for a release made from an OCI image, are
+	// the reference asked for and the digest it resolved to (commit is
+	// then empty).
+	Image         string `protobuf:"bytes,9,opt,name=image,proto3" json:"image,omitempty"`
+	ImageDigest   string `protobuf:"bytes,10,opt,name=image_digest,json=imageDigest,proto3" json:"image_digest,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1550,6 +1555,20 @@ func (x *BeginReleaseRequest) GetProcesses() []string {
 func (x *BeginReleaseRequest) GetReleaseId() string {
 	if x != nil {
 		return x.ReleaseId
+	}
+	return ""
+}
+
+func (x *BeginReleaseRequest) GetImage() string {
+	if x != nil {
+		return x.Image
+	}
+	return ""
+}
+
+func (x *BeginReleaseRequest) GetImageDigest() string {
+	if x != nil {
+		return x.ImageDigest
 	}
 	return ""
 }
@@ -4008,7 +4027,7 @@ const file_corpus_v1_agent_proto_rawDesc = "" +
 	"\x06reason\x18\x04 \x01(\tR\x06reason\x12,\n" +
 	"\aproject\x18\x05 \x01(\v2\x12.corpus.v1.ProjectR\aproject\x12'\n" +
 	"\x03env\x18\x06 \x01(\v2\x15.corpus.v1.ProjectEnvR\x03env\x12.\n" +
-	"\breleases\x18\a \x03(\v2\x12.corpus.v1.ReleaseR\breleases\"\xe2\x01\n" +
+	"\breleases\x18\a \x03(\v2\x12.corpus.v1.ReleaseR\breleases\"\x9b\x02\n" +
 	"\x13BeginReleaseRequest\x12\x18\n" +
 	"\aproject\x18\x01 \x01(\tR\aproject\x12\x10\n" +
 	"\x03env\x18\x02 \x01(\tR\x03env\x12\x16\n" +
@@ -4018,7 +4037,10 @@ const file_corpus_v1_agent_proto_rawDesc = "" +
 	"\atrigger\x18\x06 \x01(\tR\atrigger\x12\x1c\n" +
 	"\tprocesses\x18\a \x03(\tR\tprocesses\x12\x1d\n" +
 	"\n" +
-	"release_id\x18\b \x01(\tR\treleaseId\"\xc4\x01\n" +
+	"release_id\x18\b \x01(\tR\treleaseId\x12\x14\n" +
+	"\x05image\x18\t \x01(\tR\x05image\x12!\n" +
+	"\fimage_digest\x18\n" +
+	" \x01(\tR\vimageDigest\"\xc4\x01\n" +
 	"\x14BeginReleaseResponse\x12,\n" +
 	"\arelease\x18\x01 \x01(\v2\x12.corpus.v1.ReleaseR\arelease\x12C\n" +
 	"\x06config\x18\x02 \x03(\v2+.corpus.v1.BeginReleaseResponse.ConfigEntryR\x06config\x1a9\n" +

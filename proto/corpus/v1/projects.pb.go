@@ -759,8 +759,13 @@ type RedeployRequest struct {
 	// strategy: "rolling" (default) or "blue-green": every instance starts
 	// the release beside the serving one, then every domain moves at once
 	// and the release before stands by for keep_seconds (1h when 0).
-	Strategy      string `protobuf:"bytes,6,opt,name=strategy,proto3" json:"strategy,omitempty"`
-	KeepSeconds   int64  `protobuf:"varint,7,opt,name=keep_seconds,json=keepSeconds,proto3" json:"keep_seconds,omitempty"`
+	Strategy    string `protobuf:"bytes,6,opt,name=strategy,proto3" json:"strategy,omitempty"`
+	KeepSeconds int64  `protobuf:"varint,7,opt,name=keep_seconds,json=keepSeconds,proto3" json:"keep_seconds,omitempty"`
+	// image, an OCI reference (REGISTRY/REPO:TAG or @sha256:DIGEST), makes
+	// the release from that image instead of the current commit (trigger
+	// "deploy"): the node resolves it to a digest, which the release
+	// records.
+	Image         string `protobuf:"bytes,8,opt,name=image,proto3" json:"image,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -842,6 +847,13 @@ func (x *RedeployRequest) GetKeepSeconds() int64 {
 		return x.KeepSeconds
 	}
 	return 0
+}
+
+func (x *RedeployRequest) GetImage() string {
+	if x != nil {
+		return x.Image
+	}
+	return ""
 }
 
 type DeployOutput struct {
@@ -2995,7 +3007,7 @@ const file_corpus_v1_projects_proto_rawDesc = "" +
 	"\tConfigVar\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value\x12\x14\n" +
-	"\x05bytes\x18\x03 \x01(\x05R\x05bytes\"\xc8\x01\n" +
+	"\x05bytes\x18\x03 \x01(\x05R\x05bytes\"\xde\x01\n" +
 	"\x0fRedeployRequest\x12\x18\n" +
 	"\aproject\x18\x01 \x01(\tR\aproject\x12\x10\n" +
 	"\x03env\x18\x02 \x01(\tR\x03env\x12\x18\n" +
@@ -3003,7 +3015,8 @@ const file_corpus_v1_projects_proto_rawDesc = "" +
 	"\x04only\x18\x04 \x03(\tR\x04only\x12\x1c\n" +
 	"\tprocesses\x18\x05 \x03(\tR\tprocesses\x12\x1a\n" +
 	"\bstrategy\x18\x06 \x01(\tR\bstrategy\x12!\n" +
-	"\fkeep_seconds\x18\a \x01(\x03R\vkeepSeconds\"T\n" +
+	"\fkeep_seconds\x18\a \x01(\x03R\vkeepSeconds\x12\x14\n" +
+	"\x05image\x18\b \x01(\tR\x05image\"T\n" +
 	"\fDeployOutput\x12\x16\n" +
 	"\x06output\x18\x01 \x01(\fR\x06output\x12\x12\n" +
 	"\x04done\x18\x02 \x01(\bR\x04done\x12\x18\n" +

@@ -2752,7 +2752,8 @@ func (x *ProjectInstance) GetStandbyWebPort() int32 {
 	return 0
 }
 
-// Release is one deployment of one commit of a project environment.
+// Release is one deployment of one commit, or one image, of a project
+// environment.
 type Release struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// id is unique in the cluster; number counts up per environment and is
@@ -2791,9 +2792,16 @@ type Release struct {
 	ConfigChanges []string `protobuf:"bytes,19,rep,name=config_changes,json=configChanges,proto3" json:"config_changes,omitempty"`
 	// processes are the release's process types (Procfile or corpus.yaml),
 	// in order.
-	Processes     []string `protobuf:"bytes,22,rep,name=processes,proto3" json:"processes,omitempty"`
-	CreateIndex   uint64   `protobuf:"varint,20,opt,name=create_index,json=createIndex,proto3" json:"create_index,omitempty"`
-	ModifyIndex   uint64   `protobuf:"varint,21,opt,name=modify_index,json=modifyIndex,proto3" json:"modify_index,omitempty"`
+	Processes []string `protobuf:"bytes,22,rep,name=processes,proto3" json:"processes,omitempty"`
+	// image is the OCI reference a release made from an image (corpus
+	// deploy --image) was asked for, and image_digest the manifest digest
+	// it resolved to ("sha256:..."), what runs and what a rollback or a
+	// config change deploys again. Empty for a release of a commit; commit
+	// is then empty.
+	Image         string `protobuf:"bytes,23,opt,name=image,proto3" json:"image,omitempty"`
+	ImageDigest   string `protobuf:"bytes,24,opt,name=image_digest,json=imageDigest,proto3" json:"image_digest,omitempty"`
+	CreateIndex   uint64 `protobuf:"varint,20,opt,name=create_index,json=createIndex,proto3" json:"create_index,omitempty"`
+	ModifyIndex   uint64 `protobuf:"varint,21,opt,name=modify_index,json=modifyIndex,proto3" json:"modify_index,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2966,6 +2974,20 @@ func (x *Release) GetProcesses() []string {
 		return x.Processes
 	}
 	return nil
+}
+
+func (x *Release) GetImage() string {
+	if x != nil {
+		return x.Image
+	}
+	return ""
+}
+
+func (x *Release) GetImageDigest() string {
+	if x != nil {
+		return x.ImageDigest
+	}
+	return ""
 }
 
 func (x *Release) GetCreateIndex() uint64 {
@@ -4174,7 +4196,7 @@ const file_corpus_v1_types_proto_rawDesc = "" +
 	"\arelease\x18\x04 \x01(\rR\arelease\x12\x19\n" +
 	"\bweb_port\x18\x05 \x01(\x05R\awebPort\x12%\n" +
 	"\x0estaged_release\x18\x06 \x01(\rR\rstagedRelease\x12(\n" +
-	"\x10standby_web_port\x18\a \x01(\x05R\x0estandbyWebPort\"\xfb\x05\n" +
+	"\x10standby_web_port\x18\a \x01(\x05R\x0estandbyWebPort\"\xb4\x06\n" +
 	"\aRelease\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x18\n" +
 	"\aproject\x18\x02 \x01(\tR\aproject\x12\x10\n" +
@@ -4199,7 +4221,9 @@ const file_corpus_v1_types_proto_rawDesc = "" +
 	"\x06config\x18\x11 \x03(\v2\x1e.corpus.v1.Release.ConfigEntryR\x06config\x12\x18\n" +
 	"\atrigger\x18\x12 \x01(\tR\atrigger\x12%\n" +
 	"\x0econfig_changes\x18\x13 \x03(\tR\rconfigChanges\x12\x1c\n" +
-	"\tprocesses\x18\x16 \x03(\tR\tprocesses\x12!\n" +
+	"\tprocesses\x18\x16 \x03(\tR\tprocesses\x12\x14\n" +
+	"\x05image\x18\x17 \x01(\tR\x05image\x12!\n" +
+	"\fimage_digest\x18\x18 \x01(\tR\vimageDigest\x12!\n" +
 	"\fcreate_index\x18\x14 \x01(\x04R\vcreateIndex\x12!\n" +
 	"\fmodify_index\x18\x15 \x01(\x04R\vmodifyIndex\x1a9\n" +
 	"\vConfigEntry\x12\x10\n" +

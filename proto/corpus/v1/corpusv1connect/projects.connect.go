@@ -106,9 +106,9 @@ type ProjectServiceClient interface {
 	// GetConfig lists an environment's config keys, and their values when
 	// reveal is set (ops, or a dev granted the project).
 	GetConfig(context.Context, *connect.Request[v1.GetConfigRequest]) (*connect.Response[v1.GetConfigResponse], error)
-	// Deploy makes a release of the current commit again, running only the
-	// steps named (all by default), or restarts processes; the output
-	// streams back.
+	// Deploy makes a release of the current commit (or image) again, or of
+	// the image named, running only the steps named (all by default), or
+	// restarts processes; the output streams back.
 	Deploy(context.Context, *connect.Request[v1.RedeployRequest]) (*connect.ServerStreamForClient[v1.DeployOutput], error)
 	// ListProcesses says how an environment's processes are, from its node.
 	ListProcesses(context.Context, *connect.Request[v1.ListProcessesRequest]) (*connect.Response[v1.ListProcessesResponse], error)
@@ -399,9 +399,9 @@ type ProjectServiceHandler interface {
 	// GetConfig lists an environment's config keys, and their values when
 	// reveal is set (ops, or a dev granted the project).
 	GetConfig(context.Context, *connect.Request[v1.GetConfigRequest]) (*connect.Response[v1.GetConfigResponse], error)
-	// Deploy makes a release of the current commit again, running only the
-	// steps named (all by default), or restarts processes; the output
-	// streams back.
+	// Deploy makes a release of the current commit (or image) again, or of
+	// the image named, running only the steps named (all by default), or
+	// restarts processes; the output streams back.
 	Deploy(context.Context, *connect.Request[v1.RedeployRequest], *connect.ServerStream[v1.DeployOutput]) error
 	// ListProcesses says how an environment's processes are, from its node.
 	ListProcesses(context.Context, *connect.Request[v1.ListProcessesRequest]) (*connect.Response[v1.ListProcessesResponse], error)

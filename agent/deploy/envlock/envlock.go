@@ -1,32 +1,35 @@
-package deploy
+// Package envlock serialises what changes a project environment in its
+// guest on a node: the deploy pipeline's users' calls and its background
+// work (agent/deploy).
+package envlock
 
 import (
 	"context"
 	"sync"
 )
 
-// envLocks serialises what changes a project environment in its guest:
+// Locks serialises what changes a project environment in its guest:
 // the calls of users (a push, a deploy, a rollback) and background work
 // (an instance's sync, the recovery of an interrupted deploy). A user's
 // call is refused while another user's call holds the environment; it
 // waits for background work, which is short and must not turn a deploy
 // away. Background work that finds the environment taken is tried again
 // later.
-type envLocks struct {
+type Locks struct {
 	mu   sync.Mutex
-	busy map[string]*envHold
+	busy map[string]*hold
 }
 
-// envHold is what holds an environment.
-type envHold struct {
+// hold is what holds an environment.
+type hold struct {
 	what       string
 	background bool
 	done       chan struct{} // closed when it lets go
 }
 
-// lock takes key for a user's call what, waiting for background work to
+// Lock takes key for a user's call what, waiting for background work to
 // let go, up to ctx's end; ok false says what holds it.
-func (l *envLocks) lock(ctx context.Context, key, what string) (holder string, ok bool) {
+func (l *Locks) Lock(ctx context.Context, key, what string) (holder string, ok bool) {
 	for {
 		h := l.take(key, what, false)
 		if h == nil {
@@ -43,26 +46,27 @@ func (l *envLocks) lock(ctx context.Context, key, what string) (holder string, o
 	}
 }
 
-// tryBackground takes key for background work what, unless it is taken.
-func (l *envLocks) tryBackground(key, what string) bool {
+// TryBackground takes key for background work what, unless it is taken.
+func (l *Locks) TryBackground(key, what string) bool {
 	return l.take(key, what, true) == nil
 }
 
 // take takes key, or returns what holds it.
-func (l *envLocks) take(key, what string, background bool) *envHold {
+func (l *Locks) take(key, what string, background bool) *hold {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.busy == nil {
-		l.busy = map[string]*envHold{}
+		l.busy = map[string]*hold{}
 	}
 	if h, busy := l.busy[key]; busy {
 		return h
 	}
-	l.busy[key] = &envHold{what: what, background: background, done: make(chan struct{})}
+	l.busy[key] = &hold{what: what, background: background, done: make(chan struct{})}
 	return nil
 }
 
-func (l *envLocks) unlock(key string) {
+// Unlock lets key go.
+func (l *Locks) Unlock(key string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if h, ok := l.busy[key]; ok {

@@ -1,4 +1,4 @@
-package deploy
+package envlock
 
 import (
 	"context"
@@ -9,24 +9,24 @@ import (
 // TestEnvLocks: a user's call waits for background work and is refused
 // by another user's call; background work is refused by either.
 func TestEnvLocks(t *testing.T) {
-	var l envLocks
-	if holder, ok := l.lock(t.Context(), "p/dev", "a push"); !ok {
+	var l Locks
+	if holder, ok := l.Lock(t.Context(), "p/dev", "a push"); !ok {
 		t.Fatalf("a free environment refused a push (%s)", holder)
 	}
-	if holder, ok := l.lock(t.Context(), "p/dev", "a deploy"); ok || holder != "a push" {
+	if holder, ok := l.Lock(t.Context(), "p/dev", "a deploy"); ok || holder != "a push" {
 		t.Errorf("a deploy during a push = %q, %v; want refused by the push", holder, ok)
 	}
-	if l.tryBackground("p/dev", "a sync") {
+	if l.TryBackground("p/dev", "a sync") {
 		t.Error("a sync took an environment a push holds")
 	}
-	l.unlock("p/dev")
+	l.Unlock("p/dev")
 
-	if !l.tryBackground("p/dev", "a sync") {
+	if !l.TryBackground("p/dev", "a sync") {
 		t.Fatal("a sync could not take a free environment")
 	}
 	got := make(chan bool)
 	go func() {
-		_, ok := l.lock(t.Context(), "p/dev", "a deploy")
+		_, ok := l.Lock(t.Context(), "p/dev", "a deploy")
 		got <- ok
 	}()
 	select {
@@ -34,19 +34,19 @@ func TestEnvLocks(t *testing.T) {
 		t.Fatalf("a deploy did not wait for the sync (ok %v)", ok)
 	case <-time.After(100 * time.Millisecond):
 	}
-	l.unlock("p/dev")
+	l.Unlock("p/dev")
 	if !<-got {
 		t.Fatal("the deploy was refused once the sync let go")
 	}
-	if l.tryBackground("p/dev", "a sync") {
+	if l.TryBackground("p/dev", "a sync") {
 		t.Error("a sync took an environment a deploy holds")
 	}
-	l.unlock("p/dev")
+	l.Unlock("p/dev")
 
-	l.tryBackground("p/dev", "a sync")
+	l.TryBackground("p/dev", "a sync")
 	ctx, cancel := context.WithCancel(t.Context())
 	cancel()
-	if holder, ok := l.lock(ctx, "p/dev", "a deploy"); ok || holder != "a sync" {
+	if holder, ok := l.Lock(ctx, "p/dev", "a deploy"); ok || holder != "a sync" {
 		t.Errorf("a deploy whose caller went = %q, %v; want refused, the sync named", holder, ok)
 	}
 }

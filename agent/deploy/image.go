@@ -1,0 +1,123 @@
+package deploy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"connectrpc.com/connect"
+
+	"corpus/agent/deploy/imagetree"
+	corpusv1 "corpus/proto/corpus/v1"
+)
+
+// Releases made from an OCI image (corpus deploy --image), as Dokku's
+// git:from-image makes them. The node pulls the image (every layer
+// checked against its digest) into its store, unpacks it in a folder of
+// its own, and the pipeline syncs that tree into the release's folder
+// as rootfs/ in place of a pushed tree: the release's processes are the
+// image's entrypoint and cmd, run as web chrooted there as the image's
+// user, in its working dir, with its env under the project's config.
+// Everything after (start beside the serving release on the other port,
+// health, switch, roll, prune, rollback) is the pipeline's as for a
+// push. A config change or a deploy without --image of a release from an
+// image deploys its digest again: a tag is resolved once, when named.
+
+// stepPull is the step that pulls the image, before the release begins.
+const stepPull = "pull"
+
+// imageRoot is where a release from an image keeps the image's tree,
+// inside the release's folder.
+const imageRoot = "rootfs"
+
+// source is what the release is made of, short: its commit, or its
+// image and digest.
+func (d *deploy) source() string {
+	if d.release.Image == "" {
+		return short(d.release.Commit)
+	}
+	return d.release.Image + "@" + short(strings.TrimPrefix(d.release.ImageDigest, "sha256:"))
+}
+
+// syncImage puts the image's tree in the release's folder as rootfs/,
+// through rN.tmp as a push's tree goes.
+func (d *deploy) syncImage(rel string) error {
+	pr, pw := io.Pipe()
+	go func() { pw.CloseWithError(d.image.WriteTar(pw)) }()
+	err := d.exec(d.ctx, []string{"sh", "-c", `set -e; rm -rf "$1.tmp" "$1"; mkdir -p "$1.tmp/$2"; tar -x -f - -C "$1.tmp/$2"; mv "$1.tmp" "$1"`,
+		"sh", rel, imageRoot}, "/", nil, pr, false)
+	pr.CloseWithError(errors.New("the guest's tar ended"))
+	if err != nil {
+		return err
+	}
+	d.say("       %s unpacked in %s/%s", d.image.Image.Digest, rel, imageRoot)
+	return nil
+}
+
+// imageOf is the image a release from an image deploys: the one asked
+// for, or the serving release's digest (a config change, a deploy
+// without --image); "" for a release of a commit.
+func imageOf(asked string, cur *corpusv1.Release) (ref, pull string, err error) {
+	switch {
+	case asked != "":
+		return asked, asked, nil
+	case cur != nil && cur.ImageDigest != "":
+		pull, err := imagetree.Pinned(cur.Image, cur.ImageDigest)
+		return cur.Image, pull, err
+	}
+	return "", "", nil
+}
+
+// deployImage runs the pipeline on an image: ref is recorded, pull is
+// what is pulled (ref itself, or its repository at the digest a release
+// recorded). A pull that fails is recorded as a failed release; what
+// serves keeps serving.
+func (p *Pipeline) deployImage(d *deploy, r *corpusv1.RedeployRequest, author, ref, pull string) (uint32, error) {
+	if p.images == nil {
+		return 0, connect.NewError(connect.CodeFailedPrecondition, errors.New("this node's agent pulls no images (it has no image store)"))
+	}
+	start := time.Now()
+	d.say("-----> Pulling %s", pull)
+	// Bounded as a step is: a registry that stops answering fails the
+	// release rather than holding the environment.
+	ctx, cancel := context.WithTimeout(d.ctx, d.man.Timeout)
+	src, perr := imagetree.Pull(ctx, p.images, p.imageDir, pull, d.say)
+	cancel()
+	pulled := &corpusv1.ReleaseStep{Name: stepPull, Status: corpusv1.StepOK, DurationMs: time.Since(start).Milliseconds()}
+	d.imageRef = ref
+	if perr == nil {
+		defer src.Close()
+		d.image, d.imageDigest = src, src.Image.Digest
+		d.uid, d.gid = src.UID, src.GID
+		d.man.Env = src.Env
+		d.man.Processes = map[string]string{"web": src.Describe()}
+	} else {
+		pulled.Status = corpusv1.StepFailed
+	}
+	if err := d.begin("", author, "image "+ref, r.Trigger); err != nil {
+		return 0, connect.NewError(connect.CodeUnavailable, fmt.Errorf("recording the release: %w", err))
+	}
+	d.steps = append(d.steps, pulled)
+	what := "deploy of image " + ref
+	if r.Image == "" {
+		what = r.Trigger + " of " + corpusv1.ReleaseName(d.prev.Number) + "'s image"
+	}
+	d.say("-----> Deploying %s/%s %s (%s, by %s)", d.project, d.env.Name, d.name(), what, author)
+	var err error = &stepError{stepPull, perr}
+	if perr == nil {
+		err = d.run(quarantineGit{}, "")
+	}
+	code := d.finish(err)
+	outcome := "succeeded"
+	if code != 0 {
+		outcome = "failed"
+	}
+	p.metrics.deployed(d.project, outcome, time.Since(start))
+	if code != 0 {
+		return 0, connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("%s failed; %s still serves", d.name(), d.serving()))
+	}
+	return d.release.Number, nil
+}

@@ -1,0 +1,143 @@
+package e2e
+
+import (
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+
+	"corpus/images/oci/ocitest"
+)
+
+// siteImage is a busybox image whose entrypoint writes a page of its
+// version, its user and the GREETING it sees, then serves it with httpd
+// on $PORT, as the app user in /www.
+func siteImage(t *testing.T, version string) v1.Image {
+	t.Helper()
+	return ocitest.Image(t, v1.Config{
+		Entrypoint: []string{"/bin/sh", "-c"},
+		Cmd:        []string{`echo "$(cat version) uid $(id -u) $GREETING" > index.html && exec httpd -f -p "$PORT" -h .`},
+		Env:        []string{"PATH=/bin", "GREETING=from the image"},
+		WorkingDir: "/www",
+		User:       "app",
+	}, ocitest.BusyboxLayer(t), ocitest.Layer(t,
+		ocitest.File{Name: "www/", UID: 1000, GID: 1000},
+		ocitest.File{Name: "www/version", Body: "version " + version + "\n"}))
+}
+
+// TestProjectFromOCIImage: a project deployed by a push is then deployed
+// from image tags a registry on its node's loopback serves (corpus deploy
+// --image), v1 then v2, rolled back, changed by config, and pushed to
+// again, under load with no failed request; each release records the
+// digest its tag resolved to, a rollback and a config change deploy that
+// digest even after the tag moved; a malformed reference changes
+// nothing, an image that cannot be pulled leaves a failed release and
+// the one before serving.
+func TestProjectFromOCIImage(t *testing.T) {
+	l := newDeployLab(t)
+	reg := ocitest.Serve(t, listenIn(t, l.a.node.ns))
+	tr := &http.Transport{DialContext: dialIn(l.a.node.ns)}
+	t.Cleanup(tr.CloseIdleConnections)
+	push := func(tag string, img v1.Image) string {
+		return ocitest.Push(t, reg+"/team/site:"+tag, img, remote.WithTransport(tr))
+	}
+	v1Digest, v2Digest := push("v1", siteImage(t, "v1")), push("v2", siteImage(t, "v2"))
+
+	// A pushed release first, with config.
+	l.commitProcSite("one")
+	l.mustPush()
+	l.wantPage("version one")
+	l.c.mustCLI("config", "set", "hello", "GREETING=hi")
+
+	// Bad input is refused before anything changes.
+	for _, bad := range []string{"busybox", reg + "/team/Site:v1", reg + "/team/site:bad tag", reg + "/team/site@sha256:12"} {
+		_, stderr, code := l.c.cli("deploy", "hello", "--image", bad)
+		if code == 0 || !strings.Contains(stderr, "image") {
+			t.Errorf("deploy --image %q = exit %d, %q; want a refusal naming the image", bad, code, stderr)
+		}
+	}
+	if cur, rels := l.releases(); cur != 2 || len(rels) != 2 {
+		t.Fatalf("refused deploys made releases: current r%d, %+v", cur, rels)
+	}
+
+	// v1, then v2 under load.
+	ld := l.startLoad(4)
+	start := time.Now()
+	out := l.c.mustCLI("deploy", "hello", "--image", reg+"/team/site:v1")
+	t.Logf("corpus deploy --image v1 (pull, unpack, sync, start, switch) took %s", time.Since(start).Round(time.Millisecond))
+	ld.end(t, "deploy of image v1")
+	if !strings.Contains(out, v1Digest) || !strings.Contains(out, "r3 is live") {
+		t.Errorf("deploy --image v1 output lacks the digest %s or r3 going live:\n%s", v1Digest, out)
+	}
+	l.wantPage("version v1 uid 1000 hi")
+	ld = l.startLoad(4)
+	l.c.mustCLI("deploy", "hello", "--image", reg+"/team/site:v2")
+	ld.end(t, "deploy of image v2")
+	l.wantPage("version v2 uid 1000 hi")
+	cur, rels := l.releases()
+	if cur != 4 || rels[0].ImageDigest != v2Digest || rels[1].ImageDigest != v1Digest || rels[0].Image != reg+"/team/site:v2" || rels[0].Commit != "" {
+		t.Errorf("after v1 and v2: current r%d, releases %+v", cur, rels)
+	}
+	if out := l.c.mustCLI("release", "show", "hello", "r4"); !strings.Contains(out, v2Digest) || !strings.Contains(out, reg+"/team/site:v2") {
+		t.Errorf("release show r4 lacks the image and its digest:\n%s", out)
+	}
+	if out := l.c.mustCLI("release", "list", "hello"); !strings.Contains(out, "sha256:"+strings.TrimPrefix(v1Digest, "sha256:")[:12]) {
+		t.Errorf("release list lacks r3's digest:\n%s", out)
+	}
+
+	// The tag v1 moves; a rollback goes back to r3's digest all the same,
+	// and a config change deploys the digest it serves.
+	moved := push("v1", siteImage(t, "moved"))
+	ld = l.startLoad(4)
+	start = time.Now()
+	l.c.mustCLI("rollback", "hello")
+	t.Logf("corpus rollback to the image release r3 took %s", time.Since(start).Round(time.Millisecond))
+	ld.end(t, "rollback to image v1")
+	l.wantPage("version v1 uid 1000 hi")
+	ld = l.startLoad(4)
+	l.c.mustCLI("config", "set", "hello", "GREETING=again")
+	ld.end(t, "config change of an image release")
+	l.wantPage("version v1 uid 1000 again")
+	if cur, rels := l.releases(); cur != 5 || rels[0].ImageDigest != v1Digest || rels[0].ImageDigest == moved {
+		t.Errorf("the config change of r3's image: current r%d, newest %+v; want r5 of %s", cur, rels[0], v1Digest)
+	}
+
+	if _, stderr, code := l.c.cli("scale", "hello", "web=2"); code == 0 || !strings.Contains(stderr, "one instance") {
+		t.Errorf("scale web=2 of an image release = exit %d, %q; want a refusal: it runs on one instance", code, stderr)
+	}
+
+	// An image the registry lacks: a failed release, r5 serving.
+	if _, stderr, code := l.c.cli("deploy", "hello", "--image", reg+"/team/missing:1"); code == 0 || !strings.Contains(stderr, "r5 still serves") {
+		t.Errorf("deploy of a missing image = exit %d, %q; want a failure saying r5 still serves", code, stderr)
+	}
+	if cur, rels := l.releases(); cur != 5 || rels[0].Status != "failed" || rels[0].FailedStep != "pull" || !strings.Contains(rels[0].Message, "UNKNOWN") {
+		t.Errorf("after a missing image: current r%d, newest %+v; want r5, and a release failed at pull with the registry's reason", cur, rels[0])
+	}
+	l.wantPage("version v1 uid 1000 again")
+
+	// A push after the images.
+	l.commitProcSite("two")
+	ld = l.startLoad(4)
+	l.mustPush()
+	ld.end(t, "push after image releases")
+	l.wantPage("version two")
+
+	// A project whose first release is an image (project create --image),
+	// with the image's own env.
+	out = l.c.mustCLI("project", "create", "site", "--image", reg+"/team/site:v2", "--memory", "64M", "--cpus", "0.2", "--domain", "site.dev.example.test")
+	if !strings.Contains(out, v2Digest) || !strings.Contains(out, "r1 is live") {
+		t.Errorf("project create --image output lacks the digest %s or r1 going live:\n%s", v2Digest, out)
+	}
+	eventually(t, 15*time.Second, "site's page", func() error {
+		code, body, err := get(l.hc, "http://"+l.nodeAddr+"/", "site.dev.example.test")
+		if want := "version v2 uid 1000 from the image"; err != nil || code != 200 || strings.TrimSpace(body) != want {
+			return fmt.Errorf("site's page = %d %q, %v; want 200 %q", code, body, err, want)
+		}
+		return nil
+	})
+	l.c.mustCLI("project", "delete", "site", "--yes")
+}
