@@ -102,6 +102,12 @@ const (
 	// NodeOrphans keeps, per node, the guests it runs that the cluster
 	// does not know (after a restore from a snapshot).
 	NodeOrphans Feature = "node-orphans"
+	// TokenLastUsed records when and from where users' tokens were last
+	// used (TouchUserTokens entries).
+	TokenLastUsed Feature = "token-last-used"
+	// SessionTokens revokes, with a token, the session tokens made with
+	// it (the dashboard's; derived in the state machine).
+	SessionTokens Feature = "session-tokens"
 )
 
 type feature struct {
@@ -114,6 +120,8 @@ var features = map[Feature]feature{
 	ClusterVersion: {since: Version{}, entries: []string{"set_cluster_version"}},
 	GuestIDRanges:  {since: Version{0, 1}},
 	NodeOrphans:    {since: Version{0, 2}, entries: []string{"report_orphans"}},
+	TokenLastUsed:  {since: Version{0, 2}, entries: []string{"touch_user_tokens"}},
+	SessionTokens:  {since: Version{0, 2}},
 }
 
 var entryFeatures = func() map[string]Feature {
