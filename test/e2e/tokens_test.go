@@ -157,8 +157,8 @@ func TestTokenRevokeEndsStreams(t *testing.T) {
 			LastUsedFrom string `json:"last_used_from"`
 		} `json:"tokens"`
 	}
-	if err := json.Unmarshal(out, &listed); err != nil || len(listed.Tokens) != 2 {
-		t.Fatalf("corpus --json user token list = %v, %v\n%s", err, err, out)
+	if jerr := json.Unmarshal(out, &listed); err != nil || jerr != nil || len(listed.Tokens) != 2 {
+		t.Fatalf("corpus --json user token list = %v, %v\n%s", err, jerr, out)
 	}
 	for _, tk := range listed.Tokens {
 		if used := tk.ID == id; used != (tk.LastUsedAt != "" && tk.LastUsedFrom == "127.0.0.1") {
