@@ -263,20 +263,22 @@ type Server struct {
 	liveness *liveness
 	api      *api.Backend // the API's services
 	series   *series.Sampler
-	// tokenUses records users' tokens' last uses this replica served.
+	tokenMu  sync.Mutex
+	opsToken string
+	fwd      seenForwarder
+	dns      *dns.Server       // nil when DNS is off
+	zone     *dns.StaticSource // the zone the DNS server answers from
+	gossip   atomic.Pointer[gossip.Member]
+	certs    *certs
+	peerHTTP *http.Client // to other replicas
+	sched    *scheduler.Metrics
+	agentsMu sync.Mutex
+	agents   map[string]agentConn // by node id
+	snaps    *snapshotschedule.Metrics
+
+	// tokenUses records the last uses of the users' tokens this replica
+	// served.
 	tokenUses *tokenuse.Recorder
-	tokenMu   sync.Mutex
-	opsToken  string
-	fwd       seenForwarder
-	dns       *dns.Server       // nil when DNS is off
-	zone      *dns.StaticSource // the zone the DNS server answers from
-	gossip    atomic.Pointer[gossip.Member]
-	certs     *certs
-	peerHTTP  *http.Client // to other replicas
-	sched     *scheduler.Metrics
-	agentsMu  sync.Mutex
-	agents    map[string]agentConn // by node id
-	snaps     *snapshotschedule.Metrics
 }
 
 // agentConn is a client of one node's agent API.
