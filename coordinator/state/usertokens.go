@@ -24,7 +24,9 @@ func (a *applier) createUserToken(c *corpusv1.CreateUserToken) error {
 	if a.get(statedb.TableUserTokens, "id", t.Id) != nil {
 		return fmt.Errorf("token %s: %w", t.Id, ErrExists)
 	}
-	if t.Parent != "" {
+	// A replica of a release before session tokens keeps the parent
+	// as an unknown field and checks nothing: neither may this one then.
+	if t.Parent != "" && a.allows(compat.SessionTokens) {
 		if p, ok := a.get(statedb.TableUserTokens, "id", t.Parent).(*corpusv1.UserToken); !ok || p.User != t.User {
 			return fmt.Errorf("token %s to make a session with (revoked meanwhile?): %w", t.Parent, ErrNotFound)
 		}

@@ -138,14 +138,25 @@ func TestTouchUserTokens(t *testing.T) {
 // not made with a token that is gone.
 func TestRevokeEndsSessions(t *testing.T) {
 	r := newReplica(t)
-	r.must(&corpusv1.Command{Cmd: &corpusv1.Command_CreateUser{CreateUser: &corpusv1.CreateUser{User: &corpusv1.User{Name: "alice", Role: "dev"}}}},
-		clusterVersionCmd("v0.2"), userTokenCmd("alice", "api", time.Time{}), userTokenCmd("alice", "other", time.Time{}))
 	session := func(id, parent string) *corpusv1.Command {
 		c := userTokenCmd("alice", id, time.Time{})
 		c.GetCreateUserToken().Token.Parent = parent
 		return c
 	}
-	r.must(session("s1", "api"), session("s2", "s1"), session("s3", "other"))
+	r.must(&corpusv1.Command{Cmd: &corpusv1.Command_CreateUser{CreateUser: &corpusv1.CreateUser{User: &corpusv1.User{Name: "alice", Role: "dev"}}}},
+		userTokenCmd("alice", "api", time.Time{}), userTokenCmd("alice", "other", time.Time{}))
+	// Below v0.2 a replica applies as one of v0.1 would: the parent is
+	// not checked, a revoke takes no session with it.
+	r.must(session("s0", "gone"), session("s1", "api"), userTokenCmd("alice", "x", time.Time{}), session("sx", "x"))
+	r.must(&corpusv1.Command{Cmd: &corpusv1.Command_RevokeUserToken{RevokeUserToken: &corpusv1.RevokeUserToken{Id: "x"}}})
+	if r.store.Read().UserToken("sx") == nil {
+		t.Errorf("below v0.2 a revoke took a session with it")
+	}
+	for _, id := range []string{"s0", "sx"} {
+		r.must(&corpusv1.Command{Cmd: &corpusv1.Command_RevokeUserToken{RevokeUserToken: &corpusv1.RevokeUserToken{Id: id}}})
+	}
+	r.must(clusterVersionCmd("v0.2"))
+	r.must(session("s2", "s1"), session("s3", "other"))
 	r.must(&corpusv1.Command{Cmd: &corpusv1.Command_RevokeUserToken{RevokeUserToken: &corpusv1.RevokeUserToken{Id: "api"}}})
 	if got := fmt.Sprint(ids(r.store.Read().UserTokens("alice"))); got != "[other s3]" {
 		t.Errorf("tokens after revoking api = %s, want [other s3]", got)
