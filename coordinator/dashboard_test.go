@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/cookiejar"
@@ -214,6 +215,27 @@ func TestDashboardSessions(t *testing.T) {
 		t.Errorf("shorty's login: %d", res.StatusCode)
 	} else if exp, err := time.Parse(time.RFC3339, info["expiresAt"]); err != nil || time.Until(exp) > 10*time.Minute {
 		t.Errorf("a session from a 10-minute token expires %q", info["expiresAt"])
+	}
+
+	// Revoking the token a session was opened with ends the session:
+	// its open live-view read, and every call after.
+	waited := make(chan string, 1)
+	go func() {
+		res, out := b4.do("POST", "/corpus.v1.ClusterService/Wait", map[string]any{"afterIndex": "1000000000000", "waitSeconds": "60"})
+		waited <- fmt.Sprint(res.StatusCode, " ", out)
+	}()
+	shortID, _, _ := strings.Cut(strings.TrimPrefix(shortTok, "cusr_"), "_")
+	if _, err := ops.users.RevokeToken(ctx, connect.NewRequest(&corpusv1.RevokeTokenRequest{Id: shortID})); err != nil {
+		t.Fatal(err)
+	}
+	if out := <-waited; !strings.HasPrefix(out, "401 ") || !strings.Contains(out, "unauthenticated") {
+		t.Errorf("the session's live view after its token was revoked: %s", out)
+	}
+	if res, _ := b4.do("GET", "/ui/session", nil); res.StatusCode != http.StatusUnauthorized {
+		t.Errorf("a session after the token it came from was revoked: %d", res.StatusCode)
+	}
+	if toks, err := ops.users.ListTokens(ctx, connect.NewRequest(&corpusv1.ListTokensRequest{User: "shorty"})); err != nil || len(toks.Msg.Tokens) != 0 {
+		t.Errorf("shorty's tokens after the revoke: %v, %v; want none (the session's went with it)", toks, err)
 	}
 
 	// A directory password opens a session through Login.

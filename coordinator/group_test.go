@@ -95,7 +95,8 @@ func startGroup(t *testing.T, n int) *replicaSet {
 }
 
 // startGroupNamed is startGroup with replica ids prefix1, prefix2, ...
-func startGroupNamed(t *testing.T, prefix string, n int) *replicaSet {
+// and opts applied to each replica's configuration.
+func startGroupNamed(t *testing.T, prefix string, n int, opts ...func(*coordinator.Config)) *replicaSet {
 	t.Helper()
 	rs := &replicaSet{t: t, reps: map[string]*server{}, api: map[string]string{}, raft: map[string]string{}}
 	for i := 1; i <= n; i++ {
@@ -111,10 +112,10 @@ func startGroupNamed(t *testing.T, prefix string, n int) *replicaSet {
 				join = append(join, a)
 			}
 		}
-		rs.reps[id] = newReplica(t, id, filepath.Join(base, id), rs.api[id], rs.raft[id], compaction, rs.ca, func(c *coordinator.Config) {
+		rs.reps[id] = newReplica(t, id, filepath.Join(base, id), rs.api[id], rs.raft[id], append([]func(*coordinator.Config){compaction, rs.ca, func(c *coordinator.Config) {
 			c.BootstrapExpect = n
 			c.Join = join
-		})
+		}}, opts...)...)
 	}
 	// The lowest id holds the operator token.
 	eventuallyT(t, "bootstrap token", func() error {

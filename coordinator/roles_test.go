@@ -186,6 +186,10 @@ func TestUserRoles(t *testing.T) {
 	if err != nil || !strings.HasPrefix(extra.Msg.Token, "cusr_") {
 		t.Fatalf("alice makes her own token = %v, %v", extra, err)
 	}
+	// A session's token is made with a token of its own user.
+	if _, err := ops.users.CreateToken(ctx, connect.NewRequest(&corpusv1.CreateTokenRequest{User: "alice", Session: true})); codeOf(err) != connect.CodeInvalidArgument {
+		t.Errorf("a session token made with the operator token = %v, want InvalidArgument", err)
+	}
 	st, err := s.clients(extra.Msg.Token).cluster.Status(ctx, connect.NewRequest(&corpusv1.StatusRequest{}))
 	if err != nil || st.Msg.Who != "user:alice" {
 		t.Errorf("Status with alice's new token = %v, %v", st, err)

@@ -31,6 +31,7 @@ import (
 	"corpus/coordinator/snapshotschedule"
 	"corpus/coordinator/state"
 	"corpus/coordinator/templates"
+	"corpus/coordinator/tokenuse"
 	"corpus/coordinator/ui"
 	"corpus/dns"
 	"corpus/internal/atomicfile"
@@ -124,6 +125,10 @@ type Config struct {
 	// SeriesInterval is how often each replica samples the values the
 	// dashboard plots (node allocation, domain request and error rates).
 	SeriesInterval time.Duration
+	// TokenUseInterval is the grain of users' tokens' recorded last
+	// uses: how often each replica writes those it served (one entry for
+	// all the tokens used meanwhile).
+	TokenUseInterval time.Duration
 
 	// RestoreFile, when set, starts a new group of this replica alone
 	// from a snapshot file (corpus operator snapshot save) opened with the
@@ -160,6 +165,7 @@ func Default() Config {
 		LoginTokenTTL:     api.DefaultLoginTokenTTL,
 		AutoscaleInterval: autoscale.DefaultInterval,
 		SeriesInterval:    series.DefaultInterval,
+		TokenUseInterval:  tokenuse.DefaultInterval,
 
 		ServiceTemplates: templates.DefaultDir,
 	}
@@ -225,6 +231,9 @@ func (c Config) Validate() error {
 	if c.SeriesInterval < 100*time.Millisecond || c.SeriesInterval > 10*time.Minute {
 		errs = append(errs, fmt.Errorf("series interval %s: between 100ms and 10m", c.SeriesInterval))
 	}
+	if c.TokenUseInterval < 100*time.Millisecond || c.TokenUseInterval > time.Hour {
+		errs = append(errs, fmt.Errorf("token use interval %s: between 100ms and 1h", c.TokenUseInterval))
+	}
 	if c.LoginTokenTTL < time.Minute {
 		errs = append(errs, fmt.Errorf("login token ttl %s is below the minimum of 1m", c.LoginTokenTTL))
 	}
@@ -266,6 +275,10 @@ type Server struct {
 	agentsMu sync.Mutex
 	agents   map[string]agentConn // by node id
 	snaps    *snapshotschedule.Metrics
+
+	// tokenUses records the last uses of the users' tokens this replica
+	// served.
+	tokenUses *tokenuse.Recorder
 }
 
 // agentConn is a client of one node's agent API.
@@ -347,11 +360,13 @@ func New(cfg Config) (*Server, error) {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", s.healthz)
 	s.series = series.NewSampler(series.SamplerConfig{State: s.store, Loads: agentLoads(s.agentClient), Interval: cfg.SeriesInterval, Logger: logger})
+	s.tokenUses = &tokenuse.Recorder{Store: s.store, Propose: s.propose, Interval: cfg.TokenUseInterval, Clock: cfg.Clock, Logger: logger.With("component", "token_use")}
 	s.api = &api.Backend{
 		Clock:            cfg.Clock,
 		Passwords:        passwords,
 		LoginTTL:         cfg.LoginTokenTTL,
 		Series:           s.series,
+		TokenUsed:        s.tokenUses.Use,
 		Extensions:       extensions.NewCaller(cfg.Metrics, certs.keys.Get),
 		ServiceTemplates: cfg.ServiceTemplates,
 		Store:            s.store,
@@ -514,6 +529,7 @@ func (s *Server) Serve(ctx context.Context) error {
 	run(s.aliveLoop)
 	run(s.forwardSeen)
 	run(s.series.Run)
+	run(s.tokenUses.Run)
 	run(func(ctx context.Context) { s.certs.renewLoop(ctx, s.logger.With("component", "tls")) })
 	if s.cfg.Bootstrap && s.cfg.BootstrapExpect > 1 {
 		run(s.formGroup)

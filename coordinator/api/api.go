@@ -76,6 +76,10 @@ type Backend struct {
 	// Series is what the dashboard plots (nil: nothing).
 	Series SeriesSource
 
+	// TokenUsed hears of each call a user token was accepted for, with
+	// the client's address (nil: last uses are not recorded).
+	TokenUsed func(tokenID, addr string)
+
 	// Guests and Volumes are the handlers of those services (set by
 	// serve.Mount): a service's resize goes through them. A project's
 	// import makes its services through Services; a service's link
@@ -365,7 +369,7 @@ func Options(b *Backend) []connect.HandlerOption {
 	b.audit = audit.New(b, b.Logger)
 	b.keyrings = keyring.New(b.Store, b.CA, b)
 	b.admission = &admission.Controller{Store: b.Store, Extensions: b.Extensions, Keyring: b.keyrings, Audit: b.audit, Logger: b.Logger}
-	authn := &auth.Authenticator{Store: b.Store, Policies: Policies, Clock: b.Clock, Refused: func(ctx context.Context, p auth.Principal, procedure string, req any, err error) {
+	authn := &auth.Authenticator{Store: b.Store, Policies: Policies, Clock: b.Clock, Used: b.TokenUsed, Refused: func(ctx context.Context, p auth.Principal, procedure string, req any, err error) {
 		m, _ := req.(proto.Message)
 		b.audit.Refused(ctx, p, procedure, m, err)
 	}}

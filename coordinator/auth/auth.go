@@ -33,6 +33,7 @@ import (
 	"corpus/internal/rpc"
 	"corpus/internal/secret"
 	corpusv1 "corpus/proto/corpus/v1"
+	"corpus/proto/corpus/v1/corpusv1connect"
 )
 
 // Kind is the kind of caller.
@@ -127,6 +128,10 @@ type Authenticator struct {
 	// Clock decides whether tokens have expired, with the cluster's time
 	// (nil: clock.System; see state.Store.Now).
 	Clock clock.Clock
+	// Used, when set, hears of every call a user token was accepted for,
+	// with the client's address (see coordinator/tokenuse). It must not
+	// block.
+	Used func(tokenID, addr string)
 }
 
 // Authenticate returns the principal for a request's verified peer
@@ -249,7 +254,7 @@ var errExpired = errors.New("credential expired: ask for a new token (corpus use
 // call's request for the audit of a refusal. For a user token the
 // returned context ends when the token is revoked or expires, so long
 // calls (blocking reads, streams) end with it; cancel releases it.
-func (a *Authenticator) authorize(ctx context.Context, procedure string, h http.Header, req func() any) (context.Context, context.CancelFunc, error) {
+func (a *Authenticator) authorize(ctx context.Context, procedure string, peer connect.Peer, h http.Header, req func() any) (context.Context, context.CancelFunc, error) {
 	policy, ok := a.Policies[procedure]
 	if !ok {
 		return nil, nil, connect.NewError(connect.CodePermissionDenied, errors.New("procedure "+procedure+" has no access policy"))
@@ -266,6 +271,9 @@ func (a *Authenticator) authorize(ctx context.Context, procedure string, h http.
 	}
 	ctx, cancel := context.WithCancelCause(context.WithValue(ctx, principalKey{}, p))
 	if p.TokenID != "" {
+		if a.Used != nil {
+			a.Used(p.TokenID, peer.Addr)
+		}
 		go a.endWithToken(ctx, cancel, p.TokenID)
 	}
 	return ctx, func() { cancel(nil) }, nil
@@ -301,14 +309,30 @@ func firstRequest(conn connect.StreamingHandlerConn) any {
 	return m
 }
 
-// errRevoked ends the calls of a token revoked (or expired) meanwhile.
-var errRevoked = errors.New("credential revoked or expired during the call")
+// errTokenRevoked and errTokenExpired end the open calls of a token
+// revoked (or whose user was deleted), or that expired, during them.
+var (
+	errTokenRevoked = errors.New("token revoked: this call and every other one made with the token end; get another token (corpus user token create, then corpus login)")
+	errTokenExpired = errors.New("token expired during the call: get another token (corpus user token create, then corpus login)")
+)
 
 // revoked turns the end of a call whose token went away into an
-// authentication error, so nothing more is answered with it.
-func revoked(ctx context.Context) error {
-	if errors.Is(context.Cause(ctx), errRevoked) {
-		return connect.NewError(connect.CodeUnauthenticated, errRevoked)
+// authentication error, so nothing more is answered with it: a call
+// the revoke itself woke (a blocking read of the index) may end before
+// endWithToken cancels it, so the state is asked too. A revoke's own
+// answer stands: revoking the token it was made with is its success.
+func (a *Authenticator) revoked(ctx context.Context, procedure string) error {
+	if procedure == corpusv1connect.UserServiceRevokeTokenProcedure {
+		return nil
+	}
+	cause := context.Cause(ctx)
+	if errors.Is(cause, errTokenRevoked) || errors.Is(cause, errTokenExpired) {
+		return connect.NewError(connect.CodeUnauthenticated, cause)
+	}
+	if id := FromContext(ctx).TokenID; id != "" {
+		if v := a.Store.Read(); v.UserToken(id) == nil {
+			return connect.NewError(connect.CodeUnauthenticated, errTokenRevoked)
+		}
 	}
 	return nil
 }
@@ -319,7 +343,7 @@ func (a *Authenticator) endWithToken(ctx context.Context, cancel context.CancelC
 		v := a.Store.Read()
 		t := v.UserToken(id)
 		if t == nil || v.User(t.User) == nil {
-			cancel(errRevoked)
+			cancel(errTokenRevoked)
 			return
 		}
 		wctx, wcancel := context.WithCancel(ctx)
@@ -330,7 +354,7 @@ func (a *Authenticator) endWithToken(ctx context.Context, cancel context.CancelC
 		expired := wctx.Err() == context.DeadlineExceeded
 		wcancel()
 		if expired {
-			cancel(errRevoked)
+			cancel(errTokenExpired)
 			return
 		}
 	}
@@ -346,13 +370,13 @@ func (i interceptor) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
 		if req.Spec().IsClient {
 			return next(ctx, req)
 		}
-		ctx, cancel, err := i.a.authorize(ctx, req.Spec().Procedure, req.Header(), req.Any)
+		ctx, cancel, err := i.a.authorize(ctx, req.Spec().Procedure, req.Peer(), req.Header(), req.Any)
 		if err != nil {
 			return nil, err
 		}
 		defer cancel()
 		res, err := next(ctx, req)
-		if rerr := revoked(ctx); rerr != nil {
+		if rerr := i.a.revoked(ctx, req.Spec().Procedure); rerr != nil {
 			return nil, rerr
 		}
 		return res, err
@@ -365,13 +389,13 @@ func (i interceptor) WrapStreamingClient(next connect.StreamingClientFunc) conne
 
 func (i interceptor) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
 	return func(ctx context.Context, conn connect.StreamingHandlerConn) error {
-		ctx, cancel, err := i.a.authorize(ctx, conn.Spec().Procedure, conn.RequestHeader(), func() any { return firstRequest(conn) })
+		ctx, cancel, err := i.a.authorize(ctx, conn.Spec().Procedure, conn.Peer(), conn.RequestHeader(), func() any { return firstRequest(conn) })
 		if err != nil {
 			return err
 		}
 		defer cancel()
 		err = next(ctx, conn)
-		if rerr := revoked(ctx); rerr != nil {
+		if rerr := i.a.revoked(ctx, conn.Spec().Procedure); rerr != nil {
 			return rerr
 		}
 		return err

@@ -44,7 +44,7 @@ type Version struct {
 
 // Current is the server version of this binary: the newest release whose
 // entries it can apply. A tree past its last release names the next one.
-var Current = Version{0, 3}
+var Current = Version{0, 2}
 
 // Parse reads "v0.1", "0.1", "v0.1.2", "v0.1.0+3": the major and minor
 // number, whatever follows. The empty string is the zero Version (a
@@ -105,6 +105,12 @@ const (
 	// ImageReleases records releases made from an OCI image: a release
 	// with an image digest and no commit, which an older replica refuses.
 	ImageReleases Feature = "image-releases"
+	// TokenLastUsed records when and from where users' tokens were last
+	// used (TouchUserTokens entries).
+	TokenLastUsed Feature = "token-last-used"
+	// SessionTokens revokes, with a token, the session tokens made with
+	// it (the dashboard's; derived in the state machine).
+	SessionTokens Feature = "session-tokens"
 )
 
 type feature struct {
@@ -117,7 +123,9 @@ var features = map[Feature]feature{
 	ClusterVersion: {since: Version{}, entries: []string{"set_cluster_version"}},
 	GuestIDRanges:  {since: Version{0, 1}},
 	NodeOrphans:    {since: Version{0, 2}, entries: []string{"report_orphans"}},
-	ImageReleases:  {since: Version{0, 3}},
+	ImageReleases:  {since: Version{0, 2}},
+	TokenLastUsed:  {since: Version{0, 2}, entries: []string{"touch_user_tokens"}},
+	SessionTokens:  {since: Version{0, 2}},
 }
 
 var entryFeatures = func() map[string]Feature {

@@ -216,6 +216,8 @@ func (a *applier) apply(cmd *corpusv1.Command) error {
 		return a.createUserToken(c.CreateUserToken)
 	case *corpusv1.Command_RevokeUserToken:
 		return a.revokeUserToken(c.RevokeUserToken)
+	case *corpusv1.Command_TouchUserTokens:
+		return a.touchUserTokens(c.TouchUserTokens)
 	case *corpusv1.Command_RemoveNode:
 		return a.removeNode(c.RemoveNode)
 	case *corpusv1.Command_PlaceGuests:

@@ -293,9 +293,9 @@ func TestImageReleases(t *testing.T) {
 		return c
 	}
 	digest := "sha256:" + strings.Repeat("ab", 32)
-	r.must(clusterVersionCmd("v0.2"))
+	r.must(clusterVersionCmd("v0.1"))
 	if err := r.apply(image("rel1", "", "registry.example/site:1", digest)); !errors.Is(err, state.ErrInvalid) {
-		t.Fatalf("an image release at cluster version v0.2: err = %v, want ErrInvalid (a v0.2 replica refuses it)", err)
+		t.Fatalf("an image release at cluster version v0.1: err = %v, want ErrInvalid (a v0.1 replica refuses it)", err)
 	}
 	r.must(clusterVersionCmd(compat.Since(compat.ImageReleases).String()))
 	r.must(image("rel1", "", "registry.example/site:1", digest), finishCmd("rel1", nodeID, corpusv1.ReleaseSucceeded))

@@ -5,6 +5,7 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
+	"corpus/coordinator/compat"
 	"corpus/coordinator/state/statedb"
 	corpusv1 "corpus/proto/corpus/v1"
 )
@@ -22,6 +23,13 @@ func (a *applier) createUserToken(c *corpusv1.CreateUserToken) error {
 	}
 	if a.get(statedb.TableUserTokens, "id", t.Id) != nil {
 		return fmt.Errorf("token %s: %w", t.Id, ErrExists)
+	}
+	// A replica of a release before session tokens keeps the parent
+	// as an unknown field and checks nothing: neither may this one then.
+	if t.Parent != "" && a.allows(compat.SessionTokens) {
+		if p, ok := a.get(statedb.TableUserTokens, "id", t.Parent).(*corpusv1.UserToken); !ok || p.User != t.User {
+			return fmt.Errorf("token %s to make a session with (revoked meanwhile?): %w", t.Parent, ErrNotFound)
+		}
 	}
 	if n := len(a.view().UserTokens(t.User)); n >= maxTokensPerUser {
 		return fmt.Errorf("user %s holds %d tokens, the most allowed; revoke some: %w", t.User, n, ErrExhausted)
@@ -79,7 +87,20 @@ func (a *applier) revokeUserToken(c *corpusv1.RevokeUserToken) error {
 		return fmt.Errorf("token %s: %w", c.Id, ErrNotFound)
 	}
 	a.deleteToken(raw.(*corpusv1.UserToken))
+	if a.allows(compat.SessionTokens) {
+		a.revokeSessions(raw.(*corpusv1.UserToken))
+	}
 	return nil
+}
+
+// revokeSessions deletes the session tokens made with t, and theirs.
+func (a *applier) revokeSessions(t *corpusv1.UserToken) {
+	for _, s := range a.view().UserTokens(t.User) {
+		if s.Parent == t.Id {
+			a.deleteToken(s)
+			a.revokeSessions(s)
+		}
+	}
 }
 
 // deleteUserTokens removes a deleted user's tokens.
@@ -87,4 +108,35 @@ func (a *applier) deleteUserTokens(user string) {
 	if _, err := a.txn.DeleteAll(statedb.TableUserTokens, "user", user); err != nil {
 		panic(fmt.Sprintf("state: deleting tokens: %v", err))
 	}
+}
+
+// MaxTokenUses bounds the uses one TouchUserTokens entry carries.
+const MaxTokenUses = 500
+
+// touchUserTokens records tokens' last uses. A token revoked since its
+// use was recorded is skipped, and a use older than the one the token
+// holds changes nothing: replicas' batches may commit in any order.
+func (a *applier) touchUserTokens(c *corpusv1.TouchUserTokens) error {
+	if len(c.Uses) > MaxTokenUses {
+		return fmt.Errorf("%d token uses in one entry, at most %d: %w", len(c.Uses), MaxTokenUses, ErrInvalid)
+	}
+	for _, u := range c.Uses {
+		if u.Id == "" || u.At == nil {
+			return fmt.Errorf("token use without id or time: %w", ErrInvalid)
+		}
+	}
+	for _, u := range c.Uses {
+		raw := a.get(statedb.TableUserTokens, "id", u.Id)
+		if raw == nil {
+			continue
+		}
+		t := raw.(*corpusv1.UserToken)
+		if t.LastUsedAt != nil && !u.At.AsTime().After(t.LastUsedAt.AsTime()) {
+			continue
+		}
+		t = proto.Clone(t).(*corpusv1.UserToken)
+		t.LastUsedAt, t.LastUsedFrom = u.At, u.From
+		a.put(statedb.TableUserTokens, t)
+	}
+	return nil
 }

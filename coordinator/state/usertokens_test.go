@@ -87,3 +87,81 @@ func TestUserLogin(t *testing.T) {
 		}
 	}
 }
+
+func touchCmd(uses ...*corpusv1.TokenUse) *corpusv1.Command {
+	return &corpusv1.Command{Cmd: &corpusv1.Command_TouchUserTokens{TouchUserTokens: &corpusv1.TouchUserTokens{Uses: uses}}}
+}
+
+func use(id string, at time.Time, from string) *corpusv1.TokenUse {
+	return &corpusv1.TokenUse{Id: id, At: timestamppb.New(at), From: from}
+}
+
+// TestTouchUserTokens: a token's last use only moves forward, whatever
+// order replicas' batches commit in; a use of a token revoked since is
+// skipped; a bad batch is refused whole; the entry kind waits for the
+// cluster version that introduced it.
+func TestTouchUserTokens(t *testing.T) {
+	r := newReplica(t)
+	r.must(&corpusv1.Command{Cmd: &corpusv1.Command_CreateUser{CreateUser: &corpusv1.CreateUser{User: &corpusv1.User{Name: "alice", Role: "dev"}}}},
+		userTokenCmd("alice", "a", time.Time{}), userTokenCmd("alice", "b", time.Time{}))
+	if err := r.apply(touchCmd(use("a", epoch, "10.0.0.1"))); !errors.Is(err, state.ErrBadTransition) {
+		t.Errorf("TouchUserTokens before the cluster version allows it = %v, want %v", err, state.ErrBadTransition)
+	}
+	r.must(clusterVersionCmd("v0.2"))
+	r.must(touchCmd(use("a", epoch.Add(time.Minute), "10.0.0.1"), use("gone", epoch, "10.0.0.9")))
+	r.must(touchCmd(use("a", epoch, "10.0.0.2"))) // older: changes nothing
+	a := r.store.Read().UserToken("a")
+	if !a.LastUsedAt.AsTime().Equal(epoch.Add(time.Minute)) || a.LastUsedFrom != "10.0.0.1" {
+		t.Errorf("a's last use = %v from %q, want %v from 10.0.0.1", a.LastUsedAt.AsTime(), a.LastUsedFrom, epoch.Add(time.Minute))
+	}
+	if b := r.store.Read().UserToken("b"); b.LastUsedAt != nil || b.LastUsedFrom != "" {
+		t.Errorf("b, never used, = %v", b)
+	}
+	before := r.dump()
+	for name, cmd := range map[string]*corpusv1.Command{
+		"a use without time": touchCmd(use("b", epoch, "x"), &corpusv1.TokenUse{Id: "a"}),
+		"too many uses":      touchCmd(make([]*corpusv1.TokenUse, state.MaxTokenUses+1)...),
+	} {
+		if err := r.apply(cmd); !errors.Is(err, state.ErrInvalid) {
+			t.Errorf("%s = %v, want %v", name, err, state.ErrInvalid)
+		}
+	}
+	after := r.dump()
+	after.Audit, before.Audit = nil, nil
+	if !proto.Equal(before, after) {
+		t.Errorf("a refused TouchUserTokens changed the state")
+	}
+}
+
+// TestRevokeEndsSessions: revoking a token revokes the session tokens
+// made with it, and theirs, not its user's other tokens; a session is
+// not made with a token that is gone.
+func TestRevokeEndsSessions(t *testing.T) {
+	r := newReplica(t)
+	session := func(id, parent string) *corpusv1.Command {
+		c := userTokenCmd("alice", id, time.Time{})
+		c.GetCreateUserToken().Token.Parent = parent
+		return c
+	}
+	r.must(&corpusv1.Command{Cmd: &corpusv1.Command_CreateUser{CreateUser: &corpusv1.CreateUser{User: &corpusv1.User{Name: "alice", Role: "dev"}}}},
+		userTokenCmd("alice", "api", time.Time{}), userTokenCmd("alice", "other", time.Time{}))
+	// Below v0.2 a replica applies as one of v0.1 would: the parent is
+	// not checked, a revoke takes no session with it.
+	r.must(session("s0", "gone"), session("s1", "api"), userTokenCmd("alice", "x", time.Time{}), session("sx", "x"))
+	r.must(&corpusv1.Command{Cmd: &corpusv1.Command_RevokeUserToken{RevokeUserToken: &corpusv1.RevokeUserToken{Id: "x"}}})
+	if r.store.Read().UserToken("sx") == nil {
+		t.Errorf("below v0.2 a revoke took a session with it")
+	}
+	for _, id := range []string{"s0", "sx"} {
+		r.must(&corpusv1.Command{Cmd: &corpusv1.Command_RevokeUserToken{RevokeUserToken: &corpusv1.RevokeUserToken{Id: id}}})
+	}
+	r.must(clusterVersionCmd("v0.2"))
+	r.must(session("s2", "s1"), session("s3", "other"))
+	r.must(&corpusv1.Command{Cmd: &corpusv1.Command_RevokeUserToken{RevokeUserToken: &corpusv1.RevokeUserToken{Id: "api"}}})
+	if got := fmt.Sprint(ids(r.store.Read().UserTokens("alice"))); got != "[other s3]" {
+		t.Errorf("tokens after revoking api = %s, want [other s3]", got)
+	}
+	if err := r.apply(session("s4", "api")); !errors.Is(err, state.ErrNotFound) {
+		t.Errorf("a session of a revoked token = %v, want %v", err, state.ErrNotFound)
+	}
+}

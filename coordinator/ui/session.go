@@ -121,7 +121,8 @@ type loginRequest struct {
 
 // postSession opens a session: with a password, by the API's Login (its
 // limits and audit apply, for the browser's address); with a user's
-// token, by a token of the session's own, made with it; with the
+// token, by a token of the session's own, made with it (revoking the
+// user's token ends the session too); with the
 // operator token, by that token for SessionTTL.
 func (d *Dashboard) postSession(w http.ResponseWriter, r *http.Request) {
 	if !sameOrigin(r) {
@@ -158,7 +159,7 @@ func (d *Dashboard) postSession(w http.ResponseWriter, r *http.Request) {
 			}
 			var res corpusv1.CreateTokenResponse
 			err := d.call(r, tok, corpusv1connect.UserServiceCreateTokenProcedure, &corpusv1.CreateTokenRequest{
-				User: p.User, TtlSeconds: int64(ttl / time.Second), Description: "dashboard session from " + clientHost(r),
+				User: p.User, TtlSeconds: int64(ttl / time.Second), Description: "dashboard session from " + clientHost(r), Session: true,
 			}, &res)
 			if err != nil {
 				writeCallError(w, err)

@@ -53,8 +53,9 @@ func newCoordGroupIn(t *testing.T, lab *netLab, advertiseHost string) *coordGrou
 	return newCoordGroupBin(t, lab, advertiseHost, corpusBin)
 }
 
-// newCoordGroupBin is newCoordGroupIn with the replicas running bin.
-func newCoordGroupBin(t *testing.T, lab *netLab, advertiseHost, bin string) *coordGroup {
+// newCoordGroupBin is newCoordGroupIn with the replicas running bin,
+// each given the extra arguments.
+func newCoordGroupBin(t *testing.T, lab *netLab, advertiseHost, bin string, extra ...string) *coordGroup {
 	t.Helper()
 	g := &coordGroup{t: t, ns: lab.ctl, dir: tempDir(t), api: map[string]string{}, procs: map[string]*proc{}}
 	caDir := filepath.Join(g.dir, "ca")
@@ -85,7 +86,7 @@ func newCoordGroupBin(t *testing.T, lab *netLab, advertiseHost, bin string) *coo
 			args = append(args, "--api-addr", "0.0.0.0:"+port, "--advertise-addr", advertiseHost+":"+port,
 				"--gossip-addr", fmt.Sprintf("%s:%d", advertiseHost, 7403+10*i))
 		}
-		g.procs[id] = startBinIn(t, bin, g.ns, "coordinator "+id, nil, args...)
+		g.procs[id] = startBinIn(t, bin, g.ns, "coordinator "+id, nil, append(args, extra...)...)
 	}
 	eventually(t, 30*time.Second, "the group bootstrapped", func() error {
 		b, err := os.ReadFile(filepath.Join(g.dir, "c1", "ops-token"))

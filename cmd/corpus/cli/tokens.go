@@ -51,7 +51,7 @@ func newUserTokenCmd(g *Globals) *cobra.Command {
 	create.Flags().StringVar(&desc, "description", "", "what the token is for")
 	list := &cobra.Command{
 		Use:   "list [USER]",
-		Short: "List tokens (yours, or a user's; operators: everyone's)",
+		Short: "List tokens (yours, or a user's; operators: everyone's) with when each was last used, to the minute",
 		Args:  cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			user := ""
@@ -62,9 +62,9 @@ func newUserTokenCmd(g *Globals) *cobra.Command {
 				return c.Users.ListTokens(ctx, connect.NewRequest(&corpusv1.ListTokensRequest{User: user}))
 			}, func(m *corpusv1.ListTokensResponse) error {
 				w := tabwriter.NewWriter(g.stdout, 0, 4, 2, ' ', 0)
-				fmt.Fprintln(w, "ID\tUSER\tCREATED\tEXPIRES\tDESCRIPTION")
+				fmt.Fprintln(w, "ID\tUSER\tCREATED\tEXPIRES\tLAST USED\tDESCRIPTION")
 				for _, t := range m.Tokens {
-					fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\n", t.Id, t.User, localTime(t.CreatedAt), localTime(t.ExpiresAt), dash(t.Description))
+					fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\n", t.Id, t.User, localTime(t.CreatedAt), localTime(t.ExpiresAt), lastUsed(t), dash(t.Description))
 				}
 				return w.Flush()
 			})
@@ -85,6 +85,15 @@ func newUserTokenCmd(g *Globals) *cobra.Command {
 	}
 	cmd.AddCommand(create, list, revoke)
 	return cmd
+}
+
+// lastUsed is when and from where a token was last used ("never"); it
+// is recorded to the minute, so it may lag the last call that much.
+func lastUsed(t *corpusv1.UserToken) string {
+	if t.LastUsedAt == nil {
+		return "never"
+	}
+	return localTime(t.LastUsedAt) + " from " + dash(t.LastUsedFrom)
 }
 
 // newLoginCmd checks a token against a coordinator, or logs in with a

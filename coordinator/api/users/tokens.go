@@ -55,6 +55,14 @@ func (s *userService) CreateToken(ctx context.Context, req *connect.Request[corp
 		return nil, api.ToConnect(api.NotFound("user", m.User, "corpus user list"))
 	}
 	t, plain := newUserToken(m.User, m.Description)
+	if m.Session {
+		// The session ends with the token it was opened with.
+		p := auth.FromContext(ctx)
+		if p.TokenID == "" || !p.IsUser(m.User) {
+			return nil, api.ToConnect(api.Invalidf("a session token is made with a token of its user, %s", m.User))
+		}
+		t.Parent = p.TokenID
+	}
 	if ttl > 0 {
 		t.ExpiresAt = timestamppb.New(s.b.Now().Add(ttl))
 	}

@@ -113,6 +113,7 @@ type Command struct {
 	//	*Command_DeleteExtension
 	//	*Command_SetClusterVersion
 	//	*Command_ReportOrphans
+	//	*Command_TouchUserTokens
 	Cmd           isCommand_Cmd `protobuf_oneof:"cmd"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -793,6 +794,15 @@ func (x *Command) GetReportOrphans() *ReportOrphans {
 	return nil
 }
 
+func (x *Command) GetTouchUserTokens() *TouchUserTokens {
+	if x != nil {
+		if x, ok := x.Cmd.(*Command_TouchUserTokens); ok {
+			return x.TouchUserTokens
+		}
+	}
+	return nil
+}
+
 type isCommand_Cmd interface {
 	isCommand_Cmd()
 }
@@ -1065,6 +1075,10 @@ type Command_ReportOrphans struct {
 	ReportOrphans *ReportOrphans `protobuf:"bytes,230,opt,name=report_orphans,json=reportOrphans,proto3,oneof"`
 }
 
+type Command_TouchUserTokens struct {
+	TouchUserTokens *TouchUserTokens `protobuf:"bytes,231,opt,name=touch_user_tokens,json=touchUserTokens,proto3,oneof"`
+}
+
 func (*Command_BootstrapCluster) isCommand_Cmd() {}
 
 func (*Command_CreateJoinToken) isCommand_Cmd() {}
@@ -1199,6 +1213,118 @@ func (*Command_SetClusterVersion) isCommand_Cmd() {}
 
 func (*Command_ReportOrphans) isCommand_Cmd() {}
 
+func (*Command_TouchUserTokens) isCommand_Cmd() {}
+
+// TouchUserTokens records when (and from where) tokens were last used:
+// each replica coalesces its calls' uses in memory and proposes one of
+// these per interval for all the tokens used meanwhile. A use of a token
+// revoked since is skipped; an older use than the recorded one changes
+// nothing. Since v0.2.
+type TouchUserTokens struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Uses          []*TokenUse            `protobuf:"bytes,1,rep,name=uses,proto3" json:"uses,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TouchUserTokens) Reset() {
+	*x = TouchUserTokens{}
+	mi := &file_corpus_v1_raft_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TouchUserTokens) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TouchUserTokens) ProtoMessage() {}
+
+func (x *TouchUserTokens) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_raft_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TouchUserTokens.ProtoReflect.Descriptor instead.
+func (*TouchUserTokens) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *TouchUserTokens) GetUses() []*TokenUse {
+	if x != nil {
+		return x.Uses
+	}
+	return nil
+}
+
+type TokenUse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Id    string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	At    *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=at,proto3" json:"at,omitempty"`
+	// from is the client's address (host, without its port).
+	From          string `protobuf:"bytes,3,opt,name=from,proto3" json:"from,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TokenUse) Reset() {
+	*x = TokenUse{}
+	mi := &file_corpus_v1_raft_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TokenUse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TokenUse) ProtoMessage() {}
+
+func (x *TokenUse) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_raft_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TokenUse.ProtoReflect.Descriptor instead.
+func (*TokenUse) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *TokenUse) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *TokenUse) GetAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.At
+	}
+	return nil
+}
+
+func (x *TokenUse) GetFrom() string {
+	if x != nil {
+		return x.From
+	}
+	return ""
+}
+
 // ReportOrphans replaces the orphans of a node (Node.orphans), as its
 // agent reports them. Since v0.2.
 type ReportOrphans struct {
@@ -1211,7 +1337,7 @@ type ReportOrphans struct {
 
 func (x *ReportOrphans) Reset() {
 	*x = ReportOrphans{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[1]
+	mi := &file_corpus_v1_raft_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1223,7 +1349,7 @@ func (x *ReportOrphans) String() string {
 func (*ReportOrphans) ProtoMessage() {}
 
 func (x *ReportOrphans) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[1]
+	mi := &file_corpus_v1_raft_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1236,7 +1362,7 @@ func (x *ReportOrphans) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportOrphans.ProtoReflect.Descriptor instead.
 func (*ReportOrphans) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{1}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *ReportOrphans) GetNodeId() string {
@@ -1268,7 +1394,7 @@ type RecordAudit struct {
 
 func (x *RecordAudit) Reset() {
 	*x = RecordAudit{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[2]
+	mi := &file_corpus_v1_raft_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1280,7 +1406,7 @@ func (x *RecordAudit) String() string {
 func (*RecordAudit) ProtoMessage() {}
 
 func (x *RecordAudit) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[2]
+	mi := &file_corpus_v1_raft_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1293,7 +1419,7 @@ func (x *RecordAudit) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecordAudit.ProtoReflect.Descriptor instead.
 func (*RecordAudit) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{2}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *RecordAudit) GetAction() string {
@@ -1326,7 +1452,7 @@ type BootstrapCluster struct {
 
 func (x *BootstrapCluster) Reset() {
 	*x = BootstrapCluster{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[3]
+	mi := &file_corpus_v1_raft_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1338,7 +1464,7 @@ func (x *BootstrapCluster) String() string {
 func (*BootstrapCluster) ProtoMessage() {}
 
 func (x *BootstrapCluster) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[3]
+	mi := &file_corpus_v1_raft_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1351,7 +1477,7 @@ func (x *BootstrapCluster) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BootstrapCluster.ProtoReflect.Descriptor instead.
 func (*BootstrapCluster) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{3}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *BootstrapCluster) GetConfig() *ClusterConfig {
@@ -1370,7 +1496,7 @@ type CreateJoinToken struct {
 
 func (x *CreateJoinToken) Reset() {
 	*x = CreateJoinToken{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[4]
+	mi := &file_corpus_v1_raft_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1382,7 +1508,7 @@ func (x *CreateJoinToken) String() string {
 func (*CreateJoinToken) ProtoMessage() {}
 
 func (x *CreateJoinToken) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[4]
+	mi := &file_corpus_v1_raft_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1395,7 +1521,7 @@ func (x *CreateJoinToken) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateJoinToken.ProtoReflect.Descriptor instead.
 func (*CreateJoinToken) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{4}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *CreateJoinToken) GetToken() *JoinToken {
@@ -1417,7 +1543,7 @@ type EnrollNode struct {
 
 func (x *EnrollNode) Reset() {
 	*x = EnrollNode{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[5]
+	mi := &file_corpus_v1_raft_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1429,7 +1555,7 @@ func (x *EnrollNode) String() string {
 func (*EnrollNode) ProtoMessage() {}
 
 func (x *EnrollNode) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[5]
+	mi := &file_corpus_v1_raft_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1442,7 +1568,7 @@ func (x *EnrollNode) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EnrollNode.ProtoReflect.Descriptor instead.
 func (*EnrollNode) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{5}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *EnrollNode) GetTokenId() string {
@@ -1479,7 +1605,7 @@ type RenewNodeCertificate struct {
 
 func (x *RenewNodeCertificate) Reset() {
 	*x = RenewNodeCertificate{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[6]
+	mi := &file_corpus_v1_raft_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1491,7 +1617,7 @@ func (x *RenewNodeCertificate) String() string {
 func (*RenewNodeCertificate) ProtoMessage() {}
 
 func (x *RenewNodeCertificate) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[6]
+	mi := &file_corpus_v1_raft_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1504,7 +1630,7 @@ func (x *RenewNodeCertificate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenewNodeCertificate.ProtoReflect.Descriptor instead.
 func (*RenewNodeCertificate) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{6}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *RenewNodeCertificate) GetNodeId() string {
@@ -1547,7 +1673,7 @@ type UpdateNode struct {
 
 func (x *UpdateNode) Reset() {
 	*x = UpdateNode{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[7]
+	mi := &file_corpus_v1_raft_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1559,7 +1685,7 @@ func (x *UpdateNode) String() string {
 func (*UpdateNode) ProtoMessage() {}
 
 func (x *UpdateNode) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[7]
+	mi := &file_corpus_v1_raft_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1572,7 +1698,7 @@ func (x *UpdateNode) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateNode.ProtoReflect.Descriptor instead.
 func (*UpdateNode) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{7}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *UpdateNode) GetNodeId() string {
@@ -1655,7 +1781,7 @@ type SetNodeStatus struct {
 
 func (x *SetNodeStatus) Reset() {
 	*x = SetNodeStatus{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[8]
+	mi := &file_corpus_v1_raft_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1667,7 +1793,7 @@ func (x *SetNodeStatus) String() string {
 func (*SetNodeStatus) ProtoMessage() {}
 
 func (x *SetNodeStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[8]
+	mi := &file_corpus_v1_raft_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1680,7 +1806,7 @@ func (x *SetNodeStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetNodeStatus.ProtoReflect.Descriptor instead.
 func (*SetNodeStatus) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{8}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *SetNodeStatus) GetNodeId() string {
@@ -1706,7 +1832,7 @@ type CreateGuest struct {
 
 func (x *CreateGuest) Reset() {
 	*x = CreateGuest{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[9]
+	mi := &file_corpus_v1_raft_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1718,7 +1844,7 @@ func (x *CreateGuest) String() string {
 func (*CreateGuest) ProtoMessage() {}
 
 func (x *CreateGuest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[9]
+	mi := &file_corpus_v1_raft_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1731,7 +1857,7 @@ func (x *CreateGuest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateGuest.ProtoReflect.Descriptor instead.
 func (*CreateGuest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{9}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *CreateGuest) GetGuest() *Guest {
@@ -1755,7 +1881,7 @@ type SetGuestDesired struct {
 
 func (x *SetGuestDesired) Reset() {
 	*x = SetGuestDesired{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[10]
+	mi := &file_corpus_v1_raft_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1767,7 +1893,7 @@ func (x *SetGuestDesired) String() string {
 func (*SetGuestDesired) ProtoMessage() {}
 
 func (x *SetGuestDesired) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[10]
+	mi := &file_corpus_v1_raft_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1780,7 +1906,7 @@ func (x *SetGuestDesired) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetGuestDesired.ProtoReflect.Descriptor instead.
 func (*SetGuestDesired) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{10}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *SetGuestDesired) GetName() string {
@@ -1819,7 +1945,7 @@ type PlaceGuest struct {
 
 func (x *PlaceGuest) Reset() {
 	*x = PlaceGuest{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[11]
+	mi := &file_corpus_v1_raft_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1831,7 +1957,7 @@ func (x *PlaceGuest) String() string {
 func (*PlaceGuest) ProtoMessage() {}
 
 func (x *PlaceGuest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[11]
+	mi := &file_corpus_v1_raft_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1844,7 +1970,7 @@ func (x *PlaceGuest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlaceGuest.ProtoReflect.Descriptor instead.
 func (*PlaceGuest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{11}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *PlaceGuest) GetGuestId() string {
@@ -1891,7 +2017,7 @@ type PlaceGuests struct {
 
 func (x *PlaceGuests) Reset() {
 	*x = PlaceGuests{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[12]
+	mi := &file_corpus_v1_raft_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1903,7 +2029,7 @@ func (x *PlaceGuests) String() string {
 func (*PlaceGuests) ProtoMessage() {}
 
 func (x *PlaceGuests) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[12]
+	mi := &file_corpus_v1_raft_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1916,7 +2042,7 @@ func (x *PlaceGuests) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlaceGuests.ProtoReflect.Descriptor instead.
 func (*PlaceGuests) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{12}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *PlaceGuests) GetPlacements() []*PlaceGuest {
@@ -1941,7 +2067,7 @@ type SetNodeMode struct {
 
 func (x *SetNodeMode) Reset() {
 	*x = SetNodeMode{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[13]
+	mi := &file_corpus_v1_raft_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1953,7 +2079,7 @@ func (x *SetNodeMode) String() string {
 func (*SetNodeMode) ProtoMessage() {}
 
 func (x *SetNodeMode) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[13]
+	mi := &file_corpus_v1_raft_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1966,7 +2092,7 @@ func (x *SetNodeMode) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetNodeMode.ProtoReflect.Descriptor instead.
 func (*SetNodeMode) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{13}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *SetNodeMode) GetNodeId() string {
@@ -2001,7 +2127,7 @@ type ObservedGuest struct {
 
 func (x *ObservedGuest) Reset() {
 	*x = ObservedGuest{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[14]
+	mi := &file_corpus_v1_raft_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2013,7 +2139,7 @@ func (x *ObservedGuest) String() string {
 func (*ObservedGuest) ProtoMessage() {}
 
 func (x *ObservedGuest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[14]
+	mi := &file_corpus_v1_raft_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2026,7 +2152,7 @@ func (x *ObservedGuest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ObservedGuest.ProtoReflect.Descriptor instead.
 func (*ObservedGuest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{14}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ObservedGuest) GetGuestId() string {
@@ -2054,7 +2180,7 @@ type ReportGuests struct {
 
 func (x *ReportGuests) Reset() {
 	*x = ReportGuests{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[15]
+	mi := &file_corpus_v1_raft_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2066,7 +2192,7 @@ func (x *ReportGuests) String() string {
 func (*ReportGuests) ProtoMessage() {}
 
 func (x *ReportGuests) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[15]
+	mi := &file_corpus_v1_raft_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2079,7 +2205,7 @@ func (x *ReportGuests) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportGuests.ProtoReflect.Descriptor instead.
 func (*ReportGuests) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{15}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ReportGuests) GetNodeId() string {
@@ -2106,7 +2232,7 @@ type CreateRoute struct {
 
 func (x *CreateRoute) Reset() {
 	*x = CreateRoute{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[16]
+	mi := &file_corpus_v1_raft_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2118,7 +2244,7 @@ func (x *CreateRoute) String() string {
 func (*CreateRoute) ProtoMessage() {}
 
 func (x *CreateRoute) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[16]
+	mi := &file_corpus_v1_raft_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2131,7 +2257,7 @@ func (x *CreateRoute) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateRoute.ProtoReflect.Descriptor instead.
 func (*CreateRoute) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{16}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *CreateRoute) GetRoute() *Route {
@@ -2150,7 +2276,7 @@ type DeleteRoute struct {
 
 func (x *DeleteRoute) Reset() {
 	*x = DeleteRoute{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[17]
+	mi := &file_corpus_v1_raft_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2162,7 +2288,7 @@ func (x *DeleteRoute) String() string {
 func (*DeleteRoute) ProtoMessage() {}
 
 func (x *DeleteRoute) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[17]
+	mi := &file_corpus_v1_raft_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2175,7 +2301,7 @@ func (x *DeleteRoute) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteRoute.ProtoReflect.Descriptor instead.
 func (*DeleteRoute) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{17}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *DeleteRoute) GetId() string {
@@ -2197,7 +2323,7 @@ type MoveRoute struct {
 
 func (x *MoveRoute) Reset() {
 	*x = MoveRoute{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[18]
+	mi := &file_corpus_v1_raft_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2209,7 +2335,7 @@ func (x *MoveRoute) String() string {
 func (*MoveRoute) ProtoMessage() {}
 
 func (x *MoveRoute) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[18]
+	mi := &file_corpus_v1_raft_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2222,7 +2348,7 @@ func (x *MoveRoute) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MoveRoute.ProtoReflect.Descriptor instead.
 func (*MoveRoute) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{18}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *MoveRoute) GetId() string {
@@ -2255,7 +2381,7 @@ type AddDnsRecord struct {
 
 func (x *AddDnsRecord) Reset() {
 	*x = AddDnsRecord{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[19]
+	mi := &file_corpus_v1_raft_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2267,7 +2393,7 @@ func (x *AddDnsRecord) String() string {
 func (*AddDnsRecord) ProtoMessage() {}
 
 func (x *AddDnsRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[19]
+	mi := &file_corpus_v1_raft_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2280,7 +2406,7 @@ func (x *AddDnsRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddDnsRecord.ProtoReflect.Descriptor instead.
 func (*AddDnsRecord) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{19}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *AddDnsRecord) GetRecord() *DnsRecord {
@@ -2299,7 +2425,7 @@ type DeleteDnsRecord struct {
 
 func (x *DeleteDnsRecord) Reset() {
 	*x = DeleteDnsRecord{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[20]
+	mi := &file_corpus_v1_raft_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2311,7 +2437,7 @@ func (x *DeleteDnsRecord) String() string {
 func (*DeleteDnsRecord) ProtoMessage() {}
 
 func (x *DeleteDnsRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[20]
+	mi := &file_corpus_v1_raft_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2324,7 +2450,7 @@ func (x *DeleteDnsRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteDnsRecord.ProtoReflect.Descriptor instead.
 func (*DeleteDnsRecord) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{20}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *DeleteDnsRecord) GetId() string {
@@ -2344,7 +2470,7 @@ type DeleteVolume struct {
 
 func (x *DeleteVolume) Reset() {
 	*x = DeleteVolume{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[21]
+	mi := &file_corpus_v1_raft_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2356,7 +2482,7 @@ func (x *DeleteVolume) String() string {
 func (*DeleteVolume) ProtoMessage() {}
 
 func (x *DeleteVolume) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[21]
+	mi := &file_corpus_v1_raft_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2369,7 +2495,7 @@ func (x *DeleteVolume) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteVolume.ProtoReflect.Descriptor instead.
 func (*DeleteVolume) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{21}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *DeleteVolume) GetName() string {
@@ -2390,7 +2516,7 @@ type ResizeVolume struct {
 
 func (x *ResizeVolume) Reset() {
 	*x = ResizeVolume{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[22]
+	mi := &file_corpus_v1_raft_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2402,7 +2528,7 @@ func (x *ResizeVolume) String() string {
 func (*ResizeVolume) ProtoMessage() {}
 
 func (x *ResizeVolume) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[22]
+	mi := &file_corpus_v1_raft_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2415,7 +2541,7 @@ func (x *ResizeVolume) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResizeVolume.ProtoReflect.Descriptor instead.
 func (*ResizeVolume) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{22}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ResizeVolume) GetName() string {
@@ -2444,7 +2570,7 @@ type MoveVolume struct {
 
 func (x *MoveVolume) Reset() {
 	*x = MoveVolume{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[23]
+	mi := &file_corpus_v1_raft_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2456,7 +2582,7 @@ func (x *MoveVolume) String() string {
 func (*MoveVolume) ProtoMessage() {}
 
 func (x *MoveVolume) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[23]
+	mi := &file_corpus_v1_raft_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2469,7 +2595,7 @@ func (x *MoveVolume) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MoveVolume.ProtoReflect.Descriptor instead.
 func (*MoveVolume) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{23}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *MoveVolume) GetName() string {
@@ -2499,7 +2625,7 @@ type ObservedVolume struct {
 
 func (x *ObservedVolume) Reset() {
 	*x = ObservedVolume{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[24]
+	mi := &file_corpus_v1_raft_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2511,7 +2637,7 @@ func (x *ObservedVolume) String() string {
 func (*ObservedVolume) ProtoMessage() {}
 
 func (x *ObservedVolume) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[24]
+	mi := &file_corpus_v1_raft_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2524,7 +2650,7 @@ func (x *ObservedVolume) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ObservedVolume.ProtoReflect.Descriptor instead.
 func (*ObservedVolume) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{24}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ObservedVolume) GetVolumeId() string {
@@ -2559,7 +2685,7 @@ type ReportVolumes struct {
 
 func (x *ReportVolumes) Reset() {
 	*x = ReportVolumes{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[25]
+	mi := &file_corpus_v1_raft_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2571,7 +2697,7 @@ func (x *ReportVolumes) String() string {
 func (*ReportVolumes) ProtoMessage() {}
 
 func (x *ReportVolumes) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[25]
+	mi := &file_corpus_v1_raft_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2584,7 +2710,7 @@ func (x *ReportVolumes) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportVolumes.ProtoReflect.Descriptor instead.
 func (*ReportVolumes) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{25}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *ReportVolumes) GetNodeId() string {
@@ -2610,7 +2736,7 @@ type CreateUser struct {
 
 func (x *CreateUser) Reset() {
 	*x = CreateUser{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[26]
+	mi := &file_corpus_v1_raft_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2622,7 +2748,7 @@ func (x *CreateUser) String() string {
 func (*CreateUser) ProtoMessage() {}
 
 func (x *CreateUser) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[26]
+	mi := &file_corpus_v1_raft_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2635,7 +2761,7 @@ func (x *CreateUser) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateUser.ProtoReflect.Descriptor instead.
 func (*CreateUser) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{26}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *CreateUser) GetUser() *User {
@@ -2666,7 +2792,7 @@ type UserLogin struct {
 
 func (x *UserLogin) Reset() {
 	*x = UserLogin{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[27]
+	mi := &file_corpus_v1_raft_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2678,7 +2804,7 @@ func (x *UserLogin) String() string {
 func (*UserLogin) ProtoMessage() {}
 
 func (x *UserLogin) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[27]
+	mi := &file_corpus_v1_raft_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2691,7 +2817,7 @@ func (x *UserLogin) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UserLogin.ProtoReflect.Descriptor instead.
 func (*UserLogin) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{27}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *UserLogin) GetUser() string {
@@ -2738,7 +2864,7 @@ type DeleteUser struct {
 
 func (x *DeleteUser) Reset() {
 	*x = DeleteUser{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[28]
+	mi := &file_corpus_v1_raft_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2750,7 +2876,7 @@ func (x *DeleteUser) String() string {
 func (*DeleteUser) ProtoMessage() {}
 
 func (x *DeleteUser) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[28]
+	mi := &file_corpus_v1_raft_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2763,7 +2889,7 @@ func (x *DeleteUser) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteUser.ProtoReflect.Descriptor instead.
 func (*DeleteUser) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{28}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *DeleteUser) GetName() string {
@@ -2784,7 +2910,7 @@ type AddSshKey struct {
 
 func (x *AddSshKey) Reset() {
 	*x = AddSshKey{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[29]
+	mi := &file_corpus_v1_raft_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2796,7 +2922,7 @@ func (x *AddSshKey) String() string {
 func (*AddSshKey) ProtoMessage() {}
 
 func (x *AddSshKey) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[29]
+	mi := &file_corpus_v1_raft_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2809,7 +2935,7 @@ func (x *AddSshKey) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddSshKey.ProtoReflect.Descriptor instead.
 func (*AddSshKey) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{29}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *AddSshKey) GetUser() string {
@@ -2836,7 +2962,7 @@ type DeleteSshKey struct {
 
 func (x *DeleteSshKey) Reset() {
 	*x = DeleteSshKey{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[30]
+	mi := &file_corpus_v1_raft_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2848,7 +2974,7 @@ func (x *DeleteSshKey) String() string {
 func (*DeleteSshKey) ProtoMessage() {}
 
 func (x *DeleteSshKey) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[30]
+	mi := &file_corpus_v1_raft_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2861,7 +2987,7 @@ func (x *DeleteSshKey) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteSshKey.ProtoReflect.Descriptor instead.
 func (*DeleteSshKey) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{30}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *DeleteSshKey) GetUser() string {
@@ -2896,7 +3022,7 @@ type CreateProject struct {
 
 func (x *CreateProject) Reset() {
 	*x = CreateProject{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[31]
+	mi := &file_corpus_v1_raft_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2908,7 +3034,7 @@ func (x *CreateProject) String() string {
 func (*CreateProject) ProtoMessage() {}
 
 func (x *CreateProject) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[31]
+	mi := &file_corpus_v1_raft_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2921,7 +3047,7 @@ func (x *CreateProject) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateProject.ProtoReflect.Descriptor instead.
 func (*CreateProject) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{31}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *CreateProject) GetProjectId() string {
@@ -2982,7 +3108,7 @@ type DeleteProject struct {
 
 func (x *DeleteProject) Reset() {
 	*x = DeleteProject{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[32]
+	mi := &file_corpus_v1_raft_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2994,7 +3120,7 @@ func (x *DeleteProject) String() string {
 func (*DeleteProject) ProtoMessage() {}
 
 func (x *DeleteProject) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[32]
+	mi := &file_corpus_v1_raft_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3007,7 +3133,7 @@ func (x *DeleteProject) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteProject.ProtoReflect.Descriptor instead.
 func (*DeleteProject) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{32}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *DeleteProject) GetName() string {
@@ -3043,7 +3169,7 @@ type GrantProject struct {
 
 func (x *GrantProject) Reset() {
 	*x = GrantProject{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[33]
+	mi := &file_corpus_v1_raft_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3055,7 +3181,7 @@ func (x *GrantProject) String() string {
 func (*GrantProject) ProtoMessage() {}
 
 func (x *GrantProject) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[33]
+	mi := &file_corpus_v1_raft_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3068,7 +3194,7 @@ func (x *GrantProject) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GrantProject.ProtoReflect.Descriptor instead.
 func (*GrantProject) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{33}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *GrantProject) GetName() string {
@@ -3104,7 +3230,7 @@ type BeginRelease struct {
 
 func (x *BeginRelease) Reset() {
 	*x = BeginRelease{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[34]
+	mi := &file_corpus_v1_raft_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3116,7 +3242,7 @@ func (x *BeginRelease) String() string {
 func (*BeginRelease) ProtoMessage() {}
 
 func (x *BeginRelease) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[34]
+	mi := &file_corpus_v1_raft_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3129,7 +3255,7 @@ func (x *BeginRelease) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BeginRelease.ProtoReflect.Descriptor instead.
 func (*BeginRelease) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{34}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *BeginRelease) GetRelease() *Release {
@@ -3156,7 +3282,7 @@ type FinishRelease struct {
 
 func (x *FinishRelease) Reset() {
 	*x = FinishRelease{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[35]
+	mi := &file_corpus_v1_raft_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3168,7 +3294,7 @@ func (x *FinishRelease) String() string {
 func (*FinishRelease) ProtoMessage() {}
 
 func (x *FinishRelease) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[35]
+	mi := &file_corpus_v1_raft_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3181,7 +3307,7 @@ func (x *FinishRelease) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FinishRelease.ProtoReflect.Descriptor instead.
 func (*FinishRelease) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{35}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *FinishRelease) GetId() string {
@@ -3247,7 +3373,7 @@ type SetCurrentRelease struct {
 
 func (x *SetCurrentRelease) Reset() {
 	*x = SetCurrentRelease{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[36]
+	mi := &file_corpus_v1_raft_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3259,7 +3385,7 @@ func (x *SetCurrentRelease) String() string {
 func (*SetCurrentRelease) ProtoMessage() {}
 
 func (x *SetCurrentRelease) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[36]
+	mi := &file_corpus_v1_raft_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3272,7 +3398,7 @@ func (x *SetCurrentRelease) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetCurrentRelease.ProtoReflect.Descriptor instead.
 func (*SetCurrentRelease) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{36}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *SetCurrentRelease) GetProject() string {
@@ -3316,7 +3442,7 @@ type PruneReleases struct {
 
 func (x *PruneReleases) Reset() {
 	*x = PruneReleases{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[37]
+	mi := &file_corpus_v1_raft_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3328,7 +3454,7 @@ func (x *PruneReleases) String() string {
 func (*PruneReleases) ProtoMessage() {}
 
 func (x *PruneReleases) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[37]
+	mi := &file_corpus_v1_raft_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3341,7 +3467,7 @@ func (x *PruneReleases) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PruneReleases.ProtoReflect.Descriptor instead.
 func (*PruneReleases) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{37}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *PruneReleases) GetProject() string {
@@ -3389,7 +3515,7 @@ type SetManifestDomains struct {
 
 func (x *SetManifestDomains) Reset() {
 	*x = SetManifestDomains{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[38]
+	mi := &file_corpus_v1_raft_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3401,7 +3527,7 @@ func (x *SetManifestDomains) String() string {
 func (*SetManifestDomains) ProtoMessage() {}
 
 func (x *SetManifestDomains) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[38]
+	mi := &file_corpus_v1_raft_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3414,7 +3540,7 @@ func (x *SetManifestDomains) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetManifestDomains.ProtoReflect.Descriptor instead.
 func (*SetManifestDomains) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{38}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *SetManifestDomains) GetProject() string {
@@ -3462,7 +3588,7 @@ type UpsertCoordinator struct {
 
 func (x *UpsertCoordinator) Reset() {
 	*x = UpsertCoordinator{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[39]
+	mi := &file_corpus_v1_raft_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3474,7 +3600,7 @@ func (x *UpsertCoordinator) String() string {
 func (*UpsertCoordinator) ProtoMessage() {}
 
 func (x *UpsertCoordinator) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[39]
+	mi := &file_corpus_v1_raft_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3487,7 +3613,7 @@ func (x *UpsertCoordinator) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpsertCoordinator.ProtoReflect.Descriptor instead.
 func (*UpsertCoordinator) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{39}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *UpsertCoordinator) GetCoordinator() *Coordinator {
@@ -3507,7 +3633,7 @@ type RemoveCoordinator struct {
 
 func (x *RemoveCoordinator) Reset() {
 	*x = RemoveCoordinator{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[40]
+	mi := &file_corpus_v1_raft_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3519,7 +3645,7 @@ func (x *RemoveCoordinator) String() string {
 func (*RemoveCoordinator) ProtoMessage() {}
 
 func (x *RemoveCoordinator) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[40]
+	mi := &file_corpus_v1_raft_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3532,7 +3658,7 @@ func (x *RemoveCoordinator) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveCoordinator.ProtoReflect.Descriptor instead.
 func (*RemoveCoordinator) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{40}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *RemoveCoordinator) GetId() string {
@@ -3552,7 +3678,7 @@ type CreateUserToken struct {
 
 func (x *CreateUserToken) Reset() {
 	*x = CreateUserToken{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[41]
+	mi := &file_corpus_v1_raft_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3564,7 +3690,7 @@ func (x *CreateUserToken) String() string {
 func (*CreateUserToken) ProtoMessage() {}
 
 func (x *CreateUserToken) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[41]
+	mi := &file_corpus_v1_raft_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3577,7 +3703,7 @@ func (x *CreateUserToken) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateUserToken.ProtoReflect.Descriptor instead.
 func (*CreateUserToken) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{41}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *CreateUserToken) GetToken() *UserToken {
@@ -3597,7 +3723,7 @@ type RevokeUserToken struct {
 
 func (x *RevokeUserToken) Reset() {
 	*x = RevokeUserToken{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[42]
+	mi := &file_corpus_v1_raft_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3609,7 +3735,7 @@ func (x *RevokeUserToken) String() string {
 func (*RevokeUserToken) ProtoMessage() {}
 
 func (x *RevokeUserToken) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[42]
+	mi := &file_corpus_v1_raft_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3622,7 +3748,7 @@ func (x *RevokeUserToken) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeUserToken.ProtoReflect.Descriptor instead.
 func (*RevokeUserToken) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{42}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *RevokeUserToken) GetId() string {
@@ -3642,7 +3768,7 @@ type RemoveNode struct {
 
 func (x *RemoveNode) Reset() {
 	*x = RemoveNode{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[43]
+	mi := &file_corpus_v1_raft_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3654,7 +3780,7 @@ func (x *RemoveNode) String() string {
 func (*RemoveNode) ProtoMessage() {}
 
 func (x *RemoveNode) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[43]
+	mi := &file_corpus_v1_raft_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3667,7 +3793,7 @@ func (x *RemoveNode) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveNode.ProtoReflect.Descriptor instead.
 func (*RemoveNode) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{43}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *RemoveNode) GetNodeId() string {
@@ -3719,7 +3845,7 @@ type Snapshot struct {
 
 func (x *Snapshot) Reset() {
 	*x = Snapshot{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[44]
+	mi := &file_corpus_v1_raft_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3731,7 +3857,7 @@ func (x *Snapshot) String() string {
 func (*Snapshot) ProtoMessage() {}
 
 func (x *Snapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[44]
+	mi := &file_corpus_v1_raft_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3744,7 +3870,7 @@ func (x *Snapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Snapshot.ProtoReflect.Descriptor instead.
 func (*Snapshot) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{44}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *Snapshot) GetVersion() uint32 {
@@ -3927,7 +4053,7 @@ type SetClusterVersion struct {
 
 func (x *SetClusterVersion) Reset() {
 	*x = SetClusterVersion{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[45]
+	mi := &file_corpus_v1_raft_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3939,7 +4065,7 @@ func (x *SetClusterVersion) String() string {
 func (*SetClusterVersion) ProtoMessage() {}
 
 func (x *SetClusterVersion) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[45]
+	mi := &file_corpus_v1_raft_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3952,7 +4078,7 @@ func (x *SetClusterVersion) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetClusterVersion.ProtoReflect.Descriptor instead.
 func (*SetClusterVersion) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{45}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *SetClusterVersion) GetVersion() string {
@@ -3975,7 +4101,7 @@ type PutExtension struct {
 
 func (x *PutExtension) Reset() {
 	*x = PutExtension{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[46]
+	mi := &file_corpus_v1_raft_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3987,7 +4113,7 @@ func (x *PutExtension) String() string {
 func (*PutExtension) ProtoMessage() {}
 
 func (x *PutExtension) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[46]
+	mi := &file_corpus_v1_raft_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4000,7 +4126,7 @@ func (x *PutExtension) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutExtension.ProtoReflect.Descriptor instead.
 func (*PutExtension) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{46}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *PutExtension) GetExtension() *Extension {
@@ -4026,7 +4152,7 @@ type DeleteExtension struct {
 
 func (x *DeleteExtension) Reset() {
 	*x = DeleteExtension{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[47]
+	mi := &file_corpus_v1_raft_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4038,7 +4164,7 @@ func (x *DeleteExtension) String() string {
 func (*DeleteExtension) ProtoMessage() {}
 
 func (x *DeleteExtension) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[47]
+	mi := &file_corpus_v1_raft_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4051,7 +4177,7 @@ func (x *DeleteExtension) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteExtension.ProtoReflect.Descriptor instead.
 func (*DeleteExtension) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{47}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *DeleteExtension) GetName() string {
@@ -4075,7 +4201,7 @@ type SetConfig struct {
 
 func (x *SetConfig) Reset() {
 	*x = SetConfig{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[48]
+	mi := &file_corpus_v1_raft_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4087,7 +4213,7 @@ func (x *SetConfig) String() string {
 func (*SetConfig) ProtoMessage() {}
 
 func (x *SetConfig) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[48]
+	mi := &file_corpus_v1_raft_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4100,7 +4226,7 @@ func (x *SetConfig) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetConfig.ProtoReflect.Descriptor instead.
 func (*SetConfig) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{48}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *SetConfig) GetProject() string {
@@ -4148,7 +4274,7 @@ type SetKeyring struct {
 
 func (x *SetKeyring) Reset() {
 	*x = SetKeyring{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[49]
+	mi := &file_corpus_v1_raft_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4160,7 +4286,7 @@ func (x *SetKeyring) String() string {
 func (*SetKeyring) ProtoMessage() {}
 
 func (x *SetKeyring) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[49]
+	mi := &file_corpus_v1_raft_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4173,7 +4299,7 @@ func (x *SetKeyring) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetKeyring.ProtoReflect.Descriptor instead.
 func (*SetKeyring) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{49}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *SetKeyring) GetKeyring() *Keyring {
@@ -4229,7 +4355,7 @@ type ResealedConfig struct {
 
 func (x *ResealedConfig) Reset() {
 	*x = ResealedConfig{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[50]
+	mi := &file_corpus_v1_raft_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4241,7 +4367,7 @@ func (x *ResealedConfig) String() string {
 func (*ResealedConfig) ProtoMessage() {}
 
 func (x *ResealedConfig) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[50]
+	mi := &file_corpus_v1_raft_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4254,7 +4380,7 @@ func (x *ResealedConfig) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResealedConfig.ProtoReflect.Descriptor instead.
 func (*ResealedConfig) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{50}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *ResealedConfig) GetProject() string {
@@ -4329,7 +4455,7 @@ type SetWebPort struct {
 
 func (x *SetWebPort) Reset() {
 	*x = SetWebPort{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[51]
+	mi := &file_corpus_v1_raft_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4341,7 +4467,7 @@ func (x *SetWebPort) String() string {
 func (*SetWebPort) ProtoMessage() {}
 
 func (x *SetWebPort) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[51]
+	mi := &file_corpus_v1_raft_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4354,7 +4480,7 @@ func (x *SetWebPort) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetWebPort.ProtoReflect.Descriptor instead.
 func (*SetWebPort) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{51}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *SetWebPort) GetProject() string {
@@ -4417,7 +4543,7 @@ type ScaleEnv struct {
 
 func (x *ScaleEnv) Reset() {
 	*x = ScaleEnv{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[52]
+	mi := &file_corpus_v1_raft_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4429,7 +4555,7 @@ func (x *ScaleEnv) String() string {
 func (*ScaleEnv) ProtoMessage() {}
 
 func (x *ScaleEnv) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[52]
+	mi := &file_corpus_v1_raft_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4442,7 +4568,7 @@ func (x *ScaleEnv) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScaleEnv.ProtoReflect.Descriptor instead.
 func (*ScaleEnv) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{52}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *ScaleEnv) GetProject() string {
@@ -4529,7 +4655,7 @@ type SetAutoscale struct {
 
 func (x *SetAutoscale) Reset() {
 	*x = SetAutoscale{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[53]
+	mi := &file_corpus_v1_raft_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4541,7 +4667,7 @@ func (x *SetAutoscale) String() string {
 func (*SetAutoscale) ProtoMessage() {}
 
 func (x *SetAutoscale) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[53]
+	mi := &file_corpus_v1_raft_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4554,7 +4680,7 @@ func (x *SetAutoscale) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetAutoscale.ProtoReflect.Descriptor instead.
 func (*SetAutoscale) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{53}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *SetAutoscale) GetProject() string {
@@ -4600,7 +4726,7 @@ type SetInstanceRelease struct {
 
 func (x *SetInstanceRelease) Reset() {
 	*x = SetInstanceRelease{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[54]
+	mi := &file_corpus_v1_raft_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4612,7 +4738,7 @@ func (x *SetInstanceRelease) String() string {
 func (*SetInstanceRelease) ProtoMessage() {}
 
 func (x *SetInstanceRelease) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[54]
+	mi := &file_corpus_v1_raft_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4625,7 +4751,7 @@ func (x *SetInstanceRelease) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetInstanceRelease.ProtoReflect.Descriptor instead.
 func (*SetInstanceRelease) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{54}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *SetInstanceRelease) GetProject() string {
@@ -4686,7 +4812,7 @@ type SwitchEnv struct {
 
 func (x *SwitchEnv) Reset() {
 	*x = SwitchEnv{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[55]
+	mi := &file_corpus_v1_raft_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4698,7 +4824,7 @@ func (x *SwitchEnv) String() string {
 func (*SwitchEnv) ProtoMessage() {}
 
 func (x *SwitchEnv) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[55]
+	mi := &file_corpus_v1_raft_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4711,7 +4837,7 @@ func (x *SwitchEnv) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SwitchEnv.ProtoReflect.Descriptor instead.
 func (*SwitchEnv) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{55}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *SwitchEnv) GetProject() string {
@@ -4793,7 +4919,7 @@ type UpdateGuest struct {
 
 func (x *UpdateGuest) Reset() {
 	*x = UpdateGuest{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[56]
+	mi := &file_corpus_v1_raft_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4805,7 +4931,7 @@ func (x *UpdateGuest) String() string {
 func (*UpdateGuest) ProtoMessage() {}
 
 func (x *UpdateGuest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[56]
+	mi := &file_corpus_v1_raft_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4818,7 +4944,7 @@ func (x *UpdateGuest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateGuest.ProtoReflect.Descriptor instead.
 func (*UpdateGuest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{56}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *UpdateGuest) GetName() string {
@@ -4854,7 +4980,7 @@ type CreateService struct {
 
 func (x *CreateService) Reset() {
 	*x = CreateService{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[57]
+	mi := &file_corpus_v1_raft_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4866,7 +4992,7 @@ func (x *CreateService) String() string {
 func (*CreateService) ProtoMessage() {}
 
 func (x *CreateService) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[57]
+	mi := &file_corpus_v1_raft_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4879,7 +5005,7 @@ func (x *CreateService) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateService.ProtoReflect.Descriptor instead.
 func (*CreateService) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{57}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *CreateService) GetService() *Service {
@@ -4910,7 +5036,7 @@ type SetServiceDesired struct {
 
 func (x *SetServiceDesired) Reset() {
 	*x = SetServiceDesired{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[58]
+	mi := &file_corpus_v1_raft_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4922,7 +5048,7 @@ func (x *SetServiceDesired) String() string {
 func (*SetServiceDesired) ProtoMessage() {}
 
 func (x *SetServiceDesired) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[58]
+	mi := &file_corpus_v1_raft_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4935,7 +5061,7 @@ func (x *SetServiceDesired) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetServiceDesired.ProtoReflect.Descriptor instead.
 func (*SetServiceDesired) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{58}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *SetServiceDesired) GetName() string {
@@ -4973,7 +5099,7 @@ type LinkService struct {
 
 func (x *LinkService) Reset() {
 	*x = LinkService{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[59]
+	mi := &file_corpus_v1_raft_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4985,7 +5111,7 @@ func (x *LinkService) String() string {
 func (*LinkService) ProtoMessage() {}
 
 func (x *LinkService) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[59]
+	mi := &file_corpus_v1_raft_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4998,7 +5124,7 @@ func (x *LinkService) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LinkService.ProtoReflect.Descriptor instead.
 func (*LinkService) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{59}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *LinkService) GetService() string {
@@ -5034,7 +5160,7 @@ type UnlinkService struct {
 
 func (x *UnlinkService) Reset() {
 	*x = UnlinkService{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[60]
+	mi := &file_corpus_v1_raft_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5046,7 +5172,7 @@ func (x *UnlinkService) String() string {
 func (*UnlinkService) ProtoMessage() {}
 
 func (x *UnlinkService) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[60]
+	mi := &file_corpus_v1_raft_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5059,7 +5185,7 @@ func (x *UnlinkService) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnlinkService.ProtoReflect.Descriptor instead.
 func (*UnlinkService) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{60}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *UnlinkService) GetService() string {
@@ -5095,7 +5221,7 @@ type UpdateService struct {
 
 func (x *UpdateService) Reset() {
 	*x = UpdateService{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[61]
+	mi := &file_corpus_v1_raft_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5107,7 +5233,7 @@ func (x *UpdateService) String() string {
 func (*UpdateService) ProtoMessage() {}
 
 func (x *UpdateService) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[61]
+	mi := &file_corpus_v1_raft_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5120,7 +5246,7 @@ func (x *UpdateService) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateService.ProtoReflect.Descriptor instead.
 func (*UpdateService) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{61}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *UpdateService) GetName() string {
@@ -5155,7 +5281,7 @@ type ReportServices struct {
 
 func (x *ReportServices) Reset() {
 	*x = ReportServices{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[62]
+	mi := &file_corpus_v1_raft_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5167,7 +5293,7 @@ func (x *ReportServices) String() string {
 func (*ReportServices) ProtoMessage() {}
 
 func (x *ReportServices) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[62]
+	mi := &file_corpus_v1_raft_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5180,7 +5306,7 @@ func (x *ReportServices) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportServices.ProtoReflect.Descriptor instead.
 func (*ReportServices) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{62}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *ReportServices) GetNodeId() string {
@@ -5207,7 +5333,7 @@ type BeginBackup struct {
 
 func (x *BeginBackup) Reset() {
 	*x = BeginBackup{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[63]
+	mi := &file_corpus_v1_raft_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5219,7 +5345,7 @@ func (x *BeginBackup) String() string {
 func (*BeginBackup) ProtoMessage() {}
 
 func (x *BeginBackup) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[63]
+	mi := &file_corpus_v1_raft_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5232,7 +5358,7 @@ func (x *BeginBackup) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BeginBackup.ProtoReflect.Descriptor instead.
 func (*BeginBackup) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{63}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *BeginBackup) GetBackup() *Backup {
@@ -5256,7 +5382,7 @@ type FinishBackup struct {
 
 func (x *FinishBackup) Reset() {
 	*x = FinishBackup{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[64]
+	mi := &file_corpus_v1_raft_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5268,7 +5394,7 @@ func (x *FinishBackup) String() string {
 func (*FinishBackup) ProtoMessage() {}
 
 func (x *FinishBackup) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[64]
+	mi := &file_corpus_v1_raft_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5281,7 +5407,7 @@ func (x *FinishBackup) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FinishBackup.ProtoReflect.Descriptor instead.
 func (*FinishBackup) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{64}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *FinishBackup) GetId() string {
@@ -5329,7 +5455,7 @@ type DeleteBackup struct {
 
 func (x *DeleteBackup) Reset() {
 	*x = DeleteBackup{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[65]
+	mi := &file_corpus_v1_raft_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5341,7 +5467,7 @@ func (x *DeleteBackup) String() string {
 func (*DeleteBackup) ProtoMessage() {}
 
 func (x *DeleteBackup) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[65]
+	mi := &file_corpus_v1_raft_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5354,7 +5480,7 @@ func (x *DeleteBackup) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteBackup.ProtoReflect.Descriptor instead.
 func (*DeleteBackup) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{65}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *DeleteBackup) GetId() string {
@@ -5382,7 +5508,7 @@ type UpdateVolume struct {
 
 func (x *UpdateVolume) Reset() {
 	*x = UpdateVolume{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[66]
+	mi := &file_corpus_v1_raft_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5394,7 +5520,7 @@ func (x *UpdateVolume) String() string {
 func (*UpdateVolume) ProtoMessage() {}
 
 func (x *UpdateVolume) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[66]
+	mi := &file_corpus_v1_raft_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5407,7 +5533,7 @@ func (x *UpdateVolume) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateVolume.ProtoReflect.Descriptor instead.
 func (*UpdateVolume) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{66}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *UpdateVolume) GetName() string {
@@ -5443,7 +5569,7 @@ type ReplaceServiceGuest struct {
 
 func (x *ReplaceServiceGuest) Reset() {
 	*x = ReplaceServiceGuest{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[67]
+	mi := &file_corpus_v1_raft_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5455,7 +5581,7 @@ func (x *ReplaceServiceGuest) String() string {
 func (*ReplaceServiceGuest) ProtoMessage() {}
 
 func (x *ReplaceServiceGuest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[67]
+	mi := &file_corpus_v1_raft_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5468,7 +5594,7 @@ func (x *ReplaceServiceGuest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplaceServiceGuest.ProtoReflect.Descriptor instead.
 func (*ReplaceServiceGuest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{67}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *ReplaceServiceGuest) GetService() string {
@@ -5512,7 +5638,7 @@ type SetAcmeConfig struct {
 
 func (x *SetAcmeConfig) Reset() {
 	*x = SetAcmeConfig{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[68]
+	mi := &file_corpus_v1_raft_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5524,7 +5650,7 @@ func (x *SetAcmeConfig) String() string {
 func (*SetAcmeConfig) ProtoMessage() {}
 
 func (x *SetAcmeConfig) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[68]
+	mi := &file_corpus_v1_raft_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5537,7 +5663,7 @@ func (x *SetAcmeConfig) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetAcmeConfig.ProtoReflect.Descriptor instead.
 func (*SetAcmeConfig) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{68}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *SetAcmeConfig) GetConfig() *AcmeConfig {
@@ -5569,7 +5695,7 @@ type PutCertificate struct {
 
 func (x *PutCertificate) Reset() {
 	*x = PutCertificate{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[69]
+	mi := &file_corpus_v1_raft_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5581,7 +5707,7 @@ func (x *PutCertificate) String() string {
 func (*PutCertificate) ProtoMessage() {}
 
 func (x *PutCertificate) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[69]
+	mi := &file_corpus_v1_raft_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5594,7 +5720,7 @@ func (x *PutCertificate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutCertificate.ProtoReflect.Descriptor instead.
 func (*PutCertificate) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{69}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *PutCertificate) GetCertificate() *Certificate {
@@ -5620,7 +5746,7 @@ type DeleteCertificate struct {
 
 func (x *DeleteCertificate) Reset() {
 	*x = DeleteCertificate{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[70]
+	mi := &file_corpus_v1_raft_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5632,7 +5758,7 @@ func (x *DeleteCertificate) String() string {
 func (*DeleteCertificate) ProtoMessage() {}
 
 func (x *DeleteCertificate) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[70]
+	mi := &file_corpus_v1_raft_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5645,7 +5771,7 @@ func (x *DeleteCertificate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteCertificate.ProtoReflect.Descriptor instead.
 func (*DeleteCertificate) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{70}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{72}
 }
 
 func (x *DeleteCertificate) GetDomain() string {
@@ -5668,7 +5794,7 @@ type SetRouteTls struct {
 
 func (x *SetRouteTls) Reset() {
 	*x = SetRouteTls{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[71]
+	mi := &file_corpus_v1_raft_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5680,7 +5806,7 @@ func (x *SetRouteTls) String() string {
 func (*SetRouteTls) ProtoMessage() {}
 
 func (x *SetRouteTls) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[71]
+	mi := &file_corpus_v1_raft_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5693,7 +5819,7 @@ func (x *SetRouteTls) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetRouteTls.ProtoReflect.Descriptor instead.
 func (*SetRouteTls) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{71}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{73}
 }
 
 func (x *SetRouteTls) GetId() string {
@@ -5728,7 +5854,7 @@ var File_corpus_v1_raft_proto protoreflect.FileDescriptor
 
 const file_corpus_v1_raft_proto_rawDesc = "" +
 	"\n" +
-	"\x14corpus/v1/raft.proto\x12\tcorpus.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x15corpus/v1/types.proto\x1a\x1acorpus/v1/extensions.proto\x1a\x18corpus/v1/services.proto\"\x9f$\n" +
+	"\x14corpus/v1/raft.proto\x12\tcorpus.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x15corpus/v1/types.proto\x1a\x1acorpus/v1/extensions.proto\x1a\x18corpus/v1/services.proto\"\xea$\n" +
 	"\aCommand\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x12\x1c\n" +
 	"\tignorable\x18\x02 \x01(\bR\tignorable\x12,\n" +
@@ -5815,8 +5941,15 @@ const file_corpus_v1_raft_proto_rawDesc = "" +
 	"\rput_extension\x18\xd1\x01 \x01(\v2\x17.corpus.v1.PutExtensionH\x00R\fputExtension\x12H\n" +
 	"\x10delete_extension\x18\xd2\x01 \x01(\v2\x1a.corpus.v1.DeleteExtensionH\x00R\x0fdeleteExtension\x12O\n" +
 	"\x13set_cluster_version\x18\xdc\x01 \x01(\v2\x1c.corpus.v1.SetClusterVersionH\x00R\x11setClusterVersion\x12B\n" +
-	"\x0ereport_orphans\x18\xe6\x01 \x01(\v2\x18.corpus.v1.ReportOrphansH\x00R\rreportOrphansB\x05\n" +
-	"\x03cmd\"Z\n" +
+	"\x0ereport_orphans\x18\xe6\x01 \x01(\v2\x18.corpus.v1.ReportOrphansH\x00R\rreportOrphans\x12I\n" +
+	"\x11touch_user_tokens\x18\xe7\x01 \x01(\v2\x1a.corpus.v1.TouchUserTokensH\x00R\x0ftouchUserTokensB\x05\n" +
+	"\x03cmd\":\n" +
+	"\x0fTouchUserTokens\x12'\n" +
+	"\x04uses\x18\x01 \x03(\v2\x13.corpus.v1.TokenUseR\x04uses\"Z\n" +
+	"\bTokenUse\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12*\n" +
+	"\x02at\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x02at\x12\x12\n" +
+	"\x04from\x18\x03 \x01(\tR\x04from\"Z\n" +
 	"\rReportOrphans\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x120\n" +
 	"\aorphans\x18\x02 \x03(\v2\x16.corpus.v1.OrphanGuestR\aorphans\"U\n" +
@@ -6179,264 +6312,269 @@ func file_corpus_v1_raft_proto_rawDescGZIP() []byte {
 	return file_corpus_v1_raft_proto_rawDescData
 }
 
-var file_corpus_v1_raft_proto_msgTypes = make([]protoimpl.MessageInfo, 78)
+var file_corpus_v1_raft_proto_msgTypes = make([]protoimpl.MessageInfo, 80)
 var file_corpus_v1_raft_proto_goTypes = []any{
 	(*Command)(nil),               // 0: corpus.v1.Command
-	(*ReportOrphans)(nil),         // 1: corpus.v1.ReportOrphans
-	(*RecordAudit)(nil),           // 2: corpus.v1.RecordAudit
-	(*BootstrapCluster)(nil),      // 3: corpus.v1.BootstrapCluster
-	(*CreateJoinToken)(nil),       // 4: corpus.v1.CreateJoinToken
-	(*EnrollNode)(nil),            // 5: corpus.v1.EnrollNode
-	(*RenewNodeCertificate)(nil),  // 6: corpus.v1.RenewNodeCertificate
-	(*UpdateNode)(nil),            // 7: corpus.v1.UpdateNode
-	(*SetNodeStatus)(nil),         // 8: corpus.v1.SetNodeStatus
-	(*CreateGuest)(nil),           // 9: corpus.v1.CreateGuest
-	(*SetGuestDesired)(nil),       // 10: corpus.v1.SetGuestDesired
-	(*PlaceGuest)(nil),            // 11: corpus.v1.PlaceGuest
-	(*PlaceGuests)(nil),           // 12: corpus.v1.PlaceGuests
-	(*SetNodeMode)(nil),           // 13: corpus.v1.SetNodeMode
-	(*ObservedGuest)(nil),         // 14: corpus.v1.ObservedGuest
-	(*ReportGuests)(nil),          // 15: corpus.v1.ReportGuests
-	(*CreateRoute)(nil),           // 16: corpus.v1.CreateRoute
-	(*DeleteRoute)(nil),           // 17: corpus.v1.DeleteRoute
-	(*MoveRoute)(nil),             // 18: corpus.v1.MoveRoute
-	(*AddDnsRecord)(nil),          // 19: corpus.v1.AddDnsRecord
-	(*DeleteDnsRecord)(nil),       // 20: corpus.v1.DeleteDnsRecord
-	(*DeleteVolume)(nil),          // 21: corpus.v1.DeleteVolume
-	(*ResizeVolume)(nil),          // 22: corpus.v1.ResizeVolume
-	(*MoveVolume)(nil),            // 23: corpus.v1.MoveVolume
-	(*ObservedVolume)(nil),        // 24: corpus.v1.ObservedVolume
-	(*ReportVolumes)(nil),         // 25: corpus.v1.ReportVolumes
-	(*CreateUser)(nil),            // 26: corpus.v1.CreateUser
-	(*UserLogin)(nil),             // 27: corpus.v1.UserLogin
-	(*DeleteUser)(nil),            // 28: corpus.v1.DeleteUser
-	(*AddSshKey)(nil),             // 29: corpus.v1.AddSshKey
-	(*DeleteSshKey)(nil),          // 30: corpus.v1.DeleteSshKey
-	(*CreateProject)(nil),         // 31: corpus.v1.CreateProject
-	(*DeleteProject)(nil),         // 32: corpus.v1.DeleteProject
-	(*GrantProject)(nil),          // 33: corpus.v1.GrantProject
-	(*BeginRelease)(nil),          // 34: corpus.v1.BeginRelease
-	(*FinishRelease)(nil),         // 35: corpus.v1.FinishRelease
-	(*SetCurrentRelease)(nil),     // 36: corpus.v1.SetCurrentRelease
-	(*PruneReleases)(nil),         // 37: corpus.v1.PruneReleases
-	(*SetManifestDomains)(nil),    // 38: corpus.v1.SetManifestDomains
-	(*UpsertCoordinator)(nil),     // 39: corpus.v1.UpsertCoordinator
-	(*RemoveCoordinator)(nil),     // 40: corpus.v1.RemoveCoordinator
-	(*CreateUserToken)(nil),       // 41: corpus.v1.CreateUserToken
-	(*RevokeUserToken)(nil),       // 42: corpus.v1.RevokeUserToken
-	(*RemoveNode)(nil),            // 43: corpus.v1.RemoveNode
-	(*Snapshot)(nil),              // 44: corpus.v1.Snapshot
-	(*SetClusterVersion)(nil),     // 45: corpus.v1.SetClusterVersion
-	(*PutExtension)(nil),          // 46: corpus.v1.PutExtension
-	(*DeleteExtension)(nil),       // 47: corpus.v1.DeleteExtension
-	(*SetConfig)(nil),             // 48: corpus.v1.SetConfig
-	(*SetKeyring)(nil),            // 49: corpus.v1.SetKeyring
-	(*ResealedConfig)(nil),        // 50: corpus.v1.ResealedConfig
-	(*SetWebPort)(nil),            // 51: corpus.v1.SetWebPort
-	(*ScaleEnv)(nil),              // 52: corpus.v1.ScaleEnv
-	(*SetAutoscale)(nil),          // 53: corpus.v1.SetAutoscale
-	(*SetInstanceRelease)(nil),    // 54: corpus.v1.SetInstanceRelease
-	(*SwitchEnv)(nil),             // 55: corpus.v1.SwitchEnv
-	(*UpdateGuest)(nil),           // 56: corpus.v1.UpdateGuest
-	(*CreateService)(nil),         // 57: corpus.v1.CreateService
-	(*SetServiceDesired)(nil),     // 58: corpus.v1.SetServiceDesired
-	(*LinkService)(nil),           // 59: corpus.v1.LinkService
-	(*UnlinkService)(nil),         // 60: corpus.v1.UnlinkService
-	(*UpdateService)(nil),         // 61: corpus.v1.UpdateService
-	(*ReportServices)(nil),        // 62: corpus.v1.ReportServices
-	(*BeginBackup)(nil),           // 63: corpus.v1.BeginBackup
-	(*FinishBackup)(nil),          // 64: corpus.v1.FinishBackup
-	(*DeleteBackup)(nil),          // 65: corpus.v1.DeleteBackup
-	(*UpdateVolume)(nil),          // 66: corpus.v1.UpdateVolume
-	(*ReplaceServiceGuest)(nil),   // 67: corpus.v1.ReplaceServiceGuest
-	(*SetAcmeConfig)(nil),         // 68: corpus.v1.SetAcmeConfig
-	(*PutCertificate)(nil),        // 69: corpus.v1.PutCertificate
-	(*DeleteCertificate)(nil),     // 70: corpus.v1.DeleteCertificate
-	(*SetRouteTls)(nil),           // 71: corpus.v1.SetRouteTls
-	nil,                           // 72: corpus.v1.UpdateNode.LabelsEntry
-	nil,                           // 73: corpus.v1.SetConfig.SetEntry
-	nil,                           // 74: corpus.v1.ResealedConfig.ConfigEntry
-	nil,                           // 75: corpus.v1.ScaleEnv.ScaleEntry
-	nil,                           // 76: corpus.v1.SwitchEnv.InstancePortsEntry
-	nil,                           // 77: corpus.v1.LinkService.ConfigEntry
-	(*timestamppb.Timestamp)(nil), // 78: google.protobuf.Timestamp
-	(*OrphanGuest)(nil),           // 79: corpus.v1.OrphanGuest
-	(*ClusterConfig)(nil),         // 80: corpus.v1.ClusterConfig
-	(*JoinToken)(nil),             // 81: corpus.v1.JoinToken
-	(*Node)(nil),                  // 82: corpus.v1.Node
-	(*Resources)(nil),             // 83: corpus.v1.Resources
-	(*DriverInfo)(nil),            // 84: corpus.v1.DriverInfo
-	(*Guest)(nil),                 // 85: corpus.v1.Guest
-	(*GuestObserved)(nil),         // 86: corpus.v1.GuestObserved
-	(*Route)(nil),                 // 87: corpus.v1.Route
-	(*DnsRecord)(nil),             // 88: corpus.v1.DnsRecord
-	(*VolumeObserved)(nil),        // 89: corpus.v1.VolumeObserved
-	(*User)(nil),                  // 90: corpus.v1.User
-	(*UserToken)(nil),             // 91: corpus.v1.UserToken
-	(*SshKey)(nil),                // 92: corpus.v1.SshKey
-	(*ProjectEnv)(nil),            // 93: corpus.v1.ProjectEnv
-	(*AdmissionChange)(nil),       // 94: corpus.v1.AdmissionChange
-	(*Release)(nil),               // 95: corpus.v1.Release
-	(*ReleaseStep)(nil),           // 96: corpus.v1.ReleaseStep
-	(*Coordinator)(nil),           // 97: corpus.v1.Coordinator
-	(*Volume)(nil),                // 98: corpus.v1.Volume
-	(*Project)(nil),               // 99: corpus.v1.Project
-	(*AuditEntry)(nil),            // 100: corpus.v1.AuditEntry
-	(*Keyring)(nil),               // 101: corpus.v1.Keyring
-	(*Service)(nil),               // 102: corpus.v1.Service
-	(*Backup)(nil),                // 103: corpus.v1.Backup
-	(*AcmeConfig)(nil),            // 104: corpus.v1.AcmeConfig
-	(*Certificate)(nil),           // 105: corpus.v1.Certificate
-	(*Extension)(nil),             // 106: corpus.v1.Extension
-	(*AutoscalePolicy)(nil),       // 107: corpus.v1.AutoscalePolicy
-	(*GuestSpec)(nil),             // 108: corpus.v1.GuestSpec
-	(*ServiceLink)(nil),           // 109: corpus.v1.ServiceLink
-	(*ReportedService)(nil),       // 110: corpus.v1.ReportedService
+	(*TouchUserTokens)(nil),       // 1: corpus.v1.TouchUserTokens
+	(*TokenUse)(nil),              // 2: corpus.v1.TokenUse
+	(*ReportOrphans)(nil),         // 3: corpus.v1.ReportOrphans
+	(*RecordAudit)(nil),           // 4: corpus.v1.RecordAudit
+	(*BootstrapCluster)(nil),      // 5: corpus.v1.BootstrapCluster
+	(*CreateJoinToken)(nil),       // 6: corpus.v1.CreateJoinToken
+	(*EnrollNode)(nil),            // 7: corpus.v1.EnrollNode
+	(*RenewNodeCertificate)(nil),  // 8: corpus.v1.RenewNodeCertificate
+	(*UpdateNode)(nil),            // 9: corpus.v1.UpdateNode
+	(*SetNodeStatus)(nil),         // 10: corpus.v1.SetNodeStatus
+	(*CreateGuest)(nil),           // 11: corpus.v1.CreateGuest
+	(*SetGuestDesired)(nil),       // 12: corpus.v1.SetGuestDesired
+	(*PlaceGuest)(nil),            // 13: corpus.v1.PlaceGuest
+	(*PlaceGuests)(nil),           // 14: corpus.v1.PlaceGuests
+	(*SetNodeMode)(nil),           // 15: corpus.v1.SetNodeMode
+	(*ObservedGuest)(nil),         // 16: corpus.v1.ObservedGuest
+	(*ReportGuests)(nil),          // 17: corpus.v1.ReportGuests
+	(*CreateRoute)(nil),           // 18: corpus.v1.CreateRoute
+	(*DeleteRoute)(nil),           // 19: corpus.v1.DeleteRoute
+	(*MoveRoute)(nil),             // 20: corpus.v1.MoveRoute
+	(*AddDnsRecord)(nil),          // 21: corpus.v1.AddDnsRecord
+	(*DeleteDnsRecord)(nil),       // 22: corpus.v1.DeleteDnsRecord
+	(*DeleteVolume)(nil),          // 23: corpus.v1.DeleteVolume
+	(*ResizeVolume)(nil),          // 24: corpus.v1.ResizeVolume
+	(*MoveVolume)(nil),            // 25: corpus.v1.MoveVolume
+	(*ObservedVolume)(nil),        // 26: corpus.v1.ObservedVolume
+	(*ReportVolumes)(nil),         // 27: corpus.v1.ReportVolumes
+	(*CreateUser)(nil),            // 28: corpus.v1.CreateUser
+	(*UserLogin)(nil),             // 29: corpus.v1.UserLogin
+	(*DeleteUser)(nil),            // 30: corpus.v1.DeleteUser
+	(*AddSshKey)(nil),             // 31: corpus.v1.AddSshKey
+	(*DeleteSshKey)(nil),          // 32: corpus.v1.DeleteSshKey
+	(*CreateProject)(nil),         // 33: corpus.v1.CreateProject
+	(*DeleteProject)(nil),         // 34: corpus.v1.DeleteProject
+	(*GrantProject)(nil),          // 35: corpus.v1.GrantProject
+	(*BeginRelease)(nil),          // 36: corpus.v1.BeginRelease
+	(*FinishRelease)(nil),         // 37: corpus.v1.FinishRelease
+	(*SetCurrentRelease)(nil),     // 38: corpus.v1.SetCurrentRelease
+	(*PruneReleases)(nil),         // 39: corpus.v1.PruneReleases
+	(*SetManifestDomains)(nil),    // 40: corpus.v1.SetManifestDomains
+	(*UpsertCoordinator)(nil),     // 41: corpus.v1.UpsertCoordinator
+	(*RemoveCoordinator)(nil),     // 42: corpus.v1.RemoveCoordinator
+	(*CreateUserToken)(nil),       // 43: corpus.v1.CreateUserToken
+	(*RevokeUserToken)(nil),       // 44: corpus.v1.RevokeUserToken
+	(*RemoveNode)(nil),            // 45: corpus.v1.RemoveNode
+	(*Snapshot)(nil),              // 46: corpus.v1.Snapshot
+	(*SetClusterVersion)(nil),     // 47: corpus.v1.SetClusterVersion
+	(*PutExtension)(nil),          // 48: corpus.v1.PutExtension
+	(*DeleteExtension)(nil),       // 49: corpus.v1.DeleteExtension
+	(*SetConfig)(nil),             // 50: corpus.v1.SetConfig
+	(*SetKeyring)(nil),            // 51: corpus.v1.SetKeyring
+	(*ResealedConfig)(nil),        // 52: corpus.v1.ResealedConfig
+	(*SetWebPort)(nil),            // 53: corpus.v1.SetWebPort
+	(*ScaleEnv)(nil),              // 54: corpus.v1.ScaleEnv
+	(*SetAutoscale)(nil),          // 55: corpus.v1.SetAutoscale
+	(*SetInstanceRelease)(nil),    // 56: corpus.v1.SetInstanceRelease
+	(*SwitchEnv)(nil),             // 57: corpus.v1.SwitchEnv
+	(*UpdateGuest)(nil),           // 58: corpus.v1.UpdateGuest
+	(*CreateService)(nil),         // 59: corpus.v1.CreateService
+	(*SetServiceDesired)(nil),     // 60: corpus.v1.SetServiceDesired
+	(*LinkService)(nil),           // 61: corpus.v1.LinkService
+	(*UnlinkService)(nil),         // 62: corpus.v1.UnlinkService
+	(*UpdateService)(nil),         // 63: corpus.v1.UpdateService
+	(*ReportServices)(nil),        // 64: corpus.v1.ReportServices
+	(*BeginBackup)(nil),           // 65: corpus.v1.BeginBackup
+	(*FinishBackup)(nil),          // 66: corpus.v1.FinishBackup
+	(*DeleteBackup)(nil),          // 67: corpus.v1.DeleteBackup
+	(*UpdateVolume)(nil),          // 68: corpus.v1.UpdateVolume
+	(*ReplaceServiceGuest)(nil),   // 69: corpus.v1.ReplaceServiceGuest
+	(*SetAcmeConfig)(nil),         // 70: corpus.v1.SetAcmeConfig
+	(*PutCertificate)(nil),        // 71: corpus.v1.PutCertificate
+	(*DeleteCertificate)(nil),     // 72: corpus.v1.DeleteCertificate
+	(*SetRouteTls)(nil),           // 73: corpus.v1.SetRouteTls
+	nil,                           // 74: corpus.v1.UpdateNode.LabelsEntry
+	nil,                           // 75: corpus.v1.SetConfig.SetEntry
+	nil,                           // 76: corpus.v1.ResealedConfig.ConfigEntry
+	nil,                           // 77: corpus.v1.ScaleEnv.ScaleEntry
+	nil,                           // 78: corpus.v1.SwitchEnv.InstancePortsEntry
+	nil,                           // 79: corpus.v1.LinkService.ConfigEntry
+	(*timestamppb.Timestamp)(nil), // 80: google.protobuf.Timestamp
+	(*OrphanGuest)(nil),           // 81: corpus.v1.OrphanGuest
+	(*ClusterConfig)(nil),         // 82: corpus.v1.ClusterConfig
+	(*JoinToken)(nil),             // 83: corpus.v1.JoinToken
+	(*Node)(nil),                  // 84: corpus.v1.Node
+	(*Resources)(nil),             // 85: corpus.v1.Resources
+	(*DriverInfo)(nil),            // 86: corpus.v1.DriverInfo
+	(*Guest)(nil),                 // 87: corpus.v1.Guest
+	(*GuestObserved)(nil),         // 88: corpus.v1.GuestObserved
+	(*Route)(nil),                 // 89: corpus.v1.Route
+	(*DnsRecord)(nil),             // 90: corpus.v1.DnsRecord
+	(*VolumeObserved)(nil),        // 91: corpus.v1.VolumeObserved
+	(*User)(nil),                  // 92: corpus.v1.User
+	(*UserToken)(nil),             // 93: corpus.v1.UserToken
+	(*SshKey)(nil),                // 94: corpus.v1.SshKey
+	(*ProjectEnv)(nil),            // 95: corpus.v1.ProjectEnv
+	(*AdmissionChange)(nil),       // 96: corpus.v1.AdmissionChange
+	(*Release)(nil),               // 97: corpus.v1.Release
+	(*ReleaseStep)(nil),           // 98: corpus.v1.ReleaseStep
+	(*Coordinator)(nil),           // 99: corpus.v1.Coordinator
+	(*Volume)(nil),                // 100: corpus.v1.Volume
+	(*Project)(nil),               // 101: corpus.v1.Project
+	(*AuditEntry)(nil),            // 102: corpus.v1.AuditEntry
+	(*Keyring)(nil),               // 103: corpus.v1.Keyring
+	(*Service)(nil),               // 104: corpus.v1.Service
+	(*Backup)(nil),                // 105: corpus.v1.Backup
+	(*AcmeConfig)(nil),            // 106: corpus.v1.AcmeConfig
+	(*Certificate)(nil),           // 107: corpus.v1.Certificate
+	(*Extension)(nil),             // 108: corpus.v1.Extension
+	(*AutoscalePolicy)(nil),       // 109: corpus.v1.AutoscalePolicy
+	(*GuestSpec)(nil),             // 110: corpus.v1.GuestSpec
+	(*ServiceLink)(nil),           // 111: corpus.v1.ServiceLink
+	(*ReportedService)(nil),       // 112: corpus.v1.ReportedService
 }
 var file_corpus_v1_raft_proto_depIdxs = []int32{
-	78,  // 0: corpus.v1.Command.now:type_name -> google.protobuf.Timestamp
-	3,   // 1: corpus.v1.Command.bootstrap_cluster:type_name -> corpus.v1.BootstrapCluster
-	4,   // 2: corpus.v1.Command.create_join_token:type_name -> corpus.v1.CreateJoinToken
-	5,   // 3: corpus.v1.Command.enroll_node:type_name -> corpus.v1.EnrollNode
-	7,   // 4: corpus.v1.Command.update_node:type_name -> corpus.v1.UpdateNode
-	9,   // 5: corpus.v1.Command.create_guest:type_name -> corpus.v1.CreateGuest
-	10,  // 6: corpus.v1.Command.set_guest_desired:type_name -> corpus.v1.SetGuestDesired
-	11,  // 7: corpus.v1.Command.place_guest:type_name -> corpus.v1.PlaceGuest
-	15,  // 8: corpus.v1.Command.report_guests:type_name -> corpus.v1.ReportGuests
-	8,   // 9: corpus.v1.Command.set_node_status:type_name -> corpus.v1.SetNodeStatus
-	16,  // 10: corpus.v1.Command.create_route:type_name -> corpus.v1.CreateRoute
-	17,  // 11: corpus.v1.Command.delete_route:type_name -> corpus.v1.DeleteRoute
-	18,  // 12: corpus.v1.Command.move_route:type_name -> corpus.v1.MoveRoute
-	19,  // 13: corpus.v1.Command.add_dns_record:type_name -> corpus.v1.AddDnsRecord
-	20,  // 14: corpus.v1.Command.delete_dns_record:type_name -> corpus.v1.DeleteDnsRecord
-	21,  // 15: corpus.v1.Command.delete_volume:type_name -> corpus.v1.DeleteVolume
-	25,  // 16: corpus.v1.Command.report_volumes:type_name -> corpus.v1.ReportVolumes
-	22,  // 17: corpus.v1.Command.resize_volume:type_name -> corpus.v1.ResizeVolume
-	23,  // 18: corpus.v1.Command.move_volume:type_name -> corpus.v1.MoveVolume
-	26,  // 19: corpus.v1.Command.create_user:type_name -> corpus.v1.CreateUser
-	28,  // 20: corpus.v1.Command.delete_user:type_name -> corpus.v1.DeleteUser
-	29,  // 21: corpus.v1.Command.add_ssh_key:type_name -> corpus.v1.AddSshKey
-	30,  // 22: corpus.v1.Command.delete_ssh_key:type_name -> corpus.v1.DeleteSshKey
-	31,  // 23: corpus.v1.Command.create_project:type_name -> corpus.v1.CreateProject
-	32,  // 24: corpus.v1.Command.delete_project:type_name -> corpus.v1.DeleteProject
-	33,  // 25: corpus.v1.Command.grant_project:type_name -> corpus.v1.GrantProject
-	34,  // 26: corpus.v1.Command.begin_release:type_name -> corpus.v1.BeginRelease
-	35,  // 27: corpus.v1.Command.finish_release:type_name -> corpus.v1.FinishRelease
-	36,  // 28: corpus.v1.Command.set_current_release:type_name -> corpus.v1.SetCurrentRelease
-	37,  // 29: corpus.v1.Command.prune_releases:type_name -> corpus.v1.PruneReleases
-	38,  // 30: corpus.v1.Command.set_manifest_domains:type_name -> corpus.v1.SetManifestDomains
-	39,  // 31: corpus.v1.Command.upsert_coordinator:type_name -> corpus.v1.UpsertCoordinator
-	40,  // 32: corpus.v1.Command.remove_coordinator:type_name -> corpus.v1.RemoveCoordinator
-	41,  // 33: corpus.v1.Command.create_user_token:type_name -> corpus.v1.CreateUserToken
-	42,  // 34: corpus.v1.Command.revoke_user_token:type_name -> corpus.v1.RevokeUserToken
-	43,  // 35: corpus.v1.Command.remove_node:type_name -> corpus.v1.RemoveNode
-	12,  // 36: corpus.v1.Command.place_guests:type_name -> corpus.v1.PlaceGuests
-	13,  // 37: corpus.v1.Command.set_node_mode:type_name -> corpus.v1.SetNodeMode
-	6,   // 38: corpus.v1.Command.renew_node_certificate:type_name -> corpus.v1.RenewNodeCertificate
-	27,  // 39: corpus.v1.Command.user_login:type_name -> corpus.v1.UserLogin
-	56,  // 40: corpus.v1.Command.update_guest:type_name -> corpus.v1.UpdateGuest
-	2,   // 41: corpus.v1.Command.record_audit:type_name -> corpus.v1.RecordAudit
-	48,  // 42: corpus.v1.Command.set_config:type_name -> corpus.v1.SetConfig
-	49,  // 43: corpus.v1.Command.set_keyring:type_name -> corpus.v1.SetKeyring
-	51,  // 44: corpus.v1.Command.set_web_port:type_name -> corpus.v1.SetWebPort
-	57,  // 45: corpus.v1.Command.create_service:type_name -> corpus.v1.CreateService
-	58,  // 46: corpus.v1.Command.set_service_desired:type_name -> corpus.v1.SetServiceDesired
-	59,  // 47: corpus.v1.Command.link_service:type_name -> corpus.v1.LinkService
-	60,  // 48: corpus.v1.Command.unlink_service:type_name -> corpus.v1.UnlinkService
-	61,  // 49: corpus.v1.Command.update_service:type_name -> corpus.v1.UpdateService
-	62,  // 50: corpus.v1.Command.report_services:type_name -> corpus.v1.ReportServices
-	63,  // 51: corpus.v1.Command.begin_backup:type_name -> corpus.v1.BeginBackup
-	64,  // 52: corpus.v1.Command.finish_backup:type_name -> corpus.v1.FinishBackup
-	65,  // 53: corpus.v1.Command.delete_backup:type_name -> corpus.v1.DeleteBackup
-	67,  // 54: corpus.v1.Command.replace_service_guest:type_name -> corpus.v1.ReplaceServiceGuest
-	66,  // 55: corpus.v1.Command.update_volume:type_name -> corpus.v1.UpdateVolume
-	68,  // 56: corpus.v1.Command.set_acme_config:type_name -> corpus.v1.SetAcmeConfig
-	69,  // 57: corpus.v1.Command.put_certificate:type_name -> corpus.v1.PutCertificate
-	70,  // 58: corpus.v1.Command.delete_certificate:type_name -> corpus.v1.DeleteCertificate
-	71,  // 59: corpus.v1.Command.set_route_tls:type_name -> corpus.v1.SetRouteTls
-	52,  // 60: corpus.v1.Command.scale_env:type_name -> corpus.v1.ScaleEnv
-	54,  // 61: corpus.v1.Command.set_instance_release:type_name -> corpus.v1.SetInstanceRelease
-	53,  // 62: corpus.v1.Command.set_autoscale:type_name -> corpus.v1.SetAutoscale
-	55,  // 63: corpus.v1.Command.switch_env:type_name -> corpus.v1.SwitchEnv
-	46,  // 64: corpus.v1.Command.put_extension:type_name -> corpus.v1.PutExtension
-	47,  // 65: corpus.v1.Command.delete_extension:type_name -> corpus.v1.DeleteExtension
-	45,  // 66: corpus.v1.Command.set_cluster_version:type_name -> corpus.v1.SetClusterVersion
-	1,   // 67: corpus.v1.Command.report_orphans:type_name -> corpus.v1.ReportOrphans
-	79,  // 68: corpus.v1.ReportOrphans.orphans:type_name -> corpus.v1.OrphanGuest
-	80,  // 69: corpus.v1.BootstrapCluster.config:type_name -> corpus.v1.ClusterConfig
-	81,  // 70: corpus.v1.CreateJoinToken.token:type_name -> corpus.v1.JoinToken
-	82,  // 71: corpus.v1.EnrollNode.node:type_name -> corpus.v1.Node
-	78,  // 72: corpus.v1.RenewNodeCertificate.expires_at:type_name -> google.protobuf.Timestamp
-	83,  // 73: corpus.v1.UpdateNode.capacity:type_name -> corpus.v1.Resources
-	84,  // 74: corpus.v1.UpdateNode.drivers:type_name -> corpus.v1.DriverInfo
-	72,  // 75: corpus.v1.UpdateNode.labels:type_name -> corpus.v1.UpdateNode.LabelsEntry
-	85,  // 76: corpus.v1.CreateGuest.guest:type_name -> corpus.v1.Guest
-	11,  // 77: corpus.v1.PlaceGuests.placements:type_name -> corpus.v1.PlaceGuest
-	86,  // 78: corpus.v1.ObservedGuest.observed:type_name -> corpus.v1.GuestObserved
-	14,  // 79: corpus.v1.ReportGuests.guests:type_name -> corpus.v1.ObservedGuest
-	87,  // 80: corpus.v1.CreateRoute.route:type_name -> corpus.v1.Route
-	88,  // 81: corpus.v1.AddDnsRecord.record:type_name -> corpus.v1.DnsRecord
-	89,  // 82: corpus.v1.ObservedVolume.observed:type_name -> corpus.v1.VolumeObserved
-	24,  // 83: corpus.v1.ReportVolumes.volumes:type_name -> corpus.v1.ObservedVolume
-	90,  // 84: corpus.v1.CreateUser.user:type_name -> corpus.v1.User
-	91,  // 85: corpus.v1.UserLogin.token:type_name -> corpus.v1.UserToken
-	92,  // 86: corpus.v1.AddSshKey.key:type_name -> corpus.v1.SshKey
-	93,  // 87: corpus.v1.CreateProject.env:type_name -> corpus.v1.ProjectEnv
-	85,  // 88: corpus.v1.CreateProject.guest:type_name -> corpus.v1.Guest
-	87,  // 89: corpus.v1.CreateProject.routes:type_name -> corpus.v1.Route
-	94,  // 90: corpus.v1.CreateProject.admission:type_name -> corpus.v1.AdmissionChange
-	95,  // 91: corpus.v1.BeginRelease.release:type_name -> corpus.v1.Release
-	96,  // 92: corpus.v1.FinishRelease.steps:type_name -> corpus.v1.ReleaseStep
-	87,  // 93: corpus.v1.SetManifestDomains.routes:type_name -> corpus.v1.Route
-	97,  // 94: corpus.v1.UpsertCoordinator.coordinator:type_name -> corpus.v1.Coordinator
-	91,  // 95: corpus.v1.CreateUserToken.token:type_name -> corpus.v1.UserToken
-	80,  // 96: corpus.v1.Snapshot.config:type_name -> corpus.v1.ClusterConfig
-	82,  // 97: corpus.v1.Snapshot.nodes:type_name -> corpus.v1.Node
-	85,  // 98: corpus.v1.Snapshot.guests:type_name -> corpus.v1.Guest
-	81,  // 99: corpus.v1.Snapshot.join_tokens:type_name -> corpus.v1.JoinToken
-	87,  // 100: corpus.v1.Snapshot.routes:type_name -> corpus.v1.Route
-	88,  // 101: corpus.v1.Snapshot.dns_records:type_name -> corpus.v1.DnsRecord
-	98,  // 102: corpus.v1.Snapshot.volumes:type_name -> corpus.v1.Volume
-	90,  // 103: corpus.v1.Snapshot.users:type_name -> corpus.v1.User
-	99,  // 104: corpus.v1.Snapshot.projects:type_name -> corpus.v1.Project
-	95,  // 105: corpus.v1.Snapshot.releases:type_name -> corpus.v1.Release
-	97,  // 106: corpus.v1.Snapshot.coordinators:type_name -> corpus.v1.Coordinator
-	100, // 107: corpus.v1.Snapshot.audit:type_name -> corpus.v1.AuditEntry
-	91,  // 108: corpus.v1.Snapshot.user_tokens:type_name -> corpus.v1.UserToken
-	101, // 109: corpus.v1.Snapshot.keyring:type_name -> corpus.v1.Keyring
-	102, // 110: corpus.v1.Snapshot.services:type_name -> corpus.v1.Service
-	103, // 111: corpus.v1.Snapshot.backups:type_name -> corpus.v1.Backup
-	104, // 112: corpus.v1.Snapshot.acme:type_name -> corpus.v1.AcmeConfig
-	105, // 113: corpus.v1.Snapshot.certificates:type_name -> corpus.v1.Certificate
-	106, // 114: corpus.v1.Snapshot.extensions:type_name -> corpus.v1.Extension
-	78,  // 115: corpus.v1.Snapshot.applied_time:type_name -> google.protobuf.Timestamp
-	106, // 116: corpus.v1.PutExtension.extension:type_name -> corpus.v1.Extension
-	73,  // 117: corpus.v1.SetConfig.set:type_name -> corpus.v1.SetConfig.SetEntry
-	101, // 118: corpus.v1.SetKeyring.keyring:type_name -> corpus.v1.Keyring
-	50,  // 119: corpus.v1.SetKeyring.envs:type_name -> corpus.v1.ResealedConfig
-	50,  // 120: corpus.v1.SetKeyring.releases:type_name -> corpus.v1.ResealedConfig
-	74,  // 121: corpus.v1.ResealedConfig.config:type_name -> corpus.v1.ResealedConfig.ConfigEntry
-	75,  // 122: corpus.v1.ScaleEnv.scale:type_name -> corpus.v1.ScaleEnv.ScaleEntry
-	85,  // 123: corpus.v1.ScaleEnv.add:type_name -> corpus.v1.Guest
-	107, // 124: corpus.v1.SetAutoscale.policy:type_name -> corpus.v1.AutoscalePolicy
-	76,  // 125: corpus.v1.SwitchEnv.instance_ports:type_name -> corpus.v1.SwitchEnv.InstancePortsEntry
-	78,  // 126: corpus.v1.SwitchEnv.keep_until:type_name -> google.protobuf.Timestamp
-	108, // 127: corpus.v1.UpdateGuest.spec:type_name -> corpus.v1.GuestSpec
-	94,  // 128: corpus.v1.UpdateGuest.admission:type_name -> corpus.v1.AdmissionChange
-	102, // 129: corpus.v1.CreateService.service:type_name -> corpus.v1.Service
-	85,  // 130: corpus.v1.CreateService.guest:type_name -> corpus.v1.Guest
-	109, // 131: corpus.v1.LinkService.link:type_name -> corpus.v1.ServiceLink
-	77,  // 132: corpus.v1.LinkService.config:type_name -> corpus.v1.LinkService.ConfigEntry
-	110, // 133: corpus.v1.ReportServices.services:type_name -> corpus.v1.ReportedService
-	103, // 134: corpus.v1.BeginBackup.backup:type_name -> corpus.v1.Backup
-	85,  // 135: corpus.v1.ReplaceServiceGuest.guest:type_name -> corpus.v1.Guest
-	104, // 136: corpus.v1.SetAcmeConfig.config:type_name -> corpus.v1.AcmeConfig
-	105, // 137: corpus.v1.PutCertificate.certificate:type_name -> corpus.v1.Certificate
-	138, // [138:138] is the sub-list for method output_type
-	138, // [138:138] is the sub-list for method input_type
-	138, // [138:138] is the sub-list for extension type_name
-	138, // [138:138] is the sub-list for extension extendee
-	0,   // [0:138] is the sub-list for field type_name
+	80,  // 0: corpus.v1.Command.now:type_name -> google.protobuf.Timestamp
+	5,   // 1: corpus.v1.Command.bootstrap_cluster:type_name -> corpus.v1.BootstrapCluster
+	6,   // 2: corpus.v1.Command.create_join_token:type_name -> corpus.v1.CreateJoinToken
+	7,   // 3: corpus.v1.Command.enroll_node:type_name -> corpus.v1.EnrollNode
+	9,   // 4: corpus.v1.Command.update_node:type_name -> corpus.v1.UpdateNode
+	11,  // 5: corpus.v1.Command.create_guest:type_name -> corpus.v1.CreateGuest
+	12,  // 6: corpus.v1.Command.set_guest_desired:type_name -> corpus.v1.SetGuestDesired
+	13,  // 7: corpus.v1.Command.place_guest:type_name -> corpus.v1.PlaceGuest
+	17,  // 8: corpus.v1.Command.report_guests:type_name -> corpus.v1.ReportGuests
+	10,  // 9: corpus.v1.Command.set_node_status:type_name -> corpus.v1.SetNodeStatus
+	18,  // 10: corpus.v1.Command.create_route:type_name -> corpus.v1.CreateRoute
+	19,  // 11: corpus.v1.Command.delete_route:type_name -> corpus.v1.DeleteRoute
+	20,  // 12: corpus.v1.Command.move_route:type_name -> corpus.v1.MoveRoute
+	21,  // 13: corpus.v1.Command.add_dns_record:type_name -> corpus.v1.AddDnsRecord
+	22,  // 14: corpus.v1.Command.delete_dns_record:type_name -> corpus.v1.DeleteDnsRecord
+	23,  // 15: corpus.v1.Command.delete_volume:type_name -> corpus.v1.DeleteVolume
+	27,  // 16: corpus.v1.Command.report_volumes:type_name -> corpus.v1.ReportVolumes
+	24,  // 17: corpus.v1.Command.resize_volume:type_name -> corpus.v1.ResizeVolume
+	25,  // 18: corpus.v1.Command.move_volume:type_name -> corpus.v1.MoveVolume
+	28,  // 19: corpus.v1.Command.create_user:type_name -> corpus.v1.CreateUser
+	30,  // 20: corpus.v1.Command.delete_user:type_name -> corpus.v1.DeleteUser
+	31,  // 21: corpus.v1.Command.add_ssh_key:type_name -> corpus.v1.AddSshKey
+	32,  // 22: corpus.v1.Command.delete_ssh_key:type_name -> corpus.v1.DeleteSshKey
+	33,  // 23: corpus.v1.Command.create_project:type_name -> corpus.v1.CreateProject
+	34,  // 24: corpus.v1.Command.delete_project:type_name -> corpus.v1.DeleteProject
+	35,  // 25: corpus.v1.Command.grant_project:type_name -> corpus.v1.GrantProject
+	36,  // 26: corpus.v1.Command.begin_release:type_name -> corpus.v1.BeginRelease
+	37,  // 27: corpus.v1.Command.finish_release:type_name -> corpus.v1.FinishRelease
+	38,  // 28: corpus.v1.Command.set_current_release:type_name -> corpus.v1.SetCurrentRelease
+	39,  // 29: corpus.v1.Command.prune_releases:type_name -> corpus.v1.PruneReleases
+	40,  // 30: corpus.v1.Command.set_manifest_domains:type_name -> corpus.v1.SetManifestDomains
+	41,  // 31: corpus.v1.Command.upsert_coordinator:type_name -> corpus.v1.UpsertCoordinator
+	42,  // 32: corpus.v1.Command.remove_coordinator:type_name -> corpus.v1.RemoveCoordinator
+	43,  // 33: corpus.v1.Command.create_user_token:type_name -> corpus.v1.CreateUserToken
+	44,  // 34: corpus.v1.Command.revoke_user_token:type_name -> corpus.v1.RevokeUserToken
+	45,  // 35: corpus.v1.Command.remove_node:type_name -> corpus.v1.RemoveNode
+	14,  // 36: corpus.v1.Command.place_guests:type_name -> corpus.v1.PlaceGuests
+	15,  // 37: corpus.v1.Command.set_node_mode:type_name -> corpus.v1.SetNodeMode
+	8,   // 38: corpus.v1.Command.renew_node_certificate:type_name -> corpus.v1.RenewNodeCertificate
+	29,  // 39: corpus.v1.Command.user_login:type_name -> corpus.v1.UserLogin
+	58,  // 40: corpus.v1.Command.update_guest:type_name -> corpus.v1.UpdateGuest
+	4,   // 41: corpus.v1.Command.record_audit:type_name -> corpus.v1.RecordAudit
+	50,  // 42: corpus.v1.Command.set_config:type_name -> corpus.v1.SetConfig
+	51,  // 43: corpus.v1.Command.set_keyring:type_name -> corpus.v1.SetKeyring
+	53,  // 44: corpus.v1.Command.set_web_port:type_name -> corpus.v1.SetWebPort
+	59,  // 45: corpus.v1.Command.create_service:type_name -> corpus.v1.CreateService
+	60,  // 46: corpus.v1.Command.set_service_desired:type_name -> corpus.v1.SetServiceDesired
+	61,  // 47: corpus.v1.Command.link_service:type_name -> corpus.v1.LinkService
+	62,  // 48: corpus.v1.Command.unlink_service:type_name -> corpus.v1.UnlinkService
+	63,  // 49: corpus.v1.Command.update_service:type_name -> corpus.v1.UpdateService
+	64,  // 50: corpus.v1.Command.report_services:type_name -> corpus.v1.ReportServices
+	65,  // 51: corpus.v1.Command.begin_backup:type_name -> corpus.v1.BeginBackup
+	66,  // 52: corpus.v1.Command.finish_backup:type_name -> corpus.v1.FinishBackup
+	67,  // 53: corpus.v1.Command.delete_backup:type_name -> corpus.v1.DeleteBackup
+	69,  // 54: corpus.v1.Command.replace_service_guest:type_name -> corpus.v1.ReplaceServiceGuest
+	68,  // 55: corpus.v1.Command.update_volume:type_name -> corpus.v1.UpdateVolume
+	70,  // 56: corpus.v1.Command.set_acme_config:type_name -> corpus.v1.SetAcmeConfig
+	71,  // 57: corpus.v1.Command.put_certificate:type_name -> corpus.v1.PutCertificate
+	72,  // 58: corpus.v1.Command.delete_certificate:type_name -> corpus.v1.DeleteCertificate
+	73,  // 59: corpus.v1.Command.set_route_tls:type_name -> corpus.v1.SetRouteTls
+	54,  // 60: corpus.v1.Command.scale_env:type_name -> corpus.v1.ScaleEnv
+	56,  // 61: corpus.v1.Command.set_instance_release:type_name -> corpus.v1.SetInstanceRelease
+	55,  // 62: corpus.v1.Command.set_autoscale:type_name -> corpus.v1.SetAutoscale
+	57,  // 63: corpus.v1.Command.switch_env:type_name -> corpus.v1.SwitchEnv
+	48,  // 64: corpus.v1.Command.put_extension:type_name -> corpus.v1.PutExtension
+	49,  // 65: corpus.v1.Command.delete_extension:type_name -> corpus.v1.DeleteExtension
+	47,  // 66: corpus.v1.Command.set_cluster_version:type_name -> corpus.v1.SetClusterVersion
+	3,   // 67: corpus.v1.Command.report_orphans:type_name -> corpus.v1.ReportOrphans
+	1,   // 68: corpus.v1.Command.touch_user_tokens:type_name -> corpus.v1.TouchUserTokens
+	2,   // 69: corpus.v1.TouchUserTokens.uses:type_name -> corpus.v1.TokenUse
+	80,  // 70: corpus.v1.TokenUse.at:type_name -> google.protobuf.Timestamp
+	81,  // 71: corpus.v1.ReportOrphans.orphans:type_name -> corpus.v1.OrphanGuest
+	82,  // 72: corpus.v1.BootstrapCluster.config:type_name -> corpus.v1.ClusterConfig
+	83,  // 73: corpus.v1.CreateJoinToken.token:type_name -> corpus.v1.JoinToken
+	84,  // 74: corpus.v1.EnrollNode.node:type_name -> corpus.v1.Node
+	80,  // 75: corpus.v1.RenewNodeCertificate.expires_at:type_name -> google.protobuf.Timestamp
+	85,  // 76: corpus.v1.UpdateNode.capacity:type_name -> corpus.v1.Resources
+	86,  // 77: corpus.v1.UpdateNode.drivers:type_name -> corpus.v1.DriverInfo
+	74,  // 78: corpus.v1.UpdateNode.labels:type_name -> corpus.v1.UpdateNode.LabelsEntry
+	87,  // 79: corpus.v1.CreateGuest.guest:type_name -> corpus.v1.Guest
+	13,  // 80: corpus.v1.PlaceGuests.placements:type_name -> corpus.v1.PlaceGuest
+	88,  // 81: corpus.v1.ObservedGuest.observed:type_name -> corpus.v1.GuestObserved
+	16,  // 82: corpus.v1.ReportGuests.guests:type_name -> corpus.v1.ObservedGuest
+	89,  // 83: corpus.v1.CreateRoute.route:type_name -> corpus.v1.Route
+	90,  // 84: corpus.v1.AddDnsRecord.record:type_name -> corpus.v1.DnsRecord
+	91,  // 85: corpus.v1.ObservedVolume.observed:type_name -> corpus.v1.VolumeObserved
+	26,  // 86: corpus.v1.ReportVolumes.volumes:type_name -> corpus.v1.ObservedVolume
+	92,  // 87: corpus.v1.CreateUser.user:type_name -> corpus.v1.User
+	93,  // 88: corpus.v1.UserLogin.token:type_name -> corpus.v1.UserToken
+	94,  // 89: corpus.v1.AddSshKey.key:type_name -> corpus.v1.SshKey
+	95,  // 90: corpus.v1.CreateProject.env:type_name -> corpus.v1.ProjectEnv
+	87,  // 91: corpus.v1.CreateProject.guest:type_name -> corpus.v1.Guest
+	89,  // 92: corpus.v1.CreateProject.routes:type_name -> corpus.v1.Route
+	96,  // 93: corpus.v1.CreateProject.admission:type_name -> corpus.v1.AdmissionChange
+	97,  // 94: corpus.v1.BeginRelease.release:type_name -> corpus.v1.Release
+	98,  // 95: corpus.v1.FinishRelease.steps:type_name -> corpus.v1.ReleaseStep
+	89,  // 96: corpus.v1.SetManifestDomains.routes:type_name -> corpus.v1.Route
+	99,  // 97: corpus.v1.UpsertCoordinator.coordinator:type_name -> corpus.v1.Coordinator
+	93,  // 98: corpus.v1.CreateUserToken.token:type_name -> corpus.v1.UserToken
+	82,  // 99: corpus.v1.Snapshot.config:type_name -> corpus.v1.ClusterConfig
+	84,  // 100: corpus.v1.Snapshot.nodes:type_name -> corpus.v1.Node
+	87,  // 101: corpus.v1.Snapshot.guests:type_name -> corpus.v1.Guest
+	83,  // 102: corpus.v1.Snapshot.join_tokens:type_name -> corpus.v1.JoinToken
+	89,  // 103: corpus.v1.Snapshot.routes:type_name -> corpus.v1.Route
+	90,  // 104: corpus.v1.Snapshot.dns_records:type_name -> corpus.v1.DnsRecord
+	100, // 105: corpus.v1.Snapshot.volumes:type_name -> corpus.v1.Volume
+	92,  // 106: corpus.v1.Snapshot.users:type_name -> corpus.v1.User
+	101, // 107: corpus.v1.Snapshot.projects:type_name -> corpus.v1.Project
+	97,  // 108: corpus.v1.Snapshot.releases:type_name -> corpus.v1.Release
+	99,  // 109: corpus.v1.Snapshot.coordinators:type_name -> corpus.v1.Coordinator
+	102, // 110: corpus.v1.Snapshot.audit:type_name -> corpus.v1.AuditEntry
+	93,  // 111: corpus.v1.Snapshot.user_tokens:type_name -> corpus.v1.UserToken
+	103, // 112: corpus.v1.Snapshot.keyring:type_name -> corpus.v1.Keyring
+	104, // 113: corpus.v1.Snapshot.services:type_name -> corpus.v1.Service
+	105, // 114: corpus.v1.Snapshot.backups:type_name -> corpus.v1.Backup
+	106, // 115: corpus.v1.Snapshot.acme:type_name -> corpus.v1.AcmeConfig
+	107, // 116: corpus.v1.Snapshot.certificates:type_name -> corpus.v1.Certificate
+	108, // 117: corpus.v1.Snapshot.extensions:type_name -> corpus.v1.Extension
+	80,  // 118: corpus.v1.Snapshot.applied_time:type_name -> google.protobuf.Timestamp
+	108, // 119: corpus.v1.PutExtension.extension:type_name -> corpus.v1.Extension
+	75,  // 120: corpus.v1.SetConfig.set:type_name -> corpus.v1.SetConfig.SetEntry
+	103, // 121: corpus.v1.SetKeyring.keyring:type_name -> corpus.v1.Keyring
+	52,  // 122: corpus.v1.SetKeyring.envs:type_name -> corpus.v1.ResealedConfig
+	52,  // 123: corpus.v1.SetKeyring.releases:type_name -> corpus.v1.ResealedConfig
+	76,  // 124: corpus.v1.ResealedConfig.config:type_name -> corpus.v1.ResealedConfig.ConfigEntry
+	77,  // 125: corpus.v1.ScaleEnv.scale:type_name -> corpus.v1.ScaleEnv.ScaleEntry
+	87,  // 126: corpus.v1.ScaleEnv.add:type_name -> corpus.v1.Guest
+	109, // 127: corpus.v1.SetAutoscale.policy:type_name -> corpus.v1.AutoscalePolicy
+	78,  // 128: corpus.v1.SwitchEnv.instance_ports:type_name -> corpus.v1.SwitchEnv.InstancePortsEntry
+	80,  // 129: corpus.v1.SwitchEnv.keep_until:type_name -> google.protobuf.Timestamp
+	110, // 130: corpus.v1.UpdateGuest.spec:type_name -> corpus.v1.GuestSpec
+	96,  // 131: corpus.v1.UpdateGuest.admission:type_name -> corpus.v1.AdmissionChange
+	104, // 132: corpus.v1.CreateService.service:type_name -> corpus.v1.Service
+	87,  // 133: corpus.v1.CreateService.guest:type_name -> corpus.v1.Guest
+	111, // 134: corpus.v1.LinkService.link:type_name -> corpus.v1.ServiceLink
+	79,  // 135: corpus.v1.LinkService.config:type_name -> corpus.v1.LinkService.ConfigEntry
+	112, // 136: corpus.v1.ReportServices.services:type_name -> corpus.v1.ReportedService
+	105, // 137: corpus.v1.BeginBackup.backup:type_name -> corpus.v1.Backup
+	87,  // 138: corpus.v1.ReplaceServiceGuest.guest:type_name -> corpus.v1.Guest
+	106, // 139: corpus.v1.SetAcmeConfig.config:type_name -> corpus.v1.AcmeConfig
+	107, // 140: corpus.v1.PutCertificate.certificate:type_name -> corpus.v1.Certificate
+	141, // [141:141] is the sub-list for method output_type
+	141, // [141:141] is the sub-list for method input_type
+	141, // [141:141] is the sub-list for extension type_name
+	141, // [141:141] is the sub-list for extension extendee
+	0,   // [0:141] is the sub-list for field type_name
 }
 
 func init() { file_corpus_v1_raft_proto_init() }
@@ -6515,6 +6653,7 @@ func file_corpus_v1_raft_proto_init() {
 		(*Command_DeleteExtension)(nil),
 		(*Command_SetClusterVersion)(nil),
 		(*Command_ReportOrphans)(nil),
+		(*Command_TouchUserTokens)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -6522,7 +6661,7 @@ func file_corpus_v1_raft_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_corpus_v1_raft_proto_rawDesc), len(file_corpus_v1_raft_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   78,
+			NumMessages:   80,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -3173,7 +3173,16 @@ type UserToken struct {
 	// login is set on tokens issued by a password login (corpus login
 	// --ldap); when the user holds too many tokens, the oldest of these
 	// make way for a new one.
-	Login         bool `protobuf:"varint,120,opt,name=login,proto3" json:"login,omitempty"`
+	Login bool `protobuf:"varint,120,opt,name=login,proto3" json:"login,omitempty"`
+	// last_used_at is when the token last authenticated a call, and
+	// last_used_from the client address it came from; unset never. The
+	// replica that served the call records it at a coarse grain (see
+	// TouchUserTokens), so it may lag the last call by up to a minute.
+	LastUsedAt   *timestamppb.Timestamp `protobuf:"bytes,121,opt,name=last_used_at,json=lastUsedAt,proto3" json:"last_used_at,omitempty"`
+	LastUsedFrom string                 `protobuf:"bytes,122,opt,name=last_used_from,json=lastUsedFrom,proto3" json:"last_used_from,omitempty"`
+	// parent is the token a session's token was made with
+	// (CreateTokenRequest.session): revoking it revokes this one too.
+	Parent        string `protobuf:"bytes,123,opt,name=parent,proto3" json:"parent,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3262,6 +3271,27 @@ func (x *UserToken) GetLogin() bool {
 		return x.Login
 	}
 	return false
+}
+
+func (x *UserToken) GetLastUsedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.LastUsedAt
+	}
+	return nil
+}
+
+func (x *UserToken) GetLastUsedFrom() string {
+	if x != nil {
+		return x.LastUsedFrom
+	}
+	return ""
+}
+
+func (x *UserToken) GetParent() string {
+	if x != nil {
+		return x.Parent
+	}
+	return ""
 }
 
 // Keyring is the cluster's data keys for sealed values (internal/seal),
@@ -4241,7 +4271,7 @@ const file_corpus_v1_types_proto_rawDesc = "" +
 	"\x05actor\x18\x03 \x01(\tR\x05actor\x12\x16\n" +
 	"\x06action\x18\x04 \x01(\tR\x06action\x12\x16\n" +
 	"\x06target\x18\x05 \x01(\tR\x06target\x12\x16\n" +
-	"\x06result\x18\x06 \x01(\tR\x06result\"\xa1\x02\n" +
+	"\x06result\x18\x06 \x01(\tR\x06result\"\x9d\x03\n" +
 	"\tUserToken\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04user\x18\x02 \x01(\tR\x04user\x12\x1f\n" +
@@ -4253,7 +4283,11 @@ const file_corpus_v1_types_proto_rawDesc = "" +
 	"expires_at\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\texpiresAt\x12 \n" +
 	"\vdescription\x18\x06 \x01(\tR\vdescription\x12!\n" +
 	"\fcreate_index\x18\x14 \x01(\x04R\vcreateIndex\x12\x14\n" +
-	"\x05login\x18x \x01(\bR\x05login\"n\n" +
+	"\x05login\x18x \x01(\bR\x05login\x12<\n" +
+	"\flast_used_at\x18y \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"lastUsedAt\x12$\n" +
+	"\x0elast_used_from\x18z \x01(\tR\flastUsedFrom\x12\x16\n" +
+	"\x06parent\x18{ \x01(\tR\x06parent\"n\n" +
 	"\aKeyring\x12&\n" +
 	"\x04keys\x18\x01 \x03(\v2\x12.corpus.v1.SealKeyR\x04keys\x12\x18\n" +
 	"\aprimary\x18\x02 \x01(\tR\aprimary\x12!\n" +
@@ -4424,21 +4458,22 @@ var file_corpus_v1_types_proto_depIdxs = []int32{
 	42, // 43: corpus.v1.AuditEntry.time:type_name -> google.protobuf.Timestamp
 	42, // 44: corpus.v1.UserToken.created_at:type_name -> google.protobuf.Timestamp
 	42, // 45: corpus.v1.UserToken.expires_at:type_name -> google.protobuf.Timestamp
-	29, // 46: corpus.v1.Keyring.keys:type_name -> corpus.v1.SealKey
-	42, // 47: corpus.v1.SealKey.created_at:type_name -> google.protobuf.Timestamp
-	42, // 48: corpus.v1.ProcessStatus.started_at:type_name -> google.protobuf.Timestamp
-	42, // 49: corpus.v1.Certificate.not_before:type_name -> google.protobuf.Timestamp
-	42, // 50: corpus.v1.Certificate.not_after:type_name -> google.protobuf.Timestamp
-	42, // 51: corpus.v1.Certificate.next_attempt_at:type_name -> google.protobuf.Timestamp
-	42, // 52: corpus.v1.Certificate.last_attempt_at:type_name -> google.protobuf.Timestamp
-	42, // 53: corpus.v1.Certificate.ocsp_next_update:type_name -> google.protobuf.Timestamp
-	33, // 54: corpus.v1.Certificate.challenge:type_name -> corpus.v1.AcmeChallenge
-	22, // 55: corpus.v1.ProjectEnv.AutoscaleEntry.value:type_name -> corpus.v1.AutoscalePolicy
-	56, // [56:56] is the sub-list for method output_type
-	56, // [56:56] is the sub-list for method input_type
-	56, // [56:56] is the sub-list for extension type_name
-	56, // [56:56] is the sub-list for extension extendee
-	0,  // [0:56] is the sub-list for field type_name
+	42, // 46: corpus.v1.UserToken.last_used_at:type_name -> google.protobuf.Timestamp
+	29, // 47: corpus.v1.Keyring.keys:type_name -> corpus.v1.SealKey
+	42, // 48: corpus.v1.SealKey.created_at:type_name -> google.protobuf.Timestamp
+	42, // 49: corpus.v1.ProcessStatus.started_at:type_name -> google.protobuf.Timestamp
+	42, // 50: corpus.v1.Certificate.not_before:type_name -> google.protobuf.Timestamp
+	42, // 51: corpus.v1.Certificate.not_after:type_name -> google.protobuf.Timestamp
+	42, // 52: corpus.v1.Certificate.next_attempt_at:type_name -> google.protobuf.Timestamp
+	42, // 53: corpus.v1.Certificate.last_attempt_at:type_name -> google.protobuf.Timestamp
+	42, // 54: corpus.v1.Certificate.ocsp_next_update:type_name -> google.protobuf.Timestamp
+	33, // 55: corpus.v1.Certificate.challenge:type_name -> corpus.v1.AcmeChallenge
+	22, // 56: corpus.v1.ProjectEnv.AutoscaleEntry.value:type_name -> corpus.v1.AutoscalePolicy
+	57, // [57:57] is the sub-list for method output_type
+	57, // [57:57] is the sub-list for method input_type
+	57, // [57:57] is the sub-list for extension type_name
+	57, // [57:57] is the sub-list for extension extendee
+	0,  // [0:57] is the sub-list for field type_name
 }
 
 func init() { file_corpus_v1_types_proto_init() }

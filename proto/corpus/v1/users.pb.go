@@ -143,8 +143,11 @@ type CreateTokenRequest struct {
 	User  string                 `protobuf:"bytes,1,opt,name=user,proto3" json:"user,omitempty"`
 	// ttl_seconds is how long the token works; 0 means 30 days, -1 never
 	// expires.
-	TtlSeconds    int64  `protobuf:"varint,2,opt,name=ttl_seconds,json=ttlSeconds,proto3" json:"ttl_seconds,omitempty"`
-	Description   string `protobuf:"bytes,3,opt,name=description,proto3" json:"description,omitempty"`
+	TtlSeconds  int64  `protobuf:"varint,2,opt,name=ttl_seconds,json=ttlSeconds,proto3" json:"ttl_seconds,omitempty"`
+	Description string `protobuf:"bytes,3,opt,name=description,proto3" json:"description,omitempty"`
+	// session makes a token for a session opened with the calling token
+	// (the dashboard's): revoking the calling token revokes it too.
+	Session       bool `protobuf:"varint,4,opt,name=session,proto3" json:"session,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -198,6 +201,13 @@ func (x *CreateTokenRequest) GetDescription() string {
 		return x.Description
 	}
 	return ""
+}
+
+func (x *CreateTokenRequest) GetSession() bool {
+	if x != nil {
+		return x.Session
+	}
+	return false
 }
 
 type CreateTokenResponse struct {
@@ -908,12 +918,13 @@ const file_corpus_v1_users_proto_rawDesc = "" +
 	"ttlSeconds\"O\n" +
 	"\rLoginResponse\x12\x14\n" +
 	"\x05token\x18\x01 \x01(\tR\x05token\x12(\n" +
-	"\x04info\x18\x02 \x01(\v2\x14.corpus.v1.UserTokenR\x04info\"k\n" +
+	"\x04info\x18\x02 \x01(\v2\x14.corpus.v1.UserTokenR\x04info\"\x85\x01\n" +
 	"\x12CreateTokenRequest\x12\x12\n" +
 	"\x04user\x18\x01 \x01(\tR\x04user\x12\x1f\n" +
 	"\vttl_seconds\x18\x02 \x01(\x03R\n" +
 	"ttlSeconds\x12 \n" +
-	"\vdescription\x18\x03 \x01(\tR\vdescription\"U\n" +
+	"\vdescription\x18\x03 \x01(\tR\vdescription\x12\x18\n" +
+	"\asession\x18\x04 \x01(\bR\asession\"U\n" +
 	"\x13CreateTokenResponse\x12\x14\n" +
 	"\x05token\x18\x01 \x01(\tR\x05token\x12(\n" +
 	"\x04info\x18\x02 \x01(\v2\x14.corpus.v1.UserTokenR\x04info\"'\n" +

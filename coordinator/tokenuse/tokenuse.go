@@ -1,0 +1,186 @@
+// Package tokenuse records when, and from which address, users' API
+// tokens were last used, without a Raft write per call.
+//
+// The replica that serves a call notes the use in memory (Use: a map
+// write under a lock, the newest use per token). Every Interval it
+// proposes one TouchUserTokens entry for all the tokens used meanwhile
+// (forwarded to the leader from a follower), leaving out a use the state
+// already holds to within Interval from the same address: a token used a
+// thousand times a second costs at most one entry per Interval on each
+// replica that serves it; such a use waits for a later tick, so the
+// last use lands within two Intervals. A batch that fails (no leader during an election)
+// is kept and tried again on the next tick, so uses outlive a leader
+// change; a replica that stops loses at most its last Interval of uses.
+// In a group that has not reached the release of TouchUserTokens
+// (compat.TokenLastUsed) the uses wait in memory, the newest per token,
+// and are written once it has.
+package tokenuse
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net"
+	"sync"
+	"time"
+
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"corpus/coordinator/compat"
+	"corpus/coordinator/state"
+	"corpus/internal/clock"
+	corpusv1 "corpus/proto/corpus/v1"
+)
+
+// DefaultInterval is the grain of the recorded last uses.
+const DefaultInterval = time.Minute
+
+// Recorder coalesces token uses and persists them. The zero value is not
+// usable: fill in the fields, then call Run.
+type Recorder struct {
+	Store *state.Store
+	// Propose commits a command through the leader (forwarded from a
+	// follower).
+	Propose  func(context.Context, *corpusv1.Command) (uint64, error)
+	Interval time.Duration
+	Clock    clock.Clock
+	Logger   *slog.Logger
+
+	mu      sync.Mutex
+	pending map[string]*corpusv1.TokenUse
+}
+
+// Use notes that token id authenticated a call from addr ("host:port" or
+// a host) now. It never blocks on I/O; a nil Recorder ignores it.
+func (r *Recorder) Use(id, addr string) {
+	if r == nil || id == "" {
+		return
+	}
+	now := clock.Or(r.Clock).Now()
+	from := host(addr)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.pending == nil {
+		r.pending = map[string]*corpusv1.TokenUse{}
+	}
+	if u, ok := r.pending[id]; ok {
+		u.At, u.From = timestamppb.New(now), from
+		return
+	}
+	r.pending[id] = &corpusv1.TokenUse{Id: id, At: timestamppb.New(now), From: from}
+}
+
+// host is addr without its port.
+func host(addr string) string {
+	if h, _, err := net.SplitHostPort(addr); err == nil {
+		return h
+	}
+	return addr
+}
+
+// Run flushes the uses every Interval until ctx ends.
+func (r *Recorder) Run(ctx context.Context) {
+	t := time.NewTicker(r.interval())
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			r.flush(ctx)
+		}
+	}
+}
+
+func (r *Recorder) interval() time.Duration {
+	if r.Interval <= 0 {
+		return DefaultInterval
+	}
+	return r.Interval
+}
+
+// flush proposes the pending uses the state does not hold yet, in
+// entries of at most state.MaxTokenUses; what fails to commit is kept
+// for the next tick.
+func (r *Recorder) flush(ctx context.Context) {
+	r.mu.Lock()
+	taken := r.pending
+	r.pending = nil
+	r.mu.Unlock()
+	if len(taken) == 0 {
+		return
+	}
+	view := r.Store.Read()
+	var uses, later []*corpusv1.TokenUse
+	if !compat.Allows(view.ClusterVersion(), compat.TokenLastUsed) {
+		// An older replica in the group could not apply it: kept (one
+		// per token) until the group is upgraded.
+		for _, u := range taken {
+			later = append(later, u)
+		}
+		r.keep(later)
+		return
+	}
+	for _, u := range taken {
+		switch r.judge(view, u) {
+		case stale:
+		case soon:
+			later = append(later, u)
+		default:
+			uses = append(uses, u)
+		}
+	}
+	r.keep(later)
+	for len(uses) > 0 {
+		n := min(len(uses), state.MaxTokenUses)
+		cmd := &corpusv1.Command{Cmd: &corpusv1.Command_TouchUserTokens{TouchUserTokens: &corpusv1.TouchUserTokens{Uses: uses[:n]}}}
+		if _, err := r.Propose(ctx, cmd); err != nil {
+			if !errors.Is(err, context.Canceled) {
+				r.Logger.Debug("recording token uses; kept for the next try", "tokens", len(uses), "error", err)
+			}
+			r.keep(uses)
+			return
+		}
+		uses = uses[n:]
+	}
+}
+
+type verdict int
+
+const (
+	// record: the state does not hold the use.
+	record verdict = iota
+	// stale: the token is gone, or holds this use or a later one.
+	stale
+	// soon: the token holds a use from the same address less than an
+	// interval older; the use waits for a later tick, so the token is
+	// written at most once per interval and its last use still lands.
+	soon
+)
+
+// judge says what to do with the use u given the state view.
+func (r *Recorder) judge(view *state.Snap, u *corpusv1.TokenUse) verdict {
+	t := view.UserToken(u.Id)
+	switch {
+	case t == nil || (t.LastUsedAt != nil && !u.At.AsTime().After(t.LastUsedAt.AsTime())):
+		return stale
+	case t.LastUsedAt != nil && t.LastUsedFrom == u.From && u.At.AsTime().Sub(t.LastUsedAt.AsTime()) < r.interval():
+		return soon
+	}
+	return record
+}
+
+// keep puts back uses that could not be recorded, under newer ones noted
+// meanwhile.
+func (r *Recorder) keep(uses []*corpusv1.TokenUse) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.pending == nil {
+		r.pending = map[string]*corpusv1.TokenUse{}
+	}
+	for _, u := range uses {
+		if _, newer := r.pending[u.Id]; !newer {
+			r.pending[u.Id] = u
+		}
+	}
+}
