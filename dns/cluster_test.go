@@ -80,12 +80,55 @@ func TestZoneErrors(t *testing.T) {
 			if _, err := NewZone("", 1, tt.recs); !errors.Is(err, tt.want) {
 				t.Errorf("NewZone = %v, want %v", err, tt.want)
 			}
+			// The last record, checked against a zone of the others.
+			last := len(tt.recs) - 1
+			z, err := NewZone("", 1, tt.recs[:last])
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := z.Fits(tt.recs[last]); !errors.Is(err, tt.want) {
+				t.Errorf("Fits(%s) = %v, want %v", tt.recs[last], err, tt.want)
+			}
 		})
 	}
 	if err := (Config{}).Validate(); !errors.Is(err, ErrBadConfig) {
 		t.Errorf("empty config = %v, want ErrBadConfig", err)
 	}
 	_ = dns.TypeA
+}
+
+// TestZoneFits: a record Fits the zone exactly when NewZone builds the
+// zone's records with it.
+func TestZoneFits(t *testing.T) {
+	t.Parallel()
+	held := []Record{{Name: "x", Type: "A", Data: "10.0.0.1"}, {Name: "x", Type: "TXT", Data: "hello"}, {Name: "w", Type: "CNAME", Data: "x"}}
+	z, err := NewZone("", 1, held)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		rec  Record
+		want error
+	}{
+		{Record{Name: "x", Type: "A", Data: "10.0.0.2"}, nil},
+		{Record{Name: "x", Type: "A", Data: "10.0.0.1"}, nil}, // the same again
+		{Record{Name: "y", Type: "CNAME", Data: "x"}, nil},
+		{Record{Name: "a.b.x", Type: "A", Data: "10.0.0.3"}, nil},
+		{Record{Name: "x", Type: "CNAME", Data: "y"}, ErrCNAMEConflict},
+		{Record{Name: "w", Type: "TXT", Data: "beside a CNAME"}, ErrCNAMEConflict},
+		{Record{Name: "w", Type: "CNAME", Data: "v"}, ErrCNAMEConflict},
+		{Record{Name: "@", Type: "CNAME", Data: "y"}, ErrCNAMEConflict}, // the apex has its SOA and NS
+		{Record{Name: "@", Type: "NS", Data: "ns2.elsewhere."}, nil},
+		{Record{Name: "x.", Type: "A", Data: "10.0.0.1"}, ErrOutOfZone},
+	} {
+		err := z.Fits(tt.rec)
+		if !errors.Is(err, tt.want) || (err == nil) != (tt.want == nil) {
+			t.Errorf("Fits(%s) = %v, want %v", tt.rec, err, tt.want)
+		}
+		if _, built := NewZone("", 1, append(slices.Clone(held), tt.rec)); (built == nil) != (err == nil) {
+			t.Errorf("Fits(%s) = %v but NewZone with it = %v", tt.rec, err, built)
+		}
+	}
 }
 
 // TestZoneSkips: a record the zone cannot serve is left out and listed

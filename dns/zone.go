@@ -254,25 +254,14 @@ func txtStrings(v string) []string {
 
 // add inserts rr, creating its node and the empty non-terminals above it.
 func (z *Zone) add(rr dns.RR) error {
-	h := rr.Header()
-	name := dns.CanonicalName(h.Name)
-	if !dns.IsSubDomain(z.origin, name) {
-		return ErrOutOfZone
+	name, err := z.check(rr)
+	if err != nil {
+		return err
 	}
+	h := rr.Header()
 	h.Class = dns.ClassINET
-	switch h.Rrtype {
-	case dns.TypeSOA:
-		if name != z.origin {
-			return fmt.Errorf("SOA below the apex: %w", ErrBadRecord)
-		}
-		if z.soa != nil {
-			return fmt.Errorf("second SOA: %w", ErrBadRecord)
-		}
+	if h.Rrtype == dns.TypeSOA {
 		z.soa = rr.(*dns.SOA)
-	case dns.TypeNS:
-		if name != z.origin {
-			return ErrDelegation
-		}
 	}
 	n := z.nodes[name]
 	if n == nil {
@@ -285,15 +274,57 @@ func (z *Zone) add(rr dns.RR) error {
 		}
 	}
 	t := h.Rrtype
-	if t == dns.TypeCNAME && len(n.rrsets) > 0 || t != dns.TypeCNAME && len(n.rrsets[dns.TypeCNAME]) > 0 {
-		return ErrCNAMEConflict
-	}
 	for _, old := range n.rrsets[t] {
 		if dns.IsDuplicate(old, rr) {
 			return nil
 		}
 	}
 	n.rrsets[t] = append(n.rrsets[t], rr)
+	return nil
+}
+
+// check says whether rr can go into the zone as it stands, and under
+// which canonical name: inside it, an SOA only at the apex and only one,
+// NS only at the apex, no CNAME beside other data at its name.
+func (z *Zone) check(rr dns.RR) (string, error) {
+	h := rr.Header()
+	name := dns.CanonicalName(h.Name)
+	if !dns.IsSubDomain(z.origin, name) {
+		return "", ErrOutOfZone
+	}
+	switch h.Rrtype {
+	case dns.TypeSOA:
+		if name != z.origin {
+			return "", fmt.Errorf("SOA below the apex: %w", ErrBadRecord)
+		}
+		if z.soa != nil {
+			return "", fmt.Errorf("second SOA: %w", ErrBadRecord)
+		}
+	case dns.TypeNS:
+		if name != z.origin {
+			return "", ErrDelegation
+		}
+	}
+	if n := z.nodes[name]; n != nil {
+		t := h.Rrtype
+		if t == dns.TypeCNAME && len(n.rrsets) > 0 || t != dns.TypeCNAME && len(n.rrsets[dns.TypeCNAME]) > 0 {
+			return "", ErrCNAMEConflict
+		}
+	}
+	return name, nil
+}
+
+// Fits returns the error NewZone would give for the zone's records and
+// rec, nil when rec could join them; it looks at rec's name alone, so
+// checking one more record does not rebuild a zone of many.
+func (z *Zone) Fits(rec Record) error {
+	rr, err := parseRecord(z.origin, rec)
+	if err != nil {
+		return err
+	}
+	if _, err := z.check(rr); err != nil {
+		return fmt.Errorf("record %q: %w", rec.String(), err)
+	}
 	return nil
 }
 
