@@ -1,6 +1,17 @@
 package coordinator
 
-import "sort"
+import (
+	"context"
+	"sort"
+
+	corpusv1 "corpus/proto/corpus/v1"
+)
+
+// PassOn proposes cmd as a follower does, by passing it to the leader,
+// whatever this replica's role.
+func PassOn(s *Server, ctx context.Context, cmd *corpusv1.Command) (uint64, error) {
+	return s.passOn(ctx, cmd)
+}
 
 // AgentClientNodes lists the node ids the server keeps agent clients for.
 func AgentClientNodes(s *Server) []string {

@@ -161,12 +161,17 @@ func (s *Server) Seen(nodeIDs []string) {
 	}
 }
 
+// errLeadsNow is leaderClient's answer when this replica became the
+// leader after its caller saw it follow: the caller does the work itself,
+// or its client retries (it wraps api.ErrNotLeader).
+var errLeadsNow = fmt.Errorf("%w (this replica was elected leader meanwhile; retry)", api.ErrNotLeader)
+
 // leaderClient is a client of the leader's API, presenting the cluster's
 // coordinator key.
 func (s *Server) leaderClient() (corpusv1connect.ClusterServiceClient, string, error) {
 	id, self := s.Leader()
 	if self {
-		return nil, "", errors.New("this replica leads")
+		return nil, "", errLeadsNow
 	}
 	if id == "" {
 		return nil, "", fmt.Errorf("%w (no leader is elected yet; retry shortly)", api.ErrNotLeader)
@@ -204,6 +209,12 @@ func (s *Server) propose(ctx context.Context, cmd *corpusv1.Command) (uint64, er
 	if s.replica.isLeader() {
 		return s.replica.propose(ctx, cmd)
 	}
+	return s.passOn(ctx, cmd)
+}
+
+// passOn is propose on a follower: the command goes to the leader. When
+// this replica was elected meanwhile, it proposes the command itself.
+func (s *Server) passOn(ctx context.Context, cmd *corpusv1.Command) (uint64, error) {
 	data, err := proto.Marshal(cmd)
 	if err != nil {
 		return 0, err
@@ -217,6 +228,9 @@ func (s *Server) propose(ctx context.Context, cmd *corpusv1.Command) (uint64, er
 		res = r.Msg
 		return nil
 	})
+	if errors.Is(err, errLeadsNow) {
+		return s.replica.propose(ctx, cmd)
+	}
 	if err != nil {
 		return 0, err
 	}

@@ -409,3 +409,19 @@ func TestReportsSeePlacements(t *testing.T) {
 		}
 	}
 }
+
+// TestPassOnWhenElected: a write a replica passes on to the leader, when
+// that replica was elected meanwhile, is proposed there and applied, not
+// refused (seen under load: "internal: this replica leads").
+func TestPassOnWhenElected(t *testing.T) {
+	t.Parallel()
+	s := start(t, t.TempDir())
+	rec := &corpusv1.DnsRecord{Id: "r1", Name: "www.cluster.corpus.", Type: "A", Ttl: 60, Data: "10.0.0.5", Key: "www.cluster.corpus. A 10.0.0.5"}
+	cmd := &corpusv1.Command{Cmd: &corpusv1.Command_AddDnsRecord{AddDnsRecord: &corpusv1.AddDnsRecord{Record: rec}}}
+	if _, err := coordinator.PassOn(s.Server, t.Context(), cmd); err != nil {
+		t.Fatalf("PassOn on the leader = %v, want the write applied", err)
+	}
+	if got := s.Store().Read().DNSRecordByKey(rec.Key); got == nil {
+		t.Errorf("record %s not in the state after PassOn", rec.Key)
+	}
+}
