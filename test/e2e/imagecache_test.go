@@ -1,10 +1,7 @@
 package e2e
 
 import (
-	"context"
 	"fmt"
-	"net"
-	"net/http"
 	"regexp"
 	"slices"
 	"strconv"
@@ -26,12 +23,7 @@ import (
 func TestImageCacheCLI(t *testing.T) {
 	c := newCluster(t)
 	a := c.addAgent("n1")
-	reg := ocitest.Serve(t, listenIn(t, a.node.ns))
-	dial := func(ctx context.Context, network, addr string) (net.Conn, error) {
-		return inNamespace(a.node.ns, func() (net.Conn, error) { return (&net.Dialer{}).DialContext(ctx, network, addr) })
-	}
-	tr := &http.Transport{DialContext: dial}
-	t.Cleanup(tr.CloseIdleConnections)
+	reg, tr := registryIn(t, a.node.ns)
 	ref := reg + "/team/app:1"
 	digest := ocitest.Push(t, ref, ocitest.Image(t, v1.Config{Cmd: []string{"/bin/sleep", "1000"}, Env: []string{"PATH=/bin"}},
 		ocitest.BusyboxLayer(t)), remote.WithTransport(tr))

@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"fmt"
-	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -39,9 +38,7 @@ func siteImage(t *testing.T, version string) v1.Image {
 // the one before serving.
 func TestProjectFromOCIImage(t *testing.T) {
 	l := newDeployLab(t)
-	reg := ocitest.Serve(t, listenIn(t, l.a.node.ns))
-	tr := &http.Transport{DialContext: dialIn(l.a.node.ns)}
-	t.Cleanup(tr.CloseIdleConnections)
+	reg, tr := registryIn(t, l.a.node.ns)
 	push := func(tag string, img v1.Image) string {
 		return ocitest.Push(t, reg+"/team/site:"+tag, img, remote.WithTransport(tr))
 	}

@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"context"
 	"fmt"
 	"io"
 	"net"
@@ -16,6 +15,17 @@ import (
 	"corpus/images/oci/ocitest"
 )
 
+// registryIn serves a test registry on loopback inside namespace ns and
+// returns its address and a transport that reaches it (and the node's
+// guests) from the test.
+func registryIn(t *testing.T, ns string) (string, *http.Transport) {
+	t.Helper()
+	reg := ocitest.Serve(t, listenIn(t, ns))
+	tr := &http.Transport{DialContext: dialIn(ns)}
+	t.Cleanup(tr.CloseIdleConnections)
+	return reg, tr
+}
+
 // TestGuestFromOCIImage: a guest made from an OCI image that a registry
 // on the node's loopback serves (an agent pulls from loopback over plain
 // HTTP without being told) runs the image's command as the image's user
@@ -24,13 +34,7 @@ import (
 func TestGuestFromOCIImage(t *testing.T) {
 	c := newCluster(t)
 	a := c.addAgent("n1")
-	reg := ocitest.Serve(t, listenIn(t, a.node.ns))
-	// The test reaches the registry and the guest from n1's namespace.
-	dial := func(ctx context.Context, network, addr string) (net.Conn, error) {
-		return inNamespace(a.node.ns, func() (net.Conn, error) { return (&net.Dialer{}).DialContext(ctx, network, addr) })
-	}
-	tr := &http.Transport{DialContext: dial}
-	t.Cleanup(tr.CloseIdleConnections)
+	reg, tr := registryIn(t, a.node.ns)
 	digest := ocitest.Push(t, reg+"/team/web:1", ocitest.Image(t, v1.Config{
 		Entrypoint:   []string{"/bin/sh", "-c"},
 		Cmd:          []string{`echo "uid $(id -u) $GREETING" > index.html && exec httpd -f -p 8080 -h .`},
