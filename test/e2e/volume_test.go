@@ -461,7 +461,14 @@ func TestVolumeSizes(t *testing.T) {
 		return nil
 	})
 	pid = guestPID()
-	c.mustCLI("guest", "exec", "db", "--", "dd", "if=/dev/zero", "of=/srv/data/fill", "bs=1M", "count=100")
+	// The restarted agent reports before its API may answer the exec
+	// (seen: "connection refused" from the agent's address).
+	eventually(t, 30*time.Second, "100 MB written in the guest through the restarted agent", func() error {
+		if _, errOut, code := c.cli("guest", "exec", "db", "--", "dd", "if=/dev/zero", "of=/srv/data/fill", "bs=1M", "count=100"); code != 0 {
+			return fmt.Errorf("exit %d: %s", code, strings.TrimSpace(errOut))
+		}
+		return nil
+	})
 	_, errOut, code := c.cli("volume", "trim", "--timeout", "20s", "db", "128M")
 	if code == 0 || !strings.Contains(errOut, "used needs at least") || !strings.Contains(errOut, "nothing changed") {
 		t.Errorf("trimming 100 MB of fresh data to 128M = exit %d, %q; want a refusal from the node's measurement", code, errOut)
