@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -278,9 +279,9 @@ func TestCoordinatorGroup(t *testing.T) {
 	// Linearizable.
 	mu.Lock()
 	defer mu.Unlock()
-	res, info := porcupine.CheckOperationsVerbose(linearizable.Model, history, time.Minute)
+	res, info := linearizable.Check(history, time.Minute)
 	if res != porcupine.Ok {
-		file := filepath.Join(os.TempDir(), "corpus-linearizability.html")
+		file := filepath.Join(cmp.Or(os.Getenv("CORPUS_TEST_LOGS"), os.TempDir()), "corpus-linearizability.html")
 		if err := porcupine.VisualizePath(linearizable.Model, info, file); err == nil {
 			t.Logf("visualization: %s", file)
 		}
