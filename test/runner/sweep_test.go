@@ -57,6 +57,21 @@ func started(t *testing.T, env []string, name string, args ...string) (*exec.Cmd
 	return cmd, ended
 }
 
+// sweepFolder returns test/sweep's path and a new folder under /tmp for
+// a group's leftovers (the caller removes it).
+func sweepFolder(t *testing.T) (sweep, root string) {
+	t.Helper()
+	sweep, err := filepath.Abs("../sweep")
+	if err != nil {
+		t.Fatal(err)
+	}
+	root, err = os.MkdirTemp("/tmp", "sweeptest.")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sweep, root
+}
+
 // TestSweep: what a group left behind (a process started with the
 // group's ledger in its environment, one naming the group's folder on
 // its command line, a mount, a loop device backed by a file there, a
@@ -65,14 +80,7 @@ func started(t *testing.T, env []string, name string, args ...string) (*exec.Cmd
 // finds nothing.
 func TestSweep(t *testing.T) {
 	need(t, "ip", "losetup", "mount", "bash")
-	sweep, err := filepath.Abs("../sweep")
-	if err != nil {
-		t.Fatal(err)
-	}
-	root, err := os.MkdirTemp("/tmp", "sweeptest.")
-	if err != nil {
-		t.Fatal(err)
-	}
+	sweep, root := sweepFolder(t)
 	ledger := root + ".ledger"
 	outside, err := os.MkdirTemp("/tmp", "sweeptest-outside.")
 	if err != nil {
@@ -178,14 +186,7 @@ func TestSweepLibvirtDomains(t *testing.T) {
 		}
 		t.Skip("skipping: libvirtd does not answer on qemu:///system")
 	}
-	sweep, err := filepath.Abs("../sweep")
-	if err != nil {
-		t.Fatal(err)
-	}
-	root, err := os.MkdirTemp("/tmp", "sweeptest.")
-	if err != nil {
-		t.Fatal(err)
-	}
+	sweep, root := sweepFolder(t)
 	kept := t.TempDir()
 	if !strings.HasPrefix(kept, "/tmp/") {
 		kept = root + ".kept"
