@@ -60,8 +60,8 @@ func (h host) CallCoordinator(f func(corpusv1connect.AgentServiceClient) error) 
 	return h.a.callCoordinator(f)
 }
 
-func (h host) ServeGit(ctx context.Context, user, fp, command string, rw io.ReadWriter, stderr io.Writer) int {
-	return h.a.deploys.ServeGit(ctx, user, fp, command, rw, stderr)
+func (h host) ServeGit(ctx context.Context, user, fp, from, command string, rw io.ReadWriter, stderr io.Writer) int {
+	return h.a.deploys.ServeGit(ctx, user, fp, from, command, rw, stderr)
 }
 
 func (h host) ShellRequest(ctx context.Context, name, project string, argv []string, env map[string]string, dir string,

@@ -366,7 +366,7 @@ func New(cfg Config) (*Server, error) {
 		Passwords:        passwords,
 		LoginTTL:         cfg.LoginTokenTTL,
 		Series:           s.series,
-		TokenUsed:        s.tokenUses.Use,
+		Uses:             s.tokenUses,
 		Extensions:       extensions.NewCaller(cfg.Metrics, certs.keys.Get),
 		ServiceTemplates: cfg.ServiceTemplates,
 		Store:            s.store,

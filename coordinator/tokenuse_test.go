@@ -10,6 +10,7 @@ import (
 	"connectrpc.com/connect"
 
 	"corpus/coordinator"
+	"corpus/coordinator/state"
 	corpusv1 "corpus/proto/corpus/v1"
 )
 
@@ -136,4 +137,81 @@ func TestTokenLastUsed(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// TestKeyLastUsed: an SSH key's last use is recorded, with the client's
+// address as the node saw it, when a session's command (a push, a fetch,
+// a shell) is checked, whether or not the project allows it; the
+// handshake's check of the key alone (an SSH client offers its keys in
+// turn, before proving it holds one) records nothing, nor does a key of
+// no user.
+func TestKeyLastUsed(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := start(t, t.TempDir(), func(c *coordinator.Config) { c.TokenUseInterval = 200 * time.Millisecond })
+	n1 := s.enroll("n1")
+	n1.report(t)
+	ops := s.ops()
+	if _, err := ops.users.CreateUser(ctx, connect.NewRequest(&corpusv1.CreateUserRequest{Name: "alice", Role: "dev"})); err != nil {
+		t.Fatal(err)
+	}
+	fps := map[string]string{}
+	for _, which := range []string{"pushed", "offered", "refused"} {
+		line, fp := newKey(t)
+		if _, err := ops.users.AddKey(ctx, connect.NewRequest(&corpusv1.AddKeyRequest{User: "alice", PublicKey: line})); err != nil {
+			t.Fatal(err)
+		}
+		fps[which] = fp
+	}
+	if _, err := ops.project.CreateProject(ctx, connect.NewRequest(&corpusv1.CreateProjectRequest{Name: "hello", Env: "dev"})); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ops.project.GrantProject(ctx, connect.NewRequest(&corpusv1.GrantProjectRequest{Name: "hello", User: "alice"})); err != nil {
+		t.Fatal(err)
+	}
+	s.waitFor("hello-dev placed", func(v *state.Snap) bool { return v.GuestByName("hello-dev").GetNodeId() == n1.id })
+	for _, req := range []*corpusv1.GitAccessRequest{
+		{Fingerprint: fps["offered"]},
+		{Fingerprint: fps["pushed"], Project: "hello", Write: true, From: "192.0.2.7:51234"},
+		{Fingerprint: fps["refused"], Project: "nope", Write: true, From: "192.0.2.8:40000"},
+		{Fingerprint: "SHA256:nobody", Project: "hello", From: "192.0.2.9:1"},
+	} {
+		if _, err := n1.agent.GitAccess(ctx, connect.NewRequest(req)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	keys := func() (map[string]*corpusv1.SshKey, error) {
+		res, err := ops.users.ListUsers(ctx, connect.NewRequest(&corpusv1.ListUsersRequest{}))
+		if err != nil {
+			return nil, err
+		}
+		out := map[string]*corpusv1.SshKey{}
+		for _, u := range res.Msg.Users {
+			for _, k := range u.Keys {
+				out[k.Fingerprint] = k
+			}
+		}
+		return out, nil
+	}
+	eventuallyT(t, "the keys' last uses recorded", func() error {
+		ks, err := keys()
+		if err != nil {
+			return err
+		}
+		for which, from := range map[string]string{"pushed": "192.0.2.7", "refused": "192.0.2.8"} {
+			if k := ks[fps[which]]; k.GetLastUsedAt() == nil || k.LastUsedFrom != from {
+				return fmt.Errorf("the %s key's last use: %v from %q, want from %s", which, k.GetLastUsedAt(), k.GetLastUsedFrom(), from)
+			}
+		}
+		return nil
+	})
+	// Had the offered key's check been noted, it would have gone in the
+	// same batch as the pushed key's, noted after it.
+	ks, err := keys()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if k := ks[fps["offered"]]; k.GetLastUsedAt() != nil || k.GetLastUsedFrom() != "" {
+		t.Errorf("a key only offered at a handshake: last used %v from %q, want never", k.GetLastUsedAt(), k.GetLastUsedFrom())
+	}
 }

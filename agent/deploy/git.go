@@ -91,11 +91,12 @@ func parseGitCommand(cmd string) (service, project, env string, err error) {
 }
 
 // ServeGit serves a git command of the SSH endpoint's session for the
-// key's owner (user, key fingerprint fp): git-receive-pack (a push, which
+// key's owner (user, key fingerprint fp, the client's address from):
+// git-receive-pack (a push, which
 // deploys) or git-upload-pack, on the environment's repository, with
 // rw as the command's input and output. It returns the exit status for
 // the client; what went wrong is told on stderr.
-func (p *Pipeline) ServeGit(ctx context.Context, user, fp, command string, rw io.ReadWriter, stderr io.Writer) int {
+func (p *Pipeline) ServeGit(ctx context.Context, user, fp, from, command string, rw io.ReadWriter, stderr io.Writer) int {
 	fail := func(format string, args ...any) int {
 		fmt.Fprintf(stderr, "corpus: "+format+"\n", args...)
 		return 1
@@ -110,7 +111,7 @@ func (p *Pipeline) ServeGit(ctx context.Context, user, fp, command string, rw io
 	s := p.git
 	write := service == "git-receive-pack"
 	actx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	access, err := p.gitAccess(actx, &corpusv1.GitAccessRequest{Fingerprint: fp, Project: project, Env: env, Write: write})
+	access, err := p.gitAccess(actx, &corpusv1.GitAccessRequest{Fingerprint: fp, Project: project, Env: env, Write: write, From: from})
 	cancel()
 	if err != nil {
 		return fail("cannot reach the coordinator: %v", err)

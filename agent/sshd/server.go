@@ -42,7 +42,7 @@ type Host interface {
 	CallCoordinator(f func(corpusv1connect.AgentServiceClient) error) error
 	// ServeGit serves a git command of user, whose key has fingerprint
 	// fp (agent/deploy: a push deploys), and returns its exit status.
-	ServeGit(ctx context.Context, user, fp, command string, rw io.ReadWriter, stderr io.Writer) int
+	ServeGit(ctx context.Context, user, fp, from, command string, rw io.ReadWriter, stderr io.Writer) int
 	// ShellRequest prepares a session in guest name of this node (see
 	// agent/shell).
 	ShellRequest(ctx context.Context, name, project string, argv []string, env map[string]string, dir string,
@@ -243,7 +243,7 @@ func (s *Server) session(ctx context.Context, sc *ssh.ServerConn, ch ssh.Channel
 			}
 		}
 		user, fp := sc.Permissions.Extensions["user"], sc.Permissions.Extensions["fingerprint"]
-		code := s.cfg.Host.ServeGit(ctx, user, fp, payload.Command, ch, ch.Stderr())
+		code := s.cfg.Host.ServeGit(ctx, user, fp, sc.RemoteAddr().String(), payload.Command, ch, ch.Stderr())
 		x.exit(code)
 		return
 	}

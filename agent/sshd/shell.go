@@ -117,7 +117,7 @@ func (x *sshSession) run(ctx context.Context, project, env string, argv []string
 	}
 	fp := x.sc.Permissions.Extensions["fingerprint"]
 	actx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	access, err := s.gitAccess(actx, &corpusv1.GitAccessRequest{Fingerprint: fp, Project: project, Env: env, Shell: true})
+	access, err := s.gitAccess(actx, &corpusv1.GitAccessRequest{Fingerprint: fp, Project: project, Env: env, Shell: true, From: x.sc.RemoteAddr().String()})
 	cancel()
 	if err != nil {
 		return fail(1, "cannot reach the coordinator: %v", err)

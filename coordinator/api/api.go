@@ -76,9 +76,10 @@ type Backend struct {
 	// Series is what the dashboard plots (nil: nothing).
 	Series SeriesSource
 
-	// TokenUsed hears of each call a user token was accepted for, with
-	// the client's address (nil: last uses are not recorded).
-	TokenUsed func(tokenID, addr string)
+	// Uses hears of each call a user token was accepted for and of each
+	// SSH key a node checked at a handshake, with the client's address
+	// (nil: last uses are not recorded).
+	Uses Uses
 
 	// Guests and Volumes are the handlers of those services (set by
 	// serve.Mount): a service's resize goes through them. A project's
@@ -92,6 +93,16 @@ type Backend struct {
 	// ServiceTemplates is the operator's folder of service templates,
 	// added to the built-in ones ("": none).
 	ServiceTemplates string
+}
+
+// Uses records credentials' last uses (coordinator/tokenuse). Neither
+// method may block.
+type Uses interface {
+	// Use: token id authenticated a call from addr.
+	Use(tokenID, addr string)
+	// UseKey: the SSH key with that fingerprint opened a session on a
+	// node from addr.
+	UseKey(fingerprint, addr string)
 }
 
 // Proposer commits a command through Raft (see coordinator.Server): on
@@ -336,6 +347,22 @@ const maxRequestBytes = 4 << 20
 // cluster's (see state.Store.Now).
 func (b *Backend) Now() time.Time { return b.Store.Now(b.Clock) }
 
+// tokenUsed is what the authenticator tells of token uses (nil: none).
+func (b *Backend) tokenUsed() func(tokenID, addr string) {
+	if b.Uses == nil {
+		return nil
+	}
+	return b.Uses.Use
+}
+
+// KeyUsed tells Uses, when set, that a node checked the SSH key with that
+// fingerprint for a session from addr.
+func (b *Backend) KeyUsed(fingerprint, addr string) {
+	if b.Uses != nil {
+		b.Uses.UseKey(fingerprint, addr)
+	}
+}
+
 // Current is the state once this replica has caught up with every write
 // acknowledged before the call (Group.ReadIndex, as a linearizable read
 // does). A write handler about to succeed from the state alone (nothing
@@ -369,7 +396,7 @@ func Options(b *Backend) []connect.HandlerOption {
 	b.audit = audit.New(b, b.Logger)
 	b.keyrings = keyring.New(b.Store, b.CA, b)
 	b.admission = &admission.Controller{Store: b.Store, Extensions: b.Extensions, Keyring: b.keyrings, Audit: b.audit, Logger: b.Logger}
-	authn := &auth.Authenticator{Store: b.Store, Policies: Policies, Clock: b.Clock, Used: b.TokenUsed, Refused: func(ctx context.Context, p auth.Principal, procedure string, req any, err error) {
+	authn := &auth.Authenticator{Store: b.Store, Policies: Policies, Clock: b.Clock, Used: b.tokenUsed(), Refused: func(ctx context.Context, p auth.Principal, procedure string, req any, err error) {
 		m, _ := req.(proto.Message)
 		b.audit.Refused(ctx, p, procedure, m, err)
 	}}

@@ -2,8 +2,10 @@ package state
 
 import (
 	"fmt"
+	"slices"
 
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"corpus/coordinator/compat"
 	"corpus/coordinator/state/statedb"
@@ -110,19 +112,22 @@ func (a *applier) deleteUserTokens(user string) {
 	}
 }
 
-// MaxTokenUses bounds the uses one TouchUserTokens entry carries.
+// MaxTokenUses bounds the uses (of tokens and of SSH keys together) one
+// TouchUserTokens entry carries.
 const MaxTokenUses = 500
 
-// touchUserTokens records tokens' last uses. A token revoked since its
-// use was recorded is skipped, and a use older than the one the token
-// holds changes nothing: replicas' batches may commit in any order.
+// touchUserTokens records tokens' and SSH keys' last uses. A token
+// revoked (or a key removed) since its use was noted is skipped, and a
+// use older than the one recorded changes nothing: replicas' batches
+// may commit in any order. A use is not a change of its user: the
+// user's modify index stays.
 func (a *applier) touchUserTokens(c *corpusv1.TouchUserTokens) error {
-	if len(c.Uses) > MaxTokenUses {
-		return fmt.Errorf("%d token uses in one entry, at most %d: %w", len(c.Uses), MaxTokenUses, ErrInvalid)
+	if n := len(c.Uses) + len(c.KeyUses); n > MaxTokenUses {
+		return fmt.Errorf("%d token and key uses in one entry, at most %d: %w", n, MaxTokenUses, ErrInvalid)
 	}
-	for _, u := range c.Uses {
+	for _, u := range append(slices.Clip(c.Uses), c.KeyUses...) {
 		if u.Id == "" || u.At == nil {
-			return fmt.Errorf("token use without id or time: %w", ErrInvalid)
+			return fmt.Errorf("token or key use without id or time: %w", ErrInvalid)
 		}
 	}
 	for _, u := range c.Uses {
@@ -131,12 +136,31 @@ func (a *applier) touchUserTokens(c *corpusv1.TouchUserTokens) error {
 			continue
 		}
 		t := raw.(*corpusv1.UserToken)
-		if t.LastUsedAt != nil && !u.At.AsTime().After(t.LastUsedAt.AsTime()) {
+		if !newerUse(u, t.LastUsedAt) {
 			continue
 		}
 		t = proto.Clone(t).(*corpusv1.UserToken)
 		t.LastUsedAt, t.LastUsedFrom = u.At, u.From
 		a.put(statedb.TableUserTokens, t)
 	}
+	for _, u := range c.KeyUses {
+		owner := a.view().UserByFingerprint(u.Id)
+		if owner == nil {
+			continue
+		}
+		owner = proto.Clone(owner).(*corpusv1.User)
+		for _, k := range owner.Keys {
+			if k.Fingerprint == u.Id && newerUse(u, k.LastUsedAt) {
+				k.LastUsedAt, k.LastUsedFrom = u.At, u.From
+				a.put(statedb.TableUsers, owner)
+			}
+		}
+	}
 	return nil
+}
+
+// newerUse says whether u is later than the last use recorded (nil:
+// none).
+func newerUse(u *corpusv1.TokenUse, last *timestamppb.Timestamp) bool {
+	return last == nil || u.At.AsTime().After(last.AsTime())
 }

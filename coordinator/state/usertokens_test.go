@@ -165,3 +165,42 @@ func TestRevokeEndsSessions(t *testing.T) {
 		t.Errorf("a session of a revoked token = %v, want %v", err, state.ErrNotFound)
 	}
 }
+
+// TestTouchSSHKeys: an SSH key's last use only moves forward and does
+// not count as a change of its user; a use of a key removed since is
+// skipped; key and token uses share the entry's bound.
+func TestTouchSSHKeys(t *testing.T) {
+	r := newReplica(t)
+	key := func(fp string) *corpusv1.Command {
+		return &corpusv1.Command{Cmd: &corpusv1.Command_AddSshKey{AddSshKey: &corpusv1.AddSshKey{User: "alice", Key: &corpusv1.SshKey{Fingerprint: fp, PublicKey: "ssh-ed25519 " + fp}}}}
+	}
+	keyUses := func(uses ...*corpusv1.TokenUse) *corpusv1.Command {
+		return &corpusv1.Command{Cmd: &corpusv1.Command_TouchUserTokens{TouchUserTokens: &corpusv1.TouchUserTokens{KeyUses: uses}}}
+	}
+	r.must(&corpusv1.Command{Cmd: &corpusv1.Command_CreateUser{CreateUser: &corpusv1.CreateUser{User: &corpusv1.User{Name: "alice", Role: "dev"}}}},
+		key("SHA256:a"), key("SHA256:b"), clusterVersionCmd("v0.2"))
+	modified := r.store.Read().User("alice").ModifyIndex
+	r.must(keyUses(use("SHA256:a", epoch.Add(time.Minute), "10.0.0.1"), use("SHA256:gone", epoch, "10.0.0.9")))
+	r.must(keyUses(use("SHA256:a", epoch, "10.0.0.2"))) // older: changes nothing
+	alice := r.store.Read().User("alice")
+	if alice.ModifyIndex != modified {
+		t.Errorf("a key's use moved its user's modify index from %d to %d", modified, alice.ModifyIndex)
+	}
+	for _, k := range alice.Keys {
+		switch k.Fingerprint {
+		case "SHA256:a":
+			if !k.LastUsedAt.AsTime().Equal(epoch.Add(time.Minute)) || k.LastUsedFrom != "10.0.0.1" {
+				t.Errorf("a's last use = %v from %q, want %v from 10.0.0.1", k.LastUsedAt.AsTime(), k.LastUsedFrom, epoch.Add(time.Minute))
+			}
+		case "SHA256:b":
+			if k.LastUsedAt != nil || k.LastUsedFrom != "" {
+				t.Errorf("b, never used, = %v", k)
+			}
+		}
+	}
+	over := touchCmd(make([]*corpusv1.TokenUse, state.MaxTokenUses/2)...)
+	over.GetTouchUserTokens().KeyUses = make([]*corpusv1.TokenUse, state.MaxTokenUses/2+1)
+	if err := r.apply(over); !errors.Is(err, state.ErrInvalid) {
+		t.Errorf("%d token and %d key uses = %v, want %v", state.MaxTokenUses/2, state.MaxTokenUses/2+1, err, state.ErrInvalid)
+	}
+}

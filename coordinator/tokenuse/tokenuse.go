@@ -1,8 +1,9 @@
 // Package tokenuse records when, and from which address, users' API
-// tokens were last used, without a Raft write per call.
+// tokens and SSH keys were last used, without a Raft write per call.
 //
-// The replica that serves a call notes the use in memory (Use: a map
-// write under a lock, the newest use per token). Every Interval it
+// The replica that serves a call notes the use in memory (Use for a
+// token, UseKey for a key its node checked at an SSH handshake: a map
+// write under a lock, the newest use per credential). Every Interval it
 // proposes one TouchUserTokens entry for all the tokens used meanwhile
 // (forwarded to the leader from a follower), leaving out a use the state
 // already holds to within Interval from the same address: a token used a
@@ -35,8 +36,8 @@ import (
 // DefaultInterval is the grain of the recorded last uses.
 const DefaultInterval = time.Minute
 
-// Recorder coalesces token uses and persists them. The zero value is not
-// usable: fill in the fields, then call Run.
+// Recorder coalesces token and key uses and persists them. The zero
+// value is not usable: fill in the fields, then call Run.
 type Recorder struct {
 	Store *state.Store
 	// Propose commits a command through the leader (forwarded from a
@@ -47,13 +48,27 @@ type Recorder struct {
 	Logger   *slog.Logger
 
 	mu      sync.Mutex
-	pending map[string]*corpusv1.TokenUse
+	pending map[credential]*corpusv1.TokenUse
+}
+
+// credential names a token (by id) or an SSH key (by fingerprint).
+type credential struct {
+	key bool
+	id  string
 }
 
 // Use notes that token id authenticated a call from addr ("host:port" or
 // a host) now. It never blocks on I/O; a nil Recorder ignores it.
-func (r *Recorder) Use(id, addr string) {
-	if r == nil || id == "" {
+func (r *Recorder) Use(id, addr string) { r.note(credential{id: id}, addr) }
+
+// UseKey notes that the SSH key with that fingerprint opened a session
+// from addr now, as Use does for a token.
+func (r *Recorder) UseKey(fingerprint, addr string) {
+	r.note(credential{key: true, id: fingerprint}, addr)
+}
+
+func (r *Recorder) note(c credential, addr string) {
+	if r == nil || c.id == "" {
 		return
 	}
 	now := clock.Or(r.Clock).Now()
@@ -61,13 +76,13 @@ func (r *Recorder) Use(id, addr string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.pending == nil {
-		r.pending = map[string]*corpusv1.TokenUse{}
+		r.pending = map[credential]*corpusv1.TokenUse{}
 	}
-	if u, ok := r.pending[id]; ok {
+	if u, ok := r.pending[c]; ok {
 		u.At, u.From = timestamppb.New(now), from
 		return
 	}
-	r.pending[id] = &corpusv1.TokenUse{Id: id, At: timestamppb.New(now), From: from}
+	r.pending[c] = &corpusv1.TokenUse{Id: c.id, At: timestamppb.New(now), From: from}
 }
 
 // host is addr without its port.
@@ -111,37 +126,46 @@ func (r *Recorder) flush(ctx context.Context) {
 		return
 	}
 	view := r.Store.Read()
-	var uses, later []*corpusv1.TokenUse
 	if !compat.Allows(view.ClusterVersion(), compat.TokenLastUsed) {
 		// An older replica in the group could not apply it: kept (one
-		// per token) until the group is upgraded.
-		for _, u := range taken {
-			later = append(later, u)
-		}
-		r.keep(later)
+		// per credential) until the group is upgraded.
+		r.keep(taken)
 		return
 	}
-	for _, u := range taken {
-		switch r.judge(view, u) {
+	uses, later := map[credential]*corpusv1.TokenUse{}, map[credential]*corpusv1.TokenUse{}
+	for c, u := range taken {
+		switch r.judge(view, c, u) {
 		case stale:
 		case soon:
-			later = append(later, u)
+			later[c] = u
 		default:
-			uses = append(uses, u)
+			uses[c] = u
 		}
 	}
 	r.keep(later)
 	for len(uses) > 0 {
-		n := min(len(uses), state.MaxTokenUses)
-		cmd := &corpusv1.Command{Cmd: &corpusv1.Command_TouchUserTokens{TouchUserTokens: &corpusv1.TouchUserTokens{Uses: uses[:n]}}}
-		if _, err := r.Propose(ctx, cmd); err != nil {
-			if !errors.Is(err, context.Canceled) {
-				r.Logger.Debug("recording token uses; kept for the next try", "tokens", len(uses), "error", err)
+		batch := &corpusv1.TouchUserTokens{}
+		sent := map[credential]*corpusv1.TokenUse{}
+		for c, u := range uses {
+			if len(sent) == state.MaxTokenUses {
+				break
 			}
+			if c.key {
+				batch.KeyUses = append(batch.KeyUses, u)
+			} else {
+				batch.Uses = append(batch.Uses, u)
+			}
+			sent[c] = u
+			delete(uses, c)
+		}
+		if _, err := r.Propose(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_TouchUserTokens{TouchUserTokens: batch}}); err != nil {
+			if !errors.Is(err, context.Canceled) {
+				r.Logger.Debug("recording token and key uses; kept for the next try", "uses", len(sent)+len(uses), "error", err)
+			}
+			r.keep(sent)
 			r.keep(uses)
 			return
 		}
-		uses = uses[n:]
 	}
 }
 
@@ -158,29 +182,48 @@ const (
 	soon
 )
 
-// judge says what to do with the use u given the state view.
-func (r *Recorder) judge(view *state.Snap, u *corpusv1.TokenUse) verdict {
-	t := view.UserToken(u.Id)
+// judge says what to do with the use u of credential c given the state
+// view.
+func (r *Recorder) judge(view *state.Snap, c credential, u *corpusv1.TokenUse) verdict {
+	last, from, ok := lastUse(view, c)
 	switch {
-	case t == nil || (t.LastUsedAt != nil && !u.At.AsTime().After(t.LastUsedAt.AsTime())):
+	case !ok || (last != nil && !u.At.AsTime().After(last.AsTime())):
 		return stale
-	case t.LastUsedAt != nil && t.LastUsedFrom == u.From && u.At.AsTime().Sub(t.LastUsedAt.AsTime()) < r.interval():
+	case last != nil && from == u.From && u.At.AsTime().Sub(last.AsTime()) < r.interval():
 		return soon
 	}
 	return record
 }
 
+// lastUse is the use the state holds for credential c; ok is false when
+// the credential is gone.
+func lastUse(view *state.Snap, c credential) (at *timestamppb.Timestamp, from string, ok bool) {
+	if !c.key {
+		t := view.UserToken(c.id)
+		return t.GetLastUsedAt(), t.GetLastUsedFrom(), t != nil
+	}
+	for _, k := range view.UserByFingerprint(c.id).GetKeys() {
+		if k.Fingerprint == c.id {
+			return k.LastUsedAt, k.LastUsedFrom, true
+		}
+	}
+	return nil, "", false
+}
+
 // keep puts back uses that could not be recorded, under newer ones noted
 // meanwhile.
-func (r *Recorder) keep(uses []*corpusv1.TokenUse) {
+func (r *Recorder) keep(uses map[credential]*corpusv1.TokenUse) {
+	if len(uses) == 0 {
+		return
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.pending == nil {
-		r.pending = map[string]*corpusv1.TokenUse{}
+		r.pending = map[credential]*corpusv1.TokenUse{}
 	}
-	for _, u := range uses {
-		if _, newer := r.pending[u.Id]; !newer {
-			r.pending[u.Id] = u
+	for c, u := range uses {
+		if _, newer := r.pending[c]; !newer {
+			r.pending[c] = u
 		}
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"connectrpc.com/connect"
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"corpus/client"
 	"corpus/internal/names"
@@ -64,7 +65,7 @@ func newUserTokenCmd(g *Globals) *cobra.Command {
 				w := tabwriter.NewWriter(g.stdout, 0, 4, 2, ' ', 0)
 				fmt.Fprintln(w, "ID\tUSER\tCREATED\tEXPIRES\tLAST USED\tDESCRIPTION")
 				for _, t := range m.Tokens {
-					fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\n", t.Id, t.User, localTime(t.CreatedAt), localTime(t.ExpiresAt), lastUsed(t), dash(t.Description))
+					fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\n", t.Id, t.User, localTime(t.CreatedAt), localTime(t.ExpiresAt), lastUsed(t.LastUsedAt, t.LastUsedFrom), dash(t.Description))
 				}
 				return w.Flush()
 			})
@@ -87,13 +88,14 @@ func newUserTokenCmd(g *Globals) *cobra.Command {
 	return cmd
 }
 
-// lastUsed is when and from where a token was last used ("never"); it
-// is recorded to the minute, so it may lag the last call that much.
-func lastUsed(t *corpusv1.UserToken) string {
-	if t.LastUsedAt == nil {
+// lastUsed is when and from where a token or key was last used
+// ("never"); it is recorded to the minute, so it may lag the last use
+// that much.
+func lastUsed(at *timestamppb.Timestamp, from string) string {
+	if at == nil {
 		return "never"
 	}
-	return localTime(t.LastUsedAt) + " from " + dash(t.LastUsedFrom)
+	return localTime(at) + " from " + dash(from)
 }
 
 // newLoginCmd checks a token against a coordinator, or logs in with a

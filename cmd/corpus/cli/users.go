@@ -122,10 +122,10 @@ func newKeyCmd(g *Globals) *cobra.Command {
 				return nil, fmt.Errorf("user %q is not in the cluster (list them with `corpus user list`)", args[0])
 			}, func(msg *corpusv1.ListUsersResponse) error {
 				w := tabwriter.NewWriter(g.stdout, 0, 4, 2, ' ', 0)
-				fmt.Fprintln(w, "USER\tFINGERPRINT\tCOMMENT\tADDED")
+				fmt.Fprintln(w, "USER\tFINGERPRINT\tCOMMENT\tADDED\tLAST USED")
 				for _, u := range msg.Users {
 					for _, k := range u.Keys {
-						fmt.Fprintf(w, "%s\t%s\t%s\t%s\n", u.Name, k.Fingerprint, dash(k.Comment), localTime(k.AddedAt))
+						fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\n", u.Name, k.Fingerprint, dash(k.Comment), localTime(k.AddedAt), lastUsed(k.LastUsedAt, k.LastUsedFrom))
 					}
 				}
 				return w.Flush()

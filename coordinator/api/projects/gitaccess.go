@@ -42,6 +42,11 @@ func (s *Agent) GitAccess(ctx context.Context, req *connect.Request[corpusv1.Git
 		pr = auth.UserPrincipal(u)
 		actor, res.User, res.Role = pr.String(), u.Name, u.Role
 	}
+	if u != nil && m.Project != "" {
+		// A session's command (the handshake checked the key, the
+		// client then proved it holds it): the key's last use.
+		s.b.KeyUsed(m.Fingerprint, m.From)
+	}
 	if m.Project != "" {
 		if names.Validate("project", m.Project) != nil || (m.Env != "" && api.ValidEnv(m.Env) != nil) {
 			return deny("%.64q is not a project[/env] name", gitTarget(m))

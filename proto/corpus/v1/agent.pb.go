@@ -1185,7 +1185,11 @@ type GitAccessRequest struct {
 	// shell asks for an interactive session in the environment's guest
 	// (over the node's SSH endpoint): allowed as a push is, to ops and
 	// granted devs.
-	Shell         bool `protobuf:"varint,5,opt,name=shell,proto3" json:"shell,omitempty"`
+	Shell bool `protobuf:"varint,5,opt,name=shell,proto3" json:"shell,omitempty"`
+	// from is the SSH client's address (host:port) as the node saw it,
+	// recorded as the key's last use; the node sends it when it checks
+	// the key at the handshake.
+	From          string `protobuf:"bytes,6,opt,name=from,proto3" json:"from,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1253,6 +1257,13 @@ func (x *GitAccessRequest) GetShell() bool {
 		return x.Shell
 	}
 	return false
+}
+
+func (x *GitAccessRequest) GetFrom() string {
+	if x != nil {
+		return x.From
+	}
+	return ""
 }
 
 type RecordShellRequest struct {
@@ -4008,13 +4019,14 @@ const file_corpus_v1_agent_proto_rawDesc = "" +
 	"\aproject\x18\x01 \x01(\tR\aproject\x12\x10\n" +
 	"\x03env\x18\x02 \x01(\tR\x03env\x12\x18\n" +
 	"\adomains\x18\x03 \x03(\tR\adomains\"\x1c\n" +
-	"\x1aSetManifestDomainsResponse\"\x8c\x01\n" +
+	"\x1aSetManifestDomainsResponse\"\xa0\x01\n" +
 	"\x10GitAccessRequest\x12 \n" +
 	"\vfingerprint\x18\x01 \x01(\tR\vfingerprint\x12\x18\n" +
 	"\aproject\x18\x02 \x01(\tR\aproject\x12\x10\n" +
 	"\x03env\x18\x03 \x01(\tR\x03env\x12\x14\n" +
 	"\x05write\x18\x04 \x01(\bR\x05write\x12\x14\n" +
-	"\x05shell\x18\x05 \x01(\bR\x05shell\"d\n" +
+	"\x05shell\x18\x05 \x01(\bR\x05shell\x12\x12\n" +
+	"\x04from\x18\x06 \x01(\tR\x04from\"d\n" +
 	"\x12RecordShellRequest\x12 \n" +
 	"\vfingerprint\x18\x01 \x01(\tR\vfingerprint\x12\x14\n" +
 	"\x05guest\x18\x02 \x01(\tR\x05guest\x12\x16\n" +

@@ -1221,8 +1221,11 @@ func (*Command_TouchUserTokens) isCommand_Cmd() {}
 // revoked since is skipped; an older use than the recorded one changes
 // nothing. Since v0.2.
 type TouchUserTokens struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Uses          []*TokenUse            `protobuf:"bytes,1,rep,name=uses,proto3" json:"uses,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Uses  []*TokenUse            `protobuf:"bytes,1,rep,name=uses,proto3" json:"uses,omitempty"`
+	// key_uses are SSH keys' last uses (TokenUse.id: the key's
+	// fingerprint; from: the SSH client's address as its node saw it).
+	KeyUses       []*TokenUse `protobuf:"bytes,2,rep,name=key_uses,json=keyUses,proto3" json:"key_uses,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1260,6 +1263,13 @@ func (*TouchUserTokens) Descriptor() ([]byte, []int) {
 func (x *TouchUserTokens) GetUses() []*TokenUse {
 	if x != nil {
 		return x.Uses
+	}
+	return nil
+}
+
+func (x *TouchUserTokens) GetKeyUses() []*TokenUse {
+	if x != nil {
+		return x.KeyUses
 	}
 	return nil
 }
@@ -5943,9 +5953,10 @@ const file_corpus_v1_raft_proto_rawDesc = "" +
 	"\x13set_cluster_version\x18\xdc\x01 \x01(\v2\x1c.corpus.v1.SetClusterVersionH\x00R\x11setClusterVersion\x12B\n" +
 	"\x0ereport_orphans\x18\xe6\x01 \x01(\v2\x18.corpus.v1.ReportOrphansH\x00R\rreportOrphans\x12I\n" +
 	"\x11touch_user_tokens\x18\xe7\x01 \x01(\v2\x1a.corpus.v1.TouchUserTokensH\x00R\x0ftouchUserTokensB\x05\n" +
-	"\x03cmd\":\n" +
+	"\x03cmd\"j\n" +
 	"\x0fTouchUserTokens\x12'\n" +
-	"\x04uses\x18\x01 \x03(\v2\x13.corpus.v1.TokenUseR\x04uses\"Z\n" +
+	"\x04uses\x18\x01 \x03(\v2\x13.corpus.v1.TokenUseR\x04uses\x12.\n" +
+	"\bkey_uses\x18\x02 \x03(\v2\x13.corpus.v1.TokenUseR\akeyUses\"Z\n" +
 	"\bTokenUse\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12*\n" +
 	"\x02at\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x02at\x12\x12\n" +
@@ -6499,82 +6510,83 @@ var file_corpus_v1_raft_proto_depIdxs = []int32{
 	3,   // 67: corpus.v1.Command.report_orphans:type_name -> corpus.v1.ReportOrphans
 	1,   // 68: corpus.v1.Command.touch_user_tokens:type_name -> corpus.v1.TouchUserTokens
 	2,   // 69: corpus.v1.TouchUserTokens.uses:type_name -> corpus.v1.TokenUse
-	80,  // 70: corpus.v1.TokenUse.at:type_name -> google.protobuf.Timestamp
-	81,  // 71: corpus.v1.ReportOrphans.orphans:type_name -> corpus.v1.OrphanGuest
-	82,  // 72: corpus.v1.BootstrapCluster.config:type_name -> corpus.v1.ClusterConfig
-	83,  // 73: corpus.v1.CreateJoinToken.token:type_name -> corpus.v1.JoinToken
-	84,  // 74: corpus.v1.EnrollNode.node:type_name -> corpus.v1.Node
-	80,  // 75: corpus.v1.RenewNodeCertificate.expires_at:type_name -> google.protobuf.Timestamp
-	85,  // 76: corpus.v1.UpdateNode.capacity:type_name -> corpus.v1.Resources
-	86,  // 77: corpus.v1.UpdateNode.drivers:type_name -> corpus.v1.DriverInfo
-	74,  // 78: corpus.v1.UpdateNode.labels:type_name -> corpus.v1.UpdateNode.LabelsEntry
-	87,  // 79: corpus.v1.CreateGuest.guest:type_name -> corpus.v1.Guest
-	13,  // 80: corpus.v1.PlaceGuests.placements:type_name -> corpus.v1.PlaceGuest
-	88,  // 81: corpus.v1.ObservedGuest.observed:type_name -> corpus.v1.GuestObserved
-	16,  // 82: corpus.v1.ReportGuests.guests:type_name -> corpus.v1.ObservedGuest
-	89,  // 83: corpus.v1.CreateRoute.route:type_name -> corpus.v1.Route
-	90,  // 84: corpus.v1.AddDnsRecord.record:type_name -> corpus.v1.DnsRecord
-	91,  // 85: corpus.v1.ObservedVolume.observed:type_name -> corpus.v1.VolumeObserved
-	26,  // 86: corpus.v1.ReportVolumes.volumes:type_name -> corpus.v1.ObservedVolume
-	92,  // 87: corpus.v1.CreateUser.user:type_name -> corpus.v1.User
-	93,  // 88: corpus.v1.UserLogin.token:type_name -> corpus.v1.UserToken
-	94,  // 89: corpus.v1.AddSshKey.key:type_name -> corpus.v1.SshKey
-	95,  // 90: corpus.v1.CreateProject.env:type_name -> corpus.v1.ProjectEnv
-	87,  // 91: corpus.v1.CreateProject.guest:type_name -> corpus.v1.Guest
-	89,  // 92: corpus.v1.CreateProject.routes:type_name -> corpus.v1.Route
-	96,  // 93: corpus.v1.CreateProject.admission:type_name -> corpus.v1.AdmissionChange
-	97,  // 94: corpus.v1.BeginRelease.release:type_name -> corpus.v1.Release
-	98,  // 95: corpus.v1.FinishRelease.steps:type_name -> corpus.v1.ReleaseStep
-	89,  // 96: corpus.v1.SetManifestDomains.routes:type_name -> corpus.v1.Route
-	99,  // 97: corpus.v1.UpsertCoordinator.coordinator:type_name -> corpus.v1.Coordinator
-	93,  // 98: corpus.v1.CreateUserToken.token:type_name -> corpus.v1.UserToken
-	82,  // 99: corpus.v1.Snapshot.config:type_name -> corpus.v1.ClusterConfig
-	84,  // 100: corpus.v1.Snapshot.nodes:type_name -> corpus.v1.Node
-	87,  // 101: corpus.v1.Snapshot.guests:type_name -> corpus.v1.Guest
-	83,  // 102: corpus.v1.Snapshot.join_tokens:type_name -> corpus.v1.JoinToken
-	89,  // 103: corpus.v1.Snapshot.routes:type_name -> corpus.v1.Route
-	90,  // 104: corpus.v1.Snapshot.dns_records:type_name -> corpus.v1.DnsRecord
-	100, // 105: corpus.v1.Snapshot.volumes:type_name -> corpus.v1.Volume
-	92,  // 106: corpus.v1.Snapshot.users:type_name -> corpus.v1.User
-	101, // 107: corpus.v1.Snapshot.projects:type_name -> corpus.v1.Project
-	97,  // 108: corpus.v1.Snapshot.releases:type_name -> corpus.v1.Release
-	99,  // 109: corpus.v1.Snapshot.coordinators:type_name -> corpus.v1.Coordinator
-	102, // 110: corpus.v1.Snapshot.audit:type_name -> corpus.v1.AuditEntry
-	93,  // 111: corpus.v1.Snapshot.user_tokens:type_name -> corpus.v1.UserToken
-	103, // 112: corpus.v1.Snapshot.keyring:type_name -> corpus.v1.Keyring
-	104, // 113: corpus.v1.Snapshot.services:type_name -> corpus.v1.Service
-	105, // 114: corpus.v1.Snapshot.backups:type_name -> corpus.v1.Backup
-	106, // 115: corpus.v1.Snapshot.acme:type_name -> corpus.v1.AcmeConfig
-	107, // 116: corpus.v1.Snapshot.certificates:type_name -> corpus.v1.Certificate
-	108, // 117: corpus.v1.Snapshot.extensions:type_name -> corpus.v1.Extension
-	80,  // 118: corpus.v1.Snapshot.applied_time:type_name -> google.protobuf.Timestamp
-	108, // 119: corpus.v1.PutExtension.extension:type_name -> corpus.v1.Extension
-	75,  // 120: corpus.v1.SetConfig.set:type_name -> corpus.v1.SetConfig.SetEntry
-	103, // 121: corpus.v1.SetKeyring.keyring:type_name -> corpus.v1.Keyring
-	52,  // 122: corpus.v1.SetKeyring.envs:type_name -> corpus.v1.ResealedConfig
-	52,  // 123: corpus.v1.SetKeyring.releases:type_name -> corpus.v1.ResealedConfig
-	76,  // 124: corpus.v1.ResealedConfig.config:type_name -> corpus.v1.ResealedConfig.ConfigEntry
-	77,  // 125: corpus.v1.ScaleEnv.scale:type_name -> corpus.v1.ScaleEnv.ScaleEntry
-	87,  // 126: corpus.v1.ScaleEnv.add:type_name -> corpus.v1.Guest
-	109, // 127: corpus.v1.SetAutoscale.policy:type_name -> corpus.v1.AutoscalePolicy
-	78,  // 128: corpus.v1.SwitchEnv.instance_ports:type_name -> corpus.v1.SwitchEnv.InstancePortsEntry
-	80,  // 129: corpus.v1.SwitchEnv.keep_until:type_name -> google.protobuf.Timestamp
-	110, // 130: corpus.v1.UpdateGuest.spec:type_name -> corpus.v1.GuestSpec
-	96,  // 131: corpus.v1.UpdateGuest.admission:type_name -> corpus.v1.AdmissionChange
-	104, // 132: corpus.v1.CreateService.service:type_name -> corpus.v1.Service
-	87,  // 133: corpus.v1.CreateService.guest:type_name -> corpus.v1.Guest
-	111, // 134: corpus.v1.LinkService.link:type_name -> corpus.v1.ServiceLink
-	79,  // 135: corpus.v1.LinkService.config:type_name -> corpus.v1.LinkService.ConfigEntry
-	112, // 136: corpus.v1.ReportServices.services:type_name -> corpus.v1.ReportedService
-	105, // 137: corpus.v1.BeginBackup.backup:type_name -> corpus.v1.Backup
-	87,  // 138: corpus.v1.ReplaceServiceGuest.guest:type_name -> corpus.v1.Guest
-	106, // 139: corpus.v1.SetAcmeConfig.config:type_name -> corpus.v1.AcmeConfig
-	107, // 140: corpus.v1.PutCertificate.certificate:type_name -> corpus.v1.Certificate
-	141, // [141:141] is the sub-list for method output_type
-	141, // [141:141] is the sub-list for method input_type
-	141, // [141:141] is the sub-list for extension type_name
-	141, // [141:141] is the sub-list for extension extendee
-	0,   // [0:141] is the sub-list for field type_name
+	2,   // 70: corpus.v1.TouchUserTokens.key_uses:type_name -> corpus.v1.TokenUse
+	80,  // 71: corpus.v1.TokenUse.at:type_name -> google.protobuf.Timestamp
+	81,  // 72: corpus.v1.ReportOrphans.orphans:type_name -> corpus.v1.OrphanGuest
+	82,  // 73: corpus.v1.BootstrapCluster.config:type_name -> corpus.v1.ClusterConfig
+	83,  // 74: corpus.v1.CreateJoinToken.token:type_name -> corpus.v1.JoinToken
+	84,  // 75: corpus.v1.EnrollNode.node:type_name -> corpus.v1.Node
+	80,  // 76: corpus.v1.RenewNodeCertificate.expires_at:type_name -> google.protobuf.Timestamp
+	85,  // 77: corpus.v1.UpdateNode.capacity:type_name -> corpus.v1.Resources
+	86,  // 78: corpus.v1.UpdateNode.drivers:type_name -> corpus.v1.DriverInfo
+	74,  // 79: corpus.v1.UpdateNode.labels:type_name -> corpus.v1.UpdateNode.LabelsEntry
+	87,  // 80: corpus.v1.CreateGuest.guest:type_name -> corpus.v1.Guest
+	13,  // 81: corpus.v1.PlaceGuests.placements:type_name -> corpus.v1.PlaceGuest
+	88,  // 82: corpus.v1.ObservedGuest.observed:type_name -> corpus.v1.GuestObserved
+	16,  // 83: corpus.v1.ReportGuests.guests:type_name -> corpus.v1.ObservedGuest
+	89,  // 84: corpus.v1.CreateRoute.route:type_name -> corpus.v1.Route
+	90,  // 85: corpus.v1.AddDnsRecord.record:type_name -> corpus.v1.DnsRecord
+	91,  // 86: corpus.v1.ObservedVolume.observed:type_name -> corpus.v1.VolumeObserved
+	26,  // 87: corpus.v1.ReportVolumes.volumes:type_name -> corpus.v1.ObservedVolume
+	92,  // 88: corpus.v1.CreateUser.user:type_name -> corpus.v1.User
+	93,  // 89: corpus.v1.UserLogin.token:type_name -> corpus.v1.UserToken
+	94,  // 90: corpus.v1.AddSshKey.key:type_name -> corpus.v1.SshKey
+	95,  // 91: corpus.v1.CreateProject.env:type_name -> corpus.v1.ProjectEnv
+	87,  // 92: corpus.v1.CreateProject.guest:type_name -> corpus.v1.Guest
+	89,  // 93: corpus.v1.CreateProject.routes:type_name -> corpus.v1.Route
+	96,  // 94: corpus.v1.CreateProject.admission:type_name -> corpus.v1.AdmissionChange
+	97,  // 95: corpus.v1.BeginRelease.release:type_name -> corpus.v1.Release
+	98,  // 96: corpus.v1.FinishRelease.steps:type_name -> corpus.v1.ReleaseStep
+	89,  // 97: corpus.v1.SetManifestDomains.routes:type_name -> corpus.v1.Route
+	99,  // 98: corpus.v1.UpsertCoordinator.coordinator:type_name -> corpus.v1.Coordinator
+	93,  // 99: corpus.v1.CreateUserToken.token:type_name -> corpus.v1.UserToken
+	82,  // 100: corpus.v1.Snapshot.config:type_name -> corpus.v1.ClusterConfig
+	84,  // 101: corpus.v1.Snapshot.nodes:type_name -> corpus.v1.Node
+	87,  // 102: corpus.v1.Snapshot.guests:type_name -> corpus.v1.Guest
+	83,  // 103: corpus.v1.Snapshot.join_tokens:type_name -> corpus.v1.JoinToken
+	89,  // 104: corpus.v1.Snapshot.routes:type_name -> corpus.v1.Route
+	90,  // 105: corpus.v1.Snapshot.dns_records:type_name -> corpus.v1.DnsRecord
+	100, // 106: corpus.v1.Snapshot.volumes:type_name -> corpus.v1.Volume
+	92,  // 107: corpus.v1.Snapshot.users:type_name -> corpus.v1.User
+	101, // 108: corpus.v1.Snapshot.projects:type_name -> corpus.v1.Project
+	97,  // 109: corpus.v1.Snapshot.releases:type_name -> corpus.v1.Release
+	99,  // 110: corpus.v1.Snapshot.coordinators:type_name -> corpus.v1.Coordinator
+	102, // 111: corpus.v1.Snapshot.audit:type_name -> corpus.v1.AuditEntry
+	93,  // 112: corpus.v1.Snapshot.user_tokens:type_name -> corpus.v1.UserToken
+	103, // 113: corpus.v1.Snapshot.keyring:type_name -> corpus.v1.Keyring
+	104, // 114: corpus.v1.Snapshot.services:type_name -> corpus.v1.Service
+	105, // 115: corpus.v1.Snapshot.backups:type_name -> corpus.v1.Backup
+	106, // 116: corpus.v1.Snapshot.acme:type_name -> corpus.v1.AcmeConfig
+	107, // 117: corpus.v1.Snapshot.certificates:type_name -> corpus.v1.Certificate
+	108, // 118: corpus.v1.Snapshot.extensions:type_name -> corpus.v1.Extension
+	80,  // 119: corpus.v1.Snapshot.applied_time:type_name -> google.protobuf.Timestamp
+	108, // 120: corpus.v1.PutExtension.extension:type_name -> corpus.v1.Extension
+	75,  // 121: corpus.v1.SetConfig.set:type_name -> corpus.v1.SetConfig.SetEntry
+	103, // 122: corpus.v1.SetKeyring.keyring:type_name -> corpus.v1.Keyring
+	52,  // 123: corpus.v1.SetKeyring.envs:type_name -> corpus.v1.ResealedConfig
+	52,  // 124: corpus.v1.SetKeyring.releases:type_name -> corpus.v1.ResealedConfig
+	76,  // 125: corpus.v1.ResealedConfig.config:type_name -> corpus.v1.ResealedConfig.ConfigEntry
+	77,  // 126: corpus.v1.ScaleEnv.scale:type_name -> corpus.v1.ScaleEnv.ScaleEntry
+	87,  // 127: corpus.v1.ScaleEnv.add:type_name -> corpus.v1.Guest
+	109, // 128: corpus.v1.SetAutoscale.policy:type_name -> corpus.v1.AutoscalePolicy
+	78,  // 129: corpus.v1.SwitchEnv.instance_ports:type_name -> corpus.v1.SwitchEnv.InstancePortsEntry
+	80,  // 130: corpus.v1.SwitchEnv.keep_until:type_name -> google.protobuf.Timestamp
+	110, // 131: corpus.v1.UpdateGuest.spec:type_name -> corpus.v1.GuestSpec
+	96,  // 132: corpus.v1.UpdateGuest.admission:type_name -> corpus.v1.AdmissionChange
+	104, // 133: corpus.v1.CreateService.service:type_name -> corpus.v1.Service
+	87,  // 134: corpus.v1.CreateService.guest:type_name -> corpus.v1.Guest
+	111, // 135: corpus.v1.LinkService.link:type_name -> corpus.v1.ServiceLink
+	79,  // 136: corpus.v1.LinkService.config:type_name -> corpus.v1.LinkService.ConfigEntry
+	112, // 137: corpus.v1.ReportServices.services:type_name -> corpus.v1.ReportedService
+	105, // 138: corpus.v1.BeginBackup.backup:type_name -> corpus.v1.Backup
+	87,  // 139: corpus.v1.ReplaceServiceGuest.guest:type_name -> corpus.v1.Guest
+	106, // 140: corpus.v1.SetAcmeConfig.config:type_name -> corpus.v1.AcmeConfig
+	107, // 141: corpus.v1.PutCertificate.certificate:type_name -> corpus.v1.Certificate
+	142, // [142:142] is the sub-list for method output_type
+	142, // [142:142] is the sub-list for method input_type
+	142, // [142:142] is the sub-list for extension type_name
+	142, // [142:142] is the sub-list for extension extendee
+	0,   // [0:142] is the sub-list for field type_name
 }
 
 func init() { file_corpus_v1_raft_proto_init() }

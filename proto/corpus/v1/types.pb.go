@@ -2149,9 +2149,15 @@ type SshKey struct {
 	// the cluster.
 	Fingerprint string `protobuf:"bytes,1,opt,name=fingerprint,proto3" json:"fingerprint,omitempty"`
 	// public_key is the key in authorized_keys form, without comment.
-	PublicKey     string                 `protobuf:"bytes,2,opt,name=public_key,json=publicKey,proto3" json:"public_key,omitempty"`
-	Comment       string                 `protobuf:"bytes,3,opt,name=comment,proto3" json:"comment,omitempty"`
-	AddedAt       *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=added_at,json=addedAt,proto3" json:"added_at,omitempty"`
+	PublicKey string                 `protobuf:"bytes,2,opt,name=public_key,json=publicKey,proto3" json:"public_key,omitempty"`
+	Comment   string                 `protobuf:"bytes,3,opt,name=comment,proto3" json:"comment,omitempty"`
+	AddedAt   *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=added_at,json=addedAt,proto3" json:"added_at,omitempty"`
+	// last_used_at is when the key last opened an SSH session on a node
+	// (a push, a fetch or a shell), and last_used_from the client's
+	// address as that node saw it; unset never. Recorded to within a
+	// minute (coordinator --token-use-interval), as tokens' are.
+	LastUsedAt    *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=last_used_at,json=lastUsedAt,proto3" json:"last_used_at,omitempty"`
+	LastUsedFrom  string                 `protobuf:"bytes,6,opt,name=last_used_from,json=lastUsedFrom,proto3" json:"last_used_from,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2212,6 +2218,20 @@ func (x *SshKey) GetAddedAt() *timestamppb.Timestamp {
 		return x.AddedAt
 	}
 	return nil
+}
+
+func (x *SshKey) GetLastUsedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.LastUsedAt
+	}
+	return nil
+}
+
+func (x *SshKey) GetLastUsedFrom() string {
+	if x != nil {
+		return x.LastUsedFrom
+	}
+	return ""
 }
 
 // Project is a deployable application with one guest per environment.
@@ -4158,13 +4178,16 @@ const file_corpus_v1_types_proto_rawDesc = "" +
 	"created_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x12!\n" +
 	"\fcreate_index\x18\x14 \x01(\x04R\vcreateIndex\x12!\n" +
 	"\fmodify_index\x18\x15 \x01(\x04R\vmodifyIndex\x12\x12\n" +
-	"\x04auth\x18x \x01(\tR\x04auth\"\x9a\x01\n" +
+	"\x04auth\x18x \x01(\tR\x04auth\"\xfe\x01\n" +
 	"\x06SshKey\x12 \n" +
 	"\vfingerprint\x18\x01 \x01(\tR\vfingerprint\x12\x1d\n" +
 	"\n" +
 	"public_key\x18\x02 \x01(\tR\tpublicKey\x12\x18\n" +
 	"\acomment\x18\x03 \x01(\tR\acomment\x125\n" +
-	"\badded_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\aaddedAt\"\xad\x02\n" +
+	"\badded_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\aaddedAt\x12<\n" +
+	"\flast_used_at\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"lastUsedAt\x12$\n" +
+	"\x0elast_used_from\x18\x06 \x01(\tR\flastUsedFrom\"\xad\x02\n" +
 	"\aProject\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12)\n" +
@@ -4442,38 +4465,39 @@ var file_corpus_v1_types_proto_depIdxs = []int32{
 	19, // 27: corpus.v1.User.keys:type_name -> corpus.v1.SshKey
 	42, // 28: corpus.v1.User.created_at:type_name -> google.protobuf.Timestamp
 	42, // 29: corpus.v1.SshKey.added_at:type_name -> google.protobuf.Timestamp
-	21, // 30: corpus.v1.Project.envs:type_name -> corpus.v1.ProjectEnv
-	42, // 31: corpus.v1.Project.created_at:type_name -> google.protobuf.Timestamp
-	43, // 32: corpus.v1.Project.admission:type_name -> corpus.v1.AdmissionChange
-	38, // 33: corpus.v1.ProjectEnv.config:type_name -> corpus.v1.ProjectEnv.ConfigEntry
-	39, // 34: corpus.v1.ProjectEnv.scale:type_name -> corpus.v1.ProjectEnv.ScaleEntry
-	23, // 35: corpus.v1.ProjectEnv.instances:type_name -> corpus.v1.ProjectInstance
-	40, // 36: corpus.v1.ProjectEnv.autoscale:type_name -> corpus.v1.ProjectEnv.AutoscaleEntry
-	42, // 37: corpus.v1.ProjectEnv.standby_until:type_name -> google.protobuf.Timestamp
-	42, // 38: corpus.v1.AutoscalePolicy.last_decision_at:type_name -> google.protobuf.Timestamp
-	42, // 39: corpus.v1.Release.started_at:type_name -> google.protobuf.Timestamp
-	42, // 40: corpus.v1.Release.finished_at:type_name -> google.protobuf.Timestamp
-	25, // 41: corpus.v1.Release.steps:type_name -> corpus.v1.ReleaseStep
-	41, // 42: corpus.v1.Release.config:type_name -> corpus.v1.Release.ConfigEntry
-	42, // 43: corpus.v1.AuditEntry.time:type_name -> google.protobuf.Timestamp
-	42, // 44: corpus.v1.UserToken.created_at:type_name -> google.protobuf.Timestamp
-	42, // 45: corpus.v1.UserToken.expires_at:type_name -> google.protobuf.Timestamp
-	42, // 46: corpus.v1.UserToken.last_used_at:type_name -> google.protobuf.Timestamp
-	29, // 47: corpus.v1.Keyring.keys:type_name -> corpus.v1.SealKey
-	42, // 48: corpus.v1.SealKey.created_at:type_name -> google.protobuf.Timestamp
-	42, // 49: corpus.v1.ProcessStatus.started_at:type_name -> google.protobuf.Timestamp
-	42, // 50: corpus.v1.Certificate.not_before:type_name -> google.protobuf.Timestamp
-	42, // 51: corpus.v1.Certificate.not_after:type_name -> google.protobuf.Timestamp
-	42, // 52: corpus.v1.Certificate.next_attempt_at:type_name -> google.protobuf.Timestamp
-	42, // 53: corpus.v1.Certificate.last_attempt_at:type_name -> google.protobuf.Timestamp
-	42, // 54: corpus.v1.Certificate.ocsp_next_update:type_name -> google.protobuf.Timestamp
-	33, // 55: corpus.v1.Certificate.challenge:type_name -> corpus.v1.AcmeChallenge
-	22, // 56: corpus.v1.ProjectEnv.AutoscaleEntry.value:type_name -> corpus.v1.AutoscalePolicy
-	57, // [57:57] is the sub-list for method output_type
-	57, // [57:57] is the sub-list for method input_type
-	57, // [57:57] is the sub-list for extension type_name
-	57, // [57:57] is the sub-list for extension extendee
-	0,  // [0:57] is the sub-list for field type_name
+	42, // 30: corpus.v1.SshKey.last_used_at:type_name -> google.protobuf.Timestamp
+	21, // 31: corpus.v1.Project.envs:type_name -> corpus.v1.ProjectEnv
+	42, // 32: corpus.v1.Project.created_at:type_name -> google.protobuf.Timestamp
+	43, // 33: corpus.v1.Project.admission:type_name -> corpus.v1.AdmissionChange
+	38, // 34: corpus.v1.ProjectEnv.config:type_name -> corpus.v1.ProjectEnv.ConfigEntry
+	39, // 35: corpus.v1.ProjectEnv.scale:type_name -> corpus.v1.ProjectEnv.ScaleEntry
+	23, // 36: corpus.v1.ProjectEnv.instances:type_name -> corpus.v1.ProjectInstance
+	40, // 37: corpus.v1.ProjectEnv.autoscale:type_name -> corpus.v1.ProjectEnv.AutoscaleEntry
+	42, // 38: corpus.v1.ProjectEnv.standby_until:type_name -> google.protobuf.Timestamp
+	42, // 39: corpus.v1.AutoscalePolicy.last_decision_at:type_name -> google.protobuf.Timestamp
+	42, // 40: corpus.v1.Release.started_at:type_name -> google.protobuf.Timestamp
+	42, // 41: corpus.v1.Release.finished_at:type_name -> google.protobuf.Timestamp
+	25, // 42: corpus.v1.Release.steps:type_name -> corpus.v1.ReleaseStep
+	41, // 43: corpus.v1.Release.config:type_name -> corpus.v1.Release.ConfigEntry
+	42, // 44: corpus.v1.AuditEntry.time:type_name -> google.protobuf.Timestamp
+	42, // 45: corpus.v1.UserToken.created_at:type_name -> google.protobuf.Timestamp
+	42, // 46: corpus.v1.UserToken.expires_at:type_name -> google.protobuf.Timestamp
+	42, // 47: corpus.v1.UserToken.last_used_at:type_name -> google.protobuf.Timestamp
+	29, // 48: corpus.v1.Keyring.keys:type_name -> corpus.v1.SealKey
+	42, // 49: corpus.v1.SealKey.created_at:type_name -> google.protobuf.Timestamp
+	42, // 50: corpus.v1.ProcessStatus.started_at:type_name -> google.protobuf.Timestamp
+	42, // 51: corpus.v1.Certificate.not_before:type_name -> google.protobuf.Timestamp
+	42, // 52: corpus.v1.Certificate.not_after:type_name -> google.protobuf.Timestamp
+	42, // 53: corpus.v1.Certificate.next_attempt_at:type_name -> google.protobuf.Timestamp
+	42, // 54: corpus.v1.Certificate.last_attempt_at:type_name -> google.protobuf.Timestamp
+	42, // 55: corpus.v1.Certificate.ocsp_next_update:type_name -> google.protobuf.Timestamp
+	33, // 56: corpus.v1.Certificate.challenge:type_name -> corpus.v1.AcmeChallenge
+	22, // 57: corpus.v1.ProjectEnv.AutoscaleEntry.value:type_name -> corpus.v1.AutoscalePolicy
+	58, // [58:58] is the sub-list for method output_type
+	58, // [58:58] is the sub-list for method input_type
+	58, // [58:58] is the sub-list for extension type_name
+	58, // [58:58] is the sub-list for extension extendee
+	0,  // [0:58] is the sub-list for field type_name
 }
 
 func init() { file_corpus_v1_types_proto_init() }
