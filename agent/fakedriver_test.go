@@ -194,10 +194,10 @@ func startCoordinator(t *testing.T) (*coordinator.Server, corpusv1connect.GuestS
 	return srv, corpusv1connect.NewGuestServiceClient(hc, url, opt), token
 }
 
-// runAgent builds an agent on stateDir and fake and runs it; the
-// function returned stops it and waits until Run returned (also done
-// when the test ends).
-func runAgent(t *testing.T, coord, joinToken, stateDir string, fake *fakedriver.Driver) func() {
+// runAgent builds an agent on stateDir and fake, changed by opts, and
+// runs it; the function returned stops it and waits until Run returned
+// (also done when the test ends).
+func runAgent(t *testing.T, coord, joinToken, stateDir string, fake *fakedriver.Driver, opts ...func(*agent.Config)) func() {
 	t.Helper()
 	cfg := agent.Default()
 	cfg.StateDir, cfg.Coordinators, cfg.JoinToken, cfg.Name = stateDir, []string{coord}, joinToken, "node-1"
@@ -205,6 +205,9 @@ func runAgent(t *testing.T, coord, joinToken, stateDir string, fake *fakedriver.
 	cfg.Network, cfg.GitAddr, cfg.GossipAddr = false, "", ""
 	cfg.ReportInterval, cfg.ResyncInterval = 200*time.Millisecond, time.Second
 	cfg.Logger = testLogger(t, "agent")
+	for _, o := range opts {
+		o(&cfg)
+	}
 	a, err := agent.New(cfg, agent.Parts{Drivers: map[string]drivers.Driver{"fake": fake}})
 	if err != nil {
 		t.Fatalf("agent.New() = %v", err)

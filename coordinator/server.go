@@ -653,7 +653,7 @@ func (s *Server) agentClient(n *corpusv1.Node) corpusv1connect.NodeAgentServiceC
 	}
 	hc := rpc.HTTPClient(s.certs.agentClient(n.Id))
 	c := corpusv1connect.NewNodeAgentServiceClient(hc, rpc.BaseURL(n.AgentAddress),
-		connect.WithInterceptors(rpc.Bearer(view.Config().GetAgentKey())))
+		connect.WithInterceptors(rpc.Bearer(view.Config().GetAgentKey()), api.AgentErrors(n)))
 	s.agents[n.Id] = agentConn{addr: n.AgentAddress, http: hc, client: c}
 	return c
 }

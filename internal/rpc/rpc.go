@@ -15,6 +15,7 @@ import (
 	"net/http"
 	"os"
 	"strings"
+	"syscall"
 	"time"
 
 	"connectrpc.com/connect"
@@ -121,6 +122,23 @@ func Serve(s *http.Server, ln net.Listener) error {
 		return s.ServeTLS(ln, "", "")
 	}
 	return s.Serve(ln)
+}
+
+// Unreachable says whether err is a call's failure to reach its server
+// at all (the connection refused, no route, the dial timed out), and
+// gives the short cause ("connection refused"). An error the server
+// sent is never one, even when it tells of a connection of its own that
+// failed: that server answered.
+func Unreachable(err error) (cause string, ok bool) {
+	var op *net.OpError
+	if err == nil || connect.IsWireError(err) || !errors.As(err, &op) || op.Op != "dial" || op.Err == nil {
+		return "", false
+	}
+	var errno syscall.Errno
+	if errors.As(op.Err, &errno) {
+		return errno.Error(), true
+	}
+	return op.Err.Error(), true
 }
 
 // MaxConns bounds the connections an API listener holds at once; more

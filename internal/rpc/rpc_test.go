@@ -121,3 +121,39 @@ func TestGone(t *testing.T) {
 		}
 	}
 }
+
+// TestUnreachable: a call to a port nothing listens on is unreachable,
+// with the system's cause; an answer from a server is not, even one
+// that tells of its own refused connection (the coordinator relaying
+// an agent's refusal).
+func TestUnreachable(t *testing.T) {
+	t.Parallel()
+	const closed = "127.0.0.1:1" // nothing listens on port 1
+	mux := http.NewServeMux()
+	mux.Handle("/corpus.test/Call", connect.NewUnaryHandler("/corpus.test/Call",
+		func(context.Context, *connect.Request[corpusv1.Retry]) (*connect.Response[corpusv1.Retry], error) {
+			return nil, connect.NewError(connect.CodeUnavailable, errors.New("dial tcp 10.0.0.2:7402: connect: connection refused"))
+		}))
+	srv := httptest.NewServer(mux)
+	t.Cleanup(srv.Close)
+	call := func(addr string) error {
+		c := connect.NewClient[corpusv1.Retry, corpusv1.Retry](HTTPClient(nil), "http://"+addr+"/corpus.test/Call")
+		_, err := c.CallUnary(context.Background(), connect.NewRequest(&corpusv1.Retry{}))
+		return err
+	}
+	for _, tc := range []struct {
+		name      string
+		err       error
+		cause     string
+		reachable bool
+	}{
+		{"nothing listens", call(closed), "connection refused", false},
+		{"the server answered with a refusal of its own", call(strings.TrimPrefix(srv.URL, "http://")), "", true},
+		{"no error", nil, "", true},
+		{"an error made here", connect.NewError(connect.CodeUnavailable, errors.New("connection refused")), "", true},
+	} {
+		if cause, ok := Unreachable(tc.err); ok == tc.reachable || cause != tc.cause {
+			t.Errorf("%s: Unreachable(%v) = %q, %v; want %q, %v", tc.name, tc.err, cause, ok, tc.cause, !tc.reachable)
+		}
+	}
+}

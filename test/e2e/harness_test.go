@@ -433,6 +433,26 @@ func (c *cluster) waitNodeReady(name string) {
 	})
 }
 
+// waitAgentListening waits until agent a's API accepts connections from
+// the coordinator's side: after a restart, the sign that the new process
+// is the one there. The node's status is not: the coordinator keeps the
+// killed agent's last report (node ready, guests running) until the
+// heartbeat deadline or gossip finds it dead.
+func (c *cluster) waitAgentListening(a *agentProc) {
+	c.t.Helper()
+	ns := ""
+	if c.lab != nil {
+		ns = c.lab.ctl
+	}
+	eventually(c.t, 30*time.Second, "agent "+a.name+" listening at "+a.apiAddr, func() error {
+		conn, err := dialIn(ns)(context.Background(), "tcp", a.apiAddr)
+		if err != nil {
+			return err
+		}
+		return conn.Close()
+	})
+}
+
 func (c *cluster) startAgent(a *agentProc, args ...string) *proc {
 	return c.startAgentEnv(a, nil, args...)
 }

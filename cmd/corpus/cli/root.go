@@ -24,6 +24,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"corpus/client"
+	"corpus/internal/rpc"
 	"corpus/internal/version"
 )
 
@@ -91,7 +92,10 @@ func describe(err error) string {
 		msg := ce.Message()
 		switch ce.Code() {
 		case connect.CodeUnavailable:
-			if strings.Contains(msg, "connect: connection refused") || strings.Contains(msg, "dial tcp") {
+			// Only our own call failing to connect is about the
+			// coordinator; a coordinator that could not reach a node's
+			// agent answered, and its message names the node.
+			if _, ok := rpc.Unreachable(err); ok {
 				return msg + " (is the coordinator running? start one with `corpus dev`, or pick another with --env/--address)"
 			}
 		case connect.CodeUnauthenticated:

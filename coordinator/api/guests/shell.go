@@ -26,7 +26,7 @@ func (s *guestService) relayShell(ctx context.Context, n *corpusv1.Node, first *
 	up := s.b.AgentClient(n).Shell(ctx)
 	// A stream the agent refused says io.EOF here, and why on Receive.
 	if err := up.Send(first); err != nil && !errors.Is(err, io.EOF) {
-		return -1, connect.NewError(connect.CodeUnavailable, fmt.Errorf("reaching agent of node %s: %w", n.Name, err))
+		return -1, api.FromAgent(n, "shell", err)
 	}
 	go func() {
 		for {
@@ -49,15 +49,10 @@ func (s *guestService) relayShell(ctx context.Context, n *corpusv1.Node, first *
 	for {
 		out, err := up.Receive()
 		if err != nil {
-			var ce *connect.Error
-			switch {
-			case ctx.Err() != nil:
+			if ctx.Err() != nil {
 				return -1, nil
-			case errors.As(err, &ce):
-				return -1, connect.NewError(ce.Code(), fmt.Errorf("agent of node %s: %s", n.Name, ce.Message()))
-			default:
-				return -1, connect.NewError(connect.CodeUnavailable, fmt.Errorf("shell stream from node %s: %w", n.Name, err))
 			}
+			return -1, api.FromAgent(n, "shell", err)
 		}
 		if err := stream.Send(out); err != nil {
 			return -1, nil
