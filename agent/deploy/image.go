@@ -57,6 +57,48 @@ func (d *deploy) syncImage(rel string) error {
 	return nil
 }
 
+// imageDeploy is a deploy's manifest and tree for a release from an
+// image: the defaults, and no install steps or hooks.
+func imageDeploy() (*Manifest, *tree) {
+	man, _ := parseManifest(nil)
+	return man, &tree{Hooks: map[string]bool{}, Entries: map[string]string{}}
+}
+
+// useImage makes src the deploy's tree: its files, its command as web,
+// its env and its user.
+func (d *deploy) useImage(src *imagetree.Source) {
+	d.image, d.imageDigest = src, src.Image.Digest
+	d.uid, d.gid = src.UID, src.GID
+	d.man.Env = src.Env
+	d.man.Processes = map[string]string{"web": src.Describe()}
+}
+
+// pullRecorded pulls the image a release recorded, by its digest (never
+// its tag), for an instance past the first to deploy it as the first
+// did; Close on what it returns removes the unpacked tree.
+func (p *Pipeline) pullRecorded(d *deploy) (*imagetree.Source, error) {
+	if p.images == nil {
+		return nil, errors.New("this node's agent pulls no images (it has no image store)")
+	}
+	pull, err := imagetree.Pinned(d.release.Image, d.release.ImageDigest)
+	if err != nil {
+		return nil, err
+	}
+	d.say("-----> Pulling %s", pull)
+	ctx, cancel := context.WithTimeout(d.ctx, d.man.Timeout)
+	defer cancel()
+	src, err := imagetree.Pull(ctx, p.images, p.imageDir, pull, d.say)
+	if err != nil {
+		return nil, err
+	}
+	if src.Image.Digest != d.release.ImageDigest {
+		src.Close()
+		return nil, fmt.Errorf("%s resolved to %s, not the release's %s", pull, src.Image.Digest, d.release.ImageDigest)
+	}
+	d.useImage(src)
+	return src, nil
+}
+
 // imageOf is the image a release from an image deploys: the one asked
 // for, or the serving release's digest (a config change, a deploy
 // without --image); "" for a release of a commit.
@@ -90,10 +132,7 @@ func (p *Pipeline) deployImage(d *deploy, r *corpusv1.RedeployRequest, author, r
 	d.imageRef = ref
 	if perr == nil {
 		defer src.Close()
-		d.image, d.imageDigest = src, src.Image.Digest
-		d.uid, d.gid = src.UID, src.GID
-		d.man.Env = src.Env
-		d.man.Processes = map[string]string{"web": src.Describe()}
+		d.useImage(src)
 	} else {
 		pulled.Status = corpusv1.StepFailed
 	}

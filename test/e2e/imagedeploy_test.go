@@ -13,13 +13,14 @@ import (
 )
 
 // siteImage is a busybox image whose entrypoint writes a page of its
-// version, its user and the GREETING it sees, then serves it with httpd
-// on $PORT, as the app user in /www.
+// version, its user and the GREETING it sees, and host.txt with its
+// guest's name, then serves them with httpd on $PORT, as the app user
+// in /www.
 func siteImage(t *testing.T, version string) v1.Image {
 	t.Helper()
 	return ocitest.Image(t, v1.Config{
 		Entrypoint: []string{"/bin/sh", "-c"},
-		Cmd:        []string{`echo "$(cat version) uid $(id -u) $GREETING" > index.html && exec httpd -f -p "$PORT" -h .`},
+		Cmd:        []string{`echo "$(cat version) uid $(id -u) $GREETING" > index.html && busybox hostname > host.txt && exec httpd -f -p "$PORT" -h .`},
 		Env:        []string{"PATH=/bin", "GREETING=from the image"},
 		WorkingDir: "/www",
 		User:       "app",
@@ -103,9 +104,29 @@ func TestProjectFromOCIImage(t *testing.T) {
 		t.Errorf("the config change of r3's image: current r%d, newest %+v; want r5 of %s", cur, rels[0], v1Digest)
 	}
 
-	if _, stderr, code := l.c.cli("scale", "hello", "web=2"); code == 0 || !strings.Contains(stderr, "one instance") {
-		t.Errorf("scale web=2 of an image release = exit %d, %q; want a refusal: it runs on one instance", code, stderr)
-	}
+	// Two instances: the second pulls r5's image by its digest (the tag
+	// v1 moved), a deploy of v2 rolls through both and a rollback brings
+	// both back, under load with no failed request.
+	ld = l.startLoad(4)
+	start = time.Now()
+	l.c.mustCLI("scale", "hello", "web=2", "--shared-nothing")
+	l.waitInstances(2, 5, 3*time.Minute)
+	ld.end(t, "scale of an image release to two instances")
+	t.Logf("scale of an image release 1->2: both serving r5 after %s", time.Since(start).Round(100*time.Millisecond))
+	l.wantImageOnAll(2, "r5", v1Digest)
+	ld = l.startLoad(4)
+	start = time.Now()
+	l.c.mustCLI("deploy", "hello", "--image", reg+"/team/site:v2")
+	ld.end(t, "deploy of image v2 on two instances")
+	t.Logf("corpus deploy --image v2 on two instances took %s", time.Since(start).Round(time.Millisecond))
+	l.waitInstances(2, 6, time.Minute)
+	l.wantImageOnAll(2, "r6", v2Digest)
+	ld = l.startLoad(4)
+	l.c.mustCLI("rollback", "hello")
+	ld.end(t, "rollback of two instances to an image release")
+	l.waitInstances(2, 5, time.Minute)
+	l.wantImageOnAll(2, "r5", v1Digest)
+	l.wantPage("version v1 uid 1000 again")
 
 	// An image the registry lacks: a failed release, r5 serving.
 	if _, stderr, code := l.c.cli("deploy", "hello", "--image", reg+"/team/missing:1"); code == 0 || !strings.Contains(stderr, "r5 still serves") {
@@ -137,4 +158,33 @@ func TestProjectFromOCIImage(t *testing.T) {
 		return nil
 	})
 	l.c.mustCLI("project", "delete", "site", "--yes")
+}
+
+// wantImageOnAll waits until n guests answer through the proxy, each
+// with web of release rel running the image of digest.
+func (l *deployLab) wantImageOnAll(n int, rel, digest string) {
+	l.t.Helper()
+	eventually(l.t, 30*time.Second, fmt.Sprintf("%d instances answering with %s of %s", n, rel, digest), func() error {
+		webs := map[string]string{}
+		for _, p := range l.ps() {
+			if p.Name == "web" && p.State == "running" {
+				webs[p.Guest] = p.Release + " " + p.Command
+			}
+		}
+		if len(webs) != n {
+			return fmt.Errorf("web runs on %d guests: %v", len(webs), webs)
+		}
+		for g, w := range webs {
+			if !strings.HasPrefix(w, rel+" ") || !strings.Contains(w, "(image "+digest+")") {
+				return fmt.Errorf("web of %s runs %q", g, w)
+			}
+		}
+		count, bad := l.hosts(10 * n)
+		for g := range webs {
+			if count[g] == 0 {
+				return fmt.Errorf("%s does not answer: answers by guest %v, %d failed", g, count, bad)
+			}
+		}
+		return nil
+	})
 }
