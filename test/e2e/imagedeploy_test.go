@@ -15,15 +15,19 @@ import (
 // siteImage is a busybox image whose entrypoint writes a page of its
 // version, its user and the GREETING it sees, and host.txt with its
 // guest's name, then serves them with httpd on $PORT, as the app user
-// in /www.
+// in /www. Its stop signal is SIGUSR1, which ends httpd and which its
+// shell traps: it writes "stopped by USR1" in /www/stopped and ends.
 func siteImage(t *testing.T, version string) v1.Image {
 	t.Helper()
 	return ocitest.Image(t, v1.Config{
 		Entrypoint: []string{"/bin/sh", "-c"},
-		Cmd:        []string{`echo "$(cat version) uid $(id -u) $GREETING" > index.html && busybox hostname > host.txt && exec httpd -f -p "$PORT" -h .`},
+		Cmd: []string{`echo "$(cat version) uid $(id -u) $GREETING" > index.html && busybox hostname > host.txt || exit 1
+trap 'echo stopped by USR1 > stopped; exit 0' USR1
+httpd -f -p "$PORT" -h .`},
 		Env:        []string{"PATH=/bin", "GREETING=from the image"},
 		WorkingDir: "/www",
 		User:       "app",
+		StopSignal: "SIGUSR1",
 	}, ocitest.BusyboxLayer(t), ocitest.Layer(t,
 		ocitest.File{Name: "www/", UID: 1000, GID: 1000},
 		ocitest.File{Name: "www/version", Body: "version " + version + "\n"}))
@@ -76,6 +80,14 @@ func TestProjectFromOCIImage(t *testing.T) {
 	l.c.mustCLI("deploy", "hello", "--image", reg+"/team/site:v2")
 	ld.end(t, "deploy of image v2")
 	l.wantPage("version v2 uid 1000 hi")
+	// r3's web was stopped by the image's stop signal, which it trapped.
+	eventually(t, 30*time.Second, "r3's web stopped by SIGUSR1", func() error {
+		out, _, _ := l.c.cli("guest", "exec", "hello-dev", "--", "cat", "/srv/projects/hello/releases/r3/rootfs/www/stopped")
+		if strings.TrimSpace(out) != "stopped by USR1" {
+			return fmt.Errorf("r3's www/stopped = %q", out)
+		}
+		return nil
+	})
 	cur, rels := l.releases()
 	if cur != 4 || rels[0].ImageDigest != v2Digest || rels[1].ImageDigest != v1Digest || rels[0].Image != reg+"/team/site:v2" || rels[0].Commit != "" {
 		t.Errorf("after v1 and v2: current r%d, releases %+v", cur, rels)

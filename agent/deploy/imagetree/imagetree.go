@@ -17,6 +17,7 @@ import (
 	"path"
 	"path/filepath"
 	"strings"
+	"syscall"
 
 	"corpus/agent/runtime/supervisor"
 	"corpus/images/oci"
@@ -45,6 +46,8 @@ type Source struct {
 	Argv     []string
 	Workdir  string
 	UID, GID int
+	// StopSignal is the signal that stops its command.
+	StopSignal syscall.Signal
 	// Env is the image's env, less PORT and CORPUS_* (the pipeline's),
 	// with a PATH.
 	Env map[string]string
@@ -118,6 +121,11 @@ func (s *Source) configure() error {
 	if !path.IsAbs(s.Workdir) {
 		return fmt.Errorf("working dir %q is not an absolute path", s.Workdir)
 	}
+	sig, err := s.Image.StopSignal()
+	if err != nil {
+		return err
+	}
+	s.StopSignal = sig
 	uid, gid, err := oci.LookupUser(s.Root, cfg.User)
 	if err != nil {
 		return err

@@ -181,7 +181,8 @@ func (p *proc) environ() ([]string, error) {
 	return Environ(p.gen.Dir, p.gen.EnvFile, p.spec.Name, p.spec.Port)
 }
 
-// stop ends the process: SIGTERM to its group, SIGKILL after the grace.
+// stop ends the process: its stop signal (SIGTERM unless it names one)
+// to its group, SIGKILL after the grace.
 func (p *proc) stop() {
 	p.stopOnce.Do(func() {
 		p.mu.Lock()
@@ -196,8 +197,12 @@ func (p *proc) stop() {
 			grace = defaultGrace
 		}
 		if pid > 0 {
-			killGroup(pid, syscall.SIGTERM)
-			p.log.line(p.gen.ID, p.spec.Name, pid, fmt.Sprintf("[corpus] stopping (SIGTERM; SIGKILL after %s)", grace))
+			sig := syscall.SIGTERM
+			if p.spec.StopSignal > 0 {
+				sig = syscall.Signal(p.spec.StopSignal)
+			}
+			killGroup(pid, sig)
+			p.log.line(p.gen.ID, p.spec.Name, pid, fmt.Sprintf("[corpus] stopping (%s; SIGKILL after %s)", signalName(sig), grace))
 		}
 		select {
 		case <-p.done:
@@ -209,6 +214,14 @@ func (p *proc) stop() {
 		}
 	})
 	<-p.done
+}
+
+// signalName is how the log names sig: SIGTERM, or its number.
+func signalName(sig syscall.Signal) string {
+	if name := unix.SignalName(sig); name != "" {
+		return name
+	}
+	return fmt.Sprintf("signal %d", int(sig))
 }
 
 func (p *proc) status() Status {
