@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"fmt"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -14,14 +15,16 @@ import (
 
 // siteImage is a busybox image whose entrypoint writes a page of its
 // version, its user and the GREETING it sees, and host.txt with its
-// guest's name, then serves them with httpd on $PORT, as the app user
-// in /www. Its stop signal is SIGUSR1, which ends httpd and which its
+// guest's name, and status.txt with its /proc/self/status and whether
+// /dev/null takes a write, then serves them with httpd on $PORT, as the
+// app user in /www. Its stop signal is SIGUSR1, which ends httpd and which its
 // shell traps: it writes "stopped by USR1" in /www/stopped and ends.
 func siteImage(t *testing.T, version string) v1.Image {
 	t.Helper()
 	return ocitest.Image(t, v1.Config{
 		Entrypoint: []string{"/bin/sh", "-c"},
 		Cmd: []string{`echo "$(cat version) uid $(id -u) $GREETING" > index.html && busybox hostname > host.txt || exit 1
+{ cat /proc/self/status; echo x > /dev/null && echo devnull ok; } > status.txt 2>&1
 trap 'echo stopped by USR1 > stopped; exit 0' USR1
 httpd -f -p "$PORT" -h .`},
 		Env:        []string{"PATH=/bin", "GREETING=from the image"},
@@ -76,10 +79,29 @@ func TestProjectFromOCIImage(t *testing.T) {
 		t.Errorf("deploy --image v1 output lacks the digest %s or r3 going live:\n%s", v1Digest, out)
 	}
 	l.wantPage("version v1 uid 1000 hi")
+	// The image's process has /proc (its own status) and /dev; the
+	// mounts are its own: the guest has none of them.
+	if st := l.pageAt("/status.txt"); !strings.Contains(st, "Uid:\t1000\t") || !strings.Contains(st, "devnull ok") {
+		t.Errorf("the image's process read /proc/self/status and wrote /dev/null so:\n%s", st)
+	}
+	noImageMounts := func(when string) {
+		t.Helper()
+		out := l.guestSh("cat /proc/self/mountinfo")
+		if strings.Contains(out, "/srv/projects/hello/releases/") {
+			t.Errorf("%s, the guest has mounts in a release's tree:\n%s", when, out)
+		}
+	}
+	noImageMounts("while r3 runs")
+	t.Cleanup(func() {
+		if b, err := os.ReadFile("/proc/self/mountinfo"); err != nil || strings.Contains(string(b), "/rootfs/proc") {
+			t.Errorf("mounts of an image's tree left on the host (%v):\n%s", err, b)
+		}
+	})
 	ld = l.startLoad(4)
 	l.c.mustCLI("deploy", "hello", "--image", reg+"/team/site:v2")
 	ld.end(t, "deploy of image v2")
 	l.wantPage("version v2 uid 1000 hi")
+	noImageMounts("with r3 stopped")
 	// r3's web was stopped by the image's stop signal, which it trapped.
 	eventually(t, 30*time.Second, "r3's web stopped by SIGUSR1", func() error {
 		out, _, _ := l.c.cli("guest", "exec", "hello-dev", "--", "cat", "/srv/projects/hello/releases/r3/rootfs/www/stopped")

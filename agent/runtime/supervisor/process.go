@@ -118,16 +118,19 @@ func (p *proc) runOnce() error {
 		cmd = &exec.Cmd{Path: p.spec.Argv[0], Args: p.spec.Argv}
 	}
 	cmd.Dir = p.gen.Dir
-	cmd.Env = env
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Chroot: p.gen.Root}
-	if p.gen.UID != 0 || p.gen.GID != 0 {
-		cmd.SysProcAttr.Credential = &syscall.Credential{Uid: uint32(p.gen.UID), Gid: uint32(p.gen.GID), Groups: []uint32{}}
-		if p.gen.Root != "" {
-			// An image's user may listen on the ports below 1024 the
-			// routes lead to, as in a container of Docker's.
-			cmd.SysProcAttr.AmbientCaps = []uintptr{unix.CAP_NET_BIND_SERVICE}
+	cmd.SysProcAttr = runAs("", p.gen.UID, p.gen.GID)
+	cmd.SysProcAttr.Setpgid = true
+	if p.gen.Root != "" {
+		// An image's tree: through corpus-supervisor chroot, which
+		// mounts /proc and /dev there first (chroot.go).
+		self, err := os.Executable()
+		if err != nil {
+			p.log.line(p.gen.ID, p.spec.Name, 0, "[corpus] cannot start: "+err.Error())
+			return err
 		}
+		cmd = chrootCmd(self, p.gen.Root, p.gen.Dir, p.gen.UID, p.gen.GID, cmd.Args)
 	}
+	cmd.Env = env
 	// Output goes through a pipe of our own, so Wait returns when the
 	// process ends even if a child of it keeps the pipe open.
 	r, w, err := os.Pipe()

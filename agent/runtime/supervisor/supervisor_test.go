@@ -326,7 +326,7 @@ func TestStartInRoot(t *testing.T) {
 	out := filepath.Join(root, "www", "out")
 	var b []byte
 	waitFor(t, "the process's output in the root", func() bool { b, _ = os.ReadFile(out); return len(b) > 0 })
-	if got, want := string(b), "/www bin\nwww 8123 from the config\n"; got != want {
-		t.Errorf("the process in its root said %q, want %q (chrooted, in its folder, with PORT and the config)", got, want)
+	if got, want := string(b), "/www bin\ndev\nproc\ntmp\nwww 8123 from the config\n"; got != want {
+		t.Errorf("the process in its root said %q, want %q (chrooted with /dev, /proc and /tmp, in its folder, with PORT and the config)", got, want)
 	}
 }
