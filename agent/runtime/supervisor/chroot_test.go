@@ -28,35 +28,44 @@ func mountsUnder(t *testing.T, dir string) []string {
 	return found
 }
 
+// busyboxTree makes an image's tree, dir/rootfs, with the folders named
+// and the host's static busybox as /bin/busybox; it skips the test
+// without root (chroot) or that busybox.
+func busyboxTree(t *testing.T, dir string, folders ...string) string {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("skipping: needs root (chroot, a mount namespace)")
+	}
+	bb, err := os.ReadFile("/bin/busybox")
+	if err != nil {
+		t.Skipf("skipping: needs the host's static busybox (busybox-static): %v", err)
+	}
+	root := filepath.Join(dir, "rootfs")
+	for _, d := range append(folders, "bin") {
+		if err := os.MkdirAll(filepath.Join(root, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(root, "bin", "busybox"), bb, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return root
+}
+
 // TestImageProcessMounts: a process of an image's tree (a generation
 // with Root), run as the image's user, finds /proc (its own
 // /proc/self), /dev with null and urandom, and /tmp there though the
 // tree has none of them; the mounts live in its own mount namespace:
 // this one never sees them, and none is left once it stopped.
 func TestImageProcessMounts(t *testing.T) {
-	if os.Getuid() != 0 {
-		t.Skip("skipping: needs root (a mount namespace, chroot)")
-	}
-	bb, err := os.ReadFile("/bin/busybox")
-	if err != nil {
-		t.Skipf("skipping: needs a static /bin/busybox for the image's tree: %v", err)
-	}
 	s, dir := newTest(t)
-	root := filepath.Join(dir, "rootfs")
+	root := busyboxTree(t, dir, "out")
 	t.Cleanup(func() {
 		if left := mountsUnder(t, root); len(left) > 0 {
 			t.Errorf("mounts left under the image's tree: %v", left)
 		}
 	})
-	for _, d := range []string{"bin", "out"} {
-		if err := os.MkdirAll(filepath.Join(root, d), 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
 	os.Chmod(filepath.Join(root, "out"), 0o777)
-	if err := os.WriteFile(filepath.Join(root, "bin", "busybox"), bb, 0o755); err != nil {
-		t.Fatal(err)
-	}
 	script := `bb=/bin/busybox
 { $bb cat /proc/self/status; echo x > /dev/null && echo devnull ok; $bb head -c 8 /dev/urandom | $bb wc -c; echo t > /tmp/t && echo tmp ok; } > /out/report 2>&1
 exec $bb sleep 60`

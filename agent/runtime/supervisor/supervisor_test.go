@@ -298,23 +298,8 @@ func freePort(t *testing.T) int {
 // image) runs its processes' argv as they are, chrooted there, in a
 // folder of the root, with the environment file read from outside it.
 func TestStartInRoot(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root (chroot)")
-	}
-	bb, err := os.ReadFile("/bin/busybox")
-	if err != nil {
-		t.Skipf("needs the host's static busybox (busybox-static): %v", err)
-	}
 	s, dir := newTest(t)
-	root := filepath.Join(dir, "rootfs")
-	for _, d := range []string{"bin", "www"} {
-		if err := os.MkdirAll(filepath.Join(root, d), 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := os.WriteFile(filepath.Join(root, "bin", "busybox"), bb, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	root := busyboxTree(t, dir, "www")
 	env := filepath.Join(dir, "env.json")
 	os.WriteFile(env, []byte(`{"GREETING":"from the config"}`), 0o600)
 	g := gen("/www", "r1", Process{Name: "web", Command: "busybox sh (image)", Port: 8123,
