@@ -26,6 +26,9 @@ import (
 // push. A config change or a deploy without --image of a release from an
 // image deploys its digest again: a tag is resolved once, when named.
 
+// errNoImages: the node's agent has no image store.
+var errNoImages = errors.New("this node's agent pulls no images (it has no image store)")
+
 // stepPull is the step that pulls the image, before the release begins.
 const stepPull = "pull"
 
@@ -78,39 +81,15 @@ func (d *deploy) useImage(src *imagetree.Source) {
 // did; Close on what it returns removes the unpacked tree.
 func (p *Pipeline) pullRecorded(d *deploy) (*imagetree.Source, error) {
 	if p.images == nil {
-		return nil, errors.New("this node's agent pulls no images (it has no image store)")
+		return nil, errNoImages
 	}
-	pull, err := imagetree.Pinned(d.release.Image, d.release.ImageDigest)
-	if err != nil {
-		return nil, err
-	}
-	d.say("-----> Pulling %s", pull)
 	ctx, cancel := context.WithTimeout(d.ctx, d.man.Timeout)
 	defer cancel()
-	src, err := imagetree.Pull(ctx, p.images, p.imageDir, pull, d.say)
-	if err != nil {
-		return nil, err
+	src, err := imagetree.PullPinned(ctx, p.images, p.imageDir, d.release.Image, d.release.ImageDigest, d.say)
+	if err == nil {
+		d.useImage(src)
 	}
-	if src.Image.Digest != d.release.ImageDigest {
-		src.Close()
-		return nil, fmt.Errorf("%s resolved to %s, not the release's %s", pull, src.Image.Digest, d.release.ImageDigest)
-	}
-	d.useImage(src)
-	return src, nil
-}
-
-// imageOf is the image a release from an image deploys: the one asked
-// for, or the serving release's digest (a config change, a deploy
-// without --image); "" for a release of a commit.
-func imageOf(asked string, cur *corpusv1.Release) (ref, pull string, err error) {
-	switch {
-	case asked != "":
-		return asked, asked, nil
-	case cur != nil && cur.ImageDigest != "":
-		pull, err := imagetree.Pinned(cur.Image, cur.ImageDigest)
-		return cur.Image, pull, err
-	}
-	return "", "", nil
+	return src, err
 }
 
 // deployImage runs the pipeline on an image: ref is recorded, pull is
@@ -119,7 +98,7 @@ func imageOf(asked string, cur *corpusv1.Release) (ref, pull string, err error) 
 // serves keeps serving.
 func (p *Pipeline) deployImage(d *deploy, r *corpusv1.RedeployRequest, author, ref, pull string) (uint32, error) {
 	if p.images == nil {
-		return 0, connect.NewError(connect.CodeFailedPrecondition, errors.New("this node's agent pulls no images (it has no image store)"))
+		return 0, connect.NewError(connect.CodeFailedPrecondition, errNoImages)
 	}
 	start := time.Now()
 	d.say("-----> Pulling %s", pull)

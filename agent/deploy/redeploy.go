@@ -15,6 +15,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"corpus/agent/deploy/githook"
+	"corpus/agent/deploy/imagetree"
 	"corpus/agent/runtime/supervisor"
 	"corpus/drivers"
 	"corpus/internal/names"
@@ -100,7 +101,7 @@ func (p *Pipeline) redeploy(ctx, life context.Context, m *corpusv1.AgentRedeploy
 		}
 		return cur.Number, nil
 	}
-	if ref, pull, err := imageOf(r.Image, cur); err != nil {
+	if ref, pull, err := imagetree.ToDeploy(r.Image, cur.GetImage(), cur.GetImageDigest()); err != nil {
 		return 0, connect.NewError(connect.CodeInvalidArgument, err)
 	} else if ref != "" {
 		man, t := imageDeploy()

@@ -94,6 +94,40 @@ func Pull(ctx context.Context, images Images, dir, ref string, say func(string, 
 	return s, nil
 }
 
+// ToDeploy is the image a release from an image deploys: the reference
+// asked for, or the serving release's image at its digest (a config
+// change, a deploy without --image); ref is what the release records,
+// pull what is pulled. Both are "" for a release of a commit.
+func ToDeploy(asked, curImage, curDigest string) (ref, pull string, err error) {
+	switch {
+	case asked != "":
+		return asked, asked, nil
+	case curDigest != "":
+		pull, err := Pinned(curImage, curDigest)
+		return curImage, pull, err
+	}
+	return "", "", nil
+}
+
+// PullPinned pulls ref's repository at digest (Pinned) as Pull does,
+// and checks that what it got is that digest.
+func PullPinned(ctx context.Context, images Images, dir, ref, digest string, say func(string, ...any)) (*Source, error) {
+	pull, err := Pinned(ref, digest)
+	if err != nil {
+		return nil, err
+	}
+	say("-----> Pulling %s", pull)
+	s, err := Pull(ctx, images, dir, pull, say)
+	if err != nil {
+		return nil, err
+	}
+	if s.Image.Digest != digest {
+		s.Close()
+		return nil, fmt.Errorf("%s resolved to %s, not %s", pull, s.Image.Digest, digest)
+	}
+	return s, nil
+}
+
 // configure reads what the image runs, and as whom, from its config and
 // its tree.
 func (s *Source) configure() error {
