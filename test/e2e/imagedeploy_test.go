@@ -14,10 +14,10 @@ import (
 )
 
 // siteImage is a busybox image whose entrypoint writes a page of its
-// version, its user and the GREETING it sees, and host.txt with its
-// guest's name, and status.txt with its /proc/self/status and whether
-// /dev/null takes a write, then serves them with httpd on $PORT, as the
-// app user in /www. Its stop signal is SIGUSR1, which ends httpd and which its
+// version, its user and the GREETING it sees, host.txt with its guest's
+// name and status.txt with its /proc/self/status and whether /dev/null
+// takes a write, then serves them with httpd on $PORT, as the app user
+// in /www. Its stop signal is SIGUSR1, which ends httpd and which its
 // shell traps: it writes "stopped by USR1" in /www/stopped and ends.
 func siteImage(t *testing.T, version string) v1.Image {
 	t.Helper()
@@ -41,7 +41,10 @@ httpd -f -p "$PORT" -h .`},
 // --image), v1 then v2, rolled back, changed by config, and pushed to
 // again, under load with no failed request; each release records the
 // digest its tag resolved to, a rollback and a config change deploy that
-// digest even after the tag moved; a malformed reference changes
+// digest even after the tag moved; scaled to two instances, both run
+// the same digest through a deploy and a rollback; the image's process
+// has /proc and /dev in its tree (mounts the guest never sees) and is
+// stopped by its own stop signal; a malformed reference changes
 // nothing, an image that cannot be pulled leaves a failed release and
 // the one before serving.
 func TestProjectFromOCIImage(t *testing.T) {

@@ -9,9 +9,10 @@
 // they exit (with backoff, counting restarts), captures their output into
 // capped, rotated log files, and stops them with SIGTERM (or the
 // process's own stop signal) and, after a grace period, SIGKILL, to the
-// whole process group. What it runs is kept
-// in a state file, so a restarted supervisor (a rebooted guest) runs the
-// same processes again.
+// whole process group. The processes of a release made from an OCI image
+// run chrooted in the image's tree, with /proc and /dev mounted there
+// for them alone (chroot.go). What it runs is kept in a state file, so a
+// restarted supervisor (a rebooted guest) runs the same processes again.
 //
 // The agent speaks to it with one JSON request and one JSON answer over a
 // unix socket in the guest, through `corpus-supervisor ctl` run by the
